@@ -1,0 +1,230 @@
+"""Rating data in memory: :class:`RatingData`, the train/test split and a per-user CSR view.
+
+Everything here is plain numpy; nothing imports torch or crypto.  Training randomness (the
+split) uses a seeded :class:`numpy.random.Generator`, as the design notes ask.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+
+__all__ = ["RatingData", "UserRatings", "by_user", "train_test_split"]
+
+
+def _check_count(field: str, value: object) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise InvalidParameters(f"{field} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidParameters(f"{field} must be >= 0, got {value}")
+    return int(value)
+
+
+def _check_array(field: str, value: object, dtype: type, n: int | None) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise InvalidParameters(f"{field} must be a numpy array, got {type(value).__name__}")
+    if value.dtype != dtype:
+        raise InvalidParameters(f"{field} must have dtype {np.dtype(dtype)}, got {value.dtype}")
+    if value.ndim != 1:
+        raise InvalidParameters(f"{field} must be 1-D, got shape {value.shape}")
+    if n is not None and value.shape[0] != n:
+        raise InvalidParameters(f"{field} must have length {n}, got {value.shape[0]}")
+    return value
+
+
+def _check_ids(field: str, ids: np.ndarray, bound: int, bound_name: str) -> None:
+    if ids.size == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= bound:
+        bad = lo if lo < 0 else hi
+        raise InvalidParameters(f"{field} must lie in [0, {bound_name}={bound}), found {bad}")
+
+
+@dataclass(frozen=True)
+class RatingData:
+    """Explicit ratings ``(user, item, rating[, timestamp])`` with contiguous 0-based ids.
+
+    Treat the arrays as read-only: they may be shared between a dataset and its splits.
+
+    Attributes
+    ----------
+    name:
+        Dataset name, e.g. ``"ml-100k"``; a split keeps the name of the whole.
+    num_users, num_items:
+        Sizes of the id spaces.  Some ids may have no rating (e.g. in a split).
+    users, items:
+        int64, shape (N,), values in ``[0, num_users)`` and ``[0, num_items)``.
+    ratings:
+        float32, shape (N,), finite.
+    timestamps:
+        int64, shape (N,), seconds since the epoch, or ``None``.
+
+    Raises
+    ------
+    InvalidParameters
+        On a wrong type, dtype, shape, id range or a non-finite rating.
+    """
+
+    name: str
+    num_users: int
+    num_items: int
+    users: np.ndarray
+    items: np.ndarray
+    ratings: np.ndarray
+    timestamps: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise InvalidParameters(f"name must be a str, got {type(self.name).__name__}")
+        object.__setattr__(self, "num_users", _check_count("num_users", self.num_users))
+        object.__setattr__(self, "num_items", _check_count("num_items", self.num_items))
+        users = _check_array("users", self.users, np.int64, None)
+        n = users.shape[0]
+        _check_array("items", self.items, np.int64, n)
+        _check_array("ratings", self.ratings, np.float32, n)
+        if self.timestamps is not None:
+            _check_array("timestamps", self.timestamps, np.int64, n)
+        _check_ids("users", self.users, self.num_users, "num_users")
+        _check_ids("items", self.items, self.num_items, "num_items")
+        if n and not np.isfinite(self.ratings).all():
+            raise InvalidParameters("ratings must be finite")
+
+    def __len__(self) -> int:
+        return int(self.users.shape[0])
+
+    @property
+    def num_ratings(self) -> int:
+        """Number of ratings N."""
+        return int(self.users.shape[0])
+
+    def subset(self, mask_or_index: np.ndarray) -> RatingData:
+        """Return the ratings selected by a boolean mask or an index array, same id spaces."""
+        sel = np.asarray(mask_or_index)
+        ts = None if self.timestamps is None else self.timestamps[sel]
+        return RatingData(
+            self.name, self.num_users, self.num_items,
+            self.users[sel], self.items[sel], self.ratings[sel], ts,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RatingData(name={self.name!r}, num_users={self.num_users}, "
+            f"num_items={self.num_items}, num_ratings={self.num_ratings}, "
+            f"timestamps={'yes' if self.timestamps is not None else 'no'})"
+        )
+
+
+def train_test_split(
+    data: RatingData, test_fraction: float = 0.2, seed: int = 0
+) -> tuple[RatingData, RatingData]:
+    """Split ratings at random into train and test, keeping a training rating for every user.
+
+    Rule: draw a uniformly random permutation of the N ratings (``numpy.random.default_rng
+    (seed)``); the first ``round(test_fraction * N)`` go to test.  Then every user that has
+    ratings but none left in train gets back the one of its test ratings drawn last.  So the
+    test set is at most ``round(test_fraction * N)`` ratings (slightly fewer when users with very
+    few ratings are moved back), and every user with a rating has at least one in train.
+
+    Both halves keep ``num_users``, ``num_items``, ``name`` and the original order of ratings;
+    together they partition ``data``.  The result depends only on ``data`` and ``seed``.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``test_fraction`` is not in ``[0, 1)`` or ``data`` is not a :class:`RatingData`.
+    """
+    if not isinstance(data, RatingData):
+        raise InvalidParameters(f"data must be a RatingData, got {type(data).__name__}")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real):
+        raise InvalidParameters(f"test_fraction must be a float, got {type(test_fraction).__name__}")
+    if not 0.0 <= float(test_fraction) < 1.0:
+        raise InvalidParameters(f"test_fraction must be in [0, 1), got {test_fraction}")
+    n = data.num_ratings
+    n_test = int(round(float(test_fraction) * n))
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n)
+    is_test = np.zeros(n, dtype=bool)
+    is_test[order[:n_test]] = True
+
+    train_counts = np.bincount(data.users[~is_test], minlength=data.num_users)
+    starved = (train_counts == 0) & (np.bincount(data.users, minlength=data.num_users) > 0)
+    if starved.any():
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n, dtype=np.int64)
+        cand = np.flatnonzero(starved[data.users])  # all ratings of starved users (all in test)
+        # For each starved user, the rating drawn last: sort by (user, rank), take group ends.
+        srt = cand[np.lexsort((rank[cand], data.users[cand]))]
+        u = data.users[srt]
+        last = np.flatnonzero(np.r_[u[1:] != u[:-1], True])
+        is_test[srt[last]] = False
+    return data.subset(~is_test), data.subset(is_test)
+
+
+@dataclass(frozen=True)
+class UserRatings:
+    """Ratings grouped by user (CSR): user ``u`` owns ``items[indptr[u]:indptr[u+1]]``.
+
+    Attributes
+    ----------
+    indptr:
+        int64, shape (num_users + 1,), non-decreasing, ``indptr[0] == 0``, ``indptr[-1] == N``.
+    items:
+        int64, shape (N,), sorted by user then item.
+    ratings:
+        float32, shape (N,), aligned with ``items``.
+    """
+
+    indptr: np.ndarray
+    items: np.ndarray
+    ratings: np.ndarray
+
+    def __post_init__(self) -> None:
+        indptr = _check_array("indptr", self.indptr, np.int64, None)
+        if indptr.shape[0] < 1:
+            raise InvalidParameters("indptr must have length num_users + 1 >= 1, got 0")
+        n = _check_array("items", self.items, np.int64, None).shape[0]
+        _check_array("ratings", self.ratings, np.float32, n)
+        if indptr[0] != 0 or indptr[-1] != n or (np.diff(indptr) < 0).any():
+            raise InvalidParameters(
+                f"indptr must be non-decreasing from 0 to len(items)={n}, "
+                f"got {indptr[0]}..{indptr[-1]}"
+            )
+
+    @property
+    def num_users(self) -> int:
+        """Number of users (rows)."""
+        return int(self.indptr.shape[0] - 1)
+
+    def of(self, user: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(items, ratings)`` of ``user`` as views (items ascending).
+
+        Raises
+        ------
+        InvalidParameters
+            If ``user`` is not an int in ``[0, num_users)``.
+        """
+        if isinstance(user, (bool, np.bool_)) or not isinstance(user, numbers.Integral):
+            raise InvalidParameters(f"user must be an int, got {type(user).__name__}")
+        if not 0 <= user < self.num_users:
+            raise InvalidParameters(f"user must be in [0, {self.num_users}), got {user}")
+        lo, hi = int(self.indptr[user]), int(self.indptr[user + 1])
+        return self.items[lo:hi], self.ratings[lo:hi]
+
+    def counts(self) -> np.ndarray:
+        """Number of ratings of each user, int64 of shape (num_users,)."""
+        return np.diff(self.indptr)
+
+
+def by_user(data: RatingData) -> UserRatings:
+    """Group ``data`` by user into a :class:`UserRatings` (sorted by user, then item)."""
+    if not isinstance(data, RatingData):
+        raise InvalidParameters(f"data must be a RatingData, got {type(data).__name__}")
+    order = np.lexsort((data.items, data.users))
+    indptr = np.zeros(data.num_users + 1, dtype=np.int64)
+    np.cumsum(np.bincount(data.users, minlength=data.num_users), out=indptr[1:])
+    return UserRatings(indptr, data.items[order], data.ratings[order])

@@ -1,0 +1,427 @@
+"""Batched two-party distributed point functions (Boyle, Gilboa, Ishai 2016) with SecEmb's
+path sharing (SecEmb Algorithms 4-7, with the PathEval erratum fixed: the right branch takes
+``s^R, t^R``).
+
+Hazmat layer.  A key pair for ``f_{alpha,beta}: [0, m) -> Z_{2^k}^d`` (``beta`` at
+``alpha``, 0 elsewhere) consists of a *path part* (root word and ``n = ceil(log2 m)`` levels
+of correction words, independent of ``beta``) and an *output correction word*
+``CW^{n+1} in Z_{2^k}^d``.  :func:`gen_path` produces the path parts and a secret
+:class:`GenState`; :func:`convert_gen` turns that state and any payload into an output
+correction word.  Retrieval (payload 1) and aggregation (payload = a gradient row) share one
+path; their conversions use different ``tag`` s, i.e. independent fixed AES keys, so the two
+output correction words reveal nothing about each other.
+
+Evaluation mirrors the split: :func:`eval_full_path` walks the whole (pruned) tree once and
+returns every leaf word; :func:`convert_eval` maps leaf words and any output correction word
+to shares.  :func:`eval_full`, :func:`eval_points` and :func:`eval_full_dot` are the one-shot
+forms; all of them batch over keys and tree levels and bound memory by processing keys in
+chunks.
+
+Ring: outputs are in ``Z_{2^k}`` with numpy's natural wraparound; for every key
+``eval(keys0, 0) + eval(keys1, 1) = f_{alpha,beta}`` modulo ``2^k``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+from secemb.fss.keys import DPFKeys, DPFParams, PathKeys
+from secemb.fss.linalg import ring_matmul
+from secemb.fss.convert import convert, convert_chunks
+from secemb.fss.prg import aes_for
+from secemb.randomness import RandomBytes, random_words, system_rng
+
+__all__ = [
+    "GenState",
+    "gen_path",
+    "convert_gen",
+    "gen",
+    "eval_full_path",
+    "convert_eval",
+    "eval_full",
+    "eval_points",
+    "eval_full_dot",
+    "DEFAULT_TAG",
+]
+
+DEFAULT_TAG = "point"
+_ONE = np.uint64(1)
+_LEFT = aes_for("tree/left")
+_RIGHT = aes_for("tree/right")
+#: leaves a chunk of keys may expand at once (16 bytes each, a few copies live)
+LEAF_CHUNK = 1 << 17
+
+
+@dataclass(frozen=True, eq=False)
+class GenState:
+    """The key generator's secret state after :func:`gen_path`, for :func:`convert_gen`.
+
+    Attributes
+    ----------
+    domain_size: ``m``.
+    leaf0, leaf1: uint64 (K, 2); both parties' leaf words at ``alpha`` (bit 0 = control bit).
+    """
+
+    domain_size: int
+    leaf0: np.ndarray
+    leaf1: np.ndarray
+
+    def __len__(self) -> int:
+        return self.leaf0.shape[0]
+
+
+def _check_party(party: int) -> int:
+    if party not in (0, 1):
+        raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+    return int(party)
+
+
+def _check_alphas(alphas: np.ndarray, m: int) -> np.ndarray:
+    a = np.asarray(alphas)
+    if a.ndim != 1:
+        raise InvalidParameters(f"alphas must have shape (K,), got {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"alphas must be integers, got dtype {a.dtype}")
+    a = a.astype(np.int64)
+    if a.size and (a.min() < 0 or a.max() >= m):
+        bad = int(a[(a < 0) | (a >= m)][0])
+        raise InvalidParameters(f"alpha {bad} is outside the domain [0, {m})")
+    return a
+
+
+def gen_path(
+    alphas: np.ndarray, domain_size: int, *, _rng: RandomBytes | None = None
+) -> tuple[PathKeys, PathKeys, GenState]:
+    """Generate the path parts of ``K`` key pairs (SecEmb Algorithm 7, batched).
+
+    Parameters
+    ----------
+    alphas: int array (K,), each in ``[0, domain_size)``.
+    domain_size: ``m >= 1``.
+    _rng: test-only source of random bytes (default :func:`os.urandom`).
+
+    Returns
+    -------
+    ``(path0, path1, state)``: each party's :class:`PathKeys` and the secret
+    :class:`GenState` needed by :func:`convert_gen`.
+
+    Raises
+    ------
+    InvalidParameters: ``m`` out of range or an alpha outside the domain.
+    TypeError: alphas not integers.
+    """
+    params = DPFParams(domain_size, 0)
+    a = _check_alphas(alphas, params.domain_size)
+    rng = _rng or system_rng
+    k, n = a.shape[0], params.depth
+    s = random_words(rng, (2, k, 2), np.uint64)
+    s[:, :, 0] &= ~_ONE
+    s[1, :, 0] |= _ONE  # t_b^(0) = b
+    roots = s.copy()
+    cw_seed = np.empty((k, n, 2), np.uint64)
+    cw_tl = np.empty((k, n), np.uint8)
+    cw_tr = np.empty((k, n), np.uint8)
+    left = np.empty_like(s)
+    right = np.empty_like(s)
+    for i in range(n):
+        bit = (a >> (n - 1 - i)) & 1  # alpha_i, MSB first
+        go_right = bit.astype(bool)
+        _LEFT.mmo(s, out=left)
+        _RIGHT.mmo(s, out=right)
+        # seed correction word: XOR of the two parties' "lose" children, bit 0 cleared
+        scw = np.where(go_right[:, None], left[0] ^ left[1], right[0] ^ right[1])
+        tl = left[0, :, 0] ^ left[1, :, 0]
+        tr = right[0, :, 0] ^ right[1, :, 0]
+        tcw_l = (tl ^ bit.astype(np.uint64) ^ _ONE) & _ONE
+        tcw_r = (tr ^ bit.astype(np.uint64)) & _ONE
+        scw[:, 0] &= ~_ONE
+        cw_seed[:, i] = scw
+        cw_tl[:, i] = tcw_l
+        cw_tr[:, i] = tcw_r
+        keep_lo = np.where(go_right, right[:, :, 0], left[:, :, 0])
+        keep_hi = np.where(go_right, right[:, :, 1], left[:, :, 1])
+        mask = 0 - (s[:, :, 0] & _ONE)  # (2, K): all ones where the parent's t is 1
+        s[:, :, 0] = keep_lo ^ (mask & (scw[:, 0] | np.where(go_right, tcw_r, tcw_l)))
+        s[:, :, 1] = keep_hi ^ (mask & scw[:, 1])
+    path = [PathKeys(params, b, roots[b], cw_seed, cw_tl, cw_tr) for b in (0, 1)]
+    return path[0], path[1], GenState(params.domain_size, s[0].copy(), s[1].copy())
+
+
+def _check_betas(betas: np.ndarray, k: int, ring_bits: int) -> np.ndarray:
+    b = np.asarray(betas)
+    dtype = np.dtype(np.uint32 if ring_bits == 32 else np.uint64)
+    if b.dtype != dtype:
+        raise TypeError(f"betas must have dtype {dtype} for ring_bits={ring_bits}, got {b.dtype}")
+    if b.ndim != 2 or b.shape[0] != k:
+        raise InvalidParameters(f"betas must have shape ({k}, d), got {b.shape}")
+    return b
+
+
+def convert_gen(state: GenState, betas: np.ndarray, *, ring_bits: int = 32, tag: str = DEFAULT_TAG) -> np.ndarray:
+    """Output correction words for payloads ``betas`` (SecEmb Algorithm 5, batched).
+
+    ``CW = (-1)^{t_1} [beta - Convert(s_0) + Convert(s_1)]`` in ``Z_{2^k}^d``.
+
+    Parameters
+    ----------
+    state: from :func:`gen_path`.
+    betas: ring array (K, d), uint32 for ``ring_bits=32``, uint64 for 64.
+    tag: conversion domain (use a distinct tag per purpose sharing one path).
+
+    Returns
+    -------
+    ring array (K, d).
+    """
+    if ring_bits not in (32, 64):
+        raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
+    b = _check_betas(betas, len(state), ring_bits)
+    width = b.shape[1]
+    c0 = convert(state.leaf0, width, ring_bits, tag)
+    c1 = convert(state.leaf1, width, ring_bits, tag)
+    cw = b - c0 + c1
+    t1 = (state.leaf1[:, 0] & _ONE).astype(bool)
+    cw[t1] = 0 - cw[t1]
+    return cw
+
+
+def gen(
+    alphas: np.ndarray,
+    betas: np.ndarray,
+    domain_size: int,
+    *,
+    ring_bits: int = 32,
+    tag: str = DEFAULT_TAG,
+    _rng: RandomBytes | None = None,
+) -> tuple[DPFKeys, DPFKeys]:
+    """Generate ``K`` DPF key pairs for ``f_{alpha_i, beta_i}``.
+
+    Parameters
+    ----------
+    alphas: int array (K,) in ``[0, domain_size)``.
+    betas: ring array (K, d): uint32 for ``ring_bits=32``, uint64 for 64.
+    domain_size: ``m >= 1``.
+    ring_bits: 32 or 64.
+
+    Returns
+    -------
+    ``(keys0, keys1)``, one :class:`DPFKeys` batch per party.
+    """
+    if ring_bits not in (32, 64):
+        raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
+    a = np.asarray(alphas)
+    b = _check_betas(betas, a.shape[0] if a.ndim == 1 else -1, ring_bits)
+    p0, p1, state = gen_path(a, domain_size, _rng=_rng)
+    cw = convert_gen(state, b, ring_bits=ring_bits, tag=tag)
+    params = DPFParams(domain_size, b.shape[1], ring_bits)
+    return DPFKeys(p0, cw, params), DPFKeys(p1, cw.copy(), params)
+
+
+_tls = threading.local()
+
+
+def _workspace(words: int) -> np.ndarray:
+    """A per-thread scratch buffer of at least ``words`` uint64, reused across calls so that
+    hot loops never page-fault on fresh memory.  Contents are undefined."""
+    buf = getattr(_tls, "buf", None)
+    if buf is None or buf.size < words:
+        buf = _tls.buf = np.empty(words, np.uint64)
+    return buf
+
+
+def _expand(path: PathKeys) -> np.ndarray:
+    """Leaf words (K, m, 2) of every key of ``path`` over the whole domain (SecEmb Alg. 6,
+    batched over keys and all nodes of a level; only nodes with leaves < m are expanded).
+
+    Every numpy operation runs over one plane (low or high 64 bits) of a whole level, so
+    inner loops are long; children are written straight into their interleaved positions.
+    The result is a view of this thread's workspace, valid until the next call.
+    """
+    m, n = path.params.domain_size, path.params.depth
+    k = len(path)
+    cw_lo = path.cw_seed[:, :, 0]
+    cw_hi = path.cw_seed[:, :, 1]
+    cw_l = cw_lo | path.cw_tl.astype(np.uint64)
+    cw_r = cw_lo | path.cw_tr.astype(np.uint64)
+    cap = k * m
+    ws = _workspace(10 * cap)
+    bufs = (ws[: 2 * cap], ws[2 * cap : 4 * cap])  # ping-pong node levels
+    mask_buf, tmp1_buf = ws[4 * cap : 5 * cap], ws[5 * cap : 6 * cap]
+    work = ws[6 * cap :]
+    x = bufs[1][: 2 * k].reshape(k, 1, 2)
+    x[:] = path.roots[:, None, :]
+    for i in range(n):
+        nodes = x.shape[1]
+        need = -(-m >> (n - 1 - i))  # ceil(m / 2^(n-1-i)) nodes at level i+1
+        size = k * nodes
+        mask = mask_buf[:size].reshape(k, nodes)
+        tmp1 = tmp1_buf[:size].reshape(k, nodes)
+        yl = work[: 2 * size].reshape(k, nodes, 2)
+        tmp = work[2 * size : 4 * size].reshape(k, nodes, 2)
+        np.bitwise_and(x[:, :, 0], _ONE, out=mask)
+        np.negative(mask, out=mask)
+        # high plane is shared by both children; low plane differs in the control bit
+        np.bitwise_and(mask, cw_hi[:, i, None], out=tmp1)
+        np.bitwise_xor(x[:, :, 1], tmp1, out=yl[:, :, 1])
+        np.bitwise_and(mask, cw_l[:, i, None], out=tmp1)
+        np.bitwise_xor(x[:, :, 0], tmp1, out=yl[:, :, 0])
+        out = bufs[i % 2][: 2 * k * need].reshape(k, need, 2)
+        full = need // 2  # parents whose both children are kept
+        _LEFT.encrypt_into(x, tmp)
+        half = -(-need // 2)  # parents whose left child is kept
+        for w in (0, 1):  # plane by plane: long inner loops
+            np.bitwise_xor(tmp[:, :half, w], yl[:, :half, w], out=out[:, 0::2, w])
+        np.bitwise_and(mask, cw_r[:, i, None], out=tmp1)
+        np.bitwise_xor(x[:, :, 0], tmp1, out=yl[:, :, 0])
+        _RIGHT.encrypt_into(x, tmp)
+        for w in (0, 1):
+            np.bitwise_xor(tmp[:, :full, w], yl[:, :full, w], out=out[:, 1::2, w])
+        x = out
+    return x
+
+
+def _key_step(domain_size: int) -> int:
+    """Keys per chunk so that one chunk expands about :data:`LEAF_CHUNK` leaves."""
+    return max(1, LEAF_CHUNK // domain_size)
+
+
+def _path_of(keys: PathKeys | DPFKeys, party: int) -> PathKeys:
+    p = keys.path if isinstance(keys, DPFKeys) else keys
+    if _check_party(party) != p.party:
+        raise InvalidParameters(f"keys belong to party {p.party}, not {party}")
+    return p
+
+
+def eval_full_path(keys: PathKeys | DPFKeys, party: int) -> np.ndarray:
+    """Every leaf word of every key: uint64 (K, m, 2), bit 0 of word 0 the control bit.
+
+    This is the per-leaf state that :func:`convert_eval` turns into shares for any output
+    correction word without walking the tree again.  Memory: ``16 K m`` bytes.
+    """
+    p = _path_of(keys, party)
+    m = p.params.domain_size
+    out = np.empty((len(p), m, 2), np.uint64)
+    step = _key_step(m)
+    for lo in range(0, len(p), step):
+        out[lo : lo + step] = _expand(p[lo : lo + step])
+    return out
+
+
+def convert_eval(
+    leaves: np.ndarray, cw: np.ndarray, party: int, *, ring_bits: int = 32, tag: str = DEFAULT_TAG
+) -> np.ndarray:
+    """Shares at the given leaves (SecEmb Algorithm 4, batched).
+
+    ``v = (-1)^b [Convert(s) + t * CW]``.
+
+    Parameters
+    ----------
+    leaves: uint64 (K, P, 2) leaf words from :func:`eval_full_path` (or a slice of them).
+    cw: ring array (K, d), the keys' output correction words.
+    party: 0 or 1.
+
+    Returns
+    -------
+    ring array (K, P, d).
+    """
+    b = _check_party(party)
+    k, p = leaves.shape[:2]
+    cw = _check_betas(cw, k, ring_bits)
+    out = np.empty((k, p, cw.shape[1]), cw.dtype)
+    for i in range(k):
+        _convert_eval_into(leaves[i], cw[i], b, ring_bits, tag, out[i])
+    return out
+
+
+def _convert_eval_into(
+    leaves: np.ndarray, cw: np.ndarray, party: int, ring_bits: int, tag: str, out: np.ndarray
+) -> None:
+    """One key: ``out[j] = (-1)^b [Convert(leaves[j]) + t_j * cw]``; leaves (P, 2), cw (d,),
+    out ring (P, d)."""
+    for lo, hi, vals in convert_chunks(leaves, cw.shape[0], ring_bits, tag):
+        t = leaves[lo:hi, 0, None] & _ONE
+        np.add(vals, (0 - t).astype(cw.dtype) & cw, out=out[lo:hi])
+        if party:
+            np.negative(out[lo:hi], out=out[lo:hi])
+
+
+def eval_full(keys: DPFKeys, party: int) -> np.ndarray:
+    """Evaluate every key on the whole domain: ring array (K, m, d).
+
+    For every key, ``eval_full(keys0, 0) + eval_full(keys1, 1)`` is ``beta`` at ``alpha`` and
+    0 elsewhere (mod ``2^k``).  Memory: the output plus one chunk of leaves.
+    """
+    _check_party(party)
+    p = keys.params
+    path = _path_of(keys, party)
+    out = np.empty((len(keys), p.domain_size, p.payload_width), p.dtype)
+    step = _key_step(p.domain_size)
+    for lo in range(0, len(keys), step):
+        leaves = _expand(path[lo : lo + step])
+        out[lo : lo + step] = convert_eval(leaves, keys.cw_out[lo : lo + step], party, ring_bits=p.ring_bits, tag=_tag_of(keys))
+    return out
+
+
+def _tag_of(keys: DPFKeys) -> str:
+    return getattr(keys, "tag", DEFAULT_TAG)
+
+
+def eval_points(keys: DPFKeys, party: int, xs: np.ndarray) -> np.ndarray:
+    """Evaluate every key at the points ``xs`` (int array (P,)): ring array (K, P, d)."""
+    b = _check_party(party)
+    if b != keys.party:
+        raise InvalidParameters(f"keys belong to party {keys.party}, not {party}")
+    p = keys.params
+    x_idx = _check_alphas(xs, p.domain_size)
+    n = p.depth
+    k = len(keys)
+    path = keys.path
+    w = np.ascontiguousarray(np.broadcast_to(path.roots[:, None, :], (k, x_idx.size, 2)))
+    for i in range(n):
+        bit = ((x_idx >> (n - 1 - i)) & 1).astype(bool)[None, :, None]
+        t = w[:, :, 0] & _ONE
+        mask = (0 - t)[:, :, None]
+        left = _LEFT.mmo(w)
+        right = _RIGHT.mmo(w)
+        cw_l = path.cw_seed[:, i].copy()
+        cw_l[:, 0] |= path.cw_tl[:, i].astype(np.uint64)
+        cw_r = path.cw_seed[:, i].copy()
+        cw_r[:, 0] |= path.cw_tr[:, i].astype(np.uint64)
+        w = np.where(bit, right ^ (cw_r[:, None, :] & mask), left ^ (cw_l[:, None, :] & mask))
+        w = np.ascontiguousarray(w)
+    return convert_eval(w, keys.cw_out, party, ring_bits=p.ring_bits, tag=_tag_of(keys))
+
+
+def eval_full_dot(keys: DPFKeys, party: int, table: np.ndarray) -> np.ndarray:
+    """Private-information-retrieval answer: ``sum_j Eval(k, j) * table[j]`` per key.
+
+    Fused: never materializes the (K, m) evaluation.  Keys must have payload width 1.
+
+    Parameters
+    ----------
+    keys: K keys with ``payload_width == 1``.
+    table: ring array (m, D) of the keys' ring dtype.
+
+    Returns
+    -------
+    ring array (K, D): this party's shares of ``beta * table[alpha]``.
+    """
+    b = _check_party(party)
+    p = keys.params
+    if p.payload_width != 1:
+        raise InvalidParameters(f"eval_full_dot needs payload width 1, got {p.payload_width}")
+    if table.dtype != p.dtype or table.ndim != 2 or table.shape[0] != p.domain_size:
+        raise InvalidParameters(
+            f"table must be {p.dtype} of shape ({p.domain_size}, D), got {table.dtype} {table.shape}"
+        )
+    path = _path_of(keys, b)
+    out = np.empty((len(keys), table.shape[1]), p.dtype)
+    step = _key_step(p.domain_size)
+    for lo in range(0, len(keys), step):
+        leaves = _expand(path[lo : lo + step])
+        e = convert_eval(leaves, keys.cw_out[lo : lo + step], b, ring_bits=p.ring_bits, tag=_tag_of(keys))[..., 0]
+        out[lo : lo + step] = ring_matmul(e, table, p.ring_bits)
+    return out

@@ -1,0 +1,284 @@
+"""DPF parameters, key batches and their byte format (spec: ``docs/wire-format.md``).
+
+A batch of ``K`` keys of one party shares one :class:`DPFParams`.  A 128-bit word is two
+little-endian ``uint64``; a tree node's word carries its control bit ``t`` in bit 0 (the
+low bit of byte 0) and its seed in the other 127 bits.
+
+Serialized batch (all integers little-endian)::
+
+    header (24 bytes)
+      magic        4  b"SEDK"
+      version      1  = 1
+      kind         1  1 = full key (path + output correction word), 2 = path part only
+      party        1  0 or 1
+      ring_bits    1  32 or 64 (0 for a path part)
+      domain_size  8  m >= 1
+      width        4  payload width d (0 for a path part)
+      count        4  K
+    body, K entries of each field, field after field
+      roots        K * 16               root word; bit 0 must equal the party
+      cw_seeds     K * n * 16           per level: seed correction word, bit 0 = tCW_L
+      cw_tr        K * ceil(n / 8)      per level i: bit (i % 8) of byte (i // 8) = tCW_R
+      cw_out       K * d * ring_bits/8  output correction word (full keys only)
+
+``n = ceil(log2 m)`` is the tree depth.  One key takes ``16 + 16 n + ceil(n/8) + d k/8``
+bytes; a batch ``24 + K`` times that.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from secemb.errors import InvalidKey, InvalidParameters
+
+__all__ = ["DPFParams", "PathKeys", "DPFKeys", "HEADER_BYTES", "KEY_MAGIC", "KEY_VERSION"]
+
+KEY_MAGIC = b"SEDK"
+KEY_VERSION = 1
+_KIND_FULL = 1
+_KIND_PATH = 2
+_HEADER = struct.Struct("<4sBBBBQII")
+HEADER_BYTES = _HEADER.size  # 24
+_MAX_DOMAIN = 1 << 40
+_MAX_WIDTH = 1 << 20
+
+
+@dataclass(frozen=True)
+class DPFParams:
+    """Parameters of a batch of DPF keys, validated once.
+
+    Attributes
+    ----------
+    domain_size: ``m >= 1``; inputs are ``0 <= x < m``.
+    payload_width: ``d >= 0``; outputs lie in ``Z_{2^k}^d`` (0 for a path part only).
+    ring_bits: ``k``, 32 or 64.
+    """
+
+    domain_size: int
+    payload_width: int = 1
+    ring_bits: int = 32
+
+    def __post_init__(self) -> None:
+        if isinstance(self.domain_size, bool) or not isinstance(self.domain_size, (int, np.integer)):
+            raise TypeError(f"domain_size must be an int, got {type(self.domain_size).__name__}")
+        if not 1 <= self.domain_size <= _MAX_DOMAIN:
+            raise InvalidParameters(f"domain_size must be in [1, 2^40], got {self.domain_size}")
+        if not 0 <= self.payload_width <= _MAX_WIDTH:
+            raise InvalidParameters(
+                f"payload_width must be in [0, 2^20], got {self.payload_width}"
+            )
+        if self.ring_bits not in (32, 64):
+            raise InvalidParameters(f"ring_bits must be 32 or 64, got {self.ring_bits}")
+        object.__setattr__(self, "domain_size", int(self.domain_size))
+
+    @property
+    def depth(self) -> int:
+        """Tree depth ``n = ceil(log2 m)`` (0 for ``m = 1``)."""
+        return (self.domain_size - 1).bit_length()
+
+    @property
+    def dtype(self) -> np.dtype:
+        """numpy dtype of ring elements (uint32 or uint64)."""
+        return np.dtype(np.uint32 if self.ring_bits == 32 else np.uint64)
+
+    @property
+    def convert_blocks(self) -> int:
+        """AES blocks per leaf to convert a seed into ``d`` ring elements."""
+        return -(-self.payload_width * self.ring_bits // 128)
+
+    @property
+    def path_key_bytes(self) -> int:
+        """Serialized bytes of one key's path part."""
+        n = self.depth
+        return 16 + 16 * n + (n + 7) // 8
+
+    @property
+    def cw_bytes(self) -> int:
+        """Serialized bytes of one output correction word."""
+        return self.payload_width * self.ring_bits // 8
+
+    @property
+    def key_bytes(self) -> int:
+        """Serialized bytes of one full key."""
+        return self.path_key_bytes + self.cw_bytes
+
+    def with_payload(self, payload_width: int, ring_bits: int | None = None) -> DPFParams:
+        """The same domain with another payload."""
+        return DPFParams(self.domain_size, payload_width, self.ring_bits if ring_bits is None else ring_bits)
+
+
+def _pack_header(kind: int, party: int, ring_bits: int, params: DPFParams, width: int, count: int) -> bytes:
+    return _HEADER.pack(KEY_MAGIC, KEY_VERSION, kind, party, ring_bits, params.domain_size, width, count)
+
+
+@dataclass(frozen=True, eq=False)
+class PathKeys:
+    """The path part of ``K`` keys of one party: root words and per-level correction words.
+
+    Attributes
+    ----------
+    params: domain of the keys (payload fields unused).
+    party: 0 or 1.
+    roots: uint64 (K, 2); bit 0 of ``roots[:, 0]`` is the party.
+    cw_seed: uint64 (K, n, 2); seed correction words with bit 0 cleared.
+    cw_tl, cw_tr: uint8 (K, n); control-bit correction words, 0 or 1.
+    """
+
+    params: DPFParams
+    party: int
+    roots: np.ndarray
+    cw_seed: np.ndarray
+    cw_tl: np.ndarray
+    cw_tr: np.ndarray
+
+    def __len__(self) -> int:
+        return self.roots.shape[0]
+
+    def __getitem__(self, sl: slice) -> PathKeys:
+        return PathKeys(self.params, self.party, self.roots[sl], self.cw_seed[sl], self.cw_tl[sl], self.cw_tr[sl])
+
+    # -- bytes ---------------------------------------------------------------------------
+    def _body(self) -> list[bytes]:
+        k, n = len(self), self.params.depth
+        seeds = self.cw_seed.copy()
+        seeds[..., 0] |= self.cw_tl.astype(np.uint64)
+        tr = np.packbits(self.cw_tr.reshape(k, n), axis=1, bitorder="little") if n else np.zeros((k, 0), np.uint8)
+        return [self.roots.astype("<u8").tobytes(), seeds.astype("<u8").tobytes(), tr.tobytes()]
+
+    def to_bytes(self) -> bytes:
+        """Serialize (kind 2, path part only)."""
+        head = _pack_header(_KIND_PATH, self.party, 0, self.params, 0, len(self))
+        return head + b"".join(self._body())
+
+    @classmethod
+    def _parse_body(cls, params: DPFParams, party: int, k: int, body: memoryview) -> tuple[PathKeys, int]:
+        n = params.depth
+        nb = (n + 7) // 8
+        off = 0
+        roots = np.frombuffer(body, "<u8", 2 * k, off).reshape(k, 2).astype(np.uint64)
+        off += 16 * k
+        seeds = np.frombuffer(body, "<u8", 2 * k * n, off).reshape(k, n, 2).astype(np.uint64)
+        off += 16 * k * n
+        trb = np.frombuffer(body, np.uint8, k * nb, off).reshape(k, nb)
+        off += k * nb
+        if np.any((roots[:, 0] & np.uint64(1)) != np.uint64(party)):
+            raise InvalidKey("root control bit does not match the key's party")
+        tr = np.unpackbits(trb, axis=1, bitorder="little")[:, :n] if n else np.zeros((k, 0), np.uint8)
+        if n % 8 and np.any(np.unpackbits(trb[:, -1:], axis=1, bitorder="little")[:, n % 8 :]):
+            raise InvalidKey("non-zero padding bits in the control-bit correction words")
+        tl = (seeds[..., 0] & np.uint64(1)).astype(np.uint8)
+        seeds[..., 0] &= ~np.uint64(1)
+        return cls(params, party, roots, seeds, tl, np.ascontiguousarray(tr, dtype=np.uint8)), off
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, domain_size: int | None = None, party: int | None = None, count: int | None = None) -> PathKeys:
+        """Parse a serialized path part; optional expectations are checked too.
+
+        Raises
+        ------
+        InvalidKey
+            Whatever is wrong: magic, version, kind, party, sizes or length.
+        """
+        params, p, k, _, body = _parse_header(data, _KIND_PATH, domain_size, party, count)
+        if len(body) != k * params.path_key_bytes:
+            raise InvalidKey(f"path keys: expected {HEADER_BYTES + k * params.path_key_bytes} bytes, got {len(data)}")
+        keys, _ = cls._parse_body(params, p, k, body)
+        return keys
+
+
+@dataclass(frozen=True, eq=False)
+class DPFKeys:
+    """``K`` complete DPF keys of one party: a path part and output correction words.
+
+    Attributes
+    ----------
+    path: :class:`PathKeys` (its ``params`` carry the domain).
+    cw_out: ring array (K, d) of ``params.dtype``.
+    params: domain, payload width ``d`` and ring.
+    """
+
+    path: PathKeys
+    cw_out: np.ndarray
+    params: DPFParams
+
+    @property
+    def party(self) -> int:
+        return self.path.party
+
+    def __len__(self) -> int:
+        return len(self.path)
+
+    def __getitem__(self, sl: slice) -> DPFKeys:
+        return DPFKeys(self.path[sl], self.cw_out[sl], self.params)
+
+    def to_bytes(self) -> bytes:
+        """Serialize (kind 1); the length is ``24 + K * params.key_bytes``."""
+        p = self.params
+        head = _pack_header(_KIND_FULL, self.party, p.ring_bits, p, p.payload_width, len(self))
+        out = self.cw_out.astype(p.dtype.newbyteorder("<")).tobytes()
+        return head + b"".join(self.path._body()) + out
+
+    @classmethod
+    def from_bytes(
+        cls,
+        data: bytes,
+        *,
+        domain_size: int | None = None,
+        party: int | None = None,
+        count: int | None = None,
+        payload_width: int | None = None,
+        ring_bits: int | None = None,
+    ) -> DPFKeys:
+        """Parse serialized full keys; optional expectations are checked too.
+
+        Raises
+        ------
+        InvalidKey
+            Whatever is wrong: magic, version, kind, party, ring, sizes or length.
+        """
+        params, p, k, head, body = _parse_header(data, _KIND_FULL, domain_size, party, count)
+        ring, width = head
+        try:
+            params = DPFParams(params.domain_size, width, ring)
+        except (InvalidParameters, TypeError) as exc:
+            raise InvalidKey(f"bad key parameters: {exc}") from None
+        if payload_width is not None and width != payload_width:
+            raise InvalidKey(f"expected payload width {payload_width}, got {width}")
+        if ring_bits is not None and ring != ring_bits:
+            raise InvalidKey(f"expected ring_bits {ring_bits}, got {ring}")
+        if len(body) != k * params.key_bytes:
+            raise InvalidKey(f"keys: expected {HEADER_BYTES + k * params.key_bytes} bytes, got {len(data)}")
+        path, off = PathKeys._parse_body(params, p, k, body)
+        cw = np.frombuffer(body, params.dtype.newbyteorder("<"), k * width, off).reshape(k, width)
+        return cls(path, cw.astype(params.dtype), params)
+
+
+def _parse_header(data: bytes, kind: int, domain_size: int | None, party: int | None, count: int | None):  # noqa: ANN202
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"key data must be bytes, got {type(data).__name__}")
+    data = memoryview(data).cast("B")
+    if len(data) < HEADER_BYTES:
+        raise InvalidKey(f"key data too short: {len(data)} bytes, header needs {HEADER_BYTES}")
+    magic, version, got_kind, p, ring, m, width, k = _HEADER.unpack_from(data)
+    if magic != KEY_MAGIC:
+        raise InvalidKey(f"not a secemb key batch (magic {bytes(magic)!r})")
+    if version != KEY_VERSION:
+        raise InvalidKey(f"unsupported key version {version}, expected {KEY_VERSION}")
+    if got_kind != kind:
+        raise InvalidKey(f"wrong key kind {got_kind}, expected {kind}")
+    if p not in (0, 1) or (party is not None and p != party):
+        raise InvalidKey(f"key party {p} where {party if party is not None else '0 or 1'} was expected")
+    if domain_size is not None and m != domain_size:
+        raise InvalidKey(f"key domain size {m}, expected {domain_size}")
+    if count is not None and k != count:
+        raise InvalidKey(f"key count {k}, expected {count}")
+    if kind == _KIND_PATH and (ring != 0 or width != 0):
+        raise InvalidKey("path keys must have ring_bits 0 and width 0 in the header")
+    try:
+        params = DPFParams(m, 0)
+    except InvalidParameters as exc:
+        raise InvalidKey(f"bad key domain: {exc}") from None
+    return params, p, k, (ring, width), data[HEADER_BYTES:]

@@ -1,0 +1,67 @@
+"""Exact matrix products in ``Z_{2^k}`` through float64 BLAS.
+
+numpy's integer matmul does not use BLAS.  Splitting both operands into 16-bit limbs makes
+every partial product < 2^32; float64 sums stay exact below 2^53, so the inner dimension is
+processed in slices short enough that no partial sum reaches 2^53.  Limb products whose
+weight is ``>= 2^k`` vanish modulo ``2^k`` and are skipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+
+__all__ = ["ring_matmul"]
+
+_LIMB = 16
+_MASK = np.uint64(0xFFFF)
+
+
+def _limbs(x: np.ndarray, count: int) -> list[np.ndarray]:
+    x64 = x.astype(np.uint64, copy=False)
+    return [((x64 >> np.uint64(_LIMB * i)) & _MASK).astype(np.float64) for i in range(count)]
+
+
+def ring_matmul(a: np.ndarray, b: np.ndarray, ring_bits: int, *, a_bits: int | None = None) -> np.ndarray:
+    """``a @ b`` modulo ``2^ring_bits``, exactly.
+
+    Parameters
+    ----------
+    a: unsigned integer array (K, M) with values < 2^ring_bits (or < 2^a_bits if given).
+    b: unsigned integer array (M, D) with values < 2^ring_bits.
+    ring_bits: 32 or 64.
+    a_bits: optional bound on the bit length of ``a``'s entries (1 for a 0/1 matrix).
+
+    Returns
+    -------
+    ndarray (K, D) of uint32 (ring_bits 32) or uint64.
+    """
+    if ring_bits not in (32, 64):
+        raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise InvalidParameters(f"cannot multiply shapes {a.shape} and {b.shape}")
+    la = -(-(a_bits or ring_bits) // _LIMB)
+    lb = ring_bits // _LIMB
+    # per-term bound 2^(16 + min(16, a_bits)); at most min(la, lb) terms share a weight
+    term_bits = _LIMB + min(_LIMB, a_bits or _LIMB)
+    terms = min(la, lb)
+    step = max(1, (1 << 52) // (terms << term_bits))
+    dtype = np.uint32 if ring_bits == 32 else np.uint64
+    acc = np.zeros((a.shape[0], b.shape[1]), np.uint64)
+    for lo in range(0, a.shape[1], step):
+        hi = min(lo + step, a.shape[1])
+        al = _limbs(a[:, lo:hi], la)
+        bl = _limbs(b[lo:hi], lb)
+        for s in range(ring_bits // _LIMB):
+            part = None
+            for i in range(min(s + 1, la)):
+                j = s - i
+                if j >= lb:
+                    continue
+                prod = al[i] @ bl[j]
+                part = prod if part is None else part + prod
+            if part is not None:
+                with np.errstate(over="ignore"):
+                    acc += part.astype(np.uint64) << np.uint64(_LIMB * s)
+    return acc.astype(dtype)

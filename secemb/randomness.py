@@ -1,0 +1,59 @@
+"""Sources of cryptographic randomness.
+
+Every function that needs secret randomness takes a keyword-only ``_rng`` argument: a
+callable ``rng(n) -> bytes`` returning ``n`` uniformly random bytes.  The default is
+:func:`os.urandom`.  :class:`CtrDrbg` is a deterministic AES-256-CTR generator for test
+vectors and reproducible experiments only; never use it with a guessable seed in deployment.
+numpy's random generators are never used for anything a server must not predict.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from secemb.errors import InvalidParameters
+
+__all__ = ["RandomBytes", "system_rng", "CtrDrbg", "random_words"]
+
+RandomBytes = Callable[[int], bytes]
+
+
+def system_rng(n: int) -> bytes:
+    """Return ``n`` bytes from the operating system's CSPRNG (:func:`os.urandom`)."""
+    return os.urandom(n)
+
+
+class CtrDrbg:
+    """Deterministic random bytes: AES-256 in counter mode keyed by ``SHA-256(seed)``.
+
+    Parameters
+    ----------
+    seed:
+        Bytes or an int.  The same seed yields the same byte stream.
+    """
+
+    def __init__(self, seed: bytes | int) -> None:
+        if isinstance(seed, int):
+            if seed < 0:
+                raise InvalidParameters(f"seed must be non-negative, got {seed}")
+            seed = seed.to_bytes((seed.bit_length() + 8) // 8, "little")
+        from hashlib import sha256
+
+        key = sha256(b"secemb.CtrDrbg" + bytes(seed)).digest()
+        self._enc = Cipher(algorithms.AES(key), modes.CTR(b"\x00" * 16)).encryptor()
+
+    def __call__(self, n: int) -> bytes:
+        if n < 0:
+            raise InvalidParameters(f"number of random bytes must be >= 0, got {n}")
+        return self._enc.update(b"\x00" * n)
+
+
+def random_words(rng: RandomBytes, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+    """Uniform unsigned integers of ``dtype`` and ``shape`` drawn from ``rng``."""
+    dt = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    return np.frombuffer(rng(count * dt.itemsize), dtype=dt).reshape(shape).copy()

@@ -1,0 +1,260 @@
+"""In-process transport: moves ``bytes`` between named endpoints and counts them.
+
+Endpoints are ``"server0"``, ``"server1"`` and ``"user:<id>"`` (``<id>`` a non-negative
+decimal integer).  :meth:`InProcessTransport.send` copies the payload into an immutable
+``bytes`` object and appends it to the mailbox of the pair ``(src, dst)``;
+:meth:`InProcessTransport.recv` pops the oldest message of that mailbox.  Nothing but bytes
+crosses: a protocol object on one side can never reach the state of the other.
+
+Every message is counted with ``len()`` of its bytes, keyed by round, stage, source and
+destination.  Communication figures reported by :mod:`secemb.training` come from these
+counters only, never from a formula.
+
+Directions
+----------
+``"upload"``   user -> server
+``"download"`` server -> user
+``"server"``   server -> server
+User-to-user messages are rejected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+from secemb.errors import InvalidParameters, ProtocolError
+
+__all__ = ["InProcessTransport", "TrafficRecord", "SERVERS", "user_endpoint", "parse_endpoint"]
+
+SERVERS = ("server0", "server1")
+_USER_RE = re.compile(r"user:(0|[1-9][0-9]*)\Z")
+
+UPLOAD = "upload"
+DOWNLOAD = "download"
+SERVER = "server"
+
+
+def user_endpoint(user_id: int) -> str:
+    """Endpoint name of user ``user_id`` (``"user:<id>"``)."""
+    if isinstance(user_id, bool) or not isinstance(user_id, int) or user_id < 0:
+        try:
+            user_id = int(user_id)  # numpy integers
+        except (TypeError, ValueError):
+            raise InvalidParameters(f"user id must be a non-negative int, got {user_id!r}") from None
+        if user_id < 0:
+            raise InvalidParameters(f"user id must be a non-negative int, got {user_id!r}")
+    return f"user:{int(user_id)}"
+
+
+def parse_endpoint(name: str) -> tuple[str, int | None]:
+    """Split an endpoint name into ``("server", party)`` or ``("user", user_id)``.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``name`` is not ``"server0"``, ``"server1"`` or ``"user:<non-negative int>"``.
+    """
+    if not isinstance(name, str):
+        raise InvalidParameters(f"endpoint must be a str, got {type(name).__name__}")
+    if name in SERVERS:
+        return "server", SERVERS.index(name)
+    m = _USER_RE.match(name)
+    if m is None:
+        raise InvalidParameters(
+            f"endpoint must be 'server0', 'server1' or 'user:<id>', got {name!r}"
+        )
+    return "user", int(m.group(1))
+
+
+@dataclass(frozen=True)
+class TrafficRecord:
+    """Totals for one key ``(round_id, stage, src, dst)``."""
+
+    round_id: int | None
+    stage: str
+    src: str
+    dst: str
+    direction: str
+    messages: int
+    nbytes: int
+
+
+class InProcessTransport:
+    """Mailboxes between endpoints, with byte counters.
+
+    The current round (set with :meth:`set_round`, ``None`` outside rounds) tags every message
+    sent; counts can then be queried per round, stage, direction and user.
+    """
+
+    def __init__(self) -> None:
+        self._boxes: dict[tuple[str, str], deque[bytes]] = defaultdict(deque)
+        # round -> (stage, src, dst) -> [messages, bytes]
+        self._counts: dict[int | None, dict[tuple[str, str, str], list[int]]] = defaultdict(
+            lambda: defaultdict(lambda: [0, 0])
+        )
+        self._round: int | None = None
+
+    # ----------------------------------------------------------------- rounds
+
+    @property
+    def round_id(self) -> int | None:
+        """Round that tags messages sent now (``None`` outside rounds)."""
+        return self._round
+
+    def set_round(self, round_id: int | None) -> None:
+        """Tag subsequent messages with ``round_id`` (``None``: outside any round)."""
+        if round_id is not None and (isinstance(round_id, bool) or int(round_id) < 0):
+            raise InvalidParameters(f"round_id must be None or >= 0, got {round_id!r}")
+        self._round = None if round_id is None else int(round_id)
+
+    # ----------------------------------------------------------------- messages
+
+    @staticmethod
+    def _direction(src: str, dst: str) -> str:
+        ks, _ = parse_endpoint(src)
+        kd, _ = parse_endpoint(dst)
+        if src == dst:
+            raise InvalidParameters(f"source and destination are the same endpoint {src!r}")
+        if ks == "user" and kd == "user":
+            raise InvalidParameters(f"users cannot message each other ({src!r} -> {dst!r})")
+        if ks == "user":
+            return UPLOAD
+        if kd == "user":
+            return DOWNLOAD
+        return SERVER
+
+    def send(self, src: str, dst: str, payload: bytes, *, stage: str) -> int:
+        """Queue ``payload`` from ``src`` to ``dst``; return its length in bytes.
+
+        ``payload`` must be bytes-like (``bytes``, ``bytearray``, ``memoryview``); it is
+        copied into a fresh immutable ``bytes`` object, so the sender can reuse its buffer and
+        the receiver gets nothing but bytes.
+
+        Raises
+        ------
+        TypeError
+            If ``payload`` is not bytes-like.
+        InvalidParameters
+            On a malformed endpoint name, a user-to-user message or an empty stage name.
+        """
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise TypeError(
+                f"transport carries bytes only, got {type(payload).__name__} "
+                f"({src!r} -> {dst!r}, stage {stage!r})"
+            )
+        if not isinstance(stage, str) or not stage:
+            raise InvalidParameters(f"stage must be a non-empty str, got {stage!r}")
+        self._direction(src, dst)
+        # bytes is immutable, so handing the object over is as good as a copy.
+        data = payload if type(payload) is bytes else bytes(payload)
+        self._boxes[(src, dst)].append(data)
+        c = self._counts[self._round][(stage, src, dst)]
+        c[0] += 1
+        c[1] += len(data)
+        return len(data)
+
+    def recv(self, dst: str, src: str) -> bytes:
+        """Pop the oldest message from ``src`` waiting for ``dst``.
+
+        Raises
+        ------
+        ProtocolError
+            If no message from ``src`` is waiting for ``dst``.
+        """
+        box = self._boxes.get((src, dst))
+        if not box:
+            raise ProtocolError(f"no message from {src!r} waiting for {dst!r}")
+        return box.popleft()
+
+    def pending(self) -> int:
+        """Number of messages sent but not yet received."""
+        return sum(len(b) for b in self._boxes.values())
+
+    # ----------------------------------------------------------------- counters
+
+    def records(self) -> list[TrafficRecord]:
+        """Every counter, one record per ``(round, stage, src, dst)``."""
+        return [
+            TrafficRecord(r, st, s, d, self._direction(s, d), c[0], c[1])
+            for r, per_round in self._counts.items()
+            for (st, s, d), c in per_round.items()
+        ]
+
+    def total_bytes(
+        self,
+        *,
+        direction: str | None = None,
+        stage: str | None = None,
+        round_id: int | None | type(...) = ...,
+        user: int | None = None,
+        src: str | None = None,
+        dst: str | None = None,
+    ) -> int:
+        """Sum of ``len()`` of the messages matching every filter given.
+
+        Parameters
+        ----------
+        direction:
+            ``"upload"``, ``"download"`` or ``"server"``.
+        stage:
+            Stage name given to :meth:`send`.
+        round_id:
+            Round tag; ``None`` selects messages sent outside rounds; omitted: any.
+        user:
+            Only messages from or to ``"user:<user>"``.
+        src, dst:
+            Exact endpoint names.
+        """
+        return self._total(1, direction, stage, round_id, user, src, dst)
+
+    def total_messages(
+        self,
+        *,
+        direction: str | None = None,
+        stage: str | None = None,
+        round_id: int | None | type(...) = ...,
+        user: int | None = None,
+        src: str | None = None,
+        dst: str | None = None,
+    ) -> int:
+        """Number of messages matching every filter given (see :meth:`total_bytes`)."""
+        return self._total(0, direction, stage, round_id, user, src, dst)
+
+    def _total(self, which, direction, stage, round_id, user, src, dst) -> int:
+        if direction is not None and direction not in (UPLOAD, DOWNLOAD, SERVER):
+            raise InvalidParameters(
+                f"direction must be 'upload', 'download' or 'server', got {direction!r}"
+            )
+        uname = None if user is None else user_endpoint(user)
+        if round_id is ...:
+            selected = list(self._counts.values())
+        else:
+            selected = [self._counts[round_id]] if round_id in self._counts else []
+        total = 0
+        for (st, s, d), c in (item for per_round in selected for item in per_round.items()):
+            if stage is not None and st != stage:
+                continue
+            if src is not None and s != src:
+                continue
+            if dst is not None and d != dst:
+                continue
+            if uname is not None and uname not in (s, d):
+                continue
+            if direction is not None and self._direction(s, d) != direction:
+                continue
+            total += c[which]
+        return total
+
+    def rounds(self) -> list[int | None]:
+        """Round tags that have counters."""
+        return list(self._counts)
+
+    def drop_round(self, round_id: int | None) -> None:
+        """Forget the counters of one round (long runs keep memory bounded this way)."""
+        self._counts.pop(round_id, None)
+
+    def reset_counters(self) -> None:
+        """Forget every counter (mailboxes are kept)."""
+        self._counts.clear()
