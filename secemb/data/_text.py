@@ -107,11 +107,14 @@ def parse_columns(
                 block += b"\n"
                 tail = b""
             else:
-                cut = buf.rfind(b"\n")
-                if cut < 0:
+                # Cut after the last non-blank line; blank lines after it wait in `tail`, since
+                # they are harmless if nothing but blank lines follows them up to the end.
+                body = buf[: buf.rfind(b"\n") + 1].rstrip(b"\r\n")
+                if not body:
                     tail = buf
                     continue
-                block, tail = buf[: cut + 1], buf[cut + 1 :]
+                end = len(body) + (2 if buf.startswith(b"\r\n", len(body)) else 1)
+                block, tail = buf[:end], buf[end:]
             nlines = block.count(b"\n")
             try:
                 cols = _fast_block(block, sep, ncols, order, nlines)
@@ -180,15 +183,26 @@ def _fast_block(
     if values.shape[0] != ncols * nlines + dots.shape[0]:
         raise _SlowPath
 
-    first = np.zeros(nlines, dtype=np.int64)  # index in `values` of each line's first field
-    np.cumsum(ncols + has_dot[:-1], out=first[1:])
-    shift = has_dot.astype(np.int64)
+    ndots = dots.shape[0]
+    if ndots == 0 or ndots == nlines:  # uniform lines: a strided view, no gather
+        width = ncols + (ndots > 0)
+        table = values.reshape(nlines, width)
 
-    def field(c: int) -> np.ndarray:
-        return values[first + c + (shift if c > rating_col else 0)]
+        def field(c: int) -> np.ndarray:
+            return table[:, c + (ndots > 0 and c > rating_col)]
 
-    ratings = field(rating_col).astype(np.float64)
-    if frac_len is not None:
+        ratings = field(rating_col).astype(np.float64)
+        if ndots:
+            ratings += table[:, rating_col + 1] / np.power(10.0, frac_len)
+    else:
+        first = np.zeros(nlines, dtype=np.int64)  # index in `values` of each line's 1st field
+        np.cumsum(ncols + has_dot[:-1], out=first[1:])
+        shift = has_dot.astype(np.int64)
+
+        def field(c: int) -> np.ndarray:
+            return values[first + c + (shift if c > rating_col else 0)]
+
+        ratings = field(rating_col).astype(np.float64)
         lines = np.flatnonzero(has_dot)
         ratings[lines] += values[first[lines] + rating_col + 1] / np.power(10.0, frac_len)
     return field(order[0]), field(order[1]), ratings, field(order[3])

@@ -282,6 +282,20 @@ def _layout(name: str, path: Path) -> tuple[bytes, tuple[int, int, int, int], in
     return b"\t", (0, 1, 2, 3), 0  # u.data and anything else: tab-separated, no header
 
 
+def remap_ids(raw: np.ndarray) -> tuple[np.ndarray, int]:
+    """Map non-negative int64 ids to 0..k-1 in sorted order of the raw ids; return (ids, k)."""
+    if raw.shape[0] == 0:
+        return raw.astype(np.int64), 0
+    top = int(raw.max())
+    if top < 4 * raw.shape[0] + (1 << 20):  # dense enough: a lookup table beats sorting
+        present = np.zeros(top + 1, dtype=bool)
+        present[raw] = True
+        table = np.cumsum(present, dtype=np.int64) - 1
+        return table[raw], int(table[-1] + 1)
+    uniq, inverse = np.unique(raw, return_inverse=True)
+    return inverse.astype(np.int64, copy=False).reshape(-1), int(uniq.shape[0])
+
+
 def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
     """Parse one MovieLens rating file into a :class:`RatingData` named ``name``.
 
@@ -321,14 +335,14 @@ def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
     for arr, what in ((cols.users, "user id"), (cols.items, "item id"), (cols.timestamps, "timestamp")):
         if arr.min() < 0:
             fail(arr < 0, f"{what} must be >= 0", arr)
-    raw_users, users = np.unique(cols.users, return_inverse=True)
-    raw_items, items = np.unique(cols.items, return_inverse=True)
+    users, num_users = remap_ids(cols.users)
+    items, num_items = remap_ids(cols.items)
     return RatingData(
         name=name,
-        num_users=int(raw_users.shape[0]),
-        num_items=int(raw_items.shape[0]),
-        users=users.astype(np.int64, copy=False).reshape(-1),
-        items=items.astype(np.int64, copy=False).reshape(-1),
+        num_users=num_users,
+        num_items=num_items,
+        users=users,
+        items=items,
         ratings=cols.ratings.astype(np.float32),
         timestamps=cols.timestamps,
     )

@@ -23,7 +23,6 @@ Ring: outputs are in ``Z_{2^k}`` with numpy's natural wraparound; for every key
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +31,7 @@ from secemb.errors import InvalidParameters
 from secemb.fss.keys import DPFKeys, DPFParams, PathKeys
 from secemb.fss.linalg import ring_matmul
 from secemb.fss.convert import convert, convert_chunks
-from secemb.fss.prg import aes_for
+from secemb.fss.tree import _LEFT, _RIGHT, expand
 from secemb.randomness import RandomBytes, random_words, system_rng
 
 __all__ = [
@@ -50,8 +49,6 @@ __all__ = [
 
 DEFAULT_TAG = "point"
 _ONE = np.uint64(1)
-_LEFT = aes_for("tree/left")
-_RIGHT = aes_for("tree/right")
 #: leaves a chunk of keys may expand at once (16 bytes each, a few copies live)
 LEAF_CHUNK = 1 << 17
 
@@ -220,69 +217,6 @@ def gen(
     return DPFKeys(p0, cw, params), DPFKeys(p1, cw.copy(), params)
 
 
-_tls = threading.local()
-
-
-def _workspace(words: int) -> np.ndarray:
-    """A per-thread scratch buffer of at least ``words`` uint64, reused across calls so that
-    hot loops never page-fault on fresh memory.  Contents are undefined."""
-    buf = getattr(_tls, "buf", None)
-    if buf is None or buf.size < words:
-        buf = _tls.buf = np.empty(words, np.uint64)
-    return buf
-
-
-def _expand(path: PathKeys) -> np.ndarray:
-    """Leaf words (K, m, 2) of every key of ``path`` over the whole domain (SecEmb Alg. 6,
-    batched over keys and all nodes of a level; only nodes with leaves < m are expanded).
-
-    Every numpy operation runs over one plane (low or high 64 bits) of a whole level, so
-    inner loops are long; children are written straight into their interleaved positions.
-    The result is a view of this thread's workspace, valid until the next call.
-    """
-    m, n = path.params.domain_size, path.params.depth
-    k = len(path)
-    cw_lo = path.cw_seed[:, :, 0]
-    cw_hi = path.cw_seed[:, :, 1]
-    cw_l = cw_lo | path.cw_tl.astype(np.uint64)
-    cw_r = cw_lo | path.cw_tr.astype(np.uint64)
-    cap = k * m
-    ws = _workspace(10 * cap)
-    bufs = (ws[: 2 * cap], ws[2 * cap : 4 * cap])  # ping-pong node levels
-    mask_buf, tmp1_buf = ws[4 * cap : 5 * cap], ws[5 * cap : 6 * cap]
-    work = ws[6 * cap :]
-    x = bufs[1][: 2 * k].reshape(k, 1, 2)
-    x[:] = path.roots[:, None, :]
-    for i in range(n):
-        nodes = x.shape[1]
-        need = -(-m >> (n - 1 - i))  # ceil(m / 2^(n-1-i)) nodes at level i+1
-        size = k * nodes
-        mask = mask_buf[:size].reshape(k, nodes)
-        tmp1 = tmp1_buf[:size].reshape(k, nodes)
-        yl = work[: 2 * size].reshape(k, nodes, 2)
-        tmp = work[2 * size : 4 * size].reshape(k, nodes, 2)
-        np.bitwise_and(x[:, :, 0], _ONE, out=mask)
-        np.negative(mask, out=mask)
-        # high plane is shared by both children; low plane differs in the control bit
-        np.bitwise_and(mask, cw_hi[:, i, None], out=tmp1)
-        np.bitwise_xor(x[:, :, 1], tmp1, out=yl[:, :, 1])
-        np.bitwise_and(mask, cw_l[:, i, None], out=tmp1)
-        np.bitwise_xor(x[:, :, 0], tmp1, out=yl[:, :, 0])
-        out = bufs[i % 2][: 2 * k * need].reshape(k, need, 2)
-        full = need // 2  # parents whose both children are kept
-        _LEFT.encrypt_into(x, tmp)
-        half = -(-need // 2)  # parents whose left child is kept
-        for w in (0, 1):  # plane by plane: long inner loops
-            np.bitwise_xor(tmp[:, :half, w], yl[:, :half, w], out=out[:, 0::2, w])
-        np.bitwise_and(mask, cw_r[:, i, None], out=tmp1)
-        np.bitwise_xor(x[:, :, 0], tmp1, out=yl[:, :, 0])
-        _RIGHT.encrypt_into(x, tmp)
-        for w in (0, 1):
-            np.bitwise_xor(tmp[:, :full, w], yl[:, :full, w], out=out[:, 1::2, w])
-        x = out
-    return x
-
-
 def _key_step(domain_size: int) -> int:
     """Keys per chunk so that one chunk expands about :data:`LEAF_CHUNK` leaves."""
     return max(1, LEAF_CHUNK // domain_size)
@@ -306,7 +240,7 @@ def eval_full_path(keys: PathKeys | DPFKeys, party: int) -> np.ndarray:
     out = np.empty((len(p), m, 2), np.uint64)
     step = _key_step(m)
     for lo in range(0, len(p), step):
-        out[lo : lo + step] = _expand(p[lo : lo + step])
+        out[lo : lo + step] = expand(p[lo : lo + step])
     return out
 
 
@@ -360,7 +294,7 @@ def eval_full(keys: DPFKeys, party: int) -> np.ndarray:
     out = np.empty((len(keys), p.domain_size, p.payload_width), p.dtype)
     step = _key_step(p.domain_size)
     for lo in range(0, len(keys), step):
-        leaves = _expand(path[lo : lo + step])
+        leaves = expand(path[lo : lo + step])
         out[lo : lo + step] = convert_eval(leaves, keys.cw_out[lo : lo + step], party, ring_bits=p.ring_bits, tag=_tag_of(keys))
     return out
 
@@ -421,7 +355,7 @@ def eval_full_dot(keys: DPFKeys, party: int, table: np.ndarray) -> np.ndarray:
     out = np.empty((len(keys), table.shape[1]), p.dtype)
     step = _key_step(p.domain_size)
     for lo in range(0, len(keys), step):
-        leaves = _expand(path[lo : lo + step])
+        leaves = expand(path[lo : lo + step])
         e = convert_eval(leaves, keys.cw_out[lo : lo + step], b, ring_bits=p.ring_bits, tag=_tag_of(keys))[..., 0]
         out[lo : lo + step] = ring_matmul(e, table, p.ring_bits)
     return out

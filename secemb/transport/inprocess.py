@@ -20,13 +20,24 @@ User-to-user messages are rejected.
 
 from __future__ import annotations
 
+import numbers
 import re
+from types import EllipsisType
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from secemb.errors import InvalidParameters, ProtocolError
 
-__all__ = ["InProcessTransport", "TrafficRecord", "SERVERS", "user_endpoint", "parse_endpoint"]
+__all__ = [
+    "InProcessTransport",
+    "TrafficRecord",
+    "SERVERS",
+    "UPLOAD",
+    "DOWNLOAD",
+    "SERVER",
+    "user_endpoint",
+    "parse_endpoint",
+]
 
 SERVERS = ("server0", "server1")
 _USER_RE = re.compile(r"user:(0|[1-9][0-9]*)\Z")
@@ -37,14 +48,15 @@ SERVER = "server"
 
 
 def user_endpoint(user_id: int) -> str:
-    """Endpoint name of user ``user_id`` (``"user:<id>"``)."""
-    if isinstance(user_id, bool) or not isinstance(user_id, int) or user_id < 0:
-        try:
-            user_id = int(user_id)  # numpy integers
-        except (TypeError, ValueError):
-            raise InvalidParameters(f"user id must be a non-negative int, got {user_id!r}") from None
-        if user_id < 0:
-            raise InvalidParameters(f"user id must be a non-negative int, got {user_id!r}")
+    """Endpoint name of user ``user_id`` (``"user:<id>"``).
+
+    Raises
+    ------
+    InvalidParameters
+        If ``user_id`` is not a non-negative integer.
+    """
+    if isinstance(user_id, bool) or not isinstance(user_id, numbers.Integral) or user_id < 0:
+        raise InvalidParameters(f"user id must be a non-negative int, got {user_id!r}")
     return f"user:{int(user_id)}"
 
 
@@ -187,7 +199,7 @@ class InProcessTransport:
         *,
         direction: str | None = None,
         stage: str | None = None,
-        round_id: int | None | type(...) = ...,
+        round_id: int | None | EllipsisType = ...,
         user: int | None = None,
         src: str | None = None,
         dst: str | None = None,
@@ -214,7 +226,7 @@ class InProcessTransport:
         *,
         direction: str | None = None,
         stage: str | None = None,
-        round_id: int | None | type(...) = ...,
+        round_id: int | None | EllipsisType = ...,
         user: int | None = None,
         src: str | None = None,
         dst: str | None = None,

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``secemb bench``: every figure is measured in the run that prints it."""

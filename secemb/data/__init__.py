@@ -1,0 +1,93 @@
+"""Rating datasets for secemb: MovieLens, synthetic stand-ins, the split and per-user views.
+
+Public API::
+
+    load_dataset(name="synthetic", data_dir=None, *, download=False, seed=0) -> RatingData
+    train_test_split(data, test_fraction=0.2, seed=0) -> (train, test)
+    by_user(data) -> UserRatings          # CSR by user: .of(u), .counts()
+    synthetic_like(num_users, num_items, num_ratings, seed=0) -> RatingData
+    DATASETS                              # names load_dataset accepts
+
+See docs/data.md for where files go, the licence terms and the split rule.  Nothing here
+imports torch or any crypto.
+"""
+
+from __future__ import annotations
+
+import os
+
+from secemb.data.errors import DataFormatError, DatasetNotFoundError
+from secemb.data.movielens import (
+    DATA_DIR_ENV,
+    MOVIELENS,
+    default_data_dir,
+    download_movielens,
+    load_movielens,
+    locate_movielens,
+    read_ratings_file,
+)
+from secemb.data.ratings import RatingData, UserRatings, by_user, train_test_split
+from secemb.data.synthetic import SYNTHETIC_SHAPES, synthetic_like
+from secemb.errors import InvalidParameters
+
+__all__ = [
+    "DATASETS",
+    "DATA_DIR_ENV",
+    "DataFormatError",
+    "DatasetNotFoundError",
+    "RatingData",
+    "UserRatings",
+    "by_user",
+    "default_data_dir",
+    "download_movielens",
+    "load_dataset",
+    "locate_movielens",
+    "read_ratings_file",
+    "synthetic_like",
+    "train_test_split",
+]
+
+DATASETS: tuple[str, ...] = ("synthetic", *MOVIELENS, *(k for k in SYNTHETIC_SHAPES if k != "synthetic"))
+
+
+def load_dataset(
+    name: str = "synthetic",
+    data_dir: str | os.PathLike | None = None,
+    *,
+    download: bool = False,
+    seed: int = 0,
+) -> RatingData:
+    """Load a dataset by name.
+
+    Parameters
+    ----------
+    name:
+        One of :data:`DATASETS`: ``synthetic`` (default; 943 users x 1,682 items x 35,000
+        ratings), ``ml-100k``, ``ml-1m``, ``ml-10m``, ``ml-25m``, or a synthetic stand-in of a
+        paper dataset's shape: ``synthetic-ml-1m``, ``synthetic-ml-10m``, ``synthetic-ml-25m``,
+        ``synthetic-yelp``.
+    data_dir:
+        Directory holding MovieLens files; default ``$SECEMB_DATA_DIR``, then
+        ``~/.cache/secemb`` (and RecBole's bundled copy for ``ml-100k``).  Ignored for
+        synthetic data.
+    download:
+        Fetch a missing MovieLens dataset from GroupLens (verified; see
+        :func:`download_movielens`).  Ignored for synthetic data.
+    seed:
+        Seed of the synthetic generator; ignored for MovieLens.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``name`` is unknown.
+    DatasetNotFoundError
+        If MovieLens files are missing (the message says where it looked and what to do).
+    DataFormatError
+        If a file is malformed (the message names the file and line).
+    """
+    if name in SYNTHETIC_SHAPES:
+        num_users, num_items, num_ratings = SYNTHETIC_SHAPES[name]
+        return synthetic_like(num_users, num_items, num_ratings, seed, name=name)
+    if name in MOVIELENS:
+        return load_movielens(name, data_dir, download=download)
+    raise InvalidParameters(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")

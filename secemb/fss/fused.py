@@ -1,0 +1,137 @@
+"""Fused server-side evaluation for SecEmb: retrieval answers and path-shared aggregation.
+
+Hazmat layer.  A server holding a user's ``K`` path keys (one per requested row) and their
+retrieval output correction words walks each tree once (:func:`retrieve_and_prepare`) and
+
+* answers the retrieval: ``a_i = sum_j Eval(k_i, j) * T[j]`` (SecEmb Eq. 3), and
+* keeps what the aggregation stage needs from the leaves, summarized so that it is small:
+  the control bits ``t[i, j]`` and ``C[j] = sum_i Convert_agg(s[i, j])``.
+
+Because ``ConvertEval`` is linear in the output correction word, the aggregation share for
+correction words ``CW`` (K, w) arriving later is
+``v[j] = (-1)^b (C[j] + sum_i t[i, j] * CW[i])`` (:meth:`PreparedAggregation.apply`),
+exactly ``sum_i ConvertEval(b, t[i, j], s[i, j], CW[i])`` of SecEmb Algorithm 4, without
+walking the trees again and without storing per-leaf seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+from secemb.fss.convert import convert_chunks, ring_dtype
+from secemb.fss.dpf import _ONE, _check_party
+from secemb.fss.tree import leaf_groups, padded_domain
+from secemb.fss.keys import PathKeys
+from secemb.fss.linalg import ring_matmul
+
+__all__ = ["PreparedAggregation", "retrieve_and_prepare", "RETRIEVAL_TAG", "AGGREGATION_TAG"]
+
+RETRIEVAL_TAG = "secemb/retrieval"
+AGGREGATION_TAG = "secemb/aggregation"
+
+
+@dataclass(eq=False)
+class PreparedAggregation:
+    """A server's leaf summary of one user's keys, waiting for aggregation correction words.
+
+    Attributes
+    ----------
+    party: 0 or 1.
+    ring_bits: 32 or 64.
+    t: uint8 (K, m), control bits at every leaf.
+    conv_sum: ring (m, w), ``sum_i Convert_agg(s[i, j])``.
+    """
+
+    party: int
+    ring_bits: int
+    t: np.ndarray
+    conv_sum: np.ndarray
+
+    def apply(self, cw: np.ndarray) -> np.ndarray:
+        """This server's share (ring (m, w)) of ``sum_i f_i`` for correction words ``cw``
+        (ring (K, w)): the point functions ``f_i`` have the retrieval paths and payloads
+        ``beta_i`` that ``cw`` encodes."""
+        k, m = self.t.shape
+        if cw.dtype != ring_dtype(self.ring_bits) or cw.shape != (k, self.conv_sum.shape[1]):
+            raise InvalidParameters(
+                f"correction words must be {ring_dtype(self.ring_bits)} of shape "
+                f"({k}, {self.conv_sum.shape[1]}), got {cw.dtype} {cw.shape}"
+            )
+        out = self.conv_sum + ring_matmul(self.t.T, cw, self.ring_bits, a_bits=1)
+        if self.party:
+            np.negative(out, out=out)
+        return out
+
+
+def retrieve_and_prepare(
+    path: PathKeys,
+    party: int,
+    retrieval_cw: np.ndarray,
+    table: np.ndarray,
+    agg_width: int,
+    *,
+    retrieval_tag: str = RETRIEVAL_TAG,
+    aggregation_tag: str = AGGREGATION_TAG,
+) -> tuple[np.ndarray, PreparedAggregation]:
+    """Answer a PIR request and prepare path-shared aggregation in one pass over the trees.
+
+    Parameters
+    ----------
+    path: ``K`` path keys of ``party`` over ``[0, m)``.
+    retrieval_cw: ring (K, 1), the keys' retrieval output correction words (payload 1).
+    table: ring (m, D), the public table, fixed-point encoded.
+    agg_width: ``w``, the width of the aggregation payloads that will follow.
+
+    Returns
+    -------
+    ``(answers, prepared)``: ring (K, D) shares of ``table[alpha_i]`` and the
+    :class:`PreparedAggregation`.
+    """
+    b = _check_party(party)
+    if b != path.party:
+        raise InvalidParameters(f"keys belong to party {path.party}, not {party}")
+    m = path.params.domain_size
+    ring_bits = {np.dtype(np.uint32): 32, np.dtype(np.uint64): 64}.get(table.dtype)
+    if ring_bits is None or table.ndim != 2 or table.shape[0] != m:
+        raise InvalidParameters(f"table must be uint32/uint64 of shape ({m}, D), got {table.dtype} {table.shape}")
+    k = len(path)
+    dtype = table.dtype
+    if retrieval_cw.dtype != dtype or retrieval_cw.shape != (k, 1):
+        raise InvalidParameters(f"retrieval_cw must be {dtype} of shape ({k}, 1), got {retrieval_cw.dtype} {retrieval_cw.shape}")
+    if agg_width < 1:
+        raise InvalidParameters(f"agg_width must be >= 1, got {agg_width}")
+    mp = padded_domain(path)
+    t = np.empty((k, mp), np.uint8)
+    e = np.empty((k, mp), dtype)
+    conv_sum = np.zeros((mp, agg_width), dtype)
+    t_flat, e_flat = t.reshape(-1), e.reshape(-1)
+    for r0, r1, leaves in leaf_groups(path):
+        width = leaves.shape[1]
+        a0, z0 = r0 * width, r1 * width  # flat positions in (K, mp)
+        flat = leaves.reshape(-1, 2)
+        tb = (flat[:, 0] & _ONE).astype(np.uint8)
+        t_flat[a0:z0] = tb
+        # retrieval shares (-1)^b [Convert_ret(s) + t * CW_ret], payload width 1
+        cw_rows = np.repeat(retrieval_cw[np.arange(r0, r1) * width // mp, 0], width)
+        for a, z, vals in convert_chunks(flat, 1, ring_bits, retrieval_tag):
+            np.add(vals[:, 0], (0 - tb[a:z].astype(dtype)) & cw_rows[a:z], out=e_flat[a0 + a : a0 + z])
+        for a, z, vals in convert_chunks(flat, agg_width, ring_bits, aggregation_tag):
+            _accumulate_rows(conv_sum, a0 + a, a0 + z, mp, vals)
+    if b:
+        np.negative(e, out=e)
+    answers = ring_matmul(e[:, :m], table, ring_bits)
+    prepared = PreparedAggregation(b, ring_bits, np.ascontiguousarray(t[:, :m]), np.ascontiguousarray(conv_sum[:m]))
+    return answers, prepared
+
+
+def _accumulate_rows(acc: np.ndarray, a: int, z: int, m: int, vals: np.ndarray) -> None:
+    """``acc[j % m] += vals[j - a]`` for flat leaf positions ``j`` in ``[a, z)``."""
+    pos = a
+    while pos < z:
+        j = pos % m
+        take = min(z - pos, m - j)
+        acc[j : j + take] += vals[pos - a : pos - a + take]
+        pos += take

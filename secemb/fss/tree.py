@@ -1,0 +1,164 @@
+"""Full-domain expansion of batched DPF trees (SecEmb Algorithm 6 for every input at once).
+
+Hazmat layer.  A node is a 128-bit word (two ``uint64``) whose bit 0 is its control bit
+``t``.  One level maps ``N`` parents ``x`` of a row (a key, or a subtree of one key) to
+their children::
+
+    child_c = MMO_c(x) XOR (t ? (sCW | tCW_c) : 0)      c in {left, right}
+
+with ``MMO_c(x) = AES_c(x) XOR x`` (:mod:`secemb.fss.prg`).
+
+Two phases keep memory traffic low.  The top ``n - s`` levels run breadth-first over all
+rows of a key chunk, keeping only nodes with a leaf ``< m``.  The bottom ``s`` levels run on
+groups of frontier nodes (one *row* per frontier node, with its key's correction words) whose
+subtrees fit in the CPU cache; each group's leaves are handed to the caller before the next
+group is expanded, so the caller consumes them while they are hot.  Every numpy operation
+runs over one 64-bit plane of a whole level of a row group (long inner loops), and all
+buffers are per-thread and reused (no page faults in the hot loop).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+
+from secemb.fss.keys import PathKeys
+from secemb.fss.prg import aes_for
+
+__all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "leaf_groups", "expand"]
+
+_ONE = np.uint64(1)
+_LEFT = aes_for("tree/left")
+_RIGHT = aes_for("tree/right")
+#: levels expanded per cache-resident row group
+SUBTREE_DEPTH = 7
+#: leaves per row group (16 bytes each)
+GROUP_LEAVES = 1 << 17
+
+_tls = threading.local()
+
+
+def _buf(name: str, words: int) -> np.ndarray:
+    """A per-thread scratch buffer of at least ``words`` uint64; contents undefined."""
+    bufs = getattr(_tls, "bufs", None)
+    if bufs is None:
+        bufs = _tls.bufs = {}
+    buf = bufs.get(name)
+    if buf is None or buf.size < words:
+        buf = bufs[name] = np.empty(max(words, 1), np.uint64)
+    return buf
+
+
+def _level(x: np.ndarray, cw_hi: np.ndarray, cw_l: np.ndarray, cw_r: np.ndarray, out: np.ndarray) -> None:
+    """Children of parents ``x`` (R, N, 2) into ``out`` (R, need, 2), ``need`` in {2N-1, 2N}.
+
+    ``cw_hi``: (R, 1) high word of the seed correction word; ``cw_l``/``cw_r``: (R, 1) low
+    word with the left/right control-bit correction in bit 0.
+    """
+    rows, nodes = x.shape[:2]
+    need = out.shape[1]
+    size = rows * nodes
+    mask = _buf("mask", size)[:size].reshape(rows, nodes)
+    tmp1 = _buf("tmp1", size)[:size].reshape(rows, nodes)
+    y = _buf("y", 2 * size)[: 2 * size].reshape(rows, nodes, 2)
+    enc = _buf("enc", 2 * size)[: 2 * size].reshape(rows, nodes, 2)
+    np.bitwise_and(x[:, :, 0], _ONE, out=mask)
+    np.negative(mask, out=mask)  # all ones where t = 1
+    # y = x XOR (t ? correction : 0); the high plane is shared by both children
+    np.bitwise_and(mask, cw_hi, out=tmp1)
+    np.bitwise_xor(x[:, :, 1], tmp1, out=y[:, :, 1])
+    np.bitwise_and(mask, cw_l, out=tmp1)
+    np.bitwise_xor(x[:, :, 0], tmp1, out=y[:, :, 0])
+    half = -(-need // 2)  # parents whose left child is kept
+    _LEFT.encrypt_into(x, enc)
+    for w in (0, 1):  # plane by plane: long inner loops, children interleaved in place
+        np.bitwise_xor(enc[:, :half, w], y[:, :half, w], out=out[:, 0::2, w])
+    np.bitwise_and(mask, cw_r, out=tmp1)
+    np.bitwise_xor(x[:, :, 0], tmp1, out=y[:, :, 0])
+    full = need // 2  # parents whose right child is kept
+    _RIGHT.encrypt_into(x, enc)
+    for w in (0, 1):
+        np.bitwise_xor(enc[:, :full, w], y[:, :full, w], out=out[:, 1::2, w])
+
+
+def _cw_planes(path: PathKeys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(K, n) high word, low word | tCW_L, low word | tCW_R of the seed correction words."""
+    lo = path.cw_seed[:, :, 0]
+    return (
+        np.ascontiguousarray(path.cw_seed[:, :, 1]),
+        lo | path.cw_tl.astype(np.uint64),
+        lo | path.cw_tr.astype(np.uint64),
+    )
+
+
+def _expand_top(path: PathKeys, levels: int) -> np.ndarray:
+    """Nodes (K, N, 2) at depth ``levels`` whose subtrees hold a leaf < m (breadth-first)."""
+    m, n = path.params.domain_size, path.params.depth
+    k = len(path)
+    cw_hi, cw_l, cw_r = _cw_planes(path)
+    cap = 2 * k * (-(-m >> (n - levels)) if levels else 1)
+    bufs = (_buf("top0", cap), _buf("top1", cap))
+    x = bufs[1][: 2 * k].reshape(k, 1, 2)
+    x[:] = path.roots[:, None, :]
+    for i in range(levels):
+        need = -(-m >> (n - 1 - i))  # nodes at depth i + 1 with a leaf < m
+        out = bufs[i % 2][: 2 * k * need].reshape(k, need, 2)
+        _level(x, cw_hi[:, i, None], cw_l[:, i, None], cw_r[:, i, None], out)
+        x = out
+    return x
+
+
+def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Expand every key of ``path`` to its leaves, group by group.
+
+    Let ``s = min(SUBTREE_DEPTH, n)`` and ``F = ceil(m / 2^s)`` frontier nodes per key.  Row
+    ``r = key * F + f`` is the subtree of frontier node ``f`` of ``key``; its ``2^s`` leaves
+    are the domain points ``[f 2^s, (f + 1) 2^s)`` (points ``>= m`` are padding, to be
+    ignored).  Equivalently, leaf ``p`` of row ``r`` sits at flat position ``r 2^s + p`` of a
+    ``(K, F 2^s)`` array.
+
+    Yields
+    ------
+    ``(r0, r1, leaves)``: rows ``[r0, r1)`` and their leaf words, uint64 (r1 - r0, 2^s, 2),
+    a view of a per-thread buffer valid until the next step.
+    """
+    n = path.params.depth
+    s = min(SUBTREE_DEPTH, n)
+    top = n - s
+    frontier = _expand_top(path, top)
+    k, f = frontier.shape[:2]
+    rows = frontier.reshape(k * f, 2)
+    cw_hi, cw_l, cw_r = _cw_planes(path)
+    group = max(1, GROUP_LEAVES >> s)
+    width = 1 << s
+    bufs = (_buf("grp0", 2 * group * width), _buf("grp1", 2 * group * width))
+    for r0 in range(0, k * f, group):
+        r1 = min(r0 + group, k * f)
+        g = r1 - r0
+        key = np.arange(r0, r1) // f
+        ch, cl, cr = cw_hi[key, top:], cw_l[key, top:], cw_r[key, top:]
+        x = bufs[1][: 2 * g].reshape(g, 1, 2)
+        x[:, 0] = rows[r0:r1]
+        for i in range(s):
+            out = bufs[i % 2][: 2 * g * (2 << i)].reshape(g, 2 << i, 2)
+            _level(x, ch[:, i, None], cl[:, i, None], cr[:, i, None], out)
+            x = out
+        yield r0, r1, x
+
+
+def padded_domain(path: PathKeys) -> int:
+    """Leaves per key in :func:`leaf_groups` order, ``F 2^s >= m``."""
+    s = min(SUBTREE_DEPTH, path.params.depth)
+    return -(-path.params.domain_size >> s) << s
+
+
+def expand(path: PathKeys) -> np.ndarray:
+    """Leaf words (K, m, 2) of every key (a view of a per-thread buffer valid until the next
+    call; rows may be strided)."""
+    k, mp = len(path), padded_domain(path)
+    out = _buf("leaves", 2 * k * mp)[: 2 * k * mp]
+    for r0, r1, leaves in leaf_groups(path):
+        out[2 * r0 * leaves.shape[1] : 2 * r1 * leaves.shape[1]] = leaves.reshape(-1)
+    return out.reshape(k, mp, 2)[:, : path.params.domain_size]

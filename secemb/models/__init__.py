@@ -1,0 +1,59 @@
+"""Recommender models split into public (server-held) and private (device-held) parameters.
+
+``get_model(name, **hparams)`` builds a registered model; ``"mf"`` (biased matrix
+factorization) is available now.  A model declares ``sparse_width`` (columns of the public
+item table), ``dense_size`` (length of the public dense vector) and ``private_size`` (length
+of each user's private vector); see :mod:`secemb.models.base`.  Importing this package does
+not import torch (only the generic autograd path does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from secemb.errors import InvalidParameters
+from secemb.models.base import RecModel, StepResult, UserState, UserStore
+from secemb.models.mf import MatrixFactorization
+from secemb.models.optim import AdamConfig, adam_update
+from secemb.models.presets import PAPER_M_PRIME, PRESETS, Preset, get_preset
+
+__all__ = [
+    "RecModel",
+    "StepResult",
+    "UserStore",
+    "UserState",
+    "MatrixFactorization",
+    "AdamConfig",
+    "adam_update",
+    "Preset",
+    "PRESETS",
+    "PAPER_M_PRIME",
+    "get_preset",
+    "MODELS",
+    "get_model",
+    "register_model",
+]
+
+MODELS: dict[str, Callable[..., RecModel]] = {"mf": MatrixFactorization}
+
+
+def register_model(name: str, factory: Callable[..., RecModel]) -> None:
+    """Register ``factory(**hparams) -> RecModel`` under ``name`` (e.g. ``"ncf"``)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidParameters(f"model name must be a non-empty str, got {name!r}")
+    MODELS[name] = factory
+
+
+def get_model(name: str, **hparams: object) -> RecModel:
+    """Build model ``name`` with ``hparams`` (for ``"mf"``: ``dim``, ``reg``, ``init_std``).
+
+    Raises
+    ------
+    InvalidParameters
+        If ``name`` is not registered, or a hyperparameter is invalid.
+    """
+    try:
+        factory = MODELS[name]
+    except (KeyError, TypeError):
+        raise InvalidParameters(f"unknown model {name!r}; available: {sorted(MODELS)}") from None
+    return factory(**hparams)

@@ -1,0 +1,253 @@
+"""What a recommender model must provide to be trained by secemb.
+
+A model is split along the trust boundary of federated training:
+
+* **public parameters**, held by the two servers: a *sparse table* of shape
+  ``(num_items, sparse_width)`` (one row per item: its embedding and any per-item scalars,
+  e.g. the item bias) and a flat *dense* vector of length ``dense_size`` (everything else
+  shared by all users: a global bias, MLP weights, ...);
+* **private parameters**, held by each user's device: a flat float64 vector of length
+  ``private_size`` (user embedding, user bias, ...), updated on the device only.
+
+In a round a user sees only the table rows of its own items and the dense vector.  It calls
+:meth:`RecModel.local_step`, which returns the gradients of its loss with respect to those rows
+and to the dense vector and updates the private vector in place through the device's optimizer
+(:class:`UserStore`).  All arrays are float64.
+
+A new model (NCF, FM, DeepFM, ...) subclasses :class:`RecModel`, declares
+``sparse_width``/``dense_size``/``private_size``, initializes its parameters from a
+:class:`numpy.random.Generator`, and writes its loss in torch in :meth:`RecModel.objective_torch`;
+the generic :meth:`RecModel.local_step` then gets gradients by autograd.  A model may override
+``local_step`` with a hand-derived fast path, checked against the autograd one in its tests.
+"""
+
+from __future__ import annotations
+
+import numbers
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+from secemb.models.optim import AdamConfig, adam_update
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["RecModel", "StepResult", "UserStore", "UserState"]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one local step produces on the device.
+
+    Attributes
+    ----------
+    row_grads: float64, (n_rows, sparse_width): gradient of the loss w.r.t. each given row.
+    dense_grad: float64, (dense_size,): gradient w.r.t. the dense vector.
+    loss: value of the local objective *before* the private update.
+    """
+
+    row_grads: np.ndarray
+    dense_grad: np.ndarray
+    loss: float
+
+
+class UserStore:
+    """On-device private parameters of simulated users, one row per user, with each device's
+    own optimizer state (Adam moments and step count).
+
+    In a deployment every device holds only its own row; the simulation keeps them side by side
+    so that evaluation can be vectorized.  Nothing in the store ever crosses the transport.
+
+    Parameters
+    ----------
+    params:
+        float64, (num_users, private_size): initial private parameters (copied).
+    optimizer:
+        Adam hyperparameters of the on-device optimizer.
+    """
+
+    def __init__(self, params: np.ndarray, optimizer: AdamConfig) -> None:
+        params = np.array(params, dtype=np.float64, copy=True)
+        if params.ndim != 2:
+            raise InvalidParameters(f"params must be 2-D (num_users, private_size), got {params.shape}")
+        if not isinstance(optimizer, AdamConfig):
+            raise InvalidParameters(f"optimizer must be an AdamConfig, got {type(optimizer).__name__}")
+        self.params = params
+        self.optimizer = optimizer
+        self._m = np.zeros_like(params)
+        self._v = np.zeros_like(params)
+        self._t = np.zeros(params.shape[0], dtype=np.int64)
+
+    @property
+    def num_users(self) -> int:
+        """Number of users (rows)."""
+        return int(self.params.shape[0])
+
+    @property
+    def private_size(self) -> int:
+        """Length of each user's private vector."""
+        return int(self.params.shape[1])
+
+    def state(self, user: int) -> UserState:
+        """The device state of ``user`` (views into the store)."""
+        if isinstance(user, bool) or not isinstance(user, numbers.Integral):
+            raise InvalidParameters(f"user must be an int, got {type(user).__name__}")
+        if not 0 <= user < self.num_users:
+            raise InvalidParameters(f"user must be in [0, {self.num_users}), got {user}")
+        return UserState(self, int(user))
+
+    def steps(self, user: int) -> int:
+        """Number of optimizer steps ``user``'s device has taken."""
+        return int(self._t[user])
+
+
+class UserState:
+    """One device's private parameters and optimizer; ``params`` is a writable view."""
+
+    __slots__ = ("_store", "user", "params")
+
+    def __init__(self, store: UserStore, user: int) -> None:
+        self._store = store
+        self.user = user
+        self.params = store.params[user]
+
+    def apply_gradient(self, grad: np.ndarray) -> None:
+        """One step of the device's Adam on the private parameters, in place."""
+        grad = np.asarray(grad, dtype=np.float64)
+        if grad.shape != self.params.shape:
+            raise InvalidParameters(
+                f"private gradient must have shape {self.params.shape}, got {grad.shape}"
+            )
+        s = self._store
+        s._t[self.user] += 1
+        adam_update(
+            self.params, grad, s._m[self.user], s._v[self.user], int(s._t[self.user]), s.optimizer
+        )
+
+
+class RecModel(ABC):
+    """A recommender model split into public (server) and private (device) parameters.
+
+    Subclasses set ``name`` and the three sizes, and implement the abstract methods.
+    """
+
+    name: str = ""
+    sparse_width: int
+    dense_size: int
+    private_size: int
+
+    def hparams(self) -> dict[str, object]:
+        """Hyperparameters fixed at construction (recorded in training results)."""
+        return {}
+
+    # ------------------------------------------------------------------ initialization
+
+    @abstractmethod
+    def init_public(
+        self,
+        num_items: int,
+        rng: np.random.Generator,
+        *,
+        rating_range: tuple[float, float] = (1.0, 5.0),
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Initial public parameters ``(table (num_items, sparse_width), dense (dense_size,))``.
+
+        ``rating_range`` is the public rating scale (it may seed an output bias); nothing
+        computed from users' data may be used here.
+        """
+
+    @abstractmethod
+    def init_private(self, num_users: int, rng: np.random.Generator) -> np.ndarray:
+        """Initial private parameters of every user, float64 ``(num_users, private_size)``."""
+
+    def new_user_store(
+        self, num_users: int, rng: np.random.Generator, optimizer: AdamConfig
+    ) -> UserStore:
+        """A :class:`UserStore` with freshly initialized private parameters."""
+        return UserStore(self.init_private(num_users, rng), optimizer)
+
+    # ------------------------------------------------------------------ training
+
+    @abstractmethod
+    def objective_torch(
+        self,
+        rows: torch.Tensor,
+        dense: torch.Tensor,
+        private: torch.Tensor,
+        item_pos: torch.Tensor,
+        ratings: torch.Tensor,
+    ) -> torch.Tensor:
+        """The local objective of one user as a torch scalar (reference definition).
+
+        Parameters
+        ----------
+        rows: (n_rows, sparse_width) table rows of the user's items.
+        dense: (dense_size,) dense parameters.
+        private: (private_size,) the user's private parameters.
+        item_pos: int64 (k,), for each rating the index of its item's row in ``rows``.
+        ratings: (k,) the ratings.
+        """
+
+    def local_step(
+        self,
+        rows: np.ndarray,
+        dense: np.ndarray,
+        user_state: UserState,
+        item_pos: np.ndarray,
+        ratings: np.ndarray,
+    ) -> StepResult:
+        """Gradients of the local objective w.r.t. ``rows`` and ``dense`` at the current
+        parameters, then one on-device optimizer step on the private parameters.
+
+        Parameters
+        ----------
+        rows: float64 (n_rows, sparse_width), the user's retrieved rows (its real items only).
+        dense: float64 (dense_size,), the public dense parameters.
+        user_state: the device state; its ``params`` are updated in place.
+        item_pos: int64 (k,), row index in ``rows`` of each rating's item.
+        ratings: (k,) the ratings.
+
+        Returns
+        -------
+        StepResult
+            Row gradients (n_rows, sparse_width), dense gradient (dense_size,), loss.
+
+        The generic implementation uses torch autograd on :meth:`objective_torch`.
+        """
+        import torch
+
+        rows_t = torch.tensor(rows, dtype=torch.float64, requires_grad=True)
+        dense_t = torch.tensor(dense, dtype=torch.float64, requires_grad=True)
+        priv_t = torch.tensor(user_state.params, dtype=torch.float64, requires_grad=True)
+        loss = self.objective_torch(
+            rows_t,
+            dense_t,
+            priv_t,
+            torch.as_tensor(np.asarray(item_pos, dtype=np.int64)),
+            torch.as_tensor(np.asarray(ratings, dtype=np.float64)),
+        )
+        g_rows, g_dense, g_priv = torch.autograd.grad(
+            loss, (rows_t, dense_t, priv_t), allow_unused=True
+        )
+        row_grads = np.zeros(rows.shape) if g_rows is None else g_rows.numpy().copy()
+        dense_grad = np.zeros(np.shape(dense)) if g_dense is None else g_dense.numpy().copy()
+        if g_priv is not None:
+            user_state.apply_gradient(g_priv.numpy())
+        return StepResult(row_grads, dense_grad, float(loss.item()))
+
+    # ------------------------------------------------------------------ evaluation
+
+    @abstractmethod
+    def predict(
+        self,
+        table: np.ndarray,
+        dense: np.ndarray,
+        user_params: UserStore | np.ndarray,
+        users: np.ndarray,
+        items: np.ndarray,
+    ) -> np.ndarray:
+        """Predicted ratings (float64, unclipped) for the pairs ``(users[j], items[j])``."""

@@ -1,0 +1,73 @@
+"""Adam (Kingma & Ba, 2015) as plain numpy arithmetic, shared by the device and the servers.
+
+The update is the one of :class:`torch.optim.Adam` with ``amsgrad=False`` and no weight decay::
+
+    m <- beta1 m + (1 - beta1) g
+    v <- beta2 v + (1 - beta2) g^2
+    p <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+
+computed in float64.  Server-side use (whole table, lazy rows) lives in
+:mod:`secemb.training.optimizer`; on-device use (one user's private vector) in
+:class:`secemb.models.base.UserStore`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+
+__all__ = ["AdamConfig", "adam_update"]
+
+
+@dataclass(frozen=True)
+class AdamConfig:
+    """Adam hyperparameters.
+
+    Attributes
+    ----------
+    lr: step size, > 0.
+    beta1, beta2: moment decay rates in [0, 1).
+    eps: denominator guard, > 0.
+    """
+
+    lr: float = 0.025
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise InvalidParameters(f"Adam lr must be a positive finite float, got {self.lr!r}")
+        for name in ("beta1", "beta2"):
+            b = getattr(self, name)
+            if not 0.0 <= b < 1.0:
+                raise InvalidParameters(f"Adam {name} must be in [0, 1), got {b!r}")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise InvalidParameters(f"Adam eps must be a positive finite float, got {self.eps!r}")
+
+
+def adam_update(
+    param: np.ndarray,
+    grad: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    t: np.ndarray | int,
+    cfg: AdamConfig,
+) -> None:
+    """One Adam step, in place on ``param``, ``m`` and ``v`` (float64 arrays of one shape).
+
+    ``t`` is the step number *after* incrementing (>= 1): an int, or an array broadcastable
+    against ``param`` (per-row step counts for lazy updates).
+    """
+    b1, b2 = cfg.beta1, cfg.beta2
+    m *= b1
+    m += (1.0 - b1) * grad
+    v *= b2
+    v += (1.0 - b2) * (grad * grad)
+    bc1 = 1.0 - np.power(b1, t)
+    bc2 = 1.0 - np.power(b2, t)
+    param -= cfg.lr * (m / bc1) / (np.sqrt(v / bc2) + cfg.eps)

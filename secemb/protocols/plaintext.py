@@ -1,0 +1,212 @@
+"""The plaintext baseline: SecEmb's pipeline with the cryptography replaced by direct sums.
+
+It runs the same stages, through the same transport, with the same fixed-point ring values as
+the secure protocol, so that with one seed both produce bit-identical models; only the privacy
+differs.  Here server 0 sees everything:
+
+* retrieval: the user sends its m' indices in the clear to server 0, which replies with the
+  rows; server 1 receives an empty request and sends an empty reply;
+* upload: the user sends its m' encoded row gradients and its dense gradient in the clear to
+  server 0 (which remembers the user's indices from retrieval); server 1 gets an empty upload;
+* aggregate: server 1's share is all zeros; server 0 adds it to its own sums.
+
+Wire format: the common frame of :mod:`secemb.protocols.wire` (24-byte header: magic, version,
+protocol id, kind, party, round id, exact body length); bodies, with shapes fixed by the round's
+:class:`RoundConfig` and never read from the message::
+
+    retrieval_request  to server 0:  indices uint32[m']            to server 1: empty
+    retrieval_reply    from server 0: ring[m' * width]             from server 1: empty
+    upload             to server 0:  ring[m' * width], ring[P]     to server 1: empty
+    aggregate_share    from server 1: ring[m * width], ring[P] (all zero)
+
+Every parser checks the header and the exact length and raises
+:class:`~secemb.errors.InvalidMessage`; a rejected message changes no state.  Stage order
+violations (an upload before the retrieval, twice the same user, combine on server 1) raise
+:class:`~secemb.errors.ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
+from secemb.protocols.wire import array_bytes, frame, open_message, read_array
+from secemb.randomness import RandomBytes
+
+__all__ = ["PlaintextProtocol", "PlaintextUser", "PlaintextServer"]
+
+_NAME = "plaintext"
+_U32 = np.dtype(np.uint32)
+
+
+def _check_ring(name: str, a: np.ndarray, shape: tuple[int, ...], config: RoundConfig) -> None:
+    if not isinstance(a, np.ndarray) or a.dtype != config.dtype:
+        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+        raise TypeError(f"{name} must be a numpy array of dtype {config.dtype}, got {got}")
+    if a.shape != shape:
+        raise InvalidParameters(f"{name} must have shape {shape}, got {a.shape}")
+
+
+class PlaintextUser(UserRole):
+    """One user's side for one round: sends indices and gradients in the clear to server 0."""
+
+    def __init__(self, config: RoundConfig) -> None:
+        self.config = config
+        self._stage = 0  # 0 new, 1 requested, 2 rows received, 3 uploaded
+
+    def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
+        cfg = self.config
+        if self._stage != 0:
+            raise ProtocolError("retrieval_request called twice in one round")
+        idx = np.asarray(indices)
+        if idx.shape != (cfg.m_prime,) or not np.issubdtype(idx.dtype, np.integer):
+            raise InvalidParameters(
+                f"indices must be integers of shape ({cfg.m_prime},), got {idx.dtype} {idx.shape}"
+            )
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= cfg.num_items):
+            raise InvalidParameters(f"indices must lie in [0, {cfg.num_items})")
+        self._stage = 1
+        return (
+            frame(_NAME, "retrieval_request", 0, cfg.round_id, array_bytes(idx.astype(_U32))),
+            frame(_NAME, "retrieval_request", 1, cfg.round_id),
+        )
+
+    def retrieval_result(self, reply0: bytes, reply1: bytes) -> np.ndarray:
+        cfg = self.config
+        if self._stage != 1:
+            raise ProtocolError("retrieval_result before retrieval_request, or twice")
+        shape = (cfg.m_prime, cfg.width)
+        body = open_message(
+            reply0, _NAME, "retrieval_reply", 0, cfg.round_id, shape[0] * shape[1] * cfg.dtype.itemsize
+        )
+        open_message(reply1, _NAME, "retrieval_reply", 1, cfg.round_id, 0)
+        rows, _ = read_array(body, 0, cfg.dtype, shape)
+        self._stage = 2
+        return rows
+
+    def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
+        cfg = self.config
+        if self._stage != 2:
+            raise ProtocolError("upload before the retrieval finished, or twice")
+        _check_ring("rows", rows, (cfg.m_prime, cfg.width), cfg)
+        _check_ring("dense", dense, (cfg.dense_size,), cfg)
+        self._stage = 3
+        return (
+            frame(_NAME, "upload", 0, cfg.round_id, array_bytes(rows), array_bytes(dense)),
+            frame(_NAME, "upload", 1, cfg.round_id),
+        )
+
+
+class PlaintextServer(ServerRole):
+    """Server ``party``.  Server 0 answers in the clear and sums the uploads; server 1 only
+    acknowledges and contributes an all-zero share."""
+
+    def __init__(self, party: int) -> None:
+        if party not in (0, 1):
+            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+        self.party = party
+        self.config: RoundConfig | None = None
+        self._table = np.zeros((0, 0), np.uint32)
+        self._sparse = np.zeros((0, 0), np.uint32)
+        self._dense = np.zeros(0, np.uint32)
+        self._requested: dict[int, np.ndarray] = {}
+        self._uploaded: set[int] = set()
+
+    def _cfg(self) -> RoundConfig:
+        if self.config is None:
+            raise ProtocolError(f"server {self.party}: no round in progress")
+        return self.config
+
+    def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
+        if not isinstance(config, RoundConfig):
+            raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
+        _check_ring("table", table, (config.num_items, config.width), config)
+        if self.config is not None and config.round_id <= self.config.round_id:
+            raise ProtocolError(
+                f"server {self.party}: round {config.round_id} does not follow round "
+                f"{self.config.round_id}"
+            )
+        self.config = config
+        self._table = table.copy() if self.party == 0 else np.zeros((0, config.width), config.dtype)
+        self._sparse = np.zeros((config.num_items, config.width), dtype=config.dtype)
+        self._dense = np.zeros(config.dense_size, dtype=config.dtype)
+        self._requested = {}
+        self._uploaded = set()
+
+    def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
+        cfg = self._cfg()
+        if user_id in self._requested:
+            raise ProtocolError(
+                f"server {self.party}: user {user_id} already retrieved in round {cfg.round_id}"
+            )
+        if self.party == 1:
+            open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, 0)
+            self._requested[user_id] = np.zeros(0, np.int64)
+            return frame(_NAME, "retrieval_reply", 1, cfg.round_id)
+        body = open_message(message, _NAME, "retrieval_request", 0, cfg.round_id, 4 * cfg.m_prime)
+        idx = read_array(body, 0, _U32, (cfg.m_prime,))[0].astype(np.int64)
+        if idx.size and int(idx.max()) >= cfg.num_items:
+            raise InvalidMessage(
+                f"retrieval_request: index {int(idx.max())} outside [0, {cfg.num_items})"
+            )
+        self._requested[user_id] = idx
+        return frame(_NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(self._table[idx]))
+
+    def handle_upload(self, user_id: int, message: bytes) -> None:
+        cfg = self._cfg()
+        if user_id not in self._requested:
+            raise ProtocolError(
+                f"server {self.party}: upload from user {user_id} before its retrieval"
+            )
+        if user_id in self._uploaded:
+            raise ProtocolError(
+                f"server {self.party}: user {user_id} already uploaded in round {cfg.round_id}"
+            )
+        if self.party == 1:
+            open_message(message, _NAME, "upload", 1, cfg.round_id, 0)
+        else:
+            n = cfg.m_prime * cfg.width + cfg.dense_size
+            body = open_message(message, _NAME, "upload", 0, cfg.round_id, n * cfg.dtype.itemsize)
+            grads, off = read_array(body, 0, cfg.dtype, (cfg.m_prime, cfg.width))
+            dense, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
+            # all checks passed: change state (uint arithmetic wraps mod 2^k)
+            np.add.at(self._sparse, self._requested[user_id], grads)
+            self._dense += dense
+        self._uploaded.add(user_id)
+
+    def aggregate_share(self) -> bytes:
+        cfg = self._cfg()
+        if self.party == 1:
+            # In the clear everything went to server 0: server 1's share is zero.
+            sparse = np.zeros((cfg.num_items, cfg.width), dtype=cfg.dtype)
+            dense = np.zeros(cfg.dense_size, dtype=cfg.dtype)
+        else:
+            sparse, dense = self._sparse, self._dense
+        return frame(
+            _NAME, "aggregate_share", self.party, cfg.round_id, array_bytes(sparse), array_bytes(dense)
+        )
+
+    def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:
+        cfg = self._cfg()
+        if self.party != 0:
+            raise ProtocolError("only server 0 combines the aggregate")
+        size = (cfg.num_items * cfg.width + cfg.dense_size) * cfg.dtype.itemsize
+        body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, size)
+        sparse1, off = read_array(body, 0, cfg.dtype, (cfg.num_items, cfg.width))
+        dense1, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
+        return self._sparse + sparse1, self._dense + dense1
+
+
+class PlaintextProtocol(Protocol):
+    """Factory of plaintext roles (no options)."""
+
+    name = _NAME
+
+    def make_server(self, party: int) -> PlaintextServer:
+        return PlaintextServer(party)
+
+    def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> PlaintextUser:
+        if not isinstance(config, RoundConfig):
+            raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
+        return PlaintextUser(config)

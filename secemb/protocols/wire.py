@@ -1,0 +1,103 @@
+"""Framing of protocol messages (spec: ``docs/wire-format.md``).
+
+Every protocol message is ``header || body``.  The 24-byte header (little-endian)::
+
+    magic     4  b"SEMB"
+    version   1  = 1
+    protocol  1  protocol id (PROTOCOL_IDS)
+    kind      1  message kind (KINDS)
+    party     1  the server the message is for or from (0, 1)
+    round_id  8
+    body_len  8  exact length of the body
+
+A parser states what it expects (protocol, kind, party, round, body length) and
+:func:`open_message` raises :class:`~secemb.errors.InvalidMessage` if anything differs.
+Ring arrays travel as little-endian ``uint32``/``uint64`` in C order; their shapes are public
+round parameters, never read from the message.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from secemb.errors import InvalidMessage
+
+__all__ = [
+    "HEADER_BYTES",
+    "PROTOCOL_IDS",
+    "KINDS",
+    "frame",
+    "open_message",
+    "array_bytes",
+    "read_array",
+]
+
+MAGIC = b"SEMB"
+VERSION = 1
+_HEADER = struct.Struct("<4sBBBBQQ")
+HEADER_BYTES = _HEADER.size  # 24
+
+PROTOCOL_IDS = {"plaintext": 1, "secemb": 2}
+KINDS = {
+    "retrieval_request": 1,
+    "retrieval_reply": 2,
+    "upload": 3,
+    "aggregate_share": 4,
+    "model_sync": 5,
+    "count_share": 6,
+}
+
+
+def frame(protocol: str, kind: str, party: int, round_id: int, *parts: bytes) -> bytes:
+    """Header followed by the concatenated ``parts``."""
+    body = b"".join(parts)
+    return _HEADER.pack(MAGIC, VERSION, PROTOCOL_IDS[protocol], KINDS[kind], party, round_id, len(body)) + body
+
+
+def open_message(
+    data: bytes, protocol: str, kind: str, party: int, round_id: int, body_len: int
+) -> memoryview:
+    """Check the header of ``data`` against every expectation and return the body.
+
+    Raises
+    ------
+    InvalidMessage
+        Wrong type, truncated or oversized data, or any header field other than expected.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidMessage(f"message must be bytes, got {type(data).__name__}")
+    view = memoryview(data).cast("B")
+    if len(view) != HEADER_BYTES + body_len:
+        raise InvalidMessage(f"{kind}: expected {HEADER_BYTES + body_len} bytes, got {len(view)}")
+    magic, version, proto, got_kind, got_party, got_round, got_len = _HEADER.unpack_from(view)
+    if magic != MAGIC:
+        raise InvalidMessage(f"{kind}: not a secemb message (magic {bytes(magic)!r})")
+    if version != VERSION:
+        raise InvalidMessage(f"{kind}: unsupported message version {version}, expected {VERSION}")
+    if proto != PROTOCOL_IDS[protocol]:
+        raise InvalidMessage(f"{kind}: protocol id {proto}, expected {PROTOCOL_IDS[protocol]} ({protocol})")
+    if got_kind != KINDS[kind]:
+        raise InvalidMessage(f"expected a {kind} message (kind {KINDS[kind]}), got kind {got_kind}")
+    if got_party != party:
+        raise InvalidMessage(f"{kind}: addressed to party {got_party}, this is party {party}")
+    if got_round != round_id:
+        raise InvalidMessage(f"{kind}: for round {got_round}, the current round is {round_id}")
+    if got_len != body_len:
+        raise InvalidMessage(f"{kind}: header body length {got_len}, expected {body_len}")
+    return view[HEADER_BYTES:]
+
+
+def array_bytes(a: np.ndarray) -> bytes:
+    """Little-endian C-order bytes of an unsigned integer array."""
+    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+
+
+def read_array(body: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
+    """Read a little-endian array of ``shape`` at ``offset``; returns a native copy and the
+    offset after it.  The caller has already checked the total length."""
+    count = int(np.prod(shape, dtype=np.int64))
+    dt = np.dtype(dtype)
+    arr = np.frombuffer(body, dt.newbyteorder("<"), count, offset).reshape(shape).astype(dt)
+    return arr, offset + count * dt.itemsize

@@ -1,0 +1,107 @@
+"""PadOrTruncIdx (SecEmb, Appendix C, Algorithm 1): every user asks for exactly m' rows.
+
+A user with fewer than m' rated items pads its request with items drawn uniformly without
+replacement from the items it did *not* rate; a user with more keeps a uniform random subset of
+m' of them (it trains this round on those only).  The padded list is then put in uniformly
+random order -- not required by the paper, but it makes the position of the real items carry
+no information even to code that sees the plain list.  All draws come from the training
+:class:`numpy.random.Generator`, so secure and plaintext runs pad identically.
+
+Padding rows get exact-zero gradients on upload (Algorithm 2, PadOrTruncEmb), which the
+training loop builds from ``real_pos``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+
+__all__ = ["PaddedRequest", "pad_or_truncate", "sample_unrated"]
+
+
+@dataclass(frozen=True)
+class PaddedRequest:
+    """Result of :func:`pad_or_truncate`.
+
+    Attributes
+    ----------
+    indices: int64 (m',), distinct item ids to retrieve, in random order.
+    real_pos: int64 (n_kept,), positions in ``indices`` of the kept rated items.
+    kept: int64 (n_kept,), positions in the input ``items`` of those items, aligned with
+        ``real_pos`` (``indices[real_pos] == items[kept]``).
+    """
+
+    indices: np.ndarray
+    real_pos: np.ndarray
+    kept: np.ndarray
+
+    @property
+    def num_padding(self) -> int:
+        """Number of padding (unrated) items in the request."""
+        return int(self.indices.shape[0] - self.real_pos.shape[0])
+
+
+def sample_unrated(
+    rated_sorted: np.ndarray, num_items: int, k: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``k`` distinct items drawn uniformly from ``[0, num_items)`` minus ``rated_sorted``.
+
+    ``rated_sorted`` must be sorted ascending and distinct.  Draws ranks among the unrated
+    items and maps rank ``x`` to ``x + #{j : rated[j] - j <= x}``; no O(num_items) work.
+    """
+    n_free = num_items - rated_sorted.shape[0]
+    if not 0 <= k <= n_free:
+        raise InvalidParameters(f"cannot draw {k} unrated items out of {n_free}")
+    ranks = rng.choice(n_free, size=k, replace=False).astype(np.int64)
+    gaps = rated_sorted - np.arange(rated_sorted.shape[0], dtype=np.int64)
+    return ranks + np.searchsorted(gaps, ranks, side="right")
+
+
+def pad_or_truncate(
+    items: np.ndarray, m_prime: int, num_items: int, rng: np.random.Generator
+) -> PaddedRequest:
+    """Standardize a user's distinct rated ``items`` to ``m_prime`` indices (Algorithm 1).
+
+    Parameters
+    ----------
+    items: int64 (n,), distinct item ids in ``[0, num_items)``, n >= 0.
+    m_prime: the public request size, ``1 <= m_prime <= num_items``.
+    num_items: m.
+    rng: the training generator.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``items`` are not distinct, out of range, or ``m_prime`` is out of range.
+    """
+    items = np.asarray(items, dtype=np.int64)
+    if items.ndim != 1:
+        raise InvalidParameters(f"items must be 1-D, got shape {items.shape}")
+    if isinstance(m_prime, bool) or not 1 <= int(m_prime) <= num_items:
+        raise InvalidParameters(f"m_prime must be in [1, num_items={num_items}], got {m_prime!r}")
+    m_prime = int(m_prime)
+    n = items.shape[0]
+    order = np.argsort(items, kind="stable")
+    srt = items[order]
+    if n and (srt[0] < 0 or srt[-1] >= num_items):
+        raise InvalidParameters(f"items must lie in [0, {num_items})")
+    if n > 1 and np.any(srt[1:] == srt[:-1]):
+        raise InvalidParameters("items must be distinct")
+
+    if n <= m_prime:
+        kept = np.arange(n, dtype=np.int64)
+        pad = sample_unrated(srt, num_items, m_prime - n, rng)
+        request = np.concatenate([items, pad])
+    else:
+        kept = np.sort(rng.choice(n, size=m_prime, replace=False).astype(np.int64))
+        request = items[kept]
+    perm = rng.permutation(m_prime)
+    indices = request[perm]
+    # position of request[j] in indices is inv[j]; the real items are request[:len(kept)].
+    inv = np.empty(m_prime, dtype=np.int64)
+    inv[perm] = np.arange(m_prime, dtype=np.int64)
+    real_pos = inv[: kept.shape[0]]
+    return PaddedRequest(indices, real_pos, kept)
