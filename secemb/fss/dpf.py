@@ -153,8 +153,8 @@ def _check_betas(betas: np.ndarray, k: int, ring_bits: int) -> np.ndarray:
     dtype = np.dtype(np.uint32 if ring_bits == 32 else np.uint64)
     if b.dtype != dtype:
         raise TypeError(f"betas must have dtype {dtype} for ring_bits={ring_bits}, got {b.dtype}")
-    if b.ndim != 2 or b.shape[0] != k:
-        raise InvalidParameters(f"betas must have shape ({k}, d), got {b.shape}")
+    if b.ndim != 2 or b.shape[0] != k or b.shape[1] < 1:
+        raise InvalidParameters(f"betas must have shape ({k}, d) with d >= 1, got {b.shape}")
     return b
 
 
@@ -210,7 +210,9 @@ def gen(
     if ring_bits not in (32, 64):
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
     a = np.asarray(alphas)
-    b = _check_betas(betas, a.shape[0] if a.ndim == 1 else -1, ring_bits)
+    if a.ndim != 1:
+        raise InvalidParameters(f"alphas must have shape (K,), got {a.shape}")
+    b = _check_betas(betas, a.shape[0], ring_bits)
     p0, p1, state = gen_path(a, domain_size, _rng=_rng)
     cw = convert_gen(state, b, ring_bits=ring_bits, tag=tag)
     params = DPFParams(domain_size, b.shape[1], ring_bits)

@@ -16,6 +16,7 @@ walking the trees again and without storing per-leaf seeds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,14 @@ from secemb.fss.tree import leaf_groups, padded_domain
 from secemb.fss.keys import PathKeys
 from secemb.fss.linalg import ring_matmul
 
-__all__ = ["PreparedAggregation", "retrieve_and_prepare", "RETRIEVAL_TAG", "AGGREGATION_TAG"]
+__all__ = [
+    "AGGREGATION_TAG",
+    "RETRIEVAL_TAG",
+    "PreparedAggregation",
+    "bucket_shares",
+    "retrieve_and_prepare",
+    "retrieve_and_prepare_buckets",
+]
 
 RETRIEVAL_TAG = "secemb/retrieval"
 AGGREGATION_TAG = "secemb/aggregation"
@@ -66,6 +74,57 @@ class PreparedAggregation:
         return out
 
 
+def _check_inputs(path: PathKeys, party: int, retrieval_cw: np.ndarray, dtype: np.dtype, agg_width: int) -> int:
+    b = _check_party(party)
+    if b != path.party:
+        raise InvalidParameters(f"keys belong to party {path.party}, not {party}")
+    if dtype not in (np.dtype(np.uint32), np.dtype(np.uint64)):
+        raise InvalidParameters(f"tables must be uint32 or uint64, got {dtype}")
+    k = len(path)
+    if retrieval_cw.dtype != dtype or retrieval_cw.shape != (k, 1):
+        raise InvalidParameters(
+            f"retrieval_cw must be {dtype} of shape ({k}, 1), got {retrieval_cw.dtype} {retrieval_cw.shape}"
+        )
+    if agg_width < 1:
+        raise InvalidParameters(f"agg_width must be >= 1, got {agg_width}")
+    return b
+
+
+def _walk(
+    path: PathKeys,
+    party: int,
+    retrieval_cw: np.ndarray,
+    agg_width: int,
+    on_conv: Callable[[int, int, np.ndarray], None],
+    retrieval_tag: str,
+    aggregation_tag: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Walk every tree once.  Returns ``(t, e)``, uint8 and ring (K, mp) over the padded
+    domain (:func:`~secemb.fss.tree.padded_domain`): control bits and retrieval shares
+    ``(-1)^b [Convert_ret(s) + t CW_ret]``; calls ``on_conv(a, z, vals)`` with
+    ``Convert_agg`` of the leaves at flat positions ``[a, z)`` of (K, mp)."""
+    dtype = retrieval_cw.dtype
+    ring_bits = 8 * dtype.itemsize
+    k, mp = len(path), padded_domain(path)
+    t = np.empty((k, mp), np.uint8)
+    e = np.empty((k, mp), dtype)
+    t_flat, e_flat = t.reshape(-1), e.reshape(-1)
+    for r0, r1, leaves in leaf_groups(path):
+        width = leaves.shape[1]
+        a0, z0 = r0 * width, r1 * width  # flat positions in (K, mp)
+        flat = leaves.reshape(-1, 2)
+        tb = (flat[:, 0] & _ONE).astype(np.uint8)
+        t_flat[a0:z0] = tb
+        cw_rows = np.repeat(retrieval_cw[np.arange(r0, r1) * width // mp, 0], width)
+        for a, z, vals in convert_chunks(flat, 1, ring_bits, retrieval_tag):
+            np.add(vals[:, 0], (0 - tb[a:z].astype(dtype)) & cw_rows[a:z], out=e_flat[a0 + a : a0 + z])
+        for a, z, vals in convert_chunks(flat, agg_width, ring_bits, aggregation_tag):
+            on_conv(a0 + a, a0 + z, vals)
+    if party:
+        np.negative(e, out=e)
+    return t, e
+
+
 def retrieve_and_prepare(
     path: PathKeys,
     party: int,
@@ -82,7 +141,7 @@ def retrieve_and_prepare(
     ----------
     path: ``K`` path keys of ``party`` over ``[0, m)``.
     retrieval_cw: ring (K, 1), the keys' retrieval output correction words (payload 1).
-    table: ring (m, D), the public table, fixed-point encoded.
+    table: ring (m, D), the public table, fixed-point encoded, same dtype.
     agg_width: ``w``, the width of the aggregation payloads that will follow.
 
     Returns
@@ -90,41 +149,79 @@ def retrieve_and_prepare(
     ``(answers, prepared)``: ring (K, D) shares of ``table[alpha_i]`` and the
     :class:`PreparedAggregation`.
     """
-    b = _check_party(party)
-    if b != path.party:
-        raise InvalidParameters(f"keys belong to party {path.party}, not {party}")
     m = path.params.domain_size
-    ring_bits = {np.dtype(np.uint32): 32, np.dtype(np.uint64): 64}.get(table.dtype)
-    if ring_bits is None or table.ndim != 2 or table.shape[0] != m:
-        raise InvalidParameters(f"table must be uint32/uint64 of shape ({m}, D), got {table.dtype} {table.shape}")
-    k = len(path)
-    dtype = table.dtype
-    if retrieval_cw.dtype != dtype or retrieval_cw.shape != (k, 1):
-        raise InvalidParameters(f"retrieval_cw must be {dtype} of shape ({k}, 1), got {retrieval_cw.dtype} {retrieval_cw.shape}")
-    if agg_width < 1:
-        raise InvalidParameters(f"agg_width must be >= 1, got {agg_width}")
+    b = _check_inputs(path, party, retrieval_cw, table.dtype, agg_width)
+    if table.ndim != 2 or table.shape[0] != m:
+        raise InvalidParameters(f"table must have shape ({m}, D), got {table.shape}")
+    ring_bits = 8 * table.dtype.itemsize
     mp = padded_domain(path)
-    t = np.empty((k, mp), np.uint8)
-    e = np.empty((k, mp), dtype)
-    conv_sum = np.zeros((mp, agg_width), dtype)
-    t_flat, e_flat = t.reshape(-1), e.reshape(-1)
-    for r0, r1, leaves in leaf_groups(path):
-        width = leaves.shape[1]
-        a0, z0 = r0 * width, r1 * width  # flat positions in (K, mp)
-        flat = leaves.reshape(-1, 2)
-        tb = (flat[:, 0] & _ONE).astype(np.uint8)
-        t_flat[a0:z0] = tb
-        # retrieval shares (-1)^b [Convert_ret(s) + t * CW_ret], payload width 1
-        cw_rows = np.repeat(retrieval_cw[np.arange(r0, r1) * width // mp, 0], width)
-        for a, z, vals in convert_chunks(flat, 1, ring_bits, retrieval_tag):
-            np.add(vals[:, 0], (0 - tb[a:z].astype(dtype)) & cw_rows[a:z], out=e_flat[a0 + a : a0 + z])
-        for a, z, vals in convert_chunks(flat, agg_width, ring_bits, aggregation_tag):
-            _accumulate_rows(conv_sum, a0 + a, a0 + z, mp, vals)
-    if b:
-        np.negative(e, out=e)
+    conv_sum = np.zeros((mp, agg_width), table.dtype)
+    t, e = _walk(
+        path, b, retrieval_cw, agg_width,
+        lambda a, z, vals: _accumulate_rows(conv_sum, a, z, mp, vals),
+        retrieval_tag, aggregation_tag,
+    )
     answers = ring_matmul(e[:, :m], table, ring_bits)
     prepared = PreparedAggregation(b, ring_bits, np.ascontiguousarray(t[:, :m]), np.ascontiguousarray(conv_sum[:m]))
     return answers, prepared
+
+
+def retrieve_and_prepare_buckets(
+    path: PathKeys,
+    party: int,
+    retrieval_cw: np.ndarray,
+    tables: np.ndarray,
+    agg_width: int,
+    *,
+    retrieval_tag: str = RETRIEVAL_TAG,
+    aggregation_tag: str = AGGREGATION_TAG,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batched-bucket form: key ``i`` retrieves from its own table ``tables[i]``.
+
+    Parameters
+    ----------
+    path: ``B`` path keys of ``party`` over the bucket domain ``[0, M)``.
+    retrieval_cw: ring (B, 1).
+    tables: ring (B, M, D), bucket ``i``'s rows (zero rows pad short buckets).
+    agg_width: ``w``.
+
+    Returns
+    -------
+    ``(answers, t, conv)``: ring (B, D) shares of ``tables[i, alpha_i]``; uint8 (B, M)
+    control bits; ring (B, M, w) ``Convert_agg`` of every leaf.  The aggregation share for
+    correction words ``CW`` (B, w) is ``(-1)^b (conv + t[..., None] * CW[:, None, :])``
+    (:func:`bucket_shares`).
+    """
+    k, big_m = len(path), path.params.domain_size
+    b = _check_inputs(path, party, retrieval_cw, tables.dtype, agg_width)
+    if tables.ndim != 3 or tables.shape[:2] != (k, big_m):
+        raise InvalidParameters(f"tables must have shape ({k}, {big_m}, D), got {tables.shape}")
+    ring_bits = 8 * tables.dtype.itemsize
+    mp = padded_domain(path)
+    conv = np.empty((k * mp, agg_width), tables.dtype)
+
+    def store(a: int, z: int, vals: np.ndarray) -> None:
+        conv[a:z] = vals
+
+    t, e = _walk(path, b, retrieval_cw, agg_width, store, retrieval_tag, aggregation_tag)
+    answers = ring_matmul(e[:, None, :big_m], tables, ring_bits)[:, 0]
+    return answers, np.ascontiguousarray(t[:, :big_m]), conv.reshape(k, mp, agg_width)[:, :big_m]
+
+
+def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray, cw: np.ndarray) -> np.ndarray:
+    """Aggregation shares in bucket form: ``(-1)^b (conv + t * CW)``, ring (B, M, w).
+
+    ``t`` uint8 (B, M) and ``conv`` ring (B, M, w) from :func:`retrieve_and_prepare_buckets`;
+    ``cw`` ring (B, w) of the same dtype."""
+    if cw.dtype != conv.dtype or cw.shape != (conv.shape[0], conv.shape[2]):
+        raise InvalidParameters(
+            f"correction words must be {conv.dtype} of shape ({conv.shape[0]}, {conv.shape[2]}), "
+            f"got {cw.dtype} {cw.shape}"
+        )
+    out = conv + t.astype(cw.dtype)[:, :, None] * cw[:, None, :]
+    if party:
+        np.negative(out, out=out)
+    return out
 
 
 def _accumulate_rows(acc: np.ndarray, a: int, z: int, m: int, vals: np.ndarray) -> None:

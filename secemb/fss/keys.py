@@ -241,6 +241,8 @@ class DPFKeys:
         """
         params, p, k, head, body = _parse_header(data, _KIND_FULL, domain_size, party, count)
         ring, width = head
+        if width == 0:
+            raise InvalidKey("full keys must have payload width >= 1, got 0")
         try:
             params = DPFParams(params.domain_size, width, ring)
         except (InvalidParameters, TypeError) as exc:

@@ -28,18 +28,19 @@ def ring_matmul(a: np.ndarray, b: np.ndarray, ring_bits: int, *, a_bits: int | N
 
     Parameters
     ----------
-    a: unsigned integer array (K, M) with values < 2^ring_bits (or < 2^a_bits if given).
-    b: unsigned integer array (M, D) with values < 2^ring_bits.
+    a: unsigned integer array (..., K, M) with values < 2^ring_bits (or < 2^a_bits if given).
+    b: unsigned integer array (..., M, D) with values < 2^ring_bits; leading batch
+       dimensions broadcast as in :func:`numpy.matmul`.
     ring_bits: 32 or 64.
     a_bits: optional bound on the bit length of ``a``'s entries (1 for a 0/1 matrix).
 
     Returns
     -------
-    ndarray (K, D) of uint32 (ring_bits 32) or uint64.
+    ndarray (..., K, D) of uint32 (ring_bits 32) or uint64.
     """
     if ring_bits not in (32, 64):
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise InvalidParameters(f"cannot multiply shapes {a.shape} and {b.shape}")
     la = -(-(a_bits or ring_bits) // _LIMB)
     lb = ring_bits // _LIMB
@@ -48,11 +49,11 @@ def ring_matmul(a: np.ndarray, b: np.ndarray, ring_bits: int, *, a_bits: int | N
     terms = min(la, lb)
     step = max(1, (1 << 52) // (terms << term_bits))
     dtype = np.uint32 if ring_bits == 32 else np.uint64
-    acc = np.zeros((a.shape[0], b.shape[1]), np.uint64)
-    for lo in range(0, a.shape[1], step):
-        hi = min(lo + step, a.shape[1])
-        al = _limbs(a[:, lo:hi], la)
-        bl = _limbs(b[lo:hi], lb)
+    acc = None
+    for lo in range(0, a.shape[-1], step):
+        hi = min(lo + step, a.shape[-1])
+        al = _limbs(a[..., lo:hi], la)
+        bl = _limbs(b[..., lo:hi, :], lb)
         for s in range(ring_bits // _LIMB):
             part = None
             for i in range(min(s + 1, la)):
@@ -63,5 +64,8 @@ def ring_matmul(a: np.ndarray, b: np.ndarray, ring_bits: int, *, a_bits: int | N
                 part = prod if part is None else part + prod
             if part is not None:
                 with np.errstate(over="ignore"):
-                    acc += part.astype(np.uint64) << np.uint64(_LIMB * s)
+                    term = part.astype(np.uint64) << np.uint64(_LIMB * s)
+                    acc = term if acc is None else acc + term
+    if acc is None:  # empty inner dimension
+        acc = np.zeros(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.uint64)
     return acc.astype(dtype)

@@ -343,6 +343,7 @@ def train(
     transport: InProcessTransport | None = None,
     on_round: Callable[[RoundStats], None] | None = None,
     on_epoch: Callable[[EpochStats], None] | None = None,
+    on_start: Callable[[dict[str, Any]], None] | None = None,
     extra_config: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train ``model`` federatedly with ``protocol`` and return metrics and the final model.
@@ -356,6 +357,8 @@ def train(
     transport: the transport to use; a fresh :class:`InProcessTransport` by default (whose
         per-round counters are then dropped after each round to bound memory).
     on_round, on_epoch: progress callbacks.
+    on_start: called once before the first round with the run's configuration document
+        (``result.config``), which includes ``total_rounds``.
     extra_config: merged into ``result.config`` (e.g. the dataset name).
 
     Raises
@@ -434,7 +437,10 @@ def train(
         "num_train_ratings": len(train_data),
         "num_test_ratings": 0 if test_data is None else len(test_data),
         "active_users": int(active.size),
+        "total_rounds": cfg.epochs * -(-int(active.size) // cfg.users_per_round),
     }
+    if on_start is not None:
+        on_start(result_config)
 
     totals = dict(up=0, down=0, s2s=0, user_s=0.0, s0=0.0, s1=0.0, opt=0.0, slower=0.0)
     participations = truncated = verified_rounds = round_id = 0

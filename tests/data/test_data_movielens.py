@@ -371,3 +371,51 @@ def test_blank_lines_across_blocks(tmp_path, chunk):
     assert cols.users.tolist() == [1] * 5
     with pytest.raises(DataFormatError, match="line 6: .*empty line"):
         parse_columns(_write(tmp_path / "b", good + "\n\n" + good), b"\t", chunk_bytes=chunk)
+
+
+# ----------------------------------------------------------------------------- fuzz: fast == slow
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from secemb.data import _text  # noqa: E402
+
+
+def _parse_or_error(path, sep, chunk):
+    try:
+        cols = parse_columns(path, sep, chunk_bytes=chunk)
+        return [a.tolist() for a in (cols.users, cols.items, cols.ratings, cols.timestamps)]
+    except DataFormatError as exc:
+        return ("error", exc.line, str(exc))
+
+
+_int_tok = st.from_regex(r"\A[0-9]{1,6}\Z")
+_num_tok = st.one_of(_int_tok, st.from_regex(r"\A[0-9]{1,2}\.[0-9]{0,3}\Z"), st.just(".5"))
+_junk_tok = st.text(alphabet="0123456789.:,\t-+e \r", min_size=0, max_size=4)
+_valid_line = st.lists(_int_tok, min_size=2, max_size=2).flatmap(
+    lambda ab: st.tuples(_num_tok, _int_tok).map(lambda rt: [*ab, *rt])
+)
+_any_line = st.one_of(_valid_line, _valid_line, _valid_line, st.lists(_junk_tok, min_size=3, max_size=5))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sep=st.sampled_from([b"\t", b",", b"::"]),
+    body=st.lists(_any_line, min_size=1, max_size=12),
+    chunk=st.sampled_from([4, 16, 1 << 20]),
+    crlf=st.booleans(),
+)
+def test_fast_path_agrees_with_slow_path(tmp_path, monkeypatch, sep, body, chunk, crlf):
+    newline = "\r\n" if crlf else "\n"
+    text = newline.join(sep.decode().join(fields) for fields in body) + newline
+    path = tmp_path / "fuzz.txt"
+    path.write_bytes(text.encode())
+    fast = _parse_or_error(path, sep, chunk)
+
+    def never(*args, **kwargs):
+        raise _text._SlowPath
+
+    with monkeypatch.context() as m:
+        m.setattr(_text, "_fast_block", never)
+        slow = _parse_or_error(path, sep, chunk)
+    assert fast == slow

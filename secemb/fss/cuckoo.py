@@ -1,0 +1,180 @@
+"""Public cuckoo-hashing layout for batched keys (probabilistic batch codes, Angel et al.,
+S&P 2018), so a server's work per user no longer grows with ``m'``.
+
+Three public hash functions ``h_0, h_1, h_2 : [m] -> [B]`` place every item in (up to) three
+of ``B`` buckets.  Bucket ``b`` lists its items in increasing order; its *domain* is
+``[0, M)`` with ``M`` the largest bucket size (shorter buckets are padded with empty rows),
+so all keys of a user have one shape.  A user places each of its items in one of its
+candidate buckets, at most one per bucket (cuckoo insertion), and makes one key per bucket
+over that bucket's domain -- a dummy key (payload 0) for an empty bucket -- so it always
+sends exactly ``B`` keys.  A server evaluates ``B`` keys over ``M`` leaves each, about
+``3 m`` leaves per user instead of ``m' m``.
+
+The hash functions are ``h_j(i) = (AES_k(i || j || seed) XOR (i || j || seed))_lo mod B``
+under the fixed public key ``fixed_key("cuckoo")``: public, deterministic, and free of
+structure an adversary could exploit to correlate buckets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+from secemb.fss.prg import aes_for
+
+__all__ = ["CuckooLayout", "NUM_HASHES", "MAX_KICKS"]
+
+NUM_HASHES = 3
+#: evictions tried before an item is given up for the round
+MAX_KICKS = 200
+
+
+@dataclass(frozen=True)
+class CuckooLayout:
+    """The public layout of ``num_items`` items in ``num_buckets`` buckets.
+
+    Attributes
+    ----------
+    num_items: ``m >= 1``.
+    num_buckets: ``B >= NUM_HASHES``.
+    seed: public seed of the hash functions (an int in [0, 2^32)).
+    """
+
+    num_items: int
+    num_buckets: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_items < 1:
+            raise InvalidParameters(f"num_items must be >= 1, got {self.num_items}")
+        if self.num_buckets < NUM_HASHES:
+            raise InvalidParameters(f"num_buckets must be >= {NUM_HASHES}, got {self.num_buckets}")
+        if not 0 <= self.seed < 2**32:
+            raise InvalidParameters(f"seed must be in [0, 2^32), got {self.seed}")
+
+    @classmethod
+    def for_request_size(cls, num_items: int, m_prime: int, expansion: float = 1.25, seed: int = 0) -> CuckooLayout:
+        """``B = ceil(expansion * m')`` buckets (at least 3)."""
+        if not expansion >= 1.0:
+            raise InvalidParameters(f"expansion must be >= 1, got {expansion}")
+        return cls(num_items, max(NUM_HASHES, int(np.ceil(expansion * m_prime))), seed)
+
+    @cached_property
+    def candidates(self) -> np.ndarray:
+        """int64 (m, 3): each item's candidate buckets (an item's hashes may coincide)."""
+        m = self.num_items
+        blocks = np.empty((m, NUM_HASHES, 2), np.uint64)
+        blocks[:, :, 0] = np.arange(m, dtype=np.uint64)[:, None]
+        blocks[:, :, 1] = np.arange(NUM_HASHES, dtype=np.uint64)[None, :] | (np.uint64(self.seed) << np.uint64(32))
+        out = aes_for("cuckoo").mmo(blocks)
+        return (out[:, :, 0] % np.uint64(self.num_buckets)).astype(np.int64)
+
+    @cached_property
+    def _entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted distinct (bucket, item) pairs: bucket ids and item ids, bucket-major."""
+        m = self.num_items
+        pairs = np.unique(self.candidates * m + np.arange(m)[:, None])
+        return pairs // m, pairs % m
+
+    @cached_property
+    def indptr(self) -> np.ndarray:
+        """int64 (B + 1,): bucket ``b`` holds ``items[indptr[b]:indptr[b+1]]``."""
+        buckets, _ = self._entries
+        return np.searchsorted(buckets, np.arange(self.num_buckets + 1)).astype(np.int64)
+
+    @cached_property
+    def bucket_size(self) -> int:
+        """``M``: the largest bucket, the domain of every bucket key (at least 1)."""
+        return max(1, int(np.diff(self.indptr).max()))
+
+    @cached_property
+    def gather_index(self) -> np.ndarray:
+        """int64 (B, M): the item at each position of each bucket, -1 for padding."""
+        buckets, items = self._entries
+        out = np.full((self.num_buckets, self.bucket_size), -1, np.int64)
+        pos = np.arange(items.size) - self.indptr[buckets]
+        out[buckets, pos] = items
+        return out
+
+    def positions(self, items: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+        """Position of each ``items[i]`` inside bucket ``buckets[i]`` (it must be there)."""
+        m = self.num_items
+        b_sorted, i_sorted = self._entries
+        keys = b_sorted * m + i_sorted
+        want = np.asarray(buckets, np.int64) * m + np.asarray(items, np.int64)
+        where = np.searchsorted(keys, want)
+        if np.any(where >= keys.size) or np.any(keys[np.minimum(where, keys.size - 1)] != want):
+            raise InvalidParameters("an item was assigned to a bucket that does not hold it")
+        return where - self.indptr[buckets]
+
+    def bucket_tables(self, table: np.ndarray) -> np.ndarray:
+        """Bucket form of a table (m, D) -> (B, M, D), zero rows for padding."""
+        if table.shape[0] != self.num_items:
+            raise InvalidParameters(f"table must have {self.num_items} rows, got {table.shape[0]}")
+        idx = self.gather_index
+        out = table[np.maximum(idx, 0)]
+        out[idx < 0] = 0
+        return out
+
+    @cached_property
+    def _scatter_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        idx = self.gather_index.reshape(-1)
+        valid = np.flatnonzero(idx >= 0)
+        order = valid[np.argsort(idx[valid], kind="stable")]
+        items = idx[order]
+        starts = np.flatnonzero(np.r_[True, items[1:] != items[:-1]])
+        return order, starts, items[starts]
+
+    def scatter(self, bucket_form: np.ndarray) -> np.ndarray:
+        """Sum a bucket-form array (B, M, w) back onto items: ring (m, w).  Linear, so it maps
+        shares to shares; padding positions are ignored."""
+        b, big_m = self.num_buckets, self.bucket_size
+        if bucket_form.shape[:2] != (b, big_m):
+            raise InvalidParameters(f"bucket form must have shape ({b}, {big_m}, w), got {bucket_form.shape}")
+        order, starts, items = self._scatter_plan
+        rows = bucket_form.reshape(b * big_m, -1)[order]
+        sums = np.add.reduceat(rows, starts, axis=0, dtype=np.uint64).astype(bucket_form.dtype)
+        out = np.zeros((self.num_items, rows.shape[1]), bucket_form.dtype)
+        out[items] = sums
+        return out
+
+    def assign(self, items: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Cuckoo-insert distinct ``items`` (at most one per bucket).
+
+        Parameters
+        ----------
+        items: distinct int item ids in ``[0, m)``.
+        rng: training randomness (the placement is hidden from the servers by the keys; it
+             only decides which items, if any, fail to fit).
+
+        Returns
+        -------
+        ``(slots, dropped)``: int64 (B,) the item placed in each bucket or -1; int64 array of
+        the items that could not be placed (dropped for the round, like truncation).
+        """
+        items = np.asarray(items, np.int64)
+        if items.size > self.num_buckets:
+            raise InvalidParameters(f"cannot place {items.size} items in {self.num_buckets} buckets")
+        cands = self.candidates
+        slots = np.full(self.num_buckets, -1, np.int64)
+        dropped: list[int] = []
+        for x in items.tolist():
+            cur, came_from = x, -1
+            for _ in range(MAX_KICKS):
+                choices = cands[cur]
+                free = choices[slots[choices] < 0]
+                if free.size:
+                    slots[free[0]] = cur
+                    cur = -1
+                    break
+                options = choices[choices != came_from]
+                if options.size == 0:
+                    options = choices
+                b = int(options[rng.integers(options.size)])
+                slots[b], cur, came_from = cur, int(slots[b]), b
+            if cur >= 0:
+                dropped.append(cur)
+        return slots, np.asarray(dropped, np.int64)
