@@ -1,14 +1,158 @@
-"""``secemb train`` (placeholder until the training command lands)."""
+"""``secemb train``: federated training of a recommender with a chosen protocol.
+
+Exit codes: 0 success; 1 ``--verify`` found a mismatch; 2 bad usage (unknown dataset, model
+or protocol, a protocol not available yet, missing data files, a bad value).
+"""
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 
+def _mb(nbytes: float) -> str:
+    return f"{nbytes / 1e6:.4f}"
+
+
 def register(app: typer.Typer) -> None:
-    """Attach the command to ``app``."""
+    """Attach the ``train`` command to ``app``."""
 
     @app.command()
-    def train() -> None:
-        """Train a federated recommender."""
-        raise typer.Exit(2)
+    def train(
+        dataset: Annotated[
+            str,
+            typer.Option(help="synthetic, ml-100k, ml-1m, ml-10m, ml-25m, or synthetic-<name>."),
+        ] = "synthetic",
+        data_dir: Annotated[
+            Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files.")
+        ] = None,
+        download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
+        model: Annotated[str, typer.Option(help="Recommender model.")] = "mf",
+        protocol: Annotated[str, typer.Option(help="secemb or plaintext.")] = "secemb",
+        epochs: Annotated[int, typer.Option(min=1, help="Passes over the users.")] = 5,
+        users_per_round: Annotated[int, typer.Option(min=1, help="Users per round.")] = 100,
+        m_prime: Annotated[
+            int | None,
+            typer.Option(min=1, help="Rows per user and round; default: Eq. 11 with --alpha."),
+        ] = None,
+        alpha: Annotated[
+            float, typer.Option(min=0.0, help="Eq. 11 multiplier of the mean rating count.")
+        ] = 2.5,
+        seed: Annotated[int, typer.Option(min=0, help="Seed of all training randomness.")] = 0,
+        verify: Annotated[
+            bool, typer.Option(help="Check every round against the direct plaintext computation.")
+        ] = False,
+        json_out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
+        lr: Annotated[float | None, typer.Option(help="Adam step size (default: preset).")] = None,
+        reg: Annotated[float | None, typer.Option(help="L2 weight (default: preset).")] = None,
+        dim: Annotated[int | None, typer.Option(min=1, help="Embedding size (default: preset).")] = None,
+        ring_bits: Annotated[int, typer.Option(help="Ring Z_{2^k}: 32 or 64.")] = 32,
+        lazy_adam: Annotated[
+            bool,
+            typer.Option("--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient."),
+        ] = True,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    ) -> None:
+        """Train a federated recommender and report accuracy, communication and time.
+
+        Communication is the length of the bytes that crossed the in-process transport;
+        1 MB = 10^6 bytes.
+        """
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        from rich.table import Table
+
+        from secemb.data import DatasetNotFoundError
+        from secemb.errors import InvalidParameters
+        from secemb.training import Experiment, VerificationError, run_experiment
+
+        console = Console()
+        exp = Experiment(
+            dataset=dataset,
+            data_dir=data_dir,
+            download=download,
+            model=model,
+            protocol=protocol,
+            epochs=epochs,
+            users_per_round=users_per_round,
+            m_prime=m_prime,
+            alpha=alpha,
+            seed=seed,
+            verify=verify,
+            lr=lr,
+            reg=reg,
+            dim=dim,
+            ring_bits=ring_bits,
+            lazy_adam=lazy_adam,
+        )
+        progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=console,
+            disable=quiet,
+            transient=True,
+        )
+        task: dict[str, Any] = {}
+
+        def on_start(cfg: dict[str, Any]) -> None:
+            console.print(
+                f"{cfg['protocol']} | {cfg['dataset']} | {cfg['model']} d={cfg['dim']} "
+                f"lr={cfg['lr']} reg={cfg['reg']} | {cfg['active_users']} users, "
+                f"{cfg['num_items']} items | m'={cfg['m_prime']} ({cfg['m_prime_source']}) | "
+                f"{cfg['users_per_round']} users/round, {cfg['total_rounds']} rounds"
+            )
+            task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status="")
+
+        def on_round(r: Any) -> None:
+            progress.update(task["id"], advance=1, status=f"epoch {r.epoch} loss {r.train_loss:.4f}")
+
+        def on_epoch(e: Any) -> None:
+            shown = "n/a" if e.test_rmse is None else f"{e.test_rmse:.4f}"
+            progress.console.print(f"epoch {e.epoch:4d}  test RMSE {shown}  train loss {e.train_loss:.4f}")
+
+        try:
+            with progress:
+                result = run_experiment(exp, on_start=on_start, on_round=on_round, on_epoch=on_epoch)
+        except VerificationError as exc:
+            console.print(f"[red]verification failed:[/red] {exc}")
+            raise typer.Exit(1) from None
+        except (InvalidParameters, DatasetNotFoundError) as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
+
+        table = Table(title="secemb train: summary")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        up, down = result.upload_bytes_per_user_round, result.download_bytes_per_user_round
+        table.add_row("upload / user / round", f"{up:,.0f} B ({_mb(up)} MB)")
+        table.add_row("download / user / round", f"{down:,.0f} B ({_mb(down)} MB)")
+        s2s = result.server_bytes_per_round
+        table.add_row("server <-> server / round", f"{s2s:,.0f} B ({_mb(s2s)} MB)")
+        if result.count_bytes_per_user:
+            table.add_row("Eq. 11 count upload / user (once)", f"{result.count_bytes_per_user:,.0f} B")
+        table.add_row("user compute / round", f"{result.user_ms_per_round:.3f} ms")
+        table.add_row("server compute / round (slower server)", f"{result.server_s_per_round:.4f} s")
+        table.add_row("rounds", str(result.rounds))
+        table.add_row("verified rounds", str(result.verified_rounds))
+        final = result.final_rmse
+        table.add_row("final test RMSE", "n/a" if final is None or math.isnan(final) else f"{final:.4f}")
+        table.add_row("wall time", f"{result.wall_s:.1f} s")
+        table.add_row("model sha256", result.model_sha256[:16] + "...")
+        console.print(table)
+
+        if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(result.to_json(indent=2) + "\n")
+            console.print(f"wrote {json_out}")

@@ -47,7 +47,11 @@ __all__ = [
     "train_test_split",
 ]
 
-DATASETS: tuple[str, ...] = ("synthetic", *MOVIELENS, *(k for k in SYNTHETIC_SHAPES if k != "synthetic"))
+DATASETS: tuple[str, ...] = (
+    "synthetic",
+    *MOVIELENS,
+    *(k for k in SYNTHETIC_SHAPES if k != "synthetic"),
+)
 
 
 def load_dataset(

@@ -113,7 +113,7 @@ def parse_columns(
                 if not body:
                     tail = buf
                     continue
-                end = len(body) + (2 if buf.startswith(b"\r\n", len(body)) else 1)
+                end = buf.index(b"\n", len(body)) + 1  # the newline ending that line
                 block, tail = buf[:end], buf[end:]
             nlines = block.count(b"\n")
             try:
@@ -225,7 +225,11 @@ def _slow_block(
     out_i = np.empty(n, dtype=np.int64)
     out_r = np.empty(n, dtype=np.float64)
     out_t = np.empty(n, dtype=np.int64)
-    targets = {order[0]: (out_u, names[0]), order[1]: (out_i, names[1]), order[3]: (out_t, names[3])}
+    targets = {
+        order[0]: (out_u, names[0]),
+        order[1]: (out_i, names[1]),
+        order[3]: (out_t, names[3]),
+    }
     for k, line in enumerate(lines):
         line_no = line_offset + k + 1
         if line.endswith(b"\r"):
@@ -235,7 +239,8 @@ def _slow_block(
             what = "an empty line" if not line.strip() else f"{len(fields)}"
             raise DataFormatError(
                 f"expected {ncols} fields separated by {sep.decode()!r}, found {what}",
-                path=path, line=line_no,
+                path=path,
+                line=line_no,
             )
         for c, tok in enumerate(fields):
             if c == order[2]:
@@ -256,7 +261,9 @@ def _to_float(tok: bytes, name: str, path: str | os.PathLike, line_no: int) -> f
             raise ValueError  # int()/float() would accept padding and digit separators
         v = float(tok)
     except ValueError:
-        raise DataFormatError(f"{name} is not a number: {_show(tok)}", path=path, line=line_no) from None
+        raise DataFormatError(
+            f"{name} is not a number: {_show(tok)}", path=path, line=line_no
+        ) from None
     if not math.isfinite(v):
         raise DataFormatError(f"{name} is not finite: {_show(tok)}", path=path, line=line_no)
     return v

@@ -266,7 +266,8 @@ def _layout(name: str, path: Path) -> tuple[bytes, tuple[int, int, int, int], in
             raise DataFormatError(
                 f"expected a RecBole header with the fields {', '.join(_INTER_FIELDS)} "
                 f"(tab-separated, e.g. 'user_id:token'), found {header[:200]!r}",
-                path=path, line=1,
+                path=path,
+                line=1,
             )
         u, i, r, t = (names.index(f) for f in _INTER_FIELDS)
         return b"\t", (u, i, r, t), 1
@@ -315,7 +316,10 @@ def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
     path = Path(path)
     sep, order, header_lines = _layout(name, path)
     cols = parse_columns(
-        path, sep, order=order, header_lines=header_lines,
+        path,
+        sep,
+        order=order,
+        header_lines=header_lines,
         names=("user id", "item id", "rating", "timestamp"),
     )
     n = cols.users.shape[0]
@@ -332,7 +336,11 @@ def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
     bad = ~((cols.ratings >= lo) & (cols.ratings <= hi))
     if bad.any():
         fail(bad, f"rating out of range [{lo:g}, {hi:g}]", cols.ratings)
-    for arr, what in ((cols.users, "user id"), (cols.items, "item id"), (cols.timestamps, "timestamp")):
+    for arr, what in (
+        (cols.users, "user id"),
+        (cols.items, "item id"),
+        (cols.timestamps, "timestamp"),
+    ):
         if arr.min() < 0:
             fail(arr < 0, f"{what} must be >= 0", arr)
     users, num_users = remap_ids(cols.users)
@@ -349,7 +357,10 @@ def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
 
 
 def load_movielens(
-    name: str, data_dir: str | os.PathLike | None = None, *, download: bool = False,
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    download: bool = False,
     fetch: Fetcher | None = None,
 ) -> RatingData:
     """Locate (or, with ``download=True``, fetch) and parse a MovieLens dataset.
@@ -420,7 +431,7 @@ def _extract(zf: zipfile.ZipFile, member: str, dest: Path) -> bool:
 def download_movielens(
     name: str, data_dir: str | os.PathLike | None = None, *, fetch: Fetcher | None = None
 ) -> Path:
-    """Download a MovieLens zip from GroupLens, verify it, extract its files; return the rating file.
+    """Download a MovieLens zip from GroupLens, verify and extract it; return the rating file.
 
     Steps: fetch ``ARCHIVES[name].url`` into a temporary folder inside the data directory
     (``data_dir``, else ``$SECEMB_DATA_DIR``, else ``~/.cache/secemb``); check the pinned zip

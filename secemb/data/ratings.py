@@ -107,8 +107,13 @@ class RatingData:
         sel = np.asarray(mask_or_index)
         ts = None if self.timestamps is None else self.timestamps[sel]
         return RatingData(
-            self.name, self.num_users, self.num_items,
-            self.users[sel], self.items[sel], self.ratings[sel], ts,
+            self.name,
+            self.num_users,
+            self.num_items,
+            self.users[sel],
+            self.items[sel],
+            self.ratings[sel],
+            ts,
         )
 
     def __repr__(self) -> str:
@@ -141,7 +146,9 @@ def train_test_split(
     if not isinstance(data, RatingData):
         raise InvalidParameters(f"data must be a RatingData, got {type(data).__name__}")
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real):
-        raise InvalidParameters(f"test_fraction must be a float, got {type(test_fraction).__name__}")
+        raise InvalidParameters(
+            f"test_fraction must be a float, got {type(test_fraction).__name__}"
+        )
     if not 0.0 <= float(test_fraction) < 1.0:
         raise InvalidParameters(f"test_fraction must be in [0, 1), got {test_fraction}")
     n = data.num_ratings

@@ -62,9 +62,7 @@ def _check_int(field: str, value: object, minimum: int) -> int:
     return int(value)
 
 
-def _user_counts(
-    rng: np.random.Generator, n: int, m: int, total: int, minimum: int
-) -> np.ndarray:
+def _user_counts(rng: np.random.Generator, n: int, m: int, total: int, minimum: int) -> np.ndarray:
     """Long-tailed integer counts in [minimum, m] summing exactly to ``total``."""
     counts = np.full(n, minimum, dtype=np.int64)
     extra = total - minimum * n

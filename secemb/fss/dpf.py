@@ -191,7 +191,6 @@ def gen(
     domain_size: int,
     *,
     ring_bits: int = 32,
-    tag: str = DEFAULT_TAG,
     _rng: RandomBytes | None = None,
 ) -> tuple[DPFKeys, DPFKeys]:
     """Generate ``K`` DPF key pairs for ``f_{alpha_i, beta_i}``.
@@ -214,7 +213,7 @@ def gen(
         raise InvalidParameters(f"alphas must have shape (K,), got {a.shape}")
     b = _check_betas(betas, a.shape[0], ring_bits)
     p0, p1, state = gen_path(a, domain_size, _rng=_rng)
-    cw = convert_gen(state, b, ring_bits=ring_bits, tag=tag)
+    cw = convert_gen(state, b, ring_bits=ring_bits)
     params = DPFParams(domain_size, b.shape[1], ring_bits)
     return DPFKeys(p0, cw, params), DPFKeys(p1, cw.copy(), params)
 
@@ -297,12 +296,8 @@ def eval_full(keys: DPFKeys, party: int) -> np.ndarray:
     step = _key_step(p.domain_size)
     for lo in range(0, len(keys), step):
         leaves = expand(path[lo : lo + step])
-        out[lo : lo + step] = convert_eval(leaves, keys.cw_out[lo : lo + step], party, ring_bits=p.ring_bits, tag=_tag_of(keys))
+        out[lo : lo + step] = convert_eval(leaves, keys.cw_out[lo : lo + step], party, ring_bits=p.ring_bits, tag=DEFAULT_TAG)
     return out
-
-
-def _tag_of(keys: DPFKeys) -> str:
-    return getattr(keys, "tag", DEFAULT_TAG)
 
 
 def eval_points(keys: DPFKeys, party: int, xs: np.ndarray) -> np.ndarray:
@@ -328,7 +323,7 @@ def eval_points(keys: DPFKeys, party: int, xs: np.ndarray) -> np.ndarray:
         cw_r[:, 0] |= path.cw_tr[:, i].astype(np.uint64)
         w = np.where(bit, right ^ (cw_r[:, None, :] & mask), left ^ (cw_l[:, None, :] & mask))
         w = np.ascontiguousarray(w)
-    return convert_eval(w, keys.cw_out, party, ring_bits=p.ring_bits, tag=_tag_of(keys))
+    return convert_eval(w, keys.cw_out, party, ring_bits=p.ring_bits, tag=DEFAULT_TAG)
 
 
 def eval_full_dot(keys: DPFKeys, party: int, table: np.ndarray) -> np.ndarray:
@@ -358,6 +353,6 @@ def eval_full_dot(keys: DPFKeys, party: int, table: np.ndarray) -> np.ndarray:
     step = _key_step(p.domain_size)
     for lo in range(0, len(keys), step):
         leaves = expand(path[lo : lo + step])
-        e = convert_eval(leaves, keys.cw_out[lo : lo + step], b, ring_bits=p.ring_bits, tag=_tag_of(keys))[..., 0]
+        e = convert_eval(leaves, keys.cw_out[lo : lo + step], b, ring_bits=p.ring_bits, tag=DEFAULT_TAG)[..., 0]
         out[lo : lo + step] = ring_matmul(e, table, p.ring_bits)
     return out

@@ -18,19 +18,19 @@ from secemb.models.optim import AdamConfig, adam_update
 from secemb.models.presets import PAPER_M_PRIME, PRESETS, Preset, get_preset
 
 __all__ = [
+    "MODELS",
+    "PAPER_M_PRIME",
+    "PRESETS",
+    "AdamConfig",
+    "MatrixFactorization",
+    "Preset",
     "RecModel",
     "StepResult",
-    "UserStore",
     "UserState",
-    "MatrixFactorization",
-    "AdamConfig",
+    "UserStore",
     "adam_update",
-    "Preset",
-    "PRESETS",
-    "PAPER_M_PRIME",
-    "get_preset",
-    "MODELS",
     "get_model",
+    "get_preset",
     "register_model",
 ]
 

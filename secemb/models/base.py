@@ -36,7 +36,7 @@ from secemb.models.optim import AdamConfig, adam_update
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["RecModel", "StepResult", "UserStore", "UserState"]
+__all__ = ["RecModel", "StepResult", "UserState", "UserStore"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class UserStore:
 class UserState:
     """One device's private parameters and optimizer; ``params`` is a writable view."""
 
-    __slots__ = ("_store", "user", "params")
+    __slots__ = ("_store", "params", "user")
 
     def __init__(self, store: UserStore, user: int) -> None:
         self._store = store

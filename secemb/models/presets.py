@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["Preset", "PRESETS", "PAPER_M_PRIME", "get_preset"]
+__all__ = ["PAPER_M_PRIME", "PRESETS", "Preset", "get_preset"]
 
 
 @dataclass(frozen=True)

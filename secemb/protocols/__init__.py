@@ -21,14 +21,14 @@ from secemb.errors import InvalidParameters
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
 
 __all__ = [
+    "PROTOCOLS",
     "Protocol",
     "RoundConfig",
     "ServerRole",
     "UserRole",
-    "PROTOCOLS",
+    "available_protocols",
     "get_protocol",
     "register_protocol",
-    "available_protocols",
 ]
 
 #: name -> "module:attribute" of a callable ``factory(**opts) -> Protocol`` (a class works).

@@ -34,7 +34,7 @@ from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
 from secemb.randomness import RandomBytes
 
-__all__ = ["PlaintextProtocol", "PlaintextUser", "PlaintextServer"]
+__all__ = ["PlaintextProtocol", "PlaintextServer", "PlaintextUser"]
 
 _NAME = "plaintext"
 _U32 = np.dtype(np.uint32)

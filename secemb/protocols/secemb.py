@@ -23,6 +23,7 @@ the public round parameters.
 
 from __future__ import annotations
 
+import numbers
 import struct
 
 import numpy as np
@@ -39,6 +40,14 @@ __all__ = ["SecEmbProtocol", "SecEmbUser", "SecEmbServer"]
 
 _NAME = "secemb"
 _U64 = struct.Struct("<Q")
+
+
+def _check_user(user_id: object) -> int:
+    """User ids are packed as ``u64`` into the aggregate share: reject anything else up front,
+    not when the round is being closed."""
+    if isinstance(user_id, bool) or not isinstance(user_id, numbers.Integral) or not 0 <= user_id < 1 << 64:
+        raise InvalidParameters(f"user id must be an int in [0, 2^64), got {user_id!r}")
+    return int(user_id)
 
 
 def _key_params(config: RoundConfig) -> fss.DPFParams:
@@ -149,6 +158,7 @@ class SecEmbServer(ServerRole):
 
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
         cfg = self._cfg()
+        user_id = _check_user(user_id)
         if user_id in self._prepared or user_id in self._uploaded:
             raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
         body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id, request_bytes(cfg))
@@ -169,6 +179,7 @@ class SecEmbServer(ServerRole):
 
     def handle_upload(self, user_id: int, message: bytes) -> None:
         cfg = self._cfg()
+        user_id = _check_user(user_id)
         if user_id in self._uploaded:
             raise ProtocolError(f"user {user_id} already uploaded in round {cfg.round_id}")
         prepared = self._prepared.get(user_id)

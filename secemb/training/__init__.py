@@ -26,19 +26,19 @@ from secemb.training.optimizer import ServerAdam
 from secemb.training.padding import PaddedRequest, pad_or_truncate
 
 __all__ = [
+    "STAGES",
+    "EpochStats",
     "Experiment",
-    "run_experiment",
+    "PaddedRequest",
+    "RoundStats",
+    "ServerAdam",
     "TrainConfig",
     "TrainResult",
-    "EpochStats",
-    "RoundStats",
     "VerificationError",
-    "train",
-    "secure_m_prime",
     "model_sha256",
-    "rmse",
-    "STAGES",
-    "ServerAdam",
-    "PaddedRequest",
     "pad_or_truncate",
+    "rmse",
+    "run_experiment",
+    "secure_m_prime",
+    "train",
 ]

@@ -43,19 +43,25 @@ from secemb.sharing import reconstruct, share
 from secemb.training import messages
 from secemb.training.optimizer import ServerAdam
 from secemb.training.padding import PaddedRequest, pad_or_truncate
-from secemb.transport.inprocess import DOWNLOAD, SERVER, UPLOAD, InProcessTransport, user_endpoint
+from secemb.transport.inprocess import (
+    DOWNLOAD,
+    SERVER,
+    UPLOAD,
+    InProcessTransport,
+    user_endpoint,
+)
 
 __all__ = [
-    "TrainConfig",
-    "TrainResult",
+    "STAGES",
     "EpochStats",
     "RoundStats",
+    "TrainConfig",
+    "TrainResult",
     "VerificationError",
-    "train",
-    "secure_m_prime",
     "model_sha256",
     "rmse",
-    "STAGES",
+    "secure_m_prime",
+    "train",
 ]
 
 STAGE_COUNT = "count"
@@ -333,6 +339,145 @@ class _UserRound:
     dense_ring: np.ndarray | None = None
 
 
+@dataclass
+class _Run:
+    """Everything a round needs from the run."""
+
+    model: RecModel
+    protocol: Protocol
+    tp: InProcessTransport
+    fp: FixedPoint
+    rng: np.random.Generator
+    per_user: Any
+    store: UserStore
+    server0: _Server
+    server1: _Server
+    m_prime: int
+    cfg: TrainConfig
+
+
+class _Round:
+    """One round: retrieval and upload per user, then aggregation, optimizer step and sync."""
+
+    def __init__(self, run: _Run, rc: RoundConfig, n_p: int) -> None:
+        self.run = run
+        self.rc = rc
+        self.n_p = n_p
+        self.user_s = 0.0
+        self.truncated = 0
+        self.losses: list[float] = []
+        fp, s0, s1 = run.fp, run.server0, run.server1
+        s0.busy = s1.busy = 0.0
+        # each server encodes its own copy of the public model
+        self.enc0 = fp.encode(s0.table)
+        s0.call(s0.role.begin_round, rc, self.enc0)
+        s1.call(s1.role.begin_round, rc, fp.encode(s1.table))
+        self.dense_msg = messages.encode_dense(rc.round_id, fp.encode(s0.dense), rc.ring_bits)
+        if run.cfg.verify:
+            self.direct_sparse = np.zeros((rc.num_items, rc.width), dtype=fp.dtype)
+            self.direct_dense = np.zeros(rc.dense_size, dtype=fp.dtype)
+
+    def retrieve(self, u: int) -> _UserRound:
+        """User ``u`` pads its request, retrieves its rows and the dense vector."""
+        run, rc = self.run, self.rc
+        tp, s0, s1 = run.tp, run.server0, run.server1
+        name = user_endpoint(u)
+        t = time.perf_counter()
+        items, ratings = run.per_user.of(u)
+        uniq, item_pos = _distinct(items)
+        req = pad_or_truncate(uniq, rc.m_prime, rc.num_items, run.rng)
+        role = run.protocol.make_user(rc)
+        q0, q1 = role.retrieval_request(req.indices)
+        self.user_s += time.perf_counter() - t
+        self.truncated += int(req.kept.size < uniq.size)
+        tp.send(name, S0, q0, stage=STAGE_RETRIEVAL)
+        tp.send(name, S1, q1, stage=STAGE_RETRIEVAL)
+        a0 = s0.call(s0.role.handle_retrieval, u, tp.recv(S0, name))
+        a1 = s1.call(s1.role.handle_retrieval, u, tp.recv(S1, name))
+        tp.send(S0, name, a0, stage=STAGE_RETRIEVAL)
+        tp.send(S1, name, a1, stage=STAGE_RETRIEVAL)
+        tp.send(S0, name, self.dense_msg, stage=STAGE_DENSE)
+        st = _UserRound(u, role, req, int(uniq.size), item_pos, ratings)
+        t = time.perf_counter()
+        st.rows_ring = role.retrieval_result(tp.recv(name, S0), tp.recv(name, S1))
+        st.dense_ring = messages.decode_dense(
+            tp.recv(name, S0), round_id=rc.round_id, dense_size=rc.dense_size, ring_bits=rc.ring_bits
+        )
+        self.user_s += time.perf_counter() - t
+        if run.cfg.verify:
+            expected = self.enc0[req.indices]
+            got = np.asarray(st.rows_ring)
+            if got.shape != expected.shape or got.dtype != expected.dtype:
+                raise VerificationError(
+                    f"round {rc.round_id}, user {u}: retrieved rows have dtype {got.dtype} "
+                    f"shape {got.shape}, expected {expected.dtype} {expected.shape}"
+                )
+            if not np.array_equal(got, expected):
+                first = int(np.flatnonzero(np.any(got != expected, axis=1))[0])
+                raise VerificationError(
+                    f"round {rc.round_id}, user {u}: retrieved row {first} (item "
+                    f"{int(req.indices[first])}) differs from the encoded table"
+                )
+        return st
+
+    def train_and_upload(self, st: _UserRound) -> None:
+        """Local step on the real rows, PadOrTruncEmb, encode, upload."""
+        run, rc = self.run, self.rc
+        tp, fp, s0, s1 = run.tp, run.fp, run.server0, run.server1
+        name = user_endpoint(st.user)
+        req = st.request
+        t = time.perf_counter()
+        rows = fp.decode(st.rows_ring[req.real_pos])
+        dense_u = fp.decode(st.dense_ring)
+        if req.kept.size == st.num_distinct:  # padded: kept = all, in order
+            pos, ratings = st.item_pos, st.ratings
+        else:  # truncated: ratings of the kept items, pointing at their rows
+            row_of = np.full(st.num_distinct, -1, dtype=np.int64)
+            row_of[req.kept] = np.arange(req.kept.size, dtype=np.int64)
+            pos = row_of[st.item_pos]
+            sel = pos >= 0
+            pos, ratings = pos[sel], st.ratings[sel]
+        step = run.model.local_step(rows, dense_u, run.store.state(st.user), pos, ratings)
+        grads = np.zeros((rc.m_prime, rc.width))
+        grads[req.real_pos] = step.row_grads
+        g_ring = fp.encode_clipped(grads, self.n_p)
+        d_ring = fp.encode_clipped(step.dense_grad, self.n_p)
+        up0, up1 = st.role.upload(g_ring, d_ring)
+        self.user_s += time.perf_counter() - t
+        self.losses.append(step.loss)
+        tp.send(name, S0, up0, stage=STAGE_UPLOAD)
+        tp.send(name, S1, up1, stage=STAGE_UPLOAD)
+        s0.call(s0.role.handle_upload, st.user, tp.recv(S0, name))
+        s1.call(s1.role.handle_upload, st.user, tp.recv(S1, name))
+        if run.cfg.verify:
+            np.add.at(self.direct_sparse, req.indices, g_ring)
+            self.direct_dense += d_ring
+
+    def finish(self, optimizer: ServerAdam) -> float:
+        """Aggregate, check, step the optimizer on server 0, sync server 1; return the
+        optimizer's (and model serialization's) seconds."""
+        run, rc = self.run, self.rc
+        tp, fp, s0, s1 = run.tp, run.fp, run.server0, run.server1
+        share1 = s1.call(s1.role.aggregate_share)
+        tp.send(S1, S0, share1, stage=STAGE_AGGREGATE)
+        sparse_sum, dense_sum = s0.call(s0.role.combine, tp.recv(S0, S1))
+        if run.cfg.verify:
+            _verify_sums(rc.round_id, sparse_sum, dense_sum, self.direct_sparse, self.direct_dense)
+        t = time.perf_counter()
+        g_table = fp.decode(np.asarray(sparse_sum)) / self.n_p
+        g_dense = fp.decode(np.asarray(dense_sum)) / self.n_p
+        optimizer.step(s0.table, s0.dense, g_table, g_dense)
+        sync = messages.encode_model(rc.round_id, s0.table, s0.dense)
+        opt_s = time.perf_counter() - t
+        tp.send(S0, S1, sync, stage=STAGE_SYNC)
+        s1.table, s1.dense = _decode_model(tp.recv(S1, S0), rc.round_id, rc.num_items, rc.width, rc.dense_size)
+        if run.cfg.verify and not (
+            np.array_equal(s1.table, s0.table) and np.array_equal(s1.dense, s0.dense)
+        ):
+            raise VerificationError(f"round {rc.round_id}: server 1's model differs after sync")
+        return opt_s
+
+
 def train(
     model: RecModel,
     protocol: Protocol,
@@ -442,9 +587,11 @@ def train(
     if on_start is not None:
         on_start(result_config)
 
-    totals = dict(up=0, down=0, s2s=0, user_s=0.0, s0=0.0, s1=0.0, opt=0.0, slower=0.0)
+    totals = {"up": 0, "down": 0, "s2s": 0, "user_s": 0.0, "s0": 0.0, "s1": 0.0, "opt": 0.0,
+              "slower": 0.0}
     participations = truncated = verified_rounds = round_id = 0
     epochs: list[EpochStats] = []
+    run = _Run(model, protocol, tp, fp, rng, per_user, store, server0, server1, m_prime, cfg)
 
     for epoch in range(1, cfg.epochs + 1):
         order = rng.permutation(active)
@@ -452,112 +599,15 @@ def train(
         for start in range(0, order.size, cfg.users_per_round):
             users = order[start : start + cfg.users_per_round]
             n_p = int(users.size)
-            rc = RoundConfig(round_id, m, width, dense_size, m_prime, cfg.ring_bits)
             tp.set_round(round_id)
-            server0.busy = server1.busy = 0.0
-            enc0 = fp.encode(server0.table)
-            enc1 = fp.encode(server1.table)
-            server0.call(server0.role.begin_round, rc, enc0)
-            server1.call(server1.role.begin_round, rc, enc1)
-            dense_msg = messages.encode_dense(round_id, fp.encode(server0.dense), cfg.ring_bits)
-            if cfg.verify:
-                direct_sparse = np.zeros((m, width), dtype=fp.dtype)
-                direct_dense = np.zeros(dense_size, dtype=fp.dtype)
-            user_s = 0.0
-            round_losses: list[float] = []
-
-            def retrieve(u: int) -> _UserRound:
-                nonlocal user_s, truncated
-                name = user_endpoint(u)
-                t = time.perf_counter()
-                items, ratings = per_user.of(u)
-                uniq, item_pos = _distinct(items)
-                req = pad_or_truncate(uniq, m_prime, m, rng)
-                role = protocol.make_user(rc)
-                q0, q1 = role.retrieval_request(req.indices)
-                user_s += time.perf_counter() - t
-                truncated += int(req.kept.size < uniq.size)
-                tp.send(name, S0, q0, stage=STAGE_RETRIEVAL)
-                tp.send(name, S1, q1, stage=STAGE_RETRIEVAL)
-                a0 = server0.call(server0.role.handle_retrieval, u, tp.recv(S0, name))
-                a1 = server1.call(server1.role.handle_retrieval, u, tp.recv(S1, name))
-                tp.send(S0, name, a0, stage=STAGE_RETRIEVAL)
-                tp.send(S1, name, a1, stage=STAGE_RETRIEVAL)
-                tp.send(S0, name, dense_msg, stage=STAGE_DENSE)
-                st = _UserRound(u, role, req, int(uniq.size), item_pos, ratings)
-                t = time.perf_counter()
-                st.rows_ring = role.retrieval_result(tp.recv(name, S0), tp.recv(name, S1))
-                st.dense_ring = messages.decode_dense(
-                    tp.recv(name, S0), round_id=round_id, dense_size=dense_size, ring_bits=cfg.ring_bits
-                )
-                user_s += time.perf_counter() - t
-                if cfg.verify and not np.array_equal(st.rows_ring, enc0[req.indices]):
-                    bad = int(np.flatnonzero(np.any(st.rows_ring != enc0[req.indices], axis=1))[0])
-                    raise VerificationError(
-                        f"round {round_id}, user {u}: retrieved row {bad} (item "
-                        f"{int(req.indices[bad])}) differs from the encoded table"
-                    )
-                return st
-
-            def train_and_upload(st: _UserRound) -> None:
-                nonlocal user_s
-                name = user_endpoint(st.user)
-                req = st.request
-                t = time.perf_counter()
-                rows = fp.decode(st.rows_ring[req.real_pos])
-                dense_u = fp.decode(st.dense_ring)
-                if req.kept.size == st.num_distinct:  # padded: kept = all, in order
-                    pos, ratings = st.item_pos, st.ratings
-                else:  # truncated: ratings of the kept items, pointing at their rows
-                    row_of = np.full(st.num_distinct, -1, dtype=np.int64)
-                    row_of[req.kept] = np.arange(req.kept.size, dtype=np.int64)
-                    pos = row_of[st.item_pos]
-                    sel = pos >= 0
-                    pos, ratings = pos[sel], st.ratings[sel]
-                step = model.local_step(rows, dense_u, store.state(st.user), pos, ratings)
-                grads = np.zeros((m_prime, width))
-                grads[req.real_pos] = step.row_grads
-                g_ring = fp.encode_clipped(grads, n_p)
-                d_ring = fp.encode_clipped(step.dense_grad, n_p)
-                up0, up1 = st.role.upload(g_ring, d_ring)
-                user_s += time.perf_counter() - t
-                round_losses.append(step.loss)
-                tp.send(name, S0, up0, stage=STAGE_UPLOAD)
-                tp.send(name, S1, up1, stage=STAGE_UPLOAD)
-                server0.call(server0.role.handle_upload, st.user, tp.recv(S0, name))
-                server1.call(server1.role.handle_upload, st.user, tp.recv(S1, name))
-                if cfg.verify:
-                    np.add.at(direct_sparse, req.indices, g_ring)
-                    direct_dense[...] += d_ring
-
+            rnd = _Round(run, RoundConfig(round_id, m, width, dense_size, m_prime, cfg.ring_bits), n_p)
             if cfg.schedule == "interleaved":
                 for u in users:
-                    train_and_upload(retrieve(int(u)))
+                    rnd.train_and_upload(rnd.retrieve(int(u)))
             else:
-                for st in [retrieve(int(u)) for u in users]:
-                    train_and_upload(st)
-
-            share1 = server1.call(server1.role.aggregate_share)
-            tp.send(S1, S0, share1, stage=STAGE_AGGREGATE)
-            sparse_sum, dense_sum = server0.call(server0.role.combine, tp.recv(S0, S1))
-            if cfg.verify:
-                _verify_sums(round_id, sparse_sum, dense_sum, direct_sparse, direct_dense)
-
-            t = time.perf_counter()
-            g_table = fp.decode(np.asarray(sparse_sum)) / n_p
-            g_dense = fp.decode(np.asarray(dense_sum)) / n_p
-            optimizer.step(server0.table, server0.dense, g_table, g_dense)
-            sync = messages.encode_model(round_id, server0.table, server0.dense)
-            opt_s = time.perf_counter() - t
-            tp.send(S0, S1, sync, stage=STAGE_SYNC)
-            server1.table, server1.dense = _decode_model(
-                tp.recv(S1, S0), round_id, m, width, dense_size
-            )
-            if cfg.verify and not (
-                np.array_equal(server1.table, server0.table)
-                and np.array_equal(server1.dense, server0.dense)
-            ):
-                raise VerificationError(f"round {round_id}: server 1's model differs after sync")
+                for st in [rnd.retrieve(int(u)) for u in users]:
+                    rnd.train_and_upload(st)
+            opt_s = rnd.finish(optimizer)
 
             up = tp.total_bytes(round_id=round_id, direction=UPLOAD)
             down = tp.total_bytes(round_id=round_id, direction=DOWNLOAD)
@@ -567,19 +617,20 @@ def train(
             totals["up"] += up
             totals["down"] += down
             totals["s2s"] += s2s
-            totals["user_s"] += user_s
+            totals["user_s"] += rnd.user_s
             totals["s0"] += server0.busy
             totals["s1"] += server1.busy
             totals["slower"] += max(server0.busy, server1.busy)
             totals["opt"] += opt_s
             participations += n_p
+            truncated += rnd.truncated
             verified_rounds += int(cfg.verify)
-            epoch_losses.extend(round_losses)
+            epoch_losses.extend(rnd.losses)
             if on_round is not None:
                 on_round(
                     RoundStats(
-                        round_id, epoch, n_p, up, down, s2s, user_s, server0.busy,
-                        server1.busy, opt_s, cfg.verify, float(np.mean(round_losses)),
+                        round_id, epoch, n_p, up, down, s2s, rnd.user_s, server0.busy,
+                        server1.busy, opt_s, cfg.verify, float(np.mean(rnd.losses)),
                     )
                 )
             round_id += 1

@@ -39,12 +39,12 @@ from secemb.errors import InvalidMessage, InvalidParameters
 
 __all__ = [
     "VERSION",
-    "encode_model",
-    "decode_model",
-    "encode_dense",
-    "decode_dense",
-    "encode_count",
     "decode_count",
+    "decode_dense",
+    "decode_model",
+    "encode_count",
+    "encode_dense",
+    "encode_model",
 ]
 
 MAGIC = b"SETR"

@@ -19,12 +19,12 @@ from secemb.transport.inprocess import (
 )
 
 __all__ = [
-    "InProcessTransport",
-    "TrafficRecord",
-    "SERVERS",
-    "UPLOAD",
     "DOWNLOAD",
     "SERVER",
-    "user_endpoint",
+    "SERVERS",
+    "UPLOAD",
+    "InProcessTransport",
+    "TrafficRecord",
     "parse_endpoint",
+    "user_endpoint",
 ]

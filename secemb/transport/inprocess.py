@@ -22,21 +22,21 @@ from __future__ import annotations
 
 import numbers
 import re
-from types import EllipsisType
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from types import EllipsisType
 
 from secemb.errors import InvalidParameters, ProtocolError
 
 __all__ = [
-    "InProcessTransport",
-    "TrafficRecord",
-    "SERVERS",
-    "UPLOAD",
     "DOWNLOAD",
     "SERVER",
-    "user_endpoint",
+    "SERVERS",
+    "UPLOAD",
+    "InProcessTransport",
+    "TrafficRecord",
     "parse_endpoint",
+    "user_endpoint",
 ]
 
 SERVERS = ("server0", "server1")

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from secemb.data import DataFormatError, download_movielens, load_dataset
-from secemb.data import movielens
+from secemb.data import DataFormatError, download_movielens, load_dataset, movielens
 from secemb.errors import InvalidParameters
 
 RATINGS_DAT = b"1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n"
@@ -57,12 +56,14 @@ def _pin(monkeypatch, name: str, payload: bytes, **changes) -> movielens.Archive
 
 
 def _ml1m_zip() -> bytes:
-    return _zip({
-        "ml-1m/ratings.dat": RATINGS_DAT,
-        "ml-1m/movies.dat": b"1193::One Flew Over the Cuckoo's Nest (1975)::Drama\n",
-        "ml-1m/README": b"research use only\n",
-        "ml-1m/../../evil.txt": b"never extracted\n",
-    })
+    return _zip(
+        {
+            "ml-1m/ratings.dat": RATINGS_DAT,
+            "ml-1m/movies.dat": b"1193::One Flew Over the Cuckoo's Nest (1975)::Drama\n",
+            "ml-1m/README": b"research use only\n",
+            "ml-1m/../../evil.txt": b"never extracted\n",
+        }
+    )
 
 
 def test_archive_table():
@@ -71,7 +72,12 @@ def test_archive_table():
         assert arch.url == f"https://files.grouplens.org/datasets/movielens/{name}.zip"
         assert arch.zip_md5 is not None and len(arch.zip_md5) == 32
     counts = {k: a.ratings_lines for k, a in movielens.ARCHIVES.items()}
-    assert counts == {"ml-100k": 100_000, "ml-1m": 1_000_209, "ml-10m": 10_000_054, "ml-25m": 25_000_095}
+    assert counts == {
+        "ml-100k": 100_000,
+        "ml-1m": 1_000_209,
+        "ml-10m": 10_000_054,
+        "ml-25m": 25_000_095,
+    }
     assert movielens.ARCHIVES["ml-100k"].ratings_sha256 == (
         "06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490"
     )
@@ -86,7 +92,11 @@ def test_download_extracts_verified_files(tmp_path, monkeypatch):
     assert path == tmp_path / "data" / "ml-1m" / "ratings.dat"
     assert path.read_bytes() == RATINGS_DAT
     assert sorted(os.listdir(tmp_path / "data")) == ["ml-1m"]  # no temp folder, no zip
-    assert sorted(os.listdir(tmp_path / "data" / "ml-1m")) == ["README", "movies.dat", "ratings.dat"]
+    assert sorted(os.listdir(tmp_path / "data" / "ml-1m")) == [
+        "README",
+        "movies.dat",
+        "ratings.dat",
+    ]
     assert not any(p.name == "evil.txt" for p in tmp_path.rglob("*"))
     data = load_dataset("ml-1m", tmp_path / "data")
     assert (len(data), data.num_users, data.num_items) == (3, 2, 2)
@@ -120,9 +130,17 @@ def _assert_nothing_left(root: Path) -> None:
 @pytest.mark.parametrize("which", ["zip_md5", "zip_sha256"])
 def test_wrong_zip_digest_is_rejected_and_nothing_left(tmp_path, monkeypatch, which):
     payload = _ml1m_zip()
-    _pin(monkeypatch, "ml-1m", payload, ratings_lines=3, **{which: "0" * (32 if which == "zip_md5" else 64)})
+    _pin(
+        monkeypatch,
+        "ml-1m",
+        payload,
+        ratings_lines=3,
+        **{which: "0" * (32 if which == "zip_md5" else 64)},
+    )
     algo = "MD5" if which == "zip_md5" else "SHA-256"
-    with pytest.raises(DataFormatError, match=f"{algo} of https://files.grouplens.org/.*ml-1m.zip is"):
+    with pytest.raises(
+        DataFormatError, match=f"{algo} of https://files.grouplens.org/.*ml-1m.zip is"
+    ):
         download_movielens("ml-1m", tmp_path, fetch=FakeFetch(payload))
     _assert_nothing_left(tmp_path)
 

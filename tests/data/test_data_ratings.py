@@ -51,7 +51,9 @@ def test_rating_data_accepts_empty():
 )
 def test_rating_data_rejects_bad_arrays(field, value, message):
     kwargs = dict(
-        name="t", num_users=2, num_items=3,
+        name="t",
+        num_users=2,
+        num_items=3,
         users=np.array([0, 1, 1], dtype=np.int64),
         items=np.array([2, 0, 1], dtype=np.int64),
         ratings=np.array([1, 2, 3], dtype=np.float32),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
@@ -30,7 +30,7 @@ def ref_fixed_key(name: str) -> bytes:
     return hashlib.sha256(b"secemb/fss/" + name.encode()).digest()[:16]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cipher(name: str) -> Cipher:
     return Cipher(algorithms.AES(ref_fixed_key(name)), modes.ECB())
 
@@ -101,7 +101,13 @@ def ref_parse(data: bytes) -> RefBatch:
         outs.append(row)
     assert off == len(data), (off, len(data))
     keys = [
-        RefKey(roots[i], [s & ~1 for s in seeds[i]], [s & 1 for s in seeds[i]], trs[i], outs[i])
+        RefKey(
+            roots[i],
+            [s & ~1 for s in seeds[i]],
+            [s & 1 for s in seeds[i]],
+            trs[i],
+            outs[i],
+        )
         for i in range(count)
     ]
     return RefBatch(kind, party, ring, m, width, keys)
@@ -122,12 +128,19 @@ def ref_leaf(key: RefKey, n: int, x: int) -> int:
 
 def ref_convert(word: int, width: int, ring_bits: int, tag: str) -> list[int]:
     blocks = -(-width * ring_bits // 128)
-    raw = b"".join(ref_mmo("convert/" + tag, word ^ (j << 64)).to_bytes(16, "little") for j in range(blocks))
+    raw = b"".join(
+        ref_mmo("convert/" + tag, word ^ (j << 64)).to_bytes(16, "little")
+        for j in range(blocks)
+    )
     item = ring_bits // 8
-    return [int.from_bytes(raw[i * item : (i + 1) * item], "little") for i in range(width)]
+    return [
+        int.from_bytes(raw[i * item : (i + 1) * item], "little") for i in range(width)
+    ]
 
 
-def ref_share(word: int, cw: list[int], party: int, ring_bits: int, tag: str) -> list[int]:
+def ref_share(
+    word: int, cw: list[int], party: int, ring_bits: int, tag: str
+) -> list[int]:
     mod = 1 << ring_bits
     t = word & 1
     conv = ref_convert(word, len(cw), ring_bits, tag)

@@ -29,7 +29,9 @@ def point_function(alphas: np.ndarray, betas: np.ndarray, m: int) -> np.ndarray:
     return out
 
 
-def random_ring(gen: np.random.Generator, shape: tuple[int, ...], ring_bits: int) -> np.ndarray:
+def random_ring(
+    gen: np.random.Generator, shape: tuple[int, ...], ring_bits: int
+) -> np.ndarray:
     dt = ring_dtype(ring_bits)
     return gen.integers(0, np.iinfo(dt).max, shape, dtype=dt, endpoint=True)
 
@@ -53,7 +55,10 @@ class DPFCase:
 
 
 def domain_sizes(max_size: int = 300) -> st.SearchStrategy[int]:
-    return st.one_of(st.sampled_from([m for m in EDGE_DOMAINS if m <= max_size]), st.integers(1, max_size))
+    return st.one_of(
+        st.sampled_from([m for m in EDGE_DOMAINS if m <= max_size]),
+        st.integers(1, max_size),
+    )
 
 
 def ring_bits() -> st.SearchStrategy[int]:
@@ -77,6 +82,8 @@ def dpf_cases(
     k = draw(st.integers(min_keys, max_keys))
     d = draw(st.integers(1, max_width))
     rb = draw(ring_bits())
-    alphas = np.array(draw(st.lists(st.integers(0, m - 1), min_size=k, max_size=k)), dtype=np.int64)
+    alphas = np.array(
+        draw(st.lists(st.integers(0, m - 1), min_size=k, max_size=k)), dtype=np.int64
+    )
     betas = draw(hnp.arrays(ring_dtype(rb), (k, d)))
     return DPFCase(m, rb, alphas, betas, draw(seeds()))
