@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["RandomBytes", "system_rng", "CtrDrbg", "random_words"]
+__all__ = ["RandomBytes", "system_rng", "CtrDrbg", "random_words", "expand_seed"]
 
 RandomBytes = Callable[[int], bytes]
 
@@ -57,3 +57,13 @@ def random_words(rng: RandomBytes, shape: tuple[int, ...], dtype: np.dtype | typ
     dt = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     return np.frombuffer(rng(count * dt.itemsize), dtype=dt).reshape(shape).copy()
+
+
+def expand_seed(seed: bytes, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+    """The pseudorandom array of ``shape`` and unsigned ``dtype`` that a 16-byte secret
+    ``seed`` stands for (AES-256-CTR under ``SHA-256(seed)``, :class:`CtrDrbg`).  Two parties
+    holding the same seed expand it to the same array; a party without it sees uniform
+    values."""
+    if len(seed) != 16:
+        raise InvalidParameters(f"seed must be 16 bytes, got {len(seed)}")
+    return random_words(CtrDrbg(bytes(seed)), shape, dtype)

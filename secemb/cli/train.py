@@ -27,12 +27,18 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="synthetic, ml-100k, ml-1m, ml-10m, ml-25m, or synthetic-<name>."),
         ] = "synthetic",
         data_dir: Annotated[
-            Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files.")
+            Path | None,
+            typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files."),
         ] = None,
         download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
         model: Annotated[str, typer.Option(help="Recommender model.")] = "mf",
         protocol: Annotated[str, typer.Option(help="secemb or plaintext.")] = "secemb",
-        epochs: Annotated[int, typer.Option(min=1, help="Passes over the users.")] = 5,
+        epochs: Annotated[
+            int,
+            typer.Option(
+                min=1, help="Passes over the users (one SecEmb epoch on synthetic: ~1 min)."
+            ),
+        ] = 1,
         users_per_round: Annotated[int, typer.Option(min=1, help="Users per round.")] = 100,
         m_prime: Annotated[
             int | None,
@@ -48,11 +54,15 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
         lr: Annotated[float | None, typer.Option(help="Adam step size (default: preset).")] = None,
         reg: Annotated[float | None, typer.Option(help="L2 weight (default: preset).")] = None,
-        dim: Annotated[int | None, typer.Option(min=1, help="Embedding size (default: preset).")] = None,
+        dim: Annotated[
+            int | None, typer.Option(min=1, help="Embedding size (default: preset).")
+        ] = None,
         ring_bits: Annotated[int, typer.Option(help="Ring Z_{2^k}: 32 or 64.")] = 32,
         lazy_adam: Annotated[
             bool,
-            typer.Option("--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient."),
+            typer.Option(
+                "--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient."
+            ),
         ] = True,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     ) -> None:
@@ -116,15 +126,21 @@ def register(app: typer.Typer) -> None:
             task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status="")
 
         def on_round(r: Any) -> None:
-            progress.update(task["id"], advance=1, status=f"epoch {r.epoch} loss {r.train_loss:.4f}")
+            progress.update(
+                task["id"], advance=1, status=f"epoch {r.epoch} loss {r.train_loss:.4f}"
+            )
 
         def on_epoch(e: Any) -> None:
             shown = "n/a" if e.test_rmse is None else f"{e.test_rmse:.4f}"
-            progress.console.print(f"epoch {e.epoch:4d}  test RMSE {shown}  train loss {e.train_loss:.4f}")
+            progress.console.print(
+                f"epoch {e.epoch:4d}  test RMSE {shown}  train loss {e.train_loss:.4f}"
+            )
 
         try:
             with progress:
-                result = run_experiment(exp, on_start=on_start, on_round=on_round, on_epoch=on_epoch)
+                result = run_experiment(
+                    exp, on_start=on_start, on_round=on_round, on_epoch=on_epoch
+                )
         except VerificationError as exc:
             console.print(f"[red]verification failed:[/red] {exc}")
             raise typer.Exit(1) from None
@@ -141,13 +157,19 @@ def register(app: typer.Typer) -> None:
         s2s = result.server_bytes_per_round
         table.add_row("server <-> server / round", f"{s2s:,.0f} B ({_mb(s2s)} MB)")
         if result.count_bytes_per_user:
-            table.add_row("Eq. 11 count upload / user (once)", f"{result.count_bytes_per_user:,.0f} B")
+            table.add_row(
+                "Eq. 11 count upload / user (once)", f"{result.count_bytes_per_user:,.0f} B"
+            )
         table.add_row("user compute / round", f"{result.user_ms_per_round:.3f} ms")
-        table.add_row("server compute / round (slower server)", f"{result.server_s_per_round:.4f} s")
+        table.add_row(
+            "server compute / round (slower server)", f"{result.server_s_per_round:.4f} s"
+        )
         table.add_row("rounds", str(result.rounds))
         table.add_row("verified rounds", str(result.verified_rounds))
         final = result.final_rmse
-        table.add_row("final test RMSE", "n/a" if final is None or math.isnan(final) else f"{final:.4f}")
+        table.add_row(
+            "final test RMSE", "n/a" if final is None or math.isnan(final) else f"{final:.4f}"
+        )
         table.add_row("wall time", f"{result.wall_s:.1f} s")
         table.add_row("model sha256", result.model_sha256[:16] + "...")
         console.print(table)

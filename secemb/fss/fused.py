@@ -41,37 +41,70 @@ RETRIEVAL_TAG = "secemb/retrieval"
 AGGREGATION_TAG = "secemb/aggregation"
 
 
+#: domain points per slice when applying correction words (bounds temporary memory)
+APPLY_SLICE = 1 << 13
+
+
 @dataclass(eq=False)
 class PreparedAggregation:
     """A server's leaf summary of one user's keys, waiting for aggregation correction words.
+
+    The share for correction words ``CW`` is ``signed_conv() + apply_bits(CW)``
+    (:meth:`apply`); a server may fold :meth:`signed_conv` into a running aggregate at once and
+    keep only the control bits (:meth:`without_conv`).
 
     Attributes
     ----------
     party: 0 or 1.
     ring_bits: 32 or 64.
-    t: uint8 (K, m), control bits at every leaf.
-    conv_sum: ring (m, w), ``sum_i Convert_agg(s[i, j])``.
+    domain_size: ``m``.
+    width: ``w``, the aggregation payload width.
+    t_bits: uint8 (K, ceil(m / 8)), the control bits at every leaf, packed (numpy
+        ``packbits``, big bit order).
+    conv_sum: ring (m, w), ``sum_i Convert_agg(s[i, j])``, or ``None`` once detached.
     """
 
     party: int
     ring_bits: int
-    t: np.ndarray
-    conv_sum: np.ndarray
+    domain_size: int
+    width: int
+    t_bits: np.ndarray
+    conv_sum: np.ndarray | None
+
+    def signed_conv(self) -> np.ndarray:
+        """``(-1)^b sum_i Convert_agg(s[i, j])``: ring (m, w)."""
+        if self.conv_sum is None:
+            raise InvalidParameters("the conversion sum was detached from this summary")
+        return -self.conv_sum if self.party else self.conv_sum.copy()
+
+    def without_conv(self) -> PreparedAggregation:
+        """The same summary without its conversion sum (control bits only)."""
+        return PreparedAggregation(self.party, self.ring_bits, self.domain_size, self.width, self.t_bits, None)
+
+    def apply_bits(self, cw: np.ndarray) -> np.ndarray:
+        """``(-1)^b sum_i t[i, j] CW[i]``: ring (m, w), for ``cw`` ring (K, w).  Temporary
+        memory is bounded by slicing the domain."""
+        k, m, dtype = self.t_bits.shape[0], self.domain_size, ring_dtype(self.ring_bits)
+        if cw.dtype != dtype or cw.shape != (k, self.width):
+            raise InvalidParameters(
+                f"correction words must be {dtype} of shape ({k}, {self.width}), got {cw.dtype} {cw.shape}"
+            )
+        out = np.zeros((m, self.width), dtype)
+        for j0 in range(0, m, APPLY_SLICE):
+            j1 = min(j0 + APPLY_SLICE, m)
+            t = np.unpackbits(self.t_bits[:, j0 // 8 : -(-j1 // 8)], axis=1)[:, : j1 - j0]
+            out[j0:j1] = ring_matmul(t.T, cw, self.ring_bits, a_bits=1)
+        if self.party:
+            np.negative(out, out=out)
+        return out
 
     def apply(self, cw: np.ndarray) -> np.ndarray:
         """This server's share (ring (m, w)) of ``sum_i f_i`` for correction words ``cw``
         (ring (K, w)): the point functions ``f_i`` have the retrieval paths and payloads
         ``beta_i`` that ``cw`` encodes."""
-        k, m = self.t.shape
-        if cw.dtype != ring_dtype(self.ring_bits) or cw.shape != (k, self.conv_sum.shape[1]):
-            raise InvalidParameters(
-                f"correction words must be {ring_dtype(self.ring_bits)} of shape "
-                f"({k}, {self.conv_sum.shape[1]}), got {cw.dtype} {cw.shape}"
-            )
-        out = self.conv_sum + ring_matmul(self.t.T, cw, self.ring_bits, a_bits=1)
-        if self.party:
-            np.negative(out, out=out)
-        return out
+        bits = self.apply_bits(cw)
+        bits += self.signed_conv()
+        return bits
 
 
 def _check_inputs(path: PathKeys, party: int, retrieval_cw: np.ndarray, dtype: np.dtype, agg_width: int) -> int:
@@ -162,7 +195,9 @@ def retrieve_and_prepare(
         retrieval_tag, aggregation_tag,
     )
     answers = ring_matmul(e[:, :m], table, ring_bits)
-    prepared = PreparedAggregation(b, ring_bits, np.ascontiguousarray(t[:, :m]), np.ascontiguousarray(conv_sum[:m]))
+    prepared = PreparedAggregation(
+        b, ring_bits, m, agg_width, np.packbits(t[:, :m], axis=1), np.ascontiguousarray(conv_sum[:m])
+    )
     return answers, prepared
 
 
@@ -208,17 +243,16 @@ def retrieve_and_prepare_buckets(
     return answers, np.ascontiguousarray(t[:, :big_m]), conv.reshape(k, mp, agg_width)[:, :big_m]
 
 
-def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray, cw: np.ndarray) -> np.ndarray:
+def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.ndarray) -> np.ndarray:
     """Aggregation shares in bucket form: ``(-1)^b (conv + t * CW)``, ring (B, M, w).
 
-    ``t`` uint8 (B, M) and ``conv`` ring (B, M, w) from :func:`retrieve_and_prepare_buckets`;
-    ``cw`` ring (B, w) of the same dtype."""
-    if cw.dtype != conv.dtype or cw.shape != (conv.shape[0], conv.shape[2]):
-        raise InvalidParameters(
-            f"correction words must be {conv.dtype} of shape ({conv.shape[0]}, {conv.shape[2]}), "
-            f"got {cw.dtype} {cw.shape}"
-        )
-    out = conv + t.astype(cw.dtype)[:, :, None] * cw[:, None, :]
+    ``t`` uint8 (B, M) and ``conv`` ring (B, M, w) (or ``None`` for the control-bit part
+    only) from :func:`retrieve_and_prepare_buckets`; ``cw`` ring (B, w)."""
+    if cw.ndim != 2 or cw.shape[0] != t.shape[0] or (conv is not None and (cw.dtype != conv.dtype or cw.shape[1] != conv.shape[2])):
+        raise InvalidParameters(f"correction words of shape {cw.shape} do not match control bits {t.shape}")
+    out = t.astype(cw.dtype)[:, :, None] * cw[:, None, :]
+    if conv is not None:
+        out += conv
     if party:
         np.negative(out, out=out)
     return out

@@ -9,7 +9,8 @@ Serialized batch (all integers little-endian)::
     header (24 bytes)
       magic        4  b"SEDK"
       version      1  = 1
-      kind         1  1 = full key (path + output correction word), 2 = path part only
+      kind         1  1 = full key (path + output correction word), 2 = path part only,
+                      3 = shared part (a full key without its roots; party field 0)
       party        1  0 or 1
       ring_bits    1  32 or 64 (0 for a path part)
       domain_size  8  m >= 1
@@ -22,7 +23,9 @@ Serialized batch (all integers little-endian)::
       cw_out       K * d * ring_bits/8  output correction word (full keys only)
 
 ``n = ceil(log2 m)`` is the tree depth.  One key takes ``16 + 16 n + ceil(n/8) + d k/8``
-bytes; a batch ``24 + K`` times that.
+bytes; a batch ``24 + K`` times that.  Both parties' keys share every field but the roots:
+the *shared part* (kind 3) is a full batch without its ``roots`` field, and
+:meth:`DPFKeys.from_shared` rebuilds either party's keys from it and that party's roots.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ KEY_MAGIC = b"SEDK"
 KEY_VERSION = 1
 _KIND_FULL = 1
 _KIND_PATH = 2
+_KIND_SHARED = 3
 _HEADER = struct.Struct("<4sBBBBQII")
 HEADER_BYTES = _HEADER.size  # 24
 _MAX_DOMAIN = 1 << 40
@@ -220,6 +224,38 @@ class DPFKeys:
         head = _pack_header(_KIND_FULL, self.party, p.ring_bits, p, p.payload_width, len(self))
         out = self.cw_out.astype(p.dtype.newbyteorder("<")).tobytes()
         return head + b"".join(self.path._body()) + out
+
+    def shared_bytes(self) -> bytes:
+        """Serialize everything but the roots (kind 3): identical for both parties' keys."""
+        p = self.params
+        head = _pack_header(_KIND_SHARED, 0, p.ring_bits, p, p.payload_width, len(self))
+        out = self.cw_out.astype(p.dtype.newbyteorder("<")).tobytes()
+        return head + b"".join(self.path._body()[1:]) + out
+
+    @classmethod
+    def from_shared(cls, shared: bytes, roots: bytes, party: int, **expect: int) -> DPFKeys:
+        """Rebuild ``party``'s keys from a shared part and that party's serialized roots
+        (``16 K`` bytes); ``expect`` as for :meth:`from_bytes`.
+
+        Raises
+        ------
+        InvalidKey
+            Whatever is wrong with either input.
+        """
+        if party not in (0, 1):
+            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+        if not isinstance(shared, (bytes, bytearray, memoryview)) or not isinstance(roots, (bytes, bytearray, memoryview)):
+            raise TypeError("shared part and roots must be bytes")
+        shared = memoryview(shared).cast("B")
+        if len(shared) < HEADER_BYTES:
+            raise InvalidKey(f"shared part too short: {len(shared)} bytes")
+        magic, version, kind, p, ring, m, width, k = _HEADER.unpack_from(shared)
+        if kind != _KIND_SHARED or p != 0:
+            raise InvalidKey(f"not a shared key part (kind {kind}, party {p})")
+        if len(roots) != 16 * k:
+            raise InvalidKey(f"expected {16 * k} bytes of roots for {k} keys, got {len(roots)}")
+        head = _HEADER.pack(magic, version, _KIND_FULL, party, ring, m, width, k)
+        return cls.from_bytes(head + bytes(roots) + bytes(shared[HEADER_BYTES:]), party=party, **expect)
 
     @classmethod
     def from_bytes(

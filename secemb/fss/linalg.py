@@ -47,7 +47,11 @@ def ring_matmul(a: np.ndarray, b: np.ndarray, ring_bits: int, *, a_bits: int | N
     # per-term bound 2^(16 + min(16, a_bits)); at most min(la, lb) terms share a weight
     term_bits = _LIMB + min(_LIMB, a_bits or _LIMB)
     terms = min(la, lb)
-    step = max(1, (1 << 52) // (terms << term_bits))
+    # inner slices short enough for exact float64 sums and for limb temporaries of at most
+    # 2^23 float64 (64 MiB) per operand
+    batch = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), dtype=np.int64))
+    widest = max(1, la * batch * a.shape[-2], lb * batch * b.shape[-1])
+    step = max(1, min((1 << 52) // (terms << term_bits), (1 << 23) // widest))
     dtype = np.uint32 if ring_bits == 32 else np.uint64
     acc = None
     for lo in range(0, a.shape[-1], step):

@@ -73,9 +73,13 @@ class UserStore:
     def __init__(self, params: np.ndarray, optimizer: AdamConfig) -> None:
         params = np.array(params, dtype=np.float64, copy=True)
         if params.ndim != 2:
-            raise InvalidParameters(f"params must be 2-D (num_users, private_size), got {params.shape}")
+            raise InvalidParameters(
+                f"params must be 2-D (num_users, private_size), got {params.shape}"
+            )
         if not isinstance(optimizer, AdamConfig):
-            raise InvalidParameters(f"optimizer must be an AdamConfig, got {type(optimizer).__name__}")
+            raise InvalidParameters(
+                f"optimizer must be an AdamConfig, got {type(optimizer).__name__}"
+            )
         self.params = params
         self.optimizer = optimizer
         self._m = np.zeros_like(params)

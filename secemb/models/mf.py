@@ -126,7 +126,9 @@ class MatrixFactorization(RecModel):
         dense = np.asarray(dense, dtype=np.float64)
         n_rows = rows.shape[0]
         if rows.ndim != 2 or rows.shape[1] != self.sparse_width:
-            raise InvalidParameters(f"rows must have shape (n, {self.sparse_width}), got {rows.shape}")
+            raise InvalidParameters(
+                f"rows must have shape (n, {self.sparse_width}), got {rows.shape}"
+            )
         if dense.shape != (1,):
             raise InvalidParameters(f"dense must have shape (1,), got {dense.shape}")
         item_pos = np.asarray(item_pos, dtype=np.int64)

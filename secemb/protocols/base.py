@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.randomness import RandomBytes
 
 __all__ = ["RoundConfig", "UserRole", "ServerRole", "Protocol"]
@@ -44,8 +46,14 @@ class RoundConfig:
     num_items: ``m``, rows of the sparse table.
     width: columns of the sparse table (``d + 1`` for an embedding plus an item bias).
     dense_size: length of the flattened dense parameter vector.
-    m_prime: ``m'``, the public number of rows every user retrieves and uploads.
+    m_prime: ``m'``, the public bound on the rated items a user uses per round.
     ring_bits: 32 or 64.
+    layout: ``"full"`` -- every user requests exactly ``m'`` rows, each key over all ``m``
+        items (the paper); ``"cuckoo"`` -- every user requests one row per bucket of the
+        public cuckoo layout, ``num_buckets`` keys over the bucket domain
+        (:mod:`secemb.fss.cuckoo`).
+    num_buckets: ``B`` for the cuckoo layout (``>= m'``); 0 for the full layout.
+    layout_seed: public seed of the cuckoo hash functions.
     """
 
     round_id: int
@@ -54,6 +62,9 @@ class RoundConfig:
     dense_size: int
     m_prime: int
     ring_bits: int = 32
+    layout: str = "full"
+    num_buckets: int = 0
+    layout_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.round_id < 0:
@@ -70,11 +81,38 @@ class RoundConfig:
             )
         if self.ring_bits not in (32, 64):
             raise InvalidParameters(f"ring_bits must be 32 or 64, got {self.ring_bits}")
+        if self.layout == "full":
+            if self.num_buckets != 0:
+                raise InvalidParameters(f"num_buckets must be 0 for the full layout, got {self.num_buckets}")
+        elif self.layout == "cuckoo":
+            if self.num_buckets < max(self.m_prime, NUM_HASHES):
+                raise InvalidParameters(
+                    f"num_buckets must be >= max(m_prime, {NUM_HASHES}) = {max(self.m_prime, NUM_HASHES)}, "
+                    f"got {self.num_buckets}"
+                )
+        else:
+            raise InvalidParameters(f"layout must be 'full' or 'cuckoo', got {self.layout!r}")
+
+    @property
+    def slots(self) -> int:
+        """Rows a user requests (and keys it sends each server): ``m'`` or ``B``."""
+        return self.m_prime if self.layout == "full" else self.num_buckets
+
+    def cuckoo(self) -> CuckooLayout:
+        """The public cuckoo layout of this round (cached)."""
+        if self.layout != "cuckoo":
+            raise InvalidParameters("this round does not use the cuckoo layout")
+        return _layout(self.num_items, self.num_buckets, self.layout_seed)
 
     @property
     def dtype(self) -> np.dtype:
         """numpy dtype of ring elements."""
         return np.dtype(np.uint32 if self.ring_bits == 32 else np.uint64)
+
+
+@lru_cache(maxsize=8)
+def _layout(num_items: int, num_buckets: int, seed: int) -> CuckooLayout:
+    return CuckooLayout(num_items, num_buckets, seed)
 
 
 class UserRole(ABC):

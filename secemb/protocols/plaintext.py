@@ -78,7 +78,12 @@ class PlaintextUser(UserRole):
             raise ProtocolError("retrieval_result before retrieval_request, or twice")
         shape = (cfg.m_prime, cfg.width)
         body = open_message(
-            reply0, _NAME, "retrieval_reply", 0, cfg.round_id, shape[0] * shape[1] * cfg.dtype.itemsize
+            reply0,
+            _NAME,
+            "retrieval_reply",
+            0,
+            cfg.round_id,
+            shape[0] * shape[1] * cfg.dtype.itemsize,
         )
         open_message(reply1, _NAME, "retrieval_reply", 1, cfg.round_id, 0)
         rows, _ = read_array(body, 0, cfg.dtype, shape)
@@ -184,7 +189,12 @@ class PlaintextServer(ServerRole):
         else:
             sparse, dense = self._sparse, self._dense
         return frame(
-            _NAME, "aggregate_share", self.party, cfg.round_id, array_bytes(sparse), array_bytes(dense)
+            _NAME,
+            "aggregate_share",
+            self.party,
+            cfg.round_id,
+            array_bytes(sparse),
+            array_bytes(dense),
         )
 
     def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:

@@ -1,142 +1,207 @@
 """SecEmb (Algorithm 3 of the paper): private embedding retrieval and secure sparse
 aggregation with row-wise encoding and path sharing; dense parameters as additive shares.
 
-Per round and user (``m'`` rows, ``w = width`` columns, ``P = dense_size``):
+Per round and user, with ``S`` request slots (``m'`` in the full layout, ``B`` buckets in the
+cuckoo layout), row width ``w`` and dense size ``P``:
 
-* ``retrieval_request``: the user makes ``m'`` path keys for its (padded or truncated)
-  indices (:func:`~secemb.fss.gen_path`) and the retrieval output correction words for
-  payload 1; server ``b`` gets ``DPFKeys`` of party ``b``.
+* ``retrieval_request``: one path key per slot (:func:`~secemb.fss.gen_path`) and its
+  retrieval output correction word for payload 1 (0 for an empty cuckoo bucket); server
+  ``b`` gets the ``DPFKeys`` of party ``b``.
 * ``handle_retrieval``: the server walks every tree once
-  (:func:`~secemb.fss.fused.retrieve_and_prepare`), answers with its shares of the ``m'``
-  rows and keeps the leaf summary for the aggregation stage.
-* ``upload``: the user sends one aggregation correction word per row
-  (:func:`~secemb.fss.convert_gen` on the same path, a separate conversion tag) and an
-  additive share of its dense gradient.
-* ``handle_upload``: the server adds ``PreparedAggregation.apply(CW)`` to its sparse
-  aggregate and the dense share to its dense aggregate.
-* ``aggregate_share`` / ``combine``: server 1 sends its aggregates (and the sorted ids of the
-  users they include) to server 0, which checks both sets agree and reconstructs.
+  (:mod:`secemb.fss.fused`), answers with its shares of the ``S`` rows, folds the
+  payload-independent part of the aggregation share into its running aggregate and keeps
+  the control bits.
+* ``upload``: one aggregation correction word per slot (:func:`~secemb.fss.convert_gen` on the
+  same path, another conversion tag) and an additive share of the dense gradient.
+* ``handle_upload``: the server adds the control-bit part for those correction words.
+* ``aggregate_share`` / ``combine``: server 1 sends its aggregate and the sorted ids of the
+  users it includes to server 0, which checks that both sets agree and reconstructs.
+
+With ``relay=True`` the user sends every byte both servers would receive identically only
+once (see ``docs/security.md``): server 0 gets the full keys and forwards their shared part
+(everything but its roots) to server 1, which gets only its roots and two secret seeds from
+the user.  Server 1 returns its retrieval shares to server 0 masked by a stream of the first
+seed; server 0 adds its own and returns one array, from which the user removes the mask.  The
+aggregation correction words go to server 0 only and are forwarded; server 1's dense share
+is the expansion of the second seed.
 
 A server never sees an index, a row count or a gradient: every message has a size fixed by
-the public round parameters.
+the public round parameters.  A user that retrieved but never uploads is left out of the
+aggregate (its folded part is recomputed and removed) -- dropouts of Appendix L.2.
 """
 
 from __future__ import annotations
 
-import numbers
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError
-from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, PreparedAggregation, retrieve_and_prepare
+from secemb.fss.fused import (
+    AGGREGATION_TAG,
+    RETRIEVAL_TAG,
+    PreparedAggregation,
+    bucket_shares,
+    retrieve_and_prepare,
+    retrieve_and_prepare_buckets,
+)
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
-from secemb.randomness import RandomBytes, system_rng
+from secemb.randomness import RandomBytes, expand_seed, system_rng
 from secemb.sharing import reconstruct, share
 
 __all__ = ["SecEmbProtocol", "SecEmbUser", "SecEmbServer"]
 
 _NAME = "secemb"
 _U64 = struct.Struct("<Q")
+_SEED = 16
 
 
 def _check_user(user_id: object) -> int:
-    """User ids are packed as ``u64`` into the aggregate share: reject anything else up front,
-    not when the round is being closed."""
-    if isinstance(user_id, bool) or not isinstance(user_id, numbers.Integral) or not 0 <= user_id < 1 << 64:
+    if isinstance(user_id, bool) or not isinstance(user_id, (int, np.integer)) or not 0 <= user_id < 2**64:
         raise InvalidParameters(f"user id must be an int in [0, 2^64), got {user_id!r}")
     return int(user_id)
 
 
-def _key_params(config: RoundConfig) -> fss.DPFParams:
-    return fss.DPFParams(config.num_items, 1, config.ring_bits)
+def key_params(config: RoundConfig) -> fss.DPFParams:
+    """Parameters of a user's retrieval keys: over ``[0, m)`` or the bucket domain."""
+    domain = config.num_items if config.layout == "full" else config.cuckoo().bucket_size
+    return fss.DPFParams(domain, 1, config.ring_bits)
+
+
+def _key_expect(config: RoundConfig) -> dict[str, int]:
+    p = key_params(config)
+    return {"domain_size": p.domain_size, "count": config.slots, "payload_width": 1, "ring_bits": config.ring_bits}
 
 
 def request_bytes(config: RoundConfig) -> int:
-    """Body length of a retrieval request."""
-    return fss.keys.HEADER_BYTES + config.m_prime * _key_params(config).key_bytes
+    """Body length of a full-key retrieval request."""
+    return fss.keys.HEADER_BYTES + config.slots * key_params(config).key_bytes
 
 
-def upload_bytes(config: RoundConfig) -> int:
-    """Body length of an upload: aggregation correction words and the dense share."""
-    item = config.dtype.itemsize
-    return (config.m_prime * config.width + config.dense_size) * item
+def _rows_bytes(config: RoundConfig) -> int:
+    return config.slots * config.width * config.dtype.itemsize
+
+
+def _dense_bytes(config: RoundConfig) -> int:
+    return config.dense_size * config.dtype.itemsize
 
 
 class SecEmbUser(UserRole):
     """One user's side of one SecEmb round."""
 
-    def __init__(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> None:
+    def __init__(self, config: RoundConfig, *, relay: bool = False, _rng: RandomBytes | None = None) -> None:
         self.config = config
+        self.relay = relay
         self._rng = _rng or system_rng
         self._state: fss.GenState | None = None
+        self._real: np.ndarray | None = None
+        self._seeds: tuple[bytes, bytes] | None = None
+
+    def _alphas(self, slots: np.ndarray) -> np.ndarray:
+        """Key points: item ids (full layout) or positions inside each bucket (cuckoo)."""
+        cfg = self.config
+        real = slots >= 0
+        if cfg.layout == "full":
+            if not real.all():
+                raise InvalidParameters("the full layout has no empty slots (-1)")
+            return slots
+        layout = cfg.cuckoo()
+        alphas = np.zeros(cfg.slots, np.int64)  # empty buckets: any point, payload 0
+        alphas[real] = layout.positions(slots[real], np.flatnonzero(real))
+        return alphas
 
     def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
         cfg = self.config
-        idx = np.asarray(indices)
-        if idx.shape != (cfg.m_prime,):
-            raise InvalidParameters(f"indices must have shape ({cfg.m_prime},), got {idx.shape}")
+        slots = np.asarray(indices)
+        if slots.shape != (cfg.slots,):
+            raise InvalidParameters(f"indices must have shape ({cfg.slots},), got {slots.shape}")
+        if not np.issubdtype(slots.dtype, np.integer):
+            raise TypeError(f"indices must be integers, got dtype {slots.dtype}")
         if self._state is not None:
             raise ProtocolError("retrieval_request called twice in one round")
-        p0, p1, state = fss.gen_path(idx, cfg.num_items, _rng=self._rng)
-        ones = np.ones((cfg.m_prime, 1), cfg.dtype)
-        cw = fss.convert_gen(state, ones, ring_bits=cfg.ring_bits, tag=RETRIEVAL_TAG)
-        params = _key_params(cfg)
-        self._state = state
-        return tuple(  # type: ignore[return-value]
-            frame(_NAME, "retrieval_request", b, cfg.round_id, fss.DPFKeys(p, cw, params).to_bytes())
-            for b, p in ((0, p0), (1, p1))
-        )
+        slots = slots.astype(np.int64)
+        bad = slots[(slots < -1) | (slots >= cfg.num_items)]
+        if bad.size:
+            raise InvalidParameters(f"item index {int(bad[0])} is outside the domain [0, {cfg.num_items}) (or -1 for an empty slot)")
+        alphas = self._alphas(slots)
+        p0, p1, state = fss.gen_path(alphas, key_params(cfg).domain_size, _rng=self._rng)
+        real = slots >= 0
+        cw = fss.convert_gen(state, real.astype(cfg.dtype)[:, None], ring_bits=cfg.ring_bits, tag=RETRIEVAL_TAG)
+        params = key_params(cfg)
+        self._state, self._real = state, real
+        keys0 = fss.DPFKeys(p0, cw, params).to_bytes()
+        msg0 = frame(_NAME, "retrieval_request", 0, cfg.round_id, keys0)
+        if not self.relay:
+            keys1 = fss.DPFKeys(p1, cw, params).to_bytes()
+            return msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, keys1)
+        self._seeds = (self._rng(_SEED), self._rng(_SEED))
+        roots1 = array_bytes(p1.roots)
+        return msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, roots1, *self._seeds)
 
-    def retrieval_result(self, reply0: bytes, reply1: bytes) -> np.ndarray:
+    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
         cfg = self.config
         if self._state is None:
             raise ProtocolError("retrieval_result before retrieval_request")
-        shape = (cfg.m_prime, cfg.width)
-        size = shape[0] * shape[1] * cfg.dtype.itemsize
-        shares = []
-        for b, reply in ((0, reply0), (1, reply1)):
-            body = open_message(reply, _NAME, "retrieval_reply", b, cfg.round_id, size)
-            shares.append(read_array(body, 0, cfg.dtype, shape)[0])
-        return reconstruct(shares[0], shares[1])
+        shape = (cfg.slots, cfg.width)
+        size = _rows_bytes(cfg)
+        body0 = open_message(reply0, _NAME, "retrieval_reply", 0, cfg.round_id, size)
+        first = read_array(body0, 0, cfg.dtype, shape)[0]
+        if self.relay:
+            if reply1 is not None:
+                raise ProtocolError("with relay, server 1 sends no retrieval reply")
+            return first - expand_seed(self._seeds[0], shape, cfg.dtype)
+        if reply1 is None:
+            raise ProtocolError("missing server 1's retrieval reply")
+        body1 = open_message(reply1, _NAME, "retrieval_reply", 1, cfg.round_id, size)
+        return reconstruct(first, read_array(body1, 0, cfg.dtype, shape)[0])
 
-    def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
+    def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
         cfg = self.config
         if self._state is None:
             raise ProtocolError("upload before retrieval_request")
-        if rows.dtype != cfg.dtype or rows.shape != (cfg.m_prime, cfg.width):
+        if rows.dtype != cfg.dtype or rows.shape != (cfg.slots, cfg.width):
             raise InvalidParameters(
-                f"rows must be {cfg.dtype} of shape ({cfg.m_prime}, {cfg.width}), got {rows.dtype} {rows.shape}"
+                f"rows must be {cfg.dtype} of shape ({cfg.slots}, {cfg.width}), got {rows.dtype} {rows.shape}"
             )
         if dense.dtype != cfg.dtype or dense.shape != (cfg.dense_size,):
             raise InvalidParameters(
                 f"dense must be {cfg.dtype} of shape ({cfg.dense_size},), got {dense.dtype} {dense.shape}"
             )
+        if np.any(rows[~self._real]):
+            raise InvalidParameters("rows of empty slots must be zero")
         cw = fss.convert_gen(self._state, rows, ring_bits=cfg.ring_bits, tag=AGGREGATION_TAG)
-        d0, d1 = share(dense, _rng=self._rng)
-        cw_bytes = array_bytes(cw)
         self._state = None  # one upload per round
+        cw_bytes = array_bytes(cw)
+        if self.relay:
+            d1 = expand_seed(self._seeds[1], dense.shape, cfg.dtype)
+            return frame(_NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(dense - d1)), None
+        d0, d1 = share(dense, _rng=self._rng)
         return (
             frame(_NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(d0)),
             frame(_NAME, "upload", 1, cfg.round_id, cw_bytes, array_bytes(d1)),
         )
 
 
+@dataclass
+class _Pending:
+    """What a server keeps of a user between retrieval and upload."""
+
+    keys: fss.DPFKeys
+    bits: PreparedAggregation | np.ndarray  # full layout: packed summary; cuckoo: t (B, M)
+
+
 class SecEmbServer(ServerRole):
     """Server ``party`` of SecEmb; party 0 leads (reconstructs the aggregate)."""
 
-    def __init__(self, party: int) -> None:
+    def __init__(self, party: int, *, relay: bool = False) -> None:
         if party not in (0, 1):
             raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
         self.party = party
+        self.relay = relay
         self.config: RoundConfig | None = None
-        self._table: np.ndarray | None = None
-        self._prepared: dict[int, PreparedAggregation] = {}
-        self._uploaded: set[int] = set()
-        self._sparse: np.ndarray | None = None
-        self._dense: np.ndarray | None = None
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if table.dtype != config.dtype or table.shape != (config.num_items, config.width):
@@ -145,55 +210,166 @@ class SecEmbServer(ServerRole):
                 f"got {table.dtype} {table.shape}"
             )
         self.config = config
-        self._table = np.ascontiguousarray(table)
-        self._prepared = {}
-        self._uploaded = set()
-        self._sparse = np.zeros((config.num_items, config.width), config.dtype)
+        if config.layout == "full":
+            self._table = np.ascontiguousarray(table)
+            self._sparse = np.zeros((config.num_items, config.width), config.dtype)
+        else:
+            layout = config.cuckoo()
+            self._table = layout.bucket_tables(table)
+            self._sparse = np.zeros((config.num_buckets, layout.bucket_size, config.width), config.dtype)
         self._dense = np.zeros(config.dense_size, config.dtype)
+        self._pending: dict[int, _Pending] = {}
+        self._uploaded: set[int] = set()
+        self._awaiting: dict[int, tuple[bytes, bytes, bytes]] = {}  # server 1, relay: roots, seeds
+        self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
 
     def _cfg(self) -> RoundConfig:
         if self.config is None:
             raise ProtocolError("no round in progress")
         return self.config
 
-    def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
+    def _check_new(self, user_id: int) -> None:
+        if user_id in self._pending or user_id in self._uploaded or user_id in self._awaiting:
+            raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
+
+    # -- retrieval ---------------------------------------------------------------------
+    def _evaluate(self, keys: fss.DPFKeys) -> tuple[np.ndarray, np.ndarray, _Pending]:
+        """Answers, the folded aggregate part, and what to keep for the upload."""
         cfg = self._cfg()
-        user_id = _check_user(user_id)
-        if user_id in self._prepared or user_id in self._uploaded:
-            raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
-        body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id, request_bytes(cfg))
+        if cfg.layout == "full":
+            answers, prepared = retrieve_and_prepare(keys.path, self.party, keys.cw_out, self._table, cfg.width)
+            return answers, prepared.signed_conv(), _Pending(keys, prepared.without_conv())
+        answers, t, conv = retrieve_and_prepare_buckets(keys.path, self.party, keys.cw_out, self._table, cfg.width)
+        if self.party:
+            np.negative(conv, out=conv)
+        return answers, conv, _Pending(keys, t)
+
+    def _retrieve(self, user_id: int, keys: fss.DPFKeys) -> np.ndarray:
+        answers, folded, pending = self._evaluate(keys)
+        self._sparse += folded
+        self._pending[user_id] = pending
+        return answers
+
+    def _parse_keys(self, body: memoryview) -> fss.DPFKeys:
         try:
-            keys = fss.DPFKeys.from_bytes(
-                body,
-                domain_size=cfg.num_items,
-                party=self.party,
-                count=cfg.m_prime,
-                payload_width=1,
-                ring_bits=cfg.ring_bits,
-            )
+            return fss.DPFKeys.from_bytes(body, party=self.party, **_key_expect(self._cfg()))
         except InvalidKey as exc:
             raise InvalidMessage(f"retrieval_request: {exc}") from None
-        answers, prepared = retrieve_and_prepare(keys.path, self.party, keys.cw_out, self._table, cfg.width)
-        self._prepared[user_id] = prepared
-        return frame(_NAME, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
 
-    def handle_upload(self, user_id: int, message: bytes) -> None:
+    def handle_retrieval(self, user_id: int, message: bytes) -> bytes | None:
+        """Non-relay: the reply to the user.  Relay: server 0 returns the shared key part to
+        forward to server 1; server 1 stores the user's roots and seeds and returns None."""
         cfg = self._cfg()
         user_id = _check_user(user_id)
+        self._check_new(user_id)
+        if self.relay and self.party == 1:
+            size = 16 * cfg.slots + 2 * _SEED
+            body = bytes(open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, size))
+            roots = body[: 16 * cfg.slots]
+            if any(b & 1 != 1 for b in roots[::16]):
+                raise InvalidMessage("retrieval_request: root control bits must equal the party")
+            self._awaiting[user_id] = (roots, body[-2 * _SEED : -_SEED], body[-_SEED:])
+            return None
+        body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id, request_bytes(cfg))
+        keys = self._parse_keys(body)
+        answers = self._retrieve(user_id, keys)
+        if not self.relay:
+            return frame(_NAME, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
+        self._answers[user_id] = answers
+        return frame(_NAME, "relay_keys", 1, cfg.round_id, keys.shared_bytes())
+
+    def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
+        cfg = self._cfg()
+        user_id = _check_user(user_id)
+        if not (self.relay and self.party == 1):
+            raise ProtocolError("relay_retrieval is server 1's step in relay mode")
+        if user_id not in self._awaiting:
+            raise ProtocolError(f"no retrieval request of user {user_id} to complete")
+        shared_len = request_bytes(cfg) - 16 * cfg.slots
+        body = open_message(message, _NAME, "relay_keys", 1, cfg.round_id, shared_len)
+        roots, mask_seed, dense_seed = self._awaiting[user_id]
+        try:
+            keys = fss.DPFKeys.from_shared(body, roots, 1, **_key_expect(cfg))
+        except InvalidKey as exc:
+            raise InvalidMessage(f"relay_keys: {exc}") from None
+        answers = self._retrieve(user_id, keys)
+        del self._awaiting[user_id]
+        self._seeds_of = getattr(self, "_seeds_of", {})
+        self._seeds_of[user_id] = dense_seed
+        masked = answers + expand_seed(mask_seed, answers.shape, cfg.dtype)
+        return frame(_NAME, "relay_answer", 1, cfg.round_id, array_bytes(masked))
+
+    def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Server 0, relay: add server 1's masked shares to its own; the reply to the user."""
+        cfg = self._cfg()
+        user_id = _check_user(user_id)
+        if not (self.relay and self.party == 0) or user_id not in self._answers:
+            raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
+        body = open_message(message, _NAME, "relay_answer", 1, cfg.round_id, _rows_bytes(cfg))
+        masked = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
+        reply = self._answers.pop(user_id) + masked
+        return frame(_NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(reply))
+
+    # -- upload --------------------------------------------------------------------------
+    def _absorb(self, user_id: int, cw: np.ndarray, dense: np.ndarray) -> None:
+        cfg = self._cfg()
+        pending = self._pending[user_id]
+        if cfg.layout == "full":
+            part = pending.bits.apply_bits(cw)
+        else:
+            part = bucket_shares(self.party, pending.bits, None, cw)
+        # all checks passed: change state
+        self._sparse += part
+        self._dense += dense
+        del self._pending[user_id]
+        self._uploaded.add(user_id)
+
+    def _check_upload(self, user_id: int) -> None:
+        cfg = self._cfg()
         if user_id in self._uploaded:
             raise ProtocolError(f"user {user_id} already uploaded in round {cfg.round_id}")
-        prepared = self._prepared.get(user_id)
-        if prepared is None:
+        if user_id not in self._pending:
             raise ProtocolError(f"user {user_id} uploaded without retrieving in round {cfg.round_id}")
-        body = open_message(message, _NAME, "upload", self.party, cfg.round_id, upload_bytes(cfg))
-        cw, off = read_array(body, 0, cfg.dtype, (cfg.m_prime, cfg.width))
+
+    def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
+        """Absorb an upload.  Relay: server 0 returns the correction words to forward."""
+        cfg = self._cfg()
+        user_id = _check_user(user_id)
+        if self.relay and self.party == 1:
+            raise ProtocolError("with relay, users upload to server 0 only")
+        self._check_upload(user_id)
+        size = _rows_bytes(cfg) + _dense_bytes(cfg)
+        body = open_message(message, _NAME, "upload", self.party, cfg.round_id, size)
+        cw, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
         dense, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
-        contribution = prepared.apply(cw)
-        # all checks passed: change state
-        self._sparse += contribution
-        self._dense += dense
-        del self._prepared[user_id]
-        self._uploaded.add(user_id)
+        self._absorb(user_id, cw, dense)
+        if self.relay:
+            return frame(_NAME, "relay_upload", 1, cfg.round_id, array_bytes(cw))
+        return None
+
+    def relay_upload(self, user_id: int, message: bytes) -> None:
+        """Server 1, relay: absorb the forwarded correction words; its dense share is the
+        expansion of the user's seed."""
+        cfg = self._cfg()
+        user_id = _check_user(user_id)
+        if not (self.relay and self.party == 1):
+            raise ProtocolError("relay_upload is server 1's step in relay mode")
+        self._check_upload(user_id)
+        body = open_message(message, _NAME, "relay_upload", 1, cfg.round_id, _rows_bytes(cfg))
+        cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
+        dense = expand_seed(self._seeds_of.pop(user_id), (cfg.dense_size,), cfg.dtype)
+        self._absorb(user_id, cw, dense)
+
+    # -- aggregation ---------------------------------------------------------------------
+    def _closed_sparse(self) -> np.ndarray:
+        """The sparse aggregate without users that retrieved but never uploaded (their
+        folded part is recomputed and removed); state is not changed."""
+        sparse = self._sparse.copy()
+        for pending in self._pending.values():
+            sparse -= self._evaluate(pending.keys)[1]
+        cfg = self._cfg()
+        return sparse if cfg.layout == "full" else cfg.cuckoo().scatter(sparse)
 
     def included_users(self) -> list[int]:
         """Sorted ids of the users whose uploads the aggregate holds."""
@@ -204,14 +380,8 @@ class SecEmbServer(ServerRole):
         users = self.included_users()
         ids = b"".join(_U64.pack(u) for u in users)
         return frame(
-            _NAME,
-            "aggregate_share",
-            self.party,
-            cfg.round_id,
-            _U64.pack(len(users)),
-            ids,
-            array_bytes(self._sparse),
-            array_bytes(self._dense),
+            _NAME, "aggregate_share", self.party, cfg.round_id,
+            _U64.pack(len(users)), ids, array_bytes(self._closed_sparse()), array_bytes(self._dense),
         )
 
     def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -222,23 +392,47 @@ class SecEmbServer(ServerRole):
         item = cfg.dtype.itemsize
         size = 8 + 8 * len(users) + (cfg.num_items * cfg.width + cfg.dense_size) * item
         body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, size)
-        (count,) = _U64.unpack_from(body, 0)
-        peer_users = [_U64.unpack_from(body, 8 + 8 * i)[0] for i in range(count)] if count == len(users) else None
-        if peer_users != users:
+        count = _U64.unpack_from(body, 0)[0]
+        peer_users = [_U64.unpack_from(body, 8 + 8 * i)[0] for i in range(len(users))]
+        if count != len(users) or peer_users != users:
             raise ProtocolError("the two servers aggregated different sets of users")
         off = 8 + 8 * len(users)
         sparse1, off = read_array(body, off, cfg.dtype, (cfg.num_items, cfg.width))
         dense1, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
-        return reconstruct(self._sparse, sparse1), reconstruct(self._dense, dense1)
+        return reconstruct(self._closed_sparse(), sparse1), reconstruct(self._dense, dense1)
 
 
 class SecEmbProtocol(Protocol):
-    """Factory of SecEmb roles."""
+    """Factory of SecEmb roles.
+
+    Parameters
+    ----------
+    layout: ``"full"`` (the paper: ``m'`` keys over all ``m`` items) or ``"cuckoo"``
+        (``B = ceil(expansion m')`` keys over small buckets; server work ~``3 m`` leaves per
+        user instead of ``m' m``).
+    relay: send identical bytes once (server 0 forwards them) and download one share.
+    expansion: ``B / m'`` for the cuckoo layout (1.25 keeps insertion failures rare; larger
+        values cost more keys).
+    layout_seed: public seed of the cuckoo hash functions.
+    """
 
     name = _NAME
 
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0) -> None:
+        if layout not in ("full", "cuckoo"):
+            raise InvalidParameters(f"layout must be 'full' or 'cuckoo', got {layout!r}")
+        if not expansion >= 1.0:
+            raise InvalidParameters(f"expansion must be >= 1, got {expansion}")
+        self.layout, self.relay, self.expansion, self.layout_seed = layout, bool(relay), float(expansion), layout_seed
+
+    def round_config(self, round_id: int, num_items: int, width: int, dense_size: int, m_prime: int, ring_bits: int = 32) -> RoundConfig:
+        buckets = 0
+        if self.layout == "cuckoo":
+            buckets = max(3, m_prime, int(np.ceil(self.expansion * m_prime)))
+        return RoundConfig(round_id, num_items, width, dense_size, m_prime, ring_bits, self.layout, buckets, self.layout_seed)
+
     def make_server(self, party: int) -> SecEmbServer:
-        return SecEmbServer(party)
+        return SecEmbServer(party, relay=self.relay)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
-        return SecEmbUser(config, _rng=_rng)
+        return SecEmbUser(config, relay=self.relay, _rng=_rng)

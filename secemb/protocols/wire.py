@@ -47,6 +47,9 @@ KINDS = {
     "aggregate_share": 4,
     "model_sync": 5,
     "count_share": 6,
+    "relay_keys": 7,
+    "relay_answer": 8,
+    "relay_upload": 9,
 }
 
 

@@ -38,7 +38,7 @@ class Experiment:
     test_fraction: float = 0.2
     model: str = "mf"
     protocol: str = "secemb"
-    epochs: int = 5
+    epochs: int = 1
     users_per_round: int = 100
     m_prime: int | None = None
     alpha: float = 2.5

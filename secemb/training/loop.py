@@ -107,7 +107,7 @@ class TrainConfig:
         of the training set (the scale of MovieLens, 1-5, is public anyway).
     """
 
-    epochs: int = 5
+    epochs: int = 1
     users_per_round: int = 100
     m_prime: int | None = None
     alpha: float = 2.5
@@ -146,7 +146,9 @@ class TrainConfig:
         if self.rating_range is not None:
             lo, hi = self.rating_range
             if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise InvalidParameters(f"rating_range must be (lo, hi) with lo < hi, got {self.rating_range!r}")
+                raise InvalidParameters(
+                    f"rating_range must be (lo, hi) with lo < hi, got {self.rating_range!r}"
+                )
         FixedPoint(self.ring_bits, self.frac_bits)  # validates both
         self.adam()  # validates lr and the Adam constants
 
@@ -401,7 +403,10 @@ class _Round:
         t = time.perf_counter()
         st.rows_ring = role.retrieval_result(tp.recv(name, S0), tp.recv(name, S1))
         st.dense_ring = messages.decode_dense(
-            tp.recv(name, S0), round_id=rc.round_id, dense_size=rc.dense_size, ring_bits=rc.ring_bits
+            tp.recv(name, S0),
+            round_id=rc.round_id,
+            dense_size=rc.dense_size,
+            ring_bits=rc.ring_bits,
         )
         self.user_s += time.perf_counter() - t
         if run.cfg.verify:
@@ -467,10 +472,12 @@ class _Round:
         g_table = fp.decode(np.asarray(sparse_sum)) / self.n_p
         g_dense = fp.decode(np.asarray(dense_sum)) / self.n_p
         optimizer.step(s0.table, s0.dense, g_table, g_dense)
-        sync = messages.encode_model(rc.round_id, s0.table, s0.dense)
+        sync = messages.encode_model(rc.round_id + 1, s0.table, s0.dense)
         opt_s = time.perf_counter() - t
         tp.send(S0, S1, sync, stage=STAGE_SYNC)
-        s1.table, s1.dense = _decode_model(tp.recv(S1, S0), rc.round_id, rc.num_items, rc.width, rc.dense_size)
+        s1.table, s1.dense = _decode_model(
+            tp.recv(S1, S0), rc.round_id + 1, rc.num_items, rc.width, rc.dense_size
+        )
         if run.cfg.verify and not (
             np.array_equal(s1.table, s0.table) and np.array_equal(s1.dense, s0.dense)
         ):
@@ -539,7 +546,9 @@ def train(
     server0 = _Server(protocol.make_server(0), table, dense)
     tp.set_round(None)
     tp.send(S0, S1, messages.encode_model(0, table, dense), stage=STAGE_SYNC)
-    server1 = _Server(protocol.make_server(1), *_decode_model(tp.recv(S1, S0), 0, m, width, dense_size))
+    server1 = _Server(
+        protocol.make_server(1), *_decode_model(tp.recv(S1, S0), 0, m, width, dense_size)
+    )
     optimizer = ServerAdam(m, width, dense_size, cfg.adam(), lazy=cfg.lazy_adam)
 
     # ---- m'
@@ -587,8 +596,16 @@ def train(
     if on_start is not None:
         on_start(result_config)
 
-    totals = {"up": 0, "down": 0, "s2s": 0, "user_s": 0.0, "s0": 0.0, "s1": 0.0, "opt": 0.0,
-              "slower": 0.0}
+    totals = {
+        "up": 0,
+        "down": 0,
+        "s2s": 0,
+        "user_s": 0.0,
+        "s0": 0.0,
+        "s1": 0.0,
+        "opt": 0.0,
+        "slower": 0.0,
+    }
     participations = truncated = verified_rounds = round_id = 0
     epochs: list[EpochStats] = []
     run = _Run(model, protocol, tp, fp, rng, per_user, store, server0, server1, m_prime, cfg)
@@ -600,7 +617,9 @@ def train(
             users = order[start : start + cfg.users_per_round]
             n_p = int(users.size)
             tp.set_round(round_id)
-            rnd = _Round(run, RoundConfig(round_id, m, width, dense_size, m_prime, cfg.ring_bits), n_p)
+            rnd = _Round(
+                run, RoundConfig(round_id, m, width, dense_size, m_prime, cfg.ring_bits), n_p
+            )
             if cfg.schedule == "interleaved":
                 for u in users:
                     rnd.train_and_upload(rnd.retrieve(int(u)))
@@ -629,8 +648,18 @@ def train(
             if on_round is not None:
                 on_round(
                     RoundStats(
-                        round_id, epoch, n_p, up, down, s2s, rnd.user_s, server0.busy,
-                        server1.busy, opt_s, cfg.verify, float(np.mean(rnd.losses)),
+                        round_id,
+                        epoch,
+                        n_p,
+                        up,
+                        down,
+                        s2s,
+                        rnd.user_s,
+                        server0.busy,
+                        server1.busy,
+                        opt_s,
+                        cfg.verify,
+                        float(np.mean(rnd.losses)),
                     )
                 )
             round_id += 1
@@ -638,7 +667,9 @@ def train(
 
         test_rmse = None
         if test_data is not None:
-            pred = model.predict(server0.table, server0.dense, store, test_data.users, test_data.items)
+            pred = model.predict(
+                server0.table, server0.dense, store, test_data.users, test_data.items
+            )
             test_rmse = rmse(pred, test_data.ratings, rating_range)
         stats = EpochStats(epoch, test_rmse, float(np.mean(epoch_losses)))
         epochs.append(stats)
@@ -654,7 +685,9 @@ def train(
         upload_bytes_per_user_round=totals["up"] / per_part,
         download_bytes_per_user_round=totals["down"] / per_part,
         server_bytes_per_round=totals["s2s"] / per_round,
-        count_bytes_per_user=count_bytes / max(int(active.size), 1) if m_prime_source == "eq11" else 0.0,
+        count_bytes_per_user=count_bytes / max(int(active.size), 1)
+        if m_prime_source == "eq11"
+        else 0.0,
         user_ms_per_round=1e3 * totals["user_s"] / per_part,
         server_s_per_round=totals["slower"] / per_round,
         server0_s_per_round=totals["s0"] / per_round,

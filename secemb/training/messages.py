@@ -7,7 +7,8 @@ All integers little-endian.  Every message starts with an 8-byte header::
     kind    u8       1 = MODEL, 2 = DENSE, 3 = COUNT
     zero    u16      0
 
-MODEL (server 0 -> server 1, after each round's optimizer step; the public model in full)::
+MODEL (server 0 -> server 1: the public model to use in round ``round_id``, sent once before
+round 0 and after each round's optimizer step)::
 
     round_id u64, num_items u32, width u32, dense_size u32, zero u32
     table  float64[num_items * width]  (row-major)
@@ -68,7 +69,9 @@ def _check_head(data: bytes, kind: int, what: str) -> memoryview:
         raise InvalidMessage(f"{what}: expected bytes, got {type(data).__name__}")
     mv = memoryview(data).cast("B")
     if len(mv) < _HEAD.size:
-        raise InvalidMessage(f"{what}: {len(mv)} bytes is shorter than the {_HEAD.size}-byte header")
+        raise InvalidMessage(
+            f"{what}: {len(mv)} bytes is shorter than the {_HEAD.size}-byte header"
+        )
     magic, version, k, zero = _HEAD.unpack_from(mv)
     if magic != MAGIC:
         raise InvalidMessage(f"{what}: bad magic {magic!r}, expected {MAGIC!r}")
@@ -101,7 +104,9 @@ def encode_model(round_id: int, table: np.ndarray, dense: np.ndarray) -> bytes:
     table = np.asarray(table)
     dense = np.asarray(dense)
     if table.ndim != 2 or dense.ndim != 1:
-        raise InvalidParameters(f"table must be 2-D and dense 1-D, got {table.shape}, {dense.shape}")
+        raise InvalidParameters(
+            f"table must be 2-D and dense 1-D, got {table.shape}, {dense.shape}"
+        )
     m, w = table.shape
     return b"".join(
         (
@@ -151,7 +156,9 @@ def encode_dense(round_id: int, dense: np.ndarray, ring_bits: int) -> bytes:
     dt = _ring_dtype(ring_bits)
     dense = np.asarray(dense)
     if dense.ndim != 1 or dense.dtype != dt.newbyteorder("="):
-        raise InvalidParameters(f"dense must be 1-D of dtype {dt.name}, got {dense.dtype} {dense.shape}")
+        raise InvalidParameters(
+            f"dense must be 1-D of dtype {dt.name}, got {dense.dtype} {dense.shape}"
+        )
     return b"".join(
         (
             _head(KIND_DENSE),
@@ -187,7 +194,9 @@ def encode_count(share: np.ndarray, ring_bits: int) -> bytes:
     dt = _ring_dtype(ring_bits)
     share = np.asarray(share)
     if share.size != 1 or share.dtype != dt.newbyteorder("="):
-        raise InvalidParameters(f"count share must be one {dt.name} word, got {share.dtype} {share.shape}")
+        raise InvalidParameters(
+            f"count share must be one {dt.name} word, got {share.dtype} {share.shape}"
+        )
     return _head(KIND_COUNT) + _COUNT.pack(ring_bits, bytes(7)) + share.astype(dt).tobytes()
 
 

@@ -78,8 +78,11 @@ def test_gradients_match_finite_differences():
         with torch.no_grad():
             return float(
                 model.objective_torch(
-                    torch.tensor(rows_), torch.tensor(dense_), torch.tensor(priv_),
-                    torch.tensor(item_pos), torch.tensor(ratings),
+                    torch.tensor(rows_),
+                    torch.tensor(dense_),
+                    torch.tensor(priv_),
+                    torch.tensor(item_pos),
+                    torch.tensor(ratings),
                 )
             )
 

@@ -21,7 +21,9 @@ CFG = RoundConfig(round_id=3, num_items=20, width=5, dense_size=2, m_prime=6, ri
 
 def _servers(cfg=CFG, seed=0):
     rng = np.random.default_rng(seed)
-    table = rng.integers(0, 2**32, size=(cfg.num_items, cfg.width), dtype=np.uint64).astype(cfg.dtype)
+    table = rng.integers(0, 2**32, size=(cfg.num_items, cfg.width), dtype=np.uint64).astype(
+        cfg.dtype
+    )
     proto = PlaintextProtocol()
     s0, s1 = proto.make_server(0), proto.make_server(1)
     s0.begin_round(cfg, table)
@@ -44,7 +46,9 @@ def test_round_retrieves_rows_and_sums_exactly():
         idx = rng.choice(CFG.num_items, CFG.m_prime, replace=False)
         user, rows = _retrieve(proto, s0, s1, uid, idx)
         assert rows.dtype == CFG.dtype and np.array_equal(rows, table[idx])
-        grads = rng.integers(0, 2**32, size=(CFG.m_prime, CFG.width), dtype=np.uint64).astype(CFG.dtype)
+        grads = rng.integers(0, 2**32, size=(CFG.m_prime, CFG.width), dtype=np.uint64).astype(
+            CFG.dtype
+        )
         dense = rng.integers(0, 2**32, size=CFG.dense_size, dtype=np.uint64).astype(CFG.dtype)
         u0, u1 = user.upload(grads, dense)
         s0.handle_upload(uid, u0)

@@ -46,7 +46,15 @@ def test_synthetic_run_is_deterministic_verified_and_beats_the_global_mean():
     assert a.epochs[-1].test_rmse < baseline - 0.03
     assert a.epochs[-1].train_loss < a.epochs[0].train_loss
     doc = json.loads(a.to_json())
-    assert set(doc) == {"config", "epochs", "comm", "time", "verified_rounds", "rounds", "model_sha256"}
+    assert set(doc) == {
+        "config",
+        "epochs",
+        "comm",
+        "time",
+        "verified_rounds",
+        "rounds",
+        "model_sha256",
+    }
     assert set(doc["comm"]) == {"upload_bytes_per_user_round", "download_bytes_per_user_round"}
     assert set(doc["time"]) == {"user_ms_per_round", "server_s_per_round"}
     assert doc["epochs"][0].keys() == {"epoch", "test_rmse", "train_loss"}
@@ -132,8 +140,21 @@ def test_cli_plaintext_run_writes_json(tmp_path):
     out = tmp_path / "r.json"
     res = CliRunner().invoke(
         app,
-        ["train", "--protocol", "plaintext", "--epochs", "1", "--verify", "--users-per-round",
-         "200", "--m-prime", "40", "--json-out", str(out), "--quiet"],
+        [
+            "train",
+            "--protocol",
+            "plaintext",
+            "--epochs",
+            "1",
+            "--verify",
+            "--users-per-round",
+            "200",
+            "--m-prime",
+            "40",
+            "--json-out",
+            str(out),
+            "--quiet",
+        ],
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
@@ -147,7 +168,9 @@ def test_cli_exit_codes():
 
     res = CliRunner().invoke(app, ["train", "--protocol", "nope", "--quiet"])
     assert res.exit_code == 2 and "unknown protocol" in res.output
-    res = CliRunner().invoke(app, ["train", "--protocol", "plaintext", "--model", "nope", "--quiet"])
+    res = CliRunner().invoke(
+        app, ["train", "--protocol", "plaintext", "--model", "nope", "--quiet"]
+    )
     assert res.exit_code == 2
 
 
@@ -159,8 +182,19 @@ def test_cli_exits_1_when_verification_fails():
     try:
         res = CliRunner().invoke(
             app,
-            ["train", "--protocol", "corrupt-for-test", "--epochs", "1", "--verify",
-             "--users-per-round", "400", "--m-prime", "20", "--quiet"],
+            [
+                "train",
+                "--protocol",
+                "corrupt-for-test",
+                "--epochs",
+                "1",
+                "--verify",
+                "--users-per-round",
+                "400",
+                "--m-prime",
+                "20",
+                "--quiet",
+            ],
         )
     finally:
         del PROTOCOLS["corrupt-for-test"]

@@ -81,8 +81,13 @@ def test_lazy_rows_follow_their_own_adam():
         if not seen[i]:
             assert np.array_equal(table[i], p0[i])
             continue
-        ref, _ = _torch_adam(p0[i : i + 1], np.zeros(0), [s[None] for s in seen[i]],
-                             [np.zeros(0)] * len(seen[i]), cfg)
+        ref, _ = _torch_adam(
+            p0[i : i + 1],
+            np.zeros(0),
+            [s[None] for s in seen[i]],
+            [np.zeros(0)] * len(seen[i]),
+            cfg,
+        )
         np.testing.assert_allclose(table[i], ref[0], rtol=1e-12, atol=1e-13)
 
 

@@ -53,8 +53,13 @@ def test_rejects_non_bytes_and_bad_endpoints():
         t.send("user:1", "server0", "text", stage="x")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         t.send("user:1", "server0", [1, 2], stage="x")  # type: ignore[arg-type]
-    for src, dst in [("user:1", "user:2"), ("server2", "server0"), ("user:-1", "server0"),
-                     ("user:01", "server0"), ("server0", "server0")]:
+    for src, dst in [
+        ("user:1", "user:2"),
+        ("server2", "server0"),
+        ("user:-1", "server0"),
+        ("user:01", "server0"),
+        ("server0", "server0"),
+    ]:
         with pytest.raises(InvalidParameters):
             t.send(src, dst, b"", stage="x")
     with pytest.raises(InvalidParameters):
