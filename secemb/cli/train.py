@@ -33,6 +33,15 @@ def register(app: typer.Typer) -> None:
         download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
         model: Annotated[str, typer.Option(help="Recommender model.")] = "mf",
         protocol: Annotated[str, typer.Option(help="secemb or plaintext.")] = "secemb",
+        layout: Annotated[
+            str,
+            typer.Option(help="cuckoo: B = expansion*m' keys over small buckets; full: m' keys over all items (the paper)."),
+        ] = "cuckoo",
+        relay: Annotated[
+            bool,
+            typer.Option("--relay/--no-relay", help="Send identical bytes once, download one share (secemb)."),
+        ] = True,
+        expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
         epochs: Annotated[
             int,
             typer.Option(
@@ -92,6 +101,9 @@ def register(app: typer.Typer) -> None:
             download=download,
             model=model,
             protocol=protocol,
+            layout=layout,
+            relay=relay,
+            expansion=expansion,
             epochs=epochs,
             users_per_round=users_per_round,
             m_prime=m_prime,
@@ -118,7 +130,7 @@ def register(app: typer.Typer) -> None:
 
         def on_start(cfg: dict[str, Any]) -> None:
             console.print(
-                f"{cfg['protocol']} | {cfg['dataset']} | {cfg['model']} d={cfg['dim']} "
+                f"{cfg['protocol']} ({cfg['layout']}{', relay' if cfg['relay'] else ''}) | {cfg['dataset']} | {cfg['model']} d={cfg['dim']} "
                 f"lr={cfg['lr']} reg={cfg['reg']} | {cfg['active_users']} users, "
                 f"{cfg['num_items']} items | m'={cfg['m_prime']} ({cfg['m_prime_source']}) | "
                 f"{cfg['users_per_round']} users/round, {cfg['total_rounds']} rounds"

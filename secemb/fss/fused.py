@@ -26,7 +26,7 @@ from secemb.fss.convert import convert_chunks, ring_dtype
 from secemb.fss.dpf import _ONE, _check_party
 from secemb.fss.tree import leaf_groups, padded_domain
 from secemb.fss.keys import PathKeys
-from secemb.fss.linalg import ring_matmul
+from secemb.fss.linalg import LimbMatrix, ring_matmul
 
 __all__ = [
     "AGGREGATION_TAG",
@@ -162,7 +162,7 @@ def retrieve_and_prepare(
     path: PathKeys,
     party: int,
     retrieval_cw: np.ndarray,
-    table: np.ndarray,
+    table: np.ndarray | LimbMatrix,
     agg_width: int,
     *,
     retrieval_tag: str = RETRIEVAL_TAG,
@@ -174,7 +174,8 @@ def retrieve_and_prepare(
     ----------
     path: ``K`` path keys of ``party`` over ``[0, m)``.
     retrieval_cw: ring (K, 1), the keys' retrieval output correction words (payload 1).
-    table: ring (m, D), the public table, fixed-point encoded, same dtype.
+    table: ring (m, D), the public table, fixed-point encoded, same dtype (or its
+        :class:`~secemb.fss.linalg.LimbMatrix`, to reuse its limbs across users).
     agg_width: ``w``, the width of the aggregation payloads that will follow.
 
     Returns
@@ -205,7 +206,7 @@ def retrieve_and_prepare_buckets(
     path: PathKeys,
     party: int,
     retrieval_cw: np.ndarray,
-    tables: np.ndarray,
+    tables: np.ndarray | LimbMatrix,
     agg_width: int,
     *,
     retrieval_tag: str = RETRIEVAL_TAG,
@@ -217,7 +218,8 @@ def retrieve_and_prepare_buckets(
     ----------
     path: ``B`` path keys of ``party`` over the bucket domain ``[0, M)``.
     retrieval_cw: ring (B, 1).
-    tables: ring (B, M, D), bucket ``i``'s rows (zero rows pad short buckets).
+    tables: ring (B, M, D), bucket ``i``'s rows (zero rows pad short buckets), or its
+        :class:`~secemb.fss.linalg.LimbMatrix`.
     agg_width: ``w``.
 
     Returns

@@ -12,7 +12,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["ring_matmul"]
+__all__ = ["LimbMatrix", "ring_matmul"]
 
 _LIMB = 16
 _MASK = np.uint64(0xFFFF)
@@ -23,7 +23,29 @@ def _limbs(x: np.ndarray, count: int) -> list[np.ndarray]:
     return [((x64 >> np.uint64(_LIMB * i)) & _MASK).astype(np.float64) for i in range(count)]
 
 
-def ring_matmul(a: np.ndarray, b: np.ndarray, ring_bits: int, *, a_bits: int | None = None) -> np.ndarray:
+class LimbMatrix:
+    """A right operand of :func:`ring_matmul` whose float64 limbs are computed once, for a
+    table multiplied by many left operands (a server's table, once per round).
+
+    Parameters
+    ----------
+    b: ring array (..., M, D).
+    ring_bits: 32 or 64.
+    """
+
+    def __init__(self, b: np.ndarray, ring_bits: int) -> None:
+        if ring_bits not in (32, 64):
+            raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
+        if b.ndim < 2:
+            raise InvalidParameters(f"a matrix needs 2 or more dimensions, got shape {b.shape}")
+        self.shape = b.shape
+        self.ndim = b.ndim
+        self.dtype = b.dtype
+        self.ring_bits = ring_bits
+        self.limbs = _limbs(b, ring_bits // _LIMB)
+
+
+def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_bits: int | None = None) -> np.ndarray:
     """``a @ b`` modulo ``2^ring_bits``, exactly.
 
     Parameters
@@ -40,6 +62,8 @@ def ring_matmul(a: np.ndarray, b: np.ndarray, ring_bits: int, *, a_bits: int | N
     """
     if ring_bits not in (32, 64):
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
+    if isinstance(b, LimbMatrix) and b.ring_bits != ring_bits:
+        raise InvalidParameters(f"the limb matrix is for ring_bits {b.ring_bits}, not {ring_bits}")
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise InvalidParameters(f"cannot multiply shapes {a.shape} and {b.shape}")
     la = -(-(a_bits or ring_bits) // _LIMB)
@@ -57,7 +81,7 @@ def ring_matmul(a: np.ndarray, b: np.ndarray, ring_bits: int, *, a_bits: int | N
     for lo in range(0, a.shape[-1], step):
         hi = min(lo + step, a.shape[-1])
         al = _limbs(a[..., lo:hi], la)
-        bl = _limbs(b[..., lo:hi, :], lb)
+        bl = [x[..., lo:hi, :] for x in b.limbs] if isinstance(b, LimbMatrix) else _limbs(b[..., lo:hi, :], lb)
         for s in range(ring_bits // _LIMB):
             part = None
             for i in range(min(s + 1, la)):

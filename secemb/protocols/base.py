@@ -1,6 +1,6 @@
 """Role interfaces shared by every training protocol.
 
-A round of federated training runs in four stages, named in :mod:`secemb.protocols.stages`:
+A round of federated training runs in four stages, named by the driver:
 
 1. ``retrieval``: each participating user sends one request to each server and gets one
    reply from each; it reconstructs the ``m'`` rows it asked for.
@@ -11,7 +11,11 @@ A round of federated training runs in four stages, named in :mod:`secemb.protoco
    round's sums.
 
 Protocol objects speak only in ``bytes`` and never read each other's state; the driver
-(:mod:`secemb.training`) or the network server moves the bytes through a transport.
+(:mod:`secemb.training`) or the network server moves the bytes through a transport.  With
+``Protocol.relay`` the retrieval runs user -> server 1 (roots), user -> server 0 (keys),
+server 0 -> server 1 (:meth:`ServerRole.relay_retrieval`), server 1 -> server 0
+(:meth:`ServerRole.complete_retrieval`), server 0 -> user; the upload user -> server 0,
+server 0 -> server 1 (:meth:`ServerRole.relay_upload`).
 
 Array conventions (all arrays in the ring of ``config.ring_bits``, dtype uint32 or uint64):
 
@@ -23,13 +27,14 @@ Array conventions (all arrays in the ring of ``config.ring_bits``, dtype uint32 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, ProtocolError
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.randomness import RandomBytes
 
@@ -120,17 +125,20 @@ class UserRole(ABC):
 
     @abstractmethod
     def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
-        """Messages to server 0 and server 1 asking for rows ``indices`` (int64, (m',))."""
+        """Messages to server 0 and server 1 asking for rows ``indices`` (int64,
+        (config.slots,); -1 marks an empty cuckoo bucket)."""
 
     @abstractmethod
-    def retrieval_result(self, reply0: bytes, reply1: bytes) -> np.ndarray:
-        """Reconstruct the requested rows from the servers' replies: ring array (m', width)."""
+    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
+        """Reconstruct the requested rows from the servers' replies (``reply1`` is ``None``
+        with relay): ring array (slots, width), zero rows for empty slots."""
 
     @abstractmethod
-    def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
-        """Messages to server 0 and 1 carrying row gradients ``rows`` (ring, (m', width)),
-        row ``i`` belonging to ``indices[i]`` of the retrieval request, and the dense
-        gradient ``dense`` (ring, (dense_size,))."""
+    def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
+        """Messages to server 0 and 1 (``None``: nothing for server 1, with relay) carrying
+        row gradients ``rows`` (ring, (slots, width); zero rows for empty slots), row ``i``
+        belonging to ``indices[i]`` of the retrieval request, and the dense gradient
+        ``dense`` (ring, (dense_size,))."""
 
 
 class ServerRole(ABC):
@@ -143,12 +151,26 @@ class ServerRole(ABC):
         """Start a round; ``table`` is the encoded public sparse table (ring, (m, width))."""
 
     @abstractmethod
-    def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
-        """Answer one user's retrieval request."""
+    def handle_retrieval(self, user_id: int, message: bytes) -> bytes | None:
+        """Answer one user's retrieval request.  With relay, server 0 returns the message to
+        forward to server 1 and server 1 returns ``None``."""
 
     @abstractmethod
-    def handle_upload(self, user_id: int, message: bytes) -> None:
-        """Absorb one user's upload into this server's running aggregate."""
+    def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
+        """Absorb one user's upload into this server's running aggregate.  With relay,
+        server 0 returns the message to forward to server 1; otherwise ``None``."""
+
+    def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Relay, server 1: answer server 0's forwarded request (to server 0)."""
+        raise ProtocolError(f"{type(self).__name__} does not relay")
+
+    def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Relay, server 0: combine server 1's answer into the reply to the user."""
+        raise ProtocolError(f"{type(self).__name__} does not relay")
+
+    def relay_upload(self, user_id: int, message: bytes) -> None:
+        """Relay, server 1: absorb server 0's forwarded upload."""
+        raise ProtocolError(f"{type(self).__name__} does not relay")
 
     @abstractmethod
     def aggregate_share(self) -> bytes:
@@ -161,9 +183,40 @@ class ServerRole(ABC):
 
 
 class Protocol(ABC):
-    """A training protocol: a factory for its roles."""
+    """A training protocol: a factory for its roles.
+
+    Attributes
+    ----------
+    name: registry name.
+    layout, expansion, layout_seed: the request layout of its rounds (:class:`RoundConfig`);
+        ``B = max(m', ceil(expansion m'))`` buckets for the cuckoo layout.
+    relay: whether server 0 relays between the user and server 1 (then server 1 sends the
+        user nothing, and the driver calls the relay steps of :class:`ServerRole`).
+    """
 
     name: str
+    layout: str = "full"
+    expansion: float = 1.25
+    layout_seed: int = 0
+    relay: bool = False
+
+    def _set_layout(self, layout: str, expansion: float, layout_seed: int) -> None:
+        if layout not in ("full", "cuckoo"):
+            raise InvalidParameters(f"layout must be 'full' or 'cuckoo', got {layout!r}")
+        if not expansion >= 1.0:
+            raise InvalidParameters(f"expansion must be >= 1, got {expansion}")
+        self.layout, self.expansion, self.layout_seed = layout, float(expansion), int(layout_seed)
+
+    def round_config(
+        self, round_id: int, num_items: int, width: int, dense_size: int, m_prime: int, ring_bits: int = 32
+    ) -> RoundConfig:
+        """The public configuration of a round of this protocol."""
+        buckets = 0
+        if self.layout == "cuckoo":
+            buckets = max(NUM_HASHES, m_prime, math.ceil(self.expansion * m_prime))
+        return RoundConfig(
+            round_id, num_items, width, dense_size, m_prime, ring_bits, self.layout, buckets, self.layout_seed
+        )
 
     @abstractmethod
     def make_server(self, party: int) -> ServerRole:

@@ -14,9 +14,11 @@ Wire format: the common frame of :mod:`secemb.protocols.wire` (24-byte header: m
 protocol id, kind, party, round id, exact body length); bodies, with shapes fixed by the round's
 :class:`RoundConfig` and never read from the message::
 
-    retrieval_request  to server 0:  indices uint32[m']            to server 1: empty
-    retrieval_reply    from server 0: ring[m' * width]             from server 1: empty
-    upload             to server 0:  ring[m' * width], ring[P]     to server 1: empty
+    retrieval_request  to server 0:  indices uint32[S]             to server 1: empty
+    retrieval_reply    from server 0: ring[S * width]              from server 1: empty
+    upload             to server 0:  ring[S * width], ring[P]      to server 1: empty
+
+(S = slots: m' in the full layout, B in the cuckoo layout; index 0xFFFFFFFF = empty slot.)
     aggregate_share    from server 1: ring[m * width], ring[P] (all zero)
 
 Every parser checks the header and the exact length and raises
@@ -38,6 +40,7 @@ __all__ = ["PlaintextProtocol", "PlaintextServer", "PlaintextUser"]
 
 _NAME = "plaintext"
 _U32 = np.dtype(np.uint32)
+_EMPTY = np.uint32(0xFFFFFFFF)  # an empty cuckoo slot on the wire
 
 
 def _check_ring(name: str, a: np.ndarray, shape: tuple[int, ...], config: RoundConfig) -> None:
@@ -60,15 +63,17 @@ class PlaintextUser(UserRole):
         if self._stage != 0:
             raise ProtocolError("retrieval_request called twice in one round")
         idx = np.asarray(indices)
-        if idx.shape != (cfg.m_prime,) or not np.issubdtype(idx.dtype, np.integer):
+        if idx.shape != (cfg.slots,) or not np.issubdtype(idx.dtype, np.integer):
             raise InvalidParameters(
-                f"indices must be integers of shape ({cfg.m_prime},), got {idx.dtype} {idx.shape}"
+                f"indices must be integers of shape ({cfg.slots},), got {idx.dtype} {idx.shape}"
             )
-        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= cfg.num_items):
-            raise InvalidParameters(f"indices must lie in [0, {cfg.num_items})")
+        lowest = -1 if cfg.layout == "cuckoo" else 0
+        if idx.size and (int(idx.min()) < lowest or int(idx.max()) >= cfg.num_items):
+            raise InvalidParameters(f"indices must lie in [0, {cfg.num_items})" + (" or be -1" if lowest else ""))
         self._stage = 1
+        wire_idx = np.where(idx < 0, _EMPTY, idx).astype(_U32)
         return (
-            frame(_NAME, "retrieval_request", 0, cfg.round_id, array_bytes(idx.astype(_U32))),
+            frame(_NAME, "retrieval_request", 0, cfg.round_id, array_bytes(wire_idx)),
             frame(_NAME, "retrieval_request", 1, cfg.round_id),
         )
 
@@ -76,7 +81,7 @@ class PlaintextUser(UserRole):
         cfg = self.config
         if self._stage != 1:
             raise ProtocolError("retrieval_result before retrieval_request, or twice")
-        shape = (cfg.m_prime, cfg.width)
+        shape = (cfg.slots, cfg.width)
         body = open_message(
             reply0,
             _NAME,
@@ -94,7 +99,7 @@ class PlaintextUser(UserRole):
         cfg = self.config
         if self._stage != 2:
             raise ProtocolError("upload before the retrieval finished, or twice")
-        _check_ring("rows", rows, (cfg.m_prime, cfg.width), cfg)
+        _check_ring("rows", rows, (cfg.slots, cfg.width), cfg)
         _check_ring("dense", dense, (cfg.dense_size,), cfg)
         self._stage = 3
         return (
@@ -149,14 +154,16 @@ class PlaintextServer(ServerRole):
             open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, 0)
             self._requested[user_id] = np.zeros(0, np.int64)
             return frame(_NAME, "retrieval_reply", 1, cfg.round_id)
-        body = open_message(message, _NAME, "retrieval_request", 0, cfg.round_id, 4 * cfg.m_prime)
-        idx = read_array(body, 0, _U32, (cfg.m_prime,))[0].astype(np.int64)
-        if idx.size and int(idx.max()) >= cfg.num_items:
-            raise InvalidMessage(
-                f"retrieval_request: index {int(idx.max())} outside [0, {cfg.num_items})"
-            )
+        body = open_message(message, _NAME, "retrieval_request", 0, cfg.round_id, 4 * cfg.slots)
+        raw = read_array(body, 0, _U32, (cfg.slots,))[0]
+        idx = np.where(raw == _EMPTY, -1, raw.astype(np.int64))
+        if cfg.layout == "full" and np.any(idx < 0) or idx.size and int(idx.max()) >= cfg.num_items:
+            bad = int(raw[(idx < 0) | (idx >= cfg.num_items)][0])
+            raise InvalidMessage(f"retrieval_request: index {bad} outside [0, {cfg.num_items})")
         self._requested[user_id] = idx
-        return frame(_NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(self._table[idx]))
+        rows = self._table[np.maximum(idx, 0)]
+        rows[idx < 0] = 0
+        return frame(_NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(rows))
 
     def handle_upload(self, user_id: int, message: bytes) -> None:
         cfg = self._cfg()
@@ -171,12 +178,13 @@ class PlaintextServer(ServerRole):
         if self.party == 1:
             open_message(message, _NAME, "upload", 1, cfg.round_id, 0)
         else:
-            n = cfg.m_prime * cfg.width + cfg.dense_size
+            n = cfg.slots * cfg.width + cfg.dense_size
             body = open_message(message, _NAME, "upload", 0, cfg.round_id, n * cfg.dtype.itemsize)
-            grads, off = read_array(body, 0, cfg.dtype, (cfg.m_prime, cfg.width))
+            grads, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
             dense, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
+            idx = self._requested[user_id]
             # all checks passed: change state (uint arithmetic wraps mod 2^k)
-            np.add.at(self._sparse, self._requested[user_id], grads)
+            np.add.at(self._sparse, idx[idx >= 0], grads[idx >= 0])
             self._dense += dense
         self._uploaded.add(user_id)
 
@@ -209,9 +217,15 @@ class PlaintextServer(ServerRole):
 
 
 class PlaintextProtocol(Protocol):
-    """Factory of plaintext roles (no options)."""
+    """Factory of plaintext roles.  ``layout``/``expansion``/``layout_seed`` choose the
+    request layout exactly as for :class:`~secemb.protocols.secemb.SecEmbProtocol`, so a
+    plaintext run can mirror a secure run of either layout; ``relay`` is accepted and ignored
+    (nothing to relay in the clear)."""
 
     name = _NAME
+
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0) -> None:
+        self._set_layout(layout, expansion, layout_seed)
 
     def make_server(self, party: int) -> PlaintextServer:
         return PlaintextServer(party)

@@ -47,6 +47,7 @@ from secemb.fss.fused import (
     retrieve_and_prepare,
     retrieve_and_prepare_buckets,
 )
+from secemb.fss.linalg import LimbMatrix
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
 from secemb.randomness import RandomBytes, expand_seed, system_rng
@@ -211,11 +212,11 @@ class SecEmbServer(ServerRole):
             )
         self.config = config
         if config.layout == "full":
-            self._table = np.ascontiguousarray(table)
+            self._table = LimbMatrix(table, config.ring_bits)
             self._sparse = np.zeros((config.num_items, config.width), config.dtype)
         else:
             layout = config.cuckoo()
-            self._table = layout.bucket_tables(table)
+            self._table = LimbMatrix(layout.bucket_tables(table), config.ring_bits)
             self._sparse = np.zeros((config.num_buckets, layout.bucket_size, config.width), config.dtype)
         self._dense = np.zeros(config.dense_size, config.dtype)
         self._pending: dict[int, _Pending] = {}
@@ -419,17 +420,8 @@ class SecEmbProtocol(Protocol):
     name = _NAME
 
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0) -> None:
-        if layout not in ("full", "cuckoo"):
-            raise InvalidParameters(f"layout must be 'full' or 'cuckoo', got {layout!r}")
-        if not expansion >= 1.0:
-            raise InvalidParameters(f"expansion must be >= 1, got {expansion}")
-        self.layout, self.relay, self.expansion, self.layout_seed = layout, bool(relay), float(expansion), layout_seed
-
-    def round_config(self, round_id: int, num_items: int, width: int, dense_size: int, m_prime: int, ring_bits: int = 32) -> RoundConfig:
-        buckets = 0
-        if self.layout == "cuckoo":
-            buckets = max(3, m_prime, int(np.ceil(self.expansion * m_prime)))
-        return RoundConfig(round_id, num_items, width, dense_size, m_prime, ring_bits, self.layout, buckets, self.layout_seed)
+        self._set_layout(layout, expansion, layout_seed)
+        self.relay = bool(relay)
 
     def make_server(self, party: int) -> SecEmbServer:
         return SecEmbServer(party, relay=self.relay)

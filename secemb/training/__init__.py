@@ -23,7 +23,7 @@ from secemb.training.loop import (
     train,
 )
 from secemb.training.optimizer import ServerAdam
-from secemb.training.padding import PaddedRequest, pad_or_truncate
+from secemb.protocols.placement import PaddedRequest, pad_or_truncate
 
 __all__ = [
     "STAGES",

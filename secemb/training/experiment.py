@@ -38,6 +38,9 @@ class Experiment:
     test_fraction: float = 0.2
     model: str = "mf"
     protocol: str = "secemb"
+    layout: str = "cuckoo"
+    relay: bool = True
+    expansion: float = 1.25
     epochs: int = 1
     users_per_round: int = 100
     m_prime: int | None = None
@@ -77,7 +80,7 @@ def run_experiment(
         ``verify=True`` and the protocol's output differs from the direct computation.
     """
     # Build the protocol first: an unavailable protocol fails before any data is loaded.
-    protocol = get_protocol(exp.protocol)
+    protocol = get_protocol(exp.protocol, layout=exp.layout, relay=exp.relay, expansion=exp.expansion)
     preset = get_preset(exp.model, _preset_dataset(exp.dataset))
     dim = preset.dim if exp.dim is None else exp.dim
     reg = preset.reg if exp.reg is None else exp.reg

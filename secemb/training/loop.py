@@ -42,7 +42,7 @@ from secemb.ring import FixedPoint
 from secemb.sharing import reconstruct, share
 from secemb.training import messages
 from secemb.training.optimizer import ServerAdam
-from secemb.training.padding import PaddedRequest, pad_or_truncate
+from secemb.protocols.placement import PaddedRequest, place
 from secemb.transport.inprocess import (
     DOWNLOAD,
     SERVER,
@@ -387,21 +387,26 @@ class _Round:
         t = time.perf_counter()
         items, ratings = run.per_user.of(u)
         uniq, item_pos = _distinct(items)
-        req = pad_or_truncate(uniq, rc.m_prime, rc.num_items, run.rng)
+        req = place(rc, uniq, run.rng)
         role = run.protocol.make_user(rc)
         q0, q1 = role.retrieval_request(req.indices)
         self.user_s += time.perf_counter() - t
         self.truncated += int(req.kept.size < uniq.size)
-        tp.send(name, S0, q0, stage=STAGE_RETRIEVAL)
         tp.send(name, S1, q1, stage=STAGE_RETRIEVAL)
-        a0 = s0.call(s0.role.handle_retrieval, u, tp.recv(S0, name))
+        tp.send(name, S0, q0, stage=STAGE_RETRIEVAL)
         a1 = s1.call(s1.role.handle_retrieval, u, tp.recv(S1, name))
+        a0 = s0.call(s0.role.handle_retrieval, u, tp.recv(S0, name))
+        if run.protocol.relay:  # server 0 forwards, server 1 answers it, server 0 replies
+            tp.send(S0, S1, a0, stage=STAGE_RETRIEVAL)
+            tp.send(S1, S0, s1.call(s1.role.relay_retrieval, u, tp.recv(S1, S0)), stage=STAGE_RETRIEVAL)
+            a0 = s0.call(s0.role.complete_retrieval, u, tp.recv(S0, S1))
         tp.send(S0, name, a0, stage=STAGE_RETRIEVAL)
-        tp.send(S1, name, a1, stage=STAGE_RETRIEVAL)
+        if a1 is not None:
+            tp.send(S1, name, a1, stage=STAGE_RETRIEVAL)
         tp.send(S0, name, self.dense_msg, stage=STAGE_DENSE)
         st = _UserRound(u, role, req, int(uniq.size), item_pos, ratings)
         t = time.perf_counter()
-        st.rows_ring = role.retrieval_result(tp.recv(name, S0), tp.recv(name, S1))
+        st.rows_ring = role.retrieval_result(tp.recv(name, S0), None if a1 is None else tp.recv(name, S1))
         st.dense_ring = messages.decode_dense(
             tp.recv(name, S0),
             round_id=rc.round_id,
@@ -410,7 +415,8 @@ class _Round:
         )
         self.user_s += time.perf_counter() - t
         if run.cfg.verify:
-            expected = self.enc0[req.indices]
+            expected = self.enc0[np.maximum(req.indices, 0)]
+            expected[req.indices < 0] = 0
             got = np.asarray(st.rows_ring)
             if got.shape != expected.shape or got.dtype != expected.dtype:
                 raise VerificationError(
@@ -443,7 +449,7 @@ class _Round:
             sel = pos >= 0
             pos, ratings = pos[sel], st.ratings[sel]
         step = run.model.local_step(rows, dense_u, run.store.state(st.user), pos, ratings)
-        grads = np.zeros((rc.m_prime, rc.width))
+        grads = np.zeros((rc.slots, rc.width))
         grads[req.real_pos] = step.row_grads
         g_ring = fp.encode_clipped(grads, self.n_p)
         d_ring = fp.encode_clipped(step.dense_grad, self.n_p)
@@ -451,11 +457,17 @@ class _Round:
         self.user_s += time.perf_counter() - t
         self.losses.append(step.loss)
         tp.send(name, S0, up0, stage=STAGE_UPLOAD)
-        tp.send(name, S1, up1, stage=STAGE_UPLOAD)
-        s0.call(s0.role.handle_upload, st.user, tp.recv(S0, name))
-        s1.call(s1.role.handle_upload, st.user, tp.recv(S1, name))
+        if up1 is not None:
+            tp.send(name, S1, up1, stage=STAGE_UPLOAD)
+        fwd = s0.call(s0.role.handle_upload, st.user, tp.recv(S0, name))
+        if up1 is not None:
+            s1.call(s1.role.handle_upload, st.user, tp.recv(S1, name))
+        if fwd is not None:  # relay: server 0 forwards the correction words
+            tp.send(S0, S1, fwd, stage=STAGE_UPLOAD)
+            s1.call(s1.role.relay_upload, st.user, tp.recv(S1, S0))
         if run.cfg.verify:
-            np.add.at(self.direct_sparse, req.indices, g_ring)
+            real = req.indices >= 0
+            np.add.at(self.direct_sparse, req.indices[real], g_ring[real])
             self.direct_dense += d_ring
 
     def finish(self, optimizer: ServerAdam) -> float:
@@ -570,6 +582,9 @@ def train(
         "model": model.name,
         "model_hparams": model.hparams(),
         "protocol": getattr(protocol, "name", type(protocol).__name__),
+        "layout": protocol.layout,
+        "relay": protocol.relay,
+        "expansion": protocol.expansion if protocol.layout == "cuckoo" else None,
         "epochs": cfg.epochs,
         "users_per_round": cfg.users_per_round,
         "m_prime": m_prime,
@@ -617,9 +632,8 @@ def train(
             users = order[start : start + cfg.users_per_round]
             n_p = int(users.size)
             tp.set_round(round_id)
-            rnd = _Round(
-                run, RoundConfig(round_id, m, width, dense_size, m_prime, cfg.ring_bits), n_p
-            )
+            rc = protocol.round_config(round_id, m, width, dense_size, m_prime, cfg.ring_bits)
+            rnd = _Round(run, rc, n_p)
             if cfg.schedule == "interleaved":
                 for u in users:
                     rnd.train_and_upload(rnd.retrieve(int(u)))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from secemb.errors import InvalidParameters
 from secemb.training import pad_or_truncate
-from secemb.training.padding import sample_unrated
+from secemb.protocols.placement import sample_unrated
 
 
 @settings(max_examples=150, deadline=None)

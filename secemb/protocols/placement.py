@@ -1,4 +1,7 @@
-"""PadOrTruncIdx (SecEmb, Appendix C, Algorithm 1): every user asks for exactly m' rows.
+"""Which rows a user requests: PadOrTruncIdx (SecEmb, Appendix C, Algorithm 1) for the full
+layout, truncation plus cuckoo insertion for the cuckoo layout (:func:`place`).
+
+Full layout: every user asks for exactly m' rows.
 
 A user with fewer than m' rated items pads its request with items drawn uniformly without
 replacement from the items it did *not* rate; a user with more keeps a uniform random subset of
@@ -9,6 +12,11 @@ no information even to code that sees the plain list.  All draws come from the t
 
 Padding rows get exact-zero gradients on upload (Algorithm 2, PadOrTruncEmb), which the
 training loop builds from ``real_pos``.
+
+Cuckoo layout: a user with more than m' rated items keeps a uniform random subset of m' (as
+above); it then cuckoo-inserts them into the ``B`` public buckets (at most one per bucket);
+an item that cannot be placed is dropped for the round like a truncated one.  Its request
+has one slot per bucket: the item placed there, or -1 for an empty bucket.
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.protocols.base import RoundConfig
 
-__all__ = ["PaddedRequest", "pad_or_truncate", "sample_unrated"]
+__all__ = ["PaddedRequest", "pad_or_truncate", "place", "sample_unrated"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +37,8 @@ class PaddedRequest:
 
     Attributes
     ----------
-    indices: int64 (m',), distinct item ids to retrieve, in random order.
+    indices: int64 (S,), one entry per request slot: an item id, or -1 for an empty cuckoo
+        bucket; ids are distinct.
     real_pos: int64 (n_kept,), positions in ``indices`` of the kept rated items.
     kept: int64 (n_kept,), positions in the input ``items`` of those items, aligned with
         ``real_pos`` (``indices[real_pos] == items[kept]``).
@@ -105,3 +115,26 @@ def pad_or_truncate(
     inv[perm] = np.arange(m_prime, dtype=np.int64)
     real_pos = inv[: kept.shape[0]]
     return PaddedRequest(indices, real_pos, kept)
+
+
+def place(config: RoundConfig, items: np.ndarray, rng: np.random.Generator) -> PaddedRequest:
+    """The request slots of a user with distinct rated ``items`` in a round of ``config``.
+
+    Full layout: :func:`pad_or_truncate` to ``m'``.  Cuckoo layout: truncate to ``m'`` (same
+    draws as :func:`pad_or_truncate`), then insert into the round's public buckets.
+    """
+    if config.layout == "full":
+        return pad_or_truncate(items, config.m_prime, config.num_items, rng)
+    items = np.asarray(items, dtype=np.int64)
+    if items.ndim != 1:
+        raise InvalidParameters(f"items must be 1-D, got shape {items.shape}")
+    if items.size > config.m_prime:
+        kept = np.sort(rng.choice(items.size, size=config.m_prime, replace=False).astype(np.int64))
+    else:
+        kept = np.arange(items.size, dtype=np.int64)
+    slots, _ = config.cuckoo().assign(items[kept], rng)
+    placed = np.flatnonzero(slots >= 0)
+    # kept[i] is the input position of the item in slot placed[i]
+    order = np.argsort(items[kept])
+    where = order[np.searchsorted(items[kept], slots[placed], sorter=order)]
+    return PaddedRequest(slots, placed, kept[where])
