@@ -38,7 +38,7 @@ def test_synthetic_run_is_deterministic_verified_and_beats_the_global_mean():
     data = load_dataset("synthetic")
     tr, te = train_test_split(data, 0.2, seed=0)
     baseline = float(np.sqrt(np.mean((te.ratings - tr.ratings.mean()) ** 2)))
-    exp = Experiment(dataset="synthetic", protocol="plaintext", epochs=2, verify=True)
+    exp = Experiment(dataset="synthetic", protocol="plaintext", layout="full", epochs=2, verify=True)
     a = run_experiment(exp)
     b = run_experiment(exp)
     assert a.model_sha256 == b.model_sha256
