@@ -178,7 +178,7 @@ def test_cli_exits_1_when_verification_fails():
     from secemb.cli import app
     from secemb.protocols import PROTOCOLS, register_protocol
 
-    register_protocol("corrupt-for-test", lambda: _Corrupting("sum"))
+    register_protocol("corrupt-for-test", lambda **opts: _Corrupting("sum"))
     try:
         res = CliRunner().invoke(
             app,
