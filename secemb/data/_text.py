@@ -192,8 +192,9 @@ def _fast_block(
             return table[:, c + (ndots > 0 and c > rating_col)]
 
         ratings = field(rating_col).astype(np.float64)
-        if ndots:
-            ratings += table[:, rating_col + 1] / np.power(10.0, frac_len)
+        if ndots:  # (int * 10^f + frac) / 10^f: one correctly rounded division, as float()
+            scale = np.power(10.0, frac_len)
+            ratings = (ratings * scale + table[:, rating_col + 1]) / scale
     else:
         first = np.zeros(nlines, dtype=np.int64)  # index in `values` of each line's 1st field
         np.cumsum(ncols + has_dot[:-1], out=first[1:])
@@ -204,7 +205,8 @@ def _fast_block(
 
         ratings = field(rating_col).astype(np.float64)
         lines = np.flatnonzero(has_dot)
-        ratings[lines] += values[first[lines] + rating_col + 1] / np.power(10.0, frac_len)
+        scale = np.power(10.0, frac_len)
+        ratings[lines] = (ratings[lines] * scale + values[first[lines] + rating_col + 1]) / scale
     return field(order[0]), field(order[1]), ratings, field(order[3])
 
 
