@@ -42,6 +42,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("--relay/--no-relay", help="Send identical bytes once, download one share (secemb)."),
         ] = True,
         expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
+        backend: Annotated[
+            str, typer.Option(help="Server evaluation: serial, process (all cores) or ray.")
+        ] = "serial",
+        workers: Annotated[int | None, typer.Option(min=1, help="Workers of the process/ray backend.")] = None,
         epochs: Annotated[
             int,
             typer.Option(
@@ -104,6 +108,8 @@ def register(app: typer.Typer) -> None:
             layout=layout,
             relay=relay,
             expansion=expansion,
+            backend=backend,
+            workers=workers,
             epochs=epochs,
             users_per_round=users_per_round,
             m_prime=m_prime,

@@ -212,47 +212,53 @@ def retrieve_and_prepare_buckets(
     retrieval_tag: str = RETRIEVAL_TAG,
     aggregation_tag: str = AGGREGATION_TAG,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The batched-bucket form: key ``i`` retrieves from its own table ``tables[i]``.
+    """The batched-bucket form: ``U`` users' keys, key ``u B + i`` retrieving from bucket
+    ``i``'s table ``tables[i]``.
 
     Parameters
     ----------
-    path: ``B`` path keys of ``party`` over the bucket domain ``[0, M)``.
-    retrieval_cw: ring (B, 1).
+    path: ``U B`` path keys of ``party`` over the bucket domain ``[0, M)``, user-major.
+    retrieval_cw: ring (U B, 1).
     tables: ring (B, M, D), bucket ``i``'s rows (zero rows pad short buckets), or its
         :class:`~secemb.fss.linalg.LimbMatrix`.
     agg_width: ``w``.
 
     Returns
     -------
-    ``(answers, t, conv)``: ring (B, D) shares of ``tables[i, alpha_i]``; uint8 (B, M)
-    control bits; ring (B, M, w) ``Convert_agg`` of every leaf.  The aggregation share for
-    correction words ``CW`` (B, w) is ``(-1)^b (conv + t[..., None] * CW[:, None, :])``
-    (:func:`bucket_shares`).
+    ``(answers, t, conv_sum)``: ring (U B, D) shares of ``tables[i, alpha]``; uint8
+    (U B, M) control bits; ring (B, M, w) ``sum_u Convert_agg`` of the leaves of bucket
+    ``i``'s keys.  The aggregation share for correction words ``CW`` (U B, w) is
+    ``(-1)^b (conv_sum + sum_u t_u[..., None] * CW_u[:, None, :])`` (:func:`bucket_shares`).
     """
     k, big_m = len(path), path.params.domain_size
     b = _check_inputs(path, party, retrieval_cw, tables.dtype, agg_width)
-    if tables.ndim != 3 or tables.shape[:2] != (k, big_m):
-        raise InvalidParameters(f"tables must have shape ({k}, {big_m}, D), got {tables.shape}")
+    buckets = tables.shape[0] if tables.ndim == 3 else 0
+    if tables.ndim != 3 or tables.shape[1] != big_m or k % buckets:
+        raise InvalidParameters(f"tables must have shape (B, {big_m}, D) with B dividing {k}, got {tables.shape}")
     ring_bits = 8 * tables.dtype.itemsize
     mp = padded_domain(path)
-    conv = np.empty((k * mp, agg_width), tables.dtype)
-
-    def store(a: int, z: int, vals: np.ndarray) -> None:
-        conv[a:z] = vals
-
-    t, e = _walk(path, b, retrieval_cw, agg_width, store, retrieval_tag, aggregation_tag)
-    answers = ring_matmul(e[:, None, :big_m], tables, ring_bits)[:, 0]
-    return answers, np.ascontiguousarray(t[:, :big_m]), conv.reshape(k, mp, agg_width)[:, :big_m]
+    conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
+    t, e = _walk(
+        path, b, retrieval_cw, agg_width,
+        lambda a, z, vals: _accumulate_rows(conv_sum, a, z, buckets * mp, vals),
+        retrieval_tag, aggregation_tag,
+    )
+    users = k // buckets
+    e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
+    answers = ring_matmul(e_b, tables, ring_bits).transpose(1, 0, 2).reshape(k, -1)
+    return answers, np.ascontiguousarray(t[:, :big_m]), conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
 
 
 def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.ndarray) -> np.ndarray:
-    """Aggregation shares in bucket form: ``(-1)^b (conv + t * CW)``, ring (B, M, w).
+    """Aggregation shares in bucket form: ``(-1)^b (conv + sum_u t_u * CW_u)``, ring (B, M, w).
 
-    ``t`` uint8 (B, M) and ``conv`` ring (B, M, w) (or ``None`` for the control-bit part
-    only) from :func:`retrieve_and_prepare_buckets`; ``cw`` ring (B, w)."""
-    if cw.ndim != 2 or cw.shape[0] != t.shape[0] or (conv is not None and (cw.dtype != conv.dtype or cw.shape[1] != conv.shape[2])):
+    ``t`` uint8 (U B, M) and ``conv`` ring (B, M, w) (or ``None`` for the control-bit part
+    only) from :func:`retrieve_and_prepare_buckets`; ``cw`` ring (U B, w)."""
+    if cw.ndim != 2 or cw.shape[0] != t.shape[0] or (conv is not None and (cw.dtype != conv.dtype or cw.shape[1] != conv.shape[2] or t.shape[0] % conv.shape[0])):
         raise InvalidParameters(f"correction words of shape {cw.shape} do not match control bits {t.shape}")
-    out = t.astype(cw.dtype)[:, :, None] * cw[:, None, :]
+    buckets = conv.shape[0] if conv is not None else t.shape[0]
+    prod = t.astype(cw.dtype)[:, :, None] * cw[:, None, :]
+    out = prod.reshape(-1, buckets, *prod.shape[1:]).sum(axis=0, dtype=cw.dtype)
     if conv is not None:
         out += conv
     if party:

@@ -144,6 +144,21 @@ class PathKeys:
     def __getitem__(self, sl: slice) -> PathKeys:
         return PathKeys(self.params, self.party, self.roots[sl], self.cw_seed[sl], self.cw_tl[sl], self.cw_tr[sl])
 
+    @classmethod
+    def concat(cls, batches: list[PathKeys]) -> PathKeys:
+        """One batch of all keys of ``batches`` (same parameters and party), in order."""
+        first = batches[0]
+        if any(b.params != first.params or b.party != first.party for b in batches):
+            raise InvalidParameters("can only concatenate key batches with equal parameters and party")
+        return cls(
+            first.params,
+            first.party,
+            np.concatenate([b.roots for b in batches]),
+            np.concatenate([b.cw_seed for b in batches]),
+            np.concatenate([b.cw_tl for b in batches]),
+            np.concatenate([b.cw_tr for b in batches]),
+        )
+
     # -- bytes ---------------------------------------------------------------------------
     def _body(self) -> list[bytes]:
         k, n = len(self), self.params.depth
@@ -217,6 +232,17 @@ class DPFKeys:
 
     def __getitem__(self, sl: slice) -> DPFKeys:
         return DPFKeys(self.path[sl], self.cw_out[sl], self.params)
+
+    @classmethod
+    def concat(cls, batches: list[DPFKeys]) -> DPFKeys:
+        """One batch of all keys of ``batches`` (same parameters and party), in order."""
+        if any(b.params != batches[0].params for b in batches):
+            raise InvalidParameters("can only concatenate key batches with equal parameters")
+        return cls(
+            PathKeys.concat([b.path for b in batches]),
+            np.concatenate([b.cw_out for b in batches]),
+            batches[0].params,
+        )
 
     def to_bytes(self) -> bytes:
         """Serialize (kind 1); the length is ``24 + K * params.key_bytes``."""

@@ -34,7 +34,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, ProtocolError
+from secemb.errors import InvalidParameters, ProtocolError, SecembError
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.randomness import RandomBytes
 
@@ -115,6 +115,13 @@ class RoundConfig:
         return np.dtype(np.uint32 if self.ring_bits == 32 else np.uint64)
 
 
+def _or_error(fn, *args):  # noqa: ANN001, ANN202 - internal helper
+    try:
+        return fn(*args)
+    except SecembError as exc:
+        return exc
+
+
 @lru_cache(maxsize=8)
 def _layout(num_items: int, num_buckets: int, seed: int) -> CuckooLayout:
     return CuckooLayout(num_items, num_buckets, seed)
@@ -163,6 +170,16 @@ class ServerRole(ABC):
     def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Relay, server 1: answer server 0's forwarded request (to server 0)."""
         raise ProtocolError(f"{type(self).__name__} does not relay")
+
+    def handle_retrieval_many(self, requests: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
+        """:meth:`handle_retrieval` for many ``(user_id, message)`` pairs; a rejected request
+        yields its exception in its place.  Servers that can evaluate a batch faster than
+        user by user override this."""
+        return [_or_error(self.handle_retrieval, u, m) for u, m in requests]
+
+    def relay_retrieval_many(self, forwards: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        """:meth:`relay_retrieval` for many users, like :meth:`handle_retrieval_many`."""
+        return [_or_error(self.relay_retrieval, u, m) for u, m in forwards]
 
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Relay, server 0: combine server 1's answer into the reply to the user."""

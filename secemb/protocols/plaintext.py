@@ -219,12 +219,19 @@ class PlaintextServer(ServerRole):
 class PlaintextProtocol(Protocol):
     """Factory of plaintext roles.  ``layout``/``expansion``/``layout_seed`` choose the
     request layout exactly as for :class:`~secemb.protocols.secemb.SecEmbProtocol`, so a
-    plaintext run can mirror a secure run of either layout; ``relay`` is accepted and ignored
-    (nothing to relay in the clear)."""
+    plaintext run can mirror a secure run of either layout; ``relay`` and ``backend`` are
+    accepted and ignored (nothing to relay or to parallelize in the clear)."""
 
     name = _NAME
 
-    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0) -> None:
+    def __init__(
+        self,
+        layout: str = "full",
+        relay: bool = False,
+        expansion: float = 1.25,
+        layout_seed: int = 0,
+        backend: object = None,
+    ) -> None:
         self._set_layout(layout, expansion, layout_seed)
 
     def make_server(self, party: int) -> PlaintextServer:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from secemb import fss
-from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError
+from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss.fused import (
     AGGREGATION_TAG,
     RETRIEVAL_TAG,
@@ -48,6 +48,7 @@ from secemb.fss.fused import (
     retrieve_and_prepare_buckets,
 )
 from secemb.fss.linalg import LimbMatrix
+from secemb.protocols.backends import Backend, SerialBackend
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
 from secemb.randomness import RandomBytes, expand_seed, system_rng
@@ -191,17 +192,40 @@ class _Pending:
     """What a server keeps of a user between retrieval and upload."""
 
     keys: fss.DPFKeys
-    bits: PreparedAggregation | np.ndarray  # full layout: packed summary; cuckoo: t (B, M)
+    bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
+
+
+def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
+
+    ``task = (layout, party, keys, table, width)`` with ``keys`` the users' key batches
+    concatenated and ``table`` a ring array or its :class:`LimbMatrix` (full layout: the
+    table (m, w); cuckoo: bucket tables (B, M, w)).  Returns the answers (K, w), the control
+    bits (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
+    payload-independent part of the aggregation share summed over the batch.
+    """
+    layout, party, keys, table, width = task
+    ring_bits = keys.params.ring_bits
+    if not isinstance(table, LimbMatrix):
+        table = LimbMatrix(table, ring_bits)
+    if layout == "full":
+        answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width)
+        return answers, prepared.t_bits, prepared.signed_conv()
+    answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table, width)
+    if party:
+        np.negative(conv, out=conv)
+    return answers, t, conv
 
 
 class SecEmbServer(ServerRole):
     """Server ``party`` of SecEmb; party 0 leads (reconstructs the aggregate)."""
 
-    def __init__(self, party: int, *, relay: bool = False) -> None:
+    def __init__(self, party: int, *, relay: bool = False, backend: Backend | None = None) -> None:
         if party not in (0, 1):
             raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
         self.party = party
         self.relay = relay
+        self.backend = backend or SerialBackend()
         self.config: RoundConfig | None = None
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
@@ -212,14 +236,16 @@ class SecEmbServer(ServerRole):
             )
         self.config = config
         if config.layout == "full":
-            self._table = LimbMatrix(table, config.ring_bits)
+            self._table_ring = np.ascontiguousarray(table)
             self._sparse = np.zeros((config.num_items, config.width), config.dtype)
         else:
             layout = config.cuckoo()
-            self._table = LimbMatrix(layout.bucket_tables(table), config.ring_bits)
+            self._table_ring = layout.bucket_tables(table)
             self._sparse = np.zeros((config.num_buckets, layout.bucket_size, config.width), config.dtype)
+        self._table = LimbMatrix(self._table_ring, config.ring_bits) if self.backend.local else None
         self._dense = np.zeros(config.dense_size, config.dtype)
         self._pending: dict[int, _Pending] = {}
+        self._seeds_of: dict[int, bytes] = {}  # server 1, relay: dense-share seeds
         self._uploaded: set[int] = set()
         self._awaiting: dict[int, tuple[bytes, bytes, bytes]] = {}  # server 1, relay: roots, seeds
         self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
@@ -234,21 +260,31 @@ class SecEmbServer(ServerRole):
             raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
 
     # -- retrieval ---------------------------------------------------------------------
-    def _evaluate(self, keys: fss.DPFKeys) -> tuple[np.ndarray, np.ndarray, _Pending]:
-        """Answers, the folded aggregate part, and what to keep for the upload."""
+    def _evaluate(self, keys: list[fss.DPFKeys]) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+        """Per-user answers and control bits, and the summed folded part, for a batch of
+        users' keys, chunked over the backend's workers."""
         cfg = self._cfg()
-        if cfg.layout == "full":
-            answers, prepared = retrieve_and_prepare(keys.path, self.party, keys.cw_out, self._table, cfg.width)
-            return answers, prepared.signed_conv(), _Pending(keys, prepared.without_conv())
-        answers, t, conv = retrieve_and_prepare_buckets(keys.path, self.party, keys.cw_out, self._table, cfg.width)
-        if self.party:
-            np.negative(conv, out=conv)
-        return answers, conv, _Pending(keys, t)
+        table = self._table if self.backend.local else self._table_ring
+        n = len(keys)
+        bounds = np.linspace(0, n, min(n, self.backend.workers) + 1).astype(int)
+        tasks = [
+            (cfg.layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), table, cfg.width)
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
+        results = self.backend.map(_evaluate_task, tasks)
+        folded = results[0][2]
+        for r in results[1:]:
+            folded = folded + r[2]
+        slots = cfg.slots
+        answers = [r[0][i * slots : (i + 1) * slots] for r in results for i in range(len(r[0]) // slots)]
+        bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
+        return answers, bits, folded
 
-    def _retrieve(self, user_id: int, keys: fss.DPFKeys) -> np.ndarray:
-        answers, folded, pending = self._evaluate(keys)
+    def _retrieve(self, users: list[int], keys: list[fss.DPFKeys]) -> list[np.ndarray]:
+        answers, bits, folded = self._evaluate(keys)
         self._sparse += folded
-        self._pending[user_id] = pending
+        for u, k, b in zip(users, keys, bits):
+            self._pending[u] = _Pending(k, b)
         return answers
 
     def _parse_keys(self, body: memoryview) -> fss.DPFKeys:
@@ -260,46 +296,93 @@ class SecEmbServer(ServerRole):
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes | None:
         """Non-relay: the reply to the user.  Relay: server 0 returns the shared key part to
         forward to server 1; server 1 stores the user's roots and seeds and returns None."""
+        out = self.handle_retrieval_many([(user_id, message)])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def handle_retrieval_many(self, requests: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
+        """:meth:`handle_retrieval` for many users at once, evaluated as one batch (over the
+        backend's workers).  A rejected request yields its exception in its place (raised
+        by :meth:`handle_retrieval`) and changes no state; the others proceed."""
         cfg = self._cfg()
-        user_id = _check_user(user_id)
-        self._check_new(user_id)
-        if self.relay and self.party == 1:
-            size = 16 * cfg.slots + 2 * _SEED
-            body = bytes(open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, size))
-            roots = body[: 16 * cfg.slots]
-            if any(b & 1 != 1 for b in roots[::16]):
-                raise InvalidMessage("retrieval_request: root control bits must equal the party")
-            self._awaiting[user_id] = (roots, body[-2 * _SEED : -_SEED], body[-_SEED:])
-            return None
-        body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id, request_bytes(cfg))
-        keys = self._parse_keys(body)
-        answers = self._retrieve(user_id, keys)
-        if not self.relay:
-            return frame(_NAME, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
-        self._answers[user_id] = answers
-        return frame(_NAME, "relay_keys", 1, cfg.round_id, keys.shared_bytes())
+        out: list[bytes | None | SecembError] = [None] * len(requests)
+        users: list[int] = []
+        keys: list[fss.DPFKeys] = []
+        where: list[int] = []
+        seen: set[int] = set()
+        for i, (user_id, message) in enumerate(requests):
+            try:
+                user_id = _check_user(user_id)
+                if user_id in seen:
+                    raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
+                self._check_new(user_id)
+                if self.relay and self.party == 1:
+                    self._accept_roots(user_id, message)
+                else:
+                    body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id, request_bytes(cfg))
+                    keys.append(self._parse_keys(body))
+                    users.append(user_id)
+                    where.append(i)
+                seen.add(user_id)
+            except SecembError as exc:
+                out[i] = exc
+        if keys:
+            for i, u, k, answers in zip(where, users, keys, self._retrieve(users, keys)):
+                if not self.relay:
+                    out[i] = frame(_NAME, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
+                else:
+                    self._answers[u] = answers
+                    out[i] = frame(_NAME, "relay_keys", 1, cfg.round_id, k.shared_bytes())
+        return out
+
+    def _accept_roots(self, user_id: int, message: bytes) -> None:
+        cfg = self._cfg()
+        size = 16 * cfg.slots + 2 * _SEED
+        body = bytes(open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, size))
+        roots = body[: 16 * cfg.slots]
+        if any(b & 1 != 1 for b in roots[::16]):
+            raise InvalidMessage("retrieval_request: root control bits must equal the party")
+        self._awaiting[user_id] = (roots, body[-2 * _SEED : -_SEED], body[-_SEED:])
 
     def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
+        out = self.relay_retrieval_many([(user_id, message)])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def relay_retrieval_many(self, forwards: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        """:meth:`relay_retrieval` for many users, evaluated as one batch."""
         cfg = self._cfg()
-        user_id = _check_user(user_id)
         if not (self.relay and self.party == 1):
             raise ProtocolError("relay_retrieval is server 1's step in relay mode")
-        if user_id not in self._awaiting:
-            raise ProtocolError(f"no retrieval request of user {user_id} to complete")
+        out: list[bytes | SecembError] = [b""] * len(forwards)
+        users: list[int] = []
+        keys: list[fss.DPFKeys] = []
+        where: list[int] = []
         shared_len = request_bytes(cfg) - 16 * cfg.slots
-        body = open_message(message, _NAME, "relay_keys", 1, cfg.round_id, shared_len)
-        roots, mask_seed, dense_seed = self._awaiting[user_id]
-        try:
-            keys = fss.DPFKeys.from_shared(body, roots, 1, **_key_expect(cfg))
-        except InvalidKey as exc:
-            raise InvalidMessage(f"relay_keys: {exc}") from None
-        answers = self._retrieve(user_id, keys)
-        del self._awaiting[user_id]
-        self._seeds_of = getattr(self, "_seeds_of", {})
-        self._seeds_of[user_id] = dense_seed
-        masked = answers + expand_seed(mask_seed, answers.shape, cfg.dtype)
-        return frame(_NAME, "relay_answer", 1, cfg.round_id, array_bytes(masked))
+        for i, (user_id, message) in enumerate(forwards):
+            try:
+                user_id = _check_user(user_id)
+                if user_id not in self._awaiting or user_id in users:
+                    raise ProtocolError(f"no retrieval request of user {user_id} to complete")
+                body = open_message(message, _NAME, "relay_keys", 1, cfg.round_id, shared_len)
+                try:
+                    keys.append(fss.DPFKeys.from_shared(body, self._awaiting[user_id][0], 1, **_key_expect(cfg)))
+                except InvalidKey as exc:
+                    raise InvalidMessage(f"relay_keys: {exc}") from None
+                users.append(user_id)
+                where.append(i)
+            except SecembError as exc:
+                out[i] = exc
+        if keys:
+            for i, u, answers in zip(where, users, self._retrieve(users, keys)):
+                _, mask_seed, dense_seed = self._awaiting.pop(u)
+                self._seeds_of[u] = dense_seed
+                masked = answers + expand_seed(mask_seed, answers.shape, cfg.dtype)
+                out[i] = frame(_NAME, "relay_answer", 1, cfg.round_id, array_bytes(masked))
+        return out
 
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 0, relay: add server 1's masked shares to its own; the reply to the user."""
@@ -317,7 +400,8 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         pending = self._pending[user_id]
         if cfg.layout == "full":
-            part = pending.bits.apply_bits(cw)
+            summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, pending.bits, None)
+            part = summary.apply_bits(cw)
         else:
             part = bucket_shares(self.party, pending.bits, None, cw)
         # all checks passed: change state
@@ -367,8 +451,8 @@ class SecEmbServer(ServerRole):
         """The sparse aggregate without users that retrieved but never uploaded (their
         folded part is recomputed and removed); state is not changed."""
         sparse = self._sparse.copy()
-        for pending in self._pending.values():
-            sparse -= self._evaluate(pending.keys)[1]
+        if self._pending:
+            sparse -= self._evaluate([p.keys for p in self._pending.values()])[2]
         cfg = self._cfg()
         return sparse if cfg.layout == "full" else cfg.cuckoo().scatter(sparse)
 
@@ -415,16 +499,26 @@ class SecEmbProtocol(Protocol):
     expansion: ``B / m'`` for the cuckoo layout (1.25 keeps insertion failures rare; larger
         values cost more keys).
     layout_seed: public seed of the cuckoo hash functions.
+    backend: where servers evaluate batches of users (:mod:`secemb.protocols.backends`);
+        serial by default.
     """
 
     name = _NAME
 
-    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0) -> None:
+    def __init__(
+        self,
+        layout: str = "full",
+        relay: bool = False,
+        expansion: float = 1.25,
+        layout_seed: int = 0,
+        backend: Backend | None = None,
+    ) -> None:
         self._set_layout(layout, expansion, layout_seed)
         self.relay = bool(relay)
+        self.backend = backend
 
     def make_server(self, party: int) -> SecEmbServer:
-        return SecEmbServer(party, relay=self.relay)
+        return SecEmbServer(party, relay=self.relay, backend=self.backend)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
         return SecEmbUser(config, relay=self.relay, _rng=_rng)

@@ -20,6 +20,7 @@ from secemb.data import load_dataset, train_test_split
 from secemb.errors import InvalidParameters
 from secemb.models import get_model, get_preset
 from secemb.protocols import get_protocol
+from secemb.protocols.backends import make_backend
 from secemb.training.loop import EpochStats, RoundStats, TrainConfig, TrainResult, train
 from secemb.transport.inprocess import InProcessTransport
 
@@ -41,6 +42,8 @@ class Experiment:
     layout: str = "cuckoo"
     relay: bool = True
     expansion: float = 1.25
+    backend: str = "serial"
+    workers: int | None = None
     epochs: int = 1
     users_per_round: int = 100
     m_prime: int | None = None
@@ -53,7 +56,7 @@ class Experiment:
     ring_bits: int = 32
     frac_bits: int = 16
     lazy_adam: bool = True
-    schedule: Literal["interleaved", "staged"] = "interleaved"
+    schedule: Literal["interleaved", "staged"] = "staged"
 
 
 def _preset_dataset(name: str) -> str:
@@ -80,7 +83,10 @@ def run_experiment(
         ``verify=True`` and the protocol's output differs from the direct computation.
     """
     # Build the protocol first: an unavailable protocol fails before any data is loaded.
-    protocol = get_protocol(exp.protocol, layout=exp.layout, relay=exp.relay, expansion=exp.expansion)
+    options: dict[str, Any] = {"layout": exp.layout, "relay": exp.relay, "expansion": exp.expansion}
+    if exp.backend != "serial":
+        options["backend"] = make_backend(exp.backend, exp.workers)
+    protocol = get_protocol(exp.protocol, **options)
     preset = get_preset(exp.model, _preset_dataset(exp.dataset))
     dim = preset.dim if exp.dim is None else exp.dim
     reg = preset.reg if exp.reg is None else exp.reg

@@ -120,7 +120,7 @@ class TrainConfig:
     lazy_adam: bool = True
     ring_bits: int = 32
     frac_bits: int = 16
-    schedule: Literal["interleaved", "staged"] = "interleaved"
+    schedule: Literal["interleaved", "staged"] = "staged"
     rating_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
@@ -379,57 +379,66 @@ class _Round:
             self.direct_sparse = np.zeros((rc.num_items, rc.width), dtype=fp.dtype)
             self.direct_dense = np.zeros(rc.dense_size, dtype=fp.dtype)
 
-    def retrieve(self, u: int) -> _UserRound:
-        """User ``u`` pads its request, retrieves its rows and the dense vector."""
+    def retrieve(self, users: list[int]) -> list[_UserRound]:
+        """Users place their requests and retrieve their rows and the dense vector; each
+        server handles the users' requests as one batch (the order of messages on the
+        transport is per user, as in a deployment)."""
         run, rc = self.run, self.rc
         tp, s0, s1 = run.tp, run.server0, run.server1
-        name = user_endpoint(u)
-        t = time.perf_counter()
-        items, ratings = run.per_user.of(u)
-        uniq, item_pos = _distinct(items)
-        req = place(rc, uniq, run.rng)
-        role = run.protocol.make_user(rc)
-        q0, q1 = role.retrieval_request(req.indices)
-        self.user_s += time.perf_counter() - t
-        self.truncated += int(req.kept.size < uniq.size)
-        tp.send(name, S1, q1, stage=STAGE_RETRIEVAL)
-        tp.send(name, S0, q0, stage=STAGE_RETRIEVAL)
-        a1 = s1.call(s1.role.handle_retrieval, u, tp.recv(S1, name))
-        a0 = s0.call(s0.role.handle_retrieval, u, tp.recv(S0, name))
+        states: list[_UserRound] = []
+        for u in users:
+            t = time.perf_counter()
+            items, ratings = run.per_user.of(u)
+            uniq, item_pos = _distinct(items)
+            req = place(rc, uniq, run.rng)
+            role = run.protocol.make_user(rc)
+            q0, q1 = role.retrieval_request(req.indices)
+            self.user_s += time.perf_counter() - t
+            self.truncated += int(req.kept.size < uniq.size)
+            tp.send(user_endpoint(u), S1, q1, stage=STAGE_RETRIEVAL)
+            tp.send(user_endpoint(u), S0, q0, stage=STAGE_RETRIEVAL)
+            states.append(_UserRound(u, role, req, int(uniq.size), item_pos, ratings))
+        a1 = _raise_any(s1.call(s1.role.handle_retrieval_many, [(u, tp.recv(S1, user_endpoint(u))) for u in users]))
+        a0 = _raise_any(s0.call(s0.role.handle_retrieval_many, [(u, tp.recv(S0, user_endpoint(u))) for u in users]))
         if run.protocol.relay:  # server 0 forwards, server 1 answers it, server 0 replies
-            tp.send(S0, S1, a0, stage=STAGE_RETRIEVAL)
-            tp.send(S1, S0, s1.call(s1.role.relay_retrieval, u, tp.recv(S1, S0)), stage=STAGE_RETRIEVAL)
-            a0 = s0.call(s0.role.complete_retrieval, u, tp.recv(S0, S1))
-        tp.send(S0, name, a0, stage=STAGE_RETRIEVAL)
-        if a1 is not None:
-            tp.send(S1, name, a1, stage=STAGE_RETRIEVAL)
-        tp.send(S0, name, self.dense_msg, stage=STAGE_DENSE)
-        st = _UserRound(u, role, req, int(uniq.size), item_pos, ratings)
-        t = time.perf_counter()
-        st.rows_ring = role.retrieval_result(tp.recv(name, S0), None if a1 is None else tp.recv(name, S1))
-        st.dense_ring = messages.decode_dense(
-            tp.recv(name, S0),
-            round_id=rc.round_id,
-            dense_size=rc.dense_size,
-            ring_bits=rc.ring_bits,
-        )
-        self.user_s += time.perf_counter() - t
-        if run.cfg.verify:
-            expected = self.enc0[np.maximum(req.indices, 0)]
-            expected[req.indices < 0] = 0
-            got = np.asarray(st.rows_ring)
-            if got.shape != expected.shape or got.dtype != expected.dtype:
-                raise VerificationError(
-                    f"round {rc.round_id}, user {u}: retrieved rows have dtype {got.dtype} "
-                    f"shape {got.shape}, expected {expected.dtype} {expected.shape}"
-                )
-            if not np.array_equal(got, expected):
-                first = int(np.flatnonzero(np.any(got != expected, axis=1))[0])
-                raise VerificationError(
-                    f"round {rc.round_id}, user {u}: retrieved row {first} (item "
-                    f"{int(req.indices[first])}) differs from the encoded table"
-                )
-        return st
+            for fwd in a0:
+                tp.send(S0, S1, fwd, stage=STAGE_RETRIEVAL)
+            masked = _raise_any(s1.call(s1.role.relay_retrieval_many, [(u, tp.recv(S1, S0)) for u in users]))
+            for m in masked:
+                tp.send(S1, S0, m, stage=STAGE_RETRIEVAL)
+            a0 = [s0.call(s0.role.complete_retrieval, u, tp.recv(S0, S1)) for u in users]
+        for st, r0, r1 in zip(states, a0, a1):
+            name = user_endpoint(st.user)
+            tp.send(S0, name, r0, stage=STAGE_RETRIEVAL)
+            if r1 is not None:
+                tp.send(S1, name, r1, stage=STAGE_RETRIEVAL)
+            tp.send(S0, name, self.dense_msg, stage=STAGE_DENSE)
+            t = time.perf_counter()
+            st.rows_ring = st.role.retrieval_result(tp.recv(name, S0), None if r1 is None else tp.recv(name, S1))
+            st.dense_ring = messages.decode_dense(
+                tp.recv(name, S0), round_id=rc.round_id, dense_size=rc.dense_size, ring_bits=rc.ring_bits
+            )
+            self.user_s += time.perf_counter() - t
+            if run.cfg.verify:
+                self._verify_rows(st)
+        return states
+
+    def _verify_rows(self, st: _UserRound) -> None:
+        rc, req = self.rc, st.request
+        expected = self.enc0[np.maximum(req.indices, 0)]
+        expected[req.indices < 0] = 0
+        got = np.asarray(st.rows_ring)
+        if got.shape != expected.shape or got.dtype != expected.dtype:
+            raise VerificationError(
+                f"round {rc.round_id}, user {st.user}: retrieved rows have dtype {got.dtype} "
+                f"shape {got.shape}, expected {expected.dtype} {expected.shape}"
+            )
+        if not np.array_equal(got, expected):
+            first = int(np.flatnonzero(np.any(got != expected, axis=1))[0])
+            raise VerificationError(
+                f"round {rc.round_id}, user {st.user}: retrieved row {first} (item "
+                f"{int(req.indices[first])}) differs from the encoded table"
+            )
 
     def train_and_upload(self, st: _UserRound) -> None:
         """Local step on the real rows, PadOrTruncEmb, encode, upload."""
@@ -636,9 +645,9 @@ def train(
             rnd = _Round(run, rc, n_p)
             if cfg.schedule == "interleaved":
                 for u in users:
-                    rnd.train_and_upload(rnd.retrieve(int(u)))
+                    rnd.train_and_upload(rnd.retrieve([int(u)])[0])
             else:
-                for st in [rnd.retrieve(int(u)) for u in users]:
+                for st in rnd.retrieve([int(u) for u in users]):
                     rnd.train_and_upload(st)
             opt_s = rnd.finish(optimizer)
 
@@ -730,6 +739,14 @@ def _distinct_counts(per_user: Any) -> np.ndarray:
     new = np.ones(items.size, dtype=bool)
     new[1:] = (items[1:] != items[:-1]) | (owner[1:] != owner[:-1])
     return np.bincount(owner[new], minlength=per_user.num_users).astype(np.int64)
+
+
+def _raise_any(results: list[Any]) -> list[Any]:
+    """The driver's users are honest: a rejected message is a bug, raise it."""
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    return results
 
 
 def _distinct(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
