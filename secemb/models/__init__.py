@@ -1,7 +1,8 @@
 """Recommender models split into public (server-held) and private (device-held) parameters.
 
 ``get_model(name, **hparams)`` builds a registered model; ``"mf"`` (biased matrix
-factorization) is available now.  A model declares ``sparse_width`` (columns of the public
+factorization), ``"ncf"``, ``"fm"`` and ``"deepfm"`` (the last three take
+``features=FeatureSet``; see :mod:`secemb.models.features`).  A model declares ``sparse_width`` (columns of the public
 item table), ``dense_size`` (length of the public dense vector) and ``private_size`` (length
 of each user's private vector); see :mod:`secemb.models.base`.  Importing this package does
 not import torch (only the generic autograd path does).
@@ -13,7 +14,10 @@ from collections.abc import Callable
 
 from secemb.errors import InvalidParameters
 from secemb.models.base import RecModel, StepResult, UserState, UserStore
+from secemb.models.deepfm import DeepFM
+from secemb.models.fm import FactorizationMachine
 from secemb.models.mf import MatrixFactorization
+from secemb.models.ncf import NCF
 from secemb.models.optim import AdamConfig, adam_update
 from secemb.models.presets import PAPER_M_PRIME, PRESETS, Preset, get_preset
 
@@ -22,7 +26,10 @@ __all__ = [
     "PAPER_M_PRIME",
     "PRESETS",
     "AdamConfig",
+    "DeepFM",
+    "FactorizationMachine",
     "MatrixFactorization",
+    "NCF",
     "Preset",
     "RecModel",
     "StepResult",
@@ -34,7 +41,12 @@ __all__ = [
     "register_model",
 ]
 
-MODELS: dict[str, Callable[..., RecModel]] = {"mf": MatrixFactorization}
+MODELS: dict[str, Callable[..., RecModel]] = {
+    "mf": MatrixFactorization,
+    "ncf": NCF,
+    "fm": FactorizationMachine,
+    "deepfm": DeepFM,
+}
 
 
 def register_model(name: str, factory: Callable[..., RecModel]) -> None:

@@ -1,0 +1,220 @@
+"""Network transport, client side: signed HTTP requests to a secemb server.
+
+Every request except ``GET /v1/health`` carries an HMAC-SHA256 signature (spec:
+``docs/deployment.md``, "Authentication").  The signer is identified by a *key id*:
+
+* ``"server0"`` / ``"server1"`` -- a server calling its peer, keyed by the peer secret the two
+  operators share;
+* ``"admin"`` -- the operator (or the demo's coordinator), keyed by the server's admin secret;
+* ``"user:<id>"`` -- a device, keyed by its per-user key ``HMAC(user_secret, "secemb-user-key"
+  || u64(id))`` (:func:`user_key`), which the server derives from its own user secret and so
+  never stores.
+
+The signed string is::
+
+    SECEMB-HMAC-SHA256 \\n key_id \\n METHOD \\n path \\n query \\n timestamp_ms \\n nonce \\n
+    hex(SHA-256(body))
+
+(one field per line, no trailing newline).  The server rejects a timestamp outside its window,
+a nonce it has seen inside the window, an unknown key id, and a wrong signature, all alike
+with 401.  Bodies of protocol messages are the exact message bytes
+(``application/octet-stream``); control messages are JSON.
+
+:class:`ApiClient` signs, sends and raises :class:`RemoteError` (the server answered with an
+error status: ``status``, ``error``, ``detail``) or :class:`Unreachable` (no answer).  It counts
+the bytes of request and response bodies -- the protocol messages, as the in-process transport
+counts them; HTTP headers are not part of the protocol's communication figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import struct
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from secemb.errors import InvalidParameters, SecembError
+
+__all__ = [
+    "ALGORITHM",
+    "HEADER_KEY_ID",
+    "HEADER_NONCE",
+    "HEADER_SIGNATURE",
+    "HEADER_TIMESTAMP",
+    "ApiClient",
+    "RemoteError",
+    "Unreachable",
+    "canonical_request",
+    "sign_headers",
+    "user_key",
+]
+
+ALGORITHM = "SECEMB-HMAC-SHA256"
+HEADER_KEY_ID = "X-Secemb-Key-Id"
+HEADER_TIMESTAMP = "X-Secemb-Timestamp"
+HEADER_NONCE = "X-Secemb-Nonce"
+HEADER_SIGNATURE = "X-Secemb-Signature"
+OCTET = "application/octet-stream"
+_USER_KEY_LABEL = b"secemb-user-key"
+
+
+def user_key(user_secret: bytes, user_id: int) -> bytes:
+    """The HMAC key of device ``user_id`` at a server whose user secret is ``user_secret``."""
+    if isinstance(user_id, bool) or not isinstance(user_id, int) or not 0 <= user_id < 2**63:
+        raise InvalidParameters(f"user id must be an int in [0, 2^63), got {user_id!r}")
+    if len(user_secret) < 16:
+        raise InvalidParameters(f"user secret must have >= 16 bytes, got {len(user_secret)}")
+    return hmac.new(user_secret, _USER_KEY_LABEL + struct.pack("<Q", user_id), hashlib.sha256).digest()
+
+
+def canonical_request(
+    key_id: str, method: str, path: str, query: str, timestamp_ms: int, nonce: str, body: bytes
+) -> bytes:
+    """The byte string a request's signature covers (see the module docstring)."""
+    digest = hashlib.sha256(body).hexdigest()
+    fields = (ALGORITHM, key_id, method.upper(), path, query, str(int(timestamp_ms)), nonce, digest)
+    return "\n".join(fields).encode()
+
+
+def sign_headers(
+    key_id: str,
+    key: bytes,
+    method: str,
+    path: str,
+    query: str = "",
+    body: bytes = b"",
+    *,
+    timestamp_ms: int | None = None,
+    nonce: str | None = None,
+) -> dict[str, str]:
+    """The authentication headers of one request."""
+    ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+    nonce = secrets.token_hex(16) if nonce is None else nonce
+    mac = hmac.new(key, canonical_request(key_id, method, path, query, ts, nonce, body), hashlib.sha256)
+    return {
+        HEADER_KEY_ID: key_id,
+        HEADER_TIMESTAMP: str(ts),
+        HEADER_NONCE: nonce,
+        HEADER_SIGNATURE: mac.hexdigest(),
+    }
+
+
+class RemoteError(SecembError):
+    """The server answered with an error status.
+
+    Attributes
+    ----------
+    status: HTTP status code.
+    error: the server's short error name (``"invalid_message"``, ``"conflict"``, ...).
+    detail: the server's explanation.
+    """
+
+    def __init__(self, status: int, error: str, detail: str) -> None:
+        super().__init__(f"HTTP {status} {error}: {detail}")
+        self.status, self.error, self.detail = status, error, detail
+
+
+class Unreachable(SecembError):
+    """No answer from the server (connection refused or reset, timeout)."""
+
+
+class ApiClient:
+    """Signed requests to one server.
+
+    Parameters
+    ----------
+    base_url: ``http://host:port`` of the server.
+    key_id, key: the signer's identity and HMAC key (``None``: unsigned requests, for
+        ``/v1/health`` and for tests of the refusal path).
+    timeout: seconds per request.
+    """
+
+    def __init__(self, base_url: str, key_id: str | None = None, key: bytes | None = None, *, timeout: float = 30.0) -> None:
+        if (key_id is None) != (key is None):
+            raise InvalidParameters("give both key_id and key, or neither")
+        self.base_url = base_url.rstrip("/")
+        self.key_id, self.key = key_id, key
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
+        self._lock = threading.Lock()
+        self.sent_bytes = 0
+        self.received_bytes = 0
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes = b"",
+        json_body: Any = None,
+        params: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        """Send a signed request; return the 2xx response.
+
+        Raises
+        ------
+        RemoteError
+            Non-2xx answer.
+        Unreachable
+            No answer.
+        """
+        headers: dict[str, str] = {}
+        if json_body is not None:
+            body = json.dumps(json_body, separators=(",", ":")).encode()
+            headers["Content-Type"] = "application/json"
+        elif body:
+            headers["Content-Type"] = OCTET
+        query = str(httpx.QueryParams(params or {}))
+        if self.key is not None:
+            headers.update(sign_headers(self.key_id, self.key, method, path, query, body))
+        url = path + (f"?{query}" if query else "")
+        try:
+            resp = self._http.request(
+                method, url, content=body if body else None, headers=headers,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.TransportError as exc:
+            raise Unreachable(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+        with self._lock:
+            self.sent_bytes += len(body)
+            self.received_bytes += len(resp.content)
+        if resp.status_code >= 300:
+            try:
+                doc = resp.json()
+                error, detail = str(doc.get("error", "error")), str(doc.get("detail", ""))
+            except (ValueError, AttributeError):
+                error, detail = "error", resp.text[:500]
+            raise RemoteError(resp.status_code, error, detail)
+        return resp
+
+    # convenience -------------------------------------------------------------------------
+    def get_json(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params or None).json()
+
+    def post_json(self, path: str, doc: Any = None, **params: Any) -> Any:
+        resp = self.request("POST", path, json_body={} if doc is None else doc, params=params or None)
+        return resp.json() if resp.content else None
+
+    def get_bytes(self, path: str, **params: Any) -> bytes:
+        return self.request("GET", path, params=params or None).content
+
+    def post_bytes(self, path: str, body: bytes, *, timeout: float | None = None, **params: Any) -> bytes | None:
+        """POST a protocol message; the response body (``None`` for 204)."""
+        resp = self.request("POST", path, body=body, params=params or None, timeout=timeout)
+        return None if resp.status_code == 204 else resp.content
