@@ -11,6 +11,7 @@ def register(app: typer.Typer) -> None:
     """Attach the ``bench`` command group to ``app``."""
     bench_app = typer.Typer(help="Benchmarks measured on this machine.", no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
+    _register_server(bench_app)
 
     @bench_app.command("fss")
     def fss(
@@ -51,3 +52,41 @@ def register(app: typer.Typer) -> None:
             f"{result['convert_ratio_to_aes']:.3f}",
         )
         Console().print(table)
+
+
+def _register_server(bench_app: typer.Typer) -> None:
+    @bench_app.command("server")
+    def server(
+        as_json: bool = typer.Option(False, "--json", help="Print the JSON list of configurations."),
+        quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
+        out: str = typer.Option("results/server", help="Folder for the JSON, Markdown and the plot."),
+    ) -> None:
+        """Server computation per round: full-domain against cuckoo layout."""
+        import os
+
+        from rich.console import Console
+
+        from secemb.bench import server as bench_server
+
+        console = Console(stderr=True)
+        with console.status("measuring") as status:
+            result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg))
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "server.json"), "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=2)
+        bench_server.plot(result["sweep"], os.path.join(out, "server_vs_m.png"))
+        if as_json:
+            typer.echo(json.dumps(result["records"], indent=2))
+            return
+        from rich.table import Table
+
+        table = Table(title="secemb bench server")
+        for col in ("dataset", "layout", "relay", "m", "m'", "users", "server s/round"):
+            table.add_column(col)
+        for r in result["records"]:
+            table.add_row(
+                r["dataset"], r["layout"], str(r["relay"]), str(r["m"]), str(r["m_prime"]),
+                str(r["users"]), f"{r['server_s_per_round']:.3f}",
+            )
+        Console().print(table)
+        Console().print(f"plot: {os.path.join(out, 'server_vs_m.png')}")

@@ -90,8 +90,9 @@ class PreparedAggregation:
                 f"correction words must be {dtype} of shape ({k}, {self.width}), got {cw.dtype} {cw.shape}"
             )
         out = np.zeros((m, self.width), dtype)
-        for j0 in range(0, m, APPLY_SLICE):
-            j1 = min(j0 + APPLY_SLICE, m)
+        step = max(8, APPLY_SLICE * 256 // max(k, 256) // 8 * 8)  # about K * 8192 / 256 bits
+        for j0 in range(0, m, step):
+            j1 = min(j0 + step, m)
             t = np.unpackbits(self.t_bits[:, j0 // 8 : -(-j1 // 8)], axis=1)[:, : j1 - j0]
             out[j0:j1] = ring_matmul(t.T, cw, self.ring_bits, a_bits=1)
         if self.party:

@@ -43,11 +43,10 @@ from secemb.fss.fused import (
     AGGREGATION_TAG,
     RETRIEVAL_TAG,
     PreparedAggregation,
-    bucket_shares,
     retrieve_and_prepare,
     retrieve_and_prepare_buckets,
 )
-from secemb.fss.linalg import LimbMatrix
+from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.protocols.backends import Backend, SerialBackend
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
@@ -247,6 +246,8 @@ class SecEmbServer(ServerRole):
         self._pending: dict[int, _Pending] = {}
         self._seeds_of: dict[int, bytes] = {}  # server 1, relay: dense-share seeds
         self._uploaded: set[int] = set()
+        self._absorbed: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # control bits, CWs
+        self._bits_cache: np.ndarray | None = None
         self._awaiting: dict[int, tuple[bytes, bytes, bytes]] = {}  # server 1, relay: roots, seeds
         self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
 
@@ -397,18 +398,31 @@ class SecEmbServer(ServerRole):
 
     # -- upload --------------------------------------------------------------------------
     def _absorb(self, user_id: int, cw: np.ndarray, dense: np.ndarray) -> None:
-        cfg = self._cfg()
-        pending = self._pending[user_id]
-        if cfg.layout == "full":
-            summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, pending.bits, None)
-            part = summary.apply_bits(cw)
-        else:
-            part = bucket_shares(self.party, pending.bits, None, cw)
-        # all checks passed: change state
-        self._sparse += part
+        # all checks passed: change state.  The control-bit part of the share is computed
+        # for all absorbed users at once when the aggregate is asked for (_bits_part).
+        self._absorbed[user_id] = (self._pending.pop(user_id).bits, cw)
+        self._bits_cache = None
         self._dense += dense
-        del self._pending[user_id]
         self._uploaded.add(user_id)
+
+    def _bits_part(self) -> np.ndarray:
+        """``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]`` over the absorbed users, in the layout's
+        form, as one batched product (cached until the next upload)."""
+        if self._bits_cache is None:
+            cfg = self._cfg()
+            if not self._absorbed:
+                self._bits_cache = np.zeros_like(self._sparse)
+            elif cfg.layout == "full":
+                bits = np.concatenate([b for b, _ in self._absorbed.values()])
+                cws = np.concatenate([c for _, c in self._absorbed.values()])
+                summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
+                self._bits_cache = summary.apply_bits(cws)
+            else:
+                t = np.stack([b for b, _ in self._absorbed.values()], axis=2)  # (B, M, U)
+                cws = np.stack([c for _, c in self._absorbed.values()], axis=1)  # (B, U, w)
+                part = ring_matmul(t, cws, cfg.ring_bits, a_bits=1)
+                self._bits_cache = -part if self.party else part
+        return self._bits_cache
 
     def _check_upload(self, user_id: int) -> None:
         cfg = self._cfg()
@@ -450,7 +464,7 @@ class SecEmbServer(ServerRole):
     def _closed_sparse(self) -> np.ndarray:
         """The sparse aggregate without users that retrieved but never uploaded (their
         folded part is recomputed and removed); state is not changed."""
-        sparse = self._sparse.copy()
+        sparse = self._sparse + self._bits_part()
         if self._pending:
             sparse -= self._evaluate([p.keys for p in self._pending.values()])[2]
         cfg = self._cfg()

@@ -1,0 +1,130 @@
+"""``secemb bench server``: the servers' computation per round, full-domain layout against
+the cuckoo layout, measured by running the protocol roles on random keys.
+
+Each configuration runs one round: ``users`` users request ``m'`` random items each (for the
+full layout, exactly ``m'`` rows; for the cuckoo layout, their items cuckoo-inserted into
+``B`` buckets), both servers answer every retrieval as one batch, absorb every upload and
+produce their aggregate shares; ``server_s_per_round`` is the busier server's time in its
+role calls (the two servers run in parallel in a deployment).  The user side is not timed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from secemb.bench.machine import machine_info
+from secemb.protocols.placement import place
+from secemb.protocols.secemb import SecEmbProtocol
+
+__all__ = ["CONFIGS", "measure", "run"]
+
+#: (name, m, m', users for the full layout, users for the cuckoo layout)
+CONFIGS = [
+    ("ml1m", 3883, 300, 100, 100),
+    ("yelp", 93386, 500, 2, 100),
+]
+
+
+def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, seed: int = 0) -> dict[str, Any]:
+    """One round with ``users`` users; returns the JSON record of the measurement."""
+    proto = SecEmbProtocol(layout=layout, relay=relay)
+    cfg = proto.round_config(0, m, d + 1, 1, m_prime)
+    rng = np.random.default_rng(seed)
+    table = rng.integers(0, 2**32, (m, d + 1), dtype=np.uint64).astype(np.uint32)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    busy = [0.0, 0.0]
+
+    def timed(party: int, fn: Callable[..., Any], *args: Any) -> Any:
+        t0 = time.perf_counter()
+        out = fn(*args)
+        busy[party] += time.perf_counter() - t0
+        return out
+
+    timed(0, s0.begin_round, cfg, table)
+    timed(1, s1.begin_round, cfg, table)
+    roles, reqs = [], []
+    for _ in range(users):
+        role = proto.make_user(cfg)
+        request = place(cfg, rng.choice(m, m_prime, replace=False), rng)
+        roles.append((role, request))
+        reqs.append(role.retrieval_request(request.indices))
+    ids = range(users)
+    a1 = timed(1, s1.handle_retrieval_many, [(u, reqs[u][1]) for u in ids])
+    a0 = timed(0, s0.handle_retrieval_many, [(u, reqs[u][0]) for u in ids])
+    if relay:
+        masked = timed(1, s1.relay_retrieval_many, [(u, a0[u]) for u in ids])
+        a0 = [timed(0, s0.complete_retrieval, u, masked[u]) for u in ids]
+    for u, (role, request) in enumerate(roles):
+        role.retrieval_result(a0[u], a1[u])
+        grads = np.zeros((cfg.slots, d + 1), np.uint32)
+        grads[request.real_pos] = rng.integers(0, 2**32, (request.real_pos.size, d + 1), dtype=np.uint64)
+        up0, up1 = role.upload(grads, np.zeros(1, np.uint32))
+        fwd = timed(0, s0.handle_upload, u, up0)
+        if up1 is not None:
+            timed(1, s1.handle_upload, u, up1)
+        if fwd is not None:
+            timed(1, s1.relay_upload, u, fwd)
+    share = timed(1, s1.aggregate_share)
+    timed(0, s0.combine, share)
+    return {
+        "layout": layout,
+        "relay": relay,
+        "m": m,
+        "m_prime": m_prime,
+        "d": d,
+        "users": users,
+        "server_s_per_round": max(busy),
+    }
+
+
+def run(quick: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """All configurations, plus the sweep over m behind the plot; ``quick`` shrinks them."""
+    d = 64
+    records = []
+    configs = [("tiny", 1682, 200, 2, 2)] if quick else CONFIGS
+    for name, m, mp, full_users, cuckoo_users in configs:
+        runs = [("full", False, full_users), ("cuckoo", False, full_users), ("cuckoo", True, full_users)]
+        if cuckoo_users != full_users:
+            runs.append(("cuckoo", True, cuckoo_users))
+        for layout, relay, users in runs:
+            if progress:
+                progress(f"{name}: {layout}{' relay' if relay else ''}, {users} users")
+            rec = measure(layout, relay, m, mp, d, users)
+            rec["dataset"] = name
+            records.append(rec)
+    sweep = []
+    sizes = [1682] if quick else [1682, 3883, 10681, 30000, 93386]
+    for m in sizes:
+        for layout in ("full", "cuckoo"):
+            if progress:
+                progress(f"sweep m={m}: {layout}")
+            sweep.append(measure(layout, False, m, 200, d, 2))
+    return {"records": records, "sweep": sweep, "machine": machine_info()}
+
+
+def plot(sweep: list[dict[str, Any]], path: str) -> None:
+    """Server time per round against m for both layouts (log-log), to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for layout, marker in (("full", "o"), ("cuckoo", "s")):
+        pts = sorted((r["m"], r["server_s_per_round"]) for r in sweep if r["layout"] == layout)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=f"{layout} layout")
+    users, mp = sweep[0]["users"], sweep[0]["m_prime"]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("items m")
+    ax.set_ylabel(f"server seconds per round ({users} users)")
+    ax.set_title(f"SecEmb server computation, m' = {mp}, d = 64")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

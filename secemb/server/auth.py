@@ -1,0 +1,136 @@
+"""Request authentication on the server (the scheme: :mod:`secemb.transport.network`).
+
+:class:`Verifier` checks a request's four headers and its HMAC and returns the
+:class:`Principal` who signed it.  Every failure raises :class:`AuthError` (HTTP 401) with the
+same kind of message whatever the reason, except that the reason is named for the operator's
+log.  A nonce is remembered for twice the timestamp window, so a captured request cannot be
+replayed; one whose timestamp left the window is refused anyway.  After a restart the nonce
+memory is empty, which is why every state-changing request is also bound to a round or model
+version that the restarted server no longer accepts twice (see ``docs/deployment.md``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from secemb.errors import SecembError
+from secemb.transport.network import (
+    HEADER_KEY_ID,
+    HEADER_NONCE,
+    HEADER_SIGNATURE,
+    HEADER_TIMESTAMP,
+    canonical_request,
+    user_key,
+)
+
+__all__ = ["AuthError", "Forbidden", "Principal", "Verifier"]
+
+_USER = re.compile(r"user:(0|[1-9][0-9]{0,18})\Z")
+_NONCE = re.compile(r"[0-9a-f]{16,64}\Z")
+_SIG = re.compile(r"[0-9a-f]{64}\Z")
+_TS = re.compile(r"[0-9]{1,16}\Z")
+_MAX_NONCES = 2_000_000
+
+
+class AuthError(SecembError):
+    """Missing, malformed, stale, replayed or wrongly signed credentials (HTTP 401)."""
+
+
+class Forbidden(SecembError):
+    """Valid credentials of a principal that may not call this endpoint (HTTP 403)."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who signed a request: ``kind`` is ``"peer"``, ``"admin"`` or ``"user"``."""
+
+    kind: str
+    key_id: str
+    user_id: int | None = None
+
+
+class Verifier:
+    """Verifies signed requests for server ``party``.
+
+    Parameters
+    ----------
+    party: this server (it accepts the *other* server's key id only).
+    peer_secret, admin_secret, user_secret: the HMAC secrets.
+    num_users: user ids must lie in ``[0, num_users)``.
+    window_s: accepted clock difference, seconds.
+    """
+
+    def __init__(
+        self, party: int, peer_secret: bytes, admin_secret: bytes, user_secret: bytes, num_users: int,
+        window_s: float = 120.0,
+    ) -> None:
+        self.party = party
+        self._peer_id = f"server{1 - party}"
+        self._peer, self._admin, self._users = peer_secret, admin_secret, user_secret
+        self.num_users = num_users
+        self.window_ms = int(window_s * 1000)
+        self._nonces: OrderedDict[str, int] = OrderedDict()  # nonce -> expiry (ms)
+        self._lock = threading.Lock()
+
+    def principal_of(self, headers: Mapping[str, str]) -> tuple[Principal, bytes]:
+        """Check the headers that need no body; return the claimed principal and its key.
+
+        Raises
+        ------
+        AuthError
+        """
+        key_id = headers.get(HEADER_KEY_ID)
+        if key_id is None:
+            raise AuthError("missing credentials")
+        ts, nonce, sig = (headers.get(h) for h in (HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE))
+        if ts is None or nonce is None or sig is None:
+            raise AuthError("incomplete credentials")
+        if not (_TS.match(ts) and _NONCE.match(nonce) and _SIG.match(sig)):
+            raise AuthError("malformed credentials")
+        now = int(time.time() * 1000)
+        if abs(now - int(ts)) > self.window_ms:
+            raise AuthError("request timestamp outside the accepted window")
+        if key_id == self._peer_id:
+            return Principal("peer", key_id), self._peer
+        if key_id == "admin":
+            return Principal("admin", key_id), self._admin
+        m = _USER.match(key_id)
+        if m is not None and int(m.group(1)) < self.num_users:
+            u = int(m.group(1))
+            return Principal("user", key_id, u), user_key(self._users, u)
+        raise AuthError("unknown key id")
+
+    def verify(
+        self, headers: Mapping[str, str], method: str, path: str, query: str, body: bytes
+    ) -> Principal:
+        """Full check of a request (after its body has been read).
+
+        Raises
+        ------
+        AuthError
+        """
+        principal, key = self.principal_of(headers)
+        ts, nonce, sig = headers[HEADER_TIMESTAMP], headers[HEADER_NONCE], headers[HEADER_SIGNATURE]
+        expected = hmac.new(key, canonical_request(principal.key_id, method, path, query, int(ts), nonce, body), "sha256")
+        if not hmac.compare_digest(expected.hexdigest(), sig):
+            raise AuthError("bad signature")
+        self._remember(f"{principal.key_id}/{nonce}", int(ts))
+        return principal
+
+    def _remember(self, nonce: str, ts: int) -> None:
+        now = int(time.time() * 1000)
+        with self._lock:
+            while self._nonces:
+                oldest, expiry = next(iter(self._nonces.items()))
+                if expiry > now and len(self._nonces) < _MAX_NONCES:
+                    break
+                self._nonces.popitem(last=False)
+            if nonce in self._nonces:
+                raise AuthError("replayed request (nonce already used)")
+            self._nonces[nonce] = max(now, ts) + 2 * self.window_ms
