@@ -98,7 +98,8 @@ class _Round:
     min_users: int
     state: str = OPEN
     retrieved: set[int] = field(default_factory=set)
-    uploaded: set[int] = field(default_factory=set)
+    uploaded: set[int] = field(default_factory=set)  # absorbed by the role (the agreed set is a subset)
+    finished: set[int] = field(default_factory=set)  # upload handling done (counts for the quorum)
     log: list[tuple[str, int, bytes]] = field(default_factory=list)  # accepted messages
     dense_msg: bytes = b""
     included: list[int] | None = None
@@ -447,8 +448,7 @@ class ServerNode:
             include = sorted(mine & {int(u) for u in theirs})
             if not include:
                 raise Conflict("no user sent its count share to both servers")
-            peer_share = self.peer.post_bytes("/v1/peer/count/share", _json_bytes({"include": include}),
-                                              content_json=True)
+            peer_share = self.peer.request("POST", "/v1/peer/count/share", json_body={"include": include}).content
         except (RemoteError, Unreachable) as exc:
             with self.lock:
                 self.count.state = "open"
@@ -587,12 +587,13 @@ class ServerNode:
         return {"round_id": r, "state": OPEN}
 
     # ================================================================== retrieval
-    def _admit(self, rnd: _Round, user: int) -> None:
+    def _admit(self, rnd: _Round, user: int, admitted: set[int]) -> None:
         if rnd.participants is not None:
             if user not in rnd.participants:
                 raise Forbidden(f"user {user} is not a participant of round {rnd.round_id}")
-        elif user not in rnd.retrieved and len(rnd.retrieved) >= rnd.n_p:
+        elif user not in rnd.retrieved and len(rnd.retrieved | admitted) >= rnd.n_p:
             raise Conflict(f"round {rnd.round_id} is full ({rnd.n_p} users)")
+        admitted.add(user)
 
     def retrieval(self, r: int, user: int, body: bytes) -> bytes | None:
         """A device's retrieval request; the reply (``None``: nothing to send back)."""
@@ -612,10 +613,11 @@ class ServerNode:
         results: list[Any] = [None] * len(items)
         with self.lock:
             todo: list[int] = []
+            admitted: set[int] = set()
             for i, (r, user, body) in enumerate(items):
                 try:
                     rnd = self._current(r)
-                    self._admit(rnd, user)
+                    self._admit(rnd, user, admitted)
                     todo.append(i)
                 except SecembError as exc:
                     results[i] = exc
@@ -665,28 +667,25 @@ class ServerNode:
 
     # ================================================================== upload
     def upload(self, r: int, user: int, body: bytes) -> None:
+        """A device's upload: absorbed at once (and, with relay, forwarded to server 1)."""
         with self.lock:
             rnd = self._current(r)
             fwd = self.role.handle_upload(user, body)
             rnd.log.append(("upload", user, body))
-            if fwd is None:
-                rnd.uploaded.add(user)
-            n = len(rnd.log)
-        if fwd is not None:  # relay: server 0 forwards the correction words
-            try:
-                self.peer.post_bytes(f"/v1/peer/rounds/{r}/relay-upload", fwd, user=user)
-            except (RemoteError, Unreachable) as exc:
-                log.warning("round %d: forwarding user %d's upload failed: %s", r, user, exc)
-                raise _peer_error("server 1 did not take the forwarded upload (it may not count)", exc) from None
-            finally:
-                with self._wake:
-                    rnd.uploaded.add(user)  # absorbed here; close keeps it only if server 1 has it too
-                    self._wake.notify_all()
-        else:
+            rnd.uploaded.add(user)
+            n = len(rnd.uploaded)
+        try:
+            if fwd is not None:  # relay: server 0 forwards the correction words
+                try:
+                    self.peer.post_bytes(f"/v1/peer/rounds/{r}/relay-upload", fwd, user=user)
+                except (RemoteError, Unreachable) as exc:
+                    log.warning("round %d: forwarding user %d's upload failed: %s", r, user, exc)
+                    raise _peer_error("server 1 did not take the forwarded upload (it will not count)", exc) from None
+        finally:
             with self._wake:
+                rnd.finished.add(user)
                 self._wake.notify_all()
-        faults.hit("upload", sum(1 for k, _, _ in rnd.log if k == "upload"))
-        del n
+        faults.hit("upload", n)
 
     def peer_relay_upload(self, r: int, user: int, body: bytes) -> None:
         self._require_party(1, "relay upload")
@@ -695,7 +694,8 @@ class ServerNode:
             self.role.relay_upload(user, body)
             rnd.log.append(("relay_upload", user, body))
             rnd.uploaded.add(user)
-        faults.hit("upload", len(rnd.uploaded))
+            n = len(rnd.uploaded)
+        faults.hit("upload", n)
 
     # ================================================================== closing
     def _replayed(self, rnd: _Round, include: set[int]) -> ServerRole:
@@ -758,8 +758,7 @@ class ServerNode:
             self._end(rnd, ABORTED, f"{len(include)} user(s) uploaded to both servers, fewer than min_users={rnd.min_users}")
             return
         try:
-            share = self.peer.post_bytes(f"/v1/peer/rounds/{r}/share", _json_bytes({"include": include}),
-                                         content_json=True)
+            share = self.peer.request("POST", f"/v1/peer/rounds/{r}/share", json_body={"include": include}).content
         except (RemoteError, Unreachable) as exc:
             self._end(rnd, ABORTED, f"server 1 did not send its aggregate share: {exc}")
             return
@@ -796,8 +795,7 @@ class ServerNode:
                 rec["version"], rec["included"] = self.version, rnd.included
             self.journal.append(rec)
             self._remember(rnd.round_id, state, rnd.included, reason)
-            if rnd is self.round:
-                self.role_log_free(rnd)
+            rnd.log = []  # the messages are needed only until the round ends
         if state == ABORTED:
             log.warning("round %d aborted: %s", rnd.round_id, reason)
             if self.party == 0 and notify_peer:
@@ -806,10 +804,6 @@ class ServerNode:
                 except (RemoteError, Unreachable):
                     pass  # server 1 learns it when the next round opens
         rnd.done.set()
-
-    @staticmethod
-    def role_log_free(rnd: _Round) -> None:
-        rnd.log = []
 
     def _sync_peer(self) -> None:
         """Server 0: send server 1 the current model (after a commit, or when it missed it)."""
@@ -837,11 +831,11 @@ class ServerNode:
                 rnd = self.round
                 due = (
                     rnd is not None and rnd.state == OPEN and not rnd.closing
-                    and (len(rnd.uploaded) >= rnd.quorum or time.time() >= rnd.deadline)
+                    and (len(rnd.finished) >= rnd.quorum or time.time() >= rnd.deadline)
                 )
                 sync = self._sync_pending
             if due:
-                why = "quorum reached" if len(rnd.uploaded) >= rnd.quorum else "deadline passed"
+                why = "quorum reached" if len(rnd.finished) >= rnd.quorum else "deadline passed"
                 threading.Thread(target=self.close_round, args=(rnd.round_id, why), daemon=True).start()
             elif sync and (rnd is None or rnd.state in FINAL):
                 self._sync_peer()
@@ -924,8 +918,3 @@ class ServerNode:
                 self._remember(r, COMMITTED, None, "synced by server 0")
             return {"model_version": version, "duplicate": False}
 
-
-def _json_bytes(doc: Any) -> bytes:
-    import json
-
-    return json.dumps(doc, separators=(",", ":")).encode()
