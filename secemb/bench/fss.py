@@ -8,7 +8,9 @@ Measured quantities (all in one run, best of ``repeats`` timings each):
 * ``eval_leaves_per_s``: full-domain path evaluation (tree walk to every leaf), as the
   servers run it;
 * ``convert_blocks_per_s``: payload conversion at the leaves (``d = 64``, ``k = 32``)
-  summed over keys, as the aggregation stage runs it.
+  summed over keys, as the aggregation stage runs it;
+* ``fused_memory``: peak RSS of a fresh process running the server's fused evaluation of 500
+  keys over 93,386 items with ``d = 64`` (:mod:`secemb.bench.memory_probe`).
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ def run(quick: bool = False) -> dict[str, object]:
     leaves = eval_rate(eval_m, eval_keys, repeats=2 if quick else 3)
     blocks = convert_rate(conv_m, conv_keys, repeats=2 if quick else 3)
     leaves_small = eval_rate(1682, 200, repeats=2 if quick else 3)
+    memory = None if quick else _memory_probe()
     return {
         "aes_blocks_per_s": aes,
         "keygen_ms": keygen,
@@ -117,5 +120,19 @@ def run(quick: bool = False) -> dict[str, object]:
         "convert_ratio_to_aes": blocks / aes,
         "convert_domain": conv_m,
         "payload": {"d": 64, "ring_bits": 32},
+        "fused_memory": memory,
         "machine": machine_info(),
     }
+
+
+def _memory_probe() -> dict[str, float]:
+    """Peak RSS of a fresh process evaluating 500 keys over 93,386 items, d = 64."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "secemb.bench.memory_probe", "500", "93386", "64"],
+        check=True, capture_output=True, text=True,
+    )
+    return json.loads(out.stdout)

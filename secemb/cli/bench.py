@@ -51,6 +51,13 @@ def register(app: typer.Typer) -> None:
             f"{result['convert_blocks_per_s'] / 1e6:,.1f} M blocks/s",
             f"{result['convert_ratio_to_aes']:.3f}",
         )
+        mem = result.get("fused_memory")
+        if mem:
+            table.add_row(
+                f"fused eval, {mem['keys']} keys x {mem['m']} items, d={mem['d']}",
+                f"{mem['seconds']:.1f} s, peak {mem['peak_rss_mib']:.0f} MiB",
+                "",
+            )
         Console().print(table)
 
 

@@ -134,20 +134,26 @@ class ApiClient:
     key_id, key: the signer's identity and HMAC key (``None``: unsigned requests, for
         ``/v1/health`` and for tests of the refusal path).
     timeout: seconds per request.
+    http: an ``httpx.Client`` to share (its connection pool) between many signers, e.g. the
+        simulated devices of a benchmark; it is not closed by :meth:`close`.
     """
 
-    def __init__(self, base_url: str, key_id: str | None = None, key: bytes | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, key_id: str | None = None, key: bytes | None = None, *, timeout: float = 30.0,
+                 http: httpx.Client | None = None) -> None:
         if (key_id is None) != (key is None):
             raise InvalidParameters("give both key_id and key, or neither")
         self.base_url = base_url.rstrip("/")
         self.key_id, self.key = key_id, key
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
+        self._own = http is None
+        self._http = http if http is not None else httpx.Client(timeout=timeout, trust_env=False)
+        self._timeout = timeout
         self._lock = threading.Lock()
         self.sent_bytes = 0
         self.received_bytes = 0
 
     def close(self) -> None:
-        self._http.close()
+        if self._own:
+            self._http.close()
 
     def __enter__(self) -> ApiClient:
         return self
@@ -183,11 +189,11 @@ class ApiClient:
         query = str(httpx.QueryParams(params or {}))
         if self.key is not None:
             headers.update(sign_headers(self.key_id, self.key, method, path, query, body))
-        url = path + (f"?{query}" if query else "")
+        url = self.base_url + path + (f"?{query}" if query else "")
         try:
             resp = self._http.request(
                 method, url, content=body if body else None, headers=headers,
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                timeout=timeout if timeout is not None else self._timeout,
             )
         except httpx.TransportError as exc:
             raise Unreachable(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}") from None

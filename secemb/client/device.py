@@ -1,0 +1,309 @@
+"""The device SDK: what an app embeds to take part in secemb rounds.
+
+A device holds its own ratings and private parameters; nothing but protocol messages leaves
+it.  One round, step by step::
+
+    client = DeviceClient(user_id, url0, url1, key0, key1)
+    info = client.round_info()                 # the round's public configuration (both servers)
+    session = RoundSession(client, info)
+    session.prepare(items, ratings)            # PadOrTruncIdx / cuckoo placement, DPF keys
+    session.retrieve()                         # server 1 first, then server 0; reconstruct rows
+    session.train(model.local_step bound to the device's state)   # the local-training hook
+    session.upload()                           # server 1 first (if it gets a message), then 0
+
+:class:`Device` bundles this with the device's private state (a one-row
+:class:`~secemb.models.base.UserStore`, or a row of a shared one in simulations) and undoes the
+local step when server 0 reports the round aborted (:meth:`Device.settle`).
+
+Key generation and reconstruction are the protocol's own :class:`~secemb.protocols.base.UserRole`
+(fresh OS randomness for every key); placement draws come from the device's own
+:class:`numpy.random.Generator` -- or, in a simulation that must match the in-process run bit
+for bit, from a :class:`~secemb.protocols.placement.PaddedRequest` the coordinator computed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+
+from secemb.errors import InvalidMessage, ProtocolError
+from secemb.models.base import RecModel, StepResult, UserState, UserStore
+from secemb.models.optim import AdamConfig
+from secemb.protocols import get_protocol
+from secemb.protocols.base import Protocol, RoundConfig
+from secemb.protocols.placement import PaddedRequest, place
+from secemb.ring import FixedPoint
+from secemb.sharing import share
+from secemb.training import messages
+from secemb.client.training import LocalStep, distinct_items, local_update, restore, snapshot
+from secemb.transport.network import ApiClient, RemoteError
+
+__all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession"]
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """A round's public configuration as both servers announce it."""
+
+    round_id: int
+    state: str
+    model_version: int
+    n_p: int
+    deadline_unix: float
+    config: RoundConfig
+    protocol: dict[str, Any]
+    model: dict[str, Any]
+    training: dict[str, Any]
+    fingerprint: str
+    participant: bool | None
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> RoundInfo:
+        try:
+            return cls(
+                int(doc["round_id"]), str(doc["state"]), int(doc["model_version"]), int(doc["n_p"]),
+                float(doc["deadline_unix"]), RoundConfig(**doc["config"]), dict(doc["protocol"]),
+                dict(doc["model"]), dict(doc["training"]), str(doc["fingerprint"]), doc.get("participant"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidMessage(f"malformed round document: {exc}") from None
+
+    def public(self) -> tuple[Any, ...]:
+        """What both servers must announce identically."""
+        return (self.round_id, self.model_version, self.n_p, self.config, self.protocol, self.model,
+                self.training, self.fingerprint)
+
+    def make_protocol(self) -> Protocol:
+        p = self.protocol
+        return get_protocol(p["name"], layout=p["layout"], relay=p["relay"], expansion=p["expansion"],
+                            layout_seed=p["layout_seed"])
+
+    def fixed_point(self) -> FixedPoint:
+        return FixedPoint(int(self.training["ring_bits"]), int(self.training["frac_bits"]))
+
+    def make_model(self) -> RecModel:
+        from secemb.models import get_model
+
+        return get_model(self.model["name"], **self.model["hparams"])
+
+    def adam(self) -> AdamConfig:
+        t = self.training
+        return AdamConfig(t["lr"], t["beta1"], t["beta2"], t["eps"])
+
+
+class DeviceClient:
+    """Device ``user_id``'s signed connections to server 0 and server 1.
+
+    ``http``: an optional shared ``httpx.Client`` (connection pool) for simulations of many
+    devices in one process.
+    """
+
+    def __init__(self, user_id: int, url0: str, url1: str, key0: bytes, key1: bytes, *, timeout: float = 60.0,
+                 http: httpx.Client | None = None) -> None:
+        self.user_id = int(user_id)
+        kid = f"user:{self.user_id}"
+        self.servers = (ApiClient(url0, kid, key0, timeout=timeout, http=http),
+                        ApiClient(url1, kid, key1, timeout=timeout, http=http))
+
+    def close(self) -> None:
+        for s in self.servers:
+            s.close()
+
+    def round_info(self) -> RoundInfo:
+        """The current round from both servers.
+
+        Raises
+        ------
+        ProtocolError
+            The servers announce different rounds (one is behind or misbehaves).
+        """
+        a = RoundInfo.from_doc(self.servers[0].get_json("/v1/round"))
+        b = RoundInfo.from_doc(self.servers[1].get_json("/v1/round"))
+        if a.public() != b.public():
+            raise ProtocolError(f"the servers announce different rounds ({a.round_id} and {b.round_id})")
+        return a
+
+    def send_count(self, count: int, ring_bits: int) -> int:
+        """Eq. 11: send one additive share of ``count`` to each server; returns bytes sent."""
+        dt = np.dtype(np.uint32 if ring_bits == 32 else np.uint64)
+        s0, s1 = share(np.array([count], dtype=dt))
+        m1, m0 = messages.encode_count(s1, ring_bits), messages.encode_count(s0, ring_bits)
+        self.servers[1].post_bytes("/v1/count", m1)
+        self.servers[0].post_bytes("/v1/count", m0)
+        return len(m0) + len(m1)
+
+    def round_status(self, round_id: int) -> dict[str, Any]:
+        """Server 0's view of round ``round_id`` (state; whether this device was included)."""
+        return self.servers[0].get_json(f"/v1/rounds/{round_id}/status")
+
+
+class RoundSession:
+    """One device in one round.  Call :meth:`prepare`, :meth:`retrieve`, :meth:`train`,
+    :meth:`upload` in this order (each raises ``ProtocolError`` out of order).
+
+    Attributes
+    ----------
+    upload_bytes, download_bytes: protocol message bytes sent to / received from the servers
+        (retrieval requests and uploads; replies and the dense vector), as the in-process
+        transport counts them.
+    compute_s: seconds of device-side computation (keys, reconstruction, training, encoding).
+    """
+
+    def __init__(self, client: DeviceClient, info: RoundInfo, *, protocol: Protocol | None = None,
+                 fp: FixedPoint | None = None) -> None:
+        self.client, self.info = client, info
+        self.rc = info.config
+        self.protocol = protocol or info.make_protocol()
+        self.fp = fp or info.fixed_point()
+        self.upload_bytes = self.download_bytes = 0
+        self.compute_s = 0.0
+        self._stage = 0
+        self.rows_ring: np.ndarray | None = None
+        self.dense_ring: np.ndarray | None = None
+        self.g_ring: np.ndarray | None = None
+        self.d_ring: np.ndarray | None = None
+        self.result: StepResult | None = None
+
+    def _advance(self, expect: int) -> None:
+        if self._stage != expect:
+            raise ProtocolError(f"round session step {expect} called at step {self._stage}")
+        self._stage += 1
+
+    def prepare(self, items: np.ndarray, ratings: np.ndarray, *, placement: PaddedRequest | None = None,
+                rng: np.random.Generator | None = None) -> PaddedRequest:
+        """Choose the request slots (``placement``, or drawn with ``rng``, by default a fresh
+        generator) and make the retrieval keys."""
+        self._advance(0)
+        t = time.perf_counter()
+        uniq, self.item_pos = distinct_items(items)
+        self.ratings = np.asarray(ratings)
+        self.num_distinct = int(uniq.size)
+        self.request = placement if placement is not None else place(self.rc, uniq, rng or np.random.default_rng())
+        self.role = self.protocol.make_user(self.rc)
+        self._q0, self._q1 = self.role.retrieval_request(self.request.indices)
+        self.compute_s += time.perf_counter() - t
+        return self.request
+
+    def retrieve(self) -> np.ndarray:
+        """Send the requests (server 1 first: with relay it must hold the roots before server 0
+        forwards), get the replies and the dense vector; the rows (ring, (slots, width))."""
+        self._advance(1)
+        r = self.rc.round_id
+        s0, s1 = self.client.servers
+        a1 = s1.post_bytes(f"/v1/rounds/{r}/retrieval", self._q1)
+        a0 = s0.post_bytes(f"/v1/rounds/{r}/retrieval", self._q0)
+        dense_msg = s0.get_bytes(f"/v1/rounds/{r}/dense")
+        if a0 is None:
+            raise InvalidMessage("server 0 sent no retrieval reply")
+        self.upload_bytes += len(self._q0) + len(self._q1)
+        self.download_bytes += len(a0) + (0 if a1 is None else len(a1)) + len(dense_msg)
+        t = time.perf_counter()
+        self.rows_ring = self.role.retrieval_result(a0, a1)
+        self.dense_ring = messages.decode_dense(dense_msg, round_id=r, dense_size=self.rc.dense_size,
+                                                ring_bits=self.rc.ring_bits)
+        self.compute_s += time.perf_counter() - t
+        return self.rows_ring
+
+    def train(self, step: LocalStep) -> StepResult:
+        """Run the local-training hook on the real rows; encode the gradients for upload."""
+        self._advance(2)
+        t = time.perf_counter()
+        self.g_ring, self.d_ring, self.result = local_update(
+            self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, self.item_pos, self.ratings,
+            self.rows_ring, self.dense_ring, step,
+        )
+        self._up0, self._up1 = self.role.upload(self.g_ring, self.d_ring)
+        self.compute_s += time.perf_counter() - t
+        return self.result
+
+    def upload(self) -> None:
+        """Send the upload: to server 1 first (without relay), then to server 0 -- server 0
+        counts uploads towards the quorum, so a user it counts is already at server 1."""
+        self._advance(3)
+        r = self.rc.round_id
+        s0, s1 = self.client.servers
+        if self._up1 is not None:
+            s1.post_bytes(f"/v1/rounds/{r}/upload", self._up1)
+            self.upload_bytes += len(self._up1)
+        s0.post_bytes(f"/v1/rounds/{r}/upload", self._up0)
+        self.upload_bytes += len(self._up0)
+
+
+class Device:
+    """A device: its ratings, its private state, and the client for both servers.
+
+    Parameters
+    ----------
+    client: the device's connections.
+    items, ratings: its training ratings (item ids, ratings).
+    store, user: where its private parameters live (row ``user`` of ``store``); by default a
+        fresh one-row store initialized by the model with ``rng``.
+    rng: the device's generator for placement draws (and initialization); default fresh.
+    """
+
+    def __init__(self, client: DeviceClient, items: np.ndarray, ratings: np.ndarray, *,
+                 store: UserStore | None = None, user: int | None = None,
+                 rng: np.random.Generator | None = None) -> None:
+        self.client = client
+        self.items, self.ratings = np.asarray(items, dtype=np.int64), np.asarray(ratings)
+        self.store = store
+        self.row = 0 if store is None else (client.user_id if user is None else int(user))
+        self.rng = rng or np.random.default_rng()
+        self._snap: tuple | None = None
+        self._round: int | None = None
+
+    def _state(self, info: RoundInfo, model: RecModel) -> UserState:
+        if self.store is None:
+            self.store = model.new_user_store(1, self.rng, info.adam())
+        return self.store.state(self.row)
+
+    def participate(self, info: RoundInfo, *, model: RecModel | None = None, placement: PaddedRequest | None = None,
+                    protocol: Protocol | None = None, hook: LocalStep | None = None,
+                    pause: float = 0.0) -> RoundSession:
+        """Take part in round ``info``: retrieve, train (``hook``, default the model's local
+        step), upload.  ``pause`` seconds between retrieval and upload (for tests of late
+        devices).  The private state is snapshotted first (see :meth:`settle`)."""
+        model = model or info.make_model()
+        state = self._state(info, model)
+        if hook is None:
+            def hook(rows: np.ndarray, dense: np.ndarray, pos: np.ndarray, r: np.ndarray) -> StepResult:
+                return model.local_step(rows, dense, state, pos, r)
+        self._snap, self._round = snapshot(self.store, self.row), info.round_id
+        session = RoundSession(self.client, info, protocol=protocol)
+        session.prepare(self.items, self.ratings, placement=placement, rng=self.rng)
+        session.retrieve()
+        session.train(hook)
+        if pause:
+            time.sleep(pause)
+        session.upload()
+        return session
+
+    def settle(self, outcome: dict[str, Any] | None = None, *, wait_s: float = 0.0) -> str:
+        """Apply the round's outcome to the private state: keep the local step unless server 0
+        reports the round ``aborted`` (then undo it).  ``outcome``: a status document, else
+        it is fetched (waiting up to ``wait_s`` for the round to end).  Returns the state."""
+        if self._round is None:
+            raise ProtocolError("settle before participate")
+        deadline = time.monotonic() + wait_s
+        while outcome is None or outcome.get("state") not in ("committed", "aborted"):
+            try:
+                outcome = self.client.round_status(self._round)
+            except RemoteError as exc:
+                if exc.status == 404:
+                    outcome = {"state": "aborted"}
+                    break
+                raise
+            if outcome.get("state") in ("committed", "aborted") or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        state = str(outcome.get("state"))
+        if state == "aborted" and self._snap is not None:
+            restore(self.store, self.row, self._snap)
+        if state in ("committed", "aborted"):
+            self._snap, self._round = None, None
+        return state
+

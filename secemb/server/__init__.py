@@ -1,0 +1,34 @@
+"""The secemb server process: one of the two non-colluding parties, over HTTP.
+
+``secemb serve --party {0,1} --config FILE`` runs :func:`serve`.  Inside, a
+:class:`~secemb.server.node.ServerNode` drives the protocol's own server role (the objects the
+in-process simulation uses) and adds rounds, the agreed user set, persistence and the peer
+calls; :func:`~secemb.server.app.create_app` puts it behind FastAPI with signed requests.
+See ``docs/deployment.md``.
+"""
+
+from __future__ import annotations
+
+from secemb.server.config import ServerConfig, load_config
+
+__all__ = ["ServerConfig", "load_config", "serve"]
+
+
+def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
+    """Run server ``cfg.party`` until interrupted (blocks)."""
+    import logging
+
+    import uvicorn
+
+    from secemb.server.app import create_app
+    from secemb.server.node import ServerNode
+
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
+                        format=f"%(asctime)s server{cfg.party} %(levelname)s %(message)s")
+    node = ServerNode(cfg)
+    app = create_app(node)
+    try:
+        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=log_level, access_log=False,
+                    timeout_keep_alive=30)
+    finally:
+        node.stop()

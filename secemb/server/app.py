@@ -1,0 +1,400 @@
+"""The HTTP face of a server: a FastAPI app over a :class:`~secemb.server.node.ServerNode`.
+
+Every endpoint but ``GET /v1/health`` is signed (:mod:`secemb.transport.network`) by one of
+the principals it allows (device, operator, peer server).  A request is handled in this
+order, and the first failure answers:
+
+1. the authentication headers (key id, timestamp window, format) -> 401; a principal the
+   endpoint does not serve -> 403;
+2. the body, read up to an explicit limit that depends on the endpoint and the current
+   round's public parameters -> 413 beyond it (before it is read in full);
+3. the signature over method, path, query, timestamp, nonce and body hash, and the nonce's
+   freshness -> 401;
+4. the node: the protocol's and the round's checks -> 400 (malformed message), 403, 404,
+   409 (wrong round, closed round, duplicate), 422 (bad parameter), 503 (the peer server did
+   not answer).  Errors are JSON ``{"error": name, "detail": text}``; nothing is changed by
+   a rejected request.
+
+Protocol messages travel as ``application/octet-stream`` bodies holding exactly the
+message bytes of ``docs/wire-format.md``; control messages are JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+import secemb
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
+from secemb.server.auth import AuthError, Forbidden, Principal, Verifier
+from secemb.server.node import NotFound, PeerUnavailable, ServerNode
+
+__all__ = ["create_app", "PayloadTooLarge"]
+
+OCTET = "application/octet-stream"
+USER, ADMIN, PEER = "user", "admin", "peer"
+_JSON_LIMIT = 64 * 1024
+
+
+class PayloadTooLarge(SecembError):
+    """The body exceeds the endpoint's limit (HTTP 413)."""
+
+
+_STATUS: list[tuple[type[BaseException], int, str]] = [
+    (AuthError, 401, "unauthorized"),
+    (Forbidden, 403, "forbidden"),
+    (NotFound, 404, "not_found"),
+    (PayloadTooLarge, 413, "payload_too_large"),
+    (PeerUnavailable, 503, "peer_unavailable"),
+    (InvalidMessage, 400, "invalid_message"),
+    (InvalidParameters, 422, "invalid_parameters"),
+    (ProtocolError, 409, "conflict"),
+    (SecembError, 400, "bad_request"),
+]
+
+
+def _error(status: int, error: str, detail: str) -> JSONResponse:
+    return JSONResponse({"error": error, "detail": detail}, status_code=status)
+
+
+def _binary(description: str) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "description": description,
+                            "content": {OCTET: {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+def _json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
+
+
+_BIN_RESPONSE = {"content": {OCTET: {"schema": {"type": "string", "format": "binary"}}}}
+_ERR = {"description": "error", "content": {"application/json": {"schema": {
+    "type": "object", "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
+    "required": ["error", "detail"]}}}}
+_ERRORS: dict[int | str, dict[str, Any]] = {s: _ERR for s in (400, 401, 403, 404, 409, 413, 422, 503)}
+_SECURITY = [{"keyId": [], "timestamp": [], "nonce": [], "signature": []}]
+_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+
+
+def _limit_device(node: ServerNode) -> int:
+    """Largest device message of the current round's public parameters (an upper bound on
+    every protocol's request and upload: per slot a key of depth ceil(log2 m) plus a row)."""
+    rnd = node.round
+    if rnd is None:
+        return 1024
+    rc = rnd.rc
+    depth = max(1, math.ceil(math.log2(max(rc.num_items, 2))))
+    per_slot = 16 * (depth + 2) + 8 + 8 * rc.width
+    return min(node.cfg.max_body_bytes, 4096 + rc.slots * per_slot + 8 * rc.dense_size)
+
+
+def _limit_peer(node: ServerNode) -> int:
+    """Largest server-to-server message: a model sync or an aggregate share."""
+    m, w, p = node.cfg.num_items, node.width, node.dense_size
+    share = 4096 + 8 * node.cfg.num_users + 8 * (m * w + p)
+    return min(node.cfg.max_body_bytes, max(share, _limit_device(node)))
+
+
+def _limit_json(node: ServerNode) -> int:
+    return _JSON_LIMIT + 24 * node.cfg.num_users
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    cl = request.headers.get("content-length")
+    if cl is not None:
+        if not cl.isdigit():
+            raise InvalidMessage("malformed Content-Length")
+        if int(cl) > limit:
+            raise PayloadTooLarge(f"body of {int(cl)} bytes exceeds this endpoint's limit of {limit} bytes")
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            raise PayloadTooLarge(f"body exceeds this endpoint's limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_json(body: bytes) -> Any:
+    if not body:
+        return {}
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidMessage("body is not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise InvalidMessage("JSON body must be an object")
+    return doc
+
+
+def _user_param(request: Request, node: ServerNode) -> int:
+    raw = request.query_params.get("user")
+    if raw is None or not raw.isdigit() or len(raw) > 19 or int(raw) >= node.cfg.num_users:
+        raise InvalidParameters(f"query parameter user must be an id in [0, {node.cfg.num_users})")
+    return int(raw)
+
+
+def create_app(node: ServerNode) -> FastAPI:
+    """The FastAPI application of server ``node.party``."""
+    cfg = node.cfg
+    verifier = Verifier(cfg.party, cfg.peer_secret, cfg.admin_secret, cfg.user_secret, cfg.num_users,
+                        cfg.auth_window_s)
+    app = FastAPI(
+        title=f"secemb server {cfg.party}",
+        version=getattr(secemb, "__version__", "0"),
+        description=(
+            "A SecEmb server (one of two non-colluding parties). Protocol messages are "
+            "application/octet-stream bodies holding the exact bytes of docs/wire-format.md. "
+            "Every endpoint except /v1/health needs the X-Secemb-* HMAC headers "
+            "(docs/deployment.md). Device endpoints: /v1/round, /v1/count, /v1/rounds/*. "
+            "Operator: /v1/admin/*. Server 0 -> server 1: /v1/peer/*."
+        ),
+        openapi_tags=[{"name": "device"}, {"name": "admin"}, {"name": "peer"}, {"name": "health"}],
+    )
+    app.state.node = node
+
+    @app.exception_handler(SecembError)
+    async def _secemb_error(request: Request, exc: SecembError) -> JSONResponse:
+        for cls, status, name in _STATUS:
+            if isinstance(exc, cls):
+                return _error(status, name, str(exc))
+        return _error(400, "bad_request", str(exc))  # pragma: no cover - SecembError is listed
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, "invalid_parameters", "; ".join(str(e.get("msg")) for e in exc.errors())[:500])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, "http_error", str(exc.detail))
+
+    async def authed(request: Request, allow: tuple[str, ...], limit: int) -> tuple[Principal, bytes]:
+        principal, _ = verifier.principal_of(request.headers)
+        if principal.kind not in allow:
+            raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")
+        body = await _read_body(request, limit)
+        principal = verifier.verify(request.headers, request.method, request.url.path, request.url.query, body)
+        return principal, body
+
+    async def call(fn: Callable[..., Any], *args: Any) -> Any:
+        return await run_in_threadpool(fn, *args)
+
+    def binary(out: bytes | None) -> Response:
+        return Response(status_code=204) if out is None else Response(out, media_type=OCTET)
+
+    common: dict[str, Any] = {"responses": _ERRORS, "openapi_extra": {"security": _SECURITY}}
+
+    # ------------------------------------------------------------------ health
+    @app.get("/v1/health", tags=["health"], summary="Liveness (no authentication; reveals only the party)")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "party": cfg.party}
+
+    # ------------------------------------------------------------------ device
+    @app.get("/v1/round", tags=["device"], summary="The current round's public configuration", **common)
+    async def get_round(request: Request) -> JSONResponse:
+        p, _ = await authed(request, (USER, ADMIN, PEER), 0)
+        return JSONResponse(await call(node.round_info, p.user_id))
+
+    @app.post("/v1/count", tags=["device"], status_code=204, summary="Eq. 11: one share of the device's rating count (COUNT message)",
+              responses=_ERRORS, openapi_extra=_binary("COUNT message (secemb.training.messages)") | {"security": _SECURITY})
+    async def post_count(request: Request) -> Response:
+        p, body = await authed(request, (USER,), 64)
+        await call(node.count_submit, p.user_id, body)
+        return Response(status_code=204)
+
+    @app.post("/v1/rounds/{round_id}/retrieval", tags=["device"],
+              summary="Retrieval request -> retrieval reply (204 for server 1 with relay)",
+              responses=_ERRORS | {200: _BIN_RESPONSE, 204: {"description": "accepted, no reply (relay, server 1)"}},
+              openapi_extra=_binary("retrieval_request protocol message") | {"security": _SECURITY})
+    async def post_retrieval(round_id: int, request: Request) -> Response:
+        p, body = await authed(request, (USER,), _limit_device(node))
+        return binary(await call(node.retrieval, round_id, p.user_id, body))
+
+    @app.get("/v1/rounds/{round_id}/dense", tags=["device"], summary="Server 0: the round's dense vector (DENSE message)",
+             responses=_ERRORS | {200: _BIN_RESPONSE}, openapi_extra={"security": _SECURITY})
+    async def get_dense(round_id: int, request: Request) -> Response:
+        await authed(request, (USER, ADMIN), 0)
+        return binary(await call(node.dense, round_id))
+
+    @app.post("/v1/rounds/{round_id}/upload", tags=["device"], status_code=204, summary="Upload (aggregation message)",
+              responses=_ERRORS, openapi_extra=_binary("upload protocol message") | {"security": _SECURITY})
+    async def post_upload(round_id: int, request: Request) -> Response:
+        p, body = await authed(request, (USER,), _limit_device(node))
+        await call(node.upload, round_id, p.user_id, body)
+        return Response(status_code=204)
+
+    @app.get("/v1/rounds/{round_id}/status", tags=["device"],
+             summary="Outcome of a round (device: whether it was included; operator: the included ids)", **common)
+    async def get_round_status(round_id: int, request: Request) -> JSONResponse:
+        p, _ = await authed(request, (USER, ADMIN, PEER), 0)
+        return JSONResponse(await call(node.round_status, round_id, p.user_id))
+
+    # ------------------------------------------------------------------ operator
+    @app.get("/v1/admin/status", tags=["admin"], summary="Server state", **common)
+    async def admin_status(request: Request) -> JSONResponse:
+        await authed(request, (ADMIN,), 0)
+        return JSONResponse(await call(node.status))
+
+    @app.get("/v1/admin/model", tags=["admin"], summary="The public model (MODEL message)",
+             responses=_ERRORS | {200: _BIN_RESPONSE}, openapi_extra={"security": _SECURITY})
+    async def admin_model(request: Request) -> Response:
+        await authed(request, (ADMIN,), 0)
+        return binary(await call(node.model_message))
+
+    @app.post("/v1/admin/count/open", tags=["admin"], summary="Server 0: start the Eq. 11 count phase", responses=_ERRORS,
+              openapi_extra=_json_body({"type": "object", "properties": {"users": _IDS}}, False) | {"security": _SECURITY})
+    async def admin_count_open(request: Request) -> JSONResponse:
+        _, body = await authed(request, (ADMIN,), _limit_json(node))
+        doc = _parse_json(body)
+        return JSONResponse(await call(node.count_open, doc.get("users")))
+
+    @app.post("/v1/admin/count/close", tags=["admin"], summary="Server 0: open the mean count, fix m'", **common)
+    async def admin_count_close(request: Request) -> JSONResponse:
+        await authed(request, (ADMIN,), _limit_json(node))
+        return JSONResponse(await call(node.count_close))
+
+    @app.post("/v1/admin/rounds", tags=["admin"], summary="Server 0: open the next round", responses=_ERRORS,
+              openapi_extra=_json_body({"type": "object", "properties": {
+                  "participants": _IDS, "n_p": {"type": "integer"}, "deadline_s": {"type": "number"},
+                  "quorum": {"type": "integer"}, "min_users": {"type": "integer"}}}) | {"security": _SECURITY})
+    async def admin_open_round(request: Request) -> JSONResponse:
+        _, body = await authed(request, (ADMIN,), _limit_json(node))
+        doc = _parse_json(body)
+        unknown = set(doc) - {"participants", "n_p", "deadline_s", "quorum", "min_users"}
+        if unknown:
+            raise InvalidParameters(f"unknown field(s) {sorted(unknown)}")
+        return JSONResponse(await call(lambda: node.open_round(**doc)))
+
+    @app.post("/v1/admin/rounds/{round_id}/close", tags=["admin"], summary="Server 0: close a round now; its outcome",
+              **common)
+    async def admin_close_round(round_id: int, request: Request) -> JSONResponse:
+        await authed(request, (ADMIN,), _limit_json(node))
+        return JSONResponse(await call(node.close_round, round_id))
+
+    # ------------------------------------------------------------------ peer (server 0 -> server 1)
+    @app.get("/v1/peer/status", tags=["peer"], summary="Server state, for server 0's reconciliation", **common)
+    async def peer_status(request: Request) -> JSONResponse:
+        await authed(request, (PEER,), 0)
+        return JSONResponse(await call(node.status))
+
+    @app.post("/v1/peer/count/open", tags=["peer"], summary="Restart the count phase", responses=_ERRORS,
+              openapi_extra=_json_body({"type": "object", "properties": {"users": _IDS}}, False) | {"security": _SECURITY})
+    async def peer_count_open(request: Request) -> JSONResponse:
+        _, body = await authed(request, (PEER,), _limit_json(node))
+        doc = _parse_json(body)
+        return JSONResponse(await call(lambda: node.count_open(doc.get("users"), from_peer=True)))
+
+    @app.post("/v1/peer/count/close", tags=["peer"], summary="Freeze the count phase; the users it holds", **common)
+    async def peer_count_close(request: Request) -> JSONResponse:
+        await authed(request, (PEER,), _limit_json(node))
+        return JSONResponse({"users": await call(node.peer_count_close)})
+
+    @app.post("/v1/peer/count/share", tags=["peer"], summary="Server 1's sum of the agreed users' count shares (COUNT)",
+              responses=_ERRORS | {200: _BIN_RESPONSE},
+              openapi_extra=_json_body({"type": "object", "properties": {"include": _IDS}, "required": ["include"]})
+              | {"security": _SECURITY})
+    async def peer_count_share(request: Request) -> Response:
+        _, body = await authed(request, (PEER,), _limit_json(node))
+        include = _ids(_parse_json(body), "include", node)
+        return binary(await call(node.peer_count_share, include))
+
+    @app.post("/v1/peer/rounds", tags=["peer"], summary="Mirror the round server 0 opened", responses=_ERRORS,
+              openapi_extra=_json_body({"type": "object"}) | {"security": _SECURITY})
+    async def peer_open(request: Request) -> JSONResponse:
+        _, body = await authed(request, (PEER,), _limit_json(node))
+        return JSONResponse(await call(node.peer_open, _parse_json(body)))
+
+    @app.post("/v1/peer/rounds/{round_id}/relay-retrieval", tags=["peer"],
+              summary="Relay: evaluate forwarded keys (relay_keys) -> masked shares (relay_answer)",
+              responses=_ERRORS | {200: _BIN_RESPONSE},
+              openapi_extra=_binary("relay_keys protocol message") | {"security": _SECURITY,
+                  "parameters": [{"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
+    async def peer_relay_retrieval(round_id: int, request: Request) -> Response:
+        _, body = await authed(request, (PEER,), _limit_peer(node))
+        return binary(await call(node.peer_relay_retrieval, round_id, _user_param(request, node), body))
+
+    @app.post("/v1/peer/rounds/{round_id}/relay-upload", tags=["peer"], status_code=204,
+              summary="Relay: absorb forwarded correction words (relay_upload)", responses=_ERRORS,
+              openapi_extra=_binary("relay_upload protocol message") | {"security": _SECURITY,
+                  "parameters": [{"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
+    async def peer_relay_upload(round_id: int, request: Request) -> Response:
+        _, body = await authed(request, (PEER,), _limit_peer(node))
+        await call(node.peer_relay_upload, round_id, _user_param(request, node), body)
+        return Response(status_code=204)
+
+    @app.post("/v1/peer/rounds/{round_id}/close", tags=["peer"], summary="Stop taking uploads; the users absorbed",
+              **common)
+    async def peer_close(round_id: int, request: Request) -> JSONResponse:
+        await authed(request, (PEER,), _limit_json(node))
+        return JSONResponse(await call(node.peer_close, round_id))
+
+    @app.post("/v1/peer/rounds/{round_id}/share", tags=["peer"],
+              summary="Server 1's aggregate share over exactly the agreed users (aggregate_share)",
+              responses=_ERRORS | {200: _BIN_RESPONSE},
+              openapi_extra=_json_body({"type": "object", "properties": {"include": _IDS}, "required": ["include"]})
+              | {"security": _SECURITY})
+    async def peer_share(round_id: int, request: Request) -> Response:
+        _, body = await authed(request, (PEER,), _limit_json(node))
+        include = _ids(_parse_json(body), "include", node)
+        return binary(await call(node.peer_share, round_id, include))
+
+    @app.post("/v1/peer/rounds/{round_id}/abort", tags=["peer"], status_code=204, summary="Abort a round",
+              **common)
+    async def peer_abort(round_id: int, request: Request) -> Response:
+        _, body = await authed(request, (PEER,), _limit_json(node))
+        reason = str(_parse_json(body).get("reason", ""))[:500]
+        await call(node.peer_abort, round_id, reason)
+        return Response(status_code=204)
+
+    @app.post("/v1/peer/model", tags=["peer"], summary="Model sync from server 0 (MODEL message)", responses=_ERRORS,
+              openapi_extra=_binary("MODEL message (secemb.training.messages)") | {"security": _SECURITY,
+                  "parameters": [{"name": "round", "in": "query", "required": True, "schema": {"type": "integer"}}]})
+    async def peer_model(request: Request) -> JSONResponse:
+        _, body = await authed(request, (PEER,), _limit_peer(node))
+        raw = request.query_params.get("round", "")
+        try:
+            r = int(raw)
+        except ValueError:
+            raise InvalidParameters("query parameter round must be an integer") from None
+        if not -1 <= r < 2**63:
+            raise InvalidParameters("query parameter round is out of range")
+        return JSONResponse(await call(node.peer_model, body, r))
+
+    def custom_openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title="secemb server", version=app.version, description=app.description,
+                                 routes=app.routes, tags=app.openapi_tags)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "keyId": {"type": "apiKey", "in": "header", "name": "X-Secemb-Key-Id",
+                          "description": "server0 | server1 | admin | user:<id>"},
+                "timestamp": {"type": "apiKey", "in": "header", "name": "X-Secemb-Timestamp",
+                              "description": "unix time in milliseconds"},
+                "nonce": {"type": "apiKey", "in": "header", "name": "X-Secemb-Nonce",
+                          "description": "16-64 lowercase hex digits, never reused"},
+                "signature": {"type": "apiKey", "in": "header", "name": "X-Secemb-Signature",
+                              "description": "hex HMAC-SHA256 of the canonical request (docs/deployment.md)"},
+            }
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = custom_openapi  # type: ignore[method-assign]
+    return app
+
+
+def _ids(doc: dict[str, Any], name: str, node: ServerNode) -> list[int]:
+    ids = doc.get(name)
+    if not isinstance(ids, list):
+        raise InvalidParameters(f"{name} must be a list of user ids")
+    for u in ids:
+        if isinstance(u, bool) or not isinstance(u, int) or not 0 <= u < node.cfg.num_users:
+            raise InvalidParameters(f"{name}: {u!r} is not a user id in [0, {node.cfg.num_users})")
+    return ids

@@ -1,0 +1,198 @@
+"""Two server processes on this machine (127.0.0.1): what ``secemb demo --network``, the
+network benchmark and the tests run.
+
+:class:`LocalCluster` writes a configuration file per server (fresh random secrets, free ports
+chosen by the OS), starts each server as its own process (``python -m secemb.server``),
+waits until it answers, and can kill (``SIGKILL``) and restart either one on the same port
+and state directory.  With ``supervise=True`` a watcher restarts a server that died, like a
+service manager would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from secemb.errors import SecembError
+from secemb.server.config import ServerConfig, config_document
+from secemb.server.faults import ENV_DIR, ENV_POINTS
+from secemb.transport.network import ApiClient, user_key
+
+__all__ = ["LocalCluster", "free_port"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the OS reports free on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class LocalCluster:
+    """Server 0 and server 1 as child processes on 127.0.0.1.
+
+    Parameters
+    ----------
+    workdir: directory for configs, state and logs (created).
+    settings: :class:`~secemb.server.config.ServerConfig` fields shared by both servers
+        (``num_items``, ``num_users``, protocol, model and training settings, ...).
+    faults: per party, the ``SECEMB_FAULTS`` spec to arm (see :mod:`secemb.server.faults`).
+    log_level: the servers' log level.
+    """
+
+    def __init__(self, workdir: str | os.PathLike, *, faults: dict[int, str] | None = None,
+                 log_level: str = "warning", **settings: Any) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.peer_secret = secrets.token_bytes(32)
+        self.admin_secret = secrets.token_bytes(32)
+        self.user_secrets = (secrets.token_bytes(32), secrets.token_bytes(32))
+        ports = [free_port(), free_port()]
+        while ports[1] == ports[0]:
+            ports[1] = free_port()
+        self.ports = ports
+        self.faults = dict(faults or {})
+        self.log_level = log_level
+        self.configs: list[ServerConfig] = []
+        self.config_paths: list[Path] = []
+        for party in (0, 1):
+            cfg = ServerConfig(
+                party=party, host="127.0.0.1", port=ports[party], peer_url=self.url(1 - party),
+                state_dir=self.workdir / f"server{party}", peer_secret=self.peer_secret,
+                admin_secret=self.admin_secret, user_secret=self.user_secrets[party], **settings,
+            )
+            path = self.workdir / f"server{party}.json"
+            path.write_text(json.dumps(config_document(cfg), indent=2))
+            self.configs.append(cfg)
+            self.config_paths.append(path)
+        self.procs: list[subprocess.Popen | None] = [None, None]
+        self.restarts = [0, 0]
+        self._supervise = False
+        self._watcher: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- addresses and keys
+    def url(self, party: int) -> str:
+        return f"http://127.0.0.1:{self.ports[party]}"
+
+    def admin(self, party: int, *, timeout: float = 60.0) -> ApiClient:
+        """A signed operator client for server ``party``."""
+        return ApiClient(self.url(party), "admin", self.admin_secret, timeout=timeout)
+
+    def device_keys(self, user: int) -> tuple[bytes, bytes]:
+        """Device ``user``'s HMAC keys at server 0 and server 1."""
+        return user_key(self.user_secrets[0], user), user_key(self.user_secrets[1], user)
+
+    # ---------------------------------------------------------------- processes
+    def _spawn(self, party: int) -> subprocess.Popen:
+        env = dict(os.environ)
+        env.pop(ENV_POINTS, None)
+        if self.faults.get(party):
+            env[ENV_POINTS] = self.faults[party]
+            fault_dir = self.workdir / f"faults{party}"
+            fault_dir.mkdir(exist_ok=True)
+            env[ENV_DIR] = str(fault_dir)
+        logf = open(self.workdir / f"server{party}.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "secemb.server", "--config", str(self.config_paths[party]),
+                 "--log-level", self.log_level],
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            )
+        finally:
+            logf.close()
+
+    def start(self, party: int | None = None, *, timeout: float = 60.0) -> None:
+        """Start one server (or both) and wait until it answers ``/v1/health``."""
+        parties = (0, 1) if party is None else (party,)
+        for p in parties:
+            with self._lock:
+                if self.procs[p] is None or self.procs[p].poll() is not None:
+                    self.procs[p] = self._spawn(p)
+        for p in parties:
+            self.wait_ready(p, timeout=timeout)
+
+    def wait_ready(self, party: int, *, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = self.procs[party]
+            if proc is not None and proc.poll() is not None and not self._supervise:
+                raise SecembError(f"server {party} exited with code {proc.returncode}; see {self.log(party)}")
+            try:
+                if httpx.get(self.url(party) + "/v1/health", timeout=1.0, trust_env=False).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise SecembError(f"server {party} did not become ready in {timeout} s; see {self.log(party)}")
+
+    def log(self, party: int) -> Path:
+        return self.workdir / f"server{party}.log"
+
+    def alive(self, party: int) -> bool:
+        proc = self.procs[party]
+        return proc is not None and proc.poll() is None
+
+    def kill(self, party: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (default SIGKILL) to server ``party`` and reap it."""
+        proc = self.procs[party]
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+            proc.wait(timeout=30)
+
+    def restart(self, party: int, *, timeout: float = 60.0) -> None:
+        """Kill server ``party`` if it runs, and start it again on the same port and state."""
+        self.kill(party)
+        with self._lock:
+            self.procs[party] = self._spawn(party)
+            self.restarts[party] += 1
+        self.wait_ready(party, timeout=timeout)
+
+    def supervise(self, enabled: bool = True) -> None:
+        """Restart a server that died (checked every 50 ms) while enabled."""
+        self._supervise = enabled
+        if enabled and self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, daemon=True, name="secemb-supervisor")
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.05)
+            if not self._supervise:
+                continue
+            for p in (0, 1):
+                with self._lock:
+                    proc = self.procs[p]
+                    if proc is not None and proc.poll() is not None:
+                        self.procs[p] = self._spawn(p)
+                        self.restarts[p] += 1
+
+    def stop(self) -> None:
+        """Terminate both servers."""
+        self._supervise = False
+        for p in (0, 1):
+            proc = self.procs[p]
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
