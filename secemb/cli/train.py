@@ -49,9 +49,9 @@ def register(app: typer.Typer) -> None:
         epochs: Annotated[
             int,
             typer.Option(
-                min=1, help="Passes over the users (one SecEmb epoch on synthetic: ~1 min)."
+                min=1, help="Passes over the users (5 SecEmb epochs on synthetic: about a minute)."
             ),
-        ] = 1,
+        ] = 5,
         users_per_round: Annotated[int, typer.Option(min=1, help="Users per round.")] = 100,
         m_prime: Annotated[
             int | None,

@@ -221,7 +221,7 @@ def create_app(node: ServerNode) -> FastAPI:
              responses=_ERRORS | {200: _BIN_RESPONSE}, openapi_extra={"security": _SECURITY})
     async def get_dense(round_id: int, request: Request) -> Response:
         await authed(request, (USER, ADMIN), 0)
-        return binary(await call(node.dense, round_id))
+        return binary(await call(node.dense_message, round_id))
 
     @app.post("/v1/rounds/{round_id}/upload", tags=["device"], status_code=204, summary="Upload (aggregation message)",
               responses=_ERRORS, openapi_extra=_binary("upload protocol message") | {"security": _SECURITY})

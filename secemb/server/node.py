@@ -660,7 +660,7 @@ class ServerNode:
                         rnd.log.append(("relay_retrieval", items[i][1], items[i][2]))
         return results
 
-    def dense(self, r: int) -> bytes:
+    def dense_message(self, r: int) -> bytes:
         self._require_party(0, "the dense vector")
         with self.lock:
             return self._current(r).dense_msg
@@ -782,10 +782,11 @@ class ServerNode:
             self.version, self.last_round, self.last_included = version, r, include
             rnd.included = include
             self._sync_pending = True
-            self._end(rnd, COMMITTED, rnd.reason)
+            self._end(rnd, COMMITTED, rnd.reason, done=False)
         self._sync_peer()
+        rnd.done.set()
 
-    def _end(self, rnd: _Round, state: str, reason: str, *, notify_peer: bool = True) -> None:
+    def _end(self, rnd: _Round, state: str, reason: str, *, notify_peer: bool = True, done: bool = True) -> None:
         with self.lock:
             if rnd.state in FINAL:
                 return
@@ -803,7 +804,8 @@ class ServerNode:
                     self.peer.post_json(f"/v1/peer/rounds/{rnd.round_id}/abort", {"reason": reason})
                 except (RemoteError, Unreachable):
                     pass  # server 1 learns it when the next round opens
-        rnd.done.set()
+        if done:
+            rnd.done.set()
 
     def _sync_peer(self) -> None:
         """Server 0: send server 1 the current model (after a commit, or when it missed it)."""
