@@ -22,10 +22,11 @@ from secemb.protocols.secemb import SecEmbProtocol
 
 __all__ = ["CONFIGS", "measure", "run"]
 
-#: (name, m, m', users for the full layout, users for the cuckoo layout)
+#: (name, m, m', users for the full layout, users for the cuckoo layout): at Yelp size one
+#: full-layout user costs each server ~10 s, so both layouts are also compared at 10 users
 CONFIGS = [
     ("ml1m", 3883, 300, 100, 100),
-    ("yelp", 93386, 500, 2, 100),
+    ("yelp", 93386, 500, 10, 100),
 ]
 
 
@@ -81,11 +82,17 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
     }
 
 
-def run(quick: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """All configurations, plus the sweep over m behind the plot; ``quick`` shrinks them."""
+def run(
+    quick: bool = False, progress: Callable[[str], None] | None = None, full_users: int | None = None
+) -> dict[str, Any]:
+    """All configurations, plus the sweep over m behind the plot; ``quick`` shrinks them;
+    ``full_users`` overrides the number of users of the full-layout runs (and of the cuckoo
+    runs compared with them)."""
     d = 64
     records = []
     configs = [("tiny", 1682, 200, 2, 2)] if quick else CONFIGS
+    if full_users:
+        configs = [(n, m, mp, full_users, cu) for n, m, mp, _, cu in configs]
     for name, m, mp, full_users, cuckoo_users in configs:
         runs = [("full", False, full_users), ("cuckoo", False, full_users), ("cuckoo", True, full_users)]
         if cuckoo_users != full_users:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import typer
 
 from secemb.cli import bench, train
+from secemb.cli import client, demo, serve
 
 app = typer.Typer(
     name="secemb",
@@ -17,6 +18,9 @@ app = typer.Typer(
 )
 train.register(app)
 bench.register(app)
+serve.register(app)
+client.register(app)
+demo.register(app)
 
 
 def main() -> None:

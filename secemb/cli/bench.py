@@ -66,7 +66,8 @@ def _register_server(bench_app: typer.Typer) -> None:
     def server(
         as_json: bool = typer.Option(False, "--json", help="Print the JSON list of configurations."),
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
-        out: str = typer.Option("results/server", help="Folder for the JSON, Markdown and the plot."),
+        out: str = typer.Option("results/server", help="Folder for the JSON and the plot."),
+        full_users: int = typer.Option(0, help="Users of the full-layout runs (0: 100 at ML-1M, 10 at Yelp)."),
     ) -> None:
         """Server computation per round: full-domain against cuckoo layout."""
         import os
@@ -77,7 +78,7 @@ def _register_server(bench_app: typer.Typer) -> None:
 
         console = Console(stderr=True)
         with console.status("measuring") as status:
-            result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg))
+            result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg), full_users=full_users or None)
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "server.json"), "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)
@@ -97,3 +98,40 @@ def _register_server(bench_app: typer.Typer) -> None:
             )
         Console().print(table)
         Console().print(f"plot: {os.path.join(out, 'server_vs_m.png')}")
+
+    @bench_app.command("network")
+    def network(
+        devices: int = typer.Option(1000, min=1, max=100_000, help="Simulated devices in the round."),
+        concurrency: int = typer.Option(32, min=1, max=1024, help="Devices running at the same time."),
+        protocol: str = typer.Option("secemb", help="secemb or plaintext."),
+        layout: str = typer.Option("cuckoo", help="cuckoo or full."),
+        relay: bool = typer.Option(True, "--relay/--no-relay", help="Relay through server 0 (secemb)."),
+        dim: int = typer.Option(16, min=1, help="Embedding size."),
+        m_prime: int = typer.Option(50, min=1, help="Rows per device (m')."),
+        num_items: int = typer.Option(1682, min=2, help="Items (m)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """One round of N devices against two server processes on loopback: p50/p99 latency
+        and throughput per phase."""
+        from secemb.bench import network as bench_network
+
+        result = bench_network.run(devices, concurrency=concurrency, protocol=protocol, layout=layout, relay=relay,
+                                   dim=dim, m_prime=m_prime, num_items=num_items)
+        if as_json:
+            typer.echo(json.dumps(result, indent=2))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"secemb bench network: {devices} devices, {protocol} ({layout}"
+                            f"{', relay' if relay else ''}), m={num_items} d={dim} m'={m_prime}")
+        for col in ("phase", "p50 ms", "p99 ms", "max ms", "wall s", "devices/s"):
+            table.add_column(col, justify="right" if col != "phase" else "left")
+        for name, ph in result["phases"].items():
+            if "p50_ms" in ph:
+                table.add_row(name, f"{ph['p50_ms']:.1f}", f"{ph['p99_ms']:.1f}", f"{ph['max_ms']:.1f}",
+                              f"{ph['wall_s']:.2f}", f"{ph['devices_per_s']:,.0f}")
+            else:
+                table.add_row(name, "", "", "", f"{ph['wall_s']:.2f}", "")
+        table.add_row("round", "", "", "", f"{result['round_s']:.2f}", f"{result['devices_per_s']:,.0f}")
+        Console().print(table)

@@ -327,10 +327,7 @@ def train_networked(
                 if what is not None and what.startswith("late:"):
                     time.sleep(float(what.split(":", 1)[1]))
                 if what in ("only0", "only1"):
-                    target = int(what[-1])
-                    msg = session._up0 if target == 0 else session._up1
-                    if msg is not None:
-                        session.client.servers[target].post_bytes(f"/v1/rounds/{info.round_id}/upload", msg)
+                    session.upload(only=int(what[-1]))
                     return out
                 session.upload()
                 out.uploaded = True

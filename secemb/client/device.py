@@ -142,7 +142,8 @@ class DeviceClient:
 
 
 class RoundSession:
-    """One device in one round.  Call :meth:`prepare`, :meth:`retrieve`, :meth:`train`,
+    """One device in one round.  Call :meth:`prepare`, :meth:`retrieve` (or its three steps
+    :meth:`send_requests`, :meth:`fetch_dense`, :meth:`reconstruct`), :meth:`train`,
     :meth:`upload` in this order (each raises ``ProtocolError`` out of order).
 
     Attributes
@@ -189,28 +190,47 @@ class RoundSession:
         return self.request
 
     def retrieve(self) -> np.ndarray:
-        """Send the requests (server 1 first: with relay it must hold the roots before server 0
-        forwards), get the replies and the dense vector; the rows (ring, (slots, width))."""
+        """:meth:`send_requests`, :meth:`fetch_dense`, :meth:`reconstruct`; the rows."""
+        self.send_requests()
+        self.fetch_dense()
+        return self.reconstruct()
+
+    def send_requests(self) -> None:
+        """Send the retrieval requests -- server 1 first: with relay it must hold the roots
+        before server 0 forwards the keys -- and keep the replies."""
         self._advance(1)
         r = self.rc.round_id
         s0, s1 = self.client.servers
         a1 = s1.post_bytes(f"/v1/rounds/{r}/retrieval", self._q1)
         a0 = s0.post_bytes(f"/v1/rounds/{r}/retrieval", self._q0)
-        dense_msg = s0.get_bytes(f"/v1/rounds/{r}/dense")
         if a0 is None:
             raise InvalidMessage("server 0 sent no retrieval reply")
+        self._replies = (a0, a1)
         self.upload_bytes += len(self._q0) + len(self._q1)
-        self.download_bytes += len(a0) + (0 if a1 is None else len(a1)) + len(dense_msg)
-        t = time.perf_counter()
-        self.rows_ring = self.role.retrieval_result(a0, a1)
-        self.dense_ring = messages.decode_dense(dense_msg, round_id=r, dense_size=self.rc.dense_size,
+        self.download_bytes += len(a0) + (0 if a1 is None else len(a1))
+
+    def fetch_dense(self) -> None:
+        """Get the round's dense vector from server 0."""
+        if self._stage != 2 or self.dense_ring is not None:
+            raise ProtocolError("fetch_dense belongs after send_requests, once")
+        msg = self.client.servers[0].get_bytes(f"/v1/rounds/{self.rc.round_id}/dense")
+        self.download_bytes += len(msg)
+        self.dense_ring = messages.decode_dense(msg, round_id=self.rc.round_id, dense_size=self.rc.dense_size,
                                                 ring_bits=self.rc.ring_bits)
+
+    def reconstruct(self) -> np.ndarray:
+        """The requested rows from the two replies (ring, (slots, width))."""
+        if self.dense_ring is None:
+            raise ProtocolError("reconstruct belongs after fetch_dense")
+        self._advance(2)
+        t = time.perf_counter()
+        self.rows_ring = self.role.retrieval_result(*self._replies)
         self.compute_s += time.perf_counter() - t
         return self.rows_ring
 
     def train(self, step: LocalStep) -> StepResult:
         """Run the local-training hook on the real rows; encode the gradients for upload."""
-        self._advance(2)
+        self._advance(3)
         t = time.perf_counter()
         self.g_ring, self.d_ring, self.result = local_update(
             self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, self.item_pos, self.ratings,
@@ -220,17 +240,21 @@ class RoundSession:
         self.compute_s += time.perf_counter() - t
         return self.result
 
-    def upload(self) -> None:
+    def upload(self, *, only: int | None = None) -> None:
         """Send the upload: to server 1 first (without relay), then to server 0 -- server 0
-        counts uploads towards the quorum, so a user it counts is already at server 1."""
-        self._advance(3)
+        counts uploads towards the quorum, so a user it counts is already at server 1.
+
+        ``only``: send to that server alone (simulates a device that dies in between; the
+        servers then leave it out of the aggregate)."""
+        self._advance(4)
         r = self.rc.round_id
         s0, s1 = self.client.servers
-        if self._up1 is not None:
+        if self._up1 is not None and only in (None, 1):
             s1.post_bytes(f"/v1/rounds/{r}/upload", self._up1)
             self.upload_bytes += len(self._up1)
-        s0.post_bytes(f"/v1/rounds/{r}/upload", self._up0)
-        self.upload_bytes += len(self._up0)
+        if only in (None, 0):
+            s0.post_bytes(f"/v1/rounds/{r}/upload", self._up0)
+            self.upload_bytes += len(self._up0)
 
 
 class Device:

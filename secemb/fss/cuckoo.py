@@ -120,13 +120,17 @@ class CuckooLayout:
         return out
 
     @cached_property
-    def _scatter_plan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        idx = self.gather_index.reshape(-1)
-        valid = np.flatnonzero(idx >= 0)
-        order = valid[np.argsort(idx[valid], kind="stable")]
-        items = idx[order]
-        starts = np.flatnonzero(np.r_[True, items[1:] != items[:-1]])
-        return order, starts, items[starts]
+    def occurrences(self) -> np.ndarray:
+        """int64 (m, 3): flat positions ``b M + p`` of each item's (up to three distinct)
+        places in the bucket form, -1 where an item has fewer than three buckets."""
+        buckets, items = self._entries
+        flat = buckets * self.bucket_size + (np.arange(items.size) - self.indptr[buckets])
+        order = np.argsort(items, kind="stable")
+        items, flat = items[order], flat[order]
+        rank = np.arange(items.size) - np.searchsorted(items, items)
+        out = np.full((self.num_items, NUM_HASHES), -1, np.int64)
+        out[items, rank] = flat
+        return out
 
     def scatter(self, bucket_form: np.ndarray) -> np.ndarray:
         """Sum a bucket-form array (B, M, w) back onto items: ring (m, w).  Linear, so it maps
@@ -134,11 +138,12 @@ class CuckooLayout:
         b, big_m = self.num_buckets, self.bucket_size
         if bucket_form.shape[:2] != (b, big_m):
             raise InvalidParameters(f"bucket form must have shape ({b}, {big_m}, w), got {bucket_form.shape}")
-        order, starts, items = self._scatter_plan
-        rows = bucket_form.reshape(b * big_m, -1)[order]
-        sums = np.add.reduceat(rows, starts, axis=0, dtype=np.uint64).astype(bucket_form.dtype)
-        out = np.zeros((self.num_items, rows.shape[1]), bucket_form.dtype)
-        out[items] = sums
+        flat = bucket_form.reshape(b * big_m, -1)
+        occ = self.occurrences
+        out = flat[occ[:, 0]]  # every item has at least one bucket
+        for k in range(1, NUM_HASHES):
+            rows = np.flatnonzero(occ[:, k] >= 0)
+            out[rows] += flat[occ[rows, k]]
         return out
 
     def assign(self, items: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,9 @@ _MASK = np.uint64(0xFFFF)
 
 
 def _limbs(x: np.ndarray, count: int) -> list[np.ndarray]:
+    """16-bit limbs of ``x`` as float64, least significant first."""
+    if x.dtype == np.uint32 and count == 2:  # no 64-bit temporaries
+        return [(x & np.uint32(0xFFFF)).astype(np.float64), (x >> np.uint32(16)).astype(np.float64)]
     x64 = x.astype(np.uint64, copy=False)
     return [((x64 >> np.uint64(_LIMB * i)) & _MASK).astype(np.float64) for i in range(count)]
 
@@ -43,6 +46,23 @@ class LimbMatrix:
         self.dtype = b.dtype
         self.ring_bits = ring_bits
         self.limbs = _limbs(b, ring_bits // _LIMB)
+
+    def gather(self, index: np.ndarray) -> LimbMatrix:
+        """The limb matrix of ``b[index]`` (rows of a 2-D ``b``; ``-1`` gives a zero row)
+        without forming the ring array: for a table laid out in buckets."""
+        if self.ndim != 2:
+            raise InvalidParameters("gather needs a 2-D limb matrix")
+        out = object.__new__(LimbMatrix)
+        out.shape = index.shape + self.shape[1:]
+        out.ndim = len(out.shape)
+        out.dtype, out.ring_bits = self.dtype, self.ring_bits
+        missing = index < 0
+        out.limbs = []
+        for limb in self.limbs:
+            rows = limb[np.where(missing, 0, index)]
+            rows[missing] = 0.0
+            out.limbs.append(rows)
+        return out
 
 
 def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_bits: int | None = None) -> np.ndarray:
@@ -77,6 +97,22 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
     widest = max(1, la * batch * a.shape[-2], lb * batch * b.shape[-1])
     step = max(1, min((1 << 52) // (terms << term_bits), (1 << 23) // widest))
     dtype = np.uint32 if ring_bits == 32 else np.uint64
+    # if every weighted partial sum of the whole product stays below 2^53, combine in float64
+    # and convert once (a 0/1 matrix times a 32-bit one: P0 + 2^16 P1 < 2^(33 + log2 M))
+    weights = [(s, sum(1 for i in range(la) if 0 <= s - i < lb)) for s in range(ring_bits // _LIMB)]
+    bound = sum(n * a.shape[-1] * (1 << (term_bits + _LIMB * s)) for s, n in weights if n)
+    if bound < 1 << 53 and a.shape[-1] <= step:
+        al = _limbs(a, la)
+        bl = b.limbs if isinstance(b, LimbMatrix) else _limbs(b, lb)
+        total = None
+        for s, _ in weights:
+            for i in range(min(s + 1, la)):
+                if s - i < lb:
+                    prod = al[i] @ bl[s - i]
+                    if s:
+                        prod *= float(1 << (_LIMB * s))
+                    total = prod if total is None else total + prod
+        return total.astype(np.uint64).astype(dtype)
     acc = None
     for lo in range(0, a.shape[-1], step):
         hi = min(lo + step, a.shape[-1])

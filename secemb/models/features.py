@@ -91,7 +91,20 @@ class DenseLayout:
         return flat[a:b].reshape(shape) if shape else flat[a]
 
     def views(self, flat: Any) -> dict[str, Any]:
+        """Every slice by name; a dict (already split, e.g. torch leaves) is returned as is."""
+        if isinstance(flat, dict):
+            return flat
         return {name: self.view(flat, name) for name, _ in self.fields}
+
+    def leaves(self, flat: np.ndarray) -> dict[str, Any]:
+        """One torch leaf tensor (requires grad) per field, copied from ``flat``.  Autograd
+        through slices of one big tensor would allocate a full-size gradient per slice."""
+        import torch
+
+        return {
+            name: torch.tensor(np.asarray(self.view(flat, name), dtype=np.float64), requires_grad=True)
+            for name, _ in self.fields
+        }
 
     def sizes(self) -> dict[str, int]:
         return {name: b - a for name, (a, b, _) in self.offsets.items()}
@@ -183,16 +196,22 @@ class TorchRecModel(RecModel):
         if item_pos.size == 0 or item_pos.min() < 0 or item_pos.max() >= rows.shape[0]:
             raise InvalidParameters(f"item_pos must be non-empty and index rows in [0, {rows.shape[0]})")
         rows_t = torch.tensor(rows, requires_grad=True)
-        dense_t = torch.tensor(np.asarray(dense, dtype=np.float64), requires_grad=True)
+        fields = self.layout.leaves(np.asarray(dense, dtype=np.float64))
         priv_t = torch.tensor(user_state.params, requires_grad=True)
         loss = self.objective_torch(
-            rows_t, dense_t, priv_t, torch.as_tensor(item_pos),
+            rows_t, fields, priv_t, torch.as_tensor(item_pos),
             torch.as_tensor(np.asarray(ratings, dtype=np.float64)), user=user_state.user,
         )
-        g_rows, g_dense, g_priv = torch.autograd.grad(loss, (rows_t, dense_t, priv_t), allow_unused=True)
+        names = list(fields)
+        grads = torch.autograd.grad(loss, (rows_t, priv_t, *fields.values()), allow_unused=True)
+        g_rows, g_priv = grads[0], grads[1]
         row_grads = np.zeros(rows.shape) if g_rows is None else g_rows.numpy().copy()
         row_grads[:, self.trainable_width :] = 0.0  # feature codes are constants
-        dense_grad = np.zeros(self.dense_size) if g_dense is None else g_dense.numpy().copy()
+        dense_grad = np.zeros(self.dense_size)
+        for name, g in zip(names, grads[2:]):
+            if g is not None:
+                a, b, _ = self.layout.offsets[name]
+                dense_grad[a:b] = g.numpy().reshape(-1)
         if g_priv is not None:
             user_state.apply_gradient(g_priv.numpy())
         return StepResult(row_grads, dense_grad, float(loss.item()))

@@ -35,6 +35,18 @@ __all__ = [
 PROTOCOLS: dict[str, str | Callable[..., Protocol]] = {
     "secemb": "secemb.protocols.secemb:SecEmbProtocol",
     "plaintext": "secemb.protocols.plaintext:PlaintextProtocol",
+    # baselines of the paper's evaluation (docs/baselines.md)
+    "secfedrec": "secemb.protocols.secfedrec:SecFedRecProtocol",
+    "secemb-init": "secemb.protocols.ablations:SecEmbInitProtocol",
+    "secemb-rowenc": "secemb.protocols.ablations:SecEmbRowEncProtocol",
+    "grec": "secemb.protocols.grec:GrecProtocol",
+    "quant8": "secemb.protocols.lossy:Quant8Protocol",
+    "ternary": "secemb.protocols.lossy:TernaryProtocol",
+    "svd": "secemb.protocols.lossy:SvdProtocol",
+    "colr": "secemb.protocols.lossy:ColrProtocol",
+    "secaggmask": "secemb.protocols.sparse_secagg:SecAggMaskProtocol",
+    "topksecagg": "secemb.protocols.sparse_secagg:TopkSecAggProtocol",
+    "he-ckks": "secemb.protocols.sparse_secagg:CkksProtocol",
 }
 
 

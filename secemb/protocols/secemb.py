@@ -197,9 +197,10 @@ class _Pending:
 def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
-    ``task = (layout, party, keys, table, width)`` with ``keys`` the users' key batches
-    concatenated and ``table`` a ring array or its :class:`LimbMatrix` (full layout: the
-    table (m, w); cuckoo: bucket tables (B, M, w)).  Returns the answers (K, w), the control
+    ``task = (layout, party, keys, table, width)`` with ``layout`` ``"full"`` or the round's
+    :class:`~secemb.fss.cuckoo.CuckooLayout`, ``keys`` the users' key batches concatenated
+    and ``table`` the ring table (m, w) or the :class:`LimbMatrix` to use (full layout: of
+    the table; cuckoo: of its bucket form (B, M, w)).  Returns the answers (K, w), the control
     bits (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
     payload-independent part of the aggregation share summed over the batch.
     """
@@ -207,6 +208,8 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ring_bits = keys.params.ring_bits
     if not isinstance(table, LimbMatrix):
         table = LimbMatrix(table, ring_bits)
+        if not isinstance(layout, str):  # a cuckoo layout: the bucket form of the table
+            table = table.gather(layout.gather_index)
     if layout == "full":
         answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width)
         return answers, prepared.t_bits, prepared.signed_conv()
@@ -234,14 +237,15 @@ class SecEmbServer(ServerRole):
                 f"got {table.dtype} {table.shape}"
             )
         self.config = config
+        self._table_ring = np.ascontiguousarray(table)
         if config.layout == "full":
-            self._table_ring = np.ascontiguousarray(table)
             self._sparse = np.zeros((config.num_items, config.width), config.dtype)
+            self._table = LimbMatrix(table, config.ring_bits) if self.backend.local else None
         else:
             layout = config.cuckoo()
-            self._table_ring = layout.bucket_tables(table)
             self._sparse = np.zeros((config.num_buckets, layout.bucket_size, config.width), config.dtype)
-        self._table = LimbMatrix(self._table_ring, config.ring_bits) if self.backend.local else None
+            limbs = LimbMatrix(table, config.ring_bits) if self.backend.local else None
+            self._table = limbs.gather(layout.gather_index) if limbs is not None else None
         self._dense = np.zeros(config.dense_size, config.dtype)
         self._pending: dict[int, _Pending] = {}
         self._seeds_of: dict[int, bytes] = {}  # server 1, relay: dense-share seeds
@@ -268,8 +272,9 @@ class SecEmbServer(ServerRole):
         table = self._table if self.backend.local else self._table_ring
         n = len(keys)
         bounds = np.linspace(0, n, min(n, self.backend.workers) + 1).astype(int)
+        layout = "full" if cfg.layout == "full" else cfg.cuckoo()
         tasks = [
-            (cfg.layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), table, cfg.width)
+            (layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), table, cfg.width)
             for lo, hi in zip(bounds[:-1], bounds[1:])
         ]
         results = self.backend.map(_evaluate_task, tasks)

@@ -264,6 +264,22 @@ def config_document(cfg: ServerConfig) -> dict[str, Any]:
     return doc
 
 
+def _read(path: str | os.PathLike) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_bytes()
+    except OSError as exc:
+        raise InvalidParameters(f"cannot read config file {p}: {exc}") from None
+    try:
+        doc = tomllib.loads(text.decode()) if p.suffix == ".toml" else json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        kind = "TOML" if p.suffix == ".toml" else "JSON"
+        raise InvalidParameters(f"config file {p} is not valid {kind}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidParameters(f"config file {p} must hold a table")
+    return _flatten(doc)
+
+
 def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> ServerConfig:
     """Read a TOML (``.toml``) or JSON file, apply ``overrides`` (field names, ``None`` values
     ignored) and secrets from the environment (when the file has none), and validate.
@@ -273,20 +289,10 @@ def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> Serv
     InvalidParameters
         Unreadable file, unknown key, missing or invalid value.
     """
-    values: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        try:
-            text = p.read_bytes()
-        except OSError as exc:
-            raise InvalidParameters(f"cannot read config file {p}: {exc}") from None
-        try:
-            doc = tomllib.loads(text.decode()) if p.suffix == ".toml" else json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidParameters(f"config file {p} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}") from None
-        if not isinstance(doc, dict):
-            raise InvalidParameters(f"config file {p} must hold a table")
-        values = _flatten(doc)
+    values: dict[str, Any] = {} if path is None else _read(path)
+    party = overrides.get("party")
+    if party is not None and "party" in values and values["party"] != party:
+        raise InvalidParameters(f"the command line says party {party}, the config file says {values['party']}")
     values.update({k: v for k, v in overrides.items() if v is not None})
     for name, env in SECRET_ENV.items():
         if name not in values and os.environ.get(env):

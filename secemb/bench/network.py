@@ -1,0 +1,162 @@
+"""``secemb bench network``: one round of N simulated devices against two server processes on
+loopback, phase by phase.
+
+Setup: two servers (``python -m secemb.server``) on 127.0.0.1 with fresh state; N devices
+with synthetic ratings (``synthetic_like``), each with its own signed connections (a shared
+connection pool), ``concurrency`` of them at a time in threads of this process.  The round is
+driven in stages so that each phase is timed on its own:
+
+``open``       the operator opens the round (server 0 reconciles with server 1, both begin it)
+``prepare``    device-side: placement and DPF key generation (no network)
+``retrieval``  per device: request to server 1, request to server 0 (with relay, server 0
+               forwards to server 1 and completes), reply reconstruction
+``dense``      per device: the dense vector from server 0
+``upload``     per device: local training step, encoding, upload (server 1 first without relay)
+``close``      the operator closes: agreed user set, server 1's share, combine, Adam step,
+               durable checkpoint, sync of server 1
+
+For each per-device phase: p50 / p99 / max latency of one device's requests and throughput
+(devices per second over the phase's wall time).  Every loop is bounded: N devices, one
+round, a timeout on every request.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+
+from secemb.bench.machine import machine_info
+
+__all__ = ["run"]
+
+
+def _summary(lat: list[float], wall: float) -> dict[str, float]:
+    a = np.asarray(lat) * 1e3
+    return {
+        "devices": int(a.size),
+        "p50_ms": float(np.percentile(a, 50)),
+        "p99_ms": float(np.percentile(a, 99)),
+        "max_ms": float(a.max()),
+        "wall_s": wall,
+        "devices_per_s": a.size / wall if wall > 0 else float("inf"),
+    }
+
+
+def run(
+    devices: int = 1000,
+    *,
+    concurrency: int = 32,
+    num_items: int = 1682,
+    ratings_per_user: int = 40,
+    dim: int = 16,
+    m_prime: int = 50,
+    protocol: str = "secemb",
+    layout: str = "cuckoo",
+    relay: bool = True,
+    timeout_s: float = 120.0,
+    workdir: str | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark; a JSON-able result document."""
+    from secemb.client.coordinator import cluster_settings
+    from secemb.client.device import DeviceClient, RoundInfo, RoundSession
+    from secemb.client.training import distinct_items
+    from secemb.data import by_user, synthetic_like
+    from secemb.models import MatrixFactorization
+    from secemb.protocols import get_protocol
+    from secemb.protocols.placement import place
+    from secemb.server.cluster import LocalCluster
+    from secemb.training import TrainConfig
+
+    if devices < 1 or concurrency < 1:
+        raise ValueError("devices and concurrency must be >= 1")
+    data = synthetic_like(devices, num_items, devices * ratings_per_user, seed=7)
+    per_user = by_user(data)
+    model = MatrixFactorization(dim=dim, reg=0.01)
+    proto = get_protocol(protocol, layout=layout, relay=relay)
+    cfg = TrainConfig(users_per_round=devices, m_prime=m_prime, seed=0)
+    settings = cluster_settings(model, proto, data, cfg, deadline_s=3600.0)
+    store = model.new_user_store(devices, np.random.default_rng(1), cfg.adam())
+    users = list(range(devices))
+    with tempfile.TemporaryDirectory(prefix="secemb-bench-") as tmp, \
+            LocalCluster(workdir or tmp, **settings) as cluster:
+        t = time.perf_counter()
+        cluster.start()
+        startup_s = time.perf_counter() - t
+        http = httpx.Client(timeout=timeout_s, trust_env=False,
+                            limits=httpx.Limits(max_connections=4 * concurrency, max_keepalive_connections=4 * concurrency))
+        admin0 = cluster.admin(0, timeout=timeout_s)
+        clients = {u: DeviceClient(u, cluster.url(0), cluster.url(1), *cluster.device_keys(u), timeout=timeout_s,
+                                   http=http) for u in users}
+        pool = ThreadPoolExecutor(max_workers=concurrency)
+        try:
+            t = time.perf_counter()
+            opened = admin0.post_json("/v1/admin/rounds", {"participants": users, "deadline_s": 3600.0})
+            open_s = time.perf_counter() - t
+            info = RoundInfo.from_doc(opened)
+            rng = np.random.default_rng(2)
+            plans = {u: place(info.config, distinct_items(per_user.of(u)[0])[0], rng) for u in users}
+            sessions = {u: RoundSession(clients[u], info, protocol=proto) for u in users}
+
+            def timed(fn: Any) -> Any:
+                def go(u: int) -> float:
+                    t0 = time.perf_counter()
+                    fn(u)
+                    return time.perf_counter() - t0
+                return go
+
+            def phase(fn: Any) -> dict[str, float]:
+                t0 = time.perf_counter()
+                lat = list(pool.map(timed(fn), users))
+                return _summary(lat, time.perf_counter() - t0)
+
+            results: dict[str, Any] = {}
+            results["prepare"] = phase(lambda u: sessions[u].prepare(*per_user.of(u), placement=plans[u]))
+
+            def upload(u: int) -> None:
+                s = sessions[u]
+                state = store.state(u)  # the local step (device compute) is inside this phase
+                s.train(lambda rows, d, pos, rr: model.local_step(rows, d, state, pos, rr))
+                s.upload()
+
+            results["retrieval"] = phase(lambda u: sessions[u].send_requests())
+            results["dense"] = phase(lambda u: sessions[u].fetch_dense())
+            for s in sessions.values():
+                s.reconstruct()
+            results["upload"] = phase(upload)
+            t = time.perf_counter()
+            outcome = admin0.post_json(f"/v1/admin/rounds/{info.round_id}/close")
+            close_s = time.perf_counter() - t
+            if outcome["state"] != "committed" or len(outcome["included"]) != devices:
+                raise RuntimeError(f"the round did not commit with every device: {outcome}")
+            round_s = sum(results[k]["wall_s"] for k in ("retrieval", "dense", "upload")) + open_s + close_s
+            up = sum(s.upload_bytes for s in sessions.values()) / devices
+            down = sum(s.download_bytes for s in sessions.values()) / devices
+        finally:
+            pool.shutdown(wait=True)
+            for c in clients.values():
+                c.close()
+            http.close()
+            admin0.close()
+    return {
+        "devices": devices,
+        "concurrency": concurrency,
+        "protocol": protocol,
+        "layout": layout,
+        "relay": relay,
+        "num_items": num_items,
+        "dim": dim,
+        "m_prime": m_prime,
+        "slots": info.config.slots,
+        "startup_s": startup_s,
+        "phases": {"open": {"wall_s": open_s}, **results, "close": {"wall_s": close_s}},
+        "round_s": round_s,
+        "devices_per_s": devices / round_s,
+        "upload_bytes_per_device": up,
+        "download_bytes_per_device": down,
+        "machine": machine_info(),
+    }

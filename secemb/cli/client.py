@@ -1,0 +1,115 @@
+"""``secemb client``: one simulated device taking part in rounds of a running deployment.
+
+Exit codes: 0 the device took part in the asked number of rounds (or sent its count share);
+1 no round for it before ``--wait`` ran out, or a round failed; 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``client`` command to ``app``."""
+
+    @app.command()
+    def client(
+        user: Annotated[int, typer.Option(min=0, help="This device's user id.")],
+        cluster: Annotated[
+            Path | None,
+            typer.Option(help="A demo/cluster directory (server0.json, server1.json): URLs and user secrets."),
+        ] = None,
+        server0: Annotated[str | None, typer.Option(help="Server 0's URL.")] = None,
+        server1: Annotated[str | None, typer.Option(help="Server 1's URL.")] = None,
+        key0: Annotated[str | None, typer.Option(help="This device's HMAC key at server 0 (hex).")] = None,
+        key1: Annotated[str | None, typer.Option(help="This device's HMAC key at server 1 (hex).")] = None,
+        dataset: Annotated[str, typer.Option(help="Where the device's own ratings come from.")] = "synthetic",
+        data_dir: Annotated[Path | None, typer.Option(envvar="SECEMB_DATA_DIR")] = None,
+        seed: Annotated[int, typer.Option(min=0, help="Dataset/split seed (as the run's).")] = 0,
+        test_fraction: Annotated[float, typer.Option(help="Held-out fraction of the split.")] = 0.2,
+        rounds: Annotated[int, typer.Option(min=1, help="Rounds to take part in.")] = 1,
+        count: Annotated[bool, typer.Option("--count", help="Send the Eq. 11 count share, then exit.")] = False,
+        wait: Annotated[float, typer.Option(min=0.0, help="Seconds to wait for a round that includes this device.")] = 60.0,
+        state_file: Annotated[
+            Path | None, typer.Option(help="Private parameters and optimizer state (.npz; created if missing).")
+        ] = None,
+    ) -> None:
+        """Run one device: fetch its rounds, retrieve its rows privately, train locally, upload."""
+        import numpy as np
+
+        from secemb.client.device import Device, DeviceClient
+        from secemb.client.training import restore, snapshot
+        from secemb.data import by_user, load_dataset, train_test_split
+        from secemb.errors import InvalidParameters, SecembError
+        from secemb.transport.network import RemoteError, user_key
+
+        def fail(msg: str, code: int) -> None:
+            typer.echo(json.dumps({"user": user, "error": msg}))
+            raise typer.Exit(code)
+
+        try:
+            if cluster is not None:
+                docs = [json.loads((cluster / f"server{p}.json").read_text()) for p in (0, 1)]
+                urls = [f"http://{d['server']['host']}:{d['server']['port']}" for d in docs]
+                keys = [user_key(bytes.fromhex(d["secrets"]["users"]), user) for d in docs]
+            elif None in (server0, server1, key0, key1):
+                fail("give --cluster, or all of --server0 --server1 --key0 --key1", 2)
+            else:
+                urls, keys = [server0, server1], [bytes.fromhex(key0), bytes.fromhex(key1)]
+            data = load_dataset(dataset, data_dir, seed=seed)
+            train_data, _ = train_test_split(data, test_fraction, seed=seed)
+            items, ratings = by_user(train_data).of(user)
+        except (OSError, KeyError, ValueError, InvalidParameters) as exc:
+            fail(f"bad usage: {exc}", 2)
+        dc = DeviceClient(user, urls[0], urls[1], keys[0], keys[1])
+        device = Device(dc, items, ratings)
+        if count:
+            from secemb.client.training import distinct_items
+
+            ring_bits = 32
+            if cluster is not None:
+                ring_bits = int(json.loads((cluster / "server0.json").read_text()).get("training", {}).get("ring_bits", 32))
+            n = dc.send_count(int(distinct_items(items)[0].size), ring_bits)
+            typer.echo(json.dumps({"user": user, "count_bytes": n}))
+            return
+        done: set[int] = set()
+        deadline = time.monotonic() + wait
+        while len(done) < rounds:
+            try:
+                info = dc.round_info()
+            except (RemoteError, SecembError):
+                info = None
+            if info is None or info.state != "open" or not info.participant or info.round_id in done:
+                if time.monotonic() > deadline:
+                    fail(f"no open round for user {user} within {wait} s", 1)
+                time.sleep(0.2)
+                continue
+            if device.store is None and state_file is not None and state_file.exists():
+                model = info.make_model()
+                device.store = model.new_user_store(1, device.rng, info.adam())
+                with np.load(state_file, allow_pickle=False) as z:
+                    restore(device.store, 0, (z["params"], z["m"], z["v"], int(z["t"])))
+            try:
+                session = device.participate(info)
+                outcome = device.settle(wait_s=wait)
+            except SecembError as exc:
+                fail(f"round {info.round_id}: {exc}", 1)
+            done.add(info.round_id)
+            typer.echo(json.dumps({"user": user, "round_id": info.round_id, "outcome": outcome,
+                                   "loss": session.result.loss, "upload_bytes": session.upload_bytes,
+                                   "download_bytes": session.download_bytes}))
+            if state_file is not None:
+                import io
+
+                from secemb.server.persist import atomic_write
+
+                params, m, v, t = snapshot(device.store, 0)
+                buf = io.BytesIO()
+                np.savez(buf, params=params, m=m, v=v, t=np.int64(t))
+                atomic_write(state_file, buf.getvalue())
+            deadline = time.monotonic() + wait

@@ -1,0 +1,139 @@
+"""``secemb demo --network``: both servers as processes on 127.0.0.1 and simulated devices
+over HTTP, training like ``secemb train`` (same options, same ``--json-out`` document).
+
+Exit codes: 0 success; 1 ``--verify`` found a mismatch or a round could not be completed;
+2 bad usage.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``demo`` command to ``app``."""
+
+    @app.command()
+    def demo(
+        network: Annotated[
+            bool,
+            typer.Option("--network/--in-process", help="Two server processes and devices over HTTP (default), "
+                         "or the in-process simulation (= secemb train)."),
+        ] = True,
+        dataset: Annotated[
+            str, typer.Option(help="synthetic, ml-100k, ml-1m, ml-10m, ml-25m, or synthetic-<name>.")
+        ] = "synthetic",
+        data_dir: Annotated[Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files.")] = None,
+        download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
+        model: Annotated[str, typer.Option(help="Recommender model.")] = "mf",
+        protocol: Annotated[str, typer.Option(help="secemb or plaintext.")] = "secemb",
+        layout: Annotated[str, typer.Option(help="cuckoo or full (the paper).")] = "cuckoo",
+        relay: Annotated[bool, typer.Option("--relay/--no-relay", help="Send identical bytes once (secemb).")] = True,
+        expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
+        backend: Annotated[str, typer.Option(help="Servers' evaluation backend: serial, process or ray.")] = "serial",
+        workers: Annotated[int | None, typer.Option(min=1, help="Workers of the process/ray backend.")] = None,
+        epochs: Annotated[int, typer.Option(min=1, help="Passes over the users.")] = 1,
+        users_per_round: Annotated[int, typer.Option(min=1, help="Users per round.")] = 100,
+        m_prime: Annotated[int | None, typer.Option(min=1, help="Rows per user and round; default: Eq. 11.")] = None,
+        alpha: Annotated[float, typer.Option(min=0.0, help="Eq. 11 multiplier of the mean rating count.")] = 2.5,
+        seed: Annotated[int, typer.Option(min=0, help="Seed of all training randomness.")] = 0,
+        verify: Annotated[bool, typer.Option(help="Check rows, model sync and every optimizer step.")] = False,
+        json_out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
+        lr: Annotated[float | None, typer.Option(help="Adam step size (default: preset).")] = None,
+        reg: Annotated[float | None, typer.Option(help="L2 weight (default: preset).")] = None,
+        dim: Annotated[int | None, typer.Option(min=1, help="Embedding size (default: preset).")] = None,
+        ring_bits: Annotated[int, typer.Option(help="Ring Z_{2^k}: 32 or 64.")] = 32,
+        lazy_adam: Annotated[bool, typer.Option("--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient.")] = True,
+        concurrency: Annotated[int, typer.Option(min=1, help="Devices running at the same time.")] = 8,
+        deadline: Annotated[float, typer.Option(min=0.1, help="Round deadline, seconds.")] = 120.0,
+        workdir: Annotated[Path | None, typer.Option(help="Keep server configs, state and logs here (empty dir).")] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    ) -> None:
+        """Train with two real server processes and N devices on 127.0.0.1.
+
+        Networked and in-process runs with the same options write the same JSON document
+        and the same model_sha256.  Communication figures are the protocol message bytes
+        the devices sent and received (HTTP headers excluded).
+        """
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Table
+
+        from secemb.client.coordinator import RoundAborted
+        from secemb.client.demo import run_networked_experiment
+        from secemb.data import DatasetNotFoundError
+        from secemb.errors import InvalidParameters
+        from secemb.training import Experiment, VerificationError, run_experiment
+
+        console = Console()
+        exp = Experiment(
+            dataset=dataset, data_dir=data_dir, download=download, model=model, protocol=protocol, layout=layout,
+            relay=relay, expansion=expansion, backend=backend, workers=workers, epochs=epochs,
+            users_per_round=users_per_round, m_prime=m_prime, alpha=alpha, seed=seed, verify=verify, lr=lr,
+            reg=reg, dim=dim, ring_bits=ring_bits, lazy_adam=lazy_adam,
+        )
+        progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"), console=console, disable=quiet, transient=True,
+        )
+        task: dict[str, Any] = {}
+
+        def on_cluster(cluster: Any) -> None:
+            console.print(f"server 0 {cluster.url(0)}  server 1 {cluster.url(1)}  (logs in {cluster.workdir})")
+
+        def on_start(cfg: dict[str, Any]) -> None:
+            console.print(
+                f"{'network' if network else 'in-process'} | {cfg['protocol']} ({cfg['layout']}"
+                f"{', relay' if cfg['relay'] else ''}) | {cfg['dataset']} | {cfg['model']} d={cfg['dim']} | "
+                f"{cfg['active_users']} devices, {cfg['num_items']} items | m'={cfg['m_prime']} "
+                f"({cfg['m_prime_source']}) | {cfg['users_per_round']} users/round, {cfg['total_rounds']} rounds"
+            )
+            task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status="")
+
+        def on_round(r: Any) -> None:
+            progress.update(task["id"], advance=1, status=f"epoch {r.epoch} loss {r.train_loss:.4f}")
+
+        def on_epoch(e: Any) -> None:
+            shown = "n/a" if e.test_rmse is None else f"{e.test_rmse:.4f}"
+            progress.console.print(f"epoch {e.epoch:4d}  test RMSE {shown}  train loss {e.train_loss:.4f}")
+
+        try:
+            with progress:
+                if network:
+                    result = run_networked_experiment(
+                        exp, workdir=workdir, concurrency=concurrency, deadline_s=deadline, on_start=on_start,
+                        on_round=on_round, on_epoch=on_epoch, on_cluster=on_cluster,
+                    )
+                else:
+                    result = run_experiment(exp, on_start=on_start, on_round=on_round, on_epoch=on_epoch)
+        except (VerificationError, RoundAborted) as exc:
+            console.print(f"[red]failed:[/red] {exc}")
+            raise typer.Exit(1) from None
+        except (InvalidParameters, DatasetNotFoundError) as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
+
+        table = Table(title=f"secemb demo ({'network' if network else 'in-process'}): summary")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        table.add_row("upload / user / round", f"{result.upload_bytes_per_user_round:,.0f} B")
+        table.add_row("download / user / round", f"{result.download_bytes_per_user_round:,.0f} B")
+        table.add_row("device compute / round", f"{result.user_ms_per_round:.3f} ms")
+        table.add_row("round wall time" if network else "server compute / round", f"{result.server_s_per_round:.4f} s")
+        table.add_row("rounds", str(result.rounds))
+        if network:
+            table.add_row("aborted rounds (retried)", str(getattr(result, "aborted_rounds", 0)))
+        table.add_row("verified rounds", str(result.verified_rounds))
+        final = result.final_rmse
+        table.add_row("final test RMSE", "n/a" if final is None or math.isnan(final) else f"{final:.4f}")
+        table.add_row("wall time", f"{result.wall_s:.1f} s")
+        table.add_row("model sha256", result.model_sha256[:16] + "...")
+        console.print(table)
+        if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(result.to_json(indent=2) + "\n")
+            console.print(f"wrote {json_out}")

@@ -1,0 +1,299 @@
+"""Lossy compression of the item-embedding update, each aggregated with two-server additive
+sharing (SecEmb §5.3, Table 3; Appendix J): ``quant8``, ``ternary``, ``svd``, ``colr``.
+
+All four are SecFedRec (:mod:`secemb.protocols.secfedrec`) with the user's *full* sparse
+gradient ``G`` (m x w, zeros outside its rows) compressed before upload; the dense gradient
+goes uncompressed as 32-bit additive shares, and the model is downloaded in full.  As in the
+paper, compression applies to the item embeddings only.  Float values come from the loop's
+fixed-point ring (``frac_bits``, default 16) and go back into it after reconstruction, so the
+loop runs them unchanged (``--verify`` does not apply: they are lossy by design).
+
+``quant8`` -- 8-bit linear quantization, stochastic rounding
+    ``q = round_stoch(G / s)`` clipped to ``[-127, 127]`` with a **public** per-column scale
+    ``s`` (w values, sent by server 0 with the model).  ``q`` is additively shared in
+    ``Z_2^16``: a sum of up to 258 users' 8-bit values needs 16 bits, and shares must live in
+    the ring of the sum.  Upload ``2 m w`` bytes per server (the paper counts 8 bits per value,
+    R.R. 4; measured R.R. is about 2 -- the extra bits are what makes the sum correct).
+``ternary`` -- TernGrad (Wen et al., 2017)
+    ``t in {-1, 0, 1}`` with ``P(t = sign g) = min(|g| / s, 1)``, ``s`` the public per-column
+    scale; shared in ``Z_2^8`` (sums of up to 127 users fit), ``m w`` bytes per server.
+``svd`` -- truncated SVD, rank ``r`` (Table 10)
+    The user sends additive shares of ``U_r S_r`` (m x r) and ``V_r`` (r x w) in ``Z_2^32``
+    with 24 fractional bits.  A sum of products is not a product of sums, so the servers cannot
+    add factors: server 1 forwards its per-user factor shares with its aggregate share and
+    server 0 reconstructs **each user's rank-r update** -- SVD compression is *not* compatible
+    with secure aggregation without secure multiplication, which this baseline does not
+    implement (docs/baselines.md states the leak).
+``colr`` -- CoLR (Nguyen et al., 2024)
+    A public random ``B_t`` (r x w', orthonormal rows over the trainable columns, seeded by the
+    round id) is shared by all users of round ``t``; each user sends shares of ``G B_t^T``
+    (m x r, ``Z_2^32``, 24 fractional bits).  Linear, hence exactly aggregatable: server 0
+    reconstructs ``(sum_u G_u B_t^T) B_t``, the projection of the true sum.
+
+The public scale of ``quant8``/``ternary`` is server 0's view of the previous round's aggregate:
+``s_c = max_j |sum_{t-1}[j, c]| / L`` (L = 127 for quant8, 1 for ternary), floored at
+``min_scale``; round 0 uses ``initial_scale``.  It reveals nothing beyond the aggregate server 0
+already learns.  ``frozen_columns`` (trailing public constant columns such as item feature
+codes, :mod:`secemb.models.features`) are never projected by CoLR.
+
+Errors (documented bounds, tested): quant8/ternary are unbiased (stochastic rounding) with
+per-element error at most ``s_c`` (plus clipping of values beyond ``127 s_c`` / ``s_c``); svd
+and colr are exact projections up to the 2^-24 fixed-point step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from secemb.errors import InvalidParameters, ProtocolError
+from secemb.protocols.secfedrec import FullModelServer, FullModelUser, _FullModelProtocol
+from secemb.protocols.wire import array_bytes, read_array
+from secemb.randomness import RandomBytes, random_words
+from secemb.ring import FixedPoint
+from secemb.sharing import share
+
+__all__ = ["TABLE10_RANKS", "ColrProtocol", "Quant8Protocol", "SvdProtocol", "TernaryProtocol", "colr_basis"]
+
+#: Table 10: rank of SVD and CoLR per model and dataset
+TABLE10_RANKS = {
+    "mf": {"ml-100k": 12, "ml-1m": 10, "ml-10m": 4, "ml-25m": 4, "yelp": 4},
+    "ncf": {"ml-100k": 10, "ml-1m": 8, "ml-10m": 4, "ml-25m": 4, "yelp": 4},
+    "fm": {"ml-100k": 12, "ml-1m": 10, "ml-10m": 4, "ml-25m": 4, "yelp": 4},
+    "deepfm": {"ml-100k": 12, "ml-1m": 10, "ml-10m": 4, "ml-25m": 4, "yelp": 4},
+}
+FACTOR_FRAC_BITS = 24
+
+
+def _share_small(x: np.ndarray, dtype: np.dtype, rng: RandomBytes) -> tuple[np.ndarray, np.ndarray]:
+    """Additive shares of signed integers ``x`` in ``Z_2^(8 * itemsize)``."""
+    r = random_words(rng, x.shape, dtype)
+    return r, (x.astype(np.int64).astype(dtype) - r).astype(dtype)
+
+
+def _stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    lo = np.floor(x)
+    return lo + (rng.random(x.shape) < (x - lo))
+
+
+def colr_basis(round_id: int, rank: int, width: int, seed: int = 0) -> np.ndarray:
+    """CoLR's public ``B_t``: float64 (rank, width) with orthonormal rows, from the round id."""
+    g = np.random.default_rng([seed, 0xC0112, round_id])
+    a = g.standard_normal((width, max(rank, 1)))
+    q, _ = np.linalg.qr(a)
+    return q[:, :rank].T.copy()
+
+
+class _LossyUser(FullModelUser):
+
+    def __init__(self, config, *, proto, _rng=None):  # noqa: ANN001
+        super().__init__(config, _rng=_rng)
+        self.proto = proto
+        self._scale: np.ndarray | None = None
+        # stochastic rounding is training randomness; it comes from the OS per user-round so
+        # the server cannot predict it, and tests inject _rng for reproducibility
+        seed = int.from_bytes(self._rng(8), "little")
+        self._np_rng = np.random.default_rng(seed)
+
+    @property
+    def kind(self) -> str:
+        return self.proto.kind
+
+    @property
+    def protocol(self) -> str:  # type: ignore[override]
+        return self.proto.kind
+
+    def reply_bytes(self) -> int:
+        return super().reply_bytes() + (8 * self.config.width if self.kind in ("quant8", "ternary") else 0)
+
+    def read_extra(self, body: memoryview) -> None:
+        if self.kind in ("quant8", "ternary"):
+            off = super().reply_bytes()
+            self._scale = np.frombuffer(body, "<f8", self.config.width, off).astype(np.float64)
+
+    def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
+        cfg = self.config
+        fp = FixedPoint(cfg.ring_bits, self.proto.frac_bits)
+        g = fp.decode(self.full_gradient(rows))
+        d0, d1 = share(dense, _rng=self._rng)
+        tail0, tail1 = array_bytes(d0), array_bytes(d1)
+        if self.kind == "quant8":
+            q = np.clip(_stochastic_round(g / self._scale, self._np_rng), -127, 127)
+            s0, s1 = _share_small(q, np.dtype(np.uint16), self._rng)
+            return array_bytes(s0) + tail0, array_bytes(s1) + tail1
+        if self.kind == "ternary":
+            p = np.minimum(np.abs(g) / self._scale, 1.0)
+            t = np.sign(g) * (self._np_rng.random(g.shape) < p)
+            s0, s1 = _share_small(t, np.dtype(np.uint8), self._rng)
+            return array_bytes(s0) + tail0, array_bytes(s1) + tail1
+        ffp = FixedPoint(cfg.ring_bits, FACTOR_FRAC_BITS)
+        r, wt = self.proto.rank, cfg.width - self.proto.frozen_columns
+        if self.kind == "colr":
+            a = g[:, :wt] @ colr_basis(cfg.round_id, r, wt, self.proto.basis_seed).T
+            s0, s1 = share(ffp.encode(a), _rng=self._rng)
+            return array_bytes(s0) + tail0, array_bytes(s1) + tail1
+        # svd: factors of the user's own gradient (rows outside its items are zero)
+        u, s, vt = np.linalg.svd(g, full_matrices=False)
+        k = min(r, s.size)
+        us = np.zeros((cfg.num_items, r))
+        v = np.zeros((r, cfg.width))
+        us[:, :k] = u[:, :k] * s[:k]
+        v[:k] = vt[:k]
+        v[:, np.all(g == 0, axis=0)] = 0.0  # columns that are zero stay exactly zero
+        fac = np.concatenate([ffp.encode(us).reshape(-1), ffp.encode(v).reshape(-1)])
+        s0, s1 = share(fac, _rng=self._rng)
+        return array_bytes(s0) + tail0, array_bytes(s1) + tail1
+
+
+class _LossyServer(FullModelServer):
+
+    def __init__(self, party: int, *, proto) -> None:  # noqa: ANN001
+        super().__init__(party)
+        self.proto = proto
+        self._scale: np.ndarray | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.proto.kind
+
+    @property
+    def protocol(self) -> str:  # type: ignore[override]
+        return self.proto.kind
+
+    def _compressed_shape(self) -> tuple[tuple[int, ...], np.dtype]:
+        cfg = self._cfg()
+        m, w, r = cfg.num_items, cfg.width, self.proto.rank
+        if self.kind == "quant8":
+            return (m * w,), np.dtype(np.uint16)
+        if self.kind == "ternary":
+            return (m * w,), np.dtype(np.uint8)
+        if self.kind == "colr":
+            return (m * r,), cfg.dtype
+        return (m * r + r * w,), cfg.dtype
+
+    def reset_state(self, config) -> None:  # noqa: ANN001
+        shape, dt = self._compressed_shape()
+        self._comp = np.zeros(shape, dt)
+        self._dense = np.zeros(config.dense_size, config.dtype)
+        self._per_user: dict[int, np.ndarray] = {}
+        if self._scale is None or self._scale.size != config.width:
+            self._scale = np.full(config.width, self.proto.initial_scale)
+
+    def extra_reply(self) -> bytes:
+        return self._scale.astype("<f8").tobytes() if self.kind in ("quant8", "ternary") else b""
+
+    def upload_bytes(self) -> int:
+        cfg = self._cfg()
+        shape, dt = self._compressed_shape()
+        return shape[0] * dt.itemsize + cfg.dense_size * cfg.dtype.itemsize
+
+    def absorb(self, user_id: int, body: memoryview) -> None:
+        cfg = self._cfg()
+        shape, dt = self._compressed_shape()
+        comp, off = read_array(body, 0, dt, shape)
+        dense = read_array(body, off, cfg.dtype, (cfg.dense_size,))[0]
+        limit = {"quant8": 258, "ternary": 127}.get(self.kind)
+        if limit is not None and len(self._uploaded) + 1 > limit:
+            raise ProtocolError(f"{self.kind}: at most {limit} users per round fit the share ring")
+        if self.kind == "svd":
+            self._per_user[user_id] = comp
+        else:
+            self._comp += comp
+        self._dense += dense
+
+    def share_body(self) -> bytes:
+        if self.kind == "svd":  # per-user factor shares, in user-id order (see module docstring)
+            return b"".join(array_bytes(self._per_user[u]) for u in sorted(self._uploaded)) + array_bytes(self._dense)
+        return array_bytes(self._comp) + array_bytes(self._dense)
+
+    def share_bytes(self) -> int:
+        cfg = self._cfg()
+        shape, dt = self._compressed_shape()
+        n = len(self._uploaded) if self.kind == "svd" else 1
+        return n * shape[0] * dt.itemsize + cfg.dense_size * cfg.dtype.itemsize
+
+    def reconstruct(self, peer: memoryview) -> tuple[np.ndarray, np.ndarray]:
+        cfg = self._cfg()
+        fp = FixedPoint(cfg.ring_bits, self.proto.frac_bits)
+        ffp = FixedPoint(cfg.ring_bits, FACTOR_FRAC_BITS)
+        shape, dt = self._compressed_shape()
+        m, w, r = cfg.num_items, cfg.width, self.proto.rank
+        users = sorted(self._uploaded)
+        if self.kind == "svd":
+            g = np.zeros((m, w))
+            off = 0
+            for u in users:
+                other, off = read_array(peer, off, dt, shape)
+                fac = ffp.decode(self._per_user[u] + other)
+                g += fac[: m * r].reshape(m, r) @ fac[m * r :].reshape(r, w)
+        else:
+            other, off = read_array(peer, 0, dt, shape)
+            total = self._comp + other
+            if self.kind in ("quant8", "ternary"):
+                signed = total.view(np.int16 if self.kind == "quant8" else np.int8).astype(np.float64)
+                g = (signed.reshape(m, w) * self._scale)
+            else:  # colr
+                wt = w - self.proto.frozen_columns
+                a = ffp.decode(total).reshape(m, r)
+                g = np.zeros((m, w))
+                g[:, :wt] = a @ colr_basis(cfg.round_id, r, wt, self.proto.basis_seed)
+        dense_peer = read_array(peer, off, cfg.dtype, (cfg.dense_size,))[0]
+        if self.kind in ("quant8", "ternary"):
+            level = 127.0 if self.kind == "quant8" else 1.0
+            peak = np.abs(g).max(axis=0) / level
+            self._scale = np.maximum(np.where(peak > 0, peak, self._scale), self.proto.min_scale)
+        return fp.encode(g), self._dense + dense_peer
+
+
+class _LossyProtocol(_FullModelProtocol):
+    kind = ""
+
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0, *,
+                 rank: int = 12, frozen_columns: int = 0, frac_bits: int = 16, initial_scale: float = 4e-4,
+                 min_scale: float = 1e-7, basis_seed: int = 0, **_: object) -> None:
+        super().__init__(layout, relay, expansion, layout_seed)
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise InvalidParameters(f"rank must be an int >= 1, got {rank!r}")
+        if not (isinstance(frozen_columns, int) and frozen_columns >= 0):
+            raise InvalidParameters(f"frozen_columns must be an int >= 0, got {frozen_columns!r}")
+        for nm, v in (("initial_scale", initial_scale), ("min_scale", min_scale)):
+            if not (math.isfinite(v) and v > 0):
+                raise InvalidParameters(f"{nm} must be a positive float, got {v!r}")
+        self.rank, self.frozen_columns, self.frac_bits = rank, frozen_columns, int(frac_bits)
+        self.initial_scale, self.min_scale, self.basis_seed = float(initial_scale), float(min_scale), int(basis_seed)
+        self.name = self.kind
+
+    def make_server(self, party: int) -> _LossyServer:
+        return _LossyServer(party, proto=self)
+
+    def make_user(self, config, *, _rng=None):  # noqa: ANN001, ANN201
+        if self.kind == "colr" and config.width - self.frozen_columns < self.rank:
+            raise InvalidParameters(f"colr rank {self.rank} exceeds the {config.width - self.frozen_columns} trainable columns")
+        return _LossyUser(config, proto=self, _rng=_rng)
+
+
+class Quant8Protocol(_LossyProtocol):
+    """8-bit stochastic quantization, shares in Z_2^16."""
+
+    kind = name = "quant8"
+
+
+class TernaryProtocol(_LossyProtocol):
+    """TernGrad ternary quantization, shares in Z_2^8."""
+
+    kind = name = "ternary"
+
+
+class SvdProtocol(_LossyProtocol):
+    """Rank-r SVD factors (server 0 reconstructs each user's low-rank update)."""
+
+    kind = name = "svd"
+
+
+class ColrProtocol(_LossyProtocol):
+    """CoLR: projection on a public rank-r basis per round; exactly aggregatable."""
+
+    kind = name = "colr"
+
+

@@ -1,0 +1,310 @@
+"""SecFedRec -- the paper's "secure FedRec" baseline: full model download, and the full
+gradient uploaded as two-server additive shares (Xiong et al., 2020; SecEmb Table 1).
+
+Per round and user (``m`` items, row width ``w``, dense size ``P``, ring ``Z_2^k``):
+
+* ``retrieval_request``: the user asks for the public table; the indices it needs stay on the
+  device.  Both requests are header-only frames (server 1 is contacted only so that every
+  protocol has the same two-server message pattern; its reply is empty).
+* ``retrieval_reply``: server 0 sends the whole encoded table, ring ``(m, w)``; the user picks
+  its rows locally.
+* ``upload``: the user scatters its row gradients into the full ``(m, w)`` gradient (zeros
+  elsewhere), appends the dense gradient and sends one additive share to each server:
+  ``(m w + P) k / 8`` bytes each.
+* ``aggregate_share`` / ``combine``: server 1 sends its ring sums and the sorted ids of the users
+  it holds; server 0 checks both sets agree and adds.
+
+What a server learns: nothing about an individual gradient (each share is uniform), nor which
+items a user rated (it downloads everything, uploads a dense matrix).  Cost: ``O(m w)`` both
+ways, which is what SecEmb avoids.  Exact: the aggregate equals the plaintext ring sum.
+
+This module also holds the framing shared by secemb's baseline protocols: protocol ids
+16-27 (:data:`BASELINE_IDS`) are registered in :data:`secemb.protocols.wire.PROTOCOL_IDS` at
+import, so every baseline message has the common 24-byte header.
+
+The full-download pattern lives in :class:`FullModelUser` / :class:`FullModelServer`, which
+the lossy baselines (:mod:`secemb.protocols.lossy`) and GREC (:mod:`secemb.protocols.grec`)
+extend by overriding how the upload is encoded and aggregated.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from secemb.errors import InvalidParameters, ProtocolError
+from secemb.protocols import wire
+from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
+from secemb.protocols.wire import array_bytes, frame, open_message, read_array
+from secemb.randomness import RandomBytes, system_rng
+from secemb.sharing import reconstruct, share
+
+__all__ = [
+    "BASELINE_IDS",
+    "FullModelServer",
+    "FullModelUser",
+    "SecFedRecProtocol",
+    "check_user",
+    "register_ids",
+    "users_bytes",
+]
+
+#: protocol ids of the baselines in the common message header
+BASELINE_IDS = {
+    "secfedrec": 16, "secemb-init": 17, "secemb-rowenc": 18, "grec": 19, "quant8": 20,
+    "ternary": 21, "svd": 22, "colr": 23, "secaggmask": 24, "topksecagg": 25, "he-ckks": 26,
+}
+_U64 = struct.Struct("<Q")
+
+
+def register_ids() -> None:
+    """Add :data:`BASELINE_IDS` to the wire registry (idempotent; refuses a clash)."""
+    for name, pid in BASELINE_IDS.items():
+        have = wire.PROTOCOL_IDS.get(name)
+        if have is not None and have != pid:
+            raise InvalidParameters(f"protocol {name!r} already has id {have}, not {pid}")
+        if have is None and pid in wire.PROTOCOL_IDS.values():
+            raise InvalidParameters(f"protocol id {pid} is taken")
+        wire.PROTOCOL_IDS[name] = pid
+
+
+register_ids()
+
+
+def check_user(user_id: object) -> int:
+    if isinstance(user_id, bool) or not isinstance(user_id, (int, np.integer)) or not 0 <= user_id < 2**64:
+        raise InvalidParameters(f"user id must be an int in [0, 2^64), got {user_id!r}")
+    return int(user_id)
+
+
+def users_bytes(users: list[int]) -> bytes:
+    """``u64 count || count sorted u64 ids`` -- the user set an aggregate share covers."""
+    return _U64.pack(len(users)) + b"".join(_U64.pack(u) for u in users)
+
+
+def _check_ring(name: str, a: np.ndarray, shape: tuple[int, ...], config: RoundConfig) -> None:
+    if not isinstance(a, np.ndarray) or a.dtype != config.dtype:
+        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+        raise TypeError(f"{name} must be a numpy array of dtype {config.dtype}, got {got}")
+    if a.shape != shape:
+        raise InvalidParameters(f"{name} must have shape {shape}, got {a.shape}")
+
+
+class FullModelUser(UserRole):
+    """A user that downloads the whole table from server 0.  Subclasses implement
+    :meth:`encode_upload` (ring rows at the request slots -> one message body per server)."""
+
+    protocol: str = "secfedrec"
+
+    def __init__(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> None:
+        self.config = config
+        self._rng = _rng or system_rng
+        self._indices: np.ndarray | None = None
+        self._stage = 0
+
+    def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
+        cfg = self.config
+        if self._stage != 0:
+            raise ProtocolError("retrieval_request called twice in one round")
+        idx = np.asarray(indices)
+        if idx.shape != (cfg.slots,) or not np.issubdtype(idx.dtype, np.integer):
+            raise InvalidParameters(f"indices must be integers of shape ({cfg.slots},), got {idx.dtype} {idx.shape}")
+        idx = idx.astype(np.int64)
+        lowest = -1 if cfg.layout == "cuckoo" else 0
+        if idx.size and (int(idx.min()) < lowest or int(idx.max()) >= cfg.num_items):
+            raise InvalidParameters(f"indices must lie in [0, {cfg.num_items})")
+        self._indices = idx
+        self._stage = 1
+        return self.request_messages(idx)
+
+    def request_messages(self, idx: np.ndarray) -> tuple[bytes, bytes]:
+        cfg = self.config
+        return (frame(self.protocol, "retrieval_request", 0, cfg.round_id),
+                frame(self.protocol, "retrieval_request", 1, cfg.round_id))
+
+    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
+        cfg = self.config
+        if self._stage != 1:
+            raise ProtocolError("retrieval_result before retrieval_request, or twice")
+        body = open_message(reply0, self.protocol, "retrieval_reply", 0, cfg.round_id, self.reply_bytes())
+        if reply1 is None:
+            raise ProtocolError("missing server 1's retrieval reply")
+        open_message(reply1, self.protocol, "retrieval_reply", 1, cfg.round_id, 0)
+        table = read_array(body, 0, cfg.dtype, (cfg.num_items, cfg.width))[0]
+        self.read_extra(body)
+        idx = self._indices
+        rows = table[np.maximum(idx, 0)]
+        rows[idx < 0] = 0
+        self._stage = 2
+        return rows
+
+    def reply_bytes(self) -> int:
+        cfg = self.config
+        return cfg.num_items * cfg.width * cfg.dtype.itemsize
+
+    def read_extra(self, body: memoryview) -> None:
+        """Hook: public round data server 0 appends after the table."""
+
+    def full_gradient(self, rows: np.ndarray) -> np.ndarray:
+        """Ring (m, w): the row gradients scattered to their items, zero elsewhere."""
+        cfg = self.config
+        full = np.zeros((cfg.num_items, cfg.width), cfg.dtype)
+        real = self._indices >= 0
+        full[self._indices[real]] = rows[real]
+        return full
+
+    def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
+        cfg = self.config
+        if self._stage != 2:
+            raise ProtocolError("upload before the retrieval finished, or twice")
+        _check_ring("rows", rows, (cfg.slots, cfg.width), cfg)
+        _check_ring("dense", dense, (cfg.dense_size,), cfg)
+        if np.any(rows[self._indices < 0]):
+            raise InvalidParameters("rows of empty slots must be zero")
+        b0, b1 = self.encode_upload(rows, dense)
+        self._stage = 3
+        return (frame(self.protocol, "upload", 0, cfg.round_id, b0),
+                frame(self.protocol, "upload", 1, cfg.round_id, b1))
+
+    def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
+        """SecFedRec: additive shares of ``[full gradient (m w), dense (P)]``."""
+        vec = np.concatenate([self.full_gradient(rows).reshape(-1), dense])
+        s0, s1 = share(vec, _rng=self._rng)
+        return array_bytes(s0), array_bytes(s1)
+
+
+class FullModelServer(ServerRole):
+    """Server ``party`` of a full-download protocol.  Subclasses implement
+    :meth:`upload_bytes`, :meth:`absorb` (parse one upload body into the running state),
+    :meth:`share_body` and :meth:`reconstruct`."""
+
+    protocol: str = "secfedrec"
+
+    def __init__(self, party: int) -> None:
+        if party not in (0, 1):
+            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+        self.party = party
+        self.config: RoundConfig | None = None
+
+    def _cfg(self) -> RoundConfig:
+        if self.config is None:
+            raise ProtocolError(f"server {self.party}: no round in progress")
+        return self.config
+
+    def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
+        if not isinstance(config, RoundConfig):
+            raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
+        _check_ring("table", table, (config.num_items, config.width), config)
+        if self.config is not None and config.round_id <= self.config.round_id:
+            raise ProtocolError(f"server {self.party}: round {config.round_id} does not follow {self.config.round_id}")
+        self.config = config
+        self._table_bytes = array_bytes(table) if self.party == 0 else b""
+        self._requested: set[int] = set()
+        self._uploaded: set[int] = set()
+        self.reset_state(config)
+
+    def reset_state(self, config: RoundConfig) -> None:
+        self._acc = np.zeros(config.num_items * config.width + config.dense_size, config.dtype)
+
+    def extra_reply(self) -> bytes:
+        """Hook: public round data appended to the table in server 0's reply."""
+        return b""
+
+    def request_bytes(self) -> int:
+        return 0
+
+    def check_request(self, user_id: int, body: memoryview) -> None:
+        """Hook: validate a request body (baselines with keys in the request)."""
+
+    def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
+        cfg = self._cfg()
+        user_id = check_user(user_id)
+        if user_id in self._requested:
+            raise ProtocolError(f"server {self.party}: user {user_id} already retrieved in round {cfg.round_id}")
+        body = open_message(message, self.protocol, "retrieval_request", self.party, cfg.round_id, self.request_bytes())
+        self.check_request(user_id, body)
+        self._requested.add(user_id)
+        if self.party == 1:
+            return frame(self.protocol, "retrieval_reply", 1, cfg.round_id)
+        return frame(self.protocol, "retrieval_reply", 0, cfg.round_id, self._table_bytes, self.extra_reply())
+
+    def upload_bytes(self) -> int:
+        cfg = self._cfg()
+        return (cfg.num_items * cfg.width + cfg.dense_size) * cfg.dtype.itemsize
+
+    def absorb(self, user_id: int, body: memoryview) -> None:
+        cfg = self._cfg()
+        self._acc += read_array(body, 0, cfg.dtype, (self._acc.size,))[0]
+
+    def handle_upload(self, user_id: int, message: bytes) -> None:
+        cfg = self._cfg()
+        user_id = check_user(user_id)
+        if user_id not in self._requested:
+            raise ProtocolError(f"server {self.party}: upload from user {user_id} before its retrieval")
+        if user_id in self._uploaded:
+            raise ProtocolError(f"server {self.party}: user {user_id} already uploaded in round {cfg.round_id}")
+        body = open_message(message, self.protocol, "upload", self.party, cfg.round_id, self.upload_bytes())
+        self.absorb(user_id, body)
+        self._uploaded.add(user_id)
+        return None
+
+    def share_body(self) -> bytes:
+        return array_bytes(self._acc)
+
+    def share_bytes(self) -> int:
+        return self._acc.size * self._cfg().dtype.itemsize
+
+    def aggregate_share(self) -> bytes:
+        cfg = self._cfg()
+        return frame(self.protocol, "aggregate_share", self.party, cfg.round_id,
+                     users_bytes(sorted(self._uploaded)), self.share_body())
+
+    def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:
+        cfg = self._cfg()
+        if self.party != 0:
+            raise ProtocolError("only server 0 combines the aggregate")
+        users = sorted(self._uploaded)
+        head = 8 + 8 * len(users)
+        body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id, head + self.share_bytes())
+        if _U64.unpack_from(body, 0)[0] != len(users) or [
+            _U64.unpack_from(body, 8 + 8 * i)[0] for i in range(len(users))
+        ] != users:
+            raise ProtocolError("the two servers aggregated different sets of users")
+        return self.reconstruct(body[head:])
+
+    def reconstruct(self, peer: memoryview) -> tuple[np.ndarray, np.ndarray]:
+        """Ring ``(sparse sum (m, w), dense sum (P,))`` from the peer's share body."""
+        cfg = self._cfg()
+        total = reconstruct(self._acc, read_array(peer, 0, cfg.dtype, (self._acc.size,))[0])
+        split = cfg.num_items * cfg.width
+        return total[:split].reshape(cfg.num_items, cfg.width), total[split:]
+
+
+class _FullModelProtocol(Protocol):
+    """Factory base: full-download protocols never relay; ``layout`` is accepted (the user
+    indexes the downloaded table with whatever slots the loop gives it)."""
+
+    user_cls: type[FullModelUser] = FullModelUser
+    server_cls: type[FullModelServer] = FullModelServer
+
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0, **_: object) -> None:
+        self._set_layout(layout, expansion, layout_seed)
+        self.relay = False
+
+    def make_server(self, party: int) -> FullModelServer:
+        return self.server_cls(party)
+
+    def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> FullModelUser:
+        if not isinstance(config, RoundConfig):
+            raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
+        return self.user_cls(config, _rng=_rng)
+
+
+class SecFedRecProtocol(_FullModelProtocol):
+    """Factory of SecFedRec roles (full download, additive shares of the full gradient)."""
+
+    name = "secfedrec"
+
+
+
