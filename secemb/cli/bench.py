@@ -60,6 +60,8 @@ def register(app: typer.Typer) -> None:
             )
         Console().print(table)
 
+    _register_paper_tables(bench_app)
+
 
 def _register_server(bench_app: typer.Typer) -> None:
     @bench_app.command("server")
@@ -135,3 +137,119 @@ def _register_server(bench_app: typer.Typer) -> None:
                 table.add_row(name, "", "", "", f"{ph['wall_s']:.2f}", "")
         table.add_row("round", "", "", "", f"{result['round_s']:.2f}", f"{result['devices_per_s']:,.0f}")
         Console().print(table)
+
+
+# --------------------------------------------------------------------------- paper tables
+# `secemb bench comm | compute | memory | he | accuracy`: the SecEmb paper's evaluation tables
+# (docs/results.md).  Each writes Markdown, CSV and a PNG into results/<table>/.
+
+from pathlib import Path  # noqa: E402  (module level: typer resolves the annotations below)
+
+
+def _split(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    return default if not value else tuple(x.strip() for x in value.split(",") if x.strip())
+
+
+def _progress(quiet: bool):  # noqa: ANN202
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    disable=quiet, transient=True)
+
+
+def _register_paper_tables(bench_app: typer.Typer) -> None:
+    models_opt = typer.Option(None, help="Comma-separated models (default: mf,ncf,fm,deepfm).")
+    datasets_opt = typer.Option(None, help="Comma-separated datasets (default: ml-100k,ml-1m,ml-10m,ml-25m,yelp).")
+    quiet_opt = typer.Option(False, "--quiet", "-q", help="No progress bars.")
+
+    @bench_app.command("comm")
+    def comm(
+        as_json: bool = typer.Option(False, "--json", help="Print the JSON list of measured configurations."),
+        models: str = models_opt,
+        datasets: str = datasets_opt,
+        protocols: str = typer.Option(None, help="Comma-separated protocols (default: all of Tables 2, 3, 12, 13, 16)."),
+        out: Path = typer.Option(Path("results/comm"), help="Output folder."),
+        quiet: bool = quiet_opt,
+    ) -> None:
+        """Upload/download MB per user and round (Tables 2, 12, 13, 16; Table 3's R.R.), measured."""
+        from secemb.bench import comm as bench_comm
+
+        with _progress(quiet or as_json) as progress:
+            rows = bench_comm.run(_split(models, bench_comm.MODELS), _split(datasets, tuple(bench_comm.DATASETS)),
+                                  _split(protocols, bench_comm.PROTOCOLS), out=out, progress=progress)
+        if as_json:
+            keys = ("protocol", "model", "dataset", "m", "m_prime", "d", "upload_mb", "download_mb", "layout", "relay")
+            typer.echo(json.dumps([{k: r[k] for k in keys} for r in rows], indent=1))
+        else:
+            typer.echo(f"wrote {out}/comm.md, comm.csv, comm.png ({len(rows)} configurations)")
+
+    @bench_app.command("compute")
+    def compute(
+        models: str = models_opt,
+        datasets: str = datasets_opt,
+        repeats: int = typer.Option(5, min=1, help="Timings per configuration (best is kept)."),
+        out: Path = typer.Option(Path("results/compute"), help="Output folder."),
+        quiet: bool = quiet_opt,
+    ) -> None:
+        """User ms for secret-share generation (Tables 5, 17, Figure 5)."""
+        from secemb.bench import comm as bench_comm
+        from secemb.bench import compute as bench_compute
+
+        with _progress(quiet) as progress:
+            rows = bench_compute.run(_split(models, bench_comm.MODELS), _split(datasets, tuple(bench_comm.DATASETS)),
+                                     out=out, repeats=repeats, progress=progress)
+        typer.echo(f"wrote {out}/compute.md, compute.csv, compute.png ({len(rows)} configurations)")
+
+    @bench_app.command("memory")
+    def memory(
+        models: str = models_opt,
+        datasets: str = typer.Option(None, help="Comma-separated datasets (default: ml-1m,ml-10m,ml-25m,yelp)."),
+        out: Path = typer.Option(Path("results/memory"), help="Output folder."),
+        quiet: bool = quiet_opt,
+    ) -> None:
+        """Per-user training memory and storage, SecEmb vs full model (Appendix K.2)."""
+        from secemb.bench import comm as bench_comm
+        from secemb.bench import memory as bench_memory
+
+        with _progress(quiet) as progress:
+            rows = bench_memory.run(_split(models, bench_comm.MODELS),
+                                    _split(datasets, ("ml-1m", "ml-10m", "ml-25m", "yelp")), out=out, progress=progress)
+        typer.echo(f"wrote {out}/memory.md, memory.csv, memory.png ({len(rows)} configurations)")
+
+    @bench_app.command("he")
+    def he(
+        users: str = typer.Option("100,200,300,400,500", help="Comma-separated numbers of active users."),
+        out: Path = typer.Option(Path("results/he"), help="Output folder."),
+        quiet: bool = quiet_opt,
+    ) -> None:
+        """Server seconds per round, SecEmb vs CKKS aggregation, ML-1M (Table 14)."""
+        from secemb.bench import compute as bench_compute
+
+        with _progress(quiet) as progress:
+            s = bench_compute.run_he([int(x) for x in _split(users, ())], out=out, progress=progress)
+        typer.echo(f"wrote {out}/he.md, he.csv, he.png{'; ' + s['note'] if s['note'] else ''}")
+
+    @bench_app.command("accuracy")
+    def accuracy(
+        models: str = models_opt,
+        protocols: str = typer.Option("secemb,quant8,ternary,svd,colr", help="Comma-separated protocols."),
+        seeds: str = typer.Option("0,1,2,3", help="Comma-separated seeds."),
+        epochs: str = typer.Option("200", help="Epochs: one number, or model=epochs pairs (mf=200,deepfm=20)."),
+        dataset: str = typer.Option("ml-100k", help="Dataset (real ML-100K needs RecBole's copy)."),
+        out: Path = typer.Option(Path("results/table3"), help="Output folder (runs are cached in <out>/runs)."),
+        quiet: bool = quiet_opt,
+    ) -> None:
+        """Test RMSE mean +- std over seeds, SecEmb and the lossy baselines (Table 3)."""
+        from secemb.bench import accuracy as bench_accuracy
+
+        ep: int | dict[str, int]
+        if "=" in epochs:
+            ep = {k.strip(): int(v) for k, v in (x.split("=") for x in epochs.split(","))}
+        else:
+            ep = int(epochs)
+        with _progress(quiet) as progress:
+            s = bench_accuracy.run(_split(models, ("mf", "ncf", "fm", "deepfm")), _split(protocols, ("secemb",)),
+                                   [int(x) for x in _split(seeds, ("0",))], ep, out=out, dataset=dataset, progress=progress)
+        for r in s["rows"]:
+            typer.echo(f"{r['model']:7s} {r['protocol']:8s} final {r['final_rmse']}  best {r['best_rmse']}  paper {r['paper']}")
+        typer.echo(f"wrote {out}/table3.md, table3.csv, table3.png")

@@ -178,7 +178,8 @@ def train_networked(
     max_attempts: int = 5,
     wait_s: float = 120.0,
     behavior: Behavior | None = None,
-    before_round: Callable[[int, int, int], None] | None = None,
+    before_round: Callable[[int, int, int, list[int]], None] | None = None,
+    after_round: Callable[[int, int, dict[str, Any], dict[int, BaseException]], None] | None = None,
     on_start: Callable[[dict[str, Any]], None] | None = None,
     on_round: Callable[[RoundStats], None] | None = None,
     on_epoch: Callable[[EpochStats], None] | None = None,
@@ -197,7 +198,9 @@ def train_networked(
     max_attempts: tries per round (aborted rounds are retried).
     wait_s: how long to keep retrying operator calls while a server is unreachable.
     behavior: per (round index, user), a device fault to simulate (see :data:`Behavior`).
-    before_round: ``(round index, attempt, round id)`` hook, called before the devices run.
+    before_round: ``(round index, attempt, round id, users)`` hook, called before the devices run.
+    after_round: ``(round index, attempt, outcome, device errors by user)`` hook, called when
+        the round ended (committed or aborted).
     on_start, on_round, on_epoch, extra_config: as for :func:`secemb.training.train`.
 
     Raises
@@ -363,7 +366,7 @@ def train_networked(
                         _, t_now, _ = _decode_model(admin0.get_bytes("/v1/admin/model"), m, width, dense_size)
                         expected = fp.encode(t_now)
                     if before_round is not None:
-                        before_round(round_index, attempt, r)
+                        before_round(round_index, attempt, r, users)
                     snaps = {u: snapshot(store, u) for u in users}
                     outs = list(pool.map(
                         lambda a: run_device(a[0], info, a[1], behavior(round_index, a[0]) if behavior else None, expected),
@@ -376,6 +379,8 @@ def train_networked(
                         outcome = _close(admin0, r, wait_s)
                     else:
                         outcome = _await(admin0, r, wait_s + deadline_s)
+                    if after_round is not None:
+                        after_round(round_index, attempt, outcome, {o.user: o.error for o in outs if o.error is not None})
                     if outcome["state"] != "committed":
                         errors = [o.error for o in outs if o.error is not None]
                         last_error = f"{outcome.get('reason')}" + (f"; first device error: {errors[0]!r}" if errors else "")

@@ -50,6 +50,7 @@ __all__ = [
 DATASETS: tuple[str, ...] = (
     "synthetic",
     *MOVIELENS,
+    "yelp",
     *(k for k in SYNTHETIC_SHAPES if k != "synthetic"),
 )
 
@@ -94,4 +95,8 @@ def load_dataset(
         return synthetic_like(num_users, num_items, num_ratings, seed, name=name)
     if name in MOVIELENS:
         return load_movielens(name, data_dir, download=download)
+    if name == "yelp":  # the paper's top-10,000-user subset of the Yelp files (secemb.data.yelp)
+        from secemb.data.yelp import load_yelp
+
+        return load_yelp(data_dir)
     raise InvalidParameters(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")

@@ -44,10 +44,9 @@ PROTOCOLS: dict[str, str | Callable[..., Protocol]] = {
     "ternary": "secemb.protocols.lossy:TernaryProtocol",
     "svd": "secemb.protocols.lossy:SvdProtocol",
     "colr": "secemb.protocols.lossy:ColrProtocol",
-    "secaggmask": "secemb.protocols.sparse_secagg:SecAggMaskProtocol",
-    "topksecagg": "secemb.protocols.sparse_secagg:TopkSecAggProtocol",
-    "he-ckks": "secemb.protocols.sparse_secagg:CkksProtocol",
 }
+# secaggmask, topksecagg and he-ckks are message builders, not round-loop protocols:
+# secemb.protocols.sparse_secagg (SecAggMaskRound, TopkSecAggRound, CkksAggregator).
 
 
 def register_protocol(name: str, factory: str | Callable[..., Protocol]) -> None:

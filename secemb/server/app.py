@@ -311,6 +311,14 @@ def create_app(node: ServerNode) -> FastAPI:
         _, body = await authed(request, (PEER,), _limit_json(node))
         return JSONResponse(await call(node.peer_open, _parse_json(body)))
 
+    @app.get("/v1/peer/rounds/{round_id}/ready", tags=["peer"],
+             summary="Relay: whether a device sent its roots to server 1 (checked before server 0 evaluates)",
+             responses=_ERRORS, openapi_extra={"security": _SECURITY, "parameters": [
+                 {"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
+    async def peer_ready(round_id: int, request: Request) -> JSONResponse:
+        await authed(request, (PEER,), 0)
+        return JSONResponse(await call(node.peer_ready, round_id, _user_param(request, node)))
+
     @app.post("/v1/peer/rounds/{round_id}/relay-retrieval", tags=["peer"],
               summary="Relay: evaluate forwarded keys (relay_keys) -> masked shares (relay_answer)",
               responses=_ERRORS | {200: _BIN_RESPONSE},

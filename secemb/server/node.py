@@ -80,7 +80,10 @@ class PeerUnavailable(SecembError):
     """The other server did not answer or refused: 503."""
 
 
-def _peer_error(what: str, exc: Exception) -> PeerUnavailable:
+def _peer_error(what: str, exc: Exception) -> SecembError:
+    """503 if the peer did not answer (or failed), 409 if it refused the request."""
+    if isinstance(exc, RemoteError) and exc.status < 500:
+        return Conflict(f"{what}: the other server refused: {exc.detail}")
     return PeerUnavailable(f"{what}: {exc}")
 
 
@@ -98,6 +101,7 @@ class _Round:
     min_users: int
     state: str = OPEN
     retrieved: set[int] = field(default_factory=set)
+    relayed: set[int] = field(default_factory=set)  # server 1, relay: keys forwarded by server 0
     uploaded: set[int] = field(default_factory=set)  # absorbed by the role (the agreed set is a subset)
     finished: set[int] = field(default_factory=set)  # upload handling done (counts for the quorum)
     log: list[tuple[str, int, bytes]] = field(default_factory=list)  # accepted messages
@@ -302,7 +306,8 @@ class ServerNode:
             cur = "none" if rnd is None else str(rnd.round_id)
             raise Conflict(f"round {r} is not the current round (current: {cur})")
         if rnd.state not in states:
-            raise Conflict(f"round {r} is {rnd.state}")
+            raise Conflict(f"round {r} is closed ({rnd.state}): messages for it are refused" if rnd.state != OPEN
+                           else f"round {r} is still open")
         return rnd
 
     def model_message(self) -> bytes:
@@ -563,7 +568,7 @@ class ServerNode:
             deadline = float(doc["deadline_unix"])
             quorum, min_users = int(doc["quorum"]), int(doc["min_users"])
             parts = doc.get("participants")
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise InvalidParameters(f"bad round document: {exc}") from None
         if doc.get("fingerprint") != self.fingerprint:
             raise Conflict("server 0 runs with a different protocol/model/training configuration")
@@ -597,17 +602,37 @@ class ServerNode:
 
     def retrieval(self, r: int, user: int, body: bytes) -> bytes | None:
         """A device's retrieval request; the reply (``None``: nothing to send back)."""
-        out = self._retrieve_batch((r, user, body))
-        if self.party == 0 and self.cfg.relay:
-            fwd = out
+        if self.party == 0 and self.protocol.relay:
+            # server 1 must hold the device's roots before server 0 evaluates anything, so that
+            # a request server 1 would refuse is refused here without a change of state
             try:
-                masked = self.peer.post_bytes(f"/v1/peer/rounds/{r}/relay-retrieval", fwd, user=user)
+                ready = self.peer.get_json(f"/v1/peer/rounds/{r}/ready", user=user)["ready"]
+            except RemoteError as exc:
+                if exc.status >= 500:
+                    raise _peer_error("server 1 is unavailable", exc) from None
+                raise Conflict(f"server 1: {exc.detail}") from None
+            except Unreachable as exc:
+                raise _peer_error("server 1 is unavailable", exc) from None
+            if not ready:
+                raise Conflict(f"user {user} must send its retrieval request to server 1 first")
+        out = self._retrieve_batch((r, user, body))
+        if self.party == 0 and self.protocol.relay:
+            try:
+                masked = self.peer.post_bytes(f"/v1/peer/rounds/{r}/relay-retrieval", out, user=user)
             except (RemoteError, Unreachable) as exc:
-                raise _peer_error("server 1 did not answer the relayed retrieval (this user cannot take part in the round)", exc) from None
+                raise _peer_error("server 1 did not answer the relayed retrieval (this user cannot take part "
+                                  "in the round)", exc) from None
             with self.lock:
                 self._current(r)
                 return self.role.complete_retrieval(user, masked)
         return out
+
+    def peer_ready(self, r: int, user: int) -> dict[str, bool]:
+        """Server 1, relay: whether ``user`` sent its roots and awaits server 0's forward."""
+        self._require_party(1, "relay readiness")
+        with self.lock:
+            rnd = self._current(r)
+            return {"ready": user in rnd.retrieved and user not in rnd.relayed}
 
     def _retrieval_batch(self, items: list[tuple[int, int, bytes]]) -> list[Any]:
         results: list[Any] = [None] * len(items)
@@ -658,6 +683,7 @@ class ServerNode:
                     results[i] = out
                     if not isinstance(out, BaseException):
                         rnd.log.append(("relay_retrieval", items[i][1], items[i][2]))
+                        rnd.relayed.add(items[i][1])
         return results
 
     def dense_message(self, r: int) -> bytes:
@@ -707,7 +733,9 @@ class ServerNode:
         for kind, user, body in rnd.log:
             by_kind.setdefault(kind, []).append((user, body))
         for kind, many in (("retrieval", role.handle_retrieval_many), ("relay_retrieval", role.relay_retrieval_many)):
-            for out in many(by_kind.get(kind, [])):
+            if kind not in by_kind:
+                continue
+            for out in many(by_kind[kind]):
                 if isinstance(out, BaseException):
                     raise out
         for user, body in by_kind.get("upload", []):

@@ -1,0 +1,280 @@
+"""Hostile input against real server processes: every endpoint gets unsigned, wrongly signed,
+replayed, oversized, truncated, bit-flipped and random requests.  Never a 5xx, the servers
+stay up, a rejected request changes no state, and the round then completes for the honest
+devices."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from net_helpers import WAIT_S, cluster_for, setup, small_data
+from secemb.client.device import DeviceClient, RoundInfo, RoundSession
+from secemb.client.training import distinct_items
+from secemb.data import by_user
+from secemb.protocols.placement import place
+from secemb.training import messages
+from secemb.transport.network import ApiClient, RemoteError, sign_headers
+
+PARTICIPANTS = list(range(10))
+
+
+class World:
+    """One cluster with an open round: device 0 retrieved, device 1 retrieved and uploaded."""
+
+    def __init__(self, cluster, model, tr) -> None:
+        self.cluster = cluster
+        self.model = model
+        self.per_user = by_user(tr)
+        self.admin = [cluster.admin(0, timeout=WAIT_S), cluster.admin(1, timeout=WAIT_S)]
+        self.peer = ApiClient(cluster.url(1), "server0", cluster.peer_secret, timeout=WAIT_S)
+        doc = self.admin[0].post_json("/v1/admin/rounds", {"participants": PARTICIPANTS, "deadline_s": 3600})
+        self.info = RoundInfo.from_doc(doc)
+        self.r = self.info.round_id
+        self.rng = np.random.default_rng(0)
+        self.sessions = {u: self.session(u) for u in (0, 1, 2, 7)}
+        self.sessions[0].retrieve()
+        self.sessions[7].retrieve()  # the fuzzed uploads come from device 7
+        s1 = self.sessions[1]
+        s1.retrieve()
+        self.state = model.new_user_store(tr.num_users, np.random.default_rng(0), self.info.adam())
+        s1.train(lambda rows, d, pos, r: model.local_step(rows, d, self.state.state(1), pos, r))
+        self.samples = {
+            "q0": s1._q0, "q1": s1._q1, "up0": s1._up0, "up1": s1._up1,
+            "count": messages.encode_count(np.array([3], np.uint32), 32),
+            "model": self.admin[0].get_bytes("/v1/admin/model"),
+        }
+        s1.upload()
+        self.device = self.client(3)
+
+    def client(self, u: int) -> DeviceClient:
+        k0, k1 = self.cluster.device_keys(u)
+        return DeviceClient(u, self.cluster.url(0), self.cluster.url(1), k0, k1, timeout=WAIT_S)
+
+    def session(self, u: int) -> RoundSession:
+        s = RoundSession(self.client(u), self.info)
+        items, ratings = self.per_user.of(u)
+        s.prepare(items, ratings, placement=place(self.info.config, distinct_items(items)[0], self.rng))
+        return s
+
+    def snapshot(self) -> list[dict]:
+        out = []
+        for a in self.admin:
+            st_ = a.get_json("/v1/admin/status")
+            st_.pop("boot_id")
+            out.append(st_)
+        return out
+
+
+@pytest.fixture(scope="module")
+def world():
+    tr, _ = small_data()
+    model, proto, config = setup("secemb", "cuckoo", True, m_prime=8, epochs=1, users_per_round=10)
+    with cluster_for(model, proto, tr, config, deadline_s=3600) as cluster:
+        yield World(cluster, model, tr)
+        for p in (0, 1):
+            assert cluster.alive(p), f"server {p} died"
+
+
+def _endpoints(w: World) -> list[tuple[int, str, str, str, str]]:
+    """(party, method, path, signer, sample) of every endpoint that takes a body."""
+    r = w.r
+    return [
+        (0, "POST", f"/v1/rounds/{r}/retrieval", "user:4", "q0"),
+        (1, "POST", f"/v1/rounds/{r}/retrieval", "user:4", "q1"),
+        (0, "POST", f"/v1/rounds/{r}/upload", "user:7", "up0"),
+        (1, "POST", f"/v1/rounds/{r}/upload", "user:7", "up0"),
+        (0, "POST", "/v1/count", "user:5", "count"),
+        (1, "POST", "/v1/count", "user:5", "count"),
+        (1, "POST", f"/v1/peer/rounds/{r}/relay-retrieval?user=0", "server0", "q0"),
+        (1, "POST", f"/v1/peer/rounds/{r}/relay-upload?user=0", "server0", "up0"),
+        (1, "POST", "/v1/peer/model?round=0", "server0", "model"),
+        (1, "POST", "/v1/peer/rounds", "server0", "json"),
+        (1, "POST", f"/v1/peer/rounds/{r}/share", "server0", "json"),
+        (1, "POST", "/v1/peer/count/share", "server0", "json"),
+        (0, "POST", "/v1/admin/rounds", "admin", "json"),
+        (0, "POST", "/v1/admin/count/open", "admin", "json"),
+    ]
+
+
+def _key(w: World, party: int, signer: str) -> bytes:
+    if signer == "admin":
+        return w.cluster.admin_secret
+    if signer.startswith("server"):
+        return w.cluster.peer_secret
+    return w.cluster.device_keys(int(signer.split(":")[1]))[party]
+
+
+def _send(w: World, party: int, method: str, path: str, body: bytes, signer: str | None,
+          headers: dict | None = None) -> httpx.Response:
+    p, _, q = path.partition("?")
+    h = {} if signer is None else sign_headers(signer, _key(w, party, signer), method, p, q, body)
+    h.update(headers or {})
+    return httpx.request(method, w.cluster.url(party) + path, content=body, headers=h, timeout=WAIT_S,
+                         trust_env=False)
+
+
+def _check_rejected(w: World, resp: httpx.Response, before: list[dict]) -> None:
+    assert resp.status_code < 500, resp.text
+    if resp.status_code >= 400:
+        doc = resp.json()
+        assert set(doc) == {"error", "detail"} and doc["detail"]
+        assert w.snapshot() == before
+
+
+def _mutations(sample: bytes) -> st.SearchStrategy[bytes]:
+    n = len(sample)
+    return st.one_of(
+        st.binary(max_size=2048),
+        st.integers(0, max(n - 1, 0)).map(lambda k: sample[:k]),  # truncated
+        st.binary(min_size=1, max_size=64).map(lambda extra: sample + extra),  # too long
+        st.tuples(st.integers(0, max(n - 1, 0)), st.integers(1, 255)).map(  # one byte changed
+            lambda t: sample[: t[0]] + bytes([sample[t[0]] ^ t[1]]) + sample[t[0] + 1:] if n else b"\x01"),
+        st.sampled_from([sample[:24], b"", b"SEMB", b"\x00" * n]),
+    )
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4), max_leaves=12,
+)
+_JSON_DOCS = st.one_of(
+    st.dictionaries(st.sampled_from(["participants", "n_p", "deadline_s", "quorum", "min_users", "include", "users",
+                                     "config", "round_id", "model_version", "fingerprint", "x"]), _JSON, max_size=6),
+    _JSON,
+).map(lambda d: json.dumps(d, allow_nan=True).encode()) | st.binary(max_size=256)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzzed_bodies_never_cause_5xx_or_state_changes(world, data):
+    w = world
+    party, method, path, signer, sample = data.draw(st.sampled_from(_endpoints(w)))
+    body = data.draw(_JSON_DOCS if sample == "json" else _mutations(w.samples[sample]))
+    before = w.snapshot()
+    resp = _send(w, party, method, path, body, signer)
+    if resp.status_code < 400:
+        # only a well-formed message may be accepted: protocol messages of the right length
+        # (their payloads are arbitrary ring elements or key material), never JSON noise
+        assert sample in ("q0", "q1", "up0", "count") or body == w.samples.get(sample), (path, resp.status_code)
+        assert len(body) == len(w.samples[sample])
+    _check_rejected(w, resp, before)
+
+
+@pytest.mark.parametrize("idx", range(14))
+def test_every_endpoint_refuses_missing_bad_stale_and_replayed_credentials(world, idx):
+    w = world
+    party, method, path, signer, sample = _endpoints(w)[idx]
+    body = w.samples.get(sample, b"{}")
+    before = w.snapshot()
+    p, _, q = path.partition("?")
+    good = sign_headers(signer, _key(w, party, signer), method, p, q, body)
+    cases = [
+        None,  # no credentials
+        {**good, "X-Secemb-Signature": "0" * 64},  # wrong signature
+        {**good, "X-Secemb-Key-Id": "user:999999"},  # unknown signer
+        sign_headers(signer, b"x" * 32, method, p, q, body),  # wrong key
+        sign_headers(signer, _key(w, party, signer), method, p, q, body, timestamp_ms=int(time.time() * 1000) - 10**7),
+        sign_headers(signer, _key(w, party, signer), method, p, q, body + b"!"),  # body changed after signing
+        sign_headers(signer, _key(w, party, signer), "GET", p, q, body),  # method changed
+        {k: v for k, v in good.items() if k != "X-Secemb-Nonce"},  # incomplete
+    ]
+    for headers in cases:
+        resp = httpx.request(method, w.cluster.url(party) + path, content=body, headers=headers or {},
+                             timeout=WAIT_S, trust_env=False)
+        assert resp.status_code == 401, (headers, resp.text)
+        _check_rejected(w, resp, before)
+
+
+def test_replayed_request_is_refused(world):
+    w = world
+    party, path = 0, "/v1/count"
+    body = w.samples["count"]
+    headers = sign_headers("user:6", _key(w, 0, "user:6"), "POST", path, "", body)
+    first = httpx.post(w.cluster.url(party) + path, content=body, headers=headers, trust_env=False)
+    assert first.status_code == 409  # no count phase open: refused, but the nonce is spent
+    before = w.snapshot()
+    again = httpx.post(w.cluster.url(party) + path, content=body, headers=headers, trust_env=False)
+    assert again.status_code == 401 and "replay" in again.json()["detail"]
+    _check_rejected(w, again, before)
+
+
+def test_wrong_principal_is_forbidden(world):
+    w = world
+    for party, method, path, signer in [
+        (0, "GET", "/v1/admin/status", "user:1"),  # a device is not the operator
+        (1, "GET", "/v1/peer/status", "admin"),  # the operator is not the peer
+        (0, "GET", "/v1/peer/status", "server0"),  # server 0 does not accept its own key id
+        (0, "POST", f"/v1/rounds/{w.r}/retrieval", "admin"),  # only devices retrieve
+    ]:
+        resp = _send(w, party, method, path, b"", signer)
+        assert resp.status_code in (401, 403), (path, resp.text)
+    # a device outside the round's participants
+    before = w.snapshot()
+    resp = _send(w, 1, "POST", f"/v1/rounds/{w.r}/retrieval", w.samples["q1"], "user:20")
+    assert resp.status_code == 403
+    _check_rejected(w, resp, before)
+
+
+def test_oversized_body_is_refused_before_it_is_read(world):
+    w = world
+    before = w.snapshot()
+    big = b"\0" * (8 * 2**20)
+    for party, path, signer in [(0, f"/v1/rounds/{w.r}/upload", "user:0"), (1, "/v1/peer/model?round=0", "server0"),
+                                (0, "/v1/admin/rounds", "admin")]:
+        resp = _send(w, party, "POST", path, big, signer)
+        assert resp.status_code == 413, resp.text
+        _check_rejected(w, resp, before)
+
+
+def test_unknown_rounds_versions_and_non_finite_values_are_refused(world):
+    w = world
+    before = w.snapshot()
+    q0 = w.samples["q0"]
+    for r in (w.r + 1, w.r - 1, 10**12, -5):
+        resp = _send(w, 0, "POST", f"/v1/rounds/{r}/retrieval", q0, "user:4")
+        assert resp.status_code in (409, 404), resp.text
+        _check_rejected(w, resp, before)
+    wrong_version = q0[:4] + bytes([2]) + q0[5:]
+    resp = _send(w, 1, "POST", f"/v1/rounds/{w.r}/retrieval", w.samples["q1"][:4] + b"\x02" + w.samples["q1"][5:], "user:4")
+    assert resp.status_code == 400 and "version" in resp.json()["detail"]
+    _check_rejected(w, resp, before)
+    del wrong_version
+    # a model sync carrying NaN is refused by server 1
+    model = bytearray(w.samples["model"])
+    model[-8:] = np.array([np.nan]).tobytes()
+    header = bytearray(model)
+    header[8:16] = (int.from_bytes(model[8:16], "little") + 1).to_bytes(8, "little")
+    resp = _send(w, 1, "POST", "/v1/peer/model?round=0", bytes(header), "server0")
+    assert resp.status_code == 400 and "non-finite" in resp.json()["detail"]
+    _check_rejected(w, resp, before)
+
+
+def test_duplicate_submission_is_refused_and_the_round_goes_on(world):
+    w = world
+    s1 = w.sessions[1]
+    before = w.snapshot()
+    resp = _send(w, 0, "POST", f"/v1/rounds/{w.r}/upload", w.samples["up0"], "user:1")
+    assert resp.status_code == 409 and "already uploaded" in resp.json()["detail"]
+    _check_rejected(w, resp, before)
+    with pytest.raises(RemoteError) as e:
+        s1.client.servers[0].post_bytes(f"/v1/rounds/{w.r}/retrieval", w.samples["q0"])
+    assert e.value.status == 409
+    # after all of the above, honest devices finish the round and it commits
+    for u in (0, 2):
+        s = w.sessions[u]
+        if s.rows_ring is None:
+            s.retrieve()
+        s.train(lambda rows, d, pos, r, u=u: w.model.local_step(rows, d, w.state.state(u), pos, r))
+        s.upload()
+    out = w.admin[0].post_json(f"/v1/admin/rounds/{w.r}/close")
+    assert out["state"] == "committed" and {0, 1, 2} <= set(out["included"]) <= {0, 1, 2, 4, 7}
+    s = [a.get_json("/v1/admin/status") for a in w.admin]
+    assert s[0]["model_version"] == s[1]["model_version"] == 1
+    assert s[0]["model_sha256"] == s[1]["model_sha256"]
