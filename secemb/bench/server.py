@@ -82,6 +82,25 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
     }
 
 
+def failure_rate(m: int, m_prime: int, users: int, expansion: float = 1.25, seed: int = 0) -> dict[str, Any]:
+    """Cuckoo insertion failures over ``users`` users of ``m'`` random items each: the
+    fraction of items dropped and of users who dropped any."""
+    from secemb.fss.cuckoo import CuckooLayout
+
+    layout = CuckooLayout.for_request_size(m, m_prime, expansion)
+    rng = np.random.default_rng(seed)
+    drops = [layout.assign(rng.choice(m, m_prime, replace=False), rng)[1].size for _ in range(users)]
+    return {
+        "m": m,
+        "m_prime": m_prime,
+        "buckets": layout.num_buckets,
+        "bucket_size": layout.bucket_size,
+        "users": users,
+        "dropped_item_rate": sum(drops) / (users * m_prime),
+        "users_with_drops": sum(1 for x in drops if x) / users,
+    }
+
+
 def run(
     quick: bool = False, progress: Callable[[str], None] | None = None, full_users: int | None = None
 ) -> dict[str, Any]:
@@ -110,7 +129,8 @@ def run(
             if progress:
                 progress(f"sweep m={m}: {layout}")
             sweep.append(measure(layout, False, m, 200, d, 2))
-    return {"records": records, "sweep": sweep, "machine": machine_info()}
+    failures = [failure_rate(m, mp, 100 if quick else 2000) for _, m, mp, _, _ in configs]
+    return {"records": records, "sweep": sweep, "insertion": failures, "machine": machine_info()}
 
 
 def plot(sweep: list[dict[str, Any]], path: str) -> None:

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
         backend: Annotated[str, typer.Option(help="Servers' evaluation backend: serial, process or ray.")] = "serial",
         workers: Annotated[int | None, typer.Option(min=1, help="Workers of the process/ray backend.")] = None,
-        epochs: Annotated[int, typer.Option(min=1, help="Passes over the users.")] = 1,
+        epochs: Annotated[int, typer.Option(min=1, help="Passes over the users (as secemb train).")] = 5,
         users_per_round: Annotated[int, typer.Option(min=1, help="Users per round.")] = 100,
         m_prime: Annotated[int | None, typer.Option(min=1, help="Rows per user and round; default: Eq. 11.")] = None,
         alpha: Annotated[float, typer.Option(min=0.0, help="Eq. 11 multiplier of the mean rating count.")] = 2.5,

@@ -237,7 +237,7 @@ def _find(folder: Path, names: Sequence[str], dataset: str) -> Path:
 
 
 def _ml100k_users(path: Path) -> tuple[dict[int, tuple[str, str, str]], int]:
-    recbole = path.suffix == ".user"
+    recbole = path.name == "ml-100k.user"
     recs = _records(path, "\t" if recbole else "|", 5, header=recbole)
     out = {}
     for no, f in recs:
@@ -253,7 +253,7 @@ def _ml100k_users(path: Path) -> tuple[dict[int, tuple[str, str, str]], int]:
 
 def _ml100k_items(path: Path) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
-    if path.suffix == ".item":  # RecBole: item_id, movie_title, release_year, class (space-separated)
+    if path.name == "ml-100k.item":  # RecBole: item_id, movie_title, release_year, class (space-separated)
         for no, f in _records(path, "\t", 4, header=True, min_fields=4):
             out[_int_id(f[0], path, no, "item id")] = f[3].split()
         return out

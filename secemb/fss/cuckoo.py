@@ -110,15 +110,6 @@ class CuckooLayout:
             raise InvalidParameters("an item was assigned to a bucket that does not hold it")
         return where - self.indptr[buckets]
 
-    def bucket_tables(self, table: np.ndarray) -> np.ndarray:
-        """Bucket form of a table (m, D) -> (B, M, D), zero rows for padding."""
-        if table.shape[0] != self.num_items:
-            raise InvalidParameters(f"table must have {self.num_items} rows, got {table.shape[0]}")
-        idx = self.gather_index
-        out = table[np.maximum(idx, 0)]
-        out[idx < 0] = 0
-        return out
-
     @cached_property
     def occurrences(self) -> np.ndarray:
         """int64 (m, 3): flat positions ``b M + p`` of each item's (up to three distinct)
