@@ -1,0 +1,33 @@
+"""Smoke tests of the `bench fss` and `bench server` harnesses on small workloads (the
+figures themselves are never asserted: timings live in benchmarks, not tests)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from secemb.cli import app
+
+
+def test_bench_fss_quick_prints_the_documented_fields() -> None:
+    res = CliRunner().invoke(app, ["bench", "fss", "--json", "--quick"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    for key in ("aes_blocks_per_s", "keygen_ms", "eval_leaves_per_s", "eval_ratio_to_aes",
+                "convert_blocks_per_s", "convert_ratio_to_aes", "machine"):
+        assert key in doc
+    assert set(doc["keygen_ms"]) == {"ml100k"}
+    assert doc["aes_blocks_per_s"] > 0 and doc["eval_leaves_per_s"] > 0
+
+
+def test_bench_server_quick_lists_both_layouts(tmp_path) -> None:
+    res = CliRunner().invoke(app, ["bench", "server", "--json", "--quick", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    records = json.loads(res.output[res.output.index("["):])
+    assert {(r["layout"], r["relay"]) for r in records} == {("full", False), ("cuckoo", False), ("cuckoo", True)}
+    for r in records:
+        assert set(r) >= {"layout", "relay", "m", "m_prime", "d", "users", "server_s_per_round"}
+    assert (tmp_path / "server_vs_m.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "server.json").read_text())
+    assert saved["insertion"][0]["users"] == 100

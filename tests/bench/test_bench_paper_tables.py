@@ -1,0 +1,64 @@
+"""Smoke tests of the paper-table benchmarks with tiny sizes (timings live in `secemb bench`)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from secemb.bench import comm, compute
+from secemb.data import synthetic_like
+from secemb.data.features import synthetic_features
+
+
+@pytest.fixture()
+def tiny(monkeypatch):
+    data = synthetic_like(30, 60, 600, seed=0, name="tiny")
+    monkeypatch.setitem(comm.DATASETS, "tiny", (60, 8, 20))
+    monkeypatch.setitem(comm._CACHE, "tiny", (data, synthetic_features("ml-100k", 30, 60)))
+    return data
+
+
+def test_comm_rows_measure_the_wire(tiny, tmp_path):
+    rows = comm.run(models=("mf", "fm"), datasets=("tiny",),
+                    protocols=("secemb", "secemb-cuckoo-relay", "secfedrec", "secemb-rowenc", "quant8", "secaggmask", "topksecagg"),
+                    out=tmp_path)
+    keys = {"protocol", "model", "dataset", "m", "m_prime", "d", "upload_mb", "download_mb", "layout", "relay"}
+    assert all(keys <= set(r) for r in rows)
+    by = {(r["model"], r["protocol"], r["layout"]): r for r in rows}
+    mf = by[("mf", "secfedrec", "full")]
+    # SecFedRec: requests (2 x 24-byte frames) + shares of (m w + P) ring words to each server
+    assert mf["upload_bytes"] == 2 * 24 + 2 * (24 + (60 * 65 + 1) * 4)
+    se = by[("mf", "secemb", "full")]
+    assert se["upload_bytes"] < mf["upload_bytes"] and se["rr"] > 1
+    assert by[("mf", "secemb", "cuckoo")]["relay"] is True
+    assert by[("fm", "secemb", "full")]["dense_size"] == 6696
+    assert (tmp_path / "comm.md").read_text().startswith("# Communication")
+    assert (tmp_path / "comm.csv").is_file()
+    json.dumps(rows)
+
+
+def test_compute_user_ms_runs_every_protocol():
+    for p in compute.PROTOCOLS:
+        assert compute.user_ms(p, 50, 5, 9, 3, repeats=1) > 0
+    assert compute.user_ms("secemb", 50, 5, 9, 3, repeats=1, layout="cuckoo", relay=True) > 0
+
+
+def test_accuracy_harness_tiny(monkeypatch, tmp_path):
+    from secemb.bench import accuracy
+
+    def fake_setup(model_name, dataset, seed, data_dir=None):
+        from secemb.data import train_test_split
+        from secemb.models import get_model, get_preset
+
+        data = synthetic_like(20, 30, 300, seed=seed)
+        tr, te = train_test_split(data, 0.2, seed=seed)
+        kw = {"features": synthetic_features("ml-100k", 20, 30)} if model_name != "mf" else {}
+        return get_model(model_name, dim=4, **kw), get_preset(model_name, "ml-100k"), tr, te
+
+    monkeypatch.setattr(accuracy, "_setup", fake_setup)
+    s = accuracy.run(models=("mf", "fm"), protocols=("secemb", "colr"), seeds=(0, 1), epochs=2, out=tmp_path)
+    assert {(r["model"], r["protocol"]) for r in s["rows"]} == {("mf", "secemb"), ("mf", "colr"), ("fm", "secemb"), ("fm", "colr")}
+    assert all(c["identical"] for c in s["equivalence"])
+    assert (tmp_path / "table3.md").is_file() and len(list((tmp_path / "runs").glob("*.json"))) == 8 + 2
+    again = accuracy.run(models=("mf",), protocols=("secemb",), seeds=(0, 1), epochs=2, out=tmp_path, check=False)
+    assert np.isclose(again["rows"][0]["final_mean"], s["rows"][0]["final_mean"])  # resumed from the cache
