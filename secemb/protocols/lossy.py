@@ -134,11 +134,12 @@ class _LossyUser(FullModelUser):
             s0, s1 = share(ffp.encode(a), _rng=self._rng)
             return array_bytes(s0) + tail0, array_bytes(s1) + tail1
         # svd: factors of the user's own gradient (rows outside its items are zero)
-        u, s, vt = np.linalg.svd(g, full_matrices=False)
+        nz = np.flatnonzero(np.any(g != 0, axis=1))  # U is zero outside the user's rows
+        u, s, vt = np.linalg.svd(g[nz], full_matrices=False)
         k = min(r, s.size)
         us = np.zeros((cfg.num_items, r))
         v = np.zeros((r, cfg.width))
-        us[:, :k] = u[:, :k] * s[:k]
+        us[nz, :k] = u[:, :k] * s[:k]
         v[:k] = vt[:k]
         v[:, np.all(g == 0, axis=0)] = 0.0  # columns that are zero stay exactly zero
         fac = np.concatenate([ffp.encode(us).reshape(-1), ffp.encode(v).reshape(-1)])

@@ -40,8 +40,8 @@ class PaddedRequest:
     indices: int64 (S,), one entry per request slot: an item id, or -1 for an empty cuckoo
         bucket; ids are distinct.
     real_pos: int64 (n_kept,), positions in ``indices`` of the kept rated items.
-    kept: int64 (n_kept,), positions in the input ``items`` of those items, aligned with
-        ``real_pos`` (``indices[real_pos] == items[kept]``).
+    kept: int64 (n_kept,), increasing positions in the input ``items`` of those items,
+        aligned with ``real_pos`` (``indices[real_pos] == items[kept]``).
     """
 
     indices: np.ndarray
@@ -134,7 +134,8 @@ def place(config: RoundConfig, items: np.ndarray, rng: np.random.Generator) -> P
         kept = np.arange(items.size, dtype=np.int64)
     slots, _ = config.cuckoo().assign(items[kept], rng)
     placed = np.flatnonzero(slots >= 0)
-    # kept[i] is the input position of the item in slot placed[i]
+    # input position of the item in each placed slot, then both in increasing input order
     order = np.argsort(items[kept])
-    where = order[np.searchsorted(items[kept], slots[placed], sorter=order)]
-    return PaddedRequest(slots, placed, kept[where])
+    source = kept[order[np.searchsorted(items[kept], slots[placed], sorter=order)]]
+    by_input = np.argsort(source)
+    return PaddedRequest(slots, placed[by_input], source[by_input])

@@ -144,10 +144,10 @@ class ApiClient:
             raise InvalidParameters("give both key_id and key, or neither")
         self.base_url = base_url.rstrip("/")
         self.key_id, self.key = key_id, key
+        self._lock = threading.Lock()
         self._own = http is None
         self._http = http if http is not None else httpx.Client(timeout=timeout, trust_env=False)
         self._timeout = timeout
-        self._lock = threading.Lock()
         self.sent_bytes = 0
         self.received_bytes = 0
 

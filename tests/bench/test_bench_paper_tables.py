@@ -53,7 +53,7 @@ def test_accuracy_harness_tiny(monkeypatch, tmp_path):
         data = synthetic_like(20, 30, 300, seed=seed)
         tr, te = train_test_split(data, 0.2, seed=seed)
         kw = {"features": synthetic_features("ml-100k", 20, 30)} if model_name != "mf" else {}
-        return get_model(model_name, dim=4, **kw), get_preset(model_name, "ml-100k"), tr, te
+        return get_model(model_name, dim=12, **kw), get_preset(model_name, "ml-100k"), tr, te
 
     monkeypatch.setattr(accuracy, "_setup", fake_setup)
     s = accuracy.run(models=("mf", "fm"), protocols=("secemb", "colr"), seeds=(0, 1), epochs=2, out=tmp_path)

@@ -78,3 +78,19 @@ def test_rejects_bad_input():
         pad_or_truncate(np.array([1, 2]), 0, 10, rng)
     with pytest.raises(InvalidParameters):
         pad_or_truncate(np.array([1, 2]), 11, 10, rng)
+
+
+def test_cuckoo_placement_aligns_rows_with_increasing_input_positions() -> None:
+    from secemb.protocols.placement import place
+    from secemb.protocols.secemb import SecEmbProtocol
+
+    cfg = SecEmbProtocol(layout="cuckoo").round_config(0, 500, 3, 1, 30)
+    rng = np.random.default_rng(9)
+    for n in (5, 30, 45):  # fewer, exactly, more than m'
+        items = rng.choice(500, n, replace=False)
+        req = place(cfg, items, rng)
+        assert req.indices.shape == (cfg.num_buckets,)
+        assert np.array_equal(req.indices[req.real_pos], items[req.kept])
+        assert np.all(np.diff(req.kept) > 0)
+        assert req.kept.size == min(n, 30)  # no insertion failure at this load
+        assert np.all(req.indices[np.setdiff1d(np.arange(cfg.num_buckets), req.real_pos)] == -1)

@@ -241,11 +241,10 @@ def test_unknown_rounds_versions_and_non_finite_values_are_refused(world):
         resp = _send(w, 0, "POST", f"/v1/rounds/{r}/retrieval", q0, "user:4")
         assert resp.status_code in (409, 404), resp.text
         _check_rejected(w, resp, before)
-    wrong_version = q0[:4] + bytes([2]) + q0[5:]
-    resp = _send(w, 1, "POST", f"/v1/rounds/{w.r}/retrieval", w.samples["q1"][:4] + b"\x02" + w.samples["q1"][5:], "user:4")
+    q1 = w.samples["q1"]
+    resp = _send(w, 1, "POST", f"/v1/rounds/{w.r}/retrieval", q1[:4] + b"\x02" + q1[5:], "user:8")
     assert resp.status_code == 400 and "version" in resp.json()["detail"]
     _check_rejected(w, resp, before)
-    del wrong_version
     # a model sync carrying NaN is refused by server 1
     model = bytearray(w.samples["model"])
     model[-8:] = np.array([np.nan]).tobytes()

@@ -93,3 +93,12 @@ def test_server_view_sizes_do_not_depend_on_the_rated_items(layout: str, relay: 
         for i in items.tolist():
             if i > 255:  # an unusual 4-byte pattern: its plaintext would stand out
                 assert blob.count(np.uint32(i).tobytes() + b"\x00" * 4) <= 1
+
+
+def test_cuckoo_layout_learns_as_well_as_the_full_layout() -> None:
+    # the layout changes only which slots carry the rows, not what the model learns from
+    tr, te = train_test_split(synthetic_like(120, 150, 4000, seed=8), 0.2, seed=0)
+    cfg = TrainConfig(epochs=6, users_per_round=30, m_prime=40)
+    full = train(MatrixFactorization(dim=8, reg=0.01), PlaintextProtocol(layout="full"), tr, te, cfg)
+    cuckoo = train(MatrixFactorization(dim=8, reg=0.01), PlaintextProtocol(layout="cuckoo"), tr, te, cfg)
+    assert abs(full.epochs[-1].test_rmse - cuckoo.epochs[-1].test_rmse) < 0.02
