@@ -237,6 +237,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         epochs: str = typer.Option("200", help="Epochs: one number, or model=epochs pairs (mf=200,deepfm=20)."),
         dataset: str = typer.Option("ml-100k", help="Dataset (real ML-100K needs RecBole's copy)."),
         out: Path = typer.Option(Path("results/table3"), help="Output folder (runs are cached in <out>/runs)."),
+        cached_only: bool = typer.Option(False, "--cached-only", help="Only tabulate runs already in <out>/runs."),
         quiet: bool = quiet_opt,
     ) -> None:
         """Test RMSE mean +- std over seeds, SecEmb and the lossy baselines (Table 3)."""
@@ -249,7 +250,8 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
             ep = int(epochs)
         with _progress(quiet) as progress:
             s = bench_accuracy.run(_split(models, ("mf", "ncf", "fm", "deepfm")), _split(protocols, ("secemb",)),
-                                   [int(x) for x in _split(seeds, ("0",))], ep, out=out, dataset=dataset, progress=progress)
+                                   [int(x) for x in _split(seeds, ("0",))], ep, out=out, dataset=dataset, progress=progress,
+                                   cached_only=cached_only)
         for r in s["rows"]:
             typer.echo(f"{r['model']:7s} {r['protocol']:8s} final {r['final_rmse']}  best {r['best_rmse']}  paper {r['paper']}")
         typer.echo(f"wrote {out}/table3.md, table3.csv, table3.png")
