@@ -45,14 +45,13 @@ from secemb.protocols.base import Protocol
 from secemb.protocols.placement import place
 from secemb.ring import FixedPoint
 from secemb.training import messages
+from secemb.training.local import distinct_counts, distinct_items
 from secemb.training.loop import (
     EpochStats,
     RoundStats,
     TrainConfig,
     TrainResult,
     VerificationError,
-    _distinct,
-    _distinct_counts,
     model_sha256,
     rmse,
 )
@@ -224,7 +223,7 @@ def train_networked(
     m = train_data.num_items
     width, dense_size = model.sparse_width, model.dense_size
     per_user = by_user(train_data)
-    distinct = _distinct_counts(per_user)
+    distinct = distinct_counts(per_user)
     active = np.flatnonzero(distinct > 0)
     rating_range = rating_range_of(train_data, cfg)
     admin0, admin1 = cluster.admin(0), cluster.admin(1)
@@ -345,7 +344,7 @@ def train_networked(
                 users = [int(u) for u in order[start : start + cfg.users_per_round]]
                 plan = []
                 for u in users:
-                    uniq, _ = _distinct(per_user.of(u)[0])
+                    uniq, _ = distinct_items(per_user.of(u)[0])
                     req = place(rc_plan, uniq, rng)
                     plan.append(req)
                     stats.truncated += int(req.kept.size < uniq.size)

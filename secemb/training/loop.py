@@ -41,6 +41,7 @@ from secemb.protocols.base import Protocol, RoundConfig, ServerRole
 from secemb.ring import FixedPoint
 from secemb.sharing import reconstruct, share
 from secemb.training import messages
+from secemb.training.local import distinct_counts, distinct_items, local_update
 from secemb.training.optimizer import ServerAdam
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.transport.inprocess import (
@@ -389,7 +390,7 @@ class _Round:
         for u in users:
             t = time.perf_counter()
             items, ratings = run.per_user.of(u)
-            uniq, item_pos = _distinct(items)
+            uniq, item_pos = distinct_items(items)
             req = place(rc, uniq, run.rng)
             role = run.protocol.make_user(rc)
             q0, q1 = role.retrieval_request(req.indices)
@@ -447,21 +448,10 @@ class _Round:
         name = user_endpoint(st.user)
         req = st.request
         t = time.perf_counter()
-        rows = fp.decode(st.rows_ring[req.real_pos])
-        dense_u = fp.decode(st.dense_ring)
-        if req.kept.size == st.num_distinct:  # padded: kept = all, in order
-            pos, ratings = st.item_pos, st.ratings
-        else:  # truncated: ratings of the kept items, pointing at their rows
-            row_of = np.full(st.num_distinct, -1, dtype=np.int64)
-            row_of[req.kept] = np.arange(req.kept.size, dtype=np.int64)
-            pos = row_of[st.item_pos]
-            sel = pos >= 0
-            pos, ratings = pos[sel], st.ratings[sel]
-        step = run.model.local_step(rows, dense_u, run.store.state(st.user), pos, ratings)
-        grads = np.zeros((rc.slots, rc.width))
-        grads[req.real_pos] = step.row_grads
-        g_ring = fp.encode_clipped(grads, self.n_p)
-        d_ring = fp.encode_clipped(step.dense_grad, self.n_p)
+        g_ring, d_ring, step = local_update(
+            fp, rc, self.n_p, req, st.num_distinct, st.item_pos, st.ratings, st.rows_ring, st.dense_ring,
+            lambda rows, dense, pos, ratings: run.model.local_step(rows, dense, run.store.state(st.user), pos, ratings),
+        )
         up0, up1 = st.role.upload(g_ring, d_ring)
         self.user_s += time.perf_counter() - t
         self.losses.append(step.loss)
@@ -554,7 +544,7 @@ def train(
     m = train_data.num_items
     width, dense_size = model.sparse_width, model.dense_size
     per_user = by_user(train_data)
-    distinct = _distinct_counts(per_user)
+    distinct = distinct_counts(per_user)
     active = np.flatnonzero(distinct > 0)
     if cfg.rating_range is not None:
         rating_range = (float(cfg.rating_range[0]), float(cfg.rating_range[1]))
@@ -731,30 +721,12 @@ def train(
 # --------------------------------------------------------------------------- helpers
 
 
-def _distinct_counts(per_user: Any) -> np.ndarray:
-    """Number of distinct items of each user (``by_user`` sorts items within a user)."""
-    counts = per_user.counts()
-    owner = np.repeat(np.arange(per_user.num_users, dtype=np.int64), counts)
-    items = per_user.items
-    new = np.ones(items.size, dtype=bool)
-    new[1:] = (items[1:] != items[:-1]) | (owner[1:] != owner[:-1])
-    return np.bincount(owner[new], minlength=per_user.num_users).astype(np.int64)
-
-
 def _raise_any(results: list[Any]) -> list[Any]:
     """The driver's users are honest: a rejected message is a bug, raise it."""
     for r in results:
         if isinstance(r, Exception):
             raise r
     return results
-
-
-def _distinct(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(distinct items, position of each rating's item among them)``."""
-    if items.size < 2 or np.all(items[1:] > items[:-1]):
-        return items, np.arange(items.size, dtype=np.int64)
-    uniq, inv = np.unique(items, return_inverse=True)
-    return uniq, inv.astype(np.int64)
 
 
 def _decode_model(

@@ -1,8 +1,9 @@
 """Transports move protocol messages (``bytes``) between users and the two servers.
 
 :class:`~secemb.transport.inprocess.InProcessTransport` is the simulation transport: named
-endpoints, FIFO mailboxes and per-round/stage/direction/user byte counters.  A network
-transport will expose the same ``send``/``recv`` surface.
+endpoints, FIFO mailboxes and per-round/stage/direction/user byte counters.  The network
+deployment's HTTP client side (signed requests, ``ApiClient``) is
+:mod:`secemb.transport.network`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""A device's local step between retrieval and upload, shared by the in-process loop
+(:mod:`secemb.training.loop`) and the networked device (:mod:`secemb.client`), so that both
+produce bit-identical models.
+
+:func:`local_update` decodes the real rows and the dense vector, maps the ratings onto the
+kept rows (placement may have dropped some items), runs the model's local step, places the row
+gradients at their request slots (padding and empty slots get exact zeros: PadOrTruncEmb),
+clips for ``n_p`` users and encodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from secemb.data import UserRatings
+from secemb.models.base import StepResult
+from secemb.protocols.base import RoundConfig
+from secemb.protocols.placement import PaddedRequest
+from secemb.ring import FixedPoint
+
+__all__ = ["LocalStep", "distinct_counts", "distinct_items", "local_update"]
+
+#: ``step(rows, dense, item_pos, ratings) -> StepResult``: float64 rows (n_kept, width) of the
+#: kept items, the dense vector, each rating's row index, the ratings.
+LocalStep = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], StepResult]
+
+
+def distinct_counts(per_user: UserRatings) -> np.ndarray:
+    """Number of distinct items of each user (``by_user`` sorts items within a user)."""
+    counts = per_user.counts()
+    owner = np.repeat(np.arange(per_user.num_users, dtype=np.int64), counts)
+    items = per_user.items
+    new = np.ones(items.size, dtype=bool)
+    new[1:] = (items[1:] != items[:-1]) | (owner[1:] != owner[:-1])
+    return np.bincount(owner[new], minlength=per_user.num_users).astype(np.int64)
+
+
+def distinct_items(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct items ascending, position of each rating's item among them)``."""
+    if items.size < 2 or np.all(items[1:] > items[:-1]):
+        return items, np.arange(items.size, dtype=np.int64)
+    uniq, inv = np.unique(items, return_inverse=True)
+    return uniq, inv.astype(np.int64)
+
+
+def local_update(
+    fp: FixedPoint,
+    rc: RoundConfig,
+    n_p: int,
+    request: PaddedRequest,
+    num_distinct: int,
+    item_pos: np.ndarray,
+    ratings: np.ndarray,
+    rows_ring: np.ndarray,
+    dense_ring: np.ndarray,
+    step: LocalStep,
+) -> tuple[np.ndarray, np.ndarray, StepResult]:
+    """One local step; returns the encoded row gradients (ring, (slots, width)), the encoded
+    dense gradient (ring, (dense_size,)) and the step's result.
+
+    Parameters
+    ----------
+    fp: the round's fixed-point encoding.
+    rc: the round's configuration.
+    n_p: users in the round (clipping bound ``R_u`` of Appendix L.2).
+    request: the device's placement (slots, real positions, kept items).
+    num_distinct: number of distinct items the device rated.
+    item_pos, ratings: for each rating, its item's position among the distinct items, and
+        the rating.
+    rows_ring: the retrieved rows (ring, (slots, width)).
+    dense_ring: the dense vector (ring, (dense_size,)).
+    step: the local training hook (the model's ``local_step`` bound to the device's state).
+    """
+    rows = fp.decode(rows_ring[request.real_pos])
+    dense_u = fp.decode(dense_ring)
+    if request.kept.size == num_distinct:  # padded: kept = all, in order
+        pos, r = item_pos, ratings
+    else:  # truncated: ratings of the kept items, pointing at their rows
+        row_of = np.full(num_distinct, -1, dtype=np.int64)
+        row_of[request.kept] = np.arange(request.kept.size, dtype=np.int64)
+        pos = row_of[item_pos]
+        sel = pos >= 0
+        pos, r = pos[sel], ratings[sel]
+    result = step(rows, dense_u, pos, r)
+    grads = np.zeros((rc.slots, rc.width))
+    grads[request.real_pos] = result.row_grads
+    return fp.encode_clipped(grads, n_p), fp.encode_clipped(result.dense_grad, n_p), result
