@@ -54,6 +54,7 @@ from secemb.training.loop import (
     VerificationError,
     model_sha256,
     rmse,
+    run_config,
 )
 from secemb.training.optimizer import ServerAdam
 from secemb.transport.network import ApiClient, RemoteError, Unreachable
@@ -268,37 +269,10 @@ def train_networked(
             m_prime, source, mean_count = int(doc["m_prime"]), "eq11", float(doc["mean_count"])
             count_bytes = int(doc["bytes"])
 
-        result_config: dict[str, Any] = {
-            **(extra_config or {}),
-            "model": model.name,
-            "model_hparams": model.hparams(),
-            "protocol": getattr(protocol, "name", type(protocol).__name__),
-            "layout": protocol.layout,
-            "relay": protocol.relay,
-            "expansion": protocol.expansion if protocol.layout == "cuckoo" else None,
-            "epochs": cfg.epochs,
-            "users_per_round": cfg.users_per_round,
-            "m_prime": m_prime,
-            "m_prime_source": source,
-            "alpha": cfg.alpha,
-            "mean_rating_count": mean_count,
-            "seed": cfg.seed,
-            "verify": cfg.verify,
-            "lr": cfg.lr,
-            "adam_betas": [cfg.beta1, cfg.beta2],
-            "adam_eps": cfg.eps,
-            "lazy_adam": cfg.lazy_adam,
-            "ring_bits": cfg.ring_bits,
-            "frac_bits": cfg.frac_bits,
-            "schedule": cfg.schedule,
-            "rating_range": list(rating_range),
-            "num_users": train_data.num_users,
-            "num_items": m,
-            "num_train_ratings": len(train_data),
-            "num_test_ratings": 0 if test_data is None else len(test_data),
-            "active_users": int(active.size),
-            "total_rounds": cfg.epochs * -(-int(active.size) // cfg.users_per_round),
-        }
+        result_config = run_config(
+            model, protocol, cfg, train_data, test_data, m_prime, source, mean_count,
+            rating_range, int(active.size), extra_config,
+        )
         if on_start is not None:
             on_start(result_config)
 

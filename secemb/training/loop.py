@@ -61,6 +61,7 @@ __all__ = [
     "VerificationError",
     "model_sha256",
     "rmse",
+    "run_config",
     "secure_m_prime",
     "train",
 ]
@@ -496,6 +497,54 @@ class _Round:
         return opt_s
 
 
+def run_config(
+    model: RecModel,
+    protocol: Protocol,
+    cfg: TrainConfig,
+    train_data: RatingData,
+    test_data: RatingData | None,
+    m_prime: int,
+    m_prime_source: str,
+    mean_count: float | None,
+    rating_range: tuple[float, float],
+    active_users: int,
+    extra_config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``config`` document of a run's result (shared by every driver, so that an
+    in-process run and a networked run describe themselves identically)."""
+    return {
+        **(extra_config or {}),
+        "model": model.name,
+        "model_hparams": model.hparams(),
+        "protocol": getattr(protocol, "name", type(protocol).__name__),
+        "layout": protocol.layout,
+        "relay": protocol.relay,
+        "expansion": protocol.expansion if protocol.layout == "cuckoo" else None,
+        "epochs": cfg.epochs,
+        "users_per_round": cfg.users_per_round,
+        "m_prime": m_prime,
+        "m_prime_source": m_prime_source,
+        "alpha": cfg.alpha,
+        "mean_rating_count": mean_count,
+        "seed": cfg.seed,
+        "verify": cfg.verify,
+        "lr": cfg.lr,
+        "adam_betas": [cfg.beta1, cfg.beta2],
+        "adam_eps": cfg.eps,
+        "lazy_adam": cfg.lazy_adam,
+        "ring_bits": cfg.ring_bits,
+        "frac_bits": cfg.frac_bits,
+        "schedule": cfg.schedule,
+        "rating_range": list(rating_range),
+        "num_users": train_data.num_users,
+        "num_items": train_data.num_items,
+        "num_train_ratings": len(train_data),
+        "num_test_ratings": 0 if test_data is None else len(test_data),
+        "active_users": active_users,
+        "total_rounds": cfg.epochs * -(-active_users // cfg.users_per_round),
+    }
+
+
 def train(
     model: RecModel,
     protocol: Protocol,
@@ -576,37 +625,10 @@ def train(
     if own_transport:
         tp.reset_counters()
 
-    result_config: dict[str, Any] = {
-        **(extra_config or {}),
-        "model": model.name,
-        "model_hparams": model.hparams(),
-        "protocol": getattr(protocol, "name", type(protocol).__name__),
-        "layout": protocol.layout,
-        "relay": protocol.relay,
-        "expansion": protocol.expansion if protocol.layout == "cuckoo" else None,
-        "epochs": cfg.epochs,
-        "users_per_round": cfg.users_per_round,
-        "m_prime": m_prime,
-        "m_prime_source": m_prime_source,
-        "alpha": cfg.alpha,
-        "mean_rating_count": mean_count,
-        "seed": cfg.seed,
-        "verify": cfg.verify,
-        "lr": cfg.lr,
-        "adam_betas": [cfg.beta1, cfg.beta2],
-        "adam_eps": cfg.eps,
-        "lazy_adam": cfg.lazy_adam,
-        "ring_bits": cfg.ring_bits,
-        "frac_bits": cfg.frac_bits,
-        "schedule": cfg.schedule,
-        "rating_range": list(rating_range),
-        "num_users": train_data.num_users,
-        "num_items": m,
-        "num_train_ratings": len(train_data),
-        "num_test_ratings": 0 if test_data is None else len(test_data),
-        "active_users": int(active.size),
-        "total_rounds": cfg.epochs * -(-int(active.size) // cfg.users_per_round),
-    }
+    result_config = run_config(
+        model, protocol, cfg, train_data, test_data, m_prime, m_prime_source, mean_count,
+        rating_range, int(active.size), extra_config,
+    )
     if on_start is not None:
         on_start(result_config)
 
