@@ -6,6 +6,8 @@ full layout, exactly ``m'`` rows; for the cuckoo layout, their items cuckoo-inse
 ``B`` buckets), both servers answer every retrieval as one batch, absorb every upload and
 produce their aggregate shares; ``server_s_per_round`` is the busier server's time in its
 role calls (the two servers run in parallel in a deployment).  The user side is not timed.
+The protocol bytes each user sent and received are counted too (``len()`` of the messages;
+the public dense-parameter download of the training loop is not part of this round).
 """
 
 from __future__ import annotations
@@ -48,11 +50,13 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
     timed(0, s0.begin_round, cfg, table)
     timed(1, s1.begin_round, cfg, table)
     roles, reqs = [], []
+    up = down = 0  # bytes between the users and the servers (protocol messages)
     for _ in range(users):
         role = proto.make_user(cfg)
         request = place(cfg, rng.choice(m, m_prime, replace=False), rng)
         roles.append((role, request))
         reqs.append(role.retrieval_request(request.indices))
+        up += sum(len(q) for q in reqs[-1])
     ids = range(users)
     a1 = timed(1, s1.handle_retrieval_many, [(u, reqs[u][1]) for u in ids])
     a0 = timed(0, s0.handle_retrieval_many, [(u, reqs[u][0]) for u in ids])
@@ -60,10 +64,12 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
         masked = timed(1, s1.relay_retrieval_many, [(u, a0[u]) for u in ids])
         a0 = [timed(0, s0.complete_retrieval, u, masked[u]) for u in ids]
     for u, (role, request) in enumerate(roles):
+        down += len(a0[u]) + (len(a1[u]) if a1[u] is not None else 0)
         role.retrieval_result(a0[u], a1[u])
         grads = np.zeros((cfg.slots, d + 1), np.uint32)
         grads[request.real_pos] = rng.integers(0, 2**32, (request.real_pos.size, d + 1), dtype=np.uint64)
         up0, up1 = role.upload(grads, np.zeros(1, np.uint32))
+        up += len(up0) + (len(up1) if up1 is not None else 0)
         fwd = timed(0, s0.handle_upload, u, up0)
         if up1 is not None:
             timed(1, s1.handle_upload, u, up1)
@@ -79,7 +85,21 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
         "d": d,
         "users": users,
         "server_s_per_round": max(busy),
+        "upload_bytes_per_user": up / users,
+        "download_bytes_per_user": down / users,
     }
+
+
+def traffic(users: int = 2) -> list[dict[str, Any]]:
+    """Per-user protocol bytes of every variant at the sizes of ML-100K, ML-1M and Yelp
+    (d = 64, dense size 1 as for MF), each measured by running a round."""
+    rows = []
+    for name, m, mp in (("ml100k", 1682, 200), ("ml1m", 3883, 300), ("yelp", 93386, 500)):
+        for layout, relay in (("full", False), ("full", True), ("cuckoo", False), ("cuckoo", True)):
+            rec = measure(layout, relay, m, mp, 64, users)
+            rec["dataset"] = name
+            rows.append(rec)
+    return rows
 
 
 def failure_rate(m: int, m_prime: int, users: int, expansion: float = 1.25, seed: int = 0) -> dict[str, Any]:
@@ -130,7 +150,15 @@ def run(
                 progress(f"sweep m={m}: {layout}")
             sweep.append(measure(layout, False, m, 200, d, 2))
     failures = [failure_rate(m, mp, 100 if quick else 2000) for _, m, mp, _, _ in configs]
-    return {"records": records, "sweep": sweep, "insertion": failures, "machine": machine_info()}
+    if progress:
+        progress("traffic of every variant")
+    return {
+        "records": records,
+        "sweep": sweep,
+        "insertion": failures,
+        "traffic": [] if quick else traffic(),
+        "machine": machine_info(),
+    }
 
 
 def plot(sweep: list[dict[str, Any]], path: str) -> None:
