@@ -153,9 +153,16 @@ def run(
     check: bool = True,
     progress: Any = None,
     cached_only: bool = False,
+    threads: int | None = 1,
 ) -> dict[str, Any]:
     """Run (or resume) every configuration and write the table; returns the summary.
-    ``cached_only`` tabulates the runs already in ``<out>/runs`` and trains nothing."""
+    ``cached_only`` tabulates the runs already in ``<out>/runs`` and trains nothing.
+    ``threads`` sets torch's intra-op threads (1: a device's step is small, and spinning
+    threads only slow it down on a shared machine; ``None`` leaves torch's default)."""
+    if threads is not None and not cached_only:
+        import torch
+
+        torch.set_num_threads(threads)
     out = Path(out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
