@@ -60,8 +60,9 @@ def register(app: typer.Typer) -> None:
         the devices sent and received (HTTP headers excluded).
         """
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
         from rich.table import Table
+
+        from secemb.cli._report import training_display, write_json
 
         from secemb.client.coordinator import RoundAborted
         from secemb.client.demo import run_networked_experiment
@@ -76,30 +77,12 @@ def register(app: typer.Typer) -> None:
             users_per_round=users_per_round, m_prime=m_prime, alpha=alpha, seed=seed, verify=verify, lr=lr,
             reg=reg, dim=dim, ring_bits=ring_bits, lazy_adam=lazy_adam,
         )
-        progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"), console=console, disable=quiet, transient=True,
+        progress, on_start, on_round, on_epoch = training_display(
+            console, quiet, prefix="network | " if network else "in-process | "
         )
-        task: dict[str, Any] = {}
 
         def on_cluster(cluster: Any) -> None:
             console.print(f"server 0 {cluster.url(0)}  server 1 {cluster.url(1)}  (logs in {cluster.workdir})")
-
-        def on_start(cfg: dict[str, Any]) -> None:
-            console.print(
-                f"{'network' if network else 'in-process'} | {cfg['protocol']} ({cfg['layout']}"
-                f"{', relay' if cfg['relay'] else ''}) | {cfg['dataset']} | {cfg['model']} d={cfg['dim']} | "
-                f"{cfg['active_users']} devices, {cfg['num_items']} items | m'={cfg['m_prime']} "
-                f"({cfg['m_prime_source']}) | {cfg['users_per_round']} users/round, {cfg['total_rounds']} rounds"
-            )
-            task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status="")
-
-        def on_round(r: Any) -> None:
-            progress.update(task["id"], advance=1, status=f"epoch {r.epoch} loss {r.train_loss:.4f}")
-
-        def on_epoch(e: Any) -> None:
-            shown = "n/a" if e.test_rmse is None else f"{e.test_rmse:.4f}"
-            progress.console.print(f"epoch {e.epoch:4d}  test RMSE {shown}  train loss {e.train_loss:.4f}")
 
         try:
             with progress:
@@ -133,7 +116,4 @@ def register(app: typer.Typer) -> None:
         table.add_row("wall time", f"{result.wall_s:.1f} s")
         table.add_row("model sha256", result.model_sha256[:16] + "...")
         console.print(table)
-        if json_out is not None:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(result.to_json(indent=2) + "\n")
-            console.print(f"wrote {json_out}")
+        write_json(console, result, json_out)

@@ -85,14 +85,9 @@ def register(app: typer.Typer) -> None:
         1 MB = 10^6 bytes.
         """
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
         from rich.table import Table
+
+        from secemb.cli._report import training_display, write_json
 
         from secemb.data import DatasetNotFoundError
         from secemb.errors import InvalidParameters
@@ -122,37 +117,7 @@ def register(app: typer.Typer) -> None:
             ring_bits=ring_bits,
             lazy_adam=lazy_adam,
         )
-        progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
-            console=console,
-            disable=quiet,
-            transient=True,
-        )
-        task: dict[str, Any] = {}
-
-        def on_start(cfg: dict[str, Any]) -> None:
-            console.print(
-                f"{cfg['protocol']} ({cfg['layout']}{', relay' if cfg['relay'] else ''}) | {cfg['dataset']} | {cfg['model']} d={cfg['dim']} "
-                f"lr={cfg['lr']} reg={cfg['reg']} | {cfg['active_users']} users, "
-                f"{cfg['num_items']} items | m'={cfg['m_prime']} ({cfg['m_prime_source']}) | "
-                f"{cfg['users_per_round']} users/round, {cfg['total_rounds']} rounds"
-            )
-            task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status="")
-
-        def on_round(r: Any) -> None:
-            progress.update(
-                task["id"], advance=1, status=f"epoch {r.epoch} loss {r.train_loss:.4f}"
-            )
-
-        def on_epoch(e: Any) -> None:
-            shown = "n/a" if e.test_rmse is None else f"{e.test_rmse:.4f}"
-            progress.console.print(
-                f"epoch {e.epoch:4d}  test RMSE {shown}  train loss {e.train_loss:.4f}"
-            )
+        progress, on_start, on_round, on_epoch = training_display(console, quiet)
 
         try:
             with progress:
@@ -192,7 +157,4 @@ def register(app: typer.Typer) -> None:
         table.add_row("model sha256", result.model_sha256[:16] + "...")
         console.print(table)
 
-        if json_out is not None:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(result.to_json(indent=2) + "\n")
-            console.print(f"wrote {json_out}")
+        write_json(console, result, json_out)

@@ -1,0 +1,54 @@
+"""What ``secemb train`` and ``secemb demo`` show while and after they train: a progress bar
+over rounds, one line per epoch, the run's header line, and the JSON result file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+def describe(cfg: dict[str, Any], prefix: str = "") -> str:
+    """One line naming the run from its result ``config`` document."""
+    return (
+        f"{prefix}{cfg['protocol']} ({cfg['layout']}{', relay' if cfg['relay'] else ''}) | {cfg['dataset']} | "
+        f"{cfg['model']} d={cfg['dim']} lr={cfg['lr']} reg={cfg['reg']} | {cfg['active_users']} users, "
+        f"{cfg['num_items']} items | m'={cfg['m_prime']} ({cfg['m_prime_source']}) | "
+        f"{cfg['users_per_round']} users/round, {cfg['total_rounds']} rounds"
+    )
+
+
+def training_display(
+    console: Console, quiet: bool, prefix: str = ""
+) -> tuple[Progress, Callable[[dict[str, Any]], None], Callable[[Any], None], Callable[[Any], None]]:
+    """``(progress, on_start, on_round, on_epoch)`` for the training drivers' callbacks; the
+    progress bar disappears when done and is off with ``quiet``."""
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"), console=console, disable=quiet, transient=True,
+    )
+    task: dict[str, Any] = {}
+
+    def on_start(cfg: dict[str, Any]) -> None:
+        console.print(describe(cfg, prefix))
+        task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status="")
+
+    def on_round(r: Any) -> None:
+        progress.update(task["id"], advance=1, status=f"epoch {r.epoch} loss {r.train_loss:.4f}")
+
+    def on_epoch(e: Any) -> None:
+        shown = "n/a" if e.test_rmse is None else f"{e.test_rmse:.4f}"
+        progress.console.print(f"epoch {e.epoch:4d}  test RMSE {shown}  train loss {e.train_loss:.4f}")
+
+    return progress, on_start, on_round, on_epoch
+
+
+def write_json(console: Console, result: Any, path: Path | None) -> None:
+    """Write ``result.to_json()`` to ``path`` (if given) and say so."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.to_json(indent=2) + "\n")
+        console.print(f"wrote {path}")
