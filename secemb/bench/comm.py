@@ -15,6 +15,9 @@ a round of 100 users drawn from the dataset (real ML-100K, otherwise its synthet
 set up (pairwise seeds, index sets, union) and the messages of three users are built and
 measured; their download is the full model (plus the published union for TopkSecAgg).
 
+Rows are appended to ``<out>/rows.jsonl`` as they are measured; a later invocation reuses
+them (delete the file to re-measure) and the tables cover every row in it.
+
 Server-side evaluation of SecEmb-Init's ``m' w`` element keys is skipped where ``m' m w`` >
 :data:`INIT_EVAL_LIMIT` (minutes per user; the servers still parse and validate every key, the
 bytes are the same).
@@ -22,6 +25,7 @@ bytes are the same).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -246,27 +250,54 @@ def run(
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Measure every (model, dataset, protocol); write Markdown/CSV/PNG into ``out``."""
+    single_thread()
     t_all = time.perf_counter()
     jobs = [(d, mo, p) for d in datasets for mo in models for p in protocols]
     task = progress.add_task("comm", total=len(jobs)) if progress is not None else None
+    cache_path = Path(out) / "rows.jsonl" if out is not None else None
+    cached: dict[tuple[str, str, str], dict[str, Any]] = {}
+    if cache_path is not None and cache_path.is_file():
+        for line in cache_path.read_text().splitlines():
+            r = json.loads(line)
+            cached[(r["model"], r["dataset"], r["requested"])] = r
     rows = []
     for d, mo, p in jobs:
         if progress is not None:
             progress.update(task, description=f"comm {mo} {d} {p}")
+        if (mo, d, p) in cached:
+            rows.append(cached.pop((mo, d, p)))
+            if progress is not None:
+                progress.update(task, advance=1)
+            continue
         row = measure_round(mo, d, p, data_dir=data_dir)
+        row["requested"] = p
         table = "rr" if p in ("quant8", "ternary", "svd", "colr") else "upload"
         row["paper_upload_mb"] = PAPER.get(("upload", mo, row["protocol"]), {}).get(d) if p != "secemb-cuckoo-relay" else None
         row["paper_download_mb"] = PAPER.get(("download", mo, row["protocol"]), {}).get(d) if p != "secemb-cuckoo-relay" else None
         row["paper_rr"] = PAPER.get((table, mo, p), {}).get(d) if table == "rr" else None
         rows.append(row)
+        if cache_path is not None:  # resumable: one JSON line per measured configuration
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(cache_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
         if on_row is not None:
             on_row(row)
         if progress is not None:
             progress.update(task, advance=1)
     _add_ratios(rows)
     if out is not None:
-        write(Path(out), rows, time.perf_counter() - t_all)
+        everything = rows + list(cached.values())  # earlier invocations' rows stay in the tables
+        _add_ratios(everything)
+        write(Path(out), everything, time.perf_counter() - t_all)
     return rows
+
+
+def single_thread() -> None:
+    """One torch intra-op thread: a device's step is small, and on a shared machine spinning
+    worker threads only slow it down."""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def _add_ratios(rows: list[dict[str, Any]]) -> None:

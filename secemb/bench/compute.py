@@ -86,6 +86,9 @@ def run(models: Sequence[str] = MODELS, datasets: Sequence[str] = tuple(DATASETS
         protocols: Sequence[str] = PROTOCOLS, *, out: str | Path | None = "results/compute", repeats: int = 5,
         progress: Any = None, data_dir: Any = None) -> list[dict[str, Any]]:
     """Table 17 (and Table 5 / Figure 5 for MF): user ms per protocol, model and dataset."""
+    from secemb.bench.comm import single_thread
+
+    single_thread()
     t_all = time.perf_counter()
     jobs = [(d, mo, p) for d in datasets for mo in models for p in protocols]
     task = progress.add_task("compute", total=len(jobs)) if progress is not None else None
@@ -130,6 +133,9 @@ def run_he(users: Sequence[int] = (100, 200, 300, 400, 500), *, out: str | Path 
     from secemb.protocols import get_protocol
     from secemb.training.loop import TrainConfig, train
 
+    from secemb.bench.comm import single_thread
+
+    single_thread()
     t_all = time.perf_counter()
     data, _ = round_data("ml-1m")
     m, m_prime, _ = DATASETS["ml-1m"]

@@ -6,10 +6,11 @@ Storage
     dataset's mean training count) ``+ P + P_u``; full model ``m w + P + P_u`` (``P_u`` the
     private vector).  Counted from the arrays the round actually holds (their ``.size``).
 Memory
-    Peak resident memory of a fresh process doing one user's round work -- decoding the rows it
-    holds (all ``m`` for the full model), one local step with batch size 1 (one rating, as the
-    paper), encoding the gradient -- minus the process's resident memory just before (after
-    imports and data set-up).  Read from ``/proc/self/status`` (``VmHWM`` - ``VmRSS``), one
+    Peak resident memory of a fresh process doing one user's round work -- receiving its
+    parameters (the rows it holds, all ``m`` for the full model, and the dense vector) in ring
+    form, decoding them, one local step with batch size 1 (one rating, as the paper), encoding
+    the gradient -- minus the process's resident memory just before (after imports, with only
+    the model object and the features built).  Read from ``/proc/self/status`` (``VmHWM`` - ``VmRSS``), one
     spawned process per configuration, so nothing is shared between measurements.  Linux only.
 """
 
@@ -45,25 +46,27 @@ def _reset_peak() -> None:
 
 
 def _child(model_name: str, dataset: str, mode: str, q: Any) -> None:
-    from secemb.bench.comm import _build_model, round_data
+    from secemb.bench.comm import _build_model
+    from secemb.data.features import synthetic_features
     from secemb.models.optim import AdamConfig
     from secemb.ring import FixedPoint
 
     import torch  # noqa: F401  (imported before the baseline, like every other library)
 
+    torch.set_num_threads(1)
     m, m_prime, mean = DATASETS[dataset]
-    data, feats = round_data(dataset)
-    model = _build_model(model_name, dataset, feats)
-    rng = np.random.default_rng(0)
-    table, dense = model.init_public(m, rng)
-    fp = FixedPoint(32, 16)
     held = m if mode == "full" else mean
-    rows_ring = fp.encode(table[:held])  # what arrived over the wire
-    dense_ring = fp.encode(dense)
-    store = model.new_user_store(data.num_users, np.random.default_rng(1), AdamConfig())
-    del table
+    # features with the dataset's counts; one user (the device), ``held`` catalogue rows
+    feats = synthetic_features(dataset, 1, held)
+    model = _build_model(model_name, dataset, feats)
+    fp = FixedPoint(32, 16)
     _reset_peak()
     base = _status_kb("VmRSS")
+    # everything from here is the device's round: its parameters arrive, it trains, encodes
+    table, dense = model.init_public(held, np.random.default_rng(0))
+    rows_ring, dense_ring = fp.encode(table), fp.encode(dense)  # as received
+    del table, dense
+    store = model.new_user_store(1, np.random.default_rng(1), AdamConfig())
     rows = fp.decode(rows_ring)
     dense_f = fp.decode(dense_ring)
     step = model.local_step(rows, dense_f, store.state(0), np.array([0]), np.array([4.0]))
