@@ -29,7 +29,7 @@ from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError
 from secemb.fss.fused import retrieve_and_prepare
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
-from secemb.protocols.secfedrec import check_user, register_ids, users_bytes
+from secemb.protocols.wire import check_user, users_bytes
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
 from secemb.randomness import RandomBytes, system_rng
 from secemb.sharing import reconstruct, share
@@ -44,7 +44,6 @@ __all__ = [
     "row_keys_bytes",
 ]
 
-register_ids()
 
 
 # ----------------------------------------------------------------------------- key helpers

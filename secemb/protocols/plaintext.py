@@ -33,7 +33,7 @@ import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
-from secemb.protocols.wire import array_bytes, frame, open_message, read_array
+from secemb.protocols.wire import array_bytes, check_ring, frame, open_message, read_array
 from secemb.randomness import RandomBytes
 
 __all__ = ["PlaintextProtocol", "PlaintextServer", "PlaintextUser"]
@@ -41,14 +41,6 @@ __all__ = ["PlaintextProtocol", "PlaintextServer", "PlaintextUser"]
 _NAME = "plaintext"
 _U32 = np.dtype(np.uint32)
 _EMPTY = np.uint32(0xFFFFFFFF)  # an empty cuckoo slot on the wire
-
-
-def _check_ring(name: str, a: np.ndarray, shape: tuple[int, ...], config: RoundConfig) -> None:
-    if not isinstance(a, np.ndarray) or a.dtype != config.dtype:
-        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
-        raise TypeError(f"{name} must be a numpy array of dtype {config.dtype}, got {got}")
-    if a.shape != shape:
-        raise InvalidParameters(f"{name} must have shape {shape}, got {a.shape}")
 
 
 class PlaintextUser(UserRole):
@@ -99,8 +91,8 @@ class PlaintextUser(UserRole):
         cfg = self.config
         if self._stage != 2:
             raise ProtocolError("upload before the retrieval finished, or twice")
-        _check_ring("rows", rows, (cfg.slots, cfg.width), cfg)
-        _check_ring("dense", dense, (cfg.dense_size,), cfg)
+        check_ring("rows", rows, (cfg.slots, cfg.width), cfg)
+        check_ring("dense", dense, (cfg.dense_size,), cfg)
         self._stage = 3
         return (
             frame(_NAME, "upload", 0, cfg.round_id, array_bytes(rows), array_bytes(dense)),
@@ -131,7 +123,7 @@ class PlaintextServer(ServerRole):
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if not isinstance(config, RoundConfig):
             raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
-        _check_ring("table", table, (config.num_items, config.width), config)
+        check_ring("table", table, (config.num_items, config.width), config)
         if self.config is not None and config.round_id <= self.config.round_id:
             raise ProtocolError(
                 f"server {self.party}: round {config.round_id} does not follow round "

@@ -49,7 +49,7 @@ from secemb.fss.fused import (
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.protocols.backends import Backend, SerialBackend
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
-from secemb.protocols.wire import array_bytes, frame, open_message, read_array
+from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
 from secemb.randomness import RandomBytes, expand_seed, system_rng
 from secemb.sharing import reconstruct, share
 
@@ -58,12 +58,6 @@ __all__ = ["SecEmbProtocol", "SecEmbUser", "SecEmbServer"]
 _NAME = "secemb"
 _U64 = struct.Struct("<Q")
 _SEED = 16
-
-
-def _check_user(user_id: object) -> int:
-    if isinstance(user_id, bool) or not isinstance(user_id, (int, np.integer)) or not 0 <= user_id < 2**64:
-        raise InvalidParameters(f"user id must be an int in [0, 2^64), got {user_id!r}")
-    return int(user_id)
 
 
 def key_params(config: RoundConfig) -> fss.DPFParams:
@@ -319,7 +313,7 @@ class SecEmbServer(ServerRole):
         seen: set[int] = set()
         for i, (user_id, message) in enumerate(requests):
             try:
-                user_id = _check_user(user_id)
+                user_id = check_user(user_id)
                 if user_id in seen:
                     raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
                 self._check_new(user_id)
@@ -370,7 +364,7 @@ class SecEmbServer(ServerRole):
         shared_len = request_bytes(cfg) - 16 * cfg.slots
         for i, (user_id, message) in enumerate(forwards):
             try:
-                user_id = _check_user(user_id)
+                user_id = check_user(user_id)
                 if user_id not in self._awaiting or user_id in users:
                     raise ProtocolError(f"no retrieval request of user {user_id} to complete")
                 body = open_message(message, _NAME, "relay_keys", 1, cfg.round_id, shared_len)
@@ -393,7 +387,7 @@ class SecEmbServer(ServerRole):
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 0, relay: add server 1's masked shares to its own; the reply to the user."""
         cfg = self._cfg()
-        user_id = _check_user(user_id)
+        user_id = check_user(user_id)
         if not (self.relay and self.party == 0) or user_id not in self._answers:
             raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
         body = open_message(message, _NAME, "relay_answer", 1, cfg.round_id, _rows_bytes(cfg))
@@ -439,7 +433,7 @@ class SecEmbServer(ServerRole):
     def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
         """Absorb an upload.  Relay: server 0 returns the correction words to forward."""
         cfg = self._cfg()
-        user_id = _check_user(user_id)
+        user_id = check_user(user_id)
         if self.relay and self.party == 1:
             raise ProtocolError("with relay, users upload to server 0 only")
         self._check_upload(user_id)
@@ -456,7 +450,7 @@ class SecEmbServer(ServerRole):
         """Server 1, relay: absorb the forwarded correction words; its dense share is the
         expansion of the user's seed."""
         cfg = self._cfg()
-        user_id = _check_user(user_id)
+        user_id = check_user(user_id)
         if not (self.relay and self.party == 1):
             raise ProtocolError("relay_upload is server 1's step in relay mode")
         self._check_upload(user_id)
@@ -482,10 +476,9 @@ class SecEmbServer(ServerRole):
     def aggregate_share(self) -> bytes:
         cfg = self._cfg()
         users = self.included_users()
-        ids = b"".join(_U64.pack(u) for u in users)
         return frame(
             _NAME, "aggregate_share", self.party, cfg.round_id,
-            _U64.pack(len(users)), ids, array_bytes(self._closed_sparse()), array_bytes(self._dense),
+            users_bytes(users), array_bytes(self._closed_sparse()), array_bytes(self._dense),
         )
 
     def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:

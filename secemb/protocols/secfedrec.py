@@ -18,9 +18,8 @@ What a server learns: nothing about an individual gradient (each share is unifor
 items a user rated (it downloads everything, uploads a dense matrix).  Cost: ``O(m w)`` both
 ways, which is what SecEmb avoids.  Exact: the aggregate equals the plaintext ring sum.
 
-This module also holds the framing shared by secemb's baseline protocols: protocol ids
-16-27 (:data:`BASELINE_IDS`) are registered in :data:`secemb.protocols.wire.PROTOCOL_IDS` at
-import, so every baseline message has the common 24-byte header.
+Every baseline message has the common 24-byte header of :mod:`secemb.protocols.wire`
+(protocol ids 16-26 in :data:`~secemb.protocols.wire.PROTOCOL_IDS`).
 
 The full-download pattern lives in :class:`FullModelUser` / :class:`FullModelServer`, which
 the lossy baselines (:mod:`secemb.protocols.lossy`) and GREC (:mod:`secemb.protocols.grec`)
@@ -34,61 +33,19 @@ import struct
 import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError
-from secemb.protocols import wire
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
-from secemb.protocols.wire import array_bytes, frame, open_message, read_array
+from secemb.protocols.wire import array_bytes, check_ring, check_user, frame, open_message, read_array, users_bytes
 from secemb.randomness import RandomBytes, system_rng
 from secemb.sharing import reconstruct, share
 
 __all__ = [
-    "BASELINE_IDS",
     "FullModelServer",
     "FullModelUser",
     "SecFedRecProtocol",
-    "check_user",
-    "register_ids",
-    "users_bytes",
 ]
 
-#: protocol ids of the baselines in the common message header
-BASELINE_IDS = {
-    "secfedrec": 16, "secemb-init": 17, "secemb-rowenc": 18, "grec": 19, "quant8": 20,
-    "ternary": 21, "svd": 22, "colr": 23, "secaggmask": 24, "topksecagg": 25, "he-ckks": 26,
-}
 _U64 = struct.Struct("<Q")
 
-
-def register_ids() -> None:
-    """Add :data:`BASELINE_IDS` to the wire registry (idempotent; refuses a clash)."""
-    for name, pid in BASELINE_IDS.items():
-        have = wire.PROTOCOL_IDS.get(name)
-        if have is not None and have != pid:
-            raise InvalidParameters(f"protocol {name!r} already has id {have}, not {pid}")
-        if have is None and pid in wire.PROTOCOL_IDS.values():
-            raise InvalidParameters(f"protocol id {pid} is taken")
-        wire.PROTOCOL_IDS[name] = pid
-
-
-register_ids()
-
-
-def check_user(user_id: object) -> int:
-    if isinstance(user_id, bool) or not isinstance(user_id, (int, np.integer)) or not 0 <= user_id < 2**64:
-        raise InvalidParameters(f"user id must be an int in [0, 2^64), got {user_id!r}")
-    return int(user_id)
-
-
-def users_bytes(users: list[int]) -> bytes:
-    """``u64 count || count sorted u64 ids`` -- the user set an aggregate share covers."""
-    return _U64.pack(len(users)) + b"".join(_U64.pack(u) for u in users)
-
-
-def _check_ring(name: str, a: np.ndarray, shape: tuple[int, ...], config: RoundConfig) -> None:
-    if not isinstance(a, np.ndarray) or a.dtype != config.dtype:
-        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
-        raise TypeError(f"{name} must be a numpy array of dtype {config.dtype}, got {got}")
-    if a.shape != shape:
-        raise InvalidParameters(f"{name} must have shape {shape}, got {a.shape}")
 
 
 class FullModelUser(UserRole):
@@ -158,8 +115,8 @@ class FullModelUser(UserRole):
         cfg = self.config
         if self._stage != 2:
             raise ProtocolError("upload before the retrieval finished, or twice")
-        _check_ring("rows", rows, (cfg.slots, cfg.width), cfg)
-        _check_ring("dense", dense, (cfg.dense_size,), cfg)
+        check_ring("rows", rows, (cfg.slots, cfg.width), cfg)
+        check_ring("dense", dense, (cfg.dense_size,), cfg)
         if np.any(rows[self._indices < 0]):
             raise InvalidParameters("rows of empty slots must be zero")
         b0, b1 = self.encode_upload(rows, dense)
@@ -195,7 +152,7 @@ class FullModelServer(ServerRole):
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if not isinstance(config, RoundConfig):
             raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
-        _check_ring("table", table, (config.num_items, config.width), config)
+        check_ring("table", table, (config.num_items, config.width), config)
         if self.config is not None and config.round_id <= self.config.round_id:
             raise ProtocolError(f"server {self.party}: round {config.round_id} does not follow {self.config.round_id}")
         self.config = config

@@ -19,10 +19,14 @@ round parameters, never read from the message.
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidMessage
+from secemb.errors import InvalidMessage, InvalidParameters
+
+if TYPE_CHECKING:
+    from secemb.protocols.base import RoundConfig
 
 __all__ = [
     "HEADER_BYTES",
@@ -32,6 +36,9 @@ __all__ = [
     "open_message",
     "array_bytes",
     "read_array",
+    "check_user",
+    "check_ring",
+    "users_bytes",
 ]
 
 MAGIC = b"SEMB"
@@ -39,7 +46,13 @@ VERSION = 1
 _HEADER = struct.Struct("<4sBBBBQQ")
 HEADER_BYTES = _HEADER.size  # 24
 
-PROTOCOL_IDS = {"plaintext": 1, "secemb": 2}
+PROTOCOL_IDS = {
+    "plaintext": 1,
+    "secemb": 2,
+    # the baselines of the paper's evaluation
+    "secfedrec": 16, "secemb-init": 17, "secemb-rowenc": 18, "grec": 19, "quant8": 20,
+    "ternary": 21, "svd": 22, "colr": 23, "secaggmask": 24, "topksecagg": 25, "he-ckks": 26,
+}
 KINDS = {
     "retrieval_request": 1,
     "retrieval_reply": 2,
@@ -104,3 +117,27 @@ def read_array(body: memoryview, offset: int, dtype: np.dtype, shape: tuple[int,
     dt = np.dtype(dtype)
     arr = np.frombuffer(body, dt.newbyteorder("<"), count, offset).reshape(shape).astype(dt)
     return arr, offset + count * dt.itemsize
+
+
+_U64 = struct.Struct("<Q")
+
+
+def check_user(user_id: object) -> int:
+    """A user id as the servers accept it: an int in ``[0, 2^64)``, else InvalidParameters."""
+    if isinstance(user_id, bool) or not isinstance(user_id, (int, np.integer)) or not 0 <= user_id < 2**64:
+        raise InvalidParameters(f"user id must be an int in [0, 2^64), got {user_id!r}")
+    return int(user_id)
+
+
+def users_bytes(users: list[int]) -> bytes:
+    """``u64 count || count sorted u64 ids`` -- the user set an aggregate share covers."""
+    return _U64.pack(len(users)) + b"".join(_U64.pack(u) for u in users)
+
+
+def check_ring(name: str, a: np.ndarray, shape: tuple[int, ...], config: RoundConfig) -> None:
+    """A caller's ring array: the round's dtype (else TypeError) and ``shape``."""
+    if not isinstance(a, np.ndarray) or a.dtype != config.dtype:
+        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+        raise TypeError(f"{name} must be a numpy array of dtype {config.dtype}, got {got}")
+    if a.shape != shape:
+        raise InvalidParameters(f"{name} must have shape {shape}, got {a.shape}")
