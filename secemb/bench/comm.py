@@ -148,27 +148,24 @@ def _two_users(data: Any, mean: int) -> np.ndarray:
 
 
 def _build_model(model: str, dataset: str, feats: Any) -> Any:
-    from secemb.models import get_model, get_preset
+    from secemb.models import get_model, get_preset, uses_features
 
     preset = get_preset(model, dataset if dataset in _DS else "ml-100k")
-    kw = {"features": feats} if model != "mf" else {}
+    kw = {"features": feats} if uses_features(model) else {}
     return get_model(model, dim=preset.dim, reg=preset.reg, **kw)
 
 
 def _protocol(name: str, model: Any, dataset: str, m: int, m_prime: int) -> Any:
     from secemb.protocols import get_protocol
-    from secemb.protocols.lossy import TABLE10_RANKS
+    from secemb.protocols.lossy import lossy_options
 
     if name == "secemb":
         return get_protocol("secemb", layout="full", relay=False)
     if name == "secemb-cuckoo-relay":
         return get_protocol("secemb", layout="cuckoo", relay=True)
-    opts: dict[str, Any] = {}
+    opts = lossy_options(name, model, dataset)
     if name == "secemb-init":
         opts["server_eval"] = m_prime * m * model.sparse_width <= INIT_EVAL_LIMIT
-    if name in ("quant8", "ternary", "svd", "colr"):
-        opts["frozen_columns"] = getattr(model, "frozen_columns", 0)
-        opts["rank"] = TABLE10_RANKS[model.name].get(dataset, 4)
     return get_protocol(name, **opts)
 
 

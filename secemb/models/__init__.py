@@ -39,6 +39,7 @@ __all__ = [
     "get_model",
     "get_preset",
     "register_model",
+    "uses_features",
 ]
 
 MODELS: dict[str, Callable[..., RecModel]] = {
@@ -56,6 +57,24 @@ def register_model(name: str, factory: Callable[..., RecModel]) -> None:
     MODELS[name] = factory
 
 
+def _factory(name: str) -> Callable[..., RecModel]:
+    try:
+        return MODELS[name]
+    except (KeyError, TypeError):
+        raise InvalidParameters(f"unknown model {name!r}; available: {sorted(MODELS)}") from None
+
+
+def uses_features(name: str) -> bool:
+    """Whether model ``name`` is built with the dataset's side features (``features=``).
+
+    Raises
+    ------
+    InvalidParameters
+        If ``name`` is not registered.
+    """
+    return bool(getattr(_factory(name), "uses_features", False))
+
+
 def get_model(name: str, **hparams: object) -> RecModel:
     """Build model ``name`` with ``hparams`` (for ``"mf"``: ``dim``, ``reg``, ``init_std``).
 
@@ -64,8 +83,4 @@ def get_model(name: str, **hparams: object) -> RecModel:
     InvalidParameters
         If ``name`` is not registered, or a hyperparameter is invalid.
     """
-    try:
-        factory = MODELS[name]
-    except (KeyError, TypeError):
-        raise InvalidParameters(f"unknown model {name!r}; available: {sorted(MODELS)}") from None
-    return factory(**hparams)
+    return _factory(name)(**hparams)

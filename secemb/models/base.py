@@ -140,6 +140,8 @@ class RecModel(ABC):
     """
 
     name: str = ""
+    #: whether the model is built with the dataset's side features (``features=`` argument)
+    uses_features: bool = False
     sparse_width: int
     dense_size: int
     private_size: int

@@ -35,6 +35,7 @@ class FactorizationMachine(TorchRecModel):
     """FM.  ``sparse_width = d + 1 + ceil(l_y / 15)``, ``private_size = d + 1``."""
 
     name = "fm"
+    uses_features = True
 
     def __init__(self, dim: int = 64, reg: float = 0.1, init_std: float = 0.05, features: object = None) -> None:
         check_dim(dim, reg, init_std)

@@ -44,6 +44,7 @@ and colr are exact projections up to the 2^-24 fixed-point step.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +55,7 @@ from secemb.randomness import RandomBytes, random_words
 from secemb.ring import FixedPoint
 from secemb.sharing import share
 
-__all__ = ["TABLE10_RANKS", "ColrProtocol", "Quant8Protocol", "SvdProtocol", "TernaryProtocol", "colr_basis"]
+__all__ = ["LOSSY_PROTOCOLS", "TABLE10_RANKS", "lossy_options", "ColrProtocol", "Quant8Protocol", "SvdProtocol", "TernaryProtocol", "colr_basis"]
 
 #: Table 10: rank of SVD and CoLR per model and dataset
 TABLE10_RANKS = {
@@ -64,6 +65,20 @@ TABLE10_RANKS = {
     "deepfm": {"ml-100k": 12, "ml-1m": 10, "ml-10m": 4, "ml-25m": 4, "yelp": 4},
 }
 FACTOR_FRAC_BITS = 24
+#: the lossy baselines' protocol names
+LOSSY_PROTOCOLS = ("quant8", "ternary", "svd", "colr")
+
+
+def lossy_options(protocol: str, model: Any, dataset: str) -> dict[str, Any]:
+    """Options a lossy baseline needs from the model it trains: ``frozen_columns`` (the model's
+    packed feature-code columns, which CoLR must not project) and ``rank`` (Table 10 for the
+    model and dataset, 4 -- the large-dataset rank -- where Table 10 has no entry).  ``{}``
+    for every other protocol."""
+    if protocol not in LOSSY_PROTOCOLS:
+        return {}
+    ranks = TABLE10_RANKS.get(model.name, {})
+    return {"frozen_columns": int(getattr(model, "frozen_columns", 0)), "rank": ranks.get(dataset, 4)}
+
 
 
 def _share_small(x: np.ndarray, dtype: np.dtype, rng: RandomBytes) -> tuple[np.ndarray, np.ndarray]:

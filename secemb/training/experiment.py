@@ -18,8 +18,10 @@ from typing import Any, Literal
 
 from secemb.data import load_dataset, train_test_split
 from secemb.errors import InvalidParameters
-from secemb.models import get_model, get_preset
+from secemb.data.features import load_features
+from secemb.models import get_model, get_preset, uses_features
 from secemb.protocols import get_protocol
+from secemb.protocols.lossy import lossy_options
 from secemb.protocols.backends import make_backend
 from secemb.training.loop import EpochStats, RoundStats, TrainConfig, TrainResult, train
 from secemb.transport.inprocess import InProcessTransport
@@ -82,16 +84,26 @@ def run_experiment(
     secemb.training.VerificationError
         ``verify=True`` and the protocol's output differs from the direct computation.
     """
-    # Build the protocol first: an unavailable protocol fails before any data is loaded.
     options: dict[str, Any] = {"layout": exp.layout, "relay": exp.relay, "expansion": exp.expansion}
-    if exp.backend != "serial":
-        options["backend"] = make_backend(exp.backend, exp.workers)
-    protocol = get_protocol(exp.protocol, **options)
+    get_protocol(exp.protocol, **options)  # a bad protocol or option fails before any data is loaded
     preset = get_preset(exp.model, _preset_dataset(exp.dataset))
     dim = preset.dim if exp.dim is None else exp.dim
     reg = preset.reg if exp.reg is None else exp.reg
     lr = preset.lr if exp.lr is None else exp.lr
-    model = get_model(exp.model, dim=dim, reg=reg)
+    if not 0.0 < exp.test_fraction < 1.0:
+        raise InvalidParameters(f"test_fraction must be in (0, 1), got {exp.test_fraction!r}")
+    data = load_dataset(exp.dataset, exp.data_dir, download=exp.download, seed=exp.seed)
+    train_data, test_data = train_test_split(data, exp.test_fraction, seed=exp.seed)
+    hparams: dict[str, Any] = {"dim": dim, "reg": reg}
+    if uses_features(exp.model):  # FM, DeepFM: Appendix H side features
+        hparams["features"] = load_features(
+            exp.dataset, exp.data_dir, num_users=data.num_users, num_items=data.num_items, seed=exp.seed
+        )
+    model = get_model(exp.model, **hparams)
+    options.update(lossy_options(exp.protocol, model, _preset_dataset(exp.dataset)))
+    if exp.backend != "serial":
+        options["backend"] = make_backend(exp.backend, exp.workers)
+    protocol = get_protocol(exp.protocol, **options)
     config = TrainConfig(
         epochs=exp.epochs,
         users_per_round=exp.users_per_round,
@@ -105,10 +117,6 @@ def run_experiment(
         frac_bits=exp.frac_bits,
         schedule=exp.schedule,
     )
-    if not 0.0 < exp.test_fraction < 1.0:
-        raise InvalidParameters(f"test_fraction must be in (0, 1), got {exp.test_fraction!r}")
-    data = load_dataset(exp.dataset, exp.data_dir, download=exp.download, seed=exp.seed)
-    train_data, test_data = train_test_split(data, exp.test_fraction, seed=exp.seed)
     extra = {
         "dataset": exp.dataset,
         "test_fraction": exp.test_fraction,

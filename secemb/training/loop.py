@@ -165,11 +165,14 @@ class TrainConfig:
 @dataclass(frozen=True)
 class EpochStats:
     """Metrics after one epoch: test RMSE (predictions clipped to the rating scale; ``None``
-    with no test data) and the mean local objective over the epoch's participations."""
+    with no test data), the mean local objective over the epoch's participations, and the
+    RMSE on the validation data if :func:`train` was given any (for choosing an epoch without
+    looking at the test data)."""
 
     epoch: int
     test_rmse: float | None
     train_loss: float
+    val_rmse: float | None = None
 
 
 @dataclass(frozen=True)
@@ -557,6 +560,7 @@ def train(
     on_epoch: Callable[[EpochStats], None] | None = None,
     on_start: Callable[[dict[str, Any]], None] | None = None,
     extra_config: dict[str, Any] | None = None,
+    val_data: RatingData | None = None,
 ) -> TrainResult:
     """Train ``model`` federatedly with ``protocol`` and return metrics and the final model.
 
@@ -572,6 +576,8 @@ def train(
     on_start: called once before the first round with the run's configuration document
         (``result.config``), which includes ``total_rounds``.
     extra_config: merged into ``result.config`` (e.g. the dataset name).
+    val_data: optional held-out ratings (same id spaces), scored after every epoch into
+        :attr:`EpochStats.val_rmse`; they take no part in training.
 
     Raises
     ------
@@ -581,10 +587,11 @@ def train(
     """
     wall0 = time.perf_counter()
     cfg = config
-    if test_data is not None and (
-        test_data.num_items != train_data.num_items or test_data.num_users != train_data.num_users
-    ):
-        raise InvalidParameters("train and test data must share the user and item id spaces")
+    for held_out in (test_data, val_data):
+        if held_out is not None and (
+            held_out.num_items != train_data.num_items or held_out.num_users != train_data.num_users
+        ):
+            raise InvalidParameters("train, test and validation data must share the user and item id spaces")
     own_transport = transport is None
     tp = InProcessTransport() if transport is None else transport
     fp = FixedPoint(cfg.ring_bits, cfg.frac_bits)
@@ -700,13 +707,14 @@ def train(
             round_id += 1
         tp.set_round(None)
 
-        test_rmse = None
-        if test_data is not None:
-            pred = model.predict(
-                server0.table, server0.dense, store, test_data.users, test_data.items
-            )
-            test_rmse = rmse(pred, test_data.ratings, rating_range)
-        stats = EpochStats(epoch, test_rmse, float(np.mean(epoch_losses)))
+        scores: list[float | None] = []
+        for held_out in (test_data, val_data):
+            score = None
+            if held_out is not None:
+                pred = model.predict(server0.table, server0.dense, store, held_out.users, held_out.items)
+                score = rmse(pred, held_out.ratings, rating_range)
+            scores.append(score)
+        stats = EpochStats(epoch, scores[0], float(np.mean(epoch_losses)), val_rmse=scores[1])
         epochs.append(stats)
         if on_epoch is not None:
             on_epoch(stats)

@@ -62,3 +62,22 @@ def test_accuracy_harness_tiny(monkeypatch, tmp_path):
     assert (tmp_path / "table3.md").is_file() and len(list((tmp_path / "runs").glob("*.json"))) == 8 + 2
     again = accuracy.run(models=("mf",), protocols=("secemb",), seeds=(0, 1), epochs=2, out=tmp_path, check=False)
     assert np.isclose(again["rows"][0]["final_mean"], s["rows"][0]["final_mean"])  # resumed from the cache
+    doc = json.loads((tmp_path / "runs" / "mf-secemb-seed1.json").read_text())
+    val = doc["val_half_per_epoch"]
+    assert doc["selected_epoch"] == int(np.argmin(val)) + 1  # chosen on validation, never on test
+    assert doc["selected_rmse"] == doc["test_half_per_epoch"][doc["selected_epoch"] - 1]
+    for whole, a, b in zip(doc["rmse_per_epoch"], doc["test_half_per_epoch"], val):
+        assert min(a, b) <= whole <= max(a, b)
+
+
+def test_held_out_split_is_a_seeded_partition():
+    from secemb.bench.accuracy import split_held_out
+
+    te = synthetic_like(40, 30, 500, seed=2)
+    test, val = split_held_out(te, 3)
+    assert len(test) + len(val) == len(te) and 0.35 < len(val) / len(te) < 0.65
+    key = lambda d: set(zip(d.users.tolist(), d.items.tolist()))  # noqa: E731
+    assert key(test) | key(val) == key(te) and not key(test) & key(val)
+    again, _ = split_held_out(te, 3)
+    other, _ = split_held_out(te, 4)
+    assert key(again) == key(test) and key(other) != key(test)

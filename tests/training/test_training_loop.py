@@ -57,7 +57,8 @@ def test_synthetic_run_is_deterministic_verified_and_beats_the_global_mean():
     }
     assert set(doc["comm"]) == {"upload_bytes_per_user_round", "download_bytes_per_user_round"}
     assert set(doc["time"]) == {"user_ms_per_round", "server_s_per_round"}
-    assert doc["epochs"][0].keys() == {"epoch", "test_rmse", "train_loss"}
+    assert doc["epochs"][0].keys() == {"epoch", "test_rmse", "train_loss", "val_rmse"}
+    assert doc["epochs"][0]["val_rmse"] is None  # no validation data given
     assert doc["config"]["m_prime_source"] == "eq11"
 
 
@@ -214,3 +215,40 @@ def test_secure_and_plaintext_runs_give_identical_models(small):
     assert b.verified_rounds == b.rounds
     assert a.model_sha256 == b.model_sha256
     assert [e.test_rmse for e in a.epochs] == [e.test_rmse for e in b.epochs]
+
+
+def test_validation_data_is_scored_but_not_trained_on(small):
+    tr, te = small
+    half = np.arange(len(te)) % 2 == 0
+    val, test = te.subset(half), te.subset(~half)
+    cfg = TrainConfig(epochs=2, users_per_round=16)
+    plain = train(MatrixFactorization(dim=8, reg=0.01), PlaintextProtocol(), tr, test, cfg)
+    with_val = train(MatrixFactorization(dim=8, reg=0.01), PlaintextProtocol(), tr, test, cfg, val_data=val)
+    assert with_val.model_sha256 == plain.model_sha256  # scoring leaves training untouched
+    assert [e.test_rmse for e in with_val.epochs] == [e.test_rmse for e in plain.epochs]
+    for e in with_val.epochs:  # the RMSE of the model's clipped predictions on the validation half
+        assert e.val_rmse is not None and e.val_rmse != e.test_rmse
+    pred = MatrixFactorization(dim=8, reg=0.01).predict(
+        with_val.table, with_val.dense, with_val.user_store, val.users, val.items
+    )
+    expect = float(np.sqrt(np.mean((np.clip(pred, 1.0, 5.0) - val.ratings) ** 2)))
+    assert with_val.epochs[-1].val_rmse == pytest.approx(expect, rel=1e-12)
+    with pytest.raises(Exception, match="id spaces"):
+        train(MatrixFactorization(dim=8), PlaintextProtocol(), tr, test, cfg,
+              val_data=synthetic_like(61, 50, 400, seed=1))
+
+
+def test_feature_models_get_the_dataset_features_and_colr_keeps_their_codes():
+    """``secemb train --model fm`` builds FM with Appendix H features; CoLR through
+    run_experiment learns the model's frozen code columns and Table 10's rank."""
+    from secemb.data.features import load_features
+    from secemb.models.features import pack_codes
+
+    res = run_experiment(Experiment(dataset="synthetic", model="fm", protocol="colr", epochs=1, dim=8,
+                                    users_per_round=200))
+    feats = load_features("synthetic", num_users=943, num_items=1682, seed=0)
+    hp = res.config["model_hparams"]
+    assert (hp["l_x"], hp["l_y"]) == (feats.l_x, feats.l_y) and feats.l_y > 0
+    codes = pack_codes(feats.item)
+    assert np.array_equal(res.table[:, -codes.shape[1]:], codes)  # CoLR left the codes alone
+    assert res.config["protocol"] == "colr"
