@@ -58,6 +58,9 @@ __all__ = ["SecEmbProtocol", "SecEmbUser", "SecEmbServer"]
 _NAME = "secemb"
 _U64 = struct.Struct("<Q")
 _SEED = 16
+#: memory bound of one evaluation task (leaf-level bits and shares of its users' keys): a
+#: batch of users is split into tasks of at most this many bytes of leaf state
+EVAL_BYTES = 1 << 30
 
 
 def key_params(config: RoundConfig) -> fss.DPFParams:
@@ -265,7 +268,12 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         table = self._table if self.backend.local else self._table_ring
         n = len(keys)
-        bounds = np.linspace(0, n, min(n, self.backend.workers) + 1).astype(int)
+        # a task walks its keys' trees over the whole (bucket) domain, holding leaf-level
+        # control bits and retrieval shares: bound that memory by splitting the batch
+        domain = cfg.num_items if cfg.layout == "full" else cfg.cuckoo().bucket_size
+        per_user = cfg.slots * (domain + (1 << 7)) * (cfg.dtype.itemsize + 1)
+        tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
+        bounds = np.linspace(0, n, tasks_n + 1).astype(int)
         layout = "full" if cfg.layout == "full" else cfg.cuckoo()
         tasks = [
             (layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), table, cfg.width)

@@ -75,3 +75,29 @@ def test_ray_backend_is_bit_identical_to_serial() -> None:
 def test_make_backend_fails_if_name_unknown() -> None:
     with pytest.raises(InvalidParameters, match="backend must be"):
         make_backend("threads")
+
+
+@pytest.mark.parametrize("layout", ["full", "cuckoo"])
+def test_batches_split_by_memory_bound_are_bit_identical(monkeypatch, layout: str) -> None:
+    """A batch whose leaf state exceeds EVAL_BYTES is evaluated in several tasks (one per
+    user at the smallest bound) with the same replies and aggregate."""
+    from secemb.protocols import secemb as secemb_module
+
+    class Counting(SerialBackend):
+        def __init__(self) -> None:
+            super().__init__()
+            self.task_counts: list[int] = []
+
+        def map(self, fn, tasks):  # noqa: ANN001, ANN201
+            self.task_counts.append(len(tasks))
+            return super().map(fn, tasks)
+
+    whole = Counting()
+    reference = _round(whole, layout, False)
+    assert max(whole.task_counts) == 1
+    monkeypatch.setattr(secemb_module, "EVAL_BYTES", 1)
+    split = Counting()
+    chunked = _round(split, layout, False)
+    assert max(split.task_counts) == 5  # one task per user
+    assert reference[0] == chunked[0]
+    assert np.array_equal(reference[1], chunked[1]) and np.array_equal(reference[2], chunked[2])
