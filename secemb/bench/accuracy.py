@@ -58,7 +58,6 @@ PAPER_TABLE3: dict[tuple[str, str], tuple[float, float, float]] = {
 }
 
 
-
 def _setup(model_name: str, dataset: str, seed: int, data_dir: Any = None) -> tuple[Any, Any, Any, Any]:
     from secemb.data import load_dataset, train_test_split
     from secemb.data.features import load_features
