@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from secemb.fss.keys import PathKeys
+from secemb.fss.keys import DPFParams, PathKeys
 from secemb.fss.prg import aes_for
 
 __all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "leaf_groups", "expand"]
@@ -148,10 +148,16 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
         yield r0, r1, x
 
 
+def padded_leaves(params: DPFParams) -> int:
+    """Leaves per key of a full-domain walk with ``params`` (:func:`leaf_groups` order),
+    ``F 2^s >= m``."""
+    s = min(SUBTREE_DEPTH, params.depth)
+    return -(-params.domain_size >> s) << s
+
+
 def padded_domain(path: PathKeys) -> int:
-    """Leaves per key in :func:`leaf_groups` order, ``F 2^s >= m``."""
-    s = min(SUBTREE_DEPTH, path.params.depth)
-    return -(-path.params.domain_size >> s) << s
+    """:func:`padded_leaves` of ``path``'s parameters."""
+    return padded_leaves(path.params)
 
 
 def expand(path: PathKeys) -> np.ndarray:

@@ -55,7 +55,16 @@ from secemb.randomness import RandomBytes, random_words
 from secemb.ring import FixedPoint
 from secemb.sharing import share
 
-__all__ = ["LOSSY_PROTOCOLS", "TABLE10_RANKS", "lossy_options", "ColrProtocol", "Quant8Protocol", "SvdProtocol", "TernaryProtocol", "colr_basis"]
+__all__ = [
+    "LOSSY_PROTOCOLS",
+    "TABLE10_RANKS",
+    "ColrProtocol",
+    "Quant8Protocol",
+    "SvdProtocol",
+    "TernaryProtocol",
+    "colr_basis",
+    "lossy_options",
+]
 
 #: Table 10: rank of SVD and CoLR per model and dataset
 TABLE10_RANKS = {
@@ -78,7 +87,6 @@ def lossy_options(protocol: str, model: Any, dataset: str) -> dict[str, Any]:
         return {}
     ranks = TABLE10_RANKS.get(model.name, {})
     return {"frozen_columns": int(getattr(model, "frozen_columns", 0)), "rank": ranks.get(dataset, 4)}
-
 
 
 def _share_small(x: np.ndarray, dtype: np.dtype, rng: RandomBytes) -> tuple[np.ndarray, np.ndarray]:

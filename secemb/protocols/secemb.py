@@ -47,6 +47,7 @@ from secemb.fss.fused import (
     retrieve_and_prepare_buckets,
 )
 from secemb.fss.linalg import LimbMatrix, ring_matmul
+from secemb.fss.tree import padded_leaves
 from secemb.protocols.backends import Backend, SerialBackend
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
@@ -270,8 +271,7 @@ class SecEmbServer(ServerRole):
         n = len(keys)
         # a task walks its keys' trees over the whole (bucket) domain, holding leaf-level
         # control bits and retrieval shares: bound that memory by splitting the batch
-        domain = cfg.num_items if cfg.layout == "full" else cfg.cuckoo().bucket_size
-        per_user = cfg.slots * (domain + (1 << 7)) * (cfg.dtype.itemsize + 1)
+        per_user = cfg.slots * padded_leaves(key_params(cfg)) * (cfg.dtype.itemsize + 1)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         bounds = np.linspace(0, n, tasks_n + 1).astype(int)
         layout = "full" if cfg.layout == "full" else cfg.cuckoo()
