@@ -43,6 +43,8 @@ AGGREGATION_TAG = "secemb/aggregation"
 
 #: domain points per slice when applying correction words (bounds temporary memory)
 APPLY_SLICE = 1 << 13
+#: keys per block of :meth:`PreparedAggregation.apply_bits` (a few users' keys at once)
+APPLY_KEYS = 1 << 12
 
 
 @dataclass(eq=False)
@@ -90,11 +92,15 @@ class PreparedAggregation:
                 f"correction words must be {dtype} of shape ({k}, {self.width}), got {cw.dtype} {cw.shape}"
             )
         out = np.zeros((m, self.width), dtype)
-        step = max(8, APPLY_SLICE * 256 // max(k, 256) // 8 * 8)  # about K * 8192 / 256 bits
-        for j0 in range(0, m, step):
-            j1 = min(j0 + step, m)
-            t = np.unpackbits(self.t_bits[:, j0 // 8 : -(-j1 // 8)], axis=1)[:, : j1 - j0]
-            out[j0:j1] = ring_matmul(t.T, cw, self.ring_bits, a_bits=1)
+        # blocks of at most APPLY_KEYS keys, so that a block's domain slices stay wide
+        kc = min(k, APPLY_KEYS)
+        step = max(8, APPLY_SLICE * 256 // max(kc, 256) // 8 * 8)  # about kc * 8192 / 256 bits
+        for k0 in range(0, k, kc):
+            bits, c = self.t_bits[k0 : k0 + kc], cw[k0 : k0 + kc]
+            for j0 in range(0, m, step):
+                j1 = min(j0 + step, m)
+                t = np.unpackbits(bits[:, j0 // 8 : -(-j1 // 8)], axis=1)[:, : j1 - j0]
+                out[j0:j1] += ring_matmul(t.T, c, self.ring_bits, a_bits=1)
         if self.party:
             np.negative(out, out=out)
         return out
