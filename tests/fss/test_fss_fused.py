@@ -304,3 +304,18 @@ def test_retrieve_and_prepare_buckets_fails_if_tables_do_not_match() -> None:
         retrieve_and_prepare_buckets(p0, 0, cw, np.zeros((3, 20, 2), np.uint32), 2)
     with pytest.raises(InvalidParameters, match="tables"):
         retrieve_and_prepare_buckets(p0, 0, cw, np.zeros((2, 20, 2), np.float64), 2)
+
+
+def test_apply_bits_in_key_blocks_matches_direct_product(monkeypatch):
+    """Blocks of APPLY_KEYS keys (here 8, with a ragged last block) sum to the direct product."""
+    from secemb.fss import fused
+
+    g = np.random.default_rng(5)
+    k, m, w = 37, 300, 3
+    t = g.integers(0, 2, (k, m), dtype=np.uint8)
+    cw = g.integers(0, 2**32, (k, w), dtype=np.uint64).astype(np.uint32)
+    expect = (t.astype(np.uint64).T @ cw.astype(np.uint64)).astype(np.uint32)  # mod 2^64, then 2^32
+    monkeypatch.setattr(fused, "APPLY_KEYS", 8)
+    for party in (0, 1):
+        got = fused.PreparedAggregation(party, 32, m, w, np.packbits(t, axis=1), None).apply_bits(cw)
+        assert np.array_equal(got, expect if party == 0 else (-expect.astype(np.int64)).astype(np.uint32))
