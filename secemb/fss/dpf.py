@@ -29,7 +29,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.fss.keys import DPFKeys, DPFParams, PathKeys
-from secemb.fss.linalg import ring_matmul
+from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.convert import convert, convert_chunks
 from secemb.fss.tree import _LEFT, _RIGHT, expand
 from secemb.randomness import RandomBytes, random_words, system_rng
@@ -51,6 +51,8 @@ DEFAULT_TAG = "point"
 _ONE = np.uint64(1)
 #: leaves a chunk of keys may expand at once (16 bytes each, a few copies live)
 LEAF_CHUNK = 1 << 17
+#: fewest keys per table product in :func:`eval_full_dot` (large domains: ~32 x m leaves live)
+DOT_KEYS = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -350,9 +352,11 @@ def eval_full_dot(keys: DPFKeys, party: int, table: np.ndarray) -> np.ndarray:
         )
     path = _path_of(keys, b)
     out = np.empty((len(keys), table.shape[1]), p.dtype)
-    step = _key_step(p.domain_size)
+    # at least DOT_KEYS rows per product: a thinner one rereads the whole table per few keys
+    step = max(_key_step(p.domain_size), DOT_KEYS)
+    limbs = LimbMatrix(table, p.ring_bits) if len(keys) > step else table  # converted once, not per chunk
     for lo in range(0, len(keys), step):
         leaves = expand(path[lo : lo + step])
         e = convert_eval(leaves, keys.cw_out[lo : lo + step], b, ring_bits=p.ring_bits, tag=DEFAULT_TAG)[..., 0]
-        out[lo : lo + step] = ring_matmul(e, table, p.ring_bits)
+        out[lo : lo + step] = ring_matmul(e, limbs, p.ring_bits)
     return out

@@ -170,6 +170,20 @@ def test_eval_full_dot_equals_beta_times_table_row(m: int, ring_bits: int) -> No
     )
 
 
+@pytest.mark.parametrize("ring_bits", [32, 64])
+def test_eval_full_dot_over_several_key_chunks_equals_beta_times_table_row(ring_bits: int) -> None:
+    # m > LEAF_CHUNK: chunks of DOT_KEYS keys share one limb table; 2 full chunks + a ragged one
+    m, k = fss.dpf.LEAF_CHUNK + 3, 2 * fss.dpf.DOT_KEYS + 5
+    gen = np.random.default_rng([m, k, ring_bits])
+    alphas = gen.integers(0, m, k)
+    alphas[:2] = (0, m - 1)
+    betas = random_ring(gen, (k, 1), ring_bits)
+    table = random_ring(gen, (m, 3), ring_bits)
+    k0, k1 = fss.gen(alphas, betas, m, ring_bits=ring_bits, _rng=CtrDrbg(k))
+    d0, d1 = fss.eval_full_dot(k0, 0, table), fss.eval_full_dot(k1, 1, table)
+    assert np.array_equal(d0 + d1, betas * table[alphas])
+
+
 def test_eval_full_dot_fails_if_payload_width_not_one() -> None:
     k0, _ = fss.gen([1], np.ones((1, 2), np.uint32), 10)
     with pytest.raises(InvalidParameters, match="payload width 1"):
