@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from secemb.errors import InvalidParameters
+
 __all__ = ["PAPER_TABLE3", "equivalence_check", "run", "run_one", "split_held_out"]
 
 #: Table 3, ML-100K column: (RMSE mean, std, upload reduction ratio)
@@ -183,6 +185,14 @@ def run(
     t_all = time.perf_counter()
     ep = (lambda m: epochs) if isinstance(epochs, int) else (lambda m: int(epochs.get(m, 200)))
     jobs = [(m, p, s) for s in seeds for p in protocols for m in models]
+    if not cached_only:  # a cached run answers its (model, protocol, seed) only at its own length
+        for m, p, s in jobs:
+            path = out / "runs" / f"{m}-{p}-seed{s}.json"
+            if path.is_file() and (had := json.loads(path.read_text())["epochs"]) != ep(m):
+                raise InvalidParameters(
+                    f"{path} holds a {had}-epoch run, not {ep(m)}: move it away to train again, "
+                    "or tabulate the cached runs with --cached-only"
+                )
     task = progress.add_task("table 3 runs", total=len(jobs)) if progress is not None else None
     results: list[dict[str, Any]] = []
     for m, p, s in jobs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import typer
@@ -150,11 +151,21 @@ def _split(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     return default if not value else tuple(x.strip() for x in value.split(",") if x.strip())
 
 
+@contextlib.contextmanager
 def _progress(quiet: bool):  # noqa: ANN202
+    """Progress bars for a paper-table run; a bad option or missing data exits 2 with the reason."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    disable=quiet, transient=True)
+    from secemb.data import DatasetNotFoundError
+    from secemb.errors import InvalidParameters
+
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      disable=quiet, transient=True) as progress:
+            yield progress
+    except (InvalidParameters, DatasetNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _register_paper_tables(bench_app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ import pytest
 from secemb.bench import comm, compute
 from secemb.data import synthetic_like
 from secemb.data.features import synthetic_features
+from secemb.errors import InvalidParameters
 
 
 @pytest.fixture()
@@ -62,6 +63,11 @@ def test_accuracy_harness_tiny(monkeypatch, tmp_path):
     assert (tmp_path / "table3.md").is_file() and len(list((tmp_path / "runs").glob("*.json"))) == 8 + 2
     again = accuracy.run(models=("mf",), protocols=("secemb",), seeds=(0, 1), epochs=2, out=tmp_path, check=False)
     assert np.isclose(again["rows"][0]["final_mean"], s["rows"][0]["final_mean"])  # resumed from the cache
+    with pytest.raises(InvalidParameters, match="mf-secemb-seed0.json holds a 2-epoch run, not 3"):
+        accuracy.run(models=("mf",), protocols=("secemb",), seeds=(0, 1), epochs=3, out=tmp_path, check=False)
+    assert len(list((tmp_path / "runs").glob("*.json"))) == 8 + 2  # refused before training anything
+    tab = accuracy.run(models=("mf",), protocols=("secemb",), seeds=(0, 1), epochs=3, out=tmp_path, cached_only=True)
+    assert tab["rows"][0]["epochs"] == 2
     doc = json.loads((tmp_path / "runs" / "mf-secemb-seed1.json").read_text())
     val = doc["val_half_per_epoch"]
     assert doc["selected_epoch"] == int(np.argmin(val)) + 1  # chosen on validation, never on test
@@ -81,3 +87,15 @@ def test_held_out_split_is_a_seeded_partition():
     again, _ = split_held_out(te, 3)
     other, _ = split_held_out(te, 4)
     assert key(again) == key(test) and key(other) != key(test)
+
+
+def test_bench_accuracy_cli_reports_a_bad_option_without_a_traceback(tmp_path):
+    from typer.testing import CliRunner
+
+    from secemb.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "accuracy", "--models", "nope", "--protocols", "secemb", "--seeds", "0",
+                                   "--epochs", "1", "--out", str(tmp_path), "-q"])
+    assert res.exit_code == 2
+    assert "error: no preset for model 'nope'" in res.output
+    assert "Traceback" not in res.output
