@@ -185,20 +185,21 @@ def run(
     t_all = time.perf_counter()
     ep = (lambda m: epochs) if isinstance(epochs, int) else (lambda m: int(epochs.get(m, 200)))
     jobs = [(m, p, s) for s in seeds for p in protocols for m in models]
+    paths = {job: out / "runs" / f"{job[0]}-{job[1]}-seed{job[2]}.json" for job in jobs}
+    cached = {job: json.loads(path.read_text()) for job, path in paths.items() if path.is_file()}
     if not cached_only:  # a cached run answers its (model, protocol, seed) only at its own length
-        for m, p, s in jobs:
-            path = out / "runs" / f"{m}-{p}-seed{s}.json"
-            if path.is_file() and (had := json.loads(path.read_text())["epochs"]) != ep(m):
+        for job, doc in cached.items():
+            if doc["epochs"] != ep(job[0]):
                 raise InvalidParameters(
-                    f"{path} holds a {had}-epoch run, not {ep(m)}: move it away to train again, "
-                    "or tabulate the cached runs with --cached-only"
+                    f"{paths[job]} holds a {doc['epochs']}-epoch run, not {ep(job[0])}: move it away to train "
+                    "again, or tabulate the cached runs with --cached-only"
                 )
     task = progress.add_task("table 3 runs", total=len(jobs)) if progress is not None else None
     results: list[dict[str, Any]] = []
     for m, p, s in jobs:
-        path = out / "runs" / f"{m}-{p}-seed{s}.json"
-        if path.is_file():
-            doc = json.loads(path.read_text())
+        path = paths[m, p, s]
+        if (m, p, s) in cached:
+            doc = cached[m, p, s]
         elif cached_only:
             continue
         else:

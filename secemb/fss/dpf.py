@@ -354,7 +354,7 @@ def eval_full_dot(keys: DPFKeys, party: int, table: np.ndarray) -> np.ndarray:
     out = np.empty((len(keys), table.shape[1]), p.dtype)
     # at least DOT_KEYS rows per product: a thinner one rereads the whole table per few keys
     step = max(_key_step(p.domain_size), DOT_KEYS)
-    limbs = LimbMatrix(table, p.ring_bits) if len(keys) > step else table  # converted once, not per chunk
+    limbs = LimbMatrix(table, p.ring_bits)  # converted once, not per chunk
     for lo in range(0, len(keys), step):
         leaves = expand(path[lo : lo + step])
         e = convert_eval(leaves, keys.cw_out[lo : lo + step], b, ring_bits=p.ring_bits, tag=DEFAULT_TAG)[..., 0]
