@@ -48,6 +48,7 @@ def _reset_peak() -> None:
 def _child(model_name: str, dataset: str, mode: str, q: Any) -> None:
     from secemb.bench.comm import _build_model
     from secemb.data.features import synthetic_features
+    from secemb.models.batch import rating_batch
     from secemb.models.optim import AdamConfig
     from secemb.ring import FixedPoint
 
@@ -69,7 +70,7 @@ def _child(model_name: str, dataset: str, mode: str, q: Any) -> None:
     store = model.new_user_store(1, np.random.default_rng(1), AdamConfig())
     rows = fp.decode(rows_ring)
     dense_f = fp.decode(dense_ring)
-    step = model.local_step(rows, dense_f, store.state(0), np.array([0]), np.array([4.0]))
+    step = model.local_step(rows, dense_f, store.state(0), rating_batch(np.array([0]), np.array([4.0])))
     g = fp.encode_clipped(step.row_grads, 100)
     d = fp.encode_clipped(step.dense_grad, 100)
     peak = _status_kb("VmHWM")

@@ -120,7 +120,7 @@ def run(
             def upload(u: int) -> None:
                 s = sessions[u]
                 state = store.state(u)  # the local step (device compute) is inside this phase
-                s.train(lambda rows, d, pos, rr: model.local_step(rows, d, state, pos, rr))
+                s.train(lambda rows, d, batch: model.local_step(rows, d, state, batch))
                 s.upload()
 
             results["retrieval"] = phase(lambda u: sessions[u].send_requests())

@@ -299,7 +299,7 @@ def train_networked(
                 if what == "drop":
                     return out
                 state = store.state(u)
-                out.result = session.train(lambda rows, d, pos, r: model.local_step(rows, d, state, pos, r))
+                out.result = session.train(lambda rows, d, batch: model.local_step(rows, d, state, batch))
                 if what is not None and what.startswith("late:"):
                     time.sleep(float(what.split(":", 1)[1]))
                 if what in ("only0", "only1"):

@@ -32,6 +32,7 @@ import numpy as np
 
 from secemb.errors import InvalidMessage, ProtocolError
 from secemb.models.base import RecModel, StepResult, UserState, UserStore
+from secemb.models.batch import Batch, rating_batch
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.protocols.base import Protocol, RoundConfig
@@ -233,7 +234,7 @@ class RoundSession:
         self._advance(3)
         t = time.perf_counter()
         self.g_ring, self.d_ring, self.result = local_update(
-            self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, self.item_pos, self.ratings,
+            self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, rating_batch(self.item_pos, self.ratings),
             self.rows_ring, self.dense_ring, step,
         )
         self._up0, self._up1 = self.role.upload(self.g_ring, self.d_ring)
@@ -294,8 +295,8 @@ class Device:
         model = model or info.make_model()
         state = self._state(info, model)
         if hook is None:
-            def hook(rows: np.ndarray, dense: np.ndarray, pos: np.ndarray, r: np.ndarray) -> StepResult:
-                return model.local_step(rows, dense, state, pos, r)
+            def hook(rows: np.ndarray, dense: np.ndarray, batch: Batch) -> StepResult:
+                return model.local_step(rows, dense, state, batch)
         self._snap, self._round = snapshot(self.store, self.row), info.round_id
         session = RoundSession(self.client, info, protocol=protocol)
         session.prepare(self.items, self.ratings, placement=placement, rng=self.rng)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig, adam_update
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -184,8 +185,7 @@ class RecModel(ABC):
         rows: torch.Tensor,
         dense: torch.Tensor,
         private: torch.Tensor,
-        item_pos: torch.Tensor,
-        ratings: torch.Tensor,
+        batch: Batch,
     ) -> torch.Tensor:
         """The local objective of one user as a torch scalar (reference definition).
 
@@ -194,8 +194,9 @@ class RecModel(ABC):
         rows: (n_rows, sparse_width) table rows of the user's items.
         dense: (dense_size,) dense parameters.
         private: (private_size,) the user's private parameters.
-        item_pos: int64 (k,), for each rating the index of its item's row in ``rows``.
-        ratings: (k,) the ratings.
+        batch: the user's samples (numpy arrays; see :mod:`secemb.models.batch`); the rating
+            task's fields are ``item_pos`` (int64 (k,), each rating's row in ``rows``) and
+            ``rating`` (float64 (k,)).
         """
 
     def local_step(
@@ -203,8 +204,7 @@ class RecModel(ABC):
         rows: np.ndarray,
         dense: np.ndarray,
         user_state: UserState,
-        item_pos: np.ndarray,
-        ratings: np.ndarray,
+        batch: Batch,
     ) -> StepResult:
         """Gradients of the local objective w.r.t. ``rows`` and ``dense`` at the current
         parameters, then one on-device optimizer step on the private parameters.
@@ -214,8 +214,9 @@ class RecModel(ABC):
         rows: float64 (n_rows, sparse_width), the user's retrieved rows (its real items only).
         dense: float64 (dense_size,), the public dense parameters.
         user_state: the device state; its ``params`` are updated in place.
-        item_pos: int64 (k,), row index in ``rows`` of each rating's item.
-        ratings: (k,) the ratings.
+        batch: the user's samples; for the rating task (:func:`~secemb.models.batch.rating_batch`)
+            ``item_pos`` int64 (k,), row index in ``rows`` of each rating's item, and
+            ``rating`` float64 (k,).
 
         Returns
         -------
@@ -229,13 +230,7 @@ class RecModel(ABC):
         rows_t = torch.tensor(rows, dtype=torch.float64, requires_grad=True)
         dense_t = torch.tensor(dense, dtype=torch.float64, requires_grad=True)
         priv_t = torch.tensor(user_state.params, dtype=torch.float64, requires_grad=True)
-        loss = self.objective_torch(
-            rows_t,
-            dense_t,
-            priv_t,
-            torch.as_tensor(np.asarray(item_pos, dtype=np.int64)),
-            torch.as_tensor(np.asarray(ratings, dtype=np.float64)),
-        )
+        loss = self.objective_torch(rows_t, dense_t, priv_t, batch)
         g_rows, g_dense, g_priv = torch.autograd.grad(
             loss, (rows_t, dense_t, priv_t), allow_unused=True
         )

@@ -28,6 +28,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.models.base import RecModel, UserStore
+from secemb.models.batch import ITEM_POS, RATING, Batch
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -173,16 +174,19 @@ class TorchRecModel(RecModel):
         params[:, :emb] = rng.normal(0.0, self.init_std, size=(num_users, emb))
         return params
 
-    def objective_torch(self, rows, dense, private, item_pos, ratings, *, user: int | None = None):  # noqa: ANN001, ANN201
+    def objective_torch(self, rows, dense, private, batch: Batch, *, user: int | None = None):  # noqa: ANN001, ANN201
         import torch
 
+        batch.require(ITEM_POS, RATING)
+        item_pos = torch.as_tensor(np.asarray(batch[ITEM_POS], dtype=np.int64))
+        ratings = torch.as_tensor(np.asarray(batch[RATING], dtype=np.float64))
         n = rows.shape[0]
         ux = torch.as_tensor(self._user_x(np.array([0 if user is None else user]))).expand(n, -1)
         pred = self.forward(private.unsqueeze(0).expand(n, -1), ux, rows, dense)[item_pos]
         mse = ((pred - ratings) ** 2).mean()
         return mse + self.reg_term(private, ux[:1], rows, dense)
 
-    def local_step(self, rows, dense, user_state, item_pos, ratings):  # noqa: ANN001, ANN201
+    def local_step(self, rows, dense, user_state, batch: Batch):  # noqa: ANN001, ANN201
         import torch
 
         from secemb.models.base import StepResult
@@ -192,16 +196,14 @@ class TorchRecModel(RecModel):
             raise InvalidParameters(f"rows must have shape (n, {self.sparse_width}), got {rows.shape}")
         if np.shape(dense) != (self.dense_size,):
             raise InvalidParameters(f"dense must have shape ({self.dense_size},), got {np.shape(dense)}")
-        item_pos = np.asarray(item_pos, dtype=np.int64)
+        batch.require(ITEM_POS, RATING)
+        item_pos = np.asarray(batch[ITEM_POS], dtype=np.int64)
         if item_pos.size == 0 or item_pos.min() < 0 or item_pos.max() >= rows.shape[0]:
             raise InvalidParameters(f"item_pos must be non-empty and index rows in [0, {rows.shape[0]})")
         rows_t = torch.tensor(rows, requires_grad=True)
         fields = self.layout.leaves(np.asarray(dense, dtype=np.float64))
         priv_t = torch.tensor(user_state.params, requires_grad=True)
-        loss = self.objective_torch(
-            rows_t, fields, priv_t, torch.as_tensor(item_pos),
-            torch.as_tensor(np.asarray(ratings, dtype=np.float64)), user=user_state.user,
-        )
+        loss = self.objective_torch(rows_t, fields, priv_t, batch, user=user_state.user)
         names = list(fields)
         grads = torch.autograd.grad(loss, (rows_t, priv_t, *fields.values()), allow_unused=True)
         g_rows, g_priv = grads[0], grads[1]

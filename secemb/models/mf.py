@@ -33,6 +33,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.models.base import RecModel, StepResult, UserState, UserStore
+from secemb.models.batch import ITEM_POS, RATING, Batch
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -103,11 +104,14 @@ class MatrixFactorization(RecModel):
         rows: torch.Tensor,
         dense: torch.Tensor,
         private: torch.Tensor,
-        item_pos: torch.Tensor,
-        ratings: torch.Tensor,
+        batch: Batch,
     ) -> torch.Tensor:
+        import torch
+
         d = self.dim
-        q = rows[item_pos]
+        batch.require(ITEM_POS, RATING)
+        q = rows[torch.as_tensor(np.asarray(batch[ITEM_POS], dtype=np.int64))]
+        ratings = torch.as_tensor(np.asarray(batch[RATING], dtype=np.float64))
         pred = dense[0] + private[d] + q[:, d] + q[:, :d] @ private[:d]
         mse = ((pred - ratings) ** 2).mean()
         return mse + self.reg * ((private[:d] ** 2).sum() + (rows[:, :d] ** 2).sum())
@@ -117,8 +121,7 @@ class MatrixFactorization(RecModel):
         rows: np.ndarray,
         dense: np.ndarray,
         user_state: UserState,
-        item_pos: np.ndarray,
-        ratings: np.ndarray,
+        batch: Batch,
     ) -> StepResult:
         """Hand-derived gradients of the objective (checked against autograd in the tests)."""
         d = self.dim
@@ -131,8 +134,9 @@ class MatrixFactorization(RecModel):
             )
         if dense.shape != (1,):
             raise InvalidParameters(f"dense must have shape (1,), got {dense.shape}")
-        item_pos = np.asarray(item_pos, dtype=np.int64)
-        r = np.asarray(ratings, dtype=np.float64)
+        batch.require(ITEM_POS, RATING)
+        item_pos = np.asarray(batch[ITEM_POS], dtype=np.int64)
+        r = np.asarray(batch[RATING], dtype=np.float64)
         k = r.shape[0]
         if k == 0 or item_pos.shape != (k,):
             raise InvalidParameters(

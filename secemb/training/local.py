@@ -16,15 +16,16 @@ import numpy as np
 
 from secemb.data import UserRatings
 from secemb.models.base import StepResult
+from secemb.models.batch import ITEM_POS, Batch
 from secemb.protocols.base import RoundConfig
 from secemb.protocols.placement import PaddedRequest
 from secemb.ring import FixedPoint
 
 __all__ = ["LocalStep", "distinct_counts", "distinct_items", "local_update"]
 
-#: ``step(rows, dense, item_pos, ratings) -> StepResult``: float64 rows (n_kept, width) of the
-#: kept items, the dense vector, each rating's row index, the ratings.
-LocalStep = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], StepResult]
+#: ``step(rows, dense, batch) -> StepResult``: float64 rows (n_kept, width) of the kept items,
+#: the dense vector, and the device's samples whose ``item_pos`` index those rows.
+LocalStep = Callable[[np.ndarray, np.ndarray, Batch], StepResult]
 
 
 def distinct_counts(per_user: UserRatings) -> np.ndarray:
@@ -51,8 +52,7 @@ def local_update(
     n_p: int,
     request: PaddedRequest,
     num_distinct: int,
-    item_pos: np.ndarray,
-    ratings: np.ndarray,
+    batch: Batch,
     rows_ring: np.ndarray,
     dense_ring: np.ndarray,
     step: LocalStep,
@@ -67,23 +67,22 @@ def local_update(
     n_p: users in the round (clipping bound ``R_u`` of Appendix L.2).
     request: the device's placement (slots, real positions, kept items).
     num_distinct: number of distinct items the device rated.
-    item_pos, ratings: for each rating, its item's position among the distinct items, and
-        the rating.
+    batch: the device's samples; its ``item_pos`` (int64 (k,)) is each sample's item position
+        among the ``num_distinct`` distinct items.  The step gets it re-pointed at the kept rows,
+        samples of dropped items removed (every field filtered alike).
     rows_ring: the retrieved rows (ring, (slots, width)).
     dense_ring: the dense vector (ring, (dense_size,)).
     step: the local training hook (the model's ``local_step`` bound to the device's state).
     """
     rows = fp.decode(rows_ring[request.real_pos])
     dense_u = fp.decode(dense_ring)
-    if request.kept.size == num_distinct:  # padded: kept = all, in order
-        pos, r = item_pos, ratings
-    else:  # truncated: ratings of the kept items, pointing at their rows
+    if request.kept.size != num_distinct:  # truncated: samples of the kept items, pointing at their rows
         row_of = np.full(num_distinct, -1, dtype=np.int64)
         row_of[request.kept] = np.arange(request.kept.size, dtype=np.int64)
-        pos = row_of[item_pos]
+        pos = row_of[batch[ITEM_POS]]
         sel = pos >= 0
-        pos, r = pos[sel], ratings[sel]
-    result = step(rows, dense_u, pos, r)
+        batch = batch.select(sel).replace(**{ITEM_POS: pos[sel]})
+    result = step(rows, dense_u, batch)
     grads = np.zeros((rc.slots, rc.width))
     grads[request.real_pos] = result.row_grads
     return fp.encode_clipped(grads, n_p), fp.encode_clipped(result.dense_grad, n_p), result

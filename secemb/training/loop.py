@@ -41,6 +41,7 @@ from secemb.protocols.base import Protocol, RoundConfig, ServerRole
 from secemb.ring import FixedPoint
 from secemb.sharing import reconstruct, share
 from secemb.training import messages
+from secemb.models.batch import rating_batch
 from secemb.training.local import distinct_counts, distinct_items, local_update
 from secemb.training.optimizer import ServerAdam
 from secemb.protocols.placement import PaddedRequest, place
@@ -453,8 +454,8 @@ class _Round:
         req = st.request
         t = time.perf_counter()
         g_ring, d_ring, step = local_update(
-            fp, rc, self.n_p, req, st.num_distinct, st.item_pos, st.ratings, st.rows_ring, st.dense_ring,
-            lambda rows, dense, pos, ratings: run.model.local_step(rows, dense, run.store.state(st.user), pos, ratings),
+            fp, rc, self.n_p, req, st.num_distinct, rating_batch(st.item_pos, st.ratings), st.rows_ring, st.dense_ring,
+            lambda rows, dense, batch: run.model.local_step(rows, dense, run.store.state(st.user), batch),
         )
         up0, up1 = st.role.upload(g_ring, d_ring)
         self.user_s += time.perf_counter() - t

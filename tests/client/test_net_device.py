@@ -10,6 +10,7 @@ from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.client.training import distinct_items, local_update, restore, snapshot
 from secemb.errors import InvalidMessage, ProtocolError
 from secemb.models import MatrixFactorization
+from secemb.models.batch import rating_batch
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.protocols.placement import place
@@ -62,8 +63,8 @@ def test_local_update_encodes_clipped_gradients_at_the_request_slots():
     rows_ring = fp.encode(table[np.maximum(req.indices, 0)]) * (req.indices >= 0)[:, None].astype(np.uint32)
     dense_ring = fp.encode(np.array([3.0]))
     before = snapshot(store, 0)
-    g, d, res = local_update(fp, rc, 4, req, uniq.size, pos, ratings, rows_ring, dense_ring,
-                             lambda rows, dd, p, r: model.local_step(rows, dd, store.state(0), p, r))
+    g, d, res = local_update(fp, rc, 4, req, uniq.size, rating_batch(pos, ratings), rows_ring, dense_ring,
+                             lambda rows, dd, batch: model.local_step(rows, dd, store.state(0), batch))
     assert g.shape == (rc.slots, rc.width) and g.dtype == np.uint32 and d.shape == (1,)
     empty = np.setdiff1d(np.arange(rc.slots), req.real_pos)
     assert not g[empty].any()  # padding / empty buckets: exact zeros

@@ -5,6 +5,7 @@ import torch
 
 from secemb.data.features import synthetic_features
 from secemb.models import get_model
+from secemb.models.batch import rating_batch
 from secemb.models.optim import AdamConfig
 
 
@@ -22,7 +23,7 @@ def check_local_step(model, table, dense, store):
     pos = np.array([0, 1, 2, 1])
     ratings = np.array([4.0, 3.0, 5.0, 2.0])
     before = store.params[2].copy()
-    step = model.local_step(rows, dense, store.state(2), pos, ratings)
+    step = model.local_step(rows, dense, store.state(2), rating_batch(pos, ratings))
     assert step.row_grads.shape == rows.shape
     assert step.dense_grad.shape == (model.dense_size,)
     assert np.isfinite(step.loss)
@@ -31,7 +32,7 @@ def check_local_step(model, table, dense, store):
     # autograd against finite differences on a few coordinates of rows and dense
     def loss(r, d):
         return float(model.objective_torch(torch.tensor(r), torch.tensor(d), torch.tensor(before),
-                                           torch.as_tensor(pos), torch.as_tensor(ratings), user=2))
+                                           rating_batch(pos, ratings), user=2))
     eps = 1e-6
     for (i, j) in [(0, 0), (1, model.trainable_width - 1), (2, 1)]:
         r1, r2 = rows.copy(), rows.copy()

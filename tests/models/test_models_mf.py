@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from secemb.errors import InvalidParameters
+from secemb.models.batch import rating_batch
 from secemb.models import (
     PRESETS,
     AdamConfig,
@@ -54,12 +55,12 @@ def test_fast_gradients_match_autograd(item_pos):
     item_pos = np.array(item_pos)
     ratings = np.linspace(1, 5, item_pos.size)
     p0 = store.params[1].copy()
-    fast = model.local_step(rows, dense, store.state(1), item_pos, ratings)
+    fast = model.local_step(rows, dense, store.state(1), rating_batch(item_pos, ratings))
     p_fast = store.params[1].copy()
 
     store2 = UserStore(store.params, store.optimizer)
     store2.params[1] = p0
-    ref = RecModel.local_step(model, rows, dense, store2.state(1), item_pos, ratings)
+    ref = RecModel.local_step(model, rows, dense, store2.state(1), rating_batch(item_pos, ratings))
     np.testing.assert_allclose(fast.row_grads, ref.row_grads, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(fast.dense_grad, ref.dense_grad, rtol=1e-12, atol=1e-14)
     assert fast.loss == pytest.approx(ref.loss, rel=1e-12)
@@ -81,12 +82,11 @@ def test_gradients_match_finite_differences():
                     torch.tensor(rows_),
                     torch.tensor(dense_),
                     torch.tensor(priv_),
-                    torch.tensor(item_pos),
-                    torch.tensor(ratings),
+                    rating_batch(item_pos, ratings),
                 )
             )
 
-    res = model.local_step(rows, dense, store.state(0), item_pos, ratings)
+    res = model.local_step(rows, dense, store.state(0), rating_batch(item_pos, ratings))
     h = 1e-6
     num = np.zeros_like(rows)
     for idx in np.ndindex(rows.shape):
@@ -105,7 +105,7 @@ def test_local_step_moves_private_params_by_adam():
     rows = table[:5]
     before = store.params[2].copy()
     others = np.delete(store.params, 2, axis=0).copy()
-    model.local_step(rows, dense, store.state(2), np.arange(5), np.full(5, 5.0))
+    model.local_step(rows, dense, store.state(2), rating_batch(np.arange(5), np.full(5, 5.0)))
     after = store.params[2]
     # first Adam step moves every coordinate with a non-zero gradient by about lr
     np.testing.assert_allclose(np.abs(after - before), 0.01, rtol=1e-3)
@@ -119,7 +119,7 @@ def test_local_step_reduces_loss_when_repeated():
     r = np.array([5.0, 1.0, 4.0, 2.0, 5.0, 3.0])
     losses = []
     for _ in range(200):
-        res = model.local_step(rows, dense, store.state(0), np.arange(6), r)
+        res = model.local_step(rows, dense, store.state(0), rating_batch(np.arange(6), r))
         rows -= 0.05 * res.row_grads
         dense -= 0.05 * res.dense_grad
         losses.append(res.loss)
@@ -143,11 +143,11 @@ def test_bad_arguments_rejected():
         MatrixFactorization(reg=float("nan"))
     model, _, table, dense, store = _setup()
     with pytest.raises(InvalidParameters):
-        model.local_step(table[:3, :4], dense, store.state(0), np.arange(3), np.ones(3))
+        model.local_step(table[:3, :4], dense, store.state(0), rating_batch(np.arange(3), np.ones(3)))
     with pytest.raises(InvalidParameters):
-        model.local_step(table[:3], dense, store.state(0), np.array([0, 3]), np.ones(2))
+        model.local_step(table[:3], dense, store.state(0), rating_batch(np.array([0, 3]), np.ones(2)))
     with pytest.raises(InvalidParameters):
-        model.local_step(table[:3], dense, store.state(0), np.arange(0), np.ones(0))
+        model.local_step(table[:3], dense, store.state(0), rating_batch(np.arange(0), np.ones(0)))
     with pytest.raises(InvalidParameters):
         store.state(99)
     with pytest.raises(InvalidParameters):

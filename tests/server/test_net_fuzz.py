@@ -44,7 +44,7 @@ class World:
         s1 = self.sessions[1]
         s1.retrieve()
         self.state = model.new_user_store(tr.num_users, np.random.default_rng(0), self.info.adam())
-        s1.train(lambda rows, d, pos, r: model.local_step(rows, d, self.state.state(1), pos, r))
+        s1.train(lambda rows, d, batch: model.local_step(rows, d, self.state.state(1), batch))
         self.samples = {
             "q0": s1._q0, "q1": s1._q1, "up0": s1._up0, "up1": s1._up1,
             "count": messages.encode_count(np.array([3], np.uint32), 32),
@@ -270,7 +270,7 @@ def test_duplicate_submission_is_refused_and_the_round_goes_on(world):
         s = w.sessions[u]
         if s.rows_ring is None:
             s.retrieve()
-        s.train(lambda rows, d, pos, r, u=u: w.model.local_step(rows, d, w.state.state(u), pos, r))
+        s.train(lambda rows, d, batch, u=u: w.model.local_step(rows, d, w.state.state(u), batch))
         s.upload()
     out = w.admin[0].post_json(f"/v1/admin/rounds/{w.r}/close")
     assert out["state"] == "committed" and {0, 1, 2} <= set(out["included"]) <= {0, 1, 2, 4, 7}
