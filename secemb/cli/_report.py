@@ -33,7 +33,7 @@ def training_display(
     task: dict[str, Any] = {}
 
     def on_start(cfg: dict[str, Any]) -> None:
-        console.print(describe(cfg, prefix))
+        console.print(describe(cfg, prefix), markup=False)
         task["id"] = progress.add_task("rounds", total=cfg["total_rounds"], status="")
 
     def on_round(r: Any) -> None:
@@ -51,4 +51,4 @@ def write_json(console: Console, result: Any, path: Path | None) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(result.to_json(indent=2) + "\n")
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", markup=False)

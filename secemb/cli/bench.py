@@ -78,7 +78,9 @@ def _register_server(bench_app: typer.Typer) -> None:
         from rich.console import Console
 
         from secemb.bench import server as bench_server
+        from secemb.cli._usage import check_output_dir
 
+        check_output_dir(Path(out), "--out")
         console = Console(stderr=True)
         with console.status("measuring") as status:
             result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg), full_users=full_users or None)
@@ -152,20 +154,22 @@ def _split(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def _progress(quiet: bool):  # noqa: ANN202
-    """Progress bars for a paper-table run; a bad option or missing data exits 2 with the reason."""
+def _progress(quiet: bool, out: Path):  # noqa: ANN202
+    """Progress bars for a paper-table run writing into ``out``.  An ``out`` that cannot be
+    written, a bad option or missing data exits 2 with the reason (``out`` checked first)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from secemb.data import DatasetNotFoundError
+    from secemb.cli._usage import check_output_dir, fail
+    from secemb.data import DataFormatError, DatasetNotFoundError
     from secemb.errors import InvalidParameters
 
+    check_output_dir(out, "--out")
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       disable=quiet, transient=True) as progress:
             yield progress
-    except (InvalidParameters, DatasetNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+        fail(exc)
 
 
 def _register_paper_tables(bench_app: typer.Typer) -> None:
@@ -185,7 +189,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         """Upload/download MB per user and round (Tables 2, 12, 13, 16; Table 3's R.R.), measured."""
         from secemb.bench import comm as bench_comm
 
-        with _progress(quiet or as_json) as progress:
+        with _progress(quiet or as_json, out) as progress:
             rows = bench_comm.run(_split(models, bench_comm.MODELS), _split(datasets, tuple(bench_comm.DATASETS)),
                                   _split(protocols, bench_comm.PROTOCOLS), out=out, progress=progress)
         if as_json:
@@ -206,7 +210,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         from secemb.bench import comm as bench_comm
         from secemb.bench import compute as bench_compute
 
-        with _progress(quiet) as progress:
+        with _progress(quiet, out) as progress:
             rows = bench_compute.run(_split(models, bench_comm.MODELS), _split(datasets, tuple(bench_comm.DATASETS)),
                                      out=out, repeats=repeats, progress=progress)
         typer.echo(f"wrote {out}/compute.md, compute.csv, compute.png ({len(rows)} configurations)")
@@ -222,7 +226,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         from secemb.bench import comm as bench_comm
         from secemb.bench import memory as bench_memory
 
-        with _progress(quiet) as progress:
+        with _progress(quiet, out) as progress:
             rows = bench_memory.run(_split(models, bench_comm.MODELS),
                                     _split(datasets, ("ml-1m", "ml-10m", "ml-25m", "yelp")), out=out, progress=progress)
         typer.echo(f"wrote {out}/memory.md, memory.csv, memory.png ({len(rows)} configurations)")
@@ -236,7 +240,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         """Server seconds per round, SecEmb vs CKKS aggregation, ML-1M (Table 14)."""
         from secemb.bench import compute as bench_compute
 
-        with _progress(quiet) as progress:
+        with _progress(quiet, out) as progress:
             s = bench_compute.run_he([int(x) for x in _split(users, ())], out=out, progress=progress)
         typer.echo(f"wrote {out}/he.md, he.csv, he.png{'; ' + s['note'] if s['note'] else ''}")
 
@@ -259,7 +263,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
             ep = {k.strip(): int(v) for k, v in (x.split("=") for x in epochs.split(","))}
         else:
             ep = int(epochs)
-        with _progress(quiet) as progress:
+        with _progress(quiet, out) as progress:
             s = bench_accuracy.run(_split(models, ("mf", "ncf", "fm", "deepfm")), _split(protocols, ("secemb",)),
                                    [int(x) for x in _split(seeds, ("0",))], ep, out=out, dataset=dataset, progress=progress,
                                    cached_only=cached_only)

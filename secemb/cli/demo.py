@@ -31,8 +31,10 @@ def register(app: typer.Typer) -> None:
         download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
         model: Annotated[str, typer.Option(help="Recommender model.")] = "mf",
         protocol: Annotated[str, typer.Option(help="secemb or plaintext.")] = "secemb",
-        layout: Annotated[str, typer.Option(help="cuckoo or full (the paper).")] = "cuckoo",
-        relay: Annotated[bool, typer.Option("--relay/--no-relay", help="Send identical bytes once (secemb).")] = True,
+        layout: Annotated[str | None, typer.Option(
+            help="cuckoo or full (the paper). Default: cuckoo where the protocol supports it, else full.")] = None,
+        relay: Annotated[bool | None, typer.Option("--relay/--no-relay", help=(
+            "Send identical bytes once. Default: on where the protocol supports it (secemb)."))] = None,
         expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
         backend: Annotated[str, typer.Option(help="Servers' evaluation backend: serial, process or ray.")] = "serial",
         workers: Annotated[int | None, typer.Option(min=1, help="Workers of the process/ray backend.")] = None,
@@ -63,13 +65,15 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.cli._report import training_display, write_json
+        from secemb.cli._usage import check_output_file, fail
 
         from secemb.client.coordinator import RoundAborted
         from secemb.client.demo import run_networked_experiment
-        from secemb.data import DatasetNotFoundError
+        from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters
         from secemb.training import Experiment, VerificationError, run_experiment
 
+        check_output_file(json_out, "--json-out")
         console = Console()
         exp = Experiment(
             dataset=dataset, data_dir=data_dir, download=download, model=model, protocol=protocol, layout=layout,
@@ -82,9 +86,11 @@ def register(app: typer.Typer) -> None:
         )
 
         def on_cluster(cluster: Any) -> None:
-            console.print(f"server 0 {cluster.url(0)}  server 1 {cluster.url(1)}  (logs in {cluster.workdir})")
+            console.print(f"server 0 {cluster.url(0)}  server 1 {cluster.url(1)}  (logs in {cluster.workdir})",
+                          markup=False)
 
         try:
+            check_dataset(dataset)  # a name with no preset fails as an unknown dataset, before any work
             with progress:
                 if network:
                     result = run_networked_experiment(
@@ -94,11 +100,9 @@ def register(app: typer.Typer) -> None:
                 else:
                     result = run_experiment(exp, on_start=on_start, on_round=on_round, on_epoch=on_epoch)
         except (VerificationError, RoundAborted) as exc:
-            console.print(f"[red]failed:[/red] {exc}")
-            raise typer.Exit(1) from None
-        except (InvalidParameters, DatasetNotFoundError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from None
+            fail(f"failed: {exc}", code=1)
+        except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+            fail(exc)
 
         table = Table(title=f"secemb demo ({'network' if network else 'in-process'}): summary")
         table.add_column("metric")

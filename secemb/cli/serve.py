@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
         """
         from rich.console import Console
 
+        from secemb.cli._usage import fail
         from secemb.errors import InvalidParameters
         from secemb.server import load_config
         from secemb.server import serve as run
@@ -46,14 +47,13 @@ def register(app: typer.Typer) -> None:
             cfg = load_config(config, party=party, host=host, port=port, peer_url=peer_url,
                               state_dir=str(state_dir) if state_dir is not None else None)
         except InvalidParameters as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from None
+            fail(exc)
         console.print(
             f"secemb server {cfg.party} on http://{cfg.host}:{cfg.port} | peer {cfg.peer_url} | "
-            f"{cfg.protocol} ({cfg.layout}{', relay' if cfg.relay else ''}) | state {cfg.state_dir}"
+            f"{cfg.protocol} ({cfg.layout}{', relay' if cfg.relay else ''}) | state {cfg.state_dir}",
+            markup=False,
         )
         try:
             run(cfg, log_level=log_level)
         except CorruptState as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from None
+            fail(exc)

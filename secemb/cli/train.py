@@ -24,7 +24,8 @@ def register(app: typer.Typer) -> None:
     def train(
         dataset: Annotated[
             str,
-            typer.Option(help="synthetic, ml-100k, ml-1m, ml-10m, ml-25m, or synthetic-<name>."),
+            typer.Option(help="synthetic, ml-100k, ml-1m, ml-10m, ml-25m, yelp, synthetic-<name>, or the path "
+                              "of your own .csv, .tsv or RecBole .inter rating file (docs/data.md)."),
         ] = "synthetic",
         data_dir: Annotated[
             Path | None,
@@ -37,13 +38,15 @@ def register(app: typer.Typer) -> None:
                                    "quant8, ternary, svd, colr.")
         ] = "secemb",
         layout: Annotated[
-            str,
-            typer.Option(help="cuckoo: B = expansion*m' keys over small buckets; full: m' keys over all items (the paper)."),
-        ] = "cuckoo",
+            str | None,
+            typer.Option(help="cuckoo: B = expansion*m' keys over small buckets; full: m' keys over all items (the "
+                              "paper). Default: cuckoo where the protocol supports it, else full."),
+        ] = None,
         relay: Annotated[
-            bool,
-            typer.Option("--relay/--no-relay", help="Send identical bytes once, download one share (secemb)."),
-        ] = True,
+            bool | None,
+            typer.Option("--relay/--no-relay", help="Send identical bytes once, download one share. Default: on "
+                                                    "where the protocol supports it (secemb)."),
+        ] = None,
         expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
         backend: Annotated[
             str, typer.Option(help="Server evaluation: serial, process (all cores) or ray.")
@@ -61,7 +64,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(min=1, help="Rows per user and round; default: Eq. 11 with --alpha."),
         ] = None,
         alpha: Annotated[
-            float, typer.Option(min=0.0, help="Eq. 11 multiplier of the mean rating count.")
+            float, typer.Option(help="Eq. 11 multiplier of the mean rating count (> 0).")
         ] = 2.5,
         seed: Annotated[int, typer.Option(min=0, help="Seed of all training randomness.")] = 0,
         verify: Annotated[
@@ -91,11 +94,13 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.cli._report import training_display, write_json
+        from secemb.cli._usage import check_output_file, fail
 
-        from secemb.data import DatasetNotFoundError
+        from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters
         from secemb.training import Experiment, VerificationError, run_experiment
 
+        check_output_file(json_out, "--json-out")
         console = Console()
         exp = Experiment(
             dataset=dataset,
@@ -123,16 +128,15 @@ def register(app: typer.Typer) -> None:
         progress, on_start, on_round, on_epoch = training_display(console, quiet)
 
         try:
+            check_dataset(dataset)  # a name with no preset fails as an unknown dataset, before any work
             with progress:
                 result = run_experiment(
                     exp, on_start=on_start, on_round=on_round, on_epoch=on_epoch
                 )
         except VerificationError as exc:
-            console.print(f"[red]verification failed:[/red] {exc}")
-            raise typer.Exit(1) from None
-        except (InvalidParameters, DatasetNotFoundError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from None
+            fail(f"verification failed: {exc}", code=1)
+        except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+            fail(exc)
 
         table = Table(title="secemb train: summary")
         table.add_column("metric")

@@ -3,6 +3,7 @@
 Public API::
 
     load_dataset(name="synthetic", data_dir=None, *, download=False, seed=0) -> RatingData
+    read_own_ratings(path) -> RatingData   # your own .csv, .tsv or RecBole .inter file
     train_test_split(data, test_fraction=0.2, seed=0) -> (train, test)
     by_user(data) -> UserRatings          # CSR by user: .of(u), .counts()
     synthetic_like(num_users, num_items, num_ratings, seed=0) -> RatingData
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 
 from secemb.data.errors import DataFormatError, DatasetNotFoundError
+from secemb.data.files import is_rating_file, read_own_ratings
 from secemb.data.movielens import (
     DATA_DIR_ENV,
     MOVIELENS,
@@ -38,10 +40,12 @@ __all__ = [
     "RatingData",
     "UserRatings",
     "by_user",
+    "check_dataset",
     "default_data_dir",
     "download_movielens",
     "load_dataset",
     "locate_movielens",
+    "read_own_ratings",
     "read_ratings_file",
     "synthetic_like",
     "train_test_split",
@@ -53,6 +57,16 @@ DATASETS: tuple[str, ...] = (
     "yelp",
     *(k for k in SYNTHETIC_SHAPES if k != "synthetic"),
 )
+
+
+def check_dataset(name: str) -> None:
+    """Raise :class:`InvalidParameters` unless ``name`` is one of :data:`DATASETS` or names a
+    ``.csv``, ``.tsv`` or ``.inter`` rating file; cheap, so callers check before other work."""
+    if name not in DATASETS and not is_rating_file(name):
+        raise InvalidParameters(
+            f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}, or the path of a .csv, .tsv or "
+            ".inter file"
+        )
 
 
 def load_dataset(
@@ -70,7 +84,8 @@ def load_dataset(
         One of :data:`DATASETS`: ``synthetic`` (default; 943 users x 1,682 items x 35,000
         ratings), ``ml-100k``, ``ml-1m``, ``ml-10m``, ``ml-25m``, or a synthetic stand-in of a
         paper dataset's shape: ``synthetic-ml-1m``, ``synthetic-ml-10m``, ``synthetic-ml-25m``,
-        ``synthetic-yelp``.
+        ``synthetic-yelp``; or the path of your own ``.csv``, ``.tsv`` or RecBole ``.inter``
+        rating file (:func:`read_own_ratings`).
     data_dir:
         Directory holding MovieLens files; default ``$SECEMB_DATA_DIR``, then
         ``~/.cache/secemb`` (and RecBole's bundled copy for ``ml-100k``).  Ignored for
@@ -86,10 +101,12 @@ def load_dataset(
     InvalidParameters
         If ``name`` is unknown.
     DatasetNotFoundError
-        If MovieLens files are missing (the message says where it looked and what to do).
+        If MovieLens files or the named rating file are missing (the message says where it
+        looked and what to do).
     DataFormatError
         If a file is malformed (the message names the file and line).
     """
+    check_dataset(name)
     if name in SYNTHETIC_SHAPES:
         num_users, num_items, num_ratings = SYNTHETIC_SHAPES[name]
         return synthetic_like(num_users, num_items, num_ratings, seed, name=name)
@@ -99,4 +116,4 @@ def load_dataset(
         from secemb.data.yelp import load_yelp
 
         return load_yelp(data_dir)
-    raise InvalidParameters(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    return read_own_ratings(name)
