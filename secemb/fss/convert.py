@@ -9,6 +9,9 @@ leaf for different purposes are independent pseudorandom values.
 
 Work proceeds in chunks of about 1 MiB of AES input held in reused per-thread buffers, and
 callers consume each chunk in place, so large outputs are written exactly once.
+:func:`convert_eval_into` (shares) and :func:`convert_accumulate` (sums of conversions over
+keys) are the consumers the servers run; with the compiled kernels
+(:mod:`secemb.fss.kernels`) each of them is one fused pass, AES rounds inline.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from secemb.fss import kernels
 from secemb.fss.prg import CHUNK_BLOCKS, aes_for
 
-__all__ = ["ring_dtype", "convert_chunks", "convert"]
+__all__ = ["ring_dtype", "convert_chunks", "convert", "convert_eval_into", "convert_accumulate"]
+
+_ONE = np.uint64(1)
 
 _tls = threading.local()
 
@@ -58,15 +64,25 @@ def convert_chunks(
     inp, buf = _scratch(min(step, max(count, 1)) * nb)
     aes = aes_for("convert/" + tag)
     ctr = np.arange(nb, dtype=np.uint64)
+    compiled = kernels.compiled()
+    if compiled:
+        from secemb.fss._aesni import round_keys
+        from secemb.fss._numba_kernels import convert_blocks
+
+        rk = round_keys(aes.name)[0]
+        words = np.ascontiguousarray(words)
     for lo in range(0, count, step):
         hi = min(lo + step, count)
         c = hi - lo
-        x = inp[: c * nb].reshape(c, nb, 2)
         y = buf[: c * nb].reshape(c, nb, 2)
-        x[:, :, 0] = words[lo:hi, 0, None]
-        np.bitwise_xor(words[lo:hi, 1, None], ctr[None, :], out=x[:, :, 1])
-        aes.encrypt_into(x, y)
-        np.bitwise_xor(y, x, out=y)
+        if compiled:
+            convert_blocks(words[lo:hi], nb, rk, y)
+        else:
+            x = inp[: c * nb].reshape(c, nb, 2)
+            x[:, :, 0] = words[lo:hi, 0, None]
+            np.bitwise_xor(words[lo:hi, 1, None], ctr[None, :], out=x[:, :, 1])
+            aes.encrypt_into(x, y)
+            np.bitwise_xor(y, x, out=y)
         yield lo, hi, y.view(dtype).reshape(c, nb * per_block)[:, :width]
 
 
@@ -77,3 +93,74 @@ def convert(words: np.ndarray, width: int, ring_bits: int, tag: str) -> np.ndarr
     for lo, hi, vals in convert_chunks(flat, width, ring_bits, tag):
         out[lo:hi] = vals
     return out.reshape(words.shape[:-1] + (width,))
+
+
+def _fused_scratch(nb: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks of one step of the fused kernels, uint64 (LEAF_STEP, nb, 2), and the same memory
+    as ring (LEAF_STEP, nb * 128 / k)."""
+    from secemb.fss._numba_kernels import LEAF_STEP
+
+    blocks = np.empty((LEAF_STEP, nb, 2), np.uint64)
+    return blocks, blocks.reshape(LEAF_STEP, -1).view(dtype)
+
+
+def convert_eval_into(
+    words: np.ndarray, cw: np.ndarray, pos0: int, period: int, party: int, tag: str, out: np.ndarray
+) -> None:
+    """Shares ``out[i] = (-1)^b [Convert_tag(words[i]) + t_i CW[(pos0 + i) // period]]``
+    (SecEmb Algorithm 4): leaf ``i`` sits at flat position ``pos0 + i`` of a (K, period) walk.
+
+    Parameters
+    ----------
+    words: uint64 (N, 2) leaf words, ``t_i`` = bit 0 of ``words[i, 0]``.
+    cw: ring (K, d) output correction words (uint32 or uint64: the ring).
+    pos0, period: flat position of ``words[0]`` and leaves per key.
+    party: ``b``, 0 or 1.
+    out: ring (N, d), same dtype as ``cw``, written.
+    """
+    dtype, width = cw.dtype, cw.shape[1]
+    ring_bits = 8 * dtype.itemsize
+    if words.shape[0] == 0:
+        return
+    if kernels.compiled():
+        from secemb.fss._aesni import round_keys
+        from secemb.fss._numba_kernels import convert_eval
+
+        blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
+        rk = round_keys("convert/" + tag)[0]
+        convert_eval(np.ascontiguousarray(words), blocks.shape[1], rk, cw, pos0, period, party, out, blocks, vals)
+        return
+    for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
+        t = words[lo:hi, 0, None] & _ONE
+        rows = cw[(pos0 + np.arange(lo, hi)) // period]
+        np.add(vals, (0 - t).astype(dtype) & rows, out=out[lo:hi])
+        if party:
+            np.negative(out[lo:hi], out=out[lo:hi])
+
+
+def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray, start: int) -> None:
+    """``acc[(start + i) % M] += Convert_tag(words[i])`` in the ring, for every word: the
+    servers' sum of conversions over keys (the aggregation stage's scatter).
+
+    Parameters
+    ----------
+    words: uint64 (N, 2) leaf words.
+    acc: ring (M, w), updated in place (uint32 or uint64: the ring).
+    start: flat position of ``words[0]`` (row ``start % M``).
+    """
+    dtype, (big_m, width) = acc.dtype, acc.shape
+    ring_bits = 8 * dtype.itemsize
+    if kernels.compiled():
+        from secemb.fss._aesni import round_keys
+        from secemb.fss._numba_kernels import convert_accumulate as fused
+
+        blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
+        fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0], acc, start, blocks, vals)
+        return
+    for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
+        pos = start + lo
+        while pos < start + hi:  # rows wrap around at M
+            j = pos % big_m
+            take = min(start + hi - pos, big_m - j)
+            acc[j : j + take] += vals[pos - start - lo : pos - start - lo + take]
+            pos += take

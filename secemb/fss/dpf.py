@@ -30,7 +30,7 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.fss.keys import DPFKeys, DPFParams, PathKeys
 from secemb.fss.linalg import LimbMatrix, ring_matmul
-from secemb.fss.convert import convert, convert_chunks
+from secemb.fss.convert import convert, convert_eval_into
 from secemb.fss.tree import _LEFT, _RIGHT, expand
 from secemb.randomness import RandomBytes, random_words, system_rng
 
@@ -269,20 +269,8 @@ def convert_eval(
     cw = _check_betas(cw, k, ring_bits)
     out = np.empty((k, p, cw.shape[1]), cw.dtype)
     for i in range(k):
-        _convert_eval_into(leaves[i], cw[i], b, ring_bits, tag, out[i])
+        convert_eval_into(leaves[i], cw[i : i + 1], 0, p, b, tag, out[i])
     return out
-
-
-def _convert_eval_into(
-    leaves: np.ndarray, cw: np.ndarray, party: int, ring_bits: int, tag: str, out: np.ndarray
-) -> None:
-    """One key: ``out[j] = (-1)^b [Convert(leaves[j]) + t_j * cw]``; leaves (P, 2), cw (d,),
-    out ring (P, d)."""
-    for lo, hi, vals in convert_chunks(leaves, cw.shape[0], ring_bits, tag):
-        t = leaves[lo:hi, 0, None] & _ONE
-        np.add(vals, (0 - t).astype(cw.dtype) & cw, out=out[lo:hi])
-        if party:
-            np.negative(out[lo:hi], out=out[lo:hi])
 
 
 def eval_full(keys: DPFKeys, party: int) -> np.ndarray:

@@ -16,13 +16,12 @@ walking the trees again and without storing per-leaf seeds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from secemb.errors import InvalidParameters
-from secemb.fss.convert import convert_chunks, ring_dtype
+from secemb.fss.convert import convert_accumulate, convert_eval_into, ring_dtype
 from secemb.fss.dpf import _ONE, _check_party
 from secemb.fss.tree import leaf_groups, padded_domain
 from secemb.fss.keys import PathKeys
@@ -134,34 +133,26 @@ def _walk(
     path: PathKeys,
     party: int,
     retrieval_cw: np.ndarray,
-    agg_width: int,
-    on_conv: Callable[[int, int, np.ndarray], None],
+    conv_sum: np.ndarray,
     retrieval_tag: str,
     aggregation_tag: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Walk every tree once.  Returns ``(t, e)``, uint8 and ring (K, mp) over the padded
     domain (:func:`~secemb.fss.tree.padded_domain`): control bits and retrieval shares
-    ``(-1)^b [Convert_ret(s) + t CW_ret]``; calls ``on_conv(a, z, vals)`` with
-    ``Convert_agg`` of the leaves at flat positions ``[a, z)`` of (K, mp)."""
+    ``(-1)^b [Convert_ret(s) + t CW_ret]``; adds ``Convert_agg`` of the leaf at flat position
+    ``j`` of (K, mp) to ``conv_sum[j % M]`` (ring (M, w))."""
     dtype = retrieval_cw.dtype
-    ring_bits = 8 * dtype.itemsize
     k, mp = len(path), padded_domain(path)
     t = np.empty((k, mp), np.uint8)
     e = np.empty((k, mp), dtype)
-    t_flat, e_flat = t.reshape(-1), e.reshape(-1)
+    t_flat, e_flat = t.reshape(-1), e.reshape(-1, 1)
     for r0, r1, leaves in leaf_groups(path):
         width = leaves.shape[1]
         a0, z0 = r0 * width, r1 * width  # flat positions in (K, mp)
         flat = leaves.reshape(-1, 2)
-        tb = (flat[:, 0] & _ONE).astype(np.uint8)
-        t_flat[a0:z0] = tb
-        cw_rows = np.repeat(retrieval_cw[np.arange(r0, r1) * width // mp, 0], width)
-        for a, z, vals in convert_chunks(flat, 1, ring_bits, retrieval_tag):
-            np.add(vals[:, 0], (0 - tb[a:z].astype(dtype)) & cw_rows[a:z], out=e_flat[a0 + a : a0 + z])
-        for a, z, vals in convert_chunks(flat, agg_width, ring_bits, aggregation_tag):
-            on_conv(a0 + a, a0 + z, vals)
-    if party:
-        np.negative(e, out=e)
+        np.bitwise_and(flat[:, 0], _ONE, out=t_flat[a0:z0], casting="unsafe")
+        convert_eval_into(flat, retrieval_cw, a0, mp, party, retrieval_tag, e_flat[a0:z0])
+        convert_accumulate(flat, aggregation_tag, conv_sum, a0)
     return t, e
 
 
@@ -197,11 +188,7 @@ def retrieve_and_prepare(
     ring_bits = 8 * table.dtype.itemsize
     mp = padded_domain(path)
     conv_sum = np.zeros((mp, agg_width), table.dtype)
-    t, e = _walk(
-        path, b, retrieval_cw, agg_width,
-        lambda a, z, vals: _accumulate_rows(conv_sum, a, z, mp, vals),
-        retrieval_tag, aggregation_tag,
-    )
+    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag)
     answers = ring_matmul(e[:, :m], table, ring_bits)
     prepared = PreparedAggregation(
         b, ring_bits, m, agg_width, np.packbits(t[:, :m], axis=1), np.ascontiguousarray(conv_sum[:m])
@@ -245,11 +232,7 @@ def retrieve_and_prepare_buckets(
     ring_bits = 8 * tables.dtype.itemsize
     mp = padded_domain(path)
     conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
-    t, e = _walk(
-        path, b, retrieval_cw, agg_width,
-        lambda a, z, vals: _accumulate_rows(conv_sum, a, z, buckets * mp, vals),
-        retrieval_tag, aggregation_tag,
-    )
+    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag)
     users = k // buckets
     e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
     answers = ring_matmul(e_b, tables, ring_bits).transpose(1, 0, 2).reshape(k, -1)
@@ -272,12 +255,3 @@ def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.nda
         np.negative(out, out=out)
     return out
 
-
-def _accumulate_rows(acc: np.ndarray, a: int, z: int, m: int, vals: np.ndarray) -> None:
-    """``acc[j % m] += vals[j - a]`` for flat leaf positions ``j`` in ``[a, z)``."""
-    pos = a
-    while pos < z:
-        j = pos % m
-        take = min(z - pos, m - j)
-        acc[j : j + take] += vals[pos - a : pos - a + take]
-        pos += take

@@ -1,0 +1,217 @@
+"""AES-128 rounds as numba intrinsics over the AES-NI / VAES instructions (internal).
+
+Hazmat layer, imported only when numba is installed and the CPU has AES-NI
+(:func:`available`).  The instructions are the hardware's constant-time AES round; there is no
+table-based software AES here.  The round keys of the public fixed keys
+(:func:`secemb.fss.prg.fixed_key`) are expanded with ``AESKEYGENASSIST`` (:func:`round_keys`),
+and every intrinsic is checked against OpenSSL in ``tests/fss/test_fss_kernels.py``.
+
+With VAES (256-bit AES rounds) a vector holds ``W = 2`` blocks, otherwise ``W = 1``; round-key
+arrays store each 128-bit round key ``W`` times so that one vector load broadcasts it.  All
+pointer arguments are addresses (``arr.ctypes.data``) of C-contiguous ``uint64`` buffers; blocks
+are two little-endian ``uint64`` (16 bytes), loads and stores are unaligned.
+
+Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the AES pipelines):
+
+* ``expand8(rk, x, cwl, cwr, out)``: one DPF tree level for 8 parents ``x[0..7]``:
+  ``out[2j + c] = AES_c(x_j) ^ x_j ^ (t_j ? cw_c[j] : 0)`` with ``rk = (left, right)`` schedules
+  (shape ``(2, 11, 2W)``) and per-parent corrections ``cwl``, ``cwr`` (8 words each).
+* ``mmo_blocks(rk, src, dst)``: ``dst[i] = AES(src[i]) ^ src[i]`` for ``B`` consecutive blocks.
+* ``mmo_ctr(rk, word, j0, dst)``: ``dst[i] = MMO(word ^ (0, j0 + i))`` for ``i < B``, ``j0`` a
+  multiple of ``B`` (the payload conversion's counter blocks of one leaf).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["BLOCKS", "LANES", "available", "round_keys", "expand8", "mmo_blocks", "mmo_ctr"]
+
+#: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
+BLOCKS = 16
+
+
+def _host_features() -> dict[str, bool]:
+    import llvmlite.binding as llb
+
+    return dict(llb.get_host_cpu_features())
+
+
+def available() -> bool:
+    """Whether numba imports and the CPU has AES-NI."""
+    try:
+        return bool(_host_features().get("aes"))
+    except ImportError:
+        return False
+
+
+try:
+    from llvmlite import ir
+    from numba import njit, types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+except ImportError:  # pragma: no cover - the caller checks available() first
+    raise
+
+_VAES = bool(_host_features().get("vaes")) and bool(_host_features().get("avx2"))
+#: blocks per vector register: 2 with VAES, else 1
+LANES = 2 if _VAES else 1
+_I64 = ir.IntType(64)
+_I32 = ir.IntType(32)
+_VEC = ir.VectorType(_I64, 2 * LANES)
+_SUFFIX = ".256" if _VAES else ""
+
+
+def _const(v: int) -> ir.Constant:
+    return ir.Constant(_I64, v)
+
+
+def _vptr(builder: ir.IRBuilder, addr: ir.Value) -> ir.Value:
+    return builder.inttoptr(addr, _VEC.as_pointer())
+
+
+def _load(builder: ir.IRBuilder, ptr: ir.Value, i: int) -> ir.Value:
+    """Vector ``i`` (``W`` blocks) at ``ptr``."""
+    return builder.load(builder.gep(ptr, [_const(i)]), align=1)
+
+
+def _store(builder: ir.IRBuilder, value: ir.Value, ptr: ir.Value, i: int) -> None:
+    builder.store(value, builder.gep(ptr, [_const(i)]), align=1)
+
+
+def _schedule(builder: ir.IRBuilder, addr: ir.Value) -> list[ir.Value]:
+    ptr = _vptr(builder, addr)
+    return [_load(builder, ptr, r) for r in range(11)]
+
+
+def _encrypt(builder: ir.IRBuilder, jobs: list[tuple[list[ir.Value], ir.Value]]) -> list[ir.Value]:
+    """AES-128 of every ``(schedule, vector)`` job, rounds interleaved across jobs."""
+    fnty = ir.FunctionType(_VEC, [_VEC, _VEC])
+    enc = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.aesni.aesenc" + _SUFFIX)
+    last = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.aesni.aesenclast" + _SUFFIX)
+    out = [builder.xor(b, rks[0]) for rks, b in jobs]
+    for r in range(1, 10):
+        out = [builder.call(enc, [b, rks[r]]) for (rks, _), b in zip(jobs, out)]
+    return [builder.call(last, [b, rks[10]]) for (rks, _), b in zip(jobs, out)]
+
+
+def _shuffle(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, idx: list[int]) -> ir.Value:
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, len(idx)), idx))
+
+
+def _sig(nargs: int) -> types.Type:
+    return types.void(*([types.uintp] * nargs))
+
+
+@intrinsic
+def expand8(typingctx, rk, x, cwl, cwr, out):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """Children of 8 parents (see the module docstring)."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        rk_l = _schedule(builder, args[0])
+        rk_r = _schedule(builder, builder.add(args[0], ir.Constant(args[0].type, 11 * 16 * LANES)))
+        xp, lp, rp, op = (_vptr(builder, a) for a in args[1:])
+        nv = 8 // LANES
+        xs = [_load(builder, xp, v) for v in range(nv)]
+        one = ir.Constant(_VEC, [1, 0] * LANES)
+        zero = ir.Constant(_VEC, None)
+        # all ones in both words of a block whose control bit (bit 0 of word 0) is set
+        masks = []
+        for v in xs:
+            t = builder.and_(v, one)
+            masks.append(builder.sub(zero, _shuffle(builder, t, t, [i & ~1 for i in range(2 * LANES)])))
+        enc = _encrypt(builder, [(rk_l, v) for v in xs] + [(rk_r, v) for v in xs])
+        for v in range(nv):
+            lv = builder.xor(builder.xor(enc[v], xs[v]), builder.and_(masks[v], _load(builder, lp, v)))
+            rv = builder.xor(builder.xor(enc[nv + v], xs[v]), builder.and_(masks[v], _load(builder, rp, v)))
+            if LANES == 1:
+                _store(builder, lv, op, 2 * v)
+                _store(builder, rv, op, 2 * v + 1)
+            else:  # [L0 L1], [R0 R1] -> [L0 R0], [L1 R1]
+                _store(builder, _shuffle(builder, lv, rv, [0, 1, 4, 5]), op, 2 * v)
+                _store(builder, _shuffle(builder, lv, rv, [2, 3, 6, 7]), op, 2 * v + 1)
+
+    return _sig(5), codegen
+
+
+@intrinsic
+def mmo_blocks(typingctx, rk, src, dst):  # noqa: ANN001, ANN201
+    """``dst[i] = AES(src[i]) ^ src[i]`` for :data:`BLOCKS` blocks."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        rks = _schedule(builder, args[0])
+        sp, dp = _vptr(builder, args[1]), _vptr(builder, args[2])
+        xs = [_load(builder, sp, v) for v in range(BLOCKS // LANES)]
+        for v, y in enumerate(_encrypt(builder, [(rks, x) for x in xs])):
+            _store(builder, builder.xor(y, xs[v]), dp, v)
+
+    return _sig(3), codegen
+
+
+@intrinsic
+def mmo_ctr(typingctx, rk, word, j0, dst):  # noqa: ANN001, ANN201
+    """``dst[i] = MMO(word ^ (0, j0 + i))`` for ``i < BLOCKS``; ``j0`` a multiple of ``BLOCKS``
+    (so ``j0 + i = j0 ^ i``)."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        rks = _schedule(builder, args[0])
+        w = builder.load(builder.inttoptr(args[1], ir.VectorType(_I64, 2).as_pointer()), align=1)
+        w = _shuffle(builder, w, w, [0, 1] * LANES)
+        j0 = builder.insert_element(ir.Constant(_VEC, None), args[2], ir.Constant(_I32, 1))
+        j0 = _shuffle(builder, j0, j0, [0, 1] * LANES)
+        base = builder.xor(w, j0)
+        xs = []
+        for v in range(BLOCKS // LANES):
+            ctr = ir.Constant(_VEC, [x for i in range(LANES) for x in (0, v * LANES + i)])
+            xs.append(builder.xor(base, ctr))
+        dp = _vptr(builder, args[3])
+        for v, y in enumerate(_encrypt(builder, [(rks, x) for x in xs])):
+            _store(builder, builder.xor(y, xs[v]), dp, v)
+
+    return _sig(4), codegen
+
+
+@intrinsic
+def _key_expand(typingctx, key, out):  # noqa: ANN001, ANN201
+    """AES-128 key schedule of the 16-byte ``key`` into 11 round keys, each stored ``W`` times."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        v2 = ir.VectorType(_I64, 2)
+        v4 = ir.VectorType(_I32, 4)
+        assist = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(v2, [v2, ir.IntType(8)]), "llvm.x86.aesni.aeskeygenassist"
+        )
+        k = builder.load(builder.inttoptr(args[0], v2.as_pointer()), align=1)
+        op = builder.inttoptr(args[1], v2.as_pointer())
+        zero = ir.Constant(v4, None)
+        for r, rcon in enumerate((0, 1, 2, 4, 8, 16, 32, 64, 128, 27, 54)):
+            if r:
+                t = builder.bitcast(builder.call(assist, [k, ir.Constant(ir.IntType(8), rcon)]), v4)
+                t = _shuffle(builder, t, t, [3, 3, 3, 3])
+                k4 = builder.bitcast(k, v4)
+                for _ in range(3):  # k ^= k << 32 bits (byte shift by 4), three times
+                    k4 = builder.xor(k4, _shuffle(builder, zero, k4, [0, 4, 5, 6]))
+                k = builder.bitcast(builder.xor(k4, t), v2)
+            for lane in range(LANES):
+                builder.store(k, builder.gep(op, [_const(r * LANES + lane)]), align=1)
+
+    return _sig(2), codegen
+
+
+@njit(cache=True)
+def _schedule_of(key: np.ndarray, out: np.ndarray) -> None:
+    _key_expand(key.ctypes.data, out.ctypes.data)
+
+
+@lru_cache(maxsize=None)
+def round_keys(*names: str) -> np.ndarray:
+    """Round keys of the fixed keys ``names``: uint64 ``(len(names), 11, 2W)``, read-only."""
+    from secemb.fss.prg import fixed_key
+
+    out = np.empty((len(names), 11, 2 * LANES), np.uint64)
+    for i, name in enumerate(names):
+        _schedule_of(np.frombuffer(fixed_key(name), np.uint64).copy(), out[i])
+    out.flags.writeable = False
+    return out

@@ -1,0 +1,142 @@
+"""numba kernels of the full-domain walk and the payload conversion (internal; see
+:mod:`secemb.fss.kernels` for the switch and :mod:`secemb.fss.tree` / :mod:`secemb.fss.convert`
+for the numpy references these equal bit for bit).
+
+Words are uint64 ``(..., 2)`` (128-bit, little-endian), ring arrays uint32 or uint64; ``rk``
+arguments are round-key arrays of :func:`secemb.fss._aesni.round_keys`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from secemb.fss._aesni import BLOCKS, expand8, mmo_blocks, mmo_ctr
+
+__all__ = ["subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "LEAF_STEP"]
+
+#: leaves converted per step of the fused conversion kernels (their blocks stay in L1)
+LEAF_STEP = 64
+
+
+@njit(cache=True)
+def subtrees(front, rowkey, cwp, top, depth, rk, out):  # noqa: ANN001, ANN201
+    """Expand frontier nodes ``depth`` levels: ``out[g]`` (2^depth, 2) are the leaves below
+    ``front[g]`` (2,), whose key ``rowkey[g]`` has the per-level corrections
+    ``cwp[key, top + i] = ((cw_lo | tCW_L, cw_hi), (cw_lo | tCW_R, cw_hi))`` (uint64 (K, n, 2, 2)).
+
+    Eight subtrees at a time, level by level in L1-resident buffers; the last level goes to
+    ``out`` directly.  ``depth >= 1``.
+    """
+    total = front.shape[0]
+    width = 1 << depth
+    buf = np.empty((2, 8 * width, 2), np.uint64)
+    stage = np.empty((2, 8, 2), np.uint64)
+    rkp = rk.ctypes.data
+    stl, str_ = stage[0].ctypes.data, stage[1].ctypes.data
+    outp = out.ctypes.data
+    for g0 in range(0, total, 8):
+        nb = min(8, total - g0)
+        for r in range(8):  # rows past the end repeat the last one (computed, not kept)
+            buf[0, r, 0] = front[g0 + min(r, nb - 1), 0]
+            buf[0, r, 1] = front[g0 + min(r, nb - 1), 1]
+        cur = 0
+        nodes = 1
+        for lvl in range(depth):
+            direct = lvl == depth - 1 and nb == 8
+            src = buf[cur].ctypes.data
+            dst = outp + 16 * g0 * width if direct else buf[1 - cur].ctypes.data
+            for j0 in range(0, 8 * nodes, 8):
+                if nodes < 8 or j0 % nodes == 0:
+                    for q in range(8):
+                        key = rowkey[g0 + min((j0 + q) // nodes, nb - 1)]
+                        for w in range(2):
+                            stage[0, q, w] = cwp[key, top + lvl, 0, w]
+                            stage[1, q, w] = cwp[key, top + lvl, 1, w]
+                expand8(rkp, src + 16 * j0, stl, str_, dst + 32 * j0)
+            cur = 1 - cur
+            nodes *= 2
+        if nb < 8:
+            for r in range(nb):
+                for p in range(width):
+                    out[g0 + r, p, 0] = buf[cur, r * width + p, 0]
+                    out[g0 + r, p, 1] = buf[cur, r * width + p, 1]
+
+
+@njit(cache=True)
+def convert_blocks(words, nb, rk, out):  # noqa: ANN001, ANN201
+    """``out[i, j] = MMO(words[i] ^ (0, j))`` for ``j < nb``: words uint64 (N, 2), out uint64
+    (N, nb, 2) C-contiguous."""
+    n = words.shape[0]
+    total = n * nb
+    rkp = rk.ctypes.data
+    outp = out.ctypes.data
+    tmp = np.empty((BLOCKS, 2), np.uint64)
+    src = np.empty((BLOCKS, 2), np.uint64)
+    tmpp, srcp = tmp.ctypes.data, src.ctypes.data
+    flat = out.reshape(total, 2)
+    if nb % BLOCKS == 0:
+        for i in range(n):
+            wp = words[i].ctypes.data
+            for j0 in range(0, nb, BLOCKS):
+                mmo_ctr(rkp, wp, j0, outp + 16 * (i * nb + j0))
+        return
+    # any other width: BLOCKS consecutive (leaf, counter) inputs at a time
+    i = 0
+    j = 0
+    for f0 in range(0, total, BLOCKS):
+        cnt = min(BLOCKS, total - f0)
+        for q in range(cnt):
+            src[q, 0] = words[i, 0]
+            src[q, 1] = words[i, 1] ^ np.uint64(j)
+            j += 1
+            if j == nb:
+                j = 0
+                i += 1
+        if cnt == BLOCKS:
+            mmo_blocks(rkp, srcp, outp + 16 * f0)
+        else:
+            mmo_blocks(rkp, srcp, tmpp)
+            for q in range(cnt):
+                flat[f0 + q, 0] = tmp[q, 0]
+                flat[f0 + q, 1] = tmp[q, 1]
+
+
+@njit(cache=True)
+def convert_eval(words, nb, rk, cw, pos0, period, party, out, blocks, vals):  # noqa: ANN001, ANN201
+    """``out[i] = (-1)^party [Convert(words[i]) + t_i cw[(pos0 + i) // period]]``: words uint64
+    (N, 2), ``t_i`` bit 0 of ``words[i, 0]``, cw ring (K, d), out ring (N, d).  Scratch:
+    ``blocks`` uint64 (LEAF_STEP, nb, 2) and ``vals``, the same memory as ring (LEAF_STEP, *)."""
+    n, d = out.shape
+    key = pos0 // period
+    left = period - pos0 % period  # leaves before the next key starts
+    for lo in range(0, n, LEAF_STEP):
+        hi = min(lo + LEAF_STEP, n)
+        convert_blocks(words[lo:hi], nb, rk, blocks[: hi - lo])
+        for i in range(lo, hi):
+            mask = np.uint64(0) - (words[i, 0] & np.uint64(1))
+            for e in range(d):
+                v = np.uint64(vals[i - lo, e]) + (mask & np.uint64(cw[key, e]))
+                out[i, e] = np.uint64(0) - v if party else v
+            left -= 1
+            if left == 0:
+                key += 1
+                left = period
+
+
+@njit(cache=True)
+def convert_accumulate(words, nb, rk, acc, start, blocks, vals):  # noqa: ANN001, ANN201
+    """``acc[(start + i) % M] += Convert(words[i])`` in the ring: words uint64 (N, 2), acc
+    ring (M, w); scratch as in :func:`convert_eval`."""
+    n = words.shape[0]
+    big_m, w = acc.shape
+    row = start % big_m
+    for lo in range(0, n, LEAF_STEP):
+        hi = min(lo + LEAF_STEP, n)
+        convert_blocks(words[lo:hi], nb, rk, blocks[: hi - lo])
+        for i in range(hi - lo):
+            for e in range(w):
+                acc[row, e] += vals[i, e]
+            row += 1
+            if row == big_m:
+                row = 0

@@ -1,0 +1,49 @@
+"""Compiled kernels of the FSS hot loops, and the switch between them and the numpy reference.
+
+Hazmat layer.  Every hot loop of the server's full-domain work has a pure-numpy reference
+(in :mod:`~secemb.fss.tree` and :mod:`~secemb.fss.convert`, AES through OpenSSL in large
+batched calls) and a numba kernel here that fuses the AES rounds (AES-NI/VAES instructions,
+:mod:`secemb.fss._aesni`) with the work between them: the tree levels of a cache-resident
+subtree with their correction words and control bits, the payload conversion, the shares'
+correction ``t * CW`` and the aggregation sums.  The two give the same bits
+(``tests/fss/test_fss_kernels.py``).
+
+Selection: :data:`BACKEND` is ``"numba"`` when numba is installed and the CPU has AES-NI,
+``"numpy"`` otherwise; the environment variable ``SECEMB_FSS_KERNELS=numpy`` forces the
+reference (read once at import; tests and benchmarks assign :data:`BACKEND` directly).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+
+__all__ = ["BACKEND", "compiled", "available"]
+
+
+def available() -> bool:
+    """Whether the compiled kernels can run here (numba installed, CPU with AES-NI)."""
+    try:
+        from secemb.fss import _aesni
+    except ImportError:
+        return False
+    return _aesni.available()
+
+
+def _initial_backend() -> str:
+    wanted = os.environ.get("SECEMB_FSS_KERNELS", "numba")
+    if wanted not in ("numba", "numpy"):
+        raise InvalidParameters(f"SECEMB_FSS_KERNELS must be 'numba' or 'numpy', got {wanted!r}")
+    return "numba" if wanted == "numba" and available() else "numpy"
+
+
+#: ``"numba"`` (compiled kernels) or ``"numpy"`` (the reference); read at every call
+BACKEND = _initial_backend()
+
+
+def compiled() -> bool:
+    """Whether calls now take the compiled kernels."""
+    return BACKEND == "numba"
