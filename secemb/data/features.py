@@ -52,10 +52,13 @@ from secemb.errors import InvalidParameters
 __all__ = [
     "FEATURE_SHAPES",
     "FeatureSet",
+    "ITEM_FEATURES_FORMAT",
     "load_features",
+    "load_item_features",
     "movielens_features",
     "multi_hot",
     "one_hot",
+    "save_item_features",
     "synthetic_features",
 ]
 
@@ -425,3 +428,70 @@ def load_features(
 
 
 
+# ----------------------------------------------------------------------------- public item features
+
+#: format tag of the file :func:`save_item_features` writes
+ITEM_FEATURES_FORMAT = "secemb-item-features-v1"
+
+
+def save_item_features(path: str | os.PathLike, features: FeatureSet) -> Path:
+    """Write the *public* part of ``features`` -- the item matrix, the item and user feature
+    names and the number of user features ``l_x`` -- to ``path`` (numpy ``.npz``, no pickle).
+
+    This is the file a server operator gives both servers (``[model] item_features``) so they
+    can build a feature model (FM, DeepFM): the item features go into the table's code columns,
+    ``l_x`` sizes the dense layout.  The user matrix is private device data and is not
+    written.  Returns the path written.
+    """
+    p = Path(path)
+    with p.open("wb") as fh:
+        np.savez(
+            fh,
+            format=np.array(ITEM_FEATURES_FORMAT),
+            name=np.array(features.name),
+            item=features.item,
+            l_x=np.array(features.l_x, dtype=np.int64),
+            item_names=np.array(features.item_names, dtype=str),
+            user_names=np.array(features.user_names, dtype=str),
+        )
+    return p
+
+
+def load_item_features(path: str | os.PathLike) -> FeatureSet:
+    """Read a file written by :func:`save_item_features`.
+
+    Returns a :class:`FeatureSet` with the item matrix (uint8 (num_items, l_y)) and a user
+    matrix of shape ``(0, l_x)``: the server knows how many user features there are, never
+    their values.
+
+    Raises
+    ------
+    InvalidParameters
+        Unreadable file, wrong format tag, missing array, or arrays of the wrong shape or
+        values (the message names the file and the field).
+    """
+    p = Path(path)
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise InvalidParameters(f"cannot read item features {p}: {exc}") from None
+    fmt = str(arrays.get("format", ""))
+    if fmt != ITEM_FEATURES_FORMAT:
+        raise InvalidParameters(f"item features {p}: format must be {ITEM_FEATURES_FORMAT!r}, got {fmt!r}")
+    missing = [k for k in ("name", "item", "l_x", "item_names", "user_names") if k not in arrays]
+    if missing:
+        raise InvalidParameters(f"item features {p}: missing {', '.join(missing)}")
+    l_x = arrays["l_x"]
+    if l_x.shape != () or l_x.dtype.kind not in "iu" or int(l_x) < 0:
+        raise InvalidParameters(f"item features {p}: l_x must be an int >= 0, got {l_x!r}")
+    try:
+        return FeatureSet(
+            str(arrays["name"]),
+            np.zeros((0, int(l_x)), dtype=np.uint8),
+            arrays["item"],
+            user_names=tuple(str(s) for s in arrays["user_names"]),
+            item_names=tuple(str(s) for s in arrays["item_names"]),
+        )
+    except InvalidParameters as exc:
+        raise InvalidParameters(f"item features {p}: {exc}") from None

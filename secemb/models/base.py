@@ -23,6 +23,7 @@ the generic :meth:`RecModel.local_step` then gets gradients by autograd.  A mode
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -147,9 +148,37 @@ class RecModel(ABC):
     dense_size: int
     private_size: int
 
+    def spec(self) -> dict[str, object]:
+        """The constructor arguments of this model, JSON-able: ``get_model(self.name,
+        **self.spec())`` builds an identical model (a feature model also needs its data,
+        ``features=self.features``, which is not part of the spec).
+
+        The default reads, for every parameter of ``type(self).__init__`` except ``features``,
+        the attribute of the same name -- the convention every built-in model follows.  A
+        model whose constructor stores its arguments differently overrides this.
+
+        Raises
+        ------
+        InvalidParameters
+            A constructor parameter has no attribute of the same name, or is ``*args`` /
+            ``**kwargs`` (the spec could not be complete).
+        """
+        out: dict[str, object] = {}
+        for name, param in inspect.signature(type(self).__init__).parameters.items():
+            if name in ("self", "features"):
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or not hasattr(self, name):
+                raise InvalidParameters(
+                    f"{type(self).__name__}.spec(): constructor parameter {name!r} is not stored as an "
+                    "attribute of the same name; override spec()"
+                )
+            out[name] = getattr(self, name)
+        return out
+
     def hparams(self) -> dict[str, object]:
-        """Hyperparameters fixed at construction (recorded in training results)."""
-        return {}
+        """Hyperparameters recorded in training results: :meth:`spec` plus any sizes derived
+        from data (e.g. FM's feature counts)."""
+        return self.spec()
 
     # ------------------------------------------------------------------ initialization
 

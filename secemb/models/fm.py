@@ -55,7 +55,7 @@ class FactorizationMachine(TorchRecModel):
         self.private_size = self.dim + 1
 
     def hparams(self) -> dict[str, object]:
-        return {"dim": self.dim, "reg": self.reg, "init_std": self.init_std, "l_x": self.l_x, "l_y": self.l_y}
+        return {**self.spec(), "l_x": self.l_x, "l_y": self.l_y}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim}, reg={self.reg}, l_x={self.l_x}, l_y={self.l_y})"

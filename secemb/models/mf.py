@@ -67,9 +67,6 @@ class MatrixFactorization(RecModel):
         self.dense_size = 1
         self.private_size = dim + 1
 
-    def hparams(self) -> dict[str, object]:
-        return {"dim": self.dim, "reg": self.reg, "init_std": self.init_std}
-
     def __repr__(self) -> str:
         return f"MatrixFactorization(dim={self.dim}, reg={self.reg}, init_std={self.init_std})"
 

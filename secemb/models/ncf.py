@@ -46,9 +46,6 @@ class NCF(TorchRecModel):
         self.dense_size = self.layout.size
         self.private_size = 2 * d + 1
 
-    def hparams(self) -> dict[str, object]:
-        return {"dim": self.dim, "reg": self.reg, "init_std": self.init_std}
-
     def __repr__(self) -> str:
         return f"NCF(dim={self.dim}, reg={self.reg})"
 

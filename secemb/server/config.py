@@ -8,8 +8,10 @@ for a full example)::
     [secrets]   peer, admin, users   -- hex, >= 16 bytes each (required; or the environment
                 variables SECEMB_PEER_SECRET, SECEMB_ADMIN_SECRET, SECEMB_USER_SECRET)
     [protocol]  name, layout, relay, expansion, layout_seed, backend, workers
-    [model]     name, hparams (table), num_items (required), num_users (required),
-                rating_range, init_seed
+    [model]     name, hparams (table: the model's constructor spec), num_items (required),
+                num_users (required), rating_range, init_seed, item_features (path of the
+                public item features of a feature model, written by
+                ``secemb.data.features.save_item_features``)
     [training]  lr, beta1, beta2, eps, lazy_adam, ring_bits, frac_bits, m_prime, alpha
     [rounds]    deadline_s, min_users
 
@@ -69,6 +71,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "num_users": "num_users",
         "rating_range": "rating_range",
         "init_seed": "init_seed",
+        "item_features": "item_features",
     },
     "training": {
         "lr": "lr",
@@ -133,6 +136,8 @@ class ServerConfig:
     workers: int | None = None
     model: str = "mf"
     model_hparams: dict[str, Any] = field(default_factory=dict)
+    #: ``.npz`` of the public item features (FM, DeepFM); see :meth:`make_model`
+    item_features: Path | None = None
     rating_range: tuple[float, float] = (1.0, 5.0)
     init_seed: int = 0
     lr: float = 0.025
@@ -182,6 +187,8 @@ class ServerConfig:
         object.__setattr__(self, "rating_range", (lo, hi))
         if not isinstance(self.model_hparams, dict):
             raise InvalidParameters("model hparams must be a table")
+        if self.item_features is not None:
+            object.__setattr__(self, "item_features", Path(self.item_features))
         # the objects below validate the remaining fields
         self.make_protocol()
         self.make_model()
@@ -201,9 +208,28 @@ class ServerConfig:
         return get_protocol(self.protocol, **opts)
 
     def make_model(self):  # noqa: ANN201 - RecModel
+        """The model ``get_model(model, **model_hparams)``; with ``item_features`` set, built
+        with the public item features read from that file (``features=``).
+
+        Raises
+        ------
+        InvalidParameters
+            Unknown model or hyperparameter; an unreadable features file, or one that covers
+            another number of items than ``num_items``.
+        """
         from secemb.models import get_model
 
-        return get_model(self.model, **self.model_hparams)
+        if self.item_features is None:
+            return get_model(self.model, **self.model_hparams)
+        from secemb.data.features import load_item_features
+
+        features = load_item_features(self.item_features)
+        if features.num_items != self.num_items:
+            raise InvalidParameters(
+                f"item_features {self.item_features} cover {features.num_items} items, "
+                f"num_items is {self.num_items}"
+            )
+        return get_model(self.model, features=features, **self.model_hparams)
 
     def adam(self):  # noqa: ANN201 - AdamConfig
         from secemb.models.optim import AdamConfig
@@ -219,6 +245,8 @@ class ServerConfig:
         """The settings both servers must share (what devices also need to know)."""
         doc = {k: getattr(self, k) for k in _SHARED}
         doc["rating_range"] = list(self.rating_range)
+        if self.item_features is not None:  # the content counts, not where each server keeps it
+            doc["item_features_sha256"] = hashlib.sha256(self.item_features.read_bytes()).hexdigest()
         return doc
 
     def fingerprint(self) -> str:
