@@ -176,6 +176,10 @@ def run(
     ``cached_only`` tabulates the runs already in ``<out>/runs`` and trains nothing.
     ``threads`` sets torch's intra-op threads (1: a device's step is small, and spinning
     threads only slow it down on a shared machine; ``None`` leaves torch's default)."""
+    from secemb.models import get_preset
+
+    for m in models:  # a bad model name is reported before any data is read or run trained
+        get_preset(m, dataset.removeprefix("synthetic-"))
     if threads is not None and not cached_only:
         import torch
 

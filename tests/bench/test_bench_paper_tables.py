@@ -89,10 +89,16 @@ def test_held_out_split_is_a_seeded_partition():
     assert key(again) == key(test) and key(other) != key(test)
 
 
-def test_bench_accuracy_cli_reports_a_bad_option_without_a_traceback(tmp_path):
+def test_bench_accuracy_cli_reports_a_bad_option_without_a_traceback(tmp_path, monkeypatch):
+    """Issue 13 item 1: without ML-100K on the machine this said 'ml-100k not found' instead."""
     from typer.testing import CliRunner
 
     from secemb.cli import app
+    from secemb.data import movielens
+
+    monkeypatch.setattr(movielens, "_recbole_ml100k", lambda: None)  # as on a machine without RecBole
+    monkeypatch.setenv("SECEMB_DATA_DIR", str(tmp_path / "no-data"))
+    monkeypatch.setenv("HOME", str(tmp_path))
 
     res = CliRunner().invoke(app, ["bench", "accuracy", "--models", "nope", "--protocols", "secemb", "--seeds", "0",
                                    "--epochs", "1", "--out", str(tmp_path), "-q"])

@@ -212,7 +212,10 @@ def test_unknown_name(tmp_path):
         download_movielens("ml-20m", tmp_path, fetch=FakeFetch(b""))
 
 
-@pytest.mark.skipif(movielens._recbole_ml100k() is None, reason="recbole not installed")
+@pytest.mark.skipif(
+    movielens._recbole_ml100k() is None,
+    reason="real ML-100K absent: pip install --no-deps recbole==1.2.1 (the README's test command does)",
+)
 def test_ml100k_download_with_the_real_u_data_pin(tmp_path, monkeypatch):
     """A zip holding the genuine u.data (rebuilt from RecBole's copy, in tmp only) passes."""
     raw = movielens._recbole_ml100k().read_bytes()

@@ -67,7 +67,8 @@ def _recbole_inter() -> Path | None:
 
 
 needs_recbole = pytest.mark.skipif(
-    _recbole_inter() is None, reason="recbole (pip install --no-deps recbole==1.2.1) not installed"
+    _recbole_inter() is None,
+    reason="real ML-100K absent: pip install --no-deps recbole==1.2.1 (the README's test command does)",
 )
 
 
