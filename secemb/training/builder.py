@@ -1,0 +1,124 @@
+"""Build an experiment -- data, split, hyperparameters, features, model, protocol, training
+configuration -- once, for every driver: :func:`secemb.training.run_experiment` (``secemb
+train``), the networked demo (``secemb demo --network``) and the benchmark harnesses.  Two runs
+built from one :class:`~secemb.training.Experiment` then differ only in how they are driven,
+so their ``model_sha256`` can be compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from secemb.data import DATASETS, RatingData, load_dataset, train_test_split
+from secemb.data.features import FeatureSet, load_features
+from secemb.errors import InvalidParameters
+from secemb.models import PRESETS, RecModel, get_model, get_preset, uses_features
+from secemb.protocols import get_protocol
+from secemb.protocols.backends import make_backend
+from secemb.protocols.base import Protocol
+from secemb.protocols.lossy import lossy_options
+from secemb.training.loop import TrainConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from secemb.training.experiment import Experiment
+
+__all__ = ["BuiltExperiment", "build_experiment", "experiment_hparams"]
+
+
+@dataclass(frozen=True)
+class BuiltExperiment:
+    """Everything a driver needs to run an :class:`~secemb.training.Experiment`.
+
+    Attributes
+    ----------
+    model: the model, built with ``features`` when it uses them.
+    protocol: the protocol, with the experiment's options (and backend) applied.
+    config: the training configuration.
+    train_data, test_data: the split of the dataset (same id spaces).
+    extra_config: what the run records beside ``config`` (dataset, split, dim, reg).
+    features: the dataset's side features for a feature model (FM, DeepFM), else ``None``.
+    """
+
+    model: RecModel
+    protocol: Protocol
+    config: TrainConfig
+    train_data: RatingData
+    test_data: RatingData
+    extra_config: dict[str, Any]
+    features: FeatureSet | None
+
+
+def _preset_dataset(name: str) -> str:
+    """The dataset whose Table 8 preset ``name`` uses: a synthetic stand-in its model's, own
+    rating files (any name outside :data:`~secemb.data.DATASETS`) ML-100K's."""
+    return name.removeprefix("synthetic-") if name in DATASETS else "ml-100k"
+
+
+def experiment_hparams(exp: Experiment) -> dict[str, Any]:
+    """``{"dim", "lr", "reg"}`` of ``exp``: the values given, the rest from the paper's preset
+    (Table 8) of ``exp.model`` on the dataset.  A model without presets (one added with
+    :func:`~secemb.models.register_model`) needs all three.
+
+    Raises
+    ------
+    InvalidParameters
+        A value is missing and there is no preset for the model (the message names the
+        missing fields).
+    """
+    given = {"dim": exp.dim, "lr": exp.lr, "reg": exp.reg}
+    missing = [k for k, v in given.items() if v is None]
+    if not missing:
+        return given
+    if exp.model not in PRESETS:
+        raise InvalidParameters(
+            f"no preset for model {exp.model!r}; known: {sorted(PRESETS)} -- give {', '.join(missing)} "
+            "(dim, lr and reg all given need no preset)"
+        )
+    preset = get_preset(exp.model, _preset_dataset(exp.dataset))
+    return {k: getattr(preset, k) if v is None else v for k, v in given.items()}
+
+
+def build_experiment(exp: Experiment) -> BuiltExperiment:
+    """Load, split and build ``exp``.  Bad options fail before any data is loaded.
+
+    Raises
+    ------
+    InvalidParameters
+        Unknown dataset, model or protocol, a bad option or value, a missing hyperparameter
+        (:func:`experiment_hparams`).
+    secemb.data.DatasetNotFoundError
+        Dataset files are missing (the message says where to put them).
+    """
+    options: dict[str, Any] = {"layout": exp.layout, "relay": exp.relay, "expansion": exp.expansion}
+    get_protocol(exp.protocol, **options)  # a bad protocol or option fails before any data is loaded
+    hp = experiment_hparams(exp)
+    if not 0.0 < exp.test_fraction < 1.0:
+        raise InvalidParameters(f"test_fraction must be in (0, 1), got {exp.test_fraction!r}")
+    data = load_dataset(exp.dataset, exp.data_dir, download=exp.download, seed=exp.seed)
+    train_data, test_data = train_test_split(data, exp.test_fraction, seed=exp.seed)
+    features = None
+    if uses_features(exp.model):  # FM, DeepFM: Appendix H side features
+        features = load_features(
+            exp.dataset, exp.data_dir, num_users=data.num_users, num_items=data.num_items, seed=exp.seed
+        )
+    model = get_model(exp.model, dim=hp["dim"], reg=hp["reg"], **({} if features is None else {"features": features}))
+    options.update(lossy_options(exp.protocol, model, _preset_dataset(exp.dataset)))
+    if exp.backend != "serial":
+        options["backend"] = make_backend(exp.backend, exp.workers)
+    config = TrainConfig(
+        epochs=exp.epochs,
+        users_per_round=exp.users_per_round,
+        m_prime=exp.m_prime,
+        alpha=exp.alpha,
+        seed=exp.seed,
+        verify=exp.verify,
+        lr=hp["lr"],
+        lazy_adam=exp.lazy_adam,
+        ring_bits=exp.ring_bits,
+        frac_bits=exp.frac_bits,
+        schedule=exp.schedule,
+    )
+    extra = {"dataset": exp.dataset, "test_fraction": exp.test_fraction, "split_seed": exp.seed,
+             "dim": hp["dim"], "reg": hp["reg"]}
+    return BuiltExperiment(model, get_protocol(exp.protocol, **options), config, train_data, test_data, extra, features)
