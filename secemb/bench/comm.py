@@ -15,8 +15,11 @@ a round of 100 users drawn from the dataset (real ML-100K, otherwise its synthet
 set up (pairwise seeds, index sets, union) and the messages of three users are built and
 measured; their download is the full model (plus the published union for TopkSecAgg).
 
-Rows are appended to ``<out>/rows.jsonl`` as they are measured; a later invocation reuses
-them (delete the file to re-measure) and the tables cover every row in it.
+Rows are appended to ``<out>/rows.jsonl`` as they are measured, each with its full
+configuration (:func:`configuration`: model, dataset, requested protocol, m, m', mean ratings,
+users per round, the SecEmb-Init evaluation limit); a later invocation reuses a row only for
+the identical configuration (``fresh=True``, ``--fresh``: none), marks it ``from_cache``, and
+the tables cover exactly the configurations asked for.
 
 Server-side evaluation of SecEmb-Init's ``m' w`` element keys is skipped where ``m' m w`` >
 :data:`INIT_EVAL_LIMIT` (minutes per user; the servers still parse and validate every key, the
@@ -33,7 +36,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DATASETS", "MODELS", "PAPER", "PROTOCOLS", "run"]
+from secemb.errors import InvalidParameters
+
+__all__ = ["DATASETS", "MODELS", "PAPER", "PROTOCOLS", "configuration", "run"]
 
 MODELS = ("mf", "ncf", "fm", "deepfm")
 #: dataset -> (catalogue m, m', mean training ratings per user (80 % of Table 7's mean))
@@ -236,6 +241,19 @@ def _measure_sparse(model: Any, dataset: str, protocol: str, data: Any) -> dict[
                 time.perf_counter() - t0, round_users=int(n))
 
 
+def configuration(model: str, dataset: str, protocol: str) -> dict[str, Any]:
+    """Everything a measured row depends on: the cache key of ``<out>/rows.jsonl``."""
+    if dataset not in DATASETS:
+        raise InvalidParameters(f"dataset: expected one of {', '.join(DATASETS)}, got {dataset!r}")
+    m, m_prime, mean = DATASETS[dataset]
+    return {"model": model, "dataset": dataset, "requested": protocol, "m": m, "m_prime": m_prime,
+            "mean_ratings": mean, "round_users": 2, "init_eval_limit": INIT_EVAL_LIMIT}
+
+
+def _key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
 def run(
     models: Sequence[str] = MODELS,
     datasets: Sequence[str] = tuple(DATASETS),
@@ -245,29 +263,35 @@ def run(
     data_dir: Any = None,
     progress: Any = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    fresh: bool = False,
 ) -> list[dict[str, Any]]:
-    """Measure every (model, dataset, protocol); write Markdown/CSV/PNG into ``out``."""
+    """Measure every (model, dataset, protocol), reusing rows of ``<out>/rows.jsonl`` measured
+    with the identical :func:`configuration` unless ``fresh`` (those rows get
+    ``from_cache=True``); write Markdown/CSV/PNG of exactly these rows into ``out``."""
     single_thread()
     t_all = time.perf_counter()
-    jobs = [(d, mo, p) for d in datasets for mo in models for p in protocols]
+    jobs = [configuration(mo, d, p) for d in datasets for mo in models for p in protocols]
     task = progress.add_task("comm", total=len(jobs)) if progress is not None else None
     cache_path = Path(out) / "rows.jsonl" if out is not None else None
-    cached: dict[tuple[str, str, str], dict[str, Any]] = {}
-    if cache_path is not None and cache_path.is_file():
+    cached: dict[str, dict[str, Any]] = {}
+    if cache_path is not None and cache_path.is_file() and not fresh:
         for line in cache_path.read_text().splitlines():
             r = json.loads(line)
-            cached[(r["model"], r["dataset"], r["requested"])] = r
+            if "config" in r:  # rows of earlier versions carry no configuration: never reused
+                cached[_key(r["config"])] = r
     rows = []
-    for d, mo, p in jobs:
+    for config in jobs:
+        mo, d, p = config["model"], config["dataset"], config["requested"]
         if progress is not None:
             progress.update(task, description=f"comm {mo} {d} {p}")
-        if (mo, d, p) in cached:
-            rows.append(cached.pop((mo, d, p)))
+        if _key(config) in cached:
+            rows.append({**cached[_key(config)], "from_cache": True})
             if progress is not None:
                 progress.update(task, advance=1)
             continue
         row = measure_round(mo, d, p, data_dir=data_dir)
         row["requested"] = p
+        row["config"] = config
         table = "rr" if p in ("quant8", "ternary", "svd", "colr") else "upload"
         row["paper_upload_mb"] = PAPER.get(("upload", mo, row["protocol"]), {}).get(d) if p != "secemb-cuckoo-relay" else None
         row["paper_download_mb"] = PAPER.get(("download", mo, row["protocol"]), {}).get(d) if p != "secemb-cuckoo-relay" else None
@@ -277,15 +301,14 @@ def run(
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             with open(cache_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
+        row["from_cache"] = False
         if on_row is not None:
             on_row(row)
         if progress is not None:
             progress.update(task, advance=1)
     _add_ratios(rows)
     if out is not None:
-        everything = rows + list(cached.values())  # earlier invocations' rows stay in the tables
-        _add_ratios(everything)
-        write(Path(out), everything, time.perf_counter() - t_all)
+        write(Path(out), rows, time.perf_counter() - t_all)
     return rows
 
 

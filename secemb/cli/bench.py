@@ -184,19 +184,26 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         datasets: str = datasets_opt,
         protocols: str = typer.Option(None, help="Comma-separated protocols (default: all of Tables 2, 3, 12, 13, 16)."),
         out: Path = typer.Option(Path("results/comm"), help="Output folder."),
+        fresh: bool = typer.Option(False, "--fresh", help="Measure everything again (ignore <out>/rows.jsonl)."),
         quiet: bool = quiet_opt,
     ) -> None:
-        """Upload/download MB per user and round (Tables 2, 12, 13, 16; Table 3's R.R.), measured."""
+        """Upload/download MB per user and round (Tables 2, 12, 13, 16; Table 3's R.R.), measured.
+
+        A configuration measured before with identical settings is taken from <out>/rows.jsonl
+        unless --fresh; the tables cover exactly the configurations asked for."""
         from secemb.bench import comm as bench_comm
 
         with _progress(quiet or as_json, out) as progress:
             rows = bench_comm.run(_split(models, bench_comm.MODELS), _split(datasets, tuple(bench_comm.DATASETS)),
-                                  _split(protocols, bench_comm.PROTOCOLS), out=out, progress=progress)
+                                  _split(protocols, bench_comm.PROTOCOLS), out=out, progress=progress, fresh=fresh)
         if as_json:
-            keys = ("protocol", "model", "dataset", "m", "m_prime", "d", "upload_mb", "download_mb", "layout", "relay")
+            keys = ("protocol", "model", "dataset", "m", "m_prime", "d", "upload_mb", "download_mb", "layout", "relay",
+                    "from_cache")
             typer.echo(json.dumps([{k: r[k] for k in keys} for r in rows], indent=1))
         else:
-            typer.echo(f"wrote {out}/comm.md, comm.csv, comm.png ({len(rows)} configurations)")
+            cached = sum(r["from_cache"] for r in rows)
+            typer.echo(f"wrote {out}/comm.md, comm.csv, comm.png: {len(rows)} configurations, "
+                       f"{len(rows) - cached} measured, {cached} from cache")
 
     @bench_app.command("compute")
     def compute(

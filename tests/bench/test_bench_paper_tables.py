@@ -105,3 +105,27 @@ def test_bench_accuracy_cli_reports_a_bad_option_without_a_traceback(tmp_path, m
     assert res.exit_code == 2
     assert "error: no preset for model 'nope'" in res.output
     assert "Traceback" not in res.output
+
+
+def test_comm_cache_is_keyed_by_the_full_configuration(tiny, tmp_path, monkeypatch):
+    """Issue 13 item 4: asked for one model and dataset, `bench comm` reused stale rows silently
+    and tabulated every row ever measured."""
+    from typer.testing import CliRunner
+
+    from secemb.cli import app
+
+    first = comm.run(models=("mf", "fm"), datasets=("tiny",), protocols=("secemb",), out=tmp_path)
+    assert [r["from_cache"] for r in first] == [False, False]
+    again = comm.run(models=("mf",), datasets=("tiny",), protocols=("secemb",), out=tmp_path)
+    assert [r["from_cache"] for r in again] == [True] and again[0]["upload_bytes"] == first[0]["upload_bytes"]
+    assert "| fm |" not in (tmp_path / "comm.md").read_text()  # only the configurations asked for
+    assert len((tmp_path / "comm.csv").read_text().splitlines()) == 1 + 1
+    monkeypatch.setitem(comm.DATASETS, "tiny", (60, 10, 20))  # another m': another configuration
+    changed = comm.run(models=("mf",), datasets=("tiny",), protocols=("secemb",), out=tmp_path)
+    assert [r["from_cache"] for r in changed] == [False] and changed[0]["m_prime"] == 10
+    assert [r["from_cache"] for r in comm.run(models=("mf",), datasets=("tiny",), protocols=("secemb",), out=tmp_path,
+                                              fresh=True)] == [False]
+    res = CliRunner().invoke(app, ["bench", "comm", "--models", "mf,fm", "--datasets", "tiny", "--protocols", "secemb",
+                                   "--out", str(tmp_path), "-q"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.endswith("2 configurations, 1 measured, 1 from cache\n")
