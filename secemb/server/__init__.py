@@ -1,7 +1,7 @@
 """The secemb server process: one of the two non-colluding parties, over HTTP.
 
 ``secemb serve --party {0,1} --config FILE`` runs :func:`serve`.  Inside, a
-:class:`~secemb.server.node.ServerNode` drives the protocol's own server role (the objects the
+:func:`~secemb.server.node.make_node` builds the party's node (leader or follower), which drives the protocol's own server role (the objects the
 in-process simulation uses) and adds rounds, the agreed user set, persistence and the peer
 calls; :func:`~secemb.server.app.create_app` puts it behind FastAPI with signed requests.
 See ``docs/deployment.md``.
@@ -21,11 +21,11 @@ def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
     import uvicorn
 
     from secemb.server.app import create_app
-    from secemb.server.node import ServerNode
+    from secemb.server.node import make_node
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
                         format=f"%(asctime)s server{cfg.party} %(levelname)s %(message)s")
-    node = ServerNode(cfg)
+    node = make_node(cfg)
     app = create_app(node)
     try:
         uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=log_level, access_log=False,

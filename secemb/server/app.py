@@ -1,4 +1,5 @@
-"""The HTTP face of a server: a FastAPI app over a :class:`~secemb.server.node.ServerNode`.
+"""The HTTP face of a server: a FastAPI app over a :class:`~secemb.server.node.LeaderNode` or
+:class:`~secemb.server.node.FollowerNode`.
 
 Every endpoint but ``GET /v1/health`` is signed (:mod:`secemb.transport.network`) by one of
 the principals it allows (device, operator, peer server).  A request is handled in this
@@ -35,7 +36,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import secemb
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.server.auth import AuthError, Forbidden, Principal, Verifier
-from secemb.server.node import NotFound, PeerUnavailable, ServerNode
+from secemb.server.errors import NotFound, PeerUnavailable
+from secemb.server.node import FollowerNode, LeaderNode, Node
 
 __all__ = ["create_app", "PayloadTooLarge"]
 
@@ -83,7 +85,7 @@ _SECURITY = [{"keyId": [], "timestamp": [], "nonce": [], "signature": []}]
 _IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 
 
-def _limit_device(node: ServerNode) -> int:
+def _limit_device(node: Node) -> int:
     """Largest device message of the current round's public parameters (an upper bound on
     every protocol's request and upload: per slot a key of depth ceil(log2 m) plus a row)."""
     rnd = node.round
@@ -95,14 +97,14 @@ def _limit_device(node: ServerNode) -> int:
     return min(node.cfg.max_body_bytes, 4096 + rc.slots * per_slot + 8 * rc.dense_size)
 
 
-def _limit_peer(node: ServerNode) -> int:
+def _limit_peer(node: Node) -> int:
     """Largest server-to-server message: a model sync or an aggregate share."""
     m, w, p = node.cfg.num_items, node.width, node.dense_size
     share = 4096 + 8 * node.cfg.num_users + 8 * (m * w + p)
     return min(node.cfg.max_body_bytes, max(share, _limit_device(node)))
 
 
-def _limit_json(node: ServerNode) -> int:
+def _limit_json(node: Node) -> int:
     return _JSON_LIMIT + 24 * node.cfg.num_users
 
 
@@ -134,14 +136,22 @@ def _parse_json(body: bytes) -> Any:
     return doc
 
 
-def _user_param(request: Request, node: ServerNode) -> int:
+def _user_param(request: Request, node: Node) -> int:
     raw = request.query_params.get("user")
     if raw is None or not raw.isdigit() or len(raw) > 19 or int(raw) >= node.cfg.num_users:
         raise InvalidParameters(f"query parameter user must be an id in [0, {node.cfg.num_users})")
     return int(raw)
 
 
-def create_app(node: ServerNode) -> FastAPI:
+def _as_party(node: Node, cls: type[Any], what: str) -> Any:
+    """``node`` if it is a ``cls`` (the leader or the follower), else NotFound (404): the one
+    place a call for the other party is refused."""
+    if not isinstance(node, cls):
+        raise NotFound(f"{what} is served by server {cls.party}, this is server {node.party}")
+    return node
+
+
+def create_app(node: Node) -> FastAPI:
     """The FastAPI application of server ``node.party``."""
     cfg = node.cfg
     verifier = Verifier(cfg.party, cfg.peer_secret, cfg.admin_secret, cfg.user_secret, cfg.num_users,
@@ -159,6 +169,12 @@ def create_app(node: ServerNode) -> FastAPI:
         openapi_tags=[{"name": "device"}, {"name": "admin"}, {"name": "peer"}, {"name": "health"}],
     )
     app.state.node = node
+
+    def leader(what: str) -> LeaderNode:
+        return _as_party(node, LeaderNode, what)
+
+    def follower(what: str) -> FollowerNode:
+        return _as_party(node, FollowerNode, what)
 
     @app.exception_handler(SecembError)
     async def _secemb_error(request: Request, exc: SecembError) -> JSONResponse:
@@ -221,7 +237,7 @@ def create_app(node: ServerNode) -> FastAPI:
              responses=_ERRORS | {200: _BIN_RESPONSE}, openapi_extra={"security": _SECURITY})
     async def get_dense(round_id: int, request: Request) -> Response:
         await authed(request, (USER, ADMIN), 0)
-        return binary(await call(node.dense_message, round_id))
+        return binary(await call(leader("the dense vector").dense_message, round_id))
 
     @app.post("/v1/rounds/{round_id}/upload", tags=["device"], status_code=204, summary="Upload (aggregation message)",
               responses=_ERRORS, openapi_extra=_binary("upload protocol message") | {"security": _SECURITY})
@@ -253,12 +269,12 @@ def create_app(node: ServerNode) -> FastAPI:
     async def admin_count_open(request: Request) -> JSONResponse:
         _, body = await authed(request, (ADMIN,), _limit_json(node))
         doc = _parse_json(body)
-        return JSONResponse(await call(node.count_open, doc.get("users")))
+        return JSONResponse(await call(leader("opening the count phase").count_open, doc.get("users")))
 
     @app.post("/v1/admin/count/close", tags=["admin"], summary="Server 0: open the mean count, fix m'", **common)
     async def admin_count_close(request: Request) -> JSONResponse:
         await authed(request, (ADMIN,), _limit_json(node))
-        return JSONResponse(await call(node.count_close))
+        return JSONResponse(await call(leader("closing the count phase").count_close))
 
     @app.post("/v1/admin/rounds", tags=["admin"], summary="Server 0: open the next round", responses=_ERRORS,
               openapi_extra=_json_body({"type": "object", "properties": {
@@ -270,13 +286,13 @@ def create_app(node: ServerNode) -> FastAPI:
         unknown = set(doc) - {"participants", "n_p", "deadline_s", "quorum", "min_users"}
         if unknown:
             raise InvalidParameters(f"unknown field(s) {sorted(unknown)}")
-        return JSONResponse(await call(lambda: node.open_round(**doc)))
+        return JSONResponse(await call(lambda: leader("opening rounds").open_round(**doc)))
 
     @app.post("/v1/admin/rounds/{round_id}/close", tags=["admin"], summary="Server 0: close a round now; its outcome",
               **common)
     async def admin_close_round(round_id: int, request: Request) -> JSONResponse:
         await authed(request, (ADMIN,), _limit_json(node))
-        return JSONResponse(await call(node.close_round, round_id))
+        return JSONResponse(await call(leader("closing rounds").close_round, round_id))
 
     # ------------------------------------------------------------------ peer (server 0 -> server 1)
     @app.get("/v1/peer/status", tags=["peer"], summary="Server state, for server 0's reconciliation", **common)
@@ -289,12 +305,12 @@ def create_app(node: ServerNode) -> FastAPI:
     async def peer_count_open(request: Request) -> JSONResponse:
         _, body = await authed(request, (PEER,), _limit_json(node))
         doc = _parse_json(body)
-        return JSONResponse(await call(lambda: node.count_open(doc.get("users"), from_peer=True)))
+        return JSONResponse(await call(follower("the peer count phase").peer_count_open, doc.get("users")))
 
     @app.post("/v1/peer/count/close", tags=["peer"], summary="Freeze the count phase; the users it holds", **common)
     async def peer_count_close(request: Request) -> JSONResponse:
         await authed(request, (PEER,), _limit_json(node))
-        return JSONResponse({"users": await call(node.peer_count_close)})
+        return JSONResponse({"users": await call(follower("the peer count phase").peer_count_close)})
 
     @app.post("/v1/peer/count/share", tags=["peer"], summary="Server 1's sum of the agreed users' count shares (COUNT)",
               responses=_ERRORS | {200: _BIN_RESPONSE},
@@ -303,13 +319,13 @@ def create_app(node: ServerNode) -> FastAPI:
     async def peer_count_share(request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_json(node))
         include = _ids(_parse_json(body), "include", node)
-        return binary(await call(node.peer_count_share, include))
+        return binary(await call(follower("the peer count phase").peer_count_share, include))
 
     @app.post("/v1/peer/rounds", tags=["peer"], summary="Mirror the round server 0 opened", responses=_ERRORS,
               openapi_extra=_json_body({"type": "object"}) | {"security": _SECURITY})
     async def peer_open(request: Request) -> JSONResponse:
         _, body = await authed(request, (PEER,), _limit_json(node))
-        return JSONResponse(await call(node.peer_open, _parse_json(body)))
+        return JSONResponse(await call(follower("peer round opening").peer_open, _parse_json(body)))
 
     @app.get("/v1/peer/rounds/{round_id}/ready", tags=["peer"],
              summary="Relay: whether a device sent its roots to server 1 (checked before server 0 evaluates)",
@@ -317,7 +333,7 @@ def create_app(node: ServerNode) -> FastAPI:
                  {"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
     async def peer_ready(round_id: int, request: Request) -> JSONResponse:
         await authed(request, (PEER,), 0)
-        return JSONResponse(await call(node.peer_ready, round_id, _user_param(request, node)))
+        return JSONResponse(await call(follower("relay readiness").peer_ready, round_id, _user_param(request, node)))
 
     @app.post("/v1/peer/rounds/{round_id}/relay-retrieval", tags=["peer"],
               summary="Relay: evaluate forwarded keys (relay_keys) -> masked shares (relay_answer)",
@@ -326,7 +342,7 @@ def create_app(node: ServerNode) -> FastAPI:
                   "parameters": [{"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
     async def peer_relay_retrieval(round_id: int, request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_peer(node))
-        return binary(await call(node.peer_relay_retrieval, round_id, _user_param(request, node), body))
+        return binary(await call(follower("relay retrieval").peer_relay_retrieval, round_id, _user_param(request, node), body))
 
     @app.post("/v1/peer/rounds/{round_id}/relay-upload", tags=["peer"], status_code=204,
               summary="Relay: absorb forwarded correction words (relay_upload)", responses=_ERRORS,
@@ -334,14 +350,14 @@ def create_app(node: ServerNode) -> FastAPI:
                   "parameters": [{"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
     async def peer_relay_upload(round_id: int, request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_peer(node))
-        await call(node.peer_relay_upload, round_id, _user_param(request, node), body)
+        await call(follower("relay upload").peer_relay_upload, round_id, _user_param(request, node), body)
         return Response(status_code=204)
 
     @app.post("/v1/peer/rounds/{round_id}/close", tags=["peer"], summary="Stop taking uploads; the users absorbed",
               **common)
     async def peer_close(round_id: int, request: Request) -> JSONResponse:
         await authed(request, (PEER,), _limit_json(node))
-        return JSONResponse(await call(node.peer_close, round_id))
+        return JSONResponse(await call(follower("peer close").peer_close, round_id))
 
     @app.post("/v1/peer/rounds/{round_id}/share", tags=["peer"],
               summary="Server 1's aggregate share over exactly the agreed users (aggregate_share)",
@@ -351,14 +367,14 @@ def create_app(node: ServerNode) -> FastAPI:
     async def peer_share(round_id: int, request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_json(node))
         include = _ids(_parse_json(body), "include", node)
-        return binary(await call(node.peer_share, round_id, include))
+        return binary(await call(follower("peer share").peer_share, round_id, include))
 
     @app.post("/v1/peer/rounds/{round_id}/abort", tags=["peer"], status_code=204, summary="Abort a round",
               **common)
     async def peer_abort(round_id: int, request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_json(node))
         reason = str(_parse_json(body).get("reason", ""))[:500]
-        await call(node.peer_abort, round_id, reason)
+        await call(follower("peer abort").peer_abort, round_id, reason)
         return Response(status_code=204)
 
     @app.post("/v1/peer/model", tags=["peer"], summary="Model sync from server 0 (MODEL message)", responses=_ERRORS,
@@ -373,7 +389,7 @@ def create_app(node: ServerNode) -> FastAPI:
             raise InvalidParameters("query parameter round must be an integer") from None
         if not -1 <= r < 2**63:
             raise InvalidParameters("query parameter round is out of range")
-        return JSONResponse(await call(node.peer_model, body, r))
+        return JSONResponse(await call(follower("model sync").peer_model, body, r))
 
     def custom_openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -398,7 +414,7 @@ def create_app(node: ServerNode) -> FastAPI:
     return app
 
 
-def _ids(doc: dict[str, Any], name: str, node: ServerNode) -> list[int]:
+def _ids(doc: dict[str, Any], name: str, node: Node) -> list[int]:
     ids = doc.get(name)
     if not isinstance(ids, list):
         raise InvalidParameters(f"{name} must be a list of user ids")

@@ -15,12 +15,12 @@ from typing import Any
 def spec() -> dict[str, Any]:
     from secemb.server.app import create_app
     from secemb.server.config import ServerConfig
-    from secemb.server.node import ServerNode
+    from secemb.server.node import make_node
 
     with tempfile.TemporaryDirectory() as d:
         cfg = ServerConfig(party=0, peer_url="http://127.0.0.1:9", state_dir=d, peer_secret=b"p" * 32,
                            admin_secret=b"a" * 32, user_secret=b"u" * 32, num_items=10, num_users=5, m_prime=2)
-        return create_app(ServerNode(cfg, start_threads=False)).openapi()
+        return create_app(make_node(cfg, start_threads=False)).openapi()
 
 
 if __name__ == "__main__":

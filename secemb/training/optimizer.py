@@ -21,10 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Any
+
 from secemb.errors import InvalidParameters
 from secemb.models.optim import AdamConfig, adam_update
 
 __all__ = ["ServerAdam"]
+
+#: state_dict() array fields and the attribute each one is
+_FIELDS = {"m": "_m", "v": "_v", "row_t": "_row_t", "dm": "_dm", "dv": "_dv"}
 
 
 class ServerAdam:
@@ -108,3 +113,34 @@ class ServerAdam:
         if self.dense_size:
             adam_update(dense, dense_grad, self._dm, self._dv, self.steps, cfg)
         return moved
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state: ``steps`` (int) and the arrays ``m``, ``v`` (float64, table
+        shape), ``row_t`` (int64, (num_items,)), ``dm``, ``dv`` (float64, (dense_size,)).
+
+        The arrays are the live state (not copies): :meth:`step` updates them in place."""
+        return {"steps": self.steps} | {k: getattr(self, attr) for k, attr in _FIELDS.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace the state by ``state`` (as :meth:`state_dict` returns it; arrays copied).
+
+        Raises
+        ------
+        InvalidParameters
+            A field is missing or has another shape than this optimizer's.
+        """
+        missing = ({"steps"} | set(_FIELDS)) - set(state)
+        if missing:
+            raise InvalidParameters(f"optimizer state lacks field(s) {sorted(missing)}")
+        arrays = {}
+        for key, attr in _FIELDS.items():
+            cur, new = getattr(self, attr), np.asarray(state[key])
+            if new.shape != cur.shape:
+                raise InvalidParameters(f"optimizer state field {key}: expected shape {cur.shape}, got {new.shape}")
+            arrays[attr] = new.astype(cur.dtype)
+        steps = state["steps"]
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+            raise InvalidParameters(f"optimizer state field steps: expected an int >= 0, got {steps!r}")
+        for attr, arr in arrays.items():
+            setattr(self, attr, arr)
+        self.steps = int(steps)

@@ -1,0 +1,93 @@
+"""The Eq. 11 count phase at one server: devices send additive shares of their rating counts;
+the servers agree on the users both hold, server 1 sends the sum of its shares over them, and
+server 0 opens the mean (``m' = ceil(alpha * mean)``; :meth:`~secemb.server.node.LeaderNode.
+count_close`).
+
+States: ``idle`` -> ``open`` (shares accepted) -> ``closed`` (frozen: the agreed users' sum can
+be asked for); server 0 goes back to ``open`` when the agreement fails.  Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from secemb.server.auth import Forbidden
+from secemb.server.errors import Conflict
+
+__all__ = ["CountPhase"]
+
+
+class CountPhase:
+    """Count shares of one server, in ring dtype ``dtype``."""
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self._dtype = np.dtype(dtype)
+        self._lock = threading.Lock()
+        self.state = "idle"  # idle | open | closed
+        self._users: frozenset[int] | None = None
+        self._shares: dict[int, np.ndarray] = {}
+
+    def status(self) -> dict[str, object]:
+        """``{"state", "users"}`` (how many shares are held)."""
+        with self._lock:
+            return {"state": self.state, "users": len(self._shares)}
+
+    def open(self, users: frozenset[int] | None) -> None:
+        """Start (or restart, forgetting every share) the phase for ``users`` (``None``: any)."""
+        with self._lock:
+            self.state, self._users, self._shares = "open", users, {}
+
+    def submit(self, user: int, share: np.ndarray) -> None:
+        """Keep ``user``'s share (ring, (1,)).
+
+        Raises
+        ------
+        Conflict: the phase is not open, or ``user`` already sent a share.
+        Forbidden: ``user`` is not among the expected users.
+        """
+        with self._lock:
+            if self.state != "open":
+                raise Conflict("the count phase is not open")
+            if self._users is not None and user not in self._users:
+                raise Forbidden(f"user {user} is not expected in the count phase")
+            if user in self._shares:
+                raise Conflict(f"user {user} already sent its count share")
+            self._shares[user] = share
+
+    def freeze(self, *, from_states: tuple[str, ...] = ("open",)) -> list[int]:
+        """Close the phase (from one of ``from_states``); the sorted users holding a share.
+
+        Raises
+        ------
+        Conflict: the phase is in none of ``from_states``.
+        """
+        with self._lock:
+            if self.state not in from_states:
+                raise Conflict("the count phase is not open")
+            self.state = "closed"
+            return sorted(self._shares)
+
+    def reopen(self) -> None:
+        """Back to ``open`` with the shares kept (server 0, when the agreement failed)."""
+        with self._lock:
+            self.state = "open"
+
+    def total(self, include: list[int]) -> np.ndarray:
+        """The sum (ring, (1,)) of the shares of ``include`` in a closed phase.
+
+        Raises
+        ------
+        Conflict: the phase is not closed, or a user of ``include`` sent no share.
+        """
+        with self._lock:
+            if self.state != "closed":
+                raise Conflict("the count phase is not closed")
+            missing = set(include) - set(self._shares)
+            if missing:
+                raise Conflict(f"no count share of user(s) {sorted(missing)[:5]}")
+            acc = np.zeros(1, self._dtype)
+            for u in include:
+                acc += self._shares[u]
+            return acc

@@ -1,0 +1,176 @@
+"""Server 0's typed view of server 1: :class:`PeerLink`, and :class:`HttpPeer`, which speaks it
+over the signed ``/v1/peer/...`` endpoints of :mod:`secemb.server.app`.
+
+The leader node (:class:`~secemb.server.node.LeaderNode`) only ever talks to server 1 through
+a :class:`PeerLink`; the HTTP paths live here and nowhere else.  An in-process engine gives the
+leader a link that calls the follower node directly.
+
+Errors (every method):
+
+* :class:`PeerRefused` -- server 1 answered and refused (HTTP status < 500): the request does
+  not fit its state.  The leader turns it into a 409 (``Conflict``).
+* :class:`PeerUnreachable` -- no answer, or a server error (5xx).  The leader turns it into a
+  503 (``PeerUnavailable``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+from secemb.errors import SecembError
+from secemb.transport.errors import RemoteError, Unreachable
+
+__all__ = ["HttpPeer", "PeerLink", "PeerRefused", "PeerUnreachable"]
+
+T = TypeVar("T")
+
+
+class PeerRefused(SecembError):
+    """Server 1 refused the request; ``detail`` is its explanation."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class PeerUnreachable(SecembError):
+    """Server 1 did not answer (connection, timeout) or failed (5xx)."""
+
+
+class PeerLink(Protocol):
+    """Server 0's view of server 1.  Every method raises :class:`PeerRefused` or
+    :class:`PeerUnreachable` (see the module docstring) and nothing else."""
+
+    def status(self) -> dict[str, Any]:
+        """Server 1's status document (:meth:`~secemb.server.node.Node.status`)."""
+
+    def count_open(self, users: list[int] | None) -> None:
+        """(Re)start server 1's Eq. 11 count phase for ``users`` (``None``: anyone)."""
+
+    def count_close(self) -> list[int]:
+        """Freeze server 1's count phase; the sorted users whose count share it holds."""
+
+    def count_share(self, include: list[int]) -> bytes:
+        """Server 1's sum of the count shares of ``include`` (a COUNT message)."""
+
+    def open_round(self, doc: dict[str, Any]) -> None:
+        """Mirror the round server 0 opened (``doc``: the round document)."""
+
+    def ready_many(self, round_id: int, users: list[int]) -> list[bool]:
+        """Relay: per user, whether server 1 holds its roots and awaits server 0's forward."""
+
+    def relay_retrieval_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        """Relay: server 1's masked answers to the forwarded keys ``(user, relay_keys)``; a
+        refused or failed item yields its :class:`PeerRefused`/:class:`PeerUnreachable` in its
+        place."""
+
+    def relay_upload(self, round_id: int, user: int, body: bytes) -> None:
+        """Relay: server 1 absorbs ``user``'s forwarded correction words."""
+
+    def close(self, round_id: int) -> list[int]:
+        """Server 1 stops taking uploads; the sorted users it absorbed."""
+
+    def close(self, round_id: int) -> list[int]:
+        doc = _call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/close"))
+        return [int(u) for u in doc["uploaded"]]
+
+    def share(self, round_id: int, include: list[int]) -> bytes:
+        """Server 1's aggregate share over exactly ``include``."""
+
+    def abort(self, round_id: int, reason: str) -> None:
+        """Abort round ``round_id`` at server 1."""
+
+    def sync_model(self, body: bytes, round_id: int) -> None:
+        """Install the MODEL message ``body`` (committed by round ``round_id``) at server 1."""
+
+
+def _call(fn: Callable[[], T]) -> T:
+    """``fn()`` with the transport's errors turned into the :class:`PeerLink` errors."""
+    try:
+        return fn()
+    except RemoteError as exc:
+        if exc.status < 500:
+            raise PeerRefused(exc.detail) from None
+        raise PeerUnreachable(str(exc)) from None
+    except Unreachable as exc:
+        raise PeerUnreachable(str(exc)) from None
+
+
+class HttpPeer:
+    """:class:`PeerLink` over HTTP: signed requests as ``server0`` to server 1's ``/v1/peer/...``
+    endpoints, through an :class:`~secemb.transport.network.ApiClient` (``api``; it holds the
+    connection pool and counts the bytes).  It wraps the client rather than subclassing it
+    because :meth:`close` is the peer's round close, not the client's.
+
+    ``*_many`` send one request per item from a small thread pool (``fanout`` threads), so
+    that server 1's batcher groups them into one evaluation as it does concurrent devices.
+    """
+
+    def __init__(self, base_url: str, key: bytes, *, timeout: float = 30.0, fanout: int = 8) -> None:
+        from secemb.transport.network import ApiClient  # here: in-process nodes never need httpx
+
+        self.api = ApiClient(base_url, "server0", key, timeout=timeout)
+        self._pool = ThreadPoolExecutor(max_workers=fanout, thread_name_prefix="secemb-peer")
+
+    def shutdown(self) -> None:
+        """Release the connection pool and the threads."""
+        self._pool.shutdown(wait=False)
+        self.api.close()
+
+    def _many(self, fn: Callable[[Any], T], items: list[Any]) -> list[T | SecembError]:
+        def one(item: Any) -> T | SecembError:
+            try:
+                return _call(lambda: fn(item))
+            except SecembError as exc:
+                return exc
+
+        if len(items) == 1:
+            return [one(items[0])]
+        return list(self._pool.map(one, items))
+
+    # -- status and count ---------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        return _call(lambda: self.api.get_json("/v1/peer/status"))
+
+    def count_open(self, users: list[int] | None) -> None:
+        _call(lambda: self.api.post_json("/v1/peer/count/open", {"users": users}))
+
+    def count_close(self) -> list[int]:
+        return [int(u) for u in _call(lambda: self.api.post_json("/v1/peer/count/close"))["users"]]
+
+    def count_share(self, include: list[int]) -> bytes:
+        return _call(lambda: self.api.request("POST", "/v1/peer/count/share", json_body={"include": include}).content)
+
+    # -- rounds ---------------------------------------------------------------------------
+    def open_round(self, doc: dict[str, Any]) -> None:
+        _call(lambda: self.api.post_json("/v1/peer/rounds", doc))
+
+    def ready_many(self, round_id: int, users: list[int]) -> list[bool]:
+        outs = self._many(lambda u: bool(self.api.get_json(f"/v1/peer/rounds/{round_id}/ready", user=u)["ready"]), users)
+        for out in outs:
+            if isinstance(out, SecembError):
+                raise out
+        return outs  # type: ignore[return-value]
+
+    def relay_retrieval_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        path = f"/v1/peer/rounds/{round_id}/relay-retrieval"
+        return self._many(lambda it: self.api.post_bytes(path, it[1], user=it[0]) or b"", items)
+
+    def relay_upload(self, round_id: int, user: int, body: bytes) -> None:
+        _call(lambda: self.api.post_bytes(f"/v1/peer/rounds/{round_id}/relay-upload", body, user=user))
+
+    def close(self, round_id: int) -> list[int]:
+        doc = _call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/close"))
+        return [int(u) for u in doc["uploaded"]]
+
+    def share(self, round_id: int, include: list[int]) -> bytes:
+        return _call(lambda: self.api.request("POST", f"/v1/peer/rounds/{round_id}/share",
+                                          json_body={"include": include}).content)
+
+    def abort(self, round_id: int, reason: str) -> None:
+        _call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/abort", {"reason": reason}))
+
+    def sync_model(self, body: bytes, round_id: int) -> None:
+        _call(lambda: self.api.post_bytes("/v1/peer/model", body, round=round_id))

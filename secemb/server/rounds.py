@@ -1,0 +1,146 @@
+"""A round's state at one server, the outcome records kept of past rounds, and the batcher
+that groups concurrent requests into one protocol call."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from secemb.protocols.base import RoundConfig
+
+__all__ = ["ABORTED", "CLOSING", "COMMITTED", "FINAL", "OPEN", "Batcher", "Outcomes", "Round"]
+
+OPEN, CLOSING, COMMITTED, ABORTED = "open", "closing", "committed", "aborted"
+FINAL = (COMMITTED, ABORTED)
+_KEEP_OUTCOMES = 10_000
+
+
+@dataclass
+class Round:
+    """A round's state at one server (changed under the node's lock).
+
+    ``server_s`` / ``optimizer_s``: seconds this server spent in the protocol role's calls and
+    in the optimizer step for this round (:meth:`busy`).
+    """
+
+    round_id: int
+    rc: RoundConfig
+    version: int
+    participants: frozenset[int] | None
+    n_p: int
+    deadline: float  # unix time
+    quorum: int
+    min_users: int
+    state: str = OPEN
+    retrieved: set[int] = field(default_factory=set)
+    admitting: set[int] = field(default_factory=set)  # retrievals being evaluated
+    relayed: set[int] = field(default_factory=set)  # server 1, relay: keys forwarded by server 0
+    uploaded: set[int] = field(default_factory=set)  # absorbed by the role (the agreed set is a subset)
+    finished: set[int] = field(default_factory=set)  # upload handling done (counts for the quorum)
+    dense_msg: bytes = b""
+    included: list[int] | None = None
+    reason: str = ""
+    share_include: list[int] | None = None
+    share: bytes | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    closing: bool = False
+    server_s: float = 0.0
+    optimizer_s: float = 0.0
+    _busy_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def busy(self, fn: Callable[..., Any], *args: Any, optimizer: bool = False, **kw: Any) -> Any:
+        """``fn(*args, **kw)``, its wall time added to ``server_s`` (or ``optimizer_s``)."""
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kw)
+        finally:
+            dt = time.perf_counter() - t0
+            with self._busy_lock:
+                if optimizer:
+                    self.optimizer_s += dt
+                else:
+                    self.server_s += dt
+
+    def outcome(self) -> dict[str, Any]:
+        """The outcome document of :meth:`~secemb.server.node.Node.round_status`."""
+        return {"round_id": self.round_id, "state": self.state, "included": self.included, "reason": self.reason,
+                "server_s": self.server_s, "optimizer_s": self.optimizer_s}
+
+
+class Outcomes:
+    """Outcomes of the last rounds (at most 10,000), by round id."""
+
+    def __init__(self) -> None:
+        self._docs: OrderedDict[int, dict[str, Any]] = OrderedDict()
+
+    def __contains__(self, r: int) -> bool:
+        return r in self._docs
+
+    def get(self, r: int) -> dict[str, Any] | None:
+        doc = self._docs.get(r)
+        return None if doc is None else dict(doc)
+
+    def remember(self, r: int, state: str, included: list[int] | None, reason: str,
+                 server_s: float | None = None, optimizer_s: float | None = None) -> None:
+        """Record round ``r``'s outcome (busy times ``None``: not measured, e.g. recovered)."""
+        self._docs[r] = {"round_id": r, "state": state, "included": included, "reason": reason,
+                         "server_s": server_s, "optimizer_s": optimizer_s}
+        self._docs.move_to_end(r)
+        while len(self._docs) > _KEEP_OUTCOMES:
+            self._docs.popitem(last=False)
+
+
+class Batcher:
+    """Groups concurrent calls into one call of ``fn(items) -> results`` (a result may be an
+    exception, raised in its caller's thread).  One worker thread."""
+
+    def __init__(self, fn: Callable[[list[Any]], list[Any]], max_batch: int = 256) -> None:
+        self._fn, self._max = fn, max_batch
+        self._q: queue.Queue[tuple[Any, Future]] = queue.Queue()
+        threading.Thread(target=self._run, daemon=True, name="secemb-batcher").start()
+
+    def __call__(self, item: Any) -> Any:
+        fut: Future = Future()
+        self._q.put((item, fut))
+        out = fut.result()
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._q.get()]
+            while len(batch) < self._max:
+                try:
+                    batch.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                results = self._fn([item for item, _ in batch])
+            except BaseException as exc:  # noqa: BLE001 - handed to every caller
+                results = [exc] * len(batch)
+            for (_, fut), res in zip(batch, results):
+                fut.set_result(res)
+
+
+def by_round(fn: Callable[[int, list[tuple[int, bytes]]], list[Any]]) -> Callable[[list[tuple[int, int, bytes]]], list[Any]]:
+    """Adapt ``fn(round_id, [(user, body)]) -> results`` to a :class:`Batcher` of
+    ``(round_id, user, body)`` items (one call per round id present)."""
+
+    def run(items: list[tuple[int, int, bytes]]) -> list[Any]:
+        out: list[Any] = [None] * len(items)
+        rounds: dict[int, list[int]] = {}
+        for i, (r, _, _) in enumerate(items):
+            rounds.setdefault(r, []).append(i)
+        for r, where in rounds.items():
+            for i, res in zip(where, fn(r, [(items[i][1], items[i][2]) for i in where])):
+                out[i] = res
+        return out
+
+    return run

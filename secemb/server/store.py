@@ -1,0 +1,171 @@
+"""A server's durable state: the checkpoint (the commit point of a round) and the round journal.
+
+:class:`StateStore` is the interface a node uses; :class:`DiskStore` keeps both on disk
+(:mod:`.persist`: an atomic ``checkpoint.npz`` and an fsync-ed ``journal.jsonl``, what a
+deployment runs), :class:`MemoryStore` in memory for the in-process simulation.  Both have the
+same semantics: :meth:`~StateStore.save` replaces the whole checkpoint at once, a record is in
+:meth:`~StateStore.records` once :meth:`~StateStore.append` returned, and a checkpoint of
+another party or configuration is refused when loaded.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from secemb.server.persist import CorruptState, Journal, load_checkpoint, save_checkpoint
+from secemb.training.results import model_sha256
+
+__all__ = ["Checkpoint", "DiskStore", "MemoryStore", "StateStore"]
+
+CHECKPOINT = "checkpoint.npz"
+JOURNAL = "journal.jsonl"
+#: ServerAdam.state_dict() arrays, stored as "opt_<name>" in the checkpoint
+_OPT_ARRAYS = ("m", "v", "row_t", "dm", "dv")
+
+
+@dataclass
+class Checkpoint:
+    """Everything a server needs to restart.
+
+    Attributes
+    ----------
+    version: model version (-1: server 1 before its first sync).
+    last_round: the round that committed ``version`` (-1: none).
+    included: the users that round aggregated.
+    m_prime, mean_count: Eq. 11's result (``None`` until known).
+    table, dense: float64 public model, (m, width) and (dense_size,).
+    model_sha256: :func:`~secemb.training.loop.model_sha256` of ``(table, dense)`` (the node
+        computes it once per version).
+    optimizer: ``ServerAdam.state_dict()`` (server 0) or ``None`` (server 1).
+    """
+
+    version: int
+    last_round: int
+    included: list[int]
+    m_prime: int | None
+    mean_count: float | None
+    table: np.ndarray
+    dense: np.ndarray
+    model_sha256: str
+    optimizer: dict[str, Any] | None = None
+
+
+class StateStore(ABC):
+    """Checkpoint and journal of server ``party`` running configuration ``fingerprint``."""
+
+    def __init__(self, party: int, fingerprint: str) -> None:
+        self.party, self.fingerprint = party, fingerprint
+
+    def save(self, ck: Checkpoint) -> None:
+        """Replace the checkpoint by ``ck`` atomically (the commit point of a round)."""
+        meta = {
+            "format": 1, "party": self.party, "fingerprint": self.fingerprint, "version": ck.version,
+            "last_round": ck.last_round, "included": ck.included, "m_prime": ck.m_prime,
+            "mean_count": ck.mean_count, "opt_steps": ck.optimizer["steps"] if ck.optimizer is not None else 0,
+            "model_sha256": ck.model_sha256,
+        }
+        arrays = {"table": ck.table, "dense": ck.dense}
+        if ck.optimizer is not None:
+            arrays.update({"opt_" + k: ck.optimizer[k] for k in _OPT_ARRAYS})
+        self._write(meta, arrays)
+
+    def load(self) -> Checkpoint | None:
+        """The last saved checkpoint (``None``: never saved).
+
+        Raises
+        ------
+        CorruptState
+            Unreadable, or saved by another party or configuration.
+        """
+        raw = self._read()
+        if raw is None:
+            return None
+        meta, arrays = raw
+        if meta.get("party") != self.party or meta.get("fingerprint") != self.fingerprint:
+            raise CorruptState(
+                f"checkpoint in {self} belongs to party {meta.get('party')} with another "
+                "configuration; refusing to start (use a fresh state_dir)"
+            )
+        try:
+            opt = None
+            if "opt_m" in arrays:
+                opt = {k: arrays["opt_" + k] for k in _OPT_ARRAYS} | {"steps": int(meta["opt_steps"])}
+            return Checkpoint(int(meta["version"]), int(meta["last_round"]),
+                              [int(u) for u in meta.get("included", [])], meta.get("m_prime"),
+                              meta.get("mean_count"), arrays["table"], arrays["dense"],
+                              str(meta.get("model_sha256") or model_sha256(arrays["table"], arrays["dense"])), opt)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptState(f"checkpoint in {self}: field {exc} missing or malformed") from None
+
+    @abstractmethod
+    def records(self) -> list[dict[str, Any]]:
+        """All journal records, oldest first."""
+
+    @abstractmethod
+    def append(self, record: dict[str, Any]) -> None:
+        """Append ``record`` (JSON-able) to the journal durably."""
+
+    @abstractmethod
+    def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None: ...
+
+    @abstractmethod
+    def _read(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None: ...
+
+
+class DiskStore(StateStore):
+    """``state_dir/checkpoint.npz`` and ``state_dir/journal.jsonl`` (:mod:`.persist`)."""
+
+    def __init__(self, state_dir: str | Path, party: int, fingerprint: str) -> None:
+        super().__init__(party, fingerprint)
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._journal = Journal(self.state_dir / JOURNAL)
+
+    def __str__(self) -> str:
+        return str(self.state_dir)
+
+    def records(self) -> list[dict[str, Any]]:
+        return self._journal.records()
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._journal.append(record)
+
+    def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        save_checkpoint(self.state_dir / CHECKPOINT, meta, arrays)
+
+    def _read(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        return load_checkpoint(self.state_dir / CHECKPOINT)
+
+
+class MemoryStore(StateStore):
+    """The same state in memory (copies in, copies out: later changes to the arrays a node
+    holds do not reach the stored checkpoint)."""
+
+    def __init__(self, party: int, fingerprint: str) -> None:
+        super().__init__(party, fingerprint)
+        self._ck: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None
+        self._records: list[dict[str, Any]] = []
+
+    def __str__(self) -> str:
+        return f"memory store of party {self.party}"
+
+    def records(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(self._records)
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._records.append(copy.deepcopy(record))
+
+    def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self._ck = (copy.deepcopy(meta), {k: np.array(v, copy=True) for k, v in arrays.items()})
+
+    def _read(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        if self._ck is None:
+            return None
+        meta, arrays = self._ck
+        return copy.deepcopy(meta), {k: v.copy() for k, v in arrays.items()}
