@@ -66,13 +66,19 @@ def subtrees(front, rowkey, cwp, top, depth, rk, out):  # noqa: ANN001, ANN201
 @njit(cache=True)
 def convert_blocks(words, nb, rk, out):  # noqa: ANN001, ANN201
     """``out[i, j] = MMO(words[i] ^ (0, j))`` for ``j < nb``: words uint64 (N, 2), out uint64
-    (N, nb, 2) C-contiguous."""
+    (N, nb, 2), both C-contiguous."""
+    stage = np.empty((2, BLOCKS, 2), np.uint64)
+    _convert_blocks(words, nb, rk, out, stage)
+
+
+@njit(cache=True)
+def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
+    """:func:`convert_blocks` with a caller's scratch ``stage`` uint64 (2, BLOCKS, 2)."""
     n = words.shape[0]
     total = n * nb
     rkp = rk.ctypes.data
     outp = out.ctypes.data
-    tmp = np.empty((BLOCKS, 2), np.uint64)
-    src = np.empty((BLOCKS, 2), np.uint64)
+    src, tmp = stage[0], stage[1]
     tmpp, srcp = tmp.ctypes.data, src.ctypes.data
     flat = out.reshape(total, 2)
     if nb % BLOCKS == 0:
@@ -81,10 +87,16 @@ def convert_blocks(words, nb, rk, out):  # noqa: ANN001, ANN201
             for j0 in range(0, nb, BLOCKS):
                 mmo_ctr(rkp, wp, j0, outp + 16 * (i * nb + j0))
         return
-    # any other width: BLOCKS consecutive (leaf, counter) inputs at a time
-    i = 0
+    first = 0
+    if nb == 1:  # the words are the AES inputs
+        first = n // BLOCKS * BLOCKS
+        wp = words.ctypes.data
+        for f0 in range(0, first, BLOCKS):
+            mmo_blocks(rkp, wp + 16 * f0, outp + 16 * f0)
+    # any other width, and the tail: BLOCKS consecutive (leaf, counter) inputs at a time
+    i = first
     j = 0
-    for f0 in range(0, total, BLOCKS):
+    for f0 in range(first, total, BLOCKS):
         cnt = min(BLOCKS, total - f0)
         for q in range(cnt):
             src[q, 0] = words[i, 0]
@@ -108,20 +120,32 @@ def convert_eval(words, nb, rk, cw, pos0, period, party, out, blocks, vals):  # 
     (N, 2), ``t_i`` bit 0 of ``words[i, 0]``, cw ring (K, d), out ring (N, d).  Scratch:
     ``blocks`` uint64 (LEAF_STEP, nb, 2) and ``vals``, the same memory as ring (LEAF_STEP, *)."""
     n, d = out.shape
+    stage = np.empty((2, BLOCKS, 2), np.uint64)
+    neg = np.uint64(0) - np.uint64(party)  # (v ^ neg) - neg = (-1)^party v
     key = pos0 // period
     left = period - pos0 % period  # leaves before the next key starts
     for lo in range(0, n, LEAF_STEP):
         hi = min(lo + LEAF_STEP, n)
-        convert_blocks(words[lo:hi], nb, rk, blocks[: hi - lo])
-        for i in range(lo, hi):
-            mask = np.uint64(0) - (words[i, 0] & np.uint64(1))
-            for e in range(d):
-                v = np.uint64(vals[i - lo, e]) + (mask & np.uint64(cw[key, e]))
-                out[i, e] = np.uint64(0) - v if party else v
-            left -= 1
+        _convert_blocks(words[lo:hi], nb, rk, blocks[: hi - lo], stage)
+        i = lo
+        while i < hi:  # segments of one key
+            end = min(hi, i + left)
+            if d == 1:  # the retrieval payload: no inner loop
+                c = np.uint64(cw[key, 0])
+                for j in range(i, end):
+                    v = np.uint64(vals[j - lo, 0]) + ((np.uint64(0) - (words[j, 0] & np.uint64(1))) & c)
+                    out[j, 0] = (v ^ neg) - neg
+            else:
+                for j in range(i, end):
+                    mask = np.uint64(0) - (words[j, 0] & np.uint64(1))
+                    for e in range(d):
+                        v = np.uint64(vals[j - lo, e]) + (mask & np.uint64(cw[key, e]))
+                        out[j, e] = (v ^ neg) - neg
+            left -= end - i
             if left == 0:
                 key += 1
                 left = period
+            i = end
 
 
 @njit(cache=True)
@@ -130,10 +154,11 @@ def convert_accumulate(words, nb, rk, acc, start, blocks, vals):  # noqa: ANN001
     ring (M, w); scratch as in :func:`convert_eval`."""
     n = words.shape[0]
     big_m, w = acc.shape
+    stage = np.empty((2, BLOCKS, 2), np.uint64)
     row = start % big_m
     for lo in range(0, n, LEAF_STEP):
         hi = min(lo + LEAF_STEP, n)
-        convert_blocks(words[lo:hi], nb, rk, blocks[: hi - lo])
+        _convert_blocks(words[lo:hi], nb, rk, blocks[: hi - lo], stage)
         for i in range(hi - lo):
             for e in range(w):
                 acc[row, e] += vals[i, e]
