@@ -332,7 +332,7 @@ def _dev(meas: float, paper: float | None) -> str:
 
 
 def write(out: Path, rows: list[dict[str, Any]], wall: float) -> None:
-    from secemb.bench.plots import bar_groups
+    from secemb.bench.plots import line_panels
     from secemb.bench.tables import markdown_table, write_csv
 
     out.mkdir(parents=True, exist_ok=True)
@@ -363,10 +363,13 @@ def write(out: Path, rows: list[dict[str, Any]], wall: float) -> None:
             })
         parts.append(f"\n## {title}\n\n" + markdown_table(view, list(view[0])))
     (out / "comm.md").write_text("".join(parts), encoding="utf-8")
-    groups = sorted({f"{r['model']}/{r['dataset']}" for r in rows})
-    series = {}
-    for p in ("secfedrec", "secemb", "secemb-rowenc", "secemb-init", "grec"):
-        vals = {f"{r['model']}/{r['dataset']}": r["upload_mb"] for r in rows if r["protocol"] == p and r["layout"] == "full"}
-        if vals:
-            series[p] = [vals.get(g, 0.0) for g in groups]
-    bar_groups(out / "comm.png", groups, series, ylabel="upload MB per user and round", title="Upload (measured)")
+    order = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]  # natural order, as in Table 7
+    panels: dict[str, dict[str, list[float]]] = {}
+    for model in dict.fromkeys(r["model"] for r in rows):
+        for p in ("secfedrec", "secemb", "secemb-rowenc", "secemb-init", "grec"):
+            vals = {r["dataset"]: r["upload_mb"] for r in rows
+                    if r["model"] == model and r["protocol"] == p and r["layout"] == "full"}
+            if vals:
+                panels.setdefault(model, {})[p] = [vals.get(d, float("nan")) for d in order]
+    line_panels(out / "comm.png", panels, xlabel="dataset", ylabel="upload MB per user and round",
+                title="Upload per user and round (measured; full layout, no relay)", x=order, logy=True)

@@ -1,76 +1,91 @@
-"""PNG plots of the benchmark tables (matplotlib, Agg backend).  Without matplotlib (it is the
-``plots`` extra) the tables are still written and the plot is skipped with a note on stderr."""
+"""PNG plots of the benchmark tables (matplotlib, Agg backend), readable at 100 %.
+
+Small multiples: one panel per model (or per measure), at most two panels a row, each panel
+5 x 3.6 inches at 100 dpi (a figure of 1-4 panels is 500-1,000 px wide).  Categorical x values
+(datasets) keep the order given, the natural one (ML-100K, ML-1M, ..., Yelp), never string
+order.  Values spanning decades go on a log axis as points joined by lines, never as bars (a
+bar on a log axis has no zero to stand on).
+
+matplotlib is the ``bench`` extra (``pip install 'secemb[bench]'``): :func:`require` says so
+before a benchmark starts, and the plotting functions raise :class:`PlotsUnavailable`
+without it.
+"""
 
 from __future__ import annotations
 
-import sys
+import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["bar_groups", "line_panels"]
+from secemb.errors import SecembError
+
+__all__ = ["DPI", "PANEL_INCHES", "PlotsUnavailable", "line_panels", "require"]
+
+DPI = 100
+PANEL_INCHES = (5.0, 3.6)
+_COLUMNS = 2
 
 
-def _plt():  # noqa: ANN202
+class PlotsUnavailable(SecembError, ImportError):
+    """matplotlib, the ``bench`` extra, is not installed."""
+
+
+def require() -> None:
+    """Raise :class:`PlotsUnavailable` (naming the extra) unless matplotlib can be imported."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PlotsUnavailable(
+            "the plots of secemb bench need matplotlib, which is not installed: pip install 'secemb[bench]'"
+        ) from None
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - depends on the environment
-        print("matplotlib is not installed (pip install 'secemb[plots]'): no PNG written", file=sys.stderr)
-        return None
+
+def _pyplot() -> Any:
+    require()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     return plt
 
 
 def line_panels(path: str | Path, panels: dict[str, dict[str, Sequence[float]]], *, xlabel: str, ylabel: str,
-                title: str, x: Sequence[float] | None = None, logy: bool = False) -> bool:
-    """One panel per key of ``panels``; each panel draws its named series as lines."""
-    plt = _plt()
-    if plt is None or not panels:
-        return False
-    n = len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
-    for ax, (name, series) in zip(axes[0], panels.items()):
+                title: str, x: Sequence[Any] | None = None, logy: bool = False, logx: bool = False) -> None:
+    """One panel per key of ``panels`` (in order), each drawing its named series as points
+    joined by lines against ``x`` (numbers, or category names kept in the given order;
+    default 1, 2, ...).  ``nan`` leaves a gap.  Writes a PNG to ``path``.
+
+    Raises
+    ------
+    PlotsUnavailable
+        Without matplotlib.
+    """
+    plt = _pyplot()
+    n = max(1, len(panels))
+    cols = min(n, _COLUMNS)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(PANEL_INCHES[0] * cols, PANEL_INCHES[1] * rows + 0.4),
+                             squeeze=False, dpi=DPI)
+    for ax, (name, series) in zip(axes.flat, panels.items()):
         for label, ys in series.items():
-            xs = list(x) if x is not None else list(range(1, len(ys) + 1))
-            ax.plot(xs[: len(ys)], ys, label=label, lw=1.2, marker="o" if len(ys) < 12 else None, ms=3)
-        ax.set_title(name)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+            xs = list(x)[: len(ys)] if x is not None else list(range(1, len(ys) + 1))
+            ax.plot(xs, list(ys), label=label, lw=1.3, marker="o" if len(ys) <= 12 else None, ms=4)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.tick_params(labelsize=8)
         if logy:
             ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.suptitle(title)
+        if logx:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
-    return True
-
-
-def bar_groups(path: str | Path, groups: Sequence[str], series: dict[str, Sequence[float]], *, ylabel: str,
-               title: str, logy: bool = True) -> bool:
-    """Grouped bars: one group per entry of ``groups``, one bar per series."""
-    plt = _plt()
-    if plt is None or not groups:
-        return False
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(groups) * max(1, len(series)) / 2), 3.6))
-    width = 0.8 / max(1, len(series))
-    xs = np.arange(len(groups))
-    for k, (label, vals) in enumerate(series.items()):
-        ax.bar(xs + k * width - 0.4 + width / 2, vals, width, label=label)
-    ax.set_xticks(xs, groups, rotation=20, fontsize=7)
-    ax.set_ylabel(ylabel)
-    if logy:
-        ax.set_yscale("log")
-    ax.set_title(title)
-    ax.legend(fontsize=6)
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True

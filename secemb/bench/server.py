@@ -163,23 +163,11 @@ def run(
 
 def plot(sweep: list[dict[str, Any]], path: str) -> None:
     """Server time per round against m for both layouts (log-log), to ``path`` (PNG)."""
-    import matplotlib
+    from secemb.bench.plots import line_panels
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for layout, marker in (("full", "o"), ("cuckoo", "s")):
-        pts = sorted((r["m"], r["server_s_per_round"]) for r in sweep if r["layout"] == layout)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=f"{layout} layout")
+    ms = sorted({r["m"] for r in sweep})
+    series = {f"{layout} layout": [next((r["server_s_per_round"] for r in sweep if r["layout"] == layout and r["m"] == m),
+                                        float("nan")) for m in ms] for layout in ("full", "cuckoo")}
     users, mp = sweep[0]["users"], sweep[0]["m_prime"]
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("items m")
-    ax.set_ylabel(f"server seconds per round ({users} users)")
-    ax.set_title(f"SecEmb server computation, m' = {mp}, d = 64")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    line_panels(path, {f"m' = {mp}, d = 64, {users} users": series}, xlabel="items m",
+                ylabel="server seconds per round", title="SecEmb server computation", x=ms, logx=True, logy=True)

@@ -64,6 +64,17 @@ def register(app: typer.Typer) -> None:
     _register_paper_tables(bench_app)
 
 
+def _require_plots() -> None:
+    """Exit 2 with the install command before a benchmark that plots runs without matplotlib."""
+    from secemb.bench.plots import PlotsUnavailable, require
+    from secemb.cli._usage import fail
+
+    try:
+        require()
+    except PlotsUnavailable as exc:
+        fail(exc)
+
+
 def _register_server(bench_app: typer.Typer) -> None:
     @bench_app.command("server")
     def server(
@@ -81,6 +92,7 @@ def _register_server(bench_app: typer.Typer) -> None:
         from secemb.cli._usage import check_output_dir
 
         check_output_dir(Path(out), "--out")
+        _require_plots()
         console = Console(stderr=True)
         with console.status("measuring") as status:
             result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg), full_users=full_users or None)
@@ -164,6 +176,7 @@ def _progress(quiet: bool, out: Path):  # noqa: ANN202
     from secemb.errors import InvalidParameters
 
     check_output_dir(out, "--out")
+    _require_plots()
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       disable=quiet, transient=True) as progress:

@@ -10,12 +10,10 @@ Raw user and item ids are remapped to contiguous 0-based ids in sorted order of 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import shutil
 import tempfile
-import urllib.request
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -154,7 +152,6 @@ ARCHIVES: dict[str, Archive] = {
 Fetcher = Callable[[str, Path], None]
 """``fetch(url, dest)`` writes the bytes found at ``url`` to the file ``dest``."""
 
-_MAX_DOWNLOAD = 1 << 30  # no MovieLens zip we fetch is near 1 GiB
 _MAX_MEMBER = 2 << 30  # nor any member we extract near 2 GiB
 
 
@@ -380,30 +377,20 @@ def load_movielens(
 # ----------------------------------------------------------------------------- download
 
 
-def _urllib_fetch(url: str, dest: Path) -> None:
-    """Default fetcher: HTTPS GET with a timeout, streamed to ``dest``, size-capped."""
+def _https_fetch(url: str, dest: Path) -> None:
+    """Default fetcher: pooch's HTTPS download with a progress bar on stderr, streamed to ``dest``."""
     if not url.startswith("https://"):
         raise InvalidParameters(f"refusing to download over a non-HTTPS URL: {url}")
-    request = urllib.request.Request(url, headers={"User-Agent": "secemb"})
-    with urllib.request.urlopen(request, timeout=60) as response, open(dest, "wb") as out:
-        total = 0
-        while True:
-            chunk = response.read(1 << 20)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > _MAX_DOWNLOAD:
-                raise DataFormatError(f"download exceeds {_MAX_DOWNLOAD} bytes: {url}")
-            out.write(chunk)
+    import pooch
+
+    pooch.HTTPDownloader(progressbar=True, timeout=60, headers={"User-Agent": "secemb"})(url, str(dest), None)
 
 
-def _digests(path: Path) -> tuple[str, str]:
-    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            md5.update(chunk)
-            sha.update(chunk)
-    return md5.hexdigest(), sha.hexdigest()
+def _digest(path: Path, algo: str) -> str:
+    """Hex digest of a file (``algo``: ``md5`` or ``sha256``), computed by pooch."""
+    import pooch
+
+    return pooch.file_hash(str(path), alg=algo)
 
 
 def _count_lines(path: Path) -> int:
@@ -444,8 +431,8 @@ def download_movielens(
     Parameters
     ----------
     fetch:
-        ``fetch(url, dest)`` writing the bytes at ``url`` to ``dest``; default: HTTPS with
-        :mod:`urllib`.  Tests inject a fake one.
+        ``fetch(url, dest)`` writing the bytes at ``url`` to ``dest``; default: HTTPS through
+        pooch, with a progress bar.  Tests inject a fake one.
 
     Raises
     ------
@@ -461,12 +448,14 @@ def download_movielens(
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-download-", dir=root))
     try:
         zpath = tmp / arch.url.rsplit("/", 1)[-1]
-        (fetch or _urllib_fetch)(arch.url, zpath)
+        (fetch or _https_fetch)(arch.url, zpath)
         if not zpath.is_file():
             raise DataFormatError(f"fetching {arch.url} produced no file")
-        md5, sha = _digests(zpath)
-        for algo, want, got in (("MD5", arch.zip_md5, md5), ("SHA-256", arch.zip_sha256, sha)):
-            if want is not None and got != want:
+        for algo, name, want in (("MD5", "md5", arch.zip_md5), ("SHA-256", "sha256", arch.zip_sha256)):
+            if want is None:
+                continue
+            got = _digest(zpath, name)
+            if got != want:
                 raise DataFormatError(
                     f"{algo} of {arch.url} is {got}, expected {want}; the download is corrupt or"
                     " the archive changed upstream"
@@ -483,7 +472,7 @@ def download_movielens(
             extracted = [m for m in arch.extra if _extract(zf, f"{arch.folder}/{m}", staged / m)]
         rpath = staged / arch.ratings
         if arch.ratings_sha256 is not None:
-            got = _digests(rpath)[1]
+            got = _digest(rpath, "sha256")
             if got != arch.ratings_sha256:
                 raise DataFormatError(
                     f"SHA-256 of {arch.folder}/{arch.ratings} in {arch.url} is {got}, expected "

@@ -106,7 +106,7 @@ def test_load_dataset_downloads_only_when_missing(tmp_path, monkeypatch):
     payload = _ml1m_zip()
     _pin(monkeypatch, "ml-1m", payload, ratings_lines=3)
     fetch = FakeFetch(payload)
-    monkeypatch.setattr(movielens, "_urllib_fetch", fetch)
+    monkeypatch.setattr(movielens, "_https_fetch", fetch)
     monkeypatch.setenv("SECEMB_DATA_DIR", str(tmp_path))
     assert len(load_dataset("ml-1m", download=True)) == 3
     assert len(fetch.urls) == 1
@@ -204,7 +204,7 @@ def test_fetch_failure_propagates_and_nothing_left(tmp_path):
 
 def test_default_fetcher_refuses_plain_http(tmp_path):
     with pytest.raises(InvalidParameters, match="non-HTTPS"):
-        movielens._urllib_fetch("http://files.grouplens.org/x.zip", tmp_path / "x")
+        movielens._https_fetch("http://files.grouplens.org/x.zip", tmp_path / "x")
 
 
 def test_unknown_name(tmp_path):
@@ -225,3 +225,23 @@ def test_ml100k_download_with_the_real_u_data_pin(tmp_path, monkeypatch):
     assert path == tmp_path / "ml-100k" / "u.data"
     data = load_dataset("ml-100k", tmp_path)
     assert (len(data), data.num_users, data.num_items) == (100_000, 943, 1_682)
+
+
+def test_default_fetcher_is_pooch_with_a_progress_bar(tmp_path, monkeypatch):
+    """Issue 13 item 12: the download is pooch's (progress bar), not a hand-written urllib loop."""
+    import pooch
+
+    seen = {}
+
+    class FakeDownloader:
+        def __init__(self, **kwargs):
+            seen.update(kwargs)
+
+        def __call__(self, url, output_file, pooch_obj):
+            seen["url"] = url
+            Path(output_file).write_bytes(b"zip")
+
+    monkeypatch.setattr(pooch, "HTTPDownloader", FakeDownloader)
+    movielens._https_fetch("https://files.grouplens.org/datasets/movielens/ml-1m.zip", tmp_path / "z")
+    assert seen["progressbar"] is True and seen["url"].endswith("ml-1m.zip")
+    assert (tmp_path / "z").read_bytes() == b"zip"
