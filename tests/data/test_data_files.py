@@ -96,12 +96,6 @@ def test_cli_reports_a_malformed_data_file_without_a_traceback(tmp_path: Path) -
     assert res.exit_code == 2 and res.stderr.startswith(f"error: {path}, line 2: ") and "Traceback" not in res.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="secemb/training/experiment.py looks up a Table 8 preset for the file's path ('no preset for dataset'); "
-    "its _preset_dataset must map own files to the ML-100K preset as it does for synthetic data (not this "
-    "change's file)",
-)
 def test_train_on_own_csv_end_to_end_through_the_cli(tmp_path: Path) -> None:
     from secemb.cli import app
 
