@@ -29,36 +29,15 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title="secemb bench fss")
+        from rich.markup import escape
+
+        table = Table(title=escape("secemb bench fss (one core; [backend] = secemb.fss.kernels)"))
         table.add_column("measure")
         table.add_column("value", justify="right")
-        table.add_column("ratio to AES", justify="right")
-        aes = result["aes_blocks_per_s"]
-        table.add_row("raw AES-128-ECB", f"{aes / 1e6:,.0f} M blocks/s", "1.00")
-        for name, ms in result["keygen_ms"].items():
-            table.add_row(f"keygen per user ({name})", f"{ms:.3f} ms", "")
-        table.add_row(
-            f"full-domain path eval (m={result['eval_domain']})",
-            f"{result['eval_leaves_per_s'] / 1e6:,.1f} M leaves/s",
-            f"{result['eval_ratio_to_aes']:.3f}",
-        )
-        table.add_row(
-            "full-domain path eval (m=1682)",
-            f"{result['eval_leaves_per_s_ml100k'] / 1e6:,.1f} M leaves/s",
-            f"{result['eval_ratio_to_aes_ml100k']:.3f}",
-        )
-        table.add_row(
-            "payload conversion (d=64, k=32)",
-            f"{result['convert_blocks_per_s'] / 1e6:,.1f} M blocks/s",
-            f"{result['convert_ratio_to_aes']:.3f}",
-        )
-        mem = result.get("fused_memory")
-        if mem:
-            table.add_row(
-                f"fused eval, {mem['keys']} keys x {mem['m']} items, d={mem['d']}",
-                f"{mem['seconds']:.1f} s, peak {mem['peak_rss_mib']:.0f} MiB",
-                "",
-            )
+        table.add_column("share of OpenSSL AES", justify="right")
+        table.add_column("share of fastest AES", justify="right")
+        for row in bench_fss.table_rows(result):
+            table.add_row(*map(escape, row))
         Console().print(table)
 
     _register_paper_tables(bench_app)

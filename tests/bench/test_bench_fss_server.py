@@ -14,11 +14,20 @@ def test_bench_fss_quick_prints_the_documented_fields() -> None:
     res = CliRunner().invoke(app, ["bench", "fss", "--json", "--quick"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    for key in ("aes_blocks_per_s", "keygen_ms", "eval_leaves_per_s", "eval_ratio_to_aes",
-                "convert_blocks_per_s", "convert_ratio_to_aes", "machine"):
-        assert key in doc
-    assert set(doc["keygen_ms"]) == {"ml100k"}
-    assert doc["aes_blocks_per_s"] > 0 and doc["eval_leaves_per_s"] > 0
+    assert set(doc) >= {"aes_blocks_per_s", "backends", "machine"}
+    assert doc["aes_blocks_per_s"]["openssl"] > 0
+    assert "numpy" in doc["backends"]  # the reference is always measured
+    for figures in doc["backends"].values():
+        assert set(figures) == {"keygen_ms", "eval_leaves_per_s", "eval_leaves_per_s_ml100k",
+                                "convert_blocks_per_s", "dot_leaves_per_s"}
+        assert set(figures["keygen_ms"]) == {"ml100k"}
+        assert figures["eval_leaves_per_s"] > 0
+
+
+def test_bench_fss_table_shows_every_figure_as_a_share_of_the_aes_rate() -> None:
+    res = CliRunner().invoke(app, ["bench", "fss", "--quick"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "share of OpenSSL AES" in res.output and "[numpy] full-domain path eval" in res.output
 
 
 def test_bench_server_quick_lists_both_layouts(tmp_path) -> None:
