@@ -165,3 +165,39 @@ def convert_accumulate(words, nb, rk, acc, start, blocks, vals):  # noqa: ANN001
             row += 1
             if row == big_m:
                 row = 0
+
+
+@njit(cache=True)
+def gen_levels(alphas, s, rk, cw_seed, cw_tl, cw_tr):  # noqa: ANN001, ANN201
+    """The level loop of :func:`secemb.fss.dpf.gen_path`: both parties' seeds ``s`` uint64
+    (2, K, 2) walk down to the leaves at ``alphas`` (int64 (K,)), writing the correction words
+    ``cw_seed`` uint64 (K, n, 2) and ``cw_tl``, ``cw_tr`` uint8 (K, n).  Branch-free in the
+    secret bits of ``alphas`` (masks, no ``if`` on them)."""
+    k = alphas.shape[0]
+    n = cw_seed.shape[1]
+    words = s.reshape(2 * k, 2)
+    left = np.empty((2, k, 2), np.uint64)
+    right = np.empty((2, k, 2), np.uint64)
+    stage = np.empty((2, BLOCKS, 2), np.uint64)
+    one = np.uint64(1)
+    for i in range(n):
+        _convert_blocks(words, 1, rk[0], left.reshape(2 * k, 1, 2), stage)
+        _convert_blocks(words, 1, rk[1], right.reshape(2 * k, 1, 2), stage)
+        for j in range(k):
+            bit = np.uint64((alphas[j] >> (n - 1 - i)) & 1)
+            go_r = np.uint64(0) - bit  # all ones where alpha_i = 1
+            go_l = ~go_r
+            lose0 = ((left[0, j, 0] ^ left[1, j, 0]) & go_r) | ((right[0, j, 0] ^ right[1, j, 0]) & go_l)
+            lose1 = ((left[0, j, 1] ^ left[1, j, 1]) & go_r) | ((right[0, j, 1] ^ right[1, j, 1]) & go_l)
+            scw0 = lose0 & ~one
+            tcw_l = ((left[0, j, 0] ^ left[1, j, 0]) ^ bit ^ one) & one
+            tcw_r = ((right[0, j, 0] ^ right[1, j, 0]) ^ bit) & one
+            cw_seed[j, i, 0] = scw0
+            cw_seed[j, i, 1] = lose1
+            cw_tl[j, i] = np.uint8(tcw_l)
+            cw_tr[j, i] = np.uint8(tcw_r)
+            low = scw0 | (tcw_r & go_r) | (tcw_l & go_l)
+            for b in range(2):
+                mask = np.uint64(0) - (s[b, j, 0] & one)
+                s[b, j, 0] = ((right[b, j, 0] & go_r) | (left[b, j, 0] & go_l)) ^ (mask & low)
+                s[b, j, 1] = ((right[b, j, 1] & go_r) | (left[b, j, 1] & go_l)) ^ (mask & lose1)

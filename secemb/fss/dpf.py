@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.fss import kernels
 from secemb.fss.keys import DPFKeys, DPFParams, PathKeys
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.convert import convert, convert_eval_into
@@ -92,6 +93,35 @@ def _check_alphas(alphas: np.ndarray, m: int) -> np.ndarray:
     return a
 
 
+def _gen_levels(a: np.ndarray, s: np.ndarray, cw_seed: np.ndarray, cw_tl: np.ndarray, cw_tr: np.ndarray) -> None:
+    """The level loop of :func:`gen_path` (numpy reference): both parties' seeds ``s`` uint64
+    (2, K, 2) walk down to the leaves at ``a`` (int64 (K,)); writes the correction words
+    ``cw_seed`` (K, n, 2), ``cw_tl``, ``cw_tr`` (K, n)."""
+    n = cw_seed.shape[1]
+    left = np.empty_like(s)
+    right = np.empty_like(s)
+    for i in range(n):
+        bit = (a >> (n - 1 - i)) & 1  # alpha_i, MSB first
+        go_right = bit.astype(bool)
+        _LEFT.mmo(s, out=left)
+        _RIGHT.mmo(s, out=right)
+        # seed correction word: XOR of the two parties' "lose" children, bit 0 cleared
+        scw = np.where(go_right[:, None], left[0] ^ left[1], right[0] ^ right[1])
+        tl = left[0, :, 0] ^ left[1, :, 0]
+        tr = right[0, :, 0] ^ right[1, :, 0]
+        tcw_l = (tl ^ bit.astype(np.uint64) ^ _ONE) & _ONE
+        tcw_r = (tr ^ bit.astype(np.uint64)) & _ONE
+        scw[:, 0] &= ~_ONE
+        cw_seed[:, i] = scw
+        cw_tl[:, i] = tcw_l
+        cw_tr[:, i] = tcw_r
+        keep_lo = np.where(go_right, right[:, :, 0], left[:, :, 0])
+        keep_hi = np.where(go_right, right[:, :, 1], left[:, :, 1])
+        mask = 0 - (s[:, :, 0] & _ONE)  # (2, K): all ones where the parent's t is 1
+        s[:, :, 0] = keep_lo ^ (mask & (scw[:, 0] | np.where(go_right, tcw_r, tcw_l)))
+        s[:, :, 1] = keep_hi ^ (mask & scw[:, 1])
+
+
 def gen_path(
     alphas: np.ndarray, domain_size: int, *, _rng: RandomBytes | None = None
 ) -> tuple[PathKeys, PathKeys, GenState]:
@@ -124,28 +154,13 @@ def gen_path(
     cw_seed = np.empty((k, n, 2), np.uint64)
     cw_tl = np.empty((k, n), np.uint8)
     cw_tr = np.empty((k, n), np.uint8)
-    left = np.empty_like(s)
-    right = np.empty_like(s)
-    for i in range(n):
-        bit = (a >> (n - 1 - i)) & 1  # alpha_i, MSB first
-        go_right = bit.astype(bool)
-        _LEFT.mmo(s, out=left)
-        _RIGHT.mmo(s, out=right)
-        # seed correction word: XOR of the two parties' "lose" children, bit 0 cleared
-        scw = np.where(go_right[:, None], left[0] ^ left[1], right[0] ^ right[1])
-        tl = left[0, :, 0] ^ left[1, :, 0]
-        tr = right[0, :, 0] ^ right[1, :, 0]
-        tcw_l = (tl ^ bit.astype(np.uint64) ^ _ONE) & _ONE
-        tcw_r = (tr ^ bit.astype(np.uint64)) & _ONE
-        scw[:, 0] &= ~_ONE
-        cw_seed[:, i] = scw
-        cw_tl[:, i] = tcw_l
-        cw_tr[:, i] = tcw_r
-        keep_lo = np.where(go_right, right[:, :, 0], left[:, :, 0])
-        keep_hi = np.where(go_right, right[:, :, 1], left[:, :, 1])
-        mask = 0 - (s[:, :, 0] & _ONE)  # (2, K): all ones where the parent's t is 1
-        s[:, :, 0] = keep_lo ^ (mask & (scw[:, 0] | np.where(go_right, tcw_r, tcw_l)))
-        s[:, :, 1] = keep_hi ^ (mask & scw[:, 1])
+    if kernels.compiled():
+        from secemb.fss._aesni import round_keys
+        from secemb.fss._numba_kernels import gen_levels
+
+        gen_levels(a, s, round_keys(_LEFT.name, _RIGHT.name), cw_seed, cw_tl, cw_tr)
+    else:
+        _gen_levels(a, s, cw_seed, cw_tl, cw_tr)
     path = [PathKeys(params, b, roots[b], cw_seed, cw_tl, cw_tr) for b in (0, 1)]
     return path[0], path[1], GenState(params.domain_size, s[0].copy(), s[1].copy())
 

@@ -66,6 +66,20 @@ def test_eval_full_is_the_same_on_both_backends(case) -> None:
 
 
 @FAST
+@given(_cases())
+def test_key_generation_is_the_same_on_both_backends(case) -> None:
+    m, k, _, _, seed = case
+    alphas = np.random.default_rng(seed).integers(0, m, k)
+
+    def keys() -> tuple[np.ndarray, ...]:
+        p0, p1, state = fss.gen_path(alphas, m, _rng=CtrDrbg(seed))
+        return p0.roots, p1.roots, p0.cw_seed, p0.cw_tl, p0.cw_tr, state.leaf0, state.leaf1
+
+    with pytest.MonkeyPatch.context() as mp:
+        assert _equal(*_both(mp, keys))
+
+
+@FAST
 @given(_cases(), st.integers(1, 9))
 def test_server_evaluation_is_the_same_on_both_backends(case, d: int) -> None:
     """Retrieval answer (``eval_full_dot``) and the fused retrieval + aggregation summary."""
