@@ -28,7 +28,7 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError
 from secemb.fss.fused import retrieve_and_prepare
-from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
+from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import check_user, users_bytes
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
 from secemb.randomness import RandomBytes, system_rng
@@ -96,6 +96,22 @@ def _sum_batch(keys: fss.DPFKeys, party: int, width: int) -> np.ndarray:
         keys.path, party, zero_cw, dummy, width, retrieval_tag=fss.DEFAULT_TAG, aggregation_tag=fss.DEFAULT_TAG
     )
     return prep.apply(keys.cw_out)
+
+
+def _request_bytes(cfg: RoundConfig) -> int:
+    """A retrieval request: ``m'`` full keys with payload 1."""
+    return row_keys_bytes(cfg.num_items, cfg.m_prime, 1, cfg.ring_bits)
+
+
+def _agg_bytes(cfg: RoundConfig, elementwise: bool) -> int:
+    """The aggregation keys of an upload: ``m' w`` element keys or ``m'`` row keys."""
+    f = element_keys_bytes if elementwise else row_keys_bytes
+    return f(cfg.num_items, cfg.m_prime, cfg.width, cfg.ring_bits)
+
+
+def _share_bytes(cfg: RoundConfig, num_users: int) -> int:
+    """An aggregate share covering ``num_users`` users."""
+    return 8 + 8 * num_users + (cfg.num_items * cfg.width + cfg.dense_size) * cfg.dtype.itemsize
 
 
 def parse_keys(body: memoryview, party: int, *, domain: int, count: int, width: int, ring_bits: int, what: str) -> fss.DPFKeys:
@@ -189,18 +205,12 @@ class _AblationServer(ServerRole):
         self._requested: set[int] = set()
         self._uploaded: set[int] = set()
 
-    def _agg_bytes(self) -> int:
-        cfg = self._cfg()
-        f = element_keys_bytes if self.elementwise else row_keys_bytes
-        return f(cfg.num_items, cfg.m_prime, cfg.width, cfg.ring_bits)
-
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
         cfg = self._cfg()
         user_id = check_user(user_id)
         if user_id in self._requested:
             raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
-        size = row_keys_bytes(cfg.num_items, cfg.m_prime, 1, cfg.ring_bits)
-        body = open_message(message, self.protocol, "retrieval_request", self.party, cfg.round_id, size)
+        body = open_message(message, self.protocol, "retrieval_request", self.party, cfg.round_id, _request_bytes(cfg))
         keys = parse_keys(body, self.party, domain=cfg.num_items, count=cfg.m_prime, width=1,
                           ring_bits=cfg.ring_bits, what="retrieval_request")
         answers = fss.eval_full_dot(keys, self.party, self._table)
@@ -212,7 +222,7 @@ class _AblationServer(ServerRole):
         user_id = check_user(user_id)
         if user_id not in self._requested or user_id in self._uploaded:
             raise ProtocolError(f"user {user_id}: upload without retrieval, or twice, in round {cfg.round_id}")
-        agg = self._agg_bytes()
+        agg = _agg_bytes(cfg, self.elementwise)
         body = open_message(message, self.protocol, "upload", self.party, cfg.round_id,
                             agg + cfg.dense_size * cfg.dtype.itemsize)
         count, width = (cfg.m_prime * cfg.width, 1) if self.elementwise else (cfg.m_prime, cfg.width)
@@ -235,8 +245,7 @@ class _AblationServer(ServerRole):
             raise ProtocolError("only server 0 combines the aggregate")
         users = sorted(self._uploaded)
         head = users_bytes(users)
-        size = len(head) + (cfg.num_items * cfg.width + cfg.dense_size) * cfg.dtype.itemsize
-        body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id, size)
+        body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id, _share_bytes(cfg, len(users)))
         if bytes(body[: len(head)]) != head:
             raise ProtocolError("the two servers aggregated different sets of users")
         sp, off = read_array(body, len(head), cfg.dtype, (cfg.num_items, cfg.width))
@@ -245,15 +254,25 @@ class _AblationServer(ServerRole):
 
 
 class _AblationProtocol(Protocol):
+    # the paper's layout only: a cuckoo request would not be an ablation of the paper's protocol
+    capabilities = Capabilities(layouts=("full",), relay=False, networked=True, options=("server_eval",))
     user_cls: type[_AblationUser]
     server_cls: type[_AblationServer]
 
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
-                 *, server_eval: bool = True, **_: object) -> None:
-        # the paper's layout; a cuckoo request would not be an ablation of the paper's protocol
-        self._set_layout("full", expansion, layout_seed)
-        self.relay = False
+                 *, server_eval: bool = True) -> None:
+        super().__init__(layout, relay, expansion, layout_seed)
         self.server_eval = bool(server_eval)
+
+    def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
+        """Exact body lengths (the aggregate share's with ``num_users`` users)."""
+        if kind == "retrieval_request":
+            return _request_bytes(rc)
+        if kind == "upload":
+            return _agg_bytes(rc, self.server_cls.elementwise) + rc.dense_size * rc.dtype.itemsize
+        if kind == "aggregate_share":
+            return _share_bytes(rc, num_users)
+        return None  # no relay
 
     def make_server(self, party: int) -> _AblationServer:
         return self.server_cls(party, server_eval=self.server_eval)

@@ -29,16 +29,19 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import ClassVar
 
 import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError, SecembError
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
+from secemb.protocols.wire import HEADER_BYTES
 from secemb.randomness import RandomBytes
 
-__all__ = ["RoundConfig", "UserRole", "ServerRole", "Protocol"]
+__all__ = ["BOUNDED_KINDS", "LAYOUT_OPTIONS", "Capabilities", "Protocol", "RoundConfig", "ServerRole", "UserRole"]
 
 
 @dataclass(frozen=True)
@@ -199,12 +202,86 @@ class ServerRole(ABC):
         in the ring from its own aggregate and the peer's share."""
 
 
+#: options every protocol's factory takes (their values are checked against its capabilities)
+LAYOUT_OPTIONS = ("layout", "relay", "expansion", "layout_seed")
+#: message kinds :meth:`Protocol.max_message_bytes` bounds: those a server receives over a
+#: network (from a device, or from the other server)
+BOUNDED_KINDS = ("retrieval_request", "upload", "relay_keys", "relay_answer", "relay_upload", "aggregate_share")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a protocol supports; declared on its class, checked by ``get_protocol``.
+
+    Attributes
+    ----------
+    layouts: the request layouts it runs (``"full"``, ``"cuckoo"``).
+    relay: whether it can run with ``relay=True``.
+    networked: whether it runs in the server deployment (:mod:`secemb.server`): its roles
+        keep no state across rounds that a server's journal would not restore, and its
+        messages are a deterministic function of the round and the device's seed.
+    options: the factory's keyword options beyond :data:`LAYOUT_OPTIONS`.
+    """
+
+    layouts: tuple[str, ...] = ("full",)
+    relay: bool = False
+    networked: bool = True
+    options: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        bad = [x for x in self.layouts if x not in ("full", "cuckoo")]
+        if not self.layouts or bad:
+            raise InvalidParameters(f"layouts must be a non-empty subset of ('full', 'cuckoo'), got {self.layouts!r}")
+        clash = set(self.options) & set(LAYOUT_OPTIONS)
+        if clash:
+            raise InvalidParameters(f"options {sorted(clash)} are layout options every protocol takes")
+
+    def allowed_options(self) -> tuple[str, ...]:
+        """Every keyword the factory takes: the layout options, then the declared ones."""
+        return LAYOUT_OPTIONS + self.options
+
+    def check_options(self, protocol: str, opts: Mapping[str, object]) -> None:
+        """Refuse option names the factory does not take.
+
+        Raises
+        ------
+        InvalidParameters
+            Naming the first unknown option and the allowed ones.
+        """
+        allowed = self.allowed_options()
+        for key in opts:
+            if key not in allowed:
+                raise InvalidParameters(f"protocol {protocol!r} has no option {key!r}; allowed: {list(allowed)}")
+
+    def check_layout(self, protocol: str, layout: str, relay: bool) -> None:
+        """Refuse a layout or relay setting the protocol does not support.
+
+        Raises
+        ------
+        InvalidParameters
+            Naming the option, the value and what is allowed.
+        """
+        if layout not in self.layouts:
+            raise InvalidParameters(
+                f"protocol {protocol!r} does not support layout={layout!r}; allowed: {list(self.layouts)}"
+            )
+        if not isinstance(relay, bool):
+            raise InvalidParameters(f"relay must be a bool, got {relay!r}")
+        if relay and not self.relay:
+            raise InvalidParameters(f"protocol {protocol!r} does not support relay=True; allowed: relay=False")
+
+
 class Protocol(ABC):
     """A training protocol: a factory for its roles.
+
+    Subclasses declare ``name`` and :attr:`capabilities`, take the :data:`LAYOUT_OPTIONS` (and
+    their declared options) as keywords and call ``super().__init__`` with the layout ones;
+    they implement :meth:`make_server`, :meth:`make_user` and :meth:`message_body_bytes`.
 
     Attributes
     ----------
     name: registry name.
+    capabilities: what the protocol supports (class attribute).
     layout, expansion, layout_seed: the request layout of its rounds (:class:`RoundConfig`);
         ``B = max(m', ceil(expansion m'))`` buckets for the cuckoo layout.
     relay: whether server 0 relays between the user and server 1 (then server 1 sends the
@@ -212,17 +289,30 @@ class Protocol(ABC):
     """
 
     name: str
+    capabilities: ClassVar[Capabilities] = Capabilities()
     layout: str = "full"
     expansion: float = 1.25
     layout_seed: int = 0
     relay: bool = False
 
-    def _set_layout(self, layout: str, expansion: float, layout_seed: int) -> None:
-        if layout not in ("full", "cuckoo"):
-            raise InvalidParameters(f"layout must be 'full' or 'cuckoo', got {layout!r}")
+    def __init__(
+        self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0
+    ) -> None:
+        """Check the layout options against :attr:`capabilities` and keep them.
+
+        Raises
+        ------
+        InvalidParameters
+            A layout or relay the protocol does not support, ``expansion < 1``, or a
+            ``layout_seed`` that is not an int >= 0.
+        """
+        self.capabilities.check_layout(self.name, layout, relay)
         if not expansion >= 1.0:
             raise InvalidParameters(f"expansion must be >= 1, got {expansion}")
-        self.layout, self.expansion, self.layout_seed = layout, float(expansion), int(layout_seed)
+        if isinstance(layout_seed, bool) or not isinstance(layout_seed, int) or layout_seed < 0:
+            raise InvalidParameters(f"layout_seed must be an int >= 0, got {layout_seed!r}")
+        self.layout, self.relay = layout, relay
+        self.expansion, self.layout_seed = float(expansion), layout_seed
 
     def round_config(
         self, round_id: int, num_items: int, width: int, dense_size: int, m_prime: int, ring_bits: int = 32
@@ -234,6 +324,35 @@ class Protocol(ABC):
         return RoundConfig(
             round_id, num_items, width, dense_size, m_prime, ring_bits, self.layout, buckets, self.layout_seed
         )
+
+    def max_message_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int:
+        """Upper bound on ``len()`` of one message of ``kind`` in a round of ``rc``.
+
+        ``party`` is the header's party: the server a request, upload or relay forward is
+        addressed to, the server an aggregate share or relay answer comes from.  ``num_users``
+        bounds the users an aggregate share covers.  The bound depends on public parameters
+        only; for fixed-size messages it is their exact length.  0 means the protocol sends
+        no such message (to or from that party, in this configuration).
+
+        Raises
+        ------
+        InvalidParameters
+            ``kind`` not in :data:`BOUNDED_KINDS`, ``party`` not 0 or 1, ``num_users < 0``.
+        """
+        if kind not in BOUNDED_KINDS:
+            raise InvalidParameters(f"kind must be one of {list(BOUNDED_KINDS)}, got {kind!r}")
+        if party not in (0, 1) or isinstance(party, bool):
+            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+        if isinstance(num_users, bool) or not isinstance(num_users, int) or num_users < 0:
+            raise InvalidParameters(f"num_users must be an int >= 0, got {num_users!r}")
+        body = self.message_body_bytes(kind, rc, party=party, num_users=num_users)
+        return 0 if body is None else HEADER_BYTES + body
+
+    @abstractmethod
+    def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
+        """Body length bound behind :meth:`max_message_bytes` (arguments already checked);
+        ``None`` for a message the protocol does not send.  Implementations use the same
+        size functions as their parsers."""
 
     @abstractmethod
     def make_server(self, party: int) -> ServerRole:

@@ -18,16 +18,20 @@ from __future__ import annotations
 import numpy as np
 
 from secemb.protocols.ablations import aggregate_keys, parse_keys, row_keys, row_keys_bytes
-from secemb.protocols.secfedrec import FullModelServer, FullModelUser, _FullModelProtocol
+from secemb.protocols.base import Capabilities, RoundConfig
+from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser
 from secemb.protocols.wire import array_bytes, read_array
 from secemb.sharing import share
 
 __all__ = ["GrecProtocol"]
 
 
-class _GrecUser(FullModelUser):
-    protocol = "grec"
+def _key_bytes(rc: RoundConfig) -> int:
+    """The ``slots`` full row keys of one upload."""
+    return row_keys_bytes(rc.num_items, rc.slots, rc.width, rc.ring_bits)
 
+
+class _GrecUser(FullModelUser):
     def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
         cfg = self.config
         if cfg.layout != "full":  # keys need real points: drop empty cuckoo slots into padding keys
@@ -40,42 +44,33 @@ class _GrecUser(FullModelUser):
 
 
 class _GrecServer(FullModelServer):
-    protocol = "grec"
-
-    def __init__(self, party: int, *, server_eval: bool = True) -> None:
-        super().__init__(party)
-        self.server_eval = server_eval
-
-    def _key_bytes(self) -> int:
-        cfg = self._cfg()
-        return row_keys_bytes(cfg.num_items, cfg.slots, cfg.width, cfg.ring_bits)
-
-    def upload_bytes(self) -> int:
-        cfg = self._cfg()
-        return self._key_bytes() + cfg.dense_size * cfg.dtype.itemsize
+    proto: GrecProtocol
 
     def absorb(self, user_id: int, body: memoryview) -> None:
         cfg = self._cfg()
-        kb = self._key_bytes()
+        kb = _key_bytes(cfg)
         keys = parse_keys(body[:kb], self.party, domain=cfg.num_items, count=cfg.slots, width=cfg.width,
                           ring_bits=cfg.ring_bits, what="upload")
         dense = read_array(body, kb, cfg.dtype, (cfg.dense_size,))[0]
         split = cfg.num_items * cfg.width
-        if self.server_eval:
+        if self.proto.server_eval:
             self._acc[:split] += aggregate_keys(keys, self.party).reshape(-1)
         self._acc[split:] += dense
 
 
-class GrecProtocol(_FullModelProtocol):
-    """Factory of GREC training roles."""
+class GrecProtocol(FullModelProtocol):
+    """Factory of GREC training roles.  ``server_eval=False``: servers validate the keys but
+    skip their evaluation (``secemb bench``; the aggregate's sparse part is then zero)."""
 
     name = "grec"
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=("server_eval",))
     user_cls, server_cls = _GrecUser, _GrecServer
 
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
-                 *, server_eval: bool = True, **_: object) -> None:
+                 *, server_eval: bool = True) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         self.server_eval = bool(server_eval)
 
-    def make_server(self, party: int) -> _GrecServer:
-        return _GrecServer(party, server_eval=self.server_eval)
+    def upload_body_bytes(self, rc: RoundConfig) -> int:
+        """``slots`` full row keys, then a share of the dense gradient."""
+        return _key_bytes(rc) + rc.dense_size * rc.dtype.itemsize

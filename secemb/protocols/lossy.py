@@ -49,7 +49,8 @@ from typing import Any
 import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError
-from secemb.protocols.secfedrec import FullModelServer, FullModelUser, _FullModelProtocol
+from secemb.protocols.base import Capabilities, RoundConfig
+from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser
 from secemb.protocols.wire import array_bytes, read_array
 from secemb.randomness import RandomBytes, random_words
 from secemb.ring import FixedPoint
@@ -109,10 +110,10 @@ def colr_basis(round_id: int, rank: int, width: int, seed: int = 0) -> np.ndarra
 
 
 class _LossyUser(FullModelUser):
+    proto: _LossyProtocol
 
-    def __init__(self, config, *, proto, _rng=None):  # noqa: ANN001
-        super().__init__(config, _rng=_rng)
-        self.proto = proto
+    def __init__(self, config: RoundConfig, *, proto: _LossyProtocol, _rng: RandomBytes | None = None) -> None:
+        super().__init__(config, proto=proto, _rng=_rng)
         self._scale: np.ndarray | None = None
         # stochastic rounding is training randomness; it comes from the OS per user-round so
         # the server cannot predict it, and tests inject _rng for reproducibility
@@ -123,17 +124,11 @@ class _LossyUser(FullModelUser):
     def kind(self) -> str:
         return self.proto.kind
 
-    @property
-    def protocol(self) -> str:  # type: ignore[override]
-        return self.proto.kind
-
-    def reply_bytes(self) -> int:
-        return super().reply_bytes() + (8 * self.config.width if self.kind in ("quant8", "ternary") else 0)
-
     def read_extra(self, body: memoryview) -> None:
-        if self.kind in ("quant8", "ternary"):
-            off = super().reply_bytes()
-            self._scale = np.frombuffer(body, "<f8", self.config.width, off).astype(np.float64)
+        """quant8/ternary: the public per-column scale, the reply's last ``8 w`` bytes."""
+        scale_bytes = self.proto.scale_bytes(self.config)
+        if scale_bytes:
+            self._scale = np.frombuffer(body, "<f8", self.config.width, len(body) - scale_bytes).astype(np.float64)
 
     def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
         cfg = self.config
@@ -171,32 +166,20 @@ class _LossyUser(FullModelUser):
 
 
 class _LossyServer(FullModelServer):
+    proto: _LossyProtocol
 
-    def __init__(self, party: int, *, proto) -> None:  # noqa: ANN001
-        super().__init__(party)
-        self.proto = proto
+    def __init__(self, party: int, *, proto: _LossyProtocol) -> None:
+        super().__init__(party, proto=proto)
         self._scale: np.ndarray | None = None
 
     @property
     def kind(self) -> str:
         return self.proto.kind
 
-    @property
-    def protocol(self) -> str:  # type: ignore[override]
-        return self.proto.kind
-
     def _compressed_shape(self) -> tuple[tuple[int, ...], np.dtype]:
-        cfg = self._cfg()
-        m, w, r = cfg.num_items, cfg.width, self.proto.rank
-        if self.kind == "quant8":
-            return (m * w,), np.dtype(np.uint16)
-        if self.kind == "ternary":
-            return (m * w,), np.dtype(np.uint8)
-        if self.kind == "colr":
-            return (m * r,), cfg.dtype
-        return (m * r + r * w,), cfg.dtype
+        return self.proto.compressed_shape(self._cfg())
 
-    def reset_state(self, config) -> None:  # noqa: ANN001
+    def reset_state(self, config: RoundConfig) -> None:
         shape, dt = self._compressed_shape()
         self._comp = np.zeros(shape, dt)
         self._dense = np.zeros(config.dense_size, config.dtype)
@@ -206,11 +189,6 @@ class _LossyServer(FullModelServer):
 
     def extra_reply(self) -> bytes:
         return self._scale.astype("<f8").tobytes() if self.kind in ("quant8", "ternary") else b""
-
-    def upload_bytes(self) -> int:
-        cfg = self._cfg()
-        shape, dt = self._compressed_shape()
-        return shape[0] * dt.itemsize + cfg.dense_size * cfg.dtype.itemsize
 
     def absorb(self, user_id: int, body: memoryview) -> None:
         cfg = self._cfg()
@@ -230,12 +208,6 @@ class _LossyServer(FullModelServer):
         if self.kind == "svd":  # per-user factor shares, in user-id order (see module docstring)
             return b"".join(array_bytes(self._per_user[u]) for u in sorted(self._uploaded)) + array_bytes(self._dense)
         return array_bytes(self._comp) + array_bytes(self._dense)
-
-    def share_bytes(self) -> int:
-        cfg = self._cfg()
-        shape, dt = self._compressed_shape()
-        n = len(self._uploaded) if self.kind == "svd" else 1
-        return n * shape[0] * dt.itemsize + cfg.dense_size * cfg.dtype.itemsize
 
     def reconstruct(self, peer: memoryview) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
@@ -270,12 +242,16 @@ class _LossyServer(FullModelServer):
         return fp.encode(g), self._dense + dense_peer
 
 
-class _LossyProtocol(_FullModelProtocol):
+_OPTIONS = ("rank", "frozen_columns", "frac_bits", "initial_scale", "min_scale", "basis_seed")
+
+
+class _LossyProtocol(FullModelProtocol):
     kind = ""
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=_OPTIONS)
 
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0, *,
                  rank: int = 12, frozen_columns: int = 0, frac_bits: int = 16, initial_scale: float = 4e-4,
-                 min_scale: float = 1e-7, basis_seed: int = 0, **_: object) -> None:
+                 min_scale: float = 1e-7, basis_seed: int = 0) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise InvalidParameters(f"rank must be an int >= 1, got {rank!r}")
@@ -286,27 +262,64 @@ class _LossyProtocol(_FullModelProtocol):
                 raise InvalidParameters(f"{nm} must be a positive float, got {v!r}")
         self.rank, self.frozen_columns, self.frac_bits = rank, frozen_columns, int(frac_bits)
         self.initial_scale, self.min_scale, self.basis_seed = float(initial_scale), float(min_scale), int(basis_seed)
-        self.name = self.kind
+
+    def compressed_shape(self, rc: RoundConfig) -> tuple[tuple[int, ...], np.dtype]:
+        """Shape and dtype of one user's compressed sparse update (see the module docstring)."""
+        m, w, r = rc.num_items, rc.width, self.rank
+        if self.kind == "quant8":
+            return (m * w,), np.dtype(np.uint16)
+        if self.kind == "ternary":
+            return (m * w,), np.dtype(np.uint8)
+        if self.kind == "colr":
+            return (m * r,), rc.dtype
+        return (m * r + r * w,), rc.dtype
+
+    def scale_bytes(self, rc: RoundConfig) -> int:
+        """quant8/ternary: the public per-column scale server 0 appends to the table (f64)."""
+        return 8 * rc.width if self.kind in ("quant8", "ternary") else 0
+
+    def reply_body_bytes(self, rc: RoundConfig) -> int:
+        return super().reply_body_bytes(rc) + self.scale_bytes(rc)
+
+    def upload_body_bytes(self, rc: RoundConfig) -> int:
+        """The compressed update's share, then the dense gradient's."""
+        shape, dt = self.compressed_shape(rc)
+        return shape[0] * dt.itemsize + rc.dense_size * rc.dtype.itemsize
+
+    def share_body_bytes(self, rc: RoundConfig, num_users: int) -> int:
+        """The summed compressed shares (svd: one per user, ``num_users`` of them), then the
+        dense sum."""
+        shape, dt = self.compressed_shape(rc)
+        n = num_users if self.kind == "svd" else 1
+        return n * shape[0] * dt.itemsize + rc.dense_size * rc.dtype.itemsize
 
     def make_server(self, party: int) -> _LossyServer:
         return _LossyServer(party, proto=self)
 
-    def make_user(self, config, *, _rng=None):  # noqa: ANN001, ANN201
+    def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> _LossyUser:
         if self.kind == "colr" and config.width - self.frozen_columns < self.rank:
             raise InvalidParameters(f"colr rank {self.rank} exceeds the {config.width - self.frozen_columns} trainable columns")
         return _LossyUser(config, proto=self, _rng=_rng)
+
+
+#: quant8 and ternary do not run in the server deployment: server 0's public scale is state
+#: carried across rounds that a server's journal does not restore, and stochastic rounding
+#: draws OS randomness, so a networked run could not reproduce the in-process model
+_STATEFUL = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=False, options=_OPTIONS)
 
 
 class Quant8Protocol(_LossyProtocol):
     """8-bit stochastic quantization, shares in Z_2^16."""
 
     kind = name = "quant8"
+    capabilities = _STATEFUL
 
 
 class TernaryProtocol(_LossyProtocol):
     """TernGrad ternary quantization, shares in Z_2^8."""
 
     kind = name = "ternary"
+    capabilities = _STATEFUL
 
 
 class SvdProtocol(_LossyProtocol):

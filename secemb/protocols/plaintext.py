@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
-from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
+from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, check_ring, frame, open_message, read_array
 from secemb.randomness import RandomBytes
 
@@ -41,6 +41,20 @@ __all__ = ["PlaintextProtocol", "PlaintextServer", "PlaintextUser"]
 _NAME = "plaintext"
 _U32 = np.dtype(np.uint32)
 _EMPTY = np.uint32(0xFFFFFFFF)  # an empty cuckoo slot on the wire
+
+
+def _request_bytes(cfg: RoundConfig, party: int) -> int:
+    """Body of a retrieval request to ``party``: the indices for server 0, nothing for 1."""
+    return 4 * cfg.slots if party == 0 else 0
+
+
+def _upload_bytes(cfg: RoundConfig, party: int) -> int:
+    """Body of an upload to ``party``: rows and dense gradient for server 0, nothing for 1."""
+    return (cfg.slots * cfg.width + cfg.dense_size) * cfg.dtype.itemsize if party == 0 else 0
+
+
+def _share_bytes(cfg: RoundConfig) -> int:
+    return (cfg.num_items * cfg.width + cfg.dense_size) * cfg.dtype.itemsize
 
 
 class PlaintextUser(UserRole):
@@ -142,11 +156,11 @@ class PlaintextServer(ServerRole):
             raise ProtocolError(
                 f"server {self.party}: user {user_id} already retrieved in round {cfg.round_id}"
             )
+        body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id,
+                            _request_bytes(cfg, self.party))
         if self.party == 1:
-            open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, 0)
             self._requested[user_id] = np.zeros(0, np.int64)
             return frame(_NAME, "retrieval_reply", 1, cfg.round_id)
-        body = open_message(message, _NAME, "retrieval_request", 0, cfg.round_id, 4 * cfg.slots)
         raw = read_array(body, 0, _U32, (cfg.slots,))[0]
         idx = np.where(raw == _EMPTY, -1, raw.astype(np.int64))
         if cfg.layout == "full" and np.any(idx < 0) or idx.size and int(idx.max()) >= cfg.num_items:
@@ -167,11 +181,8 @@ class PlaintextServer(ServerRole):
             raise ProtocolError(
                 f"server {self.party}: user {user_id} already uploaded in round {cfg.round_id}"
             )
-        if self.party == 1:
-            open_message(message, _NAME, "upload", 1, cfg.round_id, 0)
-        else:
-            n = cfg.slots * cfg.width + cfg.dense_size
-            body = open_message(message, _NAME, "upload", 0, cfg.round_id, n * cfg.dtype.itemsize)
+        body = open_message(message, _NAME, "upload", self.party, cfg.round_id, _upload_bytes(cfg, self.party))
+        if self.party == 0:
             grads, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
             dense, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
             idx = self._requested[user_id]
@@ -201,8 +212,7 @@ class PlaintextServer(ServerRole):
         cfg = self._cfg()
         if self.party != 0:
             raise ProtocolError("only server 0 combines the aggregate")
-        size = (cfg.num_items * cfg.width + cfg.dense_size) * cfg.dtype.itemsize
-        body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, size)
+        body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, _share_bytes(cfg))
         sparse1, off = read_array(body, 0, cfg.dtype, (cfg.num_items, cfg.width))
         dense1, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
         return self._sparse + sparse1, self._dense + dense1
@@ -211,20 +221,21 @@ class PlaintextServer(ServerRole):
 class PlaintextProtocol(Protocol):
     """Factory of plaintext roles.  ``layout``/``expansion``/``layout_seed`` choose the
     request layout exactly as for :class:`~secemb.protocols.secemb.SecEmbProtocol`, so a
-    plaintext run can mirror a secure run of either layout; ``relay`` and ``backend`` are
-    accepted and ignored (nothing to relay or to parallelize in the clear)."""
+    plaintext run can mirror a secure run of either layout; there is nothing to relay
+    (``relay=True`` is refused)."""
 
     name = _NAME
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True)
 
-    def __init__(
-        self,
-        layout: str = "full",
-        relay: bool = False,
-        expansion: float = 1.25,
-        layout_seed: int = 0,
-        backend: object = None,
-    ) -> None:
-        self._set_layout(layout, expansion, layout_seed)
+    def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
+        """Exact body lengths; server 1's request and upload are empty frames."""
+        if kind == "retrieval_request":
+            return _request_bytes(rc, party)
+        if kind == "upload":
+            return _upload_bytes(rc, party)
+        if kind == "aggregate_share":
+            return _share_bytes(rc)
+        return None  # no relay
 
     def make_server(self, party: int) -> PlaintextServer:
         return PlaintextServer(party)

@@ -49,7 +49,7 @@ from secemb.fss.fused import (
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.tree import padded_leaves
 from secemb.protocols.backends import Backend, SerialBackend
-from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
+from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
 from secemb.randomness import RandomBytes, expand_seed, system_rng
 from secemb.sharing import reconstruct, share
@@ -80,12 +80,27 @@ def request_bytes(config: RoundConfig) -> int:
     return fss.keys.HEADER_BYTES + config.slots * key_params(config).key_bytes
 
 
+def _roots_bytes(config: RoundConfig) -> int:
+    """Body of a relay request to server 1: its root words and the user's two seeds."""
+    return 16 * config.slots + 2 * _SEED
+
+
+def _shared_bytes(config: RoundConfig) -> int:
+    """Body of a relay_keys forward: the key batch without server 0's roots."""
+    return request_bytes(config) - 16 * config.slots
+
+
 def _rows_bytes(config: RoundConfig) -> int:
     return config.slots * config.width * config.dtype.itemsize
 
 
-def _dense_bytes(config: RoundConfig) -> int:
-    return config.dense_size * config.dtype.itemsize
+def _upload_bytes(config: RoundConfig) -> int:
+    return _rows_bytes(config) + config.dense_size * config.dtype.itemsize
+
+
+def _share_bytes(config: RoundConfig, num_users: int) -> int:
+    """Body of an aggregate share covering ``num_users`` users."""
+    return 8 + 8 * num_users + (config.num_items * config.width + config.dense_size) * config.dtype.itemsize
 
 
 class SecEmbUser(UserRole):
@@ -346,8 +361,7 @@ class SecEmbServer(ServerRole):
 
     def _accept_roots(self, user_id: int, message: bytes) -> None:
         cfg = self._cfg()
-        size = 16 * cfg.slots + 2 * _SEED
-        body = bytes(open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, size))
+        body = bytes(open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, _roots_bytes(cfg)))
         roots = body[: 16 * cfg.slots]
         if any(b & 1 != 1 for b in roots[::16]):
             raise InvalidMessage("retrieval_request: root control bits must equal the party")
@@ -369,7 +383,7 @@ class SecEmbServer(ServerRole):
         users: list[int] = []
         keys: list[fss.DPFKeys] = []
         where: list[int] = []
-        shared_len = request_bytes(cfg) - 16 * cfg.slots
+        shared_len = _shared_bytes(cfg)
         for i, (user_id, message) in enumerate(forwards):
             try:
                 user_id = check_user(user_id)
@@ -445,8 +459,7 @@ class SecEmbServer(ServerRole):
         if self.relay and self.party == 1:
             raise ProtocolError("with relay, users upload to server 0 only")
         self._check_upload(user_id)
-        size = _rows_bytes(cfg) + _dense_bytes(cfg)
-        body = open_message(message, _NAME, "upload", self.party, cfg.round_id, size)
+        body = open_message(message, _NAME, "upload", self.party, cfg.round_id, _upload_bytes(cfg))
         cw, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
         dense, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
         self._absorb(user_id, cw, dense)
@@ -494,9 +507,7 @@ class SecEmbServer(ServerRole):
         if self.party != 0:
             raise ProtocolError("only server 0 combines the aggregate")
         users = self.included_users()
-        item = cfg.dtype.itemsize
-        size = 8 + 8 * len(users) + (cfg.num_items * cfg.width + cfg.dense_size) * item
-        body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, size)
+        body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, _share_bytes(cfg, len(users)))
         count = _U64.unpack_from(body, 0)[0]
         peer_users = [_U64.unpack_from(body, 8 + 8 * i)[0] for i in range(len(users))]
         if count != len(users) or peer_users != users:
@@ -524,6 +535,7 @@ class SecEmbProtocol(Protocol):
     """
 
     name = _NAME
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=True, networked=True, options=("backend",))
 
     def __init__(
         self,
@@ -533,9 +545,22 @@ class SecEmbProtocol(Protocol):
         layout_seed: int = 0,
         backend: Backend | None = None,
     ) -> None:
-        self._set_layout(layout, expansion, layout_seed)
-        self.relay = bool(relay)
+        super().__init__(layout, relay, expansion, layout_seed)
         self.backend = backend
+
+    def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
+        """Exact body lengths (the aggregate share's with ``num_users`` users).  With relay,
+        server 1 gets roots and seeds instead of keys, no upload, and the relay forwards."""
+        roots_only = self.relay and party == 1
+        if kind == "retrieval_request":
+            return _roots_bytes(rc) if roots_only else request_bytes(rc)
+        if kind == "upload":
+            return None if roots_only else _upload_bytes(rc)
+        if kind == "aggregate_share":
+            return _share_bytes(rc, num_users)
+        if not roots_only:
+            return None  # the relay forwards all go to (or come from) server 1 in relay mode
+        return {"relay_keys": _shared_bytes(rc), "relay_answer": _rows_bytes(rc), "relay_upload": _rows_bytes(rc)}[kind]
 
     def make_server(self, party: int) -> SecEmbServer:
         return SecEmbServer(party, relay=self.relay, backend=self.backend)

@@ -18,12 +18,13 @@ What a server learns: nothing about an individual gradient (each share is unifor
 items a user rated (it downloads everything, uploads a dense matrix).  Cost: ``O(m w)`` both
 ways, which is what SecEmb avoids.  Exact: the aggregate equals the plaintext ring sum.
 
-Every baseline message has the common 24-byte header of :mod:`secemb.protocols.wire`
-(protocol ids 16-26 in :data:`~secemb.protocols.wire.PROTOCOL_IDS`).
+Every baseline message has the common 24-byte header of :mod:`secemb.protocols.wire`, with
+the wire id each baseline is registered under (:mod:`secemb.protocols`).
 
 The full-download pattern lives in :class:`FullModelUser` / :class:`FullModelServer`, which
 the lossy baselines (:mod:`secemb.protocols.lossy`) and GREC (:mod:`secemb.protocols.grec`)
-extend by overriding how the upload is encoded and aggregated.
+extend by overriding how the upload is encoded and aggregated; the sizes of their messages
+are methods of the protocol object (:class:`FullModelProtocol`), which both roles hold.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ import struct
 import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError
-from secemb.protocols.base import Protocol, RoundConfig, ServerRole, UserRole
+from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, check_ring, check_user, frame, open_message, read_array, users_bytes
 from secemb.randomness import RandomBytes, system_rng
 from secemb.sharing import reconstruct, share
 
 __all__ = [
+    "FullModelProtocol",
     "FullModelServer",
     "FullModelUser",
     "SecFedRecProtocol",
@@ -52,10 +54,10 @@ class FullModelUser(UserRole):
     """A user that downloads the whole table from server 0.  Subclasses implement
     :meth:`encode_upload` (ring rows at the request slots -> one message body per server)."""
 
-    protocol: str = "secfedrec"
-
-    def __init__(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> None:
+    def __init__(self, config: RoundConfig, *, proto: FullModelProtocol, _rng: RandomBytes | None = None) -> None:
         self.config = config
+        self.proto = proto
+        self.protocol = proto.name
         self._rng = _rng or system_rng
         self._indices: np.ndarray | None = None
         self._stage = 0
@@ -84,7 +86,7 @@ class FullModelUser(UserRole):
         cfg = self.config
         if self._stage != 1:
             raise ProtocolError("retrieval_result before retrieval_request, or twice")
-        body = open_message(reply0, self.protocol, "retrieval_reply", 0, cfg.round_id, self.reply_bytes())
+        body = open_message(reply0, self.protocol, "retrieval_reply", 0, cfg.round_id, self.proto.reply_body_bytes(cfg))
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
         open_message(reply1, self.protocol, "retrieval_reply", 1, cfg.round_id, 0)
@@ -95,10 +97,6 @@ class FullModelUser(UserRole):
         rows[idx < 0] = 0
         self._stage = 2
         return rows
-
-    def reply_bytes(self) -> int:
-        cfg = self.config
-        return cfg.num_items * cfg.width * cfg.dtype.itemsize
 
     def read_extra(self, body: memoryview) -> None:
         """Hook: public round data server 0 appends after the table."""
@@ -132,16 +130,16 @@ class FullModelUser(UserRole):
 
 
 class FullModelServer(ServerRole):
-    """Server ``party`` of a full-download protocol.  Subclasses implement
-    :meth:`upload_bytes`, :meth:`absorb` (parse one upload body into the running state),
-    :meth:`share_body` and :meth:`reconstruct`."""
+    """Server ``party`` of a full-download protocol.  Subclasses implement :meth:`absorb`
+    (parse one upload body into the running state), :meth:`share_body` and
+    :meth:`reconstruct`; the body sizes are the protocol's (:class:`FullModelProtocol`)."""
 
-    protocol: str = "secfedrec"
-
-    def __init__(self, party: int) -> None:
+    def __init__(self, party: int, *, proto: FullModelProtocol) -> None:
         if party not in (0, 1):
             raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
         self.party = party
+        self.proto = proto
+        self.protocol = proto.name
         self.config: RoundConfig | None = None
 
     def _cfg(self) -> RoundConfig:
@@ -168,27 +166,16 @@ class FullModelServer(ServerRole):
         """Hook: public round data appended to the table in server 0's reply."""
         return b""
 
-    def request_bytes(self) -> int:
-        return 0
-
-    def check_request(self, user_id: int, body: memoryview) -> None:
-        """Hook: validate a request body (baselines with keys in the request)."""
-
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
         cfg = self._cfg()
         user_id = check_user(user_id)
         if user_id in self._requested:
             raise ProtocolError(f"server {self.party}: user {user_id} already retrieved in round {cfg.round_id}")
-        body = open_message(message, self.protocol, "retrieval_request", self.party, cfg.round_id, self.request_bytes())
-        self.check_request(user_id, body)
+        open_message(message, self.protocol, "retrieval_request", self.party, cfg.round_id, 0)
         self._requested.add(user_id)
         if self.party == 1:
             return frame(self.protocol, "retrieval_reply", 1, cfg.round_id)
         return frame(self.protocol, "retrieval_reply", 0, cfg.round_id, self._table_bytes, self.extra_reply())
-
-    def upload_bytes(self) -> int:
-        cfg = self._cfg()
-        return (cfg.num_items * cfg.width + cfg.dense_size) * cfg.dtype.itemsize
 
     def absorb(self, user_id: int, body: memoryview) -> None:
         cfg = self._cfg()
@@ -201,16 +188,13 @@ class FullModelServer(ServerRole):
             raise ProtocolError(f"server {self.party}: upload from user {user_id} before its retrieval")
         if user_id in self._uploaded:
             raise ProtocolError(f"server {self.party}: user {user_id} already uploaded in round {cfg.round_id}")
-        body = open_message(message, self.protocol, "upload", self.party, cfg.round_id, self.upload_bytes())
+        body = open_message(message, self.protocol, "upload", self.party, cfg.round_id, self.proto.upload_body_bytes(cfg))
         self.absorb(user_id, body)
         self._uploaded.add(user_id)
         return None
 
     def share_body(self) -> bytes:
         return array_bytes(self._acc)
-
-    def share_bytes(self) -> int:
-        return self._acc.size * self._cfg().dtype.itemsize
 
     def aggregate_share(self) -> bytes:
         cfg = self._cfg()
@@ -223,7 +207,8 @@ class FullModelServer(ServerRole):
             raise ProtocolError("only server 0 combines the aggregate")
         users = sorted(self._uploaded)
         head = 8 + 8 * len(users)
-        body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id, head + self.share_bytes())
+        size = head + self.proto.share_body_bytes(cfg, len(users))
+        body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id, size)
         if _U64.unpack_from(body, 0)[0] != len(users) or [
             _U64.unpack_from(body, 8 + 8 * i)[0] for i in range(len(users))
         ] != users:
@@ -238,27 +223,49 @@ class FullModelServer(ServerRole):
         return total[:split].reshape(cfg.num_items, cfg.width), total[split:]
 
 
-class _FullModelProtocol(Protocol):
-    """Factory base: full-download protocols never relay; ``layout`` is accepted (the user
-    indexes the downloaded table with whatever slots the loop gives it)."""
+class FullModelProtocol(Protocol):
+    """Factory base of the full-download family, and the sizes of its messages.  Both
+    layouts run (the user indexes the downloaded table with whatever slots it is given);
+    nothing is relayed.  Subclasses override :meth:`upload_body_bytes` and
+    :meth:`share_body_bytes` (and :meth:`reply_body_bytes` if server 0 appends data) when
+    they change the upload."""
 
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True)
     user_cls: type[FullModelUser] = FullModelUser
     server_cls: type[FullModelServer] = FullModelServer
 
-    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0, **_: object) -> None:
-        self._set_layout(layout, expansion, layout_seed)
-        self.relay = False
+    def reply_body_bytes(self, rc: RoundConfig) -> int:
+        """Server 0's retrieval reply: the encoded table, ring ``(m, w)``."""
+        return rc.num_items * rc.width * rc.dtype.itemsize
+
+    def upload_body_bytes(self, rc: RoundConfig) -> int:
+        """SecFedRec: a share of the full gradient and of the dense gradient."""
+        return (rc.num_items * rc.width + rc.dense_size) * rc.dtype.itemsize
+
+    def share_body_bytes(self, rc: RoundConfig, num_users: int) -> int:
+        """The aggregate share after its user list (``num_users`` users)."""
+        return (rc.num_items * rc.width + rc.dense_size) * rc.dtype.itemsize
+
+    def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
+        """Exact: header-only requests, the upload, the share with ``num_users`` users."""
+        if kind == "retrieval_request":
+            return 0
+        if kind == "upload":
+            return self.upload_body_bytes(rc)
+        if kind == "aggregate_share":
+            return 8 + 8 * num_users + self.share_body_bytes(rc, num_users)
+        return None  # no relay
 
     def make_server(self, party: int) -> FullModelServer:
-        return self.server_cls(party)
+        return self.server_cls(party, proto=self)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> FullModelUser:
         if not isinstance(config, RoundConfig):
             raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
-        return self.user_cls(config, _rng=_rng)
+        return self.user_cls(config, proto=self, _rng=_rng)
 
 
-class SecFedRecProtocol(_FullModelProtocol):
+class SecFedRecProtocol(FullModelProtocol):
     """Factory of SecFedRec roles (full download, additive shares of the full gradient)."""
 
     name = "secfedrec"

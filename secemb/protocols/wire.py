@@ -4,7 +4,7 @@ Every protocol message is ``header || body``.  The 24-byte header (little-endian
 
     magic     4  b"SEMB"
     version   1  = 1
-    protocol  1  protocol id (PROTOCOL_IDS)
+    protocol  1  wire id registered with the protocol (secemb.protocols.registry)
     kind      1  message kind (KINDS)
     party     1  the server the message is for or from (0, 1)
     round_id  8
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.protocols.registry import wire_id
 
 if TYPE_CHECKING:
     from secemb.protocols.base import RoundConfig
 
 __all__ = [
     "HEADER_BYTES",
-    "PROTOCOL_IDS",
     "KINDS",
     "frame",
     "open_message",
@@ -46,13 +46,6 @@ VERSION = 1
 _HEADER = struct.Struct("<4sBBBBQQ")
 HEADER_BYTES = _HEADER.size  # 24
 
-PROTOCOL_IDS = {
-    "plaintext": 1,
-    "secemb": 2,
-    # the baselines of the paper's evaluation
-    "secfedrec": 16, "secemb-init": 17, "secemb-rowenc": 18, "grec": 19, "quant8": 20,
-    "ternary": 21, "svd": 22, "colr": 23, "secaggmask": 24, "topksecagg": 25, "he-ckks": 26,
-}
 KINDS = {
     "retrieval_request": 1,
     "retrieval_reply": 2,
@@ -67,9 +60,10 @@ KINDS = {
 
 
 def frame(protocol: str, kind: str, party: int, round_id: int, *parts: bytes) -> bytes:
-    """Header followed by the concatenated ``parts``."""
+    """Header followed by the concatenated ``parts``; ``protocol`` is a registered name
+    (its wire id goes in the header)."""
     body = b"".join(parts)
-    return _HEADER.pack(MAGIC, VERSION, PROTOCOL_IDS[protocol], KINDS[kind], party, round_id, len(body)) + body
+    return _HEADER.pack(MAGIC, VERSION, wire_id(protocol), KINDS[kind], party, round_id, len(body)) + body
 
 
 def open_message(
@@ -92,8 +86,9 @@ def open_message(
         raise InvalidMessage(f"{kind}: not a secemb message (magic {bytes(magic)!r})")
     if version != VERSION:
         raise InvalidMessage(f"{kind}: unsupported message version {version}, expected {VERSION}")
-    if proto != PROTOCOL_IDS[protocol]:
-        raise InvalidMessage(f"{kind}: protocol id {proto}, expected {PROTOCOL_IDS[protocol]} ({protocol})")
+    expected = wire_id(protocol)
+    if proto != expected:
+        raise InvalidMessage(f"{kind}: protocol id {proto}, expected {expected} ({protocol})")
     if got_kind != KINDS[kind]:
         raise InvalidMessage(f"expected a {kind} message (kind {KINDS[kind]}), got kind {got_kind}")
     if got_party != party:

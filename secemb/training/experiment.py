@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from secemb.protocols import PROTOCOLS, protocol_class
 from secemb.training.loop import EpochStats, RoundStats, TrainConfig, TrainResult, train
 from secemb.training.builder import build_experiment
 from secemb.transport.inprocess import InProcessTransport
@@ -28,7 +29,18 @@ class Experiment:
     """A named experiment.  ``lr``, ``reg`` and ``dim`` default to the paper's preset (Table 8)
     of ``model`` on ``dataset`` (synthetic data and own rating files use the ML-100K preset; a
     model without presets needs all three); the other fields are
-    those of :class:`~secemb.training.loop.TrainConfig`, plus data loading and the split."""
+    those of :class:`~secemb.training.loop.TrainConfig`, plus data loading and the split.
+
+    ``layout`` and ``relay`` left ``None`` become the protocol's best supported setting on
+    creation (the cuckoo layout where it is declared, else full; relay where declared); a
+    value given explicitly is kept, and building the protocol refuses it if unsupported.
+    An unknown protocol leaves them ``None``; :func:`run_experiment` reports it.
+
+    Raises
+    ------
+    InvalidParameters
+        On creation, if ``protocol`` is registered but its module cannot be imported.
+    """
 
     dataset: str = "synthetic"
     data_dir: str | os.PathLike | None = None
@@ -36,8 +48,8 @@ class Experiment:
     test_fraction: float = 0.2
     model: str = "mf"
     protocol: str = "secemb"
-    layout: str = "cuckoo"
-    relay: bool = True
+    layout: str | None = None
+    relay: bool | None = None
     expansion: float = 1.25
     backend: str = "serial"
     workers: int | None = None
@@ -54,6 +66,15 @@ class Experiment:
     frac_bits: int = 16
     lazy_adam: bool = True
     schedule: Literal["interleaved", "staged"] = "staged"
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            return
+        caps = protocol_class(self.protocol).capabilities
+        if self.layout is None:
+            object.__setattr__(self, "layout", "cuckoo" if "cuckoo" in caps.layouts else "full")
+        if self.relay is None:
+            object.__setattr__(self, "relay", caps.relay)
 
 
 def run_experiment(

@@ -1,5 +1,5 @@
-"""The plaintext protocol: a full round, exact sums, message validation, stage order, and the
-protocol registry."""
+"""The plaintext protocol: a full round, exact sums, message validation, stage order (the
+registry: tests/protocols/test_registry.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,7 @@ import numpy as np
 import pytest
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
-from secemb.protocols import (
-    PROTOCOLS,
-    Protocol,
-    RoundConfig,
-    get_protocol,
-    register_protocol,
-)
+from secemb.protocols import RoundConfig
 from secemb.protocols.plaintext import PlaintextProtocol
 
 CFG = RoundConfig(round_id=3, num_items=20, width=5, dense_size=2, m_prime=6, ring_bits=32)
@@ -181,22 +175,3 @@ def test_user_rejects_bad_local_arguments():
         user.upload(np.zeros((6, 5), np.float64), np.zeros(2, np.uint32))
     with pytest.raises(InvalidParameters):
         user.upload(np.zeros((5, 5), np.uint32), np.zeros(2, np.uint32))
-
-
-def test_registry():
-    assert isinstance(get_protocol("plaintext"), PlaintextProtocol)
-    with pytest.raises(InvalidParameters, match="available"):
-        get_protocol("nope")
-    register_protocol("ghost", "secemb.protocols.ghost_module_that_does_not_exist:Ghost")
-    try:
-        with pytest.raises(InvalidParameters, match="not available"):
-            get_protocol("ghost")
-    finally:
-        del PROTOCOLS["ghost"]
-    register_protocol("plain2", PlaintextProtocol)
-    try:
-        assert isinstance(get_protocol("plain2"), Protocol)
-    finally:
-        del PROTOCOLS["plain2"]
-    with pytest.raises(InvalidParameters):
-        register_protocol("bad", "no-colon")

@@ -177,9 +177,14 @@ def test_cli_exit_codes():
 
 def test_cli_exits_1_when_verification_fails():
     from secemb.cli import app
-    from secemb.protocols import PROTOCOLS, register_protocol
+    from secemb.protocols import register_protocol, unregister_protocol
 
-    register_protocol("corrupt-for-test", lambda **opts: _Corrupting("sum"))
+    class _CorruptingSum(_Corrupting):  # a registered factory takes the layout options
+        def __init__(self, **layout):
+            PlaintextProtocol.__init__(self, **layout)
+            self.where = "sum"
+
+    register_protocol("corrupt-for-test", _CorruptingSum, wire_id=250)
     try:
         res = CliRunner().invoke(
             app,
@@ -198,7 +203,7 @@ def test_cli_exits_1_when_verification_fails():
             ],
         )
     finally:
-        del PROTOCOLS["corrupt-for-test"]
+        unregister_protocol("corrupt-for-test")
     assert res.exit_code == 1 and "verification failed" in res.output
 
 
