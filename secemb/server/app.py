@@ -23,7 +23,6 @@ message bytes of ``docs/wire-format.md``; control messages are JSON.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +37,7 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, Sece
 from secemb.server.auth import AuthError, Forbidden, Principal, Verifier
 from secemb.server.errors import NotFound, PeerUnavailable
 from secemb.server.node import FollowerNode, LeaderNode, Node
+from secemb.training import messages
 
 __all__ = ["create_app", "PayloadTooLarge"]
 
@@ -85,23 +85,27 @@ _SECURITY = [{"keyId": [], "timestamp": [], "nonce": [], "signature": []}]
 _IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 
 
-def _limit_device(node: Node) -> int:
-    """Largest device message of the current round's public parameters (an upper bound on
-    every protocol's request and upload: per slot a key of depth ceil(log2 m) plus a row)."""
+#: body limit of a protocol message while no round is open: the node answers it (409, no round
+#: in progress) rather than the size check
+_NO_ROUND_LIMIT = 1024
+
+
+def _limit_message(node: Node, kind: str) -> int:
+    """Body limit of a protocol message of ``kind`` to this server -- a device's
+    ``retrieval_request`` or ``upload``, server 0's ``relay_keys`` or ``relay_upload`` forward:
+    the node's protocol's bound for the current round
+    (:meth:`~secemb.protocols.base.Protocol.max_message_bytes`; 0 where the protocol sends this
+    server no such message), capped by ``max_body_bytes``."""
     rnd = node.round
     if rnd is None:
-        return 1024
-    rc = rnd.rc
-    depth = max(1, math.ceil(math.log2(max(rc.num_items, 2))))
-    per_slot = 16 * (depth + 2) + 8 + 8 * rc.width
-    return min(node.cfg.max_body_bytes, 4096 + rc.slots * per_slot + 8 * rc.dense_size)
+        return _NO_ROUND_LIMIT
+    bound = node.protocol.max_message_bytes(kind, rnd.rc, party=node.party, num_users=node.cfg.num_users)
+    return min(node.cfg.max_body_bytes, bound)
 
 
-def _limit_peer(node: Node) -> int:
-    """Largest server-to-server message: a model sync or an aggregate share."""
-    m, w, p = node.cfg.num_items, node.width, node.dense_size
-    share = 4096 + 8 * node.cfg.num_users + 8 * (m * w + p)
-    return min(node.cfg.max_body_bytes, max(share, _limit_device(node)))
+def _limit_model(node: Node) -> int:
+    """Body limit of a model sync: the MODEL message of the configured model's sizes."""
+    return min(node.cfg.max_body_bytes, messages.model_bytes(node.cfg.num_items, node.width, node.dense_size))
 
 
 def _limit_json(node: Node) -> int:
@@ -230,7 +234,7 @@ def create_app(node: Node) -> FastAPI:
               responses=_ERRORS | {200: _BIN_RESPONSE, 204: {"description": "accepted, no reply (relay, server 1)"}},
               openapi_extra=_binary("retrieval_request protocol message") | {"security": _SECURITY})
     async def post_retrieval(round_id: int, request: Request) -> Response:
-        p, body = await authed(request, (USER,), _limit_device(node))
+        p, body = await authed(request, (USER,), _limit_message(node, "retrieval_request"))
         return binary(await call(node.retrieval, round_id, p.user_id, body))
 
     @app.get("/v1/rounds/{round_id}/dense", tags=["device"], summary="Server 0: the round's dense vector (DENSE message)",
@@ -242,7 +246,7 @@ def create_app(node: Node) -> FastAPI:
     @app.post("/v1/rounds/{round_id}/upload", tags=["device"], status_code=204, summary="Upload (aggregation message)",
               responses=_ERRORS, openapi_extra=_binary("upload protocol message") | {"security": _SECURITY})
     async def post_upload(round_id: int, request: Request) -> Response:
-        p, body = await authed(request, (USER,), _limit_device(node))
+        p, body = await authed(request, (USER,), _limit_message(node, "upload"))
         await call(node.upload, round_id, p.user_id, body)
         return Response(status_code=204)
 
@@ -341,7 +345,7 @@ def create_app(node: Node) -> FastAPI:
               openapi_extra=_binary("relay_keys protocol message") | {"security": _SECURITY,
                   "parameters": [{"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
     async def peer_relay_retrieval(round_id: int, request: Request) -> Response:
-        _, body = await authed(request, (PEER,), _limit_peer(node))
+        _, body = await authed(request, (PEER,), _limit_message(node, "relay_keys"))
         return binary(await call(follower("relay retrieval").peer_relay_retrieval, round_id, _user_param(request, node), body))
 
     @app.post("/v1/peer/rounds/{round_id}/relay-upload", tags=["peer"], status_code=204,
@@ -349,7 +353,7 @@ def create_app(node: Node) -> FastAPI:
               openapi_extra=_binary("relay_upload protocol message") | {"security": _SECURITY,
                   "parameters": [{"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
     async def peer_relay_upload(round_id: int, request: Request) -> Response:
-        _, body = await authed(request, (PEER,), _limit_peer(node))
+        _, body = await authed(request, (PEER,), _limit_message(node, "relay_upload"))
         await call(follower("relay upload").peer_relay_upload, round_id, _user_param(request, node), body)
         return Response(status_code=204)
 
@@ -381,7 +385,7 @@ def create_app(node: Node) -> FastAPI:
               openapi_extra=_binary("MODEL message (secemb.training.messages)") | {"security": _SECURITY,
                   "parameters": [{"name": "round", "in": "query", "required": True, "schema": {"type": "integer"}}]})
     async def peer_model(request: Request) -> JSONResponse:
-        _, body = await authed(request, (PEER,), _limit_peer(node))
+        _, body = await authed(request, (PEER,), _limit_model(node))
         raw = request.query_params.get("round", "")
         try:
             r = int(raw)

@@ -46,6 +46,7 @@ __all__ = [
     "encode_count",
     "encode_dense",
     "encode_model",
+    "model_bytes",
 ]
 
 MAGIC = b"SETR"
@@ -118,6 +119,11 @@ def encode_model(round_id: int, table: np.ndarray, dense: np.ndarray) -> bytes:
     )
 
 
+def model_bytes(num_items: int, width: int, dense_size: int) -> int:
+    """Length of the MODEL message of a model with these sizes."""
+    return _HEAD.size + _MODEL.size + 8 * (num_items * width + dense_size)
+
+
 def decode_model(
     data: bytes, *, round_id: int, num_items: int, width: int, dense_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +145,7 @@ def decode_model(
     _expect(what, "width", w, width)
     _expect(what, "dense_size", p, dense_size)
     _expect(what, "reserved field", zero, 0)
-    _expect(what, "length", len(mv), need + 8 * (m * w + p))
+    _expect(what, "length", len(mv), model_bytes(m, w, p))
     body = np.frombuffer(mv, dtype=_F64, offset=need)
     if not np.isfinite(body).all():
         raise InvalidMessage(f"{what}: non-finite parameter")
