@@ -104,7 +104,8 @@ def run_one(
     on_epoch: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
     """Train one configuration; return its result document (see module docstring)."""
-    from secemb.training.loop import TrainConfig, train
+    from secemb.training.results import TrainConfig
+    from secemb.training.loop import train
 
     model, preset, tr, te = _setup(model_name, dataset, seed, data_dir)
     test, val = split_held_out(te, seed)
@@ -137,7 +138,8 @@ def equivalence_check(model_name: str, *, dataset: str = "ml-100k", users: int =
     """Two rounds of ``secemb`` (full layout, ``verify=True``) and of ``plaintext`` on the first
     ``users`` users: the public models must be bit-identical (same SHA-256)."""
     from secemb.protocols import get_protocol
-    from secemb.training.loop import TrainConfig, train
+    from secemb.training.results import TrainConfig
+    from secemb.training.loop import train
 
     model, preset, tr, _ = _setup(model_name, dataset, 0, data_dir)
     sub = tr.subset(tr.users < users)

@@ -176,7 +176,8 @@ def _protocol(name: str, model: Any, dataset: str, m: int, m_prime: int) -> Any:
 
 def measure_round(model_name: str, dataset: str, protocol: str, *, data_dir: Any = None) -> dict[str, Any]:
     """One round with two users; bytes per user and round."""
-    from secemb.training.loop import TrainConfig, train
+    from secemb.training.results import TrainConfig
+    from secemb.training.loop import train
 
     m, m_prime, mean = DATASETS[dataset]
     data, feats = round_data(dataset, data_dir)

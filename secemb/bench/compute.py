@@ -131,7 +131,8 @@ def run_he(users: Sequence[int] = (100, 200, 300, 400, 500), *, out: str | Path 
     from secemb.data import by_user
     from secemb.models import get_model
     from secemb.protocols import get_protocol
-    from secemb.training.loop import TrainConfig, train
+    from secemb.training.results import TrainConfig
+    from secemb.training.loop import train
 
     from secemb.bench.comm import single_thread
 

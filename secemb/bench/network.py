@@ -62,14 +62,14 @@ def run(
     workdir: str | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark; a JSON-able result document."""
-    from secemb.client.coordinator import cluster_settings
+    from secemb.engine.settings import cluster_settings
     from secemb.client.device import DeviceClient, RoundInfo, RoundSession
-    from secemb.client.training import distinct_items
+    from secemb.training.local import distinct_items
     from secemb.data import by_user, synthetic_like
     from secemb.models import MatrixFactorization
     from secemb.protocols import get_protocol
     from secemb.protocols.placement import place
-    from secemb.server.cluster import LocalCluster
+    from secemb.sim.cluster import LocalCluster
     from secemb.training import TrainConfig
 
     if devices < 1 or concurrency < 1:

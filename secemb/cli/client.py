@@ -43,9 +43,9 @@ def register(app: typer.Typer) -> None:
         import numpy as np
 
         from secemb.client.device import Device, DeviceClient
-        from secemb.client.training import restore, snapshot
         from secemb.data import by_user, load_dataset, train_test_split
         from secemb.errors import InvalidParameters, SecembError
+        from secemb.models.base import UserSnapshot
         from secemb.transport.network import RemoteError, user_key
 
         def fail(msg: str, code: int) -> None:
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         dc = DeviceClient(user, urls[0], urls[1], keys[0], keys[1])
         device = Device(dc, items, ratings)
         if count:
-            from secemb.client.training import distinct_items
+            from secemb.training.local import distinct_items
 
             ring_bits = 32
             if cluster is not None:
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
                 model = info.make_model()
                 device.store = model.new_user_store(1, device.rng, info.adam())
                 with np.load(state_file, allow_pickle=False) as z:
-                    restore(device.store, 0, (z["params"], z["m"], z["v"], int(z["t"])))
+                    device.store.restore(0, UserSnapshot(z["params"], z["m"], z["v"], int(z["t"])))
             try:
                 session = device.participate(info)
                 outcome = device.settle(wait_s=wait)
@@ -108,8 +108,8 @@ def register(app: typer.Typer) -> None:
 
                 from secemb.server.persist import atomic_write
 
-                params, m, v, t = snapshot(device.store, 0)
+                snap = device.store.snapshot(0)
                 buf = io.BytesIO()
-                np.savez(buf, params=params, m=m, v=v, t=np.int64(t))
+                np.savez(buf, params=snap.params, m=snap.m, v=snap.v, t=np.int64(snap.t))
                 atomic_write(state_file, buf.getvalue())
             deadline = time.monotonic() + wait

@@ -67,8 +67,8 @@ def register(app: typer.Typer) -> None:
         from secemb.cli._report import training_display, write_json
         from secemb.cli._usage import check_output_file, fail
 
-        from secemb.client.coordinator import RoundAborted
-        from secemb.client.demo import run_networked_experiment
+        from secemb.engine.driver import RoundAborted
+        from secemb.sim.demo import run_networked_experiment
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters
         from secemb.training import Experiment, VerificationError, run_experiment

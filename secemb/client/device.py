@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import numpy as np
 
 from secemb.errors import InvalidMessage, ProtocolError
-from secemb.models.base import RecModel, StepResult, UserState, UserStore
+from secemb.models.base import RecModel, StepResult, UserSnapshot, UserState, UserStore
 from secemb.models.batch import Batch, rating_batch
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
@@ -40,8 +39,16 @@ from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
 from secemb.sharing import share
 from secemb.training import messages
-from secemb.client.training import LocalStep, distinct_items, local_update, restore, snapshot
-from secemb.transport.network import ApiClient, RemoteError
+from secemb.training.local import LocalStep, distinct_items, local_update
+from secemb.engine.links import ServerLink
+from secemb.engine.stages import RETRIEVAL, UPLOAD, round_plan
+from secemb.transport.errors import RemoteError
+
+if TYPE_CHECKING:
+    import httpx
+
+#: the order of the count stage's device hops (server 1 first)
+COUNT_ORDER = round_plan(relay=False).device_sends("count")
 
 __all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession"]
 
@@ -97,22 +104,35 @@ class RoundInfo:
 
 
 class DeviceClient:
-    """Device ``user_id``'s signed connections to server 0 and server 1.
+    """Device ``user_id``'s connections to server 0 and server 1 (:class:`ServerLink`\\ s).
 
-    ``http``: an optional shared ``httpx.Client`` (connection pool) for simulations of many
-    devices in one process.
+    The constructor connects over HTTP with the device's per-server keys (``http``: an
+    optional shared ``httpx.Client`` pool for simulations of many devices in one process);
+    :meth:`over` wraps any pair of links, e.g. the in-process ones of
+    :mod:`secemb.engine.local`.
     """
 
     def __init__(self, user_id: int, url0: str, url1: str, key0: bytes, key1: bytes, *, timeout: float = 60.0,
                  http: httpx.Client | None = None) -> None:
+        from secemb.engine.http import HttpServerLink
+
+        http0 = HttpServerLink(0, user_id, url0, key0, timeout=timeout, http=http)
+        http1 = HttpServerLink(1, user_id, url1, key1, timeout=timeout, http=http)
         self.user_id = int(user_id)
-        kid = f"user:{self.user_id}"
-        self.servers = (ApiClient(url0, kid, key0, timeout=timeout, http=http),
-                        ApiClient(url1, kid, key1, timeout=timeout, http=http))
+        self.links: tuple[ServerLink, ServerLink] = (http0, http1)
+        #: the signed HTTP clients (raw access for tests of the endpoints)
+        self.servers = (http0.api, http1.api)
+
+    @classmethod
+    def over(cls, user_id: int, links: tuple[ServerLink, ServerLink]) -> DeviceClient:
+        """A client for device ``user_id`` over ``links`` (server 0's, server 1's)."""
+        self = cls.__new__(cls)
+        self.user_id, self.links = int(user_id), links
+        return self
 
     def close(self) -> None:
-        for s in self.servers:
-            s.close()
+        for link in self.links:
+            link.close()
 
     def round_info(self) -> RoundInfo:
         """The current round from both servers.
@@ -122,24 +142,27 @@ class DeviceClient:
         ProtocolError
             The servers announce different rounds (one is behind or misbehaves).
         """
-        a = RoundInfo.from_doc(self.servers[0].get_json("/v1/round"))
-        b = RoundInfo.from_doc(self.servers[1].get_json("/v1/round"))
+        a = RoundInfo.from_doc(self.links[0].round_info())
+        b = RoundInfo.from_doc(self.links[1].round_info())
         if a.public() != b.public():
             raise ProtocolError(f"the servers announce different rounds ({a.round_id} and {b.round_id})")
         return a
 
     def send_count(self, count: int, ring_bits: int) -> int:
-        """Eq. 11: send one additive share of ``count`` to each server; returns bytes sent."""
+        """Eq. 11: send one additive share of ``count`` to each server (server 1 first, as the
+        plan's count stage orders it); returns the bytes sent."""
         dt = np.dtype(np.uint32 if ring_bits == 32 else np.uint64)
-        s0, s1 = share(np.array([count], dtype=dt))
-        m1, m0 = messages.encode_count(s1, ring_bits), messages.encode_count(s0, ring_bits)
-        self.servers[1].post_bytes("/v1/count", m1)
-        self.servers[0].post_bytes("/v1/count", m0)
-        return len(m0) + len(m1)
+        shares = share(np.array([count], dtype=dt))
+        sent = 0
+        for party in COUNT_ORDER:
+            msg = messages.encode_count(shares[party], ring_bits)
+            self.links[party].count(msg)
+            sent += len(msg)
+        return sent
 
     def round_status(self, round_id: int) -> dict[str, Any]:
         """Server 0's view of round ``round_id`` (state; whether this device was included)."""
-        return self.servers[0].get_json(f"/v1/rounds/{round_id}/status")
+        return self.links[0].round_status(round_id)
 
 
 class RoundSession:
@@ -147,11 +170,15 @@ class RoundSession:
     :meth:`send_requests`, :meth:`fetch_dense`, :meth:`reconstruct`), :meth:`train`,
     :meth:`upload` in this order (each raises ``ProtocolError`` out of order).
 
+    The messages go where the protocol's :class:`~secemb.engine.stages.RoundPlan` says, in its
+    order; a protocol that produces a message the plan has no hop for (or none where the plan
+    has one) is refused.  An engine that batches many devices (the in-process one) drives the
+    retrieval stage itself through :meth:`request_for` and :meth:`accept_reply`.
+
     Attributes
     ----------
     upload_bytes, download_bytes: protocol message bytes sent to / received from the servers
-        (retrieval requests and uploads; replies and the dense vector), as the in-process
-        transport counts them.
+        (retrieval requests and uploads; replies and the dense vector).
     compute_s: seconds of device-side computation (keys, reconstruction, training, encoding).
     """
 
@@ -160,6 +187,7 @@ class RoundSession:
         self.client, self.info = client, info
         self.rc = info.config
         self.protocol = protocol or info.make_protocol()
+        self.plan = self.protocol.plan()
         self.fp = fp or info.fixed_point()
         self.upload_bytes = self.download_bytes = 0
         self.compute_s = 0.0
@@ -181,14 +209,30 @@ class RoundSession:
         generator) and make the retrieval keys."""
         self._advance(0)
         t = time.perf_counter()
-        uniq, self.item_pos = distinct_items(items)
-        self.ratings = np.asarray(ratings)
+        uniq, item_pos = distinct_items(items)
+        self.batch = rating_batch(item_pos, ratings)
         self.num_distinct = int(uniq.size)
         self.request = placement if placement is not None else place(self.rc, uniq, rng or np.random.default_rng())
         self.role = self.protocol.make_user(self.rc)
-        self._q0, self._q1 = self.role.retrieval_request(self.request.indices)
+        self._requests = _by_plan(self.plan.device_sends(RETRIEVAL), self.role.retrieval_request(self.request.indices),
+                                  "retrieval request")
+        self._replies: dict[int, bytes | None] = {}
         self.compute_s += time.perf_counter() - t
         return self.request
+
+    def request_for(self, party: int) -> bytes:
+        """The retrieval request for server ``party`` (to send in the plan's order)."""
+        if self._stage != 1:
+            raise ProtocolError("retrieval requests exist between prepare and reconstruct")
+        return self._requests[party]
+
+    def accept_reply(self, party: int, reply: bytes | None) -> None:
+        """Keep server ``party``'s reply to :meth:`request_for` (and count both)."""
+        if self._stage != 1 or party in self._replies:
+            raise ProtocolError(f"reply of server {party} not expected now")
+        self._replies[party] = reply
+        self.upload_bytes += len(self._requests[party])
+        self.download_bytes += 0 if reply is None else len(reply)
 
     def retrieve(self) -> np.ndarray:
         """:meth:`send_requests`, :meth:`fetch_dense`, :meth:`reconstruct`; the rows."""
@@ -197,65 +241,79 @@ class RoundSession:
         return self.reconstruct()
 
     def send_requests(self) -> None:
-        """Send the retrieval requests -- server 1 first: with relay it must hold the roots
-        before server 0 forwards the keys -- and keep the replies."""
-        self._advance(1)
-        r = self.rc.round_id
-        s0, s1 = self.client.servers
-        a1 = s1.post_bytes(f"/v1/rounds/{r}/retrieval", self._q1)
-        a0 = s0.post_bytes(f"/v1/rounds/{r}/retrieval", self._q0)
-        if a0 is None:
-            raise InvalidMessage("server 0 sent no retrieval reply")
-        self._replies = (a0, a1)
-        self.upload_bytes += len(self._q0) + len(self._q1)
-        self.download_bytes += len(a0) + (0 if a1 is None else len(a1))
+        """Send the retrieval requests in the plan's order -- server 1 first: with relay it
+        must hold the roots before server 0 forwards the keys -- and keep the replies."""
+        if self._stage != 1 or self._replies:
+            raise ProtocolError("send_requests belongs after prepare, once")
+        for party in self._requests:
+            self.accept_reply(party, self.client.links[party].retrieval(self.rc.round_id, self._requests[party]))
 
     def fetch_dense(self) -> None:
         """Get the round's dense vector from server 0."""
-        if self._stage != 2 or self.dense_ring is not None:
+        if self._stage != 1 or self.dense_ring is not None:
             raise ProtocolError("fetch_dense belongs after send_requests, once")
-        msg = self.client.servers[0].get_bytes(f"/v1/rounds/{self.rc.round_id}/dense")
+        msg = self.client.links[0].dense(self.rc.round_id)
         self.download_bytes += len(msg)
         self.dense_ring = messages.decode_dense(msg, round_id=self.rc.round_id, dense_size=self.rc.dense_size,
                                                 ring_bits=self.rc.ring_bits)
 
     def reconstruct(self) -> np.ndarray:
-        """The requested rows from the two replies (ring, (slots, width))."""
+        """The requested rows from the replies (ring, (slots, width))."""
         if self.dense_ring is None:
             raise ProtocolError("reconstruct belongs after fetch_dense")
-        self._advance(2)
+        if set(self._replies) != set(self._requests):
+            raise ProtocolError("reconstruct needs the reply of every server the request went to")
+        self._advance(1)
+        reply0 = self._replies[0]
+        if reply0 is None:
+            raise InvalidMessage("server 0 sent no retrieval reply")
         t = time.perf_counter()
-        self.rows_ring = self.role.retrieval_result(*self._replies)
+        self.rows_ring = self.role.retrieval_result(reply0, self._replies.get(1))
         self.compute_s += time.perf_counter() - t
         return self.rows_ring
 
     def train(self, step: LocalStep) -> StepResult:
         """Run the local-training hook on the real rows; encode the gradients for upload."""
-        self._advance(3)
+        self._advance(2)
         t = time.perf_counter()
         self.g_ring, self.d_ring, self.result = local_update(
-            self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, rating_batch(self.item_pos, self.ratings),
+            self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, self.batch,
             self.rows_ring, self.dense_ring, step,
         )
-        self._up0, self._up1 = self.role.upload(self.g_ring, self.d_ring)
+        self._uploads = _by_plan(self.plan.device_sends(UPLOAD), self.role.upload(self.g_ring, self.d_ring), "upload")
         self.compute_s += time.perf_counter() - t
         return self.result
 
     def upload(self, *, only: int | None = None) -> None:
-        """Send the upload: to server 1 first (without relay), then to server 0 -- server 0
-        counts uploads towards the quorum, so a user it counts is already at server 1.
+        """Send the upload in the plan's order: server 1 first (without relay), then server 0
+        -- server 0 counts uploads towards the quorum, so a user it counts is already at
+        server 1.
 
         ``only``: send to that server alone (simulates a device that dies in between; the
         servers then leave it out of the aggregate)."""
-        self._advance(4)
-        r = self.rc.round_id
-        s0, s1 = self.client.servers
-        if self._up1 is not None and only in (None, 1):
-            s1.post_bytes(f"/v1/rounds/{r}/upload", self._up1)
-            self.upload_bytes += len(self._up1)
-        if only in (None, 0):
-            s0.post_bytes(f"/v1/rounds/{r}/upload", self._up0)
-            self.upload_bytes += len(self._up0)
+        self._advance(3)
+        for party, msg in self._uploads.items():
+            if only in (None, party):
+                self.client.links[party].upload(self.rc.round_id, msg)
+                self.upload_bytes += len(msg)
+
+
+def _by_plan(order: tuple[int, ...], msgs: tuple[bytes | None, ...], what: str) -> dict[int, bytes]:
+    """The protocol's messages to server 0 and 1 keyed by party in the plan's ``order``.
+
+    Raises
+    ------
+    ProtocolError
+        The protocol made a message for a server the plan does not send to, or none for one
+        it does.
+    """
+    for party, msg in enumerate(msgs):
+        if (msg is not None) != (party in order):
+            raise ProtocolError(
+                f"{what}: the protocol {'made' if msg is not None else 'made no'} message for server {party}, "
+                f"its round plan sends to servers {order}"
+            )
+    return {party: msgs[party] for party in order}  # type: ignore[misc]
 
 
 class Device:
@@ -278,7 +336,7 @@ class Device:
         self.store = store
         self.row = 0 if store is None else (client.user_id if user is None else int(user))
         self.rng = rng or np.random.default_rng()
-        self._snap: tuple | None = None
+        self._snap: UserSnapshot | None = None
         self._round: int | None = None
 
     def _state(self, info: RoundInfo, model: RecModel) -> UserState:
@@ -297,7 +355,7 @@ class Device:
         if hook is None:
             def hook(rows: np.ndarray, dense: np.ndarray, batch: Batch) -> StepResult:
                 return model.local_step(rows, dense, state, batch)
-        self._snap, self._round = snapshot(self.store, self.row), info.round_id
+        self._snap, self._round = self.store.snapshot(self.row), info.round_id
         session = RoundSession(self.client, info, protocol=protocol)
         session.prepare(self.items, self.ratings, placement=placement, rng=self.rng)
         session.retrieve()
@@ -327,7 +385,7 @@ class Device:
             time.sleep(0.05)
         state = str(outcome.get("state"))
         if state == "aborted" and self._snap is not None:
-            restore(self.store, self.row, self._snap)
+            self.store.restore(self.row, self._snap)
         if state in ("committed", "aborted"):
             self._snap, self._round = None, None
         return state

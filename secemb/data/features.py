@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from secemb.data._text import parse_columns
+from secemb.data.synthetic import STANDS_FOR
 from secemb.data.errors import DataFormatError, DatasetNotFoundError
 from secemb.errors import InvalidParameters
 
@@ -69,13 +70,6 @@ FEATURE_SHAPES: dict[str, tuple[tuple[tuple[str, int], ...], int]] = {
     "ml-10m": ((), 20),
     "ml-25m": ((), 20),
     "yelp": ((), 16),
-}
-_SYNTHETIC_OF = {
-    "synthetic": "ml-100k",
-    "synthetic-ml-1m": "ml-1m",
-    "synthetic-ml-10m": "ml-10m",
-    "synthetic-ml-25m": "ml-25m",
-    "synthetic-yelp": "yelp",
 }
 
 
@@ -367,9 +361,9 @@ def synthetic_features(name: str, num_users: int, num_items: int, seed: int = 0)
     (Zipf-weighted), or exactly one state for Yelp.  Deterministic in ``seed`` (numpy's
     Generator: training data, not crypto).
     """
-    base = _SYNTHETIC_OF.get(name, name)
+    base = STANDS_FOR.get(name, name)
     if base not in FEATURE_SHAPES:
-        raise InvalidParameters(f"no feature shape for dataset {name!r}; known: {sorted([*FEATURE_SHAPES, *_SYNTHETIC_OF])}")
+        raise InvalidParameters(f"no feature shape for dataset {name!r}; known: {sorted([*FEATURE_SHAPES, *STANDS_FOR])}")
     groups, l_y = FEATURE_SHAPES[base]
     rng = np.random.default_rng([seed, 0x5EED])
     ux = [np.zeros((num_users, 0), np.uint8)]
@@ -412,7 +406,7 @@ def load_features(
     InvalidParameters: unknown name, or sizes missing for a synthetic dataset.
     DatasetNotFoundError, DataFormatError: as the loaders.
     """
-    if name in _SYNTHETIC_OF:
+    if name in STANDS_FOR:
         if num_users is None or num_items is None:
             from secemb.data.synthetic import SYNTHETIC_SHAPES
 

@@ -181,14 +181,22 @@ class UserRatings:
     indptr:
         int64, shape (num_users + 1,), non-decreasing, ``indptr[0] == 0``, ``indptr[-1] == N``.
     items:
-        int64, shape (N,), sorted by user then item.
+        int64, shape (N,), sorted by user, then as ``order`` says.
     ratings:
         float32, shape (N,), aligned with ``items``.
+    timestamps:
+        int64, shape (N,), aligned with ``items``; ``None`` when the data has none.
+    order:
+        ``"item"`` (each user's ratings by item id, what the rating task trains on) or
+        ``"time"`` (each user's interactions in the order they happened, ties by item id:
+        what sequential models read).
     """
 
     indptr: np.ndarray
     items: np.ndarray
     ratings: np.ndarray
+    timestamps: np.ndarray | None = None
+    order: str = "item"
 
     def __post_init__(self) -> None:
         indptr = _check_array("indptr", self.indptr, np.int64, None)
@@ -196,6 +204,10 @@ class UserRatings:
             raise InvalidParameters("indptr must have length num_users + 1 >= 1, got 0")
         n = _check_array("items", self.items, np.int64, None).shape[0]
         _check_array("ratings", self.ratings, np.float32, n)
+        if self.timestamps is not None:
+            _check_array("timestamps", self.timestamps, np.int64, n)
+        if self.order not in ORDERS:
+            raise InvalidParameters(f"order must be one of {ORDERS}, got {self.order!r}")
         if indptr[0] != 0 or indptr[-1] != n or (np.diff(indptr) < 0).any():
             raise InvalidParameters(
                 f"indptr must be non-decreasing from 0 to len(items)={n}, "
@@ -207,31 +219,68 @@ class UserRatings:
         """Number of users (rows)."""
         return int(self.indptr.shape[0] - 1)
 
+    def _span(self, user: int) -> slice:
+        if isinstance(user, (bool, np.bool_)) or not isinstance(user, numbers.Integral):
+            raise InvalidParameters(f"user must be an int, got {type(user).__name__}")
+        if not 0 <= user < self.num_users:
+            raise InvalidParameters(f"user must be in [0, {self.num_users}), got {user}")
+        return slice(int(self.indptr[user]), int(self.indptr[user + 1]))
+
     def of(self, user: int) -> tuple[np.ndarray, np.ndarray]:
-        """Return ``(items, ratings)`` of ``user`` as views (items ascending).
+        """Return ``(items, ratings)`` of ``user`` as views, in :attr:`order`.
 
         Raises
         ------
         InvalidParameters
             If ``user`` is not an int in ``[0, num_users)``.
         """
-        if isinstance(user, (bool, np.bool_)) or not isinstance(user, numbers.Integral):
-            raise InvalidParameters(f"user must be an int, got {type(user).__name__}")
-        if not 0 <= user < self.num_users:
-            raise InvalidParameters(f"user must be in [0, {self.num_users}), got {user}")
-        lo, hi = int(self.indptr[user]), int(self.indptr[user + 1])
-        return self.items[lo:hi], self.ratings[lo:hi]
+        span = self._span(user)
+        return self.items[span], self.ratings[span]
+
+    def timestamps_of(self, user: int) -> np.ndarray:
+        """The timestamps of ``user``'s ratings (aligned with :meth:`of`), a view.
+
+        Raises
+        ------
+        InvalidParameters
+            If the data has no timestamps, or ``user`` is not an int in ``[0, num_users)``.
+        """
+        if self.timestamps is None:
+            raise InvalidParameters("these ratings have no timestamps")
+        return self.timestamps[self._span(user)]
 
     def counts(self) -> np.ndarray:
         """Number of ratings of each user, int64 of shape (num_users,)."""
         return np.diff(self.indptr)
 
 
-def by_user(data: RatingData) -> UserRatings:
-    """Group ``data`` by user into a :class:`UserRatings` (sorted by user, then item)."""
+#: the per-user orders :func:`by_user` builds
+ORDERS = ("item", "time")
+
+
+def by_user(data: RatingData, *, order: str = "item") -> UserRatings:
+    """Group ``data`` by user into a :class:`UserRatings`, timestamps kept: each user's
+    ratings by item id (``order="item"``, the rating task's view) or in the order they
+    happened (``order="time"``, ties broken by item id).
+
+    Raises
+    ------
+    InvalidParameters
+        ``data`` is not a :class:`RatingData`, ``order`` is unknown, or ``order="time"`` for
+        data without timestamps.
+    """
     if not isinstance(data, RatingData):
         raise InvalidParameters(f"data must be a RatingData, got {type(data).__name__}")
-    order = np.lexsort((data.items, data.users))
+    if order not in ORDERS:
+        raise InvalidParameters(f"order must be one of {ORDERS}, got {order!r}")
+    if order == "time":
+        if data.timestamps is None:
+            raise InvalidParameters(f"order='time' needs timestamps; dataset {data.name!r} has none")
+        keys: tuple[np.ndarray, ...] = (data.items, data.timestamps, data.users)
+    else:
+        keys = (data.items, data.users)
+    perm = np.lexsort(keys)
     indptr = np.zeros(data.num_users + 1, dtype=np.int64)
     np.cumsum(np.bincount(data.users, minlength=data.num_users), out=indptr[1:])
-    return UserRatings(indptr, data.items[order], data.ratings[order])
+    stamps = None if data.timestamps is None else data.timestamps[perm]
+    return UserRatings(indptr, data.items[perm], data.ratings[perm], stamps, order)

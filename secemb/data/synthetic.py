@@ -29,17 +29,29 @@ import numpy as np
 from secemb.data.ratings import RatingData
 from secemb.errors import InvalidParameters
 
-__all__ = ["SYNTHETIC_SHAPES", "synthetic_like"]
+__all__ = ["STANDS_FOR", "SYNTHETIC_SHAPES", "synthetic_like"]
 
 # name -> (num_users, num_items, num_ratings).  "synthetic" is smaller than ML-100K so that a
 # secure run over a few epochs takes about a minute; the others copy Table 7 of the SecEmb
 # paper (items as counted there: the whole catalogue, e.g. 3,883 movies for ML-1M).
 SYNTHETIC_SHAPES: dict[str, tuple[int, int, int]] = {
     "synthetic": (943, 1_682, 35_000),
+    # a smoke-test size: a secure run over the network takes seconds
+    "synthetic-mini": (120, 300, 3_000),
     "synthetic-ml-1m": (6_040, 3_883, 1_000_209),
     "synthetic-ml-10m": (69_878, 10_681, 10_000_054),
     "synthetic-ml-25m": (162_541, 62_423, 25_000_095),
     "synthetic-yelp": (10_000, 93_386, 1_007_956),
+}
+
+#: stand-in name -> the paper dataset whose presets (Table 8) and side-feature counts it uses
+STANDS_FOR: dict[str, str] = {
+    "synthetic": "ml-100k",
+    "synthetic-mini": "ml-100k",
+    "synthetic-ml-1m": "ml-1m",
+    "synthetic-ml-10m": "ml-10m",
+    "synthetic-ml-25m": "ml-25m",
+    "synthetic-yelp": "yelp",
 }
 
 _ZIPF_ALPHA = 1.0

@@ -110,6 +110,35 @@ class UserStore:
         """Number of optimizer steps ``user``'s device has taken."""
         return int(self._t[user])
 
+    def snapshot(self, user: int) -> UserSnapshot:
+        """A copy of ``user``'s private parameters and on-device Adam state (to undo a local
+        step whose round was aborted, with :meth:`restore`)."""
+        self.state(user)  # validates user
+        return UserSnapshot(self.params[user].copy(), self._m[user].copy(), self._v[user].copy(), int(self._t[user]))
+
+    def restore(self, user: int, snap: UserSnapshot) -> None:
+        """Put back ``user``'s :meth:`snapshot`.
+
+        Raises
+        ------
+        InvalidParameters
+            ``snap`` is not a snapshot of this store's shape.
+        """
+        self.state(user)
+        if not isinstance(snap, UserSnapshot) or snap.params.shape != (self.private_size,):
+            raise InvalidParameters(f"snapshot must be a UserSnapshot of {self.private_size} parameters")
+        self.params[user], self._m[user], self._v[user], self._t[user] = snap.params, snap.m, snap.v, snap.t
+
+
+@dataclass(frozen=True)
+class UserSnapshot:
+    """One user's private state at a point in time (:meth:`UserStore.snapshot`)."""
+
+    params: np.ndarray
+    m: np.ndarray
+    v: np.ndarray
+    t: int
+
 
 class UserState:
     """One device's private parameters and optimizer; ``params`` is a writable view."""

@@ -203,7 +203,7 @@ class _AblationServer(ServerRole):
         self._sparse = np.zeros((config.num_items, config.width), config.dtype)
         self._dense = np.zeros(config.dense_size, config.dtype)
         self._requested: set[int] = set()
-        self._uploaded: set[int] = set()
+        self._uploaded: dict[int, memoryview] = {}  # user -> upload body, until the round closes
 
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
         cfg = self._cfg()
@@ -225,25 +225,41 @@ class _AblationServer(ServerRole):
         agg = _agg_bytes(cfg, self.elementwise)
         body = open_message(message, self.protocol, "upload", self.party, cfg.round_id,
                             agg + cfg.dense_size * cfg.dtype.itemsize)
+        self._absorb(body)
+        self._uploaded[user_id] = body
+
+    def _absorb(self, body: memoryview, *, retract: bool = False) -> None:
+        """Add an upload body's keys and dense share to the aggregate (``retract``: take an
+        absorbed one out again, re-evaluating its keys)."""
+        cfg = self._cfg()
+        agg = _agg_bytes(cfg, self.elementwise)
         count, width = (cfg.m_prime * cfg.width, 1) if self.elementwise else (cfg.m_prime, cfg.width)
         keys = parse_keys(body[:agg], self.party, domain=cfg.num_items, count=count, width=width,
                           ring_bits=cfg.ring_bits, what="upload")
         dense = read_array(body, agg, cfg.dtype, (cfg.dense_size,))[0]
+        add = np.subtract if retract else np.add  # in place, wrapping in the ring
         if self.server_eval:
-            self._sparse += aggregate_keys(keys, self.party, cfg.width if self.elementwise else 1)
-        self._dense += dense
-        self._uploaded.add(user_id)
+            add(self._sparse, aggregate_keys(keys, self.party, cfg.width if self.elementwise else 1), out=self._sparse)
+        add(self._dense, dense, out=self._dense)
 
-    def aggregate_share(self) -> bytes:
+    def _keep_only(self, include: list[int] | None) -> list[int]:
+        """Retract every user outside ``include`` (for good); the sorted included users."""
+        users = self._include(include, self._uploaded, self._cfg().round_id)
+        for u in sorted(set(self._uploaded) - set(users)):
+            self._absorb(self._uploaded.pop(u), retract=True)
+        return users
+
+    def aggregate_share(self, include: list[int] | None = None) -> bytes:
         cfg = self._cfg()
+        users = self._keep_only(include)
         return frame(self.protocol, "aggregate_share", self.party, cfg.round_id,
-                     users_bytes(sorted(self._uploaded)), array_bytes(self._sparse), array_bytes(self._dense))
+                     users_bytes(users), array_bytes(self._sparse), array_bytes(self._dense))
 
-    def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:
+    def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
         if self.party != 0:
             raise ProtocolError("only server 0 combines the aggregate")
-        users = sorted(self._uploaded)
+        users = self._keep_only(include)
         head = users_bytes(users)
         body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id, _share_bytes(cfg, len(users)))
         if bytes(body[: len(head)]) != head:

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
 
+from secemb.engine.stages import RoundPlan, round_plan
 from secemb.errors import InvalidParameters, ProtocolError, SecembError
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.protocols.wire import HEADER_BYTES
@@ -160,6 +161,22 @@ class ServerRole(ABC):
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         """Start a round; ``table`` is the encoded public sparse table (ring, (m, width))."""
 
+    @staticmethod
+    def _include(include: list[int] | None, uploaded: set[int] | dict[int, object], round_id: int) -> list[int]:
+        """Sorted ``include`` (``None``: all of ``uploaded``), checked to be a subset of it.
+
+        Raises
+        ------
+        ProtocolError: a user of ``include`` did not upload.
+        """
+        if include is None:
+            return sorted(uploaded)
+        users = sorted(set(include))
+        missing = [u for u in users if u not in uploaded]
+        if missing:
+            raise ProtocolError(f"include: user(s) {missing[:5]} did not upload in round {round_id}")
+        return users
+
     @abstractmethod
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes | None:
         """Answer one user's retrieval request.  With relay, server 0 returns the message to
@@ -184,6 +201,21 @@ class ServerRole(ABC):
         """:meth:`relay_retrieval` for many users, like :meth:`handle_retrieval_many`."""
         return [_or_error(self.relay_retrieval, u, m) for u, m in forwards]
 
+    def evaluate_retrieval_many(
+        self, requests: list[tuple[int, bytes]]
+    ) -> Callable[[], list[bytes | None | SecembError]]:
+        """:meth:`handle_retrieval_many` in two phases: this call does the expensive part
+        without changing state (a server runs it outside its lock, while other calls go on);
+        the returned ``commit()`` applies the results and returns the replies (a server runs
+        it under its lock, at most once).  ``commit()`` raises ``ProtocolError`` -- and
+        changes nothing -- if the round or the users' state changed in between.  Default: all
+        the work in ``commit()``; servers with a costly evaluation override this."""
+        return lambda: self.handle_retrieval_many(requests)
+
+    def evaluate_relay_many(self, forwards: list[tuple[int, bytes]]) -> Callable[[], list[bytes | SecembError]]:
+        """:meth:`relay_retrieval_many` in two phases, like :meth:`evaluate_retrieval_many`."""
+        return lambda: self.relay_retrieval_many(forwards)
+
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Relay, server 0: combine server 1's answer into the reply to the user."""
         raise ProtocolError(f"{type(self).__name__} does not relay")
@@ -193,13 +225,24 @@ class ServerRole(ABC):
         raise ProtocolError(f"{type(self).__name__} does not relay")
 
     @abstractmethod
-    def aggregate_share(self) -> bytes:
-        """This server's share of the round's aggregate (server 1 sends it to server 0)."""
+    def aggregate_share(self, include: list[int] | None = None) -> bytes:
+        """This server's share of the round's aggregate (server 1 sends it to server 0).
+
+        ``include``: the users whose uploads it covers (``None``: every user absorbed).  A user
+        outside ``include`` counts as one that retrieved and never uploaded; the result equals,
+        bit for bit, the share of a round in which only ``include`` uploaded.  A role may drop
+        the users outside ``include`` from the round for good (they cannot be included later).
+
+        Raises
+        ------
+        ProtocolError: a user of ``include`` did not upload to this server.
+        """
 
     @abstractmethod
-    def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:
+    def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Server 0 only: reconstruct ``(sparse_sum (m, width), dense_sum (dense_size,))``
-        in the ring from its own aggregate and the peer's share."""
+        in the ring from its own aggregate over ``include`` (as :meth:`aggregate_share`) and
+        the peer's share over the same users."""
 
 
 #: options every protocol's factory takes (their values are checked against its capabilities)
@@ -353,6 +396,12 @@ class Protocol(ABC):
         """Body length bound behind :meth:`max_message_bytes` (arguments already checked);
         ``None`` for a message the protocol does not send.  Implementations use the same
         size functions as their parsers."""
+
+    def plan(self) -> RoundPlan:
+        """This protocol's round as the engine executes it (:mod:`secemb.engine.stages`):
+        the two-server round, with server 0 relaying when :attr:`relay` is set.  A protocol
+        with other stages overrides this."""
+        return round_plan(relay=self.relay)
 
     @abstractmethod
     def make_server(self, party: int) -> ServerRole:

@@ -19,7 +19,7 @@ import numpy as np
 
 from secemb.protocols.ablations import aggregate_keys, parse_keys, row_keys, row_keys_bytes
 from secemb.protocols.base import Capabilities, RoundConfig
-from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser
+from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
 from secemb.sharing import share
 
@@ -46,7 +46,7 @@ class _GrecUser(FullModelUser):
 class _GrecServer(FullModelServer):
     proto: GrecProtocol
 
-    def absorb(self, user_id: int, body: memoryview) -> None:
+    def absorb(self, user_id: int, body: memoryview, *, retract: bool = False) -> None:
         cfg = self._cfg()
         kb = _key_bytes(cfg)
         keys = parse_keys(body[:kb], self.party, domain=cfg.num_items, count=cfg.slots, width=cfg.width,
@@ -54,8 +54,8 @@ class _GrecServer(FullModelServer):
         dense = read_array(body, kb, cfg.dtype, (cfg.dense_size,))[0]
         split = cfg.num_items * cfg.width
         if self.proto.server_eval:
-            self._acc[:split] += aggregate_keys(keys, self.party).reshape(-1)
-        self._acc[split:] += dense
+            _accumulate(self._acc[:split], aggregate_keys(keys, self.party).reshape(-1), retract)
+        _accumulate(self._acc[split:], dense, retract)
 
 
 class GrecProtocol(FullModelProtocol):

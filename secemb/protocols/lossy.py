@@ -50,7 +50,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.protocols.base import Capabilities, RoundConfig
-from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser
+from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
 from secemb.randomness import RandomBytes, random_words
 from secemb.ring import FixedPoint
@@ -190,19 +190,21 @@ class _LossyServer(FullModelServer):
     def extra_reply(self) -> bytes:
         return self._scale.astype("<f8").tobytes() if self.kind in ("quant8", "ternary") else b""
 
-    def absorb(self, user_id: int, body: memoryview) -> None:
+    def absorb(self, user_id: int, body: memoryview, *, retract: bool = False) -> None:
         cfg = self._cfg()
         shape, dt = self._compressed_shape()
         comp, off = read_array(body, 0, dt, shape)
         dense = read_array(body, off, cfg.dtype, (cfg.dense_size,))[0]
         limit = {"quant8": 258, "ternary": 127}.get(self.kind)
-        if limit is not None and len(self._uploaded) + 1 > limit:
+        if not retract and limit is not None and len(self._uploaded) + 1 > limit:
             raise ProtocolError(f"{self.kind}: at most {limit} users per round fit the share ring")
-        if self.kind == "svd":
-            self._per_user[user_id] = comp
+        if self.kind != "svd":
+            _accumulate(self._comp, comp, retract)
+        elif retract:
+            del self._per_user[user_id]
         else:
-            self._comp += comp
-        self._dense += dense
+            self._per_user[user_id] = comp
+        _accumulate(self._dense, dense, retract)
 
     def share_body(self) -> bytes:
         if self.kind == "svd":  # per-user factor shares, in user-id order (see module docstring)

@@ -124,10 +124,8 @@ class PlaintextServer(ServerRole):
         self.party = party
         self.config: RoundConfig | None = None
         self._table = np.zeros((0, 0), np.uint32)
-        self._sparse = np.zeros((0, 0), np.uint32)
-        self._dense = np.zeros(0, np.uint32)
         self._requested: dict[int, np.ndarray] = {}
-        self._uploaded: set[int] = set()
+        self._uploaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # server 0: idx, rows, dense
 
     def _cfg(self) -> RoundConfig:
         if self.config is None:
@@ -145,10 +143,8 @@ class PlaintextServer(ServerRole):
             )
         self.config = config
         self._table = table.copy() if self.party == 0 else np.zeros((0, config.width), config.dtype)
-        self._sparse = np.zeros((config.num_items, config.width), dtype=config.dtype)
-        self._dense = np.zeros(config.dense_size, dtype=config.dtype)
         self._requested = {}
-        self._uploaded = set()
+        self._uploaded = {}
 
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
         cfg = self._cfg()
@@ -182,23 +178,31 @@ class PlaintextServer(ServerRole):
                 f"server {self.party}: user {user_id} already uploaded in round {cfg.round_id}"
             )
         body = open_message(message, _NAME, "upload", self.party, cfg.round_id, _upload_bytes(cfg, self.party))
+        idx = self._requested[user_id]
+        grads = np.zeros((0, cfg.width), cfg.dtype)
+        dense = np.zeros(cfg.dense_size, cfg.dtype)
         if self.party == 0:
             grads, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
             dense, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
-            idx = self._requested[user_id]
-            # all checks passed: change state (uint arithmetic wraps mod 2^k)
-            np.add.at(self._sparse, idx[idx >= 0], grads[idx >= 0])
-            self._dense += dense
-        self._uploaded.add(user_id)
+        # all checks passed: keep the user's contribution until the round closes
+        self._uploaded[user_id] = (idx, grads, dense)
 
-    def aggregate_share(self) -> bytes:
+    def _sums(self, include: list[int] | None) -> tuple[np.ndarray, np.ndarray]:
+        """Ring sums of the uploads of ``include`` (``None``: all); all zero at server 1 (in
+        the clear everything went to server 0).  uint arithmetic wraps mod 2^k."""
         cfg = self._cfg()
-        if self.party == 1:
-            # In the clear everything went to server 0: server 1's share is zero.
-            sparse = np.zeros((cfg.num_items, cfg.width), dtype=cfg.dtype)
-            dense = np.zeros(cfg.dense_size, dtype=cfg.dtype)
-        else:
-            sparse, dense = self._sparse, self._dense
+        sparse = np.zeros((cfg.num_items, cfg.width), dtype=cfg.dtype)
+        dense = np.zeros(cfg.dense_size, dtype=cfg.dtype)
+        for u in self._include(include, self._uploaded, cfg.round_id):
+            idx, grads, d = self._uploaded[u]
+            if self.party == 0:
+                np.add.at(sparse, idx[idx >= 0], grads[idx >= 0])
+                dense += d
+        return sparse, dense
+
+    def aggregate_share(self, include: list[int] | None = None) -> bytes:
+        cfg = self._cfg()
+        sparse, dense = self._sums(include)
         return frame(
             _NAME,
             "aggregate_share",
@@ -208,14 +212,15 @@ class PlaintextServer(ServerRole):
             array_bytes(dense),
         )
 
-    def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:
+    def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
         if self.party != 0:
             raise ProtocolError("only server 0 combines the aggregate")
         body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, _share_bytes(cfg))
         sparse1, off = read_array(body, 0, cfg.dtype, (cfg.num_items, cfg.width))
         dense1, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
-        return self._sparse + sparse1, self._dense + dense1
+        sparse, dense = self._sums(include)
+        return sparse + sparse1, dense + dense1
 
 
 class PlaintextProtocol(Protocol):

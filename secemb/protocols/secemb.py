@@ -33,6 +33,7 @@ aggregate (its folded part is recomputed and removed) -- dropouts of Appendix L.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,6 +208,17 @@ class _Pending:
     bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
 
 
+@dataclass
+class _Absorbed:
+    """What a server keeps of an uploaded user until the round closes (to aggregate it, or
+    to leave it out)."""
+
+    keys: fss.DPFKeys
+    bits: np.ndarray
+    cw: np.ndarray  # ring (S, w): the aggregation correction words
+    dense: np.ndarray  # ring (P,): this server's dense share
+
+
 def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
@@ -263,8 +275,8 @@ class SecEmbServer(ServerRole):
         self._pending: dict[int, _Pending] = {}
         self._seeds_of: dict[int, bytes] = {}  # server 1, relay: dense-share seeds
         self._uploaded: set[int] = set()
-        self._absorbed: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # control bits, CWs
-        self._bits_cache: np.ndarray | None = None
+        self._absorbed: dict[int, _Absorbed] = {}
+        self._bits_cache: tuple[tuple[int, ...], np.ndarray] | None = None
         self._awaiting: dict[int, tuple[bytes, bytes, bytes]] = {}  # server 1, relay: roots, seeds
         self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
 
@@ -303,8 +315,11 @@ class SecEmbServer(ServerRole):
         bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
         return answers, bits, folded
 
-    def _retrieve(self, users: list[int], keys: list[fss.DPFKeys]) -> list[np.ndarray]:
-        answers, bits, folded = self._evaluate(keys)
+    def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys],
+                          evaluated: tuple[list[np.ndarray], list[np.ndarray], np.ndarray]) -> list[np.ndarray]:
+        """Apply an :meth:`_evaluate` result: fold the batch into the running aggregate and
+        keep each user's keys and control bits until its upload; the answers."""
+        answers, bits, folded = evaluated
         self._sparse += folded
         for u, k, b in zip(users, keys, bits):
             self._pending[u] = _Pending(k, b)
@@ -328,11 +343,19 @@ class SecEmbServer(ServerRole):
         """:meth:`handle_retrieval` for many users at once, evaluated as one batch (over the
         backend's workers).  A rejected request yields its exception in its place (raised
         by :meth:`handle_retrieval`) and changes no state; the others proceed."""
+        return self.evaluate_retrieval_many(requests)()
+
+    def evaluate_retrieval_many(
+        self, requests: list[tuple[int, bytes]]
+    ) -> Callable[[], list[bytes | None | SecembError]]:
+        """Parse and evaluate the batch (no state change); ``commit()`` folds it in and
+        returns the replies (see :meth:`ServerRole.evaluate_retrieval_many`)."""
         cfg = self._cfg()
         out: list[bytes | None | SecembError] = [None] * len(requests)
         users: list[int] = []
         keys: list[fss.DPFKeys] = []
         where: list[int] = []
+        roots: dict[int, tuple[bytes, bytes, bytes]] = {}
         seen: set[int] = set()
         for i, (user_id, message) in enumerate(requests):
             try:
@@ -341,7 +364,7 @@ class SecEmbServer(ServerRole):
                     raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
                 self._check_new(user_id)
                 if self.relay and self.party == 1:
-                    self._accept_roots(user_id, message)
+                    roots[user_id] = self._parse_roots(message)
                 else:
                     body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id, request_bytes(cfg))
                     keys.append(self._parse_keys(body))
@@ -350,22 +373,34 @@ class SecEmbServer(ServerRole):
                 seen.add(user_id)
             except SecembError as exc:
                 out[i] = exc
-        if keys:
-            for i, u, k, answers in zip(where, users, keys, self._retrieve(users, keys)):
+        evaluated = self._evaluate(keys) if keys else None
+
+        def commit() -> list[bytes | None | SecembError]:
+            if self.config is not cfg:
+                raise ProtocolError(f"round {cfg.round_id} ended while its retrievals were evaluated")
+            for u in seen:
+                self._check_new(u)
+            self._awaiting.update(roots)
+            if evaluated is None:
+                return out
+            for i, u, k, answers in zip(where, users, keys, self._commit_evaluated(users, keys, evaluated)):
                 if not self.relay:
                     out[i] = frame(_NAME, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
                 else:
                     self._answers[u] = answers
                     out[i] = frame(_NAME, "relay_keys", 1, cfg.round_id, k.shared_bytes())
-        return out
+            return out
 
-    def _accept_roots(self, user_id: int, message: bytes) -> None:
+        return commit
+
+    def _parse_roots(self, message: bytes) -> tuple[bytes, bytes, bytes]:
+        """Server 1, relay: a request's roots, mask seed and dense seed."""
         cfg = self._cfg()
         body = bytes(open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, _roots_bytes(cfg)))
         roots = body[: 16 * cfg.slots]
         if any(b & 1 != 1 for b in roots[::16]):
             raise InvalidMessage("retrieval_request: root control bits must equal the party")
-        self._awaiting[user_id] = (roots, body[-2 * _SEED : -_SEED], body[-_SEED:])
+        return roots, body[-2 * _SEED : -_SEED], body[-_SEED:]
 
     def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
@@ -376,6 +411,11 @@ class SecEmbServer(ServerRole):
 
     def relay_retrieval_many(self, forwards: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
         """:meth:`relay_retrieval` for many users, evaluated as one batch."""
+        return self.evaluate_relay_many(forwards)()
+
+    def evaluate_relay_many(self, forwards: list[tuple[int, bytes]]) -> Callable[[], list[bytes | SecembError]]:
+        """Parse and evaluate the forwarded keys (no state change); ``commit()`` folds them in
+        and returns the masked answers (see :meth:`ServerRole.evaluate_retrieval_many`)."""
         cfg = self._cfg()
         if not (self.relay and self.party == 1):
             raise ProtocolError("relay_retrieval is server 1's step in relay mode")
@@ -398,13 +438,24 @@ class SecEmbServer(ServerRole):
                 where.append(i)
             except SecembError as exc:
                 out[i] = exc
-        if keys:
-            for i, u, answers in zip(where, users, self._retrieve(users, keys)):
+        evaluated = self._evaluate(keys) if keys else None
+
+        def commit() -> list[bytes | SecembError]:
+            if self.config is not cfg:
+                raise ProtocolError(f"round {cfg.round_id} ended while its relayed retrievals were evaluated")
+            missing = [u for u in users if u not in self._awaiting]
+            if missing:
+                raise ProtocolError(f"no retrieval request of user(s) {missing[:5]} to complete")
+            if evaluated is None:
+                return out
+            for i, u, answers in zip(where, users, self._commit_evaluated(users, keys, evaluated)):
                 _, mask_seed, dense_seed = self._awaiting.pop(u)
                 self._seeds_of[u] = dense_seed
                 masked = answers + expand_seed(mask_seed, answers.shape, cfg.dtype)
                 out[i] = frame(_NAME, "relay_answer", 1, cfg.round_id, array_bytes(masked))
-        return out
+            return out
+
+        return commit
 
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 0, relay: add server 1's masked shares to its own; the reply to the user."""
@@ -420,30 +471,35 @@ class SecEmbServer(ServerRole):
     # -- upload --------------------------------------------------------------------------
     def _absorb(self, user_id: int, cw: np.ndarray, dense: np.ndarray) -> None:
         # all checks passed: change state.  The control-bit part of the share is computed
-        # for all absorbed users at once when the aggregate is asked for (_bits_part).
-        self._absorbed[user_id] = (self._pending.pop(user_id).bits, cw)
+        # for the included users at once when the aggregate is asked for (_bits_part); each
+        # user's keys and dense share stay until then, so that a user can be left out.
+        pending = self._pending.pop(user_id)
+        self._absorbed[user_id] = _Absorbed(pending.keys, pending.bits, cw, dense)
         self._bits_cache = None
         self._dense += dense
         self._uploaded.add(user_id)
 
-    def _bits_part(self) -> np.ndarray:
-        """``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]`` over the absorbed users, in the layout's
-        form, as one batched product (cached until the next upload)."""
-        if self._bits_cache is None:
+    def _bits_part(self, users: list[int]) -> np.ndarray:
+        """``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]`` over absorbed ``users``, in the layout's
+        form, as one batched product (cached for the last set asked, until the next upload)."""
+        key = tuple(users)
+        if self._bits_cache is None or self._bits_cache[0] != key:
             cfg = self._cfg()
-            if not self._absorbed:
-                self._bits_cache = np.zeros_like(self._sparse)
+            got = [self._absorbed[u] for u in users]
+            if not got:
+                part = np.zeros_like(self._sparse)
             elif cfg.layout == "full":
-                bits = np.concatenate([b for b, _ in self._absorbed.values()])
-                cws = np.concatenate([c for _, c in self._absorbed.values()])
+                bits = np.concatenate([a.bits for a in got])
+                cws = np.concatenate([a.cw for a in got])
                 summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
-                self._bits_cache = summary.apply_bits(cws)
+                part = summary.apply_bits(cws)
             else:
-                t = np.stack([b for b, _ in self._absorbed.values()], axis=2)  # (B, M, U)
-                cws = np.stack([c for _, c in self._absorbed.values()], axis=1)  # (B, U, w)
+                t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
+                cws = np.stack([a.cw for a in got], axis=1)  # (B, U, w)
                 part = ring_matmul(t, cws, cfg.ring_bits, a_bits=1)
-                self._bits_cache = -part if self.party else part
-        return self._bits_cache
+                part = -part if self.party else part
+            self._bits_cache = (key, part)
+        return self._bits_cache[1]
 
     def _check_upload(self, user_id: int) -> None:
         cfg = self._cfg()
@@ -481,32 +537,38 @@ class SecEmbServer(ServerRole):
         self._absorb(user_id, cw, dense)
 
     # -- aggregation ---------------------------------------------------------------------
-    def _closed_sparse(self) -> np.ndarray:
-        """The sparse aggregate without users that retrieved but never uploaded (their
-        folded part is recomputed and removed); state is not changed."""
-        sparse = self._sparse + self._bits_part()
-        if self._pending:
-            sparse -= self._evaluate([p.keys for p in self._pending.values()])[2]
+    def _closed(self, include: list[int] | None) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """The included users (sorted) and the sparse and dense aggregates over them; every
+        other user that retrieved counts as silent (its folded part is recomputed and removed,
+        its upload left out).  State is not changed."""
         cfg = self._cfg()
-        return sparse if cfg.layout == "full" else cfg.cuckoo().scatter(sparse)
+        users = self._include(include, self._uploaded, cfg.round_id)
+        inside = set(users)
+        left_out = [u for u in self._absorbed if u not in inside]
+        sparse = self._sparse + self._bits_part(users)
+        silent = [p.keys for p in self._pending.values()] + [self._absorbed[u].keys for u in left_out]
+        if silent:
+            sparse -= self._evaluate(silent)[2]
+        dense = self._dense.copy()
+        for u in left_out:
+            dense -= self._absorbed[u].dense
+        return users, (sparse if cfg.layout == "full" else cfg.cuckoo().scatter(sparse)), dense
 
     def included_users(self) -> list[int]:
-        """Sorted ids of the users whose uploads the aggregate holds."""
+        """Sorted ids of the users whose uploads the aggregate holds (``include=None``)."""
         return sorted(self._uploaded)
 
-    def aggregate_share(self) -> bytes:
+    def aggregate_share(self, include: list[int] | None = None) -> bytes:
         cfg = self._cfg()
-        users = self.included_users()
-        return frame(
-            _NAME, "aggregate_share", self.party, cfg.round_id,
-            users_bytes(users), array_bytes(self._closed_sparse()), array_bytes(self._dense),
-        )
+        users, sparse, dense = self._closed(include)
+        return frame(_NAME, "aggregate_share", self.party, cfg.round_id, users_bytes(users), array_bytes(sparse),
+                     array_bytes(dense))
 
-    def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:
+    def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
         if self.party != 0:
             raise ProtocolError("only server 0 combines the aggregate")
-        users = self.included_users()
+        users, sparse, dense = self._closed(include)
         body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, _share_bytes(cfg, len(users)))
         count = _U64.unpack_from(body, 0)[0]
         peer_users = [_U64.unpack_from(body, 8 + 8 * i)[0] for i in range(len(users))]
@@ -515,7 +577,7 @@ class SecEmbServer(ServerRole):
         off = 8 + 8 * len(users)
         sparse1, off = read_array(body, off, cfg.dtype, (cfg.num_items, cfg.width))
         dense1, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
-        return reconstruct(self._closed_sparse(), sparse1), reconstruct(self._dense, dense1)
+        return reconstruct(sparse, sparse1), reconstruct(dense, dense1)
 
 
 class SecEmbProtocol(Protocol):

@@ -129,6 +129,11 @@ class FullModelUser(UserRole):
         return array_bytes(s0), array_bytes(s1)
 
 
+def _accumulate(acc: np.ndarray, part: np.ndarray, retract: bool) -> None:
+    """``acc += part`` (``retract``: ``acc -= part``) in place, wrapping in acc's ring."""
+    (np.subtract if retract else np.add)(acc, part, out=acc)
+
+
 class FullModelServer(ServerRole):
     """Server ``party`` of a full-download protocol.  Subclasses implement :meth:`absorb`
     (parse one upload body into the running state), :meth:`share_body` and
@@ -157,6 +162,7 @@ class FullModelServer(ServerRole):
         self._table_bytes = array_bytes(table) if self.party == 0 else b""
         self._requested: set[int] = set()
         self._uploaded: set[int] = set()
+        self._bodies: dict[int, memoryview] = {}  # upload bodies, until the round closes
         self.reset_state(config)
 
     def reset_state(self, config: RoundConfig) -> None:
@@ -177,9 +183,11 @@ class FullModelServer(ServerRole):
             return frame(self.protocol, "retrieval_reply", 1, cfg.round_id)
         return frame(self.protocol, "retrieval_reply", 0, cfg.round_id, self._table_bytes, self.extra_reply())
 
-    def absorb(self, user_id: int, body: memoryview) -> None:
+    def absorb(self, user_id: int, body: memoryview, *, retract: bool = False) -> None:
+        """Add upload ``body`` to the running state (``retract``: take it out again, for a
+        user left out of the agreed set; only bodies absorbed before are retracted)."""
         cfg = self._cfg()
-        self._acc += read_array(body, 0, cfg.dtype, (self._acc.size,))[0]
+        _accumulate(self._acc, read_array(body, 0, cfg.dtype, (self._acc.size,))[0], retract)
 
     def handle_upload(self, user_id: int, message: bytes) -> None:
         cfg = self._cfg()
@@ -191,21 +199,32 @@ class FullModelServer(ServerRole):
         body = open_message(message, self.protocol, "upload", self.party, cfg.round_id, self.proto.upload_body_bytes(cfg))
         self.absorb(user_id, body)
         self._uploaded.add(user_id)
+        self._bodies[user_id] = body
         return None
+
+    def _keep_only(self, include: list[int] | None) -> list[int]:
+        """Retract the uploads of every user outside ``include`` (for good: the round's
+        aggregate no longer holds them); the sorted included users."""
+        users = self._include(include, self._uploaded, self._cfg().round_id)
+        for u in sorted(self._uploaded - set(users)):
+            self.absorb(u, self._bodies.pop(u), retract=True)
+            self._uploaded.discard(u)
+        return users
 
     def share_body(self) -> bytes:
         return array_bytes(self._acc)
 
-    def aggregate_share(self) -> bytes:
+    def aggregate_share(self, include: list[int] | None = None) -> bytes:
+        """The share over ``include``; users outside it are retracted (:meth:`_keep_only`)."""
         cfg = self._cfg()
-        return frame(self.protocol, "aggregate_share", self.party, cfg.round_id,
-                     users_bytes(sorted(self._uploaded)), self.share_body())
+        users = self._keep_only(include)
+        return frame(self.protocol, "aggregate_share", self.party, cfg.round_id, users_bytes(users), self.share_body())
 
-    def combine(self, peer_share: bytes) -> tuple[np.ndarray, np.ndarray]:
+    def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
         if self.party != 0:
             raise ProtocolError("only server 0 combines the aggregate")
-        users = sorted(self._uploaded)
+        users = self._keep_only(include)
         head = 8 + 8 * len(users)
         size = head + self.proto.share_body_bytes(cfg, len(users))
         body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id, size)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from secemb.errors import SecembError
-from secemb.transport.network import (
+from secemb.transport.signing import (
     HEADER_KEY_ID,
     HEADER_NONCE,
     HEADER_SIGNATURE,

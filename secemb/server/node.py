@@ -61,6 +61,7 @@ from secemb.sharing import reconstruct
 from secemb.training import messages
 from secemb.training.results import model_sha256
 from secemb.training.optimizer import ServerAdam
+from secemb.training.update import apply_aggregate
 
 __all__ = ["Conflict", "FollowerNode", "LeaderNode", "Node", "NotFound", "PeerUnavailable", "make_node"]
 
@@ -665,11 +666,8 @@ class LeaderNode(Node):
         except SecembError as exc:
             self._end(rnd, ABORTED, f"combine failed: {exc}")
             return
-        n = len(include)
-        g_table = self.fp.decode(np.asarray(sparse_sum)) / n
-        g_dense = self.fp.decode(np.asarray(dense_sum)) / n
         opt = copy.deepcopy(opt)
-        rnd.busy(opt.step, table, dense, g_table, g_dense, optimizer=True)
+        rnd.busy(apply_aggregate, self.fp, opt, table, dense, sparse_sum, dense_sum, len(include), optimizer=True)
         sha = model_sha256(table, dense)
         with self.lock:
             if self.round is not rnd or rnd.state != CLOSING or self.version != base:

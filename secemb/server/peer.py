@@ -72,10 +72,6 @@ class PeerLink(Protocol):
     def close(self, round_id: int) -> list[int]:
         """Server 1 stops taking uploads; the sorted users it absorbed."""
 
-    def close(self, round_id: int) -> list[int]:
-        doc = _call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/close"))
-        return [int(u) for u in doc["uploaded"]]
-
     def share(self, round_id: int, include: list[int]) -> bytes:
         """Server 1's aggregate share over exactly ``include``."""
 

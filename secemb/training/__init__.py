@@ -9,21 +9,36 @@
 
 from __future__ import annotations
 
-from secemb.training.experiment import Experiment, run_experiment
-from secemb.training.loop import (
-    STAGES,
-    EpochStats,
-    RoundStats,
-    TrainConfig,
-    TrainResult,
-    VerificationError,
-    model_sha256,
-    rmse,
-    secure_m_prime,
-    train,
-)
-from secemb.training.optimizer import ServerAdam
-from secemb.protocols.placement import PaddedRequest, pad_or_truncate
+import importlib
+from typing import Any
+
+#: public name -> module that defines it; imported on first use, so that the engine (which
+#: the training loop is built on) can import the result types without a cycle
+_HOME = {
+    "STAGES": "secemb.engine.stages",
+    "EpochStats": "secemb.training.results",
+    "Experiment": "secemb.training.experiment",
+    "PaddedRequest": "secemb.protocols.placement",
+    "RoundStats": "secemb.training.results",
+    "ServerAdam": "secemb.training.optimizer",
+    "TrainConfig": "secemb.training.results",
+    "TrainResult": "secemb.training.results",
+    "VerificationError": "secemb.training.results",
+    "model_sha256": "secemb.training.results",
+    "pad_or_truncate": "secemb.protocols.placement",
+    "rmse": "secemb.metrics",
+    "run_experiment": "secemb.training.experiment",
+    "train": "secemb.training.loop",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'secemb.training' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "STAGES",
@@ -39,6 +54,5 @@ __all__ = [
     "pad_or_truncate",
     "rmse",
     "run_experiment",
-    "secure_m_prime",
     "train",
 ]

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from secemb.data import DATASETS, RatingData, load_dataset, train_test_split
 from secemb.data.features import FeatureSet, load_features
+from secemb.data.synthetic import STANDS_FOR
 from secemb.errors import InvalidParameters
 from secemb.models import PRESETS, RecModel, get_model, get_preset, uses_features
 from secemb.protocols import get_protocol
 from secemb.protocols.backends import make_backend
 from secemb.protocols.base import Protocol
 from secemb.protocols.lossy import lossy_options
-from secemb.training.loop import TrainConfig
+from secemb.training.results import TrainConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from secemb.training.experiment import Experiment
@@ -52,7 +53,7 @@ class BuiltExperiment:
 def _preset_dataset(name: str) -> str:
     """The dataset whose Table 8 preset ``name`` uses: a synthetic stand-in its model's, own
     rating files (any name outside :data:`~secemb.data.DATASETS`) ML-100K's."""
-    return name.removeprefix("synthetic-") if name in DATASETS else "ml-100k"
+    return STANDS_FOR.get(name, name) if name in DATASETS else "ml-100k"
 
 
 def experiment_hparams(exp: Experiment) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from secemb.protocols import PROTOCOLS, protocol_class
-from secemb.training.loop import EpochStats, RoundStats, TrainConfig, TrainResult, train
+from secemb.training.results import EpochStats, RoundStats, TrainResult
+from secemb.training.loop import train
 from secemb.training.builder import build_experiment
 from secemb.transport.inprocess import InProcessTransport
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
-from secemb.client.training import distinct_items, local_update, restore, snapshot
-from secemb.errors import InvalidMessage, ProtocolError
+from secemb.training.local import distinct_items, local_update
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.models.batch import rating_batch
 from secemb.models.optim import AdamConfig
@@ -62,7 +62,7 @@ def test_local_update_encodes_clipped_gradients_at_the_request_slots():
     table = np.random.default_rng(2).normal(size=(rc.num_items, rc.width))
     rows_ring = fp.encode(table[np.maximum(req.indices, 0)]) * (req.indices >= 0)[:, None].astype(np.uint32)
     dense_ring = fp.encode(np.array([3.0]))
-    before = snapshot(store, 0)
+    before = store.snapshot(0)
     g, d, res = local_update(fp, rc, 4, req, uniq.size, rating_batch(pos, ratings), rows_ring, dense_ring,
                              lambda rows, dd, batch: model.local_step(rows, dd, store.state(0), batch))
     assert g.shape == (rc.slots, rc.width) and g.dtype == np.uint32 and d.shape == (1,)
@@ -70,7 +70,10 @@ def test_local_update_encodes_clipped_gradients_at_the_request_slots():
     assert not g[empty].any()  # padding / empty buckets: exact zeros
     assert np.allclose(fp.decode(g[req.real_pos]), np.clip(res.row_grads, -fp.clip_bound(4), fp.clip_bound(4)),
                        atol=2**-16)
-    assert not np.array_equal(store.params[0], before[0])
-    restore(store, 0, before)
-    after = snapshot(store, 0)
-    assert all(np.array_equal(a, b) for a, b in zip(after[:3], before[:3])) and after[3] == before[3] == 0
+    assert not np.array_equal(store.params[0], before.params) and store.steps(0) == 1
+    store.restore(0, before)
+    after = store.snapshot(0)
+    assert all(np.array_equal(a, b) for a, b in ((after.params, before.params), (after.m, before.m), (after.v, before.v)))
+    assert after.t == before.t == store.steps(0) == 0
+    with pytest.raises(InvalidParameters):
+        store.restore(0, (before.params, before.m, before.v, 0))

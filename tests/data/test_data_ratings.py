@@ -187,3 +187,32 @@ def test_user_ratings_rejects_inconsistent_indptr():
             np.zeros(1, dtype=np.int64),
             np.zeros(1, dtype=np.float32),
         )
+
+
+def test_by_user_keeps_timestamps_and_the_interaction_order():
+    # user 0 rated items 7, 2, 5 at times 30, 10, 10; user 1 item 3 at time 5
+    users = np.array([0, 0, 1, 0], dtype=np.int64)
+    items = np.array([7, 2, 3, 5], dtype=np.int64)
+    ratings = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+    stamps = np.array([30, 10, 5, 10], dtype=np.int64)
+    data = RatingData("t", 2, 8, users, items, ratings, stamps)
+    by_item = by_user(data)
+    assert by_item.order == "item"
+    assert by_item.of(0)[0].tolist() == [2, 5, 7] and by_item.timestamps_of(0).tolist() == [10, 10, 30]
+    by_time = by_user(data, order="time")
+    assert by_time.of(0)[0].tolist() == [2, 5, 7]  # ties at t=10 broken by item id
+    assert by_time.of(0)[1].tolist() == [2.0, 4.0, 1.0] and by_time.timestamps_of(1).tolist() == [5]
+    later = RatingData("t", 1, 8, np.zeros(3, np.int64), np.array([1, 2, 3], np.int64),
+                       np.ones(3, np.float32), np.array([3, 2, 1], np.int64))
+    assert by_user(later, order="time").of(0)[0].tolist() == [3, 2, 1]
+    assert by_user(later).of(0)[0].tolist() == [1, 2, 3]
+
+
+def test_by_user_refuses_time_order_without_timestamps_and_unknown_orders():
+    data = RatingData("t", 1, 3, np.zeros(2, np.int64), np.array([0, 1], np.int64), np.ones(2, np.float32))
+    with pytest.raises(InvalidParameters, match="needs timestamps"):
+        by_user(data, order="time")
+    with pytest.raises(InvalidParameters, match="order must be one of"):
+        by_user(data, order="random")
+    with pytest.raises(InvalidParameters, match="no timestamps"):
+        by_user(data).timestamps_of(0)

@@ -2,7 +2,6 @@
 
 import json
 
-import numpy as np
 import pytest
 
 from secemb.data import DataFormatError, DatasetNotFoundError, load_dataset

@@ -20,7 +20,6 @@ def test_fm_forward_backward_shapes_and_gradients():
 
 
 def test_fm_pairwise_term_equals_explicit_sum():
-    import torch
 
     model, feats, table, dense, store = setup("fm", 4)
     u, i = 1, 5

@@ -8,11 +8,11 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from secemb.client.coordinator import cluster_settings
+from secemb.engine.settings import cluster_settings
 from secemb.data import synthetic_like, train_test_split
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
-from secemb.server.cluster import LocalCluster
+from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
 
 #: every network test stops by itself: per-request timeout and retry budget (seconds)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from net_helpers import WAIT_S, cluster_for, dump_logs, setup, small_data
-from secemb.client.coordinator import train_networked
+from secemb.sim.coordinator import train_networked
 from secemb.transport.network import RemoteError
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from net_helpers import WAIT_S, cluster_for, setup, small_data
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
-from secemb.client.training import distinct_items
+from secemb.training.local import distinct_items
 from secemb.data import by_user
 from secemb.protocols.placement import place
 from secemb.training import messages
@@ -46,8 +46,12 @@ class World:
         self.state = model.new_user_store(tr.num_users, np.random.default_rng(0), self.info.adam())
         s1.train(lambda rows, d, batch: model.local_step(rows, d, self.state.state(1), batch))
         self.samples = {
-            "q0": s1._q0, "q1": s1._q1, "up0": s1._up0, "up1": s1._up1,
+            "q0": s1._requests[0], "q1": s1._requests[1], "up0": s1._uploads[0], "up1": s1._uploads.get(1, b""),
             "count": messages.encode_count(np.array([3], np.uint32), 32),
+            # server 0's forwards have no device-side sample: bodies of their exact bound
+            **{kind: bytes(self.info.make_protocol().max_message_bytes(kind, self.info.config, party=1,
+                                                                       num_users=tr.num_users))
+               for kind in ("relay_keys", "relay_upload")},
             "model": self.admin[0].get_bytes("/v1/admin/model"),
         }
         s1.upload()
@@ -89,11 +93,11 @@ def _endpoints(w: World) -> list[tuple[int, str, str, str, str]]:
         (0, "POST", f"/v1/rounds/{r}/retrieval", "user:4", "q0"),
         (1, "POST", f"/v1/rounds/{r}/retrieval", "user:4", "q1"),
         (0, "POST", f"/v1/rounds/{r}/upload", "user:7", "up0"),
-        (1, "POST", f"/v1/rounds/{r}/upload", "user:7", "up0"),
+        (1, "POST", f"/v1/rounds/{r}/upload", "user:7", "up1"),  # empty with relay: server 1 takes none
         (0, "POST", "/v1/count", "user:5", "count"),
         (1, "POST", "/v1/count", "user:5", "count"),
-        (1, "POST", f"/v1/peer/rounds/{r}/relay-retrieval?user=0", "server0", "q0"),
-        (1, "POST", f"/v1/peer/rounds/{r}/relay-upload?user=0", "server0", "up0"),
+        (1, "POST", f"/v1/peer/rounds/{r}/relay-retrieval?user=0", "server0", "relay_keys"),
+        (1, "POST", f"/v1/peer/rounds/{r}/relay-upload?user=0", "server0", "relay_upload"),
         (1, "POST", "/v1/peer/model?round=0", "server0", "model"),
         (1, "POST", "/v1/peer/rounds", "server0", "json"),
         (1, "POST", f"/v1/peer/rounds/{r}/share", "server0", "json"),

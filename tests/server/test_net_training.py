@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from net_helpers import WAIT_S, cluster_for, dump_logs, setup, small_data
-from secemb.client.coordinator import train_networked
+from secemb.sim.coordinator import train_networked
 from secemb.training import train
 
 

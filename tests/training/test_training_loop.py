@@ -57,7 +57,8 @@ def test_synthetic_run_is_deterministic_verified_and_beats_the_global_mean():
     }
     assert set(doc["comm"]) == {"upload_bytes_per_user_round", "download_bytes_per_user_round"}
     assert set(doc["time"]) == {"user_ms_per_round", "server_s_per_round"}
-    assert doc["epochs"][0].keys() == {"epoch", "test_rmse", "train_loss", "val_rmse"}
+    assert doc["epochs"][0].keys() == {"epoch", "test_rmse", "train_loss", "val_rmse", "test_metrics", "val_metrics"}
+    assert doc["epochs"][0]["test_metrics"] == {"rmse": doc["epochs"][0]["test_rmse"]}
     assert doc["epochs"][0]["val_rmse"] is None  # no validation data given
     assert doc["config"]["m_prime_source"] == "eq11"
 
@@ -112,8 +113,8 @@ class _CorruptingServer(PlaintextServer):
             reply = reply[:-1] + bytes([reply[-1] ^ 1])
         return reply
 
-    def combine(self, peer_share):
-        sparse, dense = super().combine(peer_share)
+    def combine(self, peer_share, include=None):
+        sparse, dense = super().combine(peer_share, include=include)
         if self.where == "sum":
             sparse = sparse.copy()
             sparse[0, 0] += 1

@@ -1,0 +1,524 @@
+"""The one round driver: the operator and every simulated device of a federated training run.
+
+:func:`run` trains a model with a protocol against two servers reached through
+:class:`Servers` -- the server node objects in process (:mod:`secemb.engine.local`) or two
+server processes over HTTP (:mod:`secemb.sim.coordinator`).  The same code opens rounds,
+runs the devices through the device SDK (:class:`~secemb.client.device.RoundSession`, which
+sends what the protocol's :class:`~secemb.engine.stages.RoundPlan` declares), closes rounds
+and scores the model, so an in-process run and a networked run of one seed give the same
+model by construction.
+
+Randomness
+    All training randomness comes from one ``numpy.random.default_rng(seed)`` owned here and
+    consumed in a fixed order: the public model's initialization (server 0 repeats it from the
+    same seed, and the driver checks the two agree), the devices' private initialization, then
+    per epoch the user permutation and per round each user's placement draws, in user order.
+    Each device is handed its placement.  Cryptographic randomness is the protocol's own (OS
+    randomness).  Ring sums are exact and the optimizer runs on server 0, so neither the order
+    in which devices arrive nor how the engine batches them changes the model.
+
+Faults
+    A round that ends ``aborted`` (a server died, or too few users reached both servers) is
+    retried with the same users and placements after every participant undid its local step
+    (:meth:`~secemb.models.base.UserStore.restore`); a run with crashes therefore ends with the
+    model of an uninterrupted run.  Operator calls are retried (exponential backoff) while a
+    server is unreachable or restarting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol as TypingProtocol
+
+import numpy as np
+
+from secemb.client.device import DeviceClient, RoundInfo, RoundSession
+from secemb.data import RatingData, by_user
+from secemb.engine.links import AdminLink
+from secemb.engine.settings import rating_range_of
+from secemb.engine.stages import RETRIEVAL
+from secemb.errors import InvalidParameters, SecembError
+from secemb.metrics import evaluate
+from secemb.models.base import RecModel, StepResult
+from secemb.protocols.base import Protocol
+from secemb.protocols.placement import PaddedRequest, place
+from secemb.ring import FixedPoint
+from secemb.training import messages
+from secemb.training.local import distinct_counts, distinct_items
+from secemb.training.optimizer import ServerAdam
+from secemb.training.update import apply_aggregate
+from secemb.training.results import (
+    EpochStats,
+    RoundStats,
+    TrainConfig,
+    TrainResult,
+    VerificationError,
+    model_sha256,
+    run_config,
+)
+from secemb.transport.errors import RemoteError, Unreachable
+
+__all__ = ["Behavior", "DevicePhase", "RoundAborted", "Servers", "run"]
+
+#: per (round index, user): None (normal) or a fault to simulate on the device:
+#: "drop" (retrieves, never uploads), "only0"/"only1" (uploads to one server only),
+#: "late:<seconds>" (waits that long between training and upload).
+Behavior = Callable[[int, int], str | None]
+
+
+class RoundAborted(SecembError):
+    """A round could not be completed after all attempts."""
+
+
+class DevicePhase(TypingProtocol):
+    """How the devices of a round run: one after another in process, concurrently over HTTP."""
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``[fn(x) for x in items]``, possibly concurrently, in order."""
+
+    def retrieve(self, round_id: int, sessions: Sequence[RoundSession], plan_parties: tuple[int, ...]) -> list[
+            BaseException | None]:
+        """Send every session's retrieval requests, in ``plan_parties`` order, and hand each
+        its replies; per session, the error that stopped it (else ``None``)."""
+
+
+@dataclass
+class Servers:
+    """How the driver reaches the two servers.
+
+    ``admin``: the operator's links to server 0 and server 1; ``device``: device ``u``'s
+    client (its links to both servers); ``phase``: how a round's devices run;
+    ``server_bytes``: bytes that crossed between the servers in round ``r`` (``None`` if the
+    transport cannot see them); ``end_round``: called after each round (e.g. to drop the
+    transport's counters of that round).
+    """
+
+    admin: tuple[AdminLink, AdminLink]
+    device: Callable[[int], DeviceClient]
+    phase: DevicePhase
+    server_bytes: Callable[[int], int | None] = lambda r: None
+    end_round: Callable[[int], None] = lambda r: None
+    wait_s: float = 120.0
+
+
+@dataclass
+class _Device:
+    """One device's part in one round attempt."""
+
+    user: int
+    placement: PaddedRequest
+    behavior: str | None
+    session: RoundSession | None = None
+    error: BaseException | None = None
+    uploaded: bool = False
+    result: StepResult | None = None
+
+
+@dataclass
+class _Totals:
+    up: int = 0
+    down: int = 0
+    s2s: int = 0
+    user_s: float = 0.0
+    s0: float = 0.0
+    s1: float = 0.0
+    slower: float = 0.0
+    opt: float = 0.0
+    participations: int = 0
+    truncated: int = 0
+    aborted: int = 0
+    verified: int = 0
+    epoch_losses: list[float] = field(default_factory=list)
+
+
+def _retry(fn: Callable[[], Any], wait_s: float, what: str, retry_conflict: bool = False) -> Any:
+    """Call ``fn`` until it does not fail with Unreachable / 503 (a server restarting), with
+    exponential backoff (0.05 s doubling to 0.5 s) for up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.05
+    while True:
+        try:
+            return fn()
+        except Unreachable as exc:
+            err: Exception = exc
+        except RemoteError as exc:
+            if not (exc.status == 503 or (retry_conflict and exc.status == 409)):
+                raise
+            err = exc
+        if time.monotonic() >= deadline:
+            raise RoundAborted(f"{what}: gave up after {wait_s} s: {err}") from None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+def _model(admin: AdminLink, wait_s: float, m: int, width: int, dense_size: int) -> tuple[int, np.ndarray, np.ndarray]:
+    data = _retry(admin.model, wait_s, "fetching the model")
+    version = int.from_bytes(data[8:16], "little")
+    table, dense = messages.decode_model(data, round_id=version, num_items=m, width=width, dense_size=dense_size)
+    return version, table, dense
+
+
+def run(
+    servers: Servers,
+    model: RecModel,
+    protocol: Protocol,
+    train_data: RatingData,
+    test_data: RatingData | None,
+    config: TrainConfig,
+    *,
+    val_data: RatingData | None = None,
+    deadline_s: float = 120.0,
+    close_when_done: bool = True,
+    max_attempts: int = 5,
+    behavior: Behavior | None = None,
+    before_round: Callable[[int, int, int, list[int]], None] | None = None,
+    after_round: Callable[[int, int, dict[str, Any], dict[int, BaseException]], None] | None = None,
+    on_start: Callable[[dict[str, Any]], None] | None = None,
+    on_round: Callable[[RoundStats], None] | None = None,
+    on_epoch: Callable[[EpochStats], None] | None = None,
+    extra_config: dict[str, Any] | None = None,
+) -> TrainResult:
+    """Train ``model`` with ``protocol`` against ``servers``; the run's :class:`TrainResult`.
+
+    Parameters
+    ----------
+    servers: the two servers (fresh state, configured for this run).
+    model, protocol, train_data, test_data, config: the run (see :func:`secemb.training.train`).
+    val_data: held-out ratings scored after every epoch (``EpochStats.val_rmse``).
+    deadline_s: each round's deadline at the servers.
+    close_when_done: close a round as soon as all its devices finished (else the servers
+        close it on quorum or deadline).
+    max_attempts: tries per round (aborted rounds are retried).
+    behavior: per (round index, user), a device fault to simulate (see :data:`Behavior`).
+    before_round: ``(round index, attempt, round id, users)``, called before the devices run.
+    after_round: ``(round index, attempt, outcome, device errors by user)``, called when the
+        round ended (committed or aborted).
+    on_start, on_round, on_epoch: progress callbacks; ``extra_config`` is merged into
+        ``result.config``.
+
+    Raises
+    ------
+    InvalidParameters
+        The servers are configured differently from ``model``/``protocol``/``config``.
+    RoundAborted
+        A round failed ``max_attempts`` times, or a server stayed unreachable.
+    VerificationError
+        With ``config.verify``: a retrieved row, the servers' models or the optimizer step
+        differ from the direct computation.
+    """
+    wall0 = time.perf_counter()
+    cfg = config
+    for held_out in (test_data, val_data):
+        if held_out is not None and (
+            held_out.num_items != train_data.num_items or held_out.num_users != train_data.num_users
+        ):
+            raise InvalidParameters("train, test and validation data must share the user and item id spaces")
+    fp = FixedPoint(cfg.ring_bits, cfg.frac_bits)
+    rng = np.random.default_rng(cfg.seed)
+    m = train_data.num_items
+    width, dense_size = model.sparse_width, model.dense_size
+    per_user = by_user(train_data)
+    distinct = distinct_counts(per_user)
+    active = np.flatnonzero(distinct > 0)
+    rating_range = rating_range_of(train_data, cfg)
+    admin0, admin1 = servers.admin
+    wait_s = servers.wait_s
+    plan = protocol.plan()
+
+    # ---- the initial public model: server 0 initializes it from the same seed
+    table, dense = model.init_public(m, rng, rating_range=rating_range)
+    store = model.new_user_store(train_data.num_users, rng, cfg.adam())
+    version, t0, d0 = _model(admin0, wait_s, m, width, dense_size)
+    if version != 0 or model_sha256(t0, d0) != model_sha256(table, dense):
+        raise InvalidParameters(
+            f"server 0's model (version {version}) is not the fresh model of seed {cfg.seed}: "
+            "start from an empty state directory with init_seed = seed"
+        )
+    mirror = ServerAdam(m, width, dense_size, cfg.adam(), lazy=cfg.lazy_adam) if cfg.verify else None
+
+    # ---- m'
+    count_bytes = 0
+    if cfg.m_prime is not None:
+        if cfg.m_prime > m:
+            raise InvalidParameters(f"m_prime must be <= num_items={m}, got {cfg.m_prime}")
+        st = _retry(admin0.status, wait_s, "server status")
+        if st["m_prime"] != cfg.m_prime:
+            raise InvalidParameters(f"server 0 has m_prime={st['m_prime']}, the run wants {cfg.m_prime}")
+        m_prime, source, mean_count = cfg.m_prime, "given", None
+    else:
+        def count_phase() -> dict[str, Any]:
+            admin0.count_open([int(u) for u in active])
+            sent = servers.phase.map(lambda u: servers.device(int(u)).send_count(int(distinct[u]), cfg.ring_bits),
+                                     list(active))
+            doc: dict[str, Any] = admin0.count_close()
+            doc["bytes"] = sum(sent)
+            return doc
+
+        doc = _retry(count_phase, wait_s, "count phase", retry_conflict=True)
+        m_prime, source, mean_count = int(doc["m_prime"]), "eq11", float(doc["mean_count"])
+        count_bytes = int(doc["bytes"])
+
+    result_config = run_config(
+        model, protocol, cfg, train_data, test_data, m_prime, source, mean_count,
+        rating_range, int(active.size), extra_config,
+    )
+    if on_start is not None:
+        on_start(result_config)
+
+    rc_plan = protocol.round_config(0, m, width, dense_size, m_prime, cfg.ring_bits)
+    tot = _Totals()
+    epochs: list[EpochStats] = []
+    round_index = 0
+    checked_info = False
+
+    def prepare(dev: _Device, info: RoundInfo) -> RoundSession | None:
+        try:
+            items, ratings = per_user.of(dev.user)
+            session = RoundSession(servers.device(dev.user), info, protocol=protocol, fp=fp)
+            dev.session = session
+            session.prepare(items, ratings, placement=dev.placement)
+            return session
+        except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
+            dev.error = exc
+            return None
+
+    def finish(dev: _Device, expected: np.ndarray | None) -> None:
+        session = dev.session
+        if dev.error is not None or session is None:
+            return
+        try:
+            session.fetch_dense()
+            session.reconstruct()
+            if expected is not None:
+                want = expected[np.maximum(dev.placement.indices, 0)]
+                want[dev.placement.indices < 0] = 0
+                if not np.array_equal(session.rows_ring, want):
+                    bad = int(np.flatnonzero(np.any(session.rows_ring != want, axis=1))[0])
+                    raise VerificationError(
+                        f"round {session.rc.round_id}, user {dev.user}: retrieved row {bad} (item "
+                        f"{int(dev.placement.indices[bad])}) differs from the encoded table"
+                    )
+            if dev.behavior == "drop":
+                return
+            state = store.state(dev.user)
+            dev.result = session.train(lambda rows, d, batch: model.local_step(rows, d, state, batch))
+            if dev.behavior is not None and dev.behavior.startswith("late:"):
+                time.sleep(float(dev.behavior.split(":", 1)[1]))
+            if dev.behavior in ("only0", "only1"):
+                session.upload(only=int(dev.behavior[-1]))
+                return
+            session.upload()
+            dev.uploaded = True
+        except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
+            dev.error = exc
+
+    def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
+        sessions = servers.phase.map(lambda d: prepare(d, info), devs)
+        live = [(d, s) for d, s in zip(devs, sessions) if s is not None]
+        errors = servers.phase.retrieve(info.round_id, [s for _, s in live], plan.device_sends(RETRIEVAL))
+        for (d, _), err in zip(live, errors):
+            if err is not None:
+                d.error = err
+        servers.phase.map(lambda d: finish(d, expected), devs)
+
+    for epoch in range(1, cfg.epochs + 1):
+        order = rng.permutation(active)
+        tot.epoch_losses = []
+        for start in range(0, order.size, cfg.users_per_round):
+            users = [int(u) for u in order[start : start + cfg.users_per_round]]
+            placements = []
+            for u in users:
+                uniq, _ = distinct_items(per_user.of(u)[0])
+                req = place(rc_plan, uniq, rng)
+                placements.append(req)
+                tot.truncated += int(req.kept.size < uniq.size)
+            last_error = ""
+            for attempt in range(1, max_attempts + 1):
+                opened = _retry(lambda: admin0.open_round(users, deadline_s), wait_s, "opening a round",
+                                retry_conflict=True)
+                info = RoundInfo.from_doc(opened)
+                r = info.round_id
+                if info.config != protocol.round_config(r, m, width, dense_size, m_prime, cfg.ring_bits):
+                    raise InvalidParameters(f"server 0's round configuration {info.config} differs from the run's")
+                if not checked_info:
+                    _check_info(info, model, cfg)
+                    checked_info = True
+                expected = None
+                if cfg.verify:
+                    expected = fp.encode(_model(admin0, wait_s, m, width, dense_size)[1])
+                if before_round is not None:
+                    before_round(round_index, attempt, r, users)
+                snaps = {u: store.snapshot(u) for u in users}
+                devs = [_Device(u, p, behavior(round_index, u) if behavior else None) for u, p in zip(users, placements)]
+                if cfg.schedule == "interleaved":
+                    for d in devs:
+                        device_phase([d], info, expected)
+                else:
+                    device_phase(devs, info, expected)
+                for d in devs:
+                    if isinstance(d.error, VerificationError):
+                        raise d.error
+                if close_when_done:
+                    outcome = _close(admin0, r, wait_s)
+                else:
+                    outcome = _await(admin0, r, wait_s + deadline_s)
+                if after_round is not None:
+                    after_round(round_index, attempt, outcome, {d.user: d.error for d in devs if d.error is not None})
+                if outcome["state"] != "committed":
+                    errors = [d.error for d in devs if d.error is not None]
+                    last_error = f"{outcome.get('reason')}" + (f"; first device error: {errors[0]!r}" if errors else "")
+                    for u, snap in snaps.items():
+                        store.restore(u, snap)
+                    tot.aborted += 1
+                    servers.end_round(r)
+                    continue
+                included = set(outcome["included"] or [])
+                if cfg.verify:
+                    assert mirror is not None
+                    _verify_round(admin0, admin1, mirror, table, dense, devs, included, fp, m, width, dense_size, r,
+                                  wait_s)
+                    tot.verified += 1
+                _account(tot, servers, admin1, outcome, devs, included, epoch, r, cfg.verify, on_round, wait_s)
+                servers.end_round(r)
+                break
+            else:
+                raise RoundAborted(f"round {round_index} was aborted {max_attempts} times; last: {last_error}")
+            round_index += 1
+
+        scores: list[dict[str, float | None]] = []
+        if test_data is not None or val_data is not None:
+            _, t_now, d_now = _model(admin0, wait_s, m, width, dense_size)
+        for held_out in (test_data, val_data):
+            scores.append({} if held_out is None else evaluate(
+                model, t_now, d_now, store, held_out, cfg.metrics, rating_range=rating_range))
+        losses = tot.epoch_losses
+        e = EpochStats(epoch, scores[0].get("rmse"), float(np.mean(losses)) if losses else float("nan"),
+                       val_rmse=scores[1].get("rmse"), test_metrics=scores[0], val_metrics=scores[1])
+        epochs.append(e)
+        if on_epoch is not None:
+            on_epoch(e)
+
+    _, table_f, dense_f = _model(admin0, wait_s, m, width, dense_size)
+    rounds = round_index
+    per_part = max(tot.participations, 1)
+    per_round = max(rounds, 1)
+    result = TrainResult(
+        config=result_config,
+        epochs=epochs,
+        upload_bytes_per_user_round=tot.up / per_part,
+        download_bytes_per_user_round=tot.down / per_part,
+        server_bytes_per_round=tot.s2s / per_round,
+        count_bytes_per_user=count_bytes / max(int(active.size), 1) if source == "eq11" else 0.0,
+        user_ms_per_round=1e3 * tot.user_s / per_part,
+        server_s_per_round=tot.slower / per_round,
+        server0_s_per_round=tot.s0 / per_round,
+        server1_s_per_round=tot.s1 / per_round,
+        optimizer_s_per_round=tot.opt / per_round,
+        verified_rounds=tot.verified,
+        rounds=rounds,
+        participations=tot.participations,
+        truncated_participations=tot.truncated,
+        model_sha256=model_sha256(table_f, dense_f),
+        wall_s=time.perf_counter() - wall0,
+        table=table_f,
+        dense=dense_f,
+        user_store=store,
+        aborted_rounds=tot.aborted,
+    )
+    return result
+
+
+def _account(tot: _Totals, servers: Servers, admin1: AdminLink, outcome: dict[str, Any], devs: list[_Device],
+             included: set[int], epoch: int, r: int, verified: bool, on_round: Callable[[RoundStats], None] | None,
+             wait_s: float) -> None:
+    """Add a committed round's traffic and times to the totals; report it."""
+    sessions = [d.session for d in devs if d.session is not None]
+    up = sum(s.upload_bytes for s in sessions)
+    down = sum(s.download_bytes for s in sessions)
+    user_s = sum(s.compute_s for s in sessions)
+    losses = [d.result.loss for d in devs if d.result is not None and d.user in included]
+    s2s = servers.server_bytes(r) or 0
+    s0 = float(outcome.get("server_s") or 0.0)
+    opt = float(outcome.get("optimizer_s") or 0.0)
+    s1 = float(_retry(lambda: admin1.round_status(r), wait_s, "server 1's round status").get("server_s") or 0.0)
+    tot.up += up
+    tot.down += down
+    tot.s2s += s2s
+    tot.user_s += user_s
+    tot.s0 += s0
+    tot.s1 += s1
+    tot.slower += max(s0, s1)
+    tot.opt += opt
+    tot.participations += len(devs)
+    tot.epoch_losses.extend(losses)
+    if on_round is not None:
+        on_round(RoundStats(r, epoch, len(devs), up, down, s2s, user_s, s0, s1, opt, verified,
+                            float(np.mean(losses)) if losses else float("nan")))
+
+
+def _check_info(info: RoundInfo, model: RecModel, cfg: TrainConfig) -> None:
+    want_training = {"lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "eps": cfg.eps,
+                     "ring_bits": cfg.ring_bits, "frac_bits": cfg.frac_bits}
+    if info.model.get("name") != model.name:
+        raise InvalidParameters(f"the servers train {info.model}, the run wants {model.name}")
+    if info.training != want_training:
+        raise InvalidParameters(f"the servers use {info.training}, the run wants {want_training}")
+
+
+def _close(admin0: AdminLink, r: int, wait_s: float) -> dict[str, Any]:
+    def once() -> dict[str, Any]:
+        try:
+            return admin0.close_round(r)
+        except RemoteError as exc:
+            if exc.status == 404:  # server 0 restarted before it recorded the round
+                return {"round_id": r, "state": "aborted", "included": None, "reason": exc.detail}
+            raise
+    doc: dict[str, Any] = _retry(once, wait_s, f"closing round {r}")
+    if doc["state"] not in ("committed", "aborted"):
+        return _await(admin0, r, wait_s)
+    return doc
+
+
+def _await(admin0: AdminLink, r: int, wait_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            doc = admin0.round_status(r)
+            if doc["state"] in ("committed", "aborted"):
+                return doc
+        except Unreachable:
+            pass
+        except RemoteError as exc:
+            if exc.status == 404:
+                return {"round_id": r, "state": "aborted", "included": None, "reason": exc.detail}
+            if exc.status != 503:
+                raise
+        if time.monotonic() >= deadline:
+            raise RoundAborted(f"round {r} did not end within {wait_s} s")
+        time.sleep(0.05)
+
+
+def _verify_round(admin0: AdminLink, admin1: AdminLink, mirror: ServerAdam, table: np.ndarray, dense: np.ndarray,
+                  devs: list[_Device], included: set[int], fp: FixedPoint, m: int, width: int, dense_size: int,
+                  r: int, wait_s: float) -> None:
+    """Both servers hold the same model, and it is the optimizer step of the direct sums of
+    the included users' encoded gradients (``table``/``dense`` are the mirror's copies)."""
+    sparse = np.zeros((m, width), fp.dtype)
+    dsum = np.zeros(dense_size, fp.dtype)
+    for d in devs:
+        if d.user in included and d.session is not None and d.session.g_ring is not None:
+            real = d.placement.indices >= 0
+            np.add.at(sparse, d.placement.indices[real], d.session.g_ring[real])
+            dsum += d.session.d_ring
+    apply_aggregate(fp, mirror, table, dense, sparse, dsum, len(included))
+    _, t0, d0 = _model(admin0, wait_s, m, width, dense_size)
+    _, t1, d1 = _model(admin1, wait_s, m, width, dense_size)
+    if model_sha256(t0, d0) != model_sha256(t1, d1):
+        raise VerificationError(f"round {r}: server 1's model differs from server 0's after sync")
+    if model_sha256(t0, d0) != model_sha256(table, dense):
+        raise VerificationError(
+            f"round {r}: server 0's model differs from the optimizer step on the direct sum of the "
+            "users' encoded gradients (the secure aggregate is wrong)"
+        )

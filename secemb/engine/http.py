@@ -1,0 +1,89 @@
+"""The engine's links over HTTP: signed requests to a server process (``secemb serve``).
+
+:class:`HttpServerLink` is a device's connection (signed with its per-device key),
+:class:`HttpAdminLink` the operator's (signed with the server's admin secret).  Endpoint paths
+live here and in :mod:`secemb.server.app` only; see ``docs/deployment.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from secemb.transport.network import ApiClient
+
+__all__ = ["HttpAdminLink", "HttpServerLink"]
+
+
+class HttpServerLink:
+    """Device ``user``'s signed connection to server ``party`` at ``url`` (``http`` an
+    optional shared ``httpx.Client`` pool for simulations of many devices)."""
+
+    def __init__(self, party: int, user: int, url: str, key: bytes, *, timeout: float = 60.0,
+                 http: httpx.Client | None = None) -> None:
+        self.party, self.user = int(party), int(user)
+        self.api = ApiClient(url, f"user:{self.user}", key, timeout=timeout, http=http)
+
+    def round_info(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.get_json("/v1/round")
+        return doc
+
+    def count(self, body: bytes) -> None:
+        self.api.post_bytes("/v1/count", body)
+
+    def retrieval(self, round_id: int, body: bytes) -> bytes | None:
+        return self.api.post_bytes(f"/v1/rounds/{round_id}/retrieval", body)
+
+    def dense(self, round_id: int) -> bytes:
+        return self.api.get_bytes(f"/v1/rounds/{round_id}/dense")
+
+    def upload(self, round_id: int, body: bytes) -> None:
+        self.api.post_bytes(f"/v1/rounds/{round_id}/upload", body)
+
+    def round_status(self, round_id: int) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.get_json(f"/v1/rounds/{round_id}/status")
+        return doc
+
+    def close(self) -> None:
+        self.api.close()
+
+
+class HttpAdminLink:
+    """The operator's signed connection to server ``party`` (an :class:`ApiClient` keyed
+    with that server's admin secret)."""
+
+    def __init__(self, party: int, api: ApiClient) -> None:
+        self.party, self.api = int(party), api
+
+    def status(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.get_json("/v1/admin/status")
+        return doc
+
+    def model(self) -> bytes:
+        return self.api.get_bytes("/v1/admin/model")
+
+    def count_open(self, users: list[int]) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.post_json("/v1/admin/count/open", {"users": users})
+        return doc
+
+    def count_close(self) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.post_json("/v1/admin/count/close")
+        return doc
+
+    def open_round(self, participants: list[int], deadline_s: float) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.post_json(
+            "/v1/admin/rounds", {"participants": participants, "deadline_s": deadline_s}
+        )
+        return doc
+
+    def close_round(self, round_id: int) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.post_json(f"/v1/admin/rounds/{round_id}/close")
+        return doc
+
+    def round_status(self, round_id: int) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.get_json(f"/v1/rounds/{round_id}/status")
+        return doc
+
+    def close(self) -> None:
+        self.api.close()

@@ -1,0 +1,283 @@
+"""The engine in process: both server nodes, with in-memory state, behind an
+:class:`~secemb.transport.inprocess.InProcessTransport` that counts every protocol message.
+
+:class:`InProcessServers` builds server 0 (the leader) and server 1 (the follower) as the same
+node objects a deployment runs behind FastAPI (:func:`secemb.server.node.make_node`), wires
+server 0 to server 1 through :class:`LocalPeer`, and hands the driver
+(:func:`secemb.engine.driver.run`) its links: :class:`LocalServerLink` for devices,
+:class:`LocalAdminLink` for the operator.  Every protocol message -- device to server, server
+to device, server to server -- is sent on the transport and received from it before the
+receiving node sees it, tagged with its stage (:mod:`secemb.engine.stages`) and the current
+round, so communication figures are ``len()`` of what crossed, per round, stage and
+direction.  JSON control documents (round announcements, status) are not protocol traffic
+and are not counted, as HTTP headers are not counted over the network.
+
+Devices of a round are batched: the retrieval requests of all the round's devices reach each
+server as one ``retrieval_many`` call (what the HTTP server's batcher does for concurrent
+devices), so the servers evaluate keys in large batches.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from secemb.client.device import DeviceClient, RoundSession
+from secemb.engine.driver import Servers
+from secemb.engine.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
+from secemb.errors import SecembError
+from secemb.models.base import RecModel
+from secemb.protocols.base import Protocol
+from secemb.server.config import ServerConfig
+from secemb.server.errors import PeerUnavailable
+from secemb.server.node import FollowerNode, LeaderNode, make_node
+from secemb.server.peer import PeerRefused, PeerUnreachable
+from secemb.server.store import MemoryStore
+from secemb.transport.inprocess import SERVER, InProcessTransport, user_endpoint
+
+__all__ = ["InProcessServers", "LocalAdminLink", "LocalPeer", "LocalServerLink"]
+
+T = TypeVar("T")
+_NAMES = (SERVER0, SERVER1)
+
+
+def _carry(tp: InProcessTransport, src: str, dst: str, body: bytes, stage: str) -> bytes:
+    """Move ``body`` from ``src`` to ``dst`` over the transport (counted); what ``dst`` gets."""
+    tp.send(src, dst, body, stage=stage)
+    return tp.recv(dst, src)
+
+
+def _peer(fn: Callable[[], T]) -> T:
+    """A follower call with its refusal turned into the :class:`~secemb.server.peer.PeerLink`
+    errors, as the HTTP peer turns a 4xx/5xx into them."""
+    try:
+        return fn()
+    except PeerUnavailable as exc:
+        raise PeerUnreachable(str(exc)) from None
+    except SecembError as exc:
+        raise PeerRefused(str(exc)) from None
+
+
+class LocalPeer:
+    """:class:`~secemb.server.peer.PeerLink` to a follower node in the same process; protocol
+    messages cross ``transport`` (server traffic, tagged with their stage)."""
+
+    def __init__(self, follower: FollowerNode, transport: InProcessTransport) -> None:
+        self.follower, self.tp = follower, transport
+
+    def status(self) -> dict[str, Any]:
+        return _peer(self.follower.status)
+
+    def count_open(self, users: list[int] | None) -> None:
+        _peer(lambda: self.follower.peer_count_open(users))
+
+    def count_close(self) -> list[int]:
+        return _peer(self.follower.peer_count_close)
+
+    def count_share(self, include: list[int]) -> bytes:
+        share = _peer(lambda: self.follower.peer_count_share(include))
+        return _carry(self.tp, SERVER1, SERVER0, share, COUNT)
+
+    def open_round(self, doc: dict[str, Any]) -> None:
+        _peer(lambda: self.follower.peer_open(doc))
+
+    def ready_many(self, round_id: int, users: list[int]) -> list[bool]:
+        return [bool(_peer(lambda: self.follower.peer_ready(round_id, u))["ready"]) for u in users]
+
+    def relay_retrieval_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        got = [(u, _carry(self.tp, SERVER0, SERVER1, body, RETRIEVAL)) for u, body in items]
+        outs = self.follower.peer_relay_retrieval_many(round_id, got)
+        result: list[bytes | SecembError] = []
+        for out in outs:
+            if isinstance(out, PeerUnavailable):
+                result.append(PeerUnreachable(str(out)))
+            elif isinstance(out, SecembError):
+                result.append(PeerRefused(str(out)))
+            else:
+                result.append(_carry(self.tp, SERVER1, SERVER0, out, RETRIEVAL))
+        return result
+
+    def relay_upload(self, round_id: int, user: int, body: bytes) -> None:
+        got = _carry(self.tp, SERVER0, SERVER1, body, UPLOAD)
+        _peer(lambda: self.follower.peer_relay_upload(round_id, user, got))
+
+    def close(self, round_id: int) -> list[int]:
+        return [int(u) for u in _peer(lambda: self.follower.peer_close(round_id))["uploaded"]]
+
+    def share(self, round_id: int, include: list[int]) -> bytes:
+        share = _peer(lambda: self.follower.peer_share(round_id, include))
+        return _carry(self.tp, SERVER1, SERVER0, share, AGGREGATE)
+
+    def abort(self, round_id: int, reason: str) -> None:
+        _peer(lambda: self.follower.peer_abort(round_id, reason))
+
+    def sync_model(self, body: bytes, round_id: int) -> None:
+        got = _carry(self.tp, SERVER0, SERVER1, body, SYNC)
+        _peer(lambda: self.follower.peer_model(got, round_id))
+
+
+class LocalServerLink:
+    """Device ``user``'s :class:`~secemb.engine.links.ServerLink` to an in-process node."""
+
+    def __init__(self, node: LeaderNode | FollowerNode, user: int, transport: InProcessTransport) -> None:
+        self.node, self.user, self.tp = node, int(user), transport
+        self.party = node.party
+        self._me, self._it = user_endpoint(self.user), _NAMES[self.party]
+
+    def _up(self, body: bytes, stage: str) -> bytes:
+        return _carry(self.tp, self._me, self._it, body, stage)
+
+    def _down(self, body: bytes, stage: str) -> bytes:
+        return _carry(self.tp, self._it, self._me, body, stage)
+
+    def round_info(self) -> dict[str, Any]:
+        return self.node.round_info(self.user)
+
+    def count(self, body: bytes) -> None:
+        self.node.count_submit(self.user, self._up(body, COUNT))
+
+    def retrieval(self, round_id: int, body: bytes) -> bytes | None:
+        out = self.node.retrieval_many(round_id, [(self.user, self._up(body, RETRIEVAL))])[0]
+        if isinstance(out, BaseException):
+            raise out
+        return None if out is None else self._down(out, RETRIEVAL)
+
+    def dense(self, round_id: int) -> bytes:
+        if not isinstance(self.node, LeaderNode):
+            raise PeerRefused("the dense vector is served by server 0")
+        return self._down(self.node.dense_message(round_id), DENSE)
+
+    def upload(self, round_id: int, body: bytes) -> None:
+        self.node.upload(round_id, self.user, self._up(body, UPLOAD))
+
+    def round_status(self, round_id: int) -> dict[str, Any]:
+        return self.node.round_status(round_id, self.user)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class LocalAdminLink:
+    """The operator's :class:`~secemb.engine.links.AdminLink` to an in-process node.  Opening
+    a round tags the transport's later messages with its id (until :meth:`InProcessServers.end_round`)."""
+
+    def __init__(self, node: LeaderNode | FollowerNode, transport: InProcessTransport) -> None:
+        self.node, self.tp, self.party = node, transport, node.party
+
+    def _leader(self) -> LeaderNode:
+        if not isinstance(self.node, LeaderNode):
+            raise PeerRefused("this operation is served by server 0")
+        return self.node
+
+    def status(self) -> dict[str, Any]:
+        return self.node.status()
+
+    def model(self) -> bytes:
+        return self.node.model_message()
+
+    def count_open(self, users: list[int]) -> dict[str, Any]:
+        return self._leader().count_open(users)
+
+    def count_close(self) -> dict[str, Any]:
+        return self._leader().count_close()
+
+    def open_round(self, participants: list[int], deadline_s: float) -> dict[str, Any]:
+        doc = self._leader().open_round(participants=participants, deadline_s=deadline_s)
+        self.tp.set_round(int(doc["round_id"]))
+        return doc
+
+    def close_round(self, round_id: int) -> dict[str, Any]:
+        return self._leader().close_round(round_id)
+
+    def round_status(self, round_id: int) -> dict[str, Any]:
+        return self.node.round_status(round_id, None)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class _BatchedPhase:
+    """A round's devices one after another, their retrieval requests batched per server."""
+
+    def __init__(self, servers: InProcessServers) -> None:
+        self.servers = servers
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        return [fn(x) for x in items]
+
+    def retrieve(self, round_id: int, sessions: Sequence[RoundSession],
+                 plan_parties: tuple[int, ...]) -> list[BaseException | None]:
+        errors: list[BaseException | None] = [None] * len(sessions)
+        for party in plan_parties:
+            todo = [i for i in range(len(sessions)) if errors[i] is None]
+            links = [sessions[i].client.links[party] for i in todo]
+            items = [(link.user, link._up(sessions[i].request_for(party), RETRIEVAL))  # type: ignore[attr-defined]
+                     for i, link in zip(todo, links)]
+            outs = self.servers.nodes[party].retrieval_many(round_id, items)
+            for i, link, out in zip(todo, links, outs):
+                if isinstance(out, BaseException):
+                    errors[i] = out
+                else:
+                    sessions[i].accept_reply(party, None if out is None else link._down(out, RETRIEVAL))  # type: ignore[attr-defined]
+        return errors
+
+
+def server_configs(settings: dict[str, Any]) -> tuple[ServerConfig, ServerConfig]:
+    """Both servers' configurations for an in-process run of ``settings`` (the fields of
+    :func:`secemb.sim.coordinator.cluster_settings`).  Secrets are fresh OS randomness and
+    never used: in-process nodes exchange no signed requests."""
+    common = {"peer_secret": os.urandom(32), "admin_secret": os.urandom(32), "user_secret": os.urandom(32),
+              "peer_url": "http://in-process.invalid", "state_dir": Path("in-process")}
+    return ServerConfig(party=0, **common, **settings), ServerConfig(party=1, **common, **settings)
+
+
+class InProcessServers:
+    """Server 0 and server 1 as in-process nodes with in-memory state.
+
+    Parameters
+    ----------
+    settings: the servers' shared configuration (:func:`secemb.sim.coordinator.cluster_settings`).
+    protocol, model: the objects the nodes run (the driver's own; a test may pass a protocol
+        that is not registered).
+    transport: where messages cross and are counted (a fresh one by default; then each
+        round's counters are dropped when the round ends, to bound memory).
+    """
+
+    def __init__(self, settings: dict[str, Any], protocol: Protocol, model: RecModel,
+                 transport: InProcessTransport | None = None) -> None:
+        self.own_transport = transport is None
+        self.tp = InProcessTransport() if transport is None else transport
+        cfg0, cfg1 = server_configs(settings)
+        fingerprint = cfg0.fingerprint()
+        follower = make_node(cfg1, store=MemoryStore(1, fingerprint), protocol=protocol, model=model)
+        leader = make_node(cfg0, peer=LocalPeer(follower, self.tp), store=MemoryStore(0, fingerprint),  # type: ignore[arg-type]
+                           protocol=protocol, model=model, start_threads=False)
+        self.nodes = (leader, follower)
+
+    def servers(self) -> Servers:
+        """The driver's view of the two nodes."""
+        admin = (LocalAdminLink(self.nodes[0], self.tp), LocalAdminLink(self.nodes[1], self.tp))
+
+        def device(user: int) -> DeviceClient:
+            return DeviceClient.over(user, (LocalServerLink(self.nodes[0], user, self.tp),
+                                            LocalServerLink(self.nodes[1], user, self.tp)))
+
+        return Servers(admin=admin, device=device, phase=_BatchedPhase(self), server_bytes=self.server_bytes,
+                       end_round=self.end_round)
+
+    def server_bytes(self, round_id: int) -> int:
+        """Bytes between the servers in round ``round_id``."""
+        return self.tp.total_bytes(round_id=round_id, direction=SERVER)
+
+    def end_round(self, round_id: int) -> None:
+        """Stop tagging messages with ``round_id``; drop its counters if the transport is ours."""
+        self.tp.set_round(None)
+        if self.own_transport:
+            self.tp.drop_round(round_id)
+
+    def stop(self) -> None:
+        """Stop the nodes' background threads."""
+        for node in self.nodes:
+            node.stop()

@@ -1,0 +1,58 @@
+"""The servers' configuration for a run: what both server nodes must be told to train a model
+with a protocol as a :class:`~secemb.training.results.TrainConfig` says -- the same for an
+in-process run (:mod:`secemb.engine.local`) and two server processes
+(:mod:`secemb.sim.cluster`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from secemb.data import RatingData
+from secemb.models.base import RecModel
+from secemb.protocols.base import Protocol
+from secemb.training.results import TrainConfig
+
+__all__ = ["cluster_settings", "rating_range_of"]
+
+
+def rating_range_of(train_data: RatingData, config: TrainConfig) -> tuple[float, float]:
+    """The public rating scale: ``config.rating_range``, else the training set's min and max."""
+    if config.rating_range is not None:
+        return float(config.rating_range[0]), float(config.rating_range[1])
+    return float(train_data.ratings.min()), float(train_data.ratings.max())
+
+
+def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData, config: TrainConfig,
+                     *, deadline_s: float = 120.0, item_features: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The :class:`~secemb.server.config.ServerConfig` fields two servers need to train
+    ``model`` with ``protocol`` as ``config`` says (both servers get the same).
+
+    ``item_features``: the file :func:`secemb.data.features.save_item_features` wrote for a
+    feature model (FM, DeepFM); server processes build the model from it.  In-process nodes
+    are handed the model itself and need none."""
+    extra = {} if item_features is None else {"item_features": str(item_features)}
+    return {
+        **extra,
+        "num_items": train_data.num_items,
+        "num_users": train_data.num_users,
+        "protocol": protocol.name,
+        "layout": protocol.layout,
+        "relay": bool(protocol.relay),
+        "expansion": float(protocol.expansion),
+        "layout_seed": int(protocol.layout_seed),
+        "model": model.name,
+        "model_hparams": model.spec(),
+        "rating_range": rating_range_of(train_data, config),
+        "init_seed": config.seed,
+        "lr": config.lr,
+        "beta1": config.beta1,
+        "beta2": config.beta2,
+        "eps": config.eps,
+        "lazy_adam": config.lazy_adam,
+        "ring_bits": config.ring_bits,
+        "frac_bits": config.frac_bits,
+        "m_prime": config.m_prime,
+        "alpha": config.alpha,
+        "deadline_s": deadline_s,
+    }

@@ -1,0 +1,150 @@
+"""The shared stage vocabulary of a round, and a protocol's declaration of its round.
+
+Every party imports its stage and message names from here (as Flower's secure-aggregation
+workflow shares its stage constants between client and server), so the device SDK, the server
+nodes, the in-process transport's byte counters and the HTTP layer cannot disagree on a name.
+
+A protocol declares its round as a :class:`RoundPlan`: an ordered tuple of :class:`Hop`\\ s,
+each one message from one party to another in one stage.  The engine executes the
+declaration: the device session sends, in a stage, to the parties in the order of the plan's
+device hops (:meth:`RoundPlan.device_sends`), and the server nodes forward what the plan's
+server-to-server hops say.  The in-process engine records every message it moves with the
+plan's stage and endpoint names, so a test can compare the transcript of a real round with
+the declaration hop by hop (``tests/engine/test_engine_plan.py``).
+
+Parties: :data:`USER` (a device), :data:`SERVER0` (the leader: opens and closes rounds, holds
+the optimizer) and :data:`SERVER1` (the follower).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from secemb.errors import InvalidParameters
+
+__all__ = [
+    "AGGREGATE",
+    "COUNT",
+    "DENSE",
+    "Hop",
+    "PARTIES",
+    "RETRIEVAL",
+    "RoundPlan",
+    "SERVER0",
+    "SERVER1",
+    "STAGES",
+    "SYNC",
+    "UPLOAD",
+    "USER",
+    "round_plan",
+]
+
+# ---- stages, in the order a run goes through them
+COUNT = "count"  # Eq. 11, once per run: count shares, the servers open only the mean
+RETRIEVAL = "retrieval"  # private retrieval of the user's rows (relay hops included)
+DENSE = "dense"  # the round's public dense vector, server 0 -> user
+UPLOAD = "upload"  # the user's encoded gradients (relay hop included)
+AGGREGATE = "aggregate"  # server 1's aggregate share -> server 0
+SYNC = "sync"  # the new public model, server 0 -> server 1
+STAGES = (COUNT, RETRIEVAL, DENSE, UPLOAD, AGGREGATE, SYNC)
+
+# ---- parties (also the in-process transport's endpoint names for the servers)
+USER, SERVER0, SERVER1 = "user", "server0", "server1"
+PARTIES = (USER, SERVER0, SERVER1)
+
+#: message kinds a hop may carry (the wire kinds of :mod:`secemb.protocols.wire`)
+MESSAGES = frozenset({
+    "count_share", "retrieval_request", "retrieval_reply", "relay_keys", "relay_answer", "dense",
+    "upload", "relay_upload", "aggregate_share", "model_sync",
+})
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One message of a round: ``src`` sends ``message`` to ``dst`` in ``stage``.
+
+    ``optional``: the protocol may produce no message for this hop (e.g. a user's upload to
+    server 1 when server 0 relays it); the hop is then skipped, never replaced.
+    """
+
+    stage: str
+    src: str
+    dst: str
+    message: str
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise InvalidParameters(f"hop stage must be one of {STAGES}, got {self.stage!r}")
+        if self.src not in PARTIES or self.dst not in PARTIES or self.src == self.dst:
+            raise InvalidParameters(f"hop must go between two of {PARTIES}, got {self.src!r} -> {self.dst!r}")
+        if self.message not in MESSAGES:
+            raise InvalidParameters(f"hop message must be one of {sorted(MESSAGES)}, got {self.message!r}")
+
+    @property
+    def party(self) -> int | None:
+        """The server this hop is between with the user (0 or 1); ``None`` for a server hop."""
+        other = self.dst if self.src == USER else self.src if self.dst == USER else None
+        return None if other is None else (0 if other == SERVER0 else 1)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """A protocol's round: its hops, in the order they happen for one user (then the servers'
+    closing hops)."""
+
+    hops: tuple[Hop, ...]
+
+    def stage(self, stage: str) -> tuple[Hop, ...]:
+        """The hops of ``stage``, in order."""
+        return tuple(h for h in self.hops if h.stage == stage)
+
+    def device_sends(self, stage: str) -> tuple[int, ...]:
+        """The servers a device sends to in ``stage``, in the order it must send."""
+        return tuple(h.party for h in self.hops if h.stage == stage and h.src == USER)  # type: ignore[misc]
+
+    def relays(self, stage: str) -> bool:
+        """Whether server 0 forwards to server 1 in ``stage``."""
+        return any(h.src == SERVER0 and h.dst == SERVER1 for h in self.stage(stage))
+
+
+def round_plan(*, relay: bool) -> RoundPlan:
+    """The round of the two-server protocols (SecEmb and its baselines).
+
+    Without relay the user talks to both servers; with ``relay`` (DESIGN.md section 5.2) it
+    sends server 1 only its root seeds, server 0 forwards the shared correction words and
+    combines server 1's masked answer into the one reply, and the upload goes to server 0,
+    which forwards its correction words.  Server 1 is always addressed first in a stage, so
+    that it holds what it needs before server 0 acts on the same user.
+    """
+    count = (
+        Hop(COUNT, USER, SERVER1, "count_share"),
+        Hop(COUNT, USER, SERVER0, "count_share"),
+        Hop(COUNT, SERVER1, SERVER0, "count_share"),
+    )
+    closing = (Hop(AGGREGATE, SERVER1, SERVER0, "aggregate_share"), Hop(SYNC, SERVER0, SERVER1, "model_sync"))
+    dense = (Hop(DENSE, SERVER0, USER, "dense"),)
+    if relay:
+        retrieval = (
+            Hop(RETRIEVAL, USER, SERVER1, "retrieval_request"),
+            Hop(RETRIEVAL, USER, SERVER0, "retrieval_request"),
+            Hop(RETRIEVAL, SERVER0, SERVER1, "relay_keys"),
+            Hop(RETRIEVAL, SERVER1, SERVER0, "relay_answer"),
+            Hop(RETRIEVAL, SERVER0, USER, "retrieval_reply"),
+        )
+        upload = (
+            Hop(UPLOAD, USER, SERVER0, "upload"),
+            Hop(UPLOAD, SERVER0, SERVER1, "relay_upload", optional=True),
+        )
+    else:
+        retrieval = (
+            Hop(RETRIEVAL, USER, SERVER1, "retrieval_request"),
+            Hop(RETRIEVAL, SERVER1, USER, "retrieval_reply"),
+            Hop(RETRIEVAL, USER, SERVER0, "retrieval_request"),
+            Hop(RETRIEVAL, SERVER0, USER, "retrieval_reply"),
+        )
+        upload = (
+            Hop(UPLOAD, USER, SERVER1, "upload"),
+            Hop(UPLOAD, USER, SERVER0, "upload"),
+        )
+    return RoundPlan(count + retrieval + dense + upload + closing)

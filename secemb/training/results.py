@@ -1,0 +1,272 @@
+"""The result types every driver shares: a run's configuration (:class:`TrainConfig`), its
+per-round and per-epoch figures, the :class:`TrainResult` document, and the configuration
+document (:func:`run_config`) an in-process and a networked run both describe themselves with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from secemb.data import RatingData
+from secemb.errors import InvalidParameters, SecembError
+from secemb.metrics import get_metric
+from secemb.models.base import RecModel, UserStore
+from secemb.models.optim import AdamConfig
+from secemb.protocols.base import Protocol
+from secemb.ring import FixedPoint
+
+__all__ = [
+    "EpochStats",
+    "RoundStats",
+    "TrainConfig",
+    "TrainResult",
+    "VerificationError",
+    "model_sha256",
+    "run_config",
+]
+
+
+class VerificationError(SecembError):
+    """``verify=True`` found the protocol's output differing from the direct computation."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Parameters of the round loop (the model's own hyperparameters live in the model).
+
+    Attributes
+    ----------
+    epochs: passes over the users, >= 1.
+    users_per_round: users per round (n_p; the last round of an epoch may have fewer).
+    m_prime: public request size m'; ``None`` chooses it by Eq. 11 with ``alpha``.
+    alpha: multiplier of the mean rating count in Eq. 11 (2.5 reproduces the paper's m' on
+        ML-100K/ML-1M/ML-10M within about 10%).
+    seed: seed of the training generator.
+    verify: check every round's retrieval and aggregate against the direct computation.
+    lr: Adam step size of the servers and of every device.
+    beta1, beta2, eps: Adam constants (servers and devices).
+    lazy_adam: server Adam updates only rows with a non-zero aggregate (see optimizer.py).
+    ring_bits, frac_bits: fixed-point ring Z_{2^k} and fractional bits.
+    schedule: ``"interleaved"`` (each user retrieves, trains and uploads before the next
+        starts) or ``"staged"`` (all retrievals of the round, then all uploads); both give the
+        same model.
+    rating_range: public rating scale ``(lo, hi)``: predictions are clipped to it for RMSE
+        and the model may seed its global bias with it; ``None`` takes the min and max rating
+        of the training set (the scale of MovieLens, 1-5, is public anyway).
+    metrics: names from the metric registry (:mod:`secemb.metrics`) scored on the test and
+        validation data after every epoch.
+    """
+
+    epochs: int = 1
+    users_per_round: int = 100
+    m_prime: int | None = None
+    alpha: float = 2.5
+    seed: int = 0
+    verify: bool = False
+    lr: float = 0.025
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    lazy_adam: bool = True
+    ring_bits: int = 32
+    frac_bits: int = 16
+    schedule: Literal["interleaved", "staged"] = "staged"
+    rating_range: tuple[float, float] | None = None
+    metrics: tuple[str, ...] = ("rmse",)
+
+    def __post_init__(self) -> None:
+        def is_int(x: object) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        if not is_int(self.epochs) or self.epochs < 1:
+            raise InvalidParameters(f"epochs must be an int >= 1, got {self.epochs!r}")
+        if not is_int(self.users_per_round) or self.users_per_round < 1:
+            raise InvalidParameters(
+                f"users_per_round must be an int >= 1, got {self.users_per_round!r}"
+            )
+        if self.m_prime is not None and (not is_int(self.m_prime) or self.m_prime < 1):
+            raise InvalidParameters(f"m_prime must be None or an int >= 1, got {self.m_prime!r}")
+        if not (math.isfinite(self.alpha) and self.alpha > 0):
+            raise InvalidParameters(f"alpha must be a positive float, got {self.alpha!r}")
+        if not is_int(self.seed) or self.seed < 0:
+            raise InvalidParameters(f"seed must be an int >= 0, got {self.seed!r}")
+        if self.schedule not in ("interleaved", "staged"):
+            raise InvalidParameters(
+                f"schedule must be 'interleaved' or 'staged', got {self.schedule!r}"
+            )
+        if self.rating_range is not None:
+            lo, hi = self.rating_range
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise InvalidParameters(
+                    f"rating_range must be (lo, hi) with lo < hi, got {self.rating_range!r}"
+                )
+        if isinstance(self.metrics, str) or not self.metrics:
+            raise InvalidParameters(f"metrics must be a non-empty tuple of metric names, got {self.metrics!r}")
+        object.__setattr__(self, "metrics", tuple(get_metric(n).name for n in self.metrics))
+        FixedPoint(self.ring_bits, self.frac_bits)  # validates both
+        self.adam()  # validates lr and the Adam constants
+
+    def adam(self) -> AdamConfig:
+        """The Adam hyperparameters shared by the servers and the devices."""
+        return AdamConfig(self.lr, self.beta1, self.beta2, self.eps)
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    """Metrics after one epoch: test RMSE (predictions clipped to the rating scale; ``None``
+    with no test data or when ``rmse`` is not among the run's metrics), the mean local
+    objective over the epoch's participations, the RMSE on the validation data if
+    :func:`train` was given any (for choosing an epoch without looking at the test data), and
+    every metric of the run (``TrainConfig.metrics``) on both, by name."""
+
+    epoch: int
+    test_rmse: float | None
+    train_loss: float
+    val_rmse: float | None = None
+    test_metrics: dict[str, float | None] = field(default_factory=dict)
+    val_metrics: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """What one round cost; passed to the ``on_round`` callback."""
+
+    round_id: int
+    epoch: int
+    users: int
+    upload_bytes: int
+    download_bytes: int
+    server_bytes: int
+    user_s: float
+    server0_s: float
+    server1_s: float
+    optimizer_s: float
+    verified: bool
+    train_loss: float
+
+
+@dataclass
+class TrainResult:
+    """Outcome of :func:`train`.  :meth:`to_dict` gives the documented JSON document.
+
+    Communication is ``len()`` of the bytes that crossed the transport.  ``aborted_rounds``
+    counts round attempts that ended aborted and were retried (networked runs with faults).  Per-user figures are
+    totals divided by the number of user participations (one user in one round).  The one-time
+    Eq. 11 count exchange is reported apart (``count_bytes_per_user``), as is server-to-server
+    traffic (aggregate share and model sync).
+    """
+
+    config: dict[str, Any]
+    epochs: list[EpochStats]
+    upload_bytes_per_user_round: float
+    download_bytes_per_user_round: float
+    server_bytes_per_round: float
+    count_bytes_per_user: float
+    user_ms_per_round: float
+    server_s_per_round: float
+    server0_s_per_round: float
+    server1_s_per_round: float
+    optimizer_s_per_round: float
+    verified_rounds: int
+    rounds: int
+    participations: int
+    truncated_participations: int
+    model_sha256: str
+    wall_s: float
+    table: np.ndarray = field(repr=False)
+    dense: np.ndarray = field(repr=False)
+    user_store: UserStore = field(repr=False)
+    aborted_rounds: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result document (the schema is documented in docs/training.md)."""
+        return {
+            "config": dict(self.config),
+            "epochs": [asdict(e) for e in self.epochs],
+            "comm": {
+                "upload_bytes_per_user_round": self.upload_bytes_per_user_round,
+                "download_bytes_per_user_round": self.download_bytes_per_user_round,
+            },
+            "time": {
+                "user_ms_per_round": self.user_ms_per_round,
+                "server_s_per_round": self.server_s_per_round,
+            },
+            "verified_rounds": self.verified_rounds,
+            "rounds": self.rounds,
+            "model_sha256": self.model_sha256,
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @property
+    def final_rmse(self) -> float | None:
+        """Test RMSE after the last epoch."""
+        return self.epochs[-1].test_rmse if self.epochs else None
+
+
+def model_sha256(table: np.ndarray, dense: np.ndarray) -> str:
+    """SHA-256 of the public model: ``table`` (row-major) then ``dense``, as little-endian
+    float64 bytes."""
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(table, dtype="<f8").tobytes())
+    h.update(np.ascontiguousarray(dense, dtype="<f8").tobytes())
+    return h.hexdigest()
+
+
+def run_config(
+    model: RecModel,
+    protocol: Protocol,
+    cfg: TrainConfig,
+    train_data: RatingData,
+    test_data: RatingData | None,
+    m_prime: int,
+    m_prime_source: str,
+    mean_count: float | None,
+    rating_range: tuple[float, float],
+    active_users: int,
+    extra_config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``config`` document of a run's result (shared by every driver, so that an
+    in-process run and a networked run describe themselves identically)."""
+    return {
+        **(extra_config or {}),
+        "model": model.name,
+        "model_hparams": model.hparams(),
+        "protocol": getattr(protocol, "name", type(protocol).__name__),
+        "layout": protocol.layout,
+        "relay": protocol.relay,
+        "expansion": protocol.expansion if protocol.layout == "cuckoo" else None,
+        "epochs": cfg.epochs,
+        "users_per_round": cfg.users_per_round,
+        "m_prime": m_prime,
+        "m_prime_source": m_prime_source,
+        "alpha": cfg.alpha,
+        "mean_rating_count": mean_count,
+        "seed": cfg.seed,
+        "verify": cfg.verify,
+        "lr": cfg.lr,
+        "adam_betas": [cfg.beta1, cfg.beta2],
+        "adam_eps": cfg.eps,
+        "lazy_adam": cfg.lazy_adam,
+        "ring_bits": cfg.ring_bits,
+        "frac_bits": cfg.frac_bits,
+        "schedule": cfg.schedule,
+        "rating_range": list(rating_range),
+        "metrics": list(cfg.metrics),
+        "num_users": train_data.num_users,
+        "num_items": train_data.num_items,
+        "num_train_ratings": len(train_data),
+        "num_test_ratings": 0 if test_data is None else len(test_data),
+        "active_users": active_users,
+        "total_rounds": cfg.epochs * -(-active_users // cfg.users_per_round),
+    }
+
+

@@ -1,0 +1,30 @@
+"""The one post-aggregation update step of a round, shared by server 0 and by the driver's
+verification mirror: decode the round's ring sums, divide by the number of users, take the
+optimizer step.  A central differential-privacy mechanism belongs here (noise on the sums
+before the step), so that it has exactly one home."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from secemb.ring import FixedPoint
+from secemb.training.optimizer import ServerAdam
+
+__all__ = ["apply_aggregate"]
+
+
+def apply_aggregate(fp: FixedPoint, optimizer: ServerAdam, table: np.ndarray, dense: np.ndarray,
+                    sparse_sum: np.ndarray, dense_sum: np.ndarray, num_users: int) -> None:
+    """Update the public model in place with the mean of the users' gradients.
+
+    Parameters
+    ----------
+    fp: the round's fixed-point encoding (``sparse_sum``/``dense_sum`` are in its ring).
+    optimizer: server 0's optimizer (its state advances by one step).
+    table, dense: the public model, float64 ``(m, width)`` and ``(dense_size,)``; updated.
+    sparse_sum, dense_sum: the round's aggregate, ring ``(m, width)`` and ``(dense_size,)``.
+    num_users: users in the aggregate (``>= 1``).
+    """
+    g_table = fp.decode(np.asarray(sparse_sum)) / num_users
+    g_dense = fp.decode(np.asarray(dense_sum)) / num_users
+    optimizer.step(table, dense, g_table, g_dense)

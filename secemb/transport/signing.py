@@ -1,0 +1,73 @@
+"""Request signing (spec: ``docs/deployment.md``, "Authentication"): the canonical string a
+signature covers, the headers that carry it, and the per-device keys.  No HTTP library is
+needed here: the server's verifier (:mod:`secemb.server.auth`) and the client
+(:mod:`secemb.transport.network`) both build on it."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import struct
+import time
+
+from secemb.errors import InvalidParameters
+
+__all__ = [
+    "ALGORITHM",
+    "HEADER_KEY_ID",
+    "HEADER_NONCE",
+    "HEADER_SIGNATURE",
+    "HEADER_TIMESTAMP",
+    "canonical_request",
+    "sign_headers",
+    "user_key",
+]
+
+ALGORITHM = "SECEMB-HMAC-SHA256"
+HEADER_KEY_ID = "X-Secemb-Key-Id"
+HEADER_TIMESTAMP = "X-Secemb-Timestamp"
+HEADER_NONCE = "X-Secemb-Nonce"
+HEADER_SIGNATURE = "X-Secemb-Signature"
+_USER_KEY_LABEL = b"secemb-user-key"
+
+
+def user_key(user_secret: bytes, user_id: int) -> bytes:
+    """The HMAC key of device ``user_id`` at a server whose user secret is ``user_secret``."""
+    if isinstance(user_id, bool) or not isinstance(user_id, int) or not 0 <= user_id < 2**63:
+        raise InvalidParameters(f"user id must be an int in [0, 2^63), got {user_id!r}")
+    if len(user_secret) < 16:
+        raise InvalidParameters(f"user secret must have >= 16 bytes, got {len(user_secret)}")
+    return hmac.new(user_secret, _USER_KEY_LABEL + struct.pack("<Q", user_id), hashlib.sha256).digest()
+
+
+def canonical_request(
+    key_id: str, method: str, path: str, query: str, timestamp_ms: int, nonce: str, body: bytes
+) -> bytes:
+    """The byte string a request's signature covers (see the module docstring)."""
+    digest = hashlib.sha256(body).hexdigest()
+    fields = (ALGORITHM, key_id, method.upper(), path, query, str(int(timestamp_ms)), nonce, digest)
+    return "\n".join(fields).encode()
+
+
+def sign_headers(
+    key_id: str,
+    key: bytes,
+    method: str,
+    path: str,
+    query: str = "",
+    body: bytes = b"",
+    *,
+    timestamp_ms: int | None = None,
+    nonce: str | None = None,
+) -> dict[str, str]:
+    """The authentication headers of one request."""
+    ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+    nonce = secrets.token_hex(16) if nonce is None else nonce
+    mac = hmac.new(key, canonical_request(key_id, method, path, query, ts, nonce, body), hashlib.sha256)
+    return {
+        HEADER_KEY_ID: key_id,
+        HEADER_TIMESTAMP: str(ts),
+        HEADER_NONCE: nonce,
+        HEADER_SIGNATURE: mac.hexdigest(),
+    }
