@@ -155,7 +155,7 @@ class DeviceClient:
         shares = share(np.array([count], dtype=dt))
         sent = 0
         for party in COUNT_ORDER:
-            msg = messages.encode_count(shares[party], ring_bits)
+            msg = messages.encode_count(shares[party], ring_bits, party)
             self.links[party].count(msg)
             sent += len(msg)
         return sent

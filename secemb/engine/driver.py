@@ -92,7 +92,9 @@ class Servers:
     client (its links to both servers); ``phase``: how a round's devices run;
     ``server_bytes``: bytes that crossed between the servers in round ``r`` (``None`` if the
     transport cannot see them); ``end_round``: called after each round (e.g. to drop the
-    transport's counters of that round).
+    transport's counters of that round); ``device_errors_fatal``: raise a device's error at
+    once (in process, where no network can fail, a device error is a bug) instead of treating
+    it as a device that dropped out.
     """
 
     admin: tuple[AdminLink, AdminLink]
@@ -101,6 +103,7 @@ class Servers:
     server_bytes: Callable[[int], int | None] = lambda r: None
     end_round: Callable[[int], None] = lambda r: None
     wait_s: float = 120.0
+    device_errors_fatal: bool = False
 
 
 @dataclass
@@ -155,8 +158,8 @@ def _retry(fn: Callable[[], Any], wait_s: float, what: str, retry_conflict: bool
 
 def _model(admin: AdminLink, wait_s: float, m: int, width: int, dense_size: int) -> tuple[int, np.ndarray, np.ndarray]:
     data = _retry(admin.model, wait_s, "fetching the model")
-    version = int.from_bytes(data[8:16], "little")
-    table, dense = messages.decode_model(data, round_id=version, num_items=m, width=width, dense_size=dense_size)
+    version = messages.model_version(data)
+    table, dense = messages.decode_model(data, version=version, num_items=m, width=width, dense_size=dense_size)
     return version, table, dense
 
 
@@ -358,7 +361,7 @@ def run(
                 else:
                     device_phase(devs, info, expected)
                 for d in devs:
-                    if isinstance(d.error, VerificationError):
+                    if isinstance(d.error, VerificationError) or (d.error is not None and servers.device_errors_fatal):
                         raise d.error
                 if close_when_done:
                     outcome = _close(admin0, r, wait_s)

@@ -265,7 +265,7 @@ class InProcessServers:
                                             LocalServerLink(self.nodes[1], user, self.tp)))
 
         return Servers(admin=admin, device=device, phase=_BatchedPhase(self), server_bytes=self.server_bytes,
-                       end_round=self.end_round)
+                       end_round=self.end_round, device_errors_fatal=True)
 
     def server_bytes(self, round_id: int) -> int:
         """Bytes between the servers in round ``round_id``."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters
-from secemb.protocols.registry import wire_id
+from secemb.protocols.registry import ENGINE_WIRE_ID, wire_id
 
 if TYPE_CHECKING:
     from secemb.protocols.base import RoundConfig
@@ -56,18 +56,25 @@ KINDS = {
     "relay_keys": 7,
     "relay_answer": 8,
     "relay_upload": 9,
+    "dense": 10,
 }
 
 
-def frame(protocol: str, kind: str, party: int, round_id: int, *parts: bytes) -> bytes:
+def _wire_id(protocol: str | None) -> int:
+    return ENGINE_WIRE_ID if protocol is None else wire_id(protocol)
+
+
+def frame(protocol: str | None, kind: str, party: int, round_id: int, *parts: bytes) -> bytes:
     """Header followed by the concatenated ``parts``; ``protocol`` is a registered name
-    (its wire id goes in the header)."""
+    (its wire id goes in the header), or ``None`` for the round's own messages (model,
+    dense vector, count shares: :mod:`secemb.training.messages`), which carry
+    :data:`~secemb.protocols.registry.ENGINE_WIRE_ID`."""
     body = b"".join(parts)
-    return _HEADER.pack(MAGIC, VERSION, wire_id(protocol), KINDS[kind], party, round_id, len(body)) + body
+    return _HEADER.pack(MAGIC, VERSION, _wire_id(protocol), KINDS[kind], party, round_id, len(body)) + body
 
 
 def open_message(
-    data: bytes, protocol: str, kind: str, party: int, round_id: int, body_len: int
+    data: bytes, protocol: str | None, kind: str, party: int, round_id: int, body_len: int
 ) -> memoryview:
     """Check the header of ``data`` against every expectation and return the body.
 
@@ -86,9 +93,9 @@ def open_message(
         raise InvalidMessage(f"{kind}: not a secemb message (magic {bytes(magic)!r})")
     if version != VERSION:
         raise InvalidMessage(f"{kind}: unsupported message version {version}, expected {VERSION}")
-    expected = wire_id(protocol)
+    expected = _wire_id(protocol)
     if proto != expected:
-        raise InvalidMessage(f"{kind}: protocol id {proto}, expected {expected} ({protocol})")
+        raise InvalidMessage(f"{kind}: protocol id {proto}, expected {expected} ({protocol or 'the round'})")
     if got_kind != KINDS[kind]:
         raise InvalidMessage(f"expected a {kind} message (kind {KINDS[kind]}), got kind {got_kind}")
     if got_party != party:

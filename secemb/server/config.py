@@ -205,12 +205,7 @@ class ServerConfig:
             from secemb.protocols.backends import make_backend
 
             opts["backend"] = make_backend(self.backend, self.workers)
-        protocol = get_protocol(self.protocol, **opts)
-        if not protocol.capabilities.networked:
-            raise InvalidParameters(
-                f"protocol {self.protocol!r} does not run in the server deployment (it declares networked=False)"
-            )
-        return protocol
+        return get_protocol(self.protocol, **opts)
 
     def make_model(self):  # noqa: ANN201 - RecModel
         """The model ``get_model(model, **model_hparams)``; with ``item_features`` set, built

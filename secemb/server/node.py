@@ -319,7 +319,7 @@ class Node:
     # ================================================================== Eq. 11 counts
     def count_submit(self, user: int, body: bytes) -> None:
         """A device's COUNT share."""
-        self.count.submit(user, messages.decode_count(body, ring_bits=self.cfg.ring_bits))
+        self.count.submit(user, messages.decode_count(body, ring_bits=self.cfg.ring_bits, party=self.party))
 
     # ================================================================== retrieval
     def _admit(self, rnd: Round, user: int) -> None:
@@ -473,7 +473,7 @@ class LeaderNode(Node):
         except _PEER_ERRORS as exc:
             self.count.reopen()
             raise peer_failure("server 1 did not close the count phase", exc) from None
-        peer = messages.decode_count(peer_share, ring_bits=self.cfg.ring_bits)
+        peer = messages.decode_count(peer_share, ring_bits=self.cfg.ring_bits, party=1)
         total = int(reconstruct(self.count.total(include), peer)[0])
         if total >= 2 ** (self.cfg.ring_bits - 1):
             self.count.reopen()
@@ -746,7 +746,7 @@ class FollowerNode(Node):
 
     def peer_count_share(self, include: list[int]) -> bytes:
         """The sum of the count shares of ``include`` (COUNT message)."""
-        return messages.encode_count(self.count.total(include), self.cfg.ring_bits)
+        return messages.encode_count(self.count.total(include), self.cfg.ring_bits, party=1)
 
     # ================================================================== rounds
     def peer_open(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -877,12 +877,12 @@ class FollowerNode(Node):
         m, w, p = self.cfg.num_items, self.width, self.dense_size
         with self.lock:
             try:
-                table, dense = messages.decode_model(body, round_id=self.version + 1, num_items=m, width=w,
+                table, dense = messages.decode_model(body, version=self.version + 1, num_items=m, width=w,
                                                      dense_size=p)
             except InvalidMessage:
                 if self.version >= 0:
                     try:
-                        table, dense = messages.decode_model(body, round_id=self.version, num_items=m, width=w,
+                        table, dense = messages.decode_model(body, version=self.version, num_items=m, width=w,
                                                              dense_size=p)
                     except InvalidMessage:
                         pass
@@ -925,8 +925,15 @@ def make_node(cfg: ServerConfig, *, peer: PeerLink | None = None, store: StateSt
 
     Raises
     ------
-    InvalidParameters: a ``peer`` for server 1.
+    InvalidParameters: a ``peer`` for server 1; a protocol that does not declare itself
+        networked with the durable store of a deployment (its state across rounds would not
+        survive a restart; the in-process engine runs it with a :class:`MemoryStore`).
     """
+    protocol = protocol if protocol is not None else cfg.make_protocol()
+    if store is None and not protocol.capabilities.networked:
+        raise InvalidParameters(
+            f"protocol {cfg.protocol!r} does not run in the server deployment (it declares networked=False)"
+        )
     if cfg.party == 1:
         if peer is not None:
             raise InvalidParameters("peer: server 1 calls no peer (server 0 drives every exchange), got one")

@@ -1,29 +1,27 @@
-"""Byte formats of the training loop's own messages (not the protocol's).
+"""Byte formats of the round's own messages (not a protocol's): the public model, the round's
+dense vector, and the Eq. 11 count shares.
 
-All integers little-endian.  Every message starts with an 8-byte header::
+They use the one framing of every secemb message (:mod:`secemb.protocols.wire`: the 24-byte
+``SEMB`` header with magic, version, protocol id, kind, party, round id and body length),
+with protocol id :data:`~secemb.protocols.registry.ENGINE_WIRE_ID` (0): they belong to the
+round, whatever protocol runs it.  All integers little-endian.
 
-    magic   4 bytes  b"SETR"
-    version u8       1
-    kind    u8       1 = MODEL, 2 = DENSE, 3 = COUNT
-    zero    u16      0
+MODEL (kind ``model_sync``; server 0 -> server 1 after each round's optimizer step, and the
+answer to an operator's model request; party 0, the party that computes every version; the
+header's round id is the model version)::
 
-MODEL (server 0 -> server 1: the public model to use in round ``round_id``, sent once before
-round 0 and after each round's optimizer step)::
-
-    round_id u64, num_items u32, width u32, dense_size u32, zero u32
+    num_items u32, width u32
     table  float64[num_items * width]  (row-major)
-    dense  float64[dense_size]
+    dense  float64[dense_size]          (dense_size = the rest of the body)
 
-DENSE (server 0 -> each participating user, start of its round; the public dense vector,
-fixed-point encoded as the table rows are)::
+DENSE (kind ``dense``; server 0 -> each participating user, start of its round; party 0)::
 
-    round_id u64, dense_size u32, ring_bits u8, zero u8[3]
-    dense  ring word[dense_size]  (uint32 or uint64)
+    dense  ring word[dense_size]  (uint32 or uint64: the round's public ring)
 
-COUNT (Eq. 11 of the paper: a user's share of its rating count to each server, and server 1's
-share of the sum to server 0)::
+COUNT (kind ``count_share``; Eq. 11 of the paper: a user's share of its rating count to
+server b, party b; and server 1's sum of the agreed users' shares to server 0, party 1; round
+id 0, the count phase precedes the rounds)::
 
-    ring_bits u8, zero u8[7]
     value  ring word
 
 Parsers take the values the receiver expects, check the exact length and every field, and
@@ -37,9 +35,9 @@ import struct
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.protocols.wire import HEADER_BYTES, frame, open_message
 
 __all__ = [
-    "VERSION",
     "decode_count",
     "decode_dense",
     "decode_model",
@@ -47,42 +45,13 @@ __all__ = [
     "encode_dense",
     "encode_model",
     "model_bytes",
+    "model_version",
 ]
 
-MAGIC = b"SETR"
-VERSION = 1
-KIND_MODEL, KIND_DENSE, KIND_COUNT = 1, 2, 3
-
-_HEAD = struct.Struct("<4sBBH")
-_MODEL = struct.Struct("<QIIII")
-_DENSE = struct.Struct("<QIB3s")
-_COUNT = struct.Struct("<B7s")
+_SHAPE = struct.Struct("<II")
 _RING = {32: np.dtype("<u4"), 64: np.dtype("<u8")}
 _F64 = np.dtype("<f8")
-
-
-def _head(kind: int) -> bytes:
-    return _HEAD.pack(MAGIC, VERSION, kind, 0)
-
-
-def _check_head(data: bytes, kind: int, what: str) -> memoryview:
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidMessage(f"{what}: expected bytes, got {type(data).__name__}")
-    mv = memoryview(data).cast("B")
-    if len(mv) < _HEAD.size:
-        raise InvalidMessage(
-            f"{what}: {len(mv)} bytes is shorter than the {_HEAD.size}-byte header"
-        )
-    magic, version, k, zero = _HEAD.unpack_from(mv)
-    if magic != MAGIC:
-        raise InvalidMessage(f"{what}: bad magic {magic!r}, expected {MAGIC!r}")
-    if version != VERSION:
-        raise InvalidMessage(f"{what}: unsupported version {version}, expected {VERSION}")
-    if k != kind:
-        raise InvalidMessage(f"{what}: message kind {k}, expected {kind}")
-    if zero != 0:
-        raise InvalidMessage(f"{what}: reserved header field is {zero}, expected 0")
-    return mv
+_U64 = struct.Struct("<Q")
 
 
 def _ring_dtype(ring_bits: int) -> np.dtype:
@@ -92,66 +61,65 @@ def _ring_dtype(ring_bits: int) -> np.dtype:
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits!r}") from None
 
 
-def _expect(what: str, field: str, got: int, want: int) -> None:
-    if got != want:
-        raise InvalidMessage(f"{what}: {field} is {got}, expected {want}")
+def _party(party: int) -> int:
+    if party not in (0, 1) or isinstance(party, bool):
+        raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+    return party
 
 
 # ---------------------------------------------------------------------- MODEL
 
 
-def encode_model(round_id: int, table: np.ndarray, dense: np.ndarray) -> bytes:
-    """Serialize the public model (float64 ``table`` (m, width) and ``dense`` (P,))."""
+def encode_model(version: int, table: np.ndarray, dense: np.ndarray) -> bytes:
+    """Serialize model ``version`` (float64 ``table`` (m, width) and ``dense`` (P,))."""
     table = np.asarray(table)
     dense = np.asarray(dense)
     if table.ndim != 2 or dense.ndim != 1:
-        raise InvalidParameters(
-            f"table must be 2-D and dense 1-D, got {table.shape}, {dense.shape}"
-        )
+        raise InvalidParameters(f"table must be 2-D and dense 1-D, got {table.shape}, {dense.shape}")
     m, w = table.shape
-    return b"".join(
-        (
-            _head(KIND_MODEL),
-            _MODEL.pack(round_id, m, w, dense.shape[0], 0),
-            np.ascontiguousarray(table, dtype=_F64).tobytes(),
-            np.ascontiguousarray(dense, dtype=_F64).tobytes(),
-        )
+    return frame(
+        None, "model_sync", 0, version, _SHAPE.pack(m, w),
+        np.ascontiguousarray(table, dtype=_F64).tobytes(), np.ascontiguousarray(dense, dtype=_F64).tobytes(),
     )
 
 
 def model_bytes(num_items: int, width: int, dense_size: int) -> int:
     """Length of the MODEL message of a model with these sizes."""
-    return _HEAD.size + _MODEL.size + 8 * (num_items * width + dense_size)
+    return HEADER_BYTES + _SHAPE.size + 8 * (num_items * width + dense_size)
 
 
-def decode_model(
-    data: bytes, *, round_id: int, num_items: int, width: int, dense_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Parse a MODEL message; return writable float64 ``(table, dense)`` copies.
+def model_version(data: bytes) -> int:
+    """The version a MODEL message claims (read before :func:`decode_model` checks it).
 
     Raises
     ------
     InvalidMessage
-        On a wrong header, round, shape, length, or a non-finite value.
+        ``data`` is shorter than a header.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < HEADER_BYTES:
+        raise InvalidMessage("model message: shorter than its header")
+    return int(_U64.unpack_from(data, 8)[0])
+
+
+def decode_model(
+    data: bytes, *, version: int, num_items: int, width: int, dense_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Parse the MODEL message of ``version``; return writable float64 ``(table, dense)`` copies.
+
+    Raises
+    ------
+    InvalidMessage
+        On a wrong header, version, shape, length, or a non-finite value.
     """
     what = "model message"
-    mv = _check_head(data, KIND_MODEL, what)
-    need = _HEAD.size + _MODEL.size
-    if len(mv) < need:
-        raise InvalidMessage(f"{what}: {len(mv)} bytes, shorter than its {need}-byte header")
-    r, m, w, p, zero = _MODEL.unpack_from(mv, _HEAD.size)
-    _expect(what, "round_id", r, round_id)
-    _expect(what, "num_items", m, num_items)
-    _expect(what, "width", w, width)
-    _expect(what, "dense_size", p, dense_size)
-    _expect(what, "reserved field", zero, 0)
-    _expect(what, "length", len(mv), model_bytes(m, w, p))
-    body = np.frombuffer(mv, dtype=_F64, offset=need)
-    if not np.isfinite(body).all():
+    body = open_message(data, None, "model_sync", 0, version, _SHAPE.size + 8 * (num_items * width + dense_size))
+    m, w = _SHAPE.unpack_from(body)
+    if (m, w) != (num_items, width):
+        raise InvalidMessage(f"{what}: shape {m} x {w}, expected {num_items} x {width}")
+    values = np.frombuffer(body, dtype=_F64, offset=_SHAPE.size)
+    if not np.isfinite(values).all():
         raise InvalidMessage(f"{what}: non-finite parameter")
-    table = body[: m * w].reshape(m, w).astype(np.float64)
-    dense = body[m * w :].astype(np.float64)
-    return table, dense
+    return values[: m * w].reshape(m, w).astype(np.float64), values[m * w :].astype(np.float64)
 
 
 # ---------------------------------------------------------------------- DENSE
@@ -162,59 +130,32 @@ def encode_dense(round_id: int, dense: np.ndarray, ring_bits: int) -> bytes:
     dt = _ring_dtype(ring_bits)
     dense = np.asarray(dense)
     if dense.ndim != 1 or dense.dtype != dt.newbyteorder("="):
-        raise InvalidParameters(
-            f"dense must be 1-D of dtype {dt.name}, got {dense.dtype} {dense.shape}"
-        )
-    return b"".join(
-        (
-            _head(KIND_DENSE),
-            _DENSE.pack(round_id, dense.shape[0], ring_bits, b"\0\0\0"),
-            np.ascontiguousarray(dense, dtype=dt).tobytes(),
-        )
-    )
+        raise InvalidParameters(f"dense must be 1-D of dtype {dt.name}, got {dense.dtype} {dense.shape}")
+    return frame(None, "dense", 0, round_id, np.ascontiguousarray(dense, dtype=dt).tobytes())
 
 
 def decode_dense(data: bytes, *, round_id: int, dense_size: int, ring_bits: int) -> np.ndarray:
     """Parse a DENSE message; return the ring vector (native uint32/uint64, writable)."""
-    what = "dense message"
     dt = _ring_dtype(ring_bits)
-    mv = _check_head(data, KIND_DENSE, what)
-    need = _HEAD.size + _DENSE.size
-    if len(mv) < need:
-        raise InvalidMessage(f"{what}: {len(mv)} bytes, shorter than its {need}-byte header")
-    r, p, bits, zero = _DENSE.unpack_from(mv, _HEAD.size)
-    _expect(what, "round_id", r, round_id)
-    _expect(what, "dense_size", p, dense_size)
-    _expect(what, "ring_bits", bits, ring_bits)
-    if zero != b"\0\0\0":
-        raise InvalidMessage(f"{what}: reserved bytes are not zero")
-    _expect(what, "length", len(mv), need + dt.itemsize * p)
-    return np.frombuffer(mv, dtype=dt, offset=need).astype(dt.newbyteorder("="))
+    body = open_message(data, None, "dense", 0, round_id, dt.itemsize * dense_size)
+    return np.frombuffer(body, dtype=dt).astype(dt.newbyteorder("="))
 
 
 # ---------------------------------------------------------------------- COUNT
 
 
-def encode_count(share: np.ndarray, ring_bits: int) -> bytes:
-    """Serialize one ring word (a share of a count), shape ``(1,)`` or scalar."""
+def encode_count(share: np.ndarray, ring_bits: int, party: int) -> bytes:
+    """Serialize one ring word (a share of a count, shape ``(1,)`` or scalar) for or from
+    server ``party``."""
     dt = _ring_dtype(ring_bits)
-    share = np.asarray(share)
-    if share.size != 1 or share.dtype != dt.newbyteorder("="):
-        raise InvalidParameters(
-            f"count share must be one {dt.name} word, got {share.dtype} {share.shape}"
-        )
-    return _head(KIND_COUNT) + _COUNT.pack(ring_bits, bytes(7)) + share.astype(dt).tobytes()
+    arr = np.asarray(share).reshape(-1)
+    if arr.size != 1 or arr.dtype != dt.newbyteorder("="):
+        raise InvalidParameters(f"count share must be one {dt.name} word, got {arr.dtype} {arr.shape}")
+    return frame(None, "count_share", _party(party), 0, arr.astype(dt).tobytes())
 
 
-def decode_count(data: bytes, *, ring_bits: int) -> np.ndarray:
-    """Parse a COUNT message; return a ring array of shape ``(1,)``."""
-    what = "count message"
+def decode_count(data: bytes, *, ring_bits: int, party: int) -> np.ndarray:
+    """Parse a COUNT message for or from server ``party``; the ring word, shape ``(1,)``."""
     dt = _ring_dtype(ring_bits)
-    mv = _check_head(data, KIND_COUNT, what)
-    need = _HEAD.size + _COUNT.size
-    _expect(what, "length", len(mv), need + dt.itemsize)
-    bits, zero = _COUNT.unpack_from(mv, _HEAD.size)
-    _expect(what, "ring_bits", bits, ring_bits)
-    if zero != bytes(7):
-        raise InvalidMessage(f"{what}: reserved bytes are not zero")
-    return np.frombuffer(mv, dtype=dt, offset=need).astype(dt.newbyteorder("="))
+    body = open_message(data, None, "count_share", _party(party), 0, dt.itemsize)
+    return np.frombuffer(body, dtype=dt).astype(dt.newbyteorder("="))

@@ -47,7 +47,7 @@ class World:
         s1.train(lambda rows, d, batch: model.local_step(rows, d, self.state.state(1), batch))
         self.samples = {
             "q0": s1._requests[0], "q1": s1._requests[1], "up0": s1._uploads[0], "up1": s1._uploads.get(1, b""),
-            "count": messages.encode_count(np.array([3], np.uint32), 32),
+            "count": messages.encode_count(np.array([3], np.uint32), 32, 0),
             # server 0's forwards have no device-side sample: bodies of their exact bound
             **{kind: bytes(self.info.make_protocol().max_message_bytes(kind, self.info.config, party=1,
                                                                        num_users=tr.num_users))

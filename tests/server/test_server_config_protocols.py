@@ -1,5 +1,5 @@
-"""The server configuration builds only protocols that declare themselves networked, with
-options their capabilities allow (issue 11: the config accepted protocols it cannot serve)."""
+"""A server process runs only protocols that declare themselves networked, with options their
+capabilities allow (issue 11: the config accepted protocols it cannot serve)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 
 from secemb.errors import InvalidParameters
 from secemb.server.config import ServerConfig
+from secemb.server.node import make_node
 
 _BASE = dict(party=0, peer_url="http://127.0.0.1:1", peer_secret="11" * 16, admin_secret="22" * 16,
              user_secret="33" * 16, num_items=50, num_users=20)
@@ -18,8 +19,10 @@ def _cfg(tmp_path, **kw) -> ServerConfig:
 
 @pytest.mark.parametrize("name", ["quant8", "ternary"])
 def test_protocols_not_networked_are_refused(tmp_path, name):
+    cfg = _cfg(tmp_path, protocol=name, layout="full", relay=False)  # in-process runs build it too
     with pytest.raises(InvalidParameters, match=f"protocol '{name}' does not run in the server deployment"):
-        _cfg(tmp_path, protocol=name, layout="full", relay=False)
+        make_node(cfg)
+    assert not any(tmp_path.iterdir())  # refused before any state was written
 
 
 @pytest.mark.parametrize("name", ["secfedrec", "grec", "secemb-init", "secemb-rowenc", "svd", "colr", "plaintext"])

@@ -99,7 +99,7 @@ def test_m_prime_by_eq11(small):
     r = _train(small, alpha=1.5, epochs=1)
     assert r.config["m_prime"] == min(math.ceil(1.5 * mean), 50)
     assert r.config["mean_rating_count"] == pytest.approx(mean)
-    assert r.count_bytes_per_user == 2 * (8 + 8 + 4)
+    assert r.count_bytes_per_user == 2 * (24 + 4)  # one framed ring word to each server
 
 
 class _CorruptingServer(PlaintextServer):
@@ -250,7 +250,7 @@ def test_feature_models_get_the_dataset_features_and_colr_keeps_their_codes():
     from secemb.data.features import load_features
     from secemb.models.features import pack_codes
 
-    res = run_experiment(Experiment(dataset="synthetic", model="fm", protocol="colr", epochs=1, dim=8,
+    res = run_experiment(Experiment(dataset="synthetic", model="fm", protocol="colr", epochs=1, dim=16,
                                     users_per_round=200))
     feats = load_features("synthetic", num_users=943, num_items=1682, seed=0)
     hp = res.config["model_hparams"]
