@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from secemb.errors import InvalidParameters
 
@@ -161,7 +161,7 @@ def protocol_class(name: str) -> type[Protocol]:
     return cls
 
 
-def get_protocol(name: str, **opts: object) -> Protocol:
+def get_protocol(name: str, **opts: Any) -> Protocol:
     """Build protocol ``name`` with ``opts``.
 
     Every protocol takes the layout options ``layout``, ``relay``, ``expansion`` and
