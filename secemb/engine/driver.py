@@ -27,6 +27,7 @@ Faults
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -293,12 +294,12 @@ def run(
             return
         try:
             session.fetch_dense()
-            session.reconstruct()
+            rows = session.reconstruct()
             if expected is not None:
                 want = expected[np.maximum(dev.placement.indices, 0)]
                 want[dev.placement.indices < 0] = 0
-                if not np.array_equal(session.rows_ring, want):
-                    bad = int(np.flatnonzero(np.any(session.rows_ring != want, axis=1))[0])
+                if not np.array_equal(rows, want):
+                    bad = int(np.flatnonzero(np.any(rows != want, axis=1))[0])
                     raise VerificationError(
                         f"round {session.rc.round_id}, user {dev.user}: retrieved row {bad} (item "
                         f"{int(dev.placement.indices[bad])}) differs from the encoded table"
@@ -319,9 +320,9 @@ def run(
 
     def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
         sessions = servers.phase.map(lambda d: prepare(d, info), devs)
-        live = [(d, s) for d, s in zip(devs, sessions) if s is not None]
+        live = [(d, s) for d, s in zip(devs, sessions, strict=True) if s is not None]
         errors = servers.phase.retrieve(info.round_id, [s for _, s in live], plan.device_sends(RETRIEVAL))
-        for (d, _), err in zip(live, errors):
+        for (d, _), err in zip(live, errors, strict=True):
             if err is not None:
                 d.error = err
         servers.phase.map(lambda d: finish(d, expected), devs)
@@ -339,8 +340,8 @@ def run(
                 tot.truncated += int(req.kept.size < uniq.size)
             last_error = ""
             for attempt in range(1, max_attempts + 1):
-                opened = _retry(lambda: admin0.open_round(users, deadline_s), wait_s, "opening a round",
-                                retry_conflict=True)
+                opened = _retry(lambda: admin0.open_round(users, deadline_s),  # noqa: B023 - called at once
+                                wait_s, "opening a round", retry_conflict=True)
                 info = RoundInfo.from_doc(opened)
                 r = info.round_id
                 if info.config != protocol.round_config(r, m, width, dense_size, m_prime, cfg.ring_bits):
@@ -354,7 +355,8 @@ def run(
                 if before_round is not None:
                     before_round(round_index, attempt, r, users)
                 snaps = {u: store.snapshot(u) for u in users}
-                devs = [_Device(u, p, behavior(round_index, u) if behavior else None) for u, p in zip(users, placements)]
+                devs = [_Device(u, p, behavior(round_index, u) if behavior else None)
+                        for u, p in zip(users, placements, strict=True)]
                 if cfg.schedule == "interleaved":
                     for d in devs:
                         device_phase([d], info, expected)
@@ -464,8 +466,8 @@ def _account(tot: _Totals, servers: Servers, admin1: AdminLink, outcome: dict[st
 def _check_info(info: RoundInfo, model: RecModel, cfg: TrainConfig) -> None:
     want_training = {"lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "eps": cfg.eps,
                      "ring_bits": cfg.ring_bits, "frac_bits": cfg.frac_bits}
-    if info.model.get("name") != model.name:
-        raise InvalidParameters(f"the servers train {info.model}, the run wants {model.name}")
+    if info.model.get("name") != model.name or info.model.get("hparams") != json.loads(json.dumps(model.spec())):
+        raise InvalidParameters(f"the servers train {info.model}, the run wants {model.name} {model.spec()}")
     if info.training != want_training:
         raise InvalidParameters(f"the servers use {info.training}, the run wants {want_training}")
 

@@ -8,12 +8,18 @@
 * the baselines of the paper's evaluation (``docs/baselines.md``).
 
 Each is registered below with its wire id (:mod:`secemb.protocols.registry`); its module is
-imported only when it is asked for.  What a protocol accepts is declared on its class
+imported only when it is asked for.  Installed plug-ins add theirs: every module named by an
+entry point of the group ``secemb.protocols`` is imported here and registers its protocols
+(``docs/protocol.md``, "Adding a protocol").  What a protocol accepts is declared on its class
 (:class:`~secemb.protocols.base.Capabilities`).  Role interfaces are in
 :mod:`secemb.protocols.base`.
 """
 
 from __future__ import annotations
+
+import sys
+import warnings
+from importlib.metadata import entry_points
 
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.registry import (
@@ -25,7 +31,12 @@ from secemb.protocols.registry import (
     unregister_protocol,
 )
 
+#: entry point group of protocol plug-ins
+PLUGIN_GROUP = "secemb.protocols"
+
 __all__ = [
+    "PLUGIN_GROUP",
+    "load_plugins",
     "PROTOCOLS",
     "Capabilities",
     "Protocol",
@@ -52,3 +63,20 @@ register_protocol("svd", "secemb.protocols.lossy:SvdProtocol", wire_id=22)
 register_protocol("colr", "secemb.protocols.lossy:ColrProtocol", wire_id=23)
 # secaggmask, topksecagg and he-ckks are message builders measured by `secemb bench comm`, not
 # round protocols (secemb.protocols.sparse_secagg); their messages are not framed
+
+
+def load_plugins() -> None:
+    """Import every installed protocol plug-in (entry point group ``secemb.protocols``) not
+    imported yet; one that fails is reported with a warning and leaves the others working.
+    Runs when this package is imported (call it again after installing one at run time)."""
+    loaded = set(sys.modules)
+    for ep in entry_points(group=PLUGIN_GROUP):
+        if ep.module in loaded:
+            continue
+        try:
+            ep.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plug-in must not break secemb
+            warnings.warn(f"secemb protocol plug-in {ep.name!r} ({ep.value}) failed to load: {exc!r}", stacklevel=2)
+
+
+load_plugins()

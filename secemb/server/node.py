@@ -307,9 +307,10 @@ class Node:
             if rnd is not None and rnd.round_id == r:
                 doc = rnd.outcome()
             else:
-                doc = self.outcomes.get(r)
-                if doc is None:
+                past = self.outcomes.get(r)
+                if past is None:
                     raise NotFound(f"round {r} is unknown to this server")
+                doc = past
         if user is not None:
             inc = doc.pop("included")
             doc["included"] = None if inc is None else user in inc
@@ -366,7 +367,7 @@ class Node:
                     outs = rnd.busy(commit)
                 except SecembError as exc:
                     outs = [exc] * len(todo)
-                for i, out in zip(todo, outs):
+                for i, out in zip(todo, outs, strict=True):
                     results[i] = out
                     if not isinstance(out, BaseException):
                         rnd.retrieved.add(items[i][0])
@@ -383,6 +384,8 @@ class Node:
         """A device's upload: absorbed at once (and, with relay, forwarded to server 1)."""
         with self.lock:
             rnd = self._current(r)
+            if rnd.participants is not None and user not in rnd.participants:
+                raise Forbidden(f"user {user} is not a participant of round {rnd.round_id}")
             fwd = rnd.busy(self.role.handle_upload, user, body)
             rnd.uploaded.add(user)
             n = len(rnd.uploaded)
@@ -520,7 +523,9 @@ class LeaderNode(Node):
         if ids is not None:
             n_p = len(ids)
         if isinstance(n_p, bool) or not isinstance(n_p, int) or not 1 <= n_p <= self.cfg.num_users:
-            raise InvalidParameters(f"n_p must be an int in [1, {self.cfg.num_users}] (or give participants), got {n_p!r}")
+            raise InvalidParameters(
+                f"n_p must be an int in [1, {self.cfg.num_users}] (or give participants), got {n_p!r}"
+            )
         deadline_s = self.cfg.deadline_s if deadline_s is None else deadline_s
         if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and 0 < deadline_s <= 86400):
             raise InvalidParameters(f"deadline_s must be in (0, 86400], got {deadline_s!r}")
@@ -570,14 +575,15 @@ class LeaderNode(Node):
         except PeerUnreachable as exc:
             return [peer_failure("server 1 is unavailable", exc)] * len(items)
         go = []
-        for i, ((user, _), ok) in enumerate(zip(items, ready)):
+        for i, ((user, _), ok) in enumerate(zip(items, ready, strict=True)):
             if ok:
                 go.append(i)
             else:
                 results[i] = Conflict(f"user {user} must send its retrieval request to server 1 first")
         outs = self._evaluate_retrievals(r, [items[i] for i in go]) if go else []
-        fwd = [(i, out) for i, out in zip(go, outs) if not isinstance(out, BaseException)]
-        for i, out in zip(go, outs):
+        # with relay, server 0's role answers each admitted request with the bytes to forward
+        fwd = [(i, out) for i, out in zip(go, outs, strict=True) if isinstance(out, bytes)]
+        for i, out in zip(go, outs, strict=True):
             results[i] = out
         if not fwd:
             return results
@@ -589,7 +595,7 @@ class LeaderNode(Node):
                 for i, _ in fwd:
                     results[i] = exc
                 return results
-            for (i, _), ans in zip(fwd, masked):
+            for (i, _), ans in zip(fwd, masked, strict=True):
                 if isinstance(ans, BaseException):
                     results[i] = peer_failure("server 1 did not answer the relayed retrieval (this user cannot "
                                               "take part in the round)", ans)
@@ -649,7 +655,8 @@ class LeaderNode(Node):
             return
         include = sorted(uploaded & set(theirs))
         if len(include) < rnd.min_users:
-            self._end(rnd, ABORTED, f"{len(include)} user(s) uploaded to both servers, fewer than min_users={rnd.min_users}")
+            self._end(rnd, ABORTED,
+                      f"{len(include)} user(s) uploaded to both servers, fewer than min_users={rnd.min_users}")
             return
         try:
             share = self.peer.share(r, include)
@@ -714,6 +721,7 @@ class LeaderNode(Node):
                 )
                 sync = self._sync_pending
             if due:
+                assert rnd is not None  # due implies it
                 why = "quorum reached" if len(rnd.finished) >= rnd.quorum else "deadline passed"
                 threading.Thread(target=self.close_round, args=(rnd.round_id, why), daemon=True).start()
             elif sync and (rnd is None or rnd.state in FINAL):
@@ -808,7 +816,7 @@ class FollowerNode(Node):
                 outs = rnd.busy(commit)
             except SecembError as exc:
                 return [exc] * len(items)
-            for (user, _), out in zip(items, outs):
+            for (user, _), out in zip(items, outs, strict=True):
                 if not isinstance(out, BaseException):
                     rnd.relayed.add(user)
         return outs
@@ -848,6 +856,7 @@ class FollowerNode(Node):
                 if rnd.share_include is not None:
                     if rnd.share_include != include:
                         raise Conflict(f"round {r}: a share for another user set was already given")
+                    assert rnd.share is not None  # set with share_include
                     return rnd.share
                 extra = set(include) - rnd.uploaded
                 if extra:

@@ -119,6 +119,7 @@ def test_synthetic_like_rejects_impossible_shapes(args, message):
 def test_stand_in_shapes_follow_table_7():
     assert SYNTHETIC_SHAPES == {
         "synthetic": (943, 1_682, 35_000),
+        "synthetic-mini": (120, 300, 3_000),  # a smoke-test size, not a paper dataset
         "synthetic-ml-1m": (6_040, 3_883, 1_000_209),
         "synthetic-ml-10m": (69_878, 10_681, 10_000_054),
         "synthetic-ml-25m": (162_541, 62_423, 25_000_095),

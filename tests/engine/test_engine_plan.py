@@ -97,3 +97,18 @@ def test_in_process_bytes_are_what_the_devices_sent_and_received(data):
     assert r.server_bytes_per_round * r.rounds == tp.total_bytes(direction="server", round_id=...) - \
         tp.total_bytes(direction="server", round_id=None)
     assert np.isfinite(r.final_rmse)
+
+
+def test_a_plug_in_declares_its_own_plan_and_the_engine_follows_it(data, fulldownload_plugin):
+    # the example plug-in retrieves from server 0 only: no message of the round reaches
+    # server 1 before the upload
+    tr, te = data
+    proto = get_protocol(fulldownload_plugin)
+    tp = RecordingTransport()
+    r = train(MatrixFactorization(dim=4, reg=0.01), proto, tr, te,
+              TrainConfig(epochs=1, users_per_round=1, m_prime=5, verify=True), transport=tp)
+    assert r.verified_rounds == r.rounds
+    round_hops = [(h.stage, h.src, h.dst) for h in proto.plan().hops if h.stage != COUNT]
+    assert ("retrieval", "user", "server1") not in round_hops
+    for rr in sorted({x for x, *_ in tp.log if x is not None}):
+        assert [(stage, _party(s), _party(d)) for x, stage, s, d in tp.log if x == rr] == round_hops
