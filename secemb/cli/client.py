@@ -38,6 +38,10 @@ def register(app: typer.Typer) -> None:
         state_file: Annotated[
             Path | None, typer.Option(help="Private parameters and optimizer state (.npz; created if missing).")
         ] = None,
+        ca: Annotated[Path | None, typer.Option(
+            help="The deployment's CA certificate (ca.pem) that both servers' certificates must chain to.")] = None,
+        min_users: Annotated[int, typer.Option(
+            min=2, help="This device's floor: it joins no round announced for fewer users.")] = 10,
     ) -> None:
         """Run one device: fetch its rounds, retrieve its rows privately, train locally, upload."""
         import numpy as np
@@ -55,7 +59,9 @@ def register(app: typer.Typer) -> None:
         try:
             if cluster is not None:
                 docs = [json.loads((cluster / f"server{p}.json").read_text()) for p in (0, 1)]
-                urls = [f"http://{d['server']['host']}:{d['server']['port']}" for d in docs]
+                scheme = "http" if docs[0]["server"].get("insecure_http") else "https"
+                urls = [f"{scheme}://{d['server']['host']}:{d['server']['port']}" for d in docs]
+                ca = ca or (Path(docs[0]["tls"]["ca"]) if "tls" in docs[0] else None)
                 keys = [user_key(bytes.fromhex(d["secrets"]["users"]), user) for d in docs]
             elif None in (server0, server1, key0, key1):
                 fail("give --cluster, or all of --server0 --server1 --key0 --key1", 2)
@@ -66,7 +72,15 @@ def register(app: typer.Typer) -> None:
             items, ratings = by_user(train_data).of(user)
         except (OSError, KeyError, ValueError, InvalidParameters) as exc:
             fail(f"bad usage: {exc}", 2)
-        dc = DeviceClient(user, urls[0], urls[1], keys[0], keys[1])
+        tls = None
+        if ca is not None:
+            from secemb.server.tls import client_context
+
+            try:
+                tls = client_context(ca)
+            except InvalidParameters as exc:
+                fail(f"bad usage: {exc}", 2)
+        dc = DeviceClient(user, urls[0], urls[1], keys[0], keys[1], min_users=min_users, tls=tls)
         device = Device(dc, items, ratings)
         if count:
             from secemb.training.local import distinct_items

@@ -28,9 +28,12 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Checkpoint and journal directory (overrides the file).")
         ] = None,
         log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+        insecure_http: Annotated[bool, typer.Option(
+            "--insecure-http", help="Plain HTTP instead of TLS; refused unless the host is a loopback address.")] = False,
     ) -> None:
         """Serve the round protocol over HTTP (FastAPI on uvicorn) until interrupted.
 
+        TLS by default: the [tls] files of the configuration ('secemb admin init' writes them).
         Secrets may come from the file or from SECEMB_PEER_SECRET, SECEMB_ADMIN_SECRET and
         SECEMB_USER_SECRET (hex).  The API is described in docs/openapi.json.
         """
@@ -45,11 +48,14 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=True)
         try:
             cfg = load_config(config, party=party, host=host, port=port, peer_url=peer_url,
-                              state_dir=str(state_dir) if state_dir is not None else None)
+                              state_dir=str(state_dir) if state_dir is not None else None,
+                              insecure_http=True if insecure_http else None)
+            cfg.check_listener()
         except InvalidParameters as exc:
             fail(exc)
+        scheme = "http" if cfg.insecure_http else "https"
         console.print(
-            f"secemb server {cfg.party} on http://{cfg.host}:{cfg.port} | peer {cfg.peer_url} | "
+            f"secemb server {cfg.party} on {scheme}://{cfg.host}:{cfg.port} | peer {cfg.peer_url} | "
             f"{cfg.protocol} ({cfg.layout}{', relay' if cfg.relay else ''}) | state {cfg.state_dir}",
             markup=False,
         )

@@ -23,13 +23,14 @@ for bit, from a :class:`~secemb.protocols.placement.PaddedRequest` the coordinat
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from secemb.errors import InvalidMessage, ProtocolError
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.models.base import RecModel, StepResult, UserSnapshot, UserState, UserStore
 from secemb.models.batch import Batch, rating_batch
 from secemb.models.optim import AdamConfig
@@ -37,6 +38,7 @@ from secemb.protocols import get_protocol
 from secemb.protocols.base import Protocol, RoundConfig
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
+from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.sharing import share
 from secemb.training import messages
 from secemb.training.local import LocalStep, distinct_items, local_update
@@ -61,6 +63,7 @@ class RoundInfo:
     state: str
     model_version: int
     n_p: int
+    min_users: int
     deadline_unix: float
     config: RoundConfig
     protocol: dict[str, Any]
@@ -74,7 +77,7 @@ class RoundInfo:
         try:
             return cls(
                 int(doc["round_id"]), str(doc["state"]), int(doc["model_version"]), int(doc["n_p"]),
-                float(doc["deadline_unix"]), RoundConfig(**doc["config"]), dict(doc["protocol"]),
+                int(doc["min_users"]), float(doc["deadline_unix"]), RoundConfig(**doc["config"]), dict(doc["protocol"]),
                 dict(doc["model"]), dict(doc["training"]), str(doc["fingerprint"]), doc.get("participant"),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -82,7 +85,7 @@ class RoundInfo:
 
     def public(self) -> tuple[Any, ...]:
         """What both servers must announce identically."""
-        return (self.round_id, self.model_version, self.n_p, self.config, self.protocol, self.model,
+        return (self.round_id, self.model_version, self.n_p, self.min_users, self.config, self.protocol, self.model,
                 self.training, self.fingerprint)
 
     def make_protocol(self) -> Protocol:
@@ -106,28 +109,36 @@ class RoundInfo:
 class DeviceClient:
     """Device ``user_id``'s connections to server 0 and server 1 (:class:`ServerLink`\\ s).
 
-    The constructor connects over HTTP with the device's per-server keys (``http``: an
-    optional shared ``httpx.Client`` pool for simulations of many devices in one process);
+    The constructor connects over HTTPS with the device's per-server keys (``tls``: the
+    context that verifies the servers, pinning the deployment's CA; ``http``: an optional
+    shared ``httpx.Client`` pool for simulations of many devices in one process);
     :meth:`over` wraps any pair of links, e.g. the in-process ones of
     :mod:`secemb.engine.local`.
+
+    ``min_users`` is the device's own floor: it takes part in no round announced for fewer
+    users, or whose aggregate the servers would release with fewer (:meth:`round_info`
+    raises), whatever the servers are configured with.
     """
 
     def __init__(self, user_id: int, url0: str, url1: str, key0: bytes, key1: bytes, *, timeout: float = 60.0,
-                 http: httpx.Client | None = None) -> None:
+                 http: httpx.Client | None = None, tls: ssl.SSLContext | None = None,
+                 min_users: int = DEFAULT_MIN_USERS) -> None:
         from secemb.engine.http import HttpServerLink
 
-        http0 = HttpServerLink(0, user_id, url0, key0, timeout=timeout, http=http)
-        http1 = HttpServerLink(1, user_id, url1, key1, timeout=timeout, http=http)
+        http0 = HttpServerLink(0, user_id, url0, key0, timeout=timeout, http=http, tls=tls)
+        http1 = HttpServerLink(1, user_id, url1, key1, timeout=timeout, http=http, tls=tls)
         self.user_id = int(user_id)
+        self.min_users = _floor(min_users)
         self.links: tuple[ServerLink, ServerLink] = (http0, http1)
         #: the signed HTTP clients (raw access for tests of the endpoints)
         self.servers = (http0.api, http1.api)
 
     @classmethod
-    def over(cls, user_id: int, links: tuple[ServerLink, ServerLink]) -> DeviceClient:
+    def over(cls, user_id: int, links: tuple[ServerLink, ServerLink], *,
+             min_users: int = DEFAULT_MIN_USERS) -> DeviceClient:
         """A client for device ``user_id`` over ``links`` (server 0's, server 1's)."""
         self = cls.__new__(cls)
-        self.user_id, self.links = int(user_id), links
+        self.user_id, self.links, self.min_users = int(user_id), links, _floor(min_users)
         return self
 
     def close(self) -> None:
@@ -140,12 +151,16 @@ class DeviceClient:
         Raises
         ------
         ProtocolError
-            The servers announce different rounds (one is behind or misbehaves).
+            The servers announce different rounds (one is behind or misbehaves), or a round
+            of fewer users than this device's floor ``min_users``.
         """
         a = RoundInfo.from_doc(self.links[0].round_info())
         b = RoundInfo.from_doc(self.links[1].round_info())
         if a.public() != b.public():
             raise ProtocolError(f"the servers announce different rounds ({a.round_id} and {b.round_id})")
+        if a.n_p < self.min_users or a.min_users < self.min_users:
+            raise ProtocolError(f"round {a.round_id} is announced for n_p={a.n_p} users with min_users="
+                                f"{a.min_users}; this device's floor is {self.min_users} users")
         return a
 
     def send_count(self, count: int, ring_bits: int) -> int:
@@ -163,6 +178,12 @@ class DeviceClient:
     def round_status(self, round_id: int) -> dict[str, Any]:
         """Server 0's view of round ``round_id`` (state; whether this device was included)."""
         return self.links[0].round_status(round_id)
+
+
+def _floor(min_users: int) -> int:
+    if isinstance(min_users, bool) or not isinstance(min_users, int) or min_users < MIN_USERS_FLOOR:
+        raise InvalidParameters(f"min_users must be an int >= {MIN_USERS_FLOOR}, got {min_users!r}")
+    return min_users
 
 
 class RoundSession:

@@ -7,6 +7,7 @@ live here and in :mod:`secemb.server.app` only; see ``docs/deployment.md``.
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -18,12 +19,13 @@ __all__ = ["HttpAdminLink", "HttpServerLink"]
 
 class HttpServerLink:
     """Device ``user``'s signed connection to server ``party`` at ``url`` (``http`` an
-    optional shared ``httpx.Client`` pool for simulations of many devices)."""
+    optional shared ``httpx.Client`` pool for simulations of many devices; ``tls`` the context
+    that verifies the server, e.g. pinning the deployment's CA)."""
 
     def __init__(self, party: int, user: int, url: str, key: bytes, *, timeout: float = 60.0,
-                 http: httpx.Client | None = None) -> None:
+                 http: httpx.Client | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.party, self.user = int(party), int(user)
-        self.api = ApiClient(url, f"user:{self.user}", key, timeout=timeout, http=http)
+        self.api = ApiClient(url, f"user:{self.user}", key, timeout=timeout, http=http, tls=tls)
 
     def round_info(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.api.get_json("/v1/round")

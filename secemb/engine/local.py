@@ -84,7 +84,7 @@ class LocalPeer:
         _peer(lambda: self.follower.peer_open(doc))
 
     def ready_many(self, round_id: int, users: list[int]) -> list[bool]:
-        return [bool(_peer(lambda: self.follower.peer_ready(round_id, u))["ready"]) for u in users]
+        return [bool(_peer(lambda: self.follower.peer_ready(round_id, u))["ready"]) for u in users]  # noqa: B023 - called at once
 
     def relay_retrieval_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
         got = [(u, _carry(self.tp, SERVER0, SERVER1, body, RETRIEVAL)) for u, body in items]
@@ -260,9 +260,11 @@ class InProcessServers:
         """The driver's view of the two nodes."""
         admin = (LocalAdminLink(self.nodes[0], self.tp), LocalAdminLink(self.nodes[1], self.tp))
 
+        floor = self.nodes[0].cfg.min_users
+
         def device(user: int) -> DeviceClient:
             return DeviceClient.over(user, (LocalServerLink(self.nodes[0], user, self.tp),
-                                            LocalServerLink(self.nodes[1], user, self.tp)))
+                                            LocalServerLink(self.nodes[1], user, self.tp)), min_users=floor)
 
         return Servers(admin=admin, device=device, phase=_BatchedPhase(self), server_bytes=self.server_bytes,
                        end_round=self.end_round, device_errors_fatal=True)

@@ -8,12 +8,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 from secemb.data import RatingData
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
+from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.training.results import TrainConfig
 
-__all__ = ["cluster_settings", "rating_range_of"]
+__all__ = ["cluster_settings", "rating_range_of", "simulation_floor"]
 
 
 def rating_range_of(train_data: RatingData, config: TrainConfig) -> tuple[float, float]:
@@ -23,17 +26,31 @@ def rating_range_of(train_data: RatingData, config: TrainConfig) -> tuple[float,
     return float(train_data.ratings.min()), float(train_data.ratings.max())
 
 
+def simulation_floor(train_data: RatingData, config: TrainConfig) -> int:
+    """The floor on users per aggregate (``min_users``) of a simulation of ``train_data``:
+    the deployment default (10), lowered to the smallest round the run has (the last round
+    of an epoch), but never below 2.  A simulation whose smallest round has one user is
+    refused when that round opens."""
+    active = int(np.unique(train_data.users).size)
+    per_round = config.users_per_round
+    smallest = active if active < per_round else (active % per_round or per_round)
+    return min(DEFAULT_MIN_USERS, max(MIN_USERS_FLOOR, smallest))
+
+
 def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData, config: TrainConfig,
-                     *, deadline_s: float = 120.0, item_features: str | os.PathLike | None = None) -> dict[str, Any]:
+                     *, deadline_s: float = 120.0, item_features: str | os.PathLike | None = None,
+                     min_users: int | None = None) -> dict[str, Any]:
     """The :class:`~secemb.server.config.ServerConfig` fields two servers need to train
     ``model`` with ``protocol`` as ``config`` says (both servers get the same).
 
     ``item_features``: the file :func:`secemb.data.features.save_item_features` wrote for a
     feature model (FM, DeepFM); server processes build the model from it.  In-process nodes
-    are handed the model itself and need none."""
+    are handed the model itself and need none.  ``min_users``: the servers' (and the
+    simulated devices') floor on users per aggregate; default :func:`simulation_floor`."""
     extra = {} if item_features is None else {"item_features": str(item_features)}
     return {
         **extra,
+        "min_users": simulation_floor(train_data, config) if min_users is None else min_users,
         "num_items": train_data.num_items,
         "num_users": train_data.num_users,
         "protocol": protocol.name,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from functools import cache
+from functools import lru_cache
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -58,8 +58,8 @@ class FixedKeyAES:
         if src.nbytes == 0:  # memoryview.cast rejects shapes with a zero
             return dst
         enc = self._encryptor()
-        s = src.data.cast("B")
-        d = dst.data.cast("B")
+        s = memoryview(src).cast("B")
+        d = memoryview(dst).cast("B")
         total = len(s)
         step = CHUNK_BLOCKS * 16
         pos = 0
@@ -87,7 +87,7 @@ class FixedKeyAES:
         return out
 
 
-@cache
+@lru_cache(maxsize=None)
 def aes_for(name: str) -> FixedKeyAES:
     """The shared :class:`FixedKeyAES` instance for ``name``."""
     return FixedKeyAES(name)

@@ -34,9 +34,10 @@ def _key_bytes(rc: RoundConfig) -> int:
 class _GrecUser(FullModelUser):
     def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
         cfg = self.config
-        idx = self._requested()
         if cfg.layout != "full":  # keys need real points: drop empty cuckoo slots into padding keys
-            idx = np.where(idx < 0, 0, idx)
+            idx = np.where(self._indices < 0, 0, self._indices)
+        else:
+            idx = self._indices
         k0, k1 = row_keys(idx, rows, cfg.num_items, cfg.ring_bits, self._rng)
         d0, d1 = share(dense, _rng=self._rng)
         return k0.to_bytes() + array_bytes(d0), k1.to_bytes() + array_bytes(d1)

@@ -15,20 +15,26 @@ __all__ = ["ServerConfig", "load_config", "serve"]
 
 
 def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
-    """Run server ``cfg.party`` until interrupted (blocks)."""
+    """Run server ``cfg.party`` until interrupted (blocks): over TLS, or plain HTTP on
+    loopback with ``insecure_http``.
+
+    Raises
+    ------
+    InvalidParameters: TLS files missing, or a plain ``http://`` peer URL with TLS.
+    """
     import logging
 
-    import uvicorn
-
+    from secemb.server import listener
     from secemb.server.app import create_app
     from secemb.server.node import make_node
+
+    cfg.check_listener()
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
                         format=f"%(asctime)s server{cfg.party} %(levelname)s %(message)s")
     node = make_node(cfg)
     app = create_app(node)
     try:
-        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=log_level, access_log=False,
-                    timeout_keep_alive=30)
+        listener.run(app, cfg, log_level=log_level)
     finally:
         node.stop()

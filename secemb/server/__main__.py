@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
+from secemb.errors import InvalidParameters
 from secemb.server import load_config, serve
+from secemb.server.persist import CorruptState
 
 
 def main() -> None:
@@ -14,9 +17,15 @@ def main() -> None:
     ap.add_argument("--host")
     ap.add_argument("--port", type=int)
     ap.add_argument("--log-level", default="warning")
+    ap.add_argument("--insecure-http", action="store_true", help="plain HTTP (loopback only)")
     args = ap.parse_args()
-    cfg = load_config(args.config, party=args.party, host=args.host, port=args.port)
-    serve(cfg, log_level=args.log_level)
+    try:
+        cfg = load_config(args.config, party=args.party, host=args.host, port=args.port,
+                          insecure_http=True if args.insecure_http else None)
+        serve(cfg, log_level=args.log_level)
+    except (InvalidParameters, CorruptState) as exc:
+        print(f"secemb server: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, Sece
 from secemb.server.auth import AuthError, Forbidden, Principal, Verifier
 from secemb.server.errors import NotFound, PeerUnavailable
 from secemb.server.node import FollowerNode, LeaderNode, Node
+from secemb.server.tls import PEER_CN_SCOPE_KEY
 from secemb.training import messages
 
 __all__ = ["create_app", "PayloadTooLarge"]
@@ -197,6 +198,8 @@ def create_app(node: Node) -> FastAPI:
 
     async def authed(request: Request, allow: tuple[str, ...], limit: int) -> tuple[Principal, bytes]:
         principal, _ = verifier.principal_of(request.headers)
+        if principal.kind == PEER and not cfg.insecure_http and request.scope.get(PEER_CN_SCOPE_KEY) != principal.key_id:
+            raise AuthError("a peer call must come over mutual TLS with the peer's certificate")
         if principal.kind not in allow:
             raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")
         body = await _read_body(request, limit)

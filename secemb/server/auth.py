@@ -60,7 +60,9 @@ class Verifier:
 
     Parameters
     ----------
-    party: this server (it accepts the *other* server's key id only).
+    party: this server.  Server 1 accepts server 0's key id (``server0``) on its peer
+        endpoints; server 0 accepts no server's key: server 1 never calls it, so a request
+        signed ``server1`` is refused at server 0 like an unknown key.
     peer_secret, admin_secret, user_secret: the HMAC secrets.
     num_users: user ids must lie in ``[0, num_users)``.
     window_s: accepted clock difference, seconds.
@@ -96,7 +98,7 @@ class Verifier:
         now = int(time.time() * 1000)
         if abs(now - int(ts)) > self.window_ms:
             raise AuthError("request timestamp outside the accepted window")
-        if key_id == self._peer_id:
+        if key_id == self._peer_id and self.party == 1:  # server 0 calls server 1, never the reverse
             return Principal("peer", key_id), self._peer
         if key_id == "admin":
             return Principal("admin", key_id), self._admin
@@ -117,7 +119,8 @@ class Verifier:
         """
         principal, key = self.principal_of(headers)
         ts, nonce, sig = headers[HEADER_TIMESTAMP], headers[HEADER_NONCE], headers[HEADER_SIGNATURE]
-        expected = hmac.new(key, canonical_request(principal.key_id, method, path, query, int(ts), nonce, body), "sha256")
+        canonical = canonical_request(principal.key_id, method, path, query, int(ts), nonce, body)
+        expected = hmac.new(key, canonical, "sha256")
         if not hmac.compare_digest(expected.hexdigest(), sig):
             raise AuthError("bad signature")
         self._remember(f"{principal.key_id}/{nonce}", int(ts))

@@ -4,7 +4,10 @@ The file has sections; every key is optional except where noted (see ``docs/depl
 for a full example)::
 
     [server]    party (required), host, port, peer_url (required), state_dir (required),
-                auth_window_s, peer_timeout_s, max_body_bytes
+                auth_window_s, peer_timeout_s, max_body_bytes, read_timeout_s, max_connections,
+                insecure_http (plain HTTP, loopback only; default false: TLS)
+    [tls]       ca, cert, key -- PEM files written by ``secemb admin init`` (required unless
+                insecure_http)
     [secrets]   peer, admin, users   -- hex, >= 16 bytes each (required; or the environment
                 variables SECEMB_PEER_SECRET, SECEMB_ADMIN_SECRET, SECEMB_USER_SECRET)
     [protocol]  name, layout, relay, expansion, layout_seed, backend, workers
@@ -34,13 +37,21 @@ from typing import Any
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["ServerConfig", "load_config", "SECRET_ENV"]
+__all__ = ["DEFAULT_MIN_USERS", "MIN_USERS_FLOOR", "ServerConfig", "load_config", "SECRET_ENV"]
+
+#: the default floor on the number of users in any aggregate a server releases
+#: (``[rounds] min_users``; docs/security.md, "The floor")
+DEFAULT_MIN_USERS = 10
+#: the lowest floor a configuration may set: an aggregate of one user is that user's data
+MIN_USERS_FLOOR = 2
 
 SECRET_ENV = {
     "peer_secret": "SECEMB_PEER_SECRET",
     "admin_secret": "SECEMB_ADMIN_SECRET",
     "user_secret": "SECEMB_USER_SECRET",
 }
+
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 # section -> {file key: field name}
 _SECTIONS: dict[str, dict[str, str]] = {
@@ -53,7 +64,11 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "auth_window_s": "auth_window_s",
         "peer_timeout_s": "peer_timeout_s",
         "max_body_bytes": "max_body_bytes",
+        "read_timeout_s": "read_timeout_s",
+        "max_connections": "max_connections",
+        "insecure_http": "insecure_http",
     },
+    "tls": {"ca": "tls_ca", "cert": "tls_cert", "key": "tls_key"},
     "secrets": {"peer": "peer_secret", "admin": "admin_secret", "users": "user_secret"},
     "protocol": {
         "name": "protocol",
@@ -127,6 +142,15 @@ class ServerConfig:
     auth_window_s: float = 120.0
     peer_timeout_s: float = 60.0
     max_body_bytes: int = 256 * 2**20
+    #: seconds a connection may take to send a request's headers, and a request its body
+    read_timeout_s: float = 10.0
+    #: concurrent connections and requests; beyond, uvicorn answers 503 at once
+    max_connections: int = 256
+    #: plain HTTP instead of TLS (refused unless ``host`` is a loopback address)
+    insecure_http: bool = False
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     protocol: str = "secemb"
     layout: str = "cuckoo"
     relay: bool = True
@@ -150,7 +174,8 @@ class ServerConfig:
     m_prime: int | None = None
     alpha: float = 2.5
     deadline_s: float = 60.0
-    min_users: int = 1
+    #: the floor: this server releases no count, aggregate share or user set of fewer users
+    min_users: int = DEFAULT_MIN_USERS
 
     def __post_init__(self) -> None:
         def is_int(x: object) -> bool:
@@ -169,7 +194,17 @@ class ServerConfig:
             raise InvalidParameters(f"num_users must be an int >= 1, got {self.num_users!r}")
         if not is_int(self.port) or not 0 <= self.port < 65536:
             raise InvalidParameters(f"port must be in [0, 65536), got {self.port!r}")
-        for name in ("auth_window_s", "peer_timeout_s", "deadline_s"):
+        if not isinstance(self.insecure_http, bool):
+            raise InvalidParameters(f"insecure_http must be true or false, got {self.insecure_http!r}")
+        if self.insecure_http and self.host not in _LOOPBACK:
+            raise InvalidParameters(f"insecure_http binds loopback only ({', '.join(_LOOPBACK)}), got host "
+                                    f"{self.host!r}; give [tls] files for any other address")
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        if not is_int(self.max_connections) or self.max_connections < 8:
+            raise InvalidParameters(f"max_connections must be an int >= 8, got {self.max_connections!r}")
+        for name in ("auth_window_s", "peer_timeout_s", "deadline_s", "read_timeout_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise InvalidParameters(f"{name} must be a positive number, got {v!r}")
@@ -177,8 +212,8 @@ class ServerConfig:
             raise InvalidParameters(f"max_body_bytes must be an int >= 1024, got {self.max_body_bytes!r}")
         if self.m_prime is not None and (not is_int(self.m_prime) or not 1 <= self.m_prime <= self.num_items):
             raise InvalidParameters(f"m_prime must be None or in [1, num_items], got {self.m_prime!r}")
-        if not is_int(self.min_users) or self.min_users < 1:
-            raise InvalidParameters(f"min_users must be an int >= 1, got {self.min_users!r}")
+        if not is_int(self.min_users) or self.min_users < MIN_USERS_FLOOR:
+            raise InvalidParameters(f"min_users must be an int >= {MIN_USERS_FLOOR}, got {self.min_users!r}")
         if not is_int(self.init_seed) or self.init_seed < 0:
             raise InvalidParameters(f"init_seed must be an int >= 0, got {self.init_seed!r}")
         lo, hi = (float(x) for x in self.rating_range)
@@ -196,6 +231,33 @@ class ServerConfig:
         self.fixed_point()
 
     # ---------------------------------------------------------------- derived objects
+    def check_listener(self) -> None:
+        """What serving needs beyond a valid configuration: TLS files that exist and an
+        ``https`` peer URL, unless ``insecure_http``.
+
+        Raises
+        ------
+        InvalidParameters
+        """
+        if self.insecure_http:
+            return
+        missing = [f"[tls] {n}" for n, v in (("ca", self.tls_ca), ("cert", self.tls_cert), ("key", self.tls_key))
+                   if v is None or not v.is_file()]
+        if missing:
+            raise InvalidParameters(f"TLS is required: {', '.join(missing)} missing (create them with "
+                                    "'secemb admin init', or serve plain HTTP on loopback with --insecure-http)")
+        if not self.peer_url.startswith("https://"):
+            raise InvalidParameters(f"peer_url must be https:// when serving TLS, got {self.peer_url!r}")
+
+    def peer_tls(self):  # noqa: ANN201 - ssl.SSLContext | None
+        """Server 0's client context for server 1 (pins the CA, presents server 0's
+        certificate: mutual TLS); ``None`` without ``[tls]`` files (plain HTTP)."""
+        if self.tls_ca is None:
+            return None
+        from secemb.server.tls import client_context
+
+        return client_context(self.tls_ca, self.tls_cert, self.tls_key)
+
     def make_protocol(self):  # noqa: ANN201 - Protocol
         from secemb.protocols import get_protocol
 

@@ -28,6 +28,7 @@ class CountPhase:
         self.state = "idle"  # idle | open | closed
         self._users: frozenset[int] | None = None
         self._shares: dict[int, np.ndarray] = {}
+        self._released: list[int] | None = None  # the one set total(once=True) answered
 
     def status(self) -> dict[str, object]:
         """``{"state", "users"}`` (how many shares are held)."""
@@ -37,7 +38,7 @@ class CountPhase:
     def open(self, users: frozenset[int] | None) -> None:
         """Start (or restart, forgetting every share) the phase for ``users`` (``None``: any)."""
         with self._lock:
-            self.state, self._users, self._shares = "open", users, {}
+            self.state, self._users, self._shares, self._released = "open", users, {}, None
 
     def submit(self, user: int, share: np.ndarray) -> None:
         """Keep ``user``'s share (ring, (1,)).
@@ -74,20 +75,28 @@ class CountPhase:
         with self._lock:
             self.state = "open"
 
-    def total(self, include: list[int]) -> np.ndarray:
-        """The sum (ring, (1,)) of the shares of ``include`` in a closed phase.
+    def total(self, include: list[int], *, once: bool = False) -> np.ndarray:
+        """The sum (ring, (1,)) of the shares of ``include`` in a closed phase.  With ``once``,
+        a phase answers for one user set only (asked again, the same set), so that sums over
+        two sets never give away the shares of their difference.
 
         Raises
         ------
-        Conflict: the phase is not closed, or a user of ``include`` sent no share.
+        Conflict: the phase is not closed, a user of ``include`` sent no share, or (``once``)
+            a sum over another set was already given.
         """
         with self._lock:
             if self.state != "closed":
                 raise Conflict("the count phase is not closed")
-            missing = set(include) - set(self._shares)
+            users = sorted(set(include))
+            if once and self._released is not None and self._released != users:
+                raise Conflict("a count sum over another user set was already given in this phase")
+            missing = set(users) - set(self._shares)
             if missing:
                 raise Conflict(f"no count share of user(s) {sorted(missing)[:5]}")
+            if once:
+                self._released = users
             acc = np.zeros(1, self._dtype)
-            for u in include:
+            for u in users:
                 acc += self._shares[u]
             return acc

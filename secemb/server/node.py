@@ -224,6 +224,7 @@ class Node:
             "state": rnd.state,
             "model_version": rnd.version,
             "n_p": rnd.n_p,
+            "min_users": rnd.min_users,
             "deadline_unix": rnd.deadline,
             "config": dataclasses.asdict(rnd.rc),
             "protocol": {"name": self.cfg.protocol, "layout": self.cfg.layout, "relay": self.cfg.relay,
@@ -470,8 +471,10 @@ class LeaderNode(Node):
         try:
             theirs = self.peer.count_close()
             include = sorted(mine & set(theirs))
-            if not include:
-                raise Conflict("no user sent its count share to both servers")
+            if len(include) < self.cfg.min_users:
+                self.count.reopen()
+                raise Conflict(f"{len(include)} user(s) sent their count share to both servers, fewer than "
+                               f"min_users={self.cfg.min_users}: the mean count is not opened")
             peer_share = self.peer.count_share(include)
         except _PEER_ERRORS as exc:
             self.count.reopen()
@@ -531,9 +534,9 @@ class LeaderNode(Node):
             raise InvalidParameters(f"deadline_s must be in (0, 86400], got {deadline_s!r}")
         quorum = n_p if quorum is None else quorum
         min_users = self.cfg.min_users if min_users is None else min_users
-        for name, v in (("quorum", quorum), ("min_users", min_users)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= n_p:
-                raise InvalidParameters(f"{name} must be an int in [1, n_p={n_p}], got {v!r}")
+        _check_floor(n_p, min_users, self.cfg.min_users, InvalidParameters)
+        if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= n_p:
+            raise InvalidParameters(f"quorum must be an int in [1, n_p={n_p}], got {quorum!r}")
         with self._open_lock:
             with self.lock:
                 if self.m_prime is None:
@@ -753,8 +756,17 @@ class FollowerNode(Node):
         return self.count.freeze(from_states=("open", "closed"))
 
     def peer_count_share(self, include: list[int]) -> bytes:
-        """The sum of the count shares of ``include`` (COUNT message)."""
-        return messages.encode_count(self.count.total(include), self.cfg.ring_bits, party=1)
+        """The sum of the count shares of ``include`` (COUNT message), released once per
+        closed phase (the same set may be asked for again).
+
+        Raises
+        ------
+        Conflict: fewer than ``min_users`` users, or another set than the one released.
+        """
+        if len(set(include)) < self.cfg.min_users:
+            raise Conflict(f"a count share of {len(set(include))} user(s) is refused: fewer than "
+                           f"min_users={self.cfg.min_users}")
+        return messages.encode_count(self.count.total(include, once=True), self.cfg.ring_bits, party=1)
 
     # ================================================================== rounds
     def peer_open(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -772,6 +784,9 @@ class FollowerNode(Node):
         if doc.get("fingerprint") != self.fingerprint:
             raise Conflict("server 0 runs with a different protocol/model/training configuration")
         ids = None if parts is None else frozenset(self._user_list(parts, "participants"))
+        if ids is not None and len(ids) != n_p:
+            raise InvalidParameters(f"round document: n_p={n_p} but {len(ids)} participants")
+        _check_floor(n_p, min_users, self.cfg.min_users, Conflict)
         expect = self.protocol.round_config(r, self.cfg.num_items, self.width, self.dense_size, rc.m_prime,
                                             self.cfg.ring_bits)
         if rc != expect or r != rc.round_id:
@@ -850,6 +865,9 @@ class FollowerNode(Node):
             ``include`` did not upload here.
         """
         include = sorted(set(include))
+        if len(include) < self.cfg.min_users:
+            raise Conflict(f"round {r}: an aggregate share of {len(include)} user(s) is refused: fewer than "
+                           f"min_users={self.cfg.min_users}")
         with self._share_lock:
             with self.lock:
                 rnd = self._current(r, states=(CLOSING,))
@@ -918,6 +936,16 @@ class FollowerNode(Node):
             return {"model_version": version, "duplicate": False}
 
 
+def _check_floor(n_p: int, min_users: Any, floor: int, error: type[SecembError]) -> None:
+    """A round of ``n_p`` users whose aggregate needs ``min_users`` is refused (``error``)
+    unless both reach this server's own ``floor`` (``cfg.min_users``), whatever the caller
+    asks for."""
+    if n_p < floor:
+        raise error(f"a round of n_p={n_p} user(s) is refused: this server's floor is min_users={floor}")
+    if isinstance(min_users, bool) or not isinstance(min_users, int) or not floor <= min_users <= n_p:
+        raise error(f"min_users must be an int in [{floor} (this server's floor), n_p={n_p}], got {min_users!r}")
+
+
 def make_node(cfg: ServerConfig, *, peer: PeerLink | None = None, store: StateStore | None = None,
               start_threads: bool = True, protocol: Protocol | None = None,
               model: RecModel | None = None) -> LeaderNode | FollowerNode:
@@ -947,5 +975,6 @@ def make_node(cfg: ServerConfig, *, peer: PeerLink | None = None, store: StateSt
         if peer is not None:
             raise InvalidParameters("peer: server 1 calls no peer (server 0 drives every exchange), got one")
         return FollowerNode(cfg, store=store, protocol=protocol, model=model)
-    link = peer if peer is not None else HttpPeer(cfg.peer_url, cfg.peer_secret, timeout=cfg.peer_timeout_s)
+    link = peer if peer is not None else HttpPeer(cfg.peer_url, cfg.peer_secret, timeout=cfg.peer_timeout_s,
+                                                  tls=cfg.peer_tls())
     return LeaderNode(cfg, peer=link, store=store, start_threads=start_threads, protocol=protocol, model=model)

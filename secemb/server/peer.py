@@ -15,6 +15,7 @@ Errors (every method):
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
@@ -97,17 +98,19 @@ def _call(fn: Callable[[], T]) -> T:
 class HttpPeer:
     """:class:`PeerLink` over HTTP: signed requests as ``server0`` to server 1's ``/v1/peer/...``
     endpoints, through an :class:`~secemb.transport.network.ApiClient` (``api``; it holds the
-    connection pool and counts the bytes).  It wraps the client rather than subclassing it
+    connection pool and counts the bytes; ``tls``: the client context, which over TLS pins the
+    deployment's CA and presents server 0's certificate -- mutual TLS).  It wraps the client rather than subclassing it
     because :meth:`close` is the peer's round close, not the client's.
 
     ``*_many`` send one request per item from a small thread pool (``fanout`` threads), so
     that server 1's batcher groups them into one evaluation as it does concurrent devices.
     """
 
-    def __init__(self, base_url: str, key: bytes, *, timeout: float = 30.0, fanout: int = 8) -> None:
+    def __init__(self, base_url: str, key: bytes, *, timeout: float = 30.0, fanout: int = 8,
+                 tls: ssl.SSLContext | None = None) -> None:
         from secemb.transport.network import ApiClient  # here: in-process nodes never need httpx
 
-        self.api = ApiClient(base_url, "server0", key, timeout=timeout)
+        self.api = ApiClient(base_url, "server0", key, timeout=timeout, tls=tls)
         self._pool = ThreadPoolExecutor(max_workers=fanout, thread_name_prefix="secemb-peer")
 
     def shutdown(self) -> None:

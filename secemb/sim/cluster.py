@@ -2,7 +2,9 @@
 network benchmark and the tests run.
 
 :class:`LocalCluster` writes a configuration file per server (fresh random secrets, free ports
-chosen by the OS), starts each server as its own process (``python -m secemb.server``),
+chosen by the OS) and a private CA with both servers' certificates (:func:`~secemb.server.tls.init_pki`:
+every connection is TLS, verified against that CA; server 0 presents its certificate to server 1),
+starts each server as its own process (``python -m secemb.server``),
 waits until it answers, and can kill (``SIGKILL``) and restart either one on the same port
 and state directory.  With ``supervise=True`` a watcher restarts a server that died, like a
 service manager would.
@@ -15,6 +17,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -27,7 +30,9 @@ import httpx
 from secemb.errors import SecembError
 from secemb.server.config import ServerConfig, config_document
 from secemb.server.faults import ENV_DIR, ENV_POINTS
-from secemb.transport.network import ApiClient, user_key
+from secemb.server.tls import client_context, init_pki, write_private
+from secemb.transport.network import ApiClient
+from secemb.transport.signing import user_key
 
 __all__ = ["LocalCluster", "free_port"]
 
@@ -54,10 +59,14 @@ class LocalCluster:
     def __init__(self, workdir: str | os.PathLike, *, faults: dict[int, str] | None = None,
                  log_level: str = "warning", **settings: Any) -> None:
         self.workdir = Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.workdir, 0o700)
         self.peer_secret = secrets.token_bytes(32)
-        self.admin_secret = secrets.token_bytes(32)
+        self.admin_secrets = (secrets.token_bytes(32), secrets.token_bytes(32))
         self.user_secrets = (secrets.token_bytes(32), secrets.token_bytes(32))
+        self.pki = init_pki(self.workdir / "tls", [["127.0.0.1", "localhost"]] * 2)
+        #: what every client of this cluster verifies the servers with (the private CA)
+        self.tls = client_context(self.pki.ca)
         ports = [free_port(), free_port()]
         while ports[1] == ports[0]:
             ports[1] = free_port()
@@ -70,10 +79,11 @@ class LocalCluster:
             cfg = ServerConfig(
                 party=party, host="127.0.0.1", port=ports[party], peer_url=self.url(1 - party),
                 state_dir=self.workdir / f"server{party}", peer_secret=self.peer_secret,
-                admin_secret=self.admin_secret, user_secret=self.user_secrets[party], **settings,
+                admin_secret=self.admin_secrets[party], user_secret=self.user_secrets[party],
+                tls_ca=self.pki.ca, tls_cert=self.pki.cert(party), tls_key=self.pki.key(party), **settings,
             )
             path = self.workdir / f"server{party}.json"
-            path.write_text(json.dumps(config_document(cfg), indent=2))
+            write_private(path, json.dumps(config_document(cfg), indent=2).encode())
             self.configs.append(cfg)
             self.config_paths.append(path)
         self.procs: list[subprocess.Popen | None] = [None, None]
@@ -84,15 +94,25 @@ class LocalCluster:
 
     # ---------------------------------------------------------------- addresses and keys
     def url(self, party: int) -> str:
-        return f"http://127.0.0.1:{self.ports[party]}"
+        return f"https://127.0.0.1:{self.ports[party]}"
 
     def admin(self, party: int, *, timeout: float = 60.0) -> ApiClient:
-        """A signed operator client for server ``party``."""
-        return ApiClient(self.url(party), "admin", self.admin_secret, timeout=timeout)
+        """A signed operator client for server ``party`` (its own admin secret)."""
+        return ApiClient(self.url(party), "admin", self.admin_secrets[party], timeout=timeout, tls=self.tls)
+
+    def peer_tls(self) -> ssl.SSLContext:
+        """Server 0's client context (its certificate for mutual TLS), for tests of server 1's
+        peer endpoints."""
+        return client_context(self.pki.ca, self.pki.cert(0), self.pki.key(0))
 
     def device_keys(self, user: int) -> tuple[bytes, bytes]:
         """Device ``user``'s HMAC keys at server 0 and server 1."""
         return user_key(self.user_secrets[0], user), user_key(self.user_secrets[1], user)
+
+    @property
+    def min_users(self) -> int:
+        """The servers' floor on users per aggregate (``[rounds] min_users``)."""
+        return self.configs[0].min_users
 
     # ---------------------------------------------------------------- processes
     def _spawn(self, party: int) -> subprocess.Popen:
@@ -130,7 +150,8 @@ class LocalCluster:
             if proc is not None and proc.poll() is not None and not self._supervise:
                 raise SecembError(f"server {party} exited with code {proc.returncode}; see {self.log(party)}")
             try:
-                if httpx.get(self.url(party) + "/v1/health", timeout=1.0, trust_env=False).status_code == 200:
+                if httpx.get(self.url(party) + "/v1/health", timeout=1.0, trust_env=False,
+                             verify=self.tls).status_code == 200:
                     return
             except httpx.TransportError:
                 pass

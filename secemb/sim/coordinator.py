@@ -12,6 +12,7 @@ protocol).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol as TypingProtocol
@@ -39,6 +40,14 @@ class Cluster(TypingProtocol):
     def admin(self, party: int, *, timeout: float = ...) -> ApiClient: ...
 
     def device_keys(self, user: int) -> tuple[bytes, bytes]: ...
+
+    #: the TLS context that verifies both servers (pins the deployment's CA)
+    tls: ssl.SSLContext
+
+    @property
+    def min_users(self) -> int:
+        """The servers' floor on users per aggregate (the simulated devices keep the same)."""
+        ...
 
 
 class _ThreadPhase:
@@ -95,13 +104,14 @@ def train_networked(
     server-to-server bytes are not seen from here (``server_bytes_per_round`` is 0).
     """
     admin = (HttpAdminLink(0, cluster.admin(0)), HttpAdminLink(1, cluster.admin(1)))
-    http = httpx.Client(timeout=wait_s, trust_env=False,
+    http = httpx.Client(timeout=wait_s, trust_env=False, verify=cluster.tls,
                         limits=httpx.Limits(max_connections=4 * workers, max_keepalive_connections=4 * workers))
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="secemb-device")
 
     def device(user: int) -> DeviceClient:
         k0, k1 = cluster.device_keys(user)
-        return DeviceClient(user, cluster.url(0), cluster.url(1), k0, k1, timeout=wait_s, http=http)
+        return DeviceClient(user, cluster.url(0), cluster.url(1), k0, k1, timeout=wait_s, http=http,
+                            min_users=cluster.min_users)
 
     servers = Servers(admin=admin, device=device, phase=_ThreadPhase(pool), wait_s=wait_s)
     try:

@@ -29,6 +29,7 @@ counts them; HTTP headers are not part of the protocol's communication figures.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -70,23 +71,27 @@ class ApiClient:
 
     Parameters
     ----------
-    base_url: ``http://host:port`` of the server.
+    base_url: ``https://host:port`` of the server (``http://`` only for a loopback server
+        started with ``--insecure-http``).
     key_id, key: the signer's identity and HMAC key (``None``: unsigned requests, for
         ``/v1/health`` and for tests of the refusal path).
     timeout: seconds per request.
     http: an ``httpx.Client`` to share (its connection pool) between many signers, e.g. the
         simulated devices of a benchmark; it is not closed by :meth:`close`.
+    tls: the TLS context that verifies the server (e.g. pinning the deployment's private CA,
+        :func:`secemb.server.tls.client_context`); default: the system's trusted CAs.
     """
 
     def __init__(self, base_url: str, key_id: str | None = None, key: bytes | None = None, *, timeout: float = 30.0,
-                 http: httpx.Client | None = None) -> None:
+                 http: httpx.Client | None = None, tls: ssl.SSLContext | None = None) -> None:
         if (key_id is None) != (key is None):
             raise InvalidParameters("give both key_id and key, or neither")
         self.base_url = base_url.rstrip("/")
         self.key_id, self.key = key_id, key
         self._lock = threading.Lock()
         self._own = http is None
-        self._http = http if http is not None else httpx.Client(timeout=timeout, trust_env=False)
+        self._http = http if http is not None else httpx.Client(
+            timeout=timeout, trust_env=False, verify=tls if tls is not None else True)
         self._timeout = timeout
         self.sent_bytes = 0
         self.received_bytes = 0

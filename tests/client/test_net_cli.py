@@ -67,6 +67,7 @@ def _toml(doc: dict) -> str:
 
 
 def test_serve_runs_a_server_from_a_toml_file_and_refuses_unsigned_requests(tmp_path):
+    # plain HTTP on loopback with --insecure-http (TLS is covered by the cluster tests)
     port = free_port()
     admin = secrets.token_bytes(32)
     doc = {
@@ -80,7 +81,7 @@ def test_serve_runs_a_server_from_a_toml_file_and_refuses_unsigned_requests(tmp_
     env = dict(os.environ, SECEMB_PEER_SECRET=secrets.token_hex(32), SECEMB_ADMIN_SECRET=admin.hex(),
                SECEMB_USER_SECRET=secrets.token_hex(32))
     proc = subprocess.Popen([sys.executable, "-c", "from secemb.cli import main; main()", "serve", "--party", "0", "--config",
-                             str(tmp_path / "s0.toml"), "--log-level", "warning"],
+                             str(tmp_path / "s0.toml"), "--log-level", "warning", "--insecure-http"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -100,7 +101,7 @@ def test_serve_runs_a_server_from_a_toml_file_and_refuses_unsigned_requests(tmp_
         r = httpx.post(url + "/v1/admin/rounds", trust_env=False)
         assert r.status_code == 401
         with pytest.raises(Exception) as e:
-            ApiClient(url, "admin", admin).post_json("/v1/admin/rounds", {"n_p": 2})
+            ApiClient(url, "admin", admin).post_json("/v1/admin/rounds", {"n_p": 10})
         assert getattr(e.value, "status", None) == 503
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -119,22 +120,24 @@ def test_client_command_runs_one_device_through_a_round(tmp_path):
     data = load_dataset("synthetic", seed=0)
     tr, _ = train_test_split(data, 0.2, seed=0)
     model, proto = MatrixFactorization(dim=4), get_protocol("secemb", layout="cuckoo", relay=True)
-    settings = cluster_settings(model, proto, tr, TrainConfig(m_prime=20))
+    settings = cluster_settings(model, proto, tr, TrainConfig(m_prime=20), min_users=2)
     with LocalCluster(tmp_path / "cluster", **settings) as cluster:
         cluster.start()
         admin = cluster.admin(0)
-        rid = admin.post_json("/v1/admin/rounds", {"participants": [7], "deadline_s": 60})["round_id"]
+        rid = admin.post_json("/v1/admin/rounds", {"participants": [7, 9], "deadline_s": 60})["round_id"]
         state = tmp_path / "device7.npz"
-        proc = subprocess.run(
-            [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", "7", "--cluster", str(tmp_path / "cluster"),
-             "--state-file", str(state), "--wait", "30"],
-            capture_output=True, text=True, timeout=120, cwd=ROOT,
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        line = json.loads(proc.stdout.strip().splitlines()[-1])
+        procs = [subprocess.Popen(
+            [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", str(u), "--cluster",
+             str(tmp_path / "cluster"), "--wait", "30", "--min-users", "2"] + extra,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        ) for u, extra in ((7, ["--state-file", str(state)]), (9, []))]
+        outs = [p.communicate(timeout=120) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, out + err
+        line = json.loads(outs[0][0].strip().splitlines()[-1])
         assert (line["user"], line["round_id"], line["outcome"]) == (7, rid, "committed")
         assert line["upload_bytes"] > 0 and np.isfinite(line["loss"])
-        assert admin.get_json(f"/v1/rounds/{rid}/status")["included"] == [7]
+        assert admin.get_json(f"/v1/rounds/{rid}/status")["included"] == [7, 9]
         with np.load(state) as z:
             assert z["params"].shape == (5,) and int(z["t"]) == 1
         # no round for this device: it gives up after --wait with exit code 1

@@ -33,7 +33,8 @@ class World:
         self.model = model
         self.per_user = by_user(tr)
         self.admin = [cluster.admin(0, timeout=WAIT_S), cluster.admin(1, timeout=WAIT_S)]
-        self.peer = ApiClient(cluster.url(1), "server0", cluster.peer_secret, timeout=WAIT_S)
+        self.peer_tls = cluster.peer_tls()  # server 0's certificate: peer calls are mutual TLS
+        self.peer = ApiClient(cluster.url(1), "server0", cluster.peer_secret, timeout=WAIT_S, tls=self.peer_tls)
         doc = self.admin[0].post_json("/v1/admin/rounds", {"participants": PARTICIPANTS, "deadline_s": 3600})
         self.info = RoundInfo.from_doc(doc)
         self.r = self.info.round_id
@@ -59,7 +60,8 @@ class World:
 
     def client(self, u: int) -> DeviceClient:
         k0, k1 = self.cluster.device_keys(u)
-        return DeviceClient(u, self.cluster.url(0), self.cluster.url(1), k0, k1, timeout=WAIT_S)
+        return DeviceClient(u, self.cluster.url(0), self.cluster.url(1), k0, k1, timeout=WAIT_S, tls=self.cluster.tls,
+                            min_users=self.cluster.min_users)
 
     def session(self, u: int) -> RoundSession:
         s = RoundSession(self.client(u), self.info)
@@ -109,7 +111,7 @@ def _endpoints(w: World) -> list[tuple[int, str, str, str, str]]:
 
 def _key(w: World, party: int, signer: str) -> bytes:
     if signer == "admin":
-        return w.cluster.admin_secret
+        return w.cluster.admin_secrets[party]
     if signer.startswith("server"):
         return w.cluster.peer_secret
     return w.cluster.device_keys(int(signer.split(":")[1]))[party]
@@ -120,8 +122,9 @@ def _send(w: World, party: int, method: str, path: str, body: bytes, signer: str
     p, _, q = path.partition("?")
     h = {} if signer is None else sign_headers(signer, _key(w, party, signer), method, p, q, body)
     h.update(headers or {})
+    tls = w.peer_tls if signer is not None and signer.startswith("server") else w.cluster.tls
     return httpx.request(method, w.cluster.url(party) + path, content=body, headers=h, timeout=WAIT_S,
-                         trust_env=False)
+                         trust_env=False, verify=tls)
 
 
 def _check_rejected(w: World, resp: httpx.Response, before: list[dict]) -> None:
@@ -191,7 +194,7 @@ def test_every_endpoint_refuses_missing_bad_stale_and_replayed_credentials(world
     ]
     for headers in cases:
         resp = httpx.request(method, w.cluster.url(party) + path, content=body, headers=headers or {},
-                             timeout=WAIT_S, trust_env=False)
+                             timeout=WAIT_S, trust_env=False, verify=w.peer_tls)
         assert resp.status_code == 401, (headers, resp.text)
         _check_rejected(w, resp, before)
 
@@ -201,10 +204,10 @@ def test_replayed_request_is_refused(world):
     party, path = 0, "/v1/count"
     body = w.samples["count"]
     headers = sign_headers("user:6", _key(w, 0, "user:6"), "POST", path, "", body)
-    first = httpx.post(w.cluster.url(party) + path, content=body, headers=headers, trust_env=False)
+    first = httpx.post(w.cluster.url(party) + path, content=body, headers=headers, trust_env=False, verify=w.cluster.tls)
     assert first.status_code == 409  # no count phase open: refused, but the nonce is spent
     before = w.snapshot()
-    again = httpx.post(w.cluster.url(party) + path, content=body, headers=headers, trust_env=False)
+    again = httpx.post(w.cluster.url(party) + path, content=body, headers=headers, trust_env=False, verify=w.cluster.tls)
     assert again.status_code == 401 and "replay" in again.json()["detail"]
     _check_rejected(w, again, before)
 
