@@ -83,6 +83,16 @@ def register(app: typer.Typer) -> None:
                 "--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient."
             ),
         ] = True,
+        dp_epsilon: Annotated[
+            float, typer.Option(help="Differential privacy: target epsilon (inf: no DP). Central DP (secemb, "
+                                "plaintext, secfedrec: each server noises its share, Poisson sampling) or local DP "
+                                "(dp-fedrec).")
+        ] = float("inf"),
+        dp_delta: Annotated[float, typer.Option(help="Differential privacy: target delta.")] = 1e-5,
+        dp_clip: Annotated[float, typer.Option(help="Differential privacy: L2 bound of a user's round contribution.")
+                           ] = 1.0,
+        dp_level: Annotated[str, typer.Option(help="Differential privacy: user (a user's whole contribution).")
+                            ] = "user",
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     ) -> None:
         """Train a federated recommender and report accuracy, communication and time.
@@ -124,6 +134,10 @@ def register(app: typer.Typer) -> None:
             dim=dim,
             ring_bits=ring_bits,
             lazy_adam=lazy_adam,
+            dp_epsilon=dp_epsilon,
+            dp_delta=dp_delta,
+            dp_clip=dp_clip,
+            dp_level=dp_level,
         )
         progress, on_start, on_round, on_epoch = training_display(console, quiet)
 
@@ -162,6 +176,10 @@ def register(app: typer.Typer) -> None:
         )
         table.add_row("wall time", f"{result.wall_s:.1f} s")
         table.add_row("model sha256", result.model_sha256[:16] + "...")
+        if result.privacy is not None:
+            p = result.privacy
+            table.add_row("DP epsilon spent (target)", f"{p['epsilon']:.3f} ({p['epsilon_target']:g}), "
+                          f"delta {p['delta']:g}, z = {p['noise_multiplier']:.3f}")
         console.print(table)
 
         write_json(console, result, json_out)

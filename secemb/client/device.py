@@ -36,6 +36,7 @@ from secemb.models.batch import Batch, rating_batch
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.protocols.base import Protocol, RoundConfig
+from secemb.privacy.noise import ClipSpec
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
 from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
@@ -204,8 +205,9 @@ class RoundSession:
     """
 
     def __init__(self, client: DeviceClient, info: RoundInfo, *, protocol: Protocol | None = None,
-                 fp: FixedPoint | None = None) -> None:
+                 fp: FixedPoint | None = None, clip: ClipSpec | None = None) -> None:
         self.client, self.info = client, info
+        self.clip = clip
         self.rc = info.config
         self.protocol = protocol or info.make_protocol()
         self.plan = self.protocol.plan()
@@ -299,7 +301,7 @@ class RoundSession:
         t = time.perf_counter()
         self.g_ring, self.d_ring, self.result = local_update(
             self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, self.batch,
-            self.rows_ring, self.dense_ring, step,
+            self.rows_ring, self.dense_ring, step, clip=self.clip,
         )
         self._uploads = _by_plan(self.plan.device_sends(UPLOAD), self.role.upload(self.g_ring, self.d_ring), "upload")
         self.compute_s += time.perf_counter() - t

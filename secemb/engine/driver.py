@@ -38,7 +38,7 @@ import numpy as np
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.data import RatingData, by_user
 from secemb.engine.links import AdminLink
-from secemb.engine.settings import rating_range_of
+from secemb.engine.settings import dp_plan_of, rating_range_of
 from secemb.engine.stages import RETRIEVAL
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
@@ -230,6 +230,17 @@ def run(
     admin0, admin1 = servers.admin
     wait_s = servers.wait_s
     plan = protocol.plan()
+    dp = dp_plan_of(model, protocol, train_data, cfg)
+    if dp is not None and cfg.verify:
+        raise InvalidParameters("verify compares the model with the noiseless sums: it cannot run with DP")
+    device_protocol = protocol
+    if dp is not None and not dp.central:  # DP-FedRec: the devices add the plan's noise
+        from secemb.protocols.dp_fedrec import DPFedRecProtocol
+
+        if not isinstance(protocol, DPFedRecProtocol):
+            raise InvalidParameters(f"protocol {protocol.name!r} declares local DP but is not DP-FedRec")
+        device_protocol = protocol.with_sigma(dp.sigma_ring)
+    participated = np.zeros(train_data.num_users, dtype=np.int64)
 
     # ---- the initial public model: server 0 initializes it from the same seed
     table, dense = model.init_public(m, rng, rating_range=rating_range)
@@ -280,7 +291,8 @@ def run(
     def prepare(dev: _Device, info: RoundInfo) -> RoundSession | None:
         try:
             items, ratings = per_user.of(dev.user)
-            session = RoundSession(servers.device(dev.user), info, protocol=protocol, fp=fp)
+            session = RoundSession(servers.device(dev.user), info, protocol=device_protocol, fp=fp,
+                                   clip=None if dp is None else dp.clip)
             dev.session = session
             session.prepare(items, ratings, placement=dev.placement)
             return session
@@ -328,10 +340,10 @@ def run(
         servers.phase.map(lambda d: finish(d, expected), devs)
 
     for epoch in range(1, cfg.epochs + 1):
-        order = rng.permutation(active)
         tot.epoch_losses = []
-        for start in range(0, order.size, cfg.users_per_round):
-            users = [int(u) for u in order[start : start + cfg.users_per_round]]
+        for users in _epoch_rounds(rng, active, cfg.users_per_round, cfg.sampling == "poisson"):
+            if not users:  # an empty Poisson round: nothing to aggregate, nothing released
+                continue
             placements = []
             for u in users:
                 uniq, _ = distinct_items(per_user.of(u)[0])
@@ -380,6 +392,7 @@ def run(
                     servers.end_round(r)
                     continue
                 included = set(outcome["included"] or [])
+                participated[sorted(included)] += 1
                 if cfg.verify:
                     assert mirror is not None
                     _verify_round(admin0, admin1, mirror, table, dense, devs, included, fp, m, width, dense_size, r,
@@ -431,8 +444,20 @@ def run(
         dense=dense_f,
         user_store=store,
         aborted_rounds=tot.aborted,
+        privacy=None if dp is None else dp.privacy_block(int(participated.max(initial=0))),
     )
     return result
+
+
+def _epoch_rounds(rng: np.random.Generator, active: np.ndarray, per_round: int, poisson: bool) -> list[list[int]]:
+    """One epoch's rounds of users: a permutation of ``active`` cut into rounds of
+    ``per_round``, or (``poisson``) ``ceil(n / per_round)`` rounds each taking every user
+    independently with probability ``per_round / n`` (some may be empty)."""
+    if not poisson:
+        order = rng.permutation(active)
+        return [[int(u) for u in order[s : s + per_round]] for s in range(0, order.size, per_round)]
+    q = min(1.0, per_round / max(active.size, 1))
+    return [[int(u) for u in active[rng.random(active.size) < q]] for _ in range(-(-active.size // per_round))]
 
 
 def _account(tot: _Totals, servers: Servers, admin1: AdminLink, outcome: dict[str, Any], devs: list[_Device],

@@ -30,6 +30,7 @@ from secemb.engine.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SERVER0, SE
 from secemb.errors import SecembError
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
+from secemb.randomness import RandomBytes
 from secemb.server.config import ServerConfig
 from secemb.server.errors import PeerUnavailable
 from secemb.server.node import FollowerNode, LeaderNode, make_node
@@ -243,17 +244,21 @@ class InProcessServers:
         that is not registered).
     transport: where messages cross and are counted (a fresh one by default; then each
         round's counters are dropped when the round ends, to bound memory).
+    _noise_rngs: server 0's and server 1's random bytes for the DP noise (tests only: a
+        secure and a plaintext run with the same seeded noise give the same model).
     """
 
     def __init__(self, settings: dict[str, Any], protocol: Protocol, model: RecModel,
-                 transport: InProcessTransport | None = None) -> None:
+                 transport: InProcessTransport | None = None, *,
+                 _noise_rngs: tuple[RandomBytes, RandomBytes] | None = None) -> None:
         self.own_transport = transport is None
         self.tp = InProcessTransport() if transport is None else transport
         cfg0, cfg1 = server_configs(settings)
         fingerprint = cfg0.fingerprint()
-        follower = make_node(cfg1, store=MemoryStore(1, fingerprint), protocol=protocol, model=model)
+        rng0, rng1 = _noise_rngs or (None, None)
+        follower = make_node(cfg1, store=MemoryStore(1, fingerprint), protocol=protocol, model=model, _noise_rng=rng1)
         leader = make_node(cfg0, peer=LocalPeer(follower, self.tp), store=MemoryStore(0, fingerprint),  # type: ignore[arg-type]
-                           protocol=protocol, model=model, start_threads=False)
+                           protocol=protocol, model=model, start_threads=False, _noise_rng=rng0)
         self.nodes = (leader, follower)
 
     def servers(self) -> Servers:

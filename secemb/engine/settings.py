@@ -11,12 +11,15 @@ from typing import Any
 import numpy as np
 
 from secemb.data import RatingData
+from secemb.errors import InvalidParameters
 from secemb.models.base import RecModel
+from secemb.privacy.accounting import DPPlan, plan_dp
 from secemb.protocols.base import Protocol
+from secemb.ring import FixedPoint
 from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.training.results import TrainConfig
 
-__all__ = ["cluster_settings", "rating_range_of", "simulation_floor"]
+__all__ = ["cluster_settings", "dp_plan_of", "rating_range_of", "simulation_floor"]
 
 
 def rating_range_of(train_data: RatingData, config: TrainConfig) -> tuple[float, float]:
@@ -37,6 +40,30 @@ def simulation_floor(train_data: RatingData, config: TrainConfig) -> int:
     return min(DEFAULT_MIN_USERS, max(MIN_USERS_FLOOR, smallest))
 
 
+def dp_plan_of(model: RecModel, protocol: Protocol, train_data: RatingData, config: TrainConfig) -> DPPlan | None:
+    """The run's DP noise (``None`` without ``config.dp``): added by each server for a protocol
+    that declares ``central_dp`` (with Poisson sampling), by each device for one that declares
+    ``local_dp`` (DP-FedRec, with the epoch permutation).
+
+    Raises
+    ------
+    InvalidParameters: the protocol supports neither; the sampling does not match the mode;
+        the noise does not fit the ring."""
+    if config.dp is None:
+        return None
+    caps = protocol.capabilities
+    if not (caps.central_dp or caps.local_dp):
+        raise InvalidParameters(f"protocol {protocol.name!r} supports no differential privacy")
+    want = "poisson" if caps.central_dp else "permutation"
+    if config.sampling != want:
+        raise InvalidParameters(f"DP with protocol {protocol.name!r} needs sampling={want!r} (its accounting "
+                                f"assumes it), got {config.sampling!r}")
+    return plan_dp(config.dp, central=caps.central_dp, fp=FixedPoint(config.ring_bits, config.frac_bits),
+                   coordinates=train_data.num_items * model.sparse_width + model.dense_size,
+                   active_users=int(np.unique(train_data.users).size), users_per_round=config.users_per_round,
+                   epochs=config.epochs)
+
+
 def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData, config: TrainConfig,
                      *, deadline_s: float = 120.0, item_features: str | os.PathLike | None = None,
                      min_users: int | None = None) -> dict[str, Any]:
@@ -51,6 +78,7 @@ def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData
     return {
         **extra,
         "min_users": simulation_floor(train_data, config) if min_users is None else min_users,
+        "dp_sigma": _central_sigma(dp_plan_of(model, protocol, train_data, config)),
         "num_items": train_data.num_items,
         "num_users": train_data.num_users,
         "protocol": protocol.name,
@@ -73,3 +101,8 @@ def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData
         "alpha": config.alpha,
         "deadline_s": deadline_s,
     }
+
+
+def _central_sigma(plan: DPPlan | None) -> float:
+    """Each server's noise scale (ring units): the plan's under central DP, else 0."""
+    return plan.sigma_ring if plan is not None and plan.central else 0.0

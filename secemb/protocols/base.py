@@ -264,12 +264,18 @@ class Capabilities:
         keep no state across rounds that a server's journal would not restore, and its
         messages are a deterministic function of the round and the device's seed.
     options: the factory's keyword options beyond :data:`LAYOUT_OPTIONS`.
+    central_dp: whether its servers can add DP noise to their aggregate shares: its aggregate
+        share message ends with the ring share of the aggregate, the sparse ``(m, width)`` part
+        then the dense ``(dense_size,)`` part, little-endian (:func:`secemb.privacy.noise.add_to_share`).
     """
 
     layouts: tuple[str, ...] = ("full",)
     relay: bool = False
     networked: bool = True
     options: tuple[str, ...] = ()
+    central_dp: bool = False
+    #: whether its devices add the DP noise to their own uploads (local DP: DP-FedRec)
+    local_dp: bool = False
 
     def __post_init__(self) -> None:
         bad = [x for x in self.layouts if x not in ("full", "cuckoo")]

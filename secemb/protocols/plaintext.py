@@ -230,7 +230,7 @@ class PlaintextProtocol(Protocol):
     (``relay=True`` is refused)."""
 
     name = _NAME
-    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True)
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, central_dp=True)
 
     def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
         """Exact body lengths; server 1's request and upload are empty frames."""

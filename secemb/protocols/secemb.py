@@ -140,7 +140,9 @@ class SecEmbUser(UserRole):
         slots = slots.astype(np.int64)
         bad = slots[(slots < -1) | (slots >= cfg.num_items)]
         if bad.size:
-            raise InvalidParameters(f"item index {int(bad[0])} is outside the domain [0, {cfg.num_items}) (or -1 for an empty slot)")
+            raise InvalidParameters(
+                f"item index {int(bad[0])} is outside the domain [0, {cfg.num_items}) (or -1 for an empty slot)"
+            )
         alphas = self._alphas(slots)
         p0, p1, state = fss.gen_path(alphas, key_params(cfg).domain_size, _rng=self._rng)
         real = slots >= 0
@@ -597,7 +599,8 @@ class SecEmbProtocol(Protocol):
     """
 
     name = _NAME
-    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=True, networked=True, options=("backend",))
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=True, networked=True, options=("backend",),
+                                central_dp=True)
 
     def __init__(
         self,

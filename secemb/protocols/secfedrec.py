@@ -249,7 +249,7 @@ class FullModelProtocol(Protocol):
     :meth:`share_body_bytes` (and :meth:`reply_body_bytes` if server 0 appends data) when
     they change the upload."""
 
-    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True)
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, central_dp=True)
     user_cls: type[FullModelUser] = FullModelUser
     server_cls: type[FullModelServer] = FullModelServer
 

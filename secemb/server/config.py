@@ -17,6 +17,7 @@ for a full example)::
                 ``secemb.data.features.save_item_features``)
     [training]  lr, beta1, beta2, eps, lazy_adam, ring_bits, frac_bits, m_prime, alpha
     [rounds]    deadline_s, min_users
+    [privacy]   sigma (central DP: each server's noise scale in ring units; docs/security.md)
 
 The two servers' files must agree on ``[protocol]``, ``[model]`` and ``[training]`` (server 1
 checks a fingerprint of them when server 0 opens a round) and on the peer secret.  Unknown
@@ -100,6 +101,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "alpha": "alpha",
     },
     "rounds": {"deadline_s": "deadline_s", "min_users": "min_users"},
+    "privacy": {"sigma": "dp_sigma"},
 }
 
 #: fields both servers must agree on (hashed into the fingerprint)
@@ -176,6 +178,9 @@ class ServerConfig:
     deadline_s: float = 60.0
     #: the floor: this server releases no count, aggregate share or user set of fewer users
     min_users: int = DEFAULT_MIN_USERS
+    #: central DP: the scale (ring units) of the discrete Gaussian this server adds to every
+    #: coordinate of its aggregate share each round (0: none; secemb.privacy.plan_dp)
+    dp_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         def is_int(x: object) -> bool:
@@ -214,6 +219,8 @@ class ServerConfig:
             raise InvalidParameters(f"m_prime must be None or in [1, num_items], got {self.m_prime!r}")
         if not is_int(self.min_users) or self.min_users < MIN_USERS_FLOOR:
             raise InvalidParameters(f"min_users must be an int >= {MIN_USERS_FLOOR}, got {self.min_users!r}")
+        if not (isinstance(self.dp_sigma, (int, float)) and math.isfinite(self.dp_sigma) and self.dp_sigma >= 0):
+            raise InvalidParameters(f"privacy sigma must be a finite number >= 0, got {self.dp_sigma!r}")
         if not is_int(self.init_seed) or self.init_seed < 0:
             raise InvalidParameters(f"init_seed must be an int >= 0, got {self.init_seed!r}")
         lo, hi = (float(x) for x in self.rating_range)
@@ -307,6 +314,8 @@ class ServerConfig:
         """The settings both servers must share (what devices also need to know)."""
         doc = {k: getattr(self, k) for k in _SHARED}
         doc["rating_range"] = list(self.rating_range)
+        if self.dp_sigma:  # only under DP, so the fingerprints of existing state directories stay valid
+            doc["dp_sigma"] = self.dp_sigma
         if self.item_features is not None:  # the content counts, not where each server keeps it
             doc["item_features_sha256"] = hashlib.sha256(self.item_features.read_bytes()).hexdigest()
         return doc

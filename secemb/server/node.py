@@ -47,7 +47,9 @@ import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, SecembError
 from secemb.models.base import RecModel
+from secemb.privacy.noise import RingNoise
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole
+from secemb.randomness import RandomBytes
 from secemb.server import faults
 from secemb.server.auth import Forbidden
 from secemb.server.config import ServerConfig
@@ -77,12 +79,13 @@ class Node:
     ----------
     cfg: the validated configuration.
     store: durable state (default: :class:`~secemb.server.store.DiskStore` in ``cfg.state_dir``).
+    _noise_rng: the random bytes of the DP noise (tests only; the OS CSPRNG by default).
     """
 
     party: int
 
     def __init__(self, cfg: ServerConfig, *, store: StateStore | None = None, protocol: Protocol | None = None,
-                 model: RecModel | None = None) -> None:
+                 model: RecModel | None = None, _noise_rng: RandomBytes | None = None) -> None:
         if cfg.party != self.party:
             raise InvalidParameters(f"{type(self).__name__} is server {self.party}, the configuration says "
                                     f"party={cfg.party}")
@@ -91,6 +94,12 @@ class Node:
         self.role: ServerRole = self.protocol.make_server(self.party)
         self.model = model if model is not None else cfg.make_model()
         self.fp = cfg.fixed_point()
+        #: central DP: this server's noise on its own aggregate share (docs/security.md)
+        self.noise: RingNoise | None = None
+        if cfg.dp_sigma > 0:
+            if not self.protocol.capabilities.central_dp:
+                raise InvalidParameters(f"protocol {cfg.protocol!r} does not support central DP noise (central_dp)")
+            self.noise = RingNoise(self.fp, cfg.dp_sigma, _rng=_noise_rng)
         self.width, self.dense_size = self.model.sparse_width, self.model.dense_size
         self.fingerprint = cfg.fingerprint()
         self.boot_id = secrets.token_hex(8)
@@ -416,11 +425,12 @@ class LeaderNode(Node):
     party = 0
 
     def __init__(self, cfg: ServerConfig, *, peer: PeerLink, store: StateStore | None = None,
-                 start_threads: bool = True, protocol: Protocol | None = None, model: RecModel | None = None) -> None:
+                 start_threads: bool = True, protocol: Protocol | None = None, model: RecModel | None = None,
+                 _noise_rng: RandomBytes | None = None) -> None:
         self.peer = peer
         self._open_lock = threading.Lock()
         self._sync_pending = False
-        super().__init__(cfg, store=store, protocol=protocol, model=model)
+        super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
         if start_threads:
             threading.Thread(target=self._closer, daemon=True, name="secemb-closer").start()
 
@@ -676,6 +686,8 @@ class LeaderNode(Node):
         except SecembError as exc:
             self._end(rnd, ABORTED, f"combine failed: {exc}")
             return
+        if self.noise is not None:  # this server's noise on its share: the same ring sum after combining
+            sparse_sum, dense_sum = self.noise.add(sparse_sum, dense_sum)
         opt = copy.deepcopy(opt)
         rnd.busy(apply_aggregate, self.fp, opt, table, dense, sparse_sum, dense_sum, len(include), optimizer=True)
         sha = model_sha256(table, dense)
@@ -740,8 +752,8 @@ class FollowerNode(Node):
     party = 1
 
     def __init__(self, cfg: ServerConfig, *, store: StateStore | None = None, protocol: Protocol | None = None,
-                 model: RecModel | None = None) -> None:
-        super().__init__(cfg, store=store, protocol=protocol, model=model)
+                 model: RecModel | None = None, _noise_rng: RandomBytes | None = None) -> None:
+        super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
         self._relay_batch = Batcher(by_round(self.peer_relay_retrieval_many))
         self._share_lock = threading.Lock()
 
@@ -882,6 +894,9 @@ class FollowerNode(Node):
                 role = self.role
             # closing: the role takes no more messages, so the share is computed unlocked
             share = rnd.busy(role.aggregate_share, include=include)
+            if self.noise is not None:  # noised before it leaves: server 0 cannot take this noise out
+                rc = rnd.rc
+                share = self.noise.add_to_share(share, rc.num_items * rc.width + rc.dense_size)
             with self.lock:
                 self._current(r, states=(CLOSING,))
                 rnd.share, rnd.share_include, rnd.included = share, include, include
@@ -948,7 +963,7 @@ def _check_floor(n_p: int, min_users: Any, floor: int, error: type[SecembError])
 
 def make_node(cfg: ServerConfig, *, peer: PeerLink | None = None, store: StateStore | None = None,
               start_threads: bool = True, protocol: Protocol | None = None,
-              model: RecModel | None = None) -> LeaderNode | FollowerNode:
+              model: RecModel | None = None, _noise_rng: RandomBytes | None = None) -> LeaderNode | FollowerNode:
     """The node of server ``cfg.party``.
 
     Parameters
@@ -959,6 +974,7 @@ def make_node(cfg: ServerConfig, *, peer: PeerLink | None = None, store: StateSt
     start_threads: server 0's round-closing thread.
     protocol, model: the objects to run (default: built from ``cfg``); the in-process engine
         passes its own, e.g. a model carrying the public item features.
+    _noise_rng: the random bytes of the DP noise (tests only; the OS CSPRNG by default).
 
     Raises
     ------
@@ -974,7 +990,8 @@ def make_node(cfg: ServerConfig, *, peer: PeerLink | None = None, store: StateSt
     if cfg.party == 1:
         if peer is not None:
             raise InvalidParameters("peer: server 1 calls no peer (server 0 drives every exchange), got one")
-        return FollowerNode(cfg, store=store, protocol=protocol, model=model)
+        return FollowerNode(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
     link = peer if peer is not None else HttpPeer(cfg.peer_url, cfg.peer_secret, timeout=cfg.peer_timeout_s,
                                                   tls=cfg.peer_tls())
-    return LeaderNode(cfg, peer=link, store=store, start_threads=start_threads, protocol=protocol, model=model)
+    return LeaderNode(cfg, peer=link, store=store, start_threads=start_threads, protocol=protocol, model=model,
+                      _noise_rng=_noise_rng)

@@ -15,6 +15,7 @@ from secemb.data.features import FeatureSet, load_features
 from secemb.data.synthetic import STANDS_FOR
 from secemb.errors import InvalidParameters
 from secemb.models import PRESETS, RecModel, get_model, get_preset, uses_features
+from secemb.privacy.accounting import DPSettings
 from secemb.protocols import get_protocol
 from secemb.protocols.backends import make_backend
 from secemb.protocols.base import Protocol
@@ -80,6 +81,16 @@ def experiment_hparams(exp: Experiment) -> dict[str, Any]:
     return {k: getattr(preset, k) if v is None else v for k, v in given.items()}
 
 
+def _dp_options(exp: Experiment) -> dict[str, Any]:
+    """TrainConfig's ``dp`` and ``sampling`` for the experiment: none for ``dp_epsilon = inf``;
+    Poisson sampling for a protocol whose servers add the noise (central DP)."""
+    if exp.dp_epsilon == float("inf"):
+        return {}
+    dp = DPSettings(exp.dp_epsilon, exp.dp_delta, exp.dp_clip, exp.dp_level)
+    central = get_protocol(exp.protocol, layout=exp.layout).capabilities.central_dp
+    return {"dp": dp, "sampling": "poisson" if central else "permutation"}
+
+
 def build_experiment(exp: Experiment) -> BuiltExperiment:
     """Load, split and build ``exp``.  Bad options fail before any data is loaded.
 
@@ -119,6 +130,7 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
         ring_bits=exp.ring_bits,
         frac_bits=exp.frac_bits,
         schedule=exp.schedule,
+        **_dp_options(exp),
     )
     extra = {"dataset": exp.dataset, "test_fraction": exp.test_fraction, "split_seed": exp.seed,
              "dim": hp["dim"], "reg": hp["reg"]}

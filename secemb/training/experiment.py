@@ -37,6 +37,10 @@ class Experiment:
     value given explicitly is kept, and building the protocol refuses it if unsupported.
     An unknown protocol leaves them ``None``; :func:`run_experiment` reports it.
 
+    ``dp_epsilon`` (``inf``: no DP, the run is exactly the one without these options),
+    ``dp_delta``, ``dp_clip`` and ``dp_level``: differential privacy
+    (:class:`~secemb.privacy.DPSettings`); under central DP the users are Poisson-sampled.
+
     Raises
     ------
     InvalidParameters
@@ -67,6 +71,10 @@ class Experiment:
     frac_bits: int = 16
     lazy_adam: bool = True
     schedule: Literal["interleaved", "staged"] = "staged"
+    dp_epsilon: float = float("inf")
+    dp_delta: float = 1e-5
+    dp_clip: float = 1.0
+    dp_level: str = "user"
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:

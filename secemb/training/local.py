@@ -5,7 +5,8 @@ produce bit-identical models.
 :func:`local_update` decodes the real rows and the dense vector, maps the ratings onto the
 kept rows (placement may have dropped some items), runs the model's local step, places the row
 gradients at their request slots (padding and empty slots get exact zeros: PadOrTruncEmb),
-clips for ``n_p`` users and encodes.
+clips for ``n_p`` users and encodes.  Under DP it first scales the whole contribution to the
+L2 bound, and the per-coordinate bound leaves room for the noise (:class:`ClipSpec`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from secemb.data import UserRatings
 from secemb.models.base import StepResult
 from secemb.models.batch import ITEM_POS, Batch
+from secemb.privacy.noise import ClipSpec
 from secemb.protocols.base import RoundConfig
 from secemb.protocols.placement import PaddedRequest
 from secemb.ring import FixedPoint
@@ -56,6 +58,8 @@ def local_update(
     rows_ring: np.ndarray,
     dense_ring: np.ndarray,
     step: LocalStep,
+    *,
+    clip: ClipSpec | None = None,
 ) -> tuple[np.ndarray, np.ndarray, StepResult]:
     """One local step; returns the encoded row gradients (ring, (slots, width)), the encoded
     dense gradient (ring, (dense_size,)) and the step's result.
@@ -73,6 +77,7 @@ def local_update(
     rows_ring: the retrieved rows (ring, (slots, width)).
     dense_ring: the dense vector (ring, (dense_size,)).
     step: the local training hook (the model's ``local_step`` bound to the device's state).
+    clip: DP clipping (user level: rows and dense gradient together to ``clip.l2``), or ``None``.
     """
     rows = fp.decode(rows_ring[request.real_pos])
     dense_u = fp.decode(dense_ring)
@@ -84,5 +89,9 @@ def local_update(
         batch = batch.select(sel).replace(**{ITEM_POS: pos[sel]})
     result = step(rows, dense_u, batch)
     grads = np.zeros((rc.slots, rc.width))
-    grads[request.real_pos] = result.row_grads
-    return fp.encode_clipped(grads, n_p), fp.encode_clipped(result.dense_grad, n_p), result
+    if clip is None:
+        grads[request.real_pos] = result.row_grads
+        return fp.encode_clipped(grads, n_p), fp.encode_clipped(result.dense_grad, n_p), result
+    grads[request.real_pos], dense_g = clip.clip(result.row_grads, result.dense_grad)
+    bound = clip.coordinate_bound(fp, n_p)
+    return fp.encode(np.clip(grads, -bound, bound)), fp.encode(np.clip(dense_g, -bound, bound)), result

@@ -18,6 +18,7 @@ from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import get_metric
 from secemb.models.base import RecModel, UserStore
 from secemb.models.optim import AdamConfig
+from secemb.privacy.accounting import DPSettings
 from secemb.protocols.base import Protocol
 from secemb.ring import FixedPoint
 
@@ -61,6 +62,14 @@ class TrainConfig:
         of the training set (the scale of MovieLens, 1-5, is public anyway).
     metrics: names from the metric registry (:mod:`secemb.metrics`) scored on the test and
         validation data after every epoch.
+    sampling: how each round's users are chosen: ``"permutation"`` (each epoch a seeded
+        permutation of the users cut into rounds of ``users_per_round``) or ``"poisson"``
+        (each round every user independently with probability ``q = users_per_round / n``,
+        ``ceil(n / users_per_round)`` rounds an epoch; what privacy amplification by
+        sampling assumes).  Central DP needs ``"poisson"``, DP-FedRec ``"permutation"``.
+    dp: differential privacy (:class:`~secemb.privacy.DPSettings`), ``None`` for none: the
+        devices clip, and the servers (central: secemb, plaintext, secfedrec) or the devices
+        (dp-fedrec) add noise calibrated to the target (:func:`secemb.privacy.plan_dp`).
     """
 
     epochs: int = 1
@@ -79,6 +88,8 @@ class TrainConfig:
     schedule: Literal["interleaved", "staged"] = "staged"
     rating_range: tuple[float, float] | None = None
     metrics: tuple[str, ...] = ("rmse",)
+    sampling: Literal["permutation", "poisson"] = "permutation"
+    dp: DPSettings | None = None
 
     def __post_init__(self) -> None:
         def is_int(x: object) -> bool:
@@ -109,6 +120,10 @@ class TrainConfig:
         if isinstance(self.metrics, str) or not self.metrics:
             raise InvalidParameters(f"metrics must be a non-empty tuple of metric names, got {self.metrics!r}")
         object.__setattr__(self, "metrics", tuple(get_metric(n).name for n in self.metrics))
+        if self.sampling not in ("permutation", "poisson"):
+            raise InvalidParameters(f"sampling must be 'permutation' or 'poisson', got {self.sampling!r}")
+        if self.dp is not None and not isinstance(self.dp, DPSettings):
+            raise InvalidParameters(f"dp must be a DPSettings or None, got {type(self.dp).__name__}")
         FixedPoint(self.ring_bits, self.frac_bits)  # validates both
         self.adam()  # validates lr and the Adam constants
 
@@ -183,6 +198,8 @@ class TrainResult:
     dense: np.ndarray = field(repr=False)
     user_store: UserStore = field(repr=False)
     aborted_rounds: int = 0
+    #: differential privacy spent (:meth:`secemb.privacy.DPPlan.privacy_block`); ``None`` without DP
+    privacy: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The result document (the schema is documented in docs/training.md)."""
@@ -200,6 +217,7 @@ class TrainResult:
             "verified_rounds": self.verified_rounds,
             "rounds": self.rounds,
             "model_sha256": self.model_sha256,
+            **({} if self.privacy is None else {"privacy": dict(self.privacy)}),
         }
 
     def to_json(self, **kwargs: Any) -> str:
@@ -261,6 +279,8 @@ def run_config(
         "schedule": cfg.schedule,
         "rating_range": list(rating_range),
         "metrics": list(cfg.metrics),
+        "sampling": cfg.sampling,
+        "dp": None if cfg.dp is None else asdict(cfg.dp),
         "num_users": train_data.num_users,
         "num_items": train_data.num_items,
         "num_train_ratings": len(train_data),

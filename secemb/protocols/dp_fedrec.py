@@ -1,0 +1,63 @@
+"""DP-FedRec -- the local-DP baseline of SecEmb's Figure 7 (Appendix G.2): no secure
+aggregation; each device adds Gaussian noise to its *whole* upload, so that every upload on
+its own is ``(epsilon, delta)``-DP (local DP) over the user's participations.
+
+Per round and user it is SecFedRec's message pattern (:mod:`secemb.protocols.secfedrec`: the
+full table down, a full-size gradient up), with one change: before sending, the device adds
+discrete Gaussian noise ``N_Z(0, sigma^2)`` (ring units, from the OS CSPRNG) to every one of
+the ``m w + P`` coordinates of its clipped, encoded gradient -- all of them, since noise only
+on the rated rows would reveal which items it rated.  The noisy vector still travels as two
+additive shares (so the baseline runs on the two-server engine unchanged); its guarantee is
+the one of a public upload, which is what DP-FedRec claims.  ``sigma`` is set by the run's DP
+plan (:func:`secemb.privacy.plan_dp` with ``central=False``: no sampling amplification,
+``epochs`` releases per user) through :meth:`DPFedRecProtocol.with_sigma`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+from secemb.privacy.noise import discrete_gaussian, to_ring
+from secemb.protocols.base import Capabilities
+from secemb.protocols.secfedrec import FullModelProtocol, FullModelUser
+from secemb.protocols.wire import array_bytes
+from secemb.sharing import share
+
+__all__ = ["DPFedRecProtocol", "DPFedRecUser"]
+
+
+class DPFedRecUser(FullModelUser):
+    """A SecFedRec user that noises its full-size upload first."""
+
+    proto: DPFedRecProtocol
+
+    def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
+        """Additive shares of ``[full gradient (m w), dense (P)] + noise`` (every coordinate)."""
+        cfg = self.config
+        vec = np.concatenate([self.full_gradient(rows).reshape(-1), dense])
+        if self.proto.sigma > 0:
+            vec = vec + to_ring(cfg.ring_bits, discrete_gaussian(self.proto.sigma, vec.size, _rng=self._rng))
+        s0, s1 = share(vec, _rng=self._rng)
+        return array_bytes(s0), array_bytes(s1)
+
+
+class DPFedRecProtocol(FullModelProtocol):
+    """Factory of DP-FedRec roles; ``sigma``: each device's noise scale in ring units (0: the
+    plain SecFedRec upload; a DP run sets it from its plan)."""
+
+    name = "dp-fedrec"
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=("sigma",),
+                                local_dp=True)
+    user_cls = DPFedRecUser
+
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
+                 *, sigma: float = 0.0) -> None:
+        super().__init__(layout, relay, expansion, layout_seed)
+        if not (isinstance(sigma, (int, float)) and np.isfinite(sigma) and sigma >= 0):
+            raise InvalidParameters(f"sigma must be a finite number >= 0, got {sigma!r}")
+        self.sigma = float(sigma)
+
+    def with_sigma(self, sigma: float) -> DPFedRecProtocol:
+        """The same protocol with the devices' noise scale ``sigma`` (ring units)."""
+        return DPFedRecProtocol(self.layout, self.relay, self.expansion, self.layout_seed, sigma=sigma)

@@ -1,0 +1,225 @@
+"""Differential privacy (SecEmb Appendix G): the discrete Gaussian sampler, the servers' ring
+noise, clipping and the widened bound, the accountant against dp-accounting called directly,
+the seeded secure/plaintext twin, ``--dp-epsilon inf``, and DP-FedRec's full-size uploads."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting import pld, rdp
+
+from secemb.data import synthetic_like, train_test_split
+from secemb.engine.driver import run
+from secemb.engine.local import InProcessServers
+from secemb.engine.settings import cluster_settings
+from secemb.errors import InvalidParameters
+from secemb.models import MatrixFactorization
+from secemb.models.base import StepResult
+from secemb.models.batch import rating_batch
+from secemb.privacy import ClipSpec, DPSettings, RingNoise, discrete_gaussian, plan_dp
+from secemb.privacy.noise import add_to_share
+from secemb.protocols import get_protocol
+from secemb.protocols.base import RoundConfig
+from secemb.protocols.placement import place
+from secemb.randomness import CtrDrbg
+from secemb.ring import FixedPoint
+from secemb.training import Experiment, TrainConfig, run_experiment, train
+from secemb.training.local import local_update
+
+
+@pytest.fixture(scope="module")
+def small():
+    return train_test_split(synthetic_like(60, 50, 900, seed=3), 0.2, seed=0)
+
+
+def _dp_config(**kw):
+    return TrainConfig(**{"epochs": 2, "users_per_round": 20, "sampling": "poisson",
+                          "dp": DPSettings(4.0, 1e-5, 0.5), **kw})
+
+
+# ---------------------------------------------------------------- the sampler and the noise
+def test_discrete_gaussian_tails_match_the_exact_pmf():
+    sigma, n = 1.5, 400_000
+    y = discrete_gaussian(sigma, n, _rng=CtrDrbg(1))
+    support = np.arange(-60, 61)
+    pmf = np.exp(-(support.astype(float) ** 2) / (2 * sigma**2))
+    pmf /= pmf.sum()
+    for k in range(1, 8):
+        want = float(pmf[np.abs(support) >= k].sum())
+        got = float(np.mean(np.abs(y) >= k))
+        se = math.sqrt(max(want * (1 - want), 0.0) / n)
+        assert abs(got - want) <= 5 * se + 2 / n, (k, got, want)
+    assert abs(float(np.mean(y == 0)) - float(pmf[60])) <= 5 * math.sqrt(pmf[60] / n)
+
+
+def test_discrete_gaussian_is_truncated_at_the_tail():
+    y = discrete_gaussian(4.0, 100_000, tail=5, _rng=CtrDrbg(2))
+    assert int(np.abs(y).max()) == 5  # reached, never passed
+
+
+def test_ring_noise_moments_match_sigma():
+    fp = FixedPoint(32, 16)
+    noise = RingNoise(fp, 1000.0, _rng=CtrDrbg(3))
+    v = fp.decode(noise.draw(200_000)) * 2.0**16  # back to ring units, signed
+    assert abs(float(v.mean())) < 4 * 1000.0 / math.sqrt(v.size)
+    assert abs(float(v.var()) / 1000.0**2 - 1.0) < 0.03
+    assert float(np.abs(v).max()) <= noise.tail
+
+
+def test_sampler_refuses_bad_parameters():
+    for sigma in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidParameters):
+            discrete_gaussian(sigma, 3)
+    with pytest.raises(InvalidParameters):
+        discrete_gaussian(2.0, 3, tail=1.0)
+
+
+def test_noise_on_a_share_lands_on_its_trailing_aggregate_words():
+    words = np.arange(10, dtype="<u4")
+    msg = b"HEAD" + words.tobytes()
+    noise = np.array([1, 2**32 - 1, 5], dtype=np.uint32)
+    out = add_to_share(msg, noise)
+    assert out[:4 + 7 * 4] == msg[:4 + 7 * 4]
+    assert np.frombuffer(out[-12:], "<u4").tolist() == [8, 7, 14]  # 7+1, 8-1, 9+5 (mod 2^32)
+
+
+# ---------------------------------------------------------------- clipping and the widened bound
+def test_clip_bounds_the_whole_contribution():
+    rng = np.random.default_rng(0)
+    clip = ClipSpec(0.5)
+    for scale in (1e-3, 1.0, 1e3):
+        rows, dense = rng.normal(size=(7, 4)) * scale, rng.normal(size=3) * scale
+        r, d = clip.clip(rows, dense)
+        norm = math.sqrt(float((r**2).sum() + (d**2).sum()))
+        before = math.sqrt(float((rows**2).sum() + (dense**2).sum()))
+        assert norm <= 0.5 * (1 + 1e-12)
+        if before <= 0.5:
+            assert np.array_equal(r, rows) and np.array_equal(d, dense)
+
+
+def test_device_update_is_clipped_and_encoded_inside_the_widened_bound():
+    fp = FixedPoint(32, 16)
+    rc = RoundConfig(round_id=1, num_items=30, width=4, dense_size=3, m_prime=5, ring_bits=32, layout="full")
+    req = place(rc, np.array([2, 7, 11]), np.random.default_rng(0))
+    huge = StepResult(np.full((3, 4), 1e4), np.full(3, -1e4), 0.0)
+    clip = ClipSpec(0.5, reserve=2**30)
+    batch = rating_batch(np.arange(3, dtype=np.int64), np.ones(3))
+    g, d, _ = local_update(fp, rc, 20, req, 3, batch, np.zeros((rc.slots, 4), fp.dtype), np.zeros(3, fp.dtype),
+                           lambda rows, dense, b: huge, clip=clip)
+    gx, dx = fp.decode(g), fp.decode(d)
+    rounding = 0.5 * math.sqrt(gx.size + dx.size) / 2**16
+    norm = math.sqrt(float((gx**2).sum() + (dx**2).sum()))
+    assert 0.5 - rounding <= norm <= 0.5 + rounding  # scaled onto the L2 bound, not zeroed
+
+
+def test_no_wrap_at_the_widened_bound():
+    fp = FixedPoint(32, 16)
+    noise = RingNoise(fp, 3.0e5)
+    n_p = 50
+    clip = ClipSpec(1.0, reserve=2 * noise.tail)
+    bound = clip.coordinate_bound(fp, n_p)
+    units = round(bound * 2**16)
+    for sign in (1, -1):
+        users = [fp.encode(np.array([sign * bound])) for _ in range(n_p)]
+        worst = (sign * noise.tail) % 2**32  # both servers' largest noise, same sign
+        total = sum(users, np.zeros(1, fp.dtype)) + np.uint32(worst) + np.uint32(worst)
+        exact = sign * (n_p * units + 2 * noise.tail)
+        assert abs(exact) <= 2**31 - 1
+        assert float(fp.decode(total)[0]) * 2**16 == exact
+    with pytest.raises(InvalidParameters, match="ring_bits=64"):
+        ClipSpec(1.0, reserve=2**31).coordinate_bound(fp, n_p)
+
+
+# ---------------------------------------------------------------- accounting
+def test_accountant_agrees_with_dp_accounting_and_stays_under_the_target(small):
+    tr, te = small
+    res = train(MatrixFactorization(dim=8, reg=0.01), get_protocol("plaintext", layout="full"), tr, te, _dp_config())
+    p = res.privacy
+    assert p is not None and p["delta"] == 1e-5 and p["steps"] == 2 * math.ceil(60 / 20)
+    assert p["sampling_rate"] == 20 / 60
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_accounting.PoissonSampledDpEvent(p["sampling_rate"], dp_accounting.GaussianDpEvent(
+        p["noise_multiplier"])), p["steps"])
+    assert p["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    assert p["epsilon"] <= 4.0 and p["epsilon"] > 3.9  # spent, not wasted
+    tighter = pld.PLDAccountant()  # an independent method: PLD is at least as tight as RDP
+    tighter.compose(dp_accounting.PoissonSampledDpEvent(p["sampling_rate"], dp_accounting.GaussianDpEvent(
+        p["noise_multiplier"])), p["steps"])
+    assert tighter.get_epsilon(1e-5) <= p["epsilon"] * 1.001
+    assert p["epsilon_known_participation"] >= p["epsilon"]  # against a server that sees who took part
+
+
+def test_plan_refuses_noise_that_does_not_fit_the_ring():
+    with pytest.raises(InvalidParameters, match="ring_bits=64"):
+        plan_dp(DPSettings(0.05, 1e-5, 100.0), central=False, fp=FixedPoint(32, 16), coordinates=100,
+                active_users=100, users_per_round=100, epochs=50)
+
+
+def test_record_level_and_bad_targets_are_refused():
+    with pytest.raises(InvalidParameters, match="record level"):
+        DPSettings(1.0, 1e-5, 1.0, level="record")
+    for eps, delta, clip in ((0.0, 1e-5, 1.0), (1.0, 1.0, 1.0), (1.0, 1e-5, -1.0)):
+        with pytest.raises(InvalidParameters):
+            DPSettings(eps, delta, clip)
+
+
+# ---------------------------------------------------------------- runs
+def _twin(small, name, rngs):
+    tr, te = small
+    model, cfg = MatrixFactorization(dim=8, reg=0.01), _dp_config(epochs=1)
+    protocol = get_protocol(name, layout="full")
+    cluster = InProcessServers(cluster_settings(model, protocol, tr, cfg), protocol, model,
+                               _noise_rngs=(CtrDrbg(rngs[0]), CtrDrbg(rngs[1])))
+    try:
+        return run(cluster.servers(), model, protocol, tr, te, cfg).model_sha256
+    finally:
+        cluster.stop()
+
+
+def test_seeded_noise_secure_equals_plaintext_and_each_server_adds_noise(small):
+    secure = _twin(small, "secemb", (1, 2))
+    assert secure == _twin(small, "plaintext", (1, 2))
+    assert secure != _twin(small, "plaintext", (1, 3))  # server 1's noise is in the model
+    assert secure != _twin(small, "plaintext", (4, 2))  # and server 0's
+
+
+def test_dp_epsilon_inf_reproduces_the_non_dp_run():
+    base = Experiment(dataset="synthetic-mini", protocol="plaintext", layout="full", epochs=1, users_per_round=40)
+    plain = run_experiment(base)
+    inf = run_experiment(Experiment(**{**base.__dict__, "dp_epsilon": float("inf"), "dp_clip": 0.01}))
+    assert inf.model_sha256 == plain.model_sha256 and inf.privacy is None and "privacy" not in inf.to_dict()
+    noisy = run_experiment(Experiment(**{**base.__dict__, "dp_epsilon": 8.0}))
+    assert noisy.model_sha256 != plain.model_sha256 and noisy.to_dict()["privacy"]["epsilon"] <= 8.0
+
+
+def test_dp_fedrec_uploads_are_full_size_and_noised(small):
+    tr, te = small
+    model = MatrixFactorization(dim=8, reg=0.01)
+    cfg = TrainConfig(epochs=1, users_per_round=20, dp=DPSettings(4.0, 1e-5, 0.5), ring_bits=64)
+    res = train(model, get_protocol("dp-fedrec", layout="full"), tr, te, cfg)
+    coords = tr.num_items * model.sparse_width + model.dense_size
+    assert res.upload_bytes_per_user_round == 2 * (24 + 8 * coords) + 2 * 24  # requests: header only
+    assert res.privacy["sampling_rate"] == 1.0 and res.privacy["steps"] == 1
+    rc = RoundConfig(round_id=1, num_items=tr.num_items, width=model.sparse_width, dense_size=model.dense_size,
+                     m_prime=4, ring_bits=64, layout="full")
+    user = get_protocol("dp-fedrec", layout="full").with_sigma(5e4).make_user(rc)
+    user.retrieval_request(np.arange(4))
+    table = np.zeros((rc.num_items, rc.width), np.uint64)
+    from secemb.protocols.wire import frame
+    user.retrieval_result(frame("dp-fedrec", "retrieval_reply", 0, 1, table.tobytes()),
+                          frame("dp-fedrec", "retrieval_reply", 1, 1))
+    up0, up1 = user.upload(np.zeros((4, rc.width), np.uint64), np.zeros(rc.dense_size, np.uint64))
+    total = np.frombuffer(up0[24:], "<u8") + np.frombuffer(up1[24:], "<u8")
+    assert total.size == coords and np.mean(total == 0) < 0.01  # every coordinate noised, zero rows too
+
+
+def test_dp_with_verify_or_an_unsupported_protocol_is_refused(small):
+    tr, te = small
+    with pytest.raises(InvalidParameters, match="verify"):
+        train(MatrixFactorization(dim=8), get_protocol("plaintext", layout="full"), tr, te, _dp_config(verify=True))
+    with pytest.raises(InvalidParameters, match="sampling='poisson'"):
+        train(MatrixFactorization(dim=8), get_protocol("plaintext", layout="full"), tr, te,
+              _dp_config(sampling="permutation"))
