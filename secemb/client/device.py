@@ -6,7 +6,7 @@ it.  One round, step by step::
     client = DeviceClient(user_id, url0, url1, key0, key1)
     info = client.round_info()                 # the round's public configuration (both servers)
     session = RoundSession(client, info)
-    session.prepare(items, ratings)            # PadOrTruncIdx / cuckoo placement, DPF keys
+    session.prepare(items, ratings)            # the task's sample, PadOrTruncIdx / cuckoo placement, DPF keys
     session.retrieve()                         # server 1 first, then server 0; reconstruct rows
     session.train(model.local_step bound to the device's state)   # the local-training hook
     session.upload()                           # server 1 first (if it gets a message), then 0
@@ -16,9 +16,13 @@ it.  One round, step by step::
 local step when server 0 reports the round aborted (:meth:`Device.settle`).
 
 Key generation and reconstruction are the protocol's own :class:`~secemb.protocols.base.UserRole`
-(fresh OS randomness for every key); placement draws come from the device's own
+(fresh OS randomness for every key).  What the device trains on comes from the model's task
+(:mod:`secemb.models.task`: the rating task's distinct items and ratings, or a sequential
+task's windows with sampled negatives, which are requested privately like every row); the
+task's draws and the placement draws come from the device's own
 :class:`numpy.random.Generator` -- or, in a simulation that must match the in-process run bit
-for bit, from a :class:`~secemb.protocols.placement.PaddedRequest` the coordinator computed.
+for bit, as a :class:`~secemb.models.task.Sample` and a
+:class:`~secemb.protocols.placement.PaddedRequest` the driver drew.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.models.base import RecModel, StepResult, UserSnapshot, UserState, UserStore
-from secemb.models.batch import Batch, rating_batch
+from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig
+from secemb.models.task import Sample, Task
 from secemb.protocols import get_protocol
 from secemb.protocols.base import Protocol, RoundConfig
 from secemb.privacy.noise import ClipSpec
@@ -42,7 +47,7 @@ from secemb.ring import FixedPoint
 from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.sharing import share
 from secemb.training import messages
-from secemb.training.local import LocalStep, distinct_items, local_update
+from secemb.training.local import LocalStep, local_update
 from secemb.engine.links import ServerLink
 from secemb.engine.stages import RETRIEVAL, UPLOAD, round_plan
 from secemb.transport.errors import RemoteError
@@ -92,10 +97,14 @@ class RoundInfo:
     def make_protocol(self) -> Protocol:
         p = self.protocol
         return get_protocol(p["name"], layout=p["layout"], relay=p["relay"], expansion=p["expansion"],
-                            layout_seed=p["layout_seed"])
+                            layout_seed=p["layout_seed"], **p.get("options", {}))
 
     def fixed_point(self) -> FixedPoint:
         return FixedPoint(int(self.training["ring_bits"]), int(self.training["frac_bits"]))
+
+    def make_task(self) -> Task:
+        """The announced model's task (:attr:`~secemb.models.base.RecModel.task`)."""
+        return self.make_model().task
 
     def make_model(self) -> RecModel:
         from secemb.models import get_model
@@ -205,11 +214,12 @@ class RoundSession:
     """
 
     def __init__(self, client: DeviceClient, info: RoundInfo, *, protocol: Protocol | None = None,
-                 fp: FixedPoint | None = None, clip: ClipSpec | None = None) -> None:
+                 fp: FixedPoint | None = None, task: Task | None = None, clip: ClipSpec | None = None) -> None:
         self.client, self.info = client, info
         self.clip = clip
         self.rc = info.config
         self.protocol = protocol or info.make_protocol()
+        self.task = task if task is not None else info.make_task()
         self.plan = self.protocol.plan()
         self.fp = fp or info.fixed_point()
         self.upload_bytes = self.download_bytes = 0
@@ -226,16 +236,30 @@ class RoundSession:
             raise ProtocolError(f"round session step {expect} called at step {self._stage}")
         self._stage += 1
 
-    def prepare(self, items: np.ndarray, ratings: np.ndarray, *, placement: PaddedRequest | None = None,
+    def prepare(self, items: np.ndarray | None = None, ratings: np.ndarray | None = None, *,
+                sample: Sample | None = None, placement: PaddedRequest | None = None,
                 rng: np.random.Generator | None = None) -> PaddedRequest:
-        """Choose the request slots (``placement``, or drawn with ``rng``, by default a fresh
-        generator) and make the retrieval keys."""
+        """Build the round's sample -- ``sample``, or the task's draw from the device's
+        ``items`` (int64 (n,)) and ``ratings`` (float32 (n,)) in the task's order (by item for
+        ratings, chronological for sequences) -- choose the request slots (``placement``, or
+        drawn), and make the retrieval keys.  Draws use ``rng``, by default a fresh generator.
+
+        Raises
+        ------
+        InvalidParameters
+            Neither or both of ``sample`` and ``items``/``ratings`` given.
+        """
+        if (sample is None) == (items is None or ratings is None):
+            raise InvalidParameters("prepare takes either items and ratings or a sample")
         self._advance(0)
         t = time.perf_counter()
-        uniq, item_pos = distinct_items(items)
-        self.batch = rating_batch(item_pos, ratings)
-        self.num_distinct = int(uniq.size)
-        self.request = placement if placement is not None else place(self.rc, uniq, rng or np.random.default_rng())
+        rng = rng or np.random.default_rng()
+        if sample is None:
+            assert items is not None and ratings is not None  # checked above
+            sample = self.task.sample(np.asarray(items, dtype=np.int64), ratings, self.rc.num_items, rng)
+        self.batch = sample.batch
+        self.num_distinct = int(sample.items.size)
+        self.request = placement if placement is not None else place(self.rc, sample.items, rng)
         self.role = self.protocol.make_user(self.rc)
         self._requests = _by_plan(self.plan.device_sends(RETRIEVAL), self.role.retrieval_request(self.request.indices),
                                   "retrieval request")
@@ -301,7 +325,7 @@ class RoundSession:
         t = time.perf_counter()
         self.g_ring, self.d_ring, self.result = local_update(
             self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, self.batch,
-            self.rows_ring, self.dense_ring, step, clip=self.clip,
+            self.rows_ring, self.dense_ring, step, task=self.task, clip=self.clip,
         )
         self._uploads = _by_plan(self.plan.device_sends(UPLOAD), self.role.upload(self.g_ring, self.d_ring), "upload")
         self.compute_s += time.perf_counter() - t
@@ -345,7 +369,8 @@ class Device:
     Parameters
     ----------
     client: the device's connections.
-    items, ratings: its training ratings (item ids, ratings).
+    items, ratings: its training interactions (item ids, ratings), in the order of the model's
+        task (:attr:`~secemb.models.task.Task.order`: chronological for a sequential model).
     store, user: where its private parameters live (row ``user`` of ``store``); by default a
         fresh one-row store initialized by the model with ``rng``.
     rng: the device's generator for placement draws (and initialization); default fresh.
@@ -379,7 +404,7 @@ class Device:
             def hook(rows: np.ndarray, dense: np.ndarray, batch: Batch) -> StepResult:
                 return model.local_step(rows, dense, state, batch)
         self._snap, self._round = self.store.snapshot(self.row), info.round_id
-        session = RoundSession(self.client, info, protocol=protocol)
+        session = RoundSession(self.client, info, protocol=protocol, task=model.task)
         session.prepare(self.items, self.ratings, placement=placement, rng=self.rng)
         session.retrieve()
         session.train(hook)

@@ -28,7 +28,7 @@ from secemb.data.movielens import (
     locate_movielens,
     read_ratings_file,
 )
-from secemb.data.ratings import RatingData, UserRatings, by_user, train_test_split
+from secemb.data.ratings import RatingData, UserRatings, by_user, concat, leave_one_out, train_test_split
 from secemb.data.synthetic import SYNTHETIC_SHAPES, synthetic_like
 from secemb.errors import InvalidParameters
 
@@ -41,8 +41,10 @@ __all__ = [
     "UserRatings",
     "by_user",
     "check_dataset",
+    "concat",
     "default_data_dir",
     "download_movielens",
+    "leave_one_out",
     "load_dataset",
     "locate_movielens",
     "read_own_ratings",

@@ -13,7 +13,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["RatingData", "UserRatings", "by_user", "train_test_split"]
+__all__ = ["RatingData", "UserRatings", "by_user", "concat", "leave_one_out", "train_test_split"]
 
 
 def _check_count(field: str, value: object) -> int:
@@ -170,6 +170,49 @@ def train_test_split(
         last = np.flatnonzero(np.r_[u[1:] != u[:-1], True])
         is_test[srt[last]] = False
     return data.subset(~is_test), data.subset(is_test)
+
+
+def concat(a: RatingData, b: RatingData) -> RatingData:
+    """The ratings of ``a`` then those of ``b`` (same name and id spaces as ``a``).
+
+    Raises
+    ------
+    InvalidParameters
+        The id spaces differ, or only one of the two has timestamps.
+    """
+    if (a.num_users, a.num_items) != (b.num_users, b.num_items):
+        raise InvalidParameters(f"id spaces differ: {(a.num_users, a.num_items)} and {(b.num_users, b.num_items)}")
+    if (a.timestamps is None) != (b.timestamps is None):
+        raise InvalidParameters("either both or neither of the rating sets must have timestamps")
+    ts = None if a.timestamps is None or b.timestamps is None else np.concatenate([a.timestamps, b.timestamps])
+    return RatingData(a.name, a.num_users, a.num_items, np.concatenate([a.users, b.users]),
+                      np.concatenate([a.items, b.items]), np.concatenate([a.ratings, b.ratings]), ts)
+
+
+def leave_one_out(data: RatingData, *, min_len: int = 3) -> tuple[RatingData, RatingData, RatingData]:
+    """SASRec's split ``(train, validation, test)``: every user with at least ``min_len``
+    interactions gives its last one (by time, ties by item id) to the test set and its
+    second-to-last to the validation set; the rest, and every interaction of shorter
+    sequences, is training data.  Deterministic (no randomness).
+
+    Raises
+    ------
+    InvalidParameters
+        ``data`` has no timestamps, or ``min_len < 3``.
+    """
+    if isinstance(min_len, bool) or not isinstance(min_len, int) or min_len < 3:
+        raise InvalidParameters(f"min_len must be an int >= 3, got {min_len!r}")
+    if data.timestamps is None:
+        raise InvalidParameters(f"leave_one_out needs timestamps; dataset {data.name!r} has none")
+    perm = np.lexsort((data.items, data.timestamps, data.users))
+    counts = np.bincount(data.users, minlength=data.num_users)
+    ends = np.cumsum(counts)
+    long = counts >= min_len
+    test = perm[ends[long] - 1]
+    val = perm[ends[long] - 2]
+    train = np.ones(data.num_ratings, dtype=bool)
+    train[test] = train[val] = False
+    return data.subset(train), data.subset(np.sort(val)), data.subset(np.sort(test))
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ Randomness
     All training randomness comes from one ``numpy.random.default_rng(seed)`` owned here and
     consumed in a fixed order: the public model's initialization (server 0 repeats it from the
     same seed, and the driver checks the two agree), the devices' private initialization, then
-    per epoch the user permutation and per round each user's placement draws, in user order.
-    Each device is handed its placement.  Cryptographic randomness is the protocol's own (OS
+    per epoch the user permutation and per round, user by user in round order, the user's task
+    sample (:meth:`~secemb.models.task.Task.sample`: nothing for ratings; windows, negatives
+    and the dropout seed for a sequence) followed by its placement draws.  Each device is
+    handed its sample and placement.  Cryptographic randomness is the protocol's own (OS
     randomness).  Ring sums are exact and the optimizer runs on server 0, so neither the order
     in which devices arrive nor how the engine batches them changes the model.
 
@@ -36,18 +38,19 @@ from typing import Any, Protocol as TypingProtocol
 import numpy as np
 
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
-from secemb.data import RatingData, by_user
+from secemb.data import RatingData, by_user, concat
 from secemb.engine.links import AdminLink
 from secemb.engine.settings import dp_plan_of, rating_range_of
 from secemb.engine.stages import RETRIEVAL
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
 from secemb.models.base import RecModel, StepResult
+from secemb.models.task import Sample
 from secemb.protocols.base import Protocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
 from secemb.training import messages
-from secemb.training.local import distinct_counts, distinct_items
+from secemb.training.local import distinct_counts
 from secemb.training.optimizer import ServerAdam
 from secemb.training.update import apply_aggregate
 from secemb.training.results import (
@@ -112,6 +115,7 @@ class _Device:
     """One device's part in one round attempt."""
 
     user: int
+    sample: Sample
     placement: PaddedRequest
     behavior: str | None
     session: RoundSession | None = None
@@ -223,8 +227,10 @@ def run(
     rng = np.random.default_rng(cfg.seed)
     m = train_data.num_items
     width, dense_size = model.sparse_width, model.dense_size
-    per_user = by_user(train_data)
-    distinct = distinct_counts(per_user)
+    task = model.task
+    by_item = by_user(train_data)
+    per_user = by_item if task.order == "item" else by_user(train_data, order=task.order)
+    distinct = task.request_counts(distinct_counts(by_item))
     active = np.flatnonzero(distinct > 0)
     rating_range = rating_range_of(train_data, cfg)
     admin0, admin1 = servers.admin
@@ -285,16 +291,18 @@ def run(
     rc_plan = protocol.round_config(0, m, width, dense_size, m_prime, cfg.ring_bits)
     tot = _Totals()
     epochs: list[EpochStats] = []
+    # what precedes the held-out interactions (ranking metrics rank after it): for the test
+    # data the training and validation interactions, for the validation data the training ones
+    test_context = train_data if val_data is None else concat(train_data, val_data)
     round_index = 0
     checked_info = False
 
     def prepare(dev: _Device, info: RoundInfo) -> RoundSession | None:
         try:
-            items, ratings = per_user.of(dev.user)
-            session = RoundSession(servers.device(dev.user), info, protocol=device_protocol, fp=fp,
+            session = RoundSession(servers.device(dev.user), info, protocol=device_protocol, fp=fp, task=task,
                                    clip=None if dp is None else dp.clip)
             dev.session = session
-            session.prepare(items, ratings, placement=dev.placement)
+            session.prepare(sample=dev.sample, placement=dev.placement)
             return session
         except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
             dev.error = exc
@@ -344,12 +352,12 @@ def run(
         for users in _epoch_rounds(rng, active, cfg.users_per_round, cfg.sampling == "poisson"):
             if not users:  # an empty Poisson round: nothing to aggregate, nothing released
                 continue
-            placements = []
+            drawn = []
             for u in users:
-                uniq, _ = distinct_items(per_user.of(u)[0])
-                req = place(rc_plan, uniq, rng)
-                placements.append(req)
-                tot.truncated += int(req.kept.size < uniq.size)
+                sample = task.sample(*per_user.of(u), m, rng)
+                req = place(rc_plan, sample.items, rng)
+                drawn.append((sample, req))
+                tot.truncated += int(req.kept.size < sample.items.size)
             last_error = ""
             for attempt in range(1, max_attempts + 1):
                 opened = _retry(lambda: admin0.open_round(users, deadline_s),  # noqa: B023 - called at once
@@ -367,8 +375,8 @@ def run(
                 if before_round is not None:
                     before_round(round_index, attempt, r, users)
                 snaps = {u: store.snapshot(u) for u in users}
-                devs = [_Device(u, p, behavior(round_index, u) if behavior else None)
-                        for u, p in zip(users, placements, strict=True)]
+                devs = [_Device(u, sample, req, behavior(round_index, u) if behavior else None)
+                        for u, (sample, req) in zip(users, drawn, strict=True)]
                 if cfg.schedule == "interleaved":
                     for d in devs:
                         device_phase([d], info, expected)
@@ -408,9 +416,10 @@ def run(
         scores: list[dict[str, float | None]] = []
         if test_data is not None or val_data is not None:
             _, t_now, d_now = _model(admin0, wait_s, m, width, dense_size)
-        for held_out in (test_data, val_data):
+        for held_out, context in ((test_data, test_context), (val_data, train_data)):
             scores.append({} if held_out is None else evaluate(
-                model, t_now, d_now, store, held_out, cfg.metrics, rating_range=rating_range))
+                model, t_now, d_now, store, held_out, cfg.metrics, rating_range=rating_range, context=context,
+                seed=cfg.seed))
         losses = tot.epoch_losses
         e = EpochStats(epoch, scores[0].get("rmse"), float(np.mean(losses)) if losses else float("nan"),
                        val_rmse=scores[1].get("rmse"), test_metrics=scores[0], val_metrics=scores[1])

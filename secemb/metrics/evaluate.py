@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.metrics.ranking import rank_next_items
 from secemb.metrics.registry import get_metric
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,6 +28,8 @@ def evaluate(
     metric_names: Sequence[str],
     *,
     rating_range: tuple[float, float],
+    context: RatingData | None = None,
+    seed: int = 0,
 ) -> dict[str, float | None]:
     """Score the public model ``(table, dense)`` with the private parameters ``store`` on the
     held-out ``data``.
@@ -40,6 +43,9 @@ def evaluate(
     data: held-out ratings (same id spaces as the training data).
     metric_names: registered names, e.g. ``["rmse", "mae"]`` (see :func:`get_metric`).
     rating_range: the public rating scale ``(lo, hi)``; pointwise metrics clip to it.
+    context: the interactions before ``data`` (what ranking metrics rank after; see
+        :func:`~secemb.metrics.ranking.rank_next_items`); needed by ranking metrics only.
+    seed: seed of the sampled negatives of ranking metrics.
 
     Returns
     -------
@@ -50,18 +56,33 @@ def evaluate(
     Raises
     ------
     InvalidParameters
-        An unknown or malformed metric name (before anything is computed), or a metric that
-        needs a ranking over candidates (not built by this function yet).
+        An unknown or malformed metric name (before anything is computed), ranking metrics
+        without ``context``, or a model that cannot compute what a metric needs.
     """
     metrics = [get_metric(n) for n in metric_names]
-    for metric in metrics:
-        if metric.needs != "pointwise":
-            raise InvalidParameters(
-                f"metric {metric.name!r} needs {metric.needs!r} inputs; evaluate builds pointwise "
-                "predictions on held-out pairs only"
-            )
+    pointwise = [mt for mt in metrics if mt.needs == "pointwise"]
+    ranking = [mt for mt in metrics if mt.needs == "ranking"]
+    if ranking and context is None:
+        raise InvalidParameters(f"ranking metrics {[mt.name for mt in ranking]} need the context the held-out "
+                                "interactions follow")
     lo, hi = (float(x) for x in rating_range)
-    pred = np.zeros(0)
-    if metrics and data.num_ratings:
-        pred = model.predict(table, dense, store, data.users, data.items)
-    return {m.name: m(pred, data.ratings, (lo, hi)) for m in metrics}
+    out: dict[str, float | None] = {}
+    if pointwise:
+        pred = np.zeros(0)
+        if data.num_ratings:
+            pred = model.predict(table, dense, store, data.users, data.items)
+        out.update({mt.name: mt(pred, data.ratings, (lo, hi)) for mt in pointwise})
+    if ranking:
+        assert context is not None  # checked above
+        from secemb.models.sequential import SequenceModel
+
+        if not isinstance(model, SequenceModel):
+            raise InvalidParameters(f"model {model.name!r} does not rank next items; ranking metrics "
+                                    f"{[mt.name for mt in ranking]} need a sequential model")
+        seq_model = model
+
+        def score(users: np.ndarray, history: np.ndarray, candidates: np.ndarray | None) -> np.ndarray:
+            return seq_model.score_next(table, dense, store, users, history, candidates)
+
+        out.update(rank_next_items(score, table.shape[0], seq_model.task.max_len, context, data, ranking, seed=seed))
+    return {mt.name: out[mt.name] for mt in metrics}

@@ -9,9 +9,9 @@ A metric declares what it needs (``needs``):
 * ``"ranking"`` -- a ranking over candidate items per user (HR@K, NDCG@K, Recall@K, AUC).  The
   function is ``fn(scores, relevant, *, k) -> float | None`` with ``scores`` float64
   (n_users, n_candidates) and ``relevant`` bool of the same shape (held-out positives), ``k``
-  the cut-off when the metric is registered with ``at_k=True``.  Building the candidates
-  (full ranking or sampled negatives) belongs to the issue that brings the first ranking
-  metric; :func:`secemb.metrics.evaluate` refuses ranking metrics until then.
+  the cut-off when the metric is registered with ``at_k=True``.  ``candidates`` names the
+  candidate set: ``None`` the full catalogue, an int that many sampled negatives beside each
+  held-out item (:func:`secemb.metrics.ranking.rank_next_items` builds both).
 
 Names are lower-case; a metric registered with ``at_k=True`` is asked for as ``name@K``
 (``"ndcg@10"``), and :func:`get_metric` parses the cut-off.
@@ -40,6 +40,7 @@ class _Entry:
     needs: Needs
     higher_is_better: bool
     at_k: bool
+    candidates: int | None
 
 
 _REGISTRY: dict[str, _Entry] = {}
@@ -48,14 +49,17 @@ _REGISTRY: dict[str, _Entry] = {}
 @dataclass(frozen=True)
 class Metric:
     """A resolved metric: ``name`` is canonical (``"rmse"``, ``"ndcg@10"``), ``k`` the parsed
-    cut-off (``None`` for a metric without one).  Call it with the arguments its ``needs``
-    prescribes (see the module docstring); the cut-off is passed for you."""
+    cut-off (``None`` for a metric without one), ``candidates`` a ranking metric's candidate
+    set (``None``: the full catalogue; an int: that many sampled negatives).  Call it with the
+    arguments its ``needs`` prescribes (see the module docstring); the cut-off is passed for
+    you."""
 
     name: str
     needs: Needs
     higher_is_better: bool
     fn: Callable[..., float | None]
     k: int | None = None
+    candidates: int | None = None
 
     def __call__(self, *args: object) -> float | None:
         return self.fn(*args) if self.k is None else self.fn(*args, k=self.k)
@@ -68,6 +72,7 @@ def register_metric(
     needs: Needs = "pointwise",
     higher_is_better: bool = False,
     at_k: bool = False,
+    candidates: int | None = None,
 ) -> None:
     """Register ``fn`` as metric ``name`` (a later registration of the same name replaces it,
     as :func:`secemb.models.register_model` does).
@@ -79,11 +84,13 @@ def register_metric(
     needs: ``"pointwise"`` or ``"ranking"``.
     higher_is_better: the direction (RMSE: False, NDCG: True).
     at_k: the metric takes a cut-off and is asked for as ``name@K``.
+    candidates: for a ranking metric, the candidate set: ``None`` the full catalogue, an int
+        >= 1 that many sampled negatives per held-out item.
 
     Raises
     ------
     InvalidParameters
-        A malformed name, a non-callable ``fn`` or an unknown ``needs``.
+        A malformed name, a non-callable ``fn``, an unknown ``needs`` or bad ``candidates``.
     """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidParameters(f"metric name must match {_NAME.pattern!r}, got {name!r}")
@@ -91,7 +98,11 @@ def register_metric(
         raise InvalidParameters(f"metric {name!r}: fn must be callable, got {type(fn).__name__}")
     if needs not in _NEEDS:
         raise InvalidParameters(f"metric {name!r}: needs must be one of {_NEEDS}, got {needs!r}")
-    _REGISTRY[name] = _Entry(fn, needs, bool(higher_is_better), bool(at_k))
+    if candidates is not None and (needs != "ranking" or isinstance(candidates, bool)
+                                   or not isinstance(candidates, int) or candidates < 1):
+        raise InvalidParameters(f"metric {name!r}: candidates must be None or, for a ranking metric, an int >= 1, "
+                                f"got {candidates!r}")
+    _REGISTRY[name] = _Entry(fn, needs, bool(higher_is_better), bool(at_k), candidates)
 
 
 def available_metrics() -> list[str]:
@@ -117,10 +128,10 @@ def get_metric(name: str) -> Metric:
     if not entry.at_k:
         if at:
             raise InvalidParameters(f"metric {base!r} takes no cut-off, got {name!r}")
-        return Metric(base, entry.needs, entry.higher_is_better, entry.fn)
+        return Metric(base, entry.needs, entry.higher_is_better, entry.fn, candidates=entry.candidates)
     if not at:
         raise InvalidParameters(f"metric {base!r} needs a cut-off: expected '{base}@K', got {name!r}")
     if not cut.isdigit() or int(cut) < 1:
         raise InvalidParameters(f"metric {base!r}: cut-off K must be an int >= 1, got {cut!r}")
     k = int(cut)
-    return Metric(f"{base}@{k}", entry.needs, entry.higher_is_better, entry.fn, k)
+    return Metric(f"{base}@{k}", entry.needs, entry.higher_is_better, entry.fn, k, entry.candidates)

@@ -2,9 +2,10 @@
 
 ``get_model(name, **hparams)`` builds a registered model; ``"mf"`` (biased matrix
 factorization), ``"ncf"``, ``"fm"`` and ``"deepfm"`` (the last three take
-``features=FeatureSet``; see :mod:`secemb.models.features`).  A model declares ``sparse_width`` (columns of the public
-item table), ``dense_size`` (length of the public dense vector) and ``private_size`` (length
-of each user's private vector); see :mod:`secemb.models.base`.  Importing this package does
+``features=FeatureSet``; see :mod:`secemb.models.features`), and the sequential ``"sasrec"``
+and ``"caser"`` (:mod:`secemb.models.sequential`; their task: :mod:`secemb.models.task`).  A
+model declares ``sparse_width`` (columns of the public item table), ``dense_size`` (length of
+the public dense vector) and ``private_size`` (length of each user's private vector); see :mod:`secemb.models.base`.  Importing this package does
 not import torch (only the generic autograd path does).
 """
 
@@ -20,19 +21,29 @@ from secemb.models.mf import MatrixFactorization
 from secemb.models.ncf import NCF
 from secemb.models.optim import AdamConfig, adam_update
 from secemb.models.presets import PAPER_M_PRIME, PRESETS, Preset, get_preset
+from secemb.models.sequential import SASRec, Caser, SequenceModel
+from secemb.models.task import RATING, RatingTask, Sample, SequenceTask, Task
 
 __all__ = [
     "MODELS",
     "PAPER_M_PRIME",
     "PRESETS",
     "AdamConfig",
+    "Caser",
     "DeepFM",
     "FactorizationMachine",
     "MatrixFactorization",
     "NCF",
     "Preset",
+    "RATING",
+    "RatingTask",
     "RecModel",
+    "SASRec",
+    "Sample",
+    "SequenceModel",
+    "SequenceTask",
     "StepResult",
+    "Task",
     "UserState",
     "UserStore",
     "adam_update",
@@ -47,6 +58,8 @@ MODELS: dict[str, Callable[..., RecModel]] = {
     "ncf": NCF,
     "fm": FactorizationMachine,
     "deepfm": DeepFM,
+    "sasrec": SASRec,
+    "caser": Caser,
 }
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig, adam_update
+from secemb.models.task import RATING, Task
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -203,6 +204,12 @@ class RecModel(ABC):
                 )
             out[name] = getattr(self, name)
         return out
+
+    @property
+    def task(self) -> Task:
+        """What the model trains on (:mod:`secemb.models.task`): the rating task by default; a
+        sequential model returns its :class:`~secemb.models.task.SequenceTask`."""
+        return RATING
 
     def hparams(self) -> dict[str, object]:
         """Hyperparameters recorded in training results: :meth:`spec` plus any sizes derived

@@ -10,13 +10,19 @@ rating      ``item_pos``     int64 (k,) row index, in the user's retrieved rows,
                                         sample's item
 rating      ``rating``       float64    the rating
                              (k,)
+sequential  ``history``      int64      row index of each history item, oldest first,
+                             (k, L)     left-padded with -1
+sequential  ``target``       int64      row index of each target item (-1: none)
+                             (k, T)
+sequential  ``negative``     int64      row index of each sampled negative of each target
+                             (k, T, n)  (-1 where the target is -1)
+sequential  ``seed``         int64 (k,) dropout seed of the local step (``seed[0]``)
 ==========  ===============  =========  ==================================================
 
-Sequential and click-through tasks add their own fields (histories, labels) beside these;
-a model reads the fields it needs and :meth:`Batch.require` names a missing one.  The field
-:data:`ITEM_POS` is special in one way: it points into the retrieved rows, so when placement
-drops items (truncation), :func:`secemb.training.local.local_update` re-points it and drops
-the samples whose item was not retrieved (:meth:`Batch.select` then :meth:`Batch.replace`).
+A model reads the fields it needs and :meth:`Batch.require` names a missing one.  The position
+fields point into the retrieved rows, so when placement drops items (truncation), the task
+(:meth:`secemb.models.task.Task.restrict`) re-points them and drops the samples left without
+anything to learn (:meth:`Batch.select` then :meth:`Batch.replace`).
 """
 
 from __future__ import annotations
@@ -28,12 +34,20 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["Batch", "ITEM_POS", "RATING", "rating_batch"]
+__all__ = ["Batch", "HISTORY", "ITEM_POS", "NEGATIVE", "RATING", "SEED", "TARGET", "rating_batch"]
 
 #: int64 (k,): each sample's row index in the retrieved rows
 ITEM_POS = "item_pos"
 #: float64 (k,): each sample's rating
 RATING = "rating"
+#: int64 (k, L): row index of each history item, left-padded with -1
+HISTORY = "history"
+#: int64 (k, T): row index of each target item, -1 for none
+TARGET = "target"
+#: int64 (k, T, n): row index of each sampled negative, -1 where the target is -1
+NEGATIVE = "negative"
+#: int64 (k,): dropout seed of the local step
+SEED = "seed"
 
 
 class Batch(Mapping[str, np.ndarray]):

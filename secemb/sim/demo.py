@@ -70,5 +70,5 @@ def run_networked_experiment(
             return train_networked(
                 cluster, model, protocol, built.train_data, built.test_data, config, workers=concurrency,
                 deadline_s=deadline_s, on_start=on_start, on_round=on_round, on_epoch=on_epoch,
-                extra_config=built.extra_config,
+                extra_config=built.extra_config, val_data=built.val_data,
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from secemb.data import DATASETS, RatingData, load_dataset, train_test_split
+from secemb.data import DATASETS, RatingData, load_dataset
 from secemb.data.features import FeatureSet, load_features
 from secemb.data.synthetic import STANDS_FOR
 from secemb.errors import InvalidParameters
@@ -37,9 +37,12 @@ class BuiltExperiment:
     model: the model, built with ``features`` when it uses them.
     protocol: the protocol, with the experiment's options (and backend) applied.
     config: the training configuration.
-    train_data, test_data: the split of the dataset (same id spaces).
+    train_data, test_data: the split of the dataset (same id spaces) by the model's task
+        (:meth:`~secemb.models.task.Task.split`: a random split for ratings, leave-one-out for
+        sequences).
     extra_config: what the run records beside ``config`` (dataset, split, dim, reg).
     features: the dataset's side features for a feature model (FM, DeepFM), else ``None``.
+    val_data: the task's validation set (leave-one-out's second-to-last items), else ``None``.
     """
 
     model: RecModel
@@ -49,6 +52,7 @@ class BuiltExperiment:
     test_data: RatingData
     extra_config: dict[str, Any]
     features: FeatureSet | None
+    val_data: RatingData | None = None
 
 
 def _preset_dataset(name: str) -> str:
@@ -108,20 +112,21 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
     if not 0.0 < exp.test_fraction < 1.0:
         raise InvalidParameters(f"test_fraction must be in (0, 1), got {exp.test_fraction!r}")
     data = load_dataset(exp.dataset, exp.data_dir, download=exp.download, seed=exp.seed)
-    train_data, test_data = train_test_split(data, exp.test_fraction, seed=exp.seed)
     features = None
     if uses_features(exp.model):  # FM, DeepFM: Appendix H side features
         features = load_features(
             exp.dataset, exp.data_dir, num_users=data.num_users, num_items=data.num_items, seed=exp.seed
         )
     model = get_model(exp.model, dim=hp["dim"], reg=hp["reg"], **({} if features is None else {"features": features}))
+    task = model.task
+    train_data, val_data, test_data = task.split(data, exp.test_fraction, exp.seed)
     options.update(lossy_options(exp.protocol, model, _preset_dataset(exp.dataset)))
     if exp.backend != "serial":
         options["backend"] = make_backend(exp.backend, exp.workers)
     config = TrainConfig(
         epochs=exp.epochs,
         users_per_round=exp.users_per_round,
-        m_prime=exp.m_prime,
+        m_prime=exp.m_prime if exp.m_prime is not None else task.default_m_prime(data.num_items),
         alpha=exp.alpha,
         seed=exp.seed,
         verify=exp.verify,
@@ -130,8 +135,10 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
         ring_bits=exp.ring_bits,
         frac_bits=exp.frac_bits,
         schedule=exp.schedule,
+        metrics=task.metrics,
         **_dp_options(exp),
     )
     extra = {"dataset": exp.dataset, "test_fraction": exp.test_fraction, "split_seed": exp.seed,
-             "dim": hp["dim"], "reg": hp["reg"]}
-    return BuiltExperiment(model, get_protocol(exp.protocol, **options), config, train_data, test_data, extra, features)
+             "dim": hp["dim"], "reg": hp["reg"], "task": task.name, "evaluation": task.evaluation}
+    return BuiltExperiment(model, get_protocol(exp.protocol, **options), config, train_data, test_data, extra, features,
+                           val_data)

@@ -119,4 +119,5 @@ def run_experiment(
         on_epoch=on_epoch,
         on_start=on_start,
         extra_config=built.extra_config,
+        val_data=built.val_data,
     )

@@ -17,7 +17,8 @@ import numpy as np
 
 from secemb.data import UserRatings
 from secemb.models.base import StepResult
-from secemb.models.batch import ITEM_POS, Batch
+from secemb.models.batch import Batch
+from secemb.models.task import RATING, Task, distinct_items
 from secemb.privacy.noise import ClipSpec
 from secemb.protocols.base import RoundConfig
 from secemb.protocols.placement import PaddedRequest
@@ -40,14 +41,6 @@ def distinct_counts(per_user: UserRatings) -> np.ndarray:
     return np.bincount(owner[new], minlength=per_user.num_users).astype(np.int64)
 
 
-def distinct_items(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(distinct items ascending, position of each rating's item among them)``."""
-    if items.size < 2 or np.all(items[1:] > items[:-1]):
-        return items, np.arange(items.size, dtype=np.int64)
-    uniq, inv = np.unique(items, return_inverse=True)
-    return uniq, inv.astype(np.int64)
-
-
 def local_update(
     fp: FixedPoint,
     rc: RoundConfig,
@@ -59,6 +52,7 @@ def local_update(
     dense_ring: np.ndarray,
     step: LocalStep,
     *,
+    task: Task = RATING,
     clip: ClipSpec | None = None,
 ) -> tuple[np.ndarray, np.ndarray, StepResult]:
     """One local step; returns the encoded row gradients (ring, (slots, width)), the encoded
@@ -71,12 +65,13 @@ def local_update(
     n_p: users in the round (clipping bound ``R_u`` of Appendix L.2).
     request: the device's placement (slots, real positions, kept items).
     num_distinct: number of distinct items the device rated.
-    batch: the device's samples; its ``item_pos`` (int64 (k,)) is each sample's item position
-        among the ``num_distinct`` distinct items.  The step gets it re-pointed at the kept rows,
-        samples of dropped items removed (every field filtered alike).
+    batch: the device's samples; its position fields (the rating task's ``item_pos`` int64
+        (k,)) index the ``num_distinct`` requested items.  The step gets them re-pointed at the
+        kept rows by ``task`` (:meth:`~secemb.models.task.Task.restrict`).
     rows_ring: the retrieved rows (ring, (slots, width)).
     dense_ring: the dense vector (ring, (dense_size,)).
     step: the local training hook (the model's ``local_step`` bound to the device's state).
+    task: the task that built ``batch`` (the model's :attr:`~secemb.models.base.RecModel.task`).
     clip: DP clipping (user level: rows and dense gradient together to ``clip.l2``), or ``None``.
     """
     rows = fp.decode(rows_ring[request.real_pos])
@@ -84,9 +79,7 @@ def local_update(
     if request.kept.size != num_distinct:  # truncated: samples of the kept items, pointing at their rows
         row_of = np.full(num_distinct, -1, dtype=np.int64)
         row_of[request.kept] = np.arange(request.kept.size, dtype=np.int64)
-        pos = row_of[batch[ITEM_POS]]
-        sel = pos >= 0
-        batch = batch.select(sel).replace(**{ITEM_POS: pos[sel]})
+        batch = task.restrict(batch, row_of)
     result = step(rows, dense_u, batch)
     grads = np.zeros((rc.slots, rc.width))
     if clip is None:

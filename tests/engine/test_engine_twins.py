@@ -48,10 +48,30 @@ def test_train_and_demo_network_give_the_same_model(tmp_path, protocol, model):
     _twins(tmp_path, protocol, model)
 
 
+@pytest.mark.parametrize("model", ["deepfm"])  # FM: in the matrix above
+def test_regression_demo_network_trains_feature_models(tmp_path, model):
+    # issue 11, defect 2: `secemb demo --model fm` (and deepfm) crashed -- the servers could not
+    # build the model from its hyperparameters ('unexpected keyword argument l_x') nor load its
+    # public item features; now they build it from model.spec() and read the demo's features file
+    _twins(tmp_path, "plaintext", model)
+
+
 def test_a_protocol_plug_in_runs_in_process_and_over_http(tmp_path, fulldownload_plugin):
     # examples/protocol_plugin: one module plus its entry point; the server processes of the
     # demo find it the way they find the built-in protocols
     _twins(tmp_path, fulldownload_plugin, "mf")
+
+
+def test_a_sequential_model_runs_in_process_and_over_http(tmp_path):
+    # SASRec: sampled negatives and dropout seeds come from the driver's generator, so the
+    # devices behind HTTP train on what the in-process devices train on
+    opts = ["--dataset", "synthetic-mini", "--model", "sasrec", "--protocol", "secemb", "--dim", "8",
+            "--users-per-round", "60", "--epochs", "1", "--seed", "3", "--quiet"]
+    a = _run(tmp_path, ["train", *opts], "inproc")
+    b = _run(tmp_path, ["demo", "--network", *opts, "--concurrency", "16"], "net")
+    assert a["model_sha256"] == b["model_sha256"]
+    assert a["epochs"] == b["epochs"] and a["comm"] == b["comm"] and a["config"] == b["config"]
+    assert a["config"]["task"] == "sequential" and "hr_sampled@10" in a["epochs"][0]["test_metrics"]
 
 
 @pytest.mark.slow

@@ -105,7 +105,9 @@ def test_evaluate_refuses_metrics_it_cannot_feed(scratch_registry):
     model, table, dense, params = _tiny_mf()
     data = RatingData("t", 2, 2, np.array([0]), np.array([0]), np.array([5.0], np.float32))
     register_metric("hits", lambda s, r, *, k: 0.0, needs="ranking", at_k=True)
-    with pytest.raises(InvalidParameters, match="'hits@5' needs 'ranking' inputs"):
+    with pytest.raises(InvalidParameters, match="need the context"):
         evaluate(model, table, dense, params, data, ["rmse", "hits@5"], rating_range=(1, 5))
+    with pytest.raises(InvalidParameters, match="'mf' does not rank next items"):
+        evaluate(model, table, dense, params, data, ["rmse", "hits@5"], rating_range=(1, 5), context=data)
     with pytest.raises(InvalidParameters, match="unknown metric"):
         evaluate(model, table, dense, params, data, ["rmsee"], rating_range=(1, 5))

@@ -165,6 +165,6 @@ def test_registry_and_presets():
     assert get_preset("mf", "ml-1m").reg == 0.001
     assert get_preset("mf", "ml-10m").lr == 0.01
     assert get_preset("ncf", "ml-1m").lr == 0.0001
-    assert set(PRESETS) == {"mf", "ncf", "fm", "deepfm"}
+    assert set(PRESETS) == {"mf", "ncf", "fm", "deepfm", "sasrec", "caser"}
     with pytest.raises(InvalidParameters):
         get_preset("mf", "netflix")

@@ -49,4 +49,15 @@ def test_built_feature_model_carries_the_dataset_features():
     assert built.features is not None and built.model.features is built.features
     assert built.model.l_x == built.features.l_x == 84
     assert built.train_data.num_items == built.test_data.num_items == built.features.num_items
-    assert built.extra_config == {"dataset": "synthetic", "test_fraction": 0.2, "split_seed": 0, "dim": 4, "reg": 0.1}
+    assert built.extra_config == {"dataset": "synthetic", "test_fraction": 0.2, "split_seed": 0, "dim": 4, "reg": 0.1,
+                                  "task": "rating", "evaluation": "random split of the ratings (test_fraction)"}
+    assert built.val_data is None and built.config.metrics == ("rmse",)
+
+
+def test_a_sequential_model_gets_leave_one_out_and_ranking_metrics():
+    built = build_experiment(Experiment(dataset="synthetic-mini", model="sasrec", protocol="plaintext", dim=4))
+    assert built.val_data is not None
+    assert built.test_data.num_ratings == built.val_data.num_ratings == 120  # one each per user (all have >= 5)
+    assert built.config.metrics == ("hr@10", "ndcg@10", "hr_sampled@10", "ndcg_sampled@10")
+    assert built.config.m_prime == 101  # SASRec, L = 50: 51 positives + 50 negatives
+    assert built.extra_config["task"] == "sequential" and "leave-one-out" in built.extra_config["evaluation"]
