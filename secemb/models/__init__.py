@@ -5,8 +5,9 @@ factorization), ``"ncf"``, ``"fm"`` and ``"deepfm"`` (the last three take
 ``features=FeatureSet``; see :mod:`secemb.models.features`), and the sequential ``"sasrec"``
 and ``"caser"`` (:mod:`secemb.models.sequential`; their task: :mod:`secemb.models.task`).  A
 model declares ``sparse_width`` (columns of the public item table), ``dense_size`` (length of
-the public dense vector) and ``private_size`` (length of each user's private vector); see :mod:`secemb.models.base`.  Importing this package does
-not import torch (only the generic autograd path does).
+the public dense vector) and ``private_size`` (length of each user's private vector); see
+:mod:`secemb.models.base`.  Importing this package does not import torch (only the generic
+autograd path does).
 """
 
 from __future__ import annotations

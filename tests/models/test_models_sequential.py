@@ -91,7 +91,8 @@ def test_leave_one_out_holds_out_the_last_two_by_time():
     train, val, test = leave_one_out(data)
     assert sorted(zip(test.users.tolist(), test.items.tolist(), strict=True)) == [(0, 5), (2, 0)]
     assert sorted(zip(val.users.tolist(), val.items.tolist(), strict=True)) == [(0, 2), (2, 8)]  # ties by item id
-    assert sorted(zip(train.users.tolist(), train.items.tolist(), strict=True)) == [(0, 1), (0, 3), (1, 4), (1, 6), (2, 7)]
+    pairs = sorted(zip(train.users.tolist(), train.items.tolist(), strict=True))
+    assert pairs == [(0, 1), (0, 3), (1, 4), (1, 6), (2, 7)]
 
 
 def test_hit_rate_and_ndcg_by_hand():
@@ -132,11 +133,10 @@ def test_a_step_touches_only_the_sample_rows_and_is_deterministic(name):
     reseeded = s.batch.replace(seed=s.batch["seed"] + 1)
     c = model.local_step(extra, dense, twin.state(1), reseeded)
     assert not np.array_equal(a.dense_grad, c.dense_grad)  # dropout follows the batch's seed
-    hist = np.array([[-1, 3, 9, 4, 17][-model.max_len:]])
-    full = model.score_next(table, dense, store, np.array([0]), np.pad(hist, ((0, 0), (model.max_len - hist.shape[1], 0)),
-                                                                           constant_values=-1))
-    some = model.score_next(table, dense, store, np.array([0]), np.pad(hist, ((0, 0), (model.max_len - hist.shape[1], 0)),
-                                                                           constant_values=-1), np.array([[5, 7]]))
+    hist = np.full((1, model.max_len), -1)
+    hist[0, -4:] = [3, 9, 4, 17]
+    full = model.score_next(table, dense, store, np.array([0]), hist)
+    some = model.score_next(table, dense, store, np.array([0]), hist, np.array([[5, 7]]))
     assert full.shape == (1, 40) and np.allclose(full[0, [5, 7]], some[0])
     with pytest.raises(InvalidParameters, match="score_next"):
         model.predict(table, dense, store, np.array([0]), np.array([1]))
