@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from secemb.cli import bench, train
-from secemb.cli import client, demo, serve
+from secemb.cli import client, demo, recommend, serve
 
 app = typer.Typer(
     name="secemb",
@@ -45,6 +45,7 @@ bench.register(app)
 serve.register(app)
 client.register(app)
 demo.register(app)
+recommend.register(app)
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """``secemb train``: federated training of a recommender with a chosen protocol.
 
-Exit codes: 0 success; 1 ``--verify`` found a mismatch; 2 bad usage (unknown dataset, model
-or protocol, a protocol not available yet, missing data files, a bad value).
+Exit codes: 0 success; 1 ``--verify`` found a mismatch; 2 bad usage (unknown dataset, model,
+protocol or metric, a protocol not available yet, missing data files, a bad value, an output
+path that cannot be written).
 """
 
 from __future__ import annotations
@@ -93,6 +94,16 @@ def register(app: typer.Typer) -> None:
                            ] = 1.0,
         dp_level: Annotated[str, typer.Option(help="Differential privacy: user (a user's whole contribution).")
                             ] = "user",
+        metrics: Annotated[
+            str | None,
+            typer.Option(help="Comma-separated metrics from the registry, e.g. rmse,mae or ndcg@10 (default: the "
+                              "model's: rmse; hr@10, ndcg@10 and their sampled forms for sasrec/caser).")
+        ] = None,
+        save_model: Annotated[
+            Path | None,
+            typer.Option(help="Write the trained model here (public model, each device's private state, a "
+                              "manifest; docs/training.md) for 'secemb recommend'."),
+        ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     ) -> None:
         """Train a federated recommender and report accuracy, communication and time.
@@ -104,53 +115,58 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.cli._report import training_display, write_json
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import check_output_dir, check_output_file, fail
 
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters
-        from secemb.training import Experiment, VerificationError, run_experiment
+        from secemb.training import Experiment, VerificationError
 
         check_output_file(json_out, "--json-out")
+        if save_model is not None:
+            check_output_dir(save_model, "--save-model")
         console = Console()
-        exp = Experiment(
-            dataset=dataset,
-            data_dir=data_dir,
-            download=download,
-            model=model,
-            protocol=protocol,
-            layout=layout,
-            relay=relay,
-            expansion=expansion,
-            backend=backend,
-            workers=workers,
-            epochs=epochs,
-            users_per_round=users_per_round,
-            m_prime=m_prime,
-            alpha=alpha,
-            seed=seed,
-            verify=verify,
-            lr=lr,
-            reg=reg,
-            dim=dim,
-            ring_bits=ring_bits,
-            lazy_adam=lazy_adam,
-            dp_epsilon=dp_epsilon,
-            dp_delta=dp_delta,
-            dp_clip=dp_clip,
-            dp_level=dp_level,
-        )
+        try:
+            exp = Experiment(
+                dataset=dataset,
+                data_dir=data_dir,
+                download=download,
+                model=model,
+                protocol=protocol,
+                layout=layout,
+                relay=relay,
+                expansion=expansion,
+                backend=backend,
+                workers=workers,
+                epochs=epochs,
+                users_per_round=users_per_round,
+                m_prime=m_prime,
+                alpha=alpha,
+                seed=seed,
+                verify=verify,
+                lr=lr,
+                reg=reg,
+                dim=dim,
+                ring_bits=ring_bits,
+                lazy_adam=lazy_adam,
+                dp_epsilon=dp_epsilon,
+                dp_delta=dp_delta,
+                dp_clip=dp_clip,
+                dp_level=dp_level,
+                metrics=None if metrics is None else [n.strip() for n in metrics.split(",")],
+            )
+        except InvalidParameters as exc:
+            fail(exc)
         progress, on_start, on_round, on_epoch = training_display(console, quiet)
 
         try:
             check_dataset(dataset)  # a name with no preset fails as an unknown dataset, before any work
             with progress:
-                result = run_experiment(
-                    exp, on_start=on_start, on_round=on_round, on_epoch=on_epoch
-                )
+                run = exp.run(on_start=on_start, on_round=on_round, on_epoch=on_epoch)
         except VerificationError as exc:
             fail(f"verification failed: {exc}", code=1)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
+        result = run.train_result
 
         table = Table(title="secemb train: summary")
         table.add_column("metric")
@@ -170,10 +186,8 @@ def register(app: typer.Typer) -> None:
         )
         table.add_row("rounds", str(result.rounds))
         table.add_row("verified rounds", str(result.verified_rounds))
-        final = result.final_rmse
-        table.add_row(
-            "final test RMSE", "n/a" if final is None or math.isnan(final) else f"{final:.4f}"
-        )
+        for name, value in run.metrics.items():
+            table.add_row(f"final test {name.upper()}", "n/a" if value is None or math.isnan(value) else f"{value:.4f}")
         table.add_row("wall time", f"{result.wall_s:.1f} s")
         table.add_row("model sha256", result.model_sha256[:16] + "...")
         if result.privacy is not None:
@@ -183,3 +197,7 @@ def register(app: typer.Typer) -> None:
         console.print(table)
 
         write_json(console, result, json_out)
+        if save_model is not None:
+            run.model.save(save_model)
+            console.print(f"saved the model to {save_model} (try: secemb recommend --model-dir {save_model} --user 0)",
+                          markup=False)

@@ -16,7 +16,25 @@ if TYPE_CHECKING:  # pragma: no cover
     from secemb.data import RatingData
     from secemb.models.base import RecModel, UserStore
 
-__all__ = ["evaluate"]
+__all__ = ["check_metrics", "evaluate"]
+
+
+def check_metrics(model: RecModel, metric_names: Sequence[str]) -> None:
+    """Raise unless ``model`` can compute every metric of ``metric_names`` (cheap: builders
+    call it before training, so a wrong choice costs no epoch).
+
+    Raises
+    ------
+    InvalidParameters
+        An unknown or malformed metric name, or ranking metrics for a model that does not
+        rank next items (ranking needs a :class:`~secemb.models.SequenceModel`).
+    """
+    from secemb.models.sequential import SequenceModel
+
+    ranking = [mt.name for mt in map(get_metric, metric_names) if mt.needs == "ranking"]
+    if ranking and not isinstance(model, SequenceModel):
+        raise InvalidParameters(f"model {model.name!r} does not rank next items; ranking metrics {ranking} need a "
+                                "sequential model")
 
 
 def evaluate(
@@ -76,9 +94,8 @@ def evaluate(
         assert context is not None  # checked above
         from secemb.models.sequential import SequenceModel
 
-        if not isinstance(model, SequenceModel):
-            raise InvalidParameters(f"model {model.name!r} does not rank next items; ranking metrics "
-                                    f"{[mt.name for mt in ranking]} need a sequential model")
+        check_metrics(model, metric_names)
+        assert isinstance(model, SequenceModel)  # checked by check_metrics
         seq_model = model
 
         def score(users: np.ndarray, history: np.ndarray, candidates: np.ndarray | None) -> np.ndarray:

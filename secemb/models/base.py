@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 import numbers
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -110,6 +111,42 @@ class UserStore:
     def steps(self, user: int) -> int:
         """Number of optimizer steps ``user``'s device has taken."""
         return int(self._t[user])
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every device's private state as arrays (copies): ``params`` and the Adam moments
+        ``adam_m``, ``adam_v`` float64 (num_users, private_size), ``adam_t`` int64 (num_users,)
+        step counts.  :meth:`from_state_dict` rebuilds the store."""
+        return {"params": self.params.copy(), "adam_m": self._m.copy(), "adam_v": self._v.copy(),
+                "adam_t": self._t.copy()}
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, np.ndarray], optimizer: AdamConfig) -> UserStore:
+        """The store :meth:`state_dict` described, with on-device optimizer ``optimizer``.
+
+        Raises
+        ------
+        InvalidParameters
+            A key is missing or extra, or an array has the wrong dtype or shape (each named).
+        """
+        expected = {"params", "adam_m", "adam_v", "adam_t"}
+        if set(state) != expected:
+            raise InvalidParameters(f"user store state must have keys {sorted(expected)}, got {sorted(state)}")
+        params = state["params"]
+        if not isinstance(params, np.ndarray) or params.dtype != np.float64 or params.ndim != 2:
+            raise InvalidParameters(f"user store state 'params' must be float64 (num_users, private_size), got "
+                                    f"{getattr(params, 'dtype', type(params).__name__)} {getattr(params, 'shape', '')}")
+        store = cls(params, optimizer)
+        moments = store.params.shape
+        for key, dtype, shape in (("adam_m", np.float64, moments), ("adam_v", np.float64, moments),
+                                  ("adam_t", np.int64, (store.num_users,))):
+            arr = state[key]
+            if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.shape != shape:
+                raise InvalidParameters(f"user store state {key!r} must be {np.dtype(dtype)} {shape}, got "
+                                        f"{getattr(arr, 'dtype', type(arr).__name__)} {getattr(arr, 'shape', '')}")
+        if (state["adam_t"] < 0).any():
+            raise InvalidParameters("user store state 'adam_t' must be >= 0")
+        store._m, store._v, store._t = (np.array(state[k], copy=True) for k in ("adam_m", "adam_v", "adam_t"))
+        return store
 
     def snapshot(self, user: int) -> UserSnapshot:
         """A copy of ``user``'s private parameters and on-device Adam state (to undo a local

@@ -3,7 +3,8 @@
 * :func:`train` drives a protocol through a transport for a model and returns a
   :class:`TrainResult` (metrics, communication measured in bytes, timings, model hash);
 * :func:`run_experiment` loads a dataset by name, applies the paper's presets and calls
-  :func:`train` -- what ``secemb train`` runs;
+  :func:`train` -- what ``secemb train`` runs; :meth:`Experiment.run` does the same and
+  returns an :class:`ExperimentResult` with the :class:`TrainedModel` (recommend, save, load);
 * :class:`ServerAdam`, :func:`pad_or_truncate`, :mod:`secemb.training.messages`.
 """
 
@@ -18,11 +19,13 @@ _HOME = {
     "STAGES": "secemb.engine.stages",
     "EpochStats": "secemb.training.results",
     "Experiment": "secemb.training.experiment",
+    "ExperimentResult": "secemb.training.experiment",
     "PaddedRequest": "secemb.protocols.placement",
     "RoundStats": "secemb.training.results",
     "ServerAdam": "secemb.training.optimizer",
     "TrainConfig": "secemb.training.results",
     "TrainResult": "secemb.training.results",
+    "TrainedModel": "secemb.training.trained",
     "VerificationError": "secemb.training.results",
     "model_sha256": "secemb.training.results",
     "pad_or_truncate": "secemb.protocols.placement",
@@ -44,11 +47,13 @@ __all__ = [
     "STAGES",
     "EpochStats",
     "Experiment",
+    "ExperimentResult",
     "PaddedRequest",
     "RoundStats",
     "ServerAdam",
     "TrainConfig",
     "TrainResult",
+    "TrainedModel",
     "VerificationError",
     "model_sha256",
     "pad_or_truncate",

@@ -14,6 +14,7 @@ from secemb.data import DATASETS, RatingData, load_dataset
 from secemb.data.features import FeatureSet, load_features
 from secemb.data.synthetic import STANDS_FOR
 from secemb.errors import InvalidParameters
+from secemb.metrics.evaluate import check_metrics
 from secemb.models import PRESETS, RecModel, get_model, get_preset, uses_features
 from secemb.privacy.accounting import DPSettings
 from secemb.protocols import get_protocol
@@ -120,6 +121,8 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
     model = get_model(exp.model, dim=hp["dim"], reg=hp["reg"], **({} if features is None else {"features": features}))
     task = model.task
     train_data, val_data, test_data = task.split(data, exp.test_fraction, exp.seed)
+    metrics = task.metrics if exp.metrics is None else exp.metrics
+    check_metrics(model, metrics)  # before any epoch
     options.update(lossy_options(exp.protocol, model, _preset_dataset(exp.dataset)))
     if exp.backend != "serial":
         options["backend"] = make_backend(exp.backend, exp.workers)
@@ -135,7 +138,7 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
         ring_bits=exp.ring_bits,
         frac_bits=exp.frac_bits,
         schedule=exp.schedule,
-        metrics=task.metrics,
+        metrics=metrics,
         **_dp_options(exp),
     )
     extra = {"dataset": exp.dataset, "test_fraction": exp.test_fraction, "split_seed": exp.seed,

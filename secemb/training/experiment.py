@@ -1,12 +1,16 @@
 """Run a named experiment: dataset, split, preset, model, protocol -> :func:`train`.
 
-This is what ``secemb train`` runs; it is also the shortest way to reproduce a run from
-Python::
+This is what ``secemb train`` runs; it is also the shortest way to run one from Python (a
+notebook)::
 
-    from secemb.training import Experiment, run_experiment
-    result = run_experiment(Experiment(dataset="ml-100k", protocol="plaintext", epochs=200,
-                                       m_prime=200))
-    print(result.final_rmse, result.model_sha256)
+    import secemb
+    result = secemb.Experiment(dataset="synthetic-mini", model="mf", protocol="secemb").run()
+    result.metrics          # {"rmse": 0.97}: the last epoch's test metrics
+    result.traffic          # bytes per user and round, up and down; server to server
+    result.model.recommend(user=0, k=10)
+    result.model.save("my-model")   # what `secemb train --save-model` writes
+
+:func:`run_experiment` returns the bare :class:`~secemb.training.TrainResult` instead.
 """
 
 from __future__ import annotations
@@ -16,13 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from secemb.errors import InvalidParameters
+
+from secemb.metrics import get_metric
 from secemb.protocols import PROTOCOLS, protocol_class
 from secemb.training.results import EpochStats, RoundStats, TrainResult
 from secemb.training.loop import train
-from secemb.training.builder import build_experiment
+from secemb.training.builder import BuiltExperiment, build_experiment
+from secemb.training.trained import TrainedModel
 from secemb.transport.inprocess import InProcessTransport
 
-__all__ = ["Experiment", "run_experiment"]
+__all__ = ["Experiment", "ExperimentResult", "run_experiment"]
 
 
 @dataclass(frozen=True)
@@ -41,10 +49,17 @@ class Experiment:
     ``dp_delta``, ``dp_clip`` and ``dp_level``: differential privacy
     (:class:`~secemb.privacy.DPSettings`); under central DP the users are Poisson-sampled.
 
+    ``metrics``: names from the metric registry (:func:`secemb.metrics.available_metrics`,
+    e.g. ``("rmse", "mae")`` or ``("ndcg@10",)``) scored after every epoch; ``None`` the
+    model's task's default (RMSE for rating models).  A list is kept as a tuple.
+
+    :meth:`run` trains and returns an :class:`ExperimentResult`.
+
     Raises
     ------
     InvalidParameters
-        On creation, if ``protocol`` is registered but its module cannot be imported.
+        On creation, if ``protocol`` is registered but its module cannot be imported, or
+        ``metrics`` is a string or names an unknown metric.
     """
 
     dataset: str = "synthetic"
@@ -75,8 +90,13 @@ class Experiment:
     dp_delta: float = 1e-5
     dp_clip: float = 1.0
     dp_level: str = "user"
+    metrics: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.metrics is not None:
+            if isinstance(self.metrics, str):
+                raise InvalidParameters(f"metrics must be a sequence of metric names, got the string {self.metrics!r}")
+            object.__setattr__(self, "metrics", tuple(get_metric(n).name for n in self.metrics))
         if self.protocol not in PROTOCOLS:
             return
         caps = protocol_class(self.protocol).capabilities
@@ -84,6 +104,63 @@ class Experiment:
             object.__setattr__(self, "layout", "cuckoo" if "cuckoo" in caps.layouts else "full")
         if self.relay is None:
             object.__setattr__(self, "relay", caps.relay)
+
+    def run(
+        self,
+        *,
+        on_start: Callable[[dict[str, Any]], None] | None = None,
+        on_round: Callable[[RoundStats], None] | None = None,
+        on_epoch: Callable[[EpochStats], None] | None = None,
+    ) -> ExperimentResult:
+        """Build (:func:`~secemb.training.builder.build_experiment`), train in process and
+        return the :class:`ExperimentResult`; the callbacks are those of :func:`train`.
+
+        Raises
+        ------
+        InvalidParameters, secemb.data.DatasetNotFoundError, secemb.training.VerificationError
+            As :func:`run_experiment`.
+        """
+        built = build_experiment(self)
+        result = _train_built(built, on_start=on_start, on_round=on_round, on_epoch=on_epoch)
+        return ExperimentResult(self, result, TrainedModel.from_training(built, result))
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    """What :meth:`Experiment.run` returns.
+
+    Attributes
+    ----------
+    experiment: the experiment that ran.
+    train_result: the full :class:`~secemb.training.TrainResult` (every epoch's metrics,
+        timings, the configuration; ``to_dict()`` is the JSON document of ``secemb train``).
+    model: the :class:`~secemb.training.trained.TrainedModel` (public model, every device's
+        private state): ``recommend(user, k)``, ``save(folder)``.
+    """
+
+    experiment: Experiment
+    train_result: TrainResult
+    model: TrainedModel
+
+    @property
+    def metrics(self) -> dict[str, float | None]:
+        """The last epoch's test metrics by name (``Experiment.metrics``)."""
+        return dict(self.train_result.epochs[-1].test_metrics) if self.train_result.epochs else {}
+
+    @property
+    def traffic(self) -> dict[str, float]:
+        """Bytes that crossed the transport: per user and round up and down, server to server
+        per round, and the one-time Eq. 11 count upload per user."""
+        r = self.train_result
+        return {"upload_bytes_per_user_round": r.upload_bytes_per_user_round,
+                "download_bytes_per_user_round": r.download_bytes_per_user_round,
+                "server_bytes_per_round": r.server_bytes_per_round,
+                "count_bytes_per_user": r.count_bytes_per_user}
+
+    @property
+    def model_sha256(self) -> str:
+        """SHA-256 of the public model (equal for equal runs, in process or networked)."""
+        return self.train_result.model_sha256
 
 
 def run_experiment(
@@ -107,7 +184,19 @@ def run_experiment(
     secemb.training.VerificationError
         ``verify=True`` and the protocol's output differs from the direct computation.
     """
-    built = build_experiment(exp)
+    return _train_built(build_experiment(exp), transport=transport, on_start=on_start, on_round=on_round,
+                        on_epoch=on_epoch)
+
+
+def _train_built(
+    built: BuiltExperiment,
+    *,
+    transport: InProcessTransport | None = None,
+    on_start: Callable[[dict[str, Any]], None] | None = None,
+    on_round: Callable[[RoundStats], None] | None = None,
+    on_epoch: Callable[[EpochStats], None] | None = None,
+) -> TrainResult:
+    """:func:`train` on a built experiment."""
     return train(
         built.model,
         built.protocol,
