@@ -174,3 +174,12 @@ def test_import_secemb_stays_light() -> None:
             "print(heavy); assert not heavy; assert secemb.Experiment.__module__ == 'secemb.training.experiment'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in readme.split("```python\n")[1:] if "secemb.Experiment(" in b]
+    assert len(blocks) == 1
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0].split("```")[0], "README.md", "exec"), {})  # noqa: S102 - the README's own example
+    assert (tmp_path / "my-model" / "manifest.json").is_file()
