@@ -29,7 +29,8 @@ import numpy as np
 from secemb.data import concat
 from secemb.metrics import get_metric
 from secemb.metrics.ranking import popularity_scorer, rank_next_items
-from secemb.models import get_model
+from secemb.errors import InvalidParameters
+from secemb.models import SequenceModel, get_model
 from secemb.protocols import get_protocol
 from secemb.protocols.placement import place
 from secemb.ring import FixedPoint
@@ -47,12 +48,19 @@ PAPER: dict[tuple[str, str], tuple[float, float, float]] = {
 }
 #: training settings per model on ML-100K (chosen on the validation items, docs/results.md)
 SETTINGS: dict[str, dict[str, Any]] = {
-    "sasrec": {"lr": 0.003, "users_per_round": 10, "epochs": 25},
-    "caser": {"lr": 0.005, "users_per_round": 20, "epochs": 10},
+    "sasrec": {"lr": 0.003, "users_per_round": 10, "epochs": 20},
+    "caser": {"lr": 0.005, "users_per_round": 20, "epochs": 15},
 }
 _SELECT = "ndcg@10"
 _ROWS = (("hr_sampled@10", "HR@10 (100 neg.)"), ("ndcg_sampled@10", "NDCG@10 (100 neg.)"), ("hr@10", "HR@10 (full)"),
          ("ndcg@10", "NDCG@10 (full)"))
+
+
+def _sequential(model: object) -> SequenceModel:
+    """``model`` as a sequential model, else InvalidParameters naming it."""
+    if not isinstance(model, SequenceModel):
+        raise InvalidParameters(f"secemb bench seq needs a sequential model (sasrec, caser), got {model!r}")
+    return model
 
 
 def traffic(model_name: str, *, num_items: int = AMAZON_ITEMS, sequence_length: int = 60, seed: int = 0,
@@ -65,7 +73,7 @@ def traffic(model_name: str, *, num_items: int = AMAZON_ITEMS, sequence_length: 
     ``total_upload_bytes``; ``dense_upload_bytes``: the dense shares inside the uploads), the
     uncompressed baseline ``full_gradient_bytes`` and ``reduction_ratio``.
     """
-    model = get_model(model_name)
+    model = _sequential(get_model(model_name))
     task = model.task
     protocol = get_protocol("secemb", layout="cuckoo", relay=True)
     m_prime = task.max_request()
@@ -114,7 +122,7 @@ def accuracy(model_name: str, dataset: str, *, lr: float, users_per_round: int, 
     metrics = [get_metric(n) for n in built.config.metrics]
     context = concat(built.train_data, built.val_data)
     popularity = rank_next_items(popularity_scorer(built.train_data), built.train_data.num_items,
-                                 built.model.task.max_len, context, built.test_data, metrics, seed=seed)
+                                 _sequential(built.model).task.max_len, context, built.test_data, metrics, seed=seed)
 
     def on_epoch(e: Any) -> None:
         if progress is not None:
