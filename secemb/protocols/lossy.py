@@ -73,6 +73,9 @@ TABLE10_RANKS = {
     "ncf": {"ml-100k": 10, "ml-1m": 8, "ml-10m": 4, "ml-25m": 4, "yelp": 4},
     "fm": {"ml-100k": 12, "ml-1m": 10, "ml-10m": 4, "ml-25m": 4, "yelp": 4},
     "deepfm": {"ml-100k": 12, "ml-1m": 10, "ml-10m": 4, "ml-25m": 4, "yelp": 4},
+    # Appendix K.6 (sequential models): 8 on ML-1M, 4 on Amazon; ML-100K as ML-1M
+    "sasrec": {"ml-100k": 8, "ml-1m": 8, "amazon": 4},
+    "caser": {"ml-100k": 8, "ml-1m": 8, "amazon": 4},
 }
 FACTOR_FRAC_BITS = 24
 #: the lossy baselines' protocol names
