@@ -40,8 +40,13 @@ def training_display(
         progress.update(task["id"], advance=1, status=f"epoch {r.epoch} loss {r.train_loss:.4f}")
 
     def on_epoch(e: Any) -> None:
-        shown = "n/a" if e.test_rmse is None else f"{e.test_rmse:.4f}"
-        progress.console.print(f"epoch {e.epoch:4d}  test RMSE {shown}  train loss {e.train_loss:.4f}")
+        def fmt(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.4f}"
+
+        # RMSE as before; every other metric of the run (e.g. a sequential model's hr@10) by name
+        shown = [f"test RMSE {fmt(e.test_rmse)}"] if "rmse" in e.test_metrics or not e.test_metrics else []
+        shown += [f"test {name} {fmt(v)}" for name, v in e.test_metrics.items() if name != "rmse"]
+        progress.console.print(f"epoch {e.epoch:4d}  {'  '.join(shown)}  train loss {e.train_loss:.4f}")
 
     return progress, on_start, on_round, on_epoch
 
