@@ -27,8 +27,8 @@ from secemb.errors import InvalidParameters
 
 __all__ = ["FixedPoint"]
 
-_RING_DTYPES = {32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
-_SIGNED_DTYPES = {32: np.dtype(np.int32), 64: np.dtype(np.int64)}
+_RING_DTYPES: dict[int, np.dtype] = {32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
+_SIGNED_DTYPES: dict[int, np.dtype] = {32: np.dtype(np.int32), 64: np.dtype(np.int64)}
 
 
 def _is_int(value: object) -> bool:

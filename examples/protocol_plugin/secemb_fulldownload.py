@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from secemb.engine.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SYNC, UPLOAD, Hop, RoundPlan
-from secemb.errors import InvalidParameters, ProtocolError
+from secemb.errors import ProtocolError
 from secemb.protocols import Capabilities, Protocol, RoundConfig, ServerRole, UserRole, register_protocol
 from secemb.protocols.wire import array_bytes, check_ring, frame, open_message, read_array
 from secemb.randomness import RandomBytes
@@ -47,7 +47,8 @@ class FullDownloadUser(UserRole):
 
     def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
         rc = self.rc
-        body = open_message(reply0, NAME, "retrieval_reply", 0, rc.round_id, rc.num_items * rc.width * rc.dtype.itemsize)
+        size = rc.num_items * rc.width * rc.dtype.itemsize
+        body = open_message(reply0, NAME, "retrieval_reply", 0, rc.round_id, size)
         table, _ = read_array(body, 0, rc.dtype, (rc.num_items, rc.width))
         rows = table[np.maximum(self.indices, 0)]
         rows[self.indices < 0] = 0  # empty cuckoo slots
@@ -66,50 +67,46 @@ class FullDownloadUser(UserRole):
 
 
 class FullDownloadServer(ServerRole):
+    """The base checks the party, keeps the round (``_start_round``/``_cfg``: round ids must
+    increase) and the user-set agreement (``_include``)."""
+
     def __init__(self, party: int) -> None:
-        self.party = party
-        self.rc: RoundConfig | None = None
+        super().__init__(party)
         self.table = np.zeros((0, 0), np.uint32)
         self.shares: dict[int, np.ndarray] = {}
 
-    def _round(self) -> RoundConfig:
-        if self.rc is None:
-            raise ProtocolError(f"server {self.party}: no round in progress")
-        return self.rc
-
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
-        if self.rc is not None and config.round_id <= self.rc.round_id:
-            raise ProtocolError(f"round {config.round_id} does not follow round {self.rc.round_id}")
         check_ring("table", table, (config.num_items, config.width), config)
-        self.rc, self.table, self.shares = config, table, {}
+        self._start_round(config)
+        self.table, self.shares = table, {}
 
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
-        rc = self._round()
+        rc = self._cfg()
         if self.party != 0:
             raise ProtocolError("fulldownload retrieves from server 0 only")
         open_message(message, NAME, "retrieval_request", 0, rc.round_id, 0)
         return frame(NAME, "retrieval_reply", 0, rc.round_id, array_bytes(self.table))
 
     def handle_upload(self, user_id: int, message: bytes) -> None:
-        rc = self._round()
+        rc = self._cfg()
         if user_id in self.shares:
             raise ProtocolError(f"user {user_id} already uploaded in round {rc.round_id}")
         body = open_message(message, NAME, "upload", self.party, rc.round_id, _sum_bytes(rc))
         self.shares[user_id] = read_array(body, 0, rc.dtype, (rc.num_items * rc.width + rc.dense_size,))[0]
 
     def _sum(self, include: list[int] | None) -> np.ndarray:
-        rc = self._round()
+        rc = self._cfg()
         total = np.zeros(rc.num_items * rc.width + rc.dense_size, rc.dtype)
         for user in self._include(include, self.shares, rc.round_id):
             total += self.shares[user]  # wraps mod 2^k
         return total
 
     def aggregate_share(self, include: list[int] | None = None) -> bytes:
-        rc = self._round()
+        rc = self._cfg()
         return frame(NAME, "aggregate_share", self.party, rc.round_id, array_bytes(self._sum(include)))
 
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        rc = self._round()
+        rc = self._cfg()
         if self.party != 0:
             raise ProtocolError("only server 0 combines the aggregate")
         body = open_message(peer_share, NAME, "aggregate_share", 1, rc.round_id, _sum_bytes(rc))
@@ -129,7 +126,8 @@ class FullDownloadProtocol(Protocol):
         return RoundPlan((
             Hop(COUNT, "user", "server1", "count_share"), Hop(COUNT, "user", "server0", "count_share"),
             Hop(COUNT, "server1", "server0", "count_share"),
-            Hop(RETRIEVAL, "user", "server0", "retrieval_request"), Hop(RETRIEVAL, "server0", "user", "retrieval_reply"),
+            Hop(RETRIEVAL, "user", "server0", "retrieval_request"),
+            Hop(RETRIEVAL, "server0", "user", "retrieval_reply"),
             Hop(DENSE, "server0", "user", "dense"),
             Hop(UPLOAD, "user", "server1", "upload"), Hop(UPLOAD, "user", "server0", "upload"),
             Hop(AGGREGATE, "server1", "server0", "aggregate_share"), Hop(SYNC, "server0", "server1", "model_sync"),
@@ -143,8 +141,6 @@ class FullDownloadProtocol(Protocol):
         return None
 
     def make_server(self, party: int) -> FullDownloadServer:
-        if party not in (0, 1):
-            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
         return FullDownloadServer(party)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> FullDownloadUser:

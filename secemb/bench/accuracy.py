@@ -134,7 +134,9 @@ def run_one(
     }
 
 
-def equivalence_check(model_name: str, *, dataset: str = "ml-100k", users: int = 60, data_dir: Any = None) -> dict[str, Any]:
+def equivalence_check(
+    model_name: str, *, dataset: str = "ml-100k", users: int = 60, data_dir: Any = None
+) -> dict[str, Any]:
     """Two rounds of ``secemb`` (full layout, ``verify=True``) and of ``plaintext`` on the first
     ``users`` users: the public models must be bit-identical (same SHA-256)."""
     from secemb.protocols import get_protocol
@@ -212,8 +214,12 @@ def run(
             sub = None
             if progress is not None:
                 sub = progress.add_task(f"{m} {p} seed {s}", total=ep(m))
+
+            def advance(epoch: Any, sub: Any = sub) -> None:
+                progress.update(sub, advance=1)
+
             doc = run_one(m, p, s, ep(m), dataset=dataset, data_dir=data_dir,
-                          on_epoch=(lambda e, sub=sub: progress.update(sub, advance=1)) if sub is not None else None)
+                          on_epoch=advance if sub is not None else None)
             path.write_text(json.dumps(doc, indent=1))
             if sub is not None:
                 progress.remove_task(sub)
@@ -258,8 +264,8 @@ def run(
 def _write(out: Path, summary: dict[str, Any], results: list[dict[str, Any]]) -> None:
     from secemb.bench.tables import write_csv, write_markdown
 
-    cols = ["model", "protocol", "final_rmse", "selected_rmse", "best_rmse", "rmse_at_k", "k", "paper", "epochs", "seeds",
-            "wall_s"]
+    cols = ["model", "protocol", "final_rmse", "selected_rmse", "best_rmse", "rmse_at_k", "k", "paper", "epochs",
+            "seeds", "wall_s"]
     write_csv(out / "table3.csv", summary["rows"], cols)
     notes = [
         "RMSE on the 20% test split, mean ± std over seeds; `final` = after the last epoch; `selected` = on the "
@@ -272,7 +278,7 @@ def _write(out: Path, summary: dict[str, Any], results: list[dict[str, Any]]) ->
     write_markdown(out / "table3.md", "Table 3 — test RMSE on " + summary["dataset"], summary["rows"], cols, notes)
     from secemb.bench.plots import line_panels
 
-    panels = {}
+    panels: dict[str, dict[str, list[float]]] = {}
     for d in results:
         panels.setdefault(d["model"], {}).setdefault(f"{d['protocol']} s{d['seed']}", d["rmse_per_epoch"])
     line_panels(out / "table3.png", panels, xlabel="epoch", ylabel="test RMSE", title="Table 3: test RMSE per epoch")

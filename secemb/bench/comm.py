@@ -56,7 +56,7 @@ _DS = ("ml-100k", "ml-1m", "ml-10m", "ml-25m", "yelp")
 
 
 def _p(vals: str) -> dict[str, float]:
-    return dict(zip(_DS, (float(x) for x in vals.split())))
+    return dict(zip(_DS, (float(x) for x in vals.split()), strict=True))
 
 
 #: paper figures in MB: (table, model, protocol) -> dataset -> value
@@ -231,12 +231,12 @@ def _measure_sparse(model: Any, dataset: str, protocol: str, data: Any) -> dict[
             sizes.append(len(rnd.upload(k, g.reshape(-1), dense)))
         down = full_download
     else:
-        rnd = TopkSecAggRound(n, m, w, p)
-        idx_bytes = [len(rnd.index_message(k, np.unique(per_user.of(int(u))[0]), rng)) for k, u in enumerate(users)]
-        union = rnd.publish_union()
-        for k, u in enumerate(measured):
+        topk = TopkSecAggRound(n, m, w, p)
+        idx_bytes = [len(topk.index_message(k, np.unique(per_user.of(int(u))[0]), rng)) for k, u in enumerate(users)]
+        union = topk.publish_union()
+        for k in range(len(measured)):
             g = np.zeros((m, w), np.uint32)
-            sizes.append(idx_bytes[k] + len(rnd.value_message(k, g, dense)))
+            sizes.append(idx_bytes[k] + len(topk.value_message(k, g, dense)))
         down = full_download + len(union)
     return _row(model, dataset, protocol, float(np.mean(sizes)), float(down), "full", False,
                 time.perf_counter() - t0, round_users=int(n))
@@ -294,8 +294,9 @@ def run(
         row["requested"] = p
         row["config"] = config
         table = "rr" if p in ("quant8", "ternary", "svd", "colr") else "upload"
-        row["paper_upload_mb"] = PAPER.get(("upload", mo, row["protocol"]), {}).get(d) if p != "secemb-cuckoo-relay" else None
-        row["paper_download_mb"] = PAPER.get(("download", mo, row["protocol"]), {}).get(d) if p != "secemb-cuckoo-relay" else None
+        in_paper = p != "secemb-cuckoo-relay"
+        row["paper_upload_mb"] = PAPER.get(("upload", mo, row["protocol"]), {}).get(d) if in_paper else None
+        row["paper_download_mb"] = PAPER.get(("download", mo, row["protocol"]), {}).get(d) if in_paper else None
         row["paper_rr"] = PAPER.get((table, mo, p), {}).get(d) if table == "rr" else None
         rows.append(row)
         if cache_path is not None:  # resumable: one JSON line per measured configuration
@@ -342,7 +343,8 @@ def write(out: Path, rows: list[dict[str, Any]], wall: float) -> None:
     write_csv(out / "comm.csv", rows, cols)
     parts = [f"# Communication per user and round (MB = 10^6 bytes), measured\n\nWall time: {wall:.0f} s.\n"]
     views = [
-        ("Table 2 / 12 — SecFedRec and SecEmb (full layout, no relay: the paper's protocol)", ("secfedrec", "secemb"), "full"),
+        ("Table 2 / 12 — SecFedRec and SecEmb (full layout, no relay: the paper's protocol)", ("secfedrec", "secemb"),
+         "full"),
         ("SecEmb as secemb runs it by default (cuckoo layout, relay)", ("secemb",), "cuckoo"),
         ("Table 16 — ablations and GREC", ("secemb-init", "secemb-rowenc", "grec"), None),
         ("Table 13 — sparse secure aggregation", ("secaggmask", "topksecagg"), None),

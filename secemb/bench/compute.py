@@ -41,12 +41,15 @@ PAPER_TABLE17: dict[tuple[str, str], list[float]] = {
     ("ncf", "secemb-rowenc"): [0.57, 0.65, 0.70, 1.27, 1.15], ("ncf", "secemb"): [0.37, 0.44, 0.48, 0.81, 0.80],
     ("fm", "secfedrec"): [0.83, 1.82, 4.91, 28.65, 51.14], ("fm", "secemb-init"): [18.30, 19.04, 29.02, 29.28, 37.95],
     ("fm", "secemb-rowenc"): [0.69, 0.75, 0.70, 1.07, 1.15], ("fm", "secemb"): [0.46, 0.50, 0.48, 0.74, 0.74],
-    ("deepfm", "secfedrec"): [13.16, 7.84, 7.69, 38.84, 53.90], ("deepfm", "secemb-init"): [38.94, 35.74, 37.78, 34.85, 39.94],
+    ("deepfm", "secfedrec"): [13.16, 7.84, 7.69, 38.84, 53.90],
+    ("deepfm", "secemb-init"): [38.94, 35.74, 37.78, 34.85, 39.94],
     ("deepfm", "secemb-rowenc"): [13.15, 7.88, 4.84, 5.48, 6.33], ("deepfm", "secemb"): [12.99, 6.67, 3.45, 3.77, 3.54],
 }
 #: Table 14: minutes per iteration on ML-1M for 100..500 active users
-PAPER_TABLE14 = {"users": [100, 200, 300, 400, 500], "he-ckks": [127.26, 244.51, 391.76, 519.05, 646.38],
-                 "secemb": [0.08, 0.16, 0.25, 0.33, 0.41]}
+PAPER_TABLE14: dict[str, list[float]] = {
+    "users": [100, 200, 300, 400, 500], "he-ckks": [127.26, 244.51, 391.76, 519.05, 646.38],
+    "secemb": [0.08, 0.16, 0.25, 0.33, 0.41],
+}
 PROTOCOLS = ("secemb", "secemb-rowenc", "secemb-init", "secfedrec", "grec")
 
 
@@ -92,7 +95,7 @@ def run(models: Sequence[str] = MODELS, datasets: Sequence[str] = tuple(DATASETS
     t_all = time.perf_counter()
     jobs = [(d, mo, p) for d in datasets for mo in models for p in protocols]
     task = progress.add_task("compute", total=len(jobs)) if progress is not None else None
-    rows = []
+    rows: list[dict[str, Any]] = []
     for d, mo, p in jobs:
         m, m_prime, _ = DATASETS[d]
         _, feats = round_data(d, data_dir)
@@ -121,8 +124,8 @@ def _write(out: Path, rows: list[dict[str, Any]], wall: float) -> None:
     for r in rows:
         panels.setdefault(r["model"], {}).setdefault(r["protocol"], []).append(r["user_ms"])
     ms = sorted({r["m"] for r in rows})
-    line_panels(out / "compute.png", panels, xlabel="items m", ylabel="user ms", title="User computation (Fig. 5 / Table 17)",
-                x=ms, logy=True)
+    line_panels(out / "compute.png", panels, xlabel="items m", ylabel="user ms",
+                title="User computation (Fig. 5 / Table 17)", x=ms, logy=True)
 
 
 def run_he(users: Sequence[int] = (100, 200, 300, 400, 500), *, out: str | Path | None = "results/he",
@@ -156,11 +159,13 @@ def run_he(users: Sequence[int] = (100, 200, 300, 400, 500), *, out: str | Path 
                 progress.update(task, advance=1)
     try:
         from secemb.protocols.sparse_secagg import CkksAggregator
+
+        ckks: type[CkksAggregator] | None = CkksAggregator
     except ImportError:  # pragma: no cover
-        CkksAggregator = None  # noqa: N806
+        ckks = None
     he_note = ""
     try:
-        agg = CkksAggregator() if CkksAggregator is not None else None
+        agg = ckks() if ckks is not None else None
     except ImportError as exc:
         agg, he_note = None, f"TenSEAL not installed ({exc}); pip install tenseal"
     if agg is not None:
@@ -184,7 +189,8 @@ def run_he(users: Sequence[int] = (100, 200, 300, 400, 500), *, out: str | Path 
         for r in rows:
             if r["method"] in ("he-ckks", "secemb (full)"):
                 key = "he-ckks" if r["method"] == "he-ckks" else "secemb"
-                r["paper_min"] = PAPER_TABLE14[key][PAPER_TABLE14["users"].index(r["users"])] if r["users"] in PAPER_TABLE14["users"] else None
+                known = PAPER_TABLE14["users"]
+                r["paper_min"] = PAPER_TABLE14[key][known.index(r["users"])] if r["users"] in known else None
         cols = ["users", "method", "server_s", "server_min", "paper_min", "upload_mb", "user_encrypt_s"]
         write_csv(out / "he.csv", rows, cols)
         write_markdown(out / "he.md", "Table 14 — server computation per round, ML-1M (MF)", rows, cols,

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -182,12 +183,13 @@ def run(quick: bool = False) -> dict[str, object]:
     }
 
 
-def table_rows(result: dict[str, object]) -> list[tuple[str, str, str, str]]:
+def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """``(measure, value, share of the OpenSSL AES rate, share of the fastest AES rate)`` rows
     of a :func:`run` result, every backend's figures side by side."""
     aes = result["aes_blocks_per_s"]
     ref, fastest = aes["openssl"], max(aes.values())
-    rows = [("raw AES-128-ECB, OpenSSL (cryptography)", f"{ref / 1e6:,.0f} M blocks/s", "1.000", f"{ref / fastest:.3f}")]
+    rows = [("raw AES-128-ECB, OpenSSL (cryptography)", f"{ref / 1e6:,.0f} M blocks/s", "1.000",
+             f"{ref / fastest:.3f}")]
     if "kernel" in aes:
         rows.append(("raw AES-128 in the kernels (MMO)", f"{aes['kernel'] / 1e6:,.0f} M blocks/s",
                      f"{aes['kernel'] / ref:.3f}", f"{aes['kernel'] / fastest:.3f}"))

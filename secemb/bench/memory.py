@@ -97,7 +97,7 @@ def run(models: Sequence[str] = MODELS, datasets: Sequence[str] = ("ml-1m", "ml-
     task = progress.add_task("memory", total=2 * len(jobs)) if progress is not None else None
     rows = []
     for d, mo in jobs:
-        r = {"model": mo, "dataset": d, "m": DATASETS[d][0]}
+        r: dict[str, Any] = {"model": mo, "dataset": d, "m": DATASETS[d][0]}
         for mode, label in (("secemb", "secemb"), ("full", "secfedrec")):
             res = measure(mo, d, mode)
             r[f"{label}_memory_mb"] = res["memory_mb"]
@@ -117,7 +117,8 @@ def run(models: Sequence[str] = MODELS, datasets: Sequence[str] = ("ml-1m", "ml-
         write_csv(out / "memory.csv", rows, cols)
         write_markdown(out / "memory.md", "Appendix K.2 — per-user training memory (MB) and storage (10^3 parameters)",
                        rows, cols, [f"Wall time {time.perf_counter() - t_all:.0f} s. Paper's average savings (memory / "
-                                    "storage): ML-1M 12x / 13x, ML-10M 21x / 23x, ML-25M 101x / 111x, Yelp 214x / 247x."])
+                                    "storage): ML-1M 12x / 13x, ML-10M 21x / 23x, ML-25M 101x / 111x, "
+                                    "Yelp 214x / 247x."])
         order = list(dict.fromkeys(datasets))  # as asked for; the default is the natural order
         panels = {mo: {label: [next(r[key] for r in rows if r["model"] == mo and r["dataset"] == d) for d in order]
                        for label, key in (("secemb", "secemb_memory_mb"), ("full model", "secfedrec_memory_mb"))}

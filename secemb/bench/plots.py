@@ -14,7 +14,7 @@ without it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def line_panels(path: str | Path, panels: dict[str, dict[str, Sequence[float]]], *, xlabel: str, ylabel: str,
+def line_panels(path: str | Path, panels: Mapping[str, Mapping[str, Sequence[float]]], *, xlabel: str, ylabel: str,
                 title: str, x: Sequence[Any] | None = None, logy: bool = False, logx: bool = False) -> None:
     """One panel per key of ``panels`` (in order), each drawing its named series as points
     joined by lines against ``x`` (numbers, or category names kept in the given order;
@@ -68,7 +68,7 @@ def line_panels(path: str | Path, panels: dict[str, dict[str, Sequence[float]]],
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(PANEL_INCHES[0] * cols, PANEL_INCHES[1] * rows + 0.4),
                              squeeze=False, dpi=DPI)
-    for ax, (name, series) in zip(axes.flat, panels.items()):
+    for ax, (name, series) in zip(axes.flat, panels.items(), strict=False):
         for label, ys in series.items():
             xs = list(x)[: len(ys)] if x is not None else list(range(1, len(ys) + 1))
             ax.plot(xs, list(ys), label=label, lw=1.3, marker="o" if len(ys) <= 12 else None, ms=4)

@@ -166,8 +166,9 @@ def plot(sweep: list[dict[str, Any]], path: str) -> None:
     from secemb.bench.plots import line_panels
 
     ms = sorted({r["m"] for r in sweep})
-    series = {f"{layout} layout": [next((r["server_s_per_round"] for r in sweep if r["layout"] == layout and r["m"] == m),
-                                        float("nan")) for m in ms] for layout in ("full", "cuckoo")}
+    series = {f"{layout} layout": [next((r["server_s_per_round"] for r in sweep
+                                         if r["layout"] == layout and r["m"] == m), float("nan")) for m in ms]
+              for layout in ("full", "cuckoo")}
     users, mp = sweep[0]["users"], sweep[0]["m_prime"]
     line_panels(path, {f"m' = {mp}, d = 64, {users} users": series}, xlabel="items m",
                 ylabel="server seconds per round", title="SecEmb server computation", x=ms, logx=True, logy=True)

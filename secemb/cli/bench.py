@@ -111,7 +111,8 @@ def _register_server(bench_app: typer.Typer) -> None:
         _require_plots()
         console = Console(stderr=True)
         with console.status("measuring") as status:
-            result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg), full_users=full_users or None)
+            result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg),
+                                      full_users=full_users or None)
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "server.json"), "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)
@@ -211,7 +212,9 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the JSON list of measured configurations."),
         models: str = models_opt,
         datasets: str = datasets_opt,
-        protocols: str = typer.Option(None, help="Comma-separated protocols (default: all of Tables 2, 3, 12, 13, 16)."),
+        protocols: str = typer.Option(
+            None, help="Comma-separated protocols (default: all of Tables 2, 3, 12, 13, 16)."
+        ),
         out: Path = typer.Option(Path("results/comm"), help="Output folder."),
         fresh: bool = typer.Option(False, "--fresh", help="Measure everything again (ignore <out>/rows.jsonl)."),
         quiet: bool = quiet_opt,
@@ -301,8 +304,9 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
             ep = int(epochs)
         with _progress(quiet, out) as progress:
             s = bench_accuracy.run(_split(models, ("mf", "ncf", "fm", "deepfm")), _split(protocols, ("secemb",)),
-                                   [int(x) for x in _split(seeds, ("0",))], ep, out=out, dataset=dataset, progress=progress,
-                                   cached_only=cached_only)
+                                   [int(x) for x in _split(seeds, ("0",))], ep, out=out, dataset=dataset,
+                                   progress=progress, cached_only=cached_only)
         for r in s["rows"]:
-            typer.echo(f"{r['model']:7s} {r['protocol']:8s} final {r['final_rmse']}  best {r['best_rmse']}  paper {r['paper']}")
+            typer.echo(f"{r['model']:7s} {r['protocol']:8s} final {r['final_rmse']}  best {r['best_rmse']}  "
+                       f"paper {r['paper']}")
         typer.echo(f"wrote {out}/table3.md, table3.csv, table3.png")

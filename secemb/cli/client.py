@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -34,7 +34,9 @@ def register(app: typer.Typer) -> None:
         test_fraction: Annotated[float, typer.Option(help="Held-out fraction of the split.")] = 0.2,
         rounds: Annotated[int, typer.Option(min=1, help="Rounds to take part in.")] = 1,
         count: Annotated[bool, typer.Option("--count", help="Send the Eq. 11 count share, then exit.")] = False,
-        wait: Annotated[float, typer.Option(min=0.0, help="Seconds to wait for a round that includes this device.")] = 60.0,
+        wait: Annotated[
+            float, typer.Option(min=0.0, help="Seconds to wait for a round that includes this device.")
+        ] = 60.0,
         state_file: Annotated[
             Path | None, typer.Option(help="Private parameters and optimizer state (.npz; created if missing).")
         ] = None,
@@ -50,9 +52,10 @@ def register(app: typer.Typer) -> None:
         from secemb.data import by_user, load_dataset, train_test_split
         from secemb.errors import InvalidParameters, SecembError
         from secemb.models.base import UserSnapshot
-        from secemb.transport.network import RemoteError, user_key
+        from secemb.transport.errors import RemoteError
+        from secemb.transport.signing import user_key
 
-        def fail(msg: str, code: int) -> None:
+        def fail(msg: str, code: int) -> NoReturn:
             typer.echo(json.dumps({"user": user, "error": msg}))
             raise typer.Exit(code)
 
@@ -63,7 +66,7 @@ def register(app: typer.Typer) -> None:
                 urls = [f"{scheme}://{d['server']['host']}:{d['server']['port']}" for d in docs]
                 ca = ca or (Path(docs[0]["tls"]["ca"]) if "tls" in docs[0] else None)
                 keys = [user_key(bytes.fromhex(d["secrets"]["users"]), user) for d in docs]
-            elif None in (server0, server1, key0, key1):
+            elif server0 is None or server1 is None or key0 is None or key1 is None:
                 fail("give --cluster, or all of --server0 --server1 --key0 --key1", 2)
             else:
                 urls, keys = [server0, server1], [bytes.fromhex(key0), bytes.fromhex(key1)]
@@ -87,7 +90,8 @@ def register(app: typer.Typer) -> None:
 
             ring_bits = 32
             if cluster is not None:
-                ring_bits = int(json.loads((cluster / "server0.json").read_text()).get("training", {}).get("ring_bits", 32))
+                config0 = json.loads((cluster / "server0.json").read_text())
+                ring_bits = int(config0.get("training", {}).get("ring_bits", 32))
             n = dc.send_count(int(distinct_items(items)[0].size), ring_bits)
             typer.echo(json.dumps({"user": user, "count_bytes": n}))
             return
@@ -114,6 +118,7 @@ def register(app: typer.Typer) -> None:
             except SecembError as exc:
                 fail(f"round {info.round_id}: {exc}", 1)
             done.add(info.round_id)
+            assert session.result is not None  # participate trained
             typer.echo(json.dumps({"user": user, "round_id": info.round_id, "outcome": outcome,
                                    "loss": session.result.loss, "upload_bytes": session.upload_bytes,
                                    "download_bytes": session.download_bytes}))
@@ -122,6 +127,7 @@ def register(app: typer.Typer) -> None:
 
                 from secemb.server.persist import atomic_write
 
+                assert device.store is not None  # participate made it
                 snap = device.store.snapshot(0)
                 buf = io.BytesIO()
                 np.savez(buf, params=snap.params, m=snap.m, v=snap.v, t=np.int64(snap.t))

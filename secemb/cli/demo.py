@@ -27,7 +27,9 @@ def register(app: typer.Typer) -> None:
         dataset: Annotated[
             str, typer.Option(help="synthetic, ml-100k, ml-1m, ml-10m, ml-25m, or synthetic-<name>.")
         ] = "synthetic",
-        data_dir: Annotated[Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files.")] = None,
+        data_dir: Annotated[
+            Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files.")
+        ] = None,
         download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
         model: Annotated[str, typer.Option(help="Recommender model.")] = "mf",
         protocol: Annotated[str, typer.Option(help="secemb or plaintext.")] = "secemb",
@@ -49,10 +51,14 @@ def register(app: typer.Typer) -> None:
         reg: Annotated[float | None, typer.Option(help="L2 weight (default: preset).")] = None,
         dim: Annotated[int | None, typer.Option(min=1, help="Embedding size (default: preset).")] = None,
         ring_bits: Annotated[int, typer.Option(help="Ring Z_{2^k}: 32 or 64.")] = 32,
-        lazy_adam: Annotated[bool, typer.Option("--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient.")] = True,
+        lazy_adam: Annotated[
+            bool, typer.Option("--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient.")
+        ] = True,
         concurrency: Annotated[int, typer.Option(min=1, help="Devices running at the same time.")] = 8,
         deadline: Annotated[float, typer.Option(min=0.1, help="Round deadline, seconds.")] = 120.0,
-        workdir: Annotated[Path | None, typer.Option(help="Keep server configs, state and logs here (empty dir).")] = None,
+        workdir: Annotated[
+            Path | None, typer.Option(help="Keep server configs, state and logs here (empty dir).")
+        ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     ) -> None:
         """Train with two real server processes and N devices on 127.0.0.1.

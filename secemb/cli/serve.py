@@ -29,7 +29,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
         insecure_http: Annotated[bool, typer.Option(
-            "--insecure-http", help="Plain HTTP instead of TLS; refused unless the host is a loopback address.")] = False,
+            "--insecure-http",
+            help="Plain HTTP instead of TLS; refused unless the host is a loopback address.")] = False,
     ) -> None:
         """Serve the round protocol over HTTP (FastAPI on uvicorn) until interrupted.
 

@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
             typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files."),
         ] = None,
         download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
-        model: Annotated[str, typer.Option(help="mf, ncf, fm or deepfm (fm/deepfm use the dataset's features).")] = "mf",
+        model: Annotated[
+            str, typer.Option(help="mf, ncf, fm or deepfm (fm/deepfm use the dataset's features).")
+        ] = "mf",
         protocol: Annotated[
             str, typer.Option(help="secemb, plaintext, or a baseline: secfedrec, secemb-init, secemb-rowenc, grec, "
                                    "quant8, ternary, svd, colr.")

@@ -322,6 +322,7 @@ class RoundSession:
     def train(self, step: LocalStep) -> StepResult:
         """Run the local-training hook on the real rows; encode the gradients for upload."""
         self._advance(2)
+        assert self.rows_ring is not None and self.dense_ring is not None  # steps 1 and 2 set them
         t = time.perf_counter()
         self.g_ring, self.d_ring, self.result = local_update(
             self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, self.batch,
@@ -403,6 +404,7 @@ class Device:
         if hook is None:
             def hook(rows: np.ndarray, dense: np.ndarray, batch: Batch) -> StepResult:
                 return model.local_step(rows, dense, state, batch)
+        assert self.store is not None  # _state made it
         self._snap, self._round = self.store.snapshot(self.row), info.round_id
         session = RoundSession(self.client, info, protocol=protocol, task=model.task)
         session.prepare(self.items, self.ratings, placement=placement, rng=self.rng)
@@ -433,6 +435,7 @@ class Device:
             time.sleep(0.05)
         state = str(outcome.get("state"))
         if state == "aborted" and self._snap is not None:
+            assert self.store is not None  # the snapshot came from it
             self.store.restore(self.row, self._snap)
         if state in ("committed", "aborted"):
             self._snap, self._round = None, None

@@ -160,7 +160,7 @@ def _fast_block(
     rating_col = order[2]
     dots = np.flatnonzero(buf == 46)
     has_dot = np.zeros(nlines, dtype=bool)
-    frac_len = None
+    frac_len = np.zeros(0, dtype=np.int64)  # digits after each dot
     if dots.shape[0]:
         tok = np.searchsorted(delims, dots)  # token (field) index of each dot
         if (
@@ -277,12 +277,12 @@ def _to_int(tok: bytes, name: str, path: str | os.PathLike, line_no: int) -> int
             raise ValueError
         v = int(tok)
     except ValueError:
-        v = _to_float(tok, name, path, line_no)
-        if not v.is_integer():
+        f = _to_float(tok, name, path, line_no)
+        if not f.is_integer():
             raise DataFormatError(
                 f"{name} is not an integer: {_show(tok)}", path=path, line=line_no
             ) from None
-        v = int(v)
+        v = int(f)
     if not -_INT_LIMIT < v < _INT_LIMIT:
         raise DataFormatError(f"{name} is out of range: {_show(tok)}", path=path, line=line_no)
     return v

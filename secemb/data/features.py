@@ -136,7 +136,9 @@ class FeatureSet:
 # ----------------------------------------------------------------------------- encoders
 
 
-def one_hot(values: Sequence[str], prefix: str, vocabulary: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
+def one_hot(
+    values: Sequence[str], prefix: str, vocabulary: Sequence[str] | None = None
+) -> tuple[np.ndarray, list[str]]:
     """One 0/1 column per distinct value (sorted; or the given ``vocabulary``).
 
     Returns ``(uint8 (n, V), names)``.  A value outside a given vocabulary maps to an all-zero
@@ -152,7 +154,9 @@ def one_hot(values: Sequence[str], prefix: str, vocabulary: Sequence[str] | None
     return out, [f"{prefix}={v}" for v in vocab]
 
 
-def multi_hot(lists: Sequence[Iterable[str]], prefix: str, vocabulary: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
+def multi_hot(
+    lists: Sequence[Iterable[str]], prefix: str, vocabulary: Sequence[str] | None = None
+) -> tuple[np.ndarray, list[str]]:
     """One 0/1 column per distinct token over all lists (sorted, or ``vocabulary``)."""
     lists = [list(x) for x in lists]
     vocab = sorted({t for x in lists for t in x if t}) if vocabulary is None else list(vocabulary)
@@ -192,7 +196,8 @@ def _records(path: Path, sep: str, nfields: int, *, header: bool = False, encodi
         fields = line.split(sep)
         lo = nfields if min_fields is None else min_fields
         if not lo <= len(fields) <= nfields:
-            raise DataFormatError(f"expected {nfields} fields separated by {sep!r}, found {len(fields)}", path=path, line=no)
+            raise DataFormatError(f"expected {nfields} fields separated by {sep!r}, found {len(fields)}",
+                                  path=path, line=no)
         out.append((no, fields))
     return out
 
@@ -261,7 +266,7 @@ def _ml100k_items(path: Path) -> dict[int, list[str]]:
         flags = f[5:]
         if any(x not in ("0", "1") for x in flags):
             raise DataFormatError("genre flags must be 0 or 1", path=path, line=no)
-        out[_int_id(f[0], path, no, "item id")] = [g for g, x in zip(genres, flags) if x == "1"]
+        out[_int_id(f[0], path, no, "item id")] = [g for g, x in zip(genres, flags, strict=True) if x == "1"]
     return out
 
 
@@ -297,7 +302,8 @@ def _movies_csv(path: Path) -> dict[int, list[str]]:
         for no, row in enumerate(reader, 1):
             if no == 1:
                 if [c.strip().lstrip("\ufeff") for c in row] != ["movieId", "title", "genres"]:
-                    raise DataFormatError(f"expected the header 'movieId,title,genres', found {row!r}"[:200], path=path, line=1)
+                    raise DataFormatError(f"expected the header 'movieId,title,genres', found {row!r}"[:200],
+                                          path=path, line=1)
                 continue
             if not row:
                 continue
@@ -363,7 +369,9 @@ def synthetic_features(name: str, num_users: int, num_items: int, seed: int = 0)
     """
     base = STANDS_FOR.get(name, name)
     if base not in FEATURE_SHAPES:
-        raise InvalidParameters(f"no feature shape for dataset {name!r}; known: {sorted([*FEATURE_SHAPES, *STANDS_FOR])}")
+        raise InvalidParameters(
+            f"no feature shape for dataset {name!r}; known: {sorted([*FEATURE_SHAPES, *STANDS_FOR])}"
+        )
     groups, l_y = FEATURE_SHAPES[base]
     rng = np.random.default_rng([seed, 0x5EED])
     ux = [np.zeros((num_users, 0), np.uint8)]

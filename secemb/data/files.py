@@ -100,6 +100,7 @@ def _float_column(tokens: list[str], lines: list[int], what: str, path: Path) ->
         k = int(np.flatnonzero(bad)[0])
         kind = "not a number" if values is None else "not finite"
         raise DataFormatError(f"{what} is {kind}: {tokens[k]!r}", path=path, line=lines[k])
+    assert values is not None  # numpy refused a token that float() accepts
     return values
 
 
@@ -162,10 +163,10 @@ def read_own_ratings(path: str | os.PathLike) -> RatingData:
             raise DataFormatError(
                 f"expected 3 or 4 fields (user, item, rating[, timestamp]), found {width}", path=path, line=lines[0]
             )
-        cols = dict(zip(_FIELDS, range(width)))
+        cols = dict(zip(_FIELDS, range(width), strict=False))
     if not rows:
         raise DataFormatError("no ratings in file", path=path)
-    for row, line in zip(rows, lines):
+    for row, line in zip(rows, lines, strict=True):
         if len(row) != width:
             raise DataFormatError(f"expected {width} fields, found {len(row)}", path=path, line=line)
     fields = {f: [row[k] for row in rows] for f, k in cols.items()}

@@ -240,9 +240,9 @@ def locate_movielens(name: str, data_dir: str | os.PathLike | None = None) -> Pa
                 return path
             looked.append(str(path))
     if name == "ml-100k" and data_dir is None:
-        path = _recbole_ml100k()
-        if path is not None:
-            return path
+        example = _recbole_ml100k()
+        if example is not None:
+            return example
         looked.append("the recbole package's dataset_example/ml-100k/ml-100k.inter (not installed)")
     raise DatasetNotFoundError(
         f"MovieLens dataset {name!r} not found. Looked for:\n  "

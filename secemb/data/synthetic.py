@@ -136,12 +136,12 @@ def _sample_items(
     if short.shape[0]:
         logw = np.log(weights)
         extra = []
-        for u in short:
-            lo, hi = np.searchsorted(have, [u * m, (u + 1) * m])
+        for v in short:
+            lo, hi = np.searchsorted(have, [v * m, (v + 1) * m])
             score = logw + rng.gumbel(size=m)
-            score[have[lo:hi] - u * m] = -np.inf
-            top = np.argpartition(-score, need[u] - 1)[: need[u]]
-            extra.append(u * m + top)
+            score[have[lo:hi] - v * m] = -np.inf
+            top = np.argpartition(-score, need[v] - 1)[: need[v]]
+            extra.append(v * m + top)
         have = np.sort(np.concatenate([have, *extra]))
     return have // m, have % m
 

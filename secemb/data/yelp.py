@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import numpy as np
@@ -93,9 +93,11 @@ def _read_reviews(path: Path) -> tuple[list[str], list[str], np.ndarray, np.ndar
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not 1 <= s <= 5:
             raise DataFormatError(f"stars must be a number in [1, 5], found {s!r}", path=path, line=no)
         try:
-            t = datetime.strptime(str(d), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+            t = datetime.strptime(str(d), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
         except ValueError:
-            raise DataFormatError(f"date must be 'YYYY-MM-DD HH:MM:SS', found {str(d)[:40]!r}", path=path, line=no) from None
+            raise DataFormatError(
+                f"date must be 'YYYY-MM-DD HH:MM:SS', found {str(d)[:40]!r}", path=path, line=no
+            ) from None
         users.append(u)
         items.append(b)
         stars.append(float(s))

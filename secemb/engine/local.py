@@ -215,9 +215,9 @@ class _BatchedPhase:
             todo = [i for i in range(len(sessions)) if errors[i] is None]
             links = [sessions[i].client.links[party] for i in todo]
             items = [(link.user, link._up(sessions[i].request_for(party), RETRIEVAL))  # type: ignore[attr-defined]
-                     for i, link in zip(todo, links)]
+                     for i, link in zip(todo, links, strict=True)]
             outs = self.servers.nodes[party].retrieval_many(round_id, items)
-            for i, link, out in zip(todo, links, outs):
+            for i, link, out in zip(todo, links, outs, strict=True):
                 if isinstance(out, BaseException):
                     errors[i] = out
                 else:
@@ -229,8 +229,9 @@ def server_configs(settings: dict[str, Any]) -> tuple[ServerConfig, ServerConfig
     """Both servers' configurations for an in-process run of ``settings`` (the fields of
     :func:`secemb.sim.coordinator.cluster_settings`).  Secrets are fresh OS randomness and
     never used: in-process nodes exchange no signed requests."""
-    common = {"peer_secret": os.urandom(32), "admin_secret": os.urandom(32), "user_secret": os.urandom(32),
-              "peer_url": "http://in-process.invalid", "state_dir": Path("in-process")}
+    common: dict[str, Any] = {"peer_secret": os.urandom(32), "admin_secret": os.urandom(32),
+                              "user_secret": os.urandom(32), "peer_url": "http://in-process.invalid",
+                              "state_dir": Path("in-process")}
     return ServerConfig(party=0, **common, **settings), ServerConfig(party=1, **common, **settings)
 
 

@@ -86,6 +86,7 @@ def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData
         "relay": bool(protocol.relay),
         "expansion": float(protocol.expansion),
         "layout_seed": int(protocol.layout_seed),
+        "protocol_options": protocol.spec(),
         "model": model.name,
         "model_hparams": model.spec(),
         "rating_range": rating_range_of(train_data, config),

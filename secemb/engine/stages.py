@@ -124,6 +124,8 @@ def round_plan(*, relay: bool) -> RoundPlan:
     )
     closing = (Hop(AGGREGATE, SERVER1, SERVER0, "aggregate_share"), Hop(SYNC, SERVER0, SERVER1, "model_sync"))
     dense = (Hop(DENSE, SERVER0, USER, "dense"),)
+    retrieval: tuple[Hop, ...]
+    upload: tuple[Hop, ...]
     if relay:
         retrieval = (
             Hop(RETRIEVAL, USER, SERVER1, "retrieval_request"),

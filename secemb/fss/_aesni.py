@@ -23,9 +23,13 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numba.core.typing.templates import Signature
 
 __all__ = ["BLOCKS", "LANES", "available", "round_keys", "expand8", "mmo_blocks", "mmo_ctr"]
 
@@ -93,15 +97,15 @@ def _encrypt(builder: ir.IRBuilder, jobs: list[tuple[list[ir.Value], ir.Value]])
     last = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.aesni.aesenclast" + _SUFFIX)
     out = [builder.xor(b, rks[0]) for rks, b in jobs]
     for r in range(1, 10):
-        out = [builder.call(enc, [b, rks[r]]) for (rks, _), b in zip(jobs, out)]
-    return [builder.call(last, [b, rks[10]]) for (rks, _), b in zip(jobs, out)]
+        out = [builder.call(enc, [b, rks[r]]) for (rks, _), b in zip(jobs, out, strict=True)]
+    return [builder.call(last, [b, rks[10]]) for (rks, _), b in zip(jobs, out, strict=True)]
 
 
 def _shuffle(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, idx: list[int]) -> ir.Value:
     return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, len(idx)), idx))
 
 
-def _sig(nargs: int) -> types.Type:
+def _sig(nargs: int) -> Signature:
     return types.void(*([types.uintp] * nargs))
 
 
@@ -202,10 +206,10 @@ def _key_expand(typingctx, key, out):  # noqa: ANN001, ANN201
 
 @njit(cache=True)
 def _schedule_of(key: np.ndarray, out: np.ndarray) -> None:
-    _key_expand(key.ctypes.data, out.ctypes.data)
+    _key_expand(key.ctypes.data, out.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
 
 
-@lru_cache(maxsize=None)
+@cache
 def round_keys(*names: str) -> np.ndarray:
     """Round keys of the fixed keys ``names``: uint64 ``(len(names), 11, 2W)``, read-only."""
     from secemb.fss.prg import fixed_key

@@ -53,7 +53,7 @@ def subtrees(front, rowkey, cwp, top, depth, rk, out):  # noqa: ANN001, ANN201
                         for w in range(2):
                             stage[0, q, w] = cwp[key, top + lvl, 0, w]
                             stage[1, q, w] = cwp[key, top + lvl, 1, w]
-                expand8(rkp, src + 16 * j0, stl, str_, dst + 32 * j0)
+                expand8(rkp, src + 16 * j0, stl, str_, dst + 32 * j0)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
             cur = 1 - cur
             nodes *= 2
         if nb < 8:
@@ -85,14 +85,14 @@ def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
         for i in range(n):
             wp = words[i].ctypes.data
             for j0 in range(0, nb, BLOCKS):
-                mmo_ctr(rkp, wp, j0, outp + 16 * (i * nb + j0))
+                mmo_ctr(rkp, wp, j0, outp + 16 * (i * nb + j0))  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
         return
     first = 0
     if nb == 1:  # the words are the AES inputs
         first = n // BLOCKS * BLOCKS
         wp = words.ctypes.data
         for f0 in range(0, first, BLOCKS):
-            mmo_blocks(rkp, wp + 16 * f0, outp + 16 * f0)
+            mmo_blocks(rkp, wp + 16 * f0, outp + 16 * f0)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     # any other width, and the tail: BLOCKS consecutive (leaf, counter) inputs at a time
     i = first
     j = 0
@@ -106,9 +106,9 @@ def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
                 j = 0
                 i += 1
         if cnt == BLOCKS:
-            mmo_blocks(rkp, srcp, outp + 16 * f0)
+            mmo_blocks(rkp, srcp, outp + 16 * f0)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
         else:
-            mmo_blocks(rkp, srcp, tmpp)
+            mmo_blocks(rkp, srcp, tmpp)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
             for q in range(cnt):
                 flat[f0 + q, 0] = tmp[q, 0]
                 flat[f0 + q, 1] = tmp[q, 1]

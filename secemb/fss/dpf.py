@@ -301,7 +301,8 @@ def eval_full(keys: DPFKeys, party: int) -> np.ndarray:
     step = _key_step(p.domain_size)
     for lo in range(0, len(keys), step):
         leaves = expand(path[lo : lo + step])
-        out[lo : lo + step] = convert_eval(leaves, keys.cw_out[lo : lo + step], party, ring_bits=p.ring_bits, tag=DEFAULT_TAG)
+        out[lo : lo + step] = convert_eval(leaves, keys.cw_out[lo : lo + step], party, ring_bits=p.ring_bits,
+                                           tag=DEFAULT_TAG)
     return out
 
 

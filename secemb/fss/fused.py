@@ -244,7 +244,9 @@ def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.nda
 
     ``t`` uint8 (U B, M) and ``conv`` ring (B, M, w) (or ``None`` for the control-bit part
     only) from :func:`retrieve_and_prepare_buckets`; ``cw`` ring (U B, w)."""
-    if cw.ndim != 2 or cw.shape[0] != t.shape[0] or (conv is not None and (cw.dtype != conv.dtype or cw.shape[1] != conv.shape[2] or t.shape[0] % conv.shape[0])):
+    if cw.ndim != 2 or cw.shape[0] != t.shape[0] or (
+        conv is not None and (cw.dtype != conv.dtype or cw.shape[1] != conv.shape[2] or t.shape[0] % conv.shape[0])
+    ):
         raise InvalidParameters(f"correction words of shape {cw.shape} do not match control bits {t.shape}")
     buckets = conv.shape[0] if conv is not None else t.shape[0]
     prod = t.astype(cw.dtype)[:, :, None] * cw[:, None, :]

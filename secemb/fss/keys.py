@@ -39,6 +39,9 @@ from secemb.errors import InvalidKey, InvalidParameters
 
 __all__ = ["DPFParams", "PathKeys", "DPFKeys", "HEADER_BYTES", "KEY_MAGIC", "KEY_VERSION"]
 
+#: what the parsers accept (each takes a flat byte view of it)
+_Bytes = bytes | bytearray | memoryview
+
 KEY_MAGIC = b"SEDK"
 KEY_VERSION = 1
 _KIND_FULL = 1
@@ -193,7 +196,9 @@ class PathKeys:
         return cls(params, party, roots, seeds, tl, np.ascontiguousarray(tr, dtype=np.uint8)), off
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, domain_size: int | None = None, party: int | None = None, count: int | None = None) -> PathKeys:
+    def from_bytes(
+        cls, data: _Bytes, *, domain_size: int | None = None, party: int | None = None, count: int | None = None
+    ) -> PathKeys:
         """Parse a serialized path part; optional expectations are checked too.
 
         Raises
@@ -259,7 +264,7 @@ class DPFKeys:
         return head + b"".join(self.path._body()[1:]) + out
 
     @classmethod
-    def from_shared(cls, shared: bytes, roots: bytes, party: int, **expect: int) -> DPFKeys:
+    def from_shared(cls, shared: _Bytes, roots: _Bytes, party: int, **expect: int) -> DPFKeys:
         """Rebuild ``party``'s keys from a shared part and that party's serialized roots
         (``16 K`` bytes); ``expect`` as for :meth:`from_bytes`.
 
@@ -270,7 +275,7 @@ class DPFKeys:
         """
         if party not in (0, 1):
             raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
-        if not isinstance(shared, (bytes, bytearray, memoryview)) or not isinstance(roots, (bytes, bytearray, memoryview)):
+        if not isinstance(shared, _Bytes) or not isinstance(roots, _Bytes):
             raise TypeError("shared part and roots must be bytes")
         shared = memoryview(shared).cast("B")
         if len(shared) < HEADER_BYTES:
@@ -286,7 +291,7 @@ class DPFKeys:
     @classmethod
     def from_bytes(
         cls,
-        data: bytes,
+        data: _Bytes,
         *,
         domain_size: int | None = None,
         party: int | None = None,
@@ -320,7 +325,7 @@ class DPFKeys:
         return cls(path, cw.astype(params.dtype), params)
 
 
-def _parse_header(data: bytes, kind: int, domain_size: int | None, party: int | None, count: int | None):  # noqa: ANN202
+def _parse_header(data: _Bytes, kind: int, domain_size: int | None, party: int | None, count: int | None):  # noqa: ANN202
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"key data must be bytes, got {type(data).__name__}")
     data = memoryview(data).cast("B")

@@ -112,6 +112,7 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
                     if s:
                         prod *= float(1 << (_LIMB * s))
                     total = prod if total is None else total + prod
+        assert total is not None  # s = 0, i = 0 always contributes
         return total.astype(np.uint64).astype(dtype)
     acc = None
     for lo in range(0, a.shape[-1], step):

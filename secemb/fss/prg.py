@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -58,8 +58,8 @@ class FixedKeyAES:
         if src.nbytes == 0:  # memoryview.cast rejects shapes with a zero
             return dst
         enc = self._encryptor()
-        s = memoryview(src).cast("B")
-        d = memoryview(dst).cast("B")
+        s = src.data.cast("B")
+        d = dst.data.cast("B")
         total = len(s)
         step = CHUNK_BLOCKS * 16
         pos = 0
@@ -87,7 +87,7 @@ class FixedKeyAES:
         return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def aes_for(name: str) -> FixedKeyAES:
     """The shared :class:`FixedKeyAES` instance for ``name``."""
     return FixedKeyAES(name)

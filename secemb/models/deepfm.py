@@ -20,10 +20,15 @@ W1_y)`` -- which is the same product without materializing ``e``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from secemb.models.features import DenseLayout
 from secemb.models.fm import FactorizationMachine
+
+if TYPE_CHECKING:  # pragma: no cover
+    from secemb.data.features import FeatureSet
 
 __all__ = ["DeepFM"]
 
@@ -33,7 +38,9 @@ class DeepFM(FactorizationMachine):
 
     name = "deepfm"
 
-    def __init__(self, dim: int = 64, reg: float = 0.1, init_std: float = 0.05, features: object = None) -> None:
+    def __init__(
+        self, dim: int = 64, reg: float = 0.1, init_std: float = 0.05, features: FeatureSet | None = None
+    ) -> None:
         super().__init__(dim, reg, init_std, features)
         d = self.dim
         fields = self.l_x + self.l_y + 2

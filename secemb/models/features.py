@@ -47,30 +47,30 @@ def code_columns(l_y: int) -> int:
 
 
 def pack_codes(bits: np.ndarray) -> np.ndarray:
-    """0/1 array (m, l) -> float64 (m, ceil(l / 15)): bit ``j`` of column ``j // 15`` at
+    """0/1 array (m, nbits) -> float64 (m, ceil(nbits / 15)): bit ``j`` of column ``j // 15`` at
     position ``j % 15``."""
     bits = np.asarray(bits, dtype=np.int64)
-    m, l = bits.shape
-    out = np.zeros((m, code_columns(l)), np.float64)
-    for j in range(l):
+    m, nbits = bits.shape
+    out = np.zeros((m, code_columns(nbits)), np.float64)
+    for j in range(nbits):
         out[:, j // BITS_PER_COLUMN] += bits[:, j] * float(1 << (j % BITS_PER_COLUMN))
     return out
 
 
-def unpack_codes(codes: Any, l: int) -> Any:
+def unpack_codes(codes: Any, nbits: int) -> Any:
     """Inverse of :func:`pack_codes` for a numpy array or torch tensor (values rounded first,
-    so fixed-point decoding noise cannot flip a bit).  Returns float64 0/1 of shape (n, l)."""
+    so fixed-point decoding noise cannot flip a bit).  Returns float64 0/1 of shape (n, nbits)."""
     if isinstance(codes, np.ndarray):
         c = np.rint(codes).astype(np.int64)
-        cols = [(c[:, j // BITS_PER_COLUMN] >> (j % BITS_PER_COLUMN)) & 1 for j in range(l)]
-        return np.stack(cols, axis=1).astype(np.float64) if l else np.zeros((c.shape[0], 0))
+        cols = [(c[:, j // BITS_PER_COLUMN] >> (j % BITS_PER_COLUMN)) & 1 for j in range(nbits)]
+        return np.stack(cols, axis=1).astype(np.float64) if nbits else np.zeros((c.shape[0], 0))
     import torch
 
-    c = torch.round(codes.detach()).to(torch.int64)
-    if l == 0:
-        return torch.zeros((c.shape[0], 0), dtype=torch.float64)
-    cols = [(c[:, j // BITS_PER_COLUMN] >> (j % BITS_PER_COLUMN)) & 1 for j in range(l)]
-    return torch.stack(cols, dim=1).to(torch.float64)
+    t = torch.round(codes.detach()).to(torch.int64)
+    if nbits == 0:
+        return torch.zeros((t.shape[0], 0), dtype=torch.float64)
+    tcols = [(t[:, j // BITS_PER_COLUMN] >> (j % BITS_PER_COLUMN)) & 1 for j in range(nbits)]
+    return torch.stack(tcols, dim=1).to(torch.float64)
 
 
 class DenseLayout:
@@ -135,6 +135,7 @@ class TorchRecModel(RecModel):
     features: FeatureSet | None
     frozen_columns: int = 0
     trainable_width: int
+    layout: DenseLayout
 
     def _set_features(self, features: FeatureSet | None, use: bool = True) -> None:
         self.features = features if use else None
@@ -145,19 +146,25 @@ class TorchRecModel(RecModel):
     def _user_x(self, users: np.ndarray) -> np.ndarray:
         if self.l_x == 0:
             return np.zeros((len(users), 0))
+        assert self.features is not None  # l_x > 0 comes from it
         return self.features.user[users].astype(np.float64)
 
     # subclass hooks ---------------------------------------------------------------
-    def forward(self, private: torch.Tensor, user_x: torch.Tensor, rows: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+    def forward(  # pragma: no cover
+        self, private: torch.Tensor, user_x: torch.Tensor, rows: torch.Tensor, dense: torch.Tensor
+    ) -> torch.Tensor:
         raise NotImplementedError
 
-    def reg_term(self, private: torch.Tensor, user_x: torch.Tensor, rows: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+    def reg_term(  # pragma: no cover
+        self, private: torch.Tensor, user_x: torch.Tensor, rows: torch.Tensor, dense: torch.Tensor
+    ) -> torch.Tensor:
         raise NotImplementedError
 
     # RecModel ---------------------------------------------------------------------
     def init_codes(self, table: np.ndarray) -> None:
         """Write the item feature codes into the trailing columns of ``table``."""
         if self.frozen_columns:
+            assert self.features is not None  # frozen columns hold its item codes
             if self.features.num_items != table.shape[0]:
                 raise InvalidParameters(
                     f"item features cover {self.features.num_items} items, the table has {table.shape[0]}"
@@ -210,7 +217,7 @@ class TorchRecModel(RecModel):
         row_grads = np.zeros(rows.shape) if g_rows is None else g_rows.numpy().copy()
         row_grads[:, self.trainable_width :] = 0.0  # feature codes are constants
         dense_grad = np.zeros(self.dense_size)
-        for name, g in zip(names, grads[2:]):
+        for name, g in zip(names, grads[2:], strict=True):
             if g is not None:
                 a, b, _ = self.layout.offsets[name]
                 dense_grad[a:b] = g.numpy().reshape(-1)

@@ -23,10 +23,15 @@ rating scale.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.models.features import DenseLayout, TorchRecModel, check_dim
+
+if TYPE_CHECKING:  # pragma: no cover
+    from secemb.data.features import FeatureSet
 
 __all__ = ["FactorizationMachine"]
 
@@ -37,7 +42,9 @@ class FactorizationMachine(TorchRecModel):
     name = "fm"
     uses_features = True
 
-    def __init__(self, dim: int = 64, reg: float = 0.1, init_std: float = 0.05, features: object = None) -> None:
+    def __init__(
+        self, dim: int = 64, reg: float = 0.1, init_std: float = 0.05, features: FeatureSet | None = None
+    ) -> None:
         check_dim(dim, reg, init_std)
         self.dim, self.reg, self.init_std = dim, float(reg), float(init_std)
         self._set_features(features)

@@ -41,7 +41,9 @@ class NCF(TorchRecModel):
         self.dim, self.reg, self.init_std = dim, float(reg), float(init_std)
         self._set_features(None)
         d, h = dim, dim // 2
-        self.layout = DenseLayout([("W1", (2 * d, d)), ("c1", (d,)), ("W2", (d, h)), ("c2", (h,)), ("h", (d + h,)), ("mu", ())])
+        self.layout = DenseLayout(
+            [("W1", (2 * d, d)), ("c1", (d,)), ("W2", (d, h)), ("c2", (h,)), ("h", (d + h,)), ("mu", ())]
+        )
         self.sparse_width = self.trainable_width = 2 * d + 1
         self.dense_size = self.layout.size
         self.private_size = 2 * d + 1

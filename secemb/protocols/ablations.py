@@ -49,12 +49,16 @@ __all__ = [
 # ----------------------------------------------------------------------------- key helpers
 
 
-def row_keys(indices: np.ndarray, rows: np.ndarray, m: int, ring_bits: int, rng: RandomBytes) -> tuple[fss.DPFKeys, fss.DPFKeys]:
+def row_keys(
+    indices: np.ndarray, rows: np.ndarray, m: int, ring_bits: int, rng: RandomBytes
+) -> tuple[fss.DPFKeys, fss.DPFKeys]:
     """One full key pair per row: ``f_i(indices[i]) = rows[i]`` (ring (K, w))."""
     return fss.gen(indices, rows, m, ring_bits=ring_bits, _rng=rng)
 
 
-def element_keys(indices: np.ndarray, rows: np.ndarray, m: int, ring_bits: int, rng: RandomBytes) -> tuple[fss.DPFKeys, fss.DPFKeys]:
+def element_keys(
+    indices: np.ndarray, rows: np.ndarray, m: int, ring_bits: int, rng: RandomBytes
+) -> tuple[fss.DPFKeys, fss.DPFKeys]:
     """One full key pair per element, column-major: key ``c K + i`` has point
     ``indices[i]`` and scalar payload ``rows[i, c]``."""
     k, w = rows.shape
@@ -114,9 +118,13 @@ def _share_bytes(cfg: RoundConfig, num_users: int) -> int:
     return 8 + 8 * num_users + (cfg.num_items * cfg.width + cfg.dense_size) * cfg.dtype.itemsize
 
 
-def parse_keys(body: memoryview, party: int, *, domain: int, count: int, width: int, ring_bits: int, what: str) -> fss.DPFKeys:
+def parse_keys(
+    body: memoryview, party: int, *, domain: int, count: int, width: int, ring_bits: int, what: str
+) -> fss.DPFKeys:
     try:
-        return fss.DPFKeys.from_bytes(body, party=party, domain_size=domain, count=count, payload_width=width, ring_bits=ring_bits)
+        return fss.DPFKeys.from_bytes(
+            body, party=party, domain_size=domain, count=count, payload_width=width, ring_bits=ring_bits
+        )
     except InvalidKey as exc:
         raise InvalidMessage(f"{what}: {exc}") from None
 
@@ -156,8 +164,10 @@ class _AblationUser(UserRole):
             raise ProtocolError("retrieval_result out of order, or missing server 1's reply")
         shape = (cfg.m_prime, cfg.width)
         n = shape[0] * shape[1] * cfg.dtype.itemsize
-        a = read_array(open_message(reply0, self.protocol, "retrieval_reply", 0, cfg.round_id, n), 0, cfg.dtype, shape)[0]
-        b = read_array(open_message(reply1, self.protocol, "retrieval_reply", 1, cfg.round_id, n), 0, cfg.dtype, shape)[0]
+        body0 = open_message(reply0, self.protocol, "retrieval_reply", 0, cfg.round_id, n)
+        body1 = open_message(reply1, self.protocol, "retrieval_reply", 1, cfg.round_id, n)
+        a = read_array(body0, 0, cfg.dtype, shape)[0]
+        b = read_array(body1, 0, cfg.dtype, shape)[0]
         self._stage = 2
         return reconstruct(a, b)
 
@@ -170,6 +180,7 @@ class _AblationUser(UserRole):
         if dense.dtype != cfg.dtype or dense.shape != (cfg.dense_size,):
             raise InvalidParameters(f"dense must be {cfg.dtype} of shape ({cfg.dense_size},)")
         gen = element_keys if self.elementwise else row_keys
+        assert self._indices is not None  # set with stage 1
         k0, k1 = gen(self._indices, rows, cfg.num_items, cfg.ring_bits, self._rng)
         d0, d1 = share(dense, _rng=self._rng)
         self._stage = 3
@@ -182,23 +193,15 @@ class _AblationServer(ServerRole):
     elementwise = False
 
     def __init__(self, party: int, *, server_eval: bool = True) -> None:
-        if party not in (0, 1):
-            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
-        self.party = party
+        super().__init__(party)
         self.server_eval = server_eval
-        self.config: RoundConfig | None = None
-
-    def _cfg(self) -> RoundConfig:
-        if self.config is None:
-            raise ProtocolError("no round in progress")
-        return self.config
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if config.layout != "full":
             raise InvalidParameters(f"{self.protocol} supports the full layout only")
         if table.dtype != config.dtype or table.shape != (config.num_items, config.width):
             raise InvalidParameters(f"table must be {config.dtype} of shape ({config.num_items}, {config.width})")
-        self.config = config
+        self._start_round(config)
         self._table = table
         self._sparse = np.zeros((config.num_items, config.width), config.dtype)
         self._dense = np.zeros(config.dense_size, config.dtype)
@@ -261,7 +264,8 @@ class _AblationServer(ServerRole):
             raise ProtocolError("only server 0 combines the aggregate")
         users = self._keep_only(include)
         head = users_bytes(users)
-        body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id, _share_bytes(cfg, len(users)))
+        body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id,
+                            _share_bytes(cfg, len(users)))
         if bytes(body[: len(head)]) != head:
             raise ProtocolError("the two servers aggregated different sets of users")
         sp, off = read_array(body, len(head), cfg.dtype, (cfg.num_items, cfg.width))
@@ -271,7 +275,8 @@ class _AblationServer(ServerRole):
 
 class _AblationProtocol(Protocol):
     # the paper's layout only: a cuckoo request would not be an ablation of the paper's protocol
-    capabilities = Capabilities(layouts=("full",), relay=False, networked=True, options=("server_eval",))
+    capabilities = Capabilities(layouts=("full",), relay=False, networked=True, options=("server_eval",),
+                                local_options=("server_eval",))
     user_cls: type[_AblationUser]
     server_cls: type[_AblationServer]
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -153,16 +153,55 @@ class UserRole(ABC):
 
 
 class ServerRole(ABC):
-    """One server (party 0 or 1); lives across rounds."""
+    """One server (party 0 or 1); lives across rounds.
+
+    The base holds what every role shares: its party (checked once, here), the current round's
+    configuration (:meth:`_start_round` refuses a round that does not follow the last one, so
+    round ids increase for every protocol) and the user-set agreement (:meth:`_include`).
+    """
 
     party: int
+    config: RoundConfig | None
+
+    def __init__(self, party: int) -> None:
+        if isinstance(party, bool) or party not in (0, 1):
+            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+        self.party = party
+        self.config = None
+
+    def _start_round(self, config: RoundConfig) -> None:
+        """Make ``config`` the current round (what :meth:`begin_round` does first).
+
+        Raises
+        ------
+        InvalidParameters: ``config`` is not a :class:`RoundConfig`.
+        ProtocolError: its round id does not follow the current round's.
+        """
+        if not isinstance(config, RoundConfig):
+            raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
+        if self.config is not None and config.round_id <= self.config.round_id:
+            raise ProtocolError(
+                f"server {self.party}: round {config.round_id} does not follow round {self.config.round_id}"
+            )
+        self.config = config
+
+    def _cfg(self) -> RoundConfig:
+        """The current round's configuration.
+
+        Raises
+        ------
+        ProtocolError: no round has begun.
+        """
+        if self.config is None:
+            raise ProtocolError(f"server {self.party}: no round in progress")
+        return self.config
 
     @abstractmethod
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         """Start a round; ``table`` is the encoded public sparse table (ring, (m, width))."""
 
     @staticmethod
-    def _include(include: list[int] | None, uploaded: set[int] | dict[int, object], round_id: int) -> list[int]:
+    def _include(include: list[int] | None, uploaded: Collection[int], round_id: int) -> list[int]:
         """Sorted ``include`` (``None``: all of ``uploaded``), checked to be a subset of it.
 
         Raises
@@ -264,6 +303,9 @@ class Capabilities:
         keep no state across rounds that a server's journal would not restore, and its
         messages are a deterministic function of the round and the device's seed.
     options: the factory's keyword options beyond :data:`LAYOUT_OPTIONS`.
+    local_options: those of ``options`` that say how one server computes, not what the protocol
+        is (e.g. ``backend``): each server chooses them itself, so they are left out of
+        :meth:`Protocol.spec` and of what the two servers must agree on.
     central_dp: whether its servers can add DP noise to their aggregate shares: its aggregate
         share message ends with the ring share of the aggregate, the sparse ``(m, width)`` part
         then the dense ``(dense_size,)`` part, little-endian (:func:`secemb.privacy.noise.add_to_share`).
@@ -273,6 +315,7 @@ class Capabilities:
     relay: bool = False
     networked: bool = True
     options: tuple[str, ...] = ()
+    local_options: tuple[str, ...] = ()
     central_dp: bool = False
     #: whether its devices add the DP noise to their own uploads (local DP: DP-FedRec)
     local_dp: bool = False
@@ -284,6 +327,9 @@ class Capabilities:
         clash = set(self.options) & set(LAYOUT_OPTIONS)
         if clash:
             raise InvalidParameters(f"options {sorted(clash)} are layout options every protocol takes")
+        stray = set(self.local_options) - set(self.options)
+        if stray:
+            raise InvalidParameters(f"local_options {sorted(stray)} are not among the options {self.options}")
 
     def allowed_options(self) -> tuple[str, ...]:
         """Every keyword the factory takes: the layout options, then the declared ones."""
@@ -402,6 +448,30 @@ class Protocol(ABC):
         """Body length bound behind :meth:`max_message_bytes` (arguments already checked);
         ``None`` for a message the protocol does not send.  Implementations use the same
         size functions as their parsers."""
+
+    def spec(self) -> dict[str, Any]:
+        """The values of this protocol's declared options, except the local ones: with the
+        layout options, what two servers (and the devices) must share to run the same
+        protocol -- ``get_protocol(name, layout=..., relay=..., **spec())`` builds its twin.
+
+        The default reads each option from the attribute of the same name (the convention of
+        every built-in protocol); a protocol that stores them differently overrides this.
+
+        Raises
+        ------
+        InvalidParameters
+            A declared option has no attribute of the same name.
+        """
+        caps = self.capabilities
+        out: dict[str, Any] = {}
+        for name in caps.options:
+            if name in caps.local_options:
+                continue
+            if not hasattr(self, name):
+                raise InvalidParameters(f"{type(self).__name__}.spec(): option {name!r} is not stored as an "
+                                        "attribute of the same name; override spec()")
+            out[name] = getattr(self, name)
+        return out
 
     def plan(self) -> RoundPlan:
         """This protocol's round as the engine executes it (:mod:`secemb.engine.stages`):

@@ -34,10 +34,9 @@ def _key_bytes(rc: RoundConfig) -> int:
 class _GrecUser(FullModelUser):
     def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
         cfg = self.config
+        idx = self._requested()
         if cfg.layout != "full":  # keys need real points: drop empty cuckoo slots into padding keys
-            idx = np.where(self._indices < 0, 0, self._indices)
-        else:
-            idx = self._indices
+            idx = np.where(idx < 0, 0, idx)
         k0, k1 = row_keys(idx, rows, cfg.num_items, cfg.ring_bits, self._rng)
         d0, d1 = share(dense, _rng=self._rng)
         return k0.to_bytes() + array_bytes(d0), k1.to_bytes() + array_bytes(d1)
@@ -63,7 +62,8 @@ class GrecProtocol(FullModelProtocol):
     skip their evaluation (``secemb bench``; the aggregate's sparse part is then zero)."""
 
     name = "grec"
-    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=("server_eval",))
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=("server_eval",),
+                                local_options=("server_eval",))
     user_cls, server_cls = _GrecUser, _GrecServer
 
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,

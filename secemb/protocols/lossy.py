@@ -191,7 +191,10 @@ class _LossyServer(FullModelServer):
             self._scale = np.full(config.width, self.proto.initial_scale)
 
     def extra_reply(self) -> bytes:
-        return self._scale.astype("<f8").tobytes() if self.kind in ("quant8", "ternary") else b""
+        if self.kind not in ("quant8", "ternary"):
+            return b""
+        assert self._scale is not None  # reset_state (begin_round) sets it
+        return self._scale.astype("<f8").tobytes()
 
     def absorb(self, user_id: int, body: memoryview, *, retract: bool = False) -> None:
         cfg = self._cfg()
@@ -303,7 +306,9 @@ class _LossyProtocol(FullModelProtocol):
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> _LossyUser:
         if self.kind == "colr" and config.width - self.frozen_columns < self.rank:
-            raise InvalidParameters(f"colr rank {self.rank} exceeds the {config.width - self.frozen_columns} trainable columns")
+            raise InvalidParameters(
+                f"colr rank {self.rank} exceeds the {config.width - self.frozen_columns} trainable columns"
+            )
         return _LossyUser(config, proto=self, _rng=_rng)
 
 

@@ -83,10 +83,12 @@ class PlaintextUser(UserRole):
             frame(_NAME, "retrieval_request", 1, cfg.round_id),
         )
 
-    def retrieval_result(self, reply0: bytes, reply1: bytes) -> np.ndarray:
+    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
         cfg = self.config
         if self._stage != 1:
             raise ProtocolError("retrieval_result before retrieval_request, or twice")
+        if reply1 is None:
+            raise ProtocolError("missing server 1's retrieval reply")
         shape = (cfg.slots, cfg.width)
         body = open_message(
             reply0,
@@ -119,29 +121,17 @@ class PlaintextServer(ServerRole):
     acknowledges and contributes an all-zero share."""
 
     def __init__(self, party: int) -> None:
-        if party not in (0, 1):
-            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
-        self.party = party
-        self.config: RoundConfig | None = None
+        super().__init__(party)
         self._table = np.zeros((0, 0), np.uint32)
         self._requested: dict[int, np.ndarray] = {}
         self._uploaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # server 0: idx, rows, dense
 
-    def _cfg(self) -> RoundConfig:
-        if self.config is None:
-            raise ProtocolError(f"server {self.party}: no round in progress")
-        return self.config
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if not isinstance(config, RoundConfig):
             raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
         check_ring("table", table, (config.num_items, config.width), config)
-        if self.config is not None and config.round_id <= self.config.round_id:
-            raise ProtocolError(
-                f"server {self.party}: round {config.round_id} does not follow round "
-                f"{self.config.round_id}"
-            )
-        self.config = config
+        self._start_round(config)
         self._table = table.copy() if self.party == 0 else np.zeros((0, config.width), config.dtype)
         self._requested = {}
         self._uploaded = {}

@@ -169,6 +169,7 @@ class SecEmbUser(UserRole):
         if self.relay:
             if reply1 is not None:
                 raise ProtocolError("with relay, server 1 sends no retrieval reply")
+            assert self._seeds is not None  # drawn by a relay retrieval_request
             return first - expand_seed(self._seeds[0], shape, cfg.dtype)
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
@@ -187,12 +188,14 @@ class SecEmbUser(UserRole):
             raise InvalidParameters(
                 f"dense must be {cfg.dtype} of shape ({cfg.dense_size},), got {dense.dtype} {dense.shape}"
             )
+        assert self._real is not None  # set with _state
         if np.any(rows[~self._real]):
             raise InvalidParameters("rows of empty slots must be zero")
         cw = fss.convert_gen(self._state, rows, ring_bits=cfg.ring_bits, tag=AGGREGATION_TAG)
         self._state = None  # one upload per round
         cw_bytes = array_bytes(cw)
         if self.relay:
+            assert self._seeds is not None  # drawn by a relay retrieval_request
             d1 = expand_seed(self._seeds[1], dense.shape, cfg.dtype)
             return frame(_NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(dense - d1)), None
         d0, d1 = share(dense, _rng=self._rng)
@@ -250,12 +253,9 @@ class SecEmbServer(ServerRole):
     """Server ``party`` of SecEmb; party 0 leads (reconstructs the aggregate)."""
 
     def __init__(self, party: int, *, relay: bool = False, backend: Backend | None = None) -> None:
-        if party not in (0, 1):
-            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
-        self.party = party
+        super().__init__(party)
         self.relay = relay
         self.backend = backend or SerialBackend()
-        self.config: RoundConfig | None = None
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if table.dtype != config.dtype or table.shape != (config.num_items, config.width):
@@ -263,7 +263,7 @@ class SecEmbServer(ServerRole):
                 f"table must be {config.dtype} of shape ({config.num_items}, {config.width}), "
                 f"got {table.dtype} {table.shape}"
             )
-        self.config = config
+        self._start_round(config)
         self._table_ring = np.ascontiguousarray(table)
         if config.layout == "full":
             self._sparse = np.zeros((config.num_items, config.width), config.dtype)
@@ -281,11 +281,6 @@ class SecEmbServer(ServerRole):
         self._bits_cache: tuple[tuple[int, ...], np.ndarray] | None = None
         self._awaiting: dict[int, tuple[bytes, bytes, bytes]] = {}  # server 1, relay: roots, seeds
         self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
-
-    def _cfg(self) -> RoundConfig:
-        if self.config is None:
-            raise ProtocolError("no round in progress")
-        return self.config
 
     def _check_new(self, user_id: int) -> None:
         if user_id in self._pending or user_id in self._uploaded or user_id in self._awaiting:
@@ -306,7 +301,7 @@ class SecEmbServer(ServerRole):
         layout = "full" if cfg.layout == "full" else cfg.cuckoo()
         tasks = [
             (layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), table, cfg.width)
-            for lo, hi in zip(bounds[:-1], bounds[1:])
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
         ]
         results = self.backend.map(_evaluate_task, tasks)
         folded = results[0][2]
@@ -323,7 +318,7 @@ class SecEmbServer(ServerRole):
         keep each user's keys and control bits until its upload; the answers."""
         answers, bits, folded = evaluated
         self._sparse += folded
-        for u, k, b in zip(users, keys, bits):
+        for u, k, b in zip(users, keys, bits, strict=True):
             self._pending[u] = _Pending(k, b)
         return answers
 
@@ -368,7 +363,8 @@ class SecEmbServer(ServerRole):
                 if self.relay and self.party == 1:
                     roots[user_id] = self._parse_roots(message)
                 else:
-                    body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id, request_bytes(cfg))
+                    body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id,
+                                        request_bytes(cfg))
                     keys.append(self._parse_keys(body))
                     users.append(user_id)
                     where.append(i)
@@ -385,7 +381,8 @@ class SecEmbServer(ServerRole):
             self._awaiting.update(roots)
             if evaluated is None:
                 return out
-            for i, u, k, answers in zip(where, users, keys, self._commit_evaluated(users, keys, evaluated)):
+            committed = self._commit_evaluated(users, keys, evaluated)
+            for i, u, k, answers in zip(where, users, keys, committed, strict=True):
                 if not self.relay:
                     out[i] = frame(_NAME, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
                 else:
@@ -450,7 +447,7 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"no retrieval request of user(s) {missing[:5]} to complete")
             if evaluated is None:
                 return out
-            for i, u, answers in zip(where, users, self._commit_evaluated(users, keys, evaluated)):
+            for i, u, answers in zip(where, users, self._commit_evaluated(users, keys, evaluated), strict=True):
                 _, mask_seed, dense_seed = self._awaiting.pop(u)
                 self._seeds_of[u] = dense_seed
                 masked = answers + expand_seed(mask_seed, answers.shape, cfg.dtype)
@@ -600,6 +597,7 @@ class SecEmbProtocol(Protocol):
 
     name = _NAME
     capabilities = Capabilities(layouts=("full", "cuckoo"), relay=True, networked=True, options=("backend",),
+                                local_options=("backend",),
                                 central_dp=True)
 
     def __init__(

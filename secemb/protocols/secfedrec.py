@@ -77,6 +77,12 @@ class FullModelUser(UserRole):
         self._stage = 1
         return self.request_messages(idx)
 
+    def _requested(self) -> np.ndarray:
+        """This round's request slots (int64, as :meth:`retrieval_request` took them)."""
+        if self._indices is None:
+            raise ProtocolError("no retrieval request in this round")
+        return self._indices
+
     def request_messages(self, idx: np.ndarray) -> tuple[bytes, bytes]:
         cfg = self.config
         return (frame(self.protocol, "retrieval_request", 0, cfg.round_id),
@@ -92,7 +98,7 @@ class FullModelUser(UserRole):
         open_message(reply1, self.protocol, "retrieval_reply", 1, cfg.round_id, 0)
         table = read_array(body, 0, cfg.dtype, (cfg.num_items, cfg.width))[0]
         self.read_extra(body)
-        idx = self._indices
+        idx = self._requested()
         rows = table[np.maximum(idx, 0)]
         rows[idx < 0] = 0
         self._stage = 2
@@ -105,8 +111,9 @@ class FullModelUser(UserRole):
         """Ring (m, w): the row gradients scattered to their items, zero elsewhere."""
         cfg = self.config
         full = np.zeros((cfg.num_items, cfg.width), cfg.dtype)
-        real = self._indices >= 0
-        full[self._indices[real]] = rows[real]
+        idx = self._requested()
+        real = idx >= 0
+        full[idx[real]] = rows[real]
         return full
 
     def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
@@ -115,7 +122,7 @@ class FullModelUser(UserRole):
             raise ProtocolError("upload before the retrieval finished, or twice")
         check_ring("rows", rows, (cfg.slots, cfg.width), cfg)
         check_ring("dense", dense, (cfg.dense_size,), cfg)
-        if np.any(rows[self._indices < 0]):
+        if np.any(rows[self._requested() < 0]):
             raise InvalidParameters("rows of empty slots must be zero")
         b0, b1 = self.encode_upload(rows, dense)
         self._stage = 3
@@ -140,25 +147,15 @@ class FullModelServer(ServerRole):
     :meth:`reconstruct`; the body sizes are the protocol's (:class:`FullModelProtocol`)."""
 
     def __init__(self, party: int, *, proto: FullModelProtocol) -> None:
-        if party not in (0, 1):
-            raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
-        self.party = party
+        super().__init__(party)
         self.proto = proto
         self.protocol = proto.name
-        self.config: RoundConfig | None = None
-
-    def _cfg(self) -> RoundConfig:
-        if self.config is None:
-            raise ProtocolError(f"server {self.party}: no round in progress")
-        return self.config
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if not isinstance(config, RoundConfig):
             raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
         check_ring("table", table, (config.num_items, config.width), config)
-        if self.config is not None and config.round_id <= self.config.round_id:
-            raise ProtocolError(f"server {self.party}: round {config.round_id} does not follow {self.config.round_id}")
-        self.config = config
+        self._start_round(config)
         self._table_bytes = array_bytes(table) if self.party == 0 else b""
         self._requested: set[int] = set()
         self._uploaded: set[int] = set()
@@ -196,7 +193,8 @@ class FullModelServer(ServerRole):
             raise ProtocolError(f"server {self.party}: upload from user {user_id} before its retrieval")
         if user_id in self._uploaded:
             raise ProtocolError(f"server {self.party}: user {user_id} already uploaded in round {cfg.round_id}")
-        body = open_message(message, self.protocol, "upload", self.party, cfg.round_id, self.proto.upload_body_bytes(cfg))
+        body = open_message(message, self.protocol, "upload", self.party, cfg.round_id,
+                            self.proto.upload_body_bytes(cfg))
         self.absorb(user_id, body)
         self._uploaded.add(user_id)
         self._bodies[user_id] = body

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, ProtocolError
 from secemb.randomness import expand_seed, system_rng
 
 __all__ = [
@@ -69,7 +69,8 @@ def _sub(seed: bytes, label: bytes) -> bytes:
 
 def _pair_mask(seed: bytes, size: int, q: float, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """The coordinates a pair masks (sorted, distinct) and the mask values there."""
-    count = int(np.random.default_rng(np.frombuffer(expand_seed(seed, (2,), np.uint64).tobytes(), np.uint64)).binomial(size, q))
+    state = np.frombuffer(expand_seed(seed, (2,), np.uint64).tobytes(), np.uint64)
+    count = int(np.random.default_rng(state).binomial(size, q))
     words = expand_seed(_sub(seed, b"pos"), (max(count, 1) * 2,), np.uint64)
     pos = np.unique(words % np.uint64(size)).astype(np.int64)[:count]
     vals = expand_seed(_sub(seed, b"val"), (pos.size,), dtype)
@@ -161,9 +162,14 @@ class TopkSecAggRound:
         self.union = np.unique(np.concatenate(list(self._sets.values())))
         return self.union.astype("<u4").tobytes()
 
+    def _published_union(self) -> np.ndarray:
+        if self.union is None:
+            raise ProtocolError("phase 2 before publish_union")
+        return self.union
+
     def value_message(self, user: int, grad_rows: np.ndarray, dense: np.ndarray) -> bytes:
         """Phase 2: pairwise-masked values of every union row (``grad_rows`` ring (m, w))."""
-        u = self.union
+        u = self._published_union()
         vals = grad_rows[u].astype(self.dtype).reshape(-1).copy()
         d = dense.astype(self.dtype).copy()
         for (a, b), seed in self._seeds.items():
@@ -179,12 +185,13 @@ class TopkSecAggRound:
         return vals.astype(self.dtype.newbyteorder("<")).tobytes() + d.astype(self.dtype.newbyteorder("<")).tobytes()
 
     def aggregate(self, messages: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-        u = self.union
+        u = self._published_union()
         total = np.zeros((self.m, self.w), self.dtype)
         dense = np.zeros(self.dense_size, self.dtype)
         for msg in messages:
             total[u] += np.frombuffer(msg, self.dtype.newbyteorder("<"), u.size * self.w).reshape(-1, self.w)
-            dense += np.frombuffer(msg, self.dtype.newbyteorder("<"), self.dense_size, u.size * self.w * self.dtype.itemsize)
+            dense += np.frombuffer(msg, self.dtype.newbyteorder("<"), self.dense_size,
+                                   u.size * self.w * self.dtype.itemsize)
         return total, dense
 
 

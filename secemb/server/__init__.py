@@ -1,9 +1,9 @@
 """The secemb server process: one of the two non-colluding parties, over HTTP.
 
 ``secemb serve --party {0,1} --config FILE`` runs :func:`serve`.  Inside, a
-:func:`~secemb.server.node.make_node` builds the party's node (leader or follower), which drives the protocol's own server role (the objects the
-in-process simulation uses) and adds rounds, the agreed user set, persistence and the peer
-calls; :func:`~secemb.server.app.create_app` puts it behind FastAPI with signed requests.
+:func:`~secemb.server.node.make_node` builds the party's node (leader or follower), which drives the
+protocol's own server role (the objects the in-process simulation uses) and adds rounds, the agreed user
+set, persistence and the peer calls; :func:`~secemb.server.app.create_app` puts it behind FastAPI with signed requests.
 See ``docs/deployment.md``.
 """
 

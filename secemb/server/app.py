@@ -82,8 +82,9 @@ _ERR = {"description": "error", "content": {"application/json": {"schema": {
     "type": "object", "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
     "required": ["error", "detail"]}}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {s: _ERR for s in (400, 401, 403, 404, 409, 413, 422, 503)}
-_SECURITY = [{"keyId": [], "timestamp": [], "nonce": [], "signature": []}]
+_SECURITY: list[dict[str, list[str]]] = [{"keyId": [], "timestamp": [], "nonce": [], "signature": []}]
 _IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+_USERS_BODY = {"type": "object", "properties": {"users": _IDS}}
 
 
 #: body limit of a protocol message while no round is open: the node answers it (409, no round
@@ -198,7 +199,8 @@ def create_app(node: Node) -> FastAPI:
 
     async def authed(request: Request, allow: tuple[str, ...], limit: int) -> tuple[Principal, bytes]:
         principal, _ = verifier.principal_of(request.headers)
-        if principal.kind == PEER and not cfg.insecure_http and request.scope.get(PEER_CN_SCOPE_KEY) != principal.key_id:
+        mutual = request.scope.get(PEER_CN_SCOPE_KEY) == principal.key_id
+        if principal.kind == PEER and not cfg.insecure_http and not mutual:
             raise AuthError("a peer call must come over mutual TLS with the peer's certificate")
         if principal.kind not in allow:
             raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")
@@ -225,8 +227,9 @@ def create_app(node: Node) -> FastAPI:
         p, _ = await authed(request, (USER, ADMIN, PEER), 0)
         return JSONResponse(await call(node.round_info, p.user_id))
 
-    @app.post("/v1/count", tags=["device"], status_code=204, summary="Eq. 11: one share of the device's rating count (COUNT message)",
-              responses=_ERRORS, openapi_extra=_binary("COUNT message (secemb.training.messages)") | {"security": _SECURITY})
+    @app.post("/v1/count", tags=["device"], status_code=204,
+              summary="Eq. 11: one share of the device's rating count (COUNT message)", responses=_ERRORS,
+              openapi_extra=_binary("COUNT message (secemb.training.messages)") | {"security": _SECURITY})
     async def post_count(request: Request) -> Response:
         p, body = await authed(request, (USER,), 64)
         await call(node.count_submit, p.user_id, body)
@@ -240,7 +243,8 @@ def create_app(node: Node) -> FastAPI:
         p, body = await authed(request, (USER,), _limit_message(node, "retrieval_request"))
         return binary(await call(node.retrieval, round_id, p.user_id, body))
 
-    @app.get("/v1/rounds/{round_id}/dense", tags=["device"], summary="Server 0: the round's dense vector (DENSE message)",
+    @app.get("/v1/rounds/{round_id}/dense", tags=["device"],
+             summary="Server 0: the round's dense vector (DENSE message)",
              responses=_ERRORS | {200: _BIN_RESPONSE}, openapi_extra={"security": _SECURITY})
     async def get_dense(round_id: int, request: Request) -> Response:
         await authed(request, (USER, ADMIN), 0)
@@ -271,8 +275,8 @@ def create_app(node: Node) -> FastAPI:
         await authed(request, (ADMIN,), 0)
         return binary(await call(node.model_message))
 
-    @app.post("/v1/admin/count/open", tags=["admin"], summary="Server 0: start the Eq. 11 count phase", responses=_ERRORS,
-              openapi_extra=_json_body({"type": "object", "properties": {"users": _IDS}}, False) | {"security": _SECURITY})
+    @app.post("/v1/admin/count/open", tags=["admin"], summary="Server 0: start the Eq. 11 count phase",
+              responses=_ERRORS, openapi_extra=_json_body(_USERS_BODY, False) | {"security": _SECURITY})
     async def admin_count_open(request: Request) -> JSONResponse:
         _, body = await authed(request, (ADMIN,), _limit_json(node))
         doc = _parse_json(body)
@@ -308,7 +312,7 @@ def create_app(node: Node) -> FastAPI:
         return JSONResponse(await call(node.status))
 
     @app.post("/v1/peer/count/open", tags=["peer"], summary="Restart the count phase", responses=_ERRORS,
-              openapi_extra=_json_body({"type": "object", "properties": {"users": _IDS}}, False) | {"security": _SECURITY})
+              openapi_extra=_json_body(_USERS_BODY, False) | {"security": _SECURITY})
     async def peer_count_open(request: Request) -> JSONResponse:
         _, body = await authed(request, (PEER,), _limit_json(node))
         doc = _parse_json(body)
@@ -349,7 +353,8 @@ def create_app(node: Node) -> FastAPI:
                   "parameters": [{"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
     async def peer_relay_retrieval(round_id: int, request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_message(node, "relay_keys"))
-        return binary(await call(follower("relay retrieval").peer_relay_retrieval, round_id, _user_param(request, node), body))
+        relay = follower("relay retrieval").peer_relay_retrieval
+        return binary(await call(relay, round_id, _user_param(request, node), body))
 
     @app.post("/v1/peer/rounds/{round_id}/relay-upload", tags=["peer"], status_code=204,
               summary="Relay: absorb forwarded correction words (relay_upload)", responses=_ERRORS,

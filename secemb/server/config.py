@@ -79,6 +79,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "layout_seed": "layout_seed",
         "backend": "backend",
         "workers": "workers",
+        "options": "protocol_options",
     },
     "model": {
         "name": "model",
@@ -106,7 +107,8 @@ _SECTIONS: dict[str, dict[str, str]] = {
 
 #: fields both servers must agree on (hashed into the fingerprint)
 _SHARED = (
-    "protocol", "layout", "relay", "expansion", "layout_seed", "model", "model_hparams", "num_items",
+    "protocol", "layout", "relay", "expansion", "layout_seed", "protocol_options", "model", "model_hparams",
+    "num_items",
     "num_users", "rating_range", "init_seed", "lr", "beta1", "beta2", "eps", "lazy_adam", "ring_bits",
     "frac_bits", "alpha",
 )
@@ -162,6 +164,7 @@ class ServerConfig:
     workers: int | None = None
     model: str = "mf"
     model_hparams: dict[str, Any] = field(default_factory=dict)
+    protocol_options: dict[str, Any] = field(default_factory=dict)
     #: ``.npz`` of the public item features (FM, DeepFM); see :meth:`make_model`
     item_features: Path | None = None
     rating_range: tuple[float, float] = (1.0, 5.0)
@@ -227,6 +230,8 @@ class ServerConfig:
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise InvalidParameters(f"rating_range must be (lo, hi) with lo < hi, got {self.rating_range!r}")
         object.__setattr__(self, "rating_range", (lo, hi))
+        if not isinstance(self.protocol_options, dict):
+            raise InvalidParameters("protocol options must be a table")
         if not isinstance(self.model_hparams, dict):
             raise InvalidParameters("model hparams must be a table")
         if self.item_features is not None:
@@ -269,7 +274,7 @@ class ServerConfig:
         from secemb.protocols import get_protocol
 
         opts: dict[str, Any] = {"layout": self.layout, "relay": self.relay, "expansion": self.expansion,
-                                "layout_seed": self.layout_seed}
+                                "layout_seed": self.layout_seed, **self.protocol_options}
         if self.backend != "serial":
             from secemb.protocols.backends import make_backend
 

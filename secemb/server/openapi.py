@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from pathlib import Path
 from typing import Any
 
 
@@ -18,7 +19,7 @@ def spec() -> dict[str, Any]:
     from secemb.server.node import make_node
 
     with tempfile.TemporaryDirectory() as d:
-        cfg = ServerConfig(party=0, peer_url="http://127.0.0.1:9", state_dir=d, peer_secret=b"p" * 32,
+        cfg = ServerConfig(party=0, peer_url="http://127.0.0.1:9", state_dir=Path(d), peer_secret=b"p" * 32,
                            admin_secret=b"a" * 32, user_secret=b"u" * 32, num_items=10, num_users=5, m_prime=2)
         return create_app(make_node(cfg, start_threads=False)).openapi()
 

@@ -147,7 +147,8 @@ class HttpPeer:
         _call(lambda: self.api.post_json("/v1/peer/rounds", doc))
 
     def ready_many(self, round_id: int, users: list[int]) -> list[bool]:
-        outs = self._many(lambda u: bool(self.api.get_json(f"/v1/peer/rounds/{round_id}/ready", user=u)["ready"]), users)
+        path = f"/v1/peer/rounds/{round_id}/ready"
+        outs = self._many(lambda u: bool(self.api.get_json(path, user=u)["ready"]), users)
         for out in outs:
             if isinstance(out, SecembError):
                 raise out

@@ -61,11 +61,12 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
 
 def save_checkpoint(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     """Atomically write ``meta`` (JSON-able) and ``arrays`` to ``path``."""
-    if _META in arrays:
-        raise ValueError(f"array name {_META!r} is reserved")
+    for name in (_META, "file", "allow_pickle"):  # ours, and np.savez's own parameters
+        if name in arrays:
+            raise ValueError(f"array name {name!r} is reserved")
     buf = io.BytesIO()
     meta_arr = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
-    np.savez(buf, **{_META: meta_arr}, **arrays)
+    np.savez(buf, allow_pickle=False, **{_META: meta_arr}, **arrays)
     atomic_write(path, buf.getvalue())
 
 

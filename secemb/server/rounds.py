@@ -125,11 +125,13 @@ class Batcher:
                 results = self._fn([item for item, _ in batch])
             except BaseException as exc:  # noqa: BLE001 - handed to every caller
                 results = [exc] * len(batch)
-            for (_, fut), res in zip(batch, results):
+            for (_, fut), res in zip(batch, results, strict=True):
                 fut.set_result(res)
 
 
-def by_round(fn: Callable[[int, list[tuple[int, bytes]]], list[Any]]) -> Callable[[list[tuple[int, int, bytes]]], list[Any]]:
+def by_round(
+    fn: Callable[[int, list[tuple[int, bytes]]], list[Any]],
+) -> Callable[[list[tuple[int, int, bytes]]], list[Any]]:
     """Adapt ``fn(round_id, [(user, body)]) -> results`` to a :class:`Batcher` of
     ``(round_id, user, body)`` items (one call per round id present)."""
 
@@ -139,7 +141,7 @@ def by_round(fn: Callable[[int, list[tuple[int, bytes]]], list[Any]]) -> Callabl
         for i, (r, _, _) in enumerate(items):
             rounds.setdefault(r, []).append(i)
         for r, where in rounds.items():
-            for i, res in zip(where, fn(r, [(items[i][1], items[i][2]) for i in where])):
+            for i, res in zip(where, fn(r, [(items[i][1], items[i][2]) for i in where]), strict=True):
                 out[i] = res
         return out
 

@@ -112,7 +112,7 @@ def init_pki(directory: str | os.PathLike, hosts: Sequence[Sequence[str]]) -> Tl
         raise InvalidParameters(f"{files.ca} exists: refusing to replace a CA (use a fresh directory)")
     files.root.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(files.root, 0o700)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     not_before, not_after = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=_VALID_DAYS)
 
     def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:

@@ -138,7 +138,8 @@ class LocalCluster:
         parties = (0, 1) if party is None else (party,)
         for p in parties:
             with self._lock:
-                if self.procs[p] is None or self.procs[p].poll() is not None:
+                proc = self.procs[p]
+                if proc is None or proc.poll() is not None:
                     self.procs[p] = self._spawn(p)
         for p in parties:
             self.wait_ready(p, timeout=timeout)

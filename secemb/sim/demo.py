@@ -2,8 +2,8 @@
 server processes on 127.0.0.1 and simulated devices (:func:`run_networked_experiment`).
 
 The experiment is built by the same :func:`~secemb.training.builder.build_experiment` as
-:func:`secemb.training.run_experiment` (same preset, model and features, protocol, split), so the result document -- ``model_sha256`` included -- can
-be compared with an in-process run of the same experiment.
+:func:`secemb.training.run_experiment` (same preset, model and features, protocol, split), so the result
+document -- ``model_sha256`` included -- can be compared with an in-process run of the same experiment.
 """
 
 from __future__ import annotations

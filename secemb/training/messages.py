@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 _SHAPE = struct.Struct("<II")
-_RING = {32: np.dtype("<u4"), 64: np.dtype("<u8")}
+_RING: dict[int, np.dtype] = {32: np.dtype("<u4"), 64: np.dtype("<u8")}
 _F64 = np.dtype("<f8")
 _U64 = struct.Struct("<Q")
 

@@ -38,30 +38,9 @@ import httpx
 
 from secemb.errors import InvalidParameters
 from secemb.transport.errors import RemoteError, Unreachable
-from secemb.transport.signing import (
-    ALGORITHM,
-    HEADER_KEY_ID,
-    HEADER_NONCE,
-    HEADER_SIGNATURE,
-    HEADER_TIMESTAMP,
-    canonical_request,
-    sign_headers,
-    user_key,
-)
+from secemb.transport.signing import sign_headers
 
-__all__ = [
-    "ALGORITHM",
-    "HEADER_KEY_ID",
-    "HEADER_NONCE",
-    "HEADER_SIGNATURE",
-    "HEADER_TIMESTAMP",
-    "ApiClient",
-    "RemoteError",
-    "Unreachable",
-    "canonical_request",
-    "sign_headers",
-    "user_key",
-]
+__all__ = ["ApiClient"]
 
 OCTET = "application/octet-stream"
 
@@ -132,7 +111,7 @@ class ApiClient:
         elif body:
             headers["Content-Type"] = OCTET
         query = str(httpx.QueryParams(params or {}))
-        if self.key is not None:
+        if self.key_id is not None and self.key is not None:  # both or neither (__init__)
             headers.update(sign_headers(self.key_id, self.key, method, path, query, body))
         url = self.base_url + path + (f"?{query}" if query else "")
         try:

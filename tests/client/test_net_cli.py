@@ -171,19 +171,3 @@ def test_committed_openapi_is_the_servers_own():
     body = paths["/v1/rounds/{round_id}/upload"]["post"]["requestBody"]["content"]
     assert "application/octet-stream" in body
     assert set(committed["components"]["securitySchemes"]) == {"keyId", "timestamp", "nonce", "signature"}
-
-
-@pytest.mark.parametrize("model", ["fm"])
-def test_demo_network_trains_a_feature_model_like_train(tmp_path, model):
-    # regression (issue 11, defect 2): the servers could not build FM ('unexpected keyword argument
-    # l_x') nor load its item features; now they read the features file the demo writes
-    opts = ["--model", model, "--protocol", "plaintext", "--dim", "2", "--m-prime", "10", "--users-per-round", "500",
-            "--epochs", "1", "--quiet"]
-    r1 = runner.invoke(app, ["train", *opts, "--json-out", str(tmp_path / "inproc.json")])
-    assert r1.exit_code == 0, r1.output
-    r2 = runner.invoke(app, ["demo", "--network", *opts, "--concurrency", "16", "--json-out", str(tmp_path / "net.json")])
-    assert r2.exit_code == 0, r2.output
-    a = json.loads((tmp_path / "inproc.json").read_text())
-    b = json.loads((tmp_path / "net.json").read_text())
-    assert a["config"]["model"] == b["config"]["model"] == model
-    assert a["model_sha256"] == b["model_sha256"] and a["epochs"] == b["epochs"]

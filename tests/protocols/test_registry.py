@@ -8,7 +8,7 @@ import inspect
 import numpy as np
 import pytest
 
-from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols import (
     PROTOCOLS,
     Capabilities,
@@ -204,3 +204,21 @@ def test_direct_construction_checks_capabilities_too():
         SecEmbInitProtocol(layout="cuckoo")
     assert isinstance(SecEmbInitProtocol(server_eval=False), Protocol)
     assert np.isclose(get_protocol("secemb", layout="cuckoo", expansion=2).expansion, 2.0)
+
+
+@pytest.mark.parametrize("name", ["plaintext", "secemb", "secfedrec", "secemb-init", "grec", "svd"])
+def test_every_server_role_checks_its_party_and_refuses_a_round_that_does_not_follow(name):
+    # one server-role base (issue 11): the party check and increasing round ids for every role
+    proto = get_protocol(name, layout="full")
+    with pytest.raises(InvalidParameters, match="party must be 0 or 1"):
+        proto.make_server(2)
+    server = proto.make_server(1)
+    with pytest.raises(ProtocolError, match="no round in progress"):
+        server.aggregate_share()
+    rc = proto.round_config(3, 20, 5, 2, 4)
+    table = np.zeros((20, 5), np.uint32)
+    server.begin_round(rc, table)
+    for stale in (3, 2):
+        with pytest.raises(ProtocolError, match=f"round {stale} does not follow round 3"):
+            server.begin_round(proto.round_config(stale, 20, 5, 2, 4), table)
+    server.begin_round(proto.round_config(4, 20, 5, 2, 4), table)

@@ -10,7 +10,7 @@ import pytest
 
 from net_helpers import WAIT_S, cluster_for, dump_logs, setup, small_data
 from secemb.sim.coordinator import train_networked
-from secemb.transport.network import RemoteError
+from secemb.transport.errors import RemoteError
 
 
 @pytest.mark.parametrize("protocol,relay", [("secemb", False), ("secemb", True), ("plaintext", False)])

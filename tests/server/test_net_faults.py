@@ -14,7 +14,7 @@ import pytest
 from net_helpers import WAIT_S, cluster_for, dump_logs, setup, small_data
 from secemb.sim.coordinator import train_networked
 from secemb.training import train
-from secemb.transport.network import RemoteError
+from secemb.transport.errors import RemoteError
 
 
 def _run(relay: bool, faults: dict[int, str], *, before_round=None):

@@ -20,7 +20,9 @@ from secemb.training.local import distinct_items
 from secemb.data import by_user
 from secemb.protocols.placement import place
 from secemb.training import messages
-from secemb.transport.network import ApiClient, RemoteError, sign_headers
+from secemb.transport.errors import RemoteError
+from secemb.transport.network import ApiClient
+from secemb.transport.signing import sign_headers
 
 PARTICIPANTS = list(range(10))
 

@@ -16,7 +16,7 @@ from secemb.errors import InvalidParameters
 from secemb.server.auth import AuthError, Verifier
 from secemb.server.config import ServerConfig, config_document, load_config
 from secemb.server.persist import CorruptState, Journal, atomic_write, load_checkpoint, save_checkpoint
-from secemb.transport.network import canonical_request, sign_headers, user_key
+from secemb.transport.signing import canonical_request, sign_headers, user_key
 
 PEER, ADMIN, USERS = b"p" * 32, b"a" * 32, b"u" * 32
 
