@@ -17,7 +17,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def serve(
-        party: Annotated[int, typer.Option(min=0, max=1, help="Which server: 0 (leader) or 1.")],
+        party: Annotated[
+            int | None, typer.Option(min=0, max=1, help="Which server: 0 (leader) or 1 (default: the file's).")
+        ] = None,
         config: Annotated[
             Path | None, typer.Option(help="Configuration file (.toml or .json; docs/deployment.md).")
         ] = None,

@@ -43,7 +43,7 @@ def test_demo_network_json_equals_train_json(tmp_path):
     b = json.loads((tmp_path / "net.json").read_text())
     assert a["model_sha256"] == b["model_sha256"]
     assert set(a) == set(b) and a["config"] == b["config"] and a["epochs"] == b["epochs"] and a["comm"] == b["comm"]
-    assert "server 0 http://127.0.0.1:" in r2.output
+    assert "server 0 https://127.0.0.1:" in r2.output  # TLS by default
 
 
 def test_demo_bad_usage_exits_2():

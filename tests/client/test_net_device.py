@@ -20,7 +20,7 @@ from secemb.ring import FixedPoint
 def _info(**over):
     proto = get_protocol("secemb", layout="cuckoo")
     rc = proto.round_config(3, 40, 5, 1, 6)
-    doc = {"round_id": 3, "state": "open", "model_version": 1, "n_p": 4, "deadline_unix": 0.0,
+    doc = {"round_id": 3, "state": "open", "model_version": 1, "n_p": 4, "min_users": 2, "deadline_unix": 0.0,
            "config": rc.__dict__, "protocol": {"name": "secemb", "layout": "cuckoo", "relay": True,
                                                 "expansion": 1.25, "layout_seed": 0},
            "model": {"name": "mf", "hparams": {"dim": 4, "reg": 0.01, "init_std": 0.1}},
