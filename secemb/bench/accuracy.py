@@ -60,27 +60,22 @@ PAPER_TABLE3: dict[tuple[str, str], tuple[float, float, float]] = {
 }
 
 
-def _setup(model_name: str, dataset: str, seed: int, data_dir: Any = None) -> tuple[Any, Any, Any, Any]:
-    from secemb.data import load_dataset, train_test_split
-    from secemb.data.features import load_features
-    from secemb.models import get_model, get_preset, uses_features
+def _experiment(model_name: str, protocol: str, dataset: str, seed: int, data_dir: Any = None) -> Any:
+    """The harness's experiment: the model's preset and features, the 80/20 split, the full
+    layout; ``secemb`` is trained as its bit-identical plaintext twin (see the module
+    docstring), a lossy baseline with Table 10's rank (the experiment builder does all of it)."""
+    from secemb.training.experiment import Experiment
 
-    data = load_dataset(dataset, data_dir, seed=seed)
-    tr, te = train_test_split(data, 0.2, seed=seed)
-    feats = load_features(dataset, data_dir, num_users=data.num_users, num_items=data.num_items, seed=seed)
-    preset = get_preset(model_name, dataset.removeprefix("synthetic-"))
-    kw = {"features": feats} if uses_features(model_name) else {}
-    model = get_model(model_name, dim=preset.dim, reg=preset.reg, **kw)
-    return model, preset, tr, te
+    return Experiment(dataset=dataset, data_dir=data_dir, model=model_name,
+                      protocol="plaintext" if protocol == "secemb" else protocol, layout="full", relay=False,
+                      seed=seed)
 
 
-def _protocol(name: str, model: Any, dataset: str) -> Any:
-    from secemb.protocols import get_protocol
-    from secemb.protocols.lossy import lossy_options
+def _build(model_name: str, protocol: str, dataset: str, seed: int, data_dir: Any = None) -> Any:
+    """:func:`~secemb.training.builder.build_experiment` of :func:`_experiment`."""
+    from secemb.training.builder import build_experiment
 
-    if name == "secemb":
-        return get_protocol("plaintext", layout="full")
-    return get_protocol(name, **lossy_options(name, model, dataset.removeprefix("synthetic-")))
+    return build_experiment(_experiment(model_name, protocol, dataset, seed, data_dir))
 
 
 def split_held_out(held_out: Any, seed: int) -> tuple[Any, Any]:
@@ -104,18 +99,16 @@ def run_one(
     on_epoch: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
     """Train one configuration; return its result document (see module docstring)."""
-    from secemb.training.results import TrainConfig
+    from dataclasses import replace
+
     from secemb.training.loop import train
 
-    model, preset, tr, te = _setup(model_name, dataset, seed, data_dir)
-    test, val = split_held_out(te, seed)
-    proto = _protocol(protocol, model, dataset)
-    cfg = TrainConfig(
-        epochs=epochs, users_per_round=users_per_round, m_prime=min(m_prime, tr.num_items),
-        seed=seed, lr=preset.lr, rating_range=(float(tr.ratings.min()), float(tr.ratings.max())),
-    )
+    built = _build(model_name, protocol, dataset, seed, data_dir)
+    tr, proto = built.train_data, built.protocol
+    test, val = split_held_out(built.test_data, seed)
+    cfg = replace(built.config, epochs=epochs, users_per_round=users_per_round, m_prime=min(m_prime, tr.num_items))
     t0 = time.perf_counter()
-    res = train(model, proto, tr, test, cfg, on_epoch=on_epoch, val_data=val)
+    res = train(built.model, proto, tr, test, cfg, on_epoch=on_epoch, val_data=val)
     t_half = np.array([e.test_rmse for e in res.epochs])
     v_half = np.array([e.val_rmse for e in res.epochs])
     # RMSE on the whole 20 % split, exactly, from the mean squared errors of its two halves
@@ -123,8 +116,8 @@ def run_one(
     chosen = int(np.argmin(v_half))
     return {
         "model": model_name, "protocol": protocol, "trained_with": proto.name, "seed": seed,
-        "dataset": dataset, "epochs": epochs, "m_prime": cfg.m_prime, "lr": preset.lr, "reg": preset.reg,
-        "dim": preset.dim, "rmse_per_epoch": curve, "final_rmse": curve[-1], "best_rmse": min(curve),
+        "dataset": dataset, "epochs": epochs, "m_prime": cfg.m_prime, "lr": cfg.lr, "reg": built.extra_config["reg"],
+        "dim": built.extra_config["dim"], "rmse_per_epoch": curve, "final_rmse": curve[-1], "best_rmse": min(curve),
         "best_epoch": int(np.argmin(curve)) + 1,
         "test_half_per_epoch": t_half.tolist(), "val_half_per_epoch": v_half.tolist(),
         "selected_epoch": chosen + 1, "selected_rmse": float(t_half[chosen]),
@@ -139,19 +132,20 @@ def equivalence_check(
 ) -> dict[str, Any]:
     """Two rounds of ``secemb`` (full layout, ``verify=True``) and of ``plaintext`` on the first
     ``users`` users: the public models must be bit-identical (same SHA-256)."""
+    from dataclasses import replace
+
     from secemb.protocols import get_protocol
-    from secemb.training.results import TrainConfig
     from secemb.training.loop import train
 
-    model, preset, tr, _ = _setup(model_name, dataset, 0, data_dir)
-    sub = tr.subset(tr.users < users)
     shas = {}
     t0 = time.perf_counter()
     for name in ("secemb", "plaintext"):
-        model_b, *_ = _setup(model_name, dataset, 0, data_dir)
-        cfg = TrainConfig(epochs=1, users_per_round=max(1, users // 2), m_prime=min(200, tr.num_items),
-                          seed=0, lr=preset.lr, verify=(name == "secemb"), rating_range=(1.0, 5.0))
-        res = train(model_b, get_protocol(name, layout="full"), sub, None, cfg)
+        built = _build(model_name, "plaintext", dataset, 0, data_dir)  # a fresh model for each twin
+        tr = built.train_data
+        sub = tr.subset(tr.users < users)
+        cfg = replace(built.config, epochs=1, users_per_round=max(1, users // 2), m_prime=min(200, tr.num_items),
+                      verify=(name == "secemb"), rating_range=(1.0, 5.0))
+        res = train(built.model, get_protocol(name, layout="full"), sub, None, cfg)
         shas[name] = res.model_sha256
     return {"model": model_name, "rounds": 2, "sha256": shas, "identical": shas["secemb"] == shas["plaintext"],
             "wall_s": time.perf_counter() - t0}
@@ -180,10 +174,10 @@ def run(
     ``cached_only`` tabulates the runs already in ``<out>/runs`` and trains nothing.
     ``threads`` sets torch's intra-op threads (1: a device's step is small, and spinning
     threads only slow it down on a shared machine; ``None`` leaves torch's default)."""
-    from secemb.models import get_preset
+    from secemb.training.builder import experiment_hparams
 
     for m in models:  # a bad model name is reported before any data is read or run trained
-        get_preset(m, dataset.removeprefix("synthetic-"))
+        experiment_hparams(_experiment(m, "secemb", dataset, 0, data_dir))
     if threads is not None and not cached_only:
         import torch
 

@@ -1,5 +1,6 @@
 """Smoke tests of the paper-table benchmarks with tiny sizes (timings live in `secemb bench`)."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -47,16 +48,12 @@ def test_compute_user_ms_runs_every_protocol():
 def test_accuracy_harness_tiny(monkeypatch, tmp_path):
     from secemb.bench import accuracy
 
-    def fake_setup(model_name, dataset, seed, data_dir=None):
-        from secemb.data import train_test_split
-        from secemb.models import get_model, get_preset
+    real = accuracy._experiment
 
-        data = synthetic_like(20, 30, 300, seed=seed)
-        tr, te = train_test_split(data, 0.2, seed=seed)
-        kw = {"features": synthetic_features("ml-100k", 20, 30)} if model_name != "mf" else {}
-        return get_model(model_name, dim=12, **kw), get_preset(model_name, "ml-100k"), tr, te
+    def tiny(model_name, protocol, dataset, seed, data_dir=None):  # the harness's experiment, small
+        return dataclasses.replace(real(model_name, protocol, "synthetic-mini", seed, data_dir), dim=12)
 
-    monkeypatch.setattr(accuracy, "_setup", fake_setup)
+    monkeypatch.setattr(accuracy, "_experiment", tiny)
     s = accuracy.run(models=("mf", "fm"), protocols=("secemb", "colr"), seeds=(0, 1), epochs=2, out=tmp_path)
     assert {(r["model"], r["protocol"]) for r in s["rows"]} == {("mf", "secemb"), ("mf", "colr"), ("fm", "secemb"), ("fm", "colr")}
     assert all(c["identical"] for c in s["equivalence"])
