@@ -19,12 +19,12 @@ torch or crypto.
 from __future__ import annotations
 
 from secemb.metrics.evaluate import evaluate
-from secemb.metrics.ranking import hit_rate, ndcg, rank_next_items
+from secemb.metrics.ranking import hit_rate, ndcg, rank_next_items, recall
 from secemb.metrics.rating import mae, rmse
 from secemb.metrics.registry import Metric, Needs, available_metrics, get_metric, register_metric
 
 __all__ = ["SAMPLED_NEGATIVES", "Metric", "Needs", "available_metrics", "evaluate", "get_metric", "hit_rate", "mae",
-           "ndcg", "rank_next_items", "register_metric", "rmse"]
+           "ndcg", "rank_next_items", "recall", "register_metric", "rmse"]
 
 #: negatives beside each held-out item in the sampled ranking metrics (SASRec's protocol)
 SAMPLED_NEGATIVES = 100
@@ -33,6 +33,7 @@ register_metric("rmse", rmse)
 register_metric("mae", mae)
 register_metric("hr", hit_rate, needs="ranking", higher_is_better=True, at_k=True)
 register_metric("ndcg", ndcg, needs="ranking", higher_is_better=True, at_k=True)
+register_metric("recall", recall, needs="ranking", higher_is_better=True, at_k=True)
 register_metric("hr_sampled", hit_rate, needs="ranking", higher_is_better=True, at_k=True,
                 candidates=SAMPLED_NEGATIVES)
 register_metric("ndcg_sampled", ndcg, needs="ranking", higher_is_better=True, at_k=True,

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from secemb.data import RatingData
     from secemb.metrics.registry import Metric
 
-__all__ = ["NextItemScorer", "hit_rate", "ndcg", "popularity_scorer", "rank_next_items"]
+__all__ = ["NextItemScorer", "hit_rate", "ndcg", "popularity_scorer", "rank_next_items", "recall"]
 
 #: ``score(users int64 (n,), history int64 (n, L) item ids (-1 = padding), candidates int64 (n, c)
 #: or None) -> float64 (n, c)``, or (n, num_items) for ``None`` (the whole catalogue); e.g. a
@@ -56,6 +56,18 @@ def hit_rate(scores: np.ndarray, relevant: np.ndarray, *, k: int) -> float | Non
     if scores.shape[0] == 0:
         return None
     return float(_top_k(scores, relevant, k).any(axis=1).mean())
+
+
+def recall(scores: np.ndarray, relevant: np.ndarray, *, k: int) -> float | None:
+    """Recall@k: the share of each row's relevant candidates among its k best scores,
+    averaged over rows (with one relevant item per row, as in leave-one-out, it equals HR@k).
+
+    ``scores``: float64 (n, c); ``relevant``: bool (n, c), at least one True per row.
+    ``None`` when ``n == 0``.
+    """
+    if scores.shape[0] == 0:
+        return None
+    return float(np.mean(_top_k(scores, relevant, k).sum(axis=1) / relevant.sum(axis=1)))
 
 
 def ndcg(scores: np.ndarray, relevant: np.ndarray, *, k: int) -> float | None:

@@ -111,3 +111,17 @@ def test_evaluate_refuses_metrics_it_cannot_feed(scratch_registry):
         evaluate(model, table, dense, params, data, ["rmse", "hits@5"], rating_range=(1, 5), context=data)
     with pytest.raises(InvalidParameters, match="unknown metric"):
         evaluate(model, table, dense, params, data, ["rmsee"], rating_range=(1, 5))
+
+
+def test_recall_at_k_counts_the_share_of_relevant_items_in_the_top_k():
+    from secemb.metrics import get_metric
+
+    scores = np.array([[0.9, 0.8, 0.1, 0.7], [0.1, 0.2, 0.3, 0.4]])
+    relevant = np.array([[True, False, True, False], [False, False, False, True]])
+    # row 0: top-2 = items 0, 1 -> 1 of its 2 relevant; row 1: top-2 = items 3, 2 -> 1 of 1
+    assert get_metric("recall@2")(scores, relevant) == pytest.approx((0.5 + 1.0) / 2)
+    # k = 4: everything retrieved
+    assert get_metric("recall@4")(scores, relevant) == 1.0
+    # one relevant item a row: recall@k is HR@k
+    one = np.array([[False, True, False, False], [False, False, False, True]])
+    assert get_metric("recall@1")(scores, one) == get_metric("hr@1")(scores, one) == 0.5
