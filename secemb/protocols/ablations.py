@@ -23,10 +23,12 @@ is then zero.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from secemb import fss
-from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError
+from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss.fused import retrieve_and_prepare
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import check_user, users_bytes
@@ -208,8 +210,8 @@ class _AblationServer(ServerRole):
         self._requested: set[int] = set()
         self._uploaded: dict[int, memoryview] = {}  # user -> upload body, until the round closes
 
-    def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
-        cfg = self._cfg()
+    def _answer(self, cfg: RoundConfig, user_id: int, message: bytes) -> bytes:
+        """One user's PIR answer over the whole table; changes no state."""
         user_id = check_user(user_id)
         if user_id in self._requested:
             raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
@@ -217,8 +219,40 @@ class _AblationServer(ServerRole):
         keys = parse_keys(body, self.party, domain=cfg.num_items, count=cfg.m_prime, width=1,
                           ring_bits=cfg.ring_bits, what="retrieval_request")
         answers = fss.eval_full_dot(keys, self.party, self._table)
-        self._requested.add(user_id)
         return frame(self.protocol, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
+
+    def evaluate_retrieval_many(
+        self, requests: list[tuple[int, bytes]]
+    ) -> Callable[[], list[bytes | None | SecembError]]:
+        """The full-domain PIR answers are computed here (a server runs this outside its lock);
+        ``commit()`` only records who retrieved."""
+        cfg = self._cfg()
+        outs: list[bytes | SecembError] = []
+        for user, message in requests:
+            try:
+                outs.append(self._answer(cfg, user, message))
+            except SecembError as exc:  # a rejected request yields its error in its place
+                outs.append(exc)
+
+        def commit() -> list[bytes | None | SecembError]:
+            if self.config is not cfg:
+                raise ProtocolError(f"round {cfg.round_id} changed while its retrievals were evaluated")
+            results: list[bytes | None | SecembError] = []
+            for (user, _), out in zip(requests, outs, strict=True):
+                if isinstance(out, bytes) and user in self._requested:  # twice in one batch
+                    out = ProtocolError(f"user {user} already retrieved in round {cfg.round_id}")
+                if isinstance(out, bytes):
+                    self._requested.add(user)
+                results.append(out)
+            return results
+
+        return commit
+
+    def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
+        out = self.evaluate_retrieval_many([(user_id, message)])()[0]
+        if not isinstance(out, bytes):
+            raise out if isinstance(out, SecembError) else ProtocolError("no retrieval reply")
+        return out
 
     def handle_upload(self, user_id: int, message: bytes) -> None:
         cfg = self._cfg()
