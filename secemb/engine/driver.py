@@ -41,7 +41,6 @@ from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.data import RatingData, by_user, concat
 from secemb.engine.links import AdminLink
 from secemb.engine.settings import dp_plan_of, rating_range_of
-from secemb.engine.stages import RETRIEVAL
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
 from secemb.models.base import RecModel, StepResult
@@ -82,10 +81,9 @@ class DevicePhase(TypingProtocol):
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``[fn(x) for x in items]``, possibly concurrently, in order."""
 
-    def retrieve(self, round_id: int, sessions: Sequence[RoundSession], plan_parties: tuple[int, ...]) -> list[
-            BaseException | None]:
-        """Send every session's retrieval requests, in ``plan_parties`` order, and hand each
-        its replies; per session, the error that stopped it (else ``None``)."""
+    def retrieve(self, sessions: Sequence[RoundSession]) -> list[BaseException | None]:
+        """Send the sessions' retrieval requests (each in its protocol's plan order) and hand
+        each its replies; per session, the error that stopped it (else ``None``)."""
 
 
 @dataclass
@@ -235,7 +233,6 @@ def run(
     rating_range = rating_range_of(train_data, cfg)
     admin0, admin1 = servers.admin
     wait_s = servers.wait_s
-    plan = protocol.plan()
     dp = dp_plan_of(model, protocol, train_data, cfg)
     if dp is not None and cfg.verify:
         raise InvalidParameters("verify compares the model with the noiseless sums: it cannot run with DP")
@@ -341,7 +338,7 @@ def run(
     def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
         sessions = servers.phase.map(lambda d: prepare(d, info), devs)
         live = [(d, s) for d, s in zip(devs, sessions, strict=True) if s is not None]
-        errors = servers.phase.retrieve(info.round_id, [s for _, s in live], plan.device_sends(RETRIEVAL))
+        errors = servers.phase.retrieve([s for _, s in live])
         for (d, _), err in zip(live, errors, strict=True):
             if err is not None:
                 d.error = err

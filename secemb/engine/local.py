@@ -208,20 +208,24 @@ class _BatchedPhase:
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return [fn(x) for x in items]
 
-    def retrieve(self, round_id: int, sessions: Sequence[RoundSession],
-                 plan_parties: tuple[int, ...]) -> list[BaseException | None]:
+    def retrieve(self, sessions: Sequence[RoundSession]) -> list[BaseException | None]:
         errors: list[BaseException | None] = [None] * len(sessions)
-        for party in plan_parties:
-            todo = [i for i in range(len(sessions)) if errors[i] is None]
-            links = [sessions[i].client.links[party] for i in todo]
-            items = [(link.user, link._up(sessions[i].request_for(party), RETRIEVAL))  # type: ignore[attr-defined]
-                     for i, link in zip(todo, links, strict=True)]
+        if not sessions:
+            return errors
+        tp, round_id = self.servers.tp, sessions[0].rc.round_id
+        for party in sessions[0].plan.device_sends(RETRIEVAL):
+            todo = [i for i, err in enumerate(errors) if err is None]
+            users = [user_endpoint(sessions[i].client.user_id) for i in todo]
+            items = [(sessions[i].client.user_id,
+                      _carry(tp, me, _NAMES[party], sessions[i].request_for(party), RETRIEVAL))
+                     for i, me in zip(todo, users, strict=True)]
             outs = self.servers.nodes[party].retrieval_many(round_id, items)
-            for i, link, out in zip(todo, links, outs, strict=True):
+            for i, me, out in zip(todo, users, outs, strict=True):
                 if isinstance(out, BaseException):
                     errors[i] = out
                 else:
-                    sessions[i].accept_reply(party, None if out is None else link._down(out, RETRIEVAL))  # type: ignore[attr-defined]
+                    reply = None if out is None else _carry(tp, _NAMES[party], me, out, RETRIEVAL)
+                    sessions[i].accept_reply(party, reply)
         return errors
 
 

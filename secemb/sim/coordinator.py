@@ -60,8 +60,7 @@ class _ThreadPhase:
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return list(self.pool.map(fn, items))
 
-    def retrieve(self, round_id: int, sessions: Sequence[RoundSession],
-                 plan_parties: tuple[int, ...]) -> list[BaseException | None]:
+    def retrieve(self, sessions: Sequence[RoundSession]) -> list[BaseException | None]:
         def one(session: RoundSession) -> BaseException | None:
             try:
                 session.send_requests()
