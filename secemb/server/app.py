@@ -22,13 +22,13 @@ message bytes of ``docs/wire-format.md``; control messages are JSON.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BeforeValidator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -37,6 +37,7 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, Sece
 from secemb.server.auth import AuthError, Forbidden, Principal, Verifier
 from secemb.server.errors import NotFound, PeerUnavailable
 from secemb.server.node import FollowerNode, LeaderNode, Node
+from secemb.server.parsing import PayloadTooLarge, ascii_int, json_object
 from secemb.server.tls import PEER_CN_SCOPE_KEY
 from secemb.training import messages
 
@@ -45,10 +46,17 @@ __all__ = ["create_app", "PayloadTooLarge"]
 OCTET = "application/octet-stream"
 USER, ADMIN, PEER = "user", "admin", "peer"
 _JSON_LIMIT = 64 * 1024
+#: no body or round id reaches 2**63
+_INT_END = 2**63
 
 
-class PayloadTooLarge(SecembError):
-    """The body exceeds the endpoint's limit (HTTP 413)."""
+def _round_id(raw: object) -> object:
+    """The ``round_id`` path parameter in ASCII digits (pydantic alone also reads ``1_0``,
+    ``+1`` and surrounding blanks); its ``InvalidParameters`` is a ``ValueError``, so 422."""
+    return ascii_int(raw, "path parameter round_id", -_INT_END, _INT_END) if isinstance(raw, str) else raw
+
+
+RoundId = Annotated[int, BeforeValidator(_round_id)]
 
 
 _STATUS: list[tuple[type[BaseException], int, str]] = [
@@ -117,10 +125,9 @@ def _limit_json(node: Node) -> int:
 async def _read_body(request: Request, limit: int) -> bytes:
     cl = request.headers.get("content-length")
     if cl is not None:
-        if not cl.isdigit():
-            raise InvalidMessage("malformed Content-Length")
-        if int(cl) > limit:
-            raise PayloadTooLarge(f"body of {int(cl)} bytes exceeds this endpoint's limit of {limit} bytes")
+        size = ascii_int(cl, "header Content-Length", 0, _INT_END, InvalidMessage)
+        if size > limit:
+            raise PayloadTooLarge(f"body of {size} bytes exceeds this endpoint's limit of {limit} bytes")
     chunks, n = [], 0
     async for chunk in request.stream():
         n += len(chunk)
@@ -130,23 +137,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _parse_json(body: bytes) -> Any:
-    if not body:
-        return {}
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidMessage("body is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise InvalidMessage("JSON body must be an object")
-    return doc
-
-
 def _user_param(request: Request, node: Node) -> int:
-    raw = request.query_params.get("user")
-    if raw is None or not raw.isdigit() or len(raw) > 19 or int(raw) >= node.cfg.num_users:
-        raise InvalidParameters(f"query parameter user must be an id in [0, {node.cfg.num_users})")
-    return int(raw)
+    """The ``user`` query parameter: a user id in ``[0, num_users)`` in ASCII digits (422 otherwise)."""
+    return ascii_int(request.query_params.get("user"), "query parameter user", 0, node.cfg.num_users)
 
 
 def _as_party(node: Node, cls: type[Any], what: str) -> Any:
@@ -239,27 +232,27 @@ def create_app(node: Node) -> FastAPI:
               summary="Retrieval request -> retrieval reply (204 for server 1 with relay)",
               responses=_ERRORS | {200: _BIN_RESPONSE, 204: {"description": "accepted, no reply (relay, server 1)"}},
               openapi_extra=_binary("retrieval_request protocol message") | {"security": _SECURITY})
-    async def post_retrieval(round_id: int, request: Request) -> Response:
+    async def post_retrieval(round_id: RoundId, request: Request) -> Response:
         p, body = await authed(request, (USER,), _limit_message(node, "retrieval_request"))
         return binary(await call(node.retrieval, round_id, p.user_id, body))
 
     @app.get("/v1/rounds/{round_id}/dense", tags=["device"],
              summary="Server 0: the round's dense vector (DENSE message)",
              responses=_ERRORS | {200: _BIN_RESPONSE}, openapi_extra={"security": _SECURITY})
-    async def get_dense(round_id: int, request: Request) -> Response:
+    async def get_dense(round_id: RoundId, request: Request) -> Response:
         await authed(request, (USER, ADMIN), 0)
         return binary(await call(leader("the dense vector").dense_message, round_id))
 
     @app.post("/v1/rounds/{round_id}/upload", tags=["device"], status_code=204, summary="Upload (aggregation message)",
               responses=_ERRORS, openapi_extra=_binary("upload protocol message") | {"security": _SECURITY})
-    async def post_upload(round_id: int, request: Request) -> Response:
+    async def post_upload(round_id: RoundId, request: Request) -> Response:
         p, body = await authed(request, (USER,), _limit_message(node, "upload"))
         await call(node.upload, round_id, p.user_id, body)
         return Response(status_code=204)
 
     @app.get("/v1/rounds/{round_id}/status", tags=["device"],
              summary="Outcome of a round (device: whether it was included; operator: the included ids)", **common)
-    async def get_round_status(round_id: int, request: Request) -> JSONResponse:
+    async def get_round_status(round_id: RoundId, request: Request) -> JSONResponse:
         p, _ = await authed(request, (USER, ADMIN, PEER), 0)
         return JSONResponse(await call(node.round_status, round_id, p.user_id))
 
@@ -279,7 +272,7 @@ def create_app(node: Node) -> FastAPI:
               responses=_ERRORS, openapi_extra=_json_body(_USERS_BODY, False) | {"security": _SECURITY})
     async def admin_count_open(request: Request) -> JSONResponse:
         _, body = await authed(request, (ADMIN,), _limit_json(node))
-        doc = _parse_json(body)
+        doc = json_object(body, _limit_json(node))
         return JSONResponse(await call(leader("opening the count phase").count_open, doc.get("users")))
 
     @app.post("/v1/admin/count/close", tags=["admin"], summary="Server 0: open the mean count, fix m'", **common)
@@ -293,7 +286,7 @@ def create_app(node: Node) -> FastAPI:
                   "quorum": {"type": "integer"}, "min_users": {"type": "integer"}}}) | {"security": _SECURITY})
     async def admin_open_round(request: Request) -> JSONResponse:
         _, body = await authed(request, (ADMIN,), _limit_json(node))
-        doc = _parse_json(body)
+        doc = json_object(body, _limit_json(node))
         unknown = set(doc) - {"participants", "n_p", "deadline_s", "quorum", "min_users"}
         if unknown:
             raise InvalidParameters(f"unknown field(s) {sorted(unknown)}")
@@ -301,7 +294,7 @@ def create_app(node: Node) -> FastAPI:
 
     @app.post("/v1/admin/rounds/{round_id}/close", tags=["admin"], summary="Server 0: close a round now; its outcome",
               **common)
-    async def admin_close_round(round_id: int, request: Request) -> JSONResponse:
+    async def admin_close_round(round_id: RoundId, request: Request) -> JSONResponse:
         await authed(request, (ADMIN,), _limit_json(node))
         return JSONResponse(await call(leader("closing rounds").close_round, round_id))
 
@@ -315,7 +308,7 @@ def create_app(node: Node) -> FastAPI:
               openapi_extra=_json_body(_USERS_BODY, False) | {"security": _SECURITY})
     async def peer_count_open(request: Request) -> JSONResponse:
         _, body = await authed(request, (PEER,), _limit_json(node))
-        doc = _parse_json(body)
+        doc = json_object(body, _limit_json(node))
         return JSONResponse(await call(follower("the peer count phase").peer_count_open, doc.get("users")))
 
     @app.post("/v1/peer/count/close", tags=["peer"], summary="Freeze the count phase; the users it holds", **common)
@@ -329,20 +322,20 @@ def create_app(node: Node) -> FastAPI:
               | {"security": _SECURITY})
     async def peer_count_share(request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_json(node))
-        include = _ids(_parse_json(body), "include", node)
+        include = _ids(json_object(body, _limit_json(node)), "include", node)
         return binary(await call(follower("the peer count phase").peer_count_share, include))
 
     @app.post("/v1/peer/rounds", tags=["peer"], summary="Mirror the round server 0 opened", responses=_ERRORS,
               openapi_extra=_json_body({"type": "object"}) | {"security": _SECURITY})
     async def peer_open(request: Request) -> JSONResponse:
         _, body = await authed(request, (PEER,), _limit_json(node))
-        return JSONResponse(await call(follower("peer round opening").peer_open, _parse_json(body)))
+        return JSONResponse(await call(follower("peer round opening").peer_open, json_object(body, _limit_json(node))))
 
     @app.get("/v1/peer/rounds/{round_id}/ready", tags=["peer"],
              summary="Relay: whether a device sent its roots to server 1 (checked before server 0 evaluates)",
              responses=_ERRORS, openapi_extra={"security": _SECURITY, "parameters": [
                  {"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
-    async def peer_ready(round_id: int, request: Request) -> JSONResponse:
+    async def peer_ready(round_id: RoundId, request: Request) -> JSONResponse:
         await authed(request, (PEER,), 0)
         return JSONResponse(await call(follower("relay readiness").peer_ready, round_id, _user_param(request, node)))
 
@@ -351,7 +344,7 @@ def create_app(node: Node) -> FastAPI:
               responses=_ERRORS | {200: _BIN_RESPONSE},
               openapi_extra=_binary("relay_keys protocol message") | {"security": _SECURITY,
                   "parameters": [{"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
-    async def peer_relay_retrieval(round_id: int, request: Request) -> Response:
+    async def peer_relay_retrieval(round_id: RoundId, request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_message(node, "relay_keys"))
         relay = follower("relay retrieval").peer_relay_retrieval
         return binary(await call(relay, round_id, _user_param(request, node), body))
@@ -360,14 +353,14 @@ def create_app(node: Node) -> FastAPI:
               summary="Relay: absorb forwarded correction words (relay_upload)", responses=_ERRORS,
               openapi_extra=_binary("relay_upload protocol message") | {"security": _SECURITY,
                   "parameters": [{"name": "user", "in": "query", "required": True, "schema": {"type": "integer"}}]})
-    async def peer_relay_upload(round_id: int, request: Request) -> Response:
+    async def peer_relay_upload(round_id: RoundId, request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_message(node, "relay_upload"))
         await call(follower("relay upload").peer_relay_upload, round_id, _user_param(request, node), body)
         return Response(status_code=204)
 
     @app.post("/v1/peer/rounds/{round_id}/close", tags=["peer"], summary="Stop taking uploads; the users absorbed",
               **common)
-    async def peer_close(round_id: int, request: Request) -> JSONResponse:
+    async def peer_close(round_id: RoundId, request: Request) -> JSONResponse:
         await authed(request, (PEER,), _limit_json(node))
         return JSONResponse(await call(follower("peer close").peer_close, round_id))
 
@@ -376,16 +369,16 @@ def create_app(node: Node) -> FastAPI:
               responses=_ERRORS | {200: _BIN_RESPONSE},
               openapi_extra=_json_body({"type": "object", "properties": {"include": _IDS}, "required": ["include"]})
               | {"security": _SECURITY})
-    async def peer_share(round_id: int, request: Request) -> Response:
+    async def peer_share(round_id: RoundId, request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_json(node))
-        include = _ids(_parse_json(body), "include", node)
+        include = _ids(json_object(body, _limit_json(node)), "include", node)
         return binary(await call(follower("peer share").peer_share, round_id, include))
 
     @app.post("/v1/peer/rounds/{round_id}/abort", tags=["peer"], status_code=204, summary="Abort a round",
               **common)
-    async def peer_abort(round_id: int, request: Request) -> Response:
+    async def peer_abort(round_id: RoundId, request: Request) -> Response:
         _, body = await authed(request, (PEER,), _limit_json(node))
-        reason = str(_parse_json(body).get("reason", ""))[:500]
+        reason = str(json_object(body, _limit_json(node)).get("reason", ""))[:500]
         await call(follower("peer abort").peer_abort, round_id, reason)
         return Response(status_code=204)
 
@@ -394,13 +387,7 @@ def create_app(node: Node) -> FastAPI:
                   "parameters": [{"name": "round", "in": "query", "required": True, "schema": {"type": "integer"}}]})
     async def peer_model(request: Request) -> JSONResponse:
         _, body = await authed(request, (PEER,), _limit_model(node))
-        raw = request.query_params.get("round", "")
-        try:
-            r = int(raw)
-        except ValueError:
-            raise InvalidParameters("query parameter round must be an integer") from None
-        if not -1 <= r < 2**63:
-            raise InvalidParameters("query parameter round is out of range")
+        r = ascii_int(request.query_params.get("round"), "query parameter round", -1, _INT_END)
         return JSONResponse(await call(follower("model sync").peer_model, body, r))
 
     def custom_openapi() -> dict[str, Any]:

@@ -6,7 +6,9 @@ devices."""
 from __future__ import annotations
 
 import json
+import re
 import time
+from urllib.parse import quote
 
 import httpx
 import numpy as np
@@ -158,7 +160,25 @@ _JSON_DOCS = st.one_of(
     st.dictionaries(st.sampled_from(["participants", "n_p", "deadline_s", "quorum", "min_users", "include", "users",
                                      "config", "round_id", "model_version", "fingerprint", "x"]), _JSON, max_size=6),
     _JSON,
-).map(lambda d: json.dumps(d, allow_nan=True).encode()) | st.binary(max_size=256)
+).map(lambda d: json.dumps(d, allow_nan=True).encode()) | st.binary(max_size=256) | st.one_of(
+    # finding 5: nesting far past the decoder's recursion limit, bare or inside a valid field
+    st.tuples(st.integers(33, 60_000), st.sampled_from([b"[", b'{"a":', b'[{"x":'])).map(lambda t: t[1] * t[0]),
+    st.integers(33, 20_000).map(lambda n: b'{"include": ' + b"[" * n + b"]" * n + b"}"),
+)
+
+#: finding 5: numerals that are not canonical ASCII integers (superscript, fullwidth,
+#: Arabic-Indic digits, separators, signs, blanks, leading zeros, 20 digits), percent-encoded
+_BAD_NUMERALS = ["%C2%B2", "%C2%B9", "%EF%BC%91", "%D9%A3", "1_0", "+1", "%201", "1%20", "01", "-", "1e3", "0x1",
+                 "9" * 20, "%C2%B2" * 3, "1%C2%B2"]
+_CANONICAL = re.compile(r"0|-?[1-9][0-9]{0,18}")
+#: numerals no request may be accepted with: non-canonical ones, and integers outside every
+#: id's domain (so that a fuzzed request can never, say, relay a participant's upload)
+_NUMERALS = st.one_of(
+    st.sampled_from(_BAD_NUMERALS),
+    st.text(st.characters(categories=["Nd", "No"]), min_size=1, max_size=4)
+    .filter(lambda t: not _CANONICAL.fullmatch(t)).map(lambda t: quote(t, safe="")),
+    st.integers(-2**70, 2**70).filter(lambda n: not -2 <= n < 10**6).map(str),
+)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
@@ -175,6 +195,85 @@ def test_fuzzed_bodies_never_cause_5xx_or_state_changes(world, data):
         assert sample in ("q0", "q1", "up0", "count") or body == w.samples.get(sample), (path, resp.status_code)
         assert len(body) == len(w.samples[sample])
     _check_rejected(w, resp, before)
+
+
+def _integer_positions(w: World, x: str) -> list[tuple[int, str, str, str, str]]:
+    """(party, method, path, signer, sample) with ``x`` in every integer position of a URL: the
+    ``round_id`` path parameter, the ``user`` and ``round`` query parameters."""
+    r = w.r
+    return [
+        (0, "POST", f"/v1/rounds/{x}/retrieval", "user:4", "q0"),
+        (1, "POST", f"/v1/rounds/{x}/upload", "user:7", "up1"),
+        (0, "GET", f"/v1/rounds/{x}/status", "user:4", ""),
+        (1, "POST", f"/v1/peer/rounds/{x}/share", "server0", "json"),
+        (1, "GET", f"/v1/peer/rounds/{r}/ready?user={x}", "server0", ""),
+        (1, "POST", f"/v1/peer/rounds/{r}/relay-retrieval?user={x}", "server0", "relay_keys"),
+        (1, "POST", f"/v1/peer/rounds/{r}/relay-upload?user={x}", "server0", "relay_upload"),
+        (1, "POST", f"/v1/peer/model?round={x}", "server0", "model"),
+    ]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fuzzed_integers_never_cause_5xx_or_state_changes(world, data):
+    w = world
+    x = data.draw(_NUMERALS)
+    party, method, path, signer, sample = data.draw(st.sampled_from(_integer_positions(w, x)))
+    before = w.snapshot()
+    resp = _send(w, party, method, path, b'{"include": []}' if sample == "json" else w.samples.get(sample, b""), signer)
+    assert 400 <= resp.status_code < 500, (path, resp.status_code, resp.text)
+    _check_rejected(w, resp, before)
+
+
+def test_finding5_deeply_nested_json_is_a_4xx_on_every_json_endpoint(world):
+    w = world
+    r = w.r
+    before = w.snapshot()
+    for party, path, signer in [(0, "/v1/admin/rounds", "admin"), (0, "/v1/admin/count/open", "admin"),
+                                (1, "/v1/peer/count/open", "server0"), (1, "/v1/peer/count/share", "server0"),
+                                (1, "/v1/peer/rounds", "server0"), (1, f"/v1/peer/rounds/{r}/share", "server0"),
+                                (1, f"/v1/peer/rounds/{r}/abort", "server0")]:
+        resp = _send(w, party, "POST", path, b"[" * 100_000, signer)  # beyond the JSON body limit
+        assert resp.status_code == 413, (path, resp.text)
+        _check_rejected(w, resp, before)
+        for body in (b"[" * 60_000, b'{"include": ' + b"[" * 5000 + b"]" * 5000 + b"}"):  # within it
+            resp = _send(w, party, "POST", path, body, signer)
+            assert resp.status_code == 400 and "nests deeper" in resp.json()["detail"], (path, resp.text)
+            _check_rejected(w, resp, before)
+
+
+def test_finding5_user_query_parameter_isdigit_but_not_int_is_a_422(world):
+    w = world
+    before = w.snapshot()
+    path = f"/v1/peer/rounds/{w.r}/relay-retrieval?user=%C2%B2"
+    resp = _send(w, 1, "POST", path, w.samples["relay_keys"], "server0")
+    assert resp.status_code == 422 and "query parameter user" in resp.json()["detail"], resp.text
+    _check_rejected(w, resp, before)
+
+
+@pytest.mark.parametrize("x", _BAD_NUMERALS)
+def test_finding5_superscript_and_fullwidth_digits_in_every_integer_position_are_a_4xx(world, x):
+    w = world
+    before = w.snapshot()
+    for party, method, path, signer, sample in _integer_positions(w, x):
+        body = b'{"include": [0]}' if sample == "json" else w.samples.get(sample, b"")
+        resp = _send(w, party, method, path, body, signer)
+        assert resp.status_code == 422, (path, resp.status_code, resp.text)
+        _check_rejected(w, resp, before)
+
+
+def test_finding5_superscript_and_fullwidth_digits_in_integer_headers_are_a_401(world):
+    w = world
+    before = w.snapshot()
+    p, body = "/v1/count", w.samples["count"]
+    good = sign_headers("user:5", _key(w, 0, "user:5"), "POST", p, "", body)
+    ts = good["X-Secemb-Timestamp"].encode()
+    # the server reads header bytes as Latin-1: b"\xb2" is the superscript two
+    for raw in (b"\xb2", "\uff11\uff12".encode(), "\u0663".encode(), b"1_0", b"+1", b"01", ts + b"\xb2"):
+        for headers in ({**good, "X-Secemb-Timestamp": raw}, {**good, "X-Secemb-Key-Id": b"user:" + raw}):
+            resp = _send(w, 0, "POST", p, body, None, headers)
+            assert resp.status_code == 401, (headers, resp.text)
+            _check_rejected(w, resp, before)
 
 
 @pytest.mark.parametrize("idx", range(14))

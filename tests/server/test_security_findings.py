@@ -168,3 +168,18 @@ def test_finding1_no_tls_by_default_cluster_traffic_is_verified_tls_and_peers_mu
         assert (cluster.config_paths[0].stat().st_mode & 0o777) == 0o600
         assert (cluster.workdir.stat().st_mode & 0o777) == 0o700
         assert (cluster.pki.key(0).stat().st_mode & 0o777) == 0o600
+
+
+# ---------------------------------------------------------------- finding 5: bad input is a 4xx, never a 500
+def test_finding5_content_length_isdigit_but_not_int_is_a_400(tmp_path):
+    """``Content-Length: ²`` (byte 0xB2, Latin-1) reaches the app only in process: HTTP servers
+    drop it first.  It passes ``isdigit()`` and fails ``int()``; strict parsing answers 400."""
+    node = make_node(_cfg(0, tmp_path), peer=_servers().nodes[0].peer, store=MemoryStore(0, "f"),
+                     start_threads=False)
+    client = TestClient(create_app(node), raise_server_exceptions=False)
+    before = node.status()
+    headers = sign_headers("admin", ADMIN, "POST", "/v1/admin/rounds", "", b"{}")
+    for cl in (b"\xb2", "\uff12".encode(), b"1_0", b" 2"):
+        resp = client.post("/v1/admin/rounds", content=b"{}", headers={**headers, "Content-Length": cl})
+        assert resp.status_code == 400 and "Content-Length" in resp.json()["detail"], (cl, resp.text)
+    assert node.status() == before
