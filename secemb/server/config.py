@@ -26,15 +26,15 @@ sections or keys are errors, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import math
 import os
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError,
+                      ValidationInfo, field_validator, model_validator)
 
 from secemb.errors import InvalidParameters
 
@@ -129,118 +129,138 @@ def _secret(name: str, value: Any) -> bytes:
     return raw
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    """Everything a server process needs (validated on creation)."""
+# numbers: an int stays an int (the fingerprint hashes the value as given), bools are refused
+_Number = StrictInt | StrictFloat
+_PositiveNumber = Annotated[StrictInt, Field(gt=0)] | Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False)]
+_NonNegativeNumber = Annotated[StrictInt, Field(ge=0)] | Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False)]
 
-    party: int
-    peer_url: str
-    state_dir: Path
-    peer_secret: bytes = field(repr=False)
-    admin_secret: bytes = field(repr=False)
-    user_secret: bytes = field(repr=False)
-    num_items: int = 0
-    num_users: int = 0
-    host: str = "127.0.0.1"
-    port: int = 8700
-    auth_window_s: float = 120.0
-    peer_timeout_s: float = 60.0
-    max_body_bytes: int = 256 * 2**20
+
+def _invalid(exc: ValidationError, data: dict[str, Any]) -> Exception:
+    """The one translation of pydantic's :class:`ValidationError` into secemb's errors.
+
+    An exception a validator raised (the secrets' rules, a cross-field check, the protocol,
+    model, optimiser or ring refusing a value) comes back as itself; a missing or unexpected
+    keyword is a :class:`TypeError`, as for any call; any other failure is an
+    :class:`InvalidParameters` naming the field, what it must be (its ``description``) and
+    what it got."""
+    err = exc.errors()[0]
+    cause = err.get("ctx", {}).get("error")
+    if isinstance(cause, Exception):
+        return cause
+    name = str(err["loc"][0]) if err["loc"] else ""
+    if err["type"] == "missing":
+        return TypeError(f"ServerConfig() missing required argument: {name!r}")
+    if err["type"] == "extra_forbidden":
+        return TypeError(f"ServerConfig() got an unexpected keyword argument {name!r}")
+    got = data[name] if name in data else err["input"]
+    info = ServerConfig.model_fields.get(name)
+    expected = info.description if info is not None and info.description else err["msg"]
+    return InvalidParameters(f"{name} must be {expected}, got {got!r}")
+
+
+class ServerConfig(BaseModel):
+    """Everything a server process needs (validated on creation; immutable).
+
+    Each field's ``description`` is what an invalid value's error says it must be."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    party: StrictInt = Field(ge=0, le=1, description="0 or 1")
+    peer_url: StrictStr = Field(pattern=r"^https?://", description="an http(s) URL")
+    state_dir: Path = Field(description="a path")
+    peer_secret: bytes = Field(repr=False, description="hex of >= 16 bytes")
+    admin_secret: bytes = Field(repr=False, description="hex of >= 16 bytes")
+    user_secret: bytes = Field(repr=False, description="hex of >= 16 bytes")
+    num_items: StrictInt = Field(0, ge=1, validate_default=True, description="an int >= 1")
+    num_users: StrictInt = Field(0, ge=1, validate_default=True, description="an int >= 1")
+    host: StrictStr = Field("127.0.0.1", description="a host name or address")
+    port: StrictInt = Field(8700, ge=0, lt=65536, description="in [0, 65536)")
+    auth_window_s: _PositiveNumber = Field(120.0, description="a positive number")
+    peer_timeout_s: _PositiveNumber = Field(60.0, description="a positive number")
+    max_body_bytes: StrictInt = Field(256 * 2**20, ge=1024, description="an int >= 1024")
     #: seconds a connection may take to send a request's headers, and a request its body
-    read_timeout_s: float = 10.0
+    read_timeout_s: _PositiveNumber = Field(10.0, description="a positive number")
     #: concurrent connections and requests; beyond, uvicorn answers 503 at once
-    max_connections: int = 256
+    max_connections: StrictInt = Field(256, ge=8, description="an int >= 8")
     #: plain HTTP instead of TLS (refused unless ``host`` is a loopback address)
-    insecure_http: bool = False
-    tls_ca: Path | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    protocol: str = "secemb"
-    layout: str = "cuckoo"
-    relay: bool = True
-    expansion: float = 1.25
-    layout_seed: int = 0
-    backend: str = "serial"
-    workers: int | None = None
-    model: str = "mf"
-    model_hparams: dict[str, Any] = field(default_factory=dict)
-    protocol_options: dict[str, Any] = field(default_factory=dict)
+    insecure_http: StrictBool = Field(False, description="true or false")
+    tls_ca: Path | None = Field(None, description="a path")
+    tls_cert: Path | None = Field(None, description="a path")
+    tls_key: Path | None = Field(None, description="a path")
+    protocol: StrictStr = Field("secemb", description="a protocol name")
+    layout: StrictStr = Field("cuckoo", description="a layout name")
+    relay: StrictBool = Field(True, description="true or false")
+    expansion: _Number = Field(1.25, description="a number")
+    layout_seed: StrictInt = Field(0, description="an int")
+    backend: StrictStr = Field("serial", description="a backend name")
+    workers: StrictInt | None = Field(None, description="None or an int")
+    model: StrictStr = Field("mf", description="a model name")
+    model_hparams: dict[str, Any] = Field(default_factory=dict, description="a table")
+    protocol_options: dict[str, Any] = Field(default_factory=dict, description="a table")
     #: ``.npz`` of the public item features (FM, DeepFM); see :meth:`make_model`
-    item_features: Path | None = None
-    rating_range: tuple[float, float] = (1.0, 5.0)
-    init_seed: int = 0
-    lr: float = 0.025
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    lazy_adam: bool = True
-    ring_bits: int = 32
-    frac_bits: int = 16
-    m_prime: int | None = None
-    alpha: float = 2.5
-    deadline_s: float = 60.0
+    item_features: Path | None = Field(None, description="None or a path")
+    rating_range: tuple[Annotated[float, Field(allow_inf_nan=False)], Annotated[float, Field(allow_inf_nan=False)]] = (
+        Field((1.0, 5.0), description="(lo, hi) with lo < hi"))
+    init_seed: StrictInt = Field(0, ge=0, description="an int >= 0")
+    lr: _Number = Field(0.025, description="a number")
+    beta1: _Number = Field(0.9, description="a number")
+    beta2: _Number = Field(0.999, description="a number")
+    eps: _Number = Field(1e-8, description="a number")
+    lazy_adam: StrictBool = Field(True, description="true or false")
+    ring_bits: StrictInt = Field(32, description="an int")
+    frac_bits: StrictInt = Field(16, description="an int")
+    m_prime: StrictInt | None = Field(None, ge=1, description="None or in [1, num_items]")
+    alpha: _Number = Field(2.5, description="a number")
+    deadline_s: _PositiveNumber = Field(60.0, description="a positive number")
     #: the floor: this server releases no count, aggregate share or user set of fewer users
-    min_users: int = DEFAULT_MIN_USERS
+    min_users: StrictInt = Field(DEFAULT_MIN_USERS, ge=MIN_USERS_FLOOR, description=f"an int >= {MIN_USERS_FLOOR}")
     #: central DP: the scale (ring units) of the discrete Gaussian this server adds to every
     #: coordinate of its aggregate share each round (0: none; secemb.privacy.plan_dp)
-    dp_sigma: float = 0.0
+    dp_sigma: _NonNegativeNumber = Field(0.0, description="a finite number >= 0 ([privacy] sigma)")
 
-    def __post_init__(self) -> None:
-        def is_int(x: object) -> bool:
-            return isinstance(x, int) and not isinstance(x, bool)
+    def __init__(self, **data: Any) -> None:
+        """Validate ``data`` (the fields, by name).
 
-        if self.party not in (0, 1) or isinstance(self.party, bool):
-            raise InvalidParameters(f"party must be 0 or 1, got {self.party!r}")
-        for name in ("peer_secret", "admin_secret", "user_secret"):
-            object.__setattr__(self, name, _secret(name, getattr(self, name)))
-        object.__setattr__(self, "state_dir", Path(self.state_dir))
-        if not isinstance(self.peer_url, str) or not self.peer_url.startswith(("http://", "https://")):
-            raise InvalidParameters(f"peer_url must be an http(s) URL, got {self.peer_url!r}")
-        if not is_int(self.num_items) or self.num_items < 1:
-            raise InvalidParameters(f"num_items must be an int >= 1, got {self.num_items!r}")
-        if not is_int(self.num_users) or self.num_users < 1:
-            raise InvalidParameters(f"num_users must be an int >= 1, got {self.num_users!r}")
-        if not is_int(self.port) or not 0 <= self.port < 65536:
-            raise InvalidParameters(f"port must be in [0, 65536), got {self.port!r}")
-        if not isinstance(self.insecure_http, bool):
-            raise InvalidParameters(f"insecure_http must be true or false, got {self.insecure_http!r}")
+        Raises
+        ------
+        InvalidParameters
+            An invalid value (the message names the field, what it must be and what it got).
+        TypeError
+            A missing or unknown field.
+        """
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _invalid(exc, data) from None
+
+    @field_validator("peer_secret", "admin_secret", "user_secret", mode="before")
+    @classmethod
+    def _parse_secret(cls, value: Any, info: ValidationInfo) -> bytes:
+        """Secrets are bytes, or hex text of them; at least 16 bytes."""
+        return _secret(str(info.field_name), value)
+
+    @field_validator("rating_range")
+    @classmethod
+    def _ordered_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        """``lo < hi``."""
+        if not value[0] < value[1]:
+            raise InvalidParameters(f"rating_range must be (lo, hi) with lo < hi, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServerConfig:
+        """The cross-field checks: plain HTTP on loopback only, ``m_prime <= num_items``; then
+        the protocol, model, optimiser and ring objects validate the fields they take."""
         if self.insecure_http and self.host not in _LOOPBACK:
             raise InvalidParameters(f"insecure_http binds loopback only ({', '.join(_LOOPBACK)}), got host "
                                     f"{self.host!r}; give [tls] files for any other address")
-        for name in ("tls_ca", "tls_cert", "tls_key"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, Path(getattr(self, name)))
-        if not is_int(self.max_connections) or self.max_connections < 8:
-            raise InvalidParameters(f"max_connections must be an int >= 8, got {self.max_connections!r}")
-        for name in ("auth_window_s", "peer_timeout_s", "deadline_s", "read_timeout_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise InvalidParameters(f"{name} must be a positive number, got {v!r}")
-        if not is_int(self.max_body_bytes) or self.max_body_bytes < 1024:
-            raise InvalidParameters(f"max_body_bytes must be an int >= 1024, got {self.max_body_bytes!r}")
-        if self.m_prime is not None and (not is_int(self.m_prime) or not 1 <= self.m_prime <= self.num_items):
+        if self.m_prime is not None and self.m_prime > self.num_items:
             raise InvalidParameters(f"m_prime must be None or in [1, num_items], got {self.m_prime!r}")
-        if not is_int(self.min_users) or self.min_users < MIN_USERS_FLOOR:
-            raise InvalidParameters(f"min_users must be an int >= {MIN_USERS_FLOOR}, got {self.min_users!r}")
-        if not (isinstance(self.dp_sigma, (int, float)) and math.isfinite(self.dp_sigma) and self.dp_sigma >= 0):
-            raise InvalidParameters(f"privacy sigma must be a finite number >= 0, got {self.dp_sigma!r}")
-        if not is_int(self.init_seed) or self.init_seed < 0:
-            raise InvalidParameters(f"init_seed must be an int >= 0, got {self.init_seed!r}")
-        lo, hi = (float(x) for x in self.rating_range)
-        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise InvalidParameters(f"rating_range must be (lo, hi) with lo < hi, got {self.rating_range!r}")
-        object.__setattr__(self, "rating_range", (lo, hi))
-        if not isinstance(self.protocol_options, dict):
-            raise InvalidParameters("protocol options must be a table")
-        if not isinstance(self.model_hparams, dict):
-            raise InvalidParameters("model hparams must be a table")
-        if self.item_features is not None:
-            object.__setattr__(self, "item_features", Path(self.item_features))
-        # the objects below validate the remaining fields
         self.make_protocol()
         self.make_model()
         self.adam()
         self.fixed_point()
+        return self
 
     # ---------------------------------------------------------------- derived objects
     def check_listener(self) -> None:
@@ -331,7 +351,8 @@ class ServerConfig:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def replace(self, **changes: Any) -> ServerConfig:
-        return dataclasses.replace(self, **changes)
+        """A validated copy with ``changes`` (field names) applied."""
+        return ServerConfig(**{name: getattr(self, name) for name in type(self).model_fields} | changes)
 
 
 def _flatten(doc: dict[str, Any]) -> dict[str, Any]:
@@ -405,8 +426,6 @@ def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> Serv
                            "num_items", "num_users") if n not in values]
     if missing:
         raise InvalidParameters(f"config is missing {', '.join(missing)}")
-    if "rating_range" in values:
-        values["rating_range"] = tuple(values["rating_range"])
     try:
         return ServerConfig(**values)
     except TypeError as exc:
