@@ -21,11 +21,11 @@ import httpx
 
 from secemb.client.device import DeviceClient, RoundSession
 from secemb.data import RatingData
-from secemb.engine.driver import Behavior, Servers, run
+from secemb.engine.driver import Servers, run
 from secemb.engine.http import HttpAdminLink
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
-from secemb.training.results import EpochStats, RoundStats, TrainConfig, TrainResult
+from secemb.training.results import TrainConfig, TrainResult
 from secemb.transport.network import ApiClient
 
 __all__ = ["Cluster", "train_networked"]
@@ -81,24 +81,16 @@ def train_networked(
     *,
     workers: int = 8,
     wait_s: float = 120.0,
-    deadline_s: float = 120.0,
-    close_when_done: bool = True,
-    max_attempts: int = 5,
-    behavior: Behavior | None = None,
-    before_round: Callable[[int, int, int, list[int]], None] | None = None,
-    after_round: Callable[[int, int, dict[str, Any], dict[int, BaseException]], None] | None = None,
-    on_start: Callable[[dict[str, Any]], None] | None = None,
-    on_round: Callable[[RoundStats], None] | None = None,
-    on_epoch: Callable[[EpochStats], None] | None = None,
-    extra_config: dict[str, Any] | None = None,
-    val_data: RatingData | None = None,
+    **options: Any,
 ) -> TrainResult:
     """Train over the network; the :class:`~secemb.training.TrainResult` of the run.
 
     ``cluster``: the two servers (fresh state, configured by
     :func:`~secemb.engine.settings.cluster_settings`); ``workers``: devices running at the
     same time; ``wait_s``: how long to keep retrying operator calls while a server is
-    unreachable.  The other parameters are those of :func:`secemb.engine.driver.run`.
+    unreachable.  ``options`` are the keyword options of :func:`secemb.engine.driver.run`
+    (``val_data``, ``deadline_s``, ``close_when_done``, ``max_attempts``, ``behavior``, the
+    round and progress callbacks, ``extra_config``), passed on as they are.
     Communication is what the device SDK sent and received (request and response bodies);
     server-to-server bytes are not seen from here (``server_bytes_per_round`` is 0).
     """
@@ -114,12 +106,7 @@ def train_networked(
 
     servers = Servers(admin=admin, device=device, phase=_ThreadPhase(pool), wait_s=wait_s)
     try:
-        return run(
-            servers, model, protocol, train_data, test_data, config, val_data=val_data, deadline_s=deadline_s,
-            close_when_done=close_when_done, max_attempts=max_attempts, behavior=behavior,
-            before_round=before_round, after_round=after_round, on_start=on_start, on_round=on_round,
-            on_epoch=on_epoch, extra_config=extra_config,
-        )
+        return run(servers, model, protocol, train_data, test_data, config, **options)
     finally:
         pool.shutdown(wait=True)
         http.close()
