@@ -8,7 +8,10 @@ Two parts, the paper's cells beside ours:
   against 100 sampled negatives, at the epoch with the best validation NDCG@10 (full
   catalogue); beside it the popularity ranking under the same protocol.  Real ML-100K; the
   synthetic ML-1M stand-in on request (its sequences carry no order signal: a stand-in for
-  scale, not for accuracy).
+  scale, not for accuracy).  The lossy baselines (``quant8``, ``ternary``, ``svd``, ``colr``:
+  the item-embedding update compressed, Table 10's ranks for the sequential models, K.6) are
+  trained the same way on request (``protocols``), each with its own best layout (they
+  download the whole model and have no relay).
 * **Upload** -- :func:`traffic`: one device of one round on an Amazon-shaped catalogue
   (m = 9,267,503 items, K.6) with the cuckoo layout and relay: its sequence (synthetic items),
   the task's sample with negatives, the placement, the retrieval request and the upload are
@@ -32,6 +35,7 @@ from secemb.metrics.ranking import popularity_scorer, rank_next_items
 from secemb.errors import InvalidParameters
 from secemb.models import SequenceModel, get_model
 from secemb.protocols import get_protocol
+from secemb.protocols.lossy import LOSSY_PROTOCOLS
 from secemb.protocols.placement import place
 from secemb.ring import FixedPoint
 
@@ -104,8 +108,9 @@ def traffic(model_name: str, *, num_items: int = AMAZON_ITEMS, sequence_length: 
 
 def accuracy(model_name: str, dataset: str, *, lr: float, users_per_round: int, epochs: int, seed: int = 0,
              protocol: str = "secemb", progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Train ``model_name`` on ``dataset`` with ``protocol`` (cuckoo layout, relay) and score it
-    leave-one-out; the popularity ranking under the same protocol beside it.
+    """Train ``model_name`` on ``dataset`` with ``protocol`` (SecEmb: cuckoo layout, relay; a
+    lossy baseline: its best layout, Table 10's rank) and score it leave-one-out; the popularity
+    ranking under the same protocol beside it.
 
     Returns the run's ``m_prime``, the per-epoch validation and test metrics, the test metrics
     at the epoch of the best validation NDCG@10 (``selected``), the popularity metrics and the
@@ -115,7 +120,8 @@ def accuracy(model_name: str, dataset: str, *, lr: float, users_per_round: int, 
     from secemb.training.builder import build_experiment
     from secemb.training.loop import train
 
-    exp = Experiment(dataset=dataset, model=model_name, protocol=protocol, layout="cuckoo", relay=True,
+    layout, relay = ("cuckoo", True) if protocol == "secemb" else (None, None)
+    exp = Experiment(dataset=dataset, model=model_name, protocol=protocol, layout=layout, relay=relay,
                      epochs=epochs, users_per_round=users_per_round, lr=lr, seed=seed)
     built = build_experiment(exp)
     assert built.val_data is not None  # a sequential task holds validation items out
@@ -133,8 +139,9 @@ def accuracy(model_name: str, dataset: str, *, lr: float, users_per_round: int, 
                    val_data=built.val_data, extra_config=built.extra_config, on_epoch=on_epoch)
     best = max(result.epochs, key=lambda e: e.val_metrics[_SELECT] or 0.0)
     return {
-        "model": model_name, "dataset": dataset, "protocol": protocol, "layout": "cuckoo", "relay": True,
-        "lr": lr, "users_per_round": users_per_round, "epochs": epochs, "m_prime": result.config["m_prime"],
+        "model": model_name, "dataset": dataset, "protocol": protocol, "layout": built.protocol.layout,
+        "relay": built.protocol.relay, "rank": getattr(built.protocol, "rank", None), "lr": lr,
+        "users_per_round": users_per_round, "epochs": epochs, "m_prime": result.config["m_prime"],
         "evaluation": built.extra_config["evaluation"], "selected_epoch": best.epoch, "selected": best.test_metrics,
         "last": result.epochs[-1].test_metrics, "popularity": popularity,
         "per_epoch": [{"epoch": e.epoch, "val": e.val_metrics, "test": e.test_metrics} for e in result.epochs],
@@ -144,29 +151,46 @@ def accuracy(model_name: str, dataset: str, *, lr: float, users_per_round: int, 
 
 
 def run(*, models: Sequence[str] = ("sasrec", "caser"), datasets: Sequence[str] = ("ml-100k",),
+        protocols: Sequence[str] = ("secemb",), epochs: int | None = None, traffic_part: bool = True,
         quick: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Both parts for every model: accuracy on ``datasets`` (``quick``: synthetic-mini, two
-    epochs) and the Amazon-size upload (``quick``: a 300,000-item catalogue)."""
+    """Accuracy for every model, dataset and protocol (``epochs``: instead of :data:`SETTINGS`'
+    per-model count; ``quick``: synthetic-mini, two epochs) and, with ``traffic_part``, each
+    model's Amazon-size upload (``quick``: a 300,000-item catalogue)."""
+    for name in protocols:
+        if name not in ("secemb", *LOSSY_PROTOCOLS):
+            raise InvalidParameters(f"secemb bench seq trains secemb or a lossy baseline {LOSSY_PROTOCOLS}, "
+                                    f"got {name!r}")
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+        raise InvalidParameters(f"epochs must be an int >= 1, got {epochs!r}")
+    for model in models:
+        _sequential(get_model(model))  # a bad model fails before any run
     out: dict[str, Any] = {"accuracy": [], "traffic": []}
     for model in models:
-        if progress is not None:
-            progress(f"{model}: one device's upload over {'300,000' if quick else f'{AMAZON_ITEMS:,}'} items")
-        out["traffic"].append(traffic(model, num_items=300_000 if quick else AMAZON_ITEMS))
+        if traffic_part:
+            if progress is not None:
+                progress(f"{model}: one device's upload over {'300,000' if quick else f'{AMAZON_ITEMS:,}'} items")
+            out["traffic"].append(traffic(model, num_items=300_000 if quick else AMAZON_ITEMS))
         for dataset in (("synthetic-mini",) if quick else datasets):
-            settings = dict(SETTINGS[model], **({"epochs": 2} if quick else {}))
-            out["accuracy"].append(accuracy(model, dataset, progress=progress, **settings))
+            for protocol in protocols:
+                settings = dict(SETTINGS[model], **({"epochs": 2} if quick else {}))
+                if epochs is not None:
+                    settings["epochs"] = epochs
+                out["accuracy"].append(accuracy(model, dataset, protocol=protocol, progress=progress, **settings))
     return out
 
 
 def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
-    """Rows ``(model, dataset, metric, ours, popularity, paper)`` for the printed table."""
+    """Rows ``(model, dataset, metric, ours, popularity, paper)`` for the printed table; a lossy
+    baseline's rows name it beside the model (``sasrec + colr``)."""
     rows: list[tuple[str, ...]] = []
     for acc in result["accuracy"]:
-        paper = PAPER.get((acc["model"], "ml-1m"))
+        secemb = acc.get("protocol", "secemb") == "secemb"
+        paper = PAPER.get((acc["model"], "ml-1m")) if secemb else None
+        label_model = acc["model"] if secemb else f"{acc['model']} + {acc['protocol']}"
         for j, (name, label) in enumerate(_ROWS):
             cell = f"{paper[j]:.3f} (ML-1M)" if paper is not None and j < 2 else "-"
-            rows.append((acc["model"], acc["dataset"], label, f"{acc['selected'][name]:.4f}",
-                         f"{acc['popularity'][name]:.4f}", cell))
+            rows.append((label_model, f"{acc['dataset']} ({acc['selected_epoch']}/{acc['epochs']} ep.)", label,
+                         f"{acc['selected'][name]:.4f}", f"{acc['popularity'][name]:.4f}", cell))
     for tr in result["traffic"]:
         paper = PAPER.get((tr["model"], "amazon"))
         rows.append((tr["model"], f"m = {tr['num_items']:,}", "upload bytes / round", f"{tr['total_upload_bytes']:,}",

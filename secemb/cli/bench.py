@@ -51,21 +51,38 @@ def _register_seq(bench_app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
         models: str = typer.Option("sasrec,caser", help="Comma-separated sequential models."),
         datasets: str = typer.Option("ml-100k", help="Comma-separated datasets for accuracy."),
+        protocols: str = typer.Option("secemb", help="Comma-separated: secemb and/or the lossy baselines "
+                                      "quant8, ternary, svd, colr (trained on the same task)."),
+        epochs: int = typer.Option(0, help="Epochs of every accuracy run (0: the per-model settings)."),
+        no_traffic: bool = typer.Option(False, "--no-traffic", help="Skip the Amazon-size upload."),
         out: Path = typer.Option(Path("results/seq.json"), help="Write the JSON result here."),
     ) -> None:
         """Table 4: Caser and SASRec through SecEmb (accuracy leave-one-out beside the popularity
-        ranking; one device's upload on a 9,267,503-item catalogue, measured bytes)."""
+        ranking; one device's upload on a 9,267,503-item catalogue, measured bytes); the lossy
+        baselines on the item-embedding update with --protocols."""
         from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
         from secemb.bench import seq as bench_seq
 
+        from secemb.cli._usage import check_output_file, fail
+        from secemb.data import DataFormatError, DatasetNotFoundError
+        from secemb.errors import InvalidParameters
+
+        check_output_file(out, "--out")
+        if epochs < 0:
+            fail(f"--epochs must be >= 0, got {epochs}")
         console = Console(stderr=True)
-        with console.status("measuring") as status:
-            result = bench_seq.run(models=_split(models, ("sasrec", "caser")),
-                                   datasets=_split(datasets, ("ml-100k",)), quick=quick,
-                                   progress=lambda msg: status.update(escape(msg)))
+        try:
+            with console.status("measuring") as status:
+                result = bench_seq.run(models=_split(models, ("sasrec", "caser")),
+                                       datasets=_split(datasets, ("ml-100k",)),
+                                       protocols=_split(protocols, ("secemb",)), epochs=epochs or None,
+                                       traffic_part=not no_traffic, quick=quick,
+                                       progress=lambda msg: status.update(escape(msg)))
+        except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+            fail(exc)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2))
         if as_json:
