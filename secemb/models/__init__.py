@@ -3,7 +3,8 @@
 ``get_model(name, **hparams)`` builds a registered model; ``"mf"`` (biased matrix
 factorization), ``"ncf"``, ``"fm"`` and ``"deepfm"`` (the last three take
 ``features=FeatureSet``; see :mod:`secemb.models.features`), and the sequential ``"sasrec"``
-and ``"caser"`` (:mod:`secemb.models.sequential`; their task: :mod:`secemb.models.task`).  A
+and ``"caser"`` (:mod:`secemb.models.sequential`; their task: :mod:`secemb.models.task`), and
+``"din"`` (:mod:`secemb.models.din`, click-through samples of :mod:`secemb.data.ctr`).  A
 model declares ``sparse_width`` (columns of the public item table), ``dense_size`` (length of
 the public dense vector) and ``private_size`` (length of each user's private vector); see
 :mod:`secemb.models.base`.  Importing this package does not import torch (only the generic
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from secemb.errors import InvalidParameters
 from secemb.models.base import RecModel, StepResult, UserState, UserStore
 from secemb.models.deepfm import DeepFM
+from secemb.models.din import DIN
 from secemb.models.fm import FactorizationMachine
 from secemb.models.mf import MatrixFactorization
 from secemb.models.ncf import NCF
@@ -31,6 +33,7 @@ __all__ = [
     "PRESETS",
     "AdamConfig",
     "Caser",
+    "DIN",
     "DeepFM",
     "FactorizationMachine",
     "MatrixFactorization",
@@ -61,6 +64,7 @@ MODELS: dict[str, Callable[..., RecModel]] = {
     "deepfm": DeepFM,
     "sasrec": SASRec,
     "caser": Caser,
+    "din": DIN,
 }
 
 
