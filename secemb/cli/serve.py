@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         from secemb.errors import InvalidParameters
         from secemb.server import load_config
         from secemb.server import serve as run
-        from secemb.server.persist import CorruptState
+        from secemb.server.persist import CorruptState, StorageError
 
         console = Console(stderr=True)
         try:
@@ -64,5 +64,5 @@ def register(app: typer.Typer) -> None:
         )
         try:
             run(cfg, log_level=log_level)
-        except CorruptState as exc:
+        except (CorruptState, StorageError) as exc:
             fail(exc)

@@ -38,6 +38,7 @@ from secemb.server.auth import AuthError, Forbidden, Principal, Verifier
 from secemb.server.errors import NotFound, PeerUnavailable
 from secemb.server.node import FollowerNode, LeaderNode, Node
 from secemb.server.parsing import PayloadTooLarge, ascii_int, json_object
+from secemb.server.persist import StorageError
 from secemb.server.tls import PEER_CN_SCOPE_KEY
 from secemb.training import messages
 
@@ -65,6 +66,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (NotFound, 404, "not_found"),
     (PayloadTooLarge, 413, "payload_too_large"),
     (PeerUnavailable, 503, "peer_unavailable"),
+    (StorageError, 503, "storage_unavailable"),
     (InvalidMessage, 400, "invalid_message"),
     (InvalidParameters, 422, "invalid_parameters"),
     (ProtocolError, 409, "conflict"),

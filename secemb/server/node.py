@@ -56,7 +56,7 @@ from secemb.server.config import ServerConfig
 from secemb.server.count import CountPhase
 from secemb.server.errors import Conflict, NotFound, PeerUnavailable, peer_failure
 from secemb.server.peer import HttpPeer, PeerLink, PeerRefused, PeerUnreachable
-from secemb.server.persist import CorruptState
+from secemb.server.persist import CorruptState, StorageError
 from secemb.server.rounds import ABORTED, CLOSING, COMMITTED, FINAL, OPEN, Batcher, Outcomes, Round, by_round
 from secemb.server.store import Checkpoint, DiskStore, StateStore
 from secemb.sharing import reconstruct
@@ -123,6 +123,7 @@ class Node:
         self.opt = self._new_optimizer()
         ck = self.store.load()
         if ck is None:
+            self._refuse_lost_checkpoint()
             self._initial_state()
             return
         if self.cfg.m_prime is not None and ck.m_prime not in (None, self.cfg.m_prime):
@@ -141,6 +142,21 @@ class Node:
         self.m_prime = ck.m_prime if ck.m_prime is not None else self.cfg.m_prime
         self.mean_count = ck.mean_count
         self.table, self.dense, self.sha = ck.table, ck.dense, ck.model_sha256
+
+    def _refuse_lost_checkpoint(self) -> None:
+        """Issue 12, finding 11: no checkpoint, but the journal says one was written (a
+        committed round or an opened m'), so the model was lost; starting from a fresh model
+        would silently discard the training.  Refuse, naming the recovery."""
+        written = [r for r in self.store.records() if r.get("ev") in (COMMITTED, "m_prime")]
+        if written:
+            last = written[-1]
+            raise CorruptState(
+                f"{self.store} has no checkpoint, but its journal records {len(written)} committed state "
+                f"change(s) (the last: {last.get('ev')} of round {last.get('round')}): the checkpoint was lost. "
+                "Refusing to start from a fresh model. Restore checkpoint.npz from a backup into the state "
+                "directory, or start the deployment over by moving BOTH servers' state directories aside "
+                "(docs/deployment.md, 'A lost checkpoint')."
+            )
 
     def _initial_state(self) -> None:
         """State before the first checkpoint (server 1: no model until server 0 syncs)."""
@@ -255,6 +271,15 @@ class Node:
         self.store.append({"ev": "open", "round": rnd.round_id, "version": rnd.version, "n_p": rnd.n_p})
         self.max_round = rnd.round_id
 
+    def _journal_outcome(self, rec: dict[str, Any]) -> None:
+        """Journal a record that only restates what recovery derives anyway (a round's end,
+        m' after its checkpoint): if the disk refuses it, log and go on -- on restart an
+        unterminated ``open`` becomes ``aborted``, or ``committed`` from the checkpoint."""
+        try:
+            self.store.append(rec)
+        except StorageError as exc:
+            log.error("journal record %s not written: %s", rec.get("ev"), exc)
+
     def _end(self, rnd: Round, state: str, reason: str, *, done: bool = True) -> None:
         """End ``rnd`` as ``state`` (journaled; idempotent)."""
         with self.lock:
@@ -264,7 +289,7 @@ class Node:
             rec: dict[str, Any] = {"ev": state, "round": rnd.round_id, "reason": reason}
             if state == COMMITTED:
                 rec["version"], rec["included"] = self.version, rnd.included
-            self.store.append(rec)
+            self._journal_outcome(rec)
             self.outcomes.remember(rnd.round_id, state, rnd.included, reason, rnd.server_s, rnd.optimizer_s)
         if state == ABORTED:
             log.warning("round %d aborted: %s", rnd.round_id, reason)
@@ -497,11 +522,17 @@ class LeaderNode(Node):
             raise Conflict("the opened total does not fit the ring (inconsistent shares)")
         mean = total / len(include)
         with self.lock:
+            before = self.m_prime, self.mean_count
             self.m_prime = min(max(math.ceil(self.cfg.alpha * mean), 1), self.cfg.num_items)
             self.mean_count = mean
-            self._save()
-            self.store.append({"ev": "m_prime", "round": -1, "m_prime": self.m_prime, "mean": mean,
-                               "users": len(include)})
+            try:
+                self._save()
+            except StorageError:
+                self.m_prime, self.mean_count = before
+                self.count.reopen()
+                raise
+            self._journal_outcome({"ev": "m_prime", "round": -1, "m_prime": self.m_prime, "mean": mean,
+                                   "users": len(include)})
             return {"m_prime": self.m_prime, "mean_count": mean, "users": len(include)}
 
     # ================================================================== opening rounds
@@ -697,7 +728,11 @@ class LeaderNode(Node):
                 self._end(rnd, ABORTED, "the round changed while its aggregate was applied")
                 return
             version = self.version + 1
-            self.store.save(self._checkpoint(version, r, include, table, dense, sha, opt))  # the commit point
+            try:
+                self.store.save(self._checkpoint(version, r, include, table, dense, sha, opt))  # the commit point
+            except StorageError as exc:
+                self._end(rnd, ABORTED, f"the checkpoint could not be written: {exc}")
+                return
             faults.hit("commit")
             self.table, self.dense, self.sha, self.opt = table, dense, sha, opt
             self.version, self.last_round, self.last_included = version, r, include
@@ -946,8 +981,8 @@ class FollowerNode(Node):
             if rnd is not None and rnd.round_id == r and rnd.state not in FINAL:
                 self._end(rnd, COMMITTED, "synced by server 0")
             elif r >= 0 and (self.outcomes.get(r) or {}).get("state") != COMMITTED:
-                self.store.append({"ev": COMMITTED, "round": r, "version": version, "included": None,
-                                   "reason": "synced by server 0"})
+                self._journal_outcome({"ev": COMMITTED, "round": r, "version": version, "included": None,
+                                       "reason": "synced by server 0"})
                 self.outcomes.remember(r, COMMITTED, None, "synced by server 0")
             return {"model_version": version, "duplicate": False}
 

@@ -9,19 +9,30 @@ Checkpoint (``checkpoint.npz``)
     *commit point* of a round.
 
 Journal (``journal.jsonl``)
-    One JSON object per line, appended and ``fsync``-ed before the server acts on it (a round
-    is announced only after its ``open`` record is durable).  A crash can tear at most the last
-    line, which :meth:`Journal.records` drops; a malformed line elsewhere is corruption and
-    raises.  The journal keeps round ids monotonic across restarts and records each round's
-    outcome; the checkpoint stays the authority on the model.
+    One framed record per line, ``<crc32 as 8 hex digits> <JSON object>\\n``, appended with
+    ``O_APPEND`` and ``fsync``-ed before the server acts on it (a round is announced only after
+    its ``open`` record is durable).  The CRC-32 covers the JSON bytes.  A crash or a full disk
+    can tear at most the last record: an append that fails truncates the file back to its last
+    complete record before raising :class:`StorageError`, and on start a torn tail (no newline,
+    or a frame or checksum that does not match) is cut off with ``ftruncate`` + ``fsync``.  A
+    bad record *before* the last one is corruption and raises :class:`CorruptState`.  The
+    journal keeps round ids monotonic across restarts and records each round's outcome; the
+    checkpoint stays the authority on the model.
+
+Write failures (disk full, read-only file system, I/O error) raise :class:`StorageError` with
+nothing changed: a failed checkpoint write removes its temporary file, a failed append leaves
+the journal as it was.  Stale temporary files of a process that died while writing are removed
+by :func:`remove_stale_temporaries` when a store opens.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
 import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +40,28 @@ import numpy as np
 
 from secemb.errors import SecembError
 
-__all__ = ["CorruptState", "Journal", "atomic_write", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "CorruptState", "Journal", "StorageError", "atomic_write", "load_checkpoint", "remove_stale_temporaries",
+    "save_checkpoint",
+]
 
 _META = "__meta__"
+_TMP_MARK = ".tmp."
 
 
 class CorruptState(SecembError):
     """A state file exists but cannot be read back."""
+
+
+class StorageError(SecembError):
+    """The disk refused a write (full, read-only, I/O error); the state on disk is unchanged.
+
+    A server answers it with 503: the request may be retried once the operator freed space."""
+
+
+def _storage_error(what: str, path: Path, exc: OSError) -> StorageError:
+    reason = errno.errorcode.get(exc.errno or 0, "EIO") if exc.errno else type(exc).__name__
+    return StorageError(f"could not write {what} {path.name}: {reason} ({exc.strerror or exc})")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -50,13 +76,41 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically and durably (write temp, fsync, rename,
     fsync the directory)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}.{threading.get_ident()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}.{threading.get_ident()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+        raise _storage_error("file", path, exc) from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written (a short write is not an error)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def remove_stale_temporaries(directory: str | os.PathLike) -> list[str]:
+    """Delete the temporary files :func:`atomic_write` left in ``directory`` when its process
+    died mid-write (``.NAME.tmp.PID.TID``); return their names.  Call only while no other
+    process writes there (a server owns its state directory)."""
+    removed = []
+    for p in Path(directory).iterdir():
+        if p.name.startswith(".") and _TMP_MARK in p.name and p.is_file():
+            p.unlink(missing_ok=True)
+            removed.append(p.name)
+    return sorted(removed)
 
 
 def save_checkpoint(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
@@ -94,37 +148,71 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
     return meta, arrays
 
 
+def _frame(record: dict[str, Any]) -> bytes:
+    """``<crc32 hex> <json>\\n`` of ``record``."""
+    body = json.dumps(record, sort_keys=True).encode()
+    return b"%08x " % zlib.crc32(body) + body + b"\n"
+
+
+def _unframe(line: bytes) -> dict[str, Any] | None:
+    """The record of one line without its newline, or ``None`` if the frame, checksum or JSON
+    object is wrong."""
+    head, sep, body = line.partition(b" ")
+    if not sep or len(head) != 8 or not all(c in b"0123456789abcdef" for c in head):
+        return None
+    if int(head, 16) != zlib.crc32(body):
+        return None
+    try:
+        rec = json.loads(body)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
 class Journal:
-    """Append-only JSON-lines log, each record fsync-ed (thread-safe)."""
+    """Append-only log of framed, checksummed records, each ``fsync``-ed (thread-safe).
+
+    Raises
+    ------
+    CorruptState
+        At open: a record other than the last is damaged.
+    StorageError
+        At open (cutting a torn tail) or :meth:`append`: the disk refused the write.
+    """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._records = self._read()
-        # drop a torn tail so that the next append starts on a fresh line
-        clean = b"".join(json.dumps(r, sort_keys=True).encode() + b"\n" for r in self._records)
-        if not self.path.exists() or self.path.read_bytes() != clean:
-            atomic_write(self.path, clean)
-
-    def _read(self) -> list[dict[str, Any]]:
+        self._records, self._size = self._read()
         try:
-            lines = self.path.read_bytes().split(b"\n")
-        except FileNotFoundError:
-            return []
-        if lines and lines[-1] == b"":
-            lines.pop()
-        records = []
-        for i, line in enumerate(lines):
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
-                rec = json.loads(line)
-                if not isinstance(rec, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                if i == len(lines) - 1:  # torn by a crash while appending
+                if os.fstat(fd).st_size != self._size:  # a torn tail: cut it off durably
+                    os.ftruncate(fd, self._size)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _storage_error("journal", self.path, exc) from None
+
+    def _read(self) -> tuple[list[dict[str, Any]], int]:
+        """The complete records and the byte length they occupy."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return [], 0
+        records: list[dict[str, Any]] = []
+        pos = 0
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            rec = None if end < 0 else _unframe(data[pos:end])
+            if rec is None:
+                if end < 0 or end == len(data) - 1:  # the last record, torn by a crash or a full disk
                     break
-                raise CorruptState(f"journal {self.path}: line {i + 1} is malformed") from None
+                raise CorruptState(f"journal {self.path}: record {len(records) + 1} (byte {pos}) is damaged")
             records.append(rec)
-        return records
+            pos = end + 1
+        return records, pos
 
     def records(self) -> list[dict[str, Any]]:
         """All complete records, oldest first."""
@@ -132,11 +220,33 @@ class Journal:
             return list(self._records)
 
     def append(self, record: dict[str, Any]) -> None:
-        """Append ``record`` durably (returns after fsync)."""
-        line = json.dumps(record, sort_keys=True).encode() + b"\n"
+        """Append ``record`` durably (returns after ``fsync``).
+
+        Raises
+        ------
+        StorageError
+            The write or ``fsync`` failed; the journal was truncated back to its previous
+            records (what :meth:`records` returns is unchanged).
+        """
+        line = _frame(record)
         with self._lock:
-            with open(self.path, "ab") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            except OSError as exc:
+                raise _storage_error("journal", self.path, exc) from None
+            try:
+                if os.fstat(fd).st_size != self._size:  # an earlier failed append left bytes
+                    os.ftruncate(fd, self._size)
+                _write_all(fd, line)
+                os.fsync(fd)
+            except OSError as exc:
+                try:
+                    os.ftruncate(fd, self._size)
+                    os.fsync(fd)
+                except OSError:  # the next append (or the next start) cuts it instead
+                    pass
+                raise _storage_error("journal", self.path, exc) from None
+            finally:
+                os.close(fd)
+            self._size += len(line)
             self._records.append(record)

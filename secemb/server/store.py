@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from secemb.server.persist import CorruptState, Journal, load_checkpoint, save_checkpoint
+from secemb.server.persist import CorruptState, Journal, load_checkpoint, remove_stale_temporaries, save_checkpoint
 from secemb.training.results import model_sha256
 
 __all__ = ["Checkpoint", "DiskStore", "MemoryStore", "StateStore"]
@@ -125,6 +125,7 @@ class DiskStore(StateStore):
         super().__init__(party, fingerprint)
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.state_dir)  # of a process that died mid-write
         self._journal = Journal(self.state_dir / JOURNAL)
 
     def __str__(self) -> str:

@@ -4,22 +4,29 @@ the FastAPI app through Starlette's test client."""
 
 from __future__ import annotations
 
+import errno
+
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from secemb.client.device import DeviceClient
+from secemb.data import synthetic_like, train_test_split
+from secemb.engine.driver import run
 from secemb.engine.local import InProcessServers, LocalServerLink
+from secemb.engine.settings import cluster_settings
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
 from secemb.server.app import create_app
 from secemb.server.config import DEFAULT_MIN_USERS, ServerConfig
 from secemb.server.errors import Conflict
+from secemb.server import persist
 from secemb.server.node import make_node
-from secemb.server.store import MemoryStore
+from secemb.server.persist import CorruptState, Journal, StorageError, load_checkpoint, save_checkpoint
+from secemb.server.store import DiskStore, MemoryStore
 from secemb.sharing import share
-from secemb.training import messages
+from secemb.training import TrainConfig, messages
 from secemb.transport.signing import sign_headers
 
 PEER, ADMIN, USERS = b"p" * 32, b"a" * 32, b"u" * 32
@@ -183,3 +190,147 @@ def test_finding5_content_length_isdigit_but_not_int_is_a_400(tmp_path):
         resp = client.post("/v1/admin/rounds", content=b"{}", headers={**headers, "Content-Length": cl})
         assert resp.status_code == 400 and "Content-Length" in resp.json()["detail"], (cl, resp.text)
     assert node.status() == before
+
+
+# ---------------------------------------------------------------- finding 6: a full disk
+def _enospc_after(monkeypatch, module, budget: list[int]):
+    """Make ``module.os.write`` write at most ``budget[0]`` more bytes, then fail with ENOSPC
+    (a short write first, as a filling disk does)."""
+    real = module.os.write
+
+    def write(fd, data):
+        if budget[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real(fd, bytes(data)[: budget[0]])
+        budget[0] -= n
+        return n
+
+    monkeypatch.setattr(module.os, "write", write)
+
+
+def test_finding6_a_full_disk_never_tears_or_joins_journal_records(tmp_path, monkeypatch):
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path)
+    j.append({"ev": "open", "round": 0})
+    intact = path.read_bytes()
+    budget = [10]  # the disk fills 10 bytes into the next record
+    _enospc_after(monkeypatch, persist, budget)
+    with pytest.raises(StorageError, match="ENOSPC"):
+        j.append({"ev": "committed", "round": 0, "version": 1})
+    assert path.read_bytes() == intact and j.records() == [{"ev": "open", "round": 0}]
+    budget[0] = 10 ** 6  # space is back: the next record starts on its own line
+    j.append({"ev": "aborted", "round": 1})
+    j.append({"ev": "open", "round": 2})
+    assert Journal(path).records() == [{"ev": "open", "round": 0}, {"ev": "aborted", "round": 1},
+                                       {"ev": "open", "round": 2}]
+
+
+def test_finding6_a_torn_tail_is_cut_at_recovery_and_damage_before_it_is_corruption(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path)
+    for r in range(3):
+        j.append({"ev": "open", "round": r})
+    intact = path.read_bytes()
+    lines = intact.split(b"\n")
+    path.write_bytes(intact + lines[0][:17])  # a record torn mid-write (no newline)
+    assert [r["round"] for r in Journal(path).records()] == [0, 1, 2]
+    assert path.read_bytes() == intact  # the tail was cut off on disk, not just skipped
+    flipped = lines[2].replace(b'"round": 2', b'"round": 7')  # bad checksum, complete line, last
+    path.write_bytes(b"\n".join(lines[:2] + [flipped]) + b"\n")
+    assert [r["round"] for r in Journal(path).records()] == [0, 1]
+    path.write_bytes(b"\n".join([lines[0], flipped, lines[1]]) + b"\n")  # damage before the last record
+    with pytest.raises(CorruptState, match="record 2"):
+        Journal(path)
+    path.write_bytes(b'{"ev": "open", "round": 0}\n{"ev": "open", "round": 1}\n')  # unframed lines
+    with pytest.raises(CorruptState):
+        Journal(path)
+
+
+def test_finding6_a_failed_checkpoint_write_keeps_the_old_one_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.npz"
+    arrays = {"table": np.arange(6.0).reshape(3, 2)}
+    save_checkpoint(path, {"version": 1}, arrays)
+    _enospc_after(monkeypatch, persist, [100])
+    with pytest.raises(StorageError, match="ENOSPC"):
+        save_checkpoint(path, {"version": 2}, {"table": np.ones((300, 2))})
+    assert load_checkpoint(path)[0] == {"version": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]
+
+
+def test_finding6_temporaries_of_a_killed_writer_are_removed_when_the_store_opens(tmp_path):
+    for name in (".checkpoint.npz.tmp.4242.1", ".journal.jsonl.tmp.17.3"):
+        (tmp_path / name).write_bytes(b"half a file")
+    (tmp_path / "notes.txt").write_text("the operator's")
+    DiskStore(tmp_path, 0, "f")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.jsonl", "notes.txt"]
+
+
+def test_finding6_disk_full_at_the_commit_point_aborts_the_round_and_changes_no_model(monkeypatch):
+    data = train_test_split(synthetic_like(40, 30, 500, seed=5), 0.2, seed=0)
+    model, cfg = MatrixFactorization(dim=4, reg=0.01), TrainConfig(epochs=1, users_per_round=20, seed=1)
+
+    def trained(fail_writes: int):
+        protocol = get_protocol("secemb", layout="cuckoo", relay=True)
+        servers = InProcessServers(cluster_settings(model, protocol, data[0], cfg), protocol, model)
+        leader = servers.nodes[0]
+        real, left = leader.store._write, [fail_writes]
+
+        def write(meta, arrays):  # the disk is full for the first `fail_writes` commits of a round
+            if meta["version"] >= 1 and left[0] > 0:
+                left[0] -= 1
+                raise StorageError("could not write file checkpoint.npz: ENOSPC (No space left on device)")
+            real(meta, arrays)
+
+        monkeypatch.setattr(leader.store, "_write", write)
+        try:
+            result = run(servers.servers(), model, protocol, *data, cfg)
+        finally:
+            servers.stop()
+        aborted = [r for r in leader.store.records() if r["ev"] == "aborted"]
+        return result, aborted
+
+    clean, none = trained(0)
+    full, aborted = trained(1)
+    assert none == [] and len(aborted) == 1 and "checkpoint could not be written" in aborted[0]["reason"]
+    assert full.aborted_rounds == 1
+    assert full.model_sha256 == clean.model_sha256  # the retried round gives the uninterrupted model
+
+
+def test_finding6_storage_failure_is_a_503_with_no_state_change(tmp_path):
+    servers = _servers(min_users=3)
+    leader = make_node(_cfg(0, tmp_path), peer=servers.nodes[0].peer, store=MemoryStore(0, "f"), start_threads=False)
+    client = TestClient(create_app(leader))
+
+    def refuse(record):
+        raise StorageError("could not write journal journal.jsonl: ENOSPC (No space left on device)")
+
+    leader.store.append = refuse  # type: ignore[method-assign]
+    body = b'{"participants": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}'
+    headers = sign_headers("admin", ADMIN, "POST", "/v1/admin/rounds", "", body) | {"Content-Type": "application/json"}
+    resp = client.post("/v1/admin/rounds", content=body, headers=headers)
+    assert resp.status_code == 503 and resp.json()["error"] == "storage_unavailable", resp.text
+    assert leader.round is None and servers.nodes[1].round is None and leader.max_round == -1
+
+
+# ---------------------------------------------------------------- finding 11: a lost checkpoint
+def test_finding11_a_deleted_checkpoint_with_committed_rounds_is_refused_with_the_recovery(tmp_path):
+    node = make_node(_cfg(0, tmp_path), start_threads=False)
+    store = node.store
+    store.append({"ev": "open", "round": 0, "version": 0, "n_p": 10})
+    store.append({"ev": "committed", "round": 0, "version": 1, "included": list(range(10)), "reason": ""})
+    backup = (tmp_path / "checkpoint.npz").read_bytes()
+    sha = node.model_sha()
+    (tmp_path / "checkpoint.npz").unlink()
+    with pytest.raises(CorruptState, match=r"no checkpoint.*1 committed.*round 0.*backup.*BOTH"):
+        make_node(_cfg(0, tmp_path), start_threads=False)
+    assert not (tmp_path / "checkpoint.npz").exists()  # refused before writing a fresh model
+    (tmp_path / "checkpoint.npz").write_bytes(backup)  # the documented recovery: restore the backup
+    assert make_node(_cfg(0, tmp_path), start_threads=False).model_sha() == sha
+
+
+def test_finding11_a_journal_of_aborted_rounds_only_is_a_fresh_start(tmp_path):
+    store = DiskStore(tmp_path, 1, _cfg(1, tmp_path).fingerprint())
+    store.append({"ev": "open", "round": 0, "version": 0, "n_p": 10})
+    store.append({"ev": "aborted", "round": 0, "reason": "deadline"})
+    node = make_node(_cfg(1, tmp_path), start_threads=False)
+    assert node.version == -1 and node.max_round == 0
