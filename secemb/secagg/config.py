@@ -1,0 +1,94 @@
+"""Public parameters of one secure-aggregation round, the abort exception and the threshold rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from secemb.errors import InvalidParameters, ProtocolError
+
+__all__ = ["SecAggConfig", "SecAggAborted", "default_threshold", "check_rows", "sign"]
+
+_MAX_ID = 0xFFFFFFFE  # 0xFFFFFFFF is the server's sender id
+
+
+class SecAggAborted(ProtocolError):
+    """Fewer clients than the threshold are left at some stage: the round is over and nothing
+    about the inputs was opened (no partial sum exists)."""
+
+
+def default_threshold(n: int) -> int:
+    """``n // 2 + 1``: the smallest majority of the ``n`` clients that start a round.
+
+    It tolerates ``ceil(n / 2) - 1`` dropouts and keeps the inputs secret against the server
+    together with up to ``threshold - 1`` clients (Bonawitz et al., CCS 2017, Thm. 6.3).  A
+    deployment that must resist an *active* server needs ``t > 2n/3`` and the signed,
+    consistency-checked variant, which this package does not implement.
+    """
+    if n < 2:
+        raise InvalidParameters(f"secure aggregation needs at least 2 clients, got {n}")
+    return n // 2 + 1
+
+
+@dataclass(frozen=True)
+class SecAggConfig:
+    """What every party of a round agrees on before it starts.
+
+    Attributes
+    ----------
+    length:
+        Rows of the summed matrix.
+    threshold:
+        ``t`` of the t-of-n Shamir sharing; every stage needs at least ``t`` live clients.
+        At least 2 (with ``t = 1`` every client would hold every peer's secrets).
+    width:
+        ``uint32`` words per row; the sum is a ``(length, width)`` matrix in Z_2^32.
+    round_id:
+        Bound into every header, key derivation and AES-GCM nonce; never reuse one with the
+        same key pairs.
+    sparse:
+        If true, each client declares the rows it contributes (its advertise message) and the
+        sum of row ``j`` is over the surviving clients holding ``j``; pairwise masks are applied
+        only on rows both clients hold (the per-row participant sets of SFSL).  If false,
+        every client contributes every row.
+    """
+
+    length: int
+    threshold: int
+    width: int = 1
+    round_id: int = 0
+    sparse: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.length < 2**32:
+            raise InvalidParameters(f"length must be in [1, 2^32), got {self.length}")
+        if not 1 <= self.width <= 2**20:
+            raise InvalidParameters(f"width must be in [1, 2^20], got {self.width}")
+        if self.threshold < 2:
+            raise InvalidParameters(f"threshold must be >= 2, got {self.threshold}")
+        if not 0 <= self.round_id < 2**64:
+            raise InvalidParameters(f"round_id must be in [0, 2^64), got {self.round_id}")
+
+    def check_id(self, client_id: int) -> int:
+        """``client_id`` if it is a valid id (an int in ``[0, 2^32 - 2]``)."""
+        if isinstance(client_id, bool) or not isinstance(client_id, (int, np.integer)) \
+                or not 0 <= int(client_id) <= _MAX_ID:
+            raise InvalidParameters(f"client id must be an int in [0, {_MAX_ID}], got {client_id!r}")
+        return int(client_id)
+
+
+def check_rows(rows: object, length: int) -> np.ndarray:
+    """Rows as int64: 1-D, strictly increasing, in ``[0, length)``."""
+    a = np.asarray(rows)
+    if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
+        raise InvalidParameters("rows must be a 1-D integer array")
+    a = a.astype(np.int64)
+    if a.size and (int(a[0]) < 0 or int(a[-1]) >= length or np.any(np.diff(a) <= 0)):
+        raise InvalidParameters(f"rows must be strictly increasing and in [0, {length})")
+    return a
+
+
+def sign(u: int, v: int) -> int:
+    """+1 if ``u < v`` else -1: client ``u`` adds the pair's mask, ``v`` subtracts it."""
+    return 1 if u < v else -1

@@ -1,0 +1,261 @@
+"""The server side of Bonawitz et al.'s semi-honest secure aggregation (CCS 2017, Fig. 4).
+
+The server collects each stage's messages with a ``receive_*`` method (the transport tells it
+who sent them) and closes the stage with the method that builds the next messages; closing a
+stage fixes its set of live clients (U1, U2, U3, U4) and aborts the round with
+:class:`~secemb.secagg.config.SecAggAborted` if fewer than ``threshold`` are left::
+
+    receive_advertise(id, msg)*  keys_messages()      -> {id: keys}       U1
+    receive_shares(id, msg)*     relayed_messages()   -> {id: relayed}    U2
+    receive_masked(id, msg)*     survivors_messages() -> {id: survivors}  U3
+    receive_unmask(id, msg)*     result()             -> sum over U3      U4
+
+:meth:`SecAggServer.result` reconstructs ``s^SK`` of every dropped client (U2 minus U3) to
+remove its pairwise masks with the survivors and ``b`` of every survivor to remove the self
+masks; what it returns is the sum of the survivors' inputs in Z_2^32 and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from secemb.errors import InvalidMessage, ProtocolError
+from secemb.secagg import keys, messages, shamir
+from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES
+from secemb.secagg.config import SecAggAborted, SecAggConfig, sign
+from secemb.secagg.prg import SEED_BYTES, mask_rows
+
+__all__ = ["SecAggServer"]
+
+_STAGES = ("advertise", "shares", "masked", "unmask", "done")
+
+
+class SecAggServer:
+    """The server of one round.
+
+    Raises
+    ------
+    InvalidMessage: a client message that is malformed, from an unknown or excluded client,
+        a duplicate, or inconsistent with the round.
+    ProtocolError: a method called out of order.
+    SecAggAborted: fewer than ``threshold`` clients left when a stage closes; every later
+        call raises it again.
+    """
+
+    def __init__(self, config: SecAggConfig) -> None:
+        self.config = config
+        self._stage = 0
+        self._aborted: str | None = None
+        self._keys: dict[int, tuple[bytes, bytes]] = {}
+        self._rows: dict[int, np.ndarray] = {}
+        self._shares: dict[int, dict[int, bytes]] = {}  # sender -> recipient -> ciphertext
+        self._masked: dict[int, np.ndarray] = {}
+        self._unmask: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
+        self._common_cache: dict[tuple[int, int], np.ndarray] = {}
+        self.u1: list[int] = []
+        self.u2: list[int] = []
+        self.u3: list[int] = []
+        self.u4: list[int] = []
+
+    # ------------------------------------------------------------------ helpers
+    def _at(self, stage: int, name: str) -> None:
+        if self._aborted is not None:
+            raise SecAggAborted(self._aborted)
+        if self._stage != stage:
+            raise ProtocolError(f"server: {name} called during stage {_STAGES[self._stage]}, "
+                                f"expected {_STAGES[stage]}")
+
+    def _close(self, live: list[int], what: str) -> list[int]:
+        live = sorted(live)
+        if len(live) < self.config.threshold:
+            self._aborted = (f"round {self.config.round_id} aborted at {what}: {len(live)} clients left, "
+                             f"threshold {self.config.threshold}")
+            self._masked.clear()
+            raise SecAggAborted(self._aborted)
+        self._stage += 1
+        return live
+
+    def _sender(self, client_id: int, msg: bytes, kind: str, allowed: list[int] | None,
+                seen: Mapping[int, object]) -> memoryview:
+        cid = self.config.check_id(client_id)
+        if allowed is not None and cid not in allowed:
+            raise InvalidMessage(f"{kind} from client {cid}, who is not in this stage of the round")
+        if cid in seen:
+            raise InvalidMessage(f"duplicate {kind} message from client {cid}")
+        _, body = messages.open_frame(msg, kind, self.config.round_id, cid)
+        return body
+
+    def rows_of(self, client_id: int) -> np.ndarray:
+        """The rows client ``client_id`` contributes (int64, increasing)."""
+        return self._rows[client_id] if self.config.sparse else np.arange(self.config.length, dtype=np.int64)
+
+    def _common(self, u: int, v: int) -> np.ndarray:
+        key = (min(u, v), max(u, v))
+        if key not in self._common_cache:
+            self._common_cache[key] = np.intersect1d(self._rows[u], self._rows[v], assume_unique=True)
+        return self._common_cache[key]
+
+    @property
+    def survivors(self) -> list[int]:
+        """U3: the clients whose inputs are in the sum (known once the masked stage closes)."""
+        return list(self.u3)
+
+    # ------------------------------------------------------------------ stage 0
+    def receive_advertise(self, client_id: int, msg: bytes) -> None:
+        """Record a client's two public keys (and its rows in a sparse round)."""
+        self._at(0, "receive_advertise")
+        body = self._sender(client_id, msg, "advertise", None, self._keys)
+        rd = messages.Reader(body, "advertise")
+        c_pk, s_pk = bytes(rd.take(keys.KEY_BYTES)), bytes(rd.take(keys.KEY_BYTES))
+        rows = rd.increasing(self.config.length, "rows") if self.config.sparse else None
+        rd.end()
+        self._keys[int(client_id)] = (c_pk, s_pk)
+        if rows is not None:
+            self._rows[int(client_id)] = rows
+
+    def keys_messages(self) -> dict[int, bytes]:
+        """Close AdvertiseKeys (U1 = clients that advertised) and build each client's key
+        list (in a sparse round with the rows it has in common with each peer)."""
+        self._at(0, "keys_messages")
+        self.u1 = self._close(list(self._keys), "AdvertiseKeys")
+        head = len(self.u1).to_bytes(4, "little") + b"".join(
+            v.to_bytes(4, "little") + self._keys[v][0] + self._keys[v][1] for v in self.u1)
+        out = {}
+        for u in self.u1:
+            tail = b""
+            if self.config.sparse:
+                tail = b"".join(messages.rows_bytes(np.zeros(0, np.int64) if v == u else self._common(u, v))
+                                for v in self.u1)
+            out[u] = messages.frame("keys", self.config.round_id, messages.SERVER, head, tail)
+        return out
+
+    # ------------------------------------------------------------------ stage 1
+    def receive_shares(self, client_id: int, msg: bytes) -> None:
+        """Record a client's encrypted shares, one for every other client of U1."""
+        self._at(1, "receive_shares")
+        body = self._sender(client_id, msg, "shares", self.u1, self._shares)
+        rd = messages.Reader(body, "shares")
+        entries = rd.records(SHARE_CIPHERTEXT_BYTES, "recipient")
+        rd.end()
+        cid = int(client_id)
+        if [v for v, _ in entries] != [v for v in self.u1 if v != cid]:
+            raise InvalidMessage(f"shares from client {cid} must go to exactly the other {len(self.u1) - 1} "
+                                 f"clients of the key list, got {len(entries)}")
+        self._shares[cid] = dict(entries)
+
+    def relayed_messages(self) -> dict[int, bytes]:
+        """Close ShareKeys (U2 = clients that sent shares) and give each client of U2 the
+        ciphertexts addressed to it by the other clients of U2."""
+        self._at(1, "relayed_messages")
+        self.u2 = self._close(list(self._shares), "ShareKeys")
+        out = {}
+        for v in self.u2:
+            recs = [u.to_bytes(4, "little") + self._shares[u][v] for u in self.u2 if u != v]
+            out[v] = messages.frame("relayed", self.config.round_id, messages.SERVER,
+                                    len(recs).to_bytes(4, "little"), *recs)
+        self._shares.clear()
+        return out
+
+    # ------------------------------------------------------------------ stage 2
+    def receive_masked(self, client_id: int, msg: bytes) -> None:
+        """Record a client's masked input (``len(rows) x width`` uint32)."""
+        self._at(2, "receive_masked")
+        body = self._sender(client_id, msg, "masked", self.u2, self._masked)
+        cid = int(client_id)
+        k = self.rows_of(cid).size
+        if len(body) != 4 * k * self.config.width:
+            raise InvalidMessage(f"masked input of client {cid} is {len(body)} bytes, expected "
+                                 f"{4 * k * self.config.width}")
+        self._masked[cid] = np.frombuffer(body, dtype="<u4").astype(np.uint32).reshape(k, self.config.width)
+
+    def survivors_messages(self) -> dict[int, bytes]:
+        """Close MaskedInputCollection (U3 = clients whose masked input arrived) and send U3
+        to each of them."""
+        self._at(2, "survivors_messages")
+        self.u3 = self._close(list(self._masked), "MaskedInputCollection")
+        msg = messages.frame("survivors", self.config.round_id, messages.SERVER, messages.ids_bytes(self.u3))
+        return {u: msg for u in self.u3}
+
+    # ------------------------------------------------------------------ stage 3
+    def receive_unmask(self, client_id: int, msg: bytes) -> None:
+        """Record a survivor's shares: of ``s^SK`` for exactly the dropped clients, of ``b``
+        for exactly the survivors."""
+        self._at(3, "receive_unmask")
+        body = self._sender(client_id, msg, "unmask", self.u3, self._unmask)
+        rd = messages.Reader(body, "unmask")
+        sk = rd.records(shamir.SHARE_BYTES, "dropped client")
+        bs = rd.records(shamir.SHARE_BYTES, "survivor")
+        rd.end()
+        alive = set(self.u3)
+        if [v for v, _ in sk] != [v for v in self.u2 if v not in alive] or [v for v, _ in bs] != self.u3:
+            raise InvalidMessage(f"unmask from client {client_id} must carry key shares of exactly the dropped "
+                                 "clients and seed shares of exactly the survivors")
+        self._unmask[int(client_id)] = ({v: int.from_bytes(s, "little") for v, s in sk},
+                                        {v: int.from_bytes(s, "little") for v, s in bs})
+
+    def result(self) -> np.ndarray:
+        """Close Unmasking (U4 = survivors that sent shares) and return the sum over U3:
+        ``uint32`` of shape ``(length, width)`` (a row nobody in U3 holds is 0).
+
+        Raises
+        ------
+        SecAggAborted: fewer than ``threshold`` unmask messages.
+        InvalidMessage: a reconstructed key does not match the advertised public key, or a
+            reconstructed seed is out of range (a corrupted share).
+        """
+        self._at(3, "result")
+        self.u4 = self._close(list(self._unmask), "Unmasking")
+        cfg = self.config
+        helpers = self.u4[: cfg.threshold]
+        lam = shamir.lagrange_at_zero([h + 1 for h in helpers])
+
+        def open_secret(v: int, which: int) -> int:
+            return sum(lv * self._unmask[h][which][v] for lv, h in zip(lam, helpers, strict=True)) % shamir.PRIME
+
+        total = np.zeros((cfg.length, cfg.width), np.uint32)
+        every = np.arange(cfg.length, dtype=np.int64)
+        for u in self.u3:
+            rows = self.rows_of(u)
+            b = open_secret(u, 1)
+            if b >= 1 << (8 * SEED_BYTES):
+                raise InvalidMessage(f"the reconstructed self-mask seed of client {u} is out of range")
+            at = rows if cfg.sparse else slice(None)
+            total[at] += self._masked[u] - mask_rows(b.to_bytes(SEED_BYTES, "little"), rows, cfg.width)
+        alive = set(self.u3)
+        for v in self.u2:
+            if v in alive:
+                continue
+            s_sk = open_secret(v, 0)
+            if s_sk >= 1 << (8 * keys.KEY_BYTES):
+                raise InvalidMessage(f"the reconstructed mask key of client {v} is out of range")
+            pair = keys.KeyPair.from_private(s_sk.to_bytes(keys.KEY_BYTES, "little"))
+            if pair.public != self._keys[v][1]:
+                raise InvalidMessage(f"the reconstructed mask key of client {v} does not match its public key")
+            for u in self.u3:
+                common = self._common(u, v) if cfg.sparse else every
+                if common.size == 0:
+                    continue
+                seed = keys.agree(pair.private, self._keys[u][1], keys.MASK, cfg.round_id, (u, v))
+                m = mask_rows(seed, common, cfg.width)
+                at = common if cfg.sparse else slice(None)
+                # survivor u added sign(u, v) * m for the pair (u, v); take it out
+                if sign(u, v) > 0:
+                    total[at] -= m
+                else:
+                    total[at] += m
+        self._stage += 1
+        self._masked.clear()
+        self._unmask.clear()
+        return total
+
+    def holders(self) -> np.ndarray:
+        """How many survivors hold each row (int64, shape ``(length,)``): the divisor of a
+        per-row mean in a sparse round; ``len(U3)`` everywhere in a dense one."""
+        if len(self.u3) == 0:
+            raise ProtocolError("holders: the masked stage has not closed")
+        count = np.zeros(self.config.length, np.int64)
+        for u in self.u3:
+            count[self.rows_of(u)] += 1
+        return count
