@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol as TypingProtocol
 
 import numpy as np
+from tenacity import RetryError, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.data import RatingData, by_user, concat
@@ -139,24 +140,35 @@ class _Totals:
     epoch_losses: list[float] = field(default_factory=list)
 
 
+def _transient(retry_conflict: bool) -> Callable[[BaseException], bool]:
+    """Whether a failed operator call is worth retrying: the server is unreachable or
+    answered 503 (restarting, its peer restarting, its disk full), or 409 where the caller
+    says a conflict clears by itself (the count phase of a restarted peer)."""
+
+    def check(exc: BaseException) -> bool:
+        if isinstance(exc, Unreachable):
+            return True
+        return isinstance(exc, RemoteError) and (exc.status == 503 or (retry_conflict and exc.status == 409))
+
+    return check
+
+
 def _retry(fn: Callable[[], Any], wait_s: float, what: str, retry_conflict: bool = False) -> Any:
-    """Call ``fn`` until it does not fail with Unreachable / 503 (a server restarting), with
-    exponential backoff (0.05 s doubling to 0.5 s) for up to ``wait_s`` seconds."""
-    deadline = time.monotonic() + wait_s
-    delay = 0.05
-    while True:
-        try:
-            return fn()
-        except Unreachable as exc:
-            err: Exception = exc
-        except RemoteError as exc:
-            if not (exc.status == 503 or (retry_conflict and exc.status == 409)):
-                raise
-            err = exc
-        if time.monotonic() >= deadline:
-            raise RoundAborted(f"{what}: gave up after {wait_s} s: {err}") from None
-        time.sleep(delay)
-        delay = min(delay * 2, 0.5)
+    """Call ``fn`` until it does not fail transiently (:func:`_transient`), with exponential
+    backoff (tenacity: 0.05 s doubling to 0.5 s) for up to ``wait_s`` seconds; other errors
+    pass through at once.
+
+    Raises
+    ------
+    RoundAborted
+        Still failing after ``wait_s`` seconds (the last error in the message).
+    """
+    retrying = Retrying(retry=retry_if_exception(_transient(retry_conflict)), stop=stop_after_delay(wait_s),
+                        wait=wait_exponential(multiplier=0.05, min=0.05, max=0.5))
+    try:
+        return retrying(fn)
+    except RetryError as exc:
+        raise RoundAborted(f"{what}: gave up after {wait_s} s: {exc.last_attempt.exception()}") from None
 
 
 def _model(admin: AdminLink, wait_s: float, m: int, width: int, dense_size: int) -> tuple[int, np.ndarray, np.ndarray]:
