@@ -12,6 +12,7 @@ from secemb.secagg.config import SecAggAborted, SecAggConfig, default_threshold
 from secemb.secagg.keys import KeyPair, agree
 from secemb.secagg.local import STAGES, Transcript, run_round
 from secemb.secagg.prg import mask_rows
+from secemb.secagg.psu import BloomParams, PsuResult, psu_input, psu_union, read_union, run_psu, union_message
 from secemb.secagg.server import SecAggServer
 
 __all__ = [
@@ -26,4 +27,11 @@ __all__ = [
     "STAGES",
     "Transcript",
     "run_round",
+    "BloomParams",
+    "psu_input",
+    "psu_union",
+    "union_message",
+    "read_union",
+    "PsuResult",
+    "run_psu",
 ]
