@@ -8,9 +8,16 @@ a CKKS key pair), so they are built here as faithful *messages* for one round of
 rather than as :class:`~secemb.protocols.base.Protocol` roles; ``secemb bench comm`` measures
 ``len()`` of what they produce.
 
+Both one-server baselines mask with pairwise seeds from a key agreement: each user draws an
+X25519 key pair and the pair ``(u, v)`` derives its 16-byte seed from X25519 and HKDF
+(:func:`secemb.secagg.agree`, purpose :data:`secemb.secagg.keys.MASK`), as in Bonawitz et al.'s
+secure aggregation.  The messages measured here are the gradient uploads only (the papers'
+Table 13 accounting); the key advertisement and, for dropout recovery, the Shamir-share exchange
+of :mod:`secemb.secagg` come on top (``docs/secagg.md`` measures them).
+
 ``secaggmask`` -- Secure Aggregation with Mask Sparsification (Liu et al., 2023), one server
-    Every pair of users ``(u, v)`` shares a 16-byte seed (a key agreement in the real protocol;
-    drawn from the OS here).  The pair's PRG marks a random subset of the ``m w`` coordinates
+    Every pair of users ``(u, v)`` shares a 16-byte seed from the key agreement.  The pair's
+    PRG marks a random subset of the ``m w`` coordinates
     (each with probability ``q``) and gives a mask for each; ``u`` adds it, ``v`` subtracts it.
     ``q`` is set so that a coordinate is masked by at least one of the ``n - 1`` peers with
     probability ``mask_rate`` (0.6: "60 % of non-zero gradients masked in expectation").
@@ -41,7 +48,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError
-from secemb.randomness import expand_seed, system_rng
+from secemb.randomness import expand_seed
+from secemb.secagg import KeyPair, agree
+from secemb.secagg.keys import MASK
 
 __all__ = [
     "CkksAggregator",
@@ -58,8 +67,12 @@ def mask_probability(mask_rate: float, n_users: int) -> float:
     return 1.0 - (1.0 - mask_rate) ** (1.0 / (n_users - 1))
 
 
-def _pair_seeds(n: int) -> dict[tuple[int, int], bytes]:
-    return {(a, b): system_rng(16) for a in range(n) for b in range(a + 1, n)}
+def _pair_seeds(n: int, round_id: int = 0) -> dict[tuple[int, int], bytes]:
+    """The 16-byte seed of every pair ``a < b`` of ``n`` users, agreed over X25519: each user
+    draws a key pair (from the OS) and the pair's seed is HKDF of their agreement."""
+    pairs = [KeyPair.generate() for _ in range(n)]
+    return {(a, b): agree(pairs[a].private, pairs[b].public, MASK, round_id, (a, b))
+            for a in range(n) for b in range(a + 1, n)}
 
 
 def _sub(seed: bytes, label: bytes) -> bytes:
