@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -205,12 +206,31 @@ def read_union(msg: bytes, round_id: int, domain: int) -> np.ndarray:
 
 @dataclass
 class PsuResult:
-    """One PSU run in process: the union, the aggregation's transcript (byte counts include
-    the union message sent to each survivor) and the union message's size."""
+    """One PSU run in process.
+
+    Attributes
+    ----------
+    union: int64 increasing, what the server delivered.
+    receivers: the live clients that received the union (the survivors U3 of the aggregation).
+    union_bytes: ``len()`` of the union message (one per receiver).
+    upload_bytes / download_bytes: per client, every message it sent / received, the union
+        message included.
+    client_seconds: per client, its own time (building its PSU vector and its secure-aggregation
+        stages).
+    server_seconds: the server's total time (aggregation stages, membership tests, the union
+        message).
+    transcript: the aggregation's :class:`~secemb.secagg.local.Transcript` (per-stage server
+        times there, e.g. the Unmasking recovery of Fig. 6).
+    """
 
     union: np.ndarray
-    transcript: Transcript
+    receivers: list[int]
     union_bytes: int
+    upload_bytes: dict[int, int]
+    download_bytes: dict[int, int]
+    client_seconds: dict[int, float]
+    server_seconds: float
+    transcript: Transcript
 
 
 def run_psu(
@@ -229,10 +249,20 @@ def run_psu(
     ------
     SecAggAborted: fewer than ``threshold`` clients at some stage.
     """
-    inputs = {cid: psu_input(params, s, _rng=_rng) for cid, s in sets.items()}
+    inputs, build = {}, {}
+    for cid, idx in sets.items():
+        t0 = time.perf_counter()
+        inputs[cid] = psu_input(params, idx, _rng=_rng)
+        build[cid] = time.perf_counter() - t0
     tr = run_round(params.config(threshold, round_id), inputs, drop_after=drop_after, _rng=_rng)
+    t0 = time.perf_counter()
     union = psu_union(params, tr.total)
     msg = union_message(round_id, union)
+    server = sum(tr.server_seconds.values()) + time.perf_counter() - t0
+    down = dict(tr.download_bytes)
     for cid in tr.survivors:
-        tr.download_bytes[cid] += len(msg)
-    return PsuResult(union=union, transcript=tr, union_bytes=len(msg))
+        down[cid] += len(msg)
+    return PsuResult(union=union, receivers=list(tr.survivors), union_bytes=len(msg),
+                     upload_bytes=dict(tr.upload_bytes), download_bytes=down,
+                     client_seconds={c: build[c] + tr.client_seconds[c] for c in tr.client_seconds},
+                     server_seconds=server, transcript=tr)

@@ -33,7 +33,11 @@ def test_exact_filter_gives_the_union_of_the_survivors(drops):
     sets = _sets(7, 500, 20, 1)
     res = run_psu(BloomParams.exact(500), sets, 4, round_id=3, drop_after=drops)
     assert np.array_equal(res.union, _union(sets, res.transcript.survivors))
-    assert res.transcript.survivors == [i for i in range(7) if drops.get(i, 4) > 2]
+    assert res.receivers == res.transcript.survivors == [i for i in range(7) if drops.get(i, 4) > 2]
+    for cid in range(7):  # the union message is in every receiver's download, nobody else's
+        extra = res.union_bytes if cid in res.receivers else 0
+        assert res.download_bytes[cid] == res.transcript.download_bytes[cid] + extra
+    assert res.union_bytes == len(union_message(3, res.union))
     assert read_union(union_message(3, res.union), 3, 500).tolist() == res.union.tolist()
 
 
