@@ -4,8 +4,8 @@ to its rows (hazmat layer).
 The matrix of a seed is the word stream of AES-128-CTR keyed by the seed from IV 0, read as
 little-endian ``uint32`` in row-major order: word ``i = j * width + k`` (row ``j``, column
 ``k``) is word ``i mod 4`` of the block ``E_seed(i div 4)``, the counter a 128-bit big-endian
-integer.  Rows are evaluated only at the blocks they need (one ECB call over those counters; a
-contiguous range of rows is one CTR pass).  So two parties holding the same seed
+integer.  A contiguous range of rows is one CTR pass; any other rows cost one ECB call over the
+counters of the blocks each row spans.  So two parties holding the same seed
 derive the same mask on any common subset of rows, and a whole vector (all rows) costs one CTR
 pass.  All AES work is one ``cryptography`` (OpenSSL) ECB call over the counter blocks.
 """
@@ -35,17 +35,23 @@ def mask_rows(seed: bytes, rows: np.ndarray, width: int) -> np.ndarray:
         raise InvalidParameters("rows must be a 1-D array of non-negative row numbers")
     if r.size == 0:
         return np.zeros((0, width), np.uint32)
-    cipher = Cipher(algorithms.AES(bytes(seed)), modes.ECB())
     if r.size == 1 + int(r[-1]) - int(r[0]) and np.all(np.diff(r) == 1):
-        # a contiguous range of rows: one CTR pass from its first block
-        first, last = int(r[0]) * width, (int(r[-1]) + 1) * width  # word range [first, last)
-        b0, b1 = first // 4, -(-last // 4)
-        ctr = Cipher(algorithms.AES(bytes(seed)), modes.CTR(b0.to_bytes(16, "big"))).encryptor()
-        words = np.frombuffer(ctr.update(bytes(16 * (b1 - b0))), dtype="<u4")
-        return words[first - 4 * b0 : last - 4 * b0].astype(np.uint32).reshape(r.size, width)
-    idx = (r[:, None] * width + np.arange(width, dtype=np.int64)).reshape(-1)  # word indices
-    blocks, where = np.unique(idx >> 2, return_inverse=True)
-    ctr_blocks = np.zeros((blocks.size, 2), dtype=">u8")
-    ctr_blocks[:, 1] = blocks
-    enc = np.frombuffer(cipher.encryptor().update(ctr_blocks.tobytes()), dtype="<u4").reshape(-1, 4)
-    return enc[where.reshape(-1), idx & 3].astype(np.uint32).reshape(r.size, width)
+        # a contiguous range of rows: one CTR pass from the block of its first word
+        first, last = int(r[0]) * width, (int(r[-1]) + 1) * width  # words [first, last)
+        b0, b1 = first >> 2, (last + 3) >> 2
+        enc = Cipher(algorithms.AES(bytes(seed)), modes.CTR(b0.to_bytes(16, "big"))).encryptor()
+        words = np.frombuffer(enc.update(bytes(16 * (b1 - b0))), dtype="<u4")
+        return words[first - 4 * b0 : last - 4 * b0].reshape(r.size, width).copy()
+    # any rows: the blocks of each row (a row of `width` words spans at most `span` blocks)
+    span = ((width + 2) >> 2) + 1
+    start = r * width
+    ctr = np.zeros((r.size, span, 2), dtype=">u8")
+    ctr[:, :, 1] = (start >> 2)[:, None] + np.arange(span, dtype=np.int64)
+    enc = Cipher(algorithms.AES(bytes(seed)), modes.ECB()).encryptor()
+    words = np.frombuffer(enc.update(ctr.tobytes()), dtype="<u4").reshape(r.size, 4 * span)
+    out = np.empty((r.size, width), np.uint32)
+    offset = start & 3
+    for o in range(4):
+        sel = offset == o
+        out[sel] = words[sel, o : o + width]
+    return out
