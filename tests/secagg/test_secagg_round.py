@@ -264,3 +264,56 @@ def test_config_validation():
     with pytest.raises(InvalidParameters):
         SecAggClient(2**32 - 1, SecAggConfig(length=3, threshold=2))
     assert default_threshold(10) == 6 and default_threshold(3) == 2
+
+
+def _corruptions(msg):
+    yield msg[:-1]  # truncated
+    yield msg + b"\0"  # extended
+    yield msg[: messages.HEADER_BYTES - 1]  # shorter than a header
+    yield b"XXXX" + msg[4:]  # wrong magic
+    bad_kind = bytearray(msg)
+    bad_kind[5] = (bad_kind[5] % 8) + 1
+    yield bytes(bad_kind)
+    # consistent headers around a body one byte short / long: the body parsers must refuse
+    head, body = bytearray(msg[: messages.HEADER_BYTES]), msg[messages.HEADER_BYTES :]
+    for new_body in (body[:-1], body + b"\0"):
+        head[-4:] = len(new_body).to_bytes(4, "little")
+        yield bytes(head) + new_body
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_every_truncated_or_altered_message_is_refused_without_changing_state(sparse):
+    import copy
+
+    cfg = SecAggConfig(length=6, threshold=2, width=2, round_id=9, sparse=sparse)
+    ids = (1, 4, 6)
+    rows = {1: np.array([0, 2, 5]), 4: np.array([2, 3]), 6: np.array([0, 1, 2, 5])}
+    server = SecAggServer(cfg)
+    clients = {i: SecAggClient(i, cfg) for i in ids}
+
+    def to_server(receive, cid, msg):
+        for bad in _corruptions(msg):
+            with pytest.raises(InvalidMessage):
+                receive(cid, bad)
+        receive(cid, msg)
+
+    def to_client(method, msg, *args):
+        for bad in _corruptions(msg):
+            with pytest.raises(InvalidMessage):
+                getattr(copy.deepcopy(method.__self__), method.__name__)(bad, *args)
+        return method(msg, *args)
+
+    for i, c in clients.items():
+        to_server(server.receive_advertise, i, c.advertise(rows[i] if sparse else None))
+    keys = server.keys_messages()
+    for i, c in clients.items():
+        to_server(server.receive_shares, i, to_client(c.share_keys, keys[i]))
+    relayed = server.relayed_messages()
+    inputs = {i: np.full(((rows[i].size if sparse else 6), 2), i, np.uint32) for i in ids}
+    for i, c in clients.items():
+        to_server(server.receive_masked, i, to_client(c.masked_input, relayed[i], inputs[i]))
+    surv = server.survivors_messages()
+    for i, c in clients.items():
+        to_server(server.receive_unmask, i, to_client(c.unmask, surv[i]))
+    expected = _expected(inputs, ids, rows if sparse else None, 6, 2)
+    assert np.array_equal(server.result(), expected)
