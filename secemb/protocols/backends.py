@@ -1,5 +1,5 @@
 """Where a server's per-user evaluation runs: in the calling thread, in a process pool on
-this machine, or on a Ray cluster.
+this machine, on a Ray cluster, or on a CUDA device.
 
 A server splits a batch of users' keys into contiguous chunks, one per worker, and maps a
 module-level task over them; ring sums are exact, so every backend returns bit-identical
@@ -12,11 +12,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["Backend", "SerialBackend", "ProcessBackend", "RayBackend", "make_backend"]
+if TYPE_CHECKING:
+    from secemb.fss.cuckoo import CuckooLayout
+    from secemb.fss.gpu import DeviceTable
+
+__all__ = ["Backend", "SerialBackend", "ProcessBackend", "RayBackend", "GpuBackend", "make_backend"]
 
 
 class Backend:
@@ -28,6 +34,10 @@ class Backend:
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         raise NotImplementedError
+
+    def device_table(self, table: np.ndarray, layout: str | CuckooLayout) -> DeviceTable | None:
+        """The round's table resident where this backend evaluates (``None``: host memory)."""
+        return None
 
     def close(self) -> None:
         """Release workers (idempotent)."""
@@ -88,12 +98,39 @@ class RayBackend(Backend):
         return self._ray.get([remote.remote(t) for t in tasks])
 
 
+class GpuBackend(SerialBackend):
+    """Evaluation on a CUDA device through Triton kernels (``pip install 'secemb[gpu]'``,
+    :mod:`secemb.fss.gpu`): tasks run one after another in this process, each batch of keys
+    as a few kernel launches; the round's table is uploaded to the device once, in its
+    layout's form (:meth:`device_table`).  Bit-identical to :class:`SerialBackend`.
+
+    Raises
+    ------
+    InvalidParameters
+        Triton is missing, or there is no CUDA device (nor Triton's CPU interpreter,
+        ``TRITON_INTERPRET=1``, which runs the same kernels slowly for tests).
+    """
+
+    def __init__(self) -> None:
+        from secemb.fss import gpu
+
+        self.device = gpu.device()
+
+    def device_table(self, table: np.ndarray, layout: str | CuckooLayout) -> DeviceTable:
+        from secemb.fss.gpu import DeviceTable
+
+        return DeviceTable(table, layout, self.device)
+
+
 def make_backend(name: str, workers: int | None = None, address: str | None = None) -> Backend:
-    """``serial``, ``process`` or ``ray``."""
+    """``serial``, ``process``, ``ray`` or ``gpu`` (``workers`` and ``address`` unused by
+    ``serial`` and ``gpu``)."""
     if name == "serial":
         return SerialBackend()
     if name == "process":
         return ProcessBackend(workers)
     if name == "ray":
         return RayBackend(address, workers)
-    raise InvalidParameters(f"backend must be 'serial', 'process' or 'ray', got {name!r}")
+    if name == "gpu":
+        return GpuBackend()
+    raise InvalidParameters(f"backend must be 'serial', 'process', 'ray' or 'gpu', got {name!r}")

@@ -47,6 +47,7 @@ from secemb.fss.fused import (
     retrieve_and_prepare,
     retrieve_and_prepare_buckets,
 )
+from secemb.fss.gpu import DeviceTable
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.tree import padded_leaves
 from secemb.protocols.backends import Backend, SerialBackend
@@ -235,6 +236,8 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     payload-independent part of the aggregation share summed over the batch.
     """
     layout, party, keys, table, width = task
+    if isinstance(table, DeviceTable):  # the gpu backend: the table is on its device
+        return table.evaluate(party, keys, width)
     ring_bits = keys.params.ring_bits
     if not isinstance(table, LimbMatrix):
         table = LimbMatrix(table, ring_bits)
@@ -265,14 +268,17 @@ class SecEmbServer(ServerRole):
             )
         self._start_round(config)
         self._table_ring = np.ascontiguousarray(table)
-        if config.layout == "full":
+        layout = "full" if config.layout == "full" else config.cuckoo()
+        # the table in the form the evaluation reads: on the backend's device, or as limbs
+        # here (full layout: the table; cuckoo: its bucket form), or shipped per task
+        self._table: LimbMatrix | DeviceTable | None = self.backend.device_table(self._table_ring, layout)
+        if self._table is None and self.backend.local:
+            limbs = LimbMatrix(table, config.ring_bits)
+            self._table = limbs if isinstance(layout, str) else limbs.gather(layout.gather_index)
+        if isinstance(layout, str):
             self._sparse = np.zeros((config.num_items, config.width), config.dtype)
-            self._table = LimbMatrix(table, config.ring_bits) if self.backend.local else None
         else:
-            layout = config.cuckoo()
             self._sparse = np.zeros((config.num_buckets, layout.bucket_size, config.width), config.dtype)
-            limbs = LimbMatrix(table, config.ring_bits) if self.backend.local else None
-            self._table = limbs.gather(layout.gather_index) if limbs is not None else None
         self._dense = np.zeros(config.dense_size, config.dtype)
         self._pending: dict[int, _Pending] = {}
         self._seeds_of: dict[int, bytes] = {}  # server 1, relay: dense-share seeds

@@ -1,0 +1,221 @@
+"""Host side of the GPU evaluation: launches the Triton kernels of :mod:`secemb.fss.gpu._triton`
+over torch tensors on the device and returns what the CPU path returns, bit for bit.
+
+Hazmat layer.  :func:`evaluate` is the GPU form of the SecEmb server's per-batch evaluation
+(``secemb.protocols.secemb._evaluate_task``, built on :func:`secemb.fss.fused.retrieve_and_prepare`
+and :func:`~secemb.fss.fused.retrieve_and_prepare_buckets`): for ``K`` keys of one party
+
+1. the tree walk, breadth-first, one launch per level over every node of a chunk of keys that
+   has a leaf ``< m`` (:func:`expand`);
+2. at the leaves, the retrieval shares and control bits (one launch), the retrieval inner
+   product with the table or with each key's bucket (one launch), and the aggregation
+   conversion summed over keys onto items or buckets (one launch, ``ceil(w k / 128)``
+   conversion blocks per leaf, no atomics: each program owns its output rows).
+
+Keys are processed in chunks of whole users so that a chunk's leaves stay within
+:data:`LEAF_BUDGET`; only answers, packed control bits and the (m, w) conversion sum come back
+to the host.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import torch
+
+from secemb.errors import InvalidParameters
+from secemb.fss import gpu
+from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
+from secemb.fss.gpu import _triton as kern
+from secemb.fss.gpu.tables import TABLES, round_keys
+from secemb.fss.keys import DPFKeys, PathKeys
+
+__all__ = ["LEAF_BUDGET", "upload_table", "mmo", "expand", "retrieval_shares", "convert_sum", "ring_matmul",
+           "evaluate"]
+
+#: leaves of one chunk of keys (16 bytes each, plus the level above: 768 MiB on the device)
+LEAF_BUDGET = 1 << 25
+_SIGNED = {np.dtype(np.uint32): np.int32, np.dtype(np.uint64): np.int64}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _block() -> int:
+    """Elements per program: 256 on a GPU; large under the interpreter (one numpy op per
+    Triton op per program, so fewer programs run faster)."""
+    return 4096 if gpu.interpreting() else 256
+
+
+@cache
+def _tables(dev: torch.device) -> torch.Tensor:
+    return torch.from_numpy(TABLES.view(np.int32).copy()).to(dev)
+
+
+@cache
+def _rk(name: str, dev: torch.device) -> torch.Tensor:
+    return torch.from_numpy(round_keys(name).view(np.int32).copy()).to(dev)
+
+
+def _to_device(a: np.ndarray, dev: torch.device) -> torch.Tensor:
+    """A uint32/uint64 array as an int32/int64 tensor of the same bits on ``dev``."""
+    return torch.from_numpy(np.ascontiguousarray(a).view(_SIGNED[a.dtype])).to(dev)
+
+
+def _to_host(t: torch.Tensor, dtype: np.dtype) -> np.ndarray:
+    return t.cpu().numpy().view(dtype)
+
+
+def upload_table(table: np.ndarray, gather_index: np.ndarray | None, dev: torch.device) -> torch.Tensor:
+    """``table`` ring (m, D) on ``dev`` as (1, m, D), or its bucket form (B, M, D) for a cuckoo
+    layout's ``gather_index`` int64 (B, M) (-1: a zero row)."""
+    data = _to_device(table, dev)
+    if gather_index is None:
+        return data[None]
+    index = torch.from_numpy(gather_index).to(dev)
+    out = data[index.clamp(min=0)]
+    out[index < 0] = 0
+    return out.contiguous()
+
+
+def mmo(words: torch.Tensor, name: str) -> torch.Tensor:
+    """``AES_name(x) ^ x`` of int64 (N, 2) words on the device (the raw AES of the kernels)."""
+    n = words.shape[0]
+    out = torch.empty_like(words)
+    block = _block()
+    kern.mmo_kernel[(_cdiv(n, block),)](words, out, n, _rk(name, words.device), _tables(words.device),
+                                              BLOCK=block)
+    return out
+
+
+def _cw_tensor(path: PathKeys, dev: torch.device) -> torch.Tensor:
+    """int64 (K, n, 3): per level ``(cw_hi, cw_lo | tCW_L, cw_lo | tCW_R)``."""
+    lo = path.cw_seed[:, :, 0]
+    planes = np.stack([path.cw_seed[:, :, 1], lo | path.cw_tl.astype(np.uint64), lo | path.cw_tr.astype(np.uint64)],
+                      axis=2)
+    return _to_device(planes, dev)
+
+
+def expand(path: PathKeys, dev: torch.device) -> torch.Tensor:
+    """Leaf words int64 (K, m, 2) of every key on ``dev`` (bit 0 of ``[..., 0]`` is ``t``): the
+    same words as :func:`secemb.fss.tree.expand`."""
+    m, n, k = path.params.domain_size, path.params.depth, len(path)
+    x = _to_device(path.roots, dev).reshape(k, 1, 2)
+    if n == 0 or k == 0:
+        return x[:, :m].contiguous()
+    cw = _cw_tensor(path, dev)
+    tables, left, right = _tables(dev), _rk("tree/left", dev), _rk("tree/right", dev)
+    block = _block()
+    for i in range(n):
+        parents = x.shape[1]
+        need = -(-m >> (n - 1 - i))  # nodes at depth i + 1 with a leaf < m
+        out = torch.empty((k, need, 2), dtype=torch.int64, device=dev)
+        total = k * parents
+        kern.level_kernel[(_cdiv(total, block),)](x, out, cw, parents, need, i, n, total, left, right, tables,
+                                                        BLOCK=block)
+        x = out
+    return x
+
+
+def retrieval_shares(leaves: torch.Tensor, cw: torch.Tensor, party: int, ring64: bool,
+                     tag: str = RETRIEVAL_TAG) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(e, t)``: ring (K, m) shares ``(-1)^party [Convert_tag(s) + t CW]`` (payload 1) and
+    uint8 (K, m) control bits, for leaves int64 (K, m, 2) and ``cw`` ring (K,)."""
+    k, m = leaves.shape[:2]
+    e = torch.empty((k, m), dtype=torch.int64 if ring64 else torch.int32, device=leaves.device)
+    t = torch.empty((k, m), dtype=torch.uint8, device=leaves.device)
+    total, block = k * m, _block()
+    kern.retrieval_kernel[(_cdiv(total, block),)](
+        leaves, cw, e, t, m, total, party, _rk("convert/" + tag, leaves.device), _tables(leaves.device),
+        RING64=ring64, BLOCK=block)
+    return e, t
+
+
+def convert_sum(leaves: torch.Tensor, acc: torch.Tensor, tag: str = AGGREGATION_TAG) -> None:
+    """``acc[g, p] += sum_u Convert_tag(leaves[u G + g, p])``: leaves int64 (U G, m, 2), ``acc``
+    ring (G, m, w) (int32: ``Z_2^32``, int64: ``Z_2^64``), updated in place."""
+    groups, m, width = acc.shape
+    ring64 = acc.dtype == torch.int64
+    per_block = 2 if ring64 else 4
+    users = leaves.shape[0] // groups
+    block = _block()
+    grid = (groups * _cdiv(m, block), _cdiv(width, per_block))
+    kern.convert_sum_kernel[grid](leaves, acc, users, groups, m, width, _rk("convert/" + tag, leaves.device),
+                                  _tables(leaves.device), RING64=ring64, BLOCK=block)
+
+
+def ring_matmul(e: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """``out[u, g] = e[u, g] @ table[g]`` in the ring: ``e`` (U, G, m), ``table`` (G, m, D),
+    both int32 or both int64; returns (U, G, D)."""
+    users, groups, m = e.shape
+    d = table.shape[2]
+    out = torch.empty((users, groups, d), dtype=e.dtype, device=e.device)
+    bu, bd, bm = (16, 16, 16) if not gpu.interpreting() else (64, 64, 64)
+    grid = (groups, _cdiv(users, bu), _cdiv(d, bd))
+    kern.ring_matmul_kernel[grid](e, table, out, users, groups, m, d, RING64=e.dtype == torch.int64,
+                                  BU=bu, BD=bd, BM=bm)
+    return out
+
+
+def _pack_bits(t: torch.Tensor) -> torch.Tensor:
+    """numpy ``packbits(t, axis=1)`` (big bit order) of uint8 (K, m) 0/1 on the device."""
+    k, m = t.shape
+    padded = torch.zeros((k, -(-m // 8) * 8), dtype=torch.uint8, device=t.device)
+    padded[:, :m] = t
+    weights = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8, device=t.device)
+    return (padded.view(k, -1, 8) * weights).sum(dim=2, dtype=torch.uint8)
+
+
+def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                      np.ndarray]:
+    """Evaluate a batch of users' retrieval keys on the device; the same result, bit for bit,
+    as the CPU path (``secemb.protocols.secemb._evaluate_task``).
+
+    Parameters
+    ----------
+    party: ``b``, the keys' party.
+    keys: ``U G`` retrieval keys (payload width 1, ring of the table), user-major: key
+        ``u G + g`` reads group ``g`` of ``table`` (``G = 1``: the full layout; ``G = B``
+        buckets: the cuckoo layout).
+    table: the round's :class:`~secemb.fss.gpu.DeviceTable`.
+    width: ``w``, the aggregation payload width.
+
+    Returns
+    -------
+    ``(answers, bits, conv)``: ring (K, D) answer shares; the control bits -- uint8
+    (K, ceil(m / 8)) packed rows (numpy ``packbits``) for the full layout, uint8 (K, M) for
+    the cuckoo layout; ring (m, w) or (B, M, w) ``(-1)^b sum Convert_agg`` over the keys.
+    """
+    p = keys.params
+    groups, m, d = table.data.shape
+    if party != keys.party:
+        raise InvalidParameters(f"keys belong to party {keys.party}, not {party}")
+    if p.dtype != table.dtype or p.payload_width != 1 or p.domain_size != m:
+        raise InvalidParameters(
+            f"keys ({p.dtype}, payload {p.payload_width}, domain {p.domain_size}) do not match the table "
+            f"({table.dtype}, payload 1, domain {m})")
+    if len(keys) % groups or width < 1:
+        raise InvalidParameters(f"{len(keys)} keys are not whole users of {groups} keys, or width {width} < 1")
+    dev, ring64 = table.device, p.ring_bits == 64
+    k, users = len(keys), len(keys) // groups
+    answers = torch.empty((k, d), dtype=table.data.dtype, device=dev)
+    conv = torch.zeros((groups, m, width), dtype=table.data.dtype, device=dev)
+    bits = []
+    cw = _to_device(keys.cw_out[:, 0], dev)
+    step = max(1, LEAF_BUDGET // (groups * m))
+    for u0 in range(0, users, step):
+        lo, hi = u0 * groups, min(users, u0 + step) * groups
+        leaves = expand(keys.path[lo:hi], dev)
+        e, t = retrieval_shares(leaves, cw[lo:hi], party, ring64)
+        answers[lo:hi] = ring_matmul(e.view(-1, groups, m), table.data).view(hi - lo, d)
+        convert_sum(leaves, conv)
+        bits.append(_pack_bits(t) if groups == 1 else t)
+        del leaves, e
+    if party:
+        conv = -conv
+    dtype = p.dtype
+    host_bits = torch.cat(bits).cpu().numpy() if bits else np.zeros((0, m if groups > 1 else -(-m // 8)), np.uint8)
+    host_conv = _to_host(conv, dtype)
+    return _to_host(answers, dtype), host_bits, host_conv[0] if groups == 1 else host_conv
