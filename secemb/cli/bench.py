@@ -42,6 +42,9 @@ def register(app: typer.Typer) -> None:
 
     _register_paper_tables(bench_app)
     _register_seq(bench_app)
+    from secemb.cli import bench_secea
+
+    bench_secea.register(bench_app)
 
 
 def _register_seq(bench_app: typer.Typer) -> None:

@@ -1,0 +1,322 @@
+"""``secemb bench secea``: SecEA on MovieLens-100K silos -- an experiment of our own design
+(the paper has none).
+
+Setting: the ML-100K users are dealt at random (seeded) into N silos; the items are the
+entities.  A silo trains a biased MF model on its users' ratings (its users' rows and biases
+stay local); each round it runs ``local_epochs`` epochs, then the item rows ``(q_i, b_i)`` of
+the items it holds are averaged across the silos that hold them (Eq. 2) and written back.
+
+* **Accuracy** -- test RMSE of the silos' models on the held-out 20 % (a silo predicts
+  ``mu + b_u`` for an item it never saw) under four aggregations of the same training: none
+  (local only), FedAvg (the float average, plaintext at the server), PSI-style (averaging only the
+  items that every silo holds, what a private-set-intersection design can do) and SecEA.  SecEA's
+  rounds run the protocol's full field arithmetic (:func:`secemb.protocols.secea.coding.run_arithmetic`:
+  shares, queries, answers, the server's masks, interpolation) without the pads and Paillier
+  (they return values unchanged), and each round's output is checked to equal the fixed-point
+  average bit for bit.  SecEmb (two-server, one user per device) is trained on the same split
+  through :class:`secemb.Experiment` beside it.
+* **Cost** -- one round of the complete protocol (:class:`~secemb.protocols.secea.driver.Deployment`:
+  X25519-padded relay, Paillier with 2048-bit keys, the private entity union at setup) on the
+  silos' trained item rows, restricted to the ``cost_items`` most-rated items (the full catalogue
+  takes N*sum|E_n| Paillier answers, about 65,000 for N = 7: tens of minutes on two cores).
+  Bytes are ``len()`` of the messages; seconds per party and stage; next to them the counts of
+  the paper's complexity terms (Sec. IV-B) and the seconds per counted operation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from secemb.data import RatingData, load_movielens, train_test_split
+from secemb.errors import InvalidParameters
+from secemb.protocols.secea import coding
+from secemb.protocols.secea.coding import SecEAParams
+from secemb.randomness import system_rng
+
+__all__ = ["AGGREGATIONS", "run", "accuracy", "cost"]
+
+AGGREGATIONS = ("local", "fedavg", "psi", "secea")
+
+
+@dataclass
+class _Silo:
+    """One silo's MF model over its users and the items it holds (sorted global ids)."""
+
+    users: np.ndarray
+    items: np.ndarray
+    u: torch.Tensor  # local user index per training rating
+    i: torch.Tensor  # local item index per training rating
+    r: torch.Tensor
+    mu: float
+    params: list[torch.nn.Parameter]
+    opt: torch.optim.Optimizer
+
+    @property
+    def item_rows(self) -> np.ndarray:
+        """float64 (len(items), d+1): the item vectors and biases."""
+        q, bi = self.params[2], self.params[3]
+        return torch.cat([q.detach(), bi.detach()[:, None]], dim=1).double().numpy()
+
+    def set_item_rows(self, rows: np.ndarray) -> None:
+        with torch.no_grad():
+            self.params[2].copy_(torch.from_numpy(rows[:, :-1]).float())
+            self.params[3].copy_(torch.from_numpy(rows[:, -1]).float())
+
+
+def _silos(train: RatingData, n: int, dim: int, lr: float, seed: int) -> list[_Silo]:
+    gen = np.random.default_rng(seed)
+    owner = gen.permutation(train.num_users) % n
+    torch.manual_seed(seed)
+    out = []
+    for s in range(n):
+        mask = owner[train.users] == s
+        users, u = np.unique(train.users[mask], return_inverse=True)
+        items, i = np.unique(train.items[mask], return_inverse=True)
+        params = [torch.nn.Parameter(0.1 * torch.randn(users.size, dim)), torch.nn.Parameter(torch.zeros(users.size)),
+                  torch.nn.Parameter(0.1 * torch.randn(items.size, dim)), torch.nn.Parameter(torch.zeros(items.size))]
+        r = torch.from_numpy(train.ratings[mask]).float()
+        out.append(_Silo(users, items, torch.from_numpy(u), torch.from_numpy(i), r, float(r.mean()), params,
+                         torch.optim.Adam(params, lr=lr)))
+    return out
+
+
+def _local_epoch(s: _Silo, reg: float, batch: int, gen: np.random.Generator) -> None:
+    p, bu, q, bi = s.params
+    order = torch.from_numpy(gen.permutation(s.r.numel()))
+    for start in range(0, order.numel(), batch):
+        idx = order[start : start + batch]
+        u, i = s.u[idx], s.i[idx]
+        pred = s.mu + bu[u] + bi[i] + (p[u] * q[i]).sum(1)
+        loss = ((pred - s.r[idx]) ** 2).mean() + reg * ((p[u] ** 2).sum(1) + (q[i] ** 2).sum(1)).mean()
+        s.opt.zero_grad()
+        loss.backward()
+        s.opt.step()
+
+
+def _rmse(silos: list[_Silo], test: RatingData) -> float:
+    sq, count = 0.0, 0
+    for s in silos:
+        mask = np.isin(test.users, s.users)
+        u = np.searchsorted(s.users, test.users[mask])
+        pos = np.searchsorted(s.items, test.items[mask])
+        known = (pos < s.items.size) & (s.items[np.minimum(pos, s.items.size - 1)] == test.items[mask])
+        p, bu, q, bi = (t.detach().double().numpy() for t in s.params)
+        pred = s.mu + bu[u]
+        k = np.flatnonzero(known)
+        pred[k] += bi[pos[k]] + (p[u[k]] * q[pos[k]]).sum(1)
+        sq += float(((np.clip(pred, 1.0, 5.0) - test.ratings[mask]) ** 2).sum())
+        count += int(mask.sum())
+    return (sq / count) ** 0.5
+
+
+def fixed_point_average(params: SecEAParams, item_sets: list[np.ndarray], rows: list[np.ndarray],
+                        num_items: int) -> list[np.ndarray]:
+    """Eq. 2 on the fixed-point encoding, computed directly (the reference SecEA must equal)."""
+    total = np.zeros((num_items, params.dim), dtype=np.int64)
+    count = np.zeros(num_items, dtype=np.int64)
+    for items, r in zip(item_sets, rows, strict=True):
+        enc = np.rint(np.clip(r, -params.max_abs, params.max_abs) * 2.0**params.frac_bits).astype(np.int64)
+        np.add.at(total, items, enc)
+        count[items] += 1
+    return [total[items] / (count[items, None] * 2.0**params.frac_bits) for items in item_sets]
+
+
+def _aggregate(kind: str, silos: list[_Silo], params: SecEAParams, num_items: int) -> bool:
+    """Average the item rows in place; returns whether SecEA equalled the fixed-point average."""
+    rows = [s.item_rows for s in silos]
+    sets = [s.items for s in silos]
+    if kind == "local":
+        return True
+    if kind in ("fedavg", "psi"):
+        total = np.zeros((num_items, params.dim))
+        count = np.zeros(num_items)
+        for items, r in zip(sets, rows, strict=True):
+            np.add.at(total, items, r)
+            count[items] += 1
+        everywhere = count == len(silos)
+        for s in silos:
+            avg = total[s.items] / count[s.items, None]
+            keep = ~everywhere[s.items] if kind == "psi" else np.zeros(s.items.size, bool)
+            avg[keep] = s.item_rows[keep]
+            s.set_item_rows(avg)
+        return True
+    union = np.unique(np.concatenate(sets))
+    own = [np.searchsorted(union, items) for items in sets]
+    out = coding.run_arithmetic(params, union.size, own, rows, system_rng)
+    expected = fixed_point_average(params, own, rows, union.size)
+    for s, avg in zip(silos, out, strict=True):
+        s.set_item_rows(avg)
+    return all(np.array_equal(a, b) for a, b in zip(out, expected, strict=True))
+
+
+def accuracy(data: RatingData, num_silos: int, *, rounds: int, local_epochs: int, dim: int = 16,
+             threshold: int = 1, lr: float = 0.01, reg: float = 0.1, batch: int = 1024, seed: int = 0,
+             kinds: tuple[str, ...] = AGGREGATIONS, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Test RMSE after every round per aggregation kind (same data, split and initialization)."""
+    train, test = train_test_split(data, 0.2, seed)
+    params = SecEAParams(num_silos, threshold, dim=dim + 1)
+    out: dict[str, Any] = {"num_silos": num_silos, "rounds": rounds, "local_epochs": local_epochs, "dim": dim,
+                           "threshold": threshold, "parts": params.k, "rmse": {}, "seconds": {}}
+    for kind in kinds:
+        silos = _silos(train, num_silos, dim, lr, seed)
+        gen = np.random.default_rng(seed + 1)
+        curve, exact, agg_s = [], True, 0.0
+        for rnd in range(rounds):
+            for s in silos:
+                for _ in range(local_epochs):
+                    _local_epoch(s, reg, batch, gen)
+            start = time.perf_counter()
+            exact &= _aggregate(kind, silos, params, data.num_items)
+            agg_s += time.perf_counter() - start
+            curve.append(_rmse(silos, test))
+            if on_step:
+                on_step(f"N={num_silos} {kind} round {rnd + 1}/{rounds}: RMSE {curve[-1]:.4f}")
+        out["rmse"][kind] = curve
+        out["seconds"][kind] = agg_s
+        if kind == "secea":
+            out["secea_equals_fixed_point_average"] = bool(exact)
+    out["items_per_silo"] = [int(s.items.size) for s in _silos(train, num_silos, dim, lr, seed)]
+    return out
+
+
+def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, threshold: int = 1,
+         key_bits: int = 2048, local_epochs: int = 1, seed: int = 0) -> dict[str, Any]:
+    """One round of the full protocol (bytes and seconds measured) on the ``cost_items`` most
+    rated items, with item rows from ``local_epochs`` of local training."""
+    from secemb.protocols.secea.driver import Deployment
+
+    train, _ = train_test_split(data, 0.2, seed)
+    silos = _silos(train, num_silos, dim, 0.01, seed)
+    gen = np.random.default_rng(seed + 1)
+    for s in silos:
+        for _ in range(local_epochs):
+            _local_epoch(s, 0.1, 1024, gen)
+    popular = np.argsort(-np.bincount(train.items, minlength=data.num_items), kind="stable")
+    chosen = np.sort(popular[:cost_items]) if cost_items else np.arange(data.num_items)
+    sets, rows = [], []
+    for s in silos:
+        keep = np.isin(s.items, chosen)
+        sets.append(s.items[keep])
+        rows.append(s.item_rows[keep])
+    params = SecEAParams(num_silos, threshold, dim=dim + 1)
+    start = time.perf_counter()
+    dep = Deployment(params, sets, domain=data.num_items, key_bits=key_bits)
+    setup_s = time.perf_counter() - start
+    out = dep.round(1, rows)
+    expected = fixed_point_average(params, [np.searchsorted(dep.union, s) for s in sets], rows, dep.union.size)
+    exact = all(np.array_equal(out[n], expected[n]) for n in range(num_silos))
+    key = dep.clients[0].paillier_key  # every key has the same size
+    m, w, chunks = dep.union.size, params.width, key.chunks(params.width)
+    sizes = [len(s) for s in sets]
+    secs = dep.traffic.seconds
+    per_client: list[dict[str, Any]] = []
+    for n in range(num_silos):
+        per_client.append({
+            "entities": sizes[n],
+            "up_bytes": dep.traffic.up[n], "down_bytes": dep.traffic.down[n],
+            "field_elements_up": (num_silos - 1) * (m * w + sizes[n] * m),
+            "ciphertexts_up": sum(sizes) * chunks,
+            "field_elements_down": sum(m * w + sizes[v] * m for v in range(num_silos) if v != n),
+            "ciphertexts_down": num_silos * sizes[n] * chunks,
+            "seconds": {stage: secs.get((n, stage), 0.0) for stage in ("share+query", "answer", "decode")},
+        })
+    server_ops = num_silos * sum(sizes) * chunks
+    client_s = [sum(c["seconds"].values()) for c in per_client]
+    return {
+        "num_silos": num_silos, "threshold": threshold, "parts": params.k, "width": w, "entities_union": m,
+        "cost_items": cost_items, "key_bits": key_bits, "slots_per_ciphertext": key.slots,
+        "ciphertext_bytes": key.ciphertext_bytes, "chunks_per_answer": chunks,
+        "setup_seconds": setup_s, "setup_bytes_up": sum(dep.setup_traffic.up.values()),
+        "setup_bytes_down": sum(dep.setup_traffic.down.values()),
+        "exact": exact, "clients": per_client,
+        "server_seconds": {stage: secs.get(("server", stage), 0.0) for stage in ("relay", "mask")},
+        "terms": {
+            "server_paillier_ops": server_ops,
+            "client_answer_macs": m * w * sum(sizes),
+            "client_encryptions": sum(sizes) * chunks,
+            "client_decryptions_mean": num_silos * float(np.mean(sizes)) * chunks,
+        },
+        "ms_per_server_op": 1000 * secs.get(("server", "mask"), 0.0) / max(server_ops, 1),
+        "ms_per_client_answer_ciphertext": 1000 * float(np.mean([c["seconds"]["answer"] for c in per_client]))
+        / max(sum(sizes) * chunks, 1),
+        "client_seconds_mean": float(np.mean(client_s)),
+    }
+
+
+def run(*, silos: tuple[int, ...] = (3, 5, 7), rounds: int = 10, local_epochs: int = 2, dim: int = 16,
+        threshold: int = 1, cost_items: int = 100, key_bits: int = 2048, secemb_epochs: int = 10,
+        quick: bool = False, seed: int = 0, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The whole benchmark; ``quick`` shrinks it to a smoke test (2 rounds, 30 items, no SecEmb)."""
+    if rounds < 1 or local_epochs < 1 or cost_items < 0 or secemb_epochs < 0:
+        raise InvalidParameters("rounds and local_epochs must be >= 1; cost_items and secemb_epochs >= 0")
+    if any(n < 2 or 2 * threshold >= n for n in silos):
+        raise InvalidParameters(f"every silo count N needs 2 <= N and T < N/2 (T = {threshold}), got {silos}")
+    if quick:
+        rounds, cost_items, secemb_epochs = min(rounds, 2), min(cost_items or 30, 30), 0
+    data = load_movielens("ml-100k")
+    result: dict[str, Any] = {"dataset": "ml-100k", "accuracy": [], "cost": []}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small batches: more threads only contend (measured 10x slower on 2 loaded cores)
+    try:
+        _run_parts(result, data, silos, rounds, local_epochs, dim, threshold, cost_items, key_bits, secemb_epochs,
+                   seed, on_step)
+    finally:
+        torch.set_num_threads(threads)
+    return result
+
+
+def _run_parts(result: dict[str, Any], data: RatingData, silos: tuple[int, ...], rounds: int, local_epochs: int,
+               dim: int, threshold: int, cost_items: int, key_bits: int, secemb_epochs: int, seed: int,
+               on_step: Callable[[str], None] | None) -> None:
+    for n in silos:
+        result["accuracy"].append(accuracy(data, n, rounds=rounds, local_epochs=local_epochs, dim=dim,
+                                           threshold=threshold, seed=seed, on_step=on_step))
+    for n in silos:
+        if on_step:
+            on_step(f"N={n}: one full-protocol round ({key_bits}-bit Paillier)")
+        result["cost"].append(cost(data, n, cost_items=cost_items, dim=dim, threshold=threshold,
+                                   key_bits=key_bits, seed=seed))
+    if secemb_epochs:
+        from secemb.training.experiment import Experiment
+
+        if on_step:
+            on_step(f"SecEmb MF, {secemb_epochs} epochs")
+        res = Experiment(dataset="ml-100k", model="mf", protocol="secemb", epochs=secemb_epochs, seed=seed).run()
+        result["secemb"] = {"epochs": secemb_epochs,
+                            "rmse": [e.test_metrics.get("rmse") for e in res.train_result.epochs],
+                            **res.traffic}
+
+
+def accuracy_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
+    """(N, K, items per silo, RMSE after the last round per aggregation, SecEA exact) rows."""
+    rows: list[tuple[str, ...]] = []
+    for acc in result["accuracy"]:
+        rmse = acc["rmse"]
+        rows.append((str(acc["num_silos"]), str(acc["parts"]), "/".join(map(str, acc["items_per_silo"])),
+                     *(f"{rmse[k][-1]:.4f}" if k in rmse else "-" for k in AGGREGATIONS),
+                     "yes" if acc.get("secea_equals_fixed_point_average") else "NO",
+                     f"{acc['seconds'].get('secea', 0.0):.1f}"))
+    return rows
+
+
+def cost_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Per N: entities, bytes and field elements/ciphertexts per client (mean), seconds."""
+    rows: list[tuple[str, ...]] = []
+    for c in result["cost"]:
+        cl = c["clients"]
+
+        def mean(key: str, cl: list[dict[str, Any]] = cl) -> float:
+            return float(np.mean([x[key] for x in cl]))
+
+        rows.append((str(c["num_silos"]), str(c["entities_union"]), f"{mean('entities'):.0f}",
+                     f"{mean('up_bytes') / 1e6:.2f}", f"{mean('down_bytes') / 1e6:.2f}",
+                     f"{mean('field_elements_up'):,.0f}", f"{mean('ciphertexts_up'):,.0f}",
+                     f"{c['client_seconds_mean']:.1f}", f"{sum(c['server_seconds'].values()):.1f}",
+                     f"{c['ms_per_server_op']:.2f}", "yes" if c["exact"] else "NO"))
+    return rows

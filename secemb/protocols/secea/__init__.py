@@ -1,0 +1,1 @@
+"""SecEA: secure embedding aggregation with Lagrange-coded shares and Paillier (secea.txt)."""

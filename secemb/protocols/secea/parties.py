@@ -1,0 +1,317 @@
+"""SecEA's parties: clients (silos) and the relaying server, exchanging bytes only (wire.py).
+
+Per deployment (once): every client sends HELLO (X25519 and Paillier public keys); the server
+returns the DIRECTORY; the entity union E = {e_1..e_M} is agreed through the PSU (the client is
+given it with :meth:`SecEAClient.set_union`).  Per round:
+
+1. ``client.upload(round, rows)`` -> UPLOAD: Lagrange shares of the expanded embeddings for every
+   other client and the queries for each of its own entities, XOR one-time-padded under a seed the
+   two clients derive from X25519 (purpose bound to sender, recipient and round: no pad is reused).
+2. ``server.relay(round, uploads)`` -> RELAY per client.
+3. ``client.answer(relay)`` -> ANSWER: ``<q, y_v>`` for every requester (itself included),
+   Paillier-encrypted under the requester's key.
+4. ``server.mask(round, answers)`` -> RESULT per requester that answered: ``Enc(A)^r * Enc(psi + p*u)``.
+5. ``client.finish(result)`` -> the averages of its own entities (Eq. 2), exactly.
+
+**Dropouts.**  A client that stops after its upload has contributed its shares; the others still
+decode if at least ``D = 2(K+T-1)+1`` clients answered (``D = N`` for odd N with the paper's K,
+``N - 1`` for even N; a smaller K buys more tolerance).  With fewer answers the server raises
+:class:`secemb.errors.ProtocolError` and the round is aborted for everyone; a client also refuses a
+RESULT carrying fewer than D answers.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.protocols.secea import coding, field, wire
+from secemb.protocols.secea import paillier as phe_packing
+from secemb.protocols.secea.coding import SecEAParams
+from secemb.randomness import RandomBytes, system_rng
+from secemb.secagg.keys import KEY_BYTES, KeyPair, agree
+from secemb.secagg.prg import mask_rows
+
+__all__ = ["SecEAClient", "SecEAServer"]
+
+_PAD_PURPOSE = b"secemb/secea/v1/relay-pad"
+
+
+def _pad_seed(private: bytes, peer_public: bytes, round_id: int, sender: int, receiver: int) -> bytes:
+    """The 16-byte seed of the pad on the message ``sender -> receiver`` in ``round_id``; the
+    direction is in the purpose, so the two directions of a pair never share a pad."""
+    purpose = _PAD_PURPOSE + struct.pack("<HH", sender, receiver)
+    return agree(private, peer_public, purpose, round_id, (sender, receiver))
+
+
+def _padded(seed: bytes, words: np.ndarray) -> bytes:
+    """XOR of uint32 ``words`` (1-D) with the seed's pseudorandom words, as bytes."""
+    return (words.astype(np.uint32) ^ mask_rows(seed, np.zeros(1, np.int64), words.size)[0]).astype("<u4").tobytes()
+
+
+def _unpadded(seed: bytes, data: bytes) -> np.ndarray:
+    words = np.frombuffer(data, dtype="<u4")
+    plain = (words ^ mask_rows(seed, np.zeros(1, np.int64), words.size)[0]).astype(np.uint64)
+    if np.any(plain >= field.P):
+        raise InvalidMessage("a relayed word is not a field element (wrong pad or corrupted message)")
+    return plain
+
+
+class SecEAClient:
+    """One silo.  ``entities`` are its own entity ids (int64, distinct).
+
+    ``_rng`` (keyword-only, tests only) replaces the OS CSPRNG for every secret the client draws
+    except the Paillier primes, which ``phe`` draws from the OS.
+    """
+
+    def __init__(self, index: int, params: SecEAParams, entities: np.ndarray, *, key_bits: int = 2048,
+                 _rng: RandomBytes | None = None) -> None:
+        if not 0 <= index < params.num_clients:
+            raise InvalidParameters(f"client index must be in [0, {params.num_clients}), got {index}")
+        ids = np.asarray(entities, dtype=np.int64)
+        if ids.ndim != 1 or np.unique(ids).size != ids.size:
+            raise InvalidParameters("entities must be a 1-D array of distinct ids")
+        self.index, self.params, self.entities = index, params, ids
+        self._rng = system_rng if _rng is None else _rng
+        self._x25519 = KeyPair.generate(_rng=self._rng)
+        self._paillier_public, self._paillier_private = phe_packing.generate_keypair(key_bits)
+        self._peers: dict[int, tuple[bytes, phe_packing.PublicKey]] = {}
+        self._own: np.ndarray | None = None
+        self._num_entities = 0
+        self._round: tuple[int, str] | None = None
+        self._kept: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def paillier_key(self) -> phe_packing.PublicKey:
+        """This client's Paillier public key (what its answers are encrypted under)."""
+        return self._paillier_public
+
+    def hello(self) -> bytes:
+        """HELLO: this client's public keys."""
+        header = wire.Header(wire.HELLO, 0, self.index, wire.SERVER)
+        return wire.pack(header, self._x25519.public + self._paillier_public.to_bytes())
+
+    def receive_directory(self, data: bytes) -> None:
+        """Store every client's public keys from the server's DIRECTORY."""
+        _, body = wire.unpack(data, wire.DIRECTORY, receiver=self.index)
+        self._peers = _parse_directory(body, self.params.num_clients)
+        if self._peers.get(self.index, (b"", None))[0] != self._x25519.public:
+            raise InvalidMessage("the directory does not carry this client's own key")
+
+    def set_union(self, union: np.ndarray) -> None:
+        """Fix the entity union ``E`` (sorted, distinct int64 ids; the PSU's output)."""
+        union = np.asarray(union, dtype=np.int64)
+        if union.ndim != 1 or union.size == 0 or np.any(np.diff(union) <= 0):
+            raise InvalidParameters("the union must be a non-empty sorted array of distinct ids")
+        pos = np.searchsorted(union, self.entities)
+        if np.any(pos >= union.size) or np.any(union[np.minimum(pos, union.size - 1)] != self.entities):
+            raise InvalidParameters("the union does not contain all of this client's entities")
+        self._own, self._num_entities = pos.astype(np.int64), int(union.size)
+
+    def upload(self, round_id: int, rows: np.ndarray) -> bytes:
+        """UPLOAD for ``round_id``: ``rows`` (float, shape ``(len(entities), d)``) are this
+        client's local embeddings, in the order of ``entities``."""
+        if self._own is None or len(self._peers) != self.params.num_clients:
+            raise ProtocolError("upload before the directory and the union are set")
+        p, m, own = self.params, self._num_entities, self._own
+        shares = coding.share(p, coding.expand(p, m, own, rows), self._rng)
+        asks = coding.queries(p, own, m, self._rng)
+        self._kept = (shares[self.index], asks[self.index])
+        body = [struct.pack("<IHIH", m, p.width, own.size, p.num_clients - 1)]
+        for v in range(p.num_clients):
+            if v != self.index:
+                seed = _pad_seed(self._x25519.private, self._peers[v][0], round_id, self.index, v)
+                body += [struct.pack("<H", v), _padded(seed, np.concatenate([shares[v].ravel(), asks[v].ravel()]))]
+        self._round = (round_id, "uploaded")
+        return wire.pack(wire.Header(wire.UPLOAD, round_id, self.index, wire.SERVER), b"".join(body))
+
+    def answer(self, data: bytes) -> bytes:
+        """ANSWER to the server's RELAY: encrypted ``<q_{n,v,e}, y_v>`` for every requester ``n``."""
+        if self._round is None or self._round[1] != "uploaded" or self._kept is None:
+            raise ProtocolError("answer before upload")
+        round_id = self._round[0]
+        _, body = wire.unpack(data, wire.RELAY, round_id, self.index)
+        p, m, w = self.params, self._num_entities, self.params.width
+        rd = wire.Reader(body)
+        if rd.u32() != m or rd.u16() != w:
+            raise InvalidMessage("RELAY dimensions differ from this client's union and parameters")
+        own_share, own_query = self._kept
+        stored, asks = own_share.copy(), {self.index: own_query}
+        for _ in range(rd.u16()):
+            n, e = rd.u16(), rd.u32()
+            if n >= p.num_clients or n == self.index or n in asks or e > m:
+                raise InvalidMessage(f"RELAY block from sender {n} with {e} queries refused")
+            seed = _pad_seed(self._x25519.private, self._peers[n][0], round_id, n, self.index)
+            words = _unpadded(seed, rd.take(4 * (m * w + e * m)))
+            stored = (stored + words[: m * w].reshape(m, w)) % np.uint64(field.P)
+            asks[n] = words[m * w :].reshape(e, m)
+        rd.done()
+        body_out = [struct.pack("<H", len(asks))]
+        for n in sorted(asks):
+            key = self._peers[n][1]
+            cts = key.encrypt(coding.answer(asks[n], stored), self._rng)
+            size = key.ciphertext_bytes
+            body_out.append(struct.pack("<HIH", n, asks[n].shape[0], key.chunks(w)))
+            body_out += [c.to_bytes(size, "big") for c in cts]
+        self._round = (round_id, "answered")
+        return wire.pack(wire.Header(wire.ANSWER, round_id, self.index, wire.SERVER), b"".join(body_out))
+
+    def finish(self, data: bytes) -> np.ndarray:
+        """The averages (float64, shape ``(len(entities), d)``) from the server's RESULT.
+
+        Raises
+        ------
+        ProtocolError
+            If fewer than ``2(K+T-1)+1`` answers arrived (the round is aborted).
+        """
+        if self._round is None or self._round[1] != "answered" or self._own is None:
+            raise ProtocolError("finish before answer")
+        _, body = wire.unpack(data, wire.RESULT, self._round[0], self.index)
+        key, p, e = self._paillier_public, self.params, self._own.size
+        rd = wire.Reader(body)
+        if rd.u32() != e or rd.u16() != key.chunks(p.width):
+            raise InvalidMessage("RESULT dimensions differ from this client's queries")
+        answered, values = [], []
+        size, count = key.ciphertext_bytes, e * key.chunks(p.width)
+        for _ in range(rd.u16()):
+            v = rd.u16()
+            if v >= p.num_clients or v in answered:
+                raise InvalidMessage(f"RESULT names answerer {v} twice or out of range")
+            cts = [int.from_bytes(rd.take(size), "big") for _ in range(count)]
+            plain = phe_packing.decrypt(self._paillier_private, cts)
+            answered.append(v)
+            values.append(phe_packing.unpack(plain, e, p.width, key.slots))
+        rd.done()
+        self._round = None
+        order = np.argsort(answered)
+        decoded = coding.decode(p, np.stack([values[i] for i in order]), [answered[i] for i in order])
+        return coding.decode_average(p, decoded)[1]
+
+
+class SecEAServer:
+    """The relaying server: routes padded shares and queries, masks the encrypted answers.
+
+    It learns the number of entities each client retrieves (the count of its queries) and who
+    dropped out; nothing about which entities or their embeddings.  ``_rng`` as for the client.
+    """
+
+    def __init__(self, params: SecEAParams, *, _rng: RandomBytes | None = None) -> None:
+        self.params = params
+        self._rng = system_rng if _rng is None else _rng
+        self._keys: dict[int, phe_packing.PublicKey] = {}
+        self._directory = b""
+        self._pending: dict[int, int] = {}
+        self._round: int | None = None
+
+    def directory(self, hellos: dict[int, bytes]) -> dict[int, bytes]:
+        """DIRECTORY for every client from all N HELLO messages."""
+        n = self.params.num_clients
+        if sorted(hellos) != list(range(n)):
+            raise ProtocolError(f"setup needs HELLO from all {n} clients, got {sorted(hellos)}")
+        body = [struct.pack("<H", n)]
+        for i in range(n):
+            header, payload = wire.unpack(hellos[i], wire.HELLO, receiver=wire.SERVER)
+            if header.sender != i or len(payload) <= KEY_BYTES:
+                raise InvalidMessage(f"HELLO of client {i} refused")
+            self._keys[i] = phe_packing.public_key_from_bytes(payload[KEY_BYTES:])
+            modulus = payload[KEY_BYTES:]
+            body += [struct.pack("<H", i), payload[:KEY_BYTES], struct.pack("<H", len(modulus)), modulus]
+        self._directory = b"".join(body)
+        return {i: wire.pack(wire.Header(wire.DIRECTORY, 0, wire.SERVER, i), self._directory) for i in range(n)}
+
+    def relay(self, round_id: int, uploads: dict[int, bytes]) -> dict[int, bytes]:
+        """RELAY for every uploader: the padded blocks addressed to it by the other uploaders."""
+        if not self._keys:
+            raise ProtocolError("relay before setup")
+        if self._round is not None and round_id <= self._round:
+            raise ProtocolError(f"round {round_id} is not after round {self._round}")
+        p = self.params
+        blocks: dict[int, list[bytes]] = {v: [] for v in uploads}
+        self._pending, dims = {}, None
+        for n, data in sorted(uploads.items()):
+            header, body = wire.unpack(data, wire.UPLOAD, round_id, wire.SERVER)
+            rd = wire.Reader(body)
+            m, w, e, count = rd.u32(), rd.u16(), rd.u32(), rd.u16()
+            if header.sender != n or w != p.width or e > m or count != p.num_clients - 1 or dims not in (None, m):
+                raise InvalidMessage(f"UPLOAD of client {n} refused (dimensions)")
+            dims = m
+            for _ in range(count):
+                v = rd.u16()
+                block = rd.take(4 * (m * w + e * m))
+                if v >= p.num_clients or v == n:
+                    raise InvalidMessage(f"UPLOAD of client {n} addresses client {v}")
+                if v in blocks:
+                    blocks[v].append(struct.pack("<HI", n, e) + block)
+            rd.done()
+            self._pending[n] = e
+        self._round = round_id
+        head = struct.pack("<IH", dims or 0, p.width)
+        return {
+            v: wire.pack(wire.Header(wire.RELAY, round_id, wire.SERVER, v),
+                         head + struct.pack("<H", len(parts)) + b"".join(parts))
+            for v, parts in blocks.items()
+        }
+
+    def mask(self, round_id: int, answers: dict[int, bytes]) -> dict[int, bytes]:
+        """RESULT for every client that uploaded and answered, from the ANSWER messages that
+        arrived (a missing one is a client that dropped out after sharing).
+
+        Raises
+        ------
+        ProtocolError
+            Fewer than ``2(K+T-1)+1`` answers: the round is aborted.
+        """
+        if round_id != self._round:
+            raise ProtocolError(f"no round {round_id} in progress")
+        p = self.params
+        answered = sorted(v for v in answers if v in self._pending)
+        if len(answered) < p.needed_answers:
+            self._pending = {}
+            raise ProtocolError(
+                f"round {round_id} aborted: {len(answered)} of {p.num_clients} clients answered, "
+                f"{p.needed_answers} = 2(K+T-1)+1 are needed"
+            )
+        per_requester: dict[int, dict[int, list[int]]] = {n: {} for n in answered}
+        for v in answered:
+            header, body = wire.unpack(answers[v], wire.ANSWER, round_id, wire.SERVER)
+            rd = wire.Reader(body)
+            if header.sender != v or rd.u16() != len(self._pending):
+                raise InvalidMessage(f"ANSWER of client {v} refused (requesters)")
+            seen: set[int] = set()
+            for _ in range(len(self._pending)):
+                n, e, c = rd.u16(), rd.u32(), rd.u16()
+                key = self._keys.get(n)
+                if key is None or n in seen or self._pending.get(n) != e or c != key.chunks(p.width):
+                    raise InvalidMessage(f"ANSWER of client {v} refused (block for {n})")
+                seen.add(n)
+                cts = [int.from_bytes(rd.take(key.ciphertext_bytes), "big") for _ in range(e * c)]
+                if n in per_requester:
+                    per_requester[n][v] = cts
+            rd.done()
+        out = {}
+        for n, by_answerer in per_requester.items():
+            key, e = self._keys[n], self._pending[n]
+            r, psi = coding.server_noise(p, e, self._rng)
+            parts = [struct.pack("<IHH", e, key.chunks(p.width), len(by_answerer))]
+            for v in sorted(by_answerer):
+                masked = key.mask(by_answerer[v], r, psi[v], self._rng)
+                parts += [struct.pack("<H", v)] + [c.to_bytes(key.ciphertext_bytes, "big") for c in masked]
+            out[n] = wire.pack(wire.Header(wire.RESULT, round_id, wire.SERVER, n), b"".join(parts))
+        self._pending = {}
+        return out
+
+
+def _parse_directory(body: bytes, n: int) -> dict[int, tuple[bytes, phe_packing.PublicKey]]:
+    rd = wire.Reader(body)
+    if rd.u16() != n:
+        raise InvalidMessage(f"DIRECTORY must list {n} clients")
+    peers = {}
+    for i in range(n):
+        if rd.u16() != i:
+            raise InvalidMessage("DIRECTORY clients out of order")
+        x25519 = rd.take(KEY_BYTES)
+        peers[i] = (x25519, phe_packing.public_key_from_bytes(rd.take(rd.u16())))
+    rd.done()
+    return peers
