@@ -45,6 +45,9 @@ def register(app: typer.Typer) -> None:
     from secemb.cli import bench_secea
 
     bench_secea.register(bench_app)
+    from secemb.cli import bench_secagg
+
+    bench_secagg.register(bench_app)
 
 
 def _register_seq(bench_app: typer.Typer) -> None:
