@@ -1,0 +1,216 @@
+"""The two roles of secure federated submodel learning (SFSL, Algorithm 1) with DIN: the
+device (:class:`SFSLDevice`) and the cloud server (:class:`SFSLServer`).
+
+They exchange bytes only (:mod:`secemb.protocols.sfsl.wire` for the submodel download,
+:mod:`secemb.secagg` for the private set union and the secure sum); the round driver
+(:mod:`secemb.protocols.sfsl.round`) moves the bytes and counts them.
+
+Row space of the secure sum (public): goods ``0 .. G-1``, then categories ``G .. G+C-1``, then
+``R = ceil(mlp_size / d)`` rows holding the dense layers (zero-padded), each row ``d`` update
+values and one weight: ``(v z_1, ..., v z_d, v)`` (:mod:`secemb.protocols.sfsl.quantize`).  A
+goods or category row's weight is the number of the device's training samples touching it
+(count-normalized aggregation); a dense row's weight is the device's sample count (FedAvg over
+the dense layers).  A device contributes the rows of its perturbed set S'' (goods, their
+categories) and every dense row; the server aggregates row ``j`` over the live devices that
+contributed it (the per-row participant sets of :class:`secemb.secagg.SecAggConfig` ``sparse``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from secemb.data.ctr import ClickData
+from secemb.errors import InvalidParameters
+from secemb.models.din import DIN, click_batch
+from secemb.privacy.randomized_response import IndexPerturber, RRParams
+from secemb.protocols.sfsl import wire
+from secemb.protocols.sfsl.quantize import dequantize_mean, quantize
+from secemb.randomness import RandomBytes, system_rng
+
+__all__ = ["RowSpace", "SFSLDevice", "SFSLServer", "TrainingSettings"]
+
+
+@dataclass(frozen=True)
+class RowSpace:
+    """The public row layout of the secure sum (module docstring)."""
+
+    goods: int
+    categories: int
+    dim: int
+    mlp_size: int
+
+    @property
+    def dense_rows(self) -> int:
+        return -(-self.mlp_size // self.dim)
+
+    @property
+    def length(self) -> int:
+        return self.goods + self.categories + self.dense_rows
+
+    @property
+    def width(self) -> int:
+        return self.dim + 1
+
+    def rows_of(self, goods: np.ndarray, categories: np.ndarray) -> np.ndarray:
+        """int64, strictly increasing: the rows a device holding ``goods`` and ``categories``
+        (both ascending) contributes: those, then every dense row."""
+        dense = np.arange(self.goods + self.categories, self.length, dtype=np.int64)
+        return np.concatenate([goods, self.goods + categories, dense]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """Public training hyperparameters of a round (the paper: SGD, batch 2, one local epoch,
+    lr 1.0 decayed x0.999 per round, γ = 2^15).
+
+    bound: the public quantization range [-bound, bound] of an update value (docs/sfsl.md).
+    max_weight: the public cap on a device's per-row weight (no wrap-around in Z_2^32).
+    """
+
+    lr: float = 1.0
+    batch: int = 2
+    epochs: int = 1
+    bound: float = 1.0
+    levels: int = 1 << 15
+    max_weight: int = 1310
+
+
+def categories_of(goods: np.ndarray, goods_category: np.ndarray) -> np.ndarray:
+    """int64 ascending: the distinct public categories of ``goods``."""
+    return np.unique(goods_category[goods]).astype(np.int64)
+
+
+class SFSLDevice:
+    """One client: its click samples, Algorithm 2's memo, its private user embedding.
+
+    Parameters
+    ----------
+    user: the client id.
+    samples: the user's training samples (one user's rows of a :class:`ClickData`).
+    params: its choice of probability parameters.
+    model: the public DIN (sizes).
+    user_embedding: float64 (d,), the private user embedding (a view the device updates).
+    """
+
+    def __init__(self, user: int, samples: ClickData, params: RRParams, model: DIN,
+                 user_embedding: np.ndarray) -> None:
+        if len(samples) and np.any(samples.user != user):
+            raise InvalidParameters(f"device {user}: samples of another user")
+        self.user, self.samples, self.model = int(user), samples, model
+        self.goods_category = samples.goods_category
+        h = samples.history
+        self.real = np.unique(np.concatenate([samples.target, h[h >= 0]])).astype(np.int64)
+        self.perturber = IndexPerturber(self.real, params)
+        self.user_embedding = user_embedding
+        self._perturbed = np.empty(0, np.int64)
+        self._categories = np.empty(0, np.int64)
+        #: share of update values clipped by the quantization range in the last round
+        self.clipped = 0.0
+        #: samples trained on in the last round (the succinct set's)
+        self.trained = 0
+
+    def request(self, union: np.ndarray, round_id: int, *, _rng: RandomBytes = system_rng) -> bytes:
+        """Perturb (Algorithm 2) over the PSU's ``union`` and ask for W_{S''}."""
+        self._perturbed = self.perturber.perturb(union, _rng=_rng)
+        self._categories = categories_of(self._perturbed, self.goods_category)
+        return wire.request(round_id, self._perturbed)
+
+    def train(self, reply: bytes, round_id: int, space: RowSpace, settings: TrainingSettings,
+              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Local training on the succinct set, then the round's secure-sum input.
+
+        Returns ``(rows, values)``: ``rows`` int64 strictly increasing (:meth:`RowSpace.rows_of`),
+        ``values`` uint32 (len(rows), d + 1) = ``(v z, v)`` per row.
+        """
+        import torch
+
+        d, goods, cats = space.dim, self._perturbed, self._categories
+        g_rows, c_rows, mlp = wire.open_reply(reply, round_id, goods.size, cats.size, d, space.mlp_size)
+        # the succinct training set: targets in S'' (all targets are in S), histories filtered to S''
+        s = self.samples
+        keep = np.isin(s.target, goods)
+        target = np.searchsorted(goods, s.target[keep])
+        hist_ids = s.history[keep]
+        in_set = (hist_ids >= 0) & np.isin(hist_ids, goods)
+        hist = np.where(in_set, np.searchsorted(goods, np.where(in_set, hist_ids, 0)), -1)
+        cat_pos = np.searchsorted(cats, self.goods_category[goods])  # category position of each row
+        n = int(keep.sum())
+        self.trained = n
+        # local dense vector: the downloaded category rows in their places, the MLPs
+        dense0 = np.zeros(self.model.dense_size)
+        dense0[:self.model.num_categories * d].reshape(-1, d)[cats] = c_rows
+        dense0[self.model.num_categories * d:] = mlp
+        rows_t = torch.tensor(g_rows, requires_grad=True)
+        dense_t = torch.tensor(dense0, requires_grad=True)
+        user_t = torch.tensor(self.user_embedding, requires_grad=True)
+        params = (rows_t, dense_t, user_t)
+        for _ in range(settings.epochs):
+            order = rng.permutation(n)
+            for lo in range(0, n, settings.batch):
+                idx = order[lo:lo + settings.batch]
+                h = hist[idx]
+                batch = click_batch(target[idx], h, cats[cat_pos[target[idx]]],
+                                    np.where(h >= 0, cats[cat_pos[np.maximum(h, 0)]], -1), s.label[keep][idx])
+                grads = torch.autograd.grad(self.model.objective_torch(rows_t, dense_t, user_t, batch), params)
+                with torch.no_grad():  # plain SGD
+                    for p, g in zip(params, grads, strict=True):
+                        p.sub_(settings.lr * g)
+        self.user_embedding[...] = user_t.detach().numpy()
+        delta_goods = rows_t.detach().numpy() - g_rows
+        dense1 = dense_t.detach().numpy()
+        delta_cats = dense1[:self.model.num_categories * d].reshape(-1, d)[cats] - c_rows
+        delta_mlp = np.zeros(space.dense_rows * d)
+        delta_mlp[:space.mlp_size] = dense1[self.model.num_categories * d:] - mlp
+        # weights: samples touching each goods / category row; the sample count for dense rows
+        v_goods = np.bincount(target, minlength=goods.size) + _history_counts(target, hist, goods.size)
+        v_cats = np.bincount(cat_pos[target], minlength=cats.size) + _history_counts(
+            cat_pos[target], np.where(hist >= 0, cat_pos[np.maximum(hist, 0)], -1), cats.size)
+        v_dense = np.full(space.dense_rows, n, dtype=np.int64)
+        weights = np.minimum(np.concatenate([v_goods, v_cats, v_dense]), settings.max_weight).astype(np.uint32)
+        deltas = np.concatenate([delta_goods, delta_cats, delta_mlp.reshape(-1, d)])
+        z, self.clipped = quantize(deltas, settings.bound, settings.levels, rng)
+        values = np.empty((weights.size, d + 1), dtype=np.uint32)
+        values[:, :d] = z * weights[:, None]
+        values[:, d] = weights
+        return space.rows_of(goods, cats), values
+
+
+def _history_counts(target: np.ndarray, hist: np.ndarray, size: int) -> np.ndarray:
+    """int64 (size,): for each row position, the samples whose history (not its target)
+    contains it at least once."""
+    k, width = hist.shape
+    sample = np.repeat(np.arange(k), width)
+    pos = hist.ravel()
+    ok = pos >= 0
+    pairs = np.unique(np.stack([sample[ok], pos[ok]]), axis=1) if ok.any() else np.empty((2, 0), np.int64)
+    pairs = pairs[:, pairs[1] != target[pairs[0]]]
+    return np.bincount(pairs[1], minlength=size).astype(np.int64)
+
+
+class SFSLServer:
+    """The cloud server: the public model (goods table, dense vector with the category table
+    and the MLPs) and the update of Algorithm 1, line 9."""
+
+    def __init__(self, model: DIN, table: np.ndarray, dense: np.ndarray, goods_category: np.ndarray) -> None:
+        self.model, self.table, self.dense, self.goods_category = model, table, dense, goods_category
+        self.space = RowSpace(table.shape[0], model.num_categories, model.dim, model.mlp_size)
+
+    def reply(self, request: bytes, round_id: int) -> bytes:
+        """W_{S''} for a device's request."""
+        goods = wire.open_request(request, round_id, self.space.goods)
+        cats = categories_of(goods, self.goods_category)
+        d, c = self.model.dim, self.model.num_categories
+        return wire.reply(round_id, self.table[goods], self.dense[:c * d].reshape(c, d)[cats], self.dense[c * d:])
+
+    def apply(self, total: np.ndarray, settings: TrainingSettings) -> int:
+        """``W_j += decompress(sum v z / sum v)`` for every row with ``sum v > 0``; returns the
+        number of such rows.  ``total`` uint32 (length, d + 1) is the secure sum."""
+        sp, d = self.space, self.model.dim
+        mean = dequantize_mean(total[:, :d], total[:, d], settings.bound, settings.levels)
+        self.table += mean[:sp.goods]
+        c = sp.categories
+        self.dense[:c * d] += mean[sp.goods:sp.goods + c].ravel()
+        self.dense[c * d:] += mean[sp.goods + c:].ravel()[:sp.mlp_size]
+        return int(np.count_nonzero(total[:, d]))

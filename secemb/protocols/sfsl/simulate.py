@@ -1,0 +1,125 @@
+"""SFSL training over rounds, in process: the server, persistent devices (their Algorithm 2
+memo and private user embeddings survive between rounds), AUC on held-out click samples.
+
+Each round draws ``clients_per_round`` devices uniformly without replacement (numpy Generator,
+training randomness), runs :func:`~secemb.protocols.sfsl.round.sfsl_round`, decays the
+learning rate (x ``lr_decay``), and every ``eval_every`` rounds scores the test samples with the
+current public model and the devices' user embeddings (the simulation evaluates centrally what
+each device could score for itself).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from secemb.data.ctr import ClickData
+from secemb.errors import InvalidParameters
+from secemb.metrics import get_metric
+from secemb.models.din import DIN
+from secemb.privacy.randomized_response import event_probabilities, get_cpp
+from secemb.protocols.sfsl.parties import SFSLDevice, SFSLServer, TrainingSettings
+from secemb.protocols.sfsl.quantize import max_weight
+from secemb.protocols.sfsl.round import RoundReport, sfsl_round
+from secemb.randomness import RandomBytes, system_rng
+
+__all__ = ["SFSLResult", "SFSLRun", "train_sfsl"]
+
+
+@dataclass(frozen=True)
+class SFSLRun:
+    """One SFSL experiment.
+
+    preset: CPP1..CPP5; clients_per_round: n; rounds; settings: the local training and
+    quantization; lr_decay: per round; dim: DIN's embedding size; seed: training randomness;
+    eval_every: rounds between AUC evaluations (the last round is always evaluated).
+    """
+
+    preset: str = "CPP2"
+    clients_per_round: int = 20
+    rounds: int = 10
+    settings: TrainingSettings = TrainingSettings()
+    lr_decay: float = 0.999
+    dim: int = 18
+    seed: int = 0
+    eval_every: int = 5
+
+    def __post_init__(self) -> None:
+        get_cpp(self.preset)
+        for name in ("clients_per_round", "rounds", "dim", "eval_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameters(f"{name} must be an int >= 1, got {value!r}")
+        if self.clients_per_round < 2:
+            raise InvalidParameters(f"clients_per_round must be >= 2 (secure aggregation), "
+                                    f"got {self.clients_per_round}")
+
+
+@dataclass
+class SFSLResult:
+    """Per-round history: ``auc`` {round: value}, ``reports`` the rounds' :class:`RoundReport`,
+    ``p7``/``p8`` Theorem 2's probabilities over each round's actual owner counts, and the
+    final public model."""
+
+    run: SFSLRun
+    auc: dict[int, float] = field(default_factory=dict)
+    reports: list[RoundReport] = field(default_factory=list)
+    p7: list[float] = field(default_factory=list)
+    p8: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    table: np.ndarray | None = None
+    dense: np.ndarray | None = None
+
+
+def train_sfsl(train: ClickData, test: ClickData, run: SFSLRun, *,
+               progress: Callable[[int, SFSLResult], None] | None = None,
+               _rng: RandomBytes = system_rng) -> SFSLResult:
+    """Train DIN with SFSL on ``train`` and score AUC on ``test`` (same id spaces).
+
+    Raises
+    ------
+    InvalidParameters
+        Fewer users with training samples than ``clients_per_round``.
+    """
+    rng = np.random.default_rng(run.seed)
+    model = DIN(num_categories=train.num_categories, dim=run.dim)
+    table, dense = model.init_public(train.num_goods, rng)
+    user_emb = model.init_private(train.num_users, rng)
+    server = SFSLServer(model, table, dense, train.goods_category)
+    bounds = train.user_bounds()
+    users = np.flatnonzero(np.diff(bounds) > 0)
+    if users.size < run.clients_per_round:
+        raise InvalidParameters(f"{users.size} users have training samples, fewer than "
+                                f"clients_per_round={run.clients_per_round}")
+    params = get_cpp(run.preset)
+    settings = replace(run.settings, max_weight=min(run.settings.max_weight,
+                                                    max_weight(run.clients_per_round, run.settings.levels)))
+    devices: dict[int, SFSLDevice] = {}
+    auc = get_metric("auc")
+    result = SFSLResult(run)
+    start = time.perf_counter()
+    for r in range(1, run.rounds + 1):
+        chosen = np.sort(rng.choice(users, size=run.clients_per_round, replace=False))
+        for u in chosen:
+            if u not in devices:
+                devices[int(u)] = SFSLDevice(int(u), train.subset(slice(bounds[u], bounds[u + 1])), params, model,
+                                             user_emb[u])
+        lr = run.settings.lr * run.lr_decay ** (r - 1)
+        report = sfsl_round(server, {int(u): devices[int(u)] for u in chosen}, r, replace(settings, lr=lr), rng,
+                            _rng=_rng)
+        result.reports.append(report)
+        p7, p8 = event_probabilities(params, report.owners, run.clients_per_round)
+        result.p7.append(p7)
+        result.p8.append(p8)
+        if r % run.eval_every == 0 or r == run.rounds:
+            value = auc(model.score(server.table, server.dense, user_emb, test), test.label, (0.0, 1.0))
+            if value is not None:
+                result.auc[r] = value
+        if progress is not None:
+            progress(r, result)
+    result.seconds = time.perf_counter() - start
+    result.table, result.dense = server.table, server.dense
+    return result

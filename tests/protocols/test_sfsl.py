@@ -1,0 +1,138 @@
+"""Secure federated submodel learning: quantization, wire format, one round against its
+plaintext twin, dropouts, aborts, and what the server learns from the requests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from secemb.data.ctr import TaobaoShaped, split_clicks
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.models.din import DIN
+from secemb.privacy.randomized_response import get_cpp
+from secemb.protocols.sfsl import SFSLDevice, SFSLServer, TrainingSettings, sfsl_round
+from secemb.protocols.sfsl import wire
+from secemb.protocols.sfsl.quantize import dequantize_mean, max_weight, quantize
+from secemb.randomness import CtrDrbg
+from secemb.secagg import SecAggAborted
+
+torch.set_num_threads(1)
+
+
+def test_quantize_hand_values() -> None:
+    rng = np.random.default_rng(0)
+    # 5 levels over [-1, 1]: the grid is -1, -0.5, 0, 0.5, 1 -> codes 0..4; grid points are exact
+    z, clipped = quantize(np.array([-1.0, -0.5, 0.0, 0.5, 1.0, 3.0]), 1.0, 5, rng)
+    assert z.tolist() == [0, 1, 2, 3, 4, 4] and clipped == pytest.approx(1 / 6)
+    # weights 1 and 3 on codes 0 and 4 of one row: mean code 3 -> 0.5
+    mean = dequantize_mean(np.array([[0 * 1 + 4 * 3]], np.uint32), np.array([4], np.uint32), 1.0, 5)
+    assert mean.tolist() == [[0.5]]
+    # a row nobody touched stays 0
+    assert dequantize_mean(np.zeros((1, 2), np.uint32), np.zeros(1, np.uint32), 1.0, 5).tolist() == [[0.0, 0.0]]
+    # 100 clients at 2^15 levels: 100 * 1310 * 32767 < 2^32 <= 100 * 1311 * 32767
+    assert max_weight(100) == 1310
+
+
+def test_quantize_is_unbiased() -> None:
+    rng = np.random.default_rng(1)
+    x = np.full(200_000, 0.123456)
+    z, _ = quantize(x, 1.0, 1 << 15, rng)
+    mean = dequantize_mean(np.array([[z.astype(np.uint64).sum() % (1 << 32)]], np.uint32),
+                           np.array([x.size], np.uint32), 1.0, 1 << 15)
+    assert abs(mean[0, 0] - 0.123456) < 2e-6
+
+
+def test_wire_round_trip_and_rejects() -> None:
+    req = wire.request(7, np.array([1, 5, 9]))
+    assert wire.open_request(req, 7, 10).tolist() == [1, 5, 9]
+    for bad in (req[:-1], req + b"\0", req.replace(b"SFSL", b"XXXX")):
+        with pytest.raises(InvalidMessage):
+            wire.open_request(bad, 7, 10)
+    with pytest.raises(InvalidMessage):
+        wire.open_request(req, 8, 10)  # another round
+    with pytest.raises(InvalidMessage):
+        wire.open_request(req, 7, 9)  # id 9 outside the domain
+    with pytest.raises(InvalidMessage):
+        wire.open_request(wire.request(7, np.array([5, 1])), 7, 10)  # not increasing
+    rep = wire.reply(7, np.ones((3, 2)), np.zeros((1, 2)), np.arange(4.0))
+    g, c, m = wire.open_reply(rep, 7, 3, 1, 2, 4)
+    assert g.shape == (3, 2) and c.tolist() == [[0.0, 0.0]] and m.tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(InvalidMessage):
+        wire.open_reply(rep, 7, 2, 1, 2, 4)
+
+
+def _world(preset: str, n: int = 5, seed: int = 0) -> tuple[SFSLServer, dict[int, SFSLDevice]]:
+    data = TaobaoShaped("taobao-mini", seed=4).clients(np.arange(n))
+    train, _ = split_clicks(data)
+    model = DIN(num_categories=train.num_categories, dim=6)
+    rng = np.random.default_rng(seed)
+    table, dense = model.init_public(train.num_goods, rng)
+    users = model.init_private(train.num_users, rng)
+    b = train.user_bounds()
+    devices = {u: SFSLDevice(u, train.subset(slice(b[u], b[u + 1])), get_cpp(preset), model, users[u])
+               for u in range(n)}
+    return SFSLServer(model, table, dense, train.goods_category), devices
+
+
+SETTINGS = TrainingSettings(lr=0.5, batch=4, bound=0.5)
+
+
+def _plaintext_twin(server: SFSLServer, devices: dict[int, SFSLDevice], round_id: int, survivors: list[int]) -> None:
+    """The same round with the PSU replaced by a plain union and the secure sum by a plain sum
+    over ``survivors`` (every device trains, in id order, as in the secure round)."""
+    rng = np.random.default_rng(11)
+    union = np.unique(np.concatenate([devices[u].real for u in sorted(devices)]))
+    total = np.zeros((server.space.length, server.space.width), np.uint32)
+    for u in sorted(devices):
+        reply = server.reply(devices[u].request(union, round_id), round_id)
+        rows, values = devices[u].train(reply, round_id, server.space, SETTINGS, rng)
+        if u in survivors:
+            total[rows] += values  # uint32: wraps like Z_2^32
+    server.apply(total, SETTINGS)
+
+
+@pytest.mark.parametrize("drop", [None, 2])
+def test_round_equals_plaintext_twin_bit_for_bit(drop: int | None) -> None:
+    # CPP1 draws no perturbation coins, so both runs train on the same sets with the same rng
+    server_a, devices_a = _world("CPP1")
+    server_b, devices_b = _world("CPP1")
+    drop_after = {} if drop is None else {3: drop}  # device 3 drops after ShareKeys (recovered)
+    rep = sfsl_round(server_a, devices_a, 1, SETTINGS, np.random.default_rng(11), drop_after=drop_after,
+                     _rng=CtrDrbg(5))
+    survivors = [u for u in range(5) if u not in drop_after]
+    assert rep.survivors == survivors
+    _plaintext_twin(server_b, devices_b, 1, survivors)
+    assert np.array_equal(server_a.table, server_b.table) and np.array_equal(server_a.dense, server_b.dense)
+    assert rep.updated_rows > 0 and rep.union_size == int(rep.owners.size) and rep.owners.min() >= 1
+    # traffic is what crossed: every device sent and received bytes in every stage
+    for u in range(5):
+        assert all(rep.upload_bytes[u][s] > 0 for s in ("psu", "download", "secagg"))
+        assert rep.download_bytes[u]["download"] > rep.upload_bytes[u]["download"]
+
+
+def test_too_many_dropouts_abort_and_leave_the_model() -> None:
+    server, devices = _world("CPP2")
+    before = server.table.copy(), server.dense.copy()
+    with pytest.raises(SecAggAborted):
+        sfsl_round(server, devices, 1, SETTINGS, np.random.default_rng(0), drop_after={0: 1, 1: 1, 2: 1},
+                   _rng=CtrDrbg(1))
+    assert np.array_equal(server.table, before[0]) and np.array_equal(server.dense, before[1])
+
+
+def test_cpp5_requests_reveal_nothing_but_the_union() -> None:
+    # CPP5: every device asks for the whole union, so its request does not depend on its own set
+    server, devices = _world("CPP5")
+    union = np.unique(np.concatenate([d.real for d in devices.values()]))
+    for dev in devices.values():
+        assert wire.open_request(dev.request(union, 1), 1, server.space.goods).tolist() == union.tolist()
+    # CPP1: the request is the real set
+    _, devices1 = _world("CPP1")
+    assert wire.open_request(devices1[0].request(union, 1), 1, server.space.goods).tolist() \
+        == devices1[0].real.tolist()
+
+
+def test_device_rejects_a_foreign_sample() -> None:
+    server, devices = _world("CPP2", n=3)
+    with pytest.raises(InvalidParameters):
+        SFSLDevice(1, devices[0].samples, get_cpp("CPP2"), server.model, np.zeros(6))
