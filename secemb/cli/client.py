@@ -29,6 +29,9 @@ def register(app: typer.Typer) -> None:
         key0: Annotated[str | None, typer.Option(help="This device's HMAC key at server 0 (hex).")] = None,
         key1: Annotated[str | None, typer.Option(help="This device's HMAC key at server 1 (hex).")] = None,
         dataset: Annotated[str, typer.Option(help="Where the device's own ratings come from.")] = "synthetic",
+        model: Annotated[str | None, typer.Option(
+            help="The deployment's model, for --count without --cluster (rounds announce it; default: a rating "
+                 "model).")] = None,
         data_dir: Annotated[Path | None, typer.Option(envvar="SECEMB_DATA_DIR")] = None,
         seed: Annotated[int, typer.Option(min=0, help="Dataset/split seed (as the run's).")] = 0,
         test_fraction: Annotated[float, typer.Option(help="Held-out fraction of the split.")] = 0.2,
@@ -45,13 +48,20 @@ def register(app: typer.Typer) -> None:
         min_users: Annotated[int, typer.Option(
             min=2, help="This device's floor: it joins no round announced for fewer users.")] = 10,
     ) -> None:
-        """Run one device: fetch its rounds, retrieve its rows privately, train locally, upload."""
+        """Run one device: fetch its rounds, retrieve its rows privately, train locally, upload.
+
+        The device's interactions are its part of the run's training split, which the model's
+        task defines (the rating task: a random split by --test-fraction; a sequential model:
+        leave-one-out, the sequence in time order); the model is the one the rounds announce
+        (for --count: --cluster's, else --model)."""
         import numpy as np
 
         from secemb.client.device import Device, DeviceClient
-        from secemb.data import by_user, load_dataset, train_test_split
+        from secemb.data import RatingData, by_user, load_dataset
         from secemb.errors import InvalidParameters, SecembError
+        from secemb.models import get_model
         from secemb.models.base import UserSnapshot
+        from secemb.models.task import RATING, Task
         from secemb.transport.errors import RemoteError
         from secemb.transport.signing import user_key
 
@@ -71,10 +81,24 @@ def register(app: typer.Typer) -> None:
             else:
                 urls, keys = [server0, server1], [bytes.fromhex(key0), bytes.fromhex(key1)]
             data = load_dataset(dataset, data_dir, seed=seed)
-            train_data, _ = train_test_split(data, test_fraction, seed=seed)
-            items, ratings = by_user(train_data).of(user)
+            if not 0.0 < test_fraction < 1.0:
+                raise InvalidParameters(f"--test-fraction must be in (0, 1), got {test_fraction}")
+            if not 0 <= user < data.num_users:
+                raise InvalidParameters(f"--user must be in [0, {data.num_users}) for dataset {dataset!r}, got {user}")
+            count_task: Task = RATING
+            if cluster is not None:
+                announced = docs[0]["model"]
+                count_task = get_model(announced["name"], **announced.get("hparams", {})).task
+            elif model is not None:
+                count_task = get_model(model).task
         except (OSError, KeyError, ValueError, InvalidParameters) as exc:
             fail(f"bad usage: {exc}", 2)
+
+        def own(task: Task, train: RatingData | None = None) -> tuple[np.ndarray, np.ndarray]:
+            """This user's training interactions under ``task``'s split, in its order."""
+            train = train if train is not None else task.split(data, test_fraction, seed)[0]
+            return by_user(train, order=task.order).of(user)
+
         tls = None
         if ca is not None:
             from secemb.server.tls import client_context
@@ -84,17 +108,17 @@ def register(app: typer.Typer) -> None:
             except InvalidParameters as exc:
                 fail(f"bad usage: {exc}", 2)
         dc = DeviceClient(user, urls[0], urls[1], keys[0], keys[1], min_users=min_users, tls=tls)
-        device = Device(dc, items, ratings)
         if count:
             from secemb.training.local import distinct_items
 
             ring_bits = 32
             if cluster is not None:
-                config0 = json.loads((cluster / "server0.json").read_text())
-                ring_bits = int(config0.get("training", {}).get("ring_bits", 32))
-            n = dc.send_count(int(distinct_items(items)[0].size), ring_bits)
+                ring_bits = int(docs[0].get("training", {}).get("ring_bits", 32))
+            distinct = distinct_items(np.sort(own(count_task)[0]))[0].size
+            n = dc.send_count(int(count_task.request_counts(np.array([distinct]))[0]), ring_bits)
             typer.echo(json.dumps({"user": user, "count_bytes": n}))
             return
+        device: Device | None = None
         done: set[int] = set()
         deadline = time.monotonic() + wait
         while len(done) < rounds:
@@ -107,9 +131,13 @@ def register(app: typer.Typer) -> None:
                     fail(f"no open round for user {user} within {wait} s", 1)
                 time.sleep(0.2)
                 continue
+            if device is None:  # the announced model's task says what the device trains on
+                try:
+                    device = Device(dc, *own(info.make_task()))
+                except InvalidParameters as exc:
+                    fail(f"bad usage: {exc}", 2)
             if device.store is None and state_file is not None and state_file.exists():
-                model = info.make_model()
-                device.store = model.new_user_store(1, device.rng, info.adam())
+                device.store = info.make_model().new_user_store(1, device.rng, info.adam())
                 with np.load(state_file, allow_pickle=False) as z:
                     device.store.restore(0, UserSnapshot(z["params"], z["m"], z["v"], int(z["t"])))
             try:
