@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from secemb.bench.machine import machine_info
+from secemb.errors import InvalidParameters
+from secemb.protocols.backends import Backend
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol
 
@@ -32,9 +34,11 @@ CONFIGS = [
 ]
 
 
-def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, seed: int = 0) -> dict[str, Any]:
-    """One round with ``users`` users; returns the JSON record of the measurement."""
-    proto = SecEmbProtocol(layout=layout, relay=relay)
+def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, seed: int = 0,
+            backend: Backend | None = None) -> dict[str, Any]:
+    """One round with ``users`` users (servers evaluating through ``backend``, default serial);
+    returns the JSON record of the measurement."""
+    proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend)
     cfg = proto.round_config(0, m, d + 1, 1, m_prime)
     rng = np.random.default_rng(seed)
     table = rng.integers(0, 2**32, (m, d + 1), dtype=np.uint64).astype(np.uint32)
@@ -122,11 +126,27 @@ def failure_rate(m: int, m_prime: int, users: int, expansion: float = 1.25, seed
 
 
 def run(
-    quick: bool = False, progress: Callable[[str], None] | None = None, full_users: int | None = None
+    quick: bool = False, progress: Callable[[str], None] | None = None, full_users: int | None = None,
+    backend: str = "serial",
 ) -> dict[str, Any]:
     """All configurations, plus the sweep over m behind the plot; ``quick`` shrinks them;
     ``full_users`` overrides the number of users of the full-layout runs (and of the cuckoo
-    runs compared with them)."""
+    runs compared with them).  ``backend`` ``"gpu"``: the servers evaluate on the CUDA device,
+    and the result's ``gpu`` entry holds that GPU's raw AES rate and the kernels' leaves per
+    second measured in the same run (:func:`secemb.bench.gpu.run`; raises
+    :class:`~secemb.errors.InvalidParameters` without a CUDA device)."""
+    evaluator: Backend | None = None
+    gpu_figures = None
+    if backend == "gpu":
+        from secemb.bench import gpu as bench_gpu
+        from secemb.protocols.backends import GpuBackend
+
+        if progress:
+            progress("GPU: raw AES and kernel throughput")
+        gpu_figures = bench_gpu.run(quick, yelp_round=False)
+        evaluator = GpuBackend()
+    elif backend != "serial":
+        raise InvalidParameters(f"backend must be 'serial' or 'gpu', got {backend!r}")
     d = 64
     records = []
     configs = [("tiny", 1682, 200, 2, 2)] if quick else CONFIGS
@@ -139,8 +159,9 @@ def run(
         for layout, relay, users in runs:
             if progress:
                 progress(f"{name}: {layout}{' relay' if relay else ''}, {users} users")
-            rec = measure(layout, relay, m, mp, d, users)
+            rec = measure(layout, relay, m, mp, d, users, backend=evaluator)
             rec["dataset"] = name
+            rec["backend"] = backend
             records.append(rec)
     sweep = []
     sizes = [1682] if quick else [1682, 3883, 10681, 30000, 93386]
@@ -148,7 +169,7 @@ def run(
         for layout in ("full", "cuckoo"):
             if progress:
                 progress(f"sweep m={m}: {layout}")
-            sweep.append(measure(layout, False, m, 200, d, 2))
+            sweep.append(measure(layout, False, m, 200, d, 2, backend=evaluator))
     failures = [failure_rate(m, mp, 100 if quick else 2000) for _, m, mp, _, _ in configs]
     if progress:
         progress("traffic of every variant")
@@ -157,6 +178,8 @@ def run(
         "sweep": sweep,
         "insertion": failures,
         "traffic": [] if quick else traffic(),
+        "backend": backend,
+        "gpu": gpu_figures,
         "machine": machine_info(),
     }
 

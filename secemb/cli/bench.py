@@ -18,8 +18,17 @@ def register(app: typer.Typer) -> None:
     def fss(
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
+        device: str = typer.Option("cpu", "--device", help="cpu (one core, numpy and numba kernels) or cuda "
+                                   "(the GPU kernels of --backend gpu, secemb[gpu]; refuses without a CUDA device)."),
     ) -> None:
         """DPF key generation and evaluation throughput, next to raw AES in the same run."""
+        if device == "cuda":
+            _fss_cuda(as_json, quick)
+            return
+        if device != "cpu":
+            from secemb.cli._usage import fail
+
+            fail(f"--device must be cpu or cuda, got {device!r}")
         from secemb.bench import fss as bench_fss
 
         result = bench_fss.run(quick=quick)
@@ -48,6 +57,32 @@ def register(app: typer.Typer) -> None:
     from secemb.cli import bench_secagg
 
     bench_secagg.register(bench_app)
+
+
+def _fss_cuda(as_json: bool, quick: bool) -> None:
+    """``secemb bench fss --device cuda``: the GPU kernels next to that GPU's raw AES rate."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from secemb.bench import gpu as bench_gpu
+    from secemb.cli._usage import fail
+    from secemb.errors import InvalidParameters
+
+    try:
+        with Console(stderr=True).status("measuring on the GPU"):
+            result = bench_gpu.run(quick=quick)
+    except InvalidParameters as exc:
+        fail(exc)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    table = Table(title=escape(f"secemb bench fss --device cuda ({result['device']})"))
+    for col, justify in (("measure", "left"), ("value", "right"), ("share of the GPU's AES", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for row in bench_gpu.table_rows(result):
+        table.add_row(*map(escape, row))
+    Console().print(table)
 
 
 def _register_seq(bench_app: typer.Typer) -> None:
@@ -121,6 +156,8 @@ def _register_server(bench_app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
         out: str = typer.Option("results/server", help="Folder for the JSON and the plot."),
         full_users: int = typer.Option(0, help="Users of the full-layout runs (0: 100 at ML-1M, 10 at Yelp)."),
+        backend: str = typer.Option("serial", help="Servers' evaluation: serial (CPU) or gpu (CUDA, secemb[gpu]: "
+                                    "also prints that GPU's raw AES rate and the kernels' leaves/s)."),
     ) -> None:
         """Server computation per round: full-domain against cuckoo layout."""
         import os
@@ -133,9 +170,17 @@ def _register_server(bench_app: typer.Typer) -> None:
         check_output_dir(Path(out), "--out")
         _require_plots()
         console = Console(stderr=True)
-        with console.status("measuring") as status:
-            result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg),
-                                      full_users=full_users or None)
+        from secemb.cli._usage import fail
+        from secemb.errors import InvalidParameters
+
+        if backend not in ("serial", "gpu"):
+            fail(f"--backend must be serial or gpu, got {backend!r}")
+        try:
+            with console.status("measuring") as status:
+                result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg),
+                                          full_users=full_users or None, backend=backend)
+        except InvalidParameters as exc:
+            fail(exc)
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "server.json"), "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)
@@ -154,6 +199,11 @@ def _register_server(bench_app: typer.Typer) -> None:
                 str(r["users"]), f"{r['server_s_per_round']:.3f}",
             )
         Console().print(table)
+        if result.get("gpu"):
+            from secemb.bench import gpu as bench_gpu
+
+            for label, value, share in bench_gpu.table_rows(result["gpu"]):
+                Console().print(f"{label}: {value}" + (f" ({share} of the GPU's AES rate)" if share else ""))
         Console().print(f"plot: {os.path.join(out, 'server_vs_m.png')}")
 
     @bench_app.command("network")

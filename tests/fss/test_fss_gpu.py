@@ -188,3 +188,17 @@ def test_gpu_backend_round_is_bit_identical_to_serial() -> None:
     serial = _protocol_round(SerialBackend(), "cuckoo", True)
     assert on_gpu[0] == serial[0]
     assert np.array_equal(on_gpu[1], serial[1]) and np.array_equal(on_gpu[2], serial[2])
+
+
+def test_gpu_bench_harness_runs_under_the_interpreter() -> None:
+    """The harness of ``secemb bench fss --device cuda`` (quick, on the interpreter's CPU
+    tensors): every documented field, and the table shares of the AES rate.  The figures are
+    not asserted (timings of the interpreter are not GPU figures)."""
+    from secemb.bench import gpu as bench_gpu
+
+    result = bench_gpu.run(quick=True, _device=DEV)
+    assert set(result) >= {"device", "aes_blocks_per_s", "walk_leaves_per_s", "retrieval_leaves_per_s",
+                           "aggregation_leaves_per_s", "aggregation_aes_share", "yelp_round_s", "machine"}
+    assert result["yelp_round_s"] is None
+    rows = bench_gpu.table_rows(result)
+    assert rows[0][2] == "1.000" and len(rows) == 4
