@@ -25,8 +25,9 @@ the items it holds are averaged across the silos that hold them (Eq. 2) and writ
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,18 @@ def _silos(train: RatingData, n: int, dim: int, lr: float, seed: int) -> list[_S
         out.append(_Silo(users, items, torch.from_numpy(u), torch.from_numpy(i), r, float(r.mean()), params,
                          torch.optim.Adam(params, lr=lr)))
     return out
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Local training on one torch thread: with these small batches more threads only contend
+    (measured about 10x slower on the 2 loaded cores of the development machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _local_epoch(s: _Silo, reg: float, batch: int, gen: np.random.Generator) -> None:
@@ -168,9 +181,10 @@ def accuracy(data: RatingData, num_silos: int, *, rounds: int, local_epochs: int
         gen = np.random.default_rng(seed + 1)
         curve, exact, agg_s = [], True, 0.0
         for rnd in range(rounds):
-            for s in silos:
-                for _ in range(local_epochs):
-                    _local_epoch(s, reg, batch, gen)
+            with _one_thread():
+                for s in silos:
+                    for _ in range(local_epochs):
+                        _local_epoch(s, reg, batch, gen)
             start = time.perf_counter()
             exact &= _aggregate(kind, silos, params, data.num_items)
             agg_s += time.perf_counter() - start
@@ -194,9 +208,10 @@ def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, th
     train, _ = train_test_split(data, 0.2, seed)
     silos = _silos(train, num_silos, dim, 0.01, seed)
     gen = np.random.default_rng(seed + 1)
-    for s in silos:
-        for _ in range(local_epochs):
-            _local_epoch(s, 0.1, 1024, gen)
+    with _one_thread():
+        for s in silos:
+            for _ in range(local_epochs):
+                _local_epoch(s, 0.1, 1024, gen)
     popular = np.argsort(-np.bincount(train.items, minlength=data.num_items), kind="stable")
     chosen = np.sort(popular[:cost_items]) if cost_items else np.arange(data.num_items)
     sets, rows = [], []
@@ -261,13 +276,8 @@ def run(*, silos: tuple[int, ...] = (3, 5, 7), rounds: int = 10, local_epochs: i
         rounds, cost_items, secemb_epochs = min(rounds, 2), min(cost_items or 30, 30), 0
     data = load_movielens("ml-100k")
     result: dict[str, Any] = {"dataset": "ml-100k", "accuracy": [], "cost": []}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small batches: more threads only contend (measured 10x slower on 2 loaded cores)
-    try:
-        _run_parts(result, data, silos, rounds, local_epochs, dim, threshold, cost_items, key_bits, secemb_epochs,
-                   seed, on_step)
-    finally:
-        torch.set_num_threads(threads)
+    _run_parts(result, data, silos, rounds, local_epochs, dim, threshold, cost_items, key_bits, secemb_epochs,
+               seed, on_step)
     return result
 
 

@@ -51,9 +51,10 @@ def register(app: typer.Typer) -> None:
 
     _register_paper_tables(bench_app)
     _register_seq(bench_app)
-    from secemb.cli import bench_secea
+    from secemb.cli import bench_compare, bench_secea
 
     bench_secea.register(bench_app)
+    bench_compare.register(bench_app)
     from secemb.cli import bench_secagg
 
     bench_secagg.register(bench_app)

@@ -1,0 +1,155 @@
+"""``secemb bench compare``: every protocol of the four papers on the same data, side by side.
+
+All rows train MF on MovieLens-100K with the same seeded 80/20 split (``train_test_split``,
+seed 0) and report test RMSE, ``len()`` of the bytes each client sent and received per round,
+and the seconds of a client and of the server(s) per round, measured in this run.
+
+* The two-server / device family (943 devices, one per user, 100 per round): SecEmb as in the
+  paper (full layout, no relay) and ours (cuckoo layout, relay), GREC, SecFedRec and plaintext
+  FL, each through :class:`secemb.Experiment` for ``epochs`` epochs.
+* SecEA (N = ``secea_silos`` silos of users, one server): accuracy from ``secea_rounds`` rounds of
+  its experiment (:func:`secemb.bench.secea.accuracy`, the protocol's arithmetic every round),
+  traffic and time from one round of the complete protocol with 2048-bit Paillier on the
+  ``secea_items`` most-rated items (:func:`secemb.bench.secea.cost`; 0 = the whole catalogue).
+  Its clients are silos, not devices: a per-client figure is per silo.
+* SFSL (DIN on click-through data, its own task): its row is filled from ``secemb.bench.sfsl``
+  when that module exists and offers ``compare_row``; otherwise the row says "not available".
+
+"What the server learns" is the protocol's stated leakage (docs/protocol.md, docs/secea.md),
+not a measurement.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from secemb.data import load_movielens
+
+__all__ = ["FAMILY", "LEARNS", "run", "table_rows", "plot"]
+
+#: label -> Experiment keywords
+FAMILY: dict[str, dict[str, Any]] = {
+    "SecEmb (paper: full layout, no relay)": {"protocol": "secemb", "layout": "full", "relay": False},
+    "SecEmb (ours: cuckoo layout, relay)": {"protocol": "secemb", "layout": "cuckoo", "relay": True},
+    "GREC": {"protocol": "grec"},
+    "SecFedRec": {"protocol": "secfedrec"},
+    "plaintext FL": {"protocol": "plaintext"},
+}
+#: label -> what each server (and, for SecEA, a coalition of clients) learns
+LEARNS: dict[str, str] = {
+    "SecEmb (paper: full layout, no relay)": "each of 2 non-colluding servers: the aggregate update; not which or "
+                                              "how many items a user rated (m' public)",
+    "SecEmb (ours: cuckoo layout, relay)": "the same as the paper's layout (docs/security.md)",
+    "GREC": "each of 2 non-colluding servers: the aggregate update; full-model download",
+    "SecFedRec": "each of 2 non-colluding servers: the aggregate update; full-model download",
+    "plaintext FL": "the server: every user's rated items and update",
+    "SecEA": "server: each silo's |E_n|, the entity union, who dropped; <= T silos: nothing beyond the "
+             "averages of their own entities and the union",
+    "SFSL": "server: perturbed (LDP) index sets, the union, aggregated updates",
+}
+
+
+def _family_row(label: str, kwargs: dict[str, Any], epochs: int, seed: int) -> dict[str, Any]:
+    from secemb.training.experiment import Experiment
+
+    start = time.perf_counter()
+    res = Experiment(dataset="ml-100k", model="mf", epochs=epochs, seed=seed, m_prime=200, **kwargs).run()
+    tr = res.train_result
+    return {"protocol": label, "clients": "943 devices, 2 servers" if kwargs["protocol"] != "plaintext"
+            else "943 devices, 1 server", "rmse": tr.final_rmse, "epochs": epochs,
+            "up_bytes": tr.upload_bytes_per_user_round, "down_bytes": tr.download_bytes_per_user_round,
+            "budget": f"{epochs} epoch(s)",
+            "client_s": tr.user_ms_per_round / 1000.0, "server_s": tr.server_s_per_round,
+            "wall_s": time.perf_counter() - start, "learns": LEARNS[label]}
+
+
+def _secea_row(silos: int, rounds: int, items: int, seed: int) -> dict[str, Any]:
+    from secemb.bench import secea
+
+    data = load_movielens("ml-100k")
+    start = time.perf_counter()
+    acc = secea.accuracy(data, silos, rounds=rounds, local_epochs=2, kinds=("secea",), seed=seed)
+    cost = secea.cost(data, silos, cost_items=items, seed=seed)
+    cl = cost["clients"]
+    scope = "whole catalogue" if not items else f"{items} most-rated items"
+    return {"protocol": "SecEA", "clients": f"{silos} silos, 1 server (cost: {scope})",
+            "rmse": acc["rmse"]["secea"][-1], "epochs": rounds, "budget": f"{rounds} rounds x 2 local epochs",
+            "up_bytes": float(np.mean([c["up_bytes"] for c in cl])),
+            "down_bytes": float(np.mean([c["down_bytes"] for c in cl])),
+            "client_s": cost["client_seconds_mean"], "server_s": float(sum(cost["server_seconds"].values())),
+            "wall_s": time.perf_counter() - start, "learns": LEARNS["SecEA"],
+            "exact": bool(acc.get("secea_equals_fixed_point_average")) and bool(cost["exact"])}
+
+
+def _sfsl_row() -> dict[str, Any]:
+    try:
+        module = importlib.import_module("secemb.bench.sfsl")
+    except ImportError:
+        module = None
+    if module is None or not hasattr(module, "compare_row"):
+        return {"protocol": "SFSL", "clients": "not available (no secemb.bench.sfsl.compare_row in this build)",
+                "rmse": None, "budget": "-", "up_bytes": None, "down_bytes": None, "client_s": None, "server_s": None,
+                "learns": LEARNS["SFSL"], "available": False}
+    row: dict[str, Any] = module.compare_row()
+    return {**row, "protocol": "SFSL", "learns": LEARNS["SFSL"], "available": True}
+
+
+def run(*, epochs: int = 1, accuracy_epochs: int = 20, seed: int = 0, secea_silos: int = 3, secea_rounds: int = 10,
+        secea_items: int = 100, only: tuple[str, ...] | None = None,
+        on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """All rows (``only``: a subset of labels, for tests and partial runs).  ``accuracy_epochs``
+    adds a plaintext row trained that long: the RMSE that SecEmb, GREC and SecFedRec reach with
+    the same budget, since they reproduce the plaintext model bit for bit (0: skip)."""
+    rows = []
+    for label, kwargs in FAMILY.items():
+        if only is None or label in only:
+            if on_step:
+                on_step(f"{label}: {epochs} epoch(s)")
+            rows.append(_family_row(label, kwargs, epochs, seed))
+    if accuracy_epochs and (only is None or "plaintext FL" in only):
+        if on_step:
+            on_step(f"plaintext FL: {accuracy_epochs} epochs (accuracy reference)")
+        ref = _family_row("plaintext FL", FAMILY["plaintext FL"], accuracy_epochs, seed)
+        rows.append({**ref, "protocol": "plaintext FL (accuracy reference; the lossless rows reach it bit for bit)"})
+    if only is None or "SecEA" in only:
+        if on_step:
+            on_step(f"SecEA: {secea_silos} silos")
+        rows.append(_secea_row(secea_silos, secea_rounds, secea_items, seed))
+    if only is None or "SFSL" in only:
+        rows.append(_sfsl_row())
+    return {"dataset": "ml-100k", "model": "mf", "seed": seed, "rows": rows}
+
+
+def _fmt(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
+    """(protocol, clients, budget, RMSE, up KB, down KB, client s, server s, learns) per row."""
+    return [(r["protocol"], r["clients"], r["budget"], _fmt(r["rmse"], ".4f"),
+             _fmt(None if r["up_bytes"] is None else r["up_bytes"] / 1e3, ",.1f"),
+             _fmt(None if r["down_bytes"] is None else r["down_bytes"] / 1e3, ",.1f"),
+             _fmt(r["client_s"], ".3f"), _fmt(r["server_s"], ".2f"), r["learns"]) for r in result["rows"]]
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    """One PNG: a panel per measure, the protocols along x (log axis)."""
+    from secemb.bench.plots import line_panels
+
+    rows = [r for r in result["rows"] if r["up_bytes"] is not None and "reference" not in r["protocol"]]
+    names = [r["protocol"].replace(" (", "\n(") for r in rows]
+    nan = float("nan")
+    panels = {
+        "upload, bytes per client and round": {"measured": [r["up_bytes"] for r in rows]},
+        "download, bytes per client and round": {"measured": [r["down_bytes"] for r in rows]},
+        "client seconds per round": {"measured": [r["client_s"] or nan for r in rows]},
+        "server seconds per round": {"measured": [r["server_s"] or nan for r in rows]},
+        "test RMSE": {"measured": [r["rmse"] or nan for r in rows]},
+    }
+    line_panels(path, panels, xlabel="", ylabel="", x=names, logy=True,
+                title="secemb bench compare: MF on ML-100K (same split), measured")

@@ -1,0 +1,67 @@
+"""``secemb bench compare``: SecEmb (two layouts), GREC, SFSL, SecEA, SecFedRec and plaintext
+on the same data, one table and one plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def register(bench_app: typer.Typer) -> None:
+    """Attach ``compare`` to the ``bench`` group."""
+
+    @bench_app.command("compare")
+    def compare(
+        epochs: int = typer.Option(1, help="Epochs of each device-protocol run (its cost and RMSE)."),
+        accuracy_epochs: int = typer.Option(20, help="Epochs of the plaintext accuracy reference (0: skip)."),
+        secea_silos: int = typer.Option(3, help="Silos N of the SecEA row."),
+        secea_rounds: int = typer.Option(10, help="Rounds of the SecEA accuracy run."),
+        secea_items: int = typer.Option(100, help="Most-rated items in SecEA's full-protocol round (0: all)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        out: Path = typer.Option(Path("results/compare.json"), help="Write the JSON result here."),
+        plot_out: Path = typer.Option(Path("results/compare.png"), "--plot", help="Write the plot here."),
+    ) -> None:
+        """Traffic up/down per client and round, client and server seconds, test RMSE and what
+        each server learns, for every protocol of the four papers on MF / ML-100K (same split)."""
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        from secemb.bench import compare as bench_compare
+        from secemb.bench.plots import PlotsUnavailable, require
+        from secemb.cli._usage import check_output_file, fail
+        from secemb.data import DataFormatError, DatasetNotFoundError
+        from secemb.errors import InvalidParameters
+
+        check_output_file(out, "--out")
+        check_output_file(plot_out, "--plot")
+        if min(epochs, secea_rounds, secea_silos - 1) < 1 or min(accuracy_epochs, secea_items) < 0:
+            fail("--epochs and --secea-rounds must be >= 1, --secea-silos >= 2, the others >= 0")
+        try:
+            require()
+        except PlotsUnavailable as exc:
+            fail(exc)
+        console = Console(stderr=True)
+        try:
+            with console.status("measuring") as status:
+                result = bench_compare.run(epochs=epochs, accuracy_epochs=accuracy_epochs, secea_silos=secea_silos,
+                                           secea_rounds=secea_rounds, secea_items=secea_items,
+                                           on_step=lambda msg: status.update(escape(msg)))
+        except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+            fail(exc)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2))
+        bench_compare.plot(result, str(plot_out))
+        if as_json:
+            typer.echo(json.dumps(result, indent=2))
+            return
+        table = Table(title="secemb bench compare: MF on ML-100K, same 80/20 split (measured in this run)")
+        for col in ("protocol", "clients", "training", "test RMSE", "up KB/client/round", "down KB/client/round",
+                    "client s/round", "server s/round", "what the server (or a coalition) learns"):
+            table.add_column(col, justify="right" if "/" in col or "RMSE" in col else "left")
+        for row in bench_compare.table_rows(result):
+            table.add_row(*map(escape, row))
+        Console().print(table)
+        typer.echo(f"wrote {out} and {plot_out}")

@@ -1,0 +1,63 @@
+"""``secemb bench secea`` and ``secemb bench compare``: small runs on real ML-100K (RecBole's
+copy), their invariants, and the CLI's refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from secemb.bench import compare, secea
+from secemb.cli import app
+from secemb.data import load_movielens
+
+
+@pytest.fixture(scope="module")
+def ml100k():
+    return load_movielens("ml-100k")
+
+
+@pytest.mark.slow
+def test_cost_round_is_exact_and_bytes_cover_the_counted_elements(ml100k):
+    c = secea.cost(ml100k, 3, cost_items=8, key_bits=1024)
+    assert c["exact"] and c["entities_union"] == 8
+    for cl in c["clients"]:
+        # 4 bytes per relayed field element, ciphertext_bytes per ciphertext, plus headers
+        assert cl["up_bytes"] >= 4 * cl["field_elements_up"] + c["ciphertext_bytes"] * cl["ciphertexts_up"]
+        assert cl["up_bytes"] < 4 * cl["field_elements_up"] + c["ciphertext_bytes"] * cl["ciphertexts_up"] + 400
+
+
+def test_secea_rounds_equal_the_fixed_point_average_and_track_fedavg(ml100k):
+    acc = secea.accuracy(ml100k, 3, rounds=1, local_epochs=1, kinds=("fedavg", "secea"))
+    assert acc["secea_equals_fixed_point_average"]
+    assert abs(acc["rmse"]["secea"][0] - acc["rmse"]["fedavg"][0]) < 1e-3
+
+
+def test_compare_rows_and_the_sfsl_row_without_its_entry_point():
+    row = compare._sfsl_row()
+    assert row["protocol"] == "SFSL"
+    if not row["available"]:
+        assert "not available" in row["clients"] and row["rmse"] is None
+    rows = compare.table_rows({"rows": [row]})
+    assert rows[0][0] == "SFSL" and rows[0][3] in ("n/a",) or row["available"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["bench", "secea", "--silos", "2,x"], ["bench", "secea", "--silos", "2", "--threshold", "1"],
+     ["bench", "secea", "--rounds", "0"], ["bench", "compare", "--epochs", "0"],
+     ["bench", "compare", "--secea-silos", "1"]],
+)
+def test_cli_refuses_bad_options_with_exit_2(args, tmp_path):
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "r.json")], terminal_width=120)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+
+
+def test_fixed_point_average_is_eq2_on_the_encoding():
+    params = secea.SecEAParams(3, 1, dim=2)
+    sets = [np.array([0, 1]), np.array([1]), np.array([1, 2])]
+    rows = [np.array([[1.0, 2.0], [0.5, 0.5]]), np.array([[1.5, -0.5]]), np.array([[0.25, 0.0], [3.0, 3.0]])]
+    out = secea.fixed_point_average(params, sets, rows, 3)
+    assert out[0].tolist() == [[1.0, 2.0], [0.75, 0.0]]
+    assert out[2].tolist() == [[0.75, 0.0], [3.0, 3.0]]
