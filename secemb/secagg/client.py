@@ -158,7 +158,10 @@ class SecAggClient:
             if int.from_bytes(pt[:4], "little") != self.id or int.from_bytes(pt[4:8], "little") != sender:
                 raise InvalidMessage(f"relayed: the shares from client {sender} name other parties")
             n = shamir.SHARE_BYTES
-            self._held[sender] = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n :], "little"))
+            held = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n :], "little"))
+            if max(held) >= shamir.PRIME:
+                raise InvalidMessage(f"relayed: the shares from client {sender} are outside the field")
+            self._held[sender] = held
         self._u2 = sorted(self._held)
         if len(self._u2) < cfg.threshold:
             raise InvalidMessage(f"relayed: {len(self._u2)} clients left, fewer than the threshold {cfg.threshold}")

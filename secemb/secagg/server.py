@@ -192,8 +192,10 @@ class SecAggServer:
         if [v for v, _ in sk] != [v for v in self.u2 if v not in alive] or [v for v, _ in bs] != self.u3:
             raise InvalidMessage(f"unmask from client {client_id} must carry key shares of exactly the dropped "
                                  "clients and seed shares of exactly the survivors")
-        self._unmask[int(client_id)] = ({v: int.from_bytes(s, "little") for v, s in sk},
-                                        {v: int.from_bytes(s, "little") for v, s in bs})
+        opened = ({v: int.from_bytes(s, "little") for v, s in sk}, {v: int.from_bytes(s, "little") for v, s in bs})
+        if any(y >= shamir.PRIME for part in opened for y in part.values()):
+            raise InvalidMessage(f"unmask from client {client_id} carries a share outside the field")
+        self._unmask[int(client_id)] = opened
 
     def result(self) -> np.ndarray:
         """Close Unmasking (U4 = survivors that sent shares) and return the sum over U3:

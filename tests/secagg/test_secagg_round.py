@@ -317,3 +317,37 @@ def test_every_truncated_or_altered_message_is_refused_without_changing_state(sp
         to_server(server.receive_unmask, i, to_client(c.unmask, surv[i]))
     expected = _expected(inputs, ids, rows if sparse else None, 6, 2)
     assert np.array_equal(server.result(), expected)
+
+
+def _run_to_unmask(cfg, ids, drops):
+    server = SecAggServer(cfg)
+    clients = {i: SecAggClient(i, cfg) for i in ids}
+    for i, c in clients.items():
+        server.receive_advertise(i, c.advertise())
+    keys = server.keys_messages()
+    for i, c in clients.items():
+        server.receive_shares(i, c.share_keys(keys[i]))
+    relayed = server.relayed_messages()
+    for i, c in clients.items():
+        if i not in drops:
+            server.receive_masked(i, c.masked_input(relayed[i], np.zeros(cfg.length, np.uint32)))
+    surv = server.survivors_messages()
+    return server, {i: clients[i].unmask(surv[i]) for i in surv}
+
+
+def test_a_wrong_key_share_is_detected_and_an_out_of_field_share_refused():
+    cfg = SecAggConfig(length=4, threshold=3)
+    server, unmask = _run_to_unmask(cfg, [0, 1, 2, 3], drops={0})
+    msg = bytearray(unmask[1])
+    # first record of the key-share list: header, count (4), id (4), then the share of client 0
+    at = messages.HEADER_BYTES + 8
+    outside = bytearray(msg)
+    outside[at : at + shamir.SHARE_BYTES] = b"\xff" * shamir.SHARE_BYTES
+    with pytest.raises(InvalidMessage, match="outside the field"):
+        server.receive_unmask(1, bytes(outside))
+    msg[at + 10] ^= 1  # still a field element, but the wrong share (not only in bits X25519 clamps)
+    server.receive_unmask(1, bytes(msg))
+    server.receive_unmask(2, unmask[2])
+    server.receive_unmask(3, unmask[3])
+    with pytest.raises(InvalidMessage, match="does not match its public key"):
+        server.result()
