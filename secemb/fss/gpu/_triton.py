@@ -228,23 +228,30 @@ def convert_sum_kernel(  # noqa: ANN201
 
 @triton.jit
 def ring_matmul_kernel(  # noqa: ANN201
-    e_ptr, tab_ptr, out_ptr, users, groups, m, d,  # noqa: ANN001
+    e_ptr, tab_ptr, out_ptr, users, groups, m, d, m_split,  # noqa: ANN001
     RING64: tl.constexpr, BU: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr,  # noqa: N803
 ):
-    """``out[u, g] = sum_p e[u, g, p] T[g, p]`` in the ring: ``e`` ring (users, groups, m),
-    ``T`` ring (groups, m, d), ``out`` ring (users, groups, d).  Grid: (groups,
-    ceil(users / BU), ceil(d / BD))."""
+    """``out[u, g] += sum_p e[u, g, p] T[g, p]`` in the ring: ``e`` ring (users, groups, m),
+    ``T`` ring (groups, m, d), ``out`` ring (users, groups, d), zeroed by the caller.
+
+    Grid: (groups, ceil(users / BU), ceil(d / BD) * ceil(m / m_split)): the inner dimension is
+    split into slices of ``m_split`` (a multiple of ``BM``) so that a thin product (one group,
+    few keys, a long domain) still fills the device; slices meet by integer atomic adds, exact
+    and order-independent in the ring."""
     g = tl.program_id(0)
     us = tl.program_id(1) * BU + tl.arange(0, BU)
-    ds = tl.program_id(2) * BD + tl.arange(0, BD)
+    d_blocks = tl.cdiv(d, BD)
+    ds = (tl.program_id(2) % d_blocks) * BD + tl.arange(0, BD)
+    lo = (tl.program_id(2) // d_blocks) * m_split
+    hi = tl.minimum(lo + m_split, m)
     if RING64:
         acc = tl.zeros((BU, BD), tl.uint64)
     else:
         acc = tl.zeros((BU, BD), tl.uint32)
-    for m0 in range(0, m, BM):
+    for m0 in range(lo, hi, BM):
         ms = m0 + tl.arange(0, BM)
-        a_mask = (us[:, None] < users) & (ms[None, :] < m)
-        b_mask = (ms[:, None] < m) & (ds[None, :] < d)
+        a_mask = (us[:, None] < users) & (ms[None, :] < hi)
+        b_mask = (ms[:, None] < hi) & (ds[None, :] < d)
         a = tl.load(e_ptr + (us[:, None] * groups + g) * m + ms[None, :], mask=a_mask, other=0)
         b = tl.load(tab_ptr + (g * m + ms[:, None]) * d + ds[None, :], mask=b_mask, other=0)
         if RING64:
@@ -255,6 +262,6 @@ def ring_matmul_kernel(  # noqa: ANN201
     out_mask = (us[:, None] < users) & (ds[None, :] < d)
     dst = out_ptr + (us[:, None] * groups + g) * d + ds[None, :]
     if RING64:
-        tl.store(dst, acc.to(tl.int64, bitcast=True), mask=out_mask)
+        tl.atomic_add(dst, acc.to(tl.int64, bitcast=True), mask=out_mask)
     else:
-        tl.store(dst, acc.to(tl.int32, bitcast=True), mask=out_mask)
+        tl.atomic_add(dst, acc.to(tl.int32, bitcast=True), mask=out_mask)

@@ -36,6 +36,9 @@ __all__ = ["LEAF_BUDGET", "upload_table", "mmo", "expand", "retrieval_shares", "
 
 #: leaves of one chunk of keys (16 bytes each, plus the level above: 768 MiB on the device)
 LEAF_BUDGET = 1 << 25
+#: programs a ring product aims for (a few per SM of a large GPU), and its shortest slice
+MATMUL_PROGRAMS = 2048
+MATMUL_MIN_SLICE = 1024
 _SIGNED = {np.dtype(np.uint32): np.int32, np.dtype(np.uint64): np.int64}
 
 
@@ -148,13 +151,19 @@ def convert_sum(leaves: torch.Tensor, acc: torch.Tensor, tag: str = AGGREGATION_
 
 def ring_matmul(e: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """``out[u, g] = e[u, g] @ table[g]`` in the ring: ``e`` (U, G, m), ``table`` (G, m, D),
-    both int32 or both int64; returns (U, G, D)."""
+    both int32 or both int64; returns (U, G, D).  On a GPU a thin product's inner dimension
+    is split over programs (:data:`MATMUL_PROGRAMS`), summed by integer atomics."""
     users, groups, m = e.shape
     d = table.shape[2]
-    out = torch.empty((users, groups, d), dtype=e.dtype, device=e.device)
+    out = torch.zeros((users, groups, d), dtype=e.dtype, device=e.device)
     bu, bd, bm = (16, 16, 16) if not gpu.interpreting() else (64, 64, 64)
-    grid = (groups, _cdiv(users, bu), _cdiv(d, bd))
-    kern.ring_matmul_kernel[grid](e, table, out, users, groups, m, d, RING64=e.dtype == torch.int64,
+    # slices of the inner dimension: about MATMUL_PROGRAMS programs in all, none shorter than
+    # MATMUL_MIN_SLICE
+    tiles = groups * _cdiv(users, bu) * _cdiv(d, bd)
+    slices = max(1, min(_cdiv(MATMUL_PROGRAMS, tiles), m // MATMUL_MIN_SLICE))
+    m_split = _cdiv(_cdiv(m, slices), bm) * bm
+    grid = (groups, _cdiv(users, bu), _cdiv(d, bd) * _cdiv(m, m_split))
+    kern.ring_matmul_kernel[grid](e, table, out, users, groups, m, d, m_split, RING64=e.dtype == torch.int64,
                                   BU=bu, BD=bd, BM=bm)
     return out
 
