@@ -1,4 +1,4 @@
-"""SecEA's messages: bytes with a 17-byte versioned header (docs/wire-format.md, "SecEA").
+"""SecEA's messages: bytes with a 17-byte versioned header (docs/secea.md, "Messages").
 
 Header, little-endian: magic ``b"SEA"``, version (u8, 1), kind (u8), round id (u32), sender
 (u16), receiver (u16; :data:`SERVER` for the server), body length (u32).  Bodies:
