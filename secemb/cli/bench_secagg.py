@@ -18,6 +18,7 @@ def register(bench_app: typer.Typer) -> None:
         dropouts: str = typer.Option("0,0.05,0.1,0.15,0.2", help="Comma-separated dropout ratios (largest n)."),
         domain: int = typer.Option(143_534, help="Goods in the domain (the exact filter's length)."),
         set_size: int = typer.Option(329, help="Goods in each client's set."),
+        repeats: int = typer.Option(1, help="Runs of each setting; seconds are the minimum over them."),
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/secagg.json"), help="Write the JSON result here."),
@@ -38,13 +39,14 @@ def register(bench_app: typer.Typer) -> None:
             ratios = tuple(float(x) for x in dropouts.split(",") if x.strip())
         except ValueError:
             fail(f"--ns must be integers and --dropouts numbers, got {ns!r}, {dropouts!r}")
-        if not counts or min(counts) < 2 or any(not 0 <= r < 0.5 for r in ratios) or domain < set_size or set_size < 1:
-            fail("need n >= 2, 0 <= dropout < 0.5 and 1 <= --set-size <= --domain")
+        if not counts or min(counts) < 2 or any(not 0 <= r < 0.5 for r in ratios) or domain < set_size or set_size < 1 \
+                or repeats < 1:
+            fail("need n >= 2, 0 <= dropout < 0.5, 1 <= --set-size <= --domain and --repeats >= 1")
         console = Console(stderr=True)
         try:
             with console.status("measuring") as status:
                 result = bench_secagg.run(ns=counts, dropouts=ratios, domain=domain, set_size=set_size, quick=quick,
-                                          on_step=lambda msg: status.update(escape(msg)))
+                                          repeats=repeats, on_step=lambda msg: status.update(escape(msg)))
         except InvalidParameters as exc:
             fail(exc)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -66,4 +68,5 @@ def register(bench_app: typer.Typer) -> None:
         out_console = Console()
         out_console.print(table)
         out_console.print(drop)
-        out_console.print(escape(f"machine: {result['machine']}; written to {out}"))
+        out_console.print(escape(f"machine: {result['machine']}, {result['cpus']} CPUs, load average "
+                                 f"{result['load_average'][0]:.1f}; written to {out}"))
