@@ -41,7 +41,7 @@ from secemb.models.optim import AdamConfig
 from secemb.models.task import Sample, Task
 from secemb.protocols import get_protocol
 from secemb.protocols.base import Protocol, RoundConfig
-from secemb.privacy.noise import ClipSpec
+from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
 from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
@@ -101,6 +101,25 @@ class RoundInfo:
 
     def fixed_point(self) -> FixedPoint:
         return FixedPoint(int(self.training["ring_bits"]), int(self.training["frac_bits"]))
+
+    def clip(self) -> ClipSpec | None:
+        """Central DP: the clipping the servers announce (``training.dp_clip``, ``dp_sigma``),
+        the same :class:`~secemb.privacy.noise.ClipSpec` as the run's DP plan; ``None`` without
+        DP.
+
+        Raises
+        ------
+        InvalidMessage: a malformed or non-positive bound or scale.
+        """
+        if "dp_clip" not in self.training:
+            return None
+        try:
+            l2, sigma = float(self.training["dp_clip"]), float(self.training["dp_sigma"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidMessage(f"malformed DP settings in the round document: {exc}") from None
+        if not (np.isfinite(l2) and np.isfinite(sigma) and l2 > 0 and sigma > 0):
+            raise InvalidMessage(f"the round document's DP settings must be positive, got clip={l2}, sigma={sigma}")
+        return clip_spec(l2, sigma, central=True)
 
     def make_task(self) -> Task:
         """The announced model's task (:attr:`~secemb.models.base.RecModel.task`)."""
@@ -397,8 +416,9 @@ class Device:
                     protocol: Protocol | None = None, hook: LocalStep | None = None,
                     pause: float = 0.0) -> RoundSession:
         """Take part in round ``info``: retrieve, train (``hook``, default the model's local
-        step), upload.  ``pause`` seconds between retrieval and upload (for tests of late
-        devices).  The private state is snapshotted first (see :meth:`settle`)."""
+        step), clip when the round announces central DP (:meth:`RoundInfo.clip`), upload.
+        ``pause`` seconds between retrieval and upload (for tests of late devices).  The
+        private state is snapshotted first (see :meth:`settle`)."""
         model = model or info.make_model()
         state = self._state(info, model)
         if hook is None:
@@ -406,7 +426,7 @@ class Device:
                 return model.local_step(rows, dense, state, batch)
         assert self.store is not None  # _state made it
         self._snap, self._round = self.store.snapshot(self.row), info.round_id
-        session = RoundSession(self.client, info, protocol=protocol, task=model.task)
+        session = RoundSession(self.client, info, protocol=protocol, task=model.task, clip=info.clip())
         session.prepare(self.items, self.ratings, placement=placement, rng=self.rng)
         session.retrieve()
         session.train(hook)

@@ -44,6 +44,7 @@ from secemb.engine.links import AdminLink
 from secemb.engine.settings import dp_plan_of, rating_range_of
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
+from secemb.privacy.accounting import DPPlan
 from secemb.models.base import RecModel, StepResult
 from secemb.models.task import Sample
 from secemb.protocols.base import Protocol
@@ -376,7 +377,7 @@ def run(
                 if info.config != protocol.round_config(r, m, width, dense_size, m_prime, cfg.ring_bits):
                     raise InvalidParameters(f"server 0's round configuration {info.config} differs from the run's")
                 if not checked_info:
-                    _check_info(info, model, cfg)
+                    _check_info(info, model, cfg, dp)
                     checked_info = True
                 expected = None
                 if cfg.verify:
@@ -506,9 +507,11 @@ def _account(tot: _Totals, servers: Servers, admin1: AdminLink, outcome: dict[st
                             float(np.mean(losses)) if losses else float("nan")))
 
 
-def _check_info(info: RoundInfo, model: RecModel, cfg: TrainConfig) -> None:
-    want_training = {"lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "eps": cfg.eps,
-                     "ring_bits": cfg.ring_bits, "frac_bits": cfg.frac_bits}
+def _check_info(info: RoundInfo, model: RecModel, cfg: TrainConfig, dp: DPPlan | None) -> None:
+    want_training: dict[str, Any] = {"lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "eps": cfg.eps,
+                                     "ring_bits": cfg.ring_bits, "frac_bits": cfg.frac_bits}
+    if dp is not None and dp.central:  # what the servers announce their devices clip to, and the noise
+        want_training.update(dp_clip=dp.settings.clip, dp_sigma=dp.sigma_ring)
     if info.model.get("name") != model.name or info.model.get("hparams") != json.loads(json.dumps(model.spec())):
         raise InvalidParameters(f"the servers train {info.model}, the run wants {model.name} {model.spec()}")
     if info.training != want_training:

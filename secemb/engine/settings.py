@@ -78,7 +78,7 @@ def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData
     return {
         **extra,
         "min_users": simulation_floor(train_data, config) if min_users is None else min_users,
-        "dp_sigma": _central_sigma(dp_plan_of(model, protocol, train_data, config)),
+        **_central_dp(dp_plan_of(model, protocol, train_data, config)),
         "num_items": train_data.num_items,
         "num_users": train_data.num_users,
         "protocol": protocol.name,
@@ -104,6 +104,9 @@ def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData
     }
 
 
-def _central_sigma(plan: DPPlan | None) -> float:
-    """Each server's noise scale (ring units): the plan's under central DP, else 0."""
-    return plan.sigma_ring if plan is not None and plan.central else 0.0
+def _central_dp(plan: DPPlan | None) -> dict[str, float]:
+    """Each server's noise scale (ring units) and the devices' L2 clip: the plan's under
+    central DP, else 0 (none)."""
+    if plan is None or not plan.central:
+        return {"dp_sigma": 0.0, "dp_clip": 0.0}
+    return {"dp_sigma": plan.sigma_ring, "dp_clip": plan.settings.clip}

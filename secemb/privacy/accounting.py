@@ -30,7 +30,7 @@ import dp_accounting
 from dp_accounting import rdp
 
 from secemb.errors import InvalidParameters
-from secemb.privacy.noise import TAIL_SIGMAS, ClipSpec
+from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.ring import FixedPoint
 
 __all__ = ["ACCOUNTANT", "DPPlan", "DPSettings", "epsilon_spent", "noise_multiplier", "plan_dp"]
@@ -173,7 +173,6 @@ def plan_dp(settings: DPSettings, *, central: bool, fp: FixedPoint, coordinates:
     z = noise_multiplier(settings.epsilon, settings.delta, q, steps)
     sensitivity = settings.clip * 2.0**fp.frac_bits + 0.5 * math.sqrt(coordinates)
     sigma = z * sensitivity
-    tail = math.floor(TAIL_SIGMAS * sigma)
-    clip = ClipSpec(settings.clip, reserve=2 * tail) if central else ClipSpec(settings.clip, per_user=tail)
+    clip = clip_spec(settings.clip, sigma, central=central)
     clip.coordinate_bound(fp, users_per_round if central else 1)  # refuses noise that leaves no room
     return DPPlan(settings, central, z, sigma, q, steps, clip)

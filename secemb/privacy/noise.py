@@ -31,7 +31,7 @@ from secemb.errors import InvalidParameters
 from secemb.randomness import RandomBytes, random_words, system_rng
 from secemb.ring import FixedPoint
 
-__all__ = ["TAIL_SIGMAS", "ClipSpec", "RingNoise", "add_to_share", "discrete_gaussian", "to_ring"]
+__all__ = ["TAIL_SIGMAS", "ClipSpec", "RingNoise", "add_to_share", "clip_spec", "discrete_gaussian", "to_ring"]
 
 #: noise magnitudes beyond ``TAIL_SIGMAS * sigma`` are resampled (see the module docstring)
 TAIL_SIGMAS = 12.0
@@ -143,6 +143,14 @@ class ClipSpec:
         norm = math.sqrt(float(np.sum(np.square(rows))) + float(np.sum(np.square(dense))))
         scale = min(1.0, self.l2 / norm) if norm > 0 else 1.0
         return rows * scale, dense * scale
+
+
+def clip_spec(l2: float, sigma: float, *, central: bool) -> ClipSpec:
+    """What a device clips to when noise of scale ``sigma`` (ring units, truncated at
+    ``floor(TAIL_SIGMAS * sigma)``) is added: by each server (``central``: every sum coordinate
+    keeps room for both servers' tails) or by each device (its own tail)."""
+    tail = math.floor(TAIL_SIGMAS * sigma)
+    return ClipSpec(l2, reserve=2 * tail) if central else ClipSpec(l2, per_user=tail)
 
 
 class RingNoise:

@@ -17,7 +17,9 @@ for a full example)::
                 ``secemb.data.features.save_item_features``)
     [training]  lr, beta1, beta2, eps, lazy_adam, ring_bits, frac_bits, m_prime, alpha
     [rounds]    deadline_s, min_users
-    [privacy]   sigma (central DP: each server's noise scale in ring units; docs/security.md)
+    [privacy]   sigma (central DP: each server's noise scale in ring units; docs/security.md),
+                clip (the L2 bound every device clips its round contribution to; required with
+                sigma, announced to the devices in the round document)
 
 The two servers' files must agree on ``[protocol]``, ``[model]`` and ``[training]`` (server 1
 checks a fingerprint of them when server 0 opens a round) and on the peer secret.  Unknown
@@ -102,7 +104,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "alpha": "alpha",
     },
     "rounds": {"deadline_s": "deadline_s", "min_users": "min_users"},
-    "privacy": {"sigma": "dp_sigma"},
+    "privacy": {"sigma": "dp_sigma", "clip": "dp_clip"},
 }
 
 #: fields both servers must agree on (hashed into the fingerprint)
@@ -217,6 +219,9 @@ class ServerConfig(BaseModel):
     #: central DP: the scale (ring units) of the discrete Gaussian this server adds to every
     #: coordinate of its aggregate share each round (0: none; secemb.privacy.plan_dp)
     dp_sigma: _NonNegativeNumber = Field(0.0, description="a finite number >= 0 ([privacy] sigma)")
+    #: central DP: the L2 bound of one device's round contribution, announced to the devices
+    #: (the round document's training.dp_clip); > 0 exactly when dp_sigma is
+    dp_clip: _NonNegativeNumber = Field(0.0, description="a finite number >= 0 ([privacy] clip)")
 
     def __init__(self, **data: Any) -> None:
         """Validate ``data`` (the fields, by name).
@@ -256,6 +261,9 @@ class ServerConfig(BaseModel):
                                     f"{self.host!r}; give [tls] files for any other address")
         if self.m_prime is not None and self.m_prime > self.num_items:
             raise InvalidParameters(f"m_prime must be None or in [1, num_items], got {self.m_prime!r}")
+        if bool(self.dp_sigma) != bool(self.dp_clip):
+            raise InvalidParameters(f"[privacy] sigma and clip go together (the devices clip to what the noise is "
+                                    f"calibrated for), got sigma={self.dp_sigma!r}, clip={self.dp_clip!r}")
         self.make_protocol()
         self.make_model()
         self.adam()
@@ -341,6 +349,7 @@ class ServerConfig(BaseModel):
         doc["rating_range"] = list(self.rating_range)
         if self.dp_sigma:  # only under DP, so the fingerprints of existing state directories stay valid
             doc["dp_sigma"] = self.dp_sigma
+            doc["dp_clip"] = self.dp_clip
         if self.item_features is not None:  # the content counts, not where each server keeps it
             doc["item_features_sha256"] = hashlib.sha256(self.item_features.read_bytes()).hexdigest()
         return doc

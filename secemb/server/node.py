@@ -258,7 +258,9 @@ class Node:
             "model": {"name": self.cfg.model, "hparams": self.cfg.model_hparams},
             "training": {"lr": self.cfg.lr, "beta1": self.cfg.beta1, "beta2": self.cfg.beta2,
                          "eps": self.cfg.eps, "ring_bits": self.cfg.ring_bits,
-                         "frac_bits": self.cfg.frac_bits},
+                         "frac_bits": self.cfg.frac_bits,
+                         # central DP: what every device clips to, and the noise it leaves room for
+                         **({"dp_clip": self.cfg.dp_clip, "dp_sigma": self.cfg.dp_sigma} if self.cfg.dp_clip else {})},
             "fingerprint": self.fingerprint,
         }
 
