@@ -11,7 +11,9 @@ Two parts, the paper's cells beside ours:
   scale, not for accuracy).  The lossy baselines (``quant8``, ``ternary``, ``svd``, ``colr``:
   the item-embedding update compressed, Table 10's ranks for the sequential models, K.6) are
   trained the same way on request (``protocols``), each with its own best layout (they
-  download the whole model and have no relay).
+  download the whole model and have no relay).  ``plaintext`` (cuckoo layout, no relay) trains
+  SecEmb's model bit for bit without the cryptography (the twin tests), for accuracy runs where
+  the machine has no time for the secure one; its rows are labelled as such.
 * **Upload** -- :func:`traffic`: one device of one round on an Amazon-shaped catalogue
   (m = 9,267,503 items, K.6) with the cuckoo layout and relay: its sequence (synthetic items),
   the task's sample with negatives, the placement, the retrieval request and the upload are
@@ -108,9 +110,9 @@ def traffic(model_name: str, *, num_items: int = AMAZON_ITEMS, sequence_length: 
 
 def accuracy(model_name: str, dataset: str, *, lr: float, users_per_round: int, epochs: int, seed: int = 0,
              protocol: str = "secemb", progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Train ``model_name`` on ``dataset`` with ``protocol`` (SecEmb: cuckoo layout, relay; a
-    lossy baseline: its best layout, Table 10's rank) and score it leave-one-out; the popularity
-    ranking under the same protocol beside it.
+    """Train ``model_name`` on ``dataset`` with ``protocol`` (SecEmb: cuckoo layout, relay;
+    plaintext: cuckoo layout; a lossy baseline: its best layout, Table 10's rank) and score it
+    leave-one-out; the popularity ranking under the same protocol beside it.
 
     Returns the run's ``m_prime``, the per-epoch validation and test metrics, the test metrics
     at the epoch of the best validation NDCG@10 (``selected``), the popularity metrics and the
@@ -120,7 +122,7 @@ def accuracy(model_name: str, dataset: str, *, lr: float, users_per_round: int, 
     from secemb.training.builder import build_experiment
     from secemb.training.loop import train
 
-    layout, relay = ("cuckoo", True) if protocol == "secemb" else (None, None)
+    layout, relay = {"secemb": ("cuckoo", True), "plaintext": ("cuckoo", False)}.get(protocol, (None, None))
     exp = Experiment(dataset=dataset, model=model_name, protocol=protocol, layout=layout, relay=relay,
                      epochs=epochs, users_per_round=users_per_round, lr=lr, seed=seed)
     built = build_experiment(exp)
@@ -157,8 +159,8 @@ def run(*, models: Sequence[str] = ("sasrec", "caser"), datasets: Sequence[str] 
     per-model count; ``quick``: synthetic-mini, two epochs) and, with ``traffic_part``, each
     model's Amazon-size upload (``quick``: a 300,000-item catalogue)."""
     for name in protocols:
-        if name not in ("secemb", *LOSSY_PROTOCOLS):
-            raise InvalidParameters(f"secemb bench seq trains secemb or a lossy baseline {LOSSY_PROTOCOLS}, "
+        if name not in ("secemb", "plaintext", *LOSSY_PROTOCOLS):
+            raise InvalidParameters(f"secemb bench seq trains secemb, plaintext or a lossy baseline {LOSSY_PROTOCOLS}, "
                                     f"got {name!r}")
     if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
         raise InvalidParameters(f"epochs must be an int >= 1, got {epochs!r}")

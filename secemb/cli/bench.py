@@ -93,8 +93,9 @@ def _register_seq(bench_app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
         models: str = typer.Option("sasrec,caser", help="Comma-separated sequential models."),
         datasets: str = typer.Option("ml-100k", help="Comma-separated datasets for accuracy."),
-        protocols: str = typer.Option("secemb", help="Comma-separated: secemb and/or the lossy baselines "
-                                      "quant8, ternary, svd, colr (trained on the same task)."),
+        protocols: str = typer.Option("secemb", help="Comma-separated: secemb, plaintext (SecEmb's model bit for "
+                                      "bit, no cryptography) and/or the lossy baselines quant8, ternary, svd, "
+                                      "colr (trained on the same task)."),
         epochs: int = typer.Option(0, help="Epochs of every accuracy run (0: the per-model settings)."),
         no_traffic: bool = typer.Option(False, "--no-traffic", help="Skip the Amazon-size upload."),
         out: Path = typer.Option(Path("results/seq.json"), help="Write the JSON result here."),

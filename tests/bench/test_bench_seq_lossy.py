@@ -23,7 +23,7 @@ def test_lossy_rows_beside_secemb():
 
 
 def test_bad_options():
-    with pytest.raises(InvalidParameters, match="lossy baseline"):
+    with pytest.raises(InvalidParameters, match="plaintext or a lossy baseline"):
         run(protocols=("secfedrec",), quick=True)
     with pytest.raises(InvalidParameters, match="sequential model"):
         run(models=("mf",), quick=True)
