@@ -55,9 +55,15 @@ def register(app: typer.Typer) -> None:
 
     bench_secea.register(bench_app)
     bench_compare.register(bench_app)
+    from secemb.cli import bench_grec
+
+    bench_grec.register(bench_app)
     from secemb.cli import bench_secagg
 
     bench_secagg.register(bench_app)
+    from secemb.cli import bench_sfsl
+
+    bench_sfsl.register(bench_app)
 
 
 def _fss_cuda(as_json: bool, quick: bool) -> None:

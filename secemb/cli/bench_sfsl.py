@@ -1,0 +1,178 @@
+"""``secemb bench sfsl``: secure federated submodel learning (Table V, Figure 5, Table VI,
+Figure 6 of its paper, and SFSL training for the side-by-side table), measured in process."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip().upper() for x in text.split(",") if x.strip())
+
+
+def register(bench_app: typer.Typer) -> None:
+    """Attach ``sfsl`` to the ``bench`` group."""
+
+    @bench_app.command("sfsl")
+    def sfsl(
+        parts: str = typer.Option("table5,fig5,fig6", help="Comma-separated: table5, fig5 (Table VI is its PSU "
+                                  "share), fig6, train."),
+        ns: str = typer.Option("20,40,60", help="Figure 5: numbers of clients n, every preset."),
+        presets: str = typer.Option("CPP1,CPP2,CPP3,CPP4,CPP5", help="Figure 5: presets at each --ns."),
+        n_large: str = typer.Option("100", help="Figure 5: larger n, only --large-presets."),
+        large_presets: str = typer.Option("CPP2", help="Presets measured at --n-large."),
+        dropouts: str = typer.Option("0,0.1,0.2", help="Figure 6: dropout ratios (after ShareKeys)."),
+        dropout_n: int = typer.Option(40, min=4, help="Figure 6: clients per round."),
+        dropout_presets: str = typer.Option("CPP2,CPP5", help="Figure 6: presets."),
+        shape: str = typer.Option("taobao", help="Taobao shape of the cost rounds: taobao, taobao-small, taobao-mini."),
+        batch: int = typer.Option(32, min=1, help="Local SGD batch of the cost rounds (the paper: 2)."),
+        train_data: str = typer.Option("ml-100k,taobao-small", help="train: datasets (ml-100k, taobao-*)."),
+        train_presets: str = typer.Option("CPP2,CPP5", help="train: presets."),
+        rounds: int = typer.Option(50, min=1, help="train: rounds."),
+        clients: int = typer.Option(20, min=2, help="train: clients per round."),
+        train_batch: int = typer.Option(8, min=1, help="train: local SGD batch."),
+        lr: float = typer.Option(1.0, help="train: SGD step size (decayed x0.999 per round)."),
+        seed: int = typer.Option(0, min=0, help="Seed of the workloads and training."),
+        quick: bool = typer.Option(False, "--quick", help="Tiny workloads (a smoke test): taobao-mini, n <= 6."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        out: Path = typer.Option(Path("results/sfsl.json"), help="Write the JSON result here."),
+    ) -> None:
+        """Per-client traffic (len() of the messages), client and server seconds of SFSL rounds on
+        Taobao-shaped clients, the privacy levels of the presets, and SFSL training with AUC."""
+        from rich.console import Console
+        from rich.markup import escape
+
+        from secemb.bench import sfsl as bench_sfsl
+        from secemb.cli._usage import check_output_file, fail
+        from secemb.data.ctr import TAOBAO_SHAPES
+        from secemb.errors import InvalidParameters
+        from secemb.privacy.randomized_response import CPP_PRESETS
+
+        check_output_file(out, "--out")
+        try:
+            want = tuple(x.strip().lower() for x in parts.split(",") if x.strip())
+            counts, big = _ints(ns), _ints(n_large)
+            ratios = tuple(float(x) for x in dropouts.split(",") if x.strip())
+        except ValueError:
+            fail(f"--ns/--n-large must be integers and --dropouts numbers, got {ns!r}, {n_large!r}, {dropouts!r}")
+        names = {"presets": _names(presets), "large": _names(large_presets), "drop": _names(dropout_presets),
+                 "train": _names(train_presets)}
+        if not set(want) <= {"table5", "fig5", "fig6", "train"} or not want:
+            fail(f"--parts must name table5, fig5, fig6, train; got {parts!r}")
+        if any(p not in CPP_PRESETS for group in names.values() for p in group):
+            fail(f"presets must be among {sorted(CPP_PRESETS)}")
+        if (counts and min(counts) < 2) or (big and min(big) < 2) or any(not 0 <= r < 0.25 for r in ratios):
+            fail("need n >= 2 and 0 <= dropout < 0.25 (two dropout sets must leave a majority)")
+        if shape not in TAOBAO_SHAPES:
+            fail(f"--shape must be one of {sorted(TAOBAO_SHAPES)}, got {shape!r}")
+        datasets = tuple(x.strip() for x in train_data.split(",") if x.strip())
+        if any(d != "ml-100k" and d not in TAOBAO_SHAPES for d in datasets):
+            fail(f"--train-data must be ml-100k or a Taobao shape, got {train_data!r}")
+        if quick:
+            shape, counts, big, dropout_n, datasets, rounds = "taobao-mini", (4,), (6,), 6, ("taobao-mini",), 2
+        console = Console(stderr=True)
+        result: dict[str, Any] = {}
+        try:
+            with console.status("measuring") as status:
+                def step(msg: str) -> None:
+                    status.update(escape(msg))
+
+                result = bench_sfsl.run(tuple(p for p in want if p != "train"), ns=counts, presets=names["presets"],
+                                        n_large=big, large_presets=names["large"], dropouts=ratios,
+                                        dropout_n=dropout_n, dropout_presets=names["drop"], shape=shape, batch=batch,
+                                        seed=seed, on_step=step)
+                if "train" in want:
+                    result["train"] = []
+                    for ds in datasets:
+                        train, test = _click_data(ds, seed)
+                        for p in names["train"]:
+                            label = f"SFSL {p} on {ds}"
+
+                            def progress(r: int, _res: object, label: str = label) -> None:
+                                step(f"{label}: round {r}/{rounds}")
+                            result["train"].append(bench_sfsl.training(
+                                train, test, p, clients_per_round=clients, rounds=rounds, batch=train_batch, lr=lr,
+                                seed=seed, eval_every=max(1, rounds // 5), progress=progress))
+        except InvalidParameters as exc:
+            fail(exc)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, default=_jsonable))
+        if as_json:
+            typer.echo(json.dumps(result, indent=2, default=_jsonable))
+            return
+        _print(result, out)
+
+
+def _jsonable(x: object) -> object:
+    return float(x) if isinstance(x, (int, float)) else str(x)
+
+
+def _click_data(name: str, seed: int) -> tuple[Any, Any]:
+    import numpy as np
+
+    from secemb.data import load_dataset
+    from secemb.data.ctr import TaobaoShaped, movielens_clicks, split_clicks
+    from secemb.data.features import movielens_features
+
+    if name == "ml-100k":
+        data = movielens_clicks(load_dataset("ml-100k"), movielens_features("ml-100k").item)
+    else:
+        world = TaobaoShaped(name, seed)
+        data = world.clients(np.arange(world.shape.users))
+    return split_clicks(data)
+
+
+def _print(result: dict[str, Any], out: Path) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console()
+    if "table5" in result:
+        t5 = result["table5"]
+        table = Table(title=f"Table V (n = {t5['n']}, union {t5['union']:,}, single-owner share "
+                            f"{t5['single_owner_share']:.1%}); paper in brackets")
+        for col in ("preset", "p5", "p6", "eps_1", "eps_inf", "p7", "p8"):
+            table.add_column(col, justify="right")
+        for r in t5["presets"]:
+            pp = r["paper"]
+
+            def e(x: float) -> str:
+                return "inf" if math.isinf(x) else f"{x:.2f}"
+            table.add_row(r["preset"], f"{r['p5']:.3f}", f"{r['p6']:.3f}", f"{e(r['eps_one'])} [{e(pp['eps_one'])}]",
+                          f"{e(r['eps_inf'])} [{e(pp['eps_inf'])}]", f"{r['p7']:.1%} [{pp['p7']:.1%}]",
+                          f"{r['p8']:.1%} [{pp['p8']:.1%}]")
+        con.print(table)
+    for key, title in (("fig5", "Figure 5 / Table VI: one round, per client"), ("fig6", "Figure 6: dropouts")):
+        if key not in result:
+            continue
+        table = Table(title=title)
+        for col in ("preset", "n", "drop", "|S''|", "traffic MB", "PSU MB", "client s (train)", "server s",
+                    "server PSU s", "server secagg s"):
+            table.add_column(col, justify="right")
+        for r in result[key]:
+            traffic = sum(r["upload_bytes"].values()) + sum(r["download_bytes"].values())
+            table.add_row(r["preset"], str(r["n"]), f"{r['dropout']:.0%}", f"{r['perturbed']:,.0f}",
+                          f"{traffic / 1e6:.2f}", f"{r['psu_client_bytes'] / 1e6:.2f}",
+                          f"{sum(r['client_s'].values()):.2f} ({r['client_s']['train']:.2f})",
+                          f"{sum(r['server_s'].values()):.2f}", f"{r['server_s']['psu']:.2f}",
+                          f"{r['server_s']['secagg']:.2f}")
+        con.print(table)
+    if "train" in result:
+        table = Table(title="SFSL training")
+        for col in ("dataset", "preset", "rounds", "AUC", "traffic MB/client/round", "client s", "server s"):
+            table.add_column(col, justify="right")
+        for r in result["train"]:
+            table.add_row(r["dataset"], r["preset"], str(r["rounds"]), f"{r['final_auc']:.4f}",
+                          f"{r['client_traffic_bytes'] / 1e6:.3f}", f"{r['client_s']:.2f}", f"{r['server_s']:.2f}")
+        con.print(table)
+    con.print(escape(f"machine: {result.get('machine', '?')}; written to {out}"))
