@@ -9,9 +9,11 @@ and scores the model, so an in-process run and a networked run of one seed give 
 model by construction.
 
 Randomness
-    All training randomness comes from one ``numpy.random.default_rng(seed)`` owned here and
-    consumed in a fixed order: the public model's initialization (server 0 repeats it from the
-    same seed, and the driver checks the two agree), the devices' private initialization, then
+    The public model is initialized from ``default_rng(public_init_seed(seed))``
+    (:func:`~secemb.engine.settings.public_init_seed`, one-way): server 0 repeats it from that
+    seed alone and the driver checks the two agree.  All other training randomness comes from
+    one ``numpy.random.default_rng(seed)`` owned here, which the servers never see, consumed in
+    a fixed order: the devices' private initialization, then
     per epoch the user permutation and per round, user by user in round order, the user's task
     sample (:meth:`~secemb.models.task.Task.sample`: nothing for ratings; windows, negatives
     and the dropout seed for a sequence) followed by its placement draws.  Each device is
@@ -41,11 +43,11 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_delay,
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.data import RatingData, by_user, concat
 from secemb.engine.links import AdminLink
-from secemb.engine.settings import dp_plan_of, rating_range_of
+from secemb.engine.settings import dp_plan_of, public_init_seed, rating_range_of
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
 from secemb.privacy.accounting import DPPlan
-from secemb.models.base import RecModel, StepResult
+from secemb.models.base import RecModel, StepResult, UserStore
 from secemb.models.task import Sample
 from secemb.protocols.base import Protocol
 from secemb.protocols.placement import PaddedRequest, place
@@ -139,6 +141,16 @@ class _Totals:
     aborted: int = 0
     verified: int = 0
     epoch_losses: list[float] = field(default_factory=list)
+
+
+def initial_state(model: RecModel, cfg: TrainConfig, num_items: int, num_users: int,
+                  rating_range: tuple[float, float], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, UserStore]:
+    """The run's starting point: the public model ``(table, dense)`` from
+    ``public_init_seed(cfg.seed)`` (what server 0 is configured with), and the devices'
+    private state from ``rng`` (``default_rng(cfg.seed)``, which the servers never see)."""
+    table, dense = model.init_public(num_items, np.random.default_rng(public_init_seed(cfg.seed)),
+                                     rating_range=rating_range)
+    return table, dense, model.new_user_store(num_users, rng, cfg.adam())
 
 
 def _transient(retry_conflict: bool) -> Callable[[BaseException], bool]:
@@ -259,13 +271,12 @@ def run(
     participated = np.zeros(train_data.num_users, dtype=np.int64)
 
     # ---- the initial public model: server 0 initializes it from the same seed
-    table, dense = model.init_public(m, rng, rating_range=rating_range)
-    store = model.new_user_store(train_data.num_users, rng, cfg.adam())
+    table, dense, store = initial_state(model, cfg, m, train_data.num_users, rating_range, rng)
     version, t0, d0 = _model(admin0, wait_s, m, width, dense_size)
     if version != 0 or model_sha256(t0, d0) != model_sha256(table, dense):
         raise InvalidParameters(
             f"server 0's model (version {version}) is not the fresh model of seed {cfg.seed}: "
-            "start from an empty state directory with init_seed = seed"
+            "start from an empty state directory with init_seed = public_init_seed(seed)"
         )
     mirror = ServerAdam(m, width, dense_size, cfg.adam(), lazy=cfg.lazy_adam) if cfg.verify else None
 

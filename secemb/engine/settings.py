@@ -5,6 +5,7 @@ in-process run (:mod:`secemb.engine.local`) and two server processes
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -19,7 +20,18 @@ from secemb.ring import FixedPoint
 from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.training.results import TrainConfig
 
-__all__ = ["cluster_settings", "dp_plan_of", "rating_range_of", "simulation_floor"]
+__all__ = ["cluster_settings", "dp_plan_of", "public_init_seed", "rating_range_of", "simulation_floor"]
+
+_PUBLIC_INIT = b"secemb/public-model-init/v1"
+
+
+def public_init_seed(seed: int) -> int:
+    """The seed server 0 initializes the public model from: SHA-256 of a domain tag and the
+    run's ``seed``, as a 63-bit int.  One-way, so the servers, which hold only this value,
+    cannot recover ``seed`` and replay the devices' private initialization from it (issue 12,
+    finding 9)."""
+    digest = hashlib.sha256(_PUBLIC_INIT + int(seed).to_bytes(16, "little", signed=True)).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def rating_range_of(train_data: RatingData, config: TrainConfig) -> tuple[float, float]:
@@ -90,7 +102,7 @@ def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData
         "model": model.name,
         "model_hparams": model.spec(),
         "rating_range": rating_range_of(train_data, config),
-        "init_seed": config.seed,
+        "init_seed": public_init_seed(config.seed),
         "lr": config.lr,
         "beta1": config.beta1,
         "beta2": config.beta2,
