@@ -5,16 +5,18 @@ Every endpoint but ``GET /v1/health`` is signed (:mod:`secemb.transport.network`
 the principals it allows (device, operator, peer server).  A request is handled in this
 order, and the first failure answers:
 
-1. the authentication headers (key id, timestamp window, format) -> 401; a principal the
-   endpoint does not serve -> 403;
+1. the authentication headers (key id, timestamp window, format, a nonce not used yet) ->
+   401; a principal the endpoint does not serve -> 403;
 2. the body, read up to an explicit limit that depends on the endpoint and the current
-   round's public parameters -> 413 beyond it (before it is read in full);
-3. the signature over method, path, query, timestamp, nonce and body hash, and the nonce's
-   freshness -> 401;
+   round's public parameters -> 413 beyond it (before it is read in full); at most
+   ``max_body_reads`` bodies are read at once, each within ``read_timeout_s`` -> 503 (no slot
+   in time), 408 (the body stalled);
+3. the signature over method, path, query, timestamp, nonce and body hash -> 401; the key
+   id's rate limit -> 429; a full nonce memory -> 503;
 4. the node: the protocol's and the round's checks -> 400 (malformed message), 403, 404,
    409 (wrong round, closed round, duplicate), 422 (bad parameter), 503 (the peer server did
-   not answer).  Errors are JSON ``{"error": name, "detail": text}``; nothing is changed by
-   a rejected request.
+   not answer, or the disk refused a write).  Errors are JSON ``{"error": name, "detail":
+   text}``; nothing is changed by a rejected request.
 
 Protocol messages travel as ``application/octet-stream`` bodies holding exactly the
 message bytes of ``docs/wire-format.md``; control messages are JSON.
@@ -22,6 +24,7 @@ message bytes of ``docs/wire-format.md``; control messages are JSON.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -34,10 +37,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import secemb
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
-from secemb.server.auth import AuthError, Forbidden, Principal, Verifier
+from secemb.server.auth import AuthError, Busy, Forbidden, Principal, RateLimited, Verifier
 from secemb.server.errors import NotFound, PeerUnavailable
 from secemb.server.node import FollowerNode, LeaderNode, Node
-from secemb.server.parsing import PayloadTooLarge, ascii_int, json_object
+from secemb.server.parsing import PayloadTooLarge, RequestTimeout, ascii_int, json_object
 from secemb.server.persist import StorageError
 from secemb.server.tls import PEER_CN_SCOPE_KEY
 from secemb.training import messages
@@ -65,6 +68,9 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (Forbidden, 403, "forbidden"),
     (NotFound, 404, "not_found"),
     (PayloadTooLarge, 413, "payload_too_large"),
+    (RequestTimeout, 408, "request_timeout"),
+    (RateLimited, 429, "rate_limited"),
+    (Busy, 503, "busy"),
     (PeerUnavailable, 503, "peer_unavailable"),
     (StorageError, 503, "storage_unavailable"),
     (InvalidMessage, 400, "invalid_message"),
@@ -91,7 +97,7 @@ _BIN_RESPONSE = {"content": {OCTET: {"schema": {"type": "string", "format": "bin
 _ERR = {"description": "error", "content": {"application/json": {"schema": {
     "type": "object", "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
     "required": ["error", "detail"]}}}}
-_ERRORS: dict[int | str, dict[str, Any]] = {s: _ERR for s in (400, 401, 403, 404, 409, 413, 422, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {s: _ERR for s in (400, 401, 403, 404, 408, 409, 413, 422, 429, 503)}
 _SECURITY: list[dict[str, list[str]]] = [{"keyId": [], "timestamp": [], "nonce": [], "signature": []}]
 _IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 _USERS_BODY = {"type": "object", "properties": {"users": _IDS}}
@@ -156,7 +162,8 @@ def create_app(node: Node) -> FastAPI:
     """The FastAPI application of server ``node.party``."""
     cfg = node.cfg
     verifier = Verifier(cfg.party, cfg.peer_secret, cfg.admin_secret, cfg.user_secret, cfg.num_users,
-                        cfg.auth_window_s)
+                        cfg.auth_window_s, rate_per_s=cfg.requests_per_s, max_nonces=cfg.max_nonces)
+    body_reads = asyncio.Semaphore(cfg.max_body_reads)  # bodies in memory before their signature is checked
     app = FastAPI(
         title=f"secemb server {cfg.party}",
         version=getattr(secemb, "__version__", "0"),
@@ -199,9 +206,26 @@ def create_app(node: Node) -> FastAPI:
             raise AuthError("a peer call must come over mutual TLS with the peer's certificate")
         if principal.kind not in allow:
             raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")
-        body = await _read_body(request, limit)
+        body = await _bounded_read(request, limit)
         principal = verifier.verify(request.headers, request.method, request.url.path, request.url.query, body)
         return principal, body
+
+    async def _bounded_read(request: Request, limit: int) -> bytes:
+        """The body, read while holding one of ``max_body_reads`` slots, within ``read_timeout_s``
+        (waiting for a slot included): unauthenticated bytes in memory stay bounded."""
+        deadline = asyncio.get_running_loop().time() + cfg.read_timeout_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                await body_reads.acquire()
+        except TimeoutError:
+            raise Busy(f"{cfg.max_body_reads} request bodies are being read; retry later") from None
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await _read_body(request, limit)
+        except TimeoutError:
+            raise RequestTimeout(f"the request body did not arrive within {cfg.read_timeout_s:g} s") from None
+        finally:
+            body_reads.release()
 
     async def call(fn: Callable[..., Any], *args: Any) -> Any:
         return await run_in_threadpool(fn, *args)

@@ -7,6 +7,14 @@ log.  A nonce is remembered for twice the timestamp window, so a captured reques
 replayed; one whose timestamp left the window is refused anyway.  After a restart the nonce
 memory is empty, which is why every state-changing request is also bound to a round or model
 version that the restarted server no longer accepts twice (see ``docs/deployment.md``).
+
+Resources (issue 12, finding 4).  Everything that needs no body -- key id, timestamp window,
+and whether the nonce was already used -- is checked by :meth:`Verifier.principal_of` before
+the app reads a body.  Nonces enter memory only after a valid signature, each authenticated key
+id is rate-limited (a token bucket: ``rate_per_s`` requests a second, bursts of
+``4 * rate_per_s``; beyond, :class:`RateLimited`, HTTP 429), and the memory holds at most
+``max_nonces`` unexpired nonces: a full memory refuses new requests (:class:`Busy`, HTTP 503)
+rather than forgetting a nonce that could still be replayed.
 """
 
 from __future__ import annotations
@@ -30,13 +38,12 @@ from secemb.transport.signing import (
     user_key,
 )
 
-__all__ = ["AuthError", "Forbidden", "Principal", "Verifier"]
+__all__ = ["AuthError", "Busy", "Forbidden", "Principal", "RateLimited", "Verifier"]
 
 _USER = "user:"
 _NONCE = re.compile(r"[0-9a-f]{16,64}\Z")
 _SIG = re.compile(r"[0-9a-f]{64}\Z")
 _TS_END = 10**16  # timestamps are milliseconds of at most 16 digits
-_MAX_NONCES = 2_000_000
 
 
 class AuthError(SecembError):
@@ -45,6 +52,15 @@ class AuthError(SecembError):
 
 class Forbidden(SecembError):
     """Valid credentials of a principal that may not call this endpoint (HTTP 403)."""
+
+
+class RateLimited(SecembError):
+    """An authenticated key id sent requests faster than its rate limit (HTTP 429)."""
+
+
+class Busy(SecembError):
+    """The server is at a resource bound (nonce memory, concurrent body reads); retry later
+    (HTTP 503)."""
 
 
 @dataclass(frozen=True)
@@ -67,11 +83,13 @@ class Verifier:
     peer_secret, admin_secret, user_secret: the HMAC secrets.
     num_users: user ids must lie in ``[0, num_users)``.
     window_s: accepted clock difference, seconds.
+    rate_per_s: requests a second each key id may sign (bursts up to four times that).
+    max_nonces: unexpired nonces held at most (memory: about 200 bytes each).
     """
 
     def __init__(
         self, party: int, peer_secret: bytes, admin_secret: bytes, user_secret: bytes, num_users: int,
-        window_s: float = 120.0,
+        window_s: float = 120.0, *, rate_per_s: float = 50.0, max_nonces: int = 262_144,
     ) -> None:
         self.party = party
         self._peer_id = f"server{1 - party}"
@@ -80,9 +98,12 @@ class Verifier:
         self.window_ms = int(window_s * 1000)
         self._nonces: OrderedDict[str, int] = OrderedDict()  # nonce -> expiry (ms)
         self._lock = threading.Lock()
+        self.rate_per_s, self.burst, self.max_nonces = float(rate_per_s), 4.0 * float(rate_per_s), int(max_nonces)
+        self._buckets: dict[str, tuple[float, float]] = {}  # key id -> (tokens, monotonic time)
 
     def principal_of(self, headers: Mapping[str, str]) -> tuple[Principal, bytes]:
-        """Check the headers that need no body; return the claimed principal and its key.
+        """Check what needs no body (headers well formed, timestamp in the window, key id
+        known, nonce not used yet); return the claimed principal and its key.
 
         Raises
         ------
@@ -99,6 +120,13 @@ class Verifier:
         now = int(time.time() * 1000)
         if abs(now - _timestamp(ts)) > self.window_ms:
             raise AuthError("request timestamp outside the accepted window")
+        principal, key = self._claimed(key_id)
+        with self._lock:
+            if f"{key_id}/{nonce}" in self._nonces:
+                raise AuthError("replayed request (nonce already used)")
+        return principal, key
+
+    def _claimed(self, key_id: str) -> tuple[Principal, bytes]:
         if key_id == self._peer_id and self.party == 1:  # server 0 calls server 1, never the reverse
             return Principal("peer", key_id), self._peer
         if key_id == "admin":
@@ -123,20 +151,33 @@ class Verifier:
         expected = hmac.new(key, canonical, "sha256")
         if not hmac.compare_digest(expected.hexdigest(), sig):
             raise AuthError("bad signature")
-        self._remember(f"{principal.key_id}/{nonce}", _timestamp(ts))
+        self._admit(principal.key_id, nonce, _timestamp(ts))
         return principal
 
-    def _remember(self, nonce: str, ts: int) -> None:
-        now = int(time.time() * 1000)
+    def _admit(self, key_id: str, nonce: str, ts: int) -> None:
+        """Charge ``key_id``'s rate limit and remember its ``nonce`` until it can no longer be
+        replayed (twice the window past its timestamp)."""
+        now, tick = int(time.time() * 1000), time.monotonic()
         with self._lock:
-            while self._nonces:
-                oldest, expiry = next(iter(self._nonces.items()))
-                if expiry > now and len(self._nonces) < _MAX_NONCES:
-                    break
+            while self._nonces and next(iter(self._nonces.values())) <= now:  # insertion order ~ expiry order
                 self._nonces.popitem(last=False)
-            if nonce in self._nonces:
+            entry = f"{key_id}/{nonce}"
+            if entry in self._nonces:
                 raise AuthError("replayed request (nonce already used)")
-            self._nonces[nonce] = max(now, ts) + 2 * self.window_ms
+            tokens, last = self._buckets.get(key_id, (self.burst, tick))
+            tokens = min(self.burst, tokens + (tick - last) * self.rate_per_s)
+            if tokens < 1.0:
+                self._buckets[key_id] = (tokens, tick)
+                raise RateLimited(f"{key_id} exceeds {self.rate_per_s:g} requests/s; retry later")
+            if len(self._nonces) >= self.max_nonces:
+                raise Busy(f"{self.max_nonces} requests are within the replay window; retry later")
+            self._buckets[key_id] = (tokens - 1.0, tick)
+            self._nonces[entry] = max(now, ts) + 2 * self.window_ms
+
+    def nonces_held(self) -> int:
+        """Nonces in memory (for tests and status)."""
+        with self._lock:
+            return len(self._nonces)
 
 
 def _timestamp(raw: str) -> int:

@@ -5,6 +5,7 @@ for a full example)::
 
     [server]    party (required), host, port, peer_url (required), state_dir (required),
                 auth_window_s, peer_timeout_s, max_body_bytes, read_timeout_s, max_connections,
+                max_body_reads, requests_per_s, max_nonces,
                 insecure_http (plain HTTP, loopback only; default false: TLS)
     [tls]       ca, cert, key -- PEM files written by ``secemb admin init`` (required unless
                 insecure_http)
@@ -69,6 +70,9 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "max_body_bytes": "max_body_bytes",
         "read_timeout_s": "read_timeout_s",
         "max_connections": "max_connections",
+        "max_body_reads": "max_body_reads",
+        "requests_per_s": "requests_per_s",
+        "max_nonces": "max_nonces",
         "insecure_http": "insecure_http",
     },
     "tls": {"ca": "tls_ca", "cert": "tls_cert", "key": "tls_key"},
@@ -184,6 +188,12 @@ class ServerConfig(BaseModel):
     read_timeout_s: _PositiveNumber = Field(10.0, description="a positive number")
     #: concurrent connections and requests; beyond, uvicorn answers 503 at once
     max_connections: StrictInt = Field(256, ge=8, description="an int >= 8")
+    #: request bodies read at once before their signature is checked (more wait, up to read_timeout_s)
+    max_body_reads: StrictInt = Field(32, ge=1, description="an int >= 1")
+    #: requests a second each key id may sign (bursts of four times that); beyond, 429
+    requests_per_s: _PositiveNumber = Field(50.0, description="a positive number")
+    #: unexpired nonces remembered at most (~200 bytes each); a full memory answers 503
+    max_nonces: StrictInt = Field(262_144, ge=1024, description="an int >= 1024")
     #: plain HTTP instead of TLS (refused unless ``host`` is a loopback address)
     insecure_http: StrictBool = Field(False, description="true or false")
     tls_ca: Path | None = Field(None, description="a path")

@@ -19,7 +19,7 @@ import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, SecembError
 
-__all__ = ["JSON_MAX_DEPTH", "PayloadTooLarge", "ascii_int", "json_object"]
+__all__ = ["JSON_MAX_DEPTH", "PayloadTooLarge", "RequestTimeout", "ascii_int", "json_object"]
 
 #: deepest nesting of arrays and objects a JSON body may have (the API's documents need 3)
 JSON_MAX_DEPTH = 32
@@ -34,6 +34,10 @@ _OPEN[[ord("]"), ord("}")]] = -1
 
 class PayloadTooLarge(SecembError):
     """The body exceeds the endpoint's limit (HTTP 413)."""
+
+
+class RequestTimeout(SecembError):
+    """The body did not arrive within the server's ``read_timeout_s`` (HTTP 408)."""
 
 
 def ascii_int(raw: str | None, field: str, lo: int, hi: int,

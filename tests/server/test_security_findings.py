@@ -19,6 +19,7 @@ from secemb.errors import InvalidParameters, ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
 from secemb.server.app import create_app
+from secemb.server.auth import AuthError, Busy, RateLimited, Verifier
 from secemb.server.config import DEFAULT_MIN_USERS, ServerConfig
 from secemb.server.errors import Conflict
 from secemb.server import persist
@@ -27,7 +28,7 @@ from secemb.server.persist import CorruptState, Journal, StorageError, load_chec
 from secemb.server.store import DiskStore, MemoryStore
 from secemb.sharing import share
 from secemb.training import TrainConfig, messages
-from secemb.transport.signing import sign_headers
+from secemb.transport.signing import sign_headers, user_key
 
 PEER, ADMIN, USERS = b"p" * 32, b"a" * 32, b"u" * 32
 _SETTINGS = {"num_items": 40, "num_users": 30, "model": "mf", "model_hparams": {"dim": 4, "reg": 0.01},
@@ -334,3 +335,44 @@ def test_finding11_a_journal_of_aborted_rounds_only_is_a_fresh_start(tmp_path):
     store.append({"ev": "aborted", "round": 0, "reason": "deadline"})
     node = make_node(_cfg(1, tmp_path), start_threads=False)
     assert node.version == -1 and node.max_round == 0
+
+
+# ---------------------------------------------------------------- finding 4: resources before authentication
+def _signed(key_id: str = "admin", secret: bytes = ADMIN, path: str = "/v1/admin/status") -> dict[str, str]:
+    return sign_headers(key_id, secret, "GET", path)
+
+
+def test_finding4_a_used_nonce_is_refused_before_any_body_is_read():
+    v = Verifier(0, PEER, ADMIN, USERS, num_users=30)
+    h = _signed()
+    v.verify(h, "GET", "/v1/admin/status", "", b"")
+    with pytest.raises(AuthError, match="replay"):
+        v.principal_of(h)  # the header check alone: the app has not read the body yet
+
+
+def test_finding4_nonce_memory_is_bounded_and_never_forgets_an_unexpired_nonce():
+    v = Verifier(0, PEER, ADMIN, USERS, num_users=30, rate_per_s=1000.0, max_nonces=3)
+    kept = [_signed() for _ in range(3)]
+    for h in kept:
+        v.verify(h, "GET", "/v1/admin/status", "", b"")
+    with pytest.raises(Busy, match="3 requests are within the replay window"):
+        v.verify(_signed(), "GET", "/v1/admin/status", "", b"")
+    assert v.nonces_held() == 3
+    for h in kept:  # all three still refused as replays: none was evicted to make room
+        with pytest.raises(AuthError, match="replay"):
+            v.verify(h, "GET", "/v1/admin/status", "", b"")
+
+
+def test_finding4_each_key_is_rate_limited_after_its_signature_and_junk_does_not_drain_it():
+    v = Verifier(0, PEER, ADMIN, USERS, num_users=30, rate_per_s=5.0)
+    for _ in range(50):  # junk signatures in the user's name: refused, charge nothing
+        h = sign_headers("user:3", b"x" * 32, "GET", "/v1/round")
+        with pytest.raises(AuthError, match="bad signature"):
+            v.verify(h, "GET", "/v1/round", "", b"")
+    ok = 0
+    with pytest.raises(RateLimited, match="user:3 exceeds 5 requests/s"):
+        for _ in range(100):
+            v.verify(sign_headers("user:3", user_key(USERS, 3), "GET", "/v1/round"), "GET", "/v1/round", "", b"")
+            ok += 1
+    assert 20 <= ok <= 22  # the burst (4 x rate), plus what refilled meanwhile
+    v.verify(sign_headers("user:4", user_key(USERS, 4), "GET", "/v1/round"), "GET", "/v1/round", "", b"")
