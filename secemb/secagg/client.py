@@ -54,7 +54,7 @@ class SecAggClient:
         self._s = keys.KeyPair.generate(_rng=self._rng)
         self._rows = np.arange(config.length, dtype=np.int64)
         self._peers: dict[int, tuple[bytes, bytes]] = {}
-        self._common: dict[int, np.ndarray] = {}
+        self._common: dict[int, np.ndarray] = {}  # peer -> bool over own rows: rows it holds too
         self._b = b""
         self._held: dict[int, tuple[int, int]] = {}  # sender -> (share of s^SK, share of b)
         self._u2: list[int] = []
@@ -105,13 +105,13 @@ class SecAggClient:
             else:
                 self._peers[ident] = (c_pk, s_pk)
         if cfg.sparse:
-            for ident in ids:
-                common = rd.increasing(cfg.length, "common rows")
-                if ident == self.id and common.size:
-                    raise InvalidMessage("keys: rows in common with oneself must be empty")
-                if common.size and not np.all(np.isin(common, self._rows, assume_unique=True)):
-                    raise InvalidMessage(f"keys: rows in common with client {ident} are not this client's rows")
-                self._common[ident] = common
+            k = self._rows.size
+            size = -(-k // 8)
+            bits = np.unpackbits(rd.array(len(ids) * size, "u1").reshape(len(ids), size), axis=1,
+                                 bitorder="little")
+            if bits[:, k:].any() or bits[ids.index(self.id)].any():
+                raise InvalidMessage("keys: a row bitmap marks rows this client does not have, or itself")
+            self._common = {ident: bits[i, :k].astype(bool) for i, ident in enumerate(ids) if ident != self.id}
         rd.end()
         self._b = self._rng(SEED_BYTES)
         s_sk = int.from_bytes(self._s.private, "little")  # c^SK is never shared
@@ -169,12 +169,12 @@ class SecAggClient:
         for v in self._u2:
             if v == self.id:
                 continue
-            common = self._common[v] if cfg.sparse else self._rows
+            pos = self._common[v] if cfg.sparse else slice(None)
+            common = self._rows[pos]
             if common.size == 0:
                 continue
             seed = keys.agree(self._s.private, self._peers[v][1], keys.MASK, cfg.round_id, (self.id, v))
             m = mask_rows(seed, common, cfg.width)
-            pos = np.searchsorted(self._rows, common) if cfg.sparse else slice(None)
             if sign(self.id, v) > 0:
                 y[pos] += m
             else:

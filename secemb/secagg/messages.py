@@ -13,7 +13,7 @@ Bodies (``id`` = uint32, ``key`` = 32-byte X25519 public key, ``share`` = 33-byt
 element, ``rows`` = ``count`` uint32 then ``count`` uint32 row numbers, strictly increasing)::
 
     advertise  key(c) key(s) [rows]                                  client -> server
-    keys       count, count x (id key(c) key(s)) [count x rows]      server -> client
+    keys       count, count x (id key(c) key(s)) [count x bitmap]    server -> client
     shares     count, count x (id ciphertext)                        client -> server (to peers)
     relayed    count, count x (id ciphertext)                        server -> client (from peers)
     masked     k x width uint32                                      client -> server
@@ -21,7 +21,9 @@ element, ``rows`` = ``count`` uint32 then ``count`` uint32 row numbers, strictly
     unmask     count, count x (id share), count, count x (id share)  client -> server
     union      rows                                                  server -> client (PSU)
 
-``[rows]`` is present only in a sparse round.  Parsers check every length exactly and raise
+``[rows]`` and ``[... bitmap]`` are present only in a sparse round: ``bitmap`` is
+``ceil(k / 8)`` bytes over the recipient's ``k`` rows (bit ``i`` = bit ``i mod 8`` of byte
+``i div 8``), set where the listed client holds the row too.  Parsers check every length exactly and raise
 :class:`~secemb.errors.InvalidMessage` on any mismatch.
 """
 

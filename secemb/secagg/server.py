@@ -53,7 +53,9 @@ class SecAggServer:
         self._shares: dict[int, dict[int, bytes]] = {}  # sender -> recipient -> ciphertext
         self._masked: dict[int, np.ndarray] = {}
         self._unmask: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
-        self._common_cache: dict[tuple[int, int], np.ndarray] = {}
+        self._slot: dict[int, int] = {}
+        self._pos: dict[int, np.ndarray] = {}
+        self._member = np.zeros((0, 0), bool)
         self.u1: list[int] = []
         self.u2: list[int] = []
         self.u3: list[int] = []
@@ -91,11 +93,26 @@ class SecAggServer:
         """The rows client ``client_id`` contributes (int64, increasing)."""
         return self._rows[client_id] if self.config.sparse else np.arange(self.config.length, dtype=np.int64)
 
+    def _index_rows(self) -> None:
+        """Membership of each client of U1 in each row anyone declared: a bool matrix
+        ``(len(U1), len(all rows))`` and each client's positions among all rows."""
+        every = np.unique(np.concatenate([self._rows[u] for u in self.u1]))
+        self._slot = {u: k for k, u in enumerate(self.u1)}
+        self._pos = {u: np.searchsorted(every, self._rows[u]) for u in self.u1}
+        self._member = np.zeros((len(self.u1), every.size), bool)
+        for u in self.u1:
+            self._member[self._slot[u], self._pos[u]] = True
+
+    def _shared_with(self, u: int) -> np.ndarray:
+        """For each client of U1 (in order), which of ``u``'s rows it holds too: bool
+        ``(len(U1), len(rows of u))``, ``u``'s own line all false."""
+        out = self._member[:, self._pos[u]]
+        out[self._slot[u]] = False
+        return out
+
     def _common(self, u: int, v: int) -> np.ndarray:
-        key = (min(u, v), max(u, v))
-        if key not in self._common_cache:
-            self._common_cache[key] = np.intersect1d(self._rows[u], self._rows[v], assume_unique=True)
-        return self._common_cache[key]
+        """The rows ``u`` and ``v`` both hold (int64, increasing)."""
+        return self._rows[u][self._member[self._slot[v], self._pos[u]]]
 
     @property
     def survivors(self) -> list[int]:
@@ -117,17 +134,19 @@ class SecAggServer:
 
     def keys_messages(self) -> dict[int, bytes]:
         """Close AdvertiseKeys (U1 = clients that advertised) and build each client's key
-        list (in a sparse round with the rows it has in common with each peer)."""
+        list (in a sparse round followed by, for each client of the list, a bitmap of
+        ``ceil(len(rows) / 8)`` bytes marking the recipient's rows that client holds too)."""
         self._at(0, "keys_messages")
         self.u1 = self._close(list(self._keys), "AdvertiseKeys")
         head = len(self.u1).to_bytes(4, "little") + b"".join(
             v.to_bytes(4, "little") + self._keys[v][0] + self._keys[v][1] for v in self.u1)
+        if self.config.sparse:
+            self._index_rows()
         out = {}
         for u in self.u1:
             tail = b""
-            if self.config.sparse:
-                tail = b"".join(messages.rows_bytes(np.zeros(0, np.int64) if v == u else self._common(u, v))
-                                for v in self.u1)
+            if self.config.sparse:  # per peer, a bitmap over u's rows (little bit order)
+                tail = np.packbits(self._shared_with(u), axis=1, bitorder="little").tobytes()
             out[u] = messages.frame("keys", self.config.round_id, messages.SERVER, head, tail)
         return out
 

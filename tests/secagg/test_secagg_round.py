@@ -118,8 +118,16 @@ def test_sparse_sum_is_per_row_over_holders():
     inputs = {i: g.integers(0, 2**32, (7, 3), dtype=np.uint64).astype(np.uint32) for i in ids}
     cfg = SecAggConfig(length=length, threshold=4, width=3, sparse=True)
     drops = {0: 2, 5: 3}  # 0 drops after sharing keys (its masks are recovered), 5 before unmasking
-    tr = run_round(cfg, inputs, rows=rows, drop_after=drops)
+    tr = run_round(cfg, inputs, rows=rows, drop_after=drops, record=True)
     assert np.array_equal(tr.total, _expected(inputs, [1, 2, 3, 4, 5], rows, length, 3))
+    # the key list carries, per listed client, a bitmap over the recipient's 7 rows (1 byte)
+    keys = {r: m for s, snd, r, m in tr.messages if s == "AdvertiseKeys" and snd == -1}
+    assert all(len(m) == messages.HEADER_BYTES + 4 + 6 * (4 + 64) + 6 * 1 for m in keys.values())
+    body = keys[1][messages.HEADER_BYTES + 4 + 6 * 68 :]
+    shared = np.unpackbits(np.frombuffer(body, np.uint8), bitorder="little").reshape(6, 8)[:, :7]
+    for v in ids:
+        expect = np.isin(rows[1], rows[v]) if v != 1 else np.zeros(7, bool)
+        assert np.array_equal(shared[v].astype(bool), expect)
 
 
 def test_server_never_receives_an_input_unmasked_nor_both_secrets_of_a_client():
