@@ -9,6 +9,7 @@ from secemb.cli import app
 from secemb.errors import InvalidParameters
 
 
+@pytest.mark.slow  # two trainings: ~20 s on a loaded machine
 def test_lossy_rows_beside_secemb():
     result = run(models=("caser",), protocols=("secemb", "colr"), epochs=1, traffic_part=False, quick=True)
     assert result["traffic"] == []

@@ -1,0 +1,74 @@
+"""``secemb bench dp``: SecEmb + DP against epsilon (Figure 6) and against DP-FedRec (Figure 7)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def register(bench_app: typer.Typer) -> None:
+    """Attach ``dp`` to the ``bench`` group."""
+
+    @bench_app.command("dp")
+    def dp(
+        dataset: str = typer.Option("ml-100k", help="Dataset of every run (MF)."),
+        epsilons: str = typer.Option("1,2,4,8,inf", help="Comma-separated target epsilons of Figure 6 (inf: no DP; "
+                                     "empty: leave Figure 6 out)."),
+        users_per_round: str = typer.Option("100,500", help="Comma-separated round sizes of Figure 6."),
+        epochs: int = typer.Option(5, help="Epochs of the Figure 6 runs."),
+        fedrec_epsilons: str = typer.Option("1,4", help="Comma-separated target epsilons of Figure 7 (empty: "
+                                            "leave Figure 7 out)."),
+        fedrec_epochs: int = typer.Option(2, help="Epochs of the Figure 7 runs (both methods)."),
+        clip: float = typer.Option(0.1, help="L2 bound of a user's round contribution (every run)."),
+        delta: float = typer.Option(1e-5, help="Target delta."),
+        secure: bool = typer.Option(False, "--secure", help="SecEmb + DP through secemb itself (default: its "
+                                    "plaintext twin, the same model under the same noise, without the cryptography)."),
+        quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        out: Path = typer.Option(Path("results/dp.json"), help="Write the JSON result here."),
+    ) -> None:
+        """MF's test RMSE against the target epsilon (SecEmb + DP, user level, each server's noise),
+        and against DP-FedRec's local DP at the same epsilon."""
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        from secemb.bench import dp as bench_dp
+        from secemb.cli._usage import check_output_file, fail
+        from secemb.data import DataFormatError, DatasetNotFoundError
+        from secemb.errors import InvalidParameters
+
+        check_output_file(out, "--out")
+        try:
+            eps = tuple(float(x) for x in epsilons.split(",") if x.strip())
+            fed = tuple(float(x) for x in fedrec_epsilons.split(",") if x.strip())
+            sizes = tuple(int(x) for x in users_per_round.split(",") if x.strip())
+        except ValueError:
+            fail(f"--epsilons/--fedrec-epsilons must be numbers and --users-per-round integers, got {epsilons!r}, "
+                 f"{fedrec_epsilons!r}, {users_per_round!r}")
+        console = Console(stderr=True)
+        try:
+            with console.status("measuring") as status:
+                result = bench_dp.run(dataset=dataset, epsilons=eps, users_per_round=sizes, epochs=epochs,
+                                      fedrec_epsilons=fed, fedrec_epochs=fedrec_epochs, clip=clip, delta=delta,
+                                      secure=secure, quick=quick, progress=lambda msg: status.update(escape(msg)))
+        except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+            fail(exc)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2))
+        if as_json:
+            typer.echo(json.dumps(result, indent=2))
+            return
+        table = Table(title=escape(f"secemb bench dp (MF, {result['dataset']}, clip {result['clip']}, "
+                                   f"delta {result['delta']:g}; SecEmb+DP through {result['secemb_protocol']}; "
+                                   "loss: against no DP, or DP-FedRec against SecEmb+DP)"))
+        for col in ("figure", "method", "n_p", "epochs", "eps target", "eps spent", "z", "RMSE", "loss"):
+            table.add_column(col, justify="left" if col in ("figure", "method") else "right")
+        for row in bench_dp.table_rows(result):
+            table.add_row(*map(escape, row))
+        Console().print(table)
+        for fig, claim in result["paper"].items():
+            typer.echo(f"paper, {fig}: {claim}")
+        typer.echo(f"wrote {out}")

@@ -1,0 +1,36 @@
+"""secemb bench dp: Figure 6's runs carry the accountant's privacy block (spent <= target, none
+without DP), Figure 7 sets DP-FedRec's full-size uploads beside SecEmb + DP at the same epsilon,
+and the table's losses are computed from the runs' own RMSEs; bad options exit 2."""
+
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from secemb.bench.dp import run, table_rows
+from secemb.cli import app
+from secemb.errors import InvalidParameters
+
+
+@pytest.mark.slow  # four trainings, DP-FedRec's full-size noise: ~30 s on a loaded machine
+def test_quick_run_figures_and_rows():
+    result = run(quick=True)
+    inf, noisy = sorted(result["fig6"], key=lambda r: -r["epsilon_target"])
+    assert inf["epsilon_target"] == math.inf and inf["privacy"] is None
+    assert noisy["privacy"]["epsilon"] <= noisy["epsilon_target"] == 2.0 and noisy["privacy"]["sampling_rate"] < 1
+    ours, fedrec = result["fig7"]
+    assert (ours["protocol"], fedrec["protocol"]) == ("plaintext", "dp-fedrec")
+    assert fedrec["privacy"]["sampling_rate"] == 1.0 and fedrec["privacy"]["epsilon"] <= 2.0
+    assert fedrec["upload_bytes_per_user_round"] > 5 * ours["upload_bytes_per_user_round"]  # full-size uploads
+    rows = table_rows(result)
+    assert rows[1][-1] == "-" and rows[0][-1] == f"{100 * (noisy['rmse'] / inf['rmse'] - 1):+.1f} %"
+    assert rows[-1][-1] == f"{100 * (fedrec['rmse'] / ours['rmse'] - 1):+.1f} %"
+
+
+def test_bad_options():
+    with pytest.raises(InvalidParameters, match="epsilons"):
+        run(epsilons=(0.0,), fedrec_epsilons=())
+    with pytest.raises(InvalidParameters, match="clip"):
+        run(epsilons=(1.0,), clip=-1.0)
+    r = CliRunner().invoke(app, ["bench", "dp", "--epsilons", "x", "--out", "/tmp/h-seqdp-unused.json"])
+    assert r.exit_code == 2 and "must be numbers" in r.output
