@@ -55,6 +55,9 @@ def register(app: typer.Typer) -> None:
 
     bench_secea.register(bench_app)
     bench_compare.register(bench_app)
+    from secemb.cli import bench_grec
+
+    bench_grec.register(bench_app)
     from secemb.cli import bench_secagg
 
     bench_secagg.register(bench_app)

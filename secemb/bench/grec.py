@@ -1,0 +1,144 @@
+"""``secemb bench grec``: GREC's private inference (grec.txt Table 3; docs/inference.md).
+
+Per model (MF, NCF, FM, DeepFM) and seed:
+
+1. the recommender is trained federatedly on the 80/20 split of the seed with Table 8's preset
+   (the experiment builder; ``plaintext`` -- SecEmb's bit-identical twin, as ``secemb bench
+   accuracy`` trains SecEmb rows -- or ``secemb`` itself with ``secure=True``);
+2. the denoiser F_p (:class:`~secemb.inference.Denoiser`, Table 8's d^, lr and reg) is trained
+   federatedly *after* it, on the same training split, a fresh noise draw per local step; by
+   the plaintext twin of SecEmb, or SecEmb itself with ``secure=True`` (tests/inference prove the
+   two give the same denoiser bit for bit and that the SecEmb run's uploads are SecEmb's);
+3. every test user draws one ``Z'_u`` (analytic Gaussian, sensitivity 2B, ``(epsilon,
+   delta)``): naive LDP sends ``clip(H_u) + Z'_u`` and predicts the server's ``r~`` plus the
+   device's private offset (Eq. 7); GREC sends the same matrix re-clipped (Eq. 15) and
+   denoises (Eq. 16); ``reclipped_no_denoiser`` is the re-clipped release without F_p (what
+   re-clipping alone buys).  RMSE of predictions clipped to the rating scale, beside the
+   non-private recommender's on the same test pairs.
+
+The paper's ML-100K cells are in :data:`PAPER_TABLE3`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+
+__all__ = ["DENOISER_HPARAMS", "PAPER_TABLE3", "evaluate", "run", "run_one"]
+
+#: Table 3, ML-100K column: model -> (non-private, naive LDP, post-processing LDP) RMSE means
+PAPER_TABLE3: dict[str, tuple[float, float, float]] = {
+    "mf": (0.944, 1.693, 0.957),
+    "ncf": (0.949, 1.297, 0.962),
+    "fm": (0.937, 1.851, 0.945),
+    "deepfm": (0.939, 2.120, 0.943),
+}
+#: Table 8, ML-100K: the denoiser's d^, learning rate and regularization per model
+DENOISER_HPARAMS: dict[str, dict[str, float]] = {
+    "mf": {"hat_d": 8, "lr": 0.025, "reg": 0.001},
+    "ncf": {"hat_d": 5, "lr": 0.025, "reg": 0.001},
+    "fm": {"hat_d": 8, "lr": 0.025, "reg": 0.01},
+    "deepfm": {"hat_d": 8, "lr": 0.025, "reg": 0.001},
+}
+#: recommender epochs per model on ML-100K (docs/results.md: MF/NCF converge by ~80 epochs at
+#: Table 8's settings, FM by ~15, DeepFM costs ~45 s an epoch here)
+REC_EPOCHS: dict[str, int] = {"mf": 30, "ncf": 40, "fm": 10, "deepfm": 3}
+
+
+def evaluate(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_model: Any, rec_table: np.ndarray,
+             rec_dense: np.ndarray, rec_store: Any, test: Any, rating_range: tuple[float, float]) -> dict[str, float]:
+    """RMSE of the non-private, naive-LDP and post-processed predictions on ``test``.  One noise
+    draw ``Z'_u`` per test user serves both: naive LDP sends ``clip(H_u) + Z'_u`` (Eq. 7);
+    GREC sends that matrix re-clipped (Eq. 15) and denoises (Eq. 16)."""
+    from secemb.inference import clip_frobenius, gaussian_noise
+    from secemb.metrics.rating import rmse
+
+    users, items, truth = test.users, test.items, test.ratings
+    uniq, pair_user = np.unique(users, return_inverse=True)
+    ctx = denoiser.context
+    mech = ctx.mechanism
+    h = ctx.h[uniq]
+    sent_naive = clip_frobenius(h, mech.bound) + gaussian_noise(h.shape, mech.sigma)
+    h_tilde = clip_frobenius(sent_naive, mech.bound)
+    r_naive = denoiser.noisy_scores(uniq, sent_naive, rec_table[items], pair_user)
+    r_tilde = denoiser.noisy_scores(uniq, h_tilde, rec_table[items], pair_user)
+    r_hat = denoiser.denoise(den_table, den_dense, uniq, h_tilde, h_tilde - h, pair_user, items, r_tilde)
+    clean = rec_model.predict(rec_table, rec_dense, rec_store, users, items)
+    out = {"non_private": rmse(clean, truth, rating_range), "naive_ldp": rmse(r_naive, truth, rating_range),
+           "reclipped_no_denoiser": rmse(r_tilde, truth, rating_range),
+           "post_processing_ldp": rmse(r_hat, truth, rating_range)}
+    return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilon: float = 1.0, delta: float = 1e-4,
+            bound: float = 1.0, rec_epochs: int | None = None, den_epochs: int = 10, secure: bool = False,
+            users_per_round: int = 100, m_prime: int = 200, data_dir: Any = None,
+            log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Train the recommender and its denoiser, evaluate; one result row (JSON-able)."""
+    import torch
+
+    from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
+    from secemb.protocols import get_protocol
+    from secemb.training import TrainConfig, train
+    from secemb.training.builder import build_experiment
+    from secemb.training.experiment import Experiment, _train_built
+    from secemb.engine.settings import rating_range_of
+
+    if model not in DENOISER_HPARAMS:
+        raise InvalidParameters(f"model must be one of {sorted(DENOISER_HPARAMS)}, got {model!r}")
+    torch.set_num_threads(1)  # small per-device batches: more threads only contend
+    protocol = "secemb" if secure else "plaintext"
+    epochs = REC_EPOCHS[model] if rec_epochs is None else rec_epochs
+    t0 = time.perf_counter()
+    built = build_experiment(Experiment(dataset=dataset, data_dir=data_dir, model=model, protocol=protocol,
+                                        layout="full", relay=False, epochs=epochs, users_per_round=users_per_round,
+                                        m_prime=m_prime, seed=seed))
+    rec = _train_built(built)
+    t_rec = time.perf_counter() - t0
+    log(f"{model} seed {seed}: recommender {epochs} epochs, test RMSE {rec.epochs[-1].test_metrics}, {t_rec:.0f} s")
+    mech = GaussianLDP(epsilon, delta, bound)
+    ctx = DenoiserContext.from_trained(built.model, rec.table, rec.dense, rec.user_store, mech, built.features)
+    hp = DENOISER_HPARAMS[model]
+    rating_range = rating_range_of(built.train_data, built.config)
+    den = Denoiser.for_context(ctx, hat_d=int(hp["hat_d"]), reg=hp["reg"], rating_range=rating_range)
+    cfg = TrainConfig(epochs=den_epochs, users_per_round=users_per_round, m_prime=m_prime, lr=hp["lr"], seed=seed,
+                      rating_range=rating_range)
+    t1 = time.perf_counter()
+    dres = train(den, get_protocol(protocol, layout="full", relay=False), built.train_data, built.test_data, cfg,
+                 on_epoch=lambda e: log(f"  denoiser epoch {e.epoch}: {e.test_metrics}"))
+    t_den = time.perf_counter() - t1
+    rmses = evaluate(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
+                     built.test_data, rating_range)
+    log(f"{model} seed {seed}: {rmses} (denoiser {t_den:.0f} s)")
+    return {"model": model, "dataset": dataset, "seed": seed, "epsilon": epsilon, "delta": delta, "bound": bound,
+            "sigma": mech.sigma, "protocol": protocol, "rec_epochs": epochs, "den_epochs": den_epochs,
+            "hat_d": hp["hat_d"], "den_lr": hp["lr"], "den_reg": hp["reg"], "rows": ctx.rep.rows,
+            "rec_model_sha256": rec.model_sha256, "rec_seconds": t_rec, "den_seconds": t_den, **rmses}
+
+
+def run(models: Sequence[str] = ("mf", "ncf", "fm", "deepfm"), seeds: Sequence[int] = (0,),
+        log: Callable[[str], None] = lambda s: None, **options: Any) -> list[dict[str, Any]]:
+    """:func:`run_one` for every model and seed (``options`` passed through)."""
+    return [run_one(m, seed=s, log=log, **options) for m in models for s in seeds]
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean (and population std) over seeds per model, with the paper's cells."""
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        cell: dict[str, Any] = {"model": model, "seeds": len(mine)}
+        for key in ("non_private", "naive_ldp", "post_processing_ldp"):
+            vals = np.array([r[key] for r in mine])
+            cell[key], cell[key + "_std"] = float(vals.mean()), float(vals.std())
+        cell["diff_pct"] = 100.0 * (cell["naive_ldp"] - cell["post_processing_ldp"]) / cell["naive_ldp"]
+        paper = PAPER_TABLE3.get(model)
+        if paper is not None:
+            cell["paper"] = {"non_private": paper[0], "naive_ldp": paper[1], "post_processing_ldp": paper[2]}
+        out.append(cell)
+    return out

@@ -1,0 +1,304 @@
+"""GREC's denoiser F_p (grec.txt Eq. 16, A.8.2) as a federated model trained by
+:func:`secemb.training.train` after the recommender.
+
+Modules (docs/inference.md):
+
+* ``F_i``: item id -> ``e_i`` (``d^``), the first ``d^`` columns of the sparse table;
+* ``F_h``: ``H_u (R, d) -> T_H = H_u W_h (R, d^)``; ``F_z``: ``Z_u -> T_Z = Z_u W_z`` (one
+  ``d x d^`` matrix each, applied to every row);
+* ``F_o``: one hidden ReLU layer over ``[e_i; vec T_H; vec T_Z; r~ - mid]`` plus a residual
+  ``mid + a (r~ - mid)`` whose gain ``a`` is learnt (starts at 1)::
+
+      r^ = mid + a (r~ - mid) + w2 . relu(W1 [e_i; vec T_H; vec T_Z; r~ - mid] + c1) + c2
+
+  ``mid`` is the middle of the public rating scale.  The paper's F_o omits ``r~`` from its
+  input; the residual puts it back (the spec's suggestion).
+
+Split for federated training (:mod:`secemb.models.base`):
+
+* sparse table ``(m, d^ + w)``: ``[e_i, the recommender's table row i]``; the trailing ``w``
+  columns are **frozen** (zero gradient, like FM's feature codes), so private retrieval of a
+  device's rated rows through SecEmb also brings it the recommender rows it needs to compute
+  ``r~`` *on the device* -- no server learns which items it rated or sees a noisy prediction
+  while the denoiser trains;
+* dense ``W_h, W_z, W1, c1, w2, c2, a``, aggregated as additive shares;
+* private: nothing (``private_size = 0``); the device's clean ``H_u`` and offset are data it
+  already holds from the recommender (:class:`DenoiserContext`).
+
+Every local step draws a fresh ``Z_u`` (Eq. 17) from the CSPRNG.  The noisy ``H~_u`` of a
+training step never leaves the device (``r~`` is computed locally from the retrieved rows), so
+denoiser training spends no LDP budget; what leaves is the denoiser's gradient, under SecEmb
+like the recommender's (docs/inference.md, "privacy").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+from secemb.inference.mechanism import GaussianLDP, privatize
+from secemb.inference.representation import Representation, representation_for
+from secemb.models import RecModel, StepResult, UserState, UserStore, register_model
+from secemb.models.batch import ITEM_POS, RATING, Batch
+from secemb.models.features import DenseLayout
+from secemb.randomness import RandomBytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from secemb.data.features import FeatureSet
+
+__all__ = ["NAME", "Denoiser", "DenoiserContext"]
+
+#: the registered model name
+NAME = "grec-denoiser"
+
+
+@dataclass(frozen=True)
+class DenoiserContext:
+    """What the denoiser's devices hold besides the denoiser: the trained recommender's split
+    (:class:`~secemb.inference.representation.Representation`, with its public dense), every
+    device's clean representation ``h`` float64 ``(num_users, R, d)`` and private ``offset``
+    float64 ``(num_users,)`` (simulation: side by side, like a :class:`~secemb.models.UserStore`),
+    the recommender's public ``table`` (``(m, w)``; the servers put it in the denoiser's frozen
+    columns), and the LDP ``mechanism``."""
+
+    rep: Representation
+    table: np.ndarray
+    h: np.ndarray
+    offset: np.ndarray
+    mechanism: GaussianLDP
+
+    @classmethod
+    def from_trained(cls, model: RecModel, table: np.ndarray, dense: np.ndarray,
+                     user_params: UserStore | np.ndarray, mechanism: GaussianLDP,
+                     features: FeatureSet | None = None) -> DenoiserContext:
+        """The context of a trained recommender (``features``: FM/DeepFM's)."""
+        params = user_params.params if isinstance(user_params, UserStore) else np.asarray(user_params)
+        rep = representation_for(model, dense)
+        l_x = int(getattr(model, "l_x", 0))
+        if l_x:
+            if features is None:
+                raise InvalidParameters(f"{model.name} uses user features: pass features=")
+            user_x = features.user.astype(np.float64)
+        else:
+            user_x = np.zeros((params.shape[0], 0))
+        h, offset = rep.clean(params, user_x)
+        return cls(rep, np.asarray(table, dtype=np.float64), h, offset, mechanism)
+
+
+class Denoiser(RecModel):
+    """F_p.  ``sparse_width = hat_d + frozen``, ``private_size = 0``.
+
+    :meth:`for_context` builds the denoiser of a trained recommender; the constructor takes
+    only JSON-able sizes (what the servers' configuration records and rebuilds: a denoiser
+    without ``context`` knows its sizes but cannot initialize, train or predict).
+
+    Parameters
+    ----------
+    rows, dim: ``R`` and ``d`` of the recommender's representation.
+    frozen: width ``w`` of the recommender's table rows (the frozen columns).
+    hat_d: the denoising dimension d^ (Table 8: 8; NCF 5), >= 1.
+    hidden: width of F_o's hidden layer, >= 1.
+    reg: L2 weight on the retrieved ``e_i`` (Table 8's regularization), >= 0.
+    init_std: standard deviation of ``e_i``'s normal initialization, >= 0.
+    rating_range: the public rating scale (``mid`` is its middle).
+    context: the recommender's side (:class:`DenoiserContext`), matching the sizes.
+    _rng: random bytes for the noise draws (tests only; the OS CSPRNG by default).
+    """
+
+    name = NAME
+
+    def __init__(self, rows: int, dim: int, frozen: int, hat_d: int = 8, hidden: int = 32, reg: float = 0.001,
+                 init_std: float = 0.1, rating_range: tuple[float, float] | list[float] = (1.0, 5.0), *,
+                 context: DenoiserContext | None = None, _rng: RandomBytes | None = None) -> None:
+        for what, v in (("rows", rows), ("dim", dim), ("frozen", frozen), ("hat_d", hat_d), ("hidden", hidden)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidParameters(f"{what} must be an int >= 1, got {v!r}")
+        for what, f in (("reg", reg), ("init_std", init_std)):
+            if not (isinstance(f, (int, float)) and math.isfinite(f) and f >= 0):
+                raise InvalidParameters(f"{what} must be a finite float >= 0, got {f!r}")
+        lo, hi = (float(x) for x in rating_range)
+        if not lo < hi:
+            raise InvalidParameters(f"rating_range must be (lo, hi) with lo < hi, got {rating_range!r}")
+        if context is not None:
+            if not isinstance(context, DenoiserContext):
+                raise InvalidParameters(f"context must be a DenoiserContext, got {type(context).__name__}")
+            got = (context.rep.rows, context.rep.dim, int(context.table.shape[1]))
+            if got != (rows, dim, frozen):
+                raise InvalidParameters(f"context has (rows, dim, frozen) = {got}, not {(rows, dim, frozen)}")
+        self.rows, self.dim, self.frozen = rows, dim, frozen
+        self.hat_d, self.hidden = hat_d, hidden
+        self.reg, self.init_std = float(reg), float(init_std)
+        self.rating_range = (lo, hi)
+        self.mid = (lo + hi) / 2.0
+        self._context = context
+        self._rng = _rng
+        self.trainable_width = hat_d
+        self.frozen_columns = frozen
+        self.sparse_width = hat_d + frozen
+        n_in = (2 * rows + 1) * hat_d + 1
+        self.layout = DenseLayout([("W_h", (dim, hat_d)), ("W_z", (dim, hat_d)), ("W1", (n_in, hidden)),
+                                   ("c1", (hidden,)), ("w2", (hidden,)), ("c2", ()), ("a", ())])
+        self.dense_size = self.layout.size
+        self.private_size = 0
+
+    @classmethod
+    def for_context(cls, context: DenoiserContext, *, _rng: RandomBytes | None = None, **hparams: Any) -> Denoiser:
+        """The denoiser of ``context``'s recommender with ``hparams`` (``hat_d``, ``hidden``,
+        ``reg``, ``init_std``, ``rating_range``)."""
+        return cls(context.rep.rows, context.rep.dim, int(context.table.shape[1]), context=context, _rng=_rng,
+                   **hparams)
+
+    @property
+    def context(self) -> DenoiserContext:
+        """The recommender's side.
+
+        Raises
+        ------
+        InvalidParameters
+            The denoiser was built from its sizes only.
+        """
+        if self._context is None:
+            raise InvalidParameters("this denoiser was built without its recommender (context=); "
+                                    "build it with Denoiser.for_context")
+        return self._context
+
+    def spec(self) -> dict[str, object]:
+        """The JSON-able constructor arguments (not the context)."""
+        return {"rows": self.rows, "dim": self.dim, "frozen": self.frozen, "hat_d": self.hat_d,
+                "hidden": self.hidden, "reg": self.reg, "init_std": self.init_std,
+                "rating_range": list(self.rating_range)}
+
+    def __repr__(self) -> str:
+        return f"Denoiser(rows={self.rows}, dim={self.dim}, hat_d={self.hat_d}, hidden={self.hidden})"
+
+    # ------------------------------------------------------------------ initialization
+
+    def init_public(self, num_items: int, rng: np.random.Generator, *,
+                    rating_range: tuple[float, float] = (1.0, 5.0)) -> tuple[np.ndarray, np.ndarray]:
+        if num_items != self.context.table.shape[0]:
+            raise InvalidParameters(f"the recommender has {self.context.table.shape[0]} items, got {num_items}")
+        table = np.empty((num_items, self.sparse_width))
+        table[:, : self.hat_d] = rng.normal(0.0, self.init_std, (num_items, self.hat_d))
+        table[:, self.hat_d :] = self.context.table
+        dense = np.zeros(self.dense_size)
+        v = self.layout.views(dense)
+        for name in ("W_h", "W_z", "W1"):
+            v[name][...] = rng.uniform(-1, 1, v[name].shape) / np.sqrt(v[name].shape[0])
+        v["w2"][...] = rng.uniform(-1, 1, v["w2"].shape) / np.sqrt(self.hidden)
+        dense[self.layout.offsets["a"][0]] = 1.0
+        return table, dense
+
+    def init_private(self, num_users: int, rng: np.random.Generator) -> np.ndarray:
+        if num_users != self.context.h.shape[0]:
+            raise InvalidParameters(f"the context holds {self.context.h.shape[0]} devices, got {num_users}")
+        return np.zeros((num_users, 0))
+
+    # ------------------------------------------------------------------ the forward pass
+
+    def noisy_scores(self, users: np.ndarray, h_tilde: np.ndarray, rec_rows: np.ndarray,
+                     pair_user: np.ndarray) -> np.ndarray:
+        """``r~`` of pairs: the server's score of the noisy ``h_tilde (U, R, d)`` of ``users
+        (U,)`` for the items whose recommender rows are ``rec_rows (k, w)``, pair ``j`` being
+        user ``pair_user[j]`` (an index into ``users``), plus each device's private offset."""
+        rep = self.context.rep
+        return rep.score(rep.summary(h_tilde)[pair_user], rec_rows) + self.context.offset[users][pair_user]
+
+    def forward(self, v: dict[str, Any], e: torch.Tensor, h: torch.Tensor, z: torch.Tensor,
+                pair_user: torch.Tensor, r_tilde: torch.Tensor) -> torch.Tensor:
+        """``r^`` of ``k`` pairs (torch float64 ``(k,)``): ``e (k, d^)`` item embeddings, the
+        devices' clean ``h`` and kept noise ``z`` (``(U, R, d)``), ``pair_user (k,)`` int64
+        index into them, ``r_tilde (k,)``.  The first layer is applied to the per-device part
+        once per device (``W1 [e; T_H; T_Z; r]`` split by blocks)."""
+        hd, rows = self.hat_d, self.rows
+        n_dev = h.shape[0]
+        t_h = (h @ v["W_h"]).reshape(n_dev, rows * hd)
+        t_z = (z @ v["W_z"]).reshape(n_dev, rows * hd)
+        w1 = v["W1"]
+        dev = t_h @ w1[hd : hd + rows * hd] + t_z @ w1[hd + rows * hd : hd + 2 * rows * hd]
+        centred = r_tilde - self.mid
+        pre = e @ w1[:hd] + dev[pair_user] + centred[:, None] * w1[-1] + v["c1"]
+        import torch
+
+        return self.mid + v["a"] * centred + torch.relu(pre) @ v["w2"] + v["c2"]
+
+    # ------------------------------------------------------------------ training
+
+    def objective_torch(self, rows: torch.Tensor, dense: torch.Tensor, private: torch.Tensor,
+                        batch: Batch) -> torch.Tensor:
+        raise InvalidParameters("the denoiser's objective needs the device's data: use local_step")
+
+    def local_step(self, rows: np.ndarray, dense: np.ndarray, user_state: UserState, batch: Batch) -> StepResult:
+        """One device's step on Eq. 17: a fresh ``Z_u`` from the CSPRNG, ``r~`` of its rated
+        items computed here from the retrieved recommender rows, the squared error of ``r^``
+        (mean over the items) plus ``reg`` times the retrieved ``e_i``'s squared norms."""
+        import torch
+
+        rows = np.asarray(rows, dtype=np.float64)
+        if rows.ndim != 2 or rows.shape[1] != self.sparse_width:
+            raise InvalidParameters(f"rows must have shape (n, {self.sparse_width}), got {rows.shape}")
+        if np.shape(dense) != (self.dense_size,):
+            raise InvalidParameters(f"dense must have shape ({self.dense_size},), got {np.shape(dense)}")
+        batch.require(ITEM_POS, RATING)
+        item_pos = np.asarray(batch[ITEM_POS], dtype=np.int64)
+        if item_pos.size == 0 or item_pos.min() < 0 or item_pos.max() >= rows.shape[0]:
+            raise InvalidParameters(f"item_pos must be non-empty and index rows in [0, {rows.shape[0]})")
+        u = np.array([user_state.user])
+        h = self.context.h[u]
+        h_tilde, z = privatize(h, self.context.mechanism, _rng=self._rng)
+        zeros = np.zeros(item_pos.size, dtype=np.int64)
+        r_tilde = self.noisy_scores(u, h_tilde, rows[item_pos, self.hat_d :], zeros)
+        rows_t = torch.tensor(rows[:, : self.hat_d], requires_grad=True)
+        fields = self.layout.leaves(np.asarray(dense, dtype=np.float64))
+        pred = self.forward(fields, rows_t[torch.as_tensor(item_pos)], torch.as_tensor(h), torch.as_tensor(z),
+                            torch.as_tensor(zeros), torch.as_tensor(r_tilde))
+        ratings = torch.as_tensor(np.asarray(batch[RATING], dtype=np.float64))
+        loss = ((pred - ratings) ** 2).mean() + self.reg * (rows_t**2).sum()
+        grads = torch.autograd.grad(loss, (rows_t, *fields.values()), allow_unused=True)
+        row_grads = np.zeros(rows.shape)
+        if grads[0] is not None:
+            row_grads[:, : self.hat_d] = grads[0].numpy()
+        dense_grad = np.zeros(self.dense_size)
+        for name, g in zip(fields, grads[1:], strict=True):
+            if g is not None:
+                a, b, _ = self.layout.offsets[name]
+                dense_grad[a:b] = g.numpy().reshape(-1)
+        return StepResult(row_grads, dense_grad, float(loss.item()))
+
+    # ------------------------------------------------------------------ evaluation
+
+    def denoise(self, table: np.ndarray, dense: np.ndarray, users: np.ndarray, h_tilde: np.ndarray,
+                z: np.ndarray, pair_user: np.ndarray, items: np.ndarray, r_tilde: np.ndarray) -> np.ndarray:
+        """float64 ``(k,)``: ``r^`` on the devices ``users (U,)`` that released ``h_tilde`` and
+        kept ``z`` (``(U, R, d)``), for pairs ``(users[pair_user[j]], items[j])`` whose noisy
+        score is ``r_tilde[j]``.  Only the denoiser's ``e`` columns of ``table`` are read."""
+        import torch
+
+        del h_tilde  # r~ already carries it; F_p sees H and Z (Eq. 16)
+        v = {k: torch.as_tensor(np.asarray(x, dtype=np.float64)) for k, x in
+             self.layout.views(np.asarray(dense, dtype=np.float64)).items()}
+        with torch.no_grad():
+            out = self.forward(v, torch.as_tensor(np.asarray(table[items, : self.hat_d], dtype=np.float64)),
+                               torch.as_tensor(self.context.h[users]), torch.as_tensor(np.asarray(z)),
+                               torch.as_tensor(np.asarray(pair_user, dtype=np.int64)),
+                               torch.as_tensor(np.asarray(r_tilde, dtype=np.float64)))
+        return np.asarray(out.numpy(), dtype=np.float64)
+
+    def predict(self, table: np.ndarray, dense: np.ndarray, user_params: UserStore | np.ndarray,
+                users: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """Post-processed predictions ``r^`` of the pairs: one fresh release ``H~_u`` per
+        distinct user (as one inference request), ``r~`` from it, then F_p."""
+        users = np.asarray(users, dtype=np.int64)
+        items = np.asarray(items, dtype=np.int64)
+        uniq, pair_user = np.unique(users, return_inverse=True)
+        h_tilde, z = privatize(self.context.h[uniq], self.context.mechanism, _rng=self._rng)
+        r_tilde = self.noisy_scores(uniq, h_tilde, table[items, self.hat_d :], pair_user)
+        return self.denoise(table, dense, uniq, h_tilde, z, pair_user, items, r_tilde)
+
+
+register_model(NAME, Denoiser)
