@@ -12,8 +12,10 @@ and the seconds of a client and of the server(s) per round, measured in this run
   traffic and time from one round of the complete protocol with 2048-bit Paillier on the
   ``secea_items`` most-rated items (:func:`secemb.bench.secea.cost`; 0 = the whole catalogue).
   Its clients are silos, not devices: a per-client figure is per silo.
-* SFSL (DIN on click-through data, its own task): its row is filled from ``secemb.bench.sfsl``
-  when that module exists and offers ``compare_row``; otherwise the row says "not available".
+* SFSL (secure federated submodel learning; DIN, a click-through model, as in its paper): trained
+  through :func:`secemb.protocols.sfsl.simulate.train_sfsl` on click samples made from the same
+  ML-100K ratings (rating >= 4 is a click); its accuracy is AUC, not RMSE.  "not available" if
+  the module cannot be imported.
 
 "What the server learns" is the protocol's stated leakage (docs/protocol.md, docs/secea.md),
 not a measurement.
@@ -21,7 +23,6 @@ not a measurement.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +31,7 @@ import numpy as np
 
 from secemb.data import load_movielens
 
-__all__ = ["FAMILY", "LEARNS", "run", "table_rows", "plot"]
+__all__ = ["FAMILY", "KEYS", "LEARNS", "run", "merge", "table_rows", "plot"]
 
 #: label -> Experiment keywords
 FAMILY: dict[str, dict[str, Any]] = {
@@ -39,6 +40,16 @@ FAMILY: dict[str, dict[str, Any]] = {
     "GREC": {"protocol": "grec"},
     "SecFedRec": {"protocol": "secfedrec"},
     "plaintext FL": {"protocol": "plaintext"},
+}
+#: short key (``--only``) -> row label
+KEYS: dict[str, str] = {
+    "secemb-paper": "SecEmb (paper: full layout, no relay)",
+    "secemb-cuckoo": "SecEmb (ours: cuckoo layout, relay)",
+    "grec": "GREC",
+    "secfedrec": "SecFedRec",
+    "plaintext": "plaintext FL",
+    "secea": "SecEA",
+    "sfsl": "SFSL",
 }
 #: label -> what each server (and, for SecEA, a coalition of clients) learns
 LEARNS: dict[str, str] = {
@@ -86,21 +97,34 @@ def _secea_row(silos: int, rounds: int, items: int, seed: int) -> dict[str, Any]
             "exact": bool(acc.get("secea_equals_fixed_point_average")) and bool(cost["exact"])}
 
 
-def _sfsl_row() -> dict[str, Any]:
+def _sfsl_row(rounds: int, clients: int, seed: int) -> dict[str, Any]:
+    """SFSL (secemb.protocols.sfsl, DIN) on click samples made from the same ML-100K ratings
+    (rating >= 4 is a click), ``rounds`` rounds of ``clients`` devices: AUC, bytes and seconds
+    per device and round from its round reports.  "not available" if the module is missing."""
     try:
-        module = importlib.import_module("secemb.bench.sfsl")
-    except ImportError:
-        module = None
-    if module is None or not hasattr(module, "compare_row"):
-        return {"protocol": "SFSL", "clients": "not available (no secemb.bench.sfsl.compare_row in this build)",
-                "rmse": None, "budget": "-", "up_bytes": None, "down_bytes": None, "client_s": None, "server_s": None,
+        from secemb.data.ctr import movielens_clicks, split_clicks
+        from secemb.data.features import movielens_features
+        from secemb.protocols.sfsl.simulate import SFSLRun, train_sfsl
+    except ImportError as exc:
+        return {"protocol": "SFSL", "clients": f"not available ({exc})", "budget": "-", "rmse": None,
+                "metric": None, "up_bytes": None, "down_bytes": None, "client_s": None, "server_s": None,
                 "learns": LEARNS["SFSL"], "available": False}
-    row: dict[str, Any] = module.compare_row()
-    return {**row, "protocol": "SFSL", "learns": LEARNS["SFSL"], "available": True}
+    clicks = movielens_clicks(load_movielens("ml-100k"), movielens_features("ml-100k").item.astype(np.uint8))
+    train, test = split_clicks(clicks, 0.2)
+    start = time.perf_counter()
+    res = train_sfsl(train, test, SFSLRun(rounds=rounds, clients_per_round=clients, eval_every=rounds, seed=seed))
+    reps = res.reports
+    return {"protocol": "SFSL", "clients": f"{clients} devices per round, 1 server (DIN, ML-100K clicks)",
+            "budget": f"{rounds} rounds", "rmse": None, "metric": ("AUC", res.auc.get(rounds)),
+            "up_bytes": float(np.mean([r.per_client("upload") for r in reps])),
+            "down_bytes": float(np.mean([r.per_client("download") for r in reps])),
+            "client_s": float(np.mean([r.per_client("seconds") for r in reps])),
+            "server_s": float(np.mean([sum(r.server_seconds.values()) for r in reps])),
+            "wall_s": time.perf_counter() - start, "learns": LEARNS["SFSL"], "available": True}
 
 
 def run(*, epochs: int = 1, accuracy_epochs: int = 20, seed: int = 0, secea_silos: int = 3, secea_rounds: int = 10,
-        secea_items: int = 100, only: tuple[str, ...] | None = None,
+        secea_items: int = 100, sfsl_rounds: int = 2, sfsl_clients: int = 10, only: tuple[str, ...] | None = None,
         on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
     """All rows (``only``: a subset of labels, for tests and partial runs).  ``accuracy_epochs``
     adds a plaintext row trained that long: the RMSE that SecEmb, GREC and SecFedRec reach with
@@ -121,17 +145,42 @@ def run(*, epochs: int = 1, accuracy_epochs: int = 20, seed: int = 0, secea_silo
             on_step(f"SecEA: {secea_silos} silos")
         rows.append(_secea_row(secea_silos, secea_rounds, secea_items, seed))
     if only is None or "SFSL" in only:
-        rows.append(_sfsl_row())
+        if on_step:
+            on_step(f"SFSL: {sfsl_rounds} rounds of {sfsl_clients} devices")
+        rows.append(_sfsl_row(sfsl_rounds, sfsl_clients, seed))
     return {"dataset": "ml-100k", "model": "mf", "seed": seed, "rows": rows}
+
+
+def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows of several partial runs (``--only``) in the order of :data:`KEYS`, one per
+    protocol (a later result replaces an earlier one's row of the same protocol)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for res in results:
+        for row in res["rows"]:
+            rows[row["protocol"]] = row
+    order = list(KEYS.values())
+
+    def rank(name: str) -> int:
+        base = name.split(" (accuracy")[0]
+        return order.index(base) + (1 if "reference" in name else 0) if base in order else len(order)
+
+    return {"dataset": "ml-100k", "model": "mf", "rows": [rows[k] for k in sorted(rows, key=rank)]}
 
 
 def _fmt(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
+def _accuracy(row: dict[str, Any]) -> str:
+    if row.get("rmse") is not None:
+        return f"RMSE {row['rmse']:.4f}"
+    metric = row.get("metric")
+    return "n/a" if not metric or metric[1] is None else f"{metric[0]} {metric[1]:.4f}"
+
+
 def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
-    """(protocol, clients, budget, RMSE, up KB, down KB, client s, server s, learns) per row."""
-    return [(r["protocol"], r["clients"], r["budget"], _fmt(r["rmse"], ".4f"),
+    """(protocol, clients, budget, accuracy, up KB, down KB, client s, server s, learns) per row."""
+    return [(r["protocol"], r["clients"], r["budget"], _accuracy(r),
              _fmt(None if r["up_bytes"] is None else r["up_bytes"] / 1e3, ",.1f"),
              _fmt(None if r["down_bytes"] is None else r["down_bytes"] / 1e3, ",.1f"),
              _fmt(r["client_s"], ".3f"), _fmt(r["server_s"], ".2f"), r["learns"]) for r in result["rows"]]
@@ -149,7 +198,7 @@ def plot(result: dict[str, Any], path: str) -> None:
         "download, bytes per client and round": {"measured": [r["down_bytes"] for r in rows]},
         "client seconds per round": {"measured": [r["client_s"] or nan for r in rows]},
         "server seconds per round": {"measured": [r["server_s"] or nan for r in rows]},
-        "test RMSE": {"measured": [r["rmse"] or nan for r in rows]},
+        "test RMSE (SFSL: not RMSE, left out)": {"measured": [r["rmse"] or nan for r in rows]},
     }
     line_panels(path, panels, xlabel="", ylabel="", x=names, logy=True,
                 title="secemb bench compare: MF on ML-100K (same split), measured")

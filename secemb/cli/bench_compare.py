@@ -19,6 +19,12 @@ def register(bench_app: typer.Typer) -> None:
         secea_silos: int = typer.Option(3, help="Silos N of the SecEA row."),
         secea_rounds: int = typer.Option(10, help="Rounds of the SecEA accuracy run."),
         secea_items: int = typer.Option(100, help="Most-rated items in SecEA's full-protocol round (0: all)."),
+        sfsl_rounds: int = typer.Option(2, help="Rounds of the SFSL row."),
+        sfsl_clients: int = typer.Option(10, help="Devices per round of the SFSL row."),
+        only: str = typer.Option("", help="Comma-separated rows to run (secemb-paper, secemb-cuckoo, grec, "
+                                 "secfedrec, plaintext, secea, sfsl); default all."),
+        merge_from: str = typer.Option("", "--from", help="Comma-separated JSON results of earlier runs (--only) "
+                                       "to merge into one table and plot; nothing is run."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/compare.json"), help="Write the JSON result here."),
         plot_out: Path = typer.Option(Path("results/compare.png"), "--plot", help="Write the plot here."),
@@ -37,20 +43,36 @@ def register(bench_app: typer.Typer) -> None:
 
         check_output_file(out, "--out")
         check_output_file(plot_out, "--plot")
-        if min(epochs, secea_rounds, secea_silos - 1) < 1 or min(accuracy_epochs, secea_items) < 0:
-            fail("--epochs and --secea-rounds must be >= 1, --secea-silos >= 2, the others >= 0")
+        positive = min(epochs, secea_rounds, secea_silos - 1, sfsl_rounds, sfsl_clients - 1)
+        if positive < 1 or min(accuracy_epochs, secea_items) < 0:
+            fail("--epochs, --secea-rounds and --sfsl-rounds must be >= 1, --secea-silos and --sfsl-clients >= 2, "
+                 "the others >= 0")
+        keys = tuple(k.strip() for k in only.split(",") if k.strip())
+        unknown = [k for k in keys if k not in bench_compare.KEYS]
+        if unknown:
+            fail(f"--only: unknown row(s) {unknown}; choose from {', '.join(bench_compare.KEYS)}")
         try:
             require()
         except PlotsUnavailable as exc:
             fail(exc)
         console = Console(stderr=True)
-        try:
-            with console.status("measuring") as status:
-                result = bench_compare.run(epochs=epochs, accuracy_epochs=accuracy_epochs, secea_silos=secea_silos,
-                                           secea_rounds=secea_rounds, secea_items=secea_items,
-                                           on_step=lambda msg: status.update(escape(msg)))
-        except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
-            fail(exc)
+        if merge_from:
+            try:
+                parts = [json.loads(Path(p.strip()).read_text()) for p in merge_from.split(",") if p.strip()]
+                result = bench_compare.merge(parts)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                fail(f"--from: cannot read the results: {exc}")
+        else:
+            try:
+                with console.status("measuring") as status:
+                    result = bench_compare.run(epochs=epochs, accuracy_epochs=accuracy_epochs,
+                                               secea_silos=secea_silos, secea_rounds=secea_rounds,
+                                               secea_items=secea_items, sfsl_rounds=sfsl_rounds,
+                                               sfsl_clients=sfsl_clients,
+                                               only=tuple(bench_compare.KEYS[k] for k in keys) or None,
+                                               on_step=lambda msg: status.update(escape(msg)))
+            except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+                fail(exc)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2))
         bench_compare.plot(result, str(plot_out))
@@ -58,7 +80,7 @@ def register(bench_app: typer.Typer) -> None:
             typer.echo(json.dumps(result, indent=2))
             return
         table = Table(title="secemb bench compare: MF on ML-100K, same 80/20 split (measured in this run)")
-        for col in ("protocol", "clients", "training", "test RMSE", "up KB/client/round", "down KB/client/round",
+        for col in ("protocol", "clients", "training", "test accuracy", "up KB/client/round", "down KB/client/round",
                     "client s/round", "server s/round", "what the server (or a coalition) learns"):
             table.add_column(col, justify="right" if "/" in col or "RMSE" in col else "left")
         for row in bench_compare.table_rows(result):

@@ -33,20 +33,21 @@ def test_secea_rounds_equal_the_fixed_point_average_and_track_fedavg(ml100k):
     assert abs(acc["rmse"]["secea"][0] - acc["rmse"]["fedavg"][0]) < 1e-3
 
 
-def test_compare_rows_and_the_sfsl_row_without_its_entry_point():
-    row = compare._sfsl_row()
-    assert row["protocol"] == "SFSL"
-    if not row["available"]:
-        assert "not available" in row["clients"] and row["rmse"] is None
-    rows = compare.table_rows({"rows": [row]})
-    assert rows[0][0] == "SFSL" and rows[0][3] in ("n/a",) or row["available"]
+def test_compare_merge_orders_rows_and_formats_accuracy():
+    a = {"rows": [{"protocol": "SFSL", "clients": "c", "budget": "2 rounds", "rmse": None, "metric": ("AUC", 0.7),
+                   "up_bytes": 10.0, "down_bytes": 20.0, "client_s": 0.1, "server_s": 0.2, "learns": "x"}]}
+    b = {"rows": [{"protocol": "GREC", "clients": "c", "budget": "1 epoch(s)", "rmse": 0.95, "up_bytes": 1e3,
+                   "down_bytes": 2e3, "client_s": 0.01, "server_s": 0.5, "learns": "y"}]}
+    rows = compare.table_rows(compare.merge([a, b]))
+    assert [r[0] for r in rows] == ["GREC", "SFSL"]
+    assert rows[0][3] == "RMSE 0.9500" and rows[1][3] == "AUC 0.7000" and rows[0][4] == "1.0"
 
 
 @pytest.mark.parametrize(
     "args",
     [["bench", "secea", "--silos", "2,x"], ["bench", "secea", "--silos", "2", "--threshold", "1"],
      ["bench", "secea", "--rounds", "0"], ["bench", "compare", "--epochs", "0"],
-     ["bench", "compare", "--secea-silos", "1"]],
+     ["bench", "compare", "--secea-silos", "1"], ["bench", "compare", "--only", "nope"]],
 )
 def test_cli_refuses_bad_options_with_exit_2(args, tmp_path):
     res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "r.json")], terminal_width=120)
