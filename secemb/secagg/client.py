@@ -42,7 +42,8 @@ class SecAggClient:
     Raises
     ------
     ProtocolError: a method called out of order or twice.
-    InvalidMessage: a server message that is malformed or inconsistent.
+    InvalidMessage: a server message that is malformed or inconsistent.  The client has then
+        left the round: it answers no later stage (a new round needs a new client).
     """
 
     def __init__(self, client_id: int, config: SecAggConfig, *, _rng: RandomBytes | None = None) -> None:
@@ -53,6 +54,7 @@ class SecAggClient:
         self._c = keys.KeyPair.generate(_rng=self._rng)
         self._s = keys.KeyPair.generate(_rng=self._rng)
         self._rows = np.arange(config.length, dtype=np.int64)
+        self._rows.setflags(write=False)
         self._peers: dict[int, tuple[bytes, bytes]] = {}
         self._common: dict[int, np.ndarray] = {}  # peer -> bool over own rows: rows it holds too
         self._b = b""
@@ -80,6 +82,7 @@ class SecAggClient:
         parts = [self._c.public, self._s.public]
         if rows is not None:
             self._rows = check_rows(rows, self.config.length)
+            self._rows.setflags(write=False)
             parts.append(messages.rows_bytes(self._rows))
         return messages.frame("advertise", self.config.round_id, self.id, *parts)
 

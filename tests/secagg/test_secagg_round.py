@@ -212,6 +212,14 @@ def test_server_rejects_bad_messages():
     bad_round[6] ^= 1
     with pytest.raises(InvalidMessage, match="round"):
         server.receive_shares(3, bytes(bad_round))
+    body = shares[3][messages.HEADER_BYTES + 4 :]
+    rec = body[: len(body) // 2]  # client 3's shares for clients 9 and 12: one record each
+    duplicated = messages.frame("shares", 1, 3, (2).to_bytes(4, "little"), rec, rec)
+    with pytest.raises(InvalidMessage, match="no duplicates"):
+        server.receive_shares(3, duplicated)
+    only_one = messages.frame("shares", 1, 3, (1).to_bytes(4, "little"), rec)
+    with pytest.raises(InvalidMessage, match="exactly the other 2"):
+        server.receive_shares(3, only_one)
     for i, msg in shares.items():
         server.receive_shares(i, msg)
     with pytest.raises(InvalidMessage, match="duplicate"):
