@@ -45,9 +45,9 @@ DENOISER_HPARAMS: dict[str, dict[str, float]] = {
     "fm": {"hat_d": 8, "lr": 0.025, "reg": 0.01},
     "deepfm": {"hat_d": 8, "lr": 0.025, "reg": 0.001},
 }
-#: recommender epochs per model on ML-100K (docs/results.md: MF/NCF converge by ~80 epochs at
-#: Table 8's settings, FM by ~15, DeepFM costs ~45 s an epoch here)
-REC_EPOCHS: dict[str, int] = {"mf": 30, "ncf": 40, "fm": 10, "deepfm": 3}
+#: recommender epochs per model on ML-100K, bounded for this machine (docs/results.md: MF/NCF
+#: converge by ~80 epochs at Table 8's settings, FM by ~15; a DeepFM epoch costs ~45 s here)
+REC_EPOCHS: dict[str, int] = {"mf": 20, "ncf": 20, "fm": 8, "deepfm": 2}
 
 
 def evaluate(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_model: Any, rec_table: np.ndarray,
@@ -77,9 +77,11 @@ def evaluate(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_mo
 
 def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilon: float = 1.0, delta: float = 1e-4,
             bound: float = 1.0, rec_epochs: int | None = None, den_epochs: int = 10, secure: bool = False,
-            users_per_round: int = 100, m_prime: int = 200, data_dir: Any = None,
+            users_per_round: int = 100, m_prime: int = 200, data_dir: Any = None, save_dir: Any = None,
             log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Train the recommender and its denoiser, evaluate; one result row (JSON-able)."""
+    """Train the recommender and its denoiser, evaluate; one result row (JSON-able).
+    ``save_dir``: write ``<save_dir>/<model>-seed<k>/recommender`` (the saved-model folder) and
+    ``.../denoiser.npz`` (:func:`~secemb.inference.saved.save_denoiser`) for ``secemb infer``."""
     import torch
 
     from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
@@ -115,6 +117,15 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilon: flo
     rmses = evaluate(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
                      built.test_data, rating_range)
     log(f"{model} seed {seed}: {rmses} (denoiser {t_den:.0f} s)")
+    if save_dir is not None:
+        from pathlib import Path
+
+        from secemb.inference.saved import save_denoiser
+        from secemb.training.trained import TrainedModel
+
+        folder = Path(save_dir) / f"{model}-seed{seed}"
+        TrainedModel.from_training(built, rec).save(folder / "recommender")
+        save_denoiser(folder / "denoiser.npz", den, dres.table, dres.dense)
     return {"model": model, "dataset": dataset, "seed": seed, "epsilon": epsilon, "delta": delta, "bound": bound,
             "sigma": mech.sigma, "protocol": protocol, "rec_epochs": epochs, "den_epochs": den_epochs,
             "hat_d": hp["hat_d"], "den_lr": hp["lr"], "den_reg": hp["reg"], "rows": ctx.rep.rows,

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from secemb.cli import bench, train
-from secemb.cli import admin, client, demo, recommend, serve
+from secemb.cli import admin, client, demo, infer, recommend, serve
 
 app = typer.Typer(
     name="secemb",
@@ -46,6 +46,7 @@ serve.register(app)
 client.register(app)
 demo.register(app)
 recommend.register(app)
+infer.register(app)
 admin.register(app)
 
 

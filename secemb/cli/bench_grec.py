@@ -24,6 +24,7 @@ def register(bench_app: typer.Typer) -> None:
         den_epochs: int = typer.Option(10, help="Denoiser epochs (the paper: 50)."),
         secure: bool = typer.Option(False, "--secure", help="Train both models with SecEmb itself instead of its "
                                     "bit-identical plaintext twin (slow: ~45 s a round here)."),
+        save_dir: Path = typer.Option(None, help="Also save each recommender and denoiser here (for 'secemb infer')."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result."),
         out: Path = typer.Option(Path("results/grec/table3.json"), help="Write the JSON result here."),
     ) -> None:
@@ -55,7 +56,7 @@ def register(bench_app: typer.Typer) -> None:
 
                 rows = bench_grec.run(models=names, seeds=seed_list, dataset=dataset, epsilon=epsilon, delta=delta,
                                       bound=bound, rec_epochs=rec_epochs or None, den_epochs=den_epochs,
-                                      secure=secure, log=log)
+                                      secure=secure, save_dir=save_dir, log=log)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         result = {"runs": rows, "table": bench_grec.table(rows)}

@@ -1,0 +1,67 @@
+"""``secemb infer`` on a saved model: naive LDP and with a saved denoiser; bad usage is exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from secemb.cli import app
+from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
+from secemb.inference.saved import load_denoiser, save_denoiser
+from secemb.training import Experiment
+from secemb.training.trained import TrainedModel
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("infer")
+    result = Experiment(dataset="synthetic-mini", model="mf", protocol="plaintext", epochs=1, dim=4, lr=0.05,
+                        reg=0.01).run()
+    result.model.save(folder / "rec")
+    trained = TrainedModel.load(folder / "rec")
+    ctx = DenoiserContext.from_trained(trained.model, trained.table, trained.dense, trained.user_store,
+                                       GaussianLDP(2.0, 1e-5, 0.5))
+    den = Denoiser.for_context(ctx, hat_d=3, hidden=4)
+    table, dense = den.init_public(trained.num_items, np.random.default_rng(0))
+    save_denoiser(folder / "den.npz", den, table, dense)
+    return folder, trained, table, dense
+
+
+def test_top_k_naive_and_post_processed(saved) -> None:
+    folder, trained, table, dense = saved
+    runner = CliRunner()
+    naive = runner.invoke(app, ["infer", "--model-dir", str(folder / "rec"), "--user", "2", "-k", "5", "--json"])
+    assert naive.exit_code == 0, naive.output
+    doc = json.loads(naive.output)
+    assert doc["mode"] == "naive-ldp" and len(doc["items"]) == 5 and doc["epsilon"] == 1.0
+    assert not set(doc["items"]) & set(trained.rated(2).tolist())  # unrated items only
+    assert doc["scores"] == sorted(doc["scores"], reverse=True)
+    rows, dim = 1, 4
+    assert doc["upload_bytes"] == 12 + 8 * rows * dim and doc["download_bytes"] == 8 + 8 * trained.num_items
+    post = runner.invoke(app, ["infer", "--model-dir", str(folder / "rec"), "--user", "2", "--items", "0,3",
+                               "--denoiser", str(folder / "den.npz"), "--json"])
+    assert post.exit_code == 0, post.output
+    doc = json.loads(post.output)
+    assert doc["mode"] == "post-processing-ldp" and doc["items"] == [0, 3] and doc["epsilon"] == 2.0
+    den, t2, d2 = load_denoiser(folder / "den.npz", trained)
+    np.testing.assert_array_equal(t2, table)
+    np.testing.assert_array_equal(d2, dense)
+
+
+@pytest.mark.parametrize("args", [["--user", "100000"], ["--user", "1", "--items", "x"],
+                                  ["--user", "1", "--epsilon", "0"], ["--user", "1", "--items", "99999"]])
+def test_bad_usage_is_exit_2(saved, args) -> None:
+    folder = saved[0]
+    res = CliRunner().invoke(app, ["infer", "--model-dir", str(folder / "rec"), *args])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+
+
+def test_privacy_parameters_must_match_the_denoiser(saved) -> None:
+    folder = saved[0]
+    res = CliRunner().invoke(app, ["infer", "--model-dir", str(folder / "rec"), "--user", "1", "--denoiser",
+                                   str(folder / "den.npz"), "--epsilon", "1"])
+    assert res.exit_code == 2 and "differs" in res.output
