@@ -25,6 +25,7 @@ message bytes of ``docs/wire-format.md``; control messages are JSON.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -62,6 +63,8 @@ def _round_id(raw: object) -> object:
 
 RoundId = Annotated[int, BeforeValidator(_round_id)]
 
+
+log = logging.getLogger("secemb.server")
 
 _STATUS: list[tuple[type[BaseException], int, str]] = [
     (AuthError, 401, "unauthorized"),
@@ -175,6 +178,10 @@ def create_app(node: Node) -> FastAPI:
             "Operator: /v1/admin/*. Server 0 -> server 1: /v1/peer/*."
         ),
         openapi_tags=[{"name": "device"}, {"name": "admin"}, {"name": "peer"}, {"name": "health"}],
+        # the interactive docs and the schema are not served unless [server] docs = true
+        # (docs/openapi.json has the same description: python -m secemb.server.openapi)
+        docs_url="/docs" if cfg.docs else None, redoc_url=None,
+        openapi_url="/openapi.json" if cfg.docs else None,
     )
     app.state.node = node
 
@@ -186,6 +193,9 @@ def create_app(node: Node) -> FastAPI:
 
     @app.exception_handler(SecembError)
     async def _secemb_error(request: Request, exc: SecembError) -> JSONResponse:
+        if isinstance(exc, AuthError):  # one body for every reason: the reason is for the operator's log
+            log.info("401 %s %s: %s", request.method, request.url.path, exc)
+            return _error(401, "unauthorized", "authentication failed")
         for cls, status, name in _STATUS:
             if isinstance(exc, cls):
                 return _error(status, name, str(exc))
@@ -204,10 +214,10 @@ def create_app(node: Node) -> FastAPI:
         mutual = request.scope.get(PEER_CN_SCOPE_KEY) == principal.key_id
         if principal.kind == PEER and not cfg.insecure_http and not mutual:
             raise AuthError("a peer call must come over mutual TLS with the peer's certificate")
-        if principal.kind not in allow:
-            raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")
         body = await _bounded_read(request, limit)
         principal = verifier.verify(request.headers, request.method, request.url.path, request.url.query, body)
+        if principal.kind not in allow:  # only after the signature: no secret, no answer but 401
+            raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")
         return principal, body
 
     async def _bounded_read(request: Request, limit: int) -> bytes:

@@ -5,8 +5,12 @@
 same kind of message whatever the reason, except that the reason is named for the operator's
 log.  A nonce is remembered for twice the timestamp window, so a captured request cannot be
 replayed; one whose timestamp left the window is refused anyway.  After a restart the nonce
-memory is empty, which is why every state-changing request is also bound to a round or model
-version that the restarted server no longer accepts twice (see ``docs/deployment.md``).
+memory is empty, so a server also refuses every request signed before it started (issue 12,
+finding 7): a request captured before a restart cannot be replayed after it, within the window
+or not.  (Every state-changing request is moreover bound to a round or model version that the
+restarted server no longer accepts twice; see ``docs/deployment.md``.)  Clients sign each
+attempt afresh, so a retry after a restart passes; a client whose clock lags the server's by
+``d`` seconds is refused for ``d`` seconds after a restart -- keep clocks synchronized.
 
 Resources (issue 12, finding 4).  Everything that needs no body -- key id, timestamp window,
 and whether the nonce was already used -- is checked by :meth:`Verifier.principal_of` before
@@ -85,17 +89,21 @@ class Verifier:
     window_s: accepted clock difference, seconds.
     rate_per_s: requests a second each key id may sign (bursts up to four times that).
     max_nonces: unexpired nonces held at most (memory: about 200 bytes each).
+    not_before_ms: requests signed earlier (Unix ms) are refused; default: when this verifier
+        was made, i.e. when the server started.
     """
 
     def __init__(
         self, party: int, peer_secret: bytes, admin_secret: bytes, user_secret: bytes, num_users: int,
         window_s: float = 120.0, *, rate_per_s: float = 50.0, max_nonces: int = 262_144,
+        not_before_ms: int | None = None,
     ) -> None:
         self.party = party
         self._peer_id = f"server{1 - party}"
         self._peer, self._admin, self._users = peer_secret, admin_secret, user_secret
         self.num_users = num_users
         self.window_ms = int(window_s * 1000)
+        self.not_before_ms = int(time.time() * 1000) if not_before_ms is None else int(not_before_ms)
         self._nonces: OrderedDict[str, int] = OrderedDict()  # nonce -> expiry (ms)
         self._lock = threading.Lock()
         self.rate_per_s, self.burst, self.max_nonces = float(rate_per_s), 4.0 * float(rate_per_s), int(max_nonces)
@@ -118,8 +126,11 @@ class Verifier:
         if not (_NONCE.match(nonce) and _SIG.match(sig)):
             raise AuthError("malformed credentials")
         now = int(time.time() * 1000)
-        if abs(now - _timestamp(ts)) > self.window_ms:
+        signed = _timestamp(ts)
+        if abs(now - signed) > self.window_ms:
             raise AuthError("request timestamp outside the accepted window")
+        if signed < self.not_before_ms:
+            raise AuthError("request signed before this server started (a replay across a restart?)")
         principal, key = self._claimed(key_id)
         with self._lock:
             if f"{key_id}/{nonce}" in self._nonces:

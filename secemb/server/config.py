@@ -5,7 +5,7 @@ for a full example)::
 
     [server]    party (required), host, port, peer_url (required), state_dir (required),
                 auth_window_s, peer_timeout_s, max_body_bytes, read_timeout_s, max_connections,
-                max_body_reads, requests_per_s, max_nonces,
+                max_body_reads, requests_per_s, max_nonces, docs (serve /docs and /openapi.json),
                 insecure_http (plain HTTP, loopback only; default false: TLS)
     [tls]       ca, cert, key -- PEM files written by ``secemb admin init`` (required unless
                 insecure_http)
@@ -73,6 +73,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "max_body_reads": "max_body_reads",
         "requests_per_s": "requests_per_s",
         "max_nonces": "max_nonces",
+        "docs": "docs",
         "insecure_http": "insecure_http",
     },
     "tls": {"ca": "tls_ca", "cert": "tls_cert", "key": "tls_key"},
@@ -194,6 +195,8 @@ class ServerConfig(BaseModel):
     requests_per_s: _PositiveNumber = Field(50.0, description="a positive number")
     #: unexpired nonces remembered at most (~200 bytes each); a full memory answers 503
     max_nonces: StrictInt = Field(262_144, ge=1024, description="an int >= 1024")
+    #: serve the interactive API docs (/docs) and the schema (/openapi.json); off by default
+    docs: StrictBool = Field(False, description="true or false")
     #: plain HTTP instead of TLS (refused unless ``host`` is a loopback address)
     insecure_http: StrictBool = Field(False, description="true or false")
     tls_ca: Path | None = Field(None, description="a path")

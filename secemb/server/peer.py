@@ -15,6 +15,7 @@ Errors (every method):
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,8 @@ from secemb.errors import SecembError
 from secemb.transport.errors import RemoteError, Unreachable
 
 __all__ = ["HttpPeer", "PeerLink", "PeerRefused", "PeerUnreachable"]
+
+log = logging.getLogger("secemb.server")
 
 T = TypeVar("T")
 
@@ -90,9 +93,11 @@ def _call(fn: Callable[[], T]) -> T:
     except RemoteError as exc:
         if exc.status < 500:
             raise PeerRefused(exc.detail) from None
-        raise PeerUnreachable(str(exc)) from None
-    except Unreachable as exc:
-        raise PeerUnreachable(str(exc)) from None
+        log.warning("server 1 failed: %s", exc)
+        raise PeerUnreachable(f"server 1 answered {exc.status} {exc.error}") from None
+    except Unreachable as exc:  # the message names server 1's address: for the log, not for callers
+        log.warning("server 1 unreachable: %s", exc)
+        raise PeerUnreachable("server 1 did not answer") from None
 
 
 class HttpPeer:

@@ -5,6 +5,7 @@ the FastAPI app through Starlette's test client."""
 from __future__ import annotations
 
 import errno
+import time
 
 import numpy as np
 import pytest
@@ -376,3 +377,83 @@ def test_finding4_each_key_is_rate_limited_after_its_signature_and_junk_does_not
             ok += 1
     assert 20 <= ok <= 22  # the burst (4 x rate), plus what refilled meanwhile
     v.verify(sign_headers("user:4", user_key(USERS, 4), "GET", "/v1/round"), "GET", "/v1/round", "", b"")
+
+
+# ---------------------------------------------------------------- finding 10: small leaks
+def _app_client(tmp_path, **kw) -> tuple[TestClient, object]:
+    node = make_node(_cfg(0, tmp_path, **kw), peer=_servers().nodes[0].peer, store=MemoryStore(0, "f"),
+                     start_threads=False)
+    return TestClient(create_app(node)), node
+
+
+def test_finding10_every_401_has_the_same_body_whatever_the_reason(tmp_path):
+    client, _ = _app_client(tmp_path)
+    path = "/v1/admin/status"
+    good = sign_headers("admin", ADMIN, "GET", path)
+    client.get(path, headers=good)
+    cases = {
+        "no credentials": {},
+        "unknown key id": sign_headers("server7", ADMIN, "GET", path),
+        "user id out of range": sign_headers("user:30", user_key(USERS, 30), "GET", path),
+        "bad signature": sign_headers("admin", b"b" * 32, "GET", path),
+        "stale": sign_headers("admin", ADMIN, "GET", path, timestamp_ms=1),
+        "replay": good,
+        "signed by server 1": sign_headers("server1", PEER, "GET", path),
+    }
+    bodies = {}
+    for why, headers in cases.items():
+        resp = client.get(path, headers=headers)
+        assert resp.status_code == 401, (why, resp.status_code)
+        bodies[why] = resp.content
+    assert set(bodies.values()) == {b'{"error":"unauthorized","detail":"authentication failed"}'}, bodies
+
+
+def test_finding10_no_403_without_a_valid_signature(tmp_path):
+    client, _ = _app_client(tmp_path)
+    path = "/v1/admin/status"
+    forged = sign_headers("user:3", b"x" * 32, "GET", path)  # a device's id, no device key
+    assert client.get(path, headers=forged).status_code == 401
+    device = sign_headers("user:3", user_key(USERS, 3), "GET", path)  # a real device, wrong endpoint
+    assert client.get(path, headers=device).status_code == 403
+
+
+def test_finding10_api_docs_and_schema_are_off_unless_enabled(tmp_path):
+    client, _ = _app_client(tmp_path)
+    for path in ("/docs", "/openapi.json", "/redoc"):
+        assert client.get(path).status_code == 404, path
+    client, _ = _app_client(tmp_path / "on", docs=True)
+    assert client.get("/openapi.json").status_code == 200 and client.get("/docs").status_code == 200
+
+
+def test_finding10_a_503_does_not_carry_the_peer_address(tmp_path):
+    port = 9  # the discard port: nothing listens on loopback, the connection is refused
+    cfg = _cfg(0, tmp_path).replace(peer_url=f"https://127.0.0.1:{port}", peer_timeout_s=2.0)
+    node = make_node(cfg, store=MemoryStore(0, "f"), start_threads=False)
+    client = TestClient(create_app(node))
+    body = b'{"participants": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}'
+    headers = sign_headers("admin", ADMIN, "POST", "/v1/admin/rounds", "", body) | {"Content-Type": "application/json"}
+    resp = client.post("/v1/admin/rounds", content=body, headers=headers)
+    assert resp.status_code == 503 and resp.json()["error"] == "peer_unavailable", resp.text
+    assert "127.0.0.1" not in resp.text and f":{port}" not in resp.text, resp.text
+
+
+# ---------------------------------------------------------------- finding 7: replays across a restart
+def test_finding7_a_request_captured_before_a_restart_is_refused_after_it(tmp_path):
+    servers = _servers(min_users=3)
+    body = b'{"participants": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}'
+    path = "/v1/admin/rounds"
+    open_round = sign_headers("admin", ADMIN, "POST", path, "", body) | {"Content-Type": "application/json"}
+    count = sign_headers("user:4", user_key(USERS, 4), "POST", "/v1/count", "", b"\0" * 28)
+    time.sleep(0.01)  # the restart comes after the capture
+
+    def boot(state):  # a server process starting on its state directory
+        node = make_node(_cfg(0, state), peer=servers.nodes[0].peer, start_threads=False)
+        return TestClient(create_app(node)), node
+
+    client, node = boot(tmp_path)
+    for headers, url, content in ((open_round, path, body), (count, "/v1/count", b"\0" * 28)):
+        resp = client.post(url, content=content, headers=headers)
+        assert resp.status_code == 401, (url, resp.text)  # signed before this server started
+    assert node.round is None and node.max_round == -1
+    fresh = sign_headers("admin", ADMIN, "POST", path, "", body) | {"Content-Type": "application/json"}
+    assert client.post(path, content=body, headers=fresh).status_code == 200  # a client re-signs and passes
