@@ -501,7 +501,10 @@ class SecEmbServer(ServerRole):
             else:
                 t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
                 cws = np.stack([a.cw for a in got], axis=1)  # (B, U, w)
-                part = ring_matmul(t, cws, cfg.ring_bits, a_bits=1)
+                if isinstance(self._table, DeviceTable):
+                    part = self._table.bits_product(t, cws)
+                else:
+                    part = ring_matmul(t, cws, cfg.ring_bits, a_bits=1)
                 part = -part if self.party else part
             self._bits_cache = (key, part)
         return self._bits_cache[1]

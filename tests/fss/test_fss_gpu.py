@@ -218,3 +218,17 @@ def test_ring_matmul_split_over_the_domain_matches_cpu(monkeypatch: pytest.Monke
     got = gpu_eval.ring_matmul(torch.from_numpy(e.view(signed)).to(DEV), torch.from_numpy(table.view(signed)).to(DEV))
     want = ring_matmul(e.transpose(1, 0, 2), table, ring_bits).transpose(1, 0, 2)
     assert np.array_equal(got.cpu().numpy().view(e.dtype), want)
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
+def test_bits_product_matches_cpu(ring_bits: int) -> None:
+    """The cuckoo layout's control-bit part of the aggregation, ``t[g] @ CW[g]`` per bucket,
+    equals the CPU's exact product (0/1 left operand)."""
+    from secemb.fss.linalg import ring_matmul
+
+    rng = np.random.default_rng(ring_bits + 3)
+    t = rng.integers(0, 2, (3, 7, 5), dtype=np.uint8)  # (B, M, U)
+    cw = _table(rng, 3 * 5, 4, ring_bits).reshape(3, 5, 4)  # (B, U, w)
+    got = gpu.DeviceTable(_table(rng, 10, 1, ring_bits), "full", DEV).bits_product(t, cw)
+    assert got.dtype == cw.dtype
+    assert np.array_equal(got, ring_matmul(t, cw, ring_bits, a_bits=1))

@@ -118,5 +118,13 @@ class DeviceTable:
 
         return evaluate(party, keys, self, width)
 
+    def bits_product(self, t: np.ndarray, cw: np.ndarray) -> np.ndarray:
+        """``out[g] = t[g] @ cw[g]`` in the ring on the device: the cuckoo layout's control-bit
+        part of the aggregation, ``t`` uint8 (B, M, U) 0/1, ``cw`` ring (B, U, w) -> ring
+        (B, M, w) (:func:`secemb.fss.gpu.evaluate.bits_product`)."""
+        from secemb.fss.gpu.evaluate import bits_product
+
+        return bits_product(t, cw, self.device)
+
     def __getstate__(self) -> Any:  # noqa: ANN401 - never pickled
         raise TypeError("a DeviceTable lives on its device and is not shipped to other processes")

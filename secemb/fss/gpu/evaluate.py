@@ -32,7 +32,7 @@ from secemb.fss.gpu.tables import TABLES, round_keys
 from secemb.fss.keys import DPFKeys, PathKeys
 
 __all__ = ["LEAF_BUDGET", "upload_table", "mmo", "expand", "retrieval_shares", "convert_sum", "ring_matmul",
-           "evaluate"]
+           "bits_product", "evaluate"]
 
 #: leaves of one chunk of keys (16 bytes each, plus the level above: 768 MiB on the device)
 LEAF_BUDGET = 1 << 25
@@ -166,6 +166,19 @@ def ring_matmul(e: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     kern.ring_matmul_kernel[grid](e, table, out, users, groups, m, d, m_split, RING64=e.dtype == torch.int64,
                                   BU=bu, BD=bd, BM=bm)
     return out
+
+
+def bits_product(t: np.ndarray, cw: np.ndarray, dev: torch.device) -> np.ndarray:
+    """``out[g] = t[g] @ cw[g]`` in the ring: ``t`` uint8 (G, R, U) 0/1, ``cw`` ring (G, U, w)
+    (uint32 or uint64) -> ring (G, R, w); the product of :func:`ring_matmul` with the control
+    bits as its left operand (rows ``R``, inner dimension ``U``)."""
+    groups, rows, users = t.shape
+    if cw.shape[:2] != (groups, users) or cw.dtype not in _SIGNED:
+        raise InvalidParameters(f"correction words of shape {cw.shape} do not match control bits {t.shape}")
+    signed = torch.int64 if cw.dtype == np.uint64 else torch.int32
+    left = torch.from_numpy(np.ascontiguousarray(t.transpose(1, 0, 2))).to(dev).to(signed)  # (R, G, U)
+    out = ring_matmul(left, _to_device(cw, dev))  # (R, G, w)
+    return _to_host(out.permute(1, 0, 2).contiguous(), cw.dtype)
 
 
 def _pack_bits(t: torch.Tensor) -> torch.Tensor:
