@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -367,3 +369,61 @@ def test_a_wrong_key_share_is_detected_and_an_out_of_field_share_refused():
     server.receive_unmask(3, unmask[3])
     with pytest.raises(InvalidMessage, match="does not match its public key"):
         server.result()
+
+
+@functools.cache
+def _deliveries():
+    """Every message of a sparse round with a dropout, each with a snapshot of its receiver
+    taken just before delivery: ``(receiver, method name, message, extra args)``."""
+    import copy
+
+    cfg = SecAggConfig(length=9, threshold=2, width=2, round_id=4, sparse=True)
+    rows = {2: np.array([0, 3, 4, 8]), 5: np.array([3, 4]), 7: np.array([1, 3, 8])}
+    server = SecAggServer(cfg)
+    clients = {i: SecAggClient(i, cfg) for i in rows}  # os.urandom: snapshots must deep-copy
+    out = []
+
+    def to_server(name, cid, msg):
+        out.append((copy.deepcopy(server), name, msg, (cid,)))
+        getattr(server, name)(cid, msg)
+
+    def to_client(cid, name, msg, *args):
+        out.append((copy.deepcopy(clients[cid]), name, msg, args))
+        return getattr(clients[cid], name)(msg, *args)
+
+    for i, c in clients.items():
+        to_server("receive_advertise", i, c.advertise(rows[i]))
+    keys = server.keys_messages()
+    for i in clients:
+        to_server("receive_shares", i, to_client(i, "share_keys", keys[i]))
+    relayed = server.relayed_messages()
+    for i in (2, 7):  # 5 drops after ShareKeys
+        x = np.ones((rows[i].size, 2), np.uint32)
+        to_server("receive_masked", i, to_client(i, "masked_input", relayed[i], x))
+    surv = server.survivors_messages()
+    for i in (2, 7):
+        to_server("receive_unmask", i, to_client(i, "unmask", surv[i]))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(1, 255))
+def test_a_flipped_byte_is_accepted_or_refused_with_invalid_message(which, pos, flip):
+    """Semi-honest messages carry no MAC where the server cannot check them (masked values,
+    relayed ciphertexts): a flip there may pass.  Anything else a flip breaks is refused with
+    InvalidMessage -- never another exception."""
+    import copy
+
+    deliveries = _deliveries()
+    party, name, msg, args = deliveries[which % len(deliveries)]
+    bad = bytearray(msg)
+    bad[pos % len(bad)] ^= flip
+    party = copy.deepcopy(party)
+    method = getattr(party, name)
+    try:
+        if isinstance(party, SecAggServer):
+            method(args[0], bytes(bad))
+        else:
+            method(bytes(bad), *args)
+    except InvalidMessage:
+        pass
