@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["DENOISER_HPARAMS", "PAPER_TABLE3", "evaluate", "run", "run_one"]
+__all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "PAPER_TABLE3", "device_cost", "evaluate", "run", "run_one", "table"]
 
 #: Table 3, ML-100K column: model -> (non-private, naive LDP, post-processing LDP) RMSE means
 PAPER_TABLE3: dict[str, tuple[float, float, float]] = {
@@ -152,4 +153,88 @@ def table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if paper is not None:
             cell["paper"] = {"non_private": paper[0], "naive_ldp": paper[1], "post_processing_ldp": paper[2]}
         out.append(cell)
+    return out
+
+
+#: Figure 4's workload: items a device scores in one inference
+FIGURE4_ITEMS = 150
+
+
+def _median_ms(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall milliseconds of ``repeats`` calls of ``fn`` after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return 1e3 * float(np.median(times))
+
+
+def _perturb_and_denoise(den: Any, e: np.ndarray, dense: np.ndarray, users: np.ndarray, items: np.ndarray,
+                         reply: np.ndarray) -> np.ndarray:
+    """GREC's device work for one inference: the release of device 0, then F_p on the items."""
+    from secemb.inference import privatize
+
+    ctx = den.context
+    h_tilde, z = privatize(ctx.h[:1], ctx.mechanism)
+    return np.asarray(den.denoise(e, dense, np.zeros(1, dtype=np.int64), h_tilde, z, users, items,
+                                  reply + ctx.offset[0]))
+
+
+def device_cost(models: Sequence[str] = ("mf", "ncf", "fm", "deepfm"), *, dataset: str = "ml-100k",
+                items: int = FIGURE4_ITEMS, repeats: int = 30, data_dir: Any = None,
+                seed: int = 0) -> list[dict[str, Any]]:
+    """Figure 4: one device's time and held memory to predict ``items`` items.
+
+    * ``full``: the device holds the whole recommender (its table, dense vector and own private
+      vector) and computes ``model.predict`` for the items;
+    * ``grec``: the device privatizes its representation (one release) and runs F_p on the
+      items' noisy scores (the server's reply, taken as given: the server's time is not the
+      device's); it holds ``H_u``, ``Z_u``, its offset, F_i's ``e`` (m x d^) and F_p's dense.
+
+    Time: median wall milliseconds over ``repeats`` calls (one torch thread).  Memory: the bytes of
+    the arrays the device holds for the computation (``nbytes``), not the process's peak.
+    Parameters are the models' initial values at the dataset's real shapes (ML-100K: real
+    features); time and memory do not depend on the values.
+    """
+    import torch
+
+    from secemb.data import load_dataset
+    from secemb.data.features import load_features
+    from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
+    from secemb.models import get_model, get_preset, uses_features
+
+    torch.set_num_threads(1)
+    data = load_dataset(dataset, data_dir, seed=seed)
+    rng = np.random.default_rng(seed)
+    out = []
+    for name in models:
+        preset = get_preset(name, "ml-100k" if dataset not in ("ml-1m", "ml-10m", "ml-25m", "yelp") else dataset)
+        kw: dict[str, Any] = {}
+        if uses_features(name):
+            kw["features"] = load_features(dataset, data_dir, num_users=data.num_users, num_items=data.num_items,
+                                           seed=seed)
+        model = get_model(name, dim=preset.dim, reg=preset.reg, **kw)
+        table, dense = model.init_public(data.num_items, rng)
+        params = model.init_private(data.num_users, rng)  # device 0's row is used
+        chosen = rng.choice(data.num_items, size=items, replace=False)
+        users = np.zeros(items, dtype=np.int64)
+        mech = GaussianLDP(1.0, 1e-4, 1.0)
+        ctx = DenoiserContext.from_trained(model, table, dense, params, mech, kw.get("features"))
+        den = Denoiser.for_context(ctx, hat_d=int(DENOISER_HPARAMS[name]["hat_d"]))
+        den_table, den_dense = den.init_public(data.num_items, rng)
+        e = np.ascontiguousarray(den_table[:, : den.hat_d])
+        reply = rng.normal(3.0, 1.0, items)  # the server's scores of the items (values irrelevant)
+
+        row: dict[str, Any] = {"model": name, "dataset": dataset, "items": items, "repeats": repeats,
+                               "full_ms": _median_ms(partial(model.predict, table, dense, params, users, chosen),
+                                                     repeats),
+                               "grec_ms": _median_ms(partial(_perturb_and_denoise, den, e, den_dense, users, chosen,
+                                                             reply), repeats)}
+        row["full_bytes"] = int(table.nbytes + dense.nbytes + params[0].nbytes)
+        row["grec_bytes"] = int(2 * ctx.h[0].nbytes + 8 + e.nbytes + den_dense.nbytes)
+        row["time_ratio"] = row["full_ms"] / row["grec_ms"]
+        row["memory_ratio"] = row["full_bytes"] / row["grec_bytes"]
+        out.append(row)
     return out

@@ -24,6 +24,9 @@ def register(bench_app: typer.Typer) -> None:
         den_epochs: int = typer.Option(10, help="Denoiser epochs (the paper: 50)."),
         secure: bool = typer.Option(False, "--secure", help="Train both models with SecEmb itself instead of its "
                                     "bit-identical plaintext twin (slow: ~45 s a round here)."),
+        figure4: bool = typer.Option(False, "--figure4", help="Only Figure 4: one device's time and held memory to "
+                                     "predict 150 items, full local model against perturb + denoise (no training)."),
+        repeats: int = typer.Option(30, help="--figure4: timed calls per measure (the median is reported)."),
         save_dir: Path = typer.Option(None, help="Also save each recommender and denoiser here (for 'secemb infer')."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result."),
         out: Path = typer.Option(Path("results/grec/table3.json"), help="Write the JSON result here."),
@@ -48,6 +51,28 @@ def register(bench_app: typer.Typer) -> None:
         if not names or not seed_list or min(seed_list) < 0 or rec_epochs < 0 or den_epochs < 1:
             fail("need >= 1 model and seed (seeds >= 0), --rec-epochs >= 0 and --den-epochs >= 1")
         console = Console(stderr=True)
+        if figure4:
+            if repeats < 1:
+                fail(f"--repeats must be >= 1, got {repeats}")
+            try:
+                with console.status("measuring"):
+                    cost = bench_grec.device_cost(names, dataset=dataset, repeats=repeats)
+            except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+                fail(exc)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"figure4": cost}, indent=2))
+            if as_json:
+                typer.echo(json.dumps({"figure4": cost}, indent=2))
+                return
+            fig = Table(title=f"secemb bench grec --figure4 ({dataset}, {bench_grec.FIGURE4_ITEMS} items, one device)")
+            for col in ("model", "full ms", "GREC ms", "time ratio", "full MB", "GREC MB", "memory ratio"):
+                fig.add_column(col, justify="left" if col == "model" else "right")
+            for r in cost:
+                fig.add_row(r["model"], f"{r['full_ms']:.3f}", f"{r['grec_ms']:.3f}", f"{r['time_ratio']:.2f}",
+                            f"{r['full_bytes'] / 1e6:.3f}", f"{r['grec_bytes'] / 1e6:.3f}", f"{r['memory_ratio']:.2f}")
+            Console().print(fig)
+            typer.echo(f"wrote {out}")
+            return
         try:
             with console.status("training") as status:
                 def log(msg: str) -> None:
