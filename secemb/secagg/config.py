@@ -65,6 +65,9 @@ class SecAggConfig:
             raise InvalidParameters(f"length must be in [1, 2^32), got {self.length}")
         if not 1 <= self.width <= 2**20:
             raise InvalidParameters(f"width must be in [1, 2^20], got {self.width}")
+        if self.length * self.width > 2**30:
+            raise InvalidParameters(f"length x width must be at most 2^30 words (a message body is below 4 GiB), "
+                                    f"got {self.length} x {self.width}")
         if self.threshold < 2:
             raise InvalidParameters(f"threshold must be >= 2, got {self.threshold}")
         if not 0 <= self.round_id < 2**64:

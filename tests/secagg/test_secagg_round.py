@@ -279,6 +279,8 @@ def test_config_validation():
         SecAggConfig(length=0, threshold=2)
     with pytest.raises(InvalidParameters):
         SecAggConfig(length=3, threshold=1)
+    with pytest.raises(InvalidParameters, match="2\\^30"):
+        SecAggConfig(length=2**28, threshold=2, width=5)
     with pytest.raises(InvalidParameters):
         SecAggClient(2**32 - 1, SecAggConfig(length=3, threshold=2))
     assert default_threshold(10) == 6 and default_threshold(3) == 2
