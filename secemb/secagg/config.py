@@ -22,9 +22,10 @@ def default_threshold(n: int) -> int:
     """``n // 2 + 1``: the smallest majority of the ``n`` clients that start a round.
 
     It tolerates ``ceil(n / 2) - 1`` dropouts and keeps the inputs secret against the server
-    together with up to ``threshold - 1`` clients (Bonawitz et al., CCS 2017, Thm. 6.3).  A
-    deployment that must resist an *active* server needs ``t > 2n/3`` and the signed,
-    consistency-checked variant, which this package does not implement.
+    together with up to ``threshold - 1`` clients (Bonawitz et al., CCS 2017, honest-but-curious
+    analysis: ``t`` must exceed the number of colluding clients).  A deployment that must resist
+    an *active* server needs ``t > 2n/3`` and the signed, consistency-checked variant, which this
+    package does not implement.
     """
     if n < 2:
         raise InvalidParameters(f"secure aggregation needs at least 2 clients, got {n}")
