@@ -38,3 +38,24 @@ def test_gpu_backend_refuses_without_a_gpu_or_the_interpreter(monkeypatch: pytes
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(InvalidParameters, match="CUDA|Triton"):
         make_backend("gpu")
+
+
+def test_gpu_backend_without_triton_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    with pytest.raises(InvalidParameters, match=r"pip install 'secemb\[gpu\]'"):
+        make_backend("gpu")
+
+
+def test_importing_secemb_does_not_import_triton() -> None:
+    """The CLI, the protocols and the GPU package import without Triton (it loads only when a
+    GPU evaluation runs)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, secemb.cli, secemb.protocols.secemb, secemb.fss.gpu, secemb.bench.gpu; "
+            "print('triton' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
