@@ -16,7 +16,7 @@ for a full example)::
                 num_users (required), rating_range, init_seed, item_features (path of the
                 public item features of a feature model, written by
                 ``secemb.data.features.save_item_features``)
-    [training]  lr, beta1, beta2, eps, lazy_adam, ring_bits, frac_bits, m_prime, alpha
+    [training]  lr, beta1, beta2, eps, lazy_adam, ring_bits, frac_bits, m_prime, m_prime_max, alpha
     [rounds]    deadline_s, min_users
     [privacy]   sigma (central DP: each server's noise scale in ring units; docs/security.md),
                 clip (the L2 bound every device clips its round contribution to; required with
@@ -106,6 +106,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "ring_bits": "ring_bits",
         "frac_bits": "frac_bits",
         "m_prime": "m_prime",
+        "m_prime_max": "m_prime_max",
         "alpha": "alpha",
     },
     "rounds": {"deadline_s": "deadline_s", "min_users": "min_users"},
@@ -225,6 +226,9 @@ class ServerConfig(BaseModel):
     ring_bits: StrictInt = Field(32, description="an int")
     frac_bits: StrictInt = Field(16, description="an int")
     m_prime: StrictInt | None = Field(None, ge=1, description="None or in [1, num_items]")
+    #: the largest m' the count phase may set (a malicious device's count share moves m' at most
+    #: up to it; docs/security.md); None: num_items
+    m_prime_max: StrictInt | None = Field(None, ge=1, description="None or in [1, num_items]")
     alpha: _Number = Field(2.5, description="a number")
     deadline_s: _PositiveNumber = Field(60.0, description="a positive number")
     #: the floor: this server releases no count, aggregate share or user set of fewer users
@@ -274,6 +278,8 @@ class ServerConfig(BaseModel):
                                     f"{self.host!r}; give [tls] files for any other address")
         if self.m_prime is not None and self.m_prime > self.num_items:
             raise InvalidParameters(f"m_prime must be None or in [1, num_items], got {self.m_prime!r}")
+        if self.m_prime_max is not None and self.m_prime_max > self.num_items:
+            raise InvalidParameters(f"m_prime_max must be None or in [1, num_items], got {self.m_prime_max!r}")
         if bool(self.dp_sigma) != bool(self.dp_clip):
             raise InvalidParameters(f"[privacy] sigma and clip go together (the devices clip to what the noise is "
                                     f"calibrated for), got sigma={self.dp_sigma!r}, clip={self.dp_clip!r}")

@@ -519,13 +519,18 @@ class LeaderNode(Node):
             raise peer_failure("server 1 did not close the count phase", exc) from None
         peer = messages.decode_count(peer_share, ring_bits=self.cfg.ring_bits, party=1)
         total = int(reconstruct(self.count.total(include), peer)[0])
-        if total >= 2 ** (self.cfg.ring_bits - 1):
+        # issue 12, finding 12: each device's count lies in [0, m], so an honest total lies in
+        # [0, n m]; anything else means a device sent an out-of-range share (which one is not
+        # learnable): the phase fails and can be run again, or m' set by the operator
+        if total > len(include) * self.cfg.num_items:
             self.count.reopen()
-            raise Conflict("the opened total does not fit the ring (inconsistent shares)")
+            raise Conflict(f"the opened total is outside [0, n*m] for n={len(include)}, m={self.cfg.num_items}: "
+                           "a device sent a count share outside [0, m]; run the count again or set training.m_prime")
         mean = total / len(include)
+        cap = self.cfg.m_prime_max if self.cfg.m_prime_max is not None else self.cfg.num_items
         with self.lock:
             before = self.m_prime, self.mean_count
-            self.m_prime = min(max(math.ceil(self.cfg.alpha * mean), 1), self.cfg.num_items)
+            self.m_prime = min(max(math.ceil(self.cfg.alpha * mean), 1), cap)
             self.mean_count = mean
             try:
                 self._save()

@@ -5,6 +5,7 @@ the FastAPI app through Starlette's test client."""
 from __future__ import annotations
 
 import errno
+import math
 import time
 
 import numpy as np
@@ -457,3 +458,36 @@ def test_finding7_a_request_captured_before_a_restart_is_refused_after_it(tmp_pa
     assert node.round is None and node.max_round == -1
     fresh = sign_headers("admin", ADMIN, "POST", path, "", body) | {"Content-Type": "application/json"}
     assert client.post(path, content=body, headers=fresh).status_code == 200  # a client re-signs and passes
+
+
+# ---------------------------------------------------------------- finding 12: malicious count shares
+def _count_phase(counts: dict[int, int], **cfg) -> tuple[object, object]:
+    servers = _servers(min_users=3)
+    leader = servers.nodes[0]
+    leader.cfg = leader.cfg.replace(m_prime=None, **cfg)
+    leader.m_prime = None
+    leader.count_open(None)
+    for u, c in counts.items():
+        shares = share(np.array([c % 2**32], np.uint32))
+        for p in (1, 0):
+            servers.nodes[p].count_submit(u, messages.encode_count(shares[p], 32, p))
+    return servers, leader
+
+
+def test_finding12_a_count_share_outside_0_m_fails_the_phase_and_sets_nothing():
+    m = _SETTINGS["num_items"]
+    for bad in (m * 6 + 1, 2**31 - 1, 2**32 - 100):  # above n*m in total; near the wrap; "-100"
+        servers, leader = _count_phase({u: 3 for u in range(5)} | {5: bad})
+        with pytest.raises(Conflict, match=r"outside \[0, n\*m\].*outside \[0, m\]"):
+            leader.count_close()
+        assert leader.m_prime is None and leader.count.status()["state"] == "open"  # reopened: can run again
+
+
+def test_finding12_an_in_range_liar_moves_m_prime_at_most_to_the_operators_cap():
+    m = _SETTINGS["num_items"]
+    honest = {u: 2 for u in range(9)}
+    _, leader = _count_phase(honest | {9: m}, m_prime_max=6)  # one device claims every item
+    doc = leader.count_close()
+    assert doc["mean_count"] == (9 * 2 + m) / 10 and leader.m_prime == 6
+    _, leader = _count_phase(honest | {9: 2})
+    assert leader.count_close()["m_prime"] == math.ceil(leader.cfg.alpha * 2)  # Eq. 11 on the honest mean
