@@ -16,6 +16,10 @@ Per model (MF, NCF, FM, DeepFM) and seed:
    re-clipping alone buys).  RMSE of predictions clipped to the rating scale, beside the
    non-private recommender's on the same test pairs.
 
+Table 14 (:func:`ranking`): HR@10 and NDCG@10 of the test ratings >= 4 against 100 sampled
+unrated items, under the same four predictions.  Figure 4 (:func:`device_cost`): one device's
+time and held memory to predict 150 items, full local model against perturb + denoise.
+
 The paper's ML-100K cells are in :data:`PAPER_TABLE3`.
 """
 
@@ -30,7 +34,8 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "PAPER_TABLE3", "device_cost", "evaluate", "run", "run_one", "table"]
+__all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "PAPER_TABLE3", "device_cost", "evaluate", "ranking", "run", "run_one",
+           "table"]
 
 #: Table 3, ML-100K column: model -> (non-private, naive LDP, post-processing LDP) RMSE means
 PAPER_TABLE3: dict[str, tuple[float, float, float]] = {
@@ -51,29 +56,82 @@ DENOISER_HPARAMS: dict[str, dict[str, float]] = {
 REC_EPOCHS: dict[str, int] = {"mf": 20, "ncf": 20, "fm": 8, "deepfm": 2}
 
 
-def evaluate(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_model: Any, rec_table: np.ndarray,
-             rec_dense: np.ndarray, rec_store: Any, test: Any, rating_range: tuple[float, float]) -> dict[str, float]:
-    """RMSE of the non-private, naive-LDP and post-processed predictions on ``test``.  One noise
-    draw ``Z'_u`` per test user serves both: naive LDP sends ``clip(H_u) + Z'_u`` (Eq. 7);
-    GREC sends that matrix re-clipped (Eq. 15) and denoises (Eq. 16)."""
+def _release(denoiser: Any, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One noise draw ``Z'_u`` per device of ``users``: the naive release ``clip(H_u) + Z'_u``
+    (Eq. 7) and GREC's re-clipped one (Eq. 15), both float64 ``(U, R, d)``."""
     from secemb.inference import clip_frobenius, gaussian_noise
-    from secemb.metrics.rating import rmse
 
-    users, items, truth = test.users, test.items, test.ratings
-    uniq, pair_user = np.unique(users, return_inverse=True)
     ctx = denoiser.context
     mech = ctx.mechanism
-    h = ctx.h[uniq]
+    h = ctx.h[users]
     sent_naive = clip_frobenius(h, mech.bound) + gaussian_noise(h.shape, mech.sigma)
-    h_tilde = clip_frobenius(sent_naive, mech.bound)
-    r_naive = denoiser.noisy_scores(uniq, sent_naive, rec_table[items], pair_user)
+    return sent_naive, clip_frobenius(sent_naive, mech.bound)
+
+
+def _predictions(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_model: Any, rec_table: np.ndarray,
+                 rec_dense: np.ndarray, rec_store: Any, users: np.ndarray,
+                 items: np.ndarray) -> dict[str, np.ndarray]:
+    """The non-private, naive-LDP, re-clipped (no denoiser) and post-processed predictions of
+    the pairs ``(users[j], items[j])``, one release per distinct user shared by all four."""
+    uniq, pair_user = np.unique(users, return_inverse=True)
+    sent_naive, h_tilde = _release(denoiser, uniq)
     r_tilde = denoiser.noisy_scores(uniq, h_tilde, rec_table[items], pair_user)
-    r_hat = denoiser.denoise(den_table, den_dense, uniq, h_tilde, h_tilde - h, pair_user, items, r_tilde)
-    clean = rec_model.predict(rec_table, rec_dense, rec_store, users, items)
-    out = {"non_private": rmse(clean, truth, rating_range), "naive_ldp": rmse(r_naive, truth, rating_range),
-           "reclipped_no_denoiser": rmse(r_tilde, truth, rating_range),
-           "post_processing_ldp": rmse(r_hat, truth, rating_range)}
+    z = h_tilde - denoiser.context.h[uniq]
+    return {"non_private": rec_model.predict(rec_table, rec_dense, rec_store, users, items),
+            "naive_ldp": denoiser.noisy_scores(uniq, sent_naive, rec_table[items], pair_user),
+            "reclipped_no_denoiser": r_tilde,
+            "post_processing_ldp": denoiser.denoise(den_table, den_dense, uniq, h_tilde, z, pair_user, items, r_tilde)}
+
+
+def evaluate(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_model: Any, rec_table: np.ndarray,
+             rec_dense: np.ndarray, rec_store: Any, test: Any, rating_range: tuple[float, float]) -> dict[str, float]:
+    """Table 3: RMSE of the four predictions (:func:`_predictions`) on ``test``, clipped to the
+    rating scale.  One noise draw per test user serves all: naive LDP sends
+    ``clip(H_u) + Z'_u`` (Eq. 7); GREC sends that matrix re-clipped (Eq. 15) and denoises."""
+    from secemb.metrics.rating import rmse
+
+    preds = _predictions(denoiser, den_table, den_dense, rec_model, rec_table, rec_dense, rec_store, test.users,
+                         test.items)
+    out = {k: rmse(v, test.ratings, rating_range) for k, v in preds.items()}
     return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def ranking(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_model: Any, rec_table: np.ndarray,
+            rec_dense: np.ndarray, rec_store: Any, train: Any, test: Any, *, negatives: int = 100, k: int = 10,
+            threshold: float = 4.0, seed: int = 0) -> dict[str, float]:
+    """Table 14: HR@k and NDCG@k of each test rating >= ``threshold`` (the positives; the paper
+    does not say) ranked against ``negatives`` items the user rated neither in training nor in
+    test, drawn uniformly (Koren 2008), under the four predictions (one release per user)."""
+    from secemb.metrics.ranking import hit_rate, ndcg
+
+    pos = test.ratings >= threshold
+    pu, pi = test.users[pos], test.items[pos]
+    seen = np.zeros((train.num_users, train.num_items), dtype=bool)
+    seen[train.users, train.items] = True
+    seen[test.users, test.items] = True
+    rng = np.random.default_rng(seed)
+    negs = np.empty((pu.size, negatives), dtype=np.int64)
+    todo = np.arange(pu.size)
+    while todo.size:
+        draw = rng.integers(0, train.num_items, (todo.size, 4 * negatives))
+        ok = ~seen[pu[todo, None], draw]
+        # a row's first `negatives` unseen draws (repeats allowed, as in uniform sampling with replacement)
+        order = np.argsort(~ok, axis=1, kind="stable")[:, :negatives]
+        full = ok.sum(axis=1) >= negatives
+        negs[todo[full]] = np.take_along_axis(draw, order, axis=1)[full]
+        todo = todo[~full]
+    cand = np.concatenate([pi[:, None], negs], axis=1)
+    users = np.repeat(pu, negatives + 1)
+    preds = _predictions(denoiser, den_table, den_dense, rec_model, rec_table, rec_dense, rec_store, users,
+                         cand.reshape(-1))
+    relevant = np.zeros(cand.shape, dtype=bool)
+    relevant[:, 0] = True
+    out: dict[str, float] = {"positives": float(pu.size)}
+    for name, p in preds.items():
+        scores = p.reshape(cand.shape)
+        out[f"hr@{k}_{name}"] = float(hit_rate(scores, relevant, k=k) or 0.0)
+        out[f"ndcg@{k}_{name}"] = float(ndcg(scores, relevant, k=k) or 0.0)
+    return out
 
 
 def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilon: float = 1.0, delta: float = 1e-4,
@@ -117,6 +175,8 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilon: flo
     t_den = time.perf_counter() - t1
     rmses = evaluate(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
                      built.test_data, rating_range)
+    rmses.update(ranking(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
+                         built.train_data, built.test_data, seed=seed))
     log(f"{model} seed {seed}: {rmses} (denoiser {t_den:.0f} s)")
     if save_dir is not None:
         from pathlib import Path
@@ -140,14 +200,18 @@ def run(models: Sequence[str] = ("mf", "ncf", "fm", "deepfm"), seeds: Sequence[i
 
 
 def table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean (and population std) over seeds per model, with the paper's cells."""
+    """Mean (and population std) over seeds per model of every RMSE and ranking cell, the naive
+    to post-processing RMSE reduction in percent (the paper's "Diff"), and the paper's cells."""
+    cells = ("non_private", "naive_ldp", "reclipped_no_denoiser", "post_processing_ldp")
+    keys = [*cells, *(f"{m}@10_{c}" for m in ("hr", "ndcg") for c in cells)]
     out = []
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
         cell: dict[str, Any] = {"model": model, "seeds": len(mine)}
-        for key in ("non_private", "naive_ldp", "post_processing_ldp"):
-            vals = np.array([r[key] for r in mine])
-            cell[key], cell[key + "_std"] = float(vals.mean()), float(vals.std())
+        for key in keys:
+            if all(key in r for r in mine):
+                vals = np.array([r[key] for r in mine])
+                cell[key], cell[key + "_std"] = float(vals.mean()), float(vals.std())
         cell["diff_pct"] = 100.0 * (cell["naive_ldp"] - cell["post_processing_ldp"]) / cell["naive_ldp"]
         paper = PAPER_TABLE3.get(model)
         if paper is not None:

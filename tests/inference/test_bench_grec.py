@@ -1,0 +1,21 @@
+"""secemb bench grec end to end on a tiny stand-in (its numbers are not checked for accuracy
+here; docs/results.md has the ML-100K run)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from secemb.bench import grec
+
+
+@pytest.mark.slow
+def test_run_one_reports_every_cell() -> None:
+    row = grec.run_one("mf", dataset="synthetic-mini", rec_epochs=1, den_epochs=1, users_per_round=20, m_prime=20)
+    assert row["protocol"] == "plaintext" and row["sigma"] > 0 and row["rows"] == 1
+    for key in ("non_private", "naive_ldp", "reclipped_no_denoiser", "post_processing_ldp"):
+        assert 0.0 < row[key] < 4.0
+        assert 0.0 <= row[f"hr@10_{key}"] <= 1.0 and 0.0 <= row[f"ndcg@10_{key}"] <= row[f"hr@10_{key}"]
+    assert row["positives"] > 0
+    cell = grec.table([row, {**row, "seed": 1, "naive_ldp": row["naive_ldp"] + 0.1}])[0]
+    assert cell["seeds"] == 2 and np.isclose(cell["naive_ldp"], row["naive_ldp"] + 0.05)
