@@ -191,7 +191,8 @@ def plot(result: dict[str, Any], path: str) -> None:
     from secemb.bench.plots import line_panels
 
     rows = [r for r in result["rows"] if r["up_bytes"] is not None and "reference" not in r["protocol"]]
-    names = [r["protocol"].replace(" (", "\n(") for r in rows]
+    short = {label: key for key, label in KEYS.items()}
+    names = [short.get(r["protocol"], r["protocol"]) for r in rows]
     nan = float("nan")
     panels = {
         "upload, bytes per client and round": {"measured": [r["up_bytes"] for r in rows]},
