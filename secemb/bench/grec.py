@@ -34,8 +34,8 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "PAPER_TABLE3", "device_cost", "evaluate", "ranking", "run", "run_one",
-           "table"]
+__all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "HAT_D_BY_DIM", "PAPER_TABLE3", "device_cost", "evaluate", "ranking",
+           "run", "run_one", "table"]
 
 #: Table 3, ML-100K column: model -> (non-private, naive LDP, post-processing LDP) RMSE means
 PAPER_TABLE3: dict[str, tuple[float, float, float]] = {
@@ -134,87 +134,106 @@ def ranking(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_mod
     return out
 
 
-def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilon: float = 1.0, delta: float = 1e-4,
-            bound: float = 1.0, rec_epochs: int | None = None, den_epochs: int = 10, secure: bool = False,
-            users_per_round: int = 100, m_prime: int = 200, data_dir: Any = None, save_dir: Any = None,
-            log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Train the recommender and its denoiser, evaluate; one result row (JSON-able).
-    ``save_dir``: write ``<save_dir>/<model>-seed<k>/recommender`` (the saved-model folder) and
-    ``.../denoiser.npz`` (:func:`~secemb.inference.saved.save_denoiser`) for ``secemb infer``."""
+#: Table 10: d^ by the recommender's d (MF, FM, DeepFM; NCF's d are its own)
+HAT_D_BY_DIM: dict[str, dict[int, int]] = {
+    "mf": {64: 8, 128: 10, 512: 12}, "fm": {64: 8, 128: 10, 512: 12}, "deepfm": {64: 8, 128: 10, 512: 12},
+    "ncf": {16: 5, 20: 5, 64: 6, 128: 8},
+}
+
+
+def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Sequence[float] = (1.0,),
+            delta: float = 1e-4, bound: float = 1.0, dim: int | None = None, rec_epochs: int | None = None,
+            den_epochs: int = 10, secure: bool = False, users_per_round: int = 100, m_prime: int = 200,
+            data_dir: Any = None, save_dir: Any = None,
+            log: Callable[[str], None] = lambda s: None) -> list[dict[str, Any]]:
+    """Train the recommender once (``dim``: its d, default the preset's), then for each epsilon
+    of ``epsilons`` a denoiser for that release (Table 12 varies epsilon), and evaluate; one
+    result row (JSON-able) per epsilon.  d^ is Table 10's for ``dim`` where it lists one, else
+    Table 8's.  ``save_dir``: write ``<save_dir>/<model>-seed<k>[-eps<e>]/recommender`` (the
+    saved-model folder) and ``.../denoiser.npz`` for ``secemb infer``."""
     import torch
 
+    from secemb.engine.settings import rating_range_of
     from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
     from secemb.protocols import get_protocol
     from secemb.training import TrainConfig, train
     from secemb.training.builder import build_experiment
     from secemb.training.experiment import Experiment, _train_built
-    from secemb.engine.settings import rating_range_of
 
     if model not in DENOISER_HPARAMS:
         raise InvalidParameters(f"model must be one of {sorted(DENOISER_HPARAMS)}, got {model!r}")
+    if not epsilons:
+        raise InvalidParameters("give at least one epsilon")
     torch.set_num_threads(1)  # small per-device batches: more threads only contend
     protocol = "secemb" if secure else "plaintext"
     epochs = REC_EPOCHS[model] if rec_epochs is None else rec_epochs
     t0 = time.perf_counter()
     built = build_experiment(Experiment(dataset=dataset, data_dir=data_dir, model=model, protocol=protocol,
                                         layout="full", relay=False, epochs=epochs, users_per_round=users_per_round,
-                                        m_prime=m_prime, seed=seed))
+                                        m_prime=m_prime, seed=seed, dim=dim))
     rec = _train_built(built)
     t_rec = time.perf_counter() - t0
-    log(f"{model} seed {seed}: recommender {epochs} epochs, test RMSE {rec.epochs[-1].test_metrics}, {t_rec:.0f} s")
-    mech = GaussianLDP(epsilon, delta, bound)
-    ctx = DenoiserContext.from_trained(built.model, rec.table, rec.dense, rec.user_store, mech, built.features)
+    d = int(built.extra_config["dim"])
+    log(f"{model} d={d} seed {seed}: recommender {epochs} epochs, test RMSE {rec.epochs[-1].test_metrics}, "
+        f"{t_rec:.0f} s")
     hp = DENOISER_HPARAMS[model]
+    hat_d = HAT_D_BY_DIM[model].get(d, int(hp["hat_d"]))
     rating_range = rating_range_of(built.train_data, built.config)
-    den = Denoiser.for_context(ctx, hat_d=int(hp["hat_d"]), reg=hp["reg"], rating_range=rating_range)
-    cfg = TrainConfig(epochs=den_epochs, users_per_round=users_per_round, m_prime=m_prime, lr=hp["lr"], seed=seed,
-                      rating_range=rating_range)
-    t1 = time.perf_counter()
-    dres = train(den, get_protocol(protocol, layout="full", relay=False), built.train_data, built.test_data, cfg,
-                 on_epoch=lambda e: log(f"  denoiser epoch {e.epoch}: {e.test_metrics}"))
-    t_den = time.perf_counter() - t1
-    rmses = evaluate(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
-                     built.test_data, rating_range)
-    rmses.update(ranking(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
-                         built.train_data, built.test_data, seed=seed))
-    log(f"{model} seed {seed}: {rmses} (denoiser {t_den:.0f} s)")
-    if save_dir is not None:
-        from pathlib import Path
+    rows = []
+    for epsilon in epsilons:
+        mech = GaussianLDP(float(epsilon), delta, bound)
+        ctx = DenoiserContext.from_trained(built.model, rec.table, rec.dense, rec.user_store, mech, built.features)
+        den = Denoiser.for_context(ctx, hat_d=hat_d, reg=hp["reg"], rating_range=rating_range)
+        cfg = TrainConfig(epochs=den_epochs, users_per_round=users_per_round, m_prime=m_prime, lr=hp["lr"],
+                          seed=seed, rating_range=rating_range)
+        t1 = time.perf_counter()
+        dres = train(den, get_protocol(protocol, layout="full", relay=False), built.train_data, built.test_data,
+                     cfg, on_epoch=lambda e: log(f"  denoiser epoch {e.epoch}: {e.test_metrics}"))
+        t_den = time.perf_counter() - t1
+        cells = evaluate(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
+                         built.test_data, rating_range)
+        cells.update(ranking(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
+                             built.train_data, built.test_data, seed=seed))
+        log(f"{model} d={d} seed {seed} epsilon {epsilon}: {cells} (denoiser {t_den:.0f} s)")
+        if save_dir is not None:
+            from pathlib import Path
 
-        from secemb.inference.saved import save_denoiser
-        from secemb.training.trained import TrainedModel
+            from secemb.inference.saved import save_denoiser
+            from secemb.training.trained import TrainedModel
 
-        folder = Path(save_dir) / f"{model}-seed{seed}"
-        TrainedModel.from_training(built, rec).save(folder / "recommender")
-        save_denoiser(folder / "denoiser.npz", den, dres.table, dres.dense)
-    return {"model": model, "dataset": dataset, "seed": seed, "epsilon": epsilon, "delta": delta, "bound": bound,
-            "sigma": mech.sigma, "protocol": protocol, "rec_epochs": epochs, "den_epochs": den_epochs,
-            "hat_d": hp["hat_d"], "den_lr": hp["lr"], "den_reg": hp["reg"], "rows": ctx.rep.rows,
-            "rec_model_sha256": rec.model_sha256, "rec_seconds": t_rec, "den_seconds": t_den, **rmses}
+            folder = Path(save_dir) / (f"{model}-seed{seed}" + ("" if len(epsilons) == 1 else f"-eps{epsilon}"))
+            TrainedModel.from_training(built, rec).save(folder / "recommender")
+            save_denoiser(folder / "denoiser.npz", den, dres.table, dres.dense)
+        rows.append({"model": model, "dataset": dataset, "seed": seed, "dim": d, "epsilon": float(epsilon),
+                     "delta": delta, "bound": bound, "sigma": mech.sigma, "protocol": protocol, "rec_epochs": epochs,
+                     "den_epochs": den_epochs, "hat_d": hat_d, "den_lr": hp["lr"], "den_reg": hp["reg"],
+                     "rows": ctx.rep.rows, "rec_model_sha256": rec.model_sha256, "rec_seconds": t_rec,
+                     "den_seconds": t_den, **cells})
+    return rows
 
 
 def run(models: Sequence[str] = ("mf", "ncf", "fm", "deepfm"), seeds: Sequence[int] = (0,),
         log: Callable[[str], None] = lambda s: None, **options: Any) -> list[dict[str, Any]]:
-    """:func:`run_one` for every model and seed (``options`` passed through)."""
-    return [run_one(m, seed=s, log=log, **options) for m in models for s in seeds]
+    """:func:`run_one` for every model and seed (``options`` passed through), rows flattened."""
+    return [row for m in models for s in seeds for row in run_one(m, seed=s, log=log, **options)]
 
 
 def table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean (and population std) over seeds per model of every RMSE and ranking cell, the naive
+    """Mean (and population std) over seeds per (model, d, epsilon) of every RMSE and ranking cell, the naive
     to post-processing RMSE reduction in percent (the paper's "Diff"), and the paper's cells."""
     cells = ("non_private", "naive_ldp", "reclipped_no_denoiser", "post_processing_ldp")
     keys = [*cells, *(f"{m}@10_{c}" for m in ("hr", "ndcg") for c in cells)]
     out = []
-    for model in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == model]
-        cell: dict[str, Any] = {"model": model, "seeds": len(mine)}
+    for model, dim, eps in dict.fromkeys((r["model"], r.get("dim"), r["epsilon"]) for r in rows):
+        mine = [r for r in rows if (r["model"], r.get("dim"), r["epsilon"]) == (model, dim, eps)]
+        cell: dict[str, Any] = {"model": model, "dim": dim, "epsilon": eps, "seeds": len(mine)}
         for key in keys:
             if all(key in r for r in mine):
                 vals = np.array([r[key] for r in mine])
                 cell[key], cell[key + "_std"] = float(vals.mean()), float(vals.std())
         cell["diff_pct"] = 100.0 * (cell["naive_ldp"] - cell["post_processing_ldp"]) / cell["naive_ldp"]
         paper = PAPER_TABLE3.get(model)
-        if paper is not None:
+        if paper is not None and eps == 1.0:
             cell["paper"] = {"non_private": paper[0], "naive_ldp": paper[1], "post_processing_ldp": paper[2]}
         out.append(cell)
     return out

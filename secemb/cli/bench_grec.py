@@ -17,7 +17,9 @@ def register(bench_app: typer.Typer) -> None:
         models: str = typer.Option("mf,ncf,fm,deepfm", help="Comma-separated models (mf, ncf, fm, deepfm)."),
         seeds: str = typer.Option("0", help="Comma-separated seeds (split, initialization)."),
         dataset: str = typer.Option("ml-100k", help="Dataset (real ML-100K, or a synthetic stand-in)."),
-        epsilon: float = typer.Option(1.0, help="LDP epsilon of the one release per device."),
+        epsilons: str = typer.Option("1", help="Comma-separated LDP epsilons of the one release per device (Table "
+                                     "12: 0.1,1,10); the recommender is trained once, a denoiser per epsilon."),
+        dim: int = typer.Option(0, help="The recommender's d (0: the preset's; Table 11); d^ follows Table 10."),
         delta: float = typer.Option(1e-4, help="LDP delta."),
         bound: float = typer.Option(1.0, help="Clipping norm B of the representation (Frobenius)."),
         rec_epochs: int = typer.Option(0, help="Recommender epochs (0: the per-model defaults, REC_EPOCHS)."),
@@ -46,10 +48,12 @@ def register(bench_app: typer.Typer) -> None:
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         try:
             seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
+            eps_list = tuple(float(e) for e in epsilons.split(",") if e.strip())
         except ValueError:
-            fail(f"--seeds must be comma-separated integers, got {seeds!r}")
-        if not names or not seed_list or min(seed_list) < 0 or rec_epochs < 0 or den_epochs < 1:
-            fail("need >= 1 model and seed (seeds >= 0), --rec-epochs >= 0 and --den-epochs >= 1")
+            fail(f"--seeds must be comma-separated integers and --epsilons numbers, got {seeds!r}, {epsilons!r}")
+        if not names or not seed_list or min(seed_list) < 0 or rec_epochs < 0 or den_epochs < 1 or not eps_list \
+                or dim < 0:
+            fail("need >= 1 model, seed (>= 0) and epsilon, --rec-epochs >= 0, --den-epochs >= 1 and --dim >= 0")
         console = Console(stderr=True)
         if figure4:
             if repeats < 1:
@@ -79,8 +83,9 @@ def register(bench_app: typer.Typer) -> None:
                     status.update(escape(msg))
                     console.log(escape(msg))
 
-                rows = bench_grec.run(models=names, seeds=seed_list, dataset=dataset, epsilon=epsilon, delta=delta,
-                                      bound=bound, rec_epochs=rec_epochs or None, den_epochs=den_epochs,
+                rows = bench_grec.run(models=names, seeds=seed_list, dataset=dataset, epsilons=eps_list, delta=delta,
+                                      bound=bound, dim=dim or None, rec_epochs=rec_epochs or None,
+                                      den_epochs=den_epochs,
                                       secure=secure, save_dir=save_dir, log=log)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
@@ -90,12 +95,14 @@ def register(bench_app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
-        table = Table(title=f"secemb bench grec (Table 3; {dataset}, epsilon={epsilon}, delta={delta}, B={bound})")
-        for col in ("model", "seeds", "non-private", "naive LDP", "post-proc. LDP", "diff %", "paper (np/naive/post)"):
+        table = Table(title=f"secemb bench grec (Tables 3, 11, 12: RMSE; {dataset}, delta={delta}, B={bound})")
+        for col in ("model", "d", "epsilon", "seeds", "non-private", "naive LDP", "post-proc. LDP", "diff %",
+                    "paper (np/naive/post)"):
             table.add_column(col, justify="left" if col == "model" else "right")
         for c in result["table"]:
             p = c.get("paper")
-            table.add_row(c["model"], str(c["seeds"]), f"{c['non_private']:.4f}", f"{c['naive_ldp']:.4f}",
+            table.add_row(c["model"], str(c["dim"]), str(c["epsilon"]), str(c["seeds"]), f"{c['non_private']:.4f}",
+                          f"{c['naive_ldp']:.4f}",
                           f"{c['post_processing_ldp']:.4f}", f"{c['diff_pct']:.1f}",
                           "" if p is None else f"{p['non_private']} / {p['naive_ldp']} / {p['post_processing_ldp']}")
         Console().print(table)

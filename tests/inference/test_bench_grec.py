@@ -11,7 +11,11 @@ from secemb.bench import grec
 
 @pytest.mark.slow
 def test_run_one_reports_every_cell() -> None:
-    row = grec.run_one("mf", dataset="synthetic-mini", rec_epochs=1, den_epochs=1, users_per_round=20, m_prime=20)
+    rows = grec.run_one("mf", dataset="synthetic-mini", epsilons=(1.0, 10.0), rec_epochs=1, den_epochs=1,
+                        users_per_round=20, m_prime=20)
+    assert [r["epsilon"] for r in rows] == [1.0, 10.0] and rows[0]["rec_model_sha256"] == rows[1]["rec_model_sha256"]
+    assert rows[0]["sigma"] > rows[1]["sigma"]
+    row = rows[0]
     assert row["protocol"] == "plaintext" and row["sigma"] > 0 and row["rows"] == 1
     for key in ("non_private", "naive_ldp", "reclipped_no_denoiser", "post_processing_ldp"):
         assert 0.0 < row[key] < 4.0
