@@ -1,14 +1,20 @@
-"""``secemb admin``: the operator's commands.
+"""``secemb admin``: the operator's commands (docs/deployment.md).
 
-``secemb admin init`` creates the deployment's private certificate authority and both
-servers' certificates (``secemb.server.tls.init_pki``): what each server's ``[tls]`` section
-names.  Exit codes: 0 success, 2 bad usage (e.g. a directory that already holds a CA).
+``init`` creates the deployment's private certificate authority and both servers'
+certificates (``secemb.server.tls.init_pki``); with ``--num-items``/``--num-users`` it writes
+the whole deployment (:func:`secemb.server.deploy.init_deployment`: secrets, both servers'
+configurations, the operator's file).  ``add-devices`` writes per-device credentials,
+``status``, ``count`` and ``open-round`` drive the servers.  Exit codes: 0 success, 1 a server
+refused or did not answer, 2 bad usage (e.g. a directory that already holds a CA).
 """
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -20,20 +26,127 @@ def init(
     out: Annotated[Path, typer.Option(help="Directory for the CA and the certificates (created, 0700).")],
     host0: Annotated[list[str], typer.Option(help="A host name or IP address of server 0 (repeatable).")],
     host1: Annotated[list[str], typer.Option(help="A host name or IP address of server 1 (repeatable).")],
+    num_items: Annotated[int | None, typer.Option(
+        min=1, help="Write the whole deployment (secrets, server0.json, server1.json, operator.json) for this "
+                    "many items; with --num-users.")] = None,
+    num_users: Annotated[int | None, typer.Option(min=1, help="Devices of the deployment (with --num-items).")] = None,
+    model: Annotated[str, typer.Option(help="The model the servers train (with --num-items).")] = "mf",
+    port0: Annotated[int, typer.Option(min=1, max=65535, help="Server 0's port.")] = 8700,
+    port1: Annotated[int, typer.Option(min=1, max=65535, help="Server 1's port.")] = 8701,
 ) -> None:
-    """Create a private CA and both servers' TLS certificates (keys written 0600); print the
-    [tls] section of each server's configuration.  Devices and the operator pin ca.pem."""
+    """Create a private CA and both servers' TLS certificates (keys written 0600).  Alone:
+    print the [tls] section of each server's configuration.  With --num-items and
+    --num-users: the whole deployment in OUT (0600 files): hand server1.json to server 1's
+    operator; devices get their credentials from 'secemb admin add-devices'."""
     from secemb.cli._usage import fail
     from secemb.errors import InvalidParameters
     from secemb.server.tls import init_pki
 
+    if (num_items is None) != (num_users is None):
+        fail("give both --num-items and --num-users (a whole deployment), or neither (certificates only)")
     try:
-        files = init_pki(out, (host0, host1))
+        if num_items is None:
+            files = init_pki(out, (host0, host1))
+            for party in (0, 1):
+                typer.echo(f"# server{party}.toml\n[tls]\nca = \"{files.ca}\"\ncert = \"{files.cert(party)}\"\n"
+                           f"key = \"{files.key(party)}\"\n")
+            return
+        from secemb.server.deploy import init_deployment
+
+        dep = init_deployment(out, (host0, host1), ports=(port0, port1), num_items=num_items, num_users=num_users,
+                              model=model)
     except (InvalidParameters, OSError) as exc:
         fail(exc)
     for party in (0, 1):
-        typer.echo(f"# server{party}.toml\n[tls]\nca = \"{files.ca}\"\ncert = \"{files.cert(party)}\"\n"
-                   f"key = \"{files.key(party)}\"\n")
+        typer.echo(f"server {party}: {dep.url(party)}  config {dep.config_path(party)}")
+    typer.echo(f"operator: {out / 'operator.json'}  (secret: keep it; 'secemb admin status --deployment {out}')")
+
+
+def _users(spec: str) -> list[int]:
+    """``"0-9,12"`` -> ``[0, ..., 9, 12]`` (raises ``InvalidParameters``)."""
+    from secemb.errors import InvalidParameters
+
+    users: set[int] = set()
+    for part in spec.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isascii() or not lo.isdigit() or (sep and (not hi.isascii() or not hi.isdigit())):
+            raise InvalidParameters(f"users: expected a list like 0-9,12, got {spec!r}")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise InvalidParameters(f"users: empty range {part!r}")
+        users.update(range(a, b + 1))
+    return sorted(users)
+
+
+_DEPLOYMENT = typer.Option(help="The directory 'secemb admin init --num-items ...' wrote.")
+
+
+def _operate(deployment: Path, action: Callable[[Any], Any]) -> None:
+    """Run ``action(deployment)``; print its JSON; exit 1 if a server refused or failed,
+    2 on bad usage."""
+    from secemb.cli._usage import fail
+    from secemb.errors import InvalidParameters
+    from secemb.server.deploy import Deployment
+    from secemb.transport.errors import RemoteError, Unreachable
+
+    try:
+        out = action(Deployment(deployment))
+    except InvalidParameters as exc:
+        fail(exc)
+    except (RemoteError, Unreachable) as exc:
+        fail(exc, 1)
+    typer.echo(json.dumps(out, indent=2, sort_keys=True))
+
+
+@admin_app.command("add-devices")
+def add_devices(
+    deployment: Annotated[Path, _DEPLOYMENT],
+    users: Annotated[str, typer.Option(help="User ids, e.g. 0-99,120.")],
+    out: Annotated[Path | None, typer.Option(help="Directory for the files (default DEPLOYMENT/devices).")] = None,
+) -> None:
+    """Write one credentials file per device (0600): the servers' URLs, the CA, and that
+    device's two keys only.  Give each device its file ('secemb client --credentials')."""
+    _operate(deployment, lambda d: {"written": [str(p) for p in d.add_devices(_users(users), out)]})
+
+
+@admin_app.command("status")
+def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
+    """Both servers' status: model version and hash, round, count phase, m'."""
+    _operate(deployment, lambda d: {f"server{p}": d.admin(p).get_json("/v1/admin/status") for p in (0, 1)})
+
+
+@admin_app.command("count")
+def count(
+    deployment: Annotated[Path, _DEPLOYMENT],
+    wait: Annotated[float, typer.Option(min=0.0, help="Seconds to collect the devices' count shares.")] = 60.0,
+    users: Annotated[str | None, typer.Option(help="Only these users (default: any device).")] = None,
+) -> None:
+    """Run the m' phase (Eq. 11): open it, collect the devices' count shares for --wait
+    seconds ('secemb client --count'), close it; print m' and the mean count."""
+    from secemb.engine.http import HttpAdminLink
+
+    def run(d: Any) -> Any:
+        link = HttpAdminLink(0, d.admin(0))
+        ids = _users(users) if users is not None else list(range(d.config(0).num_users))
+        link.count_open(ids)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        return link.count_close()
+
+    _operate(deployment, run)
+
+
+@admin_app.command("open-round")
+def open_round(
+    deployment: Annotated[Path, _DEPLOYMENT],
+    participants: Annotated[str, typer.Option(help="The round's users, e.g. 0-99.")],
+    deadline: Annotated[float, typer.Option(min=1.0, max=86400.0, help="Seconds until server 0 closes it.")] = 120.0,
+) -> None:
+    """Open the next round for --participants (at least the servers' floor); print its document."""
+    from secemb.engine.http import HttpAdminLink
+
+    _operate(deployment, lambda d: HttpAdminLink(0, d.admin(0)).open_round(_users(participants), deadline))
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ Exit codes: 0 the device took part in the asked number of rounds (or sent its co
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -20,18 +21,15 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def client(
         user: Annotated[int, typer.Option(min=0, help="This device's user id.")],
-        cluster: Annotated[
-            Path | None,
-            typer.Option(help="A demo/cluster directory (server0.json, server1.json): URLs and user secrets."),
-        ] = None,
-        server0: Annotated[str | None, typer.Option(help="Server 0's URL.")] = None,
-        server1: Annotated[str | None, typer.Option(help="Server 1's URL.")] = None,
-        key0: Annotated[str | None, typer.Option(help="This device's HMAC key at server 0 (hex).")] = None,
-        key1: Annotated[str | None, typer.Option(help="This device's HMAC key at server 1 (hex).")] = None,
+        credentials: Annotated[Path | None, typer.Option(
+            envvar="SECEMB_DEVICE_CREDENTIALS",
+            help="This device's credentials file (secemb admin add-devices): URLs, CA, its two keys.")] = None,
+        server0: Annotated[str | None, typer.Option(help="Server 0's URL (without --credentials).")] = None,
+        server1: Annotated[str | None, typer.Option(help="Server 1's URL (without --credentials).")] = None,
         dataset: Annotated[str, typer.Option(help="Where the device's own ratings come from.")] = "synthetic",
         model: Annotated[str | None, typer.Option(
-            help="The deployment's model, for --count without --cluster (rounds announce it; default: a rating "
-                 "model).")] = None,
+            help="The deployment's model, for --count when the credentials do not name it (rounds announce it; "
+                 "default: a rating model).")] = None,
         data_dir: Annotated[Path | None, typer.Option(envvar="SECEMB_DATA_DIR")] = None,
         seed: Annotated[int, typer.Option(min=0, help="Dataset/split seed (as the run's).")] = 0,
         test_fraction: Annotated[float, typer.Option(help="Held-out fraction of the split.")] = 0.2,
@@ -50,12 +48,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run one device: fetch its rounds, retrieve its rows privately, train locally, upload.
 
-        The device's interactions are its part of the run's training split, which the model's
-        task defines (the rating task: a random split by --test-fraction; a sequential model:
-        leave-one-out, the sequence in time order); the model is the one the rounds announce
-        (for --count: --cluster's, else --model)."""
+        Credentials: --credentials FILE (written 0600 by 'secemb admin add-devices'), or
+        --server0/--server1 with the device's keys in SECEMB_DEVICE_KEY0 and SECEMB_DEVICE_KEY1
+        (hex; never on the command line).  The device's interactions are its part of the run's
+        training split, which the model's task defines (the rating task: a random split by
+        --test-fraction; a sequential model: leave-one-out, the sequence in time order); the
+        model is the one the rounds announce (for --count: the credentials', else --model)."""
         import numpy as np
 
+        from secemb.client.credentials import DeviceCredentials
         from secemb.client.device import Device, DeviceClient
         from secemb.data import RatingData, by_user, load_dataset
         from secemb.errors import InvalidParameters, SecembError
@@ -63,31 +64,34 @@ def register(app: typer.Typer) -> None:
         from secemb.models.base import UserSnapshot
         from secemb.models.task import RATING, Task
         from secemb.transport.errors import RemoteError
-        from secemb.transport.signing import user_key
 
         def fail(msg: str, code: int) -> NoReturn:
             typer.echo(json.dumps({"user": user, "error": msg}))
             raise typer.Exit(code)
 
         try:
-            if cluster is not None:
-                docs = [json.loads((cluster / f"server{p}.json").read_text()) for p in (0, 1)]
-                scheme = "http" if docs[0]["server"].get("insecure_http") else "https"
-                urls = [f"{scheme}://{d['server']['host']}:{d['server']['port']}" for d in docs]
-                ca = ca or (Path(docs[0]["tls"]["ca"]) if "tls" in docs[0] else None)
-                keys = [user_key(bytes.fromhex(d["secrets"]["users"]), user) for d in docs]
-            elif server0 is None or server1 is None or key0 is None or key1 is None:
-                fail("give --cluster, or all of --server0 --server1 --key0 --key1", 2)
+            announced: dict | None = None
+            ring_bits = 32
+            if credentials is not None:
+                creds = DeviceCredentials.load(credentials)
+                if creds.user != user:
+                    raise InvalidParameters(f"{credentials} holds user {creds.user}'s keys, not --user {user}'s")
+                urls, keys = list(creds.urls), list(creds.keys)
+                ca = ca or creds.ca
+                announced, ring_bits = creds.model, creds.ring_bits
             else:
-                urls, keys = [server0, server1], [bytes.fromhex(key0), bytes.fromhex(key1)]
+                env = [os.environ.get(f"SECEMB_DEVICE_KEY{b}") for b in (0, 1)]
+                if server0 is None or server1 is None or env[0] is None or env[1] is None:
+                    fail("bad usage: give --credentials, or --server0 and --server1 with SECEMB_DEVICE_KEY0 and "
+                         "SECEMB_DEVICE_KEY1 (hex) in the environment", 2)
+                urls, keys = [server0, server1], [bytes.fromhex(env[0]), bytes.fromhex(env[1])]
             data = load_dataset(dataset, data_dir, seed=seed)
             if not 0.0 < test_fraction < 1.0:
                 raise InvalidParameters(f"--test-fraction must be in (0, 1), got {test_fraction}")
             if not 0 <= user < data.num_users:
                 raise InvalidParameters(f"--user must be in [0, {data.num_users}) for dataset {dataset!r}, got {user}")
             count_task: Task = RATING
-            if cluster is not None:
-                announced = docs[0]["model"]
+            if announced is not None:
                 count_task = get_model(announced["name"], **announced.get("hparams", {})).task
             elif model is not None:
                 count_task = get_model(model).task
@@ -111,9 +115,6 @@ def register(app: typer.Typer) -> None:
         if count:
             from secemb.training.local import distinct_items
 
-            ring_bits = 32
-            if cluster is not None:
-                ring_bits = int(docs[0].get("training", {}).get("ring_bits", 32))
             distinct = distinct_items(np.sort(own(count_task)[0]))[0].size
             n = dc.send_count(int(count_task.request_counts(np.array([distinct]))[0]), ring_bits)
             typer.echo(json.dumps({"user": user, "count_bytes": n}))

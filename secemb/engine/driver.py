@@ -143,8 +143,10 @@ class _Totals:
     epoch_losses: list[float] = field(default_factory=list)
 
 
-def initial_state(model: RecModel, cfg: TrainConfig, num_items: int, num_users: int,
-                  rating_range: tuple[float, float], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, UserStore]:
+def initial_state(
+    model: RecModel, cfg: TrainConfig, num_items: int, num_users: int, rating_range: tuple[float, float],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, UserStore]:
     """The run's starting point: the public model ``(table, dense)`` from
     ``public_init_seed(cfg.seed)`` (what server 0 is configured with), and the devices'
     private state from ``rng`` (``default_rng(cfg.seed)``, which the servers never see)."""

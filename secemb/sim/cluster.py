@@ -1,10 +1,11 @@
 """Two server processes on this machine (127.0.0.1): what ``secemb demo --network``, the
 network benchmark and the tests run.
 
-:class:`LocalCluster` writes a configuration file per server (fresh random secrets, free ports
-chosen by the OS) and a private CA with both servers' certificates (:func:`~secemb.server.tls.init_pki`:
-every connection is TLS, verified against that CA; server 0 presents its certificate to server 1),
-starts each server as its own process (``python -m secemb.server``),
+:class:`LocalCluster` creates a deployment in its work directory the way ``secemb admin init``
+does (:func:`~secemb.server.deploy.init_deployment`: fresh secrets, a private CA with both
+servers' certificates -- every connection is TLS, verified against that CA; server 0 presents
+its certificate to server 1 --, a configuration file per server on free ports chosen by the
+OS, the operator's file), starts each server as its own process (``python -m secemb.server``),
 waits until it answers, and can kill (``SIGKILL``) and restart either one on the same port
 and state directory.  With ``supervise=True`` a watcher restarts a server that died, like a
 service manager would.
@@ -12,9 +13,7 @@ service manager would.
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import signal
 import socket
 import ssl
@@ -28,9 +27,10 @@ from typing import Any
 import httpx
 
 from secemb.errors import SecembError
-from secemb.server.config import ServerConfig, config_document
+from secemb.server.config import ServerConfig
+from secemb.server.deploy import init_deployment
 from secemb.server.faults import ENV_DIR, ENV_POINTS
-from secemb.server.tls import client_context, init_pki, write_private
+from secemb.server.tls import client_context
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
 
@@ -61,31 +61,22 @@ class LocalCluster:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.workdir, 0o700)
-        self.peer_secret = secrets.token_bytes(32)
-        self.admin_secrets = (secrets.token_bytes(32), secrets.token_bytes(32))
-        self.user_secrets = (secrets.token_bytes(32), secrets.token_bytes(32))
-        self.pki = init_pki(self.workdir / "tls", [["127.0.0.1", "localhost"]] * 2)
-        #: what every client of this cluster verifies the servers with (the private CA)
-        self.tls = client_context(self.pki.ca)
         ports = [free_port(), free_port()]
         while ports[1] == ports[0]:
             ports[1] = free_port()
         self.ports = ports
+        #: the deployment's files (``secemb admin`` commands work on ``workdir``)
+        self.deployment = init_deployment(self.workdir, [["127.0.0.1", "localhost"]] * 2, ports=ports, **settings)
+        self.configs: list[ServerConfig] = [self.deployment.config(p) for p in (0, 1)]
+        self.config_paths: list[Path] = [self.deployment.config_path(p) for p in (0, 1)]
+        self.peer_secret = self.configs[0].peer_secret
+        self.admin_secrets = (self.configs[0].admin_secret, self.configs[1].admin_secret)
+        self.user_secrets = (self.configs[0].user_secret, self.configs[1].user_secret)
+        self.pki = self.deployment.pki
+        #: what every client of this cluster verifies the servers with (the private CA)
+        self.tls = client_context(self.pki.ca)
         self.faults = dict(faults or {})
         self.log_level = log_level
-        self.configs: list[ServerConfig] = []
-        self.config_paths: list[Path] = []
-        for party in (0, 1):
-            cfg = ServerConfig(
-                party=party, host="127.0.0.1", port=ports[party], peer_url=self.url(1 - party),
-                state_dir=self.workdir / f"server{party}", peer_secret=self.peer_secret,
-                admin_secret=self.admin_secrets[party], user_secret=self.user_secrets[party],
-                tls_ca=self.pki.ca, tls_cert=self.pki.cert(party), tls_key=self.pki.key(party), **settings,
-            )
-            path = self.workdir / f"server{party}.json"
-            write_private(path, json.dumps(config_document(cfg), indent=2).encode())
-            self.configs.append(cfg)
-            self.config_paths.append(path)
         self.procs: list[subprocess.Popen | None] = [None, None]
         self.restarts = [0, 0]
         self._supervise = False

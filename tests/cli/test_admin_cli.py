@@ -10,6 +10,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from typer.testing import CliRunner
 
 from secemb.cli import app
+from secemb.client.credentials import DeviceCredentials
+from secemb.server.config import load_config
+from secemb.transport.signing import user_key
 
 runner = CliRunner()
 
@@ -34,3 +37,42 @@ def test_admin_init_writes_a_ca_and_server_certificates_it_signed(tmp_path):
     again = runner.invoke(app, ["admin", "init", "--out", str(out), "--host0", "a", "--host1", "b"])
     assert again.exit_code == 2 and "refusing to replace a CA" in again.output
     assert (out / "ca.pem").read_bytes() == before
+
+
+def test_admin_init_writes_a_whole_deployment_and_devices_get_their_own_keys_only(tmp_path):
+    out = tmp_path / "dep"
+    res = runner.invoke(app, ["admin", "init", "--out", str(out), "--host0", "127.0.0.1", "--host1", "127.0.0.1",
+                              "--num-items", "50", "--num-users", "20", "--port0", "9100", "--port1", "9101"])
+    assert res.exit_code == 0, res.output
+    assert "https://127.0.0.1:9100" in res.output and "https://127.0.0.1:9101" in res.output
+    for name in ("server0.json", "server1.json", "operator.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    cfgs = [load_config(out / f"server{p}.json") for p in (0, 1)]
+    assert cfgs[0].peer_secret == cfgs[1].peer_secret
+    assert cfgs[0].admin_secret != cfgs[1].admin_secret and cfgs[0].user_secret != cfgs[1].user_secret
+    assert (cfgs[0].peer_url, cfgs[1].peer_url) == ("https://127.0.0.1:9101", "https://127.0.0.1:9100")
+    assert not cfgs[0].insecure_http and cfgs[0].tls_ca == out / "tls" / "ca.pem"
+
+    res = runner.invoke(app, ["admin", "add-devices", "--deployment", str(out), "--users", "3-4,7"])
+    assert res.exit_code == 0, res.output
+    files = sorted((out / "devices").iterdir())
+    assert [f.name for f in files] == ["device-3.json", "device-4.json", "device-7.json"]
+    creds = DeviceCredentials.load(out / "devices" / "device-7.json")
+    assert creds.user == 7 and creds.keys == (user_key(cfgs[0].user_secret, 7), user_key(cfgs[1].user_secret, 7))
+    text = (out / "devices" / "device-7.json").read_text()
+    for cfg in cfgs:  # no master secret in a device's file
+        for secret in (cfg.peer_secret, cfg.admin_secret, cfg.user_secret):
+            assert secret.hex() not in text
+    assert stat.S_IMODE((out / "devices" / "device-7.json").stat().st_mode) == 0o600
+
+    again = runner.invoke(app, ["admin", "init", "--out", str(out), "--host0", "a", "--host1", "b",
+                                "--num-items", "5", "--num-users", "5"])
+    assert again.exit_code == 2 and "refusing to replace" in again.output
+    for bad in (["--users", "9-3"], ["--users", "x"], ["--users", "25"]):
+        res = runner.invoke(app, ["admin", "add-devices", "--deployment", str(out), *bad])
+        assert res.exit_code == 2, (bad, res.output)
+    res = runner.invoke(app, ["admin", "status", "--deployment", str(tmp_path / "nothing")])
+    assert res.exit_code == 2 and "not a deployment directory" in res.output
+    res = runner.invoke(app, ["admin", "status", "--deployment", str(out)])  # nothing listens on 9100
+    assert res.exit_code == 1, res.output

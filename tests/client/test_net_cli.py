@@ -116,19 +116,28 @@ def test_serve_refuses_a_party_that_contradicts_the_file(tmp_path):
     assert r.exit_code == 2 and "party" in r.output
 
 
-def test_client_command_runs_one_device_through_a_round(tmp_path):
+def test_client_command_runs_one_device_through_a_round_opened_by_secemb_admin(tmp_path):
     data = load_dataset("synthetic", seed=0)
     tr, _ = train_test_split(data, 0.2, seed=0)
     model, proto = MatrixFactorization(dim=4), get_protocol("secemb", layout="cuckoo", relay=True)
     settings = cluster_settings(model, proto, tr, TrainConfig(m_prime=20), min_users=2)
-    with LocalCluster(tmp_path / "cluster", **settings) as cluster:
+    with LocalCluster(tmp_path / "cluster", **settings) as cluster:  # a deployment directory, as admin init writes
         cluster.start()
         admin = cluster.admin(0)
-        rid = admin.post_json("/v1/admin/rounds", {"participants": [7, 9], "deadline_s": 60})["round_id"]
+        dep = str(tmp_path / "cluster")
+        r = runner.invoke(app, ["admin", "add-devices", "--deployment", dep, "--users", "7-9"])
+        assert r.exit_code == 0, r.output
+        creds = {u: tmp_path / "cluster" / "devices" / f"device-{u}.json" for u in (7, 8, 9)}
+        assert all((creds[u].stat().st_mode & 0o777) == 0o600 for u in creds)
+        r = runner.invoke(app, ["admin", "open-round", "--deployment", dep, "--participants", "7,9", "--deadline", "60"])
+        assert r.exit_code == 0, r.output
+        rid = json.loads(r.output)["round_id"]
+        r = runner.invoke(app, ["admin", "status", "--deployment", dep])
+        assert r.exit_code == 0 and json.loads(r.output)["server1"]["round"]["round_id"] == rid, r.output
         state = tmp_path / "device7.npz"
         procs = [subprocess.Popen(
-            [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", str(u), "--cluster",
-             str(tmp_path / "cluster"), "--wait", "30", "--min-users", "2"] + extra,
+            [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", str(u), "--credentials",
+             str(creds[u]), "--wait", "30", "--min-users", "2"] + extra,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         ) for u, extra in ((7, ["--state-file", str(state)]), (9, []))]
         outs = [p.communicate(timeout=120) for p in procs]
@@ -142,10 +151,15 @@ def test_client_command_runs_one_device_through_a_round(tmp_path):
             assert z["params"].shape == (5,) and int(z["t"]) == 1
         # no round for this device: it gives up after --wait with exit code 1
         proc = subprocess.run(
-            [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", "8", "--cluster", str(tmp_path / "cluster"),
-             "--wait", "0.5"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+            [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", "8", "--credentials",
+             str(creds[8]), "--wait", "0.5"], capture_output=True, text=True, timeout=120, cwd=ROOT,
         )
         assert proc.returncode == 1 and "no open round" in proc.stdout
+        # another device's file is refused (exit 2), and so is a missing one
+        for args in (["--user", "8", "--credentials", str(creds[7])], ["--user", "8", "--credentials", "/nonexistent"]):
+            proc = subprocess.run([sys.executable, "-c", "from secemb.cli import main; main()", "client", *args],
+                                  capture_output=True, text=True, timeout=120, cwd=ROOT)
+            assert proc.returncode == 2 and "bad usage" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_bench_network_reports_every_phase():

@@ -18,6 +18,7 @@ from secemb.data import by_user, leave_one_out, load_dataset
 from secemb.engine.settings import cluster_settings
 from secemb.models import get_model
 from secemb.protocols import get_protocol
+from secemb.server.deploy import Deployment
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
 from secemb.training.messages import decode_model
@@ -45,9 +46,10 @@ def _decode(cluster: LocalCluster, admin, model) -> np.ndarray:
 
 def _client(tmp_path: Path, user: int, *extra: str) -> subprocess.Popen:
     """``secemb client`` for ``user`` (a subprocess that waits for its round)."""
+    [creds] = Deployment(tmp_path / "cluster").add_devices([user])
     return subprocess.Popen(
-        [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", str(user), "--cluster",
-         str(tmp_path / "cluster"), "--dataset", "synthetic-mini", "--wait", "60", "--min-users", "2", *extra],
+        [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", str(user), "--credentials",
+         str(creds), "--dataset", "synthetic-mini", "--wait", "60", "--min-users", "2", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
