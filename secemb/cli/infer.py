@@ -4,9 +4,11 @@ The device releases its representation once under ``(epsilon, delta)``-LDP (anal
 sensitivity 2B), the server scores its public candidate set (every item) on the noisy
 representation, and the device keeps what it wants: the top ``k`` items it did not rate, or
 its scores for ``--items``.  With ``--denoiser`` (written by ``secemb bench grec --save-dir``)
-the device post-processes with GREC's denoiser (Eq. 16); without, the predictions are naive
-LDP (Eq. 7).  The exchange runs in process over the counting transport; the bytes each way
-are printed.
+the device post-processes with GREC's denoiser (Eq. 16); without, the predictions are the
+server's scores of the same (re-clipped) release plus the device's private offset -- the
+bench's "re-clipped, no denoiser" column, better than the paper's naive LDP (no second clip)
+at the same privacy, which is therefore offered by the bench only.  The exchange runs in
+process over the counting transport; the bytes each way are printed.
 
 Exit codes: 0 success; 2 bad usage (a missing or malformed folder or file, a user or item out
 of range, privacy parameters out of range or different from the denoiser's).
@@ -32,7 +34,8 @@ def register(app: typer.Typer) -> None:
         k: Annotated[int, typer.Option("-k", "--k", min=1, help="Number of items (top-k of the unrated).")] = 10,
         items: Annotated[str, typer.Option(help="Comma-separated item ids to score instead of a top-k.")] = "",
         denoiser: Annotated[Path | None, typer.Option(help="Denoiser file ('secemb bench grec --save-dir'): "
-                                                      "post-processing LDP; without it naive LDP.")] = None,
+                                                      "post-processing LDP; without it the release's scores "
+                                                      "as they are.")] = None,
         epsilon: Annotated[float | None, typer.Option(help="LDP epsilon (default 1, or the denoiser's).")] = None,
         delta: Annotated[float | None, typer.Option(help="LDP delta (default 1e-4, or the denoiser's).")] = None,
         bound: Annotated[float | None, typer.Option(help="Clipping norm B (default 1, or the denoiser's).")] = None,
@@ -86,7 +89,7 @@ def register(app: typer.Typer) -> None:
             order = np.lexsort((wanted, -scores))[:k]
             wanted, scores = wanted[order], scores[order]
         doc = {"user": user, "items": wanted.tolist(), "scores": scores.tolist(),
-               "mode": "naive-ldp" if den is None else "post-processing-ldp", "epsilon": mech.epsilon,
+               "mode": "ldp-no-denoiser" if den is None else "post-processing-ldp", "epsilon": mech.epsilon,
                "delta": mech.delta, "bound": mech.bound, "sigma": mech.sigma,
                "upload_bytes": tp.total_bytes(direction=UPLOAD), "download_bytes": tp.total_bytes(direction=DOWNLOAD)}
         if as_json:

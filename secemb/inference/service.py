@@ -139,7 +139,8 @@ class InferenceDevice:
     mechanism: the release's ``(epsilon, delta, B)``.
     candidates: the server's public candidate set (``None``: every item of ``num_items``).
     num_items: the catalogue size.
-    denoiser: ``(Denoiser, table, dense)`` of the trained F_p, or ``None`` (naive LDP).
+    denoiser: ``(Denoiser, table, dense)`` of the trained F_p, or ``None`` (the release's
+        scores as they are).
     user: the device's index in the denoiser's context (its ``H_u``).
     _rng: random bytes for the noise (tests only; the OS CSPRNG by default).
     """
@@ -166,7 +167,8 @@ class InferenceDevice:
 
     def scores(self, reply: bytes, items: np.ndarray) -> np.ndarray:
         """float64 ``(len(items),)``: the predictions of ``items`` from the server's reply --
-        naive LDP (``r~`` plus the offset) without a denoiser, F_p's ``r^`` with one.
+        ``r~`` of the (re-clipped) release plus the offset without a denoiser, F_p's ``r^`` with
+        one.
 
         Raises
         ------

@@ -1,4 +1,4 @@
-"""``secemb infer`` on a saved model: naive LDP and with a saved denoiser; bad usage is exit 2."""
+"""``secemb infer`` on a saved model: without and with a saved denoiser; bad usage is exit 2."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_top_k_naive_and_post_processed(saved) -> None:
     naive = runner.invoke(app, ["infer", "--model-dir", str(folder / "rec"), "--user", "2", "-k", "5", "--json"])
     assert naive.exit_code == 0, naive.output
     doc = json.loads(naive.output)
-    assert doc["mode"] == "naive-ldp" and len(doc["items"]) == 5 and doc["epsilon"] == 1.0
+    assert doc["mode"] == "ldp-no-denoiser" and len(doc["items"]) == 5 and doc["epsilon"] == 1.0
     assert not set(doc["items"]) & set(trained.rated(2).tolist())  # unrated items only
     assert doc["scores"] == sorted(doc["scores"], reverse=True)
     rows, dim = 1, 4
