@@ -56,6 +56,8 @@ __all__ = ["NAME", "Denoiser", "DenoiserContext"]
 
 #: the registered model name
 NAME = "grec-denoiser"
+#: pairs scored at a time outside training
+_CHUNK = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -205,9 +207,16 @@ class Denoiser(RecModel):
                      pair_user: np.ndarray) -> np.ndarray:
         """``r~`` of pairs: the server's score of the noisy ``h_tilde (U, R, d)`` of ``users
         (U,)`` for the items whose recommender rows are ``rec_rows (k, w)``, pair ``j`` being
-        user ``pair_user[j]`` (an index into ``users``), plus each device's private offset."""
+        user ``pair_user[j]`` (an index into ``users``), plus each device's private offset.
+        Scored in chunks of ``2^15`` pairs (a DeepFM summary is ``4d + d + 1`` wide)."""
         rep = self.context.rep
-        return rep.score(rep.summary(h_tilde)[pair_user], rec_rows) + self.context.offset[users][pair_user]
+        summary = rep.summary(h_tilde)
+        offset = self.context.offset[users]
+        out = np.empty(pair_user.shape[0])
+        for lo in range(0, pair_user.shape[0], _CHUNK):
+            part = pair_user[lo : lo + _CHUNK]
+            out[lo : lo + part.size] = rep.score(summary[part], rec_rows[lo : lo + part.size]) + offset[part]
+        return out
 
     def forward(self, v: dict[str, Any], e: torch.Tensor, h: torch.Tensor, z: torch.Tensor,
                 pair_user: torch.Tensor, r_tilde: torch.Tensor) -> torch.Tensor:
