@@ -266,8 +266,12 @@ def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, th
 
 def run(*, silos: tuple[int, ...] = (3, 5, 7), rounds: int = 10, local_epochs: int = 2, dim: int = 16,
         threshold: int = 1, cost_items: int = 100, key_bits: int = 2048, secemb_epochs: int = 10,
-        quick: bool = False, seed: int = 0, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The whole benchmark; ``quick`` shrinks it to a smoke test (2 rounds, 30 items, no SecEmb)."""
+        quick: bool = False, seed: int = 0, parts: tuple[str, ...] = ("accuracy", "cost"),
+        on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The benchmark's ``parts`` (accuracy, cost); ``quick`` shrinks it to a smoke test (2 rounds,
+    30 items, no SecEmb)."""
+    if not parts or set(parts) - {"accuracy", "cost"}:
+        raise InvalidParameters(f"parts must be a non-empty subset of accuracy, cost; got {parts}")
     if rounds < 1 or local_epochs < 1 or cost_items < 0 or secemb_epochs < 0:
         raise InvalidParameters("rounds and local_epochs must be >= 1; cost_items and secemb_epochs >= 0")
     if any(n < 2 or 2 * threshold >= n for n in silos):
@@ -276,18 +280,18 @@ def run(*, silos: tuple[int, ...] = (3, 5, 7), rounds: int = 10, local_epochs: i
         rounds, cost_items, secemb_epochs = min(rounds, 2), min(cost_items or 30, 30), 0
     data = load_movielens("ml-100k")
     result: dict[str, Any] = {"dataset": "ml-100k", "accuracy": [], "cost": []}
-    _run_parts(result, data, silos, rounds, local_epochs, dim, threshold, cost_items, key_bits, secemb_epochs,
-               seed, on_step)
+    _run_parts(result, data, silos, rounds if "accuracy" in parts else 0, local_epochs, dim, threshold,
+               cost_items if "cost" in parts else -1, key_bits, secemb_epochs, seed, on_step)
     return result
 
 
 def _run_parts(result: dict[str, Any], data: RatingData, silos: tuple[int, ...], rounds: int, local_epochs: int,
                dim: int, threshold: int, cost_items: int, key_bits: int, secemb_epochs: int, seed: int,
                on_step: Callable[[str], None] | None) -> None:
-    for n in silos:
+    for n in silos if rounds else ():
         result["accuracy"].append(accuracy(data, n, rounds=rounds, local_epochs=local_epochs, dim=dim,
                                            threshold=threshold, seed=seed, on_step=on_step))
-    for n in silos:
+    for n in silos if cost_items >= 0 else ():
         if on_step:
             on_step(f"N={n}: one full-protocol round ({key_bits}-bit Paillier)")
         result["cost"].append(cost(data, n, cost_items=cost_items, dim=dim, threshold=threshold,

@@ -20,6 +20,7 @@ def register(bench_app: typer.Typer) -> None:
         cost_items: int = typer.Option(100, help="Most-rated items in the full-protocol round (0: all)."),
         key_bits: int = typer.Option(2048, help="Paillier modulus bits of the full-protocol round."),
         secemb_epochs: int = typer.Option(10, help="Epochs of the SecEmb run beside it (0: skip)."),
+        parts: str = typer.Option("accuracy,cost", help="Comma-separated parts to run: accuracy, cost."),
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/secea.json"), help="Write the JSON result here."),
@@ -47,6 +48,7 @@ def register(bench_app: typer.Typer) -> None:
                 result = bench_secea.run(silos=counts, rounds=rounds, local_epochs=local_epochs,
                                          threshold=threshold, cost_items=cost_items, key_bits=key_bits,
                                          secemb_epochs=secemb_epochs, quick=quick,
+                                         parts=tuple(x.strip() for x in parts.split(",") if x.strip()),
                                          on_step=lambda msg: status.update(escape(msg)))
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
