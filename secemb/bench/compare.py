@@ -192,7 +192,7 @@ def plot(result: dict[str, Any], path: str) -> None:
 
     rows = [r for r in result["rows"] if r["up_bytes"] is not None and "reference" not in r["protocol"]]
     short = {label: key for key, label in KEYS.items()}
-    names = [short.get(r["protocol"], r["protocol"]) for r in rows]
+    names = [short.get(r["protocol"], r["protocol"]).replace("-", "\n") for r in rows]
     nan = float("nan")
     panels = {
         "upload, bytes per client and round": {"measured": [r["up_bytes"] for r in rows]},

@@ -79,7 +79,8 @@ def register(bench_app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
-        table = Table(title="secemb bench compare: MF on ML-100K, same 80/20 split (measured in this run)")
+        source = f"merged from {merge_from}" if merge_from else "measured in this run"
+        table = Table(title=f"secemb bench compare: MF on ML-100K, same 80/20 split ({source})")
         for col in ("protocol", "clients", "training", "test accuracy", "up KB/client/round", "down KB/client/round",
                     "client s/round", "server s/round", "what the server (or a coalition) learns"):
             table.add_column(col, justify="right" if "/" in col or "RMSE" in col else "left")
