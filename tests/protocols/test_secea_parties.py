@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from secemb.errors import InvalidMessage, ProtocolError
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.driver import Deployment
 from secemb.randomness import CtrDrbg
@@ -142,3 +142,20 @@ def test_setup_runs_the_bloom_psu_and_counts_its_bytes():
     assert dep.union.tolist() == [1, 3, 4, 5]
     hello = len(dep.clients[0].hello())
     assert all(dep.setup_traffic.up[i] > hello for i in range(3))  # the PSU's secure-aggregation messages too
+
+
+def test_query_bound_hides_the_entity_count_and_keeps_the_averages():
+    sets = [[1], [1, 2, 3], [2, 4]]
+    params = SecEAParams(3, 1, dim=2)
+    dep = Deployment(params, [np.array(s) for s in sets], key_bits=KEY_BITS, query_bound=4, _rng=CtrDrbg(9))
+    gen = np.random.default_rng(9)
+    rows = [gen.normal(size=(len(s), 2)) for s in sets]
+    uploads = dep.uploads(1, rows)
+    assert len({len(b) for b in uploads.values()}) == 1  # 1, 3 and 2 entities: the same upload size
+    dep2 = Deployment(params, [np.array(s) for s in sets], key_bits=KEY_BITS, query_bound=4, _rng=CtrDrbg(10))
+    out = dep2.round(1, rows)
+    for v, s in enumerate(sets):
+        for i, e in enumerate(s):
+            assert out[v][i].tolist() == expected_average(params, e, sets, rows)
+    with pytest.raises(InvalidParameters, match="query_bound"):
+        Deployment(params, [np.array(s) for s in sets], key_bits=KEY_BITS, query_bound=2)

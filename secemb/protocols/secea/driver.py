@@ -60,16 +60,19 @@ class Deployment:
         largest id.
     key_bits:
         Paillier modulus size of every client.
+    query_bound:
+        Queries every client sends per round (:class:`SecEAClient`); ``None``: its own count.
     """
 
     def __init__(self, params: SecEAParams, entity_sets: list[np.ndarray], *, domain: int | None = None,
-                 key_bits: int = 2048, _rng: RandomBytes | None = None) -> None:
+                 key_bits: int = 2048, query_bound: int | None = None, _rng: RandomBytes | None = None) -> None:
         rng = system_rng if _rng is None else _rng
         self.params = params
         self.traffic = Traffic()
         self.setup_traffic = Traffic()
         self.server = SecEAServer(params, _rng=rng)
-        self.clients = [SecEAClient(i, params, s, key_bits=key_bits, _rng=rng) for i, s in enumerate(entity_sets)]
+        self.clients = [SecEAClient(i, params, s, key_bits=key_bits, query_bound=query_bound, _rng=rng)
+                        for i, s in enumerate(entity_sets)]
         t = self.setup_traffic
         hellos = {i: t.sent(i, c.hello()) for i, c in enumerate(self.clients)}
         for i, msg in self.server.directory(hellos).items():

@@ -30,7 +30,7 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.secea import coding, field, wire
 from secemb.protocols.secea import paillier as phe_packing
 from secemb.protocols.secea.coding import SecEAParams
-from secemb.randomness import RandomBytes, system_rng
+from secemb.randomness import RandomBytes, random_words, system_rng
 from secemb.secagg.keys import KEY_BYTES, KeyPair, agree
 from secemb.secagg.prg import mask_rows
 
@@ -62,18 +62,24 @@ def _unpadded(seed: bytes, data: bytes) -> np.ndarray:
 class SecEAClient:
     """One silo.  ``entities`` are its own entity ids (int64, distinct).
 
+    ``query_bound``: if given (``>= len(entities)``), every round sends exactly that many queries,
+    the real ones and dummies for uniformly drawn entities whose answers are discarded, so the
+    server learns the public bound instead of ``|E_n|`` (each dummy costs what a real query does).
+
     ``_rng`` (keyword-only, tests only) replaces the OS CSPRNG for every secret the client draws
     except the Paillier primes, which ``phe`` draws from the OS.
     """
 
     def __init__(self, index: int, params: SecEAParams, entities: np.ndarray, *, key_bits: int = 2048,
-                 _rng: RandomBytes | None = None) -> None:
+                 query_bound: int | None = None, _rng: RandomBytes | None = None) -> None:
         if not 0 <= index < params.num_clients:
             raise InvalidParameters(f"client index must be in [0, {params.num_clients}), got {index}")
         ids = np.asarray(entities, dtype=np.int64)
         if ids.ndim != 1 or np.unique(ids).size != ids.size:
             raise InvalidParameters("entities must be a 1-D array of distinct ids")
-        self.index, self.params, self.entities = index, params, ids
+        if query_bound is not None and query_bound < ids.size:
+            raise InvalidParameters(f"query_bound must be >= the {ids.size} entities, got {query_bound}")
+        self.index, self.params, self.entities, self.query_bound = index, params, ids, query_bound
         self._rng = system_rng if _rng is None else _rng
         self._x25519 = KeyPair.generate(_rng=self._rng)
         self._paillier_public, self._paillier_private = phe_packing.generate_keypair(key_bits)
@@ -117,9 +123,11 @@ class SecEAClient:
             raise ProtocolError("upload before the directory and the union are set")
         p, m, own = self.params, self._num_entities, self._own
         shares = coding.share(p, coding.expand(p, m, own, rows), self._rng)
-        asks = coding.queries(p, own, m, self._rng)
+        dummies = random_words(self._rng, ((self.query_bound or own.size) - own.size,), np.uint64) % np.uint64(m)
+        targets = np.concatenate([own, dummies.astype(np.int64)])
+        asks = coding.queries(p, targets, m, self._rng)
         self._kept = (shares[self.index], asks[self.index])
-        body = [struct.pack("<IHIH", m, p.width, own.size, p.num_clients - 1)]
+        body = [struct.pack("<IHIH", m, p.width, targets.size, p.num_clients - 1)]
         for v in range(p.num_clients):
             if v != self.index:
                 seed = _pad_seed(self._x25519.private, self._peers[v][0], round_id, self.index, v)
@@ -169,7 +177,7 @@ class SecEAClient:
         if self._round is None or self._round[1] != "answered" or self._own is None:
             raise ProtocolError("finish before answer")
         _, body = wire.unpack(data, wire.RESULT, self._round[0], self.index)
-        key, p, e = self._paillier_public, self.params, self._own.size
+        key, p, e = self._paillier_public, self.params, self.query_bound or self._own.size
         rd = wire.Reader(body)
         if rd.u32() != e or rd.u16() != key.chunks(p.width):
             raise InvalidMessage("RESULT dimensions differ from this client's queries")
@@ -187,7 +195,7 @@ class SecEAClient:
         self._round = None
         order = np.argsort(answered)
         decoded = coding.decode(p, np.stack([values[i] for i in order]), [answered[i] for i in order])
-        return coding.decode_average(p, decoded)[1]
+        return coding.decode_average(p, decoded[: self._own.size])[1]  # dummy answers discarded
 
 
 class SecEAServer:
