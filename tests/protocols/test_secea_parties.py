@@ -159,3 +159,19 @@ def test_query_bound_hides_the_entity_count_and_keeps_the_averages():
             assert out[v][i].tolist() == expected_average(params, e, sets, rows)
     with pytest.raises(InvalidParameters, match="query_bound"):
         Deployment(params, [np.array(s) for s in sets], key_bits=KEY_BITS, query_bound=2)
+
+
+def test_client_missing_before_upload_is_left_out_of_the_averages():
+    sets = [[1, 2], [2, 3], [1, 3], [1, 2, 3]]
+    params, dep = make(4, 1, 2, sets, seed=11)
+    gen = np.random.default_rng(11)
+    rows = [gen.normal(size=(len(s), 2)) for s in sets]
+    uploads = {i: dep.clients[i].upload(1, rows[i]) for i in range(3)}  # client 3 never uploads
+    relays = dep.server.relay(1, uploads)
+    answers = {v: dep.clients[v].answer(relays[v]) for v in range(3)}
+    results = dep.server.mask(1, answers)
+    present = sets[:3]
+    for v in range(3):
+        out = dep.clients[v].finish(results[v])
+        for i, e in enumerate(sets[v]):
+            assert out[i].tolist() == expected_average(params, e, present, rows[:3])
