@@ -1,7 +1,8 @@
 """Issue 12, finding 4: a bounded flood against a real server process (TLS on 127.0.0.1) --
-connections stalled mid-header, bodies stalled mid-way, and full junk-signature bodies -- leaves
-its memory and its open connections flat, and the server then answers its operator.  Every
-phase is bounded in count and time."""
+connections stalled mid-header (beyond the connection limit), bodies stalled mid-way, full
+junk-signature bodies, one key's validly signed flood -- leaves its memory and its open
+connections flat, and the server then answers its operator.  Every phase is bounded in count
+and time."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from net_helpers import cluster_for, setup, small_data
+from secemb.transport.errors import RemoteError
 from secemb.transport.signing import sign_headers
 
 READ_TIMEOUT_S = 1.0
+MAX_CONNECTIONS = 16
 STALLED_HEADERS, STALLED_BODIES, JUNK_BODIES = 40, 10, 60
 BODY = 60_000  # under the JSON endpoints' limit, so the server reads it before the signature fails
 
@@ -61,17 +65,21 @@ def test_finding4_bounded_flood_holds_memory_and_connections_flat():
     model, proto, config = setup()
     tr, _ = small_data()
     with cluster_for(model, proto, tr, config, read_timeout_s=READ_TIMEOUT_S, max_body_reads=4,
-                     requests_per_s=10.0) as cluster:
+                     requests_per_s=10.0, max_connections=MAX_CONNECTIONS) as cluster:
         pid, port, tls = cluster.procs[0].pid, cluster.ports[0], cluster.tls
         admin = cluster.admin(0, timeout=30)
         admin.get_json("/v1/admin/status")
         rss0, fds0 = _rss_kib(pid), _fds(pid)
 
-        # 1. connections that stall in the middle of their headers are closed by the server
+        # 1. connections that stall in the middle of their headers are closed by the server; while
+        # they are held, the connection limit answers the rest 503 at once
         stalled = [_connect(port, tls) for _ in range(STALLED_HEADERS)]
         for s in stalled:
             s.sendall(b"POST /v1/admin/rounds HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Secemb-Key-Id: ad")
         t0 = time.monotonic()
+        with pytest.raises(RemoteError) as full:
+            admin.get_json("/v1/admin/status")
+        assert full.value.status == 503
         with ThreadPoolExecutor(16) as pool:
             closed = list(pool.map(lambda s: _closed_by_server(s, 6 * READ_TIMEOUT_S + 5), stalled))
         assert all(c is not None for c in closed), f"{sum(c is None for c in closed)} stalled connections left open"
