@@ -15,7 +15,8 @@ the items it holds are averaged across the silos that hold them (Eq. 2) and writ
   (they return values unchanged), and each round's output is checked to equal the fixed-point
   average bit for bit.  SecEmb (two-server, one user per device) is trained on the same split
   through :class:`secemb.Experiment` beside it.
-* **Cost** -- one round of the complete protocol (:class:`~secemb.protocols.secea.driver.Deployment`:
+* **Cost** -- the offline phase (encryption randomizers ``r^n``, Sec. IV-B) and one round of the
+  complete protocol (:class:`~secemb.protocols.secea.driver.Deployment`:
   X25519-padded relay, Paillier with 2048-bit keys, the private entity union at setup) on the
   silos' trained item rows, restricted to the ``cost_items`` most-rated items (the full catalogue
   takes N*sum|E_n| Paillier answers, about 65,000 for N = 7: tens of minutes on two cores).
@@ -223,6 +224,7 @@ def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, th
     start = time.perf_counter()
     dep = Deployment(params, sets, domain=data.num_items, key_bits=key_bits)
     setup_s = time.perf_counter() - start
+    dep.precompute([len(s) for s in sets])  # the offline phase: encryption randomizers
     out = dep.round(1, rows)
     expected = fixed_point_average(params, [np.searchsorted(dep.union, s) for s in sets], rows, dep.union.size)
     exact = all(np.array_equal(out[n], expected[n]) for n in range(num_silos))
@@ -239,10 +241,11 @@ def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, th
             "ciphertexts_up": sum(sizes) * chunks,
             "field_elements_down": sum(m * w + sizes[v] * m for v in range(num_silos) if v != n),
             "ciphertexts_down": num_silos * sizes[n] * chunks,
-            "seconds": {stage: secs.get((n, stage), 0.0) for stage in ("share+query", "answer", "decode")},
+            "seconds": {stage: secs.get((n, stage), 0.0) for stage in ("offline", "share+query", "answer", "decode")},
         })
     server_ops = num_silos * sum(sizes) * chunks
     client_s = [sum(c["seconds"].values()) for c in per_client]
+    online_s = [sum(v for k, v in c["seconds"].items() if k != "offline") for c in per_client]
     return {
         "num_silos": num_silos, "threshold": threshold, "parts": params.k, "width": w, "entities_union": m,
         "cost_items": cost_items, "key_bits": key_bits, "slots_per_ciphertext": key.slots,
@@ -250,7 +253,7 @@ def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, th
         "setup_seconds": setup_s, "setup_bytes_up": sum(dep.setup_traffic.up.values()),
         "setup_bytes_down": sum(dep.setup_traffic.down.values()),
         "exact": exact, "clients": per_client,
-        "server_seconds": {stage: secs.get(("server", stage), 0.0) for stage in ("relay", "mask")},
+        "server_seconds": {stage: secs.get(("server", stage), 0.0) for stage in ("offline", "relay", "mask")},
         "terms": {
             "server_paillier_ops": server_ops,
             "client_answer_macs": m * w * sum(sizes),
@@ -261,6 +264,7 @@ def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, th
         "ms_per_client_answer_ciphertext": 1000 * float(np.mean([c["seconds"]["answer"] for c in per_client]))
         / max(sum(sizes) * chunks, 1),
         "client_seconds_mean": float(np.mean(client_s)),
+        "client_online_seconds_mean": float(np.mean(online_s)),
     }
 
 
@@ -331,6 +335,8 @@ def cost_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
         rows.append((str(c["num_silos"]), str(c["entities_union"]), f"{mean('entities'):.0f}",
                      f"{mean('up_bytes') / 1e6:.2f}", f"{mean('down_bytes') / 1e6:.2f}",
                      f"{mean('field_elements_up'):,.0f}", f"{mean('ciphertexts_up'):,.0f}",
-                     f"{c['client_seconds_mean']:.1f}", f"{sum(c['server_seconds'].values()):.1f}",
+                     f"{c['client_online_seconds_mean']:.1f} + {c['clients'][0]['seconds']['offline']:.1f}",
+                     f"{c['server_seconds']['relay'] + c['server_seconds']['mask']:.1f} + "
+                     f"{c['server_seconds']['offline']:.1f}",
                      f"{c['ms_per_server_op']:.2f}", "yes" if c["exact"] else "NO"))
     return rows

@@ -69,7 +69,8 @@ def register(bench_app: typer.Typer) -> None:
             typer.echo(f"SecEmb MF (two servers, per-user devices), {result['secemb']['epochs']} epochs: "
                        f"test RMSE {result['secemb']['rmse'][-1]:.4f}")
         cost = Table(title=f"One full SecEA round ({key_bits}-bit Paillier), per silo (mean)")
-        for col in ("N", "M", "|E_n|", "up MB", "down MB", "field el. up", "ciphertexts up", "silo s", "server s",
+        for col in ("N", "M", "|E_n|", "up MB", "down MB", "field el. up", "ciphertexts up", "silo s online + offline",
+                    "server s online + offline",
                     "server ms/op", "exact"):
             cost.add_column(col, justify="right")
         for row in bench_secea.cost_rows(result):

@@ -175,3 +175,18 @@ def test_client_missing_before_upload_is_left_out_of_the_averages():
         out = dep.clients[v].finish(results[v])
         for i, e in enumerate(sets[v]):
             assert out[i].tolist() == expected_average(params, e, present, rows[:3])
+
+
+def test_offline_randomizers_are_used_and_give_the_same_averages():
+    sets = [[1, 2], [2], [1, 3]]
+    params, dep = make(3, 1, 2, sets, seed=12)
+    gen = np.random.default_rng(12)
+    rows = [gen.normal(size=(len(s), 2)) for s in sets]
+    dep.precompute([len(s) for s in sets])
+    assert all(len(dep.clients[0]._pools[n]) == len(sets[n]) for n in range(3))  # one ciphertext per answer
+    out = dep.round(1, rows)
+    assert all(not pool for c in dep.clients for pool in c._pools.values())  # consumed
+    assert all(not pool for pool in dep.server._pools.values())
+    for v, s in enumerate(sets):
+        for i, e in enumerate(s):
+            assert out[v][i].tolist() == expected_average(params, e, sets, rows)

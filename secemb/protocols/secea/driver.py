@@ -99,6 +99,16 @@ class Deployment:
             for i, c in enumerate(self.clients)
         }
 
+    def precompute(self, queries: list[int]) -> None:
+        """The offline phase before a round: every client's and the server's encryption
+        randomizers for ``queries[n]`` queries of each client n (timed as stage "offline")."""
+        chunks = [c.paillier_key.chunks(self.params.width) for c in self.clients]
+        counts = {n: q * chunks[n] for n, q in enumerate(queries)}
+        for v, client in enumerate(self.clients):
+            self._timed(v, "offline", client.precompute, counts)
+        self._timed("server", "offline", self.server.precompute,
+                    {n: c * self.params.num_clients for n, c in counts.items()})
+
     def round(self, round_id: int, rows: list[np.ndarray], drop_after_upload: set[int] | None = None
               ) -> dict[int, np.ndarray]:
         """One aggregation round; ``rows[i]`` are client i's embeddings (order of its entities).

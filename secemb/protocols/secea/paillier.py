@@ -1,8 +1,10 @@
 """Paillier encryption of packed field vectors for SecEA's answers (paper Eq. 13), on ``phe``.
 
-``python-paillier`` (``phe``) supplies key generation, raw encryption and CRT decryption (with
-gmpy2 when installed); this module packs several field elements into one plaintext and applies the
-server's masking homomorphically.
+``python-paillier`` (``phe``) supplies key generation, CRT decryption and the modular arithmetic
+(gmpy2 when installed); this module packs several field elements into one plaintext, applies the
+server's masking homomorphically, and encrypts as ``phe`` does (``g = n + 1``: ``(1 + n m) r^n mod
+n^2``) with the randomizer ``r^n`` optionally computed ahead (:meth:`PublicKey.obfuscators`, the
+paper's offline phase).
 
 **Slots and statistical masking.**  A client decrypts ``r*A + psi`` as an *integer* in ``Z_n``,
 not as an element of Z_p: the paper's field masking would then leak the carry
@@ -69,18 +71,33 @@ class PublicKey:
             if r > 1:
                 return r
 
-    def encrypt(self, values: np.ndarray, rng: RandomBytes) -> list[int]:
-        """Encrypt field elements (uint64, shape ``(E, w)``) packed ``slots`` to a ciphertext:
-        returns ``E * chunks(w)`` ciphertexts, row-major, randomness ``r^n`` with ``r`` from ``rng``."""
-        return [self.key.raw_encrypt(m, r_value=self._random_unit(rng)) for m in _pack(values, self.slots)]
+    def obfuscators(self, count: int, rng: RandomBytes) -> list[int]:
+        """``count`` encryption randomizers ``r^n mod n^2`` (``r`` from ``rng``): the expensive
+        part of an encryption, independent of the message, so it can be computed offline (the
+        paper's offline phase, Sec. IV-B).  Each is used once."""
+        n, n2 = self.key.n, self.key.nsquare
+        return [powmod(self._random_unit(rng), n, n2) for _ in range(count)]
 
-    def mask(self, ciphertexts: list[int], factors: np.ndarray, noise: np.ndarray, rng: RandomBytes) -> list[int]:
+    def _encrypt(self, m: int, rng: RandomBytes, pool: list[int] | None) -> int:
+        """``(1 + n m) * r^n mod n^2`` (g = n + 1, as ``phe``), the randomizer from ``pool`` when
+        one is left, else fresh."""
+        obf = pool.pop() if pool else powmod(self._random_unit(rng), self.key.n, self.key.nsquare)
+        return mulmod(1 + self.key.n * m, obf, self.key.nsquare)
+
+    def encrypt(self, values: np.ndarray, rng: RandomBytes, pool: list[int] | None = None) -> list[int]:
+        """Encrypt field elements (uint64, shape ``(E, w)``) packed ``slots`` to a ciphertext:
+        returns ``E * chunks(w)`` ciphertexts, row-major; randomizers from ``pool``
+        (:meth:`obfuscators`, consumed) while it lasts, else fresh from ``rng``."""
+        return [self._encrypt(m, rng, pool) for m in _pack(values, self.slots)]
+
+    def mask(self, ciphertexts: list[int], factors: np.ndarray, noise: np.ndarray, rng: RandomBytes,
+             pool: list[int] | None = None) -> list[int]:
         """The server's step (Eq. 13): ``Enc(A)^r * Enc(psi + p*u)`` slot-wise.
 
         ``ciphertexts``: ``E * chunks(w)`` encryptions of answers; ``factors``: the ``E`` values of
         ``r`` (uint64, in Z_p^*); ``noise``: ``psi`` at this answerer's alpha, shape ``(E, w)``.
-        Fresh encryption randomness re-randomizes each result, so the answerer's randomness does not
-        carry over to the client that decrypts.
+        Fresh encryption randomness (from ``pool`` while it lasts) re-randomizes each result, so
+        the answerer's randomness does not carry over to the client that decrypts.
         """
         width = noise.shape[1]
         chunks = self.chunks(width)
@@ -98,7 +115,7 @@ class PublicKey:
             if not 0 < ct < n2:
                 raise InvalidMessage("a ciphertext is out of range for the recipient's key")
             scaled = powmod(ct, int(factors[i // chunks]), n2)
-            out.append(mulmod(scaled, self.key.raw_encrypt(m, r_value=self._random_unit(rng)), n2))
+            out.append(mulmod(scaled, self._encrypt(m, rng, pool), n2))
         return out
 
 

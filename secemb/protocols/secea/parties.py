@@ -84,6 +84,7 @@ class SecEAClient:
         self._x25519 = KeyPair.generate(_rng=self._rng)
         self._paillier_public, self._paillier_private = phe_packing.generate_keypair(key_bits)
         self._peers: dict[int, tuple[bytes, phe_packing.PublicKey]] = {}
+        self._pools: dict[int, list[int]] = {}
         self._own: np.ndarray | None = None
         self._num_entities = 0
         self._round: tuple[int, str] | None = None
@@ -93,6 +94,12 @@ class SecEAClient:
     def paillier_key(self) -> phe_packing.PublicKey:
         """This client's Paillier public key (what its answers are encrypted under)."""
         return self._paillier_public
+
+    def precompute(self, counts: dict[int, int]) -> None:
+        """Offline phase: ``counts[n]`` encryption randomizers under requester n's key (its
+        queries times its ciphertexts per answer), used by :meth:`answer` before fresh ones."""
+        for n, count in counts.items():
+            self._pools.setdefault(n, []).extend(self._peers[n][1].obfuscators(count, self._rng))
 
     def hello(self) -> bytes:
         """HELLO: this client's public keys."""
@@ -159,7 +166,7 @@ class SecEAClient:
         body_out = [struct.pack("<H", len(asks))]
         for n in sorted(asks):
             key = self._peers[n][1]
-            cts = key.encrypt(coding.answer(asks[n], stored), self._rng)
+            cts = key.encrypt(coding.answer(asks[n], stored), self._rng, self._pools.get(n))
             size = key.ciphertext_bytes
             body_out.append(struct.pack("<HIH", n, asks[n].shape[0], key.chunks(w)))
             body_out += [c.to_bytes(size, "big") for c in cts]
@@ -209,6 +216,7 @@ class SecEAServer:
         self.params = params
         self._rng = system_rng if _rng is None else _rng
         self._keys: dict[int, phe_packing.PublicKey] = {}
+        self._pools: dict[int, list[int]] = {}
         self._directory = b""
         self._pending: dict[int, int] = {}
         self._round: int | None = None
@@ -228,6 +236,12 @@ class SecEAServer:
             body += [struct.pack("<H", i), payload[:KEY_BYTES], struct.pack("<H", len(modulus)), modulus]
         self._directory = b"".join(body)
         return {i: wire.pack(wire.Header(wire.DIRECTORY, 0, wire.SERVER, i), self._directory) for i in range(n)}
+
+    def precompute(self, counts: dict[int, int]) -> None:
+        """Offline phase: ``counts[n]`` encryption randomizers under client n's key for the
+        noise terms of :meth:`mask` (N times its queries times its ciphertexts per answer)."""
+        for n, count in counts.items():
+            self._pools.setdefault(n, []).extend(self._keys[n].obfuscators(count, self._rng))
 
     def relay(self, round_id: int, uploads: dict[int, bytes]) -> dict[int, bytes]:
         """RELAY for every uploader: the padded blocks addressed to it by the other uploaders."""
@@ -304,7 +318,7 @@ class SecEAServer:
             r, psi = coding.server_noise(p, e, self._rng)
             parts = [struct.pack("<IHH", e, key.chunks(p.width), len(by_answerer))]
             for v in sorted(by_answerer):
-                masked = key.mask(by_answerer[v], r, psi[v], self._rng)
+                masked = key.mask(by_answerer[v], r, psi[v], self._rng, self._pools.get(n))
                 parts += [struct.pack("<H", v)] + [c.to_bytes(key.ciphertext_bytes, "big") for c in masked]
             out[n] = wire.pack(wire.Header(wire.RESULT, round_id, wire.SERVER, n), b"".join(parts))
         self._pending = {}
