@@ -7,7 +7,8 @@
 * :mod:`~secemb.inference.denoiser`: the denoiser F_p, a registered model
   (``"grec-denoiser"``) trained federatedly by :func:`secemb.training.train`;
 * :mod:`~secemb.inference.service`: the inference exchange -- the device sends ``H~_u``
-  only, the server scores its public candidate set, the device denoises locally.
+  only, the server scores its public candidate set, the device denoises locally;
+* :mod:`~secemb.inference.saved`: a trained denoiser on disk (``secemb infer --denoiser``).
 """
 
 from __future__ import annotations
