@@ -33,6 +33,7 @@ from secemb.errors import InvalidParameters
 from secemb.models.base import RecModel, UserStore
 from secemb.models.batch import HISTORY, TARGET, Batch
 from secemb.models.features import DenseLayout
+from secemb.models.task import Task
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -68,18 +69,22 @@ class DIN(RecModel):
     ----------
     num_categories: size of the public category table.
     dim: embedding size d (the paper: 18).
+    reg: L2 weight on the embeddings a step touches (its goods rows, their categories, the
+        user's embedding), added to the mean cross-entropy; the paper uses none (0).
     init_std: standard deviation of the initial embeddings.
     """
 
     name = "din"
 
-    def __init__(self, num_categories: int = 1, dim: int = 18, init_std: float = 0.1) -> None:
+    def __init__(self, num_categories: int = 1, dim: int = 18, reg: float = 0.0, init_std: float = 0.1) -> None:
         for field, value in (("num_categories", num_categories), ("dim", dim)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidParameters(f"{field} must be an int >= 1, got {value!r}")
         if not isinstance(init_std, (int, float)) or not init_std > 0:
             raise InvalidParameters(f"init_std must be > 0, got {init_std!r}")
-        self.num_categories, self.dim, self.init_std = num_categories, dim, float(init_std)
+        if isinstance(reg, bool) or not isinstance(reg, (int, float)) or not reg >= 0:
+            raise InvalidParameters(f"reg must be >= 0, got {reg!r}")
+        self.num_categories, self.dim, self.reg, self.init_std = num_categories, dim, float(reg), float(init_std)
         e = 2 * dim
         att = (4 * e, *_ATT, 1)
         mlp = (dim + 2 * e, *_MLP, 1)
@@ -93,6 +98,20 @@ class DIN(RecModel):
         self.dense_size = self.layout.size
         #: size of the dense vector without the category table (the MLPs)
         self.mlp_size = self.dense_size - num_categories * dim
+
+    @property
+    def task(self) -> Task:
+        """Refused: DIN trains on click samples with histories, which the round engine's tasks
+        (ratings, sequences) do not produce; it trains through :mod:`secemb.protocols.sfsl`.
+
+        Raises
+        ------
+        InvalidParameters
+            Always (``secemb train --model din`` fails with this message).
+        """
+        raise InvalidParameters("DIN trains on click samples through secure federated submodel learning "
+                                "(secemb.protocols.sfsl, `secemb bench sfsl`); `secemb train` has no click task "
+                                "(docs/sfsl.md)")
 
     # ------------------------------------------------------------------ initialization
 
@@ -158,7 +177,14 @@ class DIN(RecModel):
 
         batch.require(LABEL)
         logits = self.logits_torch(rows, dense, private, batch)
-        return torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.as_tensor(batch[LABEL]))
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.as_tensor(batch[LABEL]))
+        if self.reg:
+            goods = np.unique(np.concatenate([batch[TARGET], batch[HISTORY][batch[HISTORY] >= 0]]))
+            cats = np.unique(np.concatenate([batch[TARGET_CAT], batch[HISTORY_CAT][batch[HISTORY_CAT] >= 0]]))
+            table = self.layout.view(dense, "categories")
+            loss = loss + self.reg * ((rows[torch.as_tensor(goods)] ** 2).sum()
+                                      + (table[torch.as_tensor(cats)] ** 2).sum() + (private ** 2).sum())
+        return loss
 
     # ------------------------------------------------------------------ evaluation
 

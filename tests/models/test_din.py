@@ -53,6 +53,8 @@ def test_local_step_gradients_and_predict_refused() -> None:
     assert np.abs(cats).sum() > 0 and np.abs(step.row_grads).sum() > 0
     with pytest.raises(InvalidParameters, match="score"):
         model.predict(table, dense, store, np.array([0]), np.array([1]))
+    with pytest.raises(InvalidParameters, match="click"):
+        _ = model.task  # secemb train refuses DIN with a message, not a traceback
 
 
 def test_centralized_sgd_learns_the_planted_clicks() -> None:
@@ -82,3 +84,12 @@ def test_centralized_sgd_learns_the_planted_clicks() -> None:
     after = auc(model.score(*(t.detach().numpy() for t in params), test), test.label, (0, 1))
     assert before is not None and after is not None
     assert after > 0.6 and after > before + 0.05
+
+
+def test_reg_adds_the_touched_embeddings_norm() -> None:
+    plain, regd = DIN(num_categories=2, dim=4), DIN(num_categories=2, dim=4, reg=0.5)
+    table, dense = plain.init_public(5, np.random.default_rng(2))
+    rows, d, u = torch.tensor(table), torch.tensor(dense), torch.ones(4, dtype=torch.float64)
+    batch = click_batch(np.array([0]), np.array([[-1, 2]]), np.array([1]), np.array([[-1, 0]]), np.array([1.0]))
+    extra = 0.5 * ((rows[[0, 2]] ** 2).sum() + (d[:8].reshape(2, 4) ** 2).sum() + 4.0)  # goods 0, 2; cats 0, 1; user
+    assert torch.isclose(regd.objective_torch(rows, d, u, batch) - plain.objective_torch(rows, d, u, batch), extra)

@@ -14,7 +14,7 @@ _ARGS = {"mf": dict(dim=3, reg=0.02, init_std=0.3), "ncf": dict(dim=4, reg=0.003
          "fm": dict(dim=3, reg=0.04, init_std=0.07), "deepfm": dict(dim=2, reg=0.05, init_std=0.02),
          "sasrec": dict(dim=4, max_len=7, blocks=1, dropout=0.1, reg=0.01, negatives=2),
          "caser": dict(dim=4, max_len=3, targets=2, n_v=2, n_h=3, dropout=0.25, reg=0.001, negatives=2, windows=5),
-         "din": dict(num_categories=3, dim=4, init_std=0.2)}
+         "din": dict(num_categories=3, dim=4, reg=0.01, init_std=0.2)}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
