@@ -57,3 +57,18 @@ def write_json(console: Console, result: Any, path: Path | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(result.to_json(indent=2) + "\n")
         console.print(f"wrote {path}", markup=False)
+
+
+def save_result(result: Any, out: Path, as_json: bool) -> bool:
+    """Write a bench command's JSON-able ``result`` to ``out`` (its folder created); with
+    ``as_json`` also print it.  Returns ``as_json``: the caller prints its table only when
+    this is false."""
+    import json
+
+    import typer
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    return as_json

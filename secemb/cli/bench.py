@@ -7,6 +7,8 @@ import json
 
 import typer
 
+from secemb.cli._report import save_result
+
 
 def register(app: typer.Typer) -> None:
     """Attach the ``bench`` command group to ``app``."""
@@ -135,10 +137,7 @@ def _register_seq(bench_app: typer.Typer) -> None:
                                        progress=lambda msg: status.update(escape(msg)))
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
+        if save_result(result, out, as_json):
             return
         table = Table(title="secemb bench seq (Table 4; ours: SecEmb cuckoo + relay, leave-one-out)")
         for col in ("model", "data", "measure", "ours", "popularity", "paper"):

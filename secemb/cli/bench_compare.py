@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from secemb.cli._report import save_result
+
 
 def register(bench_app: typer.Typer) -> None:
     """Attach ``compare`` to the ``bench`` group."""
@@ -73,11 +75,8 @@ def register(bench_app: typer.Typer) -> None:
                                                on_step=lambda msg: status.update(escape(msg)))
             except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
                 fail(exc)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
         bench_compare.plot(result, str(plot_out))
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
+        if save_result(result, out, as_json):
             return
         source = f"merged from {merge_from}" if merge_from else "measured in this run"
         table = Table(title=f"secemb bench compare: MF on ML-100K, same 80/20 split ({source})")

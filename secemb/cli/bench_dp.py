@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
+
+from secemb.cli._report import save_result
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -56,10 +57,7 @@ def register(bench_app: typer.Typer) -> None:
                                       secure=secure, quick=quick, progress=lambda msg: status.update(escape(msg)))
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
+        if save_result(result, out, as_json):
             return
         table = Table(title=escape(f"secemb bench dp (MF, {result['dataset']}, clip {result['clip']}, "
                                    f"delta {result['delta']:g}; SecEmb+DP through {result['secemb_protocol']}; "

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from secemb.cli._report import save_result
+
 
 def register(bench_app: typer.Typer) -> None:
     """Attach ``grec`` to the ``bench`` group."""
@@ -90,10 +92,7 @@ def register(bench_app: typer.Typer) -> None:
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         result = {"runs": rows, "table": bench_grec.table(rows)}
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
+        if save_result(result, out, as_json):
             return
         table = Table(title=f"secemb bench grec (Tables 3, 11, 12: RMSE; {dataset}, delta={delta}, B={bound})")
         for col in ("model", "d", "epsilon", "seeds", "non-private", "naive LDP", "post-proc. LDP", "diff %",

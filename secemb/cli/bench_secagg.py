@@ -3,10 +3,11 @@ federated submodel learning), measured in process."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
+
+from secemb.cli._report import save_result
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -49,10 +50,7 @@ def register(bench_app: typer.Typer) -> None:
                                           repeats=repeats, on_step=lambda msg: status.update(escape(msg)))
         except InvalidParameters as exc:
             fail(exc)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
+        if save_result(result, out, as_json):
             return
         table = Table(title=f"PSU (exact filter over {result['psu'][0]['domain']:,} goods), per client")
         for col in ("n", "t", "upload MB", "download MB", "client s", "server s"):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
+
+from secemb.cli._report import save_result
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -52,10 +53,7 @@ def register(bench_app: typer.Typer) -> None:
                                          on_step=lambda msg: status.update(escape(msg)))
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
+        if save_result(result, out, as_json):
             return
         done = result["accuracy"][0]["rounds"] if result["accuracy"] else 0
         acc = Table(title=f"SecEA on ML-100K silos: test RMSE after {done} rounds x {local_epochs} local epochs")
