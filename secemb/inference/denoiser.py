@@ -43,7 +43,7 @@ from secemb.errors import InvalidParameters
 from secemb.inference.mechanism import GaussianLDP, privatize
 from secemb.inference.representation import Representation, representation_for
 from secemb.models import RecModel, StepResult, UserState, UserStore, register_model
-from secemb.models.batch import ITEM_POS, RATING, Batch
+from secemb.models.batch import RATING, Batch
 from secemb.models.features import DenseLayout
 from secemb.randomness import RandomBytes
 
@@ -248,15 +248,7 @@ class Denoiser(RecModel):
         (mean over the items) plus ``reg`` times the retrieved ``e_i``'s squared norms."""
         import torch
 
-        rows = np.asarray(rows, dtype=np.float64)
-        if rows.ndim != 2 or rows.shape[1] != self.sparse_width:
-            raise InvalidParameters(f"rows must have shape (n, {self.sparse_width}), got {rows.shape}")
-        if np.shape(dense) != (self.dense_size,):
-            raise InvalidParameters(f"dense must have shape ({self.dense_size},), got {np.shape(dense)}")
-        batch.require(ITEM_POS, RATING)
-        item_pos = np.asarray(batch[ITEM_POS], dtype=np.int64)
-        if item_pos.size == 0 or item_pos.min() < 0 or item_pos.max() >= rows.shape[0]:
-            raise InvalidParameters(f"item_pos must be non-empty and index rows in [0, {rows.shape[0]})")
+        rows, item_pos = self._rating_step_inputs(rows, dense, batch)
         u = np.array([user_state.user])
         h = self.context.h[u]
         h_tilde, z = privatize(h, self.context.mechanism, _rng=self._rng)

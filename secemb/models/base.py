@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.models import batch as fields
 from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig, adam_update
 from secemb.models.task import RATING, Task
@@ -341,6 +342,21 @@ class RecModel(ABC):
         if g_priv is not None:
             user_state.apply_gradient(g_priv.numpy())
         return StepResult(row_grads, dense_grad, float(loss.item()))
+
+    def _rating_step_inputs(self, rows: np.ndarray, dense: np.ndarray, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, item_pos)`` of a rating-task step, checked: ``rows`` float64
+        (n, sparse_width), ``dense`` (dense_size,), and ``item_pos`` a non-empty int64 array of
+        row indices in ``[0, n)`` (``InvalidParameters`` naming what is wrong otherwise)."""
+        rows = np.asarray(rows, dtype=np.float64)
+        if rows.ndim != 2 or rows.shape[1] != self.sparse_width:
+            raise InvalidParameters(f"rows must have shape (n, {self.sparse_width}), got {rows.shape}")
+        if np.shape(dense) != (self.dense_size,):
+            raise InvalidParameters(f"dense must have shape ({self.dense_size},), got {np.shape(dense)}")
+        batch.require(fields.ITEM_POS, fields.RATING)
+        item_pos = np.asarray(batch[fields.ITEM_POS], dtype=np.int64)
+        if item_pos.size == 0 or item_pos.min() < 0 or item_pos.max() >= rows.shape[0]:
+            raise InvalidParameters(f"item_pos must be non-empty and index rows in [0, {rows.shape[0]})")
+        return rows, item_pos
 
     # ------------------------------------------------------------------ evaluation
 

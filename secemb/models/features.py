@@ -198,15 +198,7 @@ class TorchRecModel(RecModel):
 
         from secemb.models.base import StepResult
 
-        rows = np.asarray(rows, dtype=np.float64)
-        if rows.ndim != 2 or rows.shape[1] != self.sparse_width:
-            raise InvalidParameters(f"rows must have shape (n, {self.sparse_width}), got {rows.shape}")
-        if np.shape(dense) != (self.dense_size,):
-            raise InvalidParameters(f"dense must have shape ({self.dense_size},), got {np.shape(dense)}")
-        batch.require(ITEM_POS, RATING)
-        item_pos = np.asarray(batch[ITEM_POS], dtype=np.int64)
-        if item_pos.size == 0 or item_pos.min() < 0 or item_pos.max() >= rows.shape[0]:
-            raise InvalidParameters(f"item_pos must be non-empty and index rows in [0, {rows.shape[0]})")
+        rows, item_pos = self._rating_step_inputs(rows, dense, batch)
         rows_t = torch.tensor(rows, requires_grad=True)
         fields = self.layout.leaves(np.asarray(dense, dtype=np.float64))
         priv_t = torch.tensor(user_state.params, requires_grad=True)
