@@ -15,8 +15,10 @@ attempt afresh, so a retry after a restart passes; a client whose clock lags the
 Resources (issue 12, finding 4).  Everything that needs no body -- key id, timestamp window,
 and whether the nonce was already used -- is checked by :meth:`Verifier.principal_of` before
 the app reads a body.  Nonces enter memory only after a valid signature, each authenticated key
-id is rate-limited (a token bucket: ``rate_per_s`` requests a second, bursts of
-``4 * rate_per_s``; beyond, :class:`RateLimited`, HTTP 429), and the memory holds at most
+id but the peer server's is rate-limited (a token bucket: ``rate_per_s`` requests a second,
+bursts of ``4 * rate_per_s``; beyond, :class:`RateLimited`, HTTP 429; server 0's calls to
+server 1 grow with the round's devices, and a server that floods its peer only denies
+service, which the threat model does not protect), and the memory holds at most
 ``max_nonces`` unexpired nonces: a full memory refuses new requests (:class:`Busy`, HTTP 503)
 rather than forgetting a nonce that could still be replayed.
 """
@@ -175,14 +177,16 @@ class Verifier:
             entry = f"{key_id}/{nonce}"
             if entry in self._nonces:
                 raise AuthError("replayed request (nonce already used)")
+            limited = key_id != self._peer_id  # the peer's calls scale with the round's devices
             tokens, last = self._buckets.get(key_id, (self.burst, tick))
             tokens = min(self.burst, tokens + (tick - last) * self.rate_per_s)
-            if tokens < 1.0:
+            if limited and tokens < 1.0:
                 self._buckets[key_id] = (tokens, tick)
                 raise RateLimited(f"{key_id} exceeds {self.rate_per_s:g} requests/s; retry later")
             if len(self._nonces) >= self.max_nonces:
                 raise Busy(f"{self.max_nonces} requests are within the replay window; retry later")
-            self._buckets[key_id] = (tokens - 1.0, tick)
+            if limited:
+                self._buckets[key_id] = (tokens - 1.0, tick)
             self._nonces[entry] = max(now, ts) + 2 * self.window_ms
 
     def nonces_held(self) -> int:

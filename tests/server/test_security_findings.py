@@ -378,6 +378,9 @@ def test_finding4_each_key_is_rate_limited_after_its_signature_and_junk_does_not
             ok += 1
     assert 20 <= ok <= 22  # the burst (4 x rate), plus what refilled meanwhile
     v.verify(sign_headers("user:4", user_key(USERS, 4), "GET", "/v1/round"), "GET", "/v1/round", "", b"")
+    peer = Verifier(1, PEER, ADMIN, USERS, num_users=30, rate_per_s=5.0)  # server 1: server 0's calls are not limited
+    for _ in range(100):
+        peer.verify(sign_headers("server0", PEER, "GET", "/v1/peer/status"), "GET", "/v1/peer/status", "", b"")
 
 
 # ---------------------------------------------------------------- finding 10: small leaks
