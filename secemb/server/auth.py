@@ -14,11 +14,11 @@ attempt afresh, so a retry after a restart passes; a client whose clock lags the
 
 Resources (issue 12, finding 4).  Everything that needs no body -- key id, timestamp window,
 and whether the nonce was already used -- is checked by :meth:`Verifier.principal_of` before
-the app reads a body.  Nonces enter memory only after a valid signature, each authenticated key
-id but the peer server's is rate-limited (a token bucket: ``rate_per_s`` requests a second,
-bursts of ``4 * rate_per_s``; beyond, :class:`RateLimited`, HTTP 429; server 0's calls to
-server 1 grow with the round's devices, and a server that floods its peer only denies
-service, which the threat model does not protect), and the memory holds at most
+the app reads a body.  Nonces enter memory only after a valid signature, each device key is
+rate-limited (a token bucket: ``rate_per_s`` requests a second, bursts of ``4 * rate_per_s``;
+beyond, :class:`RateLimited`, HTTP 429) -- not the peer server, whose calls grow with the
+round's devices (a server that floods its peer only denies service, which the threat model
+does not protect), nor the server's own operator --, and the memory holds at most
 ``max_nonces`` unexpired nonces: a full memory refuses new requests (:class:`Busy`, HTTP 503)
 rather than forgetting a nonce that could still be replayed.
 """
@@ -89,7 +89,7 @@ class Verifier:
     peer_secret, admin_secret, user_secret: the HMAC secrets.
     num_users: user ids must lie in ``[0, num_users)``.
     window_s: accepted clock difference, seconds.
-    rate_per_s: requests a second each key id may sign (bursts up to four times that).
+    rate_per_s: requests a second each device key may sign (bursts up to four times that).
     max_nonces: unexpired nonces held at most (memory: about 200 bytes each).
     not_before_ms: requests signed earlier (Unix ms) are refused; default: when this verifier
         was made, i.e. when the server started.
@@ -177,7 +177,7 @@ class Verifier:
             entry = f"{key_id}/{nonce}"
             if entry in self._nonces:
                 raise AuthError("replayed request (nonce already used)")
-            limited = key_id != self._peer_id  # the peer's calls scale with the round's devices
+            limited = key_id.startswith(_USER)  # devices; the peer's calls scale with them, the operator is the server's own
             tokens, last = self._buckets.get(key_id, (self.burst, tick))
             tokens = min(self.burst, tokens + (tick - last) * self.rate_per_s)
             if limited and tokens < 1.0:

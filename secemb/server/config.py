@@ -192,7 +192,7 @@ class ServerConfig(BaseModel):
     max_connections: StrictInt = Field(256, ge=8, description="an int >= 8")
     #: request bodies read at once before their signature is checked (more wait, up to read_timeout_s)
     max_body_reads: StrictInt = Field(32, ge=1, description="an int >= 1")
-    #: requests a second each key id may sign (bursts of four times that); beyond, 429
+    #: requests a second each device key may sign (bursts of four times that); beyond, 429
     requests_per_s: _PositiveNumber = Field(50.0, description="a positive number")
     #: unexpired nonces remembered at most (~200 bytes each); a full memory answers 503
     max_nonces: StrictInt = Field(262_144, ge=1024, description="an int >= 1024")
