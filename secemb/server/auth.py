@@ -177,7 +177,7 @@ class Verifier:
             entry = f"{key_id}/{nonce}"
             if entry in self._nonces:
                 raise AuthError("replayed request (nonce already used)")
-            limited = key_id.startswith(_USER)  # devices; the peer's calls scale with them, the operator is the server's own
+            limited = key_id.startswith(_USER)  # devices only: the peer scales with them, the operator is ours
             tokens, last = self._buckets.get(key_id, (self.burst, tick))
             tokens = min(self.burst, tokens + (tick - last) * self.rate_per_s)
             if limited and tokens < 1.0:
