@@ -90,7 +90,7 @@ class Verifier:
     num_users: user ids must lie in ``[0, num_users)``.
     window_s: accepted clock difference, seconds.
     rate_per_s: requests a second each device key may sign (bursts up to four times that).
-    max_nonces: unexpired nonces held at most (memory: about 200 bytes each).
+    max_nonces: unexpired nonces held at most (memory: about 220 bytes each, see docs/deployment.md).
     not_before_ms: requests signed earlier (Unix ms) are refused; default: when this verifier
         was made, i.e. when the server started.
     """

@@ -194,7 +194,7 @@ class ServerConfig(BaseModel):
     max_body_reads: StrictInt = Field(32, ge=1, description="an int >= 1")
     #: requests a second each device key may sign (bursts of four times that); beyond, 429
     requests_per_s: _PositiveNumber = Field(50.0, description="a positive number")
-    #: unexpired nonces remembered at most (~200 bytes each); a full memory answers 503
+    #: unexpired nonces remembered at most (~220 bytes each); a full memory answers 503
     max_nonces: StrictInt = Field(262_144, ge=1024, description="an int >= 1024")
     #: serve the interactive API docs (/docs) and the schema (/openapi.json); off by default
     docs: StrictBool = Field(False, description="true or false")

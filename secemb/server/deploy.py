@@ -70,24 +70,26 @@ class Deployment:
         return ApiClient(op["urls"][party], "admin", bytes.fromhex(op["admin"][party]), timeout=timeout,
                          tls=client_context(Path(op["ca"])))
 
-    def device(self, user: int) -> DeviceCredentials:
-        """Device ``user``'s credentials: its key at each server, derived from that server's
-        device-key secret."""
-        cfgs = [self.config(p) for p in (0, 1)]
-        if not 0 <= user < cfgs[0].num_users:
-            raise InvalidParameters(f"user must be in [0, {cfgs[0].num_users}), got {user}")
-        op = self._operator()
-        return DeviceCredentials(user, (op["urls"][0], op["urls"][1]),
-                                 (user_key(cfgs[0].user_secret, user), user_key(cfgs[1].user_secret, user)),
-                                 Path(op["ca"]), {"name": cfgs[0].model, "hparams": dict(cfgs[0].model_hparams)},
-                                 cfgs[0].ring_bits)
+    def devices(self, users: Iterable[int]) -> list[DeviceCredentials]:
+        """Each device's credentials: its key at each server, derived from that server's
+        device-key secret (the configurations are read once)."""
+        cfgs, op = [self.config(p) for p in (0, 1)], self._operator()
+        urls, model = (op["urls"][0], op["urls"][1]), {"name": cfgs[0].model, "hparams": dict(cfgs[0].model_hparams)}
+        out = []
+        for user in users:
+            if not 0 <= user < cfgs[0].num_users:
+                raise InvalidParameters(f"user must be in [0, {cfgs[0].num_users}), got {user}")
+            keys = (user_key(cfgs[0].user_secret, user), user_key(cfgs[1].user_secret, user))
+            out.append(DeviceCredentials(user, urls, keys, Path(op["ca"]), model, cfgs[0].ring_bits))
+        return out
 
     def add_devices(self, users: Iterable[int], out: Path | None = None) -> list[Path]:
         """Write each device's credentials file (0600) into ``out`` (default ``root/devices``, 0700)."""
+        creds = self.devices(users)  # all checked before any file is written
         out = Path(out) if out is not None else self.root / "devices"
         out.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(out, 0o700)
-        return [self.device(u).save(out / f"device-{u}.json") for u in users]
+        return [c.save(out / f"device-{c.user}.json") for c in creds]
 
 
 def init_deployment(root: str | os.PathLike, hosts: Sequence[Sequence[str]], *, ports: Sequence[int] = (8700, 8701),
