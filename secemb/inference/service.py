@@ -31,12 +31,22 @@ from secemb.randomness import RandomBytes
 from secemb.transport.inprocess import InProcessTransport, user_endpoint
 
 __all__ = ["STAGE", "InferenceDevice", "InferenceServer", "decode_reply", "decode_request", "encode_reply",
-           "encode_request", "infer"]
+           "encode_request", "infer", "reply_bytes", "request_bytes"]
 
 #: the transport stage of both messages
 STAGE = "inference"
 _REQ, _REP = b"GRQ1", b"GRS1"
 _REQ_HEAD, _REP_HEAD = struct.Struct("<4sII"), struct.Struct("<4sI")
+
+
+def request_bytes(rows: int, dim: int) -> int:
+    """The exact length of a request carrying an ``(rows, dim)`` ``H~``."""
+    return _REQ_HEAD.size + 8 * rows * dim
+
+
+def reply_bytes(n: int) -> int:
+    """The exact length of a reply carrying ``n`` scores."""
+    return _REP_HEAD.size + 8 * n
 
 
 def encode_request(h_tilde: np.ndarray) -> bytes:
@@ -56,8 +66,8 @@ def decode_request(data: bytes, rows: int, dim: int) -> np.ndarray:
         Wrong magic, shape or length, or a non-finite value.
     """
     view = memoryview(data).cast("B")
-    if len(view) != _REQ_HEAD.size + 8 * rows * dim:
-        raise InvalidMessage(f"inference request: expected {_REQ_HEAD.size + 8 * rows * dim} bytes, got {len(view)}")
+    if len(view) != request_bytes(rows, dim):
+        raise InvalidMessage(f"inference request: expected {request_bytes(rows, dim)} bytes, got {len(view)}")
     magic, r, d = _REQ_HEAD.unpack_from(view)
     if magic != _REQ or (r, d) != (rows, dim):
         raise InvalidMessage(f"inference request: expected GRQ1 ({rows}, {dim}), got {bytes(magic)!r} ({r}, {d})")
@@ -82,8 +92,8 @@ def decode_reply(data: bytes, n: int) -> np.ndarray:
         Wrong magic or length.
     """
     view = memoryview(data).cast("B")
-    if len(view) != _REP_HEAD.size + 8 * n:
-        raise InvalidMessage(f"inference reply: expected {_REP_HEAD.size + 8 * n} bytes, got {len(view)}")
+    if len(view) != reply_bytes(n):
+        raise InvalidMessage(f"inference reply: expected {reply_bytes(n)} bytes, got {len(view)}")
     magic, got = _REP_HEAD.unpack_from(view)
     if magic != _REP or got != n:
         raise InvalidMessage(f"inference reply: expected GRS1 with {n} scores, got {bytes(magic)!r} with {got}")

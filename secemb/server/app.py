@@ -40,6 +40,7 @@ import secemb
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.server.auth import AuthError, Busy, Forbidden, Principal, RateLimited, Verifier
 from secemb.server.errors import NotFound, PeerUnavailable
+from secemb.server.inference import NodeInference
 from secemb.server.node import FollowerNode, LeaderNode, Node
 from secemb.server.parsing import PayloadTooLarge, RequestTimeout, ascii_int, json_object
 from secemb.server.persist import StorageError
@@ -174,7 +175,7 @@ def create_app(node: Node) -> FastAPI:
             "A SecEmb server (one of two non-colluding parties). Protocol messages are "
             "application/octet-stream bodies holding the exact bytes of docs/wire-format.md. "
             "Every endpoint except /v1/health needs the X-Secemb-* HMAC headers "
-            "(docs/deployment.md). Device endpoints: /v1/round, /v1/count, /v1/rounds/*. "
+            "(docs/deployment.md). Device endpoints: /v1/round, /v1/count, /v1/rounds/*, /v1/inference. "
             "Operator: /v1/admin/*. Server 0 -> server 1: /v1/peer/*."
         ),
         openapi_tags=[{"name": "device"}, {"name": "admin"}, {"name": "peer"}, {"name": "health"}],
@@ -184,6 +185,7 @@ def create_app(node: Node) -> FastAPI:
         openapi_url="/openapi.json" if cfg.docs else None,
     )
     app.state.node = node
+    inference = NodeInference(node)
 
     def leader(what: str) -> LeaderNode:
         return _as_party(node, LeaderNode, what)
@@ -291,6 +293,22 @@ def create_app(node: Node) -> FastAPI:
     async def get_round_status(round_id: RoundId, request: Request) -> JSONResponse:
         p, _ = await authed(request, (USER, ADMIN, PEER), 0)
         return JSONResponse(await call(node.round_status, round_id, p.user_id))
+
+    # ------------------------------------------------------------------ device: GREC inference
+    @app.get("/v1/inference", tags=["device"], summary="GREC inference: the public model, R x d of the release, "
+             "the candidate set and the message sizes", **common)
+    async def get_inference(request: Request) -> JSONResponse:
+        await authed(request, (USER, ADMIN), 0)
+        return JSONResponse(await call(inference.info))
+
+    @app.post("/v1/inference", tags=["device"],
+              summary="GREC inference: the device's noisy representation (GRQ1) -> every candidate's score (GRS1)",
+              responses=_ERRORS | {200: _BIN_RESPONSE},
+              openapi_extra=_binary("GRQ1 inference request (secemb.inference.service)") | {"security": _SECURITY})
+    async def post_inference(request: Request) -> Response:
+        _, body = await authed(request, (USER,), inference.request_limit())
+        version, reply = await call(inference.answer, body)
+        return Response(reply, media_type=OCTET, headers={"X-Secemb-Model-Version": str(version)})
 
     # ------------------------------------------------------------------ operator
     @app.get("/v1/admin/status", tags=["admin"], summary="Server state", **common)
