@@ -15,6 +15,11 @@ a round of 100 users drawn from the dataset (real ML-100K, otherwise its synthet
 set up (pairwise seeds, index sets, union) and the messages of three users are built and
 measured; their download is the full model (plus the published union for TopkSecAgg).
 
+``kvsagg`` (:mod:`secemb.protocols.kvsagg`) is a round protocol whose upload is a sketch sized
+for the round's union of rows: its ``capacity`` is the number of distinct items rated by 100
+users drawn from the dataset (as for TopkSecAgg: the paper's 100 users per round), and one real
+round of two users then measures its bytes (they depend on the sketch size only).
+
 Rows are appended to ``<out>/rows.jsonl`` as they are measured, each with its full
 configuration (:func:`configuration`: model, dataset, requested protocol, m, m', mean ratings,
 users per round, the SecEmb-Init evaluation limit); a later invocation reuses a row only for
@@ -50,7 +55,7 @@ DATASETS: dict[str, tuple[int, int, int]] = {
     "yelp": (93386, 500, 81),
 }
 PROTOCOLS = ("secemb", "secemb-cuckoo-relay", "secfedrec", "secemb-init", "secemb-rowenc", "grec",
-             "quant8", "ternary", "svd", "colr", "secaggmask", "topksecagg")
+             "quant8", "ternary", "svd", "colr", "secaggmask", "topksecagg", "kvsagg")
 INIT_EVAL_LIMIT = 1e8
 _DS = ("ml-100k", "ml-1m", "ml-10m", "ml-25m", "yelp")
 
@@ -93,6 +98,10 @@ PAPER: dict[tuple[str, str, str], dict[str, float]] = {
     ("upload", "fm", "topksecagg"): _p("0.32 0.66 0.91 1.17 1.95"),
     ("upload", "deepfm", "secaggmask"): _p("14.30 7.44 4.81 12.76 16.99"),
     ("upload", "deepfm", "topksecagg"): _p("14.36 7.49 4.07 4.32 4.58"),
+    ("upload", "mf", "kvsagg"): _p("1.21 2.49 3.41 4.37 7.31"),
+    ("upload", "ncf", "kvsagg"): _p("0.61 1.25 2.57 3.29 4.58"),
+    ("upload", "fm", "kvsagg"): _p("1.21 2.49 3.41 4.37 7.31"),
+    ("upload", "deepfm", "kvsagg"): _p("15.25 9.31 6.57 7.53 9.94"),
     # Table 3: upload reduction ratio (SecFedRec upload / protocol upload)
     ("rr", "mf", "quant8"): _p("4.00 4.00 4.00 4.00 4.00"),
     ("rr", "mf", "ternary"): _p("8.00 8.00 8.00 8.00 8.00"),
@@ -169,9 +178,22 @@ def _protocol(name: str, model: Any, dataset: str, m: int, m_prime: int) -> Any:
     if name == "secemb-cuckoo-relay":
         return get_protocol("secemb", layout="cuckoo", relay=True)
     opts = lossy_options(name, model, dataset)
+    if name == "kvsagg":
+        opts["capacity"] = round_union(dataset)
     if name == "secemb-init":
         opts["server_eval"] = m_prime * m * model.sparse_width <= INIT_EVAL_LIMIT
     return get_protocol(name, **opts)
+
+
+def round_union(dataset: str, users: int = 100, data_dir: Any = None) -> int:
+    """Distinct items rated by ``users`` users drawn (seed 0) from the dataset's comm data:
+    the size of a round's aggregate key set, which sizes Kvsagg's sketch."""
+    from secemb.data import by_user
+
+    data, _ = round_data(dataset, data_dir)
+    active = np.flatnonzero(by_user(data).counts() > 0)
+    drawn = np.random.default_rng(0).choice(active, size=min(users, active.size), replace=False)
+    return int(np.unique(data.items[np.isin(data.users, drawn)]).size)
 
 
 def measure_round(model_name: str, dataset: str, protocol: str, *, data_dir: Any = None) -> dict[str, Any]:
@@ -193,7 +215,10 @@ def measure_round(model_name: str, dataset: str, protocol: str, *, data_dir: Any
     return _row(model, dataset, protocol, res.upload_bytes_per_user_round, res.download_bytes_per_user_round,
                 proto.layout, proto.relay, time.perf_counter() - t0, server_bytes=res.server_bytes_per_round,
                 user_ms=res.user_ms_per_round, server_s=res.server_s_per_round,
-                note="" if protocol != "secemb-init" or proto.server_eval else "server evaluation skipped")
+                note="" if protocol != "secemb-init" or proto.server_eval else "server evaluation skipped",
+                **({"capacity": proto.capacity, "cells": proto.cells(proto.round_config(0, m, model.sparse_width,
+                                                                                        model.dense_size, m_prime))}
+                   if protocol == "kvsagg" else {}))
 
 
 def _row(model: Any, dataset: str, protocol: str, up: float, down: float, layout: str, relay: bool, wall: float,
@@ -347,7 +372,7 @@ def write(out: Path, rows: list[dict[str, Any]], wall: float) -> None:
          "full"),
         ("SecEmb as secemb runs it by default (cuckoo layout, relay)", ("secemb",), "cuckoo"),
         ("Table 16 — ablations and GREC", ("secemb-init", "secemb-rowenc", "grec"), None),
-        ("Table 13 — sparse secure aggregation", ("secaggmask", "topksecagg"), None),
+        ("Table 13 — sparse secure aggregation", ("secaggmask", "topksecagg", "kvsagg"), None),
         ("Table 3 — lossy baselines (R.R. = SecFedRec upload / upload)", ("quant8", "ternary", "svd", "colr"), None),
     ]
     for title, protos, layout in views:

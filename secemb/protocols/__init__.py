@@ -62,6 +62,7 @@ register_protocol("ternary", "secemb.protocols.lossy:TernaryProtocol", wire_id=2
 register_protocol("svd", "secemb.protocols.lossy:SvdProtocol", wire_id=22)
 register_protocol("colr", "secemb.protocols.lossy:ColrProtocol", wire_id=23)
 register_protocol("dp-fedrec", "secemb.protocols.dp_fedrec:DPFedRecProtocol", wire_id=24)
+register_protocol("kvsagg", "secemb.protocols.kvsagg:KvsaggProtocol", wire_id=25)
 # secaggmask, topksecagg and he-ckks are message builders measured by `secemb bench comm`, not
 # round protocols (secemb.protocols.sparse_secagg); their messages are not framed
 

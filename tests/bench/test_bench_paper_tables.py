@@ -22,7 +22,8 @@ def tiny(monkeypatch):
 
 def test_comm_rows_measure_the_wire(tiny, tmp_path):
     rows = comm.run(models=("mf", "fm"), datasets=("tiny",),
-                    protocols=("secemb", "secemb-cuckoo-relay", "secfedrec", "secemb-rowenc", "quant8", "secaggmask", "topksecagg"),
+                    protocols=("secemb", "secemb-cuckoo-relay", "secfedrec", "secemb-rowenc", "quant8", "secaggmask", "topksecagg",
+                               "kvsagg"),
                     out=tmp_path)
     keys = {"protocol", "model", "dataset", "m", "m_prime", "d", "upload_mb", "download_mb", "layout", "relay"}
     assert all(keys <= set(r) for r in rows)
@@ -33,6 +34,13 @@ def test_comm_rows_measure_the_wire(tiny, tmp_path):
     se = by[("mf", "secemb", "full")]
     assert se["upload_bytes"] < mf["upload_bytes"] and se["rr"] > 1
     assert by[("mf", "secemb", "cuckoo")]["relay"] is True
+    kv = by[("mf", "kvsagg", "full")]
+    # Kvsagg: requests + shares of a sketch of C = 3 ceil(1.3 U / 3) cells (U: items of 100
+    # drawn users, here all 30 users' union) -- three uint64 fields and 65 ring words a cell
+    union = len(np.unique(tiny.items))
+    cells = 3 * -(-int(np.ceil(1.3 * union)) // 3)
+    assert kv["capacity"] == union and kv["cells"] == cells
+    assert kv["upload_bytes"] == 2 * 24 + 2 * (24 + cells * 3 * 8 + (cells * 65 + 1) * 4)
     assert by[("fm", "secemb", "full")]["dense_size"] == 6696
     assert (tmp_path / "comm.md").read_text().startswith("# Communication")
     assert (tmp_path / "comm.csv").is_file()

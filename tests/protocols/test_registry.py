@@ -23,8 +23,8 @@ from secemb.protocols.base import LAYOUT_OPTIONS
 from secemb.protocols.plaintext import PlaintextProtocol
 from secemb.protocols.wire import frame, open_message
 
-BUILTIN = ["colr", "dp-fedrec", "grec", "plaintext", "quant8", "secemb", "secemb-init", "secemb-rowenc", "secfedrec",
-           "svd", "ternary"]
+BUILTIN = ["colr", "dp-fedrec", "grec", "kvsagg", "plaintext", "quant8", "secemb", "secemb-init", "secemb-rowenc",
+           "secfedrec", "svd", "ternary"]
 
 
 @pytest.fixture
@@ -183,8 +183,8 @@ def test_bad_layout_parameters_raise(name):
 
 def test_networked_declarations():
     networked = [n for n in BUILTIN if protocol_class(n).capabilities.networked]
-    assert networked == ["colr", "dp-fedrec", "grec", "plaintext", "secemb", "secemb-init", "secemb-rowenc", "secfedrec",
-                         "svd"]
+    assert networked == ["colr", "dp-fedrec", "grec", "kvsagg", "plaintext", "secemb", "secemb-init", "secemb-rowenc",
+                         "secfedrec", "svd"]
 
 
 def test_capabilities_validate_themselves():
