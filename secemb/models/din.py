@@ -181,7 +181,7 @@ class DIN(RecModel):
         if self.reg:
             goods = np.unique(np.concatenate([batch[TARGET], batch[HISTORY][batch[HISTORY] >= 0]]))
             cats = np.unique(np.concatenate([batch[TARGET_CAT], batch[HISTORY_CAT][batch[HISTORY_CAT] >= 0]]))
-            table = self.layout.view(dense, "categories")
+            table = self.layout.views(dense)["categories"]
             loss = loss + self.reg * ((rows[torch.as_tensor(goods)] ** 2).sum()
                                       + (table[torch.as_tensor(cats)] ** 2).sum() + (private ** 2).sum())
         return loss

@@ -49,5 +49,10 @@ def mask_rows(seed: bytes, rows: np.ndarray, width: int) -> np.ndarray:
     ctr[:, :, 1] = (start >> 2)[:, None] + np.arange(span, dtype=np.int64)
     enc = Cipher(algorithms.AES(bytes(seed)), modes.ECB()).encryptor()
     words = np.frombuffer(enc.update(ctr.tobytes()), dtype="<u4").reshape(r.size, 4 * span)
-    at = (start & 3)[:, None] + np.arange(width, dtype=np.int64)  # the row's words in its blocks
-    return np.take_along_axis(words, at, axis=1).astype(np.uint32)
+    # a row's words start at word (start mod 4) of its blocks: one strided copy per offset
+    off = start & 3
+    out = np.empty((r.size, width), np.uint32)
+    for o in range(4):
+        at = np.flatnonzero(off == o)
+        out[at] = words[at, o : o + width]
+    return out

@@ -9,7 +9,7 @@ import torch
 
 from secemb.data.ctr import TaobaoShaped, split_clicks
 from secemb.errors import InvalidMessage, InvalidParameters
-from secemb.models.din import DIN
+from secemb.models.din import DIN, click_batch
 from secemb.privacy.randomized_response import get_cpp
 from secemb.protocols.sfsl import SFSLDevice, SFSLServer, TrainingSettings, sfsl_round
 from secemb.protocols.sfsl import wire
@@ -136,3 +136,42 @@ def test_device_rejects_a_foreign_sample() -> None:
     server, devices = _world("CPP2", n=3)
     with pytest.raises(InvalidParameters):
         SFSLDevice(1, devices[0].samples, get_cpp("CPP2"), server.model, np.zeros(6))
+
+
+@pytest.mark.parametrize("reg", [0.0, 0.05])
+def test_device_step_is_sgd_on_the_full_model(reg: float) -> None:
+    # one full-batch step of the device (per-field leaves, its category rows only) against the
+    # model's objective on the full flat dense vector and the real category ids; CPP1: S'' = S
+    server, devices = _world("CPP1")
+    model = DIN(num_categories=server.model.num_categories, dim=6, reg=reg)
+    server.model = model
+    dev = devices[1]
+    dev.model = model
+    union = np.unique(np.concatenate([d.real for d in devices.values()]))
+    reply = server.reply(dev.request(union, 1), 1)
+    goods, s, d = dev._perturbed, dev.samples, model.dim
+    user0 = dev.user_embedding.copy()
+    settings = TrainingSettings(lr=0.5, batch=10_000, bound=0.5)
+    rows, values = dev.train(reply, 1, server.space, settings, np.random.default_rng(3))
+    # the reply carries float32
+    rows_t = torch.tensor(server.table[goods].astype(np.float32).astype(np.float64), requires_grad=True)
+    dense_t = torch.tensor(server.dense.astype(np.float32).astype(np.float64), requires_grad=True)
+    user_t = torch.tensor(user0, requires_grad=True)
+    hist = np.where(s.history >= 0, np.searchsorted(goods, np.maximum(s.history, 0)), -1)
+    batch = click_batch(np.searchsorted(goods, s.target), hist, s.goods_category[s.target],
+                        np.where(s.history >= 0, s.goods_category[np.maximum(s.history, 0)], -1), s.label)
+    g_rows, g_dense, g_user = torch.autograd.grad(model.objective_torch(rows_t, dense_t, user_t, batch),
+                                                  (rows_t, dense_t, user_t))
+    assert np.allclose(dev.user_embedding, user0 - 0.5 * g_user.numpy(), rtol=0, atol=1e-12)
+    c = model.num_categories * d
+    cats = np.unique(s.goods_category[goods])
+    mlp = np.zeros(server.space.dense_rows * d)
+    mlp[:model.mlp_size] = -0.5 * g_dense.numpy()[c:]
+    expect = np.concatenate([-0.5 * g_rows.numpy(), -0.5 * g_dense.numpy()[:c].reshape(-1, d)[cats],
+                             mlp.reshape(-1, d)])
+    assert rows.tolist() == server.space.rows_of(goods, cats).tolist()
+    w = values[:, d].astype(np.float64)
+    touched = w > 0
+    decoded = values[touched, :d] / w[touched, None] * (1.0 / (settings.levels - 1)) - 0.5
+    assert np.abs(decoded - expect[touched]).max() <= 1.0 / (settings.levels - 1) + 1e-12
+    assert np.abs(expect[touched]).max() > 10.0 / (settings.levels - 1)  # the step moved something

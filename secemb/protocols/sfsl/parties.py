@@ -138,35 +138,37 @@ class SFSLDevice:
         cat_pos = np.searchsorted(cats, self.goods_category[goods])  # category position of each row
         n = int(keep.sum())
         self.trained = n
-        # local dense vector: the downloaded category rows in their places, the MLPs
-        dense0 = np.zeros(self.model.dense_size)
-        dense0[:self.model.num_categories * d].reshape(-1, d)[cats] = c_rows
-        dense0[self.model.num_categories * d:] = mlp
+        # one leaf per dense field (autograd through slices of one flat vector would build a
+        # full-size gradient per slice and step): the MLP leaves share the storage, hence the memory
+        # alignment (which BLAS results depend on), of one flat vector laid out as the model's;
+        # the category table is cut to the downloaded rows (cat_pos indexes it)
+        c = self.model.num_categories * d
+        flat = torch.tensor(np.concatenate([np.zeros(c), mlp]))
+        fields = {name: (torch.tensor(c_rows) if name == "categories" else t.detach()).requires_grad_()
+                  for name, t in self.model.layout.views(flat).items()}
         rows_t = torch.tensor(g_rows, requires_grad=True)
-        dense_t = torch.tensor(dense0, requires_grad=True)
         user_t = torch.tensor(self.user_embedding, requires_grad=True)
-        params = (rows_t, dense_t, user_t)
+        params = (rows_t, user_t, *fields.values())
+        tcat_all = cat_pos[target]  # category positions (into the downloaded rows) of the targets
+        hcat_all = np.where(hist >= 0, cat_pos[np.maximum(hist, 0)], -1)
+        label = s.label[keep]
         for _ in range(settings.epochs):
             order = rng.permutation(n)
             for lo in range(0, n, settings.batch):
                 idx = order[lo:lo + settings.batch]
-                h = hist[idx]
-                batch = click_batch(target[idx], h, cats[cat_pos[target[idx]]],
-                                    np.where(h >= 0, cats[cat_pos[np.maximum(h, 0)]], -1), s.label[keep][idx])
-                grads = torch.autograd.grad(self.model.objective_torch(rows_t, dense_t, user_t, batch), params)
+                batch = click_batch(target[idx], hist[idx], tcat_all[idx], hcat_all[idx], label[idx])
+                grads = torch.autograd.grad(self.model.objective_torch(rows_t, fields, user_t, batch), params)
                 with torch.no_grad():  # plain SGD
                     for p, g in zip(params, grads, strict=True):
                         p.sub_(settings.lr * g)
         self.user_embedding[...] = user_t.detach().numpy()
         delta_goods = rows_t.detach().numpy() - g_rows
-        dense1 = dense_t.detach().numpy()
-        delta_cats = dense1[:self.model.num_categories * d].reshape(-1, d)[cats] - c_rows
+        delta_cats = fields["categories"].detach().numpy() - c_rows
         delta_mlp = np.zeros(space.dense_rows * d)
-        delta_mlp[:space.mlp_size] = dense1[self.model.num_categories * d:] - mlp
+        delta_mlp[:space.mlp_size] = flat[c:].numpy() - mlp
         # weights: samples touching each goods / category row; the sample count for dense rows
         v_goods = np.bincount(target, minlength=goods.size) + _history_counts(target, hist, goods.size)
-        v_cats = np.bincount(cat_pos[target], minlength=cats.size) + _history_counts(
-            cat_pos[target], np.where(hist >= 0, cat_pos[np.maximum(hist, 0)], -1), cats.size)
+        v_cats = np.bincount(tcat_all, minlength=cats.size) + _history_counts(tcat_all, hcat_all, cats.size)
         v_dense = np.full(space.dense_rows, n, dtype=np.int64)
         weights = np.minimum(np.concatenate([v_goods, v_cats, v_dense]), settings.max_weight).astype(np.uint32)
         deltas = np.concatenate([delta_goods, delta_cats, delta_mlp.reshape(-1, d)])
