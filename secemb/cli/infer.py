@@ -1,24 +1,41 @@
-"""``secemb infer``: a device's private predictions from a saved recommender (GREC §3.2).
+"""``secemb infer``: a device's private predictions (GREC §3.2), from a saved recommender in
+process, or from a running deployment over the network.
 
-The device releases its representation once under ``(epsilon, delta)``-LDP (analytic Gaussian,
+The device releases its representation under ``(epsilon, delta)``-LDP (analytic Gaussian,
 sensitivity 2B), the server scores its public candidate set (every item) on the noisy
-representation, and the device keeps what it wants: the top ``k`` items it did not rate, or
-its scores for ``--items``.  With ``--denoiser`` (written by ``secemb bench grec --save-dir``)
-the device post-processes with GREC's denoiser (Eq. 16); without, the predictions are the
-server's scores of the same (re-clipped) release plus the device's private offset -- the
-bench's "re-clipped, no denoiser" column, better than the paper's naive LDP (no second clip)
-at the same privacy, which is therefore offered by the bench only.  The exchange runs in
-process over the counting transport; the bytes each way are printed.
+representation, and the device keeps what it wants: the top ``k`` items (without the ones it
+rated, where it knows them) or its scores for ``--items``.  With ``--denoiser`` (written by
+``secemb bench grec --save-dir``; saved-model mode only) the device post-processes with
+GREC's denoiser (Eq. 16); without, the predictions are the server's scores of the same
+(re-clipped) release plus the device's private offset -- the bench's "re-clipped, no
+denoiser" column, better than the paper's naive LDP (no second clip) at the same privacy,
+which is therefore offered by the bench only.
 
-Exit codes: 0 success; 2 bad usage (a missing or malformed folder or file, a user or item out
-of range, privacy parameters out of range or different from the denoiser's).
+Two modes:
+
+* ``--model-dir DIR --user U``: a folder of ``secemb train --save-model``; the exchange runs
+  in process over the counting transport;
+* ``--credentials FILE --state-file STATE``: the device's credentials (``secemb admin
+  add-devices``) and private parameters (``secemb client --state-file``); the exchange is
+  ``POST /v1/inference`` to server 0 of the deployment.
+
+Releases: with ``--release-file`` (default in the network mode: ``STATE.grec-releases.npz``)
+the device keeps one release per representation version and sends it again while its
+representation and ``(epsilon, delta, B)`` are unchanged (no further privacy cost); a new
+release is recorded there, and the output reports all releases composed (dp-accounting's PLD
+accountant).  Without it (saved-model mode) every invocation makes one fresh release.  The
+bytes of the request and of the reply are printed.
+
+Exit codes: 0 success; 1 the deployment refused or did not answer; 2 bad usage (a missing or
+malformed folder or file, a user or item out of range, privacy parameters out of range or
+different from the denoiser's).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -28,14 +45,23 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def infer(
-        model_dir: Annotated[Path, typer.Option(help="Folder written by 'secemb train --save-model' (mf, ncf, fm, "
-                                                "deepfm).")],
-        user: Annotated[int, typer.Option(help="User id (0-based, the dataset's contiguous ids).")],
-        k: Annotated[int, typer.Option("-k", "--k", min=1, help="Number of items (top-k of the unrated).")] = 10,
+        model_dir: Annotated[Path | None, typer.Option(help="Folder written by 'secemb train --save-model' (mf, ncf, "
+                                                       "fm, deepfm); in-process mode.")] = None,
+        user: Annotated[int | None, typer.Option(help="User id (0-based, the dataset's contiguous ids); with "
+                                                 "--credentials, the file's.")] = None,
+        credentials: Annotated[Path | None, typer.Option(help="This device's credentials file (secemb admin "
+                                                         "add-devices): ask the deployment's server 0.")] = None,
+        state_file: Annotated[Path | None, typer.Option(help="With --credentials: the device's private parameters "
+                                                        "('secemb client --state-file').")] = None,
+        k: Annotated[int, typer.Option("-k", "--k", min=1, help="Number of items (top-k of the unrated; with "
+                                       "--credentials, of every item).")] = 10,
         items: Annotated[str, typer.Option(help="Comma-separated item ids to score instead of a top-k.")] = "",
-        denoiser: Annotated[Path | None, typer.Option(help="Denoiser file ('secemb bench grec --save-dir'): "
-                                                      "post-processing LDP; without it the release's scores "
-                                                      "as they are.")] = None,
+        denoiser: Annotated[Path | None, typer.Option(help="Denoiser file ('secemb bench grec --save-dir'; with "
+                                                      "--model-dir): post-processing LDP; without it the "
+                                                      "release's scores as they are.")] = None,
+        release_file: Annotated[Path | None, typer.Option(help="The device's release ledger: one release per "
+                                                          "representation version, reused (default with "
+                                                          "--credentials: STATE.grec-releases.npz).")] = None,
         epsilon: Annotated[float | None, typer.Option(help="LDP epsilon (default 1, or the denoiser's).")] = None,
         delta: Annotated[float | None, typer.Option(help="LDP delta (default 1e-4, or the denoiser's).")] = None,
         bound: Annotated[float | None, typer.Option(help="Clipping norm B (default 1, or the denoiser's).")] = None,
@@ -46,59 +72,159 @@ def register(app: typer.Typer) -> None:
 
         from secemb.cli._usage import fail
         from secemb.errors import InvalidMessage, InvalidParameters
-        from secemb.inference import DenoiserContext, GaussianLDP
-        from secemb.inference.saved import load_denoiser
-        from secemb.inference.service import InferenceDevice, InferenceServer
-        from secemb.inference.service import infer as run_inference
-        from secemb.training.trained import TrainedModel
-        from secemb.transport.inprocess import DOWNLOAD, UPLOAD, InProcessTransport
+        from secemb.inference.releases import ReleaseLedger
 
+        def parse_items(num_items: int | None) -> np.ndarray | None:
+            if not items:
+                return None
+            try:
+                wanted = np.array([int(x) for x in items.split(",") if x.strip()], dtype=np.int64)
+            except ValueError:
+                raise InvalidParameters(f"--items must be comma-separated integers, got {items!r}") from None
+            if wanted.size == 0 or wanted.min() < 0 or (num_items is not None and wanted.max() >= num_items):
+                raise InvalidParameters(f"--items must be item ids in [0, {num_items})")
+            return wanted
+
+        given = {"epsilon": epsilon, "delta": delta, "bound": bound}
+        if (credentials is None) == (model_dir is None):
+            fail("give --model-dir (a saved model, in process) or --credentials with --state-file (a deployment)")
         try:
-            trained = TrainedModel.load(model_dir)
-            trained.user_store.state(user)  # validates the user
-            given = {"epsilon": epsilon, "delta": delta, "bound": bound}
-            den = None
-            if denoiser is not None:
-                den = load_denoiser(denoiser, trained)
-                mech = den[0].context.mechanism
-                for name, value in given.items():
-                    if value is not None and value != getattr(mech, name):
-                        raise InvalidParameters(f"--{name} {value} differs from the denoiser's {getattr(mech, name)}")
+            ledger = None if release_file is None else ReleaseLedger.load(release_file)
+            if credentials is not None:
+                if denoiser is not None:
+                    raise InvalidParameters("--denoiser works with --model-dir only (denoiser training over the "
+                                            "network is not done)")
+                if state_file is None:
+                    raise InvalidParameters("--credentials needs --state-file (the device's private parameters)")
+                if ledger is None:
+                    ledger = ReleaseLedger.load(Path(f"{state_file}.grec-releases.npz"))
+                doc = _remote(credentials, state_file, user, _mechanism(given), parse_items(None), ledger)
             else:
-                mech = GaussianLDP(1.0 if epsilon is None else epsilon, 1e-4 if delta is None else delta,
-                                   1.0 if bound is None else bound)
-            ctx = den[0].context if den is not None else DenoiserContext.from_trained(
-                trained.model, trained.table, trained.dense, trained.user_store, mech,
-                getattr(trained.model, "features", None))
-            if items:
-                try:
-                    wanted = np.array([int(x) for x in items.split(",") if x.strip()], dtype=np.int64)
-                except ValueError:
-                    raise InvalidParameters(f"--items must be comma-separated integers, got {items!r}") from None
-                if wanted.size == 0 or wanted.min() < 0 or wanted.max() >= trained.num_items:
-                    raise InvalidParameters(f"--items must be item ids in [0, {trained.num_items})")
-            else:
-                wanted = np.setdiff1d(np.arange(trained.num_items, dtype=np.int64), trained.rated(user))
-            device = InferenceDevice(ctx.h[user], float(ctx.offset[user]), mech, num_items=trained.num_items,
-                                     denoiser=den, user=user)
-            tp = InProcessTransport()
-            scores = run_inference(device, InferenceServer(ctx.rep, trained.table), wanted, user=user, transport=tp)
+                assert model_dir is not None
+                doc = _local(model_dir, user, denoiser, given, parse_items, ledger)
         except (InvalidParameters, InvalidMessage) as exc:
             fail(exc)
+        scores, wanted = np.asarray(doc.pop("_scores")), np.asarray(doc.pop("_wanted"))
         if not items:
             order = np.lexsort((wanted, -scores))[:k]
             wanted, scores = wanted[order], scores[order]
-        doc = {"user": user, "items": wanted.tolist(), "scores": scores.tolist(),
-               "mode": "ldp-no-denoiser" if den is None else "post-processing-ldp", "epsilon": mech.epsilon,
-               "delta": mech.delta, "bound": mech.bound, "sigma": mech.sigma,
-               "upload_bytes": tp.total_bytes(direction=UPLOAD), "download_bytes": tp.total_bytes(direction=DOWNLOAD)}
+        doc = {"user": doc.pop("user"), "items": wanted.tolist(), "scores": scores.tolist(), **doc}
         if as_json:
             typer.echo(json.dumps(doc))
             return
-        what = f"scores of {wanted.size} items" if items else f"top {wanted.size} unrated items"
-        typer.echo(f"{what} for user {user} ({trained.model.name}, {doc['mode']}, epsilon={mech.epsilon}, "
-                   f"delta={mech.delta}, B={mech.bound}, sigma={mech.sigma:.4f}; sent {doc['upload_bytes']} B, "
+        what = f"scores of {wanted.size} items" if items else f"top {wanted.size} items"
+        where = f" from {doc['server']}, model version {doc['model_version']}" if "server" in doc else ""
+        typer.echo(f"{what} for user {doc['user']}{where} ({doc['model']}, {doc['mode']}, epsilon={doc['epsilon']}, "
+                   f"delta={doc['delta']}, B={doc['bound']}, sigma={doc['sigma']:.4f}; sent {doc['upload_bytes']} B, "
                    f"received {doc['download_bytes']} B):")
+        if "releases" in doc:
+            typer.echo(f"release {'reused' if doc['release_reused'] else 'new'}; {doc['releases']} release(s) so far, "
+                       f"together ({doc['spent_epsilon']:.4f}, {doc['spent_delta']:.2g})-LDP")
         typer.echo(f"{'rank':>4}  {'item':>8}  score")
         for rank, (item, score) in enumerate(zip(wanted.tolist(), scores.tolist(), strict=True), start=1):
             typer.echo(f"{rank:>4}  {item:>8}  {score:.4f}")
+
+
+def _mechanism(given: dict[str, float | None]) -> Any:
+    """The :class:`~secemb.inference.GaussianLDP` of the options (defaults 1, 1e-4, 1)."""
+    from secemb.inference import GaussianLDP
+
+    eps, delta, bound = given["epsilon"], given["delta"], given["bound"]
+    return GaussianLDP(1.0 if eps is None else eps, 1e-4 if delta is None else delta, 1.0 if bound is None else bound)
+
+
+def _ledger_doc(ledger: Any, reused: bool) -> dict[str, Any]:
+    """The release fields of the output (``{}`` without a ledger)."""
+    if ledger is None:
+        return {}
+    eps, delta = ledger.spent()
+    return {"release_reused": reused, "releases": ledger.releases, "spent_epsilon": eps, "spent_delta": delta}
+
+
+def _mech_doc(mech: Any) -> dict[str, Any]:
+    return {"epsilon": mech.epsilon, "delta": mech.delta, "bound": mech.bound, "sigma": mech.sigma}
+
+
+def _local(model_dir: Path, user: int | None, denoiser: Path | None, given: dict[str, float | None],
+           parse_items: Any, ledger: Any) -> dict[str, Any]:
+    """The in-process exchange on a saved model (the fields of the output, with the private
+    ``_scores`` and ``_wanted``)."""
+    import numpy as np
+
+    from secemb.errors import InvalidParameters
+    from secemb.inference import DenoiserContext
+    from secemb.inference.saved import load_denoiser
+    from secemb.inference.service import InferenceDevice, InferenceServer
+    from secemb.inference.service import infer as run_inference
+    from secemb.training.trained import TrainedModel
+    from secemb.transport.inprocess import DOWNLOAD, UPLOAD, InProcessTransport
+
+    if user is None:
+        raise InvalidParameters("--model-dir needs --user")
+    trained = TrainedModel.load(model_dir)
+    trained.user_store.state(user)  # validates the user
+    den = None
+    if denoiser is not None:
+        den = load_denoiser(denoiser, trained)
+        mech = den[0].context.mechanism
+        for name, value in given.items():
+            if value is not None and value != getattr(mech, name):
+                raise InvalidParameters(f"--{name} {value} differs from the denoiser's {getattr(mech, name)}")
+    else:
+        mech = _mechanism(given)
+    ctx = den[0].context if den is not None else DenoiserContext.from_trained(
+        trained.model, trained.table, trained.dense, trained.user_store, mech,
+        getattr(trained.model, "features", None))
+    wanted = parse_items(trained.num_items)
+    if wanted is None:
+        wanted = np.setdiff1d(np.arange(trained.num_items, dtype=np.int64), trained.rated(user))
+    release, reused = None, False
+    if ledger is not None:
+        h_tilde, z, reused = ledger.release(ctx.h[user], mech)
+        if not reused:
+            ledger.save()
+        release = (h_tilde, z)
+    device = InferenceDevice(ctx.h[user], float(ctx.offset[user]), mech, num_items=trained.num_items,
+                             denoiser=den, user=user, release=release)
+    tp = InProcessTransport()
+    scores = run_inference(device, InferenceServer(ctx.rep, trained.table), wanted, user=user, transport=tp)
+    return {"user": user, "_scores": scores, "_wanted": wanted, "model": trained.model.name,
+            "mode": "ldp-no-denoiser" if den is None else "post-processing-ldp", **_mech_doc(mech),
+            "upload_bytes": tp.total_bytes(direction=UPLOAD), "download_bytes": tp.total_bytes(direction=DOWNLOAD),
+            **_ledger_doc(ledger, reused)}
+
+
+def _remote(credentials: Path, state_file: Path, user: int | None, mech: Any, wanted: Any,
+            ledger: Any) -> dict[str, Any]:
+    """The exchange with the deployment's server 0 (the fields of the output, with the private
+    ``_scores`` and ``_wanted``); a refusal or no answer exits 1."""
+    import numpy as np
+
+    from secemb.cli._usage import fail
+    from secemb.client.credentials import DeviceCredentials
+    from secemb.client.inference import infer_remote
+    from secemb.engine.http import HttpServerLink
+    from secemb.errors import InvalidParameters
+    from secemb.server.tls import client_context
+    from secemb.transport.errors import RemoteError, Unreachable
+
+    creds = DeviceCredentials.load(credentials)
+    if user is not None and user != creds.user:
+        raise InvalidParameters(f"{credentials} holds user {creds.user}'s keys, not --user {user}'s")
+    try:
+        with np.load(state_file, allow_pickle=False) as z:
+            params = np.asarray(z["params"], dtype=np.float64)
+    except (OSError, KeyError, ValueError) as exc:
+        raise InvalidParameters(f"--state-file {state_file}: not a device state file ({exc})") from None
+    tls = None if creds.ca is None else client_context(creds.ca)
+    link = HttpServerLink(0, creds.user, creds.urls[0], creds.keys[0], tls=tls)
+    try:
+        ans = infer_remote(link, params, mech, wanted, ledger=ledger)
+    except (RemoteError, Unreachable) as exc:
+        fail(f"server 0 ({creds.urls[0]}): {exc}", 1)
+    finally:
+        link.close()
+    return {"user": creds.user, "_scores": ans.scores, "_wanted": ans.items, "model": ans.info["model"]["name"],
+            "mode": "ldp-no-denoiser", **_mech_doc(mech), "upload_bytes": ans.upload_bytes,
+            "download_bytes": ans.download_bytes, "server": creds.urls[0], "model_version": ans.model_version,
+            **_ledger_doc(ledger, ans.reused)}

@@ -47,6 +47,16 @@ class HttpServerLink:
         doc: dict[str, Any] = self.api.get_json(f"/v1/rounds/{round_id}/status")
         return doc
 
+    def inference_info(self) -> dict[str, Any]:
+        """GREC inference: the public description (``GET /v1/inference``)."""
+        doc: dict[str, Any] = self.api.get_json("/v1/inference")
+        return doc
+
+    def inference(self, body: bytes) -> tuple[bytes, int]:
+        """GREC inference: a GRQ1 request; ``(the GRS1 reply, the model version it was scored on)``."""
+        resp = self.api.request("POST", "/v1/inference", body=body)
+        return resp.content, int(resp.headers.get("X-Secemb-Model-Version", "-1"))
+
     def close(self) -> None:
         self.api.close()
 

@@ -152,6 +152,9 @@ class InferenceDevice:
     denoiser: ``(Denoiser, table, dense)`` of the trained F_p, or ``None`` (the release's
         scores as they are).
     user: the device's index in the denoiser's context (its ``H_u``).
+    release: ``(H~_u, Z_u)`` of an earlier release of this ``h`` to send again (a
+        :class:`~secemb.inference.releases.ReleaseLedger`'s); ``None``: drawn on the first
+        request.
     _rng: random bytes for the noise (tests only; the OS CSPRNG by default).
     """
 
@@ -162,18 +165,18 @@ class InferenceDevice:
     candidates: np.ndarray | None = None
     denoiser: tuple[Denoiser, np.ndarray, np.ndarray] | None = None
     user: int = 0
+    release: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     _rng: RandomBytes | None = None
-    _release: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.candidates = _candidates(self.candidates, self.num_items)
 
     def request(self) -> bytes:
         """The request: ``H~_u`` of this device's one release (drawn on the first call)."""
-        if self._release is None:
+        if self.release is None:
             h_tilde, z = privatize(np.asarray(self.h, dtype=np.float64)[None], self.mechanism, _rng=self._rng)
-            self._release = (h_tilde[0], z[0])
-        return encode_request(self._release[0])
+            self.release = (h_tilde[0], z[0])
+        return encode_request(self.release[0])
 
     def scores(self, reply: bytes, items: np.ndarray) -> np.ndarray:
         """float64 ``(len(items),)``: the predictions of ``items`` from the server's reply --
@@ -187,7 +190,7 @@ class InferenceDevice:
         InvalidMessage
             A malformed reply.
         """
-        if self._release is None:
+        if self.release is None:
             raise InvalidParameters("call request() first")
         assert self.candidates is not None
         items = np.asarray(items, dtype=np.int64).reshape(-1)
@@ -199,7 +202,7 @@ class InferenceDevice:
         if self.denoiser is None:
             return r_tilde
         den, table, dense = self.denoiser
-        h_tilde, z = self._release
+        h_tilde, z = self.release
         return den.denoise(table, dense, np.array([self.user]), h_tilde[None], z[None],
                            np.zeros(items.size, dtype=np.int64), items, r_tilde)
 
