@@ -124,6 +124,21 @@ class SFSLDevice:
         Returns ``(rows, values)``: ``rows`` int64 strictly increasing (:meth:`RowSpace.rows_of`),
         ``values`` uint32 (len(rows), d + 1) = ``(v z, v)`` per row.
         """
+        rows, deltas, weights = self.local_update(reply, round_id, space, settings, rng)
+        d = space.dim
+        z, self.clipped = quantize(deltas, settings.bound, settings.levels, rng)
+        values = np.empty((weights.size, d + 1), dtype=np.uint32)
+        values[:, :d] = z * weights[:, None]
+        values[:, d] = weights
+        return rows, values
+
+    def local_update(self, reply: bytes, round_id: int, space: RowSpace, settings: TrainingSettings,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Local training on the succinct set (SGD, ``settings``' batch, epochs, step size; the
+        private user embedding updated in place), unquantized: ``(rows, deltas, weights)`` with
+        ``rows`` as :meth:`train`'s, ``deltas`` float64 (len(rows), d) the rows' changes,
+        ``weights`` uint32 (len(rows),) the per-row weights (capped at ``settings.max_weight``).
+        """
         import torch
 
         d, goods, cats = space.dim, self._perturbed, self._categories
@@ -172,11 +187,7 @@ class SFSLDevice:
         v_dense = np.full(space.dense_rows, n, dtype=np.int64)
         weights = np.minimum(np.concatenate([v_goods, v_cats, v_dense]), settings.max_weight).astype(np.uint32)
         deltas = np.concatenate([delta_goods, delta_cats, delta_mlp.reshape(-1, d)])
-        z, self.clipped = quantize(deltas, settings.bound, settings.levels, rng)
-        values = np.empty((weights.size, d + 1), dtype=np.uint32)
-        values[:, :d] = z * weights[:, None]
-        values[:, d] = weights
-        return space.rows_of(goods, cats), values
+        return space.rows_of(goods, cats), deltas, weights
 
 
 def _history_counts(target: np.ndarray, hist: np.ndarray, size: int) -> np.ndarray:
@@ -209,10 +220,14 @@ class SFSLServer:
     def apply(self, total: np.ndarray, settings: TrainingSettings) -> int:
         """``W_j += decompress(sum v z / sum v)`` for every row with ``sum v > 0``; returns the
         number of such rows.  ``total`` uint32 (length, d + 1) is the secure sum."""
-        sp, d = self.space, self.model.dim
-        mean = dequantize_mean(total[:, :d], total[:, d], settings.bound, settings.levels)
-        self.table += mean[:sp.goods]
-        c = sp.categories
-        self.dense[:c * d] += mean[sp.goods:sp.goods + c].ravel()
-        self.dense[c * d:] += mean[sp.goods + c:].ravel()[:sp.mlp_size]
+        d = self.model.dim
+        self.add(dequantize_mean(total[:, :d], total[:, d], settings.bound, settings.levels))
         return int(np.count_nonzero(total[:, d]))
+
+    def add(self, update: np.ndarray) -> None:
+        """Add ``update`` float64 (length, d), one row per row of the public row space, to the
+        model (goods rows to the table; category and dense rows to the dense vector)."""
+        sp, d, c = self.space, self.model.dim, self.space.categories
+        self.table += update[:sp.goods]
+        self.dense[:c * d] += update[sp.goods:sp.goods + c].ravel()
+        self.dense[c * d:] += update[sp.goods + c:].ravel()[:sp.mlp_size]
