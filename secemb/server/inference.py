@@ -37,7 +37,7 @@ class NodeInference:
     def __init__(self, node: Any) -> None:
         self.node = node
         self._lock = threading.Lock()
-        self._cached: tuple[int, InferenceServer] | None = None
+        self._cached: tuple[int, str | None, InferenceServer] | None = None
         try:
             rep = representation_for(node.model, node.dense)  # the shapes only: they do not depend on the values
             self.rows: int | None = rep.rows
@@ -58,17 +58,18 @@ class NodeInference:
             return 64
         return request_bytes(self.rows, self.dim)
 
-    def _server(self) -> tuple[int, InferenceServer]:
-        """``(model version, server)`` of the node's current model (built once per version)."""
+    def _server(self) -> tuple[int, str | None, InferenceServer]:
+        """``(model version, its SHA-256, server)`` of the node's current model (built once per
+        version)."""
         self._supported()
         node = self.node
         with node.lock:
-            version, table, dense = node.version, node.table, node.dense
+            version, sha, table, dense = node.version, node.model_sha(), node.table, node.dense
         if version < 0:
             raise Conflict("no model yet (server 0 has not synced this server)")
         with self._lock:
             if self._cached is None or self._cached[0] != version:
-                self._cached = (version, InferenceServer(representation_for(node.model, dense), table))
+                self._cached = (version, sha, InferenceServer(representation_for(node.model, dense), table))
             return self._cached
 
     def info(self) -> dict[str, Any]:
@@ -76,12 +77,12 @@ class NodeInference:
         ``rows``/``dim`` of ``H~``, the candidate set (``null``: every item ``0..num_items-1``),
         the model version, and the exact byte sizes of both messages."""
         rows, dim = self._supported()
-        version, server = self._server()
+        version, sha, server = self._server()
         assert server.candidates is not None
         n = int(server.candidates.size)
         node = self.node
         return {"stage": STAGE, "model": {"name": node.cfg.model, "hparams": node.cfg.model_hparams},
-                "model_version": version, "model_sha256": node.model_sha(), "rows": rows, "dim": dim,
+                "model_version": version, "model_sha256": sha, "rows": rows, "dim": dim,
                 "num_items": int(node.cfg.num_items), "candidates": None, "num_candidates": n,
                 "request_bytes": request_bytes(rows, dim), "reply_bytes": reply_bytes(n)}
 
@@ -95,5 +96,5 @@ class NodeInference:
         NotFound, Conflict
             No inference for this model (404); no model yet (409).
         """
-        version, server = self._server()
+        version, _, server = self._server()
         return version, server.answer(body)

@@ -172,3 +172,17 @@ def test_the_device_refuses_parameters_of_another_model(served) -> None:
         infer_remote(_link(client, 3), np.zeros(9), MECH, None)
     with pytest.raises(InvalidParameters, match="item ids"):
         infer_remote(_link(client, 3), np.zeros(DIM + 1), MECH, np.array([ITEMS]))
+
+
+def test_a_committed_model_version_is_served_from_then_on(served) -> None:
+    node, _, client = served
+    body = encode_request(np.full((1, DIM), 0.25))
+    old = decode_reply(_post(client, body).content, ITEMS)
+    with node.lock:  # what a commit does: new arrays, the next version
+        node.table, node.version = node.table * 2.0, 1
+    resp = _post(client, body)
+    assert resp.headers["x-secemb-model-version"] == "1"
+    t = node.table
+    expect = node.dense[0] + t[:, DIM] + t[:, :DIM] @ np.full(DIM, 0.25)
+    np.testing.assert_allclose(decode_reply(resp.content, ITEMS), expect, rtol=0, atol=1e-12)
+    assert not np.allclose(decode_reply(resp.content, ITEMS), old)
