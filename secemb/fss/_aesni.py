@@ -204,7 +204,7 @@ def _key_expand(typingctx, key, out):  # noqa: ANN001, ANN201
     return _sig(2), codegen
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _schedule_of(key: np.ndarray, out: np.ndarray) -> None:
     _key_expand(key.ctypes.data, out.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
 

@@ -13,13 +13,13 @@ from numba import njit
 
 from secemb.fss._aesni import BLOCKS, expand8, mmo_blocks, mmo_ctr
 
-__all__ = ["subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "LEAF_STEP"]
+__all__ = ["subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "LEAF_STEP"]
 
 #: leaves converted per step of the fused conversion kernels (their blocks stay in L1)
 LEAF_STEP = 64
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def subtrees(front, rowkey, cwp, top, depth, rk, out):  # noqa: ANN001, ANN201
     """Expand frontier nodes ``depth`` levels: ``out[g]`` (2^depth, 2) are the leaves below
     ``front[g]`` (2,), whose key ``rowkey[g]`` has the per-level corrections
@@ -63,7 +63,7 @@ def subtrees(front, rowkey, cwp, top, depth, rk, out):  # noqa: ANN001, ANN201
                     out[g0 + r, p, 1] = buf[cur, r * width + p, 1]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def convert_blocks(words, nb, rk, out):  # noqa: ANN001, ANN201
     """``out[i, j] = MMO(words[i] ^ (0, j))`` for ``j < nb``: words uint64 (N, 2), out uint64
     (N, nb, 2), both C-contiguous."""
@@ -71,7 +71,7 @@ def convert_blocks(words, nb, rk, out):  # noqa: ANN001, ANN201
     _convert_blocks(words, nb, rk, out, stage)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
     """:func:`convert_blocks` with a caller's scratch ``stage`` uint64 (2, BLOCKS, 2)."""
     n = words.shape[0]
@@ -114,7 +114,7 @@ def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
                 flat[f0 + q, 1] = tmp[q, 1]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def convert_eval(words, nb, rk, cw, pos0, period, party, out, blocks, vals):  # noqa: ANN001, ANN201
     """``out[i] = (-1)^party [Convert(words[i]) + t_i cw[(pos0 + i) // period]]``: words uint64
     (N, 2), ``t_i`` bit 0 of ``words[i, 0]``, cw ring (K, d), out ring (N, d).  Scratch:
@@ -148,7 +148,7 @@ def convert_eval(words, nb, rk, cw, pos0, period, party, out, blocks, vals):  # 
             i = end
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def convert_accumulate(words, nb, rk, acc, start, blocks, vals):  # noqa: ANN001, ANN201
     """``acc[(start + i) % M] += Convert(words[i])`` in the ring: words uint64 (N, 2), acc
     ring (M, w); scratch as in :func:`convert_eval`."""
@@ -167,7 +167,7 @@ def convert_accumulate(words, nb, rk, acc, start, blocks, vals):  # noqa: ANN001
                 row = 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def gen_levels(alphas, s, rk, cw_seed, cw_tl, cw_tr):  # noqa: ANN001, ANN201
     """The level loop of :func:`secemb.fss.dpf.gen_path`: both parties' seeds ``s`` uint64
     (2, K, 2) walk down to the leaves at ``alphas`` (int64 (K,)), writing the correction words
@@ -201,3 +201,19 @@ def gen_levels(alphas, s, rk, cw_seed, cw_tl, cw_tr):  # noqa: ANN001, ANN201
                 mask = np.uint64(0) - (s[b, j, 0] & one)
                 s[b, j, 0] = ((right[b, j, 0] & go_r) | (left[b, j, 0] & go_l)) ^ (mask & low)
                 s[b, j, 1] = ((right[b, j, 1] & go_r) | (left[b, j, 1] & go_l)) ^ (mask & lose1)
+
+
+@njit(cache=True, nogil=True)
+def ring_matmul(a, b, out):  # noqa: ANN001, ANN201
+    """``out[g] += a[g] @ b[g]`` in ``out``'s ring (uint32 or uint64 arithmetic wraps): a
+    unsigned (G, K, M) with entries below the ring's modulus, b ring (G, M, D), out ring
+    (G, K, D).  Zero entries of ``a`` (control bits) cost nothing."""
+    groups, k, m = a.shape
+    d = b.shape[2]
+    for g in range(groups):
+        for i in range(k):
+            for j in range(m):
+                x = a[g, i, j]
+                if x != 0:
+                    for e in range(d):
+                        out[g, i, e] += x * b[g, j, e]

@@ -73,6 +73,12 @@ class CuckooLayout:
         return (out[:, :, 0] % np.uint64(self.num_buckets)).astype(np.int64)
 
     @cached_property
+    def _candidate_lists(self) -> list[list[int]]:
+        """:attr:`candidates` as Python lists, for the insertion loop."""
+        lists: list[list[int]] = self.candidates.tolist()
+        return lists
+
+    @cached_property
     def _entries(self) -> tuple[np.ndarray, np.ndarray]:
         """Sorted distinct (bucket, item) pairs: bucket ids and item ids, bucket-major."""
         m = self.num_items
@@ -154,23 +160,23 @@ class CuckooLayout:
         items = np.asarray(items, np.int64)
         if items.size > self.num_buckets:
             raise InvalidParameters(f"cannot place {items.size} items in {self.num_buckets} buckets")
-        cands = self.candidates
-        slots = np.full(self.num_buckets, -1, np.int64)
+        # plain Python lists: a user places a few hundred items, where numpy's per-call
+        # overhead would dominate; the kicks draw from ``rng`` exactly as an array version would
+        cands = self._candidate_lists
+        slots = [-1] * self.num_buckets
         dropped: list[int] = []
         for x in items.tolist():
             cur, came_from = x, -1
             for _ in range(MAX_KICKS):
                 choices = cands[cur]
-                free = choices[slots[choices] < 0]
-                if free.size:
+                free = [c for c in choices if slots[c] < 0]
+                if free:
                     slots[free[0]] = cur
                     cur = -1
                     break
-                options = choices[choices != came_from]
-                if options.size == 0:
-                    options = choices
-                b = int(options[rng.integers(options.size)])
-                slots[b], cur, came_from = cur, int(slots[b]), b
+                options = [c for c in choices if c != came_from] or choices
+                b = options[int(rng.integers(len(options)))]
+                slots[b], cur, came_from = cur, slots[b], b
             if cur >= 0:
                 dropped.append(cur)
-        return slots, np.asarray(dropped, np.int64)
+        return np.asarray(slots, np.int64), np.asarray(dropped, np.int64)

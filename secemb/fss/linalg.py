@@ -4,6 +4,11 @@ numpy's integer matmul does not use BLAS.  Splitting both operands into 16-bit l
 every partial product < 2^32; float64 sums stay exact below 2^53, so the inner dimension is
 processed in slices short enough that no partial sum reaches 2^53.  Limb products whose
 weight is ``>= 2^k`` vanish modulo ``2^k`` and are skipped.
+
+That float path is the reference.  With the compiled kernels (:mod:`secemb.fss.kernels`) a
+product of one matrix or one stack of matrices by another runs as a numba loop in the ring's
+own wrapping integer arithmetic instead, which gives the same bits
+(``tests/fss/test_linalg.py``) without limbs.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.fss import kernels
 
 __all__ = ["LimbMatrix", "ring_matmul"]
 
@@ -27,12 +33,13 @@ def _limbs(x: np.ndarray, count: int) -> list[np.ndarray]:
 
 
 class LimbMatrix:
-    """A right operand of :func:`ring_matmul` whose float64 limbs are computed once, for a
-    table multiplied by many left operands (a server's table, once per round).
+    """A right operand of :func:`ring_matmul` prepared once for a table multiplied by many
+    left operands (a server's table, once per round): the ring array, and its float64 limbs
+    for the reference path, computed on first use.
 
     Parameters
     ----------
-    b: ring array (..., M, D).
+    b: ring array (..., M, D), uint32 for ``ring_bits`` 32, uint64 for 64.
     ring_bits: 32 or 64.
     """
 
@@ -41,28 +48,46 @@ class LimbMatrix:
             raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
         if b.ndim < 2:
             raise InvalidParameters(f"a matrix needs 2 or more dimensions, got shape {b.shape}")
+        self.ring = b
         self.shape = b.shape
         self.ndim = b.ndim
         self.dtype = b.dtype
         self.ring_bits = ring_bits
-        self.limbs = _limbs(b, ring_bits // _LIMB)
+        self._limbs: list[np.ndarray] | None = None
+
+    @property
+    def limbs(self) -> list[np.ndarray]:
+        """The 16-bit limbs of the ring array as float64, least significant first."""
+        if self._limbs is None:
+            self._limbs = _limbs(self.ring, self.ring_bits // _LIMB)
+        return self._limbs
 
     def gather(self, index: np.ndarray) -> LimbMatrix:
-        """The limb matrix of ``b[index]`` (rows of a 2-D ``b``; ``-1`` gives a zero row)
-        without forming the ring array: for a table laid out in buckets."""
+        """The limb matrix of ``b[index]`` (rows of a 2-D ``b``; ``-1`` gives a zero row):
+        for a table laid out in buckets."""
         if self.ndim != 2:
             raise InvalidParameters("gather needs a 2-D limb matrix")
-        out = object.__new__(LimbMatrix)
-        out.shape = index.shape + self.shape[1:]
-        out.ndim = len(out.shape)
-        out.dtype, out.ring_bits = self.dtype, self.ring_bits
         missing = index < 0
-        out.limbs = []
-        for limb in self.limbs:
-            rows = limb[np.where(missing, 0, index)]
-            rows[missing] = 0.0
-            out.limbs.append(rows)
-        return out
+        rows = self.ring[np.where(missing, 0, index)]
+        rows[missing] = 0
+        return LimbMatrix(rows, self.ring_bits)
+
+
+def _compiled_matmul(a: np.ndarray, b: np.ndarray, dtype: type[np.unsignedinteger]) -> np.ndarray | None:
+    """``a @ b`` through the numba kernel, or ``None`` where it does not apply (broadcast
+    batch shapes, signed or mismatched operands)."""
+    if a.dtype.kind != "u" or b.dtype != dtype or a.ndim != b.ndim or a.ndim not in (2, 3):
+        return None
+    if a.ndim == 3 and a.shape[0] != b.shape[0]:
+        return None
+    from secemb.fss._numba_kernels import ring_matmul as kernel
+
+    groups = a.shape[0] if a.ndim == 3 else 1
+    a3 = np.ascontiguousarray(a).reshape((groups,) + a.shape[-2:])
+    b3 = np.ascontiguousarray(b).reshape((groups,) + b.shape[-2:])
+    out = np.zeros((a3.shape[0], a3.shape[1], b3.shape[2]), dtype)
+    kernel(a3, b3, out)
+    return out if a.ndim == 3 else out[0]
 
 
 def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_bits: int | None = None) -> np.ndarray:
@@ -86,6 +111,11 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
         raise InvalidParameters(f"the limb matrix is for ring_bits {b.ring_bits}, not {ring_bits}")
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise InvalidParameters(f"cannot multiply shapes {a.shape} and {b.shape}")
+    dtype = np.uint32 if ring_bits == 32 else np.uint64
+    if kernels.compiled():
+        out = _compiled_matmul(a, b.ring if isinstance(b, LimbMatrix) else b, dtype)
+        if out is not None:
+            return out
     la = -(-(a_bits or ring_bits) // _LIMB)
     lb = ring_bits // _LIMB
     # per-term bound 2^(16 + min(16, a_bits)); at most min(la, lb) terms share a weight
@@ -96,7 +126,6 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
     batch = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), dtype=np.int64))
     widest = max(1, la * batch * a.shape[-2], lb * batch * b.shape[-1])
     step = max(1, min((1 << 52) // (terms << term_bits), (1 << 23) // widest))
-    dtype = np.uint32 if ring_bits == 32 else np.uint64
     # if every weighted partial sum of the whole product stays below 2^53, combine in float64
     # and convert once (a 0/1 matrix times a 32-bit one: P0 + 2^16 P1 < 2^(33 + log2 M))
     weights = [(s, sum(1 for i in range(la) if 0 <= s - i < lb)) for s in range(ring_bits // _LIMB)]

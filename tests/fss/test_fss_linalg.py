@@ -4,6 +4,9 @@ The float64 path is exact only while every partial sum stays below 2^53; the inn
 dimension is cut into slices of ``2^52 / (terms * 2^term_bits)`` (2^19 for k = 32, 2^18 for
 k = 64).  Shapes here cross those slice boundaries with all-ones-maximal entries, the worst
 case for the float sums, where the answer has a closed form.
+
+Every test runs twice: on the float reference and on the compiled kernels (numba's wrapping
+ring arithmetic), which must give the same exact products.
 """
 
 from __future__ import annotations
@@ -16,10 +19,20 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from secemb.errors import InvalidParameters
-from secemb.fss import linalg
-from secemb.fss.linalg import ring_matmul
+from secemb.fss import kernels, linalg
+from secemb.fss.linalg import LimbMatrix, ring_matmul
 
 SLICE = {32: 1 << 19, 64: 1 << 18}  # inner-dimension slice length without a_bits
+
+
+@pytest.fixture(autouse=True, scope="module", params=["numpy", "numba"])
+def backend(request: pytest.FixtureRequest) -> object:
+    """The module's tests on the reference, then on the compiled kernels."""
+    if request.param == "numba" and not kernels.available():
+        pytest.skip("numba or AES-NI missing")
+    old, kernels.BACKEND = kernels.BACKEND, request.param
+    yield request.param
+    kernels.BACKEND = old
 
 
 def _exact(a: np.ndarray, b: np.ndarray, ring_bits: int) -> np.ndarray:
@@ -92,7 +105,7 @@ def _count_slices(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 @pytest.mark.parametrize("ring_bits", [32, 64])
 def test_ring_matmul_exact_across_float_slices_worst_case(
-    monkeypatch: pytest.MonkeyPatch, ring_bits: int
+    monkeypatch: pytest.MonkeyPatch, ring_bits: int, backend: str
 ) -> None:
     """All entries 2^k - 1 (every limb 0xFFFF, the largest float partial sums): the product
     is M * (2^k - 1)^2 = M mod 2^k.  M = 2 slices + 3 forces three slices."""
@@ -104,12 +117,13 @@ def test_ring_matmul_exact_across_float_slices_worst_case(
     b = np.full((m, 3), top, dt)
     got = ring_matmul(a, b, ring_bits)
     assert np.all(got == m % (1 << ring_bits))
-    assert len(calls) == 2 * 3  # one limb split per operand and slice
+    # the float path: one limb split per operand and slice; the kernels take no limbs
+    assert len(calls) == (2 * 3 if backend == "numpy" else 0)
 
 
 @pytest.mark.parametrize("ring_bits", [32, 64])
 def test_ring_matmul_exact_across_float_slices_random(
-    monkeypatch: pytest.MonkeyPatch, ring_bits: int
+    monkeypatch: pytest.MonkeyPatch, ring_bits: int, backend: str
 ) -> None:
     calls = _count_slices(monkeypatch)
     m = SLICE[ring_bits] + 5
@@ -118,7 +132,7 @@ def test_ring_matmul_exact_across_float_slices_random(
     a = gen.integers(0, np.iinfo(dt).max, (2, m), dtype=dt, endpoint=True)
     b = gen.integers(0, np.iinfo(dt).max, (m, 2), dtype=dt, endpoint=True)
     assert np.array_equal(ring_matmul(a, b, ring_bits), _exact(a, b, ring_bits))
-    assert len(calls) == 4
+    assert len(calls) == (4 if backend == "numpy" else 0)
 
 
 @pytest.mark.parametrize("ring_bits", [32, 64])
@@ -183,3 +197,17 @@ def test_ring_matmul_batched_is_exact(
     assert got.shape == (batch, k, d) and got.dtype == dt
     for i in range(batch):
         assert np.array_equal(got[i], _exact(a[i], b if shared_b else b[i], ring_bits))
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
+def test_a_gathered_limb_matrix_multiplies_as_its_rows(ring_bits: int) -> None:
+    """A table in bucket form (rows gathered, -1 a zero row) gives the products of those rows."""
+    dt = ring_dtype(ring_bits)
+    rng = np.random.default_rng(7)
+    table = rng.integers(0, np.iinfo(dt).max, (9, 5), dtype=dt, endpoint=True)
+    index = np.array([[3, -1, 8], [0, 0, -1]])
+    rows = np.where(index[..., None] < 0, 0, table[np.maximum(index, 0)]).astype(dt)
+    a = rng.integers(0, np.iinfo(dt).max, (2, 4, 3), dtype=dt, endpoint=True)
+    got = ring_matmul(a, LimbMatrix(table, ring_bits).gather(index), ring_bits)
+    for g in range(2):
+        assert np.array_equal(got[g], _exact(a[g], rows[g], ring_bits))
