@@ -65,3 +65,19 @@ def test_privacy_parameters_must_match_the_denoiser(saved) -> None:
     res = CliRunner().invoke(app, ["infer", "--model-dir", str(folder / "rec"), "--user", "1", "--denoiser",
                                    str(folder / "den.npz"), "--epsilon", "1"])
     assert res.exit_code == 2 and "differs" in res.output
+
+
+def test_a_release_file_keeps_one_release_per_representation(saved, tmp_path) -> None:
+    folder = saved[0]
+    runner = CliRunner()
+    args = ["infer", "--model-dir", str(folder / "rec"), "--user", "2", "--items", "0,1,2", "--json",
+            "--release-file", str(tmp_path / "rel.npz")]
+    first, again = (json.loads(runner.invoke(app, args).output) for _ in range(2))
+    assert not first["release_reused"] and again["release_reused"] and again["releases"] == 1
+    assert again["scores"] == first["scores"]  # the same release: OS noise would differ otherwise
+    assert first["spent_delta"] == 1e-4 and abs(first["spent_epsilon"] - 1.0) < 1e-3
+    other = json.loads(runner.invoke(app, [*args, "--epsilon", "2"]).output)  # another mechanism: a new release
+    assert not other["release_reused"] and other["releases"] == 2 and 2.0 < other["spent_epsilon"] < 3.0
+    plain = json.loads(runner.invoke(app, args[:-2]).output)  # no ledger: one fresh release, nothing reported
+    assert "releases" not in plain
+    assert CliRunner().invoke(app, ["infer", "--user", "2"]).exit_code == 2  # neither mode
