@@ -69,6 +69,10 @@ def register(app: typer.Typer) -> None:
         alpha: Annotated[
             float, typer.Option(help="Eq. 11 multiplier of the mean rating count (> 0).")
         ] = 2.5,
+        m_prime_update: Annotated[
+            int, typer.Option(min=0, help="Recount m' (Eq. 11's secure count) before every N-th epoch and use the "
+                                          "new value (Appendix L.2); 0: m' fixed once.")
+        ] = 0,
         seed: Annotated[int, typer.Option(min=0, help="Seed of all training randomness.")] = 0,
         verify: Annotated[
             bool, typer.Option(help="Check every round against the direct plaintext computation.")
@@ -143,6 +147,7 @@ def register(app: typer.Typer) -> None:
                 users_per_round=users_per_round,
                 m_prime=m_prime,
                 alpha=alpha,
+                m_prime_update=m_prime_update,
                 seed=seed,
                 verify=verify,
                 lr=lr,

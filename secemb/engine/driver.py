@@ -283,6 +283,16 @@ def run(
     mirror = ServerAdam(m, width, dense_size, cfg.adam(), lazy=cfg.lazy_adam) if cfg.verify else None
 
     # ---- m'
+    def count_phase() -> dict[str, Any]:
+        """The Eq. 11 count: every active device sends shares of its count; the servers open
+        the mean only and fix m' (again at each periodic update, Appendix L.2)."""
+        admin0.count_open([int(u) for u in active])
+        sent = servers.phase.map(lambda u: servers.device(int(u)).send_count(int(distinct[u]), cfg.ring_bits),
+                                 list(active))
+        doc: dict[str, Any] = admin0.count_close()
+        doc["bytes"] = sum(sent)
+        return doc
+
     count_bytes = 0
     if cfg.m_prime is not None:
         if cfg.m_prime > m:
@@ -292,14 +302,6 @@ def run(
             raise InvalidParameters(f"server 0 has m_prime={st['m_prime']}, the run wants {cfg.m_prime}")
         m_prime, source, mean_count = cfg.m_prime, "given", None
     else:
-        def count_phase() -> dict[str, Any]:
-            admin0.count_open([int(u) for u in active])
-            sent = servers.phase.map(lambda u: servers.device(int(u)).send_count(int(distinct[u]), cfg.ring_bits),
-                                     list(active))
-            doc: dict[str, Any] = admin0.count_close()
-            doc["bytes"] = sum(sent)
-            return doc
-
         doc = _retry(count_phase, wait_s, "count phase", retry_conflict=True)
         m_prime, source, mean_count = int(doc["m_prime"]), "eq11", float(doc["mean_count"])
         count_bytes = int(doc["bytes"])
@@ -308,6 +310,9 @@ def run(
         model, protocol, cfg, train_data, test_data, m_prime, source, mean_count,
         rating_range, int(active.size), extra_config,
     )
+    m_prime_updates: list[dict[str, Any]] = []
+    if cfg.m_prime_update:
+        result_config.update(m_prime_update=cfg.m_prime_update, m_prime_updates=m_prime_updates)
     if on_start is not None:
         on_start(result_config)
 
@@ -372,6 +377,11 @@ def run(
 
     for epoch in range(1, cfg.epochs + 1):
         tot.epoch_losses = []
+        if cfg.m_prime_update and epoch > 1 and (epoch - 1) % cfg.m_prime_update == 0:  # Appendix L.2
+            doc = _retry(count_phase, wait_s, "count phase (m' update)", retry_conflict=True)
+            m_prime, count_bytes = int(doc["m_prime"]), count_bytes + int(doc["bytes"])
+            m_prime_updates.append({"epoch": epoch, "m_prime": m_prime, "mean_count": float(doc["mean_count"])})
+            rc_plan = protocol.round_config(0, m, width, dense_size, m_prime, cfg.ring_bits)
         for users in _epoch_rounds(rng, active, cfg.users_per_round, cfg.sampling == "poisson"):
             if not users:  # an empty Poisson round: nothing to aggregate, nothing released
                 continue

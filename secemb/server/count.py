@@ -29,6 +29,9 @@ class CountPhase:
         self._users: frozenset[int] | None = None
         self._shares: dict[int, np.ndarray] = {}
         self._released: list[int] | None = None  # the one set total(once=True) answered
+        #: the set of the first sum released with once=True; later phases (recounts of m',
+        #: Appendix L.2) release sums over this set only: kept across open()
+        self._first_released: list[int] | None = None
 
     def status(self) -> dict[str, object]:
         """``{"state", "users"}`` (how many shares are held)."""
@@ -78,12 +81,13 @@ class CountPhase:
     def total(self, include: list[int], *, once: bool = False) -> np.ndarray:
         """The sum (ring, (1,)) of the shares of ``include`` in a closed phase.  With ``once``,
         a phase answers for one user set only (asked again, the same set), so that sums over
-        two sets never give away the shares of their difference.
+        two sets never give away the shares of their difference -- and every later phase (a
+        recount) answers for the set of the first phase's sum only, for the same reason.
 
         Raises
         ------
         Conflict: the phase is not closed, a user of ``include`` sent no share, or (``once``)
-            a sum over another set was already given.
+            a sum over another set was already given, in this phase or the first.
         """
         with self._lock:
             if self.state != "closed":
@@ -91,11 +95,16 @@ class CountPhase:
             users = sorted(set(include))
             if once and self._released is not None and self._released != users:
                 raise Conflict("a count sum over another user set was already given in this phase")
+            if once and self._first_released is not None and self._first_released != users:
+                raise Conflict("a recount must cover the users of the first count: a sum over another set "
+                               "would give away the counts of the users in the difference")
             missing = set(users) - set(self._shares)
             if missing:
                 raise Conflict(f"no count share of user(s) {sorted(missing)[:5]}")
             if once:
                 self._released = users
+                if self._first_released is None:
+                    self._first_released = users
             acc = np.zeros(1, self._dtype)
             for u in users:
                 acc += self._shares[u]

@@ -491,11 +491,24 @@ class LeaderNode(Node):
 
     # ================================================================== Eq. 11 counts
     def count_open(self, users: list[int] | None) -> dict[str, Any]:
-        """Start (or restart) the count phase, here and at server 1."""
+        """Start (or restart) the count phase, here and at server 1.
+
+        With m' from the counts (no ``training.m_prime`` configured) the phase may run again
+        between rounds to update m' (SecEmb Appendix L.2, periodic update): server 1 then
+        releases a sum only over the user set of its first released sum
+        (:meth:`~secemb.server.count.CountPhase.total`), so two counts never differ by one
+        user's share.
+
+        Raises
+        ------
+        Conflict: m' is fixed by the configuration, or a round is in progress.
+        """
         ids = None if users is None else frozenset(self._user_list(users, "users"))
         with self.lock:
-            if self.m_prime is not None:
-                raise Conflict(f"m' is already fixed ({self.m_prime})")
+            if self.cfg.m_prime is not None:
+                raise Conflict(f"m' is fixed by the configuration ({self.cfg.m_prime})")
+            if self.round is not None and self.round.state not in FINAL:
+                raise Conflict(f"round {self.round.round_id} is still {self.round.state}: count between rounds")
         try:
             self.peer.count_open(None if ids is None else sorted(ids))
         except _PEER_ERRORS as exc:
@@ -538,7 +551,7 @@ class LeaderNode(Node):
                 self.m_prime, self.mean_count = before
                 self.count.reopen()
                 raise
-            self._journal_outcome({"ev": "m_prime", "round": -1, "m_prime": self.m_prime, "mean": mean,
+            self._journal_outcome({"ev": "m_prime", "round": self.last_round, "m_prime": self.m_prime, "mean": mean,
                                    "users": len(include)})
             return {"m_prime": self.m_prime, "mean_count": mean, "users": len(include)}
 

@@ -131,6 +131,7 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
         users_per_round=exp.users_per_round,
         m_prime=exp.m_prime if exp.m_prime is not None else task.default_m_prime(data.num_items),
         alpha=exp.alpha,
+        m_prime_update=exp.m_prime_update,
         seed=exp.seed,
         verify=exp.verify,
         lr=hp["lr"],

@@ -77,6 +77,7 @@ class Experiment:
     users_per_round: int = 100
     m_prime: int | None = None
     alpha: float = 2.5
+    m_prime_update: int = 0
     seed: int = 0
     verify: bool = False
     lr: float | None = None

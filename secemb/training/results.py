@@ -70,6 +70,9 @@ class TrainConfig:
     dp: differential privacy (:class:`~secemb.privacy.DPSettings`), ``None`` for none: the
         devices clip, and the servers (central: secemb, plaintext, secfedrec) or the devices
         (dp-fedrec) add noise calibrated to the target (:func:`secemb.privacy.plan_dp`).
+    m_prime_update: run the Eq. 11 count again before every ``m_prime_update``-th epoch and
+        use the new m' from then on (SecEmb Appendix L.2); 0: m' is fixed once.  Needs m' from
+        the counts (``m_prime=None``).
     """
 
     epochs: int = 1
@@ -90,6 +93,7 @@ class TrainConfig:
     metrics: tuple[str, ...] = ("rmse",)
     sampling: Literal["permutation", "poisson"] = "permutation"
     dp: DPSettings | None = None
+    m_prime_update: int = 0
 
     def __post_init__(self) -> None:
         def is_int(x: object) -> bool:
@@ -122,6 +126,11 @@ class TrainConfig:
         object.__setattr__(self, "metrics", tuple(get_metric(n).name for n in self.metrics))
         if self.sampling not in ("permutation", "poisson"):
             raise InvalidParameters(f"sampling must be 'permutation' or 'poisson', got {self.sampling!r}")
+        if not is_int(self.m_prime_update) or self.m_prime_update < 0:
+            raise InvalidParameters(f"m_prime_update must be an int >= 0, got {self.m_prime_update!r}")
+        if self.m_prime_update and self.m_prime is not None:
+            raise InvalidParameters("m_prime_update recounts m' from the devices' counts: it needs m_prime=None "
+                                    f"(m' given as {self.m_prime})")
         if self.dp is not None and not isinstance(self.dp, DPSettings):
             raise InvalidParameters(f"dp must be a DPSettings or None, got {type(self.dp).__name__}")
         FixedPoint(self.ring_bits, self.frac_bits)  # validates both
