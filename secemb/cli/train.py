@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -34,12 +34,18 @@ def register(app: typer.Typer) -> None:
         ] = None,
         download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
         model: Annotated[
-            str, typer.Option(help="mf, ncf, fm or deepfm (fm/deepfm use the dataset's features).")
-        ] = "mf",
+            str | None, typer.Option(help="mf, ncf, fm or deepfm (fm/deepfm use the dataset's features); din with "
+                                          "--protocol sfsl. Default: mf (din with sfsl).")
+        ] = None,
         protocol: Annotated[
             str, typer.Option(help="secemb, plaintext, or a baseline: secfedrec, secemb-init, secemb-rowenc, grec, "
-                                   "quant8, ternary, svd, colr.")
+                                   "quant8, ternary, svd, colr; or sfsl (secure federated submodel learning, one "
+                                   "server, DIN on click samples of ml-100k, ml-1m or a Taobao shape; docs/sfsl.md).")
         ] = "secemb",
+        sfsl_preset: Annotated[
+            str | None, typer.Option("--sfsl-preset", help="--protocol sfsl: the privacy preset CPP1..CPP5 of "
+                                                          "randomized response (Table V). Default: CPP2.")
+        ] = None,
         layout: Annotated[
             str | None,
             typer.Option(help="cuckoo: B = expansion*m' keys over small buckets; full: m' keys over all items (the "
@@ -121,6 +127,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.cli._report import training_display, write_json
+        from secemb.cli._sfsl import check_preset, sfsl_options
         from secemb.cli._usage import check_output_dir, check_output_file, fail
 
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
@@ -128,6 +135,16 @@ def register(app: typer.Typer) -> None:
         from secemb.training import Experiment, VerificationError
 
         check_output_file(json_out, "--json-out")
+        check_preset(protocol, sfsl_preset)
+        if protocol == "sfsl":
+            opts = sfsl_options(preset=sfsl_preset, model=model, metrics=metrics, dataset=dataset,
+                                users_per_round=users_per_round, epochs=epochs, lr=lr, dim=dim, seed=seed,
+                                layout=layout, relay=relay, expansion=expansion, backend=backend, workers=workers,
+                                m_prime=m_prime, alpha=alpha, verify=verify, reg=reg, ring_bits=ring_bits,
+                                lazy_adam=lazy_adam, dp_epsilon=dp_epsilon, dp_delta=dp_delta, dp_clip=dp_clip,
+                                dp_level=dp_level, save_model=save_model)
+            _train_sfsl(opts, data_dir, download, json_out, quiet)
+            return
         if save_model is not None:
             check_output_dir(save_model, "--save-model")
         console = Console()
@@ -136,7 +153,7 @@ def register(app: typer.Typer) -> None:
                 dataset=dataset,
                 data_dir=data_dir,
                 download=download,
-                model=model,
+                model="mf" if model is None else model,
                 protocol=protocol,
                 layout=layout,
                 relay=relay,
@@ -208,3 +225,32 @@ def register(app: typer.Typer) -> None:
             run.model.save(save_model)
             console.print(f"saved the model to {save_model} (try: secemb recommend --model-dir {save_model} --user 0)",
                           markup=False)
+
+
+def _train_sfsl(opts: Any, data_dir: Path | None, download: bool, json_out: Path | None, quiet: bool) -> None:
+    """``secemb train --protocol sfsl``: SFSL rounds through the round engine in process."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from secemb.cli._report import training_display, write_json
+    from secemb.cli._sfsl import summary_rows
+    from secemb.cli._usage import fail
+    from secemb.data import DataFormatError, DatasetNotFoundError
+    from secemb.engine.sfsl import run_sfsl
+    from secemb.errors import InvalidParameters
+
+    console = Console()
+    progress, on_start, on_round, on_epoch = training_display(console, quiet)
+    try:
+        with progress:
+            result = run_sfsl(opts, data_dir=data_dir, download=download, on_start=on_start, on_round=on_round,
+                              on_epoch=on_epoch)
+    except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+        fail(exc)
+    table = Table(title="secemb train (sfsl): summary")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for row in summary_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    write_json(console, result, json_out)

@@ -14,6 +14,12 @@ the declaration hop by hop (``tests/engine/test_engine_plan.py``).
 
 Parties: :data:`USER` (a device), :data:`SERVER0` (the leader: opens and closes rounds, holds
 the optimizer) and :data:`SERVER1` (the follower).
+
+A protocol with **one server** (secure federated submodel learning) declares its round the same
+way, with its own stage list (``RoundPlan.stages``, e.g. :data:`EXCHANGE_STAGES`) and
+``servers=1``: its only server is :data:`SERVER0`.  Each of its stages is an *exchange*
+(:mod:`secemb.engine.exchange`): every live device sends the server one message, the operator
+closes the stage, and the server answers each device with at most one message.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ __all__ = [
     "AGGREGATE",
     "COUNT",
     "DENSE",
+    "EXCHANGE_STAGES",
     "Hop",
     "PARTIES",
     "RETRIEVAL",
@@ -48,6 +55,11 @@ AGGREGATE = "aggregate"  # server 1's aggregate share -> server 0
 SYNC = "sync"  # the new public model, server 0 -> server 1
 STAGES = (COUNT, RETRIEVAL, DENSE, UPLOAD, AGGREGATE, SYNC)
 
+# ---- the exchanges of a one-server round (SFSL, docs/sfsl.md): the four secure-aggregation
+# stages of the private set union, the submodel download, the four stages of the secure sum
+_SECAGG = ("advertise", "shares", "masked", "unmask")
+EXCHANGE_STAGES = (*(f"psu-{s}" for s in _SECAGG), "download", *(f"sum-{s}" for s in _SECAGG))
+
 # ---- parties (also the in-process transport's endpoint names for the servers)
 USER, SERVER0, SERVER1 = "user", "server0", "server1"
 PARTIES = (USER, SERVER0, SERVER1)
@@ -56,6 +68,9 @@ PARTIES = (USER, SERVER0, SERVER1)
 MESSAGES = frozenset({
     "count_share", "retrieval_request", "retrieval_reply", "relay_keys", "relay_answer", "dense",
     "upload", "relay_upload", "aggregate_share", "model_sync",
+    # secure aggregation (secemb.secagg.messages) and the submodel download (secemb.protocols.sfsl.wire)
+    "advertise", "keys", "shares", "relayed", "masked", "survivors", "unmask", "union",
+    "submodel_request", "submodel_reply",
 })
 
 
@@ -74,8 +89,8 @@ class Hop:
     optional: bool = False
 
     def __post_init__(self) -> None:
-        if self.stage not in STAGES:
-            raise InvalidParameters(f"hop stage must be one of {STAGES}, got {self.stage!r}")
+        if self.stage not in STAGES + EXCHANGE_STAGES:
+            raise InvalidParameters(f"hop stage must be one of {STAGES + EXCHANGE_STAGES}, got {self.stage!r}")
         if self.src not in PARTIES or self.dst not in PARTIES or self.src == self.dst:
             raise InvalidParameters(f"hop must go between two of {PARTIES}, got {self.src!r} -> {self.dst!r}")
         if self.message not in MESSAGES:
@@ -91,9 +106,29 @@ class Hop:
 @dataclass(frozen=True)
 class RoundPlan:
     """A protocol's round: its hops, in the order they happen for one user (then the servers'
-    closing hops)."""
+    closing hops).
+
+    ``stages``: the protocol's stage list, in the order a round goes through them (every hop's
+    stage is one of them); ``servers``: 2 (:data:`SERVER0` and :data:`SERVER1`) or 1 (only
+    :data:`SERVER0`, whose stages are exchanges, see the module docstring).
+    """
 
     hops: tuple[Hop, ...]
+    stages: tuple[str, ...] = STAGES
+    servers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.servers not in (1, 2):
+            raise InvalidParameters(f"a round has 1 or 2 servers, got {self.servers!r}")
+        for h in self.hops:
+            if h.stage not in self.stages:
+                raise InvalidParameters(f"hop stage {h.stage!r} is not in the plan's stages {self.stages}")
+            if self.servers == 1 and SERVER1 in (h.src, h.dst):
+                raise InvalidParameters(f"a one-server round has no {SERVER1}: {h}")
+
+    def replies(self, stage: str) -> bool:
+        """Whether the server answers the devices in ``stage`` (a hop server -> user)."""
+        return any(h.dst == USER for h in self.stage(stage))
 
     def stage(self, stage: str) -> tuple[Hop, ...]:
         """The hops of ``stage``, in order."""

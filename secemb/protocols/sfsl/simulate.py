@@ -6,13 +6,18 @@ training randomness), runs :func:`~secemb.protocols.sfsl.round.sfsl_round`, deca
 learning rate (x ``lr_decay``), and every ``eval_every`` rounds scores the test samples with the
 current public model and the devices' user embeddings (the simulation evaluates centrally what
 each device could score for itself).
+
+Who plays a round is a :class:`RoundPlayer`: by default :func:`~secemb.protocols.sfsl.round.sfsl_round`
+on the in-process server object; the round engine's player (:mod:`secemb.engine.sfsl`) moves the
+same messages over the engine's links, in process or over HTTP, with the same schedule.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -26,7 +31,38 @@ from secemb.protocols.sfsl.quantize import max_weight
 from secemb.protocols.sfsl.round import RoundReport, sfsl_round
 from secemb.randomness import RandomBytes, system_rng
 
-__all__ = ["SFSLResult", "SFSLRun", "train_sfsl"]
+__all__ = ["Dropouts", "RoundPlayer", "SFSLResult", "SFSLRun", "train_sfsl"]
+
+#: per (round, chosen device ids): ``(psu_drop_after, drop_after)`` as :func:`sfsl_round` takes them
+Dropouts = Callable[[int, np.ndarray], tuple[Mapping[int, int], Mapping[int, int]]]
+
+
+class RoundPlayer(Protocol):
+    """Who plays the rounds of :func:`train_sfsl` against the server."""
+
+    def play(self, devices: Mapping[int, SFSLDevice], round_id: int, settings: TrainingSettings,
+             rng: np.random.Generator, *, psu_drop_after: Mapping[int, int], drop_after: Mapping[int, int],
+             _rng: RandomBytes) -> RoundReport:
+        """One round (the arguments of :func:`sfsl_round`); its report."""
+
+    def model(self) -> tuple[np.ndarray, np.ndarray]:
+        """The server's current public model ``(table, dense)``."""
+
+
+class _InProcess:
+    """:func:`sfsl_round` on the server object itself."""
+
+    def __init__(self, server: SFSLServer) -> None:
+        self.server = server
+
+    def play(self, devices: Mapping[int, SFSLDevice], round_id: int, settings: TrainingSettings,
+             rng: np.random.Generator, *, psu_drop_after: Mapping[int, int], drop_after: Mapping[int, int],
+             _rng: RandomBytes) -> RoundReport:
+        return sfsl_round(self.server, devices, round_id, settings, rng, psu_drop_after=psu_drop_after,
+                          drop_after=drop_after, _rng=_rng)
+
+    def model(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.server.table, self.server.dense
 
 
 @dataclass(frozen=True)
@@ -61,8 +97,8 @@ class SFSLRun:
 @dataclass
 class SFSLResult:
     """Per-round history: ``auc`` {round: value}, ``reports`` the rounds' :class:`RoundReport`,
-    ``p7``/``p8`` Theorem 2's probabilities over each round's actual owner counts, and the
-    final public model."""
+    ``p7``/``p8`` Theorem 2's probabilities over each round's actual owner counts, the
+    final public model and the devices' private user embeddings (float64 (num_users, d))."""
 
     run: SFSLRun
     auc: dict[int, float] = field(default_factory=dict)
@@ -72,12 +108,19 @@ class SFSLResult:
     seconds: float = 0.0
     table: np.ndarray | None = None
     dense: np.ndarray | None = None
+    user_embeddings: np.ndarray | None = None
 
 
 def train_sfsl(train: ClickData, test: ClickData, run: SFSLRun, *,
                progress: Callable[[int, SFSLResult], None] | None = None,
+               player: Callable[[SFSLServer, TrainingSettings], RoundPlayer] | None = None,
+               dropouts: Dropouts | None = None,
                _rng: RandomBytes = system_rng) -> SFSLResult:
     """Train DIN with SFSL on ``train`` and score AUC on ``test`` (same id spaces).
+
+    ``player``: made from the server holding the initial public model and the run's public
+    settings, it plays every round (default: :func:`sfsl_round` in process).  ``dropouts``:
+    which chosen devices drop out of each round's PSU and secure sum, and when.
 
     Raises
     ------
@@ -98,6 +141,7 @@ def train_sfsl(train: ClickData, test: ClickData, run: SFSLRun, *,
     settings = replace(run.settings, max_weight=min(run.settings.max_weight,
                                                     max_weight(run.clients_per_round, run.settings.levels)))
     devices: dict[int, SFSLDevice] = {}
+    host = _InProcess(server) if player is None else player(server, settings)
     auc = get_metric("auc")
     result = SFSLResult(run)
     start = time.perf_counter()
@@ -108,18 +152,20 @@ def train_sfsl(train: ClickData, test: ClickData, run: SFSLRun, *,
                 devices[int(u)] = SFSLDevice(int(u), train.subset(slice(bounds[u], bounds[u + 1])), params, model,
                                              user_emb[u])
         lr = run.settings.lr * run.lr_decay ** (r - 1)
-        report = sfsl_round(server, {int(u): devices[int(u)] for u in chosen}, r, replace(settings, lr=lr), rng,
-                            _rng=_rng)
+        psu_drops, drops = ({}, {}) if dropouts is None else dropouts(r, chosen)
+        report = host.play({int(u): devices[int(u)] for u in chosen}, r, replace(settings, lr=lr), rng,
+                              psu_drop_after=psu_drops, drop_after=drops, _rng=_rng)
         result.reports.append(report)
         p7, p8 = event_probabilities(params, report.owners, run.clients_per_round)
         result.p7.append(p7)
         result.p8.append(p8)
         if r % run.eval_every == 0 or r == run.rounds:
-            value = auc(model.score(server.table, server.dense, user_emb, test), test.label, (0.0, 1.0))
+            value = auc(model.score(*host.model(), user_emb, test), test.label, (0.0, 1.0))
             if value is not None:
                 result.auc[r] = value
         if progress is not None:
             progress(r, result)
     result.seconds = time.perf_counter() - start
-    result.table, result.dense = server.table, server.dense
+    result.table, result.dense = host.model()
+    result.user_embeddings = user_emb
     return result

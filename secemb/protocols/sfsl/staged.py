@@ -1,0 +1,292 @@
+"""One SFSL round (Algorithm 1) as the stage list the round engine executes: the server
+(:class:`SFSLNode`) and one device's part in one round (:class:`SFSLParty`), each a state
+machine over bytes (no transport here: :mod:`secemb.engine.exchange` moves the bytes).
+
+The stages (:data:`SFSL_PLAN`, from :data:`secemb.engine.stages.EXCHANGE_STAGES`) are
+*exchanges*: every live device sends the server one message, the operator closes the stage,
+the server answers each device it keeps with one message::
+
+    psu-advertise   advertise -> keys        the private set union over secure aggregation
+    psu-shares      shares    -> relayed     (dense, width 1, secagg round 2r)
+    psu-masked      masked    -> survivors
+    psu-unmask      unmask    -> union       the union, to the PSU's survivors only
+    download        request   -> reply       Algorithm 2 over the union, then W_{S''}
+    sum-advertise   advertise -> keys        the weighted secure sum over the row space
+    sum-shares      shares    -> relayed     (sparse, width d + 1, secagg round 2r + 1);
+    sum-masked      masked    -> survivors   the device trains before it advertises
+    sum-unmask      unmask                   the server applies the count-normalized mean
+
+Both sides draw exactly what :func:`~secemb.protocols.sfsl.round.sfsl_round` draws, in the
+same order when the engine runs the devices of a stage one after another in increasing id
+order (the PSU inputs when the parties are made, then stage by stage), so an engine round with
+the same generators gives the in-process round's model bit for bit
+(``tests/engine/test_sfsl_engine.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from secemb.engine.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
+from secemb.randomness import RandomBytes, system_rng
+from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, default_threshold
+from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
+
+__all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "round_configs"]
+
+#: per stage of :data:`EXCHANGE_STAGES`: the device's message kind and the server's answer (``None``: none)
+_KINDS: dict[str, tuple[str, str | None]] = {
+    "psu-advertise": ("advertise", "keys"), "psu-shares": ("shares", "relayed"),
+    "psu-masked": ("masked", "survivors"), "psu-unmask": ("unmask", "union"),
+    "download": ("submodel_request", "submodel_reply"),
+    "sum-advertise": ("advertise", "keys"), "sum-shares": ("shares", "relayed"),
+    "sum-masked": ("masked", "survivors"), "sum-unmask": ("unmask", None),
+}
+
+
+def _plan() -> RoundPlan:
+    hops: list[Hop] = []
+    for stage in EXCHANGE_STAGES:
+        up, down = _KINDS[stage]
+        hops.append(Hop(stage, USER, SERVER0, up))
+        if down is not None:
+            hops.append(Hop(stage, SERVER0, USER, down))
+    return RoundPlan(tuple(hops), stages=EXCHANGE_STAGES, servers=1)
+
+
+#: SFSL's round: nine exchanges between the devices and the one server
+SFSL_PLAN = _plan()
+
+
+def round_configs(space: RowSpace, bloom: BloomParams, n: int, round_id: int) -> tuple[SecAggConfig, SecAggConfig]:
+    """The PSU's and the secure sum's secure-aggregation rounds of SFSL round ``round_id`` with
+    ``n`` chosen devices (threshold ``n // 2 + 1``; secagg round ids ``2r`` and ``2r + 1``)."""
+    t = default_threshold(n)
+    return (bloom.config(t, 2 * round_id),
+            SecAggConfig(length=space.length, threshold=t, width=space.width, round_id=2 * round_id + 1, sparse=True))
+
+
+@dataclass
+class _Round:
+    round_id: int
+    users: frozenset[int]
+    psu: SecAggServer
+    sum: SecAggServer
+    stage: int = 0
+    replies: dict[str, dict[int, bytes]] = field(default_factory=dict)
+    union: np.ndarray | None = None
+    receivers: frozenset[int] = frozenset()
+    seconds: dict[str, float] = field(default_factory=dict)
+    state: str = "open"
+    reason: str | None = None
+    updated_rows: int = 0
+
+
+class SFSLNode:
+    """The cloud server's side of SFSL rounds, one round at a time.
+
+    Parameters
+    ----------
+    server: the public model and its update (:class:`SFSLServer`).
+    settings: the public quantization (``bound``, ``levels``) the update is decoded with.
+    bloom: the PSU's Bloom parameters (default the paper's evaluation setting, one position per
+        goods).
+
+    Every method raises :class:`~secemb.errors.ProtocolError` when called for another round or
+    out of stage order and :class:`~secemb.errors.InvalidMessage` for a malformed message, a
+    duplicate or a device not in the stage; a refused call changes nothing.
+    """
+
+    plan = SFSL_PLAN
+
+    def __init__(self, server: SFSLServer, settings: TrainingSettings, bloom: BloomParams | None = None) -> None:
+        self.server, self.settings = server, settings
+        self.bloom = BloomParams.exact(server.space.goods) if bloom is None else bloom
+        self._round: _Round | None = None
+
+    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
+        """Start round ``round_id`` for ``users`` (distinct ids, at least 2); its public
+        document (round id, users, threshold, stages)."""
+        if self._round is not None and self._round.state == "open":
+            raise ProtocolError(f"round {self._round.round_id} is still open")
+        if isinstance(round_id, bool) or not isinstance(round_id, int) or not 0 <= round_id < 2**62:
+            raise InvalidParameters(f"round_id must be an int in [0, 2^62), got {round_id!r}")
+        if self._round is not None and round_id <= self._round.round_id:
+            raise ProtocolError(f"round {round_id} does not follow round {self._round.round_id}")
+        ids = sorted({int(u) for u in users})
+        if len(ids) != len(users) or len(ids) < 2 or ids[0] < 0:
+            raise InvalidParameters(f"a round needs at least 2 distinct non-negative user ids, got {users!r}")
+        psu_cfg, sum_cfg = round_configs(self.server.space, self.bloom, len(ids), round_id)
+        self._round = _Round(round_id, frozenset(ids), SecAggServer(psu_cfg), SecAggServer(sum_cfg))
+        return {"round_id": round_id, "users": ids, "threshold": psu_cfg.threshold, "stages": list(self.plan.stages)}
+
+    def _current(self, round_id: int, stage: str) -> _Round:
+        rnd = self._round
+        if rnd is None or rnd.round_id != round_id:
+            raise ProtocolError(f"round {round_id} is not the current round")
+        if rnd.state != "open":
+            raise ProtocolError(f"round {round_id} is {rnd.state}" + (f": {rnd.reason}" if rnd.reason else ""))
+        if stage not in self.plan.stages:
+            raise InvalidParameters(f"unknown stage {stage!r}; the stages are {self.plan.stages}")
+        if self.plan.stages[rnd.stage] != stage:
+            raise ProtocolError(f"round {round_id} is at stage {self.plan.stages[rnd.stage]}, not {stage}")
+        return rnd
+
+    def receive(self, round_id: int, stage: str, user: int, body: bytes) -> None:
+        """Device ``user``'s message of ``stage``."""
+        rnd = self._current(round_id, stage)
+        if user not in rnd.users:
+            raise InvalidMessage(f"user {user} is not a participant of round {round_id}")
+        t0 = time.perf_counter()
+        part, step = stage.split("-") if stage != "download" else ("download", "")
+        if part == "download":
+            if user not in rnd.receivers:
+                raise InvalidMessage(f"user {user} did not receive the union of round {round_id}")
+            if user in rnd.replies.setdefault(stage, {}):
+                raise InvalidMessage(f"duplicate download request from user {user}")
+            rnd.replies[stage][user] = self.server.reply(body, round_id)
+        else:
+            agg = rnd.psu if part == "psu" else rnd.sum
+            receive = {"advertise": agg.receive_advertise, "shares": agg.receive_shares,
+                       "masked": agg.receive_masked, "unmask": agg.receive_unmask}[step]
+            if part == "sum" and user not in rnd.receivers:
+                raise InvalidMessage(f"user {user} left round {round_id} in the PSU")
+            receive(user, body)
+        self._time(rnd, part, t0)
+
+    def close(self, round_id: int, stage: str) -> None:
+        """Close ``stage``: the server builds its answers (the secure aggregations close their
+        stage; after ``psu-unmask`` it decodes the union, after ``sum-unmask`` it updates the
+        model and the round is committed).
+
+        Raises
+        ------
+        SecAggAborted: fewer than the threshold left; the round is aborted, the model unchanged.
+        """
+        rnd = self._current(round_id, stage)
+        t0 = time.perf_counter()
+        part = stage.split("-")[0]
+        try:
+            if stage == "psu-unmask":
+                rnd.union = psu_union(self.bloom, rnd.psu.result())
+                msg = union_message(2 * round_id, rnd.union)
+                rnd.receivers = frozenset(rnd.psu.survivors)
+                rnd.replies[stage] = {u: msg for u in rnd.receivers}
+            elif stage == "sum-unmask":
+                total = rnd.sum.result()
+                rnd.updated_rows = self.server.apply(total, self.settings)
+                rnd.state = "committed"
+            elif part != "download":
+                agg = rnd.psu if part == "psu" else rnd.sum
+                build = {"advertise": agg.keys_messages, "shares": agg.relayed_messages,
+                         "masked": agg.survivors_messages}[stage.split("-")[1]]
+                rnd.replies[stage] = build()
+        except SecAggAborted as exc:
+            rnd.state, rnd.reason = "aborted", str(exc)
+            raise
+        rnd.stage += 1
+        self._time(rnd, part, t0)
+
+    def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
+        """The server's answer to ``user`` in ``stage`` once the stage is closed (``None``: the
+        device is not kept, e.g. it is not among the survivors)."""
+        rnd = self._round
+        if rnd is None or rnd.round_id != round_id:
+            raise ProtocolError(f"round {round_id} is not the current round")
+        if stage not in rnd.replies or self.plan.stages.index(stage) >= rnd.stage:
+            raise ProtocolError(f"stage {stage} of round {round_id} has no answers (yet)")
+        return rnd.replies[stage].get(int(user))
+
+    def outcome(self, round_id: int) -> dict[str, Any]:
+        """The round's state, survivors of the secure sum, union size, updated rows and the
+        server's seconds per part (psu, download, sum)."""
+        rnd = self._round
+        if rnd is None or rnd.round_id != round_id:
+            raise ProtocolError(f"round {round_id} is not the current round")
+        return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason,
+                "survivors": rnd.sum.survivors if rnd.state == "committed" else [],
+                "union_size": None if rnd.union is None else int(rnd.union.size),
+                "updated_rows": rnd.updated_rows, "server_s": dict(rnd.seconds)}
+
+    @staticmethod
+    def _time(rnd: _Round, part: str, t0: float) -> None:
+        rnd.seconds[part] = rnd.seconds.get(part, 0.0) + time.perf_counter() - t0
+
+
+class SFSLParty:
+    """Device ``device``'s part in round ``round_id`` of ``n`` chosen devices.
+
+    Making it draws the device's PSU input (its real goods set, :func:`~secemb.secagg.psu.psu_input`);
+    :meth:`message` gives its message of a stage, :meth:`accept` takes the server's answer.
+    ``rng`` is the training randomness (batch order, stochastic rounding), ``_rng`` the CSPRNG
+    of the PSU, the perturbation and the secure sums.  ``seconds``: the device's own work per
+    part (``psu``, ``perturb``, ``train``, ``secagg``).
+    """
+
+    def __init__(self, device: SFSLDevice, round_id: int, n: int, space: RowSpace, bloom: BloomParams,
+                 settings: TrainingSettings, rng: np.random.Generator, *, _rng: RandomBytes = system_rng) -> None:
+        self.device, self.round_id, self.space, self.bloom = device, round_id, space, bloom
+        self.settings, self.rng, self._rng = settings, rng, _rng
+        self.psu_config, self.sum_config = round_configs(space, bloom, n, round_id)
+        self.seconds: dict[str, float] = {}
+        self.union: np.ndarray | None = None
+        self._answers: dict[str, bytes] = {}
+        self._psu: SecAggClient | None = None
+        self._sum: SecAggClient | None = None
+        self._values = np.empty((0, space.width), np.uint32)  # the secure sum's input, once trained
+        t0 = time.perf_counter()
+        self._psu_input = psu_input(bloom, device.real, _rng=_rng)
+        self._time("psu", t0)
+
+    def message(self, stage: str) -> bytes:
+        """The device's message of ``stage`` (stages in :data:`SFSL_PLAN` order, each after the
+        server's answer to the previous one)."""
+        t0 = time.perf_counter()
+        part = "perturb" if stage == "download" else "psu" if stage.startswith("psu") else "secagg"
+        if stage == "psu-advertise":
+            self._psu = SecAggClient(self.device.user, self.psu_config, _rng=self._rng)
+            out = self._psu.advertise()
+        elif stage == "download":
+            self.union = read_union(self._answer("psu-unmask"), 2 * self.round_id, self.space.goods)
+            out = self.device.request(self.union, self.round_id, _rng=self._rng)
+        elif stage == "sum-advertise":
+            t1 = time.perf_counter()
+            rows, self._values = self.device.train(self._answer("download"), self.round_id, self.space,
+                                                   self.settings, self.rng)
+            self._time("train", t1)
+            t0 = time.perf_counter()
+            self._sum = SecAggClient(self.device.user, self.sum_config, _rng=self._rng)
+            out = self._sum.advertise(rows)
+        else:
+            client = self._psu if part == "psu" else self._sum
+            if client is None:
+                raise ProtocolError(f"device {self.device.user}: {stage} before advertising")
+            step = stage.split("-")[1]
+            prev = {"shares": "advertise", "masked": "shares", "unmask": "masked"}[step]
+            answer = self._answer(f"{stage.split('-')[0]}-{prev}")
+            if step == "shares":
+                out = client.share_keys(answer)
+            elif step == "masked":
+                out = client.masked_input(answer, self._psu_input if part == "psu" else self._values)
+            else:
+                out = client.unmask(answer)
+        self._time(part, t0)
+        return out
+
+    def accept(self, stage: str, body: bytes) -> None:
+        """The server's answer in ``stage``."""
+        self._answers[stage] = body
+
+    def _answer(self, stage: str) -> bytes:
+        if stage not in self._answers:
+            raise ProtocolError(f"device {self.device.user}: no answer of stage {stage} yet")
+        return self._answers[stage]
+
+    def _time(self, part: str, t0: float) -> None:
+        self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - t0
