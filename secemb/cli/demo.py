@@ -56,6 +56,16 @@ def register(app: typer.Typer) -> None:
         lazy_adam: Annotated[
             bool, typer.Option("--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient.")
         ] = True,
+        dp_epsilon: Annotated[
+            float, typer.Option(help="Differential privacy, as secemb train: target epsilon (inf: no DP). Central DP "
+                                "(each server noises its share; the devices clip to the bound the servers announce) "
+                                "or local DP (dp-fedrec).")
+        ] = float("inf"),
+        dp_delta: Annotated[float, typer.Option(help="Differential privacy: target delta.")] = 1e-5,
+        dp_clip: Annotated[float, typer.Option(help="Differential privacy: L2 bound of a user's round contribution.")
+                           ] = 1.0,
+        dp_level: Annotated[str, typer.Option(help="Differential privacy: user (a user's whole contribution).")
+                            ] = "user",
         concurrency: Annotated[int, typer.Option(min=1, help="Devices running at the same time.")] = 8,
         deadline: Annotated[float, typer.Option(min=0.1, help="Round deadline, seconds.")] = 120.0,
         workdir: Annotated[
@@ -87,7 +97,8 @@ def register(app: typer.Typer) -> None:
             dataset=dataset, data_dir=data_dir, download=download, model=model, protocol=protocol, layout=layout,
             relay=relay, expansion=expansion, backend=backend, workers=workers, epochs=epochs,
             users_per_round=users_per_round, m_prime=m_prime, alpha=alpha, seed=seed, verify=verify, lr=lr,
-            reg=reg, dim=dim, ring_bits=ring_bits, lazy_adam=lazy_adam,
+            reg=reg, dim=dim, ring_bits=ring_bits, lazy_adam=lazy_adam, dp_epsilon=dp_epsilon, dp_delta=dp_delta,
+            dp_clip=dp_clip, dp_level=dp_level,
         )
         progress, on_start, on_round, on_epoch = training_display(
             console, quiet, prefix="network | " if network else "in-process | "

@@ -260,9 +260,7 @@ def run(
     rating_range = rating_range_of(train_data, cfg)
     admin0, admin1 = servers.admin
     wait_s = servers.wait_s
-    dp = dp_plan_of(model, protocol, train_data, cfg)
-    if dp is not None and cfg.verify:
-        raise InvalidParameters("verify compares the model with the noiseless sums: it cannot run with DP")
+    dp = dp_plan_of(model, protocol, train_data, cfg)  # TrainConfig refuses dp with verify
     device_protocol = protocol
     if dp is not None and not dp.central:  # DP-FedRec: the devices add the plan's noise
         from secemb.protocols.dp_fedrec import DPFedRecProtocol

@@ -133,6 +133,8 @@ class TrainConfig:
                                     f"(m' given as {self.m_prime})")
         if self.dp is not None and not isinstance(self.dp, DPSettings):
             raise InvalidParameters(f"dp must be a DPSettings or None, got {type(self.dp).__name__}")
+        if self.dp is not None and self.verify:
+            raise InvalidParameters("verify compares the model with the noiseless sums: it cannot run with DP")
         FixedPoint(self.ring_bits, self.frac_bits)  # validates both
         self.adam()  # validates lr and the Adam constants
 
