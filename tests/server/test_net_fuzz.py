@@ -20,6 +20,7 @@ from net_helpers import WAIT_S, cluster_for, setup, small_data
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
 from secemb.training.local import distinct_items
 from secemb.data import by_user
+from secemb.inference.service import encode_request
 from secemb.protocols.placement import place
 from secemb.training import messages
 from secemb.transport.errors import RemoteError
@@ -58,6 +59,7 @@ class World:
                                                                        num_users=tr.num_users))
                for kind in ("relay_keys", "relay_upload")},
             "model": self.admin[0].get_bytes("/v1/admin/model"),
+            "inference": encode_request(np.zeros((1, model.dim))),  # GREC: an MF device's noisy representation
         }
         s1.upload()
         self.device = self.client(3)
@@ -111,6 +113,8 @@ def _endpoints(w: World) -> list[tuple[int, str, str, str, str]]:
         (1, "POST", "/v1/peer/count/share", "server0", "json"),
         (0, "POST", "/v1/admin/rounds", "admin", "json"),
         (0, "POST", "/v1/admin/count/open", "admin", "json"),
+        (0, "POST", "/v1/inference", "user:4", "inference"),
+        (1, "POST", "/v1/inference", "user:4", "inference"),
     ]
 
 
@@ -192,8 +196,11 @@ def test_fuzzed_bodies_never_cause_5xx_or_state_changes(world, data):
     if resp.status_code < 400:
         # only a well-formed message may be accepted: protocol messages of the right length
         # (their payloads are arbitrary ring elements or key material), never JSON noise
-        assert sample in ("q0", "q1", "up0", "count") or body == w.samples.get(sample), (path, resp.status_code)
+        assert sample in ("q0", "q1", "up0", "count", "inference") or body == w.samples.get(sample), (path,
+                                                                                                       resp.status_code)
         assert len(body) == len(w.samples[sample])
+        if sample == "inference":  # any finite H~ is a release to score; the server keeps nothing of it
+            assert w.snapshot() == before
     _check_rejected(w, resp, before)
 
 
