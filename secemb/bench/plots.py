@@ -52,10 +52,18 @@ def _pyplot() -> Any:
 
 
 def line_panels(path: str | Path, panels: Mapping[str, Mapping[str, Sequence[float]]], *, xlabel: str, ylabel: str,
-                title: str, x: Sequence[Any] | None = None, logy: bool = False, logx: bool = False) -> None:
+                title: str, x: Sequence[Any] | None = None, logy: bool = False, logx: bool = False,
+                xs: Mapping[str, Mapping[str, Sequence[float]]] | None = None, ylabels: Mapping[str, str] | None = None,
+                refs: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]] | None = None) -> None:
     """One panel per key of ``panels`` (in order), each drawing its named series as points
     joined by lines against ``x`` (numbers, or category names kept in the given order;
     default 1, 2, ...).  ``nan`` leaves a gap.  Writes a PNG to ``path``.
+
+    ``xs`` gives a series its own x values (by panel name, then series name, e.g. the rounds at
+    which each curve was evaluated); ``ylabels`` a panel its own y label (by panel name); ``refs`` per panel name
+    ``{label: (x values, y values)}`` reference points (e.g. a paper's values) drawn as
+    unfilled markers without lines, in the colour of the series of the same label if there is
+    one.
 
     Raises
     ------
@@ -69,12 +77,20 @@ def line_panels(path: str | Path, panels: Mapping[str, Mapping[str, Sequence[flo
     fig, axes = plt.subplots(rows, cols, figsize=(PANEL_INCHES[0] * cols, PANEL_INCHES[1] * rows + 0.4),
                              squeeze=False, dpi=DPI)
     for ax, (name, series) in zip(axes.flat, panels.items(), strict=False):
+        colour = {}
         for label, ys in series.items():
-            xs = list(x)[: len(ys)] if x is not None else list(range(1, len(ys) + 1))
-            ax.plot(xs, list(ys), label=label, lw=1.3, marker="o" if len(ys) <= 12 else None, ms=4)
+            if label in (xs or {}).get(name, {}):
+                at = list((xs or {})[name][label])
+            else:
+                at = list(x)[: len(ys)] if x is not None else list(range(1, len(ys) + 1))
+            (line,) = ax.plot(at, list(ys), label=label, lw=1.3, marker="o" if len(ys) <= 12 else None, ms=4)
+            colour[label] = line.get_color()
+        for label, (rx, ry) in (refs or {}).get(name, {}).items():
+            ax.plot(list(rx), list(ry), ls="none", marker="D", ms=6, mfc="none", mew=1.4,
+                    color=colour.get(label.removeprefix("paper ")), label=label)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel(xlabel, fontsize=9)
-        ax.set_ylabel(ylabel, fontsize=9)
+        ax.set_ylabel((ylabels or {}).get(name, ylabel), fontsize=9)
         ax.tick_params(labelsize=8)
         if logy:
             ax.set_yscale("log")

@@ -13,6 +13,10 @@ perturbation, download, local training, secure sum) from a fresh DIN.
   the PSU's share is Table VI); with ``dropout`` a share of the clients drops after ShareKeys in
   the PSU and as many others in the update's secure sum (Figure 6).
 * :func:`training` -- SFSL training with AUC on held-out samples (the side-by-side table).
+* :func:`curve` -- Figure 4: test AUC over rounds for SFSL under a preset or a plaintext
+  baseline (:mod:`secemb.protocols.sfsl.baselines`: FL, centralized), within a time budget.
+* :func:`plot_fig5`, :func:`plot_fig4` -- the PNGs, the paper's values as markers;
+  :func:`merge` joins results of runs made in pieces.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import math
 import platform
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,8 +34,12 @@ from secemb.data.ctr import ClickData, TaobaoShaped
 from secemb.models.din import DIN
 from secemb.privacy.randomized_response import CPP_PRESETS, event_probabilities, get_cpp
 from secemb.protocols.sfsl import SFSLDevice, SFSLRun, SFSLServer, TrainingSettings, sfsl_round, train_sfsl
+from secemb.protocols.sfsl.baselines import BASELINES, train_baseline
 
-__all__ = ["PAPER", "round_costs", "run", "table5", "training"]
+__all__ = ["CURVES", "PAPER", "curve", "merge", "plot_fig4", "plot_fig5", "round_costs", "run", "table5", "training"]
+
+#: the schemes of Figure 4: SFSL under a preset, or a baseline
+CURVES = (*CPP_PRESETS, *BASELINES)
 
 #: the paper's values (Table V, Table VI, the text of Sections VI-B/C about Figures 5 and 6)
 PAPER: dict[str, Any] = {
@@ -48,6 +57,10 @@ PAPER: dict[str, Any] = {
                "client_s": [5.04, 10.09, 15.53, 26.49, 33.69], "server_s": [1.12, 1.68, 2.40, 3.13, 4.19]},
     # Figure 6 (text): PSU server time at 20 % dropout, n = 100
     "fig6_psu_server_s_20pct": 37.66,
+    # Figure 4 (text of Section VI-A), n = 100, 5,000 rounds: the best AUC and the round it was reached
+    # (CPP4's round is not given; CPP1 and CPP5 "have identical model performance")
+    "fig4_best": {"centralized": {"auc": 0.641, "round": 803}, "CPP2": {"auc": 0.615, "round": 4908},
+                  "CPP4": {"auc": 0.601, "round": None}, "fl": {"auc": 0.543, "round": 867}},
 }
 
 
@@ -168,3 +181,129 @@ def run(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int] 
                 step(f"Figure 6: {name}, n={dropout_n}, dropout {ratio:.0%}")
                 out["fig6"].append(round_costs(name, dropout_n, shape=shape, batch=batch, dropout=ratio, seed=seed))
     return out
+
+
+class _OutOfTime(Exception):
+    """Raised from the progress callback of :func:`curve` when its time budget is spent."""
+
+
+def curve(train: ClickData, test: ClickData, scheme: str, *, clients_per_round: int = 20, rounds: int = 100,
+          batch: int = 2, lr: float = 1.0, eval_every: int = 5, seconds: float | None = None, seed: int = 0,
+          progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Figure 4: test AUC every ``eval_every`` rounds of ``scheme`` (a preset: SFSL; ``"fl"``,
+    ``"centralized"``: the plaintext baselines), the paper's training (SGD, lr decayed x0.999 a
+    round).  With ``seconds``, training stops after the first evaluated round past that wall
+    time (``rounds_run`` < ``rounds``, ``stopped_by_time``)."""
+    import torch
+
+    torch.set_num_threads(1)
+    run = SFSLRun(preset=scheme if scheme in CPP_PRESETS else "CPP1", clients_per_round=clients_per_round,
+                  rounds=rounds, settings=TrainingSettings(lr=lr, batch=batch), eval_every=eval_every, seed=seed)
+    start = time.perf_counter()
+    live: dict[int, dict[int, float]] = {}
+
+    def on_round(r: int, res: Any) -> None:
+        live[r] = dict(res.auc)
+        if progress is not None:
+            progress(r)
+        if seconds is not None and r % eval_every == 0 and time.perf_counter() - start > seconds:
+            raise _OutOfTime
+
+    try:
+        if scheme in BASELINES:
+            train_baseline(train, test, run, scheme, progress=on_round)
+        else:
+            train_sfsl(train, test, run, progress=on_round)
+    except _OutOfTime:
+        pass
+    done = max(live)
+    auc = live[done]
+    best = max(auc, key=lambda k: auc[k]) if auc else None
+    return {"dataset": train.name, "scheme": scheme, "clients_per_round": clients_per_round, "batch": batch,
+            "lr": lr, "rounds_planned": rounds, "rounds_run": done, "stopped_by_time": done < rounds,
+            "auc": {str(k): v for k, v in auc.items()}, "best_auc": auc[best] if best else None,
+            "best_round": best, "wall_s": time.perf_counter() - start}
+
+
+def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One result from several of :func:`run`'s (a sweep run in pieces): their ``fig4``/``fig5``/
+    ``fig6``/``train`` rows concatenated in order (a later row for the same preset and n, or
+    dataset and scheme, replaces an earlier one); the first result's other fields."""
+    out: dict[str, Any] = dict(results[0]) if results else {}
+    for key, ident in (("fig5", ("preset", "n")), ("fig6", ("preset", "n", "dropout")),
+                       ("fig4", ("dataset", "scheme")), ("train", ("dataset", "preset", "rounds"))):
+        rows: dict[tuple[Any, ...], Any] = {}
+        for res in results:
+            for row in res.get(key, []):
+                rows[tuple(row.get(k) for k in ident)] = row
+        if rows:
+            out[key] = list(rows.values())
+    return out
+
+
+def _scheme_label(scheme: str) -> str:
+    return {"fl": "FL (FedAvg, full model)", "centralized": "centralized"}.get(scheme, f"SFSL {scheme}")
+
+
+def plot_fig5(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
+    """Figure 5 (traffic, client and server seconds per round against n, one line per preset)
+    and Table VI (the PSU's share) as one PNG, the paper's values as unfilled markers."""
+    from secemb.bench.plots import line_panels
+
+    mb, s = 1e6, "seconds per round"
+    measures = {
+        "(a) traffic per client": lambda r: (sum(r["upload_bytes"].values()) + sum(r["download_bytes"].values())) / mb,
+        "(b) client time": lambda r: sum(r["client_s"].values()),
+        "(c) server time": lambda r: sum(r["server_s"].values()),
+    }
+    panels: dict[str, dict[str, list[float]]] = {name: {} for name in measures}
+    xs: dict[str, dict[str, list[float]]] = {name: {} for name in measures}
+    for preset in sorted({r["preset"] for r in rows}):
+        mine = sorted((r for r in rows if r["preset"] == preset), key=lambda r: r["n"])
+        for name, f in measures.items():
+            panels[name][preset] = [f(r) for r in mine]
+            xs[name][preset] = [r["n"] for r in mine]
+    # Table VI: the PSU is the same work under every preset: the mean over the presets at each n
+    ns = sorted({r["n"] for r in rows})
+    psu = {"client MB": [float(np.mean([r["psu_client_bytes"] / mb for r in rows if r["n"] == n])) for n in ns],
+           "client s": [float(np.mean([r["client_s"]["psu"] for r in rows if r["n"] == n])) for n in ns],
+           "server s": [float(np.mean([r["server_s"]["psu"] for r in rows if r["n"] == n])) for n in ns]}
+    panels["(d) PSU per round (Table VI)"] = psu
+    xs["(d) PSU per round (Table VI)"] = {label: ns for label in psu}
+    t6 = PAPER["table6"]
+    paper_n = [100]
+    refs = {"(a) traffic per client": {f"paper {p}": (paper_n, [v]) for p, v in PAPER["fig5_traffic_mb_n100"].items()},
+            "(b) client time": {"paper CPP2": (paper_n, [PAPER["fig5_cpp2_n100_s"]["client"]])},
+            "(c) server time": {"paper CPP2": (paper_n, [PAPER["fig5_cpp2_n100_s"]["server"]])},
+            "(d) PSU per round (Table VI)": {"paper client MB": (t6["n"], t6["client_mb"]),
+                                             "paper client s": (t6["n"], t6["client_s"]),
+                                             "paper server s": (t6["n"], t6["server_s"])}}
+    batch = sorted({r["batch"] for r in rows})
+    line_panels(path, panels, xlabel="clients per round n", ylabel=s, xs=xs, logy=True, refs=refs,
+                ylabels={"(a) traffic per client": "MB per client per round",
+                         "(b) client time": f"client {s} (training batch {'/'.join(map(str, batch))})",
+                         "(c) server time": f"server {s}", "(d) PSU per round (Table VI)": "MB or seconds"},
+                title="SFSL Figure 5 / Table VI on Taobao-shaped clients; diamonds: the paper's values "
+                      "(2 shared cores, loaded)")
+
+
+def plot_fig4(curves: Sequence[dict[str, Any]], path: str | Path) -> None:
+    """Figure 4: test AUC against the round, one panel per dataset, one line per scheme; the
+    paper's best AUCs (Taobao, n = 100, 5,000 rounds) as unfilled markers at their rounds."""
+    from secemb.bench.plots import line_panels
+
+    panels: dict[str, dict[str, list[float]]] = {}
+    xs: dict[str, dict[str, list[float]]] = {}
+    refs: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+    for c in curves:
+        rounds = sorted(int(k) for k in c["auc"])
+        name = f"{c['dataset']}, n = {c['clients_per_round']}, batch {c['batch']}"
+        label = _scheme_label(c["scheme"])
+        panels.setdefault(name, {})[label] = [c["auc"][str(k)] for k in rounds]
+        xs.setdefault(name, {})[label] = [float(k) for k in rounds]
+        best = PAPER["fig4_best"].get(c["scheme"])
+        if best and best["round"]:
+            refs.setdefault(name, {})[f"paper {label}"] = ([best["round"]], [best["auc"]])
+    line_panels(path, panels, xlabel="round (log scale)", ylabel="test AUC", xs=xs, logx=True, refs=refs,
+                title="SFSL Figure 4: test AUC over rounds (2 shared cores, loaded)\n"
+                      "diamonds: the paper's best AUCs (Taobao, n = 100, 5,000 rounds)")

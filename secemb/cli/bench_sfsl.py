@@ -25,7 +25,8 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("sfsl")
     def sfsl(
         parts: str = typer.Option("table5,fig5,fig6", help="Comma-separated: table5, fig5 (Table VI is its PSU "
-                                  "share), fig6, train."),
+                                  "share), fig6, train, fig4 (AUC over rounds); empty with --from: only merge "
+                                  "and plot."),
         ns: str = typer.Option("20,40,60", help="Figure 5: numbers of clients n, every preset."),
         presets: str = typer.Option("CPP1,CPP2,CPP3,CPP4,CPP5", help="Figure 5: presets at each --ns."),
         n_large: str = typer.Option("100", help="Figure 5: larger n, only --large-presets."),
@@ -41,21 +42,35 @@ def register(bench_app: typer.Typer) -> None:
         clients: int = typer.Option(20, min=2, help="train: clients per round."),
         train_batch: int = typer.Option(8, min=1, help="train: local SGD batch."),
         lr: float = typer.Option(1.0, help="train: SGD step size (decayed x0.999 per round)."),
+        curves: str = typer.Option("CPP2,CPP4,CPP5,centralized,fl", help="fig4: schemes (presets: SFSL; "
+                                   "centralized, fl: the plaintext baselines)."),
+        curve_rounds: int = typer.Option(100, min=1, help="fig4: rounds per curve (at most)."),
+        curve_clients: int = typer.Option(20, min=2, help="fig4: clients per round."),
+        curve_batch: int = typer.Option(2, min=1, help="fig4: local SGD batch (the paper: 2)."),
+        eval_every: int = typer.Option(5, min=1, help="fig4: rounds between AUC evaluations."),
+        curve_seconds: float = typer.Option(0.0, min=0.0, help="fig4: stop a curve at the first evaluation "
+                                            "after this many seconds (0: run every round)."),
+        merge_from: str = typer.Option("", "--from", help="Comma-separated earlier result files of this command "
+                                       "whose rows join this run's (a sweep run in pieces) before plotting."),
         seed: int = typer.Option(0, min=0, help="Seed of the workloads and training."),
         quick: bool = typer.Option(False, "--quick", help="Tiny workloads (a smoke test): taobao-mini, n <= 6."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-        out: Path = typer.Option(Path("results/sfsl.json"), help="Write the JSON result here."),
+        out: Path = typer.Option(Path("results/sfsl.json"), help="Write the JSON result here, and the plots "
+                                 "beside it (<out>-fig5.png, <out>-fig4.png)."),
     ) -> None:
         """Per-client traffic (len() of the messages), client and server seconds of SFSL rounds on
-        Taobao-shaped clients, the privacy levels of the presets, and SFSL training with AUC."""
+        Taobao-shaped clients, the privacy levels of the presets, SFSL training with AUC, and AUC
+        over rounds against the FL and centralized baselines; PNG plots with the paper's values."""
         from rich.console import Console
         from rich.markup import escape
 
         from secemb.bench import sfsl as bench_sfsl
+        from secemb.cli._report import save_result
         from secemb.cli._usage import check_output_file, fail
         from secemb.data.ctr import TAOBAO_SHAPES
         from secemb.errors import InvalidParameters
         from secemb.privacy.randomized_response import CPP_PRESETS
+        from secemb.protocols.sfsl.baselines import BASELINES
 
         check_output_file(out, "--out")
         try:
@@ -66,8 +81,19 @@ def register(bench_app: typer.Typer) -> None:
             fail(f"--ns/--n-large must be integers and --dropouts numbers, got {ns!r}, {n_large!r}, {dropouts!r}")
         names = {"presets": _names(presets), "large": _names(large_presets), "drop": _names(dropout_presets),
                  "train": _names(train_presets)}
-        if not set(want) <= {"table5", "fig5", "fig6", "train"} or not want:
-            fail(f"--parts must name table5, fig5, fig6, train; got {parts!r}")
+        schemes = tuple(x.strip() if x.strip().lower() in BASELINES else x.strip().upper()
+                        for x in curves.split(",") if x.strip())
+        sources = [Path(x.strip()) for x in merge_from.split(",") if x.strip()]
+        if not set(want) <= {"table5", "fig5", "fig6", "train", "fig4"} or not (want or sources):
+            fail(f"--parts must name table5, fig5, fig6, train, fig4 (or be empty with --from); got {parts!r}")
+        if any(c not in bench_sfsl.CURVES for c in schemes):
+            fail(f"--curves must be among {list(bench_sfsl.CURVES)}, got {curves!r}")
+        earlier = []
+        for src in sources:
+            try:
+                earlier.append(json.loads(src.read_text()))
+            except (OSError, ValueError) as exc:
+                fail(f"--from {src}: not a readable result of this command ({exc})")
         if any(p not in CPP_PRESETS for group in names.values() for p in group):
             fail(f"presets must be among {sorted(CPP_PRESETS)}")
         if (counts and min(counts) < 2) or (big and min(big) < 2) or any(not 0 <= r < 0.25 for r in ratios):
@@ -79,6 +105,7 @@ def register(bench_app: typer.Typer) -> None:
             fail(f"--train-data must be ml-100k or a Taobao shape, got {train_data!r}")
         if quick:
             shape, counts, big, dropout_n, datasets, rounds = "taobao-mini", (4,), (6,), 6, ("taobao-mini",), 2
+            curve_rounds, curve_clients, eval_every = 2, 4, 1
         console = Console(stderr=True)
         result: dict[str, Any] = {}
         try:
@@ -86,10 +113,21 @@ def register(bench_app: typer.Typer) -> None:
                 def step(msg: str) -> None:
                     status.update(escape(msg))
 
-                result = bench_sfsl.run(tuple(p for p in want if p != "train"), ns=counts, presets=names["presets"],
-                                        n_large=big, large_presets=names["large"], dropouts=ratios,
-                                        dropout_n=dropout_n, dropout_presets=names["drop"], shape=shape, batch=batch,
-                                        seed=seed, on_step=step)
+                result = bench_sfsl.run(tuple(p for p in want if p not in ("train", "fig4")), ns=counts,
+                                        presets=names["presets"], n_large=big, large_presets=names["large"],
+                                        dropouts=ratios, dropout_n=dropout_n, dropout_presets=names["drop"],
+                                        shape=shape, batch=batch, seed=seed, on_step=step)
+                if "fig4" in want:
+                    result["fig4"] = []
+                    for ds in datasets:
+                        train, test = _click_data(ds, seed)
+                        for c in schemes:
+                            def tick(r: int, label: str = f"Figure 4: {c} on {ds}") -> None:
+                                step(f"{label}: round {r}/{curve_rounds}")
+                            result["fig4"].append(bench_sfsl.curve(
+                                train, test, c, clients_per_round=curve_clients, rounds=curve_rounds,
+                                batch=curve_batch, lr=lr, eval_every=eval_every, seconds=curve_seconds or None,
+                                seed=seed, progress=tick))
                 if "train" in want:
                     result["train"] = []
                     for ds in datasets:
@@ -104,12 +142,25 @@ def register(bench_app: typer.Typer) -> None:
                                 seed=seed, eval_every=max(1, rounds // 5), progress=progress))
         except InvalidParameters as exc:
             fail(exc)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2, default=_jsonable))
-        if as_json:
-            typer.echo(json.dumps(result, indent=2, default=_jsonable))
+        if earlier:
+            result = bench_sfsl.merge([*earlier, result])
+        result["plots"] = _plots(result, out)
+        if save_result(json.loads(json.dumps(result, default=_jsonable)), out, as_json):
             return
         _print(result, out)
+
+
+def _plots(result: dict[str, Any], out: Path) -> list[str]:
+    """Draw Figure 5 and Figure 4 beside ``out`` where the result has their rows; the paths."""
+    from secemb.bench import sfsl as bench_sfsl
+
+    paths = []
+    for key, draw in (("fig5", bench_sfsl.plot_fig5), ("fig4", bench_sfsl.plot_fig4)):
+        if result.get(key):
+            path = out.with_name(f"{out.stem}-{key}.png")
+            draw(result[key], path)
+            paths.append(str(path))
+    return paths
 
 
 def _jsonable(x: object) -> object:
@@ -175,4 +226,18 @@ def _print(result: dict[str, Any], out: Path) -> None:
             table.add_row(r["dataset"], r["preset"], str(r["rounds"]), f"{r['final_auc']:.4f}",
                           f"{r['client_traffic_bytes'] / 1e6:.3f}", f"{r['client_s']:.2f}", f"{r['server_s']:.2f}")
         con.print(table)
-    con.print(escape(f"machine: {result.get('machine', '?')}; written to {out}"))
+    if "fig4" in result:
+        table = Table(title="Figure 4: test AUC over rounds (paper: Taobao, n = 100, 5,000 rounds)")
+        for col in ("dataset", "scheme", "n", "rounds run", "best AUC (round)", "last AUC", "paper best AUC (round)",
+                    "wall s"):
+            table.add_column(col, justify="right")
+        for c in result["fig4"]:
+            paper = result.get("paper", {}).get("fig4_best", {}).get(c["scheme"])
+            last = c["auc"][str(max(int(k) for k in c["auc"]))] if c["auc"] else float("nan")
+            table.add_row(c["dataset"], c["scheme"], str(c["clients_per_round"]), str(c["rounds_run"]),
+                          f"{c['best_auc']:.4f} ({c['best_round']})" if c["best_auc"] is not None else "-",
+                          f"{last:.4f}", f"{paper['auc']:.3f} ({paper['round'] or '?'})" if paper else "-",
+                          f"{c['wall_s']:.0f}")
+        con.print(table)
+    con.print(escape(f"machine: {result.get('machine', '?')}; written to {out}"
+                     + "".join(f", {p}" for p in result.get("plots", []))))

@@ -133,11 +133,13 @@ class DIN(RecModel):
 
     # ------------------------------------------------------------------ forward
 
-    def logits_torch(self, rows: torch.Tensor, dense: torch.Tensor, user: torch.Tensor, batch: Batch) -> torch.Tensor:
+    def logits_torch(self, rows: torch.Tensor, dense: torch.Tensor | dict[str, torch.Tensor], user: torch.Tensor,
+                     batch: Batch) -> torch.Tensor:
         """Click logits (k,) of ``batch``'s samples.
 
-        rows: (n_rows, d) goods embeddings the positions point at; dense: (dense_size,);
-        user: (d,) or (k, d) user embeddings.
+        rows: (n_rows, d) goods embeddings the positions point at; dense: (dense_size,), or its
+        fields by name (:meth:`DenseLayout.views`; the category table may then hold only the rows
+        the batch's category positions point at); user: (d,) or (k, d) user embeddings.
         """
         import torch
 
@@ -170,7 +172,7 @@ class DIN(RecModel):
                 x = torch.relu(x)
         return x.squeeze(-1)
 
-    def objective_torch(self, rows: torch.Tensor, dense: torch.Tensor, private: torch.Tensor,
+    def objective_torch(self, rows: torch.Tensor, dense: torch.Tensor | dict[str, torch.Tensor], private: torch.Tensor,
                         batch: Batch) -> torch.Tensor:
         """Mean binary cross-entropy of ``batch`` (fields of :func:`click_batch`)."""
         import torch
