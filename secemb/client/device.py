@@ -103,16 +103,21 @@ class RoundInfo:
         return FixedPoint(int(self.training["ring_bits"]), int(self.training["frac_bits"]))
 
     def clip(self) -> ClipSpec | None:
-        """Central DP: the clipping the servers announce (``training.dp_clip``, ``dp_sigma``),
-        the same :class:`~secemb.privacy.noise.ClipSpec` as the run's DP plan; ``None`` without
-        DP.
+        """The clipping the round announces, the same :class:`~secemb.privacy.noise.ClipSpec`
+        as the run's DP plan: central DP, the servers' ``training.dp_clip`` and ``dp_sigma``;
+        local DP (DP-FedRec), the protocol options ``clip`` and ``sigma`` of the device's own
+        noise; ``None`` without DP.
 
         Raises
         ------
         InvalidMessage: a malformed or non-positive bound or scale.
+        InvalidParameters: announced protocol options the protocol refuses.
         """
         if "dp_clip" not in self.training:
-            return None
+            from secemb.protocols.dp_fedrec import DPFedRecProtocol
+
+            proto = self.make_protocol()
+            return proto.device_clip() if isinstance(proto, DPFedRecProtocol) else None
         try:
             l2, sigma = float(self.training["dp_clip"]), float(self.training["dp_sigma"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -416,7 +421,7 @@ class Device:
                     protocol: Protocol | None = None, hook: LocalStep | None = None,
                     pause: float = 0.0) -> RoundSession:
         """Take part in round ``info``: retrieve, train (``hook``, default the model's local
-        step), clip when the round announces central DP (:meth:`RoundInfo.clip`), upload.
+        step), clip when the round announces DP (:meth:`RoundInfo.clip`), upload.
         ``pause`` seconds between retrieval and upload (for tests of late devices).  The
         private state is snapshotted first (see :meth:`settle`)."""
         model = model or info.make_model()

@@ -8,9 +8,14 @@ discrete Gaussian noise ``N_Z(0, sigma^2)`` (ring units, from the OS CSPRNG) to 
 the ``m w + P`` coordinates of its clipped, encoded gradient -- all of them, since noise only
 on the rated rows would reveal which items it rated.  The noisy vector still travels as two
 additive shares (so the baseline runs on the two-server engine unchanged); its guarantee is
-the one of a public upload, which is what DP-FedRec claims.  ``sigma`` is set by the run's DP
-plan (:func:`secemb.privacy.plan_dp` with ``central=False``: no sampling amplification,
-``epochs`` releases per user) through :meth:`DPFedRecProtocol.with_sigma`.
+the one of a public upload, which is what DP-FedRec claims.  ``sigma`` and the L2 bound ``clip``
+the devices clip their round contribution to (what ``sigma`` is calibrated for) are protocol
+options: set from the run's DP plan (:func:`secemb.privacy.plan_dp` with ``central=False``: no
+sampling amplification, ``epochs`` releases per user) through
+:meth:`DPFedRecProtocol.with_noise` in a simulation, and announced to standalone devices in the
+round document's protocol options in a deployment (``[protocol.options] sigma``, ``clip``), from
+which a device clips (:meth:`DPFedRecProtocol.device_clip`, used by
+:meth:`secemb.client.device.RoundInfo.clip`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from secemb.errors import InvalidParameters
-from secemb.privacy.noise import discrete_gaussian, to_ring
+from secemb.privacy.noise import ClipSpec, clip_spec, discrete_gaussian, to_ring
 from secemb.protocols.base import Capabilities
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelUser
 from secemb.protocols.wire import array_bytes
@@ -43,21 +48,33 @@ class DPFedRecUser(FullModelUser):
 
 
 class DPFedRecProtocol(FullModelProtocol):
-    """Factory of DP-FedRec roles; ``sigma``: each device's noise scale in ring units (0: the
-    plain SecFedRec upload; a DP run sets it from its plan)."""
+    """Factory of DP-FedRec roles; ``sigma``: each device's noise scale in ring units, ``clip``:
+    the L2 bound of a device's round contribution it is calibrated for.  Both 0 (the plain
+    SecFedRec upload) or both positive (a DP run sets them from its plan)."""
 
     name = "dp-fedrec"
-    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=("sigma",),
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=("sigma", "clip"),
                                 local_dp=True)
     user_cls = DPFedRecUser
 
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
-                 *, sigma: float = 0.0) -> None:
+                 *, sigma: float = 0.0, clip: float = 0.0) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
-        if not (isinstance(sigma, (int, float)) and np.isfinite(sigma) and sigma >= 0):
-            raise InvalidParameters(f"sigma must be a finite number >= 0, got {sigma!r}")
-        self.sigma = float(sigma)
+        for name, v in (("sigma", sigma), ("clip", clip)):
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
+                raise InvalidParameters(f"{name} must be a finite number >= 0, got {v!r}")
+        if bool(sigma) != bool(clip):
+            raise InvalidParameters(f"dp-fedrec: sigma and clip go together (the noise is calibrated for the clip "
+                                    f"bound), got sigma={sigma!r}, clip={clip!r}")
+        self.sigma, self.clip = float(sigma), float(clip)
 
-    def with_sigma(self, sigma: float) -> DPFedRecProtocol:
-        """The same protocol with the devices' noise scale ``sigma`` (ring units)."""
-        return DPFedRecProtocol(self.layout, self.relay, self.expansion, self.layout_seed, sigma=sigma)
+    def with_noise(self, sigma: float, clip: float) -> DPFedRecProtocol:
+        """The same protocol with the devices' noise scale ``sigma`` (ring units) and L2 bound
+        ``clip``."""
+        return DPFedRecProtocol(self.layout, self.relay, self.expansion, self.layout_seed, sigma=sigma, clip=clip)
+
+    def device_clip(self) -> ClipSpec | None:
+        """What a device clips to before its noise (``None`` without noise): its whole round
+        contribution to L2 norm ``clip``, and every coordinate so that ``n_p`` contributions
+        plus each device's noise tail never wrap."""
+        return clip_spec(self.clip, self.sigma, central=False) if self.sigma else None

@@ -205,7 +205,7 @@ def test_dp_fedrec_uploads_are_full_size_and_noised(small):
     assert res.privacy["sampling_rate"] == 1.0 and res.privacy["steps"] == 1
     rc = RoundConfig(round_id=1, num_items=tr.num_items, width=model.sparse_width, dense_size=model.dense_size,
                      m_prime=4, ring_bits=64, layout="full")
-    user = get_protocol("dp-fedrec", layout="full").with_sigma(5e4).make_user(rc)
+    user = get_protocol("dp-fedrec", layout="full").with_noise(5e4, 0.5).make_user(rc)
     user.retrieval_request(np.arange(4))
     table = np.zeros((rc.num_items, rc.width), np.uint64)
     from secemb.protocols.wire import frame

@@ -74,6 +74,42 @@ def test_noise_without_a_clip_bound_is_refused():
     assert "dp_clip" not in server_configs({**settings, "dp_sigma": 0.0, "dp_clip": 0.0})[0].shared_doc()
 
 
+def test_standalone_dp_fedrec_devices_clip_to_the_announced_protocol_options():
+    # local DP: the servers add nothing; the deployment announces the devices' own noise scale and
+    # the clip bound it is calibrated for as the protocol options sigma and clip ([protocol.options]);
+    # a device of the SDK clips to them -- the ClipSpec of the run's plan -- before it noises its upload
+    tr, _ = train_test_split(synthetic_like(60, 50, 900, seed=3), 0.2, seed=0)
+    model = MatrixFactorization(dim=8, reg=0.01)
+    cfg = TrainConfig(epochs=2, users_per_round=20, m_prime=20, dp=DPSettings(4.0, 1e-5, CLIP), ring_bits=64)
+    plan = dp_plan_of(model, get_protocol("dp-fedrec", layout="full"), tr, cfg)
+    assert plan is not None and not plan.central
+    protocol = get_protocol("dp-fedrec", layout="full", sigma=plan.sigma_ring, clip=CLIP)
+    settings = cluster_settings(model, protocol, tr, TrainConfig(epochs=2, users_per_round=20, m_prime=20,
+                                                                 ring_bits=64), min_users=2)
+    assert settings["protocol_options"] == {"sigma": plan.sigma_ring, "clip": CLIP} and settings["dp_sigma"] == 0
+    servers = InProcessServers(settings, protocol, model)
+    leader, follower = servers.nodes
+    try:
+        leader.open_round(participants=list(USERS))
+        for u in USERS:
+            links = (LocalServerLink(leader, u, servers.tp), LocalServerLink(follower, u, servers.tp))
+            dc = DeviceClient.over(u, links, min_users=2)
+            info = dc.round_info()
+            assert "dp_clip" not in info.training and info.clip() == plan.clip
+            session = Device(dc, *by_user(tr).of(u), rng=np.random.default_rng(u)).participate(info)
+            fp = info.fixed_point()
+            rows, dense = fp.decode(session.g_ring), fp.decode(session.d_ring)
+            sent = math.sqrt(float(np.sum(rows**2) + np.sum(dense**2)))
+            raw = math.sqrt(float(np.sum(session.result.row_grads**2) + np.sum(session.result.dense_grad**2)))
+            assert raw > 2 * CLIP and CLIP / 2 < sent <= CLIP + 2.0**-fp.frac_bits * math.sqrt(rows.size + dense.size)
+    finally:
+        servers.stop()
+    with pytest.raises(InvalidParameters, match="sigma and clip go together"):
+        get_protocol("dp-fedrec", sigma=plan.sigma_ring)
+    with pytest.raises(InvalidParameters, match="sigma and clip go together"):
+        get_protocol("dp-fedrec", clip=CLIP)
+
+
 @pytest.mark.slow
 def test_devices_clip_over_https(tmp_path):
     tr, model, protocol, cfg, settings = _setup()
