@@ -69,6 +69,9 @@ def register(app: typer.Typer) -> None:
     from secemb.cli import bench_dp
 
     bench_dp.register(bench_app)
+    from secemb.cli import bench_scale
+
+    bench_scale.register(bench_app)
 
 
 def _fss_cuda(as_json: bool, quick: bool) -> None:

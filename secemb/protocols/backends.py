@@ -5,13 +5,25 @@ A server splits a batch of users' keys into contiguous chunks, one per worker, a
 module-level task over them; ring sums are exact, so every backend returns bit-identical
 results to the serial one (tests check this).  The task and its arguments are plain numpy
 data, so they pickle to worker processes.
+
+What every task of a round reads (the server's table, in the form the evaluation uses) is
+*published* once per round (:meth:`Backend.publish`): tasks carry a small :class:`Handle`
+and call ``handle.get()`` where they run.  The process backend copies the value once into a
+POSIX shared-memory segment that its workers map read-only; the Ray backend puts it once in
+the cluster's object store.  So a task pickles to its keys plus a few hundred bytes,
+whatever the table's size (``tests/protocols/test_backends.py`` checks this).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,18 +34,43 @@ if TYPE_CHECKING:
     from secemb.fss.cuckoo import CuckooLayout
     from secemb.fss.gpu import DeviceTable
 
-__all__ = ["Backend", "SerialBackend", "ProcessBackend", "RayBackend", "GpuBackend", "make_backend"]
+__all__ = ["Backend", "Handle", "SerialBackend", "ProcessBackend", "RayBackend", "GpuBackend", "make_backend"]
+
+
+class Handle:
+    """A published value as tasks carry it (small to pickle); :meth:`get` returns the value
+    in whichever process the task runs."""
+
+    def get(self) -> Any:
+        raise NotImplementedError
+
+
+class _InProcess(Handle):
+    """The value itself, for backends whose tasks run in this process."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def get(self) -> Any:
+        return self.value
 
 
 class Backend:
     """Runs ``fn`` over task arguments; ``workers`` is how many chunks are worth making."""
 
     workers: int = 1
-    #: whether tasks run in this process (so large per-round objects need not be shipped)
-    local: bool = True
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         raise NotImplementedError
+
+    def publish(self, value: Any) -> Handle:
+        """Make ``value`` (numpy arrays, or an object holding them) readable by this
+        backend's tasks until :meth:`release` (or until the handle is garbage); tasks must
+        not write to it."""
+        return _InProcess(value)
+
+    def release(self, handle: Handle) -> None:
+        """Free what :meth:`publish` took for ``handle`` (idempotent)."""
 
     def device_table(self, table: np.ndarray, layout: str | CuckooLayout) -> DeviceTable | None:
         """The round's table resident where this backend evaluates (``None``: host memory)."""
@@ -50,35 +87,255 @@ class SerialBackend(Backend):
         return [fn(t) for t in tasks]
 
 
-class ProcessBackend(Backend):
-    """A pool of worker processes on this machine (all cores by default)."""
+#: published values this process maps, by segment name: the publisher's own (until
+#: released) and, in a worker, the last few rounds' attachments (least recently used last)
+_OWNED: dict[str, Any] = {}
+_ATTACHED: OrderedDict[str, tuple[SharedMemory, Any]] = OrderedDict()
+#: attachments a worker keeps (two servers sharing a pool publish one table each a round)
+_ATTACH_CACHE = 4
 
-    local = False
+
+def _buf(shm: SharedMemory) -> memoryview:
+    """The mapping of an open segment."""
+    assert shm.buf is not None  # open: closed segments are never read
+    return shm.buf
+
+
+def _load(shm: SharedMemory, header: bytes, spans: tuple[tuple[int, int], ...]) -> Any:
+    """Unpickle a published value whose buffers are read-only views of ``shm``."""
+    views = [_buf(shm)[off : off + size].toreadonly() for off, size in spans]
+    return pickle.loads(header, buffers=views)
+
+
+#: segments whose views were still referenced when they were to be unmapped (retried)
+_UNMAPPED_LATER: list[SharedMemory] = []
+
+
+def _close(shm: SharedMemory) -> None:
+    """Unmap ``shm`` (with the attempts that failed before, now that views may be gone)."""
+    waiting = [*_UNMAPPED_LATER, shm]
+    _UNMAPPED_LATER.clear()
+    for seg in waiting:
+        try:
+            seg.close()
+        except BufferError:  # a view of it is still referenced
+            _UNMAPPED_LATER.append(seg)
+
+
+class _Shared(Handle):
+    """A value in a shared-memory segment: its pickle with the array buffers out of band
+    (``header``), and where each buffer lies in the segment (``spans``)."""
+
+    def __init__(self, name: str, header: bytes, spans: tuple[tuple[int, int], ...]) -> None:
+        self.name, self.header, self.spans = name, header, spans
+
+    def get(self) -> Any:
+        if self.name in _OWNED:
+            return _OWNED[self.name]
+        hit = _ATTACHED.get(self.name)
+        if hit is None:
+            shm = SharedMemory(name=self.name)
+            hit = _ATTACHED[self.name] = (shm, _load(shm, self.header, self.spans))
+            while len(_ATTACHED) > _ATTACH_CACHE:
+                old = _ATTACHED.popitem(last=False)[1][0]  # its value dropped first
+                _close(old)
+        _ATTACHED.move_to_end(self.name)
+        return hit[1]
+
+
+def _unlink(segments: dict[str, SharedMemory], name: str) -> None:
+    """Unmap and unlink segment ``name`` of a process backend's ``segments`` if still there."""
+    shm = segments.pop(name, None)
+    if shm is None:
+        return
+    _OWNED.pop(name, None)
+    _close(shm)
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _unlink_all(segments: dict[str, SharedMemory]) -> None:
+    for name in list(segments):
+        _unlink(segments, name)
+
+
+#: a result array at least this large returns through shared memory
+SHARED_RESULT_BYTES = 1 << 16
+
+
+class _SharedArray:
+    """A worker's result array left in a shared-memory segment for the parent to collect."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.name, self.shape, self.dtype = name, shape, dtype
+
+
+def _to_shared(value: Any) -> Any:
+    if not isinstance(value, np.ndarray) or value.nbytes < SHARED_RESULT_BYTES:
+        return value
+    shm = SharedMemory(create=True, size=value.nbytes)
+    np.ndarray(value.shape, value.dtype, buffer=_buf(shm))[...] = value
+    out = _SharedArray(shm.name, value.shape, value.dtype)
+    shm.close()
+    return out
+
+
+def _from_shared(value: Any) -> Any:
+    if not isinstance(value, _SharedArray):
+        return value
+    shm = SharedMemory(name=value.name)
+    try:
+        return np.ndarray(value.shape, value.dtype, buffer=_buf(shm)).copy()
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+class _ReturnShared:
+    """``fn`` wrapped to run in a worker: large arrays of its result (the result itself or
+    the items of a tuple) are written to new shared-memory segments, one copy, instead of
+    being pickled through the pool's pipe; :func:`_collect` reads and unlinks them."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, task: Any) -> Any:
+        out = self.fn(task)
+        return tuple(map(_to_shared, out)) if isinstance(out, tuple) else _to_shared(out)
+
+
+def _collect(result: Any) -> Any:
+    return tuple(map(_from_shared, result)) if isinstance(result, tuple) else _from_shared(result)
+
+
+def _warm_worker() -> None:
+    """Pool initializer: forget the values the parent published before forking (a worker
+    attaches what its tasks read), and load the compiled kernels (numba's on-disk cache,
+    ~0.5 s) once per worker, so that the first round does not pay for it in every worker."""
+    import numpy as np
+
+    _OWNED.clear()
+
+    from secemb import fss
+    from secemb.fss.fused import RETRIEVAL_TAG, retrieve_and_prepare, retrieve_and_prepare_buckets
+    from secemb.fss.linalg import LimbMatrix
+
+    for dtype in (np.uint32, np.uint64):
+        bits = 8 * np.dtype(dtype).itemsize
+        p0, _, state = fss.gen_path(np.array([1]), 16)
+        cw = fss.convert_gen(state, np.ones((1, 1), dtype), ring_bits=bits, tag=RETRIEVAL_TAG)
+        for shape, evaluate in (((16, 1), retrieve_and_prepare), ((1, 16, 1), retrieve_and_prepare_buckets)):
+            table = np.zeros(shape, dtype)
+            table.flags.writeable = False  # as published tables are
+            evaluate(p0, 0, cw, LimbMatrix(table, bits), 1)
+
+
+class ProcessBackend(Backend):
+    """A persistent pool of worker processes on this machine (all cores by default),
+    started on the first map of more than one task; each worker loads the compiled kernels
+    once.  Published values live in shared memory (``/dev/shm`` on Linux), unlinked by
+    :meth:`release`, :meth:`close`, or when the backend is collected or the interpreter
+    exits."""
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or os.cpu_count() or 1
         if self.workers < 1:
             raise InvalidParameters(f"workers must be >= 1, got {self.workers}")
         self._pool: ProcessPoolExecutor | None = None
+        self._segments: dict[str, SharedMemory] = {}
+        #: the most bytes of published segments held at once
+        self.peak_shared_bytes = 0
+        weakref.finalize(self, _unlink_all, self._segments)
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        """``fn`` over ``tasks`` in the workers (one task: here).  A task's result that is a
+        large array, or a tuple holding some, comes back through shared memory rather than
+        the pool's pipe (:class:`_ReturnShared`)."""
         if len(tasks) <= 1:
             return [fn(t) for t in tasks]
+        futures = [self.pool().submit(_ReturnShared(fn), t) for t in tasks]
+        results, error = [], None
+        for future in futures:  # every result collected (its segments unlinked) before raising
+            try:
+                results.append(_collect(future.result()))
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                error = error or exc
+        if error is not None:
+            raise error
+        return results
+
+    def pool(self) -> ProcessPoolExecutor:
+        """The worker pool, its workers started (and warmed) on first use."""
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
-        return list(self._pool.map(fn, tasks))
+            # workers share this process's resource tracker (a forked worker that started its
+            # own would unlink the segments it attached to when it exits)
+            resource_tracker.ensure_running()
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_warm_worker)
+            self._pool.submit(os.getpid).result()  # start the workers now, not at the first map
+        return self._pool
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the pool's workers (none before the pool starts)."""
+        return sorted(self._pool._processes) if self._pool is not None else []
+
+    def publish(self, value: Any) -> Handle:
+        """Copy ``value``'s array buffers once into a new shared-memory segment; the handle
+        pickles to the segment's name, the value's small pickle header and the buffers'
+        offsets.  This process reads the value from the segment too."""
+        if self.workers > 1:
+            self.pool()  # workers forked before the segment exists do not map it for life
+        buffers: list[pickle.PickleBuffer] = []
+        header = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        raws = [b.raw() for b in buffers]
+        spans, size = [], 0
+        for raw in raws:
+            size = -(-size // 64) * 64  # cache-line aligned
+            spans.append((size, raw.nbytes))
+            size += raw.nbytes
+        shm = SharedMemory(create=True, size=max(size, 1))
+        self._segments[shm.name] = shm
+        for (off, n), raw in zip(spans, raws, strict=True):
+            _buf(shm)[off : off + n] = raw
+        handle = _Shared(shm.name, header, tuple(spans))
+        _OWNED[shm.name] = _load(shm, header, handle.spans)
+        weakref.finalize(handle, _unlink, self._segments, shm.name)  # a handle dropped unreleased
+        self.peak_shared_bytes = max(self.peak_shared_bytes, self.shared_bytes())
+        return handle
+
+    def release(self, handle: Handle) -> None:
+        if isinstance(handle, _Shared):
+            _unlink(self._segments, handle.name)
+
+    def shared_bytes(self) -> int:
+        """Bytes of the shared-memory segments published and not yet released."""
+        return sum(seg.size for seg in self._segments.values())
 
     def close(self) -> None:
+        """Stop the workers and unlink every segment still published."""
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+        _unlink_all(self._segments)
+
+
+class _InObjectStore(Handle):
+    """A value in a Ray cluster's object store (read zero-copy by tasks on its nodes)."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def get(self) -> Any:
+        import ray
+
+        return ray.get(self.ref)
 
 
 class RayBackend(Backend):
     """Tasks on a Ray cluster (``pip install secemb[ray]``); ``address=None`` starts or joins
-    a local instance."""
-
-    local = False
+    a local instance, ``"host:port"`` joins that cluster's head.  Published values are put
+    once in the object store; Ray frees them when the last handle is gone."""
 
     def __init__(self, address: str | None = None, workers: int | None = None) -> None:
         try:
@@ -86,7 +343,8 @@ class RayBackend(Backend):
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise InvalidParameters("the Ray backend needs Ray: pip install 'secemb[ray]'") from exc
         self._ray = ray
-        if not ray.is_initialized():
+        self._owns = not ray.is_initialized()
+        if self._owns:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._remote: dict[Callable[[Any], Any], Any] = {}
@@ -96,6 +354,15 @@ class RayBackend(Backend):
         if remote is None:
             remote = self._remote[fn] = self._ray.remote(fn)
         return self._ray.get([remote.remote(t) for t in tasks])
+
+    def publish(self, value: Any) -> Handle:
+        return _InObjectStore(self._ray.put(value))
+
+    def close(self) -> None:
+        """Disconnect from the cluster if this backend connected (idempotent)."""
+        if self._owns and self._ray.is_initialized():
+            self._ray.shutdown()
+        self._owns = False
 
 
 class GpuBackend(SerialBackend):

@@ -50,7 +50,7 @@ from secemb.fss.fused import (
 from secemb.fss.gpu import DeviceTable
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.tree import padded_leaves
-from secemb.protocols.backends import Backend, SerialBackend
+from secemb.protocols.backends import Backend, Handle, SerialBackend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
 from secemb.randomness import RandomBytes, expand_seed, system_rng
@@ -228,21 +228,18 @@ class _Absorbed:
 def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
-    ``task = (layout, party, keys, table, width)`` with ``layout`` ``"full"`` or the round's
-    :class:`~secemb.fss.cuckoo.CuckooLayout`, ``keys`` the users' key batches concatenated
-    and ``table`` the ring table (m, w) or the :class:`LimbMatrix` to use (full layout: of
-    the table; cuckoo: of its bucket form (B, M, w)).  Returns the answers (K, w), the control
-    bits (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
-    payload-independent part of the aggregation share summed over the batch.
+    ``task = (layout, party, keys, table, width)`` with ``layout`` ``"full"`` or
+    ``"cuckoo"``, ``keys`` the users' key batches concatenated and ``table`` the
+    :class:`~secemb.protocols.backends.Handle` of the round's table as the evaluation reads
+    it: the :class:`LimbMatrix` of the table (full layout) or of its bucket form (B, M, w)
+    (cuckoo), or the gpu backend's :class:`DeviceTable`.  Returns the answers (K, w), the
+    control bits (packed rows for the full layout, (K, M) for the cuckoo layout) and the
+    signed payload-independent part of the aggregation share summed over the batch.
     """
-    layout, party, keys, table, width = task
+    layout, party, keys, handle, width = task
+    table = handle.get()
     if isinstance(table, DeviceTable):  # the gpu backend: the table is on its device
         return table.evaluate(party, keys, width)
-    ring_bits = keys.params.ring_bits
-    if not isinstance(table, LimbMatrix):
-        table = LimbMatrix(table, ring_bits)
-        if not isinstance(layout, str):  # a cuckoo layout: the bucket form of the table
-            table = table.gather(layout.gather_index)
     if layout == "full":
         answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width)
         return answers, prepared.t_bits, prepared.signed_conv()
@@ -259,6 +256,8 @@ class SecEmbServer(ServerRole):
         super().__init__(party)
         self.relay = relay
         self.backend = backend or SerialBackend()
+        self._table: Handle | None = None  # the round's published table
+        self._device: DeviceTable | None = None  # the gpu backend's copy of it
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if table.dtype != config.dtype or table.shape != (config.num_items, config.width):
@@ -267,14 +266,20 @@ class SecEmbServer(ServerRole):
                 f"got {table.dtype} {table.shape}"
             )
         self._start_round(config)
-        self._table_ring = np.ascontiguousarray(table)
         layout = "full" if config.layout == "full" else config.cuckoo()
-        # the table in the form the evaluation reads: on the backend's device, or as limbs
-        # here (full layout: the table; cuckoo: its bucket form), or shipped per task
-        self._table: LimbMatrix | DeviceTable | None = self.backend.device_table(self._table_ring, layout)
-        if self._table is None and self.backend.local:
+        # the table in the form the evaluation reads, computed once a round: on the backend's
+        # device, or as limbs (full layout: the table; cuckoo: its bucket form), published to
+        # the backend's workers (shared memory, object store) so tasks carry only a handle
+        self._device = self.backend.device_table(np.ascontiguousarray(table), layout)
+        evaluated: LimbMatrix | DeviceTable
+        if self._device is not None:
+            evaluated = self._device
+        else:
             limbs = LimbMatrix(table, config.ring_bits)
-            self._table = limbs if isinstance(layout, str) else limbs.gather(layout.gather_index)
+            evaluated = limbs if isinstance(layout, str) else limbs.gather(layout.gather_index)
+        if self._table is not None:
+            self.backend.release(self._table)
+        self._table = self.backend.publish(evaluated)
         if isinstance(layout, str):
             self._sparse = np.zeros((config.num_items, config.width), config.dtype)
         else:
@@ -297,16 +302,14 @@ class SecEmbServer(ServerRole):
         """Per-user answers and control bits, and the summed folded part, for a batch of
         users' keys, chunked over the backend's workers."""
         cfg = self._cfg()
-        table = self._table if self.backend.local else self._table_ring
         n = len(keys)
         # a task walks its keys' trees over the whole (bucket) domain, holding leaf-level
         # control bits and retrieval shares: bound that memory by splitting the batch
         per_user = cfg.slots * padded_leaves(key_params(cfg)) * (cfg.dtype.itemsize + 1)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         bounds = np.linspace(0, n, tasks_n + 1).astype(int)
-        layout = "full" if cfg.layout == "full" else cfg.cuckoo()
         tasks = [
-            (layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), table, cfg.width)
+            (cfg.layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), self._table, cfg.width)
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
         ]
         results = self.backend.map(_evaluate_task, tasks)
@@ -403,7 +406,7 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         body = bytes(open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, _roots_bytes(cfg)))
         roots = body[: 16 * cfg.slots]
-        if any(b & 1 != 1 for b in roots[::16]):
+        if np.any(np.frombuffer(roots, np.uint8)[::16] & 1 != 1):
             raise InvalidMessage("retrieval_request: root control bits must equal the party")
         return roots, body[-2 * _SEED : -_SEED], body[-_SEED:]
 
@@ -501,8 +504,8 @@ class SecEmbServer(ServerRole):
             else:
                 t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
                 cws = np.stack([a.cw for a in got], axis=1)  # (B, U, w)
-                if isinstance(self._table, DeviceTable):
-                    part = self._table.bits_product(t, cws)
+                if self._device is not None:
+                    part = self._device.bits_product(t, cws)
                 else:
                     part = ring_matmul(t, cws, cfg.ring_bits, a_bits=1)
                 part = -part if self.party else part

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+
 import numpy as np
 import pytest
 
@@ -11,16 +14,17 @@ from secemb.randomness import CtrDrbg
 from secemb.errors import InvalidParameters
 
 
-def _round(backend, layout: str, relay: bool):
-    """Five users through one round; returns every reply and the combined aggregate."""
+def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, round_id: int = 4):
+    """Five users through one round (of ``servers``, or of new ones); returns every reply and
+    the combined aggregate.  The table and the users' choices depend on ``round_id``."""
     proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend)
-    cfg = proto.round_config(4, 300, 5, 2, 12)
-    rng = np.random.default_rng(7)
-    table = rng.integers(0, 2**32, (300, 5), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
+    cfg = proto.round_config(round_id, 300, width, 2, 12)
+    rng = np.random.default_rng(7 + round_id)
+    table = rng.integers(0, 2**32, (300, width), dtype=np.uint64).astype(np.uint32)
+    s0, s1 = servers or (proto.make_server(0), proto.make_server(1))
     s0.begin_round(cfg, table)
     s1.begin_round(cfg, table)
-    users = [proto.make_user(cfg, _rng=CtrDrbg(u)) for u in range(5)]
+    users = [proto.make_user(cfg, _rng=CtrDrbg(u + 10 * round_id)) for u in range(5)]
     slots = []
     for u in range(5):
         if layout == "full":
@@ -38,8 +42,8 @@ def _round(backend, layout: str, relay: bool):
     for u in range(5):
         real = slots[u] >= 0
         assert np.array_equal(rows[u][real], table[slots[u][real]])
-        grads = np.zeros((cfg.slots, 5), np.uint32)
-        grads[real] = rng.integers(0, 2**32, (int(real.sum()), 5), dtype=np.uint64).astype(np.uint32)
+        grads = np.zeros((cfg.slots, width), np.uint32)
+        grads[real] = rng.integers(0, 2**32, (int(real.sum()), width), dtype=np.uint64).astype(np.uint32)
         up0, up1 = users[u].upload(grads, np.arange(2, dtype=np.uint32))
         fwd = s0.handle_upload(u, up0)
         if up1 is not None:
@@ -101,3 +105,77 @@ def test_batches_split_by_memory_bound_are_bit_identical(monkeypatch, layout: st
     assert max(split.task_counts) == 5  # one task per user
     assert reference[0] == chunked[0]
     assert np.array_equal(reference[1], chunked[1]) and np.array_equal(reference[2], chunked[2])
+
+
+class _Recording(ProcessBackend):
+    """A process backend that records the pickled size of every task it ships."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.task_bytes: list[int] = []
+
+    def map(self, fn, tasks):  # noqa: ANN001, ANN201
+        self.task_bytes += [len(pickle.dumps(t)) for t in tasks]
+        return super().map(fn, tasks)
+
+
+@pytest.mark.parametrize("layout", ["full", "cuckoo"])
+def test_tasks_carry_keys_and_a_handle_not_the_table(layout: str) -> None:
+    """Nothing of the table's size is pickled per task: a table 400 times wider (2.4 MB
+    instead of 6 kB) leaves every task's pickle the same size to within a few bytes (the
+    width itself), and the results stay bit-identical to serial."""
+    sizes = {}
+    for width in (5, 2000):
+        pool = _Recording(workers=2)
+        try:
+            parallel = _round(pool, layout, False, width=width)
+        finally:
+            pool.close()
+        serial = _round(SerialBackend(), layout, False, width=width)
+        assert serial[0] == parallel[0]
+        assert np.array_equal(serial[1], parallel[1]) and np.array_equal(serial[2], parallel[2])
+        sizes[width] = pool.task_bytes
+    assert len(sizes[5]) == len(sizes[2000]) > 2  # the same tasks at both widths, over 2 workers
+    assert max(abs(a - b) for a, b in zip(sizes[5], sizes[2000], strict=True)) <= 8
+    assert max(sizes[2000]) < 300 * 2000 * 4 // 20
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX shared memory shows in /dev/shm on Linux")
+def test_shared_tables_live_for_their_round_only() -> None:
+    """Each server's table is one segment while its round lasts; the next round's
+    begin_round unlinks it, close() unlinks the last ones; workers read each round's own
+    table (two rounds with different tables, bit-identical to serial)."""
+    serial = [_round(SerialBackend(), "cuckoo", False, round_id=r) for r in (1, 2)]
+    pool = ProcessBackend(workers=2)
+    servers = (SecEmbProtocol(layout="cuckoo", backend=pool).make_server(0),
+               SecEmbProtocol(layout="cuckoo", backend=pool).make_server(1))
+    try:
+        first = _round(pool, "cuckoo", False, servers=servers, round_id=1)
+        names1 = set(pool._segments)
+        assert len(names1) == 2 and all(os.path.exists(f"/dev/shm/{n}") for n in names1)
+        second = _round(pool, "cuckoo", False, servers=servers, round_id=2)
+        names2 = set(pool._segments)
+        assert len(names2) == 2 and not names1 & names2
+        assert not any(os.path.exists(f"/dev/shm/{n}") for n in names1)
+    finally:
+        pool.close()
+    assert not any(os.path.exists(f"/dev/shm/{n}") for n in names2)
+    for got, want in zip((first, second), serial, strict=True):
+        assert got[0] == want[0]
+        assert np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2])
+
+
+def test_published_tables_are_read_only_in_the_workers() -> None:
+    """A task cannot write to the round's table (it is every worker's and the next task's)."""
+    pool = ProcessBackend(workers=2)
+    try:
+        handle = pool.publish(np.arange(12, dtype=np.uint32).reshape(3, 4))
+        flags = pool.map(_writeable, [handle, handle])
+        assert flags == [False, False]
+        assert not handle.get().flags.writeable and handle.get()[2, 3] == 11
+    finally:
+        pool.close()
+
+
+def _writeable(handle) -> bool:  # noqa: ANN001 - runs in a worker
+    return bool(handle.get().flags.writeable)

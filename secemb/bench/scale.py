@@ -1,0 +1,212 @@
+"""``secemb bench scale``: the busier server's time per round against the number of worker
+processes (:class:`~secemb.protocols.backends.ProcessBackend`), next to the serial backend in
+the same run.
+
+Each configuration runs the round of :func:`secemb.bench.server.measure` (``users`` users
+of ``m'`` random items, both servers answering every retrieval as one batch, absorbing every
+upload and aggregating) once to warm up (the pool starts, its workers load the compiled
+kernels) and ``repeat`` times timed.  Two figures per configuration, each the fastest of the
+timed rounds (all are in the JSON): the busier server's time in its role calls (the whole
+round: parsing, evaluation, masks, uploads, aggregation), and the wall time of the two
+servers' evaluations (the backend's maps, the part the workers share).  Every round's
+retrieved rows and reconstructed aggregate must hash to the serial backend's (they depend on
+the seed only), or the benchmark fails.
+
+Peak memory per worker is each worker process's peak resident set (``VmHWM`` of
+``/proc/<pid>/status``, Linux), read when its configuration is done; it includes the pages of
+the shared-memory table the worker touched (counted once per worker although they are
+shared) and what the worker inherited from this process at fork.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from secemb.bench.machine import machine_info
+from secemb.bench.server import measure
+from secemb.errors import InvalidParameters, ProtocolError
+from secemb.protocols.backends import Backend, Handle, ProcessBackend, SerialBackend
+
+__all__ = ["SIZES", "default_workers", "plot", "run", "table_rows"]
+
+#: name: (m, m', users per round); d = 64 (the table has d + 1 columns)
+SIZES = {
+    "ml-1m": (3883, 300, 100),
+    "yelp": (93386, 500, 100),
+    "tiny": (1682, 40, 8),  # a smoke test
+}
+_D = 64
+
+
+def default_workers(cores: int | None = None) -> list[int]:
+    """1, 2, 4, ... up to the core count, and the core count itself."""
+    cores = cores or os.cpu_count() or 1
+    counts = [1]
+    while counts[-1] * 2 <= cores:
+        counts.append(counts[-1] * 2)
+    return counts if counts[-1] == cores else [*counts, cores]
+
+
+def _peak_rss(pid: int) -> int | None:
+    """Peak resident set of process ``pid`` in bytes (``None`` where /proc does not say)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _own_peak_rss() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB elsewhere
+
+
+class _Timed(Backend):
+    """``inner`` with the wall time of its maps (the servers' evaluations) added up."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner, self.workers, self.map_s = inner, inner.workers, 0.0
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        start = time.perf_counter()
+        try:
+            return self.inner.map(fn, tasks)
+        finally:
+            self.map_s += time.perf_counter() - start
+
+    def publish(self, value: Any) -> Handle:
+        return self.inner.publish(value)
+
+    def release(self, handle: Handle) -> None:
+        self.inner.release(handle)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _round(backend: _Timed, params: dict[str, Any]) -> dict[str, Any]:
+    before = backend.map_s
+    rec = measure(**params, backend=backend)
+    rec["evaluation_s"] = backend.map_s - before
+    return rec
+
+
+def _configuration(inner: Backend, workers: int | None, params: dict[str, Any], repeat: int) -> dict[str, Any]:
+    """Warm-up round, then ``repeat`` timed rounds through ``inner`` (closed after)."""
+    backend = _Timed(inner)
+    try:
+        _round(backend, params)
+        rounds = [_round(backend, params) for _ in range(repeat)]
+        shared = inner.peak_shared_bytes if isinstance(inner, ProcessBackend) else 0
+        peaks = [_peak_rss(pid) for pid in inner.worker_pids()] if isinstance(inner, ProcessBackend) else []
+    finally:
+        backend.close()
+    times = [r["server_s_per_round"] for r in rounds]
+    evaluations = [r["evaluation_s"] for r in rounds]
+    return {
+        "backend": "serial" if workers is None else "process",
+        "workers": workers,
+        "server_s_per_round": min(times),
+        "rounds_s": times,
+        "evaluation_s_per_round": min(evaluations),
+        "evaluations_s": evaluations,
+        "result_sha256": sorted({r["result_sha256"] for r in rounds}),
+        "worker_peak_rss_bytes": peaks,
+        "peak_shared_bytes": shared,
+    }
+
+
+def run(workers: list[int] | None = None, size: str = "ml-1m", layout: str = "cuckoo", relay: bool = True,
+        repeat: int = 3, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Serial, then the process backend at each count of ``workers`` (default
+    :func:`default_workers`), at ``size`` (a key of :data:`SIZES`).
+
+    Raises
+    ------
+    InvalidParameters
+        An unknown size or layout, a worker count < 1, or ``repeat`` < 1.
+    ProtocolError
+        A backend's results differ from the serial backend's.
+    """
+    if size not in SIZES:
+        raise InvalidParameters(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    if layout not in ("full", "cuckoo"):
+        raise InvalidParameters(f"layout must be 'full' or 'cuckoo', got {layout!r}")
+    counts = workers or default_workers()
+    if min(counts) < 1 or repeat < 1:
+        raise InvalidParameters(f"worker counts and repeat must be >= 1, got {counts} and {repeat}")
+    m, m_prime, users = SIZES[size]
+    params = {"layout": layout, "relay": relay, "m": m, "m_prime": m_prime, "d": _D, "users": users}
+    if progress:
+        progress(f"{size}: serial backend")
+    serial = _configuration(SerialBackend(), None, params, repeat)
+    records = [serial]
+    for n in counts:
+        if progress:
+            progress(f"{size}: process backend, {n} worker{'s' if n > 1 else ''}")
+        rec = _configuration(ProcessBackend(n), n, params, repeat)
+        if rec["result_sha256"] != serial["result_sha256"]:
+            raise ProtocolError(f"the process backend with {n} workers gave other results than the serial one")
+        rec["speedup"] = serial["server_s_per_round"] / rec["server_s_per_round"]
+        rec["evaluation_speedup"] = serial["evaluation_s_per_round"] / rec["evaluation_s_per_round"]
+        records.append(rec)
+    serial["speedup"] = serial["evaluation_speedup"] = 1.0
+    return {
+        "size": size,
+        "m": m,
+        "m_prime": m_prime,
+        "users": users,
+        "d": _D,
+        "layout": layout,
+        "relay": relay,
+        "repeat": repeat,
+        "records": records,
+        "parent_peak_rss_bytes": _own_peak_rss(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "machine": machine_info(),
+    }
+
+
+def _mib(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / 2**20:,.1f}"
+
+
+def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
+    """(backend, workers, s/round, speed-up, evaluation s, its speed-up, largest worker peak
+    RSS MiB, shared MiB)."""
+    rows: list[tuple[str, ...]] = []
+    for r in result["records"]:
+        peaks = [p for p in r["worker_peak_rss_bytes"] if p is not None]
+        rows.append((
+            r["backend"],
+            "-" if r["workers"] is None else str(r["workers"]),
+            f"{r['server_s_per_round']:.3f}",
+            f"{r['speedup']:.2f}x",
+            f"{r['evaluation_s_per_round']:.3f}",
+            f"{r['evaluation_speedup']:.2f}x",
+            "(parent)" if not r["worker_peak_rss_bytes"] else f"{_mib(max(peaks) if peaks else None)}",
+            _mib(r["peak_shared_bytes"]) if r["backend"] == "process" else "-",
+        ))
+    return rows
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    """Speed-up over the serial backend against workers, with the ideal line, to ``path``."""
+    from secemb.bench.plots import line_panels
+
+    procs = [r for r in result["records"] if r["backend"] == "process"]
+    xs = [r["workers"] for r in procs]
+    title = (f"{result['size']}: m = {result['m']:,}, m' = {result['m_prime']}, {result['users']} users, "
+             f"{result['layout']}{' + relay' if result['relay'] else ''}")
+    series = {"server's round": [r["speedup"] for r in procs],
+              "evaluation (both servers)": [r["evaluation_speedup"] for r in procs], "ideal": [float(n) for n in xs]}
+    line_panels(path, {title: series},
+                xlabel="worker processes", ylabel="speed-up over serial", title="secemb bench scale", x=xs)

@@ -1,0 +1,69 @@
+"""``secemb bench scale``: server time per round against worker processes, with a plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from secemb.cli._report import save_result
+
+
+def register(bench_app: typer.Typer) -> None:
+    """Attach ``scale`` to the ``bench`` group."""
+
+    @bench_app.command("scale")
+    def scale(
+        workers: str = typer.Option("", help="Comma-separated worker counts of the process backend (default: 1, 2, "
+                                    "4, ... up to the core count)."),
+        size: str = typer.Option("ml-1m", help="Round size: ml-1m (m = 3,883, m' = 300, 100 users), yelp "
+                                 "(m = 93,386, m' = 500, 100 users) or tiny (a smoke test)."),
+        layout: str = typer.Option("cuckoo", help="full or cuckoo."),
+        relay: bool = typer.Option(True, "--relay/--no-relay", help="Relay mode (default on)."),
+        repeat: int = typer.Option(3, min=1, help="Timed rounds per configuration (the fastest is reported)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        out: Path = typer.Option(Path("results/scale.json"), help="Write the JSON result here."),
+        plot: Path = typer.Option(Path("results/scale.png"), help="Write the speed-up plot (PNG) here."),
+    ) -> None:
+        """The busier server's time per round through the serial backend and the process backend
+        at each worker count (results checked equal), its speed-up, and each worker's peak memory."""
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        from secemb.bench import plots
+        from secemb.bench import scale as bench_scale
+        from secemb.cli._usage import check_output_file, fail
+        from secemb.errors import InvalidParameters
+
+        check_output_file(out, "--out")
+        check_output_file(plot, "--plot")
+        try:
+            counts = [int(x) for x in workers.split(",") if x.strip()]
+        except ValueError:
+            fail(f"--workers must be comma-separated integers, got {workers!r}")
+        try:
+            plots.require()
+            with Console(stderr=True).status("measuring") as status:
+                result = bench_scale.run(counts or None, size=size, layout=layout, relay=relay, repeat=repeat,
+                                         progress=lambda msg: status.update(escape(msg)))
+        except (InvalidParameters, plots.PlotsUnavailable) as exc:
+            fail(exc)
+        bench_scale.plot(result, str(plot))
+        if save_result(result, out, as_json):
+            return
+        load = f", load average {result['load_average'][0]:.1f}" if result["load_average"] else ""
+        table = Table(title=escape(
+            f"secemb bench scale ({result['size']}: m = {result['m']:,}, m' = {result['m_prime']}, "
+            f"{result['users']} users, {result['layout']}{' + relay' if result['relay'] else ''}; "
+            f"{result['machine']['cores']} cores{load})"))
+        for col in ("backend", "workers", "round s", "speed-up", "eval s", "speed-up", "RSS/worker MiB",
+                    "shm MiB"):
+            table.add_column(col, justify="left" if col == "backend" else "right")
+        for row in bench_scale.table_rows(result):
+            table.add_row(*map(escape, row))
+        Console().print(table)
+        typer.echo("round s: the busier server's calls in one round; eval s: both servers' evaluations "
+                   "(the workers' part); RSS/worker: the largest worker's peak resident set; shm: the "
+                   "published tables")
+        typer.echo(f"wrote {out} and {plot}")

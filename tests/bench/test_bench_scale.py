@@ -1,0 +1,48 @@
+"""``secemb bench scale``: worker counts, the smoke-size run through the CLI (results checked
+equal to serial inside the benchmark), and bad usage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from secemb.bench import scale as bench_scale
+from secemb.cli import app
+
+
+def test_default_worker_counts_double_up_to_the_cores() -> None:
+    assert bench_scale.default_workers(16) == [1, 2, 4, 8, 16]
+    assert bench_scale.default_workers(6) == [1, 2, 4, 6]
+    assert bench_scale.default_workers(1) == [1]
+
+
+def test_bench_scale_runs_serial_and_each_worker_count(tmp_path) -> None:  # noqa: ANN001
+    out, png = tmp_path / "scale.json", tmp_path / "scale.png"
+    res = CliRunner().invoke(app, ["bench", "scale", "--size", "tiny", "--workers", "1,2", "--repeat", "1",
+                                   "--out", str(out), "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    assert "process" in res.output and png.stat().st_size > 1000
+    result = json.loads(out.read_text())
+    records = result["records"]
+    assert [(r["backend"], r["workers"]) for r in records] == [("serial", None), ("process", 1), ("process", 2)]
+    assert len({tuple(r["result_sha256"]) for r in records}) == 1  # one digest, the same for all
+    two = records[2]
+    assert len(two["worker_peak_rss_bytes"]) == 2 and all(p > 0 for p in two["worker_peak_rss_bytes"])
+    # both servers' tables (in bucket form: each of the m = 1,682 rows of 65 words in up to
+    # 3 buckets) were published at once
+    assert two["peak_shared_bytes"] >= 2 * 1682 * 65 * 4
+    assert two["speedup"] == pytest.approx(records[0]["server_s_per_round"] / two["server_s_per_round"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "1,x"], "--workers must be comma-separated integers"),
+    (["--workers", "0"], "worker counts and repeat must be >= 1"),
+    (["--size", "huge"], "size must be one of"),
+    (["--layout", "rows"], "layout must be 'full' or 'cuckoo'"),
+])
+def test_bench_scale_refuses_bad_usage(tmp_path, args: list[str], message: str) -> None:  # noqa: ANN001
+    res = CliRunner().invoke(app, ["bench", "scale", *args, "--out", str(tmp_path / "s.json"),
+                                   "--plot", str(tmp_path / "s.png")])
+    assert res.exit_code == 2 and message in res.output
