@@ -39,8 +39,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         protocol: Annotated[
             str, typer.Option(help="secemb, plaintext, or a baseline: secfedrec, secemb-init, secemb-rowenc, grec, "
-                                   "quant8, ternary, svd, colr; or sfsl (secure federated submodel learning, one "
-                                   "server, DIN on click samples of ml-100k, ml-1m or a Taobao shape; docs/sfsl.md).")
+                                   "quant8, ternary, svd, colr, kvsagg, dp-fedrec; or sfsl (secure federated "
+                                   "submodel learning, one server, DIN on click samples of ml-100k, ml-1m or a "
+                                   "Taobao shape; docs/sfsl.md).")
         ] = "secemb",
         sfsl_preset: Annotated[
             str | None, typer.Option("--sfsl-preset", help="--protocol sfsl: the privacy preset CPP1..CPP5 of "
@@ -141,8 +142,8 @@ def register(app: typer.Typer) -> None:
                                 users_per_round=users_per_round, epochs=epochs, lr=lr, dim=dim, seed=seed,
                                 layout=layout, relay=relay, expansion=expansion, backend=backend, workers=workers,
                                 m_prime=m_prime, alpha=alpha, verify=verify, reg=reg, ring_bits=ring_bits,
-                                lazy_adam=lazy_adam, dp_epsilon=dp_epsilon, dp_delta=dp_delta, dp_clip=dp_clip,
-                                dp_level=dp_level, save_model=save_model)
+                                m_prime_update=m_prime_update, lazy_adam=lazy_adam, dp_epsilon=dp_epsilon,
+                                dp_delta=dp_delta, dp_clip=dp_clip, dp_level=dp_level, save_model=save_model)
             _train_sfsl(opts, data_dir, download, json_out, quiet)
             return
         if save_model is not None:
