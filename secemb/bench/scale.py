@@ -8,7 +8,10 @@ upload and aggregating) once to warm up (the pool starts, its workers load the c
 kernels) and ``repeat`` times timed.  Two figures per configuration, each the fastest of the
 timed rounds (all are in the JSON): the busier server's time in its role calls (the whole
 round: parsing, evaluation, masks, uploads, aggregation), and the wall time of the two
-servers' evaluations (the backend's maps, the part the workers share).  Every round's
+servers' evaluations (the backend's maps, the part the workers share).  On a machine shared
+with other jobs those wall times say little; the CPU seconds of the same round say where the
+work ran: the busier server's in this process, and the workers' (``/proc/<pid>/stat``, Linux,
+both servers' evaluations).  Every round's
 retrieved rows and reconstructed aggregate must hash to the serial backend's (they depend on
 the seed only), or the benchmark fails.
 
@@ -92,10 +95,23 @@ class _Timed(Backend):
         self.inner.close()
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 where /proc does not say)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _round(backend: _Timed, params: dict[str, Any]) -> dict[str, Any]:
-    before = backend.map_s
+    inner = backend.inner
+    pids = inner.worker_pids() if isinstance(inner, ProcessBackend) else []
+    before, cpu_before = backend.map_s, sum(map(_cpu_s, pids))
     rec = measure(**params, backend=backend)
     rec["evaluation_s"] = backend.map_s - before
+    rec["workers_cpu_s"] = sum(map(_cpu_s, pids)) - cpu_before
     return rec
 
 
@@ -111,6 +127,7 @@ def _configuration(inner: Backend, workers: int | None, params: dict[str, Any], 
         backend.close()
     times = [r["server_s_per_round"] for r in rounds]
     evaluations = [r["evaluation_s"] for r in rounds]
+    fastest = rounds[times.index(min(times))]
     return {
         "backend": "serial" if workers is None else "process",
         "workers": workers,
@@ -118,6 +135,10 @@ def _configuration(inner: Backend, workers: int | None, params: dict[str, Any], 
         "rounds_s": times,
         "evaluation_s_per_round": min(evaluations),
         "evaluations_s": evaluations,
+        # CPU seconds of the fastest round: the busier server's in this process, and all the
+        # pool's workers' (both servers' evaluations)
+        "server_cpu_s": fastest["server_cpu_s_per_round"],
+        "workers_cpu_s": fastest["workers_cpu_s"],
         "result_sha256": sorted({r["result_sha256"] for r in rounds}),
         "worker_peak_rss_bytes": peaks,
         "peak_shared_bytes": shared,
@@ -180,8 +201,8 @@ def _mib(n: int | None) -> str:
 
 
 def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
-    """(backend, workers, s/round, speed-up, evaluation s, its speed-up, largest worker peak
-    RSS MiB, shared MiB)."""
+    """(backend, workers, s/round, speed-up, evaluation s, its speed-up, server CPU s, workers'
+    CPU s, largest worker peak RSS MiB)."""
     rows: list[tuple[str, ...]] = []
     for r in result["records"]:
         peaks = [p for p in r["worker_peak_rss_bytes"] if p is not None]
@@ -192,8 +213,9 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
             f"{r['speedup']:.2f}x",
             f"{r['evaluation_s_per_round']:.3f}",
             f"{r['evaluation_speedup']:.2f}x",
-            "(parent)" if not r["worker_peak_rss_bytes"] else f"{_mib(max(peaks) if peaks else None)}",
-            _mib(r["peak_shared_bytes"]) if r["backend"] == "process" else "-",
+            f"{r['server_cpu_s']:.3f}",
+            f"{r['workers_cpu_s']:.3f}" if r["backend"] == "process" and r["workers"] > 1 else "-",
+            "-" if not r["worker_peak_rss_bytes"] else f"{_mib(max(peaks) if peaks else None)}",
         ))
     return rows
 
@@ -206,7 +228,9 @@ def plot(result: dict[str, Any], path: str) -> None:
     xs = [r["workers"] for r in procs]
     title = (f"{result['size']}: m = {result['m']:,}, m' = {result['m_prime']}, {result['users']} users, "
              f"{result['layout']}{' + relay' if result['relay'] else ''}")
+    load = f", load average {result['load_average'][0]:.1f}" if result["load_average"] else ""
     series = {"server's round": [r["speedup"] for r in procs],
               "evaluation (both servers)": [r["evaluation_speedup"] for r in procs], "ideal": [float(n) for n in xs]}
     line_panels(path, {title: series},
-                xlabel="worker processes", ylabel="speed-up over serial", title="secemb bench scale", x=xs)
+                xlabel="worker processes", ylabel="speed-up over serial", x=xs,
+                title=f"secemb bench scale ({result['machine']['cores']} cores{load})")

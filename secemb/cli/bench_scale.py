@@ -57,13 +57,15 @@ def register(bench_app: typer.Typer) -> None:
             f"secemb bench scale ({result['size']}: m = {result['m']:,}, m' = {result['m_prime']}, "
             f"{result['users']} users, {result['layout']}{' + relay' if result['relay'] else ''}; "
             f"{result['machine']['cores']} cores{load})"))
-        for col in ("backend", "workers", "round s", "speed-up", "eval s", "speed-up", "RSS/worker MiB",
-                    "shm MiB"):
+        for col in ("backend", "n", "round s", "x", "eval s", "x ", "cpu s", "wcpu s", "RSS MiB"):
             table.add_column(col, justify="left" if col == "backend" else "right")
         for row in bench_scale.table_rows(result):
             table.add_row(*map(escape, row))
         Console().print(table)
-        typer.echo("round s: the busier server's calls in one round; eval s: both servers' evaluations "
-                   "(the workers' part); RSS/worker: the largest worker's peak resident set; shm: the "
-                   "published tables")
+        typer.echo("n: workers; round s: the busier server's calls in one round; eval s: both servers' "
+                   "evaluations (the workers' part); x: speed-up over serial; cpu s: the busier server's CPU "
+                   "time in this process; wcpu s: the workers' CPU time (both servers); RSS: the largest "
+                   "worker's peak resident set")
+        shared = max(r["peak_shared_bytes"] for r in result["records"])
+        typer.echo(f"published tables (both servers): {shared / 2**20:,.1f} MiB of shared memory")
         typer.echo(f"wrote {out} and {plot}")

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -179,3 +185,98 @@ def test_published_tables_are_read_only_in_the_workers() -> None:
 
 def _writeable(handle) -> bool:  # noqa: ANN001 - runs in a worker
     return bool(handle.get().flags.writeable)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop_cluster(temp_dir: str) -> None:
+    """Stop this test's Ray cluster only: the processes whose command line names its temp
+    dir, and their descendants (``ray stop`` would stop every Ray on the machine)."""
+    parent: dict[int, int] = {}
+    ours: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if temp_dir.encode() in fh.read():
+                    ours.add(int(entry))
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                parent[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    grown = True
+    while grown:
+        more = {pid for pid, ppid in parent.items() if ppid in ours} - ours
+        ours |= more
+        grown = bool(more)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in ours:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in ours):
+            time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the cluster's processes through /proc (Linux)")
+def test_ray_backend_on_a_two_node_cluster_is_bit_identical_to_serial(monkeypatch) -> None:  # noqa: ANN001
+    """A real multi-node Ray cluster on loopback: a head and a second node (one CPU each)
+    started here with ``ray start``; the round's tasks run on both nodes, reading the table
+    from the object store, and the replies and aggregate equal the serial backend's."""
+    ray = pytest.importorskip("ray")
+    from secemb.protocols.backends import RayBackend
+
+    if shutil.which("ray") is None:
+        pytest.skip("the ray command is not on PATH")
+    # a token in ~/.ray would turn on token authentication for this cluster only in part
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    temp_dir = tempfile.mkdtemp(prefix="secemb-ray-")  # short: Ray's socket paths must fit
+    port = _free_port()
+    common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+    if ray.is_initialized():
+        ray.shutdown()
+    backend = None
+    try:
+        subprocess.run(["ray", "start", "--head", "--port", str(port), "--temp-dir", temp_dir,
+                        "--include-dashboard", "false", *common],
+                       env=env, check=True, timeout=180, capture_output=True)
+        subprocess.run(["ray", "start", "--address", f"127.0.0.1:{port}", *common],
+                       env=env, check=True, timeout=180, capture_output=True)
+
+        class OnNodes(RayBackend):
+            """Records the node of every task."""
+
+            nodes: set[str] = set()
+
+            def map(self, fn, tasks):  # noqa: ANN001, ANN201
+                def tagged(task):  # noqa: ANN001, ANN202 - pickled by value to the nodes
+                    import ray as worker_ray
+
+                    return worker_ray.get_runtime_context().get_node_id(), fn(task)
+
+                out = super().map(tagged, tasks)
+                self.nodes.update(node for node, _ in out)
+                return [r for _, r in out]
+
+        backend = OnNodes(address=f"127.0.0.1:{port}", workers=2)
+        assert sum(1 for n in ray.nodes() if n["Alive"]) == 2
+        for layout in ("full", "cuckoo"):
+            distributed = _round(backend, layout, True)
+            serial = _round(SerialBackend(), layout, True)
+            assert serial[0] == distributed[0]
+            assert np.array_equal(serial[1], distributed[1]) and np.array_equal(serial[2], distributed[2])
+        assert len(OnNodes.nodes) == 2
+    finally:
+        if backend is not None:
+            backend.close()
+        _stop_cluster(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
