@@ -67,7 +67,7 @@ from secemb.training.results import (
 )
 from secemb.transport.errors import RemoteError, Unreachable
 
-__all__ = ["Behavior", "DevicePhase", "RoundAborted", "Servers", "run"]
+__all__ = ["Behavior", "DevicePhase", "RoundAborted", "Servers", "run", "run_in_steps"]
 
 #: per (round index, user): None (normal) or a fault to simulate on the device:
 #: "drop" (retrieves, never uploads), "only0"/"only1" (uploads to one server only),
@@ -88,6 +88,27 @@ class DevicePhase(TypingProtocol):
     def retrieve(self, sessions: Sequence[RoundSession]) -> list[BaseException | None]:
         """Send the sessions' retrieval requests (each in its protocol's plan order) and hand
         each its replies; per session, the error that stopped it (else ``None``)."""
+
+    def run(self, devices: Sequence[Any], prepare: Callable[[Any], RoundSession | None],
+            failed: Callable[[Any, BaseException], None], finish: Callable[[Any], None]) -> None:
+        """A round's device work: ``prepare`` each device (its session, ``None`` if it
+        failed), send the sessions' retrieval requests (``failed`` with the error of a
+        device whose retrieval failed), then ``finish`` each device.  ``prepare`` and
+        ``finish`` are called in the order of ``devices`` where the phase is sequential
+        (:func:`run_in_steps` is the plain order)."""
+
+
+def run_in_steps(phase: DevicePhase, devices: Sequence[Any], prepare: Callable[[Any], RoundSession | None],
+                 failed: Callable[[Any, BaseException], None], finish: Callable[[Any], None]) -> None:
+    """:meth:`DevicePhase.run` as three steps: every ``prepare``, one :meth:`~DevicePhase.retrieve`
+    of all sessions, every ``finish`` (each step through ``phase.map``)."""
+    sessions = phase.map(prepare, devices)
+    live = [(d, s) for d, s in zip(devices, sessions, strict=True) if s is not None]
+    errors = phase.retrieve([s for _, s in live])
+    for (d, _), err in zip(live, errors, strict=True):
+        if err is not None:
+            failed(d, err)
+    phase.map(finish, devices)
 
 
 @dataclass
@@ -267,7 +288,7 @@ def run(
 
         if not isinstance(protocol, DPFedRecProtocol):
             raise InvalidParameters(f"protocol {protocol.name!r} declares local DP but is not DP-FedRec")
-        device_protocol = protocol.with_noise(dp.sigma_ring, dp.settings.clip)
+        device_protocol = protocol.with_sigma(dp.sigma_ring)
     participated = np.zeros(train_data.num_users, dtype=np.int64)
 
     # ---- the initial public model: server 0 initializes it from the same seed
@@ -364,14 +385,11 @@ def run(
         except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
             dev.error = exc
 
+    def failed(dev: _Device, err: BaseException) -> None:
+        dev.error = err
+
     def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
-        sessions = servers.phase.map(lambda d: prepare(d, info), devs)
-        live = [(d, s) for d, s in zip(devs, sessions, strict=True) if s is not None]
-        errors = servers.phase.retrieve([s for _, s in live])
-        for (d, _), err in zip(live, errors, strict=True):
-            if err is not None:
-                d.error = err
-        servers.phase.map(lambda d: finish(d, expected), devs)
+        servers.phase.run(devs, lambda d: prepare(d, info), failed, lambda d: finish(d, expected))
 
     for epoch in range(1, cfg.epochs + 1):
         tot.epoch_losses = []
