@@ -47,6 +47,7 @@ from secemb.fss.fused import (
     retrieve_and_prepare,
     retrieve_and_prepare_buckets,
 )
+from secemb.fss.cuckoo import CuckooLayout
 from secemb.fss.gpu import DeviceTable
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.tree import padded_leaves
@@ -225,6 +226,13 @@ class _Absorbed:
     dense: np.ndarray  # ring (P,): this server's dense share
 
 
+def _evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: int) -> LimbMatrix:
+    """The ring table (m, w) as the CPU evaluation reads it: its :class:`LimbMatrix` (full
+    layout) or that of its bucket form (B, M, w) (a cuckoo layout)."""
+    limbs = LimbMatrix(table, ring_bits)
+    return limbs if isinstance(layout, str) else limbs.gather(layout.gather_index)
+
+
 def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
@@ -271,12 +279,7 @@ class SecEmbServer(ServerRole):
         # device, or as limbs (full layout: the table; cuckoo: its bucket form), published to
         # the backend's workers (shared memory, object store) so tasks carry only a handle
         self._device = self.backend.device_table(np.ascontiguousarray(table), layout)
-        evaluated: LimbMatrix | DeviceTable
-        if self._device is not None:
-            evaluated = self._device
-        else:
-            limbs = LimbMatrix(table, config.ring_bits)
-            evaluated = limbs if isinstance(layout, str) else limbs.gather(layout.gather_index)
+        evaluated = self._device if self._device is not None else _evaluation_form(table, layout, config.ring_bits)
         if self._table is not None:
             self.backend.release(self._table)
         self._table = self.backend.publish(evaluated)

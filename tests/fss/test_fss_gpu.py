@@ -35,10 +35,17 @@ from secemb.fss.fused import RETRIEVAL_TAG  # noqa: E402
 from secemb.fss.gpu import evaluate as gpu_eval  # noqa: E402
 from secemb.fss.gpu.tables import SBOX, expand_key  # noqa: E402
 from secemb.fss.prg import fixed_key  # noqa: E402
-from secemb.protocols.secemb import _evaluate_task  # noqa: E402
+from secemb.protocols.backends import SerialBackend  # noqa: E402
+from secemb.protocols.secemb import _evaluate_task, _evaluation_form  # noqa: E402
 from secemb.randomness import CtrDrbg  # noqa: E402
 
 DEV = gpu.device()
+
+
+def _cpu(layout, party: int, keys, table: np.ndarray, width: int):  # noqa: ANN001, ANN202
+    """The CPU evaluation of the same keys (what a server with the serial backend computes)."""
+    handle = SerialBackend().publish(_evaluation_form(table, layout, 8 * table.dtype.itemsize))
+    return _evaluate_task(("full" if layout == "full" else "cuckoo", party, keys, handle, width))
 
 
 def _words(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -103,7 +110,7 @@ def test_full_layout_evaluation_matches_cpu(ring_bits: int, party: int) -> None:
     keys = _retrieval_keys(rng.integers(0, m, 4), m, ring_bits, seed=3)[party]
     table = _table(rng, m, 3, ring_bits)
     got = gpu.DeviceTable(table, "full", DEV).evaluate(party, keys, width)
-    want = _evaluate_task(("full", party, keys, table, width))
+    want = _cpu("full", party, keys, table, width)
     _assert_same(got, want)
 
 
@@ -117,7 +124,7 @@ def test_cuckoo_layout_evaluation_matches_cpu(ring_bits: int, party: int) -> Non
     keys = _retrieval_keys(rng.integers(0, big_m, 6), big_m, ring_bits, seed=4)[party]
     table = _table(rng, 10, 2, ring_bits)
     got = gpu.DeviceTable(table, layout, DEV).evaluate(party, keys, 3)
-    want = _evaluate_task((layout, party, keys, table, 3))
+    want = _cpu(layout, party, keys, table, 3)
     _assert_same(got, want)
 
 
@@ -129,7 +136,7 @@ def test_chunked_evaluation_matches_one_chunk(monkeypatch: pytest.MonkeyPatch) -
     table = _table(rng, m, 2, 32)
     monkeypatch.setattr(gpu_eval, "LEAF_BUDGET", 1)
     got = gpu.DeviceTable(table, "full", DEV).evaluate(0, keys, 2)
-    _assert_same(got, _evaluate_task(("full", 0, keys, table, 2)))
+    _assert_same(got, _cpu("full", 0, keys, table, 2))
 
 
 def test_evaluation_rejects_mismatched_keys() -> None:
