@@ -31,8 +31,13 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files.")
         ] = None,
         download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
-        model: Annotated[str, typer.Option(help="Recommender model.")] = "mf",
-        protocol: Annotated[str, typer.Option(help="secemb or plaintext.")] = "secemb",
+        model: Annotated[str | None, typer.Option(help="Recommender model. Default: mf (din with sfsl).")] = None,
+        protocol: Annotated[str, typer.Option(help="secemb or plaintext; or sfsl (one server behind HTTP, DIN on "
+                                                   "click samples; docs/sfsl.md).")] = "secemb",
+        sfsl_preset: Annotated[
+            str | None, typer.Option("--sfsl-preset", help="--protocol sfsl: the privacy preset CPP1..CPP5. "
+                                                          "Default: CPP2.")
+        ] = None,
         layout: Annotated[str | None, typer.Option(
             help="cuckoo or full (the paper). Default: cuckoo where the protocol supports it, else full.")] = None,
         relay: Annotated[bool | None, typer.Option("--relay/--no-relay", help=(
@@ -83,6 +88,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.cli._report import training_display, write_json
+        from secemb.cli._sfsl import check_preset, sfsl_options
         from secemb.cli._usage import check_output_file, fail
 
         from secemb.engine.driver import RoundAborted
@@ -92,9 +98,20 @@ def register(app: typer.Typer) -> None:
         from secemb.training import Experiment, VerificationError, run_experiment
 
         check_output_file(json_out, "--json-out")
+        check_preset(protocol, sfsl_preset)
+        if protocol == "sfsl":
+            opts = sfsl_options(preset=sfsl_preset, model=model, metrics=None, dataset=dataset,
+                                users_per_round=users_per_round, epochs=epochs, lr=lr, dim=dim, seed=seed,
+                                layout=layout, relay=relay, expansion=expansion, backend=backend, workers=workers,
+                                m_prime=m_prime, alpha=alpha, verify=verify, reg=reg, ring_bits=ring_bits,
+                                lazy_adam=lazy_adam, dp_epsilon=dp_epsilon, dp_delta=dp_delta, dp_clip=dp_clip,
+                                dp_level=dp_level, deadline=deadline, workdir=workdir)
+            _demo_sfsl(opts, network, data_dir, download, concurrency, json_out, quiet)
+            return
         console = Console()
         exp = Experiment(
-            dataset=dataset, data_dir=data_dir, download=download, model=model, protocol=protocol, layout=layout,
+            dataset=dataset, data_dir=data_dir, download=download, model="mf" if model is None else model,
+            protocol=protocol, layout=layout,
             relay=relay, expansion=expansion, backend=backend, workers=workers, epochs=epochs,
             users_per_round=users_per_round, m_prime=m_prime, alpha=alpha, seed=seed, verify=verify, lr=lr,
             reg=reg, dim=dim, ring_bits=ring_bits, lazy_adam=lazy_adam, dp_epsilon=dp_epsilon, dp_delta=dp_delta,
@@ -140,3 +157,45 @@ def register(app: typer.Typer) -> None:
         table.add_row("model sha256", result.model_sha256[:16] + "...")
         console.print(table)
         write_json(console, result, json_out)
+
+
+def _demo_sfsl(opts: Any, network: bool, data_dir: Path | None, download: bool, concurrency: int,
+               json_out: Path | None, quiet: bool) -> None:
+    """``secemb demo --protocol sfsl``: the one server behind HTTP on 127.0.0.1 (``--network``)
+    or in process."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from secemb.cli._report import training_display, write_json
+    from secemb.cli._sfsl import summary_rows
+    from secemb.cli._usage import fail
+    from secemb.data import DataFormatError, DatasetNotFoundError
+    from secemb.engine.sfsl import run_sfsl
+    from secemb.errors import InvalidParameters
+    from secemb.sim.sfsl import run_networked_sfsl
+    from secemb.transport.errors import RemoteError, Unreachable
+
+    console = Console()
+    progress, on_start, on_round, on_epoch = training_display(
+        console, quiet, prefix="network | " if network else "in-process | ")
+    try:
+        with progress:
+            if network:
+                result = run_networked_sfsl(
+                    opts, data_dir=data_dir, download=download, concurrency=concurrency, on_start=on_start,
+                    on_round=on_round, on_epoch=on_epoch,
+                    on_server=lambda url: console.print(f"SFSL server (one server) {url}", markup=False))
+            else:
+                result = run_sfsl(opts, data_dir=data_dir, download=download, on_start=on_start, on_round=on_round,
+                                  on_epoch=on_epoch)
+    except (RemoteError, Unreachable) as exc:
+        fail(f"failed: {exc}", code=1)
+    except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+        fail(exc)
+    table = Table(title=f"secemb demo sfsl ({'network' if network else 'in-process'}): summary")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for row in summary_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    write_json(console, result, json_out)

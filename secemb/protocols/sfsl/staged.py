@@ -148,9 +148,10 @@ class SFSLNode:
         if part == "download":
             if user not in rnd.receivers:
                 raise InvalidMessage(f"user {user} did not receive the union of round {round_id}")
-            if user in rnd.replies.setdefault(stage, {}):
+            if user in rnd.replies.get(stage, {}):
                 raise InvalidMessage(f"duplicate download request from user {user}")
-            rnd.replies[stage][user] = self.server.reply(body, round_id)
+            out = self.server.reply(body, round_id)  # checks the request in full first
+            rnd.replies.setdefault(stage, {})[user] = out
         else:
             agg = rnd.psu if part == "psu" else rnd.sum
             receive = {"advertise": agg.receive_advertise, "shares": agg.receive_shares,

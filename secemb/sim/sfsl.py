@@ -1,0 +1,161 @@
+"""``secemb demo --network --protocol sfsl``: SFSL's one server behind HTTP on 127.0.0.1 and the
+simulated devices talking to it with signed requests (:func:`run_networked_sfsl`).
+
+The server is the same :class:`~secemb.protocols.sfsl.staged.SFSLNode` as in process, served by
+:func:`~secemb.server.exchange_app.create_exchange_app` under uvicorn in a thread of this
+process (plain HTTP on the loopback interface, like a server started with ``--insecure-http``);
+the devices reach it only through :class:`~secemb.engine.http_exchange.HttpExchangeLink`
+(concurrently, ``concurrency`` at a time), the operator through
+:class:`~secemb.engine.http_exchange.HttpExchangeAdmin`, and the public model used for AUC is
+fetched over HTTP.  SFSL has one server: nothing crosses between servers.
+
+With the same seed the networked run trains the in-process run's model only where the
+perturbation draws nothing random (CPP1: S'' = S; CPP5: S'' = the union): randomized response
+uses the devices' OS randomness, which differs from run to run by design.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+
+from secemb.data.ctr import ClickData
+from secemb.engine.http_exchange import HttpExchangeAdmin, HttpExchangeLink
+from secemb.engine.sfsl import EnginePlayer, SFSLOptions, click_dataset, run_sfsl
+from secemb.errors import InvalidParameters
+from secemb.protocols.sfsl.parties import SFSLServer, TrainingSettings
+from secemb.protocols.sfsl.staged import SFSLNode
+from secemb.training.results import EpochStats, RoundStats, TrainResult
+from secemb.transport.network import ApiClient
+from secemb.transport.signing import user_key
+
+__all__ = ["NodeServer", "model_bytes", "run_networked_sfsl"]
+
+
+def model_bytes(server: SFSLServer) -> bytes:
+    """The public model as the node serves it: the goods table (row-major) then the dense
+    vector, little-endian float64."""
+    return np.concatenate([server.table.ravel(), server.dense]).astype("<f8").tobytes()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class NodeServer:
+    """Serves ``node`` on ``127.0.0.1`` (a free port) in a thread, from :meth:`start` to
+    :meth:`stop` (or as a context manager).
+
+    ``url``: the base URL; ``admin_secret``, ``user_secret``: the keys (fresh OS randomness).
+    """
+
+    def __init__(self, node: SFSLNode, num_users: int, max_body_bytes: int) -> None:
+        import uvicorn
+
+        from secemb.server.auth import Verifier
+        from secemb.server.exchange_app import create_exchange_app
+
+        self.admin_secret, self.user_secret = os.urandom(32), os.urandom(32)
+        verifier = Verifier(0, os.urandom(32), self.admin_secret, self.user_secret, num_users)
+        app = create_exchange_app(node, verifier, max_body_bytes=max_body_bytes,
+                                  model=lambda: model_bytes(node.server))
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                     access_log=False))
+        self._thread = threading.Thread(target=self._server.run, name="secemb-sfsl-server", daemon=True)
+
+    def __enter__(self) -> NodeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> NodeServer:
+        """Start serving; return when the server listens."""
+        self._thread.start()
+        deadline = time.monotonic() + 30.0
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise InvalidParameters(f"the SFSL server did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.should_exit = True
+        self._thread.join(timeout=30.0)
+
+
+def run_networked_sfsl(opts: SFSLOptions, *, data: tuple[ClickData, ClickData] | None = None,
+                       data_dir: str | os.PathLike | None = None, download: bool = False, concurrency: int = 8,
+                       on_start: Callable[[dict[str, Any]], None] | None = None,
+                       on_round: Callable[[RoundStats], None] | None = None,
+                       on_epoch: Callable[[EpochStats], None] | None = None,
+                       on_server: Callable[[str], None] | None = None) -> TrainResult:
+    """Train as :func:`~secemb.engine.sfsl.run_sfsl` with the server behind HTTP; the result
+    (``config["network"]`` true).  ``on_server`` is called with the server's URL.
+
+    Raises
+    ------
+    InvalidParameters, secemb.data.DatasetNotFoundError; ``RemoteError`` if the server refuses
+    a call (e.g. 409 when too few devices are left and the round aborts).
+    """
+    train, test = click_dataset(opts.dataset, data_dir, download=download, seed=opts.seed) if data is None else data
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="secemb-device")
+    http = httpx.Client(timeout=120.0, trust_env=False,
+                        limits=httpx.Limits(max_connections=2 * concurrency, max_keepalive_connections=2 * concurrency))
+    serving: list[NodeServer] = []
+
+    def player(server: SFSLServer, settings: TrainingSettings) -> EnginePlayer:
+        node = SFSLNode(server, settings)
+        sp = server.space
+        limit = 4 * sp.length * sp.width + 4 * (sp.length + node.bloom.length) + 128 * train.num_users + 4096
+        host = NodeServer(node, train.num_users, limit).start()
+        serving.append(host)
+        if on_server is not None:
+            on_server(host.url)
+        admin = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret, http=http))
+        links: dict[int, HttpExchangeLink] = {}
+
+        def link(u: int) -> HttpExchangeLink:
+            if u not in links:
+                links[u] = HttpExchangeLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u),
+                                                         http=http))
+            return links[u]
+
+        shape = server.table.shape
+
+        def model() -> tuple[np.ndarray, np.ndarray]:
+            flat = np.frombuffer(admin.model(), dtype="<f8").astype(np.float64)
+            k = shape[0] * shape[1]
+            return flat[:k].reshape(shape), flat[k:]
+
+        return EnginePlayer(admin, link, model, sp, node.bloom,
+                            map=lambda fn, items: list(pool.map(fn, items)))
+
+    def started(cfg: dict[str, Any]) -> None:
+        cfg["network"] = True
+        if on_start is not None:
+            on_start(cfg)
+
+    try:
+        result = run_sfsl(opts, data=(train, test), player=player, on_start=started, on_round=on_round,
+                          on_epoch=on_epoch)
+    finally:
+        for host in serving:
+            host.stop()
+        pool.shutdown(wait=True)
+        http.close()
+    return result

@@ -1,0 +1,106 @@
+"""SFSL's one server behind HTTP (secemb.server.exchange_app): signed endpoints for the secure
+aggregation exchanges; a refused request (malformed, unsigned, wrong principal, too large, out of
+stage) gets its 4xx and changes nothing; and the networked run trains the in-process model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from secemb.data.ctr import TaobaoShaped, split_clicks
+from secemb.engine.http_exchange import HttpExchangeAdmin, HttpExchangeLink
+from secemb.models.din import DIN
+from secemb.protocols.sfsl import SFSLServer, TrainingSettings
+from secemb.protocols.sfsl.staged import SFSLNode, round_configs
+from secemb.secagg import SecAggClient
+from secemb.sim.sfsl import NodeServer
+from secemb.transport.errors import RemoteError
+from secemb.transport.network import ApiClient
+from secemb.transport.signing import user_key
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def clicks():
+    world = TaobaoShaped("taobao-mini", seed=3)
+    return split_clicks(world.clients(np.arange(40)))
+
+
+@pytest.fixture()
+def served(clicks):
+    train, _ = clicks
+    model = DIN(num_categories=train.num_categories, dim=4)
+    table, dense = model.init_public(train.num_goods, np.random.default_rng(0))
+    node = SFSLNode(SFSLServer(model, table, dense, train.goods_category), TrainingSettings())
+    with NodeServer(node, train.num_users, max_body_bytes=1 << 16) as host:
+        admin = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret))
+        links = {u: HttpExchangeLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u)))
+                 for u in range(4)}
+        yield node, host, admin, links
+
+
+def _status(fn) -> int:
+    with pytest.raises(RemoteError) as info:
+        fn()
+    return info.value.status
+
+
+def test_refused_requests_change_nothing(served):
+    node, host, admin, links = served
+    admin.open_round(1, [0, 1, 2])
+    psu_cfg, _ = round_configs(node.server.space, node.bloom, 3, 1)
+    good = SecAggClient(0, psu_cfg).advertise()
+    other_round = SecAggClient(0, round_configs(node.server.space, node.bloom, 3, 2)[0]).advertise()
+    send = links[0].send
+    assert _status(lambda: send(1, "psu-advertise", good[:-1])) == 400  # truncated
+    assert _status(lambda: send(1, "psu-advertise", good + b"\0")) == 400  # trailing byte
+    assert _status(lambda: send(1, "psu-advertise", other_round)) == 400  # another round's message
+    assert _status(lambda: send(1, "psu-advertise", b"x" * (1 << 17))) == 413  # over the limit
+    assert _status(lambda: send(1, "psu-shares", good)) == 409  # not the round's stage
+    assert _status(lambda: send(2, "psu-advertise", good)) == 409  # not the round
+    assert _status(lambda: send(1, "nonsense", good)) == 422
+    # a device that is not a participant, unsigned and wrongly signed requests, a device calling the operator
+    assert _status(lambda: links[3].send(1, "psu-advertise", SecAggClient(3, psu_cfg).advertise())) == 400
+    assert _status(lambda: ApiClient(host.url).post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 401
+    forged = ApiClient(host.url, "user:0", b"k" * 32)
+    assert _status(lambda: forged.post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 401
+    assert _status(lambda: links[0].api.post_json("/v1/admin/exchange/rounds/1/psu-advertise/close")) == 403
+    assert _status(lambda: admin.api.post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 403
+    # none of it was kept: the valid message is accepted once (not a duplicate), then refused as one
+    send(1, "psu-advertise", good)
+    assert _status(lambda: send(1, "psu-advertise", good)) == 400
+    for u in (1, 2):
+        links[u].send(1, "psu-advertise", SecAggClient(u, psu_cfg).advertise())
+    admin.close_stage(1, "psu-advertise")
+    keys = links[0].fetch(1, "psu-advertise")
+    assert keys is not None and keys[:4] == b"SAGG"
+    assert links[3].fetch(1, "psu-advertise") is None  # not in the round: no answer (204)
+    assert admin.outcome(1)["state"] == "open"
+
+
+def test_below_the_threshold_the_round_aborts_with_409(served):
+    node, host, admin, links = served
+    admin.open_round(1, [0, 1, 2])
+    psu_cfg, _ = round_configs(node.server.space, node.bloom, 3, 1)
+    links[0].send(1, "psu-advertise", SecAggClient(0, psu_cfg).advertise())  # 1 of 3, threshold 2
+    assert _status(lambda: admin.close_stage(1, "psu-advertise")) == 409
+    assert admin.outcome(1)["state"] == "aborted"
+    assert _status(lambda: links[1].send(1, "psu-advertise", SecAggClient(1, psu_cfg).advertise())) == 409
+
+
+@pytest.mark.slow
+def test_networked_run_is_the_in_process_run(clicks):
+    # CPP1 perturbs nothing at random (S'' = S), so the OS randomness of the devices does not
+    # enter the model: the HTTP run and the in-process run of one seed give the same model
+    from secemb.engine.sfsl import SFSLOptions, run_sfsl
+    from secemb.sim.sfsl import run_networked_sfsl
+
+    opts = SFSLOptions(dataset="taobao-mini", preset="CPP1", users_per_round=20, epochs=1, batch=8)
+    local = run_sfsl(opts, data=clicks)
+    net = run_networked_sfsl(opts, data=clicks, concurrency=4)
+    assert net.config["network"] and net.rounds == local.rounds == 2
+    assert net.model_sha256 == local.model_sha256
+    assert net.upload_bytes_per_user_round == local.upload_bytes_per_user_round
+    assert net.download_bytes_per_user_round == local.download_bytes_per_user_round
