@@ -280,3 +280,24 @@ def test_ray_backend_on_a_two_node_cluster_is_bit_identical_to_serial(monkeypatc
             backend.close()
         _stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _big_or_fail(n: int) -> tuple[np.ndarray, int]:  # runs in a worker
+    if n < 0:
+        raise ValueError("task failed")
+    return np.full(1 << 16, n, np.uint32), n  # 256 KiB: returned through shared memory
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX shared memory shows in /dev/shm on Linux")
+def test_large_results_come_back_through_shared_memory_and_leave_none_behind() -> None:
+    pool = ProcessBackend(workers=2)
+    try:
+        before = {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+        out = pool.map(_big_or_fail, [1, 2, 3])
+        assert [int(a[0]) for a, _ in out] == [1, 2, 3] and [n for _, n in out] == [1, 2, 3]
+        assert all(a.shape == (1 << 16,) and a.flags.writeable for a, _ in out)
+        with pytest.raises(ValueError, match="task failed"):
+            pool.map(_big_or_fail, [4, -1, 5])  # the others' segments are still collected
+        assert {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} <= before
+    finally:
+        pool.close()
