@@ -15,6 +15,7 @@ _UNUSED: dict[str, Any] = {
     "layout": None, "relay": None, "expansion": 1.25, "backend": "serial", "workers": None, "m_prime": None,
     "alpha": 2.5, "verify": False, "reg": None, "ring_bits": 32, "lazy_adam": True, "dp_epsilon": math.inf,
     "m_prime_update": 0, "dp_delta": 1e-5, "dp_clip": 1.0, "dp_level": "user", "save_model": None,
+    "deadline": 120.0, "workdir": None,
 }
 _FLAGS = {"lazy_adam": "--dense-adam", "relay": "--relay/--no-relay"}
 

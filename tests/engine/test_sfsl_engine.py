@@ -117,6 +117,22 @@ def test_train_refuses_what_sfsl_cannot_honour(args, message):
     assert message in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--protocol", "plaintext", "--sfsl-preset", "CPP1"], "--sfsl-preset is an option of --protocol sfsl"),
+    (["--protocol", "sfsl", "--workdir", "x"], "does not take --workdir"),
+    (["--protocol", "sfsl", "--dp-epsilon", "2"], "does not take --dp-epsilon"),
+    (["--protocol", "sfsl", "--model", "ncf"], "--model must be din"),
+])
+def test_demo_refuses_what_sfsl_cannot_honour(args, message):
+    from typer.testing import CliRunner
+
+    from secemb.cli import app
+
+    res = CliRunner().invoke(app, ["demo", "--network", "--dataset", "taobao-mini", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+
+
 @pytest.mark.slow
 def test_train_sfsl_json(tmp_path):
     # a small run end to end: the JSON document of `secemb train`, AUC as the metric
