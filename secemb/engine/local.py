@@ -45,6 +45,7 @@ from secemb.transport.inprocess import SERVER, InProcessTransport, user_endpoint
 __all__ = ["InProcessServers", "LocalAdminLink", "LocalPeer", "LocalServerLink"]
 
 T = TypeVar("T")
+_Errors = list[BaseException | None]
 _NAMES = (SERVER0, SERVER1)
 
 
@@ -216,7 +217,8 @@ class _BatchedPhase:
 
     def __init__(self, servers: InProcessServers, lanes: int) -> None:
         self.servers, self.lanes = servers, max(1, lanes)
-        self._pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="secemb-lane") if self.lanes > 1 else None
+        self._pool = (ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="secemb-lane")
+                      if self.lanes > 1 else None)
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return [fn(x) for x in items]
@@ -231,7 +233,7 @@ class _BatchedPhase:
             run_in_steps(self, devices, prepare, failed, finish)
             return
         bounds = np.linspace(0, len(devices), parts_n + 1).astype(int)
-        waiting: deque[tuple[Sequence[Any], list[tuple[Any, RoundSession]], Future[list[BaseException | None]]]] = deque()
+        waiting: deque[tuple[Sequence[Any], list[tuple[Any, RoundSession]], Future[_Errors]]] = deque()
 
         def finish_next() -> None:
             part, live, retrieved = waiting.popleft()

@@ -13,7 +13,9 @@ from numba import njit
 
 from secemb.fss._aesni import BLOCKS, expand8, mmo_blocks, mmo_ctr
 
-__all__ = ["subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "LEAF_STEP"]
+__all__ = [
+    "subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "bits_accumulate", "LEAF_STEP",
+]
 
 #: leaves converted per step of the fused conversion kernels (their blocks stay in L1)
 LEAF_STEP = 64
@@ -228,3 +230,19 @@ def ring_matmul(a, b, out):  # noqa: ANN001, ANN201
                 for e in range(d):
                     out[g, i, e] += x * b[g, j, e]
             i += 1
+
+
+@njit(cache=True, nogil=True)
+def bits_accumulate(t, cw, out):  # noqa: ANN001, ANN201
+    """``out[g, i] += sum_u t[u, g, i] cw[u, g]`` in ``out``'s ring: control bits t uint8
+    (U, G, M) (0 or 1), correction words cw ring (U, G, w), out ring (G, M, w).  A zero bit
+    costs a test; a one bit adds a row.  Group-major, so that ``out[g]`` stays in cache
+    while every user's bits of group ``g`` are added."""
+    users, groups, m = t.shape
+    w = cw.shape[2]
+    for g in range(groups):
+        for u in range(users):
+            for i in range(m):
+                if t[u, g, i] != 0:
+                    for e in range(w):
+                        out[g, i, e] += cw[u, g, e]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.fss import kernels
 from secemb.fss.convert import convert_accumulate, convert_eval_into, ring_dtype
 from secemb.fss.dpf import _ONE, _check_party
 from secemb.fss.tree import leaf_groups, padded_domain
@@ -31,6 +32,7 @@ __all__ = [
     "AGGREGATION_TAG",
     "RETRIEVAL_TAG",
     "PreparedAggregation",
+    "bits_product",
     "bucket_shares",
     "retrieve_and_prepare",
     "retrieve_and_prepare_buckets",
@@ -257,3 +259,29 @@ def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.nda
         np.negative(out, out=out)
     return out
 
+
+
+def bits_product(bits: list[np.ndarray], cws: list[np.ndarray]) -> np.ndarray:
+    """``sum_u t_u[..., None] * CW_u[:, None, :]``: the control-bit part of the bucket-form
+    aggregate over users ``u``, ring (B, M, w).
+
+    Parameters
+    ----------
+    bits: per user, uint8 (B, M) control bits (0 or 1) of its B bucket keys.
+    cws: per user, ring (B, w) correction words, one dtype.
+
+    With the compiled kernels one pass adds each user's correction word to the rows its bits
+    select; the reference is the batched ring product of the stacked bits and words."""
+    if not bits or len(bits) != len(cws):
+        raise InvalidParameters(f"need one correction-word array per bit array, got {len(bits)} and {len(cws)}")
+    dtype = cws[0].dtype
+    if kernels.compiled():
+        from secemb.fss._numba_kernels import bits_accumulate
+
+        t, cw = np.stack(bits), np.stack(cws)  # (U, B, M), (U, B, w)
+        if t.dtype == np.uint8 and cw.dtype == dtype and t.shape[:2] == cw.shape[:2]:
+            out = np.zeros((t.shape[1], t.shape[2], cw.shape[2]), dtype)
+            bits_accumulate(t, cw, out)
+            return out
+    t = np.stack(bits, axis=2)  # (B, M, U)
+    return ring_matmul(t, np.stack(cws, axis=1), 8 * dtype.itemsize, a_bits=1)

@@ -44,12 +44,13 @@ from secemb.fss.fused import (
     AGGREGATION_TAG,
     RETRIEVAL_TAG,
     PreparedAggregation,
+    bits_product,
     retrieve_and_prepare,
     retrieve_and_prepare_buckets,
 )
 from secemb.fss.cuckoo import CuckooLayout
 from secemb.fss.gpu import DeviceTable
-from secemb.fss.linalg import LimbMatrix, ring_matmul
+from secemb.fss.linalg import LimbMatrix
 from secemb.fss.tree import padded_leaves
 from secemb.protocols.backends import Backend, Handle, SerialBackend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
@@ -316,9 +317,9 @@ class SecEmbServer(ServerRole):
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
         ]
         results = self.backend.map(_evaluate_task, tasks)
-        folded = results[0][2]
+        folded = results[0][2] if results[0][2].flags.writeable else results[0][2].copy()  # Ray's are not
         for r in results[1:]:
-            folded = folded + r[2]
+            folded += r[2]  # in place: one pass per task over a table-sized array
         slots = cfg.slots
         answers = [r[0][i * slots : (i + 1) * slots] for r in results for i in range(len(r[0]) // slots)]
         bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
@@ -505,12 +506,11 @@ class SecEmbServer(ServerRole):
                 summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
                 part = summary.apply_bits(cws)
             else:
-                t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
-                cws = np.stack([a.cw for a in got], axis=1)  # (B, U, w)
                 if self._device is not None:
-                    part = self._device.bits_product(t, cws)
+                    t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
+                    part = self._device.bits_product(t, np.stack([a.cw for a in got], axis=1))
                 else:
-                    part = ring_matmul(t, cws, cfg.ring_bits, a_bits=1)
+                    part = bits_product([a.bits for a in got], [a.cw for a in got])
                 part = -part if self.party else part
             self._bits_cache = (key, part)
         return self._bits_cache[1]

@@ -155,3 +155,23 @@ def test_backend_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("SECEMB_FSS_KERNELS", "fast")
     with pytest.raises(InvalidParameters, match="SECEMB_FSS_KERNELS"):
         kernels._initial_backend()
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
+@pytest.mark.parametrize(("users", "buckets", "big_m", "width"), [(1, 3, 5, 1), (7, 4, 9, 3), (30, 12, 33, 16)])
+def test_bits_product_is_the_same_on_both_backends(monkeypatch: pytest.MonkeyPatch, users, buckets, big_m, width,
+                                                   ring_bits) -> None:
+    """The control-bit part of a bucket-form aggregate, and against a per-user loop."""
+    from secemb.fss.fused import bits_product
+
+    dt = np.uint32 if ring_bits == 32 else np.uint64
+    gen = np.random.default_rng(users * 100 + big_m)
+    bits = [gen.integers(0, 2, (buckets, big_m), dtype=np.uint8) for _ in range(users)]
+    cws = [gen.integers(0, np.iinfo(dt).max, (buckets, width), dtype=dt, endpoint=True) for _ in range(users)]
+    ref, got = _both(monkeypatch, lambda: bits_product(bits, cws))
+    assert _equal(ref, got)
+    want = np.zeros((buckets, big_m, width), dt)
+    with np.errstate(over="ignore"):
+        for t, cw in zip(bits, cws, strict=True):
+            want += t[:, :, None].astype(dt) * cw[:, None, :]
+    assert np.array_equal(got, want)
