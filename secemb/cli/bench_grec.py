@@ -32,6 +32,8 @@ def register(bench_app: typer.Typer) -> None:
                                      "predict 150 items, full local model against perturb + denoise (no training)."),
         repeats: int = typer.Option(30, help="--figure4: timed calls per measure (the median is reported)."),
         save_dir: Path = typer.Option(None, help="Also save each recommender and denoiser here (for 'secemb infer')."),
+        ranking: bool = typer.Option(True, "--ranking/--no-ranking", help="Also Table 14's HR@10/NDCG@10 (101 "
+                                     "predictions per positive test rating: slow on the larger stand-ins)."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result."),
         out: Path = typer.Option(Path("results/grec/table3.json"), help="Write the JSON result here."),
     ) -> None:
@@ -88,7 +90,7 @@ def register(bench_app: typer.Typer) -> None:
                 rows = bench_grec.run(models=names, seeds=seed_list, dataset=dataset, epsilons=eps_list, delta=delta,
                                       bound=bound, dim=dim or None, rec_epochs=rec_epochs or None,
                                       den_epochs=den_epochs,
-                                      secure=secure, save_dir=save_dir, log=log)
+                                      secure=secure, save_dir=save_dir, with_ranking=ranking, log=log)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         result = {"runs": rows, "table": bench_grec.table(rows)}
