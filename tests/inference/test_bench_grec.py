@@ -23,3 +23,13 @@ def test_run_one_reports_every_cell() -> None:
     assert row["positives"] > 0
     cell = grec.table([row, {**row, "seed": 1, "naive_ldp": row["naive_ldp"] + 0.1}])[0]
     assert cell["seeds"] == 2 and np.isclose(cell["naive_ldp"], row["naive_ldp"] + 0.05)
+
+
+def test_a_stand_in_is_compared_with_the_paper_dataset_it_stands_for() -> None:
+    row = {"model": "mf", "dim": 64, "epsilon": 1.0, "non_private": 0.9, "naive_ldp": 2.0,
+           "reclipped_no_denoiser": 1.0, "post_processing_ldp": 0.95}
+    cells = {ds: grec.table([{**row, "dataset": ds}])[0] for ds in ("synthetic-ml-1m", "synthetic-yelp", "ml-100k")}
+    assert cells["synthetic-ml-1m"]["paper"] == {"non_private": 0.903, "naive_ldp": 1.637, "post_processing_ldp": 0.919}
+    assert cells["synthetic-yelp"]["paper"] == {"non_private": 1.050, "naive_ldp": 1.580, "post_processing_ldp": 1.097}
+    assert cells["ml-100k"]["paper"]["naive_ldp"] == 1.693
+    assert "paper" not in grec.table([{**row, "dataset": "my-ratings.csv"}])[0]  # no paper cell to compare with
