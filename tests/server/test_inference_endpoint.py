@@ -186,3 +186,21 @@ def test_a_committed_model_version_is_served_from_then_on(served) -> None:
     expect = node.dense[0] + t[:, DIM] + t[:, :DIM] @ np.full(DIM, 0.25)
     np.testing.assert_allclose(decode_reply(resp.content, ITEMS), expect, rtol=0, atol=1e-12)
     assert not np.allclose(decode_reply(resp.content, ITEMS), old)
+
+
+@pytest.mark.parametrize("model, hparams", [("mf", {"dim": 4}), ("ncf", {"dim": 4}), ("fm", {"dim": 4}),
+                                            ("deepfm", {"dim": 4})])
+def test_every_rating_model_is_served_as_in_process(tmp_path, model, hparams) -> None:
+    from secemb.inference.representation import representation_for
+    from secemb.inference.service import InferenceServer
+
+    node = _node(tmp_path, model=model, hparams=hparams)
+    client = TestClient(create_app(node))
+    rep = representation_for(node.model, node.dense)
+    params = np.random.default_rng(2).normal(0, 0.3, node.model.private_size)
+    ans = infer_remote(_link(client, 3), params, MECH, None, _rng=CtrDrbg(9))
+    h, offset = rep.clean(params[None], np.zeros((1, 0)))
+    request = encode_request(privatize(h, MECH, _rng=CtrDrbg(9))[0][0])
+    expect = decode_reply(InferenceServer(rep, node.table).answer(request), ITEMS) + offset[0]
+    np.testing.assert_array_equal(ans.scores, expect)
+    assert ans.upload_bytes == len(request) == 12 + 8 * rep.rows * rep.dim
