@@ -183,20 +183,21 @@ def _to_shared(value: Any) -> Any:
 
 
 def _from_shared(value: Any) -> Any:
+    """A result array read in place: the segment's name is unlinked at once, its mapping
+    goes when the array (and every view of it) does."""
     if not isinstance(value, _SharedArray):
         return value
     shm = SharedMemory(name=value.name)
-    try:
-        return np.ndarray(value.shape, value.dtype, buffer=_buf(shm)).copy()
-    finally:
-        shm.close()
-        shm.unlink()
+    shm.unlink()
+    out = np.ndarray(value.shape, value.dtype, buffer=_buf(shm))
+    weakref.finalize(out, _close, shm)  # retried by later closes while a view remains
+    return out
 
 
 class _ReturnShared:
     """``fn`` wrapped to run in a worker: large arrays of its result (the result itself or
     the items of a tuple) are written to new shared-memory segments, one copy, instead of
-    being pickled through the pool's pipe; :func:`_collect` reads and unlinks them."""
+    being pickled through the pool's pipe; :func:`_collect` maps them in place."""
 
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         self.fn = fn
