@@ -237,21 +237,26 @@ def _evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: i
 def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
-    ``task = (layout, party, keys, table, width)`` with ``layout`` ``"full"`` or
+    ``task = (layout, party, keys, table, width, buckets)`` with ``layout`` ``"full"`` or
     ``"cuckoo"``, ``keys`` the users' key batches concatenated and ``table`` the
     :class:`~secemb.protocols.backends.Handle` of the round's table as the evaluation reads
     it: the :class:`LimbMatrix` of the table (full layout) or of its bucket form (B, M, w)
-    (cuckoo), or the gpu backend's :class:`DeviceTable`.  Returns the answers (K, w), the
-    control bits (packed rows for the full layout, (K, M) for the cuckoo layout) and the
-    signed payload-independent part of the aggregation share summed over the batch.
+    (cuckoo), or the gpu backend's :class:`DeviceTable`.  ``buckets = (lo, hi)`` (cuckoo,
+    CPU): the keys are every user's keys of buckets ``lo..hi-1``, user-major, and read those
+    buckets' rows (``None``: all buckets).  Returns the answers (K, w), the control bits
+    (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
+    payload-independent part of the aggregation share summed over the batch ((m, w), or
+    (hi - lo, M, w) for those buckets).
     """
-    layout, party, keys, handle, width = task
+    layout, party, keys, handle, width, buckets = task
     table = handle.get()
     if isinstance(table, DeviceTable):  # the gpu backend: the table is on its device
         return table.evaluate(party, keys, width)
     if layout == "full":
         answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width)
         return answers, prepared.t_bits, prepared.signed_conv()
+    if buckets is not None and buckets != (0, table.shape[0]):
+        table = LimbMatrix(table.ring[buckets[0] : buckets[1]], table.ring_bits)
     answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table, width)
     if party:
         np.negative(conv, out=conv)
@@ -304,16 +309,20 @@ class SecEmbServer(ServerRole):
     # -- retrieval ---------------------------------------------------------------------
     def _evaluate(self, keys: list[fss.DPFKeys]) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
         """Per-user answers and control bits, and the summed folded part, for a batch of
-        users' keys, chunked over the backend's workers."""
+        users' keys, chunked over the backend's workers: by users, or (cuckoo layout, CPU) by
+        ranges of buckets, so that each task folds into its own buckets' rows and nothing
+        table-sized is summed across tasks."""
         cfg = self._cfg()
         n = len(keys)
         # a task walks its keys' trees over the whole (bucket) domain, holding leaf-level
         # control bits and retrieval shares: bound that memory by splitting the batch
         per_user = cfg.slots * padded_leaves(key_params(cfg)) * (cfg.dtype.itemsize + 1)
+        if cfg.layout == "cuckoo" and self._device is None:
+            return self._evaluate_buckets(keys, -(-n * per_user // EVAL_BYTES))
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         bounds = np.linspace(0, n, tasks_n + 1).astype(int)
         tasks = [
-            (cfg.layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), self._table, cfg.width)
+            (cfg.layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), self._table, cfg.width, None)
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
         ]
         results = self.backend.map(_evaluate_task, tasks)
@@ -324,6 +333,28 @@ class SecEmbServer(ServerRole):
         answers = [r[0][i * slots : (i + 1) * slots] for r in results for i in range(len(r[0]) // slots)]
         bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
         return answers, bits, folded
+
+    def _evaluate_buckets(self, keys: list[fss.DPFKeys],
+                          parts: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+        """:meth:`_evaluate` of the cuckoo layout in tasks of every user's keys of a range of
+        buckets (at least ``parts`` ranges, one per worker if more)."""
+        cfg = self._cfg()
+        n, slots = len(keys), cfg.slots
+        ranges = min(slots, max(parts, self.backend.workers))
+        bounds = np.linspace(0, slots, ranges + 1).astype(int)
+        spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+        tasks = [
+            ("cuckoo", self.party, fss.DPFKeys.concat([k[lo:hi] for k in keys]), self._table, cfg.width, (lo, hi))
+            for lo, hi in spans
+        ]
+        results = self.backend.map(_evaluate_task, tasks)
+        answers = np.empty((n, slots, cfg.width), cfg.dtype)
+        bits = np.empty((n, slots, results[0][1].shape[1]), np.uint8)
+        for (lo, hi), (a, t, _) in zip(spans, results, strict=True):
+            answers[:, lo:hi] = a.reshape(n, hi - lo, -1)
+            bits[:, lo:hi] = t.reshape(n, hi - lo, -1)
+        folded = np.concatenate([r[2] for r in results]) if len(results) > 1 else results[0][2]
+        return list(answers), list(bits), folded
 
     def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys],
                           evaluated: tuple[list[np.ndarray], list[np.ndarray], np.ndarray]) -> list[np.ndarray]:
