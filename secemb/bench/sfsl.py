@@ -228,10 +228,11 @@ def curve(train: ClickData, test: ClickData, scheme: str, *, clients_per_round: 
 def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One result from several of :func:`run`'s (a sweep run in pieces): their ``fig4``/``fig5``/
     ``fig6``/``train`` rows concatenated in order (a later row for the same preset and n, or
-    dataset and scheme, replaces an earlier one); the first result's other fields."""
+    dataset, scheme and training settings, replaces an earlier one); the first result's other fields."""
     out: dict[str, Any] = dict(results[0]) if results else {}
     for key, ident in (("fig5", ("preset", "n")), ("fig6", ("preset", "n", "dropout")),
-                       ("fig4", ("dataset", "scheme")), ("train", ("dataset", "preset", "rounds"))):
+                       ("fig4", ("dataset", "scheme", "clients_per_round", "batch", "lr")),
+                       ("train", ("dataset", "preset", "rounds"))):
         rows: dict[tuple[Any, ...], Any] = {}
         for res in results:
             for row in res.get(key, []):
@@ -241,8 +242,9 @@ def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _scheme_label(scheme: str) -> str:
-    return {"fl": "FL (FedAvg, full model)", "centralized": "centralized"}.get(scheme, f"SFSL {scheme}")
+def _scheme_label(scheme: str, lr: float = 1.0) -> str:
+    name = {"fl": "FL (FedAvg, full model)", "centralized": "centralized"}.get(scheme, f"SFSL {scheme}")
+    return name if lr == 1.0 else f"{name}, lr {lr:g}"
 
 
 def plot_fig5(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
@@ -298,12 +300,12 @@ def plot_fig4(curves: Sequence[dict[str, Any]], path: str | Path) -> None:
     for c in curves:
         rounds = sorted(int(k) for k in c["auc"])
         name = f"{c['dataset']}, n = {c['clients_per_round']}, batch {c['batch']}"
-        label = _scheme_label(c["scheme"])
+        label = _scheme_label(c["scheme"], c["lr"])
         panels.setdefault(name, {})[label] = [c["auc"][str(k)] for k in rounds]
         xs.setdefault(name, {})[label] = [float(k) for k in rounds]
         best = PAPER["fig4_best"].get(c["scheme"])
         if best and best["round"]:
             refs.setdefault(name, {})[f"paper {label}"] = ([best["round"]], [best["auc"]])
     line_panels(path, panels, xlabel="round (log scale)", ylabel="test AUC", xs=xs, logx=True, refs=refs,
-                title="SFSL Figure 4: test AUC over rounds (2 shared cores, loaded)\n"
-                      "diamonds: the paper's best AUCs (Taobao, n = 100, 5,000 rounds)")
+                title="SFSL Figure 4: test AUC by round\ndiamonds: the paper's best AUCs\n"
+                      "(Taobao, n = 100, 5,000 rounds)")
