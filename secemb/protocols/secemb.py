@@ -227,11 +227,26 @@ class _Absorbed:
     dense: np.ndarray  # ring (P,): this server's dense share
 
 
-def _evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: int) -> LimbMatrix:
+@dataclass
+class _Buckets:
+    """The cuckoo layout's table as published: its rows and where each bucket position reads
+    (``index`` int64 (B, M), -1 for padding); a task forms the bucket tables it evaluates."""
+
+    rows: LimbMatrix
+    index: np.ndarray
+
+    def tables(self, lo: int, hi: int) -> LimbMatrix:
+        """The bucket form (hi - lo, M, w) of buckets ``lo..hi-1``."""
+        return self.rows.gather(self.index[lo:hi])
+
+
+def _evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: int) -> LimbMatrix | _Buckets:
     """The ring table (m, w) as the CPU evaluation reads it: its :class:`LimbMatrix` (full
-    layout) or that of its bucket form (B, M, w) (a cuckoo layout)."""
+    layout), or that and the layout's gather index (cuckoo: tasks form their own buckets, so
+    the bucket form, three times the table, is neither built once in the server's process nor
+    published)."""
     limbs = LimbMatrix(table, ring_bits)
-    return limbs if isinstance(layout, str) else limbs.gather(layout.gather_index)
+    return limbs if isinstance(layout, str) else _Buckets(limbs, layout.gather_index)
 
 
 def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -240,10 +255,9 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ``task = (layout, party, keys, table, width, buckets)`` with ``layout`` ``"full"`` or
     ``"cuckoo"``, ``keys`` the users' key batches concatenated and ``table`` the
     :class:`~secemb.protocols.backends.Handle` of the round's table as the evaluation reads
-    it: the :class:`LimbMatrix` of the table (full layout) or of its bucket form (B, M, w)
-    (cuckoo), or the gpu backend's :class:`DeviceTable`.  ``buckets = (lo, hi)`` (cuckoo,
-    CPU): the keys are every user's keys of buckets ``lo..hi-1``, user-major, and read those
-    buckets' rows (``None``: all buckets).  Returns the answers (K, w), the control bits
+    it (:func:`_evaluation_form`), or the gpu backend's :class:`DeviceTable`.  ``buckets =
+    (lo, hi)`` (cuckoo, CPU): the keys are every user's keys of buckets ``lo..hi-1``,
+    user-major, and read those buckets' rows (``None``: all buckets).  Returns the answers (K, w), the control bits
     (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
     payload-independent part of the aggregation share summed over the batch ((m, w), or
     (hi - lo, M, w) for those buckets).
@@ -255,9 +269,8 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if layout == "full":
         answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width)
         return answers, prepared.t_bits, prepared.signed_conv()
-    if buckets is not None and buckets != (0, table.shape[0]):
-        table = LimbMatrix(table.ring[buckets[0] : buckets[1]], table.ring_bits)
-    answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table, width)
+    lo, hi = buckets or (0, len(table.index))
+    answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width)
     if party:
         np.negative(conv, out=conv)
     return answers, t, conv
