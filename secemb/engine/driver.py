@@ -288,7 +288,7 @@ def run(
 
         if not isinstance(protocol, DPFedRecProtocol):
             raise InvalidParameters(f"protocol {protocol.name!r} declares local DP but is not DP-FedRec")
-        device_protocol = protocol.with_sigma(dp.sigma_ring)
+        device_protocol = protocol.with_noise(dp.sigma_ring, dp.settings.clip)
     participated = np.zeros(train_data.num_users, dtype=np.int64)
 
     # ---- the initial public model: server 0 initializes it from the same seed
