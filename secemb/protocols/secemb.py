@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -234,10 +234,21 @@ class _Buckets:
 
     rows: LimbMatrix
     index: np.ndarray
+    #: bucket tables formed in this process (the last two ranges; never pickled)
+    formed: dict[tuple[int, int], LimbMatrix] = field(default_factory=dict, repr=False, compare=False)
 
     def tables(self, lo: int, hi: int) -> LimbMatrix:
-        """The bucket form (hi - lo, M, w) of buckets ``lo..hi-1``."""
-        return self.rows.gather(self.index[lo:hi])
+        """The bucket form (hi - lo, M, w) of buckets ``lo..hi-1``, formed once per range in
+        each process that reads this value (a round's batches reuse it)."""
+        got = self.formed.get((lo, hi))
+        if got is None:
+            if len(self.formed) >= 2:
+                self.formed.clear()
+            got = self.formed[lo, hi] = self.rows.gather(self.index[lo:hi])
+        return got
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"rows": self.rows, "index": self.index, "formed": {}}
 
 
 def _evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: int) -> LimbMatrix | _Buckets:
