@@ -172,8 +172,8 @@ class SecAggClient:
         for v in self._u2:
             if v == self.id:
                 continue
-            held = self._common[v] if cfg.sparse else None
-            pos = slice(None) if held is None or held.all() else held  # a slice where the peer holds every row
+            shared = self._common[v] if cfg.sparse else None
+            pos = slice(None) if shared is None or shared.all() else shared  # a slice where the peer holds every row
             common = self._rows[pos]
             if common.size == 0:
                 continue
