@@ -66,6 +66,10 @@ _SEED = 16
 #: memory bound of one evaluation task (leaf-level bits and shares of its users' keys): a
 #: batch of users is split into tasks of at most this many bytes of leaf state
 EVAL_BYTES = 1 << 30
+#: cache bound of one cuckoo evaluation task: the rows its walk folds conversions into (its
+#: buckets' (M, w) blocks, revisited once per user) stay within about this many bytes, so
+#: they are summed in cache instead of streamed through memory once per user
+FOLD_BYTES = 1 << 20
 
 
 def key_params(config: RoundConfig) -> fss.DPFParams:
@@ -342,7 +346,8 @@ class SecEmbServer(ServerRole):
         # control bits and retrieval shares: bound that memory by splitting the batch
         per_user = cfg.slots * padded_leaves(key_params(cfg)) * (cfg.dtype.itemsize + 1)
         if cfg.layout == "cuckoo" and self._device is None:
-            return self._evaluate_buckets(keys, -(-n * per_user // EVAL_BYTES))
+            fold = cfg.slots * padded_leaves(key_params(cfg)) * cfg.width * cfg.dtype.itemsize
+            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)))
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         bounds = np.linspace(0, n, tasks_n + 1).astype(int)
         tasks = [

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from secemb.protocols.backends import ProcessBackend, SerialBackend, make_backend
+from secemb.protocols import secemb as secemb_protocol
 from secemb.protocols.secemb import SecEmbProtocol
 from secemb.randomness import CtrDrbg
 from secemb.errors import InvalidParameters
@@ -127,10 +128,12 @@ class _Recording(ProcessBackend):
 
 
 @pytest.mark.parametrize("layout", ["full", "cuckoo"])
-def test_tasks_carry_keys_and_a_handle_not_the_table(layout: str) -> None:
+def test_tasks_carry_keys_and_a_handle_not_the_table(layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing of the table's size is pickled per task: a table 400 times wider (2.4 MB
     instead of 6 kB) leaves every task's pickle the same size to within a few bytes (the
-    width itself), and the results stay bit-identical to serial."""
+    width itself), and the results stay bit-identical to serial.  (The cache bound on a
+    task's folded rows is lifted, so that both widths split into the same tasks.)"""
+    monkeypatch.setattr(secemb_protocol, "FOLD_BYTES", 1 << 60)
     sizes = {}
     for width in (5, 2000):
         pool = _Recording(workers=2)
@@ -302,3 +305,14 @@ def test_large_results_come_back_through_shared_memory_and_leave_none_behind() -
         assert {n for n in os.listdir("/dev/shm") if n.startswith("psm_")} <= before
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("relay", [False, True])
+def test_the_cache_bound_splits_buckets_without_changing_the_round(relay: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cuckoo batch folded in one range of buckets, or in one range per bucket (a cache
+    bound of one byte), gives the same replies and aggregate."""
+    whole = _round(SerialBackend(), "cuckoo", relay)
+    monkeypatch.setattr(secemb_protocol, "FOLD_BYTES", 1)
+    split = _round(SerialBackend(), "cuckoo", relay)
+    assert whole[0] == split[0]
+    assert np.array_equal(whole[1], split[1]) and np.array_equal(whole[2], split[2])
