@@ -1,13 +1,16 @@
-"""``secemb demo --network --protocol sfsl``: SFSL's one server behind HTTP on 127.0.0.1 and the
+"""``secemb demo --network --protocol sfsl``: SFSL's one server behind HTTPS on 127.0.0.1 and the
 simulated devices talking to it with signed requests (:func:`run_networked_sfsl`).
 
 The server is the same :class:`~secemb.protocols.sfsl.staged.SFSLNode` as in process, served by
 :func:`~secemb.server.exchange_app.create_exchange_app` under uvicorn in a thread of this
-process (plain HTTP on the loopback interface, like a server started with ``--insecure-http``);
-the devices reach it only through :class:`~secemb.engine.http_exchange.HttpExchangeLink`
+process over TLS, like the two-server demo (:class:`~secemb.sim.cluster.LocalCluster`): a fresh
+private CA and certificates for 127.0.0.1 (:func:`~secemb.server.tls.init_pki`, in a temporary
+directory removed when the server stops; the node presents server 0's), and every client verifies the server
+against that CA only (:func:`~secemb.server.tls.client_context`); there is no plain-HTTP mode.
+The devices reach it only through :class:`~secemb.engine.http_exchange.HttpExchangeLink`
 (concurrently, ``concurrency`` at a time), the operator through
 :class:`~secemb.engine.http_exchange.HttpExchangeAdmin`, and the public model used for AUC is
-fetched over HTTP.  SFSL has one server: nothing crosses between servers.
+fetched over HTTPS.  SFSL has one server: nothing crosses between servers.
 
 With the same seed the networked run trains the in-process run's model only where the
 perturbation draws nothing random (CPP1: S'' = S; CPP5: S'' = the union): randomized response
@@ -18,10 +21,12 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,6 +38,7 @@ from secemb.engine.sfsl import EnginePlayer, SFSLOptions, click_dataset, run_sfs
 from secemb.errors import InvalidParameters
 from secemb.protocols.sfsl.parties import SFSLServer, TrainingSettings
 from secemb.protocols.sfsl.staged import SFSLNode
+from secemb.server.tls import client_context, init_pki
 from secemb.training.results import EpochStats, RoundStats, TrainResult
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
@@ -57,7 +63,10 @@ class NodeServer:
     """Serves ``node`` on ``127.0.0.1`` (a free port) in a thread, from :meth:`start` to
     :meth:`stop` (or as a context manager).
 
-    ``url``: the base URL; ``admin_secret``, ``user_secret``: the keys (fresh OS randomness).
+    ``url``: the base URL (``https``); ``tls``: the client context that pins the server's
+    private CA (give it to every client); ``admin_secret``, ``user_secret``: the keys (fresh OS
+    randomness).  The CA and the server's certificate and key are created fresh in a temporary
+    directory (0700, keys 0600) that :meth:`stop` removes.
     """
 
     def __init__(self, node: SFSLNode, num_users: int, max_body_bytes: int) -> None:
@@ -70,10 +79,14 @@ class NodeServer:
         verifier = Verifier(0, os.urandom(32), self.admin_secret, self.user_secret, num_users)
         app = create_exchange_app(node, verifier, max_body_bytes=max_body_bytes,
                                   model=lambda: model_bytes(node.server))
+        self._pki_dir = tempfile.TemporaryDirectory(prefix="secemb-sfsl-tls-")
+        pki = init_pki(Path(self._pki_dir.name) / "tls", [["127.0.0.1", "localhost"]] * 2)
+        self.tls = client_context(pki.ca)
         self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"https://127.0.0.1:{self.port}"
         self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                     access_log=False))
+                                                     access_log=False, ssl_certfile=str(pki.cert(0)),
+                                                     ssl_keyfile=str(pki.key(0))))
         self._thread = threading.Thread(target=self._server.run, name="secemb-sfsl-server", daemon=True)
 
     def __enter__(self) -> NodeServer:
@@ -93,9 +106,11 @@ class NodeServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving."""
+        """Stop serving and remove the TLS files."""
         self._server.should_exit = True
-        self._thread.join(timeout=30.0)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30.0)
+        self._pki_dir.cleanup()
 
 
 def run_networked_sfsl(opts: SFSLOptions, *, data: tuple[ClickData, ClickData] | None = None,
@@ -114,9 +129,8 @@ def run_networked_sfsl(opts: SFSLOptions, *, data: tuple[ClickData, ClickData] |
     """
     train, test = click_dataset(opts.dataset, data_dir, download=download, seed=opts.seed) if data is None else data
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="secemb-device")
-    http = httpx.Client(timeout=120.0, trust_env=False,
-                        limits=httpx.Limits(max_connections=2 * concurrency, max_keepalive_connections=2 * concurrency))
     serving: list[NodeServer] = []
+    clients: list[httpx.Client] = []
 
     def player(server: SFSLServer, settings: TrainingSettings) -> EnginePlayer:
         node = SFSLNode(server, settings)
@@ -124,6 +138,10 @@ def run_networked_sfsl(opts: SFSLOptions, *, data: tuple[ClickData, ClickData] |
         limit = 4 * sp.length * sp.width + 4 * (sp.length + node.bloom.length) + 128 * train.num_users + 4096
         host = NodeServer(node, train.num_users, limit).start()
         serving.append(host)
+        http = httpx.Client(timeout=120.0, trust_env=False, verify=host.tls,
+                            limits=httpx.Limits(max_connections=2 * concurrency,
+                                                max_keepalive_connections=2 * concurrency))
+        clients.append(http)
         if on_server is not None:
             on_server(host.url)
         admin = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret, http=http))
@@ -157,5 +175,6 @@ def run_networked_sfsl(opts: SFSLOptions, *, data: tuple[ClickData, ClickData] |
         for host in serving:
             host.stop()
         pool.shutdown(wait=True)
-        http.close()
+        for http in clients:
+            http.close()
     return result

@@ -1,6 +1,7 @@
-"""SFSL's one server behind HTTP (secemb.server.exchange_app): signed endpoints for the secure
-aggregation exchanges; a refused request (malformed, unsigned, wrong principal, too large, out of
-stage) gets its 4xx and changes nothing; and the networked run trains the in-process model."""
+"""SFSL's one server behind HTTPS (secemb.server.exchange_app): signed endpoints for the secure
+aggregation exchanges, over TLS that a client without the server's CA cannot reach; a refused
+request (malformed, unsigned, wrong principal, too large, out of stage) gets its 4xx and changes
+nothing; and the networked run trains the in-process model."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from secemb.protocols.sfsl import SFSLServer, TrainingSettings
 from secemb.protocols.sfsl.staged import SFSLNode, round_configs
 from secemb.secagg import SecAggClient
 from secemb.sim.sfsl import NodeServer
-from secemb.transport.errors import RemoteError
+from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
 
@@ -35,8 +36,8 @@ def served(clicks):
     table, dense = model.init_public(train.num_goods, np.random.default_rng(0))
     node = SFSLNode(SFSLServer(model, table, dense, train.goods_category), TrainingSettings())
     with NodeServer(node, train.num_users, max_body_bytes=1 << 16) as host:
-        admin = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret))
-        links = {u: HttpExchangeLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u)))
+        admin = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret, tls=host.tls))
+        links = {u: HttpExchangeLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u), tls=host.tls))
                  for u in range(4)}
         yield node, host, admin, links
 
@@ -63,8 +64,9 @@ def test_refused_requests_change_nothing(served):
     assert _status(lambda: send(1, "nonsense", good)) == 422
     # a device that is not a participant, unsigned and wrongly signed requests, a device calling the operator
     assert _status(lambda: links[3].send(1, "psu-advertise", SecAggClient(3, psu_cfg).advertise())) == 400
-    assert _status(lambda: ApiClient(host.url).post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 401
-    forged = ApiClient(host.url, "user:0", b"k" * 32)
+    unsigned = ApiClient(host.url, tls=host.tls)
+    assert _status(lambda: unsigned.post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 401
+    forged = ApiClient(host.url, "user:0", b"k" * 32, tls=host.tls)
     assert _status(lambda: forged.post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 401
     assert _status(lambda: links[0].api.post_json("/v1/admin/exchange/rounds/1/psu-advertise/close")) == 403
     assert _status(lambda: admin.api.post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 403
@@ -77,6 +79,22 @@ def test_refused_requests_change_nothing(served):
     keys = links[0].fetch(1, "psu-advertise")
     assert keys is not None and keys[:4] == b"SAGG"
     assert links[3].fetch(1, "psu-advertise") is None  # not in the round: no answer (204)
+    assert admin.outcome(1)["state"] == "open"
+
+
+def test_a_client_without_the_servers_ca_is_refused(served):
+    node, host, admin, links = served
+    assert host.url.startswith("https://")
+    # the system's trusted CAs do not include the deployment's private CA: the handshake fails,
+    # reported as Unreachable (a SecembError the CLI prints), and the request never reaches the node
+    stranger = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret))
+    with pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
+        stranger.open_round(1, [0, 1, 2])
+    # plain HTTP to the TLS port gets no answer either
+    plain = HttpExchangeAdmin(ApiClient("http" + host.url[len("https"):], "admin", host.admin_secret))
+    with pytest.raises(Unreachable):
+        plain.open_round(1, [0, 1, 2])
+    admin.open_round(1, [0, 1, 2])  # not opened by the refused calls: opening it now succeeds
     assert admin.outcome(1)["state"] == "open"
 
 
