@@ -304,7 +304,7 @@ def plot_fig4(curves: Sequence[dict[str, Any]], path: str | Path) -> None:
         panels.setdefault(name, {})[label] = [c["auc"][str(k)] for k in rounds]
         xs.setdefault(name, {})[label] = [float(k) for k in rounds]
         best = PAPER["fig4_best"].get(c["scheme"])
-        if best and best["round"]:
+        if best and best["round"] and c["lr"] == 1.0:  # the paper's step size
             refs.setdefault(name, {})[f"paper {label}"] = ([best["round"]], [best["auc"]])
     line_panels(path, panels, xlabel="round (log scale)", ylabel="test AUC", xs=xs, logx=True, refs=refs,
                 title="SFSL Figure 4: test AUC by round\ndiamonds: the paper's best AUCs\n"
