@@ -67,7 +67,7 @@ from secemb.training.results import (
 )
 from secemb.transport.errors import RemoteError, Unreachable
 
-__all__ = ["Behavior", "DevicePhase", "RoundAborted", "Servers", "run", "run_in_steps"]
+__all__ = ["Behavior", "DevicePhase", "RoundAborted", "Servers", "run"]
 
 #: per (round index, user): None (normal) or a fault to simulate on the device:
 #: "drop" (retrieves, never uploads), "only0"/"only1" (uploads to one server only),
@@ -88,27 +88,6 @@ class DevicePhase(TypingProtocol):
     def retrieve(self, sessions: Sequence[RoundSession]) -> list[BaseException | None]:
         """Send the sessions' retrieval requests (each in its protocol's plan order) and hand
         each its replies; per session, the error that stopped it (else ``None``)."""
-
-    def run(self, devices: Sequence[Any], prepare: Callable[[Any], RoundSession | None],
-            failed: Callable[[Any, BaseException], None], finish: Callable[[Any], None]) -> None:
-        """A round's device work: ``prepare`` each device (its session, ``None`` if it
-        failed), send the sessions' retrieval requests (``failed`` with the error of a
-        device whose retrieval failed), then ``finish`` each device.  ``prepare`` and
-        ``finish`` are called in the order of ``devices`` where the phase is sequential
-        (:func:`run_in_steps` is the plain order)."""
-
-
-def run_in_steps(phase: DevicePhase, devices: Sequence[Any], prepare: Callable[[Any], RoundSession | None],
-                 failed: Callable[[Any, BaseException], None], finish: Callable[[Any], None]) -> None:
-    """:meth:`DevicePhase.run` as three steps: every ``prepare``, one :meth:`~DevicePhase.retrieve`
-    of all sessions, every ``finish`` (each step through ``phase.map``)."""
-    sessions = phase.map(prepare, devices)
-    live = [(d, s) for d, s in zip(devices, sessions, strict=True) if s is not None]
-    errors = phase.retrieve([s for _, s in live])
-    for (d, _), err in zip(live, errors, strict=True):
-        if err is not None:
-            failed(d, err)
-    phase.map(finish, devices)
 
 
 @dataclass
@@ -385,11 +364,14 @@ def run(
         except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
             dev.error = exc
 
-    def failed(dev: _Device, err: BaseException) -> None:
-        dev.error = err
-
     def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
-        servers.phase.run(devs, lambda d: prepare(d, info), failed, lambda d: finish(d, expected))
+        sessions = servers.phase.map(lambda d: prepare(d, info), devs)
+        live = [(d, s) for d, s in zip(devs, sessions, strict=True) if s is not None]
+        errors = servers.phase.retrieve([s for _, s in live])
+        for (d, _), err in zip(live, errors, strict=True):
+            if err is not None:
+                d.error = err
+        servers.phase.map(lambda d: finish(d, expected), devs)
 
     for epoch in range(1, cfg.epochs + 1):
         tot.epoch_losses = []

@@ -21,15 +21,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
 from secemb.client.device import DeviceClient, RoundSession
-from secemb.engine.driver import Servers, run_in_steps
+from secemb.engine.driver import Servers
 from secemb.engine.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
 from secemb.errors import SecembError
 from secemb.models.base import RecModel
@@ -45,13 +41,13 @@ from secemb.transport.inprocess import SERVER, InProcessTransport, user_endpoint
 __all__ = ["InProcessServers", "LocalAdminLink", "LocalPeer", "LocalServerLink"]
 
 T = TypeVar("T")
-_Errors = list[BaseException | None]
 _NAMES = (SERVER0, SERVER1)
 
 
 def _carry(tp: InProcessTransport, src: str, dst: str, body: bytes, stage: str) -> bytes:
     """Move ``body`` from ``src`` to ``dst`` over the transport (counted); what ``dst`` gets."""
-    return tp.carry(src, dst, body, stage=stage)
+    tp.send(src, dst, body, stage=stage)
+    return tp.recv(dst, src)
 
 
 def _peer(fn: Callable[[], T]) -> T:
@@ -204,55 +200,15 @@ class LocalAdminLink:
 
 
 class _BatchedPhase:
-    """A round's devices in the calling thread, their retrieval requests batched per server.
+    """A round's devices one after another, their retrieval requests batched per server."""
 
-    With ``lanes`` > 1 the round's devices are cut into ``2 lanes`` contiguous parts: the
-    calling thread prepares one part's devices while lane threads take the parts already
-    prepared through the servers (with relay, server 0 on one part while server 1 works on
-    another), then finishes the parts in order as their replies arrive.  The servers' kernels
-    release the GIL, so device work and both servers' work share the cores.  Devices are
-    prepared and finished in order, by one thread, and each server's sums are exact ring
-    sums, so the model does not depend on the split.
-    """
-
-    def __init__(self, servers: InProcessServers, lanes: int) -> None:
-        self.servers, self.lanes = servers, max(1, lanes)
-        self._pool = (ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="secemb-lane")
-                      if self.lanes > 1 else None)
+    def __init__(self, servers: InProcessServers) -> None:
+        self.servers = servers
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return [fn(x) for x in items]
 
     def retrieve(self, sessions: Sequence[RoundSession]) -> list[BaseException | None]:
-        return self._retrieve(sessions)
-
-    def run(self, devices: Sequence[Any], prepare: Callable[[Any], RoundSession | None],
-            failed: Callable[[Any, BaseException], None], finish: Callable[[Any], None]) -> None:
-        parts_n = 2 * self.lanes
-        if self._pool is None or len(devices) < 2 * parts_n:
-            run_in_steps(self, devices, prepare, failed, finish)
-            return
-        bounds = np.linspace(0, len(devices), parts_n + 1).astype(int)
-        waiting: deque[tuple[Sequence[Any], list[tuple[Any, RoundSession]], Future[_Errors]]] = deque()
-
-        def finish_next() -> None:
-            part, live, retrieved = waiting.popleft()
-            for (d, _), err in zip(live, retrieved.result(), strict=True):
-                if err is not None:
-                    failed(d, err)
-            for d in part:
-                finish(d)
-
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            part = devices[lo:hi]
-            live = [(d, s) for d, s in ((d, prepare(d)) for d in part) if s is not None]
-            waiting.append((part, live, self._pool.submit(self._retrieve, [s for _, s in live])))
-            while waiting and waiting[0][2].done():
-                finish_next()
-        while waiting:
-            finish_next()
-
-    def _retrieve(self, sessions: Sequence[RoundSession]) -> list[BaseException | None]:
         errors: list[BaseException | None] = [None] * len(sessions)
         if not sessions:
             return errors
@@ -271,11 +227,6 @@ class _BatchedPhase:
                     reply = None if out is None else _carry(tp, _NAMES[party], me, out, RETRIEVAL)
                     sessions[i].accept_reply(party, reply)
         return errors
-
-    def close(self) -> None:
-        """Stop the lane threads."""
-        if self._pool is not None:
-            self._pool.shutdown()
 
 
 def server_configs(settings: dict[str, Any]) -> tuple[ServerConfig, ServerConfig]:
@@ -298,14 +249,12 @@ class InProcessServers:
         that is not registered).
     transport: where messages cross and are counted (a fresh one by default; then each
         round's counters are dropped when the round ends, to bound memory).
-    lanes: how many parts of a round's retrieval batch go through the servers at once, one
-        thread each (default: the cores, at most 4; 1: one batch, no threads).
     _noise_rngs: server 0's and server 1's random bytes for the DP noise (tests only: a
         secure and a plaintext run with the same seeded noise give the same model).
     """
 
     def __init__(self, settings: dict[str, Any], protocol: Protocol, model: RecModel,
-                 transport: InProcessTransport | None = None, *, lanes: int | None = None,
+                 transport: InProcessTransport | None = None, *,
                  _noise_rngs: tuple[RandomBytes, RandomBytes] | None = None) -> None:
         self.own_transport = transport is None
         self.tp = InProcessTransport() if transport is None else transport
@@ -316,7 +265,6 @@ class InProcessServers:
         leader = make_node(cfg0, peer=LocalPeer(follower, self.tp), store=MemoryStore(0, fingerprint),  # type: ignore[arg-type]
                            protocol=protocol, model=model, start_threads=False, _noise_rng=rng0)
         self.nodes = (leader, follower)
-        self._phase = _BatchedPhase(self, min(4, os.cpu_count() or 1) if lanes is None else lanes)
 
     def servers(self) -> Servers:
         """The driver's view of the two nodes."""
@@ -328,7 +276,7 @@ class InProcessServers:
             return DeviceClient.over(user, (LocalServerLink(self.nodes[0], user, self.tp),
                                             LocalServerLink(self.nodes[1], user, self.tp)), min_users=floor)
 
-        return Servers(admin=admin, device=device, phase=self._phase, server_bytes=self.server_bytes,
+        return Servers(admin=admin, device=device, phase=_BatchedPhase(self), server_bytes=self.server_bytes,
                        end_round=self.end_round, device_errors_fatal=True)
 
     def server_bytes(self, round_id: int) -> int:
@@ -342,7 +290,6 @@ class InProcessServers:
             self.tp.drop_round(round_id)
 
     def stop(self) -> None:
-        """Stop the nodes' background threads and the lanes."""
-        self._phase.close()
+        """Stop the nodes' background threads."""
         for node in self.nodes:
             node.stop()

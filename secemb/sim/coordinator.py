@@ -21,7 +21,7 @@ import httpx
 
 from secemb.client.device import DeviceClient, RoundSession
 from secemb.data import RatingData
-from secemb.engine.driver import Servers, run, run_in_steps
+from secemb.engine.driver import Servers, run
 from secemb.engine.http import HttpAdminLink
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
@@ -69,10 +69,6 @@ class _ThreadPhase:
             return None
 
         return self.map(one, sessions)
-
-    def run(self, devices: Sequence[Any], prepare: Callable[[Any], RoundSession | None],
-            failed: Callable[[Any, BaseException], None], finish: Callable[[Any], None]) -> None:
-        run_in_steps(self, devices, prepare, failed, finish)
 
 
 def train_networked(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import numbers
 import re
-import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from types import EllipsisType
@@ -108,7 +107,6 @@ class InProcessTransport:
             lambda: defaultdict(lambda: [0, 0])
         )
         self._round: int | None = None
-        self._lock = threading.Lock()
 
     # ----------------------------------------------------------------- rounds
 
@@ -181,14 +179,6 @@ class InProcessTransport:
         if not box:
             raise ProtocolError(f"no message from {src!r} waiting for {dst!r}")
         return box.popleft()
-
-    def carry(self, src: str, dst: str, payload: bytes, *, stage: str) -> bytes:
-        """:meth:`send` then :meth:`recv` of the same message as one step, safe to call from
-        several threads at once (their messages on one pair of endpoints never swap); what
-        ``dst`` receives."""
-        with self._lock:
-            self.send(src, dst, payload, stage=stage)
-            return self.recv(dst, src)
 
     def pending(self) -> int:
         """Number of messages sent but not yet received."""

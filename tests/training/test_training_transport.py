@@ -75,26 +75,3 @@ def test_endpoint_names():
         user_endpoint(-1)
     with pytest.raises(InvalidParameters):
         user_endpoint(True)
-
-
-def test_carry_from_many_threads_hands_each_sender_its_own_message() -> None:
-    """The in-process engine's lanes carry messages on one pair of endpoints at once: each
-    carry must receive the message it sent, and every byte is counted."""
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    tp = InProcessTransport()
-    send = tp.send
-
-    def slow_send(*args: object, **kwargs: object) -> int:  # another thread runs in between
-        n = send(*args, **kwargs)  # type: ignore[arg-type]
-        time.sleep(0.001)
-        return n
-
-    tp.send = slow_send  # type: ignore[method-assign]
-    bodies = [i.to_bytes(4, "little") * (1 + i % 7) for i in range(200)]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        got = list(pool.map(lambda b: tp.carry("server0", "server1", b, stage="retrieval"), bodies))
-    assert got == bodies
-    assert tp.pending() == 0
-    assert tp.total_bytes() == sum(len(b) for b in bodies)
