@@ -171,10 +171,10 @@ def run_networked_sfsl(opts: SFSLOptions, *, data: tuple[ClickData, ClickData] |
     try:
         result = run_sfsl(opts, data=(train, test), player=player, on_start=started, on_round=on_round,
                           on_epoch=on_epoch)
-    finally:
-        for host in serving:
-            host.stop()
+    finally:  # clients before servers: a TLS connection the client leaves open holds the server's shutdown
         pool.shutdown(wait=True)
         for http in clients:
             http.close()
+        for host in serving:
+            host.stop()
     return result

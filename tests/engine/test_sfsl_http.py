@@ -40,6 +40,8 @@ def served(clicks):
         links = {u: HttpExchangeLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u), tls=host.tls))
                  for u in range(4)}
         yield node, host, admin, links
+        for api in [admin.api] + [link.api for link in links.values()]:  # a TLS connection left open
+            api.close()  # holds the server's shutdown until its close_notify times out
 
 
 def _status(fn) -> int:
@@ -68,6 +70,8 @@ def test_refused_requests_change_nothing(served):
     assert _status(lambda: unsigned.post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 401
     forged = ApiClient(host.url, "user:0", b"k" * 32, tls=host.tls)
     assert _status(lambda: forged.post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 401
+    unsigned.close()
+    forged.close()
     assert _status(lambda: links[0].api.post_json("/v1/admin/exchange/rounds/1/psu-advertise/close")) == 403
     assert _status(lambda: admin.api.post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 403
     # none of it was kept: the valid message is accepted once (not a duplicate), then refused as one
