@@ -29,10 +29,10 @@ import numpy as np
 from secemb.data.ctr import ClickData
 from secemb.errors import InvalidParameters
 from secemb.metrics import get_metric
-from secemb.models.din import DIN, click_batch
+from secemb.models.din import click_batch
 from secemb.privacy.randomized_response import get_cpp
 from secemb.protocols.sfsl.parties import SFSLDevice, SFSLServer, categories_of
-from secemb.protocols.sfsl.simulate import SFSLResult, SFSLRun
+from secemb.protocols.sfsl.simulate import SFSLResult, SFSLRun, start_run
 
 __all__ = ["BASELINES", "train_baseline"]
 
@@ -53,16 +53,7 @@ def train_baseline(train: ClickData, test: ClickData, run: SFSLRun, scheme: str,
     """
     if scheme not in BASELINES:
         raise InvalidParameters(f"baseline must be one of {BASELINES}, got {scheme!r}")
-    rng = np.random.default_rng(run.seed)
-    model = DIN(num_categories=train.num_categories, dim=run.dim)
-    table, dense = model.init_public(train.num_goods, rng)
-    user_emb = model.init_private(train.num_users, rng)
-    server = SFSLServer(model, table, dense, train.goods_category)
-    bounds = train.user_bounds()
-    users = np.flatnonzero(np.diff(bounds) > 0)
-    if users.size < run.clients_per_round:
-        raise InvalidParameters(f"{users.size} users have training samples, fewer than "
-                                f"clients_per_round={run.clients_per_round}")
+    rng, model, server, user_emb, bounds, users = start_run(train, run)
     devices: dict[int, SFSLDevice] = {}
     auc = get_metric("auc")
     result = SFSLResult(run)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from secemb.protocols.sfsl.quantize import max_weight
 from secemb.protocols.sfsl.round import RoundReport, sfsl_round
 from secemb.randomness import RandomBytes, system_rng
 
-__all__ = ["Dropouts", "RoundPlayer", "SFSLResult", "SFSLRun", "train_sfsl"]
+__all__ = ["Dropouts", "RoundPlayer", "RunStart", "SFSLResult", "SFSLRun", "start_run", "train_sfsl"]
 
 #: per (round, chosen device ids): ``(psu_drop_after, drop_after)`` as :func:`sfsl_round` takes them
 Dropouts = Callable[[int, np.ndarray], tuple[Mapping[int, int], Mapping[int, int]]]
@@ -111,6 +111,39 @@ class SFSLResult:
     user_embeddings: np.ndarray | None = None
 
 
+class RunStart(NamedTuple):
+    """What every DIN training run over click data starts from (:func:`start_run`)."""
+
+    rng: np.random.Generator  # the run's training randomness (seeded by ``run.seed``)
+    model: DIN
+    server: SFSLServer  # holding the initial public model
+    user_emb: np.ndarray  # the devices' private user embeddings, float64 (num_users, d)
+    bounds: np.ndarray  # ``train.user_bounds()``
+    users: np.ndarray  # the users with training samples
+
+
+def start_run(train: ClickData, run: SFSLRun) -> RunStart:
+    """DIN initialized from ``run.seed`` (public model, then private user embeddings), its
+    server, and the users who can be drawn.
+
+    Raises
+    ------
+    InvalidParameters
+        Fewer users with training samples than ``run.clients_per_round``.
+    """
+    rng = np.random.default_rng(run.seed)
+    model = DIN(num_categories=train.num_categories, dim=run.dim)
+    table, dense = model.init_public(train.num_goods, rng)
+    user_emb = model.init_private(train.num_users, rng)
+    server = SFSLServer(model, table, dense, train.goods_category)
+    bounds = train.user_bounds()
+    users = np.flatnonzero(np.diff(bounds) > 0)
+    if users.size < run.clients_per_round:
+        raise InvalidParameters(f"{users.size} users have training samples, fewer than "
+                                f"clients_per_round={run.clients_per_round}")
+    return RunStart(rng, model, server, user_emb, bounds, users)
+
+
 def train_sfsl(train: ClickData, test: ClickData, run: SFSLRun, *,
                progress: Callable[[int, SFSLResult], None] | None = None,
                player: Callable[[SFSLServer, TrainingSettings], RoundPlayer] | None = None,
@@ -127,16 +160,7 @@ def train_sfsl(train: ClickData, test: ClickData, run: SFSLRun, *,
     InvalidParameters
         Fewer users with training samples than ``clients_per_round``.
     """
-    rng = np.random.default_rng(run.seed)
-    model = DIN(num_categories=train.num_categories, dim=run.dim)
-    table, dense = model.init_public(train.num_goods, rng)
-    user_emb = model.init_private(train.num_users, rng)
-    server = SFSLServer(model, table, dense, train.goods_category)
-    bounds = train.user_bounds()
-    users = np.flatnonzero(np.diff(bounds) > 0)
-    if users.size < run.clients_per_round:
-        raise InvalidParameters(f"{users.size} users have training samples, fewer than "
-                                f"clients_per_round={run.clients_per_round}")
+    rng, model, server, user_emb, bounds, users = start_run(train, run)
     params = get_cpp(run.preset)
     settings = replace(run.settings, max_weight=min(run.settings.max_weight,
                                                     max_weight(run.clients_per_round, run.settings.levels)))
