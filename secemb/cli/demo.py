@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from secemb.cli._dp_options import DpClip, DpDelta, DpLevel
 
 
 def register(app: typer.Typer) -> None:
@@ -66,11 +67,9 @@ def register(app: typer.Typer) -> None:
                                 "(each server noises its share; the devices clip to the bound the servers announce) "
                                 "or local DP (dp-fedrec).")
         ] = float("inf"),
-        dp_delta: Annotated[float, typer.Option(help="Differential privacy: target delta.")] = 1e-5,
-        dp_clip: Annotated[float, typer.Option(help="Differential privacy: L2 bound of a user's round contribution.")
-                           ] = 1.0,
-        dp_level: Annotated[str, typer.Option(help="Differential privacy: user (a user's whole contribution).")
-                            ] = "user",
+        dp_delta: DpDelta = 1e-5,
+        dp_clip: DpClip = 1.0,
+        dp_level: DpLevel = "user",
         concurrency: Annotated[int, typer.Option(min=1, help="Devices running at the same time.")] = 8,
         deadline: Annotated[float, typer.Option(min=0.1, help="Round deadline, seconds.")] = 120.0,
         workdir: Annotated[

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from secemb.cli._dp_options import DpClip, DpDelta, DpLevel
 
 
 def _mb(nbytes: float) -> str:
@@ -102,11 +103,9 @@ def register(app: typer.Typer) -> None:
                                 "plaintext, secfedrec: each server noises its share, Poisson sampling) or local DP "
                                 "(dp-fedrec).")
         ] = float("inf"),
-        dp_delta: Annotated[float, typer.Option(help="Differential privacy: target delta.")] = 1e-5,
-        dp_clip: Annotated[float, typer.Option(help="Differential privacy: L2 bound of a user's round contribution.")
-                           ] = 1.0,
-        dp_level: Annotated[str, typer.Option(help="Differential privacy: user (a user's whole contribution).")
-                            ] = "user",
+        dp_delta: DpDelta = 1e-5,
+        dp_clip: DpClip = 1.0,
+        dp_level: DpLevel = "user",
         metrics: Annotated[
             str | None,
             typer.Option(help="Comma-separated metrics from the registry, e.g. rmse,mae or ndcg@10 (default: the "
