@@ -42,7 +42,7 @@ from secemb.server.auth import AuthError, Busy, Forbidden, Principal, RateLimite
 from secemb.server.errors import NotFound, PeerUnavailable
 from secemb.server.inference import NodeInference
 from secemb.server.node import FollowerNode, LeaderNode, Node
-from secemb.server.parsing import PayloadTooLarge, RequestTimeout, ascii_int, json_object
+from secemb.server.parsing import PayloadTooLarge, RequestTimeout, ascii_int, json_object, read_body
 from secemb.server.persist import StorageError
 from secemb.server.tls import PEER_CN_SCOPE_KEY
 from secemb.training import messages
@@ -134,21 +134,6 @@ def _limit_json(node: Node) -> int:
     return _JSON_LIMIT + 24 * node.cfg.num_users
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    cl = request.headers.get("content-length")
-    if cl is not None:
-        size = ascii_int(cl, "header Content-Length", 0, _INT_END, InvalidMessage)
-        if size > limit:
-            raise PayloadTooLarge(f"body of {size} bytes exceeds this endpoint's limit of {limit} bytes")
-    chunks, n = [], 0
-    async for chunk in request.stream():
-        n += len(chunk)
-        if n > limit:
-            raise PayloadTooLarge(f"body exceeds this endpoint's limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _user_param(request: Request, node: Node) -> int:
     """The ``user`` query parameter: a user id in ``[0, num_users)`` in ASCII digits (422 otherwise)."""
     return ascii_int(request.query_params.get("user"), "query parameter user", 0, node.cfg.num_users)
@@ -233,7 +218,7 @@ def create_app(node: Node) -> FastAPI:
             raise Busy(f"{cfg.max_body_reads} request bodies are being read; retry later") from None
         try:
             async with asyncio.timeout_at(deadline):
-                return await _read_body(request, limit)
+                return await read_body(request, limit)
         except TimeoutError:
             raise RequestTimeout(f"the request body did not arrive within {cfg.read_timeout_s:g} s") from None
         finally:

@@ -34,20 +34,16 @@ from starlette.concurrency import run_in_threadpool
 from secemb.engine.exchange import ExchangeNode
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.server.auth import AuthError, Busy, Forbidden, Principal, RateLimited, Verifier
-from secemb.server.parsing import ascii_int
+from secemb.server.parsing import PayloadTooLarge, ascii_int, read_body
 
-__all__ = ["BodyTooLarge", "create_exchange_app"]
+__all__ = ["create_exchange_app"]
 
 OCTET = "application/octet-stream"
 _JSON_LIMIT = 1 << 20
 
 
-class BodyTooLarge(SecembError):
-    """A request body over the endpoint's limit (HTTP 413)."""
-
-
 _STATUS: list[tuple[type[BaseException], int, str]] = [
-    (AuthError, 401, "unauthorized"), (Forbidden, 403, "forbidden"), (BodyTooLarge, 413, "payload_too_large"),
+    (AuthError, 401, "unauthorized"), (Forbidden, 403, "forbidden"), (PayloadTooLarge, 413, "payload_too_large"),
     (RateLimited, 429, "rate_limited"), (Busy, 503, "busy"), (InvalidMessage, 400, "invalid_message"),
     (InvalidParameters, 422, "invalid_parameters"), (ProtocolError, 409, "conflict"), (SecembError, 400, "bad_request"),
 ]
@@ -70,16 +66,7 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
 
     async def authed(request: Request, kind: str, limit: int) -> tuple[Principal, bytes]:
         verifier.principal_of(request.headers)
-        size = request.headers.get("content-length")
-        if size is not None and ascii_int(size, "header Content-Length", 0, 2**63, InvalidMessage) > limit:
-            raise BodyTooLarge(f"body exceeds this endpoint's limit of {limit} bytes")
-        chunks, n = [], 0
-        async for chunk in request.stream():
-            n += len(chunk)
-            if n > limit:
-                raise BodyTooLarge(f"body exceeds this endpoint's limit of {limit} bytes")
-            chunks.append(chunk)
-        body = b"".join(chunks)
+        body = await read_body(request, limit)
         principal = verifier.verify(request.headers, request.method, request.url.path, request.url.query, body)
         if principal.kind != kind:
             raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")

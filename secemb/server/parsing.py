@@ -16,10 +16,11 @@ import re
 from typing import Any
 
 import numpy as np
+from starlette.requests import Request
 
 from secemb.errors import InvalidMessage, InvalidParameters, SecembError
 
-__all__ = ["JSON_MAX_DEPTH", "PayloadTooLarge", "RequestTimeout", "ascii_int", "json_object"]
+__all__ = ["JSON_MAX_DEPTH", "PayloadTooLarge", "RequestTimeout", "ascii_int", "json_object", "read_body"]
 
 #: deepest nesting of arrays and objects a JSON body may have (the API's documents need 3)
 JSON_MAX_DEPTH = 32
@@ -38,6 +39,24 @@ class PayloadTooLarge(SecembError):
 
 class RequestTimeout(SecembError):
     """The body did not arrive within the server's ``read_timeout_s`` (HTTP 408)."""
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """``request``'s body, refused with :class:`PayloadTooLarge` as soon as it is known to
+    exceed ``limit`` bytes: by its ``Content-Length`` before anything is read (a malformed one
+    is :class:`~secemb.errors.InvalidMessage`), else while it streams in."""
+    cl = request.headers.get("content-length")
+    if cl is not None:
+        size = ascii_int(cl, "header Content-Length", 0, 2**63, InvalidMessage)
+        if size > limit:
+            raise PayloadTooLarge(f"body of {size} bytes exceeds this endpoint's limit of {limit} bytes")
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            raise PayloadTooLarge(f"body exceeds this endpoint's limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def ascii_int(raw: str | None, field: str, lo: int, hi: int,
