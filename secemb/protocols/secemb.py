@@ -344,9 +344,10 @@ class SecEmbServer(ServerRole):
         n = len(keys)
         # a task walks its keys' trees over the whole (bucket) domain, holding leaf-level
         # control bits and retrieval shares: bound that memory by splitting the batch
-        per_user = cfg.slots * padded_leaves(key_params(cfg)) * (cfg.dtype.itemsize + 1)
+        leaves = cfg.slots * padded_leaves(key_params(cfg))  # per user, over all its keys
+        per_user = leaves * (cfg.dtype.itemsize + 1)
         if cfg.layout == "cuckoo" and self._device is None:
-            fold = cfg.slots * padded_leaves(key_params(cfg)) * cfg.width * cfg.dtype.itemsize
+            fold = leaves * cfg.width * cfg.dtype.itemsize  # the bucket rows the walk folds into
             return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)))
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         bounds = np.linspace(0, n, tasks_n + 1).astype(int)
