@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from secemb.cli._dp_options import DpClip, DpDelta, DpLevel
+from secemb.cli._dp_options import DpClip, DpDelta, DpEpsilon, DpLevel
 
 
 def _mb(nbytes: float) -> str:
@@ -98,11 +98,7 @@ def register(app: typer.Typer) -> None:
                 "--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient."
             ),
         ] = True,
-        dp_epsilon: Annotated[
-            float, typer.Option(help="Differential privacy: target epsilon (inf: no DP). Central DP (secemb, "
-                                "plaintext, secfedrec: each server noises its share, Poisson sampling) or local DP "
-                                "(dp-fedrec).")
-        ] = float("inf"),
+        dp_epsilon: DpEpsilon = float("inf"),
         dp_delta: DpDelta = 1e-5,
         dp_clip: DpClip = 1.0,
         dp_level: DpLevel = "user",
