@@ -83,11 +83,12 @@ def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
     src, tmp = stage[0], stage[1]
     tmpp, srcp = tmp.ctypes.data, src.ctypes.data
     flat = out.reshape(total, 2)
-    if nb % BLOCKS == 0:
-        for i in range(n):
-            wp = words[i].ctypes.data
-            for j0 in range(0, nb, BLOCKS):
-                mmo_ctr(rkp, wp, j0, outp + 16 * (i * nb + j0))  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    full = nb - nb % BLOCKS  # counters [0, full) of every leaf: counter mode in registers
+    for i in range(n if full else 0):
+        wp = words[i].ctypes.data
+        for j0 in range(0, full, BLOCKS):
+            mmo_ctr(rkp, wp, j0, outp + 16 * (i * nb + j0))  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    if full == nb:
         return
     first = 0
     if nb == 1:  # the words are the AES inputs
@@ -95,25 +96,30 @@ def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
         wp = words.ctypes.data
         for f0 in range(0, first, BLOCKS):
             mmo_blocks(rkp, wp + 16 * f0, outp + 16 * f0)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-    # any other width, and the tail: BLOCKS consecutive (leaf, counter) inputs at a time
+    # counters [full, nb) of the leaves from ``first`` on: BLOCKS (leaf, counter) inputs at a
+    # time, staged, encrypted, and written to their places (contiguous when full = 0)
+    pos = np.empty(BLOCKS, np.int64)
     i = first
-    j = 0
-    for f0 in range(first, total, BLOCKS):
-        cnt = min(BLOCKS, total - f0)
-        for q in range(cnt):
-            src[q, 0] = words[i, 0]
-            src[q, 1] = words[i, 1] ^ np.uint64(j)
-            j += 1
-            if j == nb:
-                j = 0
-                i += 1
-        if cnt == BLOCKS:
-            mmo_blocks(rkp, srcp, outp + 16 * f0)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-        else:
+    j = full
+    q = 0
+    while i < n:
+        src[q, 0] = words[i, 0]
+        src[q, 1] = words[i, 1] ^ np.uint64(j)
+        pos[q] = i * nb + j
+        q += 1
+        j += 1
+        if j == nb:
+            j = full
+            i += 1
+        if q == BLOCKS and full == 0:
+            mmo_blocks(rkp, srcp, outp + 16 * pos[0])  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+            q = 0
+        elif q == BLOCKS or i == n:
             mmo_blocks(rkp, srcp, tmpp)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-            for q in range(cnt):
-                flat[f0 + q, 0] = tmp[q, 0]
-                flat[f0 + q, 1] = tmp[q, 1]
+            for r in range(q):
+                flat[pos[r], 0] = tmp[r, 0]
+                flat[pos[r], 1] = tmp[r, 1]
+            q = 0
 
 
 @njit(cache=True, nogil=True)

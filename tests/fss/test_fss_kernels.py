@@ -118,11 +118,12 @@ def test_bucket_form_is_the_same_on_both_backends(big_m, buckets, users, width, 
         assert _equal(*_both(mp, lambda: retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, width)))
 
 
-@pytest.mark.parametrize("width", [1, 3, 4, 5, 64, 65, 128])
+@pytest.mark.parametrize("width", [1, 3, 4, 5, 64, 65, 128, 200])
 @pytest.mark.parametrize("ring_bits", [32, 64])
 def test_conversion_kernels_equal_the_reference(monkeypatch: pytest.MonkeyPatch, width: int, ring_bits: int) -> None:
     """Every conversion path of the kernels: one block per leaf (the words are the AES input),
-    whole 16-block counter runs, and any other count of blocks (staged inputs, short tails);
+    whole 16-block counter runs, any other count of blocks (staged inputs, short tails), and
+    counter runs followed by a staged remainder (65 and 200 values: 17/33 and 50/100 blocks);
     the accumulation wraps around its rows."""
     gen = np.random.default_rng(width)
     words = gen.integers(0, 2**64, (1037, 2), dtype=np.uint64)
