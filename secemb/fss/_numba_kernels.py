@@ -157,22 +157,33 @@ def convert_eval(words, nb, rk, cw, pos0, period, party, out, blocks, vals):  # 
 
 
 @njit(cache=True, nogil=True)
-def convert_accumulate(words, nb, rk, acc, start, blocks, vals):  # noqa: ANN001, ANN201
-    """``acc[(start + i) % M] += Convert(words[i])`` in the ring: words uint64 (N, 2), acc
-    ring (M, w); scratch as in :func:`convert_eval`."""
+def convert_accumulate(words, nb, rk, acc, start, live, blocks, vals, staged):  # noqa: ANN001, ANN201
+    """``acc[r] += Convert(words[i])`` in the ring for ``r = (start + i) % M`` where
+    ``live[r]``: words uint64 (N, 2), acc ring (M, w), live uint8 (M,); the words of rows not
+    live are not converted.  Scratch as in :func:`convert_eval`, and ``staged`` uint64
+    (LEAF_STEP, 2) for the live words of a step."""
     n = words.shape[0]
     big_m, w = acc.shape
     stage = np.empty((2, BLOCKS, 2), np.uint64)
+    rows = np.empty(LEAF_STEP, np.int64)
     row = start % big_m
-    for lo in range(0, n, LEAF_STEP):
-        hi = min(lo + LEAF_STEP, n)
-        _convert_blocks(words[lo:hi], nb, rk, blocks[: hi - lo], stage)
-        for i in range(hi - lo):
-            for e in range(w):
-                acc[row, e] += vals[i, e]
-            row += 1
-            if row == big_m:
-                row = 0
+    c = 0
+    for i in range(n):
+        if live[row]:
+            staged[c, 0] = words[i, 0]
+            staged[c, 1] = words[i, 1]
+            rows[c] = row
+            c += 1
+        row += 1
+        if row == big_m:
+            row = 0
+        if c == LEAF_STEP or (i == n - 1 and c > 0):
+            _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
+            for q in range(c):
+                r = rows[q]
+                for e in range(w):
+                    acc[r, e] += vals[q, e]
+            c = 0
 
 
 @njit(cache=True, nogil=True)

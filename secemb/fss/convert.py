@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.prg import CHUNK_BLOCKS, aes_for
 
@@ -138,7 +139,7 @@ def convert_eval_into(
             np.negative(out[lo:hi], out=out[lo:hi])
 
 
-def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray, start: int) -> None:
+def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray, start: int, live: np.ndarray | None = None) -> None:
     """``acc[(start + i) % M] += Convert_tag(words[i])`` in the ring, for every word: the
     servers' sum of conversions over keys (the aggregation stage's scatter).
 
@@ -147,20 +148,29 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray, start: int)
     words: uint64 (N, 2) leaf words.
     acc: ring (M, w), updated in place (uint32 or uint64: the ring).
     start: flat position of ``words[0]`` (row ``start % M``).
+    live: bool (M,), or ``None`` for all rows: only the words of live rows are converted
+        and added (the compiled kernel skips the others' AES work; rows not live are left
+        as they are).
     """
     dtype, (big_m, width) = acc.dtype, acc.shape
     ring_bits = 8 * dtype.itemsize
+    if live is not None and live.shape != (big_m,):
+        raise InvalidParameters(f"live must have shape ({big_m},), got {live.shape}")
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
+        from secemb.fss._numba_kernels import LEAF_STEP
         from secemb.fss._numba_kernels import convert_accumulate as fused
 
         blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
-        fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0], acc, start, blocks, vals)
+        rows = np.ones(big_m, np.uint8) if live is None else live.astype(np.uint8)
+        fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0], acc, start, rows,
+              blocks, vals, np.empty((LEAF_STEP, 2), np.uint64))
         return
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
         pos = start + lo
         while pos < start + hi:  # rows wrap around at M
             j = pos % big_m
             take = min(start + hi - pos, big_m - j)
-            acc[j : j + take] += vals[pos - start - lo : pos - start - lo + take]
+            part = vals[pos - start - lo : pos - start - lo + take]
+            acc[j : j + take] += part if live is None else part * live[j : j + take, None].astype(dtype)
             pos += take

@@ -138,11 +138,13 @@ def _walk(
     conv_sum: np.ndarray,
     retrieval_tag: str,
     aggregation_tag: str,
+    live: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Walk every tree once.  Returns ``(t, e)``, uint8 and ring (K, mp) over the padded
     domain (:func:`~secemb.fss.tree.padded_domain`): control bits and retrieval shares
     ``(-1)^b [Convert_ret(s) + t CW_ret]``; adds ``Convert_agg`` of the leaf at flat position
-    ``j`` of (K, mp) to ``conv_sum[j % M]`` (ring (M, w))."""
+    ``j`` of (K, mp) to ``conv_sum[j % M]`` (ring (M, w)) where ``live[j % M]`` (bool (M,)):
+    rows that hold no domain point (padding) are neither converted nor written."""
     dtype = retrieval_cw.dtype
     k, mp = len(path), padded_domain(path)
     t = np.empty((k, mp), np.uint8)
@@ -154,7 +156,7 @@ def _walk(
         flat = leaves.reshape(-1, 2)
         np.bitwise_and(flat[:, 0], _ONE, out=t_flat[a0:z0], casting="unsafe")
         convert_eval_into(flat, retrieval_cw, a0, mp, party, retrieval_tag, e_flat[a0:z0])
-        convert_accumulate(flat, aggregation_tag, conv_sum, a0)
+        convert_accumulate(flat, aggregation_tag, conv_sum, a0, live)
     return t, e
 
 
@@ -190,7 +192,7 @@ def retrieve_and_prepare(
     ring_bits = 8 * table.dtype.itemsize
     mp = padded_domain(path)
     conv_sum = np.zeros((mp, agg_width), table.dtype)
-    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag)
+    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, np.arange(mp) < m)
     answers = ring_matmul(e[:, :m], table, ring_bits)
     prepared = PreparedAggregation(
         b, ring_bits, m, agg_width, np.packbits(t[:, :m], axis=1), np.ascontiguousarray(conv_sum[:m])
@@ -205,6 +207,7 @@ def retrieve_and_prepare_buckets(
     tables: np.ndarray | LimbMatrix,
     agg_width: int,
     *,
+    live: np.ndarray | None = None,
     retrieval_tag: str = RETRIEVAL_TAG,
     aggregation_tag: str = AGGREGATION_TAG,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -218,6 +221,9 @@ def retrieve_and_prepare_buckets(
     tables: ring (B, M, D), bucket ``i``'s rows (zero rows pad short buckets), or its
         :class:`~secemb.fss.linalg.LimbMatrix`.
     agg_width: ``w``.
+    live: bool (B, M), the positions that hold a row (the rest pad short buckets), or
+        ``None`` for all: ``conv_sum`` is computed at live positions only and is zero at
+        the others (a caller must ignore them, as the layout's scatter does).
 
     Returns
     -------
@@ -233,8 +239,12 @@ def retrieve_and_prepare_buckets(
         raise InvalidParameters(f"tables must have shape (B, {big_m}, D) with B dividing {k}, got {tables.shape}")
     ring_bits = 8 * tables.dtype.itemsize
     mp = padded_domain(path)
+    if live is not None and live.shape != (buckets, big_m):
+        raise InvalidParameters(f"live must have shape ({buckets}, {big_m}), got {live.shape}")
+    rows = np.zeros((buckets, mp), bool)
+    rows[:, :big_m] = True if live is None else live
     conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
-    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag)
+    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, rows.reshape(-1))
     users = k // buckets
     e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
     answers = ring_matmul(e_b, tables, ring_bits).transpose(1, 0, 2).reshape(k, -1)

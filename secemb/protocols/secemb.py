@@ -275,7 +275,7 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     user-major, and read those buckets' rows (``None``: all buckets).  Returns the answers (K, w), the control bits
     (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
     payload-independent part of the aggregation share summed over the batch ((m, w), or
-    (hi - lo, M, w) for those buckets).
+    (hi - lo, M, w) for those buckets, zero at positions that pad a bucket).
     """
     layout, party, keys, handle, width, buckets = task
     table = handle.get()
@@ -285,7 +285,8 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width)
         return answers, prepared.t_bits, prepared.signed_conv()
     lo, hi = buckets or (0, len(table.index))
-    answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width)
+    answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width,
+                                                    live=table.index[lo:hi] >= 0)
     if party:
         np.negative(conv, out=conv)
     return answers, t, conv

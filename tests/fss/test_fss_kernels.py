@@ -124,18 +124,23 @@ def test_conversion_kernels_equal_the_reference(monkeypatch: pytest.MonkeyPatch,
     """Every conversion path of the kernels: one block per leaf (the words are the AES input),
     whole 16-block counter runs, any other count of blocks (staged inputs, short tails), and
     counter runs followed by a staged remainder (65 and 200 values: 17/33 and 50/100 blocks);
-    the accumulation wraps around its rows."""
+    the accumulation wraps around its rows, and skips the rows not live (left as they were)."""
     gen = np.random.default_rng(width)
     words = gen.integers(0, 2**64, (1037, 2), dtype=np.uint64)
     ref, fast = _both(monkeypatch, lambda: convert(words, width, ring_bits, AGGREGATION_TAG))
     assert _equal(ref, fast)
 
-    def accumulate() -> np.ndarray:
+    live = np.random.default_rng(1).random(300) < 0.6
+
+    def accumulate(rows: np.ndarray | None) -> np.ndarray:
         acc = random_ring(np.random.default_rng(0), (300, width), ring_bits)
-        convert_accumulate(words, AGGREGATION_TAG, acc, 250)
+        convert_accumulate(words, AGGREGATION_TAG, acc, 250, rows)
         return acc
 
-    assert _equal(*_both(monkeypatch, accumulate))
+    assert _equal(*_both(monkeypatch, lambda: accumulate(None)))
+    masked = _both(monkeypatch, lambda: accumulate(live))
+    assert _equal(*masked)
+    assert np.array_equal(masked[1][~live], random_ring(np.random.default_rng(0), (300, width), ring_bits)[~live])
 
 
 @pytest.mark.parametrize(("m", "keys"), [(5000, 3), (93386, 1), (129, 33)])

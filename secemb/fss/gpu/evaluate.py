@@ -208,7 +208,8 @@ def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int) -> t
     -------
     ``(answers, bits, conv)``: ring (K, D) answer shares; the control bits -- uint8
     (K, ceil(m / 8)) packed rows (numpy ``packbits``) for the full layout, uint8 (K, M) for
-    the cuckoo layout; ring (m, w) or (B, M, w) ``(-1)^b sum Convert_agg`` over the keys.
+    the cuckoo layout; ring (m, w) or (B, M, w) ``(-1)^b sum Convert_agg`` over the keys
+    (zero at positions that pad a bucket).
     """
     p = keys.params
     groups, m, d = table.data.shape
@@ -235,6 +236,8 @@ def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int) -> t
         convert_sum(leaves, conv)
         bits.append(_pack_bits(t) if groups == 1 else t)
         del leaves, e
+    if not isinstance(table.layout, str):  # positions padding a bucket: zero, as on the CPU
+        conv[torch.from_numpy(table.layout.gather_index < 0).to(dev)] = 0
     if party:
         conv = -conv
     dtype = p.dtype
