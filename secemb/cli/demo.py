@@ -45,9 +45,9 @@ def register(app: typer.Typer) -> None:
             "Send identical bytes once. Default: on where the protocol supports it (secemb)."))] = None,
         expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
         backend: Annotated[
-            str, typer.Option(help="Servers' evaluation backend: serial, process, ray or gpu (CUDA, secemb[gpu]).")
+            str, typer.Option(help="Servers' evaluation backend: serial, thread, process, ray or gpu (CUDA, secemb[gpu]).")
         ] = "serial",
-        workers: Annotated[int | None, typer.Option(min=1, help="Workers of the process/ray backend.")] = None,
+        workers: Annotated[int | None, typer.Option(min=1, help="Workers of the thread/process/ray backend.")] = None,
         epochs: Annotated[int, typer.Option(min=1, help="Passes over the users (as secemb train).")] = 5,
         users_per_round: Annotated[int, typer.Option(min=1, help="Users per round.")] = 100,
         m_prime: Annotated[int | None, typer.Option(min=1, help="Rows per user and round; default: Eq. 11.")] = None,

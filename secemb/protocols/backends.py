@@ -1,5 +1,5 @@
-"""Where a server's per-user evaluation runs: in the calling thread, in a process pool on
-this machine, on a Ray cluster, or on a CUDA device.
+"""Where a server's per-user evaluation runs: in the calling thread, in threads of this
+process, in a process pool on this machine, on a Ray cluster, or on a CUDA device.
 
 A server splits a batch of users' keys into contiguous chunks, one per worker, and maps a
 module-level task over them; ring sums are exact, so every backend returns bit-identical
@@ -21,7 +21,7 @@ import pickle
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from secemb.fss.cuckoo import CuckooLayout
     from secemb.fss.gpu import DeviceTable
 
-__all__ = ["Backend", "Handle", "SerialBackend", "ProcessBackend", "RayBackend", "GpuBackend", "make_backend"]
+__all__ = ["Backend", "Handle", "SerialBackend", "ThreadBackend", "ProcessBackend", "RayBackend", "GpuBackend", "make_backend"]
 
 
 class Handle:
@@ -85,6 +85,37 @@ class SerialBackend(Backend):
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         return [fn(t) for t in tasks]
+
+
+def _worker_count(workers: int | None) -> int:
+    """``workers``, or every core for ``None``."""
+    n = (os.cpu_count() or 1) if workers is None else workers
+    if n < 1:
+        raise InvalidParameters(f"workers must be >= 1, got {n}")
+    return n
+
+
+class ThreadBackend(Backend):
+    """A pool of threads in this process (all cores by default).  The compiled kernels
+    (:mod:`secemb.fss.kernels`) release the GIL, so tasks that are mostly kernel time run in
+    parallel with nothing copied: a published value is the value itself.  Without the
+    kernels (the numpy reference) the tasks mostly take turns."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = _worker_count(workers)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        if len(tasks) <= 1 or self.workers == 1:
+            return [fn(t) for t in tasks]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="secemb-eval")
+        return list(self._pool.map(fn, tasks))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
 
 #: published values this process maps, by segment name: the publisher's own (until
@@ -241,9 +272,7 @@ class ProcessBackend(Backend):
     exits."""
 
     def __init__(self, workers: int | None = None) -> None:
-        self.workers = workers or os.cpu_count() or 1
-        if self.workers < 1:
-            raise InvalidParameters(f"workers must be >= 1, got {self.workers}")
+        self.workers = _worker_count(workers)
         self._pool: ProcessPoolExecutor | None = None
         self._segments: dict[str, SharedMemory] = {}
         #: the most bytes of published segments held at once
@@ -391,14 +420,16 @@ class GpuBackend(SerialBackend):
 
 
 def make_backend(name: str, workers: int | None = None, address: str | None = None) -> Backend:
-    """``serial``, ``process``, ``ray`` or ``gpu`` (``workers`` and ``address`` unused by
-    ``serial`` and ``gpu``)."""
+    """``serial``, ``thread``, ``process``, ``ray`` or ``gpu`` (``workers`` and ``address``
+    unused by ``serial`` and ``gpu``)."""
     if name == "serial":
         return SerialBackend()
+    if name == "thread":
+        return ThreadBackend(workers)
     if name == "process":
         return ProcessBackend(workers)
     if name == "ray":
         return RayBackend(address, workers)
     if name == "gpu":
         return GpuBackend()
-    raise InvalidParameters(f"backend must be 'serial', 'process', 'ray' or 'gpu', got {name!r}")
+    raise InvalidParameters(f"backend must be 'serial', 'thread', 'process', 'ray' or 'gpu', got {name!r}")

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from secemb.protocols.backends import ProcessBackend, SerialBackend, make_backend
+from secemb.protocols.backends import ProcessBackend, SerialBackend, ThreadBackend, make_backend
 from secemb.protocols import secemb as secemb_protocol
 from secemb.protocols.secemb import SecEmbProtocol
 from secemb.randomness import CtrDrbg
@@ -63,9 +63,12 @@ def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, r
 
 @pytest.mark.parametrize("layout", ["full", "cuckoo"])
 @pytest.mark.parametrize("relay", [False, True])
-def test_process_backend_is_bit_identical_to_serial(layout: str, relay: bool) -> None:
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_pooled_backends_are_bit_identical_to_serial(layout: str, relay: bool, kind: str) -> None:
+    """Several tasks a batch (the cuckoo layout splits by bucket ranges, one per worker), run
+    in worker processes or in threads, give the serial round's bytes."""
     serial = _round(SerialBackend(), layout, relay)
-    pool = ProcessBackend(workers=2)
+    pool = ProcessBackend(workers=2) if kind == "process" else ThreadBackend(workers=3)
     try:
         parallel = _round(pool, layout, relay)
     finally:
@@ -86,6 +89,8 @@ def test_ray_backend_is_bit_identical_to_serial() -> None:
 def test_make_backend_fails_if_name_unknown() -> None:
     with pytest.raises(InvalidParameters, match="backend must be"):
         make_backend("threads")
+    with pytest.raises(InvalidParameters, match="workers must be"):
+        make_backend("thread", workers=0)
 
 
 @pytest.mark.parametrize("layout", ["full", "cuckoo"])
