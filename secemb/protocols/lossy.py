@@ -36,6 +36,13 @@ The public scale of ``quant8``/``ternary`` is server 0's view of the previous ro
 already learns.  ``frozen_columns`` (trailing public constant columns such as item feature
 codes, :mod:`secemb.models.features`) are never projected by CoLR.
 
+Cost: a user compresses its own rows only (every scheme maps zero rows to zero; stochastic
+rounding still draws one uniform per table entry in row-major order, so the model is the one
+whole-table rounding gives -- tests/protocols/test_lossy_fast_path.py compares both), and the
+full-size share 0 of the compressed update is the AES-CTR expansion of a fresh 16-byte seed
+(:func:`secemb.randomness.expand_seed`, as SecEmb's seeded shares) instead of m w fresh
+OS-random words.
+
 Errors (documented bounds, tested): quant8/ternary are unbiased (stochastic rounding) with
 per-element error at most ``s_c`` (plus clipping of values beyond ``127 s_c`` / ``s_c``); svd
 and colr are exact projections up to the 2^-24 fixed-point step.
@@ -43,6 +50,7 @@ and colr are exact projections up to the 2^-24 fixed-point step.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -52,7 +60,7 @@ from secemb.errors import InvalidParameters, ProtocolError
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
-from secemb.randomness import RandomBytes, random_words
+from secemb.randomness import RandomBytes, expand_seed
 from secemb.ring import FixedPoint
 from secemb.sharing import share
 
@@ -93,23 +101,45 @@ def lossy_options(protocol: str, model: Any, dataset: str) -> dict[str, Any]:
     return {"frozen_columns": int(getattr(model, "frozen_columns", 0)), "rank": ranks.get(dataset, 4)}
 
 
-def _share_small(x: np.ndarray, dtype: np.dtype, rng: RandomBytes) -> tuple[np.ndarray, np.ndarray]:
-    """Additive shares of signed integers ``x`` in ``Z_2^(8 * itemsize)``."""
-    r = random_words(rng, x.shape, dtype)
-    return r, (x.astype(np.int64).astype(dtype) - r).astype(dtype)
+def _share_rows(m: int, w: int, items: np.ndarray, values: np.ndarray, dtype: np.dtype,
+                rng: RandomBytes) -> tuple[np.ndarray, np.ndarray]:
+    """Additive shares in ``Z_2^(8 * itemsize)`` of the (m, w) signed-integer matrix that is
+    ``values`` (float64 with integer values, (len(items), w)) at rows ``items`` and zero
+    elsewhere, flattened.  Share 0 is the expansion of a fresh 16-byte seed from ``rng``
+    (AES-CTR, :func:`secemb.randomness.expand_seed`, as SecEmb's own seeded shares)."""
+    full = np.zeros((m, w), dtype)
+    full[items] = values.astype(np.int64).astype(dtype)
+    r = expand_seed(rng(16), (m * w,), dtype)
+    return r, (full.reshape(-1) - r).astype(dtype)
 
 
-def _stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _share_words(x: np.ndarray, rng: RandomBytes) -> tuple[np.ndarray, np.ndarray]:
+    """Additive shares of ring words ``x`` (1-D), share 0 expanded from a 16-byte seed."""
+    r = expand_seed(rng(16), x.shape, x.dtype)
+    return r, x - r
+
+
+def _stochastic_round(x: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """``floor(x) + [uniform < x - floor(x)]``: unbiased rounding of ``x`` with the uniforms
+    ``uniform`` in [0, 1) of ``x``'s shape."""
     lo = np.floor(x)
-    return lo + (rng.random(x.shape) < (x - lo))
+    return lo + (uniform < (x - lo))
 
 
 def colr_basis(round_id: int, rank: int, width: int, seed: int = 0) -> np.ndarray:
-    """CoLR's public ``B_t``: float64 (rank, width) with orthonormal rows, from the round id."""
+    """CoLR's public ``B_t``: float64 (rank, width) with orthonormal rows, from the round id
+    (a read-only array: computed once per round and argument set, then reused)."""
+    return _colr_basis(round_id, rank, width, seed)
+
+
+@functools.lru_cache(maxsize=4)
+def _colr_basis(round_id: int, rank: int, width: int, seed: int) -> np.ndarray:
     g = np.random.default_rng([seed, 0xC0112, round_id])
     a = g.standard_normal((width, max(rank, 1)))
     q, _ = np.linalg.qr(a)
-    return q[:, :rank].T.copy()
+    basis = q[:, :rank].T.copy()
+    basis.flags.writeable = False
+    return basis
 
 
 class _LossyUser(FullModelUser):
@@ -133,38 +163,58 @@ class _LossyUser(FullModelUser):
         if scale_bytes:
             self._scale = np.frombuffer(body, "<f8", self.config.width, len(body) - scale_bytes).astype(np.float64)
 
+    def _touched(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The user's item rows (sorted, unique) and its gradient there, decoded to float64
+        ((len(items), w)); the full gradient (:meth:`full_gradient`) is zero elsewhere, so
+        every compression below computes on these rows only."""
+        full = self.full_gradient(rows)
+        idx = self._requested()
+        items = np.unique(idx[idx >= 0])
+        return items, FixedPoint(self.config.ring_bits, self.proto.frac_bits).decode(full[items])
+
     def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
+        """The compressed item update's shares, then the dense gradient's.
+
+        Work is on the user's own rows (zero rows compress to zero under every scheme), so
+        it costs O(rows w) plus the O(m w) share of the full-size upload; stochastic rounding
+        still draws one uniform per table entry, in row-major order from the user's
+        generator, so the model is the one whole-table rounding gives (tests compare)."""
         cfg = self.config
-        fp = FixedPoint(cfg.ring_bits, self.proto.frac_bits)
-        g = fp.decode(self.full_gradient(rows))
+        m, w = cfg.num_items, cfg.width
+        items, g = self._touched(rows)
         d0, d1 = share(dense, _rng=self._rng)
         tail0, tail1 = array_bytes(d0), array_bytes(d1)
-        if self.kind == "quant8":
-            q = np.clip(_stochastic_round(g / self._scale, self._np_rng), -127, 127)
-            s0, s1 = _share_small(q, np.dtype(np.uint16), self._rng)
-            return array_bytes(s0) + tail0, array_bytes(s1) + tail1
-        if self.kind == "ternary":
-            p = np.minimum(np.abs(g) / self._scale, 1.0)
-            t = np.sign(g) * (self._np_rng.random(g.shape) < p)
-            s0, s1 = _share_small(t, np.dtype(np.uint8), self._rng)
+        if self.kind in ("quant8", "ternary"):
+            assert self._scale is not None  # read_extra (retrieval_result) sets it
+            uniform = self._np_rng.random((m, w))[items]
+            if self.kind == "quant8":
+                q = np.clip(_stochastic_round(g / self._scale, uniform), -127, 127)
+                s0, s1 = _share_rows(m, w, items, q, np.dtype(np.uint16), self._rng)
+            else:
+                t = np.sign(g) * (uniform < np.minimum(np.abs(g) / self._scale, 1.0))
+                s0, s1 = _share_rows(m, w, items, t, np.dtype(np.uint8), self._rng)
             return array_bytes(s0) + tail0, array_bytes(s1) + tail1
         ffp = FixedPoint(cfg.ring_bits, FACTOR_FRAC_BITS)
-        r, wt = self.proto.rank, cfg.width - self.proto.frozen_columns
+        r, wt = self.proto.rank, w - self.proto.frozen_columns
         if self.kind == "colr":
-            a = g[:, :wt] @ colr_basis(cfg.round_id, r, wt, self.proto.basis_seed).T
-            s0, s1 = share(ffp.encode(a), _rng=self._rng)
+            # the whole-table product: BLAS sums a row subset's products in another order
+            gf = np.zeros((m, wt))
+            gf[items] = g[:, :wt]
+            a = gf @ colr_basis(cfg.round_id, r, wt, self.proto.basis_seed).T
+            s0, s1 = _share_words(ffp.encode(a).reshape(-1), self._rng)
             return array_bytes(s0) + tail0, array_bytes(s1) + tail1
-        # svd: factors of the user's own gradient (rows outside its items are zero)
-        nz = np.flatnonzero(np.any(g != 0, axis=1))  # U is zero outside the user's rows
-        u, s, vt = np.linalg.svd(g[nz], full_matrices=False)
+        # svd: factors of the user's own gradient (U is zero outside its nonzero rows)
+        keep = np.any(g != 0, axis=1)
+        nz = items[keep]
+        u, s, vt = np.linalg.svd(g[keep], full_matrices=False)
         k = min(r, s.size)
-        us = np.zeros((cfg.num_items, r))
-        v = np.zeros((r, cfg.width))
+        us = np.zeros((m, r))
+        v = np.zeros((r, w))
         us[nz, :k] = u[:, :k] * s[:k]
         v[:k] = vt[:k]
         v[:, np.all(g == 0, axis=0)] = 0.0  # columns that are zero stay exactly zero
         fac = np.concatenate([ffp.encode(us).reshape(-1), ffp.encode(v).reshape(-1)])
-        s0, s1 = share(fac, _rng=self._rng)
+        s0, s1 = _share_words(fac, self._rng)
         return array_bytes(s0) + tail0, array_bytes(s1) + tail1
 
 
