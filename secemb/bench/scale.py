@@ -1,5 +1,6 @@
-"""``secemb bench scale``: the busier server's time per round against the number of worker
-processes (:class:`~secemb.protocols.backends.ProcessBackend`), next to the serial backend in
+"""``secemb bench scale``: the busier server's time per round against the number of workers
+of the process backend (:class:`~secemb.protocols.backends.ProcessBackend`) and the thread
+backend (:class:`~secemb.protocols.backends.ThreadBackend`), next to the serial backend in
 the same run.
 
 Each configuration runs the round of :func:`secemb.bench.server.measure` (``users`` users
@@ -33,9 +34,12 @@ from typing import Any
 from secemb.bench.machine import machine_info
 from secemb.bench.server import measure
 from secemb.errors import InvalidParameters, ProtocolError
-from secemb.protocols.backends import Backend, Handle, ProcessBackend, SerialBackend
+from secemb.protocols.backends import Backend, Handle, ProcessBackend, SerialBackend, ThreadBackend
 
-__all__ = ["SIZES", "default_workers", "plot", "run", "table_rows"]
+__all__ = ["BACKENDS", "SIZES", "default_workers", "plot", "run", "table_rows"]
+
+#: the pooled backends the benchmark compares with the serial one
+BACKENDS = {"process": ProcessBackend, "thread": ThreadBackend}
 
 #: name: (m, m', users per round); d = 64 (the table has d + 1 columns)
 SIZES = {
@@ -115,7 +119,8 @@ def _round(backend: _Timed, params: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def _configuration(inner: Backend, workers: int | None, params: dict[str, Any], repeat: int) -> dict[str, Any]:
+def _configuration(name: str, inner: Backend, workers: int | None, params: dict[str, Any],
+                   repeat: int) -> dict[str, Any]:
     """Warm-up round, then ``repeat`` timed rounds through ``inner`` (closed after)."""
     backend = _Timed(inner)
     try:
@@ -129,7 +134,7 @@ def _configuration(inner: Backend, workers: int | None, params: dict[str, Any], 
     evaluations = [r["evaluation_s"] for r in rounds]
     fastest = rounds[times.index(min(times))]
     return {
-        "backend": "serial" if workers is None else "process",
+        "backend": name,
         "workers": workers,
         "server_s_per_round": min(times),
         "rounds_s": times,
@@ -146,14 +151,15 @@ def _configuration(inner: Backend, workers: int | None, params: dict[str, Any], 
 
 
 def run(workers: list[int] | None = None, size: str = "ml-1m", layout: str = "cuckoo", relay: bool = True,
-        repeat: int = 3, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Serial, then the process backend at each count of ``workers`` (default
-    :func:`default_workers`), at ``size`` (a key of :data:`SIZES`).
+        repeat: int = 3, progress: Callable[[str], None] | None = None,
+        backends: Sequence[str] = ("process",)) -> dict[str, Any]:
+    """Serial, then each of ``backends`` (keys of :data:`BACKENDS`) at each count of
+    ``workers`` (default :func:`default_workers`), at ``size`` (a key of :data:`SIZES`).
 
     Raises
     ------
     InvalidParameters
-        An unknown size or layout, a worker count < 1, or ``repeat`` < 1.
+        An unknown size, layout or backend, a worker count < 1, or ``repeat`` < 1.
     ProtocolError
         A backend's results differ from the serial backend's.
     """
@@ -161,6 +167,8 @@ def run(workers: list[int] | None = None, size: str = "ml-1m", layout: str = "cu
         raise InvalidParameters(f"size must be one of {', '.join(SIZES)}, got {size!r}")
     if layout not in ("full", "cuckoo"):
         raise InvalidParameters(f"layout must be 'full' or 'cuckoo', got {layout!r}")
+    if not backends or any(b not in BACKENDS for b in backends):
+        raise InvalidParameters(f"backends must be some of {', '.join(BACKENDS)}, got {list(backends)}")
     counts = workers or default_workers()
     if min(counts) < 1 or repeat < 1:
         raise InvalidParameters(f"worker counts and repeat must be >= 1, got {counts} and {repeat}")
@@ -168,17 +176,18 @@ def run(workers: list[int] | None = None, size: str = "ml-1m", layout: str = "cu
     params = {"layout": layout, "relay": relay, "m": m, "m_prime": m_prime, "d": _D, "users": users}
     if progress:
         progress(f"{size}: serial backend")
-    serial = _configuration(SerialBackend(), None, params, repeat)
+    serial = _configuration("serial", SerialBackend(), None, params, repeat)
     records = [serial]
-    for n in counts:
-        if progress:
-            progress(f"{size}: process backend, {n} worker{'s' if n > 1 else ''}")
-        rec = _configuration(ProcessBackend(n), n, params, repeat)
-        if rec["result_sha256"] != serial["result_sha256"]:
-            raise ProtocolError(f"the process backend with {n} workers gave other results than the serial one")
-        rec["speedup"] = serial["server_s_per_round"] / rec["server_s_per_round"]
-        rec["evaluation_speedup"] = serial["evaluation_s_per_round"] / rec["evaluation_s_per_round"]
-        records.append(rec)
+    for name in backends:
+        for n in counts:
+            if progress:
+                progress(f"{size}: {name} backend, {n} worker{'s' if n > 1 else ''}")
+            rec = _configuration(name, BACKENDS[name](n), n, params, repeat)
+            if rec["result_sha256"] != serial["result_sha256"]:
+                raise ProtocolError(f"the {name} backend with {n} workers gave other results than the serial one")
+            rec["speedup"] = serial["server_s_per_round"] / rec["server_s_per_round"]
+            rec["evaluation_speedup"] = serial["evaluation_s_per_round"] / rec["evaluation_s_per_round"]
+            records.append(rec)
     serial["speedup"] = serial["evaluation_speedup"] = 1.0
     return {
         "size": size,
@@ -224,13 +233,18 @@ def plot(result: dict[str, Any], path: str) -> None:
     """Speed-up over the serial backend against workers, with the ideal line, to ``path``."""
     from secemb.bench.plots import line_panels
 
-    procs = [r for r in result["records"] if r["backend"] == "process"]
-    xs = [r["workers"] for r in procs]
+    names = [n for n in BACKENDS if any(r["backend"] == n for r in result["records"])]
+    xs = sorted({r["workers"] for r in result["records"] if r["backend"] in names})
     title = (f"{result['size']}: m = {result['m']:,}, m' = {result['m_prime']}, {result['users']} users, "
              f"{result['layout']}{' + relay' if result['relay'] else ''}")
     load = f", load average {result['load_average'][0]:.1f}" if result["load_average"] else ""
-    series = {"server's round": [r["speedup"] for r in procs],
-              "evaluation (both servers)": [r["evaluation_speedup"] for r in procs], "ideal": [float(n) for n in xs]}
+    series: dict[str, list[float]] = {}
+    for name in names:
+        by_n = {r["workers"]: r for r in result["records"] if r["backend"] == name}
+        series[f"{name}: server's round"] = [by_n[n]["speedup"] if n in by_n else float("nan") for n in xs]
+        series[f"{name}: evaluation (both servers)"] = [
+            by_n[n]["evaluation_speedup"] if n in by_n else float("nan") for n in xs]
+    series["ideal"] = [float(n) for n in xs]
     line_panels(path, {title: series},
-                xlabel="worker processes", ylabel="speed-up over serial", x=xs,
+                xlabel="workers", ylabel="speed-up over serial", x=xs,
                 title=f"secemb bench scale ({result['machine']['cores']} cores{load})")

@@ -1,4 +1,4 @@
-"""``secemb bench scale``: server time per round against worker processes, with a plot."""
+"""``secemb bench scale``: server time per round against workers (processes, threads), with a plot."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ def register(bench_app: typer.Typer) -> None:
 
     @bench_app.command("scale")
     def scale(
-        workers: str = typer.Option("", help="Comma-separated worker counts of the process backend (default: 1, 2, "
-                                    "4, ... up to the core count)."),
+        workers: str = typer.Option("", help="Comma-separated worker counts of each backend (default: 1, 2, 4, ... "
+                                    "up to the core count)."),
+        backends: str = typer.Option("process,thread", help="Comma-separated backends to compare with serial: "
+                                     "process (worker processes, shared memory), thread (threads of the "
+                                     "server's process)."),
         size: str = typer.Option("ml-1m", help="Round size: ml-1m (m = 3,883, m' = 300, 100 users), yelp "
                                  "(m = 93,386, m' = 500, 100 users) or tiny (a smoke test)."),
         layout: str = typer.Option("cuckoo", help="full or cuckoo."),
@@ -25,8 +28,9 @@ def register(bench_app: typer.Typer) -> None:
         out: Path = typer.Option(Path("results/scale.json"), help="Write the JSON result here."),
         plot: Path = typer.Option(Path("results/scale.png"), help="Write the speed-up plot (PNG) here."),
     ) -> None:
-        """The busier server's time per round through the serial backend and the process backend
-        at each worker count (results checked equal), its speed-up, and each worker's peak memory."""
+        """The busier server's time per round through the serial backend and the process and thread
+        backends at each worker count (results checked equal), its speed-up, and each worker
+        process's peak memory."""
         from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
@@ -46,7 +50,8 @@ def register(bench_app: typer.Typer) -> None:
             plots.require()
             with Console(stderr=True).status("measuring") as status:
                 result = bench_scale.run(counts or None, size=size, layout=layout, relay=relay, repeat=repeat,
-                                         progress=lambda msg: status.update(escape(msg)))
+                                         progress=lambda msg: status.update(escape(msg)),
+                                         backends=[b.strip() for b in backends.split(",") if b.strip()])
         except (InvalidParameters, plots.PlotsUnavailable) as exc:
             fail(exc)
         bench_scale.plot(result, str(plot))

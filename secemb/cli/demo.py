@@ -45,7 +45,8 @@ def register(app: typer.Typer) -> None:
             "Send identical bytes once. Default: on where the protocol supports it (secemb)."))] = None,
         expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
         backend: Annotated[
-            str, typer.Option(help="Servers' evaluation backend: serial, thread, process, ray or gpu (CUDA, secemb[gpu]).")
+            str, typer.Option(help="Servers' evaluation backend: serial, thread, process, ray or gpu "
+                                   "(CUDA, secemb[gpu]).")
         ] = "serial",
         workers: Annotated[int | None, typer.Option(min=1, help="Workers of the thread/process/ray backend.")] = None,
         epochs: Annotated[int, typer.Option(min=1, help="Passes over the users (as secemb train).")] = 5,

@@ -60,7 +60,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
         backend: Annotated[
-            str, typer.Option(help="Server evaluation: serial, thread (all cores, in process), process (all cores), ray or gpu (CUDA, secemb[gpu]).")
+            str, typer.Option(help="Server evaluation: serial, thread (all cores, in process), process (all "
+                                   "cores), ray or gpu (CUDA, secemb[gpu]).")
         ] = "serial",
         workers: Annotated[int | None, typer.Option(min=1, help="Workers of the thread/process/ray backend.")] = None,
         epochs: Annotated[

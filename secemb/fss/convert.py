@@ -139,7 +139,8 @@ def convert_eval_into(
             np.negative(out[lo:hi], out=out[lo:hi])
 
 
-def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray, start: int, live: np.ndarray | None = None) -> None:
+def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray, start: int,
+                       live: np.ndarray | None = None) -> None:
     """``acc[(start + i) % M] += Convert_tag(words[i])`` in the ring, for every word: the
     servers' sum of conversions over keys (the aggregation stage's scatter).
 

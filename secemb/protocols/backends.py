@@ -34,7 +34,9 @@ if TYPE_CHECKING:
     from secemb.fss.cuckoo import CuckooLayout
     from secemb.fss.gpu import DeviceTable
 
-__all__ = ["Backend", "Handle", "SerialBackend", "ThreadBackend", "ProcessBackend", "RayBackend", "GpuBackend", "make_backend"]
+__all__ = [
+    "Backend", "Handle", "SerialBackend", "ThreadBackend", "ProcessBackend", "RayBackend", "GpuBackend", "make_backend",
+]
 
 
 class Handle:

@@ -26,7 +26,8 @@ def test_bench_scale_runs_serial_and_each_worker_count(tmp_path) -> None:  # noq
     assert "process" in res.output and png.stat().st_size > 1000
     result = json.loads(out.read_text())
     records = result["records"]
-    assert [(r["backend"], r["workers"]) for r in records] == [("serial", None), ("process", 1), ("process", 2)]
+    assert [(r["backend"], r["workers"]) for r in records] == [
+        ("serial", None), ("process", 1), ("process", 2), ("thread", 1), ("thread", 2)]
     assert len({tuple(r["result_sha256"]) for r in records}) == 1  # one digest, the same for all
     two = records[2]
     assert len(two["worker_peak_rss_bytes"]) == 2 and all(p > 0 for p in two["worker_peak_rss_bytes"])
@@ -34,6 +35,8 @@ def test_bench_scale_runs_serial_and_each_worker_count(tmp_path) -> None:  # noq
     # 3 buckets) were published at once
     assert two["peak_shared_bytes"] >= 2 * 1682 * 65 * 4
     assert two["speedup"] == pytest.approx(records[0]["server_s_per_round"] / two["server_s_per_round"])
+    threads = records[4]  # nothing published: the threads read the server's own table
+    assert threads["peak_shared_bytes"] == 0 and threads["worker_peak_rss_bytes"] == []
 
 
 @pytest.mark.parametrize("args, message", [
@@ -41,6 +44,7 @@ def test_bench_scale_runs_serial_and_each_worker_count(tmp_path) -> None:  # noq
     (["--workers", "0"], "worker counts and repeat must be >= 1"),
     (["--size", "huge"], "size must be one of"),
     (["--layout", "rows"], "layout must be 'full' or 'cuckoo'"),
+    (["--backends", "process,gpu"], "backends must be some of process, thread"),
 ])
 def test_bench_scale_refuses_bad_usage(tmp_path, args: list[str], message: str) -> None:  # noqa: ANN001
     res = CliRunner().invoke(app, ["bench", "scale", *args, "--out", str(tmp_path / "s.json"),
