@@ -125,18 +125,28 @@ class FixedPoint:
                 f"value(s), first {float(bad.flat[0])!r}"
             )
         with np.errstate(over="ignore"):
-            scaled = np.asarray(np.rint(np.ldexp(xf, self.frac_bits)))
+            scaled = self._scaled(xf)
         # |rint(x 2^f)| >= 2^{k-1} does not fit (2^{k-1} is exactly representable).
         limit = math.ldexp(1.0, self.ring_bits - 1)
-        if scaled.size and float(np.max(np.abs(scaled))) >= limit:
+        if scaled.size and max(float(scaled.max()), -float(scaled.min())) >= limit:
             largest = float(np.max(np.abs(xf)))
             raise InvalidParameters(
                 f"fixed-point encode (ring_bits={self.ring_bits}, frac_bits={self.frac_bits}) "
                 f"needs |x| <= {self._max_abs!r} (= (2^{self.ring_bits - 1} - 1) / "
                 f"2^{self.frac_bits}); largest |x| received: {largest!r}"
             )
+        return self._wrap(scaled)
+
+    def _scaled(self, xf: np.ndarray) -> np.ndarray:
+        """``rint(x * 2^f)`` as a new float64 array.  Multiplying by a power of two is exact
+        (overflow gives inf, as ``ldexp`` does), and several times faster than ``np.ldexp``."""
+        scaled = np.multiply(xf, 2.0**self.frac_bits, out=np.empty(xf.shape))
+        return np.rint(scaled, out=scaled)
+
+    def _wrap(self, scaled: np.ndarray) -> np.ndarray:
+        """Integer-valued float64 with ``|v| < 2^{k-1}`` -> ring elements (two's complement)."""
         # Every |scaled| < 2^63 is an integer-valued float64, so the int64 cast is exact;
-        # viewing as uint64 is two's complement mod 2^64, and truncation to uint32 is mod 2^32.
+        # viewing as uint64 is two's complement mod 2^64, and the cast to uint32 is mod 2^32.
         as_u64 = scaled.astype(np.int64).view(np.uint64)
         if self.ring_bits == 64:
             return as_u64
@@ -173,8 +183,9 @@ class FixedPoint:
                 f"fixed-point decode (ring_bits={self.ring_bits}) needs a numpy array of "
                 f"dtype {self.dtype}, got {got}"
             )
-        signed = u.view(_SIGNED_DTYPES[self.ring_bits])
-        return np.asarray(np.ldexp(signed.astype(np.float64), -self.frac_bits))
+        out = np.asarray(u.view(_SIGNED_DTYPES[self.ring_bits]).astype(np.float64))
+        out *= 2.0**-self.frac_bits  # exact: a power of two, and every non-zero |value| >= 2^-f
+        return out
 
     # ------------------------------------------------------------------ clipping
 
@@ -236,7 +247,10 @@ class FixedPoint:
         xf = np.asarray(x, dtype=np.float64)
         if not np.all(np.isfinite(xf)):
             return self._encode_float(xf)  # raises with the standard message
-        return self._encode_float(np.clip(xf, -bound, bound))
+        clipped = np.maximum(xf, -bound, out=np.empty(xf.shape))
+        np.minimum(clipped, bound, out=clipped)
+        # |x| <= R_u <= the largest encodable magnitude: no range check needed
+        return self._wrap(self._scaled(clipped))
 
 
 def _float_floor(n: int) -> float:

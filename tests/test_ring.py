@@ -324,3 +324,30 @@ def test_sum_of_clipped_encodings_equals_exact_integer_sum(p: tuple[int, int], x
     clipped_ints = [int(np.rint(math.ldexp(min(max(x, -r_u), r_u), fp.frac_bits))) for x in xs]
     assert _signed(fp, enc) == clipped_ints
     assert _signed(fp, _ring_sum(fp, enc).reshape(1)) == [sum(clipped_ints)]
+
+
+@pytest.mark.parametrize(("k", "f"), PARAMS, ids=map(_fp_ids, PARAMS))
+def test_encode_decode_and_clip_equal_the_ldexp_formulas_bit_for_bit(k: int, f: int) -> None:
+    """The encoder scales by a power of two with a multiplication (exact, as ``ldexp``) and
+    ``encode_clipped`` skips the range check its clip makes unnecessary: the ring elements are
+    those of ``rint(ldexp(x, f))`` in two's complement, and decode those of
+    ``ldexp(signed, -f)``, for values across the whole range, ties, subnormals and signed zeros."""
+    fp = FixedPoint(k, f)
+    rng = np.random.default_rng(k + f)
+    top = fp.clip_bound(1)
+    res = 2.0**-f
+    x = np.concatenate([np.clip(rng.normal(0, 1, 5000), -top, top), rng.uniform(-top, top, 5000),
+                        rng.normal(0, 1e-9, 50), [0.0, -0.0, 5e-324, -5e-324, res / 2, -res / 2, 1.5 * res,
+                                                  -2.5 * res, top, -top]])
+
+    def ring(v: np.ndarray) -> np.ndarray:
+        return np.rint(np.ldexp(v, f)).astype(np.int64).view(np.uint64).astype(fp.dtype)
+
+    assert np.array_equal(fp.encode(x), ring(x))
+    for n in (1, 7, 1000):
+        wide = x * 1e9
+        assert np.array_equal(fp.encode_clipped(wide, n), ring(np.clip(wide, -fp.clip_bound(n), fp.clip_bound(n))))
+    u = rng.integers(0, 2**63, 5000, dtype=np.uint64).astype(fp.dtype) * np.array(3, dtype=fp.dtype)
+    want = np.ldexp(u.view(np.int64 if k == 64 else np.int32).astype(np.float64), -f)
+    assert np.array_equal(fp.decode(u), want) and np.array_equal(np.signbit(fp.decode(u)), np.signbit(want))
+    assert fp.encode(1.25).shape == () and fp.encode_clipped(3.0, 2).shape == () and fp.decode(fp.encode(1.0)) == 1.0

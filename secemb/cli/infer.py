@@ -4,7 +4,7 @@ process, or from a running deployment over the network.
 The device releases its representation under ``(epsilon, delta)``-LDP (analytic Gaussian,
 sensitivity 2B), the server scores its public candidate set (every item) on the noisy
 representation, and the device keeps what it wants: the top ``k`` items (without the ones it
-rated, where it knows them) or its scores for ``--items``.  With ``--denoiser`` (written by
+rated, left out on the device after the scoring) or its scores for ``--items``.  With ``--denoiser`` (written by
 ``secemb bench grec --save-dir``; saved-model mode only) the device post-processes with
 GREC's denoiser (Eq. 16); without, the predictions are the server's scores of the same
 (re-clipped) release plus the device's private offset -- the bench's "re-clipped, no
@@ -17,7 +17,10 @@ Two modes:
   in process over the counting transport;
 * ``--credentials FILE --state-file STATE``: the device's credentials (``secemb admin
   add-devices``) and private parameters (``secemb client --state-file``); the exchange is
-  ``POST /v1/inference`` to server 0 of the deployment.
+  ``POST /v1/inference`` to server 0 of the deployment, whose reply scores its public
+  candidate set (every item, or its ``[inference] candidates``).  ``--dataset`` (with
+  ``--data-dir``, ``--seed``, ``--test-fraction``, as ``secemb client`` reads them) gives the
+  device its own ratings, which ``-k`` leaves out; without it the device knows none.
 
 Releases: with ``--release-file`` (default in the network mode: ``STATE.grec-releases.npz``)
 the device keeps one release per representation version and sends it again while its
@@ -54,7 +57,8 @@ def register(app: typer.Typer) -> None:
         state_file: Annotated[Path | None, typer.Option(help="With --credentials: the device's private parameters "
                                                         "('secemb client --state-file').")] = None,
         k: Annotated[int, typer.Option("-k", "--k", min=1, help="Number of items (top-k of the unrated; with "
-                                       "--credentials, of every item).")] = 10,
+                                       "--credentials, of the server's candidates less the --dataset "
+                                       "ratings).")] = 10,
         items: Annotated[str, typer.Option(help="Comma-separated item ids to score instead of a top-k.")] = "",
         denoiser: Annotated[Path | None, typer.Option(help="Denoiser file ('secemb bench grec --save-dir'; with "
                                                       "--model-dir): post-processing LDP; without it the "
@@ -65,12 +69,20 @@ def register(app: typer.Typer) -> None:
         epsilon: Annotated[float | None, typer.Option(help="LDP epsilon (default 1, or the denoiser's).")] = None,
         delta: Annotated[float | None, typer.Option(help="LDP delta (default 1e-4, or the denoiser's).")] = None,
         bound: Annotated[float | None, typer.Option(help="Clipping norm B (default 1, or the denoiser's).")] = None,
+        dataset: Annotated[str | None, typer.Option(help="With --credentials: where the device's own ratings come "
+                                                    "from (as 'secemb client --dataset'); -k leaves them out.")] = None,
+        data_dir: Annotated[Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="With --dataset: its "
+                                                      "folder.")] = None,
+        seed: Annotated[int, typer.Option(min=0, help="With --dataset: the split seed (as the run's).")] = 0,
+        test_fraction: Annotated[float, typer.Option(help="With --dataset: the held-out fraction of the "
+                                                     "split.")] = 0.2,
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of lines.")] = False,
     ) -> None:
         """Private predictions for one device: LDP release, server scoring, local denoising."""
         import numpy as np
 
         from secemb.cli._usage import fail
+        from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidMessage, InvalidParameters
         from secemb.inference.releases import ReleaseLedger
 
@@ -98,11 +110,15 @@ def register(app: typer.Typer) -> None:
                     raise InvalidParameters("--credentials needs --state-file (the device's private parameters)")
                 if ledger is None:
                     ledger = ReleaseLedger.load(Path(f"{state_file}.grec-releases.npz"))
-                doc = _remote(credentials, state_file, user, _mechanism(given), parse_items(None), ledger)
+                own = (dataset, data_dir, seed, test_fraction)
+                doc = _remote(credentials, state_file, user, _mechanism(given), parse_items(None), ledger, own)
             else:
                 assert model_dir is not None
+                if dataset is not None:
+                    raise InvalidParameters("--dataset works with --credentials only (a saved model knows its "
+                                            "users' ratings)")
                 doc = _local(model_dir, user, denoiser, given, parse_items, ledger)
-        except (InvalidParameters, InvalidMessage) as exc:
+        except (InvalidParameters, InvalidMessage, DataFormatError, DatasetNotFoundError) as exc:
             fail(exc)
         scores, wanted = np.asarray(doc.pop("_scores")), np.asarray(doc.pop("_wanted"))
         if not items:
@@ -194,10 +210,26 @@ def _local(model_dir: Path, user: int | None, denoiser: Path | None, given: dict
             **_ledger_doc(ledger, reused)}
 
 
+def _own_ratings(user: int, dataset: str, data_dir: Path | None, seed: int, test_fraction: float) -> Any:
+    """int64: the items ``user`` rated in its part of the training split, as ``secemb client``
+    reads a device's data (GREC's models are rating models: the rating task's split)."""
+    from secemb.data import by_user, load_dataset
+    from secemb.errors import InvalidParameters
+    from secemb.models.task import RATING
+
+    if not 0.0 < test_fraction < 1.0:
+        raise InvalidParameters(f"--test-fraction must be in (0, 1), got {test_fraction}")
+    data = load_dataset(dataset, data_dir, seed=seed)
+    if not 0 <= user < data.num_users:
+        raise InvalidParameters(f"user {user} is not in dataset {dataset!r} ({data.num_users} users)")
+    return by_user(RATING.split(data, test_fraction, seed)[0]).of(user)[0]
+
+
 def _remote(credentials: Path, state_file: Path, user: int | None, mech: Any, wanted: Any,
-            ledger: Any) -> dict[str, Any]:
+            ledger: Any, own: tuple[str | None, Path | None, int, float]) -> dict[str, Any]:
     """The exchange with the deployment's server 0 (the fields of the output, with the private
-    ``_scores`` and ``_wanted``); a refusal or no answer exits 1."""
+    ``_scores`` and ``_wanted``); a refusal or no answer exits 1.  ``own``: ``(dataset,
+    data_dir, seed, test_fraction)`` of the device's own ratings (dataset ``None``: unknown)."""
     import numpy as np
 
     from secemb.cli._usage import fail
@@ -216,10 +248,11 @@ def _remote(credentials: Path, state_file: Path, user: int | None, mech: Any, wa
             params = np.asarray(z["params"], dtype=np.float64)
     except (OSError, KeyError, ValueError) as exc:
         raise InvalidParameters(f"--state-file {state_file}: not a device state file ({exc})") from None
+    rated = None if own[0] is None else _own_ratings(creds.user, own[0], *own[1:])
     tls = None if creds.ca is None else client_context(creds.ca)
     link = HttpServerLink(0, creds.user, creds.urls[0], creds.keys[0], tls=tls)
     try:
-        ans = infer_remote(link, params, mech, wanted, ledger=ledger)
+        ans = infer_remote(link, params, mech, wanted, exclude=rated, ledger=ledger)
     except (RemoteError, Unreachable) as exc:
         fail(f"server 0 ({creds.urls[0]}): {exc}", 1)
     finally:
@@ -227,4 +260,8 @@ def _remote(credentials: Path, state_file: Path, user: int | None, mech: Any, wa
     return {"user": creds.user, "_scores": ans.scores, "_wanted": ans.items, "model": ans.info["model"]["name"],
             "mode": "ldp-no-denoiser", **_mech_doc(mech), "upload_bytes": ans.upload_bytes,
             "download_bytes": ans.download_bytes, "server": creds.urls[0], "model_version": ans.model_version,
+            "num_candidates": int(ans.info["num_candidates"]),
+            # candidates the device rated, left out here (None: its ratings are unknown, or --items)
+            "rated_left_out": None if rated is None or wanted is not None else
+            int(ans.info["num_candidates"]) - int(ans.items.size),
             **_ledger_doc(ledger, ans.reused)}

@@ -5,7 +5,10 @@ parameters (the ``params`` of ``secemb client --state-file``) and the model the 
 announces, takes its release from its :class:`~secemb.inference.releases.ReleaseLedger` (the
 same bytes again for the same ``H_u`` and mechanism; a new, recorded release otherwise, saved
 before it is sent), sends ``H~_u`` -- the request names no item -- and picks the scores of
-the items it wants from the reply, adding its offset locally.
+the items it wants from the reply, adding its offset locally.  The reply scores the server's
+public candidate set (``GET /v1/inference``'s ``candidates``: every item, or the deployment's
+``[inference] candidates``); the items the device already rated are left out here, on the
+device, after the scoring (``exclude``), never told to the server.
 
 Deployments whose model has user features (FM/DeepFM with ``l_x > 0``) are refused: the
 device would need the public user-feature embeddings and its own features, which this path
@@ -54,32 +57,51 @@ class RemoteAnswer:
     info: dict[str, Any]
 
 
-def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int]:
-    """``(model name, hparams, rows, dim, num_items)`` of the server's description.
+def _is_id(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndarray]:
+    """``(model name, hparams, rows, dim, num_items, candidates)`` of the server's description;
+    ``candidates`` int64 ascending (every item when the server announces ``null``).
 
     Raises
     ------
-    InvalidMessage: a malformed description, or a candidate set other than every item.
+    InvalidMessage: a malformed description (a candidate set that is not a non-empty list of
+    ascending, distinct item ids, or whose size is not ``num_candidates``).
     """
     try:
         name, hparams = str(info["model"]["name"]), dict(info["model"]["hparams"])
         rows, dim, n = (info[k] for k in ("rows", "dim", "num_items"))
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (rows, dim, n)):
+        if not all(_is_id(v) and v > 0 for v in (rows, dim, n)):
             raise ValueError(f"rows, dim and num_items must be ints > 0, got {rows!r}, {dim!r}, {n!r}")
-        if info.get("candidates") is not None:
-            raise ValueError("only the candidate set of every item is supported")
+        listed = info.get("candidates")
+        if listed is None:
+            candidates = np.arange(n, dtype=np.int64)
+        else:
+            if not isinstance(listed, list) or not listed or not all(_is_id(c) for c in listed):
+                raise ValueError("candidates must be null or a non-empty list of item ids")
+            candidates = np.asarray(listed, dtype=np.int64)
+            if (np.diff(candidates) <= 0).any() or candidates[0] < 0 or candidates[-1] >= n:
+                raise ValueError(f"candidates must be ascending, distinct item ids in [0, {n})")
+        if info.get("num_candidates", candidates.size) != candidates.size:
+            raise ValueError(f"num_candidates {info.get('num_candidates')!r} but {candidates.size} candidates")
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidMessage(f"malformed inference description from the server: {exc}") from None
-    return name, hparams, rows, dim, n
+    return name, hparams, rows, dim, n, candidates
 
 
 def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP, items: np.ndarray | None, *,
-                 ledger: ReleaseLedger | None = None, _rng: RandomBytes | None = None) -> RemoteAnswer:
+                 exclude: np.ndarray | None = None, ledger: ReleaseLedger | None = None,
+                 _rng: RandomBytes | None = None) -> RemoteAnswer:
     """One inference of the device with private ``params`` (float64 ``(P,)``) over ``link``.
 
     Parameters
     ----------
-    items: int64 item ids whose predictions to return; ``None``: every item.
+    items: int64 item ids whose predictions to return (each in the server's public candidate
+        set); ``None``: every candidate (every item unless the deployment configures a set).
+    exclude: int64 item ids the device already rated: with ``items=None`` they are left out of
+        the answer, on the device after the scoring (the request does not depend on them).
     ledger: the device's releases (a new in-memory one by default: one fresh release).  A new
         release is saved to the ledger's file before the request leaves.
     _rng: random bytes for the noise (tests only; the OS CSPRNG by default).
@@ -87,7 +109,8 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
     Raises
     ------
     InvalidParameters
-        ``params`` or ``items`` do not fit the deployment's model; a model with user features.
+        ``params`` or ``items`` do not fit the deployment's model (an item outside the catalogue
+        or the candidate set: refused before any release is drawn); a model with user features.
     InvalidMessage
         A malformed description or reply from the server.
     RemoteError, Unreachable
@@ -96,7 +119,7 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
     from secemb.models import get_model
 
     info = link.inference_info()
-    name, hparams, rows, dim, n = _info_fields(info)
+    name, hparams, rows, dim, n, candidates = _info_fields(info)
     model = get_model(name, **hparams)
     params = np.asarray(params, dtype=np.float64)
     if params.shape != (model.private_size,):
@@ -107,15 +130,23 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
     if (rep.rows, rep.dim) != (rows, dim):
         raise InvalidParameters(f"the deployment's representation is {rows} x {dim}, this device's model gives "
                                 f"{rep.rows} x {rep.dim} (a model with user features is not served to devices yet)")
-    wanted = np.arange(n, dtype=np.int64) if items is None else np.asarray(items, dtype=np.int64).reshape(-1)
-    if wanted.size == 0 or wanted.min() < 0 or wanted.max() >= n:
-        raise InvalidParameters(f"items must be item ids in [0, {n})")
+    if items is None:
+        wanted = candidates if exclude is None else np.setdiff1d(candidates, np.asarray(exclude, dtype=np.int64))
+    else:
+        wanted = np.asarray(items, dtype=np.int64).reshape(-1)
+        if wanted.size == 0 or wanted.min() < 0 or wanted.max() >= n:
+            raise InvalidParameters(f"items must be item ids in [0, {n})")
+        outside = np.setdiff1d(wanted, candidates)
+        if outside.size:
+            raise InvalidParameters(f"items {outside[:5].tolist()} are not in the deployment's public candidate set "
+                                    f"({candidates.size} items)")
     h, offset = rep.clean(params[None], np.zeros((1, 0)))
     ledger = ledger if ledger is not None else ReleaseLedger()
     h_tilde, z, reused = ledger.release(h[0], mechanism, _rng=_rng)
     if not reused and ledger.path is not None:
         ledger.save()  # a release is recorded before it can leave the device
-    device = InferenceDevice(h[0], float(offset[0]), mechanism, num_items=n, release=(h_tilde, z))
+    device = InferenceDevice(h[0], float(offset[0]), mechanism, num_items=n, candidates=candidates,
+                             release=(h_tilde, z))
     request = device.request()
     reply, version = link.inference(request)
     return RemoteAnswer(wanted, device.scores(reply, wanted), version, len(request), len(reply), reused, info)

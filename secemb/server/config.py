@@ -21,8 +21,10 @@ for a full example)::
     [privacy]   sigma (central DP: each server's noise scale in ring units; docs/security.md),
                 clip (the L2 bound every device clips its round contribution to; required with
                 sigma, announced to the devices in the round document)
+    [inference] candidates (GREC inference: the public candidate set, item ids scored for every
+                device's request; omitted: every item; docs/inference.md)
 
-The two servers' files must agree on ``[protocol]``, ``[model]`` and ``[training]`` (server 1
+The two servers' files must agree on ``[protocol]``, ``[model]``, ``[training]`` and ``[inference]`` (server 1
 checks a fingerprint of them when server 0 opens a round) and on the peer secret.  Unknown
 sections or keys are errors, so a typo never silently falls back to a default.
 """
@@ -111,6 +113,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
     },
     "rounds": {"deadline_s": "deadline_s", "min_users": "min_users"},
     "privacy": {"sigma": "dp_sigma", "clip": "dp_clip"},
+    "inference": {"candidates": "inference_candidates"},
 }
 
 #: fields both servers must agree on (hashed into the fingerprint)
@@ -239,6 +242,11 @@ class ServerConfig(BaseModel):
     #: central DP: the L2 bound of one device's round contribution, announced to the devices
     #: (the round document's training.dp_clip); > 0 exactly when dp_sigma is
     dp_clip: _NonNegativeNumber = Field(0.0, description="a finite number >= 0 ([privacy] clip)")
+    #: GREC inference: the public candidate set, the item ids every device's request is scored
+    #: on (the reply's order: ascending); None: every item.  Public and the same for every device
+    #: (in the fingerprint when set), never chosen per request
+    inference_candidates: tuple[StrictInt, ...] | None = Field(
+        None, description="None or a non-empty list of distinct item ids in [0, num_items) ([inference] candidates)")
 
     def __init__(self, **data: Any) -> None:
         """Validate ``data`` (the fields, by name).
@@ -280,6 +288,8 @@ class ServerConfig(BaseModel):
             raise InvalidParameters(f"m_prime must be None or in [1, num_items], got {self.m_prime!r}")
         if self.m_prime_max is not None and self.m_prime_max > self.num_items:
             raise InvalidParameters(f"m_prime_max must be None or in [1, num_items], got {self.m_prime_max!r}")
+        if self.inference_candidates is not None:
+            self._check_candidates(self.inference_candidates)
         if bool(self.dp_sigma) != bool(self.dp_clip):
             raise InvalidParameters(f"[privacy] sigma and clip go together (the devices clip to what the noise is "
                                     f"calibrated for), got sigma={self.dp_sigma!r}, clip={self.dp_clip!r}")
@@ -288,6 +298,29 @@ class ServerConfig(BaseModel):
         self.adam()
         self.fixed_point()
         return self
+
+    def _check_candidates(self, ids: tuple[int, ...]) -> None:
+        """``[inference] candidates``: non-empty, distinct, in ``[0, num_items)``."""
+        what = "[inference] candidates"
+        if not ids:
+            raise InvalidParameters(f"{what} must list at least one item id (omit the key for every item)")
+        bad = [i for i in ids if not 0 <= i < self.num_items]
+        if bad:
+            raise InvalidParameters(f"{what} must be item ids in [0, {self.num_items}), got {bad[:5]}"
+                                    + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
+        if len(set(ids)) != len(ids):
+            import numpy as np
+
+            uniq, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
+            raise InvalidParameters(f"{what} must be distinct, got {uniq[counts > 1][:5].tolist()} more than once")
+
+    def candidates(self):  # noqa: ANN201 - numpy.ndarray | None
+        """The public candidate set as sorted int64 ids (the reply's order); ``None``: every item."""
+        if self.inference_candidates is None:
+            return None
+        import numpy as np
+
+        return np.sort(np.asarray(self.inference_candidates, dtype=np.int64))
 
     # ---------------------------------------------------------------- derived objects
     def check_listener(self) -> None:
@@ -369,6 +402,8 @@ class ServerConfig(BaseModel):
         if self.dp_sigma:  # only under DP, so the fingerprints of existing state directories stay valid
             doc["dp_sigma"] = self.dp_sigma
             doc["dp_clip"] = self.dp_clip
+        if self.inference_candidates is not None:  # only when set, so existing fingerprints stay valid
+            doc["inference_candidates"] = sorted(self.inference_candidates)
         if self.item_features is not None:  # the content counts, not where each server keeps it
             doc["item_features_sha256"] = hashlib.sha256(self.item_features.read_bytes()).hexdigest()
         return doc

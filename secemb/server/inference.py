@@ -3,7 +3,8 @@
 The HTTP face of :class:`~secemb.inference.service.InferenceServer` over a node's current
 public model: a device sends its noisy representation ``H~_u`` (a ``GRQ1`` request, nothing
 else: no item id, no count) and receives the score of every item of the public candidate set
--- the whole catalogue, the same for every device -- in one ``GRS1`` reply.  The node keeps
+-- the whole catalogue, or the configuration's ``[inference] candidates``, the same for every
+device -- in one ``GRS1`` reply.  The node keeps
 nothing of a request: it changes no round, model, count or journal state (authentication's
 nonce memory and rate limit aside, as for every signed call).
 
@@ -69,21 +70,24 @@ class NodeInference:
             raise Conflict("no model yet (server 0 has not synced this server)")
         with self._lock:
             if self._cached is None or self._cached[0] != version:
-                self._cached = (version, sha, InferenceServer(representation_for(node.model, dense), table))
+                self._cached = (version, sha, InferenceServer(representation_for(node.model, dense), table,
+                                                              node.cfg.candidates()))
             return self._cached
 
     def info(self) -> dict[str, Any]:
         """The public description a device needs before it sends its release: the model spec,
-        ``rows``/``dim`` of ``H~``, the candidate set (``null``: every item ``0..num_items-1``),
+        ``rows``/``dim`` of ``H~``, the candidate set (ascending item ids, the reply's order;
+        ``null``: every item ``0..num_items-1``),
         the model version, and the exact byte sizes of both messages."""
         rows, dim = self._supported()
         version, sha, server = self._server()
         assert server.candidates is not None
         n = int(server.candidates.size)
         node = self.node
+        candidates = None if node.cfg.inference_candidates is None else server.candidates.tolist()
         return {"stage": STAGE, "model": {"name": node.cfg.model, "hparams": node.cfg.model_hparams},
                 "model_version": version, "model_sha256": sha, "rows": rows, "dim": dim,
-                "num_items": int(node.cfg.num_items), "candidates": None, "num_candidates": n,
+                "num_items": int(node.cfg.num_items), "candidates": candidates, "num_candidates": n,
                 "request_bytes": request_bytes(rows, dim), "reply_bytes": reply_bytes(n)}
 
     def answer(self, body: bytes) -> tuple[int, bytes]:

@@ -71,3 +71,40 @@ def test_infer_asks_the_deployment_and_keeps_one_release_per_representation(tmp_
         refused = runner.invoke(app, ["infer", "--credentials", str(forged.save(tmp_path / "forged.json")),
                                       "--state-file", str(state)])
         assert refused.exit_code == 1 and "401" in refused.output, refused.output
+
+
+def test_infer_leaves_out_the_device_ratings_among_the_configured_candidates(tmp_path) -> None:
+    """A deployment with ``[inference] candidates``: ``-k`` ranks those items less the ones the
+    device rated (its part of the training split, read as ``secemb client`` reads it), left out
+    on the device; an item outside the set exits 2."""
+    from secemb.data import by_user, load_dataset
+    from secemb.models.task import RATING
+
+    train = RATING.split(load_dataset("synthetic-mini", seed=0), 0.2, 0)[0]
+    user = 5
+    rated = by_user(train).of(user)[0]
+    candidates = sorted({*rated[:6].tolist(), *range(0, train.num_items, 13)})
+    model, proto, config = setup(dim=4)
+    runner = CliRunner()
+    with cluster_for(model, proto, train, config, inference_candidates=candidates) as cluster:
+        creds = cluster.deployment.devices([user])[0].save(tmp_path / "dev.json")
+        state = tmp_path / "dev.npz"
+        _state(state, np.array([0.3, -0.2, 0.5, 0.1, 0.07]))
+        base = ["infer", "--credentials", str(creds), "--state-file", str(state), "--json", "-k", "500"]
+        every = json.loads(runner.invoke(app, base).output)
+        assert sorted(every["items"]) == candidates and every["rated_left_out"] is None
+        assert every["download_bytes"] == 8 + 8 * len(candidates)
+        out = runner.invoke(app, [*base, "--dataset", "synthetic-mini", "--seed", "0"])
+        assert out.exit_code == 0, out.output
+        mine = json.loads(out.output)
+        unrated = sorted(set(candidates) - set(rated.tolist()))
+        assert sorted(mine["items"]) == unrated and mine["rated_left_out"] == len(candidates) - len(unrated) >= 6
+        assert mine["release_reused"] and mine["upload_bytes"] == every["upload_bytes"]
+        score = dict(zip(every["items"], every["scores"], strict=True))
+        assert mine["scores"] == [score[i] for i in mine["items"]]  # the same release's scores, less the rated
+        outside = next(i for i in range(train.num_items) if i not in candidates)
+        bad = runner.invoke(app, [*base, "--items", str(outside)])
+        assert bad.exit_code == 2 and "candidate set" in bad.output and "Traceback" not in bad.output
+        for args in ([*base, "--dataset", "no-such-set"], [*base, "--dataset", "synthetic-mini", "--test-fraction", "1"]):
+            bad = runner.invoke(app, args)
+            assert bad.exit_code == 2 and "Traceback" not in bad.output, bad.output
