@@ -8,8 +8,10 @@ of ``m'`` random items, both servers answering every retrieval as one batch, abs
 upload and aggregating) once to warm up (the pool starts, its workers load the compiled
 kernels) and ``repeat`` times timed.  Two figures per configuration, each the fastest of the
 timed rounds (all are in the JSON): the busier server's time in its role calls (the whole
-round: parsing, evaluation, masks, uploads, aggregation), and the wall time of the two
-servers' evaluations (the backend's maps, the part the workers share).  On a machine shared
+round: parsing, evaluation, masks, uploads, aggregation), and the wall time of the
+backend's maps, the part the workers share (the two servers' evaluations; with threads also
+the aggregates' control-bit products, which the other backends keep in the server's
+process rather than copy the bits).  On a machine shared
 with other jobs those wall times say little; the CPU seconds of the same round say where the
 work ran: the busier server's in this process, and the workers' (``/proc/<pid>/stat``, Linux,
 both servers' evaluations).  Every round's
@@ -80,7 +82,7 @@ class _Timed(Backend):
     """``inner`` with the wall time of its maps (the servers' evaluations) added up."""
 
     def __init__(self, inner: Backend) -> None:
-        self.inner, self.workers, self.map_s = inner, inner.workers, 0.0
+        self.inner, self.workers, self.in_process, self.map_s = inner, inner.workers, inner.in_process, 0.0
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         start = time.perf_counter()

@@ -68,9 +68,9 @@ def register(bench_app: typer.Typer) -> None:
             table.add_row(*map(escape, row))
         Console().print(table)
         typer.echo("n: workers; round s: the busier server's calls in one round; eval s: both servers' "
-                   "evaluations (the workers' part); x: speed-up over serial; cpu s: the busier server's CPU "
-                   "time in this process; wcpu s: the workers' CPU time (both servers); RSS: the largest "
-                   "worker's peak resident set")
+                   "work in the backend's tasks (evaluations; with threads also the control-bit products); "
+                   "x: speed-up over serial; cpu s: the busier server's CPU time in this process; wcpu s: the "
+                   "workers' CPU time (both servers); RSS: the largest worker's peak resident set")
         shared = max(r["peak_shared_bytes"] for r in result["records"])
         typer.echo(f"published tables (both servers): {shared / 2**20:,.1f} MiB of shared memory")
         typer.echo(f"wrote {out} and {plot}")

@@ -33,6 +33,7 @@ __all__ = [
     "RETRIEVAL_TAG",
     "PreparedAggregation",
     "bits_product",
+    "bits_product_stacked",
     "bucket_shares",
     "retrieve_and_prepare",
     "retrieve_and_prepare_buckets",
@@ -280,18 +281,26 @@ def bits_product(bits: list[np.ndarray], cws: list[np.ndarray]) -> np.ndarray:
     bits: per user, uint8 (B, M) control bits (0 or 1) of its B bucket keys.
     cws: per user, ring (B, w) correction words, one dtype.
 
-    With the compiled kernels one pass adds each user's correction word to the rows its bits
-    select; the reference is the batched ring product of the stacked bits and words."""
+    The stacked form is :func:`bits_product_stacked`."""
     if not bits or len(bits) != len(cws):
         raise InvalidParameters(f"need one correction-word array per bit array, got {len(bits)} and {len(cws)}")
-    dtype = cws[0].dtype
-    if kernels.compiled():
+    return bits_product_stacked(np.stack(bits), np.stack(cws))
+
+
+def bits_product_stacked(t: np.ndarray, cw: np.ndarray) -> np.ndarray:
+    """:func:`bits_product` of the users' stacked bits ``t`` uint8 (U, B, M) and correction
+    words ``cw`` ring (U, B, w) (views are fine: a range of buckets is ``t[:, lo:hi]``,
+    ``cw[:, lo:hi]``); ring (B, M, w).
+
+    With the compiled kernels one pass adds each user's correction word to the rows its bits
+    select; the reference is the batched ring product of the bits and words."""
+    if t.ndim != 3 or cw.ndim != 3 or t.shape[:2] != cw.shape[:2] or t.shape[0] < 1:
+        raise InvalidParameters(f"bits {t.shape} and correction words {cw.shape} must be (U, B, M) and (U, B, w)")
+    dtype = cw.dtype
+    if kernels.compiled() and t.dtype == np.uint8:
         from secemb.fss._numba_kernels import bits_accumulate
 
-        t, cw = np.stack(bits), np.stack(cws)  # (U, B, M), (U, B, w)
-        if t.dtype == np.uint8 and cw.dtype == dtype and t.shape[:2] == cw.shape[:2]:
-            out = np.zeros((t.shape[1], t.shape[2], cw.shape[2]), dtype)
-            bits_accumulate(t, cw, out)
-            return out
-    t = np.stack(bits, axis=2)  # (B, M, U)
-    return ring_matmul(t, np.stack(cws, axis=1), 8 * dtype.itemsize, a_bits=1)
+        out = np.zeros((t.shape[1], t.shape[2], cw.shape[2]), dtype)
+        bits_accumulate(t, cw, out)
+        return out
+    return ring_matmul(t.transpose(1, 2, 0), cw.transpose(1, 0, 2), 8 * dtype.itemsize, a_bits=1)

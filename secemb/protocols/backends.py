@@ -61,6 +61,8 @@ class Backend:
     """Runs ``fn`` over task arguments; ``workers`` is how many chunks are worth making."""
 
     workers: int = 1
+    #: whether tasks run in this process (they read its arrays without copies)
+    in_process: bool = True
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         raise NotImplementedError
@@ -273,6 +275,8 @@ class ProcessBackend(Backend):
     :meth:`release`, :meth:`close`, or when the backend is collected or the interpreter
     exits."""
 
+    in_process = False
+
     def __init__(self, workers: int | None = None) -> None:
         self.workers = _worker_count(workers)
         self._pool: ProcessPoolExecutor | None = None
@@ -368,6 +372,8 @@ class RayBackend(Backend):
     """Tasks on a Ray cluster (``pip install secemb[ray]``); ``address=None`` starts or joins
     a local instance, ``"host:port"`` joins that cluster's head.  Published values are put
     once in the object store; Ray frees them when the last handle is gone."""
+
+    in_process = False
 
     def __init__(self, address: str | None = None, workers: int | None = None) -> None:
         try:

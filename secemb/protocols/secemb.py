@@ -44,7 +44,7 @@ from secemb.fss.fused import (
     AGGREGATION_TAG,
     RETRIEVAL_TAG,
     PreparedAggregation,
-    bits_product,
+    bits_product_stacked,
     retrieve_and_prepare,
     retrieve_and_prepare_buckets,
 )
@@ -290,6 +290,11 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if party:
         np.negative(conv, out=conv)
     return answers, t, conv
+
+
+def _bits_task(task: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """:func:`~secemb.fss.fused.bits_product_stacked` of a range of buckets (a backend task)."""
+    return bits_product_stacked(*task)
 
 
 class SecEmbServer(ServerRole):
@@ -572,10 +577,21 @@ class SecEmbServer(ServerRole):
                     t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
                     part = self._device.bits_product(t, np.stack([a.cw for a in got], axis=1))
                 else:
-                    part = bits_product([a.bits for a in got], [a.cw for a in got])
+                    part = self._bits_product(np.stack([a.bits for a in got]), np.stack([a.cw for a in got]))
                 part = -part if self.party else part
             self._bits_cache = (key, part)
         return self._bits_cache[1]
+
+    def _bits_product(self, t: np.ndarray, cw: np.ndarray) -> np.ndarray:
+        """:func:`~secemb.fss.fused.bits_product_stacked` of the users' bits (U, B, M) and
+        correction words (U, B, w), split by ranges of buckets over a backend whose workers
+        share this process's memory (threads; the others would copy the bits)."""
+        ranges = min(t.shape[1], self.backend.workers) if self.backend.in_process else 1
+        if ranges <= 1:
+            return bits_product_stacked(t, cw)
+        bounds = np.linspace(0, t.shape[1], ranges + 1).astype(int).tolist()
+        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+        return np.concatenate(self.backend.map(_bits_task, [(t[:, lo:hi], cw[:, lo:hi]) for lo, hi in spans]))
 
     def _check_upload(self, user_id: int) -> None:
         cfg = self._cfg()
