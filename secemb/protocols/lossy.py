@@ -37,8 +37,8 @@ already learns.  ``frozen_columns`` (trailing public constant columns such as it
 codes, :mod:`secemb.models.features`) are never projected by CoLR.
 
 Cost: a user compresses its own rows only (every scheme maps zero rows to zero; stochastic
-rounding still draws one uniform per table entry in row-major order, so the model is the one
-whole-table rounding gives -- tests/protocols/test_lossy_fast_path.py compares both), and the
+rounding draws uniforms for the user's rows only, since a zero rounds to zero whatever its
+uniform -- tests/protocols/test_lossy_fast_path.py compares with whole-table rounding), and the
 full-size share 0 of the compressed update is the AES-CTR expansion of a fresh 16-byte seed
 (:func:`secemb.randomness.expand_seed`, as SecEmb's seeded shares) instead of m w fresh
 OS-random words.
@@ -110,7 +110,7 @@ def _share_rows(m: int, w: int, items: np.ndarray, values: np.ndarray, dtype: np
     full = np.zeros((m, w), dtype)
     full[items] = values.astype(np.int64).astype(dtype)
     r = expand_seed(rng(16), (m * w,), dtype)
-    return r, (full.reshape(-1) - r).astype(dtype)
+    return r, full.reshape(-1) - r
 
 
 def _share_words(x: np.ndarray, rng: RandomBytes) -> tuple[np.ndarray, np.ndarray]:
@@ -176,9 +176,11 @@ class _LossyUser(FullModelUser):
         """The compressed item update's shares, then the dense gradient's.
 
         Work is on the user's own rows (zero rows compress to zero under every scheme), so
-        it costs O(rows w) plus the O(m w) share of the full-size upload; stochastic rounding
-        still draws one uniform per table entry, in row-major order from the user's
-        generator, so the model is the one whole-table rounding gives (tests compare)."""
+        it costs O(rows w) plus the O(m w) share of the full-size upload.  Stochastic
+        rounding draws one uniform per entry of those rows (row-major, items ascending) from
+        the user's generator: rounding a zero is 0 whatever its uniform, so this is the
+        whole-table rounding with the uniforms of the zero rows left undrawn (tests compare
+        both given the same uniforms on the user's rows)."""
         cfg = self.config
         m, w = cfg.num_items, cfg.width
         items, g = self._touched(rows)
@@ -186,7 +188,7 @@ class _LossyUser(FullModelUser):
         tail0, tail1 = array_bytes(d0), array_bytes(d1)
         if self.kind in ("quant8", "ternary"):
             assert self._scale is not None  # read_extra (retrieval_result) sets it
-            uniform = self._np_rng.random((m, w))[items]
+            uniform = self._np_rng.random((items.size, w))
             if self.kind == "quant8":
                 q = np.clip(_stochastic_round(g / self._scale, uniform), -127, 127)
                 s0, s1 = _share_rows(m, w, items, q, np.dtype(np.uint16), self._rng)

@@ -2,10 +2,13 @@
 whole-table encoding it replaced, bit for bit, over several rounds with seeded users.
 
 ``_WholeTableUser`` is the previous implementation, kept here as the reference: it decodes the
-user's full (m, w) gradient and compresses every entry (quant8/ternary round all m w values with
-``rng.random((m, w))``; colr projects the whole table; svd finds the nonzero rows of the full
-matrix).  Shares differ (the new path expands share 0 from a seed), so the comparison is on what
-the servers reconstruct -- the decoded aggregate -- and on the public scale they carry forward.
+user's full (m, w) gradient and compresses every entry (quant8/ternary round all m w values
+with one uniform each; colr projects the whole table; svd finds the nonzero rows of the full
+matrix).  The new path draws uniforms for the user's rows only (``rng.random((rows, w))``, items
+ascending); the reference gets those same uniforms on the user's rows and *other* random
+uniforms everywhere else -- which must not matter, since a zero rounds to zero.  Shares differ
+(the new path expands share 0 from a seed), so the comparison is on what the servers
+reconstruct -- the decoded aggregate -- and on the public scale they carry forward.
 """
 
 import numpy as np
@@ -33,15 +36,20 @@ class _WholeTableUser(_LossyUser):
         g = fp.decode(self.full_gradient(rows))
         d0, d1 = share(dense, _rng=self._rng)
         tail0, tail1 = array_bytes(d0), array_bytes(d1)
+        if self.kind in ("quant8", "ternary"):
+            idx = self._requested()
+            items = np.unique(idx[idx >= 0])
+            uniform = np.random.default_rng(12345 + cfg.round_id).random(g.shape)  # off the user's rows
+            uniform[items] = self._np_rng.random((items.size, cfg.width))
         if self.kind == "quant8":
             x = g / self._scale
             lo = np.floor(x)
-            q = np.clip(lo + (self._np_rng.random(x.shape) < (x - lo)), -127, 127)
+            q = np.clip(lo + (uniform < (x - lo)), -127, 127)
             s0, s1 = _share_small(q, np.dtype(np.uint16), self._rng)
             return array_bytes(s0) + tail0, array_bytes(s1) + tail1
         if self.kind == "ternary":
             p = np.minimum(np.abs(g) / self._scale, 1.0)
-            t = np.sign(g) * (self._np_rng.random(g.shape) < p)
+            t = np.sign(g) * (uniform < p)
             s0, s1 = _share_small(t, np.dtype(np.uint8), self._rng)
             return array_bytes(s0) + tail0, array_bytes(s1) + tail1
         ffp = FixedPoint(cfg.ring_bits, FACTOR_FRAC_BITS)
