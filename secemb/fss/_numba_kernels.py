@@ -223,16 +223,18 @@ def gen_levels(alphas, s, rk, cw_seed, cw_tl, cw_tr):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, nogil=True)
-def ring_matmul(a, b, out):  # noqa: ANN001, ANN201
-    """``out[g] += a[g] @ b[g]`` in ``out``'s ring (uint32 or uint64 arithmetic wraps): a
-    unsigned (G, K, M) with entries below the ring's modulus, b ring (G, M, D), out ring
-    (G, K, D).  Four rows of ``a`` share each row of ``b`` read (1.5x the one-row loop)."""
+def ring_matmul(a, b, out, cols):  # noqa: ANN001, ANN201
+    """``out[g] += a[g, :, :c] @ b[g, :c]`` for ``c = cols[g]`` in ``out``'s ring (uint32 or
+    uint64 arithmetic wraps): a unsigned (G, K, M) with entries below the ring's modulus, b
+    ring (G, M, D), out ring (G, K, D), cols int64 (G,) at most M.  Four rows of ``a`` share
+    each row of ``b`` read (1.5x the one-row loop)."""
     groups, k, m = a.shape
     d = b.shape[2]
     for g in range(groups):
+        c = cols[g]
         i = 0
         while i + 4 <= k:
-            for j in range(m):
+            for j in range(c):
                 x0, x1, x2, x3 = a[g, i, j], a[g, i + 1, j], a[g, i + 2, j], a[g, i + 3, j]
                 for e in range(d):
                     y = b[g, j, e]
@@ -242,7 +244,7 @@ def ring_matmul(a, b, out):  # noqa: ANN001, ANN201
                     out[g, i + 3, e] += x3 * y
             i += 4
         while i < k:
-            for j in range(m):
+            for j in range(c):
                 x = a[g, i, j]
                 for e in range(d):
                     out[g, i, e] += x * b[g, j, e]
@@ -250,16 +252,17 @@ def ring_matmul(a, b, out):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, nogil=True)
-def bits_accumulate(t, cw, out):  # noqa: ANN001, ANN201
-    """``out[g, i] += sum_u t[u, g, i] cw[u, g]`` in ``out``'s ring: control bits t uint8
-    (U, G, M) (0 or 1), correction words cw ring (U, G, w), out ring (G, M, w).  A zero bit
-    costs a test; a one bit adds a row.  Group-major, so that ``out[g]`` stays in cache
-    while every user's bits of group ``g`` are added."""
+def bits_accumulate(t, cw, out, cols):  # noqa: ANN001, ANN201
+    """``out[g, i] += sum_u t[u, g, i] cw[u, g]`` for ``i < cols[g]`` in ``out``'s ring:
+    control bits t uint8 (U, G, M) (0 or 1), correction words cw ring (U, G, w), out ring
+    (G, M, w), cols int64 (G,) at most M.  A zero bit costs a test; a one bit adds a row.
+    Group-major, so that ``out[g]`` stays in cache while every user's bits of group ``g`` are
+    added."""
     users, groups, m = t.shape
     w = cw.shape[2]
     for g in range(groups):
         for u in range(users):
-            for i in range(m):
+            for i in range(cols[g]):
                 if t[u, g, i] != 0:
                     for e in range(w):
                         out[g, i, e] += cw[u, g, e]

@@ -208,7 +208,7 @@ def retrieve_and_prepare_buckets(
     tables: np.ndarray | LimbMatrix,
     agg_width: int,
     *,
-    live: np.ndarray | None = None,
+    sizes: np.ndarray | None = None,
     retrieval_tag: str = RETRIEVAL_TAG,
     aggregation_tag: str = AGGREGATION_TAG,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -222,9 +222,10 @@ def retrieve_and_prepare_buckets(
     tables: ring (B, M, D), bucket ``i``'s rows (zero rows pad short buckets), or its
         :class:`~secemb.fss.linalg.LimbMatrix`.
     agg_width: ``w``.
-    live: bool (B, M), the positions that hold a row (the rest pad short buckets), or
-        ``None`` for all: ``conv_sum`` is computed at live positions only and is zero at
-        the others (a caller must ignore them, as the layout's scatter does).
+    sizes: int (B,), or ``None`` for all ``M``: positions ``[0, sizes[i])`` of bucket ``i``
+        hold its rows and the rest pad it (zero rows of ``tables``).  ``conv_sum`` is
+        computed at those positions only and is zero at the others (a caller must ignore
+        them, as the layout's scatter does); the answers skip the padding rows.
 
     Returns
     -------
@@ -240,15 +241,15 @@ def retrieve_and_prepare_buckets(
         raise InvalidParameters(f"tables must have shape (B, {big_m}, D) with B dividing {k}, got {tables.shape}")
     ring_bits = 8 * tables.dtype.itemsize
     mp = padded_domain(path)
-    if live is not None and live.shape != (buckets, big_m):
-        raise InvalidParameters(f"live must have shape ({buckets}, {big_m}), got {live.shape}")
-    rows = np.zeros((buckets, mp), bool)
-    rows[:, :big_m] = True if live is None else live
+    cols = np.full(buckets, big_m, np.int64) if sizes is None else np.asarray(sizes, np.int64)
+    if cols.shape != (buckets,) or np.any((cols < 0) | (cols > big_m)):
+        raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}], got {cols}")
+    rows = np.arange(mp)[None, :] < cols[:, None]
     conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
     t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, rows.reshape(-1))
     users = k // buckets
     e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
-    answers = ring_matmul(e_b, tables, ring_bits).transpose(1, 0, 2).reshape(k, -1)
+    answers = ring_matmul(e_b, tables, ring_bits, cols=cols).transpose(1, 0, 2).reshape(k, -1)
     return answers, np.ascontiguousarray(t[:, :big_m]), conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
 
 
@@ -287,20 +288,25 @@ def bits_product(bits: list[np.ndarray], cws: list[np.ndarray]) -> np.ndarray:
     return bits_product_stacked(np.stack(bits), np.stack(cws))
 
 
-def bits_product_stacked(t: np.ndarray, cw: np.ndarray) -> np.ndarray:
+def bits_product_stacked(t: np.ndarray, cw: np.ndarray, sizes: np.ndarray | None = None) -> np.ndarray:
     """:func:`bits_product` of the users' stacked bits ``t`` uint8 (U, B, M) and correction
     words ``cw`` ring (U, B, w) (views are fine: a range of buckets is ``t[:, lo:hi]``,
-    ``cw[:, lo:hi]``); ring (B, M, w).
+    ``cw[:, lo:hi]``); ring (B, M, w).  With ``sizes`` int (B,), only the first ``sizes[i]``
+    positions of bucket ``i`` are computed and the rest are zero.
 
     With the compiled kernels one pass adds each user's correction word to the rows its bits
     select; the reference is the batched ring product of the bits and words."""
     if t.ndim != 3 or cw.ndim != 3 or t.shape[:2] != cw.shape[:2] or t.shape[0] < 1:
         raise InvalidParameters(f"bits {t.shape} and correction words {cw.shape} must be (U, B, M) and (U, B, w)")
-    dtype = cw.dtype
+    dtype, buckets, big_m = cw.dtype, t.shape[1], t.shape[2]
+    cols = np.full(buckets, big_m, np.int64) if sizes is None else np.asarray(sizes, np.int64)
+    if cols.shape != (buckets,) or np.any((cols < 0) | (cols > big_m)):
+        raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}]")
     if kernels.compiled() and t.dtype == np.uint8:
         from secemb.fss._numba_kernels import bits_accumulate
 
-        out = np.zeros((t.shape[1], t.shape[2], cw.shape[2]), dtype)
-        bits_accumulate(t, cw, out)
+        out = np.zeros((buckets, big_m, cw.shape[2]), dtype)
+        bits_accumulate(t, cw, out, cols)
         return out
-    return ring_matmul(t.transpose(1, 2, 0), cw.transpose(1, 0, 2), 8 * dtype.itemsize, a_bits=1)
+    return ring_matmul(t.transpose(1, 2, 0), cw.transpose(1, 0, 2), 8 * dtype.itemsize, a_bits=1) * (
+        np.arange(big_m) < cols[:, None])[:, :, None].astype(dtype)

@@ -73,7 +73,8 @@ class LimbMatrix:
         return LimbMatrix(rows, self.ring_bits)
 
 
-def _compiled_matmul(a: np.ndarray, b: np.ndarray, dtype: type[np.unsignedinteger]) -> np.ndarray | None:
+def _compiled_matmul(a: np.ndarray, b: np.ndarray, dtype: type[np.unsignedinteger],
+                     cols: np.ndarray | None) -> np.ndarray | None:
     """``a @ b`` through the numba kernel, or ``None`` where it does not apply (broadcast
     batch shapes, signed or mismatched operands)."""
     if a.dtype.kind != "u" or b.dtype != dtype or a.ndim != b.ndim or a.ndim not in (2, 3):
@@ -86,11 +87,12 @@ def _compiled_matmul(a: np.ndarray, b: np.ndarray, dtype: type[np.unsignedintege
     a3 = np.ascontiguousarray(a).reshape((groups,) + a.shape[-2:])
     b3 = np.ascontiguousarray(b).reshape((groups,) + b.shape[-2:])
     out = np.zeros((a3.shape[0], a3.shape[1], b3.shape[2]), dtype)
-    kernel(a3, b3, out)
+    kernel(a3, b3, out, np.full(groups, a3.shape[2], np.int64) if cols is None else cols)
     return out if a.ndim == 3 else out[0]
 
 
-def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_bits: int | None = None) -> np.ndarray:
+def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_bits: int | None = None,
+                cols: np.ndarray | None = None) -> np.ndarray:
     """``a @ b`` modulo ``2^ring_bits``, exactly.
 
     Parameters
@@ -100,6 +102,9 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
        dimensions broadcast as in :func:`numpy.matmul`.
     ring_bits: 32 or 64.
     a_bits: optional bound on the bit length of ``a``'s entries (1 for a 0/1 matrix).
+    cols: optional int (G,) for 3-D operands (G, K, M) and (G, M, D): group ``g`` multiplies
+       only its first ``cols[g]`` columns of ``a`` and rows of ``b`` (the others count as
+       zero; the compiled kernel skips them).
 
     Returns
     -------
@@ -112,10 +117,16 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise InvalidParameters(f"cannot multiply shapes {a.shape} and {b.shape}")
     dtype = np.uint32 if ring_bits == 32 else np.uint64
+    if cols is not None:
+        cols = np.asarray(cols, np.int64)
+        if a.ndim != 3 or b.ndim != 3 or cols.shape != (a.shape[0],) or np.any((cols < 0) | (cols > a.shape[-1])):
+            raise InvalidParameters(f"cols must be ({a.shape[0]},) in [0, {a.shape[-1]}] for 3-D operands")
     if kernels.compiled():
-        out = _compiled_matmul(a, b.ring if isinstance(b, LimbMatrix) else b, dtype)
+        out = _compiled_matmul(a, b.ring if isinstance(b, LimbMatrix) else b, dtype, cols)
         if out is not None:
             return out
+    if cols is not None:
+        a = a * (np.arange(a.shape[-1]) < cols[:, None])[:, None, :].astype(a.dtype)
     la = -(-(a_bits or ring_bits) // _LIMB)
     lb = ring_bits // _LIMB
     # per-term bound 2^(16 + min(16, a_bits)); at most min(la, lb) terms share a weight

@@ -286,13 +286,13 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return answers, prepared.t_bits, prepared.signed_conv()
     lo, hi = buckets or (0, len(table.index))
     answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width,
-                                                    live=table.index[lo:hi] >= 0)
+                                                    sizes=(table.index[lo:hi] >= 0).sum(axis=1))
     if party:
         np.negative(conv, out=conv)
     return answers, t, conv
 
 
-def _bits_task(task: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+def _bits_task(task: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     """:func:`~secemb.fss.fused.bits_product_stacked` of a range of buckets (a backend task)."""
     return bits_product_stacked(*task)
 
@@ -586,12 +586,14 @@ class SecEmbServer(ServerRole):
         """:func:`~secemb.fss.fused.bits_product_stacked` of the users' bits (U, B, M) and
         correction words (U, B, w), split by ranges of buckets over a backend whose workers
         share this process's memory (threads; the others would copy the bits)."""
+        sizes = np.diff(self._cfg().cuckoo().indptr)  # positions past a bucket's size pad it: left zero
         ranges = min(t.shape[1], self.backend.workers) if self.backend.in_process else 1
         if ranges <= 1:
-            return bits_product_stacked(t, cw)
+            return bits_product_stacked(t, cw, sizes)
         bounds = np.linspace(0, t.shape[1], ranges + 1).astype(int).tolist()
         spans = list(zip(bounds[:-1], bounds[1:], strict=True))
-        return np.concatenate(self.backend.map(_bits_task, [(t[:, lo:hi], cw[:, lo:hi]) for lo, hi in spans]))
+        return np.concatenate(self.backend.map(_bits_task, [(t[:, lo:hi], cw[:, lo:hi], sizes[lo:hi])
+                                                            for lo, hi in spans]))
 
     def _check_upload(self, user_id: int) -> None:
         cfg = self._cfg()

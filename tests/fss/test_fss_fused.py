@@ -240,22 +240,23 @@ def test_bucket_form_retrieves_and_aggregates(bucket_m: int, ring_bits: int) -> 
 
 
 @pytest.mark.parametrize("ring_bits", [32, 64])
-def test_bucket_form_skips_positions_that_are_not_live(ring_bits: int) -> None:
-    """With a ``live`` mask (the positions that hold a row) the conversion sum is the full
-    one at live positions and zero elsewhere; answers and control bits do not change."""
+def test_bucket_form_skips_positions_past_the_bucket_sizes(ring_bits: int) -> None:
+    """With ``sizes`` (positions past a bucket's size hold zero rows) the conversion sum is
+    the full one inside the sizes and zero past them; answers and control bits do not change."""
     gen = np.random.default_rng(ring_bits)
     buckets, bucket_m, w = 5, 37, 65
     sizes = np.array([37, 1, 20, 36, 9])
     live = np.arange(bucket_m)[None, :] < sizes[:, None]
     alphas = gen.integers(0, sizes)
-    tables = random_ring(gen, (buckets, bucket_m, 2), ring_bits)
+    tables = random_ring(gen, (buckets, bucket_m, 2), ring_bits) * live[:, :, None].astype(ring_dtype(ring_bits))
     (p0, _), _, cw_ret = _user_keys(alphas, bucket_m, ring_bits)
     ans, t, conv = retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, w)
-    ans_l, t_l, conv_l = retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, w, live=live)
+    ans_l, t_l, conv_l = retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, w, sizes=sizes)
     assert np.array_equal(ans_l, ans) and np.array_equal(t_l, t)
     assert np.array_equal(conv_l[live], conv[live]) and not conv_l[~live].any() and conv[~live].any()
-    with pytest.raises(InvalidParameters, match="live"):
-        retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, w, live=live[:, :-1])
+    for bad in (sizes[:-1], sizes + 1):
+        with pytest.raises(InvalidParameters, match="sizes"):
+            retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, w, sizes=bad)
 
 
 # ------------------------------------------------------------------- bad input

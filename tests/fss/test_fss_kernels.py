@@ -168,7 +168,7 @@ def test_backend_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_bits_product_is_the_same_on_both_backends(monkeypatch: pytest.MonkeyPatch, users, buckets, big_m, width,
                                                    ring_bits) -> None:
     """The control-bit part of a bucket-form aggregate, and against a per-user loop."""
-    from secemb.fss.fused import bits_product
+    from secemb.fss.fused import bits_product, bits_product_stacked
 
     dt = np.uint32 if ring_bits == 32 else np.uint64
     gen = np.random.default_rng(users * 100 + big_m)
@@ -181,3 +181,8 @@ def test_bits_product_is_the_same_on_both_backends(monkeypatch: pytest.MonkeyPat
         for t, cw in zip(bits, cws, strict=True):
             want += t[:, :, None].astype(dt) * cw[:, None, :]
     assert np.array_equal(got, want)
+    # bucket sizes: positions past them are left zero
+    sizes = gen.integers(0, big_m + 1, buckets)
+    inside = np.arange(big_m)[None, :] < sizes[:, None]
+    ref, got = _both(monkeypatch, lambda: bits_product_stacked(np.stack(bits), np.stack(cws), sizes))
+    assert _equal(ref, got) and np.array_equal(got[inside], want[inside]) and not got[~inside].any()

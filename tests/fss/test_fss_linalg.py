@@ -200,6 +200,23 @@ def test_ring_matmul_batched_is_exact(
 
 
 @pytest.mark.parametrize("ring_bits", [32, 64])
+def test_ring_matmul_with_column_limits_counts_only_the_leading_columns(ring_bits: int) -> None:
+    """``cols[g]``: group ``g`` multiplies only its first ``cols[g]`` columns of ``a`` (rows of
+    ``b``), whatever the rest holds; bad limits are refused."""
+    dt = ring_dtype(ring_bits)
+    gen = np.random.default_rng(ring_bits)
+    a = gen.integers(0, np.iinfo(dt).max, (4, 6, 9), dtype=dt, endpoint=True)
+    b = gen.integers(0, np.iinfo(dt).max, (4, 9, 3), dtype=dt, endpoint=True)
+    cols = np.array([9, 0, 4, 1])
+    got = ring_matmul(a, b, ring_bits, cols=cols)
+    for g, c in enumerate(cols):
+        assert np.array_equal(got[g], _exact(a[g, :, :c], b[g, :c], ring_bits))
+    for bad in (cols[:3], np.array([9, 0, 4, 10]), np.array([9, -1, 4, 1])):
+        with pytest.raises(InvalidParameters, match="cols"):
+            ring_matmul(a, b, ring_bits, cols=bad)
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
 def test_a_gathered_limb_matrix_multiplies_as_its_rows(ring_bits: int) -> None:
     """A table in bucket form (rows gathered, -1 a zero row) gives the products of those rows."""
     dt = ring_dtype(ring_bits)
