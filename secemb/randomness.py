@@ -51,6 +51,16 @@ class CtrDrbg:
             raise InvalidParameters(f"number of random bytes must be >= 0, got {n}")
         return self._enc.update(b"\x00" * n)
 
+    def words(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+        """The next ``prod(shape)`` words of unsigned ``dtype`` of the stream, as
+        ``random_words(self, shape, dtype)`` gives them, written once into a new array."""
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        n = count * dt.itemsize
+        buf = bytearray(n + 15)  # update_into wants room for a block beyond the input
+        self._enc.update_into(bytes(n), buf)
+        return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
+
 
 def random_words(rng: RandomBytes, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
     """Uniform unsigned integers of ``dtype`` and ``shape`` drawn from ``rng``."""
@@ -66,4 +76,4 @@ def expand_seed(seed: bytes, shape: tuple[int, ...], dtype: np.dtype | type) -> 
     values."""
     if len(seed) != 16:
         raise InvalidParameters(f"seed must be 16 bytes, got {len(seed)}")
-    return random_words(CtrDrbg(bytes(seed)), shape, dtype)
+    return CtrDrbg(bytes(seed)).words(shape, dtype)
