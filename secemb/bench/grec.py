@@ -184,7 +184,7 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
     built = build_experiment(Experiment(dataset=dataset, data_dir=data_dir, model=model, protocol=protocol,
                                         layout="full", relay=False, epochs=epochs, users_per_round=users_per_round,
                                         m_prime=m_prime, seed=seed, dim=dim))
-    rec = _train_built(built)
+    rec = _train_built(built, on_epoch=lambda e: log(f"  recommender epoch {e.epoch}: {e.test_metrics}"))
     t_rec = time.perf_counter() - t0
     d = int(built.extra_config["dim"])
     log(f"{model} d={d} seed {seed}: recommender {epochs} epochs, test RMSE {rec.epochs[-1].test_metrics}, "
