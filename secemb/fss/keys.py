@@ -31,7 +31,9 @@ the *shared part* (kind 3) is a full batch without its ``roots`` field, and
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -264,6 +266,56 @@ class DPFKeys:
         return head + b"".join(self.path._body()[1:]) + out
 
     @classmethod
+    def from_bytes_many(cls, datas: Sequence[_Bytes], *, domain_size: int, party: int, count: int, payload_width: int,
+                        ring_bits: int) -> list[DPFKeys | InvalidKey]:
+        """:meth:`from_bytes` of many serialized batches that must all have the given
+        parameters (several users' keys): the headers are checked one by one, the bodies
+        parsed and checked as one array.  Per input, its keys or the :class:`InvalidKey`
+        that refused it (the same checks and messages as :meth:`from_bytes`)."""
+        params = DPFParams(domain_size, payload_width, ring_bits)
+        k, n = count, params.depth
+        out: list[DPFKeys | InvalidKey | None] = [None] * len(datas)
+        bodies: list[memoryview] = []
+        where: list[int] = []
+        for i, data in enumerate(datas):
+            try:
+                _, _, _, (ring, width), body = _parse_header(data, _KIND_FULL, domain_size, party, count)
+                if width != payload_width:
+                    raise InvalidKey(f"expected payload width {payload_width}, got {width}")
+                if ring != ring_bits:
+                    raise InvalidKey(f"expected ring_bits {ring_bits}, got {ring}")
+                if len(body) != k * params.key_bytes:
+                    raise InvalidKey(f"keys: expected {HEADER_BYTES + k * params.key_bytes} bytes, got {len(data)}")
+            except InvalidKey as exc:
+                out[i] = exc
+                continue
+            bodies.append(body)
+            where.append(i)
+        u, nb = len(bodies), (n + 7) // 8
+        raw = np.frombuffer(b"".join(bodies), np.uint8).reshape(u, k * params.key_bytes)
+        spans = np.cumsum([0, 16 * k, 16 * k * n, k * nb, k * params.cw_bytes])
+        roots = raw[:, spans[0] : spans[1]].copy().view("<u8").reshape(u, k, 2).astype(np.uint64, copy=False)
+        seeds = raw[:, spans[1] : spans[2]].copy().view("<u8").reshape(u, k, n, 2).astype(np.uint64, copy=False)
+        trb = raw[:, spans[2] : spans[3]].reshape(u, k, nb)
+        cw = raw[:, spans[3] : spans[4]].copy().view(params.dtype.newbyteorder("<")).reshape(u, k, payload_width)
+        cw = cw.astype(params.dtype, copy=False)
+        bad_root = np.any((roots[..., 0] & np.uint64(1)) != np.uint64(party), axis=1)
+        tr = np.unpackbits(trb, axis=2, bitorder="little")[..., :n] if n else np.zeros((u, k, 0), np.uint8)
+        bad_pad = (np.any(np.unpackbits(trb[..., -1:], axis=2, bitorder="little")[..., n % 8 :], axis=(1, 2))
+                   if n % 8 else np.zeros(u, bool))
+        tl = (seeds[..., 0] & np.uint64(1)).astype(np.uint8)
+        seeds[..., 0] &= ~np.uint64(1)
+        tr = np.ascontiguousarray(tr, dtype=np.uint8)
+        for j, i in enumerate(where):
+            if bad_root[j]:
+                out[i] = InvalidKey("root control bit does not match the key's party")
+            elif bad_pad[j]:
+                out[i] = InvalidKey("non-zero padding bits in the control-bit correction words")
+            else:
+                out[i] = cls(PathKeys(params, party, roots[j], seeds[j], tl[j], tr[j]), cw[j], params)
+        return cast("list[DPFKeys | InvalidKey]", out)  # every entry is set above
+
+    @classmethod
     def from_shared(cls, shared: _Bytes, roots: _Bytes, party: int, **expect: int) -> DPFKeys:
         """Rebuild ``party``'s keys from a shared part and that party's serialized roots
         (``16 K`` bytes); ``expect`` as for :meth:`from_bytes`.
@@ -273,6 +325,32 @@ class DPFKeys:
         InvalidKey
             Whatever is wrong with either input.
         """
+        return cls.from_bytes(cls._joined(shared, roots, party), party=party, **expect)
+
+    @classmethod
+    def from_shared_many(cls, parts: Sequence[tuple[_Bytes, _Bytes]], party: int, *, domain_size: int, count: int,
+                         payload_width: int, ring_bits: int) -> list[DPFKeys | InvalidKey]:
+        """:meth:`from_shared` of many ``(shared, roots)`` pairs with the given parameters,
+        parsed as one batch (:meth:`from_bytes_many`); per pair its keys or the
+        :class:`InvalidKey` that refused it."""
+        out: list[DPFKeys | InvalidKey | None] = [None] * len(parts)
+        joined: list[bytes] = []
+        where: list[int] = []
+        for i, (shared, roots) in enumerate(parts):
+            try:
+                joined.append(cls._joined(shared, roots, party))
+                where.append(i)
+            except InvalidKey as exc:
+                out[i] = exc
+        parsed = cls.from_bytes_many(joined, domain_size=domain_size, party=party, count=count,
+                                     payload_width=payload_width, ring_bits=ring_bits)
+        for i, got in zip(where, parsed, strict=True):
+            out[i] = got
+        return cast("list[DPFKeys | InvalidKey]", out)  # every entry is set above
+
+    @staticmethod
+    def _joined(shared: _Bytes, roots: _Bytes, party: int) -> bytes:
+        """The full serialized keys of ``party`` from a shared part and its roots."""
         if party not in (0, 1):
             raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
         if not isinstance(shared, _Bytes) or not isinstance(roots, _Bytes):
@@ -286,7 +364,7 @@ class DPFKeys:
         if len(roots) != 16 * k:
             raise InvalidKey(f"expected {16 * k} bytes of roots for {k} keys, got {len(roots)}")
         head = _HEADER.pack(magic, version, _KIND_FULL, party, ring, m, width, k)
-        return cls.from_bytes(head + bytes(roots) + bytes(shared[HEADER_BYTES:]), party=party, **expect)
+        return head + bytes(roots) + bytes(shared[HEADER_BYTES:])
 
     @classmethod
     def from_bytes(

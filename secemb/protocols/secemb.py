@@ -35,6 +35,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -402,11 +403,26 @@ class SecEmbServer(ServerRole):
             self._pending[u] = _Pending(k, b)
         return answers
 
-    def _parse_keys(self, body: memoryview) -> fss.DPFKeys:
-        try:
-            return fss.DPFKeys.from_bytes(body, party=self.party, **_key_expect(self._cfg()))
-        except InvalidKey as exc:
-            raise InvalidMessage(f"retrieval_request: {exc}") from None
+    def _parse_requests(self, messages: list[bytes]) -> list[fss.DPFKeys | SecembError]:
+        """The keys of each retrieval request (server 0, or either server without relay), or
+        the error that refuses it; the keys of all requests are parsed as one batch."""
+        if self.relay and self.party == 1:
+            return []
+        cfg = self._cfg()
+        out: list[fss.DPFKeys | SecembError | None] = [None] * len(messages)
+        bodies: list[memoryview] = []
+        where: list[int] = []
+        for i, message in enumerate(messages):
+            try:
+                bodies.append(open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id,
+                                           request_bytes(cfg)))
+                where.append(i)
+            except SecembError as exc:
+                out[i] = exc
+        keys = fss.DPFKeys.from_bytes_many(bodies, party=self.party, **_key_expect(cfg))
+        for i, got in zip(where, keys, strict=True):
+            out[i] = InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else got
+        return cast("list[fss.DPFKeys | SecembError]", out)  # every entry is set above
 
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes | None:
         """Non-relay: the reply to the user.  Relay: server 0 returns the shared key part to
@@ -434,6 +450,7 @@ class SecEmbServer(ServerRole):
         where: list[int] = []
         roots: dict[int, tuple[bytes, bytes, bytes]] = {}
         seen: set[int] = set()
+        parsed = self._parse_requests([m for _, m in requests])  # all at once; used in order below
         for i, (user_id, message) in enumerate(requests):
             try:
                 user_id = check_user(user_id)
@@ -443,9 +460,10 @@ class SecEmbServer(ServerRole):
                 if self.relay and self.party == 1:
                     roots[user_id] = self._parse_roots(message)
                 else:
-                    body = open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id,
-                                        request_bytes(cfg))
-                    keys.append(self._parse_keys(body))
+                    got = parsed[i]
+                    if isinstance(got, SecembError):
+                        raise got
+                    keys.append(got)
                     users.append(user_id)
                     where.append(i)
                 seen.add(user_id)
@@ -503,20 +521,25 @@ class SecEmbServer(ServerRole):
         keys: list[fss.DPFKeys] = []
         where: list[int] = []
         shared_len = _shared_bytes(cfg)
+        parts: list[tuple[int, memoryview, bytes]] = []  # (index, shared part, roots): parsed as one batch
         for i, (user_id, message) in enumerate(forwards):
             try:
                 user_id = check_user(user_id)
                 if user_id not in self._awaiting or user_id in users:
                     raise ProtocolError(f"no retrieval request of user {user_id} to complete")
                 body = open_message(message, _NAME, "relay_keys", 1, cfg.round_id, shared_len)
-                try:
-                    keys.append(fss.DPFKeys.from_shared(body, self._awaiting[user_id][0], 1, **_key_expect(cfg)))
-                except InvalidKey as exc:
-                    raise InvalidMessage(f"relay_keys: {exc}") from None
+                parts.append((i, body, self._awaiting[user_id][0]))
                 users.append(user_id)
                 where.append(i)
             except SecembError as exc:
                 out[i] = exc
+        parsed = fss.DPFKeys.from_shared_many([(b, r) for _, b, r in parts], 1, **_key_expect(cfg))
+        failed = {i: got for (i, _, _), got in zip(parts, parsed, strict=True) if isinstance(got, InvalidKey)}
+        for i, bad in failed.items():
+            out[i] = InvalidMessage(f"relay_keys: {bad}")
+        keys = [got for got in parsed if not isinstance(got, InvalidKey)]
+        users = [u for u, i in zip(users, where, strict=True) if i not in failed]
+        where = [i for i in where if i not in failed]
         evaluated = self._evaluate(keys) if keys else None
 
         def commit() -> list[bytes | SecembError]:

@@ -603,3 +603,48 @@ def test_roots_of_the_two_parties_are_independent() -> None:
     bits = np.unpackbits(x.view(np.uint8))
     assert abs(bits.mean() - 0.5 * 127 / 128) < 0.005
     assert len({bytes(r) for r in k0.path.roots}) == STAT_KEYS
+
+
+# ------------------------------------------------------------------- many batches at once
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
+def test_parsing_many_batches_gives_each_its_keys_or_its_error(ring_bits: int) -> None:
+    """``from_bytes_many`` (and ``from_shared_many``) answer each input as ``from_bytes``
+    (``from_shared``) does alone: the same keys, or an error with the same message."""
+    batches = [_sample_keys(m=1000, k=3, d=2, ring_bits=ring_bits, seed=s) for s in range(4)]
+    k0 = batches[0][0]
+    n = k0.params.depth
+    good = [b[0].to_bytes() for b in batches]
+    root_bit = bytearray(good[1])
+    root_bit[24 + 16] ^= 1  # the second key's root control bit
+    padding = bytearray(good[2])
+    padding[24 + 3 * 16 + 3 * n * 16 + 1] |= 1 << 7  # a padding bit of the first key's cw_tr
+    inputs = [good[0], bytes(root_bit), good[3][:-1], b"SEDL" + good[0][4:], bytes(padding), good[3],
+              _patch(good[0], 8, "Q", 999), b""]
+    expect = _expect(k0)
+    many = fss.DPFKeys.from_bytes_many(inputs, **expect)
+    assert len(many) == len(inputs)
+    for data, got in zip(inputs, many, strict=True):
+        try:
+            want = fss.DPFKeys.from_bytes(data, **expect)
+        except InvalidKey as exc:
+            assert isinstance(got, InvalidKey) and str(got) == str(exc)
+        else:
+            assert isinstance(got, fss.DPFKeys)
+            _same_keys(got, want)
+    assert [isinstance(x, fss.DPFKeys) for x in many] == [True, False, False, False, False, True, False, False]
+
+    shared = [(b[0].shared_bytes(), b[1].path.roots.astype("<u8").tobytes()) for b in batches]
+    shared[1] = (shared[1][0], shared[1][1][:-16])  # too few roots
+    shared[2] = (good[2], shared[2][1])  # a full batch where a shared part belongs
+    expect1 = dict(expect, party=1)
+    del expect1["party"]
+    for (part, roots), got in zip(shared, fss.DPFKeys.from_shared_many(shared, 1, **expect1), strict=True):
+        try:
+            want = fss.DPFKeys.from_shared(part, roots, 1, **expect1)
+        except InvalidKey as exc:
+            assert isinstance(got, InvalidKey) and str(got) == str(exc)
+        else:
+            assert isinstance(got, fss.DPFKeys)
+            _same_keys(got, want)
