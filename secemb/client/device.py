@@ -277,13 +277,17 @@ class RoundSession:
             raise InvalidParameters("prepare takes either items and ratings or a sample")
         self._advance(0)
         t = time.perf_counter()
-        rng = rng or np.random.default_rng()
+        if rng is None and (sample is None or placement is None):  # a fresh generator only if drawn from
+            rng = np.random.default_rng()
         if sample is None:
-            assert items is not None and ratings is not None  # checked above
+            assert items is not None and ratings is not None and rng is not None  # checked above
             sample = self.task.sample(np.asarray(items, dtype=np.int64), ratings, self.rc.num_items, rng)
         self.batch = sample.batch
         self.num_distinct = int(sample.items.size)
-        self.request = placement if placement is not None else place(self.rc, sample.items, rng)
+        if placement is None:
+            assert rng is not None  # made above
+            placement = place(self.rc, sample.items, rng)
+        self.request = placement
         self.role = self.protocol.make_user(self.rc)
         self._requests = _by_plan(self.plan.device_sends(RETRIEVAL), self.role.retrieval_request(self.request.indices),
                                   "retrieval request")
