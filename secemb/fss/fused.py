@@ -33,7 +33,6 @@ __all__ = [
     "RETRIEVAL_TAG",
     "PreparedAggregation",
     "bits_product",
-    "bits_product_stacked",
     "bucket_shares",
     "retrieve_and_prepare",
     "retrieve_and_prepare_buckets",
@@ -273,26 +272,17 @@ def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.nda
 
 
 
-def bits_product(bits: list[np.ndarray], cws: list[np.ndarray]) -> np.ndarray:
+def bits_product(t: np.ndarray, cw: np.ndarray, sizes: np.ndarray | None = None) -> np.ndarray:
     """``sum_u t_u[..., None] * CW_u[:, None, :]``: the control-bit part of the bucket-form
     aggregate over users ``u``, ring (B, M, w).
 
     Parameters
     ----------
-    bits: per user, uint8 (B, M) control bits (0 or 1) of its B bucket keys.
-    cws: per user, ring (B, w) correction words, one dtype.
-
-    The stacked form is :func:`bits_product_stacked`."""
-    if not bits or len(bits) != len(cws):
-        raise InvalidParameters(f"need one correction-word array per bit array, got {len(bits)} and {len(cws)}")
-    return bits_product_stacked(np.stack(bits), np.stack(cws))
-
-
-def bits_product_stacked(t: np.ndarray, cw: np.ndarray, sizes: np.ndarray | None = None) -> np.ndarray:
-    """:func:`bits_product` of the users' stacked bits ``t`` uint8 (U, B, M) and correction
-    words ``cw`` ring (U, B, w) (views are fine: a range of buckets is ``t[:, lo:hi]``,
-    ``cw[:, lo:hi]``); ring (B, M, w).  With ``sizes`` int (B,), only the first ``sizes[i]``
-    positions of bucket ``i`` are computed and the rest are zero.
+    t: uint8 (U, B, M), the users' control bits (0 or 1) of their B bucket keys (views are
+        fine: a range of buckets is ``t[:, lo:hi]``).
+    cw: ring (U, B, w), their correction words.
+    sizes: int (B,), or ``None`` for all ``M``: only the first ``sizes[i]`` positions of
+        bucket ``i`` are computed; the rest are zero.
 
     With the compiled kernels one pass adds each user's correction word to the rows its bits
     select; the reference is the batched ring product of the bits and words."""

@@ -45,7 +45,7 @@ from secemb.fss.fused import (
     AGGREGATION_TAG,
     RETRIEVAL_TAG,
     PreparedAggregation,
-    bits_product_stacked,
+    bits_product,
     retrieve_and_prepare,
     retrieve_and_prepare_buckets,
 )
@@ -294,8 +294,8 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _bits_task(task: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-    """:func:`~secemb.fss.fused.bits_product_stacked` of a range of buckets (a backend task)."""
-    return bits_product_stacked(*task)
+    """:func:`~secemb.fss.fused.bits_product` of a range of buckets (a backend task)."""
+    return bits_product(*task)
 
 
 class SecEmbServer(ServerRole):
@@ -606,13 +606,13 @@ class SecEmbServer(ServerRole):
         return self._bits_cache[1]
 
     def _bits_product(self, t: np.ndarray, cw: np.ndarray) -> np.ndarray:
-        """:func:`~secemb.fss.fused.bits_product_stacked` of the users' bits (U, B, M) and
+        """:func:`~secemb.fss.fused.bits_product` of the users' bits (U, B, M) and
         correction words (U, B, w), split by ranges of buckets over a backend whose workers
         share this process's memory (threads; the others would copy the bits)."""
         sizes = np.diff(self._cfg().cuckoo().indptr)  # positions past a bucket's size pad it: left zero
         ranges = min(t.shape[1], self.backend.workers) if self.backend.in_process else 1
         if ranges <= 1:
-            return bits_product_stacked(t, cw, sizes)
+            return bits_product(t, cw, sizes)
         bounds = np.linspace(0, t.shape[1], ranges + 1).astype(int).tolist()
         spans = list(zip(bounds[:-1], bounds[1:], strict=True))
         return np.concatenate(self.backend.map(_bits_task, [(t[:, lo:hi], cw[:, lo:hi], sizes[lo:hi])

@@ -168,13 +168,13 @@ def test_backend_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_bits_product_is_the_same_on_both_backends(monkeypatch: pytest.MonkeyPatch, users, buckets, big_m, width,
                                                    ring_bits) -> None:
     """The control-bit part of a bucket-form aggregate, and against a per-user loop."""
-    from secemb.fss.fused import bits_product, bits_product_stacked
+    from secemb.fss.fused import bits_product
 
     dt = np.uint32 if ring_bits == 32 else np.uint64
     gen = np.random.default_rng(users * 100 + big_m)
     bits = [gen.integers(0, 2, (buckets, big_m), dtype=np.uint8) for _ in range(users)]
     cws = [gen.integers(0, np.iinfo(dt).max, (buckets, width), dtype=dt, endpoint=True) for _ in range(users)]
-    ref, got = _both(monkeypatch, lambda: bits_product(bits, cws))
+    ref, got = _both(monkeypatch, lambda: bits_product(np.stack(bits), np.stack(cws)))
     assert _equal(ref, got)
     want = np.zeros((buckets, big_m, width), dt)
     with np.errstate(over="ignore"):
@@ -184,5 +184,5 @@ def test_bits_product_is_the_same_on_both_backends(monkeypatch: pytest.MonkeyPat
     # bucket sizes: positions past them are left zero
     sizes = gen.integers(0, big_m + 1, buckets)
     inside = np.arange(big_m)[None, :] < sizes[:, None]
-    ref, got = _both(monkeypatch, lambda: bits_product_stacked(np.stack(bits), np.stack(cws), sizes))
+    ref, got = _both(monkeypatch, lambda: bits_product(np.stack(bits), np.stack(cws), sizes))
     assert _equal(ref, got) and np.array_equal(got[inside], want[inside]) and not got[~inside].any()
