@@ -24,14 +24,14 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import Any
-
-import dp_accounting
-from dp_accounting import rdp
+from typing import TYPE_CHECKING, Any
 
 from secemb.errors import InvalidParameters
 from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.ring import FixedPoint
+
+if TYPE_CHECKING:  # imported where used: dp-accounting pulls in scipy.signal (seconds), runs without DP skip it
+    import dp_accounting
 
 __all__ = ["ACCOUNTANT", "DPPlan", "DPSettings", "epsilon_spent", "noise_multiplier", "plan_dp"]
 
@@ -71,6 +71,8 @@ class DPSettings:
 
 
 def _event(z: float, q: float, steps: int) -> dp_accounting.DpEvent:
+    import dp_accounting
+
     gauss = dp_accounting.GaussianDpEvent(z)
     one = gauss if q >= 1.0 else dp_accounting.PoissonSampledDpEvent(q, gauss)
     return dp_accounting.SelfComposedDpEvent(one, steps)
@@ -92,6 +94,8 @@ def _quiet_absl() -> Iterator[None]:
 def epsilon_spent(z: float, q: float, steps: int, delta: float) -> float:
     """The RDP accountant's epsilon after ``steps`` releases of the Gaussian mechanism with
     noise multiplier ``z``, each Poisson-sampled with rate ``q`` (``q = 1``: not sampled)."""
+    from dp_accounting import rdp
+
     acc = rdp.RdpAccountant()
     acc.compose(_event(z, q, steps))
     with _quiet_absl():
@@ -102,6 +106,9 @@ def epsilon_spent(z: float, q: float, steps: int, delta: float) -> float:
 def noise_multiplier(epsilon: float, delta: float, q: float, steps: int) -> float:
     """The smallest noise multiplier (to ``dp_accounting``'s tolerance, rounded up) whose
     epsilon after ``steps`` releases at rate ``q`` is at most ``epsilon``."""
+    import dp_accounting
+    from dp_accounting import rdp
+
     with _quiet_absl():
         z = dp_accounting.calibrate_dp_mechanism(
             rdp.RdpAccountant, lambda z: _event(z, q, steps), epsilon, delta,
