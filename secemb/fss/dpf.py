@@ -194,9 +194,9 @@ def convert_gen(state: GenState, betas: np.ndarray, *, ring_bits: int = 32, tag:
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
     b = _check_betas(betas, len(state), ring_bits)
     width = b.shape[1]
-    c0 = convert(state.leaf0, width, ring_bits, tag)
-    c1 = convert(state.leaf1, width, ring_bits, tag)
-    cw = b - c0 + c1
+    k = len(state)
+    both = convert(np.concatenate([state.leaf0, state.leaf1]), width, ring_bits, tag)  # one call for both leaves
+    cw = b - both[:k] + both[k:]
     t1 = (state.leaf1[:, 0] & _ONE).astype(bool)
     cw[t1] = 0 - cw[t1]
     return cw
