@@ -90,6 +90,15 @@ def convert_chunks(
 def convert(words: np.ndarray, width: int, ring_bits: int, tag: str) -> np.ndarray:
     """``Convert_tag`` of every word: uint64 (..., 2) -> ring (..., width)."""
     flat = words.reshape(-1, 2)
+    nb = -(-width * ring_bits // 128)
+    if kernels.compiled() and flat.shape[0] * nb <= CHUNK_BLOCKS:  # one kernel call, no chunking
+        from secemb.fss._aesni import round_keys
+        from secemb.fss._numba_kernels import convert_blocks
+
+        blocks = np.empty((flat.shape[0], nb, 2), np.uint64)
+        convert_blocks(np.ascontiguousarray(flat), nb, round_keys("convert/" + tag)[0], blocks)
+        vals = blocks.view(ring_dtype(ring_bits)).reshape(flat.shape[0], -1)[:, :width]
+        return np.ascontiguousarray(vals).reshape(words.shape[:-1] + (width,))
     out = np.empty((flat.shape[0], width), ring_dtype(ring_bits))
     for lo, hi, vals in convert_chunks(flat, width, ring_bits, tag):
         out[lo:hi] = vals
