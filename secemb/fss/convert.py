@@ -97,7 +97,7 @@ def convert(words: np.ndarray, width: int, ring_bits: int, tag: str) -> np.ndarr
 
         blocks = np.empty((flat.shape[0], nb, 2), np.uint64)
         convert_blocks(np.ascontiguousarray(flat), nb, round_keys("convert/" + tag)[0], blocks)
-        vals = blocks.view(ring_dtype(ring_bits)).reshape(flat.shape[0], -1)[:, :width]
+        vals = blocks.view(ring_dtype(ring_bits)).reshape(flat.shape[0], nb * 128 // ring_bits)[:, :width]
         return np.ascontiguousarray(vals).reshape(words.shape[:-1] + (width,))
     out = np.empty((flat.shape[0], width), ring_dtype(ring_bits))
     for lo, hi, vals in convert_chunks(flat, width, ring_bits, tag):
