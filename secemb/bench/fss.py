@@ -14,7 +14,9 @@ they are not set), best of ``repeats`` timings each:
 * ``eval_leaves_per_s``: full-domain path evaluation (tree walk to every leaf), as the
   servers run it; two AES blocks per leaf;
 * ``convert_blocks_per_s``: payload conversion at the leaves (``d = 64``, ``k = 32``) summed
-  over keys into a per-item aggregate, as the aggregation stage runs it;
+  over keys into a per-item aggregate, as the aggregation stage runs it; ``..._d65`` the same
+  at ``d = 65``, the MF aggregate's width (64 gradient columns and the count), 17 blocks a
+  leaf -- a width that is not a whole number of 16-block counter runs;
 * ``dot_leaves_per_s``: the retrieval answer ``eval_full_dot`` (``d = 64``, ``k = 32``);
 * ``fused_memory``: peak RSS of a fresh process running the server's fused evaluation of 500
   keys over 93,386 items with ``d = 64`` (:mod:`secemb.bench.memory_probe`).
@@ -149,6 +151,7 @@ def _measure(quick: bool) -> dict[str, object]:
         "eval_leaves_per_s": eval_rate(big, 20 if quick else 24, repeats),
         "eval_leaves_per_s_ml100k": eval_rate(1682, 200, repeats),
         "convert_blocks_per_s": convert_rate(big, 4 if quick else 6, repeats=repeats),
+        "convert_blocks_per_s_d65": convert_rate(big, 4 if quick else 6, d=65, repeats=repeats),
         "dot_leaves_per_s": dot_rate(big, 32 if quick else 64, repeats=repeats),
     }
 
@@ -201,6 +204,7 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             (f"full-domain path eval (m={m})", "eval_leaves_per_s", "leaves"),
             ("full-domain path eval (m=1682, 200 keys)", "eval_leaves_per_s_ml100k", "leaves"),
             (f"payload conversion + sum over keys (m={m}, d=64, k=32)", "convert_blocks_per_s", "blocks"),
+            (f"payload conversion + sum over keys (m={m}, d=65, k=32)", "convert_blocks_per_s_d65", "blocks"),
             (f"retrieval answer eval_full_dot (m={m}, d=64, k=32)", "dot_leaves_per_s", "leaves"),
         ):
             v = r[key]
