@@ -14,7 +14,7 @@ they are not set), best of ``repeats`` timings each:
 * ``eval_leaves_per_s``: full-domain path evaluation (tree walk to every leaf), as the
   servers run it; two AES blocks per leaf;
 * ``convert_blocks_per_s``: payload conversion at the leaves (``d = 64``, ``k = 32``) summed
-  over keys into a per-item aggregate, as the aggregation stage runs it; ``..._d65`` the same
+  over keys into about 1 MiB of rows, as a cuckoo server's evaluation task folds them; ``..._d65`` the same
   at ``d = 65``, the MF aggregate's width (64 gradient columns and the count), 17 blocks a
   leaf -- a width that is not a whole number of 16-block counter runs;
 * ``dot_leaves_per_s``: the retrieval answer ``eval_full_dot`` (``d = 64``, ``k = 32``);
@@ -40,6 +40,7 @@ from secemb.fss import kernels, tree
 from secemb.fss.convert import convert_accumulate
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.prg import CHUNK_BLOCKS, aes_for
+from secemb.protocols.secemb import FOLD_BYTES
 
 __all__ = ["KEYGEN_SIZES", "run", "table_rows"]
 
@@ -115,10 +116,14 @@ def eval_rate(m: int, keys: int, repeats: int = 3) -> float:
 
 
 def convert_rate(m: int, keys: int, d: int = 64, repeats: int = 3) -> float:
-    """Payload conversion summed over keys (the aggregation stage), AES blocks per second."""
+    """Payload conversion summed over keys (the aggregation stage), AES blocks per second.
+
+    The sums go into rows of about 1 MiB (``FOLD_BYTES``; leaf ``j`` into row ``j`` modulo
+    their number), as a cuckoo server's evaluation task folds into its buckets' rows: a table
+    of ``m`` rows would make the figure one of memory bandwidth rather than of the conversion."""
     path, _, _ = fss.gen_path(np.random.default_rng(3).integers(0, m, keys), m)
     leaves = fss.eval_full_path(path, 0)
-    acc = np.zeros((m, d), np.uint32)
+    acc = np.zeros((min(m, FOLD_BYTES // (4 * d)), d), np.uint32)
 
     def run() -> None:
         for i in range(keys):
