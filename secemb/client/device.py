@@ -373,6 +373,29 @@ class RoundSession:
                 self.client.links[party].upload(self.rc.round_id, msg)
                 self.upload_bytes += len(msg)
 
+    def release(self, *, keep_encoded: bool = False) -> None:
+        """Drop the round's buffers once :meth:`upload` has run: the keys and replies, the
+        retrieved rows, the dense vector, the step's gradients (``result`` keeps its ``loss``
+        and empty gradient arrays), the upload messages and, unless ``keep_encoded``, the
+        encoded gradients ``g_ring`` / ``d_ring``.  An engine that holds a round's sessions
+        until the round closes calls it, so its memory is one device's buffers, not
+        ``users_per_round`` of them (DeepFM at d = 128: 7 M dense values, ~0.2 GB a session).
+        The byte and time counters stay.
+
+        Raises
+        ------
+        ProtocolError
+            Before :meth:`upload`.
+        """
+        if self._stage != 4:
+            raise ProtocolError("release belongs after upload")
+        self._requests, self._replies, self._uploads = {}, {}, {}
+        self.rows_ring = self.dense_ring = None
+        if self.result is not None:
+            self.result = StepResult(np.zeros((0, 0)), np.zeros(0), self.result.loss)
+        if not keep_encoded:
+            self.g_ring = self.d_ring = None
+
 
 def _by_plan(order: tuple[int, ...], msgs: tuple[bytes | None, ...], what: str) -> dict[int, bytes]:
     """The protocol's messages to server 0 and 1 keyed by party in the plan's ``order``.

@@ -47,7 +47,7 @@ from secemb.engine.settings import dp_plan_of, public_init_seed, rating_range_of
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
 from secemb.privacy.accounting import DPPlan
-from secemb.models.base import RecModel, StepResult, UserStore
+from secemb.models.base import RecModel, UserStore
 from secemb.models.task import Sample
 from secemb.protocols.base import Protocol
 from secemb.protocols.placement import PaddedRequest, place
@@ -123,7 +123,7 @@ class _Device:
     session: RoundSession | None = None
     error: BaseException | None = None
     uploaded: bool = False
-    result: StepResult | None = None
+    loss: float | None = None
 
 
 @dataclass
@@ -353,14 +353,17 @@ def run(
             if dev.behavior == "drop":
                 return
             state = store.state(dev.user)
-            dev.result = session.train(lambda rows, d, batch: model.local_step(rows, d, state, batch))
+            dev.loss = session.train(lambda rows, d, batch: model.local_step(rows, d, state, batch)).loss
             if dev.behavior is not None and dev.behavior.startswith("late:"):
                 time.sleep(float(dev.behavior.split(":", 1)[1]))
             if dev.behavior in ("only0", "only1"):
                 session.upload(only=int(dev.behavior[-1]))
-                return
-            session.upload()
-            dev.uploaded = True
+            else:
+                session.upload()
+                dev.uploaded = True
+            # the round's sessions live until it closes: keep one device's buffers, not all of
+            # them (the encoded gradients only where the round is verified against them)
+            session.release(keep_encoded=cfg.verify)
         except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
             dev.error = exc
 
@@ -508,7 +511,7 @@ def _account(tot: _Totals, servers: Servers, admin1: AdminLink, outcome: dict[st
     up = sum(s.upload_bytes for s in sessions)
     down = sum(s.download_bytes for s in sessions)
     user_s = sum(s.compute_s for s in sessions)
-    losses = [d.result.loss for d in devs if d.result is not None and d.user in included]
+    losses = [d.loss for d in devs if d.loss is not None and d.user in included]
     s2s = servers.server_bytes(r) or 0
     s0 = float(outcome.get("server_s") or 0.0)
     opt = float(outcome.get("optimizer_s") or 0.0)
