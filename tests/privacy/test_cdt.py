@@ -1,0 +1,106 @@
+"""The CDT sampler of the truncated discrete Gaussian (secemb.privacy.cdt): its table against
+the pmf computed independently with mpmath, sampled moments and tails against sigma, the tie
+path of the 128-bit comparison, determinism under a seeded DRBG, and the switch to the
+rejection sampler above the table cap."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidParameters
+from secemb.privacy import cdt
+from secemb.privacy.noise import discrete_gaussian
+from secemb.randomness import CtrDrbg
+
+mpmath = pytest.importorskip("mpmath")
+
+
+def _exact_magnitude_pmf(sigma: float, bound: int) -> list:
+    """P(|Y| = k), k = 0..bound, of N_Z(0, sigma^2) truncated to |Y| <= bound, at 60 digits."""
+    with mpmath.workdps(60):
+        w = [mpmath.mpf(1)] + [2 * mpmath.exp(-mpmath.mpf(k) ** 2 / (2 * mpmath.mpf(sigma) ** 2))
+                               for k in range(1, bound + 1)]
+        total = mpmath.fsum(w)
+        return [x / total for x in w]
+
+
+def _table_pmf(table: cdt.CdtTable) -> list[int]:
+    """The magnitude pmf the table realizes, in units of 2^-128."""
+    cum = [int(h) << 64 | int(lo) for h, lo in zip(table.hi.tolist(), table.lo.tolist(), strict=True)]
+    edges = [0, *cum, 1 << 128]
+    return [b - a for a, b in zip(edges, edges[1:], strict=False)]
+
+
+@pytest.mark.parametrize(("sigma", "bound"), [(0.7, 9), (3.7, 44), (250.0, 3000)])
+def test_table_pmf_is_within_2_to_minus_126_of_the_exact_pmf(sigma, bound):
+    exact = _exact_magnitude_pmf(sigma, bound)
+    got = _table_pmf(cdt.cdt_table(sigma, bound))
+    assert len(got) == bound + 1
+    with mpmath.workdps(60):
+        worst = max(abs(mpmath.mpf(g) / 2**128 - e) for g, e in zip(got, exact, strict=True))
+        distance = mpmath.fsum(abs(mpmath.mpf(g) / 2**128 - e) for g, e in zip(got, exact, strict=True)) / 2
+    assert worst <= mpmath.mpf(2) ** -126
+    assert distance <= (bound + 1) * mpmath.mpf(2) ** -127  # the bound docs/security.md states
+
+
+def test_sampled_frequencies_match_the_exact_pmf():
+    sigma, bound, n = 2.3, 27, 300_000
+    y = discrete_gaussian(sigma, n, tail=bound, _rng=CtrDrbg(11))
+    exact = [float(p) for p in _exact_magnitude_pmf(sigma, bound)]
+    counts = np.bincount(np.abs(y), minlength=bound + 1)
+    for k in range(8):
+        se = math.sqrt(exact[k] * (1 - exact[k]) / n)
+        assert abs(counts[k] / n - exact[k]) <= 5 * se, (k, counts[k] / n, exact[k])
+    pos, neg = int(np.sum(y > 0)), int(np.sum(y < 0))
+    assert abs(pos - neg) <= 5 * math.sqrt(pos + neg)  # the sign is a fair bit
+
+
+@pytest.mark.parametrize("sigma", [40_000.0, 120_000.0])  # the CDT, and the rejection sampler above the cap
+def test_moments_and_tails_match_sigma(sigma):
+    n = 400_000
+    y = discrete_gaussian(sigma, n, _rng=CtrDrbg(12)).astype(np.float64)
+    assert abs(y.mean()) < 5 * sigma / math.sqrt(n)
+    assert abs(y.var() / sigma**2 - 1) < 5 * math.sqrt(2 / n)
+    assert abs(np.mean(y**4) / sigma**4 - 3) < 0.05  # Gaussian kurtosis
+    for k in (1, 2, 3, 4):  # P(|Y| >= k sigma) against the continuous Gaussian's erfc (sigma >> 1)
+        want = math.erfc(k / math.sqrt(2))
+        assert abs(float(np.mean(np.abs(y) >= k * sigma)) - want) <= 5 * math.sqrt(want / n) + 1e-5, k
+    assert float(np.abs(y).max()) <= 12 * sigma
+
+
+def test_same_seed_same_noise():
+    a = discrete_gaussian(5000.0, 10_000, _rng=CtrDrbg(7))
+    b = discrete_gaussian(5000.0, 10_000, _rng=CtrDrbg(7))
+    c = discrete_gaussian(5000.0, 10_000, _rng=CtrDrbg(8))
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_a_high_word_tie_is_decided_by_the_low_word():
+    table = cdt.cdt_table(1.0, 5)
+    hi, lo = table.hi, table.lo
+    k = 1  # U's high word equal to T_1's: the low word decides between magnitude 1 and 2
+    words = [int(hi[k]), int(hi[k]), int(hi[k]) - 1, (1 << 64) - 1]
+    lows = [int(lo[k]), int(lo[k]) - 1]  # U = T_1 (counts it: magnitude 2), U = T_1 - 1 (magnitude 1)
+    stream = [np.array(words, "<u8").tobytes(), bytes([0]), np.array(lows, "<u8").tobytes()]
+
+    def rng(n: int) -> bytes:
+        out = stream.pop(0)
+        assert len(out) == n
+        return out
+
+    y = cdt.sample(table, 4, rng)
+    # by 128-bit comparison, written out: magnitude = #{j : T_j <= U}
+    full = [int(h) << 64 | int(x) for h, x in zip(hi.tolist(), lo.tolist(), strict=True)]
+    us = [words[0] << 64 | lows[0], words[1] << 64 | lows[1], words[2] << 64, (1 << 128) - 1]
+    assert y.tolist() == [sum(t <= u for t in full) for u in us]
+    assert y.tolist()[:2] == [2, 1] and y[3] == 5 and not stream
+
+
+def test_table_cap_and_bad_parameters():
+    with pytest.raises(InvalidParameters):
+        cdt.cdt_table(1e6, cdt.MAX_ENTRIES)
+    with pytest.raises(InvalidParameters):
+        cdt.cdt_table(0.0, 10)
