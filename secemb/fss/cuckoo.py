@@ -129,14 +129,15 @@ class CuckooLayout:
         out[items, rank] = flat
         return out
 
-    def scatter(self, bucket_form: np.ndarray) -> np.ndarray:
-        """Sum a bucket-form array (B, M, w) back onto items: ring (m, w).  Linear, so it maps
+    def scatter(self, bucket_form: np.ndarray, items: slice = slice(None)) -> np.ndarray:
+        """Sum a bucket-form array (B, M, w) back onto items: ring (m, w), or its rows
+        ``items`` (a range of items: ranges can be summed in parallel).  Linear, so it maps
         shares to shares; padding positions are ignored."""
         b, big_m = self.num_buckets, self.bucket_size
         if bucket_form.shape[:2] != (b, big_m):
             raise InvalidParameters(f"bucket form must have shape ({b}, {big_m}, w), got {bucket_form.shape}")
         flat = bucket_form.reshape(b * big_m, -1)
-        occ = self.occurrences
+        occ = self.occurrences[items]
         out = flat[occ[:, 0]]  # every item has at least one bucket
         for k in range(1, NUM_HASHES):
             rows = np.flatnonzero(occ[:, k] >= 0)

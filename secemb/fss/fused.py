@@ -272,9 +272,10 @@ def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.nda
 
 
 
-def bits_product(t: np.ndarray, cw: np.ndarray, sizes: np.ndarray | None = None) -> np.ndarray:
+def bits_product(t: np.ndarray, cw: np.ndarray, sizes: np.ndarray | None = None, *,
+                 out: np.ndarray | None = None) -> np.ndarray:
     """``sum_u t_u[..., None] * CW_u[:, None, :]``: the control-bit part of the bucket-form
-    aggregate over users ``u``, ring (B, M, w).
+    aggregate over users ``u``, ring (B, M, w); added into ``out`` (and returned) if given.
 
     Parameters
     ----------
@@ -282,7 +283,9 @@ def bits_product(t: np.ndarray, cw: np.ndarray, sizes: np.ndarray | None = None)
         fine: a range of buckets is ``t[:, lo:hi]``).
     cw: ring (U, B, w), their correction words.
     sizes: int (B,), or ``None`` for all ``M``: only the first ``sizes[i]`` positions of
-        bucket ``i`` are computed; the rest are zero.
+        bucket ``i`` are computed; the rest are zero (left as they are in ``out``).
+    out: C-contiguous ring (B, M, w) of ``cw``'s dtype to accumulate into (a fresh zero
+        array by default).
 
     With the compiled kernels one pass adds each user's correction word to the rows its bits
     select; the reference is the batched ring product of the bits and words."""
@@ -292,11 +295,16 @@ def bits_product(t: np.ndarray, cw: np.ndarray, sizes: np.ndarray | None = None)
     cols = np.full(buckets, big_m, np.int64) if sizes is None else np.asarray(sizes, np.int64)
     if cols.shape != (buckets,) or np.any((cols < 0) | (cols > big_m)):
         raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}]")
+    shape = (buckets, big_m, cw.shape[2])
+    if out is None:
+        out = np.zeros(shape, dtype)
+    elif out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
+        raise InvalidParameters(f"out must be a writeable C-contiguous {dtype} array of shape {shape}")
     if kernels.compiled() and t.dtype == np.uint8:
         from secemb.fss._numba_kernels import bits_accumulate
 
-        out = np.zeros((buckets, big_m, cw.shape[2]), dtype)
         bits_accumulate(t, cw, out, cols)
         return out
-    return ring_matmul(t.transpose(1, 2, 0), cw.transpose(1, 0, 2), 8 * dtype.itemsize, a_bits=1) * (
+    out += ring_matmul(t.transpose(1, 2, 0), cw.transpose(1, 0, 2), 8 * dtype.itemsize, a_bits=1) * (
         np.arange(big_m) < cols[:, None])[:, :, None].astype(dtype)
+    return out

@@ -35,7 +35,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRol
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
 from secemb.randomness import RandomBytes, expand_seed, system_rng
 from secemb.sharing import reconstruct, share
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 __all__ = ["SecEmbProtocol", "SecEmbUser", "SecEmbServer"]
 
@@ -293,9 +296,29 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return answers, t, conv
 
 
-def _bits_task(task: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-    """:func:`~secemb.fss.fused.bits_product` of a range of buckets (a backend task)."""
-    return bits_product(*task)
+def _evaluate_into_task(task: tuple[tuple, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """:func:`_evaluate_task` of a range of buckets, its results written into the views
+    ``(answers (U, G, w), bits (U, G, M), folded (G, M, w))`` of the batch's arrays (a task of
+    an in-process backend)."""
+    inner, answers, bits, folded = task
+    a, t, conv = _evaluate_task(inner)
+    answers[...] = a.reshape(answers.shape)
+    bits[...] = t.reshape(bits.shape)
+    folded[...] = conv
+
+
+def _bits_task(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """``out[:] = folded + bits_product(t, cw, sizes)`` for a range of buckets (a task of an
+    in-process backend: ``task = (t, cw, sizes, folded, out)``, ``out`` C-contiguous)."""
+    t, cw, sizes, folded, out = task
+    np.copyto(out, folded)
+    bits_product(t, cw, sizes, out=out)
+
+
+def _scatter_task(task: tuple[CuckooLayout, np.ndarray, slice]) -> np.ndarray:
+    """:meth:`~secemb.fss.cuckoo.CuckooLayout.scatter` of a range of items (a backend task)."""
+    layout, bucket_form, items = task
+    return layout.scatter(bucket_form, items)
 
 
 class SecEmbServer(ServerRole):
@@ -333,7 +356,8 @@ class SecEmbServer(ServerRole):
         self._seeds_of: dict[int, bytes] = {}  # server 1, relay: dense-share seeds
         self._uploaded: set[int] = set()
         self._absorbed: dict[int, _Absorbed] = {}
-        self._bits_cache: tuple[tuple[int, ...], np.ndarray] | None = None
+        self._folded = False  # whether _sparse holds a batch yet (until then it is zero)
+        self._summed_cache: tuple[tuple[int, ...], np.ndarray] | None = None
         self._awaiting: dict[int, tuple[bytes, bytes, bytes]] = {}  # server 1, relay: roots, seeds
         self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
 
@@ -384,8 +408,15 @@ class SecEmbServer(ServerRole):
             ("cuckoo", self.party, fss.DPFKeys.concat([k[lo:hi] for k in keys]), self._table, cfg.width, (lo, hi))
             for lo, hi in spans
         ]
-        results = self.backend.map(_evaluate_task, tasks)
         answers = np.empty((n, slots, cfg.width), cfg.dtype)
+        if self.backend.in_process and self._device is None and len(tasks) > 1:  # each thread places its results
+            big_m = cfg.cuckoo().bucket_size
+            bits = np.empty((n, slots, big_m), np.uint8)
+            folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
+            self.backend.map(_evaluate_into_task, [(task, answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi])
+                                                   for task, (lo, hi) in zip(tasks, spans, strict=True)])
+            return list(answers), list(bits), folded
+        results = self.backend.map(_evaluate_task, tasks)
         bits = np.empty((n, slots, results[0][1].shape[1]), np.uint8)
         for (lo, hi), (a, t, _) in zip(spans, results, strict=True):
             answers[:, lo:hi] = a.reshape(n, hi - lo, -1)
@@ -398,7 +429,12 @@ class SecEmbServer(ServerRole):
         """Apply an :meth:`_evaluate` result: fold the batch into the running aggregate and
         keep each user's keys and control bits until its upload; the answers."""
         answers, bits, folded = evaluated
-        self._sparse += folded
+        if self._folded or not folded.flags.writeable:
+            self._sparse += folded
+        else:  # the round's first batch (usually its only one): adopt it, sparing a pass
+            self._sparse = folded
+        self._folded = True
+        self._summed_cache = None
         for u, k, b in zip(users, keys, bits, strict=True):
             self._pending[u] = _Pending(k, b)
         return answers
@@ -573,50 +609,68 @@ class SecEmbServer(ServerRole):
     # -- upload --------------------------------------------------------------------------
     def _absorb(self, user_id: int, cw: np.ndarray, dense: np.ndarray) -> None:
         # all checks passed: change state.  The control-bit part of the share is computed
-        # for the included users at once when the aggregate is asked for (_bits_part); each
+        # for the included users at once when the aggregate is asked for (_summed); each
         # user's keys and dense share stay until then, so that a user can be left out.
         pending = self._pending.pop(user_id)
         self._absorbed[user_id] = _Absorbed(pending.keys, pending.bits, cw, dense)
-        self._bits_cache = None
+        self._summed_cache = None
         self._dense += dense
         self._uploaded.add(user_id)
 
-    def _bits_part(self, users: list[int]) -> np.ndarray:
-        """``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]`` over absorbed ``users``, in the layout's
-        form, as one batched product (cached for the last set asked, until the next upload)."""
+    def _summed(self, users: list[int]) -> np.ndarray:
+        """The folded part of the round's batches plus ``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]``
+        over absorbed ``users`` (the control-bit part as one batched product), in the layout's
+        form: their aggregate share before silent users are taken out.  Cached for the last set
+        asked until the next upload or batch; callers must not write to it."""
         key = tuple(users)
-        if self._bits_cache is None or self._bits_cache[0] != key:
+        if self._summed_cache is None or self._summed_cache[0] != key:
             cfg = self._cfg()
             got = [self._absorbed[u] for u in users]
             if not got:
-                part = np.zeros_like(self._sparse)
+                summed = self._sparse.copy()
             elif cfg.layout == "full":
                 bits = np.concatenate([a.bits for a in got])
                 cws = np.concatenate([a.cw for a in got])
                 summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
-                part = summary.apply_bits(cws)
-            else:
-                if self._device is not None:
-                    t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
-                    part = self._device.bits_product(t, np.stack([a.cw for a in got], axis=1))
-                else:
-                    part = self._bits_product(np.stack([a.bits for a in got]), np.stack([a.cw for a in got]))
-                part = -part if self.party else part
-            self._bits_cache = (key, part)
-        return self._bits_cache[1]
+                summed = self._sparse + summary.apply_bits(cws)
+            elif self._device is not None:
+                t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
+                part = self._device.bits_product(t, np.stack([a.cw for a in got], axis=1))
+                summed = self._sparse - part if self.party else self._sparse + part
+            else:  # party 1 adds the bits' product with the negated words: (-1)^b t CW
+                cw = np.stack([a.cw for a in got])
+                summed = self._add_bits_product(np.stack([a.bits for a in got]), np.negative(cw) if self.party else cw)
+            self._summed_cache = (key, summed)
+        return self._summed_cache[1]
 
-    def _bits_product(self, t: np.ndarray, cw: np.ndarray) -> np.ndarray:
-        """:func:`~secemb.fss.fused.bits_product` of the users' bits (U, B, M) and
-        correction words (U, B, w), split by ranges of buckets over a backend whose workers
-        share this process's memory (threads; the others would copy the bits)."""
-        sizes = np.diff(self._cfg().cuckoo().indptr)  # positions past a bucket's size pad it: left zero
-        ranges = min(t.shape[1], self.backend.workers) if self.backend.in_process else 1
-        if ranges <= 1:
-            return bits_product(t, cw, sizes)
-        bounds = np.linspace(0, t.shape[1], ranges + 1).astype(int).tolist()
-        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
-        return np.concatenate(self.backend.map(_bits_task, [(t[:, lo:hi], cw[:, lo:hi], sizes[lo:hi])
-                                                            for lo, hi in spans]))
+    def _spans(self, n: int) -> list[tuple[int, int]]:
+        """``[0, n)`` in one range per worker of a backend whose workers share this process's
+        memory (threads), else one range (the others' workers would copy the operands)."""
+        ranges = min(n, self.backend.workers) if self.backend.in_process else 1
+        bounds = np.linspace(0, n, max(ranges, 1) + 1).astype(int).tolist()
+        return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+    def _add_bits_product(self, t: np.ndarray, cw: np.ndarray) -> np.ndarray:
+        """A copy of the folded part (B, M, w) plus :func:`~secemb.fss.fused.bits_product` of
+        the users' bits (U, B, M) and correction words (U, B, w), in ranges of buckets
+        (:meth:`_spans`)."""
+        sizes = np.diff(self._cfg().cuckoo().indptr)  # positions past a bucket's size pad it: left as they are
+        out = np.empty(self._sparse.shape, self._sparse.dtype)
+        self._map_spans(_bits_task, [(t[:, lo:hi], cw[:, lo:hi], sizes[lo:hi], self._sparse[lo:hi], out[lo:hi])
+                                     for lo, hi in self._spans(t.shape[1])])
+        return out
+
+    def _scatter(self, bucket_form: np.ndarray) -> np.ndarray:
+        """The layout's scatter of ``bucket_form`` onto items, in ranges of items (:meth:`_spans`)."""
+        layout = self._cfg().cuckoo()
+        parts = self._map_spans(_scatter_task, [(layout, bucket_form, slice(lo, hi))
+                                                for lo, hi in self._spans(layout.num_items)])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _map_spans(self, fn: Callable[[_T], _R], tasks: list[_T]) -> list[_R]:
+        """``fn`` over the tasks of :meth:`_spans`: one runs here, several on the backend's
+        threads (they read and write this process's arrays)."""
+        return [fn(tasks[0])] if len(tasks) == 1 else self.backend.map(fn, tasks)
 
     def _check_upload(self, user_id: int) -> None:
         cfg = self._cfg()
@@ -662,14 +716,14 @@ class SecEmbServer(ServerRole):
         users = self._include(include, self._uploaded, cfg.round_id)
         inside = set(users)
         left_out = [u for u in self._absorbed if u not in inside]
-        sparse = self._sparse + self._bits_part(users)
+        sparse = self._summed(users)
         silent = [p.keys for p in self._pending.values()] + [self._absorbed[u].keys for u in left_out]
         if silent:
-            sparse -= self._evaluate(silent)[2]
+            sparse = sparse - self._evaluate(silent)[2]
         dense = self._dense.copy()
         for u in left_out:
             dense -= self._absorbed[u].dense
-        return users, (sparse if cfg.layout == "full" else cfg.cuckoo().scatter(sparse)), dense
+        return users, (sparse if cfg.layout == "full" else self._scatter(sparse)), dense
 
     def included_users(self) -> list[int]:
         """Sorted ids of the users whose uploads the aggregate holds (``include=None``)."""

@@ -186,3 +186,10 @@ def test_bits_product_is_the_same_on_both_backends(monkeypatch: pytest.MonkeyPat
     inside = np.arange(big_m)[None, :] < sizes[:, None]
     ref, got = _both(monkeypatch, lambda: bits_product(np.stack(bits), np.stack(cws), sizes))
     assert _equal(ref, got) and np.array_equal(got[inside], want[inside]) and not got[~inside].any()
+    # accumulated into ``out``: added at the positions inside, the rest left as they were
+    base = gen.integers(0, np.iinfo(dt).max, (buckets, big_m, width), dtype=dt, endpoint=True)
+    ref, got = _both(monkeypatch, lambda: bits_product(np.stack(bits), np.stack(cws), sizes, out=base.copy()))
+    with np.errstate(over="ignore"):
+        assert _equal(ref, got) and np.array_equal(got, base + np.where(inside[:, :, None], want, dt(0)))
+    with pytest.raises(InvalidParameters, match="out must be"):
+        bits_product(np.stack(bits), np.stack(cws), out=np.zeros((buckets + 1, big_m, width), dt))

@@ -21,9 +21,12 @@ from secemb.randomness import CtrDrbg
 from secemb.errors import InvalidParameters
 
 
-def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, round_id: int = 4):
+def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, round_id: int = 4,
+           silent: int | None = None, expected: np.ndarray | None = None):
     """Five users through one round (of ``servers``, or of new ones); returns every reply and
-    the combined aggregate.  The table and the users' choices depend on ``round_id``."""
+    the combined aggregate.  The table and the users' choices depend on ``round_id``.  User
+    ``silent`` retrieves but does not upload; ``expected`` (m, width) receives the plaintext
+    sum of the uploaded rows."""
     proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend)
     cfg = proto.round_config(round_id, 300, width, 2, 12)
     rng = np.random.default_rng(7 + round_id)
@@ -51,6 +54,10 @@ def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, r
         assert np.array_equal(rows[u][real], table[slots[u][real]])
         grads = np.zeros((cfg.slots, width), np.uint32)
         grads[real] = rng.integers(0, 2**32, (int(real.sum()), width), dtype=np.uint64).astype(np.uint32)
+        if u == silent:
+            continue
+        if expected is not None:
+            np.add.at(expected, slots[u][real], grads[real])
         up0, up1 = users[u].upload(grads, np.arange(2, dtype=np.uint32))
         fwd = s0.handle_upload(u, up0)
         if up1 is not None:
@@ -75,6 +82,23 @@ def test_pooled_backends_are_bit_identical_to_serial(layout: str, relay: bool, k
         pool.close()
     assert serial[0] == parallel[0]
     assert np.array_equal(serial[1], parallel[1]) and np.array_equal(serial[2], parallel[2])
+
+
+@pytest.mark.parametrize("layout", ["full", "cuckoo"])
+@pytest.mark.parametrize("relay", [False, True])
+def test_thread_backend_aggregates_with_a_silent_user(layout: str, relay: bool) -> None:
+    """A user that retrieved and went silent is taken out of the aggregate the threads build
+    (the folded part, the control-bit product and the scatter are split by ranges): the sum
+    of the others' rows, as the serial backend gives it."""
+    expected = np.zeros((300, 5), np.uint32)
+    serial = _round(SerialBackend(), layout, relay, silent=2, expected=expected)
+    pool = ThreadBackend(workers=3)
+    try:
+        threaded = _round(pool, layout, relay, silent=2)
+    finally:
+        pool.close()
+    assert np.array_equal(serial[1], expected) and np.array_equal(threaded[1], expected)
+    assert np.array_equal(threaded[2], np.arange(2, dtype=np.uint32) * 4)
 
 
 def test_ray_backend_is_bit_identical_to_serial() -> None:
