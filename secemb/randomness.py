@@ -9,6 +9,7 @@ numpy's random generators are never used for anything a server must not predict.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 
@@ -55,7 +56,7 @@ class CtrDrbg:
         """The next ``prod(shape)`` words of unsigned ``dtype`` of the stream, as
         ``random_words(self, shape, dtype)`` gives them, written once into a new array."""
         dt = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         n = count * dt.itemsize
         buf = bytearray(n + 15)  # update_into wants room for a block beyond the input
         self._enc.update_into(bytes(n), buf)
@@ -65,7 +66,7 @@ class CtrDrbg:
 def random_words(rng: RandomBytes, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
     """Uniform unsigned integers of ``dtype`` and ``shape`` drawn from ``rng``."""
     dt = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     return np.frombuffer(rng(count * dt.itemsize), dtype=dt).reshape(shape).copy()
 
 

@@ -13,6 +13,8 @@ own wrapping integer arithmetic instead, which gives the same bits
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from secemb.errors import InvalidParameters
@@ -134,7 +136,7 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
     terms = min(la, lb)
     # inner slices short enough for exact float64 sums and for limb temporaries of at most
     # 2^23 float64 (64 MiB) per operand
-    batch = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), dtype=np.int64))
+    batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     widest = max(1, la * batch * a.shape[-2], lb * batch * b.shape[-1])
     step = max(1, min((1 << 52) // (terms << term_bits), (1 << 23) // widest))
     # if every weighted partial sum of the whole product stays below 2^53, combine in float64

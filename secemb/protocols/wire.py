@@ -18,6 +18,7 @@ round parameters, never read from the message.
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import TYPE_CHECKING
 
@@ -115,7 +116,7 @@ def array_bytes(a: np.ndarray) -> bytes:
 def read_array(body: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
     """Read a little-endian array of ``shape`` at ``offset``; returns a native copy and the
     offset after it.  The caller has already checked the total length."""
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     dt = np.dtype(dtype)
     arr = np.frombuffer(body, dt.newbyteorder("<"), count, offset).reshape(shape).astype(dt)
     return arr, offset + count * dt.itemsize

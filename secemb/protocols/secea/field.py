@@ -18,6 +18,8 @@ Every array here is ``uint64`` with values in ``[0, p)`` unless a docstring says
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from secemb.errors import InvalidParameters
@@ -49,7 +51,7 @@ def uniform(rng: RandomBytes, shape: tuple[int, ...]) -> np.ndarray:
     seed (:func:`secemb.randomness.expand_seed`'s generator) obtain the same elements, which is
     how one-time pads are built.
     """
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     out = np.empty(count, dtype=np.uint64)
     filled = 0
     while filled < count:
