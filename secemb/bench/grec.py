@@ -156,14 +156,17 @@ HAT_D_BY_DIM: dict[str, dict[int, int]] = {
 def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Sequence[float] = (1.0,),
             delta: float = 1e-4, bound: float = 1.0, dim: int | None = None, rec_epochs: int | None = None,
             den_epochs: int = 10, secure: bool = False, users_per_round: int = 100, m_prime: int = 200,
-            data_dir: Any = None, save_dir: Any = None, with_ranking: bool = True,
+            data_dir: Any = None, save_dir: Any = None, with_ranking: bool = True, network: bool = False,
             log: Callable[[str], None] = lambda s: None) -> list[dict[str, Any]]:
     """Train the recommender once (``dim``: its d, default the preset's), then for each epsilon
     of ``epsilons`` a denoiser for that release (Table 12 varies epsilon), and evaluate; one
     result row (JSON-able) per epsilon.  d^ is Table 10's for ``dim`` where it lists one, else
     Table 8's.  ``save_dir``: write ``<save_dir>/<model>-seed<k>[-eps<e>]/recommender`` (the
     saved-model folder) and ``.../denoiser.npz`` for ``secemb infer``.  ``with_ranking``: also
-    Table 14's HR/NDCG cells (:func:`ranking`; 101 predictions per positive test rating)."""
+    Table 14's HR/NDCG cells (:func:`ranking`; 101 predictions per positive test rating).
+    ``network``: train each denoiser through two server processes on 127.0.0.1
+    (:func:`~secemb.sim.demo.train_on_local_cluster`: the servers read the recommender's public
+    table for the frozen columns; the devices run here), the model the in-process run gives."""
     import torch
 
     from secemb.engine.settings import rating_range_of
@@ -200,8 +203,15 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
         cfg = TrainConfig(epochs=den_epochs, users_per_round=users_per_round, m_prime=m_prime, lr=hp["lr"],
                           seed=seed, rating_range=rating_range)
         t1 = time.perf_counter()
-        dres = train(den, get_protocol(protocol, layout="full", relay=False), built.train_data, built.test_data,
-                     cfg, on_epoch=lambda e: log(f"  denoiser epoch {e.epoch}: {e.test_metrics}"))
+        den_protocol = get_protocol(protocol, layout="full", relay=False)
+        on_epoch = partial(_log_epoch, log, "denoiser")
+        if network:
+            from secemb.sim.demo import train_on_local_cluster
+
+            dres = train_on_local_cluster(den, den_protocol, built.train_data, built.test_data, cfg,
+                                          frozen_table=den.public_table, on_epoch=on_epoch)
+        else:
+            dres = train(den, den_protocol, built.train_data, built.test_data, cfg, on_epoch=on_epoch)
         t_den = time.perf_counter() - t1
         cells = evaluate(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
                          built.test_data, rating_range)
@@ -222,8 +232,12 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
                      "delta": delta, "bound": bound, "sigma": mech.sigma, "protocol": protocol, "rec_epochs": epochs,
                      "den_epochs": den_epochs, "hat_d": hat_d, "den_lr": hp["lr"], "den_reg": hp["reg"],
                      "rows": ctx.rep.rows, "rec_model_sha256": rec.model_sha256, "rec_seconds": t_rec,
-                     "den_seconds": t_den, **cells})
+                     "den_seconds": t_den, "den_network": network, **cells})
     return rows
+
+
+def _log_epoch(log: Callable[[str], None], what: str, e: Any) -> None:
+    log(f"  {what} epoch {e.epoch}: {e.test_metrics}")
 
 
 def run(models: Sequence[str] = ("mf", "ncf", "fm", "deepfm"), seeds: Sequence[int] = (0,),

@@ -28,6 +28,8 @@ def register(bench_app: typer.Typer) -> None:
         den_epochs: int = typer.Option(10, help="Denoiser epochs (the paper: 50)."),
         secure: bool = typer.Option(False, "--secure", help="Train both models with SecEmb itself instead of its "
                                     "bit-identical plaintext twin (slow: ~45 s a round here)."),
+        network: bool = typer.Option(False, "--network", help="Train each denoiser through two server processes "
+                                     "on 127.0.0.1 (TLS; the devices run here): the in-process run's model."),
         figure4: bool = typer.Option(False, "--figure4", help="Only Figure 4: one device's time and held memory to "
                                      "predict 150 items, full local model against perturb + denoise (no training)."),
         repeats: int = typer.Option(30, help="--figure4: timed calls per measure (the median is reported)."),
@@ -90,7 +92,8 @@ def register(bench_app: typer.Typer) -> None:
                 rows = bench_grec.run(models=names, seeds=seed_list, dataset=dataset, epsilons=eps_list, delta=delta,
                                       bound=bound, dim=dim or None, rec_epochs=rec_epochs or None,
                                       den_epochs=den_epochs,
-                                      secure=secure, save_dir=save_dir, with_ranking=ranking, log=log)
+                                      secure=secure, save_dir=save_dir, with_ranking=ranking, network=network,
+                                      log=log)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         result = {"runs": rows, "table": bench_grec.table(rows)}

@@ -78,15 +78,18 @@ def dp_plan_of(model: RecModel, protocol: Protocol, train_data: RatingData, conf
 
 def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData, config: TrainConfig,
                      *, deadline_s: float = 120.0, item_features: str | os.PathLike | None = None,
-                     min_users: int | None = None) -> dict[str, Any]:
+                     frozen_table: str | os.PathLike | None = None, min_users: int | None = None) -> dict[str, Any]:
     """The :class:`~secemb.server.config.ServerConfig` fields two servers need to train
     ``model`` with ``protocol`` as ``config`` says (both servers get the same).
 
     ``item_features``: the file :func:`secemb.data.features.save_item_features` wrote for a
     feature model (FM, DeepFM); server processes build the model from it.  In-process nodes
-    are handed the model itself and need none.  ``min_users``: the servers' (and the
+    are handed the model itself and need none.  ``frozen_table``: likewise the file
+    :func:`secemb.inference.saved.save_frozen_table` wrote for GREC's denoiser (the
+    recommender's public table, its frozen columns).  ``min_users``: the servers' (and the
     simulated devices') floor on users per aggregate; default :func:`simulation_floor`."""
-    extra = {} if item_features is None else {"item_features": str(item_features)}
+    extra = {key: str(path) for key, path in (("item_features", item_features), ("frozen_table", frozen_table))
+             if path is not None}
     return {
         **extra,
         "min_users": simulation_floor(train_data, config) if min_users is None else min_users,

@@ -97,8 +97,9 @@ class Denoiser(RecModel):
     """F_p.  ``sparse_width = hat_d + frozen``, ``private_size = 0``.
 
     :meth:`for_context` builds the denoiser of a trained recommender; the constructor takes
-    only JSON-able sizes (what the servers' configuration records and rebuilds: a denoiser
-    without ``context`` knows its sizes but cannot initialize, train or predict).
+    JSON-able sizes (what the servers' configuration records and rebuilds: a denoiser without
+    ``context`` knows its sizes but cannot train or predict; with ``frozen_table``, the
+    recommender's public table, it can initialize the public model, as server 0 does).
 
     Parameters
     ----------
@@ -110,6 +111,11 @@ class Denoiser(RecModel):
     init_std: standard deviation of ``e_i``'s normal initialization, >= 0.
     rating_range: the public rating scale (``mid`` is its middle).
     context: the recommender's side (:class:`DenoiserContext`), matching the sizes.
+    frozen_table: without ``context``, the recommender's public table alone (float64
+        ``(m, frozen)``): what a server needs to initialize the model (its frozen columns) --
+        a server process builds the denoiser from its configuration and this table
+        (``[model] frozen_table``, :func:`secemb.inference.saved.save_frozen_table`); it can
+        initialize but not train or predict.
     _rng: random bytes for the noise draws (tests only; the OS CSPRNG by default).
     """
 
@@ -117,7 +123,8 @@ class Denoiser(RecModel):
 
     def __init__(self, rows: int, dim: int, frozen: int, hat_d: int = 8, hidden: int = 32, reg: float = 0.001,
                  init_std: float = 0.1, rating_range: tuple[float, float] | list[float] = (1.0, 5.0), *,
-                 context: DenoiserContext | None = None, _rng: RandomBytes | None = None) -> None:
+                 context: DenoiserContext | None = None, frozen_table: np.ndarray | None = None,
+                 _rng: RandomBytes | None = None) -> None:
         for what, v in (("rows", rows), ("dim", dim), ("frozen", frozen), ("hat_d", hat_d), ("hidden", hidden)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidParameters(f"{what} must be an int >= 1, got {v!r}")
@@ -133,12 +140,20 @@ class Denoiser(RecModel):
             got = (context.rep.rows, context.rep.dim, int(context.table.shape[1]))
             if got != (rows, dim, frozen):
                 raise InvalidParameters(f"context has (rows, dim, frozen) = {got}, not {(rows, dim, frozen)}")
+        if frozen_table is not None:
+            if context is not None:
+                raise InvalidParameters("give context or frozen_table, not both (the context holds the table)")
+            frozen_table = np.asarray(frozen_table, dtype=np.float64)
+            if frozen_table.ndim != 2 or frozen_table.shape[1] != frozen or not np.all(np.isfinite(frozen_table)):
+                raise InvalidParameters(f"frozen_table must be a finite (m, {frozen}) array, got shape "
+                                        f"{frozen_table.shape}")
         self.rows, self.dim, self.frozen = rows, dim, frozen
         self.hat_d, self.hidden = hat_d, hidden
         self.reg, self.init_std = float(reg), float(init_std)
         self.rating_range = (lo, hi)
         self.mid = (lo + hi) / 2.0
         self._context = context
+        self._frozen_table = frozen_table
         self._rng = _rng
         self.trainable_width = hat_d
         self.frozen_columns = frozen
@@ -170,6 +185,22 @@ class Denoiser(RecModel):
                                     "build it with Denoiser.for_context")
         return self._context
 
+    @property
+    def public_table(self) -> np.ndarray:
+        """The recommender's public table (float64 ``(m, frozen)``): the frozen columns.
+
+        Raises
+        ------
+        InvalidParameters
+            The denoiser was built from its sizes only.
+        """
+        if self._context is not None:
+            return self._context.table
+        if self._frozen_table is None:
+            raise InvalidParameters("this denoiser was built without its recommender (context= or frozen_table=); "
+                                    "build it with Denoiser.for_context")
+        return self._frozen_table
+
     def spec(self) -> dict[str, object]:
         """The JSON-able constructor arguments (not the context)."""
         return {"rows": self.rows, "dim": self.dim, "frozen": self.frozen, "hat_d": self.hat_d,
@@ -183,11 +214,12 @@ class Denoiser(RecModel):
 
     def init_public(self, num_items: int, rng: np.random.Generator, *,
                     rating_range: tuple[float, float] = (1.0, 5.0)) -> tuple[np.ndarray, np.ndarray]:
-        if num_items != self.context.table.shape[0]:
-            raise InvalidParameters(f"the recommender has {self.context.table.shape[0]} items, got {num_items}")
+        public = self.public_table
+        if num_items != public.shape[0]:
+            raise InvalidParameters(f"the recommender has {public.shape[0]} items, got {num_items}")
         table = np.empty((num_items, self.sparse_width))
         table[:, : self.hat_d] = rng.normal(0.0, self.init_std, (num_items, self.hat_d))
-        table[:, self.hat_d :] = self.context.table
+        table[:, self.hat_d :] = public
         dense = np.zeros(self.dense_size)
         v = self.layout.views(dense)
         for name in ("W_h", "W_z", "W1"):

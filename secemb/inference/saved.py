@@ -1,5 +1,6 @@
 """A trained denoiser on disk, beside its recommender's saved folder
-(:meth:`secemb.training.TrainedModel.save`).
+(:meth:`secemb.training.TrainedModel.save`); and the recommender's public table for the
+servers that train a denoiser (:func:`save_frozen_table`, ``[model] frozen_table``).
 
 One ``.npz`` (``allow_pickle=False``): ``e`` float64 ``(m, d^)`` (F_i's table: what a device
 stores), ``dense`` float64 (F_h, F_z, F_o), ``mechanism`` float64 ``[epsilon, delta, B]`` it
@@ -21,7 +22,7 @@ from secemb.errors import InvalidMessage
 from secemb.inference.denoiser import Denoiser, DenoiserContext
 from secemb.inference.mechanism import GaussianLDP
 
-__all__ = ["load_denoiser", "save_denoiser"]
+__all__ = ["load_denoiser", "load_frozen_table", "save_denoiser", "save_frozen_table"]
 
 
 def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray, dense: np.ndarray) -> Path:
@@ -66,3 +67,32 @@ def load_denoiser(path: str | os.PathLike, trained: Any) -> tuple[Denoiser, np.n
                              f"(spec {spec}, e {arrays['e'].shape}, dense {arrays['dense'].shape})")
     table = np.concatenate([arrays["e"], trained.table], axis=1)
     return den, table, arrays["dense"]
+
+
+def save_frozen_table(path: str | os.PathLike, table: np.ndarray) -> Path:
+    """Write the recommender's public ``table`` (float64 ``(m, w)``) for the servers of a
+    denoiser's training (``[model] frozen_table``: the denoiser's frozen columns; public, like
+    the recommender's table every device downloads rows of).  ``.npz`` with one array ``table``."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as fh:
+        np.savez(fh, table=np.asarray(table, dtype=np.float64))
+    return out
+
+
+def load_frozen_table(path: str | os.PathLike) -> np.ndarray:
+    """The table :func:`save_frozen_table` wrote (float64 ``(m, w)``).
+
+    Raises
+    ------
+    InvalidMessage
+        An unreadable file, no ``table`` array, or not a 2-D float64 array.
+    """
+    try:
+        with np.load(Path(path), allow_pickle=False) as f:
+            table = f["table"]
+    except (OSError, KeyError, ValueError) as exc:
+        raise InvalidMessage(f"{path}: not a saved frozen table ({exc})") from None
+    if table.ndim != 2 or table.dtype != np.float64:
+        raise InvalidMessage(f"{path}: the frozen table must be a 2-D float64 array, got {table.dtype} {table.shape}")
+    return table

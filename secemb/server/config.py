@@ -15,7 +15,9 @@ for a full example)::
     [model]     name, hparams (table: the model's constructor spec), num_items (required),
                 num_users (required), rating_range, init_seed, item_features (path of the
                 public item features of a feature model, written by
-                ``secemb.data.features.save_item_features``)
+                ``secemb.data.features.save_item_features``), frozen_table (GREC's denoiser:
+                path of the recommender's public table, its frozen columns, written by
+                ``secemb.inference.saved.save_frozen_table``)
     [training]  lr, beta1, beta2, eps, lazy_adam, ring_bits, frac_bits, m_prime, m_prime_max, alpha
     [rounds]    deadline_s, min_users
     [privacy]   sigma (central DP: each server's noise scale in ring units; docs/security.md),
@@ -98,6 +100,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "rating_range": "rating_range",
         "init_seed": "init_seed",
         "item_features": "item_features",
+        "frozen_table": "frozen_table",
     },
     "training": {
         "lr": "lr",
@@ -218,6 +221,9 @@ class ServerConfig(BaseModel):
     protocol_options: dict[str, Any] = Field(default_factory=dict, description="a table")
     #: ``.npz`` of the public item features (FM, DeepFM); see :meth:`make_model`
     item_features: Path | None = Field(None, description="None or a path")
+    #: ``.npz`` of the recommender's public table, the frozen columns of GREC's denoiser
+    #: (``grec-denoiser``); see :meth:`make_model`
+    frozen_table: Path | None = Field(None, description="None or a path")
     rating_range: tuple[Annotated[float, Field(allow_inf_nan=False)], Annotated[float, Field(allow_inf_nan=False)]] = (
         Field((1.0, 5.0), description="(lo, hi) with lo < hi"))
     init_seed: StrictInt = Field(0, ge=0, description="an int >= 0")
@@ -363,16 +369,21 @@ class ServerConfig(BaseModel):
 
     def make_model(self):  # noqa: ANN201 - RecModel
         """The model ``get_model(model, **model_hparams)``; with ``item_features`` set, built
-        with the public item features read from that file (``features=``).
+        with the public item features read from that file (``features=``); with
+        ``frozen_table`` set (GREC's denoiser), with the recommender's public table read from
+        that file (``frozen_table=``).
 
         Raises
         ------
         InvalidParameters
-            Unknown model or hyperparameter; an unreadable features file, or one that covers
-            another number of items than ``num_items``.
+            Unknown model or hyperparameter; an unreadable features or table file, or one that
+            covers another number of items than ``num_items``; ``frozen_table`` for another
+            model than the denoiser.
         """
         from secemb.models import get_model
 
+        if self.frozen_table is not None:
+            return self._model_with_frozen_table()
         if self.item_features is None:
             return get_model(self.model, **self.model_hparams)
         from secemb.data.features import load_item_features
@@ -384,6 +395,26 @@ class ServerConfig(BaseModel):
                 f"num_items is {self.num_items}"
             )
         return get_model(self.model, features=features, **self.model_hparams)
+
+    def _model_with_frozen_table(self):  # noqa: ANN202 - RecModel
+        """GREC's denoiser built with the recommender's public table read from ``frozen_table``."""
+        from secemb.inference.denoiser import NAME
+        from secemb.inference.saved import load_frozen_table
+        from secemb.models import get_model
+
+        if self.model != NAME:
+            raise InvalidParameters(f"frozen_table is for model {NAME!r} (its frozen columns), not {self.model!r}")
+        from secemb.errors import InvalidMessage
+
+        assert self.frozen_table is not None  # the caller checked
+        try:
+            table = load_frozen_table(self.frozen_table)
+        except InvalidMessage as exc:
+            raise InvalidParameters(f"frozen_table: {exc}") from None
+        if table.shape[0] != self.num_items:
+            raise InvalidParameters(f"frozen_table {self.frozen_table} has {table.shape[0]} rows, "
+                                    f"num_items is {self.num_items}")
+        return get_model(self.model, frozen_table=table, **self.model_hparams)
 
     def adam(self):  # noqa: ANN201 - AdamConfig
         from secemb.models.optim import AdamConfig
@@ -406,6 +437,8 @@ class ServerConfig(BaseModel):
             doc["inference_candidates"] = sorted(self.inference_candidates)
         if self.item_features is not None:  # the content counts, not where each server keeps it
             doc["item_features_sha256"] = hashlib.sha256(self.item_features.read_bytes()).hexdigest()
+        if self.frozen_table is not None:  # likewise
+            doc["frozen_table_sha256"] = hashlib.sha256(self.frozen_table.read_bytes()).hexdigest()
         return doc
 
     def fingerprint(self) -> str:

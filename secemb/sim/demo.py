@@ -14,15 +14,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from secemb.data import RatingData
+from secemb.data.features import FeatureSet, save_item_features
 from secemb.engine.settings import cluster_settings
+from secemb.models.base import RecModel
+from secemb.protocols.base import Protocol
 from secemb.sim.coordinator import train_networked
 from secemb.errors import InvalidParameters
-from secemb.data.features import save_item_features
 from secemb.training import Experiment
 from secemb.training.builder import build_experiment
-from secemb.training.results import EpochStats, RoundStats, TrainResult
+from secemb.training.results import EpochStats, RoundStats, TrainConfig, TrainResult
 
-__all__ = ["run_networked_experiment"]
+__all__ = ["run_networked_experiment", "train_on_local_cluster"]
 
 
 def run_networked_experiment(
@@ -47,28 +52,66 @@ def run_networked_experiment(
     InvalidParameters, secemb.data.DatasetNotFoundError, secemb.training.VerificationError,
     secemb.engine.driver.RoundAborted
     """
+    built = build_experiment(exp)
+    backend = {} if exp.backend == "serial" else {"backend": exp.backend, "workers": exp.workers}
+    return train_on_local_cluster(
+        built.model, built.protocol, built.train_data, built.test_data, built.config, workdir=workdir,
+        features=built.features, server_options=backend, concurrency=concurrency, deadline_s=deadline_s,
+        on_cluster=on_cluster, on_start=on_start, on_round=on_round, on_epoch=on_epoch,
+        extra_config=built.extra_config, val_data=built.val_data,
+    )
+
+
+def train_on_local_cluster(
+    model: RecModel,
+    protocol: Protocol,
+    train_data: RatingData,
+    test_data: RatingData | None,
+    config: TrainConfig,
+    *,
+    workdir: str | os.PathLike | None = None,
+    features: FeatureSet | None = None,
+    frozen_table: np.ndarray | None = None,
+    server_options: dict[str, Any] | None = None,
+    concurrency: int = 8,
+    deadline_s: float = 120.0,
+    on_cluster: Callable[[Any], None] | None = None,
+    **options: Any,
+) -> TrainResult:
+    """:func:`~secemb.sim.coordinator.train_networked` against two server processes started
+    on 127.0.0.1 for this run (fresh state under ``workdir``, a temporary directory by
+    default), configured by :func:`~secemb.engine.settings.cluster_settings`; the servers are
+    stopped after it.
+
+    The public data a server process needs beyond its configuration is written beside the
+    state directories for the servers to read: ``features``' item features (FM, DeepFM) and
+    ``frozen_table``, the recommender's public table that fills GREC's denoiser's frozen
+    columns (``[model] frozen_table``).  ``server_options``: more
+    :class:`~secemb.server.config.ServerConfig` fields (the backend); ``options``: the keyword
+    options of :func:`~secemb.engine.driver.run` (callbacks, ``extra_config``, ``val_data``).
+
+    Raises
+    ------
+    InvalidParameters
+        ``workdir`` holds a previous run's state.
+    """
+    from secemb.inference.saved import save_frozen_table
     from secemb.sim.cluster import LocalCluster
 
-    built = build_experiment(exp)
-    model, protocol, config = built.model, built.protocol, built.config
     with tempfile.TemporaryDirectory(prefix="secemb-demo-") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)
         if workdir is not None and any(root.glob("server*/checkpoint.npz")):
             raise InvalidParameters(f"{root} holds a previous run's state; use an empty directory")
-        features = None
-        if built.features is not None:  # the servers read the public item features from a file
-            root.mkdir(parents=True, exist_ok=True)
-            features = save_item_features(root / "item_features.npz", built.features)
-        settings = cluster_settings(model, protocol, built.train_data, config, deadline_s=deadline_s,
-                                    item_features=features)
-        if exp.backend != "serial":
-            settings.update(backend=exp.backend, workers=exp.workers)
+        root.mkdir(parents=True, exist_ok=True)
+        # the public data the server processes read from files
+        feature_file = None if features is None else save_item_features(root / "item_features.npz", features)
+        table_file = None if frozen_table is None else save_frozen_table(root / "frozen_table.npz", frozen_table)
+        settings = cluster_settings(model, protocol, train_data, config, deadline_s=deadline_s,
+                                    item_features=feature_file, frozen_table=table_file)
+        settings.update(server_options or {})
         with LocalCluster(root, **settings) as cluster:
             cluster.start()
             if on_cluster is not None:
                 on_cluster(cluster)
-            return train_networked(
-                cluster, model, protocol, built.train_data, built.test_data, config, workers=concurrency,
-                deadline_s=deadline_s, on_start=on_start, on_round=on_round, on_epoch=on_epoch,
-                extra_config=built.extra_config, val_data=built.val_data,
-            )
+            return train_networked(cluster, model, protocol, train_data, test_data, config, workers=concurrency,
+                                   deadline_s=deadline_s, **options)
