@@ -149,6 +149,16 @@ class PathKeys:
     def __getitem__(self, sl: slice) -> PathKeys:
         return PathKeys(self.params, self.party, self.roots[sl], self.cw_seed[sl], self.cw_tl[sl], self.cw_tr[sl])
 
+    def blocks(self, count: int, lo: int, hi: int) -> PathKeys:
+        """Keys ``lo..hi-1`` of each of the ``count`` equal consecutive blocks this batch is
+        made of (e.g. every user's keys of a range of buckets), block after block: one copy
+        per field, the same keys as concatenating the blocks' slices."""
+        def part(a: np.ndarray) -> np.ndarray:
+            return a.reshape(count, -1, *a.shape[1:])[:, lo:hi].reshape(-1, *a.shape[1:])
+
+        return PathKeys(self.params, self.party, part(self.roots), part(self.cw_seed), part(self.cw_tl),
+                        part(self.cw_tr))
+
     @classmethod
     def concat(cls, batches: list[PathKeys]) -> PathKeys:
         """One batch of all keys of ``batches`` (same parameters and party), in order."""
@@ -239,6 +249,12 @@ class DPFKeys:
 
     def __getitem__(self, sl: slice) -> DPFKeys:
         return DPFKeys(self.path[sl], self.cw_out[sl], self.params)
+
+    def blocks(self, count: int, lo: int, hi: int) -> DPFKeys:
+        """:meth:`PathKeys.blocks` of the whole keys."""
+        w = self.cw_out.shape[1]
+        return DPFKeys(self.path.blocks(count, lo, hi),
+                       self.cw_out.reshape(count, -1, w)[:, lo:hi].reshape(-1, w), self.params)
 
     @classmethod
     def concat(cls, batches: list[DPFKeys]) -> DPFKeys:

@@ -404,10 +404,8 @@ class SecEmbServer(ServerRole):
         ranges = min(slots, max(parts, self.backend.workers))
         bounds = np.linspace(0, slots, ranges + 1).astype(int)
         spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
-        tasks = [
-            ("cuckoo", self.party, fss.DPFKeys.concat([k[lo:hi] for k in keys]), self._table, cfg.width, (lo, hi))
-            for lo, hi in spans
-        ]
+        stacked = fss.DPFKeys.concat(keys)  # user-major: user u's keys are rows u B .. u B + B - 1
+        tasks = [("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi)) for lo, hi in spans]
         answers = np.empty((n, slots, cfg.width), cfg.dtype)
         if self.backend.in_process and self._device is None and len(tasks) > 1:  # each thread places its results
             big_m = cfg.cuckoo().bucket_size

@@ -648,3 +648,18 @@ def test_parsing_many_batches_gives_each_its_keys_or_its_error(ring_bits: int) -
         else:
             assert isinstance(got, fss.DPFKeys)
             _same_keys(got, want)
+
+
+@pytest.mark.parametrize(("users", "per", "lo", "hi"), [(1, 4, 0, 4), (3, 5, 1, 3), (4, 6, 5, 6), (2, 3, 0, 0)])
+def test_blocks_are_the_concatenated_slices(users: int, per: int, lo: int, hi: int) -> None:
+    """``blocks`` picks keys ``lo..hi-1`` of every user's batch of ``per`` keys, user after
+    user, as concatenating each user's slice does."""
+    rng = np.random.default_rng(users * 10 + per)
+    batches = [fss.gen(rng.integers(0, 37, per), random_ring(rng, (per, 3), 32), 37, _rng=CtrDrbg(u))[1]
+               for u in range(users)]
+    got = fss.DPFKeys.concat(batches).blocks(users, lo, hi)
+    want = fss.DPFKeys.concat([b[lo:hi] for b in batches])
+    assert len(got) == users * (hi - lo) and got.party == want.party == 1
+    for field in ("roots", "cw_seed", "cw_tl", "cw_tr"):
+        assert np.array_equal(getattr(got.path, field), getattr(want.path, field))
+    assert np.array_equal(got.cw_out, want.cw_out) and got.to_bytes() == want.to_bytes()
