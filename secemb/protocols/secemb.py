@@ -405,9 +405,10 @@ class SecEmbServer(ServerRole):
         bounds = np.linspace(0, slots, ranges + 1).astype(int)
         spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
         stacked = fss.DPFKeys.concat(keys)  # user-major: user u's keys are rows u B .. u B + B - 1
-        tasks = [("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi)) for lo, hi in spans]
+        tasks = [("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi))
+                 for lo, hi in spans]
         answers = np.empty((n, slots, cfg.width), cfg.dtype)
-        if self.backend.in_process and self._device is None and len(tasks) > 1:  # each thread places its results
+        if self.backend.in_process and self._device is None and len(tasks) > 1:  # tasks place their results
             big_m = cfg.cuckoo().bucket_size
             bits = np.empty((n, slots, big_m), np.uint8)
             folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
