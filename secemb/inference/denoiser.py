@@ -92,6 +92,32 @@ class DenoiserContext:
         h, offset = rep.clean(params, user_x)
         return cls(rep, np.asarray(table, dtype=np.float64), h, offset, mechanism)
 
+    @classmethod
+    def for_device(cls, model: RecModel, dense: np.ndarray, params: np.ndarray, mechanism: GaussianLDP,
+                   user_x: np.ndarray | None = None) -> DenoiserContext:
+        """One standalone device's context: the recommender ``model`` at its public ``dense``,
+        the device's own private ``params`` (float64 ``(private_size,)``, its recommender state)
+        and, for FM/DeepFM with user features, its own ``user_x`` (``(l_x,)``).  One row (the
+        device's row 0 in its one-row store) and no table rows (``(0, w)``: a device never holds
+        the recommender's table; its rows arrive in the denoiser's frozen columns), so the
+        denoiser built on it can take the device's local steps but not initialize the model.
+
+        Raises
+        ------
+        InvalidParameters
+            ``params`` not of the model's private size; user features missing or mis-sized.
+        """
+        params = np.asarray(params, dtype=np.float64)
+        if params.shape != (model.private_size,):
+            raise InvalidParameters(f"params must have shape ({model.private_size},), got {params.shape}")
+        l_x = int(getattr(model, "l_x", 0))
+        x = np.zeros((1, 0)) if user_x is None else np.asarray(user_x, dtype=np.float64).reshape(1, -1)
+        if x.shape[1] != l_x:
+            raise InvalidParameters(f"{model.name} has {l_x} user features, got {x.shape[1]}")
+        rep = representation_for(model, dense)
+        h, offset = rep.clean(params[None], x)
+        return cls(rep, np.zeros((0, model.sparse_width)), h, offset, mechanism)
+
 
 class Denoiser(RecModel):
     """F_p.  ``sparse_width = hat_d + frozen``, ``private_size = 0``.
