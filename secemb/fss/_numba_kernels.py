@@ -14,7 +14,8 @@ from numba import njit
 from secemb.fss._aesni import BLOCKS, expand8, mmo_blocks, mmo_ctr
 
 __all__ = [
-    "subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "bits_accumulate", "LEAF_STEP",
+    "subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "bits_accumulate",
+    "cuckoo_assign", "LEAF_STEP",
 ]
 
 #: leaves converted per step of the fused conversion kernels (their blocks stay in L1)
@@ -266,3 +267,48 @@ def bits_accumulate(t, cw, out, cols):  # noqa: ANN001, ANN201
                 if t[u, g, i] != 0:
                     for e in range(w):
                         out[g, i, e] += cw[u, g, e]
+
+
+@njit(cache=True)
+def cuckoo_assign(cands, slots, items, max_kicks, rng, dropped):  # noqa: ANN001, ANN201
+    """Cuckoo-insert ``items`` (distinct int64) into ``slots`` (int64 (B,), -1 free) with
+    candidate buckets ``cands`` (int64 (m, 3)): an item takes its first free candidate, else
+    evicts a candidate's occupant (not the bucket it was just evicted from, when it has
+    another choice) drawn by ``rng.integers(0, n)`` from the numpy Generator ``rng``, up to
+    ``max_kicks`` times; the item left over is written to ``dropped`` (int64, room for every
+    item).  Returns how many were dropped.  The same placements and draws as
+    :meth:`secemb.fss.cuckoo.CuckooLayout.assign`'s reference loop."""
+    width = cands.shape[1]
+    options = np.empty(width, np.int64)
+    n_dropped = 0
+    for i in range(items.shape[0]):
+        cur = items[i]
+        came_from = -1
+        for _ in range(max_kicks):
+            free = -1
+            for j in range(width):
+                if slots[cands[cur, j]] < 0:
+                    free = cands[cur, j]
+                    break
+            if free >= 0:
+                slots[free] = cur
+                cur = -1
+                break
+            n = 0
+            for j in range(width):
+                if cands[cur, j] != came_from:
+                    options[n] = cands[cur, j]
+                    n += 1
+            if n == 0:
+                for j in range(width):
+                    options[j] = cands[cur, j]
+                n = width
+            b = options[rng.integers(0, n)]
+            evicted = slots[b]
+            slots[b] = cur
+            cur = evicted
+            came_from = b
+        if cur >= 0:
+            dropped[n_dropped] = cur
+            n_dropped += 1
+    return n_dropped

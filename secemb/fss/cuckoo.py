@@ -23,6 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.fss import kernels
 from secemb.fss.prg import aes_for
 
 __all__ = ["CuckooLayout", "NUM_HASHES", "MAX_KICKS"]
@@ -161,8 +162,15 @@ class CuckooLayout:
         items = np.asarray(items, np.int64)
         if items.size > self.num_buckets:
             raise InvalidParameters(f"cannot place {items.size} items in {self.num_buckets} buckets")
+        if kernels.compiled():
+            from secemb.fss._numba_kernels import cuckoo_assign
+
+            slots_arr = np.full(self.num_buckets, -1, np.int64)
+            dropped_arr = np.empty(items.size, np.int64)
+            n = cuckoo_assign(self.candidates, slots_arr, items, MAX_KICKS, rng, dropped_arr)
+            return slots_arr, dropped_arr[:n].copy()
         # plain Python lists: a user places a few hundred items, where numpy's per-call
-        # overhead would dominate; the kicks draw from ``rng`` exactly as an array version would
+        # overhead would dominate
         cands = self._candidate_lists
         slots = [-1] * self.num_buckets
         dropped: list[int] = []
