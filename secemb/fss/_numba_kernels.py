@@ -1,6 +1,7 @@
-"""numba kernels of the full-domain walk and the payload conversion (internal; see
-:mod:`secemb.fss.kernels` for the switch and :mod:`secemb.fss.tree` / :mod:`secemb.fss.convert`
-for the numpy references these equal bit for bit).
+"""numba kernels of the full-domain walk, the payload conversion and the devices' cuckoo
+insertion (internal; see :mod:`secemb.fss.kernels` for the switch and :mod:`secemb.fss.tree` /
+:mod:`secemb.fss.convert` / :meth:`secemb.fss.cuckoo.CuckooLayout.assign` for the numpy and
+Python references these equal bit for bit).
 
 Words are uint64 ``(..., 2)`` (128-bit, little-endian), ring arrays uint32 or uint64; ``rk``
 arguments are round-key arrays of :func:`secemb.fss._aesni.round_keys`.
