@@ -255,6 +255,13 @@ class ServerRole(ABC):
         """:meth:`relay_retrieval_many` in two phases, like :meth:`evaluate_retrieval_many`."""
         return lambda: self.relay_retrieval_many(forwards)
 
+    def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
+        """Relay, server 0: what ``commit()`` of :meth:`evaluate_retrieval_many` will return to
+        forward to server 1 for each of ``requests`` (or the error that refuses it), computed
+        from the requests alone -- no evaluation, no state change -- so that a server can
+        forward while it evaluates.  ``None`` (the default): known after the commit only."""
+        return None
+
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Relay, server 0: combine server 1's answer into the reply to the user."""
         raise ProtocolError(f"{type(self).__name__} does not relay")

@@ -459,6 +459,23 @@ class SecEmbServer(ServerRole):
             out[i] = InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else got
         return cast("list[fss.DPFKeys | SecembError]", out)  # every entry is set above
 
+    def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
+        """Server 0, relay: each request's shared key part framed for server 1 (the bytes
+        ``commit()`` returns for it), or the error that refuses it; ``None`` otherwise."""
+        if not (self.relay and self.party == 0):
+            return None
+        cfg = self._cfg()
+        out: list[bytes | SecembError] = []
+        for (user_id, _), got in zip(requests, self._parse_requests([m for _, m in requests]), strict=True):
+            try:
+                check_user(user_id)
+                if isinstance(got, SecembError):
+                    raise got
+                out.append(frame(_NAME, "relay_keys", 1, cfg.round_id, got.shared_bytes()))
+            except SecembError as exc:
+                out.append(exc)
+        return out
+
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes | None:
         """Non-relay: the reply to the user.  Relay: server 0 returns the shared key part to
         forward to server 1; server 1 stores the user's roots and seeds and returns None."""

@@ -41,6 +41,8 @@ import math
 import secrets
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -380,7 +382,12 @@ class Node:
         to send back) or the error that refused it (which changed no state)."""
         return self._evaluate_retrievals(r, items)
 
-    def _evaluate_retrievals(self, r: int, items: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
+    def _evaluate_retrievals(self, r: int, items: list[tuple[int, bytes]],
+                             on_admitted: Callable[[list[int]], None] | None = None,
+                             ) -> list[bytes | None | SecembError]:
+        """Admit, evaluate (outside the lock) and commit (under it) ``items``; per item the
+        role's reply or the error.  ``on_admitted(indices)`` runs after admission, before the
+        evaluation, with the indices of the admitted items."""
         results: list[bytes | None | SecembError] = [None] * len(items)
         todo: list[int] = []
         with self.lock:
@@ -398,6 +405,8 @@ class Node:
         if not todo:
             return results
         try:
+            if on_admitted is not None:
+                on_admitted(todo)
             commit = rnd.busy(role.evaluate_retrieval_many, [items[i] for i in todo])
             with self.lock:
                 try:
@@ -645,14 +654,37 @@ class LeaderNode(Node):
                 go.append(i)
             else:
                 results[i] = Conflict(f"user {user} must send its retrieval request to server 1 first")
-        outs = self._evaluate_retrievals(r, [items[i] for i in go]) if go else []
+        if not go:
+            return results
+        sub = [items[i] for i in go]
+        early: list[tuple[list[int], Future[list[bytes | SecembError]]]] = []  # (indices into items, batch)
+        with ThreadPoolExecutor(1, thread_name_prefix="secemb-relay") as pool:
+
+            def forward_early(admitted: list[int]) -> None:
+                # a role that knows its forwards from the requests alone: server 1 evaluates
+                # them while this server evaluates its own (a user this server then refuses
+                # counts at server 1 as one that retrieved and went silent)
+                fwds = self.role.relay_forwards([sub[j] for j in admitted])
+                ok = [] if fwds is None else [(go[j], f) for j, f in zip(admitted, fwds, strict=True)
+                                              if isinstance(f, bytes)]
+                if ok:
+                    early.append(([i for i, _ in ok], pool.submit(
+                        self.peer.relay_retrieval_many, r, [(items[i][0], f) for i, f in ok])))
+
+            outs = self._evaluate_retrievals(r, sub, on_admitted=forward_early)
+            masked_of = {i: ans for idx, batch in early for i, ans in zip(idx, batch.result(), strict=True)}
         # with relay, server 0's role answers each admitted request with the bytes to forward
         fwd = [(i, out) for i, out in zip(go, outs, strict=True) if isinstance(out, bytes)]
         for i, out in zip(go, outs, strict=True):
             results[i] = out
+        late = [(i, out) for i, out in fwd if i not in masked_of]  # forwards known after the commit only
+        if late:
+            masked_of.update(zip([i for i, _ in late],
+                                 self.peer.relay_retrieval_many(r, [(items[i][0], out) for i, out in late]),
+                                 strict=True))
         if not fwd:
             return results
-        masked = self.peer.relay_retrieval_many(r, [(items[i][0], out) for i, out in fwd])
+        masked = [masked_of[i] for i, _ in fwd]
         with self.lock:
             try:
                 rnd = self._current(r)
