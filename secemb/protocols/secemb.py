@@ -357,7 +357,7 @@ class SecEmbServer(ServerRole):
         self._uploaded: set[int] = set()
         self._absorbed: dict[int, _Absorbed] = {}
         self._folded = False  # whether _sparse holds a batch yet (until then it is zero)
-        self._summed_cache: tuple[tuple[int, ...], np.ndarray] | None = None
+        self._closed_cache: tuple[tuple[int, ...], tuple[list[int], np.ndarray, np.ndarray]] | None = None
         self._awaiting: dict[int, tuple[bytes, bytes, bytes]] = {}  # server 1, relay: roots, seeds
         self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
 
@@ -433,7 +433,7 @@ class SecEmbServer(ServerRole):
         else:  # the round's first batch (usually its only one): adopt it, sparing a pass
             self._sparse = folded
         self._folded = True
-        self._summed_cache = None
+        self._closed_cache = None
         for u, k, b in zip(users, keys, bits, strict=True):
             self._pending[u] = _Pending(k, b)
         return answers
@@ -629,35 +629,30 @@ class SecEmbServer(ServerRole):
         # user's keys and dense share stay until then, so that a user can be left out.
         pending = self._pending.pop(user_id)
         self._absorbed[user_id] = _Absorbed(pending.keys, pending.bits, cw, dense)
-        self._summed_cache = None
+        self._closed_cache = None
         self._dense += dense
         self._uploaded.add(user_id)
 
     def _summed(self, users: list[int]) -> np.ndarray:
         """The folded part of the round's batches plus ``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]``
         over absorbed ``users`` (the control-bit part as one batched product), in the layout's
-        form: their aggregate share before silent users are taken out.  Cached for the last set
-        asked until the next upload or batch; callers must not write to it."""
-        key = tuple(users)
-        if self._summed_cache is None or self._summed_cache[0] != key:
-            cfg = self._cfg()
-            got = [self._absorbed[u] for u in users]
-            if not got:
-                summed = self._sparse.copy()
-            elif cfg.layout == "full":
-                bits = np.concatenate([a.bits for a in got])
-                cws = np.concatenate([a.cw for a in got])
-                summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
-                summed = self._sparse + summary.apply_bits(cws)
-            elif self._device is not None:
-                t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
-                part = self._device.bits_product(t, np.stack([a.cw for a in got], axis=1))
-                summed = self._sparse - part if self.party else self._sparse + part
-            else:  # party 1 adds the bits' product with the negated words: (-1)^b t CW
-                cw = np.stack([a.cw for a in got])
-                summed = self._add_bits_product(np.stack([a.bits for a in got]), np.negative(cw) if self.party else cw)
-            self._summed_cache = (key, summed)
-        return self._summed_cache[1]
+        form: their aggregate share before silent users are taken out (a new array)."""
+        cfg = self._cfg()
+        got = [self._absorbed[u] for u in users]
+        if not got:
+            return self._sparse.copy()
+        if cfg.layout == "full":
+            bits = np.concatenate([a.bits for a in got])
+            cws = np.concatenate([a.cw for a in got])
+            summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
+            return self._sparse + summary.apply_bits(cws)
+        if self._device is not None:
+            t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
+            part = self._device.bits_product(t, np.stack([a.cw for a in got], axis=1))
+            return self._sparse - part if self.party else self._sparse + part
+        # party 1 adds the bits' product with the negated words: (-1)^b t CW
+        cw = np.stack([a.cw for a in got])
+        return self._add_bits_product(np.stack([a.bits for a in got]), np.negative(cw) if self.party else cw)
 
     def _spans(self, n: int) -> list[tuple[int, int]]:
         """``[0, n)`` in one range per worker of a backend whose workers share this process's
@@ -727,19 +722,29 @@ class SecEmbServer(ServerRole):
     def _closed(self, include: list[int] | None) -> tuple[list[int], np.ndarray, np.ndarray]:
         """The included users (sorted) and the sparse and dense aggregates over them; every
         other user that retrieved counts as silent (its folded part is recomputed and removed,
-        its upload left out).  State is not changed."""
+        its upload left out).  State is not changed; the result is kept for the same users
+        until the next change (callers must not write to it)."""
         cfg = self._cfg()
         users = self._include(include, self._uploaded, cfg.round_id)
+        if self._closed_cache is not None and self._closed_cache[0] == tuple(users):
+            return self._closed_cache[1]
         inside = set(users)
         left_out = [u for u in self._absorbed if u not in inside]
         sparse = self._summed(users)
         silent = [p.keys for p in self._pending.values()] + [self._absorbed[u].keys for u in left_out]
         if silent:
-            sparse = sparse - self._evaluate(silent)[2]
+            sparse -= self._evaluate(silent)[2]
         dense = self._dense.copy()
         for u in left_out:
             dense -= self._absorbed[u].dense
-        return users, (sparse if cfg.layout == "full" else self._scatter(sparse)), dense
+        closed = (users, sparse if cfg.layout == "full" else self._scatter(sparse), dense)
+        self._closed_cache = (tuple(users), closed)
+        return closed
+
+    def prepare_combine(self, include: list[int] | None = None) -> None:
+        """Server 0: compute (and keep, until the next change of state) its own aggregate over
+        ``include``, which :meth:`combine` then reuses."""
+        self._closed(include)
 
     def included_users(self) -> list[int]:
         """Sorted ids of the users whose uploads the aggregate holds (``include=None``)."""

@@ -755,16 +755,23 @@ class LeaderNode(Node):
             self._end(rnd, ABORTED,
                       f"{len(include)} user(s) uploaded to both servers, fewer than min_users={rnd.min_users}")
             return
-        try:
-            share = self.peer.share(r, include)
-        except _PEER_ERRORS as exc:
-            self._end(rnd, ABORTED, f"server 1 did not send its aggregate share: {exc}")
-            return
-        # the round is closing: the role takes no more messages, so combine and the optimizer
-        # step run without the lock, on copies; the commit below takes it
+        # the round is closing: the role takes no more messages, so its own aggregate, combine
+        # and the optimizer step run without the lock (the latter on copies; the commit below
+        # takes it); its own aggregate while server 1 computes its share
         with self.lock:
             base, role, opt = self.version, self.role, self.opt
             table, dense = self.table.copy(), self.dense.copy()
+        with ThreadPoolExecutor(1, thread_name_prefix="secemb-share") as pool:
+            theirs_share = pool.submit(self.peer.share, r, include)
+            try:
+                rnd.busy(role.prepare_combine, include=include)
+            except SecembError:
+                pass  # combine raises it again below
+            try:
+                share = theirs_share.result()
+            except _PEER_ERRORS as exc:
+                self._end(rnd, ABORTED, f"server 1 did not send its aggregate share: {exc}")
+                return
         try:
             sparse_sum, dense_sum = rnd.busy(role.combine, share, include=include)
         except SecembError as exc:

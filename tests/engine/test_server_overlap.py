@@ -1,8 +1,9 @@
-"""With relay, server 0 forwards a batch's keys to server 1 before it evaluates its own batch,
-so the two servers' full-domain evaluations overlap (issue 14).  The check is structural:
-server 0's evaluation waits, bounded, until server 1's evaluation of the forwarded keys has
-begun -- forwards sent only after server 0's commit would make it time out.  The overlapped
-run ends on the same model as the run that forwards after the commit."""
+"""The two servers work at the same time where the protocol allows (issue 14).  With relay,
+server 0 forwards a batch's keys to server 1 before it evaluates its own batch, so their
+full-domain evaluations overlap; at a round's close server 0 computes its own aggregate while
+server 1 computes its share.  The checks are structural: server 0's step waits, bounded, until
+server 1's has begun -- sequential steps would make it time out.  Each overlapped run ends on
+the same model as the sequential one."""
 
 from __future__ import annotations
 
@@ -47,3 +48,29 @@ def test_server_1_evaluates_the_forwarded_keys_while_server_0_evaluates(monkeypa
     monkeypatch.setattr(SecEmbServer, "relay_forwards", lambda self, requests: None)  # forwards after the commit
     sequential = _train(data)
     assert overlapping.model_sha256 == sequential.model_sha256
+
+
+def test_server_0_computes_its_aggregate_while_server_1_computes_its_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a round's close server 0 asks for server 1's share and computes its own aggregate
+    meanwhile (``prepare_combine``), which ``combine`` then reuses: the same model."""
+    data = train_test_split(synthetic_like(30, 40, 400, seed=3), 0.2, seed=0)
+    started = threading.Event()
+    overlapped: list[bool] = []
+    share, prepare = SecEmbServer.aggregate_share, SecEmbServer.prepare_combine
+
+    def share_spy(self, include=None):  # noqa: ANN001, ANN202 - server 1
+        started.set()
+        return share(self, include)
+
+    def prepare_spy(self, include=None):  # noqa: ANN001, ANN202 - server 0
+        overlapped.append(started.wait(timeout=10))
+        started.clear()
+        return prepare(self, include)
+
+    monkeypatch.setattr(SecEmbServer, "aggregate_share", share_spy)
+    monkeypatch.setattr(SecEmbServer, "prepare_combine", prepare_spy)
+    overlapping = _train(data)
+    assert len(overlapped) == 3 and all(overlapped)
+
+    monkeypatch.setattr(SecEmbServer, "prepare_combine", lambda self, include=None: None)  # all in combine
+    assert _train(data).model_sha256 == overlapping.model_sha256
