@@ -307,12 +307,19 @@ def _evaluate_into_task(task: tuple[tuple, np.ndarray, np.ndarray, np.ndarray]) 
     folded[...] = conv
 
 
-def _bits_task(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
-    """``out[:] = folded + bits_product(t, cw, sizes)`` for a range of buckets (a task of an
-    in-process backend: ``task = (t, cw, sizes, folded, out)``, ``out`` C-contiguous)."""
-    t, cw, sizes, folded, out = task
+def _bits_task(task: tuple[list[np.ndarray], list[np.ndarray], slice, np.ndarray, bool, np.ndarray,
+                          np.ndarray]) -> None:
+    """``out[:] = folded + bits_product(t, (-1)^negate cw, sizes)`` for a range of buckets, ``t``
+    and ``cw`` stacked here from each user's bits (B, M) and words (B, w) of that range, so
+    they are contiguous (the kernel's fast specialization) and the stacking is split too (a
+    task of an in-process backend: ``task = (bits, cws, buckets, sizes, negate, folded,
+    out)``, ``out`` C-contiguous)."""
+    bits, cws, buckets, sizes, negate, folded, out = task
     np.copyto(out, folded)
-    bits_product(t, cw, sizes, out=out)
+    cw = np.stack([c[buckets] for c in cws])
+    if negate:
+        np.negative(cw, out=cw)
+    bits_product(np.stack([b[buckets] for b in bits]), cw, sizes, out=out)
 
 
 def _scatter_task(task: tuple[CuckooLayout, np.ndarray, slice]) -> np.ndarray:
@@ -651,8 +658,7 @@ class SecEmbServer(ServerRole):
             part = self._device.bits_product(t, np.stack([a.cw for a in got], axis=1))
             return self._sparse - part if self.party else self._sparse + part
         # party 1 adds the bits' product with the negated words: (-1)^b t CW
-        cw = np.stack([a.cw for a in got])
-        return self._add_bits_product(np.stack([a.bits for a in got]), np.negative(cw) if self.party else cw)
+        return self._add_bits_product([a.bits for a in got], [a.cw for a in got])
 
     def _spans(self, n: int) -> list[tuple[int, int]]:
         """``[0, n)`` in one range per worker of a backend whose workers share this process's
@@ -661,14 +667,14 @@ class SecEmbServer(ServerRole):
         bounds = np.linspace(0, n, max(ranges, 1) + 1).astype(int).tolist()
         return list(zip(bounds[:-1], bounds[1:], strict=True))
 
-    def _add_bits_product(self, t: np.ndarray, cw: np.ndarray) -> np.ndarray:
-        """A copy of the folded part (B, M, w) plus :func:`~secemb.fss.fused.bits_product` of
-        the users' bits (U, B, M) and correction words (U, B, w), in ranges of buckets
-        (:meth:`_spans`)."""
+    def _add_bits_product(self, bits: list[np.ndarray], cws: list[np.ndarray]) -> np.ndarray:
+        """A copy of the folded part (B, M, w) plus ``(-1)^b`` :func:`~secemb.fss.fused.bits_product`
+        of the users' bits (each (B, M)) and correction words (each (B, w)), in ranges of
+        buckets (:meth:`_spans`)."""
         sizes = np.diff(self._cfg().cuckoo().indptr)  # positions past a bucket's size pad it: left as they are
         out = np.empty(self._sparse.shape, self._sparse.dtype)
-        self._map_spans(_bits_task, [(t[:, lo:hi], cw[:, lo:hi], sizes[lo:hi], self._sparse[lo:hi], out[lo:hi])
-                                     for lo, hi in self._spans(t.shape[1])])
+        self._map_spans(_bits_task, [(bits, cws, slice(lo, hi), sizes[lo:hi], bool(self.party), self._sparse[lo:hi],
+                                      out[lo:hi]) for lo, hi in self._spans(len(sizes))])
         return out
 
     def _scatter(self, bucket_form: np.ndarray) -> np.ndarray:
