@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import numpy as np
 import pytest
 
@@ -14,8 +15,6 @@ from secemb.errors import InvalidParameters
 from secemb.privacy import cdt
 from secemb.privacy.noise import discrete_gaussian
 from secemb.randomness import CtrDrbg
-
-mpmath = pytest.importorskip("mpmath")
 
 
 def _exact_magnitude_pmf(sigma: float, bound: int) -> list:
