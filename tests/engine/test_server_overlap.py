@@ -18,59 +18,48 @@ from secemb.protocols.secemb import SecEmbServer
 from secemb.training import TrainConfig, train
 
 
-def _train(data):  # noqa: ANN001, ANN202
-    return train(MatrixFactorization(dim=4), get_protocol("secemb", layout="cuckoo", relay=True), *data,
-                 TrainConfig(epochs=1, users_per_round=10, m_prime=8))
-
-
-def test_server_1_evaluates_the_forwarded_keys_while_server_0_evaluates(monkeypatch: pytest.MonkeyPatch) -> None:
+def _train() -> str:
+    """One epoch of 30 users, 10 a round; the model's SHA-256."""
     data = train_test_split(synthetic_like(30, 40, 400, seed=3), 0.2, seed=0)
+    return train(MatrixFactorization(dim=4), get_protocol("secemb", layout="cuckoo", relay=True), *data,
+                 TrainConfig(epochs=1, users_per_round=10, m_prime=8)).model_sha256
+
+
+def _train_overlapped(monkeypatch: pytest.MonkeyPatch, peer_step: str, own_step: str) -> str:
+    """:func:`_train` with server 1's ``peer_step`` signalling that it began and server 0's
+    ``own_step`` waiting, bounded, for that signal: every round's steps overlapped."""
     started = threading.Event()
     overlapped: list[bool] = []
-    relay, evaluate = SecEmbServer.evaluate_relay_many, SecEmbServer.evaluate_retrieval_many
+    peer, own = getattr(SecEmbServer, peer_step), getattr(SecEmbServer, own_step)
 
-    def relay_spy(self, forwards):  # noqa: ANN001, ANN202 - server 1
-        started.set()
-        return relay(self, forwards)
+    def peer_spy(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if self.party == 1:
+            started.set()
+        return peer(self, *args, **kwargs)
 
-    def evaluate_spy(self, requests):  # noqa: ANN001, ANN202
+    def own_spy(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         if self.party == 0:
             overlapped.append(started.wait(timeout=10))
             started.clear()
-        return evaluate(self, requests)
+        return own(self, *args, **kwargs)
 
-    monkeypatch.setattr(SecEmbServer, "evaluate_relay_many", relay_spy)
-    monkeypatch.setattr(SecEmbServer, "evaluate_retrieval_many", evaluate_spy)
-    overlapping = _train(data)
+    with monkeypatch.context() as patch:
+        patch.setattr(SecEmbServer, peer_step, peer_spy)
+        patch.setattr(SecEmbServer, own_step, own_spy)
+        sha = _train()
     assert len(overlapped) == 3 and all(overlapped)  # 30 users, 10 a round
+    return sha
 
-    monkeypatch.setattr(SecEmbServer, "evaluate_retrieval_many", evaluate)
+
+def test_server_1_evaluates_the_forwarded_keys_while_server_0_evaluates(monkeypatch: pytest.MonkeyPatch) -> None:
+    overlapping = _train_overlapped(monkeypatch, "evaluate_relay_many", "evaluate_retrieval_many")
     monkeypatch.setattr(SecEmbServer, "relay_forwards", lambda self, requests: None)  # forwards after the commit
-    sequential = _train(data)
-    assert overlapping.model_sha256 == sequential.model_sha256
+    assert _train() == overlapping
 
 
 def test_server_0_computes_its_aggregate_while_server_1_computes_its_share(monkeypatch: pytest.MonkeyPatch) -> None:
     """At a round's close server 0 asks for server 1's share and computes its own aggregate
     meanwhile (``prepare_combine``), which ``combine`` then reuses: the same model."""
-    data = train_test_split(synthetic_like(30, 40, 400, seed=3), 0.2, seed=0)
-    started = threading.Event()
-    overlapped: list[bool] = []
-    share, prepare = SecEmbServer.aggregate_share, SecEmbServer.prepare_combine
-
-    def share_spy(self, include=None):  # noqa: ANN001, ANN202 - server 1
-        started.set()
-        return share(self, include)
-
-    def prepare_spy(self, include=None):  # noqa: ANN001, ANN202 - server 0
-        overlapped.append(started.wait(timeout=10))
-        started.clear()
-        return prepare(self, include)
-
-    monkeypatch.setattr(SecEmbServer, "aggregate_share", share_spy)
-    monkeypatch.setattr(SecEmbServer, "prepare_combine", prepare_spy)
-    overlapping = _train(data)
-    assert len(overlapped) == 3 and all(overlapped)
-
+    overlapping = _train_overlapped(monkeypatch, "aggregate_share", "prepare_combine")
     monkeypatch.setattr(SecEmbServer, "prepare_combine", lambda self, include=None: None)  # all in combine
-    assert _train(data).model_sha256 == overlapping.model_sha256
+    assert _train() == overlapping
