@@ -103,3 +103,18 @@ def test_table_cap_and_bad_parameters():
         cdt.cdt_table(1e6, cdt.MAX_ENTRIES)
     with pytest.raises(InvalidParameters):
         cdt.cdt_table(0.0, 10)
+
+
+@pytest.mark.parametrize(("sigma", "bound"), [(3.0, 40), (5000.0, 65_000)])
+def test_the_compiled_inversion_equals_numpys_searchsorted(sigma, bound):
+    """The guide-and-binary-search kernel counts ``#{k : T_k.hi < u}`` as numpy's
+    ``searchsorted`` (the reference) does: random words, the table's own words and their
+    neighbours, and the guide's bucket edges."""
+    table = cdt.cdt_table(sigma, bound)
+    gen = np.random.default_rng(int(sigma))
+    edges = np.arange(1 << 16, dtype=np.uint64) << np.uint64(48)
+    u = np.concatenate([gen.integers(0, 2**64, 20_000, dtype=np.uint64, endpoint=False), table.hi,
+                        table.hi + np.uint64(1), table.hi - np.uint64(1), edges, edges - np.uint64(1)])
+    got = np.empty(u.size, np.int64)
+    cdt._count_below(u, table.hi, table.guide, np.uint64(48), got)
+    assert np.array_equal(got, np.searchsorted(table.hi, u, side="left"))
