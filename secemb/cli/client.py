@@ -45,6 +45,12 @@ def register(app: typer.Typer) -> None:
             help="The deployment's CA certificate (ca.pem) that both servers' certificates must chain to.")] = None,
         min_users: Annotated[int, typer.Option(
             min=2, help="This device's floor: it joins no round announced for fewer users.")] = 10,
+        recommender: Annotated[Path | None, typer.Option(
+            help="For a GREC denoiser's rounds: the recommender's saved folder (its manifest.json and public.npz: "
+                 "the model and its public dense vector).")] = None,
+        recommender_state: Annotated[Path | None, typer.Option(
+            help="For a GREC denoiser's rounds: this device's state file of the recommender's run (its private "
+                 "parameters, read only).")] = None,
     ) -> None:
         """Run one device: fetch its rounds, retrieve its rows privately, train locally, upload.
 
@@ -53,14 +59,18 @@ def register(app: typer.Typer) -> None:
         (hex; never on the command line).  The device's interactions are its part of the run's
         training split, which the model's task defines (the rating task: a random split by
         --test-fraction; a sequential model: leave-one-out, the sequence in time order); the
-        model is the one the rounds announce (for --count: the credentials', else --model)."""
+        model is the one the rounds announce (for --count: the credentials', else --model).
+
+        A GREC denoiser (model grec-denoiser) is trained on the device's clean representation:
+        give --recommender and --recommender-state; the device builds its one-device context
+        from them and the mechanism the rounds announce."""
         import numpy as np
 
         from secemb.client.credentials import DeviceCredentials
-        from secemb.client.device import Device, DeviceClient
+        from secemb.client.device import Device, DeviceClient, RoundInfo
         from secemb.data import RatingData, by_user, load_dataset
-        from secemb.errors import InvalidParameters, SecembError
-        from secemb.models import get_model
+        from secemb.errors import InvalidMessage, InvalidParameters, SecembError
+        from secemb.models import RecModel, get_model
         from secemb.models.base import UserSnapshot
         from secemb.models.task import RATING, Task
         from secemb.transport.errors import RemoteError
@@ -95,8 +105,29 @@ def register(app: typer.Typer) -> None:
                 count_task = get_model(announced["name"], **announced.get("hparams", {})).task
             elif model is not None:
                 count_task = get_model(model).task
+            if (recommender is None) != (recommender_state is None):
+                raise InvalidParameters("--recommender and --recommender-state go together")
         except (OSError, KeyError, ValueError, InvalidParameters) as exc:
             fail(f"bad usage: {exc}", 2)
+
+        def round_model(info: RoundInfo) -> RecModel:
+            """The announced model; a denoiser over this device's one-device context."""
+            from secemb.inference.denoiser import NAME, Denoiser
+
+            if info.model["name"] != NAME:
+                return info.make_model()
+            if recommender is None or recommender_state is None:
+                raise InvalidParameters("the rounds train a GREC denoiser: give --recommender and --recommender-state")
+            from secemb.inference.saved import load_public_recommender
+
+            rec, rec_dense = load_public_recommender(recommender)[:2]
+            try:
+                with np.load(recommender_state, allow_pickle=False) as z:
+                    params = np.asarray(z["params"], dtype=np.float64)
+            except (OSError, KeyError, ValueError) as exc:
+                raise InvalidParameters(f"--recommender-state {recommender_state}: not a device state file ({exc})"
+                                        ) from None
+            return Denoiser.for_device(info.model["hparams"], rec, rec_dense, params)
 
         def own(task: Task, train: RatingData | None = None) -> tuple[np.ndarray, np.ndarray]:
             """This user's training interactions under ``task``'s split, in its order."""
@@ -120,6 +151,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({"user": user, "count_bytes": n}))
             return
         device: Device | None = None
+        round_rec: RecModel | None = None
         done: set[int] = set()
         deadline = time.monotonic() + wait
         while len(done) < rounds:
@@ -132,17 +164,18 @@ def register(app: typer.Typer) -> None:
                     fail(f"no open round for user {user} within {wait} s", 1)
                 time.sleep(0.2)
                 continue
-            if device is None:  # the announced model's task says what the device trains on
+            if device is None or round_rec is None:  # the announced model's task says what the device trains on
                 try:
-                    device = Device(dc, *own(info.make_task()))
-                except InvalidParameters as exc:
+                    round_rec = round_model(info)
+                    device = Device(dc, *own(round_rec.task))
+                except (InvalidParameters, InvalidMessage) as exc:
                     fail(f"bad usage: {exc}", 2)
             if device.store is None and state_file is not None and state_file.exists():
-                device.store = info.make_model().new_user_store(1, device.rng, info.adam())
+                device.store = round_rec.new_user_store(1, device.rng, info.adam())
                 with np.load(state_file, allow_pickle=False) as z:
                     device.store.restore(0, UserSnapshot(z["params"], z["m"], z["v"], int(z["t"])))
             try:
-                session = device.participate(info)
+                session = device.participate(info, model=round_rec)
                 outcome = device.settle(wait_s=wait)
             except SecembError as exc:
                 fail(f"round {info.round_id}: {exc}", 1)

@@ -5,7 +5,9 @@ The device releases its representation under ``(epsilon, delta)``-LDP (analytic 
 sensitivity 2B), the server scores its public candidate set (every item) on the noisy
 representation, and the device keeps what it wants: the top ``k`` items (without the ones it
 rated, left out on the device after the scoring) or its scores for ``--items``.  With ``--denoiser`` (written by
-``secemb bench grec --save-dir``; saved-model mode only) the device post-processes with
+``secemb bench grec --save-dir``, or by ``save_denoiser`` from a deployment's trained denoiser; with
+``--credentials`` also ``--recommender``, the recommender's saved folder, of which the device reads
+the public model only) the device post-processes with
 GREC's denoiser (Eq. 16); without, the predictions are the server's scores of the same
 (re-clipped) release plus the device's private offset -- the bench's "re-clipped, no
 denoiser" column, better than the paper's naive LDP (no second clip) at the same privacy,
@@ -60,9 +62,12 @@ def register(app: typer.Typer) -> None:
                                        "--credentials, of the server's candidates less the --dataset "
                                        "ratings).")] = 10,
         items: Annotated[str, typer.Option(help="Comma-separated item ids to score instead of a top-k.")] = "",
-        denoiser: Annotated[Path | None, typer.Option(help="Denoiser file ('secemb bench grec --save-dir'; with "
-                                                      "--model-dir): post-processing LDP; without it the "
-                                                      "release's scores as they are.")] = None,
+        denoiser: Annotated[Path | None, typer.Option(help="Denoiser file ('secemb bench grec --save-dir', or "
+                                                      "save_denoiser of a deployment's): post-processing LDP; "
+                                                      "without it the release's scores as they are.")] = None,
+        recommender: Annotated[Path | None, typer.Option(help="With --credentials and --denoiser: the recommender's "
+                                                         "saved folder (only its manifest.json and public.npz are "
+                                                         "read: the model and its public dense vector).")] = None,
         release_file: Annotated[Path | None, typer.Option(help="The device's release ledger: one release per "
                                                           "representation version, reused (default with "
                                                           "--credentials: STATE.grec-releases.npz).")] = None,
@@ -103,17 +108,21 @@ def register(app: typer.Typer) -> None:
         try:
             ledger = None if release_file is None else ReleaseLedger.load(release_file)
             if credentials is not None:
-                if denoiser is not None:
-                    raise InvalidParameters("--denoiser works with --model-dir only (denoiser training over the "
-                                            "network is not done)")
+                if (denoiser is None) != (recommender is None):
+                    raise InvalidParameters("--denoiser with --credentials needs --recommender (the recommender's "
+                                            "saved folder: its public model), and --recommender needs --denoiser")
                 if state_file is None:
                     raise InvalidParameters("--credentials needs --state-file (the device's private parameters)")
                 if ledger is None:
                     ledger = ReleaseLedger.load(Path(f"{state_file}.grec-releases.npz"))
                 own = (dataset, data_dir, seed, test_fraction)
-                doc = _remote(credentials, state_file, user, _mechanism(given), parse_items(None), ledger, own)
+                doc = _remote(credentials, state_file, user, given, parse_items(None), ledger, own,
+                              None if denoiser is None or recommender is None else (denoiser, recommender))
             else:
                 assert model_dir is not None
+                if recommender is not None:
+                    raise InvalidParameters("--recommender works with --credentials only (--model-dir is the "
+                                            "recommender)")
                 if dataset is not None:
                     raise InvalidParameters("--dataset works with --credentials only (a saved model knows its "
                                             "users' ratings)")
@@ -149,6 +158,17 @@ def _mechanism(given: dict[str, float | None]) -> Any:
     return GaussianLDP(1.0 if eps is None else eps, 1e-4 if delta is None else delta, 1.0 if bound is None else bound)
 
 
+def _denoiser_mechanism(den: Any, given: dict[str, float | None]) -> Any:
+    """The denoiser's mechanism; an option that names another value is bad usage."""
+    from secemb.errors import InvalidParameters
+
+    mech = den.mechanism
+    for name, value in given.items():
+        if value is not None and value != getattr(mech, name):
+            raise InvalidParameters(f"--{name} {value} differs from the denoiser's {getattr(mech, name)}")
+    return mech
+
+
 def _ledger_doc(ledger: Any, reused: bool) -> dict[str, Any]:
     """The release fields of the output (``{}`` without a ledger)."""
     if ledger is None:
@@ -182,10 +202,7 @@ def _local(model_dir: Path, user: int | None, denoiser: Path | None, given: dict
     den = None
     if denoiser is not None:
         den = load_denoiser(denoiser, trained)
-        mech = den[0].context.mechanism
-        for name, value in given.items():
-            if value is not None and value != getattr(mech, name):
-                raise InvalidParameters(f"--{name} {value} differs from the denoiser's {getattr(mech, name)}")
+        mech = _denoiser_mechanism(den[0], given)
     else:
         mech = _mechanism(given)
     ctx = den[0].context if den is not None else DenoiserContext.from_trained(
@@ -225,11 +242,14 @@ def _own_ratings(user: int, dataset: str, data_dir: Path | None, seed: int, test
     return by_user(RATING.split(data, test_fraction, seed)[0]).of(user)[0]
 
 
-def _remote(credentials: Path, state_file: Path, user: int | None, mech: Any, wanted: Any,
-            ledger: Any, own: tuple[str | None, Path | None, int, float]) -> dict[str, Any]:
+def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[str, float | None], wanted: Any,
+            ledger: Any, own: tuple[str | None, Path | None, int, float],
+            with_denoiser: tuple[Path, Path] | None) -> dict[str, Any]:
     """The exchange with the deployment's server 0 (the fields of the output, with the private
     ``_scores`` and ``_wanted``); a refusal or no answer exits 1.  ``own``: ``(dataset,
-    data_dir, seed, test_fraction)`` of the device's own ratings (dataset ``None``: unknown)."""
+    data_dir, seed, test_fraction)`` of the device's own ratings (dataset ``None``: unknown).
+    ``with_denoiser``: ``(denoiser file, recommender folder)``; the device builds its
+    one-device context from its state file and the recommender's public model."""
     import numpy as np
 
     from secemb.cli._usage import fail
@@ -248,17 +268,31 @@ def _remote(credentials: Path, state_file: Path, user: int | None, mech: Any, wa
             params = np.asarray(z["params"], dtype=np.float64)
     except (OSError, KeyError, ValueError) as exc:
         raise InvalidParameters(f"--state-file {state_file}: not a device state file ({exc})") from None
+    den = None
+    if with_denoiser is None:
+        mech = _mechanism(given)
+    else:
+        from secemb.inference.saved import load_denoiser_on_device, load_public_recommender
+
+        rec_model, rec_dense, rec_sha, num_items = load_public_recommender(with_denoiser[1])
+        if params.shape != (rec_model.private_size,):
+            raise InvalidParameters(f"--state-file {state_file}: parameters of shape {params.shape}, the recommender "
+                                    f"{rec_model.name} has {rec_model.private_size} private parameters")
+        loaded = load_denoiser_on_device(with_denoiser[0], rec_model, rec_dense, params, num_items)
+        mech = _denoiser_mechanism(loaded[0], given)
+        den = (*loaded, rec_sha)
     rated = None if own[0] is None else _own_ratings(creds.user, own[0], *own[1:])
     tls = None if creds.ca is None else client_context(creds.ca)
     link = HttpServerLink(0, creds.user, creds.urls[0], creds.keys[0], tls=tls)
     try:
-        ans = infer_remote(link, params, mech, wanted, exclude=rated, ledger=ledger)
+        ans = infer_remote(link, params, mech, wanted, exclude=rated, ledger=ledger, denoiser=den)
     except (RemoteError, Unreachable) as exc:
         fail(f"server 0 ({creds.urls[0]}): {exc}", 1)
     finally:
         link.close()
     return {"user": creds.user, "_scores": ans.scores, "_wanted": ans.items, "model": ans.info["model"]["name"],
-            "mode": "ldp-no-denoiser", **_mech_doc(mech), "upload_bytes": ans.upload_bytes,
+            "mode": "ldp-no-denoiser" if den is None else "post-processing-ldp", **_mech_doc(mech),
+            "upload_bytes": ans.upload_bytes,
             "download_bytes": ans.download_bytes, "server": creds.urls[0], "model_version": ans.model_version,
             "num_candidates": int(ans.info["num_candidates"]),
             # candidates the device rated, left out here (None: its ratings are unknown, or --items)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.inference.denoiser import Denoiser
 from secemb.inference.mechanism import GaussianLDP
 from secemb.inference.releases import ReleaseLedger
 from secemb.inference.representation import representation_for
@@ -93,6 +94,7 @@ def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndar
 
 def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP, items: np.ndarray | None, *,
                  exclude: np.ndarray | None = None, ledger: ReleaseLedger | None = None,
+                 denoiser: tuple[Denoiser, np.ndarray, np.ndarray, str] | None = None,
                  _rng: RandomBytes | None = None) -> RemoteAnswer:
     """One inference of the device with private ``params`` (float64 ``(P,)``) over ``link``.
 
@@ -104,13 +106,19 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
         the answer, on the device after the scoring (the request does not depend on them).
     ledger: the device's releases (a new in-memory one by default: one fresh release).  A new
         release is saved to the ledger's file before the request leaves.
+    denoiser: ``(F_p, e, dense, recommender_sha256)``: a trained denoiser over this device's
+        one-device context (:func:`~secemb.inference.saved.load_denoiser_on_device`) and the
+        SHA-256 of the recommender it was loaded against, which must be the model the
+        deployment serves; the predictions are then F_p's (post-processing LDP) and
+        ``mechanism`` must be the denoiser's.
     _rng: random bytes for the noise (tests only; the OS CSPRNG by default).
 
     Raises
     ------
     InvalidParameters
         ``params`` or ``items`` do not fit the deployment's model (an item outside the catalogue
-        or the candidate set: refused before any release is drawn); a model with user features.
+        or the candidate set: refused before any release is drawn); a model with user features;
+        a denoiser for another recommender or mechanism.
     InvalidMessage
         A malformed description or reply from the server.
     RemoteError, Unreachable
@@ -140,13 +148,26 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
         if outside.size:
             raise InvalidParameters(f"items {outside[:5].tolist()} are not in the deployment's public candidate set "
                                     f"({candidates.size} items)")
-    h, offset = rep.clean(params[None], np.zeros((1, 0)))
+    if denoiser is None:
+        h, offset = rep.clean(params[None], np.zeros((1, 0)))
+    else:
+        den, sha = denoiser[0], denoiser[3]
+        if sha != info.get("model_sha256"):
+            raise InvalidParameters(f"the denoiser's recommender (model SHA-256 {sha}) is not the model the deployment "
+                                    f"serves ({info.get('model_sha256')})")
+        if den.mechanism != mechanism:
+            raise InvalidParameters(f"the mechanism {mechanism} is not the denoiser's {den.mechanism}")
+        rec = den.context.rep.model
+        if (rec.name, rec.spec()) != (name, hparams):
+            raise InvalidParameters(f"the denoiser's recommender is {rec.name} {rec.spec()}, the deployment serves "
+                                    f"{name} {hparams}")
+        h, offset = den.context.h, den.context.offset  # the device's own, at the recommender's dense
     ledger = ledger if ledger is not None else ReleaseLedger()
     h_tilde, z, reused = ledger.release(h[0], mechanism, _rng=_rng)
     if not reused and ledger.path is not None:
         ledger.save()  # a release is recorded before it can leave the device
     device = InferenceDevice(h[0], float(offset[0]), mechanism, num_items=n, candidates=candidates,
-                             release=(h_tilde, z))
+                             denoiser=None if denoiser is None else denoiser[:3], release=(h_tilde, z))
     request = device.request()
     reply, version = link.inference(request)
     return RemoteAnswer(wanted, device.scores(reply, wanted), version, len(request), len(reply), reused, info)

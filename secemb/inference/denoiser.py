@@ -136,6 +136,10 @@ class Denoiser(RecModel):
     reg: L2 weight on the retrieved ``e_i`` (Table 8's regularization), >= 0.
     init_std: standard deviation of ``e_i``'s normal initialization, >= 0.
     rating_range: the public rating scale (``mid`` is its middle).
+    epsilon, delta, bound: the LDP mechanism :class:`~secemb.inference.GaussianLDP` the
+        denoiser is trained for and used with (public: part of the spec, hence of a
+        deployment's fingerprint and round document, so a standalone device knows it); with
+        ``context``, the context's mechanism must be this one.
     context: the recommender's side (:class:`DenoiserContext`), matching the sizes.
     frozen_table: without ``context``, the recommender's public table alone (float64
         ``(m, frozen)``): what a server needs to initialize the model (its frozen columns) --
@@ -148,7 +152,8 @@ class Denoiser(RecModel):
     name = NAME
 
     def __init__(self, rows: int, dim: int, frozen: int, hat_d: int = 8, hidden: int = 32, reg: float = 0.001,
-                 init_std: float = 0.1, rating_range: tuple[float, float] | list[float] = (1.0, 5.0), *,
+                 init_std: float = 0.1, rating_range: tuple[float, float] | list[float] = (1.0, 5.0),
+                 epsilon: float = 1.0, delta: float = 1e-4, bound: float = 1.0, *,
                  context: DenoiserContext | None = None, frozen_table: np.ndarray | None = None,
                  _rng: RandomBytes | None = None) -> None:
         for what, v in (("rows", rows), ("dim", dim), ("frozen", frozen), ("hat_d", hat_d), ("hidden", hidden)):
@@ -160,12 +165,19 @@ class Denoiser(RecModel):
         lo, hi = (float(x) for x in rating_range)
         if not lo < hi:
             raise InvalidParameters(f"rating_range must be (lo, hi) with lo < hi, got {rating_range!r}")
+        for what, f in (("epsilon", epsilon), ("delta", delta), ("bound", bound)):
+            if isinstance(f, bool) or not isinstance(f, (int, float)):
+                raise InvalidParameters(f"{what} must be a float, got {f!r}")
+        self.mechanism = GaussianLDP(float(epsilon), float(delta), float(bound))
         if context is not None:
             if not isinstance(context, DenoiserContext):
                 raise InvalidParameters(f"context must be a DenoiserContext, got {type(context).__name__}")
             got = (context.rep.rows, context.rep.dim, int(context.table.shape[1]))
             if got != (rows, dim, frozen):
                 raise InvalidParameters(f"context has (rows, dim, frozen) = {got}, not {(rows, dim, frozen)}")
+            if context.mechanism != self.mechanism:
+                raise InvalidParameters(f"the context's mechanism {context.mechanism} is not the denoiser's "
+                                        f"{self.mechanism}")
         if frozen_table is not None:
             if context is not None:
                 raise InvalidParameters("give context or frozen_table, not both (the context holds the table)")
@@ -193,9 +205,39 @@ class Denoiser(RecModel):
     @classmethod
     def for_context(cls, context: DenoiserContext, *, _rng: RandomBytes | None = None, **hparams: Any) -> Denoiser:
         """The denoiser of ``context``'s recommender with ``hparams`` (``hat_d``, ``hidden``,
-        ``reg``, ``init_std``, ``rating_range``)."""
+        ``reg``, ``init_std``, ``rating_range``; the mechanism is the context's)."""
+        m = context.mechanism
+        hp = {"epsilon": m.epsilon, "delta": m.delta, "bound": m.bound, **hparams}
         return cls(context.rep.rows, context.rep.dim, int(context.table.shape[1]), context=context, _rng=_rng,
-                   **hparams)
+                   **hp)
+
+    @classmethod
+    def for_device(cls, spec: dict[str, Any], model: RecModel, dense: np.ndarray, params: np.ndarray,
+                   user_x: np.ndarray | None = None, *, _rng: RandomBytes | None = None) -> Denoiser:
+        """A standalone device's denoiser: the announced (or saved) ``spec`` (:meth:`spec`,
+        mechanism included) over its one-device context
+        (:meth:`DenoiserContext.for_device`: the recommender ``model`` at its public ``dense``,
+        the device's recommender ``params`` and, with user features, its ``user_x``).
+
+        Raises
+        ------
+        InvalidParameters
+            A malformed spec, or one that does not fit the recommender (rows, dim, frozen).
+        """
+        if not isinstance(spec, dict):
+            raise InvalidParameters(f"a denoiser spec must be a dict, got {type(spec).__name__}")
+        try:
+            announced = cls(**spec)
+        except TypeError as exc:
+            raise InvalidParameters(f"not a denoiser spec: {exc}") from None
+        ctx = DenoiserContext.for_device(model, dense, params, announced.mechanism, user_x)
+        hp = {k: v for k, v in announced.spec().items() if k not in ("rows", "dim", "frozen")}
+        den = cls.for_context(ctx, _rng=_rng, **hp)
+        if den.spec() != announced.spec():
+            sizes = (announced.rows, announced.dim, announced.frozen)
+            raise InvalidParameters(f"the denoiser's (rows, dim, frozen) = {sizes} do not fit the recommender "
+                                    f"{model.name}'s {(den.rows, den.dim, den.frozen)}")
+        return den
 
     @property
     def context(self) -> DenoiserContext:
@@ -231,7 +273,8 @@ class Denoiser(RecModel):
         """The JSON-able constructor arguments (not the context)."""
         return {"rows": self.rows, "dim": self.dim, "frozen": self.frozen, "hat_d": self.hat_d,
                 "hidden": self.hidden, "reg": self.reg, "init_std": self.init_std,
-                "rating_range": list(self.rating_range)}
+                "rating_range": list(self.rating_range), "epsilon": self.mechanism.epsilon,
+                "delta": self.mechanism.delta, "bound": self.mechanism.bound}
 
     def __repr__(self) -> str:
         return f"Denoiser(rows={self.rows}, dim={self.dim}, hat_d={self.hat_d}, hidden={self.hidden})"

@@ -18,16 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from secemb.errors import InvalidMessage
+from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference.denoiser import Denoiser, DenoiserContext
 from secemb.inference.mechanism import GaussianLDP
+from secemb.models import RecModel
 
-__all__ = ["load_denoiser", "load_frozen_table", "save_denoiser", "save_frozen_table"]
+__all__ = ["load_denoiser", "load_denoiser_on_device", "load_frozen_table", "load_public_recommender",
+           "save_denoiser", "save_frozen_table"]
 
 
 def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray, dense: np.ndarray) -> Path:
     """Write ``denoiser`` with its trained ``table`` and ``dense`` to ``path`` (``.npz``)."""
-    m = denoiser.context.mechanism
+    m = denoiser.mechanism
     spec = json.dumps(denoiser.spec()).encode()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -48,25 +50,112 @@ def load_denoiser(path: str | os.PathLike, trained: Any) -> tuple[Denoiser, np.n
     InvalidMessage
         An unreadable file, a missing array, or sizes that do not fit the recommender.
     """
+    spec, arrays = _read_denoiser(path)
+    mech = GaussianLDP(spec["epsilon"], spec["delta"], spec["bound"])
+    features = getattr(trained.model, "features", None)
+    ctx = DenoiserContext.from_trained(trained.model, trained.table, trained.dense, trained.user_store, mech,
+                                       features)
+    hp = {k: v for k, v in spec.items() if k not in ("rows", "dim", "frozen")}
+    try:
+        den = Denoiser.for_context(ctx, **hp)
+    except (InvalidParameters, TypeError) as exc:
+        raise InvalidMessage(f"{path}: the denoiser does not fit this recommender ({exc})") from None
+    _check_fits(path, den, spec, arrays, trained.num_items)
+    table = np.concatenate([arrays["e"], trained.table], axis=1)
+    return den, table, arrays["dense"]
+
+
+def _read_denoiser(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The spec (mechanism included) and the arrays of a saved denoiser."""
     try:
         with np.load(Path(path), allow_pickle=False) as f:
             arrays = {k: f[k] for k in ("e", "dense", "mechanism", "spec")}
         spec = json.loads(arrays["spec"].tobytes().decode())
         eps, delta, bound = (float(x) for x in arrays["mechanism"])
-    except (OSError, KeyError, ValueError, UnicodeDecodeError) as exc:
+    except (OSError, KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
         raise InvalidMessage(f"{path}: not a saved denoiser ({exc})") from None
-    mech = GaussianLDP(eps, delta, bound)
-    features = getattr(trained.model, "features", None)
-    ctx = DenoiserContext.from_trained(trained.model, trained.table, trained.dense, trained.user_store, mech,
-                                       features)
-    hp = {k: spec[k] for k in ("hat_d", "hidden", "reg", "init_std", "rating_range") if k in spec}
-    den = Denoiser.for_context(ctx, **hp)
-    if den.spec() != spec or arrays["e"].shape != (trained.num_items, den.hat_d) \
-            or arrays["dense"].shape != (den.dense_size,):
+    if not isinstance(spec, dict):
+        raise InvalidMessage(f"{path}: not a saved denoiser (its spec is not a JSON object)")
+    # files written before the spec carried the mechanism: it is the ``mechanism`` array
+    return {"epsilon": eps, "delta": delta, "bound": bound, **spec}, arrays
+
+
+def _check_fits(path: str | os.PathLike, den: Denoiser, spec: dict[str, Any], arrays: dict[str, np.ndarray],
+                num_items: int) -> None:
+    if den.spec() != spec or arrays["e"].shape != (num_items, den.hat_d) \
+            or arrays["dense"].shape != (den.dense_size,) \
+            or [den.mechanism.epsilon, den.mechanism.delta, den.mechanism.bound] != arrays["mechanism"].tolist():
         raise InvalidMessage(f"{path}: the denoiser does not fit this recommender "
                              f"(spec {spec}, e {arrays['e'].shape}, dense {arrays['dense'].shape})")
-    table = np.concatenate([arrays["e"], trained.table], axis=1)
-    return den, table, arrays["dense"]
+
+
+def load_denoiser_on_device(path: str | os.PathLike, model: RecModel, dense: np.ndarray, params: np.ndarray,
+                            num_items: int, user_x: np.ndarray | None = None
+                            ) -> tuple[Denoiser, np.ndarray, np.ndarray]:
+    """``(denoiser, e, dense)`` of a saved denoiser for one standalone device: its one-device
+    context (:meth:`Denoiser.for_device`: the recommender ``model`` at its public ``dense``,
+    the device's recommender ``params``, its ``user_x`` with user features), F_i's table ``e``
+    float64 ``(num_items, d^)`` -- all :meth:`Denoiser.denoise` reads of a table; the device
+    holds no recommender row -- and F_p's dense part.
+
+    Raises
+    ------
+    InvalidMessage
+        An unreadable file, or a denoiser that does not fit the recommender.
+    """
+    spec, arrays = _read_denoiser(path)
+    try:
+        den = Denoiser.for_device(spec, model, dense, params, user_x)
+    except InvalidParameters as exc:
+        raise InvalidMessage(f"{path}: the denoiser does not fit this recommender ({exc})") from None
+    _check_fits(path, den, spec, arrays, num_items)
+    return den, arrays["e"], arrays["dense"]
+
+
+def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.ndarray, str, int]:
+    """``(model, dense, model_sha256, num_items)``: the public part of a recommender's saved folder
+    (:meth:`secemb.training.TrainedModel.save`) -- ``manifest.json`` and ``public.npz`` only,
+    each checked (the file's SHA-256, the model's); ``devices.npz`` (every device's private
+    state) is neither needed nor read, so an operator can publish the first two alone.  What a
+    standalone device needs of the recommender to use or train a denoiser: the model and its
+    public dense vector.
+
+    Raises
+    ------
+    InvalidParameters
+        ``folder`` is not a folder; a model with features (the device's own features are not
+        yet read by standalone devices).
+    InvalidMessage
+        A missing, corrupted or malformed manifest or ``public.npz``.
+    """
+    from secemb.models import get_model
+    from secemb.training import trained as tm
+    from secemb.training.results import model_sha256
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise InvalidParameters(f"recommender folder {root}: expected a folder written by --save-model")
+    try:
+        manifest = json.loads((root / tm.MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidMessage(f"{root / tm.MANIFEST}: not readable JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != tm.FORMAT or manifest.get("version") != tm.VERSION:
+        raise InvalidMessage(f"{root / tm.MANIFEST}: not a saved model's manifest")
+    if manifest.get("features") is not None:
+        raise InvalidParameters(f"{root}: a recommender with features; standalone devices do not read their own "
+                                "features yet")
+    files = tm._field(manifest, "files", dict)
+    public = tm._read_npz(root / tm.PUBLIC, files.get(tm.PUBLIC), {"table", "dense"}, {"item_features"})
+    try:
+        model = get_model(tm._field(manifest, "model", str), **tm._field(manifest, "model_spec", dict))
+    except (InvalidParameters, TypeError) as exc:
+        raise InvalidMessage(f"{root / tm.MANIFEST}: {exc}") from None
+    table, dense = public["table"], public["dense"]
+    sha = tm._field(manifest, "model_sha256", str)
+    if dense.dtype != np.float64 or dense.shape != (model.dense_size,) or model_sha256(table, dense) != sha:
+        raise InvalidMessage(f"{root / tm.PUBLIC}: the dense vector does not fit {model.name} or the model's "
+                             f"SHA-256 differs from the manifest's {sha}")
+    return model, dense, sha, int(table.shape[0])
 
 
 def save_frozen_table(path: str | os.PathLike, table: np.ndarray) -> Path:
