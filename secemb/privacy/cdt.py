@@ -11,10 +11,15 @@ the integer arithmetic (under ``2^-129`` for ``K < 2^20``), so one sample's stat
 distance from it is at most ``(K + 1) * 2^-126`` -- below ``2^-106`` for every table this
 module builds (:data:`MAX_ENTRIES`; docs/security.md turns it into the mechanism's delta).
 
-Only the high 64 bits of ``U`` are drawn up front; the low 64 are drawn (fresh, uniform) for
-the samples whose high word equals some ``T_k``'s, the only ones they can decide (probability
-below ``K * 2^-64`` a sample).  The inversion of the high words is a binary search inside the
-bucket of a 2^16-entry guide on the word's top 16 bits (a numba kernel).
+``U`` is drawn lazily, without changing its distribution: first its top 32 bits ``p`` for
+every sample, which decide the magnitude unless some ``T_k`` has the same top 32 bits; then, for
+those samples only (probability below ``K * 2^-32`` a sample: 5e-5 measured at sigma = 44,487,
+``K`` = 533,844), ``U``'s other 96 bits, fresh and uniform.  The inversion of ``p`` is one lookup in a
+2^20-entry guide on its top 20 bits, which holds the answer for every bucket containing no
+``T_k`` (most of the mass), else a binary search of the bucket's few entries -- a numba kernel
+that also applies the sign.  (The first version drew the top 64 bits: twice the OS randomness,
+and a guide of 2^16 buckets that sent nearly every sample into a binary search; docs/security.md
+has the measured cost of both.)
 """
 
 from __future__ import annotations
@@ -32,22 +37,25 @@ from secemb.randomness import RandomBytes, random_words
 
 __all__ = ["MAX_ENTRIES", "CdtTable", "cdt_table", "sample"]
 
-#: the largest table built: ``K + 1`` magnitudes, 16 bytes each (16 MiB); larger ``K`` use the
+#: the largest table built: ``K + 1`` magnitudes, 20 bytes each (20 MiB, and the 4 MiB guide); larger ``K`` use the
 #: rejection sampler (:func:`secemb.privacy.noise.discrete_gaussian`)
 MAX_ENTRIES = 1 << 20
 _FRAC = 256  # fractional bits of the table's integer arithmetic
-_GUIDE_BITS = 16
+_PREFIX_BITS = 32  # the top bits of U drawn for every sample
+_GUIDE_BITS = 20
 
 
 @dataclass(frozen=True)
 class CdtTable:
-    """The CDF of the magnitude, ``T_k`` for ``k < K`` as uint64 ``hi`` / ``lo`` halves, and
-    ``guide[b] = #{k : hi[k] < b * 2^48}`` (``b <= 2^16``; ``guide[2^16] = K``)."""
+    """The CDF of the magnitude, ``T_k`` for ``k < K`` as uint64 ``hi`` / ``lo`` halves; ``top``
+    its top 32 bits (uint32, nondecreasing) and ``guide[b] = #{k : top[k] < b * 2^12}``
+    (int32, ``b <= 2^20``; ``guide[2^20] = K``)."""
 
     sigma: float
     bound: int
     hi: np.ndarray
     lo: np.ndarray
+    top: np.ndarray
     guide: np.ndarray
 
 
@@ -86,42 +94,55 @@ def cdt_table(sigma: float, bound: int) -> CdtTable:
     words = b"".join(min(((c << 128) + total // 2) // total, cap).to_bytes(16, "little") for c in cum[:-1])
     pairs = np.frombuffer(words, dtype="<u8").reshape(-1, 2)
     hi, lo = np.ascontiguousarray(pairs[:, 1]), np.ascontiguousarray(pairs[:, 0])
-    starts = np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - _GUIDE_BITS)
-    guide = np.append(np.searchsorted(hi, starts, side="left"), bound).astype(np.int64)
-    return CdtTable(float(sigma), int(bound), hi, lo, guide)
+    top = (hi >> np.uint64(64 - _PREFIX_BITS)).astype(np.uint32)
+    starts = (np.arange(1 << _GUIDE_BITS, dtype=np.uint64) << np.uint64(_PREFIX_BITS - _GUIDE_BITS)).astype(np.uint32)
+    guide = np.append(np.searchsorted(top, starts, side="left"), bound).astype(np.int32)
+    return CdtTable(float(sigma), int(bound), hi, lo, top, guide)
 
 
 @njit(cache=True, nogil=True)
-def _count_below(u, hi, guide, shift, out):  # noqa: ANN001, ANN201
-    """``out[i] = #{k : hi[k] < u[i]}`` by binary search inside ``u[i]``'s guide bucket."""
-    for i in range(u.shape[0]):
-        x = u[i]
+def _invert(p, signs, top, guide, shift, out, tie):  # noqa: ANN001, ANN201
+    """``c = #{k : top[k] < p[i]}`` (the guide's bucket of ``p[i]``, a binary search only when
+    the bucket holds entries), ``out[i] = -c`` if bit ``i`` of ``signs`` (little-endian in
+    each byte) is set else ``c``, and ``tie[i]`` whether ``top[c] == p[i]``."""
+    for i in range(p.shape[0]):
+        x = p[i]
         b = x >> shift
-        lo_i, hi_i = guide[b], guide[b + 1]
-        while lo_i < hi_i:
-            mid = (lo_i + hi_i) >> 1
-            if hi[mid] < x:
-                lo_i = mid + 1
-            else:
-                hi_i = mid
-        out[i] = lo_i
+        c, end = guide[b], guide[b + 1]
+        t = False
+        if c < end:
+            hi_i = end
+            while c < hi_i:
+                mid = (c + hi_i) >> 1
+                if top[mid] < x:
+                    c = mid + 1
+                else:
+                    hi_i = mid
+            t = c < end and top[c] == x
+        tie[i] = t
+        out[i] = -c if (signs[i >> 3] >> (i & 7)) & 1 else c
 
 
 def sample(table: CdtTable, n: int, rng: RandomBytes) -> np.ndarray:
     """``n`` draws of the table's truncated discrete Gaussian, int64.
 
-    Draws ``8 n`` bytes (the high words), then ``ceil(n / 8)`` (the signs), then 8 bytes for
-    each sample whose high word ties with a table word, in this order: the same ``rng`` stream
-    gives the same noise."""
-    u = random_words(rng, (n,), np.uint64)
-    signs = np.unpackbits(random_words(rng, (-(-n // 8),), np.uint8), count=n).astype(bool)
-    mag = np.empty(n, dtype=np.int64)
-    _count_below(u, table.hi, table.guide, np.uint64(64 - _GUIDE_BITS), mag)
-    if table.bound:
-        ties = np.flatnonzero(table.hi[np.minimum(mag, table.bound - 1)] == u)
-        for i, low in zip(ties.tolist(), random_words(rng, (ties.size,), np.uint64).tolist(), strict=True):
-            k = int(mag[i])  # T_k's high word equals u[i]: count the T_k <= U among them
-            while k < table.bound and table.hi[k] == u[i] and int(table.lo[k]) <= low:
+    Draws ``4 n`` bytes (the top 32 bits of each ``U``), then ``ceil(n / 8)`` (the signs), then
+    12 bytes (``U``'s low 96 bits, little-endian) for each sample whose top bits equal some
+    ``T_k``'s, in this order: the same ``rng`` stream gives the same noise."""
+    p = random_words(rng, (n,), np.uint32)
+    signs = random_words(rng, (-(-n // 8),), np.uint8)
+    out = np.empty(n, dtype=np.int64)
+    tie = np.empty(n, dtype=np.bool_)
+    _invert(p, signs, table.top, table.guide, np.uint32(_PREFIX_BITS - _GUIDE_BITS), out, tie)
+    ties = np.flatnonzero(tie)
+    if ties.size:
+        low_bits = 128 - _PREFIX_BITS
+        rest = rng(12 * ties.size)
+        for j, i in enumerate(ties.tolist()):
+            r = int.from_bytes(rest[12 * j : 12 * j + 12], "little")
+            k, x = abs(int(out[i])), int(p[i])  # T_k.. share U's top bits: count those <= U
+            while k < table.bound and int(table.top[k]) == x and (
+                    ((int(table.hi[k]) << 64 | int(table.lo[k])) & ((1 << low_bits) - 1)) <= r):
                 k += 1
-            mag[i] = k
-    return np.where(signs, -mag, mag)
+            out[i] = -k if (signs[i >> 3] >> (i & 7)) & 1 else k
+    return out

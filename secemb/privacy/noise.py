@@ -8,9 +8,9 @@
 * while the truncated support has at most :data:`secemb.privacy.cdt.MAX_ENTRIES` magnitudes
   (``tail < 2^20``: ``sigma`` up to about 87,000 ring units at the default tail), inversion of
   its CDF tabulated in 128-bit fixed point (:mod:`secemb.privacy.cdt`): within statistical
-  distance ``2^-106`` a sample of the exact truncated distribution, and 3-5 times faster than
-  the rejection sampler on an ML-1M upload's 248,512 coordinates (docs/security.md);
-* above that (its table would exceed 16 MiB), the rejection sampler of Canonne, Kamath and
+  distance ``2^-106`` a sample of the exact truncated distribution, and several times faster
+  than the rejection sampler (``secemb bench noise``; docs/security.md has the rates);
+* above that (its table would exceed 20 MiB), the rejection sampler of Canonne, Kamath and
   Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020, Algorithm 3): a
   discrete Laplace proposal of scale ``t = floor(sigma) + 1``, accepted with probability
   ``exp(-(|y| - sigma^2/t)^2 / (2 sigma^2))``, vectorized over numpy arrays with 53-bit

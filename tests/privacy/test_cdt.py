@@ -77,25 +77,49 @@ def test_same_seed_same_noise():
     assert np.array_equal(a, b) and not np.array_equal(a, c)
 
 
-def test_a_high_word_tie_is_decided_by_the_low_word():
-    table = cdt.cdt_table(1.0, 5)
-    hi, lo = table.hi, table.lo
-    k = 1  # U's high word equal to T_1's: the low word decides between magnitude 1 and 2
-    words = [int(hi[k]), int(hi[k]), int(hi[k]) - 1, (1 << 64) - 1]
-    lows = [int(lo[k]), int(lo[k]) - 1]  # U = T_1 (counts it: magnitude 2), U = T_1 - 1 (magnitude 1)
-    stream = [np.array(words, "<u8").tobytes(), bytes([0]), np.array(lows, "<u8").tobytes()]
-
+def _stream_rng(stream: list[bytes]):
+    """An rng returning ``stream``'s items in order, each of exactly the length asked for."""
     def rng(n: int) -> bytes:
         out = stream.pop(0)
         assert len(out) == n
         return out
+    return rng
 
-    y = cdt.sample(table, 4, rng)
-    # by 128-bit comparison, written out: magnitude = #{j : T_j <= U}
-    full = [int(h) << 64 | int(x) for h, x in zip(hi.tolist(), lo.tolist(), strict=True)]
-    us = [words[0] << 64 | lows[0], words[1] << 64 | lows[1], words[2] << 64, (1 << 128) - 1]
-    assert y.tolist() == [sum(t <= u for t in full) for u in us]
-    assert y.tolist()[:2] == [2, 1] and y[3] == 5 and not stream
+
+def _magnitudes_by_128_bit_comparison(table: cdt.CdtTable, us: list[int]) -> list[int]:
+    """``#{k : T_k <= U}`` for each 128-bit ``U``, written out on Python integers."""
+    full = [int(h) << 64 | int(x) for h, x in zip(table.hi.tolist(), table.lo.tolist(), strict=True)]
+    return [sum(t <= u for t in full) for u in us]
+
+
+def test_a_top_bits_tie_is_decided_by_the_low_96_bits():
+    table = cdt.cdt_table(1.0, 5)
+    full = [int(h) << 64 | int(x) for h, x in zip(table.hi.tolist(), table.lo.tolist(), strict=True)]
+    k = 1  # U's top 32 bits equal to T_1's: the low 96 bits decide between magnitude 1 and 2
+    t1_top, t1_low = full[k] >> 96, full[k] & ((1 << 96) - 1)
+    prefixes = [t1_top, t1_top, t1_top - 1, (1 << 32) - 1]
+    lows = [t1_low, t1_low - 1]  # U = T_1 (counts it: magnitude 2), U = T_1 - 1 (magnitude 1)
+    signs = 0b0110  # samples 1 and 2 negative (bit i of the byte, little-endian)
+    stream = [np.array(prefixes, "<u4").tobytes(), bytes([signs]), b"".join(x.to_bytes(12, "little") for x in lows)]
+    y = cdt.sample(table, 4, _stream_rng(stream))
+    us = [prefixes[0] << 96 | lows[0], prefixes[1] << 96 | lows[1], prefixes[2] << 96, (1 << 128) - 1]
+    want = _magnitudes_by_128_bit_comparison(table, us)
+    assert y.tolist() == [want[0], -want[1], -want[2], want[3]]
+    assert want[:2] == [2, 1] and want[3] == 5 and not stream
+
+
+def test_a_run_of_equal_top_bits_counts_every_entry_below_u():
+    """Near the top of a wide table many T_k share their top 32 bits: every one <= U counts."""
+    table = cdt.cdt_table(40.0, 480)
+    full = [int(h) << 64 | int(x) for h, x in zip(table.hi.tolist(), table.lo.tolist(), strict=True)]
+    tops = [t >> 96 for t in full]
+    x = max(set(tops), key=tops.count)  # the prefix shared by the most entries
+    run = [t for t in full if t >> 96 == x]
+    assert len(run) >= 3
+    lows = [run[1] & ((1 << 96) - 1), (run[-1] & ((1 << 96) - 1)) - 1, 0, (1 << 96) - 1]
+    stream = [np.array([x] * 4, "<u4").tobytes(), bytes([0]), b"".join(v.to_bytes(12, "little") for v in lows)]
+    y = cdt.sample(table, 4, _stream_rng(stream))
+    assert y.tolist() == _magnitudes_by_128_bit_comparison(table, [x << 96 | v for v in lows]) and not stream
 
 
 def test_table_cap_and_bad_parameters():
@@ -105,16 +129,20 @@ def test_table_cap_and_bad_parameters():
         cdt.cdt_table(0.0, 10)
 
 
-@pytest.mark.parametrize(("sigma", "bound"), [(3.0, 40), (5000.0, 65_000)])
+@pytest.mark.parametrize(("sigma", "bound"), [(3.0, 40), (5000.0, 65_000), (44_487.0, 533_844)])
 def test_the_compiled_inversion_equals_numpys_searchsorted(sigma, bound):
-    """The guide-and-binary-search kernel counts ``#{k : T_k.hi < u}`` as numpy's
-    ``searchsorted`` (the reference) does: random words, the table's own words and their
-    neighbours, and the guide's bucket edges."""
+    """The guide-and-binary-search kernel counts ``#{k : top[k] < p}`` as numpy's
+    ``searchsorted`` (the reference) does, flags ``top[count] == p`` and applies the sign bit:
+    random words, the table's own top words and their neighbours, and the guide's bucket edges."""
     table = cdt.cdt_table(sigma, bound)
     gen = np.random.default_rng(int(sigma))
-    edges = np.arange(1 << 16, dtype=np.uint64) << np.uint64(48)
-    u = np.concatenate([gen.integers(0, 2**64, 20_000, dtype=np.uint64, endpoint=False), table.hi,
-                        table.hi + np.uint64(1), table.hi - np.uint64(1), edges, edges - np.uint64(1)])
-    got = np.empty(u.size, np.int64)
-    cdt._count_below(u, table.hi, table.guide, np.uint64(48), got)
-    assert np.array_equal(got, np.searchsorted(table.hi, u, side="left"))
+    edges = (np.arange(1 << 20, dtype=np.uint64) << np.uint64(12)).astype(np.uint32)
+    p = np.concatenate([gen.integers(0, 2**32, 20_000, dtype=np.uint32, endpoint=False), table.top,
+                        table.top + np.uint32(1), table.top - np.uint32(1), edges, edges - np.uint32(1)])
+    signs = gen.integers(0, 256, -(-p.size // 8), dtype=np.uint8)
+    got, tie = np.empty(p.size, np.int64), np.empty(p.size, np.bool_)
+    cdt._invert(p, signs, table.top, table.guide, np.uint32(12), got, tie)
+    want = np.searchsorted(table.top, p, side="left")
+    negative = np.unpackbits(signs, count=p.size, bitorder="little").astype(bool)
+    assert np.array_equal(got, np.where(negative, -want, want))
+    assert np.array_equal(tie, (table.top[np.minimum(want, bound - 1)] == p) & (want < bound))
