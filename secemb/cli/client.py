@@ -63,7 +63,8 @@ def register(app: typer.Typer) -> None:
 
         A GREC denoiser (model grec-denoiser) is trained on the device's clean representation:
         give --recommender and --recommender-state; the device builds its one-device context
-        from them and the mechanism the rounds announce."""
+        from them, its own features (--dataset's, for a recommender with user features) and
+        the mechanism the rounds announce."""
         import numpy as np
 
         from secemb.client.credentials import DeviceCredentials
@@ -127,7 +128,13 @@ def register(app: typer.Typer) -> None:
             except (OSError, KeyError, ValueError) as exc:
                 raise InvalidParameters(f"--recommender-state {recommender_state}: not a device state file ({exc})"
                                         ) from None
-            return Denoiser.for_device(info.model["hparams"], rec, rec_dense, params)
+            user_x = None
+            if getattr(rec, "l_x", 0):  # its own features, as the run's (the dataset's, its seed for a stand-in)
+                from secemb.data.features import load_features
+
+                user_x = load_features(dataset, data_dir, num_users=data.num_users, num_items=data.num_items,
+                                       seed=seed).user[user]
+            return Denoiser.for_device(info.model["hparams"], rec, rec_dense, params, user_x)
 
         def own(task: Task, train: RatingData | None = None) -> tuple[np.ndarray, np.ndarray]:
             """This user's training interactions under ``task``'s split, in its order."""

@@ -22,7 +22,9 @@ Two modes:
   ``POST /v1/inference`` to server 0 of the deployment, whose reply scores its public
   candidate set (every item, or its ``[inference] candidates``).  ``--dataset`` (with
   ``--data-dir``, ``--seed``, ``--test-fraction``, as ``secemb client`` reads them) gives the
-  device its own ratings, which ``-k`` leaves out; without it the device knows none.
+  device its own ratings, which ``-k`` leaves out, and its own user features; without it the
+  device knows none.  ``--recommender`` (the recommender's saved folder, its public part) gives
+  it the public model a model with user features (FM/DeepFM) or ``--denoiser`` needs.
 
 Releases: with ``--release-file`` (default in the network mode: ``STATE.grec-releases.npz``)
 the device keeps one release per representation version and sends it again while its
@@ -108,16 +110,16 @@ def register(app: typer.Typer) -> None:
         try:
             ledger = None if release_file is None else ReleaseLedger.load(release_file)
             if credentials is not None:
-                if (denoiser is None) != (recommender is None):
+                if denoiser is not None and recommender is None:
                     raise InvalidParameters("--denoiser with --credentials needs --recommender (the recommender's "
-                                            "saved folder: its public model), and --recommender needs --denoiser")
+                                            "saved folder: its public model)")
                 if state_file is None:
                     raise InvalidParameters("--credentials needs --state-file (the device's private parameters)")
                 if ledger is None:
                     ledger = ReleaseLedger.load(Path(f"{state_file}.grec-releases.npz"))
                 own = (dataset, data_dir, seed, test_fraction)
-                doc = _remote(credentials, state_file, user, given, parse_items(None), ledger, own,
-                              None if denoiser is None or recommender is None else (denoiser, recommender))
+                doc = _remote(credentials, state_file, user, given, parse_items(None), ledger, own, recommender,
+                              denoiser)
             else:
                 assert model_dir is not None
                 if recommender is not None:
@@ -242,14 +244,32 @@ def _own_ratings(user: int, dataset: str, data_dir: Path | None, seed: int, test
     return by_user(RATING.split(data, test_fraction, seed)[0]).of(user)[0]
 
 
+def _own_features(user: int, dataset: str, data_dir: Path | None, seed: int, l_x: int) -> Any:
+    """float64 ``(l_x,)``: the device's own user features, as the run's
+    (:func:`secemb.data.features.load_features` of ``dataset``, its ``seed`` for a stand-in)."""
+    import numpy as np
+
+    from secemb.data import load_dataset
+    from secemb.data.features import load_features
+    from secemb.errors import InvalidParameters
+
+    data = load_dataset(dataset, data_dir, seed=seed)
+    feats = load_features(dataset, data_dir, num_users=data.num_users, num_items=data.num_items, seed=seed)
+    if feats.l_x != l_x or not 0 <= user < feats.num_users:
+        raise InvalidParameters(f"dataset {dataset!r} gives {feats.l_x} user features for {feats.num_users} users, "
+                                f"the recommender has {l_x} (user {user})")
+    return feats.user[user].astype(np.float64)
+
+
 def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[str, float | None], wanted: Any,
-            ledger: Any, own: tuple[str | None, Path | None, int, float],
-            with_denoiser: tuple[Path, Path] | None) -> dict[str, Any]:
+            ledger: Any, own: tuple[str | None, Path | None, int, float], recommender: Path | None,
+            denoiser: Path | None) -> dict[str, Any]:
     """The exchange with the deployment's server 0 (the fields of the output, with the private
     ``_scores`` and ``_wanted``); a refusal or no answer exits 1.  ``own``: ``(dataset,
-    data_dir, seed, test_fraction)`` of the device's own ratings (dataset ``None``: unknown).
-    ``with_denoiser``: ``(denoiser file, recommender folder)``; the device builds its
-    one-device context from its state file and the recommender's public model."""
+    data_dir, seed, test_fraction)`` of the device's own ratings and features (dataset
+    ``None``: unknown).  ``recommender``: the recommender's saved folder (its public model),
+    needed for user features and for the ``denoiser`` file; the device builds its one-device
+    context from its state file, its features and the public model."""
     import numpy as np
 
     from secemb.cli._usage import fail
@@ -268,24 +288,31 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
             params = np.asarray(z["params"], dtype=np.float64)
     except (OSError, KeyError, ValueError) as exc:
         raise InvalidParameters(f"--state-file {state_file}: not a device state file ({exc})") from None
-    den = None
-    if with_denoiser is None:
-        mech = _mechanism(given)
-    else:
+    rec, user_x, den = None, None, None
+    mech = _mechanism(given)
+    if recommender is not None:
         from secemb.inference.saved import load_denoiser_on_device, load_public_recommender
 
-        rec_model, rec_dense, rec_sha, num_items = load_public_recommender(with_denoiser[1])
+        rec_model, rec_dense, rec_sha, num_items = load_public_recommender(recommender)
+        rec = (rec_model, rec_dense, rec_sha)
         if params.shape != (rec_model.private_size,):
             raise InvalidParameters(f"--state-file {state_file}: parameters of shape {params.shape}, the recommender "
                                     f"{rec_model.name} has {rec_model.private_size} private parameters")
-        loaded = load_denoiser_on_device(with_denoiser[0], rec_model, rec_dense, params, num_items)
-        mech = _denoiser_mechanism(loaded[0], given)
-        den = (*loaded, rec_sha)
+        l_x = int(getattr(rec_model, "l_x", 0))
+        if l_x:
+            if own[0] is None:
+                raise InvalidParameters(f"{rec_model.name} uses user features: give --dataset (where this device's "
+                                        "own features come from)")
+            user_x = _own_features(creds.user, own[0], own[1], own[2], l_x)
+        if denoiser is not None:
+            den = load_denoiser_on_device(denoiser, rec_model, rec_dense, params, num_items, user_x)
+            mech = _denoiser_mechanism(den[0], given)
     rated = None if own[0] is None else _own_ratings(creds.user, own[0], *own[1:])
     tls = None if creds.ca is None else client_context(creds.ca)
     link = HttpServerLink(0, creds.user, creds.urls[0], creds.keys[0], tls=tls)
     try:
-        ans = infer_remote(link, params, mech, wanted, exclude=rated, ledger=ledger, denoiser=den)
+        ans = infer_remote(link, params, mech, wanted, exclude=rated, ledger=ledger, recommender=rec, user_x=user_x,
+                           denoiser=den)
     except (RemoteError, Unreachable) as exc:
         fail(f"server 0 ({creds.urls[0]}): {exc}", 1)
     finally:

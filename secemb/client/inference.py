@@ -10,9 +10,9 @@ public candidate set (``GET /v1/inference``'s ``candidates``: every item, or the
 ``[inference] candidates``); the items the device already rated are left out here, on the
 device, after the scoring (``exclude``), never told to the server.
 
-Deployments whose model has user features (FM/DeepFM with ``l_x > 0``) are refused: the
-device would need the public user-feature embeddings and its own features, which this path
-does not fetch (docs/inference.md, "Not done").
+A model with user features (FM/DeepFM with ``l_x > 0``) needs the public recommender (its
+``V_x`` and ``w_x``, checked against the served model's SHA-256) and the device's own
+features ``x_u``; so does a trained denoiser (docs/inference.md).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from secemb.inference.denoiser import Denoiser
 from secemb.inference.mechanism import GaussianLDP
 from secemb.inference.releases import ReleaseLedger
 from secemb.inference.representation import representation_for
+from secemb.models import RecModel
 from secemb.inference.service import InferenceDevice
 from secemb.randomness import RandomBytes
 
@@ -94,7 +95,8 @@ def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndar
 
 def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP, items: np.ndarray | None, *,
                  exclude: np.ndarray | None = None, ledger: ReleaseLedger | None = None,
-                 denoiser: tuple[Denoiser, np.ndarray, np.ndarray, str] | None = None,
+                 recommender: tuple[RecModel, np.ndarray, str] | None = None, user_x: np.ndarray | None = None,
+                 denoiser: tuple[Denoiser, np.ndarray, np.ndarray] | None = None,
                  _rng: RandomBytes | None = None) -> RemoteAnswer:
     """One inference of the device with private ``params`` (float64 ``(P,)``) over ``link``.
 
@@ -106,19 +108,25 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
         the answer, on the device after the scoring (the request does not depend on them).
     ledger: the device's releases (a new in-memory one by default: one fresh release).  A new
         release is saved to the ledger's file before the request leaves.
-    denoiser: ``(F_p, e, dense, recommender_sha256)``: a trained denoiser over this device's
-        one-device context (:func:`~secemb.inference.saved.load_denoiser_on_device`) and the
-        SHA-256 of the recommender it was loaded against, which must be the model the
-        deployment serves; the predictions are then F_p's (post-processing LDP) and
-        ``mechanism`` must be the denoiser's.
+    recommender: ``(model, dense, model_sha256)``, the public recommender
+        (:func:`~secemb.inference.saved.load_public_recommender`), which must be the model the
+        deployment serves (its SHA-256); needed for a model with user features (FM/DeepFM with
+        ``l_x > 0``: ``H_u`` and the offset read ``V_x`` and ``w_x``) and with ``denoiser``.
+        Without it the model is built from the server's description (no user features).
+    user_x: float64 ``(l_x,)``, the device's own features (a model with user features).
+    denoiser: ``(F_p, e, dense)``: a trained denoiser over this device's one-device context
+        (:func:`~secemb.inference.saved.load_denoiser_on_device`, on ``recommender``); the
+        predictions are then F_p's (post-processing LDP) and ``mechanism`` must be the
+        denoiser's.
     _rng: random bytes for the noise (tests only; the OS CSPRNG by default).
 
     Raises
     ------
     InvalidParameters
-        ``params`` or ``items`` do not fit the deployment's model (an item outside the catalogue
-        or the candidate set: refused before any release is drawn); a model with user features;
-        a denoiser for another recommender or mechanism.
+        ``params``, ``user_x`` or ``items`` do not fit the deployment's model (an item outside
+        the catalogue or the candidate set: refused before any release is drawn); a model with
+        user features without ``recommender`` and ``user_x``; a recommender or denoiser that is
+        not the served model's, or a denoiser of another mechanism.
     InvalidMessage
         A malformed description or reply from the server.
     RemoteError, Unreachable
@@ -128,16 +136,31 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
 
     info = link.inference_info()
     name, hparams, rows, dim, n, candidates = _info_fields(info)
-    model = get_model(name, **hparams)
+    if recommender is None:
+        if denoiser is not None:
+            raise InvalidParameters("a denoiser needs its recommender (recommender=)")
+        model, dense = get_model(name, **hparams), None
+    else:
+        model, dense, sha = recommender
+        if model.name != name or sha != info.get("model_sha256"):
+            raise InvalidParameters(f"the recommender {model.name} (model SHA-256 {sha}) is not the model the "
+                                    f"deployment serves ({name}, {info.get('model_sha256')})")
+    if denoiser is not None and denoiser[0].mechanism != mechanism:
+        raise InvalidParameters(f"the mechanism {mechanism} is not the denoiser's {denoiser[0].mechanism}")
     params = np.asarray(params, dtype=np.float64)
     if params.shape != (model.private_size,):
         raise InvalidParameters(f"the device's parameters have shape {params.shape}, the deployment's model "
                                 f"{name} has {model.private_size} private parameters")
-    # H_u and the offset of a model without user features read no public dense value
-    rep = representation_for(model, np.zeros(model.dense_size))
+    l_x = int(getattr(model, "l_x", 0))
+    x = np.zeros((1, 0)) if user_x is None else np.asarray(user_x, dtype=np.float64).reshape(1, -1)
+    if x.shape[1] != l_x:
+        raise InvalidParameters(f"the model has {l_x} user features, the device gave {x.shape[1]}")
+    # without the public recommender: H_u and the offset of a model without user features read no dense value
+    rep = representation_for(model, np.zeros(model.dense_size) if dense is None else dense)
     if (rep.rows, rep.dim) != (rows, dim):
         raise InvalidParameters(f"the deployment's representation is {rows} x {dim}, this device's model gives "
-                                f"{rep.rows} x {rep.dim} (a model with user features is not served to devices yet)")
+                                f"{rep.rows} x {rep.dim} (a model with user features needs the public recommender "
+                                "and the device's features)")
     if items is None:
         wanted = candidates if exclude is None else np.setdiff1d(candidates, np.asarray(exclude, dtype=np.int64))
     else:
@@ -148,26 +171,13 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
         if outside.size:
             raise InvalidParameters(f"items {outside[:5].tolist()} are not in the deployment's public candidate set "
                                     f"({candidates.size} items)")
-    if denoiser is None:
-        h, offset = rep.clean(params[None], np.zeros((1, 0)))
-    else:
-        den, sha = denoiser[0], denoiser[3]
-        if sha != info.get("model_sha256"):
-            raise InvalidParameters(f"the denoiser's recommender (model SHA-256 {sha}) is not the model the deployment "
-                                    f"serves ({info.get('model_sha256')})")
-        if den.mechanism != mechanism:
-            raise InvalidParameters(f"the mechanism {mechanism} is not the denoiser's {den.mechanism}")
-        rec = den.context.rep.model
-        if (rec.name, rec.spec()) != (name, hparams):
-            raise InvalidParameters(f"the denoiser's recommender is {rec.name} {rec.spec()}, the deployment serves "
-                                    f"{name} {hparams}")
-        h, offset = den.context.h, den.context.offset  # the device's own, at the recommender's dense
+    h, offset = rep.clean(params[None], x)
     ledger = ledger if ledger is not None else ReleaseLedger()
     h_tilde, z, reused = ledger.release(h[0], mechanism, _rng=_rng)
     if not reused and ledger.path is not None:
         ledger.save()  # a release is recorded before it can leave the device
     device = InferenceDevice(h[0], float(offset[0]), mechanism, num_items=n, candidates=candidates,
-                             denoiser=None if denoiser is None else denoiser[:3], release=(h_tilde, z))
+                             denoiser=denoiser, release=(h_tilde, z))
     request = device.request()
     reply, version = link.inference(request)
     return RemoteAnswer(wanted, device.scores(reply, wanted), version, len(request), len(reply), reused, info)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from secemb.data.features import FeatureSet
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference.denoiser import Denoiser, DenoiserContext
 from secemb.inference.mechanism import GaussianLDP
@@ -120,11 +121,13 @@ def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.nda
     standalone device needs of the recommender to use or train a denoiser: the model and its
     public dense vector.
 
+    A feature model (FM, DeepFM) is built with the public item features and a user matrix of
+    shape ``(0, l_x)``: the device supplies its own ``x_u`` where it needs it.
+
     Raises
     ------
     InvalidParameters
-        ``folder`` is not a folder; a model with features (the device's own features are not
-        yet read by standalone devices).
+        ``folder`` is not a folder.
     InvalidMessage
         A missing, corrupted or malformed manifest or ``public.npz``.
     """
@@ -141,13 +144,19 @@ def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.nda
         raise InvalidMessage(f"{root / tm.MANIFEST}: not readable JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != tm.FORMAT or manifest.get("version") != tm.VERSION:
         raise InvalidMessage(f"{root / tm.MANIFEST}: not a saved model's manifest")
-    if manifest.get("features") is not None:
-        raise InvalidParameters(f"{root}: a recommender with features; standalone devices do not read their own "
-                                "features yet")
     files = tm._field(manifest, "files", dict)
     public = tm._read_npz(root / tm.PUBLIC, files.get(tm.PUBLIC), {"table", "dense"}, {"item_features"})
+    spec = dict(tm._field(manifest, "model_spec", dict))
     try:
-        model = get_model(tm._field(manifest, "model", str), **tm._field(manifest, "model_spec", dict))
+        feats = manifest.get("features")
+        if feats is not None:  # the public item features; no user's row (each device has its own)
+            if not isinstance(feats, dict) or "item_features" not in public:
+                raise InvalidParameters("features recorded without the item features")
+            names = tuple(str(n) for n in feats.get("user_names", ()))
+            spec["features"] = FeatureSet(str(feats.get("name", "")), np.zeros((0, len(names)), dtype=np.uint8),
+                                          public["item_features"], names,
+                                          tuple(str(n) for n in feats.get("item_names", ())))
+        model = get_model(tm._field(manifest, "model", str), **spec)
     except (InvalidParameters, TypeError) as exc:
         raise InvalidMessage(f"{root / tm.MANIFEST}: {exc}") from None
     table, dense = public["table"], public["dense"]
