@@ -153,6 +153,7 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
                              trained.info).save(tmp_path / "other")
         for args in (["--denoiser", str(den_file)],  # no recommender
                      ["--denoiser", str(den_file), "--recommender", str(other)],  # not the served model
-                     ["--denoiser", str(den_file), "--recommender", str(rec_dir), "--epsilon", "1"]):  # not its mechanism
+                     # not its mechanism
+                     ["--denoiser", str(den_file), "--recommender", str(rec_dir), "--epsilon", "1"]):
             bad = runner.invoke(app, [*base, *args])
             assert bad.exit_code == 2 and "Traceback" not in bad.output, (args, bad.output)
