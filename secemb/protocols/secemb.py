@@ -296,15 +296,27 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return answers, t, conv
 
 
-def _evaluate_into_task(task: tuple[tuple, np.ndarray, np.ndarray, np.ndarray]) -> None:
-    """:func:`_evaluate_task` of a range of buckets, its results written into the views
-    ``(answers (U, G, w), bits (U, G, M), folded (G, M, w))`` of the batch's arrays (a task of
-    an in-process backend)."""
-    inner, answers, bits, folded = task
-    a, t, conv = _evaluate_task(inner)
+def _place(result: tuple[np.ndarray, np.ndarray, np.ndarray], answers: np.ndarray, bits: np.ndarray,
+           folded: np.ndarray) -> None:
+    """Write a bucket range's :func:`_evaluate_task` result into the views ``answers`` (U, G, w),
+    ``bits`` (U, G, M) and ``folded`` (G, M, w) of the batch's arrays."""
+    a, t, conv = result
     answers[...] = a.reshape(answers.shape)
     bits[...] = t.reshape(bits.shape)
     folded[...] = conv
+
+
+def _evaluate_into_task(task: tuple[tuple, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """:func:`_evaluate_task` of a range of buckets, its result written by the task itself
+    (:func:`_place`; a task of an in-process backend: ``task = (inner, answers, bits, folded)``)."""
+    inner, answers, bits, folded = task
+    _place(_evaluate_task(inner), answers, bits, folded)
+
+
+def _ranges(n: int, parts: int) -> list[tuple[int, int]]:
+    """``[0, n)`` cut into ``parts`` consecutive ranges of near-equal size."""
+    bounds = np.linspace(0, n, parts + 1).astype(int).tolist()
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def _bits_task(task: tuple[list[np.ndarray], list[np.ndarray], slice, np.ndarray, bool, np.ndarray,
@@ -388,11 +400,8 @@ class SecEmbServer(ServerRole):
             fold = leaves * cfg.width * cfg.dtype.itemsize  # the bucket rows the walk folds into
             return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)))
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
-        bounds = np.linspace(0, n, tasks_n + 1).astype(int)
-        tasks = [
-            (cfg.layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), self._table, cfg.width, None)
-            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
-        ]
+        tasks = [(cfg.layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), self._table, cfg.width, None)
+                 for lo, hi in _ranges(n, tasks_n)]
         results = self.backend.map(_evaluate_task, tasks)
         folded = results[0][2] if results[0][2].flags.writeable else results[0][2].copy()  # Ray's are not
         for r in results[1:]:
@@ -408,26 +417,20 @@ class SecEmbServer(ServerRole):
         buckets (at least ``parts`` ranges, one per worker if more)."""
         cfg = self._cfg()
         n, slots = len(keys), cfg.slots
-        ranges = min(slots, max(parts, self.backend.workers))
-        bounds = np.linspace(0, slots, ranges + 1).astype(int)
-        spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+        spans = _ranges(slots, min(slots, max(parts, self.backend.workers)))
         stacked = fss.DPFKeys.concat(keys)  # user-major: user u's keys are rows u B .. u B + B - 1
         tasks = [("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi))
                  for lo, hi in spans]
+        big_m = cfg.cuckoo().bucket_size
         answers = np.empty((n, slots, cfg.width), cfg.dtype)
-        if self.backend.in_process and self._device is None and len(tasks) > 1:  # tasks place their results
-            big_m = cfg.cuckoo().bucket_size
-            bits = np.empty((n, slots, big_m), np.uint8)
-            folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
-            self.backend.map(_evaluate_into_task, [(task, answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi])
-                                                   for task, (lo, hi) in zip(tasks, spans, strict=True)])
-            return list(answers), list(bits), folded
-        results = self.backend.map(_evaluate_task, tasks)
-        bits = np.empty((n, slots, results[0][1].shape[1]), np.uint8)
-        for (lo, hi), (a, t, _) in zip(spans, results, strict=True):
-            answers[:, lo:hi] = a.reshape(n, hi - lo, -1)
-            bits[:, lo:hi] = t.reshape(n, hi - lo, -1)
-        folded = np.concatenate([r[2] for r in results]) if len(results) > 1 else results[0][2]
+        bits = np.empty((n, slots, big_m), np.uint8)
+        folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
+        views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi]) for lo, hi in spans]
+        if self.backend.in_process:  # threads (or this process) place their own range's results
+            self.backend.map(_evaluate_into_task, [(task, *v) for task, v in zip(tasks, views, strict=True)])
+        else:
+            for result, v in zip(self.backend.map(_evaluate_task, tasks), views, strict=True):
+                _place(result, *v)
         return list(answers), list(bits), folded
 
     def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys],
@@ -663,9 +666,7 @@ class SecEmbServer(ServerRole):
     def _spans(self, n: int) -> list[tuple[int, int]]:
         """``[0, n)`` in one range per worker of a backend whose workers share this process's
         memory (threads), else one range (the others' workers would copy the operands)."""
-        ranges = min(n, self.backend.workers) if self.backend.in_process else 1
-        bounds = np.linspace(0, n, max(ranges, 1) + 1).astype(int).tolist()
-        return list(zip(bounds[:-1], bounds[1:], strict=True))
+        return _ranges(n, max(1, min(n, self.backend.workers) if self.backend.in_process else 1))
 
     def _add_bits_product(self, bits: list[np.ndarray], cws: list[np.ndarray]) -> np.ndarray:
         """A copy of the folded part (B, M, w) plus ``(-1)^b`` :func:`~secemb.fss.fused.bits_product`

@@ -657,7 +657,7 @@ class LeaderNode(Node):
         if not go:
             return results
         sub = [items[i] for i in go]
-        early: list[tuple[list[int], Future[list[bytes | SecembError]]]] = []  # (indices into items, batch)
+        early: dict[int, Future[list[bytes | SecembError]]] = {}  # the one batch sent early, by index into items
         with ThreadPoolExecutor(1, thread_name_prefix="secemb-relay") as pool:
 
             def forward_early(admitted: list[int]) -> None:
@@ -665,14 +665,16 @@ class LeaderNode(Node):
                 # them while this server evaluates its own (a user this server then refuses
                 # counts at server 1 as one that retrieved and went silent)
                 fwds = self.role.relay_forwards([sub[j] for j in admitted])
-                ok = [] if fwds is None else [(go[j], f) for j, f in zip(admitted, fwds, strict=True)
-                                              if isinstance(f, bytes)]
+                if fwds is None:
+                    return
+                ok = [(go[j], f) for j, f in zip(admitted, fwds, strict=True) if isinstance(f, bytes)]
                 if ok:
-                    early.append(([i for i, _ in ok], pool.submit(
-                        self.peer.relay_retrieval_many, r, [(items[i][0], f) for i, f in ok])))
+                    batch = pool.submit(self.peer.relay_retrieval_many, r, [(items[i][0], f) for i, f in ok])
+                    early.update((i, batch) for i, _ in ok)
 
             outs = self._evaluate_retrievals(r, sub, on_admitted=forward_early)
-            masked_of = {i: ans for idx, batch in early for i, ans in zip(idx, batch.result(), strict=True)}
+            answers = next(iter(early.values())).result() if early else []
+            masked_of = dict(zip(early, answers, strict=True))
         # with relay, server 0's role answers each admitted request with the bytes to forward
         fwd = [(i, out) for i, out in zip(go, outs, strict=True) if isinstance(out, bytes)]
         for i, out in zip(go, outs, strict=True):
