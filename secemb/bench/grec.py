@@ -17,7 +17,8 @@ Per model (MF, NCF, FM, DeepFM) and seed:
    non-private recommender's on the same test pairs.
 
 Table 14 (:func:`ranking`): HR@10 and NDCG@10 of the test ratings >= 4 against 100 sampled
-unrated items, under the same four predictions.  Figure 4 (:func:`device_cost`): one device's
+unrated items, under the same four predictions; :func:`rank_saved` computes them apart from the
+training, from a run's saved models.  Figure 4 (:func:`device_cost`): one device's
 time and held memory to predict 150 items, full local model against perturb + denoise.
 
 The paper's cells (all five datasets) are in :data:`PAPER_TABLE3`.
@@ -36,8 +37,8 @@ from secemb.data.synthetic import STANDS_FOR
 from secemb.errors import InvalidParameters
 from secemb.randomness import RandomBytes
 
-__all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "HAT_D_BY_DIM", "PAPER_TABLE3", "device_cost", "evaluate", "ranking",
-           "run", "run_one", "table"]
+__all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "HAT_D_BY_DIM", "PAPER_TABLE3", "PREDICTIONS", "device_cost",
+           "evaluate", "rank_saved", "ranking", "run", "run_one", "table"]
 
 #: Table 3: paper dataset -> model -> (non-private, naive LDP, post-processing LDP) RMSE means
 #: (a synthetic stand-in is compared with the dataset it stands for, ``STANDS_FOR``)
@@ -79,7 +80,7 @@ def _release(denoiser: Any, users: np.ndarray, _rng: RandomBytes | None = None) 
 
 
 #: the four predictions of :func:`_predictions`, in its order
-_PREDICTIONS = ("non_private", "naive_ldp", "reclipped_no_denoiser", "post_processing_ldp")
+PREDICTIONS = ("non_private", "naive_ldp", "reclipped_no_denoiser", "post_processing_ldp")
 
 
 def _predictions(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_model: Any, rec_table: np.ndarray,
@@ -176,13 +177,64 @@ def ranking(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_mod
             ranks.setdefault(name, []).append((scores[:, 1:] >= scores[:, :1]).sum(axis=1))
     discount = 1.0 / np.log2(np.arange(k) + 2.0)
     out: dict[str, float] = {"positives": float(pu.size)}
-    for name in _PREDICTIONS:
+    for name in PREDICTIONS:
         rank = np.concatenate(ranks.get(name, [np.zeros(0, dtype=np.int64)]))
         top = rank < k
         out[f"hr@{k}_{name}"] = float(top.mean()) if rank.size else 0.0
         out[f"ndcg@{k}_{name}"] = float(np.mean(np.where(top, discount[np.minimum(rank, k - 1)], 0.0))) \
             if rank.size else 0.0
     return out
+
+
+def rank_saved(folder: Any, *, data_dir: Any = None, chunk: int = 1 << 14) -> dict[str, Any]:
+    """Table 14 from a saved run (``secemb bench grec --save-dir``, e.g. with ``--no-ranking``):
+    ``folder`` holds ``recommender`` (the saved-model folder) and ``denoiser.npz``.  The split
+    is rebuilt from the recommender's recorded dataset, test fraction and seed, and checked
+    against its recorded training interactions; the cells are :func:`ranking`'s with that seed
+    (fresh releases).  Returns the model, dataset, seed, the cells and the seconds ranking took.
+
+    Raises
+    ------
+    InvalidParameters
+        ``folder`` lacks either file, the saved model records no split, or the rebuilt split's
+        training interactions are not the recorded ones.
+    InvalidMessage
+        A corrupted saved model or denoiser.
+    """
+    from pathlib import Path
+
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from secemb.data import by_user, load_dataset
+    from secemb.inference.saved import load_denoiser
+    from secemb.training.trained import TrainedModel
+
+    root = Path(folder)
+    if not (root / "recommender").is_dir() or not (root / "denoiser.npz").is_file():
+        raise InvalidParameters(f"{root}: expected a 'secemb bench grec --save-dir' folder (recommender/, "
+                                f"denoiser.npz)")
+    trained = TrainedModel.load(root / "recommender")
+    cfg = trained.info.get("config", {})
+    try:
+        dataset, fraction, seed = str(cfg["dataset"]), float(cfg["test_fraction"]), int(cfg["split_seed"])
+    except (KeyError, TypeError, ValueError):
+        raise InvalidParameters(f"{root / 'recommender'}: the saved model records no split (dataset, "
+                                f"test_fraction, split_seed)") from None
+    den, den_table, den_dense = load_denoiser(root / "denoiser.npz", trained)
+    train, _, test = trained.model.task.split(load_dataset(dataset, data_dir, seed=seed), fraction, seed)
+    rated = by_user(train, order="time" if train.timestamps is not None else "item")  # as TrainedModel records it
+    if not (np.array_equal(rated.indptr, trained.rated_indptr) and np.array_equal(rated.items, trained.rated_items)):
+        raise InvalidParameters(f"{root}: the rebuilt {dataset} split (seed {seed}) is not the one the recommender "
+                                f"was trained on")
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    with threadpool_limits(limits=1, user_api="blas"):
+        cells = ranking(den, den_table, den_dense, trained.model, trained.table, trained.dense, trained.user_store,
+                        train, test, seed=seed, chunk=chunk)
+    return {"model": trained.model.name, "dataset": dataset, "seed": seed, "dim": int(getattr(trained.model, "dim", 0)),
+            "epsilon": den.mechanism.epsilon, "rec_model_sha256": trained.model_sha256,
+            "ranking_seconds": time.perf_counter() - t0, **cells}
 
 
 #: Table 10: d^ by the recommender's d (MF, FM, DeepFM; NCF's d are its own)

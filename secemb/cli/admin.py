@@ -4,8 +4,10 @@
 certificates (``secemb.server.tls.init_pki``); with ``--num-items``/``--num-users`` it writes
 the whole deployment (:func:`secemb.server.deploy.init_deployment`: secrets, both servers'
 configurations, the operator's file).  ``add-devices`` writes per-device credentials,
-``status``, ``count`` and ``open-round`` drive the servers.  Exit codes: 0 success, 1 a server
-refused or did not answer, 2 bad usage (e.g. a directory that already holds a CA).
+``status``, ``count`` and ``open-round`` drive the servers, ``save-denoiser`` writes a GREC
+denoiser deployment's trained model to the file ``secemb infer --denoiser`` reads.  Exit codes:
+0 success, 1 a server refused, did not answer or sent a malformed answer, 2 bad usage (e.g. a
+directory that already holds a CA).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def _operate(deployment: Path, action: Callable[[Any], Any]) -> None:
     """Run ``action(deployment)``; print its JSON; exit 1 if a server refused or failed,
     2 on bad usage."""
     from secemb.cli._usage import fail
-    from secemb.errors import InvalidParameters
+    from secemb.errors import InvalidMessage, InvalidParameters
     from secemb.server.deploy import Deployment
     from secemb.transport.errors import RemoteError, Unreachable
 
@@ -93,7 +95,7 @@ def _operate(deployment: Path, action: Callable[[Any], Any]) -> None:
         out = action(Deployment(deployment))
     except InvalidParameters as exc:
         fail(exc)
-    except (RemoteError, Unreachable) as exc:
+    except (RemoteError, Unreachable, InvalidMessage) as exc:
         fail(exc, 1)
     typer.echo(json.dumps(out, indent=2, sort_keys=True))
 
@@ -145,6 +147,80 @@ def open_round(
     from secemb.engine.http import HttpAdminLink
 
     _operate(deployment, lambda d: HttpAdminLink(0, d.admin(0)).open_round(_users(participants), deadline))
+
+
+@admin_app.command("save-denoiser")
+def save_denoiser(
+    deployment: Annotated[Path, _DEPLOYMENT],
+    out: Annotated[Path, typer.Option(help="The file to write (.npz): 'secemb infer --denoiser' reads it.")],
+) -> None:
+    """Write the trained GREC denoiser of a deployment whose model is grec-denoiser to OUT:
+    server 0's current public model (F_i's table e, the dense part, the spec with the
+    mechanism; not the recommender's frozen columns), checked against the SHA-256 server 0's
+    status announces.  Devices use it with 'secemb infer --credentials ... --denoiser OUT
+    --recommender DIR'.  Prints the file, the model version and its SHA-256."""
+    from secemb.cli._usage import check_output_file
+
+    check_output_file(out, "--out")
+    _operate(deployment, lambda d: _save_denoiser(d, out))
+
+
+#: tries of :func:`_save_denoiser` at a status and model of one version (a round may commit in between)
+_MODEL_TRIES = 3
+
+
+def _save_denoiser(dep: Any, out: Path) -> dict[str, Any]:
+    """Fetch the denoiser deployment ``dep``'s current model from server 0 and write it to ``out``
+    (:func:`secemb.inference.saved.save_denoiser`).
+
+    Raises
+    ------
+    InvalidParameters
+        The deployment's model is not the denoiser, its hyperparameters are not a denoiser's,
+        or ``out`` cannot be written.
+    InvalidMessage
+        Server 0's model does not decode at the version its status announces (after
+        ``_MODEL_TRIES`` tries), or does not hash to the SHA-256 it announces.
+    """
+    from secemb.engine.http import HttpAdminLink
+    from secemb.errors import InvalidMessage, InvalidParameters
+    from secemb.inference.denoiser import NAME, Denoiser
+    from secemb.inference.saved import save_denoiser as write
+    from secemb.training.messages import decode_model
+    from secemb.training.results import model_sha256
+
+    cfg = dep.config(0)
+    if cfg.model != NAME:
+        raise InvalidParameters(f"the deployment's model is {cfg.model!r}, not GREC's denoiser ({NAME!r})")
+    try:
+        den = Denoiser(**cfg.model_hparams)
+    except TypeError as exc:
+        raise InvalidParameters(f"{dep.config_path(0)}: not a denoiser's hyperparameters ({exc})") from None
+    link = HttpAdminLink(0, dep.admin(0))
+    try:
+        for attempt in range(_MODEL_TRIES):
+            status = link.status()
+            try:
+                table, dense = decode_model(link.model(), version=int(status["model_version"]),
+                                            num_items=cfg.num_items, width=den.sparse_width,
+                                            dense_size=den.dense_size)
+                break
+            except InvalidMessage:
+                if attempt + 1 == _MODEL_TRIES:
+                    raise
+    finally:
+        link.close()
+    sha = model_sha256(table, dense)
+    if sha != status["model_sha256"]:
+        raise InvalidMessage(f"server 0's model hashes to {sha}, its status announces {status['model_sha256']}")
+    try:
+        path = write(out, den, table, dense)
+    except OSError as exc:
+        raise InvalidParameters(f"--out {out}: {exc}") from None
+    m = den.mechanism
+    return {"written": str(path), "model_version": int(status["model_version"]), "model_sha256": sha,
+            "last_committed_round": status["last_committed_round"], "epsilon": m.epsilon, "delta": m.delta,
+            "bound": m.bound}
 
 
 def register(app: typer.Typer) -> None:

@@ -36,6 +36,9 @@ def register(bench_app: typer.Typer) -> None:
         save_dir: Path = typer.Option(None, help="Also save each recommender and denoiser here (for 'secemb infer')."),
         ranking: bool = typer.Option(True, "--ranking/--no-ranking", help="Also Table 14's HR@10/NDCG@10 (101 "
                                      "predictions per positive test rating: slow on the larger stand-ins)."),
+        rank_saved: Path = typer.Option(None, help="Only Table 14, from a run's saved models: a folder "
+                                        "'--save-dir' wrote (DIR/<model>-seed<k>, with recommender/ and "
+                                        "denoiser.npz); no training."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result."),
         out: Path = typer.Option(Path("results/grec/table3.json"), help="Write the JSON result here."),
     ) -> None:
@@ -61,6 +64,25 @@ def register(bench_app: typer.Typer) -> None:
                 or dim < 0:
             fail("need >= 1 model, seed (>= 0) and epsilon, --rec-epochs >= 0, --den-epochs >= 1 and --dim >= 0")
         console = Console(stderr=True)
+        if rank_saved is not None:
+            from secemb.errors import InvalidMessage
+
+            try:
+                with console.status("ranking"):
+                    cells = bench_grec.rank_saved(rank_saved)
+            except (InvalidParameters, InvalidMessage, DatasetNotFoundError, DataFormatError) as exc:
+                fail(exc)
+            if save_result({"ranking": cells}, out, as_json):
+                return
+            rank = Table(title=f"secemb bench grec --rank-saved (Table 14; {cells['model']}, {cells['dataset']}, "
+                               f"{int(cells['positives'])} positives)")
+            for col in ("metric", *bench_grec.PREDICTIONS):
+                rank.add_column(col, justify="left" if col == "metric" else "right")
+            for metric in ("hr@10", "ndcg@10"):
+                rank.add_row(metric, *(f"{cells[f'{metric}_{p}']:.4f}" for p in bench_grec.PREDICTIONS))
+            Console().print(rank)
+            typer.echo(f"wrote {out}")
+            return
         if figure4:
             if repeats < 1:
                 fail(f"--repeats must be >= 1, got {repeats}")

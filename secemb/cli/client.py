@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
         training split, which the model's task defines (the rating task: a random split by
         --test-fraction; a sequential model: leave-one-out, the sequence in time order); the
         model is the one the rounds announce (for --count: the credentials', else --model).
+        An FM or DeepFM deployment trained with features (the servers' [model] item_features)
+        is built with the device's own features, --dataset's (its user row: it enters only the
+        local step, whose gradients leave as the protocol's shares; never sent in the clear).
 
         A GREC denoiser (model grec-denoiser) is trained on the device's clean representation:
         give --recommender and --recommender-state; the device builds its one-device context
@@ -70,8 +73,9 @@ def register(app: typer.Typer) -> None:
         from secemb.client.credentials import DeviceCredentials
         from secemb.client.device import Device, DeviceClient, RoundInfo
         from secemb.data import RatingData, by_user, load_dataset
-        from secemb.errors import InvalidMessage, InvalidParameters, SecembError
-        from secemb.models import RecModel, get_model
+        from secemb.errors import InvalidParameters, SecembError
+        from secemb.data.features import FeatureSet
+        from secemb.models import RecModel, get_model, uses_features
         from secemb.models.base import UserSnapshot
         from secemb.models.task import RATING, Task
         from secemb.transport.errors import RemoteError
@@ -111,12 +115,27 @@ def register(app: typer.Typer) -> None:
         except (OSError, KeyError, ValueError, InvalidParameters) as exc:
             fail(f"bad usage: {exc}", 2)
 
+        def own_features() -> FeatureSet:
+            """This device's features, as the run's (the dataset's, its seed for a stand-in): its
+            own user row and the public item matrix."""
+            from secemb.data.features import load_features
+
+            return load_features(dataset, data_dir, num_users=data.num_users, num_items=data.num_items,
+                                 seed=seed).for_device(user)
+
         def round_model(info: RoundInfo) -> RecModel:
-            """The announced model; a denoiser over this device's one-device context."""
+            """The announced model (FM, DeepFM: with this device's features where the round's
+            sizes say the deployment trains with features); a denoiser over this device's
+            one-device context."""
             from secemb.inference.denoiser import NAME, Denoiser
 
             if info.model["name"] != NAME:
-                return info.make_model()
+                model = info.make_model()
+                if uses_features(info.model["name"]) and \
+                        (model.sparse_width, model.dense_size) != (info.config.width, info.config.dense_size):
+                    model = info.make_model(own_features())
+                info.check_model(model)
+                return model
             if recommender is None or recommender_state is None:
                 raise InvalidParameters("the rounds train a GREC denoiser: give --recommender and --recommender-state")
             from secemb.inference.saved import load_public_recommender
@@ -128,12 +147,7 @@ def register(app: typer.Typer) -> None:
             except (OSError, KeyError, ValueError) as exc:
                 raise InvalidParameters(f"--recommender-state {recommender_state}: not a device state file ({exc})"
                                         ) from None
-            user_x = None
-            if getattr(rec, "l_x", 0):  # its own features, as the run's (the dataset's, its seed for a stand-in)
-                from secemb.data.features import load_features
-
-                user_x = load_features(dataset, data_dir, num_users=data.num_users, num_items=data.num_items,
-                                       seed=seed).user[user]
+            user_x = own_features().user[0] if getattr(rec, "l_x", 0) else None
             return Denoiser.for_device(info.model["hparams"], rec, rec_dense, params, user_x)
 
         def own(task: Task, train: RatingData | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +189,7 @@ def register(app: typer.Typer) -> None:
                 try:
                     round_rec = round_model(info)
                     device = Device(dc, *own(round_rec.task))
-                except (InvalidParameters, InvalidMessage) as exc:
+                except SecembError as exc:  # a bad argument, or the dataset's features missing or malformed
                     fail(f"bad usage: {exc}", 2)
             if device.store is None and state_file is not None and state_file.exists():
                 device.store = round_rec.new_user_store(1, device.rng, info.adam())

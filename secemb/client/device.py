@@ -55,6 +55,8 @@ from secemb.transport.errors import RemoteError
 if TYPE_CHECKING:
     import httpx
 
+    from secemb.data.features import FeatureSet
+
 #: the order of the count stage's device hops (server 1 first)
 COUNT_ORDER = round_plan(relay=False).device_sends("count")
 
@@ -130,10 +132,24 @@ class RoundInfo:
         """The announced model's task (:attr:`~secemb.models.base.RecModel.task`)."""
         return self.make_model().task
 
-    def make_model(self) -> RecModel:
+    def make_model(self, features: FeatureSet | None = None) -> RecModel:
+        """The announced model; ``features`` (FM, DeepFM): built with them -- on a device, its
+        own row and the public item matrix (:meth:`~secemb.data.features.FeatureSet.for_device`).
+        The announced hyperparameters do not say whether the deployment uses features: the
+        round's sizes do (:meth:`check_model`)."""
         from secemb.models import get_model
 
-        return get_model(self.model["name"], **self.model["hparams"])
+        extra = {} if features is None else {"features": features}
+        return get_model(self.model["name"], **self.model["hparams"], **extra)
+
+    def check_model(self, model: RecModel) -> None:
+        """Raise :class:`InvalidParameters` unless ``model``'s table width and dense size are
+        the round's (a device's model built other than the servers': e.g. FM without the
+        features the deployment trains with)."""
+        got, want = (model.sparse_width, model.dense_size), (self.config.width, self.config.dense_size)
+        if got != want:
+            raise InvalidParameters(f"the round trains a {self.model['name']} of table width {want[0]} and dense "
+                                    f"size {want[1]}, the device's model has {got[0]} and {got[1]}")
 
     def adam(self) -> AdamConfig:
         t = self.training
@@ -450,8 +466,16 @@ class Device:
         """Take part in round ``info``: retrieve, train (``hook``, default the model's local
         step), clip when the round announces DP (:meth:`RoundInfo.clip`), upload.
         ``pause`` seconds between retrieval and upload (for tests of late devices).  The
-        private state is snapshotted first (see :meth:`settle`)."""
+        private state is snapshotted first (see :meth:`settle`).
+
+        Raises
+        ------
+        InvalidParameters
+            ``model`` (default the announced one) is not of the round's sizes
+            (:meth:`RoundInfo.check_model`).
+        """
         model = model or info.make_model()
+        info.check_model(model)
         state = self._state(info, model)
         if hook is None:
             def hook(rows: np.ndarray, dense: np.ndarray, batch: Batch) -> StepResult:

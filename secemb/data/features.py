@@ -121,6 +121,19 @@ class FeatureSet:
         """Number of item features."""
         return int(self.item.shape[1])
 
+    def for_device(self, user: int) -> FeatureSet:
+        """What device ``user`` holds: its own user row (``(1, l_x)``: row 0, as the device's
+        one-row :class:`~secemb.models.UserStore`) and the public item matrix; nobody else's row.
+
+        Raises
+        ------
+        InvalidParameters
+            ``user`` outside ``[0, num_users)``.
+        """
+        if isinstance(user, bool) or not isinstance(user, int) or not 0 <= user < self.num_users:
+            raise InvalidParameters(f"user must be in [0, {self.num_users}), got {user!r}")
+        return FeatureSet(self.name, self.user[user : user + 1], self.item, self.user_names, self.item_names)
+
     def check_sizes(self, num_users: int, num_items: int) -> None:
         """Raise :class:`InvalidParameters` unless the features cover exactly these ids."""
         if (self.num_users, self.num_items) != (num_users, num_items):

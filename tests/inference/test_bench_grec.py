@@ -33,3 +33,30 @@ def test_a_stand_in_is_compared_with_the_paper_dataset_it_stands_for() -> None:
     assert cells["synthetic-yelp"]["paper"] == {"non_private": 1.050, "naive_ldp": 1.580, "post_processing_ldp": 1.097}
     assert cells["ml-100k"]["paper"]["naive_ldp"] == 1.693
     assert "paper" not in grec.table([{**row, "dataset": "my-ratings.csv"}])[0]  # no paper cell to compare with
+
+
+def test_rank_saved_ranks_a_saved_run_apart_from_its_training(tmp_path) -> None:
+    """Table 14 from ``--save-dir``'s models: the non-private cells (no noise) are the training
+    run's own to the last bit, the split is rebuilt from the recorded one; a folder without the
+    denoiser, or whose recorded split is not the one the model was trained on, is refused."""
+    import json
+
+    from secemb.errors import InvalidParameters
+
+    row = grec.run_one("mf", dataset="synthetic-mini", rec_epochs=1, den_epochs=1, users_per_round=20, m_prime=20,
+                       save_dir=tmp_path)[0]
+    got = grec.rank_saved(tmp_path / "mf-seed0")
+    assert (got["model"], got["dataset"], got["seed"]) == ("mf", "synthetic-mini", 0)
+    assert got["rec_model_sha256"] == row["rec_model_sha256"] and got["positives"] == row["positives"] > 0
+    for metric in ("hr@10", "ndcg@10"):
+        assert got[f"{metric}_non_private"] == row[f"{metric}_non_private"]
+        for name in grec.PREDICTIONS:
+            assert 0.0 <= got[f"{metric}_{name}"] <= 1.0
+    with pytest.raises(InvalidParameters, match="denoiser.npz"):
+        grec.rank_saved(tmp_path / "mf-seed0" / "recommender")
+    manifest = tmp_path / "mf-seed0" / "recommender" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["config"]["split_seed"] = 1
+    manifest.write_text(json.dumps(doc))
+    with pytest.raises(InvalidParameters, match="not the one the recommender"):
+        grec.rank_saved(tmp_path / "mf-seed0")

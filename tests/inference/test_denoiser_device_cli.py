@@ -1,9 +1,11 @@
-"""GREC's denoiser end to end on standalone devices, through the command line: ``secemb client``
-trains a denoiser round against two server processes from the device's recommender state file
-and the recommender's public model (the mechanism comes from the announced spec), and ``secemb
-infer --credentials --denoiser --recommender`` post-processes the recommender deployment's reply
-on the device -- the same scores as the in-process simulation's device with the full context on
-the release the device recorded."""
+"""GREC's denoiser end to end on standalone devices, through the command line, for an MF
+recommender and an FM one with the ML-100K stand-in's 84 user features: ``secemb client``
+trains a denoiser round against two server processes from the device's recommender state file,
+the recommender's public model and (FM) its own features (the mechanism comes from the
+announced spec), ``secemb admin save-denoiser`` writes the deployment's trained denoiser, and
+``secemb infer --credentials --denoiser --recommender`` post-processes the recommender
+deployment's reply on the device -- the same scores as the in-process simulation's device with
+the full context on the release the device recorded."""
 
 from __future__ import annotations
 
@@ -16,18 +18,21 @@ from typer.testing import CliRunner
 from secemb.cli import app
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, load_dataset, train_test_split
+from secemb.data.features import load_features, save_item_features
 from secemb.engine.settings import cluster_settings
 from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
 from secemb.inference.releases import ReleaseLedger
 from secemb.inference.saved import load_denoiser, load_denoiser_on_device, load_public_recommender, \
     save_denoiser, save_frozen_table
 from secemb.inference.service import InferenceDevice, InferenceServer, infer
-from secemb.models import MatrixFactorization, UserStore
+from secemb.models import FactorizationMachine, MatrixFactorization, RecModel, UserStore
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
+from secemb.server.deploy import init_deployment
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
 from secemb.training.messages import decode_model
+from secemb.training.results import model_sha256
 from secemb.training.trained import TrainedModel
 
 MECH = GaussianLDP(2.0, 1e-4, 1.0)  # not the default: the device must take it from the spec
@@ -61,20 +66,35 @@ def test_denoiser_spec_carries_the_mechanism() -> None:
         Denoiser.for_device({**den.spec(), "dim": 3}, mf, np.zeros(1), np.array([0.3, 0.1, 0.0]))
 
 
-def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_path) -> None:
-    tr, _ = train_test_split(load_dataset("synthetic", seed=0), 0.2, seed=0)  # as `secemb client` reads it
-    mf = MatrixFactorization(dim=4, reg=0.01)
+def _recommender(kind: str, tmp_path, data) -> tuple[RecModel, np.ndarray | None, list[str], dict]:
+    """``(model, every user's features or None, the device's feature arguments, extra cluster settings)``:
+    MF, or FM with the ML-100K stand-in's 84 user features (the servers read the public item features)."""
+    if kind == "mf":
+        return MatrixFactorization(dim=4, reg=0.01), None, [], {}
+    feats = load_features("synthetic", num_users=data.num_users, num_items=data.num_items, seed=0)
+    fm = FactorizationMachine(dim=4, reg=0.01, features=feats)
+    assert fm.l_x == 84
+    return fm, feats.user.astype(np.float64), ["--dataset", "synthetic"], \
+        {"item_features": save_item_features(tmp_path / "items.npz", feats)}
+
+
+@pytest.mark.parametrize("kind", ["mf", "fm"])
+def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_path, kind) -> None:
+    data = load_dataset("synthetic", seed=0)
+    tr, _ = train_test_split(data, 0.2, seed=0)  # as `secemb client` reads it
+    rec, user_x, feature_args, extra = _recommender(kind, tmp_path, data)
     proto = get_protocol("secemb", layout="full", relay=False)
     rng = np.random.default_rng(11)
-    params = rng.normal(0.0, 0.4, (tr.num_users, mf.private_size))
-    rec_settings = cluster_settings(mf, proto, tr, TrainConfig(m_prime=6), min_users=2)
+    params = rng.normal(0.0, 0.4, (tr.num_users, rec.private_size))
+    rec_settings = cluster_settings(rec, proto, tr, TrainConfig(m_prime=6), min_users=2, **extra)
     with LocalCluster(tmp_path / "rec", **rec_settings) as rec_cluster:
         rec_cluster.start()
         # the recommender: the deployment's public model, every device's private parameters
-        table, dense = _model(rec_cluster, tr.num_items, mf.sparse_width, mf.dense_size)
-        trained = TrainedModel(mf, table, dense, UserStore(params, AdamConfig()), np.zeros(tr.num_users + 1, np.int64),
-                               np.zeros(0, np.int64), {"protocol": "secemb", "dataset": "synthetic", "seed": 0,
-                                                       "config": {}})
+        table, dense = _model(rec_cluster, tr.num_items, rec.sparse_width, rec.dense_size)
+        trained = TrainedModel(rec, table, dense, UserStore(params, AdamConfig()),
+                               np.zeros(tr.num_users + 1, np.int64), np.zeros(0, np.int64),
+                               {"protocol": "secemb", "dataset": "synthetic", "seed": 0, "config": {}})
+        full_dir = trained.save(tmp_path / "rec-full")  # the simulation's: every user's state
         rec_dir = trained.save(tmp_path / "recommender")
         (rec_dir / "devices.npz").unlink()  # a device reads the public part only
         assert load_public_recommender(rec_dir)[2] == trained.model_sha256
@@ -83,7 +103,8 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
             _state(path, params[u])
 
         # ---- the denoiser's deployment: one round, a device of the SDK and one of `secemb client`
-        full = Denoiser.for_context(DenoiserContext.from_trained(mf, table, dense, params, MECH), **HP)
+        ctx = DenoiserContext.from_trained(rec, table, dense, params, MECH, getattr(rec, "features", None))
+        full = Denoiser.for_context(ctx, **HP)
         settings = cluster_settings(full, proto, tr, TrainConfig(m_prime=6, lr=0.025), min_users=2,
                                     frozen_table=save_frozen_table(tmp_path / "frozen.npz", table))
         with LocalCluster(tmp_path / "den", **settings) as cluster:
@@ -102,7 +123,8 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
             client = DeviceClient(SDK_USER, cluster.url(0), cluster.url(1), k0, k1, tls=cluster.tls, min_users=2)
             info = client.round_info()
             assert info.model["hparams"]["epsilon"] == MECH.epsilon  # announced
-            mine = Denoiser.for_device(info.model["hparams"], mf, dense, params[SDK_USER])
+            mine = Denoiser.for_device(info.model["hparams"], rec, dense, params[SDK_USER],
+                                       None if user_x is None else user_x[SDK_USER])
             sdk = Device(client, *by_user(tr).of(SDK_USER), rng=np.random.default_rng(1))
             session = sdk.participate(info, model=mine)
             requested = [session.request.indices[session.request.indices >= 0]]
@@ -115,41 +137,59 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
             assert sdk.settle(wait_s=30) == "committed"
             client.close()
             after, dense1 = _model(cluster, tr.num_items, full.sparse_width, full.dense_size)
+            # the operator writes the trained denoiser: `secemb admin save-denoiser`
+            den_file = tmp_path / "denoiser.npz"
+            saved = runner.invoke(app, ["admin", "save-denoiser", "--deployment", str(cluster.workdir), "--out",
+                                        str(den_file)])
+            assert saved.exit_code == 0, saved.output
+            doc = json.loads(saved.output)
+            assert doc["model_version"] == 1 and doc["model_sha256"] == model_sha256(after, dense1)
+            assert (doc["epsilon"], doc["delta"], doc["bound"]) == (MECH.epsilon, MECH.delta, MECH.bound)
+        down = runner.invoke(app, ["admin", "save-denoiser", "--deployment", str(cluster.workdir), "--out",
+                                   str(tmp_path / "again.npz")])
+        assert down.exit_code == 1 and "Traceback" not in down.output, down.output  # the servers are gone
         np.testing.assert_array_equal(after[:, HP["hat_d"]:], table)  # the frozen columns did not move
         moved = np.flatnonzero(np.any(after != before, axis=1))
         assert np.isin(np.unique(np.concatenate(requested)), moved).all() and moved.size > requested[0].size
         assert np.any(dense1 != dense0)
-        den_file = save_denoiser(tmp_path / "denoiser.npz", full, after, dense1)
+        with np.load(den_file) as got, np.load(save_denoiser(tmp_path / "sdk.npz", full, after, dense1)) as want_file:
+            assert set(got.files) == set(want_file.files)
+            for key in got.files:
+                np.testing.assert_array_equal(got[key], want_file[key])
 
         # ---- private inference with the trained denoiser, on the device, against the recommender's deployment
         rec_creds = rec_cluster.deployment.devices([CLI_USER])[0].save(tmp_path / "rec-dev.json")
         releases = tmp_path / "releases.npz"
         base = ["infer", "--credentials", str(rec_creds), "--state-file", str(states[CLI_USER]), "--release-file",
-                str(releases), "--json"]
+                str(releases), "--json", *feature_args]
         items = [0, 5, 7, 100]
         res = runner.invoke(app, [*base, "--denoiser", str(den_file), "--recommender", str(rec_dir), "--items",
                                   ",".join(map(str, items))])
         assert res.exit_code == 0, res.output
         doc = json.loads(res.output)
         assert doc["mode"] == "post-processing-ldp" and doc["epsilon"] == MECH.epsilon and doc["items"] == items
-        assert doc["upload_bytes"] == 12 + 8 * 4  # H~ only
+        assert doc["upload_bytes"] == 12 + 8 * full.rows * 4  # H~ only (FM: 85 x 4)
         ledger = ReleaseLedger.load(releases)
         assert ledger.current is not None and ledger.current[1] == MECH
         h_tilde, z = ledger.current[2], ledger.current[3]
         # the simulation's device: the full context (every user), user CLI_USER, the same release
-        sim = load_denoiser(den_file, TrainedModel.load(trained.save(tmp_path / "rec-full")))
-        ctx = sim[0].context
-        device = InferenceDevice(ctx.h[CLI_USER], float(ctx.offset[CLI_USER]), MECH, num_items=tr.num_items,
+        sim = load_denoiser(den_file, TrainedModel.load(full_dir))
+        sim_ctx = sim[0].context
+        np.testing.assert_allclose(h_tilde - z, sim_ctx.h[CLI_USER], rtol=0, atol=1e-12)  # its own H_u
+        device = InferenceDevice(sim_ctx.h[CLI_USER], float(sim_ctx.offset[CLI_USER]), MECH, num_items=tr.num_items,
                                  denoiser=sim, user=CLI_USER, release=(h_tilde, z))
-        want = infer(device, InferenceServer(ctx.rep, table), np.array(items), user=CLI_USER)
+        want = infer(device, InferenceServer(sim_ctx.rep, table), np.array(items), user=CLI_USER)
         np.testing.assert_array_equal(np.array(doc["scores"]), want)
         # the device's denoiser holds e only, no recommender row
-        on_device = load_denoiser_on_device(den_file, mf, dense, params[CLI_USER], tr.num_items)
+        on_device = load_denoiser_on_device(den_file, rec, dense, params[CLI_USER], tr.num_items,
+                                            None if user_x is None else user_x[CLI_USER])
         assert on_device[1].shape == (tr.num_items, HP["hat_d"])
-        plain = json.loads(runner.invoke(app, [*base, "--items", ",".join(map(str, items)), "--epsilon", "2"]).output)
+        public = ["--recommender", str(rec_dir)] if user_x is not None else []  # FM: V_x, w_x for H_u
+        plain = json.loads(runner.invoke(app, [*base, *public, "--items", ",".join(map(str, items)), "--epsilon",
+                                               "2"]).output)
         assert plain["release_reused"] and plain["mode"] == "ldp-no-denoiser" and plain["scores"] != doc["scores"]
 
-        other = TrainedModel(mf, table, dense + 0.1, trained.user_store, trained.rated_indptr, trained.rated_items,
+        other = TrainedModel(rec, table, dense + 0.1, trained.user_store, trained.rated_indptr, trained.rated_items,
                              trained.info).save(tmp_path / "other")
         for args in (["--denoiser", str(den_file)],  # no recommender
                      ["--denoiser", str(den_file), "--recommender", str(other)],  # not the served model
@@ -157,3 +197,16 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
                      ["--denoiser", str(den_file), "--recommender", str(rec_dir), "--epsilon", "1"]):
             bad = runner.invoke(app, [*base, *args])
             assert bad.exit_code == 2 and "Traceback" not in bad.output, (args, bad.output)
+
+
+def test_save_denoiser_refuses_bad_input(tmp_path) -> None:
+    """``secemb admin save-denoiser`` exits 2, before any request, on a folder that is no
+    deployment, a deployment of another model, or an --out that is a folder."""
+    init_deployment(tmp_path / "mf", [["127.0.0.1"]] * 2, ports=(9, 9), num_items=20, num_users=5, model="mf")
+    for args, says in (([str(tmp_path / "nowhere")], "cannot read config file"),
+                       ([str(tmp_path / "mf")], "not GREC's denoiser"),
+                       ([str(tmp_path / "mf"), "--out", str(tmp_path)], "folder")):
+        out = ["--out", str(tmp_path / "d.npz")] if len(args) == 1 else []
+        bad = runner.invoke(app, ["admin", "save-denoiser", "--deployment", *args, *out])
+        assert bad.exit_code == 2 and says in bad.output and "Traceback" not in bad.output, (args, bad.output)
+    assert not (tmp_path / "d.npz").exists()
