@@ -80,11 +80,15 @@ class CuckooLayout:
         return lists
 
     @cached_property
+    def _pairs(self) -> np.ndarray:
+        """int64, sorted: ``b m + i`` for each distinct (bucket ``b``, item ``i``) pair."""
+        m = self.num_items
+        return np.unique(self.candidates * m + np.arange(m)[:, None])
+
+    @cached_property
     def _entries(self) -> tuple[np.ndarray, np.ndarray]:
         """Sorted distinct (bucket, item) pairs: bucket ids and item ids, bucket-major."""
-        m = self.num_items
-        pairs = np.unique(self.candidates * m + np.arange(m)[:, None])
-        return pairs // m, pairs % m
+        return self._pairs // self.num_items, self._pairs % self.num_items
 
     @cached_property
     def indptr(self) -> np.ndarray:
@@ -109,8 +113,7 @@ class CuckooLayout:
     def positions(self, items: np.ndarray, buckets: np.ndarray) -> np.ndarray:
         """Position of each ``items[i]`` inside bucket ``buckets[i]`` (it must be there)."""
         m = self.num_items
-        b_sorted, i_sorted = self._entries
-        keys = b_sorted * m + i_sorted
+        keys = self._pairs
         want = np.asarray(buckets, np.int64) * m + np.asarray(items, np.int64)
         where = np.searchsorted(keys, want)
         if np.any(where >= keys.size) or np.any(keys[np.minimum(where, keys.size - 1)] != want):
