@@ -1,8 +1,8 @@
 """GREC's denoiser end to end on standalone devices, through the command line, for an MF
-recommender and an FM one with the ML-100K stand-in's 84 user features: ``secemb client``
-trains a denoiser round against two server processes from the device's recommender state file,
-the recommender's public model and (FM) its own features (the mechanism comes from the
-announced spec), ``secemb admin save-denoiser`` writes the deployment's trained denoiser, and
+recommender and an FM one (and a DeepFM one, ``slow``) with the ML-100K stand-in's 84 user
+features: ``secemb client`` trains a denoiser round against two server processes from the
+device's recommender state file, the recommender's public model and (FM, DeepFM) its own
+features (the mechanism comes from the announced spec), ``secemb admin save-denoiser`` writes the deployment's trained denoiser, and
 ``secemb infer --credentials --denoiser --recommender`` post-processes the recommender
 deployment's reply on the device -- the same scores as the in-process simulation's device with
 the full context on the release the device recorded."""
@@ -25,7 +25,7 @@ from secemb.inference.releases import ReleaseLedger
 from secemb.inference.saved import load_denoiser, load_denoiser_on_device, load_public_recommender, \
     save_denoiser, save_frozen_table
 from secemb.inference.service import InferenceDevice, InferenceServer, infer
-from secemb.models import FactorizationMachine, MatrixFactorization, RecModel, UserStore
+from secemb.models import DeepFM, FactorizationMachine, MatrixFactorization, RecModel, UserStore
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.server.deploy import init_deployment
@@ -68,17 +68,19 @@ def test_denoiser_spec_carries_the_mechanism() -> None:
 
 def _recommender(kind: str, tmp_path, data) -> tuple[RecModel, np.ndarray | None, list[str], dict]:
     """``(model, every user's features or None, the device's feature arguments, extra cluster settings)``:
-    MF, or FM with the ML-100K stand-in's 84 user features (the servers read the public item features)."""
+    MF, or FM / DeepFM with the ML-100K stand-in's 84 user features (the servers read the public item
+    features)."""
     if kind == "mf":
         return MatrixFactorization(dim=4, reg=0.01), None, [], {}
     feats = load_features("synthetic", num_users=data.num_users, num_items=data.num_items, seed=0)
-    fm = FactorizationMachine(dim=4, reg=0.01, features=feats)
-    assert fm.l_x == 84
-    return fm, feats.user.astype(np.float64), ["--dataset", "synthetic"], \
+    model = (FactorizationMachine if kind == "fm" else DeepFM)(dim=4, reg=0.01, features=feats)
+    assert model.l_x == 84
+    return model, feats.user.astype(np.float64), ["--dataset", "synthetic"], \
         {"item_features": save_item_features(tmp_path / "items.npz", feats)}
 
 
-@pytest.mark.parametrize("kind", ["mf", "fm"])
+# DeepFM: the same path as FM with its own summary (the first deep layer's user part); slow, its dense part is larger
+@pytest.mark.parametrize("kind", ["mf", "fm", pytest.param("deepfm", marks=pytest.mark.slow)])
 def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_path, kind) -> None:
     data = load_dataset("synthetic", seed=0)
     tr, _ = train_test_split(data, 0.2, seed=0)  # as `secemb client` reads it
