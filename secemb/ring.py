@@ -145,12 +145,11 @@ class FixedPoint:
 
     def _wrap(self, scaled: np.ndarray) -> np.ndarray:
         """Integer-valued float64 with ``|v| < 2^{k-1}`` -> ring elements (two's complement)."""
-        # Every |scaled| < 2^63 is an integer-valued float64, so the int64 cast is exact;
-        # viewing as uint64 is two's complement mod 2^64, and the cast to uint32 is mod 2^32.
-        as_u64 = scaled.astype(np.int64).view(np.uint64)
+        # Every |scaled| < 2^{k-1} is an integer-valued float64, so the cast to the signed
+        # k-bit integer is exact, and viewing it unsigned is two's complement mod 2^k.
         if self.ring_bits == 64:
-            return as_u64
-        return as_u64.astype(np.uint32)
+            return scaled.astype(np.int64).view(np.uint64)
+        return scaled.astype(np.int32).view(np.uint32)
 
     def decode(self, u: np.ndarray) -> np.ndarray:
         """Decode ring elements to real numbers.
@@ -247,8 +246,7 @@ class FixedPoint:
         xf = np.asarray(x, dtype=np.float64)
         if not np.all(np.isfinite(xf)):
             return self._encode_float(xf)  # raises with the standard message
-        clipped = np.maximum(xf, -bound, out=np.empty(xf.shape))
-        np.minimum(clipped, bound, out=clipped)
+        clipped = np.clip(xf, -bound, bound, out=np.empty(xf.shape))
         # |x| <= R_u <= the largest encodable magnitude: no range check needed
         return self._wrap(self._scaled(clipped))
 
