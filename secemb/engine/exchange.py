@@ -169,8 +169,7 @@ class LocalExchange:
 
     def carry(self, src: str, dst: str, body: bytes, stage: str) -> bytes:
         """Move ``body`` over the transport (counted); what ``dst`` receives."""
-        self.tp.send(src, dst, body, stage=stage)
-        return self.tp.recv(dst, src)
+        return self.tp.carry(src, dst, body, stage=stage)
 
 
 class _LocalLink:

@@ -46,8 +46,7 @@ _NAMES = (SERVER0, SERVER1)
 
 def _carry(tp: InProcessTransport, src: str, dst: str, body: bytes, stage: str) -> bytes:
     """Move ``body`` from ``src`` to ``dst`` over the transport (counted); what ``dst`` gets."""
-    tp.send(src, dst, body, stage=stage)
-    return tp.recv(dst, src)
+    return tp.carry(src, dst, body, stage=stage)
 
 
 def _peer(fn: Callable[[], T]) -> T:

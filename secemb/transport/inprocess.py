@@ -7,7 +7,10 @@ decimal integer).  :meth:`InProcessTransport.send` copies the payload into an im
 crosses: a protocol object on one side can never reach the state of the other.
 
 Every message is counted with ``len()`` of its bytes, keyed by round, stage, source and
-destination.  Communication figures reported by :mod:`secemb.training` come from these
+destination.  The transport is thread-safe: an engine that runs devices while the servers
+evaluate on other threads moves each message with :meth:`InProcessTransport.carry`, a send
+and its receipt as one step, so that two threads using the same mailbox never take each
+other's message.  Communication figures reported by :mod:`secemb.training` come from these
 counters only, never from a formula.
 
 Directions
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import numbers
 import re
+import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from types import EllipsisType
@@ -107,6 +111,7 @@ class InProcessTransport:
             lambda: defaultdict(lambda: [0, 0])
         )
         self._round: int | None = None
+        self._lock = threading.RLock()  # mailboxes and counters
 
     # ----------------------------------------------------------------- rounds
 
@@ -161,11 +166,19 @@ class InProcessTransport:
         self._direction(src, dst)
         # bytes is immutable, so handing the object over is as good as a copy.
         data = payload if type(payload) is bytes else bytes(payload)
-        self._boxes[(src, dst)].append(data)
-        c = self._counts[self._round][(stage, src, dst)]
-        c[0] += 1
-        c[1] += len(data)
+        with self._lock:
+            self._boxes[(src, dst)].append(data)
+            c = self._counts[self._round][(stage, src, dst)]
+            c[0] += 1
+            c[1] += len(data)
         return len(data)
+
+    def carry(self, src: str, dst: str, payload: bytes, *, stage: str) -> bytes:
+        """:meth:`send` ``payload`` and :meth:`recv` it at ``dst`` as one step (what ``dst``
+        receives); counted as :meth:`send` counts it.  Raises as :meth:`send` does."""
+        with self._lock:
+            self.send(src, dst, payload, stage=stage)
+            return self.recv(dst, src)
 
     def recv(self, dst: str, src: str) -> bytes:
         """Pop the oldest message from ``src`` waiting for ``dst``.
@@ -175,24 +188,27 @@ class InProcessTransport:
         ProtocolError
             If no message from ``src`` is waiting for ``dst``.
         """
-        box = self._boxes.get((src, dst))
-        if not box:
-            raise ProtocolError(f"no message from {src!r} waiting for {dst!r}")
-        return box.popleft()
+        with self._lock:
+            box = self._boxes.get((src, dst))
+            if not box:
+                raise ProtocolError(f"no message from {src!r} waiting for {dst!r}")
+            return box.popleft()
 
     def pending(self) -> int:
         """Number of messages sent but not yet received."""
-        return sum(len(b) for b in self._boxes.values())
+        with self._lock:
+            return sum(len(b) for b in self._boxes.values())
 
     # ----------------------------------------------------------------- counters
 
     def records(self) -> list[TrafficRecord]:
         """Every counter, one record per ``(round, stage, src, dst)``."""
-        return [
-            TrafficRecord(r, st, s, d, self._direction(s, d), c[0], c[1])
-            for r, per_round in self._counts.items()
-            for (st, s, d), c in per_round.items()
-        ]
+        with self._lock:
+            return [
+                TrafficRecord(r, st, s, d, self._direction(s, d), c[0], c[1])
+                for r, per_round in self._counts.items()
+                for (st, s, d), c in per_round.items()
+            ]
 
     def total_bytes(
         self,
@@ -240,12 +256,13 @@ class InProcessTransport:
                 f"direction must be 'upload', 'download' or 'server', got {direction!r}"
             )
         uname = None if user is None else user_endpoint(user)
-        if round_id is ...:
-            selected = list(self._counts.values())
-        else:
-            selected = [self._counts[round_id]] if round_id in self._counts else []
+        with self._lock:
+            if round_id is ...:
+                selected = [list(per_round.items()) for per_round in self._counts.values()]
+            else:
+                selected = [list(self._counts[round_id].items())] if round_id in self._counts else []
         total = 0
-        for (st, s, d), c in (item for per_round in selected for item in per_round.items()):
+        for (st, s, d), c in (item for per_round in selected for item in per_round):
             if stage is not None and st != stage:
                 continue
             if src is not None and s != src:
@@ -261,12 +278,15 @@ class InProcessTransport:
 
     def rounds(self) -> list[int | None]:
         """Round tags that have counters."""
-        return list(self._counts)
+        with self._lock:
+            return list(self._counts)
 
     def drop_round(self, round_id: int | None) -> None:
         """Forget the counters of one round (long runs keep memory bounded this way)."""
-        self._counts.pop(round_id, None)
+        with self._lock:
+            self._counts.pop(round_id, None)
 
     def reset_counters(self) -> None:
         """Forget every counter (mailboxes are kept)."""
-        self._counts.clear()
+        with self._lock:
+            self._counts.clear()

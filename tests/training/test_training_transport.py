@@ -75,3 +75,36 @@ def test_endpoint_names():
         user_endpoint(-1)
     with pytest.raises(InvalidParameters):
         user_endpoint(True)
+
+
+def test_carry_from_many_threads_delivers_each_its_own_message_and_counts_every_byte():
+    # the pipelined schedule carries server-to-server messages from two threads at once: with
+    # a send and a receive as separate steps, one thread could take the other's message
+    import sys
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    t = InProcessTransport()
+    t.set_round(0)
+    threads, per_thread = 8, 1000  # the unlocked send-then-receive failed this in 6 runs of 6
+    start = threading.Barrier(threads)
+
+    def worker(k: int) -> int:
+        start.wait()
+        bad = 0
+        for i in range(per_thread):
+            body = f"{k}:{i}".encode() * (1 + i % 3)
+            bad += t.carry("server0", "server1", body, stage="upload") != body
+        return bad
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            assert sum(pool.map(worker, range(threads))) == 0
+    finally:
+        sys.setswitchinterval(old)
+    want = sum(len(f"{k}:{i}".encode()) * (1 + i % 3) for k in range(threads) for i in range(per_thread))
+    assert t.total_bytes(round_id=0) == want
+    assert t.total_messages(round_id=0) == threads * per_thread
+    assert t.pending() == 0
