@@ -17,8 +17,10 @@ bit for bit (tests/privacy/test_privacy.py), so the RMSE is SecEmb + DP's withou
 cryptography; ``secure=True`` runs ``secemb`` itself.  Every run records the accountant's
 ``privacy`` block (epsilon spent <= target, noise multiplier, sampling rate, steps).
 
-The paper's settings that do not fit a 2-core machine are stated by the run (epochs, dataset);
-the clip bound ``clip`` is one value for every run and both methods.
+The paper's settings that do not fit a 2-core machine are stated by the run (epochs, dataset,
+and ``rounds_per_epoch`` where even one epoch does not fit: every run, both methods, then stops
+each epoch after that many rounds); the clip bound ``clip`` is one value for every run and both
+methods.
 """
 
 from __future__ import annotations
@@ -42,28 +44,30 @@ PAPER = {
 
 
 def one(protocol: str, epsilon: float, *, dataset: str, users_per_round: int, epochs: int, clip: float,
-        delta: float, seed: int = 0) -> dict[str, Any]:
+        delta: float, seed: int = 0, rounds_per_epoch: int | None = None) -> dict[str, Any]:
     """Train MF with ``protocol`` under target ``(epsilon, delta)`` and clip bound ``clip``
-    (``epsilon = inf``: no DP); the last epoch's test RMSE, the privacy block and the traffic.
-    DP-FedRec runs in ``Z_2^64`` (its per-device noise needs the room), the others in
-    ``Z_2^32``."""
+    (``epsilon = inf``: no DP), each epoch cut after ``rounds_per_epoch`` rounds if given; the
+    last epoch's test RMSE, the privacy block, the traffic and the rounds run.  DP-FedRec runs
+    in ``Z_2^64`` (its per-device noise needs the room), the others in ``Z_2^32``."""
     from secemb.training import Experiment, run_experiment
 
     exp = Experiment(dataset=dataset, model="mf", protocol=protocol, layout="full", relay=False, epochs=epochs,
                      users_per_round=users_per_round, dp_epsilon=epsilon, dp_delta=delta, dp_clip=clip,
-                     ring_bits=64 if protocol == "dp-fedrec" else 32, seed=seed)
+                     ring_bits=64 if protocol == "dp-fedrec" else 32, seed=seed, rounds_per_epoch=rounds_per_epoch)
     t0 = time.perf_counter()
     res = run_experiment(exp)
     return {
         "protocol": protocol, "epsilon_target": epsilon, "delta": delta, "clip": clip, "dataset": dataset,
-        "users_per_round": users_per_round, "epochs": epochs, "seed": seed,
+        "users_per_round": users_per_round, "epochs": epochs, "seed": seed, "rounds_per_epoch": rounds_per_epoch,
+        "rounds": res.rounds,
         "rmse": res.epochs[-1].test_rmse, "rmse_per_epoch": [e.test_rmse for e in res.epochs],
         "privacy": res.privacy, "upload_bytes_per_user_round": res.upload_bytes_per_user_round,
         "model_sha256": res.model_sha256, "wall_s": time.perf_counter() - t0,
     }
 
 
-def _check(epsilons: Sequence[float], counts: Sequence[int], epochs: int, clip: float) -> None:
+def _check(epsilons: Sequence[float], counts: Sequence[int], epochs: int, clip: float,
+           rounds_per_epoch: int | None) -> None:
     if any(not (e > 0) for e in epsilons):
         raise InvalidParameters(f"epsilons must be > 0 (inf: no DP), got {list(epsilons)}")
     if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in counts):
@@ -72,28 +76,34 @@ def _check(epsilons: Sequence[float], counts: Sequence[int], epochs: int, clip: 
         raise InvalidParameters(f"epochs must be an int >= 1, got {epochs!r}")
     if not (math.isfinite(clip) and clip > 0):
         raise InvalidParameters(f"clip must be a finite number > 0, got {clip!r}")
+    if rounds_per_epoch is not None and (isinstance(rounds_per_epoch, bool) or not isinstance(rounds_per_epoch, int)
+                                         or rounds_per_epoch < 1):
+        raise InvalidParameters(f"rounds per epoch must be an int >= 1, got {rounds_per_epoch!r}")
 
 
 def run(*, dataset: str = "ml-100k", epsilons: Sequence[float] = EPSILONS, users_per_round: Sequence[int] = (100, 500),
         epochs: int = 5, fedrec_epsilons: Sequence[float] = (1.0, 4.0), fedrec_epochs: int = 2,
         fedrec_users_per_round: int = 100, clip: float = 0.1, delta: float = 1e-5, secure: bool = False,
-        quick: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        quick: bool = False, rounds_per_epoch: int | None = None,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Both figures' runs (``quick``: synthetic-mini, one epoch, two epsilons, 40 users a
     round); an empty ``epsilons`` or ``fedrec_epsilons`` leaves that figure out.  ``secure``:
-    SecEmb + DP with ``secemb`` instead of its plaintext twin."""
+    SecEmb + DP with ``secemb`` instead of its plaintext twin.  ``rounds_per_epoch``: every
+    run of both figures stops each epoch after that many rounds (``None``: whole epochs)."""
     if quick:
         dataset, epsilons, users_per_round, epochs = "synthetic-mini", (2.0, math.inf), (40,), 1
         fedrec_epsilons, fedrec_epochs, fedrec_users_per_round = (2.0,), 1, 40
-    _check(epsilons, users_per_round, epochs, clip)
-    _check(fedrec_epsilons, (fedrec_users_per_round,), fedrec_epochs, clip)
+    _check(epsilons, users_per_round, epochs, clip, rounds_per_epoch)
+    _check(fedrec_epsilons, (fedrec_users_per_round,), fedrec_epochs, clip, rounds_per_epoch)
     central = "secemb" if secure else "plaintext"
     out: dict[str, Any] = {"dataset": dataset, "clip": clip, "delta": delta, "secemb_protocol": central,
-                           "paper": PAPER, "fig6": [], "fig7": []}
+                           "rounds_per_epoch": rounds_per_epoch, "paper": PAPER, "fig6": [], "fig7": []}
 
     def step(part: str, protocol: str, eps: float, n_p: int, ep: int) -> None:
         if progress is not None:
             progress(f"{part}: {protocol} epsilon={eps} n_p={n_p} ({ep} epochs)")
-        out[part].append(one(protocol, eps, dataset=dataset, users_per_round=n_p, epochs=ep, clip=clip, delta=delta))
+        out[part].append(one(protocol, eps, dataset=dataset, users_per_round=n_p, epochs=ep, clip=clip, delta=delta,
+                             rounds_per_epoch=rounds_per_epoch))
 
     for n_p in users_per_round:
         for eps in epsilons:
@@ -106,8 +116,9 @@ def run(*, dataset: str = "ml-100k", epsilons: Sequence[float] = EPSILONS, users
 
 def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
     """Rows ``(figure, method, n_p, epochs, epsilon target, epsilon spent, noise multiplier,
-    RMSE, loss against no DP)``; the loss is relative to the same figure's ``inf`` run at the
-    same round size and epochs (Figure 6), or DP-FedRec's RMSE over SecEmb + DP's (Figure 7)."""
+    RMSE, loss against no DP)`` (epochs with the rounds run when an epoch was cut); the loss is
+    relative to the same figure's ``inf`` run at the same round size and epochs (Figure 6), or
+    DP-FedRec's RMSE over SecEmb + DP's (Figure 7)."""
     rows: list[tuple[str, ...]] = []
     base = {(r["users_per_round"], r["epochs"]): r["rmse"] for r in result["fig6"] if r["epsilon_target"] == math.inf}
     for part in ("fig6", "fig7"):
@@ -121,7 +132,8 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
             else:
                 mine = ours.get(r["epsilon_target"])
                 rel = f"{100 * (r['rmse'] / mine - 1):+.1f} %" if r["protocol"] == "dp-fedrec" and mine else "-"
-            rows.append(("Fig 6" if part == "fig6" else "Fig 7", method, str(r["users_per_round"]), str(r["epochs"]),
+            epochs = f"{r['epochs']} ({r['rounds']} rounds)" if r.get("rounds_per_epoch") else str(r["epochs"])
+            rows.append(("Fig 6" if part == "fig6" else "Fig 7", method, str(r["users_per_round"]), epochs,
                          f"{r['epsilon_target']:g}", f"{p['epsilon']:.3f}" if p else "-",
                          f"{p['noise_multiplier']:.3f}" if p else "-", f"{r['rmse']:.4f}", rel))
     return rows

@@ -22,6 +22,9 @@ def register(bench_app: typer.Typer) -> None:
         fedrec_epsilons: str = typer.Option("1,4", help="Comma-separated target epsilons of Figure 7 (empty: "
                                             "leave Figure 7 out)."),
         fedrec_epochs: int = typer.Option(2, help="Epochs of the Figure 7 runs (both methods)."),
+        rounds_per_epoch: int = typer.Option(0, help="Stop every epoch of every run (both figures, both methods) "
+                                             "after this many rounds, where one epoch does not fit (0: whole "
+                                             "epochs)."),
         clip: float = typer.Option(0.1, help="L2 bound of a user's round contribution (every run)."),
         delta: float = typer.Option(1e-5, help="Target delta."),
         secure: bool = typer.Option(False, "--secure", help="SecEmb + DP through secemb itself (default: its "
@@ -42,6 +45,8 @@ def register(bench_app: typer.Typer) -> None:
         from secemb.errors import InvalidParameters
 
         check_output_file(out, "--out")
+        if rounds_per_epoch < 0:
+            fail(f"--rounds-per-epoch must be >= 0 (0: whole epochs), got {rounds_per_epoch}")
         try:
             eps = tuple(float(x) for x in epsilons.split(",") if x.strip())
             fed = tuple(float(x) for x in fedrec_epsilons.split(",") if x.strip())
@@ -54,7 +59,8 @@ def register(bench_app: typer.Typer) -> None:
             with console.status("measuring") as status:
                 result = bench_dp.run(dataset=dataset, epsilons=eps, users_per_round=sizes, epochs=epochs,
                                       fedrec_epsilons=fed, fedrec_epochs=fedrec_epochs, clip=clip, delta=delta,
-                                      secure=secure, quick=quick, progress=lambda msg: status.update(escape(msg)))
+                                      secure=secure, quick=quick, rounds_per_epoch=rounds_per_epoch or None,
+                                      progress=lambda msg: status.update(escape(msg)))
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         if save_result(result, out, as_json):

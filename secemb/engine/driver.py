@@ -408,7 +408,7 @@ def run(
             m_prime, count_bytes = int(doc["m_prime"]), count_bytes + int(doc["bytes"])
             m_prime_updates.append({"epoch": epoch, "m_prime": m_prime, "mean_count": float(doc["mean_count"])})
             rc_plan = protocol.round_config(0, m, width, dense_size, m_prime, cfg.ring_bits)
-        for users in _epoch_rounds(rng, active, cfg.users_per_round, cfg.sampling == "poisson"):
+        for users in _epoch_rounds(rng, active, cfg.users_per_round, cfg.sampling == "poisson")[: cfg.rounds_per_epoch]:
             if not users:  # an empty Poisson round: nothing to aggregate, nothing released
                 continue
             drawn = []

@@ -73,7 +73,7 @@ def dp_plan_of(model: RecModel, protocol: Protocol, train_data: RatingData, conf
     return plan_dp(config.dp, central=caps.central_dp, fp=FixedPoint(config.ring_bits, config.frac_bits),
                    coordinates=train_data.num_items * model.sparse_width + model.dense_size,
                    active_users=int(np.unique(train_data.users).size), users_per_round=config.users_per_round,
-                   epochs=config.epochs)
+                   epochs=config.epochs, rounds_per_epoch=config.rounds_per_epoch)
 
 
 def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData, config: TrainConfig,

@@ -159,7 +159,7 @@ class DPPlan:
 
 
 def plan_dp(settings: DPSettings, *, central: bool, fp: FixedPoint, coordinates: int, active_users: int,
-            users_per_round: int, epochs: int) -> DPPlan:
+            users_per_round: int, epochs: int, rounds_per_epoch: int | None = None) -> DPPlan:
     """The run's noise for ``settings``.
 
     Parameters
@@ -167,6 +167,9 @@ def plan_dp(settings: DPSettings, *, central: bool, fp: FixedPoint, coordinates:
     central: SecEmb + DP (servers add noise, Poisson sampling) or DP-FedRec (devices add it).
     fp: the ring; coordinates: ``m * width + dense_size``.
     active_users, users_per_round, epochs: ``n``, ``n_p`` and the run's epochs.
+    rounds_per_epoch: the run's bound on rounds an epoch (``None``: all ``ceil(n / n_p)``);
+        central DP's steps are the rounds that run.  Local DP (DP-FedRec) is unchanged: the
+        epoch permutation puts a user in at most one round an epoch, run or not.
 
     Raises
     ------
@@ -174,7 +177,7 @@ def plan_dp(settings: DPSettings, *, central: bool, fp: FixedPoint, coordinates:
     """
     if central:
         q = min(1.0, users_per_round / max(active_users, 1))
-        steps = epochs * -(-active_users // users_per_round)
+        steps = epochs * min(-(-active_users // users_per_round), rounds_per_epoch or active_users)
     else:
         q, steps = 1.0, epochs
     z = noise_multiplier(settings.epsilon, settings.delta, q, steps)

@@ -8,7 +8,16 @@ discrete Gaussian noise ``N_Z(0, sigma^2)`` (ring units, from the OS CSPRNG) to 
 the ``m w + P`` coordinates of its clipped, encoded gradient -- all of them, since noise only
 on the rated rows would reveal which items it rated.  The noisy vector still travels as two
 additive shares (so the baseline runs on the two-server engine unchanged); its guarantee is
-the one of a public upload, which is what DP-FedRec claims.  ``sigma`` and the L2 bound ``clip``
+the one of a public upload, which is what DP-FedRec claims.
+
+What each server receives per user and round: server 0 a fresh 16-byte seed, server 1 the
+full-size ``(m w + P)``-word vector ``x - r`` (``x`` the noisy upload, ``r`` the AES-CTR
+expansion of the seed, :func:`secemb.randomness.expand_seed`, as SecEmb's and the lossy
+baselines' seeded shares); server 0 expands the seed to ``r``, so the two sum to the servers'
+shares of the same aggregate as two full-size uniform shares would.  The traffic is one full
+model up (``(m w + P) k / 8`` bytes and 16 more), as DP-FedRec's noisy upload of the whole
+model in the paper; each share alone is still uniform (server 1's is masked by ``r``).
+``sigma`` and the L2 bound ``clip``
 the devices clip their round contribution to (what ``sigma`` is calibrated for) are protocol
 options: set from the run's DP plan (:func:`secemb.privacy.plan_dp` with ``central=False``: no
 sampling amplification, ``epochs`` releases per user) through
@@ -24,12 +33,15 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.privacy.noise import ClipSpec, clip_spec, discrete_gaussian, to_ring
-from secemb.protocols.base import Capabilities
-from secemb.protocols.secfedrec import FullModelProtocol, FullModelUser
+from secemb.protocols.base import Capabilities, RoundConfig
+from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes
-from secemb.sharing import share
+from secemb.randomness import expand_seed
 
-__all__ = ["DPFedRecProtocol", "DPFedRecUser"]
+__all__ = ["DPFedRecProtocol", "DPFedRecServer", "DPFedRecUser"]
+
+#: server 0's upload body: the seed its share expands from
+SEED_BYTES = 16
 
 
 class DPFedRecUser(FullModelUser):
@@ -38,13 +50,28 @@ class DPFedRecUser(FullModelUser):
     proto: DPFedRecProtocol
 
     def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
-        """Additive shares of ``[full gradient (m w), dense (P)] + noise`` (every coordinate)."""
+        """Additive shares of ``x = [full gradient (m w), dense (P)] + noise`` (noise on every
+        coordinate, drawn first from the user's randomness): a fresh 16-byte seed for server
+        0, and ``x - expand_seed(seed)`` (full size) for server 1."""
         cfg = self.config
         vec = np.concatenate([self.full_gradient(rows).reshape(-1), dense])
         if self.proto.sigma > 0:
-            vec = vec + to_ring(cfg.ring_bits, discrete_gaussian(self.proto.sigma, vec.size, _rng=self._rng))
-        s0, s1 = share(vec, _rng=self._rng)
-        return array_bytes(s0), array_bytes(s1)
+            np.add(vec, to_ring(cfg.ring_bits, discrete_gaussian(self.proto.sigma, vec.size, _rng=self._rng)), out=vec)
+        seed = bytes(self._rng(SEED_BYTES))
+        np.subtract(vec, expand_seed(seed, vec.shape, vec.dtype), out=vec)
+        return seed, array_bytes(vec)
+
+
+class DPFedRecServer(FullModelServer):
+    """A full-model server whose party-0 uploads are seeds (:class:`DPFedRecUser`)."""
+
+    def absorb(self, user_id: int, body: memoryview, *, retract: bool = False) -> None:
+        """Server 0: add (``retract``: subtract) the expansion of the user's seed; server 1:
+        its full-size share, as :class:`FullModelServer`."""
+        if self.party == 1:
+            super().absorb(user_id, body, retract=retract)
+            return
+        _accumulate(self._acc, expand_seed(bytes(body), self._acc.shape, self._cfg().dtype), retract)
 
 
 class DPFedRecProtocol(FullModelProtocol):
@@ -56,6 +83,7 @@ class DPFedRecProtocol(FullModelProtocol):
     capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=("sigma", "clip"),
                                 local_dp=True)
     user_cls = DPFedRecUser
+    server_cls = DPFedRecServer
 
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
                  *, sigma: float = 0.0, clip: float = 0.0) -> None:
@@ -67,6 +95,10 @@ class DPFedRecProtocol(FullModelProtocol):
             raise InvalidParameters(f"dp-fedrec: sigma and clip go together (the noise is calibrated for the clip "
                                     f"bound), got sigma={sigma!r}, clip={clip!r}")
         self.sigma, self.clip = float(sigma), float(clip)
+
+    def upload_body_bytes(self, rc: RoundConfig, party: int) -> int:
+        """Server 0: the 16-byte seed; server 1: the full-size share, ``(m w + P)`` words."""
+        return SEED_BYTES if party == 0 else super().upload_body_bytes(rc, party)
 
     def with_noise(self, sigma: float, clip: float) -> DPFedRecProtocol:
         """The same protocol with the devices' noise scale ``sigma`` (ring units) and L2 bound

@@ -71,6 +71,6 @@ class GrecProtocol(FullModelProtocol):
         super().__init__(layout, relay, expansion, layout_seed)
         self.server_eval = bool(server_eval)
 
-    def upload_body_bytes(self, rc: RoundConfig) -> int:
+    def upload_body_bytes(self, rc: RoundConfig, party: int) -> int:
         """``slots`` full row keys, then a share of the dense gradient."""
         return _key_bytes(rc) + rc.dense_size * rc.dtype.itemsize

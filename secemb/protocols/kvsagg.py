@@ -231,11 +231,11 @@ class KvsaggProtocol(FullModelProtocol):
         keys = min(self.capacity or rc.num_items, rc.num_items)
         return NUM_HASHES * max(1, math.ceil(self.load * keys / NUM_HASHES))
 
-    def upload_body_bytes(self, rc: RoundConfig) -> int:
+    def upload_body_bytes(self, rc: RoundConfig, party: int) -> int:
         """Shares of the three uint64 fields (``3 C``), then of values and dense gradient."""
         c = self.cells(rc)
         return 3 * c * 8 + (c * rc.width + rc.dense_size) * rc.dtype.itemsize
 
     def share_body_bytes(self, rc: RoundConfig, num_users: int) -> int:
         """The summed sketch shares, laid out as the upload."""
-        return self.upload_body_bytes(rc)
+        return self.upload_body_bytes(rc, 0)

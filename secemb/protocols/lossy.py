@@ -341,7 +341,7 @@ class _LossyProtocol(FullModelProtocol):
     def reply_body_bytes(self, rc: RoundConfig) -> int:
         return super().reply_body_bytes(rc) + self.scale_bytes(rc)
 
-    def upload_body_bytes(self, rc: RoundConfig) -> int:
+    def upload_body_bytes(self, rc: RoundConfig, party: int) -> int:
         """The compressed update's share, then the dense gradient's."""
         shape, dt = self.compressed_shape(rc)
         return shape[0] * dt.itemsize + rc.dense_size * rc.dtype.itemsize

@@ -35,7 +35,16 @@ import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
-from secemb.protocols.wire import array_bytes, check_ring, check_user, frame, open_message, read_array, users_bytes
+from secemb.protocols.wire import (
+    array_bytes,
+    check_ring,
+    check_user,
+    frame,
+    open_message,
+    read_array,
+    read_rows,
+    users_bytes,
+)
 from secemb.randomness import RandomBytes, system_rng
 from secemb.sharing import reconstruct, share
 
@@ -96,10 +105,9 @@ class FullModelUser(UserRole):
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
         open_message(reply1, self.protocol, "retrieval_reply", 1, cfg.round_id, 0)
-        table = read_array(body, 0, cfg.dtype, (cfg.num_items, cfg.width))[0]
         self.read_extra(body)
         idx = self._requested()
-        rows = table[np.maximum(idx, 0)]
+        rows = read_rows(body, 0, cfg.dtype, (cfg.num_items, cfg.width), np.maximum(idx, 0))
         rows[idx < 0] = 0
         self._stage = 2
         return rows
@@ -156,17 +164,20 @@ class FullModelServer(ServerRole):
             raise InvalidParameters(f"config must be a RoundConfig, got {type(config).__name__}")
         check_ring("table", table, (config.num_items, config.width), config)
         self._start_round(config)
-        self._table_bytes = array_bytes(table) if self.party == 0 else b""
         self._requested: set[int] = set()
         self._uploaded: set[int] = set()
         self._bodies: dict[int, memoryview] = {}  # upload bodies, until the round closes
         self.reset_state(config)
+        # every user of the round gets the same reply: framed once (the table is 48 MB at Yelp's shape)
+        body = (array_bytes(table), self.extra_reply()) if self.party == 0 else ()
+        self._reply = frame(self.protocol, "retrieval_reply", self.party, config.round_id, *body)
 
     def reset_state(self, config: RoundConfig) -> None:
         self._acc = np.zeros(config.num_items * config.width + config.dense_size, config.dtype)
 
     def extra_reply(self) -> bytes:
-        """Hook: public round data appended to the table in server 0's reply."""
+        """Hook: public round data appended to the table in server 0's reply (read once, when
+        the round begins: it must not change before the round's aggregate)."""
         return b""
 
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
@@ -176,9 +187,7 @@ class FullModelServer(ServerRole):
             raise ProtocolError(f"server {self.party}: user {user_id} already retrieved in round {cfg.round_id}")
         open_message(message, self.protocol, "retrieval_request", self.party, cfg.round_id, 0)
         self._requested.add(user_id)
-        if self.party == 1:
-            return frame(self.protocol, "retrieval_reply", 1, cfg.round_id)
-        return frame(self.protocol, "retrieval_reply", 0, cfg.round_id, self._table_bytes, self.extra_reply())
+        return self._reply
 
     def absorb(self, user_id: int, body: memoryview, *, retract: bool = False) -> None:
         """Add upload ``body`` to the running state (``retract``: take it out again, for a
@@ -194,7 +203,7 @@ class FullModelServer(ServerRole):
         if user_id in self._uploaded:
             raise ProtocolError(f"server {self.party}: user {user_id} already uploaded in round {cfg.round_id}")
         body = open_message(message, self.protocol, "upload", self.party, cfg.round_id,
-                            self.proto.upload_body_bytes(cfg))
+                            self.proto.upload_body_bytes(cfg, self.party))
         self.absorb(user_id, body)
         self._uploaded.add(user_id)
         self._bodies[user_id] = body
@@ -255,8 +264,9 @@ class FullModelProtocol(Protocol):
         """Server 0's retrieval reply: the encoded table, ring ``(m, w)``."""
         return rc.num_items * rc.width * rc.dtype.itemsize
 
-    def upload_body_bytes(self, rc: RoundConfig) -> int:
-        """SecFedRec: a share of the full gradient and of the dense gradient."""
+    def upload_body_bytes(self, rc: RoundConfig, party: int) -> int:
+        """The upload body server ``party`` receives; SecFedRec: a share of the full gradient
+        and of the dense gradient, the same size for both servers."""
         return (rc.num_items * rc.width + rc.dense_size) * rc.dtype.itemsize
 
     def share_body_bytes(self, rc: RoundConfig, num_users: int) -> int:
@@ -268,7 +278,7 @@ class FullModelProtocol(Protocol):
         if kind == "retrieval_request":
             return 0
         if kind == "upload":
-            return self.upload_body_bytes(rc)
+            return self.upload_body_bytes(rc, party)
         if kind == "aggregate_share":
             return 8 + 8 * num_users + self.share_body_bytes(rc, num_users)
         return None  # no relay

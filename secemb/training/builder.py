@@ -132,6 +132,7 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
         m_prime=exp.m_prime if exp.m_prime is not None else task.default_m_prime(data.num_items),
         alpha=exp.alpha,
         m_prime_update=exp.m_prime_update,
+        rounds_per_epoch=exp.rounds_per_epoch,
         seed=exp.seed,
         verify=exp.verify,
         lr=hp["lr"],

@@ -78,6 +78,7 @@ class Experiment:
     m_prime: int | None = None
     alpha: float = 2.5
     m_prime_update: int = 0
+    rounds_per_epoch: int | None = None
     seed: int = 0
     verify: bool = False
     lr: float | None = None

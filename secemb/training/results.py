@@ -75,6 +75,10 @@ class TrainConfig:
     m_prime_update: run the Eq. 11 count again before every ``m_prime_update``-th epoch and
         use the new m' from then on (SecEmb Appendix L.2); 0: m' is fixed once.  Needs m' from
         the counts (``m_prime=None``).
+    rounds_per_epoch: end every epoch after this many rounds (the users the epoch's
+        permutation puts in later rounds, or its later Poisson rounds, sit it out), for runs too
+        slow to finish an epoch; ``None``: every round.  Central DP's accountant counts the
+        rounds that run (``epochs * min(rounds_per_epoch, ceil(n / users_per_round))``).
     """
 
     epochs: int = 1
@@ -96,6 +100,7 @@ class TrainConfig:
     sampling: Literal["permutation", "poisson"] = "permutation"
     dp: DPSettings | None = None
     m_prime_update: int = 0
+    rounds_per_epoch: int | None = None
 
     def __post_init__(self) -> None:
         def is_int(x: object) -> bool:
@@ -133,6 +138,8 @@ class TrainConfig:
         if self.m_prime_update and self.m_prime is not None:
             raise InvalidParameters("m_prime_update recounts m' from the devices' counts: it needs m_prime=None "
                                     f"(m' given as {self.m_prime})")
+        if self.rounds_per_epoch is not None and (not is_int(self.rounds_per_epoch) or self.rounds_per_epoch < 1):
+            raise InvalidParameters(f"rounds_per_epoch must be None or an int >= 1, got {self.rounds_per_epoch!r}")
         if self.dp is not None and not isinstance(self.dp, DPSettings):
             raise InvalidParameters(f"dp must be a DPSettings or None, got {type(self.dp).__name__}")
         if self.dp is not None and self.verify:
@@ -299,7 +306,8 @@ def run_config(
         "num_train_ratings": len(train_data),
         "num_test_ratings": 0 if test_data is None else len(test_data),
         "active_users": active_users,
-        "total_rounds": cfg.epochs * -(-active_users // cfg.users_per_round),
+        "rounds_per_epoch": cfg.rounds_per_epoch,
+        "total_rounds": cfg.epochs * min(-(-active_users // cfg.users_per_round), cfg.rounds_per_epoch or active_users),
     }
 
 

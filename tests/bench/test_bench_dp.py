@@ -27,10 +27,25 @@ def test_quick_run_figures_and_rows():
     assert rows[-1][-1] == f"{100 * (fedrec['rmse'] / ours['rmse'] - 1):+.1f} %"
 
 
+@pytest.mark.slow  # two trainings of one round each, one of them DP-FedRec's
+def test_rounds_per_epoch_bounds_both_methods_alike():
+    result = run(dataset="synthetic-mini", epsilons=(), fedrec_epsilons=(2.0,), fedrec_epochs=1,
+                 fedrec_users_per_round=40, rounds_per_epoch=1)
+    assert result["rounds_per_epoch"] == 1
+    assert [(r["protocol"], r["rounds"], r["rounds_per_epoch"]) for r in result["fig7"]] == [
+        ("plaintext", 1, 1), ("dp-fedrec", 1, 1)]
+    assert result["fig7"][0]["privacy"]["steps"] == 1 and result["fig7"][1]["privacy"]["steps"] == 1
+    assert table_rows(result)[0][3] == "1 (1 rounds)"
+
+
 def test_bad_options():
     with pytest.raises(InvalidParameters, match="epsilons"):
         run(epsilons=(0.0,), fedrec_epsilons=())
     with pytest.raises(InvalidParameters, match="clip"):
         run(epsilons=(1.0,), clip=-1.0)
+    with pytest.raises(InvalidParameters, match="rounds per epoch"):
+        run(epsilons=(1.0,), rounds_per_epoch=0)
     r = CliRunner().invoke(app, ["bench", "dp", "--epsilons", "x", "--out", "/tmp/h-seqdp-unused.json"])
     assert r.exit_code == 2 and "must be numbers" in r.output
+    r = CliRunner().invoke(app, ["bench", "dp", "--rounds-per-epoch", "-1", "--out", "/tmp/h-seqdp-unused.json"])
+    assert r.exit_code == 2 and "--rounds-per-epoch" in r.output

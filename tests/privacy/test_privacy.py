@@ -5,6 +5,7 @@ the seeded secure/plaintext twin, ``--dp-epsilon inf``, and DP-FedRec's full-siz
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import dp_accounting
 import numpy as np
@@ -24,7 +25,7 @@ from secemb.privacy.noise import add_to_share
 from secemb.protocols import get_protocol
 from secemb.protocols.base import RoundConfig
 from secemb.protocols.placement import place
-from secemb.randomness import CtrDrbg
+from secemb.randomness import CtrDrbg, expand_seed
 from secemb.ring import FixedPoint
 from secemb.training import Experiment, TrainConfig, run_experiment, train
 from secemb.training.local import local_update
@@ -152,6 +153,27 @@ def test_accountant_agrees_with_dp_accounting_and_stays_under_the_target(small):
     assert p["epsilon_known_participation"] >= p["epsilon"]  # against a server that sees who took part
 
 
+def test_rounds_per_epoch_cuts_epochs_and_the_accountant_counts_the_rounds_run(small):
+    tr, te = small  # 60 users, 20 a round: 3 rounds an epoch
+    model, proto = MatrixFactorization(dim=8, reg=0.01), get_protocol("plaintext", layout="full")
+    res = train(model, proto, tr, te, _dp_config(rounds_per_epoch=2))
+    p = res.privacy
+    assert res.rounds == 4 and p["steps"] == 4 and res.config["total_rounds"] == 4
+    acc = rdp.RdpAccountant()  # the library called on the rounds that ran
+    acc.compose(dp_accounting.PoissonSampledDpEvent(p["sampling_rate"], dp_accounting.GaussianDpEvent(
+        p["noise_multiplier"])), 4)
+    assert p["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9) and 3.9 < p["epsilon"] <= 4.0
+    full = train(model, proto, tr, te, _dp_config())
+    assert full.rounds == 6 and full.privacy["noise_multiplier"] > p["noise_multiplier"]  # more steps, more noise
+    plain = TrainConfig(epochs=2, users_per_round=20)
+    whole = train(model, proto, tr, te, plain)
+    assert train(model, proto, tr, te, replace(plain, rounds_per_epoch=3)).model_sha256 == whole.model_sha256
+    cut = train(model, proto, tr, te, replace(plain, rounds_per_epoch=1))
+    assert cut.rounds == 2 and cut.participations == 40 and cut.model_sha256 != whole.model_sha256
+    with pytest.raises(InvalidParameters, match="rounds_per_epoch"):
+        TrainConfig(rounds_per_epoch=0)
+
+
 def test_plan_refuses_noise_that_does_not_fit_the_ring():
     with pytest.raises(InvalidParameters, match="ring_bits=64"):
         plan_dp(DPSettings(0.05, 1e-5, 100.0), central=False, fp=FixedPoint(32, 16), coordinates=100,
@@ -201,7 +223,8 @@ def test_dp_fedrec_uploads_are_full_size_and_noised(small):
     cfg = TrainConfig(epochs=1, users_per_round=20, dp=DPSettings(4.0, 1e-5, 0.5), ring_bits=64)
     res = train(model, get_protocol("dp-fedrec", layout="full"), tr, te, cfg)
     coords = tr.num_items * model.sparse_width + model.dense_size
-    assert res.upload_bytes_per_user_round == 2 * (24 + 8 * coords) + 2 * 24  # requests: header only
+    # server 0: a 16-byte seed; server 1: the full-size share; requests: header only
+    assert res.upload_bytes_per_user_round == (24 + 16) + (24 + 8 * coords) + 2 * 24
     assert res.privacy["sampling_rate"] == 1.0 and res.privacy["steps"] == 1
     rc = RoundConfig(round_id=1, num_items=tr.num_items, width=model.sparse_width, dense_size=model.dense_size,
                      m_prime=4, ring_bits=64, layout="full")
@@ -212,8 +235,43 @@ def test_dp_fedrec_uploads_are_full_size_and_noised(small):
     user.retrieval_result(frame("dp-fedrec", "retrieval_reply", 0, 1, table.tobytes()),
                           frame("dp-fedrec", "retrieval_reply", 1, 1))
     up0, up1 = user.upload(np.zeros((4, rc.width), np.uint64), np.zeros(rc.dense_size, np.uint64))
-    total = np.frombuffer(up0[24:], "<u8") + np.frombuffer(up1[24:], "<u8")
-    assert total.size == coords and np.mean(total == 0) < 0.01  # every coordinate noised, zero rows too
+    assert len(up0) == 24 + 16 and len(up1) == 24 + 8 * coords
+    total = expand_seed(up0[24:], (coords,), np.uint64) + np.frombuffer(up1[24:], "<u8")
+    assert np.mean(total == 0) < 0.01  # every coordinate noised, zero rows too
+
+
+def test_dp_fedrec_aggregate_is_the_sum_of_the_noisy_uploads_given_the_same_noise():
+    """Server 0 expands seeds, server 1 sums full-size shares: the combined aggregate is, bit for
+    bit, the ring sum of every included user's gradient plus the noise it drew first from its
+    randomness (what two full-size uniform shares gave); a user left out is retracted on both."""
+    m, w, p, sigma = 30, 5, 2, 3e4
+    rc = RoundConfig(round_id=3, num_items=m, width=w, dense_size=p, m_prime=4, ring_bits=64, layout="full")
+    proto = get_protocol("dp-fedrec", layout="full").with_noise(sigma, 0.5)
+    servers = [proto.make_server(0), proto.make_server(1)]
+    table = np.arange(m * w, dtype=np.uint64).reshape(m, w)
+    for s in servers:
+        s.begin_round(rc, table)
+    gen = np.random.default_rng(5)  # test data only
+    want = np.zeros(m * w + p, np.uint64)
+    for u in range(4):
+        idx = gen.choice(m, 4, replace=False)
+        user = proto.make_user(rc, _rng=CtrDrbg(100 + u))
+        requests = user.retrieval_request(idx)
+        got = user.retrieval_result(*(s.handle_retrieval(u, q) for s, q in zip(servers, requests, strict=True)))
+        assert np.array_equal(got, table[idx])
+        rows = gen.integers(0, 2**64, (4, w), dtype=np.uint64)
+        dense = gen.integers(0, 2**64, p, dtype=np.uint64)
+        for s, msg in zip(servers, user.upload(rows, dense), strict=True):
+            s.handle_upload(u, msg)
+        if u == 2:
+            continue  # left out below
+        full = np.zeros((m, w), np.uint64)
+        full[idx] = rows
+        noise = discrete_gaussian(sigma, m * w + p, _rng=CtrDrbg(100 + u)).view(np.uint64)
+        want += np.concatenate([full.reshape(-1), dense]) + noise
+    keep = [0, 1, 3]
+    sparse, dense_sum = servers[0].combine(servers[1].aggregate_share(keep), keep)
+    assert np.array_equal(np.concatenate([sparse.reshape(-1), dense_sum]), want)
 
 
 def test_dp_with_verify_or_an_unsupported_protocol_is_refused(small):

@@ -93,7 +93,8 @@ def test_lossy_upload_sizes():
     for name in ("secfedrec", "quant8", "ternary", "svd", "colr"):
         proto = get_protocol(name, rank=r) if name != "secfedrec" else get_protocol(name)
         rc = proto.round_config(0, m, w, p, 200)
-        sizes[name] = proto.upload_body_bytes(rc)
+        sizes[name] = proto.upload_body_bytes(rc, 0)
+        assert proto.upload_body_bytes(rc, 1) == sizes[name]
     assert sizes["secfedrec"] == (m * w + p) * 4
     assert sizes["quant8"] == m * w * 2 + 4 and sizes["ternary"] == m * w + 4
     assert sizes["svd"] == (m * r + r * w) * 4 + 4 and sizes["colr"] == m * r * 4 + 4
