@@ -1,17 +1,19 @@
-"""``secemb client`` trains an FM recommender with user features against two server processes
-on 127.0.0.1: the servers build FM from the public item features file (``[model]
-item_features``), the round announces FM's hyperparameters only, and the device builds the
-model with its own features (``--dataset``'s: its user row and the public item matrix) because
-the round's sizes are those of FM with features.  Its step -- loss and updated private vector
--- is bit for bit the simulation's device's (the full feature set, the same user) on the rows
-and dense vector of the round; its upload is the same size as a device of the SDK's; features
-that do not fit the round are refused (exit 2) before the device joins."""
+"""``secemb client`` trains an FM recommender (and a DeepFM one, ``slow``) with user features
+against two server processes on 127.0.0.1: the servers build the model from the public item
+features file (``[model] item_features``), the round announces its hyperparameters only, and
+the device builds the model with its own features (``--dataset``'s: its user row and the
+public item matrix) because the round's sizes are those of the model with features.  Its step
+-- loss and updated private vector -- is bit for bit the simulation's device's (the full
+feature set, the same user) on the rows and dense vector of the round; its upload is the same
+size as a device of the SDK's; features that do not fit the round are refused (exit 2) before
+the device joins."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from secemb.cli import app
@@ -20,7 +22,7 @@ from secemb.data import by_user, load_dataset, train_test_split
 from secemb.data.features import FeatureSet, load_features, save_item_features
 from secemb.engine.settings import cluster_settings
 from secemb.errors import InvalidParameters
-from secemb.models import FactorizationMachine, UserStore
+from secemb.models import DeepFM, FactorizationMachine, UserStore
 from secemb.models.task import RATING
 from secemb.protocols import get_protocol
 from secemb.sim.cluster import LocalCluster
@@ -44,11 +46,12 @@ def test_for_device_keeps_one_row() -> None:
         raise AssertionError(f"for_device({bad!r}) accepted")
 
 
-def test_client_trains_fm_with_its_own_features(tmp_path) -> None:
+@pytest.mark.parametrize("model_class", [FactorizationMachine, pytest.param(DeepFM, marks=pytest.mark.slow)])
+def test_client_trains_fm_with_its_own_features(tmp_path, model_class) -> None:
     data = load_dataset("synthetic", seed=0)
     tr, _ = train_test_split(data, 0.2, seed=0)  # as `secemb client` reads it
     feats = load_features("synthetic", num_users=data.num_users, num_items=data.num_items, seed=0)
-    fm = FactorizationMachine(dim=4, reg=0.01, features=feats)
+    fm = model_class(dim=4, reg=0.01, features=feats)
     assert fm.l_x == 84 and fm.frozen_columns > 0
     counts = np.bincount(tr.users, minlength=tr.num_users)
     cli_user, sdk_user = (int(u) for u in np.flatnonzero((counts >= 5) & (counts <= M_PRIME))[:2])
@@ -99,6 +102,6 @@ def test_client_trains_fm_with_its_own_features(tmp_path) -> None:
         np.testing.assert_array_equal(z["params"], store.params[cli_user])
     # the features mattered: without the device's user row the step differs
     blank = FeatureSet("blank", np.zeros_like(feats.user), feats.item)
-    other = FactorizationMachine(dim=4, reg=0.01, features=blank).local_step(
+    other = model_class(dim=4, reg=0.01, features=blank).local_step(
         rows, dense_u, UserStore(params.copy(), info.adam()).state(cli_user), sample.batch)
     assert other.loss != want.loss
