@@ -2,10 +2,10 @@
 recommender and an FM one (and a DeepFM one, ``slow``) with the ML-100K stand-in's 84 user
 features: ``secemb client`` trains a denoiser round against two server processes from the
 device's recommender state file, the recommender's public model and (FM, DeepFM) its own
-features (the mechanism comes from the announced spec), ``secemb admin save-denoiser`` writes the deployment's trained denoiser, and
-``secemb infer --credentials --denoiser --recommender`` post-processes the recommender
-deployment's reply on the device -- the same scores as the in-process simulation's device with
-the full context on the release the device recorded."""
+features (the mechanism comes from the announced spec), ``secemb admin save-denoiser`` writes
+the deployment's trained denoiser, and ``secemb infer --credentials --denoiser --recommender``
+post-processes the recommender deployment's reply on the device -- the same scores as the
+in-process simulation's device with the full context on the release the device recorded."""
 
 from __future__ import annotations
 
