@@ -73,8 +73,8 @@ def register(app: typer.Typer) -> None:
         from secemb.client.credentials import DeviceCredentials
         from secemb.client.device import Device, DeviceClient, RoundInfo
         from secemb.data import RatingData, by_user, load_dataset
-        from secemb.errors import InvalidParameters, SecembError
         from secemb.data.features import FeatureSet
+        from secemb.errors import InvalidParameters, SecembError
         from secemb.models import RecModel, get_model, uses_features
         from secemb.models.base import UserSnapshot
         from secemb.models.task import RATING, Task
@@ -131,8 +131,7 @@ def register(app: typer.Typer) -> None:
 
             if info.model["name"] != NAME:
                 model = info.make_model()
-                if uses_features(info.model["name"]) and \
-                        (model.sparse_width, model.dense_size) != (info.config.width, info.config.dense_size):
+                if uses_features(info.model["name"]) and not info.fits(model):
                     model = info.make_model(own_features())
                 info.check_model(model)
                 return model

@@ -142,14 +142,18 @@ class RoundInfo:
         extra = {} if features is None else {"features": features}
         return get_model(self.model["name"], **self.model["hparams"], **extra)
 
+    def fits(self, model: RecModel) -> bool:
+        """Whether ``model``'s table width and dense size are the round's."""
+        return (model.sparse_width, model.dense_size) == (self.config.width, self.config.dense_size)
+
     def check_model(self, model: RecModel) -> None:
-        """Raise :class:`InvalidParameters` unless ``model``'s table width and dense size are
-        the round's (a device's model built other than the servers': e.g. FM without the
-        features the deployment trains with)."""
-        got, want = (model.sparse_width, model.dense_size), (self.config.width, self.config.dense_size)
-        if got != want:
-            raise InvalidParameters(f"the round trains a {self.model['name']} of table width {want[0]} and dense "
-                                    f"size {want[1]}, the device's model has {got[0]} and {got[1]}")
+        """Raise :class:`InvalidParameters` unless ``model`` :meth:`fits` the round (a device's
+        model built other than the servers': e.g. FM without the features the deployment
+        trains with)."""
+        if not self.fits(model):
+            got, want = (model.sparse_width, model.dense_size), (self.config.width, self.config.dense_size)
+            raise InvalidParameters(f"the round trains a {self.model['name']} of table width {want[0]} and "
+                                    f"dense size {want[1]}, the device's model has {got[0]} and {got[1]}")
 
     def adam(self) -> AdamConfig:
         t = self.training
