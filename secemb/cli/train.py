@@ -64,12 +64,6 @@ def register(app: typer.Typer) -> None:
                                    "cores), ray or gpu (CUDA, secemb[gpu]).")
         ] = "serial",
         workers: Annotated[int | None, typer.Option(min=1, help="Workers of the thread/process/ray backend.")] = None,
-        schedule: Annotated[
-            str, typer.Option(help="How a round's simulated devices meet the in-process servers: staged (all "
-                                   "retrievals, then all uploads), pipelined (groups of devices working while the "
-                                   "servers evaluate the group before), or interleaved (one device at a time). "
-                                   "All give the same model.")
-        ] = "staged",
         epochs: Annotated[
             int,
             typer.Option(
@@ -163,7 +157,6 @@ def register(app: typer.Typer) -> None:
                 expansion=expansion,
                 backend=backend,
                 workers=workers,
-                schedule=schedule,  # TrainConfig checks the value (exit 2)
                 epochs=epochs,
                 users_per_round=users_per_round,
                 m_prime=m_prime,

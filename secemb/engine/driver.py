@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol as TypingProtocol
 
@@ -69,9 +68,6 @@ from secemb.training.results import (
 from secemb.transport.errors import RemoteError, Unreachable
 
 __all__ = ["Behavior", "DevicePhase", "RoundAborted", "Servers", "run"]
-
-#: device groups of a round under ``schedule="pipelined"``
-PIPELINE_GROUPS = 4
 
 #: per (round index, user): None (normal) or a fault to simulate on the device:
 #: "drop" (retrieves, never uploads), "only0"/"only1" (uploads to one server only),
@@ -371,35 +367,14 @@ def run(
         except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
             dev.error = exc
 
-    def start(devs: list[_Device], info: RoundInfo) -> Callable[[], list[_Device]]:
-        """Prepare ``devs``; what sends their retrieval requests (each device's error kept)."""
+    def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
         sessions = servers.phase.map(lambda d: prepare(d, info), devs)
         live = [(d, s) for d, s in zip(devs, sessions, strict=True) if s is not None]
-
-        def retrieve() -> list[_Device]:
-            for (d, _), err in zip(live, servers.phase.retrieve([s for _, s in live]), strict=True):
-                if err is not None:
-                    d.error = err
-            return devs
-
-        return retrieve
-
-    def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
-        if cfg.schedule != "pipelined" or len(devs) < 2:
-            start(devs, info)()
-            servers.phase.map(lambda d: finish(d, expected), devs)
-            return
-        # groups of devices in a pipeline: while the servers evaluate one group's retrievals
-        # (on a thread of their own; the kernels release the GIL), the devices of the next
-        # group prepare and those of the group before train and upload
-        groups = np.array_split(np.arange(len(devs)), min(len(devs), PIPELINE_GROUPS))
-        with ThreadPoolExecutor(1, thread_name_prefix="secemb-retrieval") as pool:
-            retrieving: list[Future[list[_Device]]] = []
-            for g in groups:
-                retrieving.append(pool.submit(start([devs[i] for i in g], info)))
-                if len(retrieving) > 1:
-                    servers.phase.map(lambda d: finish(d, expected), retrieving.pop(0).result())
-            servers.phase.map(lambda d: finish(d, expected), retrieving.pop(0).result())
+        errors = servers.phase.retrieve([s for _, s in live])
+        for (d, _), err in zip(live, errors, strict=True):
+            if err is not None:
+                d.error = err
+        servers.phase.map(lambda d: finish(d, expected), devs)
 
     for epoch in range(1, cfg.epochs + 1):
         tot.epoch_losses = []

@@ -87,7 +87,7 @@ class Experiment:
     ring_bits: int = 32
     frac_bits: int = 16
     lazy_adam: bool = True
-    schedule: Literal["interleaved", "staged", "pipelined"] = "staged"
+    schedule: Literal["interleaved", "staged"] = "staged"
     dp_epsilon: float = float("inf")
     dp_delta: float = 1e-5
     dp_clip: float = 1.0

@@ -55,10 +55,8 @@ class TrainConfig:
     lazy_adam: server Adam updates only rows with a non-zero aggregate (see optimizer.py).
     ring_bits, frac_bits: fixed-point ring Z_{2^k} and fractional bits.
     schedule: ``"interleaved"`` (each user retrieves, trains and uploads before the next
-        starts), ``"staged"`` (all retrievals of the round, then all uploads) or
-        ``"pipelined"`` (the round's users in groups: while the servers evaluate one group's
-        retrievals, the next group prepares and the one before trains and uploads); all give
-        the same model.
+        starts) or ``"staged"`` (all retrievals of the round, then all uploads); both give the
+        same model.
     rating_range: public rating scale ``(lo, hi)``: predictions are clipped to it for RMSE
         and the model may seed its global bias with it; ``None`` takes the min and max rating
         of the training set (the scale of MovieLens, 1-5, is public anyway).
@@ -94,7 +92,7 @@ class TrainConfig:
     lazy_adam: bool = True
     ring_bits: int = 32
     frac_bits: int = 16
-    schedule: Literal["interleaved", "staged", "pipelined"] = "staged"
+    schedule: Literal["interleaved", "staged"] = "staged"
     rating_range: tuple[float, float] | None = None
     metrics: tuple[str, ...] = ("rmse",)
     sampling: Literal["permutation", "poisson"] = "permutation"
@@ -118,9 +116,9 @@ class TrainConfig:
             raise InvalidParameters(f"alpha must be a positive float, got {self.alpha!r}")
         if not is_int(self.seed) or self.seed < 0:
             raise InvalidParameters(f"seed must be an int >= 0, got {self.seed!r}")
-        if self.schedule not in ("interleaved", "staged", "pipelined"):
+        if self.schedule not in ("interleaved", "staged"):
             raise InvalidParameters(
-                f"schedule must be 'interleaved', 'staged' or 'pipelined', got {self.schedule!r}"
+                f"schedule must be 'interleaved' or 'staged', got {self.schedule!r}"
             )
         if self.rating_range is not None:
             lo, hi = self.rating_range
