@@ -78,8 +78,9 @@ def test_endpoint_names():
 
 
 def test_carry_from_many_threads_delivers_each_its_own_message_and_counts_every_byte():
-    # the pipelined schedule carries server-to-server messages from two threads at once: with
-    # a send and a receive as separate steps, one thread could take the other's message
+    # the in-process engine carries messages from several threads (server 0's relay thread,
+    # server 1's share thread): with a send and a receive as separate steps, two threads on one
+    # mailbox could take each other's message
     import sys
     import threading
     from concurrent.futures import ThreadPoolExecutor
