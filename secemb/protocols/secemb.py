@@ -32,6 +32,7 @@ aggregate (its folded part is recomputed and removed) -- dropouts of Appendix L.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from secemb.fss.fused import (
     retrieve_and_prepare,
     retrieve_and_prepare_buckets,
 )
+from secemb.fss.convert import convert
 from secemb.fss.cuckoo import CuckooLayout
 from secemb.fss.gpu import DeviceTable
 from secemb.fss.linalg import LimbMatrix
@@ -56,7 +58,7 @@ from secemb.fss.tree import padded_leaves
 from secemb.protocols.backends import Backend, Handle, SerialBackend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
-from secemb.randomness import RandomBytes, expand_seed, system_rng
+from secemb.randomness import RandomBytes, system_rng
 from secemb.sharing import reconstruct, share
 
 _T = TypeVar("_T")
@@ -67,6 +69,22 @@ __all__ = ["SecEmbProtocol", "SecEmbUser", "SecEmbServer"]
 _NAME = "secemb"
 _U64 = struct.Struct("<Q")
 _SEED = 16
+#: Convert tag of the relay's seeded arrays (server 1's retrieval mask and its dense share)
+RELAY_TAG = "relay"
+
+
+def relay_prg(seed: bytes, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """The ring array (``shape``, ``dtype`` uint32 or uint64) a 16-byte relay ``seed`` stands
+    for: ``Convert_relay(seed)``, fixed-key AES in Matyas-Meyer-Oseas mode over the seed and a
+    block counter -- the DPF's own PRG, under its own tag, on the AES-NI kernels where they run.
+    The user and server 1 expand the same seed to the same array; to server 0, which never sees
+    the seed, it is pseudorandom."""
+    if len(seed) != _SEED:
+        raise InvalidParameters(f"a relay seed is {_SEED} bytes, got {len(seed)}")
+    word = np.frombuffer(seed, "<u8").reshape(1, 2).astype(np.uint64)
+    ring_bits = 8 * np.dtype(dtype).itemsize
+    return convert(word, math.prod(shape), ring_bits, RELAY_TAG).reshape(shape)
+
 #: memory bound of one evaluation task (leaf-level bits and shares of its users' keys): a
 #: batch of users is split into tasks of at most this many bytes of leaf state
 EVAL_BYTES = 1 << 30
@@ -181,7 +199,7 @@ class SecEmbUser(UserRole):
             if reply1 is not None:
                 raise ProtocolError("with relay, server 1 sends no retrieval reply")
             assert self._seeds is not None  # drawn by a relay retrieval_request
-            return first - expand_seed(self._seeds[0], shape, cfg.dtype)
+            return first - relay_prg(self._seeds[0], shape, cfg.dtype)
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
         body1 = open_message(reply1, _NAME, "retrieval_reply", 1, cfg.round_id, size)
@@ -207,7 +225,7 @@ class SecEmbUser(UserRole):
         cw_bytes = array_bytes(cw)
         if self.relay:
             assert self._seeds is not None  # drawn by a relay retrieval_request
-            d1 = expand_seed(self._seeds[1], dense.shape, cfg.dtype)
+            d1 = relay_prg(self._seeds[1], dense.shape, cfg.dtype)
             return frame(_NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(dense - d1)), None
         d0, d1 = share(dense, _rng=self._rng)
         return (
@@ -615,7 +633,7 @@ class SecEmbServer(ServerRole):
             for i, u, answers in zip(where, users, self._commit_evaluated(users, keys, evaluated), strict=True):
                 _, mask_seed, dense_seed = self._awaiting.pop(u)
                 self._seeds_of[u] = dense_seed
-                masked = answers + expand_seed(mask_seed, answers.shape, cfg.dtype)
+                masked = answers + relay_prg(mask_seed, answers.shape, cfg.dtype)
                 out[i] = frame(_NAME, "relay_answer", 1, cfg.round_id, array_bytes(masked))
             return out
 
@@ -722,7 +740,7 @@ class SecEmbServer(ServerRole):
         self._check_upload(user_id)
         body = open_message(message, _NAME, "relay_upload", 1, cfg.round_id, _rows_bytes(cfg))
         cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
-        dense = expand_seed(self._seeds_of.pop(user_id), (cfg.dense_size,), cfg.dtype)
+        dense = relay_prg(self._seeds_of.pop(user_id), (cfg.dense_size,), cfg.dtype)
         self._absorb(user_id, cw, dense)
 
     # -- aggregation ---------------------------------------------------------------------

@@ -881,3 +881,28 @@ def test_user_rejects_bad_replies() -> None:
         with pytest.raises(InvalidMessage):
             user.retrieval_result(*bad)
     assert np.array_equal(user.retrieval_result(a0, a1), rnd.table[idx])
+
+
+def test_relay_prg_is_the_fixed_key_mmo_conversion_of_the_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the relay's masks and server 1's dense share: Convert_relay(seed), block j = AES_k(x_j) ^ x_j
+    # with x_j = seed ^ (0, j) and k the tag's fixed key -- recomputed here through OpenSSL
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    from secemb.fss import kernels
+    from secemb.fss.prg import fixed_key
+    from secemb.protocols.secemb import RELAY_TAG, relay_prg
+
+    seed = bytes(range(16))
+    lo, hi = np.frombuffer(seed, "<u8")
+    blocks = np.array([[lo, hi ^ np.uint64(j)] for j in range(3)], "<u8")
+    enc = Cipher(algorithms.AES(fixed_key("convert/" + RELAY_TAG)), modes.ECB()).encryptor()
+    want = (np.frombuffer(enc.update(blocks.tobytes()), "<u8") ^ blocks.reshape(-1)).view("<u4")[:10]
+    for backend in ("numba", "numpy") if kernels.available() else ("numpy",):
+        monkeypatch.setattr(kernels, "BACKEND", backend)
+        got = relay_prg(seed, (2, 5), np.dtype(np.uint32))
+        assert got.dtype == np.uint32 and got.shape == (2, 5)
+        assert np.array_equal(got.reshape(-1), want), backend
+    assert not np.array_equal(relay_prg(bytes(16), (4,), np.dtype(np.uint64)),
+                              relay_prg(bytes(15) + b"\1", (4,), np.dtype(np.uint64)))
+    with pytest.raises(InvalidParameters):
+        relay_prg(b"short", (3,), np.dtype(np.uint32))
