@@ -10,8 +10,8 @@ Every message is counted with ``len()`` of its bytes, keyed by round, stage, sou
 destination.  The transport is thread-safe: the in-process engine carries messages from more
 than one thread (server 0's relay thread, server 1's share thread besides the driver's), and
 moves each with :meth:`InProcessTransport.carry`, a send and its receipt as one step, so
-that two threads using the same mailbox never take each other's message.  Communication figures reported by :mod:`secemb.training` come from these
-counters only, never from a formula.
+that two threads using the same mailbox never take each other's message.  Communication
+figures reported by :mod:`secemb.training` come from these counters only, never from a formula.
 
 Directions
 ----------
