@@ -60,17 +60,15 @@ def pack_codes(bits: np.ndarray) -> np.ndarray:
 def unpack_codes(codes: Any, nbits: int) -> Any:
     """Inverse of :func:`pack_codes` for a numpy array or torch tensor (values rounded first,
     so fixed-point decoding noise cannot flip a bit).  Returns float64 0/1 of shape (n, nbits)."""
+    bit = np.arange(nbits)
+    column, shift = bit // BITS_PER_COLUMN, bit % BITS_PER_COLUMN  # bit j: column j // 15, position j % 15
     if isinstance(codes, np.ndarray):
         c = np.rint(codes).astype(np.int64)
-        cols = [(c[:, j // BITS_PER_COLUMN] >> (j % BITS_PER_COLUMN)) & 1 for j in range(nbits)]
-        return np.stack(cols, axis=1).astype(np.float64) if nbits else np.zeros((c.shape[0], 0))
+        return ((c[:, column] >> shift) & 1).astype(np.float64)
     import torch
 
     t = torch.round(codes.detach()).to(torch.int64)
-    if nbits == 0:
-        return torch.zeros((t.shape[0], 0), dtype=torch.float64)
-    tcols = [(t[:, j // BITS_PER_COLUMN] >> (j % BITS_PER_COLUMN)) & 1 for j in range(nbits)]
-    return torch.stack(tcols, dim=1).to(torch.float64)
+    return ((t[:, torch.from_numpy(column)] >> torch.from_numpy(shift)) & 1).to(torch.float64)
 
 
 class DenseLayout:

@@ -17,8 +17,9 @@ def test_pack_unpack_roundtrip_through_fixed_point(l):
     assert codes.max(initial=0) < 2**BITS_PER_COLUMN
     fp = FixedPoint(32, 16)
     back = fp.decode(fp.encode(codes))  # the path a row takes through retrieval
-    assert np.array_equal(unpack_codes(back, l), bits)
-    assert np.array_equal(unpack_codes(torch.as_tensor(back), l).numpy(), bits)
+    for out in (unpack_codes(back, l), unpack_codes(torch.as_tensor(back), l).numpy()):
+        assert out.dtype == np.float64 and out.shape == (50, l)
+        assert np.array_equal(out, bits)
 
 
 def test_dense_layout_slices_and_leaves():
