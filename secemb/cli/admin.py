@@ -199,11 +199,10 @@ def _save_denoiser(dep: Any, out: Path) -> dict[str, Any]:
     link = HttpAdminLink(0, dep.admin(0))
     try:
         for attempt in range(_MODEL_TRIES):
-            status = link.status()
+            version, announced, last_round = _announced_model(link)
             try:
-                table, dense = decode_model(link.model(), version=int(status["model_version"]),
-                                            num_items=cfg.num_items, width=den.sparse_width,
-                                            dense_size=den.dense_size)
+                table, dense = decode_model(link.model(), version=version, num_items=cfg.num_items,
+                                            width=den.sparse_width, dense_size=den.dense_size)
                 break
             except InvalidMessage:
                 if attempt + 1 == _MODEL_TRIES:
@@ -211,16 +210,39 @@ def _save_denoiser(dep: Any, out: Path) -> dict[str, Any]:
     finally:
         link.close()
     sha = model_sha256(table, dense)
-    if sha != status["model_sha256"]:
-        raise InvalidMessage(f"server 0's model hashes to {sha}, its status announces {status['model_sha256']}")
+    if sha != announced:
+        raise InvalidMessage(f"server 0's model hashes to {sha}, its status announces {announced}")
     try:
         path = write(out, den, table, dense)
     except OSError as exc:
         raise InvalidParameters(f"--out {out}: {exc}") from None
     m = den.mechanism
-    return {"written": str(path), "model_version": int(status["model_version"]), "model_sha256": sha,
-            "last_committed_round": status["last_committed_round"], "epsilon": m.epsilon, "delta": m.delta,
-            "bound": m.bound}
+    return {"written": str(path), "model_version": version, "model_sha256": sha,
+            "last_committed_round": last_round, "epsilon": m.epsilon, "delta": m.delta, "bound": m.bound}
+
+
+def _announced_model(link: Any) -> tuple[int, str, int | None]:
+    """``(model_version, model_sha256, last_committed_round)`` of server 0's status (``link``:
+    an :class:`~secemb.engine.http.HttpAdminLink`).
+
+    Raises
+    ------
+    InvalidMessage
+        The status is not a JSON object with an integer version, a string SHA-256 and an
+        integer or null last committed round.
+    """
+    from secemb.errors import InvalidMessage
+
+    try:
+        status = link.status()
+        version, sha, last = status["model_version"], status["model_sha256"], status.get("last_committed_round")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, not an object, a key missing
+        raise InvalidMessage(f"server 0's status is malformed ({type(exc).__name__}: {exc})") from None
+    if isinstance(version, bool) or not isinstance(version, int) or not isinstance(sha, str) \
+            or isinstance(last, bool) or not isinstance(last, int | None):
+        raise InvalidMessage(f"server 0's status is malformed (model_version {version!r}, model_sha256 {sha!r}, "
+                             f"last_committed_round {last!r})")
+    return version, sha, last
 
 
 def register(app: typer.Typer) -> None:
