@@ -33,7 +33,7 @@ from secemb.ring import FixedPoint
 if TYPE_CHECKING:  # imported where used: dp-accounting pulls in scipy.signal (seconds), runs without DP skip it
     import dp_accounting
 
-__all__ = ["ACCOUNTANT", "DPPlan", "DPSettings", "epsilon_spent", "noise_multiplier", "plan_dp"]
+__all__ = ["ACCOUNTANT", "DPPlan", "DPSettings", "epsilon_spent", "noise_multiplier", "plan_dp", "planned_rounds"]
 
 #: the accountant, named in the result's privacy block
 ACCOUNTANT = f"dp-accounting {version('dp-accounting')} RDP (Poisson-sampled Gaussian)"
@@ -158,6 +158,21 @@ class DPPlan:
         return block
 
 
+def planned_rounds(epochs: int, active_users: int, users_per_round: int, rounds_per_epoch: int | None) -> int:
+    """The rounds a run plans: ``epochs * ceil(n / n_p)``, or ``epochs * min(R, ceil(n / n_p))``
+    when ``rounds_per_epoch = R`` cuts every epoch (``None``: no cut).
+
+    Raises
+    ------
+    InvalidParameters: ``rounds_per_epoch`` neither ``None`` nor an int >= 1.
+    """
+    if rounds_per_epoch is not None and (isinstance(rounds_per_epoch, bool) or not isinstance(rounds_per_epoch, int)
+                                         or rounds_per_epoch < 1):
+        raise InvalidParameters(f"rounds_per_epoch must be None or an int >= 1, got {rounds_per_epoch!r}")
+    per_epoch = -(-active_users // users_per_round)
+    return epochs * (per_epoch if rounds_per_epoch is None else min(per_epoch, rounds_per_epoch))
+
+
 def plan_dp(settings: DPSettings, *, central: bool, fp: FixedPoint, coordinates: int, active_users: int,
             users_per_round: int, epochs: int, rounds_per_epoch: int | None = None) -> DPPlan:
     """The run's noise for ``settings``.
@@ -173,11 +188,12 @@ def plan_dp(settings: DPSettings, *, central: bool, fp: FixedPoint, coordinates:
 
     Raises
     ------
-    InvalidParameters: the noise does not fit the ring (:meth:`ClipSpec.coordinate_bound`).
+    InvalidParameters: the noise does not fit the ring (:meth:`ClipSpec.coordinate_bound`);
+        ``rounds_per_epoch`` neither ``None`` nor an int >= 1 (:func:`planned_rounds`).
     """
     if central:
         q = min(1.0, users_per_round / max(active_users, 1))
-        steps = epochs * min(-(-active_users // users_per_round), rounds_per_epoch or active_users)
+        steps = planned_rounds(epochs, active_users, users_per_round, rounds_per_epoch)
     else:
         q, steps = 1.0, epochs
     z = noise_multiplier(settings.epsilon, settings.delta, q, steps)

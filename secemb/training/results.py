@@ -18,7 +18,7 @@ from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import get_metric
 from secemb.models.base import RecModel, UserStore
 from secemb.models.optim import AdamConfig
-from secemb.privacy.accounting import DPSettings
+from secemb.privacy.accounting import DPSettings, planned_rounds
 from secemb.protocols.base import Protocol
 from secemb.ring import FixedPoint
 
@@ -305,7 +305,7 @@ def run_config(
         "num_test_ratings": 0 if test_data is None else len(test_data),
         "active_users": active_users,
         "rounds_per_epoch": cfg.rounds_per_epoch,
-        "total_rounds": cfg.epochs * min(-(-active_users // cfg.users_per_round), cfg.rounds_per_epoch or active_users),
+        "total_rounds": planned_rounds(cfg.epochs, active_users, cfg.users_per_round, cfg.rounds_per_epoch),
     }
 
 
