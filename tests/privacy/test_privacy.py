@@ -16,7 +16,7 @@ from secemb.data import synthetic_like, train_test_split
 from secemb.engine.driver import run
 from secemb.engine.local import InProcessServers
 from secemb.engine.settings import cluster_settings
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.models import MatrixFactorization
 from secemb.models.base import StepResult
 from secemb.models.batch import rating_batch
@@ -25,6 +25,7 @@ from secemb.privacy.noise import add_to_share
 from secemb.protocols import get_protocol
 from secemb.protocols.base import RoundConfig
 from secemb.protocols.placement import place
+from secemb.protocols.wire import frame
 from secemb.randomness import CtrDrbg, expand_seed
 from secemb.ring import FixedPoint
 from secemb.training import Experiment, TrainConfig, run_experiment, train
@@ -242,7 +243,6 @@ def test_dp_fedrec_uploads_are_full_size_and_noised(small):
     user = get_protocol("dp-fedrec", layout="full").with_noise(5e4, 0.5).make_user(rc)
     user.retrieval_request(np.arange(4))
     table = np.zeros((rc.num_items, rc.width), np.uint64)
-    from secemb.protocols.wire import frame
     user.retrieval_result(frame("dp-fedrec", "retrieval_reply", 0, 1, table.tobytes()),
                           frame("dp-fedrec", "retrieval_reply", 1, 1))
     up0, up1 = user.upload(np.zeros((4, rc.width), np.uint64), np.zeros(rc.dense_size, np.uint64))
@@ -254,7 +254,8 @@ def test_dp_fedrec_uploads_are_full_size_and_noised(small):
 def test_dp_fedrec_aggregate_is_the_sum_of_the_noisy_uploads_given_the_same_noise():
     """Server 0 expands seeds, server 1 sums full-size shares: the combined aggregate is, bit for
     bit, the ring sum of every included user's gradient plus the noise it drew first from its
-    randomness (what two full-size uniform shares gave); a user left out is retracted on both."""
+    randomness (what two full-size uniform shares gave); a user left out is retracted on both; an
+    upload of the wrong length is refused before it touches either server's state."""
     m, w, p, sigma = 30, 5, 2, 3e4
     rc = RoundConfig(round_id=3, num_items=m, width=w, dense_size=p, m_prime=4, ring_bits=64, layout="full")
     proto = get_protocol("dp-fedrec", layout="full").with_noise(sigma, 0.5)
@@ -272,7 +273,15 @@ def test_dp_fedrec_aggregate_is_the_sum_of_the_noisy_uploads_given_the_same_nois
         assert np.array_equal(got, table[idx])
         rows = gen.integers(0, 2**64, (4, w), dtype=np.uint64)
         dense = gen.integers(0, 2**64, p, dtype=np.uint64)
-        for s, msg in zip(servers, user.upload(rows, dense), strict=True):
+        uploads = user.upload(rows, dense)
+        if u == 0:  # a seed of the wrong length, or each server sent the other's body: refused, nothing absorbed
+            bad = [(0, frame("dp-fedrec", "upload", 0, 3, bytes(n))) for n in (15, 17)]
+            bad += [(0, frame("dp-fedrec", "upload", 0, 3, uploads[1][24:])),
+                    (1, frame("dp-fedrec", "upload", 1, 3, uploads[0][24:]))]
+            for party, msg in bad:
+                with pytest.raises(InvalidMessage, match="upload: expected"):
+                    servers[party].handle_upload(u, msg)
+        for s, msg in zip(servers, uploads, strict=True):
             s.handle_upload(u, msg)
         if u == 2:
             continue  # left out below
