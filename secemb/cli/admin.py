@@ -186,6 +186,7 @@ def _save_denoiser(dep: Any, out: Path) -> dict[str, Any]:
     from secemb.errors import InvalidMessage, InvalidParameters
     from secemb.inference.denoiser import NAME, Denoiser
     from secemb.inference.saved import save_denoiser as write
+    from secemb.server.persist import StorageError
     from secemb.training.messages import decode_model
     from secemb.training.results import model_sha256
 
@@ -214,7 +215,7 @@ def _save_denoiser(dep: Any, out: Path) -> dict[str, Any]:
         raise InvalidMessage(f"server 0's model hashes to {sha}, its status announces {announced}")
     try:
         path = write(out, den, table, dense)
-    except OSError as exc:
+    except (OSError, StorageError) as exc:
         raise InvalidParameters(f"--out {out}: {exc}") from None
     m = den.mechanism
     return {"written": str(path), "model_version": version, "model_sha256": sha,

@@ -28,18 +28,39 @@ __all__ = ["load_denoiser", "load_denoiser_on_device", "load_frozen_table", "loa
            "save_denoiser", "save_frozen_table"]
 
 
-def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray, dense: np.ndarray) -> Path:
-    """Write ``denoiser`` with its trained ``table`` and ``dense`` to ``path`` (``.npz``)."""
-    m = denoiser.mechanism
-    spec = json.dumps(denoiser.spec()).encode()
+def _write_npz(path: str | os.PathLike, **arrays: Any) -> Path:
+    """Write ``arrays`` to ``path`` (``.npz``, its folder created), replacing any file there
+    atomically (:func:`secemb.server.persist.atomic_write`): a write that fails leaves the
+    previous file whole.
+
+    Raises
+    ------
+    OSError
+        The folder cannot be created, or the arrays cannot be serialized.
+    StorageError
+        The disk refused the write.
+    """
+    import io
+
+    from secemb.server.persist import atomic_write
+
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("wb") as fh:
-        np.savez(fh, e=np.asarray(table[:, : denoiser.hat_d], dtype=np.float64),
-                 dense=np.asarray(dense, dtype=np.float64),
-                 mechanism=np.array([m.epsilon, m.delta, m.bound], dtype=np.float64),
-                 spec=np.frombuffer(spec, dtype=np.uint8))
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write(out, buf.getvalue())
     return out
+
+
+def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray, dense: np.ndarray) -> Path:
+    """Write ``denoiser`` with its trained ``table`` and ``dense`` to ``path`` (``.npz``),
+    replacing a file there atomically (:func:`_write_npz`'s errors)."""
+    m = denoiser.mechanism
+    spec = json.dumps(denoiser.spec()).encode()
+    return _write_npz(path, e=np.asarray(table[:, : denoiser.hat_d], dtype=np.float64),
+                      dense=np.asarray(dense, dtype=np.float64),
+                      mechanism=np.array([m.epsilon, m.delta, m.bound], dtype=np.float64),
+                      spec=np.frombuffer(spec, dtype=np.uint8))
 
 
 def load_denoiser(path: str | os.PathLike, trained: Any) -> tuple[Denoiser, np.ndarray, np.ndarray]:
@@ -170,12 +191,9 @@ def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.nda
 def save_frozen_table(path: str | os.PathLike, table: np.ndarray) -> Path:
     """Write the recommender's public ``table`` (float64 ``(m, w)``) for the servers of a
     denoiser's training (``[model] frozen_table``: the denoiser's frozen columns; public, like
-    the recommender's table every device downloads rows of).  ``.npz`` with one array ``table``."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("wb") as fh:
-        np.savez(fh, table=np.asarray(table, dtype=np.float64))
-    return out
+    the recommender's table every device downloads rows of).  ``.npz`` with one array ``table``,
+    replacing a file there atomically (:func:`_write_npz`'s errors)."""
+    return _write_npz(path, table=np.asarray(table, dtype=np.float64))
 
 
 def load_frozen_table(path: str | os.PathLike) -> np.ndarray:

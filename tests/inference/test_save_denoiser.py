@@ -2,7 +2,8 @@
 0's HTTP answers are replaced at :meth:`secemb.transport.network.ApiClient.request` (the
 bytes a server would send), so a malformed status or model is what the command reads.  A
 server fault exits 1 with a message, never a traceback, and writes nothing: a file already at
-``--out`` is left as it was."""
+``--out`` is left as it was.  And :mod:`secemb.inference.saved` replaces its files (the
+denoiser, the frozen table) atomically: a write that fails leaves the previous file whole."""
 
 from __future__ import annotations
 
@@ -123,3 +124,25 @@ def test_save_denoiser_refuses_a_malformed_model(deployment, monkeypatch, tmp_pa
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert not (tmp_path / "den.npz").exists()
 
+
+@pytest.mark.parametrize("writer", ["denoiser", "frozen table"])
+def test_saved_files_are_replaced_atomically(monkeypatch, tmp_path, writer) -> None:
+    """A write that fails (the disk full as ``np.savez`` ends) leaves the previous file as it
+    was and no temporary file beside it: the denoiser file and the frozen table alike."""
+    den = _denoiser()
+    table, dense = den.init_public(NUM_ITEMS, np.random.default_rng(3))
+    out = tmp_path / "saved.npz"
+    out.write_bytes(OLD)
+    real = np.savez
+
+    def write_then_fail(fh: Any, **arrays: Any) -> None:
+        real(fh, **arrays)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", write_then_fail)
+    with pytest.raises(OSError):
+        if writer == "denoiser":
+            save_denoiser(out, den, table, dense)
+        else:
+            save_frozen_table(out, table)
+    assert out.read_bytes() == OLD and [p.name for p in tmp_path.iterdir()] == ["saved.npz"]
