@@ -3,12 +3,12 @@ aggregation; each device adds Gaussian noise to its *whole* upload, so that ever
 its own is ``(epsilon, delta)``-DP (local DP) over the user's participations.
 
 Per round and user it is SecFedRec's message pattern (:mod:`secemb.protocols.secfedrec`: the
-full table down, a full-size gradient up), with one change: before sending, the device adds
-discrete Gaussian noise ``N_Z(0, sigma^2)`` (ring units, from the OS CSPRNG) to every one of
-the ``m w + P`` coordinates of its clipped, encoded gradient -- all of them, since noise only
-on the rated rows would reveal which items it rated.  The noisy vector still travels as two
-additive shares (so the baseline runs on the two-server engine unchanged); its guarantee is
-the one of a public upload, which is what DP-FedRec claims.
+full table down, a full-size gradient up), with two changes: server 0's share is a seed (below),
+and before sending, the device adds discrete Gaussian noise ``N_Z(0, sigma^2)`` (ring units,
+from the OS CSPRNG) to every one of the ``m w + P`` coordinates of its clipped, encoded
+gradient -- all of them, since noise only on the rated rows would reveal which items it rated.
+The noisy vector still travels as two additive shares (so the baseline runs on the two-server
+engine unchanged); its guarantee is the one of a public upload, which is what DP-FedRec claims.
 
 What each server receives per user and round: server 0 a fresh 16-byte seed, server 1 the
 full-size ``(m w + P)``-word vector ``x - r`` (``x`` the noisy upload, ``r`` the AES-CTR
@@ -76,8 +76,9 @@ class DPFedRecServer(FullModelServer):
 
 class DPFedRecProtocol(FullModelProtocol):
     """Factory of DP-FedRec roles; ``sigma``: each device's noise scale in ring units, ``clip``:
-    the L2 bound of a device's round contribution it is calibrated for.  Both 0 (the plain
-    SecFedRec upload) or both positive (a DP run sets them from its plan)."""
+    the L2 bound of a device's round contribution it is calibrated for.  Both 0 (SecFedRec's
+    gradient without noise, still sent as a seed and a full-size share) or both positive (a DP
+    run sets them from its plan)."""
 
     name = "dp-fedrec"
     capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=("sigma", "clip"),
