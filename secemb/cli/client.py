@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from secemb.client.device import Device, DeviceClient, RoundInfo
         from secemb.data import RatingData, by_user, load_dataset
         from secemb.data.features import FeatureSet
-        from secemb.errors import InvalidParameters, SecembError
+        from secemb.errors import InvalidMessage, InvalidParameters, SecembError
         from secemb.models import RecModel, get_model, uses_features
         from secemb.models.base import UserSnapshot
         from secemb.models.task import RATING, Task
@@ -123,31 +123,59 @@ def register(app: typer.Typer) -> None:
             return load_features(dataset, data_dir, num_users=data.num_users, num_items=data.num_items,
                                  seed=seed).for_device(user)
 
+        def announced_model(info: RoundInfo, features: FeatureSet | None = None) -> RecModel:
+            """The model ``info`` announces (:meth:`RoundInfo.make_model`).
+
+            Raises
+            ------
+            InvalidMessage
+                The announcement names no model this device has, or hyperparameters it does
+                not take or refuses: the servers' fault, not this device's arguments.
+            """
+            try:
+                return info.make_model(features)
+            except (KeyError, TypeError, InvalidParameters) as exc:
+                raise InvalidMessage(f"the round announces a model this device cannot build ({exc!r})") from None
+
         def round_model(info: RoundInfo) -> RecModel:
             """The announced model (FM, DeepFM: with this device's features where the round's
             sizes say the deployment trains with features); a denoiser over this device's
-            one-device context."""
+            one-device context.
+
+            Raises
+            ------
+            InvalidMessage
+                A model the device cannot build from the announcement (:func:`announced_model`).
+            SecembError
+                This device's arguments or data do not fit the round (exit 2).
+            """
             from secemb.inference.denoiser import NAME, Denoiser
 
-            if info.model["name"] != NAME:
-                model = info.make_model()
-                if uses_features(info.model["name"]) and not info.fits(model):
-                    model = info.make_model(own_features())
+            if info.model.get("name") != NAME:
+                model = announced_model(info)
+                if uses_features(model.name) and not info.fits(model):
+                    model = announced_model(info, own_features())
                 info.check_model(model)
                 return model
             if recommender is None or recommender_state is None:
                 raise InvalidParameters("the rounds train a GREC denoiser: give --recommender and --recommender-state")
             from secemb.inference.saved import load_public_recommender
 
-            rec, rec_dense = load_public_recommender(recommender)[:2]
+            try:
+                rec, rec_dense = load_public_recommender(recommender)[:2]
+            except InvalidMessage as exc:  # the device's own --recommender folder
+                raise InvalidParameters(f"--recommender {recommender}: {exc}") from None
             try:
                 with np.load(recommender_state, allow_pickle=False) as z:
                     params = np.asarray(z["params"], dtype=np.float64)
             except (OSError, KeyError, ValueError) as exc:
                 raise InvalidParameters(f"--recommender-state {recommender_state}: not a device state file ({exc})"
                                         ) from None
+            spec = info.model.get("hparams")
+            if not isinstance(spec, dict):
+                raise InvalidMessage(f"the round announces the denoiser's hyperparameters as {spec!r}")
             user_x = own_features().user[0] if getattr(rec, "l_x", 0) else None
-            return Denoiser.for_device(info.model["hparams"], rec, rec_dense, params, user_x)
+            return Denoiser.for_device(spec, rec, rec_dense, params, user_x)
 
         def own(task: Task, train: RatingData | None = None) -> tuple[np.ndarray, np.ndarray]:
             """This user's training interactions under ``task``'s split, in its order."""
@@ -188,6 +216,8 @@ def register(app: typer.Typer) -> None:
                 try:
                     round_rec = round_model(info)
                     device = Device(dc, *own(round_rec.task))
+                except InvalidMessage as exc:  # the announcement
+                    fail(f"round {info.round_id}: {exc}", 1)
                 except SecembError as exc:  # a bad argument, or the dataset's features missing or malformed
                     fail(f"bad usage: {exc}", 2)
             if device.store is None and state_file is not None and state_file.exists():
