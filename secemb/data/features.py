@@ -123,7 +123,8 @@ class FeatureSet:
 
     def for_device(self, user: int) -> FeatureSet:
         """What device ``user`` holds: its own user row (``(1, l_x)``: row 0, as the device's
-        one-row :class:`~secemb.models.UserStore`) and the public item matrix; nobody else's row.
+        one-row :class:`~secemb.models.UserStore`, a copy) and the public item matrix; nobody
+        else's row, and no view that keeps the full user matrix alive.
 
         Raises
         ------
@@ -132,7 +133,7 @@ class FeatureSet:
         """
         if isinstance(user, bool) or not isinstance(user, int) or not 0 <= user < self.num_users:
             raise InvalidParameters(f"user must be in [0, {self.num_users}), got {user!r}")
-        return FeatureSet(self.name, self.user[user : user + 1], self.item, self.user_names, self.item_names)
+        return FeatureSet(self.name, self.user[user : user + 1].copy(), self.item, self.user_names, self.item_names)
 
     def check_sizes(self, num_users: int, num_items: int) -> None:
         """Raise :class:`InvalidParameters` unless the features cover exactly these ids."""

@@ -37,6 +37,7 @@ def test_for_device_keeps_one_row() -> None:
     feats = FeatureSet("t", np.eye(3, dtype=np.uint8), np.ones((4, 2), np.uint8))
     own = feats.for_device(1)
     np.testing.assert_array_equal(own.user, [[0, 1, 0]])
+    assert not np.shares_memory(own.user, feats.user)  # a copy: the device's set keeps no other row alive
     np.testing.assert_array_equal(own.item, feats.item)
     for bad in (3, -1, True):
         try:
