@@ -222,8 +222,11 @@ def register(app: typer.Typer) -> None:
                     fail(f"bad usage: {exc}", 2)
             if device.store is None and state_file is not None and state_file.exists():
                 device.store = round_rec.new_user_store(1, device.rng, info.adam())
-                with np.load(state_file, allow_pickle=False) as z:
-                    device.store.restore(0, UserSnapshot(z["params"], z["m"], z["v"], int(z["t"])))
+                try:
+                    with np.load(state_file, allow_pickle=False) as z:
+                        device.store.restore(0, UserSnapshot(z["params"], z["m"], z["v"], int(z["t"])))
+                except (OSError, KeyError, ValueError, TypeError) as exc:  # InvalidParameters: other sizes
+                    fail(f"bad usage: --state-file {state_file}: not this model's device state ({exc})", 2)
             try:
                 session = device.participate(info, model=round_rec)
                 outcome = device.settle(wait_s=wait)

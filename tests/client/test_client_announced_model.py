@@ -1,8 +1,9 @@
 """``secemb client`` at the round document's model: a model the device cannot build from what
 the servers announce (no name, no hyperparameters, an unknown name, hyperparameters the model
 does not take or refuses) is the servers' fault: exit 1 with the round's id, never a
-traceback, and the device sends nothing.  No server runs: :meth:`DeviceClient.round_info`
-returns the announced round, and any request to a server fails the test."""
+traceback, and the device sends nothing; a ``--state-file`` that is not the device's state is
+bad usage (exit 2).  No server runs: :meth:`DeviceClient.round_info` returns the announced
+round, and any request to a server fails the test."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ from secemb.transport.network import ApiClient
 runner = CliRunner()
 
 
-def _info(model: Any) -> RoundInfo:
-    return RoundInfo(3, "open", 0, 2, 2, 0.0, RoundConfig(3, 20, 5, 0, 4), {}, model, {}, "f" * 64, True)
+ADAM = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+
+
+def _info(model: Any, training: dict[str, Any] = ADAM) -> RoundInfo:
+    return RoundInfo(3, "open", 0, 2, 2, 0.0, RoundConfig(3, 20, 5, 1, 4), {}, model, dict(training), "f" * 64, True)
 
 
 @pytest.mark.parametrize("model", [
@@ -48,3 +52,33 @@ def test_a_model_the_device_cannot_build_is_the_servers_fault(monkeypatch, model
     assert res.exception is None or isinstance(res.exception, SystemExit), (model, repr(res.exception))
     doc = json.loads(res.output.strip().splitlines()[-1])
     assert doc["user"] == 1 and "round 3" in doc["error"], doc
+
+
+@pytest.mark.parametrize("content", [b"not an npz", "no params", "wrong shape"])
+def test_a_corrupt_state_file_is_bad_usage(monkeypatch, tmp_path, content) -> None:
+    """``--state-file`` that is not the device's state (not an ``.npz``, an array missing, the
+    wrong sizes for the announced model): exit 2 with the file named, before any request."""
+    import numpy as np
+
+    state = tmp_path / "state.npz"
+    if content == "no params":
+        np.savez(state, m=np.zeros(5), v=np.zeros(5), t=np.int64(1))
+    elif content == "wrong shape":
+        np.savez(state, params=np.zeros(3), m=np.zeros(3), v=np.zeros(3), t=np.int64(1))
+    else:
+        state.write_bytes(content)
+    monkeypatch.setattr(DeviceClient, "round_info", lambda self: _info({"name": "mf", "hparams": {"dim": 4}}))
+
+    def no_request(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the device sent a request")
+
+    monkeypatch.setattr(ApiClient, "request", no_request)
+    monkeypatch.setenv("SECEMB_DEVICE_KEY0", "00" * 32)
+    monkeypatch.setenv("SECEMB_DEVICE_KEY1", "11" * 32)
+    res = runner.invoke(app, ["client", "--user", "1", "--server0", "https://127.0.0.1:9", "--server1",
+                              "https://127.0.0.1:9", "--dataset", "synthetic-mini", "--min-users", "2", "--wait", "1",
+                              "--state-file", str(state)])
+    assert res.exit_code == 2, (content, res.output, res.exception)
+    assert res.exception is None or isinstance(res.exception, SystemExit), (content, repr(res.exception))
+    doc = json.loads(res.output.strip().splitlines()[-1])
+    assert "state.npz" in doc["error"], doc
