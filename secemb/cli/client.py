@@ -221,7 +221,10 @@ def register(app: typer.Typer) -> None:
                 except SecembError as exc:  # a bad argument, or the dataset's features missing or malformed
                     fail(f"bad usage: {exc}", 2)
             if device.store is None and state_file is not None and state_file.exists():
-                device.store = round_rec.new_user_store(1, device.rng, info.adam())
+                try:
+                    device.store = round_rec.new_user_store(1, device.rng, info.adam())
+                except InvalidMessage as exc:
+                    fail(f"round {info.round_id}: {exc}", 1)
                 try:
                     with np.load(state_file, allow_pickle=False) as z:
                         device.store.restore(0, UserSnapshot(z["params"], z["m"], z["v"], int(z["t"])))

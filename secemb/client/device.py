@@ -156,8 +156,17 @@ class RoundInfo:
                                     f"dense size {want[1]}, the device's model has {got[0]} and {got[1]}")
 
     def adam(self) -> AdamConfig:
+        """The announced optimizer settings.
+
+        Raises
+        ------
+        InvalidMessage: ``training`` lacks lr, beta1, beta2 or eps, or they are not Adam's.
+        """
         t = self.training
-        return AdamConfig(t["lr"], t["beta1"], t["beta2"], t["eps"])
+        try:
+            return AdamConfig(t["lr"], t["beta1"], t["beta2"], t["eps"])
+        except (KeyError, TypeError, InvalidParameters) as exc:
+            raise InvalidMessage(f"malformed optimizer settings in the round document: {exc!r}") from None
 
 
 class DeviceClient:

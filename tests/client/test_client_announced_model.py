@@ -82,3 +82,30 @@ def test_a_corrupt_state_file_is_bad_usage(monkeypatch, tmp_path, content) -> No
     assert res.exception is None or isinstance(res.exception, SystemExit), (content, repr(res.exception))
     doc = json.loads(res.output.strip().splitlines()[-1])
     assert "state.npz" in doc["error"], doc
+
+
+@pytest.mark.parametrize("training", [{}, {**ADAM, "lr": "fast"}, {**ADAM, "lr": -1.0}, {**ADAM, "beta1": None}])
+def test_malformed_adam_settings_are_the_servers_fault(monkeypatch, tmp_path, training) -> None:
+    """The round's optimizer settings (``training``: lr, beta1, beta2, eps) missing or not
+    Adam's: exit 1 naming the round, before any request (the device restores its state file
+    into an optimizer of these settings first)."""
+    import numpy as np
+
+    state = tmp_path / "state.npz"
+    np.savez(state, params=np.zeros(5), m=np.zeros(5), v=np.zeros(5), t=np.int64(1))
+    monkeypatch.setattr(DeviceClient, "round_info", lambda self: _info({"name": "mf", "hparams": {"dim": 4}},
+                                                                          training))
+
+    def no_request(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the device sent a request")
+
+    monkeypatch.setattr(ApiClient, "request", no_request)
+    monkeypatch.setenv("SECEMB_DEVICE_KEY0", "00" * 32)
+    monkeypatch.setenv("SECEMB_DEVICE_KEY1", "11" * 32)
+    res = runner.invoke(app, ["client", "--user", "1", "--server0", "https://127.0.0.1:9", "--server1",
+                              "https://127.0.0.1:9", "--dataset", "synthetic-mini", "--min-users", "2", "--wait", "1",
+                              "--state-file", str(state)])
+    assert res.exit_code == 1, (training, res.output, res.exception)
+    assert res.exception is None or isinstance(res.exception, SystemExit), (training, repr(res.exception))
+    doc = json.loads(res.output.strip().splitlines()[-1])
+    assert "round 3" in doc["error"], doc
