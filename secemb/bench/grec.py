@@ -217,10 +217,12 @@ def rank_saved(folder: Any, *, data_dir: Any = None, chunk: int = 1 << 14) -> di
     trained = TrainedModel.load(root / "recommender")
     cfg = trained.info.get("config", {})
     try:
-        dataset, fraction, seed = str(cfg["dataset"]), float(cfg["test_fraction"]), int(cfg["split_seed"])
+        dataset, fraction, seed = cfg["dataset"], float(cfg["test_fraction"]), cfg["split_seed"]
+        if not isinstance(dataset, str) or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError
     except (KeyError, TypeError, ValueError):
         raise InvalidParameters(f"{root / 'recommender'}: the saved model records no split (dataset, "
-                                f"test_fraction, split_seed)") from None
+                                f"test_fraction, a split_seed >= 0)") from None
     den, den_table, den_dense = load_denoiser(root / "denoiser.npz", trained)
     train, _, test = trained.model.task.split(load_dataset(dataset, data_dir, seed=seed), fraction, seed)
     rated = by_user(train, order="time" if train.timestamps is not None else "item")  # as TrainedModel records it

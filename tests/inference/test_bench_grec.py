@@ -60,3 +60,41 @@ def test_rank_saved_ranks_a_saved_run_apart_from_its_training(tmp_path) -> None:
     manifest.write_text(json.dumps(doc))
     with pytest.raises(InvalidParameters, match="not the one the recommender"):
         grec.rank_saved(tmp_path / "mf-seed0")
+
+
+def test_rank_saved_on_the_command_line(tmp_path) -> None:
+    """``secemb bench grec --rank-saved``: the cells of :func:`grec.rank_saved` in ``--out``;
+    a folder that is none, or whose recorded split is malformed (a negative seed, a fraction
+    out of range, no dataset), exits 2 with the reason, never a traceback."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from secemb.cli import app
+
+    grec.run_one("mf", dataset="synthetic-mini", rec_epochs=1, den_epochs=1, users_per_round=20, m_prime=20,
+                 save_dir=tmp_path, with_ranking=False)
+    runner = CliRunner()
+    saved, out = tmp_path / "mf-seed0", tmp_path / "rank.json"
+    res = runner.invoke(app, ["bench", "grec", "--rank-saved", str(saved), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    cells = json.loads(out.read_text())["ranking"]
+    again = grec.rank_saved(saved)  # fresh releases: the noisy cells differ, the non-private ones do not
+    assert cells["positives"] > 0 and set(cells) == set(again)
+    assert cells["rec_model_sha256"] == again["rec_model_sha256"]
+    assert (cells["hr@10_non_private"], cells["ndcg@10_non_private"]) == \
+        (again["hr@10_non_private"], again["ndcg@10_non_private"])
+    for name, change in (("seed", {"split_seed": -1}), ("fraction", {"test_fraction": 1.5}),
+                         ("dataset", {"dataset": None})):
+        bad = tmp_path / name
+        shutil.copytree(saved, bad)
+        manifest = bad / "recommender" / "manifest.json"
+        doc = json.loads(manifest.read_text())
+        doc["config"].update(change)
+        manifest.write_text(json.dumps(doc))
+        res = runner.invoke(app, ["bench", "grec", "--rank-saved", str(bad), "--out", str(tmp_path / "x.json")])
+        assert res.exit_code == 2 and res.output.startswith("error:"), (name, res.output, repr(res.exception))
+    res = runner.invoke(app, ["bench", "grec", "--rank-saved", str(tmp_path / "nowhere"), "--out", str(out)])
+    assert res.exit_code == 2 and "--save-dir" in res.output, res.output
+    assert not (tmp_path / "x.json").exists()
