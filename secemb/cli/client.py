@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
                 count_task = get_model(model).task
             if (recommender is None) != (recommender_state is None):
                 raise InvalidParameters("--recommender and --recommender-state go together")
-        except (OSError, KeyError, ValueError, InvalidParameters) as exc:
+        except (OSError, KeyError, ValueError, TypeError, InvalidParameters) as exc:  # TypeError: a model's arguments
             fail(f"bad usage: {exc}", 2)
 
         def own_features() -> FeatureSet:

@@ -109,3 +109,26 @@ def test_malformed_adam_settings_are_the_servers_fault(monkeypatch, tmp_path, tr
     assert res.exception is None or isinstance(res.exception, SystemExit), (training, repr(res.exception))
     doc = json.loads(res.output.strip().splitlines()[-1])
     assert "round 3" in doc["error"], doc
+
+
+@pytest.mark.parametrize("model", [{"name": "mf", "hparams": {"bogus": 1}}, {"name": "mf", "hparams": [4]},
+                                   {"name": "mf", "hparams": {"dim": 0}}])
+def test_a_credentials_model_it_cannot_build_is_bad_usage(monkeypatch, tmp_path, model) -> None:
+    """The credentials file's model (what ``--count`` builds its task from) that the device
+    cannot build: exit 2 naming the file's model, before any request."""
+    from secemb.client.credentials import _FORMAT
+
+    creds = tmp_path / "dev.json"
+    creds.write_text(json.dumps({"format": _FORMAT, "user": 1, "server0": "https://127.0.0.1:9",
+                                 "server1": "https://127.0.0.1:9", "key0": "00" * 32, "key1": "11" * 32,
+                                 "model": model}))
+
+    def no_request(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the device sent a request")
+
+    monkeypatch.setattr(ApiClient, "request", no_request)
+    res = runner.invoke(app, ["client", "--user", "1", "--credentials", str(creds), "--dataset", "synthetic-mini",
+                              "--count"])
+    assert res.exit_code == 2, (model, res.output, res.exception)
+    assert res.exception is None or isinstance(res.exception, SystemExit), (model, repr(res.exception))
+    assert "bad usage" in json.loads(res.output.strip().splitlines()[-1])["error"]
