@@ -1,7 +1,8 @@
 """``secemb bench scale``: the busier server's time per round against the number of workers
 of the process backend (:class:`~secemb.protocols.backends.ProcessBackend`) and the thread
 backend (:class:`~secemb.protocols.backends.ThreadBackend`), next to the serial backend in
-the same run.
+the same run, and next to what the machine itself gives as many concurrent streams of the
+servers' hot loop (:func:`machine_ceiling`): the ceiling any backend can reach there.
 
 Each configuration runs the round of :func:`secemb.bench.server.measure` (``users`` users
 of ``m'`` random items, both servers answering every retrieval as one batch, absorbing every
@@ -38,7 +39,7 @@ from secemb.bench.server import measure
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.protocols.backends import Backend, Handle, ProcessBackend, SerialBackend, ThreadBackend
 
-__all__ = ["BACKENDS", "SIZES", "default_workers", "plot", "run", "table_rows"]
+__all__ = ["BACKENDS", "SIZES", "default_workers", "machine_ceiling", "plot", "run", "table_rows"]
 
 #: the pooled backends the benchmark compares with the serial one
 BACKENDS = {"process": ProcessBackend, "thread": ThreadBackend}
@@ -121,6 +122,42 @@ def _round(backend: _Timed, params: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
+def machine_ceiling(counts: Sequence[int], reps: int = 40, trials: int = 3) -> dict[int, float]:
+    """The speed-up this machine gives ``n`` concurrent streams of the servers' hot loop, for
+    each ``n`` of ``counts``: ``n`` threads each convert their own 1 MiB of leaf words with
+    the AES conversion (:func:`~secemb.fss.convert.convert`, which runs without the GIL)
+    ``reps`` times at once, against one thread doing it alone; ``n t_1 / t_n`` with the
+    fastest of ``trials`` for each time.  No backend can beat it; it falls short of ``n``
+    where vCPUs share a physical core, the hypervisor steals time or other jobs run."""
+    import threading
+
+    import numpy as np
+
+    from secemb.fss.convert import convert
+
+    words = np.arange(2 * 65536, dtype=np.uint64).reshape(-1, 2)
+
+    def stream() -> None:
+        for _ in range(reps):
+            convert(words, 4, 32, "bench/ceiling")
+
+    def wall(n: int) -> float:
+        best = float("inf")
+        for _ in range(trials):
+            threads = [threading.Thread(target=stream) for _ in range(n)]
+            start = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    stream()  # compile / warm up
+    one = wall(1)
+    return {n: 1.0 if n == 1 else n * one / wall(n) for n in counts}
+
+
 def _configuration(name: str, inner: Backend, workers: int | None, params: dict[str, Any],
                    repeat: int) -> dict[str, Any]:
     """Warm-up round, then ``repeat`` timed rounds through ``inner`` (closed after)."""
@@ -191,6 +228,9 @@ def run(workers: list[int] | None = None, size: str = "ml-1m", layout: str = "cu
             rec["evaluation_speedup"] = serial["evaluation_s_per_round"] / rec["evaluation_s_per_round"]
             records.append(rec)
     serial["speedup"] = serial["evaluation_speedup"] = 1.0
+    if progress:
+        progress("machine ceiling: concurrent AES streams")
+    ceiling = machine_ceiling(counts)
     return {
         "size": size,
         "m": m,
@@ -201,6 +241,7 @@ def run(workers: list[int] | None = None, size: str = "ml-1m", layout: str = "cu
         "relay": relay,
         "repeat": repeat,
         "records": records,
+        "machine_ceiling": {str(n): v for n, v in ceiling.items()},
         "parent_peak_rss_bytes": _own_peak_rss(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "machine": machine_info(),
@@ -247,6 +288,8 @@ def plot(result: dict[str, Any], path: str) -> None:
         series[f"{name}: evaluation (both servers)"] = [
             by_n[n]["evaluation_speedup"] if n in by_n else float("nan") for n in xs]
     series["ideal"] = [float(n) for n in xs]
+    if "machine_ceiling" in result:  # results written before the ceiling was measured lack it
+        series["machine: n concurrent AES streams"] = [result["machine_ceiling"].get(str(n), float("nan")) for n in xs]
     line_panels(path, {title: series},
                 xlabel="workers", ylabel="speed-up over serial", x=xs,
                 title=f"secemb bench scale ({result['machine']['cores']} cores{load})")

@@ -71,6 +71,8 @@ def register(bench_app: typer.Typer) -> None:
                    "work in the backend's tasks (evaluations; with threads also the control-bit products); "
                    "x: speed-up over serial; cpu s: the busier server's CPU time in this process; wcpu s: the "
                    "workers' CPU time (both servers); RSS: the largest worker's peak resident set")
+        ceiling = ", ".join(f"{n}: {v:.2f}x" for n, v in result["machine_ceiling"].items())
+        typer.echo(f"machine ceiling (n threads of the AES conversion at once, against one): {ceiling}")
         shared = max(r["peak_shared_bytes"] for r in result["records"])
         typer.echo(f"published tables (both servers): {shared / 2**20:,.1f} MiB of shared memory")
         typer.echo(f"wrote {out} and {plot}")

@@ -37,6 +37,31 @@ def test_bench_scale_runs_serial_and_each_worker_count(tmp_path) -> None:  # noq
     assert two["speedup"] == pytest.approx(records[0]["server_s_per_round"] / two["server_s_per_round"])
     threads = records[4]  # nothing published: the threads read the server's own table
     assert threads["peak_shared_bytes"] == 0 and threads["worker_peak_rss_bytes"] == []
+    assert set(result["machine_ceiling"]) == {"1", "2"} and result["machine_ceiling"]["1"] == 1.0
+    assert "machine ceiling (n threads of the AES conversion at once, against one): 1: 1.00x, 2: " in res.output
+
+
+def test_machine_ceiling_runs_n_concurrent_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each trial of n streams converts n * reps times, on n threads at once; the ceiling of
+    n streams is n times one stream's time over theirs."""
+    import threading
+
+    import secemb.fss.convert as conv
+
+    calls: list[str] = []
+    lock = threading.Lock()
+    real = conv.convert
+
+    def counted(words, width, ring_bits, tag):  # noqa: ANN001, ANN202
+        with lock:
+            calls.append(threading.current_thread().name)
+        return real(words, width, ring_bits, tag)
+
+    monkeypatch.setattr(conv, "convert", counted)
+    got = bench_scale.machine_ceiling([1, 3], reps=4, trials=2)
+    # warm-up (4 calls), one stream twice (8), three streams twice (24)
+    assert len(calls) == 4 + 8 + 24 and len(set(calls)) >= 4
+    assert got[1] == 1.0 and 0 < got[3] < 3 * 2  # bounded by the stream count (with room for timer noise)
 
 
 @pytest.mark.parametrize("args, message", [
