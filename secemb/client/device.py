@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ssl
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -311,18 +312,61 @@ class RoundSession:
         if sample is None:
             assert items is not None and ratings is not None and rng is not None  # checked above
             sample = self.task.sample(np.asarray(items, dtype=np.int64), ratings, self.rc.num_items, rng)
-        self.batch = sample.batch
-        self.num_distinct = int(sample.items.size)
         if placement is None:
             assert rng is not None  # made above
             placement = place(self.rc, sample.items, rng)
-        self.request = placement
-        self.role = self.protocol.make_user(self.rc)
-        self._requests = _by_plan(self.plan.device_sends(RETRIEVAL), self.role.retrieval_request(self.request.indices),
-                                  "retrieval request")
-        self._replies: dict[int, bytes | None] = {}
+        self._drawn(sample, placement)
+        self._keyed(self.role.retrieval_request(self.request.indices))
         self.compute_s += time.perf_counter() - t
         return self.request
+
+    def _drawn(self, sample: Sample, placement: PaddedRequest) -> None:
+        """Keep the round's sample and slots; a fresh protocol user for them."""
+        self.batch = sample.batch
+        self.num_distinct = int(sample.items.size)
+        self.request = placement
+        self.role = self.protocol.make_user(self.rc)
+
+    def _keyed(self, requests: tuple[bytes, bytes]) -> None:
+        """Keep the retrieval requests, per server in the plan's order."""
+        self._requests = _by_plan(self.plan.device_sends(RETRIEVAL), requests, "retrieval request")
+        self._replies: dict[int, bytes | None] = {}
+
+    @staticmethod
+    def prepare_many(sessions: Sequence[RoundSession], samples: Sequence[Sample],
+                     placements: Sequence[PaddedRequest]) -> list[Exception | None]:
+        """:meth:`prepare` of many sessions of one round with the driver's samples and slots,
+        their keys generated as one batch (the protocol's
+        :meth:`~secemb.protocols.base.UserRole.retrieval_requests`: a simulation of many
+        devices in one process); per session ``None`` or the exception that failed its
+        preparation (then its stage is unchanged).  Each session's ``compute_s`` is charged an
+        equal share of the batch's time."""
+        t = time.perf_counter()
+        errors: list[Exception | None] = [None] * len(sessions)
+        ready: list[int] = []
+        for i, (session, sample, placement) in enumerate(zip(sessions, samples, placements, strict=True)):
+            try:
+                if session._stage != 0:
+                    raise ProtocolError(f"round session step 0 called at step {session._stage}")
+                session._drawn(sample, placement)
+                ready.append(i)
+            except Exception as exc:  # noqa: BLE001 - one device's failure is its own result
+                errors[i] = exc
+        if ready:
+            roles = [sessions[i].role for i in ready]
+            requests = type(roles[0]).retrieval_requests(roles, [sessions[i].request.indices for i in ready])
+            for i, got in zip(ready, requests, strict=True):
+                try:
+                    if isinstance(got, Exception):
+                        raise got
+                    sessions[i]._keyed(got)
+                    sessions[i]._stage = 1
+                except Exception as exc:  # noqa: BLE001 - as above
+                    errors[i] = exc
+        share = (time.perf_counter() - t) / max(len(sessions), 1)
+        for session in sessions:
+            session.compute_s += share
+        return errors
 
     def request_for(self, party: int) -> bytes:
         """The retrieval request for server ``party`` (to send in the plan's order)."""

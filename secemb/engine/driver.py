@@ -323,16 +323,26 @@ def run(
     round_index = 0
     checked_info = False
 
-    def prepare(dev: _Device, info: RoundInfo) -> RoundSession | None:
+    def connect(dev: _Device, info: RoundInfo) -> RoundSession | None:
         try:
-            session = RoundSession(servers.device(dev.user), info, protocol=device_protocol, fp=fp, task=task,
-                                   clip=None if dp is None else dp.clip)
-            dev.session = session
-            session.prepare(sample=dev.sample, placement=dev.placement)
-            return session
+            dev.session = RoundSession(servers.device(dev.user), info, protocol=device_protocol, fp=fp, task=task,
+                                       clip=None if dp is None else dp.clip)
+            return dev.session
         except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
             dev.error = exc
             return None
+
+    def prepare(devs: list[_Device], info: RoundInfo) -> list[tuple[_Device, RoundSession]]:
+        """The devices' sessions, prepared with the drawn samples and slots, their keys made
+        as one batch (:meth:`RoundSession.prepare_many`); the devices that failed keep their
+        error and are left out."""
+        opened = [(d, s) for d, s in zip(devs, servers.phase.map(lambda d: connect(d, info), devs), strict=True)
+                  if s is not None]
+        errors = RoundSession.prepare_many([s for _, s in opened], [d.sample for d, _ in opened],
+                                           [d.placement for d, _ in opened])
+        for (d, _), err in zip(opened, errors, strict=True):
+            d.error = err
+        return [(d, s) for d, s in opened if d.error is None]
 
     def finish(dev: _Device, expected: np.ndarray | None) -> None:
         session = dev.session
@@ -368,8 +378,7 @@ def run(
             dev.error = exc
 
     def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
-        sessions = servers.phase.map(lambda d: prepare(d, info), devs)
-        live = [(d, s) for d, s in zip(devs, sessions, strict=True) if s is not None]
+        live = prepare(devs, info)
         errors = servers.phase.retrieve([s for _, s in live])
         for (d, _), err in zip(live, errors, strict=True):
             if err is not None:

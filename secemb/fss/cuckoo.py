@@ -110,15 +110,24 @@ class CuckooLayout:
         out[buckets, pos] = items
         return out
 
-    def positions(self, items: np.ndarray, buckets: np.ndarray) -> np.ndarray:
-        """Position of each ``items[i]`` inside bucket ``buckets[i]`` (it must be there)."""
+    def find(self, items: np.ndarray, buckets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions, found)``: the position of each ``items[i]`` inside bucket
+        ``buckets[i]`` (int64, meaningless where not found) and whether the bucket holds it
+        (bool), both of the inputs' shape."""
         m = self.num_items
         keys = self._pairs
-        want = np.asarray(buckets, np.int64) * m + np.asarray(items, np.int64)
+        b = np.asarray(buckets, np.int64)
+        want = b * m + np.asarray(items, np.int64)
         where = np.searchsorted(keys, want)
-        if np.any(where >= keys.size) or np.any(keys[np.minimum(where, keys.size - 1)] != want):
+        found = (where < keys.size) & (keys[np.minimum(where, keys.size - 1)] == want)
+        return where - self.indptr[b], found
+
+    def positions(self, items: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+        """Position of each ``items[i]`` inside bucket ``buckets[i]`` (it must be there)."""
+        pos, found = self.find(items, buckets)
+        if not found.all():
             raise InvalidParameters("an item was assigned to a bucket that does not hold it")
-        return where - self.indptr[buckets]
+        return pos
 
     @cached_property
     def occurrences(self) -> np.ndarray:

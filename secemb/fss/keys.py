@@ -274,6 +274,26 @@ class DPFKeys:
         out = self.cw_out.astype(p.dtype.newbyteorder("<")).tobytes()
         return head + b"".join(self.path._body()) + out
 
+    def to_bytes_split(self, parts: int) -> list[bytes]:
+        """:meth:`to_bytes` of each of ``parts`` equal consecutive batches of the keys (each
+        user's keys of a batch generated for many users), serialized as one: the same bytes
+        as ``self[i c:(i + 1) c].to_bytes()`` for ``c = K / parts``.
+
+        Raises
+        ------
+        InvalidParameters: ``parts`` does not divide ``K``.
+        """
+        k = len(self)
+        if parts < 1 or k % parts:
+            raise InvalidParameters(f"cannot split {k} keys into {parts} equal batches")
+        c, p = k // parts, self.params
+        head = _pack_header(_KIND_FULL, self.party, p.ring_bits, p, p.payload_width, c)
+        out = self.cw_out.astype(p.dtype.newbyteorder("<")).tobytes()
+        fields = [*self.path._body(), out]  # each field is K equal records, batch-major
+        sizes = [len(f) // parts for f in fields]
+        return [head + b"".join(f[i * n : (i + 1) * n] for f, n in zip(fields, sizes, strict=True))
+                for i in range(parts)]
+
     def shared_bytes(self) -> bytes:
         """Serialize everything but the roots (kind 3): identical for both parties' keys."""
         p = self.params

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -138,6 +138,21 @@ class UserRole(ABC):
     def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
         """Messages to server 0 and server 1 asking for rows ``indices`` (int64,
         (config.slots,); -1 marks an empty cuckoo bucket)."""
+
+    @classmethod
+    def retrieval_requests(cls, users: Sequence[UserRole],
+                           indices: Sequence[np.ndarray]) -> list[tuple[bytes, bytes] | Exception]:
+        """:meth:`retrieval_request` of many users of one round at once (``users[i]`` asks for
+        ``indices[i]``; a simulation's devices): per user its messages, or the exception that
+        refused its request (that user's state unchanged).  Default: one by one; roles whose
+        key generation batches across users override it."""
+        out: list[tuple[bytes, bytes] | Exception] = []
+        for user, idx in zip(users, indices, strict=True):
+            try:
+                out.append(user.retrieval_request(idx))
+            except Exception as exc:  # noqa: BLE001 - one user's refusal is its own result
+                out.append(exc)
+        return out
 
     @abstractmethod
     def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:

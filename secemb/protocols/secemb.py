@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
@@ -144,20 +144,23 @@ class SecEmbUser(UserRole):
         self._real: np.ndarray | None = None
         self._seeds: tuple[bytes, bytes] | None = None
 
-    def _alphas(self, slots: np.ndarray) -> np.ndarray:
-        """Key points: item ids (full layout) or positions inside each bucket (cuckoo)."""
+    def _alphas(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Key points of users' checked slots (int64 (U, S)): item ids (full layout) or
+        positions inside each bucket (cuckoo; any point for an empty one); and per user
+        whether every item is in its slot's bucket (bool (U,); cuckoo: a placement not made
+        by the layout fails)."""
         cfg = self.config
-        real = slots >= 0
         if cfg.layout == "full":
-            if not real.all():
-                raise InvalidParameters("the full layout has no empty slots (-1)")
-            return slots
-        layout = cfg.cuckoo()
-        alphas = np.zeros(cfg.slots, np.int64)  # empty buckets: any point, payload 0
-        alphas[real] = layout.positions(slots[real], np.flatnonzero(real))
-        return alphas
+            return slots, np.ones(slots.shape[0], bool)
+        real = slots >= 0
+        buckets = np.broadcast_to(np.arange(cfg.slots), slots.shape)
+        alphas = np.zeros(slots.shape, np.int64)  # empty buckets: any point, payload 0
+        found = np.ones(slots.shape, bool)
+        alphas[real], found[real] = cfg.cuckoo().find(slots[real], buckets[real])
+        return alphas, np.all(found, axis=1)
 
-    def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
+    def _slots(self, indices: np.ndarray) -> np.ndarray:
+        """The checked request slots, int64 (S,) (see :meth:`retrieval_request`)."""
         cfg = self.config
         slots = np.asarray(indices)
         if slots.shape != (cfg.slots,):
@@ -172,20 +175,67 @@ class SecEmbUser(UserRole):
             raise InvalidParameters(
                 f"item index {int(bad[0])} is outside the domain [0, {cfg.num_items}) (or -1 for an empty slot)"
             )
-        alphas = self._alphas(slots)
-        p0, p1, state = fss.gen_path(alphas, key_params(cfg).domain_size, _rng=self._rng)
-        real = slots >= 0
-        cw = fss.convert_gen(state, real.astype(cfg.dtype)[:, None], ring_bits=cfg.ring_bits, tag=RETRIEVAL_TAG)
-        params = key_params(cfg)
-        self._state, self._real = state, real
-        keys0 = fss.DPFKeys(p0, cw, params).to_bytes()
-        msg0 = frame(_NAME, "retrieval_request", 0, cfg.round_id, keys0)
-        if not self.relay:
-            keys1 = fss.DPFKeys(p1, cw, params).to_bytes()
-            return msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, keys1)
-        self._seeds = (self._rng(_SEED), self._rng(_SEED))
-        roots1 = array_bytes(p1.roots)
-        return msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, roots1, *self._seeds)
+        if cfg.layout == "full" and np.any(slots < 0):
+            raise InvalidParameters("the full layout has no empty slots (-1)")
+        return slots
+
+    def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
+        out = self.retrieval_requests([self], [indices], _rng=self._rng)[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    @classmethod
+    def retrieval_requests(cls, users: Sequence[UserRole], indices: Sequence[np.ndarray], *,
+                           _rng: RandomBytes | None = None) -> list[tuple[bytes, bytes] | Exception]:
+        """The users' keys generated as one batch (one tree walk, one conversion, one
+        serialization for all), from fresh OS randomness (``_rng``: a test's source); the
+        users must be SecEmb users of one round with one relay setting."""
+        mine = [u for u in users if isinstance(u, SecEmbUser)]
+        first = mine[0] if mine else None
+        if first is None or len(mine) != len(users) or any(
+                (u.config, u.relay) != (first.config, first.relay) for u in mine):
+            raise InvalidParameters("a batch of retrieval requests needs SecEmb users of one round")
+        cfg, relay = first.config, first.relay
+        out: list[tuple[bytes, bytes] | Exception | None] = [None] * len(users)
+        ok: list[tuple[int, SecEmbUser, np.ndarray]] = []
+        for i, (user, idx) in enumerate(zip(mine, indices, strict=True)):
+            try:
+                ok.append((i, user, user._slots(idx)))
+            except (SecembError, TypeError) as exc:
+                out[i] = exc
+        alphas, placed = first._alphas(np.stack([s for _, _, s in ok]) if ok else np.zeros((0, cfg.slots), np.int64))
+        for i, _, _ in (c for c, fits in zip(ok, placed, strict=True) if not fits):
+            out[i] = InvalidParameters("an item was assigned to a bucket that does not hold it")
+        ok = [c for c, fits in zip(ok, placed, strict=True) if fits]
+        if ok:
+            n, rng, params = len(ok), _rng or system_rng, key_params(cfg)
+            slots = np.stack([s for _, _, s in ok])  # (n, S)
+            alphas = alphas[placed]
+            p0, p1, state = fss.gen_path(alphas.reshape(-1), params.domain_size, _rng=rng)
+            real = slots >= 0
+            cw = fss.convert_gen(state, real.reshape(-1, 1).astype(cfg.dtype), ring_bits=cfg.ring_bits,
+                                 tag=RETRIEVAL_TAG)
+            keys0 = fss.DPFKeys(p0, cw, params).to_bytes_split(n)
+            if relay:
+                seeds = rng(2 * _SEED * n)
+                roots1 = array_bytes(p1.roots)
+                per_user = 16 * cfg.slots
+            else:
+                keys1 = fss.DPFKeys(p1, cw, params).to_bytes_split(n)
+            for j, (i, user, _) in enumerate(ok):
+                sl = slice(j * cfg.slots, (j + 1) * cfg.slots)
+                user._state = fss.GenState(params.domain_size, state.leaf0[sl], state.leaf1[sl])
+                user._real = real[j]
+                msg0 = frame(_NAME, "retrieval_request", 0, cfg.round_id, keys0[j])
+                if not relay:
+                    out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, keys1[j]))
+                    continue
+                own = seeds[2 * _SEED * j : 2 * _SEED * (j + 1)]
+                user._seeds = (own[:_SEED], own[_SEED:])
+                out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id,
+                                      roots1[per_user * j : per_user * (j + 1)], *user._seeds))
+        return cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
 
     def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
         cfg = self.config

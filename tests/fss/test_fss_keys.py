@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from secemb import fss
-from secemb.errors import InvalidKey, InvalidMessage
+from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters
 from secemb.randomness import CtrDrbg
 
 FAST = settings(
@@ -663,3 +663,18 @@ def test_blocks_are_the_concatenated_slices(users: int, per: int, lo: int, hi: i
     for field in ("roots", "cw_seed", "cw_tl", "cw_tr"):
         assert np.array_equal(getattr(got.path, field), getattr(want.path, field))
     assert np.array_equal(got.cw_out, want.cw_out) and got.to_bytes() == want.to_bytes()
+
+
+@pytest.mark.parametrize("m, width, k, parts", [(30, 1, 12, 3), (1000, 3, 8, 8), (2, 2, 6, 1), (5000, 1, 20, 4)])
+def test_split_serialization_is_each_batch_serialized_alone(m: int, width: int, k: int, parts: int) -> None:
+    """``to_bytes_split``: one serialization cut into the bytes each equal batch of keys (one
+    user's, of keys made for many users at once) would have alone, and each parses back."""
+    alphas = np.random.default_rng(m).integers(0, m, k)
+    k0, _ = fss.gen(alphas, np.ones((k, width), np.uint32), m)
+    c = k // parts
+    got = k0.to_bytes_split(parts)
+    assert got == [k0[i * c : (i + 1) * c].to_bytes() for i in range(parts)]
+    again = fss.DPFKeys.from_bytes(got[-1])
+    assert np.array_equal(again.path.roots, k0.path.roots[-c:]) and np.array_equal(again.cw_out, k0.cw_out[-c:])
+    with pytest.raises(InvalidParameters, match="cannot split"):
+        k0.to_bytes_split(k + 1)

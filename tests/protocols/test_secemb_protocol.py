@@ -906,3 +906,93 @@ def test_relay_prg_is_the_fixed_key_mmo_conversion_of_the_seed(monkeypatch: pyte
                               relay_prg(bytes(15) + b"\1", (4,), np.dtype(np.uint64)))
     with pytest.raises(InvalidParameters):
         relay_prg(b"short", (3,), np.dtype(np.uint32))
+
+
+# ------------------------------------------------------------------- batched key generation
+
+
+@pytest.mark.parametrize("layout, relay", [("full", False), ("cuckoo", True), ("cuckoo", False)])
+def test_batched_requests_retrieve_and_aggregate_exactly_and_refuse_per_user(layout: str, relay: bool) -> None:
+    """``SecEmbUser.retrieval_requests``: the keys of several users made as one batch give each
+    user its own rows and its share of an exact aggregate; a user whose request is malformed,
+    a second request, or (cuckoo) slots that put an item in a bucket that does not hold it is
+    refused alone, and its state is unchanged."""
+    proto = SecEmbProtocol(layout=layout, relay=relay)
+    cfg = proto.round_config(3, 300, 4, 5, 12, 32)
+    gen = np.random.default_rng(5)
+    table = _ring(gen, (cfg.num_items, cfg.width), cfg)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    s0.begin_round(cfg, table)
+    s1.begin_round(cfg, table)
+
+    def slots() -> np.ndarray:
+        items = gen.choice(cfg.num_items, 12, replace=False)
+        return items if layout == "full" else cfg.cuckoo().assign(items, gen)[0]
+
+    users = [proto.make_user(cfg) for _ in range(6)]
+    indices = [slots() for _ in users]
+    done = proto.make_user(cfg)
+    done.retrieval_request(slots())  # a user that already asked this round
+    users.append(done)
+    indices.append(slots())
+    users.append(proto.make_user(cfg))
+    indices.append(np.zeros(cfg.slots + 1, np.int64))  # the wrong shape
+    if layout == "cuckoo":
+        wrong = slots()
+        full = np.flatnonzero(wrong >= 0)
+        wrong[full[0]], wrong[full[1]] = wrong[full[1]], wrong[full[0]]  # two items swap buckets
+        if np.array_equal(np.sort(cfg.cuckoo().candidates[wrong[full[0]]]), np.sort(cfg.cuckoo().candidates[
+                wrong[full[1]]])):
+            pytest.skip("the two items share their buckets")  # pragma: no cover - not with this seed
+        users.append(proto.make_user(cfg))
+        indices.append(wrong)
+    out = SecEmbUser.retrieval_requests(users, indices)
+    assert all(isinstance(o, tuple) for o in out[:6])
+    assert isinstance(out[6], ProtocolError) and isinstance(out[7], InvalidParameters)
+    if layout == "cuckoo":
+        assert isinstance(out[8], InvalidParameters) and "does not hold it" in str(out[8])
+        assert users[8]._state is None  # refused: no keys kept
+    if relay:  # each user its own secret seeds
+        assert len({s for u in users[:6] for s in u._seeds}) == 12
+    sparse = np.zeros_like(table)
+    dense_sum = np.zeros(cfg.dense_size, cfg.dtype)
+    for uid, (user, idx, got) in enumerate(zip(users[:6], indices[:6], out[:6], strict=True)):
+        assert isinstance(got, tuple)
+        r0, r1 = got
+        if relay:
+            fwd = s0.handle_retrieval(uid, r0)
+            assert s1.handle_retrieval(uid, r1) is None
+            reply0, reply1 = s0.complete_retrieval(uid, s1.relay_retrieval(uid, fwd)), None
+        else:
+            reply0, reply1 = s0.handle_retrieval(uid, r0), s1.handle_retrieval(uid, r1)
+        rows = user.retrieval_result(reply0, reply1)
+        real = idx >= 0
+        assert np.array_equal(rows[real], table[idx[real]]) and not rows[~real].any()
+        grads = _ring(gen, (cfg.slots, cfg.width), cfg)
+        grads[~real] = 0
+        dense = _ring(gen, (cfg.dense_size,), cfg)
+        u0, u1 = user.upload(grads, dense)
+        fwd_up = s0.handle_upload(uid, u0)
+        if relay:
+            assert fwd_up is not None
+            s1.relay_upload(uid, fwd_up)
+        else:
+            assert u1 is not None
+            s1.handle_upload(uid, u1)
+        np.add.at(sparse, idx[real], grads[real])
+        dense_sum += dense
+    got_sparse, got_dense = s0.combine(s1.aggregate_share())
+    assert np.array_equal(got_sparse, sparse) and np.array_equal(got_dense, dense_sum)
+
+
+def test_batched_request_messages_have_the_single_request_lengths() -> None:
+    """Every user's messages from one batch have the lengths of a request made alone (the
+    server cannot tell them apart), and two users' keys differ."""
+    proto = SecEmbProtocol(layout="cuckoo", relay=True)
+    cfg = proto.round_config(3, 300, 4, 5, 12, 32)
+    gen = np.random.default_rng(2)
+    indices = [cfg.cuckoo().assign(gen.choice(300, 12, replace=False), gen)[0] for _ in range(3)]
+    alone = proto.make_user(cfg).retrieval_request(indices[0])
+    batch = SecEmbUser.retrieval_requests([proto.make_user(cfg) for _ in indices], indices)
+    assert all(isinstance(b, tuple) and tuple(map(len, b)) == tuple(map(len, alone)) for b in batch)
+    assert len({b[0] for b in batch if isinstance(b, tuple)}) == 3
