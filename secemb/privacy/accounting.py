@@ -191,9 +191,9 @@ def plan_dp(settings: DPSettings, *, central: bool, fp: FixedPoint, coordinates:
     InvalidParameters: the noise does not fit the ring (:meth:`ClipSpec.coordinate_bound`);
         ``rounds_per_epoch`` neither ``None`` nor an int >= 1 (:func:`planned_rounds`).
     """
+    rounds = planned_rounds(epochs, active_users, users_per_round, rounds_per_epoch)  # checks rounds_per_epoch
     if central:
-        q = min(1.0, users_per_round / max(active_users, 1))
-        steps = planned_rounds(epochs, active_users, users_per_round, rounds_per_epoch)
+        q, steps = min(1.0, users_per_round / max(active_users, 1)), rounds
     else:
         q, steps = 1.0, epochs
     z = noise_multiplier(settings.epsilon, settings.delta, q, steps)

@@ -176,14 +176,16 @@ def test_rounds_per_epoch_cuts_epochs_and_the_accountant_counts_the_rounds_run(s
 
 
 def test_plan_counts_the_rounds_of_cut_epochs_and_refuses_a_bound_below_one():
-    def plan(r):  # 100 users, 30 a round: 4 rounds an epoch, 2 epochs
-        return plan_dp(DPSettings(4.0, 1e-5, 0.5), central=True, fp=FixedPoint(64, 16), coordinates=100,
-                       active_users=100, users_per_round=30, epochs=2, rounds_per_epoch=r)
+    def plan(r, central=True):  # 100 users, 10 a round: 10 rounds an epoch, 2 epochs
+        return plan_dp(DPSettings(4.0, 1e-5, 0.5), central=central, fp=FixedPoint(64, 16), coordinates=100,
+                       active_users=100, users_per_round=10, epochs=2, rounds_per_epoch=r)
 
-    assert [plan(r).steps for r in (None, 1, 3, 4, 5, 1000)] == [8, 2, 6, 8, 8, 8]
+    assert [plan(r).steps for r in (None, 1, 3, 10, 11, 1000)] == [20, 2, 6, 20, 20, 20]
+    assert plan(1, central=False).steps == 2  # local DP: a user's epochs, however many rounds run
     for bad in (0, -1, 2.0, True):  # 0 counted every round of an epoch, as if no bound were set
-        with pytest.raises(InvalidParameters, match="rounds_per_epoch"):
-            plan(bad)
+        for central in (True, False):
+            with pytest.raises(InvalidParameters, match="rounds_per_epoch"):
+                plan(bad, central)
 
 
 def test_plan_refuses_noise_that_does_not_fit_the_ring():
