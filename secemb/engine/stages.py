@@ -25,6 +25,7 @@ closes the stage, and the server answers each device with at most one message.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from secemb.errors import InvalidParameters
 
@@ -143,8 +144,10 @@ class RoundPlan:
         return any(h.src == SERVER0 and h.dst == SERVER1 for h in self.stage(stage))
 
 
+@lru_cache(maxsize=2)
 def round_plan(*, relay: bool) -> RoundPlan:
-    """The round of the two-server protocols (SecEmb and its baselines).
+    """The round of the two-server protocols (SecEmb and its baselines); made once per
+    ``relay`` value (a :class:`RoundPlan` is immutable, and every device session asks for it).
 
     Without relay the user talks to both servers; with ``relay`` (DESIGN.md section 5.2) it
     sends server 1 only its root seeds, server 0 forwards the shared correction words and
