@@ -225,8 +225,9 @@ class SecEmbUser(UserRole):
                 keys1 = fss.DPFKeys(p1, cw, params).to_bytes_split(n)
             for j, (i, user, _) in enumerate(ok):
                 sl = slice(j * cfg.slots, (j + 1) * cfg.slots)
-                user._state = fss.GenState(params.domain_size, state.leaf0[sl], state.leaf1[sl])
-                user._real = real[j]
+                # copies: a user keeps its own secret state, no view of the batch's (other users')
+                user._state = fss.GenState(params.domain_size, state.leaf0[sl].copy(), state.leaf1[sl].copy())
+                user._real = real[j].copy()
                 msg0 = frame(_NAME, "retrieval_request", 0, cfg.round_id, keys0[j])
                 if not relay:
                     out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, keys1[j]))

@@ -954,6 +954,8 @@ def test_batched_requests_retrieve_and_aggregate_exactly_and_refuse_per_user(lay
         assert users[8]._state is None  # refused: no keys kept
     if relay:  # each user its own secret seeds
         assert len({s for u in users[:6] for s in u._seeds}) == 12
+    for user in users[:6]:  # and its own key state, not a view of the batch's (other users')
+        assert user._state is not None and user._state.leaf0.base is None and user._state.leaf1.base is None
     sparse = np.zeros_like(table)
     dense_sum = np.zeros(cfg.dense_size, cfg.dtype)
     for uid, (user, idx, got) in enumerate(zip(users[:6], indices[:6], out[:6], strict=True)):
