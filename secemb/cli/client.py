@@ -123,20 +123,6 @@ def register(app: typer.Typer) -> None:
             return load_features(dataset, data_dir, num_users=data.num_users, num_items=data.num_items,
                                  seed=seed).for_device(user)
 
-        def announced_model(info: RoundInfo, features: FeatureSet | None = None) -> RecModel:
-            """The model ``info`` announces (:meth:`RoundInfo.make_model`).
-
-            Raises
-            ------
-            InvalidMessage
-                The announcement names no model this device has, or hyperparameters it does
-                not take or refuses: the servers' fault, not this device's arguments.
-            """
-            try:
-                return info.make_model(features)
-            except (KeyError, TypeError, InvalidParameters) as exc:
-                raise InvalidMessage(f"the round announces a model this device cannot build ({exc!r})") from None
-
         def round_model(info: RoundInfo) -> RecModel:
             """The announced model (FM, DeepFM: with this device's features where the round's
             sizes say the deployment trains with features); a denoiser over this device's
@@ -145,16 +131,16 @@ def register(app: typer.Typer) -> None:
             Raises
             ------
             InvalidMessage
-                A model the device cannot build from the announcement (:func:`announced_model`).
+                A model the device cannot build from the announcement (:meth:`RoundInfo.make_model`).
             SecembError
                 This device's arguments or data do not fit the round (exit 2).
             """
             from secemb.inference.denoiser import NAME, Denoiser
 
             if info.model.get("name") != NAME:
-                model = announced_model(info)
+                model = info.make_model()
                 if uses_features(model.name) and not info.fits(model):
-                    model = announced_model(info, own_features())
+                    model = info.make_model(own_features())
                 info.check_model(model)
                 return model
             if recommender is None or recommender_state is None:

@@ -137,11 +137,20 @@ class RoundInfo:
         """The announced model; ``features`` (FM, DeepFM): built with them -- on a device, its
         own row and the public item matrix (:meth:`~secemb.data.features.FeatureSet.for_device`).
         The announced hyperparameters do not say whether the deployment uses features: the
-        round's sizes do (:meth:`check_model`)."""
+        round's sizes do (:meth:`check_model`).
+
+        Raises
+        ------
+        InvalidMessage: the announcement names no model this device has, or hyperparameters the
+            model does not take or refuses -- the servers' fault, not the device's.
+        """
         from secemb.models import get_model
 
         extra = {} if features is None else {"features": features}
-        return get_model(self.model["name"], **self.model["hparams"], **extra)
+        try:
+            return get_model(self.model["name"], **self.model["hparams"], **extra)
+        except (KeyError, TypeError, InvalidParameters) as exc:  # TypeError: an argument the model does not take
+            raise InvalidMessage(f"the round announces a model this device cannot build ({exc!r})") from None
 
     def fits(self, model: RecModel) -> bool:
         """Whether ``model``'s table width and dense size are the round's."""

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from secemb.cli import app
 from secemb.client.device import DeviceClient, RoundInfo
+from secemb.errors import InvalidMessage
 from secemb.protocols.base import RoundConfig
 from secemb.transport.network import ApiClient
 
@@ -55,7 +56,8 @@ def _client(monkeypatch: pytest.MonkeyPatch, info: RoundInfo | None, args: list[
 SERVERS = ["--server0", "https://127.0.0.1:9", "--server1", "https://127.0.0.1:9", "--min-users", "2", "--wait", "1"]
 
 
-@pytest.mark.parametrize("model", [
+#: announced models no device can build
+UNBUILDABLE = [
     {"hparams": {"dim": 4}},  # no name
     {"name": "mf"},  # no hyperparameters
     {"name": "no-such-model", "hparams": {}},
@@ -63,10 +65,31 @@ SERVERS = ["--server0", "https://127.0.0.1:9", "--server1", "https://127.0.0.1:9
     {"name": "mf", "hparams": [4]},  # not an object
     {"name": "mf", "hparams": {"dim": -4}},  # one the model refuses
     {"name": ["mf"], "hparams": {"dim": 4}},
-])
+]
+
+
+@pytest.mark.parametrize("model", UNBUILDABLE)
 def test_a_model_the_device_cannot_build_is_the_servers_fault(monkeypatch, model) -> None:
     doc = _client(monkeypatch, _info(model), SERVERS, 1, model)
     assert doc["user"] == 1 and "round 3" in doc["error"], doc
+
+
+@pytest.mark.parametrize("model", UNBUILDABLE)
+def test_the_sdk_reports_an_unbuildable_model_as_an_invalid_message(model) -> None:
+    """The SDK's :meth:`RoundInfo.make_model` and :meth:`RoundInfo.make_task` (what a
+    :class:`Device` calls without a model of its own) raise :class:`InvalidMessage`, the
+    servers' fault, never a ``KeyError`` or ``TypeError``."""
+    info = _info(model)
+    with pytest.raises(InvalidMessage, match="cannot build"):
+        info.make_model()
+    with pytest.raises(InvalidMessage, match="cannot build"):
+        info.make_task()
+
+
+def test_the_sdk_builds_the_announced_model() -> None:
+    info = _info({"name": "mf", "hparams": {"dim": 4}})
+    model = info.make_model()
+    assert model.name == "mf" and info.fits(model)  # the round's table width 5 (4 + a bias) and dense size 1
 
 
 @pytest.mark.parametrize("content", [b"not an npz", "no params", "wrong shape"])
