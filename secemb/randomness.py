@@ -18,7 +18,11 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["RandomBytes", "system_rng", "CtrDrbg", "random_words", "expand_seed"]
+__all__ = ["SEED_BYTES", "RandomBytes", "system_rng", "CtrDrbg", "random_words", "expand_seed"]
+
+#: Bytes of a secret seed that stands for a pseudorandom array (a 128-bit key): :func:`expand_seed`'s,
+#: a relay seed, a pairwise mask seed, server 0's seeded share of a dense upload
+SEED_BYTES = 16
 
 RandomBytes = Callable[[int], bytes]
 
@@ -75,6 +79,6 @@ def expand_seed(seed: bytes, shape: tuple[int, ...], dtype: np.dtype | type) -> 
     ``seed`` stands for (AES-256-CTR under ``SHA-256(seed)``, :class:`CtrDrbg`).  Two parties
     holding the same seed expand it to the same array; a party without it sees uniform
     values."""
-    if len(seed) != 16:
-        raise InvalidParameters(f"seed must be 16 bytes, got {len(seed)}")
+    if len(seed) != SEED_BYTES:
+        raise InvalidParameters(f"seed must be {SEED_BYTES} bytes, got {len(seed)}")
     return CtrDrbg(bytes(seed)).words(shape, dtype)

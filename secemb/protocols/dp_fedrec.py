@@ -36,12 +36,9 @@ from secemb.privacy.noise import ClipSpec, clip_spec, discrete_gaussian, to_ring
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes
-from secemb.randomness import expand_seed
+from secemb.randomness import SEED_BYTES, expand_seed
 
 __all__ = ["DPFedRecProtocol", "DPFedRecServer", "DPFedRecUser"]
-
-#: server 0's upload body: the seed its share expands from
-SEED_BYTES = 16
 
 
 class DPFedRecUser(FullModelUser):

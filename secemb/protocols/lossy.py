@@ -60,7 +60,7 @@ from secemb.errors import InvalidParameters, ProtocolError
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
-from secemb.randomness import RandomBytes, expand_seed
+from secemb.randomness import SEED_BYTES, RandomBytes, expand_seed
 from secemb.ring import FixedPoint
 from secemb.sharing import share
 
@@ -109,13 +109,13 @@ def _share_rows(m: int, w: int, items: np.ndarray, values: np.ndarray, dtype: np
     (AES-CTR, :func:`secemb.randomness.expand_seed`, as SecEmb's own seeded shares)."""
     full = np.zeros((m, w), dtype)
     full[items] = values.astype(np.int64).astype(dtype)
-    r = expand_seed(rng(16), (m * w,), dtype)
+    r = expand_seed(rng(SEED_BYTES), (m * w,), dtype)
     return r, full.reshape(-1) - r
 
 
 def _share_words(x: np.ndarray, rng: RandomBytes) -> tuple[np.ndarray, np.ndarray]:
     """Additive shares of ring words ``x`` (1-D), share 0 expanded from a 16-byte seed."""
-    r = expand_seed(rng(16), x.shape, x.dtype)
+    r = expand_seed(rng(SEED_BYTES), x.shape, x.dtype)
     return r, x - r
 
 

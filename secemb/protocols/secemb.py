@@ -58,7 +58,7 @@ from secemb.fss.tree import padded_leaves
 from secemb.protocols.backends import Backend, Handle, SerialBackend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
-from secemb.randomness import RandomBytes, system_rng
+from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
 from secemb.sharing import reconstruct, share
 
 _T = TypeVar("_T")
@@ -68,7 +68,6 @@ __all__ = ["SecEmbProtocol", "SecEmbUser", "SecEmbServer"]
 
 _NAME = "secemb"
 _U64 = struct.Struct("<Q")
-_SEED = 16
 #: Convert tag of the relay's seeded arrays (server 1's retrieval mask and its dense share)
 RELAY_TAG = "relay"
 
@@ -79,8 +78,8 @@ def relay_prg(seed: bytes, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
     block counter -- the DPF's own PRG, under its own tag, on the AES-NI kernels where they run.
     The user and server 1 expand the same seed to the same array; to server 0, which never sees
     the seed, it is pseudorandom."""
-    if len(seed) != _SEED:
-        raise InvalidParameters(f"a relay seed is {_SEED} bytes, got {len(seed)}")
+    if len(seed) != SEED_BYTES:
+        raise InvalidParameters(f"a relay seed is {SEED_BYTES} bytes, got {len(seed)}")
     word = np.frombuffer(seed, "<u8").reshape(1, 2).astype(np.uint64)
     ring_bits = 8 * np.dtype(dtype).itemsize
     return convert(word, math.prod(shape), ring_bits, RELAY_TAG).reshape(shape)
@@ -112,7 +111,7 @@ def request_bytes(config: RoundConfig) -> int:
 
 def _roots_bytes(config: RoundConfig) -> int:
     """Body of a relay request to server 1: its root words and the user's two seeds."""
-    return 16 * config.slots + 2 * _SEED
+    return 16 * config.slots + 2 * SEED_BYTES
 
 
 def _shared_bytes(config: RoundConfig) -> int:
@@ -218,7 +217,7 @@ class SecEmbUser(UserRole):
                                  tag=RETRIEVAL_TAG)
             keys0 = fss.DPFKeys(p0, cw, params).to_bytes_split(n)
             if relay:
-                seeds = rng(2 * _SEED * n)
+                seeds = rng(2 * SEED_BYTES * n)
                 roots1 = array_bytes(p1.roots)
                 per_user = 16 * cfg.slots
             else:
@@ -232,8 +231,8 @@ class SecEmbUser(UserRole):
                 if not relay:
                     out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, keys1[j]))
                     continue
-                own = seeds[2 * _SEED * j : 2 * _SEED * (j + 1)]
-                user._seeds = (own[:_SEED], own[_SEED:])
+                own = seeds[2 * SEED_BYTES * j : 2 * SEED_BYTES * (j + 1)]
+                user._seeds = (own[:SEED_BYTES], own[SEED_BYTES:])
                 out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id,
                                       roots1[per_user * j : per_user * (j + 1)], *user._seeds))
         return cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
@@ -628,7 +627,7 @@ class SecEmbServer(ServerRole):
         roots = body[: 16 * cfg.slots]
         if np.any(np.frombuffer(roots, np.uint8)[::16] & 1 != 1):
             raise InvalidMessage("retrieval_request: root control bits must equal the party")
-        return roots, body[-2 * _SEED : -_SEED], body[-_SEED:]
+        return roots, body[-2 * SEED_BYTES : -SEED_BYTES], body[-SEED_BYTES:]
 
     def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""

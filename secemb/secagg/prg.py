@@ -16,11 +16,9 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb.errors import InvalidParameters
+from secemb.randomness import SEED_BYTES
 
 __all__ = ["SEED_BYTES", "mask_rows"]
-
-#: Bytes of a mask seed (an AES-128 key).
-SEED_BYTES = 16
 
 
 def mask_rows(seed: bytes, rows: np.ndarray, width: int) -> np.ndarray:
