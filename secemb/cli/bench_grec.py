@@ -10,6 +10,11 @@ import typer
 
 from secemb.cli._report import save_result
 
+#: ``--out`` by mode: Table 3's bench, ``--rank-saved`` (Table 14) and ``--figure4`` write different
+#: documents, so no mode's default overwrites another's results
+DEFAULT_OUT = {"table3": Path("results/grec/table3.json"), "rank_saved": Path("results/grec/table14.json"),
+               "figure4": Path("results/grec/figure4.json")}
+
 
 def register(bench_app: typer.Typer) -> None:
     """Attach ``grec`` to the ``bench`` group."""
@@ -40,7 +45,8 @@ def register(bench_app: typer.Typer) -> None:
                                         "'--save-dir' wrote (DIR/<model>-seed<k>, with recommender/ and "
                                         "denoiser.npz); no training."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result."),
-        out: Path = typer.Option(Path("results/grec/table3.json"), help="Write the JSON result here."),
+        out: Path = typer.Option(None, help="Write the JSON result here (default: results/grec/table3.json; "
+                                 "--rank-saved: results/grec/table14.json; --figure4: results/grec/figure4.json)."),
     ) -> None:
         """Table 3: test RMSE of the non-private recommender, naive LDP (Eq. 7) and GREC's
         post-processing LDP (Eq. 16) at (epsilon, delta), per model."""
@@ -53,6 +59,8 @@ def register(bench_app: typer.Typer) -> None:
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
+        if out is None:
+            out = DEFAULT_OUT["rank_saved" if rank_saved is not None else "figure4" if figure4 else "table3"]
         check_output_file(out, "--out")
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         try:

@@ -98,3 +98,32 @@ def test_rank_saved_on_the_command_line(tmp_path) -> None:
     res = runner.invoke(app, ["bench", "grec", "--rank-saved", str(tmp_path / "nowhere"), "--out", str(out)])
     assert res.exit_code == 2 and "--save-dir" in res.output, res.output
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize(("mode", "patched", "key", "default"), [
+    (["--rank-saved", "saved"], "rank_saved", "ranking", "results/grec/table14.json"),
+    (["--figure4"], "device_cost", "figure4", "results/grec/figure4.json"),
+])
+def test_a_mode_without_out_leaves_table3_alone(tmp_path, monkeypatch, mode, patched, key, default) -> None:
+    """``--rank-saved`` and ``--figure4`` without ``--out`` write their own default file, never
+    Table 3's (``results/grec/table3.json``: the bench's default, which they once shared and
+    silently overwrote).  The heavy part is replaced by fixed cells; the CLI's choice of file is
+    what is tested."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from secemb.cli import app
+
+    cells: dict = {"model": "mf", "dataset": "synthetic-mini", "positives": 3.0,
+                   **{f"{m}_{p}": 0.5 for m in ("hr@10", "ndcg@10") for p in grec.PREDICTIONS}}
+    fake = {"rank_saved": lambda folder: cells, "device_cost": lambda names, dataset, repeats: [{"model": "mf"}]}
+    monkeypatch.setattr(grec, patched, fake[patched])
+    monkeypatch.chdir(tmp_path)
+    table3 = tmp_path / "results" / "grec" / "table3.json"
+    table3.parent.mkdir(parents=True)
+    table3.write_text('{"runs": [], "table": []}')
+    res = CliRunner().invoke(app, ["bench", "grec", *mode, "--json"])
+    assert res.exit_code == 0, res.output
+    assert table3.read_text() == '{"runs": [], "table": []}'
+    assert json.loads((tmp_path / default).read_text()) == {key: cells if key == "ranking" else [{"model": "mf"}]}
