@@ -196,8 +196,9 @@ def rank_saved(folder: Any, *, data_dir: Any = None, chunk: int = 1 << 14) -> di
     Raises
     ------
     InvalidParameters
-        ``folder`` lacks either file, the saved model records no split, or the rebuilt split's
-        training interactions are not the recorded ones.
+        ``folder`` lacks either file, the denoiser was trained against another recommender (its
+        SHA-256), the saved model records no split, or the rebuilt split's training
+        interactions are not the recorded ones.
     InvalidMessage
         A corrupted saved model or denoiser.
     """
@@ -223,7 +224,7 @@ def rank_saved(folder: Any, *, data_dir: Any = None, chunk: int = 1 << 14) -> di
     except (KeyError, TypeError, ValueError):
         raise InvalidParameters(f"{root / 'recommender'}: the saved model records no split (dataset, "
                                 f"test_fraction, a split_seed >= 0)") from None
-    den, den_table, den_dense = load_denoiser(root / "denoiser.npz", trained)
+    den, den_table, den_dense = load_denoiser(root / "denoiser.npz", trained, recommender=root / "recommender")
     train, _, test = trained.model.task.split(load_dataset(dataset, data_dir, seed=seed), fraction, seed)
     rated = by_user(train, order="time" if train.timestamps is not None else "item")  # as TrainedModel records it
     if not (np.array_equal(rated.indptr, trained.rated_indptr) and np.array_equal(rated.items, trained.rated_items)):
@@ -320,7 +321,8 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
 
             folder = Path(save_dir) / (f"{model}-seed{seed}" + ("" if len(epsilons) == 1 else f"-eps{epsilon}"))
             TrainedModel.from_training(built, rec).save(folder / "recommender")
-            save_denoiser(folder / "denoiser.npz", den, dres.table, dres.dense)
+            save_denoiser(folder / "denoiser.npz", den, dres.table, dres.dense,
+                          recommender_sha256=rec.model_sha256)
         rows.append({"model": model, "dataset": dataset, "seed": seed, "dim": d, "epsilon": float(epsilon),
                      "delta": delta, "bound": bound, "sigma": mech.sigma, "protocol": protocol, "rec_epochs": epochs,
                      "den_epochs": den_epochs, "hat_d": hat_d, "den_lr": hp["lr"], "den_reg": hp["reg"],

@@ -153,31 +153,43 @@ def open_round(
 def save_denoiser(
     deployment: Annotated[Path, _DEPLOYMENT],
     out: Annotated[Path, typer.Option(help="The file to write (.npz): 'secemb infer --denoiser' reads it.")],
+    recommender: Annotated[Path, typer.Option(help="The recommender's saved folder (its public manifest.json and "
+                                              "public.npz): the denoiser's frozen columns must be its table.")],
 ) -> None:
     """Write the trained GREC denoiser of a deployment whose model is grec-denoiser to OUT:
     server 0's current public model (F_i's table e, the dense part, the spec with the
     mechanism; not the recommender's frozen columns), checked against the SHA-256 server 0's
-    status announces.  Devices use it with 'secemb infer --credentials ... --denoiser OUT
-    --recommender DIR'.  Prints the file, the model version and its SHA-256."""
-    from secemb.cli._usage import check_output_file
+    status announces, and the SHA-256 of the recommender it was trained against: RECOMMENDER's,
+    once the model's frozen columns with RECOMMENDER's dense vector hash to it.  Devices use it
+    with 'secemb infer --credentials ... --denoiser OUT --recommender RECOMMENDER'.  Prints the
+    file, the model version and its SHA-256, and the recommender's."""
+    from secemb.cli._usage import check_output_file, fail
+    from secemb.errors import InvalidMessage, InvalidParameters
+    from secemb.inference.saved import load_public_recommender
 
     check_output_file(out, "--out")
-    _operate(deployment, lambda d: _save_denoiser(d, out))
+    try:
+        rec = load_public_recommender(recommender)
+    except (InvalidParameters, InvalidMessage) as exc:
+        fail(f"--recommender: {exc}")
+    _operate(deployment, lambda d: _save_denoiser(d, out, (recommender, rec[1], rec[2])))
 
 
 #: tries of :func:`_save_denoiser` at a status and model of one version (a round may commit in between)
 _MODEL_TRIES = 3
 
 
-def _save_denoiser(dep: Any, out: Path) -> dict[str, Any]:
+def _save_denoiser(dep: Any, out: Path, recommender: tuple[Path, Any, str]) -> dict[str, Any]:
     """Fetch the denoiser deployment ``dep``'s current model from server 0 and write it to ``out``
-    (:func:`secemb.inference.saved.save_denoiser`).
+    (:func:`secemb.inference.saved.save_denoiser`) with the SHA-256 of ``recommender``:
+    ``(folder, dense, model_sha256)`` of the recommender's public part, whose table the
+    model's frozen columns must be (they and ``dense`` hash to ``model_sha256``).
 
     Raises
     ------
     InvalidParameters
         The deployment's model is not the denoiser, its hyperparameters are not a denoiser's,
-        or ``out`` cannot be written.
+        its frozen columns are not ``recommender``'s table, or ``out`` cannot be written.
     InvalidMessage
         Server 0's model does not decode at the version its status announces (after
         ``_MODEL_TRIES`` tries), or does not hash to the SHA-256 it announces.
@@ -213,12 +225,17 @@ def _save_denoiser(dep: Any, out: Path) -> dict[str, Any]:
     sha = model_sha256(table, dense)
     if sha != announced:
         raise InvalidMessage(f"server 0's model hashes to {sha}, its status announces {announced}")
+    folder, rec_dense, rec_sha = recommender
+    if model_sha256(table[:, den.hat_d :], rec_dense) != rec_sha:
+        raise InvalidParameters(f"the deployment {dep.root} trained its denoiser against another recommender than "
+                                f"--recommender {folder} (model_sha256 {rec_sha}): its frozen columns with that "
+                                f"recommender's dense vector do not hash to it")
     try:
-        path = write(out, den, table, dense)
+        path = write(out, den, table, dense, recommender_sha256=rec_sha)
     except (OSError, StorageError) as exc:
         raise InvalidParameters(f"--out {out}: {exc}") from None
     m = den.mechanism
-    return {"written": str(path), "model_version": version, "model_sha256": sha,
+    return {"written": str(path), "model_version": version, "model_sha256": sha, "recommender_sha256": rec_sha,
             "last_committed_round": last_round, "epsilon": m.epsilon, "delta": m.delta, "bound": m.bound}
 
 

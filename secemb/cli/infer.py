@@ -203,7 +203,7 @@ def _local(model_dir: Path, user: int | None, denoiser: Path | None, given: dict
     trained.user_store.state(user)  # validates the user
     den = None
     if denoiser is not None:
-        den = load_denoiser(denoiser, trained)
+        den = load_denoiser(denoiser, trained, recommender=model_dir)
         mech = _denoiser_mechanism(den[0], given)
     else:
         mech = _mechanism(given)
@@ -305,7 +305,8 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
                                         "own features come from)")
             user_x = _own_features(creds.user, own[0], own[1], own[2], l_x)
         if denoiser is not None:
-            den = load_denoiser_on_device(denoiser, rec_model, rec_dense, params, num_items, user_x)
+            den = load_denoiser_on_device(denoiser, rec_model, rec_dense, params, num_items, user_x,
+                                          recommender_sha256=rec_sha, recommender=recommender)
             mech = _denoiser_mechanism(den[0], given)
     rated = None if own[0] is None else _own_ratings(creds.user, own[0], *own[1:])
     tls = None if creds.ca is None else client_context(creds.ca)

@@ -4,15 +4,20 @@ servers that train a denoiser (:func:`save_frozen_table`, ``[model] frozen_table
 
 One ``.npz`` (``allow_pickle=False``): ``e`` float64 ``(m, d^)`` (F_i's table: what a device
 stores), ``dense`` float64 (F_h, F_z, F_o), ``mechanism`` float64 ``[epsilon, delta, B]`` it
-was trained for, and ``spec`` (the denoiser's JSON constructor arguments as UTF-8 bytes).
-The recommender's rows are not repeated: :func:`load_denoiser` takes them from the
-recommender it is loaded against and checks the sizes agree.
+was trained for, ``spec`` (the denoiser's JSON constructor arguments as UTF-8 bytes) and
+``recommender_sha256`` (the ``model_sha256`` of the recommender it was trained against, 64
+lowercase hex digits as ASCII bytes).  The recommender's rows are not repeated:
+:func:`load_denoiser` and :func:`load_denoiser_on_device` take them from the recommender the
+denoiser is loaded against, which must be the one it was trained against (its SHA-256), and
+check the sizes agree.  A file without ``recommender_sha256`` (written before it was recorded)
+is refused: nothing tells which recommender it belongs to.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -52,27 +57,48 @@ def _write_npz(path: str | os.PathLike, **arrays: Any) -> Path:
     return out
 
 
-def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray, dense: np.ndarray) -> Path:
+#: a ``model_sha256``: 64 lowercase hex digits
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+#: the arrays of a saved denoiser
+_ARRAYS = ("e", "dense", "mechanism", "spec", "recommender_sha256")
+
+
+def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray, dense: np.ndarray, *,
+                  recommender_sha256: str) -> Path:
     """Write ``denoiser`` with its trained ``table`` and ``dense`` to ``path`` (``.npz``),
-    replacing a file there atomically (:func:`_write_npz`'s errors)."""
+    recording ``recommender_sha256`` (the ``model_sha256`` of the recommender it was trained
+    against), replacing a file there atomically (:func:`_write_npz`'s errors).
+
+    Raises
+    ------
+    InvalidParameters
+        ``recommender_sha256`` is not 64 lowercase hex digits.
+    """
+    if not isinstance(recommender_sha256, str) or not _SHA256.fullmatch(recommender_sha256):
+        raise InvalidParameters(f"recommender_sha256 must be 64 lowercase hex digits, got {recommender_sha256!r}")
     m = denoiser.mechanism
     spec = json.dumps(denoiser.spec()).encode()
     return _write_npz(path, e=np.asarray(table[:, : denoiser.hat_d], dtype=np.float64),
                       dense=np.asarray(dense, dtype=np.float64),
                       mechanism=np.array([m.epsilon, m.delta, m.bound], dtype=np.float64),
-                      spec=np.frombuffer(spec, dtype=np.uint8))
+                      spec=np.frombuffer(spec, dtype=np.uint8),
+                      recommender_sha256=np.frombuffer(recommender_sha256.encode("ascii"), dtype=np.uint8))
 
 
-def load_denoiser(path: str | os.PathLike, trained: Any) -> tuple[Denoiser, np.ndarray, np.ndarray]:
+def load_denoiser(path: str | os.PathLike, trained: Any, *, recommender: str | os.PathLike
+                  ) -> tuple[Denoiser, np.ndarray, np.ndarray]:
     """``(denoiser, table, dense)`` from ``path`` against the recommender ``trained`` (a
-    :class:`~secemb.training.TrainedModel`).
+    :class:`~secemb.training.TrainedModel`, read from ``recommender``: the name the errors give).
 
     Raises
     ------
+    InvalidParameters
+        ``trained`` is not the recommender the denoiser was trained against (its SHA-256).
     InvalidMessage
-        An unreadable file, a missing array, or sizes that do not fit the recommender.
+        An unreadable file, a missing array (``recommender_sha256`` included), or sizes that
+        do not fit the recommender.
     """
-    spec, arrays = _read_denoiser(path)
+    spec, arrays = _read_denoiser(path, trained.model_sha256, recommender)
     mech = GaussianLDP(spec["epsilon"], spec["delta"], spec["bound"])
     features = getattr(trained.model, "features", None)
     ctx = DenoiserContext.from_trained(trained.model, trained.table, trained.dense, trained.user_store, mech,
@@ -87,18 +113,37 @@ def load_denoiser(path: str | os.PathLike, trained: Any) -> tuple[Denoiser, np.n
     return den, table, arrays["dense"]
 
 
-def _read_denoiser(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The spec (mechanism included) and the arrays of a saved denoiser."""
+def _read_denoiser(path: str | os.PathLike, recommender_sha256: str, recommender: str | os.PathLike
+                   ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The spec (mechanism included) and the arrays of a saved denoiser, after checking that it
+    was trained against the recommender ``recommender`` whose ``model_sha256`` is
+    ``recommender_sha256`` (InvalidParameters naming both files otherwise)."""
     try:
         with np.load(Path(path), allow_pickle=False) as f:
-            arrays = {k: f[k] for k in ("e", "dense", "mechanism", "spec")}
+            arrays = {k: f[k] for k in f.files if k in _ARRAYS}
+    except (OSError, ValueError) as exc:
+        raise InvalidMessage(f"{path}: not a saved denoiser ({exc})") from None
+    missing = sorted(set(_ARRAYS) - set(arrays))
+    if missing == ["recommender_sha256"]:
+        raise InvalidMessage(f"{path}: records no recommender SHA-256 (saved by an older secemb), so nothing tells "
+                             f"which recommender it was trained against; save it again ('secemb bench grec "
+                             f"--save-dir' or 'secemb admin save-denoiser --recommender')")
+    if missing:
+        raise InvalidMessage(f"{path}: not a saved denoiser (no {', '.join(missing)})")
+    try:
         spec = json.loads(arrays["spec"].tobytes().decode())
         eps, delta, bound = (float(x) for x in arrays["mechanism"])
-    except (OSError, KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
+        recorded = arrays["recommender_sha256"].tobytes().decode("ascii")
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:
         raise InvalidMessage(f"{path}: not a saved denoiser ({exc})") from None
-    if not isinstance(spec, dict):
-        raise InvalidMessage(f"{path}: not a saved denoiser (its spec is not a JSON object)")
-    # files written before the spec carried the mechanism: it is the ``mechanism`` array
+    if not isinstance(spec, dict) or not _SHA256.fullmatch(recorded):
+        raise InvalidMessage(f"{path}: not a saved denoiser (its spec is not a JSON object or its recommender "
+                             f"SHA-256 is not 64 lowercase hex digits)")
+    if recorded != recommender_sha256:
+        raise InvalidParameters(f"{path} was trained against the recommender with model_sha256 {recorded}, not "
+                                f"{recommender} (model_sha256 {recommender_sha256}): use the denoiser with the "
+                                f"recommender it was trained against")
+    # the mechanism array where the spec lacks it (:func:`_check_fits` compares the two)
     return {"epsilon": eps, "delta": delta, "bound": bound, **spec}, arrays
 
 
@@ -112,20 +157,25 @@ def _check_fits(path: str | os.PathLike, den: Denoiser, spec: dict[str, Any], ar
 
 
 def load_denoiser_on_device(path: str | os.PathLike, model: RecModel, dense: np.ndarray, params: np.ndarray,
-                            num_items: int, user_x: np.ndarray | None = None
-                            ) -> tuple[Denoiser, np.ndarray, np.ndarray]:
+                            num_items: int, user_x: np.ndarray | None = None, *, recommender_sha256: str,
+                            recommender: str | os.PathLike) -> tuple[Denoiser, np.ndarray, np.ndarray]:
     """``(denoiser, e, dense)`` of a saved denoiser for one standalone device: its one-device
     context (:meth:`Denoiser.for_device`: the recommender ``model`` at its public ``dense``,
     the device's recommender ``params``, its ``user_x`` with user features), F_i's table ``e``
     float64 ``(num_items, d^)`` -- all :meth:`Denoiser.denoise` reads of a table; the device
-    holds no recommender row -- and F_p's dense part.
+    holds no recommender row -- and F_p's dense part.  ``recommender_sha256``: the
+    recommender's ``model_sha256`` (:func:`load_public_recommender`'s), which must be the one
+    the denoiser records; ``recommender``: its folder, named in the errors.
 
     Raises
     ------
+    InvalidParameters
+        The recommender is not the one the denoiser was trained against (its SHA-256).
     InvalidMessage
-        An unreadable file, or a denoiser that does not fit the recommender.
+        An unreadable file (no recorded recommender SHA-256 included), or a denoiser that does
+        not fit the recommender.
     """
-    spec, arrays = _read_denoiser(path)
+    spec, arrays = _read_denoiser(path, recommender_sha256, recommender)
     try:
         den = Denoiser.for_device(spec, model, dense, params, user_x)
     except InvalidParameters as exc:

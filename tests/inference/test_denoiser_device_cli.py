@@ -142,19 +142,21 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
             # the operator writes the trained denoiser: `secemb admin save-denoiser`
             den_file = tmp_path / "denoiser.npz"
             saved = runner.invoke(app, ["admin", "save-denoiser", "--deployment", str(cluster.workdir), "--out",
-                                        str(den_file)])
+                                        str(den_file), "--recommender", str(rec_dir)])
             assert saved.exit_code == 0, saved.output
             doc = json.loads(saved.output)
             assert doc["model_version"] == 1 and doc["model_sha256"] == model_sha256(after, dense1)
+            assert doc["recommender_sha256"] == trained.model_sha256
             assert (doc["epsilon"], doc["delta"], doc["bound"]) == (MECH.epsilon, MECH.delta, MECH.bound)
         down = runner.invoke(app, ["admin", "save-denoiser", "--deployment", str(cluster.workdir), "--out",
-                                   str(tmp_path / "again.npz")])
+                                   str(tmp_path / "again.npz"), "--recommender", str(rec_dir)])
         assert down.exit_code == 1 and "Traceback" not in down.output, down.output  # the servers are gone
         np.testing.assert_array_equal(after[:, HP["hat_d"]:], table)  # the frozen columns did not move
         moved = np.flatnonzero(np.any(after != before, axis=1))
         assert np.isin(np.unique(np.concatenate(requested)), moved).all() and moved.size > requested[0].size
         assert np.any(dense1 != dense0)
-        with np.load(den_file) as got, np.load(save_denoiser(tmp_path / "sdk.npz", full, after, dense1)) as want_file:
+        direct = save_denoiser(tmp_path / "sdk.npz", full, after, dense1, recommender_sha256=trained.model_sha256)
+        with np.load(den_file) as got, np.load(direct) as want_file:
             assert set(got.files) == set(want_file.files)
             for key in got.files:
                 np.testing.assert_array_equal(got[key], want_file[key])
@@ -175,7 +177,7 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
         assert ledger.current is not None and ledger.current[1] == MECH
         h_tilde, z = ledger.current[2], ledger.current[3]
         # the simulation's device: the full context (every user), user CLI_USER, the same release
-        sim = load_denoiser(den_file, TrainedModel.load(full_dir))
+        sim = load_denoiser(den_file, TrainedModel.load(full_dir), recommender=full_dir)
         sim_ctx = sim[0].context
         np.testing.assert_allclose(h_tilde - z, sim_ctx.h[CLI_USER], rtol=0, atol=1e-12)  # its own H_u
         device = InferenceDevice(sim_ctx.h[CLI_USER], float(sim_ctx.offset[CLI_USER]), MECH, num_items=tr.num_items,
@@ -184,7 +186,8 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
         np.testing.assert_array_equal(np.array(doc["scores"]), want)
         # the device's denoiser holds e only, no recommender row
         on_device = load_denoiser_on_device(den_file, rec, dense, params[CLI_USER], tr.num_items,
-                                            None if user_x is None else user_x[CLI_USER])
+                                            None if user_x is None else user_x[CLI_USER],
+                                            recommender_sha256=trained.model_sha256, recommender=rec_dir)
         assert on_device[1].shape == (tr.num_items, HP["hat_d"])
         public = ["--recommender", str(rec_dir)] if user_x is not None else []  # FM: V_x, w_x for H_u
         plain = json.loads(runner.invoke(app, [*base, *public, "--items", ",".join(map(str, items)), "--epsilon",
@@ -194,7 +197,8 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
         other = TrainedModel(rec, table, dense + 0.1, trained.user_store, trained.rated_indptr, trained.rated_items,
                              trained.info).save(tmp_path / "other")
         for args in (["--denoiser", str(den_file)],  # no recommender
-                     ["--denoiser", str(den_file), "--recommender", str(other)],  # not the served model
+                     # not the served model, nor the denoiser's
+                     ["--denoiser", str(den_file), "--recommender", str(other)],
                      # not its mechanism
                      ["--denoiser", str(den_file), "--recommender", str(rec_dir), "--epsilon", "1"]):
             bad = runner.invoke(app, [*base, *args])
@@ -203,12 +207,20 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
 
 def test_save_denoiser_refuses_bad_input(tmp_path) -> None:
     """``secemb admin save-denoiser`` exits 2, before any request, on a folder that is no
-    deployment, a deployment of another model, or an --out that is a folder."""
+    deployment, a deployment of another model, an --out that is a folder, or a --recommender
+    that is no saved recommender."""
     init_deployment(tmp_path / "mf", [["127.0.0.1"]] * 2, ports=(9, 9), num_items=20, num_users=5, model="mf")
+    rec = MatrixFactorization(dim=2)
+    TrainedModel(rec, np.zeros((20, rec.sparse_width)), np.zeros(rec.dense_size),
+                 UserStore(np.zeros((5, rec.private_size)), AdamConfig()), np.zeros(6, np.int64), np.zeros(0, np.int64),
+                 {"protocol": "secemb", "dataset": "toy", "seed": 0, "config": {}}).save(tmp_path / "rec")
     for args, says in (([str(tmp_path / "nowhere")], "cannot read config file"),
                        ([str(tmp_path / "mf")], "not GREC's denoiser"),
-                       ([str(tmp_path / "mf"), "--out", str(tmp_path)], "folder")):
+                       ([str(tmp_path / "mf"), "--out", str(tmp_path)], "folder"),
+                       ([str(tmp_path / "mf"), "--out", str(tmp_path / "d.npz"), "--recommender", str(tmp_path)],
+                        "--recommender")):
         out = ["--out", str(tmp_path / "d.npz")] if len(args) == 1 else []
-        bad = runner.invoke(app, ["admin", "save-denoiser", "--deployment", *args, *out])
+        rec_arg = [] if "--recommender" in args else ["--recommender", str(tmp_path / "rec")]
+        bad = runner.invoke(app, ["admin", "save-denoiser", "--deployment", *args, *out, *rec_arg])
         assert bad.exit_code == 2 and says in bad.output and "Traceback" not in bad.output, (args, bad.output)
     assert not (tmp_path / "d.npz").exists()

@@ -24,6 +24,7 @@ from secemb.server.deploy import init_deployment
 from secemb.training import TrainConfig
 from secemb.training.messages import encode_model
 from secemb.training.results import model_sha256
+from secemb.training.trained import TrainedModel
 from secemb.transport.network import ApiClient
 
 runner = CliRunner()
@@ -31,20 +32,33 @@ NUM_USERS, NUM_ITEMS = 6, 9
 OLD = b"the operator's previous denoiser file"
 
 
-def _denoiser() -> Denoiser:
+def _recommender(shift: float = 0.0) -> TrainedModel:
+    """A small MF recommender (``shift`` moves its table: another model_sha256)."""
+    from secemb.models import UserStore
+    from secemb.models.optim import AdamConfig
+
     rec = MatrixFactorization(dim=2, reg=0.01)
     params = np.random.default_rng(1).normal(0.0, 0.4, (NUM_USERS, rec.private_size))
     table = np.random.default_rng(2).normal(0.0, 0.1, (NUM_ITEMS, rec.sparse_width))
-    ctx = DenoiserContext.from_trained(rec, table, np.zeros(rec.dense_size), params, GaussianLDP(2.0, 1e-4, 1.0),
+    return TrainedModel(rec, table + shift, np.zeros(rec.dense_size), UserStore(params, AdamConfig()),
+                        np.zeros(NUM_USERS + 1, np.int64), np.zeros(0, np.int64),
+                        {"protocol": "secemb", "dataset": "toy", "seed": 0, "config": {}})
+
+
+def _denoiser() -> Denoiser:
+    rec = _recommender()
+    ctx = DenoiserContext.from_trained(rec.model, rec.table, rec.dense, rec.user_store, GaussianLDP(2.0, 1e-4, 1.0),
                                        None)
     return Denoiser.for_context(ctx, hat_d=2, hidden=3)
 
 
 @pytest.fixture
 def deployment(tmp_path) -> tuple[Any, Denoiser, np.ndarray, np.ndarray]:
-    """A denoiser deployment on disk (never started), the denoiser and a model of it."""
+    """A denoiser deployment on disk (never started), the denoiser and a model of it; the
+    recommender it was trained against saved in ``rec`` beside the deployment."""
     from secemb.data import RatingData
 
+    _recommender().save(tmp_path / "rec")
     den = _denoiser()
     rng = np.random.default_rng(3)
     table, dense = den.init_public(NUM_ITEMS, rng)
@@ -76,8 +90,11 @@ def _status(version: Any, sha: Any) -> bytes:
     return json.dumps({"model_version": version, "model_sha256": sha, "last_committed_round": 0}).encode()
 
 
-def _save(dep, out) -> Any:
-    return runner.invoke(app, ["admin", "save-denoiser", "--deployment", str(dep), "--out", str(out)])
+def _save(dep, out, recommender: Any = None) -> Any:
+    """``secemb admin save-denoiser`` with ``--recommender`` (default: the fixture's, ``rec``)."""
+    rec = dep.parent / "rec" if recommender is None else recommender
+    return runner.invoke(app, ["admin", "save-denoiser", "--deployment", str(dep), "--out", str(out),
+                               "--recommender", str(rec)])
 
 
 def test_save_denoiser_writes_the_announced_model(deployment, monkeypatch, tmp_path) -> None:
@@ -87,11 +104,31 @@ def test_save_denoiser_writes_the_announced_model(deployment, monkeypatch, tmp_p
     res = _save(dep, out)
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
+    rec_sha = _recommender().model_sha256
     assert doc["model_version"] == 4 and doc["model_sha256"] == model_sha256(table, dense)
-    with np.load(out) as got, np.load(save_denoiser(tmp_path / "want.npz", den, table, dense)) as want:
-        assert set(got.files) == set(want.files)
+    assert doc["recommender_sha256"] == rec_sha
+    with np.load(out) as got, np.load(save_denoiser(tmp_path / "want.npz", den, table, dense,
+                                                    recommender_sha256=rec_sha)) as want:
+        assert set(got.files) == set(want.files) and "recommender_sha256" in got.files
         for key in got.files:
             np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_save_denoiser_refuses_another_recommender(deployment, monkeypatch, tmp_path) -> None:
+    """``--recommender`` whose model is not the one the deployment's denoiser was trained
+    against (its frozen columns with that dense vector do not hash to its model_sha256): exit 2
+    naming the deployment and the folder, nothing written; a folder that is no saved
+    recommender: exit 2 before any request."""
+    dep, _, table, dense = deployment
+    _recommender(shift=0.5).save(tmp_path / "other")
+    _serve(monkeypatch, _status(4, model_sha256(table, dense)), encode_model(4, table, dense))
+    out = tmp_path / "den.npz"
+    res = _save(dep, out, tmp_path / "other")
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "another recommender" in text and str(tmp_path / "other") in text, res.output
+    assert str(dep) in text and "Traceback" not in res.output and not out.exists()
+    res = _save(dep, out, tmp_path / "nowhere")
+    assert res.exit_code == 2 and "--recommender" in res.output and not out.exists(), res.output
 
 
 @pytest.mark.parametrize("status", [
@@ -112,7 +149,8 @@ def test_save_denoiser_refuses_a_malformed_status(deployment, monkeypatch, tmp_p
     res = _save(dep, out)
     assert res.exit_code == 1 and "error:" in res.output and "Traceback" not in res.output, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    assert out.read_bytes() == OLD and sorted(p.name for p in tmp_path.iterdir()) == ["den.npz", "dep", "frozen.npz"]
+    assert out.read_bytes() == OLD
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["den.npz", "dep", "frozen.npz", "rec"]
 
 
 @pytest.mark.parametrize("model", [b"", b"\x00" * 7, b"garbage" * 100])
@@ -142,7 +180,7 @@ def test_saved_files_are_replaced_atomically(monkeypatch, tmp_path, writer) -> N
     monkeypatch.setattr(np, "savez", write_then_fail)
     with pytest.raises(OSError):
         if writer == "denoiser":
-            save_denoiser(out, den, table, dense)
+            save_denoiser(out, den, table, dense, recommender_sha256="0" * 64)
         else:
             save_frozen_table(out, table)
     assert out.read_bytes() == OLD and [p.name for p in tmp_path.iterdir()] == ["saved.npz"]
