@@ -139,8 +139,14 @@ def register(app: typer.Typer) -> None:
 
             if info.model.get("name") != NAME:
                 model = info.make_model()
-                if uses_features(model.name) and not info.fits(model):
+                if uses_features(model.name) and not info.fits(model):  # the deployment trains with features
                     model = info.make_model(own_features())
+                    try:
+                        info.check_model(model)
+                    except InvalidParameters as exc:  # name where this device's features come from
+                        source = f"--dataset {dataset}" + ("" if data_dir is None else f" --data-dir {data_dir}")
+                        raise InvalidParameters(f"the features of {source} (--seed {seed}): {exc}") from None
+                    return model
                 info.check_model(model)
                 return model
             if recommender is None or recommender_state is None:

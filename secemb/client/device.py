@@ -27,6 +27,7 @@ for bit, as a :class:`~secemb.models.task.Sample` and a
 
 from __future__ import annotations
 
+import re
 import ssl
 import time
 from collections.abc import Sequence
@@ -63,6 +64,9 @@ COUNT_ORDER = round_plan(relay=False).device_sends("count")
 
 __all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession"]
 
+#: a SHA-256 as the round document writes it: 64 lowercase hex digits
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
 
 @dataclass(frozen=True)
 class RoundInfo:
@@ -83,14 +87,26 @@ class RoundInfo:
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> RoundInfo:
+        """The round a server's document announces.
+
+        Raises
+        ------
+        InvalidMessage: a field missing or of the wrong type, or a ``model.item_features_sha256``
+            that is not 64 lowercase hex digits.
+        """
         try:
-            return cls(
+            info = cls(
                 int(doc["round_id"]), str(doc["state"]), int(doc["model_version"]), int(doc["n_p"]),
                 int(doc["min_users"]), float(doc["deadline_unix"]), RoundConfig(**doc["config"]), dict(doc["protocol"]),
                 dict(doc["model"]), dict(doc["training"]), str(doc["fingerprint"]), doc.get("participant"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidMessage(f"malformed round document: {exc}") from None
+        sha = info.model.get("item_features_sha256")
+        if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+            raise InvalidMessage(f"malformed round document: model.item_features_sha256 must be 64 lowercase hex "
+                                 f"digits, got {sha!r}")
+        return info
 
     def public(self) -> tuple[Any, ...]:
         """What both servers must announce identically."""
@@ -157,13 +173,36 @@ class RoundInfo:
         return (model.sparse_width, model.dense_size) == (self.config.width, self.config.dense_size)
 
     def check_model(self, model: RecModel) -> None:
-        """Raise :class:`InvalidParameters` unless ``model`` :meth:`fits` the round (a device's
-        model built other than the servers': e.g. FM without the features the deployment
-        trains with)."""
+        """Check that ``model`` is the servers' model as far as the device can tell: it
+        :meth:`fits` the round (not, e.g., FM without the features the deployment trains
+        with), and a model with features was built from the servers' public item features
+        (the round's ``model.item_features_sha256``, :meth:`FeatureSet.public_sha256`).
+
+        Raises
+        ------
+        InvalidParameters: ``model`` is not of the round's sizes, or this device's item
+            features differ from the servers'.
+        InvalidMessage: ``model`` has features and the round announces no SHA-256 of the
+            servers' item features (nothing to check them against: the servers' fault).
+        """
         if not self.fits(model):
             got, want = (model.sparse_width, model.dense_size), (self.config.width, self.config.dense_size)
             raise InvalidParameters(f"the round trains a {self.model['name']} of table width {want[0]} and "
                                     f"dense size {want[1]}, the device's model has {got[0]} and {got[1]}")
+        features: FeatureSet | None = getattr(model, "features", None)
+        announced = self.model.get("item_features_sha256")
+        if features is None:
+            if announced is not None:
+                raise InvalidParameters(f"the round trains a {self.model['name']} with item features, the device's "
+                                        f"model has none")
+            return
+        if announced is None:
+            raise InvalidMessage("the round announces no SHA-256 of the servers' item features, and the device's "
+                                 "model uses features: nothing to check them against")
+        mine = features.public_sha256()
+        if mine != announced:
+            raise InvalidParameters(f"this device's item features differ from the servers' (SHA-256 {mine}, the "
+                                    f"round announces {announced})")
 
     def adam(self) -> AdamConfig:
         """The announced optimizer settings.

@@ -121,6 +121,24 @@ class FeatureSet:
         """Number of item features."""
         return int(self.item.shape[1])
 
+    def public_sha256(self) -> str:
+        """SHA-256 of the public part as a model takes it: ``num_items``, ``l_y`` and ``l_x``
+        (little-endian int64), then the item matrix (uint8, row-major).  Names and user rows do
+        not enter (a device's :meth:`for_device` hashes as the servers' full set).  The servers
+        announce it in the round document (``model.item_features_sha256``); a device compares
+        its own (:meth:`secemb.client.device.RoundInfo.check_model`).
+
+        >>> a = FeatureSet("x", np.zeros((2, 3)), np.eye(4, 2))
+        >>> a.public_sha256() == a.for_device(1).public_sha256() != FeatureSet("x", np.zeros((2, 3)),
+        ...                                                                    np.eye(4, 2)[::-1]).public_sha256()
+        True
+        """
+        import hashlib
+
+        h = hashlib.sha256(np.array([self.num_items, self.l_y, self.l_x], dtype="<i8").tobytes())
+        h.update(self.item.tobytes())
+        return h.hexdigest()
+
     def for_device(self, user: int) -> FeatureSet:
         """What device ``user`` holds: its own user row (``(1, l_x)``: row 0, as the device's
         one-row :class:`~secemb.models.UserStore`, a copy) and the public item matrix; nobody

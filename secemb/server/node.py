@@ -103,6 +103,13 @@ class Node:
                 raise InvalidParameters(f"protocol {cfg.protocol!r} does not support central DP noise (central_dp)")
             self.noise = RingNoise(self.fp, cfg.dp_sigma, _rng=_noise_rng)
         self.width, self.dense_size = self.model.sparse_width, self.model.dense_size
+        #: the round document's model: name, hyperparameters and, for a model with features, the
+        #: SHA-256 of the public item features (:meth:`FeatureSet.public_sha256`), which a device
+        #: building the model from its own copy compares before it sends anything
+        self.model_doc: dict[str, Any] = {"name": cfg.model, "hparams": cfg.model_hparams}
+        features = getattr(self.model, "features", None)
+        if features is not None:
+            self.model_doc["item_features_sha256"] = features.public_sha256()
         self.fingerprint = cfg.fingerprint()
         self.boot_id = secrets.token_hex(8)
         self.store = store if store is not None else DiskStore(cfg.state_dir, self.party, self.fingerprint)
@@ -257,7 +264,7 @@ class Node:
             "protocol": {"name": self.cfg.protocol, "layout": self.cfg.layout, "relay": self.cfg.relay,
                          "expansion": self.cfg.expansion, "layout_seed": self.cfg.layout_seed,
                          "options": self.cfg.protocol_options},
-            "model": {"name": self.cfg.model, "hparams": self.cfg.model_hparams},
+            "model": self.model_doc,
             "training": {"lr": self.cfg.lr, "beta1": self.cfg.beta1, "beta2": self.cfg.beta2,
                          "eps": self.cfg.eps, "ring_bits": self.cfg.ring_bits,
                          "frac_bits": self.cfg.frac_bits,
