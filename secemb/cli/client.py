@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
             min=2, help="This device's floor: it joins no round announced for fewer users.")] = 10,
         recommender: Annotated[Path | None, typer.Option(
             help="For a GREC denoiser's rounds: the recommender's saved folder (its manifest.json and public.npz: "
-                 "the model and its public dense vector).")] = None,
+                 "the model, its public dense vector, its table: the one the servers froze).")] = None,
         recommender_state: Annotated[Path | None, typer.Option(
             help="For a GREC denoiser's rounds: this device's state file of the recommender's run (its private "
                  "parameters, read only).")] = None,
@@ -67,7 +67,9 @@ def register(app: typer.Typer) -> None:
         A GREC denoiser (model grec-denoiser) is trained on the device's clean representation:
         give --recommender and --recommender-state; the device builds its one-device context
         from them, its own features (--dataset's, for a recommender with user features) and
-        the mechanism the rounds announce."""
+        the mechanism the rounds announce.  The recommender's table must be the one the
+        servers froze (the rounds announce its SHA-256): another exits 2 before anything is
+        sent."""
         import numpy as np
 
         from secemb.client.credentials import DeviceCredentials
@@ -126,7 +128,7 @@ def register(app: typer.Typer) -> None:
         def round_model(info: RoundInfo) -> RecModel:
             """The announced model (FM, DeepFM: with this device's features where the round's
             sizes say the deployment trains with features); a denoiser over this device's
-            one-device context.
+            one-device context, once its recommender's table is the one the servers froze.
 
             Raises
             ------
@@ -137,16 +139,20 @@ def register(app: typer.Typer) -> None:
             """
             from secemb.inference.denoiser import NAME, Denoiser
 
+            def checked(model: RecModel, source: str) -> RecModel:
+                """``model`` once :meth:`RoundInfo.check_model` passes; its refusal names ``source``,
+                where the part of the model that differs from the servers' comes from."""
+                try:
+                    info.check_model(model)
+                except InvalidParameters as exc:
+                    raise InvalidParameters(f"{source}: {exc}") from None
+                return model
+
             if info.model.get("name") != NAME:
                 model = info.make_model()
                 if uses_features(model.name) and not info.fits(model):  # the deployment trains with features
-                    model = info.make_model(own_features())
-                    try:
-                        info.check_model(model)
-                    except InvalidParameters as exc:  # name where this device's features come from
-                        source = f"--dataset {dataset}" + ("" if data_dir is None else f" --data-dir {data_dir}")
-                        raise InvalidParameters(f"the features of {source} (--seed {seed}): {exc}") from None
-                    return model
+                    source = f"--dataset {dataset}" + ("" if data_dir is None else f" --data-dir {data_dir}")
+                    return checked(info.make_model(own_features()), f"the features of {source} (--seed {seed})")
                 info.check_model(model)
                 return model
             if recommender is None or recommender_state is None:
@@ -154,7 +160,7 @@ def register(app: typer.Typer) -> None:
             from secemb.inference.saved import load_public_recommender
 
             try:
-                rec, rec_dense = load_public_recommender(recommender)[:2]
+                rec, rec_dense, *_, rec_table = load_public_recommender(recommender)
             except InvalidMessage as exc:  # the device's own --recommender folder
                 raise InvalidParameters(f"--recommender {recommender}: {exc}") from None
             try:
@@ -167,7 +173,9 @@ def register(app: typer.Typer) -> None:
             if not isinstance(spec, dict):
                 raise InvalidMessage(f"the round announces the denoiser's hyperparameters as {spec!r}")
             user_x = own_features().user[0] if getattr(rec, "l_x", 0) else None
-            return Denoiser.for_device(spec, rec, rec_dense, params, user_x)
+            # its table must be the one the servers froze (the round's recommender_table_sha256)
+            return checked(Denoiser.for_device(spec, rec, rec_dense, params, user_x, table_sha256=rec_table),
+                           f"--recommender {recommender}")
 
         def own(task: Task, train: RatingData | None = None) -> tuple[np.ndarray, np.ndarray]:
             """This user's training interactions under ``task``'s split, in its order."""

@@ -293,7 +293,7 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
     if recommender is not None:
         from secemb.inference.saved import load_denoiser_on_device, load_public_recommender
 
-        rec_model, rec_dense, rec_sha, num_items = load_public_recommender(recommender)
+        rec_model, rec_dense, rec_sha, num_items = load_public_recommender(recommender)[:4]
         rec = (rec_model, rec_dense, rec_sha)
         if params.shape != (rec_model.private_size,):
             raise InvalidParameters(f"--state-file {state_file}: parameters of shape {params.shape}, the recommender "

@@ -27,7 +27,6 @@ for bit, as a :class:`~secemb.models.task.Sample` and a
 
 from __future__ import annotations
 
-import re
 import ssl
 import time
 from collections.abc import Sequence
@@ -50,6 +49,7 @@ from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.sharing import share
 from secemb.training import messages
 from secemb.training.local import LocalStep, local_update
+from secemb.training.results import SHA256_HEX
 from secemb.engine.links import ServerLink
 from secemb.engine.stages import RETRIEVAL, UPLOAD, round_plan
 from secemb.transport.errors import RemoteError
@@ -64,8 +64,8 @@ COUNT_ORDER = round_plan(relay=False).device_sends("count")
 
 __all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession"]
 
-#: a SHA-256 as the round document writes it: 64 lowercase hex digits
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+#: the round document's SHA-256 fields of its model block (:meth:`RoundInfo.check_model`)
+_MODEL_HASHES = ("item_features_sha256", "recommender_table_sha256")
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class RoundInfo:
         Raises
         ------
         InvalidMessage: a field missing or of the wrong type, or a ``model.item_features_sha256``
-            that is not 64 lowercase hex digits.
+            or ``model.recommender_table_sha256`` that is not 64 lowercase hex digits.
         """
         try:
             info = cls(
@@ -102,10 +102,11 @@ class RoundInfo:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidMessage(f"malformed round document: {exc}") from None
-        sha = info.model.get("item_features_sha256")
-        if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
-            raise InvalidMessage(f"malformed round document: model.item_features_sha256 must be 64 lowercase hex "
-                                 f"digits, got {sha!r}")
+        for key in _MODEL_HASHES:
+            sha = info.model.get(key)
+            if sha is not None and not (isinstance(sha, str) and SHA256_HEX.fullmatch(sha)):
+                raise InvalidMessage(f"malformed round document: model.{key} must be 64 lowercase hex digits, "
+                                     f"got {sha!r}")
         return info
 
     def public(self) -> tuple[Any, ...]:
@@ -175,20 +176,32 @@ class RoundInfo:
     def check_model(self, model: RecModel) -> None:
         """Check that ``model`` is the servers' model as far as the device can tell: it
         :meth:`fits` the round (not, e.g., FM without the features the deployment trains
-        with), and a model with features was built from the servers' public item features
-        (the round's ``model.item_features_sha256``, :meth:`FeatureSet.public_sha256`).
+        with); a model with features was built from the servers' public item features (the
+        round's ``model.item_features_sha256``, :meth:`FeatureSet.public_sha256`); and GREC's
+        denoiser was built over the recommender whose table the servers froze (the round's
+        ``model.recommender_table_sha256``, :func:`~secemb.training.results.table_sha256`;
+        the device's :attr:`Denoiser.recommender_table_sha256
+        <secemb.inference.denoiser.Denoiser.recommender_table_sha256>`).
 
         Raises
         ------
-        InvalidParameters: ``model`` is not of the round's sizes, or this device's item
-            features differ from the servers'.
+        InvalidParameters: ``model`` is not of the round's sizes, this device's item features
+            differ from the servers', or (a denoiser's round) this device's recommender differs
+            from the one the servers' denoiser is trained against, or its model records no
+            SHA-256 of its recommender's table.
         InvalidMessage: ``model`` has features and the round announces no SHA-256 of the
-            servers' item features (nothing to check them against: the servers' fault).
+            servers' item features, or the round trains a denoiser and announces no SHA-256
+            of the frozen table (nothing to check against: the servers' fault).
         """
         if not self.fits(model):
             got, want = (model.sparse_width, model.dense_size), (self.config.width, self.config.dense_size)
             raise InvalidParameters(f"the round trains a {self.model['name']} of table width {want[0]} and "
                                     f"dense size {want[1]}, the device's model has {got[0]} and {got[1]}")
+        self._check_features(model)
+        self._check_recommender(model)
+
+    def _check_features(self, model: RecModel) -> None:
+        """:meth:`check_model`'s check of the item features."""
         features: FeatureSet | None = getattr(model, "features", None)
         announced = self.model.get("item_features_sha256")
         if features is None:
@@ -203,6 +216,25 @@ class RoundInfo:
         if mine != announced:
             raise InvalidParameters(f"this device's item features differ from the servers' (SHA-256 {mine}, the "
                                     f"round announces {announced})")
+
+    def _check_recommender(self, model: RecModel) -> None:
+        """:meth:`check_model`'s check of a denoiser's recommender (its table's SHA-256)."""
+        from secemb.inference.denoiser import NAME, Denoiser
+
+        if self.model.get("name") != NAME:
+            return
+        announced = self.model.get("recommender_table_sha256")
+        if announced is None:
+            raise InvalidMessage("the round trains a GREC denoiser and announces no SHA-256 of the recommender's "
+                                 "table the servers froze: nothing to check this device's recommender against")
+        mine = model.recommender_table_sha256 if isinstance(model, Denoiser) else None
+        if mine is None:
+            raise InvalidParameters(f"the round trains a GREC denoiser, and the device's {model.name} records no "
+                                    f"SHA-256 of its recommender's table: build it with Denoiser.for_device(..., "
+                                    f"table_sha256=) of the recommender's (load_public_recommender's)")
+        if mine != announced:
+            raise InvalidParameters(f"this device's recommender differs from the one the servers' denoiser is trained "
+                                    f"against (its table's SHA-256 {mine}, the round announces {announced})")
 
     def adam(self) -> AdamConfig:
         """The announced optimizer settings.

@@ -46,6 +46,7 @@ from secemb.models import RecModel, StepResult, UserState, UserStore, register_m
 from secemb.models.batch import RATING, Batch
 from secemb.models.features import DenseLayout
 from secemb.randomness import RandomBytes
+from secemb.training.results import SHA256_HEX, table_sha256
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -67,13 +68,17 @@ class DenoiserContext:
     device's clean representation ``h`` float64 ``(num_users, R, d)`` and private ``offset``
     float64 ``(num_users,)`` (simulation: side by side, like a :class:`~secemb.models.UserStore`),
     the recommender's public ``table`` (``(m, w)``; the servers put it in the denoiser's frozen
-    columns), and the LDP ``mechanism``."""
+    columns), the LDP ``mechanism``, and ``table_sha256``, the
+    :func:`~secemb.training.results.table_sha256` of the recommender's table (``None``: a
+    device's context built without it, which cannot join a round:
+    :meth:`~secemb.client.device.RoundInfo.check_model` compares it with the servers')."""
 
     rep: Representation
     table: np.ndarray
     h: np.ndarray
     offset: np.ndarray
     mechanism: GaussianLDP
+    table_sha256: str | None = None
 
     @classmethod
     def from_trained(cls, model: RecModel, table: np.ndarray, dense: np.ndarray,
@@ -90,23 +95,31 @@ class DenoiserContext:
         else:
             user_x = np.zeros((params.shape[0], 0))
         h, offset = rep.clean(params, user_x)
-        return cls(rep, np.asarray(table, dtype=np.float64), h, offset, mechanism)
+        table = np.asarray(table, dtype=np.float64)
+        return cls(rep, table, h, offset, mechanism, table_sha256(table))
 
     @classmethod
     def for_device(cls, model: RecModel, dense: np.ndarray, params: np.ndarray, mechanism: GaussianLDP,
-                   user_x: np.ndarray | None = None) -> DenoiserContext:
+                   user_x: np.ndarray | None = None, *, table_sha256: str | None = None) -> DenoiserContext:
         """One standalone device's context: the recommender ``model`` at its public ``dense``,
         the device's own private ``params`` (float64 ``(private_size,)``, its recommender state)
         and, for FM/DeepFM with user features, its own ``user_x`` (``(l_x,)``).  One row (the
         device's row 0 in its one-row store) and no table rows (``(0, w)``: a device never holds
         the recommender's table; its rows arrive in the denoiser's frozen columns), so the
         denoiser built on it can take the device's local steps but not initialize the model.
+        ``table_sha256``: the :func:`~secemb.training.results.table_sha256` of the recommender's
+        table (:func:`secemb.inference.saved.load_public_recommender`'s last element), required
+        to join a denoiser's round (the round announces the servers' frozen table's); not needed
+        for inference.
 
         Raises
         ------
         InvalidParameters
-            ``params`` not of the model's private size; user features missing or mis-sized.
+            ``params`` not of the model's private size; user features missing or mis-sized;
+            ``table_sha256`` not 64 lowercase hex digits.
         """
+        if table_sha256 is not None and not (isinstance(table_sha256, str) and SHA256_HEX.fullmatch(table_sha256)):
+            raise InvalidParameters(f"table_sha256 must be 64 lowercase hex digits, got {table_sha256!r}")
         params = np.asarray(params, dtype=np.float64)
         if params.shape != (model.private_size,):
             raise InvalidParameters(f"params must have shape ({model.private_size},), got {params.shape}")
@@ -116,7 +129,7 @@ class DenoiserContext:
             raise InvalidParameters(f"{model.name} has {l_x} user features, got {x.shape[1]}")
         rep = representation_for(model, dense)
         h, offset = rep.clean(params[None], x)
-        return cls(rep, np.zeros((0, model.sparse_width)), h, offset, mechanism)
+        return cls(rep, np.zeros((0, model.sparse_width)), h, offset, mechanism, table_sha256)
 
 
 class Denoiser(RecModel):
@@ -213,11 +226,13 @@ class Denoiser(RecModel):
 
     @classmethod
     def for_device(cls, spec: dict[str, Any], model: RecModel, dense: np.ndarray, params: np.ndarray,
-                   user_x: np.ndarray | None = None, *, _rng: RandomBytes | None = None) -> Denoiser:
+                   user_x: np.ndarray | None = None, *, table_sha256: str | None = None,
+                   _rng: RandomBytes | None = None) -> Denoiser:
         """A standalone device's denoiser: the announced (or saved) ``spec`` (:meth:`spec`,
         mechanism included) over its one-device context
         (:meth:`DenoiserContext.for_device`: the recommender ``model`` at its public ``dense``,
-        the device's recommender ``params`` and, with user features, its ``user_x``).
+        the device's recommender ``params``, with user features its ``user_x``, and to train in
+        a round the ``table_sha256`` of the recommender's table).
 
         Raises
         ------
@@ -230,7 +245,7 @@ class Denoiser(RecModel):
             announced = cls(**spec)
         except TypeError as exc:
             raise InvalidParameters(f"not a denoiser spec: {exc}") from None
-        ctx = DenoiserContext.for_device(model, dense, params, announced.mechanism, user_x)
+        ctx = DenoiserContext.for_device(model, dense, params, announced.mechanism, user_x, table_sha256=table_sha256)
         hp = {k: v for k, v in announced.spec().items() if k not in ("rows", "dim", "frozen")}
         den = cls.for_context(ctx, _rng=_rng, **hp)
         if den.spec() != announced.spec():
@@ -268,6 +283,17 @@ class Denoiser(RecModel):
             raise InvalidParameters("this denoiser was built without its recommender (context= or frozen_table=); "
                                     "build it with Denoiser.for_context")
         return self._frozen_table
+
+    @property
+    def recommender_table_sha256(self) -> str | None:
+        """The :func:`~secemb.training.results.table_sha256` of the recommender's table this
+        denoiser is trained against: its context's (a device's context records the one it was
+        given, or ``None``), else that of its ``frozen_table`` (a server's); ``None`` for a
+        denoiser built from its sizes only.  The servers announce theirs in the round document
+        (``model.recommender_table_sha256``)."""
+        if self._context is not None:
+            return self._context.table_sha256
+        return None if self._frozen_table is None else table_sha256(self._frozen_table)
 
     def spec(self) -> dict[str, object]:
         """The JSON-able constructor arguments (not the context)."""

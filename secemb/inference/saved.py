@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference.denoiser import Denoiser, DenoiserContext
 from secemb.inference.mechanism import GaussianLDP
 from secemb.models import RecModel
+from secemb.training.results import SHA256_HEX, model_sha256, table_sha256
 
 __all__ = ["load_denoiser", "load_denoiser_on_device", "load_frozen_table", "load_public_recommender",
            "save_denoiser", "save_frozen_table"]
@@ -57,8 +57,6 @@ def _write_npz(path: str | os.PathLike, **arrays: Any) -> Path:
     return out
 
 
-#: a ``model_sha256``: 64 lowercase hex digits
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 #: the arrays of a saved denoiser
 _ARRAYS = ("e", "dense", "mechanism", "spec", "recommender_sha256")
 
@@ -74,7 +72,7 @@ def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray
     InvalidParameters
         ``recommender_sha256`` is not 64 lowercase hex digits.
     """
-    if not isinstance(recommender_sha256, str) or not _SHA256.fullmatch(recommender_sha256):
+    if not isinstance(recommender_sha256, str) or not SHA256_HEX.fullmatch(recommender_sha256):
         raise InvalidParameters(f"recommender_sha256 must be 64 lowercase hex digits, got {recommender_sha256!r}")
     m = denoiser.mechanism
     spec = json.dumps(denoiser.spec()).encode()
@@ -136,7 +134,7 @@ def _read_denoiser(path: str | os.PathLike, recommender_sha256: str, recommender
         recorded = arrays["recommender_sha256"].tobytes().decode("ascii")
     except (ValueError, TypeError, UnicodeDecodeError) as exc:
         raise InvalidMessage(f"{path}: not a saved denoiser ({exc})") from None
-    if not isinstance(spec, dict) or not _SHA256.fullmatch(recorded):
+    if not isinstance(spec, dict) or not SHA256_HEX.fullmatch(recorded):
         raise InvalidMessage(f"{path}: not a saved denoiser (its spec is not a JSON object or its recommender "
                              f"SHA-256 is not 64 lowercase hex digits)")
     if recorded != recommender_sha256:
@@ -184,13 +182,15 @@ def load_denoiser_on_device(path: str | os.PathLike, model: RecModel, dense: np.
     return den, arrays["e"], arrays["dense"]
 
 
-def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.ndarray, str, int]:
-    """``(model, dense, model_sha256, num_items)``: the public part of a recommender's saved folder
-    (:meth:`secemb.training.TrainedModel.save`) -- ``manifest.json`` and ``public.npz`` only,
-    each checked (the file's SHA-256, the model's); ``devices.npz`` (every device's private
-    state) is neither needed nor read, so an operator can publish the first two alone.  What a
-    standalone device needs of the recommender to use or train a denoiser: the model and its
-    public dense vector.
+def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.ndarray, str, int, str]:
+    """``(model, dense, model_sha256, num_items, table_sha256)``: the public part of a
+    recommender's saved folder (:meth:`secemb.training.TrainedModel.save`) -- ``manifest.json``
+    and ``public.npz`` only, each checked (the file's SHA-256, the model's); ``devices.npz``
+    (every device's private state) is neither needed nor read, so an operator can publish the
+    first two alone.  What a standalone device needs of the recommender to use or train a
+    denoiser: the model and its public dense vector; and, to train one, the
+    :func:`~secemb.training.results.table_sha256` of its table, which a denoiser's round
+    announces for the table the servers froze (the device does not keep the table itself).
 
     A feature model (FM, DeepFM) is built with the public item features and a user matrix of
     shape ``(0, l_x)``: the device supplies its own ``x_u`` where it needs it.
@@ -204,7 +204,6 @@ def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.nda
     """
     from secemb.models import get_model
     from secemb.training import trained as tm
-    from secemb.training.results import model_sha256
 
     root = Path(folder)
     if not root.is_dir():
@@ -232,10 +231,11 @@ def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.nda
         raise InvalidMessage(f"{root / tm.MANIFEST}: {exc}") from None
     table, dense = public["table"], public["dense"]
     sha = tm._field(manifest, "model_sha256", str)
-    if dense.dtype != np.float64 or dense.shape != (model.dense_size,) or model_sha256(table, dense) != sha:
-        raise InvalidMessage(f"{root / tm.PUBLIC}: the dense vector does not fit {model.name} or the model's "
-                             f"SHA-256 differs from the manifest's {sha}")
-    return model, dense, sha, int(table.shape[0])
+    if (dense.dtype != np.float64 or dense.shape != (model.dense_size,) or table.shape[1:] != (model.sparse_width,)
+            or model_sha256(table, dense) != sha):
+        raise InvalidMessage(f"{root / tm.PUBLIC}: the table or dense vector does not fit {model.name} or the "
+                             f"model's SHA-256 differs from the manifest's {sha}")
+    return model, dense, sha, int(table.shape[0]), table_sha256(table)
 
 
 def save_frozen_table(path: str | os.PathLike, table: np.ndarray) -> Path:

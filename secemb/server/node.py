@@ -104,12 +104,17 @@ class Node:
             self.noise = RingNoise(self.fp, cfg.dp_sigma, _rng=_noise_rng)
         self.width, self.dense_size = self.model.sparse_width, self.model.dense_size
         #: the round document's model: name, hyperparameters and, for a model with features, the
-        #: SHA-256 of the public item features (:meth:`FeatureSet.public_sha256`), which a device
-        #: building the model from its own copy compares before it sends anything
+        #: SHA-256 of the public item features (:meth:`FeatureSet.public_sha256`), for GREC's
+        #: denoiser that of the recommender's table it froze
+        #: (:func:`~secemb.training.results.table_sha256`), which a device building the model from
+        #: its own copy compares before it sends anything
         self.model_doc: dict[str, Any] = {"name": cfg.model, "hparams": cfg.model_hparams}
         features = getattr(self.model, "features", None)
         if features is not None:
             self.model_doc["item_features_sha256"] = features.public_sha256()
+        frozen = getattr(self.model, "recommender_table_sha256", None)
+        if frozen is not None:
+            self.model_doc["recommender_table_sha256"] = frozen
         self.fingerprint = cfg.fingerprint()
         self.boot_id = secrets.token_hex(8)
         self.store = store if store is not None else DiskStore(cfg.state_dir, self.party, self.fingerprint)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -28,9 +29,15 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "VerificationError",
+    "SHA256_HEX",
     "model_sha256",
     "run_config",
+    "table_sha256",
 ]
+
+#: a SHA-256 as this package writes it (:func:`model_sha256`, :func:`table_sha256`, a round
+#: document's, a saved file's): 64 lowercase hex digits; match with ``fullmatch``
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class VerificationError(SecembError):
@@ -254,6 +261,28 @@ def model_sha256(table: np.ndarray, dense: np.ndarray) -> str:
     h = hashlib.sha256()
     h.update(np.ascontiguousarray(table, dtype="<f8").tobytes())
     h.update(np.ascontiguousarray(dense, dtype="<f8").tobytes())
+    return h.hexdigest()
+
+
+def table_sha256(table: np.ndarray) -> str:
+    """SHA-256 of a public table alone (a 2-D array): its shape ``(rows, columns)`` as two
+    little-endian int64, then its entries as little-endian float64, row-major (C order).  The
+    shape enters so that the same entries in another shape hash otherwise.  GREC's denoiser
+    freezes its recommender's table: the servers of a ``grec-denoiser`` deployment announce this
+    hash of their frozen table in the round document (``model.recommender_table_sha256``), and a
+    device compares the hash of its own recommender's table
+    (:meth:`secemb.client.device.RoundInfo.check_model`).
+
+    Raises
+    ------
+    InvalidParameters
+        ``table`` is not 2-D.
+    """
+    table = np.asarray(table)
+    if table.ndim != 2:
+        raise InvalidParameters(f"table_sha256 takes a 2-D table, got shape {table.shape}")
+    h = hashlib.sha256(np.array(table.shape, dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(table, dtype="<f8").tobytes())
     return h.hexdigest()
 
 

@@ -11,49 +11,15 @@ import json
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from _client_cli import ADAM, SERVERS, run_client
 
-from secemb.cli import app
-from secemb.client.device import DeviceClient, RoundInfo
+from secemb.client.device import RoundInfo
 from secemb.errors import InvalidMessage
 from secemb.protocols.base import RoundConfig
-from secemb.transport.network import ApiClient
-
-runner = CliRunner()
-
-
-ADAM = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 
 
 def _info(model: Any, training: dict[str, Any] = ADAM) -> RoundInfo:
     return RoundInfo(3, "open", 0, 2, 2, 0.0, RoundConfig(3, 20, 5, 1, 4), {}, model, dict(training), "f" * 64, True)
-
-
-def _client(monkeypatch: pytest.MonkeyPatch, info: RoundInfo | None, args: list[str], exit_code: int,
-            case: Any, *, env_keys: bool = True) -> dict[str, Any]:
-    """``secemb client ARGS`` with the round ``info`` announced (``None``: none is asked
-    for), any request to a server failing the test, the device keys in the environment
-    (``env_keys``); checks the exit code and that no traceback escaped, and returns the last
-    JSON line's document."""
-    if info is not None:
-        monkeypatch.setattr(DeviceClient, "round_info", lambda self: info)
-
-    def no_request(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("the device sent a request")
-
-    monkeypatch.setattr(ApiClient, "request", no_request)
-    if env_keys:
-        monkeypatch.setenv("SECEMB_DEVICE_KEY0", "00" * 32)
-        monkeypatch.setenv("SECEMB_DEVICE_KEY1", "11" * 32)
-    res = runner.invoke(app, ["client", "--user", "1", *args, "--dataset", "synthetic-mini"])
-    assert res.exit_code == exit_code, (case, res.output, res.exception)
-    assert res.exception is None or isinstance(res.exception, SystemExit), (case, repr(res.exception))
-    doc: dict[str, Any] = json.loads(res.output.strip().splitlines()[-1])
-    return doc
-
-
-#: the servers as the device is pointed at them (nothing listens: no request may be sent)
-SERVERS = ["--server0", "https://127.0.0.1:9", "--server1", "https://127.0.0.1:9", "--min-users", "2", "--wait", "1"]
 
 
 #: announced models no device can build
@@ -70,7 +36,7 @@ UNBUILDABLE = [
 
 @pytest.mark.parametrize("model", UNBUILDABLE)
 def test_a_model_the_device_cannot_build_is_the_servers_fault(monkeypatch, model) -> None:
-    doc = _client(monkeypatch, _info(model), SERVERS, 1, model)
+    doc = run_client(monkeypatch, _info(model), SERVERS, 1, model)
     assert doc["user"] == 1 and "round 3" in doc["error"], doc
 
 
@@ -105,8 +71,8 @@ def test_a_corrupt_state_file_is_bad_usage(monkeypatch, tmp_path, content) -> No
         np.savez(state, params=np.zeros(3), m=np.zeros(3), v=np.zeros(3), t=np.int64(1))
     else:
         state.write_bytes(content)
-    doc = _client(monkeypatch, _info({"name": "mf", "hparams": {"dim": 4}}), [*SERVERS, "--state-file", str(state)],
-                  2, content)
+    doc = run_client(monkeypatch, _info({"name": "mf", "hparams": {"dim": 4}}), [*SERVERS, "--state-file", str(state)],
+                     2, content)
     assert "state.npz" in doc["error"], doc
 
 
@@ -119,8 +85,8 @@ def test_malformed_adam_settings_are_the_servers_fault(monkeypatch, tmp_path, tr
 
     state = tmp_path / "state.npz"
     np.savez(state, params=np.zeros(5), m=np.zeros(5), v=np.zeros(5), t=np.int64(1))
-    doc = _client(monkeypatch, _info({"name": "mf", "hparams": {"dim": 4}}, training),
-                  [*SERVERS, "--state-file", str(state)], 1, training)
+    doc = run_client(monkeypatch, _info({"name": "mf", "hparams": {"dim": 4}}, training),
+                     [*SERVERS, "--state-file", str(state)], 1, training)
     assert "round 3" in doc["error"], doc
 
 
@@ -135,5 +101,6 @@ def test_a_credentials_model_it_cannot_build_is_bad_usage(monkeypatch, tmp_path,
     creds.write_text(json.dumps({"format": _FORMAT, "user": 1, "server0": "https://127.0.0.1:9",
                                  "server1": "https://127.0.0.1:9", "key0": "00" * 32, "key1": "11" * 32,
                                  "model": model}))
-    error = _client(monkeypatch, None, ["--credentials", str(creds), "--count"], 2, model, env_keys=False)["error"]
+    error = run_client(monkeypatch, None, ["--credentials", str(creds), "--count"], 2, model,
+                       env_keys=False)["error"]
     assert "bad usage" in error, error

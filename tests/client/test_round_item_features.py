@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _client_cli import ADAM, SERVERS, run_client
 
 from secemb.client.device import Device, DeviceClient, RoundInfo
 from secemb.data import load_dataset
@@ -22,7 +23,6 @@ from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.models import get_model
 from secemb.protocols import get_protocol
 from secemb.protocols.base import RoundConfig
-from secemb.transport.network import ApiClient
 
 NUM_USERS, NUM_ITEMS = 30, 40
 SETTINGS = {"num_items": NUM_ITEMS, "num_users": NUM_USERS, "model": "fm", "model_hparams": {"dim": 4, "reg": 0.1},
@@ -80,45 +80,28 @@ def test_a_feature_model_without_an_announced_hash_is_the_servers_fault() -> Non
         announced.check_model(get_model("fm", dim=4))
 
 
+# the item features' hash, and the frozen recommender table's of a denoiser's round
+# (test_round_recommender_table.py)
+@pytest.mark.parametrize("key", ["item_features_sha256", "recommender_table_sha256"])
 @pytest.mark.parametrize("sha", ["F" * 64, "0" * 63, "0" * 65, 7, ["0" * 64], "g" * 64])
-def test_a_malformed_announced_hash_is_an_invalid_message(sha) -> None:
+def test_a_malformed_announced_hash_is_an_invalid_message(key, sha) -> None:
     doc = {"round_id": 3, "state": "open", "model_version": 0, "n_p": 2, "min_users": 2, "deadline_unix": 0.0,
            "config": dataclasses.asdict(RoundConfig(3, NUM_ITEMS, 5, 1, 4)), "protocol": {},
-           "model": {"name": "fm", "hparams": {"dim": 4}, "item_features_sha256": sha}, "training": {},
-           "fingerprint": "f" * 64}
-    with pytest.raises(InvalidMessage, match="item_features_sha256"):
+           "model": {"name": "fm", "hparams": {"dim": 4}, key: sha}, "training": {}, "fingerprint": "f" * 64}
+    with pytest.raises(InvalidMessage, match=key):
         RoundInfo.from_doc(doc)
-    RoundInfo.from_doc({**doc, "model": {**doc["model"], "item_features_sha256": "0" * 64}})  # well formed
+    RoundInfo.from_doc({**doc, "model": {**doc["model"], key: "0" * 64}})  # well formed
 
 
 def test_secemb_client_with_other_item_features_exits_2_before_any_request(monkeypatch) -> None:
     """``secemb client --dataset synthetic-mini --seed 1``: the stand-in's features of seed 1,
     of the same sizes as the servers' (seed 0), differ: exit 2 naming the dataset the
     features come from, and the device sends nothing."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from secemb.cli import app
-
     data = load_dataset("synthetic-mini", seed=0)
     servers_feats = load_features("synthetic-mini", num_users=data.num_users, num_items=data.num_items, seed=0)
     fm = get_model("fm", dim=4, reg=0.1, features=servers_feats)
     info = RoundInfo(3, "open", 0, 2, 2, 0.0, RoundConfig(3, data.num_items, fm.sparse_width, fm.dense_size, 4),
                      {}, {"name": "fm", "hparams": {"dim": 4, "reg": 0.1},
-                          "item_features_sha256": servers_feats.public_sha256()},
-                     {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}, "f" * 64, True)
-    monkeypatch.setattr(DeviceClient, "round_info", lambda self: info)
-
-    def no_request(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("the device sent a request")
-
-    monkeypatch.setattr(ApiClient, "request", no_request)
-    monkeypatch.setenv("SECEMB_DEVICE_KEY0", "00" * 32)
-    monkeypatch.setenv("SECEMB_DEVICE_KEY1", "11" * 32)
-    res = CliRunner().invoke(app, ["client", "--user", "1", "--server0", "https://127.0.0.1:9", "--server1",
-                                   "https://127.0.0.1:9", "--min-users", "2", "--wait", "1", "--dataset",
-                                   "synthetic-mini", "--seed", "1"])
-    assert res.exit_code == 2 and (res.exception is None or isinstance(res.exception, SystemExit)), res.output
-    error = json.loads(res.output.strip().splitlines()[-1])["error"]
+                          "item_features_sha256": servers_feats.public_sha256()}, ADAM, "f" * 64, True)
+    error = run_client(monkeypatch, info, [*SERVERS, "--seed", "1"], 2, "seed 1")["error"]
     assert "this device's item features differ from the servers'" in error and "synthetic-mini" in error, error

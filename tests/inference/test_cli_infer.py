@@ -108,7 +108,7 @@ def test_a_denoiser_is_refused_with_another_recommender(saved, tmp_path) -> None
     with pytest.raises(InvalidParameters, match=f"den.npz was trained against the recommender with model_sha256 "
                                                 f"{trained.model_sha256}, not .*other"):
         load_denoiser(folder / "den.npz", other, recommender=tmp_path / "other")
-    model, dense, sha, num_items = load_public_recommender(tmp_path / "other")
+    model, dense, sha, num_items = load_public_recommender(tmp_path / "other")[:4]
     with pytest.raises(InvalidParameters, match=sha):
         load_denoiser_on_device(folder / "den.npz", model, dense, trained.user_store.state(1), num_items,
                                 recommender_sha256=sha, recommender=tmp_path / "other")

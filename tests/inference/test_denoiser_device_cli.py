@@ -126,7 +126,8 @@ def test_client_trains_and_infer_uses_the_denoiser_on_a_standalone_device(tmp_pa
             info = client.round_info()
             assert info.model["hparams"]["epsilon"] == MECH.epsilon  # announced
             mine = Denoiser.for_device(info.model["hparams"], rec, dense, params[SDK_USER],
-                                       None if user_x is None else user_x[SDK_USER])
+                                       None if user_x is None else user_x[SDK_USER],
+                                       table_sha256=load_public_recommender(rec_dir)[4])
             sdk = Device(client, *by_user(tr).of(SDK_USER), rng=np.random.default_rng(1))
             session = sdk.participate(info, model=mine)
             requested = [session.request.indices[session.request.indices >= 0]]

@@ -24,6 +24,7 @@ from secemb.randomness import CtrDrbg
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig, train
 from secemb.training.messages import decode_model
+from secemb.training.results import table_sha256
 
 USERS = (3, 8)
 MECH = GaussianLDP(1.0, 1e-4, 1.0)
@@ -73,8 +74,9 @@ def test_device_sdk_trains_the_denoiser_against_two_servers(trained, tmp_path) -
             k0, k1 = cluster.device_keys(u)
             client = DeviceClient(u, cluster.url(0), cluster.url(1), k0, k1, tls=cluster.tls, min_users=2)
             info = client.round_info()
-            mine = Denoiser.for_context(DenoiserContext.for_device(mf, rec.dense, rec.user_store.params[u], MECH),
-                                        _rng=CtrDrbg(100 + u), **HP)
+            ctx = DenoiserContext.for_device(mf, rec.dense, rec.user_store.params[u], MECH,
+                                             table_sha256=table_sha256(rec.table))  # its recommender's table
+            mine = Denoiser.for_context(ctx, _rng=CtrDrbg(100 + u), **HP)
             assert mine.spec() == info.model["hparams"]  # the announced model, with the device's context
             store = UserStore(mine.init_private(1, np.random.default_rng(0)), info.adam())
             seen = []
