@@ -115,12 +115,31 @@ class RoundInfo:
                 self.training, self.fingerprint)
 
     def make_protocol(self) -> Protocol:
+        """The announced protocol with its layout options.
+
+        Raises
+        ------
+        InvalidMessage: the ``protocol`` block lacks a field, or names a protocol, option or
+            value this device does not have or refuses -- the servers' fault.
+        """
         p = self.protocol
-        return get_protocol(p["name"], layout=p["layout"], relay=p["relay"], expansion=p["expansion"],
-                            layout_seed=p["layout_seed"], **p.get("options", {}))
+        try:
+            return get_protocol(p["name"], layout=p["layout"], relay=p["relay"], expansion=p["expansion"],
+                                layout_seed=p["layout_seed"], **p.get("options", {}))
+        except (KeyError, TypeError, InvalidParameters) as exc:  # TypeError: unhashable name, options not a mapping
+            raise InvalidMessage(f"the round announces a protocol this device cannot run ({exc!r})") from None
 
     def fixed_point(self) -> FixedPoint:
-        return FixedPoint(int(self.training["ring_bits"]), int(self.training["frac_bits"]))
+        """The announced fixed-point encoding (``training.ring_bits``, ``frac_bits``).
+
+        Raises
+        ------
+        InvalidMessage: a field missing, not an integer, or a ring the encoding refuses.
+        """
+        try:
+            return FixedPoint(int(self.training["ring_bits"]), int(self.training["frac_bits"]))
+        except (KeyError, TypeError, ValueError) as exc:  # InvalidParameters is a ValueError
+            raise InvalidMessage(f"malformed fixed-point settings in the round document: {exc!r}") from None
 
     def clip(self) -> ClipSpec | None:
         """The clipping the round announces, the same :class:`~secemb.privacy.noise.ClipSpec`

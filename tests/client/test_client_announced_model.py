@@ -18,8 +18,10 @@ from secemb.errors import InvalidMessage
 from secemb.protocols.base import RoundConfig
 
 
-def _info(model: Any, training: dict[str, Any] = ADAM) -> RoundInfo:
-    return RoundInfo(3, "open", 0, 2, 2, 0.0, RoundConfig(3, 20, 5, 1, 4), {}, model, dict(training), "f" * 64, True)
+def _info(model: Any, training: dict[str, Any] = ADAM, protocol: Any = None) -> RoundInfo:
+    """Round 3 announcing ``model``, ``training`` and ``protocol`` (default an empty block)."""
+    return RoundInfo(3, "open", 0, 2, 2, 0.0, RoundConfig(3, 20, 5, 1, 4), {} if protocol is None else protocol, model,
+                     dict(training), "f" * 64, True)
 
 
 #: announced models no device can build
@@ -104,3 +106,44 @@ def test_a_credentials_model_it_cannot_build_is_bad_usage(monkeypatch, tmp_path,
     error = run_client(monkeypatch, None, ["--credentials", str(creds), "--count"], 2, model,
                        env_keys=False)["error"]
     assert "bad usage" in error, error
+
+
+#: a protocol block a device accepts
+PROTOCOL = {"name": "plaintext", "layout": "full", "relay": False, "expansion": 1.25, "layout_seed": 0}
+#: a model a device builds
+MF = {"name": "mf", "hparams": {"dim": 4}}
+
+
+@pytest.mark.parametrize("protocol", [
+    {},
+    {k: v for k, v in PROTOCOL.items() if k != "layout"},
+    {**PROTOCOL, "name": "no-such-protocol"},
+    {**PROTOCOL, "name": ["plaintext"]},
+    {**PROTOCOL, "layout": "sideways"},
+    {**PROTOCOL, "options": {"bogus": 1}},
+    {**PROTOCOL, "options": [1]},
+])
+def test_a_protocol_the_device_cannot_run_is_the_servers_fault(monkeypatch, protocol) -> None:
+    """A malformed ``protocol`` block: :meth:`RoundInfo.make_protocol` raises
+    :class:`InvalidMessage`, and ``secemb client`` exits 1 naming the round before any
+    request (it was a ``KeyError`` traceback)."""
+    info = _info(MF, protocol=protocol)
+    with pytest.raises(InvalidMessage, match="cannot run"):
+        info.make_protocol()
+    doc = run_client(monkeypatch, info, SERVERS, 1, protocol)
+    assert "round 3" in doc["error"], doc
+
+
+@pytest.mark.parametrize("training", [
+    ADAM, {**ADAM, "ring_bits": 64}, {**ADAM, "ring_bits": "x", "frac_bits": 16},
+    {**ADAM, "ring_bits": 7, "frac_bits": 16},
+])
+def test_malformed_fixed_point_settings_are_an_invalid_message(training) -> None:
+    with pytest.raises(InvalidMessage, match="fixed-point"):
+        _info(MF, training, PROTOCOL).fixed_point()
+
+
+def test_a_well_formed_announcement_builds() -> None:
+    info = _info(MF, {**ADAM, "ring_bits": 64, "frac_bits": 16}, PROTOCOL)
+    assert info.make_protocol().name == "plaintext"
+    assert (info.fixed_point().ring_bits, info.fixed_point().frac_bits) == (64, 16)
