@@ -339,8 +339,16 @@ class DeviceClient:
         return sent
 
     def round_status(self, round_id: int) -> dict[str, Any]:
-        """Server 0's view of round ``round_id`` (state; whether this device was included)."""
-        return self.links[0].round_status(round_id)
+        """Server 0's view of round ``round_id`` (state; whether this device was included).
+
+        Raises
+        ------
+        InvalidMessage: the answer is not a JSON object.
+        """
+        doc = self.links[0].round_status(round_id)
+        if not isinstance(doc, dict):
+            raise InvalidMessage(f"malformed round status: a JSON object expected, got {type(doc).__name__}")
+        return doc
 
 
 def _floor(min_users: int) -> int:

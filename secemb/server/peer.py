@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from secemb.errors import SecembError
+from secemb.errors import InvalidMessage, SecembError
 from secemb.transport.errors import RemoteError, Unreachable
 
 __all__ = ["HttpPeer", "PeerLink", "PeerRefused", "PeerUnreachable"]
@@ -98,6 +98,9 @@ def _call(fn: Callable[[], T]) -> T:
     except Unreachable as exc:  # the message names server 1's address: for the log, not for callers
         log.warning("server 1 unreachable: %s", exc)
         raise PeerUnreachable("server 1 did not answer") from None
+    except InvalidMessage as exc:  # a 2xx answer that is not JSON (ApiClient): server 1's fault, not the caller's
+        log.warning("server 1 answered badly: %s", exc)
+        raise PeerUnreachable("server 1's answer is not JSON") from None
 
 
 class HttpPeer:

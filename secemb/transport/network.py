@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.signing import sign_headers
 
@@ -135,11 +135,23 @@ class ApiClient:
 
     # convenience -------------------------------------------------------------------------
     def get_json(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, params=params or None).json()
+        """The JSON document of a signed GET (:meth:`request`'s errors; InvalidMessage: a 2xx
+        answer that is not JSON)."""
+        return self._json("GET", path, self.request("GET", path, params=params or None))
 
     def post_json(self, path: str, doc: Any = None, **params: Any) -> Any:
+        """POST ``doc`` as JSON; the answer's JSON document, ``None`` for an empty answer
+        (:meth:`get_json`'s errors)."""
         resp = self.request("POST", path, json_body={} if doc is None else doc, params=params or None)
-        return resp.json() if resp.content else None
+        return self._json("POST", path, resp) if resp.content else None
+
+    def _json(self, method: str, path: str, resp: httpx.Response) -> Any:
+        try:
+            return resp.json()
+        except ValueError:  # json's decode error, or text that is not UTF-8
+            raise InvalidMessage(f"{method} {self.base_url}{path}: the answer is not JSON "
+                                 f"({resp.headers.get('content-type', 'no content type')}, {len(resp.content)} B)"
+                                 ) from None
 
     def get_bytes(self, path: str, **params: Any) -> bytes:
         return self.request("GET", path, params=params or None).content

@@ -21,19 +21,20 @@ SERVERS = ["--server0", "https://127.0.0.1:9", "--server1", "https://127.0.0.1:9
 
 
 def run_client(monkeypatch: pytest.MonkeyPatch, info: RoundInfo | None, args: list[str], exit_code: int,
-               case: Any, *, env_keys: bool = True) -> dict[str, Any]:
+               case: Any, *, env_keys: bool = True, request: Any = None) -> dict[str, Any]:
     """``secemb client --user 1 ARGS --dataset synthetic-mini`` with the round ``info``
     announced (``None``: none is asked for), any request to a server failing the test, the
     device keys in the environment (``env_keys``); checks the exit code and that no traceback
     escaped (``case`` names the case in the assertion messages), and returns the last JSON
-    line's document."""
+    line's document.  ``request``: what :meth:`ApiClient.request` does instead of failing the
+    test (the servers' answers)."""
     if info is not None:
         monkeypatch.setattr(DeviceClient, "round_info", lambda self: info)
 
     def no_request(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the device sent a request")
 
-    monkeypatch.setattr(ApiClient, "request", no_request)
+    monkeypatch.setattr(ApiClient, "request", no_request if request is None else request)
     if env_keys:
         monkeypatch.setenv("SECEMB_DEVICE_KEY0", "00" * 32)
         monkeypatch.setenv("SECEMB_DEVICE_KEY1", "11" * 32)
