@@ -87,7 +87,9 @@ class PeerLink(Protocol):
 
 
 def _call(fn: Callable[[], T]) -> T:
-    """``fn()`` with the transport's errors turned into the :class:`PeerLink` errors."""
+    """``fn()`` -- a request to server 1 and the reading of its answer -- with the transport's
+    errors turned into the :class:`PeerLink` errors; an answer that is not JSON or not of the
+    API's shape (a field missing or of another type) is server 1 failing (PeerUnreachable)."""
     try:
         return fn()
     except RemoteError as exc:
@@ -101,6 +103,24 @@ def _call(fn: Callable[[], T]) -> T:
     except InvalidMessage as exc:  # a 2xx answer that is not JSON (ApiClient): server 1's fault, not the caller's
         log.warning("server 1 answered badly: %s", exc)
         raise PeerUnreachable("server 1's answer is not JSON") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # reading the answer (_fields)
+        log.warning("server 1's answer is malformed: %r", exc)
+        raise PeerUnreachable(f"server 1's answer is malformed ({exc!r})") from None
+
+
+def _fields(doc: Any, **kinds: type) -> dict[str, Any]:
+    """The JSON object ``doc`` of server 1, checked to hold each field ``name`` with a value of
+    type ``kinds[name]`` (``list``: a list of ints); TypeError/KeyError otherwise (:func:`_call`)."""
+    if not isinstance(doc, dict):
+        raise TypeError(f"a JSON object expected, got {type(doc).__name__}")
+    for name, kind in kinds.items():
+        value = doc[name]
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if kind is list and ok:
+            ok = all(isinstance(u, int) and not isinstance(u, bool) for u in value)
+        if not ok:
+            raise TypeError(f"field {name!r}: {kind.__name__} expected, got {value!r:.80}")
+    return doc
 
 
 class HttpPeer:
@@ -139,13 +159,13 @@ class HttpPeer:
 
     # -- status and count ---------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        return _call(lambda: self.api.get_json("/v1/peer/status"))
+        return _call(lambda: _fields(self.api.get_json("/v1/peer/status")))
 
     def count_open(self, users: list[int] | None) -> None:
         _call(lambda: self.api.post_json("/v1/peer/count/open", {"users": users}))
 
     def count_close(self) -> list[int]:
-        return [int(u) for u in _call(lambda: self.api.post_json("/v1/peer/count/close"))["users"]]
+        return list(_call(lambda: _fields(self.api.post_json("/v1/peer/count/close"), users=list)["users"]))
 
     def count_share(self, include: list[int]) -> bytes:
         return _call(lambda: self.api.request("POST", "/v1/peer/count/share", json_body={"include": include}).content)
@@ -156,7 +176,7 @@ class HttpPeer:
 
     def ready_many(self, round_id: int, users: list[int]) -> list[bool]:
         path = f"/v1/peer/rounds/{round_id}/ready"
-        outs = self._many(lambda u: bool(self.api.get_json(path, user=u)["ready"]), users)
+        outs = self._many(lambda u: bool(_fields(self.api.get_json(path, user=u), ready=bool)["ready"]), users)
         for out in outs:
             if isinstance(out, SecembError):
                 raise out
@@ -170,8 +190,8 @@ class HttpPeer:
         _call(lambda: self.api.post_bytes(f"/v1/peer/rounds/{round_id}/relay-upload", body, user=user))
 
     def close(self, round_id: int) -> list[int]:
-        doc = _call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/close"))
-        return [int(u) for u in doc["uploaded"]]
+        return list(_call(lambda: _fields(self.api.post_json(f"/v1/peer/rounds/{round_id}/close"),
+                                          uploaded=list)["uploaded"]))
 
     def share(self, round_id: int, include: list[int]) -> bytes:
         return _call(lambda: self.api.request("POST", f"/v1/peer/rounds/{round_id}/share",

@@ -1,9 +1,14 @@
-"""Server 0's link to server 1 (:class:`HttpPeer`): a 2xx answer whose body is not JSON is
-server 1's failure (:class:`PeerUnreachable`, which server 0 reports as its peer's fault), not
-a ``JSONDecodeError`` escaping into server 0's request handler, nor a refusal of the caller's
-input."""
+"""Server 0's link to server 1 (:class:`HttpPeer`): a 2xx answer that is not JSON, or JSON not
+of the API's shape (a field missing, of another type), is server 1 failing
+(:class:`PeerUnreachable`, which server 0 reports as its peer's fault) -- not a
+``JSONDecodeError`` or ``KeyError`` escaping into server 0's request handler (a 500), nor a
+refusal of the caller's input; well-formed answers still read."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -12,17 +17,53 @@ from secemb.server.peer import HttpPeer, PeerUnreachable
 from secemb.transport.network import ApiClient
 
 
-def test_a_peer_answer_that_is_not_json_is_the_peer_failing() -> None:
+def _peer(body: Callable[[str], bytes]) -> HttpPeer:
+    """An HttpPeer whose server 1 answers 200 with ``body(path)``."""
     def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=b"<html>upstream</html>", headers={"content-type": "text/html"})
+        return httpx.Response(200, content=body(request.url.path), headers={"content-type": "application/json"})
 
     peer = HttpPeer("https://127.0.0.1:9", b"k" * 32)
     peer.api = ApiClient("https://127.0.0.1:9", "server0", b"k" * 32,
                          http=httpx.Client(transport=httpx.MockTransport(answer)))
-    try:
-        with pytest.raises(PeerUnreachable, match="not JSON"):
-            peer.status()
-        with pytest.raises(PeerUnreachable, match="not JSON"):
-            peer.count_close()
-    finally:
-        peer.shutdown()
+    return peer
+
+
+@pytest.fixture
+def peers() -> Iterator[list[HttpPeer]]:
+    made: list[HttpPeer] = []
+    yield made
+    for p in made:
+        p.shutdown()
+
+
+#: the calls of server 0 that read a JSON answer (count_close: its "users", close: "uploaded",
+#: ready_many: "ready", status: any object)
+CALLS: dict[str, Callable[[HttpPeer], Any]] = {
+    "count_close": lambda p: p.count_close(),
+    "close": lambda p: p.close(3),
+    "ready_many": lambda p: p.ready_many(3, [1, 2]),
+    "status": lambda p: p.status(),
+}
+#: answers no call accepts, and per call the ones its field makes malformed
+ANY_BAD = [b"<html>upstream</html>", b"[1, 2]", b'"ok"']
+CASES = [(name, bad) for name in CALLS for bad in ANY_BAD] + [
+    (name, json.dumps(doc).encode()) for name, doc in [
+        ("count_close", {}), ("count_close", {"users": ["7"]}), ("count_close", {"users": [True]}),
+        ("count_close", {"users": 7}), ("close", {}), ("close", {"uploaded": [1.5]}), ("ready_many", {}),
+        ("ready_many", {"ready": "yes"}),
+    ]]
+
+
+@pytest.mark.parametrize("name, answer", CASES)
+def test_a_malformed_peer_answer_is_the_peer_failing(peers, name, answer) -> None:
+    peers.append(peer := _peer(lambda path: answer))
+    with pytest.raises(PeerUnreachable, match="not JSON|malformed"):
+        CALLS[name](peer)
+
+
+def test_well_formed_peer_answers_read(peers) -> None:
+    docs = {"/v1/peer/count/close": {"users": [4, 9]}, "/v1/peer/rounds/3/close": {"uploaded": [1]},
+            "/v1/peer/rounds/3/ready": {"ready": True}, "/v1/peer/status": {"party": 1}}
+    peers.append(peer := _peer(lambda path: json.dumps(docs[path]).encode()))
+    assert peer.count_close() == [4, 9] and peer.close(3) == [1]
+    assert peer.ready_many(3, [1, 2]) == [True, True] and peer.status() == {"party": 1}
