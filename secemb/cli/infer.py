@@ -33,7 +33,7 @@ release is recorded there, and the output reports all releases composed (dp-acco
 accountant).  Without it (saved-model mode) every invocation makes one fresh release.  The
 bytes of the request and of the reply are printed.
 
-Exit codes: 0 success; 1 the deployment refused or did not answer; 2 bad usage (a missing or
+Exit codes: 0 success; 1 the deployment refused, did not answer or sent a malformed answer; 2 bad usage (a missing or
 malformed folder or file, a user or item out of range, privacy parameters out of range or
 different from the denoiser's).
 """
@@ -265,7 +265,7 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
             ledger: Any, own: tuple[str | None, Path | None, int, float], recommender: Path | None,
             denoiser: Path | None) -> dict[str, Any]:
     """The exchange with the deployment's server 0 (the fields of the output, with the private
-    ``_scores`` and ``_wanted``); a refusal or no answer exits 1.  ``own``: ``(dataset,
+    ``_scores`` and ``_wanted``); a refusal, no answer or a malformed one exits 1.  ``own``: ``(dataset,
     data_dir, seed, test_fraction)`` of the device's own ratings and features (dataset
     ``None``: unknown).  ``recommender``: the recommender's saved folder (its public model),
     needed for user features and for the ``denoiser`` file; the device builds its one-device
@@ -276,7 +276,7 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
     from secemb.client.credentials import DeviceCredentials
     from secemb.client.inference import infer_remote
     from secemb.engine.http import HttpServerLink
-    from secemb.errors import InvalidParameters
+    from secemb.errors import InvalidMessage, InvalidParameters
     from secemb.server.tls import client_context
     from secemb.transport.errors import RemoteError, Unreachable
 
@@ -314,7 +314,7 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
     try:
         ans = infer_remote(link, params, mech, wanted, exclude=rated, ledger=ledger, recommender=rec, user_x=user_x,
                            denoiser=den)
-    except (RemoteError, Unreachable) as exc:
+    except (RemoteError, Unreachable, InvalidMessage) as exc:  # InvalidMessage: a malformed answer
         fail(f"server 0 ({creds.urls[0]}): {exc}", 1)
     finally:
         link.close()

@@ -69,8 +69,9 @@ def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndar
 
     Raises
     ------
-    InvalidMessage: a malformed description (a candidate set that is not a non-empty list of
-    ascending, distinct item ids, or whose size is not ``num_candidates``).
+    InvalidMessage: a malformed description (a field missing or of another type; a candidate
+    set that is not a non-empty list of ascending, distinct item ids, or whose size is not the
+    integer ``num_candidates``).
     """
     try:
         name, hparams = str(info["model"]["name"]), dict(info["model"]["hparams"])
@@ -86,9 +87,9 @@ def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndar
             candidates = np.asarray(listed, dtype=np.int64)
             if (np.diff(candidates) <= 0).any() or candidates[0] < 0 or candidates[-1] >= n:
                 raise ValueError(f"candidates must be ascending, distinct item ids in [0, {n})")
-        if info.get("num_candidates", candidates.size) != candidates.size:
-            raise ValueError(f"num_candidates {info.get('num_candidates')!r} but {candidates.size} candidates")
-    except (KeyError, TypeError, ValueError) as exc:
+        if not _is_id(info["num_candidates"]) or info["num_candidates"] != candidates.size:
+            raise ValueError(f"num_candidates {info['num_candidates']!r} but {candidates.size} candidates")
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # OverflowError: an id beyond int64
         raise InvalidMessage(f"malformed inference description from the server: {exc}") from None
     return name, hparams, rows, dim, n, candidates
 
@@ -139,7 +140,10 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
     if recommender is None:
         if denoiser is not None:
             raise InvalidParameters("a denoiser needs its recommender (recommender=)")
-        model, dense = get_model(name, **hparams), None
+        try:
+            model, dense = get_model(name, **hparams), None
+        except (TypeError, InvalidParameters) as exc:  # TypeError: a hyperparameter the model does not take
+            raise InvalidMessage(f"the server describes a model this device cannot build ({exc!r})") from None
     else:
         model, dense, sha = recommender
         if model.name != name or sha != info.get("model_sha256"):

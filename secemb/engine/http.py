@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from secemb.errors import InvalidMessage
 from secemb.transport.network import ApiClient
 
 __all__ = ["HttpAdminLink", "HttpServerLink"]
@@ -53,9 +54,15 @@ class HttpServerLink:
         return doc
 
     def inference(self, body: bytes) -> tuple[bytes, int]:
-        """GREC inference: a GRQ1 request; ``(the GRS1 reply, the model version it was scored on)``."""
+        """GREC inference: a GRQ1 request; ``(the GRS1 reply, the model version it was scored on)``
+        (-1: the reply names none; InvalidMessage: a version that is not an integer)."""
         resp = self.api.request("POST", "/v1/inference", body=body)
-        return resp.content, int(resp.headers.get("X-Secemb-Model-Version", "-1"))
+        version = resp.headers.get("X-Secemb-Model-Version", "-1")
+        try:
+            return resp.content, int(version)
+        except ValueError:
+            raise InvalidMessage(f"POST {self.api.base_url}/v1/inference: model version {version!r:.40} is not an "
+                                 "integer") from None
 
     def close(self) -> None:
         self.api.close()

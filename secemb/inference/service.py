@@ -89,7 +89,7 @@ def decode_reply(data: bytes, n: int) -> np.ndarray:
     Raises
     ------
     InvalidMessage
-        Wrong magic or length.
+        Wrong magic or length, or a score that is not finite.
     """
     view = memoryview(data).cast("B")
     if len(view) != reply_bytes(n):
@@ -97,7 +97,10 @@ def decode_reply(data: bytes, n: int) -> np.ndarray:
     magic, got = _REP_HEAD.unpack_from(view)
     if magic != _REP or got != n:
         raise InvalidMessage(f"inference reply: expected GRS1 with {n} scores, got {bytes(magic)!r} with {got}")
-    return np.frombuffer(view, dtype="<f8", offset=_REP_HEAD.size).astype(np.float64)
+    scores = np.frombuffer(view, dtype="<f8", offset=_REP_HEAD.size).astype(np.float64)
+    if not np.isfinite(scores).all():
+        raise InvalidMessage("inference reply: non-finite scores")
+    return scores
 
 
 def _candidates(candidates: np.ndarray | None, num_items: int) -> np.ndarray:
