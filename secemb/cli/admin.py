@@ -114,7 +114,9 @@ def add_devices(
 @admin_app.command("status")
 def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     """Both servers' status: model version and hash, round, count phase, m'."""
-    _operate(deployment, lambda d: {f"server{p}": d.admin(p).get_json("/v1/admin/status") for p in (0, 1)})
+    from secemb.engine.http import HttpAdminLink
+
+    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).status() for p in (0, 1)})
 
 
 @admin_app.command("count")

@@ -70,14 +70,28 @@ class HttpServerLink:
 
 class HttpAdminLink:
     """The operator's signed connection to server ``party`` (an :class:`ApiClient` keyed
-    with that server's admin secret)."""
+    with that server's admin secret).  The JSON answers it returns are checked to be objects
+    with the fields their readers use (:meth:`_answer`: InvalidMessage naming the server
+    otherwise -- ``secemb admin`` exits 1)."""
 
     def __init__(self, party: int, api: ApiClient) -> None:
         self.party, self.api = int(party), api
 
-    def status(self) -> dict[str, Any]:
-        doc: dict[str, Any] = self.api.get_json("/v1/admin/status")
+    def _answer(self, path: str, doc: Any, **kinds: type) -> dict[str, Any]:
+        """The server's answer ``doc`` to ``path``, once it is a JSON object holding each field
+        ``name`` with a value of type ``kinds[name]`` (a bool is not an int); InvalidMessage
+        naming the server otherwise."""
+        where = f"server {self.party} ({self.api.base_url}{path})"
+        if not isinstance(doc, dict):
+            raise InvalidMessage(f"{where}: a JSON object expected, got {type(doc).__name__}")
+        for name, kind in kinds.items():
+            value = doc.get(name)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise InvalidMessage(f"{where}: field {name!r}: {kind.__name__} expected, got {value!r:.80}")
         return doc
+
+    def status(self) -> dict[str, Any]:
+        return self._answer("/v1/admin/status", self.api.get_json("/v1/admin/status"), model_version=int)
 
     def model(self) -> bytes:
         return self.api.get_bytes("/v1/admin/model")
@@ -87,22 +101,20 @@ class HttpAdminLink:
         return doc
 
     def count_close(self) -> dict[str, Any]:
-        doc: dict[str, Any] = self.api.post_json("/v1/admin/count/close")
-        return doc
+        path = "/v1/admin/count/close"
+        return self._answer(path, self.api.post_json(path), m_prime=int, mean_count=float, users=int)
 
     def open_round(self, participants: list[int], deadline_s: float) -> dict[str, Any]:
-        doc: dict[str, Any] = self.api.post_json(
-            "/v1/admin/rounds", {"participants": participants, "deadline_s": deadline_s}
-        )
-        return doc
+        doc = self.api.post_json("/v1/admin/rounds", {"participants": participants, "deadline_s": deadline_s})
+        return self._answer("/v1/admin/rounds", doc, round_id=int, state=str)
 
     def close_round(self, round_id: int) -> dict[str, Any]:
-        doc: dict[str, Any] = self.api.post_json(f"/v1/admin/rounds/{round_id}/close")
-        return doc
+        path = f"/v1/admin/rounds/{round_id}/close"
+        return self._answer(path, self.api.post_json(path), round_id=int, state=str)
 
     def round_status(self, round_id: int) -> dict[str, Any]:
-        doc: dict[str, Any] = self.api.get_json(f"/v1/rounds/{round_id}/status")
-        return doc
+        path = f"/v1/rounds/{round_id}/status"
+        return self._answer(path, self.api.get_json(path), state=str)
 
     def close(self) -> None:
         self.api.close()
