@@ -159,7 +159,8 @@ class HttpPeer:
 
     # -- status and count ---------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        return _call(lambda: _fields(self.api.get_json("/v1/peer/status")))
+        # server 0 reads these two to reconcile the model version and the next round id
+        return _call(lambda: _fields(self.api.get_json("/v1/peer/status"), model_version=int, max_round=int))
 
     def count_open(self, users: list[int] | None) -> None:
         _call(lambda: self.api.post_json("/v1/peer/count/open", {"users": users}))

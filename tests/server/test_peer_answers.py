@@ -37,7 +37,7 @@ def peers() -> Iterator[list[HttpPeer]]:
 
 
 #: the calls of server 0 that read a JSON answer (count_close: its "users", close: "uploaded",
-#: ready_many: "ready", status: any object)
+#: ready_many: "ready", status: "model_version" and "max_round", which server 0 reads to reconcile)
 CALLS: dict[str, Callable[[HttpPeer], Any]] = {
     "count_close": lambda p: p.count_close(),
     "close": lambda p: p.close(3),
@@ -50,7 +50,8 @@ CASES = [(name, bad) for name in CALLS for bad in ANY_BAD] + [
     (name, json.dumps(doc).encode()) for name, doc in [
         ("count_close", {}), ("count_close", {"users": ["7"]}), ("count_close", {"users": [True]}),
         ("count_close", {"users": 7}), ("close", {}), ("close", {"uploaded": [1.5]}), ("ready_many", {}),
-        ("ready_many", {"ready": "yes"}),
+        ("ready_many", {"ready": "yes"}), ("status", {"party": 1}), ("status", {"model_version": 0}),
+        ("status", {"model_version": "0", "max_round": 2}), ("status", {"model_version": 0, "max_round": None}),
     ]]
 
 
@@ -61,9 +62,13 @@ def test_a_malformed_peer_answer_is_the_peer_failing(peers, name, answer) -> Non
         CALLS[name](peer)
 
 
+#: a status of server 1 as server 0 reads it
+STATUS = {"party": 1, "model_version": 2, "max_round": 3, "fingerprint": "f" * 64}
+
+
 def test_well_formed_peer_answers_read(peers) -> None:
     docs = {"/v1/peer/count/close": {"users": [4, 9]}, "/v1/peer/rounds/3/close": {"uploaded": [1]},
-            "/v1/peer/rounds/3/ready": {"ready": True}, "/v1/peer/status": {"party": 1}}
+            "/v1/peer/rounds/3/ready": {"ready": True}, "/v1/peer/status": STATUS}
     peers.append(peer := _peer(lambda path: json.dumps(docs[path]).encode()))
     assert peer.count_close() == [4, 9] and peer.close(3) == [1]
-    assert peer.ready_many(3, [1, 2]) == [True, True] and peer.status() == {"party": 1}
+    assert peer.ready_many(3, [1, 2]) == [True, True] and peer.status() == STATUS
