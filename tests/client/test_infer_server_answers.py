@@ -1,9 +1,10 @@
 """What a device does with server 0's 2xx answers to GREC inference that are not what the API
 promises (server 0 is a trust boundary for a device): every field of ``GET /v1/inference``'s
-description deleted or replaced by another type or an out-of-range value is accepted or
-refused with a :class:`~secemb.errors.SecembError` by :func:`infer_remote` -- never a
-``TypeError`` (a hyperparameter the model does not take) or ``OverflowError`` (an item id
-beyond int64); a reply with non-finite scores or a model version that is not an integer is an
+description deleted or replaced by another type or an out-of-range value (the mutations of
+``test_round_document_mutations``) is accepted or refused with a
+:class:`~secemb.errors.SecembError` by :func:`infer_remote` -- never a ``TypeError`` (a
+hyperparameter the model does not take) or ``OverflowError`` (an item id beyond int64); a reply
+with non-finite scores or a model version that is not an integer is an
 :class:`InvalidMessage`; and ``secemb infer --credentials`` exits 1 naming server 0 for each,
 without a traceback (was a ``KeyError`` for a description without ``num_candidates``, a
 ``ValueError`` for the version header, exit 2 "bad usage" for the rest)."""
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from test_round_document_mutations import _DELETE, BAD, _mutated, _paths
 from typer.testing import CliRunner
 
 from secemb.cli import app
@@ -36,9 +38,6 @@ MECH = GaussianLDP(1.0, 1e-4, 1.0)
 INFO = {"model": {"name": "mf", "hparams": {"dim": DIM}}, "model_version": 2, "model_sha256": "a" * 64, "rows": 1,
         "dim": DIM, "num_items": ITEMS, "candidates": None, "num_candidates": ITEMS}
 PARAMS = np.array([0.3, -0.2, 0.5, 0.1, 0.07])
-#: what a field is replaced by (besides being deleted)
-BAD = [None, "x", -1, 0, 2**70, 1.5, float("nan"), [], {}, True, [1], {"a": 1}]
-_DELETE = object()
 
 
 class _Server:
@@ -57,23 +56,9 @@ class _Server:
 
 
 def _mutations() -> Iterator[tuple[str, Any]]:
-    def paths(doc: dict[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-        for key, value in doc.items():
-            yield (*prefix, key)
-            if isinstance(value, dict):
-                yield from paths(value, (*prefix, key))
-
-    for path in paths(INFO):
+    for path in _paths(INFO):
         for value in [*BAD, _DELETE]:
-            doc = copy.deepcopy(INFO)
-            parent = doc
-            for key in path[:-1]:
-                parent = parent[key]
-            if value is _DELETE:
-                del parent[path[-1]]
-            else:
-                parent[path[-1]] = value
-            yield f"{'.'.join(path)} {'deleted' if value is _DELETE else repr(value)}", doc
+            yield f"{'.'.join(path)} {'deleted' if value is _DELETE else repr(value)}", _mutated(INFO, path, value)
 
 
 def test_every_mutated_description_field_is_accepted_or_refused_cleanly() -> None:
