@@ -183,9 +183,11 @@ class RoundInfo:
         from secemb.models import get_model
 
         extra = {} if features is None else {"features": features}
+        # TypeError: an argument the model does not take; ValueError (InvalidParameters among them) or
+        # OverflowError: a value it refuses, or one numpy cannot size (a denoiser's rating_range, 2**70 rows)
         try:
             return get_model(self.model["name"], **self.model["hparams"], **extra)
-        except (KeyError, TypeError, InvalidParameters) as exc:  # TypeError: an argument the model does not take
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise InvalidMessage(f"the round announces a model this device cannot build ({exc!r})") from None
 
     def fits(self, model: RecModel) -> bool:

@@ -142,7 +142,7 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
             raise InvalidParameters("a denoiser needs its recommender (recommender=)")
         try:
             model, dense = get_model(name, **hparams), None
-        except (TypeError, InvalidParameters) as exc:  # TypeError: a hyperparameter the model does not take
+        except (TypeError, ValueError, OverflowError) as exc:  # as RoundInfo.make_model's
             raise InvalidMessage(f"the server describes a model this device cannot build ({exc!r})") from None
     else:
         model, dense, sha = recommender

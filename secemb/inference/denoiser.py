@@ -241,9 +241,13 @@ class Denoiser(RecModel):
         """
         if not isinstance(spec, dict):
             raise InvalidParameters(f"a denoiser spec must be a dict, got {type(spec).__name__}")
+        # TypeError: a field missing or not the constructor's; ValueError, OverflowError: a rating_range
+        # that is no pair of numbers, sizes numpy cannot hold
         try:
             announced = cls(**spec)
-        except TypeError as exc:
+        except InvalidParameters:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidParameters(f"not a denoiser spec: {exc}") from None
         ctx = DenoiserContext.for_device(model, dense, params, announced.mechanism, user_x, table_sha256=table_sha256)
         hp = {k: v for k, v in announced.spec().items() if k not in ("rows", "dim", "frozen")}

@@ -147,3 +147,30 @@ def test_a_well_formed_announcement_builds() -> None:
     info = _info(MF, {**ADAM, "ring_bits": 64, "frac_bits": 16}, PROTOCOL)
     assert info.make_protocol().name == "plaintext"
     assert (info.fixed_point().ring_bits, info.fixed_point().frac_bits) == (64, 16)
+
+
+#: a grec-denoiser's hyperparameters a device builds
+DENOISER = {"rows": 1, "dim": 4, "frozen": 5, "hat_d": 8, "hidden": 32, "reg": 0.001, "init_std": 0.1,
+            "rating_range": [1.0, 5.0], "epsilon": 1.0, "delta": 1e-4, "bound": 1.0}
+
+
+@pytest.mark.parametrize("bad", [{"rating_range": "x"}, {"rating_range": [1]}, {"rating_range": {}},
+                                 {"rows": 2**70}, {"hidden": 2**70}])
+def test_a_denoiser_the_device_cannot_build_is_the_servers_fault(bad) -> None:
+    """Denoiser hyperparameters whose values its constructor meets with a ``ValueError`` (a
+    rating range that is no pair of numbers) or numpy with an ``OverflowError`` (sizes beyond
+    int64): :meth:`RoundInfo.make_model` raises :class:`InvalidMessage` and
+    :meth:`Denoiser.for_device` (``secemb client``'s denoiser round) :class:`InvalidParameters`
+    -- both escaped as they were."""
+    import numpy as np
+
+    from secemb.errors import InvalidParameters
+    from secemb.inference.denoiser import Denoiser
+    from secemb.models import get_model
+
+    assert _info({"name": "grec-denoiser", "hparams": DENOISER}).make_model().name == "grec-denoiser"
+    with pytest.raises(InvalidMessage, match="cannot build"):
+        _info({"name": "grec-denoiser", "hparams": {**DENOISER, **bad}}).make_model()
+    mf = get_model("mf", dim=4)
+    with pytest.raises(InvalidParameters, match="not a denoiser spec"):
+        Denoiser.for_device({**DENOISER, **bad}, mf, np.zeros(mf.dense_size), np.zeros(mf.private_size))
