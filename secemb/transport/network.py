@@ -103,6 +103,8 @@ class ApiClient:
             Non-2xx answer.
         Unreachable
             No answer.
+        InvalidMessage
+            An answer whose body does not decode by its ``Content-Encoding``.
         """
         headers: dict[str, str] = {}
         if json_body is not None:
@@ -121,6 +123,8 @@ class ApiClient:
             )
         except httpx.TransportError as exc:
             raise Unreachable(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+        except httpx.DecodingError as exc:  # not a TransportError: the server answered, with a body that is not
+            raise InvalidMessage(f"{method} {self.base_url}{path}: the answer does not decode ({exc})") from None
         with self._lock:
             self.sent_bytes += len(body)
             self.received_bytes += len(resp.content)

@@ -64,3 +64,17 @@ def test_a_round_status_that_is_not_an_object_is_an_invalid_message(doc) -> None
     client = DeviceClient.over(1, (_StatusLink(doc), _StatusLink(doc)), min_users=2)  # type: ignore[arg-type]
     with pytest.raises(InvalidMessage, match="round status"):
         client.round_status(4)
+
+
+def test_an_answer_whose_body_does_not_decode_is_an_invalid_message() -> None:
+    """A body that does not decode by its ``Content-Encoding`` raised ``httpx.DecodingError``
+    (not a ``TransportError``, so not :class:`Unreachable`): a traceback in every command, a
+    500 in server 0 asking server 1.  It is an :class:`InvalidMessage` for every call."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b'{"state": "open"}', headers={"content-encoding": "gzip"})
+
+    api = ApiClient("https://127.0.0.1:9", http=httpx.Client(transport=httpx.MockTransport(answer)))
+    for call in (lambda: api.get_json("/v1/round"), lambda: api.get_bytes("/v1/rounds/1/dense"),
+                 lambda: api.post_bytes("/v1/rounds/1/upload", b"x")):
+        with pytest.raises(InvalidMessage, match="does not decode"):
+            call()

@@ -72,3 +72,18 @@ def test_well_formed_peer_answers_read(peers) -> None:
     peers.append(peer := _peer(lambda path: json.dumps(docs[path]).encode()))
     assert peer.count_close() == [4, 9] and peer.close(3) == [1]
     assert peer.ready_many(3, [1, 2]) == [True, True] and peer.status() == STATUS
+
+
+def test_a_peer_answer_that_does_not_decode_is_the_peer_failing() -> None:
+    """A body that does not decode by its ``Content-Encoding`` (``httpx.DecodingError``, which
+    escaped into server 0's handler): server 1 failing."""
+    peer = HttpPeer("https://127.0.0.1:9", b"k" * 32)
+    peer.api = ApiClient("https://127.0.0.1:9", "server0", b"k" * 32, http=httpx.Client(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, content=b"{}", headers={"content-encoding": "gzip"}))))
+    try:
+        with pytest.raises(PeerUnreachable):
+            peer.status()
+        with pytest.raises(PeerUnreachable):
+            peer.count_share([1, 2])
+    finally:
+        peer.shutdown()
