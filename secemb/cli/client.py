@@ -169,9 +169,8 @@ def register(app: typer.Typer) -> None:
             except (OSError, KeyError, ValueError) as exc:
                 raise InvalidParameters(f"--recommender-state {recommender_state}: not a device state file ({exc})"
                                         ) from None
-            spec = info.model.get("hparams")
-            if not isinstance(spec, dict):
-                raise InvalidMessage(f"the round announces the denoiser's hyperparameters as {spec!r}")
+            info.make_model()  # the announced spec builds a denoiser (InvalidMessage, the servers' fault, if not)
+            spec = info.model["hparams"]
             user_x = own_features().user[0] if getattr(rec, "l_x", 0) else None
             # its table must be the one the servers froze (the round's recommender_table_sha256)
             return checked(Denoiser.for_device(spec, rec, rec_dense, params, user_x, table_sha256=rec_table),

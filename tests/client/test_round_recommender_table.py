@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -102,15 +103,20 @@ def test_a_denoiser_round_without_the_table_hash_is_the_servers_fault() -> None:
         Denoiser.for_device(SPEC, MF, dense, params[1], table_sha256="F" * 64)
 
 
+def _saved(tmp_path: Path, table: np.ndarray, dense: np.ndarray, params: np.ndarray) -> Path:
+    """The recommender's saved folder (``secemb client --recommender``) under ``tmp_path``."""
+    return TrainedModel(MF, table, dense, UserStore(params, AdamConfig()), np.zeros(NUM_USERS + 1, np.int64),
+                        np.zeros(0, np.int64), {"protocol": "secemb", "dataset": "synthetic-mini", "seed": 0,
+                                                "config": {}}).save(tmp_path / "rec")
+
+
 @pytest.mark.parametrize("announced", [True, False])
 def test_secemb_client_with_another_recommender_exits_before_any_request(announced, monkeypatch, tmp_path) -> None:
     """``secemb client --recommender DIR`` on a denoiser's round: DIR's table is not the one
     the servers froze -- exit 2 naming ``--recommender``; a round announcing no hash -- exit
     1 (the servers'); the device sends nothing either way."""
     table, dense, params = _recommender(1)
-    folder = TrainedModel(MF, table, dense, UserStore(params, AdamConfig()), np.zeros(NUM_USERS + 1, np.int64),
-                          np.zeros(0, np.int64), {"protocol": "secemb", "dataset": "synthetic-mini", "seed": 0,
-                                                  "config": {}}).save(tmp_path / "rec")
+    folder = _saved(tmp_path, table, dense, params)
     assert load_public_recommender(folder)[4] == table_sha256(table)  # what the device hashes: its table
     np.savez(tmp_path / "state.npz", params=params[1])
     model = {"name": "grec-denoiser", "hparams": SPEC}
@@ -123,3 +129,18 @@ def test_secemb_client_with_another_recommender_exits_before_any_request(announc
         assert "this device's recommender differs from the one the servers' denoiser is trained against" in error
     else:
         assert "announces no SHA-256 of the recommender's table" in error, error
+
+
+@pytest.mark.parametrize("hparams", [[1], {**SPEC, "bogus": 1}, {**SPEC, "rating_range": "x"}, {**SPEC, "hidden": 0}])
+def test_secemb_client_on_a_malformed_denoiser_spec_exits_1(hparams, monkeypatch, tmp_path) -> None:
+    """``secemb client --recommender DIR`` on a denoiser's round whose announced spec no
+    denoiser takes (not an object, a field it does not have, a rating range that is no pair, a
+    size it refuses): the servers' fault, exit 1 naming the round, nothing sent (was exit 2
+    "bad usage", or a ``ValueError`` traceback for the rating range)."""
+    table, dense, params = _recommender(1)
+    folder = _saved(tmp_path, table, dense, params)
+    np.savez(tmp_path / "state.npz", params=params[1])
+    model = {"name": "grec-denoiser", "hparams": hparams, "recommender_table_sha256": table_sha256(table)}
+    args = [*SERVERS, "--recommender", str(folder), "--recommender-state", str(tmp_path / "state.npz")]
+    error = run_client(monkeypatch, _info(model), args, 1, model)["error"]
+    assert "round 3" in error and "cannot build" in error, error
