@@ -547,11 +547,10 @@ class LeaderNode(Node):
                 self.count.reopen()
                 raise Conflict(f"{len(include)} user(s) sent their count share to both servers, fewer than "
                                f"min_users={self.cfg.min_users}: the mean count is not opened")
-            peer_share = self.peer.count_share(include)
-        except _PEER_ERRORS as exc:
+            peer = messages.decode_count(self.peer.count_share(include), ring_bits=self.cfg.ring_bits, party=1)
+        except (*_PEER_ERRORS, InvalidMessage) as exc:  # InvalidMessage: server 1's share is malformed, its failure
             self.count.reopen()
             raise peer_failure("server 1 did not close the count phase", exc) from None
-        peer = messages.decode_count(peer_share, ring_bits=self.cfg.ring_bits, party=1)
         total = int(reconstruct(self.count.total(include), peer)[0])
         # issue 12, finding 12: each device's count lies in [0, m], so an honest total lies in
         # [0, n m]; anything else means a device sent an out-of-range share (which one is not

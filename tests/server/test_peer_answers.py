@@ -12,7 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
+from test_security_findings import _count_phase
 
+from secemb.server.errors import PeerUnavailable
 from secemb.server.peer import HttpPeer, PeerUnreachable
 from secemb.transport.network import ApiClient
 
@@ -87,3 +89,15 @@ def test_a_peer_answer_that_does_not_decode_is_the_peer_failing() -> None:
             peer.count_share([1, 2])
     finally:
         peer.shutdown()
+
+
+@pytest.mark.parametrize("answer", [b"", b"\x00" * 7, b"not a count share at all"])
+def test_a_malformed_count_share_of_server_1_fails_the_phase_and_sets_nothing(monkeypatch, answer) -> None:
+    """Server 0 closing the count phase with server 1's count share malformed: server 1 failing
+    (PeerUnavailable, a 503), the phase reopened and m' unset -- it was an InvalidMessage (a 400,
+    the operator's fault) that left the phase closed."""
+    servers, leader = _count_phase({u: 3 for u in range(5)})
+    monkeypatch.setattr(leader.peer, "count_share", lambda include: answer)
+    with pytest.raises(PeerUnavailable, match="server 1 did not close the count phase"):
+        leader.count_close()
+    assert leader.m_prime is None and leader.count.status()["state"] == "open"
