@@ -63,6 +63,12 @@ def _is_id(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+#: the most items a device accepts in a deployment's inference description: every catalogue
+#: the benchmarks use is far smaller (Yelp 93,386; ML-25M 62,423); a description beyond it is
+#: malformed rather than an order to allocate and score that many (8 B each, and the reply's)
+MAX_ITEMS = 1 << 26
+
+
 def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndarray]:
     """``(model name, hparams, rows, dim, num_items, candidates)`` of the server's description;
     ``candidates`` int64 ascending (every item when the server announces ``null``).
@@ -71,13 +77,15 @@ def _info_fields(info: Any) -> tuple[str, dict[str, Any], int, int, int, np.ndar
     ------
     InvalidMessage: a malformed description (a field missing or of another type; a candidate
     set that is not a non-empty list of ascending, distinct item ids, or whose size is not the
-    integer ``num_candidates``).
+    integer ``num_candidates``; more than :data:`MAX_ITEMS` items).
     """
     try:
         name, hparams = str(info["model"]["name"]), dict(info["model"]["hparams"])
         rows, dim, n = (info[k] for k in ("rows", "dim", "num_items"))
         if not all(_is_id(v) and v > 0 for v in (rows, dim, n)):
             raise ValueError(f"rows, dim and num_items must be ints > 0, got {rows!r}, {dim!r}, {n!r}")
+        if n > MAX_ITEMS:
+            raise ValueError(f"num_items {n} is beyond the {MAX_ITEMS} items a device accepts")
         listed = info.get("candidates")
         if listed is None:
             candidates = np.arange(n, dtype=np.int64)

@@ -80,6 +80,8 @@ REFUSED = {
     "a model this device does not have": {**INFO, "model": {"name": "no-such-model", "hparams": {}}},
     "a candidate beyond int64": {**INFO, "candidates": [1, 2**70], "num_candidates": 2},
     "num_candidates a string": {**INFO, "num_candidates": str(ITEMS)},
+    "more items than a device scores (2^40: a MemoryError before)": {**INFO, "num_items": 2**40,
+                                                                      "num_candidates": 2**40},
     "a denoiser whose rating range is no pair": {**INFO, "model": {"name": "grec-denoiser", "hparams": {
         "rows": 1, "dim": DIM, "frozen": DIM + 1, "rating_range": "x"}}},
 }
