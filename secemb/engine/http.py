@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from secemb.errors import InvalidMessage
-from secemb.transport.network import ApiClient
+from secemb.transport.network import ApiClient, answer_fields
 
 __all__ = ["HttpAdminLink", "HttpServerLink"]
 
@@ -78,17 +78,8 @@ class HttpAdminLink:
         self.party, self.api = int(party), api
 
     def _answer(self, path: str, doc: Any, **kinds: type) -> dict[str, Any]:
-        """The server's answer ``doc`` to ``path``, once it is a JSON object holding each field
-        ``name`` with a value of type ``kinds[name]`` (a bool is not an int); InvalidMessage
-        naming the server otherwise."""
-        where = f"server {self.party} ({self.api.base_url}{path})"
-        if not isinstance(doc, dict):
-            raise InvalidMessage(f"{where}: a JSON object expected, got {type(doc).__name__}")
-        for name, kind in kinds.items():
-            value = doc.get(name)
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise InvalidMessage(f"{where}: field {name!r}: {kind.__name__} expected, got {value!r:.80}")
-        return doc
+        """The server's answer ``doc`` to ``path`` (:func:`~secemb.transport.network.answer_fields`)."""
+        return answer_fields(doc, f"server {self.party} ({self.api.base_url}{path})", **kinds)
 
     def status(self) -> dict[str, Any]:
         return self._answer("/v1/admin/status", self.api.get_json("/v1/admin/status"), model_version=int)

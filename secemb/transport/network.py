@@ -40,9 +40,29 @@ from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.signing import sign_headers
 
-__all__ = ["ApiClient"]
+__all__ = ["ApiClient", "answer_fields"]
 
 OCTET = "application/octet-stream"
+
+
+def answer_fields(doc: Any, where: str, **kinds: type) -> dict[str, Any]:
+    """Another party's JSON answer ``doc``, once it is an object holding each field ``name``
+    with a value of type ``kinds[name]`` (a bool is not an ``int``; ``list``: a list of ints).
+
+    Raises
+    ------
+    InvalidMessage: naming ``where`` (the party and the request), otherwise.
+    """
+    if not isinstance(doc, dict):
+        raise InvalidMessage(f"{where}: a JSON object expected, got {type(doc).__name__}")
+    for name, kind in kinds.items():
+        value: Any = doc.get(name)
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if ok and isinstance(value, list):
+            ok = all(isinstance(u, int) and not isinstance(u, bool) for u in value)
+        if not ok:
+            raise InvalidMessage(f"{where}: field {name!r}: {kind.__name__} expected, got {value!r:.80}")
+    return doc
 
 
 class ApiClient:
