@@ -180,15 +180,13 @@ class RoundInfo:
         InvalidMessage: the announcement names no model this device has, or hyperparameters the
             model does not take or refuses -- the servers' fault, not the device's.
         """
-        from secemb.models import get_model
+        from secemb.models import announced_model
 
         extra = {} if features is None else {"features": features}
-        # TypeError: an argument the model does not take; ValueError (InvalidParameters among them) or
-        # OverflowError: a value it refuses, or one numpy cannot size (a denoiser's rating_range, 2**70 rows)
         try:
-            return get_model(self.model["name"], **self.model["hparams"], **extra)
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise InvalidMessage(f"the round announces a model this device cannot build ({exc!r})") from None
+            return announced_model(self.model.get("name"), self.model.get("hparams"), **extra)
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"the round announces a model this device cannot build: {exc}") from None
 
     def fits(self, model: RecModel) -> bool:
         """Whether ``model``'s table width and dense size are the round's."""

@@ -141,7 +141,7 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
     RemoteError, Unreachable
         The server refused or did not answer.
     """
-    from secemb.models import get_model
+    from secemb.models import announced_model
 
     info = link.inference_info()
     name, hparams, rows, dim, n, candidates = _info_fields(info)
@@ -149,9 +149,9 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
         if denoiser is not None:
             raise InvalidParameters("a denoiser needs its recommender (recommender=)")
         try:
-            model, dense = get_model(name, **hparams), None
-        except (TypeError, ValueError, OverflowError) as exc:  # as RoundInfo.make_model's
-            raise InvalidMessage(f"the server describes a model this device cannot build ({exc!r})") from None
+            model, dense = announced_model(name, hparams), None
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"the server describes a model this device cannot build: {exc}") from None
     else:
         model, dense, sha = recommender
         if model.name != name or sha != info.get("model_sha256"):

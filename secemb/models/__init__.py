@@ -14,8 +14,9 @@ autograd path does).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.models.base import RecModel, StepResult, UserState, UserStore
 from secemb.models.deepfm import DeepFM
 from secemb.models.din import DIN
@@ -28,6 +29,7 @@ from secemb.models.sequential import SASRec, Caser, SequenceModel
 from secemb.models.task import RATING, RatingTask, Sample, SequenceTask, Task
 
 __all__ = [
+    "announced_model",
     "MODELS",
     "PAPER_M_PRIME",
     "PRESETS",
@@ -102,3 +104,21 @@ def get_model(name: str, **hparams: object) -> RecModel:
         If ``name`` is not registered, or a hyperparameter is invalid.
     """
     return _factory(name)(**hparams)
+
+
+def announced_model(name: Any, hparams: Any, **extra: object) -> RecModel:
+    """The model another party announces (a round document, an inference description):
+    :func:`get_model` of ``name`` with ``hparams`` and this party's own ``extra`` (e.g. its
+    features).
+
+    Raises
+    ------
+    InvalidMessage
+        No model of that name, hyperparameters not a mapping, one the model does not take
+        (TypeError), or a value it refuses (ValueError, InvalidParameters among them) or numpy
+        cannot size (OverflowError) -- the announcing party's fault, not the caller's.
+    """
+    try:
+        return get_model(name, **hparams, **extra)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidMessage(f"announced model {name!r:.40} cannot be built ({exc!r})") from None
