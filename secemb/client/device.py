@@ -49,7 +49,7 @@ from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.sharing import share
 from secemb.training import messages
 from secemb.training.local import LocalStep, local_update
-from secemb.training.results import SHA256_HEX
+from secemb.training.results import is_sha256_hex
 from secemb.engine.links import ServerLink
 from secemb.engine.stages import RETRIEVAL, UPLOAD, round_plan
 from secemb.transport.errors import RemoteError
@@ -104,7 +104,7 @@ class RoundInfo:
             raise InvalidMessage(f"malformed round document: {exc}") from None
         for key in _MODEL_HASHES:
             sha = info.model.get(key)
-            if sha is not None and not (isinstance(sha, str) and SHA256_HEX.fullmatch(sha)):
+            if sha is not None and not is_sha256_hex(sha):
                 raise InvalidMessage(f"malformed round document: model.{key} must be 64 lowercase hex digits, "
                                      f"got {sha!r}")
         return info

@@ -46,7 +46,7 @@ from secemb.models import RecModel, StepResult, UserState, UserStore, register_m
 from secemb.models.batch import RATING, Batch
 from secemb.models.features import DenseLayout
 from secemb.randomness import RandomBytes
-from secemb.training.results import SHA256_HEX, table_sha256
+from secemb.training.results import is_sha256_hex, table_sha256
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -118,7 +118,7 @@ class DenoiserContext:
             ``params`` not of the model's private size; user features missing or mis-sized;
             ``table_sha256`` not 64 lowercase hex digits.
         """
-        if table_sha256 is not None and not (isinstance(table_sha256, str) and SHA256_HEX.fullmatch(table_sha256)):
+        if table_sha256 is not None and not is_sha256_hex(table_sha256):
             raise InvalidParameters(f"table_sha256 must be 64 lowercase hex digits, got {table_sha256!r}")
         params = np.asarray(params, dtype=np.float64)
         if params.shape != (model.private_size,):

@@ -27,7 +27,7 @@ from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference.denoiser import Denoiser, DenoiserContext
 from secemb.inference.mechanism import GaussianLDP
 from secemb.models import RecModel
-from secemb.training.results import SHA256_HEX, model_sha256, table_sha256
+from secemb.training.results import is_sha256_hex, model_sha256, table_sha256
 
 __all__ = ["load_denoiser", "load_denoiser_on_device", "load_frozen_table", "load_public_recommender",
            "save_denoiser", "save_frozen_table"]
@@ -72,7 +72,7 @@ def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray
     InvalidParameters
         ``recommender_sha256`` is not 64 lowercase hex digits.
     """
-    if not isinstance(recommender_sha256, str) or not SHA256_HEX.fullmatch(recommender_sha256):
+    if not is_sha256_hex(recommender_sha256):
         raise InvalidParameters(f"recommender_sha256 must be 64 lowercase hex digits, got {recommender_sha256!r}")
     m = denoiser.mechanism
     spec = json.dumps(denoiser.spec()).encode()
@@ -134,7 +134,7 @@ def _read_denoiser(path: str | os.PathLike, recommender_sha256: str, recommender
         recorded = arrays["recommender_sha256"].tobytes().decode("ascii")
     except (ValueError, TypeError, UnicodeDecodeError) as exc:
         raise InvalidMessage(f"{path}: not a saved denoiser ({exc})") from None
-    if not isinstance(spec, dict) or not SHA256_HEX.fullmatch(recorded):
+    if not isinstance(spec, dict) or not is_sha256_hex(recorded):
         raise InvalidMessage(f"{path}: not a saved denoiser (its spec is not a JSON object or its recommender "
                              f"SHA-256 is not 64 lowercase hex digits)")
     if recorded != recommender_sha256:

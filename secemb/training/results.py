@@ -29,15 +29,19 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "VerificationError",
-    "SHA256_HEX",
+    "is_sha256_hex",
     "model_sha256",
     "run_config",
     "table_sha256",
 ]
 
-#: a SHA-256 as this package writes it (:func:`model_sha256`, :func:`table_sha256`, a round
-#: document's, a saved file's): 64 lowercase hex digits; match with ``fullmatch``
-SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def is_sha256_hex(value: object) -> bool:
+    """Whether ``value`` is a SHA-256 as this package writes it (:func:`model_sha256`,
+    :func:`table_sha256`, a round document's, a saved file's): a str of 64 lowercase hex digits."""
+    return isinstance(value, str) and _SHA256_HEX.fullmatch(value) is not None
 
 
 class VerificationError(SecembError):
