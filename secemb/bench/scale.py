@@ -7,12 +7,14 @@ servers' hot loop (:func:`machine_ceiling`): the ceiling any backend can reach t
 Each configuration runs the round of :func:`secemb.bench.server.measure` (``users`` users
 of ``m'`` random items, both servers answering every retrieval as one batch, absorbing every
 upload and aggregating) once to warm up (the pool starts, its workers load the compiled
-kernels) and ``repeat`` times timed.  Two figures per configuration, each the fastest of the
-timed rounds (all are in the JSON): the busier server's time in its role calls (the whole
-round: parsing, evaluation, masks, uploads, aggregation), and the wall time of the
+kernels) and ``repeat`` times timed.  Three figures per configuration, from the fastest of the
+timed rounds (all rounds' first two are in the JSON): the busier server's time in its role calls (the whole
+round: parsing, evaluation, masks, uploads, aggregation); the wall time of the
 backend's maps, the part the workers share (the two servers' evaluations; with threads also
-the aggregates' control-bit products, which the other backends keep in the server's
-process rather than copy the bits).  On a machine shared
+the aggregates' control-bit products and scatter, which the other backends keep in the server's
+process rather than copy the bits); and the busier server's time outside its maps, which no
+number of workers shortens (:func:`amdahl_bound` turns it into a bound on the speed-up at any
+worker count, labelled as such).  On a machine shared
 with other jobs those wall times say little; the CPU seconds of the same round say where the
 work ran: the busier server's in this process, and the workers' (``/proc/<pid>/stat``, Linux,
 both servers' evaluations).  Every round's
@@ -35,11 +37,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from secemb.bench.machine import machine_info
-from secemb.bench.server import measure
+from secemb.bench.server import TimedBackend, measure
 from secemb.errors import InvalidParameters, ProtocolError
-from secemb.protocols.backends import Backend, Handle, ProcessBackend, SerialBackend, ThreadBackend
+from secemb.protocols.backends import Backend, ProcessBackend, SerialBackend, ThreadBackend
 
-__all__ = ["BACKENDS", "SIZES", "default_workers", "machine_ceiling", "plot", "run", "table_rows"]
+__all__ = ["BACKENDS", "SIZES", "amdahl_bound", "default_workers", "machine_ceiling", "plot", "run", "table_rows"]
 
 #: the pooled backends the benchmark compares with the serial one
 BACKENDS = {"process": ProcessBackend, "thread": ThreadBackend}
@@ -79,29 +81,6 @@ def _own_peak_rss() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB elsewhere
 
 
-class _Timed(Backend):
-    """``inner`` with the wall time of its maps (the servers' evaluations) added up."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner, self.workers, self.in_process, self.map_s = inner, inner.workers, inner.in_process, 0.0
-
-    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
-        start = time.perf_counter()
-        try:
-            return self.inner.map(fn, tasks)
-        finally:
-            self.map_s += time.perf_counter() - start
-
-    def publish(self, value: Any) -> Handle:
-        return self.inner.publish(value)
-
-    def release(self, handle: Handle) -> None:
-        self.inner.release(handle)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (0 where /proc does not say)."""
     try:
@@ -112,7 +91,7 @@ def _cpu_s(pid: int) -> float:
         return 0.0
 
 
-def _round(backend: _Timed, params: dict[str, Any]) -> dict[str, Any]:
+def _round(backend: TimedBackend, params: dict[str, Any]) -> dict[str, Any]:
     inner = backend.inner
     pids = inner.worker_pids() if isinstance(inner, ProcessBackend) else []
     before, cpu_before = backend.map_s, sum(map(_cpu_s, pids))
@@ -158,10 +137,32 @@ def machine_ceiling(counts: Sequence[int], reps: int = 40, trials: int = 3) -> d
     return {n: 1.0 if n == 1 else n * one / wall(n) for n in counts}
 
 
+def amdahl_bound(records: Sequence[dict[str, Any]], counts: Sequence[int]) -> dict[str, Any] | None:
+    """Amdahl's law from one run's times (a bound, not a measurement): with ``t_1`` the serial
+    record's round and ``s`` the time the thread backend's record with the most workers (at
+    least 2) spent outside the backend's tasks -- work no worker count takes over, since with
+    threads every table-sized step is a task -- the round at ``n`` workers takes at least
+    ``s + (t_1 - s) / n``, a speed-up of at most ``t_1 / (s + (t_1 - s) / n)`` for each ``n``
+    of ``counts``.  ``None`` without such a thread record."""
+    serial = next(r for r in records if r["backend"] == "serial")
+    threads = [r for r in records if r["backend"] == "thread" and r["workers"] >= 2]
+    if not threads:
+        return None
+    top = max(threads, key=lambda r: r["workers"])
+    t1, s = serial["server_s_per_round"], min(top["outside_tasks_s"], serial["server_s_per_round"])
+    return {
+        "workers": top["workers"],
+        "outside_tasks_s": s,
+        "serial_round_s": t1,
+        "share": s / t1,
+        "speedup_at_most": {str(n): t1 / (s + (t1 - s) / n) for n in counts},
+    }
+
+
 def _configuration(name: str, inner: Backend, workers: int | None, params: dict[str, Any],
                    repeat: int) -> dict[str, Any]:
     """Warm-up round, then ``repeat`` timed rounds through ``inner`` (closed after)."""
-    backend = _Timed(inner)
+    backend = TimedBackend(inner)
     try:
         _round(backend, params)
         rounds = [_round(backend, params) for _ in range(repeat)]
@@ -182,6 +183,10 @@ def _configuration(name: str, inner: Backend, workers: int | None, params: dict[
         # CPU seconds of the fastest round: the busier server's in this process, and all the
         # pool's workers' (both servers' evaluations)
         "server_cpu_s": fastest["server_cpu_s_per_round"],
+        # the busier server's wall time in the backend's maps, and outside them (in its own
+        # thread, whatever the number of workers)
+        "server_tasks_s": fastest["server_tasks_s_per_round"],
+        "outside_tasks_s": fastest["server_s_per_round"] - fastest["server_tasks_s_per_round"],
         "workers_cpu_s": fastest["workers_cpu_s"],
         "result_sha256": sorted({r["result_sha256"] for r in rounds}),
         "worker_peak_rss_bytes": peaks,
@@ -242,6 +247,7 @@ def run(workers: list[int] | None = None, size: str = "ml-1m", layout: str = "cu
         "repeat": repeat,
         "records": records,
         "machine_ceiling": {str(n): v for n, v in ceiling.items()},
+        "amdahl": amdahl_bound(records, sorted({*counts, 16})),
         "parent_peak_rss_bytes": _own_peak_rss(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "machine": machine_info(),
@@ -253,8 +259,8 @@ def _mib(n: int | None) -> str:
 
 
 def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
-    """(backend, workers, s/round, speed-up, evaluation s, its speed-up, server CPU s, workers'
-    CPU s, largest worker peak RSS MiB)."""
+    """(backend, workers, s/round, speed-up, evaluation s, its speed-up, s outside the tasks,
+    server CPU s, workers' CPU s, largest worker peak RSS MiB)."""
     rows: list[tuple[str, ...]] = []
     for r in result["records"]:
         peaks = [p for p in r["worker_peak_rss_bytes"] if p is not None]
@@ -265,6 +271,7 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
             f"{r['speedup']:.2f}x",
             f"{r['evaluation_s_per_round']:.3f}",
             f"{r['evaluation_speedup']:.2f}x",
+            f"{r['outside_tasks_s']:.3f}",
             f"{r['server_cpu_s']:.3f}",
             f"{r['workers_cpu_s']:.3f}" if r["backend"] == "process" and r["workers"] > 1 else "-",
             "-" if not r["worker_peak_rss_bytes"] else f"{_mib(max(peaks) if peaks else None)}",

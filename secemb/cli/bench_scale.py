@@ -62,17 +62,25 @@ def register(bench_app: typer.Typer) -> None:
             f"secemb bench scale ({result['size']}: m = {result['m']:,}, m' = {result['m_prime']}, "
             f"{result['users']} users, {result['layout']}{' + relay' if result['relay'] else ''}; "
             f"{result['machine']['cores']} cores{load})"))
-        for col in ("backend", "n", "round s", "x", "eval s", "x ", "cpu s", "wcpu s", "RSS MiB"):
+        for col in ("backend", "n", "round s", "x", "eval s", "x ", "out s", "cpu s", "wcpu s", "RSS MiB"):
             table.add_column(col, justify="left" if col == "backend" else "right")
         for row in bench_scale.table_rows(result):
             table.add_row(*map(escape, row))
         Console().print(table)
         typer.echo("n: workers; round s: the busier server's calls in one round; eval s: both servers' "
                    "work in the backend's tasks (evaluations; with threads also the control-bit products); "
-                   "x: speed-up over serial; cpu s: the busier server's CPU time in this process; wcpu s: the "
+                   "x: speed-up over serial; out s: the busier server's round outside the backend's tasks; "
+                   "cpu s: the busier server's CPU time in this process; wcpu s: the "
                    "workers' CPU time (both servers); RSS: the largest worker's peak resident set")
         ceiling = ", ".join(f"{n}: {v:.2f}x" for n, v in result["machine_ceiling"].items())
         typer.echo(f"machine ceiling (n threads of the AES conversion at once, against one): {ceiling}")
+        bound = result["amdahl"]
+        if bound is not None:
+            at_most = ", ".join(f"{n}: {v:.1f}x" for n, v in bound["speedup_at_most"].items())
+            typer.echo(f"outside the tasks with {bound['workers']} threads: {bound['outside_tasks_s']:.3f} s of the "
+                       f"serial round's {bound['serial_round_s']:.3f} s ({100 * bound['share']:.1f} %); Amdahl's law "
+                       f"bounds the round's speed-up at n workers by {at_most} (a bound from this run's times, "
+                       "not a measurement)")
         shared = max(r["peak_shared_bytes"] for r in result["records"])
         typer.echo(f"published tables (both servers): {shared / 2**20:,.1f} MiB of shared memory")
         typer.echo(f"wrote {out} and {plot}")

@@ -39,6 +39,10 @@ def test_bench_scale_runs_serial_and_each_worker_count(tmp_path) -> None:  # noq
     assert threads["peak_shared_bytes"] == 0 and threads["worker_peak_rss_bytes"] == []
     assert set(result["machine_ceiling"]) == {"1", "2"} and result["machine_ceiling"]["1"] == 1.0
     assert "machine ceiling (n threads of the AES conversion at once, against one): 1: 1.00x, 2: " in res.output
+    assert all(0 < r["server_tasks_s"] < r["server_s_per_round"] for r in records)
+    assert all(r["outside_tasks_s"] == pytest.approx(r["server_s_per_round"] - r["server_tasks_s"]) for r in records)
+    assert result["amdahl"]["workers"] == 2 and set(result["amdahl"]["speedup_at_most"]) == {"1", "2", "16"}
+    assert "Amdahl's law bounds the round's speed-up at n workers by 1: 1.0x, 2: " in res.output
 
 
 def test_machine_ceiling_runs_n_concurrent_streams(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,3 +79,39 @@ def test_bench_scale_refuses_bad_usage(tmp_path, args: list[str], message: str) 
     res = CliRunner().invoke(app, ["bench", "scale", *args, "--out", str(tmp_path / "s.json"),
                                    "--plot", str(tmp_path / "s.png")])
     assert res.exit_code == 2 and message in res.output
+
+
+def test_measure_splits_the_busier_servers_round_at_the_backends_tasks() -> None:
+    """Through a TimedBackend the record holds the busier server's time inside the backend's
+    maps (its evaluations), which is part of its round; through a plain backend it is None."""
+    from secemb.bench.server import TimedBackend, measure
+    from secemb.protocols.backends import SerialBackend, ThreadBackend
+
+    params = {"layout": "cuckoo", "relay": True, "m": 1682, "m_prime": 40, "d": 8, "users": 4}
+    plain = measure(**params, backend=SerialBackend())
+    assert plain["server_tasks_s_per_round"] is None
+    for inner in (SerialBackend(), ThreadBackend(2)):
+        timed = TimedBackend(inner)
+        try:
+            rec = measure(**params, backend=timed)
+        finally:
+            timed.close()
+        assert 0 < rec["server_tasks_s_per_round"] < rec["server_s_per_round"]
+        assert rec["result_sha256"] == plain["result_sha256"]
+        # both servers' maps are counted by the backend, the busier server's by the record
+        assert rec["server_tasks_s_per_round"] < timed.map_s
+
+
+def test_amdahl_bound_from_the_widest_thread_record() -> None:
+    records = [
+        {"backend": "serial", "workers": None, "server_s_per_round": 1.0},
+        {"backend": "process", "workers": 8, "outside_tasks_s": 0.01},
+        {"backend": "thread", "workers": 2, "outside_tasks_s": 0.3},
+        {"backend": "thread", "workers": 4, "outside_tasks_s": 0.1},
+    ]
+    got = bench_scale.amdahl_bound(records, [1, 2, 16])
+    assert got is not None and got["workers"] == 4 and got["share"] == pytest.approx(0.1)
+    # 1 / (0.1 + 0.9 / n): 1, 1 / 0.55, 1 / 0.15625
+    assert got["speedup_at_most"] == pytest.approx({"1": 1.0, "2": 1.8181818, "16": 6.4})
+    assert bench_scale.amdahl_bound(records[:2], [16]) is None  # no thread record
+    assert bench_scale.amdahl_bound([records[0], {**records[2], "workers": 1}], [16]) is None
