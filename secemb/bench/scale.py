@@ -8,8 +8,8 @@ Each configuration runs the round of :func:`secemb.bench.server.measure` (``user
 of ``m'`` random items, both servers answering every retrieval as one batch, absorbing every
 upload and aggregating) once to warm up (the pool starts, its workers load the compiled
 kernels) and ``repeat`` times timed.  Three figures per configuration, from the fastest of the
-timed rounds (all rounds' first two are in the JSON): the busier server's time in its role calls (the whole
-round: parsing, evaluation, masks, uploads, aggregation); the wall time of the
+timed rounds (the JSON also lists every timed round's first two): the busier server's time in
+its role calls (the whole round: parsing, evaluation, masks, uploads, aggregation); the wall time of the
 backend's maps, the part the workers share (the two servers' evaluations; with threads also
 the aggregates' control-bit products and scatter, which the other backends keep in the server's
 process rather than copy the bits); and the busier server's time outside its maps, which no

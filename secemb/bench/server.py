@@ -7,7 +7,8 @@ full layout, exactly ``m'`` rows; for the cuckoo layout, their items cuckoo-inse
 produce their aggregate shares; ``server_s_per_round`` is the busier server's time in its
 role calls (the two servers run in parallel in a deployment).  Through a :class:`TimedBackend`,
 ``server_tasks_s_per_round`` is the part of that time spent in the backend's maps (the work
-its workers share); the rest runs in the server's own thread whatever the worker count.  The user side is not timed.
+its workers share); the rest runs in the server's own thread whatever the worker count.  The
+user side is not timed.
 The protocol bytes each user sent and received are counted too (``len()`` of the messages;
 the public dense-parameter download of the training loop is not part of this round).
 """
