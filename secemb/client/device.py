@@ -183,10 +183,7 @@ class RoundInfo:
         from secemb.models import announced_model
 
         extra = {} if features is None else {"features": features}
-        try:
-            return announced_model(self.model.get("name"), self.model.get("hparams"), **extra)
-        except InvalidMessage as exc:
-            raise InvalidMessage(f"the round announces a model this device cannot build: {exc}") from None
+        return announced_model(self.model.get("name"), self.model.get("hparams"), "the round", **extra)
 
     def fits(self, model: RecModel) -> bool:
         """Whether ``model``'s table width and dense size are the round's."""

@@ -148,10 +148,7 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
     if recommender is None:
         if denoiser is not None:
             raise InvalidParameters("a denoiser needs its recommender (recommender=)")
-        try:
-            model, dense = announced_model(name, hparams), None
-        except InvalidMessage as exc:
-            raise InvalidMessage(f"the server describes a model this device cannot build: {exc}") from None
+        model, dense = announced_model(name, hparams, "the server's inference description"), None
     else:
         model, dense, sha = recommender
         if model.name != name or sha != info.get("model_sha256"):

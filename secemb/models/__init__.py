@@ -106,10 +106,10 @@ def get_model(name: str, **hparams: object) -> RecModel:
     return _factory(name)(**hparams)
 
 
-def announced_model(name: Any, hparams: Any, **extra: object) -> RecModel:
+def announced_model(name: Any, hparams: Any, source: str, **extra: object) -> RecModel:
     """The model another party announces (a round document, an inference description):
     :func:`get_model` of ``name`` with ``hparams`` and this party's own ``extra`` (e.g. its
-    features).
+    features); ``source`` names the announcement in the error ("the round 3").
 
     Raises
     ------
@@ -121,4 +121,4 @@ def announced_model(name: Any, hparams: Any, **extra: object) -> RecModel:
     try:
         return get_model(name, **hparams, **extra)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise InvalidMessage(f"announced model {name!r:.40} cannot be built ({exc!r})") from None
+        raise InvalidMessage(f"{source} announces a model this device cannot build ({exc!r})") from None
