@@ -14,6 +14,10 @@ __all__ = [
     "InvalidMessage",
     "InvalidKey",
     "ProtocolError",
+    "Deviation",
+    "RelayTampered",
+    "RetrievalTampered",
+    "ModelDisagreement",
 ]
 
 
@@ -35,3 +39,25 @@ class InvalidKey(InvalidMessage):
 
 class ProtocolError(SecembError, RuntimeError):
     """A protocol stage arrived out of order, for the wrong round, or twice."""
+
+
+class Deviation(ProtocolError):
+    """A party provably deviated from the protocol (an active adversary was caught).
+
+    Raised where a check that an honest run always passes fails: a forwarded relay message
+    whose authentication fails, a retrieval answer whose row tags do not verify, two servers
+    whose model digests differ.  The party that raises it reports to the operator; it never
+    carries secret data (which slot, which item) in its message."""
+
+
+class RelayTampered(Deviation):
+    """Server 1 received, through server 0's relay, bytes the device did not send."""
+
+
+class RetrievalTampered(Deviation):
+    """A device's reconstructed retrieval rows fail their integrity check: a server's answer
+    share was altered.  The device does not train on them."""
+
+
+class ModelDisagreement(Deviation):
+    """The two servers (or a server and a device) hold models with different digests."""
