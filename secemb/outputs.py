@@ -1,0 +1,265 @@
+"""Output paths that never lose a user's file: the checks every command runs on its outputs
+before any work, and atomic writes.
+
+:func:`check_output` runs before a command trains or measures anything, so a bad path costs
+seconds, not an epoch.  It refuses (:class:`OutputRefused`, a
+:class:`~secemb.errors.InvalidParameters`, which the command line turns into one ``error:``
+line and exit 2):
+
+- an output that is one of the command's inputs (the same file, or a folder that holds one),
+  even with ``force``;
+- a ``model-dir`` that exists and is not empty, unless it is a model saved by secemb
+  (``manifest.json`` with format ``secemb-model``) -- even with ``force``;
+- an existing ``file`` result or saved model, unless ``force``;
+- a path that cannot be written: a probe file is created and removed in the target's folder
+  (missing folders are created for the probe and removed again).
+
+The writers (:func:`atomic_write_bytes`, :func:`atomic_write_text`, :func:`atomic_dir`) write
+to a temporary name in the target's folder and rename it into place: an interrupted write
+(Ctrl-C, a full disk) leaves the earlier file or folder as it was and no temporary behind.
+:func:`dumps_strict` is JSON without ``NaN``/``Infinity`` (which are not JSON): a non-finite
+value raises :class:`NonFiniteValue` naming where it is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from secemb.errors import InvalidParameters, SecembError
+
+__all__ = [
+    "NonFiniteValue",
+    "OutputKind",
+    "OutputRefused",
+    "atomic_dir",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "check_output",
+    "dumps_strict",
+]
+
+#: ``file``: one file; ``model-dir``: a folder written by ``TrainedModel.save``; ``dir``: a
+#: folder the command writes named files into (check each of those files with ``file``)
+OutputKind = Literal["file", "model-dir", "dir"]
+
+#: how a folder saved by ``secemb train --save-model`` is recognised (secemb.training.trained)
+_MODEL_MANIFEST, _MODEL_FORMAT = "manifest.json", "secemb-model"
+
+
+class OutputRefused(InvalidParameters):
+    """An output path would replace an input, a foreign folder or (without ``force``) an
+    earlier result, or cannot be written.  Nothing was written."""
+
+
+class NonFiniteValue(SecembError, ValueError):
+    """A document to be written as JSON holds NaN or an infinity (not JSON); nothing was
+    written."""
+
+
+def _is_within(inner: Path, outer: Path) -> bool:
+    """Whether resolved ``inner`` is ``outer`` or lies under it."""
+    return inner == outer or outer in inner.parents
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name the same file (resolved path, or the same inode: a hard link)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _is_our_model(folder: Path) -> bool:
+    """Whether ``folder`` holds a manifest of a model saved by secemb."""
+    try:
+        doc = json.loads((folder / _MODEL_MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == _MODEL_FORMAT
+
+
+def _probe(folder: Path) -> None:
+    """Create ``folder`` (and missing parents) if needed, create and remove a file in it, and
+    remove again the folders this created.  Raises OSError when any step fails."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    made: list[Path] = []
+    try:
+        for p in reversed(missing):
+            p.mkdir()
+            made.append(p)
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".secemb-probe-")
+        os.close(fd)
+        os.unlink(name)
+    finally:
+        for p in reversed(made):
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+
+
+def check_output(path: str | os.PathLike[str], *, option: str = "output", force: bool = False,
+                 inputs: Sequence[str | os.PathLike[str]] = (), kind: OutputKind = "file") -> Path:
+    """Check that ``path`` may be written by a command, before the command does any work.
+
+    Parameters
+    ----------
+    path: the output (``~`` expanded).
+    option: the option that gave it (``--json-out``), named in the message.
+    force: replace an existing result (a file, or a model saved by secemb).
+    inputs: the command's input files and folders (a dataset file, a data folder); an output
+        that is one of them, or a folder holding one, is refused even with ``force``.  Inputs
+        that do not exist (a dataset name such as ``ml-1m``) are ignored.
+    kind: ``file``, ``model-dir`` or ``dir`` (see :data:`OutputKind`).
+
+    Returns
+    -------
+    Path: ``path`` with ``~`` expanded.
+
+    Raises
+    ------
+    OutputRefused
+        One of the cases in the module docstring; the message names ``option``, the path and
+        what to do.  Nothing is left behind on disk.
+    """
+    out = Path(path).expanduser()
+    where = f"{option} {out}"
+    resolved = out.resolve()
+    for given in inputs:
+        inp = Path(given).expanduser()
+        if not inp.exists():
+            continue
+        if _same(out, inp):
+            raise OutputRefused(f"{where}: is an input of this command ({given}); choose another path")
+        if kind != "file" and _is_within(inp.resolve(), resolved):
+            raise OutputRefused(f"{where}: holds an input of this command ({given}); choose another folder")
+    if kind == "file":
+        if out.is_dir():
+            raise OutputRefused(f"{where}: expected a file name, got a folder")
+        if out.exists() and not force:
+            raise OutputRefused(f"{where}: exists; pass --force to replace it")
+    else:
+        if out.exists() and not out.is_dir():
+            raise OutputRefused(f"{where}: expected a folder, got a file")
+        if kind == "model-dir" and out.is_dir() and any(out.iterdir()):
+            if not _is_our_model(out):
+                raise OutputRefused(f"{where}: a folder that is not empty and holds no model saved by secemb; "
+                                    "choose a new or empty folder")
+            if not force:
+                raise OutputRefused(f"{where}: holds a saved model; pass --force to replace it")
+    try:
+        if kind == "file" and out.exists() and not os.access(out, os.W_OK):
+            raise PermissionError(13, "the file is not writable")
+        _probe(out.parent if kind == "file" else out)
+    except OSError as exc:
+        raise OutputRefused(f"{where}: cannot be written ({exc.strerror or exc})") from None
+    return out
+
+
+def _temp_name(path: Path) -> str:
+    return f".{path.name}.tmp-"
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Replace ``path`` by ``data`` atomically: write a temporary file in its folder (created
+    if missing), ``fsync``, rename over ``path``.  On any failure or interruption ``path`` is
+    as it was and the temporary file is removed.  Returns ``path``."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=_temp_name(out))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return out
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """:func:`atomic_write_bytes` of ``text`` in UTF-8."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty temporary folder next to ``path``; when the block ends without an error,
+    it replaces ``path`` (an earlier folder there is removed after the swap).  On an error or
+    an interruption the temporary folder is removed and ``path`` is as it was.  The folder
+    is created mode 0700 (a saved model holds each device's private state)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=_temp_name(out)))
+    try:
+        yield tmp
+        if out.exists():
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _umask() -> int:
+    """The process umask (read from /proc when possible, so it is not changed even briefly)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _non_finite(doc: Any, where: str = "") -> Iterator[str]:
+    """The paths (``epochs[2].train_loss``) of the non-finite floats in ``doc``."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        yield f"{where or 'the document'} = {doc}"
+    elif isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _non_finite(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(doc, (list, tuple)):
+        for i, v in enumerate(doc):
+            yield from _non_finite(v, f"{where}[{i}]")
+
+
+def dumps_strict(doc: Any, **kwargs: Any) -> str:
+    """``json.dumps(doc, allow_nan=False, **kwargs)``.
+
+    Raises
+    ------
+    NonFiniteValue
+        ``doc`` holds NaN or an infinity; the message names the first three places.
+    """
+    try:
+        return json.dumps(doc, allow_nan=False, **kwargs)
+    except ValueError:
+        places = list(_non_finite(doc))
+        if not places:
+            raise
+        more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+        raise NonFiniteValue(f"not valid JSON: {', '.join(places[:3])}{more}") from None
