@@ -3,10 +3,14 @@
 Exit codes: 0 success, 1 a run failed a check (for instance ``--verify``), 2 bad usage.
 Help is rendered as plain text (``rich_markup_mode=None``): flags show no ``<bool>`` value
 that they do not take.
+
+A command that needs an optional extra which is not installed (``secemb serve`` without
+``secemb[server]``, say) ends in one line naming the extra to install, exit 2.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -50,6 +54,27 @@ infer.register(app)
 admin.register(app)
 
 
+#: top-level module -> the extra of pyproject.toml that installs it
+EXTRA_OF_MODULE = {
+    "fastapi": "server", "starlette": "server", "uvicorn": "server", "httpx": "server",
+    "matplotlib": "bench", "ray": "ray", "triton": "gpu", "phe": "secea", "gmpy2": "secea", "tenseal": "he",
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The extra whose absence raised ``exc`` (``None``: not an optional extra's module)."""
+    return EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
+
+
 def main() -> None:
     """Console entry point."""
-    app()
+    try:
+        app()
+    except ModuleNotFoundError as exc:
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        command = " ".join(a for a in sys.argv[1:3] if not a.startswith("-"))
+        print(f"error: secemb {command} needs the optional extra '{extra}' ({exc.name} is not installed): "
+              f"pip install 'secemb[{extra}]'", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from starlette.requests import Request
+
+if TYPE_CHECKING:  # the web framework is the [server] extra; in-process nodes import this module too
+    from starlette.requests import Request
 
 from secemb.errors import InvalidMessage, InvalidParameters, SecembError
 
