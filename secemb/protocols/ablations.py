@@ -294,11 +294,9 @@ class _AblationServer(ServerRole):
 
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
-        if self.party != 0:
-            raise ProtocolError("only server 0 combines the aggregate")
         users = self._keep_only(include)
         head = users_bytes(users)
-        body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id,
+        body = open_message(peer_share, self.protocol, "aggregate_share", 1 - self.party, cfg.round_id,
                             _share_bytes(cfg, len(users)))
         if bytes(body[: len(head)]) != head:
             raise ProtocolError("the two servers aggregated different sets of users")

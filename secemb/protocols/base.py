@@ -307,9 +307,10 @@ class ServerRole(ABC):
 
     @abstractmethod
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Server 0 only: reconstruct ``(sparse_sum (m, width), dense_sum (dense_size,))``
+        """Either server: reconstruct ``(sparse_sum (m, width), dense_sum (dense_size,))``
         in the ring from its own aggregate over ``include`` (as :meth:`aggregate_share`) and
-        the peer's share over the same users."""
+        the other server's share over the same users (both servers reconstruct and agree on
+        the model, issue 33).  The sum does not depend on which server computes it."""
 
 
 #: options every protocol's factory takes (their values are checked against its capabilities)

@@ -204,9 +204,7 @@ class PlaintextServer(ServerRole):
 
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
-        if self.party != 0:
-            raise ProtocolError("only server 0 combines the aggregate")
-        body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, _share_bytes(cfg))
+        body = open_message(peer_share, _NAME, "aggregate_share", 1 - self.party, cfg.round_id, _share_bytes(cfg))
         sparse1, off = read_array(body, 0, cfg.dtype, (cfg.num_items, cfg.width))
         dense1, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
         sparse, dense = self._sums(include)

@@ -833,10 +833,9 @@ class SecEmbServer(ServerRole):
 
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
-        if self.party != 0:
-            raise ProtocolError("only server 0 combines the aggregate")
         users, sparse, dense = self._closed(include)
-        body = open_message(peer_share, _NAME, "aggregate_share", 1, cfg.round_id, _share_bytes(cfg, len(users)))
+        body = open_message(peer_share, _NAME, "aggregate_share", 1 - self.party, cfg.round_id,
+                            _share_bytes(cfg, len(users)))
         count = _U64.unpack_from(body, 0)[0]
         peer_users = [_U64.unpack_from(body, 8 + 8 * i)[0] for i in range(len(users))]
         if count != len(users) or peer_users != users:

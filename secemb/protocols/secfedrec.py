@@ -229,12 +229,10 @@ class FullModelServer(ServerRole):
 
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
-        if self.party != 0:
-            raise ProtocolError("only server 0 combines the aggregate")
         users = self._keep_only(include)
         head = 8 + 8 * len(users)
         size = head + self.proto.share_body_bytes(cfg, len(users))
-        body = open_message(peer_share, self.protocol, "aggregate_share", 1, cfg.round_id, size)
+        body = open_message(peer_share, self.protocol, "aggregate_share", 1 - self.party, cfg.round_id, size)
         if _U64.unpack_from(body, 0)[0] != len(users) or [
             _U64.unpack_from(body, 8 + 8 * i)[0] for i in range(len(users))
         ] != users:
