@@ -32,6 +32,8 @@ aggregate (its folded part is recomputed and removed) -- dropouts of Appendix L.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 import struct
 from collections.abc import Callable, Sequence
@@ -41,7 +43,15 @@ from typing import TypeVar, cast
 import numpy as np
 
 from secemb import fss
-from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
+from secemb.errors import (
+    InvalidKey,
+    InvalidMessage,
+    InvalidParameters,
+    ProtocolError,
+    RelayTampered,
+    RetrievalTampered,
+    SecembError,
+)
 from secemb.fss.fused import (
     AGGREGATION_TAG,
     RETRIEVAL_TAG,
@@ -58,13 +68,13 @@ from secemb.fss.tree import padded_leaves
 from secemb.protocols.backends import Backend, Handle, SerialBackend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
-from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
+from secemb.randomness import SEED_BYTES, RandomBytes, random_words, system_rng
 from secemb.sharing import reconstruct, share
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-__all__ = ["SecEmbProtocol", "SecEmbUser", "SecEmbServer"]
+__all__ = ["SecEmbProtocol", "SecEmbUser", "SecEmbServer", "row_tags", "tag_words"]
 
 _NAME = "secemb"
 _U64 = struct.Struct("<Q")
@@ -83,6 +93,72 @@ def relay_prg(seed: bytes, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
     word = np.frombuffer(seed, "<u8").reshape(1, 2).astype(np.uint64)
     ring_bits = 8 * np.dtype(dtype).itemsize
     return convert(word, math.prod(shape), ring_bits, RELAY_TAG).reshape(shape)
+
+#: a row tag: the first TAG_BYTES of SHA-256, as ring words (see row_tags and docs/security.md,
+#: "A deviating server": 128 bits, because in Z_{2^k} an offset whose words are multiples of
+#: 2^(k-1) is unchanged by the device's secret odd multiplier)
+TAG_BYTES = 16
+_ROW_TAG_DOMAIN = b"secemb-row-tag"
+#: the relay's authentication: a fresh per-round MAC key the device gives server 1 directly,
+#: HMAC-SHA256 truncated to MAC_BYTES, and the SHA-256 digest of the forwarded key part
+MAC_KEY_BYTES = 16
+MAC_BYTES = 16
+DIGEST_BYTES = 32
+_UPLOAD_MAC_DOMAIN = b"secemb-relay-upload"
+
+
+def tag_words(config: RoundConfig) -> int:
+    """Ring words of a row tag: ``T = 8 TAG_BYTES / ring_bits`` (4 for uint32, 2 for uint64)."""
+    return TAG_BYTES // config.dtype.itemsize
+
+
+def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The tags of table rows: for item ``j`` with row ``r`` (ring words, little-endian bytes)
+    the first :data:`TAG_BYTES` of ``SHA-256(b"secemb-row-tag" || u64 round_id || u64 j || r)``
+    read as little-endian ring words of ``rows.dtype``.
+
+    Parameters
+    ----------
+    round_id: the round (>= 0).
+    items: int (n,), the rows' item ids in ``[0, m)``.
+    rows: ring (n, w), uint32 or uint64.
+
+    Returns
+    -------
+    ring (n, TAG_BYTES / itemsize) of ``rows.dtype``.  A Python loop over the rows (once per
+    round on each server for the whole table, once per retrieval on a device for its slots).
+    """
+    dt = rows.dtype
+    if dt not in (np.dtype(np.uint32), np.dtype(np.uint64)) or rows.ndim != 2 or items.shape != rows.shape[:1]:
+        raise InvalidParameters(f"rows must be uint32 or uint64 (n, w) with items (n,), got {dt} {rows.shape} "
+                                f"and {items.shape}")
+    base = hashlib.sha256(_ROW_TAG_DOMAIN + _U64.pack(round_id))
+    data = memoryview(array_bytes(rows))
+    size = rows.shape[1] * dt.itemsize
+    out = bytearray(TAG_BYTES * len(items))
+    for i, j in enumerate(items.tolist()):
+        h = base.copy()
+        h.update(_U64.pack(j))
+        h.update(data[i * size : (i + 1) * size])
+        out[i * TAG_BYTES : (i + 1) * TAG_BYTES] = h.digest()[:TAG_BYTES]
+    return np.frombuffer(bytes(out), dt.newbyteorder("<")).reshape(len(items), TAG_BYTES // dt.itemsize).astype(dt)
+
+
+def _inverse_odd(x: np.ndarray) -> np.ndarray:
+    """``x^{-1} mod 2^k`` of odd ring words (uint32/uint64 array): Newton's iteration
+    ``y <- y (2 - x y)``, exact to 3 bits at ``y = x`` and doubling them each step."""
+    y = x.copy()
+    two = x.dtype.type(2)
+    for _ in range(6):  # 3 -> 96 bits >= 64
+        y *= two - x * y
+    return y
+
+
+def _upload_mac(key: bytes, round_id: int, cw: bytes) -> bytes:
+    """The relay's tag of an upload's correction words: ``HMAC-SHA256(key, b"secemb-relay-upload"
+    || u64 round_id || cw)`` truncated to :data:`MAC_BYTES`."""
+    return hmac.new(key, _UPLOAD_MAC_DOMAIN + _U64.pack(round_id) + cw, hashlib.sha256).digest()[:MAC_BYTES]
+
 
 #: memory bound of one evaluation task (leaf-level bits and shares of its users' keys): a
 #: batch of users is split into tasks of at most this many bytes of leaf state
@@ -110,8 +186,9 @@ def request_bytes(config: RoundConfig) -> int:
 
 
 def _roots_bytes(config: RoundConfig) -> int:
-    """Body of a relay request to server 1: its root words and the user's two seeds."""
-    return 16 * config.slots + 2 * SEED_BYTES
+    """Body of a relay request to server 1: its root words, the user's two seeds, its MAC
+    key and the digest of the key part server 0 will forward."""
+    return 16 * config.slots + 2 * SEED_BYTES + MAC_KEY_BYTES + DIGEST_BYTES
 
 
 def _shared_bytes(config: RoundConfig) -> int:
@@ -120,11 +197,20 @@ def _shared_bytes(config: RoundConfig) -> int:
 
 
 def _rows_bytes(config: RoundConfig) -> int:
+    """``S`` rows of the table's width: the aggregation correction words of an upload."""
     return config.slots * config.width * config.dtype.itemsize
 
 
-def _upload_bytes(config: RoundConfig) -> int:
-    return _rows_bytes(config) + config.dense_size * config.dtype.itemsize
+def _answer_bytes(config: RoundConfig) -> int:
+    """A retrieval answer (``retrieval_reply``, ``relay_answer``): ``S`` rows of the tagged
+    table, ``width + tag_words`` columns."""
+    return config.slots * (config.width + tag_words(config)) * config.dtype.itemsize
+
+
+def _upload_bytes(config: RoundConfig, relay: bool) -> int:
+    """An upload to server 0 (with relay, its correction words carry server 1's MAC tag) or,
+    without relay, to either server."""
+    return _rows_bytes(config) + config.dense_size * config.dtype.itemsize + (MAC_BYTES if relay else 0)
 
 
 def _share_bytes(config: RoundConfig, num_users: int) -> int:
@@ -141,7 +227,11 @@ class SecEmbUser(UserRole):
         self._rng = _rng or system_rng
         self._state: fss.GenState | None = None
         self._real: np.ndarray | None = None
+        self._items: np.ndarray | None = None  # int64 (S,): the slots' items (-1: empty bucket)
+        self._betas: np.ndarray | None = None  # ring (S,): secret odd retrieval payloads (0: empty)
         self._seeds: tuple[bytes, bytes] | None = None
+        self._mac_key: bytes | None = None  # relay: server 1's key for the upload's tag
+        self._tampered = False  # a retrieval answer failed its check: no upload this round
 
     def _alphas(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Key points of users' checked slots (int64 (U, S)): item ids (full layout) or
@@ -213,11 +303,15 @@ class SecEmbUser(UserRole):
             alphas = alphas[placed]
             p0, p1, state = fss.gen_path(alphas.reshape(-1), params.domain_size, _rng=rng)
             real = slots >= 0
-            cw = fss.convert_gen(state, real.reshape(-1, 1).astype(cfg.dtype), ring_bits=cfg.ring_bits,
-                                 tag=RETRIEVAL_TAG)
-            keys0 = fss.DPFKeys(p0, cw, params).to_bytes_split(n)
+            # each real slot retrieves beta T_alpha for a secret uniform odd beta (verified
+            # retrieval, docs/security.md); an empty bucket's payload stays 0
+            betas = np.where(real, random_words(rng, real.shape, cfg.dtype) | cfg.dtype.type(1), cfg.dtype.type(0))
+            cw = fss.convert_gen(state, betas.reshape(-1, 1), ring_bits=cfg.ring_bits, tag=RETRIEVAL_TAG)
+            keys0 = fss.DPFKeys(p0, cw, params)
+            msgs0 = keys0.to_bytes_split(n)
             if relay:
-                seeds = rng(2 * SEED_BYTES * n)
+                direct = 2 * SEED_BYTES + MAC_KEY_BYTES
+                secrets_ = rng(direct * n)
                 roots1 = array_bytes(p1.roots)
                 per_user = 16 * cfg.slots
             else:
@@ -226,37 +320,73 @@ class SecEmbUser(UserRole):
                 sl = slice(j * cfg.slots, (j + 1) * cfg.slots)
                 # copies: a user keeps its own secret state, no view of the batch's (other users')
                 user._state = fss.GenState(params.domain_size, state.leaf0[sl].copy(), state.leaf1[sl].copy())
-                user._real = real[j].copy()
-                msg0 = frame(_NAME, "retrieval_request", 0, cfg.round_id, keys0[j])
+                user._real, user._items, user._betas = real[j].copy(), slots[j].copy(), betas[j].copy()
+                msg0 = frame(_NAME, "retrieval_request", 0, cfg.round_id, msgs0[j])
                 if not relay:
                     out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, keys1[j]))
                     continue
-                own = seeds[2 * SEED_BYTES * j : 2 * SEED_BYTES * (j + 1)]
-                user._seeds = (own[:SEED_BYTES], own[SEED_BYTES:])
+                own = secrets_[direct * j : direct * (j + 1)]
+                user._seeds = (own[:SEED_BYTES], own[SEED_BYTES : 2 * SEED_BYTES])
+                user._mac_key = own[2 * SEED_BYTES :]
+                # the digest of the exact bytes server 0 forwards (its parse re-serializes them
+                # canonically: DPFKeys.shared_bytes of the same keys)
+                digest = hashlib.sha256(keys0[sl].shared_bytes()).digest()
                 out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id,
-                                      roots1[per_user * j : per_user * (j + 1)], *user._seeds))
+                                      roots1[per_user * j : per_user * (j + 1)], *user._seeds, user._mac_key, digest))
         return cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
 
     def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
+        """The requested rows, ring (S, width) (zero rows for empty buckets), once they pass
+        their integrity check.
+
+        Raises
+        ------
+        InvalidMessage: a reply is malformed.
+        RetrievalTampered: a server altered its answer share (the rows' tags do not verify,
+            or an empty bucket's answer is not zero); no rows are returned and the user does
+            not upload this round.
+        """
         cfg = self.config
         if self._state is None:
             raise ProtocolError("retrieval_result before retrieval_request")
-        shape = (cfg.slots, cfg.width)
-        size = _rows_bytes(cfg)
+        shape = (cfg.slots, cfg.width + tag_words(cfg))
+        size = _answer_bytes(cfg)
         body0 = open_message(reply0, _NAME, "retrieval_reply", 0, cfg.round_id, size)
         first = read_array(body0, 0, cfg.dtype, shape)[0]
         if self.relay:
             if reply1 is not None:
                 raise ProtocolError("with relay, server 1 sends no retrieval reply")
             assert self._seeds is not None  # drawn by a relay retrieval_request
-            return first - relay_prg(self._seeds[0], shape, cfg.dtype)
+            return self._verified(first - relay_prg(self._seeds[0], shape, cfg.dtype))
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
         body1 = open_message(reply1, _NAME, "retrieval_reply", 1, cfg.round_id, size)
-        return reconstruct(first, read_array(body1, 0, cfg.dtype, shape)[0])
+        return self._verified(reconstruct(first, read_array(body1, 0, cfg.dtype, shape)[0]))
+
+    def _verified(self, answers: np.ndarray) -> np.ndarray:
+        """The rows of the reconstructed ``answers`` (ring (S, width + T): ``beta_i T[alpha_i]``
+        plus any server's offset), after checking every real slot's tag against its row
+        (unmasked by ``beta_i^{-1}``) and every empty bucket's answer is zero."""
+        cfg = self.config
+        real, items, betas = self._real, self._items, self._betas
+        assert real is not None and items is not None and betas is not None  # set with _state
+        unmasked = answers[real] * _inverse_odd(betas[real])[:, None]
+        rows = unmasked[:, : cfg.width]
+        if np.any(answers[~real]) or not np.array_equal(unmasked[:, cfg.width :],
+                                                        row_tags(cfg.round_id, items[real], rows)):
+            self._tampered = True
+            raise RetrievalTampered(
+                f"round {cfg.round_id}: the retrieved rows failed their integrity check, a server altered its "
+                "answer share; the rows are discarded and this device does not upload"
+            )
+        out = np.zeros((cfg.slots, cfg.width), cfg.dtype)
+        out[real] = rows
+        return out
 
     def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
         cfg = self.config
+        if self._tampered:
+            raise ProtocolError("the retrieval failed its integrity check: no upload this round")
         if self._state is None:
             raise ProtocolError("upload before retrieval_request")
         if rows.dtype != cfg.dtype or rows.shape != (cfg.slots, cfg.width):
@@ -274,9 +404,10 @@ class SecEmbUser(UserRole):
         self._state = None  # one upload per round
         cw_bytes = array_bytes(cw)
         if self.relay:
-            assert self._seeds is not None  # drawn by a relay retrieval_request
+            assert self._seeds is not None and self._mac_key is not None  # drawn by a relay retrieval_request
             d1 = relay_prg(self._seeds[1], dense.shape, cfg.dtype)
-            return frame(_NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(dense - d1)), None
+            tag = _upload_mac(self._mac_key, cfg.round_id, cw_bytes)
+            return frame(_NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(dense - d1), tag), None
         d0, d1 = share(dense, _rng=self._rng)
         return (
             frame(_NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(d0)),
@@ -290,6 +421,17 @@ class _Pending:
 
     keys: fss.DPFKeys
     bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """Server 1, relay: what a user sent it directly (over its own authenticated channel)."""
+
+    roots: bytes  # its key batch's roots, 16 S
+    mask_seed: bytes  # expands to the mask of its retrieval answer
+    dense_seed: bytes  # expands to its share of the dense gradient
+    mac_key: bytes  # authenticates the upload's correction words server 0 forwards
+    digest: bytes  # SHA-256 of the key part server 0 forwards
 
 
 @dataclass
@@ -366,7 +508,7 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _place(result: tuple[np.ndarray, np.ndarray, np.ndarray], answers: np.ndarray, bits: np.ndarray,
            folded: np.ndarray) -> None:
-    """Write a bucket range's :func:`_evaluate_task` result into the views ``answers`` (U, G, w),
+    """Write a bucket range's :func:`_evaluate_task` result into the views ``answers`` (U, G, w + T),
     ``bits`` (U, G, M) and ``folded`` (G, M, w) of the batch's arrays."""
     a, t, conv = result
     answers[...] = a.reshape(answers.shape)
@@ -426,6 +568,8 @@ class SecEmbServer(ServerRole):
             )
         self._start_round(config)
         layout = "full" if config.layout == "full" else config.cuckoo()
+        # the evaluated table carries each row's tag (verified retrieval, docs/security.md)
+        table = np.concatenate([table, row_tags(config.round_id, np.arange(config.num_items), table)], axis=1)
         # the table in the form the evaluation reads, computed once a round: on the backend's
         # device, or as limbs (full layout: the table; cuckoo: its bucket form), published to
         # the backend's workers (shared memory, object store) so tasks carry only a handle
@@ -440,12 +584,12 @@ class SecEmbServer(ServerRole):
             self._sparse = np.zeros((config.num_buckets, layout.bucket_size, config.width), config.dtype)
         self._dense = np.zeros(config.dense_size, config.dtype)
         self._pending: dict[int, _Pending] = {}
-        self._seeds_of: dict[int, bytes] = {}  # server 1, relay: dense-share seeds
+        self._direct_of: dict[int, _Direct] = {}  # server 1, relay: retrieved users' direct messages
         self._uploaded: set[int] = set()
         self._absorbed: dict[int, _Absorbed] = {}
         self._folded = False  # whether _sparse holds a batch yet (until then it is zero)
         self._closed_cache: tuple[tuple[int, ...], tuple[list[int], np.ndarray, np.ndarray]] | None = None
-        self._awaiting: dict[int, tuple[bytes, bytes, bytes]] = {}  # server 1, relay: roots, seeds
+        self._awaiting: dict[int, _Direct] = {}  # server 1, relay: direct messages of unevaluated users
         self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
 
     def _check_new(self, user_id: int) -> None:
@@ -490,7 +634,7 @@ class SecEmbServer(ServerRole):
         tasks = [("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi))
                  for lo, hi in spans]
         big_m = cfg.cuckoo().bucket_size
-        answers = np.empty((n, slots, cfg.width), cfg.dtype)
+        answers = np.empty((n, slots, cfg.width + tag_words(cfg)), cfg.dtype)
         bits = np.empty((n, slots, big_m), np.uint8)
         folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
         views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi]) for lo, hi in spans]
@@ -578,7 +722,7 @@ class SecEmbServer(ServerRole):
         users: list[int] = []
         keys: list[fss.DPFKeys] = []
         where: list[int] = []
-        roots: dict[int, tuple[bytes, bytes, bytes]] = {}
+        roots: dict[int, _Direct] = {}
         seen: set[int] = set()
         parsed = self._parse_requests([m for _, m in requests])  # all at once; used in order below
         for i, (user_id, message) in enumerate(requests):
@@ -620,14 +764,15 @@ class SecEmbServer(ServerRole):
 
         return commit
 
-    def _parse_roots(self, message: bytes) -> tuple[bytes, bytes, bytes]:
-        """Server 1, relay: a request's roots, mask seed and dense seed."""
+    def _parse_roots(self, message: bytes) -> _Direct:
+        """Server 1, relay: a request's roots, seeds, MAC key and forwarded-part digest."""
         cfg = self._cfg()
         body = bytes(open_message(message, _NAME, "retrieval_request", 1, cfg.round_id, _roots_bytes(cfg)))
-        roots = body[: 16 * cfg.slots]
+        ends = np.cumsum([16 * cfg.slots, SEED_BYTES, SEED_BYTES, MAC_KEY_BYTES, DIGEST_BYTES]).tolist()
+        roots, mask_seed, dense_seed, mac_key, digest = (body[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True))
         if np.any(np.frombuffer(roots, np.uint8)[::16] & 1 != 1):
             raise InvalidMessage("retrieval_request: root control bits must equal the party")
-        return roots, body[-2 * SEED_BYTES : -SEED_BYTES], body[-SEED_BYTES:]
+        return _Direct(roots, mask_seed, dense_seed, mac_key, digest)
 
     def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
@@ -658,7 +803,11 @@ class SecEmbServer(ServerRole):
                 if user_id not in self._awaiting or user_id in users:
                     raise ProtocolError(f"no retrieval request of user {user_id} to complete")
                 body = open_message(message, _NAME, "relay_keys", 1, cfg.round_id, shared_len)
-                parts.append((i, body, self._awaiting[user_id][0]))
+                direct = self._awaiting[user_id]
+                if not hmac.compare_digest(hashlib.sha256(body).digest(), direct.digest):
+                    raise RelayTampered(f"relay_keys of round {cfg.round_id}: the forwarded key part differs from "
+                                        "the one the device committed to (server 0 altered it); not evaluated")
+                parts.append((i, body, direct.roots))
                 users.append(user_id)
                 where.append(i)
             except SecembError as exc:
@@ -681,9 +830,8 @@ class SecEmbServer(ServerRole):
             if evaluated is None:
                 return out
             for i, u, answers in zip(where, users, self._commit_evaluated(users, keys, evaluated), strict=True):
-                _, mask_seed, dense_seed = self._awaiting.pop(u)
-                self._seeds_of[u] = dense_seed
-                masked = answers + relay_prg(mask_seed, answers.shape, cfg.dtype)
+                direct = self._direct_of[u] = self._awaiting.pop(u)
+                masked = answers + relay_prg(direct.mask_seed, answers.shape, cfg.dtype)
                 out[i] = frame(_NAME, "relay_answer", 1, cfg.round_id, array_bytes(masked))
             return out
 
@@ -695,8 +843,8 @@ class SecEmbServer(ServerRole):
         user_id = check_user(user_id)
         if not (self.relay and self.party == 0) or user_id not in self._answers:
             raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
-        body = open_message(message, _NAME, "relay_answer", 1, cfg.round_id, _rows_bytes(cfg))
-        masked = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
+        body = open_message(message, _NAME, "relay_answer", 1, cfg.round_id, _answer_bytes(cfg))
+        masked = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width + tag_words(cfg)))[0]
         reply = self._answers.pop(user_id) + masked
         return frame(_NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(reply))
 
@@ -772,25 +920,36 @@ class SecEmbServer(ServerRole):
         if self.relay and self.party == 1:
             raise ProtocolError("with relay, users upload to server 0 only")
         self._check_upload(user_id)
-        body = open_message(message, _NAME, "upload", self.party, cfg.round_id, _upload_bytes(cfg))
+        body = open_message(message, _NAME, "upload", self.party, cfg.round_id, _upload_bytes(cfg, self.relay))
         cw, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
-        dense, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
+        dense, off = read_array(body, off, cfg.dtype, (cfg.dense_size,))
         self._absorb(user_id, cw, dense)
-        if self.relay:
-            return frame(_NAME, "relay_upload", 1, cfg.round_id, array_bytes(cw))
+        if self.relay:  # the correction words exactly as received, with the tag only server 1 can check
+            return frame(_NAME, "relay_upload", 1, cfg.round_id, bytes(body[: _rows_bytes(cfg)]), bytes(body[off:]))
         return None
 
     def relay_upload(self, user_id: int, message: bytes) -> None:
-        """Server 1, relay: absorb the forwarded correction words; its dense share is the
-        expansion of the user's seed."""
+        """Server 1, relay: check the forwarded correction words' tag under the key the user
+        sent it directly, then absorb them; its dense share is the expansion of the user's seed.
+
+        Raises
+        ------
+        RelayTampered: the tag does not verify (server 0 altered or swapped the words); nothing
+            is absorbed.
+        """
         cfg = self._cfg()
         user_id = check_user(user_id)
         if not (self.relay and self.party == 1):
             raise ProtocolError("relay_upload is server 1's step in relay mode")
         self._check_upload(user_id)
-        body = open_message(message, _NAME, "relay_upload", 1, cfg.round_id, _rows_bytes(cfg))
+        size = _rows_bytes(cfg)
+        body = open_message(message, _NAME, "relay_upload", 1, cfg.round_id, size + MAC_BYTES)
+        direct = self._direct_of[user_id]
+        if not hmac.compare_digest(_upload_mac(direct.mac_key, cfg.round_id, bytes(body[:size])), body[size:]):
+            raise RelayTampered(f"relay_upload of round {cfg.round_id}: the forwarded correction words fail the "
+                                "device's MAC (server 0 altered them); not absorbed")
         cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
-        dense = relay_prg(self._seeds_of.pop(user_id), (cfg.dense_size,), cfg.dtype)
+        dense = relay_prg(self._direct_of.pop(user_id).dense_seed, (cfg.dense_size,), cfg.dtype)
         self._absorb(user_id, cw, dense)
 
     # -- aggregation ---------------------------------------------------------------------
@@ -885,12 +1044,13 @@ class SecEmbProtocol(Protocol):
         if kind == "retrieval_request":
             return _roots_bytes(rc) if roots_only else request_bytes(rc)
         if kind == "upload":
-            return None if roots_only else _upload_bytes(rc)
+            return None if roots_only else _upload_bytes(rc, self.relay)
         if kind == "aggregate_share":
             return _share_bytes(rc, num_users)
         if not roots_only:
             return None  # the relay forwards all go to (or come from) server 1 in relay mode
-        return {"relay_keys": _shared_bytes(rc), "relay_answer": _rows_bytes(rc), "relay_upload": _rows_bytes(rc)}[kind]
+        return {"relay_keys": _shared_bytes(rc), "relay_answer": _answer_bytes(rc),
+                "relay_upload": _rows_bytes(rc) + MAC_BYTES}[kind]
 
     def make_server(self, party: int) -> SecEmbServer:
         return SecEmbServer(party, relay=self.relay, backend=self.backend)

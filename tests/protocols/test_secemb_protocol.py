@@ -215,8 +215,8 @@ def test_a_single_server_sees_shares_not_values() -> None:
     idx = rnd.indices()
     r0, r1 = user.retrieval_request(idx)
     a0 = rnd.s0.handle_retrieval(0, r0)
-    share0 = np.frombuffer(a0[HDR:], "<u4").reshape(rnd.cfg.m_prime, rnd.cfg.width)
-    assert np.mean(share0 == rnd.table[idx]) < 0.01
+    share0 = np.frombuffer(a0[HDR:], "<u4").reshape(rnd.cfg.m_prime, rnd.cfg.width + 4)  # + the row tag's 4 words
+    assert np.mean(share0[:, : rnd.cfg.width] == rnd.table[idx]) < 0.01
     user.retrieval_result(a0, rnd.s1.handle_retrieval(0, r1))
     cfg = rnd.cfg
     rows = _ring(rnd.gen, (cfg.m_prime, cfg.width), cfg)
@@ -290,7 +290,7 @@ def test_server_messages_have_the_same_length_for_any_indices(ring_bits: int) ->
         seen["reply"] |= {len(a0), len(a1)}
         seen["upload"] |= {len(u0), len(u1)}
     assert seen["request"] == {_request_len(cfg)}
-    assert seen["reply"] == {HDR + cfg.m_prime * cfg.width * cfg.dtype.itemsize}
+    assert seen["reply"] == {HDR + cfg.m_prime * cfg.width * cfg.dtype.itemsize + cfg.m_prime * 16}  # 16-byte row tags
     assert seen["upload"] == {_upload_len(cfg)}
 
 
