@@ -157,10 +157,14 @@ def check_output(path: str | os.PathLike[str], *, option: str = "output", force:
                                     "choose a new or empty folder")
             if not force:
                 raise OutputRefused(f"{where}: holds a saved model; pass --force to replace it")
+    folder = out.parent if kind == "file" else out
+    base = next((p for p in (folder, *folder.parents) if p.exists()), folder.anchor)
+    if not Path(base).is_dir():
+        raise OutputRefused(f"{where}: expected a path under a folder, got {base} which is a file")
     try:
         if kind == "file" and out.exists() and not os.access(out, os.W_OK):
             raise PermissionError(13, "the file is not writable")
-        _probe(out.parent if kind == "file" else out)
+        _probe(folder)
     except OSError as exc:
         raise OutputRefused(f"{where}: cannot be written ({exc.strerror or exc})") from None
     return out

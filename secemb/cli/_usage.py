@@ -9,12 +9,16 @@ markup.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
-__all__ = ["check_output_dir", "check_output_file", "fail"]
+if TYPE_CHECKING:  # pragma: no cover
+    from secemb.outputs import OutputKind
+
+__all__ = ["check_output", "check_output_dir", "check_output_file", "fail"]
 
 
 def fail(message: object, code: int = 2) -> NoReturn:
@@ -23,39 +27,28 @@ def fail(message: object, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _nearest_existing(path: Path) -> Path:
-    """``path`` itself or its closest ancestor that exists."""
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return Path.cwd()  # pragma: no cover - the root always exists
+def check_output(path: Path, option: str, *, force: bool, inputs: Sequence[str | os.PathLike[str] | None] = (),
+                 kind: OutputKind = "file") -> Path:
+    """:func:`secemb.outputs.check_output` for a command line: exit 2 with its one-line
+    message when it refuses ``path`` (an input, a foreign folder, an existing result without
+    ``--force``, a path that cannot be written).  ``None`` entries of ``inputs`` are skipped."""
+    from secemb.outputs import OutputRefused
+    from secemb.outputs import check_output as check
 
-
-def _check_creatable_dir(folder: Path, option: str, given: Path) -> None:
-    """Exit 2 unless ``folder`` exists writable or can be created; ``given`` is the value of
-    ``option`` that the message names."""
-    base = _nearest_existing(folder)
-    if not base.is_dir():
-        fail(f"{option} {given}: expected a path under a folder, got {base} which is a file")
-    if not os.access(base, os.W_OK | os.X_OK):
-        fail(f"{option} {given}: expected a writable folder, got {base} which is not writable")
+    try:
+        return check(path, option=option, force=force, inputs=[i for i in inputs if i is not None], kind=kind)
+    except OutputRefused as exc:
+        fail(exc)
 
 
 def check_output_file(path: Path | None, option: str) -> None:
-    """Exit 2 unless ``path`` (when given) can be written: not a folder, and its folder is one
-    that exists writable or can be created.  Called before any work, so a bad ``--json-out``
-    never costs a finished run."""
-    if path is None:
-        return
-    if path.is_dir():
-        fail(f"{option} {path}: expected a file name, got a folder")
-    if path.exists() and not os.access(path, os.W_OK):
-        fail(f"{option} {path}: expected a writable file, got one that is not writable")
-    _check_creatable_dir(path.parent, option, path)
+    """Exit 2 unless ``path`` (when given) can be written: not a folder, and a probe file can be
+    created in its folder.  An existing file is not refused: commands with a ``--force`` option
+    call :func:`check_output` instead."""
+    if path is not None:
+        check_output(path, option, force=True)
 
 
 def check_output_dir(path: Path, option: str) -> None:
     """Exit 2 unless ``path`` is a writable folder or one that can be created."""
-    if path.exists() and not path.is_dir():
-        fail(f"{option} {path}: expected a folder, got a file")
-    _check_creatable_dir(path, option, path)
+    check_output(path, option, force=True, kind="dir")

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 ``--verify`` found a mismatch; 2 bad usage (unknown dataset, model,
 protocol or metric, a protocol not available yet, missing data files, a bad value, an output
-path that cannot be written).
+that is an input, an existing result without ``--force``, or a path that cannot be written --
+all checked before any training).
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Write the trained model here (public model, each device's private state, a "
                               "manifest; docs/training.md) for 'secemb recommend'."),
         ] = None,
+        force: Annotated[bool, typer.Option("--force", help="Replace an existing --json-out file or "
+                                                            "--save-model model.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     ) -> None:
         """Train a federated recommender and report accuracy, communication and time.
@@ -123,15 +126,19 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from secemb.cli._report import training_display, write_json
+        from secemb.cli._report import save_model_dir, training_display, write_json
         from secemb.cli._sfsl import check_preset, sfsl_options
-        from secemb.cli._usage import check_output_dir, check_output_file, fail
+        from secemb.cli._usage import check_output, fail
 
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters
         from secemb.training import Experiment, VerificationError
 
-        check_output_file(json_out, "--json-out")
+        inputs = (dataset, data_dir)
+        if json_out is not None:
+            json_out = check_output(json_out, "--json-out", force=force, inputs=inputs)
+        if save_model is not None:
+            save_model = check_output(save_model, "--save-model", force=force, inputs=inputs, kind="model-dir")
         check_preset(protocol, sfsl_preset)
         if protocol == "sfsl":
             opts = sfsl_options(preset=sfsl_preset, model=model, metrics=metrics, dataset=dataset,
@@ -142,8 +149,6 @@ def register(app: typer.Typer) -> None:
                                 dp_delta=dp_delta, dp_clip=dp_clip, dp_level=dp_level, save_model=save_model)
             _train_sfsl(opts, data_dir, download, json_out, quiet)
             return
-        if save_model is not None:
-            check_output_dir(save_model, "--save-model")
         console = Console()
         try:
             exp = Experiment(
@@ -219,7 +224,7 @@ def register(app: typer.Typer) -> None:
 
         write_json(console, result, json_out)
         if save_model is not None:
-            run.model.save(save_model)
+            save_model_dir(run.model, save_model)
             console.print(f"saved the model to {save_model} (try: secemb recommend --model-dir {save_model} --user 0)",
                           markup=False)
 

@@ -438,8 +438,10 @@ def download_movielens(
     ------
     DataFormatError
         If a digest or the rating count does not match, or the zip lacks the rating file.
+    DatasetNotFoundError
+        If fetching fails (offline, HTTP error); the message is one line.
     OSError
-        If fetching or writing fails.
+        If writing fails.
     """
     _check_name(name)
     arch = ARCHIVES[name]
@@ -448,7 +450,12 @@ def download_movielens(
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-download-", dir=root))
     try:
         zpath = tmp / arch.url.rsplit("/", 1)[-1]
-        (fetch or _https_fetch)(arch.url, zpath)
+        try:
+            (fetch or _https_fetch)(arch.url, zpath)
+        except OSError as exc:  # requests' errors are OSErrors: offline, DNS, HTTP 404, ...
+            raise DatasetNotFoundError(
+                f"could not download {arch.url} ({type(exc).__name__}: is this machine online?); or put "
+                f"{arch.folder}/{arch.ratings} under {root} by hand (docs/data.md)") from None
         if not zpath.is_file():
             raise DataFormatError(f"fetching {arch.url} produced no file")
         for algo, name, want in (("MD5", "md5", arch.zip_md5), ("SHA-256", "sha256", arch.zip_sha256)):

@@ -19,22 +19,30 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["check_metrics", "evaluate"]
 
 
-def check_metrics(model: RecModel, metric_names: Sequence[str]) -> None:
-    """Raise unless ``model`` can compute every metric of ``metric_names`` (cheap: builders
-    call it before training, so a wrong choice costs no epoch).
+def check_metrics(model: RecModel, metric_names: Sequence[str], labels: np.ndarray | None = None) -> None:
+    """Raise unless ``model`` can compute every metric of ``metric_names`` on data whose
+    ratings are ``labels`` (when given) -- cheap: builders call it before training, so a wrong
+    choice costs no epoch.
 
     Raises
     ------
     InvalidParameters
-        An unknown or malformed metric name, or ranking metrics for a model that does not
-        rank next items (ranking needs a :class:`~secemb.models.SequenceModel`).
+        An unknown or malformed metric name; ranking metrics for a model that does not rank
+        next items (ranking needs a :class:`~secemb.models.SequenceModel`); ``auc`` on labels
+        that are not all 0 or 1 (ratings).  The message names the metrics that fit.
     """
     from secemb.models.sequential import SequenceModel
 
-    ranking = [mt.name for mt in map(get_metric, metric_names) if mt.needs == "ranking"]
+    metrics = [get_metric(n) for n in metric_names]
+    ranking = [mt.name for mt in metrics if mt.needs == "ranking"]
+    fits = "hr@K, ndcg@K and their _sampled forms" if isinstance(model, SequenceModel) else "rmse, mae"
     if ranking and not isinstance(model, SequenceModel):
         raise InvalidParameters(f"model {model.name!r} does not rank next items; ranking metrics {ranking} need a "
-                                "sequential model")
+                                f"sequential model (metrics that fit {model.name!r}: {fits})")
+    if labels is not None and labels.size and "auc" in [mt.name for mt in metrics] \
+            and not np.isin(labels, (0.0, 1.0)).all():
+        raise InvalidParameters(f"metric 'auc' scores 0/1 click labels, but the data's ratings range from "
+                                f"{labels.min():g} to {labels.max():g} (metrics that fit {model.name!r}: {fits})")
 
 
 def evaluate(

@@ -122,7 +122,7 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
     task = model.task
     train_data, val_data, test_data = task.split(data, exp.test_fraction, exp.seed)
     metrics = task.metrics if exp.metrics is None else exp.metrics
-    check_metrics(model, metrics)  # before any epoch
+    check_metrics(model, metrics, train_data.ratings)  # before any epoch
     options.update(lossy_options(exp.protocol, model, _preset_dataset(exp.dataset)))
     if exp.backend != "serial":
         options["backend"] = make_backend(exp.backend, exp.workers)

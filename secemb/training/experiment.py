@@ -58,8 +58,9 @@ class Experiment:
     Raises
     ------
     InvalidParameters
-        On creation, if ``protocol`` is registered but its module cannot be imported, or
-        ``metrics`` is a string or names an unknown metric.
+        On creation, if ``protocol`` is registered but its module cannot be imported,
+        ``metrics`` is a string or names an unknown metric, or ``dp_delta``, ``dp_clip`` or
+        ``dp_level`` is given (not its default) without a finite ``dp_epsilon``.
     """
 
     dataset: str = "synthetic"
@@ -95,6 +96,13 @@ class Experiment:
     metrics: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.dp_epsilon == float("inf"):  # no DP: a DP option given alone would be silently ignored
+            options = (("dp_delta", self.dp_delta, 1e-5), ("dp_clip", self.dp_clip, 1.0),
+                       ("dp_level", self.dp_level, "user"))
+            given = [f"{k}={v!r}" for k, v, default in options if v != default]
+            if given:
+                raise InvalidParameters(f"{', '.join(given)} needs a finite dp_epsilon (--dp-epsilon): without it "
+                                        "the run has no differential privacy")
         if self.metrics is not None:
             if isinstance(self.metrics, str):
                 raise InvalidParameters(f"metrics must be a sequence of metric names, got the string {self.metrics!r}")

@@ -6,7 +6,6 @@ document (:func:`run_config`) an in-process and a networked run both describe th
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -19,6 +18,7 @@ from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import get_metric
 from secemb.models.base import RecModel, UserStore
 from secemb.models.optim import AdamConfig
+from secemb.outputs import dumps_strict
 from secemb.privacy.accounting import DPSettings, planned_rounds
 from secemb.protocols.base import Protocol
 from secemb.ring import FixedPoint
@@ -250,8 +250,14 @@ class TrainResult:
         }
 
     def to_json(self, **kwargs: Any) -> str:
-        """:meth:`to_dict` as JSON text."""
-        return json.dumps(self.to_dict(), **kwargs)
+        """:meth:`to_dict` as strict JSON text (``json.dumps`` keywords pass through).
+
+        Raises
+        ------
+        secemb.outputs.NonFiniteValue
+            A figure is NaN or infinite (not JSON); the message names it.
+        """
+        return dumps_strict(self.to_dict(), **kwargs)
 
     @property
     def final_rmse(self) -> float | None:

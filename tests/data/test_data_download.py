@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from secemb.data import DataFormatError, download_movielens, load_dataset, movielens
+from secemb.data import DataFormatError, DatasetNotFoundError, download_movielens, load_dataset, movielens
 from secemb.errors import InvalidParameters
 
 RATINGS_DAT = b"1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n"
@@ -197,7 +197,8 @@ def test_fetch_failure_propagates_and_nothing_left(tmp_path):
         dest.write_bytes(b"partial")
         raise ConnectionError("network unreachable")
 
-    with pytest.raises(ConnectionError):
+    # one line naming the URL and the cause (issue 32: offline, `secemb train --download` printed tracebacks)
+    with pytest.raises(DatasetNotFoundError, match=r"^could not download https://\S+/ml-1m\.zip \(ConnectionError"):
         download_movielens("ml-1m", tmp_path, fetch=broken)
     _assert_nothing_left(tmp_path)
 
