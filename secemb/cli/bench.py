@@ -32,24 +32,21 @@ def register(app: typer.Typer) -> None:
 
             fail(f"--device must be cpu or cuda, got {device!r}")
         from secemb.bench import fss as bench_fss
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import print_table
 
-        result = bench_fss.run(quick=quick)
+        try:
+            result = bench_fss.run(quick=quick)
+        except bench_fss.ShareAboveCeiling as exc:
+            fail(exc, code=1)
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
-        from rich.console import Console
-        from rich.table import Table
-
-        from rich.markup import escape
-
-        table = Table(title=escape("secemb bench fss (one core; [backend] = secemb.fss.kernels)"))
-        table.add_column("measure")
-        table.add_column("value", justify="right")
-        table.add_column("share of OpenSSL AES", justify="right")
-        table.add_column("share of fastest AES", justify="right")
-        for row in bench_fss.table_rows(result):
-            table.add_row(*map(escape, row))
-        Console().print(table)
+        print_table("secemb bench fss (one core; [backend] = secemb.fss.kernels)",
+                    [("measure", "left"), ("value", "right"), ("of OpenSSL", "right"), ("of fastest", "right")],
+                    bench_fss.table_rows(result))
+        typer.echo(f"of OpenSSL / of fastest: share of the OpenSSL AES rate / of the fastest AES rate, each timed "
+                   f"interleaved with its figure; timing: {bench_fss.TIMING} (best of {result['timing']['repeats']})")
 
     _register_paper_tables(bench_app)
     _register_seq(bench_app)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from secemb.cli import app
@@ -17,17 +18,26 @@ def test_bench_fss_quick_prints_the_documented_fields() -> None:
     assert set(doc) >= {"aes_blocks_per_s", "backends", "machine"}
     assert doc["aes_blocks_per_s"]["openssl"] > 0
     assert "numpy" in doc["backends"]  # the reference is always measured
+    rates = {"eval_leaves_per_s", "eval_leaves_per_s_ml100k", "convert_blocks_per_s", "convert_blocks_per_s_d65",
+             "dot_leaves_per_s"}
+    assert "thread_time" in doc["timing"]["method"] and "warm-up" in doc["timing"]["method"]
     for figures in doc["backends"].values():
-        assert set(figures) == {"keygen_ms", "eval_leaves_per_s", "eval_leaves_per_s_ml100k",
-                                "convert_blocks_per_s", "convert_blocks_per_s_d65", "dot_leaves_per_s"}
+        assert set(figures) == {"keygen_ms", "aes_blocks_per_s", "share_of_openssl_aes", "share_of_fastest_aes"} | rates
         assert set(figures["keygen_ms"]) == {"ml100k"}
         assert figures["eval_leaves_per_s"] > 0
+        # every figure carries the AES rates timed interleaved with it, and its shares of them
+        assert set(figures["aes_blocks_per_s"]) == set(figures["share_of_fastest_aes"]) == rates
+        for name in rates:
+            fastest = max(figures["aes_blocks_per_s"][name].values())
+            assert figures["share_of_fastest_aes"][name] == pytest.approx(figures[name] / fastest)
+            assert figures["share_of_fastest_aes"][name] <= doc["ceilings"][name]
 
 
 def test_bench_fss_table_shows_every_figure_as_a_share_of_the_aes_rate() -> None:
     res = CliRunner().invoke(app, ["bench", "fss", "--quick"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "share of OpenSSL AES" in res.output and "[numpy] full-domain path eval" in res.output
+    assert "of OpenSSL" in res.output and "[numpy] full-domain path eval" in res.output
+    assert "warm-up" in res.output and "interleaved" in res.output
 
 
 def test_bench_server_quick_lists_both_layouts(tmp_path) -> None:
