@@ -15,8 +15,9 @@ which is therefore offered by the bench only.
 
 Two modes:
 
-* ``--model-dir DIR --user U``: a folder of ``secemb train --save-model``; the exchange runs
-  in process over the counting transport;
+* ``--model-dir DIR --user U`` (``U`` the user's raw id in the dataset; or ``--index I``,
+  its internal index): a folder of ``secemb train --save-model``; the exchange runs in process
+  over the counting transport;
 * ``--credentials FILE --state-file STATE``: the device's credentials (``secemb admin
   add-devices``) and private parameters (``secemb client --state-file``); the exchange is
   ``POST /v1/inference`` to server 0 of the deployment, whose reply scores its public
@@ -26,6 +27,12 @@ Two modes:
   device knows none.  ``--recommender`` (the recommender's saved folder, its public part) gives
   it the public model a model with user features (FM/DeepFM) or ``--denoiser`` needs.
 
+Items are printed by their raw ids in the dataset, with titles where it has them (the saved
+folder's ``items.json``: ``--model-dir``'s, or with ``--credentials`` the ``--recommender``'s;
+without one the ids are the indices), and ``--items`` takes raw ids (comma-separated, so an id
+holding a comma cannot be given there).  A deployment numbers its devices by index: with
+``--credentials``, ``--user``/``--index`` only check the credentials file's device.
+
 Releases: with ``--release-file`` (default in the network mode: ``STATE.grec-releases.npz``)
 the device keeps one release per representation version and sends it again while its
 representation and ``(epsilon, delta, B)`` are unchanged (no further privacy cost); a new
@@ -34,7 +41,7 @@ accountant).  Without it (saved-model mode) every invocation makes one fresh rel
 bytes of the request and of the reply are printed.
 
 Exit codes: 0 success; 1 the deployment refused, did not answer or sent a malformed answer; 2 bad usage (a missing or
-malformed folder or file, a user or item out of range, privacy parameters out of range or
+malformed folder or file, an unknown user or item id, an index out of range, privacy parameters out of range or
 different from the denoiser's).
 """
 
@@ -42,9 +49,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from secemb.cli._items import INDEX_HELP, USER_HELP
+
+if TYPE_CHECKING:  # pragma: no cover
+    from secemb.data.ids import IdMap
 
 
 def register(app: typer.Typer) -> None:
@@ -54,8 +66,8 @@ def register(app: typer.Typer) -> None:
     def infer(
         model_dir: Annotated[Path | None, typer.Option(help="Folder written by 'secemb train --save-model' (mf, ncf, "
                                                        "fm, deepfm); in-process mode.")] = None,
-        user: Annotated[int | None, typer.Option(help="User id (0-based, the dataset's contiguous ids); with "
-                                                 "--credentials, the file's.")] = None,
+        user: Annotated[str | None, typer.Option(help=USER_HELP + " With --credentials: the file's device.")] = None,
+        index: Annotated[int | None, typer.Option(help=INDEX_HELP)] = None,
         credentials: Annotated[Path | None, typer.Option(help="This device's credentials file (secemb admin "
                                                          "add-devices): ask the deployment's server 0.")] = None,
         state_file: Annotated[Path | None, typer.Option(help="With --credentials: the device's private parameters "
@@ -63,7 +75,8 @@ def register(app: typer.Typer) -> None:
         k: Annotated[int, typer.Option("-k", "--k", min=1, help="Number of items (top-k of the unrated; with "
                                        "--credentials, of the server's candidates less the --dataset "
                                        "ratings).")] = 10,
-        items: Annotated[str, typer.Option(help="Comma-separated item ids to score instead of a top-k.")] = "",
+        items: Annotated[str, typer.Option(help="Comma-separated item ids (as in the dataset) to score instead of a "
+                                           "top-k.")] = "",
         denoiser: Annotated[Path | None, typer.Option(help="Denoiser file ('secemb bench grec --save-dir', or "
                                                       "save_denoiser of a deployment's): post-processing LDP; "
                                                       "without it the release's scores as they are.")] = None,
@@ -88,18 +101,24 @@ def register(app: typer.Typer) -> None:
         """Private predictions for one device: LDP release, server scoring, local denoising."""
         import numpy as np
 
+        from secemb.cli._items import item_fields, item_rows
         from secemb.cli._usage import fail
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidMessage, InvalidParameters
         from secemb.inference.releases import ReleaseLedger
 
-        def parse_items(num_items: int | None) -> np.ndarray | None:
+        def parse_items(num_items: int | None, ids: IdMap | None) -> np.ndarray | None:
+            """``--items`` as indices: raw ids through ``ids``, else indices in ``[0, num_items)``."""
             if not items:
                 return None
+            tokens = [x.strip() for x in items.split(",") if x.strip()]
+            if ids is not None:
+                return np.array([ids.item_index(x) for x in tokens], dtype=np.int64)
             try:
-                wanted = np.array([int(x) for x in items.split(",") if x.strip()], dtype=np.int64)
+                wanted = np.array([int(x) for x in tokens], dtype=np.int64)
             except ValueError:
-                raise InvalidParameters(f"--items must be comma-separated integers, got {items!r}") from None
+                raise InvalidParameters(f"--items must be comma-separated item ids (integers: there is no item id "
+                                        f"map), got {items!r}") from None
             if wanted.size == 0 or wanted.min() < 0 or (num_items is not None and wanted.max() >= num_items):
                 raise InvalidParameters(f"--items must be item ids in [0, {num_items})")
             return wanted
@@ -118,8 +137,9 @@ def register(app: typer.Typer) -> None:
                 if ledger is None:
                     ledger = ReleaseLedger.load(Path(f"{state_file}.grec-releases.npz"))
                 own = (dataset, data_dir, seed, test_fraction)
-                doc = _remote(credentials, state_file, user, given, parse_items(None), ledger, own, recommender,
-                              denoiser)
+                ids = None if recommender is None else _item_ids(recommender)
+                doc = _remote(credentials, state_file, _device_index(user, index), given, parse_items(None, ids),
+                              ledger, own, recommender, denoiser)
             else:
                 assert model_dir is not None
                 if recommender is not None:
@@ -128,28 +148,49 @@ def register(app: typer.Typer) -> None:
                 if dataset is not None:
                     raise InvalidParameters("--dataset works with --credentials only (a saved model knows its "
                                             "users' ratings)")
-                doc = _local(model_dir, user, denoiser, given, parse_items, ledger)
+                doc = _local(model_dir, (user, index), denoiser, given, parse_items, ledger)
+                ids = doc.pop("_ids")
         except (InvalidParameters, InvalidMessage, DataFormatError, DatasetNotFoundError) as exc:
             fail(exc)
         scores, wanted = np.asarray(doc.pop("_scores")), np.asarray(doc.pop("_wanted"))
         if not items:
             order = np.lexsort((wanted, -scores))[:k]
             wanted, scores = wanted[order], scores[order]
-        doc = {"user": doc.pop("user"), "items": wanted.tolist(), "scores": scores.tolist(), **doc}
+        doc = {"user": doc.pop("user"), "user_id": doc.pop("user_id"), "items": wanted.tolist(),
+               **item_fields(wanted.tolist(), ids), "scores": scores.tolist(), **doc}
         if as_json:
             typer.echo(json.dumps(doc))
             return
         what = f"scores of {wanted.size} items" if items else f"top {wanted.size} items"
         where = f" from {doc['server']}, model version {doc['model_version']}" if "server" in doc else ""
-        typer.echo(f"{what} for user {doc['user']}{where} ({doc['model']}, {doc['mode']}, epsilon={doc['epsilon']}, "
+        who = doc["user"] if doc["user_id"] == str(doc["user"]) else f"{doc['user_id']} (index {doc['user']})"
+        typer.echo(f"{what} for user {who}{where} ({doc['model']}, {doc['mode']}, epsilon={doc['epsilon']}, "
                    f"delta={doc['delta']}, B={doc['bound']}, sigma={doc['sigma']:.4f}; sent {doc['upload_bytes']} B, "
                    f"received {doc['download_bytes']} B):")
         if "releases" in doc:
             typer.echo(f"release {'reused' if doc['release_reused'] else 'new'}; {doc['releases']} release(s) so far, "
                        f"together ({doc['spent_epsilon']:.4f}, {doc['spent_delta']:.2g})-LDP")
-        typer.echo(f"{'rank':>4}  {'item':>8}  score")
-        for rank, (item, score) in enumerate(zip(wanted.tolist(), scores.tolist(), strict=True), start=1):
-            typer.echo(f"{rank:>4}  {item:>8}  {score:.4f}")
+        for line in item_rows(wanted.tolist(), scores.tolist(), ids):
+            typer.echo(line)
+
+
+def _device_index(user: str | None, index: int | None) -> int | None:
+    """With ``--credentials``: the device index ``--user``/``--index`` names, to check against
+    the file's (a deployment numbers its devices by index), or ``None``."""
+    from secemb.errors import InvalidParameters
+
+    if user is not None and index is not None:
+        raise InvalidParameters("give --user or --index, not both")
+    if user is not None and not (user.isascii() and user.isdigit()):
+        raise InvalidParameters(f"--user {user!r}: with --credentials, the device's index in the deployment")
+    return index if user is None else int(user)
+
+
+def _item_ids(recommender: Path) -> IdMap | None:
+    """The raw item ids and titles of the recommender's saved folder (``None``: it records none)."""
+    from secemb.training.trained import read_item_ids
+
+    return read_item_ids(recommender)
 
 
 def _mechanism(given: dict[str, float | None]) -> Any:
@@ -183,10 +224,11 @@ def _mech_doc(mech: Any) -> dict[str, Any]:
     return {"epsilon": mech.epsilon, "delta": mech.delta, "bound": mech.bound, "sigma": mech.sigma}
 
 
-def _local(model_dir: Path, user: int | None, denoiser: Path | None, given: dict[str, float | None],
-           parse_items: Any, ledger: Any) -> dict[str, Any]:
+def _local(model_dir: Path, who: tuple[str | None, int | None], denoiser: Path | None,
+           given: dict[str, float | None], parse_items: Any, ledger: Any) -> dict[str, Any]:
     """The in-process exchange on a saved model (the fields of the output, with the private
-    ``_scores`` and ``_wanted``)."""
+    ``_scores``, ``_wanted`` and ``_ids``, the model's id map); ``who``: ``(--user, --index)``."""
+    from secemb.cli._items import pick_user
     import numpy as np
 
     from secemb.errors import InvalidParameters
@@ -197,9 +239,10 @@ def _local(model_dir: Path, user: int | None, denoiser: Path | None, given: dict
     from secemb.training.trained import TrainedModel
     from secemb.transport.inprocess import DOWNLOAD, UPLOAD, InProcessTransport
 
-    if user is None:
-        raise InvalidParameters("--model-dir needs --user")
+    if who == (None, None):
+        raise InvalidParameters("--model-dir needs --user (or --index)")
     trained = TrainedModel.load(model_dir)
+    user = pick_user(*who, trained.user_index)
     trained.user_store.state(user)  # validates the user
     den = None
     if denoiser is not None:
@@ -210,7 +253,7 @@ def _local(model_dir: Path, user: int | None, denoiser: Path | None, given: dict
     ctx = den[0].context if den is not None else DenoiserContext.from_trained(
         trained.model, trained.table, trained.dense, trained.user_store, mech,
         getattr(trained.model, "features", None))
-    wanted = parse_items(trained.num_items)
+    wanted = parse_items(trained.num_items, trained.ids)
     if wanted is None:
         wanted = np.setdiff1d(np.arange(trained.num_items, dtype=np.int64), trained.rated(user))
     release, reused = None, False
@@ -223,7 +266,8 @@ def _local(model_dir: Path, user: int | None, denoiser: Path | None, given: dict
                              denoiser=den, user=user, release=release)
     tp = InProcessTransport()
     scores = run_inference(device, InferenceServer(ctx.rep, trained.table), wanted, user=user, transport=tp)
-    return {"user": user, "_scores": scores, "_wanted": wanted, "model": trained.model.name,
+    return {"user": user, "user_id": trained.user_id(user), "_scores": scores, "_wanted": wanted, "_ids": trained.ids,
+            "model": trained.model.name,
             "mode": "ldp-no-denoiser" if den is None else "post-processing-ldp", **_mech_doc(mech),
             "upload_bytes": tp.total_bytes(direction=UPLOAD), "download_bytes": tp.total_bytes(direction=DOWNLOAD),
             **_ledger_doc(ledger, reused)}
@@ -318,7 +362,8 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
         fail(f"server 0 ({creds.urls[0]}): {exc}", 1)
     finally:
         link.close()
-    return {"user": creds.user, "_scores": ans.scores, "_wanted": ans.items, "model": ans.info["model"]["name"],
+    return {"user": creds.user, "user_id": str(creds.user), "_scores": ans.scores, "_wanted": ans.items,
+            "model": ans.info["model"]["name"],
             "mode": "ldp-no-denoiser" if den is None else "post-processing-ldp", **_mech_doc(mech),
             "upload_bytes": ans.upload_bytes,
             "download_bytes": ans.download_bytes, "server": creds.urls[0], "model_version": ans.model_version,

@@ -57,6 +57,7 @@ __all__ = [
     "load_features",
     "load_item_features",
     "movielens_features",
+    "movielens_titles",
     "multi_hot",
     "one_hot",
     "save_item_features",
@@ -285,11 +286,15 @@ def _ml100k_users(path: Path) -> tuple[dict[int, tuple[str, str, str]], int]:
     return out, len(recs)
 
 
-def _ml100k_items(path: Path) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
+#: an item's catalogue entry: its title and its genres
+_Entry = tuple[str, list[str]]
+
+
+def _ml100k_items(path: Path) -> dict[int, _Entry]:
+    out: dict[int, _Entry] = {}
     if path.name == "ml-100k.item":  # RecBole: item_id, movie_title, release_year, class (space-separated)
         for no, f in _records(path, "\t", 4, header=True, min_fields=4):
-            out[_int_id(f[0], path, no, "item id")] = f[3].split()
+            out[_int_id(f[0], path, no, "item id")] = (f[1].strip(), f[3].split())
         return out
     genres = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime",
               "Documentary", "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery",
@@ -298,7 +303,8 @@ def _ml100k_items(path: Path) -> dict[int, list[str]]:
         flags = f[5:]
         if any(x not in ("0", "1") for x in flags):
             raise DataFormatError("genre flags must be 0 or 1", path=path, line=no)
-        out[_int_id(f[0], path, no, "item id")] = [g for g, x in zip(genres, flags, strict=True) if x == "1"]
+        out[_int_id(f[0], path, no, "item id")] = (f[1].strip(),
+                                                   [g for g, x in zip(genres, flags, strict=True) if x == "1"])
     return out
 
 
@@ -314,21 +320,21 @@ def _ml1m_users(path: Path) -> dict[int, tuple[str, str, str]]:
     return out
 
 
-def _movies_dat(path: Path) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
-    for no, line in _lines(path, "latin-1"):
+def _movies_dat(path: Path) -> dict[int, _Entry]:
+    out: dict[int, _Entry] = {}
+    for no, line in _lines(path, _text_encoding(path)):
         if not line.strip():
             continue
         first, _, rest = line.partition("::")
         title, sep, genres = rest.rpartition("::")
         if not sep:
             raise DataFormatError("expected 'id::title::genres'", path=path, line=no)
-        out[_int_id(first, path, no, "movie id")] = [g for g in genres.split("|") if g]
+        out[_int_id(first, path, no, "movie id")] = (title.strip(), [g for g in genres.split("|") if g])
     return out
 
 
-def _movies_csv(path: Path) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
+def _movies_csv(path: Path) -> dict[int, _Entry]:
+    out: dict[int, _Entry] = {}
     with open(path, encoding="utf-8", errors="replace", newline="") as fh:
         reader = csv.reader(fh)
         for no, row in enumerate(reader, 1):
@@ -341,8 +347,52 @@ def _movies_csv(path: Path) -> dict[int, list[str]]:
                 continue
             if len(row) != 3:
                 raise DataFormatError(f"expected 3 fields, found {len(row)}", path=path, line=reader.line_num)
-            out[_int_id(row[0], path, reader.line_num, "movie id")] = [g for g in row[2].split("|") if g]
+            out[_int_id(row[0], path, reader.line_num, "movie id")] = (row[1].strip(),
+                                                                       [g for g in row[2].split("|") if g])
     return out
+
+
+def _text_encoding(path: Path) -> str:
+    """``utf-8`` when the whole file decodes as UTF-8 (ML-10M's ``movies.dat``), else
+    ``latin-1`` (ML-1M's, ML-100K's ``u.item``)."""
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return "latin-1"
+    return "utf-8"
+
+
+def _catalogue(name: str, folder: Path) -> dict[int, _Entry]:
+    """Title and genres of every movie of the MovieLens dataset ``name`` whose rating file is
+    in ``folder``: RecBole's ``ml-100k.item`` or ``u.item`` (ML-100K), ``movies.csv``
+    (ML-25M), ``movies.dat`` (ML-1M, ML-10M).
+
+    Raises
+    ------
+    DatasetNotFoundError: the file is missing.  DataFormatError: a malformed line.
+    """
+    if name == "ml-100k":
+        return _ml100k_items(_find(folder, ("ml-100k.item", "u.item"), name))
+    if name == "ml-25m":
+        return _movies_csv(_find(folder, ("movies.csv",), name))
+    return _movies_dat(_find(folder, ("movies.dat",), name))
+
+
+def movielens_titles(name: str, folder: Path, items: np.ndarray) -> tuple[str, ...] | None:
+    """The title of each movie of ``items`` (sorted distinct raw movie ids, the order of the
+    item indices) from the catalogue file beside the ratings in ``folder`` (see
+    :func:`_catalogue`); ``""`` for a movie the catalogue lacks; ``None`` when there is no
+    catalogue file.
+
+    Raises
+    ------
+    DataFormatError: a malformed catalogue line (file and line named).
+    """
+    try:
+        entries = _catalogue(name, folder)
+    except DatasetNotFoundError:
+        return None
+    return tuple(entries[i][0] if i in entries else "" for i in items.tolist())
 
 
 def movielens_features(name: str, data_dir: str | os.PathLike | None = None) -> FeatureSet:
@@ -377,15 +427,9 @@ def movielens_features(name: str, data_dir: str | os.PathLike | None = None) -> 
         enc = np.concatenate(blocks, axis=1)
         user_rows = {i: enc[k] for k, i in enumerate(ids)}
         ux = _align(users, user_rows, enc.shape[1])
-    if name == "ml-100k":
-        ipath = _find(folder, ("ml-100k.item", "u.item"), name)
-        genres = _ml100k_items(ipath)
-    elif name == "ml-25m":
-        genres = _movies_csv(_find(folder, ("movies.csv",), name))
-    else:
-        genres = _movies_dat(_find(folder, ("movies.dat",), name))
+    genres = _catalogue(name, folder)
     ids = sorted(genres)
-    enc, inames = multi_hot([genres[i] for i in ids], "genre")
+    enc, inames = multi_hot([genres[i][1] for i in ids], "genre")
     iy = _align(items, {i: enc[k] for k, i in enumerate(ids)}, enc.shape[1])
     return FeatureSet(name, ux, iy, tuple(unames), tuple(inames))
 

@@ -12,8 +12,11 @@ Columns
     ``rating``, ``score``, ``stars``; timestamp = ``timestamp``, ``time``, ``ts``.  Without a
     header the columns are positional, 3 or 4 per line.
 Ids
-    Any token (``42``, ``u_42``); remapped to contiguous 0-based ids in sorted order of the raw
-    ids (numeric order when every id is an integer, as for MovieLens).
+    Any token (``42``, ``u_42``, ``The Matrix``); remapped to contiguous 0-based ids in sorted
+    order of the raw ids (numeric order when every id is an integer, as for MovieLens).  The
+    raw ids are kept in the data's :class:`~secemb.data.ids.IdMap` (an integer id in canonical
+    form: ``007`` becomes ``7``); a RecBole ``.inter`` file's titles come from the ``.item``
+    file of the same name beside it when that file has a ``*title*`` column.
 Values
     Ratings are any finite numbers (no scale is assumed); timestamps, when present, are kept
     as integer seconds (``881250949.0`` is accepted).  Blank lines are skipped.
@@ -32,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from secemb.data.errors import DataFormatError, DatasetNotFoundError
+from secemb.data.ids import IdMap
 from secemb.data.movielens import remap_ids
 from secemb.data.ratings import RatingData
 
@@ -115,13 +119,44 @@ def _timestamps(tokens: list[str], lines: list[int], path: Path) -> np.ndarray:
     return values.astype(np.int64)
 
 
-def _ids(tokens: list[str]) -> tuple[np.ndarray, int]:
-    """Contiguous 0-based ids in sorted raw-id order (numeric order for integer ids)."""
+def _ids(tokens: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Contiguous 0-based ids in sorted raw-id order (numeric order for integer ids), and the
+    raw id of each (integers in canonical form)."""
     if all(_INTEGER.match(t) for t in tokens):
         raw = np.asarray(tokens, dtype=np.int64)
-        return remap_ids(raw - raw.min())
+        ids, distinct = remap_ids(raw - raw.min())
+        return ids, [str(v) for v in (distinct + raw.min()).tolist()]
     uniq, inverse = np.unique(np.asarray(tokens), return_inverse=True)
-    return inverse.astype(np.int64).reshape(-1), int(uniq.shape[0])
+    return inverse.astype(np.int64).reshape(-1), uniq.tolist()
+
+
+def _recbole_titles(inter: Path, items: list[str]) -> tuple[str, ...] | None:
+    """The title of each item of ``items`` from the RecBole ``.item`` file beside ``inter``
+    (same stem), its first column ``item_id`` and a column whose name holds ``title``; ``""``
+    for an item it lacks; ``None`` without such a file or column.
+
+    Raises
+    ------
+    DataFormatError
+        A line with another number of fields than the header's.
+    """
+    path = inter.with_suffix(".item")
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    names = [_normalise(f) for f in rows[0]] if rows else []
+    col = next((k for k, n in enumerate(names) if "title" in n), None)
+    if col is None or names[0] not in _ALIASES["item"]:
+        return None
+    titles = {}
+    for no, row in enumerate(rows[1:], start=2):
+        if not any(f.strip() for f in row):
+            continue
+        if len(row) != len(names):
+            raise DataFormatError(f"expected {len(names)} fields, found {len(row)}", path=path, line=no)
+        titles[row[0].strip()] = row[col].strip()
+    return tuple(titles.get(i, "") for i in items)
 
 
 def read_own_ratings(path: str | os.PathLike) -> RatingData:
@@ -174,20 +209,22 @@ def read_own_ratings(path: str | os.PathLike) -> RatingData:
         empty = [k for k, t in enumerate(fields[f]) if not t]
         if empty:
             raise DataFormatError(f"{f} id is empty", path=path, line=lines[empty[0]])
-    users, num_users = _ids(fields["user"])
-    if num_users < 2:
+    users, raw_users = _ids(fields["user"])
+    if len(raw_users) < 2:
         raise DataFormatError(
-            f"users: expected at least 2 (federated training averages over users), got {num_users}", path=path
+            f"users: expected at least 2 (federated training averages over users), got {len(raw_users)}", path=path
         )
-    items, num_items = _ids(fields["item"])
+    items, raw_items = _ids(fields["item"])
     ratings = _float_column(fields["rating"], lines, "rating", path)
     stamps = _timestamps(fields["timestamp"], lines, path) if "timestamp" in fields else None
+    titles = _recbole_titles(path, raw_items) if suffix == ".inter" else None
     return RatingData(
         name=str(path),
-        num_users=num_users,
-        num_items=num_items,
+        num_users=len(raw_users),
+        num_items=len(raw_items),
         users=users,
         items=items,
         ratings=ratings.astype(np.float32),
         timestamps=stamps,
+        ids=IdMap(tuple(raw_users), tuple(raw_items), titles),
     )

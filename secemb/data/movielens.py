@@ -5,7 +5,10 @@ therefore ships no MovieLens file; it reads them from a data directory (``data_d
 argument / ``--data-dir``, else ``$SECEMB_DATA_DIR``, else ``~/.cache/secemb``), from the
 RecBole package's bundled ML-100K, or downloads them from GroupLens on request.
 
-Raw user and item ids are remapped to contiguous 0-based ids in sorted order of the raw ids.
+Raw user and item ids are remapped to contiguous 0-based ids in sorted order of the raw ids;
+the raw ids, and the movies' titles from the catalogue file beside the ratings (``u.item``,
+RecBole's ``ml-100k.item``, ``movies.dat``, ``movies.csv``) where it is there, are kept in the
+data's :class:`~secemb.data.ids.IdMap`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 
 from secemb.data._text import parse_columns, read_first_line
 from secemb.data.errors import DataFormatError, DatasetNotFoundError
+from secemb.data.ids import IdMap
 from secemb.data.ratings import RatingData
 from secemb.errors import InvalidParameters
 
@@ -280,18 +284,19 @@ def _layout(name: str, path: Path) -> tuple[bytes, tuple[int, int, int, int], in
     return b"\t", (0, 1, 2, 3), 0  # u.data and anything else: tab-separated, no header
 
 
-def remap_ids(raw: np.ndarray) -> tuple[np.ndarray, int]:
-    """Map non-negative int64 ids to 0..k-1 in sorted order of the raw ids; return (ids, k)."""
+def remap_ids(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Map non-negative int64 ids to 0..k-1 in sorted order of the raw ids; return ``(ids,
+    distinct)``: the new ids and the k sorted distinct raw ids (``distinct[ids] == raw``)."""
     if raw.shape[0] == 0:
-        return raw.astype(np.int64), 0
+        return raw.astype(np.int64), raw.astype(np.int64)
     top = int(raw.max())
     if top < 4 * raw.shape[0] + (1 << 20):  # dense enough: a lookup table beats sorting
         present = np.zeros(top + 1, dtype=bool)
         present[raw] = True
         table = np.cumsum(present, dtype=np.int64) - 1
-        return table[raw], int(table[-1] + 1)
+        return table[raw], np.flatnonzero(present).astype(np.int64)
     uniq, inverse = np.unique(raw, return_inverse=True)
-    return inverse.astype(np.int64, copy=False).reshape(-1), int(uniq.shape[0])
+    return inverse.astype(np.int64, copy=False).reshape(-1), uniq.astype(np.int64, copy=False)
 
 
 def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
@@ -300,15 +305,19 @@ def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
     The format follows the file name: ``*.inter`` (RecBole, tab-separated, typed header),
     ``*.csv`` (``userId,movieId,rating,timestamp`` header), ``*.dat`` (``::``-separated;
     for ``ml-100k`` a ``.dat`` is read as tab-separated), anything else tab-separated
-    (``u.data``).  Ids are remapped to contiguous 0-based ids in sorted raw-id order.
+    (``u.data``).  Ids are remapped to contiguous 0-based ids in sorted raw-id order; the raw
+    ids and the titles of the catalogue file in the same folder, when there is one
+    (:func:`~secemb.data.features.movielens_titles`), are kept in the data's ``ids``.
 
     Raises
     ------
     DataFormatError
         On a malformed line, a rating outside the dataset's range (ML-100K/1M: 1..5,
-        ML-10M/25M: 0.5..5), a negative id or timestamp, or a file without ratings; the
-        message names the file and the 1-based line number.
+        ML-10M/25M: 0.5..5), a negative id or timestamp, a file without ratings, or a
+        malformed catalogue line; the message names the file and the 1-based line number.
     """
+    from secemb.data.features import movielens_titles
+
     _check_name(name)
     path = Path(path)
     sep, order, header_lines = _layout(name, path)
@@ -340,16 +349,17 @@ def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
     ):
         if arr.min() < 0:
             fail(arr < 0, f"{what} must be >= 0", arr)
-    users, num_users = remap_ids(cols.users)
-    items, num_items = remap_ids(cols.items)
+    users, raw_users = remap_ids(cols.users)
+    items, raw_items = remap_ids(cols.items)
     return RatingData(
         name=name,
-        num_users=num_users,
-        num_items=num_items,
+        num_users=raw_users.size,
+        num_items=raw_items.size,
         users=users,
         items=items,
         ratings=cols.ratings.astype(np.float32),
         timestamps=cols.timestamps,
+        ids=IdMap.from_raw(raw_users.tolist(), raw_items.tolist(), movielens_titles(name, path.parent, raw_items)),
     )
 
 

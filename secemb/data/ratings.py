@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from secemb.data.ids import IdMap
 from secemb.errors import InvalidParameters
 
 __all__ = ["RatingData", "UserRatings", "by_user", "concat", "leave_one_out", "train_test_split"]
@@ -63,11 +64,15 @@ class RatingData:
         float32, shape (N,), finite.
     timestamps:
         int64, shape (N,), seconds since the epoch, or ``None``.
+    ids:
+        The raw ids behind the indices (and the items' titles), or ``None`` where the
+        indices are the ids (synthetic data).  A split keeps the map of the whole.
 
     Raises
     ------
     InvalidParameters
-        On a wrong type, dtype, shape, id range or a non-finite rating.
+        On a wrong type, dtype, shape, id range, a non-finite rating, or an id map whose
+        sizes are not ``num_users`` and ``num_items``.
     """
 
     name: str
@@ -77,6 +82,7 @@ class RatingData:
     items: np.ndarray
     ratings: np.ndarray
     timestamps: np.ndarray | None = None
+    ids: IdMap | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -93,6 +99,13 @@ class RatingData:
         _check_ids("items", self.items, self.num_items, "num_items")
         if n and not np.isfinite(self.ratings).all():
             raise InvalidParameters("ratings must be finite")
+        if self.ids is not None:
+            if not isinstance(self.ids, IdMap):
+                raise InvalidParameters(f"ids must be an IdMap, got {type(self.ids).__name__}")
+            mapped = self.num_users if self.ids.users is None else len(self.ids.users)
+            if (mapped, len(self.ids.items)) != (self.num_users, self.num_items):
+                raise InvalidParameters(f"ids: the map has {mapped} users and {len(self.ids.items)} items, the data "
+                                        f"{self.num_users} and {self.num_items}")
 
     def __len__(self) -> int:
         return int(self.users.shape[0])
@@ -114,6 +127,7 @@ class RatingData:
             self.items[sel],
             self.ratings[sel],
             ts,
+            self.ids,
         )
 
     def __repr__(self) -> str:
@@ -173,7 +187,7 @@ def train_test_split(
 
 
 def concat(a: RatingData, b: RatingData) -> RatingData:
-    """The ratings of ``a`` then those of ``b`` (same name and id spaces as ``a``).
+    """The ratings of ``a`` then those of ``b`` (same name, id spaces and id map as ``a``).
 
     Raises
     ------
@@ -186,7 +200,7 @@ def concat(a: RatingData, b: RatingData) -> RatingData:
         raise InvalidParameters("either both or neither of the rating sets must have timestamps")
     ts = None if a.timestamps is None or b.timestamps is None else np.concatenate([a.timestamps, b.timestamps])
     return RatingData(a.name, a.num_users, a.num_items, np.concatenate([a.users, b.users]),
-                      np.concatenate([a.items, b.items]), np.concatenate([a.ratings, b.ratings]), ts)
+                      np.concatenate([a.items, b.items]), np.concatenate([a.ratings, b.ratings]), ts, a.ids)
 
 
 def leave_one_out(data: RatingData, *, min_len: int = 3) -> tuple[RatingData, RatingData, RatingData]:

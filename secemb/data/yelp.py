@@ -9,7 +9,8 @@ Files (JSON lines, one object per line), looked for in ``data_dir`` (else
 
 The subset: the ``top_users`` (10,000) users with the most reviews (ties broken by
 ``user_id``), all their reviews; items are the businesses they reviewed.  Ids are remapped to
-``0..k-1`` in sorted order of the raw string ids.  The paper reports 10,000 users, 93,386 items
+``0..k-1`` in sorted order of the raw string ids (kept in the data's
+:class:`~secemb.data.ids.IdMap`; no titles).  The paper reports 10,000 users, 93,386 items
 and 1,007,956 ratings for its subset (Table 7); the dataset version it used is not stated.
 Features: one-hot business state (16 states in the paper's subset).
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from secemb.data.errors import DataFormatError, DatasetNotFoundError
 from secemb.data.features import FeatureSet, one_hot
+from secemb.data.ids import IdMap
 from secemb.data.ratings import RatingData
 
 __all__ = ["load_yelp", "load_yelp_features", "locate_yelp"]
@@ -119,7 +121,8 @@ def _subset(review: Path, top_users: int) -> tuple[RatingData, list[str]]:
     it = np.asarray(items, dtype=object).astype(str)[keep]
     i_raw, i_inv = np.unique(it, return_inverse=True)
     data = RatingData("yelp", int(keep_users.size), int(i_raw.size), new_user[u_inv[keep]],
-                      i_inv.astype(np.int64).reshape(-1), stars[keep], ts[keep])
+                      i_inv.astype(np.int64).reshape(-1), stars[keep], ts[keep],
+                      IdMap.from_raw(u_raw[keep_users].tolist(), i_raw.tolist()))
     return data, list(i_raw)
 
 
