@@ -9,6 +9,7 @@ all checked before any training).
 from __future__ import annotations
 
 import math
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -225,8 +226,8 @@ def register(app: typer.Typer) -> None:
         write_json(console, result, json_out)
         if save_model is not None:
             save_model_dir(run.model, save_model)
-            console.print(f"saved the model to {save_model} (try: secemb recommend --model-dir {save_model} --user 0)",
-                          markup=False)
+            console.print(f"saved the model to {save_model} (try: secemb recommend --model-dir {save_model} --user "
+                          f"{shlex.quote(run.model.user_id(0))})", markup=False)
 
 
 def _train_sfsl(opts: Any, data_dir: Path | None, download: bool, json_out: Path | None, quiet: bool) -> None:
