@@ -6,12 +6,22 @@ uvicorn itself closes an idle keep-alive connection, but not one that stalls bef
 middle of its request headers: :class:`GuardedH11Protocol` closes a connection that has no
 request in progress and has started none for ``header_timeout_s`` seconds.  A stalled body
 is the app's to time out (it reads bodies under a deadline).
+
+Nor does uvicorn bound the TLS handshake: asyncio waits 60 s for a ClientHello, and uvicorn's
+connection limit counts a connection only once its handshake is done, so connections that never
+start TLS held a descriptor each for a minute, unbounded in number (issue 33: 1,100 of them
+exhausted the descriptors).  :class:`TlsFirstProtocol` runs the handshake itself
+(``loop.start_tls``) under ``header_timeout_s`` and with at most ``max_pending`` (twice the
+connection limit: with the established connections, three times the limit in descriptors) handshakes in
+flight (a connection beyond that is closed at once), then hands the connection to
+:class:`GuardedH11Protocol`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import ssl
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -51,14 +61,80 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
 
+class TlsFirstProtocol(asyncio.Protocol):
+    """A plain TCP connection that becomes :attr:`http` (a :class:`GuardedH11Protocol`) once
+    its TLS handshake with :attr:`context` completes within :attr:`handshake_timeout_s`.
+    Subclasses set the class attributes; uvicorn's keyword arguments are passed through."""
+
+    context: ClassVar[ssl.SSLContext]
+    handshake_timeout_s: ClassVar[float]
+    max_pending: ClassVar[int]
+    http: ClassVar[type[GuardedH11Protocol]]
+    #: handshakes in flight in this process (one event loop: no lock needed)
+    pending: ClassVar[int] = 0
+
+    def __init__(self, **uvicorn_kwargs: Any) -> None:
+        self._kwargs = uvicorn_kwargs
+        self._task: asyncio.Task[None] | None = None
+        self._early: list[bytes] = []  # decrypted bytes that came with the handshake's last flight
+        self._eof = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        if type(self).pending >= self.max_pending:
+            transport.abort()
+            return
+        transport.pause_reading()  # the ClientHello is start_tls's to read
+        type(self).pending += 1
+        self._task = asyncio.get_running_loop().create_task(self._handshake(transport))
+
+    async def _handshake(self, raw: asyncio.Transport) -> None:
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                raw, self, self.context, server_side=True, ssl_handshake_timeout=self.handshake_timeout_s)
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
+            raw.abort()
+            return
+        finally:
+            type(self).pending -= 1
+        if tls is None:  # the connection closed during the handshake
+            return
+        http = self.http(**self._kwargs)
+        tls.set_protocol(http)
+        http.connection_made(tls)
+        for data in self._early:
+            http.data_received(data)
+        if self._eof:
+            http.eof_received()
+
+    def data_received(self, data: bytes) -> None:
+        """Application data the TLS layer decrypted before :meth:`_handshake` resumed (reading is
+        paused before TLS, so never plain bytes): kept for the HTTP protocol."""
+        self._early.append(data)
+
+    def eof_received(self) -> bool | None:
+        self._eof = True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
 def run(app: Any, cfg: Any, *, log_level: str) -> None:
     """Serve ``app`` as ``cfg`` (a :class:`~secemb.server.config.ServerConfig`) says, until
     interrupted: TLS with the configured certificate (client certificates optional, checked
     against the CA), or plain HTTP where ``cfg.insecure_http`` allows it (loopback only)."""
     import uvicorn
 
-    protocol = type("Guarded", (GuardedH11Protocol,), {"header_timeout_s": cfg.read_timeout_s})
+    guarded = type("Guarded", (GuardedH11Protocol,), {"header_timeout_s": cfg.read_timeout_s})
     tls = {} if cfg.insecure_http else server_context_kwargs(cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=log_level, access_log=False,
-                            timeout_keep_alive=30, limit_concurrency=cfg.max_connections, http=protocol, **tls)
+                            timeout_keep_alive=30, limit_concurrency=cfg.max_connections, http=guarded, **tls)
+    config.load()
+    if config.ssl is not None:  # the handshake is TlsFirstProtocol's, under a deadline and a bound
+        config.http_protocol_class = type("TlsFirst", (TlsFirstProtocol,), {
+            "context": config.ssl, "handshake_timeout_s": cfg.read_timeout_s,
+            "max_pending": 2 * cfg.max_connections, "http": guarded})
+        config.ssl = None
     uvicorn.Server(config).run()

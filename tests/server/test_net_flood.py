@@ -127,3 +127,41 @@ def test_finding4_bounded_flood_holds_memory_and_connections_flat():
         assert 429 in codes and set(served) == {404} and len(served) >= 40, sorted(set(codes))
         time.sleep(1.0)
         assert json.loads(json.dumps(admin.get_json("/v1/admin/status")))["party"] == 0
+
+
+def _silent_closed_within(sock: socket.socket, within_s: float) -> bool:
+    """Whether the server closes ``sock`` (a TCP connection that never sent a byte) within ``within_s``."""
+    sock.settimeout(within_s)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+
+
+def test_finding_dos_before_authentication_tls_never_started_is_closed_and_bounded():
+    """Issue 33: a TCP connection that never sends a ClientHello was held ~60 s (asyncio's default,
+    not read_timeout_s) and such connections were unbounded in number (1,100 exhausted the
+    descriptors).  Now each is closed after read_timeout_s, those beyond max_connections at once,
+    and the operator is answered afterwards."""
+    model, proto, config = setup()
+    tr, _ = small_data()
+    with cluster_for(model, proto, tr, config, read_timeout_s=READ_TIMEOUT_S,
+                     max_connections=MAX_CONNECTIONS) as cluster:
+        pid, port = cluster.procs[0].pid, cluster.ports[0]
+        admin = cluster.admin(0, timeout=30)
+        admin.get_json("/v1/admin/status")
+        fds0 = _fds(pid)
+        t0 = time.monotonic()
+        silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3 * MAX_CONNECTIONS)]
+        with ThreadPoolExecutor(16) as pool:
+            closed = list(pool.map(lambda s: _silent_closed_within(s, 4 * READ_TIMEOUT_S + 5), silent))
+        took = time.monotonic() - t0
+        for s in silent:
+            s.close()
+        assert all(closed), f"{closed.count(False)} silent connections still open"
+        assert took < 4 * READ_TIMEOUT_S + 5, took  # not asyncio's 60 s
+        time.sleep(0.5)
+        assert _fds(pid) <= fds0 + 4, f"open descriptors {fds0} -> {_fds(pid)}"
+        assert admin.get_json("/v1/admin/status")["party"] == 0
