@@ -5,7 +5,9 @@ certificates (``secemb.server.tls.init_pki``); with ``--num-items``/``--num-user
 the whole deployment (:func:`secemb.server.deploy.init_deployment`: secrets, both servers'
 configurations, the operator's file).  ``add-devices`` writes per-device credentials,
 ``status``, ``count`` and ``open-round`` drive the servers, ``save-denoiser`` writes a GREC
-denoiser deployment's trained model to the file ``secemb infer --denoiser`` reads.  Exit codes:
+denoiser deployment's trained model to the file ``secemb infer --denoiser`` reads,
+``export-model`` a recommender deployment's current public model to a saved-model folder (its
+public files: what ``secemb infer --credentials ... --recommender`` reads).  Exit codes:
 0 success, 1 a server refused, did not answer or sent a malformed answer, 2 bad usage (e.g. a
 directory that already holds a CA).
 """
@@ -196,12 +198,10 @@ def _save_denoiser(dep: Any, out: Path, recommender: tuple[Path, Any, str]) -> d
         Server 0's model does not decode at the version its status announces (after
         ``_MODEL_TRIES`` tries), or does not hash to the SHA-256 it announces.
     """
-    from secemb.engine.http import HttpAdminLink
-    from secemb.errors import InvalidMessage, InvalidParameters
+    from secemb.errors import InvalidParameters
     from secemb.inference.denoiser import NAME, Denoiser
     from secemb.inference.saved import save_denoiser as write
     from secemb.server.persist import StorageError
-    from secemb.training.messages import decode_model
     from secemb.training.results import model_sha256
 
     cfg = dep.config(0)
@@ -211,22 +211,7 @@ def _save_denoiser(dep: Any, out: Path, recommender: tuple[Path, Any, str]) -> d
         den = Denoiser(**cfg.model_hparams)
     except TypeError as exc:
         raise InvalidParameters(f"{dep.config_path(0)}: not a denoiser's hyperparameters ({exc})") from None
-    link = HttpAdminLink(0, dep.admin(0))
-    try:
-        for attempt in range(_MODEL_TRIES):
-            version, announced, last_round = _announced_model(link)
-            try:
-                table, dense = decode_model(link.model(), version=version, num_items=cfg.num_items,
-                                            width=den.sparse_width, dense_size=den.dense_size)
-                break
-            except InvalidMessage:
-                if attempt + 1 == _MODEL_TRIES:
-                    raise
-    finally:
-        link.close()
-    sha = model_sha256(table, dense)
-    if sha != announced:
-        raise InvalidMessage(f"server 0's model hashes to {sha}, its status announces {announced}")
+    table, dense, version, sha, last_round = _current_model(dep, cfg.num_items, den.sparse_width, den.dense_size)
     folder, rec_dense, rec_sha = recommender
     if model_sha256(table[:, den.hat_d :], rec_dense) != rec_sha:
         raise InvalidParameters(f"the deployment {dep.root} trained its denoiser against another recommender than "
@@ -239,6 +224,122 @@ def _save_denoiser(dep: Any, out: Path, recommender: tuple[Path, Any, str]) -> d
     m = den.mechanism
     return {"written": str(path), "model_version": version, "model_sha256": sha, "recommender_sha256": rec_sha,
             "last_committed_round": last_round, "epsilon": m.epsilon, "delta": m.delta, "bound": m.bound}
+
+
+def _current_model(dep: Any, num_items: int, width: int, dense_size: int) -> tuple[Any, Any, int, str, int | None]:
+    """``(table, dense, model_version, model_sha256, last_committed_round)``: server 0's current
+    public model of the deployment ``dep`` (a ``(num_items, width)`` table and a
+    ``(dense_size,)`` vector), fetched at the version its status announces and checked against
+    the SHA-256 it announces.
+
+    Raises
+    ------
+    InvalidMessage
+        The model does not decode at the announced version (after ``_MODEL_TRIES`` tries: a
+        round may commit in between), or does not hash to the announced SHA-256.
+    """
+    from secemb.engine.http import HttpAdminLink
+    from secemb.errors import InvalidMessage
+    from secemb.training.messages import decode_model
+    from secemb.training.results import model_sha256
+
+    link = HttpAdminLink(0, dep.admin(0))
+    try:
+        for attempt in range(_MODEL_TRIES):
+            version, announced, last_round = _announced_model(link)
+            try:
+                table, dense = decode_model(link.model(), version=version, num_items=num_items, width=width,
+                                            dense_size=dense_size)
+                break
+            except InvalidMessage:
+                if attempt + 1 == _MODEL_TRIES:
+                    raise
+    finally:
+        link.close()
+    sha = model_sha256(table, dense)
+    if sha != announced:
+        raise InvalidMessage(f"server 0's model hashes to {sha}, its status announces {announced}")
+    return table, dense, version, sha, last_round
+
+
+@admin_app.command("export-model")
+def export_model(
+    out: Annotated[Path, typer.Argument(help="The folder to write (created; the saved-model format's public files).")],
+    deployment: Annotated[Path, _DEPLOYMENT],
+    dataset: Annotated[str | None, typer.Option(help="The dataset the devices train on (as 'secemb client "
+                                                "--dataset'): its items' raw ids and titles go to items.json; "
+                                                "without it the ids are the indices.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="With --dataset: its "
+                                                  "folder.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a model already saved in OUT.")] = False,
+) -> None:
+    """Write the deployment's current public model to OUT in the saved-model format: server
+    0's model at the version its status announces (checked against the SHA-256 it announces),
+    as manifest.json and public.npz, with --dataset also items.json (the items' raw ids and
+    titles). A deployment has no user's parameters (they stay on the devices), so OUT has no
+    devices.npz nor users.json: a device serves its own recommendations with 'secemb infer
+    --credentials FILE --state-file STATE --recommender OUT'; 'secemb recommend' and 'secemb
+    infer --model-dir' refuse OUT (no user to recommend for). Not for GREC's denoiser ('secemb
+    admin save-denoiser'). OUT must be new, empty, or (with --force) a model saved earlier."""
+    from secemb.cli._usage import fail
+    from secemb.data import DataFormatError, DatasetNotFoundError
+    from secemb.errors import InvalidParameters
+    from secemb.outputs import check_output
+
+    try:
+        check_output(out, option="OUT", force=force, kind="model-dir", inputs=[deployment])
+        ids = None if dataset is None else _catalogue_ids(dataset, data_dir)
+    except (InvalidParameters, DataFormatError, DatasetNotFoundError) as exc:
+        fail(exc)
+    _operate(deployment, lambda d: _export_model(d, out, dataset, ids))
+
+
+def _catalogue_ids(dataset: str, data_dir: Path | None) -> Any:
+    """The items' raw ids and titles of ``dataset`` (an :class:`~secemb.data.ids.IdMap`
+    without users: a user's id is its device's own), or ``None`` when it records none."""
+    from secemb.data import load_dataset
+    from secemb.data.ids import IdMap
+
+    ids = load_dataset(dataset, data_dir).ids
+    return None if ids is None else IdMap(None, ids.items, ids.titles)
+
+
+def _export_model(dep: Any, out: Path, dataset: str | None, ids: Any) -> dict[str, Any]:
+    """Write the deployment ``dep``'s current public model to ``out`` (atomically:
+    :func:`secemb.outputs.atomic_dir`) with the item ids ``ids`` (of ``dataset``; ``None``:
+    none); return what was written.
+
+    Raises
+    ------
+    InvalidParameters
+        The deployment trains GREC's denoiser, its configuration does not build a model, the
+        ids cover another number of items than the deployment, or ``out`` cannot be written.
+    InvalidMessage
+        Server 0's model is malformed (:func:`_current_model`).
+    """
+    from secemb.errors import InvalidParameters
+    from secemb.inference.denoiser import NAME
+    from secemb.outputs import atomic_dir
+    from secemb.training.trained import save_public
+
+    cfg = dep.config(0)
+    if cfg.model == NAME:
+        raise InvalidParameters(f"the deployment {dep.root} trains GREC's denoiser: write it with 'secemb admin "
+                                f"save-denoiser'")
+    if ids is not None and len(ids.items) != cfg.num_items:
+        raise InvalidParameters(f"--dataset {dataset} has {len(ids.items)} items, the deployment {cfg.num_items}")
+    model = cfg.make_model()
+    table, dense, version, sha, last_round = _current_model(dep, cfg.num_items, model.sparse_width, model.dense_size)
+    info = {"protocol": cfg.protocol, "dataset": dataset, "seed": None,
+            "config": {"source": "deployment", "deployment": str(dep.root), "model_version": version,
+                       "last_committed_round": last_round}}
+    try:
+        with atomic_dir(out) as tmp:
+            save_public(tmp, model, table, dense, info, num_users=cfg.num_users, ids=ids)
+    except OSError as exc:
+        raise InvalidParameters(f"OUT {out}: the model was not written ({exc.strerror or exc})") from None
+    return {"written": str(out), "model": model.name, "model_version": version, "model_sha256": sha,
+            "last_committed_round": last_round, "item_ids": ids is not None}
 
 
 def _announced_model(link: Any) -> tuple[int, str, int | None]:
