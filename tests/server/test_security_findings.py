@@ -286,7 +286,7 @@ def test_finding6_disk_full_at_the_commit_point_aborts_the_round_and_changes_no_
 
         monkeypatch.setattr(leader.store, "_write", write)
         try:
-            result = run(servers.servers(), model, protocol, *data, cfg)
+            result = run(servers.servers(), model, protocol, *data, cfg, device_randomness="reproducible")
         finally:
             servers.stop()
         aborted = [r for r in leader.store.records() if r["ev"] == "aborted"]
@@ -357,7 +357,7 @@ def test_finding4_nonce_memory_is_bounded_and_never_forgets_an_unexpired_nonce()
     kept = [_signed() for _ in range(3)]
     for h in kept:
         v.verify(h, "GET", "/v1/admin/status", "", b"")
-    with pytest.raises(Busy, match="3 requests are within the replay window"):
+    with pytest.raises(Busy, match="3 admin requests are within the replay window"):
         v.verify(_signed(), "GET", "/v1/admin/status", "", b"")
     assert v.nonces_held() == 3
     for h in kept:  # all three still refused as replays: none was evicted to make room
@@ -381,6 +381,22 @@ def test_finding4_each_key_is_rate_limited_after_its_signature_and_junk_does_not
     peer = Verifier(1, PEER, ADMIN, USERS, num_users=30, rate_per_s=5.0)  # server 1: server 0's calls are not limited
     for _ in range(100):
         peer.verify(sign_headers("server0", PEER, "GET", "/v1/peer/status"), "GET", "/v1/peer/status", "", b"")
+
+
+def test_finding_nonce_memory_is_per_credential_class_devices_never_make_the_operator_or_peer_busy():
+    """Issue 33: 8 device keys within their rate limits filled a global 1,024-entry nonce memory in
+    3.2 s and the operator's and the peer's calls got 503 busy."""
+    v = Verifier(1, PEER, ADMIN, USERS, num_users=30, rate_per_s=1000.0, max_nonces=8)
+    for u in range(8):
+        v.verify(sign_headers(f"user:{u}", user_key(USERS, u), "GET", "/v1/round"), "GET", "/v1/round", "", b"")
+    with pytest.raises(Busy, match="8 user requests"):
+        v.verify(sign_headers("user:9", user_key(USERS, 9), "GET", "/v1/round"), "GET", "/v1/round", "", b"")
+    for _ in range(8):  # the operator and the peer each keep a memory of their own
+        v.verify(_signed(), "GET", "/v1/admin/status", "", b"")
+        v.verify(sign_headers("server0", PEER, "GET", "/v1/peer/status"), "GET", "/v1/peer/status", "", b"")
+    assert (v.nonces_held("user"), v.nonces_held("admin"), v.nonces_held("peer"), v.nonces_held()) == (8, 8, 8, 24)
+    with pytest.raises(Busy, match="8 admin requests"):
+        v.verify(_signed(), "GET", "/v1/admin/status", "", b"")
 
 
 # ---------------------------------------------------------------- finding 10: small leaks
