@@ -184,7 +184,9 @@ def load_denoiser_on_device(path: str | os.PathLike, model: RecModel, dense: np.
 
 def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.ndarray, str, int, str]:
     """``(model, dense, model_sha256, num_items, table_sha256)``: the public part of a
-    recommender's saved folder (:meth:`secemb.training.TrainedModel.save`) -- ``manifest.json``
+    recommender's saved folder (:meth:`secemb.training.TrainedModel.save`, or the public files
+    alone that :func:`secemb.training.trained.save_public` writes: ``secemb admin export-model``)
+    -- ``manifest.json``
     and ``public.npz`` only, each checked (the file's SHA-256, the model's); ``devices.npz``
     (every device's private state) is neither needed nor read, so an operator can publish the
     first two alone.  What a standalone device needs of the recommender to use or train a
