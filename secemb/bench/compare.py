@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from secemb.bench.progress import Steps, reported
 from secemb.data import load_movielens
 
 __all__ = ["FAMILY", "KEYS", "LEARNS", "run", "merge", "table_rows", "plot"]
@@ -125,30 +127,38 @@ def _sfsl_row(rounds: int, clients: int, seed: int) -> dict[str, Any]:
 
 def run(*, epochs: int = 1, accuracy_epochs: int = 20, seed: int = 0, secea_silos: int = 3, secea_rounds: int = 10,
         secea_items: int = 100, sfsl_rounds: int = 2, sfsl_clients: int = 10, only: tuple[str, ...] | None = None,
-        on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+        progress: Steps | None = None) -> dict[str, Any]:
     """All rows (``only``: a subset of labels, for tests and partial runs).  ``accuracy_epochs``
     adds a plaintext row trained that long: the RMSE that SecEmb, GREC and SecFedRec reach with
-    the same budget, since they reproduce the plaintext model bit for bit (0: skip)."""
-    rows = []
+    the same budget, since they reproduce the plaintext model bit for bit (0: skip).  A warm-up
+    (:func:`secemb.bench.server.warm_up`, untimed) compiles the DPF kernels first, so no row's
+    seconds include compilation; ``progress`` hears of every row."""
+    from secemb.bench.server import warm_up
+
+    def wanted(label: str) -> bool:
+        return only is None or label in only
+
+    def untimed_warm_up() -> None:
+        warm_up()
+
+    plan: list[tuple[str, Callable[[], dict[str, Any] | None]]] = [("warm-up (untimed)", untimed_warm_up)]
     for label, kwargs in FAMILY.items():
-        if only is None or label in only:
-            if on_step:
-                on_step(f"{label}: {epochs} epoch(s)")
-            rows.append(_family_row(label, kwargs, epochs, seed))
-    if accuracy_epochs and (only is None or "plaintext FL" in only):
-        if on_step:
-            on_step(f"plaintext FL: {accuracy_epochs} epochs (accuracy reference)")
-        ref = _family_row("plaintext FL", FAMILY["plaintext FL"], accuracy_epochs, seed)
-        rows.append({**ref, "protocol": "plaintext FL (accuracy reference; the lossless rows reach it bit for bit)"})
-    if only is None or "SecEA" in only:
-        if on_step:
-            on_step(f"SecEA: {secea_silos} silos")
-        rows.append(_secea_row(secea_silos, secea_rounds, secea_items, seed))
-    if only is None or "SFSL" in only:
-        if on_step:
-            on_step(f"SFSL: {sfsl_rounds} rounds of {sfsl_clients} devices")
-        rows.append(_sfsl_row(sfsl_rounds, sfsl_clients, seed))
-    return {"dataset": "ml-100k", "model": "mf", "seed": seed, "rows": rows}
+        if wanted(label):
+            plan.append((f"{label}: {epochs} epoch(s)", partial(_family_row, label, kwargs, epochs, seed)))
+    if accuracy_epochs and wanted("plaintext FL"):
+        def reference() -> dict[str, Any]:
+            ref = _family_row("plaintext FL", FAMILY["plaintext FL"], accuracy_epochs, seed)
+            return {**ref, "protocol": "plaintext FL (accuracy reference; the lossless rows reach it bit for bit)"}
+
+        plan.append((f"plaintext FL: {accuracy_epochs} epochs (accuracy reference)", reference))
+    if wanted("SecEA"):
+        plan.append((f"SecEA: {secea_silos} silos", partial(_secea_row, secea_silos, secea_rounds, secea_items, seed)))
+    if wanted("SFSL"):
+        plan.append((f"SFSL: {sfsl_rounds} rounds of {sfsl_clients} devices",
+                     partial(_sfsl_row, sfsl_rounds, sfsl_clients, seed)))
+    rows = [row for _, step in reported(plan, progress, lambda p: p[0]) if (row := step()) is not None]
+    return {"dataset": "ml-100k", "model": "mf", "seed": seed, "rows": rows,
+            "warm_up": "one untimed round of every SecEmb variant at m = 1,682 first: no compilation in any figure"}
 
 
 def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -187,19 +197,23 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
 
 
 def plot(result: dict[str, Any], path: str) -> None:
-    """One PNG: a panel per measure, the protocols along x (log axis)."""
-    from secemb.bench.plots import line_panels
+    """One PNG: a panel per measure, a bar per protocol with its value on it (a log axis only
+    where a measure spans a decade or more)."""
+    from secemb.bench.plots import bar_panels
 
     rows = [r for r in result["rows"] if r["up_bytes"] is not None and "reference" not in r["protocol"]]
     short = {label: key for key, label in KEYS.items()}
     names = [short.get(r["protocol"], r["protocol"]).replace("-", "\n") for r in rows]
-    nan = float("nan")
+
+    def bars(key: str, scale: float = 1.0) -> dict[str, float | None]:
+        return {n: None if r[key] is None else r[key] / scale for n, r in zip(names, rows, strict=True)}
+
     panels = {
-        "upload, bytes per client and round": {"measured": [r["up_bytes"] for r in rows]},
-        "download, bytes per client and round": {"measured": [r["down_bytes"] for r in rows]},
-        "client seconds per round": {"measured": [r["client_s"] or nan for r in rows]},
-        "server seconds per round": {"measured": [r["server_s"] or nan for r in rows]},
-        "test RMSE (SFSL: not RMSE, left out)": {"measured": [r["rmse"] or nan for r in rows]},
+        "upload, KB per client and round": bars("up_bytes", 1e3),
+        "download, KB per client and round": bars("down_bytes", 1e3),
+        "client seconds per round": bars("client_s"),
+        "server seconds per round": bars("server_s"),
+        "test RMSE": bars("rmse"),
     }
-    line_panels(path, panels, xlabel="", ylabel="", x=names, logy=True,
-                title="secemb bench compare: MF on ML-100K (same split), measured")
+    bar_panels(path, panels, notes={"test RMSE": "SFSL reports AUC, not RMSE: n/a"},
+               title="secemb bench compare: MF on ML-100K (same split), measured")

@@ -33,15 +33,17 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from secemb.bench.machine import machine_info
+from secemb.bench.progress import Steps, reported
 from secemb.bench.server import TimedBackend, measure
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.protocols.backends import Backend, ProcessBackend, SerialBackend, ThreadBackend
 
-__all__ = ["BACKENDS", "SIZES", "amdahl_bound", "default_workers", "machine_ceiling", "plot", "run", "table_rows"]
+__all__ = ["BACKENDS", "SIZES", "above_ideal", "amdahl_bound", "default_workers", "machine_ceiling", "plot", "run",
+           "table_rows"]
 
 #: the pooled backends the benchmark compares with the serial one
 BACKENDS = {"process": ProcessBackend, "thread": ThreadBackend}
@@ -195,10 +197,11 @@ def _configuration(name: str, inner: Backend, workers: int | None, params: dict[
 
 
 def run(workers: list[int] | None = None, size: str = "ml-1m", layout: str = "cuckoo", relay: bool = True,
-        repeat: int = 3, progress: Callable[[str], None] | None = None,
+        repeat: int = 3, progress: Steps | None = None,
         backends: Sequence[str] = ("process",)) -> dict[str, Any]:
     """Serial, then each of ``backends`` (keys of :data:`BACKENDS`) at each count of
-    ``workers`` (default :func:`default_workers`), at ``size`` (a key of :data:`SIZES`).
+    ``workers`` (default :func:`default_workers`), at ``size`` (a key of :data:`SIZES`);
+    ``progress`` hears of every configuration.
 
     Raises
     ------
@@ -218,24 +221,31 @@ def run(workers: list[int] | None = None, size: str = "ml-1m", layout: str = "cu
         raise InvalidParameters(f"worker counts and repeat must be >= 1, got {counts} and {repeat}")
     m, m_prime, users = SIZES[size]
     params = {"layout": layout, "relay": relay, "m": m, "m_prime": m_prime, "d": _D, "users": users}
-    if progress:
-        progress(f"{size}: serial backend")
-    serial = _configuration("serial", SerialBackend(), None, params, repeat)
-    records = [serial]
-    for name in backends:
-        for n in counts:
-            if progress:
-                progress(f"{size}: {name} backend, {n} worker{'s' if n > 1 else ''}")
+    plan: list[tuple[str, int | None]] = [("serial", None)] + [(name, n) for name in backends for n in counts]
+    plan.append(("ceiling", None))
+    records: list[dict[str, Any]] = []
+    ceiling: dict[int, float] = {}
+
+    def step_name(step: tuple[str, int | None]) -> str:
+        name, n = step
+        if name == "ceiling":
+            return "machine ceiling: concurrent AES streams"
+        return f"{size}: {name} backend" + ("" if n is None else f", {n} worker{'s' if n > 1 else ''}")
+
+    for name, n in reported(plan, progress, step_name):
+        if name == "serial":
+            records.append(_configuration("serial", SerialBackend(), None, params, repeat))
+        elif n is not None:
+            serial = records[0]
             rec = _configuration(name, BACKENDS[name](n), n, params, repeat)
             if rec["result_sha256"] != serial["result_sha256"]:
                 raise ProtocolError(f"the {name} backend with {n} workers gave other results than the serial one")
             rec["speedup"] = serial["server_s_per_round"] / rec["server_s_per_round"]
             rec["evaluation_speedup"] = serial["evaluation_s_per_round"] / rec["evaluation_s_per_round"]
             records.append(rec)
-    serial["speedup"] = serial["evaluation_speedup"] = 1.0
-    if progress:
-        progress("machine ceiling: concurrent AES streams")
-    ceiling = machine_ceiling(counts)
+        else:
+            ceiling = machine_ceiling(counts)
+    records[0]["speedup"] = records[0]["evaluation_speedup"] = 1.0
     return {
         "size": size,
         "m": m,
@@ -279,8 +289,18 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+def above_ideal(result: dict[str, Any], tolerance: float = 0.02) -> list[tuple[str, int, float]]:
+    """``(backend, workers, speed-up)`` of every pooled record whose measured round speed-up
+    beats the ideal (its worker count) by more than ``tolerance`` (relative): no backend can,
+    so such a figure says the serial round was slowed (load, a cold cache) -- a warning, not a
+    result."""
+    return [(r["backend"], r["workers"], r["speedup"]) for r in result["records"]
+            if r["workers"] is not None and r["speedup"] > r["workers"] * (1 + tolerance)]
+
+
 def plot(result: dict[str, Any], path: str) -> None:
-    """Speed-up over the serial backend against workers, with the ideal line, to ``path``."""
+    """Speed-up over the serial backend against workers, with the ideal line, to ``path``;
+    a speed-up above the ideal is marked as a warning (:func:`above_ideal`)."""
     from secemb.bench.plots import line_panels
 
     names = [n for n in BACKENDS if any(r["backend"] == n for r in result["records"])]
@@ -297,6 +317,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     series["ideal"] = [float(n) for n in xs]
     if "machine_ceiling" in result:  # results written before the ceiling was measured lack it
         series["machine: n concurrent AES streams"] = [result["machine_ceiling"].get(str(n), float("nan")) for n in xs]
-    line_panels(path, {title: series},
-                xlabel="workers", ylabel="speed-up over serial", x=xs,
-                title=f"secemb bench scale ({result['machine']['cores']} cores{load})")
+    flags = [(n, x, f"{name}: {x:.2f}x > ideal {n}x,\nthe serial round was slowed?")
+             for name, n, x in above_ideal(result)]
+    line_panels(path, {title: series}, xlabel="workers", ylabel="speed-up over serial", x=xs, flags={title: flags},
+                dashed=("ideal",), title=f"secemb bench scale ({result['machine']['cores']} cores{load})")

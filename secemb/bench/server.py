@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 
 from secemb.bench.machine import machine_info
+from secemb.bench.progress import Steps, reported
 from secemb.errors import InvalidParameters
 from secemb.protocols.backends import Backend, Handle
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol
 
-__all__ = ["CONFIGS", "TimedBackend", "measure", "run"]
+__all__ = ["CONFIGS", "WARM_UP", "TimedBackend", "measure", "run", "warm_up"]
 
 #: (name, m, m', users for the full layout, users for the cuckoo layout): at Yelp size one
 #: full-layout user costs each server ~10 s, so both layouts are also compared at 10 users
@@ -166,63 +167,75 @@ def failure_rate(m: int, m_prime: int, users: int, expansion: float = 1.25, seed
     }
 
 
+#: what the result says about the first-call costs
+WARM_UP = ("one untimed round of every variant (full; cuckoo; cuckoo + relay) at m = 1,682 before the timings: "
+           "kernel compilation and first-call costs are in no figure")
+
+
+def warm_up(backend: Backend | None = None) -> None:
+    """One untimed round of every variant (full, cuckoo, cuckoo + relay) of 2 users at
+    m = 1,682 through ``backend``: the kernels compile (or load from numba's cache) and
+    first-call costs are paid here, not in a timed round."""
+    for layout, relay in (("full", False), ("cuckoo", False), ("cuckoo", True)):
+        measure(layout, relay, 1682, 20, 8, 2, backend=backend)
+
+
 def run(
-    quick: bool = False, progress: Callable[[str], None] | None = None, full_users: int | None = None,
-    backend: str = "serial",
+    quick: bool = False, progress: Steps | None = None, full_users: int | None = None, backend: str = "serial",
 ) -> dict[str, Any]:
     """All configurations, plus the sweep over m behind the plot; ``quick`` shrinks them;
     ``full_users`` overrides the number of users of the full-layout runs (and of the cuckoo
-    runs compared with them).  ``backend`` ``"gpu"``: the servers evaluate on the CUDA device,
-    and the result's ``gpu`` entry holds that GPU's raw AES rate and the kernels' leaves per
-    second measured in the same run (:func:`secemb.bench.gpu.run`; raises
-    :class:`~secemb.errors.InvalidParameters` without a CUDA device)."""
-    evaluator: Backend | None = None
-    gpu_figures = None
-    if backend == "gpu":
-        from secemb.bench import gpu as bench_gpu
-        from secemb.protocols.backends import GpuBackend
-
-        if progress:
-            progress("GPU: raw AES and kernel throughput")
-        gpu_figures = bench_gpu.run(quick, yelp_round=False)
-        evaluator = GpuBackend()
-    elif backend != "serial":
+    runs compared with them); ``progress`` hears of every step.  ``backend`` ``"gpu"``: the
+    servers evaluate on the CUDA device, and the result's ``gpu`` entry holds that GPU's raw
+    AES rate and the kernels' leaves per second measured in the same run
+    (:func:`secemb.bench.gpu.run`; raises :class:`~secemb.errors.InvalidParameters` without a
+    CUDA device)."""
+    if backend not in ("serial", "gpu"):
         raise InvalidParameters(f"backend must be 'serial' or 'gpu', got {backend!r}")
     d = 64
-    records = []
     configs = [("tiny", 1682, 200, 2, 2)] if quick else CONFIGS
     if full_users:
         configs = [(n, m, mp, full_users, cu) for n, m, mp, _, cu in configs]
-    for name, m, mp, full_users, cuckoo_users in configs:
-        runs = [("full", False, full_users), ("cuckoo", False, full_users), ("cuckoo", True, full_users)]
-        if cuckoo_users != full_users:
-            runs.append(("cuckoo", True, cuckoo_users))
-        for layout, relay, users in runs:
-            if progress:
-                progress(f"{name}: {layout}{' relay' if relay else ''}, {users} users")
+    # the plan: (step name, kind, arguments)
+    plan: list[tuple[str, str, tuple[Any, ...]]] = []
+    if backend == "gpu":
+        plan.append(("GPU: raw AES and kernel throughput", "gpu", ()))
+    plan.append(("warm-up (untimed)", "warm-up", ()))
+    for name, m, mp, full_n, cuckoo_n in configs:
+        runs = [("full", False, full_n), ("cuckoo", False, full_n), ("cuckoo", True, full_n)]
+        if cuckoo_n != full_n:
+            runs.append(("cuckoo", True, cuckoo_n))
+        plan += [(f"{name}: {layout}{' relay' if relay else ''}, {users} users", "record",
+                  (name, layout, relay, m, mp, users)) for layout, relay, users in runs]
+    for m in [1682] if quick else [1682, 3883, 10681, 30000, 93386]:
+        plan += [(f"sweep m={m}: {layout}", "sweep", (layout, m)) for layout in ("full", "cuckoo")]
+    plan.append(("cuckoo insertion failures", "insertion", ()))
+    if not quick:
+        plan.append(("traffic of every variant", "traffic", ()))
+    evaluator: Backend | None = None
+    result: dict[str, Any] = {"records": [], "sweep": [], "insertion": [], "traffic": [], "backend": backend,
+                              "warm_up": WARM_UP, "gpu": None}
+    for _, kind, args in reported(plan, progress, lambda step: step[0]):
+        if kind == "gpu":
+            from secemb.bench import gpu as bench_gpu
+            from secemb.protocols.backends import GpuBackend
+
+            result["gpu"] = bench_gpu.run(quick, yelp_round=False)
+            evaluator = GpuBackend()
+        elif kind == "warm-up":
+            warm_up(evaluator)
+        elif kind == "record":
+            name, layout, relay, m, mp, users = args
             rec = measure(layout, relay, m, mp, d, users, backend=evaluator)
-            rec["dataset"] = name
-            rec["backend"] = backend
-            records.append(rec)
-    sweep = []
-    sizes = [1682] if quick else [1682, 3883, 10681, 30000, 93386]
-    for m in sizes:
-        for layout in ("full", "cuckoo"):
-            if progress:
-                progress(f"sweep m={m}: {layout}")
-            sweep.append(measure(layout, False, m, 200, d, 2, backend=evaluator))
-    failures = [failure_rate(m, mp, 100 if quick else 2000) for _, m, mp, _, _ in configs]
-    if progress:
-        progress("traffic of every variant")
-    return {
-        "records": records,
-        "sweep": sweep,
-        "insertion": failures,
-        "traffic": [] if quick else traffic(),
-        "backend": backend,
-        "gpu": gpu_figures,
-        "machine": machine_info(),
-    }
+            result["records"].append({**rec, "dataset": name, "backend": backend})
+        elif kind == "sweep":
+            result["sweep"].append(measure(args[0], False, args[1], 200, d, 2, backend=evaluator))
+        elif kind == "insertion":
+            result["insertion"] = [failure_rate(m, mp, 100 if quick else 2000) for _, m, mp, _, _ in configs]
+        else:
+            result["traffic"] = traffic()
+    result["machine"] = machine_info()
+    return result
 
 
 def plot(sweep: list[dict[str, Any]], path: str) -> None:

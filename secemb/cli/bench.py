@@ -181,20 +181,18 @@ def _register_server(bench_app: typer.Typer) -> None:
         from rich.console import Console
 
         from secemb.bench import server as bench_server
-        from secemb.cli._usage import check_output_dir
+        from secemb.cli._usage import check_output_dir, fail
+        from secemb.cli.bench_output import print_table, steps_bar
+        from secemb.errors import InvalidParameters
 
         check_output_dir(Path(out), "--out")
         _require_plots()
-        console = Console(stderr=True)
-        from secemb.cli._usage import fail
-        from secemb.errors import InvalidParameters
-
         if backend not in ("serial", "gpu"):
             fail(f"--backend must be serial or gpu, got {backend!r}")
         try:
-            with console.status("measuring") as status:
-                result = bench_server.run(quick=quick, progress=lambda msg: status.update(msg),
-                                          full_users=full_users or None, backend=backend)
+            with steps_bar(quiet=as_json) as progress:
+                result = bench_server.run(quick=quick, progress=progress, full_users=full_users or None,
+                                          backend=backend)
         except InvalidParameters as exc:
             fail(exc)
         os.makedirs(out, exist_ok=True)
@@ -204,17 +202,13 @@ def _register_server(bench_app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(result["records"], indent=2))
             return
-        from rich.table import Table
-
-        table = Table(title="secemb bench server")
-        for col in ("dataset", "layout", "relay", "m", "m'", "users", "server s/round"):
-            table.add_column(col)
-        for r in result["records"]:
-            table.add_row(
-                r["dataset"], r["layout"], str(r["relay"]), str(r["m"]), str(r["m_prime"]),
-                str(r["users"]), f"{r['server_s_per_round']:.3f}",
-            )
-        Console().print(table)
+        print_table("secemb bench server", [(c, "left" if c in ("dataset", "layout") else "right") for c in
+                                             ("dataset", "layout", "relay", "m", "m'", "users", "server s", "cpu s")],
+                    [(r["dataset"], r["layout"], str(r["relay"]), str(r["m"]), str(r["m_prime"]), str(r["users"]),
+                      f"{r['server_s_per_round']:.3f}", f"{r['server_cpu_s_per_round']:.3f}")
+                     for r in result["records"]])
+        typer.echo("server s: the busier server's wall seconds in one round; cpu s: its CPU seconds in this process "
+                   f"(what load does not inflate); {result['warm_up']}")
         if result.get("gpu"):
             from secemb.bench import gpu as bench_gpu
 

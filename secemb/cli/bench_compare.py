@@ -33,14 +33,11 @@ def register(bench_app: typer.Typer) -> None:
     ) -> None:
         """Traffic up/down per client and round, client and server seconds, test RMSE and what
         each server learns, for every protocol of the four papers on MF / ML-100K (same split)."""
-        from rich.console import Console
-        from rich.markup import escape
-        from rich.table import Table
-
         from secemb.bench import compare as bench_compare
         from secemb.bench.plots import PlotsUnavailable, require
         from secemb.cli._usage import check_output_file, fail
         from secemb.data import DataFormatError, DatasetNotFoundError
+        from secemb.cli.bench_output import print_table, steps_bar
         from secemb.errors import InvalidParameters
 
         check_output_file(out, "--out")
@@ -57,7 +54,6 @@ def register(bench_app: typer.Typer) -> None:
             require()
         except PlotsUnavailable as exc:
             fail(exc)
-        console = Console(stderr=True)
         if merge_from:
             try:
                 parts = [json.loads(Path(p.strip()).read_text()) for p in merge_from.split(",") if p.strip()]
@@ -66,24 +62,24 @@ def register(bench_app: typer.Typer) -> None:
                 fail(f"--from: cannot read the results: {exc}")
         else:
             try:
-                with console.status("measuring") as status:
+                with steps_bar(quiet=as_json) as progress:
                     result = bench_compare.run(epochs=epochs, accuracy_epochs=accuracy_epochs,
                                                secea_silos=secea_silos, secea_rounds=secea_rounds,
                                                secea_items=secea_items, sfsl_rounds=sfsl_rounds,
                                                sfsl_clients=sfsl_clients,
                                                only=tuple(bench_compare.KEYS[k] for k in keys) or None,
-                                               on_step=lambda msg: status.update(escape(msg)))
+                                               progress=progress)
             except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
                 fail(exc)
         bench_compare.plot(result, str(plot_out))
         if save_result(result, out, as_json):
             return
         source = f"merged from {merge_from}" if merge_from else "measured in this run"
-        table = Table(title=f"secemb bench compare: MF on ML-100K, same 80/20 split ({source})")
-        for col in ("protocol", "clients", "training", "test accuracy", "up KB/client/round", "down KB/client/round",
-                    "client s/round", "server s/round", "what the server (or a coalition) learns"):
-            table.add_column(col, justify="right" if "/" in col or "RMSE" in col else "left")
-        for row in bench_compare.table_rows(result):
-            table.add_row(*map(escape, row))
-        Console().print(table)
+        columns = [("protocol", "left"), ("clients", "left"), ("training", "left"), ("accuracy", "right"),
+                   ("up KB", "right"), ("down KB", "right"), ("client s", "right"), ("server s", "right"),
+                   ("what the server (or a coalition) learns", "left")]
+        print_table(f"secemb bench compare: MF on ML-100K, same 80/20 split ({source})", columns,
+                    bench_compare.table_rows(result))
+        typer.echo("up / down KB: bytes a client sent / received per round; client s / server s: seconds per round "
+                   "(after an untimed warm-up)")
         typer.echo(f"wrote {out} and {plot_out}")

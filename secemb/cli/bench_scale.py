@@ -31,13 +31,10 @@ def register(bench_app: typer.Typer) -> None:
         """The busier server's time per round through the serial backend and the process and thread
         backends at each worker count (results checked equal), its speed-up, and each worker
         process's peak memory."""
-        from rich.console import Console
-        from rich.markup import escape
-        from rich.table import Table
-
         from secemb.bench import plots
         from secemb.bench import scale as bench_scale
         from secemb.cli._usage import check_output_file, fail
+        from secemb.cli.bench_output import print_table, steps_bar
         from secemb.errors import InvalidParameters
 
         check_output_file(out, "--out")
@@ -48,9 +45,9 @@ def register(bench_app: typer.Typer) -> None:
             fail(f"--workers must be comma-separated integers, got {workers!r}")
         try:
             plots.require()
-            with Console(stderr=True).status("measuring") as status:
+            with steps_bar(quiet=as_json) as progress:
                 result = bench_scale.run(counts or None, size=size, layout=layout, relay=relay, repeat=repeat,
-                                         progress=lambda msg: status.update(escape(msg)),
+                                         progress=progress,
                                          backends=[b.strip() for b in backends.split(",") if b.strip()])
         except (InvalidParameters, plots.PlotsUnavailable) as exc:
             fail(exc)
@@ -58,15 +55,12 @@ def register(bench_app: typer.Typer) -> None:
         if save_result(result, out, as_json):
             return
         load = f", load average {result['load_average'][0]:.1f}" if result["load_average"] else ""
-        table = Table(title=escape(
-            f"secemb bench scale ({result['size']}: m = {result['m']:,}, m' = {result['m_prime']}, "
-            f"{result['users']} users, {result['layout']}{' + relay' if result['relay'] else ''}; "
-            f"{result['machine']['cores']} cores{load})"))
-        for col in ("backend", "n", "round s", "x", "eval s", "x ", "out s", "cpu s", "wcpu s", "RSS MiB"):
-            table.add_column(col, justify="left" if col == "backend" else "right")
-        for row in bench_scale.table_rows(result):
-            table.add_row(*map(escape, row))
-        Console().print(table)
+        print_table(f"secemb bench scale ({result['size']}: m = {result['m']:,}, m' = {result['m_prime']}, "
+                    f"{result['users']} users, {result['layout']}{' + relay' if result['relay'] else ''}; "
+                    f"{result['machine']['cores']} cores{load})",
+                    [(col, "left" if col == "backend" else "right") for col in
+                     ("backend", "n", "round s", "x", "eval s", "x ", "out s", "cpu s", "wcpu s", "RSS MiB")],
+                    bench_scale.table_rows(result))
         typer.echo("n: workers; round s: the busier server's calls in one round; eval s: both servers' "
                    "work in the backend's tasks (evaluations; with threads also the control-bit products); "
                    "x: speed-up over serial; out s: the busier server's round outside the backend's tasks; "
@@ -83,4 +77,7 @@ def register(bench_app: typer.Typer) -> None:
                        "not a measurement)")
         shared = max(r["peak_shared_bytes"] for r in result["records"])
         typer.echo(f"published tables (both servers): {shared / 2**20:,.1f} MiB of shared memory")
+        for name, n, x in bench_scale.above_ideal(result):
+            typer.echo(f"warning: the {name} backend's round at {n} workers measured {x:.2f}x, above the ideal {n}x: "
+                       "no backend can beat it, so the serial round was slowed (load?); run again before using it")
         typer.echo(f"wrote {out} and {plot}")

@@ -50,3 +50,12 @@ def test_bench_server_quick_lists_both_layouts(tmp_path) -> None:
     assert (tmp_path / "server_vs_m.png").stat().st_size > 0
     saved = json.loads((tmp_path / "server.json").read_text())
     assert saved["insertion"][0]["users"] == 100
+    assert "untimed round of every variant" in saved["warm_up"]
+
+
+def test_bench_server_table_fits_80_columns_and_states_the_warm_up(tmp_path) -> None:
+    res = CliRunner().invoke(app, ["bench", "server", "--quick", "--out", str(tmp_path)], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    table = res.output[: res.output.index("server s: ")]
+    assert max(len(line) for line in table.splitlines()) <= 80 and "…" not in table
+    assert "cpu s" in table and "kernel compilation and first-call costs are in no figure" in res.output
