@@ -1,5 +1,6 @@
 """``secemb demo --network``: both servers as processes on 127.0.0.1 and simulated devices
-over HTTP, training like ``secemb train`` (same options, same ``--json-out`` document).
+over HTTP, training like ``secemb train`` (same options; with ``--reproducible`` the same
+``--json-out`` document and model).
 
 Exit codes: 0 success; 1 ``--verify`` found a mismatch or a round could not be completed;
 2 bad usage.
@@ -53,7 +54,14 @@ def register(app: typer.Typer) -> None:
         users_per_round: Annotated[int, typer.Option(min=1, help="Users per round.")] = 100,
         m_prime: Annotated[int | None, typer.Option(min=1, help="Rows per user and round; default: Eq. 11.")] = None,
         alpha: Annotated[float, typer.Option(min=0.0, help="Eq. 11 multiplier of the mean rating count.")] = 2.5,
-        seed: Annotated[int, typer.Option(min=0, help="Seed of all training randomness.")] = 0,
+        seed: Annotated[int, typer.Option(min=0, help=(
+            "Seed of the public model, the data split and the rounds' users (and, with --reproducible or "
+            "--in-process, of the devices' private draws)."))] = 0,
+        reproducible: Annotated[bool, typer.Option("--reproducible", help=(
+            "--network: the simulated devices draw their private state (initialization, samples, padding) from "
+            "--seed, so the model equals secemb train's -- a simulation: whoever guesses the seed replays them. "
+            "Default: from each device's own entropy, as deployed devices do. --in-process is always "
+            "reproducible."))] = False,
         verify: Annotated[bool, typer.Option(help="Check rows, model sync and every optimizer step.")] = False,
         json_out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
         lr: Annotated[float | None, typer.Option(help="Adam step size (default: preset).")] = None,
@@ -76,9 +84,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train with two real server processes and N devices on 127.0.0.1.
 
-        Networked and in-process runs with the same options write the same JSON document
-        and the same model_sha256.  Communication figures are the protocol message bytes
-        the devices sent and received (HTTP headers excluded).
+        With --reproducible, networked and in-process runs with the same options write the
+        same JSON document and the same model_sha256; without it the networked devices draw
+        their private state from their own entropy (docs/security.md) and no two runs agree.
+        Communication figures are the protocol message bytes the devices sent and received
+        (HTTP headers excluded).
         """
         from rich.console import Console
         from rich.table import Table
@@ -128,6 +138,7 @@ def register(app: typer.Typer) -> None:
                     result = run_networked_experiment(
                         exp, workdir=workdir, concurrency=concurrency, deadline_s=deadline, on_start=on_start,
                         on_round=on_round, on_epoch=on_epoch, on_cluster=on_cluster,
+                        device_randomness="reproducible" if reproducible else "private",
                     )
                 else:
                     result = run_experiment(exp, on_start=on_start, on_round=on_round, on_epoch=on_epoch)

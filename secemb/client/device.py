@@ -19,9 +19,9 @@ Key generation and reconstruction are the protocol's own :class:`~secemb.protoco
 (fresh OS randomness for every key).  What the device trains on comes from the model's task
 (:mod:`secemb.models.task`: the rating task's distinct items and ratings, or a sequential
 task's windows with sampled negatives, which are requested privately like every row); the
-task's draws and the placement draws come from the device's own
-:class:`numpy.random.Generator` -- or, in a simulation that must match the in-process run bit
-for bit, as a :class:`~secemb.models.task.Sample` and a
+task's draws and the placement draws come from the device's own generator,
+:func:`private_rng` (seeded from the OS CSPRNG, never from a run seed) -- or, in a simulation
+that must match the in-process run bit for bit, as a :class:`~secemb.models.task.Sample` and a
 :class:`~secemb.protocols.placement.PaddedRequest` the driver drew.
 """
 
@@ -44,6 +44,7 @@ from secemb.protocols import get_protocol
 from secemb.protocols.base import Protocol, RoundConfig
 from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.protocols.placement import PaddedRequest, place
+from secemb.randomness import system_rng
 from secemb.ring import FixedPoint
 from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.sharing import share
@@ -62,7 +63,25 @@ if TYPE_CHECKING:
 #: the order of the count stage's device hops (server 1 first)
 COUNT_ORDER = round_plan(relay=False).device_sends("count")
 
-__all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession"]
+__all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession", "private_rng"]
+
+#: bytes of OS entropy that seed a device's :func:`private_rng`
+_PRIVATE_SEED_BYTES = 32
+
+
+def private_rng() -> np.random.Generator:
+    """A device's own generator for its private draws -- the initialization of its private
+    parameters, its task's samples (negatives, dropout), the padding slots of its requests --
+    seeded with 256 bits from the OS CSPRNG (:func:`secemb.randomness.system_rng`), never
+    from a run seed or anything a server receives (issue 33, item 4).
+
+    numpy's PCG64 expands the seed (the models and the placement take a numpy generator); it
+    is a statistical generator, not a cryptographic one, so its outputs are never sent as
+    they are: what leaves the device are DPF keys, which hide the slots, and additive
+    shares of updates.  Keys, shares and DP noise use :func:`~secemb.randomness.system_rng`
+    directly."""
+    return np.random.default_rng(int.from_bytes(system_rng(_PRIVATE_SEED_BYTES), "little"))
+
 
 #: the round document's SHA-256 fields of its model block (:meth:`RoundInfo.check_model`)
 _MODEL_HASHES = ("item_features_sha256", "recommender_table_sha256")
@@ -400,7 +419,7 @@ class RoundSession:
         """Build the round's sample -- ``sample``, or the task's draw from the device's
         ``items`` (int64 (n,)) and ``ratings`` (float32 (n,)) in the task's order (by item for
         ratings, chronological for sequences) -- choose the request slots (``placement``, or
-        drawn), and make the retrieval keys.  Draws use ``rng``, by default a fresh generator.
+        drawn), and make the retrieval keys.  Draws use ``rng``, by default a fresh :func:`private_rng`.
 
         Raises
         ------
@@ -412,7 +431,7 @@ class RoundSession:
         self._advance(0)
         t = time.perf_counter()
         if rng is None and (sample is None or placement is None):  # a fresh generator only if drawn from
-            rng = np.random.default_rng()
+            rng = private_rng()
         if sample is None:
             assert items is not None and ratings is not None and rng is not None  # checked above
             sample = self.task.sample(np.asarray(items, dtype=np.int64), ratings, self.rc.num_items, rng)
@@ -602,7 +621,8 @@ class Device:
         task (:attr:`~secemb.models.task.Task.order`: chronological for a sequential model).
     store, user: where its private parameters live (row ``user`` of ``store``); by default a
         fresh one-row store initialized by the model with ``rng``.
-    rng: the device's generator for placement draws (and initialization); default fresh.
+    rng: the device's generator for its private draws (initialization, samples, slots); default a
+        fresh :func:`private_rng`.
     """
 
     def __init__(self, client: DeviceClient, items: np.ndarray, ratings: np.ndarray, *,
@@ -612,7 +632,7 @@ class Device:
         self.items, self.ratings = np.asarray(items, dtype=np.int64), np.asarray(ratings)
         self.store = store
         self.row = 0 if store is None else (client.user_id if user is None else int(user))
-        self.rng = rng or np.random.default_rng()
+        self.rng = rng or private_rng()
         self._snap: UserSnapshot | None = None
         self._round: int | None = None
 

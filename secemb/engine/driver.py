@@ -10,16 +10,20 @@ model by construction.
 
 Randomness
     The public model is initialized from ``default_rng(public_init_seed(seed))``
-    (:func:`~secemb.engine.settings.public_init_seed`, one-way): server 0 repeats it from that
-    seed alone and the driver checks the two agree.  All other training randomness comes from
-    one ``numpy.random.default_rng(seed)`` owned here, which the servers never see, consumed in
-    a fixed order: the devices' private initialization, then
-    per epoch the user permutation and per round, user by user in round order, the user's task
-    sample (:meth:`~secemb.models.task.Task.sample`: nothing for ratings; windows, negatives
-    and the dropout seed for a sequence) followed by its placement draws.  Each device is
-    handed its sample and placement.  Cryptographic randomness is the protocol's own (OS
-    randomness).  Ring sums are exact and the optimizer runs on server 0, so neither the order
-    in which devices arrive nor how the engine batches them changes the model.
+    (:func:`~secemb.engine.settings.public_init_seed`): server 0 repeats it from that seed
+    alone and the driver checks the two agree.  The operator's draws (per epoch the user
+    permutation, or the Poisson samples) come from one ``numpy.random.default_rng(seed)`` owned
+    here.  The devices' private draws come from where ``device_randomness``
+    (:data:`~secemb.engine.settings.DeviceRandomness`) says: ``"reproducible"``, the same
+    generator -- consumed in a fixed order: the devices' private initialization first, then
+    the operator's draws and per round, user by user in round order, the user's task sample
+    (:meth:`~secemb.models.task.Task.sample`: nothing for ratings; windows, negatives and the
+    dropout seed for a sequence) followed by its placement draws; ``"private"``, a generator
+    of OS entropy (:func:`~secemb.client.device.private_rng`) in the same order, so nothing
+    private follows from the seed.  Each device is handed its sample and placement.
+    Cryptographic randomness is the protocol's own (OS randomness).  Ring sums are exact and
+    the optimizer runs on server 0, so neither the order in which devices arrive nor how the
+    engine batches them changes the model.
 
 Faults
     A round that ends ``aborted`` (a server died, or too few users reached both servers) is
@@ -40,10 +44,10 @@ from typing import Any, Protocol as TypingProtocol
 import numpy as np
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from secemb.client.device import DeviceClient, RoundInfo, RoundSession
+from secemb.client.device import DeviceClient, RoundInfo, RoundSession, private_rng
 from secemb.data import RatingData, by_user, concat
 from secemb.engine.links import AdminLink
-from secemb.engine.settings import dp_plan_of, public_init_seed, rating_range_of
+from secemb.engine.settings import DEVICE_RANDOMNESS, DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
 from secemb.privacy.accounting import DPPlan
@@ -149,7 +153,7 @@ def initial_state(
 ) -> tuple[np.ndarray, np.ndarray, UserStore]:
     """The run's starting point: the public model ``(table, dense)`` from
     ``public_init_seed(cfg.seed)`` (what server 0 is configured with), and the devices'
-    private state from ``rng`` (``default_rng(cfg.seed)``, which the servers never see)."""
+    private state from ``rng`` (:func:`run`'s generator of the devices' private draws)."""
     table, dense = model.init_public(num_items, np.random.default_rng(public_init_seed(cfg.seed)),
                                      rating_range=rating_range)
     return table, dense, model.new_user_store(num_users, rng, cfg.adam())
@@ -201,6 +205,7 @@ def run(
     test_data: RatingData | None,
     config: TrainConfig,
     *,
+    device_randomness: DeviceRandomness,
     val_data: RatingData | None = None,
     deadline_s: float = 120.0,
     close_when_done: bool = True,
@@ -219,6 +224,10 @@ def run(
     ----------
     servers: the two servers (fresh state, configured for this run).
     model, protocol, train_data, test_data, config: the run (see :func:`secemb.training.train`).
+    device_randomness: where the devices' private draws come from
+        (:data:`~secemb.engine.settings.DeviceRandomness`): ``"reproducible"`` from the run's
+        seed (a simulation: one seed, one model), ``"private"`` from OS entropy (as deployed
+        devices draw them; no two runs alike).  No default: every caller says which.
     val_data: held-out ratings scored after every epoch (``EpochStats.val_rmse``).
     deadline_s: each round's deadline at the servers.
     close_when_done: close a round as soon as all its devices finished (else the servers
@@ -234,7 +243,8 @@ def run(
     Raises
     ------
     InvalidParameters
-        The servers are configured differently from ``model``/``protocol``/``config``.
+        The servers are configured differently from ``model``/``protocol``/``config``, or
+        ``device_randomness`` is neither mode.
     RoundAborted
         A round failed ``max_attempts`` times, or a server stayed unreachable.
     VerificationError
@@ -248,8 +258,11 @@ def run(
             held_out.num_items != train_data.num_items or held_out.num_users != train_data.num_users
         ):
             raise InvalidParameters("train, test and validation data must share the user and item id spaces")
+    if device_randomness not in DEVICE_RANDOMNESS:
+        raise InvalidParameters(f"device_randomness must be one of {DEVICE_RANDOMNESS}, got {device_randomness!r}")
     fp = FixedPoint(cfg.ring_bits, cfg.frac_bits)
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)  # the operator's draws
+    private = rng if device_randomness == "reproducible" else private_rng()  # the devices' draws
     m = train_data.num_items
     width, dense_size = model.sparse_width, model.dense_size
     task = model.task
@@ -271,7 +284,7 @@ def run(
     participated = np.zeros(train_data.num_users, dtype=np.int64)
 
     # ---- the initial public model: server 0 initializes it from the same seed
-    table, dense, store = initial_state(model, cfg, m, train_data.num_users, rating_range, rng)
+    table, dense, store = initial_state(model, cfg, m, train_data.num_users, rating_range, private)
     version, t0, d0 = _model(admin0, wait_s, m, width, dense_size)
     if version != 0 or model_sha256(t0, d0) != model_sha256(table, dense):
         raise InvalidParameters(
@@ -306,7 +319,7 @@ def run(
 
     result_config = run_config(
         model, protocol, cfg, train_data, test_data, m_prime, source, mean_count,
-        rating_range, int(active.size), extra_config,
+        rating_range, int(active.size), {**(extra_config or {}), "device_randomness": device_randomness},
     )
     m_prime_updates: list[dict[str, Any]] = []
     if cfg.m_prime_update:
@@ -397,8 +410,8 @@ def run(
                 continue
             drawn = []
             for u in users:
-                sample = task.sample(*per_user.of(u), m, rng)
-                req = place(rc_plan, sample.items, rng)
+                sample = task.sample(*per_user.of(u), m, private)
+                req = place(rc_plan, sample.items, private)
                 drawn.append((sample, req))
                 tot.truncated += int(req.kept.size < sample.items.size)
             last_error = ""

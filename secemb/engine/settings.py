@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -20,16 +20,44 @@ from secemb.ring import FixedPoint
 from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.training.results import TrainConfig
 
-__all__ = ["cluster_settings", "dp_plan_of", "public_init_seed", "rating_range_of", "simulation_floor"]
+__all__ = [
+    "DEVICE_RANDOMNESS",
+    "DeviceRandomness",
+    "cluster_settings",
+    "dp_plan_of",
+    "public_init_seed",
+    "rating_range_of",
+    "simulation_floor",
+]
 
 _PUBLIC_INIT = b"secemb/public-model-init/v1"
+
+#: Where a run's simulated devices draw their private state -- the initialization of their
+#: private parameters, their task samples, the padding slots of their requests
+#: (:func:`secemb.engine.driver.run`):
+#:
+#: ``"reproducible"`` -- from the run's seed (``numpy.random.default_rng(seed)``, a derivation
+#: apart from :func:`public_init_seed`'s; the seed itself is never sent).  One seed, one model:
+#: secure equals plaintext and an in-process run equals a networked one bit for bit.  A
+#: simulation only: whoever guesses the seed (a small one is found from ``init_seed`` by brute
+#: force) replays every device.
+#:
+#: ``"private"`` -- each device's own OS entropy
+#: (:func:`secemb.client.device.private_rng`), as a deployed device draws it: the run's seed
+#: drives only the public model and the operator's choice of users per round, and no two runs
+#: give the same model.
+DeviceRandomness = Literal["reproducible", "private"]
+DEVICE_RANDOMNESS: tuple[DeviceRandomness, ...] = ("reproducible", "private")
 
 
 def public_init_seed(seed: int) -> int:
     """The seed server 0 initializes the public model from: SHA-256 of a domain tag and the
-    run's ``seed``, as a 63-bit int.  One-way, so the servers, which hold only this value,
-    cannot recover ``seed`` and replay the devices' private initialization from it (issue 12,
-    finding 9)."""
+    run's ``seed``, as a 63-bit int.
+
+    One-way, but not hiding: a small ``seed`` is found from this value by trying seeds (issue
+    33, item 4: 4242 in 0.04 s).  So nothing private may come from ``seed`` where the servers
+    are not the simulation's own: there the devices draw from their own entropy
+    (:data:`DeviceRandomness` ``"private"``)."""
     digest = hashlib.sha256(_PUBLIC_INIT + int(seed).to_bytes(16, "little", signed=True)).digest()
     return int.from_bytes(digest[:8], "little") >> 1
 

@@ -5,9 +5,11 @@ driver (:func:`secemb.engine.driver.run`) plays the operator (opens and closes r
 the Eq. 11 count phase) and every device (one thread per concurrent device, each with its own
 signed connections through the device SDK), against the server processes of a
 :class:`Cluster` instead of in-process nodes.  The devices' ratings and private parameters
-never reach a server; what the servers see is exactly the protocol's messages.  With the same
-seed the final model's SHA-256 equals the in-process one (tested for every networked
-protocol).
+never reach a server; what the servers see is exactly the protocol's messages.  By default the
+devices draw their private state from their own entropy, as deployed devices do
+(``device_randomness="private"``); with ``device_randomness="reproducible"`` they draw it from
+the run's seed and the final model's SHA-256 equals the in-process one of the same seed
+(tested for every networked protocol).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from secemb.client.device import DeviceClient, RoundSession
 from secemb.data import RatingData
 from secemb.engine.driver import Servers, run
 from secemb.engine.http import HttpAdminLink
+from secemb.engine.settings import DeviceRandomness
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
 from secemb.training.results import TrainConfig, TrainResult
@@ -81,6 +84,7 @@ def train_networked(
     *,
     workers: int = 8,
     wait_s: float = 120.0,
+    device_randomness: DeviceRandomness = "private",
     **options: Any,
 ) -> TrainResult:
     """Train over the network; the :class:`~secemb.training.TrainResult` of the run.
@@ -88,7 +92,10 @@ def train_networked(
     ``cluster``: the two servers (fresh state, configured by
     :func:`~secemb.engine.settings.cluster_settings`); ``workers``: devices running at the
     same time; ``wait_s``: how long to keep retrying operator calls while a server is
-    unreachable.  ``options`` are the keyword options of :func:`secemb.engine.driver.run`
+    unreachable; ``device_randomness``: where the devices' private draws come from
+    (:data:`~secemb.engine.settings.DeviceRandomness`; ``"reproducible"`` to get the model of
+    :func:`secemb.training.train` with the same seed).  ``options`` are the keyword options of
+    :func:`secemb.engine.driver.run`
     (``val_data``, ``deadline_s``, ``close_when_done``, ``max_attempts``, ``behavior``, the
     round and progress callbacks, ``extra_config``), passed on as they are.
     Communication is what the device SDK sent and received (request and response bodies);
@@ -106,7 +113,8 @@ def train_networked(
 
     servers = Servers(admin=admin, device=device, phase=_ThreadPhase(pool), wait_s=wait_s)
     try:
-        return run(servers, model, protocol, train_data, test_data, config, **options)
+        return run(servers, model, protocol, train_data, test_data, config, device_randomness=device_randomness,
+                   **options)
     finally:
         pool.shutdown(wait=True)
         http.close()

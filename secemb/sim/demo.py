@@ -2,8 +2,10 @@
 server processes on 127.0.0.1 and simulated devices (:func:`run_networked_experiment`).
 
 The experiment is built by the same :func:`~secemb.training.builder.build_experiment` as
-:func:`secemb.training.run_experiment` (same preset, model and features, protocol, split), so the result
-document -- ``model_sha256`` included -- can be compared with an in-process run of the same experiment.
+:func:`secemb.training.run_experiment` (same preset, model and features, protocol, split).  The
+simulated devices draw their private state from their own entropy, as deployed devices do; with
+``device_randomness="reproducible"`` they draw it from the run's seed, and the result document --
+``model_sha256`` included -- equals an in-process run of the same experiment.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 from secemb.data import RatingData
 from secemb.data.features import FeatureSet, save_item_features
-from secemb.engine.settings import cluster_settings
+from secemb.engine.settings import DeviceRandomness, cluster_settings
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
 from secemb.sim.coordinator import train_networked
@@ -36,6 +38,7 @@ def run_networked_experiment(
     workdir: str | os.PathLike | None = None,
     concurrency: int = 8,
     deadline_s: float = 120.0,
+    device_randomness: DeviceRandomness = "private",
     on_start: Callable[[dict[str, Any]], None] | None = None,
     on_round: Callable[[RoundStats], None] | None = None,
     on_epoch: Callable[[EpochStats], None] | None = None,
@@ -44,8 +47,10 @@ def run_networked_experiment(
     """Start both servers (fresh state under ``workdir``, a temporary directory by
     default), train, stop the servers; the result.
 
-    ``concurrency``: devices running at the same time.  ``on_cluster`` is called with the
-    running :class:`~secemb.sim.cluster.LocalCluster` (its URLs, logs).
+    ``concurrency``: devices running at the same time; ``device_randomness``: where the
+    devices' private draws come from (:data:`~secemb.engine.settings.DeviceRandomness`).
+    ``on_cluster`` is called with the running :class:`~secemb.sim.cluster.LocalCluster` (its
+    URLs, logs).
 
     Raises
     ------
@@ -58,7 +63,7 @@ def run_networked_experiment(
         built.model, built.protocol, built.train_data, built.test_data, built.config, workdir=workdir,
         features=built.features, server_options=backend, concurrency=concurrency, deadline_s=deadline_s,
         on_cluster=on_cluster, on_start=on_start, on_round=on_round, on_epoch=on_epoch,
-        extra_config=built.extra_config, val_data=built.val_data,
+        extra_config=built.extra_config, val_data=built.val_data, device_randomness=device_randomness,
     )
 
 
@@ -81,7 +86,8 @@ def train_on_local_cluster(
     """:func:`~secemb.sim.coordinator.train_networked` against two server processes started
     on 127.0.0.1 for this run (fresh state under ``workdir``, a temporary directory by
     default), configured by :func:`~secemb.engine.settings.cluster_settings`; the servers are
-    stopped after it.
+    stopped after it.  The devices draw their private state from their own entropy unless
+    ``options`` say ``device_randomness="reproducible"``.
 
     The public data a server process needs beyond its configuration is written beside the
     state directories for the servers to read: ``features``' item features (FM, DeepFM) and

@@ -18,7 +18,11 @@ One run (see docs/training.md for every choice and its reason)::
 
 The server nodes are the objects a deployment runs behind FastAPI, and the driver is the one
 the networked simulation runs (:func:`secemb.sim.coordinator.train_networked`), so an
-in-process run and a networked run with one seed produce the same model by construction.
+in-process run and a networked run with one seed produce the same model by construction --
+the networked run with ``device_randomness="reproducible"``, which this simulation always
+uses: its devices draw their private state from the run's seed, so secure and plaintext runs
+of one seed give the same model bit for bit (and whoever guesses the seed replays them; a
+deployment's devices draw from their own entropy, docs/security.md).
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ def train(
     extra_config: dict[str, Any] | None = None,
     val_data: RatingData | None = None,
 ) -> TrainResult:
-    """Train ``model`` federatedly with ``protocol`` and return metrics and the final model.
+    """Train ``model`` federatedly with ``protocol`` and return metrics and the final model: a
+    reproducible simulation (the devices' private draws come from ``config.seed``).
 
     Parameters
     ----------
@@ -80,8 +85,8 @@ def train(
     cluster = InProcessServers(settings, protocol, model, transport)
     try:
         return run(
-            cluster.servers(), model, protocol, train_data, test_data, config, val_data=val_data,
-            on_start=on_start, on_round=on_round, on_epoch=on_epoch, extra_config=extra_config,
+            cluster.servers(), model, protocol, train_data, test_data, config, device_randomness="reproducible",
+            val_data=val_data, on_start=on_start, on_round=on_round, on_epoch=on_epoch, extra_config=extra_config,
         )
     finally:
         cluster.stop()

@@ -33,7 +33,8 @@ def test_demo_network_secfedrec_full_no_relay_is_not_refused_with_413(tmp_path):
             "--dim", "8", "--m-prime", "8", "--users-per-round", "12", "--quiet"]
     r1 = runner.invoke(app, ["train", *opts, "--json-out", str(tmp_path / "inproc.json")])
     assert r1.exit_code == 0, r1.output
-    r2 = runner.invoke(app, ["demo", "--network", *opts, "--concurrency", "6", "--json-out", str(tmp_path / "net.json")])
+    r2 = runner.invoke(app, ["demo", "--network", "--reproducible", *opts, "--concurrency", "6", "--json-out",
+                              str(tmp_path / "net.json")])
     assert r2.exit_code == 0, r2.output
     a = json.loads((tmp_path / "inproc.json").read_text())
     b = json.loads((tmp_path / "net.json").read_text())

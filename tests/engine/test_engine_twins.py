@@ -36,7 +36,7 @@ def _twins(tmp_path, protocol: str, model: str) -> None:
     opts = ["--dataset", "synthetic-mini", "--model", model, "--protocol", protocol, "--dim", "16",
             "--users-per-round", "60", "--epochs", "1", "--seed", "3", "--quiet"]
     a = _run(tmp_path, ["train", *opts], "inproc")
-    b = _run(tmp_path, ["demo", "--network", *opts, "--concurrency", "16"], "net")
+    b = _run(tmp_path, ["demo", "--network", "--reproducible", *opts, "--concurrency", "16"], "net")
     assert a["model_sha256"] == b["model_sha256"]
     assert a["epochs"] == b["epochs"] and a["comm"] == b["comm"] and a["config"] == b["config"]
     assert a["rounds"] == b["rounds"] == 2 and a["config"]["m_prime_source"] == "eq11"
@@ -68,7 +68,7 @@ def test_a_sequential_model_runs_in_process_and_over_http(tmp_path):
     opts = ["--dataset", "synthetic-mini", "--model", "sasrec", "--protocol", "secemb", "--dim", "8",
             "--users-per-round", "60", "--epochs", "1", "--seed", "3", "--quiet"]
     a = _run(tmp_path, ["train", *opts], "inproc")
-    b = _run(tmp_path, ["demo", "--network", *opts, "--concurrency", "16"], "net")
+    b = _run(tmp_path, ["demo", "--network", "--reproducible", *opts, "--concurrency", "16"], "net")
     assert a["model_sha256"] == b["model_sha256"]
     assert a["epochs"] == b["epochs"] and a["comm"] == b["comm"] and a["config"] == b["config"]
     assert a["config"]["task"] == "sequential" and "hr_sampled@10" in a["epochs"][0]["test_metrics"]

@@ -45,7 +45,7 @@ def test_networked_denoiser_equals_the_in_process_one(trained, tmp_path) -> None
     den = _denoiser(trained)
     # one device at a time: the devices draw their noise from one seeded stream, in round order
     got = train_on_local_cluster(den, proto, tr, te, cfg, workdir=tmp_path / "cluster", frozen_table=den.public_table,
-                                 concurrency=1, deadline_s=60.0)
+                                 concurrency=1, deadline_s=60.0, device_randomness="reproducible")
     assert got.model_sha256 == ref.model_sha256
     assert got.verified_rounds == got.rounds == ref.rounds == 3
     assert got.upload_bytes_per_user_round == ref.upload_bytes_per_user_round

@@ -210,7 +210,7 @@ def _twin(small, name, rngs):
     cluster = InProcessServers(cluster_settings(model, protocol, tr, cfg), protocol, model,
                                _noise_rngs=(CtrDrbg(rngs[0]), CtrDrbg(rngs[1])))
     try:
-        return run(cluster.servers(), model, protocol, tr, te, cfg).model_sha256
+        return run(cluster.servers(), model, protocol, tr, te, cfg, device_randomness="reproducible").model_sha256
     finally:
         cluster.stop()
 

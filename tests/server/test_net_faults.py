@@ -25,6 +25,7 @@ def _run(relay: bool, faults: dict[int, str], *, before_round=None):
         cluster.supervise()
         try:
             got = train_networked(cluster, model, proto, tr, te, config, workers=5, wait_s=WAIT_S, max_attempts=8,
+                                  device_randomness="reproducible",
                                   before_round=(lambda i, a, r, u: before_round(cluster, i, a, r)) if before_round else None)
         except Exception:
             print(dump_logs(cluster))

@@ -26,7 +26,8 @@ def test_networked_run_equals_in_process_run(protocol, layout, relay, m_prime):
     ref = train(model, proto, tr, te, config)
     with cluster_for(model, proto, tr, config) as cluster:
         try:
-            got = train_networked(cluster, model, proto, tr, te, config, workers=6, wait_s=WAIT_S)
+            got = train_networked(cluster, model, proto, tr, te, config, workers=6, wait_s=WAIT_S,
+                                  device_randomness="reproducible")
         except Exception:
             print(dump_logs(cluster))
             raise
