@@ -8,6 +8,7 @@ Public API::
     by_user(data) -> UserRatings          # CSR by user: .of(u), .counts()
     synthetic_like(num_users, num_items, num_ratings, seed=0) -> RatingData
     DATASETS                              # names load_dataset accepts
+    IdMap                                 # RatingData.ids: the raw ids (and titles) behind the indices
 
 See docs/data.md for where files go, the licence terms and the split rule.  Nothing here
 imports torch or any crypto.
@@ -19,6 +20,7 @@ import os
 
 from secemb.data.errors import DataFormatError, DatasetNotFoundError
 from secemb.data.files import is_rating_file, read_own_ratings
+from secemb.data.ids import IdMap
 from secemb.data.movielens import (
     DATA_DIR_ENV,
     MOVIELENS,
@@ -37,6 +39,7 @@ __all__ = [
     "DATA_DIR_ENV",
     "DataFormatError",
     "DatasetNotFoundError",
+    "IdMap",
     "RatingData",
     "UserRatings",
     "by_user",

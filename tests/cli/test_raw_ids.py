@@ -6,8 +6,8 @@ saved without ids keep working (ids = indices, stated); an unknown id or a malfo
 one ``error:`` line and exit 2.
 
 The expected ids are computed here from the rows the tests write (sorted distinct tokens), not
-by the code under test.  Training uses ``--protocol plaintext``: the id map does not depend on
-the protocol (it travels from the loaded data to the saved folder), and it is the fastest."""
+by the code under test.  Training runs the default protocol (SecEmb), as the issue's acceptance
+command does."""
 
 from __future__ import annotations
 
@@ -51,8 +51,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("rawids")
     csv = root / "ratings.csv"
     csv.write_text("user,item,rating\n" + "".join(f"{u},{it},{r}\n" for u, it, r in _rows()), encoding="utf-8")
-    res = _run("train", "--dataset", str(csv), "--epochs", "1", "--dim", "4", "--protocol", "plaintext", "-q",
-               "--save-model", str(root / "model"))
+    res = _run("train", "--dataset", str(csv), "--epochs", "1", "--dim", "4", "-q", "--save-model", str(root / "model"))
     assert res.exit_code == 0, res.output
     assert "--user user0" in res.output  # the hint names a raw id
     return root / "model"
@@ -69,7 +68,7 @@ def test_a_csv_with_string_ids_trains_and_recommend_prints_raw_item_ids(saved: P
     res = _run("recommend", "--model-dir", str(saved), "--user", "user0", "-k", "5")
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines[0].startswith("top 5 unrated items for user user0 (index 0) (mf, plaintext, ")
+    assert lines[0].startswith("top 5 unrated items for user user0 (index 0) (mf, secemb, ")
     rated = {it for u, it, _ in _rows() if u == "user0"}
     printed = [line.split("  ")[-2].strip() for line in lines[2:]]  # rank, item, score: the item column
     assert len(printed) == 5 and set(printed) <= set(ITEMS) - rated, printed
@@ -127,7 +126,7 @@ def test_a_model_saved_without_ids_uses_indices_and_says_so(saved: Path, tmp_pat
     (old / "users.json").unlink()
     res = _run("recommend", "--model-dir", str(old), "--user", "3", "-k", "2")
     assert res.exit_code == 0, res.output
-    assert "for user 3 (mf, plaintext" in res.stdout and "ids are indices" in res.stdout
+    assert "for user 3 (mf, secemb" in res.stdout and "ids are indices" in res.stdout
     doc = _json("recommend", "--model-dir", str(old), "--index", "3", "-k", "2")
     assert doc["raw_ids"] is False and doc["item_ids"] == [str(i) for i in doc["items"]] and doc["user_id"] == "3"
     assert doc["items"] == _json("recommend", "--model-dir", str(saved), "--index", "3", "-k", "2")["items"]
