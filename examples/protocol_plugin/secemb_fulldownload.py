@@ -106,10 +106,8 @@ class FullDownloadServer(ServerRole):
         return frame(NAME, "aggregate_share", self.party, rc.round_id, array_bytes(self._sum(include)))
 
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        rc = self._cfg()
-        if self.party != 0:
-            raise ProtocolError("only server 0 combines the aggregate")
-        body = open_message(peer_share, NAME, "aggregate_share", 1, rc.round_id, _sum_bytes(rc))
+        rc = self._cfg()  # either server combines (both reconstruct the update): the peer is party 1 - self.party
+        body = open_message(peer_share, NAME, "aggregate_share", 1 - self.party, rc.round_id, _sum_bytes(rc))
         total = self._sum(include) + read_array(body, 0, rc.dtype, (rc.num_items * rc.width + rc.dense_size,))[0]
         cut = rc.num_items * rc.width
         return total[:cut].reshape(rc.num_items, rc.width), total[cut:]

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.errors import InvalidMessage, InvalidParameters, ModelDisagreement, ProtocolError, RetrievalTampered
 from secemb.models.base import RecModel, StepResult, UserSnapshot, UserState, UserStore
 from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig
@@ -103,6 +103,8 @@ class RoundInfo:
     training: dict[str, Any]
     fingerprint: str
     participant: bool | None
+    #: SHA-256 of the model the round trains on, as this server announces it (``None``: not announced)
+    model_sha256: str | None = None
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> RoundInfo:
@@ -118,9 +120,13 @@ class RoundInfo:
                 int(doc["round_id"]), str(doc["state"]), int(doc["model_version"]), int(doc["n_p"]),
                 int(doc["min_users"]), float(doc["deadline_unix"]), RoundConfig(**doc["config"]), dict(doc["protocol"]),
                 dict(doc["model"]), dict(doc["training"]), str(doc["fingerprint"]), doc.get("participant"),
+                doc.get("model_sha256"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidMessage(f"malformed round document: {exc}") from None
+        if info.model_sha256 is not None and not is_sha256_hex(info.model_sha256):
+            raise InvalidMessage(f"malformed round document: model_sha256 must be 64 lowercase hex digits, got "
+                                 f"{info.model_sha256!r:.80}")
         for key in _MODEL_HASHES:
             sha = info.model.get(key)
             if sha is not None and not is_sha256_hex(sha):
@@ -337,6 +343,11 @@ class DeviceClient:
         b = RoundInfo.from_doc(self.links[1].round_info())
         if a.public() != b.public():
             raise ProtocolError(f"the servers announce different rounds ({a.round_id} and {b.round_id})")
+        if a.model_sha256 != b.model_sha256:  # the same round on two models: one server deviated (issue 33)
+            exc = ModelDisagreement(f"round {a.round_id}: server 0 announces model {a.model_sha256}, server 1 "
+                                    f"{b.model_sha256}; this device takes no part")
+            self.report(a.round_id, exc)
+            raise exc
         if a.n_p < self.min_users or a.min_users < self.min_users:
             raise ProtocolError(f"round {a.round_id} is announced for n_p={a.n_p} users with min_users="
                                 f"{a.min_users}; this device's floor is {self.min_users} users")
@@ -353,6 +364,21 @@ class DeviceClient:
             self.links[party].count(msg)
             sent += len(msg)
         return sent
+
+    def report(self, round_id: int, exc: ModelDisagreement | RetrievalTampered) -> list[BaseException | None]:
+        """Report the deviation ``exc`` this device caught in round ``round_id`` to both servers
+        (``POST /v1/alarm``; the honest one halts the deployment), best effort: per server
+        ``None`` or the error its report met (the device refuses the round either way)."""
+        kind = "model_disagreement" if isinstance(exc, ModelDisagreement) else "retrieval_tampered"
+        report = {"kind": kind, "round_id": int(round_id), "detail": str(exc)[:200]}
+        out: list[BaseException | None] = []
+        for link in self.links:
+            try:
+                link.alarm(report)
+                out.append(None)
+            except Exception as err:  # noqa: BLE001 - a deviating server may refuse: the other still hears
+                out.append(err)
+        return out
 
     def round_status(self, round_id: int) -> dict[str, Any]:
         """Server 0's view of round ``round_id`` (state; whether this device was included).
@@ -539,7 +565,11 @@ class RoundSession:
         if reply0 is None:
             raise InvalidMessage("server 0 sent no retrieval reply")
         t = time.perf_counter()
-        self.rows_ring = self.role.retrieval_result(reply0, self._replies.get(1))
+        try:
+            self.rows_ring = self.role.retrieval_result(reply0, self._replies.get(1))
+        except RetrievalTampered as exc:  # a server altered its answer: no training, both servers told
+            self.client.report(self.rc.round_id, exc)
+            raise
         self.compute_s += time.perf_counter() - t
         return self.rows_ring
 

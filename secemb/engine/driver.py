@@ -338,7 +338,11 @@ def run(
 
     def connect(dev: _Device, info: RoundInfo) -> RoundSession | None:
         try:
-            dev.session = RoundSession(servers.device(dev.user), info, protocol=device_protocol, fp=fp, task=task,
+            client = servers.device(dev.user)
+            # as a real device does: both servers announce the round on the same model (a
+            # ModelDisagreement is reported to both and the device takes no part)
+            client.round_info()
+            dev.session = RoundSession(client, info, protocol=device_protocol, fp=fp, task=task,
                                        clip=None if dp is None else dp.clip)
             return dev.session
         except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash

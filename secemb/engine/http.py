@@ -48,6 +48,9 @@ class HttpServerLink:
         doc: dict[str, Any] = self.api.get_json(f"/v1/rounds/{round_id}/status")
         return doc
 
+    def alarm(self, report: dict[str, Any]) -> None:
+        self.api.post_json("/v1/alarm", report)
+
     def inference_info(self) -> dict[str, Any]:
         """GREC inference: the public description (``GET /v1/inference``)."""
         doc: dict[str, Any] = self.api.get_json("/v1/inference")
@@ -106,6 +109,10 @@ class HttpAdminLink:
     def round_status(self, round_id: int) -> dict[str, Any]:
         path = f"/v1/rounds/{round_id}/status"
         return self._answer(path, self.api.get_json(path), state=str)
+
+    def clear_alarms(self) -> dict[str, Any]:
+        path = "/v1/admin/alarms/clear"
+        return self._answer(path, self.api.post_json(path), cleared=int)
 
     def close(self) -> None:
         self.api.close()

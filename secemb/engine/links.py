@@ -47,6 +47,10 @@ class ServerLink(Protocol):
     def round_status(self, round_id: int) -> dict[str, Any]:
         """The round's outcome as this device may see it (state, whether it was included)."""
 
+    def alarm(self, report: dict[str, Any]) -> None:
+        """Report a deviation this device caught (``POST /v1/alarm``: ``{"kind", "round_id",
+        "detail"}``); the server halts the deployment."""
+
     def close(self) -> None:
         """Release the connection."""
 
@@ -76,6 +80,9 @@ class AdminLink(Protocol):
 
     def round_status(self, round_id: int) -> dict[str, Any]:
         """Round ``round_id``'s outcome (state, included users, busy seconds)."""
+
+    def clear_alarms(self) -> dict[str, Any]:
+        """Forget the server's alarms and lift its halt; ``{"cleared": how many}``."""
 
     def close(self) -> None:
         """Release the connection."""

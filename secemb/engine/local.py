@@ -110,6 +110,10 @@ class LocalPeer:
         share = _peer(lambda: self.follower.peer_share(round_id, include))
         return _carry(self.tp, SERVER1, SERVER0, share, AGGREGATE)
 
+    def agree(self, round_id: int, share: bytes) -> str:
+        got = _carry(self.tp, SERVER0, SERVER1, share, AGGREGATE)
+        return _peer(lambda: self.follower.peer_agree(round_id, got))["model_sha256"]
+
     def abort(self, round_id: int, reason: str) -> None:
         _peer(lambda: self.follower.peer_abort(round_id, reason))
 
@@ -155,6 +159,9 @@ class LocalServerLink:
     def round_status(self, round_id: int) -> dict[str, Any]:
         return self.node.round_status(round_id, self.user)
 
+    def alarm(self, report: dict[str, Any]) -> None:
+        self.node.device_alarm(self.user, report)
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -193,6 +200,9 @@ class LocalAdminLink:
 
     def round_status(self, round_id: int) -> dict[str, Any]:
         return self.node.round_status(round_id, None)
+
+    def clear_alarms(self) -> dict[str, Any]:
+        return self.node.clear_alarms()
 
     def close(self) -> None:
         """Nothing to release."""

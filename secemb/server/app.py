@@ -41,7 +41,7 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, Sece
 from secemb.server.auth import AuthError, Busy, Forbidden, Principal, RateLimited, Verifier
 from secemb.server.errors import NotFound, PeerUnavailable
 from secemb.server.inference import NodeInference
-from secemb.server.node import FollowerNode, LeaderNode, Node
+from secemb.server.node import DEVICE_ALARMS, FollowerNode, LeaderNode, Node
 from secemb.server.parsing import PayloadTooLarge, RequestTimeout, ascii_int, json_object, read_body
 from secemb.server.persist import StorageError
 from secemb.server.tls import PEER_CN_SCOPE_KEY
@@ -52,6 +52,8 @@ __all__ = ["create_app", "PayloadTooLarge"]
 OCTET = "application/octet-stream"
 USER, ADMIN, PEER = "user", "admin", "peer"
 _JSON_LIMIT = 64 * 1024
+#: body limit of a device's alarm report (``{"kind", "round_id", "detail"}``)
+_ALARM_LIMIT = 1024
 #: no body or round id reaches 2**63
 _INT_END = 2**63
 
@@ -112,16 +114,18 @@ _USERS_BODY = {"type": "object", "properties": {"users": _IDS}}
 _NO_ROUND_LIMIT = 1024
 
 
-def _limit_message(node: Node, kind: str) -> int:
+def _limit_message(node: Node, kind: str, party: int | None = None) -> int:
     """Body limit of a protocol message of ``kind`` to this server -- a device's
-    ``retrieval_request`` or ``upload``, server 0's ``relay_keys`` or ``relay_upload`` forward:
+    ``retrieval_request`` or ``upload``, server 0's ``relay_keys`` or ``relay_upload`` forward
+    (header party: this server), server 0's ``aggregate_share`` (``party`` 0, the sender):
     the node's protocol's bound for the current round
     (:meth:`~secemb.protocols.base.Protocol.max_message_bytes`; 0 where the protocol sends this
     server no such message), capped by ``max_body_bytes``."""
     rnd = node.round
     if rnd is None:
         return _NO_ROUND_LIMIT
-    bound = node.protocol.max_message_bytes(kind, rnd.rc, party=node.party, num_users=node.cfg.num_users)
+    bound = node.protocol.max_message_bytes(kind, rnd.rc, party=node.party if party is None else party,
+                                            num_users=node.cfg.num_users)
     return min(node.cfg.max_body_bytes, bound)
 
 
@@ -160,7 +164,7 @@ def create_app(node: Node) -> FastAPI:
             "A SecEmb server (one of two non-colluding parties). Protocol messages are "
             "application/octet-stream bodies holding the exact bytes of docs/wire-format.md. "
             "Every endpoint except /v1/health needs the X-Secemb-* HMAC headers "
-            "(docs/deployment.md). Device endpoints: /v1/round, /v1/count, /v1/rounds/*, /v1/inference. "
+            "(docs/deployment.md). Device endpoints: /v1/round, /v1/count, /v1/rounds/*, /v1/inference, /v1/alarm. "
             "Operator: /v1/admin/*. Server 0 -> server 1: /v1/peer/*."
         ),
         openapi_tags=[{"name": "device"}, {"name": "admin"}, {"name": "peer"}, {"name": "health"}],
@@ -279,6 +283,16 @@ def create_app(node: Node) -> FastAPI:
         p, _ = await authed(request, (USER, ADMIN, PEER), 0)
         return JSONResponse(await call(node.round_status, round_id, p.user_id))
 
+    @app.post("/v1/alarm", tags=["device"], summary="A device reports a deviation it caught (a tampered retrieval "
+              "answer, servers announcing different models): the server halts the deployment",
+              responses=_ERRORS | {200: {"description": "recorded; the deployment is halted"}},
+              openapi_extra=_json_body({"type": "object", "properties": {
+                  "kind": {"type": "string", "enum": list(DEVICE_ALARMS)}, "round_id": {"type": "integer"},
+                  "detail": {"type": "string"}}, "required": ["kind", "round_id"]}) | {"security": _SECURITY})
+    async def post_alarm(request: Request) -> JSONResponse:
+        p, body = await authed(request, (USER,), _ALARM_LIMIT)
+        return JSONResponse(await call(node.device_alarm, p.user_id, json_object(body, _ALARM_LIMIT)))
+
     # ------------------------------------------------------------------ device: GREC inference
     @app.get("/v1/inference", tags=["device"], summary="GREC inference: the public model, R x d of the release, "
              "the candidate set and the message sizes", **common)
@@ -300,6 +314,12 @@ def create_app(node: Node) -> FastAPI:
     async def admin_status(request: Request) -> JSONResponse:
         await authed(request, (ADMIN,), 0)
         return JSONResponse(await call(node.status))
+
+    @app.post("/v1/admin/alarms/clear", tags=["admin"],
+              summary="Forget this server's alarms and lift its halt (after the investigation)", **common)
+    async def admin_clear_alarms(request: Request) -> JSONResponse:
+        await authed(request, (ADMIN,), _limit_json(node))
+        return JSONResponse(await call(node.clear_alarms))
 
     @app.get("/v1/admin/model", tags=["admin"], summary="The public model (MODEL message)",
              responses=_ERRORS | {200: _BIN_RESPONSE}, openapi_extra={"security": _SECURITY})
@@ -412,6 +432,14 @@ def create_app(node: Node) -> FastAPI:
         _, body = await authed(request, (PEER,), _limit_json(node))
         include = _ids(json_object(body, _limit_json(node)), "include", node)
         return binary(await call(follower("peer share").peer_share, round_id, include))
+
+    @app.post("/v1/peer/rounds/{round_id}/agree", tags=["peer"],
+              summary="Server 0's aggregate share (aggregate_share): server 1 applies the round's update as "
+              "server 0 does; the digest of the model it computed", responses=_ERRORS,
+              openapi_extra=_binary("aggregate_share protocol message of server 0") | {"security": _SECURITY})
+    async def peer_agree(round_id: RoundId, request: Request) -> JSONResponse:
+        _, body = await authed(request, (PEER,), _limit_message(node, "aggregate_share", party=0))
+        return JSONResponse(await call(follower("peer agreement").peer_agree, round_id, body))
 
     @app.post("/v1/peer/rounds/{round_id}/abort", tags=["peer"], status_code=204, summary="Abort a round",
               **common)

@@ -8,6 +8,17 @@ The protocol work is done by the protocol's own :class:`~secemb.protocols.base.S
 
 * **rounds** with a participant list, a quorum and a deadline, opened and closed by server 0
   (the leader) and mirrored on server 1 through its :class:`~secemb.server.peer.PeerLink`;
+* **one model, agreed** (issue 33): both servers reconstruct the round's update -- each
+  sends the other its aggregate share over the agreed users, each applies the same
+  deterministic optimizer step -- and server 0 commits only when server 1's model digest
+  equals its own; server 1 installs only the model it computed itself (server 0's sync must
+  have the same digest).  A mismatch is a :class:`~secemb.errors.ModelDisagreement`: no
+  commit, an alarm, the deployment halted;
+* **alarms** (:meth:`Node.raise_alarm`): a deviation a server detects (relayed bytes that fail
+  authentication at server 1, a device's report of a tampered retrieval or of servers
+  announcing different models, two models that differ) is journaled, logged as a WARNING and
+  shown in :meth:`Node.status`; all but relay tampering halt the deployment (the open round
+  aborted, no round opened) until the operator clears them (:meth:`Node.clear_alarms`);
 * **the agreed user set.**  Each server absorbs uploads as they arrive.  At close, server 0
   takes the users it absorbed, asks server 1 for its set and proposes the intersection ``I``;
   both roles aggregate exactly ``I`` (``aggregate_share(include=I)`` / ``combine(...,
@@ -47,9 +58,9 @@ from typing import Any
 
 import numpy as np
 
-from secemb.errors import InvalidMessage, InvalidParameters, SecembError
+from secemb.errors import InvalidMessage, InvalidParameters, ModelDisagreement, RelayTampered, SecembError
 from secemb.models.base import RecModel
-from secemb.privacy.noise import RingNoise
+from secemb.privacy.noise import RingNoise, add_to_share
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole
 from secemb.randomness import RandomBytes
 from secemb.server import faults
@@ -72,6 +83,13 @@ __all__ = ["Conflict", "FollowerNode", "LeaderNode", "Node", "NotFound", "PeerUn
 log = logging.getLogger("secemb.server")
 
 _PEER_ERRORS = (PeerRefused, PeerUnreachable)
+
+#: the alarms a server raises (docs/deployment.md, "Alarms"), and whether each halts the deployment
+ALARMS = {"relay_tampered": False, "retrieval_tampered": True, "model_disagreement": True}
+#: what a device may report (``POST /v1/alarm``)
+DEVICE_ALARMS = ("retrieval_tampered", "model_disagreement")
+#: alarms kept in memory and shown in the status (the journal keeps them all)
+_KEEP_ALARMS = 100
 
 
 class Node:
@@ -123,15 +141,18 @@ class Node:
         self.round: Round | None = None
         self.count = CountPhase(self.fp.dtype)
         self.outcomes = Outcomes()
+        self.alarms: list[dict[str, Any]] = []
+        #: why the deployment is halted (``None``: it is not)
+        self.halted: str | None = None
         self._stopping = False
         self._load()
         self._recover()
         self._retrieve_batch = Batcher(by_round(self.retrieval_many))
 
     # ================================================================== durable state
-    def _new_optimizer(self) -> ServerAdam | None:
-        """The optimizer of this party (server 0 only)."""
-        return None
+    def _new_optimizer(self) -> ServerAdam:
+        """The optimizer (each server applies the same steps)."""
+        return ServerAdam(self.cfg.num_items, self.width, self.dense_size, self.cfg.adam(), lazy=self.cfg.lazy_adam)
 
     def _load(self) -> None:
         self.opt = self._new_optimizer()
@@ -145,13 +166,13 @@ class Node:
         if ck.table.shape != (self.cfg.num_items, self.width) or ck.dense.shape != (self.dense_size,):
             raise CorruptState(f"checkpoint model shapes {ck.table.shape}, {ck.dense.shape} do not match the "
                                f"configuration's {(self.cfg.num_items, self.width)}, {(self.dense_size,)}")
-        if self.opt is not None:
-            if ck.optimizer is None:
-                raise CorruptState("checkpoint of server 0 has no optimizer state")
-            try:
-                self.opt.load_state_dict(ck.optimizer)
-            except InvalidParameters as exc:
-                raise CorruptState(f"checkpoint: {exc}") from None
+        if ck.optimizer is None:
+            raise CorruptState(f"checkpoint of server {self.party} has no optimizer state (a server 1 state "
+                               "directory written before both servers applied the update: start over)")
+        try:
+            self.opt.load_state_dict(ck.optimizer)
+        except InvalidParameters as exc:
+            raise CorruptState(f"checkpoint: {exc}") from None
         self.version, self.last_round, self.last_included = ck.version, ck.last_round, ck.included
         self.m_prime = ck.m_prime if ck.m_prime is not None else self.cfg.m_prime
         self.mean_count = ck.mean_count
@@ -173,17 +194,20 @@ class Node:
             )
 
     def _initial_state(self) -> None:
-        """State before the first checkpoint (server 1: no model until server 0 syncs)."""
-        self.version, self.last_round, self.last_included = -1, -1, []
+        """State before the first checkpoint: model version 0, which each server initializes
+        itself from the public ``init_seed`` (the two digests are compared before the first
+        round), saved at once."""
+        self.version, self.last_round, self.last_included = 0, -1, []
         self.m_prime, self.mean_count = self.cfg.m_prime, None
-        self.table = np.zeros((self.cfg.num_items, self.width))
-        self.dense = np.zeros(self.dense_size)
-        self.sha = ""
+        rng = np.random.default_rng(self.cfg.init_seed)
+        self.table, self.dense = self.model.init_public(self.cfg.num_items, rng, rating_range=self.cfg.rating_range)
+        self.sha = model_sha256(self.table, self.dense)
+        self._save()
 
     def _checkpoint(self, version: int, last_round: int, included: list[int], table: np.ndarray,
-                    dense: np.ndarray, sha: str, opt: ServerAdam | None) -> Checkpoint:
+                    dense: np.ndarray, sha: str, opt: ServerAdam) -> Checkpoint:
         return Checkpoint(version, last_round, included, self.m_prime, self.mean_count, table, dense, sha,
-                          None if opt is None else opt.state_dict())
+                          opt.state_dict())
 
     def _save(self) -> None:
         self.store.save(self._checkpoint(self.version, self.last_round, self.last_included, self.table,
@@ -198,11 +222,15 @@ class Node:
             r = int(rec.get("round", -1))
             self.max_round = max(self.max_round, r)
             ev = rec.get("ev")
-            if ev == "open":
+            if ev == "alarm":
+                self._remember_alarm(rec)
+            elif ev == "alarms_cleared":
+                self.alarms, self.halted = [], None
+            elif ev == "open":
                 open_rounds[r] = rec
             elif ev in FINAL:
                 open_rounds.pop(r, None)
-                self.outcomes.remember(r, ev, rec.get("included"), rec.get("reason", ""))
+                self.outcomes.remember(r, ev, rec.get("included"), rec.get("reason", ""), tampered=rec.get("tampered"))
         for r in sorted(open_rounds):
             if r == self.last_round:
                 rec = {"ev": COMMITTED, "round": r, "version": self.version, "included": self.last_included,
@@ -276,7 +304,41 @@ class Node:
                          # central DP: what every device clips to, and the noise it leaves room for
                          **({"dp_clip": self.cfg.dp_clip, "dp_sigma": self.cfg.dp_sigma} if self.cfg.dp_clip else {})},
             "fingerprint": self.fingerprint,
+            # the digest of the model the round trains on: a device checks both servers announce it
+            "model_sha256": rnd.model_sha,
         }
+
+    def _own_share(self, rnd: Round, include: list[int]) -> bytes:
+        """This server's aggregate share of round ``rnd`` over ``include``, noised (central
+        DP) before it leaves -- the other server cannot take this noise out; the noise is kept
+        in ``rnd.share_noise`` for this server's own reconstruction (:meth:`_reconstruct`)."""
+        share = self.role.aggregate_share(include=include)
+        if self.noise is None:
+            return share
+        rc = rnd.rc
+        rnd.share_noise = self.noise.draw(rc.num_items * rc.width + rc.dense_size)
+        return add_to_share(share, rnd.share_noise)
+
+    def _reconstruct(self, rnd: Round, role: ServerRole, peer_share: bytes, include: list[int], opt: ServerAdam,
+                     table: np.ndarray, dense: np.ndarray) -> tuple[np.ndarray, np.ndarray, str, ServerAdam]:
+        """The round's update, as both servers compute it: the ring sum of this server's
+        aggregate over ``include`` and ``peer_share`` (the other server's, noised), plus this
+        server's own noise (:meth:`_own_share`); the optimizer step applied to ``table`` and
+        ``dense`` (copies, changed in place) with a copy of ``opt``.  Deterministic: both
+        servers get the same ``(table, dense, model_sha256, optimizer)``.
+
+        Raises
+        ------
+        InvalidMessage, ProtocolError: ``peer_share`` is malformed or covers other users.
+        """
+        sparse_sum, dense_sum = rnd.busy(role.combine, peer_share, include=include)
+        noise = rnd.share_noise
+        if noise is not None:  # the same ring sum as both noised shares: each server adds its own noise once
+            sparse_sum = sparse_sum + noise[: sparse_sum.size].reshape(sparse_sum.shape)
+            dense_sum = dense_sum + noise[sparse_sum.size :]
+        opt = copy.deepcopy(opt)
+        rnd.busy(apply_aggregate, self.fp, opt, table, dense, sparse_sum, dense_sum, len(include), optimizer=True)
+        return table, dense, model_sha256(table, dense), opt
 
     def _begin(self, rnd: Round) -> None:
         """Make ``rnd`` the current round (under the lock)."""
@@ -305,12 +367,88 @@ class Node:
             rec: dict[str, Any] = {"ev": state, "round": rnd.round_id, "reason": reason}
             if state == COMMITTED:
                 rec["version"], rec["included"] = self.version, rnd.included
+            if rnd.tampered:
+                rec["tampered"] = sorted(rnd.tampered)
             self._journal_outcome(rec)
-            self.outcomes.remember(rnd.round_id, state, rnd.included, reason, rnd.server_s, rnd.optimizer_s)
+            self.outcomes.remember(rnd.round_id, state, rnd.included, reason, rnd.server_s, rnd.optimizer_s,
+                                   sorted(rnd.tampered))
         if state == ABORTED:
             log.warning("round %d aborted: %s", rnd.round_id, reason)
         if done:
             rnd.done.set()
+
+    # ================================================================== alarms
+    def _remember_alarm(self, rec: dict[str, Any]) -> None:
+        """Keep alarm record ``rec`` (journaled) in memory; a halting one halts."""
+        doc = {k: rec.get(k) for k in ("kind", "round", "detail", "halt", "time_unix")}
+        self.alarms.append(doc)
+        del self.alarms[:-_KEEP_ALARMS]
+        if doc["halt"]:
+            self.halted = f"{doc['kind']} in round {doc['round']}"
+
+    def raise_alarm(self, kind: str, round_id: int, detail: str) -> None:
+        """Record a detected deviation of kind ``kind`` (:data:`ALARMS`) in round ``round_id``:
+        journaled (it survives a restart), logged as a WARNING, shown in :meth:`status` until
+        :meth:`clear_alarms`.  A halting kind halts the deployment: the current round, if not
+        over, is aborted, and no round opens until the alarm is cleared.  The same alarm
+        again (kind, round, detail) is recorded once.  ``detail`` names no secret (which user
+        is known to both servers; no slot or item is)."""
+        halt = ALARMS[kind]
+        rec = {"ev": "alarm", "kind": kind, "round": int(round_id), "detail": detail[:500], "halt": halt,
+               "time_unix": time.time()}
+        with self.lock:
+            if any((a["kind"], a["round"], a["detail"]) == (kind, rec["round"], rec["detail"]) for a in self.alarms):
+                return
+            self._journal_outcome(rec)
+            self._remember_alarm(rec)
+            rnd = self.round
+        log.warning("ALARM %s in round %d at server %d: %s%s", kind, round_id, self.party, detail,
+                    " -- the deployment is halted until the operator clears the alarm" if halt else "")
+        if halt and rnd is not None and rnd.state not in FINAL:
+            self._end(rnd, ABORTED, f"deployment halted: {kind}")
+
+    def clear_alarms(self) -> dict[str, Any]:
+        """The operator's acknowledgement (``POST /v1/admin/alarms/clear``): forget the alarms
+        and lift the halt (journaled); ``{"cleared": how many}``."""
+        with self.lock:
+            n = len(self.alarms)
+            self.store.append({"ev": "alarms_cleared", "round": self.max_round, "alarms": n})
+            self.alarms, self.halted = [], None
+        log.warning("server %d: %d alarm(s) cleared by the operator", self.party, n)
+        return {"cleared": n}
+
+    def _refuse_if_halted(self) -> None:
+        """Raise Conflict while the deployment is halted (under the lock)."""
+        if self.halted is not None:
+            raise Conflict(f"the deployment is halted by an alarm ({self.halted}): see docs/deployment.md, "
+                           "'Alarms'; after the investigation, 'secemb admin clear-alarms'")
+
+    def device_alarm(self, user: int, doc: dict[str, Any]) -> dict[str, Any]:
+        """Device ``user``'s report (``POST /v1/alarm``): ``{"kind": one of DEVICE_ALARMS,
+        "round_id": the current round, "detail": text}`` -- it caught a server deviating (a
+        tampered retrieval answer, servers announcing different models).  Only a participant
+        of the current round may report; the report halts the deployment.
+
+        Raises
+        ------
+        InvalidParameters: a malformed report.
+        Conflict: ``round_id`` is not the current round.
+        Forbidden: ``user`` is not one of its participants.
+        """
+        unknown = set(doc) - {"kind", "round_id", "detail"}
+        kind, r, detail = doc.get("kind"), doc.get("round_id"), doc.get("detail", "")
+        if unknown or kind not in DEVICE_ALARMS or isinstance(r, bool) or not isinstance(r, int) \
+                or not isinstance(detail, str):
+            raise InvalidParameters(f"an alarm is {{'kind': one of {list(DEVICE_ALARMS)}, 'round_id': int, "
+                                    f"'detail': str}}, got fields {sorted(doc)}")
+        with self.lock:
+            rnd = self.round
+            if rnd is None or rnd.round_id != r:
+                raise Conflict(f"round {r} is not the current round")
+            if rnd.participants is not None and user not in rnd.participants:
+                raise Forbidden(f"user {user} is not a participant of round {r}")
+        self.raise_alarm(kind, r, f"device {user} reports {kind}: {detail[:200]}")
+        return {"halted": True}
 
     # ================================================================== status
     def status(self) -> dict[str, Any]:
@@ -329,6 +467,8 @@ class Node:
                 "mean_count": self.mean_count,
                 "sync_pending": self._sync_pending_status(),
                 "count": self.count.status(),
+                "halted": self.halted is not None,
+                "alarms": list(self.alarms),
                 "round": None if rnd is None else {
                     "round_id": rnd.round_id, "state": rnd.state, "n_p": rnd.n_p,
                     "retrieved": len(rnd.retrieved), "uploaded": len(rnd.uploaded),
@@ -366,7 +506,7 @@ class Node:
         if user is not None:
             inc = doc.pop("included")
             doc["included"] = None if inc is None else user in inc
-            del doc["server_s"], doc["optimizer_s"]
+            del doc["server_s"], doc["optimizer_s"], doc["tampered"]
         return doc
 
     # ================================================================== Eq. 11 counts
@@ -461,8 +601,8 @@ class Node:
 
 
 class LeaderNode(Node):
-    """Server 0: opens and closes rounds, reconstructs the aggregate, applies the optimizer,
-    syncs server 1 through ``peer``.
+    """Server 0: opens and closes rounds, reconstructs the aggregate and applies the optimizer
+    (as server 1 does), commits when both models agree, syncs server 1 through ``peer``.
 
     Parameters
     ----------
@@ -482,16 +622,6 @@ class LeaderNode(Node):
         super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
         if start_threads:
             threading.Thread(target=self._closer, daemon=True, name="secemb-closer").start()
-
-    def _new_optimizer(self) -> ServerAdam:
-        return ServerAdam(self.cfg.num_items, self.width, self.dense_size, self.cfg.adam(), lazy=self.cfg.lazy_adam)
-
-    def _initial_state(self) -> None:
-        super()._initial_state()
-        rng = np.random.default_rng(self.cfg.init_seed)
-        self.table, self.dense = self.model.init_public(self.cfg.num_items, rng, rating_range=self.cfg.rating_range)
-        self.version, self.sha = 0, model_sha256(self.table, self.dense)
-        self._save()
 
     def _sync_pending_status(self) -> bool:
         return self._sync_pending
@@ -585,7 +715,7 @@ class LeaderNode(Node):
             raise peer_failure("server 1 is unavailable", exc) from None
         if st.get("fingerprint") != self.fingerprint:
             raise Conflict("server 1 runs with a different protocol/model/training configuration")
-        if int(st["model_version"]) == self.version - 1 or (int(st["model_version"]) < 0 and self.version == 0):
+        if int(st["model_version"]) == self.version - 1:  # it missed the commit of the round both agreed on
             self._sync_peer()
             if self._sync_pending:
                 raise PeerUnavailable("server 1 did not accept the model sync")
@@ -593,7 +723,12 @@ class LeaderNode(Node):
                 st = self.peer.status()
             except _PEER_ERRORS as exc:
                 raise peer_failure("server 1 is unavailable", exc) from None
-        if int(st["model_version"]) != self.version or st.get("model_sha256") != self.model_sha():
+        if int(st["model_version"]) == self.version and st.get("model_sha256") != self.model_sha():
+            detail = f"server 1 holds model {st.get('model_sha256')!r:.80} of version {self.version}, this server " \
+                     f"{self.model_sha()}"
+            self.raise_alarm("model_disagreement", self.max_round, detail)
+            raise ModelDisagreement(detail)
+        if int(st["model_version"]) != self.version:
             raise Conflict(
                 f"server 1 holds model version {st['model_version']} ({st.get('model_sha256')}), "
                 f"server 0 holds {self.version} ({self.model_sha()})"
@@ -621,6 +756,7 @@ class LeaderNode(Node):
             raise InvalidParameters(f"quorum must be an int in [1, n_p={n_p}], got {quorum!r}")
         with self._open_lock:
             with self.lock:
+                self._refuse_if_halted()
                 if self.m_prime is None:
                     raise Conflict("m' is not known yet: run the count phase (Eq. 11) or set training.m_prime")
                 if self.round is not None and self.round.state not in FINAL:
@@ -628,13 +764,13 @@ class LeaderNode(Node):
             r = self._reconcile()
             rc = self.protocol.round_config(r, self.cfg.num_items, self.width, self.dense_size, self.m_prime,
                                             self.cfg.ring_bits)
-            rnd = Round(r, rc, self.version, ids, n_p, time.time() + deadline_s, quorum, min_users)
+            rnd = Round(r, rc, self.version, ids, n_p, time.time() + deadline_s, quorum, min_users,
+                        model_sha=self.model_sha())
             self._journal_open(rnd)
             faults.hit("open")
             doc = self._round_doc(rnd)
             doc["participants"] = None if ids is None else sorted(ids)
             doc["quorum"], doc["min_users"] = quorum, min_users
-            doc["model_sha256"] = self.model_sha()
             try:
                 self.peer.open_round(doc)
             except _PEER_ERRORS as exc:
@@ -768,33 +904,39 @@ class LeaderNode(Node):
             self._end(rnd, ABORTED,
                       f"{len(include)} user(s) uploaded to both servers, fewer than min_users={rnd.min_users}")
             return
-        # the round is closing: the role takes no more messages, so its own aggregate, combine
-        # and the optimizer step run without the lock (the latter on copies; the commit below
-        # takes it); its own aggregate while server 1 computes its share
+        # the round is closing: the role takes no more messages, so the shares, combine and the
+        # optimizer step run without the lock (the latter on copies; the commit below takes it).
+        # Both servers reconstruct: server 1 sends its share, this server sends its own, each
+        # applies the step, and server 1 answers with its model's digest
         with self.lock:
             base, role, opt = self.version, self.role, self.opt
             table, dense = self.table.copy(), self.dense.copy()
         with ThreadPoolExecutor(1, thread_name_prefix="secemb-share") as pool:
             theirs_share = pool.submit(self.peer.share, r, include)
             try:
-                rnd.busy(role.prepare_combine, include=include)
-            except SecembError:
-                pass  # combine raises it again below
-            try:
+                mine = rnd.busy(self._own_share, rnd, include)
                 share = theirs_share.result()
             except _PEER_ERRORS as exc:
                 self._end(rnd, ABORTED, f"server 1 did not send its aggregate share: {exc}")
                 return
-        try:
-            sparse_sum, dense_sum = rnd.busy(role.combine, share, include=include)
-        except SecembError as exc:
-            self._end(rnd, ABORTED, f"combine failed: {exc}")
+            except SecembError as exc:
+                self._end(rnd, ABORTED, f"this server's aggregate share failed: {exc}")
+                return
+            their_digest = pool.submit(self.peer.agree, r, mine)
+            try:
+                table, dense, sha, opt = self._reconstruct(rnd, role, share, include, opt, table, dense)
+            except SecembError as exc:
+                self._end(rnd, ABORTED, f"combine failed: {exc}")
+                return
+            try:
+                theirs_sha = their_digest.result()
+            except _PEER_ERRORS as exc:
+                self._end(rnd, ABORTED, f"server 1 did not apply the round's update: {exc}")
+                return
+        if theirs_sha != sha:  # raise_alarm aborts the round: nothing is committed on either side
+            self.raise_alarm("model_disagreement", r, f"server 1's model after round {r} has digest "
+                                                      f"{theirs_sha!r:.80}, this server's {sha}: nothing committed")
             return
-        if self.noise is not None:  # this server's noise on its share: the same ring sum after combining
-            sparse_sum, dense_sum = self.noise.add(sparse_sum, dense_sum)
-        opt = copy.deepcopy(opt)
-        rnd.busy(apply_aggregate, self.fp, opt, table, dense, sparse_sum, dense_sum, len(include), optimizer=True)
-        sha = model_sha256(table, dense)
         with self.lock:
             if self.round is not rnd or rnd.state != CLOSING or self.version != base:
                 self._end(rnd, ABORTED, "the round changed while its aggregate was applied")
@@ -912,15 +1054,23 @@ class FollowerNode(Node):
         if rc != expect or r != rc.round_id:
             raise Conflict(f"round configuration {rc} differs from this server's {expect}")
         with self.lock:
+            self._refuse_if_halted()
             if r <= self.max_round:
                 raise Conflict(f"round {r} is not newer than round {self.max_round}")
-            if version != self.version or doc.get("model_sha256") != self.model_sha():
+            if version != self.version:
                 raise Conflict(f"server 0 is at model version {version}, this server at {self.version}")
-            if self.round is not None and self.round.state not in FINAL:
-                self._end(self.round, ABORTED, f"superseded by round {r}")
-            rnd = Round(r, rc, version, ids, n_p, deadline, quorum, min_users)
-            self._journal_open(rnd)
-            self._begin(rnd)
+            differ = doc.get("model_sha256") != self.model_sha()
+            if not differ:
+                if self.round is not None and self.round.state not in FINAL:
+                    self._end(self.round, ABORTED, f"superseded by round {r}")
+                rnd = Round(r, rc, version, ids, n_p, deadline, quorum, min_users, model_sha=self.model_sha())
+                self._journal_open(rnd)
+                self._begin(rnd)
+        if differ:
+            detail = f"server 0 opens round {r} on model {str(doc.get('model_sha256'))[:80]!r} of version " \
+                     f"{version}, this server holds {self.model_sha()}"
+            self.raise_alarm("model_disagreement", r, detail)
+            raise ModelDisagreement(detail)
         faults.hit("open")
         return {"round_id": r, "state": OPEN}
 
@@ -954,15 +1104,38 @@ class FollowerNode(Node):
             for (user, _), out in zip(items, outs, strict=True):
                 if not isinstance(out, BaseException):
                     rnd.relayed.add(user)
+        for (user, _), out in zip(items, outs, strict=True):
+            if isinstance(out, RelayTampered):
+                self._relay_tampered(rnd, user, "retrieval keys")
         return outs
 
+    def _relay_tampered(self, rnd: Round, user: int, what: str) -> None:
+        """Server 0 forwarded ``user``'s ``what`` altered: the user is left out of round ``rnd``
+        as a dropout (it never counts as uploaded here, so no agreed set holds it), the round's
+        outcome lists it under ``tampered``, and an alarm is raised."""
+        with self.lock:
+            rnd.tampered.add(user)
+        self.raise_alarm("relay_tampered", rnd.round_id, f"server 0 forwarded user {user}'s {what} altered (they "
+                                                         "fail the device's authentication): the user is left out")
+
     def peer_relay_upload(self, r: int, user: int, body: bytes) -> None:
-        """Relay: absorb server 0's forwarded correction words for ``user``."""
+        """Relay: absorb server 0's forwarded correction words for ``user`` (refused for a
+        user whose relayed bytes failed authentication before: it is out of the round)."""
         with self.lock:
             rnd = self._current(r)
-            rnd.busy(self.role.relay_upload, user, body)
-            rnd.uploaded.add(user)
+            if user in rnd.tampered:
+                raise RelayTampered(f"round {r}: user {user} is out of the round (its relayed bytes were altered)")
+            try:
+                rnd.busy(self.role.relay_upload, user, body)
+            except RelayTampered:
+                tampered = True
+            else:
+                tampered = False
+                rnd.uploaded.add(user)
             n = len(rnd.uploaded)
+        if tampered:
+            self._relay_tampered(rnd, user, "upload")
+            raise RelayTampered(f"round {r}: user {user}'s forwarded upload fails authentication")
         faults.hit("upload", n)
 
     # ================================================================== closing
@@ -999,17 +1172,39 @@ class FollowerNode(Node):
                 extra = set(include) - rnd.uploaded
                 if extra:
                     raise Conflict(f"round {r}: user(s) {sorted(extra)[:5]} did not upload to this server")
-                role = self.role
             # closing: the role takes no more messages, so the share is computed unlocked
-            share = rnd.busy(role.aggregate_share, include=include)
-            if self.noise is not None:  # noised before it leaves: server 0 cannot take this noise out
-                rc = rnd.rc
-                share = self.noise.add_to_share(share, rc.num_items * rc.width + rc.dense_size)
+            share = rnd.busy(self._own_share, rnd, include)
             with self.lock:
                 self._current(r, states=(CLOSING,))
                 rnd.share, rnd.share_include, rnd.included = share, include, include
         faults.hit("share")
         return share
+
+    def peer_agree(self, r: int, body: bytes) -> dict[str, str]:
+        """Server 0's aggregate share over the users of :meth:`peer_share`: reconstruct the
+        round's update as server 0 does, apply the optimizer step to a copy of this server's
+        model and keep it staged (:meth:`peer_model` installs it); ``{"model_sha256": its
+        digest}``, which server 0 compares with its own before it commits.  Asked again, it
+        recomputes (the same share gives the same digest).
+
+        Raises
+        ------
+        Conflict: the round is not closing or this server has not sent its share yet.
+        InvalidMessage, ProtocolError: ``body`` is not server 0's share over those users.
+        """
+        with self._share_lock:
+            with self.lock:
+                rnd = self._current(r, states=(CLOSING,))
+                include = rnd.share_include
+                if include is None:
+                    raise Conflict(f"round {r}: server 1 has not sent its share yet: nothing to agree on")
+                role, opt = self.role, self.opt
+                table, dense = self.table.copy(), self.dense.copy()
+            staged = self._reconstruct(rnd, role, body, include, opt, table, dense)
+            with self.lock:
+                self._current(r, states=(CLOSING,))
+                rnd.staged = staged
+        return {"model_sha256": staged[2]}
 
     def peer_abort(self, r: int, reason: str) -> None:
         """Abort round ``r`` (a round this server never saw and newer than all it saw: 404)."""
@@ -1022,41 +1217,52 @@ class FollowerNode(Node):
         self._end(rnd, ABORTED, f"server 0: {reason}")
 
     def peer_model(self, body: bytes, r: int) -> dict[str, Any]:
-        """Install the model server 0 synced (the next version, or the current one again --
-        idempotent)."""
+        """Commit round ``r``: server 0 syncs the model it committed; this server installs the
+        model it computed itself (:meth:`peer_agree`) if, and only if, server 0's has the same
+        digest.  The current model again is an idempotent duplicate.
+
+        Raises
+        ------
+        InvalidMessage: ``body`` is not a MODEL message of the next (or current) version.
+        Conflict: this server computed no model for round ``r``, or another model of the
+            current version is offered.
+        ModelDisagreement: server 0's model differs from the one this server computed
+            (an alarm; the deployment halts).
+        """
         m, w, p = self.cfg.num_items, self.width, self.dense_size
         with self.lock:
             try:
                 table, dense = messages.decode_model(body, version=self.version + 1, num_items=m, width=w,
                                                      dense_size=p)
             except InvalidMessage:
-                if self.version >= 0:
-                    try:
-                        table, dense = messages.decode_model(body, version=self.version, num_items=m, width=w,
-                                                             dense_size=p)
-                    except InvalidMessage:
-                        pass
-                    else:
-                        if model_sha256(table, dense) == self.model_sha():
-                            return {"model_version": self.version, "duplicate": True}
-                        raise Conflict(f"a different model for version {self.version} was already installed") from None
+                try:
+                    table, dense = messages.decode_model(body, version=self.version, num_items=m, width=w,
+                                                         dense_size=p)
+                except InvalidMessage:
+                    pass
+                else:
+                    if model_sha256(table, dense) == self.model_sha():
+                        return {"model_version": self.version, "duplicate": True}
+                    raise Conflict(f"a different model for version {self.version} was already installed") from None
                 raise
-            version = self.version + 1
             sha = model_sha256(table, dense)
-            included = self.round.included if (self.round is not None and self.round.round_id == r) else []
-            last = max(r, self.last_round)
-            self.store.save(self._checkpoint(version, last, included or [], table, dense, sha, None))
-            faults.hit("sync")
-            self.table, self.dense, self.sha, self.version = table, dense, sha, version
-            self.last_round, self.last_included = last, included or []
             rnd = self.round
-            if rnd is not None and rnd.round_id == r and rnd.state not in FINAL:
-                self._end(rnd, COMMITTED, "synced by server 0")
-            elif r >= 0 and (self.outcomes.get(r) or {}).get("state") != COMMITTED:
-                self._journal_outcome({"ev": COMMITTED, "round": r, "version": version, "included": None,
-                                       "reason": "synced by server 0"})
-                self.outcomes.remember(r, COMMITTED, None, "synced by server 0")
-            return {"model_version": version, "duplicate": False}
+            if rnd is None or rnd.round_id != r or rnd.state != CLOSING or rnd.staged is None:
+                raise Conflict(f"round {r}: this server computed no model for it, and it installs only a model it "
+                               "computed itself")
+            mine, dense1, staged_sha, opt = rnd.staged
+            if sha == staged_sha:
+                version, included = self.version + 1, rnd.included or []
+                last = max(r, self.last_round)
+                self.store.save(self._checkpoint(version, last, included, mine, dense1, sha, opt))
+                faults.hit("sync")
+                self.table, self.dense, self.sha, self.opt, self.version = mine, dense1, sha, opt, version
+                self.last_round, self.last_included = last, included
+                self._end(rnd, COMMITTED, "both servers' models agree")
+                return {"model_version": version, "duplicate": False}
+        detail = f"server 0 committed a model of digest {sha} for round {r}, this server computed {staged_sha}"
+        self.raise_alarm("model_disagreement", r, detail)
+        raise ModelDisagreement(detail)
 
 
 def _check_floor(n_p: int, min_users: Any, floor: int, error: type[SecembError]) -> None:

@@ -15,6 +15,7 @@ Errors (every method):
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 from collections.abc import Callable
@@ -79,11 +80,17 @@ class PeerLink(Protocol):
     def share(self, round_id: int, include: list[int]) -> bytes:
         """Server 1's aggregate share over exactly ``include``."""
 
+    def agree(self, round_id: int, share: bytes) -> str:
+        """Server 0's aggregate ``share`` (over the users of :meth:`share`) to server 1, which
+        reconstructs and applies the round's update as server 0 does; the SHA-256 of the
+        model it computed (committed only when server 0's has the same digest)."""
+
     def abort(self, round_id: int, reason: str) -> None:
         """Abort round ``round_id`` at server 1."""
 
     def sync_model(self, body: bytes, round_id: int) -> None:
-        """Install the MODEL message ``body`` (committed by round ``round_id``) at server 1."""
+        """Commit round ``round_id`` at server 1 with server 0's MODEL message ``body``: server 1
+        installs the model it computed itself if ``body`` has its digest."""
 
 
 def _call(fn: Callable[[], T]) -> T:
@@ -187,6 +194,19 @@ class HttpPeer:
     def share(self, round_id: int, include: list[int]) -> bytes:
         return _call(lambda: self.api.request("POST", f"/v1/peer/rounds/{round_id}/share",
                                           json_body={"include": include}).content)
+
+    def agree(self, round_id: int, share: bytes) -> str:
+        path = f"/v1/peer/rounds/{round_id}/agree"
+
+        def go() -> str:
+            raw = self.api.post_bytes(path, share) or b""
+            try:
+                doc = json.loads(raw)
+            except ValueError:  # json's decode error, or bytes that are not UTF-8
+                raise InvalidMessage(f"the answer to {path} is not JSON") from None
+            return str(_fields(doc, model_sha256=str)["model_sha256"])
+
+        return _call(go)
 
     def abort(self, round_id: int, reason: str) -> None:
         _call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/abort", {"reason": reason}))

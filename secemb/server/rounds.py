@@ -37,6 +37,8 @@ class Round:
     deadline: float  # unix time
     quorum: int
     min_users: int
+    #: SHA-256 of the model the round trains on (version ``version``), announced to devices
+    model_sha: str | None = None
     state: str = OPEN
     retrieved: set[int] = field(default_factory=set)
     admitting: set[int] = field(default_factory=set)  # retrievals being evaluated
@@ -48,6 +50,14 @@ class Round:
     reason: str = ""
     share_include: list[int] | None = None
     share: bytes | None = None
+    #: the DP noise this server added to its share (ring, one vector: sparse then dense), added
+    #: again to its own reconstruction so both servers' sums are equal
+    share_noise: Any = None
+    #: server 1: the users whose forwarded relay bytes failed authentication (issue 33, item 1)
+    tampered: set[int] = field(default_factory=set)
+    #: server 1: the model this server computed for the round, ``(table, dense, sha, optimizer)``,
+    #: installed only when server 0 syncs a model of the same digest
+    staged: tuple[Any, ...] | None = None
     done: threading.Event = field(default_factory=threading.Event)
     closing: bool = False
     server_s: float = 0.0
@@ -70,7 +80,7 @@ class Round:
     def outcome(self) -> dict[str, Any]:
         """The outcome document of :meth:`~secemb.server.node.Node.round_status`."""
         return {"round_id": self.round_id, "state": self.state, "included": self.included, "reason": self.reason,
-                "server_s": self.server_s, "optimizer_s": self.optimizer_s}
+                "server_s": self.server_s, "optimizer_s": self.optimizer_s, "tampered": sorted(self.tampered)}
 
 
 class Outcomes:
@@ -87,10 +97,12 @@ class Outcomes:
         return None if doc is None else dict(doc)
 
     def remember(self, r: int, state: str, included: list[int] | None, reason: str,
-                 server_s: float | None = None, optimizer_s: float | None = None) -> None:
-        """Record round ``r``'s outcome (busy times ``None``: not measured, e.g. recovered)."""
+                 server_s: float | None = None, optimizer_s: float | None = None,
+                 tampered: list[int] | None = None) -> None:
+        """Record round ``r``'s outcome (busy times ``None``: not measured, e.g. recovered;
+        ``tampered``: the users server 1 left out because their relayed bytes were altered)."""
         self._docs[r] = {"round_id": r, "state": state, "included": included, "reason": reason,
-                         "server_s": server_s, "optimizer_s": optimizer_s}
+                         "server_s": server_s, "optimizer_s": optimizer_s, "tampered": tampered or []}
         self._docs.move_to_end(r)
         while len(self._docs) > _KEEP_OUTCOMES:
             self._docs.popitem(last=False)

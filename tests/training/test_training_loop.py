@@ -86,7 +86,8 @@ def test_byte_accounting_matches_the_message_sizes(small):
     down = (24 + 4 * mp * w) + 24 + (8 + 16 + 4 * p)
     assert r.upload_bytes_per_user_round == up
     assert r.download_bytes_per_user_round == down
-    assert r.server_bytes_per_round == (24 + 4 * (50 * w + p)) + (8 + 24 + 8 * (50 * w + p))
+    # both servers' aggregate shares (each reconstructs, issue 33) and the model sync
+    assert r.server_bytes_per_round == 2 * (24 + 4 * (50 * w + p)) + (8 + 24 + 8 * (50 * w + p))
     assert r.count_bytes_per_user == 0.0
     active = int((by_user(tr).counts() > 0).sum())
     assert r.participations == active
