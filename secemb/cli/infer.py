@@ -112,6 +112,8 @@ def register(app: typer.Typer) -> None:
             if not items:
                 return None
             tokens = [x.strip() for x in items.split(",") if x.strip()]
+            if not tokens:
+                raise InvalidParameters(f"--items must name at least one item, got {items!r}")
             if ids is not None:
                 return np.array([ids.item_index(x) for x in tokens], dtype=np.int64)
             try:

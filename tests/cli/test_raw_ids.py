@@ -171,6 +171,7 @@ def test_infer_takes_raw_ids_and_prints_them(saved: Path) -> None:
     _usage_error(_run("infer", "--model-dir", str(saved), "--user", "user0", "--items", "Nope"),
                  "unknown item id 'Nope'")
     _usage_error(_run("infer", "--model-dir", str(saved), "--user", "ghost"), "unknown user id 'ghost'")
+    _usage_error(_run("infer", "--model-dir", str(saved), "--user", "user0", "--items", " , "), "at least one item")
 
 
 # ---------------------------------------------------------------------- loaders: ids and titles
