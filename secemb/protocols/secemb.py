@@ -5,12 +5,14 @@ Per round and user, with ``S`` request slots (``m'`` in the full layout, ``B`` b
 cuckoo layout), row width ``w`` and dense size ``P``:
 
 * ``retrieval_request``: one path key per slot (:func:`~secemb.fss.gen_path`) and its
-  retrieval output correction word for payload 1 (0 for an empty cuckoo bucket); server
-  ``b`` gets the ``DPFKeys`` of party ``b``.
+  retrieval output correction word for a secret uniformly random odd payload ``beta`` (0 for
+  an empty cuckoo bucket); server ``b`` gets the ``DPFKeys`` of party ``b``.
 * ``handle_retrieval``: the server walks every tree once
-  (:mod:`secemb.fss.fused`), answers with its shares of the ``S`` rows, folds the
+  (:mod:`secemb.fss.fused`), answers with its shares of the ``S`` rows of the round's table
+  with each row's tag appended (:func:`row_tags`, ``T`` more words), folds the
   payload-independent part of the aggregation share into its running aggregate and keeps
-  the control bits.
+  the control bits.  The user unmasks each row by ``beta^{-1}`` and checks its tag (and that
+  empty buckets answer zero); a failure raises :class:`~secemb.errors.RetrievalTampered`.
 * ``upload``: one aggregation correction word per slot (:func:`~secemb.fss.convert_gen` on the
   same path, another conversion tag) and an additive share of the dense gradient.
 * ``handle_upload``: the server adds the control-bit part for those correction words.
@@ -19,11 +21,14 @@ cuckoo layout), row width ``w`` and dense size ``P``:
 
 With ``relay=True`` the user sends every byte both servers would receive identically only
 once (see ``docs/security.md``): server 0 gets the full keys and forwards their shared part
-(everything but its roots) to server 1, which gets only its roots and two secret seeds from
-the user.  Server 1 returns its retrieval shares to server 0 masked by a stream of the first
-seed; server 0 adds its own and returns one array, from which the user removes the mask.  The
-aggregation correction words go to server 0 only and are forwarded; server 1's dense share
-is the expansion of the second seed.
+(everything but its roots) to server 1, which gets only its roots, two secret seeds, a MAC key
+and the SHA-256 digest of that shared part from the user.  Server 1 returns its retrieval
+shares to server 0 masked by a stream of the first seed; server 0 adds its own and returns one
+array, from which the user removes the mask.  The aggregation correction words go to server 0
+only, with an HMAC tag under the MAC key, and are forwarded; server 1's dense share is the
+expansion of the second seed.  Server 1 evaluates a forwarded key part only if it matches the
+digest and absorbs forwarded words only if their tag verifies; otherwise
+:class:`~secemb.errors.RelayTampered` (``docs/security.md``, "A deviating server").
 
 A server never sees an index, a row count or a gradient: every message has a size fixed by
 the public round parameters.  A user that retrieved but never uploads is left out of the
