@@ -75,6 +75,7 @@ def register(app: typer.Typer) -> None:
         dp_delta: DpDelta = 1e-5,
         dp_clip: DpClip = 1.0,
         dp_level: DpLevel = "user",
+        force: Annotated[bool, typer.Option("--force", help="Replace an existing --json-out file.")] = False,
         concurrency: Annotated[int, typer.Option(min=1, help="Devices running at the same time.")] = 8,
         deadline: Annotated[float, typer.Option(min=0.1, help="Round deadline, seconds.")] = 120.0,
         workdir: Annotated[
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
 
         from secemb.cli._report import training_display, write_json
         from secemb.cli._sfsl import check_preset, sfsl_options
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import check_output, fail
 
         from secemb.engine.driver import RoundAborted
         from secemb.sim.demo import run_networked_experiment
@@ -103,7 +104,8 @@ def register(app: typer.Typer) -> None:
         from secemb.errors import InvalidParameters
         from secemb.training import Experiment, VerificationError, run_experiment
 
-        check_output_file(json_out, "--json-out")
+        if json_out is not None:
+            json_out = check_output(json_out, "--json-out", force=force, inputs=(dataset, data_dir))
         check_preset(protocol, sfsl_preset)
         if protocol == "sfsl":
             opts = sfsl_options(preset=sfsl_preset, model=model, metrics=None, dataset=dataset,
@@ -115,14 +117,19 @@ def register(app: typer.Typer) -> None:
             _demo_sfsl(opts, network, data_dir, download, concurrency, json_out, quiet)
             return
         console = Console()
-        exp = Experiment(
-            dataset=dataset, data_dir=data_dir, download=download, model="mf" if model is None else model,
-            protocol=protocol, layout=layout,
-            relay=relay, expansion=expansion, backend=backend, workers=workers, epochs=epochs,
-            users_per_round=users_per_round, m_prime=m_prime, alpha=alpha, seed=seed, verify=verify, lr=lr,
-            reg=reg, dim=dim, ring_bits=ring_bits, lazy_adam=lazy_adam, dp_epsilon=dp_epsilon, dp_delta=dp_delta,
-            dp_clip=dp_clip, dp_level=dp_level,
-        )
+        try:
+            exp = Experiment(
+                dataset=dataset, data_dir=data_dir, download=download, model="mf" if model is None else model,
+                protocol=protocol, layout=layout,
+                relay=relay, expansion=expansion, backend=backend, workers=workers, epochs=epochs,
+                users_per_round=users_per_round, m_prime=m_prime, alpha=alpha, seed=seed, verify=verify, lr=lr,
+                reg=reg, dim=dim, ring_bits=ring_bits, lazy_adam=lazy_adam, dp_epsilon=dp_epsilon,
+                dp_delta=dp_delta, dp_clip=dp_clip, dp_level=dp_level,
+            )
+            if network:
+                _check_networked(protocol)
+        except InvalidParameters as exc:
+            fail(exc)
         progress, on_start, on_round, on_epoch = training_display(
             console, quiet, prefix="network | " if network else "in-process | "
         )
@@ -206,3 +213,22 @@ def _demo_sfsl(opts: Any, network: bool, data_dir: Path | None, download: bool, 
         table.add_row(*row)
     console.print(table)
     write_json(console, result, json_out)
+
+
+def _check_networked(protocol: str) -> None:
+    """Raise InvalidParameters unless ``protocol`` runs in the server deployment (``--network``);
+    the message names those that do."""
+    from secemb.errors import InvalidParameters
+    from secemb.protocols import available_protocols, protocol_class
+
+    if protocol_class(protocol).capabilities.networked:
+        return
+    networked = []
+    for name in available_protocols():
+        try:
+            if protocol_class(name).capabilities.networked:
+                networked.append(name)
+        except InvalidParameters:  # its module needs an extra that is not installed
+            continue
+    raise InvalidParameters(f"--protocol {protocol} runs in process only (it declares networked=False: no server "
+                            f"deployment): use --in-process, or --network with one of {', '.join(networked)}")

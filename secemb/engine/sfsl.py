@@ -95,6 +95,8 @@ class EnginePlayer:
             rep.client_seconds[u] = dict(parties[u].seconds)
         for u in live:
             rep.perturbed_sizes[u] = int(devices[u]._perturbed.size)
+            if (loss := devices[u].loss) is not None:
+                rep.losses[u] = loss
         server_s = dict(out["server_s"])
         rep.server_seconds = {"psu": server_s.get("psu", 0.0), "download": server_s.get("download", 0.0),
                               "secagg": server_s.get("sum", 0.0)}
@@ -168,6 +170,13 @@ def _rounds_per_epoch(train: ClickData, n: int) -> tuple[int, int]:
     return active, max(1, math.ceil(active / n))
 
 
+def _mean_loss(reports: Sequence[RoundReport]) -> float:
+    """The mean local objective over the participations of ``reports`` (NaN if no device
+    trained on a sample: then a result document cannot be written and says so)."""
+    losses = [v for rep in reports for v in rep.losses.values()]
+    return float(np.mean(losses)) if losses else float("nan")
+
+
 def sfsl_train_result(opts: SFSLOptions, train: ClickData, test: ClickData, res: SFSLResult,
                       config: dict[str, Any], wall_s: float) -> TrainResult:
     """The :class:`TrainResult` document of an SFSL run (the fields of ``secemb train``'s JSON:
@@ -181,7 +190,7 @@ def sfsl_train_result(opts: SFSLOptions, train: ClickData, test: ClickData, res:
     user_s = sum(sum(rep.client_seconds[u].values()) for rep in reps for u in rep.client_seconds)
     server_s = sum(sum(rep.server_seconds.values()) for rep in reps)
     _, per_epoch = _rounds_per_epoch(train, opts.users_per_round)
-    epochs = [EpochStats(r // per_epoch, None, float("nan"), test_metrics={"auc": v})
+    epochs = [EpochStats(r // per_epoch, None, _mean_loss(reps[r - per_epoch:r]), test_metrics={"auc": v})
               for r, v in sorted(res.auc.items())]
     assert res.table is not None and res.dense is not None and res.user_embeddings is not None
     rounds = max(len(reps), 1)
@@ -244,10 +253,11 @@ def run_sfsl(opts: SFSLOptions, *, data: tuple[ClickData, ClickData] | None = No
             user_s = sum(sum(v.values()) for v in rep.client_seconds.values())
             server = sum(rep.server_seconds.values())
             on_round(RoundStats(r, (r - 1) // per_epoch + 1, users, up, down, 0, user_s, server, 0.0, 0.0, False,
-                                float("nan")))
+                                _mean_loss([rep])))
         if on_epoch is not None and len(res.auc) > seen["auc"]:
             seen["auc"] = len(res.auc)
-            on_epoch(EpochStats(r // per_epoch, None, float("nan"), test_metrics={"auc": res.auc[r]}))
+            on_epoch(EpochStats(r // per_epoch, None, _mean_loss(res.reports[r - per_epoch:r]),
+                                test_metrics={"auc": res.auc[r]}))
 
     t0 = time.perf_counter()
     res = train_sfsl(train, test, run, progress=progress, player=local_player if player is None else player,

@@ -110,9 +110,13 @@ class SFSLDevice:
         self.clipped = 0.0
         #: samples trained on in the last round (the succinct set's)
         self.trained = 0
+        #: mean local objective (DIN's binary cross-entropy) over the last round's training
+        #: steps, weighted by batch size; None before training in this round, or with no sample
+        self.loss: float | None = None
 
     def request(self, union: np.ndarray, round_id: int, *, _rng: RandomBytes = system_rng) -> bytes:
         """Perturb (Algorithm 2) over the PSU's ``union`` and ask for W_{S''}."""
+        self.loss = None  # a new round: no loss until this round's training
         self._perturbed = self.perturber.perturb(union, _rng=_rng)
         self._categories = categories_of(self._perturbed, self.goods_category)
         return wire.request(round_id, self._perturbed)
@@ -167,15 +171,19 @@ class SFSLDevice:
         tcat_all = cat_pos[target]  # category positions (into the downloaded rows) of the targets
         hcat_all = np.where(hist >= 0, cat_pos[np.maximum(hist, 0)], -1)
         label = s.label[keep]
+        total = 0.0
         for _ in range(settings.epochs):
             order = rng.permutation(n)
             for lo in range(0, n, settings.batch):
                 idx = order[lo:lo + settings.batch]
                 batch = click_batch(target[idx], hist[idx], tcat_all[idx], hcat_all[idx], label[idx])
-                grads = torch.autograd.grad(self.model.objective_torch(rows_t, fields, user_t, batch), params)
+                loss = self.model.objective_torch(rows_t, fields, user_t, batch)
+                grads = torch.autograd.grad(loss, params)
+                total += float(loss.detach()) * idx.size
                 with torch.no_grad():  # plain SGD
                     for p, g in zip(params, grads, strict=True):
                         p.sub_(settings.lr * g)
+        self.loss = total / (n * settings.epochs) if n and settings.epochs else None
         self.user_embedding[...] = user_t.detach().numpy()
         delta_goods = rows_t.detach().numpy() - g_rows
         delta_cats = fields["categories"].detach().numpy() - c_rows

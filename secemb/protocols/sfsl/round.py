@@ -48,6 +48,8 @@ class RoundReport:
     server_seconds: per stage ("psu", "download", "secagg", "update").
     survivors: the devices whose updates are in the aggregate.
     updated_rows: rows with a non-zero aggregate weight.
+    losses: per device that trained on at least one sample, its mean local objective
+        (:attr:`~secemb.protocols.sfsl.parties.SFSLDevice.loss`).
     """
 
     union_size: int = 0
@@ -59,6 +61,7 @@ class RoundReport:
     server_seconds: dict[str, float] = field(default_factory=dict)
     survivors: list[int] = field(default_factory=list)
     updated_rows: int = 0
+    losses: dict[int, float] = field(default_factory=dict)
 
     def per_client(self, what: str) -> float:
         """The mean over devices of the total ``"upload"``, ``"download"``, ``"traffic"`` (both)
@@ -138,6 +141,8 @@ def sfsl_round(
         t0 = time.perf_counter()
         rows[u], inputs[u] = devices[u].train(replies[u], round_id, server.space, settings, rng)
         rep.client_seconds[u]["train"] = time.perf_counter() - t0
+        if (loss := devices[u].loss) is not None:
+            rep.losses[u] = loss
     # 4. weighted, count-normalized secure sum per row
     sp = server.space
     tr = run_round(SecAggConfig(length=sp.length, threshold=t, width=sp.width, round_id=2 * round_id + 1,
