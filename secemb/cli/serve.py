@@ -1,7 +1,8 @@
 """``secemb serve``: run one of the two servers.
 
 Exit codes: 0 after a clean shutdown (Ctrl-C / SIGTERM); 2 bad usage (missing or invalid
-configuration, a state directory that belongs to another configuration).
+configuration, a state directory that belongs to another configuration, a port in use -- the
+last checked before any state is read).
 """
 
 from __future__ import annotations
@@ -64,5 +65,5 @@ def register(app: typer.Typer) -> None:
         )
         try:
             run(cfg, log_level=log_level)
-        except (CorruptState, StorageError) as exc:
+        except (CorruptState, StorageError, InvalidParameters) as exc:  # InvalidParameters: e.g. a port in use
             fail(exc)

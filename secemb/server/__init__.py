@@ -20,7 +20,8 @@ def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
 
     Raises
     ------
-    InvalidParameters: TLS files missing, or a plain ``http://`` peer URL with TLS.
+    InvalidParameters: TLS files missing, a plain ``http://`` peer URL with TLS, or the listening
+    address cannot be bound (a port in use: checked before any state is read or written).
     """
     import logging
 
@@ -29,12 +30,15 @@ def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
     from secemb.server.node import make_node
 
     cfg.check_listener()
-
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
-                        format=f"%(asctime)s server{cfg.party} %(levelname)s %(message)s")
-    node = make_node(cfg)
-    app = create_app(node)
+    sock = listener.bind(cfg.host, cfg.port)
     try:
-        listener.run(app, cfg, log_level=log_level)
+        logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
+                            format=f"%(asctime)s server{cfg.party} %(levelname)s %(message)s")
+        node = make_node(cfg)
+        app = create_app(node)
+        try:
+            listener.run(app, cfg, log_level=log_level, sock=sock)
+        finally:
+            node.stop()
     finally:
-        node.stop()
+        sock.close()

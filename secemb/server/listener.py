@@ -20,11 +20,14 @@ flight (a connection beyond that is closed at once), then hands the connection t
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import ssl
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from secemb.errors import InvalidParameters
 from secemb.server.tls import PEER_CN_SCOPE_KEY, client_cert_cn, server_context_kwargs
 
 __all__ = ["GuardedH11Protocol", "run"]
@@ -121,10 +124,34 @@ class TlsFirstProtocol(asyncio.Protocol):
             self._task.cancel()
 
 
-def run(app: Any, cfg: Any, *, log_level: str) -> None:
+def bind(host: str, port: int) -> socket.socket:
+    """The server's listening address bound (as uvicorn binds it: ``SO_REUSEADDR``, IPv6 for a
+    host with a colon), before anything else starts, so that a busy port fails at once.
+
+    Raises
+    ------
+    InvalidParameters
+        The address cannot be bound: the port is in use, or the host is not an address of
+        this machine; the message says which.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        why = "port in use (another process listens there)" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise InvalidParameters(f"cannot listen on {host}:{port}: {why}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(app: Any, cfg: Any, *, log_level: str, sock: socket.socket | None = None) -> None:
     """Serve ``app`` as ``cfg`` (a :class:`~secemb.server.config.ServerConfig`) says, until
     interrupted: TLS with the configured certificate (client certificates optional, checked
-    against the CA), or plain HTTP where ``cfg.insecure_http`` allows it (loopback only)."""
+    against the CA), or plain HTTP where ``cfg.insecure_http`` allows it (loopback only).
+    ``sock``: the address already bound by :func:`bind` (default: uvicorn binds
+    ``cfg.host:cfg.port`` itself)."""
     import uvicorn
 
     guarded = type("Guarded", (GuardedH11Protocol,), {"header_timeout_s": cfg.read_timeout_s})
@@ -137,4 +164,4 @@ def run(app: Any, cfg: Any, *, log_level: str) -> None:
             "context": config.ssl, "handshake_timeout_s": cfg.read_timeout_s,
             "max_pending": 2 * cfg.max_connections, "http": guarded})
         config.ssl = None
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=None if sock is None else [sock])
