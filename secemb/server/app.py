@@ -135,7 +135,10 @@ def _limit_model(node: Node) -> int:
 
 
 def _limit_json(node: Node) -> int:
-    return _JSON_LIMIT + 24 * node.cfg.num_users
+    """64 KiB and 24 bytes a user id, for ``num_users`` rounded up to a power of two: the limit
+    answers (413) before the signature, so it tells a stranger the bit length of ``num_users``
+    only (issue 33, 413-before-401)."""
+    return _JSON_LIMIT + 24 * (1 << (node.cfg.num_users - 1).bit_length())
 
 
 def _user_param(request: Request, node: Node) -> int:

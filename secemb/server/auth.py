@@ -14,11 +14,15 @@ attempt afresh, so a retry after a restart passes; a client whose clock lags the
 
 Resources (issue 12, finding 4).  Everything that needs no body -- key id, timestamp window,
 and whether the nonce was already used -- is checked by :meth:`Verifier.principal_of` before
-the app reads a body.  Nonces enter memory only after a valid signature, each device key is
-rate-limited (a token bucket: ``rate_per_s`` requests a second, bursts of ``4 * rate_per_s``;
-beyond, :class:`RateLimited`, HTTP 429) -- not the peer server, whose calls grow with the
-round's devices (a server that floods its peer only denies service, which the threat model
-does not protect), nor the server's own operator --, and the memory holds at most
+the app reads a body.  A device key id of a user id at or beyond ``num_users`` passes that
+check like a known one and is refused only at the signature (issue 33, "413-before-401"): no
+answer before the signature (a 413 for a body over the limit, a 408, a 503) tells a known
+device id from an unknown one, so the number of devices cannot be found by trying ids.
+Nonces enter memory only after a valid signature, each device key is rate-limited (a token
+bucket: ``rate_per_s`` requests a second, bursts of ``4 * rate_per_s``; beyond,
+:class:`RateLimited`, HTTP 429) -- not the peer server, whose calls grow with the round's
+devices (a server that floods its peer only denies service, which the threat model does not
+protect), nor the server's own operator --, and the memory holds at most
 ``max_nonces`` unexpired nonces per credential class (devices, the operator, the peer server): a
 full memory refuses new requests of that class (:class:`Busy`, HTTP 503) rather than forgetting a
 nonce that could still be replayed.  Classes are apart (issue 33): devices that fill theirs -- 8
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import hmac
 import re
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -53,6 +58,7 @@ _USER = "user:"
 _NONCE = re.compile(r"[0-9a-f]{16,64}\Z")
 _SIG = re.compile(r"[0-9a-f]{64}\Z")
 _TS_END = 10**16  # timestamps are milliseconds of at most 16 digits
+_USER_ID_END = 2**63  # what a device key id may name (user_key's range); num_users bounds the known ones
 
 
 class AuthError(SecembError):
@@ -114,10 +120,14 @@ class Verifier:
         self._lock = threading.Lock()
         self.rate_per_s, self.burst, self.max_nonces = float(rate_per_s), 4.0 * float(rate_per_s), int(max_nonces)
         self._buckets: dict[str, tuple[float, float]] = {}  # key id -> (tokens, monotonic time)
+        #: the key an unknown device id's signature is checked against (and fails): the same work as a known one's
+        self._decoy = secrets.token_bytes(32)
 
-    def principal_of(self, headers: Mapping[str, str]) -> tuple[Principal, bytes]:
+    def principal_of(self, headers: Mapping[str, str]) -> tuple[Principal, bytes | None]:
         """Check what needs no body (headers well formed, timestamp in the window, key id
-        known, nonce not used yet); return the claimed principal and its key.
+        of a known kind, nonce not used yet); return the claimed principal and its key --
+        ``None`` for a device id at or beyond ``num_users``, which :meth:`verify` refuses only
+        once the body is read, as it refuses a bad signature.
 
         Raises
         ------
@@ -143,14 +153,14 @@ class Verifier:
                 raise AuthError("replayed request (nonce already used)")
         return principal, key
 
-    def _claimed(self, key_id: str) -> tuple[Principal, bytes]:
+    def _claimed(self, key_id: str) -> tuple[Principal, bytes | None]:
         if key_id == self._peer_id and self.party == 1:  # server 0 calls server 1, never the reverse
             return Principal("peer", key_id), self._peer
         if key_id == "admin":
             return Principal("admin", key_id), self._admin
         if key_id.startswith(_USER):
-            u = ascii_int(key_id[len(_USER):], "the key id's user id", 0, self.num_users, AuthError)
-            return Principal("user", key_id, u), user_key(self._users, u)
+            u = ascii_int(key_id[len(_USER):], "the key id's user id", 0, _USER_ID_END, AuthError)
+            return Principal("user", key_id, u), user_key(self._users, u) if u < self.num_users else None
         raise AuthError("unknown key id")
 
     def verify(
@@ -165,9 +175,9 @@ class Verifier:
         principal, key = self.principal_of(headers)
         ts, nonce, sig = headers[HEADER_TIMESTAMP], headers[HEADER_NONCE], headers[HEADER_SIGNATURE]
         canonical = canonical_request(principal.key_id, method, path, query, _timestamp(ts), nonce, body)
-        expected = hmac.new(key, canonical, "sha256")
-        if not hmac.compare_digest(expected.hexdigest(), sig):
-            raise AuthError("bad signature")
+        expected = hmac.new(self._decoy if key is None else key, canonical, "sha256")
+        if not hmac.compare_digest(expected.hexdigest(), sig) or key is None:
+            raise AuthError("bad signature" if key is not None else "unknown device id")
         self._admit(principal, nonce, _timestamp(ts))
         return principal
 
