@@ -6,7 +6,7 @@ for a full example)::
     [server]    party (required), host, port, peer_url (required), state_dir (required),
                 auth_window_s, peer_timeout_s, max_body_bytes, read_timeout_s, max_connections,
                 max_body_reads, requests_per_s, max_nonces, docs (serve /docs and /openapi.json),
-                insecure_http (plain HTTP, loopback only; default false: TLS)
+                insecure_http (plain HTTP, loopback only -- host and peer_url; default false: TLS)
     [tls]       ca, cert, key -- PEM files written by ``secemb admin init`` (required unless
                 insecure_http)
     [secrets]   peer, admin, users   -- hex, >= 16 bytes each (required; or the environment
@@ -39,6 +39,7 @@ import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError,
                       ValidationInfo, field_validator, model_validator)
@@ -285,11 +286,16 @@ class ServerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ServerConfig:
-        """The cross-field checks: plain HTTP on loopback only, ``m_prime <= num_items``; then
-        the protocol, model, optimiser and ring objects validate the fields they take."""
+        """The cross-field checks: plain HTTP on loopback only (the address served and the
+        peer called), ``m_prime <= num_items``; then the protocol, model, optimiser and ring
+        objects validate the fields they take."""
         if self.insecure_http and self.host not in _LOOPBACK:
             raise InvalidParameters(f"insecure_http binds loopback only ({', '.join(_LOOPBACK)}), got host "
                                     f"{self.host!r}; give [tls] files for any other address")
+        if self.insecure_http and urlsplit(self.peer_url).hostname not in _LOOPBACK:
+            raise InvalidParameters(f"insecure_http calls a loopback peer only ({', '.join(_LOOPBACK)}), got peer_url "
+                                    f"{self.peer_url!r}: plain HTTP would carry the servers' traffic in the clear "
+                                    "over the network; give [tls] files")
         if self.m_prime is not None and self.m_prime > self.num_items:
             raise InvalidParameters(f"m_prime must be None or in [1, num_items], got {self.m_prime!r}")
         if self.m_prime_max is not None and self.m_prime_max > self.num_items:

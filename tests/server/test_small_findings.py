@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import secrets
 
+import pytest
 from fastapi.testclient import TestClient
+
+from secemb.errors import InvalidParameters
 
 from secemb.server.app import create_app
 from secemb.server.config import ServerConfig
@@ -15,10 +18,14 @@ from secemb.transport.signing import sign_headers, user_key
 PEER, ADMIN, USERS = b"p" * 32, b"a" * 32, b"u" * 32
 
 
+def _config(tmp_path, party: int = 0, **kw) -> ServerConfig:
+    fields = {"peer_url": "https://127.0.0.1:9", "num_users": 30} | kw
+    return ServerConfig(party=party, state_dir=tmp_path, peer_secret=PEER, admin_secret=ADMIN, user_secret=USERS,
+                        num_items=40, model="mf", model_hparams={"dim": 4}, m_prime=4, **fields)
+
+
 def _client(tmp_path, num_users: int, party: int = 0) -> TestClient:
-    cfg = ServerConfig(party=party, peer_url="https://127.0.0.1:9", state_dir=tmp_path, peer_secret=PEER,
-                       admin_secret=ADMIN, user_secret=USERS, num_items=40, num_users=num_users, model="mf",
-                       model_hparams={"dim": 4}, m_prime=4)
+    cfg = _config(tmp_path, party, num_users=num_users)
     return TestClient(create_app(make_node(cfg, store=MemoryStore(party, "f"), start_threads=False)))
 
 
@@ -54,3 +61,15 @@ def test_413_before_401_reveals_no_device_id(tmp_path):
     headers = sign_headers("user:3", user_key(USERS, 3), "POST", "/v1/rounds/1/upload", "", body)
     assert client.post("/v1/rounds/1/upload", content=body, headers=headers).status_code not in (401, 413)
 
+
+
+@pytest.mark.parametrize("peer_url", ["http://10.0.0.2:8001", "http://peer.example:8001", "https://10.0.0.2:8001",
+                                      "http://127.0.0.1.example:8001", "http://[2001:db8::1]:8001"])
+def test_insecure_http_refuses_a_non_loopback_peer_url(tmp_path, peer_url):
+    # plain HTTP to a peer on another host carried server 0's calls (relayed device messages,
+    # aggregate shares, the model) in the clear: now a configuration error
+    with pytest.raises(InvalidParameters, match="insecure_http calls a loopback peer only"):
+        _config(tmp_path, insecure_http=True, peer_url=peer_url)
+    for loopback in ("http://127.0.0.1:8001", "http://localhost:8001", "http://[::1]:8001"):
+        _config(tmp_path, insecure_http=True, peer_url=loopback).check_listener()
+    _config(tmp_path, peer_url=peer_url.replace("http://", "https://"))  # with TLS any host is fine
