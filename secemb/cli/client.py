@@ -1,7 +1,8 @@
 """``secemb client``: one simulated device taking part in rounds of a running deployment.
 
 Exit codes: 0 the device took part in the asked number of rounds (or sent its count share);
-1 no round for it before ``--wait`` ran out, or a round failed; 2 bad usage.
+1 no round for it before ``--wait`` ran out (a server that did not answer is named: "server
+unreachable"), or a round failed; 2 bad usage.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def register(app: typer.Typer) -> None:
         from secemb.models import RecModel, get_model, uses_features
         from secemb.models.base import UserSnapshot
         from secemb.models.task import RATING, Task
-        from secemb.transport.errors import RemoteError
+        from secemb.transport.errors import RemoteError, Unreachable
 
         def fail(msg: str, code: int) -> NoReturn:
             typer.echo(json.dumps({"user": user, "error": msg}))
@@ -194,21 +195,30 @@ def register(app: typer.Typer) -> None:
             from secemb.training.local import distinct_items
 
             distinct = distinct_items(np.sort(own(count_task)[0]))[0].size
-            n = dc.send_count(int(count_task.request_counts(np.array([distinct]))[0]), ring_bits)
+            try:
+                n = dc.send_count(int(count_task.request_counts(np.array([distinct]))[0]), ring_bits)
+            except Unreachable as exc:
+                fail(f"server unreachable: {exc}", 1)
+            except SecembError as exc:
+                fail(f"count: {exc}", 1)
             typer.echo(json.dumps({"user": user, "count_bytes": n}))
             return
         device: Device | None = None
         round_rec: RecModel | None = None
         done: set[int] = set()
         deadline = time.monotonic() + wait
+        polled: SecembError | None = None  # why the last poll for a round failed
         while len(done) < rounds:
             try:
-                info = dc.round_info()
-            except (RemoteError, SecembError):
-                info = None
+                info, polled = dc.round_info(), None
+            except (RemoteError, SecembError) as exc:
+                info, polled = None, exc
             if info is None or info.state != "open" or not info.participant or info.round_id in done:
                 if time.monotonic() > deadline:
-                    fail(f"no open round for user {user} within {wait} s", 1)
+                    if isinstance(polled, Unreachable):  # a server down is not "no round"
+                        fail(f"server unreachable for {wait} s: {polled}", 1)
+                    why = "" if polled is None else f" (the last poll failed: {polled})"
+                    fail(f"no open round for user {user} within {wait} s{why}", 1)
                 time.sleep(0.2)
                 continue
             if device is None or round_rec is None:  # the announced model's task says what the device trains on

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import secrets
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -95,3 +100,47 @@ def test_sfsl_training_loss_is_finite_and_the_result_is_json() -> None:
     # training moves the loss: a run that learns is not the lr = 0 run
     learnt = run_sfsl(SFSLOptions(dataset="taobao-mini", users_per_round=20, epochs=1, lr=1.0, seed=4), data=clicks)
     assert math.isfinite(learnt.epochs[0].train_loss) and learnt.epochs[0].train_loss != res.epochs[0].train_loss
+
+
+def _closed_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_on_a_busy_port_is_one_line_before_startup(tmp_path: Path) -> None:
+    # before: uvicorn logged "Application startup complete", then exited 3
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        state = tmp_path / "state"
+        (tmp_path / "s0.json").write_text(json.dumps({
+            "server": {"party": 0, "host": "127.0.0.1", "port": port, "peer_url": "http://127.0.0.1:9",
+                       "state_dir": str(state)},
+            "protocol": {"name": "secemb", "layout": "cuckoo", "relay": True},
+            "model": {"name": "mf", "num_items": 50, "num_users": 10, "hparams": {"dim": 4}},
+            "training": {"m_prime": 5}}))
+        env = dict(os.environ, **{f"SECEMB_{k}_SECRET": secrets.token_hex(32) for k in ("PEER", "ADMIN", "USER")})
+        proc = subprocess.run([sys.executable, "-c", "from secemb.cli import main; main()", "serve", "--config",
+                               str(tmp_path / "s0.json"), "--insecure-http"],
+                              env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: cannot listen on 127.0.0.1:{port}: port in use (another process listens there)"]
+    assert "startup complete" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not state.exists()  # refused before the state directory was touched
+
+
+def test_client_with_server_0_down_says_server_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: "no open round for user 3 within ... s", as if the deployment were idle
+    monkeypatch.setenv("SECEMB_DEVICE_KEY0", secrets.token_hex(32))
+    monkeypatch.setenv("SECEMB_DEVICE_KEY1", secrets.token_hex(32))
+    down = f"http://127.0.0.1:{_closed_port()}"
+    res = _run("client", "--user", "3", "--server0", down, "--server1", f"http://127.0.0.1:{_closed_port()}",
+               "--wait", "0.3")
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)  # the client's one JSON line
+    assert doc["user"] == 3 and doc["error"].startswith("server unreachable for 0.3 s: GET " + down), doc
+    assert "no open round" not in doc["error"] and "Traceback" not in res.output
