@@ -361,6 +361,7 @@ def _dev(meas: float, paper: float | None) -> str:
 def write(out: Path, rows: list[dict[str, Any]], wall: float) -> None:
     from secemb.bench.plots import line_panels
     from secemb.bench.tables import markdown_table, write_csv
+    from secemb.outputs import atomic_write_text
 
     out.mkdir(parents=True, exist_ok=True)
     cols = ["protocol", "model", "dataset", "m", "m_prime", "d", "width", "dense_size", "layout", "relay",
@@ -390,7 +391,7 @@ def write(out: Path, rows: list[dict[str, Any]], wall: float) -> None:
                 "R.R.": f"{r['rr']:.2f}" if r.get("rr") else "", "paper R.R.": r.get("paper_rr") or "",
             })
         parts.append(f"\n## {title}\n\n" + markdown_table(view, list(view[0])))
-    (out / "comm.md").write_text("".join(parts), encoding="utf-8")
+    atomic_write_text(out / "comm.md", "".join(parts))
     order = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]  # natural order, as in Table 7
     panels: dict[str, dict[str, list[float]]] = {}
     for model in dict.fromkeys(r["model"] for r in rows):

@@ -23,12 +23,14 @@ without it.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from secemb.errors import SecembError
+from secemb.outputs import atomic_write_bytes
 
 __all__ = ["DPI", "PANEL_INCHES", "PlotsUnavailable", "Flag", "axis_scale", "bar_panels", "line_panels",
            "require", "value_label"]
@@ -128,9 +130,10 @@ def _save(plt: Any, fig: Any, axes: Any, used: int, title: str, path: str | Path
         ax.set_visible(False)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI)
     plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
 
 
 def line_panels(path: str | Path, panels: Mapping[str, Mapping[str, Sequence[float]]], *, xlabel: str, ylabel: str,

@@ -1,11 +1,15 @@
-"""Markdown and CSV writers for the benchmark tables (results/<table>/)."""
+"""Markdown and CSV writers for the benchmark tables (results/<table>/), each written
+atomically (temp + rename: an interrupted write leaves the earlier file as it was)."""
 
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from secemb.outputs import atomic_write_text
 
 __all__ = ["markdown_table", "write_csv", "write_markdown"]
 
@@ -23,18 +27,16 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> st
 
 
 def write_csv(path: str | Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: r.get(c) for c in columns})
+    """``rows`` (dicts) as CSV with ``columns`` in order, to ``path``."""
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=list(columns), extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: r.get(c) for c in columns})
+    atomic_write_text(path, text.getvalue())
 
 
 def write_markdown(path: str | Path, title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str],
                    notes: Sequence[str] = ()) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = f"# {title}\n\n" + markdown_table(rows, columns) + "".join(f"\n{n}\n" for n in notes)
-    path.write_text(text, encoding="utf-8")
+    """A Markdown document: ``# title``, the table of ``rows`` and the ``notes`` paragraphs."""
+    atomic_write_text(path, f"# {title}\n\n" + markdown_table(rows, columns) + "".join(f"\n{n}\n" for n in notes))

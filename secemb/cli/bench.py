@@ -7,7 +7,7 @@ import json
 
 import typer
 
-from secemb.cli._report import save_result
+from secemb.cli.bench_output import FORCE_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -116,6 +116,7 @@ def _register_seq(bench_app: typer.Typer) -> None:
         epochs: int = typer.Option(0, help="Epochs of every accuracy run (0: the per-model settings)."),
         no_traffic: bool = typer.Option(False, "--no-traffic", help="Skip the Amazon-size upload."),
         out: Path = typer.Option(Path("results/seq.json"), help="Write the JSON result here."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Table 4: Caser and SASRec through SecEmb (accuracy leave-one-out beside the popularity
         ranking; one device's upload on a 9,267,503-item catalogue, measured bytes); the lossy
@@ -126,11 +127,12 @@ def _register_seq(bench_app: typer.Typer) -> None:
 
         from secemb.bench import seq as bench_seq
 
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_outputs, save_json
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
-        check_output_file(out, "--out")
+        check_outputs(force, ("--out", out))
         if epochs < 0:
             fail(f"--epochs must be >= 0, got {epochs}")
         console = Console(stderr=True)
@@ -143,7 +145,7 @@ def _register_seq(bench_app: typer.Typer) -> None:
                                        progress=lambda msg: status.update(escape(msg)))
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
-        if save_result(result, out, as_json):
+        if save_json(result, out, as_json):
             return
         table = Table(title="secemb bench seq (Table 4; ours: SecEmb cuckoo + relay, leave-one-out)")
         for col in ("model", "data", "measure", "ours", "popularity", "paper"):
@@ -174,6 +176,7 @@ def _register_server(bench_app: typer.Typer) -> None:
         full_users: int = typer.Option(0, help="Users of the full-layout runs (0: 100 at ML-1M, 10 at Yelp)."),
         backend: str = typer.Option("serial", help="Servers' evaluation: serial (CPU) or gpu (CUDA, secemb[gpu]: "
                                     "also prints that GPU's raw AES rate and the kernels' leaves/s)."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Server computation per round: full-domain against cuckoo layout."""
         import os
@@ -181,11 +184,11 @@ def _register_server(bench_app: typer.Typer) -> None:
         from rich.console import Console
 
         from secemb.bench import server as bench_server
-        from secemb.cli._usage import check_output_dir, fail
-        from secemb.cli.bench_output import print_table, steps_bar
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_folder, print_table, save_json, steps_bar
         from secemb.errors import InvalidParameters
 
-        check_output_dir(Path(out), "--out")
+        check_folder(force, "--out", Path(out), ("server.json", "server_vs_m.png"))
         _require_plots()
         if backend not in ("serial", "gpu"):
             fail(f"--backend must be serial or gpu, got {backend!r}")
@@ -195,9 +198,7 @@ def _register_server(bench_app: typer.Typer) -> None:
                                           backend=backend)
         except InvalidParameters as exc:
             fail(exc)
-        os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "server.json"), "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=2)
+        save_json(result, Path(out) / "server.json", False)
         bench_server.plot(result["sweep"], os.path.join(out, "server_vs_m.png"))
         if as_json:
             typer.echo(json.dumps(result["records"], indent=2))
@@ -266,20 +267,24 @@ def _split(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def _progress(quiet: bool, out: Path):  # noqa: ANN202
-    """Progress bars for a paper-table run writing into ``out``.  An ``out`` that cannot be
-    written, a bad option or missing data exits 2 with the reason (``out`` checked first)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _progress(quiet: bool, out: Path, force: bool, table: str):  # noqa: ANN202
+    """Progress bars (a count, the elapsed and the estimated remaining time) for a paper-table
+    run writing ``<table>.md``, ``.csv`` and ``.png`` into ``out``.  Outputs that exist
+    (without ``force``) or cannot be written, a bad option or missing data exit 2 with the
+    reason (``out`` checked first, before any work)."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
-    from secemb.cli._usage import check_output_dir, fail
+    from secemb.cli._usage import fail
+    from secemb.cli.bench_output import check_folder
     from secemb.data import DataFormatError, DatasetNotFoundError
     from secemb.errors import InvalidParameters
 
-    check_output_dir(out, "--out")
+    check_folder(force, "--out", out, tuple(f"{table}.{ext}" for ext in ("md", "csv", "png")))
     _require_plots()
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      disable=quiet, transient=True) as progress:
+                      TextColumn("left"), TimeRemainingColumn(), disable=quiet, transient=True) as progress:
             yield progress
     except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
         fail(exc)
@@ -289,6 +294,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
     models_opt = typer.Option(None, help="Comma-separated models (default: mf,ncf,fm,deepfm).")
     datasets_opt = typer.Option(None, help="Comma-separated datasets (default: ml-100k,ml-1m,ml-10m,ml-25m,yelp).")
     quiet_opt = typer.Option(False, "--quiet", "-q", help="No progress bars.")
+    force_opt = typer.Option(False, "--force", help=FORCE_HELP)
 
     @bench_app.command("comm")
     def comm(
@@ -301,6 +307,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         out: Path = typer.Option(Path("results/comm"), help="Output folder."),
         fresh: bool = typer.Option(False, "--fresh", help="Measure everything again (ignore <out>/rows.jsonl)."),
         quiet: bool = quiet_opt,
+        force: bool = force_opt,
     ) -> None:
         """Upload/download MB per user and round (Tables 2, 12, 13, 16; Table 3's R.R.), measured.
 
@@ -308,7 +315,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         unless --fresh; the tables cover exactly the configurations asked for."""
         from secemb.bench import comm as bench_comm
 
-        with _progress(quiet or as_json, out) as progress:
+        with _progress(quiet or as_json, out, force, "comm") as progress:
             rows = bench_comm.run(_split(models, bench_comm.MODELS), _split(datasets, tuple(bench_comm.DATASETS)),
                                   _split(protocols, bench_comm.PROTOCOLS), out=out, progress=progress, fresh=fresh)
         if as_json:
@@ -327,12 +334,13 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         repeats: int = typer.Option(5, min=1, help="Timings per configuration (best is kept)."),
         out: Path = typer.Option(Path("results/compute"), help="Output folder."),
         quiet: bool = quiet_opt,
+        force: bool = force_opt,
     ) -> None:
         """User ms for secret-share generation (Tables 5, 17, Figure 5)."""
         from secemb.bench import comm as bench_comm
         from secemb.bench import compute as bench_compute
 
-        with _progress(quiet, out) as progress:
+        with _progress(quiet, out, force, "compute") as progress:
             rows = bench_compute.run(_split(models, bench_comm.MODELS), _split(datasets, tuple(bench_comm.DATASETS)),
                                      out=out, repeats=repeats, progress=progress)
         typer.echo(f"wrote {out}/compute.md, compute.csv, compute.png ({len(rows)} configurations)")
@@ -343,12 +351,13 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         datasets: str = typer.Option(None, help="Comma-separated datasets (default: ml-1m,ml-10m,ml-25m,yelp)."),
         out: Path = typer.Option(Path("results/memory"), help="Output folder."),
         quiet: bool = quiet_opt,
+        force: bool = force_opt,
     ) -> None:
         """Per-user training memory and storage, SecEmb vs full model (Appendix K.2)."""
         from secemb.bench import comm as bench_comm
         from secemb.bench import memory as bench_memory
 
-        with _progress(quiet, out) as progress:
+        with _progress(quiet, out, force, "memory") as progress:
             rows = bench_memory.run(_split(models, bench_comm.MODELS),
                                     _split(datasets, ("ml-1m", "ml-10m", "ml-25m", "yelp")), out=out, progress=progress)
         typer.echo(f"wrote {out}/memory.md, memory.csv, memory.png ({len(rows)} configurations)")
@@ -358,11 +367,12 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         users: str = typer.Option("100,200,300,400,500", help="Comma-separated numbers of active users."),
         out: Path = typer.Option(Path("results/he"), help="Output folder."),
         quiet: bool = quiet_opt,
+        force: bool = force_opt,
     ) -> None:
         """Server seconds per round, SecEmb vs CKKS aggregation, ML-1M (Table 14)."""
         from secemb.bench import compute as bench_compute
 
-        with _progress(quiet, out) as progress:
+        with _progress(quiet, out, force, "he") as progress:
             s = bench_compute.run_he([int(x) for x in _split(users, ())], out=out, progress=progress)
         typer.echo(f"wrote {out}/he.md, he.csv, he.png{'; ' + s['note'] if s['note'] else ''}")
 
@@ -376,6 +386,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         out: Path = typer.Option(Path("results/table3"), help="Output folder (runs are cached in <out>/runs)."),
         cached_only: bool = typer.Option(False, "--cached-only", help="Only tabulate runs already in <out>/runs."),
         quiet: bool = quiet_opt,
+        force: bool = force_opt,
     ) -> None:
         """Test RMSE mean +- std over seeds, SecEmb and the lossy baselines (Table 3)."""
         from secemb.bench import accuracy as bench_accuracy
@@ -385,7 +396,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
             ep = {k.strip(): int(v) for k, v in (x.split("=") for x in epochs.split(","))}
         else:
             ep = int(epochs)
-        with _progress(quiet, out) as progress:
+        with _progress(quiet, out, force, "table3") as progress:
             s = bench_accuracy.run(_split(models, ("mf", "ncf", "fm", "deepfm")), _split(protocols, ("secemb",)),
                                    [int(x) for x in _split(seeds, ("0",))], ep, out=out, dataset=dataset,
                                    progress=progress, cached_only=cached_only)

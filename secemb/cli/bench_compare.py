@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli._report import save_result
+from secemb.cli.bench_output import FORCE_HELP
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -30,18 +30,19 @@ def register(bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/compare.json"), help="Write the JSON result here."),
         plot_out: Path = typer.Option(Path("results/compare.png"), "--plot", help="Write the plot here."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Traffic up/down per client and round, client and server seconds, test RMSE and what
         each server learns, for every protocol of the four papers on MF / ML-100K (same split)."""
         from secemb.bench import compare as bench_compare
         from secemb.bench.plots import PlotsUnavailable, require
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import fail
         from secemb.data import DataFormatError, DatasetNotFoundError
-        from secemb.cli.bench_output import print_table, steps_bar
+        from secemb.cli.bench_output import check_outputs, print_table, save_json, steps_bar
         from secemb.errors import InvalidParameters
 
-        check_output_file(out, "--out")
-        check_output_file(plot_out, "--plot")
+        sources = [Path(p.strip()) for p in merge_from.split(",") if p.strip()]
+        check_outputs(force, ("--out", out), ("--plot", plot_out), inputs=sources)
         positive = min(epochs, secea_rounds, secea_silos - 1, sfsl_rounds, sfsl_clients - 1)
         if positive < 1 or min(accuracy_epochs, secea_items) < 0:
             fail("--epochs, --secea-rounds and --sfsl-rounds must be >= 1, --secea-silos and --sfsl-clients >= 2, "
@@ -56,7 +57,7 @@ def register(bench_app: typer.Typer) -> None:
             fail(exc)
         if merge_from:
             try:
-                parts = [json.loads(Path(p.strip()).read_text()) for p in merge_from.split(",") if p.strip()]
+                parts = [json.loads(p.read_text()) for p in sources]
                 result = bench_compare.merge(parts)
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 fail(f"--from: cannot read the results: {exc}")
@@ -72,7 +73,7 @@ def register(bench_app: typer.Typer) -> None:
             except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
                 fail(exc)
         bench_compare.plot(result, str(plot_out))
-        if save_result(result, out, as_json):
+        if save_json(result, out, as_json):
             return
         source = f"merged from {merge_from}" if merge_from else "measured in this run"
         columns = [("protocol", "left"), ("clients", "left"), ("training", "left"), ("accuracy", "right"),

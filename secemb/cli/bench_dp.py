@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli._report import save_result
+from secemb.cli.bench_output import FORCE_HELP
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -32,6 +32,7 @@ def register(bench_app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/dp.json"), help="Write the JSON result here."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """MF's test RMSE against the target epsilon (SecEmb + DP, user level, each server's noise),
         and against DP-FedRec's local DP at the same epsilon."""
@@ -40,11 +41,12 @@ def register(bench_app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.bench import dp as bench_dp
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_outputs, save_json
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
-        check_output_file(out, "--out")
+        check_outputs(force, ("--out", out))
         if rounds_per_epoch < 0:
             fail(f"--rounds-per-epoch must be >= 0 (0: whole epochs), got {rounds_per_epoch}")
         try:
@@ -63,7 +65,7 @@ def register(bench_app: typer.Typer) -> None:
                                       progress=lambda msg: status.update(escape(msg)))
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
-        if save_result(result, out, as_json):
+        if save_json(result, out, as_json):
             return
         table = Table(title=escape(f"secemb bench dp (MF, {result['dataset']}, clip {result['clip']}, "
                                    f"delta {result['delta']:g}; SecEmb+DP through {result['secemb_protocol']}; "

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli._report import save_result
+from secemb.cli.bench_output import FORCE_HELP
+
 
 #: ``--out`` by mode: Table 3's bench, ``--rank-saved`` (Table 14) and ``--figure4`` write different
 #: documents, so no mode's default overwrites another's results
@@ -48,6 +49,7 @@ def register(bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the JSON result."),
         out: Path = typer.Option(None, help="Write the JSON result here (default: results/grec/table3.json; "
                                  "--rank-saved: results/grec/table14.json; --figure4: results/grec/figure4.json)."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Table 3: test RMSE of the non-private recommender, naive LDP (Eq. 7) and GREC's
         post-processing LDP (Eq. 16) at (epsilon, delta), per model."""
@@ -56,13 +58,14 @@ def register(bench_app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.bench import grec as bench_grec
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_outputs, save_json
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
         if out is None:
             out = DEFAULT_OUT["rank_saved" if rank_saved is not None else "figure4" if figure4 else "table3"]
-        check_output_file(out, "--out")
+        check_outputs(force, ("--out", out))
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         try:
             seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
@@ -81,7 +84,7 @@ def register(bench_app: typer.Typer) -> None:
                     cells = bench_grec.rank_saved(rank_saved)
             except (InvalidParameters, InvalidMessage, DatasetNotFoundError, DataFormatError) as exc:
                 fail(exc)
-            if save_result({"ranking": cells}, out, as_json):
+            if save_json({"ranking": cells}, out, as_json):
                 return
             rank = Table(title=f"secemb bench grec --rank-saved (Table 14; {cells['model']}, {cells['dataset']}, "
                                f"{int(cells['positives'])} positives)")
@@ -128,7 +131,7 @@ def register(bench_app: typer.Typer) -> None:
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         result = {"runs": rows, "table": bench_grec.table(rows)}
-        if save_result(result, out, as_json):
+        if save_json(result, out, as_json):
             return
         table = Table(title=f"secemb bench grec (Tables 3, 11, 12: RMSE; {dataset}, delta={delta}, B={bound})")
         for col in ("model", "d", "epsilon", "seeds", "non-private", "naive LDP", "post-proc. LDP", "diff %",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli._report import save_result
+from secemb.cli.bench_output import FORCE_HELP
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -21,19 +21,21 @@ def register(bench_app: typer.Typer) -> None:
         rejection: bool = typer.Option(True, help="Also time the rejection sampler at the same sigma."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/noise.json"), help="Write the JSON result here."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Seconds per call and samples per second of the CDT and rejection samplers of the
         discrete Gaussian, and of the OS randomness the CDT draws."""
         from secemb.bench import noise as bench_noise
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_outputs, save_json
         from secemb.errors import InvalidParameters
 
-        check_output_file(out, "--out")
+        check_outputs(force, ("--out", out))
         try:
             result = bench_noise.run(sigma, n, repeats, rejection=rejection)
         except InvalidParameters as exc:
             fail(exc)
-        if save_result(result, out, as_json):
+        if save_json(result, out, as_json):
             return
         typer.echo(f"sigma {result['sigma']:g}, {result['n']:,} samples a call, {result['repeats']} calls each "
                    f"(table built in {result['table_build_s']:.2f} s)")

@@ -1,5 +1,8 @@
-"""What every ``secemb bench`` command shows on a terminal: tables that fit its width and
-progress bars with a count and an estimated time left.
+"""What every ``secemb bench`` command shows on a terminal -- tables that fit its width and
+progress bars with a count and an estimated time left -- and how it writes its results: every
+output checked before any measurement (an existing result is replaced only with ``--force``;
+an input is never replaced; an unwritable path exits 2 at once, :mod:`secemb.outputs`), the
+JSON strict and written atomically.
 
 A table wider than the terminal is not squeezed (rich would cut headers and cells to
 ``proto…``): its columns are dealt out over as few tables as fit, each repeating the first
@@ -11,6 +14,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,8 +27,14 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 from rich.table import Table
 
 from secemb.bench.progress import Steps
+from secemb.cli._usage import fail
+from secemb.outputs import NonFiniteValue, OutputRefused, atomic_write_text, check_output, dumps_strict
 
-__all__ = ["WRAP_AT", "fit_tables", "print_table", "steps_bar"]
+__all__ = ["FORCE_HELP", "WRAP_AT", "check_folder", "check_outputs", "fit_tables", "print_table", "save_json",
+           "steps_bar"]
+
+#: the help of every bench command's ``--force``
+FORCE_HELP = "Replace existing results at the output paths (without it they are refused before any work)."
 
 #: widest a column counts when a table is split to fit (longer cells wrap)
 WRAP_AT = 30
@@ -43,7 +56,8 @@ def fit_tables(title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Se
     """``rows`` under ``columns`` (``(header, "left" | "right")``) as one table, or as several
     when one would be wider than ``width`` characters: every part has the first column and as
     many of the next ones, in order, as fit (at least one) with every column counted at most
-    :data:`WRAP_AT` wide; parts after the first are titled ``(continued)``.  Cells are plain
+    :data:`WRAP_AT` wide; parts after the first are titled ``(continued)`` alone (a narrow part
+    would wrap a long title over many lines).  Cells are plain
     text (markup escaped)."""
     console = Console(width=10**6)  # measures natural widths
 
@@ -60,7 +74,7 @@ def fit_tables(title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Se
         else:
             current.append(i)
     groups.append(current)
-    return [_table(title if n == 0 else f"{title} (continued)", columns, rows, keep) for n, keep in enumerate(groups)]
+    return [_table(title if n == 0 else "(continued)", columns, rows, keep) for n, keep in enumerate(groups)]
 
 
 def print_table(title: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]],
@@ -86,3 +100,41 @@ def steps_bar(quiet: bool = False, description: str = "measuring") -> Iterator[S
             progress.update(task, description=escape(message), completed=done, total=total)
 
         yield report
+
+
+def check_outputs(force: bool, *outputs: tuple[str, Path | None], inputs: Sequence[Path] = ()) -> None:
+    """Before any work: exit 2 with one line unless every ``(option, path)`` of ``outputs``
+    (``None``: not written) may be written as a file -- not one of ``inputs`` (even with
+    ``force``), not an existing result unless ``force``, writable (probed)."""
+    try:
+        for option, path in outputs:
+            if path is not None:
+                check_output(path, option=option, force=force, inputs=inputs)
+    except OutputRefused as exc:
+        fail(exc)
+
+
+def check_folder(force: bool, option: str, folder: Path, names: Sequence[str],
+                 inputs: Sequence[Path] = ()) -> None:
+    """:func:`check_outputs` for a folder the command writes the files ``names`` into: the
+    folder writable (or creatable), and each of its files as a result of its own."""
+    try:
+        check_output(folder, option=option, kind="dir", inputs=inputs)
+    except OutputRefused as exc:
+        fail(exc)
+    check_outputs(force, *((f"{option} ({name})", folder / name) for name in names), inputs=inputs)
+
+
+def save_json(result: Any, out: Path, as_json: bool) -> bool:
+    """Write a bench command's ``result`` to ``out`` as strict JSON, atomically (temp +
+    rename); with ``as_json`` also print it.  Returns ``as_json``: the caller prints its table
+    only when this is false.  A NaN or infinity in ``result`` exits 1 naming where, writing
+    nothing."""
+    try:
+        text = dumps_strict(result, indent=2)
+    except NonFiniteValue as exc:
+        fail(f"{out}: {exc}", code=1)
+    atomic_write_text(out, text + "\n")
+    if as_json:
+        typer.echo(text)
+    return as_json

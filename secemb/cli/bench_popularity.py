@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli._report import save_result
+from secemb.cli.bench_output import FORCE_HELP
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -20,24 +20,25 @@ def register(bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/popularity.json"), help="Write the JSON result here."),
         plot: Path = typer.Option(Path("results/popularity.png"), help="Write the plot (PNG) here."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Ratings per item, most rated first: the share of all ratings the top items hold, and the
         long-tail plot of Figure 2(a)."""
         from secemb.bench import plots
         from secemb.bench import popularity as bench_pop
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_outputs, save_json
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
-        check_output_file(out, "--out")
-        check_output_file(plot, "--plot")
+        check_outputs(force, ("--out", out), ("--plot", plot))
         try:
             plots.require()
             result = bench_pop.run(dataset, data_dir)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError, plots.PlotsUnavailable) as exc:
             fail(exc)
         bench_pop.plot(result, plot)
-        if save_result(result, out, as_json):
+        if save_json(result, out, as_json):
             return
         kind = " (synthetic stand-in)" if result["stand_in"] else ""
         typer.echo(f"{result['dataset']}{kind}: {result['items']:,} items, {result['ratings']:,} ratings; most rated "

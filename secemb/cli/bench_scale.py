@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli._report import save_result
+from secemb.cli.bench_output import FORCE_HELP
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -27,18 +27,18 @@ def register(bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/scale.json"), help="Write the JSON result here."),
         plot: Path = typer.Option(Path("results/scale.png"), help="Write the speed-up plot (PNG) here."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """The busier server's time per round through the serial backend and the process and thread
         backends at each worker count (results checked equal), its speed-up, and each worker
         process's peak memory."""
         from secemb.bench import plots
         from secemb.bench import scale as bench_scale
-        from secemb.cli._usage import check_output_file, fail
-        from secemb.cli.bench_output import print_table, steps_bar
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_outputs, print_table, save_json, steps_bar
         from secemb.errors import InvalidParameters
 
-        check_output_file(out, "--out")
-        check_output_file(plot, "--plot")
+        check_outputs(force, ("--out", out), ("--plot", plot))
         try:
             counts = [int(x) for x in workers.split(",") if x.strip()]
         except ValueError:
@@ -52,7 +52,7 @@ def register(bench_app: typer.Typer) -> None:
         except (InvalidParameters, plots.PlotsUnavailable) as exc:
             fail(exc)
         bench_scale.plot(result, str(plot))
-        if save_result(result, out, as_json):
+        if save_json(result, out, as_json):
             return
         load = f", load average {result['load_average'][0]:.1f}" if result["load_average"] else ""
         print_table(f"secemb bench scale ({result['size']}: m = {result['m']:,}, m' = {result['m_prime']}, "

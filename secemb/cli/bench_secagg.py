@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli._report import save_result
+from secemb.cli.bench_output import FORCE_HELP
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -23,6 +23,7 @@ def register(bench_app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/secagg.json"), help="Write the JSON result here."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """PSU over Bonawitz secure aggregation: per-client bytes (len() of the messages) and
         seconds of each party for n clients, and the server's seconds against the dropout ratio."""
@@ -31,10 +32,11 @@ def register(bench_app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.bench import secagg as bench_secagg
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_outputs, save_json
         from secemb.errors import InvalidParameters
 
-        check_output_file(out, "--out")
+        check_outputs(force, ("--out", out))
         try:
             counts = tuple(int(x) for x in ns.split(",") if x.strip())
             ratios = tuple(float(x) for x in dropouts.split(",") if x.strip())
@@ -50,7 +52,7 @@ def register(bench_app: typer.Typer) -> None:
                                           repeats=repeats, on_step=lambda msg: status.update(escape(msg)))
         except InvalidParameters as exc:
             fail(exc)
-        if save_result(result, out, as_json):
+        if save_json(result, out, as_json):
             return
         table = Table(title=f"PSU (exact filter over {result['psu'][0]['domain']:,} goods), per client")
         for col in ("n", "t", "upload MB", "download MB", "client s", "server s"):

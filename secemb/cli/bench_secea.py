@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli._report import save_result
+from secemb.cli.bench_output import FORCE_HELP
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -25,6 +25,7 @@ def register(bench_app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/secea.json"), help="Write the JSON result here."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """ML-100K users in N silos, items as entities: local MF epochs, then the item rows
         averaged by SecEA (beside local-only, FedAvg, PSI-style and SecEmb), and one round of
@@ -34,11 +35,12 @@ def register(bench_app: typer.Typer) -> None:
         from rich.table import Table
 
         from secemb.bench import secea as bench_secea
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_outputs, save_json
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
-        check_output_file(out, "--out")
+        check_outputs(force, ("--out", out))
         try:
             counts = tuple(int(x) for x in silos.split(",") if x.strip())
         except ValueError:
@@ -53,7 +55,7 @@ def register(bench_app: typer.Typer) -> None:
                                          on_step=lambda msg: status.update(escape(msg)))
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
-        if save_result(result, out, as_json):
+        if save_json(result, out, as_json):
             return
         done = result["accuracy"][0]["rounds"] if result["accuracy"] else 0
         acc = Table(title=f"SecEA on ML-100K silos: test RMSE after {done} rounds x {local_epochs} local epochs")

@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from secemb.cli.bench_output import FORCE_HELP
+
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
@@ -57,6 +59,7 @@ def register(bench_app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/sfsl.json"), help="Write the JSON result here, and the plots "
                                  "beside it (<out>-fig5.png, <out>-fig4.png)."),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Per-client traffic (len() of the messages), client and server seconds of SFSL rounds on
         Taobao-shaped clients, the privacy levels of the presets, SFSL training with AUC, and AUC
@@ -65,14 +68,14 @@ def register(bench_app: typer.Typer) -> None:
         from rich.markup import escape
 
         from secemb.bench import sfsl as bench_sfsl
-        from secemb.cli._report import save_result
-        from secemb.cli._usage import check_output_file, fail
+        from secemb.cli._usage import fail
+        from secemb.cli.bench_output import check_outputs, save_json
         from secemb.data.ctr import TAOBAO_SHAPES
         from secemb.errors import InvalidParameters
         from secemb.privacy.randomized_response import CPP_PRESETS
         from secemb.protocols.sfsl.baselines import BASELINES
 
-        check_output_file(out, "--out")
+        sources = [Path(x.strip()) for x in merge_from.split(",") if x.strip()]
         try:
             want = tuple(x.strip().lower() for x in parts.split(",") if x.strip())
             counts, big = _ints(ns), _ints(n_large)
@@ -83,7 +86,6 @@ def register(bench_app: typer.Typer) -> None:
                  "train": _names(train_presets)}
         schemes = tuple(x.strip() if x.strip().lower() in BASELINES else x.strip().upper()
                         for x in curves.split(",") if x.strip())
-        sources = [Path(x.strip()) for x in merge_from.split(",") if x.strip()]
         if not set(want) <= {"table5", "fig5", "fig6", "train", "fig4"} or not (want or sources):
             fail(f"--parts must name table5, fig5, fig6, train, fig4 (or be empty with --from); got {parts!r}")
         if any(c not in bench_sfsl.CURVES for c in schemes):
@@ -91,9 +93,13 @@ def register(bench_app: typer.Typer) -> None:
         earlier = []
         for src in sources:
             try:
-                earlier.append(json.loads(src.read_text()))
+                earlier.append(_infinities(json.loads(src.read_text()), back=True))
             except (OSError, ValueError) as exc:
                 fail(f"--from {src}: not a readable result of this command ({exc})")
+        plotted = [key for key in ("fig5", "fig4")
+                   if key in want or any(isinstance(doc, dict) and doc.get(key) for doc in earlier)]
+        check_outputs(force, ("--out", out), *((f"--out ({key} plot)", _plot_path(out, key)) for key in plotted),
+                      inputs=sources)
         if any(p not in CPP_PRESETS for group in names.values() for p in group):
             fail(f"presets must be among {sorted(CPP_PRESETS)}")
         if (counts and min(counts) < 2) or (big and min(big) < 2) or any(not 0 <= r < 0.25 for r in ratios):
@@ -145,7 +151,7 @@ def register(bench_app: typer.Typer) -> None:
         if earlier:
             result = bench_sfsl.merge([*earlier, result])
         result["plots"] = _plots(result, out)
-        if save_result(json.loads(json.dumps(result, default=_jsonable)), out, as_json):
+        if save_json(_infinities(json.loads(json.dumps(result, default=_jsonable))), out, as_json):
             return
         _print(result, out)
 
@@ -157,10 +163,30 @@ def _plots(result: dict[str, Any], out: Path) -> list[str]:
     paths = []
     for key, draw in (("fig5", bench_sfsl.plot_fig5), ("fig4", bench_sfsl.plot_fig4)):
         if result.get(key):
-            path = out.with_name(f"{out.stem}-{key}.png")
+            path = _plot_path(out, key)
             draw(result[key], path)
             paths.append(str(path))
     return paths
+
+
+def _plot_path(out: Path, key: str) -> Path:
+    """Where the plot ``key`` (fig5, fig4) of a result written to ``out`` goes: beside it."""
+    return out.with_name(f"{out.stem}-{key}.png")
+
+
+def _infinities(doc: Any, back: bool = False) -> Any:
+    """``doc`` with every infinite float (a preset's epsilon can be infinite) as the string
+    ``"inf"`` / ``"-inf"`` -- strict JSON has no infinity; ``back``: those strings as floats
+    again (and ``Infinity`` of results written before, which ``json`` reads as floats, kept)."""
+    if isinstance(doc, dict):
+        return {k: _infinities(v, back) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_infinities(v, back) for v in doc]
+    if back and doc in ("inf", "-inf"):
+        return float(doc)
+    if not back and isinstance(doc, float) and math.isinf(doc):
+        return "inf" if doc > 0 else "-inf"
+    return doc
 
 
 def _jsonable(x: object) -> object:

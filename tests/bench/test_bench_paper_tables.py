@@ -22,8 +22,8 @@ def tiny(monkeypatch):
 
 def test_comm_rows_measure_the_wire(tiny, tmp_path):
     rows = comm.run(models=("mf", "fm"), datasets=("tiny",),
-                    protocols=("secemb", "secemb-cuckoo-relay", "secfedrec", "secemb-rowenc", "quant8", "secaggmask", "topksecagg",
-                               "kvsagg"),
+                    protocols=("secemb", "secemb-cuckoo-relay", "secfedrec", "secemb-rowenc", "quant8", "secaggmask",
+                               "topksecagg", "kvsagg"),
                     out=tmp_path)
     keys = {"protocol", "model", "dataset", "m", "m_prime", "d", "upload_mb", "download_mb", "layout", "relay"}
     assert all(keys <= set(r) for r in rows)
@@ -63,7 +63,8 @@ def test_accuracy_harness_tiny(monkeypatch, tmp_path):
 
     monkeypatch.setattr(accuracy, "_experiment", tiny)
     s = accuracy.run(models=("mf", "fm"), protocols=("secemb", "colr"), seeds=(0, 1), epochs=2, out=tmp_path)
-    assert {(r["model"], r["protocol"]) for r in s["rows"]} == {("mf", "secemb"), ("mf", "colr"), ("fm", "secemb"), ("fm", "colr")}
+    assert {(r["model"], r["protocol"]) for r in s["rows"]} == {("mf", "secemb"), ("mf", "colr"), ("fm", "secemb"),
+                                                                ("fm", "colr")}
     assert all(c["identical"] for c in s["equivalence"])
     assert (tmp_path / "table3.md").is_file() and len(list((tmp_path / "runs").glob("*.json"))) == 8 + 2
     again = accuracy.run(models=("mf",), protocols=("secemb",), seeds=(0, 1), epochs=2, out=tmp_path, check=False)
@@ -77,7 +78,7 @@ def test_accuracy_harness_tiny(monkeypatch, tmp_path):
     val = doc["val_half_per_epoch"]
     assert doc["selected_epoch"] == int(np.argmin(val)) + 1  # chosen on validation, never on test
     assert doc["selected_rmse"] == doc["test_half_per_epoch"][doc["selected_epoch"] - 1]
-    for whole, a, b in zip(doc["rmse_per_epoch"], doc["test_half_per_epoch"], val):
+    for whole, a, b in zip(doc["rmse_per_epoch"], doc["test_half_per_epoch"], val, strict=True):
         assert min(a, b) <= whole <= max(a, b)
 
 
@@ -87,7 +88,7 @@ def test_held_out_split_is_a_seeded_partition():
     te = synthetic_like(40, 30, 500, seed=2)
     test, val = split_held_out(te, 3)
     assert len(test) + len(val) == len(te) and 0.35 < len(val) / len(te) < 0.65
-    key = lambda d: set(zip(d.users.tolist(), d.items.tolist()))  # noqa: E731
+    key = lambda d: set(zip(d.users.tolist(), d.items.tolist(), strict=True))  # noqa: E731
     assert key(test) | key(val) == key(te) and not key(test) & key(val)
     again, _ = split_held_out(te, 3)
     other, _ = split_held_out(te, 4)
@@ -130,7 +131,12 @@ def test_comm_cache_is_keyed_by_the_full_configuration(tiny, tmp_path, monkeypat
     assert [r["from_cache"] for r in changed] == [False] and changed[0]["m_prime"] == 10
     assert [r["from_cache"] for r in comm.run(models=("mf",), datasets=("tiny",), protocols=("secemb",), out=tmp_path,
                                               fresh=True)] == [False]
-    res = CliRunner().invoke(app, ["bench", "comm", "--models", "mf,fm", "--datasets", "tiny", "--protocols", "secemb",
-                                   "--out", str(tmp_path), "-q"])
+    args = ["bench", "comm", "--models", "mf,fm", "--datasets", "tiny", "--protocols", "secemb", "--out", str(tmp_path),
+            "-q"]
+    before = (tmp_path / "comm.md").read_bytes()
+    res = CliRunner().invoke(app, args)  # the tables of the runs above exist: refused before any work
+    assert res.exit_code == 2 and "comm.md" in res.output and "pass --force to replace it" in res.output
+    assert (tmp_path / "comm.md").read_bytes() == before
+    res = CliRunner().invoke(app, [*args, "--force"])
     assert res.exit_code == 0, res.output
     assert res.stdout.endswith("2 configurations, 1 measured, 1 from cache\n")
