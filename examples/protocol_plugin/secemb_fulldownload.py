@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from secemb.engine.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SYNC, UPLOAD, Hop, RoundPlan
+from secemb.engine.stages import CLOSING, COUNT, DENSE, RETRIEVAL, UPLOAD, Hop, RoundPlan
 from secemb.errors import ProtocolError
 from secemb.protocols import Capabilities, Protocol, RoundConfig, ServerRole, UserRole, register_protocol
 from secemb.protocols.wire import array_bytes, check_ring, frame, open_message, read_array
@@ -128,7 +128,7 @@ class FullDownloadProtocol(Protocol):
             Hop(RETRIEVAL, "server0", "user", "retrieval_reply"),
             Hop(DENSE, "server0", "user", "dense"),
             Hop(UPLOAD, "user", "server1", "upload"), Hop(UPLOAD, "user", "server0", "upload"),
-            Hop(AGGREGATE, "server1", "server0", "aggregate_share"), Hop(SYNC, "server0", "server1", "model_sync"),
+            *CLOSING,
         ))
 
     def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:

@@ -7,9 +7,10 @@ configurations, the operator's file).  ``add-devices`` writes per-device credent
 ``status``, ``count`` and ``open-round`` drive the servers, ``save-denoiser`` writes a GREC
 denoiser deployment's trained model to the file ``secemb infer --denoiser`` reads,
 ``export-model`` a recommender deployment's current public model to a saved-model folder (its
-public files: what ``secemb infer --credentials ... --recommender`` reads).  Exit codes:
-0 success, 1 a server refused, did not answer or sent a malformed answer, 2 bad usage (e.g. a
-directory that already holds a CA).
+public files: what ``secemb infer --credentials ... --recommender`` reads), ``clear-alarms``
+lifts the servers' alarms after an investigation.  Exit codes: 0 success, 1 a server refused,
+did not answer or sent a malformed answer, 2 bad usage (e.g. a directory that already holds a
+CA), 3 (``status``) a server shows an alarm (docs/deployment.md, "Alarms").
 """
 
 from __future__ import annotations
@@ -113,12 +114,37 @@ def add_devices(
     _operate(deployment, lambda d: {"written": [str(p) for p in d.add_devices(_users(users), out)]})
 
 
+#: ``secemb admin status``'s exit code when a server shows an alarm
+EXIT_ALARM = 3
+
+
 @admin_app.command("status")
 def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
-    """Both servers' status: model version and hash, round, count phase, m'."""
+    """Both servers' status: model version and hash, round, count phase, m', alarms.  Exits 3
+    if a server shows an alarm (a detected deviation: docs/deployment.md, "Alarms")."""
     from secemb.engine.http import HttpAdminLink
 
-    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).status() for p in (0, 1)})
+    seen: dict[str, Any] = {}
+
+    def both(d: Any) -> dict[str, Any]:
+        seen.update({f"server{p}": HttpAdminLink(p, d.admin(p)).status() for p in (0, 1)})
+        return seen
+
+    _operate(deployment, both)
+    alarmed = [name for name, doc in seen.items() if doc.get("alarms") or doc.get("halted")]
+    if alarmed:
+        typer.echo(f"ALARM at {' and '.join(alarmed)}: a deviation was detected; see docs/deployment.md, 'Alarms'",
+                   err=True)
+        raise typer.Exit(EXIT_ALARM)
+
+
+@admin_app.command("clear-alarms")
+def clear_alarms(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
+    """After the investigation (docs/deployment.md, "Alarms"): forget both servers' alarms and
+    lift the halt, so rounds open again."""
+    from secemb.engine.http import HttpAdminLink
+
+    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in (0, 1)})
 
 
 @admin_app.command("count")

@@ -31,6 +31,7 @@ from secemb.errors import InvalidParameters
 
 __all__ = [
     "AGGREGATE",
+    "CLOSING",
     "COUNT",
     "DENSE",
     "EXCHANGE_STAGES",
@@ -52,7 +53,7 @@ COUNT = "count"  # Eq. 11, once per run: count shares, the servers open only the
 RETRIEVAL = "retrieval"  # private retrieval of the user's rows (relay hops included)
 DENSE = "dense"  # the round's public dense vector, server 0 -> user
 UPLOAD = "upload"  # the user's encoded gradients (relay hop included)
-AGGREGATE = "aggregate"  # server 1's aggregate share -> server 0
+AGGREGATE = "aggregate"  # each server's aggregate share -> the other (both reconstruct, issue 33)
 SYNC = "sync"  # the new public model, server 0 -> server 1
 STAGES = (COUNT, RETRIEVAL, DENSE, UPLOAD, AGGREGATE, SYNC)
 
@@ -144,6 +145,13 @@ class RoundPlan:
         return any(h.src == SERVER0 and h.dst == SERVER1 for h in self.stage(stage))
 
 
+#: how every two-server round closes (the engine's nodes, whatever the protocol): server 1's
+#: aggregate share to server 0, then server 0's to server 1 (both reconstruct the update, issue
+#: 33), then the sync that commits the model both computed (server 1 checks its digest)
+CLOSING = (Hop(AGGREGATE, SERVER1, SERVER0, "aggregate_share"), Hop(AGGREGATE, SERVER0, SERVER1, "aggregate_share"),
+           Hop(SYNC, SERVER0, SERVER1, "model_sync"))
+
+
 @lru_cache(maxsize=2)
 def round_plan(*, relay: bool) -> RoundPlan:
     """The round of the two-server protocols (SecEmb and its baselines); made once per
@@ -160,7 +168,6 @@ def round_plan(*, relay: bool) -> RoundPlan:
         Hop(COUNT, USER, SERVER0, "count_share"),
         Hop(COUNT, SERVER1, SERVER0, "count_share"),
     )
-    closing = (Hop(AGGREGATE, SERVER1, SERVER0, "aggregate_share"), Hop(SYNC, SERVER0, SERVER1, "model_sync"))
     dense = (Hop(DENSE, SERVER0, USER, "dense"),)
     retrieval: tuple[Hop, ...]
     upload: tuple[Hop, ...]
@@ -187,4 +194,4 @@ def round_plan(*, relay: bool) -> RoundPlan:
             Hop(UPLOAD, USER, SERVER1, "upload"),
             Hop(UPLOAD, USER, SERVER0, "upload"),
         )
-    return RoundPlan(count + retrieval + dense + upload + closing)
+    return RoundPlan(count + retrieval + dense + upload + CLOSING)
