@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from secemb.bench.progress import Steps, reported
 from secemb.errors import InvalidParameters
 
 __all__ = ["EPSILONS", "PAPER", "one", "run", "table_rows"]
@@ -85,11 +86,12 @@ def run(*, dataset: str = "ml-100k", epsilons: Sequence[float] = EPSILONS, users
         epochs: int = 5, fedrec_epsilons: Sequence[float] = (1.0, 4.0), fedrec_epochs: int = 2,
         fedrec_users_per_round: int = 100, clip: float = 0.1, delta: float = 1e-5, secure: bool = False,
         quick: bool = False, rounds_per_epoch: int | None = None,
-        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        progress: Steps | None = None) -> dict[str, Any]:
     """Both figures' runs (``quick``: synthetic-mini, one epoch, two epsilons, 40 users a
     round); an empty ``epsilons`` or ``fedrec_epsilons`` leaves that figure out.  ``secure``:
     SecEmb + DP with ``secemb`` instead of its plaintext twin.  ``rounds_per_epoch``: every
-    run of both figures stops each epoch after that many rounds (``None``: whole epochs)."""
+    run of both figures stops each epoch after that many rounds (``None``: whole epochs);
+    ``progress`` hears of every run."""
     if quick:
         dataset, epsilons, users_per_round, epochs = "synthetic-mini", (2.0, math.inf), (40,), 1
         fedrec_epsilons, fedrec_epochs, fedrec_users_per_round = (2.0,), 1, 40
@@ -99,18 +101,13 @@ def run(*, dataset: str = "ml-100k", epsilons: Sequence[float] = EPSILONS, users
     out: dict[str, Any] = {"dataset": dataset, "clip": clip, "delta": delta, "secemb_protocol": central,
                            "rounds_per_epoch": rounds_per_epoch, "paper": PAPER, "fig6": [], "fig7": []}
 
-    def step(part: str, protocol: str, eps: float, n_p: int, ep: int) -> None:
-        if progress is not None:
-            progress(f"{part}: {protocol} epsilon={eps} n_p={n_p} ({ep} epochs)")
+    plan = [("fig6", central, eps, n_p, epochs) for n_p in users_per_round for eps in epsilons]
+    plan += [("fig7", protocol, eps, fedrec_users_per_round, fedrec_epochs)
+             for eps in fedrec_epsilons for protocol in (central, "dp-fedrec")]
+    for part, protocol, eps, n_p, ep in reported(plan, progress,
+                                                 lambda s: f"{s[0]}: {s[1]} epsilon={s[2]} n_p={s[3]} ({s[4]} epochs)"):
         out[part].append(one(protocol, eps, dataset=dataset, users_per_round=n_p, epochs=ep, clip=clip, delta=delta,
                              rounds_per_epoch=rounds_per_epoch))
-
-    for n_p in users_per_round:
-        for eps in epsilons:
-            step("fig6", central, eps, n_p, epochs)
-    for eps in fedrec_epsilons:
-        for protocol in (central, "dp-fedrec"):
-            step("fig7", protocol, eps, fedrec_users_per_round, fedrec_epochs)
     return out
 
 

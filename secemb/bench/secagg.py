@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 import os
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from secemb.bench.progress import Steps, reported
 from secemb.errors import InvalidParameters
 from secemb.secagg import BloomParams, default_threshold, run_psu
 
@@ -56,28 +57,34 @@ def run(
     set_size: int = 329,
     quick: bool = False,
     repeats: int = 1,
-    on_step: Callable[[str], None] | None = None,
+    progress: Steps | None = None,
 ) -> dict[str, Any]:
     """Both sweeps; seconds are the minimum over ``repeats`` runs (bytes do not vary);
-    ``quick`` shrinks them to a smoke test (n <= 10, domain 2,000)."""
+    ``quick`` shrinks them to a smoke test (n <= 10, domain 2,000); ``progress`` hears of every
+    run."""
     if quick:
         ns, dropouts, domain, set_size = tuple(x for x in ns if x <= 10) or (6,), (0.0, 0.2), 2_000, 20
     if repeats < 1:
         raise InvalidParameters(f"repeats must be >= 1, got {repeats}")
-    step = on_step or (lambda _msg: None)
+    # the runs, in order: the PSU sweep over n, then the dropout sweep at the largest n (its
+    # dropout-0 point is the sweep's own when the largest n comes last)
+    settings = [(n, 0.0) for n in ns]
+    reuse = {ratio for ratio in dropouts if ratio == 0 and ns[-1] == max(ns)}
+    settings += [(max(ns), ratio) for ratio in dropouts if ratio not in reuse]
+    plan = [(n, ratio, k) for n, ratio in dict.fromkeys(settings) for k in range(repeats)]
+    runs: dict[tuple[int, float], list[dict[str, Any]]] = {}
+    for n, ratio, _ in reported(plan, progress,
+                                lambda s: f"PSU n={s[0]}, dropout {s[1]:.0%}, run {s[2] + 1}/{repeats}"):
+        runs.setdefault((n, ratio), []).append(psu_costs(n, domain, set_size, dropout=ratio))
 
     def best(n: int, ratio: float) -> dict[str, Any]:
-        runs = []
-        for k in range(repeats):
-            step(f"PSU n={n}, dropout {ratio:.0%}, run {k + 1}/{repeats}")
-            runs.append(psu_costs(n, domain, set_size, dropout=ratio))
-        row = dict(runs[0])  # bytes are the same in every run (same sets, same dropouts)
+        row = dict(runs[(n, ratio)][0])  # bytes are the same in every run (same sets, same dropouts)
         for key in ("client_s", "server_s", "server_unmask_s"):
-            row[key] = min(r[key] for r in runs)
+            row[key] = min(r[key] for r in runs[(n, ratio)])
         row["repeats"] = repeats
         return row
 
     psu = [best(n, 0.0) for n in ns]
-    drop = [psu[-1] if ratio == 0 and ns[-1] == max(ns) else best(max(ns), ratio) for ratio in dropouts]
+    drop = [psu[-1] if ratio in reuse else best(max(ns), ratio) for ratio in dropouts]
     return {"machine": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(), "load_average": os.getloadavg(), "psu": psu, "dropout": drop}

@@ -7,7 +7,7 @@ import json
 
 import typer
 
-from secemb.cli.bench_output import FORCE_HELP
+from secemb.cli.bench_output import FORCE_HELP, print_fitted
 
 
 def register(app: typer.Typer) -> None:
@@ -100,7 +100,7 @@ def _fss_cuda(as_json: bool, quick: bool) -> None:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for row in bench_gpu.table_rows(result):
         table.add_row(*map(escape, row))
-    Console().print(table)
+    print_fitted(table)
 
 
 def _register_seq(bench_app: typer.Typer) -> None:
@@ -152,7 +152,7 @@ def _register_seq(bench_app: typer.Typer) -> None:
             table.add_column(col, justify="left" if col in ("model", "data", "measure") else "right")
         for row in bench_seq.table_rows(result):
             table.add_row(*map(escape, row))
-        Console().print(table)
+        print_fitted(table)
         typer.echo(f"wrote {out}")
 
 
@@ -238,7 +238,6 @@ def _register_server(bench_app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
-        from rich.console import Console
         from rich.table import Table
 
         table = Table(title=f"secemb bench network: {devices} devices, {protocol} ({layout}"
@@ -252,7 +251,7 @@ def _register_server(bench_app: typer.Typer) -> None:
             else:
                 table.add_row(name, "", "", "", f"{ph['wall_s']:.2f}", "")
         table.add_row("round", "", "", "", f"{result['round_s']:.2f}", f"{result['devices_per_s']:,.0f}")
-        Console().print(table)
+        print_fitted(table)
 
 
 # --------------------------------------------------------------------------- paper tables

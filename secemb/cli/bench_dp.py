@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli.bench_output import FORCE_HELP
+from secemb.cli.bench_output import FORCE_HELP, print_fitted
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -36,13 +36,12 @@ def register(bench_app: typer.Typer) -> None:
     ) -> None:
         """MF's test RMSE against the target epsilon (SecEmb + DP, user level, each server's noise),
         and against DP-FedRec's local DP at the same epsilon."""
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
         from secemb.bench import dp as bench_dp
         from secemb.cli._usage import fail
-        from secemb.cli.bench_output import check_outputs, save_json
+        from secemb.cli.bench_output import check_outputs, save_json, steps_bar
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
@@ -56,13 +55,12 @@ def register(bench_app: typer.Typer) -> None:
         except ValueError:
             fail(f"--epsilons/--fedrec-epsilons must be numbers and --users-per-round integers, got {epsilons!r}, "
                  f"{fedrec_epsilons!r}, {users_per_round!r}")
-        console = Console(stderr=True)
         try:
-            with console.status("measuring") as status:
+            with steps_bar(quiet=as_json) as progress:
                 result = bench_dp.run(dataset=dataset, epsilons=eps, users_per_round=sizes, epochs=epochs,
                                       fedrec_epsilons=fed, fedrec_epochs=fedrec_epochs, clip=clip, delta=delta,
                                       secure=secure, quick=quick, rounds_per_epoch=rounds_per_epoch or None,
-                                      progress=lambda msg: status.update(escape(msg)))
+                                      progress=progress)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         if save_json(result, out, as_json):
@@ -74,7 +72,7 @@ def register(bench_app: typer.Typer) -> None:
             table.add_column(col, justify="left" if col in ("figure", "method") else "right")
         for row in bench_dp.table_rows(result):
             table.add_row(*map(escape, row))
-        Console().print(table)
+        print_fitted(table)
         for fig, claim in result["paper"].items():
             typer.echo(f"paper, {fig}: {claim}")
         typer.echo(f"wrote {out}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli.bench_output import FORCE_HELP
+from secemb.cli.bench_output import FORCE_HELP, print_fitted
 
 
 #: ``--out`` by mode: Table 3's bench, ``--rank-saved`` (Table 14) and ``--figure4`` write different
@@ -92,7 +92,7 @@ def register(bench_app: typer.Typer) -> None:
                 rank.add_column(col, justify="left" if col == "metric" else "right")
             for metric in ("hr@10", "ndcg@10"):
                 rank.add_row(metric, *(f"{cells[f'{metric}_{p}']:.4f}" for p in bench_grec.PREDICTIONS))
-            Console().print(rank)
+            print_fitted(rank)
             typer.echo(f"wrote {out}")
             return
         if figure4:
@@ -114,7 +114,7 @@ def register(bench_app: typer.Typer) -> None:
             for r in cost:
                 fig.add_row(r["model"], f"{r['full_ms']:.3f}", f"{r['grec_ms']:.3f}", f"{r['time_ratio']:.2f}",
                             f"{r['full_bytes'] / 1e6:.3f}", f"{r['grec_bytes'] / 1e6:.3f}", f"{r['memory_ratio']:.2f}")
-            Console().print(fig)
+            print_fitted(fig)
             typer.echo(f"wrote {out}")
             return
         try:
@@ -143,5 +143,5 @@ def register(bench_app: typer.Typer) -> None:
                           f"{c['naive_ldp']:.4f}",
                           f"{c['post_processing_ldp']:.4f}", f"{c['diff_pct']:.1f}",
                           "" if p is None else f"{p['non_private']} / {p['naive_ldp']} / {p['post_processing_ldp']}")
-        Console().print(table)
+        print_fitted(table)
         typer.echo(f"wrote {out}")

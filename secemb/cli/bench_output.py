@@ -25,13 +25,14 @@ from rich.measure import Measurement
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 from rich.table import Table
+from rich.text import Text
 
 from secemb.bench.progress import Steps
 from secemb.cli._usage import fail
 from secemb.outputs import NonFiniteValue, OutputRefused, atomic_write_text, check_output, dumps_strict
 
-__all__ = ["FORCE_HELP", "WRAP_AT", "check_folder", "check_outputs", "fit_tables", "print_table", "save_json",
-           "steps_bar"]
+__all__ = ["FORCE_HELP", "WRAP_AT", "check_folder", "check_outputs", "fit_tables", "print_fitted", "print_table",
+           "save_json", "steps_bar"]
 
 #: the help of every bench command's ``--force``
 FORCE_HELP = "Replace existing results at the output paths (without it they are refused before any work)."
@@ -83,6 +84,16 @@ def print_table(title: str, columns: Sequence[tuple[str, str]], rows: Sequence[S
     console = console or Console()
     for table in fit_tables(title, columns, rows, console.width):
         console.print(table)
+
+
+def print_fitted(table: Table, console: Console | None = None) -> None:
+    """Print a built rich ``table`` as :func:`print_table` does: split to fit the width of
+    ``console`` (default: stdout's).  Its title, headers and cells are taken as plain text
+    (markup rendered away)."""
+    columns = [(Text.from_markup(str(c.header)).plain, str(c.justify)) for c in table.columns]
+    cells = [[Text.from_markup(str(cell)).plain for cell in c.cells] for c in table.columns]
+    rows = [list(row) for row in zip(*cells, strict=True)]
+    print_table(Text.from_markup(str(table.title or "")).plain, columns, rows, console)
 
 
 @contextlib.contextmanager

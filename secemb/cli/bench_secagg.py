@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli.bench_output import FORCE_HELP
+from secemb.cli.bench_output import FORCE_HELP, print_fitted
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -33,7 +33,7 @@ def register(bench_app: typer.Typer) -> None:
 
         from secemb.bench import secagg as bench_secagg
         from secemb.cli._usage import fail
-        from secemb.cli.bench_output import check_outputs, save_json
+        from secemb.cli.bench_output import check_outputs, save_json, steps_bar
         from secemb.errors import InvalidParameters
 
         check_outputs(force, ("--out", out))
@@ -45,11 +45,10 @@ def register(bench_app: typer.Typer) -> None:
         if not counts or min(counts) < 2 or any(not 0 <= r < 0.5 for r in ratios) or domain < set_size or set_size < 1 \
                 or repeats < 1:
             fail("need n >= 2, 0 <= dropout < 0.5, 1 <= --set-size <= --domain and --repeats >= 1")
-        console = Console(stderr=True)
         try:
-            with console.status("measuring") as status:
+            with steps_bar(quiet=as_json) as progress:
                 result = bench_secagg.run(ns=counts, dropouts=ratios, domain=domain, set_size=set_size, quick=quick,
-                                          repeats=repeats, on_step=lambda msg: status.update(escape(msg)))
+                                          repeats=repeats, progress=progress)
         except InvalidParameters as exc:
             fail(exc)
         if save_json(result, out, as_json):
@@ -66,7 +65,7 @@ def register(bench_app: typer.Typer) -> None:
         for r in result["dropout"]:
             drop.add_row(str(r["n"]), f"{r['dropout']:.0%}", f"{r['server_s']:.2f}", f"{r['server_unmask_s']:.2f}")
         out_console = Console()
-        out_console.print(table)
-        out_console.print(drop)
+        print_fitted(table, out_console)
+        print_fitted(drop, out_console)
         out_console.print(escape(f"machine: {result['machine']}, {result['cpus']} CPUs, load average "
                                  f"{result['load_average'][0]:.1f}; written to {out}"))

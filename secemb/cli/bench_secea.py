@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from secemb.cli.bench_output import FORCE_HELP
+from secemb.cli.bench_output import FORCE_HELP, print_fitted
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -64,7 +64,7 @@ def register(bench_app: typer.Typer) -> None:
             acc.add_column(col, justify="right")
         for row in bench_secea.accuracy_rows(result):
             acc.add_row(*map(escape, row))
-        Console().print(acc)
+        print_fitted(acc)
         if "secemb" in result:
             typer.echo(f"SecEmb MF (two servers, per-user devices), {result['secemb']['epochs']} epochs: "
                        f"test RMSE {result['secemb']['rmse'][-1]:.4f}")
@@ -75,5 +75,5 @@ def register(bench_app: typer.Typer) -> None:
             cost.add_column(col, justify="right")
         for row in bench_secea.cost_rows(result):
             cost.add_row(*map(escape, row))
-        Console().print(cost)
+        print_fitted(cost)
         typer.echo(f"wrote {out}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from secemb.cli.bench_output import FORCE_HELP
+from secemb.cli.bench_output import FORCE_HELP, print_fitted
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -228,7 +228,7 @@ def _print(result: dict[str, Any], out: Path) -> None:
             table.add_row(r["preset"], f"{r['p5']:.3f}", f"{r['p6']:.3f}", f"{e(r['eps_one'])} [{e(pp['eps_one'])}]",
                           f"{e(r['eps_inf'])} [{e(pp['eps_inf'])}]", f"{r['p7']:.1%} [{pp['p7']:.1%}]",
                           f"{r['p8']:.1%} [{pp['p8']:.1%}]")
-        con.print(table)
+        print_fitted(table, con)
     for key, title in (("fig5", "Figure 5 / Table VI: one round, per client"), ("fig6", "Figure 6: dropouts")):
         if key not in result:
             continue
@@ -243,7 +243,7 @@ def _print(result: dict[str, Any], out: Path) -> None:
                           f"{sum(r['client_s'].values()):.2f} ({r['client_s']['train']:.2f})",
                           f"{sum(r['server_s'].values()):.2f}", f"{r['server_s']['psu']:.2f}",
                           f"{r['server_s']['secagg']:.2f}")
-        con.print(table)
+        print_fitted(table, con)
     if "train" in result:
         table = Table(title="SFSL training")
         for col in ("dataset", "preset", "rounds", "AUC", "traffic MB/client/round", "client s", "server s"):
@@ -251,7 +251,7 @@ def _print(result: dict[str, Any], out: Path) -> None:
         for r in result["train"]:
             table.add_row(r["dataset"], r["preset"], str(r["rounds"]), f"{r['final_auc']:.4f}",
                           f"{r['client_traffic_bytes'] / 1e6:.3f}", f"{r['client_s']:.2f}", f"{r['server_s']:.2f}")
-        con.print(table)
+        print_fitted(table, con)
     if "fig4" in result:
         table = Table(title="Figure 4: test AUC over rounds (paper: Taobao, n = 100, 5,000 rounds)")
         for col in ("dataset", "scheme", "n", "rounds run", "best AUC (round)", "last AUC", "paper best AUC (round)",
@@ -264,6 +264,6 @@ def _print(result: dict[str, Any], out: Path) -> None:
                           f"{c['best_auc']:.4f} ({c['best_round']})" if c["best_auc"] is not None else "-",
                           f"{last:.4f}", f"{paper['auc']:.3f} ({paper['round'] or '?'})" if paper else "-",
                           f"{c['wall_s']:.0f}")
-        con.print(table)
+        print_fitted(table, con)
     con.print(escape(f"machine: {result.get('machine', '?')}; written to {out}"
                      + "".join(f", {p}" for p in result.get("plots", []))))
