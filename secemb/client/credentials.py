@@ -49,7 +49,7 @@ class DeviceCredentials:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.fchmod(fd, 0o600)
-            os.write(fd, (json.dumps(doc, indent=2) + "\n").encode())
+            os.write(fd, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
         finally:
             os.close(fd)
         return path

@@ -75,7 +75,7 @@ def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray
     if not is_sha256_hex(recommender_sha256):
         raise InvalidParameters(f"recommender_sha256 must be 64 lowercase hex digits, got {recommender_sha256!r}")
     m = denoiser.mechanism
-    spec = json.dumps(denoiser.spec()).encode()
+    spec = json.dumps(denoiser.spec(), allow_nan=False).encode()
     return _write_npz(path, e=np.asarray(table[:, : denoiser.hat_d], dtype=np.float64),
                       dense=np.asarray(dense, dtype=np.float64),
                       mechanism=np.array([m.epsilon, m.delta, m.bound], dtype=np.float64),

@@ -124,9 +124,10 @@ def init_deployment(root: str | os.PathLike, hosts: Sequence[Sequence[str]], *, 
         for p in (0, 1)
     ]
     for p in (0, 1):
-        write_private(dep.config_path(p), json.dumps(config_document(cfgs[p]), indent=2).encode())
+        write_private(dep.config_path(p), json.dumps(config_document(cfgs[p]), indent=2, allow_nan=False).encode())
     write_private(root / _OPERATOR, json.dumps(
-        {"format": 1, "urls": urls, "admin": [a.hex() for a in admin], "ca": str(pki.ca)}, indent=2).encode())
+        {"format": 1, "urls": urls, "admin": [a.hex() for a in admin], "ca": str(pki.ca)}, indent=2,
+        allow_nan=False).encode())
     return dep
 
 
