@@ -212,6 +212,7 @@ def create_app(node: Node) -> FastAPI:
         principal = verifier.verify(request.headers, request.method, request.url.path, request.url.query, body)
         if principal.kind not in allow:  # only after the signature: no secret, no answer but 401
             raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")
+        await asyncio.sleep(verifier.ahead_s(request.headers))  # signed ahead of this clock: act once it is reached
         return principal, body
 
     async def _bounded_read(request: Request, limit: int) -> bytes:

@@ -6,8 +6,12 @@ same kind of message whatever the reason, except that the reason is named for th
 log.  A nonce is remembered for twice the timestamp window, so a captured request cannot be
 replayed; one whose timestamp left the window is refused anyway.  After a restart the nonce
 memory is empty, so a server also refuses every request signed before it started (issue 12,
-finding 7): a request captured before a restart cannot be replayed after it, within the window
-or not.  (Every state-changing request is moreover bound to a round or model version that the
+finding 7).  A timestamp may run ahead of the server's clock by :data:`MAX_FUTURE_S` at most
+(not by the whole window), and the app acts on such a request only once its clock has reached
+the timestamp (:meth:`Verifier.ahead_s`): every request a server acted on was signed before it
+stopped, so none is accepted again after a restart (issue 33: one signed 60 s ahead before a
+restart was accepted after it).  A request captured before a restart cannot be replayed after
+it, within the window or not.  (Every state-changing request is moreover bound to a round or model version that the
 restarted server no longer accepts twice; see ``docs/deployment.md``.)  Clients sign each
 attempt afresh, so a retry after a restart passes; a client whose clock lags the server's by
 ``d`` seconds is refused for ``d`` seconds after a restart -- keep clocks synchronized.
@@ -58,6 +62,8 @@ _USER = "user:"
 _NONCE = re.compile(r"[0-9a-f]{16,64}\Z")
 _SIG = re.compile(r"[0-9a-f]{64}\Z")
 _TS_END = 10**16  # timestamps are milliseconds of at most 16 digits
+#: how far a request's timestamp may run ahead of the server's clock, seconds (clock skew; at most the window)
+MAX_FUTURE_S = 2.0
 _USER_ID_END = 2**63  # what a device key id may name (user_key's range); num_users bounds the known ones
 
 
@@ -97,7 +103,8 @@ class Verifier:
         signed ``server1`` is refused at server 0 like an unknown key.
     peer_secret, admin_secret, user_secret: the HMAC secrets.
     num_users: user ids must lie in ``[0, num_users)``.
-    window_s: accepted clock difference, seconds.
+    window_s: how old a request's timestamp may be, seconds (how far ahead: ``future_s``).
+    future_s: how far a timestamp may run ahead of this clock, seconds (at most ``window_s``).
     rate_per_s: requests a second each device key may sign (bursts up to four times that).
     max_nonces: unexpired nonces held at most (memory: about 220 bytes each, see docs/deployment.md).
     not_before_ms: requests signed earlier (Unix ms) are refused; default: when this verifier
@@ -107,13 +114,14 @@ class Verifier:
     def __init__(
         self, party: int, peer_secret: bytes, admin_secret: bytes, user_secret: bytes, num_users: int,
         window_s: float = 120.0, *, rate_per_s: float = 50.0, max_nonces: int = 262_144,
-        not_before_ms: int | None = None,
+        not_before_ms: int | None = None, future_s: float = MAX_FUTURE_S,
     ) -> None:
         self.party = party
         self._peer_id = f"server{1 - party}"
         self._peer, self._admin, self._users = peer_secret, admin_secret, user_secret
         self.num_users = num_users
         self.window_ms = int(window_s * 1000)
+        self.future_ms = int(min(future_s, window_s) * 1000)
         self.not_before_ms = int(time.time() * 1000) if not_before_ms is None else int(not_before_ms)
         #: per credential class (Principal.kind): "key id/nonce" -> expiry (ms), in insertion order
         self._nonces: dict[str, OrderedDict[str, int]] = {k: OrderedDict() for k in ("peer", "admin", "user")}
@@ -143,7 +151,7 @@ class Verifier:
             raise AuthError("malformed credentials")
         now = int(time.time() * 1000)
         signed = _timestamp(ts)
-        if abs(now - signed) > self.window_ms:
+        if now - signed > self.window_ms or signed - now > self.future_ms:
             raise AuthError("request timestamp outside the accepted window")
         if signed < self.not_before_ms:
             raise AuthError("request signed before this server started (a replay across a restart?)")
@@ -180,6 +188,12 @@ class Verifier:
             raise AuthError("bad signature" if key is not None else "unknown device id")
         self._admit(principal, nonce, _timestamp(ts))
         return principal
+
+    def ahead_s(self, headers: Mapping[str, str]) -> float:
+        """Seconds by which a verified request's timestamp runs ahead of this clock (0 if it
+        does not; at most ``future_s``): the app waits that long before it acts on the request,
+        so that it acts on no request signed after a moment it was still running."""
+        return max(0, _timestamp(headers[HEADER_TIMESTAMP]) - int(time.time() * 1000)) / 1000.0
 
     def _admit(self, principal: Principal, nonce: str, ts: int) -> None:
         """Charge the signer's rate limit and remember its ``nonce`` in its class's memory until

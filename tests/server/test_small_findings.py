@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -10,6 +11,7 @@ from fastapi.testclient import TestClient
 from secemb.errors import InvalidParameters
 
 from secemb.server.app import create_app
+from secemb.server.auth import MAX_FUTURE_S, AuthError, Verifier
 from secemb.server.config import ServerConfig
 from secemb.server.node import make_node
 from secemb.server.store import MemoryStore
@@ -73,3 +75,34 @@ def test_insecure_http_refuses_a_non_loopback_peer_url(tmp_path, peer_url):
     for loopback in ("http://127.0.0.1:8001", "http://localhost:8001", "http://[::1]:8001"):
         _config(tmp_path, insecure_http=True, peer_url=loopback).check_listener()
     _config(tmp_path, peer_url=peer_url.replace("http://", "https://"))  # with TLS any host is fine
+
+
+def test_a_future_timestamp_signed_before_a_restart_is_refused_after_it(tmp_path):
+    # the red team signed a request 60 s ahead (inside the 120 s window): accepted before a
+    # restart, and accepted again after it (the restarted server refuses only what was signed
+    # before it started, and its nonce memory is empty)
+    key, now_ms = user_key(USERS, 3), int(time.time() * 1000)
+    client = _client(tmp_path, num_users=30)
+    far = sign_headers("user:3", key, "GET", "/v1/round", timestamp_ms=now_ms + 60_000)
+    assert client.get("/v1/round", headers=far).status_code == 401  # beyond MAX_FUTURE_S: refused outright
+    assert client.get("/v1/round", headers=_forged("user:3", "GET", "/v1/round", b"")).status_code == 401
+    # within the bound (clock skew) the server acts on the request only once its clock reached it ...
+    ts = int(time.time() * 1000) + int(0.75 * MAX_FUTURE_S * 1000)
+    near = sign_headers("user:3", key, "GET", "/v1/round", timestamp_ms=ts)
+    assert client.get("/v1/round", headers=near).status_code == 404  # authenticated (no round is open)
+    assert time.time() * 1000 >= ts
+    # ... so a restart after it (a fresh verifier: empty nonce memory) refuses its replay
+    restarted = _client(tmp_path / "restarted", num_users=30)
+    assert restarted.get("/v1/round", headers=near).status_code == 401
+    fresh = sign_headers("user:3", key, "GET", "/v1/round")
+    assert restarted.get("/v1/round", headers=fresh).status_code == 404  # a request signed afresh passes
+
+
+def test_a_verifier_bounds_the_future_skew_to_the_window():
+    v = Verifier(0, PEER, ADMIN, USERS, 30, window_s=0.5, not_before_ms=0)
+    assert v.future_ms == 500 and Verifier(0, PEER, ADMIN, USERS, 30, not_before_ms=0).future_ms == 1000 * MAX_FUTURE_S
+    ahead = sign_headers("user:1", user_key(USERS, 1), "GET", "/v1/round", timestamp_ms=int(time.time() * 1000) + 400)
+    assert v.verify(ahead, "GET", "/v1/round", "", b"").user_id == 1 and 0 < v.ahead_s(ahead) <= 0.4
+    with pytest.raises(AuthError, match="outside the accepted window"):
+        v.verify(sign_headers("user:1", user_key(USERS, 1), "GET", "/v1/round",
+                              timestamp_ms=int(time.time() * 1000) + 900), "GET", "/v1/round", "", b"")
