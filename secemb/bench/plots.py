@@ -94,15 +94,17 @@ def value_label(v: float | None) -> str:
 
 
 def _integer_ticks(ax: Any, xs: Sequence[Any]) -> None:
-    """Ticks at whole numbers only when every x is a whole number (at the values themselves
-    when there are at most 12 of them)."""
+    """Ticks at whole numbers only when every x is a whole number: at the values themselves
+    when there are at most 8 of them and no two are closer than a 20th of their range (the
+    labels would overlap), else wherever matplotlib puts whole-number ticks."""
     from matplotlib.ticker import MaxNLocator
 
     numbers = [x for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)]
-    if not numbers or len(numbers) != len(xs) or any(float(x) != int(x) for x in numbers):
+    if not numbers or len(numbers) != len(xs) or any(not math.isfinite(x) or float(x) != int(x) for x in numbers):
         return
     distinct = sorted({int(x) for x in numbers})
-    if len(distinct) <= 12:
+    gaps = [b - a for a, b in zip(distinct, distinct[1:], strict=False)]
+    if len(distinct) <= 8 and (not gaps or min(gaps) >= (distinct[-1] - distinct[0]) / 20):
         ax.set_xticks(distinct)
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -186,10 +188,13 @@ def line_panels(path: str | Path, panels: Mapping[str, Mapping[str, Sequence[flo
         ax.set_xlabel(xlabel, fontsize=9)
         ax.set_ylabel((ylabels or {}).get(name, ylabel), fontsize=9)
         ax.tick_params(labelsize=8)
-        ax.set_yscale(axis_scale(all_y, logy))
+        # set a scale only to make it log: setting one resets a categorical axis's labels
+        if axis_scale(all_y, logy) == "log":
+            ax.set_yscale("log")
         numeric_x = [v for v in all_x if isinstance(v, (int, float))]
-        ax.set_xscale(axis_scale(numeric_x, logx) if len(numeric_x) == len(all_x) else "linear")
-        if ax.get_xscale() == "linear":
+        if len(numeric_x) == len(all_x) and axis_scale(numeric_x, logx) == "log":
+            ax.set_xscale("log")
+        else:
             _integer_ticks(ax, all_x)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
@@ -215,7 +220,8 @@ def bar_panels(path: str | Path, panels: Mapping[str, Mapping[str, float | None]
         heights = [v if v is not None and math.isfinite(v) else 0.0 for v in ys]
         scale = axis_scale([v for v in ys if v is not None], logy)
         bars = ax.bar(range(len(names)), heights, color="tab:blue", width=0.6)
-        ax.set_yscale(scale)
+        if scale == "log":
+            ax.set_yscale("log")
         drawn = [h for h in heights if h > 0]
         if scale == "log" and drawn:
             ax.set_ylim(min(drawn) / 2, max(drawn) * 2.5)
