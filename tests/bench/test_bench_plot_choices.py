@@ -140,3 +140,17 @@ def test_reported_counts_every_step_and_ends_done() -> None:
     items = list(reported(["a", "b", "c"], lambda *c: calls.append(c), str.upper))
     assert items == ["a", "b", "c"]
     assert calls == [("A", 0, 3), ("B", 1, 3), ("C", 2, 3), ("done", 3, 3)]
+
+
+def test_categorical_x_keeps_its_names_in_the_given_order(tmp_path: Path, drawn: list[Any]) -> None:
+    plots.line_panels(tmp_path / "p.png", {"mf": {"secemb": [0.03, 0.05]}}, xlabel="dataset", ylabel="", title="t",
+                      x=["ml-1m", "ml-100k"], logy=True)
+    drawn[0].figure.canvas.draw()
+    assert [t.get_text() for t in drawn[0].get_xticklabels()] == ["ml-1m", "ml-100k"]
+
+
+def test_crowded_whole_number_x_values_get_a_whole_number_locator(tmp_path: Path, drawn: list[Any]) -> None:
+    plots.line_panels(tmp_path / "p.png", {"s": {"a": [1.0, 2.0, 3.0, 4.0]}}, xlabel="n", ylabel="", title="t",
+                      x=[4, 6, 60, 100])
+    ticks = list(drawn[0].get_xticks())
+    assert ticks != [4, 6, 60, 100] and all(float(t).is_integer() for t in ticks)
