@@ -336,7 +336,8 @@ def test_finding11_a_journal_of_aborted_rounds_only_is_a_fresh_start(tmp_path):
     store.append({"ev": "open", "round": 0, "version": 0, "n_p": 10})
     store.append({"ev": "aborted", "round": 0, "reason": "deadline"})
     node = make_node(_cfg(1, tmp_path), start_threads=False)
-    assert node.version == -1 and node.max_round == 0
+    # a fresh start: server 1 initializes model version 0 itself (issue 33: both hold the model)
+    assert node.version == 0 and node.max_round == 0
 
 
 # ---------------------------------------------------------------- finding 4: resources before authentication
