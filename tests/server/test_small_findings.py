@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import secrets
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
+from secemb.data import synthetic_like
+from secemb.engine.local import InProcessServers
+from secemb.engine.settings import cluster_settings
 from secemb.errors import InvalidParameters
+from secemb.models import MatrixFactorization
+from secemb.protocols import get_protocol
 
 from secemb.server.app import create_app
 from secemb.server.auth import MAX_FUTURE_S, AuthError, Verifier
 from secemb.server.config import ServerConfig
 from secemb.server.node import make_node
 from secemb.server.store import MemoryStore
+from secemb.training import TrainConfig
 from secemb.transport.signing import sign_headers, user_key
 
 PEER, ADMIN, USERS = b"p" * 32, b"a" * 32, b"u" * 32
@@ -106,3 +113,32 @@ def test_a_verifier_bounds_the_future_skew_to_the_window():
     with pytest.raises(AuthError, match="outside the accepted window"):
         v.verify(sign_headers("user:1", user_key(USERS, 1), "GET", "/v1/round",
                               timestamp_ms=int(time.time() * 1000) + 900), "GET", "/v1/round", "", b"")
+
+
+def _mean_count(lie: int | None) -> float:
+    """The mean count the servers open over 10 devices that rated 16 of 40 items each; one of
+    them sends shares of ``lie`` (an element of Z_2^32) instead of its count when given."""
+    model, protocol = MatrixFactorization(dim=4, reg=0.01), get_protocol("secemb", layout="cuckoo", relay=True)
+    settings = cluster_settings(model, protocol, synthetic_like(10, 40, 160, seed=1),
+                                TrainConfig(epochs=1, users_per_round=10), min_users=10)
+    servers = InProcessServers(settings, protocol, model)
+    try:
+        links, users = servers.servers(), list(range(10))
+        links.admin[0].count_open(users)
+        for u in users:
+            links.device(u).send_count(16 if lie is None or u else lie, 32)
+        return float(links.admin[0].count_close()["mean_count"])
+    finally:
+        servers.stop()
+
+
+def test_a_liar_moves_the_mean_count_anywhere_in_0_m_not_by_m_over_n():
+    # docs/security.md said one device moves the mean count by at most m/n: false, since a
+    # device's count reaches the servers only as shares and they check only the opened total
+    # (the red team moved it from 16.6 to 0.09 with one device, m/n = 5.5)
+    m, n, honest = 40, 10, 16.0
+    assert _mean_count(None) == honest
+    assert _mean_count((1 - 9 * 16) % 2**32) == 1 / n  # a total of 1: the mean moved by 15.9, m/n is 4
+    assert _mean_count(m * n - 9 * 16) == m  # a total of n m: the mean is m
+    text = " ".join((Path(__file__).parents[2] / "docs" / "security.md").read_text().split())
+    assert "by at most `m/n`" not in text and "any value in `[0, m]`" in text
