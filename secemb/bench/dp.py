@@ -47,18 +47,21 @@ PAPER = {
 def one(protocol: str, epsilon: float, *, dataset: str, users_per_round: int, epochs: int, clip: float,
         delta: float, seed: int = 0, rounds_per_epoch: int | None = None) -> dict[str, Any]:
     """Train MF with ``protocol`` under target ``(epsilon, delta)`` and clip bound ``clip``
-    (``epsilon = inf``: no DP), each epoch cut after ``rounds_per_epoch`` rounds if given; the
-    last epoch's test RMSE, the privacy block, the traffic and the rounds run.  DP-FedRec runs
+    (``epsilon = inf``: no DP, recorded as ``epsilon_target: None`` -- JSON has no infinity), each
+    epoch cut after ``rounds_per_epoch`` rounds if given; the last epoch's test RMSE, the privacy
+    block, the traffic and the rounds run.  DP-FedRec runs
     in ``Z_2^64`` (its per-device noise needs the room), the others in ``Z_2^32``."""
     from secemb.training import Experiment, run_experiment
 
+    dp = {} if math.isinf(epsilon) else {"dp_delta": delta, "dp_clip": clip}  # no DP: no DP options
     exp = Experiment(dataset=dataset, model="mf", protocol=protocol, layout="full", relay=False, epochs=epochs,
-                     users_per_round=users_per_round, dp_epsilon=epsilon, dp_delta=delta, dp_clip=clip,
+                     users_per_round=users_per_round, dp_epsilon=epsilon, **dp,
                      ring_bits=64 if protocol == "dp-fedrec" else 32, seed=seed, rounds_per_epoch=rounds_per_epoch)
     t0 = time.perf_counter()
     res = run_experiment(exp)
     return {
-        "protocol": protocol, "epsilon_target": epsilon, "delta": delta, "clip": clip, "dataset": dataset,
+        "protocol": protocol, "epsilon_target": None if math.isinf(epsilon) else epsilon, "delta": delta, "clip": clip,
+        "dataset": dataset,
         "users_per_round": users_per_round, "epochs": epochs, "seed": seed, "rounds_per_epoch": rounds_per_epoch,
         "rounds": res.rounds,
         "rmse": res.epochs[-1].test_rmse, "rmse_per_epoch": [e.test_rmse for e in res.epochs],
@@ -117,7 +120,7 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
     relative to the same figure's ``inf`` run at the same round size and epochs (Figure 6), or
     DP-FedRec's RMSE over SecEmb + DP's (Figure 7)."""
     rows: list[tuple[str, ...]] = []
-    base = {(r["users_per_round"], r["epochs"]): r["rmse"] for r in result["fig6"] if r["epsilon_target"] == math.inf}
+    base = {(r["users_per_round"], r["epochs"]): r["rmse"] for r in result["fig6"] if r["epsilon_target"] is None}
     for part in ("fig6", "fig7"):
         ours = {r["epsilon_target"]: r["rmse"] for r in result["fig7"] if r["protocol"] != "dp-fedrec"}
         for r in result[part]:
@@ -125,12 +128,13 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
             method = "DP-FedRec" if r["protocol"] == "dp-fedrec" else "SecEmb+DP"
             if part == "fig6":
                 ref = base.get((r["users_per_round"], r["epochs"]))
-                rel = "-" if ref is None or r["epsilon_target"] == math.inf else f"{100 * (r['rmse'] / ref - 1):+.1f} %"
+                rel = "-" if ref is None or r["epsilon_target"] is None else f"{100 * (r['rmse'] / ref - 1):+.1f} %"
             else:
                 mine = ours.get(r["epsilon_target"])
                 rel = f"{100 * (r['rmse'] / mine - 1):+.1f} %" if r["protocol"] == "dp-fedrec" and mine else "-"
             epochs = f"{r['epochs']} ({r['rounds']} rounds)" if r.get("rounds_per_epoch") else str(r["epochs"])
             rows.append(("Fig 6" if part == "fig6" else "Fig 7", method, str(r["users_per_round"]), epochs,
-                         f"{r['epsilon_target']:g}", f"{p['epsilon']:.3f}" if p else "-",
+                         "inf" if r["epsilon_target"] is None else f"{r['epsilon_target']:g}",
+                         f"{p['epsilon']:.3f}" if p else "-",
                          f"{p['noise_multiplier']:.3f}" if p else "-", f"{r['rmse']:.4f}", rel))
     return rows
