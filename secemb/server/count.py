@@ -10,6 +10,7 @@ be asked for); server 0 goes back to ``open`` when the agreement fails.  Thread-
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -20,10 +21,16 @@ __all__ = ["CountPhase"]
 
 
 class CountPhase:
-    """Count shares of one server, in ring dtype ``dtype``."""
+    """Count shares of one server, in ring dtype ``dtype``.
 
-    def __init__(self, dtype: np.dtype) -> None:
+    ``on_first_release(users)``: called once, before the first sum with ``once=True`` leaves
+    (the server journals the set there, so that the recount rule of :meth:`total` survives a
+    restart: :meth:`restore_first`); if it raises, the sum is refused and nothing changes.
+    """
+
+    def __init__(self, dtype: np.dtype, *, on_first_release: Callable[[list[int]], None] | None = None) -> None:
         self._dtype = np.dtype(dtype)
+        self._on_first_release = on_first_release
         self._lock = threading.Lock()
         self.state = "idle"  # idle | open | closed
         self._users: frozenset[int] | None = None
@@ -32,6 +39,11 @@ class CountPhase:
         #: the set of the first sum released with once=True; later phases (recounts of m',
         #: Appendix L.2) release sums over this set only: kept across open()
         self._first_released: list[int] | None = None
+
+    def restore_first(self, users: list[int]) -> None:
+        """The set of the first sum released before a restart (from the server's journal)."""
+        with self._lock:
+            self._first_released = sorted(set(users))
 
     def status(self) -> dict[str, object]:
         """``{"state", "users"}`` (how many shares are held)."""
@@ -102,9 +114,11 @@ class CountPhase:
             if missing:
                 raise Conflict(f"no count share of user(s) {sorted(missing)[:5]}")
             if once:
-                self._released = users
                 if self._first_released is None:
+                    if self._on_first_release is not None:
+                        self._on_first_release(users)
                     self._first_released = users
+                self._released = users
             acc = np.zeros(1, self._dtype)
             for u in users:
                 acc += self._shares[u]

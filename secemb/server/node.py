@@ -139,7 +139,7 @@ class Node:
         self.lock = threading.RLock()
         self._wake = threading.Condition(self.lock)
         self.round: Round | None = None
-        self.count = CountPhase(self.fp.dtype)
+        self.count = CountPhase(self.fp.dtype, on_first_release=self._journal_first_count)
         self.outcomes = Outcomes()
         self.alarms: list[dict[str, Any]] = []
         #: why the deployment is halted (``None``: it is not)
@@ -226,6 +226,8 @@ class Node:
                 self._remember_alarm(rec)
             elif ev == "alarms_cleared":
                 self.alarms, self.halted = [], None
+            elif ev == "count_first":
+                self.count.restore_first([int(u) for u in rec.get("users", [])])
             elif ev == "open":
                 open_rounds[r] = rec
             elif ev in FINAL:
@@ -510,6 +512,12 @@ class Node:
         return doc
 
     # ================================================================== Eq. 11 counts
+    def _journal_first_count(self, users: list[int]) -> None:
+        """Journal the user set of the first count sum released (durably, before it leaves:
+        a StorageError refuses the sum), so that a recount over another set is refused after a
+        restart too (issue 33, "the recount rule is lost on restart")."""
+        self.store.append({"ev": "count_first", "round": self.max_round, "users": users})
+
     def count_submit(self, user: int, body: bytes) -> None:
         """A device's COUNT share."""
         self.count.submit(user, messages.decode_count(body, ring_bits=self.cfg.ring_bits, party=self.party))
