@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from secemb.bench.progress import Steps
 from secemb.data import concat
 from secemb.metrics import get_metric
 from secemb.metrics.ranking import popularity_scorer, rank_next_items
@@ -154,10 +155,11 @@ def accuracy(model_name: str, dataset: str, *, lr: float, users_per_round: int, 
 
 def run(*, models: Sequence[str] = ("sasrec", "caser"), datasets: Sequence[str] = ("ml-100k",),
         protocols: Sequence[str] = ("secemb",), epochs: int | None = None, traffic_part: bool = True,
-        quick: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        quick: bool = False, progress: Steps | None = None) -> dict[str, Any]:
     """Accuracy for every model, dataset and protocol (``epochs``: instead of :data:`SETTINGS`'
     per-model count; ``quick``: synthetic-mini, two epochs) and, with ``traffic_part``, each
-    model's Amazon-size upload (``quick``: a 300,000-item catalogue)."""
+    model's Amazon-size upload (``quick``: a 300,000-item catalogue).  ``progress`` hears of
+    every step: an upload measurement, or an epoch of an accuracy run."""
     for name in protocols:
         if name not in ("secemb", "plaintext", *LOSSY_PROTOCOLS):
             raise InvalidParameters(f"secemb bench seq trains secemb, plaintext or a lossy baseline {LOSSY_PROTOCOLS}, "
@@ -167,17 +169,35 @@ def run(*, models: Sequence[str] = ("sasrec", "caser"), datasets: Sequence[str] 
     for model in models:
         _sequential(get_model(model))  # a bad model fails before any run
     out: dict[str, Any] = {"accuracy": [], "traffic": []}
+    plan: list[tuple[str, str, dict[str, Any]]] = []  # (model, dataset or "" for the upload, settings)
     for model in models:
         if traffic_part:
-            if progress is not None:
-                progress(f"{model}: one device's upload over {'300,000' if quick else f'{AMAZON_ITEMS:,}'} items")
-            out["traffic"].append(traffic(model, num_items=300_000 if quick else AMAZON_ITEMS))
+            plan.append((model, "", {}))
         for dataset in (("synthetic-mini",) if quick else datasets):
             for protocol in protocols:
-                settings = dict(SETTINGS[model], **({"epochs": 2} if quick else {}))
+                settings = dict(SETTINGS[model], **({"epochs": 2} if quick else {}), protocol=protocol)
                 if epochs is not None:
                     settings["epochs"] = epochs
-                out["accuracy"].append(accuracy(model, dataset, protocol=protocol, progress=progress, **settings))
+                plan.append((model, dataset, settings))
+    # a step is an upload measurement or one epoch of an accuracy run
+    total = sum(settings["epochs"] if dataset else 1 for _, dataset, settings in plan)
+    done = 0
+
+    def report(message: str, advance: int = 0) -> None:
+        nonlocal done
+        done += advance
+        if progress is not None:
+            progress(message, done, total)
+
+    for model, dataset, settings in plan:
+        if not dataset:
+            report(f"{model}: one device's upload over {'300,000' if quick else f'{AMAZON_ITEMS:,}'} items")
+            out["traffic"].append(traffic(model, num_items=300_000 if quick else AMAZON_ITEMS))
+            report(f"{model}: upload measured", 1)
+        else:
+            report(f"{model} {dataset} ({settings['protocol']}): training")
+            out["accuracy"].append(accuracy(model, dataset, progress=lambda msg: report(msg, 1), **settings))
+    report("done")
     return out
 
 

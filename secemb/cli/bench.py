@@ -121,28 +121,25 @@ def _register_seq(bench_app: typer.Typer) -> None:
         """Table 4: Caser and SASRec through SecEmb (accuracy leave-one-out beside the popularity
         ranking; one device's upload on a 9,267,503-item catalogue, measured bytes); the lossy
         baselines on the item-embedding update with --protocols."""
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
         from secemb.bench import seq as bench_seq
 
         from secemb.cli._usage import fail
-        from secemb.cli.bench_output import check_outputs, save_json
+        from secemb.cli.bench_output import check_outputs, save_json, steps_bar
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
         check_outputs(force, ("--out", out))
         if epochs < 0:
             fail(f"--epochs must be >= 0, got {epochs}")
-        console = Console(stderr=True)
         try:
-            with console.status("measuring") as status:
+            with steps_bar(quiet=as_json) as progress:
                 result = bench_seq.run(models=_split(models, ("sasrec", "caser")),
                                        datasets=_split(datasets, ("ml-100k",)),
                                        protocols=_split(protocols, ("secemb",)), epochs=epochs or None,
-                                       traffic_part=not no_traffic, quick=quick,
-                                       progress=lambda msg: status.update(escape(msg)))
+                                       traffic_part=not no_traffic, quick=quick, progress=progress)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         if save_json(result, out, as_json):
