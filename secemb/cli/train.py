@@ -140,6 +140,9 @@ def register(app: typer.Typer) -> None:
             json_out = check_output(json_out, "--json-out", force=force, inputs=inputs)
         if save_model is not None:
             save_model = check_output(save_model, "--save-model", force=force, inputs=inputs, kind="model-dir")
+            if json_out is not None and json_out.resolve().is_relative_to(save_model.resolve()):
+                fail(f"--json-out {json_out}: lies in --save-model {save_model}, which is replaced whole; choose a "
+                     "path outside it")
         check_preset(protocol, sfsl_preset)
         if protocol == "sfsl":
             opts = sfsl_options(preset=sfsl_preset, model=model, metrics=metrics, dataset=dataset,

@@ -80,6 +80,14 @@ def test_a_model_folder_holding_an_input_is_refused(ratings: Path) -> None:
     _refused(res, "holds an input of this command")
 
 
+@pytest.mark.parametrize("json_name", ["model", "model/r.json"])
+def test_json_out_inside_the_model_folder_is_refused(tmp_path: Path, json_name: str) -> None:
+    # the model folder is replaced whole after the JSON is written: the JSON would be lost
+    res = _run("train", *QUICK, "--json-out", str(tmp_path / json_name), "--save-model", str(tmp_path / "model"))
+    _refused(res, "lies in --save-model")
+    assert list(tmp_path.iterdir()) == []
+
+
 # --- folders that are not ours, results that exist ----------------------------------------------
 
 
