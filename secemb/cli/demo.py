@@ -106,6 +106,10 @@ def register(app: typer.Typer) -> None:
 
         if json_out is not None:
             json_out = check_output(json_out, "--json-out", force=force, inputs=(dataset, data_dir))
+        if workdir is not None:  # the deployment's keys, configs, state and logs go there, by fixed names
+            workdir = check_output(workdir, "--workdir", force=False, inputs=(dataset, data_dir), kind="dir")
+            if workdir.is_dir() and any(workdir.iterdir()):
+                fail(f"--workdir {workdir}: not empty; give a new or empty folder")
         check_preset(protocol, sfsl_preset)
         if protocol == "sfsl":
             opts = sfsl_options(preset=sfsl_preset, model=model, metrics=None, dataset=dataset,

@@ -192,3 +192,13 @@ def test_ctrl_c_during_training_exits_130_and_keeps_the_earlier_result(tmp_path:
     assert proc.returncode == 130
     assert out.read_text() == '{"earlier": true}\n' and not model.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_demo_workdir_must_be_new_or_empty(tmp_path: Path) -> None:
+    # the demo writes a deployment there (keys, configs, state, logs by fixed names) and makes it 0700
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    (home / "ca.pem").write_text("the user's own")
+    res = _run("demo", "--network", "--dataset", "synthetic-mini", "--epochs", "1", "-q", "--workdir", str(home))
+    _refused(res, f"--workdir {home}: not empty")
+    assert (home / "ca.pem").read_text() == "the user's own" and home.stat().st_mode & 0o777 == 0o755
