@@ -391,8 +391,10 @@ class Node:
     def raise_alarm(self, kind: str, round_id: int, detail: str) -> None:
         """Record a detected deviation of kind ``kind`` (:data:`ALARMS`) in round ``round_id``:
         journaled (it survives a restart), logged as a WARNING, shown in :meth:`status` until
-        :meth:`clear_alarms`.  A halting kind halts the deployment: the current round, if not
-        over, is aborted, and no round opens until the alarm is cleared.  The same alarm
+        :meth:`clear_alarms`.  A halting kind halts the deployment: the current round, if still
+        open, is aborted (a closing one ends as its close decides: its aggregate holds no
+        reporting device, and both servers must end it alike), and no round opens until the
+        alarm is cleared.  The same alarm
         again (kind, round, detail) is recorded once.  ``detail`` names no secret (which user
         is known to both servers; no slot or item is)."""
         halt = ALARMS[kind]
@@ -406,7 +408,7 @@ class Node:
             rnd = self.round
         log.warning("ALARM %s in round %d at server %d: %s%s", kind, round_id, self.party, detail,
                     " -- the deployment is halted until the operator clears the alarm" if halt else "")
-        if halt and rnd is not None and rnd.state not in FINAL:
+        if halt and rnd is not None and rnd.state == OPEN:
             self._end(rnd, ABORTED, f"deployment halted: {kind}")
 
     def clear_alarms(self) -> dict[str, Any]:
@@ -941,9 +943,10 @@ class LeaderNode(Node):
             except _PEER_ERRORS as exc:
                 self._end(rnd, ABORTED, f"server 1 did not apply the round's update: {exc}")
                 return
-        if theirs_sha != sha:  # raise_alarm aborts the round: nothing is committed on either side
+        if theirs_sha != sha:  # nothing is committed on either side
             self.raise_alarm("model_disagreement", r, f"server 1's model after round {r} has digest "
                                                       f"{theirs_sha!r:.80}, this server's {sha}: nothing committed")
+            self._end(rnd, ABORTED, "the two servers' models differ (model_disagreement): nothing committed")
             return
         with self.lock:
             if self.round is not rnd or rnd.state != CLOSING or self.version != base:
@@ -1270,6 +1273,7 @@ class FollowerNode(Node):
                 return {"model_version": version, "duplicate": False}
         detail = f"server 0 committed a model of digest {sha} for round {r}, this server computed {staged_sha}"
         self.raise_alarm("model_disagreement", r, detail)
+        self._end(rnd, ABORTED, "server 0's model differs from this server's (model_disagreement): not installed")
         raise ModelDisagreement(detail)
 
 
