@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from secemb.bench.progress import Steps
 from secemb.data import RatingData, load_movielens, train_test_split
 from secemb.errors import InvalidParameters
 from secemb.protocols.secea import coding
@@ -271,9 +272,10 @@ def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, th
 def run(*, silos: tuple[int, ...] = (3, 5, 7), rounds: int = 10, local_epochs: int = 2, dim: int = 16,
         threshold: int = 1, cost_items: int = 100, key_bits: int = 2048, secemb_epochs: int = 10,
         quick: bool = False, seed: int = 0, parts: tuple[str, ...] = ("accuracy", "cost"),
-        on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+        progress: Steps | None = None) -> dict[str, Any]:
     """The benchmark's ``parts`` (accuracy, cost); ``quick`` shrinks it to a smoke test (2 rounds,
-    30 items, no SecEmb)."""
+    30 items, no SecEmb).  ``progress`` hears of every step: a round of an accuracy run, a
+    full-protocol round, the SecEmb run."""
     if not parts or set(parts) - {"accuracy", "cost"}:
         raise InvalidParameters(f"parts must be a non-empty subset of accuracy, cost; got {parts}")
     if rounds < 1 or local_epochs < 1 or cost_items < 0 or secemb_epochs < 0:
@@ -284,31 +286,43 @@ def run(*, silos: tuple[int, ...] = (3, 5, 7), rounds: int = 10, local_epochs: i
         rounds, cost_items, secemb_epochs = min(rounds, 2), min(cost_items or 30, 30), 0
     data = load_movielens("ml-100k")
     result: dict[str, Any] = {"dataset": "ml-100k", "accuracy": [], "cost": []}
+    total = (len(silos) * rounds * len(AGGREGATIONS) if "accuracy" in parts else 0) \
+        + (len(silos) if "cost" in parts else 0) + (1 if secemb_epochs else 0)
+    done = 0
+
+    def report(message: str, finished: int) -> None:
+        nonlocal done
+        done += finished
+        if progress is not None:
+            progress(message, done, total)
+
     _run_parts(result, data, silos, rounds if "accuracy" in parts else 0, local_epochs, dim, threshold,
-               cost_items if "cost" in parts else -1, key_bits, secemb_epochs, seed, on_step)
+               cost_items if "cost" in parts else -1, key_bits, secemb_epochs, seed, report)
+    report("done", 0)
     return result
 
 
 def _run_parts(result: dict[str, Any], data: RatingData, silos: tuple[int, ...], rounds: int, local_epochs: int,
                dim: int, threshold: int, cost_items: int, key_bits: int, secemb_epochs: int, seed: int,
-               on_step: Callable[[str], None] | None) -> None:
+               report: Callable[[str, int], None]) -> None:
+    """Run the parts into ``result``, telling ``report(message, steps finished since)``."""
     for n in silos if rounds else ():
         result["accuracy"].append(accuracy(data, n, rounds=rounds, local_epochs=local_epochs, dim=dim,
-                                           threshold=threshold, seed=seed, on_step=on_step))
+                                           threshold=threshold, seed=seed, on_step=lambda msg: report(msg, 1)))
     for n in silos if cost_items >= 0 else ():
-        if on_step:
-            on_step(f"N={n}: one full-protocol round ({key_bits}-bit Paillier)")
+        report(f"N={n}: one full-protocol round ({key_bits}-bit Paillier)", 0)
         result["cost"].append(cost(data, n, cost_items=cost_items, dim=dim, threshold=threshold,
                                    key_bits=key_bits, seed=seed))
+        report(f"N={n}: full-protocol round done", 1)
     if secemb_epochs:
         from secemb.training.experiment import Experiment
 
-        if on_step:
-            on_step(f"SecEmb MF, {secemb_epochs} epochs")
+        report(f"SecEmb MF, {secemb_epochs} epochs", 0)
         res = Experiment(dataset="ml-100k", model="mf", protocol="secemb", epochs=secemb_epochs, seed=seed).run()
         result["secemb"] = {"epochs": secemb_epochs,
                             "rmse": [e.test_metrics.get("rmse") for e in res.train_result.epochs],
                             **res.traffic}
+        report("SecEmb MF done", 1)
 
 
 def accuracy_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:

@@ -30,13 +30,12 @@ def register(bench_app: typer.Typer) -> None:
         """ML-100K users in N silos, items as entities: local MF epochs, then the item rows
         averaged by SecEA (beside local-only, FedAvg, PSI-style and SecEmb), and one round of
         the full protocol (X25519 pads, Paillier) measured: bytes per silo, seconds per party."""
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
         from secemb.bench import secea as bench_secea
         from secemb.cli._usage import fail
-        from secemb.cli.bench_output import check_outputs, save_json
+        from secemb.cli.bench_output import check_outputs, save_json, steps_bar
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
@@ -45,14 +44,13 @@ def register(bench_app: typer.Typer) -> None:
             counts = tuple(int(x) for x in silos.split(",") if x.strip())
         except ValueError:
             fail(f"--silos must be comma-separated integers, got {silos!r}")
-        console = Console(stderr=True)
         try:
-            with console.status("measuring") as status:
+            with steps_bar(quiet=as_json) as progress:
                 result = bench_secea.run(silos=counts, rounds=rounds, local_epochs=local_epochs,
                                          threshold=threshold, cost_items=cost_items, key_bits=key_bits,
                                          secemb_epochs=secemb_epochs, quick=quick,
                                          parts=tuple(x.strip() for x in parts.split(",") if x.strip()),
-                                         on_step=lambda msg: status.update(escape(msg)))
+                                         progress=progress)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         if save_json(result, out, as_json):
