@@ -394,9 +394,8 @@ class Node:
         :meth:`clear_alarms`.  A halting kind halts the deployment: the current round, if still
         open, is aborted (a closing one ends as its close decides: its aggregate holds no
         reporting device, and both servers must end it alike), and no round opens until the
-        alarm is cleared.  The same alarm
-        again (kind, round, detail) is recorded once.  ``detail`` names no secret (which user
-        is known to both servers; no slot or item is)."""
+        alarm is cleared.  The same alarm again (kind, round, detail) is recorded once.
+        ``detail`` names no secret (which user is known to both servers; no slot or item is)."""
         halt = ALARMS[kind]
         rec = {"ev": "alarm", "kind": kind, "round": int(round_id), "detail": detail[:500], "halt": halt,
                "time_unix": time.time()}
@@ -451,7 +450,8 @@ class Node:
                 raise Conflict(f"round {r} is not the current round")
             if rnd.participants is not None and user not in rnd.participants:
                 raise Forbidden(f"user {user} is not a participant of round {r}")
-        self.raise_alarm(kind, r, f"device {user} reports {kind}: {detail[:200]}")
+        text = "".join(c if c.isprintable() else " " for c in detail[:200])  # one log line, whatever it sent
+        self.raise_alarm(kind, r, f"device {user} reports {kind}: {text}")
         return {"halted": True}
 
     # ================================================================== status

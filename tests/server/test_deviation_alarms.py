@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -162,27 +161,27 @@ def test_device_report_goes_through_the_signed_endpoint_to_both_links(monkeypatc
     assert sent[0][1] == {"kind": "retrieval_tampered", "round_id": r, "detail": "tags do not verify"}
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("dep") / "dep"
-    res = CliRunner().invoke(app, ["admin", "init", "--out", str(out), "--host0", "127.0.0.1", "--host1",
-                                   "127.0.0.1", "--num-items", "40", "--num-users", "30"])
-    assert res.exit_code == 0, res.output
-    return str(out)
+class _FakeDeployment:
+    """What ``secemb admin`` reads of a deployment directory: a signed operator client per server
+    (its answers faked below, so the test needs no deployment on disk and no server)."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+
+    def admin(self, party: int) -> ApiClient:
+        return ApiClient(f"https://server{party}.invalid", "admin", b"a" * 32)
 
 
 @pytest.mark.parametrize("alarms,code", [([], 0), ([{"kind": "relay_tampered", "round": 2}], 3)])
-def test_admin_status_exits_3_while_a_server_shows_an_alarm(monkeypatch, deployment, alarms, code):
+def test_admin_status_exits_3_while_a_server_shows_an_alarm(monkeypatch, tmp_path, alarms, code):
     def answer(self: ApiClient, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        party = 1 if str(self.base_url).endswith(str(ports[1])) else 0
+        party = int(str(self.base_url).split("server")[1][0])
         doc = {"party": party, "model_version": 2, "halted": False, "alarms": alarms if party == 1 else []}
         return httpx.Response(200, content=json.dumps(doc).encode(), headers={"content-type": "application/json"})
 
-    from secemb.server.deploy import Deployment
-
-    ports = [Deployment(Path(deployment)).config(p).port for p in (0, 1)]
+    monkeypatch.setattr("secemb.server.deploy.Deployment", _FakeDeployment)
     monkeypatch.setattr(ApiClient, "request", answer)
-    res = CliRunner().invoke(app, ["admin", "status", "--deployment", deployment])
+    res = CliRunner().invoke(app, ["admin", "status", "--deployment", str(tmp_path)])
     assert res.exit_code == code, res.output
     assert json.loads(res.stdout)["server1"]["alarms"] == alarms
     if code:
