@@ -119,7 +119,7 @@ def save_checkpoint(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[
         if name in arrays:
             raise ValueError(f"array name {name!r} is reserved")
     buf = io.BytesIO()
-    meta_arr = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
+    meta_arr = np.frombuffer(json.dumps(meta, sort_keys=True, allow_nan=False).encode(), dtype=np.uint8)
     np.savez(buf, allow_pickle=False, **{_META: meta_arr}, **arrays)
     atomic_write(path, buf.getvalue())
 
@@ -150,7 +150,7 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
 
 def _frame(record: dict[str, Any]) -> bytes:
     """``<crc32 hex> <json>\\n`` of ``record``."""
-    body = json.dumps(record, sort_keys=True).encode()
+    body = json.dumps(record, sort_keys=True, allow_nan=False).encode()
     return b"%08x " % zlib.crc32(body) + body + b"\n"
 
 
