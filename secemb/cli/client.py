@@ -8,6 +8,7 @@ unreachable"), or a round failed; 2 bad usage.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -246,9 +247,10 @@ def register(app: typer.Typer) -> None:
                 fail(f"round {info.round_id}: {exc}", 1)
             done.add(info.round_id)
             assert session.result is not None  # participate trained
+            loss = session.result.loss  # strict JSON: a diverged (non-finite) loss is null
             typer.echo(json.dumps({"user": user, "round_id": info.round_id, "outcome": outcome,
-                                   "loss": session.result.loss, "upload_bytes": session.upload_bytes,
-                                   "download_bytes": session.download_bytes}))
+                                   "loss": loss if math.isfinite(loss) else None, "upload_bytes": session.upload_bytes,
+                                   "download_bytes": session.download_bytes}, allow_nan=False))
             if state_file is not None:
                 import io
 
