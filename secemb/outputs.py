@@ -211,18 +211,21 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=_temp_name(out)))
+    old: Path | None = None  # the earlier folder, moved aside during the swap
     try:
         yield tmp
         if out.exists():
             old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
             os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        os.replace(tmp, out)
     except BaseException:
+        if old is not None and (old / out.name).exists():
+            os.replace(old / out.name, out)  # put the earlier folder back
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _umask() -> int:

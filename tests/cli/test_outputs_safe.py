@@ -165,6 +165,25 @@ def test_an_interrupted_model_save_keeps_the_earlier_folder(tmp_path: Path) -> N
     assert (model / "manifest.json").read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["model"]
 
 
+def test_an_interrupted_swap_puts_the_earlier_folder_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "manifest.json").write_text("earlier")
+    replace, calls = os.replace, []
+
+    def second_interrupted(src: str, dst: str) -> None:  # the earlier folder moved aside, then Ctrl-C
+        calls.append(src)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", second_interrupted)
+    with pytest.raises(KeyboardInterrupt), atomic_dir(model) as tmp:
+        (tmp / "manifest.json").write_text("new")
+    assert len(calls) == 3  # aside, the interrupted swap, back
+    assert (model / "manifest.json").read_text() == "earlier" and [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
 def test_json_is_strict() -> None:
     assert dumps_strict({"a": [1.5, None]}) == '{"a": [1.5, null]}'
     with pytest.raises(NonFiniteValue, match=r"epochs\[1\]\.train_loss = nan"):
