@@ -154,6 +154,24 @@ def training(train: ClickData, test: ClickData, preset: str, *, clients_per_roun
     }
 
 
+def plan(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int] = (20, 40, 60),
+         presets: Sequence[str] = tuple(CPP_PRESETS), n_large: Sequence[int] = (100,),
+         large_presets: Sequence[str] = ("CPP2",), dropouts: Sequence[float] = (0.0, 0.1, 0.2),
+         dropout_n: int = 40, dropout_presets: Sequence[str] = ("CPP2", "CPP5")) -> list[tuple[str, str, int, float]]:
+    """The measurements :func:`run` makes for ``parts``, in order: ``(part, preset, n, dropout)``
+    (``table5`` has one, at the largest n)."""
+    steps: list[tuple[str, str, int, float]] = []
+    if "table5" in parts:
+        steps.append(("table5", "", max([*ns, *n_large]), 0.0))
+    if "fig5" in parts:
+        steps += [("fig5", name, n, 0.0) for n, names in [*((n, presets) for n in ns), *((n, large_presets)
+                                                                                         for n in n_large)]
+                  for name in names]
+    if "fig6" in parts:
+        steps += [("fig6", name, dropout_n, ratio) for name in dropout_presets for ratio in dropouts]
+    return steps
+
+
 def run(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int] = (20, 40, 60),
         presets: Sequence[str] = tuple(CPP_PRESETS), n_large: Sequence[int] = (100,),
         large_presets: Sequence[str] = ("CPP2",), dropouts: Sequence[float] = (0.0, 0.1, 0.2),
@@ -161,25 +179,23 @@ def run(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int] 
         batch: int = 32, seed: int = 0, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The requested parts: ``table5``; ``fig5`` (every preset at each of ``ns``, the
     ``large_presets`` at each of ``n_large``; Table VI is its PSU share); ``fig6`` (the
-    ``dropout_presets`` at ``dropout_n`` clients against ``dropouts``)."""
+    ``dropout_presets`` at ``dropout_n`` clients against ``dropouts``) -- the steps of
+    :func:`plan`, each announced to ``on_step`` before it runs."""
     step = on_step or (lambda _msg: None)
     out: dict[str, Any] = {"machine": platform.platform(), "processor": platform.processor() or platform.machine(),
                            "paper": PAPER, "shape": shape, "batch": batch}
-    if "table5" in parts:
-        step("Table V")
-        out["table5"] = table5(max([*ns, *n_large]), shape, seed)
-    if "fig5" in parts:
-        out["fig5"] = []
-        for n, names in [*((n, presets) for n in ns), *((n, large_presets) for n in n_large)]:
-            for name in names:
-                step(f"Figure 5: {name}, n={n}")
-                out["fig5"].append(round_costs(name, n, shape=shape, batch=batch, seed=seed))
-    if "fig6" in parts:
-        out["fig6"] = []
-        for name in dropout_presets:
-            for ratio in dropouts:
-                step(f"Figure 6: {name}, n={dropout_n}, dropout {ratio:.0%}")
-                out["fig6"].append(round_costs(name, dropout_n, shape=shape, batch=batch, dropout=ratio, seed=seed))
+    out.update({part: [] for part in ("fig5", "fig6") if part in parts})
+    for part, name, n, ratio in plan(parts, ns=ns, presets=presets, n_large=n_large, large_presets=large_presets,
+                                     dropouts=dropouts, dropout_n=dropout_n, dropout_presets=dropout_presets):
+        if part == "table5":
+            step("Table V")
+            out["table5"] = table5(n, shape, seed)
+        elif part == "fig5":
+            step(f"Figure 5: {name}, n={n}")
+            out["fig5"].append(round_costs(name, n, shape=shape, batch=batch, seed=seed))
+        else:
+            step(f"Figure 6: {name}, n={n}, dropout {ratio:.0%}")
+            out["fig6"].append(round_costs(name, n, shape=shape, batch=batch, dropout=ratio, seed=seed))
     return out
 
 

@@ -64,12 +64,10 @@ def register(bench_app: typer.Typer) -> None:
         """Per-client traffic (len() of the messages), client and server seconds of SFSL rounds on
         Taobao-shaped clients, the privacy levels of the presets, SFSL training with AUC, and AUC
         over rounds against the FL and centralized baselines; PNG plots with the paper's values."""
-        from rich.console import Console
-        from rich.markup import escape
 
         from secemb.bench import sfsl as bench_sfsl
         from secemb.cli._usage import fail
-        from secemb.cli.bench_output import check_outputs, save_json
+        from secemb.cli.bench_output import check_outputs, save_json, steps_bar
         from secemb.data.ctr import TAOBAO_SHAPES
         from secemb.errors import InvalidParameters
         from secemb.privacy.randomized_response import CPP_PRESETS
@@ -112,40 +110,52 @@ def register(bench_app: typer.Typer) -> None:
         if quick:
             shape, counts, big, dropout_n, datasets, rounds = "taobao-mini", (4,), (6,), 6, ("taobao-mini",), 2
             curve_rounds, curve_clients, eval_every = 2, 4, 1
-        console = Console(stderr=True)
+        measured = tuple(p for p in want if p not in ("train", "fig4"))
+        sizes: dict[str, Any] = {"ns": counts, "presets": names["presets"], "n_large": big,
+                                 "large_presets": names["large"], "dropouts": ratios, "dropout_n": dropout_n,
+                                 "dropout_presets": names["drop"]}
+        # the steps: each measurement of bench_sfsl.run, each round of every curve and training run
+        total = len(bench_sfsl.plan(measured, **sizes)) \
+            + ("fig4" in want) * len(datasets) * len(schemes) * curve_rounds \
+            + ("train" in want) * len(datasets) * len(names["train"]) * rounds
         result: dict[str, Any] = {}
         try:
-            with console.status("measuring") as status:
-                def step(msg: str) -> None:
-                    status.update(escape(msg))
+            with steps_bar(quiet=as_json) as bar:
+                done, started = 0, False
 
-                result = bench_sfsl.run(tuple(p for p in want if p not in ("train", "fig4")), ns=counts,
-                                        presets=names["presets"], n_large=big, large_presets=names["large"],
-                                        dropouts=ratios, dropout_n=dropout_n, dropout_presets=names["drop"],
-                                        shape=shape, batch=batch, seed=seed, on_step=step)
+                def announce(msg: str) -> None:  # a measurement starts: the one before it is done
+                    nonlocal done, started
+                    done += started
+                    started = True
+                    bar(msg, done, total)
+
+                result = bench_sfsl.run(measured, **sizes, shape=shape, batch=batch, seed=seed, on_step=announce)
+                done += started
                 if "fig4" in want:
                     result["fig4"] = []
                     for ds in datasets:
                         train, test = _click_data(ds, seed)
                         for c in schemes:
-                            def tick(r: int, label: str = f"Figure 4: {c} on {ds}") -> None:
-                                step(f"{label}: round {r}/{curve_rounds}")
+                            def tick(r: int, label: str = f"Figure 4: {c} on {ds}", base: int = done) -> None:
+                                bar(f"{label}: round {r}/{curve_rounds}", base + r, total)
                             result["fig4"].append(bench_sfsl.curve(
                                 train, test, c, clients_per_round=curve_clients, rounds=curve_rounds,
                                 batch=curve_batch, lr=lr, eval_every=eval_every, seconds=curve_seconds or None,
                                 seed=seed, progress=tick))
+                            done += curve_rounds  # a curve stopped by --curve-seconds skips its last rounds
                 if "train" in want:
                     result["train"] = []
                     for ds in datasets:
                         train, test = _click_data(ds, seed)
                         for p in names["train"]:
-                            label = f"SFSL {p} on {ds}"
-
-                            def progress(r: int, _res: object, label: str = label) -> None:
-                                step(f"{label}: round {r}/{rounds}")
+                            def progress(r: int, _res: object, label: str = f"SFSL {p} on {ds}",
+                                         base: int = done) -> None:
+                                bar(f"{label}: round {r}/{rounds}", base + r, total)
                             result["train"].append(bench_sfsl.training(
                                 train, test, p, clients_per_round=clients, rounds=rounds, batch=train_batch, lr=lr,
                                 seed=seed, eval_every=max(1, rounds // 5), progress=progress))
+                            done += rounds
+                bar("done", total, total)
         except InvalidParameters as exc:
             fail(exc)
         if earlier:
