@@ -51,28 +51,22 @@ def training_display(
     return progress, on_start, on_round, on_epoch
 
 
-def _write_strict(path: Path, doc: Any) -> str:
-    """Write ``doc`` to ``path`` as strict JSON (indent 2), atomically; return the text.  A
-    document with NaN or an infinity, or a write the disk refuses, is one ``error:`` line and
+def write_json(console: Console, result: Any, path: Path | None) -> None:
+    """Write ``result.to_dict()`` to ``path`` (if given) as strict JSON, atomically, and say so.
+    A document with NaN or an infinity, or a write the disk refuses, is one ``error:`` line and
     exit 1 (the run finished; its result is not written, an earlier file at ``path`` is kept)."""
     from secemb.cli._usage import fail
     from secemb.outputs import NonFiniteValue, atomic_write_text, dumps_strict
 
+    if path is None:
+        return
     try:
-        text = dumps_strict(doc, indent=2)
-        atomic_write_text(path, text + "\n")
+        atomic_write_text(path, dumps_strict(result.to_dict(), indent=2) + "\n")
     except NonFiniteValue as exc:
         fail(f"{path} not written: the result is {exc}", code=1)
     except OSError as exc:
         fail(f"{path} not written: {exc.strerror or exc}", code=1)
-    return text
-
-
-def write_json(console: Console, result: Any, path: Path | None) -> None:
-    """Write ``result.to_dict()`` to ``path`` (if given; strict JSON, atomically) and say so."""
-    if path is not None:
-        _write_strict(path, result.to_dict())
-        console.print(f"wrote {path}", markup=False)
+    console.print(f"wrote {path}", markup=False)
 
 
 def save_model_dir(model: Any, folder: Path) -> None:
@@ -87,15 +81,3 @@ def save_model_dir(model: Any, folder: Path) -> None:
             model.save(tmp)
     except OSError as exc:
         fail(f"--save-model {folder}: the model was not saved: {exc.strerror or exc}", code=1)
-
-
-def save_result(result: Any, out: Path, as_json: bool) -> bool:
-    """Write a bench command's JSON-able ``result`` to ``out`` (strict JSON, atomically, its
-    folder created); with ``as_json`` also print it.  Returns ``as_json``: the caller prints
-    its table only when this is false."""
-    import typer
-
-    text = _write_strict(out, result)
-    if as_json:
-        typer.echo(text)
-    return as_json

@@ -221,3 +221,23 @@ def test_demo_workdir_must_be_new_or_empty(tmp_path: Path) -> None:
     res = _run("demo", "--network", "--dataset", "synthetic-mini", "--epochs", "1", "-q", "--workdir", str(home))
     _refused(res, f"--workdir {home}: not empty")
     assert (home / "ca.pem").read_text() == "the user's own" and home.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_non_finite_result_is_exit_1_and_keeps_the_earlier_file(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from secemb.training.results import TrainResult
+
+    out = tmp_path / "r.json"
+    out.write_text('{"earlier": true}\n')
+    to_dict = TrainResult.to_dict
+
+    def with_nan(self: TrainResult) -> dict:
+        doc = to_dict(self)
+        doc["epochs"][0]["train_loss"] = float("nan")
+        return doc
+
+    monkeypatch.setattr(TrainResult, "to_dict", with_nan)
+    res = _run("train", *QUICK, "--json-out", str(out), "--force")
+    assert res.exit_code == 1, res.output
+    assert res.stderr == f"error: {out} not written: the result is not valid JSON: epochs[0].train_loss = nan\n"
+    assert out.read_text() == '{"earlier": true}\n' and [p.name for p in tmp_path.iterdir()] == ["r.json"]
