@@ -180,11 +180,15 @@ def run(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int] 
     """The requested parts: ``table5``; ``fig5`` (every preset at each of ``ns``, the
     ``large_presets`` at each of ``n_large``; Table VI is its PSU share); ``fig6`` (the
     ``dropout_presets`` at ``dropout_n`` clients against ``dropouts``) -- the steps of
-    :func:`plan`, each announced to ``on_step`` before it runs."""
+    :func:`plan`, each announced to ``on_step`` before it runs.  Before the first measured round
+    an untimed round of 2 clients warms up (first-call costs are in no figure)."""
     step = on_step or (lambda _msg: None)
     out: dict[str, Any] = {"machine": platform.platform(), "processor": platform.processor() or platform.machine(),
                            "paper": PAPER, "shape": shape, "batch": batch}
     out.update({part: [] for part in ("fig5", "fig6") if part in parts})
+    if "fig5" in parts or "fig6" in parts:
+        round_costs("CPP2", 2, shape="taobao-mini", batch=batch, seed=seed)  # warm-up, untimed
+        out["warm_up"] = "one untimed round of 2 taobao-mini clients before the measured rounds"
     for part, name, n, ratio in plan(parts, ns=ns, presets=presets, n_large=n_large, large_presets=large_presets,
                                      dropouts=dropouts, dropout_n=dropout_n, dropout_presets=dropout_presets):
         if part == "table5":
