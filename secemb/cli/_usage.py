@@ -18,7 +18,7 @@ import typer
 if TYPE_CHECKING:  # pragma: no cover
     from secemb.outputs import OutputKind
 
-__all__ = ["check_output", "check_output_dir", "check_output_file", "fail"]
+__all__ = ["check_output", "check_output_file", "fail"]
 
 
 def fail(message: object, code: int = 2) -> NoReturn:
@@ -47,8 +47,3 @@ def check_output_file(path: Path | None, option: str) -> None:
     call :func:`check_output` instead."""
     if path is not None:
         check_output(path, option, force=True)
-
-
-def check_output_dir(path: Path, option: str) -> None:
-    """Exit 2 unless ``path`` is a writable folder or one that can be created."""
-    check_output(path, option, force=True, kind="dir")
