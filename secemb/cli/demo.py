@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
         from secemb.engine.driver import RoundAborted
         from secemb.sim.demo import run_networked_experiment
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
-        from secemb.errors import InvalidParameters
+        from secemb.errors import InvalidParameters, SecembError
         from secemb.training import Experiment, VerificationError, run_experiment
 
         if json_out is not None:
@@ -157,6 +157,9 @@ def register(app: typer.Typer) -> None:
             fail(f"failed: {exc}", code=1)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
+        except SecembError as exc:  # e.g. a server process that exited: its log is in the workdir
+            keep = " (--workdir DIR keeps the servers' logs)" if network and workdir is None else ""
+            fail(f"failed: {exc}{keep}", code=1)
 
         table = Table(title=f"secemb demo ({'network' if network else 'in-process'}): summary")
         table.add_column("metric")

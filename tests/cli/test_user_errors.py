@@ -144,3 +144,16 @@ def test_client_with_server_0_down_says_server_unreachable(monkeypatch: pytest.M
     doc = json.loads(res.stdout)  # the client's one JSON line
     assert doc["user"] == 3 and doc["error"].startswith("server unreachable for 0.3 s: GET " + down), doc
     assert "no open round" not in doc["error"] and "Traceback" not in res.output
+
+
+def test_demo_reports_a_server_that_exited_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: a traceback naming the log in the temporary folder the demo had already removed
+    from secemb.errors import SecembError
+
+    def exited(*args: object, **kwargs: object) -> None:
+        raise SecembError("server 0 exited with code 1; see /tmp/secemb-demo-x/server0.log")
+
+    monkeypatch.setattr("secemb.sim.demo.run_networked_experiment", exited)
+    res = _run("demo", "--network", "--dataset", "synthetic-mini", "--epochs", "1", "-q")
+    _one_line_error(res, "failed: server 0 exited with code 1; see /tmp/secemb-demo-x/server0.log "
+                         "(--workdir DIR keeps the servers' logs)", code=1)
