@@ -3,7 +3,6 @@ post-processing LDP RMSE), the paper's cells beside ours."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -103,10 +102,7 @@ def register(bench_app: typer.Typer) -> None:
                     cost = bench_grec.device_cost(names, dataset=dataset, repeats=repeats)
             except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
                 fail(exc)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({"figure4": cost}, indent=2))
-            if as_json:
-                typer.echo(json.dumps({"figure4": cost}, indent=2))
+            if save_json({"figure4": cost}, out, as_json):
                 return
             fig = Table(title=f"secemb bench grec --figure4 ({dataset}, {bench_grec.FIGURE4_ITEMS} items, one device)")
             for col in ("model", "full ms", "GREC ms", "time ratio", "full MB", "GREC MB", "memory ratio"):

@@ -95,7 +95,8 @@ def test_rank_saved_on_the_command_line(tmp_path) -> None:
         manifest.write_text(json.dumps(doc))
         res = runner.invoke(app, ["bench", "grec", "--rank-saved", str(bad), "--out", str(tmp_path / "x.json")])
         assert res.exit_code == 2 and res.output.startswith("error:"), (name, res.output, repr(res.exception))
-    res = runner.invoke(app, ["bench", "grec", "--rank-saved", str(tmp_path / "nowhere"), "--out", str(out)])
+    res = runner.invoke(app, ["bench", "grec", "--rank-saved", str(tmp_path / "nowhere"), "--out", str(out),
+                              "--force"])  # out holds the first result: replacing it needs --force
     assert res.exit_code == 2 and "--save-dir" in res.output, res.output
     assert not (tmp_path / "x.json").exists()
 
