@@ -272,20 +272,14 @@ class Node:
         return out
 
     def model_message(self) -> bytes:
-        """The current model as a MODEL message.
-
-        Raises
-        ------
-        Conflict: no model yet (server 1 before its first sync).
-        """
+        """The current model as a MODEL message (each server holds one from the start: version
+        0, :meth:`_initial_state`)."""
         with self.lock:
-            if self.version < 0:
-                raise Conflict("no model yet (server 0 has not synced this server)")
             return messages.encode_model(self.version, self.table, self.dense)
 
-    def model_sha(self) -> str | None:
-        """SHA-256 of the current model (computed once per version), ``None`` before the first."""
-        return None if self.version < 0 else self.sha
+    def model_sha(self) -> str:
+        """SHA-256 of the current model (computed once per version)."""
+        return self.sha
 
     def _round_doc(self, rnd: Round) -> dict[str, Any]:
         return {

@@ -165,6 +165,8 @@ class _FakeDeployment:
     """What ``secemb admin`` reads of a deployment directory: a signed operator client per server
     (its answers faked below, so the test needs no deployment on disk and no server)."""
 
+    parties = (0, 1)  # the test setup: both halves
+
     def __init__(self, root: Any) -> None:
         self.root = root
 
