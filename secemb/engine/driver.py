@@ -22,8 +22,8 @@ Randomness
     of OS entropy (:func:`~secemb.client.device.private_rng`) in the same order, so nothing
     private follows from the seed.  Each device is handed its sample and placement.
     Cryptographic randomness is the protocol's own (OS randomness).  Ring sums are exact and
-    the optimizer runs on server 0, so neither the order in which devices arrive nor how the
-    engine batches them changes the model.
+    each server runs the same optimizer step on them (the two models must agree), so neither
+    the order in which devices arrive nor how the engine batches them changes the model.
 
 Faults
     A round that ends ``aborted`` (a server died, or too few users reached both servers) is
