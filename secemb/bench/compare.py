@@ -215,5 +215,6 @@ def plot(result: dict[str, Any], path: str) -> None:
         "server seconds per round": bars("server_s"),
         "test RMSE": bars("rmse"),
     }
-    bar_panels(path, panels, notes={"test RMSE": "SFSL reports AUC, not RMSE: n/a"},
+    sfsl = any(r["protocol"] == "SFSL" for r in rows)
+    bar_panels(path, panels, notes={"test RMSE": "SFSL reports AUC, not RMSE: n/a"} if sfsl else None,
                title="secemb bench compare: MF on ML-100K (same split), measured")
