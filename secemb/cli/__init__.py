@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from secemb.cli import bench, train
-from secemb.cli import admin, client, demo, infer, recommend, serve
+from secemb.cli import admin, client, credentials, demo, infer, recommend, serve
 
 app = typer.Typer(
     name="secemb",
@@ -52,6 +52,7 @@ demo.register(app)
 recommend.register(app)
 infer.register(app)
 admin.register(app)
+credentials.register(app)
 
 
 #: top-level module -> the extra of pyproject.toml that installs it

@@ -1,9 +1,12 @@
 """``secemb admin``: the operator's commands (docs/deployment.md).
 
-``init`` creates the deployment's private certificate authority and both servers'
-certificates (``secemb.server.tls.init_pki``); with ``--num-items``/``--num-users`` it writes
-the whole deployment (:func:`secemb.server.deploy.init_deployment`: secrets, both servers'
-configurations, the operator's file).  ``add-devices`` writes per-device credentials,
+Each server's operator keeps its own half (:mod:`secemb.server.deploy`): ``init --party P``
+creates server P's private certificate authority and certificate
+(``secemb.server.tls.init_pki``), with ``--num-items``/``--num-users`` its secrets,
+configuration and public file (:func:`secemb.server.deploy.init_half`); ``pair`` completes it
+with the other server's public file; without ``--party``, ``init`` writes both halves as a
+one-person test setup (:func:`secemb.server.deploy.init_deployment`).  ``add-devices`` writes
+this server's half of per-device credentials,
 ``status``, ``count`` and ``open-round`` drive the servers, ``save-denoiser`` writes a GREC
 denoiser deployment's trained model to the file ``secemb infer --denoiser`` reads,
 ``export-model`` a recommender deployment's current public model to a saved-model folder (its
@@ -28,43 +31,92 @@ admin_app = typer.Typer(help="Operator commands of a deployment (docs/deployment
 
 @admin_app.command("init")
 def init(
-    out: Annotated[Path, typer.Option(help="Directory for the CA and the certificates (created, 0700).")],
-    host0: Annotated[list[str], typer.Option(help="A host name or IP address of server 0 (repeatable).")],
-    host1: Annotated[list[str], typer.Option(help="A host name or IP address of server 1 (repeatable).")],
+    out: Annotated[Path, typer.Option(help="Directory for the half (or, without --party, the test setup); "
+                                      "created, 0700.")],
+    party: Annotated[int | None, typer.Option(
+        min=0, max=1, help="Create only this server's half (its own CA, certificate and secrets): what each "
+                           "server's operator runs. Without it: both halves in OUT/server0 and OUT/server1, a "
+                           "one-person TEST SETUP.")] = None,
+    host0: Annotated[list[str] | None, typer.Option(help="A host name or IP address of server 0 (repeatable).")] = None,
+    host1: Annotated[list[str] | None, typer.Option(help="A host name or IP address of server 1 (repeatable).")] = None,
     num_items: Annotated[int | None, typer.Option(
-        min=1, help="Write the whole deployment (secrets, server0.json, server1.json, operator.json) for this "
-                    "many items; with --num-users.")] = None,
+        min=1, help="Write the whole half (secrets, configuration, operator.json, public.json) for this many "
+                    "items; with --num-users.")] = None,
     num_users: Annotated[int | None, typer.Option(min=1, help="Devices of the deployment (with --num-items).")] = None,
     model: Annotated[str, typer.Option(help="The model the servers train (with --num-items).")] = "mf",
     port0: Annotated[int, typer.Option(min=1, max=65535, help="Server 0's port.")] = 8700,
     port1: Annotated[int, typer.Option(min=1, max=65535, help="Server 1's port.")] = 8701,
 ) -> None:
-    """Create a private CA and both servers' TLS certificates (keys written 0600).  Alone:
-    print the [tls] section of each server's configuration.  With --num-items and
-    --num-users: the whole deployment in OUT (0600 files): hand server1.json to server 1's
-    operator; devices get their credentials from 'secemb admin add-devices'."""
+    """Create server --party's half: its own private CA and TLS certificate (keys 0600), and
+    with --num-items and --num-users its secrets, configuration and public.json.  Hand
+    public.json to the other server's operator (read its SHA-256 out to them), then run
+    'secemb admin pair' with theirs.  Certificates only (no --num-items): print the [tls]
+    section (its ca is the other operator's ca.pem).  Without --party: both halves, paired,
+    in OUT/server0 and OUT/server1 -- a TEST SETUP, since one person then holds both servers'
+    secrets (docs/deployment.md, 'Two operators, two halves')."""
     from secemb.cli._usage import fail
     from secemb.errors import InvalidParameters
+    from secemb.server.deploy import init_deployment, init_half, public_sha256
     from secemb.server.tls import init_pki
 
+    hosts, ports = (host0, host1), (port0, port1)
     if (num_items is None) != (num_users is None):
-        fail("give both --num-items and --num-users (a whole deployment), or neither (certificates only)")
+        fail("give both --num-items and --num-users (a whole half), or neither (certificates only)")
+    parties = (0, 1) if party is None else (party,)
+    for p in (0, 1):
+        if p in parties and not hosts[p]:
+            fail(f"give --host{p} (server {p}'s host names or addresses)")
+        if p not in parties and hosts[p]:
+            fail(f"--party {party} creates server {party}'s half only: --host{p} is for server {p}'s operator")
+    settings = {"num_items": num_items, "num_users": num_users, "model": model}
     try:
         if num_items is None:
-            files = init_pki(out, (host0, host1))
-            for party in (0, 1):
-                typer.echo(f"# server{party}.toml\n[tls]\nca = \"{files.ca}\"\ncert = \"{files.cert(party)}\"\n"
-                           f"key = \"{files.key(party)}\"\n")
+            files = {p: init_pki(out if party is not None else out / f"server{p}", p, hosts[p] or []) for p in parties}
+            for p in parties:
+                ca = files[1 - p].ca if 1 - p in files else f"<server {1 - p}'s operator's ca.pem>"
+                typer.echo(f"# server{p}.toml\n[tls]\nca = \"{ca}\"\ncert = \"{files[p].cert(p)}\"\n"
+                           f"key = \"{files[p].key(p)}\"\n")
             return
-        from secemb.server.deploy import init_deployment
-
-        dep = init_deployment(out, (host0, host1), ports=(port0, port1), num_items=num_items, num_users=num_users,
-                              model=model)
+        if party is None:
+            dep = init_deployment(out, (host0 or [], host1 or []), ports=ports, **settings)
+        else:
+            dep = init_half(out, party, hosts[party] or [], port=ports[party], **settings)
     except (InvalidParameters, OSError) as exc:
         fail(exc)
-    for party in (0, 1):
-        typer.echo(f"server {party}: {dep.url(party)}  config {dep.config_path(party)}")
-    typer.echo(f"operator: {out / 'operator.json'}  (secret: keep it; 'secemb admin status --deployment {out}')")
+    if party is None:
+        for p in (0, 1):
+            typer.echo(f"server {p}: {dep.url(p)}  config {dep.config_path(p)}")
+        typer.echo(f"TEST SETUP in {out}: you hold both servers' secrets (local tests and demos only); "
+                   f"'secemb admin status --deployment {out}'")
+        return
+    public = dep.public_path(party)
+    typer.echo(f"server {party}: {dep.url(party)}  half {out}  (secret: keep it)")
+    typer.echo(f"public file for server {1 - party}'s operator: {public}\n  SHA-256 {public_sha256(public)} "
+               f"(read it out to them; they compare it with 'sha256sum')")
+    typer.echo(f"then: secemb admin pair --deployment {out} --peer <server {1 - party}'s public.json>")
+
+
+@admin_app.command("pair")
+def pair(
+    deployment: Annotated[Path, typer.Option(help="This operator's half ('secemb admin init --party P').")],
+    peer: Annotated[Path, typer.Option(help="The other server's public.json, as its operator handed it over.")],
+) -> None:
+    """Complete this half with the other server's public file: keep its CA (the only one this
+    server trusts for its peer), agree on the peer secret (X25519: no secret crosses) and
+    write this server's configuration.  Compare the printed SHA-256 with the one the other
+    operator reads out before serving.  Refused (exit 2, nothing written) if the two halves'
+    shared settings differ."""
+    from secemb.cli._usage import fail
+    from secemb.errors import InvalidParameters
+    from secemb.server.deploy import pair as pair_half
+    from secemb.server.deploy import public_sha256
+
+    try:
+        config = pair_half(deployment, peer)
+        sha = public_sha256(peer)
+    except InvalidParameters as exc:
+        fail(exc)
+    typer.echo(json.dumps({"config": str(config), "peer_public_sha256": sha}, indent=2, sort_keys=True))
 
 
 def _users(spec: str) -> list[int]:
@@ -83,7 +135,8 @@ def _users(spec: str) -> list[int]:
     return sorted(users)
 
 
-_DEPLOYMENT = typer.Option(help="The directory 'secemb admin init --num-items ...' wrote.")
+_DEPLOYMENT = typer.Option(help="This operator's half ('secemb admin init --party P --num-items ...'), or the test "
+                                "setup's directory (both halves).")
 
 
 def _operate(deployment: Path, action: Callable[[Any], Any]) -> None:
@@ -109,8 +162,9 @@ def add_devices(
     users: Annotated[str, typer.Option(help="User ids, e.g. 0-99,120.")],
     out: Annotated[Path | None, typer.Option(help="Directory for the files (default DEPLOYMENT/devices).")] = None,
 ) -> None:
-    """Write one credentials file per device (0600): the servers' URLs, the CA, and that
-    device's two keys only.  Give each device its file ('secemb client --credentials')."""
+    """Write this server's half of each device's credentials (0600): its URL, its CA and that
+    device's key at this server only.  Give each device its half; the device merges it with
+    the other server's ('secemb credentials merge').  In the test setup: whole files."""
     _operate(deployment, lambda d: {"written": [str(p) for p in d.add_devices(_users(users), out)]})
 
 
@@ -120,14 +174,15 @@ EXIT_ALARM = 3
 
 @admin_app.command("status")
 def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
-    """Both servers' status: model version and hash, round, count phase, m', alarms.  Exits 3
+    """The status of each server whose half DEPLOYMENT holds (one operator's: its own server;
+    the test setup: both): model version and hash, round, count phase, m', alarms.  Exits 3
     if a server shows an alarm (a detected deviation: docs/deployment.md, "Alarms")."""
     from secemb.engine.http import HttpAdminLink
 
     seen: dict[str, Any] = {}
 
     def both(d: Any) -> dict[str, Any]:
-        seen.update({f"server{p}": HttpAdminLink(p, d.admin(p)).status() for p in (0, 1)})
+        seen.update({f"server{p}": HttpAdminLink(p, d.admin(p)).status() for p in d.parties})
         return seen
 
     _operate(deployment, both)
@@ -140,11 +195,12 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
 
 @admin_app.command("clear-alarms")
 def clear_alarms(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
-    """After the investigation (docs/deployment.md, "Alarms"): forget both servers' alarms and
-    lift the halt, so rounds open again."""
+    """After the investigation (docs/deployment.md, "Alarms"): forget the alarms of each server
+    whose half DEPLOYMENT holds (each operator clears its own) and lift the halt, so rounds
+    open again."""
     from secemb.engine.http import HttpAdminLink
 
-    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in (0, 1)})
+    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in d.parties})
 
 
 @admin_app.command("count")

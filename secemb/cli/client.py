@@ -44,7 +44,8 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Private parameters and optimizer state (.npz; created if missing).")
         ] = None,
         ca: Annotated[Path | None, typer.Option(
-            help="The deployment's CA certificate (ca.pem) that both servers' certificates must chain to.")] = None,
+            help="A CA certificate both servers' certificates must chain to (default: with --credentials, each "
+                 "server's own CA from the file).")] = None,
         min_users: Annotated[int, typer.Option(
             min=2, help="This device's floor: it joins no round announced for fewer users.")] = 10,
         recommender: Annotated[Path | None, typer.Option(
@@ -91,12 +92,13 @@ def register(app: typer.Typer) -> None:
         try:
             announced: dict | None = None
             ring_bits = 32
+            cas: tuple[Path | None, Path | None] = (ca, ca)
             if credentials is not None:
                 creds = DeviceCredentials.load(credentials)
                 if creds.user != user:
                     raise InvalidParameters(f"{credentials} holds user {creds.user}'s keys, not --user {user}'s")
                 urls, keys = list(creds.urls), list(creds.keys)
-                ca = ca or creds.ca
+                cas = (ca, ca) if ca is not None else creds.cas
                 announced, ring_bits = creds.model, creds.ring_bits
             else:
                 env = [os.environ.get(f"SECEMB_DEVICE_KEY{b}") for b in (0, 1)]
@@ -183,14 +185,13 @@ def register(app: typer.Typer) -> None:
             train = train if train is not None else task.split(data, test_fraction, seed)[0]
             return by_user(train, order=task.order).of(user)
 
-        tls = None
-        if ca is not None:
-            from secemb.server.tls import client_context
+        from secemb.server.tls import client_context
 
-            try:
-                tls = client_context(ca)
-            except InvalidParameters as exc:
-                fail(f"bad usage: {exc}", 2)
+        try:  # each server verified against its own CA
+            tls0 = None if cas[0] is None else client_context(cas[0])
+            tls = (tls0, None if cas[1] is None else client_context(cas[1]))
+        except InvalidParameters as exc:
+            fail(f"bad usage: {exc}", 2)
         dc = DeviceClient(user, urls[0], urls[1], keys[0], keys[1], min_users=min_users, tls=tls)
         if count:
             from secemb.training.local import distinct_items

@@ -355,7 +355,7 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
                                           recommender_sha256=rec_sha, recommender=recommender)
             mech = _denoiser_mechanism(den[0], given)
     rated = None if own[0] is None else _own_ratings(creds.user, own[0], *own[1:])
-    tls = None if creds.ca is None else client_context(creds.ca)
+    tls = None if creds.cas[0] is None else client_context(creds.cas[0])
     link = HttpServerLink(0, creds.user, creds.urls[0], creds.keys[0], tls=tls)
     try:
         ans = infer_remote(link, params, mech, wanted, exclude=rated, ledger=ledger, recommender=rec, user_x=user_x,

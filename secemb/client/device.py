@@ -294,8 +294,9 @@ class RoundInfo:
 class DeviceClient:
     """Device ``user_id``'s connections to server 0 and server 1 (:class:`ServerLink`\\ s).
 
-    The constructor connects over HTTPS with the device's per-server keys (``tls``: the
-    context that verifies the servers, pinning the deployment's CA; ``http``: an optional
+    The constructor connects over HTTPS with the device's per-server keys (``tls``: one
+    context per server, server 0's and server 1's, each pinning that server's own CA, or one
+    context for both; ``http``: an optional
     shared ``httpx.Client`` pool for simulations of many devices in one process);
     :meth:`over` wraps any pair of links, e.g. the in-process ones of
     :mod:`secemb.engine.local`.
@@ -306,12 +307,14 @@ class DeviceClient:
     """
 
     def __init__(self, user_id: int, url0: str, url1: str, key0: bytes, key1: bytes, *, timeout: float = 60.0,
-                 http: httpx.Client | None = None, tls: ssl.SSLContext | None = None,
+                 http: httpx.Client | None = None,
+                 tls: ssl.SSLContext | tuple[ssl.SSLContext | None, ssl.SSLContext | None] | None = None,
                  min_users: int = DEFAULT_MIN_USERS) -> None:
         from secemb.engine.http import HttpServerLink
 
-        http0 = HttpServerLink(0, user_id, url0, key0, timeout=timeout, http=http, tls=tls)
-        http1 = HttpServerLink(1, user_id, url1, key1, timeout=timeout, http=http, tls=tls)
+        tls0, tls1 = tls if isinstance(tls, tuple) else (tls, tls)
+        http0 = HttpServerLink(0, user_id, url0, key0, timeout=timeout, http=http, tls=tls0)
+        http1 = HttpServerLink(1, user_id, url1, key1, timeout=timeout, http=http, tls=tls1)
         self.user_id = int(user_id)
         self.min_users = _floor(min_users)
         self.links: tuple[ServerLink, ServerLink] = (http0, http1)

@@ -1,20 +1,24 @@
-"""TLS for the deployment: a private certificate authority, the two servers' certificates, the
-client contexts that pin it, and the server-side hook that hands the app the verified client
+"""TLS for the deployment: each server's own certificate authority and certificate, the
+client contexts that pin them, and the server-side hook that hands the app the verified client
 certificate of a connection (mutual TLS between the servers).
 
-``secemb admin init`` (or :func:`init_pki`) creates, in one directory::
+Each server's operator creates its own CA, which issues only that server's certificate
+(:func:`init_pki`; ``secemb admin init --party P``), in one directory::
 
-    ca.pem            the private CA's certificate (public: every device and server pins it)
+    ca.pem            the operator's CA certificate (public: the other operator's server and every
+                      device pin it, for this server only)
     ca-key.pem        its key (0600; needed only to issue certificates, keep it offline)
-    server0.pem       server 0's certificate: serverAuth for its own endpoints and clientAuth,
-    server0-key.pem     presented to server 1 on every peer call (mutual TLS); key 0600
-    server1.pem       server 1's certificate (serverAuth); key 0600
-    server1-key.pem
+    serverP.pem       server P's certificate: serverAuth for its own endpoints, and for server 0
+    serverP-key.pem     also clientAuth (presented to server 1 on every peer call: mutual TLS); key 0600
 
-Certificates carry the servers' host names and addresses as subject alternative names; keys
+Neither operator can issue a certificate the other server's clients accept: a device verifies
+server ``P`` against server ``P``'s CA only, and each server verifies its peer against the
+peer's CA only (its configuration's ``[tls] ca`` is the *peer's* ``ca.pem``).
+
+Certificates carry the server's host names and addresses as subject alternative names; keys
 are ECDSA P-256, signatures SHA-256, all from the ``cryptography`` package's x509 builder.
 Server 1 asks every connection for a client certificate (optional, since devices have none)
-and serves its ``/v1/peer/*`` endpoints only over a connection whose certificate the CA
+and serves its ``/v1/peer/*`` endpoints only over a connection whose certificate server 0's CA
 issued to ``server0`` (:data:`PEER_CN_SCOPE_KEY`).
 """
 
@@ -88,17 +92,20 @@ def _sans(hosts: Sequence[str]) -> list[Any]:
     return out
 
 
-def init_pki(directory: str | os.PathLike, hosts: Sequence[Sequence[str]]) -> TlsFiles:
-    """Create a private CA and both servers' certificates in ``directory`` (created, 0700).
+def init_pki(directory: str | os.PathLike, party: int, hosts: Sequence[str]) -> TlsFiles:
+    """Create a private CA and server ``party``'s certificate, issued by it, in ``directory``
+    (created, 0700; keys 0600).
 
     Parameters
     ----------
-    hosts: per server (0, 1), the host names and IP addresses its certificate is valid for.
+    party: 0 or 1; server 0's certificate is also valid for client authentication (mutual TLS
+        on its calls to server 1).
+    hosts: the host names and IP addresses the certificate is valid for.
 
     Raises
     ------
-    InvalidParameters: ``directory`` already holds a CA (nothing is overwritten), or a
-        server has no host.
+    InvalidParameters: ``directory`` already holds a CA (nothing is overwritten), ``party`` is
+        not 0 or 1, or no host is given.
     """
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -106,8 +113,10 @@ def init_pki(directory: str | os.PathLike, hosts: Sequence[Sequence[str]]) -> Tl
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
     files = TlsFiles(Path(directory))
-    if len(hosts) != 2 or not all(hosts):
-        raise InvalidParameters(f"hosts: give each of the two servers at least one host, got {hosts!r}")
+    if party not in (0, 1):
+        raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+    if isinstance(hosts, str) or not hosts:
+        raise InvalidParameters(f"hosts: give server {party} at least one host, got {hosts!r}")
     if files.ca.exists():
         raise InvalidParameters(f"{files.ca} exists: refusing to replace a CA (use a fresh directory)")
     files.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -120,7 +129,7 @@ def init_pki(directory: str | os.PathLike, hosts: Sequence[Sequence[str]]) -> Tl
                                  serialization.NoEncryption())
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("secemb private CA")
+    ca_name = _name(f"secemb server{party} CA")
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
           .serial_number(x509.random_serial_number()).not_valid_before(not_before).not_valid_after(not_after)
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
@@ -130,18 +139,17 @@ def init_pki(directory: str | os.PathLike, hosts: Sequence[Sequence[str]]) -> Tl
           .sign(ca_key, hashes.SHA256()))
     write_private(files.root / "ca-key.pem", pem_key(ca_key))
     files.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    for party in (0, 1):
-        key = ec.generate_private_key(ec.SECP256R1())
-        usages = [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if party == 0 else [])
-        cert = (x509.CertificateBuilder().subject_name(_name(f"server{party}")).issuer_name(ca_name)
-                .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(not_before).not_valid_after(not_after)
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.SubjectAlternativeName(_sans(hosts[party])), critical=False)
-                .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-                .sign(ca_key, hashes.SHA256()))
-        write_private(files.key(party), pem_key(key))
-        files.cert(party).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key = ec.generate_private_key(ec.SECP256R1())
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if party == 0 else [])
+    cert = (x509.CertificateBuilder().subject_name(_name(f"server{party}")).issuer_name(ca_name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(not_before).not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName(_sans(hosts)), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    write_private(files.key(party), pem_key(key))
+    files.cert(party).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return files
 
 

@@ -1,11 +1,12 @@
 """Two server processes on this machine (127.0.0.1): what ``secemb demo --network``, the
 network benchmark and the tests run.
 
-:class:`LocalCluster` creates a deployment in its work directory the way ``secemb admin init``
-does (:func:`~secemb.server.deploy.init_deployment`: fresh secrets, a private CA with both
-servers' certificates -- every connection is TLS, verified against that CA; server 0 presents
-its certificate to server 1 --, a configuration file per server on free ports chosen by the
-OS, the operator's file), starts each server as its own process (``python -m secemb.server``),
+:class:`LocalCluster` creates the test setup in its work directory the way ``secemb admin
+init`` without ``--party`` does (:func:`~secemb.server.deploy.init_deployment`: both servers'
+halves, each with its own secrets and its own private CA and certificate -- every connection
+is TLS, verified against the CA of the server it reaches; server 0 presents its certificate to
+server 1 --, paired, on free ports chosen by the OS), plays both operators and every device,
+starts each server as its own process (``python -m secemb.server``),
 waits until it answers, and can kill (``SIGKILL``) and restart either one on the same port
 and state directory.  With ``supervise=True`` a watcher restarts a server that died, like a
 service manager would.
@@ -72,9 +73,12 @@ class LocalCluster:
         self.peer_secret = self.configs[0].peer_secret
         self.admin_secrets = (self.configs[0].admin_secret, self.configs[1].admin_secret)
         self.user_secrets = (self.configs[0].user_secret, self.configs[1].user_secret)
-        self.pki = self.deployment.pki
-        #: what every client of this cluster verifies the servers with (the private CA)
-        self.tls = client_context(self.pki.ca)
+        #: each server's own CA and certificate (its half's ``tls/``)
+        self.pki = (self.deployment.pki(0), self.deployment.pki(1))
+        #: what the clients of this harness verify either server with: both servers' CAs (a device pins
+        #: each server's own; a test playing every device and both operators may trust both)
+        self.tls = client_context(self.pki[0].ca)
+        self.tls.load_verify_locations(str(self.pki[1].ca))
         self.faults = dict(faults or {})
         self.log_level = log_level
         self.procs: list[subprocess.Popen | None] = [None, None]
@@ -94,7 +98,7 @@ class LocalCluster:
     def peer_tls(self) -> ssl.SSLContext:
         """Server 0's client context (its certificate for mutual TLS), for tests of server 1's
         peer endpoints."""
-        return client_context(self.pki.ca, self.pki.cert(0), self.pki.key(0))
+        return client_context(self.pki[1].ca, self.pki[0].cert(0), self.pki[0].key(0))
 
     def device_keys(self, user: int) -> tuple[bytes, bytes]:
         """Device ``user``'s HMAC keys at server 0 and server 1."""

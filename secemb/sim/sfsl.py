@@ -80,7 +80,7 @@ class NodeServer:
         app = create_exchange_app(node, verifier, max_body_bytes=max_body_bytes,
                                   model=lambda: model_bytes(node.server))
         self._pki_dir = tempfile.TemporaryDirectory(prefix="secemb-sfsl-tls-")
-        pki = init_pki(Path(self._pki_dir.name) / "tls", [["127.0.0.1", "localhost"]] * 2)
+        pki = init_pki(Path(self._pki_dir.name) / "tls", 0, ["127.0.0.1", "localhost"])
         self.tls = client_context(pki.ca)
         self.port = _free_port()
         self.url = f"https://127.0.0.1:{self.port}"

@@ -1,5 +1,7 @@
-"""``secemb admin init``: the deployment's private CA and both servers' certificates, keys
-0600, the [tls] sections printed; an existing CA is never replaced (exit 2)."""
+"""``secemb admin init`` without ``--party`` (the one-person test setup): each server's own
+private CA and certificate, keys 0600, the [tls] sections printed (each server's ca: the
+other's); an existing CA is never replaced (exit 2).  The two operators' own flow:
+tests/server/test_operator_split.py."""
 
 from __future__ import annotations
 
@@ -22,21 +24,25 @@ def test_admin_init_writes_a_ca_and_server_certificates_it_signed(tmp_path):
     res = runner.invoke(app, ["admin", "init", "--out", str(out), "--host0", "127.0.0.1", "--host0", "s0.example",
                               "--host1", "localhost"])
     assert res.exit_code == 0, res.output
-    assert f'cert = "{out / "server1.pem"}"' in res.output and "[tls]" in res.output
-    assert stat.S_IMODE(out.stat().st_mode) == 0o700
-    ca = x509.load_pem_x509_certificate((out / "ca.pem").read_bytes())
+    assert f'cert = "{out / "server1" / "server1.pem"}"' in res.output and "[tls]" in res.output
+    assert f'ca = "{out / "server1" / "ca.pem"}"\ncert = "{out / "server0" / "server0.pem"}"' in res.output
+    cas = [x509.load_pem_x509_certificate((out / f"server{p}" / "ca.pem").read_bytes()) for p in (0, 1)]
+    assert cas[0].subject != cas[1].subject
     for party, names in ((0, {"127.0.0.1", "s0.example"}), (1, {"localhost"})):
-        assert stat.S_IMODE((out / f"server{party}-key.pem").stat().st_mode) == 0o600
-        cert = x509.load_pem_x509_certificate((out / f"server{party}.pem").read_bytes())
-        assert cert.issuer == ca.subject
+        half = out / f"server{party}"
+        assert stat.S_IMODE(half.stat().st_mode) == 0o700
+        assert stat.S_IMODE((half / f"server{party}-key.pem").stat().st_mode) == 0o600
+        cert = x509.load_pem_x509_certificate((half / f"server{party}.pem").read_bytes())
+        ca = cas[party]
+        assert cert.issuer == ca.subject and cert.issuer != cas[1 - party].subject
         ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         assert {str(v) for v in sans.get_values_for_type(x509.DNSName)} | {
             str(v) for v in sans.get_values_for_type(x509.IPAddress)} == names
-    before = (out / "ca.pem").read_bytes()
+    before = (out / "server0" / "ca.pem").read_bytes()
     again = runner.invoke(app, ["admin", "init", "--out", str(out), "--host0", "a", "--host1", "b"])
     assert again.exit_code == 2 and "refusing to replace a CA" in again.output
-    assert (out / "ca.pem").read_bytes() == before
+    assert (out / "server0" / "ca.pem").read_bytes() == before
 
 
 def test_admin_init_writes_a_whole_deployment_and_devices_get_their_own_keys_only(tmp_path):
@@ -45,14 +51,16 @@ def test_admin_init_writes_a_whole_deployment_and_devices_get_their_own_keys_onl
                               "--num-items", "50", "--num-users", "20", "--port0", "9100", "--port1", "9101"])
     assert res.exit_code == 0, res.output
     assert "https://127.0.0.1:9100" in res.output and "https://127.0.0.1:9101" in res.output
-    for name in ("server0.json", "server1.json", "operator.json"):
+    assert "TEST SETUP" in res.output and (out / "TEST-SETUP.txt").is_file()
+    for name in ("server0/server0.json", "server1/server1.json", "server0/operator.json", "server1/operator.json"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
-    cfgs = [load_config(out / f"server{p}.json") for p in (0, 1)]
+    cfgs = [load_config(out / f"server{p}" / f"server{p}.json") for p in (0, 1)]
     assert cfgs[0].peer_secret == cfgs[1].peer_secret
     assert cfgs[0].admin_secret != cfgs[1].admin_secret and cfgs[0].user_secret != cfgs[1].user_secret
     assert (cfgs[0].peer_url, cfgs[1].peer_url) == ("https://127.0.0.1:9101", "https://127.0.0.1:9100")
-    assert not cfgs[0].insecure_http and cfgs[0].tls_ca == out / "tls" / "ca.pem"
+    assert not cfgs[0].insecure_http and cfgs[0].tls_ca == out / "server0" / "peer-ca.pem"
+    assert cfgs[0].tls_ca.read_bytes() == (out / "server1" / "tls" / "ca.pem").read_bytes()
 
     res = runner.invoke(app, ["admin", "add-devices", "--deployment", str(out), "--users", "3-4,7"])
     assert res.exit_code == 0, res.output

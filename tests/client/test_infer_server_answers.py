@@ -144,7 +144,7 @@ ANSWERS = {
 def _infer(monkeypatch, tmp_path, answer: tuple[bytes, bytes, str]) -> Any:
     """``secemb infer --credentials --state-file --json`` of user 3 with server 0 answering ``answer``."""
     monkeypatch.setattr(ApiClient, "request", _answering(*answer))
-    creds = DeviceCredentials(3, (URL, URL), (b"k" * 32, b"l" * 32), None).save(tmp_path / "dev3.json")
+    creds = DeviceCredentials(3, (URL, URL), (b"k" * 32, b"l" * 32)).save(tmp_path / "dev3.json")
     np.savez(tmp_path / "dev3.npz", params=PARAMS)
     return CliRunner().invoke(app, ["infer", "--credentials", str(creds), "--state-file", str(tmp_path / "dev3.npz"),
                                     "--json", "--items", "1,2"])

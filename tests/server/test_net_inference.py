@@ -66,7 +66,7 @@ def test_infer_asks_the_deployment_and_keeps_one_release_per_representation(tmp_
         _state(state, np.zeros(9))  # parameters of another model
         assert runner.invoke(app, base).exit_code == 2
         other = cluster.deployment.devices([4])[0]
-        forged = type(other)(3, other.urls, other.keys, other.ca, other.model, other.ring_bits)  # user 4's keys
+        forged = type(other)(3, other.urls, other.keys, other.cas, other.model, other.ring_bits)  # user 4's keys
         _state(state, params)
         refused = runner.invoke(app, ["infer", "--credentials", str(forged.save(tmp_path / "forged.json")),
                                       "--state-file", str(state)])

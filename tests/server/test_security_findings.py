@@ -177,7 +177,7 @@ def test_finding1_no_tls_by_default_cluster_traffic_is_verified_tls_and_peers_mu
         # a configuration file holds secrets: owner-only, in an owner-only directory
         assert (cluster.config_paths[0].stat().st_mode & 0o777) == 0o600
         assert (cluster.workdir.stat().st_mode & 0o777) == 0o700
-        assert (cluster.pki.key(0).stat().st_mode & 0o777) == 0o600
+        assert (cluster.pki[0].key(0).stat().st_mode & 0o777) == 0o600
 
 
 # ---------------------------------------------------------------- finding 5: bad input is a 4xx, never a 500
