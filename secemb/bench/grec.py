@@ -26,6 +26,7 @@ The paper's cells (all five datasets) are in :data:`PAPER_TABLE3`.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from secemb.bench.progress import Steps
 from secemb.data.synthetic import STANDS_FOR
 from secemb.errors import InvalidParameters
 from secemb.randomness import RandomBytes
@@ -251,7 +253,8 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
             delta: float = 1e-4, bound: float = 1.0, dim: int | None = None, rec_epochs: int | None = None,
             den_epochs: int = 10, secure: bool = False, users_per_round: int = 100, m_prime: int = 200,
             data_dir: Any = None, save_dir: Any = None, with_ranking: bool = True, network: bool = False,
-            log: Callable[[str], None] = lambda s: None) -> list[dict[str, Any]]:
+            log: Callable[[str], None] = lambda s: None,
+            epoch_done: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Train the recommender once (``dim``: its d, default the preset's), then for each epsilon
     of ``epsilons`` a denoiser for that release (Table 12 varies epsilon), and evaluate; one
     result row (JSON-able) per epsilon.  d^ is Table 10's for ``dim`` where it lists one, else
@@ -281,7 +284,7 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
     built = build_experiment(Experiment(dataset=dataset, data_dir=data_dir, model=model, protocol=protocol,
                                         layout="full", relay=False, epochs=epochs, users_per_round=users_per_round,
                                         m_prime=m_prime, seed=seed, dim=dim))
-    rec = _train_built(built, on_epoch=lambda e: log(f"  recommender epoch {e.epoch}: {e.test_metrics}"))
+    rec = _train_built(built, on_epoch=partial(_log_epoch, log, "recommender", done=epoch_done))
     t_rec = time.perf_counter() - t0
     d = int(built.extra_config["dim"])
     log(f"{model} d={d} seed {seed}: recommender {epochs} epochs, test RMSE {rec.epochs[-1].test_metrics}, "
@@ -298,7 +301,7 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
                           seed=seed, rating_range=rating_range)
         t1 = time.perf_counter()
         den_protocol = get_protocol(protocol, layout="full", relay=False)
-        on_epoch = partial(_log_epoch, log, "denoiser")
+        on_epoch = partial(_log_epoch, log, "denoiser", done=epoch_done)
         if network:
             from secemb.sim.demo import train_on_local_cluster
 
@@ -331,20 +334,39 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
     return rows
 
 
-def _log_epoch(log: Callable[[str], None], what: str, e: Any) -> None:
+def _log_epoch(log: Callable[[str], None], what: str, e: Any, done: Callable[[], None] | None = None) -> None:
     log(f"  {what} epoch {e.epoch}: {e.test_metrics}")
+    if done is not None:
+        done()
 
 
 def run(models: Sequence[str] = ("mf", "ncf", "fm", "deepfm"), seeds: Sequence[int] = (0,),
-        log: Callable[[str], None] = lambda s: None, **options: Any) -> list[dict[str, Any]]:
-    """:func:`run_one` for every model and seed (``options`` passed through), rows flattened.
+        log: Callable[[str], None] = lambda s: None, progress: Steps | None = None,
+        **options: Any) -> list[dict[str, Any]]:
+    """:func:`run_one` for every model and seed (``options`` passed through), rows flattened;
+    ``progress`` hears of every epoch (the recommender's, then each epsilon's denoiser's).
     numpy's BLAS is held to one thread, as torch is in :func:`run_one`: the per-device products
     are small, and on a loaded machine BLAS threads spinning for a core made the DeepFM
     denoiser's steps 5x slower (same results: one device's products do not depend on it)."""
     from threadpoolctl import threadpool_limits
 
+    defaults = {k: p.default for k, p in inspect.signature(run_one).parameters.items()}
+    given = {**defaults, **options}
+    total = len(seeds) * sum((REC_EPOCHS.get(m, 0) if given["rec_epochs"] is None else given["rec_epochs"])
+                             + len(given["epsilons"]) * given["den_epochs"] for m in models)
+    done = 0
+
+    def epoch_done() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(f"training: {done} of {total} epochs (recommenders, denoisers)", done, total)
+
+    if progress is not None:
+        progress(f"training: 0 of {total} epochs (recommenders, denoisers)", 0, total)
     with threadpool_limits(limits=1, user_api="blas"):
-        return [row for m in models for s in seeds for row in run_one(m, seed=s, log=log, **options)]
+        return [row for m in models for s in seeds
+                for row in run_one(m, seed=s, log=log, epoch_done=epoch_done, **options)]
 
 
 def table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -58,7 +58,7 @@ def register(bench_app: typer.Typer) -> None:
 
         from secemb.bench import grec as bench_grec
         from secemb.cli._usage import fail
-        from secemb.cli.bench_output import check_outputs, save_json
+        from secemb.cli.bench_output import check_outputs, save_json, steps_bar
         from secemb.data import DataFormatError, DatasetNotFoundError
         from secemb.errors import InvalidParameters
 
@@ -114,16 +114,15 @@ def register(bench_app: typer.Typer) -> None:
             typer.echo(f"wrote {out}")
             return
         try:
-            with console.status("training") as status:
+            with steps_bar(quiet=as_json, console=console) as progress:
                 def log(msg: str) -> None:
-                    status.update(escape(msg))
                     console.log(escape(msg))
 
                 rows = bench_grec.run(models=names, seeds=seed_list, dataset=dataset, epsilons=eps_list, delta=delta,
                                       bound=bound, dim=dim or None, rec_epochs=rec_epochs or None,
                                       den_epochs=den_epochs,
                                       secure=secure, save_dir=save_dir, with_ranking=ranking, network=network,
-                                      log=log)
+                                      log=log, progress=progress)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         result = {"runs": rows, "table": bench_grec.table(rows)}

@@ -97,13 +97,15 @@ def print_fitted(table: Table, console: Console | None = None) -> None:
 
 
 @contextlib.contextmanager
-def steps_bar(quiet: bool = False, description: str = "measuring") -> Iterator[Steps]:
-    """A progress bar on stderr (gone when done; off with ``quiet``) showing the current
-    step's name, a bar, ``done/total`` and the elapsed and estimated remaining time; yields
-    the :class:`~secemb.bench.progress.Steps` callback a benchmark reports its steps to."""
+def steps_bar(quiet: bool = False, description: str = "measuring",
+              console: Console | None = None) -> Iterator[Steps]:
+    """A progress bar on ``console`` (default stderr; gone when done; off with ``quiet``)
+    showing the current step's name, a bar, ``done/total`` and the elapsed and estimated
+    remaining time; yields the :class:`~secemb.bench.progress.Steps` callback a benchmark
+    reports its steps to.  Lines printed on the same ``console`` meanwhile appear above it."""
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                        console=Console(stderr=True), disable=quiet, transient=True)
+                        console=console or Console(stderr=True), disable=quiet, transient=True)
     with progress:
         task = progress.add_task(description, total=None)
 

@@ -21,7 +21,7 @@ def bar_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, str]]:
     calls: list[tuple[int, int, str]] = []
 
     @contextlib.contextmanager
-    def recording(quiet: bool = False, description: str = "") -> Iterator[object]:
+    def recording(quiet: bool = False, description: str = "", console: object = None) -> Iterator[object]:
         yield lambda message, done, total: calls.append((done, total, message))
 
     monkeypatch.setattr(output, "steps_bar", recording)
@@ -59,3 +59,12 @@ def test_bench_secagg_counts_its_runs(tmp_path: Path, bar_calls: list[tuple[int,
     assert_counted(bar_calls)
     # quick: n = 6 (dropout 0 shared with the PSU sweep) and dropout 20 %, twice each
     assert bar_calls[0][1] == 4
+
+
+def test_bench_grec_counts_every_epoch(tmp_path: Path, bar_calls: list[tuple[int, int, str]]) -> None:
+    res = CliRunner().invoke(app, ["bench", "grec", "--models", "mf", "--dataset", "synthetic-mini", "--rec-epochs",
+                                   "2", "--den-epochs", "1", "--epsilons", "1,4", "--no-ranking", "--json",
+                                   "--out", str(tmp_path / "g.json")])
+    assert res.exit_code == 0, res.output
+    assert_counted(bar_calls)
+    assert bar_calls[0][1] == 2 + 2 * 1  # the recommender's epochs, then a denoiser's epoch per epsilon
