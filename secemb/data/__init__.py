@@ -5,6 +5,7 @@ Public API::
     load_dataset(name="synthetic", data_dir=None, *, download=False, seed=0) -> RatingData
     read_own_ratings(path) -> RatingData   # your own .csv, .tsv or RecBole .inter file
     train_test_split(data, test_fraction=0.2, seed=0) -> (train, test)
+    validation_split(train, valid_fraction, seed=0) -> (fit, validation)   # per user, from train only
     by_user(data) -> UserRatings          # CSR by user: .of(u), .counts()
     synthetic_like(num_users, num_items, num_ratings, seed=0) -> RatingData
     DATASETS                              # names load_dataset accepts
@@ -30,7 +31,15 @@ from secemb.data.movielens import (
     locate_movielens,
     read_ratings_file,
 )
-from secemb.data.ratings import RatingData, UserRatings, by_user, concat, leave_one_out, train_test_split
+from secemb.data.ratings import (
+    RatingData,
+    UserRatings,
+    by_user,
+    concat,
+    leave_one_out,
+    train_test_split,
+    validation_split,
+)
 from secemb.data.synthetic import SYNTHETIC_SHAPES, synthetic_like
 from secemb.errors import InvalidParameters
 
@@ -54,6 +63,7 @@ __all__ = [
     "read_ratings_file",
     "synthetic_like",
     "train_test_split",
+    "validation_split",
 ]
 
 DATASETS: tuple[str, ...] = (

@@ -1,4 +1,5 @@
-"""Rating data in memory: :class:`RatingData`, the train/test split and a per-user CSR view.
+"""Rating data in memory: :class:`RatingData`, the train/test and validation splits and a per-user
+CSR view.
 
 Everything here is plain numpy; nothing imports torch or crypto.  Training randomness (the
 split) uses a seeded :class:`numpy.random.Generator`, as the design notes ask.
@@ -14,7 +15,7 @@ import numpy as np
 from secemb.data.ids import IdMap
 from secemb.errors import InvalidParameters
 
-__all__ = ["RatingData", "UserRatings", "by_user", "concat", "leave_one_out", "train_test_split"]
+__all__ = ["RatingData", "UserRatings", "by_user", "concat", "leave_one_out", "train_test_split", "validation_split"]
 
 
 def _check_count(field: str, value: object) -> int:
@@ -184,6 +185,44 @@ def train_test_split(
         last = np.flatnonzero(np.r_[u[1:] != u[:-1], True])
         is_test[srt[last]] = False
     return data.subset(~is_test), data.subset(is_test)
+
+
+def validation_split(train: RatingData, valid_fraction: float, seed: int = 0) -> tuple[RatingData, RatingData]:
+    """Hold a validation set out of the training ratings, user by user: ``(fit, validation)``.
+
+    Rule: each user with ``n`` training ratings gives ``min(floor(valid_fraction * n + 0.5),
+    n - 1)`` of them, drawn uniformly at random, to validation, so every user keeps at least one
+    rating to train on (a user with one rating gives none).  The draw is one uniform key per
+    rating from ``numpy.random.default_rng([seed, 2])`` (a stream apart from
+    :func:`train_test_split`'s ``default_rng(seed)``); a user's lowest keys go to validation.
+    In a federated run each device holds its own validation ratings: the split is per device,
+    and nothing in it depends on another device's data.
+
+    Only ``train`` is read -- pass the training half of :func:`train_test_split`, never the
+    test half.  Both parts keep ``num_users``, ``num_items``, ``name`` and the order of the
+    ratings; together they partition ``train``.  The result depends only on ``train`` and
+    ``seed``; ``valid_fraction = 0`` gives ``(train, an empty set)``.
+
+    Raises
+    ------
+    InvalidParameters
+        ``train`` is not a :class:`RatingData`, or ``valid_fraction`` is not a float in
+        ``[0, 1)``.
+    """
+    if not isinstance(train, RatingData):
+        raise InvalidParameters(f"train must be a RatingData, got {type(train).__name__}")
+    if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, numbers.Real) \
+            or not 0.0 <= float(valid_fraction) < 1.0:
+        raise InvalidParameters(f"valid_fraction must be a float in [0, 1), got {valid_fraction!r}")
+    keys = np.random.default_rng([seed, 2]).random(train.num_ratings)
+    order = np.lexsort((keys, train.users))  # by user, each user's ratings by key
+    counts = np.bincount(train.users, minlength=train.num_users)
+    starts = np.cumsum(counts) - counts
+    rank = np.empty(train.num_ratings, dtype=np.int64)
+    rank[order] = np.arange(train.num_ratings, dtype=np.int64) - np.repeat(starts, counts)
+    held = np.minimum(np.floor(float(valid_fraction) * counts + 0.5).astype(np.int64), np.maximum(counts - 1, 0))
+    is_valid = rank < held[train.users]
+    return train.subset(~is_valid), train.subset(is_valid)
 
 
 def concat(a: RatingData, b: RatingData) -> RatingData:

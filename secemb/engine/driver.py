@@ -59,6 +59,7 @@ from secemb.ring import FixedPoint
 from secemb.training import messages
 from secemb.training.local import distinct_counts
 from secemb.training.optimizer import ServerAdam
+from secemb.training.selection import EpochSelection
 from secemb.training.update import apply_aggregate
 from secemb.training.results import (
     EpochStats,
@@ -228,7 +229,9 @@ def run(
         (:data:`~secemb.engine.settings.DeviceRandomness`): ``"reproducible"`` from the run's
         seed (a simulation: one seed, one model), ``"private"`` from OS entropy (as deployed
         devices draw them; no two runs alike).  No default: every caller says which.
-    val_data: held-out ratings scored after every epoch (``EpochStats.val_rmse``).
+    val_data: held-out ratings scored after every epoch (``EpochStats.val_rmse``); with
+        ``config.early_stop`` they choose the epoch whose model the result holds
+        (:class:`~secemb.training.selection.EpochSelection`).
     deadline_s: each round's deadline at the servers.
     close_when_done: close a round as soon as all its devices finished (else the servers
         close it on quorum or deadline).
@@ -282,6 +285,7 @@ def run(
             raise InvalidParameters(f"protocol {protocol.name!r} declares local DP but is not DP-FedRec")
         device_protocol = protocol.with_noise(dp.sigma_ring, dp.settings.clip)
     participated = np.zeros(train_data.num_users, dtype=np.int64)
+    selection = EpochSelection(cfg, val_data)  # the epoch kept: the last, or the best validation epoch
 
     # ---- the initial public model: server 0 initializes it from the same seed
     table, dense, store = initial_state(model, cfg, m, train_data.num_users, rating_range, private)
@@ -486,8 +490,11 @@ def run(
         epochs.append(e)
         if on_epoch is not None:
             on_epoch(e)
+        if selection.observe(e, lambda: (t_now, d_now, store)):  # noqa: B023 - called at once
+            break
 
     _, table_f, dense_f = _model(admin0, wait_s, m, width, dense_size)
+    table_f, dense_f, store = selection.kept(table_f, dense_f, store)
     rounds = round_index
     per_part = max(tot.participations, 1)
     per_round = max(rounds, 1)
@@ -514,6 +521,7 @@ def run(
         user_store=store,
         aborted_rounds=tot.aborted,
         privacy=None if dp is None else dp.privacy_block(int(participated.max(initial=0))),
+        epoch_kept=selection.epoch_kept,
     )
     return result
 

@@ -88,6 +88,13 @@ class TrainConfig:
         permutation puts in later rounds, or its later Poisson rounds, sit it out), for runs too
         slow to finish an epoch; ``None``: every round.  Central DP's accountant counts the
         rounds that run (``epochs * min(rounds_per_epoch, ceil(n / users_per_round))``).
+    early_stop: ``None`` (the default): the run trains every epoch and keeps the last epoch's
+        model.  An int ``P >= 1``: after every epoch the run scores the validation data (which
+        it then needs) with the first of ``metrics``, keeps a copy of the best epoch's public
+        model and device-private state (:mod:`secemb.training.selection`; a tie keeps the
+        earlier epoch), stops after ``P`` epochs in a row without a better score, and returns
+        the kept copy (``TrainResult.epoch_kept``).  Refused with ``dp``: the choice of epoch
+        reads the validation ratings without noise, which no DP guarantee covers.
     """
 
     epochs: int = 1
@@ -110,6 +117,7 @@ class TrainConfig:
     dp: DPSettings | None = None
     m_prime_update: int = 0
     rounds_per_epoch: int | None = None
+    early_stop: int | None = None
 
     def __post_init__(self) -> None:
         def is_int(x: object) -> bool:
@@ -151,6 +159,12 @@ class TrainConfig:
             raise InvalidParameters(f"rounds_per_epoch must be None or an int >= 1, got {self.rounds_per_epoch!r}")
         if self.dp is not None and not isinstance(self.dp, DPSettings):
             raise InvalidParameters(f"dp must be a DPSettings or None, got {type(self.dp).__name__}")
+        if self.early_stop is not None and (not is_int(self.early_stop) or self.early_stop < 1):
+            raise InvalidParameters(f"early_stop must be None or an int >= 1 (epochs without improvement), got "
+                                    f"{self.early_stop!r}")
+        if self.early_stop is not None and self.dp is not None:
+            raise InvalidParameters("early_stop chooses the epoch by the validation ratings without noise, which the "
+                                    "DP guarantee does not cover: train without early_stop under DP")
         if self.dp is not None and self.verify:
             raise InvalidParameters("verify compares the model with the noiseless sums: it cannot run with DP")
         FixedPoint(self.ring_bits, self.frac_bits)  # validates both
@@ -229,6 +243,32 @@ class TrainResult:
     aborted_rounds: int = 0
     #: differential privacy spent (:meth:`secemb.privacy.DPPlan.privacy_block`); ``None`` without DP
     privacy: dict[str, Any] | None = None
+    #: the epoch whose model ``table``, ``dense``, ``user_store`` and ``model_sha256`` are: the
+    #: best validation epoch under ``TrainConfig.early_stop``; 0 (the default) becomes the last epoch
+    epoch_kept: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.epoch_kept and self.epochs:
+            self.epoch_kept = self.epochs[-1].epoch
+
+    @property
+    def kept(self) -> EpochStats | None:
+        """The statistics of the kept epoch (:attr:`epoch_kept`); ``None`` for a run of no epoch."""
+        return next((e for e in self.epochs if e.epoch == self.epoch_kept), None)
+
+    def selection(self) -> dict[str, Any]:
+        """Which epoch the model is and how it was chosen (the result document's and a saved
+        model's ``selection``): ``epoch_kept``, ``epochs_run``, ``valid_fraction`` (the share of
+        each user's training ratings held out for validation, as the config records it; 0 where it
+        records none), ``early_stop`` (the patience, ``None``:
+        the last epoch kept), ``metric`` (the validation metric that chose, ``None`` without
+        early stopping) and ``valid_per_epoch`` (that metric on the validation data after each
+        epoch, ``None`` without early stopping)."""
+        patience = self.config.get("early_stop")
+        metric = self.config["metrics"][0] if patience is not None else None
+        return {"epoch_kept": self.epoch_kept, "epochs_run": len(self.epochs),
+                "valid_fraction": self.config.get("valid_fraction", 0.0), "early_stop": patience, "metric": metric,
+                "valid_per_epoch": None if metric is None else [e.val_metrics.get(metric) for e in self.epochs]}
 
     def to_dict(self) -> dict[str, Any]:
         """The result document (the schema is documented in docs/training.md)."""
@@ -246,6 +286,7 @@ class TrainResult:
             "verified_rounds": self.verified_rounds,
             "rounds": self.rounds,
             "model_sha256": self.model_sha256,
+            "selection": self.selection(),
             **({} if self.privacy is None else {"privacy": dict(self.privacy)}),
         }
 
@@ -261,8 +302,10 @@ class TrainResult:
 
     @property
     def final_rmse(self) -> float | None:
-        """Test RMSE after the last epoch."""
-        return self.epochs[-1].test_rmse if self.epochs else None
+        """Test RMSE of the model the result holds: the kept epoch's (:attr:`epoch_kept`; the
+        last epoch's without early stopping)."""
+        kept = self.kept
+        return None if kept is None else kept.test_rmse
 
 
 def model_sha256(table: np.ndarray, dense: np.ndarray) -> str:
@@ -344,6 +387,7 @@ def run_config(
         "num_test_ratings": 0 if test_data is None else len(test_data),
         "active_users": active_users,
         "rounds_per_epoch": cfg.rounds_per_epoch,
+        "early_stop": cfg.early_stop,
         "total_rounds": planned_rounds(cfg.epochs, active_users, cfg.users_per_round, cfg.rounds_per_epoch),
     }
 

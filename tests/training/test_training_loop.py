@@ -54,7 +54,11 @@ def test_synthetic_run_is_deterministic_verified_and_beats_the_global_mean():
         "verified_rounds",
         "rounds",
         "model_sha256",
+        "selection",
     }
+    # no validation split, no early stopping: the last epoch is the model (issue 35)
+    assert doc["selection"] == {"epoch_kept": 2, "epochs_run": 2, "valid_fraction": 0.0, "early_stop": None,
+                                "metric": None, "valid_per_epoch": None}
     assert set(doc["comm"]) == {"upload_bytes_per_user_round", "download_bytes_per_user_round"}
     assert set(doc["time"]) == {"user_ms_per_round", "server_s_per_round"}
     assert doc["epochs"][0].keys() == {"epoch", "test_rmse", "train_loss", "val_rmse", "test_metrics", "val_metrics"}
