@@ -110,6 +110,19 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Comma-separated metrics from the registry, e.g. rmse,mae or ndcg@10 (default: the "
                               "model's: rmse; hr@10, ndcg@10 and their sampled forms for sasrec/caser).")
         ] = None,
+        valid_fraction: Annotated[
+            float,
+            typer.Option(min=0.0, help="Share of each user's training ratings held out as validation data (from the "
+                                       "training split, never the test set; each user keeps one rating to train "
+                                       "on), scored after every epoch. 0: none.")
+        ] = 0.0,
+        early_stop: Annotated[
+            int | None,
+            typer.Option(min=1, metavar="PATIENCE", help="Keep the best validation epoch's model (public and "
+                                                         "device-private) and stop after PATIENCE epochs without "
+                                                         "improvement (needs --valid-fraction, or a sequential "
+                                                         "model's own validation items). Default: the last epoch.")
+        ] = None,
         save_model: Annotated[
             Path | None,
             typer.Option(help="Write the trained model here (public model, each device's private state, a "
@@ -144,6 +157,8 @@ def register(app: typer.Typer) -> None:
                 fail(f"--json-out {json_out}: lies in --save-model {save_model}, which is replaced whole; choose a "
                      "path outside it")
         check_preset(protocol, sfsl_preset)
+        if protocol == "sfsl" and (valid_fraction or early_stop is not None):
+            fail("--valid-fraction and --early-stop are for the federated recommenders, not --protocol sfsl")
         if protocol == "sfsl":
             opts = sfsl_options(preset=sfsl_preset, model=model, metrics=metrics, dataset=dataset,
                                 users_per_round=users_per_round, epochs=epochs, lr=lr, dim=dim, seed=seed,
@@ -183,6 +198,8 @@ def register(app: typer.Typer) -> None:
                 dp_clip=dp_clip,
                 dp_level=dp_level,
                 metrics=None if metrics is None else [n.strip() for n in metrics.split(",")],
+                valid_fraction=valid_fraction,
+                early_stop=early_stop,
             )
         except InvalidParameters as exc:
             fail(exc)
@@ -216,6 +233,10 @@ def register(app: typer.Typer) -> None:
         )
         table.add_row("rounds", str(result.rounds))
         table.add_row("verified rounds", str(result.verified_rounds))
+        if early_stop is not None:
+            sel = result.selection()
+            table.add_row(f"epoch kept (best validation {sel['metric'].upper()})",
+                          f"{sel['epoch_kept']} of {sel['epochs_run']} run")
         for name, value in run.metrics.items():
             table.add_row(f"final test {name.upper()}", "n/a" if value is None or math.isnan(value) else f"{value:.4f}")
         table.add_row("wall time", f"{result.wall_s:.1f} s")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from secemb.data import DATASETS, RatingData, load_dataset
+from secemb.data import DATASETS, RatingData, load_dataset, validation_split
 from secemb.data.features import FeatureSet, load_features
 from secemb.data.synthetic import STANDS_FOR
 from secemb.errors import InvalidParameters
@@ -43,7 +43,9 @@ class BuiltExperiment:
         sequences).
     extra_config: what the run records beside ``config`` (dataset, split, dim, reg).
     features: the dataset's side features for a feature model (FM, DeepFM), else ``None``.
-    val_data: the task's validation set (leave-one-out's second-to-last items), else ``None``.
+    val_data: the validation set: the task's own (leave-one-out's second-to-last items) or,
+        with ``valid_fraction``, the ratings :func:`~secemb.data.validation_split` held out of
+        the training split (``train_data`` is then what is left); else ``None``.
     """
 
     model: RecModel
@@ -112,6 +114,9 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
     hp = experiment_hparams(exp)
     if not 0.0 < exp.test_fraction < 1.0:
         raise InvalidParameters(f"test_fraction must be in (0, 1), got {exp.test_fraction!r}")
+    if isinstance(exp.valid_fraction, bool) or not isinstance(exp.valid_fraction, (int, float)) \
+            or not 0.0 <= exp.valid_fraction < 1.0:
+        raise InvalidParameters(f"valid_fraction must be in [0, 1), got {exp.valid_fraction!r}")
     data = load_dataset(exp.dataset, exp.data_dir, download=exp.download, seed=exp.seed)
     features = None
     if uses_features(exp.model):  # FM, DeepFM: Appendix H side features
@@ -121,6 +126,13 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
     model = get_model(exp.model, dim=hp["dim"], reg=hp["reg"], **({} if features is None else {"features": features}))
     task = model.task
     train_data, val_data, test_data = task.split(data, exp.test_fraction, exp.seed)
+    if exp.valid_fraction:
+        if val_data is not None:
+            raise InvalidParameters(f"the {task.name} task holds its own validation set out ({task.evaluation}): "
+                                    "give no valid_fraction")
+        train_data, val_data = validation_split(train_data, exp.valid_fraction, exp.seed)
+    if exp.early_stop is not None and val_data is None:
+        raise InvalidParameters("early_stop keeps the best validation epoch: give valid_fraction > 0")
     metrics = task.metrics if exp.metrics is None else exp.metrics
     check_metrics(model, metrics, train_data.ratings)  # before any epoch
     options.update(lossy_options(exp.protocol, model, _preset_dataset(exp.dataset)))
@@ -141,9 +153,11 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
         frac_bits=exp.frac_bits,
         schedule=exp.schedule,
         metrics=metrics,
+        early_stop=exp.early_stop,
         **_dp_options(exp),
     )
-    extra = {"dataset": exp.dataset, "test_fraction": exp.test_fraction, "split_seed": exp.seed,
+    extra = {"dataset": exp.dataset, "test_fraction": exp.test_fraction, "valid_fraction": float(exp.valid_fraction),
+             "split_seed": exp.seed,
              "dim": hp["dim"], "reg": hp["reg"], "task": task.name, "evaluation": task.evaluation}
     return BuiltExperiment(model, get_protocol(exp.protocol, **options), config, train_data, test_data, extra, features,
                            val_data)

@@ -5,7 +5,7 @@ notebook)::
 
     import secemb
     result = secemb.Experiment(dataset="synthetic-mini", model="mf", protocol="secemb").run()
-    result.metrics          # {"rmse": 0.97}: the last epoch's test metrics
+    result.metrics          # {"rmse": 0.97}: the kept (by default the last) epoch's test metrics
     result.traffic          # bytes per user and round, up and down; server to server
     result.model.recommend(user=0, k=10)
     result.model.save("my-model")   # what `secemb train --save-model` writes
@@ -48,6 +48,14 @@ class Experiment:
     ``dp_epsilon`` (``inf``: no DP, the run is exactly the one without these options),
     ``dp_delta``, ``dp_clip`` and ``dp_level``: differential privacy
     (:class:`~secemb.privacy.DPSettings`); under central DP the users are Poisson-sampled.
+
+    ``valid_fraction``: the share of each user's training ratings held out as validation data
+    (:func:`secemb.data.validation_split`; drawn from the training half, never the test set; 0:
+    none, the default); scored after every epoch, never trained on.  A sequential model's task
+    holds its own validation items out (leave-one-out) and takes no ``valid_fraction``.
+    ``early_stop``: ``None`` (the default: the last epoch's model) or the patience ``P``: keep the
+    best validation epoch's model and stop after ``P`` epochs without improvement
+    (:attr:`~secemb.training.results.TrainConfig.early_stop`; needs validation data).
 
     ``metrics``: names from the metric registry (:func:`secemb.metrics.available_metrics`,
     e.g. ``("rmse", "mae")`` or ``("ndcg@10",)``) scored after every epoch; ``None`` the
@@ -94,6 +102,8 @@ class Experiment:
     dp_clip: float = 1.0
     dp_level: str = "user"
     metrics: tuple[str, ...] | None = None
+    valid_fraction: float = 0.0
+    early_stop: int | None = None
 
     def __post_init__(self) -> None:
         if self.dp_epsilon == float("inf"):  # no DP: a DP option given alone would be silently ignored
@@ -154,8 +164,10 @@ class ExperimentResult:
 
     @property
     def metrics(self) -> dict[str, float | None]:
-        """The last epoch's test metrics by name (``Experiment.metrics``)."""
-        return dict(self.train_result.epochs[-1].test_metrics) if self.train_result.epochs else {}
+        """The test metrics by name (``Experiment.metrics``) of the model kept: the last epoch's,
+        or with ``early_stop`` the best validation epoch's."""
+        kept = self.train_result.kept
+        return {} if kept is None else dict(kept.test_metrics)
 
     @property
     def traffic(self) -> dict[str, float]:

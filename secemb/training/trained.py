@@ -5,8 +5,10 @@ folder and load back (:meth:`TrainedModel.save`, :meth:`TrainedModel.load`).
 The saved folder (``secemb train --save-model DIR``; the format is in docs/training.md)::
 
     manifest.json   format, version, protocol, model name and spec, dataset, seed,
-                    model_sha256, optimizer, the run's config, the SHA-256 of both .npz
-                    files, and ``ids`` (the names of the two id files, when there are ids)
+                    model_sha256, optimizer, the run's config, ``selection`` (the epoch
+                    kept and how: TrainResult.selection; absent from an export), the SHA-256
+                    of both .npz files, and ``ids`` (the names of the two id files, when
+                    there are ids)
     public.npz      what the two servers hold: table, dense (float64), item_features (uint8)
     items.json      the items' raw ids and titles (public catalogue data; secemb.data.ids)
     devices.npz     what each device holds: params, adam_m, adam_v, adam_t (its optimizer),
@@ -183,6 +185,7 @@ def _save(out: Path, model: RecModel, table: np.ndarray, dense: np.ndarray, info
         "features": None if feats is None else {"name": feats.name, "user_names": list(feats.user_names),
                                                  "item_names": list(feats.item_names)},
         "config": info.get("config", {}),
+        "selection": info.get("selection"),
         "files": files,
         "ids": id_files or None,
     }
@@ -288,7 +291,8 @@ class TrainedModel:
         (a sequential model's history), else by item id.
     rated_items: int64 (num_train_interactions,).
     info: provenance recorded in the manifest: ``protocol``, ``dataset``, ``seed``,
-        ``model_sha256`` and the run's ``config``.
+        ``model_sha256``, the run's ``config`` and ``selection`` (the epoch kept,
+        :meth:`~secemb.training.results.TrainResult.selection`).
     ids: the dataset's raw user and item ids and item titles (:class:`~secemb.data.ids.IdMap`),
         or ``None``: the indices are the ids.
     """
@@ -309,7 +313,7 @@ class TrainedModel:
         rated = by_user(train, order="time" if train.timestamps is not None else "item")
         cfg = result.config
         info = {"protocol": cfg["protocol"], "dataset": cfg.get("dataset", train.name), "seed": cfg["seed"],
-                "model_sha256": result.model_sha256, "config": dict(cfg)}
+                "model_sha256": result.model_sha256, "config": dict(cfg), "selection": result.selection()}
         return cls(built.model, result.table, result.dense, result.user_store, rated.indptr, rated.items, info,
                    train.ids)
 
@@ -482,5 +486,5 @@ class TrainedModel:
                 or (rated.size and not 0 <= rated.min() <= rated.max() < num_items)):
             raise InvalidMessage(f"{DEVICES}: rated_indptr/rated_items are not a CSR of item ids in "
                                  f"[0, {num_items}) over {store.num_users} users")
-        info = {k: manifest.get(k) for k in ("protocol", "dataset", "seed", "model_sha256", "config")}
+        info = {k: manifest.get(k) for k in ("protocol", "dataset", "seed", "model_sha256", "config", "selection")}
         return cls(model, table, dense, store, indptr, rated, info)

@@ -49,7 +49,8 @@ def test_built_feature_model_carries_the_dataset_features():
     assert built.features is not None and built.model.features is built.features
     assert built.model.l_x == built.features.l_x == 84
     assert built.train_data.num_items == built.test_data.num_items == built.features.num_items
-    assert built.extra_config == {"dataset": "synthetic", "test_fraction": 0.2, "split_seed": 0, "dim": 4, "reg": 0.1,
+    assert built.extra_config == {"dataset": "synthetic", "test_fraction": 0.2, "valid_fraction": 0.0, "split_seed": 0,
+                                  "dim": 4, "reg": 0.1,
                                   "task": "rating", "evaluation": "random split of the ratings (test_fraction)"}
     assert built.val_data is None and built.config.metrics == ("rmse",)
 
