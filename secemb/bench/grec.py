@@ -4,11 +4,17 @@ Per model (MF, NCF, FM, DeepFM) and seed:
 
 1. the recommender is trained federatedly on the 80/20 split of the seed with Table 8's preset
    (the experiment builder; ``plaintext`` -- SecEmb's bit-identical twin, as ``secemb bench
-   accuracy`` trains SecEmb rows -- or ``secemb`` itself with ``secure=True``);
+   accuracy`` trains SecEmb rows -- or ``secemb`` itself with ``secure=True``); by default
+   (:data:`VALID_FRACTION`, :data:`EARLY_STOP`) 10 % of each user's training ratings are held
+   out as validation data (:func:`secemb.data.validation_split`) and the best validation
+   epoch's model is kept, training stopped after 10 epochs without improvement (RecBole's
+   ``stopping_step``);
 2. the denoiser F_p (:class:`~secemb.inference.Denoiser`, Table 8's d^, lr and reg) is trained
-   federatedly *after* it, on the same training split, a fresh noise draw per local step; by
+   federatedly *after* it, on the same training ratings, a fresh noise draw per local step; by
    the plaintext twin of SecEmb, or SecEmb itself with ``secure=True`` (tests/inference prove the
-   two give the same denoiser bit for bit and that the SecEmb run's uploads are SecEmb's);
+   two give the same denoiser bit for bit and that the SecEmb run's uploads are SecEmb's); it is
+   scored on the same validation ratings (post-processed RMSE; the recommender never trained on
+   them either) and early-stopped the same way: at the paper's 50 epochs the denoisers overfit;
 3. every test user draws one ``Z'_u`` (analytic Gaussian, sensitivity 2B, ``(epsilon,
    delta)``): naive LDP sends ``clip(H_u) + Z'_u`` and predicts the server's ``r~`` plus the
    device's private offset (Eq. 7); GREC sends the same matrix re-clipped (Eq. 15) and
@@ -63,6 +69,11 @@ DENOISER_HPARAMS: dict[str, dict[str, float]] = {
     "fm": {"hat_d": 8, "lr": 0.025, "reg": 0.01},
     "deepfm": {"hat_d": 8, "lr": 0.025, "reg": 0.001},
 }
+#: the share of each user's training ratings the bench holds out for validation by default
+VALID_FRACTION = 0.1
+#: the bench's default patience (epochs without a better validation RMSE; RecBole's stopping_step)
+EARLY_STOP = 10
+
 #: recommender epochs per model on ML-100K, bounded for this machine (docs/results.md: MF/NCF
 #: converge by ~80 epochs at Table 8's settings, FM by ~15; a DeepFM epoch costs ~45 s here)
 REC_EPOCHS: dict[str, int] = {"mf": 20, "ncf": 20, "fm": 8, "deepfm": 2}
@@ -191,9 +202,10 @@ def ranking(denoiser: Any, den_table: np.ndarray, den_dense: np.ndarray, rec_mod
 def rank_saved(folder: Any, *, data_dir: Any = None, chunk: int = 1 << 14) -> dict[str, Any]:
     """Table 14 from a saved run (``secemb bench grec --save-dir``, e.g. with ``--no-ranking``):
     ``folder`` holds ``recommender`` (the saved-model folder) and ``denoiser.npz``.  The split
-    is rebuilt from the recommender's recorded dataset, test fraction and seed, and checked
-    against its recorded training interactions; the cells are :func:`ranking`'s with that seed
-    (fresh releases).  Returns the model, dataset, seed, the cells and the seconds ranking took.
+    is rebuilt from the recommender's recorded dataset, test fraction, validation fraction and
+    seed, and checked against its recorded training interactions (validation ones excluded);
+    the cells are :func:`ranking`'s with that seed (fresh releases).  Returns the model,
+    dataset, seed, the cells and the seconds ranking took.
 
     Raises
     ------
@@ -209,7 +221,7 @@ def rank_saved(folder: Any, *, data_dir: Any = None, chunk: int = 1 << 14) -> di
     import torch
     from threadpoolctl import threadpool_limits
 
-    from secemb.data import by_user, load_dataset
+    from secemb.data import by_user, load_dataset, validation_split
     from secemb.inference.saved import load_denoiser
     from secemb.training.trained import TrainedModel
 
@@ -228,7 +240,8 @@ def rank_saved(folder: Any, *, data_dir: Any = None, chunk: int = 1 << 14) -> di
                                 f"test_fraction, a split_seed >= 0)") from None
     den, den_table, den_dense = load_denoiser(root / "denoiser.npz", trained, recommender=root / "recommender")
     train, _, test = trained.model.task.split(load_dataset(dataset, data_dir, seed=seed), fraction, seed)
-    rated = by_user(train, order="time" if train.timestamps is not None else "item")  # as TrainedModel records it
+    fit = validation_split(train, cfg.get("valid_fraction") or 0.0, seed)[0]  # what the recommender trained on
+    rated = by_user(fit, order="time" if fit.timestamps is not None else "item")  # as TrainedModel records it
     if not (np.array_equal(rated.indptr, trained.rated_indptr) and np.array_equal(rated.items, trained.rated_items)):
         raise InvalidParameters(f"{root}: the rebuilt {dataset} split (seed {seed}) is not the one the recommender "
                                 f"was trained on")
@@ -253,6 +266,7 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
             delta: float = 1e-4, bound: float = 1.0, dim: int | None = None, rec_epochs: int | None = None,
             den_epochs: int = 10, secure: bool = False, users_per_round: int = 100, m_prime: int = 200,
             data_dir: Any = None, save_dir: Any = None, with_ranking: bool = True, network: bool = False,
+            valid_fraction: float = VALID_FRACTION, early_stop: int | None = EARLY_STOP,
             log: Callable[[str], None] = lambda s: None,
             epoch_done: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Train the recommender once (``dim``: its d, default the preset's), then for each epsilon
@@ -263,9 +277,15 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
     Table 14's HR/NDCG cells (:func:`ranking`; 101 predictions per positive test rating).
     ``network``: train each denoiser through two server processes on 127.0.0.1
     (:func:`~secemb.sim.demo.train_on_local_cluster`: the servers read the recommender's public
-    table for the frozen columns; the devices run here), the model the in-process run gives."""
+    table for the frozen columns; the devices run here), the model the in-process run gives.
+    ``valid_fraction``: the share of each user's training ratings held out for validation (both
+    models train on the rest and are scored on it after every epoch; 0: none, both train on all
+    of them); ``early_stop``: the patience of both models' early stopping (``None``: each keeps
+    its last epoch; needs ``valid_fraction > 0``).  ``epoch_done`` hears of every planned epoch,
+    those early stopping skipped included (when it stops)."""
     import torch
 
+    from secemb.data import concat
     from secemb.engine.settings import rating_range_of
     from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
     from secemb.protocols import get_protocol
@@ -283,12 +303,17 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
     t0 = time.perf_counter()
     built = build_experiment(Experiment(dataset=dataset, data_dir=data_dir, model=model, protocol=protocol,
                                         layout="full", relay=False, epochs=epochs, users_per_round=users_per_round,
-                                        m_prime=m_prime, seed=seed, dim=dim))
+                                        m_prime=m_prime, seed=seed, dim=dim, valid_fraction=valid_fraction,
+                                        early_stop=early_stop))
     rec = _train_built(built, on_epoch=partial(_log_epoch, log, "recommender", done=epoch_done))
+    _skipped(epoch_done, epochs, rec)
     t_rec = time.perf_counter() - t0
     d = int(built.extra_config["dim"])
-    log(f"{model} d={d} seed {seed}: recommender {epochs} epochs, test RMSE {rec.epochs[-1].test_metrics}, "
-        f"{t_rec:.0f} s")
+    rec_kept = rec.kept
+    log(f"{model} d={d} seed {seed}: recommender epoch {rec.epoch_kept} of {len(rec.epochs)} kept, test RMSE "
+        f"{None if rec_kept is None else rec_kept.test_metrics}, {t_rec:.0f} s")
+    # every training rating, validation included: what a device has rated (ranking's negatives avoid them)
+    rated = built.train_data if built.val_data is None else concat(built.train_data, built.val_data)
     hp = DENOISER_HPARAMS[model]
     hat_d = HAT_D_BY_DIM[model].get(d, int(hp["hat_d"]))
     rating_range = rating_range_of(built.train_data, built.config)
@@ -298,7 +323,8 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
         ctx = DenoiserContext.from_trained(built.model, rec.table, rec.dense, rec.user_store, mech, built.features)
         den = Denoiser.for_context(ctx, hat_d=hat_d, reg=hp["reg"], rating_range=rating_range)
         cfg = TrainConfig(epochs=den_epochs, users_per_round=users_per_round, m_prime=m_prime, lr=hp["lr"],
-                          seed=seed, rating_range=rating_range)
+                          seed=seed, rating_range=rating_range, early_stop=early_stop)
+        extra = {"valid_fraction": float(valid_fraction)}
         t1 = time.perf_counter()
         den_protocol = get_protocol(protocol, layout="full", relay=False)
         on_epoch = partial(_log_epoch, log, "denoiser", done=epoch_done)
@@ -306,15 +332,18 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
             from secemb.sim.demo import train_on_local_cluster
 
             dres = train_on_local_cluster(den, den_protocol, built.train_data, built.test_data, cfg,
-                                          frozen_table=den.public_table, on_epoch=on_epoch)
+                                          frozen_table=den.public_table, on_epoch=on_epoch, val_data=built.val_data,
+                                          extra_config=extra)
         else:
-            dres = train(den, den_protocol, built.train_data, built.test_data, cfg, on_epoch=on_epoch)
+            dres = train(den, den_protocol, built.train_data, built.test_data, cfg, on_epoch=on_epoch,
+                         val_data=built.val_data, extra_config=extra)
+        _skipped(epoch_done, den_epochs, dres)
         t_den = time.perf_counter() - t1
         cells = evaluate(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
                          built.test_data, rating_range)
         if with_ranking:
             cells.update(ranking(den, dres.table, dres.dense, built.model, rec.table, rec.dense, rec.user_store,
-                                 built.train_data, built.test_data, seed=seed))
+                                 rated, built.test_data, seed=seed))
         log(f"{model} d={d} seed {seed} epsilon {epsilon}: {cells} (denoiser {t_den:.0f} s)")
         if save_dir is not None:
             from pathlib import Path
@@ -325,13 +354,22 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
             folder = Path(save_dir) / (f"{model}-seed{seed}" + ("" if len(epsilons) == 1 else f"-eps{epsilon}"))
             TrainedModel.from_training(built, rec).save(folder / "recommender")
             save_denoiser(folder / "denoiser.npz", den, dres.table, dres.dense,
-                          recommender_sha256=rec.model_sha256)
+                          recommender_sha256=rec.model_sha256, selection=dres.selection())
         rows.append({"model": model, "dataset": dataset, "seed": seed, "dim": d, "epsilon": float(epsilon),
                      "delta": delta, "bound": bound, "sigma": mech.sigma, "protocol": protocol, "rec_epochs": epochs,
                      "den_epochs": den_epochs, "hat_d": hat_d, "den_lr": hp["lr"], "den_reg": hp["reg"],
                      "rows": ctx.rep.rows, "rec_model_sha256": rec.model_sha256, "rec_seconds": t_rec,
-                     "den_seconds": t_den, "den_network": network, **cells})
+                     "den_seconds": t_den, "den_network": network, "valid_fraction": float(valid_fraction),
+                     "early_stop": early_stop, "rec_selection": rec.selection(), "den_selection": dres.selection(),
+                     "den_test_per_epoch": [e.test_rmse for e in dres.epochs], **cells})
     return rows
+
+
+def _skipped(done: Callable[[], None] | None, planned: int, result: Any) -> None:
+    """Tell ``done`` of the planned epochs early stopping did not run (the progress counts them)."""
+    if done is not None:
+        for _ in range(planned - len(result.epochs)):
+            done()
 
 
 def _log_epoch(log: Callable[[str], None], what: str, e: Any, done: Callable[[], None] | None = None) -> None:

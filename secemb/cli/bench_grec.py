@@ -31,6 +31,11 @@ def register(bench_app: typer.Typer) -> None:
         bound: float = typer.Option(1.0, help="Clipping norm B of the representation (Frobenius)."),
         rec_epochs: int = typer.Option(0, help="Recommender epochs (0: the per-model defaults, REC_EPOCHS)."),
         den_epochs: int = typer.Option(10, help="Denoiser epochs (the paper: 50)."),
+        valid_fraction: float = typer.Option(0.1, help="Share of each user's training ratings held out as validation "
+                                             "data for both models (never the test set; 0: none)."),
+        early_stop: int = typer.Option(10, metavar="PATIENCE", help="Keep each model's best validation epoch and "
+                                       "stop after PATIENCE epochs without improvement (0: train every epoch and "
+                                       "keep the last; PATIENCE > 0 needs --valid-fraction > 0)."),
         secure: bool = typer.Option(False, "--secure", help="Train both models with SecEmb itself instead of its "
                                     "bit-identical plaintext twin (slow: full layout, ~5 s a round of 100 "
                                     "devices here against ~0.2 s)."),
@@ -74,6 +79,9 @@ def register(bench_app: typer.Typer) -> None:
         if not names or not seed_list or min(seed_list) < 0 or rec_epochs < 0 or den_epochs < 1 or not eps_list \
                 or dim < 0:
             fail("need >= 1 model, seed (>= 0) and epsilon, --rec-epochs >= 0, --den-epochs >= 1 and --dim >= 0")
+        if not 0.0 <= valid_fraction < 1.0 or early_stop < 0 or (early_stop and not valid_fraction):
+            fail(f"need 0 <= --valid-fraction < 1 and --early-stop >= 0, and early stopping needs validation data: got "
+                 f"--valid-fraction {valid_fraction}, --early-stop {early_stop} (--early-stop 0 turns it off)")
         console = Console(stderr=True)
         if rank_saved is not None:
             from secemb.errors import InvalidMessage
@@ -120,7 +128,8 @@ def register(bench_app: typer.Typer) -> None:
 
                 rows = bench_grec.run(models=names, seeds=seed_list, dataset=dataset, epsilons=eps_list, delta=delta,
                                       bound=bound, dim=dim or None, rec_epochs=rec_epochs or None,
-                                      den_epochs=den_epochs,
+                                      den_epochs=den_epochs, valid_fraction=valid_fraction,
+                                      early_stop=early_stop or None,
                                       secure=secure, save_dir=save_dir, with_ranking=ranking, network=network,
                                       log=log, progress=progress)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:

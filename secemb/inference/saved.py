@@ -6,7 +6,9 @@ One ``.npz`` (``allow_pickle=False``): ``e`` float64 ``(m, d^)`` (F_i's table: w
 stores), ``dense`` float64 (F_h, F_z, F_o), ``mechanism`` float64 ``[epsilon, delta, B]`` it
 was trained for, ``spec`` (the denoiser's JSON constructor arguments as UTF-8 bytes) and
 ``recommender_sha256`` (the ``model_sha256`` of the recommender it was trained against, 64
-lowercase hex digits as ASCII bytes).  The recommender's rows are not repeated:
+lowercase hex digits as ASCII bytes); optionally ``selection``, the JSON (UTF-8 bytes) of the
+denoiser's training run's :meth:`~secemb.training.results.TrainResult.selection` (the epoch
+kept and how it was chosen), for the record: loading does not read it.  The recommender's rows are not repeated:
 :func:`load_denoiser` and :func:`load_denoiser_on_device` take them from the recommender the
 denoiser is loaded against, which must be the one it was trained against (its SHA-256), and
 check the sizes agree.  A file without ``recommender_sha256`` (written before it was recorded)
@@ -62,10 +64,12 @@ _ARRAYS = ("e", "dense", "mechanism", "spec", "recommender_sha256")
 
 
 def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray, dense: np.ndarray, *,
-                  recommender_sha256: str) -> Path:
+                  recommender_sha256: str, selection: dict[str, Any] | None = None) -> Path:
     """Write ``denoiser`` with its trained ``table`` and ``dense`` to ``path`` (``.npz``),
     recording ``recommender_sha256`` (the ``model_sha256`` of the recommender it was trained
-    against), replacing a file there atomically (:func:`_write_npz`'s errors).
+    against) and, when given, ``selection`` (its training run's
+    :meth:`~secemb.training.results.TrainResult.selection`: the epoch kept), replacing a file
+    there atomically (:func:`_write_npz`'s errors).
 
     Raises
     ------
@@ -76,11 +80,13 @@ def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray
         raise InvalidParameters(f"recommender_sha256 must be 64 lowercase hex digits, got {recommender_sha256!r}")
     m = denoiser.mechanism
     spec = json.dumps(denoiser.spec(), allow_nan=False).encode()
+    record = {} if selection is None else \
+        {"selection": np.frombuffer(json.dumps(selection, allow_nan=False).encode(), dtype=np.uint8)}
     return _write_npz(path, e=np.asarray(table[:, : denoiser.hat_d], dtype=np.float64),
                       dense=np.asarray(dense, dtype=np.float64),
                       mechanism=np.array([m.epsilon, m.delta, m.bound], dtype=np.float64),
                       spec=np.frombuffer(spec, dtype=np.uint8),
-                      recommender_sha256=np.frombuffer(recommender_sha256.encode("ascii"), dtype=np.uint8))
+                      recommender_sha256=np.frombuffer(recommender_sha256.encode("ascii"), dtype=np.uint8), **record)
 
 
 def load_denoiser(path: str | os.PathLike, trained: Any, *, recommender: str | os.PathLike

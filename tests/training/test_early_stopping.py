@@ -213,3 +213,32 @@ def test_secemb_train_on_the_command_line(tmp_path) -> None:
     assert sel["early_stop"] == 1 and 1 <= sel["epoch_kept"] <= sel["epochs_run"] <= 4
     bad = runner.invoke(app, ["train", "--dataset", "synthetic-mini", "--early-stop", "2", "-q"])
     assert bad.exit_code == 2 and "valid_fraction" in bad.output
+
+
+# ---------------------------------------------------------------- GREC's denoiser
+
+
+def test_bench_grec_early_stops_both_models_on_the_validation_ratings(tmp_path) -> None:
+    from secemb.bench import grec
+
+    row = grec.run_one("mf", dataset="synthetic-mini", rec_epochs=3, den_epochs=6, users_per_round=20, m_prime=20,
+                       early_stop=1, with_ranking=False, save_dir=tmp_path)[0]
+    assert (row["valid_fraction"], row["early_stop"]) == (grec.VALID_FRACTION, 1)
+    for sel, planned in ((row["rec_selection"], 3), (row["den_selection"], 6)):
+        vals = sel["valid_per_epoch"]
+        assert (sel["early_stop"], sel["valid_fraction"], sel["metric"]) == (1, grec.VALID_FRACTION, "rmse")
+        assert sel["epoch_kept"] == int(np.argmin(vals)) + 1 and sel["epochs_run"] == len(vals)
+        assert sel["epochs_run"] in (planned, sel["epoch_kept"] + 1)  # all planned, or stopped after patience 1
+    assert len(row["den_test_per_epoch"]) == row["den_selection"]["epochs_run"]
+    saved = tmp_path / "mf-seed0"
+    with np.load(saved / "denoiser.npz") as f:
+        assert json.loads(f["selection"].tobytes()) == row["den_selection"]
+    assert json.loads((saved / "recommender" / "manifest.json").read_text())["selection"] == row["rec_selection"]
+    assert grec.rank_saved(saved)["rec_model_sha256"] == row["rec_model_sha256"]  # the split is rebuilt
+
+
+def test_bench_grec_refuses_early_stopping_without_validation(tmp_path) -> None:
+    got = CliRunner().invoke(app, ["bench", "grec", "--dataset", "synthetic-mini", "--valid-fraction", "0",
+                                   "--early-stop", "3", "--out", str(tmp_path / "t.json")])
+    assert got.exit_code == 2 and "--early-stop 0 turns it off" in got.output
+    assert not (tmp_path / "t.json").exists()
