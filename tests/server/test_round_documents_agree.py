@@ -16,7 +16,7 @@ from secemb.errors import ProtocolError
 @pytest.mark.parametrize("field", ["training", "min_users", "n_p"])
 def test_a_round_announced_differently_by_one_server_is_refused_before_any_request(monkeypatch, field):
     pair, servers = in_process()
-    leader, follower = servers.nodes
+    leader, follower = pair.leader, servers.nodes[1]
     honest = leader.round_info
 
     def deviating(user):  # server 0 announces its own version of one field to the devices
@@ -31,5 +31,6 @@ def test_a_round_announced_differently_by_one_server_is_refused_before_any_reque
     monkeypatch.setattr(leader, "round_info", deviating)
     with pytest.raises(ProtocolError, match="the servers announce different rounds"):
         client(pair, USERS[0]).round_info()
-    assert not follower.round.retrieved and not leader.round.retrieved  # nothing was sent to either
+    assert leader.round is not None and follower.round is not None
+    assert not leader.round.retrieved and not follower.round.retrieved  # nothing was sent to either
     assert leader.round_status(r, None)["state"] == "open"
