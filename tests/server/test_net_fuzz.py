@@ -131,7 +131,7 @@ def _send(w: World, party: int, method: str, path: str, body: bytes, signer: str
     p, _, q = path.partition("?")
     h = {} if signer is None else sign_headers(signer, _key(w, party, signer), method, p, q, body)
     h.update(headers or {})
-    tls = w.peer_tls if signer is not None and signer.startswith("server") else w.cluster.tls
+    tls = w.peer_tls if signer is not None and signer.startswith("server") and party == 1 else w.cluster.tls
     return httpx.request(method, w.cluster.url(party) + path, content=body, headers=h, timeout=WAIT_S,
                          trust_env=False, verify=tls)
 
@@ -305,7 +305,7 @@ def test_every_endpoint_refuses_missing_bad_stale_and_replayed_credentials(world
     ]
     for headers in cases:
         resp = httpx.request(method, w.cluster.url(party) + path, content=body, headers=headers or {},
-                             timeout=WAIT_S, trust_env=False, verify=w.peer_tls)
+                             timeout=WAIT_S, trust_env=False, verify=w.peer_tls if party == 1 else w.cluster.tls)
         assert resp.status_code == 401, (headers, resp.text)
         _check_rejected(w, resp, before)
 
