@@ -27,6 +27,7 @@ from secemb.fss.dpf import _ONE, _check_party
 from secemb.fss.tree import leaf_groups, padded_domain
 from secemb.fss.keys import PathKeys
 from secemb.fss.linalg import LimbMatrix, ring_matmul
+from secemb.fss.verify import LeafCheck
 
 __all__ = [
     "AGGREGATION_TAG",
@@ -34,6 +35,7 @@ __all__ = [
     "PreparedAggregation",
     "bits_product",
     "bucket_shares",
+    "key_checks",
     "retrieve_and_prepare",
     "retrieve_and_prepare_buckets",
 ]
@@ -139,12 +141,15 @@ def _walk(
     retrieval_tag: str,
     aggregation_tag: str,
     live: np.ndarray,
+    check: LeafCheck | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Walk every tree once.  Returns ``(t, e)``, uint8 and ring (K, mp) over the padded
     domain (:func:`~secemb.fss.tree.padded_domain`): control bits and retrieval shares
     ``(-1)^b [Convert_ret(s) + t CW_ret]``; adds ``Convert_agg`` of the leaf at flat position
     ``j`` of (K, mp) to ``conv_sum[j % M]`` (ring (M, w)) where ``live[j % M]`` (bool (M,)):
-    rows that hold no domain point (padding) are neither converted nor written."""
+    rows that hold no domain point (padding) are neither converted nor written.  ``check``:
+    the keys' point-function check (:class:`~secemb.fss.verify.LeafCheck`), folded from the
+    same leaves."""
     dtype = retrieval_cw.dtype
     k, mp = len(path), padded_domain(path)
     t = np.empty((k, mp), np.uint8)
@@ -157,7 +162,17 @@ def _walk(
         np.bitwise_and(flat[:, 0], _ONE, out=t_flat[a0:z0], casting="unsafe")
         convert_eval_into(flat, retrieval_cw, a0, mp, party, retrieval_tag, e_flat[a0:z0])
         convert_accumulate(flat, aggregation_tag, conv_sum, a0, live)
+        if check is not None:
+            check.add(r0, r1, leaves)
     return t, e
+
+
+def key_checks(path: PathKeys, check: LeafCheck) -> np.ndarray:
+    """The point-function check values of ``path``'s keys from a walk of its own (for an
+    evaluation that does not walk on the CPU, the gpu backend's): uint64 (K, 4)."""
+    for r0, r1, leaves in leaf_groups(path):
+        check.add(r0, r1, leaves)
+    return check.values
 
 
 def retrieve_and_prepare(
@@ -169,6 +184,7 @@ def retrieve_and_prepare(
     *,
     retrieval_tag: str = RETRIEVAL_TAG,
     aggregation_tag: str = AGGREGATION_TAG,
+    check: LeafCheck | None = None,
 ) -> tuple[np.ndarray, PreparedAggregation]:
     """Answer a PIR request and prepare path-shared aggregation in one pass over the trees.
 
@@ -179,6 +195,8 @@ def retrieve_and_prepare(
     table: ring (m, D), the public table, fixed-point encoded, same dtype (or its
         :class:`~secemb.fss.linalg.LimbMatrix`, to reuse its limbs across users).
     agg_width: ``w``, the width of the aggregation payloads that will follow.
+    check: if given, the keys' point-function check values are folded into it from the same
+        leaves (:class:`~secemb.fss.verify.LeafCheck`).
 
     Returns
     -------
@@ -192,7 +210,7 @@ def retrieve_and_prepare(
     ring_bits = 8 * table.dtype.itemsize
     mp = padded_domain(path)
     conv_sum = np.zeros((mp, agg_width), table.dtype)
-    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, np.arange(mp) < m)
+    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, np.arange(mp) < m, check)
     answers = ring_matmul(e[:, :m], table, ring_bits)
     prepared = PreparedAggregation(
         b, ring_bits, m, agg_width, np.packbits(t[:, :m], axis=1), np.ascontiguousarray(conv_sum[:m])
@@ -210,6 +228,7 @@ def retrieve_and_prepare_buckets(
     sizes: np.ndarray | None = None,
     retrieval_tag: str = RETRIEVAL_TAG,
     aggregation_tag: str = AGGREGATION_TAG,
+    check: LeafCheck | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The batched-bucket form: ``U`` users' keys, key ``u B + i`` retrieving from bucket
     ``i``'s table ``tables[i]``.
@@ -225,6 +244,7 @@ def retrieve_and_prepare_buckets(
         hold its rows and the rest pad it (zero rows of ``tables``).  ``conv_sum`` is
         computed at those positions only and is zero at the others (a caller must ignore
         them, as the layout's scatter does); the answers skip the padding rows.
+    check: as for :func:`retrieve_and_prepare`.
 
     Returns
     -------
@@ -245,7 +265,7 @@ def retrieve_and_prepare_buckets(
         raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}], got {cols}")
     rows = np.arange(mp)[None, :] < cols[:, None]
     conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
-    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, rows.reshape(-1))
+    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, rows.reshape(-1), check)
     users = k // buckets
     e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
     answers = ring_matmul(e_b, tables, ring_bits, cols=cols).transpose(1, 0, 2).reshape(k, -1)

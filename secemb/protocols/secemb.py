@@ -66,6 +66,8 @@ from secemb.fss.fused import (
     retrieve_and_prepare_buckets,
 )
 from secemb.fss.convert import convert
+from secemb.fss.fused import key_checks
+from secemb.fss.verify import CHECK_BYTES, CHECK_WORDS, LeafCheck, challenges, corrections
 from secemb.fss.cuckoo import CuckooLayout
 from secemb.fss.gpu import DeviceTable
 from secemb.fss.linalg import LimbMatrix
@@ -110,6 +112,10 @@ MAC_KEY_BYTES = 16
 MAC_BYTES = 16
 DIGEST_BYTES = 32
 _UPLOAD_MAC_DOMAIN = b"secemb-relay-upload"
+#: verified uploads (docs/security.md, "A malicious device"): domains of the challenge seed the
+#: servers derive from a user's committed key bytes and of the per-user digest they compare
+_CHALLENGE_DOMAIN = b"secemb-verify-challenge"
+_VERIFY_DOMAIN = b"secemb-verify-upload"
 
 
 def tag_words(config: RoundConfig) -> int:
@@ -185,9 +191,23 @@ def _key_expect(config: RoundConfig) -> dict[str, int]:
     return {"domain_size": p.domain_size, "count": config.slots, "payload_width": 1, "ring_bits": config.ring_bits}
 
 
-def request_bytes(config: RoundConfig) -> int:
-    """Body length of a full-key retrieval request."""
-    return fss.keys.HEADER_BYTES + config.slots * key_params(config).key_bytes
+def _checks_bytes(config: RoundConfig, verify: bool) -> int:
+    """The check correction words of a request's keys (verified uploads), or 0."""
+    return config.slots * CHECK_BYTES if verify else 0
+
+
+def request_bytes(config: RoundConfig, verify: bool = True) -> int:
+    """Body length of a full-key retrieval request (with ``verify``, the keys' check
+    correction words follow the keys)."""
+    return fss.keys.HEADER_BYTES + config.slots * key_params(config).key_bytes + _checks_bytes(config, verify)
+
+
+def _challenge_seed(round_id: int, key_digest: bytes) -> np.ndarray:
+    """The 128-bit seed of a user's check challenge, uint64 (2,): derived from its committed
+    key bytes (``key_digest``, SHA-256 of the shared key part and check words), so that it is
+    fixed only once the keys are (Fiat-Shamir; docs/security.md)."""
+    seed = hashlib.sha256(_CHALLENGE_DOMAIN + _U64.pack(round_id) + key_digest).digest()[:16]
+    return np.frombuffer(seed, "<u8").astype(np.uint64)
 
 
 def _roots_bytes(config: RoundConfig) -> int:
@@ -196,9 +216,10 @@ def _roots_bytes(config: RoundConfig) -> int:
     return 16 * config.slots + 2 * SEED_BYTES + MAC_KEY_BYTES + DIGEST_BYTES
 
 
-def _shared_bytes(config: RoundConfig) -> int:
-    """Body of a relay_keys forward: the key batch without server 0's roots."""
-    return request_bytes(config) - 16 * config.slots
+def _shared_bytes(config: RoundConfig, verify: bool) -> int:
+    """Body of a relay_keys forward: the key batch without server 0's roots (and, with
+    ``verify``, the check correction words)."""
+    return request_bytes(config, verify) - 16 * config.slots
 
 
 def _rows_bytes(config: RoundConfig) -> int:
@@ -226,9 +247,11 @@ def _share_bytes(config: RoundConfig, num_users: int) -> int:
 class SecEmbUser(UserRole):
     """One user's side of one SecEmb round."""
 
-    def __init__(self, config: RoundConfig, *, relay: bool = False, _rng: RandomBytes | None = None) -> None:
+    def __init__(self, config: RoundConfig, *, relay: bool = False, verify: bool = True,
+                 _rng: RandomBytes | None = None) -> None:
         self.config = config
         self.relay = relay
+        self.verify = verify  # send check correction words (verified uploads)
         self._rng = _rng or system_rng
         self._state: fss.GenState | None = None
         self._real: np.ndarray | None = None
@@ -288,7 +311,7 @@ class SecEmbUser(UserRole):
         mine = [u for u in users if isinstance(u, SecEmbUser)]
         first = mine[0] if mine else None
         if first is None or len(mine) != len(users) or any(
-                (u.config, u.relay) != (first.config, first.relay) for u in mine):
+                (u.config, u.relay, u.verify) != (first.config, first.relay, first.verify) for u in mine):
             raise InvalidParameters("a batch of retrieval requests needs SecEmb users of one round")
         cfg, relay = first.config, first.relay
         out: list[tuple[bytes, bytes] | Exception | None] = [None] * len(users)
@@ -314,6 +337,9 @@ class SecEmbUser(UserRole):
             cw = fss.convert_gen(state, betas.reshape(-1, 1), ring_bits=cfg.ring_bits, tag=RETRIEVAL_TAG)
             keys0 = fss.DPFKeys(p0, cw, params)
             msgs0 = keys0.to_bytes_split(n)
+            # the keys' check correction words (verified uploads): the same for both servers
+            size = _checks_bytes(cfg, first.verify)
+            checks = array_bytes(corrections(alphas.reshape(-1), state.leaf0, state.leaf1)) if size else b""
             if relay:
                 direct = 2 * SEED_BYTES + MAC_KEY_BYTES
                 secrets_ = rng(direct * n)
@@ -326,16 +352,17 @@ class SecEmbUser(UserRole):
                 # copies: a user keeps its own secret state, no view of the batch's (other users')
                 user._state = fss.GenState(params.domain_size, state.leaf0[sl].copy(), state.leaf1[sl].copy())
                 user._real, user._items, user._betas = real[j].copy(), slots[j].copy(), betas[j].copy()
-                msg0 = frame(_NAME, "retrieval_request", 0, cfg.round_id, msgs0[j])
+                own_checks = checks[size * j : size * (j + 1)]
+                msg0 = frame(_NAME, "retrieval_request", 0, cfg.round_id, msgs0[j], own_checks)
                 if not relay:
-                    out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, keys1[j]))
+                    out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id, keys1[j], own_checks))
                     continue
                 own = secrets_[direct * j : direct * (j + 1)]
                 user._seeds = (own[:SEED_BYTES], own[SEED_BYTES : 2 * SEED_BYTES])
                 user._mac_key = own[2 * SEED_BYTES :]
                 # the digest of the exact bytes server 0 forwards (its parse re-serializes them
                 # canonically: DPFKeys.shared_bytes of the same keys)
-                digest = hashlib.sha256(keys0[sl].shared_bytes()).digest()
+                digest = hashlib.sha256(keys0[sl].shared_bytes() + own_checks).digest()
                 out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id,
                                       roots1[per_user * j : per_user * (j + 1)], *user._seeds, user._mac_key, digest))
         return cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
@@ -426,6 +453,7 @@ class _Pending:
 
     keys: fss.DPFKeys
     bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
+    proof: bytes  # verified uploads: SHA-256 of the key part and check words, and the check values
 
 
 @dataclass(frozen=True)
@@ -446,8 +474,19 @@ class _Absorbed:
 
     keys: fss.DPFKeys
     bits: np.ndarray
+    proof: bytes  # as _Pending.proof
     cw: np.ndarray  # ring (S, w): the aggregation correction words
     dense: np.ndarray  # ring (P,): this server's dense share
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A parsed retrieval request: its keys and, with verified uploads, its check correction
+    words (uint64 (S, 4)) and the SHA-256 of its shared key part and check words."""
+
+    keys: fss.DPFKeys
+    checks: np.ndarray | None
+    digest: bytes
 
 
 @dataclass
@@ -483,10 +522,15 @@ def _evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: i
     return limbs if isinstance(layout, str) else _Buckets(limbs, layout.gather_index)
 
 
-def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: an evaluation's per-user answers and control bits, summed folded part and (verified uploads)
+#: per-user check values (S, 4)
+_Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, list[np.ndarray] | None]
+
+
+def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
-    ``task = (layout, party, keys, table, width, buckets)`` with ``layout`` ``"full"`` or
+    ``task = (layout, party, keys, table, width, buckets, check)`` with ``layout`` ``"full"`` or
     ``"cuckoo"``, ``keys`` the users' key batches concatenated and ``table`` the
     :class:`~secemb.protocols.backends.Handle` of the round's table as the evaluation reads
     it (:func:`_evaluation_form`), or the gpu backend's :class:`DeviceTable`.  ``buckets =
@@ -494,38 +538,46 @@ def _evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     user-major, and read those buckets' rows (``None``: all buckets).  Returns the answers (K, w), the control bits
     (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
     payload-independent part of the aggregation share summed over the batch ((m, w), or
-    (hi - lo, M, w) for those buckets, zero at positions that pad a bucket).
+    (hi - lo, M, w) for those buckets, zero at positions that pad a bucket).  ``check = (cs,
+    r, per_user)`` (verified uploads: the keys' check correction words, their users'
+    challenges and keys per user, :class:`~secemb.fss.verify.LeafCheck`) or ``None``; the
+    fourth result is the keys' check values (K, 4), from the same walk, or ``None``.
     """
-    layout, party, keys, handle, width, buckets = task
+    layout, party, keys, handle, width, buckets, check_args = task
+    check = None if check_args is None else LeafCheck(*check_args)
     table = handle.get()
-    if isinstance(table, DeviceTable):  # the gpu backend: the table is on its device
-        return table.evaluate(party, keys, width)
+    if isinstance(table, DeviceTable):  # the gpu backend: the table is on its device, the check walks here
+        answers, t, conv = table.evaluate(party, keys, width)
+        return answers, t, conv, None if check is None else key_checks(keys.path, check)
+    values = None if check is None else check.values
     if layout == "full":
-        answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width)
-        return answers, prepared.t_bits, prepared.signed_conv()
+        answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width, check=check)
+        return answers, prepared.t_bits, prepared.signed_conv(), values
     lo, hi = buckets or (0, len(table.index))
     answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width,
-                                                    sizes=(table.index[lo:hi] >= 0).sum(axis=1))
+                                                    sizes=(table.index[lo:hi] >= 0).sum(axis=1), check=check)
     if party:
         np.negative(conv, out=conv)
-    return answers, t, conv
+    return answers, t, conv, values
 
 
-def _place(result: tuple[np.ndarray, np.ndarray, np.ndarray], answers: np.ndarray, bits: np.ndarray,
-           folded: np.ndarray) -> None:
+def _place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None], answers: np.ndarray,
+           bits: np.ndarray, folded: np.ndarray, values: np.ndarray) -> None:
     """Write a bucket range's :func:`_evaluate_task` result into the views ``answers`` (U, G, w + T),
-    ``bits`` (U, G, M) and ``folded`` (G, M, w) of the batch's arrays."""
-    a, t, conv = result
+    ``bits`` (U, G, M), ``folded`` (G, M, w) and ``values`` (U, G, 4) of the batch's arrays."""
+    a, t, conv, v = result
     answers[...] = a.reshape(answers.shape)
     bits[...] = t.reshape(bits.shape)
     folded[...] = conv
+    if v is not None:
+        values[...] = v.reshape(values.shape)
 
 
-def _evaluate_into_task(task: tuple[tuple, np.ndarray, np.ndarray, np.ndarray]) -> None:
+def _evaluate_into_task(task: tuple[tuple, np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
     """:func:`_evaluate_task` of a range of buckets, its result written by the task itself
-    (:func:`_place`; a task of an in-process backend: ``task = (inner, answers, bits, folded)``)."""
-    inner, answers, bits, folded = task
-    _place(_evaluate_task(inner), answers, bits, folded)
+    (:func:`_place`; a task of an in-process backend: ``task = (inner, answers, bits, folded, values)``)."""
+    inner, *views = task
+    _place(_evaluate_task(inner), *views)
 
 
 def _ranges(n: int, parts: int) -> list[tuple[int, int]]:
@@ -558,9 +610,11 @@ def _scatter_task(task: tuple[CuckooLayout, np.ndarray, slice]) -> np.ndarray:
 class SecEmbServer(ServerRole):
     """Server ``party`` of SecEmb; party 0 leads (reconstructs the aggregate)."""
 
-    def __init__(self, party: int, *, relay: bool = False, backend: Backend | None = None) -> None:
+    def __init__(self, party: int, *, relay: bool = False, verify: bool = True,
+                 backend: Backend | None = None) -> None:
         super().__init__(party)
         self.relay = relay
+        self.verify = verify  # verified uploads: take check words, compute check values (upload_digests)
         self.backend = backend or SerialBackend()
         self._table: Handle | None = None  # the round's published table
         self._device: DeviceTable | None = None  # the gpu backend's copy of it
@@ -602,22 +656,29 @@ class SecEmbServer(ServerRole):
             raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
 
     # -- retrieval ---------------------------------------------------------------------
-    def _evaluate(self, keys: list[fss.DPFKeys]) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    def _evaluate(self, keys: list[fss.DPFKeys], checks: list[tuple[np.ndarray, bytes]] | None = None) -> _Evaluated:
         """Per-user answers and control bits, and the summed folded part, for a batch of
         users' keys, chunked over the backend's workers: by users, or (cuckoo layout, CPU) by
         ranges of buckets, so that each task folds into its own buckets' rows and nothing
-        table-sized is summed across tasks."""
+        table-sized is summed across tasks.  With ``checks`` (per user: its check correction
+        words (S, 4) and key digest; verified uploads), also each user's check values (S, 4)
+        from the same walk, else ``None``."""
         cfg = self._cfg()
         n = len(keys)
+        check: tuple[np.ndarray, np.ndarray] | None = None
+        if checks is not None:
+            seeds = np.stack([_challenge_seed(cfg.round_id, d) for _, d in checks])
+            check = (np.stack([c for c, _ in checks]), challenges(seeds, padded_leaves(key_params(cfg))))
         # a task walks its keys' trees over the whole (bucket) domain, holding leaf-level
         # control bits and retrieval shares: bound that memory by splitting the batch
         leaves = cfg.slots * padded_leaves(key_params(cfg))  # per user, over all its keys
         per_user = leaves * (cfg.dtype.itemsize + 1)
         if cfg.layout == "cuckoo" and self._device is None:
             fold = leaves * cfg.width * cfg.dtype.itemsize  # the bucket rows the walk folds into
-            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)))
+            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)), check)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
-        tasks = [(cfg.layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), self._table, cfg.width, None)
+        tasks = [(cfg.layout, self.party, fss.DPFKeys.concat(keys[lo:hi]), self._table, cfg.width, None,
+                  None if check is None else (check[0][lo:hi].reshape(-1, CHECK_WORDS), check[1][lo:hi], cfg.slots))
                  for lo, hi in _ranges(n, tasks_n)]
         results = self.backend.map(_evaluate_task, tasks)
         folded = results[0][2] if results[0][2].flags.writeable else results[0][2].copy()  # Ray's are not
@@ -626,79 +687,107 @@ class SecEmbServer(ServerRole):
         slots = cfg.slots
         answers = [r[0][i * slots : (i + 1) * slots] for r in results for i in range(len(r[0]) // slots)]
         bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
-        return answers, bits, folded
+        values = None if check is None else [v for r in results for v in np.asarray(r[3]).reshape(-1, slots,
+                                                                                                   CHECK_WORDS)]
+        return answers, bits, folded, values
 
-    def _evaluate_buckets(self, keys: list[fss.DPFKeys],
-                          parts: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    def _evaluate_buckets(self, keys: list[fss.DPFKeys], parts: int,
+                          check: tuple[np.ndarray, np.ndarray] | None) -> _Evaluated:
         """:meth:`_evaluate` of the cuckoo layout in tasks of every user's keys of a range of
         buckets (at least ``parts`` ranges, one per worker if more)."""
         cfg = self._cfg()
         n, slots = len(keys), cfg.slots
         spans = _ranges(slots, min(slots, max(parts, self.backend.workers)))
         stacked = fss.DPFKeys.concat(keys)  # user-major: user u's keys are rows u B .. u B + B - 1
-        tasks = [("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi))
+        tasks = [("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi),
+                  None if check is None else (np.ascontiguousarray(check[0][:, lo:hi]).reshape(-1, CHECK_WORDS),
+                                              check[1], hi - lo))
                  for lo, hi in spans]
         big_m = cfg.cuckoo().bucket_size
         answers = np.empty((n, slots, cfg.width + tag_words(cfg)), cfg.dtype)
         bits = np.empty((n, slots, big_m), np.uint8)
         folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
-        views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi]) for lo, hi in spans]
+        values = np.zeros((n, slots, CHECK_WORDS), np.uint64)
+        views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi], values[:, lo:hi]) for lo, hi in spans]
         if self.backend.in_process:  # threads (or this process) place their own range's results
             self.backend.map(_evaluate_into_task, [(task, *v) for task, v in zip(tasks, views, strict=True)])
         else:
             for result, v in zip(self.backend.map(_evaluate_task, tasks), views, strict=True):
                 _place(result, *v)
-        return list(answers), list(bits), folded
+        return list(answers), list(bits), folded, None if check is None else list(values)
 
-    def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys],
-                          evaluated: tuple[list[np.ndarray], list[np.ndarray], np.ndarray]) -> list[np.ndarray]:
+    def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys], evaluated: _Evaluated,
+                          digests: list[bytes] | None = None) -> list[np.ndarray]:
         """Apply an :meth:`_evaluate` result: fold the batch into the running aggregate and
-        keep each user's keys and control bits until its upload; the answers."""
-        answers, bits, folded = evaluated
+        keep each user's keys, control bits and (verified uploads, with each user's key
+        ``digests``) its check proof until its upload; the answers."""
+        answers, bits, folded, values = evaluated
         if self._folded or not folded.flags.writeable:
             self._sparse += folded
         else:  # the round's first batch (usually its only one): adopt it, sparing a pass
             self._sparse = folded
         self._folded = True
         self._closed_cache = None
-        for u, k, b in zip(users, keys, bits, strict=True):
-            self._pending[u] = _Pending(k, b)
+        proofs = [b""] * len(users) if values is None or digests is None else [
+            d + array_bytes(v) for d, v in zip(digests, values, strict=True)]
+        for u, k, b, proof in zip(users, keys, bits, proofs, strict=True):
+            self._pending[u] = _Pending(k, b, proof)
         return answers
 
-    def _parse_requests(self, messages: list[bytes]) -> list[fss.DPFKeys | SecembError]:
-        """The keys of each retrieval request (server 0, or either server without relay), or
-        the error that refuses it; the keys of all requests are parsed as one batch."""
+    def _parse_requests(self, messages: list[bytes]) -> list[_Request | SecembError]:
+        """The keys (and check words) of each retrieval request (server 0, or either server
+        without relay), or the error that refuses it; the keys of all requests are parsed as
+        one batch."""
         if self.relay and self.party == 1:
             return []
         cfg = self._cfg()
-        out: list[fss.DPFKeys | SecembError | None] = [None] * len(messages)
+        out: list[_Request | SecembError | None] = [None] * len(messages)
         bodies: list[memoryview] = []
         where: list[int] = []
+        size = request_bytes(cfg, self.verify)
+        split = size - _checks_bytes(cfg, self.verify)
         for i, message in enumerate(messages):
             try:
-                bodies.append(open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id,
-                                           request_bytes(cfg)))
+                bodies.append(open_message(message, _NAME, "retrieval_request", self.party, cfg.round_id, size))
                 where.append(i)
             except SecembError as exc:
                 out[i] = exc
-        keys = fss.DPFKeys.from_bytes_many(bodies, party=self.party, **_key_expect(cfg))
-        for i, got in zip(where, keys, strict=True):
-            out[i] = InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else got
-        return cast("list[fss.DPFKeys | SecembError]", out)  # every entry is set above
+        keys = fss.DPFKeys.from_bytes_many([b[:split] for b in bodies], party=self.party, **_key_expect(cfg))
+        for i, body, got in zip(where, bodies, keys, strict=True):
+            out[i] = InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else \
+                self._request(got, body[split:])
+        return cast("list[_Request | SecembError]", out)  # every entry is set above
+
+    def _request(self, keys: fss.DPFKeys, checks: memoryview | bytes, digest: bytes | None = None) -> _Request:
+        """A parsed request with its check words (verified uploads) and key digest: SHA-256
+        of the shared key part and the check words, computed here unless given (``digest``:
+        server 1 with relay, which compared it with the device's own)."""
+        if not self.verify:
+            return _Request(keys, None, b"")
+        if digest is None:
+            digest = hashlib.sha256(keys.shared_bytes() + bytes(checks)).digest()
+        words = read_array(memoryview(checks), 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))[0]
+        return _Request(keys, words, digest)
+
+    def _evaluate_requests(self, requests: list[_Request]) -> _Evaluated:
+        """:meth:`_evaluate` of parsed requests, with their checks when verifying."""
+        keys = [q.keys for q in requests]
+        if not self.verify:
+            return self._evaluate(keys)
+        return self._evaluate(keys, [(cast("np.ndarray", q.checks), q.digest) for q in requests])
 
     def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
         """Server 0, relay: each request's shared key part framed for server 1 (the bytes
         ``commit()`` returns for it), or the error that refuses it; ``None`` otherwise."""
         if not (self.relay and self.party == 0):
             return None
-        cfg = self._cfg()
         out: list[bytes | SecembError] = []
         for (user_id, _), got in zip(requests, self._parse_requests([m for _, m in requests]), strict=True):
             try:
                 check_user(user_id)
                 if isinstance(got, SecembError):
                     raise got
-                out.append(frame(_NAME, "relay_keys", 1, cfg.round_id, got.shared_bytes()))
+                out.append(self._forward(got))
             except SecembError as exc:
                 out.append(exc)
         return out
@@ -725,7 +814,7 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         out: list[bytes | None | SecembError] = [None] * len(requests)
         users: list[int] = []
-        keys: list[fss.DPFKeys] = []
+        keys: list[_Request] = []
         where: list[int] = []
         roots: dict[int, _Direct] = {}
         seen: set[int] = set()
@@ -748,7 +837,7 @@ class SecEmbServer(ServerRole):
                 seen.add(user_id)
             except SecembError as exc:
                 out[i] = exc
-        evaluated = self._evaluate(keys) if keys else None
+        evaluated = self._evaluate_requests(keys) if keys else None
 
         def commit() -> list[bytes | None | SecembError]:
             if self.config is not cfg:
@@ -758,16 +847,22 @@ class SecEmbServer(ServerRole):
             self._awaiting.update(roots)
             if evaluated is None:
                 return out
-            committed = self._commit_evaluated(users, keys, evaluated)
-            for i, u, k, answers in zip(where, users, keys, committed, strict=True):
+            committed = self._commit_evaluated(users, [q.keys for q in keys], evaluated, [q.digest for q in keys])
+            for i, u, q, answers in zip(where, users, keys, committed, strict=True):
                 if not self.relay:
                     out[i] = frame(_NAME, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
                 else:
                     self._answers[u] = answers
-                    out[i] = frame(_NAME, "relay_keys", 1, cfg.round_id, k.shared_bytes())
+                    out[i] = self._forward(q)
             return out
 
         return commit
+
+    def _forward(self, request: _Request) -> bytes:
+        """Server 0, relay: the relay_keys message of a request (its shared key part, then
+        its check words when verifying)."""
+        checks = b"" if request.checks is None else array_bytes(request.checks)
+        return frame(_NAME, "relay_keys", 1, self._cfg().round_id, request.keys.shared_bytes(), checks)
 
     def _parse_roots(self, message: bytes) -> _Direct:
         """Server 1, relay: a request's roots, seeds, MAC key and forwarded-part digest."""
@@ -798,10 +893,10 @@ class SecEmbServer(ServerRole):
             raise ProtocolError("relay_retrieval is server 1's step in relay mode")
         out: list[bytes | SecembError] = [b""] * len(forwards)
         users: list[int] = []
-        keys: list[fss.DPFKeys] = []
         where: list[int] = []
-        shared_len = _shared_bytes(cfg)
-        parts: list[tuple[int, memoryview, bytes]] = []  # (index, shared part, roots): parsed as one batch
+        shared_len = _shared_bytes(cfg, self.verify)
+        split = shared_len - _checks_bytes(cfg, self.verify)
+        parts: list[tuple[int, memoryview, bytes]] = []  # (index, forwarded body, roots): parsed as one batch
         for i, (user_id, message) in enumerate(forwards):
             try:
                 user_id = check_user(user_id)
@@ -817,14 +912,16 @@ class SecEmbServer(ServerRole):
                 where.append(i)
             except SecembError as exc:
                 out[i] = exc
-        parsed = fss.DPFKeys.from_shared_many([(b, r) for _, b, r in parts], 1, **_key_expect(cfg))
+        parsed = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r in parts], 1, **_key_expect(cfg))
         failed = {i: got for (i, _, _), got in zip(parts, parsed, strict=True) if isinstance(got, InvalidKey)}
         for i, bad in failed.items():
             out[i] = InvalidMessage(f"relay_keys: {bad}")
-        keys = [got for got in parsed if not isinstance(got, InvalidKey)]
+        requests = [self._request(got, b[split:], self._awaiting[u].digest)
+                    for (_, b, _), u, got in zip(parts, users, parsed, strict=True) if not isinstance(got, InvalidKey)]
+        keys = [q.keys for q in requests]
         users = [u for u, i in zip(users, where, strict=True) if i not in failed]
         where = [i for i in where if i not in failed]
-        evaluated = self._evaluate(keys) if keys else None
+        evaluated = self._evaluate_requests(requests) if requests else None
 
         def commit() -> list[bytes | SecembError]:
             if self.config is not cfg:
@@ -834,7 +931,8 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"no retrieval request of user(s) {missing[:5]} to complete")
             if evaluated is None:
                 return out
-            for i, u, answers in zip(where, users, self._commit_evaluated(users, keys, evaluated), strict=True):
+            committed = self._commit_evaluated(users, keys, evaluated, [q.digest for q in requests])
+            for i, u, answers in zip(where, users, committed, strict=True):
                 direct = self._direct_of[u] = self._awaiting.pop(u)
                 masked = answers + relay_prg(direct.mask_seed, answers.shape, cfg.dtype)
                 out[i] = frame(_NAME, "relay_answer", 1, cfg.round_id, array_bytes(masked))
@@ -859,7 +957,7 @@ class SecEmbServer(ServerRole):
         # for the included users at once when the aggregate is asked for (_summed); each
         # user's keys and dense share stay until then, so that a user can be left out.
         pending = self._pending.pop(user_id)
-        self._absorbed[user_id] = _Absorbed(pending.keys, pending.bits, cw, dense)
+        self._absorbed[user_id] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, dense)
         self._closed_cache = None
         self._dense += dense
         self._uploaded.add(user_id)
@@ -957,6 +1055,35 @@ class SecEmbServer(ServerRole):
         dense = relay_prg(self._direct_of.pop(user_id).dense_seed, (cfg.dense_size,), cfg.dtype)
         self._absorb(user_id, cw, dense)
 
+    # -- verification (verified uploads) -------------------------------------------------
+    def upload_digests(self, users: list[int]) -> dict[int, bytes] | None:
+        """Per uploaded user of ``users``, the 32-byte digest the two servers compare before
+        the user enters the aggregate (``None`` without verified uploads).
+
+        ``SHA-256(b"secemb-verify-upload" || u64 round || u64 user || K || V || CW)``: ``K`` is
+        the SHA-256 of the user's shared key part and check words, ``V`` its keys' check values
+        (:mod:`secemb.fss.verify`) and ``CW`` its aggregation correction words.  For an honest
+        user both servers compute the same digest, so the message tells the receiver nothing it
+        could not compute itself; a user whose keys are not point functions, or who sent the
+        servers different key parts, check words or correction words, gets different digests
+        (docs/security.md, "A malicious device: verified uploads").
+
+        Raises
+        ------
+        ProtocolError: a user of ``users`` did not upload in this round.
+        """
+        cfg = self._cfg()
+        if not self.verify:
+            return None
+        out: dict[int, bytes] = {}
+        for u in users:
+            got = self._absorbed.get(u)
+            if got is None or u not in self._uploaded:
+                raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
+            out[u] = hashlib.sha256(_VERIFY_DOMAIN + _U64.pack(cfg.round_id) + _U64.pack(u) + got.proof
+                                    + array_bytes(got.cw)).digest()
+        return out
+
     # -- aggregation ---------------------------------------------------------------------
     def _closed(self, include: list[int] | None) -> tuple[list[int], np.ndarray, np.ndarray]:
         """The included users (sorted) and the sparse and dense aggregates over them; every
@@ -971,7 +1098,7 @@ class SecEmbServer(ServerRole):
         left_out = [u for u in self._absorbed if u not in inside]
         sparse = self._summed(users)
         silent = [p.keys for p in self._pending.values()] + [self._absorbed[u].keys for u in left_out]
-        if silent:
+        if silent:  # their folded part only: no check
             sparse -= self._evaluate(silent)[2]
         dense = self._dense.copy()
         for u in left_out:
@@ -1024,6 +1151,9 @@ class SecEmbProtocol(Protocol):
     layout_seed: public seed of the cuckoo hash functions.
     backend: where servers evaluate batches of users (:mod:`secemb.protocols.backends`);
         serial by default.
+    verify: verified uploads (on by default): devices send a check correction word per key
+        and the servers compare per-user digests (:meth:`SecEmbServer.upload_digests`) before
+        a user enters the aggregate; ``False`` is the unchecked protocol (benchmarks).
     """
 
     name = _NAME
@@ -1038,27 +1168,29 @@ class SecEmbProtocol(Protocol):
         expansion: float = 1.25,
         layout_seed: int = 0,
         backend: Backend | None = None,
+        verify: bool = True,
     ) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         self.backend = backend
+        self.verify = verify
 
     def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
         """Exact body lengths (the aggregate share's with ``num_users`` users).  With relay,
         server 1 gets roots and seeds instead of keys, no upload, and the relay forwards."""
         roots_only = self.relay and party == 1
         if kind == "retrieval_request":
-            return _roots_bytes(rc) if roots_only else request_bytes(rc)
+            return _roots_bytes(rc) if roots_only else request_bytes(rc, self.verify)
         if kind == "upload":
             return None if roots_only else _upload_bytes(rc, self.relay)
         if kind == "aggregate_share":
             return _share_bytes(rc, num_users)
         if not roots_only:
             return None  # the relay forwards all go to (or come from) server 1 in relay mode
-        return {"relay_keys": _shared_bytes(rc), "relay_answer": _answer_bytes(rc),
+        return {"relay_keys": _shared_bytes(rc, self.verify), "relay_answer": _answer_bytes(rc),
                 "relay_upload": _rows_bytes(rc) + MAC_BYTES}[kind]
 
     def make_server(self, party: int) -> SecEmbServer:
-        return SecEmbServer(party, relay=self.relay, backend=self.backend)
+        return SecEmbServer(party, relay=self.relay, verify=self.verify, backend=self.backend)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
-        return SecEmbUser(config, relay=self.relay, _rng=_rng)
+        return SecEmbUser(config, relay=self.relay, verify=self.verify, _rng=_rng)

@@ -248,6 +248,7 @@ def _request_len(cfg: RoundConfig) -> int:
         HDR
         + KEY_HDR
         + cfg.m_prime * fss.DPFParams(cfg.num_items, 1, cfg.ring_bits).key_bytes
+        + cfg.m_prime * 32  # each key's 256-bit check correction word (verified uploads, issue 34)
     )
 
 
@@ -295,11 +296,12 @@ def test_server_messages_have_the_same_length_for_any_indices(ring_bits: int) ->
 
 
 def test_request_length_matches_documented_movielens_figure() -> None:
-    """docs/wire-format.md: m = 1682, m' = 200, k = 32 -> 39,648 bytes per server."""
-    assert _request_len(_cfg(num_items=1682, m_prime=200)) == 39_648
+    """docs/wire-format.md: m = 1682, m' = 200, k = 32 -> 39,648 bytes per server, plus
+    200 * 32 bytes of check correction words (verified uploads, issue 34)."""
+    assert _request_len(_cfg(num_items=1682, m_prime=200)) == 39_648 + 6_400
     user = _user(_cfg(num_items=1682, m_prime=200), 0)
     r0, r1 = user.retrieval_request(np.arange(200))
-    assert len(r0) == len(r1) == 39_648
+    assert len(r0) == len(r1) == 39_648 + 6_400
 
 
 def _poisson_upper(lam: float, p: float = 1e-9) -> int:
@@ -403,11 +405,12 @@ def test_requests_for_different_indices_look_alike_bitwise() -> None:
         bodies = []
         for uid in range(40):
             r0, _ = _user(cfg, 300 + uid + 1000 * int(idx[0])).retrieval_request(idx)
-            keys = fss.DPFKeys.from_bytes(r0[HDR:])
+            checks = 16 * 32  # the keys' check correction words close the request (issue 34)
+            keys = fss.DPFKeys.from_bytes(r0[HDR : len(r0) - checks])
             bodies.append(
                 np.unpackbits(
                     np.frombuffer(
-                        keys.path.cw_seed.tobytes() + keys.cw_out.tobytes(), np.uint8
+                        keys.path.cw_seed.tobytes() + keys.cw_out.tobytes() + r0[len(r0) - checks :], np.uint8
                     )
                 )
             )

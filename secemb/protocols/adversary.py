@@ -1,0 +1,109 @@
+"""Simulated malicious devices for SecEmb (issue 34): named attacks on a device's messages.
+
+A :class:`MaliciousUser` runs the honest :class:`~secemb.protocols.secemb.SecEmbUser` and
+rewrites the bytes it sends, as a device that controls its own software would.  The attacks
+(:data:`ATTACKS`):
+
+* ``two-points``: one key's last-level seed correction word has a bit flipped (the same bytes
+  to both servers), so the key pair evaluates to two non-zero points (its point and that
+  point's sibling, with a pseudorandom value there) -- a key that is not a point function.
+* ``inconsistent-keys``: server 1 gets the keys of another request (without relay: all of
+  them; with relay: its roots), so the two servers' keys are not one DPF key pair.
+* ``oversized-payload``: well-formed keys, but the uploaded rows are ``2^(k-2)`` above the
+  clipped gradient at every real slot (a payload far beyond the clipping bound).
+* ``wrapped-dense``: the dense gradient share is shifted by ``2^(k-1)`` (the sum wraps).
+* ``random-bytes``: every request and upload body is uniformly random bytes of the right
+  length (the frame header kept).
+
+``two-points``, ``inconsistent-keys`` and ``random-bytes`` are what the servers' verification
+(:meth:`~secemb.protocols.secemb.SecEmbServer.upload_digests`) rejects or the parsers refuse.
+``oversized-payload`` and ``wrapped-dense`` need the payload bound check that is **not**
+implemented (docs/security.md, "A malicious device: verified uploads").
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from secemb import fss
+from secemb.errors import InvalidParameters, RetrievalTampered
+from secemb.fss.keys import HEADER_BYTES
+from secemb.protocols.base import RoundConfig
+from secemb.protocols.secemb import DIGEST_BYTES, SecEmbUser, _checks_bytes, key_params
+from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
+from secemb.randomness import RandomBytes
+
+__all__ = ["ATTACKS", "MaliciousUser"]
+
+ATTACKS = ("two-points", "inconsistent-keys", "oversized-payload", "wrapped-dense", "random-bytes")
+
+
+def _flip_last_level(body: bytes, cfg: RoundConfig) -> bytes:
+    """A key batch body (DPF header, roots, seed CWs, ...) with bit 1 of key 0's last-level
+    seed correction word flipped."""
+    depth = key_params(cfg).depth
+    if depth == 0:
+        raise InvalidParameters("a one-point domain has no correction word to corrupt")
+    pos = HEADER_BYTES + 16 * cfg.slots + 16 * (depth - 1)
+    return body[:pos] + bytes([body[pos] ^ 2]) + body[pos + 1 :]
+
+
+class MaliciousUser(SecEmbUser):
+    """A SecEmb device that runs ``attack`` (one of :data:`ATTACKS`) on its own messages."""
+
+    def __init__(self, config: RoundConfig, attack: str, *, relay: bool = False, verify: bool = True,
+                 _rng: RandomBytes | None = None) -> None:
+        if attack not in ATTACKS:
+            raise InvalidParameters(f"attack must be one of {ATTACKS}, got {attack!r}")
+        super().__init__(config, relay=relay, verify=verify, _rng=_rng)
+        self.attack = attack
+
+    def _random(self, message: bytes) -> bytes:
+        return message[:FRAME_BYTES] + self._rng(len(message) - FRAME_BYTES)
+
+    def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
+        m0, m1 = super().retrieval_request(indices)
+        cfg = self.config
+        if self.attack == "random-bytes":
+            return self._random(m0), self._random(m1)
+        if self.attack == "two-points":
+            m0 = m0[:FRAME_BYTES] + _flip_last_level(m0[FRAME_BYTES:], cfg)
+            if not self.relay:
+                return m0, m1[:FRAME_BYTES] + _flip_last_level(m1[FRAME_BYTES:], cfg)
+            # relay: commit server 1 to the altered shared part, so that the relay check passes
+            checks = _checks_bytes(cfg, self.verify)
+            body = m0[FRAME_BYTES:]
+            keys = fss.DPFKeys.from_bytes(body[: len(body) - checks])
+            digest = hashlib.sha256(keys.shared_bytes() + body[len(body) - checks :]).digest()
+            return m0, m1[: len(m1) - DIGEST_BYTES] + digest
+        if self.attack == "inconsistent-keys":
+            other = SecEmbUser(cfg, relay=self.relay, verify=self.verify, _rng=self._rng)
+            _, o1 = other.retrieval_request(indices)  # the same items, another key generation
+            if not self.relay:
+                return m0, o1
+            roots = 16 * cfg.slots + FRAME_BYTES
+            return m0, o1[:roots] + m1[roots:]  # another request's roots, this one's seeds and digest
+        return m0, m1
+
+    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
+        """The honest result, or zero rows when the attack broke the retrieval (the device
+        uploads anyway)."""
+        try:
+            return super().retrieval_result(reply0, reply1)
+        except RetrievalTampered:
+            self._tampered = False
+            return np.zeros((self.config.slots, self.config.width), self.config.dtype)
+
+    def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
+        cfg = self.config
+        if self.attack == "oversized-payload":
+            assert self._real is not None  # set by retrieval_request
+            rows = rows + np.where(self._real[:, None], cfg.dtype.type(1 << (cfg.ring_bits - 2)), cfg.dtype.type(0))
+        elif self.attack == "wrapped-dense":
+            dense = dense + cfg.dtype.type(1 << (cfg.ring_bits - 1))
+        u0, u1 = super().upload(rows.astype(cfg.dtype), dense.astype(cfg.dtype))
+        if self.attack == "random-bytes":
+            return self._random(u0), None if u1 is None else self._random(u1)
+        return u0, u1

@@ -1,0 +1,168 @@
+"""Malicious devices against SecEmb's protocol roles (issue 34): the servers compare per-device
+digests (:meth:`SecEmbServer.upload_digests`) before a device enters the aggregate; a device
+whose keys are not point functions, or whose two servers got different keys, is rejected and
+the aggregate over the others is exact.
+
+Expected aggregates are computed here from the plaintext rows the honest devices upload, not
+by the code under test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidMessage, RelayTampered
+from secemb.fss import kernels
+from secemb.protocols.adversary import ATTACKS, MaliciousUser
+from secemb.protocols.base import RoundConfig
+from secemb.protocols.placement import place
+from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
+from secemb.randomness import CtrDrbg
+
+LAYOUTS = [("full", False), ("full", True), ("cuckoo", False), ("cuckoo", True)]
+#: attacks the verification (or the parsers) must catch; the payload-bound attacks are not caught
+CAUGHT = ("two-points", "inconsistent-keys", "random-bytes")
+
+
+class Round:
+    """One round: both servers, honest devices and malicious ones (by id)."""
+
+    def __init__(self, layout: str, relay: bool, *, verify: bool = True, ring_bits: int = 32) -> None:
+        self.proto = SecEmbProtocol(layout=layout, relay=relay, verify=verify)
+        self.relay, self.verify = relay, verify
+        self.cfg: RoundConfig = self.proto.round_config(5, num_items=200, width=4, dense_size=3, m_prime=6,
+                                                        ring_bits=ring_bits)
+        self.gen = np.random.default_rng(1)  # public test data only
+        self.table = self.gen.integers(0, 1 << 20, (200, 4)).astype(self.cfg.dtype)
+        self.servers: tuple[SecEmbServer, SecEmbServer] = (self.proto.make_server(0), self.proto.make_server(1))
+        for s in self.servers:
+            s.begin_round(self.cfg, self.table)
+        self.expected = np.zeros((200, 4), self.cfg.dtype)
+        self.expected_dense = np.zeros(3, self.cfg.dtype)
+        self.refused: set[int] = set()  # devices a server refused outright (a parse error, a relay check)
+
+    def device(self, uid: int, attack: str | None = None) -> None:
+        """Run device ``uid`` through retrieval and upload (honest rows: item id + 1 in every
+        column at real slots; dense: uid)."""
+        rng = CtrDrbg(b"device/%d" % uid)
+        user = SecEmbUser(self.cfg, relay=self.relay, verify=self.verify, _rng=rng) if attack is None else \
+            MaliciousUser(self.cfg, attack, relay=self.relay, verify=self.verify, _rng=rng)
+        items = self.gen.choice(200, 4, replace=False)
+        slots = place(self.cfg, items, self.gen).indices
+        s0, s1 = self.servers
+        r0, r1 = user.retrieval_request(slots)
+        try:
+            if self.relay:
+                assert s1.handle_retrieval(uid, r1) is None
+                fwd = s0.handle_retrieval(uid, r0)
+                assert fwd is not None
+                reply = user.retrieval_result(s0.complete_retrieval(uid, s1.relay_retrieval(uid, fwd)), None)
+            else:
+                a0, a1 = s0.handle_retrieval(uid, r0), s1.handle_retrieval(uid, r1)
+                assert a0 is not None and a1 is not None
+                reply = user.retrieval_result(a0, a1)
+        except (InvalidMessage, RelayTampered):
+            assert attack is not None, "an honest device was refused"
+            self.refused.add(uid)
+            return
+        real = slots >= 0
+        rows = np.zeros((self.cfg.slots, 4), self.cfg.dtype)
+        rows[real] = (slots[real] + 1)[:, None].astype(self.cfg.dtype)
+        assert reply.shape == rows.shape
+        dense = np.full(3, uid, self.cfg.dtype)
+        u0, u1 = user.upload(rows, dense)
+        try:
+            fwd = s0.handle_upload(uid, u0)
+            if self.relay:
+                assert fwd is not None
+                s1.relay_upload(uid, fwd)
+            else:
+                assert u1 is not None
+                s1.handle_upload(uid, u1)
+        except (InvalidMessage, RelayTampered):
+            assert attack is not None
+            self.refused.add(uid)
+            return
+        if attack is None:
+            np.add.at(self.expected, slots[real], rows[real])
+            self.expected_dense += dense
+
+    def close(self, uploaded: list[int]) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """Compare the servers' digests, leave the mismatches out; the rejected ids and the
+        reconstructed aggregate over the rest."""
+        s0, s1 = self.servers
+        d0, d1 = s0.upload_digests(uploaded), s1.upload_digests(uploaded)
+        assert d0 is not None and d1 is not None
+        rejected = sorted(u for u in uploaded if d0[u] != d1[u])
+        include = [u for u in uploaded if u not in rejected]
+        sparse, dense = s0.combine(s1.aggregate_share(include), include)
+        return rejected, sparse, dense
+
+
+@pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
+@pytest.mark.parametrize("attack", CAUGHT)
+def test_attack_is_rejected_and_the_aggregate_is_the_honest_one(layout: str, relay: bool, attack: str) -> None:
+    rnd = Round(layout, relay)
+    honest, bad = [0, 1, 2], [7, 8]
+    for u in honest:
+        rnd.device(u)
+    for u in bad:
+        rnd.device(u, attack)
+    uploaded = honest + [u for u in bad if u not in rnd.refused]
+    rejected, sparse, dense = rnd.close(uploaded)
+    assert set(rejected) | rnd.refused == set(bad)
+    np.testing.assert_array_equal(sparse, rnd.expected)
+    np.testing.assert_array_equal(dense, rnd.expected_dense)
+
+
+@pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
+def test_honest_devices_pass_both_rings(layout: str, relay: bool) -> None:
+    for ring_bits in (32, 64):
+        rnd = Round(layout, relay, ring_bits=ring_bits)
+        for u in range(4):
+            rnd.device(u)
+        rejected, sparse, dense = rnd.close(list(range(4)))
+        assert rejected == [] and not rnd.refused
+        np.testing.assert_array_equal(sparse, rnd.expected)
+        np.testing.assert_array_equal(dense, rnd.expected_dense)
+
+
+def test_digests_are_bound_to_the_key_and_the_upload() -> None:
+    """Each of the digest's inputs matters: two honest devices' digests differ, and altering a
+    correction word of the upload at one server only (an inconsistent upload) is caught."""
+    rnd = Round("cuckoo", False)
+    for u in range(2):
+        rnd.device(u)
+    d0 = rnd.servers[0].upload_digests([0, 1])
+    assert d0 is not None and d0[0] != d0[1] and all(len(d) == 32 for d in d0.values())
+    rnd.servers[1]._absorbed[1].cw[0, 0] += np.uint32(1)  # server 1 holds another correction word
+    assert rnd.close([0, 1])[0] == [1]
+
+
+def test_without_the_check_two_points_corrupts_the_aggregate() -> None:
+    """The attack is real: with the check off (``verify=False``), the two-points device's
+    upload lands on a second row of the aggregate."""
+    rnd = Round("full", False, verify=False)
+    rnd.device(0)
+    rnd.device(9, "two-points")
+    sparse, _ = rnd.servers[0].combine(rnd.servers[1].aggregate_share([0, 9]), [0, 9])
+    honest_and_own = rnd.expected.copy()
+    assert rnd.servers[0].upload_digests([0, 9]) is None
+    assert np.count_nonzero(np.any(sparse != honest_and_own, axis=1)) > 6  # more rows than its 6 slots
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_check_values_equal_across_kernels(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check values come from the same leaves through the numpy reference and the compiled
+    kernels alike: an honest device passes and a two-points device fails under both."""
+    if backend == "numba" and not kernels.available():
+        pytest.skip("no compiled kernels here")
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    rnd = Round("full", False)
+    rnd.device(0)
+    rnd.device(1, "two-points")
+    assert rnd.close([0, 1])[0] == [1]
+
+
+def test_attack_names() -> None:
+    assert set(CAUGHT) < set(ATTACKS)
