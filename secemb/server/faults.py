@@ -9,6 +9,7 @@ that directory, and a restarted process that finds the marker carries on.  Point
 ``retrieval:N`` / ``upload:N``   after the N-th retrieval / upload of a round was handled
 ``close``      server 0 marked the round closing; server 1 answered the close
 ``share``      server 1 computed its aggregate share, before answering
+``agree``      server 1 staged the model it computed from server 0's share, before answering
 ``commit``     server 0 wrote the new checkpoint, before syncing server 1
 ``sync``       server 1 wrote the synced checkpoint, before answering
 """

@@ -166,11 +166,8 @@ class Node:
         if ck.table.shape != (self.cfg.num_items, self.width) or ck.dense.shape != (self.dense_size,):
             raise CorruptState(f"checkpoint model shapes {ck.table.shape}, {ck.dense.shape} do not match the "
                                f"configuration's {(self.cfg.num_items, self.width)}, {(self.dense_size,)}")
-        if ck.optimizer is None:
-            raise CorruptState(f"checkpoint of server {self.party} has no optimizer state (a server 1 state "
-                               "directory written before both servers applied the update: start over)")
         try:
-            self.opt.load_state_dict(ck.optimizer)
+            self.opt.load_state_dict(_optimizer_state(ck))
         except InvalidParameters as exc:
             raise CorruptState(f"checkpoint: {exc}") from None
         self.version, self.last_round, self.last_included = ck.version, ck.last_round, ck.included
@@ -1009,6 +1006,18 @@ class FollowerNode(Node):
     def __init__(self, cfg: ServerConfig, *, store: StateStore | None = None, protocol: Protocol | None = None,
                  model: RecModel | None = None, _noise_rng: RandomBytes | None = None) -> None:
         super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
+        #: the model this server computed and agreed on for a round (:meth:`peer_agree`), not yet
+        #: committed; also the store's staged checkpoint, so that a restart keeps it
+        self.staged: Checkpoint | None = None
+        try:
+            staged = self.store.load(staged=True)
+        except CorruptState as exc:  # only a commit could need it: server 0's sync is then refused (409)
+            log.error("the staged checkpoint is unreadable, dropped: %s", exc)
+            staged = None
+        if staged is not None and staged.version == self.version + 1 and staged.optimizer is not None:
+            self.staged = staged
+        else:
+            self._drop_staged()  # none, or of a round that ended otherwise
         self._relay_batch = Batcher(by_round(self.peer_relay_retrieval_many))
         self._share_lock = threading.Lock()
 
@@ -1066,6 +1075,8 @@ class FollowerNode(Node):
                 raise Conflict(f"server 0 is at model version {version}, this server at {self.version}")
             differ = doc.get("model_sha256") != self.model_sha()
             if not differ:
+                if self.staged is not None:  # server 0 opens on this version: it did not commit the staged one
+                    self._drop_staged()
                 if self.round is not None and self.round.state not in FINAL:
                     self._end(self.round, ABORTED, f"superseded by round {r}")
                 rnd = Round(r, rc, version, ids, n_p, deadline, quorum, min_users, model_sha=self.model_sha())
@@ -1188,14 +1199,16 @@ class FollowerNode(Node):
     def peer_agree(self, r: int, body: bytes) -> dict[str, str]:
         """Server 0's aggregate share over the users of :meth:`peer_share`: reconstruct the
         round's update as server 0 does, apply the optimizer step to a copy of this server's
-        model and keep it staged (:meth:`peer_model` installs it); ``{"model_sha256": its
-        digest}``, which server 0 compares with its own before it commits.  Asked again, it
-        recomputes (the same share gives the same digest).
+        model and keep it staged -- in memory and as the store's staged checkpoint, written
+        before the digest leaves, so that a restart keeps it (:meth:`peer_model` installs it);
+        ``{"model_sha256": its digest}``, which server 0 compares with its own before it
+        commits.  Asked again, it recomputes (the same share gives the same digest).
 
         Raises
         ------
         Conflict: the round is not closing or this server has not sent its share yet.
         InvalidMessage, ProtocolError: ``body`` is not server 0's share over those users.
+        StorageError: the staged checkpoint could not be written (nothing is staged).
         """
         with self._share_lock:
             with self.lock:
@@ -1205,15 +1218,28 @@ class FollowerNode(Node):
                     raise Conflict(f"round {r}: server 1 has not sent its share yet: nothing to agree on")
                 role, opt = self.role, self.opt
                 table, dense = self.table.copy(), self.dense.copy()
-            staged = self._reconstruct(rnd, role, body, include, opt, table, dense)
+            table, dense, sha, opt = self._reconstruct(rnd, role, body, include, opt, table, dense)
             with self.lock:
                 self._current(r, states=(CLOSING,))
-                rnd.staged = staged
-        return {"model_sha256": staged[2]}
+                ck = self._checkpoint(self.version + 1, r, include, table, dense, sha, opt)
+                self.store.save(ck, staged=True)
+                self.staged = ck
+        faults.hit("agree")
+        return {"model_sha256": sha}
+
+    def _drop_staged(self) -> None:
+        """Forget the staged model (under the lock): its round ended without a commit here."""
+        self.staged = None
+        try:
+            self.store.drop_staged()
+        except OSError as exc:  # a stale staged checkpoint is ignored when loaded (its version is passed)
+            log.error("the staged checkpoint was not removed: %s", exc)
 
     def peer_abort(self, r: int, reason: str) -> None:
         """Abort round ``r`` (a round this server never saw and newer than all it saw: 404)."""
         with self.lock:
+            if self.staged is not None and self.staged.last_round == r:
+                self._drop_staged()
             rnd = self.round
             if rnd is None or rnd.round_id != r:
                 if r > self.max_round:
@@ -1251,24 +1277,55 @@ class FollowerNode(Node):
                     raise Conflict(f"a different model for version {self.version} was already installed") from None
                 raise
             sha = model_sha256(table, dense)
-            rnd = self.round
-            if rnd is None or rnd.round_id != r or rnd.state != CLOSING or rnd.staged is None:
+            ck = self.staged
+            if ck is None or ck.last_round != r:
                 raise Conflict(f"round {r}: this server computed no model for it, and it installs only a model it "
                                "computed itself")
-            mine, dense1, staged_sha, opt = rnd.staged
-            if sha == staged_sha:
-                version, included = self.version + 1, rnd.included or []
-                last = max(r, self.last_round)
-                self.store.save(self._checkpoint(version, last, included, mine, dense1, sha, opt))
-                faults.hit("sync")
-                self.table, self.dense, self.sha, self.opt, self.version = mine, dense1, sha, opt, version
-                self.last_round, self.last_included = last, included
-                self._end(rnd, COMMITTED, "both servers' models agree")
-                return {"model_version": version, "duplicate": False}
-        detail = f"server 0 committed a model of digest {sha} for round {r}, this server computed {staged_sha}"
+            if sha == ck.model_sha256:
+                self._commit_staged(ck)
+                return {"model_version": ck.version, "duplicate": False}
+            self._drop_staged()
+            rnd = self.round
+        detail = f"server 0 committed a model of digest {sha} for round {r}, this server computed {ck.model_sha256}"
         self.raise_alarm("model_disagreement", r, detail)
-        self._end(rnd, ABORTED, "server 0's model differs from this server's (model_disagreement): not installed")
+        if rnd is not None and rnd.round_id == r:
+            self._end(rnd, ABORTED, "server 0's model differs from this server's (model_disagreement): not installed")
         raise ModelDisagreement(detail)
+
+    def _commit_staged(self, ck: Checkpoint) -> None:
+        """Install the staged model ``ck`` of round ``ck.last_round`` (under the lock): its
+        checkpoint becomes this server's (the commit point), the round ends committed -- also
+        when a restart ended it aborted in between (a later journal record wins)."""
+        r, why = ck.last_round, "both servers' models agree"
+        opt = self._new_optimizer()
+        opt.load_state_dict(_optimizer_state(ck))
+        self.store.save(ck)
+        faults.hit("sync")
+        self.table, self.dense, self.sha, self.opt, self.version = ck.table, ck.dense, ck.model_sha256, opt, ck.version
+        self.last_round, self.last_included = r, ck.included
+        self._drop_staged()
+        rnd = self.round
+        if rnd is not None and rnd.round_id == r and rnd.state not in FINAL:
+            rnd.included = ck.included
+            self._end(rnd, COMMITTED, why)
+        elif (self.outcomes.get(r) or {}).get("state") != COMMITTED:
+            self._journal_outcome({"ev": COMMITTED, "round": r, "version": ck.version, "included": ck.included,
+                                   "reason": why})
+            self.outcomes.remember(r, COMMITTED, ck.included, why)
+
+
+def _optimizer_state(ck: Checkpoint) -> dict[str, Any]:
+    """The optimizer state of checkpoint ``ck``.
+
+    Raises
+    ------
+    CorruptState: it has none (a server 1 state directory written before both servers applied
+        the update: start over).
+    """
+    if ck.optimizer is None:
+        raise CorruptState(f"checkpoint of model version {ck.version} has no optimizer state (a server 1 state "
+                           "directory written before both servers applied the update: start over)")
+    return ck.optimizer
 
 
 def _check_floor(n_p: int, min_users: Any, floor: int, error: type[SecembError]) -> None:

@@ -55,9 +55,6 @@ class Round:
     share_noise: Any = None
     #: server 1: the users whose forwarded relay bytes failed authentication (issue 33, item 1)
     tampered: set[int] = field(default_factory=set)
-    #: server 1: the model this server computed for the round, ``(table, dense, sha, optimizer)``,
-    #: installed only when server 0 syncs a model of the same digest
-    staged: tuple[Any, ...] | None = None
     done: threading.Event = field(default_factory=threading.Event)
     closing: bool = False
     server_s: float = 0.0

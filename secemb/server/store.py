@@ -1,4 +1,6 @@
-"""A server's durable state: the checkpoint (the commit point of a round) and the round journal.
+"""A server's durable state: the checkpoint (the commit point of a round), the round journal,
+and server 1's *staged* checkpoint (the model it computed for a round and agreed on, kept until
+server 0's sync commits it or the round ends otherwise: issue 33, both servers reconstruct).
 
 :class:`StateStore` is the interface a node uses; :class:`DiskStore` keeps both on disk
 (:mod:`.persist`: an atomic ``checkpoint.npz`` and an fsync-ed ``journal.jsonl``, what a
@@ -24,6 +26,7 @@ from secemb.training.results import model_sha256
 __all__ = ["Checkpoint", "DiskStore", "MemoryStore", "StateStore"]
 
 CHECKPOINT = "checkpoint.npz"
+STAGED = "staged.npz"
 JOURNAL = "journal.jsonl"
 #: ServerAdam.state_dict() arrays, stored as "opt_<name>" in the checkpoint
 _OPT_ARRAYS = ("m", "v", "row_t", "dm", "dv")
@@ -62,8 +65,9 @@ class StateStore(ABC):
     def __init__(self, party: int, fingerprint: str) -> None:
         self.party, self.fingerprint = party, fingerprint
 
-    def save(self, ck: Checkpoint) -> None:
-        """Replace the checkpoint by ``ck`` atomically (the commit point of a round)."""
+    def save(self, ck: Checkpoint, *, staged: bool = False) -> None:
+        """Replace the checkpoint (``staged``: the staged one) by ``ck`` atomically (the
+        checkpoint: the commit point of a round)."""
         meta = {
             "format": 1, "party": self.party, "fingerprint": self.fingerprint, "version": ck.version,
             "last_round": ck.last_round, "included": ck.included, "m_prime": ck.m_prime,
@@ -73,17 +77,20 @@ class StateStore(ABC):
         arrays = {"table": ck.table, "dense": ck.dense}
         if ck.optimizer is not None:
             arrays.update({"opt_" + k: ck.optimizer[k] for k in _OPT_ARRAYS})
-        self._write(meta, arrays)
+        if staged:
+            self._write(meta, arrays, name=STAGED)
+        else:
+            self._write(meta, arrays)
 
-    def load(self) -> Checkpoint | None:
-        """The last saved checkpoint (``None``: never saved).
+    def load(self, *, staged: bool = False) -> Checkpoint | None:
+        """The last saved checkpoint (``staged``: the staged one; ``None``: none saved).
 
         Raises
         ------
         CorruptState
             Unreadable, or saved by another party or configuration.
         """
-        raw = self._read()
+        raw = self._read(name=STAGED) if staged else self._read()
         if raw is None:
             return None
         meta, arrays = raw
@@ -112,14 +119,19 @@ class StateStore(ABC):
         """Append ``record`` (JSON-able) to the journal durably."""
 
     @abstractmethod
-    def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None: ...
+    def drop_staged(self) -> None:
+        """Forget the staged checkpoint (none: nothing to do)."""
 
     @abstractmethod
-    def _read(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None: ...
+    def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], name: str = CHECKPOINT) -> None: ...
+
+    @abstractmethod
+    def _read(self, name: str = CHECKPOINT) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None: ...
 
 
 class DiskStore(StateStore):
-    """``state_dir/checkpoint.npz`` and ``state_dir/journal.jsonl`` (:mod:`.persist`)."""
+    """``state_dir/checkpoint.npz``, ``state_dir/staged.npz`` and ``state_dir/journal.jsonl``
+    (:mod:`.persist`)."""
 
     def __init__(self, state_dir: str | Path, party: int, fingerprint: str) -> None:
         super().__init__(party, fingerprint)
@@ -137,11 +149,16 @@ class DiskStore(StateStore):
     def append(self, record: dict[str, Any]) -> None:
         self._journal.append(record)
 
-    def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        save_checkpoint(self.state_dir / CHECKPOINT, meta, arrays)
+    def drop_staged(self) -> None:
+        # not fsync-ed: a staged checkpoint that reappears after a crash is stale, and the node
+        # ignores one that does not follow its checkpoint's version
+        (self.state_dir / STAGED).unlink(missing_ok=True)
 
-    def _read(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        return load_checkpoint(self.state_dir / CHECKPOINT)
+    def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], name: str = CHECKPOINT) -> None:
+        save_checkpoint(self.state_dir / name, meta, arrays)
+
+    def _read(self, name: str = CHECKPOINT) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        return load_checkpoint(self.state_dir / name)
 
 
 class MemoryStore(StateStore):
@@ -150,7 +167,7 @@ class MemoryStore(StateStore):
 
     def __init__(self, party: int, fingerprint: str) -> None:
         super().__init__(party, fingerprint)
-        self._ck: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None
+        self._cks: dict[str, tuple[dict[str, Any], dict[str, np.ndarray]]] = {}
         self._records: list[dict[str, Any]] = []
 
     def __str__(self) -> str:
@@ -162,11 +179,14 @@ class MemoryStore(StateStore):
     def append(self, record: dict[str, Any]) -> None:
         self._records.append(copy.deepcopy(record))
 
-    def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        self._ck = (copy.deepcopy(meta), {k: np.array(v, copy=True) for k, v in arrays.items()})
+    def drop_staged(self) -> None:
+        self._cks.pop(STAGED, None)
 
-    def _read(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        if self._ck is None:
+    def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], name: str = CHECKPOINT) -> None:
+        self._cks[name] = (copy.deepcopy(meta), {k: np.array(v, copy=True) for k, v in arrays.items()})
+
+    def _read(self, name: str = CHECKPOINT) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        if name not in self._cks:
             return None
-        meta, arrays = self._ck
+        meta, arrays = self._cks[name]
         return copy.deepcopy(meta), {k: v.copy() for k, v in arrays.items()}

@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 
 from deviation_helpers import USERS, Pair, client, in_process, over_http, play_round
+from secemb.engine.local import LocalServerLink
 from secemb.errors import ModelDisagreement
 from secemb.server.errors import Conflict, PeerUnavailable
+from secemb.server.node import make_node
+from secemb.server.peer import PeerUnreachable
+from secemb.server.persist import StorageError
 from secemb.training.results import model_sha256
 
 
@@ -127,3 +131,46 @@ def test_devices_refuse_a_round_announced_on_two_models_and_report_it():
         assert st["halted"] is True and st["alarms"][0]["kind"] == "model_disagreement"
         assert f"device {USERS[0]}" in st["alarms"][0]["detail"]
     assert leader.round_status(r, None)["state"] == "aborted"
+
+
+def test_server1_restarted_between_agreement_and_commit_installs_its_staged_model(monkeypatch):
+    # server 1 answered its digest, server 0 committed, and server 1 died before the sync reached
+    # it: the model it computed was written (staged) before its digest left, so the restarted
+    # server 1 commits it when server 0 re-sends the sync -- it still installs only its own model
+    pair, servers = in_process()
+    leader, follower = servers.nodes
+
+    def lost(body, r):
+        raise PeerUnreachable("server 1 did not answer")
+
+    monkeypatch.setattr(leader.peer, "sync_model", lost)
+    r, outcome, _ = play_round(pair)
+    assert outcome["state"] == "committed" and (leader.version, follower.version) == (1, 0)
+    monkeypatch.undo()
+    restarted = make_node(follower.cfg, store=follower.store, protocol=follower.protocol, model=follower.model)
+    assert restarted.staged is not None and restarted.staged.model_sha256 == leader.model_sha()
+    leader.peer.follower = restarted
+    again = Pair(leader, restarted.status, lambda x: restarted.round_status(x, None), restarted.clear_alarms,
+                 lambda u: (LocalServerLink(leader, u, servers.tp), LocalServerLink(restarted, u, servers.tp)))
+    _, outcome, errors = play_round(again)  # opening it re-sends the sync first
+    assert outcome["state"] == "committed" and not errors
+    assert restarted.round_status(r, None)["state"] == "committed"
+    assert (leader.version, restarted.version) == (2, 2) and leader.model_sha() == restarted.model_sha()
+    assert restarted.staged is None and restarted.store.load(staged=True) is None
+
+
+def test_a_staged_model_server0_did_not_commit_is_dropped(monkeypatch):
+    pair, servers = in_process()
+    leader, follower = servers.nodes
+    real = leader.store.save
+
+    def full(ck, **kw):
+        if ck.version >= 1:
+            raise StorageError("could not write file checkpoint.npz: ENOSPC")
+        real(ck, **kw)
+
+    monkeypatch.setattr(leader.store, "save", full)
+    _, outcome, _ = play_round(pair)
+    assert outcome["state"] == "aborted" and "checkpoint could not be written" in outcome["reason"]
+    assert follower.staged is None and follower.store.load(staged=True) is None
+    assert (leader.version, follower.version) == (0, 0) and leader.model_sha() == follower.model_sha()
