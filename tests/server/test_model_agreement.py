@@ -18,6 +18,7 @@ from secemb.server.errors import Conflict, PeerUnavailable
 from secemb.server.node import make_node
 from secemb.server.peer import PeerUnreachable
 from secemb.server.persist import StorageError
+from secemb.server.store import DiskStore
 from secemb.training.results import model_sha256
 
 
@@ -174,3 +175,17 @@ def test_a_staged_model_server0_did_not_commit_is_dropped(monkeypatch):
     assert outcome["state"] == "aborted" and "checkpoint could not be written" in outcome["reason"]
     assert follower.staged is None and follower.store.load(staged=True) is None
     assert (leader.version, follower.version) == (0, 0) and leader.model_sha() == follower.model_sha()
+
+
+def test_disk_store_keeps_the_staged_checkpoint_beside_the_checkpoint(tmp_path):
+    pair, servers = in_process()
+    follower = servers.nodes[1]
+    store = DiskStore(tmp_path, 1, follower.fingerprint)
+    ck = follower._checkpoint(1, 0, USERS, follower.table + 1.0, follower.dense, "f" * 64, follower.opt)
+    store.save(ck, staged=True)
+    assert store.load() is None and (tmp_path / "staged.npz").is_file()
+    got = store.load(staged=True)
+    assert got is not None and got.version == 1 and np.array_equal(got.table, ck.table)
+    store.drop_staged()
+    assert store.load(staged=True) is None and not (tmp_path / "staged.npz").exists()
+    store.drop_staged()  # none: nothing to do
