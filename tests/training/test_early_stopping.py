@@ -242,3 +242,17 @@ def test_bench_grec_refuses_early_stopping_without_validation(tmp_path) -> None:
                                    "--early-stop", "3", "--out", str(tmp_path / "t.json")])
     assert got.exit_code == 2 and "--early-stop 0 turns it off" in got.output
     assert not (tmp_path / "t.json").exists()
+
+
+def test_a_networked_run_keeps_the_same_epoch_and_model() -> None:
+    """Two server processes on 127.0.0.1, the devices here: early stopping in the one driver
+    gives the in-process run's epoch, model and device state."""
+    from secemb.sim.demo import train_on_local_cluster
+
+    built = build_experiment(Experiment(**HIGH_LR, epochs=8, valid_fraction=0.2, early_stop=2))
+    ref = train(built.model, built.protocol, built.train_data, built.test_data, built.config, val_data=built.val_data)
+    got = train_on_local_cluster(built.model, built.protocol, built.train_data, built.test_data, built.config,
+                                 val_data=built.val_data, device_randomness="reproducible")
+    assert len(ref.epochs) < 8  # it stopped early
+    assert (got.epoch_kept, got.model_sha256, len(got.epochs)) == (ref.epoch_kept, ref.model_sha256, len(ref.epochs))
+    assert np.array_equal(got.user_store.params, ref.user_store.params)
