@@ -1,5 +1,8 @@
 """GREC's denoiser F_p (grec.txt Eq. 16, A.8.2) as a federated model trained by
-:func:`secemb.training.train` after the recommender.
+:func:`secemb.training.train` after the recommender.  ``secemb bench grec`` trains it on the
+recommender's training ratings less a per-user validation split and keeps its best validation
+epoch (``TrainConfig.early_stop``; the validation score is the RMSE of :meth:`Denoiser.predict`,
+the post-processed prediction): at the paper's 50 epochs it overfits (docs/inference.md).
 
 Modules (docs/inference.md):
 

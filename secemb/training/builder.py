@@ -128,8 +128,8 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
     train_data, val_data, test_data = task.split(data, exp.test_fraction, exp.seed)
     if exp.valid_fraction:
         if val_data is not None:
-            raise InvalidParameters(f"the {task.name} task holds its own validation set out ({task.evaluation}): "
-                                    "give no valid_fraction")
+            raise InvalidParameters(f"the {task.name} task holds its own validation set out (leave-one-out's "
+                                    "second-to-last items; early_stop uses it): give no valid_fraction")
         train_data, val_data = validation_split(train_data, exp.valid_fraction, exp.seed)
     if exp.early_stop is not None and val_data is None:
         raise InvalidParameters("early_stop keeps the best validation epoch: give valid_fraction > 0")
