@@ -259,11 +259,11 @@ class TrainResult:
     def selection(self) -> dict[str, Any]:
         """Which epoch the model is and how it was chosen (the result document's and a saved
         model's ``selection``): ``epoch_kept``, ``epochs_run``, ``valid_fraction`` (the share of
-        each user's training ratings held out for validation, as the config records it; 0 where it
-        records none), ``early_stop`` (the patience, ``None``:
-        the last epoch kept), ``metric`` (the validation metric that chose, ``None`` without
-        early stopping) and ``valid_per_epoch`` (that metric on the validation data after each
-        epoch, ``None`` without early stopping)."""
+        each user's training ratings held out for validation, as the config records it; 0 where
+        it records none), ``early_stop`` (the patience; ``None``: the last epoch kept),
+        ``metric`` (the validation metric that chose; ``None`` without early stopping) and
+        ``valid_per_epoch`` (that metric on the validation data after each epoch; ``None``
+        without early stopping)."""
         patience = self.config.get("early_stop")
         metric = self.config["metrics"][0] if patience is not None else None
         return {"epoch_kept": self.epoch_kept, "epochs_run": len(self.epochs),
