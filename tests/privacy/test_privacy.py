@@ -225,8 +225,11 @@ def test_seeded_noise_secure_equals_plaintext_and_each_server_adds_noise(small):
 def test_dp_epsilon_inf_reproduces_the_non_dp_run():
     base = Experiment(dataset="synthetic-mini", protocol="plaintext", layout="full", epochs=1, users_per_round=40)
     plain = run_experiment(base)
-    inf = run_experiment(Experiment(**{**base.__dict__, "dp_epsilon": float("inf"), "dp_clip": 0.01}))
+    inf = run_experiment(Experiment(**{**base.__dict__, "dp_epsilon": float("inf")}))
     assert inf.model_sha256 == plain.model_sha256 and inf.privacy is None and "privacy" not in inf.to_dict()
+    # a DP option beside an infinite epsilon asks for a guarantee the run would not give (issue 32)
+    with pytest.raises(InvalidParameters, match="needs a finite dp_epsilon"):
+        run_experiment(Experiment(**{**base.__dict__, "dp_epsilon": float("inf"), "dp_clip": 0.01}))
     noisy = run_experiment(Experiment(**{**base.__dict__, "dp_epsilon": 8.0}))
     assert noisy.model_sha256 != plain.model_sha256 and noisy.to_dict()["privacy"]["epsilon"] <= 8.0
 
