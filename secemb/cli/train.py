@@ -89,6 +89,16 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option(help="Check every round against the direct plaintext computation.")
         ] = False,
         json_out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
+        adversary: Annotated[
+            str | None,
+            typer.Option(metavar="ATTACK", help="Simulate malicious devices running ATTACK: two-points, "
+                                                "inconsistent-keys, oversized-payload, wrapped-dense or random-bytes "
+                                                "(--protocol secemb; the JSON reports rejected_devices per round; "
+                                                "docs/security.md).")
+        ] = None,
+        adversaries: Annotated[
+            int, typer.Option(min=1, metavar="K", help="How many devices run --adversary (users 0..K-1).")
+        ] = 1,
         lr: Annotated[float | None, typer.Option(help="Adam step size (default: preset).")] = None,
         reg: Annotated[float | None, typer.Option(help="L2 weight (default: preset).")] = None,
         dim: Annotated[
@@ -157,6 +167,13 @@ def register(app: typer.Typer) -> None:
                 fail(f"--json-out {json_out}: lies in --save-model {save_model}, which is replaced whole; choose a "
                      "path outside it")
         check_preset(protocol, sfsl_preset)
+        if adversary is not None:
+            from secemb.protocols.adversary import ATTACKS
+
+            if adversary not in ATTACKS:
+                fail(f"--adversary must be one of {', '.join(ATTACKS)}, got {adversary!r}")
+            if protocol != "secemb":
+                fail(f"--adversary simulates attacks on --protocol secemb, not {protocol!r}")
         if protocol == "sfsl" and (valid_fraction or early_stop is not None):
             fail("--valid-fraction and --early-stop are for the federated recommenders, not --protocol sfsl")
         if protocol == "sfsl":
@@ -207,8 +224,14 @@ def register(app: typer.Typer) -> None:
 
         try:
             check_dataset(dataset)  # a name with no preset fails as an unknown dataset, before any work
+            behavior, record = None, None
+            if adversary is not None:
+                from secemb.protocols.adversary import AdversaryRecord, attack_behavior
+
+                behavior, record = attack_behavior(adversary, adversaries), AdversaryRecord(adversary, adversaries)
             with progress:
-                run = exp.run(on_start=on_start, on_round=on_round, on_epoch=on_epoch)
+                run = exp.run(on_start=on_start, on_round=on_round, on_epoch=on_epoch, behavior=behavior,
+                              after_round=None if record is None else record.after_round)
         except VerificationError as exc:
             fail(f"verification failed: {exc}", code=1)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
@@ -245,13 +268,30 @@ def register(app: typer.Typer) -> None:
             p = result.privacy
             table.add_row("DP epsilon spent (target)", f"{p['epsilon']:.3f} ({p['epsilon_target']:g}), "
                           f"delta {p['delta']:g}, z = {p['noise_multiplier']:.3f}")
+        if record is not None:
+            left_out = sum(len(r["rejected_devices"]) + len(r["refused_devices"]) for r in record.rounds)
+            kept = sum(len(r["malicious_included"]) for r in record.rounds)
+            table.add_row(f"malicious devices ({adversary}) left out / included", f"{left_out} / {kept}")
         console.print(table)
 
-        write_json(console, result, json_out)
+        write_json(console, result if record is None else _WithAdversary(result, record), json_out)
         if save_model is not None:
             save_model_dir(run.model, save_model)
             console.print(f"saved the model to {save_model} (try: secemb recommend --model-dir {save_model} --user "
                           f"{shlex.quote(run.model.user_id(0))})", markup=False)
+
+
+class _WithAdversary:
+    """A result document with the run's malicious devices: ``adversary`` (per round, who was
+    rejected, refused or included) and ``rejected_devices`` (per committed round, the ids the
+    servers' verification left out)."""
+
+    def __init__(self, result: Any, record: Any) -> None:
+        self.result, self.record = result, record
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.result.to_dict(), "adversary": self.record.to_dict(),
+                "rejected_devices": [r["rejected_devices"] for r in self.record.rounds]}
 
 
 def _train_sfsl(opts: Any, data_dir: Path | None, download: bool, json_out: Path | None, quiet: bool) -> None:

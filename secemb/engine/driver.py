@@ -53,6 +53,7 @@ from secemb.metrics import evaluate
 from secemb.privacy.accounting import DPPlan
 from secemb.models.base import RecModel, UserStore
 from secemb.models.task import Sample
+from secemb.protocols.adversary import ATTACK_BEHAVIOR, with_attack
 from secemb.protocols.base import Protocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
@@ -236,7 +237,9 @@ def run(
     close_when_done: close a round as soon as all its devices finished (else the servers
         close it on quorum or deadline).
     max_attempts: tries per round (aborted rounds are retried).
-    behavior: per (round index, user), a device fault to simulate (see :data:`Behavior`).
+    behavior: per (round index, user), a device fault to simulate (see :data:`Behavior`), or
+        ``"attack:NAME"``: a malicious device running attack NAME
+        (:mod:`secemb.protocols.adversary`).
     before_round: ``(round index, attempt, round id, users)``, called before the devices run.
     after_round: ``(round index, attempt, outcome, device errors by user)``, called when the
         round ended (committed or aborted).
@@ -346,7 +349,10 @@ def run(
             # as a real device does: both servers announce the round on the same model (a
             # ModelDisagreement is reported to both and the device takes no part)
             client.round_info()
-            dev.session = RoundSession(client, info, protocol=device_protocol, fp=fp, task=task,
+            proto = device_protocol
+            if dev.behavior is not None and dev.behavior.startswith(ATTACK_BEHAVIOR):  # a simulated malicious device
+                proto = with_attack(device_protocol, dev.behavior[len(ATTACK_BEHAVIOR):])
+            dev.session = RoundSession(client, info, protocol=proto, fp=fp, task=task,
                                        clip=None if dp is None else dp.clip)
             return dev.session
         except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
@@ -447,7 +453,9 @@ def run(
                 else:
                     device_phase(devs, info, expected)
                 for d in devs:
-                    if isinstance(d.error, VerificationError) or (d.error is not None and servers.device_errors_fatal):
+                    attacker = d.behavior is not None and d.behavior.startswith(ATTACK_BEHAVIOR)  # refused: expected
+                    if isinstance(d.error, VerificationError) or (d.error is not None and servers.device_errors_fatal
+                                                                  and not attacker):
                         raise d.error
                 if close_when_done:
                     outcome = _close(admin0, r, wait_s)

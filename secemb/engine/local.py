@@ -32,6 +32,7 @@ from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
 from secemb.randomness import RandomBytes
 from secemb.server.config import ServerConfig
+from secemb.server.verify import decode_digests
 from secemb.server.errors import PeerUnavailable
 from secemb.server.node import FollowerNode, LeaderNode, make_node
 from secemb.server.peer import PeerRefused, PeerUnreachable
@@ -105,6 +106,11 @@ class LocalPeer:
 
     def close(self, round_id: int) -> list[int]:
         return [int(u) for u in _peer(lambda: self.follower.peer_close(round_id))["uploaded"]]
+
+    def verify(self, round_id: int, include: list[int]) -> dict[int, bytes]:
+        got = decode_digests(_peer(lambda: self.follower.peer_verify(round_id, include)), include)
+        _carry(self.tp, SERVER1, SERVER0, b"".join(got.values()), AGGREGATE)  # 32 bytes per user, counted
+        return got
 
     def share(self, round_id: int, include: list[int]) -> bytes:
         share = _peer(lambda: self.follower.peer_share(round_id, include))

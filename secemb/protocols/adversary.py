@@ -24,18 +24,25 @@ implemented (docs/security.md, "A malicious device: verified uploads").
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from secemb import fss
 from secemb.errors import InvalidParameters, RetrievalTampered
 from secemb.fss.keys import HEADER_BYTES
-from secemb.protocols.base import RoundConfig
-from secemb.protocols.secemb import DIGEST_BYTES, SecEmbUser, _checks_bytes, key_params
+from secemb.protocols.base import Protocol, RoundConfig
+from secemb.protocols.secemb import DIGEST_BYTES, SecEmbProtocol, SecEmbUser, _checks_bytes, key_params
 from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.randomness import RandomBytes
 
-__all__ = ["ATTACKS", "MaliciousUser"]
+#: the prefix of a simulated device's behavior (:data:`secemb.engine.driver.Behavior`) that runs
+#: an attack: ``"attack:two-points"``
+ATTACK_BEHAVIOR = "attack:"
+
+__all__ = ["ATTACKS", "ATTACK_BEHAVIOR", "AdversaryRecord", "MaliciousUser", "attack_behavior", "with_attack"]
 
 ATTACKS = ("two-points", "inconsistent-keys", "oversized-payload", "wrapped-dense", "random-bytes")
 
@@ -63,8 +70,8 @@ class MaliciousUser(SecEmbUser):
     def _random(self, message: bytes) -> bytes:
         return message[:FRAME_BYTES] + self._rng(len(message) - FRAME_BYTES)
 
-    def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
-        m0, m1 = super().retrieval_request(indices)
+    def _sending(self, messages: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
+        m0, m1 = messages
         cfg = self.config
         if self.attack == "random-bytes":
             return self._random(m0), self._random(m1)
@@ -79,8 +86,9 @@ class MaliciousUser(SecEmbUser):
             digest = hashlib.sha256(keys.shared_bytes() + body[len(body) - checks :]).digest()
             return m0, m1[: len(m1) - DIGEST_BYTES] + digest
         if self.attack == "inconsistent-keys":
+            assert self._items is not None  # set with the request
             other = SecEmbUser(cfg, relay=self.relay, verify=self.verify, _rng=self._rng)
-            _, o1 = other.retrieval_request(indices)  # the same items, another key generation
+            _, o1 = other.retrieval_request(self._items)  # the same items, another key generation
             if not self.relay:
                 return m0, o1
             roots = 16 * cfg.slots + FRAME_BYTES
@@ -107,3 +115,68 @@ class MaliciousUser(SecEmbUser):
         if self.attack == "random-bytes":
             return self._random(u0), None if u1 is None else self._random(u1)
         return u0, u1
+
+
+class _AttackProtocol(SecEmbProtocol):
+    """SecEmb whose users run ``attack`` (:func:`with_attack`)."""
+
+    def __init__(self, base: SecEmbProtocol, attack: str) -> None:
+        super().__init__(base.layout, base.relay, base.expansion, base.layout_seed, base.backend, base.verify)
+        self.attack = attack
+
+    def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
+        return MaliciousUser(config, self.attack, relay=self.relay, verify=self.verify, _rng=_rng)
+
+
+def with_attack(protocol: Protocol, attack: str) -> Protocol:
+    """``protocol`` (SecEmb) with malicious users running ``attack`` (:data:`ATTACKS`).
+
+    Raises
+    ------
+    InvalidParameters: not a SecEmb protocol, or an unknown attack.
+    """
+    if not isinstance(protocol, SecEmbProtocol):
+        raise InvalidParameters(f"simulated attacks need --protocol secemb, got {protocol.name!r}")
+    if attack not in ATTACKS:
+        raise InvalidParameters(f"attack must be one of {ATTACKS}, got {attack!r}")
+    return _AttackProtocol(protocol, attack)
+
+
+def attack_behavior(attack: str, count: int) -> Callable[[int, int], str | None]:
+    """The driver's per-(round, user) behavior of a run with ``count`` malicious devices: users
+    ``0 .. count - 1`` run ``attack`` in every round they take part in, the others are honest.
+
+    Raises
+    ------
+    InvalidParameters: an unknown attack or ``count < 1``.
+    """
+    if attack not in ATTACKS:
+        raise InvalidParameters(f"attack must be one of {ATTACKS}, got {attack!r}")
+    if count < 1:
+        raise InvalidParameters(f"the number of malicious devices must be >= 1, got {count}")
+    return lambda _round, user: ATTACK_BEHAVIOR + attack if user < count else None
+
+
+@dataclass
+class AdversaryRecord:
+    """Per committed round, the malicious devices that took part and the ones the servers left
+    out: ``rejected`` by the upload verification or ``refused`` earlier (a message a server
+    would not take); :meth:`after_round` is the driver's ``after_round`` callback."""
+
+    attack: str
+    count: int
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+
+    def after_round(self, round_index: int, attempt: int, outcome: dict[str, Any],
+                    errors: dict[int, BaseException]) -> None:
+        if outcome.get("state") != "committed":
+            return
+        included = set(outcome.get("included") or [])
+        rejected = sorted(int(u) for u in outcome.get("rejected") or [])
+        refused = sorted(u for u in errors if u < self.count and u not in rejected)
+        self.rounds.append({"round_index": round_index, "round_id": int(outcome["round_id"]),
+                            "rejected_devices": rejected, "refused_devices": refused,
+                            "malicious_included": sorted(u for u in included if u < self.count)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attack": self.attack, "adversaries": self.count, "rounds": list(self.rounds)}

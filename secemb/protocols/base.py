@@ -299,6 +299,13 @@ class ServerRole(ABC):
         ProtocolError: a user of ``include`` did not upload to this server.
         """
 
+    def upload_digests(self, users: list[int]) -> dict[int, bytes] | None:
+        """Verified uploads (issue 34): per user of ``users`` (each uploaded), the digest the
+        two servers compare before it enters the aggregate -- equal at both servers for an
+        honest device, different for one whose contribution fails the check; a user whose
+        digests differ is left out like a dropout.  Default: ``None`` (no verification)."""
+        return None
+
     def prepare_combine(self, include: list[int] | None = None) -> None:
         """Server 0: the part of :meth:`combine` over ``include`` that needs no peer share,
         done ahead (a server runs it while the peer computes its share); no visible change

@@ -365,7 +365,13 @@ class SecEmbUser(UserRole):
                 digest = hashlib.sha256(keys0[sl].shared_bytes() + own_checks).digest()
                 out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id,
                                       roots1[per_user * j : per_user * (j + 1)], *user._seeds, user._mac_key, digest))
-        return cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
+        done = cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
+        return [got if isinstance(got, Exception) else user._sending(got) for user, got in zip(mine, done, strict=True)]
+
+    def _sending(self, messages: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
+        """The request messages this device sends for the ones it made: the same for an honest
+        device (a simulated malicious one rewrites them, :mod:`secemb.protocols.adversary`)."""
+        return messages
 
     def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
         """The requested rows, ring (S, width) (zero rows for empty buckets), once they pass

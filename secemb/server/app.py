@@ -427,6 +427,16 @@ def create_app(node: Node) -> FastAPI:
         await authed(request, (PEER,), _limit_json(node))
         return JSONResponse(await call(follower("peer close").peer_close, round_id))
 
+    @app.post("/v1/peer/rounds/{round_id}/verify", tags=["peer"],
+              summary="Server 1's digests of the agreed users' uploads (verified uploads, issue 34)",
+              responses=_ERRORS,
+              openapi_extra=_json_body({"type": "object", "properties": {"include": _IDS}, "required": ["include"]})
+              | {"security": _SECURITY})
+    async def peer_verify(round_id: RoundId, request: Request) -> JSONResponse:
+        _, body = await authed(request, (PEER,), _limit_json(node))
+        include = _ids(json_object(body, _limit_json(node)), "include", node)
+        return JSONResponse(await call(follower("peer verify").peer_verify, round_id, include))
+
     @app.post("/v1/peer/rounds/{round_id}/share", tags=["peer"],
               summary="Server 1's aggregate share over exactly the agreed users (aggregate_share)",
               responses=_ERRORS | {200: _BIN_RESPONSE},

@@ -72,6 +72,7 @@ from secemb.server.peer import HttpPeer, PeerLink, PeerRefused, PeerUnreachable
 from secemb.server.persist import CorruptState, StorageError
 from secemb.server.rounds import ABORTED, CLOSING, COMMITTED, FINAL, OPEN, Batcher, Outcomes, Round, by_round
 from secemb.server.store import Checkpoint, DiskStore, StateStore
+from secemb.server.verify import encode_digests, rejected
 from secemb.sharing import reconstruct
 from secemb.training import messages
 from secemb.training.results import model_sha256
@@ -85,7 +86,7 @@ log = logging.getLogger("secemb.server")
 _PEER_ERRORS = (PeerRefused, PeerUnreachable)
 
 #: the alarms a server raises (docs/deployment.md, "Alarms"), and whether each halts the deployment
-ALARMS = {"relay_tampered": False, "retrieval_tampered": True, "model_disagreement": True}
+ALARMS = {"relay_tampered": False, "retrieval_tampered": True, "model_disagreement": True, "device_rejected": False}
 #: what a device may report (``POST /v1/alarm``)
 DEVICE_ALARMS = ("retrieval_tampered", "model_disagreement")
 #: alarms kept in memory and shown in the status (the journal keeps them all)
@@ -229,7 +230,8 @@ class Node:
                 open_rounds[r] = rec
             elif ev in FINAL:
                 open_rounds.pop(r, None)
-                self.outcomes.remember(r, ev, rec.get("included"), rec.get("reason", ""), tampered=rec.get("tampered"))
+                self.outcomes.remember(r, ev, rec.get("included"), rec.get("reason", ""), tampered=rec.get("tampered"),
+                                       rejected=rec.get("rejected"))
         for r in sorted(open_rounds):
             if r == self.last_round:
                 rec = {"ev": COMMITTED, "round": r, "version": self.version, "included": self.last_included,
@@ -362,9 +364,11 @@ class Node:
                 rec["version"], rec["included"] = self.version, rnd.included
             if rnd.tampered:
                 rec["tampered"] = sorted(rnd.tampered)
+            if rnd.rejected:
+                rec["rejected"] = sorted(rnd.rejected)
             self._journal_outcome(rec)
             self.outcomes.remember(rnd.round_id, state, rnd.included, reason, rnd.server_s, rnd.optimizer_s,
-                                   sorted(rnd.tampered))
+                                   sorted(rnd.tampered), sorted(rnd.rejected))
         if state == ABORTED:
             log.warning("round %d aborted: %s", rnd.round_id, reason)
         if done:
@@ -502,6 +506,7 @@ class Node:
             inc = doc.pop("included")
             doc["included"] = None if inc is None else user in inc
             del doc["server_s"], doc["optimizer_s"], doc["tampered"]
+            doc.pop("rejected", None)
         return doc
 
     # ================================================================== Eq. 11 counts
@@ -900,7 +905,10 @@ class LeaderNode(Node):
         except _PEER_ERRORS as exc:
             self._end(rnd, ABORTED, f"server 1 did not close the round: {exc}")
             return
-        include = sorted(uploaded & set(theirs))
+        verified = self._verified(rnd, sorted(uploaded & set(theirs)))
+        if verified is None:
+            return
+        include = verified
         if len(include) < rnd.min_users:
             self._end(rnd, ABORTED,
                       f"{len(include)} user(s) uploaded to both servers, fewer than min_users={rnd.min_users}")
@@ -957,6 +965,30 @@ class LeaderNode(Node):
             self._end(rnd, COMMITTED, rnd.reason, done=False)
         self._sync_peer()
         rnd.done.set()
+
+    def _verified(self, rnd: Round, include: list[int]) -> list[int] | None:
+        """``include`` without the devices whose uploads fail the servers' verification (issue
+        34, :func:`secemb.server.verify.rejected`): both roles' digests of every upload are
+        compared; a mismatch leaves the device out like a dropout, records it (the round's
+        ``rejected``) and raises a ``device_rejected`` alarm.  ``None``: the round was aborted
+        (server 1 did not answer).  Unchanged without verification (a role without digests)."""
+        with self.lock:
+            role = self.role
+        mine = rnd.busy(role.upload_digests, include)
+        if mine is None:
+            return include
+        try:
+            theirs = self.peer.verify(rnd.round_id, include)
+        except _PEER_ERRORS as exc:
+            self._end(rnd, ABORTED, f"server 1 did not verify the uploads: {exc}")
+            return None
+        bad = rejected(mine, theirs)
+        if bad:
+            rnd.rejected.update(bad)
+            self.raise_alarm("device_rejected", rnd.round_id, f"user(s) {bad[:50]} failed the upload verification "
+                                                              "(keys not point functions or not the same at both "
+                                                              "servers): left out of the round")
+        return [u for u in include if u not in bad]
 
     def _sync_peer(self) -> None:
         """Send server 1 the current model (after a commit, or when it missed it)."""
@@ -1163,6 +1195,24 @@ class FollowerNode(Node):
             out = {"uploaded": sorted(rnd.uploaded)}
         faults.hit("close")
         return out
+
+    def peer_verify(self, r: int, include: list[int]) -> dict[str, Any]:
+        """This server's digests of the uploads of ``include`` (issue 34; ``{"digests": {user:
+        hex}}``, empty without verification), for server 0 to compare with its own.  For an
+        honest device the two are equal, so server 0 learns nothing it could not compute.
+
+        Raises
+        ------
+        Conflict: the round is not closing, or a user of ``include`` did not upload here.
+        """
+        include = sorted(set(include))
+        with self.lock:
+            rnd = self._current(r, states=(CLOSING,))
+            extra = set(include) - rnd.uploaded
+            if extra:
+                raise Conflict(f"round {r}: user(s) {sorted(extra)[:5]} did not upload to this server")
+            role = self.role
+        return {"digests": encode_digests(rnd.busy(role.upload_digests, include) or {})}
 
     def peer_share(self, r: int, include: list[int]) -> bytes:
         """The aggregate share over exactly ``include`` (the same bytes if asked again for the

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from secemb.errors import InvalidMessage, SecembError
+from secemb.server.verify import decode_digests
 from secemb.transport.errors import RemoteError, Unreachable
 
 __all__ = ["HttpPeer", "PeerLink", "PeerRefused", "PeerUnreachable"]
@@ -76,6 +77,10 @@ class PeerLink(Protocol):
 
     def close(self, round_id: int) -> list[int]:
         """Server 1 stops taking uploads; the sorted users it absorbed."""
+
+    def verify(self, round_id: int, include: list[int]) -> dict[int, bytes]:
+        """Server 1's digests of the uploads of ``include`` (issue 34; empty without
+        verification), checked (:func:`secemb.server.verify.decode_digests`)."""
 
     def share(self, round_id: int, include: list[int]) -> bytes:
         """Server 1's aggregate share over exactly ``include``."""
@@ -190,6 +195,10 @@ class HttpPeer:
     def close(self, round_id: int) -> list[int]:
         return list(_call(lambda: _fields(self.api.post_json(f"/v1/peer/rounds/{round_id}/close"),
                                           uploaded=list)["uploaded"]))
+
+    def verify(self, round_id: int, include: list[int]) -> dict[int, bytes]:
+        return decode_digests(_call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/verify",
+                                                               {"include": include})), include)
 
     def share(self, round_id: int, include: list[int]) -> bytes:
         return _call(lambda: self.api.request("POST", f"/v1/peer/rounds/{round_id}/share",

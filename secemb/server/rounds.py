@@ -55,6 +55,8 @@ class Round:
     share_noise: Any = None
     #: server 1: the users whose forwarded relay bytes failed authentication (issue 33, item 1)
     tampered: set[int] = field(default_factory=set)
+    #: server 0: the users left out because their uploads failed the servers' verification (issue 34)
+    rejected: set[int] = field(default_factory=set)
     done: threading.Event = field(default_factory=threading.Event)
     closing: bool = False
     server_s: float = 0.0
@@ -77,7 +79,8 @@ class Round:
     def outcome(self) -> dict[str, Any]:
         """The outcome document of :meth:`~secemb.server.node.Node.round_status`."""
         return {"round_id": self.round_id, "state": self.state, "included": self.included, "reason": self.reason,
-                "server_s": self.server_s, "optimizer_s": self.optimizer_s, "tampered": sorted(self.tampered)}
+                "server_s": self.server_s, "optimizer_s": self.optimizer_s, "tampered": sorted(self.tampered),
+                "rejected": sorted(self.rejected)}
 
 
 class Outcomes:
@@ -95,11 +98,13 @@ class Outcomes:
 
     def remember(self, r: int, state: str, included: list[int] | None, reason: str,
                  server_s: float | None = None, optimizer_s: float | None = None,
-                 tampered: list[int] | None = None) -> None:
+                 tampered: list[int] | None = None, rejected: list[int] | None = None) -> None:
         """Record round ``r``'s outcome (busy times ``None``: not measured, e.g. recovered;
-        ``tampered``: the users server 1 left out because their relayed bytes were altered)."""
+        ``tampered``: the users server 1 left out because their relayed bytes were altered;
+        ``rejected``: the users server 0 left out because their uploads failed verification)."""
         self._docs[r] = {"round_id": r, "state": state, "included": included, "reason": reason,
-                         "server_s": server_s, "optimizer_s": optimizer_s, "tampered": tampered or []}
+                         "server_s": server_s, "optimizer_s": optimizer_s, "tampered": tampered or [],
+                         "rejected": rejected or []}
         self._docs.move_to_end(r)
         while len(self._docs) > _KEEP_OUTCOMES:
             self._docs.popitem(last=False)

@@ -131,9 +131,12 @@ class Experiment:
         on_start: Callable[[dict[str, Any]], None] | None = None,
         on_round: Callable[[RoundStats], None] | None = None,
         on_epoch: Callable[[EpochStats], None] | None = None,
+        behavior: Callable[[int, int], str | None] | None = None,
+        after_round: Callable[[int, int, dict[str, Any], dict[int, BaseException]], None] | None = None,
     ) -> ExperimentResult:
         """Build (:func:`~secemb.training.builder.build_experiment`), train in process and
-        return the :class:`ExperimentResult`; the callbacks are those of :func:`train`.
+        return the :class:`ExperimentResult`; the callbacks, ``behavior`` (simulated device
+        faults or malicious devices) and ``after_round`` are those of :func:`train`.
 
         Raises
         ------
@@ -141,7 +144,8 @@ class Experiment:
             As :func:`run_experiment`.
         """
         built = build_experiment(self)
-        result = _train_built(built, on_start=on_start, on_round=on_round, on_epoch=on_epoch)
+        result = _train_built(built, on_start=on_start, on_round=on_round, on_epoch=on_epoch, behavior=behavior,
+                              after_round=after_round)
         return ExperimentResult(self, result, TrainedModel.from_training(built, result))
 
 
@@ -217,6 +221,8 @@ def _train_built(
     on_start: Callable[[dict[str, Any]], None] | None = None,
     on_round: Callable[[RoundStats], None] | None = None,
     on_epoch: Callable[[EpochStats], None] | None = None,
+    behavior: Callable[[int, int], str | None] | None = None,
+    after_round: Callable[[int, int, dict[str, Any], dict[int, BaseException]], None] | None = None,
 ) -> TrainResult:
     """:func:`train` on a built experiment."""
     return train(
@@ -231,4 +237,6 @@ def _train_built(
         on_start=on_start,
         extra_config=built.extra_config,
         val_data=built.val_data,
+        behavior=behavior,
+        after_round=after_round,
     )

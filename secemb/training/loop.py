@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from secemb.data import RatingData
-from secemb.engine.driver import run
+from secemb.engine.driver import Behavior, run
 from secemb.engine.local import InProcessServers
 from secemb.engine.settings import cluster_settings
 from secemb.models.base import RecModel
@@ -55,6 +55,8 @@ def train(
     on_start: Callable[[dict[str, Any]], None] | None = None,
     extra_config: dict[str, Any] | None = None,
     val_data: RatingData | None = None,
+    behavior: Behavior | None = None,
+    after_round: Callable[[int, int, dict[str, Any], dict[int, BaseException]], None] | None = None,
 ) -> TrainResult:
     """Train ``model`` federatedly with ``protocol`` and return metrics and the final model: a
     reproducible simulation (the devices' private draws come from ``config.seed``).
@@ -74,6 +76,8 @@ def train(
     extra_config: merged into ``result.config`` (e.g. the dataset name).
     val_data: optional held-out ratings (same id spaces), scored after every epoch into
         :attr:`EpochStats.val_rmse`; they take no part in training.
+    behavior, after_round: simulated device behaviors (faults, malicious devices) and the
+        per-round callback, as :func:`secemb.engine.driver.run` takes them.
 
     Raises
     ------
@@ -87,6 +91,7 @@ def train(
         return run(
             cluster.servers(), model, protocol, train_data, test_data, config, device_randomness="reproducible",
             val_data=val_data, on_start=on_start, on_round=on_round, on_epoch=on_epoch, extra_config=extra_config,
+            behavior=behavior, after_round=after_round,
         )
     finally:
         cluster.stop()

@@ -1,0 +1,59 @@
+"""The servers' verification step between upload and close (issue 34).
+
+Server 0, closing a round, asks server 1 for its digests of the agreed users' uploads
+(``POST /v1/peer/rounds/{r}/verify``, :meth:`~secemb.server.node.FollowerNode.peer_verify`)
+and compares them with its own (:meth:`~secemb.protocols.base.ServerRole.upload_digests`):
+a device whose digests differ is left out of the round like a dropout
+(:meth:`~secemb.server.node.LeaderNode._verified`).  What the digests cover and why an honest
+device's digests tell a server nothing: docs/security.md, "A malicious device: verified
+uploads".  This module is the wire form of the digests and the comparison.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from secemb.errors import InvalidMessage
+
+__all__ = ["DIGEST_HEX", "decode_digests", "encode_digests", "rejected"]
+
+#: hex characters of one digest (SHA-256)
+DIGEST_HEX = 64
+
+
+def encode_digests(digests: dict[int, bytes]) -> dict[str, str]:
+    """The JSON form of per-user digests: ``{"user id": "hex"}``."""
+    return {str(u): d.hex() for u, d in sorted(digests.items())}
+
+
+def decode_digests(doc: Any, include: list[int]) -> dict[int, bytes]:
+    """Server 1's answer ``{"digests": {"user id": "hex"}}`` for the users ``include``,
+    checked: exactly those users, each a 32-byte digest in lowercase hex (or none at all: a
+    server without verification).
+
+    Raises
+    ------
+    InvalidMessage: anything else (a peer's answer is input like any other).
+    """
+    got = doc.get("digests") if isinstance(doc, dict) else None
+    if got == {}:  # the peer does not verify: nothing to compare (every device then differs)
+        return {}
+    if not isinstance(got, dict) or set(got) != {str(u) for u in include}:
+        raise InvalidMessage("the peer's upload digests are not an object with exactly the agreed users")
+    out: dict[int, bytes] = {}
+    for key, value in got.items():
+        if not (isinstance(value, str) and len(value) == DIGEST_HEX and value == value.lower()):
+            raise InvalidMessage(f"the peer's upload digest of user {key[:20]} is not {DIGEST_HEX} lowercase hex")
+        try:
+            out[int(key)] = bytes.fromhex(value)
+        except ValueError:
+            raise InvalidMessage(f"the peer's upload digest of user {key[:20]} is not hex") from None
+    return out
+
+
+def rejected(mine: dict[int, bytes], theirs: dict[int, bytes]) -> list[int]:
+    """The sorted users whose two digests differ (a user missing on either side counts as a
+    difference), compared in constant time."""
+    return sorted(u for u in set(mine) | set(theirs)
+                  if not hmac.compare_digest(mine.get(u, b""), theirs.get(u, b"-")))
