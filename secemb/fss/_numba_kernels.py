@@ -16,7 +16,7 @@ from secemb.fss._aesni import BLOCKS, expand8, mmo_blocks, mmo_ctr
 
 __all__ = [
     "subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "bits_accumulate",
-    "cuckoo_assign", "LEAF_STEP",
+    "cuckoo_assign", "check_accumulate", "LEAF_STEP",
 ]
 
 #: leaves converted per step of the fused conversion kernels (their blocks stay in L1)
@@ -313,3 +313,27 @@ def cuckoo_assign(cands, slots, items, max_kicks, rng, dropped):  # noqa: ANN001
             dropped[n_dropped] = cur
             n_dropped += 1
     return n_dropped
+
+
+@njit(cache=True, nogil=True)
+def check_accumulate(vals, leaves, row0, frontier, per_user, cs, offsets, r, acc):  # noqa: ANN001, ANN201
+    """The point-function check of a leaf group (:class:`secemb.fss.verify.LeafCheck`):
+    ``acc[k] += sum_x r[k // per_user, x] * (vals ^ t (cs[k] ^ offsets[x]))`` word-wise mod
+    2^64 over the group's rows ``row0 + i`` (key ``(row0 + i) // frontier``, positions
+    ``((row0 + i) % frontier) * width + p``); ``vals`` uint64 (g, width, 4) the leaves' ``F``,
+    ``leaves`` uint64 (g, width, 2) their words (``t`` in bit 0)."""
+    g, width = vals.shape[0], vals.shape[1]
+    one = np.uint64(1)
+    for i in range(g):
+        row = row0 + i
+        key = row // frontier
+        u = key // per_user
+        x0 = (row % frontier) * width
+        for p in range(width):
+            x = x0 + p
+            t = (leaves[i, p, 0] & one) == one
+            for j in range(4):
+                v = vals[i, p, j]
+                if t:
+                    v ^= cs[key, j] ^ offsets[x, j]
+                acc[key, j] += v * r[u, x, j]

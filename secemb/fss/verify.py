@@ -25,7 +25,9 @@ party ``b`` at padded domain position ``x``:
 Off the special point an honest pair has ``w_0(x) = w_1(x)``, hence ``pi_0(x) = pi_1(x)``; at
 ``alpha`` the control bits differ and ``cs`` makes the two equal.  The numpy reference and the
 compiled kernels compute ``F`` and ``H`` through :func:`secemb.fss.convert.convert` (equal bit
-for bit, ``tests/fss/test_fss_kernels.py``); the rest is numpy.
+for bit, ``tests/fss/test_fss_kernels.py``); the accumulation is numpy in the reference and
+one numba loop (:func:`secemb.fss._numba_kernels.check_accumulate`) with the compiled kernels,
+equal bit for bit (``tests/protocols/test_malicious_device.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from functools import cache
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.fss import kernels
 from secemb.fss.convert import convert
 
 __all__ = ["CHECK_WORDS", "CHECK_BYTES", "LeafCheck", "challenges", "corrections", "leaf_values",
@@ -116,6 +119,12 @@ class LeafCheck:
         width = leaves.shape[1]
         mp = self.r.shape[1]
         frontier = mp // width
+        if kernels.compiled():
+            from secemb.fss._numba_kernels import check_accumulate
+
+            check_accumulate(leaf_values(leaves), leaves, r0, frontier, self.per_user, self.cs, position_offsets(mp),
+                             self.r, self.values)
+            return
         rows = np.arange(r0, r1)
         key = rows // frontier
         pos = (rows % frontier)[:, None] * width + np.arange(width)  # (g, width)

@@ -15,6 +15,7 @@ import pytest
 
 from secemb.errors import InvalidMessage, RelayTampered
 from secemb.fss import kernels
+from secemb.fss.verify import CHECK_WORDS, LeafCheck
 from secemb.protocols.adversary import ATTACKS, AdversaryRecord, MaliciousUser, attack_behavior
 from secemb.protocols.base import RoundConfig
 from secemb.protocols.placement import place
@@ -206,3 +207,25 @@ def test_payload_attacks_are_not_caught_yet() -> None:
     record = AdversaryRecord("oversized-payload", 4)
     _run("cuckoo", True, attack_behavior("oversized-payload", 4), record)
     assert any(r["malicious_included"] for r in record.rounds)
+
+
+def test_check_accumulation_kernel_equals_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """:class:`LeafCheck` folds the same values through the numba loop and the numpy reference,
+    on arbitrary leaf words (both control bits), several users and groups of rows."""
+    if not kernels.available():
+        pytest.skip("no compiled kernels here")
+    gen = np.random.default_rng(7)
+    keys, per_user, frontier, width = 6, 3, 4, 8
+    cs = gen.integers(0, 2**64 - 1, (keys, CHECK_WORDS), np.uint64, True)
+    r = gen.integers(0, 2**64 - 1, (keys // per_user, frontier * width, CHECK_WORDS), np.uint64, True)
+    leaves = gen.integers(0, 2**64 - 1, (keys * frontier, width, 2), np.uint64, True)
+    got = {}
+    for backend in ("numba", "numpy"):
+        monkeypatch.setattr(kernels, "BACKEND", backend)
+        check = LeafCheck(cs, r, per_user)
+        for r0 in range(0, keys * frontier, 5):  # groups that cut keys in the middle
+            r1 = min(r0 + 5, keys * frontier)
+            check.add(r0, r1, leaves[r0:r1])
+        got[backend] = check.values
+    np.testing.assert_array_equal(got["numba"], got["numpy"])
+    assert np.all(got["numpy"] != 0)

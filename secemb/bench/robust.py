@@ -1,0 +1,130 @@
+"""Cost of verified uploads (issue 34): server seconds and bytes of a SecEmb round with the
+servers' check against the same round without it, measured in one process.
+
+``python -m secemb.bench.robust [--users U] [--repeats R]`` runs, for each layout (cuckoo with
+relay: the default deployment; full without relay: the paper's protocol), ``R`` alternating
+pairs of rounds of ``U`` devices at ML-100K size (m = 1,682, m' = 200, w = 65, 32-bit ring)
+through the protocol roles (the servers' work only: retrieval evaluation, uploads, the
+digests and their comparison, both aggregate shares and their reconstruction), and prints one
+JSON line per layout: median server seconds per round checked / unchecked, and the bytes a
+device sends per round and the servers exchange per round, both ways.  Timings are ratios
+within one run (the machine may be shared); bytes are exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from secemb.protocols.placement import place
+from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer
+from secemb.server.verify import rejected
+
+__all__ = ["measure"]
+
+
+def _round(layout: str, relay: bool, verify: bool, users: int, gen: np.random.Generator) -> dict[str, float]:
+    """One round; server seconds (both servers, summed) and bytes (device -> servers per
+    device, server <-> server in total)."""
+    proto = SecEmbProtocol(layout=layout, relay=relay, verify=verify)
+    cfg = proto.round_config(1, num_items=1682, width=65, dense_size=1, m_prime=200, ring_bits=32)
+    table = gen.integers(0, 1 << 20, (1682, 65)).astype(cfg.dtype)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    clock = [0.0]
+
+    def timed(fn: Callable[..., Any], *args: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            clock[0] += time.perf_counter() - t
+
+    for s in (s0, s1):
+        s.begin_round(cfg, table)  # the table's tags and limbs: the same work either way, not timed
+    devices = [proto.make_user(cfg) for _ in range(users)]
+    slots = [place(cfg, gen.choice(1682, 60, replace=False), gen).indices for _ in devices]
+    up = s2s = 0
+    reqs = [d.retrieval_request(sl) for d, sl in zip(devices, slots, strict=True)]
+    up += sum(len(a) + len(b) for a, b in reqs)
+    ids = list(range(users))
+    if relay:
+        timed(s1.handle_retrieval_many, [(u, r1) for u, (_, r1) in zip(ids, reqs, strict=True)])
+        fwds = timed(s0.handle_retrieval_many, [(u, r0) for u, (r0, _) in zip(ids, reqs, strict=True)])
+        masked = timed(s1.relay_retrieval_many, list(zip(ids, fwds, strict=True)))
+        s2s += sum(len(f) + len(m) for f, m in zip(fwds, masked, strict=True))
+        replies = [(timed(s0.complete_retrieval, u, m), None) for u, m in zip(ids, masked, strict=True)]
+    else:
+        a0 = timed(s0.handle_retrieval_many, [(u, r0) for u, (r0, _) in zip(ids, reqs, strict=True)])
+        a1 = timed(s1.handle_retrieval_many, [(u, r1) for u, (_, r1) in zip(ids, reqs, strict=True)])
+        replies = list(zip(a0, a1, strict=True))
+    for u, dev, (x0, x1), sl in zip(ids, devices, replies, slots, strict=True):
+        dev.retrieval_result(x0, x1)
+        rows = np.zeros((cfg.slots, 65), cfg.dtype)
+        rows[sl >= 0] = 1
+        u0, u1 = dev.upload(rows, np.zeros(1, cfg.dtype))
+        up += len(u0) + (0 if u1 is None else len(u1))
+        fwd = timed(s0.handle_upload, u, u0)
+        if relay:
+            assert fwd is not None
+            s2s += len(fwd)
+            timed(s1.relay_upload, u, fwd)
+        else:
+            assert u1 is not None
+            timed(s1.handle_upload, u, u1)
+    include = ids
+    d0: dict[int, bytes] | None = timed(s0.upload_digests, ids)
+    d1: dict[int, bytes] | None = timed(s1.upload_digests, ids)
+    if d0 is not None and d1 is not None:
+        s2s += 32 * len(d1)
+        include = [u for u in ids if u not in timed(rejected, d0, d1)]
+        assert include == ids, "an honest device was rejected"
+    share1 = timed(s1.aggregate_share, include)
+    share0 = timed(s0.aggregate_share, include)
+    s2s += len(share0) + len(share1)
+    _combine(timed, s0, share1, include)
+    _combine(timed, s1, share0, include)
+    return {"server_s": clock[0], "device_upload_bytes": up / users, "server_bytes": float(s2s)}
+
+
+def _combine(timed: Callable[..., Any], server: SecEmbServer, share: bytes, include: list[int]) -> None:
+    timed(server.combine, share, include)
+
+
+def measure(users: int, repeats: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Per layout, the checked and unchecked figures (median of ``repeats`` alternating pairs)."""
+    gen = np.random.default_rng(seed)  # public test data: tables and item choices
+    out = []
+    for layout, relay in (("cuckoo", True), ("full", False)):
+        _round(layout, relay, True, 2, gen)  # warm-up (kernel compilation, caches)
+        runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+        for i in range(repeats):
+            for verify in ((True, False) if i % 2 == 0 else (False, True)):
+                runs[verify].append(_round(layout, relay, verify, users, gen))
+        med = {v: {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]} for v in runs}
+        out.append({
+            "layout": layout, "relay": relay, "users": users, "repeats": repeats,
+            "checked": med[True], "unchecked": med[False],
+            "server_time_ratio": med[True]["server_s"] / med[False]["server_s"],
+            "device_upload_ratio": med[True]["device_upload_bytes"] / med[False]["device_upload_bytes"],
+            "server_bytes_ratio": med[True]["server_bytes"] / med[False]["server_bytes"],
+        })
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--users", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=4)
+    args = ap.parse_args()
+    for line in measure(args.users, args.repeats):
+        print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()
