@@ -27,6 +27,7 @@ that must match the in-process run bit for bit, as a :class:`~secemb.models.task
 
 from __future__ import annotations
 
+import hashlib
 import ssl
 import time
 from collections.abc import Sequence
@@ -105,6 +106,9 @@ class RoundInfo:
     participant: bool | None
     #: SHA-256 of the model the round trains on, as this server announces it (``None``: not announced)
     model_sha256: str | None = None
+    #: SHA-256 of the round's DENSE message (the dense vector a device downloads from server 0 alone),
+    #: as this server announces it (``None``: not announced)
+    dense_sha256: str | None = None
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> RoundInfo:
@@ -120,13 +124,15 @@ class RoundInfo:
                 int(doc["round_id"]), str(doc["state"]), int(doc["model_version"]), int(doc["n_p"]),
                 int(doc["min_users"]), float(doc["deadline_unix"]), RoundConfig(**doc["config"]), dict(doc["protocol"]),
                 dict(doc["model"]), dict(doc["training"]), str(doc["fingerprint"]), doc.get("participant"),
-                doc.get("model_sha256"),
+                doc.get("model_sha256"), doc.get("dense_sha256"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidMessage(f"malformed round document: {exc}") from None
-        if info.model_sha256 is not None and not is_sha256_hex(info.model_sha256):
-            raise InvalidMessage(f"malformed round document: model_sha256 must be 64 lowercase hex digits, got "
-                                 f"{info.model_sha256!r:.80}")
+        for name in ("model_sha256", "dense_sha256"):
+            sha = getattr(info, name)
+            if sha is not None and not is_sha256_hex(sha):
+                raise InvalidMessage(f"malformed round document: {name} must be 64 lowercase hex digits, got "
+                                     f"{sha!r:.80}")
         for key in _MODEL_HASHES:
             sha = info.model.get(key)
             if sha is not None and not is_sha256_hex(sha):
@@ -346,9 +352,10 @@ class DeviceClient:
         b = RoundInfo.from_doc(self.links[1].round_info())
         if a.public() != b.public():
             raise ProtocolError(f"the servers announce different rounds ({a.round_id} and {b.round_id})")
-        if a.model_sha256 != b.model_sha256:  # the same round on two models: one server deviated (issue 33)
-            exc = ModelDisagreement(f"round {a.round_id}: server 0 announces model {a.model_sha256}, server 1 "
-                                    f"{b.model_sha256}; this device takes no part")
+        if (a.model_sha256, a.dense_sha256) != (b.model_sha256, b.dense_sha256):  # one server deviated (issue 33)
+            exc = ModelDisagreement(f"round {a.round_id}: server 0 announces model {a.model_sha256} (dense "
+                                    f"{a.dense_sha256}), server 1 {b.model_sha256} (dense {b.dense_sha256}); "
+                                    "this device takes no part")
             self.report(a.round_id, exc)
             raise exc
         if a.n_p < self.min_users or a.min_users < self.min_users:
@@ -549,11 +556,23 @@ class RoundSession:
             self.accept_reply(party, self.client.links[party].retrieval(self.rc.round_id, self._requests[party]))
 
     def fetch_dense(self) -> None:
-        """Get the round's dense vector from server 0."""
+        """Get the round's dense vector from server 0 and check it is the one both servers
+        announced (``dense_sha256`` of the round document): server 0 alone sends it, so a vector
+        crafted for this device would otherwise go unchecked (issue 33).
+
+        Raises
+        ------
+        ModelDisagreement: the vector's digest is not the announced one (reported to both servers).
+        """
         if self._stage != 1 or self.dense_ring is not None:
             raise ProtocolError("fetch_dense belongs after send_requests, once")
         msg = self.client.links[0].dense(self.rc.round_id)
         self.download_bytes += len(msg)
+        if self.info.dense_sha256 is not None and hashlib.sha256(msg).hexdigest() != self.info.dense_sha256:
+            exc = ModelDisagreement(f"round {self.rc.round_id}: server 0 sent a dense vector that is not the one "
+                                    "both servers announced; this device takes no part")
+            self.client.report(self.rc.round_id, exc)
+            raise exc
         self.dense_ring = messages.decode_dense(msg, round_id=self.rc.round_id, dense_size=self.rc.dense_size,
                                                 ring_bits=self.rc.ring_bits)
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import logging
 import math
 import secrets
@@ -301,6 +302,8 @@ class Node:
             "fingerprint": self.fingerprint,
             # the digest of the model the round trains on: a device checks both servers announce it
             "model_sha256": rnd.model_sha,
+            # the digest of the round's DENSE message, which devices get from server 0 alone
+            "dense_sha256": hashlib.sha256(rnd.dense_msg).hexdigest(),
         }
 
     def _own_share(self, rnd: Round, include: list[int]) -> bytes:
@@ -336,8 +339,11 @@ class Node:
         return table, dense, model_sha256(table, dense), opt
 
     def _begin(self, rnd: Round) -> None:
-        """Make ``rnd`` the current round (under the lock)."""
+        """Make ``rnd`` the current round (under the lock).  Both servers encode its DENSE
+        message: server 0 serves it, and both announce its digest (a device checks the vector
+        it gets from server 0 alone against both announcements)."""
         self.role.begin_round(rnd.rc, self.fp.encode(self.table))
+        rnd.dense_msg = messages.encode_dense(rnd.round_id, self.fp.encode(self.dense), rnd.rc.ring_bits)
         self.round = rnd
 
     def _journal_open(self, rnd: Round) -> None:
@@ -631,10 +637,6 @@ class LeaderNode(Node):
 
     def _sync_pending_status(self) -> bool:
         return self._sync_pending
-
-    def _begin(self, rnd: Round) -> None:
-        super()._begin(rnd)
-        rnd.dense_msg = messages.encode_dense(rnd.round_id, self.fp.encode(self.dense), rnd.rc.ring_bits)
 
     def _end(self, rnd: Round, state: str, reason: str, *, notify_peer: bool = True, done: bool = True) -> None:
         """As :meth:`Node._end`; an abort is also sent to server 1 (best effort)."""

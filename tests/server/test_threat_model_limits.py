@@ -10,20 +10,20 @@ running it (docs/security.md, "Threat model": the rows marked "not protected").
   two aggregates alone, the rows the victim trained on that the others did not: the aggregate
   is revealed exactly and its non-zero rows are the union of the devices' rows.  Server 1
   accepts both rounds (each at its floor); only DP (``--dp-epsilon``) hides that.
-* The round's dense vector comes from server 0 alone and nothing checks it: server 0 sends one
-  device a crafted one (for MF a global bias of 1,000) and the device's clipped gradients, far
-  larger than the others', mark its rows in the aggregate -- the red team's corrupted-answer
-  attack, through the dense download instead of the retrieval answer.
+* (Closed) The round's dense vector comes from server 0 alone: a vector crafted for one device
+  is now refused by that device against both servers' ``dense_sha256`` (the last test).
 
 Both servers in process (:func:`deviation_helpers.in_process`); the devices are the SDK's."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from deviation_helpers import DATA, FLOOR, RATINGS, USERS, WAIT_S, Pair, client, in_process
 from secemb.client.device import Device
 from secemb.engine.local import LocalServerLink
+from secemb.errors import ModelDisagreement
 from secemb.privacy.noise import add_to_share
 from secemb.training import messages
 
@@ -93,32 +93,32 @@ def test_two_rounds_differing_in_one_device_reveal_the_rows_it_alone_trained_on(
     assert rows_with - rows_without == exclusive  # the victim's rows the others did not train on
 
 
-def test_a_dense_vector_crafted_for_one_device_marks_its_rows_in_the_aggregate(monkeypatch):
+def test_a_dense_vector_crafted_for_one_device_is_caught_by_that_device(monkeypatch):
+    """The round's dense vector comes from server 0 alone.  Server 0 sends one device a crafted one
+    (for MF a global bias of 1,000: the device's clipped gradients, far larger than the others',
+    would mark its rows in the aggregate -- the red team's corrupted-answer attack through the dense
+    download).  Both servers announce the DENSE message's digest, so the device refuses it, reports
+    to both servers, and takes no part: the victim's rows leave no trace."""
     pair, servers = in_process()
     leader, follower = pair.leader, servers.nodes[1]
-    victim, others = USERS[-1], USERS[:-1]
+    victim = USERS[-1]
     honest_dense = LocalServerLink.dense
 
     def dense(link, round_id):  # server 0 knows who asks (a signed request)
         msg = honest_dense(link, round_id)
         if link.node is not leader or link.user != victim:
             return msg
-        rc = leader.round.rc
-        return messages.encode_dense(round_id, leader.fp.encode(np.array([1000.0])), rc.ring_bits)
-
-    sums: list[np.ndarray] = []
-    honest_reconstruct = leader._reconstruct
-
-    def reconstruct(rnd, role, peer_share, include, opt, table, dense_):
-        sums.append(role.combine(peer_share, include=include)[0])
-        return honest_reconstruct(rnd, role, peer_share, include, opt, table, dense_)
+        return messages.encode_dense(round_id, leader.fp.encode(np.array([1000.0])), leader.round.rc.ring_bits)
 
     monkeypatch.setattr(LocalServerLink, "dense", dense)
-    monkeypatch.setattr(leader, "_reconstruct", reconstruct)
-    outcome = _round(pair, TWO)
-    assert outcome["state"] == "committed" and outcome["included"] == sorted(USERS)  # nobody noticed
-    assert not leader.status()["alarms"] and not follower.status()["alarms"]
-    size = np.abs(leader.fp.decode(sums[0])).max(axis=1)  # each row's largest aggregate coordinate
-    victims = set(TWO[victim][0].tolist()) - set().union(*(TWO[u][0].tolist() for u in others))
-    assert victims and set(np.argsort(size)[-len(victims) :].tolist()) == victims  # the largest rows: the victim's
-    assert size[sorted(victims)].min() > 100 * size[sorted(set(range(len(size))) - victims)].max()
+    r = int(pair.leader.open_round(participants=sorted(TWO), deadline_s=WAIT_S)["round_id"])
+    for u in USERS[:-1]:
+        c = client(pair, u)
+        Device(c, *TWO[u]).participate(c.round_info())
+    c = client(pair, victim)
+    with pytest.raises(ModelDisagreement, match="dense vector"):
+        Device(c, *TWO[victim]).participate(c.round_info())
+    for node in (leader, follower):  # reported to both: the deployment halts (docs/deployment.md, "Alarms")
+        assert [a["kind"] for a in node.status()["alarms"]] == ["model_disagreement"]
+    outcome = pair.leader.close_round(r)
+    assert outcome["state"] != "committed" and leader.version == 0
