@@ -24,10 +24,10 @@ party ``b`` at padded domain position ``x``:
 
 Off the special point an honest pair has ``w_0(x) = w_1(x)``, hence ``pi_0(x) = pi_1(x)``; at
 ``alpha`` the control bits differ and ``cs`` makes the two equal.  The numpy reference and the
-compiled kernels compute ``F`` and ``H`` through :func:`secemb.fss.convert.convert` (equal bit
-for bit, ``tests/fss/test_fss_kernels.py``); the accumulation is numpy in the reference and
-one numba loop (:func:`secemb.fss._numba_kernels.check_accumulate`) with the compiled kernels,
-equal bit for bit (``tests/protocols/test_malicious_device.py``).
+reference computes ``F`` and ``H`` through :func:`secemb.fss.convert.convert` and accumulates
+in numpy; with the compiled kernels one numba loop computes ``F`` on AES-NI and accumulates
+(:func:`secemb.fss._numba_kernels.check_accumulate`), equal bit for bit
+(``tests/protocols/test_malicious_device.py``).
 """
 
 from __future__ import annotations
@@ -120,10 +120,12 @@ class LeafCheck:
         mp = self.r.shape[1]
         frontier = mp // width
         if kernels.compiled():
+            from secemb.fss._aesni import round_keys
             from secemb.fss._numba_kernels import check_accumulate
 
-            check_accumulate(leaf_values(leaves), leaves, r0, frontier, self.per_user, self.cs, position_offsets(mp),
-                             self.r, self.values)
+            rk = round_keys("convert/" + LEAF_TAG)[0]
+            check_accumulate(np.ascontiguousarray(leaves), r0, frontier, self.per_user, rk, self.cs,
+                             position_offsets(mp), self.r, self.values)
             return
         rows = np.arange(r0, r1)
         key = rows // frontier

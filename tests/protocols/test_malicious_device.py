@@ -209,13 +209,15 @@ def test_payload_attacks_are_not_caught_yet() -> None:
     assert any(r["malicious_included"] for r in record.rounds)
 
 
-def test_check_accumulation_kernel_equals_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    """:class:`LeafCheck` folds the same values through the numba loop and the numpy reference,
-    on arbitrary leaf words (both control bits), several users and groups of rows."""
+@pytest.mark.parametrize("width", [1, 2, 8, 32])
+def test_check_accumulation_kernel_equals_the_reference(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """:class:`LeafCheck` folds the same values through the fused numba loop (its own AES) and
+    the numpy reference, on arbitrary leaf words (both control bits), several users, groups of
+    rows that cut keys in the middle, and subtrees of 1 to 32 leaves."""
     if not kernels.available():
         pytest.skip("no compiled kernels here")
     gen = np.random.default_rng(7)
-    keys, per_user, frontier, width = 6, 3, 4, 8
+    keys, per_user, frontier = 6, 3, 4
     cs = gen.integers(0, 2**64 - 1, (keys, CHECK_WORDS), np.uint64, True)
     r = gen.integers(0, 2**64 - 1, (keys // per_user, frontier * width, CHECK_WORDS), np.uint64, True)
     leaves = gen.integers(0, 2**64 - 1, (keys * frontier, width, 2), np.uint64, True)
