@@ -493,6 +493,7 @@ class _Request:
     keys: fss.DPFKeys
     checks: np.ndarray | None
     digest: bytes
+    shared: bytes | None = None  # server 0, relay: the shared key part it forwards (serialized once)
 
 
 @dataclass
@@ -770,10 +771,12 @@ class SecEmbServer(ServerRole):
         server 1 with relay, which compared it with the device's own)."""
         if not self.verify:
             return _Request(keys, None, b"")
+        shared = None
         if digest is None:
-            digest = hashlib.sha256(keys.shared_bytes() + bytes(checks)).digest()
+            shared = keys.shared_bytes()
+            digest = hashlib.sha256(shared + bytes(checks)).digest()
         words = read_array(memoryview(checks), 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))[0]
-        return _Request(keys, words, digest)
+        return _Request(keys, words, digest, shared if self.relay else None)
 
     def _evaluate_requests(self, requests: list[_Request]) -> _Evaluated:
         """:meth:`_evaluate` of parsed requests, with their checks when verifying."""
@@ -868,7 +871,8 @@ class SecEmbServer(ServerRole):
         """Server 0, relay: the relay_keys message of a request (its shared key part, then
         its check words when verifying)."""
         checks = b"" if request.checks is None else array_bytes(request.checks)
-        return frame(_NAME, "relay_keys", 1, self._cfg().round_id, request.keys.shared_bytes(), checks)
+        shared = request.keys.shared_bytes() if request.shared is None else request.shared
+        return frame(_NAME, "relay_keys", 1, self._cfg().round_id, shared, checks)
 
     def _parse_roots(self, message: bytes) -> _Direct:
         """Server 1, relay: a request's roots, seeds, MAC key and forwarded-part digest."""
@@ -1068,7 +1072,8 @@ class SecEmbServer(ServerRole):
 
         ``SHA-256(b"secemb-verify-upload" || u64 round || u64 user || K || V || CW)``: ``K`` is
         the SHA-256 of the user's shared key part and check words, ``V`` its keys' check values
-        (:mod:`secemb.fss.verify`) and ``CW`` its aggregation correction words.  For an honest
+        (:mod:`secemb.fss.verify`) and ``CW`` its aggregation correction words (without relay;
+        with relay both servers hold the words the device authenticated, so ``CW`` is empty).  For an honest
         user both servers compute the same digest, so the message tells the receiver nothing it
         could not compute itself; a user whose keys are not point functions, or who sent the
         servers different key parts, check words or correction words, gets different digests
@@ -1086,8 +1091,8 @@ class SecEmbServer(ServerRole):
             got = self._absorbed.get(u)
             if got is None or u not in self._uploaded:
                 raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
-            out[u] = hashlib.sha256(_VERIFY_DOMAIN + _U64.pack(cfg.round_id) + _U64.pack(u) + got.proof
-                                    + array_bytes(got.cw)).digest()
+            cw = b"" if self.relay else array_bytes(got.cw)
+            out[u] = hashlib.sha256(_VERIFY_DOMAIN + _U64.pack(cfg.round_id) + _U64.pack(u) + got.proof + cw).digest()
         return out
 
     # -- aggregation ---------------------------------------------------------------------
