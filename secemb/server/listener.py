@@ -150,8 +150,11 @@ def run(app: Any, cfg: Any, *, log_level: str, sock: socket.socket | None = None
     """Serve ``app`` as ``cfg`` (a :class:`~secemb.server.config.ServerConfig`) says, until
     interrupted: TLS with the configured certificate (client certificates optional, checked
     against the CA), or plain HTTP where ``cfg.insecure_http`` allows it (loopback only).
-    ``sock``: the address already bound by :func:`bind` (default: uvicorn binds
-    ``cfg.host:cfg.port`` itself)."""
+    ``sock``: the address already bound by :func:`bind`, released just before uvicorn binds it
+    again (uvicorn serving a socket it was handed answered a flood of junk bodies with twice as
+    many 503s as one it bound itself -- ``tests/server/test_net_flood.py``, finding 4 -- so the early
+    bind only proves the port free; a process that takes the port in the instant between is
+    uvicorn's startup failure, exit 3)."""
     import uvicorn
 
     guarded = type("Guarded", (GuardedH11Protocol,), {"header_timeout_s": cfg.read_timeout_s})
@@ -164,4 +167,6 @@ def run(app: Any, cfg: Any, *, log_level: str, sock: socket.socket | None = None
             "context": config.ssl, "handshake_timeout_s": cfg.read_timeout_s,
             "max_pending": 2 * cfg.max_connections, "http": guarded})
         config.ssl = None
-    uvicorn.Server(config).run(sockets=None if sock is None else [sock])
+    if sock is not None:
+        sock.close()
+    uvicorn.Server(config).run()
