@@ -43,7 +43,7 @@ import math
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -1168,8 +1168,8 @@ class SecEmbProtocol(Protocol):
     """
 
     name = _NAME
-    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=True, networked=True, options=("backend",),
-                                local_options=("backend",),
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=True, networked=True,
+                                options=("backend", "verify"), local_options=("backend",),
                                 central_dp=True)
 
     def __init__(
@@ -1184,6 +1184,15 @@ class SecEmbProtocol(Protocol):
         super().__init__(layout, relay, expansion, layout_seed)
         self.backend = backend
         self.verify = verify
+
+    def spec(self) -> dict[str, Any]:
+        """The shared options: ``verify`` only when off (a deployment that verifies, the
+        default, announces the same protocol block as before verified uploads existed; one that
+        does not tells its devices to send no check words)."""
+        out = super().spec()
+        if out.get("verify") is True:
+            del out["verify"]
+        return out
 
     def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
         """Exact body lengths (the aggregate share's with ``num_users`` users).  With relay,
