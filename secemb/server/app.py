@@ -9,8 +9,9 @@ order, and the first failure answers:
    401; a principal the endpoint does not serve -> 403;
 2. the body, read up to an explicit limit that depends on the endpoint and the current
    round's public parameters -> 413 beyond it (before it is read in full); at most
-   ``max_body_reads`` bodies are read at once, each within ``read_timeout_s`` -> 503 (no slot
-   in time), 408 (the body stalled);
+   ``max_body_reads`` bodies per credential class (device, operator, peer) are read at once,
+   each within ``read_timeout_s`` -> 503 (no slot in time), 408 (the body stalled)
+   (:class:`~secemb.server.gate.Gate`);
 3. the signature over method, path, query, timestamp, nonce and body hash -> 401; the key
    id's rate limit -> 429; a full nonce memory -> 503;
 4. the node: the protocol's and the round's checks -> 400 (malformed message), 403, 404,
@@ -24,27 +25,22 @@ message bytes of ``docs/wire-format.md``; control messages are JSON.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BeforeValidator
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import secemb
-from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
-from secemb.server.auth import AuthError, Busy, Forbidden, Principal, RateLimited, Verifier
-from secemb.server.errors import NotFound, PeerUnavailable
+from secemb.errors import InvalidParameters
+from secemb.server.auth import Verifier
+from secemb.server.errors import NotFound
+from secemb.server.gate import Gate, install_error_handlers
 from secemb.server.inference import NodeInference
 from secemb.server.node import DEVICE_ALARMS, FollowerNode, LeaderNode, Node
-from secemb.server.parsing import PayloadTooLarge, RequestTimeout, ascii_int, json_object, read_body
-from secemb.server.persist import StorageError
-from secemb.server.tls import PEER_CN_SCOPE_KEY
+from secemb.server.parsing import PayloadTooLarge, ascii_int, json_object
 from secemb.training import messages
 
 __all__ = ["create_app", "PayloadTooLarge"]
@@ -65,29 +61,6 @@ def _round_id(raw: object) -> object:
 
 
 RoundId = Annotated[int, BeforeValidator(_round_id)]
-
-
-log = logging.getLogger("secemb.server")
-
-_STATUS: list[tuple[type[BaseException], int, str]] = [
-    (AuthError, 401, "unauthorized"),
-    (Forbidden, 403, "forbidden"),
-    (NotFound, 404, "not_found"),
-    (PayloadTooLarge, 413, "payload_too_large"),
-    (RequestTimeout, 408, "request_timeout"),
-    (RateLimited, 429, "rate_limited"),
-    (Busy, 503, "busy"),
-    (PeerUnavailable, 503, "peer_unavailable"),
-    (StorageError, 503, "storage_unavailable"),
-    (InvalidMessage, 400, "invalid_message"),
-    (InvalidParameters, 422, "invalid_parameters"),
-    (ProtocolError, 409, "conflict"),
-    (SecembError, 400, "bad_request"),
-]
-
-
-def _error(status: int, error: str, detail: str) -> JSONResponse:
-    return JSONResponse({"error": error, "detail": detail}, status_code=status)
 
 
 def _binary(description: str) -> dict[str, Any]:
@@ -159,7 +132,9 @@ def create_app(node: Node) -> FastAPI:
     cfg = node.cfg
     verifier = Verifier(cfg.party, cfg.peer_secret, cfg.admin_secret, cfg.user_secret, cfg.num_users,
                         cfg.auth_window_s, rate_per_s=cfg.requests_per_s, max_nonces=cfg.max_nonces)
-    body_reads = asyncio.Semaphore(cfg.max_body_reads)  # bodies in memory before their signature is checked
+    gate = Gate(verifier, read_timeout_s=cfg.read_timeout_s, max_body_reads=cfg.max_body_reads,
+                peer_needs_cert=not cfg.insecure_http)
+    authed = gate.admit
     app = FastAPI(
         title=f"secemb server {cfg.party}",
         version=getattr(secemb, "__version__", "0"),
@@ -185,52 +160,7 @@ def create_app(node: Node) -> FastAPI:
     def follower(what: str) -> FollowerNode:
         return _as_party(node, FollowerNode, what)
 
-    @app.exception_handler(SecembError)
-    async def _secemb_error(request: Request, exc: SecembError) -> JSONResponse:
-        if isinstance(exc, AuthError):  # one body for every reason: the reason is for the operator's log
-            log.info("401 %s %s: %s", request.method, request.url.path, exc)
-            return _error(401, "unauthorized", "authentication failed")
-        for cls, status, name in _STATUS:
-            if isinstance(exc, cls):
-                return _error(status, name, str(exc))
-        return _error(400, "bad_request", str(exc))  # pragma: no cover - SecembError is listed
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(422, "invalid_parameters", "; ".join(str(e.get("msg")) for e in exc.errors())[:500])
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, "http_error", str(exc.detail))
-
-    async def authed(request: Request, allow: tuple[str, ...], limit: int) -> tuple[Principal, bytes]:
-        principal, _ = verifier.principal_of(request.headers)
-        mutual = request.scope.get(PEER_CN_SCOPE_KEY) == principal.key_id
-        if principal.kind == PEER and not cfg.insecure_http and not mutual:
-            raise AuthError("a peer call must come over mutual TLS with the peer's certificate")
-        body = await _bounded_read(request, limit)
-        principal = verifier.verify(request.headers, request.method, request.url.path, request.url.query, body)
-        if principal.kind not in allow:  # only after the signature: no secret, no answer but 401
-            raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")
-        await asyncio.sleep(verifier.ahead_s(request.headers))  # signed ahead of this clock: act once it is reached
-        return principal, body
-
-    async def _bounded_read(request: Request, limit: int) -> bytes:
-        """The body, read while holding one of ``max_body_reads`` slots, within ``read_timeout_s``
-        (waiting for a slot included): unauthenticated bytes in memory stay bounded."""
-        deadline = asyncio.get_running_loop().time() + cfg.read_timeout_s
-        try:
-            async with asyncio.timeout_at(deadline):
-                await body_reads.acquire()
-        except TimeoutError:
-            raise Busy(f"{cfg.max_body_reads} request bodies are being read; retry later") from None
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await read_body(request, limit)
-        except TimeoutError:
-            raise RequestTimeout(f"the request body did not arrive within {cfg.read_timeout_s:g} s") from None
-        finally:
-            body_reads.release()
+    install_error_handlers(app)
 
     async def call(fn: Callable[..., Any], *args: Any) -> Any:
         return await run_in_threadpool(fn, *args)

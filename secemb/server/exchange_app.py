@@ -13,12 +13,19 @@ operator (``admin``)::
     GET  /v1/admin/exchange/rounds/{round_id}                operator: the round's outcome
     GET  /v1/admin/model                                     operator: the public model (octets)
 
-A request is refused in this order: credentials (401, 403 for a principal the endpoint does
-not serve), the body limit (413, checked before the body is read), the signature (401), the
-rate limit (429), then the node: 400 for a malformed message (``InvalidMessage``), 409 out of
-round or stage order or after an abort, 422 for a bad parameter.  The node checks a message
-in full before it keeps anything of it, so a refused request changes nothing.  The node is
-called under one lock (its state is one round's).
+A request is admitted as the two-server app admits one (:class:`~secemb.server.gate.Gate`):
+credentials (401), the body limit (413, checked before the body is read), the body read within
+``read_timeout_s`` (408) holding one of ``max_body_reads`` slots of the class the key id claims
+(503 when none comes in time; junk claiming device ids never delays the operator), the
+signature (401), the rate limit (429), a principal the endpoint does not serve (403); then the
+node: 400 for a malformed message (``InvalidMessage``, a JSON body that is not an object or
+nests too deep included), 409 out of round or stage order or after an abort, 422 for a bad
+parameter.  Every refusal is a 4xx (or that 503), never a 500
+(:func:`~secemb.server.gate.install_error_handlers`).  The node checks a message in full before
+it keeps anything of it, so a refused request changes nothing.  The node is called under one
+lock (its state is one round's).  Served by :func:`secemb.server.listener.guarded_config`, it
+has the two-server app's connection guards too (header and TLS handshake deadlines, a
+connection limit).
 """
 
 from __future__ import annotations
@@ -28,13 +35,14 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from secemb.engine.exchange import ExchangeNode
-from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
-from secemb.server.auth import AuthError, Busy, Forbidden, Principal, RateLimited, Verifier
-from secemb.server.parsing import PayloadTooLarge, ascii_int, read_body
+from secemb.errors import InvalidParameters
+from secemb.server.auth import Principal, Verifier
+from secemb.server.gate import Gate, install_error_handlers
+from secemb.server.parsing import ascii_int, json_object
 
 __all__ = ["create_exchange_app"]
 
@@ -42,35 +50,19 @@ OCTET = "application/octet-stream"
 _JSON_LIMIT = 1 << 20
 
 
-_STATUS: list[tuple[type[BaseException], int, str]] = [
-    (AuthError, 401, "unauthorized"), (Forbidden, 403, "forbidden"), (PayloadTooLarge, 413, "payload_too_large"),
-    (RateLimited, 429, "rate_limited"), (Busy, 503, "busy"), (InvalidMessage, 400, "invalid_message"),
-    (InvalidParameters, 422, "invalid_parameters"), (ProtocolError, 409, "conflict"), (SecembError, 400, "bad_request"),
-]
-
-
 def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_bytes: int,
-                        model: Callable[[], bytes]) -> FastAPI:
+                        model: Callable[[], bytes], read_timeout_s: float, max_body_reads: int) -> FastAPI:
     """The app serving ``node``: ``verifier`` checks every request, ``max_body_bytes`` bounds a
     device's message (the protocol's largest at the run's public sizes), ``model`` gives the
-    public model's bytes."""
+    public model's bytes; ``read_timeout_s`` and ``max_body_reads`` bound the bodies read before
+    their signature is checked (:class:`~secemb.server.gate.Gate`)."""
     app = FastAPI(title="secemb one-server node", docs_url=None, redoc_url=None, openapi_url=None)
     lock = threading.Lock()
-
-    @app.exception_handler(SecembError)
-    async def _refused(request: Request, exc: SecembError) -> JSONResponse:
-        if isinstance(exc, AuthError):
-            return JSONResponse({"error": "unauthorized", "detail": "authentication failed"}, status_code=401)
-        status, name = next((s, n) for cls, s, n in _STATUS if isinstance(exc, cls))
-        return JSONResponse({"error": name, "detail": str(exc)}, status_code=status)
+    install_error_handlers(app)
+    gate = Gate(verifier, read_timeout_s=read_timeout_s, max_body_reads=max_body_reads)
 
     async def authed(request: Request, kind: str, limit: int) -> tuple[Principal, bytes]:
-        verifier.principal_of(request.headers)
-        body = await read_body(request, limit)
-        principal = verifier.verify(request.headers, request.method, request.url.path, request.url.query, body)
-        if principal.kind != kind:
-            raise Forbidden(f"{principal.key_id} may not call {request.method} {request.url.path}")
-        return principal, body
+        return await gate.admit(request, (kind,), limit)
 
     async def call(fn: Callable[..., Any], *args: Any) -> Any:
         def locked() -> Any:
@@ -97,14 +89,11 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
 
     @app.post("/v1/admin/exchange/rounds")
     async def open_round(request: Request) -> dict[str, Any]:
-        import json
-
         _, body = await authed(request, "admin", _JSON_LIMIT)
-        try:
-            doc = json.loads(body)
-            round_id, users = doc["round_id"], doc["users"]
-        except (ValueError, TypeError, KeyError):
-            raise InvalidParameters("expected a JSON object with round_id and users") from None
+        doc = json_object(body, _JSON_LIMIT)
+        round_id, users = doc.get("round_id"), doc.get("users")
+        if isinstance(round_id, bool) or not isinstance(round_id, int):
+            raise InvalidParameters("expected a JSON object with an int round_id and users")
         if not isinstance(users, list) or not all(isinstance(u, int) and not isinstance(u, bool) for u in users):
             raise InvalidParameters("users must be a list of ints")
         out: dict[str, Any] = await call(node.open_round, round_id, users)

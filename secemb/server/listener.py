@@ -30,7 +30,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from secemb.errors import InvalidParameters
 from secemb.server.tls import PEER_CN_SCOPE_KEY, client_cert_cn, server_context_kwargs
 
-__all__ = ["GuardedH11Protocol", "run"]
+__all__ = ["GuardedH11Protocol", "guarded_config", "run"]
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -157,16 +157,31 @@ def run(app: Any, cfg: Any, *, log_level: str, sock: socket.socket | None = None
     uvicorn's startup failure, exit 3)."""
     import uvicorn
 
-    guarded = type("Guarded", (GuardedH11Protocol,), {"header_timeout_s": cfg.read_timeout_s})
     tls = {} if cfg.insecure_http else server_context_kwargs(cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
-    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=log_level, access_log=False,
-                            timeout_keep_alive=30, limit_concurrency=cfg.max_connections, http=guarded, **tls)
-    config.load()
-    if config.ssl is not None:  # the handshake is TlsFirstProtocol's, under a deadline and a bound
-        config.http_protocol_class = type("TlsFirst", (TlsFirstProtocol,), {
-            "context": config.ssl, "handshake_timeout_s": cfg.read_timeout_s,
-            "max_pending": 2 * cfg.max_connections, "http": guarded})
-        config.ssl = None
+    config = guarded_config(app, cfg.host, cfg.port, read_timeout_s=cfg.read_timeout_s,
+                            max_connections=cfg.max_connections, tls=tls, log_level=log_level)
     if sock is not None:
         sock.close()
     uvicorn.Server(config).run()
+
+
+def guarded_config(app: Any, host: str, port: int, *, read_timeout_s: float, max_connections: int,
+                   tls: dict[str, Any], log_level: str) -> Any:
+    """uvicorn's configuration (loaded) serving ``app`` on ``host:port`` with this module's
+    guards: at most ``max_connections`` connections, request headers within ``read_timeout_s``
+    (:class:`GuardedH11Protocol`), and with ``tls`` (:func:`~secemb.server.tls.server_context_kwargs`;
+    ``{}``: plain HTTP) each TLS handshake within ``read_timeout_s``, at most twice
+    ``max_connections`` of them in flight (:class:`TlsFirstProtocol`).  Every app the project
+    serves is served under it (:func:`run`; :class:`secemb.sim.sfsl.NodeServer`)."""
+    import uvicorn
+
+    guarded = type("Guarded", (GuardedH11Protocol,), {"header_timeout_s": read_timeout_s})
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                            timeout_keep_alive=30, limit_concurrency=max_connections, http=guarded, **tls)
+    config.load()
+    if config.ssl is not None:  # the handshake is TlsFirstProtocol's, under a deadline and a bound
+        config.http_protocol_class = type("TlsFirst", (TlsFirstProtocol,), {
+            "context": config.ssl, "handshake_timeout_s": read_timeout_s,
+            "max_pending": 2 * max_connections, "http": guarded})
+        config.ssl = None
+    return config

@@ -3,7 +3,9 @@ simulated devices talking to it with signed requests (:func:`run_networked_sfsl`
 
 The server is the same :class:`~secemb.protocols.sfsl.staged.SFSLNode` as in process, served by
 :func:`~secemb.server.exchange_app.create_exchange_app` under uvicorn in a thread of this
-process over TLS, like the two-server demo (:class:`~secemb.sim.cluster.LocalCluster`): a fresh
+process over TLS with the two-server app's guards (:func:`~secemb.server.listener.guarded_config`:
+header and handshake deadlines, a connection limit; bodies under a size limit and a deadline),
+like the two-server demo (:class:`~secemb.sim.cluster.LocalCluster`): a fresh
 private CA and certificates for 127.0.0.1 (:func:`~secemb.server.tls.init_pki`, in a temporary
 directory removed when the server stops; the node presents server 0's), and every client verifies the server
 against that CA only (:func:`~secemb.server.tls.client_context`); there is no plain-HTTP mode.
@@ -38,7 +40,7 @@ from secemb.engine.sfsl import EnginePlayer, SFSLOptions, click_dataset, run_sfs
 from secemb.errors import InvalidParameters
 from secemb.protocols.sfsl.parties import SFSLServer, TrainingSettings
 from secemb.protocols.sfsl.staged import SFSLNode
-from secemb.server.tls import client_context, init_pki
+from secemb.server.tls import client_context, init_pki, server_context_kwargs
 from secemb.training.results import EpochStats, RoundStats, TrainResult
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
@@ -66,27 +68,38 @@ class NodeServer:
     ``url``: the base URL (``https``); ``tls``: the client context that pins the server's
     private CA (give it to every client); ``admin_secret``, ``user_secret``: the keys (fresh OS
     randomness).  The CA and the server's certificate and key are created fresh in a temporary
-    directory (0700, keys 0600) that :meth:`stop` removes.
+    directory (0700, keys 0600) that :meth:`stop` removes.  ``read_timeout_s``,
+    ``max_connections``, ``max_body_reads``: the guards, as a SecEmb server's ``[server]``
+    settings of those names (default: theirs).
     """
 
-    def __init__(self, node: SFSLNode, num_users: int, max_body_bytes: int) -> None:
+    def __init__(self, node: SFSLNode, num_users: int, max_body_bytes: int, *, read_timeout_s: float | None = None,
+                 max_connections: int | None = None, max_body_reads: int | None = None) -> None:
         import uvicorn
 
         from secemb.server.auth import Verifier
+        from secemb.server.config import ServerConfig
         from secemb.server.exchange_app import create_exchange_app
+        from secemb.server.listener import guarded_config
 
+        def setting(value: Any, name: str) -> Any:
+            return ServerConfig.model_fields[name].default if value is None else value
+
+        read_timeout_s = setting(read_timeout_s, "read_timeout_s")
         self.admin_secret, self.user_secret = os.urandom(32), os.urandom(32)
         verifier = Verifier(0, os.urandom(32), self.admin_secret, self.user_secret, num_users)
         app = create_exchange_app(node, verifier, max_body_bytes=max_body_bytes,
-                                  model=lambda: model_bytes(node.server))
+                                  model=lambda: model_bytes(node.server), read_timeout_s=read_timeout_s,
+                                  max_body_reads=setting(max_body_reads, "max_body_reads"))
         self._pki_dir = tempfile.TemporaryDirectory(prefix="secemb-sfsl-tls-")
         pki = init_pki(Path(self._pki_dir.name) / "tls", 0, ["127.0.0.1", "localhost"])
         self.tls = client_context(pki.ca)
         self.port = _free_port()
         self.url = f"https://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                     access_log=False, ssl_certfile=str(pki.cert(0)),
-                                                     ssl_keyfile=str(pki.key(0))))
+        tls = server_context_kwargs(pki.ca, pki.cert(0), pki.key(0))
+        self._server = uvicorn.Server(guarded_config(
+            app, "127.0.0.1", self.port, read_timeout_s=read_timeout_s,
+            max_connections=setting(max_connections, "max_connections"), tls=tls, log_level="warning"))
         self._thread = threading.Thread(target=self._server.run, name="secemb-sfsl-server", daemon=True)
 
     def __enter__(self) -> NodeServer:
