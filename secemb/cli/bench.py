@@ -75,6 +75,9 @@ def register(app: typer.Typer) -> None:
     from secemb.cli import bench_noise
 
     bench_noise.register(bench_app)
+    from secemb.cli import bench_robust
+
+    bench_robust.register(bench_app)
 
 
 def _fss_cuda(as_json: bool, quick: bool) -> None:

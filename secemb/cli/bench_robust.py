@@ -1,0 +1,44 @@
+"""``secemb bench robust``: the cost of verified uploads (issue 34), checked against unchecked
+rounds in one run (:mod:`secemb.bench.robust`)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+__all__ = ["register"]
+
+
+def register(bench_app: typer.Typer) -> None:
+    """Attach ``robust`` to the ``bench`` group."""
+
+    @bench_app.command("robust")
+    def robust(
+        users: int = typer.Option(20, min=1, help="Devices per round."),
+        repeats: int = typer.Option(6, min=1, help="Rounds of each kind (checked and unchecked, alternating)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object per layout."),
+    ) -> None:
+        """Server seconds and bytes per round with the servers' upload verification against the
+        same round without it, ML-100K size, cuckoo+relay and full layouts (ratios within one
+        run; docs/results.md, "Verified uploads")."""
+        from secemb.bench.robust import measure
+        from secemb.cli.bench_output import print_table
+
+        lines = measure(users, repeats)
+        if as_json:
+            for line in lines:
+                typer.echo(json.dumps(line))
+            return
+        rows = []
+        for r in lines:
+            c, u = r["checked"], r["unchecked"]
+            rows.append([f"{r['layout']}{', relay' if r['relay'] else ''}",
+                         f"{c['server_s']:.4f} / {u['server_s']:.4f}", f"{r['server_time_ratio']:.2f}",
+                         f"{c['device_upload_bytes']:,.0f} / {u['device_upload_bytes']:,.0f}",
+                         f"{r['device_upload_ratio']:.3f}",
+                         f"{c['server_bytes']:,.0f} / {u['server_bytes']:,.0f}", f"{r['server_bytes_ratio']:.3f}"])
+        print_table(f"secemb bench robust ({users} devices per round, median of {repeats}; checked / unchecked)",
+                    [("layout", "left"), ("server s / round", "right"), ("ratio", "right"),
+                     ("device upload B", "right"), ("ratio", "right"), ("server<->server B", "right"),
+                     ("ratio", "right")], rows)
