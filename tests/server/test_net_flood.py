@@ -165,3 +165,43 @@ def test_finding_dos_before_authentication_tls_never_started_is_closed_and_bound
         time.sleep(0.5)
         assert _fds(pid) <= fds0 + 4, f"open descriptors {fds0} -> {_fds(pid)}"
         assert admin.get_json("/v1/admin/status")["party"] == 0
+
+
+def test_finding_dos_before_authentication_stalled_device_bodies_never_delay_the_operator():
+    """Issue 33: 64 stalled junk-signed bodies made legitimate requests wait 7-10 s (every body
+    waited for one pool of max_body_reads slots).  Now each credential class claimed by the key id
+    has its own slots: 64 bodies claiming device ids, stalled half-way, hold the devices' slots,
+    while the operator's status (no body) and a call with a body are answered within ~2 s; the
+    stalled bodies are answered 408 or 503 within the read timeout."""
+    read_timeout_s, junk = 6.0, 64
+    model, proto, config = setup()
+    tr, _ = small_data()
+    with cluster_for(model, proto, tr, config, read_timeout_s=read_timeout_s, max_body_reads=4,
+                     max_connections=128) as cluster:
+        port, tls = cluster.ports[0], cluster.tls
+        admin = cluster.admin(0, timeout=30)
+        admin.get_json("/v1/admin/status")
+        path = "/v1/alarm"
+
+        def stall(i: int) -> ssl.SSLSocket:
+            h = sign_headers(f"user:{i % 1000}", b"not this device's key, 32 bytes!", "POST", path, "", b"x" * 1000)
+            head = "".join(f"{k}: {v}\r\n" for k, v in h.items())
+            s = _connect(port, tls)
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}Content-Length: 1000\r\n\r\n".encode()
+                      + b"x" * 10)
+            return s
+
+        with ThreadPoolExecutor(16) as pool:
+            stalled = list(pool.map(stall, range(junk)))
+        time.sleep(0.5)  # the bodies are being read (or wait for a device slot)
+        t0 = time.monotonic()
+        assert admin.get_json("/v1/admin/status")["party"] == 0
+        assert admin.post_json("/v1/admin/alarms/clear") == {"cleared": 0}
+        took = time.monotonic() - t0
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda s: _closed_by_server(s, 2 * read_timeout_s + 5), stalled))
+        for s in stalled:
+            s.close()
+        assert took < 2.0, f"the operator waited {took:.1f} s behind junk device bodies"
+        statuses = [int(a.split(b" ", 2)[1]) for a in answers if a]
+        assert len(statuses) == junk and set(statuses) <= {408, 503} and 408 in statuses, sorted(set(statuses))
