@@ -30,6 +30,13 @@ expansion of the second seed.  Server 1 evaluates a forwarded key part only if i
 digest and absorbs forwarded words only if their tag verifies; otherwise
 :class:`~secemb.errors.RelayTampered` (``docs/security.md``, "A deviating server").
 
+Verified uploads (``verify=True``, the default; issue 34): each key is followed by its 32-byte
+check correction word (:func:`~secemb.fss.verify.corrections`); the servers fold a check value
+per key from the leaves their walk visits anyway (:class:`~secemb.fss.verify.LeafCheck`) and,
+before the round closes, compare one digest per user (:meth:`SecEmbServer.upload_digests`): a
+user whose keys are not point functions or differ between the servers is left out like a
+dropout (``docs/security.md``, "A malicious device: verified uploads").
+
 A server never sees an index, a row count or a gradient: every message has a size fixed by
 the public round parameters.  A user that retrieved but never uploads is left out of the
 aggregate (its folded part is recomputed and removed) -- dropouts of Appendix L.2.
