@@ -197,7 +197,7 @@ class ServerConfig(BaseModel):
     read_timeout_s: _PositiveNumber = Field(10.0, description="a positive number")
     #: concurrent connections and requests; beyond, uvicorn answers 503 at once
     max_connections: StrictInt = Field(256, ge=8, description="an int >= 8")
-    #: request bodies read at once per credential class before their signature is checked (more wait, up to read_timeout_s)
+    #: bodies read at once per credential class before their signature is checked (more wait, up to read_timeout_s)
     max_body_reads: StrictInt = Field(32, ge=1, description="an int >= 1")
     #: requests a second each device key may sign (bursts of four times that); beyond, 429
     requests_per_s: _PositiveNumber = Field(50.0, description="a positive number")
