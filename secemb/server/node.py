@@ -73,7 +73,7 @@ from secemb.server.peer import HttpPeer, PeerLink, PeerRefused, PeerUnreachable
 from secemb.server.persist import CorruptState, StorageError
 from secemb.server.rounds import ABORTED, CLOSING, COMMITTED, FINAL, OPEN, Batcher, Outcomes, Round, by_round
 from secemb.server.store import Checkpoint, DiskStore, StateStore
-from secemb.server.verify import encode_digests, rejected
+from secemb.server.verify import MAX_REJECTIONS, encode_digests, rejected
 from secemb.sharing import reconstruct
 from secemb.training import messages
 from secemb.training.results import model_sha256
@@ -146,6 +146,9 @@ class Node:
         self.alarms: list[dict[str, Any]] = []
         #: why the deployment is halted (``None``: it is not)
         self.halted: str | None = None
+        #: server 0: per device, the rounds whose upload verification it failed since the operator
+        #: last cleared the alarms (issue 34; rebuilt from the journal): MAX_REJECTIONS refuse it
+        self.rejections: dict[int, int] = {}
         self._stopping = False
         self._load()
         self._recover()
@@ -224,7 +227,7 @@ class Node:
             if ev == "alarm":
                 self._remember_alarm(rec)
             elif ev == "alarms_cleared":
-                self.alarms, self.halted = [], None
+                self.alarms, self.halted, self.rejections = [], None, {}
             elif ev == "count_first":
                 self.count.restore_first([int(u) for u in rec.get("users", [])])
             elif ev == "open":
@@ -233,6 +236,8 @@ class Node:
                 open_rounds.pop(r, None)
                 self.outcomes.remember(r, ev, rec.get("included"), rec.get("reason", ""), tampered=rec.get("tampered"),
                                        rejected=rec.get("rejected"))
+                for u in rec.get("rejected") or []:
+                    self.rejections[int(u)] = self.rejections.get(int(u), 0) + 1
         for r in sorted(open_rounds):
             if r == self.last_round:
                 rec = {"ev": COMMITTED, "round": r, "version": self.version, "included": self.last_included,
@@ -417,7 +422,7 @@ class Node:
         with self.lock:
             n = len(self.alarms)
             self.store.append({"ev": "alarms_cleared", "round": self.max_round, "alarms": n})
-            self.alarms, self.halted = [], None
+            self.alarms, self.halted, self.rejections = [], None, {}
         log.warning("server %d: %d alarm(s) cleared by the operator", self.party, n)
         return {"cleared": n}
 
@@ -528,6 +533,10 @@ class Node:
 
     # ================================================================== retrieval
     def _admit(self, rnd: Round, user: int) -> None:
+        failed = self.rejections.get(user, 0)
+        if failed >= MAX_REJECTIONS:
+            raise Forbidden(f"user {user}'s uploads failed the servers' verification in {failed} rounds: refused until "
+                            "the operator clears the alarms")
         if rnd.participants is not None:
             if user not in rnd.participants:
                 raise Forbidden(f"user {user} is not a participant of round {rnd.round_id}")
@@ -986,6 +995,9 @@ class LeaderNode(Node):
             return None
         bad = rejected(mine, theirs)
         if bad:
+            with self.lock:
+                for u in bad:
+                    self.rejections[u] = self.rejections.get(u, 0) + 1
             rnd.rejected.update(bad)
             self.raise_alarm("device_rejected", rnd.round_id, f"user(s) {bad[:50]} failed the upload verification "
                                                               "(keys not point functions or not the same at both "

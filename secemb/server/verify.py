@@ -16,10 +16,13 @@ from typing import Any
 
 from secemb.errors import InvalidMessage
 
-__all__ = ["DIGEST_HEX", "decode_digests", "encode_digests", "rejected"]
+__all__ = ["DIGEST_HEX", "MAX_REJECTIONS", "decode_digests", "encode_digests", "rejected"]
 
 #: hex characters of one digest (SHA-256)
 DIGEST_HEX = 64
+#: a device whose uploads failed verification in this many rounds is refused at the door (403 at
+#: server 0's retrieval) until the operator clears the alarms
+MAX_REJECTIONS = 3
 
 
 def encode_digests(digests: dict[int, bytes]) -> dict[str, str]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from secemb.data import synthetic_like, train_test_split
 from secemb.errors import InvalidMessage, RelayTampered
 from secemb.fss import kernels
 from secemb.fss.verify import CHECK_WORDS, LeafCheck
@@ -21,7 +22,9 @@ from secemb.protocols.base import RoundConfig
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.randomness import CtrDrbg
-from secemb.training import Experiment
+from secemb.models import MatrixFactorization
+from secemb.training import Experiment, TrainConfig
+from secemb.training.loop import train
 
 LAYOUTS = [("full", False), ("full", True), ("cuckoo", False), ("cuckoo", True)]
 #: attacks the verification (or the parsers) must catch; the payload-bound attacks are not caught
@@ -231,3 +234,17 @@ def test_check_accumulation_kernel_equals_the_reference(monkeypatch: pytest.Monk
         got[backend] = check.values
     np.testing.assert_array_equal(got["numba"], got["numpy"])
     assert np.all(got["numpy"] != 0)
+
+
+def test_a_device_rejected_in_three_rounds_is_refused_at_the_door() -> None:
+    """Server 0 counts each device's failed verifications; from the third on it refuses the
+    device's retrieval (403) until the operator clears the alarms: device 0 attacks in each of
+    4 epochs (every user takes part once per epoch) and is rejected 3 times, then refused."""
+    data, _ = train_test_split(synthetic_like(30, 60, 600, seed=3), 0.2, seed=0)
+    config = TrainConfig(epochs=4, users_per_round=15, seed=5, m_prime=8)  # 14 honest >= the floor of 10
+    record = AdversaryRecord("two-points", 1)
+    train(MatrixFactorization(dim=4, reg=0.01), SecEmbProtocol(layout="cuckoo", relay=True), data, None, config,
+          behavior=attack_behavior("two-points", 1), after_round=record.after_round)
+    seen = [r for r in record.rounds if r["rejected_devices"] or r["refused_devices"]]
+    assert [r["rejected_devices"] for r in seen] == [[0], [0], [0], []]
+    assert [r["refused_devices"] for r in seen] == [[], [], [], [0]]
