@@ -1,9 +1,10 @@
 """Cost of verified uploads (issue 34): server seconds and bytes of a SecEmb round with the
 servers' check against the same round without it, measured in one process.
 
-``python -m secemb.bench.robust [--users U] [--repeats R]`` runs, for each layout (cuckoo with
-relay: the default deployment; full without relay: the paper's protocol), ``R`` alternating
-pairs of rounds of ``U`` devices at ML-100K size (m = 1,682, m' = 200, w = 65, 32-bit ring)
+``python -m secemb.bench.robust [--users U] [--repeats R] [--size ml100k|yelp]`` runs, for each
+layout (cuckoo with relay: the default deployment; full without relay: the paper's protocol),
+``R`` alternating pairs of rounds of ``U`` devices at ML-100K size (m = 1,682, m' = 200) or the
+Yelp stand-in's (m = 93,386, m' = 500), w = 65, 32-bit ring,
 through the protocol roles (the servers' work only: retrieval evaluation, uploads, the
 digests and their comparison, both aggregate shares and their reconstruction), and prints one
 JSON line per layout: median server seconds per round checked / unchecked, and the bytes a
@@ -26,15 +27,20 @@ from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer
 from secemb.server.verify import rejected
 
-__all__ = ["measure"]
+__all__ = ["SIZES", "measure"]
+
+#: catalogue size m and rows per device m' of each measured size
+SIZES = {"ml100k": (1682, 200), "yelp": (93386, 500)}
 
 
-def _round(layout: str, relay: bool, verify: bool, users: int, gen: np.random.Generator) -> dict[str, float]:
+def _round(layout: str, relay: bool, verify: bool, users: int, gen: np.random.Generator,
+           size: tuple[int, int]) -> dict[str, float]:
     """One round; server seconds (both servers, summed) and bytes (device -> servers per
     device, server <-> server in total)."""
+    m, m_prime = size
     proto = SecEmbProtocol(layout=layout, relay=relay, verify=verify)
-    cfg = proto.round_config(1, num_items=1682, width=65, dense_size=1, m_prime=200, ring_bits=32)
-    table = gen.integers(0, 1 << 20, (1682, 65)).astype(cfg.dtype)
+    cfg = proto.round_config(1, num_items=m, width=65, dense_size=1, m_prime=m_prime, ring_bits=32)
+    table = gen.integers(0, 1 << 20, (m, 65)).astype(cfg.dtype)
     s0, s1 = proto.make_server(0), proto.make_server(1)
     clock = [0.0]
 
@@ -48,7 +54,7 @@ def _round(layout: str, relay: bool, verify: bool, users: int, gen: np.random.Ge
     for s in (s0, s1):
         s.begin_round(cfg, table)  # the table's tags and limbs: the same work either way, not timed
     devices = [proto.make_user(cfg) for _ in range(users)]
-    slots = [place(cfg, gen.choice(1682, 60, replace=False), gen).indices for _ in devices]
+    slots = [place(cfg, gen.choice(m, min(m, m_prime * 3 // 10), replace=False), gen).indices for _ in devices]
     up = s2s = 0
     reqs = [d.retrieval_request(sl) for d, sl in zip(devices, slots, strict=True)]
     up += sum(len(a) + len(b) for a, b in reqs)
@@ -96,19 +102,25 @@ def _combine(timed: Callable[..., Any], server: SecEmbServer, share: bytes, incl
     timed(server.combine, share, include)
 
 
-def measure(users: int, repeats: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Per layout, the checked and unchecked figures (median of ``repeats`` alternating pairs)."""
+def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
+            layouts: tuple[str, ...] = ("cuckoo", "full")) -> list[dict[str, Any]]:
+    """Per layout (cuckoo with relay, full without), the checked and unchecked figures (median
+    of ``repeats`` alternating pairs) at ``size`` (:data:`SIZES`)."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     gen = np.random.default_rng(seed)  # public test data: tables and item choices
     out = []
     for layout, relay in (("cuckoo", True), ("full", False)):
-        _round(layout, relay, True, 2, gen)  # warm-up (kernel compilation, caches)
+        if layout not in layouts:
+            continue
+        _round(layout, relay, True, 2, gen, SIZES[size])  # warm-up (kernel compilation, caches)
         runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
         for i in range(repeats):
             for verify in ((True, False) if i % 2 == 0 else (False, True)):
-                runs[verify].append(_round(layout, relay, verify, users, gen))
+                runs[verify].append(_round(layout, relay, verify, users, gen, SIZES[size]))
         med = {v: {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]} for v in runs}
         out.append({
-            "layout": layout, "relay": relay, "users": users, "repeats": repeats,
+            "size": size, "layout": layout, "relay": relay, "users": users, "repeats": repeats,
             "checked": med[True], "unchecked": med[False],
             "server_time_ratio": med[True]["server_s"] / med[False]["server_s"],
             "device_upload_ratio": med[True]["device_upload_bytes"] / med[False]["device_upload_bytes"],
@@ -121,8 +133,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--users", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--size", choices=sorted(SIZES), default="ml100k")
+    ap.add_argument("--layouts", default="cuckoo,full")
     args = ap.parse_args()
-    for line in measure(args.users, args.repeats):
+    for line in measure(args.users, args.repeats, size=args.size, layouts=tuple(args.layouts.split(","))):
         print(json.dumps(line))
 
 

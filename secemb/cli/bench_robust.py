@@ -18,14 +18,22 @@ def register(bench_app: typer.Typer) -> None:
         users: int = typer.Option(20, min=1, help="Devices per round."),
         repeats: int = typer.Option(6, min=1, help="Rounds of each kind (checked and unchecked, alternating)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object per layout."),
+        size: str = typer.Option("ml100k", help="ml100k (m = 1,682, m' = 200) or yelp (the stand-in: m = 93,386, "
+                                               "m' = 500)."),
+        layouts: str = typer.Option("cuckoo,full", help="Comma-separated: cuckoo (with relay), full (without)."),
     ) -> None:
         """Server seconds and bytes per round with the servers' upload verification against the
-        same round without it, ML-100K size, cuckoo+relay and full layouts (ratios within one
-        run; docs/results.md, "Verified uploads")."""
-        from secemb.bench.robust import measure
+        same round without it, cuckoo+relay and full layouts (ratios within one run;
+        docs/results.md, "Verified uploads")."""
+        from secemb.bench.robust import SIZES, measure
+        from secemb.cli._usage import fail
         from secemb.cli.bench_output import print_table
 
-        lines = measure(users, repeats)
+        chosen = tuple(x.strip() for x in layouts.split(","))
+        if size not in SIZES or not chosen or any(x not in ("cuckoo", "full") for x in chosen):
+            fail(f"--size must be one of {', '.join(sorted(SIZES))} and --layouts of cuckoo, full; got {size!r}, "
+                 f"{layouts!r}")
+        lines = measure(users, repeats, size=size, layouts=chosen)
         if as_json:
             for line in lines:
                 typer.echo(json.dumps(line))
@@ -38,7 +46,8 @@ def register(bench_app: typer.Typer) -> None:
                          f"{c['device_upload_bytes']:,.0f} / {u['device_upload_bytes']:,.0f}",
                          f"{r['device_upload_ratio']:.3f}",
                          f"{c['server_bytes']:,.0f} / {u['server_bytes']:,.0f}", f"{r['server_bytes_ratio']:.3f}"])
-        print_table(f"secemb bench robust ({users} devices per round, median of {repeats}; checked / unchecked)",
+        print_table(f"secemb bench robust ({size}, {users} devices per round, median of {repeats}; checked / "
+                    "unchecked)",
                     [("layout", "left"), ("server s / round", "right"), ("ratio", "right"),
                      ("device upload B", "right"), ("ratio", "right"), ("server<->server B", "right"),
                      ("ratio", "right")], rows)
