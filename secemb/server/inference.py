@@ -21,7 +21,7 @@ from typing import Any
 from secemb.errors import InvalidParameters
 from secemb.inference.representation import representation_for
 from secemb.inference.service import STAGE, InferenceServer, reply_bytes, request_bytes
-from secemb.server.errors import Conflict, NotFound
+from secemb.server.errors import NotFound
 
 __all__ = ["NodeInference"]
 
@@ -66,8 +66,6 @@ class NodeInference:
         node = self.node
         with node.lock:
             version, sha, table, dense = node.version, node.model_sha(), node.table, node.dense
-        if version < 0:
-            raise Conflict("no model yet (server 0 has not synced this server)")
         with self._lock:
             if self._cached is None or self._cached[0] != version:
                 self._cached = (version, sha, InferenceServer(representation_for(node.model, dense), table,
@@ -97,8 +95,8 @@ class NodeInference:
         ------
         InvalidMessage
             A malformed request (wrong magic, shape, length, a non-finite value): 400.
-        NotFound, Conflict
-            No inference for this model (404); no model yet (409).
+        NotFound
+            No inference for this model (404).
         """
         version, _, server = self._server()
         return version, server.answer(body)

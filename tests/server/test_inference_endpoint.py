@@ -153,7 +153,7 @@ def test_only_signed_devices_may_ask(served) -> None:
                     "num_candidates": ITEMS, "request_bytes": 12 + 8 * DIM, "reply_bytes": 8 + 8 * ITEMS}
 
 
-def test_a_model_without_grec_inference_is_404_and_server1_before_sync_409(tmp_path) -> None:
+def test_a_model_without_grec_inference_is_404_and_server1_serves_its_own_model(tmp_path) -> None:
     seq = _node(tmp_path / "seq", model="sasrec", hparams={"dim": 4})
     client = TestClient(create_app(seq))
     path = "/v1/inference"
@@ -163,7 +163,8 @@ def test_a_model_without_grec_inference_is_404_and_server1_before_sync_409(tmp_p
     assert _post(client, encode_request(np.zeros((8, 4)))).status_code == 413  # a small body limit all the same
     follower = _node(tmp_path / "s1", party=1)
     client = TestClient(create_app(follower))
-    assert _post(client, encode_request(np.zeros((1, DIM)))).status_code == 409  # no model synced yet
+    resp = _post(client, encode_request(np.zeros((1, DIM))))  # server 1 builds model version 0 itself (issue 33)
+    assert resp.status_code == 200 and resp.headers["x-secemb-model-version"] == "0"
 
 
 def test_the_device_refuses_parameters_of_another_model(served) -> None:
