@@ -215,7 +215,7 @@ def test_save_denoiser_refuses_bad_input(tmp_path) -> None:
     TrainedModel(rec, np.zeros((20, rec.sparse_width)), np.zeros(rec.dense_size),
                  UserStore(np.zeros((5, rec.private_size)), AdamConfig()), np.zeros(6, np.int64), np.zeros(0, np.int64),
                  {"protocol": "secemb", "dataset": "toy", "seed": 0, "config": {}}).save(tmp_path / "rec")
-    for args, says in (([str(tmp_path / "nowhere")], "cannot read config file"),
+    for args, says in (([str(tmp_path / "nowhere")], "not a deployment directory"),
                        ([str(tmp_path / "mf")], "not GREC's denoiser"),
                        ([str(tmp_path / "mf"), "--out", str(tmp_path)], "folder"),
                        ([str(tmp_path / "mf"), "--out", str(tmp_path / "d.npz"), "--recommender", str(tmp_path)],

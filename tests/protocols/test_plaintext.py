@@ -152,8 +152,8 @@ def test_stage_order_is_enforced():
     s0.handle_retrieval(1, q0)
     with pytest.raises(ProtocolError):
         s0.handle_retrieval(1, q0)  # twice
-    with pytest.raises(ProtocolError):
-        s1.combine(b"")
+    with pytest.raises(InvalidMessage):
+        s1.combine(b"")  # either server combines (issue 33); an empty share is malformed
     with pytest.raises(ProtocolError):
         s0.begin_round(RoundConfig(2, 20, 5, 2, 6), np.zeros((20, 5), np.uint32))  # going back
     with pytest.raises(ProtocolError):

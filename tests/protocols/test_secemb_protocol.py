@@ -770,11 +770,15 @@ def test_combine_rejects_bad_peer_share(name: str) -> None:
     rnd.check()
 
 
-def test_only_server_zero_combines() -> None:
+def test_either_server_combines_the_same_exact_aggregate() -> None:
+    """Issue 33: both servers reconstruct the update (each opens the other's share)."""
     rnd = Round.start(_cfg(), seed=17)
     rnd.honest(0)
-    with pytest.raises(ProtocolError, match="only server 0"):
-        rnd.s1.combine(rnd.s0.aggregate_share())
+    rnd.honest(1)
+    at1 = rnd.s1.combine(rnd.s0.aggregate_share())
+    at0 = rnd.s0.combine(rnd.s1.aggregate_share())
+    assert all(np.array_equal(a, b) for a, b in zip(at0, at1, strict=True))
+    assert np.array_equal(at1[0], rnd.sparse) and np.array_equal(at1[1], rnd.dense)
 
 
 # ------------------------------------------------------------------- stages and lifecycle
