@@ -24,8 +24,8 @@ the ring sum of the users' clipped values plus both servers' noise provably neve
 which adds that much per coordinate and release to the mechanism's delta (docs/security.md).
 
 :class:`RingNoise` is what a server node holds: it adds fresh noise to its own aggregate share
-(server 1, to the ring words its share message carries: :func:`add_to_share`) or to the
-combined sums (server 0; the same ring sum, since combining is addition).
+(:meth:`RingNoise.draw`, added to the ring words its aggregate share message carries with
+:func:`add_to_share`); both servers do, and each reconstructs the same noised sum.
 """
 
 from __future__ import annotations
@@ -190,11 +190,3 @@ class RingNoise:
         """``n`` fresh noise values as ring elements."""
         return to_ring(self.fp.ring_bits, discrete_gaussian(self.sigma, n, tail=self.tail, _rng=self._rng))
 
-    def add(self, sparse: np.ndarray, dense: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Ring ``(sparse + noise, dense + noise)``, every coordinate noised (server 0)."""
-        noise = self.draw(sparse.size + dense.size)
-        return sparse + noise[: sparse.size].reshape(sparse.shape), dense + noise[sparse.size :]
-
-    def add_to_share(self, share: bytes, coordinates: int) -> bytes:
-        """The share message with noise on its ``coordinates`` aggregate words (server 1)."""
-        return add_to_share(share, self.draw(coordinates))

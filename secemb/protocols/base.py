@@ -306,12 +306,6 @@ class ServerRole(ABC):
         digests differ is left out like a dropout.  Default: ``None`` (no verification)."""
         return None
 
-    def prepare_combine(self, include: list[int] | None = None) -> None:
-        """Server 0: the part of :meth:`combine` over ``include`` that needs no peer share,
-        done ahead (a server runs it while the peer computes its share); no visible change
-        of state.  Default: nothing (all the work in :meth:`combine`)."""
-        return None
-
     @abstractmethod
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Either server: reconstruct ``(sparse_sum (m, width), dense_sum (dense_size,))``

@@ -1125,11 +1125,6 @@ class SecEmbServer(ServerRole):
         self._closed_cache = (tuple(users), closed)
         return closed
 
-    def prepare_combine(self, include: list[int] | None = None) -> None:
-        """Server 0: compute (and keep, until the next change of state) its own aggregate over
-        ``include``, which :meth:`combine` then reuses."""
-        self._closed(include)
-
     def included_users(self) -> list[int]:
         """Sorted ids of the users whose uploads the aggregate holds (``include=None``)."""
         return sorted(self._uploaded)
