@@ -16,23 +16,34 @@ driven in stages so that each phase is timed on its own:
                durable checkpoint, sync of server 1
 
 For each per-device phase: p50 / p99 / max latency of one device's requests and throughput
-(devices per second over the phase's wall time).  Every loop is bounded: N devices, one
-round, a timeout on every request.
+(devices per second over the phase's wall time).  The timed round follows an untimed warm-up
+round of ``min(N, min_users)`` devices through the same phases (:data:`WARM_UP`, also in the
+result), so first-call costs of the servers and the devices are in no figure.  Every loop is
+bounded: N devices, two rounds, a timeout on every request.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
 
 from secemb.bench.machine import machine_info
 
-__all__ = ["run"]
+if TYPE_CHECKING:
+    from secemb.client.device import DeviceClient
+    from secemb.data.ratings import UserRatings
+    from secemb.models import MatrixFactorization
+    from secemb.models.base import UserStore
+    from secemb.protocols.base import Protocol
+    from secemb.transport.network import ApiClient
+
+__all__ = ["WARM_UP", "run"]
 
 
 def _summary(lat: list[float], wall: float) -> dict[str, float]:
@@ -44,6 +55,70 @@ def _summary(lat: list[float], wall: float) -> dict[str, float]:
         "max_ms": float(a.max()),
         "wall_s": wall,
         "devices_per_s": a.size / wall if wall > 0 else float("inf"),
+    }
+
+
+#: what the result says about first-call costs (``devices``: the warm-up round's)
+WARM_UP = ("one untimed round of {devices} devices (every phase, both servers) before the timed round: "
+           "first-call costs (the servers' and the devices') are in no figure; startup_s is the servers' start alone")
+
+
+def _round(admin0: ApiClient, clients: dict[int, DeviceClient], per_user: UserRatings, proto: Protocol,
+           model: MatrixFactorization, store: UserStore, pool: ThreadPoolExecutor,
+           rng: np.random.Generator) -> dict[str, Any]:
+    """One round of the devices of ``clients``, phase by phase, each timed; returns ``slots``,
+    ``phases`` (open and close: ``wall_s``; the others: :func:`_summary`), ``round_s`` and the
+    protocol bytes per device.  Raises :class:`RuntimeError` unless the round commits with
+    every device."""
+    from secemb.client.device import RoundInfo, RoundSession
+    from secemb.protocols.placement import place
+    from secemb.training.local import distinct_items
+
+    users = list(clients)
+    t = time.perf_counter()
+    opened = admin0.post_json("/v1/admin/rounds", {"participants": users, "deadline_s": 3600.0})
+    open_s = time.perf_counter() - t
+    info = RoundInfo.from_doc(opened)
+    plans = {u: place(info.config, distinct_items(per_user.of(u)[0])[0], rng) for u in users}
+    sessions = {u: RoundSession(clients[u], info, protocol=proto) for u in users}
+
+    def timed(fn: Callable[[int], object]) -> Callable[[int], float]:
+        def go(u: int) -> float:
+            t0 = time.perf_counter()
+            fn(u)
+            return time.perf_counter() - t0
+        return go
+
+    def phase(fn: Callable[[int], object]) -> dict[str, float]:
+        t0 = time.perf_counter()
+        lat = list(pool.map(timed(fn), users))
+        return _summary(lat, time.perf_counter() - t0)
+
+    results: dict[str, Any] = {}
+    results["prepare"] = phase(lambda u: sessions[u].prepare(*per_user.of(u), placement=plans[u]))
+
+    def upload(u: int) -> None:
+        s = sessions[u]
+        state = store.state(u)  # the local step (device compute) is inside this phase
+        s.train(lambda rows, d, batch: model.local_step(rows, d, state, batch))
+        s.upload()
+
+    results["retrieval"] = phase(lambda u: sessions[u].send_requests())
+    results["dense"] = phase(lambda u: sessions[u].fetch_dense())
+    for s in sessions.values():
+        s.reconstruct()
+    results["upload"] = phase(upload)
+    t = time.perf_counter()
+    outcome = admin0.post_json(f"/v1/admin/rounds/{info.round_id}/close")
+    close_s = time.perf_counter() - t
+    if outcome["state"] != "committed" or len(outcome["included"]) != len(users):
+        raise RuntimeError(f"the round did not commit with every device: {outcome}")
+    return {
+        "slots": info.config.slots,
+        "phases": {"open": {"wall_s": open_s}, **results, "close": {"wall_s": close_s}},
+        "round_s": sum(results[k]["wall_s"] for k in ("retrieval", "dense", "upload")) + open_s + close_s,
+        "upload_bytes_per_device": sum(s.upload_bytes for s in sessions.values()) / len(users),
+        "download_bytes_per_device": sum(s.download_bytes for s in sessions.values()) / len(users),
     }
 
 
@@ -61,14 +136,14 @@ def run(
     timeout_s: float = 120.0,
     workdir: str | None = None,
 ) -> dict[str, Any]:
-    """Run the benchmark; a JSON-able result document."""
-    from secemb.engine.settings import cluster_settings
-    from secemb.client.device import DeviceClient, RoundInfo, RoundSession
-    from secemb.training.local import distinct_items
+    """Run the benchmark; a JSON-able result document.  One untimed round of
+    ``min(devices, min_users)`` devices runs first (the warm-up, stated in ``warm_up``): the
+    figures are those of the next round, of all ``devices``."""
+    from secemb.client.device import DeviceClient
     from secemb.data import by_user, synthetic_like
+    from secemb.engine.settings import cluster_settings
     from secemb.models import MatrixFactorization
     from secemb.protocols import get_protocol
-    from secemb.protocols.placement import place
     from secemb.sim.cluster import LocalCluster
     from secemb.training import TrainConfig
 
@@ -94,49 +169,14 @@ def run(
         clients = {u: DeviceClient(u, cluster.url(0), cluster.url(1), *cluster.device_keys(u), timeout=timeout_s,
                                    http=http, min_users=cluster.min_users) for u in users}
         pool = ThreadPoolExecutor(max_workers=concurrency)
+        warm_users = users[:min(devices, cluster.min_users)]
         try:
-            t = time.perf_counter()
-            opened = admin0.post_json("/v1/admin/rounds", {"participants": users, "deadline_s": 3600.0})
-            open_s = time.perf_counter() - t
-            info = RoundInfo.from_doc(opened)
-            rng = np.random.default_rng(2)
-            plans = {u: place(info.config, distinct_items(per_user.of(u)[0])[0], rng) for u in users}
-            sessions = {u: RoundSession(clients[u], info, protocol=proto) for u in users}
+            def one_round(who: list[int], seed: int) -> dict[str, Any]:
+                return _round(admin0, {u: clients[u] for u in who}, per_user, proto, model, store, pool,
+                              np.random.default_rng(seed))
 
-            def timed(fn: Any) -> Any:
-                def go(u: int) -> float:
-                    t0 = time.perf_counter()
-                    fn(u)
-                    return time.perf_counter() - t0
-                return go
-
-            def phase(fn: Any) -> dict[str, float]:
-                t0 = time.perf_counter()
-                lat = list(pool.map(timed(fn), users))
-                return _summary(lat, time.perf_counter() - t0)
-
-            results: dict[str, Any] = {}
-            results["prepare"] = phase(lambda u: sessions[u].prepare(*per_user.of(u), placement=plans[u]))
-
-            def upload(u: int) -> None:
-                s = sessions[u]
-                state = store.state(u)  # the local step (device compute) is inside this phase
-                s.train(lambda rows, d, batch: model.local_step(rows, d, state, batch))
-                s.upload()
-
-            results["retrieval"] = phase(lambda u: sessions[u].send_requests())
-            results["dense"] = phase(lambda u: sessions[u].fetch_dense())
-            for s in sessions.values():
-                s.reconstruct()
-            results["upload"] = phase(upload)
-            t = time.perf_counter()
-            outcome = admin0.post_json(f"/v1/admin/rounds/{info.round_id}/close")
-            close_s = time.perf_counter() - t
-            if outcome["state"] != "committed" or len(outcome["included"]) != devices:
-                raise RuntimeError(f"the round did not commit with every device: {outcome}")
-            round_s = sum(results[k]["wall_s"] for k in ("retrieval", "dense", "upload")) + open_s + close_s
-            up = sum(s.upload_bytes for s in sessions.values()) / devices
-            down = sum(s.download_bytes for s in sessions.values()) / devices
+            one_round(warm_users, 3)  # warm-up, untimed: first calls (both servers' too) are in no figure
+            timed = one_round(users, 2)
         finally:
             pool.shutdown(wait=True)
             for c in clients.values():
@@ -152,12 +192,9 @@ def run(
         "num_items": num_items,
         "dim": dim,
         "m_prime": m_prime,
-        "slots": info.config.slots,
         "startup_s": startup_s,
-        "phases": {"open": {"wall_s": open_s}, **results, "close": {"wall_s": close_s}},
-        "round_s": round_s,
-        "devices_per_s": devices / round_s,
-        "upload_bytes_per_device": up,
-        "download_bytes_per_device": down,
+        "warm_up": WARM_UP.format(devices=len(warm_users)),
+        **timed,
+        "devices_per_s": devices / timed["round_s"],
         "machine": machine_info(),
     }

@@ -252,6 +252,7 @@ def _register_server(bench_app: typer.Typer) -> None:
                 table.add_row(name, "", "", "", f"{ph['wall_s']:.2f}", "")
         table.add_row("round", "", "", "", f"{result['round_s']:.2f}", f"{result['devices_per_s']:,.0f}")
         print_fitted(table)
+        typer.echo(result["warm_up"])
 
 
 # --------------------------------------------------------------------------- paper tables

@@ -74,4 +74,5 @@ def register(bench_app: typer.Typer) -> None:
         for row in bench_secea.cost_rows(result):
             cost.add_row(*map(escape, row))
         print_fitted(cost)
+        typer.echo(f"seconds: {result['warm_up']}")
         typer.echo(f"wrote {out}")
