@@ -19,12 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from secemb.cli import app  # noqa: E402
 from secemb.data import read_own_ratings, train_test_split  # noqa: E402
 from secemb.engine.settings import cluster_settings  # noqa: E402
 from secemb.inference.saved import load_public_recommender  # noqa: E402
@@ -32,20 +30,11 @@ from secemb.models import MatrixFactorization  # noqa: E402
 from secemb.protocols import get_protocol  # noqa: E402
 from secemb.sim.cluster import LocalCluster  # noqa: E402
 from secemb.training import TrainConfig, messages  # noqa: E402
+from cli_helpers import assert_usage_error, run_cli
 
 USERS = [f"user{i}" for i in range(10)]
 ITEMS = ["The Matrix", "Heat", "Alien", "Up", "Jaws", "Big", "Fargo", "Se7en", "Rocky", "Tron", "Brazil", "Ran"]
 DIM = 4
-
-
-def _run(*args: str):  # noqa: ANN202
-    return CliRunner().invoke(app, list(args), terminal_width=200)
-
-
-def _usage_error(res, text: str) -> None:  # noqa: ANN001
-    assert res.exit_code == 2, res.output
-    assert res.stderr.startswith("error: ") and text in res.stderr, res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.output
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +53,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Lo
 
 
 def _export(cluster: LocalCluster, out: Path, *args: str):  # noqa: ANN202
-    return _run("admin", "export-model", str(out), "--deployment", str(cluster.workdir), *args)
+    return run_cli("admin", "export-model", str(out), "--deployment", str(cluster.workdir), *args)
 
 
 def test_export_writes_the_announced_public_model_and_the_item_ids(cluster, tmp_path: Path) -> None:
@@ -99,14 +88,14 @@ def test_a_device_serves_raw_ids_from_the_export_and_recommend_refuses_it(cluste
     state = tmp_path / "dev3.npz"
     params = np.array([0.3, -0.2, 0.5, 0.1, 0.07])  # p_u (d = 4), b_u
     np.savez(state, params=params, m=np.zeros_like(params), v=np.zeros_like(params), t=np.int64(0))
-    res = _run("infer", "--credentials", str(creds), "--state-file", str(state), "--recommender", str(out),
+    res = run_cli("infer", "--credentials", str(creds), "--state-file", str(state), "--recommender", str(out),
                "--items", "Heat,The Matrix", "--json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["items"] == [sorted(ITEMS).index("Heat"), sorted(ITEMS).index("The Matrix")]
     assert doc["item_ids"] == ["Heat", "The Matrix"] and doc["raw_ids"] is True
-    _usage_error(_run("recommend", "--model-dir", str(out), "--user", "user0"), "holds a public model only")
-    _usage_error(_run("infer", "--model-dir", str(out), "--user", "user0"), "holds a public model only")
+    assert_usage_error(run_cli("recommend", "--model-dir", str(out), "--user", "user0"), "holds a public model only")
+    assert_usage_error(run_cli("infer", "--model-dir", str(out), "--user", "user0"), "holds a public model only")
 
 
 def test_without_dataset_the_ids_are_the_indices(cluster, tmp_path: Path) -> None:
@@ -122,14 +111,14 @@ def test_out_is_checked_before_any_work(cluster, tmp_path: Path) -> None:
     root, c = cluster
     out = tmp_path / "again"
     assert _export(c, out).exit_code == 0
-    _usage_error(_export(c, out), "pass --force to replace it")
+    assert_usage_error(_export(c, out), "pass --force to replace it")
     assert _export(c, out, "--force").exit_code == 0
     foreign = tmp_path / "photos"
     foreign.mkdir()
     (foreign / "cat.jpg").write_bytes(b"meow")
-    _usage_error(_export(c, foreign, "--force"), "holds no model saved by secemb")
+    assert_usage_error(_export(c, foreign, "--force"), "holds no model saved by secemb")
     assert sorted(p.name for p in foreign.iterdir()) == ["cat.jpg"] and (foreign / "cat.jpg").read_bytes() == b"meow"
     other = tmp_path / "other.csv"
     other.write_text("a,x,1\nb,y,2\n")
-    _usage_error(_export(c, tmp_path / "new", "--dataset", str(other)), "has 2 items, the deployment 12")
+    assert_usage_error(_export(c, tmp_path / "new", "--dataset", str(other)), "has 2 items, the deployment 12")
     assert not (tmp_path / "new").exists()

@@ -17,13 +17,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from secemb.cli import app
 from secemb.data import load_dataset, read_own_ratings
 from secemb.data.ids import IdMap
 from secemb.errors import InvalidParameters
 from secemb.training.trained import TrainedModel
+from cli_helpers import assert_usage_error, run_cli
 
 USERS = [f"user{i}" for i in range(12)]
 ITEMS = ["The Matrix", "Heat", "Alien", "Up", "Jaws", "Big", "Fargo", "Se7en", "Rocky", "Tron", "Brazil", "Ran",
@@ -35,37 +34,28 @@ def _rows() -> list[tuple[str, str, int]]:
     return [(u, it, rng.randint(1, 5)) for u in USERS for it in rng.sample(ITEMS, 6)]
 
 
-def _run(*args: str):  # noqa: ANN202
-    return CliRunner().invoke(app, list(args), terminal_width=200)
-
-
-def _usage_error(res, text: str) -> None:  # noqa: ANN001
-    assert res.exit_code == 2, res.output
-    assert res.stderr.startswith("error: ") and text in res.stderr, res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.output
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model trained through the CLI on a CSV with string ids."""
     root = tmp_path_factory.mktemp("rawids")
     csv = root / "ratings.csv"
     csv.write_text("user,item,rating\n" + "".join(f"{u},{it},{r}\n" for u, it, r in _rows()), encoding="utf-8")
-    res = _run("train", "--dataset", str(csv), "--epochs", "1", "--dim", "4", "-q", "--save-model", str(root / "model"))
+    res = run_cli("train", "--dataset", str(csv), "--epochs", "1", "--dim", "4", "-q",
+                  "--save-model", str(root / "model"))
     assert res.exit_code == 0, res.output
     assert "--user user0" in res.output  # the hint names a raw id
     return root / "model"
 
 
 def _json(*args: str) -> dict:
-    res = _run(*args, "--json")
+    res = run_cli(*args, "--json")
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout)
 
 
 def test_a_csv_with_string_ids_trains_and_recommend_prints_raw_item_ids(saved: Path) -> None:
     """The issue's acceptance: ``secemb recommend --model-dir M --user user0`` prints raw item ids."""
-    res = _run("recommend", "--model-dir", str(saved), "--user", "user0", "-k", "5")
+    res = run_cli("recommend", "--model-dir", str(saved), "--user", "user0", "-k", "5")
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     assert lines[0].startswith("top 5 unrated items for user user0 (index 0) (mf, secemb, ")
@@ -87,11 +77,12 @@ def test_index_form_and_user_form_agree(saved: Path) -> None:
 
 
 def test_unknown_user_id_or_both_forms_exit_2(saved: Path) -> None:
-    _usage_error(_run("recommend", "--model-dir", str(saved), "--user", "nobody"), "unknown user id 'nobody'")
-    _usage_error(_run("recommend", "--model-dir", str(saved), "--user", "0"), "unknown user id '0'")
-    _usage_error(_run("recommend", "--model-dir", str(saved), "--index", "12"), "user must be in [0, 12)")
-    _usage_error(_run("recommend", "--model-dir", str(saved), "--user", "user0", "--index", "0"), "one of the two")
-    _usage_error(_run("recommend", "--model-dir", str(saved)), "one of the two")
+    assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--user", "nobody"), "unknown user id 'nobody'")
+    assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--user", "0"), "unknown user id '0'")
+    assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--index", "12"), "user must be in [0, 12)")
+    assert_usage_error(run_cli("recommend", "--model-dir", str(saved), "--user", "user0", "--index", "0"),
+                       "one of the two")
+    assert_usage_error(run_cli("recommend", "--model-dir", str(saved)), "one of the two")
 
 
 def test_the_python_api_returns_indices_and_raw_ids(saved: Path) -> None:
@@ -124,7 +115,7 @@ def test_a_model_saved_without_ids_uses_indices_and_says_so(saved: Path, tmp_pat
     (old / "manifest.json").write_text(json.dumps(manifest))
     (old / "items.json").unlink()
     (old / "users.json").unlink()
-    res = _run("recommend", "--model-dir", str(old), "--user", "3", "-k", "2")
+    res = run_cli("recommend", "--model-dir", str(old), "--user", "3", "-k", "2")
     assert res.exit_code == 0, res.output
     assert "for user 3 (mf, secemb" in res.stdout and "ids are indices" in res.stdout
     doc = _json("recommend", "--model-dir", str(old), "--index", "3", "-k", "2")
@@ -157,8 +148,8 @@ def test_an_edited_title_is_accepted(saved: Path, tmp_path: Path) -> None:
 ])
 def test_a_malformed_items_file_exits_2_naming_it(saved: Path, tmp_path: Path, change, text: str) -> None:  # noqa: ANN001
     folder = _edit_items(saved, tmp_path, change)
-    _usage_error(_run("recommend", "--model-dir", str(folder), "--user", "user0"), text)
-    assert "items.json" in _run("recommend", "--model-dir", str(folder), "--user", "user0").stderr
+    assert_usage_error(run_cli("recommend", "--model-dir", str(folder), "--user", "user0"), text)
+    assert "items.json" in run_cli("recommend", "--model-dir", str(folder), "--user", "user0").stderr
 
 
 def test_infer_takes_raw_ids_and_prints_them(saved: Path) -> None:
@@ -168,10 +159,11 @@ def test_infer_takes_raw_ids_and_prints_them(saved: Path) -> None:
     scored = _json("infer", "--model-dir", str(saved), "--index", "0", "--items", "Heat,The Matrix")
     assert scored["item_ids"] == ["Heat", "The Matrix"] and scored["items"] == [sorted(ITEMS).index("Heat"),
                                                                                 sorted(ITEMS).index("The Matrix")]
-    _usage_error(_run("infer", "--model-dir", str(saved), "--user", "user0", "--items", "Nope"),
+    assert_usage_error(run_cli("infer", "--model-dir", str(saved), "--user", "user0", "--items", "Nope"),
                  "unknown item id 'Nope'")
-    _usage_error(_run("infer", "--model-dir", str(saved), "--user", "ghost"), "unknown user id 'ghost'")
-    _usage_error(_run("infer", "--model-dir", str(saved), "--user", "user0", "--items", " , "), "at least one item")
+    assert_usage_error(run_cli("infer", "--model-dir", str(saved), "--user", "ghost"), "unknown user id 'ghost'")
+    assert_usage_error(run_cli("infer", "--model-dir", str(saved), "--user", "user0", "--items", " , "),
+                       "at least one item")
 
 
 # ---------------------------------------------------------------------- loaders: ids and titles
