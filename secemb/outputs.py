@@ -16,7 +16,9 @@ line and exit 2):
 
 The writers (:func:`atomic_write_bytes`, :func:`atomic_write_text`, :func:`atomic_dir`) write
 to a temporary name in the target's folder and rename it into place: an interrupted write
-(Ctrl-C, a full disk) leaves the earlier file or folder as it was and no temporary behind.
+(Ctrl-C, a full disk) leaves the earlier file or folder as it was and no temporary behind.  The
+file writers are durable (``fsync`` of the file and its folder): the one implementation of an
+atomic file write, also for a server's checkpoint (:mod:`secemb.server.persist`).
 :func:`dumps_strict` is JSON without ``NaN``/``Infinity`` (which are not JSON): a non-finite
 value raises :class:`NonFiniteValue` naming where it is.
 """
@@ -39,11 +41,13 @@ __all__ = [
     "NonFiniteValue",
     "OutputKind",
     "OutputRefused",
+    "TEMP_MARK",
     "atomic_dir",
     "atomic_write_bytes",
     "atomic_write_text",
     "check_output",
     "dumps_strict",
+    "write_all",
 ]
 
 #: ``file``: one file; ``model-dir``: a folder written by ``TrainedModel.save``; ``dir``: a
@@ -170,23 +174,56 @@ def check_output(path: str | os.PathLike[str], *, option: str = "output", force:
     return out
 
 
+#: marks the name of a temporary file or folder of the atomic writers: ``.NAME`` + this + a random
+#: suffix, in the target's folder (what a store that owns its folder removes after a crash)
+TEMP_MARK = ".tmp."
+
+
 def _temp_name(path: Path) -> str:
-    return f".{path.name}.tmp-"
+    return f".{path.name}{TEMP_MARK}"
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Replace ``path`` by ``data`` atomically: write a temporary file in its folder (created
-    if missing), ``fsync``, rename over ``path``.  On any failure or interruption ``path`` is
-    as it was and the temporary file is removed.  Returns ``path``."""
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` to ``fd`` until all of ``data`` is written (a short write is not an error)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> Path:
+    """Replace ``path`` by ``data`` atomically and durably: write a temporary file in its folder
+    (created if missing; the name ``.NAME.tmp.`` + a random suffix, see :data:`TEMP_MARK`),
+    ``fsync`` it, rename it over ``path``, ``fsync`` the folder.  Returns ``path``.
+
+    ``mode``: the file's permission bits (``0o600`` for a server's state); ``None``: those of a
+    new file (``0o666`` less the umask).
+
+    Raises
+    ------
+    OSError
+        The folder cannot be created or the disk refused the write (the caller maps it to its
+        own error).  ``path`` is as it was and the temporary file is removed -- on any failure
+        or interruption before the rename; a failure of the folder's ``fsync`` after it leaves
+        the new file in place, not yet durable.
+    """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=_temp_name(out))
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
         os.replace(tmp, out)
     except BaseException:
         try:
@@ -194,6 +231,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         except FileNotFoundError:
             pass
         raise
+    _fsync_dir(out.parent)
     return out
 
 

@@ -283,7 +283,6 @@ def _save_denoiser(dep: Any, out: Path, recommender: tuple[Path, Any, str]) -> d
     from secemb.errors import InvalidParameters
     from secemb.inference.denoiser import NAME, Denoiser
     from secemb.inference.saved import save_denoiser as write
-    from secemb.server.persist import StorageError
     from secemb.training.results import model_sha256
 
     cfg = dep.config(0)
@@ -301,7 +300,7 @@ def _save_denoiser(dep: Any, out: Path, recommender: tuple[Path, Any, str]) -> d
                                 f"recommender's dense vector do not hash to it")
     try:
         path = write(out, den, table, dense, recommender_sha256=rec_sha)
-    except (OSError, StorageError) as exc:
+    except OSError as exc:
         raise InvalidParameters(f"--out {out}: {exc}") from None
     m = den.mechanism
     return {"written": str(path), "model_version": version, "model_sha256": sha, "recommender_sha256": rec_sha,

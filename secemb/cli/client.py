@@ -255,11 +255,14 @@ def register(app: typer.Typer) -> None:
             if state_file is not None:
                 import io
 
-                from secemb.server.persist import atomic_write
+                from secemb.outputs import atomic_write_bytes
 
                 assert device.store is not None  # participate made it
                 snap = device.store.snapshot(0)
                 buf = io.BytesIO()
                 np.savez(buf, params=snap.params, m=snap.m, v=snap.v, t=np.int64(snap.t))
-                atomic_write(state_file, buf.getvalue())
+                try:  # the device's private state: 0600
+                    atomic_write_bytes(state_file, buf.getvalue(), mode=0o600)
+                except OSError as exc:
+                    fail(f"--state-file {state_file}: cannot be written ({exc.strerror or exc})", 1)
             deadline = time.monotonic() + wait

@@ -33,6 +33,7 @@ import numpy as np
 
 from secemb.errors import InvalidMessage
 from secemb.inference.mechanism import GaussianLDP, privatize
+from secemb.outputs import atomic_write_bytes
 from secemb.randomness import RandomBytes
 
 __all__ = ["FORMAT", "ReleaseLedger", "representation_sha256"]
@@ -139,14 +140,12 @@ class ReleaseLedger:
         """
         if self.path is None:
             raise InvalidMessage("this release ledger has no file")
-        from secemb.server.persist import StorageError, atomic_write
-
         sha, h_tilde, z = ("", np.zeros((0, 0)), np.zeros((0, 0))) if self.current is None else (
             self.current[0], self.current[2], self.current[3])
         buf = io.BytesIO()
         np.savez(buf, format=np.array(FORMAT), ledger=self.ledger, h_sha256=np.array(sha), h_tilde=h_tilde, z=z)
         try:
-            atomic_write(self.path, buf.getvalue())
-        except StorageError as exc:  # its message names the file
-            raise InvalidMessage(f"cannot write the release ledger: {exc}") from None
+            atomic_write_bytes(self.path, buf.getvalue(), mode=0o600)
+        except OSError as exc:
+            raise InvalidMessage(f"cannot write the release ledger {self.path}: {exc.strerror or exc}") from None
         return self.path

@@ -29,6 +29,7 @@ from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference.denoiser import Denoiser, DenoiserContext
 from secemb.inference.mechanism import GaussianLDP
 from secemb.models import RecModel
+from secemb.outputs import atomic_write_bytes
 from secemb.training.results import is_sha256_hex, model_sha256, table_sha256
 
 __all__ = ["load_denoiser", "load_denoiser_on_device", "load_frozen_table", "load_public_recommender",
@@ -37,26 +38,20 @@ __all__ = ["load_denoiser", "load_denoiser_on_device", "load_frozen_table", "loa
 
 def _write_npz(path: str | os.PathLike, **arrays: Any) -> Path:
     """Write ``arrays`` to ``path`` (``.npz``, its folder created), replacing any file there
-    atomically (:func:`secemb.server.persist.atomic_write`): a write that fails leaves the
-    previous file whole.
+    atomically and mode 0600 (:func:`secemb.outputs.atomic_write_bytes`; a saved model's
+    devices' file holds their private state): a write that fails leaves the previous file whole.
 
     Raises
     ------
     OSError
-        The folder cannot be created, or the arrays cannot be serialized.
-    StorageError
-        The disk refused the write.
+        The folder cannot be created, the arrays cannot be serialized, or the disk refused the
+        write.
     """
     import io
 
-    from secemb.server.persist import atomic_write
-
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    atomic_write(out, buf.getvalue())
-    return out
+    return atomic_write_bytes(path, buf.getvalue(), mode=0o600)
 
 
 #: the arrays of a saved denoiser

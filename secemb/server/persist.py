@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from secemb.errors import SecembError
+from secemb.outputs import TEMP_MARK, atomic_write_bytes, write_all
 
 __all__ = [
     "CorruptState", "Journal", "StorageError", "atomic_write", "load_checkpoint", "remove_stale_temporaries",
@@ -46,7 +47,6 @@ __all__ = [
 ]
 
 _META = "__meta__"
-_TMP_MARK = ".tmp."
 
 
 class CorruptState(SecembError):
@@ -64,50 +64,28 @@ def _storage_error(what: str, path: Path, exc: OSError) -> StorageError:
     return StorageError(f"could not write {what} {path.name}: {reason} ({exc.strerror or exc})")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically and durably (write temp, fsync, rename,
-    fsync the directory)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}.{threading.get_ident()}")
+    """Replace ``path`` by ``data`` atomically and durably, mode 0600
+    (:func:`secemb.outputs.atomic_write_bytes`: write temp, fsync, rename, fsync the directory).
+
+    Raises
+    ------
+    StorageError
+        The disk refused the write (what is left on disk: ``atomic_write_bytes``'s ``OSError``).
+    """
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        atomic_write_bytes(path, data, mode=0o600)
     except OSError as exc:
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
-        raise _storage_error("file", path, exc) from None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until all of ``data`` is written (a short write is not an error)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+        raise _storage_error("file", Path(path), exc) from None
 
 
 def remove_stale_temporaries(directory: str | os.PathLike) -> list[str]:
     """Delete the temporary files :func:`atomic_write` left in ``directory`` when its process
-    died mid-write (``.NAME.tmp.PID.TID``); return their names.  Call only while no other
-    process writes there (a server owns its state directory)."""
+    died mid-write (``.NAME.tmp.`` + a suffix, :data:`secemb.outputs.TEMP_MARK`); return their
+    names.  Call only while no other process writes there (a server owns its state directory)."""
     removed = []
     for p in Path(directory).iterdir():
-        if p.name.startswith(".") and _TMP_MARK in p.name and p.is_file():
+        if p.name.startswith(".") and TEMP_MARK in p.name and p.is_file():
             p.unlink(missing_ok=True)
             removed.append(p.name)
     return sorted(removed)
@@ -237,7 +215,7 @@ class Journal:
             try:
                 if os.fstat(fd).st_size != self._size:  # an earlier failed append left bytes
                     os.ftruncate(fd, self._size)
-                _write_all(fd, line)
+                write_all(fd, line)
                 os.fsync(fd)
             except OSError as exc:
                 try:
