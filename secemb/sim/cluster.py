@@ -6,7 +6,7 @@ init`` without ``--party`` does (:func:`~secemb.server.deploy.init_deployment`: 
 halves, each with its own secrets and its own private CA and certificate -- every connection
 is TLS, verified against the CA of the server it reaches; server 0 presents its certificate to
 server 1 --, paired, on free ports chosen by the OS), plays both operators and every device,
-starts each server as its own process (``python -m secemb.server``),
+starts each server as its own process (``python -m secemb serve``),
 waits until it answers, and can kill (``SIGKILL``) and restart either one on the same port
 and state directory.  With ``supervise=True`` a watcher restarts a server that died, like a
 service manager would.
@@ -123,7 +123,7 @@ class LocalCluster:
         logf = open(self.workdir / f"server{party}.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             return subprocess.Popen(
-                [sys.executable, "-m", "secemb.server", "--config", str(self.config_paths[party]),
+                [sys.executable, "-m", "secemb", "serve", "--config", str(self.config_paths[party]),
                  "--log-level", self.log_level],
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             )
