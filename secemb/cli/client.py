@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         sent."""
         import numpy as np
 
-        from secemb.client.credentials import DeviceCredentials
+        from secemb.transport.credentials import DeviceCredentials
         from secemb.client.device import Device, DeviceClient, RoundInfo
         from secemb.data import RatingData, by_user, load_dataset
         from secemb.data.features import FeatureSet

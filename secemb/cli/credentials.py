@@ -30,7 +30,7 @@ def merge(
     Refused if they are not one half of each server for one user announcing one model and
     ring.  Prints the user and the file."""
     from secemb.cli._usage import fail
-    from secemb.client.credentials import DeviceHalf, merge_halves
+    from secemb.transport.credentials import DeviceHalf, merge_halves
     from secemb.errors import InvalidParameters
 
     if out.exists():

@@ -319,7 +319,7 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
     import numpy as np
 
     from secemb.cli._usage import fail
-    from secemb.client.credentials import DeviceCredentials
+    from secemb.transport.credentials import DeviceCredentials
     from secemb.client.inference import infer_remote
     from secemb.engine.http import HttpServerLink
     from secemb.errors import InvalidMessage, InvalidParameters

@@ -25,8 +25,8 @@ its device-key secret, its TLS key, its CA key -- never leave its half, so serve
 operator can issue device keys, operator calls and certificates for server ``P`` only.
 
 A device receives one half of its credentials from each operator
-(:class:`~secemb.client.credentials.DeviceHalf`) and merges them
-(:func:`~secemb.client.credentials.merge_halves`, ``secemb credentials merge``).
+(:class:`~secemb.transport.credentials.DeviceHalf`) and merges them
+(:func:`~secemb.transport.credentials.merge_halves`, ``secemb credentials merge``).
 
 :func:`init_deployment` is the one-command **test setup** (``secemb admin init`` without
 ``--party``, :class:`~secemb.sim.cluster.LocalCluster`, ``secemb demo --network``): one
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secemb.client.credentials import DeviceCredentials, DeviceHalf, merge_halves
+from secemb.transport.credentials import DeviceCredentials, DeviceHalf, merge_halves
 from secemb.errors import InvalidParameters
 from secemb.server.config import ServerConfig, config_document, load_config
 from secemb.server.tls import TlsFiles, client_context, init_pki, write_private

@@ -3,7 +3,8 @@
 :class:`~secemb.transport.inprocess.InProcessTransport` is the simulation transport: named
 endpoints, FIFO mailboxes and per-round/stage/direction/user byte counters.  The network
 deployment's HTTP client side (signed requests, ``ApiClient``) is
-:mod:`secemb.transport.network`.
+:mod:`secemb.transport.network`; the devices' credentials files, which the servers' operators issue
+and the devices read, are :mod:`secemb.transport.credentials`.
 """
 
 from __future__ import annotations

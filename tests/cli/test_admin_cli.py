@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from typer.testing import CliRunner
 
 from secemb.cli import app
-from secemb.client.credentials import DeviceCredentials
+from secemb.transport.credentials import DeviceCredentials
 from secemb.server.config import load_config
 from secemb.transport.signing import user_key
 

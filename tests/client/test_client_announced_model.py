@@ -97,7 +97,7 @@ def test_malformed_adam_settings_are_the_servers_fault(monkeypatch, tmp_path, tr
 def test_a_credentials_model_it_cannot_build_is_bad_usage(monkeypatch, tmp_path, model) -> None:
     """The credentials file's model (what ``--count`` builds its task from) that the device
     cannot build: exit 2 naming the file's model, before any request."""
-    from secemb.client.credentials import _FORMAT
+    from secemb.transport.credentials import _FORMAT
 
     creds = tmp_path / "dev.json"
     creds.write_text(json.dumps({"format": _FORMAT, "user": 1, "server0": "https://127.0.0.1:9",

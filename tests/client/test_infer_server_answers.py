@@ -23,7 +23,7 @@ from test_round_document_mutations import _DELETE, BAD, _mutated, _paths
 from typer.testing import CliRunner
 
 from secemb.cli import app
-from secemb.client.credentials import DeviceCredentials
+from secemb.transport.credentials import DeviceCredentials
 from secemb.client.inference import infer_remote
 from secemb.engine.http import HttpServerLink
 from secemb.errors import InvalidMessage, SecembError

@@ -1,6 +1,6 @@
 """Issue 33, "One operator holds both servers' secrets": each server's operator creates and keeps
 its own half (secemb.server.deploy), a device enrols with each server separately and merges
-its two halves (secemb.client.credentials).
+its two halves (secemb.transport.credentials).
 
 The red team's attack: whoever ran ``secemb admin init`` held both servers' device-key
 secrets, forged devices at both servers, and those devices (uploading zeros) passed the floor
@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from secemb.cli import app
-from secemb.client.credentials import DeviceCredentials, DeviceHalf, merge_halves
+from secemb.transport.credentials import DeviceCredentials, DeviceHalf, merge_halves
 from secemb.errors import InvalidParameters
 from secemb.server.auth import AuthError, Verifier
 from secemb.server.deploy import Deployment, init_half, pair
