@@ -1,8 +1,10 @@
 """AES-128 rounds as numba intrinsics over the AES-NI / VAES instructions (internal).
 
 Hazmat layer, imported only when numba is installed and the CPU has AES-NI
-(:func:`available`).  The instructions are the hardware's constant-time AES round; there is no
-table-based software AES here.  The round keys of the public fixed keys
+(:func:`secemb.fss.kernels.available`), by the callers of the kernels right before the first
+call: importing it loads numba's registries (:func:`_load_numba_registries`).  The
+instructions are the hardware's constant-time AES round; there is no table-based software AES
+here.  The round keys of the public fixed keys
 (:func:`secemb.fss.prg.fixed_key`) are expanded with ``AESKEYGENASSIST`` (:func:`round_keys`),
 and every intrinsic is checked against OpenSSL in ``tests/fss/test_fss_kernels.py``.
 
@@ -23,43 +25,59 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
 
 from __future__ import annotations
 
+import sys
 from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.core.registry import cpu_target
+from numba.extending import intrinsic
+
+from secemb.fss.kernels import host_cpu_features
 
 if TYPE_CHECKING:
     from numba.core.typing.templates import Signature
 
-__all__ = ["BLOCKS", "LANES", "available", "round_keys", "expand8", "mmo_blocks", "mmo_ctr"]
+__all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "mmo_blocks", "mmo_ctr"]
 
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
 BLOCKS = 16
 
-
-def _host_features() -> dict[str, bool]:
-    import llvmlite.binding as llb
-
-    return dict(llb.get_host_cpu_features())
+#: the module numba's ``numba.np.arraymath`` imports to probe for BLAS
+_BLAS_PROBE = "scipy.linalg.cython_blas"
 
 
-def available() -> bool:
-    """Whether numba imports and the CPU has AES-NI."""
+def _load_numba_registries() -> None:
+    """Load numba's registries of implementations now, without importing ``scipy.linalg``.
+
+    numba loads them at a process's first compilation or cache load
+    (``BaseContext.refresh``); one of them, ``numba.np.arraymath``, probes for BLAS once by
+    importing ``scipy.linalg.cython_blas``, which imports all of ``scipy.linalg`` -- about half
+    of that first call (0.13-0.16 s here).  The kernels call no BLAS, so the probe is made to
+    fail (a ``None`` entry in ``sys.modules``: the import system's documented way to make an
+    import raise ``ImportError``, which numba catches) for the duration of the refresh only.
+    The process-wide effect: numba-compiled ``np.correlate`` / ``np.convolve`` on floats use
+    numba's own loop instead of BLAS (``np.dot`` and ``np.linalg`` still import scipy when
+    they are compiled).  Where ``scipy.linalg`` is already imported the probe is free and left
+    alone.  Runs once, at this module's import (under the import lock).
+    """
+    if _BLAS_PROBE in sys.modules:
+        cpu_target.target_context.refresh()
+        return
+    sys.modules[_BLAS_PROBE] = None  # type: ignore[assignment]  # None: import raises ImportError
     try:
-        return bool(_host_features().get("aes"))
-    except ImportError:
-        return False
+        cpu_target.target_context.refresh()
+    finally:
+        if sys.modules.get(_BLAS_PROBE, 0) is None:
+            del sys.modules[_BLAS_PROBE]
 
 
-try:
-    from llvmlite import ir
-    from numba import njit, types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
-except ImportError:  # pragma: no cover - the caller checks available() first
-    raise
+_load_numba_registries()
 
-_VAES = bool(_host_features().get("vaes")) and bool(_host_features().get("avx2"))
+_VAES = bool(host_cpu_features().get("vaes")) and bool(host_cpu_features().get("avx2"))
 #: blocks per vector register: 2 with VAES, else 1
 LANES = 2 if _VAES else 1
 _I64 = ir.IntType(64)

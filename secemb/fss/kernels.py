@@ -15,21 +15,36 @@ reference (read once at import; tests and benchmarks assign :data:`BACKEND` dire
 
 from __future__ import annotations
 
+import importlib.util
 import os
-
+from functools import cache
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["BACKEND", "compiled", "available"]
+__all__ = ["BACKEND", "compiled", "available", "host_cpu_features"]
+
+
+@cache
+def host_cpu_features() -> dict[str, bool]:
+    """LLVM's feature flags of this CPU (``"aes"``, ``"vaes"``, ``"avx2"``, ...), through llvmlite
+    (numba's code generator; raises ``ImportError`` without it)."""
+    import llvmlite.binding as llb
+
+    return dict(llb.get_host_cpu_features())
 
 
 def available() -> bool:
-    """Whether the compiled kernels can run here (numba installed, CPU with AES-NI)."""
+    """Whether the compiled kernels can run here (numba installed, CPU with AES-NI).
+
+    Cheap: it does not import numba (:mod:`secemb.fss._aesni` does, with numba's registries,
+    when a kernel is first used).
+    """
+    if importlib.util.find_spec("numba") is None:
+        return False
     try:
-        from secemb.fss import _aesni
+        return bool(host_cpu_features().get("aes"))
     except ImportError:
         return False
-    return _aesni.available()
 
 
 def _initial_backend() -> str:

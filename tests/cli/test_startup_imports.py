@@ -1,0 +1,56 @@
+"""Start-up cost (issue 37): what ``import secemb.cli`` and a ``secemb train`` run load.
+
+Each check runs in a fresh interpreter (``sys.modules`` of this test process is shared with
+every other test) and lists which of the modules a command has no use for were imported.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+#: optional extras of other commands: the server, plots, Ray
+NOT_FOR_TRAIN = ("matplotlib", "httpx", "fastapi", "ray")
+
+_LOADED = f"""
+import json, sys
+def loaded():
+    return sorted(m for m in {list(NOT_FOR_TRAIN) + ["scipy.linalg"]!r} if m in sys.modules)
+"""
+
+
+def _run(body: str) -> dict[str, list[str]]:
+    proc = subprocess.run([sys.executable, "-c", _LOADED + body], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_import_cli_loads_no_optional_extra() -> None:
+    """``import secemb.cli`` (every ``secemb`` command pays it) loads none of the extras."""
+    got = _run("import secemb.cli\nprint(json.dumps({'loaded': loaded()}))")
+    assert got["loaded"] == []
+
+
+@pytest.mark.parametrize("protocol", ["secemb", "plaintext"])
+def test_train_in_process_loads_no_optional_extra(protocol: str, tmp_path) -> None:  # noqa: ANN001
+    """A whole ``secemb train`` run in process (compiled kernels included where numba is
+    installed) loads none of the extras, nor ``scipy.linalg``, which numba's first kernel call
+    used to import (0.13-0.16 s)."""
+    out = tmp_path / "r.json"
+    got = _run(
+        "sys.argv = ['secemb', 'train', '--dataset', 'synthetic-mini', '--protocol', "
+        f"{protocol!r}, '--epochs', '1', '--json-out', {str(out)!r}]\n"
+        "from secemb.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "import secemb.fss.kernels as k\n"
+        "print(json.dumps({'loaded': loaded(), 'numba': 'secemb.fss._numba_kernels' in sys.modules, "
+        "'compiled': k.compiled()}))"
+    )
+    assert out.exists()
+    assert got["loaded"] == []
+    if protocol == "secemb" and got["compiled"]:  # the check above covered numba's first calls
+        assert got["numba"]
