@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from secemb.errors import InvalidParameters
+from secemb.outputs import atomic_write_bytes
 
 __all__ = ["DeviceCredentials", "DeviceHalf", "merge_halves"]
 
@@ -41,15 +42,9 @@ _HALF = "device-half"
 
 
 def _write_private(path: str | os.PathLike, doc: dict[str, Any]) -> Path:
-    """Write ``doc`` as JSON at ``path``, readable by its owner only (0600 from the first byte)."""
-    path = Path(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
-    finally:
-        os.close(fd)
-    return path
+    """Write ``doc`` as JSON at ``path``, readable by its owner only (0600 from the first byte),
+    atomically (:func:`secemb.outputs.atomic_write_bytes`; raises its ``OSError``)."""
+    return atomic_write_bytes(path, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode(), mode=0o600)
 
 
 def _read(path: str | os.PathLike, what: str) -> dict[str, Any]:
