@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from secemb.data.ids import IdMap
 from secemb.errors import InvalidParameters
+
+if TYPE_CHECKING:  # secemb.data imports numpy; every command imports this module
+    from secemb.data.ids import IdMap
 
 __all__ = ["INDEX_HELP", "USER_HELP", "item_fields", "item_rows", "pick_user"]
 
