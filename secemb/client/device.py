@@ -53,7 +53,7 @@ from secemb.training import messages
 from secemb.training.local import LocalStep, local_update
 from secemb.training.results import is_sha256_hex
 from secemb.engine.links import ServerLink
-from secemb.engine.stages import RETRIEVAL, UPLOAD, round_plan
+from secemb.protocols.stages import RETRIEVAL, UPLOAD, round_plan
 from secemb.transport.errors import RemoteError
 
 if TYPE_CHECKING:
@@ -414,7 +414,7 @@ class RoundSession:
     :meth:`send_requests`, :meth:`fetch_dense`, :meth:`reconstruct`), :meth:`train`,
     :meth:`upload` in this order (each raises ``ProtocolError`` out of order).
 
-    The messages go where the protocol's :class:`~secemb.engine.stages.RoundPlan` says, in its
+    The messages go where the protocol's :class:`~secemb.protocols.stages.RoundPlan` says, in its
     order; a protocol that produces a message the plan has no hop for (or none where the plan
     has one) is refused.  An engine that batches many devices (the in-process one) drives the
     retrieval stage itself through :meth:`request_for` and :meth:`accept_reply`.

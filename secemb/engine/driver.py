@@ -4,7 +4,7 @@
 :class:`Servers` -- the server node objects in process (:mod:`secemb.engine.local`) or two
 server processes over HTTP (:mod:`secemb.sim.coordinator`).  The same code opens rounds,
 runs the devices through the device SDK (:class:`~secemb.client.device.RoundSession`, which
-sends what the protocol's :class:`~secemb.engine.stages.RoundPlan` declares), closes rounds
+sends what the protocol's :class:`~secemb.protocols.stages.RoundPlan` declares), closes rounds
 and scores the model, so an in-process run and a networked run of one seed give the same
 model by construction.
 

@@ -1,7 +1,7 @@
 """The one-server phase of the round engine: a round of *exchanges* (``RoundPlan.servers == 1``).
 
 A one-server protocol (secure federated submodel learning) declares its round as a stage list
-(:class:`~secemb.engine.stages.RoundPlan` with ``servers=1``); each stage is an exchange:
+(:class:`~secemb.protocols.stages.RoundPlan` with ``servers=1``); each stage is an exchange:
 
 1. every live device sends the server its message of the stage (:meth:`ExchangeParty.message`);
 2. the operator closes the stage (:meth:`ExchangeAdmin.close_stage`): the server builds its
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol as TypingProtocol
 
-from secemb.engine.stages import SERVER0, RoundPlan
+from secemb.protocols.stages import SERVER0, RoundPlan
 from secemb.errors import InvalidParameters
 from secemb.transport.inprocess import InProcessTransport, user_endpoint
 

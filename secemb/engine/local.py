@@ -7,7 +7,7 @@ server 0 to server 1 through :class:`LocalPeer`, and hands the driver
 (:func:`secemb.engine.driver.run`) its links: :class:`LocalServerLink` for devices,
 :class:`LocalAdminLink` for the operator.  Every protocol message -- device to server, server
 to device, server to server -- is sent on the transport and received from it before the
-receiving node sees it, tagged with its stage (:mod:`secemb.engine.stages`) and the current
+receiving node sees it, tagged with its stage (:mod:`secemb.protocols.stages`) and the current
 round, so communication figures are ``len()`` of what crossed, per round, stage and
 direction.  JSON control documents (round announcements, status) are not protocol traffic
 and are not counted, as HTTP headers are not counted over the network.
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from secemb.client.device import DeviceClient, RoundSession
 from secemb.engine.driver import Servers
-from secemb.engine.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
+from secemb.protocols.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
 from secemb.errors import SecembError
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from secemb.engine.stages import RoundPlan, round_plan
+from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.errors import InvalidParameters, ProtocolError, SecembError
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.protocols.wire import HEADER_BYTES
@@ -504,7 +504,7 @@ class Protocol(ABC):
         return out
 
     def plan(self) -> RoundPlan:
-        """This protocol's round as the engine executes it (:mod:`secemb.engine.stages`):
+        """This protocol's round as the engine executes it (:mod:`secemb.protocols.stages`):
         the two-server round, with server 0 relaying when :attr:`relay` is set.  A protocol
         with other stages overrides this."""
         return round_plan(relay=self.relay)

@@ -16,7 +16,7 @@ from typing import Any
 #: public name -> module that defines it; imported on first use, so that the engine (which
 #: the training loop is built on) can import the result types without a cycle
 _HOME = {
-    "STAGES": "secemb.engine.stages",
+    "STAGES": "secemb.protocols.stages",
     "EpochStats": "secemb.training.results",
     "Experiment": "secemb.training.experiment",
     "ExperimentResult": "secemb.training.experiment",

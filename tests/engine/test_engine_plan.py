@@ -1,6 +1,6 @@
 """The round engine executes what a protocol declares: the transcript of a real in-process
 round -- every message the transport carried, in order, with its stage and endpoints -- is
-the protocol's :class:`~secemb.engine.stages.RoundPlan`, hop for hop, with and without relay;
+the protocol's :class:`~secemb.protocols.stages.RoundPlan`, hop for hop, with and without relay;
 and a protocol whose messages contradict its plan is refused."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from secemb.client.device import _by_plan
 from secemb.data import synthetic_like, train_test_split
-from secemb.engine.stages import COUNT, USER, Hop, RoundPlan, round_plan
+from secemb.protocols.stages import COUNT, USER, Hop, RoundPlan, round_plan
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol

@@ -2,7 +2,7 @@
 (:class:`SFSLNode`) and one device's part in one round (:class:`SFSLParty`), each a state
 machine over bytes (no transport here: :mod:`secemb.engine.exchange` moves the bytes).
 
-The stages (:data:`SFSL_PLAN`, from :data:`secemb.engine.stages.EXCHANGE_STAGES`) are
+The stages (:data:`SFSL_PLAN`, from :data:`secemb.protocols.stages.EXCHANGE_STAGES`) are
 *exchanges*: every live device sends the server one message, the operator closes the stage,
 the server answers each device it keeps with one message::
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from secemb.engine.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
+from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
 from secemb.randomness import RandomBytes, system_rng
