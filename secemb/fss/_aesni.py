@@ -33,6 +33,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
@@ -62,17 +63,19 @@ def _load_numba_registries() -> None:
     The process-wide effect: numba-compiled ``np.correlate`` / ``np.convolve`` on floats use
     numba's own loop instead of BLAS (``np.dot`` and ``np.linalg`` still import scipy when
     they are compiled).  Where ``scipy.linalg`` is already imported the probe is free and left
-    alone.  Runs once, at this module's import (under the import lock).
+    alone.  Runs once, at this module's import, under numba's compiler lock (which its own
+    refreshes hold).
     """
-    if _BLAS_PROBE in sys.modules:
-        cpu_target.target_context.refresh()
-        return
-    sys.modules[_BLAS_PROBE] = None  # type: ignore[assignment]  # None: import raises ImportError
-    try:
-        cpu_target.target_context.refresh()
-    finally:
-        if sys.modules.get(_BLAS_PROBE, 0) is None:
-            del sys.modules[_BLAS_PROBE]
+    with global_compiler_lock:
+        if _BLAS_PROBE in sys.modules:
+            cpu_target.target_context.refresh()
+            return
+        sys.modules[_BLAS_PROBE] = None  # type: ignore[assignment]  # None: import raises ImportError
+        try:
+            cpu_target.target_context.refresh()
+        finally:
+            if sys.modules.get(_BLAS_PROBE, 0) is None:
+                del sys.modules[_BLAS_PROBE]
 
 
 _load_numba_registries()

@@ -55,3 +55,21 @@ def test_train_in_process_loads_no_optional_extra(protocol: str, tmp_path) -> No
     assert got["loaded"] == []
     if protocol == "secemb" and got["compiled"]:  # the check above covered numba's first calls
         assert got["numba"]
+
+
+def test_kernels_first_use_leaves_scipy_importable() -> None:
+    """Loading numba's registries without the BLAS probe (``secemb.fss._aesni``) imports no
+    ``scipy.linalg`` and leaves it importable afterwards, for numba's ``np.dot`` too."""
+    from secemb.fss import kernels
+
+    if not kernels.available():
+        pytest.skip("numba or AES-NI missing")
+    got = _run(
+        "import secemb.fss._aesni\n"
+        "before = loaded()\n"
+        "import numpy as np, scipy.linalg\n"
+        "from numba import njit\n"
+        "dot = njit(lambda a, b: np.dot(a, b))\n"
+        "print(json.dumps({'loaded': before, 'dot': float(dot(np.arange(3.0), np.arange(3.0)))}))"
+    )
+    assert got == {"loaded": [], "dot": 5.0}
