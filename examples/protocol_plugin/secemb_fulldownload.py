@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from secemb.protocols.stages import CLOSING, COUNT, DENSE, RETRIEVAL, UPLOAD, Hop, RoundPlan
 from secemb.errors import ProtocolError
 from secemb.protocols import Capabilities, Protocol, RoundConfig, ServerRole, UserRole, register_protocol
+from secemb.protocols.stages import CLOSING, COUNT, DENSE, RETRIEVAL, UPLOAD, Hop, RoundPlan
 from secemb.protocols.wire import array_bytes, check_ring, frame, open_message, read_array
 from secemb.randomness import RandomBytes
 from secemb.sharing import share

@@ -46,6 +46,7 @@ from secemb.protocols.base import Protocol, RoundConfig
 from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.randomness import system_rng
+from secemb.protocols.stages import RETRIEVAL, UPLOAD, round_plan
 from secemb.ring import FixedPoint
 from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.sharing import share
@@ -53,7 +54,6 @@ from secemb.training import messages
 from secemb.training.local import LocalStep, local_update
 from secemb.training.results import is_sha256_hex
 from secemb.engine.links import ServerLink
-from secemb.protocols.stages import RETRIEVAL, UPLOAD, round_plan
 from secemb.transport.errors import RemoteError
 
 if TYPE_CHECKING:

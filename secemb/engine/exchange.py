@@ -24,33 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol as TypingProtocol
 
-from secemb.protocols.stages import SERVER0, RoundPlan
 from secemb.errors import InvalidParameters
+from secemb.protocols.base import ExchangeNode
+from secemb.protocols.stages import SERVER0, RoundPlan
 from secemb.transport.inprocess import InProcessTransport, user_endpoint
 
-__all__ = ["ExchangeAdmin", "ExchangeLink", "ExchangeNode", "ExchangeParty", "ExchangeRecord", "LocalExchange",
-           "play"]
-
-
-class ExchangeNode(TypingProtocol):
-    """The server side of a one-server protocol (e.g. :class:`~secemb.protocols.sfsl.staged.SFSLNode`)."""
-
-    plan: RoundPlan
-
-    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
-        """Start a round for ``users``; its public document."""
-
-    def receive(self, round_id: int, stage: str, user: int, body: bytes) -> None:
-        """A device's message of ``stage``."""
-
-    def close(self, round_id: int, stage: str) -> None:
-        """Close ``stage`` (build the answers)."""
-
-    def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
-        """The answer to ``user`` of a closed stage (``None``: none, the device is out)."""
-
-    def outcome(self, round_id: int) -> dict[str, Any]:
-        """The round's state (``"open"``, ``"committed"``, ``"aborted"``) and figures."""
+__all__ = ["ExchangeAdmin", "ExchangeLink", "ExchangeParty", "ExchangeRecord", "LocalExchange", "play"]
 
 
 class ExchangeParty(TypingProtocol):

@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 
 from secemb.client.device import DeviceClient, RoundSession
 from secemb.engine.driver import Servers
-from secemb.protocols.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
 from secemb.errors import SecembError
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
+from secemb.protocols.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
 from secemb.randomness import RandomBytes
 from secemb.server.config import ServerConfig
 from secemb.server.verify import decode_digests

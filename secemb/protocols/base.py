@@ -32,17 +32,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol as TypingProtocol
 
 import numpy as np
 
-from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.errors import InvalidParameters, ProtocolError, SecembError
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
+from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.protocols.wire import HEADER_BYTES
 from secemb.randomness import RandomBytes
 
-__all__ = ["BOUNDED_KINDS", "LAYOUT_OPTIONS", "Capabilities", "Protocol", "RoundConfig", "ServerRole", "UserRole"]
+__all__ = ["BOUNDED_KINDS", "LAYOUT_OPTIONS", "Capabilities", "ExchangeNode", "Protocol", "RoundConfig", "ServerRole",
+           "UserRole"]
 
 
 @dataclass(frozen=True)
@@ -319,6 +320,30 @@ LAYOUT_OPTIONS = ("layout", "relay", "expansion", "layout_seed")
 #: message kinds :meth:`Protocol.max_message_bytes` bounds: those a server receives over a
 #: network (from a device, or from the other server)
 BOUNDED_KINDS = ("retrieval_request", "upload", "relay_keys", "relay_answer", "relay_upload", "aggregate_share")
+
+
+class ExchangeNode(TypingProtocol):
+    """The server side of a one-server protocol (e.g. :class:`~secemb.protocols.sfsl.staged.SFSLNode`),
+    a state machine over bytes: what the engine drives in process
+    (:class:`~secemb.engine.exchange.LocalExchange`) and the server hosts over HTTP
+    (:func:`~secemb.server.exchange_app.create_exchange_app`), so neither imports the other."""
+
+    plan: RoundPlan
+
+    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
+        """Start a round for ``users``; its public document."""
+
+    def receive(self, round_id: int, stage: str, user: int, body: bytes) -> None:
+        """A device's message of ``stage``."""
+
+    def close(self, round_id: int, stage: str) -> None:
+        """Close ``stage`` (build the answers)."""
+
+    def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
+        """The answer to ``user`` of a closed stage (``None``: none, the device is out)."""
+
+    def outcome(self, round_id: int) -> dict[str, Any]:
+        """The round's state (``"open"``, ``"committed"``, ``"aborted"``) and figures."""
 
 
 @dataclass(frozen=True)

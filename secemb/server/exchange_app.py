@@ -1,4 +1,4 @@
-"""The HTTP face of a one-server protocol's node (:class:`~secemb.engine.exchange.ExchangeNode`,
+"""The HTTP face of a one-server protocol's node (:class:`~secemb.protocols.base.ExchangeNode`,
 e.g. SFSL's :class:`~secemb.protocols.sfsl.staged.SFSLNode`): the exchanges of
 :mod:`secemb.engine.exchange` as signed endpoints.
 
@@ -38,8 +38,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from secemb.engine.exchange import ExchangeNode
 from secemb.errors import InvalidParameters
+from secemb.protocols.base import ExchangeNode
 from secemb.server.auth import Principal, Verifier
 from secemb.server.gate import Gate, install_error_handlers
 from secemb.server.parsing import ascii_int, json_object

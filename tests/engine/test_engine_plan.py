@@ -10,10 +10,10 @@ import pytest
 
 from secemb.client.device import _by_plan
 from secemb.data import synthetic_like, train_test_split
-from secemb.protocols.stages import COUNT, USER, Hop, RoundPlan, round_plan
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
+from secemb.protocols.stages import COUNT, USER, Hop, RoundPlan, round_plan
 from secemb.training import TrainConfig, train
 from secemb.transport.inprocess import InProcessTransport, parse_endpoint
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
+from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, default_threshold
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
