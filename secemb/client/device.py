@@ -48,8 +48,8 @@ from secemb.protocols.placement import PaddedRequest, place
 from secemb.randomness import system_rng
 from secemb.protocols.stages import RETRIEVAL, UPLOAD, round_plan
 from secemb.ring import FixedPoint
-from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.sharing import share
+from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.training import messages
 from secemb.training.local import LocalStep, local_update
 from secemb.training.results import is_sha256_hex

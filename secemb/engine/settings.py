@@ -17,7 +17,7 @@ from secemb.models.base import RecModel
 from secemb.privacy.accounting import DPPlan, plan_dp
 from secemb.protocols.base import Protocol
 from secemb.ring import FixedPoint
-from secemb.server.config import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
+from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.training.results import TrainConfig
 
 __all__ = [

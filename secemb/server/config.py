@@ -45,14 +45,9 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
                       ValidationInfo, field_validator, model_validator)
 
 from secemb.errors import InvalidParameters
+from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 
-__all__ = ["DEFAULT_MIN_USERS", "MIN_USERS_FLOOR", "ServerConfig", "load_config", "SECRET_ENV"]
-
-#: the default floor on the number of users in any aggregate a server releases
-#: (``[rounds] min_users``; docs/security.md, "The floor")
-DEFAULT_MIN_USERS = 10
-#: the lowest floor a configuration may set: an aggregate of one user is that user's data
-MIN_USERS_FLOOR = 2
+__all__ = ["ServerConfig", "load_config", "SECRET_ENV"]
 
 SECRET_ENV = {
     "peer_secret": "SECEMB_PEER_SECRET",

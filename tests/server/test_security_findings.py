@@ -20,9 +20,10 @@ from secemb.engine.settings import cluster_settings
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
+from secemb.round.policy import DEFAULT_MIN_USERS
 from secemb.server.app import create_app
 from secemb.server.auth import AuthError, Busy, RateLimited, Verifier
-from secemb.server.config import DEFAULT_MIN_USERS, ServerConfig
+from secemb.server.config import ServerConfig
 from secemb.server.errors import Conflict
 from secemb.server import persist
 from secemb.server.node import make_node
