@@ -15,7 +15,6 @@ reference (read once at import; tests and benchmarks assign :data:`BACKEND` dire
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from functools import cache
 
@@ -34,17 +33,17 @@ def host_cpu_features() -> dict[str, bool]:
 
 
 def available() -> bool:
-    """Whether the compiled kernels can run here (numba installed, CPU with AES-NI).
+    """Whether the compiled kernels can run here (numba imports, CPU with AES-NI).
 
-    Cheap: it does not import numba (:mod:`secemb.fss._aesni` does, with numba's registries,
-    when a kernel is first used).
+    It imports numba (a numba that refuses this numpy raises ``ImportError``: the reference is
+    used then) but not numba's registries, which :mod:`secemb.fss._aesni` loads when a kernel
+    is first used.
     """
-    if importlib.util.find_spec("numba") is None:
-        return False
     try:
-        return bool(host_cpu_features().get("aes"))
+        import numba  # noqa: F401
     except ImportError:
         return False
+    return bool(host_cpu_features().get("aes"))
 
 
 def _initial_backend() -> str:
