@@ -33,8 +33,6 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
-from numba.core.compiler_lock import global_compiler_lock
-from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
 from secemb.fss.kernels import host_cpu_features
@@ -64,8 +62,14 @@ def _load_numba_registries() -> None:
     numba's own loop instead of BLAS (``np.dot`` and ``np.linalg`` still import scipy when
     they are compiled).  Where ``scipy.linalg`` is already imported the probe is free and left
     alone.  Runs once, at this module's import, under numba's compiler lock (which its own
-    refreshes hold).
+    refreshes hold); where numba's internals are not where this expects them, it does nothing
+    and numba refreshes as usual (scipy included).
     """
+    try:  # numba internals: a numba that moved them loads its registries itself, as it always did
+        from numba.core.compiler_lock import global_compiler_lock
+        from numba.core.registry import cpu_target
+    except ImportError:
+        return
     with global_compiler_lock:
         if _BLAS_PROBE in sys.modules:
             cpu_target.target_context.refresh()
