@@ -177,7 +177,7 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     """The status of each server whose half DEPLOYMENT holds (one operator's: its own server;
     the test setup: both): model version and hash, round, count phase, m', alarms.  Exits 3
     if a server shows an alarm (a detected deviation: docs/deployment.md, "Alarms")."""
-    from secemb.engine.http import HttpAdminLink
+    from secemb.transport.http import HttpAdminLink
 
     seen: dict[str, Any] = {}
 
@@ -198,7 +198,7 @@ def clear_alarms(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     """After the investigation (docs/deployment.md, "Alarms"): forget the alarms of each server
     whose half DEPLOYMENT holds (each operator clears its own) and lift the halt, so rounds
     open again."""
-    from secemb.engine.http import HttpAdminLink
+    from secemb.transport.http import HttpAdminLink
 
     _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in d.parties})
 
@@ -211,7 +211,7 @@ def count(
 ) -> None:
     """Run the m' phase (Eq. 11): open it, collect the devices' count shares for --wait
     seconds ('secemb client --count'), close it; print m' and the mean count."""
-    from secemb.engine.http import HttpAdminLink
+    from secemb.transport.http import HttpAdminLink
 
     def run(d: Any) -> Any:
         link = HttpAdminLink(0, d.admin(0))
@@ -230,7 +230,7 @@ def open_round(
     deadline: Annotated[float, typer.Option(min=1.0, max=86400.0, help="Seconds until server 0 closes it.")] = 120.0,
 ) -> None:
     """Open the next round for --participants (at least the servers' floor); print its document."""
-    from secemb.engine.http import HttpAdminLink
+    from secemb.transport.http import HttpAdminLink
 
     _operate(deployment, lambda d: HttpAdminLink(0, d.admin(0)).open_round(_users(participants), deadline))
 
@@ -319,7 +319,7 @@ def _current_model(dep: Any, num_items: int, width: int, dense_size: int) -> tup
         The model does not decode at the announced version (after ``_MODEL_TRIES`` tries: a
         round may commit in between), or does not hash to the announced SHA-256.
     """
-    from secemb.engine.http import HttpAdminLink
+    from secemb.transport.http import HttpAdminLink
     from secemb.errors import InvalidMessage
     from secemb.training.messages import decode_model
     from secemb.training.results import model_sha256
@@ -425,7 +425,7 @@ def _export_model(dep: Any, out: Path, dataset: str | None, ids: Any) -> dict[st
 
 def _announced_model(link: Any) -> tuple[int, str, int | None]:
     """``(model_version, model_sha256, last_committed_round)`` of server 0's status (``link``:
-    an :class:`~secemb.engine.http.HttpAdminLink`).
+    an :class:`~secemb.transport.http.HttpAdminLink`).
 
     Raises
     ------

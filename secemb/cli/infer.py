@@ -321,7 +321,7 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
     from secemb.cli._usage import fail
     from secemb.transport.credentials import DeviceCredentials
     from secemb.client.inference import infer_remote
-    from secemb.engine.http import HttpServerLink
+    from secemb.transport.http import HttpServerLink
     from secemb.errors import InvalidMessage, InvalidParameters
     from secemb.server.tls import client_context
     from secemb.transport.errors import RemoteError, Unreachable

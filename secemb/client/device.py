@@ -53,8 +53,8 @@ from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.training import messages
 from secemb.training.local import LocalStep, local_update
 from secemb.training.results import is_sha256_hex
-from secemb.engine.links import ServerLink
 from secemb.transport.errors import RemoteError
+from secemb.transport.links import ServerLink
 
 if TYPE_CHECKING:
     import httpx
@@ -316,7 +316,7 @@ class DeviceClient:
                  http: httpx.Client | None = None,
                  tls: ssl.SSLContext | tuple[ssl.SSLContext | None, ssl.SSLContext | None] | None = None,
                  min_users: int = DEFAULT_MIN_USERS) -> None:
-        from secemb.engine.http import HttpServerLink
+        from secemb.transport.http import HttpServerLink
 
         tls0, tls1 = tls if isinstance(tls, tuple) else (tls, tls)
         http0 = HttpServerLink(0, user_id, url0, key0, timeout=timeout, http=http, tls=tls0)

@@ -35,7 +35,7 @@ __all__ = ["InferenceLink", "RemoteAnswer", "infer_remote"]
 
 
 class InferenceLink(Protocol):
-    """What :func:`infer_remote` needs of a server (:class:`~secemb.engine.http.HttpServerLink`)."""
+    """What :func:`infer_remote` needs of a server (:class:`~secemb.transport.http.HttpServerLink`)."""
 
     def inference_info(self) -> dict[str, Any]:
         """``GET /v1/inference``."""

@@ -46,7 +46,6 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_delay,
 
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession, private_rng
 from secemb.data import RatingData, by_user, concat
-from secemb.engine.links import AdminLink
 from secemb.engine.settings import DEVICE_RANDOMNESS, DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
@@ -71,6 +70,7 @@ from secemb.training.results import (
     model_sha256,
     run_config,
 )
+from secemb.transport.links import AdminLink
 from secemb.transport.errors import RemoteError, Unreachable
 
 __all__ = ["Behavior", "DevicePhase", "RoundAborted", "Servers", "run"]

@@ -129,7 +129,7 @@ class LocalPeer:
 
 
 class LocalServerLink:
-    """Device ``user``'s :class:`~secemb.engine.links.ServerLink` to an in-process node."""
+    """Device ``user``'s :class:`~secemb.transport.links.ServerLink` to an in-process node."""
 
     def __init__(self, node: LeaderNode | FollowerNode, user: int, transport: InProcessTransport) -> None:
         self.node, self.user, self.tp = node, int(user), transport
@@ -173,7 +173,7 @@ class LocalServerLink:
 
 
 class LocalAdminLink:
-    """The operator's :class:`~secemb.engine.links.AdminLink` to an in-process node.  Opening
+    """The operator's :class:`~secemb.transport.links.AdminLink` to an in-process node.  Opening
     a round tags the transport's later messages with its id (until :meth:`InProcessServers.end_round`)."""
 
     def __init__(self, node: LeaderNode | FollowerNode, transport: InProcessTransport) -> None:

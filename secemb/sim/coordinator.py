@@ -24,11 +24,11 @@ import httpx
 from secemb.client.device import DeviceClient, RoundSession
 from secemb.data import RatingData
 from secemb.engine.driver import Servers, run
-from secemb.engine.http import HttpAdminLink
 from secemb.engine.settings import DeviceRandomness
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
 from secemb.training.results import TrainConfig, TrainResult
+from secemb.transport.http import HttpAdminLink
 from secemb.transport.network import ApiClient
 
 __all__ = ["Cluster", "train_networked"]

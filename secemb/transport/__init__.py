@@ -4,7 +4,10 @@
 endpoints, FIFO mailboxes and per-round/stage/direction/user byte counters.  The network
 deployment's HTTP client side (signed requests, ``ApiClient``) is
 :mod:`secemb.transport.network`; the devices' credentials files, which the servers' operators issue
-and the devices read, are :mod:`secemb.transport.credentials`.
+and the devices read, are :mod:`secemb.transport.credentials`; what a device and an operator need of
+a server, however the bytes travel, is :mod:`secemb.transport.links` (:class:`ServerLink`,
+:class:`AdminLink`), implemented over HTTP by :mod:`secemb.transport.http` and in process by
+:mod:`secemb.engine.local`.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from secemb.cli import app
-from secemb.engine.http import HttpAdminLink
 from secemb.errors import InvalidMessage
+from secemb.transport.http import HttpAdminLink
 from secemb.transport.network import ApiClient
 
 #: well-formed answers of server 0, by path (what the commands below ask)

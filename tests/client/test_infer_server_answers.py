@@ -25,11 +25,11 @@ from typer.testing import CliRunner
 from secemb.cli import app
 from secemb.transport.credentials import DeviceCredentials
 from secemb.client.inference import infer_remote
-from secemb.engine.http import HttpServerLink
 from secemb.errors import InvalidMessage, SecembError
 from secemb.inference import GaussianLDP
 from secemb.inference.service import encode_reply
 from secemb.randomness import CtrDrbg
+from secemb.transport.http import HttpServerLink
 from secemb.transport.network import ApiClient
 
 ITEMS, DIM = 40, 4

@@ -14,8 +14,6 @@ from typing import Any
 
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, synthetic_like
-from secemb.engine.http import HttpServerLink
-from secemb.engine.links import ServerLink
 from secemb.engine.local import InProcessServers, LocalServerLink
 from secemb.engine.settings import cluster_settings
 from secemb.models import MatrixFactorization
@@ -25,7 +23,9 @@ from secemb.server.peer import HttpPeer
 from secemb.server.store import MemoryStore
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
+from secemb.transport.http import HttpServerLink
 from secemb.transport.inprocess import InProcessTransport
+from secemb.transport.links import ServerLink
 
 #: the servers' (and devices') floor on users per aggregate
 FLOOR = 3

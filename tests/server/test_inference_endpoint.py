@@ -10,7 +10,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from secemb.client.inference import infer_remote
-from secemb.engine.http import HttpServerLink
 from secemb.errors import InvalidParameters
 from secemb.inference import GaussianLDP, privatize
 from secemb.inference.releases import ReleaseLedger
@@ -20,6 +19,7 @@ from secemb.server.app import create_app
 from secemb.server.config import ServerConfig
 from secemb.server.node import make_node
 from secemb.server.store import MemoryStore
+from secemb.transport.http import HttpServerLink
 from secemb.transport.signing import sign_headers, user_key
 
 PEER, ADMIN, USERS = b"p" * 32, b"a" * 32, b"u" * 32

@@ -1,4 +1,4 @@
-"""The engine's links over HTTP: signed requests to a server process (``secemb serve``).
+"""The links (:mod:`secemb.transport.links`) over HTTP: signed requests to a server process (``secemb serve``).
 
 :class:`HttpServerLink` is a device's connection (signed with its per-device key),
 :class:`HttpAdminLink` the operator's (signed with the server's admin secret).  Endpoint paths

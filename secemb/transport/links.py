@@ -1,4 +1,4 @@
-"""What the engine's parties need of each other, independent of how bytes travel.
+"""What a round's parties need of each other, independent of how bytes travel.
 
 * :class:`ServerLink` -- one device's connection to one server (the device SDK's only way
   to reach a server);
@@ -7,7 +7,7 @@
 
 Two implementations of each: in process (:mod:`secemb.engine.local`: the server node objects
 behind an :class:`~secemb.transport.inprocess.InProcessTransport` that counts every message)
-and over HTTP (:mod:`secemb.engine.http`: the same node objects behind FastAPI, signed
+and over HTTP (:mod:`secemb.transport.http`: the same node objects behind FastAPI, signed
 requests).  Bodies are the protocol's exact message bytes either way; control documents are
 JSON-able dicts.
 
