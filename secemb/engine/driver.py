@@ -355,7 +355,7 @@ def run(
             dev.session = RoundSession(client, info, protocol=proto, fp=fp, task=task,
                                        clip=None if dp is None else dp.clip)
             return dev.session
-        except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
+        except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
             dev.error = exc
             return None
 
@@ -401,7 +401,7 @@ def run(
             # the round's sessions live until it closes: keep one device's buffers, not all of
             # them (the encoded gradients only where the round is verified against them)
             session.release(keep_encoded=cfg.verify)
-        except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
+        except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
             dev.error = exc
 
     def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:

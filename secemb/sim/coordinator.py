@@ -67,7 +67,7 @@ class _ThreadPhase:
         def one(session: RoundSession) -> BaseException | None:
             try:
                 session.send_requests()
-            except BaseException as exc:  # noqa: BLE001 - a device failure is data, not a crash
+            except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
                 return exc
             return None
 
