@@ -196,7 +196,10 @@ def test_ctrl_c_during_training_exits_130_and_keeps_the_earlier_result(tmp_path:
     out, model = tmp_path / "r.json", tmp_path / "model"
     out.write_text('{"earlier": true}\n')
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from secemb.cli import main; main()", "train", "--protocol", "plaintext",
+        # a terminal's Ctrl-C: Python's handler even where this test runs as a background job (a
+        # non-interactive shell's `&` starts it with SIGINT ignored, which the child would inherit)
+        [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+         "from secemb.cli import main; main()", "train", "--protocol", "plaintext",
          "--epochs", "500", "--json-out", str(out), "--save-model", str(model), "--force"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
