@@ -309,13 +309,17 @@ def create_app(node: Node) -> FastAPI:
         await authed(request, (PEER,), _limit_json(node))
         return JSONResponse({"users": await call(follower("the peer count phase").peer_count_close)})
 
+    async def peer_include(request: Request) -> list[int]:
+        """The ``include`` user list of a peer-signed JSON body (the agreed set of a share or check)."""
+        _, body = await authed(request, (PEER,), _limit_json(node))
+        return _ids(json_object(body, _limit_json(node)), "include", node)
+
     @app.post("/v1/peer/count/share", tags=["peer"], summary="Server 1's sum of the agreed users' count shares (COUNT)",
               responses=_ERRORS | {200: _BIN_RESPONSE},
               openapi_extra=_json_body({"type": "object", "properties": {"include": _IDS}, "required": ["include"]})
               | {"security": _SECURITY})
     async def peer_count_share(request: Request) -> Response:
-        _, body = await authed(request, (PEER,), _limit_json(node))
-        include = _ids(json_object(body, _limit_json(node)), "include", node)
+        include = await peer_include(request)
         return binary(await call(follower("the peer count phase").peer_count_share, include))
 
     @app.post("/v1/peer/rounds", tags=["peer"], summary="Mirror the round server 0 opened", responses=_ERRORS,
@@ -363,8 +367,7 @@ def create_app(node: Node) -> FastAPI:
               openapi_extra=_json_body({"type": "object", "properties": {"include": _IDS}, "required": ["include"]})
               | {"security": _SECURITY})
     async def peer_verify(round_id: RoundId, request: Request) -> JSONResponse:
-        _, body = await authed(request, (PEER,), _limit_json(node))
-        include = _ids(json_object(body, _limit_json(node)), "include", node)
+        include = await peer_include(request)
         return JSONResponse(await call(follower("peer verify").peer_verify, round_id, include))
 
     @app.post("/v1/peer/rounds/{round_id}/share", tags=["peer"],
@@ -373,8 +376,7 @@ def create_app(node: Node) -> FastAPI:
               openapi_extra=_json_body({"type": "object", "properties": {"include": _IDS}, "required": ["include"]})
               | {"security": _SECURITY})
     async def peer_share(round_id: RoundId, request: Request) -> Response:
-        _, body = await authed(request, (PEER,), _limit_json(node))
-        include = _ids(json_object(body, _limit_json(node)), "include", node)
+        include = await peer_include(request)
         return binary(await call(follower("peer share").peer_share, round_id, include))
 
     @app.post("/v1/peer/rounds/{round_id}/agree", tags=["peer"],
