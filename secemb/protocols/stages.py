@@ -39,6 +39,8 @@ __all__ = [
     "PARTIES",
     "RETRIEVAL",
     "RoundPlan",
+    "SECEA_SETUP_STAGES",
+    "SECEA_STAGES",
     "SERVER0",
     "SERVER1",
     "STAGES",
@@ -62,6 +64,13 @@ STAGES = (COUNT, RETRIEVAL, DENSE, UPLOAD, AGGREGATE, SYNC)
 _SECAGG = ("advertise", "shares", "masked", "unmask")
 EXCHANGE_STAGES = (*(f"psu-{s}" for s in _SECAGG), "download", *(f"sum-{s}" for s in _SECAGG))
 
+# ---- the exchanges of SecEA (docs/secea.md): its set-up, once per deployment (the key directory,
+# then the private entity union: the PSU's four secure-aggregation stages), then its rounds (the
+# padded shares and queries relayed through the server; the encrypted answers masked and returned)
+SECEA_SETUP_STAGES = ("secea-keys", *(f"psu-{s}" for s in _SECAGG))
+SECEA_STAGES = ("secea-share", "secea-answer")
+_ALL_STAGES = STAGES + EXCHANGE_STAGES + SECEA_SETUP_STAGES[:1] + SECEA_STAGES
+
 # ---- parties (also the in-process transport's endpoint names for the servers)
 USER, SERVER0, SERVER1 = "user", "server0", "server1"
 PARTIES = (USER, SERVER0, SERVER1)
@@ -73,6 +82,8 @@ MESSAGES = frozenset({
     # secure aggregation (secemb.secagg.messages) and the submodel download (secemb.protocols.sfsl.wire)
     "advertise", "keys", "shares", "relayed", "masked", "survivors", "unmask", "union",
     "submodel_request", "submodel_reply",
+    # SecEA (secemb.protocols.secea.wire)
+    "secea_hello", "secea_directory", "secea_upload", "secea_relay", "secea_answer", "secea_result",
 })
 
 
@@ -91,8 +102,8 @@ class Hop:
     optional: bool = False
 
     def __post_init__(self) -> None:
-        if self.stage not in STAGES + EXCHANGE_STAGES:
-            raise InvalidParameters(f"hop stage must be one of {STAGES + EXCHANGE_STAGES}, got {self.stage!r}")
+        if self.stage not in _ALL_STAGES:
+            raise InvalidParameters(f"hop stage must be one of {_ALL_STAGES}, got {self.stage!r}")
         if self.src not in PARTIES or self.dst not in PARTIES or self.src == self.dst:
             raise InvalidParameters(f"hop must go between two of {PARTIES}, got {self.src!r} -> {self.dst!r}")
         if self.message not in MESSAGES:

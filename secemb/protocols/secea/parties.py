@@ -221,6 +221,19 @@ class SecEAServer:
         self._pending: dict[int, int] = {}
         self._round: int | None = None
 
+    def read_hello(self, client: int, data: bytes) -> tuple[bytes, phe_packing.PublicKey]:
+        """Client ``client``'s HELLO checked in full: its X25519 key and Paillier public key.
+
+        Raises
+        ------
+        InvalidMessage
+            Malformed, or sent by another client.
+        """
+        header, payload = wire.unpack(data, wire.HELLO, receiver=wire.SERVER)
+        if header.sender != client or len(payload) <= KEY_BYTES:
+            raise InvalidMessage(f"HELLO of client {client} refused")
+        return payload[:KEY_BYTES], phe_packing.public_key_from_bytes(payload[KEY_BYTES:])
+
     def directory(self, hellos: dict[int, bytes]) -> dict[int, bytes]:
         """DIRECTORY for every client from all N HELLO messages."""
         n = self.params.num_clients
@@ -228,12 +241,10 @@ class SecEAServer:
             raise ProtocolError(f"setup needs HELLO from all {n} clients, got {sorted(hellos)}")
         body = [struct.pack("<H", n)]
         for i in range(n):
-            header, payload = wire.unpack(hellos[i], wire.HELLO, receiver=wire.SERVER)
-            if header.sender != i or len(payload) <= KEY_BYTES:
-                raise InvalidMessage(f"HELLO of client {i} refused")
-            self._keys[i] = phe_packing.public_key_from_bytes(payload[KEY_BYTES:])
-            modulus = payload[KEY_BYTES:]
-            body += [struct.pack("<H", i), payload[:KEY_BYTES], struct.pack("<H", len(modulus)), modulus]
+            x25519, key = self.read_hello(i, hellos[i])
+            self._keys[i] = key
+            modulus = key.to_bytes()
+            body += [struct.pack("<H", i), x25519, struct.pack("<H", len(modulus)), modulus]
         self._directory = b"".join(body)
         return {i: wire.pack(wire.Header(wire.DIRECTORY, 0, wire.SERVER, i), self._directory) for i in range(n)}
 
@@ -243,38 +254,82 @@ class SecEAServer:
         for n, count in counts.items():
             self._pools.setdefault(n, []).extend(self._keys[n].obfuscators(count, self._rng))
 
+    def read_upload(self, round_id: int, client: int, data: bytes) -> tuple[int, int, list[tuple[int, bytes]]]:
+        """Client ``client``'s UPLOAD of ``round_id`` checked in full: ``(M, |E_n|, blocks)``,
+        ``blocks`` the ``(recipient, padded words)`` pairs, one per other client.
+
+        Raises
+        ------
+        InvalidMessage
+            Malformed, another round or sender, dimensions off the parameters, a recipient
+            out of range, repeated or the sender itself.
+        """
+        p = self.params
+        header, body = wire.unpack(data, wire.UPLOAD, round_id, wire.SERVER)
+        rd = wire.Reader(body)
+        m, w, e, count = rd.u32(), rd.u16(), rd.u32(), rd.u16()
+        if header.sender != client or w != p.width or e > m or count != p.num_clients - 1:
+            raise InvalidMessage(f"UPLOAD of client {client} refused (dimensions)")
+        blocks: list[tuple[int, bytes]] = []
+        for _ in range(count):
+            v = rd.u16()
+            block = rd.take(4 * (m * w + e * m))
+            if v >= p.num_clients or v == client or any(v == u for u, _ in blocks):
+                raise InvalidMessage(f"UPLOAD of client {client} addresses client {v}")
+            blocks.append((v, block))
+        rd.done()
+        return m, e, blocks
+
     def relay(self, round_id: int, uploads: dict[int, bytes]) -> dict[int, bytes]:
         """RELAY for every uploader: the padded blocks addressed to it by the other uploaders."""
         if not self._keys:
             raise ProtocolError("relay before setup")
         if self._round is not None and round_id <= self._round:
             raise ProtocolError(f"round {round_id} is not after round {self._round}")
-        p = self.params
+        read = {n: self.read_upload(round_id, n, data) for n, data in sorted(uploads.items())}
+        if len({m for m, _, _ in read.values()}) > 1:
+            raise InvalidMessage("UPLOADs of different union sizes refused")
         blocks: dict[int, list[bytes]] = {v: [] for v in uploads}
-        self._pending, dims = {}, None
-        for n, data in sorted(uploads.items()):
-            header, body = wire.unpack(data, wire.UPLOAD, round_id, wire.SERVER)
-            rd = wire.Reader(body)
-            m, w, e, count = rd.u32(), rd.u16(), rd.u32(), rd.u16()
-            if header.sender != n or w != p.width or e > m or count != p.num_clients - 1 or dims not in (None, m):
-                raise InvalidMessage(f"UPLOAD of client {n} refused (dimensions)")
-            dims = m
-            for _ in range(count):
-                v = rd.u16()
-                block = rd.take(4 * (m * w + e * m))
-                if v >= p.num_clients or v == n:
-                    raise InvalidMessage(f"UPLOAD of client {n} addresses client {v}")
+        for n, (_, e, parts) in read.items():
+            for v, block in parts:
                 if v in blocks:
                     blocks[v].append(struct.pack("<HI", n, e) + block)
-            rd.done()
-            self._pending[n] = e
+        self._pending = {n: e for n, (_, e, _) in read.items()}
         self._round = round_id
-        head = struct.pack("<IH", dims or 0, p.width)
+        head = struct.pack("<IH", next(iter(read.values()))[0] if read else 0, self.params.width)
         return {
             v: wire.pack(wire.Header(wire.RELAY, round_id, wire.SERVER, v),
                          head + struct.pack("<H", len(parts)) + b"".join(parts))
             for v, parts in blocks.items()
         }
+
+    def read_answer(self, round_id: int, client: int, data: bytes) -> dict[int, list[int]]:
+        """Client ``client``'s ANSWER to the RELAY of ``round_id`` checked in full: its
+        ciphertexts per requester (every uploader of the round, once each).
+
+        Raises
+        ------
+        ProtocolError
+            No round ``round_id`` relayed.
+        InvalidMessage
+            Malformed, another sender, or a requester block off what the requester uploaded.
+        """
+        if round_id != self._round or not self._pending:
+            raise ProtocolError(f"no round {round_id} in progress")
+        p = self.params
+        header, body = wire.unpack(data, wire.ANSWER, round_id, wire.SERVER)
+        rd = wire.Reader(body)
+        if header.sender != client or rd.u16() != len(self._pending):
+            raise InvalidMessage(f"ANSWER of client {client} refused (requesters)")
+        out: dict[int, list[int]] = {}
+        for _ in range(len(self._pending)):
+            n, e, c = rd.u16(), rd.u32(), rd.u16()
+            key = self._keys.get(n)
+            if key is None or n in out or self._pending.get(n) != e or c != key.chunks(p.width):
+                raise InvalidMessage(f"ANSWER of client {client} refused (block for {n})")
+            out[n] = [int.from_bytes(rd.take(key.ciphertext_bytes), "big") for _ in range(e * c)]
+        rd.done()
+        return out
 
     def mask(self, round_id: int, answers: dict[int, bytes]) -> dict[int, bytes]:
         """RESULT for every client that uploaded and answered, from the ANSWER messages that
@@ -297,21 +352,9 @@ class SecEAServer:
             )
         per_requester: dict[int, dict[int, list[int]]] = {n: {} for n in answered}
         for v in answered:
-            header, body = wire.unpack(answers[v], wire.ANSWER, round_id, wire.SERVER)
-            rd = wire.Reader(body)
-            if header.sender != v or rd.u16() != len(self._pending):
-                raise InvalidMessage(f"ANSWER of client {v} refused (requesters)")
-            seen: set[int] = set()
-            for _ in range(len(self._pending)):
-                n, e, c = rd.u16(), rd.u32(), rd.u16()
-                key = self._keys.get(n)
-                if key is None or n in seen or self._pending.get(n) != e or c != key.chunks(p.width):
-                    raise InvalidMessage(f"ANSWER of client {v} refused (block for {n})")
-                seen.add(n)
-                cts = [int.from_bytes(rd.take(key.ciphertext_bytes), "big") for _ in range(e * c)]
+            for n, cts in self.read_answer(round_id, v, answers[v]).items():
                 if n in per_requester:
                     per_requester[n][v] = cts
-            rd.done()
         out = {}
         for n, by_answerer in per_requester.items():
             key, e = self._keys[n], self._pending[n]
