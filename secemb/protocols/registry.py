@@ -1,12 +1,15 @@
-"""The protocol registry: name -> factory, wire id; options checked against capabilities.
+"""The protocol registry: name -> factory, wire id, shape; options checked against capabilities.
 
 A protocol is registered once, under a unique name and a unique wire id (the ``protocol`` byte
-of every message it frames, :mod:`secemb.protocols.wire`).  Its factory is a
-:class:`~secemb.protocols.base.Protocol` subclass, given directly or as a lazy
-``"module:Class"`` string imported on first use, so that this registry imports even when a
-protocol module is heavy or missing.  What the protocol accepts is declared on the class
-(:class:`~secemb.protocols.base.Capabilities`); :func:`get_protocol` checks options against
-it before the factory runs.
+of every message it frames, :mod:`secemb.protocols.wire`), with its shape: ``servers=2`` (the
+default: a :class:`~secemb.protocols.base.Protocol` subclass, built by :func:`get_protocol`)
+or ``servers=1`` (a one-server protocol: an :class:`~secemb.protocols.exchange.ExchangeProtocol`
+subclass, built by :func:`get_exchange_protocol`).  The shape is declared at registration, so
+the command line dispatches on it (:func:`protocol_servers`) without importing the module.
+The factory is given directly or as a lazy ``"module:Class"`` string imported on first use, so
+that this registry imports even when a protocol module is heavy or missing.  What a two-server
+protocol accepts is declared on the class (:class:`~secemb.protocols.base.Capabilities`), what a
+one-server one accepts in its ``options``; both are checked before the factory runs.
 """
 
 from __future__ import annotations
@@ -17,25 +20,26 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from secemb.errors import InvalidParameters
+from secemb.framing import ENGINE_WIRE_ID, RESERVED_WIRE_IDS
 
 if TYPE_CHECKING:
     from secemb.protocols.base import Protocol
+    from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
 
 __all__ = [
     "ENGINE_WIRE_ID",
     "PROTOCOLS",
     "ProtocolEntry",
     "available_protocols",
+    "exchange_class",
+    "get_exchange_protocol",
     "get_protocol",
     "protocol_class",
+    "protocol_servers",
     "register_protocol",
     "unregister_protocol",
     "wire_id",
 ]
-
-#: wire id of the round's own messages (model sync, dense vector, count shares), which belong
-#: to no protocol; no protocol may register it
-ENGINE_WIRE_ID = 0
 
 
 @dataclass(frozen=True)
@@ -45,13 +49,17 @@ class ProtocolEntry:
     Attributes
     ----------
     name: registry name (``get_protocol(name)``), also the name messages are framed under.
-    factory: the :class:`~secemb.protocols.base.Protocol` subclass, or ``"module:Class"``.
+    factory: the :class:`~secemb.protocols.base.Protocol` subclass (``servers=2``) or
+        :class:`~secemb.protocols.exchange.ExchangeProtocol` subclass (``servers=1``), or
+        ``"module:Class"``.
     wire_id: the protocol byte of its messages' header, in ``[1, 255]``, unique.
+    servers: its shape: 2 (two non-colluding servers) or 1 (one server, exchanges).
     """
 
     name: str
-    factory: str | type[Protocol]
+    factory: str | type[Protocol] | type[ExchangeProtocol]
     wire_id: int
+    servers: int = 2
 
 
 _ENTRIES: dict[str, ProtocolEntry] = {}
@@ -60,27 +68,34 @@ _BY_WIRE_ID: dict[int, str] = {}
 PROTOCOLS = MappingProxyType(_ENTRIES)
 
 
-def register_protocol(name: str, factory: str | type[Protocol], *, wire_id: int) -> None:
-    """Register ``factory`` (a Protocol subclass or a lazy ``"module:Class"``) as ``name``.
+def register_protocol(name: str, factory: str | type[Protocol] | type[ExchangeProtocol], *, wire_id: int,
+                      servers: int = 2) -> None:
+    """Register ``factory`` as ``name``: with ``servers=2`` (the default) a Protocol subclass,
+    with ``servers=1`` an ExchangeProtocol subclass, or either as a lazy ``"module:Class"``.
 
     Raises
     ------
     InvalidParameters
-        ``name`` is not a non-empty str; ``factory`` is neither a Protocol subclass nor a
-        ``"module:Class"`` string; ``wire_id`` is not an int in ``[1, 255]``; or ``name`` or
-        ``wire_id`` is already registered (the message names both registrations).
+        ``name`` is not a non-empty str; ``servers`` is not 1 or 2; ``factory`` is neither a
+        class of the shape ``servers`` says nor a ``"module:Class"`` string; ``wire_id`` is not
+        an int in ``[1, 255]``; or ``name`` or ``wire_id`` is already registered (the message
+        names both registrations).
     """
-    from secemb.protocols.base import Protocol
-
     if not isinstance(name, str) or not name:
         raise InvalidParameters(f"protocol name must be a non-empty str, got {name!r}")
+    if servers not in (1, 2) or isinstance(servers, bool):
+        raise InvalidParameters(f"servers of {name!r} must be 1 or 2, got {servers!r}")
+    base = _base(servers)
     if isinstance(factory, str):
         if factory.count(":") != 1:
             raise InvalidParameters(f"lazy factory must be 'module:Class', got {factory!r}")
-    elif not (isinstance(factory, type) and issubclass(factory, Protocol)):
-        raise InvalidParameters(f"factory of {name!r} must be a Protocol subclass or 'module:Class', got {factory!r}")
+    elif not (isinstance(factory, type) and issubclass(factory, base)):
+        raise InvalidParameters(f"factory of {name!r} must be a {base.__name__} subclass (servers={servers}) or "
+                                f"'module:Class', got {factory!r}")
     if isinstance(wire_id, bool) or not isinstance(wire_id, int) or not 1 <= wire_id <= 255:
         raise InvalidParameters(f"wire_id of {name!r} must be an int in [1, 255], got {wire_id!r}")
+    if wire_id in RESERVED_WIRE_IDS:
+        raise InvalidParameters(f"wire_id {wire_id} of {name!r} is reserved (secemb.framing: secure aggregation, keys)")
     if name in _ENTRIES:
         old = _ENTRIES[name]
         raise InvalidParameters(
@@ -91,8 +106,19 @@ def register_protocol(name: str, factory: str | type[Protocol], *, wire_id: int)
         raise InvalidParameters(
             f"wire id {wire_id} of protocol {name!r} is already registered to protocol {_BY_WIRE_ID[wire_id]!r}"
         )
-    _ENTRIES[name] = ProtocolEntry(name, factory, wire_id)
+    _ENTRIES[name] = ProtocolEntry(name, factory, wire_id, servers)
     _BY_WIRE_ID[wire_id] = name
+
+
+def _base(servers: int) -> type:
+    """The class a factory of ``servers`` servers subclasses."""
+    if servers == 1:
+        from secemb.protocols.exchange import ExchangeProtocol
+
+        return ExchangeProtocol
+    from secemb.protocols.base import Protocol
+
+    return Protocol
 
 
 def unregister_protocol(name: str) -> None:
@@ -108,9 +134,21 @@ def unregister_protocol(name: str) -> None:
     del _BY_WIRE_ID[entry.wire_id]
 
 
-def available_protocols() -> list[str]:
-    """Registered names (whether or not their module can be imported)."""
-    return sorted(_ENTRIES)
+def available_protocols(servers: int | None = None) -> list[str]:
+    """Registered names (whether or not their module can be imported); only those of
+    ``servers`` servers if given."""
+    return sorted(n for n, e in _ENTRIES.items() if servers is None or e.servers == servers)
+
+
+def protocol_servers(name: str) -> int:
+    """How many servers protocol ``name`` has (1 or 2), as registered (its module not imported).
+
+    Raises
+    ------
+    InvalidParameters
+        If ``name`` is not registered.
+    """
+    return _entry(name).servers
 
 
 def wire_id(name: str) -> int:
@@ -137,12 +175,41 @@ def protocol_class(name: str) -> type[Protocol]:
     Raises
     ------
     InvalidParameters
-        If ``name`` is unknown, or its module cannot be imported yet (the message says which
-        module is missing), or it does not define the registered class.
+        If ``name`` is unknown, has one server (:func:`exchange_class`), or its module cannot be
+        imported yet (the message says which module is missing), or it does not define the
+        registered class.
     """
     from secemb.protocols.base import Protocol
 
-    factory = _entry(name).factory
+    if _entry(name).servers != 2:
+        raise InvalidParameters(f"protocol {name!r} has one server (an exchange protocol, "
+                                "secemb.protocols.exchange): build it with get_exchange_protocol")
+    cls = _load(name)
+    assert issubclass(cls, Protocol)  # register_protocol or _load checked the shape
+    return cls
+
+
+def exchange_class(name: str) -> type[ExchangeProtocol]:
+    """The ExchangeProtocol subclass registered as ``name`` (``servers=1``; imported if lazy).
+
+    Raises
+    ------
+    InvalidParameters
+        As :func:`protocol_class`; or ``name`` has two servers.
+    """
+    from secemb.protocols.exchange import ExchangeProtocol
+
+    if _entry(name).servers != 1:
+        raise InvalidParameters(f"protocol {name!r} has two servers, not one: build it with get_protocol")
+    cls = _load(name)
+    assert issubclass(cls, ExchangeProtocol)  # register_protocol or _load checked the shape
+    return cls
+
+
+def _load(name: str) -> type:
+    """The class registered as ``name``, imported if lazy and checked against its shape."""
+    entry = _entry(name)
+    factory, base = entry.factory, _base(entry.servers)
     if not isinstance(factory, str):
         return factory
     module_name, attr = factory.split(":")
@@ -156,8 +223,9 @@ def protocol_class(name: str) -> type[Protocol]:
             ) from exc
         raise
     cls = getattr(module, attr, None)
-    if not (isinstance(cls, type) and issubclass(cls, Protocol)):
-        raise InvalidParameters(f"protocol {name!r} is not available: {module_name} has no Protocol class {attr}")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise InvalidParameters(f"protocol {name!r} is not available: {module_name} has no {base.__name__} class "
+                                f"{attr}")
     return cls
 
 
@@ -179,3 +247,20 @@ def get_protocol(name: str, **opts: Any) -> Protocol:
     cls = protocol_class(name)
     cls.capabilities.check_options(name, opts)
     return cls(**opts)
+
+
+def get_exchange_protocol(name: str, run: ExchangeRun, **opts: Any) -> ExchangeProtocol:
+    """Build the one-server protocol ``name`` for ``run`` with ``opts`` (its declared options).
+
+    Raises
+    ------
+    InvalidParameters
+        If ``name`` is unknown, not available or has two servers (see :func:`exchange_class`);
+        an option it does not declare (the message names it and lists the allowed ones); or a
+        value the protocol refuses.
+    """
+    cls = exchange_class(name)
+    for key in opts:
+        if key not in cls.options:
+            raise InvalidParameters(f"protocol {name!r} has no option {key!r}; allowed: {list(cls.options)}")
+    return cls(run, **opts)

@@ -1,0 +1,212 @@
+"""One-server protocols ("exchange" protocols): the interface a registered protocol of that
+shape implements, and what the engine gives it.
+
+**Shape.** Parties are devices (or silos) and one server (:data:`~secemb.protocols.stages.SERVER0`).
+A round is a :class:`~secemb.protocols.stages.RoundPlan` with ``servers=1``; each of its stages
+is an *exchange*: every device still in the round sends the server one message
+(:meth:`ExchangeParty.message`), the stage closes, and the server answers each device with at
+most one message (:meth:`ExchangeParty.accept`; no answer: the device is out of the round).
+The server side is an :class:`ExchangeNode` (a state machine over bytes).  The engine moves the
+bytes (:func:`secemb.engine.exchange.play`): in process, or over HTTP
+(:mod:`secemb.server.exchange_app`, :mod:`secemb.engine.http_exchange`).
+
+**Adding one** (docs/protocol.md, "A one-server protocol"): subclass :class:`ExchangeProtocol`
+and register it with ``servers=1``::
+
+    register_protocol("mine", "mypkg.mine:MineProtocol", wire_id=201, servers=1)
+
+Then ``secemb train --protocol mine``, ``secemb demo [--network] --protocol mine`` run it and,
+if it implements :meth:`ExchangeProtocol.make_device`, ``secemb serve`` + ``secemb client``.
+
+**What the protocol provides** (all in :class:`ExchangeProtocol`):
+
+* ``options``: the keyword options of its constructor beyond the run (:class:`ExchangeRun`),
+  named as ``secemb train``'s options (``lr``, ``dim``, ``sfsl_preset``, ...): the command line
+  gives it those the user set, and refuses (exit 2) any other option the user set;
+* :meth:`~ExchangeProtocol.plan`: its round (``servers=1``);
+* :meth:`~ExchangeProtocol.make_server`: the server at the start of a run (an
+  :class:`ExchangeServer`: node, body limit, public model bytes) -- what ``secemb serve`` hosts;
+* :meth:`~ExchangeProtocol.train`: a whole training run.  It makes its server, hands it to
+  ``connect`` (the engine hosts it in process or behind HTTP and returns the
+  :class:`ExchangeRounds` that play rounds against it), chooses each round's devices, makes
+  their :class:`ExchangeParty` objects and calls :meth:`ExchangeRounds.play`; it returns the
+  run's :class:`~secemb.round.results.TrainResult`.  The same code runs in process and over
+  HTTP, so both give the same ``model_sha256`` where the protocol's own randomness is seeded;
+* :meth:`~ExchangeProtocol.make_device` (optional): device ``user``'s persistent state in a
+  deployment (``secemb client``); from each round's public document (what the node's
+  ``open_round`` returned) it makes the device's party of that round.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol as TypingProtocol
+
+from secemb.errors import InvalidParameters
+from secemb.protocols.base import ExchangeNode
+from secemb.protocols.stages import RoundPlan
+
+if TYPE_CHECKING:
+    from secemb.round.results import EpochStats, RoundStats, TrainResult
+
+__all__ = ["ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol", "ExchangeRecord", "ExchangeRounds",
+           "ExchangeRun", "ExchangeServer"]
+
+
+class ExchangeParty(TypingProtocol):
+    """A device's part in one round of a one-server protocol."""
+
+    def message(self, stage: str) -> bytes:
+        """Its message of ``stage`` (stages in the plan's order, each after the answer of the previous one)."""
+
+    def accept(self, stage: str, body: bytes) -> None:
+        """The server's answer of ``stage``."""
+
+
+class ExchangeDevice(TypingProtocol):
+    """A device of a deployment (``secemb client``): what persists between its rounds."""
+
+    def party(self, round_doc: Mapping[str, Any]) -> ExchangeParty:
+        """Its party in the round ``round_doc`` announces (the node's ``open_round`` document,
+        public: ``round_id``, ``users``, ``stages`` and the protocol's own fields).
+
+        Raises
+        ------
+        secemb.errors.InvalidMessage: a document the device cannot take part in.
+        """
+
+
+@dataclass
+class ExchangeRecord:
+    """What crossed the links in one round: ``up[user][stage]`` / ``down[user][stage]`` bytes
+    (``len()`` of the bodies), the devices still in the round after the last stage
+    (``finished``), the server's round document (``opened``) and its outcome (``outcome``)."""
+
+    up: dict[int, dict[str, int]] = field(default_factory=dict)
+    down: dict[int, dict[str, int]] = field(default_factory=dict)
+    finished: list[int] = field(default_factory=list)
+    opened: dict[str, Any] = field(default_factory=dict)
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+
+class ExchangeRounds(TypingProtocol):
+    """Rounds against one hosted server, as the engine gives them to :meth:`ExchangeProtocol.train`."""
+
+    def play(self, round_id: int, parties: Mapping[int, ExchangeParty], *,
+             silent_from: Mapping[int, str] | None = None) -> ExchangeRecord:
+        """Open round ``round_id`` for ``sorted(parties)`` at the server and run every stage of
+        the plan; ``silent_from``: device -> the stage from which it sends nothing (a simulated
+        dropout).  The devices' messages of a stage are made one after another in increasing id
+        order.
+
+        Raises
+        ------
+        Whatever the server raises when a stage cannot close (e.g.
+        :class:`~secemb.secagg.SecAggAborted` in process, ``RemoteError`` 409 over HTTP).
+        """
+
+    def model(self) -> bytes:
+        """The server's public model now (:attr:`ExchangeServer.model`'s bytes)."""
+
+
+@dataclass(frozen=True)
+class ExchangeServer:
+    """A one-server protocol's server: ``node`` (the state machine the engine and the HTTP app
+    drive), ``max_body_bytes`` (a bound on one device message at the run's public sizes: the
+    HTTP app refuses a larger body, 413) and ``model`` (the public model's bytes, for
+    evaluation and the operator)."""
+
+    node: ExchangeNode
+    max_body_bytes: int
+    model: Callable[[], bytes]
+
+
+@dataclass(frozen=True)
+class ExchangeRun:
+    """What every run of a one-server protocol is given, whatever the protocol: the dataset
+    (name and where its files are), the schedule (``epochs``, ``users_per_round``) and the seed
+    of the run's training randomness."""
+
+    dataset: str
+    data_dir: Path | None = None
+    download: bool = False
+    epochs: int = 1
+    users_per_round: int = 20
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "users_per_round"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidParameters(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise InvalidParameters(f"seed must be an int >= 0, got {self.seed!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run as JSON values (``data_dir`` left out: it is where this machine keeps files)."""
+        return {"dataset": self.dataset, "epochs": self.epochs, "users_per_round": self.users_per_round,
+                "seed": self.seed}
+
+
+class ExchangeProtocol(ABC):
+    """A registered one-server protocol (``register_protocol(..., servers=1)``).
+
+    Subclasses set ``name`` and ``options`` (class attributes), take ``run`` and their options as
+    keywords in ``__init__`` (validating them: :class:`~secemb.errors.InvalidParameters`, which
+    the command line turns into exit 2 with the message), and implement :meth:`plan`,
+    :meth:`make_server` and :meth:`train`; :meth:`make_device` if their devices can run as
+    ``secemb client`` processes.
+    """
+
+    name: ClassVar[str]
+    #: the constructor's keyword options beyond ``run``, named as ``secemb train``'s options
+    options: ClassVar[tuple[str, ...]] = ()
+    #: whether it runs behind HTTP (``secemb demo --network``, ``secemb serve``)
+    networked: ClassVar[bool] = True
+
+    def __init__(self, run: ExchangeRun) -> None:
+        self.run = run
+
+    @abstractmethod
+    def plan(self) -> RoundPlan:
+        """Its round: the stages, each device -> server with or without an answer (``servers=1``)."""
+
+    @abstractmethod
+    def make_server(self) -> ExchangeServer:
+        """The server at the start of a run (the initial public model from ``run.seed``)."""
+
+    @abstractmethod
+    def train(self, connect: Callable[[ExchangeServer], ExchangeRounds], *,
+              on_start: Callable[[dict[str, Any]], None] | None = None,
+              on_round: Callable[[RoundStats], None] | None = None,
+              on_epoch: Callable[[EpochStats], None] | None = None) -> TrainResult:
+        """Train: make the server, ``rounds = connect(server)``, then play every round through
+        ``rounds``; ``on_start`` gets the result's ``config`` before the first round, ``on_round``
+        and ``on_epoch`` the figures as they come.
+
+        Raises
+        ------
+        InvalidParameters, secemb.data.DatasetNotFoundError: a bad run (before any round); what
+        :meth:`ExchangeRounds.play` raises.
+        """
+
+    def make_device(self, user: int) -> ExchangeDevice:
+        """Device ``user``'s state in a deployment (its own data and private parameters).
+
+        Raises
+        ------
+        InvalidParameters: by default -- the protocol's devices do not run as ``secemb client``.
+        """
+        raise InvalidParameters(f"protocol {self.name!r} has no device for 'secemb client'")
+
+    def spec(self) -> dict[str, Any]:
+        """Its options' values (read from the attributes of the same names): with ``run``, what
+        the server and its devices must share -- the deployment file records it."""
+        missing = [n for n in self.options if not hasattr(self, n)]
+        if missing:
+            raise InvalidParameters(f"{type(self).__name__}.spec(): options {missing} are not attributes; "
+                                    "override spec()")
+        return {n: getattr(self, n) for n in self.options}
