@@ -18,12 +18,18 @@ ROOT = Path(__file__).resolve().parents[1] / "secemb"
 
 #: package -> packages it must not import (each was an upward import before issue 36's moves)
 FORBIDDEN = {
-    "protocols": {"engine", "server", "client", "sim", "training", "inference", "transport", "bench", "cli"},
+    "protocols": {"round", "engine", "server", "client", "sim", "training", "inference", "transport", "bench", "cli"},
+    "round": {"engine", "server", "client", "sim", "training", "inference", "transport", "bench", "cli"},
     "transport": {"engine", "server", "client", "sim", "training", "inference", "bench", "cli"},
     "inference": {"engine", "server", "client", "sim", "bench", "cli"},
-    "server": {"engine", "client", "sim", "bench", "cli"},
-    "client": {"engine", "server", "sim", "bench", "cli"},
-    "round": {"protocols", "engine", "server", "client", "sim", "training", "inference", "transport", "bench", "cli"},
+    "server": {"engine", "client", "sim", "training", "bench", "cli"},
+    "client": {"engine", "server", "sim", "training", "bench", "cli"},
+}
+
+#: (file, package) -> why that import up the layers is still there; each entry names who removes it
+UPWARD_PENDING = {
+    ("secemb/protocols/exchange.py", "round"): "a TYPE_CHECKING import of the result types ExchangeProtocol.train "
+                                               "returns (issue 36, the one-server protocol interface, in progress)",
 }
 
 
@@ -55,7 +61,7 @@ def _upward() -> list[str]:
     for path in sorted(ROOT.rglob("*.py")):
         src = _package(path)
         for dst, line in _imported_packages(path).items():
-            if dst in FORBIDDEN.get(src, ()):
+            if dst in FORBIDDEN.get(src, ()) and (path.relative_to(ROOT.parent).as_posix(), dst) not in UPWARD_PENDING:
                 bad.append(f"{path.relative_to(ROOT.parent)}:{line}: {src} -> {dst}")
     return bad
 

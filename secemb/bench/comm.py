@@ -198,7 +198,7 @@ def round_union(dataset: str, users: int = 100, data_dir: Any = None) -> int:
 
 def measure_round(model_name: str, dataset: str, protocol: str, *, data_dir: Any = None) -> dict[str, Any]:
     """One round with two users; bytes per user and round."""
-    from secemb.training.results import TrainConfig
+    from secemb.round.results import TrainConfig
     from secemb.training.loop import train
 
     m, m_prime, mean = DATASETS[dataset]

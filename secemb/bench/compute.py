@@ -134,13 +134,12 @@ def _write(out: Path, rows: list[dict[str, Any]], wall: float) -> None:
 def run_he(users: Sequence[int] = (100, 200, 300, 400, 500), *, out: str | Path | None = "results/he",
            distinct: int = 10, layouts: Sequence[str] = ("full", "cuckoo"), progress: Any = None) -> dict[str, Any]:
     """Table 14: server seconds per round, SecEmb vs CKKS aggregation, ML-1M stand-in, MF."""
+    from secemb.bench.comm import single_thread
     from secemb.data import by_user
     from secemb.models import get_model
     from secemb.protocols import get_protocol
-    from secemb.training.results import TrainConfig
+    from secemb.round.results import TrainConfig
     from secemb.training.loop import train
-
-    from secemb.bench.comm import single_thread
 
     single_thread()
     t_all = time.perf_counter()

@@ -72,7 +72,7 @@ def _round(admin0: ApiClient, clients: dict[int, DeviceClient], per_user: UserRa
     every device."""
     from secemb.client.device import RoundInfo, RoundSession
     from secemb.protocols.placement import place
-    from secemb.training.local import distinct_items
+    from secemb.round.local import distinct_items
 
     users = list(clients)
     t = time.perf_counter()

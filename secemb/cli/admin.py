@@ -280,10 +280,10 @@ def _save_denoiser(dep: Any, out: Path, recommender: tuple[Path, Any, str]) -> d
         Server 0's model does not decode at the version its status announces (after
         ``_MODEL_TRIES`` tries), or does not hash to the SHA-256 it announces.
     """
+    from secemb.digest import model_sha256
     from secemb.errors import InvalidParameters
     from secemb.inference.denoiser import NAME, Denoiser
     from secemb.inference.saved import save_denoiser as write
-    from secemb.training.results import model_sha256
 
     cfg = dep.config(0)
     if cfg.model != NAME:
@@ -319,10 +319,10 @@ def _current_model(dep: Any, num_items: int, width: int, dense_size: int) -> tup
         The model does not decode at the announced version (after ``_MODEL_TRIES`` tries: a
         round may commit in between), or does not hash to the announced SHA-256.
     """
-    from secemb.transport.http import HttpAdminLink
+    from secemb.digest import model_sha256
     from secemb.errors import InvalidMessage
-    from secemb.training.messages import decode_model
-    from secemb.training.results import model_sha256
+    from secemb.round.messages import decode_model
+    from secemb.transport.http import HttpAdminLink
 
     link = HttpAdminLink(0, dep.admin(0))
     try:

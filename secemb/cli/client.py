@@ -75,7 +75,6 @@ def register(app: typer.Typer) -> None:
         sent."""
         import numpy as np
 
-        from secemb.transport.credentials import DeviceCredentials
         from secemb.client.device import Device, DeviceClient, RoundInfo
         from secemb.data import RatingData, by_user, load_dataset
         from secemb.data.features import FeatureSet
@@ -83,6 +82,7 @@ def register(app: typer.Typer) -> None:
         from secemb.models import RecModel, get_model, uses_features
         from secemb.models.base import UserSnapshot
         from secemb.models.task import RATING, Task
+        from secemb.transport.credentials import DeviceCredentials
         from secemb.transport.errors import RemoteError, Unreachable
 
         def fail(msg: str, code: int) -> NoReturn:
@@ -194,7 +194,7 @@ def register(app: typer.Typer) -> None:
             fail(f"bad usage: {exc}", 2)
         dc = DeviceClient(user, urls[0], urls[1], keys[0], keys[1], min_users=min_users, tls=tls)
         if count:
-            from secemb.training.local import distinct_items
+            from secemb.round.local import distinct_items
 
             distinct = distinct_items(np.sort(own(count_task)[0]))[0].size
             try:

@@ -36,23 +36,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from secemb.digest import is_sha256_hex
 from secemb.errors import InvalidMessage, InvalidParameters, ModelDisagreement, ProtocolError, RetrievalTampered
 from secemb.models.base import RecModel, StepResult, UserSnapshot, UserState, UserStore
 from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig
 from secemb.models.task import Sample, Task
+from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.protocols import get_protocol
 from secemb.protocols.base import Protocol, RoundConfig
-from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.protocols.placement import PaddedRequest, place
-from secemb.randomness import system_rng
 from secemb.protocols.stages import RETRIEVAL, UPLOAD, round_plan
+from secemb.randomness import system_rng
 from secemb.ring import FixedPoint
-from secemb.sharing import share
+from secemb.round import messages
+from secemb.round.local import LocalStep, local_update
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
-from secemb.training import messages
-from secemb.training.local import LocalStep, local_update
-from secemb.training.results import is_sha256_hex
+from secemb.sharing import share
 from secemb.transport.errors import RemoteError
 from secemb.transport.links import ServerLink
 
@@ -226,7 +226,7 @@ class RoundInfo:
         with); a model with features was built from the servers' public item features (the
         round's ``model.item_features_sha256``, :meth:`FeatureSet.public_sha256`); and GREC's
         denoiser was built over the recommender whose table the servers froze (the round's
-        ``model.recommender_table_sha256``, :func:`~secemb.training.results.table_sha256`;
+        ``model.recommender_table_sha256``, :func:`~secemb.digest.table_sha256`;
         the device's :attr:`Denoiser.recommender_table_sha256
         <secemb.inference.denoiser.Denoiser.recommender_table_sha256>`).
 

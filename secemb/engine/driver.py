@@ -39,39 +39,33 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol as TypingProtocol
+from typing import Any
+from typing import Protocol as TypingProtocol
 
 import numpy as np
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession, private_rng
 from secemb.data import RatingData, by_user, concat
+from secemb.digest import model_sha256
 from secemb.engine.settings import DEVICE_RANDOMNESS, DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
-from secemb.privacy.accounting import DPPlan
 from secemb.models.base import RecModel, UserStore
 from secemb.models.task import Sample
+from secemb.privacy.accounting import DPPlan
 from secemb.protocols.adversary import ATTACK_BEHAVIOR, with_attack
 from secemb.protocols.base import Protocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
-from secemb.training import messages
-from secemb.training.local import distinct_counts
-from secemb.training.optimizer import ServerAdam
-from secemb.training.selection import EpochSelection
-from secemb.training.update import apply_aggregate
-from secemb.training.results import (
-    EpochStats,
-    RoundStats,
-    TrainConfig,
-    TrainResult,
-    VerificationError,
-    model_sha256,
-    run_config,
-)
-from secemb.transport.links import AdminLink
+from secemb.round import messages
+from secemb.round.local import distinct_counts
+from secemb.round.optimizer import ServerAdam
+from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult, VerificationError, run_config
+from secemb.round.selection import EpochSelection
+from secemb.round.update import apply_aggregate
 from secemb.transport.errors import RemoteError, Unreachable
+from secemb.transport.links import AdminLink
 
 __all__ = ["Behavior", "DevicePhase", "RoundAborted", "Servers", "run"]
 
@@ -232,7 +226,7 @@ def run(
         devices draw them; no two runs alike).  No default: every caller says which.
     val_data: held-out ratings scored after every epoch (``EpochStats.val_rmse``); with
         ``config.early_stop`` they choose the epoch whose model the result holds
-        (:class:`~secemb.training.selection.EpochSelection`).
+        (:class:`~secemb.round.selection.EpochSelection`).
     deadline_s: each round's deadline at the servers.
     close_when_done: close a round as soon as all its devices finished (else the servers
         close it on quorum or deadline).

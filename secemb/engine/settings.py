@@ -1,5 +1,5 @@
 """The servers' configuration for a run: what both server nodes must be told to train a model
-with a protocol as a :class:`~secemb.training.results.TrainConfig` says -- the same for an
+with a protocol as a :class:`~secemb.round.results.TrainConfig` says -- the same for an
 in-process run (:mod:`secemb.engine.local`) and two server processes
 (:mod:`secemb.sim.cluster`)."""
 
@@ -18,7 +18,7 @@ from secemb.privacy.accounting import DPPlan, plan_dp
 from secemb.protocols.base import Protocol
 from secemb.ring import FixedPoint
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
-from secemb.training.results import TrainConfig
+from secemb.round.results import TrainConfig
 
 __all__ = [
     "DEVICE_RANDOMNESS",

@@ -11,7 +11,7 @@ The schedule (which devices each round, the learning-rate decay, AUC) is
 reference of one seed and one CSPRNG give the same model bit for bit.
 
 :func:`run_sfsl` is what ``secemb train --protocol sfsl`` runs: the click data of a dataset
-name, DIN, a preset, and the run's :class:`~secemb.training.results.TrainResult` (traffic per
+name, DIN, a preset, and the run's :class:`~secemb.round.results.TrainResult` (traffic per
 device and round = ``len()`` of the messages on the engine's links; AUC the metric).
 """
 
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from secemb.data.ctr import ClickData
+from secemb.digest import model_sha256
 from secemb.engine.exchange import ExchangeAdmin, ExchangeLink, LocalExchange, play
 from secemb.errors import InvalidParameters
 from secemb.models.base import UserStore
@@ -36,8 +37,8 @@ from secemb.protocols.sfsl.round import RoundReport
 from secemb.protocols.sfsl.simulate import RoundPlayer, SFSLResult, SFSLRun, train_sfsl
 from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty
 from secemb.randomness import RandomBytes, system_rng
+from secemb.round.results import EpochStats, RoundStats, TrainResult
 from secemb.secagg.psu import BloomParams
-from secemb.training.results import EpochStats, RoundStats, TrainResult, model_sha256
 
 __all__ = ["EnginePlayer", "SFSLOptions", "click_dataset", "local_player", "run_sfsl", "sfsl_train_result"]
 

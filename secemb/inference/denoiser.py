@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from secemb.digest import is_sha256_hex, table_sha256
 from secemb.errors import InvalidParameters
 from secemb.inference.mechanism import GaussianLDP, privatize
 from secemb.inference.representation import Representation, representation_for
@@ -49,7 +50,6 @@ from secemb.models import RecModel, StepResult, UserState, UserStore, register_m
 from secemb.models.batch import RATING, Batch
 from secemb.models.features import DenseLayout
 from secemb.randomness import RandomBytes
-from secemb.training.results import is_sha256_hex, table_sha256
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -72,7 +72,7 @@ class DenoiserContext:
     float64 ``(num_users,)`` (simulation: side by side, like a :class:`~secemb.models.UserStore`),
     the recommender's public ``table`` (``(m, w)``; the servers put it in the denoiser's frozen
     columns), the LDP ``mechanism``, and ``table_sha256``, the
-    :func:`~secemb.training.results.table_sha256` of the recommender's table (``None``: a
+    :func:`~secemb.digest.table_sha256` of the recommender's table (``None``: a
     device's context built without it, which cannot join a round:
     :meth:`~secemb.client.device.RoundInfo.check_model` compares it with the servers')."""
 
@@ -110,7 +110,7 @@ class DenoiserContext:
         device's row 0 in its one-row store) and no table rows (``(0, w)``: a device never holds
         the recommender's table; its rows arrive in the denoiser's frozen columns), so the
         denoiser built on it can take the device's local steps but not initialize the model.
-        ``table_sha256``: the :func:`~secemb.training.results.table_sha256` of the recommender's
+        ``table_sha256``: the :func:`~secemb.digest.table_sha256` of the recommender's
         table (:func:`secemb.inference.saved.load_public_recommender`'s last element), required
         to join a denoiser's round (the round announces the servers' frozen table's); not needed
         for inference.
@@ -293,7 +293,7 @@ class Denoiser(RecModel):
 
     @property
     def recommender_table_sha256(self) -> str | None:
-        """The :func:`~secemb.training.results.table_sha256` of the recommender's table this
+        """The :func:`~secemb.digest.table_sha256` of the recommender's table this
         denoiser is trained against: its context's (a device's context records the one it was
         given, or ``None``), else that of its ``frozen_table`` (a server's); ``None`` for a
         denoiser built from its sizes only.  The servers announce theirs in the round document

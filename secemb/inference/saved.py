@@ -7,7 +7,7 @@ stores), ``dense`` float64 (F_h, F_z, F_o), ``mechanism`` float64 ``[epsilon, de
 was trained for, ``spec`` (the denoiser's JSON constructor arguments as UTF-8 bytes) and
 ``recommender_sha256`` (the ``model_sha256`` of the recommender it was trained against, 64
 lowercase hex digits as ASCII bytes); optionally ``selection``, the JSON (UTF-8 bytes) of the
-denoiser's training run's :meth:`~secemb.training.results.TrainResult.selection` (the epoch
+denoiser's training run's :meth:`~secemb.round.results.TrainResult.selection` (the epoch
 kept and how it was chosen), for the record: loading does not read it.  The recommender's rows are not repeated:
 :func:`load_denoiser` and :func:`load_denoiser_on_device` take them from the recommender the
 denoiser is loaded against, which must be the one it was trained against (its SHA-256), and
@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 
 from secemb.data.features import FeatureSet
+from secemb.digest import is_sha256_hex, model_sha256, table_sha256
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference.denoiser import Denoiser, DenoiserContext
 from secemb.inference.mechanism import GaussianLDP
 from secemb.models import RecModel
 from secemb.outputs import atomic_write_bytes
-from secemb.training.results import is_sha256_hex, model_sha256, table_sha256
 
 __all__ = ["load_denoiser", "load_denoiser_on_device", "load_frozen_table", "load_public_recommender",
            "save_denoiser", "save_frozen_table"]
@@ -63,7 +63,7 @@ def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray
     """Write ``denoiser`` with its trained ``table`` and ``dense`` to ``path`` (``.npz``),
     recording ``recommender_sha256`` (the ``model_sha256`` of the recommender it was trained
     against) and, when given, ``selection`` (its training run's
-    :meth:`~secemb.training.results.TrainResult.selection`: the epoch kept), replacing a file
+    :meth:`~secemb.round.results.TrainResult.selection`: the epoch kept), replacing a file
     there atomically (:func:`_write_npz`'s errors).
 
     Raises
@@ -192,7 +192,7 @@ def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.nda
     (every device's private state) is neither needed nor read, so an operator can publish the
     first two alone.  What a standalone device needs of the recommender to use or train a
     denoiser: the model and its public dense vector; and, to train one, the
-    :func:`~secemb.training.results.table_sha256` of its table, which a denoiser's round
+    :func:`~secemb.digest.table_sha256` of its table, which a denoiser's round
     announces for the table the servers froze (the device does not keep the table itself).
 
     A feature model (FM, DeepFM) is built with the public item features and a user matrix of

@@ -7,7 +7,7 @@ The update is the one of :class:`torch.optim.Adam` with ``amsgrad=False`` and no
     p <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
 
 computed in float64.  Server-side use (whole table, lazy rows) lives in
-:mod:`secemb.training.optimizer`; on-device use (one user's private vector) in
+:mod:`secemb.round.optimizer`; on-device use (one user's private vector) in
 :class:`secemb.models.base.UserStore`.
 """
 

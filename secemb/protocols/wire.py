@@ -69,7 +69,7 @@ def _wire_id(protocol: str | None) -> int:
 def frame(protocol: str | None, kind: str, party: int, round_id: int, *parts: bytes) -> bytes:
     """Header followed by the concatenated ``parts``; ``protocol`` is a registered name
     (its wire id goes in the header), or ``None`` for the round's own messages (model,
-    dense vector, count shares: :mod:`secemb.training.messages`), which carry
+    dense vector, count shares: :mod:`secemb.round.messages`), which carry
     :data:`~secemb.protocols.registry.ENGINE_WIRE_ID`.  The parts are copied once, into the
     message (a 48 MB full-model upload costs one copy, not two)."""
     size = sum(memoryview(p).nbytes for p in parts)

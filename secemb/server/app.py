@@ -35,13 +35,13 @@ from starlette.concurrency import run_in_threadpool
 
 import secemb
 from secemb.errors import InvalidParameters
+from secemb.round import messages
 from secemb.server.auth import Verifier
 from secemb.server.errors import NotFound
 from secemb.server.gate import Gate, install_error_handlers
 from secemb.server.inference import NodeInference
 from secemb.server.node import DEVICE_ALARMS, FollowerNode, LeaderNode, Node
 from secemb.server.parsing import PayloadTooLarge, ascii_int, json_object
-from secemb.training import messages
 
 __all__ = ["create_app", "PayloadTooLarge"]
 
@@ -183,7 +183,7 @@ def create_app(node: Node) -> FastAPI:
 
     @app.post("/v1/count", tags=["device"], status_code=204,
               summary="Eq. 11: one share of the device's rating count (COUNT message)", responses=_ERRORS,
-              openapi_extra=_binary("COUNT message (secemb.training.messages)") | {"security": _SECURITY})
+              openapi_extra=_binary("COUNT message (secemb.round.messages)") | {"security": _SECURITY})
     async def post_count(request: Request) -> Response:
         p, body = await authed(request, (USER,), 64)
         await call(node.count_submit, p.user_id, body)
@@ -396,7 +396,7 @@ def create_app(node: Node) -> FastAPI:
         return Response(status_code=204)
 
     @app.post("/v1/peer/model", tags=["peer"], summary="Model sync from server 0 (MODEL message)", responses=_ERRORS,
-              openapi_extra=_binary("MODEL message (secemb.training.messages)") | {"security": _SECURITY,
+              openapi_extra=_binary("MODEL message (secemb.round.messages)") | {"security": _SECURITY,
                   "parameters": [{"name": "round", "in": "query", "required": True, "schema": {"type": "integer"}}]})
     async def peer_model(request: Request) -> JSONResponse:
         _, body = await authed(request, (PEER,), _limit_model(node))

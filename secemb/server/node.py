@@ -59,11 +59,15 @@ from typing import Any
 
 import numpy as np
 
+from secemb.digest import model_sha256
 from secemb.errors import InvalidMessage, InvalidParameters, ModelDisagreement, RelayTampered, SecembError
 from secemb.models.base import RecModel
 from secemb.privacy.noise import RingNoise, add_to_share
 from secemb.protocols.base import Protocol, RoundConfig, ServerRole
 from secemb.randomness import RandomBytes
+from secemb.round import messages
+from secemb.round.optimizer import ServerAdam
+from secemb.round.update import apply_aggregate
 from secemb.server import faults
 from secemb.server.auth import Forbidden
 from secemb.server.config import ServerConfig
@@ -75,10 +79,6 @@ from secemb.server.rounds import ABORTED, CLOSING, COMMITTED, FINAL, OPEN, Batch
 from secemb.server.store import Checkpoint, DiskStore, StateStore
 from secemb.server.verify import MAX_REJECTIONS, encode_digests, rejected
 from secemb.sharing import reconstruct
-from secemb.training import messages
-from secemb.training.results import model_sha256
-from secemb.training.optimizer import ServerAdam
-from secemb.training.update import apply_aggregate
 
 __all__ = ["Conflict", "FollowerNode", "LeaderNode", "Node", "NotFound", "PeerUnavailable", "make_node"]
 
@@ -126,7 +126,7 @@ class Node:
         #: the round document's model: name, hyperparameters and, for a model with features, the
         #: SHA-256 of the public item features (:meth:`FeatureSet.public_sha256`), for GREC's
         #: denoiser that of the recommender's table it froze
-        #: (:func:`~secemb.training.results.table_sha256`), which a device building the model from
+        #: (:func:`~secemb.digest.table_sha256`), which a device building the model from
         #: its own copy compares before it sends anything
         self.model_doc: dict[str, Any] = {"name": cfg.model, "hparams": cfg.model_hparams}
         features = getattr(self.model, "features", None)

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from secemb.digest import model_sha256
 from secemb.server.persist import CorruptState, Journal, load_checkpoint, remove_stale_temporaries, save_checkpoint
-from secemb.training.results import model_sha256
 
 __all__ = ["Checkpoint", "DiskStore", "MemoryStore", "StateStore"]
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol as TypingProtocol
+from typing import Any
+from typing import Protocol as TypingProtocol
 
 import httpx
 
@@ -27,7 +28,7 @@ from secemb.engine.driver import Servers, run
 from secemb.engine.settings import DeviceRandomness
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
-from secemb.training.results import TrainConfig, TrainResult
+from secemb.round.results import TrainConfig, TrainResult
 from secemb.transport.http import HttpAdminLink
 from secemb.transport.network import ApiClient
 

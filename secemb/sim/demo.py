@@ -21,13 +21,13 @@ import numpy as np
 from secemb.data import RatingData
 from secemb.data.features import FeatureSet, save_item_features
 from secemb.engine.settings import DeviceRandomness, cluster_settings
+from secemb.errors import InvalidParameters
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
+from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult
 from secemb.sim.coordinator import train_networked
-from secemb.errors import InvalidParameters
 from secemb.training import Experiment
 from secemb.training.builder import build_experiment
-from secemb.training.results import EpochStats, RoundStats, TrainConfig, TrainResult
 
 __all__ = ["run_networked_experiment", "train_on_local_cluster"]
 

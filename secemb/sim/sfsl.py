@@ -40,8 +40,8 @@ from secemb.engine.sfsl import EnginePlayer, SFSLOptions, click_dataset, run_sfs
 from secemb.errors import InvalidParameters
 from secemb.protocols.sfsl.parties import SFSLServer, TrainingSettings
 from secemb.protocols.sfsl.staged import SFSLNode
+from secemb.round.results import EpochStats, RoundStats, TrainResult
 from secemb.server.tls import client_context, init_pki, server_context_kwargs
-from secemb.training.results import EpochStats, RoundStats, TrainResult
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
 

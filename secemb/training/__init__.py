@@ -5,43 +5,24 @@
 * :func:`run_experiment` loads a dataset by name, applies the paper's presets and calls
   :func:`train` -- what ``secemb train`` runs; :meth:`Experiment.run` does the same and
   returns an :class:`ExperimentResult` with the :class:`TrainedModel` (recommend, save, load);
-* :class:`ServerAdam`, :func:`pad_or_truncate`, :mod:`secemb.training.messages`.
+* :class:`ServerAdam`, :func:`pad_or_truncate`, :mod:`secemb.round.messages`.
+
+This package sits above the round layer (:mod:`secemb.round`: the result types, messages,
+update step) and the simulation it drives; nothing below it imports it, so it imports what it
+re-exports directly.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-#: public name -> module that defines it; imported on first use, so that the engine (which
-#: the training loop is built on) can import the result types without a cycle
-_HOME = {
-    "STAGES": "secemb.protocols.stages",
-    "EpochStats": "secemb.training.results",
-    "Experiment": "secemb.training.experiment",
-    "ExperimentResult": "secemb.training.experiment",
-    "PaddedRequest": "secemb.protocols.placement",
-    "RoundStats": "secemb.training.results",
-    "ServerAdam": "secemb.training.optimizer",
-    "TrainConfig": "secemb.training.results",
-    "TrainResult": "secemb.training.results",
-    "TrainedModel": "secemb.training.trained",
-    "VerificationError": "secemb.training.results",
-    "model_sha256": "secemb.training.results",
-    "pad_or_truncate": "secemb.protocols.placement",
-    "rmse": "secemb.metrics",
-    "run_experiment": "secemb.training.experiment",
-    "train": "secemb.training.loop",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'secemb.training' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value
-    return value
-
+from secemb.digest import model_sha256
+from secemb.metrics import rmse
+from secemb.protocols.placement import PaddedRequest, pad_or_truncate
+from secemb.protocols.stages import STAGES
+from secemb.round.optimizer import ServerAdam
+from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult, VerificationError
+from secemb.training.experiment import Experiment, ExperimentResult, run_experiment
+from secemb.training.loop import train
+from secemb.training.trained import TrainedModel
 
 __all__ = [
     "STAGES",

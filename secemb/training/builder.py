@@ -21,7 +21,7 @@ from secemb.protocols import get_protocol
 from secemb.protocols.backends import make_backend
 from secemb.protocols.base import Protocol
 from secemb.protocols.lossy import lossy_options
-from secemb.training.results import TrainConfig
+from secemb.round.results import TrainConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from secemb.training.experiment import Experiment

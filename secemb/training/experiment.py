@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from secemb.errors import InvalidParameters
-
 from secemb.metrics import get_metric
 from secemb.protocols import PROTOCOLS, protocol_class
-from secemb.training.results import EpochStats, RoundStats, TrainResult
-from secemb.training.loop import train
+from secemb.round.results import EpochStats, RoundStats, TrainResult
 from secemb.training.builder import BuiltExperiment, build_experiment
+from secemb.training.loop import train
 from secemb.training.trained import TrainedModel
 from secemb.transport.inprocess import InProcessTransport
 
@@ -55,7 +54,7 @@ class Experiment:
     holds its own validation items out (leave-one-out) and takes no ``valid_fraction``.
     ``early_stop``: ``None`` (the default: the last epoch's model) or the patience ``P``: keep the
     best validation epoch's model and stop after ``P`` epochs without improvement
-    (:attr:`~secemb.training.results.TrainConfig.early_stop`; needs validation data).
+    (:attr:`~secemb.round.results.TrainConfig.early_stop`; needs validation data).
 
     ``metrics``: names from the metric registry (:func:`secemb.metrics.available_metrics`,
     e.g. ``("rmse", "mae")`` or ``("ndcg@10",)``) scored after every epoch; ``None`` the

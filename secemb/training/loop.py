@@ -14,7 +14,7 @@ One run (see docs/training.md for every choice and its reason)::
            on the device); row gradients placed at their request positions (padding rows
            zero), clipped and encoded for n_p = users in the round; upload.  Server 0 closes:
            the users' agreed set, server 1's aggregate share, combine, the update step
-           (:func:`secemb.training.update.apply_aggregate`), commit, model sync to server 1.
+           (:func:`secemb.round.update.apply_aggregate`), commit, model sync to server 1.
 
 The server nodes are the objects a deployment runs behind FastAPI, and the driver is the one
 the networked simulation runs (:func:`secemb.sim.coordinator.train_networked`), so an
@@ -36,7 +36,7 @@ from secemb.engine.local import InProcessServers
 from secemb.engine.settings import cluster_settings
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
-from secemb.training.results import EpochStats, RoundStats, TrainConfig, TrainResult
+from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult
 from secemb.transport.inprocess import InProcessTransport
 
 __all__ = ["train"]

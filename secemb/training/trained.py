@@ -44,10 +44,11 @@ import numpy as np
 from secemb.data import by_user
 from secemb.data.features import FeatureSet
 from secemb.data.ids import IdMap, item_ids_from_document, user_ids_from_document
+from secemb.digest import model_sha256
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.models import RecModel, SequenceModel, UserStore, get_model
 from secemb.models.optim import AdamConfig
-from secemb.training.results import TrainResult, model_sha256
+from secemb.round.results import TrainResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from secemb.training.builder import BuiltExperiment
@@ -292,7 +293,7 @@ class TrainedModel:
     rated_items: int64 (num_train_interactions,).
     info: provenance recorded in the manifest: ``protocol``, ``dataset``, ``seed``,
         ``model_sha256``, the run's ``config`` and ``selection`` (the epoch kept,
-        :meth:`~secemb.training.results.TrainResult.selection`).
+        :meth:`~secemb.round.results.TrainResult.selection`).
     ids: the dataset's raw user and item ids and item titles (:class:`~secemb.data.ids.IdMap`),
         or ``None``: the indices are the ids.
     """
@@ -329,7 +330,7 @@ class TrainedModel:
 
     @property
     def model_sha256(self) -> str:
-        """SHA-256 of the public model (:func:`~secemb.training.model_sha256`)."""
+        """SHA-256 of the public model (:func:`~secemb.digest.model_sha256`)."""
         return model_sha256(self.table, self.dense)
 
     def rated(self, user: int) -> np.ndarray:

@@ -23,14 +23,16 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from cli_helpers import assert_usage_error, run_cli
+
 from secemb.data import read_own_ratings, train_test_split  # noqa: E402
 from secemb.engine.settings import cluster_settings  # noqa: E402
 from secemb.inference.saved import load_public_recommender  # noqa: E402
 from secemb.models import MatrixFactorization  # noqa: E402
 from secemb.protocols import get_protocol  # noqa: E402
+from secemb.round import messages  # noqa: E402
 from secemb.sim.cluster import LocalCluster  # noqa: E402
-from secemb.training import TrainConfig, messages  # noqa: E402
-from cli_helpers import assert_usage_error, run_cli
+from secemb.training import TrainConfig  # noqa: E402
 
 USERS = [f"user{i}" for i in range(10)]
 ITEMS = ["The Matrix", "Heat", "Alien", "Up", "Jaws", "Big", "Fargo", "Se7en", "Rocky", "Tron", "Brazil", "Ran"]

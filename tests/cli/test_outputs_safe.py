@@ -228,7 +228,7 @@ def test_demo_workdir_must_be_new_or_empty(tmp_path: Path) -> None:
 
 def test_a_non_finite_result_is_exit_1_and_keeps_the_earlier_file(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from secemb.training.results import TrainResult
+    from secemb.round.results import TrainResult
 
     out = tmp_path / "r.json"
     out.write_text('{"earlier": true}\n')

@@ -25,9 +25,9 @@ from secemb.errors import InvalidParameters
 from secemb.models import DeepFM, FactorizationMachine, UserStore
 from secemb.models.task import RATING
 from secemb.protocols import get_protocol
+from secemb.round.messages import decode_model
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
-from secemb.training.messages import decode_model
 
 M_PRIME = 30  # every chosen user's distinct items fit: no truncation draw
 runner = CliRunner()

@@ -18,10 +18,10 @@ from secemb.data import by_user, leave_one_out, load_dataset
 from secemb.engine.settings import cluster_settings
 from secemb.models import get_model
 from secemb.protocols import get_protocol
+from secemb.round.messages import decode_model
 from secemb.server.deploy import Deployment
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
-from secemb.training.messages import decode_model
 
 ROOT = Path(__file__).resolve().parents[2]
 USERS = (7, 9)

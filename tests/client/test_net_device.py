@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
-from secemb.training.local import distinct_items, local_update
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.models.batch import rating_batch
@@ -15,6 +14,7 @@ from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.protocols.placement import place
 from secemb.ring import FixedPoint
+from secemb.round.local import distinct_items, local_update
 
 
 def _info(**over):

@@ -18,6 +18,7 @@ import pytest
 from _client_cli import ADAM, SERVERS, run_client
 
 from secemb.client.device import Device, DeviceClient, RoundInfo
+from secemb.digest import table_sha256
 from secemb.engine.local import InProcessServers, LocalServerLink
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference import Denoiser, GaussianLDP
@@ -26,7 +27,6 @@ from secemb.models import MatrixFactorization, UserStore
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.protocols.base import RoundConfig
-from secemb.training.results import table_sha256
 from secemb.training.trained import TrainedModel
 
 NUM_USERS, NUM_ITEMS = 12, 20

@@ -19,20 +19,25 @@ from secemb.cli import app
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, load_dataset, train_test_split
 from secemb.data.features import load_features, save_item_features
+from secemb.digest import model_sha256
 from secemb.engine.settings import cluster_settings
 from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
 from secemb.inference.releases import ReleaseLedger
-from secemb.inference.saved import load_denoiser, load_denoiser_on_device, load_public_recommender, \
-    save_denoiser, save_frozen_table
+from secemb.inference.saved import (
+    load_denoiser,
+    load_denoiser_on_device,
+    load_public_recommender,
+    save_denoiser,
+    save_frozen_table,
+)
 from secemb.inference.service import InferenceDevice, InferenceServer, infer
 from secemb.models import DeepFM, FactorizationMachine, MatrixFactorization, RecModel, UserStore
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
+from secemb.round.messages import decode_model
 from secemb.server.deploy import init_deployment
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
-from secemb.training.messages import decode_model
-from secemb.training.results import model_sha256
 from secemb.training.trained import TrainedModel
 
 MECH = GaussianLDP(2.0, 1e-4, 1.0)  # not the default: the device must take it from the spec

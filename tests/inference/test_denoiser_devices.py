@@ -13,6 +13,7 @@ import pytest
 
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, synthetic_like, train_test_split
+from secemb.digest import table_sha256
 from secemb.engine.settings import cluster_settings
 from secemb.errors import InvalidParameters
 from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
@@ -21,10 +22,9 @@ from secemb.models import MatrixFactorization, UserStore
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.randomness import CtrDrbg
+from secemb.round.messages import decode_model
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig, train
-from secemb.training.messages import decode_model
-from secemb.training.results import table_sha256
 
 USERS = (3, 8)
 MECH = GaussianLDP(1.0, 1e-4, 1.0)

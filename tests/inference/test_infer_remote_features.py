@@ -13,6 +13,7 @@ import pytest
 
 from secemb.client.inference import infer_remote
 from secemb.data.features import synthetic_features
+from secemb.digest import model_sha256
 from secemb.errors import InvalidParameters
 from secemb.inference import GaussianLDP
 from secemb.inference.releases import ReleaseLedger
@@ -20,7 +21,6 @@ from secemb.inference.representation import representation_for
 from secemb.inference.service import InferenceDevice, InferenceServer, infer, request_bytes
 from secemb.models import FactorizationMachine
 from secemb.randomness import CtrDrbg
-from secemb.training.results import model_sha256
 
 MECH = GaussianLDP(1.0, 1e-4, 1.0)
 

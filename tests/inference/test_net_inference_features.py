@@ -23,9 +23,9 @@ from secemb.inference.service import InferenceDevice, InferenceServer, infer
 from secemb.models import FactorizationMachine, UserStore
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
+from secemb.round.messages import decode_model
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
-from secemb.training.messages import decode_model
 from secemb.training.trained import TrainedModel
 
 USER = 5

@@ -28,8 +28,8 @@ from secemb.protocols.placement import place
 from secemb.protocols.wire import frame
 from secemb.randomness import CtrDrbg, expand_seed
 from secemb.ring import FixedPoint
+from secemb.round.local import local_update
 from secemb.training import Experiment, TrainConfig, run_experiment, train
-from secemb.training.local import local_update
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from secemb.models import get_model
 from secemb.protocols import get_protocol
 from secemb.protocols.ablations import aggregate_keys, element_keys, row_keys
 from secemb.randomness import CtrDrbg
-from secemb.training.results import TrainConfig
+from secemb.round.results import TrainConfig
 from secemb.training.loop import train
 
 EXACT = ["secfedrec", "secemb-init", "secemb-rowenc", "grec"]

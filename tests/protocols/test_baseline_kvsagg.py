@@ -14,8 +14,8 @@ from secemb.models import get_model
 from secemb.protocols import get_protocol
 from secemb.protocols.wire import frame
 from secemb.randomness import CtrDrbg
+from secemb.round.results import TrainConfig
 from secemb.training.loop import train
-from secemb.training.results import TrainConfig
 
 M, W, P, MP = 40, 3, 5, 6
 

@@ -9,7 +9,7 @@ from secemb.protocols import get_protocol
 from secemb.protocols.lossy import FACTOR_FRAC_BITS, colr_basis
 from secemb.randomness import CtrDrbg
 from secemb.ring import FixedPoint
-from secemb.training.results import TrainConfig
+from secemb.round.results import TrainConfig
 from secemb.training.loop import train
 
 FP = FixedPoint(32, 16)

@@ -10,8 +10,9 @@ import threading
 
 import numpy as np
 import pytest
-
 from deviation_helpers import USERS, Pair, client, in_process, over_http, play_round
+
+from secemb.digest import model_sha256
 from secemb.engine.local import LocalServerLink
 from secemb.errors import ModelDisagreement
 from secemb.server.errors import Conflict, PeerUnavailable
@@ -19,7 +20,6 @@ from secemb.server.node import make_node
 from secemb.server.peer import PeerUnreachable
 from secemb.server.persist import StorageError
 from secemb.server.store import DiskStore
-from secemb.training.results import model_sha256
 
 
 def test_both_servers_reconstruct_the_same_model():

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from net_helpers import WAIT_S, cluster_for, setup, small_data
+
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession
-from secemb.training.local import distinct_items
 from secemb.data import by_user
 from secemb.inference.service import encode_request
 from secemb.protocols.placement import place
-from secemb.training import messages
+from secemb.round import messages
+from secemb.round.local import distinct_items
 from secemb.transport.errors import RemoteError
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import sign_headers

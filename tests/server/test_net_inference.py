@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from secemb.cli import app
 from secemb.inference.releases import ReleaseLedger
-from secemb.training import messages
+from secemb.round import messages
 
 
 def _state(path, params: np.ndarray) -> None:

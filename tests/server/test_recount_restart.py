@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from secemb.round import messages
 from secemb.server.config import ServerConfig
 from secemb.server.errors import Conflict
 from secemb.server.node import make_node
 from secemb.server.persist import StorageError
 from secemb.server.store import DiskStore
-from secemb.training import messages
 
 SETTINGS = {"num_items": 40, "num_users": 30, "model": "mf", "model_hparams": {"dim": 4, "reg": 0.01},
             "protocol": "secemb", "layout": "cuckoo", "relay": True, "min_users": 3}

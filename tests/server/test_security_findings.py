@@ -20,17 +20,18 @@ from secemb.engine.settings import cluster_settings
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
+from secemb.round import messages
 from secemb.round.policy import DEFAULT_MIN_USERS
+from secemb.server import persist
 from secemb.server.app import create_app
 from secemb.server.auth import AuthError, Busy, RateLimited, Verifier
 from secemb.server.config import ServerConfig
 from secemb.server.errors import Conflict
-from secemb.server import persist
 from secemb.server.node import make_node
 from secemb.server.persist import CorruptState, Journal, StorageError, load_checkpoint, save_checkpoint
 from secemb.server.store import DiskStore, MemoryStore
 from secemb.sharing import share
-from secemb.training import TrainConfig, messages
+from secemb.training import TrainConfig
 from secemb.transport.signing import sign_headers, user_key
 
 PEER, ADMIN, USERS = b"p" * 32, b"a" * 32, b"u" * 32
@@ -154,8 +155,8 @@ def test_finding1_no_tls_by_default_a_server_without_tls_files_refuses_to_serve(
 
 def test_finding1_no_tls_by_default_cluster_traffic_is_verified_tls_and_peers_mutual_tls(tmp_path):
     import httpx
-
     from net_helpers import WAIT_S, cluster_for, setup, small_data
+
     from secemb.transport.network import ApiClient
 
     tr, _ = small_data()

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from deviation_helpers import DATA, FLOOR, RATINGS, USERS, WAIT_S, Pair, client, in_process
+
 from secemb.client.device import Device
 from secemb.engine.local import LocalServerLink
 from secemb.errors import ModelDisagreement
 from secemb.privacy.noise import add_to_share
-from secemb.training import messages
+from secemb.round import messages
 
 #: each device trains on two of its items (fewer than m' = 4: no truncation, its rows are fixed)
 TWO = {u: (RATINGS.of(u)[0][:2], RATINGS.of(u)[1][:2]) for u in USERS}

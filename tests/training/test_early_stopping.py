@@ -17,12 +17,12 @@ from secemb.errors import InvalidParameters
 from secemb.models.base import UserStore
 from secemb.models.optim import AdamConfig
 from secemb.privacy.accounting import DPSettings
+from secemb.round.results import EpochStats
+from secemb.round.selection import EpochSelection
 from secemb.training import Experiment, TrainConfig, run_experiment
 from secemb.training.builder import build_experiment
 from secemb.training.experiment import ExperimentResult
 from secemb.training.loop import train
-from secemb.training.results import EpochStats
-from secemb.training.selection import EpochSelection
 from secemb.training.trained import TrainedModel
 
 #: a learning rate high enough that the validation RMSE of MF on synthetic-mini rises again after

@@ -13,10 +13,10 @@ from secemb.data import synthetic_like
 from secemb.errors import InvalidParameters
 from secemb.models import get_model
 from secemb.protocols import get_protocol
+from secemb.round.results import TrainConfig
 from secemb.server.count import CountPhase
 from secemb.server.errors import Conflict
 from secemb.training.loop import train
-from secemb.training.results import TrainConfig
 
 
 @pytest.fixture(scope="module")

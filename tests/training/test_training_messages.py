@@ -10,7 +10,7 @@ import pytest
 
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.protocols.wire import HEADER_BYTES
-from secemb.training import messages as msg
+from secemb.round import messages as msg
 
 
 def _mutations(data: bytes):

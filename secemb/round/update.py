@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from secemb.ring import FixedPoint
-from secemb.training.optimizer import ServerAdam
+from secemb.round.optimizer import ServerAdam
 
 __all__ = ["apply_aggregate"]
 

@@ -5,9 +5,7 @@ document (:func:`run_config`) an in-process and a networked run both describe th
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -29,20 +27,8 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "VerificationError",
-    "is_sha256_hex",
-    "model_sha256",
     "run_config",
-    "table_sha256",
 ]
-
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-
-
-def is_sha256_hex(value: object) -> bool:
-    """Whether ``value`` is a SHA-256 as this package writes it (:func:`model_sha256`,
-    :func:`table_sha256`, a round document's, a saved file's): a str of 64 lowercase hex digits."""
-    return isinstance(value, str) and _SHA256_HEX.fullmatch(value) is not None
-
 
 class VerificationError(SecembError):
     """``verify=True`` found the protocol's output differing from the direct computation."""
@@ -91,7 +77,7 @@ class TrainConfig:
     early_stop: ``None`` (the default): the run trains every epoch and keeps the last epoch's
         model.  An int ``P >= 1``: after every epoch the run scores the validation data (which
         it then needs) with the first of ``metrics``, keeps a copy of the best epoch's public
-        model and device-private state (:mod:`secemb.training.selection`; a tie keeps the
+        model and device-private state (:mod:`secemb.round.selection`; a tie keeps the
         earlier epoch), stops after ``P`` epochs in a row without a better score, and returns
         the kept copy (``TrainResult.epoch_kept``).  Refused with ``dp``: the choice of epoch
         reads the validation ratings without noise, which no DP guarantee covers.
@@ -306,37 +292,6 @@ class TrainResult:
         last epoch's without early stopping)."""
         kept = self.kept
         return None if kept is None else kept.test_rmse
-
-
-def model_sha256(table: np.ndarray, dense: np.ndarray) -> str:
-    """SHA-256 of the public model: ``table`` (row-major) then ``dense``, as little-endian
-    float64 bytes."""
-    h = hashlib.sha256()
-    h.update(np.ascontiguousarray(table, dtype="<f8").tobytes())
-    h.update(np.ascontiguousarray(dense, dtype="<f8").tobytes())
-    return h.hexdigest()
-
-
-def table_sha256(table: np.ndarray) -> str:
-    """SHA-256 of a public table alone (a 2-D array): its shape ``(rows, columns)`` as two
-    little-endian int64, then its entries as little-endian float64, row-major (C order).  The
-    shape enters so that the same entries in another shape hash otherwise.  GREC's denoiser
-    freezes its recommender's table: the servers of a ``grec-denoiser`` deployment announce this
-    hash of their frozen table in the round document (``model.recommender_table_sha256``), and a
-    device compares the hash of its own recommender's table
-    (:meth:`secemb.client.device.RoundInfo.check_model`).
-
-    Raises
-    ------
-    InvalidParameters
-        ``table`` is not 2-D.
-    """
-    table = np.asarray(table)
-    if table.ndim != 2:
-        raise InvalidParameters(f"table_sha256 takes a 2-D table, got shape {table.shape}")
-    h = hashlib.sha256(np.array(table.shape, dtype="<i8").tobytes())
-    h.update(np.ascontiguousarray(table, dtype="<f8").tobytes())
-    return h.hexdigest()
 
 
 def run_config(

@@ -23,7 +23,7 @@ from secemb.data import RatingData
 from secemb.errors import InvalidParameters
 from secemb.metrics import get_metric
 from secemb.models.base import UserStore
-from secemb.training.results import EpochStats, TrainConfig
+from secemb.round.results import EpochStats, TrainConfig
 
 __all__ = ["EpochSelection"]
 
