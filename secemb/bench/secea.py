@@ -16,7 +16,7 @@ the items it holds are averaged across the silos that hold them (Eq. 2) and writ
   average bit for bit.  SecEmb (two-server, one user per device) is trained on the same split
   through :class:`secemb.Experiment` beside it.
 * **Cost** -- the offline phase (encryption randomizers ``r^n``, Sec. IV-B) and one round of the
-  complete protocol (:class:`~secemb.protocols.secea.driver.Deployment`:
+  complete protocol through the round engine's exchanges (:class:`~secemb.sim.secea.Deployment`:
   X25519-padded relay, Paillier with 2048-bit keys, the private entity union at setup) on the
   silos' trained item rows, restricted to the ``cost_items`` most-rated items (the full catalogue
   takes N*sum|E_n| Paillier answers, about 65,000 for N = 7: tens of minutes on two cores).
@@ -30,20 +30,18 @@ round, so imports and first-call costs are in no figure.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
 from secemb.bench.progress import Steps
 from secemb.data import RatingData, load_movielens, train_test_split
 from secemb.errors import InvalidParameters
 from secemb.protocols.secea import coding
 from secemb.protocols.secea.coding import SecEAParams
+from secemb.protocols.secea.silos import MFSilo, local_epoch, make_silos, one_thread, silos_rmse
 from secemb.randomness import system_rng
 
 __all__ = ["AGGREGATIONS", "WARM_UP", "run", "accuracy", "cost", "warm_up"]
@@ -55,89 +53,6 @@ WARM_UP_ENTITIES = 2
 WARM_UP = (f"untimed warm-ups on a tiny input ({WARM_UP_ENTITIES} entities per silo) before every timed figure: "
            "SecEA's field arithmetic before each accuracy run, one full-protocol round (setup, offline phase, round; "
            "the smallest Paillier key allowed) before each cost round -- imports and first-call costs are in no figure")
-
-
-@dataclass
-class _Silo:
-    """One silo's MF model over its users and the items it holds (sorted global ids)."""
-
-    users: np.ndarray
-    items: np.ndarray
-    u: torch.Tensor  # local user index per training rating
-    i: torch.Tensor  # local item index per training rating
-    r: torch.Tensor
-    mu: float
-    params: list[torch.nn.Parameter]
-    opt: torch.optim.Optimizer
-
-    @property
-    def item_rows(self) -> np.ndarray:
-        """float64 (len(items), d+1): the item vectors and biases."""
-        q, bi = self.params[2], self.params[3]
-        return torch.cat([q.detach(), bi.detach()[:, None]], dim=1).double().numpy()
-
-    def set_item_rows(self, rows: np.ndarray) -> None:
-        with torch.no_grad():
-            self.params[2].copy_(torch.from_numpy(rows[:, :-1]).float())
-            self.params[3].copy_(torch.from_numpy(rows[:, -1]).float())
-
-
-def _silos(train: RatingData, n: int, dim: int, lr: float, seed: int) -> list[_Silo]:
-    gen = np.random.default_rng(seed)
-    owner = gen.permutation(train.num_users) % n
-    torch.manual_seed(seed)
-    out = []
-    for s in range(n):
-        mask = owner[train.users] == s
-        users, u = np.unique(train.users[mask], return_inverse=True)
-        items, i = np.unique(train.items[mask], return_inverse=True)
-        params = [torch.nn.Parameter(0.1 * torch.randn(users.size, dim)), torch.nn.Parameter(torch.zeros(users.size)),
-                  torch.nn.Parameter(0.1 * torch.randn(items.size, dim)), torch.nn.Parameter(torch.zeros(items.size))]
-        r = torch.from_numpy(train.ratings[mask]).float()
-        out.append(_Silo(users, items, torch.from_numpy(u), torch.from_numpy(i), r, float(r.mean()), params,
-                         torch.optim.Adam(params, lr=lr)))
-    return out
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """Local training on one torch thread: with these small batches more threads only contend
-    (measured about 10x slower on the 2 loaded cores of the development machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _local_epoch(s: _Silo, reg: float, batch: int, gen: np.random.Generator) -> None:
-    p, bu, q, bi = s.params
-    order = torch.from_numpy(gen.permutation(s.r.numel()))
-    for start in range(0, order.numel(), batch):
-        idx = order[start : start + batch]
-        u, i = s.u[idx], s.i[idx]
-        pred = s.mu + bu[u] + bi[i] + (p[u] * q[i]).sum(1)
-        loss = ((pred - s.r[idx]) ** 2).mean() + reg * ((p[u] ** 2).sum(1) + (q[i] ** 2).sum(1)).mean()
-        s.opt.zero_grad()
-        loss.backward()
-        s.opt.step()
-
-
-def _rmse(silos: list[_Silo], test: RatingData) -> float:
-    sq, count = 0.0, 0
-    for s in silos:
-        mask = np.isin(test.users, s.users)
-        u = np.searchsorted(s.users, test.users[mask])
-        pos = np.searchsorted(s.items, test.items[mask])
-        known = (pos < s.items.size) & (s.items[np.minimum(pos, s.items.size - 1)] == test.items[mask])
-        p, bu, q, bi = (t.detach().double().numpy() for t in s.params)
-        pred = s.mu + bu[u]
-        k = np.flatnonzero(known)
-        pred[k] += bi[pos[k]] + (p[u[k]] * q[pos[k]]).sum(1)
-        sq += float(((np.clip(pred, 1.0, 5.0) - test.ratings[mask]) ** 2).sum())
-        count += int(mask.sum())
-    return (sq / count) ** 0.5
 
 
 def fixed_point_average(params: SecEAParams, item_sets: list[np.ndarray], rows: list[np.ndarray],
@@ -152,7 +67,7 @@ def fixed_point_average(params: SecEAParams, item_sets: list[np.ndarray], rows: 
     return [total[items] / (count[items, None] * 2.0**params.frac_bits) for items in item_sets]
 
 
-def _aggregate(kind: str, silos: list[_Silo], params: SecEAParams, num_items: int) -> bool:
+def _aggregate(kind: str, silos: list[MFSilo], params: SecEAParams, num_items: int) -> bool:
     """Average the item rows in place; returns whether SecEA equalled the fixed-point average."""
     rows = [s.item_rows for s in silos]
     sets = [s.items for s in silos]
@@ -194,25 +109,25 @@ def accuracy(data: RatingData, num_silos: int, *, rounds: int, local_epochs: int
         coding.run_arithmetic(params, WARM_UP_ENTITIES, own, [np.zeros((WARM_UP_ENTITIES, params.dim))] * num_silos,
                               system_rng)
     for kind in kinds:
-        silos = _silos(train, num_silos, dim, lr, seed)
+        silos = make_silos(train, num_silos, dim, lr, seed)
         gen = np.random.default_rng(seed + 1)
         curve, exact, agg_s = [], True, 0.0
         for rnd in range(rounds):
-            with _one_thread():
+            with one_thread():
                 for s in silos:
                     for _ in range(local_epochs):
-                        _local_epoch(s, reg, batch, gen)
+                        local_epoch(s, reg, batch, gen)
             start = time.perf_counter()
             exact &= _aggregate(kind, silos, params, data.num_items)
             agg_s += time.perf_counter() - start
-            curve.append(_rmse(silos, test))
+            curve.append(silos_rmse(silos, test))
             if on_step:
                 on_step(f"N={num_silos} {kind} round {rnd + 1}/{rounds}: RMSE {curve[-1]:.4f}")
         out["rmse"][kind] = curve
         out["seconds"][kind] = agg_s
         if kind == "secea":
             out["secea_equals_fixed_point_average"] = bool(exact)
-    out["items_per_silo"] = [int(s.items.size) for s in _silos(train, num_silos, dim, lr, seed)]
+    out["items_per_silo"] = [int(s.items.size) for s in make_silos(train, num_silos, dim, lr, seed)]
     return out
 
 
@@ -221,8 +136,8 @@ def warm_up(params: SecEAParams) -> None:
     phase and the round -- on a tiny input: :data:`WARM_UP_ENTITIES` entities per silo and the
     smallest Paillier key allowed.  Imports, first calls and first-touch allocations are paid
     here, so no timed figure of :func:`cost` contains them."""
-    from secemb.protocols.secea.driver import Deployment
     from secemb.protocols.secea.paillier import MIN_KEY_BITS
+    from secemb.sim.secea import Deployment
 
     sets = [np.arange(WARM_UP_ENTITIES, dtype=np.int64)] * params.num_clients
     dep = Deployment(params, sets, domain=WARM_UP_ENTITIES, key_bits=MIN_KEY_BITS)
@@ -235,17 +150,16 @@ def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, th
     """One round of the full protocol (bytes and seconds measured) on the ``cost_items`` most
     rated items, with item rows from ``local_epochs`` of local training; :func:`warm_up` runs
     first, untimed (the result's ``warm_up`` says so)."""
-    from secemb.protocols.secea.driver import Deployment
+    from secemb.sim.secea import Deployment, popular_items
 
     train, _ = train_test_split(data, 0.2, seed)
-    silos = _silos(train, num_silos, dim, 0.01, seed)
+    silos = make_silos(train, num_silos, dim, 0.01, seed)
     gen = np.random.default_rng(seed + 1)
-    with _one_thread():
+    with one_thread():
         for s in silos:
             for _ in range(local_epochs):
-                _local_epoch(s, 0.1, 1024, gen)
-    popular = np.argsort(-np.bincount(train.items, minlength=data.num_items), kind="stable")
-    chosen = np.sort(popular[:cost_items]) if cost_items else np.arange(data.num_items)
+                local_epoch(s, 0.1, 1024, gen)
+    chosen = popular_items(train, cost_items)
     sets, rows = [], []
     for s in silos:
         keep = np.isin(s.items, chosen)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.secea.coding import SecEAParams
-from secemb.protocols.secea.driver import Deployment
+from secemb.sim.secea import Deployment
 from secemb.randomness import CtrDrbg
 
 KEY_BITS = 1024  # the smallest accepted; the default is 2048

@@ -1,7 +1,7 @@
-"""SecEA's messages: bytes with a 17-byte versioned header (docs/secea.md, "Messages").
-
-Header, little-endian: magic ``b"SEA"``, version (u8, 1), kind (u8), round id (u32), sender
-(u16), receiver (u16; :data:`SERVER` for the server), body length (u32).  Bodies:
+"""SecEA's messages in the one framing (:mod:`secemb.framing`, 32-byte header; docs/secea.md,
+"Messages"): protocol id :data:`WIRE_ID` (SecEA's registered wire id), kind, round id, the
+sender in the party field and the receiver in the peer field (client index, or :data:`SERVER`
+for the server).  Bodies:
 
 ======  ===========  ==========================================================================
 kind    direction    body
@@ -21,22 +21,20 @@ check every length exactly and raise :class:`secemb.errors.InvalidMessage` on an
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from secemb.errors import InvalidMessage
+from secemb.framing import frame, open_frame
 
 __all__ = [
-    "MAGIC", "VERSION", "SERVER", "HELLO", "DIRECTORY", "UPLOAD", "RELAY", "ANSWER", "RESULT",
+    "WIRE_ID", "SERVER", "HELLO", "DIRECTORY", "UPLOAD", "RELAY", "ANSWER", "RESULT",
     "Header", "pack", "unpack", "Reader",
 ]
 
-MAGIC = b"SEA"
-VERSION = 1
+#: SecEA's wire id: the protocol byte of its messages, the id ``secea`` registers under
+WIRE_ID = 27
 SERVER = 0xFFFF
 HELLO, DIRECTORY, UPLOAD, RELAY, ANSWER, RESULT = 1, 2, 3, 4, 5, 6
-_KINDS = {HELLO, DIRECTORY, UPLOAD, RELAY, ANSWER, RESULT}
-_HEADER = struct.Struct("<3sBBIHHI")
 
 
 @dataclass(frozen=True)
@@ -51,25 +49,13 @@ class Header:
 
 def pack(header: Header, body: bytes) -> bytes:
     """Header then body."""
-    return _HEADER.pack(MAGIC, VERSION, header.kind, header.round_id, header.sender, header.receiver, len(body)) + body
+    return frame(WIRE_ID, header.kind, header.sender, header.receiver, header.round_id, body)
 
 
 def unpack(data: bytes, kind: int, round_id: int | None = None, receiver: int | None = None) -> tuple[Header, bytes]:
     """Parse and check a message of ``kind`` (and of ``round_id``/``receiver`` when given)."""
-    if len(data) < _HEADER.size:
-        raise InvalidMessage(f"SecEA message too short: {len(data)} bytes, header is {_HEADER.size}")
-    magic, version, got_kind, rid, sender, recv, length = _HEADER.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
-        raise InvalidMessage(f"not a SecEA v{VERSION} message (magic {magic!r}, version {version})")
-    if got_kind not in _KINDS or got_kind != kind:
-        raise InvalidMessage(f"expected message kind {kind}, got {got_kind}")
-    if length != len(data) - _HEADER.size:
-        raise InvalidMessage(f"body length field says {length}, message carries {len(data) - _HEADER.size}")
-    if round_id is not None and rid != round_id:
-        raise InvalidMessage(f"message is for round {rid}, expected round {round_id}")
-    if receiver is not None and recv != receiver:
-        raise InvalidMessage(f"message is addressed to {recv}, expected {receiver}")
-    return Header(got_kind, rid, sender, recv), data[_HEADER.size :]
+    sender, recv, rid, body = open_frame(data, WIRE_ID, kind, f"SecEA message (kind {kind})", round_id, None, receiver)
+    return Header(kind, rid, sender, recv), bytes(body)
 
 
 class Reader:

@@ -1,0 +1,119 @@
+"""The silos of SecEA's MovieLens experiment (our design; the paper has none): the users are
+dealt at random (seeded) into N silos, the items are the entities.  A silo trains a biased MF
+model on its users' ratings; its users' rows and biases never leave it, its item rows
+``(q_i, b_i)`` are what SecEA averages across the silos that hold the item (Eq. 2).
+
+Used by the training run (:mod:`secemb.sim.secea`) and ``secemb bench secea``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from secemb.data import RatingData
+
+__all__ = ["MFSilo", "local_epoch", "make_silos", "one_thread", "silos_rmse"]
+
+
+@dataclass
+class MFSilo:
+    """One silo's MF model over its users and the items it holds (sorted global ids)."""
+
+    users: np.ndarray
+    items: np.ndarray
+    u: torch.Tensor  # local user index per training rating
+    i: torch.Tensor  # local item index per training rating
+    r: torch.Tensor
+    mu: float
+    params: list[torch.nn.Parameter]
+    opt: torch.optim.Optimizer
+
+    @property
+    def item_rows(self) -> np.ndarray:
+        """float64 (len(items), d+1): the item vectors and biases."""
+        q, bi = self.params[2], self.params[3]
+        return torch.cat([q.detach(), bi.detach()[:, None]], dim=1).double().numpy()
+
+    def set_item_rows(self, rows: np.ndarray) -> None:
+        """Write back float (len(items), d+1) item vectors and biases."""
+        with torch.no_grad():
+            self.params[2].copy_(torch.from_numpy(rows[:, :-1]).float())
+            self.params[3].copy_(torch.from_numpy(rows[:, -1]).float())
+
+    @property
+    def user_rows(self) -> np.ndarray:
+        """float64 (len(users), d+1): the private user vectors and biases."""
+        p, bu = self.params[0], self.params[1]
+        return torch.cat([p.detach(), bu.detach()[:, None]], dim=1).double().numpy()
+
+
+def make_silos(train: RatingData, n: int, dim: int, lr: float, seed: int) -> list[MFSilo]:
+    """``n`` silos over ``train``: users dealt by a seeded permutation, MF parameters drawn
+    from torch's generator seeded with ``seed``, Adam at ``lr``."""
+    gen = np.random.default_rng(seed)
+    owner = gen.permutation(train.num_users) % n
+    torch.manual_seed(seed)
+    out = []
+    for s in range(n):
+        mask = owner[train.users] == s
+        users, u = np.unique(train.users[mask], return_inverse=True)
+        items, i = np.unique(train.items[mask], return_inverse=True)
+        params = [torch.nn.Parameter(0.1 * torch.randn(users.size, dim)), torch.nn.Parameter(torch.zeros(users.size)),
+                  torch.nn.Parameter(0.1 * torch.randn(items.size, dim)), torch.nn.Parameter(torch.zeros(items.size))]
+        r = torch.from_numpy(train.ratings[mask]).float()
+        out.append(MFSilo(users, items, torch.from_numpy(u), torch.from_numpy(i), r, float(r.mean()), params,
+                          torch.optim.Adam(params, lr=lr)))
+    return out
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Local training on one torch thread: with these small batches more threads only contend
+    (measured about 10x slower on the 2 loaded cores of the development machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def local_epoch(s: MFSilo, reg: float, batch: int, gen: np.random.Generator) -> float:
+    """One epoch of minibatch Adam on the silo's ratings (order drawn from ``gen``); the mean
+    objective over its batches."""
+    p, bu, q, bi = s.params
+    order = torch.from_numpy(gen.permutation(s.r.numel()))
+    total, count = 0.0, 0
+    for start in range(0, order.numel(), batch):
+        idx = order[start : start + batch]
+        u, i = s.u[idx], s.i[idx]
+        pred = s.mu + bu[u] + bi[i] + (p[u] * q[i]).sum(1)
+        loss = ((pred - s.r[idx]) ** 2).mean() + reg * ((p[u] ** 2).sum(1) + (q[i] ** 2).sum(1)).mean()
+        s.opt.zero_grad()
+        loss.backward()
+        s.opt.step()
+        total, count = total + loss.item(), count + 1
+    return total / max(count, 1)
+
+
+def silos_rmse(silos: list[MFSilo], test: RatingData) -> float:
+    """Test RMSE of the silos' models, each on its own users' test ratings (predictions clipped
+    to [1, 5]; ``mu + b_u`` for an item the silo never saw)."""
+    sq, count = 0.0, 0
+    for s in silos:
+        mask = np.isin(test.users, s.users)
+        u = np.searchsorted(s.users, test.users[mask])
+        pos = np.searchsorted(s.items, test.items[mask])
+        known = (pos < s.items.size) & (s.items[np.minimum(pos, s.items.size - 1)] == test.items[mask])
+        p, bu, q, bi = (t.detach().double().numpy() for t in s.params)
+        pred = s.mu + bu[u]
+        k = np.flatnonzero(known)
+        pred[k] += bi[pos[k]] + (p[u[k]] * q[pos[k]]).sum(1)
+        sq += float(((np.clip(pred, 1.0, 5.0) - test.ratings[mask]) ** 2).sum())
+        count += int(mask.sum())
+    return (sq / count) ** 0.5

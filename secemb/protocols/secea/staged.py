@@ -1,0 +1,347 @@
+"""SecEA as the exchanges of the one-server round engine: the server (:class:`SecEANode`) and a
+silo's part (:class:`SecEASetupParty` once, :class:`SecEAParty` per round), state machines over
+bytes (no transport here: :mod:`secemb.engine.exchange` moves the bytes, in process or over HTTP).
+
+The N silos are the engine's devices (user ids ``0..N-1``), the relaying server its one server.
+Every stage is an *exchange*: each silo sends the server one message, the operator closes the
+stage, the server answers each silo with at most one message.  Silo-to-silo traffic (the shares
+and the queries) is one-time-padded by the sender and routed through the server, as the paper
+has it.  Round 0 is the set-up (:data:`SECEA_SETUP_PLAN`, every silo), rounds 1, 2, ... the
+aggregations (:data:`SECEA_PLAN`)::
+
+    set-up (round 0)
+    secea-keys      secea_hello  -> secea_directory   X25519 and Paillier public keys -> the key directory
+    psu-advertise   advertise    -> keys              the private entity union: the Bloom PSU over
+    psu-shares      shares       -> relayed           secure aggregation (secagg round 0), the union
+    psu-masked      masked       -> survivors         to every silo (all N must survive it)
+    psu-unmask      unmask       -> union
+    each round r >= 1
+    secea-share     secea_upload -> secea_relay       padded Lagrange shares and queries (Eqs. 3-11), relayed
+    secea-answer    secea_answer -> secea_result      Paillier answers; the server's mask (Eqs. 12-13);
+                                                      the silo decodes its averages (Eqs. 14-16)
+
+A silo that sends nothing in ``secea-answer`` has still contributed its shares; the round
+commits if at least ``2(K+T-1)+1`` silos answered, else the server aborts it
+(:class:`~secemb.errors.ProtocolError`) and no silo gets a result.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.protocols.secea.coding import SecEAParams
+from secemb.protocols.secea.parties import SecEAClient, SecEAServer
+from secemb.protocols.stages import SECEA_SETUP_STAGES, SECEA_STAGES, SERVER0, USER, Hop, RoundPlan
+from secemb.randomness import RandomBytes, system_rng
+from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, default_threshold
+from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
+
+__all__ = ["SECEA_PLAN", "SECEA_SETUP_PLAN", "SETUP_ROUND", "SecEANode", "SecEAParty", "SecEASetupParty",
+           "psu_config"]
+
+#: the round id of the set-up; aggregation rounds follow it (ids 1, 2, ...)
+SETUP_ROUND = 0
+
+#: per stage: the silo's message kind and the server's answer
+_KINDS: dict[str, tuple[str, str]] = {
+    "secea-keys": ("secea_hello", "secea_directory"), "psu-advertise": ("advertise", "keys"),
+    "psu-shares": ("shares", "relayed"), "psu-masked": ("masked", "survivors"), "psu-unmask": ("unmask", "union"),
+    "secea-share": ("secea_upload", "secea_relay"), "secea-answer": ("secea_answer", "secea_result"),
+}
+
+
+def _plan(stages: tuple[str, ...]) -> RoundPlan:
+    hops = tuple(h for s in stages for h in (Hop(s, USER, SERVER0, _KINDS[s][0]), Hop(s, SERVER0, USER, _KINDS[s][1])))
+    return RoundPlan(hops, stages=stages, servers=1)
+
+
+#: SecEA's set-up (round 0): the key directory, then the private entity union
+SECEA_SETUP_PLAN = _plan(SECEA_SETUP_STAGES)
+#: one SecEA aggregation round: shares and queries, then answers
+SECEA_PLAN = _plan(SECEA_STAGES)
+
+_PSU_STEPS = ("advertise", "shares", "masked", "unmask")
+
+
+def psu_config(bloom: BloomParams, num_silos: int) -> SecAggConfig:
+    """The secure-aggregation round that carries the set-up's PSU (threshold ``N // 2 + 1``,
+    secagg round id 0)."""
+    return bloom.config(default_threshold(num_silos), SETUP_ROUND)
+
+
+@dataclass
+class _Round:
+    round_id: int
+    users: frozenset[int]
+    stages: tuple[str, ...]
+    psu: SecAggServer | None = None
+    stage: int = 0
+    received: dict[str, dict[int, bytes]] = field(default_factory=dict)
+    replies: dict[str, dict[int, bytes]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    state: str = "open"
+    reason: str | None = None
+    answered: list[int] = field(default_factory=list)
+
+
+class SecEANode:
+    """The relaying server's side of a SecEA deployment, one round at a time (an
+    :class:`~secemb.protocols.base.ExchangeNode`).
+
+    Parameters
+    ----------
+    params: the public parameters (N, T, K, d, f).
+    bloom: the PSU's public Bloom parameters (:func:`secemb.protocols.secea.union.union_bloom`).
+
+    Round 0 is the set-up (every silo, stages of :data:`SECEA_SETUP_PLAN`); once it has
+    committed, rounds ``1, 2, ...`` (increasing ids, at least ``2(K+T-1)+1`` silos) run
+    :data:`SECEA_PLAN`.  An aborted set-up may be opened again.  Every method raises
+    :class:`~secemb.errors.ProtocolError` when called for another round or out of stage order,
+    :class:`~secemb.errors.InvalidMessage` for a malformed or duplicate message or a silo not
+    in the round, and :class:`~secemb.errors.InvalidParameters` for a bad round document; a
+    refused call changes nothing.  ``_rng`` (tests only) replaces the OS CSPRNG.
+    """
+
+    plan = SECEA_PLAN
+    setup_plan = SECEA_SETUP_PLAN
+
+    def __init__(self, params: SecEAParams, bloom: BloomParams, *, _rng: RandomBytes | None = None) -> None:
+        self.params, self.bloom = params, bloom
+        self.server = SecEAServer(params, _rng=_rng)
+        self.union: np.ndarray | None = None
+        self._round: _Round | None = None
+
+    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
+        """Start round ``round_id`` for the silos ``users``; its public document (round id,
+        users, stages, whether it is the set-up, the union size once agreed)."""
+        if self._round is not None and self._round.state == "open":
+            raise ProtocolError(f"round {self._round.round_id} is still open")
+        if isinstance(round_id, bool) or not isinstance(round_id, int) or not 0 <= round_id < 2**62:
+            raise InvalidParameters(f"round_id must be an int in [0, 2^62), got {round_id!r}")
+        n = self.params.num_clients
+        ids = sorted({u for u in users if isinstance(u, int) and not isinstance(u, bool)})
+        if len(ids) != len(users) or not ids or ids[0] < 0 or ids[-1] >= n:
+            raise InvalidParameters(f"users must be distinct silo ids in [0, {n}), got {users!r}")
+        if self.union is None:
+            if round_id != SETUP_ROUND or len(ids) != n:
+                raise ProtocolError(f"the set-up (round {SETUP_ROUND}, all {n} silos) comes first")
+            self._round = _Round(round_id, frozenset(ids), self.setup_plan.stages,
+                                 psu=SecAggServer(psu_config(self.bloom, n)))
+        else:
+            if self._round is not None and round_id <= self._round.round_id:
+                raise ProtocolError(f"round {round_id} does not follow round {self._round.round_id}")
+            if len(ids) < self.params.needed_answers:
+                raise InvalidParameters(f"a round needs at least {self.params.needed_answers} = 2(K+T-1)+1 silos, "
+                                        f"got {len(ids)}")
+            self._round = _Round(round_id, frozenset(ids), self.plan.stages)
+        return {"round_id": round_id, "users": ids, "stages": list(self._round.stages),
+                "setup": round_id == SETUP_ROUND and self.union is None,
+                "union_size": None if self.union is None else int(self.union.size)}
+
+    def _current(self, round_id: int, stage: str) -> _Round:
+        rnd = self._round
+        if rnd is None or rnd.round_id != round_id:
+            raise ProtocolError(f"round {round_id} is not the current round")
+        if rnd.state != "open":
+            raise ProtocolError(f"round {round_id} is {rnd.state}" + (f": {rnd.reason}" if rnd.reason else ""))
+        if stage not in rnd.stages:
+            raise InvalidParameters(f"unknown stage {stage!r}; round {round_id}'s stages are {rnd.stages}")
+        if rnd.stages[rnd.stage] != stage:
+            raise ProtocolError(f"round {round_id} is at stage {rnd.stages[rnd.stage]}, not {stage}")
+        return rnd
+
+    def receive(self, round_id: int, stage: str, user: int, body: bytes) -> None:
+        """Silo ``user``'s message of ``stage``, checked in full before it is kept."""
+        rnd = self._current(round_id, stage)
+        if user not in rnd.users:
+            raise InvalidMessage(f"silo {user} is not a participant of round {round_id}")
+        got = rnd.received.setdefault(stage, {})
+        if user in got:
+            raise InvalidMessage(f"duplicate {stage} message from silo {user}")
+        t0 = time.perf_counter()
+        if stage == "secea-keys":
+            self.server.read_hello(user, body)
+        elif stage == "secea-share":
+            m, _, _ = self.server.read_upload(round_id, user, body)
+            if self.union is None or m != self.union.size:
+                raise InvalidMessage(f"UPLOAD of silo {user} is over {m} entities, not the union's")
+        elif stage == "secea-answer":
+            self.server.read_answer(round_id, user, body)
+        else:
+            assert rnd.psu is not None
+            step = stage.split("-")[1]
+            receive = {"advertise": rnd.psu.receive_advertise, "shares": rnd.psu.receive_shares,
+                       "masked": rnd.psu.receive_masked, "unmask": rnd.psu.receive_unmask}[step]
+            receive(user, body)
+        got[user] = body
+        self._time(rnd, stage, t0)
+
+    def close(self, round_id: int, stage: str) -> None:
+        """Close ``stage``: the server builds its answers (the directory, the PSU's stages, the
+        relay, the masked results); after ``psu-unmask`` the union is fixed and after
+        ``secea-answer`` the round is committed.
+
+        Raises
+        ------
+        ProtocolError: (including :class:`~secemb.secagg.SecAggAborted`) too few silos left or a
+            silo missing from the set-up: the round is aborted.
+        """
+        rnd = self._current(round_id, stage)
+        got = rnd.received.get(stage, {})
+        t0 = time.perf_counter()
+        try:
+            if stage == "secea-keys":
+                rnd.replies[stage] = self.server.directory(got)
+            elif stage == "secea-share":
+                if len(got) < self.params.needed_answers:
+                    raise ProtocolError(f"round {round_id} aborted: {len(got)} silos shared, "
+                                        f"{self.params.needed_answers} = 2(K+T-1)+1 are needed")
+                rnd.replies[stage] = self.server.relay(round_id, got)
+            elif stage == "secea-answer":
+                rnd.replies[stage] = self.server.mask(round_id, got)
+                rnd.answered = sorted(rnd.replies[stage])
+                rnd.state = "committed"
+            else:
+                rnd.replies[stage] = self._close_psu(rnd, stage)
+        except ProtocolError as exc:
+            rnd.state, rnd.reason = "aborted", str(exc)
+            raise
+        rnd.stage += 1
+        self._time(rnd, stage, t0)
+
+    def _close_psu(self, rnd: _Round, stage: str) -> dict[int, bytes]:
+        assert rnd.psu is not None
+        step = stage.split("-")[1]
+        if step != "unmask":
+            build = {"advertise": rnd.psu.keys_messages, "shares": rnd.psu.relayed_messages,
+                     "masked": rnd.psu.survivors_messages}[step]
+            return build()
+        union = psu_union(self.bloom, rnd.psu.result())
+        if sorted(rnd.psu.survivors) != sorted(rnd.users):
+            raise ProtocolError("set-up aborted: the entity union is missing a silo (SecEA needs every set)")
+        if union.size == 0:
+            raise ProtocolError("set-up aborted: the entity union is empty")
+        self.union, rnd.state = union.astype(np.int64), "committed"
+        msg = union_message(SETUP_ROUND, union)
+        return {u: msg for u in rnd.users}
+
+    def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
+        """The server's answer to ``user`` in a closed ``stage`` (``None``: none, the silo is
+        out of the round)."""
+        rnd = self._round
+        if rnd is None or rnd.round_id != round_id:
+            raise ProtocolError(f"round {round_id} is not the current round")
+        if stage not in rnd.replies or rnd.stages.index(stage) >= rnd.stage:
+            raise ProtocolError(f"stage {stage} of round {round_id} has no answers (yet)")
+        return rnd.replies[stage].get(int(user))
+
+    def outcome(self, round_id: int) -> dict[str, Any]:
+        """The round's state (``open``, ``committed``, ``aborted``), the silos that got a result
+        (``answered``), the union size and the server's seconds per stage."""
+        rnd = self._round
+        if rnd is None or rnd.round_id != round_id:
+            raise ProtocolError(f"round {round_id} is not the current round")
+        return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, "answered": list(rnd.answered),
+                "union_size": None if self.union is None else int(self.union.size), "server_s": dict(rnd.seconds)}
+
+    @staticmethod
+    def _time(rnd: _Round, stage: str, t0: float) -> None:
+        rnd.seconds[stage] = rnd.seconds.get(stage, 0.0) + time.perf_counter() - t0
+
+
+class SecEASetupParty:
+    """Silo ``client.index``'s part in the set-up (round 0): its keys, then its entity set into
+    the PSU.  When the set-up is over, ``client`` holds the directory and the union
+    (:attr:`union`).  ``seconds``: its own work per stage."""
+
+    def __init__(self, client: SecEAClient, bloom: BloomParams, *, _rng: RandomBytes = system_rng) -> None:
+        self.client, self.bloom, self._rng = client, bloom, _rng
+        self.config = psu_config(bloom, client.params.num_clients)
+        self.union: np.ndarray | None = None
+        self.seconds: dict[str, float] = {}
+        self._answers: dict[str, bytes] = {}
+        self._psu: SecAggClient | None = None
+        self._input = psu_input(bloom, client.entities, _rng=_rng)
+
+    def message(self, stage: str) -> bytes:
+        """The silo's message of ``stage`` (in :data:`SECEA_SETUP_PLAN` order)."""
+        t0 = time.perf_counter()
+        if stage == "secea-keys":
+            out = self.client.hello()
+        elif stage == "psu-advertise":
+            self._psu = SecAggClient(self.client.index, self.config, _rng=self._rng)
+            out = self._psu.advertise()
+        elif stage in SECEA_SETUP_STAGES and self._psu is not None:
+            step = stage.split("-")[1]
+            prev = f"psu-{_PSU_STEPS[_PSU_STEPS.index(step) - 1]}"
+            if prev not in self._answers:
+                raise ProtocolError(f"silo {self.client.index}: no answer of stage {prev} yet")
+            answer = self._answers[prev]
+            out = (self._psu.share_keys(answer) if step == "shares" else
+                   self._psu.masked_input(answer, self._input) if step == "masked" else self._psu.unmask(answer))
+        else:
+            raise ProtocolError(f"silo {self.client.index}: no set-up message for stage {stage!r} now")
+        _add(self.seconds, stage, t0)
+        return out
+
+    def accept(self, stage: str, body: bytes) -> None:
+        """The server's answer of ``stage``: the directory and the union are read at once."""
+        t0 = time.perf_counter()
+        if stage == "secea-keys":
+            self.client.receive_directory(body)
+        elif stage == "psu-unmask":
+            union = read_union(body, SETUP_ROUND, self.bloom.domain)
+            self.client.set_union(union)
+            self.union = union
+        else:
+            self._answers[stage] = body
+        _add(self.seconds, stage, t0)
+
+
+class SecEAParty:
+    """Silo ``client.index``'s part in aggregation round ``round_id``: ``rows`` (float, shape
+    ``(len(client.entities), d)``) are its embeddings now, in the order of its entities.
+
+    After the round :attr:`average` holds the averages of its entities over the silos that hold
+    them (Eq. 2; ``None`` until the server's result is in).  ``seconds``: its own work per part
+    (``share+query``, ``answer``, ``decode``).
+    """
+
+    def __init__(self, client: SecEAClient, round_id: int, rows: np.ndarray) -> None:
+        self.client, self.round_id, self.rows = client, round_id, rows
+        self.average: np.ndarray | None = None
+        self.seconds: dict[str, float] = {}
+        self._relay: bytes | None = None
+
+    def message(self, stage: str) -> bytes:
+        """The silo's message of ``stage`` (in :data:`SECEA_PLAN` order)."""
+        t0 = time.perf_counter()
+        if stage == "secea-share":
+            out = self.client.upload(self.round_id, self.rows)
+            _add(self.seconds, "share+query", t0)
+        elif stage == "secea-answer" and self._relay is not None:
+            out = self.client.answer(self._relay)
+            _add(self.seconds, "answer", t0)
+        else:
+            raise ProtocolError(f"silo {self.client.index}: no message for stage {stage!r} now")
+        return out
+
+    def accept(self, stage: str, body: bytes) -> None:
+        """The server's answer of ``stage``; the result is decoded at once."""
+        t0 = time.perf_counter()
+        if stage == "secea-share":
+            self._relay = body
+        elif stage == "secea-answer":
+            self.average = self.client.finish(body)
+            _add(self.seconds, "decode", t0)
+        else:
+            raise ProtocolError(f"silo {self.client.index}: no answer expected in stage {stage!r}")
+
+
+def _add(seconds: dict[str, float], part: str, t0: float) -> None:
+    seconds[part] = seconds.get(part, 0.0) + time.perf_counter() - t0
