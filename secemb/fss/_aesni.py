@@ -15,9 +15,16 @@ are two little-endian ``uint64`` (16 bytes), loads and stores are unaligned.
 
 Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the AES pipelines):
 
-* ``expand8(rk, x, cwl, cwr, out)``: one DPF tree level for 8 parents ``x[0..7]``:
-  ``out[2j + c] = AES_c(x_j) ^ x_j ^ (t_j ? cw_c[j] : 0)`` with ``rk = (left, right)`` schedules
-  (shape ``(2, 11, 2W)``) and per-parent corrections ``cwl``, ``cwr`` (8 words each).
+* ``expand8(rk, x, cw, out)``: one BGI tree level for 8 parents ``x[0..7]`` of one row:
+  ``out[2j + c] = AES_c(x_j) ^ x_j ^ (t_j ? cw_c : 0)`` with ``rk = (left, right)`` schedules
+  (shape ``(2, 11, 2W)``) and the row's corrections at ``cw``: ``cw_L``, ``cw_R`` (4 words).
+  ``expand8_rows(rk, x, cws, out)``: the same with parent ``j``'s corrections at address
+  ``cws[j]`` (an int64 array of 8 addresses: parents of different rows).
+* ``halftree16(rk, x, cw, out)``: one Half-Tree level for 16 parents of one row:
+  ``out[2j] = H(x_j) ^ (t_j ? cw : 0)``, ``out[2j + 1] = out[2j] ^ x_j`` with the circular
+  correlation robust hash ``H(x) = AES(sigma(x)) ^ sigma(x)``, ``sigma(w0, w1) = (w0 ^ w1, w0)``
+  (one schedule ``rk`` (11, 2W); the correction ``cw``: 2 words).  ``halftree16_rows(rk, x,
+  cws, out)``: per-parent corrections as for ``expand8_rows`` (16 addresses).
 * ``mmo_blocks(rk, src, dst)``: ``dst[i] = AES(src[i]) ^ src[i]`` for ``B`` consecutive blocks.
 * ``mmo_ctr(rk, word, j0, dst)``: ``dst[i] = MMO(word ^ (0, j0 + i))`` for ``i < B``, ``j0`` a
   multiple of ``B`` (the payload conversion's counter blocks of one leaf).
@@ -40,7 +47,8 @@ from secemb.fss.kernels import host_cpu_features
 if TYPE_CHECKING:
     from numba.core.typing.templates import Signature
 
-__all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "mmo_blocks", "mmo_ctr"]
+__all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "expand8_rows", "halftree16", "halftree16_rows",
+           "mmo_blocks", "mmo_ctr"]
 
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
 BLOCKS = 16
@@ -134,35 +142,111 @@ def _sig(nargs: int) -> Signature:
     return types.void(*([types.uintp] * nargs))
 
 
-@intrinsic
-def expand8(typingctx, rk, x, cwl, cwr, out):  # noqa: ANN001, ANN201 - numba intrinsic protocol
-    """Children of 8 parents (see the module docstring)."""
+def _cw_vectors(builder: ir.IRBuilder, addrs: list[ir.Value], offset: int) -> list[ir.Value]:
+    """Per-parent corrections as vectors: parent ``j``'s 2 words at ``addrs[j] + offset``."""
+    v2 = ir.VectorType(_I64, 2)
+    words = [builder.load(builder.inttoptr(builder.add(a, _const(offset)), v2.as_pointer()), align=1)
+             for a in addrs]
+    if LANES == 1:
+        return words
+    return [_shuffle(builder, words[2 * v], words[2 * v + 1], [0, 1, 2, 3]) for v in range(len(words) // 2)]
 
+
+def _addresses(builder: ir.IRBuilder, arg: ir.Value, count: int, per_parent: bool) -> list[ir.Value]:
+    """``count`` correction addresses: ``arg`` for every parent, or the int64 array at ``arg``."""
+    if not per_parent:
+        return [arg] * count  # one load each, merged by LLVM: a broadcast
+    ptr = builder.inttoptr(arg, _I64.as_pointer())
+    return [builder.load(builder.gep(ptr, [_const(j)]), align=8) for j in range(count)]
+
+
+def _t_masks(builder: ir.IRBuilder, xs: list[ir.Value]) -> list[ir.Value]:
+    """All ones in both words of a block whose control bit (bit 0 of word 0) is set."""
+    one = ir.Constant(_VEC, [1, 0] * LANES)
+    zero = ir.Constant(_VEC, None)
+    masks = []
+    for v in xs:
+        t = builder.and_(v, one)
+        masks.append(builder.sub(zero, _shuffle(builder, t, t, [i & ~1 for i in range(2 * LANES)])))
+    return masks
+
+
+def _store_children(builder: ir.IRBuilder, op: ir.Value, v: int, lv: ir.Value, rv: ir.Value) -> None:
+    """Vector ``v``'s left and right children, interleaved (``out[2j], out[2j + 1]``)."""
+    if LANES == 1:
+        _store(builder, lv, op, 2 * v)
+        _store(builder, rv, op, 2 * v + 1)
+    else:  # [L0 L1], [R0 R1] -> [L0 R0], [L1 R1]
+        _store(builder, _shuffle(builder, lv, rv, [0, 1, 4, 5]), op, 2 * v)
+        _store(builder, _shuffle(builder, lv, rv, [2, 3, 6, 7]), op, 2 * v + 1)
+
+
+def _bgi_level(per_parent: bool):  # noqa: ANN202 - a codegen callback
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
         rk_l = _schedule(builder, args[0])
         rk_r = _schedule(builder, builder.add(args[0], ir.Constant(args[0].type, 11 * 16 * LANES)))
-        xp, lp, rp, op = (_vptr(builder, a) for a in args[1:])
+        xp, op = _vptr(builder, args[1]), _vptr(builder, args[3])
+        addrs = _addresses(builder, args[2], 8, per_parent)
+        cwl, cwr = _cw_vectors(builder, addrs, 0), _cw_vectors(builder, addrs, 16)
         nv = 8 // LANES
         xs = [_load(builder, xp, v) for v in range(nv)]
-        one = ir.Constant(_VEC, [1, 0] * LANES)
-        zero = ir.Constant(_VEC, None)
-        # all ones in both words of a block whose control bit (bit 0 of word 0) is set
-        masks = []
-        for v in xs:
-            t = builder.and_(v, one)
-            masks.append(builder.sub(zero, _shuffle(builder, t, t, [i & ~1 for i in range(2 * LANES)])))
+        masks = _t_masks(builder, xs)
         enc = _encrypt(builder, [(rk_l, v) for v in xs] + [(rk_r, v) for v in xs])
         for v in range(nv):
-            lv = builder.xor(builder.xor(enc[v], xs[v]), builder.and_(masks[v], _load(builder, lp, v)))
-            rv = builder.xor(builder.xor(enc[nv + v], xs[v]), builder.and_(masks[v], _load(builder, rp, v)))
-            if LANES == 1:
-                _store(builder, lv, op, 2 * v)
-                _store(builder, rv, op, 2 * v + 1)
-            else:  # [L0 L1], [R0 R1] -> [L0 R0], [L1 R1]
-                _store(builder, _shuffle(builder, lv, rv, [0, 1, 4, 5]), op, 2 * v)
-                _store(builder, _shuffle(builder, lv, rv, [2, 3, 6, 7]), op, 2 * v + 1)
+            lv = builder.xor(builder.xor(enc[v], xs[v]), builder.and_(masks[v], cwl[v]))
+            rv = builder.xor(builder.xor(enc[nv + v], xs[v]), builder.and_(masks[v], cwr[v]))
+            _store_children(builder, op, v, lv, rv)
 
-    return _sig(5), codegen
+    return codegen
+
+
+def _sigma(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """``sigma(w0, w1) = (w0 ^ w1, w0)`` per block: a linear orthomorphism (GKWY20)."""
+    zero = ir.Constant(_VEC, None)
+    dup_lo = _shuffle(builder, x, x, [i & ~1 for i in range(2 * LANES)])  # (w0, w0)
+    hi_lo = _shuffle(builder, x, zero, [k for i in range(LANES) for k in (2 * i + 1, 2 * LANES)])  # (w1, 0)
+    return builder.xor(dup_lo, hi_lo)
+
+
+def _halftree_level(per_parent: bool):  # noqa: ANN202 - a codegen callback
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        rks = _schedule(builder, args[0])
+        xp, op = _vptr(builder, args[1]), _vptr(builder, args[3])
+        cw = _cw_vectors(builder, _addresses(builder, args[2], 16, per_parent), 0)
+        nv = 16 // LANES
+        xs = [_load(builder, xp, v) for v in range(nv)]
+        masks = _t_masks(builder, xs)
+        sig_x = [_sigma(builder, v) for v in xs]
+        enc = _encrypt(builder, [(rks, v) for v in sig_x])
+        for v in range(nv):
+            lv = builder.xor(builder.xor(enc[v], sig_x[v]), builder.and_(masks[v], cw[v]))
+            _store_children(builder, op, v, lv, builder.xor(lv, xs[v]))
+
+    return codegen
+
+
+@intrinsic
+def expand8(typingctx, rk, x, cw, out):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """BGI children of 8 parents of one row (see the module docstring)."""
+    return _sig(4), _bgi_level(False)
+
+
+@intrinsic
+def expand8_rows(typingctx, rk, x, cws, out):  # noqa: ANN001, ANN201
+    """BGI children of 8 parents with per-parent corrections (see the module docstring)."""
+    return _sig(4), _bgi_level(True)
+
+
+@intrinsic
+def halftree16(typingctx, rk, x, cw, out):  # noqa: ANN001, ANN201
+    """Half-Tree children of 16 parents of one row (see the module docstring)."""
+    return _sig(4), _halftree_level(False)
+
+
+@intrinsic
+def halftree16_rows(typingctx, rk, x, cws, out):  # noqa: ANN001, ANN201
+    """Half-Tree children of 16 parents with per-parent corrections."""
+    return _sig(4), _halftree_level(True)
 
 
 @intrinsic

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from secemb.fss._aesni import BLOCKS, expand8, mmo_blocks, mmo_ctr
+from secemb.fss._aesni import BLOCKS, expand8, expand8_rows, halftree16, halftree16_rows, mmo_blocks, mmo_ctr
 
 __all__ = [
-    "subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "bits_accumulate",
+    "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "bits_accumulate",
     "cuckoo_assign", "check_accumulate", "LEAF_STEP",
 ]
 
@@ -23,48 +23,117 @@ __all__ = [
 LEAF_STEP = 64
 
 
-@njit(cache=True, nogil=True)
-def subtrees(front, rowkey, cwp, top, depth, rk, out):  # noqa: ANN001, ANN201
-    """Expand frontier nodes ``depth`` levels: ``out[g]`` (2^depth, 2) are the leaves below
-    ``front[g]`` (2,), whose key ``rowkey[g]`` has the per-level corrections
-    ``cwp[key, top + i] = ((cw_lo | tCW_L, cw_hi), (cw_lo | tCW_R, cw_hi))`` (uint64 (K, n, 2, 2)).
+@njit(inline="always")
+def _level_call(ht, per_parent, rkp, src, cw, dst):  # noqa: ANN001, ANN202
+    """One intrinsic call of a tree level: 8 BGI or 16 Half-Tree parents at ``src``; ``cw`` the
+    address of their row's corrections, or (``per_parent``) of an int64 array of addresses.
+    Addresses are int64 throughout the kernels (numba types uint64 + int64 as a float)."""
+    if ht:
+        if per_parent:
+            halftree16_rows(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+        else:
+            halftree16(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    elif per_parent:
+        expand8_rows(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    else:
+        expand8(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
 
-    Eight subtrees at a time, level by level in L1-resident buffers; the last level goes to
-    ``out`` directly.  ``depth >= 1``.
-    """
+
+@njit(cache=True, nogil=True)
+def expand_top(roots, cwp, levels, m, rk, out):  # noqa: ANN001, ANN201
+    """The top ``levels`` levels of every key, breadth-first: ``out[key]`` (F, 2) are its nodes
+    at depth ``levels`` whose subtrees hold a leaf ``< m`` (``F = ceil(m / 2^(n - levels))``).
+
+    ``roots`` uint64 (K, 2); ``cwp`` the keys' corrections, BGI ``((cw_lo | tCW_L, cw_hi),
+    (cw_lo | tCW_R, cw_hi))`` uint64 (K, n, 2, 2) or Half-Tree ``CW`` uint64 (K, n, 2) (the
+    scheme follows ``cwp.ndim``).  Whole calls only: parents past the needed ones are
+    computed from scratch memory and dropped."""
+    k, n = cwp.shape[0], cwp.shape[1]
+    ht = cwp.ndim == 3
+    per = 16 if ht else 8
+    rec = 16 if ht else 32  # bytes of one level's corrections
+    f = out.shape[1]
+    buf = np.zeros((2, 2 * (f // per + 1) * per, 2), np.uint64)
+    rkp, base = np.int64(rk.ctypes.data), np.int64(cwp.ctypes.data)
+    for key in range(k):
+        buf[1, 0, 0] = roots[key, 0]
+        buf[1, 0, 1] = roots[key, 1]
+        parents = 1
+        for i in range(levels):
+            src, dst = np.int64(buf[(i + 1) % 2].ctypes.data), np.int64(buf[i % 2].ctypes.data)
+            cw = base + rec * (key * n + i)
+            for j0 in range(0, parents, per):
+                _level_call(ht, False, rkp, src + 16 * j0, cw, dst + 32 * j0)
+            parents = -(-m >> (n - 1 - i))
+        last = buf[(levels + 1) % 2]
+        for j in range(f):
+            out[key, j, 0] = last[j, 0]
+            out[key, j, 1] = last[j, 1]
+
+
+@njit(cache=True, nogil=True)
+def subtrees(front, row0, frontier, cwp, top, depth, rk, out):  # noqa: ANN001, ANN201
+    """Expand frontier nodes ``depth`` levels: ``out[g]`` (2^depth, 2) are the leaves below
+    ``front[g]`` (2,), row ``row0 + g`` of the walk, of key ``(row0 + g) // frontier``, whose
+    corrections are ``cwp[key, top:]`` (as in :func:`expand_top`).  ``front`` C-contiguous.
+
+    ``P`` subtrees at a time (8 BGI, 16 Half-Tree: one intrinsic call's parents), level by
+    level in L1-resident buffers; the last level goes to ``out`` directly.  A call's parents
+    of one row share their corrections (a broadcast load); below ``P`` nodes a row, each parent
+    gets its row's through an address array -- no staging stores.  ``depth >= 1``."""
     total = front.shape[0]
     width = 1 << depth
-    buf = np.empty((2, 8 * width, 2), np.uint64)
-    stage = np.empty((2, 8, 2), np.uint64)
-    rkp = rk.ctypes.data
-    stl, str_ = stage[0].ctypes.data, stage[1].ctypes.data
-    outp = out.ctypes.data
-    for g0 in range(0, total, 8):
-        nb = min(8, total - g0)
-        for r in range(8):  # rows past the end repeat the last one (computed, not kept)
-            buf[0, r, 0] = front[g0 + min(r, nb - 1), 0]
-            buf[0, r, 1] = front[g0 + min(r, nb - 1), 1]
-        cur = 0
-        nodes = 1
+    n = cwp.shape[1]
+    ht = cwp.ndim == 3
+    per = 16 if ht else 8
+    rec = 16 if ht else 32
+    buf = np.empty((2, per * width, 2), np.uint64)
+    pad = np.empty((per, 2), np.uint64)
+    addrs = np.empty(per, np.int64)
+    rowcw = np.empty(per, np.int64)  # address of each row's corrections at level ``top``
+    rkp, outp = np.int64(rk.ctypes.data), np.int64(out.ctypes.data)
+    base = np.int64(cwp.ctypes.data) + rec * top
+    bufp, frontp = np.int64(buf.ctypes.data), np.int64(front.ctypes.data)
+    padp, addrp = np.int64(pad.ctypes.data), np.int64(addrs.ctypes.data)
+    key, pos = row0 // frontier, row0 % frontier  # of row ``row0 + g0``: no division in the loop
+    for g0 in range(0, total, per):
+        nb = min(per, total - g0)
+        for r in range(per):  # rows past the end repeat the last one (computed, not kept)
+            rowcw[r] = base + rec * n * key
+            if r < nb - 1:
+                pos += 1
+                if pos == frontier:
+                    key, pos = key + 1, 0
+        if nb == per:
+            pos += 1
+            if pos == frontier:
+                key, pos = key + 1, 0
+            src = frontp + 16 * g0
+        else:
+            for r in range(per):
+                pad[r, 0] = front[g0 + min(r, nb - 1), 0]
+                pad[r, 1] = front[g0 + min(r, nb - 1), 1]
+            src = padp
         for lvl in range(depth):
-            direct = lvl == depth - 1 and nb == 8
-            src = buf[cur].ctypes.data
-            dst = outp + 16 * g0 * width if direct else buf[1 - cur].ctypes.data
-            for j0 in range(0, 8 * nodes, 8):
-                if nodes < 8 or j0 % nodes == 0:
-                    for q in range(8):
-                        key = rowkey[g0 + min((j0 + q) // nodes, nb - 1)]
-                        for w in range(2):
-                            stage[0, q, w] = cwp[key, top + lvl, 0, w]
-                            stage[1, q, w] = cwp[key, top + lvl, 1, w]
-                expand8(rkp, src + 16 * j0, stl, str_, dst + 32 * j0)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-            cur = 1 - cur
-            nodes *= 2
-        if nb < 8:
+            dst = outp + 16 * g0 * width if lvl == depth - 1 and nb == per else bufp + (lvl % 2) * 16 * per * width
+            nodes = 1 << lvl
+            if nodes >= per:
+                for r in range(per):
+                    cw = rowcw[r] + rec * lvl
+                    for j0 in range(r * nodes, (r + 1) * nodes, per):
+                        _level_call(ht, False, rkp, src + 16 * j0, cw, dst + 32 * j0)
+            else:
+                for j0 in range(0, per * nodes, per):
+                    for q in range(per):
+                        addrs[q] = rowcw[(j0 + q) >> lvl] + rec * lvl
+                    _level_call(ht, True, rkp, src + 16 * j0, addrp, dst + 32 * j0)
+            src = dst
+        if nb < per:
+            last = buf[(depth - 1) % 2]
             for r in range(nb):
                 for p in range(width):
-                    out[g0 + r, p, 0] = buf[cur, r * width + p, 0]
-                    out[g0 + r, p, 1] = buf[cur, r * width + p, 1]
+                    out[g0 + r, p, 0] = last[r * width + p, 0]
+                    out[g0 + r, p, 1] = last[r * width + p, 1]
 
 
 @njit(cache=True, nogil=True)
@@ -80,14 +149,13 @@ def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
     """:func:`convert_blocks` with a caller's scratch ``stage`` uint64 (2, BLOCKS, 2)."""
     n = words.shape[0]
     total = n * nb
-    rkp = rk.ctypes.data
-    outp = out.ctypes.data
+    rkp, outp = np.int64(rk.ctypes.data), np.int64(out.ctypes.data)  # int64: uint64 + int64 is a float
     src, tmp = stage[0], stage[1]
-    tmpp, srcp = tmp.ctypes.data, src.ctypes.data
+    tmpp, srcp = np.int64(tmp.ctypes.data), np.int64(src.ctypes.data)
     flat = out.reshape(total, 2)
     full = nb - nb % BLOCKS  # counters [0, full) of every leaf: counter mode in registers
     for i in range(n if full else 0):
-        wp = words[i].ctypes.data
+        wp = np.int64(words[i].ctypes.data)
         for j0 in range(0, full, BLOCKS):
             mmo_ctr(rkp, wp, j0, outp + 16 * (i * nb + j0))  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     if full == nb:
@@ -95,7 +163,7 @@ def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
     first = 0
     if nb == 1:  # the words are the AES inputs
         first = n // BLOCKS * BLOCKS
-        wp = words.ctypes.data
+        wp = np.int64(words.ctypes.data)
         for f0 in range(0, first, BLOCKS):
             mmo_blocks(rkp, wp + 16 * f0, outp + 16 * f0)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     # counters [full, nb) of the leaves from ``first`` on: BLOCKS (leaf, counter) inputs at a
@@ -326,7 +394,7 @@ def check_accumulate(leaves, row0, frontier, per_user, rk, cs, offsets, r, acc):
     g, width = leaves.shape[0], leaves.shape[1]
     stage = np.empty((2, BLOCKS, 2), np.uint64)
     src, dst = stage[0], stage[1]
-    srcp, dstp, rkp = src.ctypes.data, dst.ctypes.data, rk.ctypes.data
+    srcp, dstp, rkp = np.int64(src.ctypes.data), np.int64(dst.ctypes.data), np.int64(rk.ctypes.data)
     one, zero = np.uint64(1), np.uint64(0)
     per = BLOCKS // 2  # leaves per AES call: two counter blocks each
     for i in range(g):

@@ -16,9 +16,10 @@ group is expanded, so the caller consumes them while they are hot.  Every numpy 
 runs over one 64-bit plane of a whole level of a row group (long inner loops), and all
 buffers are per-thread and reused (no page faults in the hot loop).
 
-With the compiled kernels (:mod:`secemb.fss.kernels`) the bottom phase runs in
-:func:`secemb.fss._numba_kernels.subtrees` instead, eight subtrees at a time in L1 with the
-AES rounds inline; the top phase (a few percent of the nodes) stays on the numpy path.
+With the compiled kernels (:mod:`secemb.fss.kernels`) both phases run in numba
+(:func:`compiled_groups`): the top in :func:`secemb.fss._numba_kernels.expand_top`, key by
+key, the bottom in :func:`secemb.fss._numba_kernels.subtrees`, eight subtrees at a time in L1
+with the AES rounds inline.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from secemb.fss import kernels
 from secemb.fss.keys import DPFParams, PathKeys
 from secemb.fss.prg import aes_for
 
-__all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "leaf_groups", "expand"]
+__all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "leaf_groups", "compiled_groups", "expand"]
 
 _ONE = np.uint64(1)
 _LEFT = aes_for("tree/left")
@@ -132,30 +133,24 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
     n = path.params.depth
     s = min(SUBTREE_DEPTH, n)
     top = n - s
-    frontier = _expand_top(path, top)
-    k, f = frontier.shape[:2]
-    rows = frontier.reshape(k * f, 2)
     cw_hi, cw_l, cw_r = _cw_planes(path)
-    group = max(1, GROUP_LEAVES >> s)
-    width = 1 << s
-    bufs = (_buf("grp0", 2 * group * width), _buf("grp1", 2 * group * width))
-    compiled = kernels.compiled() and s > 0
-    if compiled:
+    if kernels.compiled():
         from secemb.fss._aesni import round_keys
-        from secemb.fss._numba_kernels import subtrees
 
         hi = np.broadcast_to(cw_hi[:, :, None], cw_l.shape + (2,))
         cwp = np.ascontiguousarray(np.stack([np.stack([cw_l, cw_r], axis=2), hi], axis=3))
-        rk = round_keys(_LEFT.name, _RIGHT.name)
+        yield from compiled_groups(path.roots, cwp, path.params.domain_size, round_keys(_LEFT.name, _RIGHT.name))
+        return
+    frontier = _expand_top(path, top)
+    k, f = frontier.shape[:2]
+    rows = frontier.reshape(k * f, 2)
+    group = max(1, GROUP_LEAVES >> s)
+    width = 1 << s
+    bufs = (_buf("grp0", 2 * group * width), _buf("grp1", 2 * group * width))
     for r0 in range(0, k * f, group):
         r1 = min(r0 + group, k * f)
         g = r1 - r0
         key = np.arange(r0, r1) // f
-        if compiled:
-            x = bufs[0][: 2 * g * width].reshape(g, width, 2)
-            subtrees(rows[r0:r1], key, cwp, top, s, rk, x)
-            yield r0, r1, x
-            continue
         ch, cl, cr = cw_hi[key, top:], cw_l[key, top:], cw_r[key, top:]
         x = bufs[1][: 2 * g].reshape(g, 1, 2)
         x[:, 0] = rows[r0:r1]
@@ -163,6 +158,33 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
             out = bufs[i % 2][: 2 * g * (2 << i)].reshape(g, 2 << i, 2)
             _level(x, ch[:, i, None], cl[:, i, None], cr[:, i, None], out)
             x = out
+        yield r0, r1, x
+
+
+def compiled_groups(
+    roots: np.ndarray, cwp: np.ndarray, m: int, rk: np.ndarray
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """:func:`leaf_groups` on the compiled kernels for either tree scheme: ``roots`` uint64
+    (K, 2), ``cwp`` the per-level corrections of
+    :func:`secemb.fss._numba_kernels.expand_top` (its ``ndim`` picks BGI or Half-Tree), ``rk``
+    their round keys; the same groups, rows and leaves as :func:`leaf_groups`."""
+    from secemb.fss._numba_kernels import expand_top, subtrees
+
+    k, n = cwp.shape[:2]
+    s = min(SUBTREE_DEPTH, n)
+    f = -(-m >> s)
+    frontier = _buf("front", 2 * k * f)[: 2 * k * f].reshape(k * f, 2)
+    expand_top(roots, cwp, n - s, m, rk, frontier.reshape(k, f, 2))
+    if s == 0:
+        yield 0, k, frontier.reshape(k, 1, 2)
+        return
+    group = max(1, GROUP_LEAVES >> s)
+    width = 1 << s
+    buf = _buf("grp0", 2 * group * width)
+    for r0 in range(0, k * f, group):
+        r1 = min(r0 + group, k * f)
+        x = buf[: 2 * (r1 - r0) * width].reshape(r1 - r0, width, 2)
+        subtrees(frontier[r0:r1], r0, f, cwp, n - s, s, rk, x)
         yield r0, r1, x
 
 
