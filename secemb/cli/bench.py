@@ -78,6 +78,9 @@ def register(app: typer.Typer) -> None:
     from secemb.cli import bench_robust
 
     bench_robust.register(bench_app)
+    from secemb.cli import bench_overhead
+
+    bench_overhead.register(bench_app)
 
 
 def _fss_cuda(as_json: bool, quick: bool) -> None:

@@ -1,0 +1,225 @@
+"""``secemb bench overhead`` (issue 37, goal 1): what the secure path costs beyond its cryptography.
+
+One run measures, on this machine, two ratios:
+
+Per epoch (in this process)
+    The same experiment (``secemb train``'s defaults: SecEmb with the cuckoo layout and relay,
+    the serial backend) trained once with ``protocol="plaintext"`` and once with ``"secemb"``;
+    each epoch's CPU time on the process CPU clock (``time.process_time`` between the ends of
+    consecutive epochs, the first from the start of training), and, in both runs, the DPF
+    kernels' own CPU time: the thread CPU clock (``time.thread_time``) accumulated around
+    every call of the kernels' Python entry points (:func:`kernel_clock`; no profiler).
+    ``beyond = secure - plaintext`` CPU of the same epoch and ``ratio = beyond / kernels``
+    (goal: at most 1.25).  Epoch 1 pays the first kernel calls; the figure is that of the last
+    epoch (``epochs >= 2``).
+Whole process
+    CPU time (user + system, of the child process) of ``python -m secemb train --dataset D
+    --epochs E`` against the same with ``--protocol plaintext`` (goal: at most 1.5), and both
+    runs' ``model_sha256``, which must agree (the secure path computes the plaintext model bit
+    for bit).
+
+The kernels' entry points are the compiled kernels of :mod:`secemb.fss._numba_kernels` that
+Python calls (callers import them at call time, so a timing wrapper installed as the module's
+attribute sees every call) except the cuckoo layout's assignment, which is no cryptography;
+with the numpy reference (``SECEMB_FSS_KERNELS=numpy``) the AES of the DPF's PRGs
+(:meth:`~secemb.fss.prg.FixedKeyAES.encrypt_into` under the ``tree/`` and ``convert/`` keys).
+CPU times do not depend on other processes' load as wall times do, but they are not free of it
+(shared caches, frequency): compare only figures of one run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from secemb.bench.machine import machine_info
+
+__all__ = ["GOAL_EPOCH", "GOAL_PROCESS", "KernelClock", "kernel_clock", "run", "table_rows"]
+
+#: issue 37's goals: secure CPU beyond plaintext per epoch / kernel CPU, and whole-process CPU ratio
+GOAL_EPOCH = 1.25
+GOAL_PROCESS = 1.5
+#: compiled kernels that are not the DPF's (the cuckoo layout's assignment)
+_NOT_DPF = frozenset({"cuckoo_assign"})
+_DPF_AES_PREFIXES = ("tree/", "convert/")
+
+
+@dataclass
+class KernelClock:
+    """Thread CPU seconds spent inside the kernels' entry points, and their calls, per entry
+    point (updated from any thread)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def total_s(self) -> float:
+        """All entry points' thread CPU seconds."""
+        return sum(self.seconds.values())
+
+    def add(self, name: str, seconds: float) -> None:
+        """Count one call of ``name`` that took ``seconds`` of its thread's CPU."""
+        with self._lock:
+            self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+            self.calls[name] = self.calls.get(name, 0) + 1
+
+    def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` counting its thread CPU time under ``name``."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(name, time.thread_time() - t0)
+
+        return call
+
+
+def _entry_points() -> dict[str, Any]:
+    """The compiled DPF kernels Python calls: the public numba dispatchers of
+    :mod:`secemb.fss._numba_kernels` that no other kernel calls by name (a kernel compiled
+    while a wrapper stood in its callee's place would not compile), less :data:`_NOT_DPF`."""
+    from secemb.fss import _numba_kernels as nk
+
+    kernels = {k: v for k, v in vars(nk).items() if hasattr(v, "py_func")}
+    called = {n for v in kernels.values() for n in v.py_func.__code__.co_names}
+    return {k: v for k, v in kernels.items() if not k.startswith("_") and k not in _NOT_DPF and k not in called}
+
+
+@contextlib.contextmanager
+def kernel_clock() -> Iterator[KernelClock]:
+    """Within the block, every call of the DPF kernels' entry points (module docstring) adds
+    its thread CPU time to the yielded :class:`KernelClock`; the originals are restored after."""
+    from secemb.fss import _numba_kernels as nk
+    from secemb.fss import kernels
+    from secemb.fss.prg import FixedKeyAES
+
+    clock = KernelClock()
+    originals = _entry_points() if kernels.compiled() else {}
+    encrypt = FixedKeyAES.encrypt_into
+
+    def encrypt_into(self: FixedKeyAES, src: Any, dst: Any) -> Any:
+        if not self.name.startswith(_DPF_AES_PREFIXES):
+            return encrypt(self, src, dst)
+        t0 = time.thread_time()
+        try:
+            return encrypt(self, src, dst)
+        finally:
+            clock.add("aes " + self.name.split("/", 1)[0], time.thread_time() - t0)
+
+    for name, fn in originals.items():
+        setattr(nk, name, clock.timed(name, fn))
+    FixedKeyAES.encrypt_into = encrypt_into  # type: ignore[method-assign]
+    try:
+        yield clock
+    finally:
+        FixedKeyAES.encrypt_into = encrypt  # type: ignore[method-assign]
+        for name, fn in originals.items():
+            setattr(nk, name, fn)
+
+
+def _epochs_in_process(protocol: str, dataset: str, epochs: int, data_dir: str | None) -> dict[str, Any]:
+    """Train ``protocol`` in this process; per epoch its process CPU and kernel seconds."""
+    from secemb.training import Experiment, run_experiment
+
+    marks: list[float] = []
+    kernel_marks: list[float] = []
+    with kernel_clock() as clock:
+
+        def mark(*_: Any) -> None:
+            marks.append(time.process_time())
+            kernel_marks.append(clock.total_s)
+
+        result = run_experiment(Experiment(dataset=dataset, data_dir=data_dir, protocol=protocol, epochs=epochs),
+                                on_start=mark, on_epoch=mark)
+    cpu = [b - a for a, b in pairwise(marks)]
+    kernel = [b - a for a, b in pairwise(kernel_marks)]
+    return {"protocol": protocol, "epoch_cpu_s": cpu, "epoch_kernel_s": kernel, "model_sha256": result.model_sha256,
+            "kernel_calls": dict(clock.calls), "kernel_s": dict(clock.seconds)}
+
+
+def _process_cpu(args: list[str]) -> tuple[float, str]:
+    """CPU seconds (user + system) of ``python -m secemb train ARGS`` in a child process, and
+    the model_sha256 of its JSON result."""
+    with tempfile.TemporaryDirectory(prefix="secemb-overhead-") as tmp:
+        out = Path(tmp) / "result.json"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-m", "secemb", "train", *args, "--json-out", str(out)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        sha = json.loads(out.read_text(encoding="utf-8"))["model_sha256"]
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), str(sha)
+
+
+def run(dataset: str = "ml-100k", epochs: int = 2, *, data_dir: str | None = None, process: bool = True,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Measure both ratios (module docstring) in one run; a JSON-ready dict.
+
+    ``epochs >= 2`` (the per-epoch figure is the last epoch's, past the first kernel calls);
+    ``process=False`` skips the two child processes.  ``progress`` is told each step.
+    """
+    from secemb.errors import InvalidParameters
+    from secemb.fss import kernels
+
+    if epochs < 2:
+        raise InvalidParameters(f"epochs must be >= 2 (the first pays the first kernel calls), got {epochs}")
+    say = progress or (lambda _: None)
+    load_before = os.getloadavg()
+    out: dict[str, Any] = {"machine": machine_info(), "kernels": kernels.BACKEND, "dataset": dataset,
+                           "epochs": epochs}
+    if process:
+        args = ["--dataset", dataset, "--epochs", str(epochs)] + (["--data-dir", data_dir] if data_dir else [])
+        say("whole process: plaintext")
+        plain_s, plain_sha = _process_cpu([*args, "--protocol", "plaintext"])
+        say("whole process: secure")
+        secure_s, secure_sha = _process_cpu(args)
+        out["process"] = {"plaintext_cpu_s": plain_s, "secure_cpu_s": secure_s, "ratio": secure_s / plain_s,
+                          "goal": GOAL_PROCESS, "same_model": plain_sha == secure_sha, "model_sha256": secure_sha}
+    say("per epoch: plaintext")
+    plain = _epochs_in_process("plaintext", dataset, epochs, data_dir)
+    say("per epoch: secure")
+    secure = _epochs_in_process("secemb", dataset, epochs, data_dir)
+    beyond = secure["epoch_cpu_s"][-1] - plain["epoch_cpu_s"][-1]
+    kernel_s = secure["epoch_kernel_s"][-1]
+    out["epoch"] = {"plaintext": plain, "secure": secure, "epoch": epochs, "plaintext_cpu_s": plain["epoch_cpu_s"][-1],
+                    "secure_cpu_s": secure["epoch_cpu_s"][-1], "beyond_s": beyond, "kernel_s": kernel_s,
+                    "ratio": beyond / kernel_s if kernel_s > 0 else float("inf"), "goal": GOAL_EPOCH,
+                    "same_model": plain["model_sha256"] == secure["model_sha256"]}
+    out["loadavg"] = {"before": list(load_before), "after": list(os.getloadavg())}
+    return out
+
+
+def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(measure, value, goal) rows of a :func:`run` result."""
+    e = result["epoch"]
+    rows = [
+        (f"epoch {e['epoch']}: plaintext CPU s", f"{e['plaintext_cpu_s']:.3f}", ""),
+        (f"epoch {e['epoch']}: secure CPU s", f"{e['secure_cpu_s']:.3f}", ""),
+        ("  beyond plaintext s", f"{e['beyond_s']:.3f}", ""),
+        ("  DPF kernels s (thread CPU)", f"{e['kernel_s']:.3f}", ""),
+        ("beyond / kernels", f"{e['ratio']:.2f}x", f"<= {e['goal']}x"),
+        ("same model as plaintext (in process)", str(e["same_model"]), "True"),
+    ]
+    p = result.get("process")
+    if p is not None:
+        rows += [
+            (f"whole train --epochs {result['epochs']}: plaintext CPU s", f"{p['plaintext_cpu_s']:.2f}", ""),
+            (f"whole train --epochs {result['epochs']}: secure CPU s", f"{p['secure_cpu_s']:.2f}", ""),
+            ("secure / plaintext", f"{p['ratio']:.2f}x", f"<= {p['goal']}x"),
+            ("same model_sha256", str(p["same_model"]), "True"),
+        ]
+    return rows
