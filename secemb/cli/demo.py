@@ -9,11 +9,13 @@ Exit codes: 0 success; 1 ``--verify`` found a mismatch or a round could not be c
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from secemb.cli._dp_options import DpClip, DpDelta, DpEpsilon, DpLevel
+from secemb.cli._exchange import protocol_help
 
 
 def register(app: typer.Typer) -> None:
@@ -21,6 +23,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def demo(
+        ctx: typer.Context,
         network: Annotated[
             bool,
             typer.Option("--network/--in-process", help="Two server processes and devices over HTTP (default), "
@@ -34,8 +37,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
         model: Annotated[str | None, typer.Option(help="Recommender model. Default: mf (din with sfsl).")] = None,
-        protocol: Annotated[str, typer.Option(help="secemb or plaintext; or sfsl (one server behind HTTP, DIN on "
-                                                   "click samples; docs/sfsl.md).")] = "secemb",
+        protocol: Annotated[str, typer.Option(help=protocol_help(
+            "A registered protocol that runs in the server deployment (with --network; one server: behind HTTPS)."
+        ))] = "secemb",
         sfsl_preset: Annotated[
             str | None, typer.Option("--sfsl-preset", help="--protocol sfsl: the privacy preset CPP1..CPP5. "
                                                           "Default: CPP2.")
@@ -94,11 +98,11 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
+        from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
         from secemb.cli._report import training_display, write_json
-        from secemb.cli._sfsl import check_preset, sfsl_options
         from secemb.cli._usage import check_output, fail
-
         from secemb.engine.driver import RoundAborted
+        from secemb.protocols import protocol_servers
         from secemb.sim.demo import run_networked_experiment
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters, SecembError
@@ -110,16 +114,15 @@ def register(app: typer.Typer) -> None:
             workdir = check_output(workdir, "--workdir", force=False, inputs=(dataset, data_dir), kind="dir")
             if workdir.is_dir() and any(workdir.iterdir()):
                 fail(f"--workdir {workdir}: not empty; give a new or empty folder")
-        check_preset(protocol, sfsl_preset)
-        if protocol == "sfsl":
-            opts = sfsl_options(preset=sfsl_preset, model=model, metrics=None, dataset=dataset,
-                                users_per_round=users_per_round, epochs=epochs, lr=lr, dim=dim, seed=seed,
-                                layout=layout, relay=relay, expansion=expansion, backend=backend, workers=workers,
-                                m_prime=m_prime, alpha=alpha, verify=verify, reg=reg, ring_bits=ring_bits,
-                                lazy_adam=lazy_adam, dp_epsilon=dp_epsilon, dp_delta=dp_delta, dp_clip=dp_clip,
-                                dp_level=dp_level, deadline=deadline, workdir=workdir)
-            _demo_sfsl(opts, network, data_dir, download, concurrency, json_out, quiet)
+        try:
+            servers = protocol_servers(protocol)
+        except InvalidParameters as exc:
+            fail(exc)
+        if servers == 1:  # a one-server protocol (secemb.protocols.exchange): its server behind HTTPS, or in process
+            _demo_exchange(exchange_protocol(ctx, protocol, ("protocol", "network", "concurrency", "json_out", "force",
+                                                             "quiet")), network, concurrency, json_out, quiet)
             return
+        refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)})
         console = Console()
         try:
             exp = Experiment(
@@ -180,20 +183,19 @@ def register(app: typer.Typer) -> None:
         write_json(console, result, json_out)
 
 
-def _demo_sfsl(opts: Any, network: bool, data_dir: Path | None, download: bool, concurrency: int,
-               json_out: Path | None, quiet: bool) -> None:
-    """``secemb demo --protocol sfsl``: the one server behind HTTP on 127.0.0.1 (``--network``)
-    or in process."""
+def _demo_exchange(protocol: Any, network: bool, concurrency: int, json_out: Path | None, quiet: bool) -> None:
+    """``secemb demo --protocol P`` for a one-server P: its server behind HTTPS on 127.0.0.1
+    (``--network``) or in process."""
     from rich.console import Console
     from rich.table import Table
 
+    from secemb.cli._exchange import summary_rows
     from secemb.cli._report import training_display, write_json
-    from secemb.cli._sfsl import summary_rows
     from secemb.cli._usage import fail
     from secemb.data import DataFormatError, DatasetNotFoundError
-    from secemb.engine.sfsl import run_sfsl
+    from secemb.engine.exchange import train_exchange
     from secemb.errors import InvalidParameters
-    from secemb.sim.sfsl import run_networked_sfsl
+    from secemb.sim.exchange import train_networked
     from secemb.transport.errors import RemoteError, Unreachable
 
     console = Console()
@@ -202,18 +204,16 @@ def _demo_sfsl(opts: Any, network: bool, data_dir: Path | None, download: bool, 
     try:
         with progress:
             if network:
-                result = run_networked_sfsl(
-                    opts, data_dir=data_dir, download=download, concurrency=concurrency, on_start=on_start,
-                    on_round=on_round, on_epoch=on_epoch,
-                    on_server=lambda url: console.print(f"SFSL server (one server) {url}", markup=False))
+                result = train_networked(
+                    protocol, concurrency=concurrency, on_start=on_start, on_round=on_round, on_epoch=on_epoch,
+                    on_server=lambda url: console.print(f"{protocol.name} server (one server) {url}", markup=False))
             else:
-                result = run_sfsl(opts, data_dir=data_dir, download=download, on_start=on_start, on_round=on_round,
-                                  on_epoch=on_epoch)
+                result = train_exchange(protocol, on_start=on_start, on_round=on_round, on_epoch=on_epoch)
     except (RemoteError, Unreachable) as exc:
         fail(f"failed: {exc}", code=1)
     except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
         fail(exc)
-    table = Table(title=f"secemb demo sfsl ({'network' if network else 'in-process'}): summary")
+    table = Table(title=f"secemb demo {protocol.name} ({'network' if network else 'in-process'}): summary")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for row in summary_rows(result):
@@ -231,7 +231,7 @@ def _check_networked(protocol: str) -> None:
     if protocol_class(protocol).capabilities.networked:
         return
     networked = []
-    for name in available_protocols():
+    for name in available_protocols(2):
         try:
             if protocol_class(name).capabilities.networked:
                 networked.append(name)

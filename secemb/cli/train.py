@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 import shlex
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from secemb.cli._dp_options import DpClip, DpDelta, DpEpsilon, DpLevel
+from secemb.cli._exchange import protocol_help
 
 
 def _mb(nbytes: float) -> str:
@@ -26,6 +28,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def train(
+        ctx: typer.Context,
         dataset: Annotated[
             str,
             typer.Option(help="synthetic, ml-100k, ml-1m, ml-10m, ml-25m, yelp, synthetic-<name>, or the path "
@@ -41,10 +44,7 @@ def register(app: typer.Typer) -> None:
                                           "--protocol sfsl. Default: mf (din with sfsl).")
         ] = None,
         protocol: Annotated[
-            str, typer.Option(help="secemb, plaintext, or a baseline: secfedrec, secemb-init, secemb-rowenc, grec, "
-                                   "quant8, ternary, svd, colr, kvsagg, dp-fedrec; or sfsl (secure federated "
-                                   "submodel learning, one server, DIN on click samples of ml-100k, ml-1m or a "
-                                   "Taobao shape; docs/sfsl.md).")
+            str, typer.Option(help=protocol_help("A registered protocol (docs/baselines.md, docs/sfsl.md)."))
         ] = "secemb",
         sfsl_preset: Annotated[
             str | None, typer.Option("--sfsl-preset", help="--protocol sfsl: the privacy preset CPP1..CPP5 of "
@@ -150,12 +150,12 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
+        from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
         from secemb.cli._report import save_model_dir, training_display, write_json
-        from secemb.cli._sfsl import check_preset, sfsl_options
         from secemb.cli._usage import check_output, fail
-
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters
+        from secemb.protocols import protocol_servers
         from secemb.training import Experiment, VerificationError
 
         inputs = (dataset, data_dir)
@@ -166,7 +166,6 @@ def register(app: typer.Typer) -> None:
             if json_out is not None and json_out.resolve().is_relative_to(save_model.resolve()):
                 fail(f"--json-out {json_out}: lies in --save-model {save_model}, which is replaced whole; choose a "
                      "path outside it")
-        check_preset(protocol, sfsl_preset)
         if adversary is not None:
             from secemb.protocols.adversary import ATTACKS
 
@@ -174,17 +173,15 @@ def register(app: typer.Typer) -> None:
                 fail(f"--adversary must be one of {', '.join(ATTACKS)}, got {adversary!r}")
             if protocol != "secemb":
                 fail(f"--adversary simulates attacks on --protocol secemb, not {protocol!r}")
-        if protocol == "sfsl" and (valid_fraction or early_stop is not None):
-            fail("--valid-fraction and --early-stop are for the federated recommenders, not --protocol sfsl")
-        if protocol == "sfsl":
-            opts = sfsl_options(preset=sfsl_preset, model=model, metrics=metrics, dataset=dataset,
-                                users_per_round=users_per_round, epochs=epochs, lr=lr, dim=dim, seed=seed,
-                                layout=layout, relay=relay, expansion=expansion, backend=backend, workers=workers,
-                                m_prime=m_prime, alpha=alpha, verify=verify, reg=reg, ring_bits=ring_bits,
-                                m_prime_update=m_prime_update, lazy_adam=lazy_adam, dp_epsilon=dp_epsilon,
-                                dp_delta=dp_delta, dp_clip=dp_clip, dp_level=dp_level, save_model=save_model)
-            _train_sfsl(opts, data_dir, download, json_out, quiet)
+        try:
+            servers = protocol_servers(protocol)
+        except InvalidParameters as exc:
+            fail(exc)
+        if servers == 1:  # a one-server protocol (secemb.protocols.exchange) trains itself through the engine
+            _train_exchange(exchange_protocol(ctx, protocol, ("protocol", "json_out", "force", "quiet")), json_out,
+                            quiet)
             return
+        refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)})
         console = Console()
         try:
             exp = Experiment(
@@ -214,7 +211,7 @@ def register(app: typer.Typer) -> None:
                 dp_delta=dp_delta,
                 dp_clip=dp_clip,
                 dp_level=dp_level,
-                metrics=None if metrics is None else [n.strip() for n in metrics.split(",")],
+                metrics=None if metrics is None else tuple(n.strip() for n in metrics.split(",")),
                 valid_fraction=valid_fraction,
                 early_stop=early_stop,
             )
@@ -294,27 +291,26 @@ class _WithAdversary:
                 "rejected_devices": [r["rejected_devices"] for r in self.record.rounds]}
 
 
-def _train_sfsl(opts: Any, data_dir: Path | None, download: bool, json_out: Path | None, quiet: bool) -> None:
-    """``secemb train --protocol sfsl``: SFSL rounds through the round engine in process."""
+def _train_exchange(protocol: Any, json_out: Path | None, quiet: bool) -> None:
+    """``secemb train --protocol P`` for a one-server P: its rounds through the engine in process."""
     from rich.console import Console
     from rich.table import Table
 
+    from secemb.cli._exchange import summary_rows
     from secemb.cli._report import training_display, write_json
-    from secemb.cli._sfsl import summary_rows
     from secemb.cli._usage import fail
     from secemb.data import DataFormatError, DatasetNotFoundError
-    from secemb.engine.sfsl import run_sfsl
+    from secemb.engine.exchange import train_exchange
     from secemb.errors import InvalidParameters
 
     console = Console()
     progress, on_start, on_round, on_epoch = training_display(console, quiet)
     try:
         with progress:
-            result = run_sfsl(opts, data_dir=data_dir, download=download, on_start=on_start, on_round=on_round,
-                              on_epoch=on_epoch)
+            result = train_exchange(protocol, on_start=on_start, on_round=on_round, on_epoch=on_epoch)
     except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
         fail(exc)
-    table = Table(title="secemb train (sfsl): summary")
+    table = Table(title=f"secemb train ({protocol.name}, one server): summary")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for row in summary_rows(result):

@@ -25,8 +25,11 @@ from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRol
 from secemb.protocols.registry import (
     PROTOCOLS,
     available_protocols,
+    exchange_class,
+    get_exchange_protocol,
     get_protocol,
     protocol_class,
+    protocol_servers,
     register_protocol,
     unregister_protocol,
 )
@@ -44,8 +47,11 @@ __all__ = [
     "ServerRole",
     "UserRole",
     "available_protocols",
+    "exchange_class",
+    "get_exchange_protocol",
     "get_protocol",
     "protocol_class",
+    "protocol_servers",
     "register_protocol",
     "unregister_protocol",
 ]
@@ -63,6 +69,9 @@ register_protocol("svd", "secemb.protocols.lossy:SvdProtocol", wire_id=22)
 register_protocol("colr", "secemb.protocols.lossy:ColrProtocol", wire_id=23)
 register_protocol("dp-fedrec", "secemb.protocols.dp_fedrec:DPFedRecProtocol", wire_id=24)
 register_protocol("kvsagg", "secemb.protocols.kvsagg:KvsaggProtocol", wire_id=25)
+# one server (secemb.protocols.exchange; docs/sfsl.md)
+register_protocol("sfsl", "secemb.protocols.sfsl.protocol:SFSLProtocol", wire_id=26, servers=1)
+register_protocol("secea", "secemb.protocols.secea.protocol:SecEAProtocol", wire_id=27, servers=1)  # docs/secea.md
 # secaggmask, topksecagg and he-ckks are message builders measured by `secemb bench comm`, not
 # round protocols (secemb.protocols.sparse_secagg); their messages are not framed
 

@@ -29,8 +29,10 @@ if it implements :meth:`ExchangeProtocol.make_device`, ``secemb serve`` + ``sece
 * :meth:`~ExchangeProtocol.train`: a whole training run.  It makes its server, hands it to
   ``connect`` (the engine hosts it in process or behind HTTP and returns the
   :class:`ExchangeRounds` that play rounds against it), chooses each round's devices, makes
-  their :class:`ExchangeParty` objects and calls :meth:`ExchangeRounds.play`; it returns the
-  run's :class:`~secemb.round.results.TrainResult`.  The same code runs in process and over
+  their :class:`ExchangeParty` objects and calls :meth:`ExchangeRounds.play`; it reports each
+  round (:class:`RoundFigures`) and epoch (:class:`EpochFigures`) and returns the run's
+  :class:`ExchangeResult` (the engine's :func:`secemb.engine.exchange.train_exchange` turns them
+  into ``secemb train``'s ``TrainResult`` document).  The same code runs in process and over
   HTTP, so both give the same ``model_sha256`` where the protocol's own randomness is seeded;
 * :meth:`~ExchangeProtocol.make_device` (optional): device ``user``'s persistent state in a
   deployment (``secemb client``); from each round's public document (what the node's
@@ -43,17 +45,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol as TypingProtocol
+from typing import Any, ClassVar, Protocol as TypingProtocol
+
+import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
 
-if TYPE_CHECKING:
-    from secemb.round.results import EpochStats, RoundStats, TrainResult
-
-__all__ = ["ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol", "ExchangeRecord", "ExchangeRounds",
-           "ExchangeRun", "ExchangeServer"]
+__all__ = ["EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol", "ExchangeRecord",
+           "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures"]
 
 
 class ExchangeParty(TypingProtocol):
@@ -116,12 +117,53 @@ class ExchangeRounds(TypingProtocol):
 class ExchangeServer:
     """A one-server protocol's server: ``node`` (the state machine the engine and the HTTP app
     drive), ``max_body_bytes`` (a bound on one device message at the run's public sizes: the
-    HTTP app refuses a larger body, 413) and ``model`` (the public model's bytes, for
-    evaluation and the operator)."""
+    HTTP app refuses a larger body, 413), ``model`` (the public model's bytes, for evaluation
+    and the operator) and ``num_users`` (device ids are ``[0, num_users)``)."""
 
     node: ExchangeNode
     max_body_bytes: int
     model: Callable[[], bytes]
+    num_users: int
+
+
+@dataclass(frozen=True)
+class RoundFigures:
+    """What one round cost: ``users`` (devices that took part), the bytes they sent and got in
+    all (``len()`` of the messages), their compute and the server's, in seconds, and the mean
+    local objective over the round's participations (NaN: none trained)."""
+
+    round_id: int
+    epoch: int
+    users: int
+    upload_bytes: int
+    download_bytes: int
+    user_s: float
+    server_s: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class EpochFigures:
+    """After epoch ``epoch``: the mean local objective over its participations and the test
+    metrics by name (``None``: undefined, e.g. AUC with one class)."""
+
+    epoch: int
+    loss: float
+    metrics: dict[str, float | None]
+
+
+@dataclass
+class ExchangeResult:
+    """A finished run: ``config`` (the result document's), its rounds and epochs, the public
+    model (``table`` float64 (items, d), ``dense`` float64) and the devices' private parameters
+    (``user_params`` float64 (num_users, k): what a simulation holds for them)."""
+
+    config: dict[str, Any]
+    rounds: list[RoundFigures]
+    epochs: list[EpochFigures]
+    table: np.ndarray
+    dense: np.ndarray
+    user_params: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -181,11 +223,11 @@ class ExchangeProtocol(ABC):
     @abstractmethod
     def train(self, connect: Callable[[ExchangeServer], ExchangeRounds], *,
               on_start: Callable[[dict[str, Any]], None] | None = None,
-              on_round: Callable[[RoundStats], None] | None = None,
-              on_epoch: Callable[[EpochStats], None] | None = None) -> TrainResult:
+              on_round: Callable[[RoundFigures], None] | None = None,
+              on_epoch: Callable[[EpochFigures], None] | None = None) -> ExchangeResult:
         """Train: make the server, ``rounds = connect(server)``, then play every round through
         ``rounds``; ``on_start`` gets the result's ``config`` before the first round, ``on_round``
-        and ``on_epoch`` the figures as they come.
+        and ``on_epoch`` the figures as they come (the result lists the same).
 
         Raises
         ------

@@ -172,7 +172,7 @@ def guarded_config(app: Any, host: str, port: int, *, read_timeout_s: float, max
     (:class:`GuardedH11Protocol`), and with ``tls`` (:func:`~secemb.server.tls.server_context_kwargs`;
     ``{}``: plain HTTP) each TLS handshake within ``read_timeout_s``, at most twice
     ``max_connections`` of them in flight (:class:`TlsFirstProtocol`).  Every app the project
-    serves is served under it (:func:`run`; :class:`secemb.sim.sfsl.NodeServer`)."""
+    serves is served under it (:func:`run`; :class:`secemb.sim.exchange.NodeServer`)."""
     import uvicorn
 
     guarded = type("Guarded", (GuardedH11Protocol,), {"header_timeout_s": read_timeout_s})

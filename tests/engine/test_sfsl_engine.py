@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from secemb.data.ctr import TaobaoShaped, split_clicks
-from secemb.engine.exchange import LocalExchange
-from secemb.engine.sfsl import local_player
+from secemb.engine.exchange import LocalExchange, connect_local
+from secemb.protocols.exchange import ExchangeServer
 from secemb.protocols.sfsl import SFSLRun, TrainingSettings, train_sfsl
+from secemb.protocols.sfsl.protocol import ExchangePlayer, model_bytes
+from secemb.protocols.sfsl.staged import SFSLNode
 from secemb.randomness import CtrDrbg
 from secemb.secagg import SecAggAborted
 
@@ -22,6 +24,13 @@ torch.set_num_threads(1)
 def clicks():
     world = TaobaoShaped("taobao-mini", seed=3)
     return split_clicks(world.clients(np.arange(40)))
+
+
+def local_player(server, settings, host=None):
+    """The engine's round player against ``server`` in process (``host`` receives the LocalExchange)."""
+    node = SFSLNode(server, settings)
+    hosted = ExchangeServer(node, 1 << 30, lambda: model_bytes(server), 1 << 20)
+    return ExchangePlayer(connect_local(hosted, hosts=host), server.space, node.bloom, server.table.shape)
 
 
 RUN = SFSLRun(preset="CPP2", clients_per_round=5, rounds=2, settings=TrainingSettings(batch=8), seed=4, eval_every=2)

@@ -15,7 +15,9 @@ from secemb.models.din import DIN
 from secemb.protocols.sfsl import SFSLServer, TrainingSettings
 from secemb.protocols.sfsl.staged import SFSLNode, round_configs
 from secemb.secagg import SecAggClient
-from secemb.sim.sfsl import NodeServer
+from secemb.protocols.exchange import ExchangeServer
+from secemb.protocols.sfsl.protocol import model_bytes
+from secemb.sim.exchange import NodeServer
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
@@ -35,7 +37,7 @@ def served(clicks):
     model = DIN(num_categories=train.num_categories, dim=4)
     table, dense = model.init_public(train.num_goods, np.random.default_rng(0))
     node = SFSLNode(SFSLServer(model, table, dense, train.goods_category), TrainingSettings())
-    with NodeServer(node, train.num_users, max_body_bytes=1 << 16) as host:
+    with NodeServer(ExchangeServer(node, 1 << 16, lambda: model_bytes(node.server), train.num_users)) as host:
         admin = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret, tls=host.tls))
         links = {u: HttpExchangeLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u), tls=host.tls))
                  for u in range(4)}
@@ -81,7 +83,7 @@ def test_refused_requests_change_nothing(served):
         links[u].send(1, "psu-advertise", SecAggClient(u, psu_cfg).advertise())
     admin.close_stage(1, "psu-advertise")
     keys = links[0].fetch(1, "psu-advertise")
-    assert keys is not None and keys[:4] == b"SAGG"
+    assert keys is not None and keys[:4] == b"SEMB" and keys[5] == 254  # a secure-aggregation message
     assert links[3].fetch(1, "psu-advertise") is None  # not in the round: no answer (204)
     assert admin.outcome(1)["state"] == "open"
 
@@ -116,12 +118,15 @@ def test_below_the_threshold_the_round_aborts_with_409(served):
 def test_networked_run_is_the_in_process_run(clicks):
     # CPP1 perturbs nothing at random (S'' = S), so the OS randomness of the devices does not
     # enter the model: the HTTP run and the in-process run of one seed give the same model
-    from secemb.engine.sfsl import SFSLOptions, run_sfsl
-    from secemb.sim.sfsl import run_networked_sfsl
+    from secemb.engine.exchange import train_exchange
+    from secemb.protocols.exchange import ExchangeRun
+    from secemb.protocols.sfsl.protocol import SFSLProtocol
+    from secemb.sim.exchange import train_networked
 
-    opts = SFSLOptions(dataset="taobao-mini", preset="CPP1", users_per_round=20, epochs=1, batch=8)
-    local = run_sfsl(opts, data=clicks)
-    net = run_networked_sfsl(opts, data=clicks, concurrency=4)
+    opts = SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=20, epochs=1), sfsl_preset="CPP1", batch=8,
+                        data=clicks)
+    local = train_exchange(opts)
+    net = train_networked(opts, concurrency=4)
     assert net.config["network"] and net.rounds == local.rounds == 2
     assert net.model_sha256 == local.model_sha256
     assert net.upload_bytes_per_user_round == local.upload_bytes_per_user_round

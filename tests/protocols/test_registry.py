@@ -25,6 +25,8 @@ from secemb.protocols.wire import frame, open_message
 
 BUILTIN = ["colr", "dp-fedrec", "grec", "kvsagg", "plaintext", "quant8", "secemb", "secemb-init", "secemb-rowenc",
            "secfedrec", "svd", "ternary"]
+#: the built-in one-server protocols (secemb.protocols.exchange)
+BUILTIN_ONE_SERVER = ["secea", "sfsl"]
 
 
 @pytest.fixture
@@ -38,8 +40,9 @@ def scratch():
 
 
 def test_builtin_protocols_have_distinct_wire_ids():
-    assert available_protocols() == BUILTIN
-    ids = [PROTOCOLS[n].wire_id for n in BUILTIN]
+    assert available_protocols(2) == BUILTIN and available_protocols(1) == BUILTIN_ONE_SERVER
+    assert available_protocols() == sorted(BUILTIN + BUILTIN_ONE_SERVER)
+    ids = [PROTOCOLS[n].wire_id for n in BUILTIN + BUILTIN_ONE_SERVER]
     assert len(set(ids)) == len(ids) and 0 not in ids
 
 
@@ -69,7 +72,7 @@ def test_register_a_class_and_frame_under_its_wire_id(scratch):
     scratch.append("plain2")
     assert isinstance(get_protocol("plain2", layout="cuckoo"), PlaintextProtocol)
     msg = frame("plain2", "upload", 0, 7, b"xy")
-    assert msg[5] == 202 and len(msg) == 24 + 2
+    assert msg[5] == 202 and len(msg) == 32 + 2  # the 32-byte header (docs/wire-format.md)
     assert bytes(open_message(msg, "plain2", "upload", 0, 7, 2)) == b"xy"
     with pytest.raises(InvalidMessage, match="protocol id 202, expected 1"):
         open_message(msg, "plaintext", "upload", 0, 7, 2)

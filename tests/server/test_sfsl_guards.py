@@ -1,6 +1,6 @@
 """Issue 33, "SFSL's one-server app has none of the guards" (100/100 slow-header connections
 held, a stalled body held > 40 s, ``[`` x 5000 answered 500): SFSL's server
-(:class:`secemb.sim.sfsl.NodeServer`, TLS on 127.0.0.1) now has the SecEmb server's guards.
+(:class:`secemb.sim.exchange.NodeServer`, TLS on 127.0.0.1) now has the SecEmb server's guards.
 Every test is bounded in count and time."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from secemb.data.ctr import TaobaoShaped, split_clicks
 from secemb.models.din import DIN
 from secemb.protocols.sfsl import SFSLServer, TrainingSettings
 from secemb.protocols.sfsl.staged import SFSLNode
-from secemb.sim.sfsl import NodeServer
+from secemb.protocols.exchange import ExchangeServer
+from secemb.protocols.sfsl.protocol import model_bytes
+from secemb.sim.exchange import NodeServer
 from secemb.transport.errors import RemoteError
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import sign_headers
@@ -35,7 +37,8 @@ def host():
     model = DIN(num_categories=train.num_categories, dim=4)
     table, dense = model.init_public(train.num_goods, np.random.default_rng(0))
     node = SFSLNode(SFSLServer(model, table, dense, train.goods_category), TrainingSettings())
-    with NodeServer(node, train.num_users, max_body_bytes=1 << 16, read_timeout_s=READ_TIMEOUT_S,
+    with NodeServer(ExchangeServer(node, 1 << 16, lambda: model_bytes(node.server), train.num_users),
+                    read_timeout_s=READ_TIMEOUT_S,
                     max_connections=MAX_CONNECTIONS, max_body_reads=4) as served:
         yield served
 

@@ -26,7 +26,7 @@ the same generators gives the in-process round's model bit for bit
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -97,6 +97,8 @@ class SFSLNode:
     settings: the public quantization (``bound``, ``levels``) the update is decoded with.
     bloom: the PSU's Bloom parameters (default the paper's evaluation setting, one position per
         goods).
+    lr_decay: the devices' step size decays by this factor a round: round ``r``'s document
+        announces ``settings.lr * lr_decay ** (r - 1)``.
 
     Every method raises :class:`~secemb.errors.ProtocolError` when called for another round or
     out of stage order and :class:`~secemb.errors.InvalidMessage` for a malformed message, a
@@ -105,14 +107,16 @@ class SFSLNode:
 
     plan = SFSL_PLAN
 
-    def __init__(self, server: SFSLServer, settings: TrainingSettings, bloom: BloomParams | None = None) -> None:
-        self.server, self.settings = server, settings
+    def __init__(self, server: SFSLServer, settings: TrainingSettings, bloom: BloomParams | None = None, *,
+                 lr_decay: float = 1.0) -> None:
+        self.server, self.settings, self.lr_decay = server, settings, lr_decay
         self.bloom = BloomParams.exact(server.space.goods) if bloom is None else bloom
         self._round: _Round | None = None
 
     def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
         """Start round ``round_id`` for ``users`` (distinct ids, at least 2); its public
-        document (round id, users, threshold, stages)."""
+        document (round id, users, threshold, stages, and the devices' training ``settings`` of
+        the round: :class:`TrainingSettings`' fields)."""
         if self._round is not None and self._round.state == "open":
             raise ProtocolError(f"round {self._round.round_id} is still open")
         if isinstance(round_id, bool) or not isinstance(round_id, int) or not 0 <= round_id < 2**62:
@@ -124,7 +128,9 @@ class SFSLNode:
             raise InvalidParameters(f"a round needs at least 2 distinct non-negative user ids, got {users!r}")
         psu_cfg, sum_cfg = round_configs(self.server.space, self.bloom, len(ids), round_id)
         self._round = _Round(round_id, frozenset(ids), SecAggServer(psu_cfg), SecAggServer(sum_cfg))
-        return {"round_id": round_id, "users": ids, "threshold": psu_cfg.threshold, "stages": list(self.plan.stages)}
+        settings = replace(self.settings, lr=self.settings.lr * self.lr_decay ** max(round_id - 1, 0))
+        return {"round_id": round_id, "users": ids, "threshold": psu_cfg.threshold, "stages": list(self.plan.stages),
+                "settings": asdict(settings)}
 
     def _current(self, round_id: int, stage: str) -> _Round:
         rnd = self._round
