@@ -69,22 +69,21 @@ from secemb.round import messages
 from secemb.round.optimizer import ServerAdam
 from secemb.round.update import apply_aggregate
 from secemb.server import faults
+from secemb.server.admission import admit, check_floor, round_terms, user_list
 from secemb.server.auth import Forbidden
 from secemb.server.config import ServerConfig
 from secemb.server.count import CountPhase
 from secemb.server.errors import Conflict, NotFound, PeerUnavailable, peer_failure
-from secemb.server.peer import HttpPeer, PeerLink, PeerRefused, PeerUnreachable
+from secemb.server.peer import PEER_ERRORS, HttpPeer, PeerLink, PeerRefused, PeerUnreachable
 from secemb.server.persist import CorruptState, StorageError
 from secemb.server.rounds import ABORTED, CLOSING, COMMITTED, FINAL, OPEN, Batcher, Outcomes, Round, by_round
 from secemb.server.store import Checkpoint, DiskStore, StateStore
-from secemb.server.verify import MAX_REJECTIONS, encode_digests, rejected
+from secemb.server.verify import encode_digests, rejected
 from secemb.sharing import reconstruct
 
 __all__ = ["Conflict", "FollowerNode", "LeaderNode", "Node", "NotFound", "PeerUnavailable", "make_node"]
 
 log = logging.getLogger("secemb.server")
-
-_PEER_ERRORS = (PeerRefused, PeerUnreachable)
 
 #: the alarms a server raises (docs/deployment.md, "Alarms"), and whether each halts the deployment
 ALARMS = {"relay_tampered": False, "retrieval_tampered": True, "model_disagreement": True, "device_rejected": False}
@@ -263,18 +262,6 @@ class Node:
             raise Conflict(f"round {r} is closed ({rnd.state}): messages for it are refused" if rnd.state != OPEN
                            else f"round {r} is still open")
         return rnd
-
-    def _user_list(self, users: Any, name: str) -> list[int]:
-        if not isinstance(users, list) or not users:
-            raise InvalidParameters(f"{name} must be a non-empty list of user ids")
-        out = []
-        for u in users:
-            if isinstance(u, bool) or not isinstance(u, int) or not 0 <= u < self.cfg.num_users:
-                raise InvalidParameters(f"{name}: user id {u!r} is not an int in [0, {self.cfg.num_users})")
-            out.append(u)
-        if len(set(out)) != len(out):
-            raise InvalidParameters(f"{name} has duplicate user ids")
-        return out
 
     def model_message(self) -> bytes:
         """The current model as a MODEL message (each server holds one from the start: version
@@ -532,18 +519,6 @@ class Node:
         self.count.submit(user, messages.decode_count(body, ring_bits=self.cfg.ring_bits, party=self.party))
 
     # ================================================================== retrieval
-    def _admit(self, rnd: Round, user: int) -> None:
-        failed = self.rejections.get(user, 0)
-        if failed >= MAX_REJECTIONS:
-            raise Forbidden(f"user {user}'s uploads failed the servers' verification in {failed} rounds: refused until "
-                            "the operator clears the alarms")
-        if rnd.participants is not None:
-            if user not in rnd.participants:
-                raise Forbidden(f"user {user} is not a participant of round {rnd.round_id}")
-        elif user not in rnd.retrieved and len(rnd.retrieved | rnd.admitting) >= rnd.n_p:
-            raise Conflict(f"round {rnd.round_id} is full ({rnd.n_p} users)")
-        rnd.admitting.add(user)
-
     def retrieval(self, r: int, user: int, body: bytes) -> bytes | None:
         """A device's retrieval request; the reply (``None``: nothing to send back).  Batched
         with concurrent requests (:meth:`retrieval_many`)."""
@@ -570,7 +545,7 @@ class Node:
                 return [exc] * len(items)
             for i, (user, _) in enumerate(items):
                 try:
-                    self._admit(rnd, user)
+                    admit(rnd, user, self.rejections)
                     todo.append(i)
                 except SecembError as exc:
                     results[i] = exc
@@ -654,7 +629,7 @@ class LeaderNode(Node):
         if state == ABORTED and notify_peer and not was_final:
             try:
                 self.peer.abort(rnd.round_id, reason)
-            except _PEER_ERRORS:
+            except PEER_ERRORS:
                 pass  # server 1 learns it when the next round opens
 
     # ================================================================== Eq. 11 counts
@@ -671,7 +646,7 @@ class LeaderNode(Node):
         ------
         Conflict: m' is fixed by the configuration, or a round is in progress.
         """
-        ids = None if users is None else frozenset(self._user_list(users, "users"))
+        ids = None if users is None else frozenset(user_list(users, "users", self.cfg.num_users))
         with self.lock:
             if self.cfg.m_prime is not None:
                 raise Conflict(f"m' is fixed by the configuration ({self.cfg.m_prime})")
@@ -679,7 +654,7 @@ class LeaderNode(Node):
                 raise Conflict(f"round {self.round.round_id} is still {self.round.state}: count between rounds")
         try:
             self.peer.count_open(None if ids is None else sorted(ids))
-        except _PEER_ERRORS as exc:
+        except PEER_ERRORS as exc:
             raise peer_failure("server 1 did not open the count phase", exc) from None
         self.count.open(ids)
         return {"state": "open"}
@@ -695,7 +670,7 @@ class LeaderNode(Node):
                 raise Conflict(f"{len(include)} user(s) sent their count share to both servers, fewer than "
                                f"min_users={self.cfg.min_users}: the mean count is not opened")
             peer = messages.decode_count(self.peer.count_share(include), ring_bits=self.cfg.ring_bits, party=1)
-        except (*_PEER_ERRORS, InvalidMessage) as exc:  # InvalidMessage: server 1's share is malformed, its failure
+        except (*PEER_ERRORS, InvalidMessage) as exc:  # InvalidMessage: server 1's share is malformed, its failure
             self.count.reopen()
             raise peer_failure("server 1 did not close the count phase", exc) from None
         total = int(reconstruct(self.count.total(include), peer)[0])
@@ -728,7 +703,7 @@ class LeaderNode(Node):
         missed it); return the next round id."""
         try:
             st = self.peer.status()
-        except _PEER_ERRORS as exc:
+        except PEER_ERRORS as exc:
             raise peer_failure("server 1 is unavailable", exc) from None
         if st.get("fingerprint") != self.fingerprint:
             raise Conflict("server 1 runs with a different protocol/model/training configuration")
@@ -738,7 +713,7 @@ class LeaderNode(Node):
                 raise PeerUnavailable("server 1 did not accept the model sync")
             try:
                 st = self.peer.status()
-            except _PEER_ERRORS as exc:
+            except PEER_ERRORS as exc:
                 raise peer_failure("server 1 is unavailable", exc) from None
         if int(st["model_version"]) == self.version and st.get("model_sha256") != self.model_sha():
             detail = f"server 1 holds model {st.get('model_sha256')!r:.80} of version {self.version}, this server " \
@@ -756,21 +731,8 @@ class LeaderNode(Node):
                    deadline_s: float | None = None, quorum: int | None = None,
                    min_users: int | None = None) -> dict[str, Any]:
         """Open the next round (and at server 1); its round document."""
-        ids = None if participants is None else frozenset(self._user_list(participants, "participants"))
-        if ids is not None:
-            n_p = len(ids)
-        if isinstance(n_p, bool) or not isinstance(n_p, int) or not 1 <= n_p <= self.cfg.num_users:
-            raise InvalidParameters(
-                f"n_p must be an int in [1, {self.cfg.num_users}] (or give participants), got {n_p!r}"
-            )
-        deadline_s = self.cfg.deadline_s if deadline_s is None else deadline_s
-        if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and 0 < deadline_s <= 86400):
-            raise InvalidParameters(f"deadline_s must be in (0, 86400], got {deadline_s!r}")
-        quorum = n_p if quorum is None else quorum
-        min_users = self.cfg.min_users if min_users is None else min_users
-        _check_floor(n_p, min_users, self.cfg.min_users, InvalidParameters)
-        if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= n_p:
-            raise InvalidParameters(f"quorum must be an int in [1, n_p={n_p}], got {quorum!r}")
+        ids, n_p, deadline_s, quorum, min_users = round_terms(self.cfg, participants, n_p, deadline_s, quorum,
+                                                              min_users)
         with self._open_lock:
             with self.lock:
                 self._refuse_if_halted()
@@ -790,7 +752,7 @@ class LeaderNode(Node):
             doc["quorum"], doc["min_users"] = quorum, min_users
             try:
                 self.peer.open_round(doc)
-            except _PEER_ERRORS as exc:
+            except PEER_ERRORS as exc:
                 self._end(rnd, ABORTED, f"server 1 did not open the round: {exc}", notify_peer=False)
                 raise peer_failure("server 1 did not open the round", exc) from None
             with self.lock:
@@ -874,7 +836,7 @@ class LeaderNode(Node):
             return
         try:
             self.peer.relay_upload(r, user, fwd)
-        except _PEER_ERRORS as exc:
+        except PEER_ERRORS as exc:
             log.warning("round %d: forwarding user %d's upload failed: %s", r, user, exc)
             raise peer_failure("server 1 did not take the forwarded upload (it will not count)", exc) from None
 
@@ -913,7 +875,7 @@ class LeaderNode(Node):
         faults.hit("close")
         try:
             theirs = self.peer.close(r)
-        except _PEER_ERRORS as exc:
+        except PEER_ERRORS as exc:
             self._end(rnd, ABORTED, f"server 1 did not close the round: {exc}")
             return
         verified = self._verified(rnd, sorted(uploaded & set(theirs)))
@@ -936,7 +898,7 @@ class LeaderNode(Node):
             try:
                 mine = rnd.busy(self._own_share, rnd, include)
                 share = theirs_share.result()
-            except _PEER_ERRORS as exc:
+            except PEER_ERRORS as exc:
                 self._end(rnd, ABORTED, f"server 1 did not send its aggregate share: {exc}")
                 return
             except SecembError as exc:
@@ -950,7 +912,7 @@ class LeaderNode(Node):
                 return
             try:
                 theirs_sha = their_digest.result()
-            except _PEER_ERRORS as exc:
+            except PEER_ERRORS as exc:
                 self._end(rnd, ABORTED, f"server 1 did not apply the round's update: {exc}")
                 return
         if theirs_sha != sha:  # nothing is committed on either side
@@ -990,7 +952,7 @@ class LeaderNode(Node):
             return include
         try:
             theirs = self.peer.verify(rnd.round_id, include)
-        except _PEER_ERRORS as exc:
+        except PEER_ERRORS as exc:
             self._end(rnd, ABORTED, f"server 1 did not verify the uploads: {exc}")
             return None
         bad = rejected(mine, theirs)
@@ -1012,7 +974,7 @@ class LeaderNode(Node):
         try:
             self.peer.sync_model(msg, r)
             ok = True
-        except _PEER_ERRORS as exc:
+        except PEER_ERRORS as exc:
             log.warning("model sync to server 1 failed (will retry): %s", exc)
             ok = False
         with self.lock:
@@ -1070,7 +1032,7 @@ class FollowerNode(Node):
     # ================================================================== count phase
     def peer_count_open(self, users: list[int] | None) -> dict[str, Any]:
         """(Re)start the count phase (server 0 started its own)."""
-        self.count.open(None if users is None else frozenset(self._user_list(users, "users")))
+        self.count.open(None if users is None else frozenset(user_list(users, "users", self.cfg.num_users)))
         return {"state": "open"}
 
     def peer_count_close(self) -> list[int]:
@@ -1105,10 +1067,10 @@ class FollowerNode(Node):
             raise InvalidParameters(f"bad round document: {exc}") from None
         if doc.get("fingerprint") != self.fingerprint:
             raise Conflict("server 0 runs with a different protocol/model/training configuration")
-        ids = None if parts is None else frozenset(self._user_list(parts, "participants"))
+        ids = None if parts is None else frozenset(user_list(parts, "participants", self.cfg.num_users))
         if ids is not None and len(ids) != n_p:
             raise InvalidParameters(f"round document: n_p={n_p} but {len(ids)} participants")
-        _check_floor(n_p, min_users, self.cfg.min_users, Conflict)
+        check_floor(n_p, min_users, self.cfg.min_users, Conflict)
         expect = self.protocol.round_config(r, self.cfg.num_items, self.width, self.dense_size, rc.m_prime,
                                             self.cfg.ring_bits)
         if rc != expect or r != rc.round_id:
@@ -1390,16 +1352,6 @@ def _optimizer_state(ck: Checkpoint) -> dict[str, Any]:
         raise CorruptState(f"checkpoint of model version {ck.version} has no optimizer state (a server 1 state "
                            "directory written before both servers applied the update: start over)")
     return ck.optimizer
-
-
-def _check_floor(n_p: int, min_users: Any, floor: int, error: type[SecembError]) -> None:
-    """A round of ``n_p`` users whose aggregate needs ``min_users`` is refused (``error``)
-    unless both reach this server's own ``floor`` (``cfg.min_users``), whatever the caller
-    asks for."""
-    if n_p < floor:
-        raise error(f"a round of n_p={n_p} user(s) is refused: this server's floor is min_users={floor}")
-    if isinstance(min_users, bool) or not isinstance(min_users, int) or not floor <= min_users <= n_p:
-        raise error(f"min_users must be an int in [{floor} (this server's floor), n_p={n_p}], got {min_users!r}")
 
 
 def make_node(cfg: ServerConfig, *, peer: PeerLink | None = None, store: StateStore | None = None,

@@ -26,7 +26,7 @@ from secemb.errors import InvalidMessage, SecembError
 from secemb.server.verify import decode_digests
 from secemb.transport.errors import RemoteError, Unreachable
 
-__all__ = ["HttpPeer", "PeerLink", "PeerRefused", "PeerUnreachable"]
+__all__ = ["PEER_ERRORS", "HttpPeer", "PeerLink", "PeerRefused", "PeerUnreachable"]
 
 log = logging.getLogger("secemb.server")
 
@@ -43,6 +43,10 @@ class PeerRefused(SecembError):
 
 class PeerUnreachable(SecembError):
     """Server 1 did not answer (connection, timeout) or failed (5xx)."""
+
+
+#: what a :class:`PeerLink` method raises
+PEER_ERRORS = (PeerRefused, PeerUnreachable)
 
 
 class PeerLink(Protocol):

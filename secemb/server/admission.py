@@ -1,0 +1,118 @@
+"""Who may take part in a round, and on what terms: both servers' checks of the user ids and
+round sizes they are given, and server 0's door for a device's retrieval.
+
+Party: both servers (:func:`user_list`, :func:`check_floor`); server 0 for the terms of a round
+it opens (:func:`round_terms`) and either server at its door (:func:`admit`).  Pure checks over
+the values they are given: every refusal raises before anything changes, except that
+:func:`admit` marks an admitted user in ``rnd.admitting`` (under the node's lock).
+
+Errors: ``InvalidParameters`` (422) for a malformed request, :class:`~secemb.server.errors.Conflict`
+(409) for one that does not fit the round, :class:`~secemb.server.auth.Forbidden` (403) for a
+user the round refuses.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from secemb.errors import InvalidParameters, SecembError
+from secemb.server.auth import Forbidden
+from secemb.server.config import ServerConfig
+from secemb.server.errors import Conflict
+from secemb.server.rounds import Round
+from secemb.server.verify import MAX_REJECTIONS
+
+__all__ = ["RoundTerms", "admit", "check_floor", "round_terms", "user_list"]
+
+
+def user_list(users: Any, name: str, num_users: int) -> list[int]:
+    """``users`` as a list of distinct user ids in ``[0, num_users)``.
+
+    Raises
+    ------
+    InvalidParameters: not a non-empty list of such ids (``name`` names the field).
+    """
+    if not isinstance(users, list) or not users:
+        raise InvalidParameters(f"{name} must be a non-empty list of user ids")
+    out = []
+    for u in users:
+        if isinstance(u, bool) or not isinstance(u, int) or not 0 <= u < num_users:
+            raise InvalidParameters(f"{name}: user id {u!r} is not an int in [0, {num_users})")
+        out.append(u)
+    if len(set(out)) != len(out):
+        raise InvalidParameters(f"{name} has duplicate user ids")
+    return out
+
+
+def check_floor(n_p: int, min_users: Any, floor: int, error: type[SecembError]) -> None:
+    """A round of ``n_p`` users whose aggregate needs ``min_users`` is refused (``error``)
+    unless both reach this server's own ``floor`` (``cfg.min_users``), whatever the caller
+    asks for."""
+    if n_p < floor:
+        raise error(f"a round of n_p={n_p} user(s) is refused: this server's floor is min_users={floor}")
+    if isinstance(min_users, bool) or not isinstance(min_users, int) or not floor <= min_users <= n_p:
+        raise error(f"min_users must be an int in [{floor} (this server's floor), n_p={n_p}], got {min_users!r}")
+
+
+class RoundTerms(NamedTuple):
+    """The validated terms of a round server 0 opens (:func:`round_terms`)."""
+
+    #: the participants (``None``: the first ``n_p`` devices to retrieve)
+    participants: frozenset[int] | None
+    n_p: int
+    deadline_s: float
+    quorum: int
+    min_users: int
+
+
+def round_terms(cfg: ServerConfig, participants: list[int] | None, n_p: int | None, deadline_s: float | None,
+                quorum: int | None, min_users: int | None) -> RoundTerms:
+    """The terms of a round opened with these arguments (``None``: the default): ``n_p`` is
+    the number of ``participants`` if given; ``deadline_s`` defaults to ``cfg.deadline_s``,
+    ``quorum`` to ``n_p``, ``min_users`` to ``cfg.min_users``.
+
+    Raises
+    ------
+    InvalidParameters: a value out of range (``n_p`` in ``[1, num_users]``, ``deadline_s`` in
+        ``(0, 86400]``, ``quorum`` in ``[1, n_p]``, ``min_users`` and ``n_p`` at least this
+        server's floor, :func:`check_floor`).
+    """
+    ids = None if participants is None else frozenset(user_list(participants, "participants", cfg.num_users))
+    if ids is not None:
+        n_p = len(ids)
+    if isinstance(n_p, bool) or not isinstance(n_p, int) or not 1 <= n_p <= cfg.num_users:
+        raise InvalidParameters(
+            f"n_p must be an int in [1, {cfg.num_users}] (or give participants), got {n_p!r}"
+        )
+    deadline_s = cfg.deadline_s if deadline_s is None else deadline_s
+    if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and 0 < deadline_s <= 86400):
+        raise InvalidParameters(f"deadline_s must be in (0, 86400], got {deadline_s!r}")
+    quorum = n_p if quorum is None else quorum
+    min_users = cfg.min_users if min_users is None else min_users
+    check_floor(n_p, min_users, cfg.min_users, InvalidParameters)
+    if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= n_p:
+        raise InvalidParameters(f"quorum must be an int in [1, n_p={n_p}], got {quorum!r}")
+    return RoundTerms(ids, n_p, deadline_s, quorum, min_users)
+
+
+def admit(rnd: Round, user: int, rejections: dict[int, int]) -> None:
+    """Let ``user`` retrieve in round ``rnd`` (under the node's lock): it joins
+    ``rnd.admitting`` until its retrieval is committed or refused.
+
+    Raises
+    ------
+    Forbidden: its uploads failed the servers' verification in :data:`~secemb.server.verify.MAX_REJECTIONS`
+        rounds (``rejections``, per user), or the round has participants and it is not one.
+    Conflict: a round without a participant list already holds ``n_p`` other users.
+    """
+    failed = rejections.get(user, 0)
+    if failed >= MAX_REJECTIONS:
+        raise Forbidden(f"user {user}'s uploads failed the servers' verification in {failed} rounds: refused until "
+                        "the operator clears the alarms")
+    if rnd.participants is not None:
+        if user not in rnd.participants:
+            raise Forbidden(f"user {user} is not a participant of round {rnd.round_id}")
+    elif user not in rnd.retrieved and len(rnd.retrieved | rnd.admitting) >= rnd.n_p:
+        raise Conflict(f"round {rnd.round_id} is full ({rnd.n_p} users)")
+    rnd.admitting.add(user)
