@@ -41,7 +41,7 @@ from secemb.data import RatingData, load_movielens, train_test_split
 from secemb.errors import InvalidParameters
 from secemb.protocols.secea import coding
 from secemb.protocols.secea.coding import SecEAParams
-from secemb.protocols.secea.silos import MFSilo, local_epoch, make_silos, one_thread, silos_rmse
+from secemb.protocols.secea.silos import MFSilo, local_epoch, make_silos, one_thread, popular_items, silos_rmse
 from secemb.randomness import system_rng
 
 __all__ = ["AGGREGATIONS", "WARM_UP", "run", "accuracy", "cost", "warm_up"]
@@ -150,7 +150,7 @@ def cost(data: RatingData, num_silos: int, *, cost_items: int, dim: int = 16, th
     """One round of the full protocol (bytes and seconds measured) on the ``cost_items`` most
     rated items, with item rows from ``local_epochs`` of local training; :func:`warm_up` runs
     first, untimed (the result's ``warm_up`` says so)."""
-    from secemb.sim.secea import Deployment, popular_items
+    from secemb.sim.secea import Deployment
 
     train, _ = train_test_split(data, 0.2, seed)
     silos = make_silos(train, num_silos, dim, 0.01, seed)

@@ -24,6 +24,7 @@ closes the stage, and the server answers each device with at most one message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -138,6 +139,22 @@ class RoundPlan:
                 raise InvalidParameters(f"hop stage {h.stage!r} is not in the plan's stages {self.stages}")
             if self.servers == 1 and SERVER1 in (h.src, h.dst):
                 raise InvalidParameters(f"a one-server round has no {SERVER1}: {h}")
+
+    def only(self, stages: Sequence[str]) -> RoundPlan:
+        """The plan of a round that runs only ``stages``, a subsequence of :attr:`stages` (e.g.
+        SecEA: its set-up round runs the set-up stages, its other rounds the aggregation's).
+
+        Raises
+        ------
+        InvalidParameters: ``stages`` empty, not all the plan's or not in its order.
+        """
+        names = tuple(stages)
+        if tuple(names) == self.stages:
+            return self
+        pos = [self.stages.index(s) if isinstance(s, str) and s in self.stages else -1 for s in names]
+        if not names or -1 in pos or pos != sorted(set(pos)):
+            raise InvalidParameters(f"a round runs a subsequence of the stages {self.stages}, got {names!r}")
+        return RoundPlan(tuple(h for h in self.hops if h.stage in names), stages=names, servers=self.servers)
 
     def replies(self, stage: str) -> bool:
         """Whether the server answers the devices in ``stage`` (a hop server -> user)."""

@@ -1,22 +1,11 @@
-"""SecEA through the round engine's one-server phase (:func:`secemb.engine.exchange.play`): the
-server is a :class:`~secemb.protocols.secea.staged.SecEANode` reached through the operator's and
-the silos' links -- in process (:class:`~secemb.engine.exchange.LocalExchange`, every message
-counted on an :class:`~secemb.transport.inprocess.InProcessTransport`) or over HTTP (any
-``connect`` that serves the node and returns its links).
-
-* :class:`Deployment` -- N silos and the server in process, set up (keys, entity union) on
-  creation; :meth:`Deployment.round` aggregates the given rows.  Used by the tests and
-  ``secemb bench secea``'s cost round.
-* :func:`run_secea` -- ``secemb train --protocol secea``: MovieLens users dealt into N silos,
-  each an MF model over its users (:mod:`secemb.protocols.secea.silos`); every round each silo
-  trains ``local_epochs`` locally, then the item rows of the ``items`` most-rated items it holds
-  are averaged by the full protocol (pads and Paillier) and written back.  Its
-  :class:`~secemb.round.results.TrainResult`: test RMSE per round, traffic = ``len()`` of the
-  messages on the links, ``model_sha256`` of the silos' models.
-
-SecEA's averages are exact (the fixed-point average, whatever the randomness), and the local
-training is seeded, so a run's model does not depend on the CSPRNG nor on the transport: in
-process and over HTTP give the same ``model_sha256``.
+"""SecEA in process through the round engine's one-server phase
+(:func:`secemb.engine.exchange.play`): :class:`Deployment` holds the server (a
+:class:`~secemb.protocols.secea.staged.SecEANode`) behind a counting
+:class:`~secemb.engine.exchange.LocalExchange` and N silos, set up (round 0: keys, entity union)
+on creation; :meth:`Deployment.round` aggregates the given rows.  Every message crosses the
+transport as bytes and is counted (``len()`` per silo, up and down).  Used by the tests and
+``secemb bench secea``'s cost round; the training run is
+:class:`secemb.protocols.secea.protocol.SecEAProtocol` (``secemb train --protocol secea``).
 """
 
 from __future__ import annotations
@@ -24,22 +13,17 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol as TypingProtocol
 
 import numpy as np
 
-from secemb.data import RatingData
 from secemb.engine.exchange import ExchangeAdmin, ExchangeLink, ExchangeParty, ExchangeRecord, LocalExchange, play
 from secemb.errors import InvalidParameters
-from secemb.models.base import UserStore
-from secemb.models.optim import AdamConfig
 from secemb.protocols.secea.coding import SecEAParams
-from secemb.protocols.secea.paillier import MIN_KEY_BITS
 from secemb.protocols.secea.parties import SecEAClient
-from secemb.protocols.secea.silos import MFSilo, local_epoch, make_silos, one_thread, silos_rmse
 from secemb.protocols.secea.staged import (
-    SECEA_PLAN,
+    SECEA_ROUND_PLAN,
     SECEA_SETUP_PLAN,
     SETUP_ROUND,
     SecEANode,
@@ -48,11 +32,9 @@ from secemb.protocols.secea.staged import (
 )
 from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import RandomBytes, system_rng
-from secemb.digest import model_sha256
-from secemb.round.results import EpochStats, RoundStats, TrainResult
 from secemb.transport.inprocess import InProcessTransport
 
-__all__ = ["Deployment", "Exchange", "SecEAOptions", "Traffic", "popular_items", "run_secea", "silo_sets"]
+__all__ = ["Deployment", "Exchange", "Traffic"]
 
 Map = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
@@ -197,157 +179,8 @@ class Deployment:
         ids = range(self.params.num_clients) if users is None else sorted(users)
         parties = {i: SecEAParty(self.clients[i], round_id, rows[i]) for i in ids}
         silent = {i: "secea-answer" for i in drop_after_upload or ()}
-        rec, _ = self._play(SECEA_PLAN, round_id, parties, self.traffic, silent)
+        rec, _ = self._play(SECEA_ROUND_PLAN, round_id, parties, self.traffic, silent)
         for i, party in parties.items():
             for part, secs in party.seconds.items():
                 self.traffic.seconds[(i, part)] += secs
         return {i: parties[i].average for i in rec.finished if parties[i].average is not None}  # type: ignore[misc]
-
-
-@dataclass(frozen=True)
-class SecEAOptions:
-    """What ``secemb train --protocol secea`` takes.
-
-    ``silos`` (N) and ``threshold`` (T < N/2); ``rounds`` of ``local_epochs`` local MF epochs
-    each followed by one SecEA aggregation; ``dim`` (MF's d; SecEA averages d + 1 values per
-    item, the bias included); ``items``: the public subset of items aggregated, the ``items``
-    most-rated ones of the training split (0: every item; the others stay local to each silo;
-    Paillier's cost grows with N * sum |E_n|); ``key_bits`` (Paillier modulus, >= 1024); ``lr``,
-    ``reg``, ``batch`` (Adam on each silo); ``seed`` (user dealing, initialization, batch order).
-    The defaults run in well under a minute on two cores.
-    """
-
-    dataset: str = "ml-100k"
-    silos: int = 3
-    threshold: int = 1
-    rounds: int = 3
-    local_epochs: int = 1
-    dim: int = 8
-    items: int = 20
-    key_bits: int = 2048
-    lr: float = 0.01
-    reg: float = 0.1
-    batch: int = 1024
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        ints = {"silos": self.silos, "threshold": self.threshold, "rounds": self.rounds,
-                "local_epochs": self.local_epochs, "dim": self.dim, "items": self.items,
-                "key_bits": self.key_bits, "batch": self.batch, "seed": self.seed}
-        bad = [k for k, v in ints.items() if isinstance(v, bool) or not isinstance(v, int)]
-        if bad:
-            raise InvalidParameters(f"SecEA options {bad} must be ints")
-        if self.silos < 2 or not 0 <= self.threshold or 2 * self.threshold >= self.silos:
-            raise InvalidParameters(f"SecEA needs N >= 2 silos and 0 <= T < N/2, got N = {self.silos}, "
-                                    f"T = {self.threshold}")
-        if min(self.rounds, self.local_epochs, self.dim, self.batch) < 1 or self.items < 0 or self.seed < 0:
-            raise InvalidParameters("rounds, local epochs, dim and batch must be >= 1; items and seed >= 0")
-        if self.key_bits < MIN_KEY_BITS:
-            raise InvalidParameters(f"key bits must be >= {MIN_KEY_BITS}, got {self.key_bits}")
-        if not (self.lr > 0 and self.reg >= 0):
-            raise InvalidParameters(f"lr must be > 0 and reg >= 0, got {self.lr} and {self.reg}")
-
-
-def popular_items(train: RatingData, count: int) -> np.ndarray:
-    """The ``count`` items with the most training ratings (ties: lower id first), sorted; all
-    items when ``count`` is 0."""
-    if count == 0:
-        return np.arange(train.num_items, dtype=np.int64)
-    ranked = np.argsort(-np.bincount(train.items, minlength=train.num_items), kind="stable")
-    return np.sort(ranked[:count]).astype(np.int64)
-
-
-def silo_sets(silos: Sequence[MFSilo], chosen: np.ndarray) -> list[np.ndarray]:
-    """Per silo, the positions (in its item list) of its items among ``chosen``."""
-    return [np.flatnonzero(np.isin(s.items, chosen)) for s in silos]
-
-
-def _model(silos: Sequence[MFSilo]) -> tuple[np.ndarray, np.ndarray]:
-    """The silos' models as (table, dense) for the hash: every silo's item rows stacked in silo
-    order; every silo's user rows, flattened, concatenated."""
-    return (np.vstack([s.item_rows for s in silos]),
-            np.concatenate([s.user_rows.ravel() for s in silos]))
-
-
-def run_secea(opts: SecEAOptions, *, data: tuple[RatingData, RatingData] | None = None,
-              data_dir: str | None = None, download: bool = False,
-              connect: Callable[[SecEANode], Exchange] | None = None, map: Map | None = None,
-              on_start: Callable[[dict[str, Any]], None] | None = None,
-              on_round: Callable[[RoundStats], None] | None = None,
-              on_epoch: Callable[[EpochStats], None] | None = None,
-              _rng: RandomBytes | None = None) -> TrainResult:
-    """Train the silos with SecEA through the engine (``connect``: in process by default) and
-    return the :class:`TrainResult` (an "epoch" is a round: its test RMSE and mean local loss;
-    the set-up's bytes are ``count_bytes_per_user``, reported apart as the two-server runs'
-    one-time exchange is).
-
-    Raises
-    ------
-    InvalidParameters: a bad option; fewer than 2 items held.  secemb.data.DatasetNotFoundError:
-    MovieLens files missing.  secemb.errors.ProtocolError: a round aborted (a silo failed).
-    """
-    from secemb.data import load_dataset, train_test_split
-
-    if data is None:
-        if opts.dataset not in ("ml-100k", "ml-1m"):
-            raise InvalidParameters(f"--protocol secea trains MF silos on ml-100k or ml-1m, got {opts.dataset!r}")
-        train, test = train_test_split(load_dataset(opts.dataset, data_dir, download=download), 0.2, opts.seed)
-    else:
-        train, test = data
-    t0 = time.perf_counter()
-    silos = make_silos(train, opts.silos, opts.dim, opts.lr, opts.seed)
-    chosen = popular_items(train, opts.items)
-    own = silo_sets(silos, chosen)
-    params = SecEAParams(opts.silos, opts.threshold, dim=opts.dim + 1)
-    config: dict[str, Any] = {
-        **asdict(opts), "protocol": "secea", "model": "mf", "servers": 1, "layout": "silos", "relay": True,
-        "parts": params.k, "needed_answers": params.needed_answers, "num_users": train.num_users,
-        "num_items": train.num_items, "items_aggregated": int(chosen.size),
-        "items_per_silo": [int(s.items.size) for s in silos], "entities_per_silo": [int(o.size) for o in own],
-        "metrics": ["rmse"], "total_rounds": opts.rounds,
-    }
-    if on_start is not None:
-        on_start(config)
-    dep = Deployment(params, [s.items[o] for s, o in zip(silos, own, strict=True)], domain=train.num_items,
-                     key_bits=opts.key_bits, connect=connect, map=map, _rng=_rng)
-    setup_bytes = sum(dep.setup_traffic.up.values()) + sum(dep.setup_traffic.down.values())
-    gen = np.random.default_rng(opts.seed + 1)
-    epochs: list[EpochStats] = []
-    up = down = 0
-    user_s = server_s = 0.0
-    for r in range(1, opts.rounds + 1):
-        t_user = time.perf_counter()
-        with one_thread():
-            losses = [local_epoch(s, opts.reg, opts.batch, gen) for s in silos for _ in range(opts.local_epochs)]
-        user_s += time.perf_counter() - t_user
-        before = (sum(dep.traffic.up.values()), sum(dep.traffic.down.values()), dict(dep.traffic.seconds))
-        out = dep.round(r, [s.item_rows[o] for s, o in zip(silos, own, strict=True)])
-        for i, s in enumerate(silos):
-            rows = s.item_rows
-            rows[own[i]] = out[i]
-            s.set_item_rows(rows)
-        r_up = sum(dep.traffic.up.values()) - before[0]
-        r_down = sum(dep.traffic.down.values()) - before[1]
-        secs = {k: v - before[2].get(k, 0.0) for k, v in dep.traffic.seconds.items()}
-        r_user = sum(v for (who, _), v in secs.items() if who != "server")
-        r_server = sum(v for (who, _), v in secs.items() if who == "server")
-        up, down, user_s, server_s = up + r_up, down + r_down, user_s + r_user, server_s + r_server
-        rmse = silos_rmse(silos, test)
-        loss = float(np.mean(losses))
-        if on_round is not None:
-            on_round(RoundStats(r, r, opts.silos, r_up, r_down, 0, r_user, r_server, 0.0, 0.0, False, loss))
-        epochs.append(EpochStats(r, rmse, loss, test_metrics={"rmse": rmse}))
-        if on_epoch is not None:
-            on_epoch(epochs[-1])
-    table, dense = _model(silos)
-    parts = opts.silos * opts.rounds
-    return TrainResult(
-        config=config, epochs=epochs, upload_bytes_per_user_round=up / parts,
-        download_bytes_per_user_round=down / parts, server_bytes_per_round=0.0,
-        count_bytes_per_user=setup_bytes / opts.silos, user_ms_per_round=1e3 * user_s / parts,
-        server_s_per_round=server_s / opts.rounds, server0_s_per_round=server_s / opts.rounds,
-        server1_s_per_round=0.0, optimizer_s_per_round=0.0, verified_rounds=0, rounds=opts.rounds,
-        participations=parts, truncated_participations=0, model_sha256=model_sha256(table, dense),
-        wall_s=time.perf_counter() - t0, table=table, dense=dense,
-        user_store=UserStore(np.vstack([s.user_rows for s in silos]), AdamConfig()),
-    )

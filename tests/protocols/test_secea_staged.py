@@ -14,7 +14,14 @@ from secemb.engine.exchange import LocalExchange, play
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SecEAClient
-from secemb.protocols.secea.staged import SECEA_PLAN, SECEA_SETUP_PLAN, SecEANode, SecEAParty, SecEASetupParty
+from secemb.protocols.secea.staged import (
+    SECEA_PLAN,
+    SECEA_ROUND_PLAN,
+    SECEA_SETUP_PLAN,
+    SecEANode,
+    SecEAParty,
+    SecEASetupParty,
+)
 from secemb.protocols.secea.union import union_bloom
 from secemb.protocols.stages import SERVER0, USER
 from secemb.randomness import CtrDrbg
@@ -46,13 +53,14 @@ def setup(sets, dim=2, seed=0, n=None, t=1):
 
 
 def test_plans_are_exchanges_of_one_server():
-    for plan in (SECEA_SETUP_PLAN, SECEA_PLAN):
+    assert SECEA_PLAN.stages == SECEA_SETUP_PLAN.stages + SECEA_ROUND_PLAN.stages
+    for plan in (SECEA_SETUP_PLAN, SECEA_ROUND_PLAN):
         assert plan.servers == 1
         for stage in plan.stages:
             hops = plan.stage(stage)
             assert [(h.src, h.dst) for h in hops] == [(USER, SERVER0), (SERVER0, USER)]
     assert SECEA_SETUP_PLAN.stages == ("secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask")
-    assert SECEA_PLAN.stages == ("secea-share", "secea-answer")
+    assert SECEA_ROUND_PLAN.stages == ("secea-share", "secea-answer")
 
 
 def test_rounds_through_play_give_the_plain_averages_and_count_every_byte():
@@ -64,7 +72,7 @@ def test_rounds_through_play_give_the_plain_averages_and_count_every_byte():
         rows = [gen.normal(size=(len(s), 3)) for s in sets]
         ex.admin.open_round(r, [0, 1, 2])
         parties = {i: SecEAParty(c, r, rows[i]) for i, c in enumerate(clients)}
-        rec = play(SECEA_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, r)
+        rec = play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, r)
         assert rec.finished == [0, 1, 2] and ex.admin.outcome(r)["state"] == "committed"
         for v, s in enumerate(sets):
             for i, e in enumerate(s):
@@ -81,7 +89,7 @@ def test_deployment_gives_the_engines_averages():
     params, node, ex, clients = setup(sets, seed=2)
     ex.admin.open_round(1, [0, 1, 2])
     parties = {i: SecEAParty(c, 1, rows[i]) for i, c in enumerate(clients)}
-    play(SECEA_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 1)
+    play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 1)
     dep = Deployment(params, [np.array(s) for s in sets], key_bits=KEY_BITS, _rng=CtrDrbg(3))
     out = dep.round(1, rows)
     for v in range(3):
@@ -133,12 +141,12 @@ def test_a_silo_silent_in_the_answers_aborts_the_round_when_all_are_needed():
     ex.admin.open_round(1, [0, 1, 2])
     parties = {i: SecEAParty(c, 1, np.ones((len(sets[i]), 2))) for i, c in enumerate(clients)}
     with pytest.raises(ProtocolError, match="aborted: 2 of 3"):
-        play(SECEA_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 1, silent_from={1: "secea-answer"})
+        play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 1, silent_from={1: "secea-answer"})
     assert ex.admin.outcome(1)["state"] == "aborted"
     assert all(p.average is None for p in parties.values())
     ex.admin.open_round(2, [0, 1, 2])  # the next round runs
     parties = {i: SecEAParty(c, 2, np.ones((len(sets[i]), 2))) for i, c in enumerate(clients)}
-    assert play(SECEA_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 2).finished == [0, 1, 2]
+    assert play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 2).finished == [0, 1, 2]
 
 
 def test_rounds_wait_for_the_set_up_of_every_silo():

@@ -17,7 +17,8 @@ import torch
 
 from secemb.data import RatingData
 
-__all__ = ["MFSilo", "local_epoch", "make_silos", "one_thread", "silos_rmse"]
+__all__ = ["MFSilo", "deal_users", "local_epoch", "make_silos", "one_thread", "popular_items", "silo_entities",
+           "silos_rmse"]
 
 
 @dataclass
@@ -52,11 +53,15 @@ class MFSilo:
         return torch.cat([p.detach(), bu.detach()[:, None]], dim=1).double().numpy()
 
 
+def deal_users(num_users: int, n: int, seed: int) -> np.ndarray:
+    """The silo of every user (a public, seeded dealing: a permutation of the users mod ``n``)."""
+    return np.random.default_rng(seed).permutation(num_users) % n
+
+
 def make_silos(train: RatingData, n: int, dim: int, lr: float, seed: int) -> list[MFSilo]:
-    """``n`` silos over ``train``: users dealt by a seeded permutation, MF parameters drawn
+    """``n`` silos over ``train``: users dealt by :func:`deal_users`, MF parameters drawn
     from torch's generator seeded with ``seed``, Adam at ``lr``."""
-    gen = np.random.default_rng(seed)
-    owner = gen.permutation(train.num_users) % n
+    owner = deal_users(train.num_users, n, seed)
     torch.manual_seed(seed)
     out = []
     for s in range(n):
@@ -117,3 +122,18 @@ def silos_rmse(silos: list[MFSilo], test: RatingData) -> float:
         sq += float(((np.clip(pred, 1.0, 5.0) - test.ratings[mask]) ** 2).sum())
         count += int(mask.sum())
     return (sq / count) ** 0.5
+
+
+def popular_items(train: RatingData, count: int) -> np.ndarray:
+    """The ``count`` items with the most training ratings (ties: lower id first), sorted; every
+    item when ``count`` is 0 (a public choice of the entities SecEA averages)."""
+    if count == 0:
+        return np.arange(train.num_items, dtype=np.int64)
+    ranked = np.argsort(-np.bincount(train.items, minlength=train.num_items), kind="stable")
+    return np.sort(ranked[:count]).astype(np.int64)
+
+
+def silo_entities(silo: MFSilo, chosen: np.ndarray) -> np.ndarray:
+    """The positions (in the silo's item list) of its items among ``chosen``: the rows it
+    aggregates; its entity ids are ``silo.items[positions]``."""
+    return np.flatnonzero(np.isin(silo.items, chosen))

@@ -7,7 +7,8 @@ Every stage is an *exchange*: each silo sends the server one message, the operat
 stage, the server answers each silo with at most one message.  Silo-to-silo traffic (the shares
 and the queries) is one-time-padded by the sender and routed through the server, as the paper
 has it.  Round 0 is the set-up (:data:`SECEA_SETUP_PLAN`, every silo), rounds 1, 2, ... the
-aggregations (:data:`SECEA_PLAN`)::
+aggregations (:data:`SECEA_ROUND_PLAN`); the node's plan (:data:`SECEA_PLAN`) is both, and each
+round's document (:meth:`SecEANode.open_round`) lists the stages it runs::
 
     set-up (round 0)
     secea-keys      secea_hello  -> secea_directory   X25519 and Paillier public keys -> the key directory
@@ -28,6 +29,7 @@ commits if at least ``2(K+T-1)+1`` silos answered, else the server aborts it
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +43,8 @@ from secemb.randomness import RandomBytes, system_rng
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, default_threshold
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
-__all__ = ["SECEA_PLAN", "SECEA_SETUP_PLAN", "SETUP_ROUND", "SecEANode", "SecEAParty", "SecEASetupParty",
-           "psu_config"]
+__all__ = ["SECEA_PLAN", "SECEA_ROUND_PLAN", "SECEA_SETUP_PLAN", "SETUP_ROUND", "SecEANode", "SecEAParty",
+           "SecEASetupParty", "psu_config"]
 
 #: the round id of the set-up; aggregation rounds follow it (ids 1, 2, ...)
 SETUP_ROUND = 0
@@ -60,10 +62,13 @@ def _plan(stages: tuple[str, ...]) -> RoundPlan:
     return RoundPlan(hops, stages=stages, servers=1)
 
 
+#: SecEA's stages: the set-up's, then an aggregation round's (the node's ``plan``; a round runs
+#: the part its round document lists, :meth:`~secemb.protocols.stages.RoundPlan.only`)
+SECEA_PLAN = _plan(SECEA_SETUP_STAGES + SECEA_STAGES)
 #: SecEA's set-up (round 0): the key directory, then the private entity union
-SECEA_SETUP_PLAN = _plan(SECEA_SETUP_STAGES)
+SECEA_SETUP_PLAN = SECEA_PLAN.only(SECEA_SETUP_STAGES)
 #: one SecEA aggregation round: shares and queries, then answers
-SECEA_PLAN = _plan(SECEA_STAGES)
+SECEA_ROUND_PLAN = SECEA_PLAN.only(SECEA_STAGES)
 
 _PSU_STEPS = ("advertise", "shares", "masked", "unmask")
 
@@ -100,7 +105,7 @@ class SecEANode:
 
     Round 0 is the set-up (every silo, stages of :data:`SECEA_SETUP_PLAN`); once it has
     committed, rounds ``1, 2, ...`` (increasing ids, at least ``2(K+T-1)+1`` silos) run
-    :data:`SECEA_PLAN`.  An aborted set-up may be opened again.  Every method raises
+    :data:`SECEA_ROUND_PLAN`.  An aborted set-up may be opened again.  Every method raises
     :class:`~secemb.errors.ProtocolError` when called for another round or out of stage order,
     :class:`~secemb.errors.InvalidMessage` for a malformed or duplicate message or a silo not
     in the round, and :class:`~secemb.errors.InvalidParameters` for a bad round document; a
@@ -108,7 +113,6 @@ class SecEANode:
     """
 
     plan = SECEA_PLAN
-    setup_plan = SECEA_SETUP_PLAN
 
     def __init__(self, params: SecEAParams, bloom: BloomParams, *, _rng: RandomBytes | None = None) -> None:
         self.params, self.bloom = params, bloom
@@ -130,7 +134,7 @@ class SecEANode:
         if self.union is None:
             if round_id != SETUP_ROUND or len(ids) != n:
                 raise ProtocolError(f"the set-up (round {SETUP_ROUND}, all {n} silos) comes first")
-            self._round = _Round(round_id, frozenset(ids), self.setup_plan.stages,
+            self._round = _Round(round_id, frozenset(ids), SECEA_SETUP_STAGES,
                                  psu=SecAggServer(psu_config(self.bloom, n)))
         else:
             if self._round is not None and round_id <= self._round.round_id:
@@ -138,7 +142,7 @@ class SecEANode:
             if len(ids) < self.params.needed_answers:
                 raise InvalidParameters(f"a round needs at least {self.params.needed_answers} = 2(K+T-1)+1 silos, "
                                         f"got {len(ids)}")
-            self._round = _Round(round_id, frozenset(ids), self.plan.stages)
+            self._round = _Round(round_id, frozenset(ids), SECEA_STAGES)
         return {"round_id": round_id, "users": ids, "stages": list(self._round.stages),
                 "setup": round_id == SETUP_ROUND and self.union is None,
                 "union_size": None if self.union is None else int(self.union.size)}
@@ -308,18 +312,20 @@ class SecEAParty:
     ``(len(client.entities), d)``) are its embeddings now, in the order of its entities.
 
     After the round :attr:`average` holds the averages of its entities over the silos that hold
-    them (Eq. 2; ``None`` until the server's result is in).  ``seconds``: its own work per part
+    them (Eq. 2; ``None`` until the server's result is in), also handed to ``on_average`` (e.g.
+    to write them into the silo's model).  ``seconds``: its own work per part
     (``share+query``, ``answer``, ``decode``).
     """
 
-    def __init__(self, client: SecEAClient, round_id: int, rows: np.ndarray) -> None:
-        self.client, self.round_id, self.rows = client, round_id, rows
+    def __init__(self, client: SecEAClient, round_id: int, rows: np.ndarray,
+                 on_average: Callable[[np.ndarray], None] | None = None) -> None:
+        self.client, self.round_id, self.rows, self.on_average = client, round_id, rows, on_average
         self.average: np.ndarray | None = None
         self.seconds: dict[str, float] = {}
         self._relay: bytes | None = None
 
     def message(self, stage: str) -> bytes:
-        """The silo's message of ``stage`` (in :data:`SECEA_PLAN` order)."""
+        """The silo's message of ``stage`` (in :data:`SECEA_ROUND_PLAN` order)."""
         t0 = time.perf_counter()
         if stage == "secea-share":
             out = self.client.upload(self.round_id, self.rows)
@@ -339,6 +345,8 @@ class SecEAParty:
         elif stage == "secea-answer":
             self.average = self.client.finish(body)
             _add(self.seconds, "decode", t0)
+            if self.on_average is not None:
+                self.on_average(self.average)
         else:
             raise ProtocolError(f"silo {self.client.index}: no answer expected in stage {stage!r}")
 
