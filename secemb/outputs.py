@@ -54,7 +54,7 @@ __all__ = [
 #: folder the command writes named files into (check each of those files with ``file``)
 OutputKind = Literal["file", "model-dir", "dir"]
 
-#: how a folder saved by ``secemb train --save-model`` is recognised (secemb.training.trained)
+#: how a folder saved by ``secemb train --save-model`` is recognised (secemb.inference.trained)
 _MODEL_MANIFEST, _MODEL_FORMAT = "manifest.json", "secemb-model"
 
 

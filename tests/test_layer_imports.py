@@ -21,7 +21,7 @@ FORBIDDEN = {
     "protocols": {"round", "engine", "server", "client", "sim", "training", "inference", "transport", "bench", "cli"},
     "round": {"engine", "server", "client", "sim", "training", "inference", "transport", "bench", "cli"},
     "transport": {"engine", "server", "client", "sim", "training", "inference", "bench", "cli"},
-    "inference": {"engine", "server", "client", "sim", "bench", "cli"},
+    "inference": {"engine", "server", "client", "sim", "training", "bench", "cli"},
     "server": {"engine", "client", "sim", "training", "bench", "cli"},
     "client": {"engine", "server", "sim", "training", "bench", "cli"},
 }

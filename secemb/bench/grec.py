@@ -223,7 +223,7 @@ def rank_saved(folder: Any, *, data_dir: Any = None, chunk: int = 1 << 14) -> di
 
     from secemb.data import by_user, load_dataset, validation_split
     from secemb.inference.saved import load_denoiser
-    from secemb.training.trained import TrainedModel
+    from secemb.inference.trained import TrainedModel
 
     root = Path(folder)
     if not (root / "recommender").is_dir() or not (root / "denoiser.npz").is_file():
@@ -349,10 +349,10 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
             from pathlib import Path
 
             from secemb.inference.saved import save_denoiser
-            from secemb.training.trained import TrainedModel
+            from secemb.inference.trained import TrainedModel
 
             folder = Path(save_dir) / (f"{model}-seed{seed}" + ("" if len(epsilons) == 1 else f"-eps{epsilon}"))
-            TrainedModel.from_training(built, rec).save(folder / "recommender")
+            TrainedModel.from_training(built.model, built.train_data, rec).save(folder / "recommender")
             save_denoiser(folder / "denoiser.npz", den, dres.table, dres.dense,
                           recommender_sha256=rec.model_sha256, selection=dres.selection())
         rows.append({"model": model, "dataset": dataset, "seed": seed, "dim": d, "epsilon": float(epsilon),

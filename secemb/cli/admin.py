@@ -400,8 +400,8 @@ def _export_model(dep: Any, out: Path, dataset: str | None, ids: Any) -> dict[st
     """
     from secemb.errors import InvalidParameters
     from secemb.inference.denoiser import NAME
+    from secemb.inference.trained import save_public
     from secemb.outputs import atomic_dir
-    from secemb.training.trained import save_public
 
     cfg = dep.config(0)
     if cfg.model == NAME:

@@ -190,7 +190,7 @@ def _device_index(user: str | None, index: int | None) -> int | None:
 
 def _item_ids(recommender: Path) -> IdMap | None:
     """The raw item ids and titles of the recommender's saved folder (``None``: it records none)."""
-    from secemb.training.trained import read_item_ids
+    from secemb.inference.trained import read_item_ids
 
     return read_item_ids(recommender)
 
@@ -230,15 +230,15 @@ def _local(model_dir: Path, who: tuple[str | None, int | None], denoiser: Path |
            given: dict[str, float | None], parse_items: Any, ledger: Any) -> dict[str, Any]:
     """The in-process exchange on a saved model (the fields of the output, with the private
     ``_scores``, ``_wanted`` and ``_ids``, the model's id map); ``who``: ``(--user, --index)``."""
-    from secemb.cli._items import pick_user
     import numpy as np
 
+    from secemb.cli._items import pick_user
     from secemb.errors import InvalidParameters
     from secemb.inference import DenoiserContext
     from secemb.inference.saved import load_denoiser
     from secemb.inference.service import InferenceDevice, InferenceServer
     from secemb.inference.service import infer as run_inference
-    from secemb.training.trained import TrainedModel
+    from secemb.inference.trained import TrainedModel
     from secemb.transport.inprocess import DOWNLOAD, UPLOAD, InProcessTransport
 
     if who == (None, None):
@@ -319,12 +319,12 @@ def _remote(credentials: Path, state_file: Path, user: int | None, given: dict[s
     import numpy as np
 
     from secemb.cli._usage import fail
-    from secemb.transport.credentials import DeviceCredentials
     from secemb.client.inference import infer_remote
-    from secemb.transport.http import HttpServerLink
     from secemb.errors import InvalidMessage, InvalidParameters
     from secemb.server.tls import client_context
+    from secemb.transport.credentials import DeviceCredentials
     from secemb.transport.errors import RemoteError, Unreachable
+    from secemb.transport.http import HttpServerLink
 
     creds = DeviceCredentials.load(credentials)
     if user is not None and user != creds.user:

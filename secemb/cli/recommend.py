@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         from secemb.cli._items import item_fields, item_rows, pick_user
         from secemb.cli._usage import fail
         from secemb.errors import InvalidMessage, InvalidParameters
-        from secemb.training.trained import TrainedModel
+        from secemb.inference.trained import TrainedModel
 
         try:
             trained = TrainedModel.load(model_dir)

@@ -3,7 +3,7 @@
 Every loader remaps the ids of its files to contiguous 0-based indices (in sorted order of the
 raw ids) and keeps the raw ids here, by index, with the items' titles where the dataset has
 them (MovieLens ``u.item``, ``movies.dat``, ``movies.csv``, RecBole's ``ml-100k.item``).  A
-saved model keeps them in two files (:mod:`secemb.training.trained`; docs/training.md):
+saved model keeps them in two files (:mod:`secemb.inference.trained`; docs/training.md):
 
 ``items.json`` (public catalogue data, beside ``public.npz``)::
 

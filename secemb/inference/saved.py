@@ -1,5 +1,5 @@
 """A trained denoiser on disk, beside its recommender's saved folder
-(:meth:`secemb.training.TrainedModel.save`); and the recommender's public table for the
+(:meth:`secemb.inference.trained.TrainedModel.save`); and the recommender's public table for the
 servers that train a denoiser (:func:`save_frozen_table`, ``[model] frozen_table``).
 
 One ``.npz`` (``allow_pickle=False``): ``e`` float64 ``(m, d^)`` (F_i's table: what a device
@@ -17,6 +17,7 @@ is refused: nothing tells which recommender it belongs to.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -27,9 +28,11 @@ import numpy as np
 from secemb.data.features import FeatureSet
 from secemb.digest import is_sha256_hex, model_sha256, table_sha256
 from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.inference import trained as tm
 from secemb.inference.denoiser import Denoiser, DenoiserContext
 from secemb.inference.mechanism import GaussianLDP
-from secemb.models import RecModel
+from secemb.inference.trained import TrainedModel
+from secemb.models import RecModel, get_model
 from secemb.outputs import atomic_write_bytes
 
 __all__ = ["load_denoiser", "load_denoiser_on_device", "load_frozen_table", "load_public_recommender",
@@ -47,8 +50,6 @@ def _write_npz(path: str | os.PathLike, **arrays: Any) -> Path:
         The folder cannot be created, the arrays cannot be serialized, or the disk refused the
         write.
     """
-    import io
-
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return atomic_write_bytes(path, buf.getvalue(), mode=0o600)
@@ -84,10 +85,10 @@ def save_denoiser(path: str | os.PathLike, denoiser: Denoiser, table: np.ndarray
                       recommender_sha256=np.frombuffer(recommender_sha256.encode("ascii"), dtype=np.uint8), **record)
 
 
-def load_denoiser(path: str | os.PathLike, trained: Any, *, recommender: str | os.PathLike
+def load_denoiser(path: str | os.PathLike, trained: TrainedModel, *, recommender: str | os.PathLike
                   ) -> tuple[Denoiser, np.ndarray, np.ndarray]:
     """``(denoiser, table, dense)`` from ``path`` against the recommender ``trained`` (a
-    :class:`~secemb.training.TrainedModel`, read from ``recommender``: the name the errors give).
+    :class:`~secemb.inference.trained.TrainedModel`, read from ``recommender``: the name the errors give).
 
     Raises
     ------
@@ -185,8 +186,8 @@ def load_denoiser_on_device(path: str | os.PathLike, model: RecModel, dense: np.
 
 def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.ndarray, str, int, str]:
     """``(model, dense, model_sha256, num_items, table_sha256)``: the public part of a
-    recommender's saved folder (:meth:`secemb.training.TrainedModel.save`, or the public files
-    alone that :func:`secemb.training.trained.save_public` writes: ``secemb admin export-model``)
+    recommender's saved folder (:meth:`secemb.inference.trained.TrainedModel.save`, or the public files
+    alone that :func:`secemb.inference.trained.save_public` writes: ``secemb admin export-model``)
     -- ``manifest.json``
     and ``public.npz`` only, each checked (the file's SHA-256, the model's); ``devices.npz``
     (every device's private state) is neither needed nor read, so an operator can publish the
@@ -205,9 +206,6 @@ def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.nda
     InvalidMessage
         A missing, corrupted or malformed manifest or ``public.npz``.
     """
-    from secemb.models import get_model
-    from secemb.training import trained as tm
-
     root = Path(folder)
     if not root.is_dir():
         raise InvalidParameters(f"recommender folder {root}: expected a folder written by --save-model")
@@ -217,9 +215,9 @@ def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.nda
         raise InvalidMessage(f"{root / tm.MANIFEST}: not readable JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != tm.FORMAT or manifest.get("version") != tm.VERSION:
         raise InvalidMessage(f"{root / tm.MANIFEST}: not a saved model's manifest")
-    files = tm._field(manifest, "files", dict)
-    public = tm._read_npz(root / tm.PUBLIC, files.get(tm.PUBLIC), {"table", "dense"}, {"item_features"})
-    spec = dict(tm._field(manifest, "model_spec", dict))
+    files = tm.manifest_field(manifest, "files", dict)
+    public = tm.read_npz(root / tm.PUBLIC, files.get(tm.PUBLIC), {"table", "dense"}, {"item_features"})
+    spec = dict(tm.manifest_field(manifest, "model_spec", dict))
     try:
         feats = manifest.get("features")
         if feats is not None:  # the public item features; no user's row (each device has its own)
@@ -229,11 +227,11 @@ def load_public_recommender(folder: str | os.PathLike) -> tuple[RecModel, np.nda
             spec["features"] = FeatureSet(str(feats.get("name", "")), np.zeros((0, len(names)), dtype=np.uint8),
                                           public["item_features"], names,
                                           tuple(str(n) for n in feats.get("item_names", ())))
-        model = get_model(tm._field(manifest, "model", str), **spec)
+        model = get_model(tm.manifest_field(manifest, "model", str), **spec)
     except (InvalidParameters, TypeError) as exc:
         raise InvalidMessage(f"{root / tm.MANIFEST}: {exc}") from None
     table, dense = public["table"], public["dense"]
-    sha = tm._field(manifest, "model_sha256", str)
+    sha = tm.manifest_field(manifest, "model_sha256", str)
     if (dense.dtype != np.float64 or dense.shape != (model.dense_size,) or table.shape[1:] != (model.sparse_width,)
             or model_sha256(table, dense) != sha):
         raise InvalidMessage(f"{root / tm.PUBLIC}: the table or dense vector does not fit {model.name} or the "

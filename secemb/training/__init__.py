@@ -15,6 +15,7 @@ re-exports directly.
 from __future__ import annotations
 
 from secemb.digest import model_sha256
+from secemb.inference.trained import TrainedModel
 from secemb.metrics import rmse
 from secemb.protocols.placement import PaddedRequest, pad_or_truncate
 from secemb.protocols.stages import STAGES
@@ -22,7 +23,6 @@ from secemb.round.optimizer import ServerAdam
 from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult, VerificationError
 from secemb.training.experiment import Experiment, ExperimentResult, run_experiment
 from secemb.training.loop import train
-from secemb.training.trained import TrainedModel
 
 __all__ = [
     "STAGES",

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from secemb.errors import InvalidParameters
+from secemb.inference.trained import TrainedModel
 from secemb.metrics import get_metric
 from secemb.protocols import PROTOCOLS, protocol_class
 from secemb.round.results import EpochStats, RoundStats, TrainResult
 from secemb.training.builder import BuiltExperiment, build_experiment
 from secemb.training.loop import train
-from secemb.training.trained import TrainedModel
 from secemb.transport.inprocess import InProcessTransport
 
 __all__ = ["Experiment", "ExperimentResult", "run_experiment"]
@@ -145,7 +145,7 @@ class Experiment:
         built = build_experiment(self)
         result = _train_built(built, on_start=on_start, on_round=on_round, on_epoch=on_epoch, behavior=behavior,
                               after_round=after_round)
-        return ExperimentResult(self, result, TrainedModel.from_training(built, result))
+        return ExperimentResult(self, result, TrainedModel.from_training(built.model, built.train_data, result))
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ class ExperimentResult:
     experiment: the experiment that ran.
     train_result: the full :class:`~secemb.training.TrainResult` (every epoch's metrics,
         timings, the configuration; ``to_dict()`` is the JSON document of ``secemb train``).
-    model: the :class:`~secemb.training.trained.TrainedModel` (public model, every device's
+    model: the :class:`~secemb.inference.trained.TrainedModel` (public model, every device's
         private state): ``recommend(user, k)``, ``save(folder)``.
     """
 

@@ -17,12 +17,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_helpers import assert_usage_error, run_cli
 
 from secemb.data import load_dataset, read_own_ratings
 from secemb.data.ids import IdMap
 from secemb.errors import InvalidParameters
-from secemb.training.trained import TrainedModel
-from cli_helpers import assert_usage_error, run_cli
+from secemb.inference.trained import TrainedModel
 
 USERS = [f"user{i}" for i in range(12)]
 ITEMS = ["The Matrix", "Heat", "Alien", "Up", "Jaws", "Big", "Fargo", "Se7en", "Rocky", "Tron", "Brazil", "Ran",

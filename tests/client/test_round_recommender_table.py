@@ -23,11 +23,11 @@ from secemb.engine.local import InProcessServers, LocalServerLink
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference import Denoiser, GaussianLDP
 from secemb.inference.saved import load_public_recommender
+from secemb.inference.trained import TrainedModel
 from secemb.models import MatrixFactorization, UserStore
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.protocols.base import RoundConfig
-from secemb.training.trained import TrainedModel
 
 NUM_USERS, NUM_ITEMS = 12, 20
 MF = MatrixFactorization(dim=2)

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from secemb.cli import app
 from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
 from secemb.inference.saved import load_denoiser, save_denoiser
+from secemb.inference.trained import TrainedModel
 from secemb.training import Experiment
-from secemb.training.trained import TrainedModel
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ from secemb.inference.saved import (
     save_frozen_table,
 )
 from secemb.inference.service import InferenceDevice, InferenceServer, infer
+from secemb.inference.trained import TrainedModel
 from secemb.models import DeepFM, FactorizationMachine, MatrixFactorization, RecModel, UserStore
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
@@ -38,7 +39,6 @@ from secemb.round.messages import decode_model
 from secemb.server.deploy import init_deployment
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
-from secemb.training.trained import TrainedModel
 
 MECH = GaussianLDP(2.0, 1e-4, 1.0)  # not the default: the device must take it from the spec
 HP = {"hat_d": 3, "hidden": 6}

@@ -20,13 +20,13 @@ from secemb.inference import GaussianLDP
 from secemb.inference.releases import ReleaseLedger
 from secemb.inference.representation import representation_for
 from secemb.inference.service import InferenceDevice, InferenceServer, infer
+from secemb.inference.trained import TrainedModel
 from secemb.models import FactorizationMachine, UserStore
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.round.messages import decode_model
 from secemb.sim.cluster import LocalCluster
 from secemb.training import TrainConfig
-from secemb.training.trained import TrainedModel
 
 USER = 5
 runner = CliRunner()

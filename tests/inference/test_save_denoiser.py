@@ -19,12 +19,12 @@ from secemb.cli import app
 from secemb.digest import model_sha256
 from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
 from secemb.inference.saved import save_denoiser, save_frozen_table
+from secemb.inference.trained import TrainedModel
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
 from secemb.round.messages import encode_model
 from secemb.server.deploy import init_deployment
 from secemb.training import TrainConfig
-from secemb.training.trained import TrainedModel
 from secemb.transport.network import ApiClient
 
 runner = CliRunner()

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from secemb.cli import app
 from secemb.data import RatingData, load_dataset, train_test_split, validation_split
 from secemb.errors import InvalidParameters
+from secemb.inference.trained import TrainedModel
 from secemb.models.base import UserStore
 from secemb.models.optim import AdamConfig
 from secemb.privacy.accounting import DPSettings
@@ -23,7 +24,6 @@ from secemb.training import Experiment, TrainConfig, run_experiment
 from secemb.training.builder import build_experiment
 from secemb.training.experiment import ExperimentResult
 from secemb.training.loop import train
-from secemb.training.trained import TrainedModel
 
 #: a learning rate high enough that the validation RMSE of MF on synthetic-mini rises again after
 #: a few epochs (1.37, 1.43, 1.29, 1.25, 1.33, 1.39 at seed 0): the case early stopping is for

@@ -37,11 +37,11 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from secemb.data import by_user
+from secemb.data import RatingData, by_user
 from secemb.data.features import FeatureSet
 from secemb.data.ids import IdMap, item_ids_from_document, user_ids_from_document
 from secemb.digest import model_sha256
@@ -50,10 +50,8 @@ from secemb.models import RecModel, SequenceModel, UserStore, get_model
 from secemb.models.optim import AdamConfig
 from secemb.round.results import TrainResult
 
-if TYPE_CHECKING:  # pragma: no cover
-    from secemb.training.builder import BuiltExperiment
-
-__all__ = ["FORMAT", "VERSION", "Recommendations", "TrainedModel", "read_item_ids", "save_public"]
+__all__ = ["DEVICES", "FORMAT", "ITEMS", "MANIFEST", "PUBLIC", "USERS", "VERSION", "Recommendations", "TrainedModel",
+           "manifest_field", "read_item_ids", "read_npz", "save_public"]
 
 #: the manifest's ``format`` field
 FORMAT = "secemb-model"
@@ -112,7 +110,7 @@ def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _read_npz(path: Path, expected_sha256: object, required: set[str], optional: set[str]) -> dict[str, np.ndarray]:
+def read_npz(path: Path, expected_sha256: object, required: set[str], optional: set[str]) -> dict[str, np.ndarray]:
     """The arrays of ``path`` after checking its SHA-256 and its keys (no pickle)."""
     if not path.is_file():
         raise InvalidMessage(f"{path}: missing (the manifest names it)")
@@ -241,7 +239,7 @@ def read_item_ids(folder: str | os.PathLike) -> IdMap | None:
     """
     root = Path(folder)
     manifest = _manifest(root)
-    return _read_ids(root, manifest, _field(manifest, "num_items", int), None)
+    return _read_ids(root, manifest, manifest_field(manifest, "num_items", int), None)
 
 
 def _manifest(root: Path) -> dict[str, Any]:
@@ -269,7 +267,14 @@ def _manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
-def _field(manifest: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+def manifest_field(manifest: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """``manifest[key]``, checked to be a ``kind`` (a bool is not an int here).
+
+    Raises
+    ------
+    InvalidMessage
+        The field is missing or of another type.
+    """
     value = manifest.get(key)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise InvalidMessage(f"{MANIFEST}: field {key!r} missing or of the wrong type, got {value!r}")
@@ -308,14 +313,14 @@ class TrainedModel:
     ids: IdMap | None = None
 
     @classmethod
-    def from_training(cls, built: BuiltExperiment, result: TrainResult) -> TrainedModel:
-        """The model ``result`` trained from ``built`` (:func:`~secemb.training.build_experiment`)."""
-        train = built.train_data
+    def from_training(cls, model: RecModel, train: RatingData, result: TrainResult) -> TrainedModel:
+        """The ``model`` that ``result`` trained on ``train`` (the training data: what each user
+        rated, left out of :meth:`recommend`)."""
         rated = by_user(train, order="time" if train.timestamps is not None else "item")
         cfg = result.config
         info = {"protocol": cfg["protocol"], "dataset": cfg.get("dataset", train.name), "seed": cfg["seed"],
                 "model_sha256": result.model_sha256, "config": dict(cfg), "selection": result.selection()}
-        return cls(built.model, result.table, result.dense, result.user_store, rated.indptr, rated.items, info,
+        return cls(model, result.table, result.dense, result.user_store, rated.indptr, rated.items, info,
                    train.ids)
 
     @property
@@ -437,14 +442,14 @@ class TrainedModel:
         """
         root = Path(folder)
         manifest = _manifest(root)
-        files = _field(manifest, "files", dict)
+        files = manifest_field(manifest, "files", dict)
         if DEVICES not in files:
             raise InvalidMessage(f"{root}: holds a public model only (no {DEVICES}: exported from a deployment, whose "
                                  "users' parameters stay on their devices), so it has no user to recommend for; a "
                                  f"device uses it with 'secemb infer --credentials FILE --state-file STATE "
                                  f"--recommender {root}'")
-        public = _read_npz(root / PUBLIC, files.get(PUBLIC), {"table", "dense"}, {"item_features"})
-        devices = _read_npz(root / DEVICES, files.get(DEVICES),
+        public = read_npz(root / PUBLIC, files.get(PUBLIC), {"table", "dense"}, {"item_features"})
+        devices = read_npz(root / DEVICES, files.get(DEVICES),
                             {"params", "adam_m", "adam_v", "adam_t", "rated_indptr", "rated_items"}, {"user_features"})
         try:
             trained = cls._from_arrays(manifest, public, devices)
@@ -456,7 +461,7 @@ class TrainedModel:
     def _from_arrays(cls, manifest: dict[str, Any], public: dict[str, np.ndarray],
                      devices: dict[str, np.ndarray]) -> TrainedModel:
         """Rebuild and check the model the manifest and the arrays describe."""
-        spec = dict(_field(manifest, "model_spec", dict))
+        spec = dict(manifest_field(manifest, "model_spec", dict))
         feats = manifest.get("features")
         if feats is not None:
             if not isinstance(feats, dict) or "item_features" not in public or "user_features" not in devices:
@@ -464,22 +469,22 @@ class TrainedModel:
             spec["features"] = FeatureSet(str(feats.get("name", "")), devices.pop("user_features"),
                                           public.pop("item_features"), tuple(feats.get("user_names", ())),
                                           tuple(feats.get("item_names", ())))
-        model = get_model(_field(manifest, "model", str), **spec)
+        model = get_model(manifest_field(manifest, "model", str), **spec)
         table, dense = public["table"], public["dense"]
-        num_items = _field(manifest, "num_items", int)
+        num_items = manifest_field(manifest, "num_items", int)
         if table.dtype != np.float64 or table.shape != (num_items, model.sparse_width):
             raise InvalidMessage(f"{PUBLIC}: table must be float64 {(num_items, model.sparse_width)}, got "
                                  f"{table.dtype} {table.shape}")
         if dense.dtype != np.float64 or dense.shape != (model.dense_size,):
             raise InvalidMessage(f"{PUBLIC}: dense must be float64 ({model.dense_size},), got {dense.dtype} "
                                  f"{dense.shape}")
-        expected = _field(manifest, "model_sha256", str)
+        expected = manifest_field(manifest, "model_sha256", str)
         if model_sha256(table, dense) != expected:
             raise InvalidMessage(f"{PUBLIC}: the model's SHA-256 differs from the manifest's {expected}")
-        optimizer = AdamConfig(**_field(manifest, "optimizer", dict))
+        optimizer = AdamConfig(**manifest_field(manifest, "optimizer", dict))
         indptr, rated = devices.pop("rated_indptr"), devices.pop("rated_items")
         store = UserStore.from_state_dict(devices, optimizer)
-        if store.private_size != model.private_size or store.num_users != _field(manifest, "num_users", int):
+        if store.private_size != model.private_size or store.num_users != manifest_field(manifest, "num_users", int):
             raise InvalidMessage(f"{DEVICES}: params must be ({manifest['num_users']}, {model.private_size}), got "
                                  f"{store.params.shape}")
         if (indptr.dtype != np.int64 or indptr.shape != (store.num_users + 1,) or indptr[0] != 0
