@@ -4,26 +4,29 @@ A batch of ``K`` keys of one party shares one :class:`DPFParams`.  A 128-bit wor
 little-endian ``uint64``; a tree node's word carries its control bit ``t`` in bit 0 (the
 low bit of byte 0) and its seed in the other 127 bits.
 
-Serialized batch (all integers little-endian)::
+Serialized batch (all integers little-endian), a message of the one framing
+(:mod:`secemb.framing`)::
 
-    header (24 bytes)
-      magic        4  b"SEDK"
-      version      1  = 1
-      kind         1  1 = full key (path + output correction word), 2 = path part only,
-                      3 = shared part (a full key without its roots; party field 0)
-      party        1  0 or 1
+    framing header (32 bytes)
+      protocol     KEYS_WIRE_ID (255)
+      kind         1 = full key (path + output correction word), 2 = path part only,
+                   3 = shared part (a full key without its roots; party field 0)
+      party        0 or 1
+      peer, round  0
+    key parameters (17 bytes)
       ring_bits    1  32 or 64 (0 for a path part)
       domain_size  8  m >= 1
       width        4  payload width d (0 for a path part)
       count        4  K
-    body, K entries of each field, field after field
+    then K entries of each field, field after field
       roots        K * 16               root word; bit 0 must equal the party
       cw_seeds     K * n * 16           per level: seed correction word, bit 0 = tCW_L
       cw_tr        K * ceil(n / 8)      per level i: bit (i % 8) of byte (i // 8) = tCW_R
       cw_out       K * d * ring_bits/8  output correction word (full keys only)
 
 ``n = ceil(log2 m)`` is the tree depth.  One key takes ``16 + 16 n + ceil(n/8) + d k/8``
-bytes; a batch ``24 + K`` times that.  Both parties' keys share every field but the roots:
+bytes; a batch ``49 + K`` times that (:data:`HEADER_BYTES` = 49: the framing header and the
+key parameters).  Both parties' keys share every field but the roots:
 the *shared part* (kind 3) is a full batch without its ``roots`` field, and
 :meth:`DPFKeys.from_shared` rebuilds either party's keys from it and that party's roots.
 """
@@ -37,20 +40,20 @@ from typing import cast
 
 import numpy as np
 
+from secemb import framing
 from secemb.errors import InvalidKey, InvalidParameters
 
-__all__ = ["DPFParams", "PathKeys", "DPFKeys", "HEADER_BYTES", "KEY_MAGIC", "KEY_VERSION"]
+__all__ = ["DPFParams", "PathKeys", "DPFKeys", "HEADER_BYTES"]
 
 #: what the parsers accept (each takes a flat byte view of it)
-_Bytes = bytes | bytearray | memoryview
+_Bytes = framing.Buffer
 
-KEY_MAGIC = b"SEDK"
-KEY_VERSION = 1
 _KIND_FULL = 1
 _KIND_PATH = 2
 _KIND_SHARED = 3
-_HEADER = struct.Struct("<4sBBBBQII")
-HEADER_BYTES = _HEADER.size  # 24
+_PARAMS = struct.Struct("<BQII")  # ring_bits, domain_size, width, count
+#: bytes before the roots: the framing header and the key parameters
+HEADER_BYTES = framing.HEADER_BYTES + _PARAMS.size  # 49
 _MAX_DOMAIN = 1 << 40
 _MAX_WIDTH = 1 << 20
 
@@ -119,8 +122,10 @@ class DPFParams:
         return DPFParams(self.domain_size, payload_width, self.ring_bits if ring_bits is None else ring_bits)
 
 
-def _pack_header(kind: int, party: int, ring_bits: int, params: DPFParams, width: int, count: int) -> bytes:
-    return _HEADER.pack(KEY_MAGIC, KEY_VERSION, kind, party, ring_bits, params.domain_size, width, count)
+def _frame(kind: int, party: int, ring_bits: int, domain_size: int, width: int, count: int, *fields: _Bytes) -> bytes:
+    """One framed batch: the header, the key parameters, then ``fields``."""
+    head = _PARAMS.pack(ring_bits, domain_size, width, count)
+    return framing.frame(framing.KEYS_WIRE_ID, kind, party, 0, 0, head, *fields)
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,8 +189,7 @@ class PathKeys:
 
     def to_bytes(self) -> bytes:
         """Serialize (kind 2, path part only)."""
-        head = _pack_header(_KIND_PATH, self.party, 0, self.params, 0, len(self))
-        return head + b"".join(self._body())
+        return _frame(_KIND_PATH, self.party, 0, self.params.domain_size, 0, len(self), *self._body())
 
     @classmethod
     def _parse_body(cls, params: DPFParams, party: int, k: int, body: memoryview) -> tuple[PathKeys, int]:
@@ -270,9 +274,9 @@ class DPFKeys:
     def to_bytes(self) -> bytes:
         """Serialize (kind 1); the length is ``24 + K * params.key_bytes``."""
         p = self.params
-        head = _pack_header(_KIND_FULL, self.party, p.ring_bits, p, p.payload_width, len(self))
         out = self.cw_out.astype(p.dtype.newbyteorder("<")).tobytes()
-        return head + b"".join(self.path._body()) + out
+        return _frame(_KIND_FULL, self.party, p.ring_bits, p.domain_size, p.payload_width, len(self),
+                      *self.path._body(), out)
 
     def to_bytes_split(self, parts: int) -> list[bytes]:
         """:meth:`to_bytes` of each of ``parts`` equal consecutive batches of the keys (each
@@ -287,19 +291,19 @@ class DPFKeys:
         if parts < 1 or k % parts:
             raise InvalidParameters(f"cannot split {k} keys into {parts} equal batches")
         c, p = k // parts, self.params
-        head = _pack_header(_KIND_FULL, self.party, p.ring_bits, p, p.payload_width, c)
         out = self.cw_out.astype(p.dtype.newbyteorder("<")).tobytes()
         fields = [*self.path._body(), out]  # each field is K equal records, batch-major
         sizes = [len(f) // parts for f in fields]
-        return [head + b"".join(f[i * n : (i + 1) * n] for f, n in zip(fields, sizes, strict=True))
+        return [_frame(_KIND_FULL, self.party, p.ring_bits, p.domain_size, p.payload_width, c,
+                       *(f[i * n : (i + 1) * n] for f, n in zip(fields, sizes, strict=True)))
                 for i in range(parts)]
 
     def shared_bytes(self) -> bytes:
         """Serialize everything but the roots (kind 3): identical for both parties' keys."""
         p = self.params
-        head = _pack_header(_KIND_SHARED, 0, p.ring_bits, p, p.payload_width, len(self))
         out = self.cw_out.astype(p.dtype.newbyteorder("<")).tobytes()
-        return head + b"".join(self.path._body()[1:]) + out
+        return _frame(_KIND_SHARED, 0, p.ring_bits, p.domain_size, p.payload_width, len(self),
+                      *self.path._body()[1:], out)
 
     @classmethod
     def from_bytes_many(cls, datas: Sequence[_Bytes], *, domain_size: int, party: int, count: int, payload_width: int,
@@ -391,16 +395,10 @@ class DPFKeys:
             raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
         if not isinstance(shared, _Bytes) or not isinstance(roots, _Bytes):
             raise TypeError("shared part and roots must be bytes")
-        shared = memoryview(shared).cast("B")
-        if len(shared) < HEADER_BYTES:
-            raise InvalidKey(f"shared part too short: {len(shared)} bytes")
-        magic, version, kind, p, ring, m, width, k = _HEADER.unpack_from(shared)
-        if kind != _KIND_SHARED or p != 0:
-            raise InvalidKey(f"not a shared key part (kind {kind}, party {p})")
+        params, _, k, (ring, width), body = _parse_header(shared, _KIND_SHARED, None, 0, None)
         if len(roots) != 16 * k:
             raise InvalidKey(f"expected {16 * k} bytes of roots for {k} keys, got {len(roots)}")
-        head = _HEADER.pack(magic, version, _KIND_FULL, party, ring, m, width, k)
-        return head + bytes(roots) + bytes(shared[HEADER_BYTES:])
+        return _frame(_KIND_FULL, party, ring, params.domain_size, width, k, roots, body)
 
     @classmethod
     def from_bytes(
@@ -442,16 +440,11 @@ class DPFKeys:
 def _parse_header(data: _Bytes, kind: int, domain_size: int | None, party: int | None, count: int | None):  # noqa: ANN202
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"key data must be bytes, got {type(data).__name__}")
-    data = memoryview(data).cast("B")
-    if len(data) < HEADER_BYTES:
-        raise InvalidKey(f"key data too short: {len(data)} bytes, header needs {HEADER_BYTES}")
-    magic, version, got_kind, p, ring, m, width, k = _HEADER.unpack_from(data)
-    if magic != KEY_MAGIC:
-        raise InvalidKey(f"not a secemb key batch (magic {bytes(magic)!r})")
-    if version != KEY_VERSION:
-        raise InvalidKey(f"unsupported key version {version}, expected {KEY_VERSION}")
-    if got_kind != kind:
-        raise InvalidKey(f"wrong key kind {got_kind}, expected {kind}")
+    p, _, _, body = framing.open_frame(data, framing.KEYS_WIRE_ID, kind, "key batch", 0, None, 0, None, InvalidKey)
+    if len(body) < _PARAMS.size:
+        raise InvalidKey(f"key batch too short: {len(body)} bytes after the framing header, the key parameters "
+                         f"need {_PARAMS.size}")
+    ring, m, width, k = _PARAMS.unpack_from(body)
     if p not in (0, 1) or (party is not None and p != party):
         raise InvalidKey(f"key party {p} where {party if party is not None else '0 or 1'} was expected")
     if domain_size is not None and m != domain_size:
@@ -464,4 +457,4 @@ def _parse_header(data: _Bytes, kind: int, domain_size: int | None, party: int |
         params = DPFParams(m, 0)
     except InvalidParameters as exc:
         raise InvalidKey(f"bad key domain: {exc}") from None
-    return params, p, k, (ring, width), data[HEADER_BYTES:]
+    return params, p, k, (ring, width), body[_PARAMS.size :]

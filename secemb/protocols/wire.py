@@ -1,14 +1,10 @@
-"""Framing of protocol messages (spec: ``docs/wire-format.md``).
+"""SecEmb's protocol messages in the one framing (:mod:`secemb.framing`; spec: ``docs/wire-format.md``).
 
-Every protocol message is ``header || body``.  The 24-byte header (little-endian)::
-
-    magic     4  b"SEMB"
-    version   1  = 1
-    protocol  1  wire id registered with the protocol (secemb.protocols.registry)
-    kind      1  message kind (KINDS)
-    party     1  the server the message is for or from (0, 1)
-    round_id  8
-    body_len  8  exact length of the body
+Every protocol message is ``header || body`` with the framing's 32-byte header: the protocol
+byte is the wire id registered with the protocol (:mod:`secemb.protocols.registry`), or
+:data:`~secemb.framing.ENGINE_WIRE_ID` for the round's own messages; the kind is one of
+:data:`KINDS`; the party field is the server (0, 1) the message is for or from; the peer
+field is 0.
 
 A parser states what it expects (protocol, kind, party, round, body length) and
 :func:`open_message` raises :class:`~secemb.errors.InvalidMessage` if anything differs.
@@ -24,8 +20,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidMessage, InvalidParameters
-from secemb.protocols.registry import ENGINE_WIRE_ID, wire_id
+from secemb.errors import InvalidParameters
+from secemb.framing import ENGINE_WIRE_ID, HEADER_BYTES, Buffer, open_frame
+from secemb.framing import frame as _frame
+from secemb.protocols.registry import wire_id
 
 if TYPE_CHECKING:
     from secemb.protocols.base import RoundConfig
@@ -42,11 +40,6 @@ __all__ = [
     "check_ring",
     "users_bytes",
 ]
-
-MAGIC = b"SEMB"
-VERSION = 1
-_HEADER = struct.Struct("<4sBBBBQQ")
-HEADER_BYTES = _HEADER.size  # 24
 
 KINDS = {
     "retrieval_request": 1,
@@ -66,14 +59,13 @@ def _wire_id(protocol: str | None) -> int:
     return ENGINE_WIRE_ID if protocol is None else wire_id(protocol)
 
 
-def frame(protocol: str | None, kind: str, party: int, round_id: int, *parts: bytes) -> bytes:
+def frame(protocol: str | None, kind: str, party: int, round_id: int, *parts: Buffer) -> bytes:
     """Header followed by the concatenated ``parts``; ``protocol`` is a registered name
     (its wire id goes in the header), or ``None`` for the round's own messages (model,
     dense vector, count shares: :mod:`secemb.round.messages`), which carry
-    :data:`~secemb.protocols.registry.ENGINE_WIRE_ID`.  The parts are copied once, into the
+    :data:`~secemb.framing.ENGINE_WIRE_ID`.  The parts are copied once, into the
     message (a 48 MB full-model upload costs one copy, not two)."""
-    size = sum(memoryview(p).nbytes for p in parts)
-    return b"".join((_HEADER.pack(MAGIC, VERSION, _wire_id(protocol), KINDS[kind], party, round_id, size), *parts))
+    return _frame(_wire_id(protocol), KINDS[kind], party, 0, round_id, *parts)
 
 
 def open_message(
@@ -84,30 +76,10 @@ def open_message(
     Raises
     ------
     InvalidMessage
-        Wrong type, truncated or oversized data, or any header field other than expected.
+        Wrong type, truncated or oversized data, or any header field other than expected
+        (the peer field must be 0).
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidMessage(f"message must be bytes, got {type(data).__name__}")
-    view = memoryview(data).cast("B")
-    if len(view) != HEADER_BYTES + body_len:
-        raise InvalidMessage(f"{kind}: expected {HEADER_BYTES + body_len} bytes, got {len(view)}")
-    magic, version, proto, got_kind, got_party, got_round, got_len = _HEADER.unpack_from(view)
-    if magic != MAGIC:
-        raise InvalidMessage(f"{kind}: not a secemb message (magic {bytes(magic)!r})")
-    if version != VERSION:
-        raise InvalidMessage(f"{kind}: unsupported message version {version}, expected {VERSION}")
-    expected = _wire_id(protocol)
-    if proto != expected:
-        raise InvalidMessage(f"{kind}: protocol id {proto}, expected {expected} ({protocol or 'the round'})")
-    if got_kind != KINDS[kind]:
-        raise InvalidMessage(f"expected a {kind} message (kind {KINDS[kind]}), got kind {got_kind}")
-    if got_party != party:
-        raise InvalidMessage(f"{kind}: addressed to party {got_party}, this is party {party}")
-    if got_round != round_id:
-        raise InvalidMessage(f"{kind}: for round {got_round}, the current round is {round_id}")
-    if got_len != body_len:
-        raise InvalidMessage(f"{kind}: header body length {got_len}, expected {body_len}")
-    return view[HEADER_BYTES:]
+    return open_frame(data, _wire_id(protocol), KINDS[kind], kind, round_id, party, 0, body_len)[3]
 
 
 def array_bytes(a: np.ndarray) -> bytes:

@@ -35,6 +35,7 @@ import struct
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.framing import ROUND_ID_OFFSET
 from secemb.protocols.wire import HEADER_BYTES, frame, open_message
 
 __all__ = [
@@ -98,7 +99,7 @@ def model_version(data: bytes) -> int:
     """
     if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < HEADER_BYTES:
         raise InvalidMessage("model message: shorter than its header")
-    return int(_U64.unpack_from(data, 8)[0])
+    return int(_U64.unpack_from(data, ROUND_ID_OFFSET)[0])
 
 
 def decode_model(

@@ -1,13 +1,8 @@
 """Byte layouts of the secure-aggregation messages (all little-endian; ``docs/secagg.md``).
 
-Every message is a 22-byte header and a body::
-
-    magic     4  b"SAGG"
-    version   1  = 1
-    kind      1  KINDS
-    round_id  8
-    sender    4  client id, or SERVER (0xFFFFFFFF) for what the server sends
-    body_len  4  exact length of the body
+Every message is framed by the one framing (:mod:`secemb.framing`, 32-byte header): protocol
+id :data:`~secemb.framing.SECAGG_WIRE_ID`, kind :data:`KINDS`, the sender in the party field
+(client id, or :data:`SERVER` (0xFFFFFFFF) for what the server sends), peer 0, the round id.
 
 Bodies (``id`` = uint32, ``key`` = 32-byte X25519 public key, ``share`` = 33-byte field
 element, ``rows`` = ``count`` uint32 then ``count`` uint32 row numbers, strictly increasing)::
@@ -34,13 +29,12 @@ import struct
 import numpy as np
 
 from secemb.errors import InvalidMessage
+from secemb.framing import HEADER_BYTES, SECAGG_WIRE_ID, Buffer
+from secemb.framing import open_frame as _open_frame
+from secemb.framing import frame as _frame
 
 __all__ = ["HEADER_BYTES", "KINDS", "SERVER", "frame", "open_frame", "Reader", "ids_bytes", "rows_bytes"]
 
-MAGIC = b"SAGG"
-VERSION = 1
-_HEADER = struct.Struct("<4sBBQII")
-HEADER_BYTES = _HEADER.size
 #: The sender id of every message the server sends.
 SERVER = 0xFFFFFFFF
 
@@ -54,40 +48,25 @@ KINDS = {
     "unmask": 7,
     "union": 8,
 }
-_NAMES = {v: k for k, v in KINDS.items()}
 
 
-def frame(kind: str, round_id: int, sender: int, *parts: bytes) -> bytes:
+def frame(kind: str, round_id: int, sender: int, *parts: Buffer) -> bytes:
     """Header followed by the concatenated ``parts``."""
-    body = b"".join(parts)
-    return _HEADER.pack(MAGIC, VERSION, KINDS[kind], round_id, sender, len(body)) + body
+    return _frame(SECAGG_WIRE_ID, KINDS[kind], sender, 0, round_id, *parts)
 
 
 def open_frame(data: bytes, kind: str, round_id: int, sender: int | None = None) -> tuple[int, memoryview]:
-    """Check the header of ``data`` (magic, version, kind, round, body length and, if given,
-    the sender) and return ``(sender, body)``.
+    """Check the header of ``data`` (magic, version, protocol id, kind, flags, round, body
+    length, peer 0 and, if given, the sender) and return ``(sender, body)``.
 
     Raises
     ------
     InvalidMessage: anything differs from what is expected.
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidMessage(f"{kind} message must be bytes, got {type(data).__name__}")
-    view = memoryview(data).cast("B")
-    if len(view) < HEADER_BYTES:
-        raise InvalidMessage(f"{kind} message is {len(view)} bytes, shorter than the {HEADER_BYTES}-byte header")
-    magic, version, k, rnd, snd, body_len = _HEADER.unpack_from(view)
-    if magic != MAGIC or version != VERSION:
-        raise InvalidMessage(f"not a secagg v{VERSION} message (magic {bytes(magic)!r}, version {version})")
-    if k != KINDS[kind]:
-        raise InvalidMessage(f"expected a {kind} message, got kind {_NAMES.get(k, k)}")
-    if rnd != round_id:
-        raise InvalidMessage(f"{kind} message is for round {rnd}, expected round {round_id}")
+    snd, _, _, body = _open_frame(data, SECAGG_WIRE_ID, KINDS[kind], f"{kind} message", round_id, None, 0)
     if sender is not None and snd != sender:
         raise InvalidMessage(f"{kind} message claims sender {snd}, expected {sender}")
-    if body_len != len(view) - HEADER_BYTES:
-        raise InvalidMessage(f"{kind} message body is {len(view) - HEADER_BYTES} bytes, header says {body_len}")
-    return snd, view[HEADER_BYTES:]
+    return snd, body
 
 
 def ids_bytes(ids: np.ndarray | list[int]) -> bytes:

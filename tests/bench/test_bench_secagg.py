@@ -13,7 +13,7 @@ def test_psu_bytes_match_the_message_layouts():
     row = secagg.psu_costs(n, domain, 10, dropout=0.3)  # 2 clients drop after ShareKeys
     t, live, dropped = row["threshold"], n - 2, 2
     assert t == 4
-    header = 22
+    header = 32  # the framing header (docs/wire-format.md)
     upload = ((header + 64)  # advertise: two X25519 public keys
               + (header + 4 + (n - 1) * (4 + 8 + 2 * 33 + 16))  # shares: id + AES-GCM(ids, 2 shares) + tag
               + (header + 4 * domain)  # masked Bloom vector

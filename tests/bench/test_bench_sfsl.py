@@ -25,7 +25,7 @@ def test_table5_rows() -> None:
 
 def test_download_bytes_match_the_wire_layout() -> None:
     row = sfsl.round_costs("CPP1", 4, shape="taobao-mini", batch=16)
-    header, d = 18, 18
+    header, d = 32, 18  # the framing header (docs/wire-format.md)
     # CPP1: S'' is the real set; request = header + count + ids, reply = rows, category rows, MLPs (float32)
     assert row["upload_bytes"]["download"] == header + 4 + 4 * row["perturbed"]
     mlp = 49_242

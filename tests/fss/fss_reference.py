@@ -23,7 +23,10 @@ from functools import cache
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 MASK128 = (1 << 128) - 1
-HEADER = struct.Struct("<4sBBBBQII")
+# docs/wire-format.md: the framing header (magic, version, protocol, kind, flags, party, peer,
+# round, body length), then the key parameters (ring bits, domain size, width, count)
+FRAME = struct.Struct("<4sBBBBIIQQ")
+PARAMS = struct.Struct("<BQII")
 
 
 def ref_fixed_key(name: str) -> bytes:
@@ -70,11 +73,13 @@ class RefBatch:
 
 def ref_parse(data: bytes) -> RefBatch:
     """Parse a key batch following the documented layout (no validation beyond lengths)."""
-    magic, version, kind, party, ring, m, width, count = HEADER.unpack_from(data)
-    assert magic == b"SEDK" and version == 1
+    magic, version, protocol, kind, flags, party, peer, rnd, body_len = FRAME.unpack_from(data)
+    assert (magic, version, protocol, flags, peer, rnd) == (b"SEMB", 2, 255, 0, 0, 0)
+    assert body_len == len(data) - FRAME.size
+    ring, m, width, count = PARAMS.unpack_from(data, FRAME.size)
     n = (m - 1).bit_length()
     nb = (n + 7) // 8
-    off = HEADER.size
+    off = FRAME.size + PARAMS.size
     roots = []
     for _ in range(count):
         roots.append(int.from_bytes(data[off : off + 16], "little"))

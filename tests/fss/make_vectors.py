@@ -32,7 +32,7 @@ from secemb.randomness import CtrDrbg, random_words
 
 OUT = Path(__file__).with_name("vectors.json")
 SEED_PREFIX = "secemb/tests/fss/vectors/v1/"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 #: (name, domain_size, ring_bits, payload_width, keys)
 KEY_CASES = [
@@ -155,7 +155,7 @@ def build() -> dict[str, Any]:
             "command": "python tests/fss/make_vectors.py",
             "rng": "secemb.randomness.CtrDrbg: AES-256-CTR keyed by SHA-256(b'secemb.CtrDrbg' + seed)",
             "seed_prefix": SEED_PREFIX,
-            "key_format": "docs/wire-format.md, SEDK version 1",
+            "key_format": "docs/wire-format.md, DPF key batch in the message framing version 2",
             "note": "integers are decimal; keys and blocks are lowercase hex",
         },
         "format_version": FORMAT_VERSION,

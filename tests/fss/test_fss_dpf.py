@@ -176,7 +176,7 @@ def test_empty_batch() -> None:
     assert len(k0) == len(k1) == 0
     assert fss.eval_full(k0, 0).shape == (0, 50, 4)
     assert fss.eval_points(k1, 1, np.array([3])).shape == (0, 1, 4)
-    assert len(k0.to_bytes()) == 24
+    assert len(k0.to_bytes()) == 49  # the framing header and the key parameters (docs/wire-format.md)
 
 
 def test_eval_points_with_no_points() -> None:
@@ -242,7 +242,7 @@ def test_gen_path_plus_convert_gen_equals_gen(case: DPFCase) -> None:
     assert fss.DPFKeys(p1, cw, params).to_bytes() == k1.to_bytes()
     # the path part of a full key is exactly the path keys' body
     n_path = len(case.alphas) * params.path_key_bytes
-    assert k0.to_bytes()[24 : 24 + n_path] == p0.to_bytes()[24:]
+    assert k0.to_bytes()[49 : 49 + n_path] == p0.to_bytes()[49:]
 
 
 @FAST

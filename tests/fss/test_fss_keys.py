@@ -21,23 +21,28 @@ FAST = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
-HEADER = struct.Struct("<4sBBBBQII")
-# header field offsets (docs/wire-format.md)
+# the framing header (magic, version, protocol, kind, flags, party, peer, round, body length)
+# and the key parameters (ring, domain, width, count), docs/wire-format.md
+FRAME = struct.Struct("<4sBBBBIIQQ")
+PARAMS = struct.Struct("<BQII")
+PREFIX = 49  # bytes before the roots: 32 + 17
+# field offsets (docs/wire-format.md)
 (
     OFF_MAGIC,
     OFF_VERSION,
     OFF_KIND,
     OFF_PARTY,
+    OFF_BODY_LEN,
     OFF_RING,
     OFF_DOMAIN,
     OFF_WIDTH,
     OFF_COUNT,
-) = 0, 4, 5, 6, 7, 8, 16, 20
+) = 0, 4, 6, 8, 24, 32, 33, 41, 45
 
 
 def _formula(k: int, m: int, d: int, ring_bits: int) -> int:
     n = (m - 1).bit_length()  # ceil(log2 m)
-    return 24 + k * (16 + 16 * n + -(-n // 8) + d * ring_bits // 8)
+    return PREFIX + k * (16 + 16 * n + -(-n // 8) + d * ring_bits // 8)
 
 
 def _keys(case: DPFCase) -> tuple[fss.DPFKeys, fss.DPFKeys]:
@@ -101,8 +106,8 @@ def test_serialized_length_matches_documented_formula(
     k0, k1 = _sample_keys(m, k, width, ring_bits)
     want = _formula(k, m, width, ring_bits)
     assert len(k0.to_bytes()) == len(k1.to_bytes()) == want
-    assert k0.params.key_bytes * k + 24 == want
-    assert len(k0.path.to_bytes()) == 24 + k * k0.params.path_key_bytes
+    assert k0.params.key_bytes * k + PREFIX == want
+    assert len(k0.path.to_bytes()) == PREFIX + k * k0.params.path_key_bytes
 
 
 def test_serialized_length_of_movielens_retrieval_key() -> None:
@@ -195,7 +200,7 @@ def test_serialized_keys_follow_the_documented_layout() -> None:
 def test_both_parties_share_correction_words_but_not_roots() -> None:
     k0, k1 = _sample_keys(k=50)
     b0, b1 = k0.to_bytes(), k1.to_bytes()
-    roots = 24 + 50 * 16
+    roots = PREFIX + 50 * 16
     assert b0[roots:] == b1[roots:]
     r0, r1 = k0.path.roots, k1.path.roots
     assert np.all(r0[:, 0] & 1 == 0) and np.all(r1[:, 0] & 1 == 1)
@@ -227,10 +232,10 @@ def test_flipped_byte_is_rejected_or_parses_canonically(
         pass
     else:
         assert parsed.to_bytes() == bad
-    if pos < 24:
+    if pos < PREFIX:
         with pytest.raises(InvalidKey):
             fss.DPFKeys.from_bytes(bad, **_expect(keys))
-    if 24 <= pos < 24 + 16 * len(keys) and (pos - 24) % 16 == 0 and mask & 1:
+    if PREFIX <= pos < PREFIX + 16 * len(keys) and (pos - PREFIX) % 16 == 0 and mask & 1:
         with pytest.raises(InvalidKey, match="root control bit"):
             fss.DPFKeys.from_bytes(bad)
 
@@ -283,7 +288,8 @@ def test_forged_headers_raise_only_invalid_key(
     kind: int, party: int, ring: int, m: int, width: int, count: int, body: bytes
 ) -> None:
     """Well-formed magic and version, every other header field attacker-chosen."""
-    data = HEADER.pack(b"SEDK", 1, kind, party, ring, m, width, count) + body
+    data = FRAME.pack(b"SEMB", 2, 255, kind, 0, party, 0, 0, PARAMS.size + len(body)) + PARAMS.pack(
+        ring, m, width, count) + body
     for parse in (fss.DPFKeys.from_bytes, fss.PathKeys.from_bytes):
         try:
             keys = parse(data)
@@ -299,14 +305,14 @@ def _one_case() -> tuple[fss.DPFKeys, bytes]:
     return k0, k0.to_bytes()
 
 
-@pytest.mark.parametrize("magic", [b"SEDL", b"sedk", b"\x00\x00\x00\x00", b"SEMB"])
+@pytest.mark.parametrize("magic", [b"SEDL", b"semb", b"\x00\x00\x00\x00", b"SEDK"])
 def test_from_bytes_fails_if_magic_wrong(magic: bytes) -> None:
     _, data = _one_case()
     with pytest.raises(InvalidKey, match="not a secemb key batch"):
         fss.DPFKeys.from_bytes(magic + data[4:])
 
 
-@pytest.mark.parametrize("version", [0, 2, 255])
+@pytest.mark.parametrize("version", [0, 1, 255])
 def test_from_bytes_fails_if_version_unsupported(version: int) -> None:
     _, data = _one_case()
     with pytest.raises(InvalidKey, match="version"):
@@ -354,7 +360,7 @@ def test_from_bytes_fails_if_header_party_disagrees_with_root_control_bits() -> 
 def test_from_bytes_fails_if_root_control_bit_not_party(key_index: int) -> None:
     _, data = _one_case()
     bad = bytearray(data)
-    bad[24 + 16 * key_index] ^= 1
+    bad[PREFIX + 16 * key_index] ^= 1
     with pytest.raises(InvalidKey, match="root control bit"):
         fss.DPFKeys.from_bytes(bytes(bad))
 
@@ -365,7 +371,7 @@ def test_from_bytes_fails_if_root_control_bit_not_party(key_index: int) -> None:
 def test_from_bytes_fails_if_padding_bits_nonzero(bit: int) -> None:
     k0, data = _one_case()
     n = k0.params.depth
-    tr_start = 24 + 3 * 16 + 3 * n * 16
+    tr_start = PREFIX + 3 * 16 + 3 * n * 16
     bad = bytearray(data)
     bad[tr_start + 2 * 2 - 1] |= 1 << bit  # last byte of the last key's cw_tr
     with pytest.raises(InvalidKey, match="padding bits"):
@@ -426,8 +432,8 @@ def test_from_bytes_fails_if_width_wrong(width: int) -> None:
 def test_from_bytes_fails_if_width_zero_even_with_matching_length() -> None:
     k0, _ = _sample_keys(k=2, d=1)
     data = k0.to_bytes()
-    body_len = len(data) - 24 - 2 * 4  # drop the cw_out words
-    forged = _patch(data, OFF_WIDTH, "I", 0)[: 24 + body_len]
+    body_len = len(data) - PREFIX - 2 * 4  # drop the cw_out words
+    forged = _patch(_patch(data, OFF_WIDTH, "I", 0), OFF_BODY_LEN, "Q", PREFIX - 32 + body_len)[: PREFIX + body_len]
     with pytest.raises(InvalidKey, match="width"):
         fss.DPFKeys.from_bytes(forged)
 
@@ -494,7 +500,7 @@ def _bit_matrix(keys: fss.DPFKeys) -> tuple[np.ndarray, np.ndarray]:
     mask of the positions that are public constants (root bit 0 = party, cw_tr padding)."""
     k, p = len(keys), keys.params
     n = p.depth
-    body = np.frombuffer(keys.to_bytes(), np.uint8, offset=24)
+    body = np.frombuffer(keys.to_bytes(), np.uint8, offset=PREFIX)
     parts, const = [], []
     off = 0
     for per_key in (16, 16 * n, (n + 7) // 8, p.cw_bytes):
@@ -617,11 +623,11 @@ def test_parsing_many_batches_gives_each_its_keys_or_its_error(ring_bits: int) -
     n = k0.params.depth
     good = [b[0].to_bytes() for b in batches]
     root_bit = bytearray(good[1])
-    root_bit[24 + 16] ^= 1  # the second key's root control bit
+    root_bit[PREFIX + 16] ^= 1  # the second key's root control bit
     padding = bytearray(good[2])
-    padding[24 + 3 * 16 + 3 * n * 16 + 1] |= 1 << 7  # a padding bit of the first key's cw_tr
+    padding[PREFIX + 3 * 16 + 3 * n * 16 + 1] |= 1 << 7  # a padding bit of the first key's cw_tr
     inputs = [good[0], bytes(root_bit), good[3][:-1], b"SEDL" + good[0][4:], bytes(padding), good[3],
-              _patch(good[0], 8, "Q", 999), b""]
+              _patch(good[0], OFF_DOMAIN, "Q", 999), b""]
     expect = _expect(k0)
     many = fss.DPFKeys.from_bytes_many(inputs, **expect)
     assert len(many) == len(inputs)

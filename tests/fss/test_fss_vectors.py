@@ -81,7 +81,7 @@ def test_key_vectors_are_consistent(case: dict[str, Any]) -> None:
     m, rb, d = case["domain_size"], case["ring_bits"], case["payload_width"]
     k = len(case["alphas"])
     n = (m - 1).bit_length()
-    assert case["key_bytes"] == 24 + k * (16 + 16 * n + (n + 7) // 8 + d * rb // 8)
+    assert case["key_bytes"] == 49 + k * (16 + 16 * n + (n + 7) // 8 + d * rb // 8)
     mod = 1 << rb
     for i, alpha in enumerate(case["alphas"]):
         for j, x in enumerate(case["points"]):

@@ -16,7 +16,7 @@ from secemb.models.batch import rating_batch
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
 from secemb.protocols.registry import wire_id
-from secemb.protocols.wire import _HEADER, KINDS
+from secemb.protocols.wire import KINDS
 from secemb.randomness import CtrDrbg
 from secemb.training import TrainConfig, train
 from secemb.transport.inprocess import UPLOAD, InProcessTransport, parse_endpoint
@@ -80,9 +80,9 @@ def test_training_goes_through_secemb_and_equals_the_plaintext_twin(trained) -> 
     assert secure.verified_rounds == secure.rounds
     assert secure.model_sha256 == plain.model_sha256  # same noise stream, ring sums exact
     # every upload of a device is a SecEmb upload message, of one size whatever the device rated
-    uploads = [(dst, p) for _, dst, p in tp.uploads if _HEADER.unpack_from(p)[3] == KINDS["upload"]]
+    uploads = [(dst, p) for _, dst, p in tp.uploads if p[6] == KINDS["upload"]]  # header byte 6: kind
     assert len(uploads) == 2 * len(np.unique(tr.users))
-    assert {_HEADER.unpack_from(p)[2] for _, p in uploads} == {wire_id("secemb")}
+    assert {p[5] for _, p in uploads} == {wire_id("secemb")}  # header byte 5: protocol
     for server in ("server0", "server1"):
         assert len({len(p) for dst, p in uploads if dst == server}) == 1
     # no message a device sent carries its rated items' ids in the clear (the retrieval is private)

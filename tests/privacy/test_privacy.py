@@ -241,7 +241,7 @@ def test_dp_fedrec_uploads_are_full_size_and_noised(small):
     res = train(model, get_protocol("dp-fedrec", layout="full"), tr, te, cfg)
     coords = tr.num_items * model.sparse_width + model.dense_size
     # server 0: a 16-byte seed; server 1: the full-size share; requests: header only
-    assert res.upload_bytes_per_user_round == (24 + 16) + (24 + 8 * coords) + 2 * 24
+    assert res.upload_bytes_per_user_round == (32 + 16) + (32 + 8 * coords) + 2 * 32  # 32-byte headers
     assert res.privacy["sampling_rate"] == 1.0 and res.privacy["steps"] == 1
     rc = RoundConfig(round_id=1, num_items=tr.num_items, width=model.sparse_width, dense_size=model.dense_size,
                      m_prime=4, ring_bits=64, layout="full")
@@ -251,8 +251,8 @@ def test_dp_fedrec_uploads_are_full_size_and_noised(small):
     user.retrieval_result(frame("dp-fedrec", "retrieval_reply", 0, 1, table.tobytes()),
                           frame("dp-fedrec", "retrieval_reply", 1, 1))
     up0, up1 = user.upload(np.zeros((4, rc.width), np.uint64), np.zeros(rc.dense_size, np.uint64))
-    assert len(up0) == 24 + 16 and len(up1) == 24 + 8 * coords
-    total = expand_seed(up0[24:], (coords,), np.uint64) + np.frombuffer(up1[24:], "<u8")
+    assert len(up0) == 32 + 16 and len(up1) == 32 + 8 * coords
+    total = expand_seed(up0[32:], (coords,), np.uint64) + np.frombuffer(up1[32:], "<u8")
     assert np.mean(total == 0) < 0.01  # every coordinate noised, zero rows too
 
 

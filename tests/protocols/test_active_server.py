@@ -21,7 +21,7 @@ from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.randomness import CtrDrbg
 
-HDR = 24  # protocol message header (docs/wire-format.md)
+HDR = 32  # protocol message header (docs/wire-format.md)
 LAYOUTS = [("full", False), ("full", True), ("cuckoo", False), ("cuckoo", True)]
 Tamper = dict[str, Callable[[bytes], bytes]]
 
@@ -194,7 +194,7 @@ def test_relay_tampering_keys_detected(layout: str) -> None:
     last = len(fwds[0]) - 1
     forged = {
         0: _flip(last)(fwds[0]),  # a retrieval output correction word (the payload)
-        1: _flip(HDR + 24 + 3)(fwds[1]),  # a seed correction word of the first key
+        1: _flip(HDR + 49 + 3)(fwds[1]),  # a seed correction word of the first key (after the 49-byte key prefix)
         2: fwds[3],  # another device's (valid) key part
     }
     out = st.s1.relay_retrieval_many([(uid, forged.get(uid, fwds[uid])) for uid in users])

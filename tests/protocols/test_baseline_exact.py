@@ -59,15 +59,15 @@ def test_byte_sizes_follow_the_key_format():
     rc = proto.round_config(0, m, w, 1, mp)
     user = proto.make_user(rc)
     q0, _ = user.retrieval_request(np.arange(mp))
-    assert len(q0) == 24 + 24 + mp * p1.key_bytes
+    assert len(q0) == 32 + 49 + mp * p1.key_bytes  # framing header + key batch prefix
     user._stage = 2
     u0, _ = user.upload(np.zeros((mp, w), np.uint32), np.zeros(1, np.uint32))
-    assert len(u0) == 24 + 24 + mp * pw.key_bytes + 4
+    assert len(u0) == 32 + 49 + mp * pw.key_bytes + 4
     init = get_protocol("secemb-init").make_user(rc)
     init.retrieval_request(np.arange(mp))
     init._stage = 2
     u0, _ = init.upload(np.zeros((mp, w), np.uint32), np.zeros(1, np.uint32))
-    assert len(u0) == 24 + 24 + mp * w * p1.key_bytes + 4
+    assert len(u0) == 32 + 49 + mp * w * p1.key_bytes + 4
 
 
 def test_secfedrec_rejects_bad_messages():
@@ -80,7 +80,7 @@ def test_secfedrec_rejects_bad_messages():
     with pytest.raises(ProtocolError):
         s0.handle_upload(5, b"x")
     reply = s0.handle_retrieval(5, q0)
-    assert len(reply) == 24 + 10 * 3 * 4
+    assert len(reply) == 32 + 10 * 3 * 4
     with pytest.raises(InvalidMessage):
         s0.handle_upload(5, q0)  # a request is not an upload
     with pytest.raises(ProtocolError):

@@ -74,15 +74,15 @@ def test_training_run_equals_plaintext_bit_for_bit():
 
 
 def test_wire_sizes_follow_the_sketch_layout():
-    # C = 3 ceil(1.3 * 40 / 3) = 54 cells; per server: 24-byte header, three uint64 fields per
+    # C = 3 ceil(1.3 * 40 / 3) = 54 cells; per server: 32-byte header, three uint64 fields per
     # cell, W ring words per cell, P dense words
     _, _, _, _, _, uploads = _round(get_protocol("kvsagg"), _users(2))
     for up0, up1 in uploads.values():
-        assert len(up0) == len(up1) == 24 + 54 * 3 * 8 + 54 * W * 4 + P * 4
+        assert len(up0) == len(up1) == 32 + 54 * 3 * 8 + 54 * W * 4 + P * 4
     # capacity 10 keys, load 2: C = 3 ceil(20 / 3) = 21; a 64-bit ring doubles the value words
     proto = get_protocol("kvsagg", capacity=10, load=2.0)
     rc = proto.round_config(0, M, W, P, MP, ring_bits=64)
-    assert proto.max_message_bytes("upload", rc, party=0, num_users=3) == 24 + 21 * 3 * 8 + (21 * W + P) * 8
+    assert proto.max_message_bytes("upload", rc, party=0, num_users=3) == 32 + 21 * 3 * 8 + (21 * W + P) * 8
     # the upload does not depend on how many rows the user has: a user with one non-zero row
     # sends as many bytes as one with MP
     user = proto.make_user(rc)
@@ -94,7 +94,7 @@ def test_wire_sizes_follow_the_sketch_layout():
     rows = np.zeros((MP, W), np.uint64)
     rows[0] = 1
     up0, _ = user.upload(rows, np.zeros(P, np.uint64))
-    assert len(up0) == 24 + 21 * 3 * 8 + (21 * W + P) * 8
+    assert len(up0) == 32 + 21 * 3 * 8 + (21 * W + P) * 8
 
 
 def test_a_sketch_too_small_loses_rows_and_says_so():

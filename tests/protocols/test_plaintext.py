@@ -64,13 +64,13 @@ def test_message_sizes_are_fixed_by_the_round():
     proto, s0, s1, _, _ = _servers()
     user = proto.make_user(CFG)
     q0, q1 = user.retrieval_request(np.arange(6))
-    assert len(q0) == 24 + 4 * CFG.m_prime and len(q1) == 24
+    assert len(q0) == 32 + 4 * CFG.m_prime and len(q1) == 32  # the 32-byte header (docs/wire-format.md)
     r0, r1 = s0.handle_retrieval(1, q0), s1.handle_retrieval(1, q1)
-    assert len(r0) == 24 + 4 * CFG.m_prime * CFG.width and len(r1) == 24
+    assert len(r0) == 32 + 4 * CFG.m_prime * CFG.width and len(r1) == 32
     user.retrieval_result(r0, r1)
     u0, u1 = user.upload(np.zeros((6, 5), np.uint32), np.zeros(2, np.uint32))
-    assert len(u0) == 24 + 4 * (6 * 5 + 2) and len(u1) == 24
-    assert len(s1.aggregate_share()) == 24 + 4 * (20 * 5 + 2)
+    assert len(u0) == 32 + 4 * (6 * 5 + 2) and len(u1) == 32
+    assert len(s1.aggregate_share()) == 32 + 4 * (20 * 5 + 2)
 
 
 def _mutations(msg: bytes):

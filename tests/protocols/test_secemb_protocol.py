@@ -27,8 +27,8 @@ from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.randomness import CtrDrbg
 
 PROTO = SecEmbProtocol()
-HDR = 24  # protocol message header (docs/wire-format.md)
-KEY_HDR = 24  # key batch header
+HDR = 32  # protocol message header (docs/wire-format.md)
+KEY_HDR = 49  # key batch prefix: framing header and key parameters
 
 
 def _cfg(ring_bits: int = 32, **kw: int) -> RoundConfig:
@@ -296,12 +296,12 @@ def test_server_messages_have_the_same_length_for_any_indices(ring_bits: int) ->
 
 
 def test_request_length_matches_documented_movielens_figure() -> None:
-    """docs/wire-format.md: m = 1682, m' = 200, k = 32 -> 39,648 bytes per server, plus
+    """docs/wire-format.md: m = 1682, m' = 200, k = 32 -> 39,681 bytes per server, plus
     200 * 32 bytes of check correction words (verified uploads, issue 34)."""
-    assert _request_len(_cfg(num_items=1682, m_prime=200)) == 39_648 + 6_400
+    assert _request_len(_cfg(num_items=1682, m_prime=200)) == 39_681 + 6_400
     user = _user(_cfg(num_items=1682, m_prime=200), 0)
     r0, r1 = user.retrieval_request(np.arange(200))
-    assert len(r0) == len(r1) == 39_648 + 6_400
+    assert len(r0) == len(r1) == 39_681 + 6_400
 
 
 def _poisson_upper(lam: float, p: float = 1e-9) -> int:
@@ -445,14 +445,16 @@ def _flip(offset: int, mask: int = 1) -> Mutation:
 FRAME_MUTATIONS: dict[str, Mutation] = {
     "flipped-magic": _flip(0, 0x20),
     "zero-magic": lambda m: b"\0\0\0\0" + m[4:],
-    "version-2": _set(4, "B", 2),
+    "version-1": _set(4, "B", 1),
     "protocol-plaintext": _set(5, "B", 1),
     "other-kind": lambda m: _set(6, "B", m[6] % 6 + 1)(m),
-    "wrong-party": _set(7, "B", 1),
-    "party-255": _set(7, "B", 255),
-    "wrong-round": _set(8, "Q", 8),
-    "previous-round": _set(8, "Q", 6),
-    "body-len-plus-one": lambda m: _set(16, "Q", len(m) - HDR + 1)(m),
+    "flags": _set(7, "B", 1),
+    "wrong-party": _set(8, "I", 1),
+    "party-255": _set(8, "I", 255),
+    "peer": _set(12, "I", 1),
+    "wrong-round": _set(16, "Q", 8),
+    "previous-round": _set(16, "Q", 6),
+    "body-len-plus-one": lambda m: _set(24, "Q", len(m) - HDR + 1)(m),
     "truncated-by-one": lambda m: m[:-1],
     "truncated-to-header": lambda m: m[:HDR],
     "empty": lambda m: b"",
@@ -464,12 +466,12 @@ FRAME_MUTATIONS: dict[str, Mutation] = {
 KEY_MUTATIONS: dict[str, Mutation] = {
     "key-magic": _flip(HDR + 0, 0x01),
     "key-version": _set(HDR + 4, "B", 9),
-    "key-kind-path": _set(HDR + 5, "B", 2),
-    "key-party": _set(HDR + 6, "B", 1),
-    "key-ring-64": _set(HDR + 7, "B", 64),
-    "key-domain-same-depth": _set(HDR + 8, "Q", 1023),
-    "key-width-2": _set(HDR + 16, "I", 2),
-    "key-count": _set(HDR + 20, "I", 15),
+    "key-kind-path": _set(HDR + 6, "B", 2),
+    "key-party": _set(HDR + 8, "I", 1),
+    "key-ring-64": _set(HDR + 32, "B", 64),
+    "key-domain-same-depth": _set(HDR + 33, "Q", 1023),
+    "key-width-2": _set(HDR + 41, "I", 2),
+    "key-count": _set(HDR + 45, "I", 15),
     "root-control-bit": _flip(HDR + KEY_HDR, 0x01),
     "last-root-control-bit": _flip(HDR + KEY_HDR + 16 * 15, 0x01),
 }
@@ -508,7 +510,7 @@ def test_bad_retrieval_request_is_rejected_without_state_change(
     with pytest.raises(InvalidMessage):
         rnd.s0.handle_retrieval(2, mutate(r0))
     # for server 1 (party 1), "wrong party" means a 0 where the 1 is
-    bad1 = {"wrong-party": _set(7, "B", 0), "key-party": _set(HDR + 6, "B", 0)}.get(
+    bad1 = {"wrong-party": _set(8, "I", 0), "key-party": _set(HDR + 8, "I", 0)}.get(
         name, mutate
     )(r1)
     with pytest.raises(InvalidMessage):

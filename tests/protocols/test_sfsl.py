@@ -46,7 +46,7 @@ def test_quantize_is_unbiased() -> None:
 def test_wire_round_trip_and_rejects() -> None:
     req = wire.request(7, np.array([1, 5, 9]))
     assert wire.open_request(req, 7, 10).tolist() == [1, 5, 9]
-    for bad in (req[:-1], req + b"\0", req.replace(b"SFSL", b"XXXX")):
+    for bad in (req[:-1], req + b"\0", req.replace(b"SEMB", b"XXXX")):
         with pytest.raises(InvalidMessage):
             wire.open_request(bad, 7, 10)
     with pytest.raises(InvalidMessage):

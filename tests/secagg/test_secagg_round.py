@@ -211,7 +211,7 @@ def test_server_rejects_bad_messages():
     with pytest.raises(InvalidMessage):
         server.receive_shares(3, shares[3][:-1])  # truncated
     bad_round = bytearray(shares[3])
-    bad_round[6] ^= 1
+    bad_round[16] ^= 1  # header bytes 16-23: the round id
     with pytest.raises(InvalidMessage, match="round"):
         server.receive_shares(3, bytes(bad_round))
     body = shares[3][messages.HEADER_BYTES + 4 :]

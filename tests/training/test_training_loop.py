@@ -86,12 +86,12 @@ def test_byte_accounting_matches_the_message_sizes(small):
     tr, _ = small
     mp, w, p = 7, 9, 1
     r = _train(small, m_prime=mp, epochs=1)
-    up = (24 + 4 * mp) + 24 + (24 + 4 * (mp * w + p)) + 24
-    down = (24 + 4 * mp * w) + 24 + (8 + 16 + 4 * p)
+    up = (32 + 4 * mp) + 32 + (32 + 4 * (mp * w + p)) + 32  # 32-byte header (docs/wire-format.md)
+    down = (32 + 4 * mp * w) + 32 + (32 + 4 * p)
     assert r.upload_bytes_per_user_round == up
     assert r.download_bytes_per_user_round == down
     # both servers' aggregate shares (each reconstructs, issue 33) and the model sync
-    assert r.server_bytes_per_round == 2 * (24 + 4 * (50 * w + p)) + (8 + 24 + 8 * (50 * w + p))
+    assert r.server_bytes_per_round == 2 * (32 + 4 * (50 * w + p)) + (8 + 32 + 8 * (50 * w + p))
     assert r.count_bytes_per_user == 0.0
     active = int((by_user(tr).counts() > 0).sum())
     assert r.participations == active
@@ -104,7 +104,7 @@ def test_m_prime_by_eq11(small):
     r = _train(small, alpha=1.5, epochs=1)
     assert r.config["m_prime"] == min(math.ceil(1.5 * mean), 50)
     assert r.config["mean_rating_count"] == pytest.approx(mean)
-    assert r.count_bytes_per_user == 2 * (24 + 4)  # one framed ring word to each server
+    assert r.count_bytes_per_user == 2 * (32 + 4)  # one framed ring word to each server
 
 
 class _CorruptingServer(PlaintextServer):

@@ -25,14 +25,15 @@ from dataclasses import dataclass
 
 from secemb.errors import InvalidMessage
 from secemb.framing import frame, open_frame
+from secemb.protocols.registry import wire_id
 
 __all__ = [
     "WIRE_ID", "SERVER", "HELLO", "DIRECTORY", "UPLOAD", "RELAY", "ANSWER", "RESULT",
     "Header", "pack", "unpack", "Reader",
 ]
 
-#: SecEA's wire id: the protocol byte of its messages, the id ``secea`` registers under
-WIRE_ID = 27
+#: SecEA's wire id: the protocol byte of its messages, registered with ``secea`` (secemb.protocols)
+WIRE_ID = wire_id("secea")
 SERVER = 0xFFFF
 HELLO, DIRECTORY, UPLOAD, RELAY, ANSWER, RESULT = 1, 2, 3, 4, 5, 6
 

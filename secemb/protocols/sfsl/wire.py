@@ -1,13 +1,8 @@
 """Byte layouts of SFSL's own messages (little-endian; docs/sfsl.md).  The private set union
 and the secure sums travel in :mod:`secemb.secagg`'s messages.
 
-Header (18 bytes)::
-
-    magic     4  b"SFSL"
-    version   1  = 1
-    kind      1  KINDS
-    round_id  8
-    body_len  4  exact length of the body
+Both are framed by the one framing (:mod:`secemb.framing`, 32-byte header): protocol id
+:data:`WIRE_ID` (SFSL's registered wire id), kind :data:`KINDS`, party and peer 0, the round id.
 
 Bodies::
 
@@ -29,32 +24,22 @@ import struct
 import numpy as np
 
 from secemb.errors import InvalidMessage
+from secemb.framing import HEADER_BYTES, frame, open_frame
+from secemb.protocols.registry import wire_id
 
-__all__ = ["HEADER_BYTES", "open_reply", "open_request", "reply", "request"]
+__all__ = ["HEADER_BYTES", "KINDS", "WIRE_ID", "open_reply", "open_request", "reply", "request"]
 
-MAGIC = b"SFSL"
-VERSION = 1
-_HEADER = struct.Struct("<4sBBQI")
-HEADER_BYTES = _HEADER.size
+#: SFSL's wire id: the protocol byte of its messages, registered with ``sfsl`` (secemb.protocols)
+WIRE_ID = wire_id("sfsl")
 KINDS = {"request": 1, "reply": 2}
 
 
 def _frame(kind: str, round_id: int, body: bytes) -> bytes:
-    return _HEADER.pack(MAGIC, VERSION, KINDS[kind], round_id, len(body)) + body
+    return frame(WIRE_ID, KINDS[kind], 0, 0, round_id, body)
 
 
 def _open(data: bytes, kind: str, round_id: int) -> memoryview:
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidMessage(f"sfsl {kind} must be bytes, got {type(data).__name__}")
-    view = memoryview(data).cast("B")
-    if len(view) < HEADER_BYTES:
-        raise InvalidMessage(f"sfsl {kind}: {len(view)} bytes, shorter than the {HEADER_BYTES}-byte header")
-    magic, version, k, rnd, body_len = _HEADER.unpack_from(view)
-    if magic != MAGIC or version != VERSION or k != KINDS[kind] or rnd != round_id \
-            or body_len != len(view) - HEADER_BYTES:
-        raise InvalidMessage(f"sfsl {kind}: bad header (magic {bytes(magic)!r}, version {version}, kind {k}, "
-                             f"round {rnd} for {round_id}, body {body_len} of {len(view) - HEADER_BYTES})")
-    return view[HEADER_BYTES:]
+    return open_frame(data, WIRE_ID, KINDS[kind], f"sfsl {kind}", round_id, 0, 0)[3]
 
 
 def request(round_id: int, goods: np.ndarray) -> bytes:
