@@ -16,11 +16,12 @@ from secemb.fss._aesni import BLOCKS, expand8, expand8_rows, halftree16, halftre
 
 __all__ = [
     "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "bits_accumulate",
-    "cuckoo_assign", "check_accumulate", "LEAF_STEP",
+    "cuckoo_assign", "check_accumulate", "STEP_BLOCKS",
 ]
 
-#: leaves converted per step of the fused conversion kernels (their blocks stay in L1)
-LEAF_STEP = 64
+#: AES blocks per step of the fused conversion kernels (16 KiB: they stay in L1; a step's
+#: fixed costs -- array views, reference counts -- are a few percent of its AES work)
+STEP_BLOCKS = 1024
 
 
 @njit(inline="always")
@@ -140,13 +141,14 @@ def subtrees(front, row0, frontier, cwp, top, depth, rk, out):  # noqa: ANN001, 
 def convert_blocks(words, nb, rk, out):  # noqa: ANN001, ANN201
     """``out[i, j] = MMO(words[i] ^ (0, j))`` for ``j < nb``: words uint64 (N, 2), out uint64
     (N, nb, 2), both C-contiguous."""
-    stage = np.empty((2, BLOCKS, 2), np.uint64)
+    stage = np.empty((3, BLOCKS, 2), np.uint64)
     _convert_blocks(words, nb, rk, out, stage)
 
 
 @njit(cache=True, nogil=True)
 def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
-    """:func:`convert_blocks` with a caller's scratch ``stage`` uint64 (2, BLOCKS, 2)."""
+    """:func:`convert_blocks` with a caller's scratch ``stage`` uint64 (3, BLOCKS, 2) (no
+    allocation here: the fused kernels call this for every few dozen leaves)."""
     n = words.shape[0]
     total = n * nb
     rkp, outp = np.int64(rk.ctypes.data), np.int64(out.ctypes.data)  # int64: uint64 + int64 is a float
@@ -168,61 +170,72 @@ def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
             mmo_blocks(rkp, wp + 16 * f0, outp + 16 * f0)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     # counters [full, nb) of the leaves from ``first`` on: BLOCKS (leaf, counter) inputs at a
     # time, staged, encrypted, and written to their places (contiguous when full = 0)
-    pos = np.empty(BLOCKS, np.int64)
+    pos = stage[2, :, 0]  # output block of each staged input
     i = first
     j = full
     q = 0
     while i < n:
         src[q, 0] = words[i, 0]
         src[q, 1] = words[i, 1] ^ np.uint64(j)
-        pos[q] = i * nb + j
+        pos[q] = np.uint64(i * nb + j)
         q += 1
         j += 1
         if j == nb:
             j = full
             i += 1
         if q == BLOCKS and full == 0:
-            mmo_blocks(rkp, srcp, outp + 16 * pos[0])  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+            mmo_blocks(rkp, srcp, outp + 16 * np.int64(pos[0]))  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
             q = 0
         elif q == BLOCKS or i == n:
             mmo_blocks(rkp, srcp, tmpp)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
             for r in range(q):
-                flat[pos[r], 0] = tmp[r, 0]
-                flat[pos[r], 1] = tmp[r, 1]
+                flat[np.int64(pos[r]), 0] = tmp[r, 0]
+                flat[np.int64(pos[r]), 1] = tmp[r, 1]
             q = 0
 
 
 @njit(cache=True, nogil=True)
-def convert_eval(words, nb, rk, cw, pos0, period, party, out, blocks, vals):  # noqa: ANN001, ANN201
-    """``out[i] = (-1)^party [Convert(words[i]) + t_i cw[(pos0 + i) // period]]``: words uint64
-    (N, 2), ``t_i`` bit 0 of ``words[i, 0]``, cw ring (K, d), out ring (N, d).  Scratch:
-    ``blocks`` uint64 (LEAF_STEP, nb, 2) and ``vals``, the same memory as ring (LEAF_STEP, *)."""
-    n, d = out.shape
-    stage = np.empty((2, BLOCKS, 2), np.uint64)
+def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, blocks, vals):  # noqa: ANN001, ANN201
+    """``(-1)^party [Convert(words[i]) + t_i cw[key]]`` for the leaf at flat position
+    ``pos0 + i = key * period + p`` of a (K, period) walk, written where ``p < valid`` (the
+    rest is padding, dropped), the kept ones one after the other into ``out``: words uint64
+    (N, 2), ``t_i`` bit 0 of ``words[i, 0]``, cw ring (K, d), out ring (kept, d).  Scratch:
+    ``blocks`` uint64 (S, nb, 2) (``S`` leaves a step, ``S nb`` about :data:`STEP_BLOCKS`) and
+    ``vals``, the same memory as ring (S, *)."""
+    n, d = words.shape[0], out.shape[1]
+    stage = np.empty((3, BLOCKS, 2), np.uint64)
     neg = np.uint64(0) - np.uint64(party)  # (v ^ neg) - neg = (-1)^party v
-    key = pos0 // period
-    left = period - pos0 % period  # leaves before the next key starts
-    for lo in range(0, n, LEAF_STEP):
-        hi = min(lo + LEAF_STEP, n)
+    key, p = pos0 // period, pos0 % period
+    o = 0
+    step = blocks.shape[0]
+    # control bits in a loop of their own: where ``0 - (w & 1)`` is computed from the word
+    # itself, LLVM turns the mask into a branch on the (random) bit, mispredicted half the time
+    tb = np.empty(step, np.uint64)
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
         _convert_blocks(words[lo:hi], nb, rk, blocks[: hi - lo], stage)
+        for j in range(hi - lo):
+            tb[j] = words[lo + j, 0] & np.uint64(1)
         i = lo
         while i < hi:  # segments of one key
-            end = min(hi, i + left)
+            end = min(hi, i + period - p)
+            keep = min(end, i + max(valid - p, 0))  # leaves [i, keep) are in the domain
             if d == 1:  # the retrieval payload: no inner loop
                 c = np.uint64(cw[key, 0])
-                for j in range(i, end):
-                    v = np.uint64(vals[j - lo, 0]) + ((np.uint64(0) - (words[j, 0] & np.uint64(1))) & c)
-                    out[j, 0] = (v ^ neg) - neg
+                for j in range(i, keep):
+                    v = np.uint64(vals[j - lo, 0]) + ((np.uint64(0) - tb[j - lo]) & c)
+                    out[o + j - i, 0] = (v ^ neg) - neg
             else:
-                for j in range(i, end):
-                    mask = np.uint64(0) - (words[j, 0] & np.uint64(1))
+                for j in range(i, keep):
+                    mask = np.uint64(0) - tb[j - lo]
                     for e in range(d):
                         v = np.uint64(vals[j - lo, e]) + (mask & np.uint64(cw[key, e]))
-                        out[j, e] = (v ^ neg) - neg
-            left -= end - i
-            if left == 0:
+                        out[o + j - i, e] = (v ^ neg) - neg
+            o += keep - i
+            p += end - i
+            if p == period:
                 key += 1
-                left = period
+                p = 0
             i = end
 
 
@@ -231,11 +244,12 @@ def convert_accumulate(words, nb, rk, acc, start, live, blocks, vals, staged):  
     """``acc[r] += Convert(words[i])`` in the ring for ``r = (start + i) % M`` where
     ``live[r]``: words uint64 (N, 2), acc ring (M, w), live uint8 (M,); the words of rows not
     live are not converted.  Scratch as in :func:`convert_eval`, and ``staged`` uint64
-    (LEAF_STEP, 2) for the live words of a step."""
+    (S, 2) for the live words of a step."""
     n = words.shape[0]
     big_m, w = acc.shape
-    stage = np.empty((2, BLOCKS, 2), np.uint64)
-    rows = np.empty(LEAF_STEP, np.int64)
+    stage = np.empty((3, BLOCKS, 2), np.uint64)
+    step = blocks.shape[0]
+    rows = np.empty(step, np.int64)
     row = start % big_m
     c = 0
     for i in range(n):
@@ -247,7 +261,7 @@ def convert_accumulate(words, nb, rk, acc, start, live, blocks, vals, staged):  
         row += 1
         if row == big_m:
             row = 0
-        if c == LEAF_STEP or (i == n - 1 and c > 0):
+        if c == step or (i == n - 1 and c > 0):
             _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
             for q in range(c):
                 r = rows[q]
@@ -267,7 +281,7 @@ def gen_levels(alphas, s, rk, cw_seed, cw_tl, cw_tr):  # noqa: ANN001, ANN201
     words = s.reshape(2 * k, 2)
     left = np.empty((2, k, 2), np.uint64)
     right = np.empty((2, k, 2), np.uint64)
-    stage = np.empty((2, BLOCKS, 2), np.uint64)
+    stage = np.empty((3, BLOCKS, 2), np.uint64)
     one = np.uint64(1)
     for i in range(n):
         _convert_blocks(words, 1, rk[0], left.reshape(2 * k, 1, 2), stage)

@@ -25,7 +25,7 @@ from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.prg import CHUNK_BLOCKS, aes_for
 
-__all__ = ["ring_dtype", "convert_chunks", "convert", "convert_eval_into", "convert_accumulate"]
+__all__ = ["ring_dtype", "convert_chunks", "convert", "kept_leaves", "convert_eval_into", "convert_accumulate"]
 
 _ONE = np.uint64(1)
 
@@ -106,19 +106,27 @@ def convert(words: np.ndarray, width: int, ring_bits: int, tag: str) -> np.ndarr
 
 
 def _fused_scratch(nb: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Blocks of one step of the fused kernels, uint64 (LEAF_STEP, nb, 2), and the same memory
-    as ring (LEAF_STEP, nb * 128 / k)."""
-    from secemb.fss._numba_kernels import LEAF_STEP
+    """Blocks of one step of the fused kernels, uint64 (S, nb, 2) with ``S nb`` about
+    :data:`~secemb.fss._numba_kernels.STEP_BLOCKS`, and the same memory as ring (S, nb * 128 / k)."""
+    from secemb.fss._numba_kernels import STEP_BLOCKS
 
-    blocks = np.empty((LEAF_STEP, nb, 2), np.uint64)
-    return blocks, blocks.reshape(LEAF_STEP, -1).view(dtype)
+    step = max(1, STEP_BLOCKS // nb)
+    blocks = np.empty((step, nb, 2), np.uint64)
+    return blocks, blocks.reshape(step, -1).view(dtype)
+
+
+def kept_leaves(pos: int, period: int, valid: int) -> int:
+    """How many of the flat positions ``[0, pos)`` of a (K, period) walk are in the domain,
+    i.e. have ``pos % period < valid``."""
+    return pos // period * valid + min(pos % period, valid)
 
 
 def convert_eval_into(
-    words: np.ndarray, cw: np.ndarray, pos0: int, period: int, party: int, tag: str, out: np.ndarray
+    words: np.ndarray, cw: np.ndarray, pos0: int, period: int, party: int, tag: str, out: np.ndarray,
+    valid: int | None = None,
 ) -> None:
-    """Shares ``out[i] = (-1)^b [Convert_tag(words[i]) + t_i CW[(pos0 + i) // period]]``
-    (SecEmb Algorithm 4): leaf ``i`` sits at flat position ``pos0 + i`` of a (K, period) walk.
+    """Shares ``(-1)^b [Convert_tag(words[i]) + t_i CW[key]]`` (SecEmb Algorithm 4) of the
+    leaves at flat positions ``pos0 + i = key * period + p`` of a (K, period) walk.
 
     Parameters
     ----------
@@ -126,10 +134,13 @@ def convert_eval_into(
     cw: ring (K, d) output correction words (uint32 or uint64: the ring).
     pos0, period: flat position of ``words[0]`` and leaves per key.
     party: ``b``, 0 or 1.
-    out: ring (N, d), same dtype as ``cw``, written.
+    out: ring (N, d), same dtype as ``cw``, written; with ``valid``, ring (kept, d): only the
+        leaves with ``p < valid`` are converted into it, one after the other (the others are
+        padding; ``kept = kept_leaves(pos0 + N, ...) - kept_leaves(pos0, ...)``).
     """
     dtype, width = cw.dtype, cw.shape[1]
     ring_bits = 8 * dtype.itemsize
+    valid = period if valid is None else valid
     if words.shape[0] == 0:
         return
     if kernels.compiled():
@@ -138,14 +149,19 @@ def convert_eval_into(
 
         blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
         rk = round_keys("convert/" + tag)[0]
-        convert_eval(np.ascontiguousarray(words), blocks.shape[1], rk, cw, pos0, period, party, out, blocks, vals)
+        convert_eval(np.ascontiguousarray(words), blocks.shape[1], rk, cw, pos0, period, valid, party, out, blocks,
+                     vals)
         return
+    o = 0
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
-        t = words[lo:hi, 0, None] & _ONE
-        rows = cw[(pos0 + np.arange(lo, hi)) // period]
-        np.add(vals, (0 - t).astype(dtype) & rows, out=out[lo:hi])
+        pos = pos0 + np.arange(lo, hi)
+        keep = pos % period < valid
+        t = words[lo:hi, 0, None][keep] & _ONE
+        part = out[o : o + int(keep.sum())]
+        np.add(vals[keep], (0 - t).astype(dtype) & cw[pos[keep] // period], out=part)
         if party:
-            np.negative(out[lo:hi], out=out[lo:hi])
+            np.negative(part, out=part)
+        o += part.shape[0]
 
 
 def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray, start: int,
@@ -168,13 +184,12 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray, start: int,
         raise InvalidParameters(f"live must have shape ({big_m},), got {live.shape}")
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
-        from secemb.fss._numba_kernels import LEAF_STEP
         from secemb.fss._numba_kernels import convert_accumulate as fused
 
         blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
         rows = np.ones(big_m, np.uint8) if live is None else live.astype(np.uint8)
         fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0], acc, start, rows,
-              blocks, vals, np.empty((LEAF_STEP, 2), np.uint64))
+              blocks, vals, np.empty((blocks.shape[0], 2), np.uint64))
         return
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
         pos = start + lo

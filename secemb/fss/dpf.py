@@ -31,8 +31,8 @@ from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.keys import DPFKeys, DPFParams, PathKeys
 from secemb.fss.linalg import LimbMatrix, ring_matmul
-from secemb.fss.convert import convert, convert_eval_into
-from secemb.fss.tree import _LEFT, _RIGHT, expand
+from secemb.fss.convert import convert, convert_eval_into, kept_leaves
+from secemb.fss.tree import _LEFT, _RIGHT, expand, leaf_groups, padded_domain
 from secemb.randomness import RandomBytes, random_words, system_rng
 
 __all__ = [
@@ -288,21 +288,27 @@ def convert_eval(
     return out
 
 
+def _shares_into(path: PathKeys, cw: np.ndarray, party: int, out: np.ndarray) -> None:
+    """Shares of every leaf of ``path``'s keys for output correction words ``cw`` (K, d) into
+    ``out``, a C-contiguous ring array (K, m, d): each leaf group of the walk is converted
+    while it is in cache, padding leaves dropped (no per-leaf word is stored for all keys)."""
+    m, mp = path.params.domain_size, padded_domain(path)
+    flat = out.reshape(-1, out.shape[-1])
+    for r0, r1, leaves in leaf_groups(path):
+        a0, z0 = r0 * leaves.shape[1], r1 * leaves.shape[1]
+        part = flat[kept_leaves(a0, mp, m) : kept_leaves(z0, mp, m)]
+        convert_eval_into(leaves.reshape(-1, 2), cw, a0, mp, party, DEFAULT_TAG, part, valid=m)
+
+
 def eval_full(keys: DPFKeys, party: int) -> np.ndarray:
     """Evaluate every key on the whole domain: ring array (K, m, d).
 
     For every key, ``eval_full(keys0, 0) + eval_full(keys1, 1)`` is ``beta`` at ``alpha`` and
-    0 elsewhere (mod ``2^k``).  Memory: the output plus one chunk of leaves.
+    0 elsewhere (mod ``2^k``).  Memory: the output plus one cache-sized group of leaves.
     """
-    _check_party(party)
     p = keys.params
-    path = _path_of(keys, party)
     out = np.empty((len(keys), p.domain_size, p.payload_width), p.dtype)
-    step = _key_step(p.domain_size)
-    for lo in range(0, len(keys), step):
-        leaves = expand(path[lo : lo + step])
-        out[lo : lo + step] = convert_eval(leaves, keys.cw_out[lo : lo + step], party, ring_bits=p.ring_bits,
-                                           tag=DEFAULT_TAG)
+    _shares_into(_path_of(keys, party), keys.cw_out, party, out)
     return out
 
 
@@ -359,8 +365,9 @@ def eval_full_dot(keys: DPFKeys, party: int, table: np.ndarray) -> np.ndarray:
     # at least DOT_KEYS rows per product: a thinner one rereads the whole table per few keys
     step = max(_key_step(p.domain_size), DOT_KEYS)
     limbs = LimbMatrix(table, p.ring_bits)  # converted once, not per chunk
+    e = np.empty((min(step, len(keys)), p.domain_size, 1), p.dtype)
     for lo in range(0, len(keys), step):
-        leaves = expand(path[lo : lo + step])
-        e = convert_eval(leaves, keys.cw_out[lo : lo + step], b, ring_bits=p.ring_bits, tag=DEFAULT_TAG)[..., 0]
-        out[lo : lo + step] = ring_matmul(e, limbs, p.ring_bits)
+        hi = min(lo + step, len(keys))
+        _shares_into(path[lo:hi], keys.cw_out[lo:hi], b, e[: hi - lo])
+        out[lo:hi] = ring_matmul(e[: hi - lo, :, 0], limbs, p.ring_bits)
     return out
