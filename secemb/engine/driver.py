@@ -6,7 +6,10 @@ server processes over HTTP (:mod:`secemb.sim.coordinator`).  The same code opens
 runs the devices through the device SDK (:class:`~secemb.client.device.RoundSession`, which
 sends what the protocol's :class:`~secemb.protocols.stages.RoundPlan` declares), closes rounds
 and scores the model, so an in-process run and a networked run of one seed give the same
-model by construction.
+model by construction.  :class:`TrainingRun` is that run phase by phase (set-up, the count,
+each round's attempts and its devices, evaluation, the result); :func:`run` builds it from
+keyword options, grouped as :class:`RunSpec` (what is trained), :class:`RoundPolicy` (how rounds
+run) and :class:`Hooks` (the callbacks).
 
 Randomness
     The public model is initialized from ``default_rng(public_init_seed(seed))``
@@ -55,7 +58,8 @@ from secemb.models.base import RecModel, UserStore
 from secemb.models.task import Sample
 from secemb.privacy.accounting import DPPlan
 from secemb.protocols.adversary import ATTACK_BEHAVIOR, with_attack
-from secemb.protocols.base import Protocol
+from secemb.protocols.base import Protocol, RoundConfig
+from secemb.protocols.dp_fedrec import DPFedRecProtocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
 from secemb.round import messages
@@ -67,7 +71,9 @@ from secemb.round.update import apply_aggregate
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.links import AdminLink
 
-__all__ = ["Behavior", "DevicePhase", "RoundAborted", "Servers", "run"]
+__all__ = [
+    "Behavior", "DevicePhase", "Hooks", "RoundAborted", "RoundPolicy", "RunSpec", "Servers", "TrainingRun", "run",
+]
 
 #: per (round index, user): None (normal) or a fault to simulate on the device:
 #: "drop" (retrieves, never uploads), "only0"/"only1" (uploads to one server only),
@@ -193,6 +199,71 @@ def _model(admin: AdminLink, wait_s: float, m: int, width: int, dense_size: int)
     return version, table, dense
 
 
+#: ``(round index, attempt, round id, users)``, called before a round's devices run
+BeforeRound = Callable[[int, int, int, list[int]], None]
+#: ``(round index, attempt, outcome, device errors by user)``, called when a round ended
+AfterRound = Callable[[int, int, dict[str, Any], dict[int, BaseException]], None]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a run trains: ``model`` with ``protocol`` on ``train_data``, scored on
+    ``test_data`` and ``val_data`` (either may be ``None``), as ``config`` says; the devices'
+    private draws from where ``device_randomness`` says; ``extra_config`` merged into
+    ``result.config`` (see :func:`run` for each).
+
+    Raises
+    ------
+    InvalidParameters
+        The held-out data do not share the training data's id spaces, or
+        ``device_randomness`` is neither mode.
+    """
+
+    model: RecModel
+    protocol: Protocol
+    train_data: RatingData
+    test_data: RatingData | None
+    config: TrainConfig
+    device_randomness: DeviceRandomness
+    val_data: RatingData | None = None
+    extra_config: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        for held_out in (self.test_data, self.val_data):
+            if held_out is not None and (
+                held_out.num_items != self.train_data.num_items or held_out.num_users != self.train_data.num_users
+            ):
+                raise InvalidParameters("train, test and validation data must share the user and item id spaces")
+        if self.device_randomness not in DEVICE_RANDOMNESS:
+            raise InvalidParameters(
+                f"device_randomness must be one of {DEVICE_RANDOMNESS}, got {self.device_randomness!r}")
+
+
+@dataclass(frozen=True)
+class RoundPolicy:
+    """How the driver runs each round: the servers' deadline, whether to close a round as soon
+    as its devices finished (else the servers close it on quorum or deadline), the tries per
+    round, and the simulated device faults (:data:`Behavior`; see :func:`run`)."""
+
+    deadline_s: float = 120.0
+    close_when_done: bool = True
+    max_attempts: int = 5
+    behavior: Behavior | None = None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The run's callbacks, each optional: around every round attempt (``before_round``,
+    ``after_round``) and progress (``on_start`` with ``result.config``, ``on_round`` per
+    committed round, ``on_epoch``)."""
+
+    before_round: BeforeRound | None = None
+    after_round: AfterRound | None = None
+    on_start: Callable[[dict[str, Any]], None] | None = None
+    on_round: Callable[[RoundStats], None] | None = None
+    on_epoch: Callable[[EpochStats], None] | None = None
+
+
 def run(
     servers: Servers,
     model: RecModel,
@@ -207,14 +278,15 @@ def run(
     close_when_done: bool = True,
     max_attempts: int = 5,
     behavior: Behavior | None = None,
-    before_round: Callable[[int, int, int, list[int]], None] | None = None,
-    after_round: Callable[[int, int, dict[str, Any], dict[int, BaseException]], None] | None = None,
+    before_round: BeforeRound | None = None,
+    after_round: AfterRound | None = None,
     on_start: Callable[[dict[str, Any]], None] | None = None,
     on_round: Callable[[RoundStats], None] | None = None,
     on_epoch: Callable[[EpochStats], None] | None = None,
     extra_config: dict[str, Any] | None = None,
 ) -> TrainResult:
-    """Train ``model`` with ``protocol`` against ``servers``; the run's :class:`TrainResult`.
+    """Train ``model`` with ``protocol`` against ``servers``; the run's :class:`TrainResult`
+    (:class:`TrainingRun` with its options grouped).
 
     Parameters
     ----------
@@ -226,7 +298,7 @@ def run(
         devices draw them; no two runs alike).  No default: every caller says which.
     val_data: held-out ratings scored after every epoch (``EpochStats.val_rmse``); with
         ``config.early_stop`` they choose the epoch whose model the result holds
-        (:class:`~secemb.round.selection.EpochSelection`).
+        (:class:`~secemb.training.selection.EpochSelection`).
     deadline_s: each round's deadline at the servers.
     close_when_done: close a round as soon as all its devices finished (else the servers
         close it on quorum or deadline).
@@ -252,112 +324,319 @@ def run(
         differ from the direct computation.
     """
     wall0 = time.perf_counter()
-    cfg = config
-    for held_out in (test_data, val_data):
-        if held_out is not None and (
-            held_out.num_items != train_data.num_items or held_out.num_users != train_data.num_users
-        ):
-            raise InvalidParameters("train, test and validation data must share the user and item id spaces")
-    if device_randomness not in DEVICE_RANDOMNESS:
-        raise InvalidParameters(f"device_randomness must be one of {DEVICE_RANDOMNESS}, got {device_randomness!r}")
-    fp = FixedPoint(cfg.ring_bits, cfg.frac_bits)
-    rng = np.random.default_rng(cfg.seed)  # the operator's draws
-    private = rng if device_randomness == "reproducible" else private_rng()  # the devices' draws
-    m = train_data.num_items
-    width, dense_size = model.sparse_width, model.dense_size
-    task = model.task
-    by_item = by_user(train_data)
-    per_user = by_item if task.order == "item" else by_user(train_data, order=task.order)
-    distinct = task.request_counts(distinct_counts(by_item))
-    active = np.flatnonzero(distinct > 0)
-    rating_range = rating_range_of(train_data, cfg)
-    admin0, admin1 = servers.admin
-    wait_s = servers.wait_s
-    dp = dp_plan_of(model, protocol, train_data, cfg)  # TrainConfig refuses dp with verify
-    device_protocol = protocol
-    if dp is not None and not dp.central:  # DP-FedRec: the devices add the plan's noise
-        from secemb.protocols.dp_fedrec import DPFedRecProtocol
+    spec = RunSpec(model, protocol, train_data, test_data, config, device_randomness, val_data, extra_config)
+    policy = RoundPolicy(deadline_s, close_when_done, max_attempts, behavior)
+    hooks = Hooks(before_round, after_round, on_start, on_round, on_epoch)
+    return TrainingRun(servers, spec, policy, hooks, wall0=wall0).train()
 
+
+class TrainingRun:
+    """One training run, phase by phase (what :func:`run` does; the module docstring says in
+    which order the randomness is drawn).
+
+    Set-up (the constructor: what follows from the inputs alone, no server contacted), then
+    :meth:`train`: the initial public model checked against server 0 (:meth:`_start_model`),
+    m' given or counted (:meth:`_fix_m_prime`, :meth:`_count`), the run announced
+    (:meth:`_announce`), per epoch (:meth:`_epoch`) its rounds (:meth:`_round`: the users'
+    draws, then attempts until one commits -- :meth:`_attempt`: open, the devices
+    (:meth:`_run_devices`: retrieval, dense download, local step, upload), close, commit) and
+    the evaluation (:meth:`_evaluate`), and finally the result (:meth:`_result`).
+
+    Raises
+    ------
+    InvalidParameters
+        From the constructor: ``spec`` asks for DP the protocol cannot give, early stopping
+        without validation data.  From :meth:`train`: as :func:`run` says.
+    """
+
+    def __init__(self, servers: Servers, spec: RunSpec, policy: RoundPolicy = RoundPolicy(),
+                 hooks: Hooks = Hooks(), *, wall0: float | None = None) -> None:
+        self.wall0 = time.perf_counter() if wall0 is None else wall0
+        self.servers, self.spec, self.policy, self.hooks = servers, spec, policy, hooks
+        self.cfg = cfg = spec.config
+        model, data = spec.model, spec.train_data
+        self.fp = FixedPoint(cfg.ring_bits, cfg.frac_bits)
+        self.rng = np.random.default_rng(cfg.seed)  # the operator's draws
+        # the devices' draws
+        self.private = self.rng if spec.device_randomness == "reproducible" else private_rng()
+        self.m = data.num_items
+        self.width, self.dense_size = model.sparse_width, model.dense_size
+        self.task = model.task
+        by_item = by_user(data)
+        self.per_user = by_item if self.task.order == "item" else by_user(data, order=self.task.order)
+        self.distinct = self.task.request_counts(distinct_counts(by_item))
+        self.active = np.flatnonzero(self.distinct > 0)
+        self.rating_range = rating_range_of(data, cfg)
+        self.admin0, self.admin1 = servers.admin
+        self.wait_s = servers.wait_s
+        self.dp = dp_plan_of(model, spec.protocol, data, cfg)  # TrainConfig refuses dp with verify
+        self.device_protocol = self._device_protocol()
+        self.participated = np.zeros(data.num_users, dtype=np.int64)
+        # the epoch kept: the last, or the best validation epoch
+        self.selection = EpochSelection(cfg, spec.val_data)
+        # what precedes the held-out interactions (ranking metrics rank after it): for the test
+        # data the training and validation interactions, for the validation data the training ones
+        self.test_context = data if spec.val_data is None else concat(data, spec.val_data)
+        self.tot = _Totals()
+        self.epochs: list[EpochStats] = []
+        self.round_index = 0  # rounds committed so far
+        self.checked_info = False
+        self.m_prime_updates: list[dict[str, Any]] = []
+        self.count_bytes = 0
+
+    def _device_protocol(self) -> Protocol:
+        """The protocol the devices run: the run's, or under local DP (DP-FedRec) the run's
+        with the plan's noise added by each device."""
+        protocol, dp = self.spec.protocol, self.dp
+        if dp is None or dp.central:
+            return protocol
         if not isinstance(protocol, DPFedRecProtocol):
             raise InvalidParameters(f"protocol {protocol.name!r} declares local DP but is not DP-FedRec")
-        device_protocol = protocol.with_noise(dp.sigma_ring, dp.settings.clip)
-    participated = np.zeros(train_data.num_users, dtype=np.int64)
-    selection = EpochSelection(cfg, val_data)  # the epoch kept: the last, or the best validation epoch
+        return protocol.with_noise(dp.sigma_ring, dp.settings.clip)
 
-    # ---- the initial public model: server 0 initializes it from the same seed
-    table, dense, store = initial_state(model, cfg, m, train_data.num_users, rating_range, private)
-    version, t0, d0 = _model(admin0, wait_s, m, width, dense_size)
-    if version != 0 or model_sha256(t0, d0) != model_sha256(table, dense):
-        raise InvalidParameters(
-            f"server 0's model (version {version}) is not the fresh model of seed {cfg.seed}: "
-            "start from an empty state directory with init_seed = public_init_seed(seed)"
-        )
-    mirror = ServerAdam(m, width, dense_size, cfg.adam(), lazy=cfg.lazy_adam) if cfg.verify else None
+    def train(self) -> TrainResult:
+        """Run every phase; the run's result (see :func:`run` for what it raises)."""
+        self._start_model()
+        self._fix_m_prime()
+        self._announce()
+        for epoch in range(1, self.cfg.epochs + 1):
+            if self._epoch(epoch):
+                break
+        return self._result()
 
-    # ---- m'
-    def count_phase() -> dict[str, Any]:
+    # ---- set-up against the servers
+
+    def _server_model(self, admin: AdminLink) -> tuple[int, np.ndarray, np.ndarray]:
+        """A server's model: ``(version, table, dense)``."""
+        return _model(admin, self.wait_s, self.m, self.width, self.dense_size)
+
+    def _start_model(self) -> None:
+        """The initial public model, and the devices' private state: server 0 initializes the
+        model from the same seed, which is checked here."""
+        cfg, spec = self.cfg, self.spec
+        self.table, self.dense, self.store = initial_state(spec.model, cfg, self.m, spec.train_data.num_users,
+                                                           self.rating_range, self.private)
+        version, t0, d0 = self._server_model(self.admin0)
+        if version != 0 or model_sha256(t0, d0) != model_sha256(self.table, self.dense):
+            raise InvalidParameters(
+                f"server 0's model (version {version}) is not the fresh model of seed {cfg.seed}: "
+                "start from an empty state directory with init_seed = public_init_seed(seed)"
+            )
+        self.mirror = (ServerAdam(self.m, self.width, self.dense_size, cfg.adam(), lazy=cfg.lazy_adam)
+                       if cfg.verify else None)
+
+    def _count(self) -> dict[str, Any]:
         """The Eq. 11 count: every active device sends shares of its count; the servers open
         the mean only and fix m' (again at each periodic update, Appendix L.2)."""
-        admin0.count_open([int(u) for u in active])
-        sent = servers.phase.map(lambda u: servers.device(int(u)).send_count(int(distinct[u]), cfg.ring_bits),
-                                 list(active))
-        doc: dict[str, Any] = admin0.count_close()
+        self.admin0.count_open([int(u) for u in self.active])
+        sent = self.servers.phase.map(
+            lambda u: self.servers.device(int(u)).send_count(int(self.distinct[u]), self.cfg.ring_bits),
+            list(self.active))
+        doc: dict[str, Any] = self.admin0.count_close()
         doc["bytes"] = sum(sent)
         return doc
 
-    count_bytes = 0
-    if cfg.m_prime is not None:
-        if cfg.m_prime > m:
-            raise InvalidParameters(f"m_prime must be <= num_items={m}, got {cfg.m_prime}")
-        st = _retry(admin0.status, wait_s, "server status")
-        if st["m_prime"] != cfg.m_prime:
-            raise InvalidParameters(f"server 0 has m_prime={st['m_prime']}, the run wants {cfg.m_prime}")
-        m_prime, source, mean_count = cfg.m_prime, "given", None
-    else:
-        doc = _retry(count_phase, wait_s, "count phase", retry_conflict=True)
-        m_prime, source, mean_count = int(doc["m_prime"]), "eq11", float(doc["mean_count"])
-        count_bytes = int(doc["bytes"])
+    def _fix_m_prime(self) -> None:
+        """m': the configured one (server 0 must have it), else the Eq. 11 count's."""
+        cfg = self.cfg
+        self.mean_count: float | None
+        if cfg.m_prime is not None:
+            if cfg.m_prime > self.m:
+                raise InvalidParameters(f"m_prime must be <= num_items={self.m}, got {cfg.m_prime}")
+            st = _retry(self.admin0.status, self.wait_s, "server status")
+            if st["m_prime"] != cfg.m_prime:
+                raise InvalidParameters(f"server 0 has m_prime={st['m_prime']}, the run wants {cfg.m_prime}")
+            self.m_prime, self.source, self.mean_count = cfg.m_prime, "given", None
+        else:
+            doc = _retry(self._count, self.wait_s, "count phase", retry_conflict=True)
+            self.m_prime, self.source, self.mean_count = int(doc["m_prime"]), "eq11", float(doc["mean_count"])
+            self.count_bytes = int(doc["bytes"])
 
-    result_config = run_config(
-        model, protocol, cfg, train_data, test_data, m_prime, source, mean_count,
-        rating_range, int(active.size), {**(extra_config or {}), "device_randomness": device_randomness},
-    )
-    m_prime_updates: list[dict[str, Any]] = []
-    if cfg.m_prime_update:
-        result_config.update(m_prime_update=cfg.m_prime_update, m_prime_updates=m_prime_updates)
-    if on_start is not None:
-        on_start(result_config)
+    def _announce(self) -> None:
+        """The run's configuration document (``result.config``), reported to ``on_start``, and
+        the round configuration the devices' placements are drawn for."""
+        spec, cfg = self.spec, self.cfg
+        self.result_config = run_config(
+            spec.model, spec.protocol, cfg, spec.train_data, spec.test_data, self.m_prime, self.source,
+            self.mean_count, self.rating_range, int(self.active.size),
+            {**(spec.extra_config or {}), "device_randomness": spec.device_randomness},
+        )
+        if cfg.m_prime_update:
+            self.result_config.update(m_prime_update=cfg.m_prime_update, m_prime_updates=self.m_prime_updates)
+        if self.hooks.on_start is not None:
+            self.hooks.on_start(self.result_config)
+        self.rc_plan = self._round_config(0)
 
-    rc_plan = protocol.round_config(0, m, width, dense_size, m_prime, cfg.ring_bits)
-    tot = _Totals()
-    epochs: list[EpochStats] = []
-    # what precedes the held-out interactions (ranking metrics rank after it): for the test
-    # data the training and validation interactions, for the validation data the training ones
-    test_context = train_data if val_data is None else concat(train_data, val_data)
-    round_index = 0
-    checked_info = False
+    def _round_config(self, round_id: int) -> RoundConfig:
+        return self.spec.protocol.round_config(round_id, self.m, self.width, self.dense_size, self.m_prime,
+                                               self.cfg.ring_bits)
 
-    def connect(dev: _Device, info: RoundInfo) -> RoundSession | None:
+    # ---- epochs
+
+    def _epoch(self, epoch: int) -> bool:
+        """One epoch: the m' update when due, its rounds, its evaluation; whether the run
+        stops here (early stopping)."""
+        cfg = self.cfg
+        self.tot.epoch_losses = []
+        if cfg.m_prime_update and epoch > 1 and (epoch - 1) % cfg.m_prime_update == 0:  # Appendix L.2
+            self._update_m_prime(epoch)
+        for users in _epoch_rounds(self.rng, self.active, cfg.users_per_round,
+                                   cfg.sampling == "poisson")[: cfg.rounds_per_epoch]:
+            if users:  # an empty Poisson round: nothing to aggregate, nothing released
+                self._round(epoch, users)
+        return self._evaluate(epoch)
+
+    def _update_m_prime(self, epoch: int) -> None:
+        """The Eq. 11 count again (Appendix L.2); later rounds use its m'."""
+        doc = _retry(self._count, self.wait_s, "count phase (m' update)", retry_conflict=True)
+        self.m_prime, self.count_bytes = int(doc["m_prime"]), self.count_bytes + int(doc["bytes"])
+        self.m_prime_updates.append({"epoch": epoch, "m_prime": self.m_prime, "mean_count": float(doc["mean_count"])})
+        self.rc_plan = self._round_config(0)
+
+    # ---- one round
+
+    def _round(self, epoch: int, users: list[int]) -> None:
+        """One round of ``users``: their draws, then attempts until one commits.
+
+        Raises
+        ------
+        RoundAborted
+            ``max_attempts`` attempts were aborted.
+        """
+        drawn = self._draw(users)
+        last_error = ""
+        for attempt in range(1, self.policy.max_attempts + 1):
+            aborted = self._attempt(epoch, users, drawn, attempt)
+            if aborted is None:
+                self.round_index += 1
+                return
+            last_error = aborted
+        raise RoundAborted(f"round {self.round_index} was aborted {self.policy.max_attempts} times; "
+                           f"last: {last_error}")
+
+    def _draw(self, users: list[int]) -> list[tuple[Sample, PaddedRequest]]:
+        """Each user's task sample and placement, user by user from the devices' generator
+        (kept for every attempt of the round)."""
+        drawn = []
+        for u in users:
+            sample = self.task.sample(*self.per_user.of(u), self.m, self.private)
+            req = place(self.rc_plan, sample.items, self.private)
+            drawn.append((sample, req))
+            self.tot.truncated += int(req.kept.size < sample.items.size)
+        return drawn
+
+    def _attempt(self, epoch: int, users: list[int], drawn: list[tuple[Sample, PaddedRequest]],
+                 attempt: int) -> str | None:
+        """One attempt at a round: open, the devices, close, then commit (``None``) or undo
+        the devices' local steps (why it was aborted)."""
+        info = self._open(users)
+        r = info.round_id
+        expected = self.fp.encode(self._server_model(self.admin0)[1]) if self.cfg.verify else None
+        if self.hooks.before_round is not None:
+            self.hooks.before_round(self.round_index, attempt, r, users)
+        snaps = {u: self.store.snapshot(u) for u in users}
+        behavior = self.policy.behavior
+        devs = [_Device(u, sample, req, behavior(self.round_index, u) if behavior else None)
+                for u, (sample, req) in zip(users, drawn, strict=True)]
+        self._run_devices(devs, info, expected)
+        self._raise_fatal(devs)
+        outcome = self._end(r)
+        if self.hooks.after_round is not None:
+            self.hooks.after_round(self.round_index, attempt, outcome,
+                                   {d.user: d.error for d in devs if d.error is not None})
+        if outcome["state"] != "committed":
+            errors = [d.error for d in devs if d.error is not None]
+            for u, snap in snaps.items():
+                self.store.restore(u, snap)
+            self.tot.aborted += 1
+            self.servers.end_round(r)
+            return f"{outcome.get('reason')}" + (f"; first device error: {errors[0]!r}" if errors else "")
+        self._commit(epoch, r, outcome, devs)
+        self.servers.end_round(r)
+        return None
+
+    def _open(self, users: list[int]) -> RoundInfo:
+        """Server 0 opens a round of ``users``; its announcement, checked against the run."""
+        opened = _retry(lambda: self.admin0.open_round(users, self.policy.deadline_s), self.wait_s,
+                        "opening a round", retry_conflict=True)
+        info = RoundInfo.from_doc(opened)
+        if info.config != self._round_config(info.round_id):
+            raise InvalidParameters(f"server 0's round configuration {info.config} differs from the run's")
+        if not self.checked_info:
+            _check_info(info, self.spec.model, self.cfg, self.dp)
+            self.checked_info = True
+        return info
+
+    def _raise_fatal(self, devs: list[_Device]) -> None:
+        """Raise a device's error that must stop the run: a failed verification, or any error
+        where ``servers.device_errors_fatal`` says so (except an attacker's refusal: expected)."""
+        for d in devs:
+            attacker = d.behavior is not None and d.behavior.startswith(ATTACK_BEHAVIOR)
+            if isinstance(d.error, VerificationError) or (d.error is not None and self.servers.device_errors_fatal
+                                                          and not attacker):
+                raise d.error
+
+    def _end(self, r: int) -> dict[str, Any]:
+        """Round ``r``'s outcome: closed now, or awaited until the servers close it."""
+        if self.policy.close_when_done:
+            return _close(self.admin0, r, self.wait_s)
+        return _await(self.admin0, r, self.wait_s + self.policy.deadline_s)
+
+    def _commit(self, epoch: int, r: int, outcome: dict[str, Any], devs: list[_Device]) -> None:
+        """A committed round: who took part, the verification, the accounting."""
+        included = set(outcome["included"] or [])
+        self.participated[sorted(included)] += 1
+        if self.cfg.verify:
+            self._verify_round(devs, included, r)
+            self.tot.verified += 1
+        self._account(outcome, devs, included, epoch, r)
+
+    # ---- the devices of one round attempt
+
+    def _run_devices(self, devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
+        """Every device of the attempt, as ``config.schedule`` says: each one through all its
+        steps before the next (``"interleaved"``), or the round's devices together, step by
+        step (``"staged"``)."""
+        if self.cfg.schedule == "interleaved":
+            for d in devs:
+                self._device_batch([d], info, expected)
+        else:
+            self._device_batch(devs, info, expected)
+
+    def _device_batch(self, devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
+        """``devs`` through the round: sessions opened and prepared, retrieval requests sent
+        (:meth:`DevicePhase.retrieve`), then each device's dense download, local step and
+        upload (:meth:`_finish`).  A device that fails keeps its error and drops out."""
+        live = self._prepare(devs, info)
+        errors = self.servers.phase.retrieve([s for _, s in live])
+        for (d, _), err in zip(live, errors, strict=True):
+            if err is not None:
+                d.error = err
+        self.servers.phase.map(lambda d: self._finish(d, expected), devs)
+
+    def _connect(self, dev: _Device, info: RoundInfo) -> RoundSession | None:
+        """``dev``'s session of the round (``None``: it failed, its error kept)."""
         try:
-            client = servers.device(dev.user)
+            client = self.servers.device(dev.user)
             # as a real device does: both servers announce the round on the same model (a
             # ModelDisagreement is reported to both and the device takes no part)
             client.round_info()
-            proto = device_protocol
+            proto = self.device_protocol
             if dev.behavior is not None and dev.behavior.startswith(ATTACK_BEHAVIOR):  # a simulated malicious device
-                proto = with_attack(device_protocol, dev.behavior[len(ATTACK_BEHAVIOR):])
-            dev.session = RoundSession(client, info, protocol=proto, fp=fp, task=task,
-                                       clip=None if dp is None else dp.clip)
+                proto = with_attack(self.device_protocol, dev.behavior[len(ATTACK_BEHAVIOR):])
+            dev.session = RoundSession(client, info, protocol=proto, fp=self.fp, task=self.task,
+                                       clip=None if self.dp is None else self.dp.clip)
             return dev.session
         except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
             dev.error = exc
             return None
 
-    def prepare(devs: list[_Device], info: RoundInfo) -> list[tuple[_Device, RoundSession]]:
+    def _prepare(self, devs: list[_Device], info: RoundInfo) -> list[tuple[_Device, RoundSession]]:
         """The devices' sessions, prepared with the drawn samples and slots, their keys made
         as one batch (:meth:`RoundSession.prepare_many`); the devices that failed keep their
         error and are left out."""
-        opened = [(d, s) for d, s in zip(devs, servers.phase.map(lambda d: connect(d, info), devs), strict=True)
+        opened = [(d, s) for d, s in zip(devs, self.servers.phase.map(lambda d: self._connect(d, info), devs),
+                                         strict=True)
                   if s is not None]
         errors = RoundSession.prepare_many([s for _, s in opened], [d.sample for d, _ in opened],
                                            [d.placement for d, _ in opened])
@@ -365,7 +644,10 @@ def run(
             d.error = err
         return [(d, s) for d, s in opened if d.error is None]
 
-    def finish(dev: _Device, expected: np.ndarray | None) -> None:
+    def _finish(self, dev: _Device, expected: np.ndarray | None) -> None:
+        """``dev`` after its retrieval: the dense download and its rows (checked against
+        ``expected`` where the run verifies), then its local step and upload, as its
+        behavior says.  An error is kept in ``dev.error``."""
         session = dev.session
         if dev.error is not None or session is None:
             return
@@ -373,159 +655,138 @@ def run(
             session.fetch_dense()
             rows = session.reconstruct()
             if expected is not None and not (dev.behavior or "").startswith(ATTACK_BEHAVIOR):  # attackers: not checked
-                want = expected[np.maximum(dev.placement.indices, 0)]
-                want[dev.placement.indices < 0] = 0
-                if not np.array_equal(rows, want):
-                    bad = int(np.flatnonzero(np.any(rows != want, axis=1))[0])
-                    raise VerificationError(
-                        f"round {session.rc.round_id}, user {dev.user}: retrieved row {bad} (item "
-                        f"{int(dev.placement.indices[bad])}) differs from the encoded table"
-                    )
+                _check_rows(dev, rows, expected, session.rc.round_id)
             if dev.behavior == "drop":
                 return
-            state = store.state(dev.user)
-            dev.loss = session.train(lambda rows, d, batch: model.local_step(rows, d, state, batch)).loss
-            if dev.behavior is not None and dev.behavior.startswith("late:"):
-                time.sleep(float(dev.behavior.split(":", 1)[1]))
-            if dev.behavior in ("only0", "only1"):
-                session.upload(only=int(dev.behavior[-1]))
-            else:
-                session.upload()
-                dev.uploaded = True
-            # the round's sessions live until it closes: keep one device's buffers, not all of
-            # them (the encoded gradients only where the round is verified against them)
-            session.release(keep_encoded=cfg.verify)
+            self._train_and_upload(dev, session)
         except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
             dev.error = exc
 
-    def device_phase(devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
-        live = prepare(devs, info)
-        errors = servers.phase.retrieve([s for _, s in live])
-        for (d, _), err in zip(live, errors, strict=True):
-            if err is not None:
-                d.error = err
-        servers.phase.map(lambda d: finish(d, expected), devs)
+    def _train_and_upload(self, dev: _Device, session: RoundSession) -> None:
+        """``dev``'s local step on its rows and its upload (to one server only, or late, where
+        its behavior says)."""
+        state = self.store.state(dev.user)
+        model = self.spec.model
+        dev.loss = session.train(lambda rows, d, batch: model.local_step(rows, d, state, batch)).loss
+        if dev.behavior is not None and dev.behavior.startswith("late:"):
+            time.sleep(float(dev.behavior.split(":", 1)[1]))
+        if dev.behavior in ("only0", "only1"):
+            session.upload(only=int(dev.behavior[-1]))
+        else:
+            session.upload()
+            dev.uploaded = True
+        # the round's sessions live until it closes: keep one device's buffers, not all of
+        # them (the encoded gradients only where the round is verified against them)
+        session.release(keep_encoded=self.cfg.verify)
 
-    for epoch in range(1, cfg.epochs + 1):
-        tot.epoch_losses = []
-        if cfg.m_prime_update and epoch > 1 and (epoch - 1) % cfg.m_prime_update == 0:  # Appendix L.2
-            doc = _retry(count_phase, wait_s, "count phase (m' update)", retry_conflict=True)
-            m_prime, count_bytes = int(doc["m_prime"]), count_bytes + int(doc["bytes"])
-            m_prime_updates.append({"epoch": epoch, "m_prime": m_prime, "mean_count": float(doc["mean_count"])})
-            rc_plan = protocol.round_config(0, m, width, dense_size, m_prime, cfg.ring_bits)
-        for users in _epoch_rounds(rng, active, cfg.users_per_round, cfg.sampling == "poisson")[: cfg.rounds_per_epoch]:
-            if not users:  # an empty Poisson round: nothing to aggregate, nothing released
-                continue
-            drawn = []
-            for u in users:
-                sample = task.sample(*per_user.of(u), m, private)
-                req = place(rc_plan, sample.items, private)
-                drawn.append((sample, req))
-                tot.truncated += int(req.kept.size < sample.items.size)
-            last_error = ""
-            for attempt in range(1, max_attempts + 1):
-                opened = _retry(lambda: admin0.open_round(users, deadline_s),  # noqa: B023 - called at once
-                                wait_s, "opening a round", retry_conflict=True)
-                info = RoundInfo.from_doc(opened)
-                r = info.round_id
-                if info.config != protocol.round_config(r, m, width, dense_size, m_prime, cfg.ring_bits):
-                    raise InvalidParameters(f"server 0's round configuration {info.config} differs from the run's")
-                if not checked_info:
-                    _check_info(info, model, cfg, dp)
-                    checked_info = True
-                expected = None
-                if cfg.verify:
-                    expected = fp.encode(_model(admin0, wait_s, m, width, dense_size)[1])
-                if before_round is not None:
-                    before_round(round_index, attempt, r, users)
-                snaps = {u: store.snapshot(u) for u in users}
-                devs = [_Device(u, sample, req, behavior(round_index, u) if behavior else None)
-                        for u, (sample, req) in zip(users, drawn, strict=True)]
-                if cfg.schedule == "interleaved":
-                    for d in devs:
-                        device_phase([d], info, expected)
-                else:
-                    device_phase(devs, info, expected)
-                for d in devs:
-                    attacker = d.behavior is not None and d.behavior.startswith(ATTACK_BEHAVIOR)  # refused: expected
-                    if isinstance(d.error, VerificationError) or (d.error is not None and servers.device_errors_fatal
-                                                                  and not attacker):
-                        raise d.error
-                if close_when_done:
-                    outcome = _close(admin0, r, wait_s)
-                else:
-                    outcome = _await(admin0, r, wait_s + deadline_s)
-                if after_round is not None:
-                    after_round(round_index, attempt, outcome, {d.user: d.error for d in devs if d.error is not None})
-                if outcome["state"] != "committed":
-                    errors = [d.error for d in devs if d.error is not None]
-                    last_error = f"{outcome.get('reason')}" + (f"; first device error: {errors[0]!r}" if errors else "")
-                    for u, snap in snaps.items():
-                        store.restore(u, snap)
-                    tot.aborted += 1
-                    servers.end_round(r)
-                    continue
-                included = set(outcome["included"] or [])
-                participated[sorted(included)] += 1
-                if cfg.verify:
-                    assert mirror is not None
-                    _verify_round(admin0, admin1, mirror, table, dense, devs, included, fp, m, width, dense_size, r,
-                                  wait_s)
-                    tot.verified += 1
-                _account(tot, servers, admin1, outcome, devs, included, epoch, r, cfg.verify, on_round, wait_s)
-                servers.end_round(r)
-                break
-            else:
-                raise RoundAborted(f"round {round_index} was aborted {max_attempts} times; last: {last_error}")
-            round_index += 1
+    # ---- after a committed round
 
-        scores: list[dict[str, float | None]] = []
-        if test_data is not None or val_data is not None:
-            _, t_now, d_now = _model(admin0, wait_s, m, width, dense_size)
-        for held_out, context in ((test_data, test_context), (val_data, train_data)):
-            scores.append({} if held_out is None else evaluate(
-                model, t_now, d_now, store, held_out, cfg.metrics, rating_range=rating_range, context=context,
-                seed=cfg.seed))
-        losses = tot.epoch_losses
+    def _account(self, outcome: dict[str, Any], devs: list[_Device], included: set[int], epoch: int,
+                 r: int) -> None:
+        """Add a committed round's traffic and times to the totals; report it."""
+        tot = self.tot
+        sessions = [d.session for d in devs if d.session is not None]
+        up = sum(s.upload_bytes for s in sessions)
+        down = sum(s.download_bytes for s in sessions)
+        user_s = sum(s.compute_s for s in sessions)
+        losses = [d.loss for d in devs if d.loss is not None and d.user in included]
+        s2s = self.servers.server_bytes(r) or 0
+        s0 = float(outcome.get("server_s") or 0.0)
+        opt = float(outcome.get("optimizer_s") or 0.0)
+        s1 = float(_retry(lambda: self.admin1.round_status(r), self.wait_s,
+                          "server 1's round status").get("server_s") or 0.0)
+        tot.up += up
+        tot.down += down
+        tot.s2s += s2s
+        tot.user_s += user_s
+        tot.s0 += s0
+        tot.s1 += s1
+        tot.slower += max(s0, s1)
+        tot.opt += opt
+        tot.participations += len(devs)
+        tot.epoch_losses.extend(losses)
+        if self.hooks.on_round is not None:
+            self.hooks.on_round(RoundStats(r, epoch, len(devs), up, down, s2s, user_s, s0, s1, opt, self.cfg.verify,
+                                           float(np.mean(losses)) if losses else float("nan")))
+
+    def _verify_round(self, devs: list[_Device], included: set[int], r: int) -> None:
+        """Both servers hold the same model, and it is the optimizer step of the direct sums of
+        the included users' encoded gradients (applied here to the run's mirror copies)."""
+        fp = self.fp
+        assert self.mirror is not None
+        sparse = np.zeros((self.m, self.width), fp.dtype)
+        dsum = np.zeros(self.dense_size, fp.dtype)
+        for d in devs:
+            if d.user in included and d.session is not None and d.session.g_ring is not None:
+                real = d.placement.indices >= 0
+                np.add.at(sparse, d.placement.indices[real], d.session.g_ring[real])
+                dsum += d.session.d_ring
+        apply_aggregate(fp, self.mirror, self.table, self.dense, sparse, dsum, len(included))
+        _, t0, d0 = self._server_model(self.admin0)
+        _, t1, d1 = self._server_model(self.admin1)
+        if model_sha256(t0, d0) != model_sha256(t1, d1):
+            raise VerificationError(f"round {r}: server 1's model differs from server 0's after sync")
+        if model_sha256(t0, d0) != model_sha256(self.table, self.dense):
+            raise VerificationError(
+                f"round {r}: server 0's model differs from the optimizer step on the direct sum of the "
+                "users' encoded gradients (the secure aggregate is wrong)"
+            )
+
+    # ---- evaluation and result
+
+    def _evaluate(self, epoch: int) -> bool:
+        """Score server 0's model on the test and validation data; report the epoch and let
+        the selection keep it; whether the run stops (early stopping)."""
+        spec = self.spec
+        held = ((spec.test_data, self.test_context), (spec.val_data, spec.train_data))
+        scores: list[dict[str, float | None]] = [{}, {}]
+        if spec.test_data is not None or spec.val_data is not None:
+            _, t_now, d_now = self._server_model(self.admin0)
+            scores = [{} if data is None else evaluate(
+                spec.model, t_now, d_now, self.store, data, self.cfg.metrics, rating_range=self.rating_range,
+                context=context, seed=self.cfg.seed) for data, context in held]
+        losses = self.tot.epoch_losses
         e = EpochStats(epoch, scores[0].get("rmse"), float(np.mean(losses)) if losses else float("nan"),
                        val_rmse=scores[1].get("rmse"), test_metrics=scores[0], val_metrics=scores[1])
-        epochs.append(e)
-        if on_epoch is not None:
-            on_epoch(e)
-        if selection.observe(e, lambda: (t_now, d_now, store)):  # noqa: B023 - called at once
-            break
+        self.epochs.append(e)
+        if self.hooks.on_epoch is not None:
+            self.hooks.on_epoch(e)
+        # the snapshot is read only under early stopping, which needs validation data: t_now is set
+        return self.selection.observe(e, lambda: (t_now, d_now, self.store))
 
-    _, table_f, dense_f = _model(admin0, wait_s, m, width, dense_size)
-    table_f, dense_f, store = selection.kept(table_f, dense_f, store)
-    rounds = round_index
-    per_part = max(tot.participations, 1)
-    per_round = max(rounds, 1)
-    result = TrainResult(
-        config=result_config,
-        epochs=epochs,
-        upload_bytes_per_user_round=tot.up / per_part,
-        download_bytes_per_user_round=tot.down / per_part,
-        server_bytes_per_round=tot.s2s / per_round,
-        count_bytes_per_user=count_bytes / max(int(active.size), 1) if source == "eq11" else 0.0,
-        user_ms_per_round=1e3 * tot.user_s / per_part,
-        server_s_per_round=tot.slower / per_round,
-        server0_s_per_round=tot.s0 / per_round,
-        server1_s_per_round=tot.s1 / per_round,
-        optimizer_s_per_round=tot.opt / per_round,
-        verified_rounds=tot.verified,
-        rounds=rounds,
-        participations=tot.participations,
-        truncated_participations=tot.truncated,
-        model_sha256=model_sha256(table_f, dense_f),
-        wall_s=time.perf_counter() - wall0,
-        table=table_f,
-        dense=dense_f,
-        user_store=store,
-        aborted_rounds=tot.aborted,
-        privacy=None if dp is None else dp.privacy_block(int(participated.max(initial=0))),
-        epoch_kept=selection.epoch_kept,
-    )
-    return result
+    def _result(self) -> TrainResult:
+        """The run's result: the kept epoch's model, traffic and times per round."""
+        tot, dp = self.tot, self.dp
+        _, table_f, dense_f = self._server_model(self.admin0)
+        table_f, dense_f, store = self.selection.kept(table_f, dense_f, self.store)
+        rounds = self.round_index
+        per_part = max(tot.participations, 1)
+        per_round = max(rounds, 1)
+        return TrainResult(
+            config=self.result_config,
+            epochs=self.epochs,
+            upload_bytes_per_user_round=tot.up / per_part,
+            download_bytes_per_user_round=tot.down / per_part,
+            server_bytes_per_round=tot.s2s / per_round,
+            count_bytes_per_user=self.count_bytes / max(int(self.active.size), 1) if self.source == "eq11" else 0.0,
+            user_ms_per_round=1e3 * tot.user_s / per_part,
+            server_s_per_round=tot.slower / per_round,
+            server0_s_per_round=tot.s0 / per_round,
+            server1_s_per_round=tot.s1 / per_round,
+            optimizer_s_per_round=tot.opt / per_round,
+            verified_rounds=tot.verified,
+            rounds=rounds,
+            participations=tot.participations,
+            truncated_participations=tot.truncated,
+            model_sha256=model_sha256(table_f, dense_f),
+            wall_s=time.perf_counter() - self.wall0,
+            table=table_f,
+            dense=dense_f,
+            user_store=store,
+            aborted_rounds=tot.aborted,
+            privacy=None if dp is None else dp.privacy_block(int(self.participated.max(initial=0))),
+            epoch_kept=self.selection.epoch_kept,
+        )
 
 
 def _epoch_rounds(rng: np.random.Generator, active: np.ndarray, per_round: int, poisson: bool) -> list[list[int]]:
@@ -539,32 +800,22 @@ def _epoch_rounds(rng: np.random.Generator, active: np.ndarray, per_round: int, 
     return [[int(u) for u in active[rng.random(active.size) < q]] for _ in range(-(-active.size // per_round))]
 
 
-def _account(tot: _Totals, servers: Servers, admin1: AdminLink, outcome: dict[str, Any], devs: list[_Device],
-             included: set[int], epoch: int, r: int, verified: bool, on_round: Callable[[RoundStats], None] | None,
-             wait_s: float) -> None:
-    """Add a committed round's traffic and times to the totals; report it."""
-    sessions = [d.session for d in devs if d.session is not None]
-    up = sum(s.upload_bytes for s in sessions)
-    down = sum(s.download_bytes for s in sessions)
-    user_s = sum(s.compute_s for s in sessions)
-    losses = [d.loss for d in devs if d.loss is not None and d.user in included]
-    s2s = servers.server_bytes(r) or 0
-    s0 = float(outcome.get("server_s") or 0.0)
-    opt = float(outcome.get("optimizer_s") or 0.0)
-    s1 = float(_retry(lambda: admin1.round_status(r), wait_s, "server 1's round status").get("server_s") or 0.0)
-    tot.up += up
-    tot.down += down
-    tot.s2s += s2s
-    tot.user_s += user_s
-    tot.s0 += s0
-    tot.s1 += s1
-    tot.slower += max(s0, s1)
-    tot.opt += opt
-    tot.participations += len(devs)
-    tot.epoch_losses.extend(losses)
-    if on_round is not None:
-        on_round(RoundStats(r, epoch, len(devs), up, down, s2s, user_s, s0, s1, opt, verified,
-                            float(np.mean(losses)) if losses else float("nan")))
+def _check_rows(dev: _Device, rows: np.ndarray, expected: np.ndarray, round_id: int) -> None:
+    """``dev``'s retrieved rows are the encoded table's rows at its placement (padding: 0).
+
+    Raises
+    ------
+    VerificationError
+        A row differs.
+    """
+    want = expected[np.maximum(dev.placement.indices, 0)]
+    want[dev.placement.indices < 0] = 0
+    if not np.array_equal(rows, want):
+        bad = int(np.flatnonzero(np.any(rows != want, axis=1))[0])
+        raise VerificationError(
+            f"round {round_id}, user {dev.user}: retrieved row {bad} (item "
+            f"{int(dev.placement.indices[bad])}) differs from the encoded table"
+        )
 
 
 def _check_info(info: RoundInfo, model: RecModel, cfg: TrainConfig, dp: DPPlan | None) -> None:
@@ -609,27 +860,3 @@ def _await(admin0: AdminLink, r: int, wait_s: float) -> dict[str, Any]:
         if time.monotonic() >= deadline:
             raise RoundAborted(f"round {r} did not end within {wait_s} s")
         time.sleep(0.05)
-
-
-def _verify_round(admin0: AdminLink, admin1: AdminLink, mirror: ServerAdam, table: np.ndarray, dense: np.ndarray,
-                  devs: list[_Device], included: set[int], fp: FixedPoint, m: int, width: int, dense_size: int,
-                  r: int, wait_s: float) -> None:
-    """Both servers hold the same model, and it is the optimizer step of the direct sums of
-    the included users' encoded gradients (``table``/``dense`` are the mirror's copies)."""
-    sparse = np.zeros((m, width), fp.dtype)
-    dsum = np.zeros(dense_size, fp.dtype)
-    for d in devs:
-        if d.user in included and d.session is not None and d.session.g_ring is not None:
-            real = d.placement.indices >= 0
-            np.add.at(sparse, d.placement.indices[real], d.session.g_ring[real])
-            dsum += d.session.d_ring
-    apply_aggregate(fp, mirror, table, dense, sparse, dsum, len(included))
-    _, t0, d0 = _model(admin0, wait_s, m, width, dense_size)
-    _, t1, d1 = _model(admin1, wait_s, m, width, dense_size)
-    if model_sha256(t0, d0) != model_sha256(t1, d1):
-        raise VerificationError(f"round {r}: server 1's model differs from server 0's after sync")
-    if model_sha256(t0, d0) != model_sha256(table, dense):
-        raise VerificationError(
-            f"round {r}: server 0's model differs from the optimizer step on the direct sum of the "
-            "users' encoded gradients (the secure aggregate is wrong)"
-        )
