@@ -13,8 +13,11 @@ the items it holds are averaged across the silos that hold them (Eq. 2) and writ
   rounds run the protocol's full field arithmetic (:func:`secemb.protocols.secea.coding.run_arithmetic`:
   shares, queries, answers, the server's masks, interpolation) without the pads and Paillier
   (they return values unchanged), and each round's output is checked to equal the fixed-point
-  average bit for bit.  SecEmb (two-server, one user per device) is trained on the same split
-  through :class:`secemb.Experiment` beside it.
+  average bit for bit.  (The complete protocol computes the same average exactly -- tests --
+  but on the whole catalogue its Paillier work is minutes per round; the training run with the
+  pads and Paillier for real is ``secemb train --protocol secea``, on the most-rated items.)
+  SecEmb (two-server, one user per device) is trained on the same split through
+  :class:`secemb.Experiment` beside it.
 * **Cost** -- the offline phase (encryption randomizers ``r^n``, Sec. IV-B) and one round of the
   complete protocol through the round engine's exchanges (:class:`~secemb.sim.secea.Deployment`:
   X25519-padded relay, Paillier with 2048-bit keys, the private entity union at setup) on the
