@@ -102,11 +102,16 @@ def relay_prg(seed: bytes, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
     block counter -- the DPF's own PRG, under its own tag, on the AES-NI kernels where they run.
     The user and server 1 expand the same seed to the same array; to server 0, which never sees
     the seed, it is pseudorandom."""
-    if len(seed) != SEED_BYTES:
-        raise InvalidParameters(f"a relay seed is {SEED_BYTES} bytes, got {len(seed)}")
-    word = np.frombuffer(seed, "<u8").reshape(1, 2).astype(np.uint64)
+    return relay_prgs([seed], shape, dtype)[0]
+
+
+def relay_prgs(seeds: Sequence[bytes], shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """:func:`relay_prg` of each seed, expanded as one batch: ring (len(seeds), *shape)."""
+    if any(len(seed) != SEED_BYTES for seed in seeds):
+        raise InvalidParameters(f"a relay seed is {SEED_BYTES} bytes, got {[len(seed) for seed in seeds]}")
+    words = np.frombuffer(b"".join(seeds), "<u8").reshape(len(seeds), 2).astype(np.uint64)
     ring_bits = 8 * np.dtype(dtype).itemsize
-    return convert(word, math.prod(shape), ring_bits, RELAY_TAG).reshape(shape)
+    return convert(words, math.prod(shape), ring_bits, RELAY_TAG).reshape(len(seeds), *shape)
 
 #: a row tag: the first TAG_BYTES of SHA-256, as ring words (see row_tags and docs/security.md,
 #: "A deviating server": 128 bits, because in Z_{2^k} an offset whose words are multiples of
@@ -150,16 +155,20 @@ def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
     if dt not in (np.dtype(np.uint32), np.dtype(np.uint64)) or rows.ndim != 2 or items.shape != rows.shape[:1]:
         raise InvalidParameters(f"rows must be uint32 or uint64 (n, w) with items (n,), got {dt} {rows.shape} "
                                 f"and {items.shape}")
+    n = len(items)
     base = hashlib.sha256(_ROW_TAG_DOMAIN + _U64.pack(round_id))
-    data = memoryview(array_bytes(rows))
+    # every row's hashed suffix u64 j || r in one array, so the loop only hashes
     size = rows.shape[1] * dt.itemsize
-    out = bytearray(TAG_BYTES * len(items))
-    for i, j in enumerate(items.tolist()):
+    suffix = np.empty((n, 8 + size), np.uint8)
+    suffix[:, :8] = items.astype("<u8").reshape(n, 1).view(np.uint8)
+    suffix[:, 8:] = np.ascontiguousarray(rows, dt.newbyteorder("<")).view(np.uint8).reshape(n, size)
+    digests = []
+    for row in suffix:
         h = base.copy()
-        h.update(_U64.pack(j))
-        h.update(data[i * size : (i + 1) * size])
-        out[i * TAG_BYTES : (i + 1) * TAG_BYTES] = h.digest()[:TAG_BYTES]
-    return np.frombuffer(bytes(out), dt.newbyteorder("<")).reshape(len(items), TAG_BYTES // dt.itemsize).astype(dt)
+        h.update(row)
+        digests.append(h.digest())
+    tags = np.frombuffer(b"".join(digests), np.uint8).reshape(n, 32)[:, :TAG_BYTES]
+    return np.ascontiguousarray(tags).view(dt.newbyteorder("<")).astype(dt)
 
 
 def _inverse_odd(x: np.ndarray) -> np.ndarray:
@@ -175,7 +184,9 @@ def _inverse_odd(x: np.ndarray) -> np.ndarray:
 def _upload_mac(key: bytes, round_id: int, cw: bytes) -> bytes:
     """The relay's tag of an upload's correction words: ``HMAC-SHA256(key, b"secemb-relay-upload"
     || u64 round_id || cw)`` truncated to :data:`MAC_BYTES`."""
-    return hmac.new(key, _UPLOAD_MAC_DOMAIN + _U64.pack(round_id) + cw, hashlib.sha256).digest()[:MAC_BYTES]
+    mac = hmac.new(key, _UPLOAD_MAC_DOMAIN + _U64.pack(round_id), hashlib.sha256)
+    mac.update(cw)  # not concatenated: the words are the bulk of an upload
+    return mac.digest()[:MAC_BYTES]
 
 
 #: memory bound of one evaluation task (leaf-level bits and shares of its users' keys): a
@@ -664,6 +675,8 @@ class SecEmbServer(ServerRole):
         self._closed_cache: tuple[tuple[int, ...], tuple[list[int], np.ndarray, np.ndarray]] | None = None
         self._awaiting: dict[int, _Direct] = {}  # server 1, relay: direct messages of unevaluated users
         self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
+        # server 0, relay: the requests relay_forwards parsed, by user, for the evaluation of the same bytes
+        self._forwarded: dict[int, tuple[bytes, _Request]] = {}
 
     def _check_new(self, user_id: int) -> None:
         if user_id in self._pending or user_id in self._uploaded or user_id in self._awaiting:
@@ -781,7 +794,9 @@ class SecEmbServer(ServerRole):
         shared = None
         if digest is None:
             shared = keys.shared_bytes()
-            digest = hashlib.sha256(shared + bytes(checks)).digest()
+            h = hashlib.sha256(shared)
+            h.update(checks)
+            digest = h.digest()
         words = read_array(memoryview(checks), 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))[0]
         return _Request(keys, words, digest, shared if self.relay else None)
 
@@ -798,15 +813,36 @@ class SecEmbServer(ServerRole):
         if not (self.relay and self.party == 0):
             return None
         out: list[bytes | SecembError] = []
-        for (user_id, _), got in zip(requests, self._parse_requests([m for _, m in requests]), strict=True):
+        self._forwarded = {}
+        for (user_id, message), got in zip(requests, self._parse_requests([m for _, m in requests]), strict=True):
             try:
-                check_user(user_id)
+                user_id = check_user(user_id)
                 if isinstance(got, SecembError):
                     raise got
                 out.append(self._forward(got))
+                self._forwarded[user_id] = (message, got)
             except SecembError as exc:
                 out.append(exc)
         return out
+
+    def _parse_once(self, requests: list[tuple[int, bytes]]) -> list[_Request | SecembError]:
+        """:meth:`_parse_requests` of the requests' messages, taking those :meth:`relay_forwards`
+        parsed just before (the same user and bytes) from its result instead of parsing them
+        again; that result is dropped."""
+        forwarded, self._forwarded = self._forwarded, {}
+        if self.relay and self.party == 1:  # server 1 gets roots, parsed one by one (_parse_roots)
+            return []
+        out: list[_Request | SecembError | None] = [None] * len(requests)
+        todo: list[int] = []
+        for i, (user_id, message) in enumerate(requests):
+            hit = forwarded.get(user_id) if type(user_id) is int else None
+            if hit is not None and hit[0] == message:
+                out[i] = hit[1]
+            else:
+                todo.append(i)
+        for i, got in zip(todo, self._parse_requests([requests[i][1] for i in todo]), strict=True):
+            out[i] = got
+        return cast("list[_Request | SecembError]", out)  # every entry is set above
 
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes | None:
         """Non-relay: the reply to the user.  Relay: server 0 returns the shared key part to
@@ -834,7 +870,7 @@ class SecEmbServer(ServerRole):
         where: list[int] = []
         roots: dict[int, _Direct] = {}
         seen: set[int] = set()
-        parsed = self._parse_requests([m for _, m in requests])  # all at once; used in order below
+        parsed = self._parse_once(requests)  # all at once; used in order below
         for i, (user_id, message) in enumerate(requests):
             try:
                 user_id = check_user(user_id)
@@ -949,10 +985,11 @@ class SecEmbServer(ServerRole):
             if evaluated is None:
                 return out
             committed = self._commit_evaluated(users, keys, evaluated, [q.digest for q in requests])
-            for i, u, answers in zip(where, users, committed, strict=True):
-                direct = self._direct_of[u] = self._awaiting.pop(u)
-                masked = answers + relay_prg(direct.mask_seed, answers.shape, cfg.dtype)
-                out[i] = frame(_NAME, "relay_answer", 1, cfg.round_id, array_bytes(masked))
+            directs = [self._awaiting.pop(u) for u in users]
+            self._direct_of.update(zip(users, directs, strict=True))
+            masks = relay_prgs([d.mask_seed for d in directs], (cfg.slots, cfg.width + tag_words(cfg)), cfg.dtype)
+            for i, answers, mask in zip(where, committed, masks, strict=True):
+                out[i] = frame(_NAME, "relay_answer", 1, cfg.round_id, array_bytes(answers + mask))
             return out
 
         return commit
