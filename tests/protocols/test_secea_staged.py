@@ -156,3 +156,18 @@ def test_rounds_wait_for_the_set_up_of_every_silo():
         node.open_round(1, [0, 1, 2])
     with pytest.raises(ProtocolError, match="set-up"):
         node.open_round(0, [0, 1])
+
+
+def test_deployment_round_of_some_silos_averages_over_them():
+    # N = 4, T = 1: K = 1, D = 3; silo 3 is not in round 1 (it never shares): averages over silos 0-2
+    sets = [[1, 2], [2, 3], [1, 3], [1, 2, 3]]
+    params = SecEAParams(4, 1, dim=2)
+    dep = Deployment(params, [np.array(s) for s in sets], key_bits=KEY_BITS, _rng=CtrDrbg(6))
+    gen = np.random.default_rng(6)
+    rows = [gen.normal(size=(len(s), 2)) for s in sets]
+    out = dep.round(1, rows, users=[0, 1, 2])
+    assert sorted(out) == [0, 1, 2]
+    for v in range(3):
+        for i, e in enumerate(sets[v]):
+            assert out[v][i].tolist() == plain_average(e, sets[:3], rows[:3])
+    assert dep.traffic.up[3] == 0 and dep.traffic.down[3] == 0
