@@ -23,6 +23,7 @@ Ring: outputs are in ``Z_{2^k}`` with numpy's natural wraparound; for every key
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -288,16 +289,23 @@ def convert_eval(
     return out
 
 
-def _shares_into(path: PathKeys, cw: np.ndarray, party: int, out: np.ndarray) -> None:
-    """Shares of every leaf of ``path``'s keys for output correction words ``cw`` (K, d) into
-    ``out``, a C-contiguous ring array (K, m, d): each leaf group of the walk is converted
+def shares_into(
+    groups: Iterator[tuple[int, int, np.ndarray]], domain_size: int, padded: int, cw: np.ndarray, party: int,
+    out: np.ndarray,
+) -> None:
+    """Shares of every leaf of a full-domain walk's ``groups`` (:func:`~secemb.fss.tree.leaf_groups`
+    of keys over ``[0, domain_size)``, ``padded`` leaves a key) for output correction words
+    ``cw`` (K, d) into ``out``, a C-contiguous ring array (K, m, d): each group is converted
     while it is in cache, padding leaves dropped (no per-leaf word is stored for all keys)."""
-    m, mp = path.params.domain_size, padded_domain(path)
     flat = out.reshape(-1, out.shape[-1])
-    for r0, r1, leaves in leaf_groups(path):
+    for r0, r1, leaves in groups:
         a0, z0 = r0 * leaves.shape[1], r1 * leaves.shape[1]
-        part = flat[kept_leaves(a0, mp, m) : kept_leaves(z0, mp, m)]
-        convert_eval_into(leaves.reshape(-1, 2), cw, a0, mp, party, DEFAULT_TAG, part, valid=m)
+        part = flat[kept_leaves(a0, padded, domain_size) : kept_leaves(z0, padded, domain_size)]
+        convert_eval_into(leaves.reshape(-1, 2), cw, a0, padded, party, DEFAULT_TAG, part, valid=domain_size)
+
+
+def _shares_into(path: PathKeys, cw: np.ndarray, party: int, out: np.ndarray) -> None:
+    shares_into(leaf_groups(path), path.params.domain_size, padded_domain(path), cw, party, out)
 
 
 def eval_full(keys: DPFKeys, party: int) -> np.ndarray:
