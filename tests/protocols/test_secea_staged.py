@@ -61,6 +61,10 @@ def test_plans_are_exchanges_of_one_server():
             assert [(h.src, h.dst) for h in hops] == [(USER, SERVER0), (SERVER0, USER)]
     assert SECEA_SETUP_PLAN.stages == ("secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask")
     assert SECEA_ROUND_PLAN.stages == ("secea-share", "secea-answer")
+    assert SECEA_PLAN.only(list(SECEA_PLAN.stages)) is SECEA_PLAN
+    for bad in ([], ["secea-answer", "secea-share"], ["secea-share", "nope"], ["psu-unmask", "psu-unmask"]):
+        with pytest.raises(InvalidParameters, match="subsequence"):
+            SECEA_PLAN.only(bad)
 
 
 def test_rounds_through_play_give_the_plain_averages_and_count_every_byte():
