@@ -85,7 +85,8 @@ def test_in_process_and_http_give_the_same_model(split):
 
 @pytest.mark.parametrize("kw", [{"secea_silos": 1}, {"secea_silos": 4, "secea_threshold": 2},
                                 {"secea_key_bits": 512}, {"secea_items": -1}, {"model": "ncf"},
-                                {"metrics": "auc"}, {"dim": 0}, {"lr": 0.0}, {"secea_silos": 30}])
+                                {"metrics": "auc"}, {"dim": 0}, {"lr": 0.0}, {"lr": float("inf")}, {"reg": -1.0},
+                                {"lr": "x"}, {"secea_silos": 30}, {"secea_items": True}])
 def test_bad_options_are_refused(split, kw):
     with pytest.raises(InvalidParameters):
         SecEAProtocol(ExchangeRun("synthetic"), data=split, **kw)

@@ -20,6 +20,7 @@ every silo's user rows (the dense part): nothing is public, the server holds no 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -69,6 +70,15 @@ def _int(name: str, value: Any, low: int) -> int:
     return value
 
 
+def _float(name: str, value: Any, above: float | None = None) -> float:
+    """``value`` as a finite float, ``> above`` if given (else ``>= 0``)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (value <= above if above is not None else value < 0):
+        bound = f"> {above}" if above is not None else ">= 0"
+        raise InvalidParameters(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
 class SecEAProtocol(ExchangeProtocol):
     """SecEA (docs/secea.md): N silos and one relaying server; MF silos on MovieLens.
 
@@ -104,10 +114,7 @@ class SecEAProtocol(ExchangeProtocol):
         if metrics is not None and [m.strip() for m in metrics.split(",")] != ["rmse"]:
             raise InvalidParameters(f"--protocol secea scores RMSE only: --metrics must be rmse, got {metrics!r}")
         self.model, self.metrics = "mf", "rmse"
-        self.lr = 0.01 if lr is None else float(lr)
-        self.reg = 0.1 if reg is None else float(reg)
-        if not (self.lr > 0 and self.reg >= 0):
-            raise InvalidParameters(f"lr must be > 0 and reg >= 0, got {self.lr} and {self.reg}")
+        self.lr, self.reg = _float("lr", 0.01 if lr is None else lr, 0.0), _float("reg", 0.1 if reg is None else reg)
         self.dim = _int("dim", 8 if dim is None else dim, 1)
         self.secea_silos = _int("secea_silos", secea_silos, 2)
         self.secea_threshold = _int("secea_threshold", secea_threshold, 0)
