@@ -43,8 +43,8 @@ from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig
 from secemb.models.task import Sample, Task
 from secemb.privacy.noise import ClipSpec, clip_spec
-from secemb.protocols import get_protocol
 from secemb.protocols.base import Protocol, RoundConfig
+from secemb.protocols.factory import make_protocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.protocols.stages import RETRIEVAL, UPLOAD, round_plan
 from secemb.randomness import system_rng
@@ -153,11 +153,9 @@ class RoundInfo:
         InvalidMessage: the ``protocol`` block lacks a field, or names a protocol, option or
             value this device does not have or refuses -- the servers' fault.
         """
-        p = self.protocol
         try:
-            return get_protocol(p["name"], layout=p["layout"], relay=p["relay"], expansion=p["expansion"],
-                                layout_seed=p["layout_seed"], **p.get("options", {}))
-        except (KeyError, TypeError, InvalidParameters) as exc:  # TypeError: unhashable name, options not a mapping
+            return make_protocol(self.protocol)
+        except (TypeError, InvalidParameters) as exc:  # TypeError: an option value the protocol's class cannot take
             raise InvalidMessage(f"the round announces a protocol this device cannot run ({exc!r})") from None
 
     def fixed_point(self) -> FixedPoint:

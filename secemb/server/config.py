@@ -36,16 +36,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import ssl
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError,
                       ValidationInfo, field_validator, model_validator)
 
-from secemb.errors import InvalidParameters
+from secemb.data.features import load_item_features
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.inference.denoiser import NAME as DENOISER
+from secemb.inference.saved import load_frozen_table
+from secemb.models import RecModel, get_model
+from secemb.models.optim import AdamConfig
+from secemb.protocols.backends import make_backend
+from secemb.protocols.base import Protocol
+from secemb.protocols.factory import make_protocol
+from secemb.ring import FixedPoint
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
+from secemb.server.tls import client_context
 
 __all__ = ["ServerConfig", "load_config", "SECRET_ENV"]
 
@@ -316,17 +328,13 @@ class ServerConfig(BaseModel):
             raise InvalidParameters(f"{what} must be item ids in [0, {self.num_items}), got {bad[:5]}"
                                     + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
         if len(set(ids)) != len(ids):
-            import numpy as np
-
             uniq, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
             raise InvalidParameters(f"{what} must be distinct, got {uniq[counts > 1][:5].tolist()} more than once")
 
-    def candidates(self):  # noqa: ANN201 - numpy.ndarray | None
+    def candidates(self) -> np.ndarray | None:
         """The public candidate set as sorted int64 ids (the reply's order); ``None``: every item."""
         if self.inference_candidates is None:
             return None
-        import numpy as np
-
         return np.sort(np.asarray(self.inference_candidates, dtype=np.int64))
 
     # ---------------------------------------------------------------- derived objects
@@ -348,27 +356,34 @@ class ServerConfig(BaseModel):
         if not self.peer_url.startswith("https://"):
             raise InvalidParameters(f"peer_url must be https:// when serving TLS, got {self.peer_url!r}")
 
-    def peer_tls(self):  # noqa: ANN201 - ssl.SSLContext | None
+    def peer_tls(self) -> ssl.SSLContext | None:
         """Server 0's client context for server 1 (pins the CA, presents server 0's
         certificate: mutual TLS); ``None`` without ``[tls]`` files (plain HTTP)."""
         if self.tls_ca is None:
             return None
-        from secemb.server.tls import client_context
-
         return client_context(self.tls_ca, self.tls_cert, self.tls_key)
 
-    def make_protocol(self):  # noqa: ANN201 - Protocol
-        from secemb.protocols import get_protocol
+    def protocol_description(self) -> dict[str, Any]:
+        """The protocol as the round document announces it (``[protocol]`` less the backend:
+        name, layout options, ``options``), what :func:`~secemb.protocols.factory.make_protocol`
+        builds it from on the servers and on the devices."""
+        return {"name": self.protocol, "layout": self.layout, "relay": self.relay, "expansion": self.expansion,
+                "layout_seed": self.layout_seed, "options": self.protocol_options}
 
-        opts: dict[str, Any] = {"layout": self.layout, "relay": self.relay, "expansion": self.expansion,
-                                "layout_seed": self.layout_seed, **self.protocol_options}
-        if self.backend != "serial":
-            from secemb.protocols.backends import make_backend
+    def make_protocol(self) -> Protocol:
+        """The protocol of :meth:`protocol_description`, on ``[protocol] backend`` (with
+        ``workers``) unless that is ``serial``.
 
-            opts["backend"] = make_backend(self.backend, self.workers)
-        return get_protocol(self.protocol, **opts)
+        Raises
+        ------
+        InvalidParameters
+            The protocol refuses the name, an option or a value; the options repeat a layout
+            option; an unknown backend.
+        """
+        backend = None if self.backend == "serial" else make_backend(self.backend, self.workers)
+        return make_protocol(self.protocol_description(), backend=backend)
 
-    def make_model(self):  # noqa: ANN201 - RecModel
+    def make_model(self) -> RecModel:
         """The model ``get_model(model, **model_hparams)``; with ``item_features`` set, built
         with the public item features read from that file (``features=``); with
         ``frozen_table`` set (GREC's denoiser), with the recommender's public table read from
@@ -381,14 +396,10 @@ class ServerConfig(BaseModel):
             covers another number of items than ``num_items``; ``frozen_table`` for another
             model than the denoiser.
         """
-        from secemb.models import get_model
-
         if self.frozen_table is not None:
             return self._model_with_frozen_table()
         if self.item_features is None:
             return get_model(self.model, **self.model_hparams)
-        from secemb.data.features import load_item_features
-
         features = load_item_features(self.item_features)
         if features.num_items != self.num_items:
             raise InvalidParameters(
@@ -397,16 +408,10 @@ class ServerConfig(BaseModel):
             )
         return get_model(self.model, features=features, **self.model_hparams)
 
-    def _model_with_frozen_table(self):  # noqa: ANN202 - RecModel
+    def _model_with_frozen_table(self) -> RecModel:
         """GREC's denoiser built with the recommender's public table read from ``frozen_table``."""
-        from secemb.inference.denoiser import NAME
-        from secemb.inference.saved import load_frozen_table
-        from secemb.models import get_model
-
-        if self.model != NAME:
-            raise InvalidParameters(f"frozen_table is for model {NAME!r} (its frozen columns), not {self.model!r}")
-        from secemb.errors import InvalidMessage
-
+        if self.model != DENOISER:
+            raise InvalidParameters(f"frozen_table is for model {DENOISER!r} (its frozen columns), not {self.model!r}")
         assert self.frozen_table is not None  # the caller checked
         try:
             table = load_frozen_table(self.frozen_table)
@@ -417,14 +422,12 @@ class ServerConfig(BaseModel):
                                     f"num_items is {self.num_items}")
         return get_model(self.model, frozen_table=table, **self.model_hparams)
 
-    def adam(self):  # noqa: ANN201 - AdamConfig
-        from secemb.models.optim import AdamConfig
-
+    def adam(self) -> AdamConfig:
+        """The devices' and the servers' Adam settings (``[training]`` lr, beta1, beta2, eps)."""
         return AdamConfig(self.lr, self.beta1, self.beta2, self.eps)
 
-    def fixed_point(self):  # noqa: ANN201 - FixedPoint
-        from secemb.ring import FixedPoint
-
+    def fixed_point(self) -> FixedPoint:
+        """The fixed-point encoding of ``[training]`` ring_bits and frac_bits."""
         return FixedPoint(self.ring_bits, self.frac_bits)
 
     def shared_doc(self) -> dict[str, Any]:
