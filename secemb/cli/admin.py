@@ -46,6 +46,18 @@ def init(
     model: Annotated[str, typer.Option(help="The model the servers train (with --num-items).")] = "mf",
     port0: Annotated[int, typer.Option(min=1, max=65535, help="Server 0's port.")] = 8700,
     port1: Annotated[int, typer.Option(min=1, max=65535, help="Server 1's port.")] = 8701,
+    protocol: Annotated[str | None, typer.Option(
+        help="A one-server protocol (e.g. sfsl): write a ONE-SERVER deployment in OUT (its server at --host0 and "
+             "--port0; docs/deployment.md, 'One server'). Default: a two-server deployment.")] = None,
+    dataset: Annotated[str | None, typer.Option(help="With --protocol: the devices' dataset.")] = None,
+    users_per_round: Annotated[int, typer.Option(min=2, help="With --protocol: devices per round.")] = 20,
+    seed: Annotated[int, typer.Option(min=0, help="With --protocol: seed of the initial public model.")] = 0,
+    option: Annotated[list[str] | None, typer.Option(
+        metavar="NAME=VALUE", help="With --protocol: one of its options (repeatable; e.g. sfsl_preset=CPP1, lr=0.5; "
+                                   "VALUE read as JSON, else a string).")] = None,
+    stage_deadline: Annotated[float, typer.Option(
+        min=0.1, help="With --protocol: seconds after which the server closes a stage that not every device "
+                      "still in has sent.")] = 60.0,
 ) -> None:
     """Create server --party's half: its own private CA and TLS certificate (keys 0600), and
     with --num-items and --num-users its secrets, configuration and public.json.  Hand
@@ -60,6 +72,14 @@ def init(
     from secemb.server.tls import init_pki
 
     hosts, ports = (host0, host1), (port0, port1)
+    if protocol is not None:
+        if party is not None or host1 or num_items is not None or num_users is not None:
+            fail("--protocol writes a one-server deployment: give --host0 (and --port0), not --party, --host1, "
+                 "--num-items or --num-users")
+        _init_exchange(out, protocol, dataset, users_per_round, seed, option or [], host0 or [], port0, stage_deadline)
+        return
+    if dataset is not None or option:
+        fail("--dataset and --option go with --protocol (a one-server deployment)")
     if (num_items is None) != (num_users is None):
         fail("give both --num-items and --num-users (a whole half), or neither (certificates only)")
     parties = (0, 1) if party is None else (party,)
@@ -94,6 +114,41 @@ def init(
     typer.echo(f"public file for server {1 - party}'s operator: {public}\n  SHA-256 {public_sha256(public)} "
                f"(read it out to them; they compare it with 'sha256sum')")
     typer.echo(f"then: secemb admin pair --deployment {out} --peer <server {1 - party}'s public.json>")
+
+
+def _init_exchange(out: Path, protocol: str, dataset: str | None, users_per_round: int, seed: int,
+                   option: list[str], hosts: list[str], port: int, stage_deadline: float) -> None:
+    """``secemb admin init --protocol P`` for a one-server P (:func:`secemb.server.exchange_deploy.init_exchange`)."""
+    from secemb.cli._usage import fail
+    from secemb.errors import InvalidParameters
+    from secemb.protocols import protocol_servers
+    from secemb.protocols.exchange import ExchangeRun
+    from secemb.server.exchange_deploy import init_exchange
+
+    options: dict[str, Any] = {}
+    for item in option:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            fail(f"--option must be NAME=VALUE, got {item!r}")
+        try:
+            options[name] = json.loads(raw)
+        except ValueError:
+            options[name] = raw
+    try:
+        if protocol_servers(protocol) != 1:
+            fail(f"--protocol {protocol} has two servers: its deployment is 'secemb admin init' without --protocol "
+                 "(the protocol is the configuration's [protocol])")
+        if dataset is None:
+            fail(f"--protocol {protocol}: give --dataset (the devices' dataset)")
+        if not hosts:
+            fail("give --host0 (the server's host names or addresses)")
+        dep = init_exchange(out, protocol, ExchangeRun(dataset, users_per_round=users_per_round, seed=seed), options,
+                            hosts, port=port, stage_deadline_s=stage_deadline)
+    except (InvalidParameters, OSError) as exc:
+        fail(exc)
+    typer.echo(f"one server ({protocol}): {dep.url}  config {dep.config_path}")
+    typer.echo(f"then: secemb serve --config {dep.config_path}; "
+               f"secemb admin add-devices --deployment {out} --users ...")
 
 
 @admin_app.command("pair")
@@ -139,16 +194,24 @@ _DEPLOYMENT = typer.Option(help="This operator's half ('secemb admin init --part
                                 "setup's directory (both halves).")
 
 
-def _operate(deployment: Path, action: Callable[[Any], Any]) -> None:
-    """Run ``action(deployment)``; print its JSON; exit 1 if a server refused or failed,
-    2 on bad usage."""
+def _operate(deployment: Path, action: Callable[[Any], Any], one_server: Callable[[Any], Any] | None = None) -> None:
+    """Run ``action(deployment)`` -- ``one_server(deployment)`` for a one-server deployment
+    (:class:`~secemb.server.exchange_deploy.ExchangeDeployment`; without it the command is refused,
+    exit 2); print its JSON; exit 1 if a server refused or failed, 2 on bad usage."""
     from secemb.cli._usage import fail
     from secemb.errors import InvalidMessage, InvalidParameters
     from secemb.server.deploy import Deployment
+    from secemb.server.exchange_deploy import ExchangeDeployment, exchange_config_path
     from secemb.transport.errors import RemoteError, Unreachable
 
     try:
-        out = action(Deployment(deployment))
+        if exchange_config_path(deployment) is None:
+            out = action(Deployment(deployment))
+        elif one_server is None:
+            fail(f"{deployment} is a one-server deployment: this command is for two-server ones (one server: "
+                 "add-devices, status, open-round; docs/deployment.md, 'One server')")
+        else:
+            out = one_server(ExchangeDeployment.load(deployment))
     except InvalidParameters as exc:
         fail(exc)
     except (RemoteError, Unreachable, InvalidMessage) as exc:
@@ -165,7 +228,10 @@ def add_devices(
     """Write this server's half of each device's credentials (0600): its URL, its CA and that
     device's key at this server only.  Give each device its half; the device merges it with
     the other server's ('secemb credentials merge').  In the test setup: whole files."""
-    _operate(deployment, lambda d: {"written": [str(p) for p in d.add_devices(_users(users), out)]})
+    def written(d: Any) -> dict[str, Any]:
+        return {"written": [str(p) for p in d.add_devices(_users(users), out)]}
+
+    _operate(deployment, written, written)
 
 
 #: ``secemb admin status``'s exit code when a server shows an alarm
@@ -185,7 +251,13 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
         seen.update({f"server{p}": HttpAdminLink(p, d.admin(p)).status() for p in d.parties})
         return seen
 
-    _operate(deployment, both)
+    def one(d: Any) -> dict[str, Any]:
+        from secemb.engine.http_exchange import HttpExchangeAdmin
+
+        with d.admin() as api:
+            return {"server": _current_round(HttpExchangeAdmin(api))}
+
+    _operate(deployment, both, one)
     alarmed = [name for name, doc in seen.items() if doc.get("alarms") or doc.get("halted")]
     if alarmed:
         typer.echo(f"ALARM at {' and '.join(alarmed)}: a deviation was detected; see docs/deployment.md, 'Alarms'",
@@ -229,10 +301,32 @@ def open_round(
     participants: Annotated[str, typer.Option(help="The round's users, e.g. 0-99.")],
     deadline: Annotated[float, typer.Option(min=1.0, max=86400.0, help="Seconds until server 0 closes it.")] = 120.0,
 ) -> None:
-    """Open the next round for --participants (at least the servers' floor); print its document."""
+    """Open the next round for --participants (at least the servers' floor); print its document.
+    One server: the devices drive its stages (its --stage-deadline, not --deadline, bounds each)."""
     from secemb.transport.http import HttpAdminLink
 
-    _operate(deployment, lambda d: HttpAdminLink(0, d.admin(0)).open_round(_users(participants), deadline))
+    def one(d: Any) -> Any:
+        from secemb.engine.http_exchange import HttpExchangeAdmin
+
+        with d.admin() as api:
+            admin = HttpExchangeAdmin(api)
+            last = _current_round(admin)
+            return admin.open_round(1 if last is None else int(last["round_id"]) + 1, _users(participants))
+
+    _operate(deployment, lambda d: HttpAdminLink(0, d.admin(0)).open_round(_users(participants), deadline), one)
+
+
+def _current_round(admin: Any) -> dict[str, Any] | None:
+    """A one-server deployment's current round document (``None``: no round yet)."""
+    from secemb.transport.errors import RemoteError
+
+    try:
+        doc: dict[str, Any] = admin.round()
+    except RemoteError as exc:
+        if exc.status != 409:
+            raise
+        return None
+    return doc
 
 
 @admin_app.command("save-denoiser")

@@ -1,4 +1,6 @@
-"""``secemb client``: one simulated device taking part in rounds of a running deployment.
+"""``secemb client``: one simulated device taking part in rounds of a running deployment (two
+servers; or one server: ``--credentials`` written by a one-server deployment's ``secemb admin
+add-devices``, docs/deployment.md, "One server").
 
 Exit codes: 0 the device took part in the asked number of rounds (or sent its count share);
 1 no round for it before ``--wait`` ran out (a server that did not answer is named: "server
@@ -22,6 +24,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def client(
+        ctx: typer.Context,
         user: Annotated[int, typer.Option(min=0, help="This device's user id.")],
         credentials: Annotated[Path | None, typer.Option(
             envvar="SECEMB_DEVICE_CREDENTIALS",
@@ -72,7 +75,17 @@ def register(app: typer.Typer) -> None:
         from them, its own features (--dataset's, for a recommender with user features) and
         the mechanism the rounds announce.  The recommender's table must be the one the
         servers froze (the rounds announce its SHA-256): another exits 2 before anything is
-        sent."""
+        sent.
+
+        One server (credentials of a one-server deployment): the device takes part in --rounds
+        rounds that list it, stage by stage as the server closes them; it takes --user,
+        --credentials, --rounds, --wait and --data-dir only."""
+        if credentials is not None:
+            from secemb.server.exchange_deploy import ExchangeCredentials
+
+            if ExchangeCredentials.sniff(credentials):
+                _exchange_client(ctx, user, credentials, rounds, wait, data_dir)
+                return
         import numpy as np
 
         from secemb.client.device import Device, DeviceClient, RoundInfo
@@ -265,4 +278,66 @@ def register(app: typer.Typer) -> None:
                     atomic_write_bytes(state_file, buf.getvalue(), mode=0o600)
                 except OSError as exc:
                     fail(f"--state-file {state_file}: cannot be written ({exc.strerror or exc})", 1)
+            deadline = time.monotonic() + wait
+
+
+def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: int, wait: float,
+                     data_dir: Path | None) -> None:
+    """``secemb client`` of a one-server deployment: its device (the protocol's ``make_device``)
+    takes part in ``rounds`` rounds (:func:`secemb.engine.http_exchange.take_part`); one JSON
+    line per round."""
+    from secemb.cli._exchange import given_options
+    from secemb.data import DataFormatError, DatasetNotFoundError
+    from secemb.engine.http_exchange import HttpExchangeLink, take_part
+    from secemb.errors import InvalidParameters, SecembError
+    from secemb.server.exchange_deploy import ExchangeCredentials
+    from secemb.server.tls import client_context
+    from secemb.transport.errors import RemoteError, Unreachable
+    from secemb.transport.network import ApiClient
+
+    def fail(msg: object, code: int) -> NoReturn:
+        typer.echo(json.dumps({"user": user, "error": str(msg)}))
+        raise typer.Exit(code)
+
+    stray = sorted(set(given_options(ctx)) - {"user", "credentials", "rounds", "wait", "data_dir"})
+    if stray:
+        fail(f"bad usage: a one-server device does not take --{stray[0].replace('_', '-')}", 2)
+    try:
+        creds = ExchangeCredentials.load(credentials)
+        if creds.user != user:
+            raise InvalidParameters(f"{credentials} holds user {creds.user}'s key, not --user {user}'s")
+        protocol = creds.protocol(data_dir)
+        device = protocol.make_device(user)
+        tls = client_context(creds.ca)
+    except (InvalidParameters, DatasetNotFoundError, DataFormatError, OSError) as exc:
+        fail(f"bad usage: {exc}", 2)
+    plan = protocol.plan()
+    done: set[int] = set()
+    with ApiClient(creds.url, f"user:{user}", creds.key, tls=tls) as api:
+        link = HttpExchangeLink(user, api)
+        deadline = time.monotonic() + wait
+        polled: SecembError | None = None
+        while len(done) < rounds:
+            try:
+                doc, polled = link.round(), None
+            except (RemoteError, SecembError) as exc:  # 409: no round yet
+                doc, polled = None, exc
+            stages = list(plan.stages) if doc is None else list(doc.get("stages") or plan.stages)
+            if doc is None or doc.get("state") != "open" or user not in doc.get("users", []) \
+                    or doc.get("stage") != stages[0] or doc.get("round_id") in done:
+                if time.monotonic() > deadline:
+                    if isinstance(polled, Unreachable):
+                        fail(f"server unreachable for {wait} s: {polled}", 1)
+                    fail(f"no open round for user {user} within {wait} s", 1)
+                time.sleep(0.2)
+                continue
+            assert doc is not None
+            try:
+                res = take_part(link, device, plan, doc, wait_s=wait)
+            except SecembError as exc:
+                fail(f"round {doc.get('round_id')}: {exc}", 1)
+            done.add(int(doc["round_id"]))
+            typer.echo(json.dumps({"user": user, **res}))
+            if res["outcome"] != "committed":
+                fail(f"round {res['round_id']}: {res['outcome']}", 1)
             deadline = time.monotonic() + wait

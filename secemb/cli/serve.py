@@ -1,14 +1,16 @@
-"""``secemb serve``: run one of the two servers.
+"""``secemb serve``: run one of the two servers, or the one server of a one-server protocol
+(``--config`` an ``exchange.json`` written by ``secemb admin init --protocol P``).
 
 Exit codes: 0 after a clean shutdown (Ctrl-C / SIGTERM); 2 bad usage (missing or invalid
 configuration, a state directory that belongs to another configuration, a port in use -- the
-last checked before any state is read).
+last checked before any state is read; for one server: an option it has no use for, its
+protocol's data missing).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -31,6 +33,8 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Checkpoint and journal directory (overrides the file).")
         ] = None,
         log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+        data_dir: Annotated[Path | None, typer.Option(
+            envvar="SECEMB_DATA_DIR", help="One server: where its protocol's dataset files are.")] = None,
         insecure_http: Annotated[bool, typer.Option(
             "--insecure-http",
             help="Plain HTTP instead of TLS; refused unless the host is a loopback address.")] = False,
@@ -40,6 +44,9 @@ def register(app: typer.Typer) -> None:
         TLS by default: the [tls] files of the configuration ('secemb admin init' writes them).
         Secrets may come from the file or from SECEMB_PEER_SECRET, SECEMB_ADMIN_SECRET and
         SECEMB_USER_SECRET (hex).  The API is described in docs/openapi.json.
+
+        One server (--config DIR/exchange.json of 'secemb admin init --protocol P'): TLS always,
+        no peer, no state directory (docs/deployment.md, 'One server').
         """
         from rich.console import Console
 
@@ -47,9 +54,18 @@ def register(app: typer.Typer) -> None:
         from secemb.errors import InvalidParameters
         from secemb.server import load_config
         from secemb.server import serve as run
+        from secemb.server.exchange_deploy import exchange_config_path
         from secemb.server.persist import CorruptState, StorageError
 
         console = Console(stderr=True)
+        if config is not None and exchange_config_path(config) is not None:
+            if party is not None or peer_url is not None or state_dir is not None or insecure_http:
+                fail("a one-server deployment has no --party, --peer-url or --state-dir, and no --insecure-http "
+                     "(TLS always)")
+            _serve_exchange(console, config, host, port, data_dir, log_level)
+            return
+        if data_dir is not None:
+            fail("--data-dir is for a one-server deployment (--config DIR/exchange.json)")
         try:
             cfg = load_config(config, party=party, host=host, port=port, peer_url=peer_url,
                               state_dir=str(state_dir) if state_dir is not None else None,
@@ -67,3 +83,20 @@ def register(app: typer.Typer) -> None:
             run(cfg, log_level=log_level)
         except (CorruptState, StorageError, InvalidParameters) as exc:  # InvalidParameters: e.g. a port in use
             fail(exc)
+
+
+def _serve_exchange(console: Any, config: Path, host: str | None, port: int | None, data_dir: Path | None,
+                    log_level: str) -> None:
+    """``secemb serve`` of a one-server deployment (:func:`secemb.server.exchange_deploy.serve_exchange`)."""
+    from secemb.cli._usage import fail
+    from secemb.data import DataFormatError, DatasetNotFoundError
+    from secemb.errors import InvalidParameters
+    from secemb.server.exchange_deploy import ExchangeDeployment, serve_exchange
+
+    try:
+        dep = ExchangeDeployment.load(config)
+        console.print(f"secemb server (one server, {dep.doc['protocol']}) on https://{host or dep.doc['host']}:"
+                      f"{port if port is not None else dep.doc['port']} | no peer | no state directory", markup=False)
+        serve_exchange(dep, host=host, port=port, data_dir=data_dir, log_level=log_level)
+    except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+        fail(exc)

@@ -4,15 +4,23 @@
 :class:`HttpExchangeLink` is a device's connection (signed ``user:<id>`` with its per-device
 key), :class:`HttpExchangeAdmin` the operator's (signed ``admin``).  Bodies are the protocol's
 exact message bytes; the figures the engine reports are ``len()`` of them.
+
+:func:`take_part` is a deployed device's side of one round (``secemb client`` for a one-server
+protocol): the server closes the stages itself there (``secemb serve``), so the device follows
+the round document instead of an operator's calls.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from secemb.errors import ProtocolError
+from secemb.protocols.exchange import ExchangeDevice
+from secemb.protocols.stages import RoundPlan
 from secemb.transport.network import ApiClient
 
-__all__ = ["HttpExchangeAdmin", "HttpExchangeLink"]
+__all__ = ["HttpExchangeAdmin", "HttpExchangeLink", "take_part"]
 
 
 class HttpExchangeLink:
@@ -27,6 +35,11 @@ class HttpExchangeLink:
     def fetch(self, round_id: int, stage: str) -> bytes | None:
         resp = self.api.request("GET", f"/v1/exchange/rounds/{round_id}/{stage}")
         return None if resp.status_code == 204 else resp.content
+
+    def round(self) -> dict[str, Any]:
+        """The current round's document (``stage``: the open stage, ``state``)."""
+        doc: dict[str, Any] = self.api.get_json("/v1/exchange/round")
+        return doc
 
 
 class HttpExchangeAdmin:
@@ -49,3 +62,57 @@ class HttpExchangeAdmin:
     def model(self) -> bytes:
         """The public model's bytes."""
         return self.api.get_bytes("/v1/admin/model")
+
+    def round(self) -> dict[str, Any]:
+        """The current round's document (as a device reads it)."""
+        doc: dict[str, Any] = self.api.get_json("/v1/exchange/round")
+        return doc
+
+
+def take_part(link: HttpExchangeLink, device: ExchangeDevice, plan: RoundPlan, doc: dict[str, Any], *,
+              wait_s: float, poll_s: float = 0.1) -> dict[str, Any]:
+    """Device ``link.user``'s part in the open round ``doc`` announces (it lists the device):
+    stage by stage, send its message, wait until the server closed the stage, fetch the answer
+    if the stage has one (none: the device is out).  Returns ``{"round_id", "outcome"
+    (committed, aborted, or "left" when the server answered it nothing), "upload_bytes",
+    "download_bytes"}``.
+
+    Raises
+    ------
+    ProtocolError: the server did not close a stage (or the round) within ``wait_s``.
+    InvalidMessage: a round document the device cannot take part in; ``RemoteError`` /
+    ``Unreachable``: the server refused a message or did not answer.
+    """
+    round_id = int(doc["round_id"])
+    party = device.party(doc)
+    up = down = 0
+
+    def settled(stage: str | None) -> dict[str, Any]:
+        """The round document once ``stage`` is no longer the open one (``None``: the round ended)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            now = link.round()
+            if now.get("round_id") != round_id or now.get("state") != "open" or now.get("stage") != stage:
+                return now
+            if time.monotonic() > deadline:
+                raise ProtocolError(f"round {round_id}: the server did not close {stage or 'the round'} "
+                                    f"within {wait_s} s")
+            time.sleep(poll_s)
+
+    for stage in list(doc.get("stages", plan.stages)):
+        body = party.message(stage)
+        link.send(round_id, stage, body)
+        up += len(body)
+        now = settled(stage)
+        state = now.get("state") if now.get("round_id") == round_id else "aborted"
+        if state not in ("open", "committed"):
+            return {"round_id": round_id, "outcome": state, "upload_bytes": up, "download_bytes": down}
+        if plan.replies(stage):
+            answer = link.fetch(round_id, stage)
+            if answer is None:
+                return {"round_id": round_id, "outcome": "left", "upload_bytes": up, "download_bytes": down}
+            down += len(answer)
+            party.accept(stage, answer)
+    final = settled(None)
+    state = final.get("state") if final.get("round_id") == round_id else "aborted"
+    return {"round_id": round_id, "outcome": state, "upload_bytes": up, "download_bytes": down}

@@ -6,6 +6,7 @@ Every endpoint is signed (:mod:`secemb.transport.network`, checked by the same
 :class:`~secemb.server.auth.Verifier` as the two-server app) by a device (``user:<id>``) or the
 operator (``admin``)::
 
+    GET  /v1/exchange/round                                  device or operator: the current round's document
     POST /v1/exchange/rounds/{round_id}/{stage}              device: its message of the stage (octets) -> 204
     GET  /v1/exchange/rounds/{round_id}/{stage}              device: the server's answer (octets; 204: none)
     POST /v1/admin/exchange/rounds                           operator: {"round_id", "users"} -> round document
@@ -26,38 +27,121 @@ it keeps anything of it, so a refused request changes nothing.  The node is call
 lock (its state is one round's).  Served by :func:`secemb.server.listener.guarded_config`, it
 has the two-server app's connection guards too (header and TLS handshake deadlines, a
 connection limit).
+
+The round document (``GET /v1/exchange/round``, 409 before the first round) is what the node's
+``open_round`` returned (``round_id``, ``users``, ``stages`` and the protocol's public fields)
+with ``stage`` (the open stage; ``null`` once the last one closed) and ``state`` (``open``,
+``committed``, ``aborted``).  With ``stage_deadline_s`` (``secemb serve``: no operator drives the
+stages) the server closes a stage itself as soon as every device still in the round has sent
+its message of it, or, once ``stage_deadline_s`` has passed since the stage opened, at the next
+request that reads the round (devices poll it while they wait): a stage with an answer keeps
+the devices the node answers, one without keeps those that sent.  Without it the operator closes
+each stage (``POST .../close``: the in-process engine's order, :func:`secemb.engine.exchange.play`).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, ProtocolError
 from secemb.protocols.base import ExchangeNode
 from secemb.server.auth import Principal, Verifier
 from secemb.server.gate import Gate, install_error_handlers
 from secemb.server.parsing import ascii_int, json_object
 
-__all__ = ["create_exchange_app"]
+__all__ = ["StageCloser", "create_exchange_app"]
 
 OCTET = "application/octet-stream"
 _JSON_LIMIT = 1 << 20
 
 
+@dataclass
+class StageCloser:
+    """The current round of ``node`` as its devices see it, and (with ``deadline_s``) the server
+    closing its stages itself (see the module docstring).  Called under the app's lock."""
+
+    node: ExchangeNode
+    deadline_s: float | None = None
+    opened: dict[str, Any] | None = None
+    stage: int = 0
+    active: set[int] = field(default_factory=set)
+    senders: set[int] = field(default_factory=set)
+    since: float = 0.0
+
+    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
+        doc = self.node.open_round(round_id, users)
+        self.opened, self.stage, self.active, self.senders = doc, 0, set(doc["users"]), set()
+        self.since = time.monotonic()
+        return doc
+
+    def _stages(self) -> list[str]:
+        assert self.opened is not None
+        return list(self.opened.get("stages", self.node.plan.stages))
+
+    def receive(self, round_id: int, stage: str, user: int, body: bytes) -> None:
+        self.node.receive(round_id, stage, user, body)
+        if self.opened is None or self.opened["round_id"] != round_id:
+            return
+        self.senders.add(user)
+        if self.deadline_s is not None and self.senders >= self.active:
+            self._close_quietly(round_id, stage)
+
+    def close(self, round_id: int, stage: str) -> None:
+        self.node.close(round_id, stage)
+        if self.opened is None or self.opened["round_id"] != round_id:
+            return
+        if self.node.plan.replies(stage):
+            self.active = {u for u in self.senders if self.node.reply(round_id, stage, u) is not None}
+        else:
+            self.active = set(self.senders)
+        self.stage, self.senders, self.since = self.stage + 1, set(), time.monotonic()
+
+    def _close_quietly(self, round_id: int, stage: str) -> None:
+        """Close ``stage`` on the server's own initiative: a refusal (too few devices left: the
+        node aborts the round) is the round's state, not the error of the request that triggered it."""
+        try:
+            self.close(round_id, stage)
+        except ProtocolError:
+            pass
+
+    def document(self) -> dict[str, Any]:
+        """The current round's document (closing an overdue stage first, see the module docstring).
+
+        Raises
+        ------
+        ProtocolError: no round yet.
+        """
+        if self.opened is None:
+            raise ProtocolError("no round has been opened yet")
+        round_id, stages = self.opened["round_id"], self._stages()
+        state = self.node.outcome(round_id)["state"]
+        overdue = self.deadline_s is not None and time.monotonic() - self.since > self.deadline_s
+        if state == "open" and self.stage < len(stages) and overdue:
+            self._close_quietly(round_id, stages[self.stage])
+            state = self.node.outcome(round_id)["state"]
+        return {**self.opened, "stage": stages[self.stage] if self.stage < len(stages) and state == "open" else None,
+                "state": state}
+
+
 def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_bytes: int,
-                        model: Callable[[], bytes], read_timeout_s: float, max_body_reads: int) -> FastAPI:
+                        model: Callable[[], bytes], read_timeout_s: float, max_body_reads: int,
+                        stage_deadline_s: float | None = None) -> FastAPI:
     """The app serving ``node``: ``verifier`` checks every request, ``max_body_bytes`` bounds a
     device's message (the protocol's largest at the run's public sizes), ``model`` gives the
     public model's bytes; ``read_timeout_s`` and ``max_body_reads`` bound the bodies read before
-    their signature is checked (:class:`~secemb.server.gate.Gate`)."""
+    their signature is checked (:class:`~secemb.server.gate.Gate`); ``stage_deadline_s``: the
+    server closes the stages itself (:class:`StageCloser`; ``None``: the operator closes them)."""
     app = FastAPI(title="secemb one-server node", docs_url=None, redoc_url=None, openapi_url=None)
     lock = threading.Lock()
+    rounds = StageCloser(node, stage_deadline_s)
     install_error_handlers(app)
     gate = Gate(verifier, read_timeout_s=read_timeout_s, max_body_reads=max_body_reads)
 
@@ -73,11 +157,17 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
     def rid(raw: str) -> int:
         return ascii_int(raw, "path parameter round_id", 0, 2**62)
 
+    @app.get("/v1/exchange/round")
+    async def current(request: Request) -> dict[str, Any]:
+        await gate.admit(request, ("user", "admin"), 0)
+        out: dict[str, Any] = await call(rounds.document)
+        return out
+
     @app.post("/v1/exchange/rounds/{round_id}/{stage}")
     async def send(round_id: str, stage: str, request: Request) -> Response:
         principal, body = await authed(request, "user", max_body_bytes)
         assert principal.user_id is not None
-        await call(node.receive, rid(round_id), stage, principal.user_id, body)
+        await call(rounds.receive, rid(round_id), stage, principal.user_id, body)
         return Response(status_code=204)
 
     @app.get("/v1/exchange/rounds/{round_id}/{stage}")
@@ -96,13 +186,13 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
             raise InvalidParameters("expected a JSON object with an int round_id and users")
         if not isinstance(users, list) or not all(isinstance(u, int) and not isinstance(u, bool) for u in users):
             raise InvalidParameters("users must be a list of ints")
-        out: dict[str, Any] = await call(node.open_round, round_id, users)
+        out: dict[str, Any] = await call(rounds.open_round, round_id, users)
         return out
 
     @app.post("/v1/admin/exchange/rounds/{round_id}/{stage}/close")
     async def close(round_id: str, stage: str, request: Request) -> dict[str, Any]:
         await authed(request, "admin", 64)  # an empty JSON document
-        await call(node.close, rid(round_id), stage)
+        await call(rounds.close, rid(round_id), stage)
         return {"round_id": int(round_id), "closed": stage}
 
     @app.get("/v1/admin/exchange/rounds/{round_id}")

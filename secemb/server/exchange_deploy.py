@@ -1,0 +1,285 @@
+"""A one-server protocol's deployment files (``secemb admin init --protocol P`` for a P registered
+with ``servers=1``; docs/deployment.md, "One server").
+
+The directory (0700)::
+
+    tls/                  the server's private CA and certificate (:func:`~secemb.server.tls.init_pki`)
+    exchange.json         the server's configuration (0600): the protocol, its run and options, the
+                          listen address, the TLS files, the admin and device-key secrets
+    devices/device-U.json device U's credentials (``add-devices``; 0600): the server's URL and CA,
+                          the device's own key, the protocol, its run and options
+
+There is one operator and one server: whoever holds the directory is the server (a one-server
+protocol trusts its server by design, e.g. SFSL's cloud server: docs/sfsl.md).  A device's
+credentials hold its own key only (``user_key(user_secret, U)``): they let it sign as device U
+and nothing else.  The server keeps no state on disk: a restart starts from the initial model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from secemb.errors import InvalidParameters
+from secemb.protocols import get_exchange_protocol
+from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
+from secemb.server.tls import TlsFiles, init_pki, write_private
+from secemb.transport.network import ApiClient
+from secemb.transport.signing import user_key
+
+__all__ = ["ExchangeCredentials", "ExchangeDeployment", "exchange_config_path", "init_exchange", "serve_exchange"]
+
+_FORMAT = "secemb-exchange-deployment/1"
+_CREDENTIALS = "secemb-exchange-device/1"
+_CONFIG = "exchange.json"
+
+
+def exchange_config_path(path: str | os.PathLike) -> Path | None:
+    """The one-server configuration file ``path`` names (the file itself or its directory);
+    ``None`` if ``path`` is neither (e.g. a two-server configuration)."""
+    p = Path(path)
+    for candidate in (p, p / _CONFIG):
+        if candidate.is_file() and candidate.name == _CONFIG:
+            return candidate
+    return None
+
+
+def _read(path: Path, fmt: str, what: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidParameters(f"{path}: cannot read {what} ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise InvalidParameters(f"{path}: not {what} (format {fmt!r} expected)")
+    return doc
+
+
+def _field(doc: dict[str, Any], name: str, kind: type, path: Path) -> Any:
+    value = doc.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise InvalidParameters(f"{path}: field {name!r} must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _secret(doc: dict[str, Any], name: str, path: Path) -> bytes:
+    raw = _field(doc, name, str, path)
+    try:
+        value = bytes.fromhex(raw)
+    except ValueError:
+        value = b""
+    if len(value) != 32:
+        raise InvalidParameters(f"{path}: field {name!r} must be 32 bytes in hex")
+    return value
+
+
+def _protocol(doc: dict[str, Any], path: Path, data_dir: Path | None) -> ExchangeProtocol:
+    """The protocol a configuration or credentials document names (built, so its options are checked)."""
+    run, options = _field(doc, "run", dict, path), _field(doc, "options", dict, path)
+    try:
+        return get_exchange_protocol(_field(doc, "protocol", str, path), ExchangeRun(**run, data_dir=data_dir),
+                                     **options)
+    except TypeError as exc:  # a run field that is not ExchangeRun's
+        raise InvalidParameters(f"{path}: bad run {run!r} ({exc})") from None
+
+
+@dataclass(frozen=True)
+class ExchangeDeployment:
+    """A one-server deployment directory, loaded (:meth:`load`) and checked."""
+
+    root: Path
+    doc: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ExchangeDeployment:
+        """The deployment whose ``exchange.json`` is ``path`` or lies in it.
+
+        Raises
+        ------
+        InvalidParameters: no such file, or a malformed one (the message names the field).
+        """
+        config = exchange_config_path(path)
+        if config is None:
+            raise InvalidParameters(f"{path}: no one-server configuration ({_CONFIG}) there")
+        doc = _read(config, _FORMAT, "a one-server configuration")
+        for name, kind in (("protocol", str), ("host", str), ("port", int), ("stage_deadline_s", float)):
+            _field(doc, name, kind, config)
+        for name in ("admin_secret", "user_secret"):
+            _secret(doc, name, config)
+        return cls(config.parent, doc)
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / _CONFIG
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.doc['host']}:{self.doc['port']}"
+
+    @property
+    def tls(self) -> TlsFiles:
+        return TlsFiles(self.root / "tls")
+
+    @property
+    def admin_secret(self) -> bytes:
+        return _secret(self.doc, "admin_secret", self.config_path)
+
+    @property
+    def user_secret(self) -> bytes:
+        return _secret(self.doc, "user_secret", self.config_path)
+
+    def protocol(self, data_dir: Path | None = None) -> ExchangeProtocol:
+        """The deployment's protocol (its data read from ``data_dir`` where it needs files)."""
+        return _protocol(self.doc, self.config_path, data_dir)
+
+    def admin(self, *, timeout: float = 60.0) -> ApiClient:
+        """The operator's signed client (TLS pinned to the deployment's CA)."""
+        from secemb.server.tls import client_context
+
+        return ApiClient(self.url, "admin", self.admin_secret, tls=client_context(self.tls.ca), timeout=timeout)
+
+    def add_devices(self, users: Iterable[int], out: Path | None = None) -> list[Path]:
+        """Write each device's credentials to ``out`` (default ``root/devices``; 0700, files 0600)."""
+        out = self.root / "devices" if out is None else Path(out)
+        out.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(out, 0o700)
+        written = []
+        for u in users:
+            doc = {"format": _CREDENTIALS, "user": u, "url": self.url, "ca": str(self.tls.ca.resolve()),
+                   "key": user_key(self.user_secret, u).hex(), "protocol": self.doc["protocol"],
+                   "run": self.doc["run"], "options": self.doc["options"]}
+            path = out / f"device-{u}.json"
+            write_private(path, json.dumps(doc, indent=2, allow_nan=False).encode())
+            written.append(path)
+        return written
+
+
+@dataclass(frozen=True)
+class ExchangeCredentials:
+    """Device ``user``'s credentials for a one-server deployment (:meth:`ExchangeDeployment.add_devices`)."""
+
+    path: Path
+    doc: dict[str, Any]
+
+    @staticmethod
+    def sniff(path: str | os.PathLike) -> bool:
+        """Whether ``path`` is a file of this format (not whether it is valid: :meth:`load` says)."""
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return False
+        return isinstance(doc, dict) and doc.get("format") == _CREDENTIALS
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ExchangeCredentials:
+        """Read and check ``path``.
+
+        Raises
+        ------
+        InvalidParameters: not such a file, or a malformed one.
+        """
+        p = Path(path)
+        doc = _read(p, _CREDENTIALS, "one-server device credentials")
+        for name, kind in (("user", int), ("url", str), ("ca", str), ("protocol", str)):
+            _field(doc, name, kind, p)
+        _secret(doc, "key", p)
+        return cls(p, doc)
+
+    @property
+    def user(self) -> int:
+        return int(self.doc["user"])
+
+    @property
+    def url(self) -> str:
+        return str(self.doc["url"])
+
+    @property
+    def ca(self) -> Path:
+        return Path(self.doc["ca"])
+
+    @property
+    def key(self) -> bytes:
+        return _secret(self.doc, "key", self.path)
+
+    def protocol(self, data_dir: Path | None = None) -> ExchangeProtocol:
+        """The deployment's protocol, as the device builds it."""
+        return _protocol(self.doc, self.path, data_dir)
+
+
+def init_exchange(root: str | os.PathLike, protocol: str, run: ExchangeRun, options: dict[str, Any],
+                  hosts: Sequence[str], *, port: int = 8700, stage_deadline_s: float = 60.0) -> ExchangeDeployment:
+    """Create a one-server deployment of ``protocol`` (``servers=1``) with ``run`` and
+    ``options`` in ``root`` (created, 0700): the CA and certificate for ``hosts``, fresh
+    secrets, ``exchange.json``.  ``stage_deadline_s``: the server closes a stage this long after
+    it opened even if not every device still in has sent (:class:`~secemb.server.exchange_app.StageCloser`).
+
+    Raises
+    ------
+    InvalidParameters: an unknown or two-server protocol, an option or value it refuses, no
+    host, a port outside [1, 65535], a deadline <= 0, or ``root`` already holds a deployment.
+    """
+    built = get_exchange_protocol(protocol, run, **options)
+    if not built.networked:
+        raise InvalidParameters(f"protocol {protocol!r} runs in process only (networked = False): no deployment")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidParameters(f"port must be in [1, 65535], got {port!r}")
+    if not stage_deadline_s > 0:
+        raise InvalidParameters(f"stage_deadline_s must be > 0, got {stage_deadline_s!r}")
+    root = Path(root)
+    if (root / _CONFIG).exists():
+        raise InvalidParameters(f"{root / _CONFIG} exists: refusing to replace a deployment (use a fresh directory)")
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(root, 0o700)
+    pki = init_pki(root / "tls", 0, hosts)
+    doc = {"format": _FORMAT, "protocol": protocol, "run": run.to_dict(), "options": built.spec(),
+           "host": hosts[0], "port": port, "stage_deadline_s": float(stage_deadline_s),
+           "tls": {"ca": str(pki.ca.resolve()), "cert": str(pki.cert(0).resolve()), "key": str(pki.key(0).resolve())},
+           "admin_secret": secrets.token_bytes(32).hex(), "user_secret": secrets.token_bytes(32).hex()}
+    write_private(root / _CONFIG, json.dumps(doc, indent=2, allow_nan=False).encode())
+    return ExchangeDeployment(root, doc)
+
+
+def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: int | None = None,
+                   data_dir: Path | None = None, log_level: str = "info") -> None:
+    """Serve ``dep``'s one server until interrupted: the protocol's server
+    (:meth:`~secemb.protocols.exchange.ExchangeProtocol.make_server`) behind
+    :func:`~secemb.server.exchange_app.create_exchange_app` over TLS (the deployment's
+    certificate) with the two-server app's connection guards and their default settings; the
+    server closes the stages itself (``stage_deadline_s``).  ``host``/``port`` override the
+    file's.
+
+    Raises
+    ------
+    InvalidParameters: the protocol or its data (before anything listens); the port in use.
+    secemb.data.DatasetNotFoundError: the dataset's files missing.
+    """
+    import uvicorn
+
+    from secemb.server.auth import Verifier
+    from secemb.server.config import ServerConfig
+    from secemb.server.exchange_app import create_exchange_app
+    from secemb.server.listener import bind, guarded_config
+    from secemb.server.tls import server_context_kwargs
+
+    host = str(dep.doc["host"]) if host is None else host
+    port = int(dep.doc["port"]) if port is None else port
+    sock = bind(host, port)  # a port in use fails here, before the protocol's data is loaded
+    try:
+        server = dep.protocol(data_dir).make_server()
+        defaults = {n: ServerConfig.model_fields[n].default for n in ("read_timeout_s", "max_connections",
+                                                                       "max_body_reads")}
+        verifier = Verifier(0, secrets.token_bytes(32), dep.admin_secret, dep.user_secret, server.num_users)
+        app = create_exchange_app(server.node, verifier, max_body_bytes=server.max_body_bytes, model=server.model,
+                                  read_timeout_s=defaults["read_timeout_s"], max_body_reads=defaults["max_body_reads"],
+                                  stage_deadline_s=float(dep.doc["stage_deadline_s"]))
+        tls = dep.tls
+        config = guarded_config(app, host, port, read_timeout_s=defaults["read_timeout_s"],
+                                max_connections=defaults["max_connections"],
+                                tls=server_context_kwargs(tls.ca, tls.cert(0), tls.key(0)), log_level=log_level)
+    finally:
+        sock.close()
+    uvicorn.Server(config).run()

@@ -1,0 +1,146 @@
+"""SFSL deployed by hand (docs/deployment.md, "One server"): ``secemb admin init --protocol sfsl``,
+``secemb serve`` (one server, TLS, no peer), three ``secemb client`` processes and ``secemb admin
+open-round`` run a round on 127.0.0.1; the refusals exit 2 with one line; and ``secemb demo
+--network`` trains ``secemb train``'s model (CPP1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from secemb.cli import app
+
+SECEMB = [sys.executable, "-m", "secemb"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _admin(*args: str) -> dict:
+    res = CliRunner().invoke(app, ["admin", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Path:
+    root = tmp_path / "dep"
+    res = CliRunner().invoke(app, ["admin", "init", "--protocol", "sfsl", "--out", str(root), "--host0", "127.0.0.1",
+                                   "--port0", str(_free_port()), "--dataset", "taobao-mini", "--users-per-round", "3",
+                                   "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "30"])
+    assert res.exit_code == 0, res.output
+    assert oct((root / "exchange.json").stat().st_mode & 0o777) == "0o600"
+    written = _admin("add-devices", "--deployment", str(root), "--users", "0-2")["written"]
+    assert [Path(p).name for p in written] == ["device-0.json", "device-1.json", "device-2.json"]
+    assert all(Path(p).stat().st_mode & 0o077 == 0 for p in written)
+    return root
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_serve_and_three_clients_run_an_sfsl_round_by_hand(deployment: Path) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([*SECEMB, "serve", "--config", str(deployment / "exchange.json"), "--log-level",
+                               "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    clients: list[subprocess.Popen] = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the server answers once it listens: no round yet
+            res = CliRunner().invoke(app, ["admin", "status", "--deployment", str(deployment)])
+            if res.exit_code == 0:
+                assert json.loads(res.output) == {"server": None}
+                break
+            assert server.poll() is None and time.monotonic() < deadline, res.output
+            time.sleep(0.5)
+        clients = [subprocess.Popen([*SECEMB, "client", "--user", str(u), "--credentials",
+                                     str(deployment / "devices" / f"device-{u}.json"), "--wait", "90"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for u in range(3)]
+        opened = _admin("open-round", "--deployment", str(deployment), "--participants", "0-2")
+        assert opened["round_id"] == 1 and opened["users"] == [0, 1, 2] and opened["stages"][0] == "psu-advertise"
+        lines = []
+        for proc in clients:
+            out, err = proc.communicate(timeout=150)
+            assert proc.returncode == 0, (out, err)
+            lines.append(json.loads(out.decode().strip().splitlines()[-1]))
+        assert [d["user"] for d in lines] == [0, 1, 2]
+        assert all(d["round_id"] == 1 and d["outcome"] == "committed" for d in lines)
+        assert all(d["upload_bytes"] > 0 and d["download_bytes"] > 0 for d in lines)
+        final = _admin("status", "--deployment", str(deployment))["server"]
+        assert final["state"] == "committed" and final["stage"] is None
+    finally:
+        for proc in clients:
+            if proc.poll() is None:
+                proc.kill()
+        _stop(server)
+
+
+def _one_line_exit_2(res) -> None:
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_one_server_refusals_exit_2_with_one_line(deployment: Path) -> None:
+    runner = CliRunner()
+    config = str(deployment / "exchange.json")
+    device = str(deployment / "devices" / "device-0.json")
+    _one_line_exit_2(runner.invoke(app, ["serve", "--config", config, "--peer-url", "https://127.0.0.1:1"]))
+    _one_line_exit_2(runner.invoke(app, ["serve", "--config", config, "--insecure-http"]))
+    _one_line_exit_2(runner.invoke(app, ["client", "--user", "0", "--credentials", device, "--dataset", "ml-100k"]))
+    _one_line_exit_2(runner.invoke(app, ["client", "--user", "1", "--credentials", device]))
+    _one_line_exit_2(runner.invoke(app, ["admin", "count", "--deployment", str(deployment)]))
+    _one_line_exit_2(runner.invoke(app, ["admin", "init", "--protocol", "sfsl", "--out", str(deployment / "again"),
+                                         "--host0", "127.0.0.1", "--dataset", "taobao-mini", "--option",
+                                         "sfsl_preset=CPP9"]))
+    _one_line_exit_2(runner.invoke(app, ["admin", "init", "--protocol", "nope", "--out", str(deployment / "x"),
+                                         "--host0", "127.0.0.1", "--dataset", "taobao-mini"]))
+
+
+@pytest.mark.parametrize("args", [
+    ["train", "--protocol", "no-such-protocol"],
+    ["demo", "--protocol", "no-such-protocol"],
+    ["train", "--protocol", "sfsl", "--dataset", "taobao-mini", "--layout", "full"],
+    ["demo", "--network", "--protocol", "sfsl", "--dataset", "taobao-mini", "--reproducible"],
+    ["train", "--protocol", "sfsl", "--dataset", "taobao-mini", "--sfsl-preset", "CPP0"],
+    ["train", "--protocol", "plaintext", "--sfsl-preset", "CPP1"],
+])
+def test_a_bad_protocol_or_option_exits_2_with_one_line(args: list[str]) -> None:
+    _one_line_exit_2(CliRunner().invoke(app, args))
+
+
+@pytest.mark.slow
+def test_demo_network_cpp1_is_train_cpp1(tmp_path: Path) -> None:
+    # CPP1 perturbs nothing at random (S'' = S): the OS randomness of the devices does not enter
+    # the model, so the networked run and the in-process run of one seed give the same model
+    common = ["--protocol", "sfsl", "--sfsl-preset", "CPP1", "--dataset", "taobao-mini", "--users-per-round", "100",
+              "--epochs", "1", "--seed", "2", "--quiet"]
+    docs = []
+    for i, cmd in enumerate((["train"], ["demo", "--network"])):
+        out = tmp_path / f"r{i}.json"
+        res = CliRunner().invoke(app, [*cmd, *common, "--json-out", str(out)])
+        assert res.exit_code == 0, res.output
+        docs.append(json.loads(out.read_text()))
+    train, demo = docs
+    assert demo["config"].get("network") is True and "network" not in train["config"]
+    assert train["rounds"] == demo["rounds"] == 2
+    assert train["model_sha256"] == demo["model_sha256"]
+    assert train["comm"]["upload_bytes_per_user_round"] == demo["comm"]["upload_bytes_per_user_round"]
