@@ -33,6 +33,15 @@ The figures:
   leaf -- a width that is not a whole number of 16-block counter runs;
 * ``dot_leaves_per_s``: the retrieval answer ``eval_full_dot`` (``d = 64``, ``k = 32``): the
   walk and more, so at most 0.5 of the AES rate too;
+* ``eval_full_leaves_per_s``: the public one-shot ``eval_full`` at ``d = 1`` (walk and
+  conversion, three blocks a leaf); ``halftree_*`` the same figures for Half-Tree keys
+  (:mod:`secemb.fss.halftree`: one block a node, so a walk leaf costs one block and an
+  ``eval_full`` leaf two); ``end_to_end_*``: key generation plus both parties' ``eval_full``
+  at ``d = 1`` for BGI and Half-Tree keys, and ``halftree_over_bgi``, the ratio of the two
+  rates measured in the same process;
+* ``walk_share_of_ceiling``: each walk's rate times the AES blocks it must compute a leaf
+  (:func:`walk_blocks`: the children the pruned tree needs, BGI; the parents, Half-Tree) over
+  the kernels' AES rate timed with it (numba only);
 * ``fused_memory``: peak RSS of a fresh process running the server's fused evaluation of 500
   keys over 93,386 items with ``d = 64`` (:mod:`secemb.bench.memory_probe`; its seconds are
   wall time after a warm-up call).
@@ -54,14 +63,14 @@ import numpy as np
 from secemb import fss
 from secemb.bench.machine import machine_info
 from secemb.errors import SecembError
-from secemb.fss import kernels, tree
+from secemb.fss import halftree, kernels, tree
 from secemb.fss.convert import convert_accumulate
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.prg import CHUNK_BLOCKS, aes_for
 from secemb.protocols.secemb import FOLD_BYTES
 
 __all__ = ["CEILINGS", "KEYGEN_SIZES", "ShareAboveCeiling", "Timed", "check_share", "interleaved", "run",
-           "table_rows"]
+           "table_rows", "walk_blocks"]
 
 #: (m, m') of the paper's datasets: ML-100K, ML-1M, Yelp
 KEYGEN_SIZES = {"ml100k": (1682, 200), "ml1m": (3883, 300), "yelp": (93386, 500)}
@@ -75,6 +84,11 @@ CEILINGS = {
     "convert_blocks_per_s": 1.0,
     "convert_blocks_per_s_d65": 1.0,
     "dot_leaves_per_s": 0.5,
+    "eval_full_leaves_per_s": 1 / 3,
+    "halftree_eval_leaves_per_s": 1.0,
+    "halftree_eval_full_leaves_per_s": 0.5,
+    "end_to_end_bgi": 1 / 6,
+    "end_to_end_halftree": 1 / 4,
 }
 #: environment of a one-core measurement
 _ONE_THREAD = {v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")}
@@ -225,6 +239,49 @@ def dot(m: int, keys: int, d: int = 64) -> Timed:
     return Timed(keys * m, lambda: fss.eval_full_dot(keys0, 0, table))
 
 
+def walk_blocks(m: int, scheme: str) -> float:
+    """AES blocks a full-domain walk over ``[0, m)`` must compute, per leaf: every needed
+    child (BGI: one block each) or every needed parent (Half-Tree: one block for both
+    children) of the tree pruned to the leaves below ``m``."""
+    n = (m - 1).bit_length()
+    if scheme == "bgi":
+        return sum(-(-m >> (n - i)) for i in range(1, n + 1)) / m
+    return sum(-(-m >> (n - i)) for i in range(n)) / m
+
+
+def halftree_walk(m: int, keys: int) -> Timed:
+    """:func:`walk` for Half-Tree keys, in leaves."""
+    path, _, _ = halftree.gen_path(np.random.default_rng(2).integers(0, m, keys), m)
+
+    def run() -> None:
+        for _ in halftree.leaf_groups(path):
+            pass
+
+    return Timed(keys * m, run)
+
+
+def one_shot(m: int, keys: int, scheme: str) -> Timed:
+    """The public ``eval_full`` at ``d = 1`` of ``scheme`` (``"bgi"`` or ``"halftree"``), in leaves."""
+    mod = fss if scheme == "bgi" else halftree
+    rng = np.random.default_rng(5)
+    keys0, _ = mod.gen(rng.integers(0, m, keys), np.ones((keys, 1), np.uint32), m)
+    return Timed(keys * m, lambda: mod.eval_full(keys0, 0))
+
+
+def end_to_end(m: int, keys: int, scheme: str) -> Timed:
+    """Key generation and both parties' ``eval_full`` at ``d = 1``, in leaves (of one party)."""
+    mod = fss if scheme == "bgi" else halftree
+    rng = np.random.default_rng(6)
+    alphas, ones = rng.integers(0, m, keys), np.ones((keys, 1), np.uint32)
+
+    def run() -> None:
+        keys0, keys1 = mod.gen(alphas, ones, m)
+        mod.eval_full(keys0, 0)
+        mod.eval_full(keys1, 1)
+
+    return Timed(keys * m, run)
+
+
 def _measure(quick: bool, refs: Mapping[str, Timed], repeats: int, clock: Clock) -> dict[str, Any]:
     """Every figure of one backend (the one :data:`secemb.fss.kernels.BACKEND` selects), each
     interleaved with ``refs``; raises :class:`ShareAboveCeiling` for a share above its ceiling."""
@@ -240,6 +297,11 @@ def _measure(quick: bool, refs: Mapping[str, Timed], repeats: int, clock: Clock)
         "convert_blocks_per_s": conversion(big, 4 if quick else 6),
         "convert_blocks_per_s_d65": conversion(big, 4 if quick else 6, d=65),
         "dot_leaves_per_s": dot(big, 32 if quick else 64),
+        "eval_full_leaves_per_s": one_shot(big, 8 if quick else 24, "bgi"),
+        "halftree_eval_leaves_per_s": halftree_walk(big, 20 if quick else 24),
+        "halftree_eval_full_leaves_per_s": one_shot(big, 8 if quick else 24, "halftree"),
+        "end_to_end_bgi": end_to_end(big, 8 if quick else 24, "bgi"),
+        "end_to_end_halftree": end_to_end(big, 8 if quick else 24, "halftree"),
     }
     out: dict[str, Any] = {"keygen_ms": keygen_ms}
     aes: dict[str, dict[str, float]] = {}
@@ -252,6 +314,12 @@ def _measure(quick: bool, refs: Mapping[str, Timed], repeats: int, clock: Clock)
         share_fastest[name] = rate / max(ref_rates.values())
         check_share(name, share_fastest[name], CEILINGS[name])
     out.update(aes_blocks_per_s=aes, share_of_openssl_aes=share_openssl, share_of_fastest_aes=share_fastest)
+    out["halftree_over_bgi"] = out["end_to_end_halftree"] / out["end_to_end_bgi"]
+    out["eval_full_over_walk"] = out["eval_full_leaves_per_s"] / out["eval_leaves_per_s"]
+    if "kernel" in refs:
+        out["walk_share_of_ceiling"] = {
+            scheme: out[fig] * walk_blocks(big, scheme) / aes[fig]["kernel"]
+            for scheme, fig in (("bgi", "eval_leaves_per_s"), ("halftree", "halftree_eval_leaves_per_s"))}
     return out
 
 
@@ -320,9 +388,19 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             (f"payload conversion + sum over keys (m={m}, d=64, k=32)", "convert_blocks_per_s", "blocks"),
             (f"payload conversion + sum over keys (m={m}, d=65, k=32)", "convert_blocks_per_s_d65", "blocks"),
             (f"retrieval answer eval_full_dot (m={m}, d=64, k=32)", "dot_leaves_per_s", "leaves"),
+            (f"one-shot eval_full (m={m}, d=1)", "eval_full_leaves_per_s", "leaves"),
+            (f"Half-Tree full-domain path eval (m={m})", "halftree_eval_leaves_per_s", "leaves"),
+            (f"Half-Tree one-shot eval_full (m={m}, d=1)", "halftree_eval_full_leaves_per_s", "leaves"),
+            (f"BGI gen + both parties' eval_full (m={m}, d=1)", "end_to_end_bgi", "leaves"),
+            (f"Half-Tree gen + both parties' eval_full (m={m}, d=1)", "end_to_end_halftree", "leaves"),
         ):
             rows.append((f"[{name}] {label}", f"{r[key] / 1e6:,.1f} M {unit}/s",
                          f"{r['share_of_openssl_aes'][key]:.3f}", f"{r['share_of_fastest_aes'][key]:.3f}"))
+        rows.append((f"[{name}] Half-Tree / BGI end to end (same run)", f"{r['halftree_over_bgi']:.2f}x", "", ""))
+        rows.append((f"[{name}] eval_full / walk (same run)", f"{r['eval_full_over_walk']:.2f}", "", ""))
+        for scheme, share in r.get("walk_share_of_ceiling", {}).items():
+            rows.append((f"[{name}] {scheme} walk / its AES ceiling (kernel AES, blocks it must compute)",
+                         f"{share:.3f}", "", ""))
     mem = result.get("fused_memory")
     if mem:
         rows.append((f"fused eval ({kernels.BACKEND}), {mem['keys']} keys x {mem['m']} items, d={mem['d']}",

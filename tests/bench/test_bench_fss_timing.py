@@ -67,9 +67,13 @@ def test_a_share_at_or_below_its_ceiling_passes() -> None:
 
 
 def test_the_ceilings_are_one_over_the_fewest_aes_blocks_a_unit_costs() -> None:
-    # a walk leaf costs two AES blocks (the retrieval answer walks too); conversion counts blocks
+    # a walk leaf costs two AES blocks (the retrieval answer walks too); conversion counts blocks;
+    # eval_full at d = 1 adds a conversion block a leaf; a Half-Tree walk leaf costs one block;
+    # end to end, both parties evaluate
     assert CEILINGS == {"eval_leaves_per_s": 0.5, "eval_leaves_per_s_ml100k": 0.5, "convert_blocks_per_s": 1.0,
-                        "convert_blocks_per_s_d65": 1.0, "dot_leaves_per_s": 0.5}
+                        "convert_blocks_per_s_d65": 1.0, "dot_leaves_per_s": 0.5, "eval_full_leaves_per_s": 1 / 3,
+                        "halftree_eval_leaves_per_s": 1.0, "halftree_eval_full_leaves_per_s": 0.5,
+                        "end_to_end_bgi": 1 / 6, "end_to_end_halftree": 1 / 4}
 
 
 def test_bench_fss_exits_1_with_one_line_when_a_share_is_above_its_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
