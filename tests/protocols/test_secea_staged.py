@@ -157,9 +157,9 @@ def test_rounds_wait_for_the_set_up_of_every_silo():
     params = SecEAParams(3, 1, dim=2)
     node = SecEANode(params, union_bloom(8, 3))
     with pytest.raises(ProtocolError, match="set-up"):
-        node.open_round(1, [0, 1, 2])
-    with pytest.raises(ProtocolError, match="set-up"):
-        node.open_round(0, [0, 1])
+        node.open_round(1, [0, 1])
+    doc = node.open_round(4, [0, 1, 2])  # the first round opened is the set-up, whatever its id
+    assert doc["setup"] and doc["stages"] == list(SECEA_SETUP_PLAN.stages)
 
 
 def test_deployment_round_of_some_silos_averages_over_them():

@@ -261,9 +261,9 @@ class SecEASilo:
     gen: np.random.Generator
     rng: RandomBytes
 
-    def setup_party(self) -> SecEASetupParty:
-        """Its part in the set-up."""
-        return SecEASetupParty(self.client, self.bloom, _rng=self.rng)
+    def setup_party(self, round_id: int = SETUP_ROUND) -> SecEASetupParty:
+        """Its part in the set-up (round ``round_id``)."""
+        return SecEASetupParty(self.client, self.bloom, round_id, _rng=self.rng)
 
     def train_locally(self) -> float:
         """``local_epochs`` epochs on its ratings; their mean objective."""
@@ -292,9 +292,9 @@ class SecEASilo:
         round_id, users, stages = round_doc.get("round_id"), round_doc.get("users"), round_doc.get("stages")
         if not isinstance(round_id, int) or not isinstance(users, list) or self.client.index not in users:
             raise InvalidMessage(f"not a SecEA round document for silo {self.client.index}")
-        if stages == list(SECEA_SETUP_STAGES) and round_id == SETUP_ROUND:
-            return self.setup_party()
-        if stages == list(SECEA_STAGES) and round_id > SETUP_ROUND:
+        if stages == list(SECEA_SETUP_STAGES):
+            return self.setup_party(round_id)
+        if stages == list(SECEA_STAGES):
             self.train_locally()
             return self.round_party(round_id)
         raise InvalidMessage(f"round document of round {round_id} with stages {stages!r} is not SecEA's")

@@ -6,17 +6,17 @@ The N silos are the engine's devices (user ids ``0..N-1``), the relaying server 
 Every stage is an *exchange*: each silo sends the server one message, the operator closes the
 stage, the server answers each silo with at most one message.  Silo-to-silo traffic (the shares
 and the queries) is one-time-padded by the sender and routed through the server, as the paper
-has it.  Round 0 is the set-up (:data:`SECEA_SETUP_PLAN`, every silo), rounds 1, 2, ... the
-aggregations (:data:`SECEA_ROUND_PLAN`); the node's plan (:data:`SECEA_PLAN`) is both, and each
+has it.  The first round is the set-up (:data:`SECEA_SETUP_PLAN`, every silo), the later ones
+the aggregations (:data:`SECEA_ROUND_PLAN`); the node's plan (:data:`SECEA_PLAN`) is both, and each
 round's document (:meth:`SecEANode.open_round`) lists the stages it runs::
 
-    set-up (round 0)
+    set-up (the first round)
     secea-keys      secea_hello  -> secea_directory   X25519 and Paillier public keys -> the key directory
     psu-advertise   advertise    -> keys              the private entity union: the Bloom PSU over
-    psu-shares      shares       -> relayed           secure aggregation (secagg round 0), the union
+    psu-shares      shares       -> relayed           secure aggregation (the round's id), the union
     psu-masked      masked       -> survivors         to every silo (all N must survive it)
     psu-unmask      unmask       -> union
-    each round r >= 1
+    each later round
     secea-share     secea_upload -> secea_relay       padded Lagrange shares and queries (Eqs. 3-11), relayed
     secea-answer    secea_answer -> secea_result      Paillier answers; the server's mask (Eqs. 12-13);
                                                       the silo decodes its averages (Eqs. 14-16)
@@ -46,7 +46,7 @@ from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, uni
 __all__ = ["SECEA_PLAN", "SECEA_ROUND_PLAN", "SECEA_SETUP_PLAN", "SETUP_ROUND", "SecEANode", "SecEAParty",
            "SecEASetupParty", "psu_config"]
 
-#: the round id of the set-up; aggregation rounds follow it (ids 1, 2, ...)
+#: the round id the in-process runs give the set-up (a deployment's first round may have another)
 SETUP_ROUND = 0
 
 #: per stage: the silo's message kind and the server's answer
@@ -73,10 +73,10 @@ SECEA_ROUND_PLAN = SECEA_PLAN.only(SECEA_STAGES)
 _PSU_STEPS = ("advertise", "shares", "masked", "unmask")
 
 
-def psu_config(bloom: BloomParams, num_silos: int) -> SecAggConfig:
-    """The secure-aggregation round that carries the set-up's PSU (threshold ``N // 2 + 1``,
-    secagg round id 0)."""
-    return bloom.config(default_threshold(num_silos), SETUP_ROUND)
+def psu_config(bloom: BloomParams, num_silos: int, round_id: int) -> SecAggConfig:
+    """The secure-aggregation round that carries the PSU of the set-up round ``round_id``
+    (threshold ``N // 2 + 1``, secagg round id ``round_id``)."""
+    return bloom.config(default_threshold(num_silos), round_id)
 
 
 @dataclass
@@ -103,9 +103,10 @@ class SecEANode:
     params: the public parameters (N, T, K, d, f).
     bloom: the PSU's public Bloom parameters (:func:`secemb.protocols.secea.union.union_bloom`).
 
-    Round 0 is the set-up (every silo, stages of :data:`SECEA_SETUP_PLAN`); once it has
-    committed, rounds ``1, 2, ...`` (increasing ids, at least ``2(K+T-1)+1`` silos) run
-    :data:`SECEA_ROUND_PLAN`.  An aborted set-up may be opened again.  Every method raises
+    The first round opened is the set-up (every silo, stages of :data:`SECEA_SETUP_PLAN`; in
+    process round :data:`SETUP_ROUND`); once it has committed, rounds of increasing ids (at
+    least ``2(K+T-1)+1`` silos) run :data:`SECEA_ROUND_PLAN`.  An aborted set-up is opened
+    again (a later id).  Every method raises
     :class:`~secemb.errors.ProtocolError` when called for another round or out of stage order,
     :class:`~secemb.errors.InvalidMessage` for a malformed or duplicate message or a silo not
     in the round, and :class:`~secemb.errors.InvalidParameters` for a bad round document; a
@@ -131,20 +132,21 @@ class SecEANode:
         ids = sorted({u for u in users if isinstance(u, int) and not isinstance(u, bool)})
         if len(ids) != len(users) or not ids or ids[0] < 0 or ids[-1] >= n:
             raise InvalidParameters(f"users must be distinct silo ids in [0, {n}), got {users!r}")
-        if self.union is None:
-            if round_id != SETUP_ROUND or len(ids) != n:
-                raise ProtocolError(f"the set-up (round {SETUP_ROUND}, all {n} silos) comes first")
+        if self._round is not None and round_id <= self._round.round_id:
+            raise ProtocolError(f"round {round_id} does not follow round {self._round.round_id}")
+        setup = self.union is None
+        if setup:
+            if len(ids) != n:
+                raise ProtocolError(f"the set-up (every one of the {n} silos) comes first")
             self._round = _Round(round_id, frozenset(ids), SECEA_SETUP_STAGES,
-                                 psu=SecAggServer(psu_config(self.bloom, n)))
+                                 psu=SecAggServer(psu_config(self.bloom, n, round_id)))
         else:
-            if self._round is not None and round_id <= self._round.round_id:
-                raise ProtocolError(f"round {round_id} does not follow round {self._round.round_id}")
             if len(ids) < self.params.needed_answers:
                 raise InvalidParameters(f"a round needs at least {self.params.needed_answers} = 2(K+T-1)+1 silos, "
                                         f"got {len(ids)}")
             self._round = _Round(round_id, frozenset(ids), SECEA_STAGES)
         return {"round_id": round_id, "users": ids, "stages": list(self._round.stages),
-                "setup": round_id == SETUP_ROUND and self.union is None,
+                "setup": setup,
                 "union_size": None if self.union is None else int(self.union.size)}
 
     def _current(self, round_id: int, stage: str) -> _Round:
@@ -231,7 +233,7 @@ class SecEANode:
         if union.size == 0:
             raise ProtocolError("set-up aborted: the entity union is empty")
         self.union, rnd.state = union.astype(np.int64), "committed"
-        msg = union_message(SETUP_ROUND, union)
+        msg = union_message(rnd.round_id, union)
         return {u: msg for u in rnd.users}
 
     def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
@@ -259,13 +261,14 @@ class SecEANode:
 
 
 class SecEASetupParty:
-    """Silo ``client.index``'s part in the set-up (round 0): its keys, then its entity set into
-    the PSU.  When the set-up is over, ``client`` holds the directory and the union
+    """Silo ``client.index``'s part in the set-up (round ``round_id``): its keys, then its entity
+    set into the PSU.  When the set-up is over, ``client`` holds the directory and the union
     (:attr:`union`).  ``seconds``: its own work per stage."""
 
-    def __init__(self, client: SecEAClient, bloom: BloomParams, *, _rng: RandomBytes = system_rng) -> None:
-        self.client, self.bloom, self._rng = client, bloom, _rng
-        self.config = psu_config(bloom, client.params.num_clients)
+    def __init__(self, client: SecEAClient, bloom: BloomParams, round_id: int = SETUP_ROUND, *,
+                 _rng: RandomBytes = system_rng) -> None:
+        self.client, self.bloom, self.round_id, self._rng = client, bloom, round_id, _rng
+        self.config = psu_config(bloom, client.params.num_clients, round_id)
         self.union: np.ndarray | None = None
         self.seconds: dict[str, float] = {}
         self._answers: dict[str, bytes] = {}
@@ -299,7 +302,7 @@ class SecEASetupParty:
         if stage == "secea-keys":
             self.client.receive_directory(body)
         elif stage == "psu-unmask":
-            union = read_union(body, SETUP_ROUND, self.bloom.domain)
+            union = read_union(body, self.round_id, self.bloom.domain)
             self.client.set_union(union)
             self.union = union
         else:
