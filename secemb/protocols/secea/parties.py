@@ -217,7 +217,6 @@ class SecEAServer:
         self._rng = system_rng if _rng is None else _rng
         self._keys: dict[int, phe_packing.PublicKey] = {}
         self._pools: dict[int, list[int]] = {}
-        self._directory = b""
         self._pending: dict[int, int] = {}
         self._round: int | None = None
 
@@ -245,8 +244,8 @@ class SecEAServer:
             self._keys[i] = key
             modulus = key.to_bytes()
             body += [struct.pack("<H", i), x25519, struct.pack("<H", len(modulus)), modulus]
-        self._directory = b"".join(body)
-        return {i: wire.pack(wire.Header(wire.DIRECTORY, 0, wire.SERVER, i), self._directory) for i in range(n)}
+        directory = b"".join(body)
+        return {i: wire.pack(wire.Header(wire.DIRECTORY, 0, wire.SERVER, i), directory) for i in range(n)}
 
     def precompute(self, counts: dict[int, int]) -> None:
         """Offline phase: ``counts[n]`` encryption randomizers under client n's key for the
