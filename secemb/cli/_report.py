@@ -13,6 +13,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 def describe(cfg: dict[str, Any], prefix: str = "") -> str:
     """One line naming the run from its result ``config`` document."""
+    if cfg.get("servers") == 1:  # a one-server protocol (secemb.protocols.exchange): the keys its config must have
+        extra = "".join(f" {k}={cfg[k]}" for k in ("model", "dim", "lr") if k in cfg)
+        return (f"{prefix}{cfg['protocol']} (one server) | {cfg['dataset']} |{extra} | "
+                f"{cfg['users_per_round']} users/round, {cfg['total_rounds']} rounds")
     return (
         f"{prefix}{cfg['protocol']} ({cfg['layout']}{', relay' if cfg['relay'] else ''}) | {cfg['dataset']} | "
         f"{cfg['model']} d={cfg['dim']} lr={cfg['lr']} reg={cfg['reg']} | {cfg['active_users']} users, "

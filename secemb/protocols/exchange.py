@@ -227,7 +227,9 @@ class ExchangeProtocol(ABC):
               on_epoch: Callable[[EpochFigures], None] | None = None) -> ExchangeResult:
         """Train: make the server, ``rounds = connect(server)``, then play every round through
         ``rounds``; ``on_start`` gets the result's ``config`` before the first round, ``on_round``
-        and ``on_epoch`` the figures as they come (the result lists the same).
+        and ``on_epoch`` the figures as they come (the result lists the same).  ``config`` has at
+        least ``protocol``, ``dataset``, ``servers`` (1), ``users_per_round``, ``total_rounds`` and
+        ``metrics`` (the names in :attr:`EpochFigures.metrics`); the command line shows them.
 
         Raises
         ------

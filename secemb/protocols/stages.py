@@ -48,6 +48,7 @@ __all__ = [
     "SYNC",
     "UPLOAD",
     "USER",
+    "register_stages",
     "round_plan",
 ]
 
@@ -88,6 +89,28 @@ MESSAGES = frozenset({
 })
 
 
+#: stage and message names a plug-in protocol added (:func:`register_stages`)
+_PLUGIN_STAGES: set[str] = set()
+_PLUGIN_MESSAGES: set[str] = set()
+
+
+def register_stages(stages: tuple[str, ...], messages: tuple[str, ...]) -> None:
+    """Add a plug-in protocol's own stage and message names to the vocabulary (docs/protocol.md,
+    "A one-server protocol"); names already known are accepted again.
+
+    Raises
+    ------
+    InvalidParameters: a name that is not a non-empty ASCII str of letters, digits, ``-`` and ``_``.
+    """
+    for name in (*stages, *messages):
+        if not isinstance(name, str) or not name or not name.isascii() \
+                or not name.replace("-", "").replace("_", "").isalnum():
+            raise InvalidParameters(f"a stage or message name is a non-empty ASCII word (letters, digits, -, _), "
+                                    f"got {name!r}")
+    _PLUGIN_STAGES.update(stages)
+    _PLUGIN_MESSAGES.update(messages)
+
+
 @dataclass(frozen=True)
 class Hop:
     """One message of a round: ``src`` sends ``message`` to ``dst`` in ``stage``.
@@ -103,12 +126,13 @@ class Hop:
     optional: bool = False
 
     def __post_init__(self) -> None:
-        if self.stage not in _ALL_STAGES:
-            raise InvalidParameters(f"hop stage must be one of {_ALL_STAGES}, got {self.stage!r}")
+        if self.stage not in _ALL_STAGES and self.stage not in _PLUGIN_STAGES:
+            raise InvalidParameters(f"hop stage must be one of {_ALL_STAGES} or a registered one, got {self.stage!r}")
         if self.src not in PARTIES or self.dst not in PARTIES or self.src == self.dst:
             raise InvalidParameters(f"hop must go between two of {PARTIES}, got {self.src!r} -> {self.dst!r}")
-        if self.message not in MESSAGES:
-            raise InvalidParameters(f"hop message must be one of {sorted(MESSAGES)}, got {self.message!r}")
+        if self.message not in MESSAGES and self.message not in _PLUGIN_MESSAGES:
+            raise InvalidParameters(f"hop message must be one of {sorted(MESSAGES)} or a registered one, "
+                                    f"got {self.message!r}")
 
     @property
     def party(self) -> int | None:
