@@ -162,7 +162,7 @@ def _mutations(sample: bytes) -> st.SearchStrategy[bytes]:
         st.binary(min_size=1, max_size=64).map(lambda extra: sample + extra),  # too long
         st.tuples(st.integers(0, max(n - 1, 0)), st.integers(1, 255)).map(  # one byte changed
             lambda t: sample[: t[0]] + bytes([sample[t[0]] ^ t[1]]) + sample[t[0] + 1:] if n else b"\x01"),
-        st.sampled_from([sample[:24], b"", b"SEMB", b"\x00" * n]),
+        st.sampled_from([sample[:32], b"", b"SEMB", b"\x00" * n]),  # [:32]: the header alone
     )
 
 
@@ -371,14 +371,14 @@ def test_unknown_rounds_versions_and_non_finite_values_are_refused(world):
         assert resp.status_code in (409, 404), resp.text
         _check_rejected(w, resp, before)
     q1 = w.samples["q1"]
-    resp = _send(w, 1, "POST", f"/v1/rounds/{w.r}/retrieval", q1[:4] + b"\x02" + q1[5:], "user:8")
+    resp = _send(w, 1, "POST", f"/v1/rounds/{w.r}/retrieval", q1[:4] + b"\x01" + q1[5:], "user:8")  # version 1
     assert resp.status_code == 400 and "version" in resp.json()["detail"]
     _check_rejected(w, resp, before)
     # a model sync carrying NaN is refused by server 1
     model = bytearray(w.samples["model"])
     model[-8:] = np.array([np.nan]).tobytes()
     header = bytearray(model)
-    header[8:16] = (int.from_bytes(model[8:16], "little") + 1).to_bytes(8, "little")
+    header[16:24] = (int.from_bytes(model[16:24], "little") + 1).to_bytes(8, "little")  # the round id field
     resp = _send(w, 1, "POST", "/v1/peer/model?round=0", bytes(header), "server0")
     assert resp.status_code == 400 and "non-finite" in resp.json()["detail"]
     _check_rejected(w, resp, before)

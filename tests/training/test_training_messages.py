@@ -22,9 +22,11 @@ def _mutations(data: bytes):
     yield data[:4] + bytes([data[4] + 1]) + data[5:]  # version
     yield data[:5] + bytes([data[5] + 1]) + data[6:]  # protocol id (0: the round's own)
     yield data[:6] + bytes([data[6] % 9 + 1]) + data[7:]  # kind
-    yield data[:7] + bytes([data[7] ^ 1]) + data[8:]  # party
-    yield data[:8] + struct.pack("<Q", struct.unpack_from("<Q", data, 8)[0] + 1) + data[16:]  # round / version
-    yield data[:16] + struct.pack("<Q", struct.unpack_from("<Q", data, 16)[0] + 1) + data[24:]  # body length
+    yield data[:7] + bytes([data[7] ^ 1]) + data[8:]  # flags (docs/wire-format.md offsets)
+    yield data[:8] + bytes([data[8] ^ 1]) + data[9:]  # party
+    yield data[:12] + bytes([data[12] ^ 1]) + data[13:]  # peer
+    yield data[:16] + struct.pack("<Q", struct.unpack_from("<Q", data, 16)[0] + 1) + data[24:]  # round / version
+    yield data[:24] + struct.pack("<Q", struct.unpack_from("<Q", data, 24)[0] + 1) + data[32:]  # body length
 
 
 def test_model_round_trip_and_validation():
