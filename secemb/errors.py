@@ -3,10 +3,13 @@
 Untrusted bytes that are malformed or do not match the expected parameters always raise
 :class:`InvalidMessage` (or its subclass :class:`InvalidKey`), whichever check failed, so a
 caller can treat every rejection alike.  Caller mistakes (wrong dtype, wrong shape of an
-argument) raise :class:`InvalidParameters`, a :class:`ValueError`, or a plain ``TypeError``.
+argument) raise :class:`InvalidParameters`, a :class:`ValueError`, or a plain ``TypeError``;
+:func:`check_int` is the one check of an integer parameter.
 """
 
 from __future__ import annotations
+
+import numbers
 
 __all__ = [
     "SecembError",
@@ -18,6 +21,7 @@ __all__ = [
     "RelayTampered",
     "RetrievalTampered",
     "ModelDisagreement",
+    "check_int",
 ]
 
 
@@ -61,3 +65,25 @@ class RetrievalTampered(Deviation):
 
 class ModelDisagreement(Deviation):
     """The two servers (or a server and a device) hold models with different digests."""
+
+
+def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an ``int``, if it is an integer (a Python or numpy integer; never a bool)
+    with ``low <= value <= high`` (each bound inclusive, ``None``: unbounded on that side).
+
+    Raises
+    ------
+    InvalidParameters
+        Otherwise: "``name`` must be an int in [low, high] (or >= low, <= high), got ``value!r``".
+    """
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        v = int(value)
+        if (low is None or v >= low) and (high is None or v <= high):
+            return v
+    if low is not None and high is not None:
+        bound = f" in [{low}, {high}]"
+    elif low is not None:
+        bound = f" >= {low}"
+    else:
+        bound = "" if high is None else f" <= {high}"
+    raise InvalidParameters(f"{name} must be an int{bound}, got {value!r}")

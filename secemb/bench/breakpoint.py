@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from secemb.errors import InvalidParameters
+from secemb.errors import check_int
 
 __all__ = ["ITEMS", "PAPER", "breakpoint", "table15"]
 
@@ -30,8 +30,7 @@ def breakpoint(num_items: int, dim: int, *, security_bits: int = 128, value_bits
     """The largest integer ``m'`` with ``m' < m b d / ((lambda + 2) log2 m + b d)``."""
     for name, v in (("num_items", num_items), ("dim", dim), ("security_bits", security_bits),
                     ("value_bits", value_bits)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < (2 if name == "num_items" else 1):
-            raise InvalidParameters(f"{name} must be a positive int (num_items >= 2), got {v!r}")
+        check_int(name, v, low=2 if name == "num_items" else 1)
     bound = num_items * value_bits * dim / ((security_bits + 2) * math.log2(num_items) + value_bits * dim)
     return math.ceil(bound) - 1
 

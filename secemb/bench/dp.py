@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from secemb.bench.progress import Steps, reported
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 
 __all__ = ["EPSILONS", "PAPER", "one", "run", "table_rows"]
 
@@ -53,7 +53,7 @@ def one(protocol: str, epsilon: float, *, dataset: str, users_per_round: int, ep
     in ``Z_2^64`` (its per-device noise needs the room), the others in ``Z_2^32``."""
     from secemb.training import Experiment, run_experiment
 
-    dp = {} if math.isinf(epsilon) else {"dp_delta": delta, "dp_clip": clip}  # no DP: no DP options
+    dp: dict[str, Any] = {} if math.isinf(epsilon) else {"dp_delta": delta, "dp_clip": clip}  # no DP: no DP options
     exp = Experiment(dataset=dataset, model="mf", protocol=protocol, layout="full", relay=False, epochs=epochs,
                      users_per_round=users_per_round, dp_epsilon=epsilon, **dp,
                      ring_bits=64 if protocol == "dp-fedrec" else 32, seed=seed, rounds_per_epoch=rounds_per_epoch)
@@ -74,15 +74,15 @@ def _check(epsilons: Sequence[float], counts: Sequence[int], epochs: int, clip: 
            rounds_per_epoch: int | None) -> None:
     if any(not (e > 0) for e in epsilons):
         raise InvalidParameters(f"epsilons must be > 0 (inf: no DP), got {list(epsilons)}")
-    if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in counts):
-        raise InvalidParameters(f"users per round must be ints >= 2, got {list(counts)}")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise InvalidParameters(f"epochs must be an int >= 1, got {epochs!r}")
+    if not counts:
+        raise InvalidParameters("users per round: give at least one count")
+    for n in counts:
+        check_int("users per round", n, low=2)
+    check_int("epochs", epochs, low=1)
     if not (math.isfinite(clip) and clip > 0):
         raise InvalidParameters(f"clip must be a finite number > 0, got {clip!r}")
-    if rounds_per_epoch is not None and (isinstance(rounds_per_epoch, bool) or not isinstance(rounds_per_epoch, int)
-                                         or rounds_per_epoch < 1):
-        raise InvalidParameters(f"rounds per epoch must be an int >= 1, got {rounds_per_epoch!r}")
+    if rounds_per_epoch is not None:
+        check_int("rounds per epoch", rounds_per_epoch, low=1)
 
 
 def run(*, dataset: str = "ml-100k", epsilons: Sequence[float] = EPSILONS, users_per_round: Sequence[int] = (100, 500),

@@ -35,7 +35,7 @@ from secemb.bench.progress import Steps
 from secemb.data import concat
 from secemb.metrics import get_metric
 from secemb.metrics.ranking import popularity_scorer, rank_next_items
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.models import SequenceModel, get_model
 from secemb.protocols import get_protocol
 from secemb.protocols.lossy import LOSSY_PROTOCOLS
@@ -164,8 +164,8 @@ def run(*, models: Sequence[str] = ("sasrec", "caser"), datasets: Sequence[str] 
         if name not in ("secemb", "plaintext", *LOSSY_PROTOCOLS):
             raise InvalidParameters(f"secemb bench seq trains secemb, plaintext or a lossy baseline {LOSSY_PROTOCOLS}, "
                                     f"got {name!r}")
-    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
-        raise InvalidParameters(f"epochs must be an int >= 1, got {epochs!r}")
+    if epochs is not None:
+        check_int("epochs", epochs, low=1)
     for model in models:
         _sequential(get_model(model))  # a bad model fails before any run
     out: dict[str, Any] = {"accuracy": [], "traffic": []}

@@ -48,7 +48,7 @@ import numpy as np
 from secemb.data._text import parse_columns
 from secemb.data.synthetic import STANDS_FOR
 from secemb.data.errors import DataFormatError, DatasetNotFoundError
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 
 __all__ = [
     "FEATURE_SHAPES",
@@ -150,8 +150,7 @@ class FeatureSet:
         InvalidParameters
             ``user`` outside ``[0, num_users)``.
         """
-        if isinstance(user, bool) or not isinstance(user, int) or not 0 <= user < self.num_users:
-            raise InvalidParameters(f"user must be in [0, {self.num_users}), got {user!r}")
+        user = check_int("user", user, low=0, high=self.num_users - 1)
         return FeatureSet(self.name, self.user[user : user + 1].copy(), self.item, self.user_names, self.item_names)
 
     def check_sizes(self, num_users: int, num_items: int) -> None:

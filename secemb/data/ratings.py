@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from secemb.data.ids import IdMap
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 
 __all__ = ["RatingData", "UserRatings", "by_user", "concat", "leave_one_out", "train_test_split", "validation_split"]
 
@@ -253,8 +253,7 @@ def leave_one_out(data: RatingData, *, min_len: int = 3) -> tuple[RatingData, Ra
     InvalidParameters
         ``data`` has no timestamps, or ``min_len < 3``.
     """
-    if isinstance(min_len, bool) or not isinstance(min_len, int) or min_len < 3:
-        raise InvalidParameters(f"min_len must be an int >= 3, got {min_len!r}")
+    min_len = check_int("min_len", min_len, low=3)
     if data.timestamps is None:
         raise InvalidParameters(f"leave_one_out needs timestamps; dataset {data.name!r} has none")
     perm = np.lexsort((data.items, data.timestamps, data.users))

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from secemb.digest import is_sha256_hex, table_sha256
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.inference.mechanism import GaussianLDP, privatize
 from secemb.inference.representation import Representation, representation_for
 from secemb.models import RecModel, StepResult, UserState, UserStore, register_model
@@ -173,8 +173,7 @@ class Denoiser(RecModel):
                  context: DenoiserContext | None = None, frozen_table: np.ndarray | None = None,
                  _rng: RandomBytes | None = None) -> None:
         for what, v in (("rows", rows), ("dim", dim), ("frozen", frozen), ("hat_d", hat_d), ("hidden", hidden)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidParameters(f"{what} must be an int >= 1, got {v!r}")
+            check_int(what, v, low=1)
         for what, f in (("reg", reg), ("init_std", init_std)):
             if not (isinstance(f, (int, float)) and math.isfinite(f) and f >= 0):
                 raise InvalidParameters(f"{what} must be a finite float >= 0, got {f!r}")

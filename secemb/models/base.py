@@ -24,7 +24,6 @@ the generic :meth:`RecModel.local_step` then gets gradients by autograd.  A mode
 from __future__ import annotations
 
 import inspect
-import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.models import batch as fields
 from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig, adam_update
@@ -103,10 +102,7 @@ class UserStore:
 
     def state(self, user: int) -> UserState:
         """The device state of ``user`` (views into the store)."""
-        if isinstance(user, bool) or not isinstance(user, numbers.Integral):
-            raise InvalidParameters(f"user must be an int, got {type(user).__name__}")
-        if not 0 <= user < self.num_users:
-            raise InvalidParameters(f"user must be in [0, {self.num_users}), got {user}")
+        user = check_int("user", user, low=0, high=self.num_users - 1)
         return UserState(self, int(user))
 
     def steps(self, user: int) -> int:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.models.base import RecModel, UserStore
 from secemb.models.batch import HISTORY, TARGET, Batch
 from secemb.models.features import DenseLayout
@@ -78,8 +78,7 @@ class DIN(RecModel):
 
     def __init__(self, num_categories: int = 1, dim: int = 18, reg: float = 0.0, init_std: float = 0.1) -> None:
         for field, value in (("num_categories", num_categories), ("dim", dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidParameters(f"{field} must be an int >= 1, got {value!r}")
+            check_int(field, value, low=1)
         if not isinstance(init_std, (int, float)) or not init_std > 0:
             raise InvalidParameters(f"init_std must be > 0, got {init_std!r}")
         if isinstance(reg, bool) or not isinstance(reg, (int, float)) or not reg >= 0:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.models.base import RecModel, UserStore
 from secemb.models.batch import ITEM_POS, RATING, Batch
 
@@ -110,8 +110,8 @@ class DenseLayout:
 
 
 def check_dim(dim: object, reg: object, init_std: object, *, even: bool = False) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1 or (even and dim % 2):
-        raise InvalidParameters(f"dim must be an {'even ' if even else ''}int >= 1, got {dim!r}")
+    if check_int("dim", dim, low=1) % 2 and even:
+        raise InvalidParameters(f"dim must be an even int >= 1, got {dim!r}")
     for name, v in (("reg", reg), ("init_std", init_std)):
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise InvalidParameters(f"{name} must be a finite float >= 0, got {v!r}")
@@ -170,8 +170,7 @@ class TorchRecModel(RecModel):
             table[:, self.trainable_width :] = pack_codes(self.features.item)
 
     def init_private(self, num_users: int, rng: np.random.Generator) -> np.ndarray:
-        if isinstance(num_users, bool) or not isinstance(num_users, int) or num_users < 0:
-            raise InvalidParameters(f"num_users must be an int >= 0, got {num_users!r}")
+        num_users = check_int("num_users", num_users, low=0)
         if self.features is not None and self.l_x and self.features.num_users != num_users:
             raise InvalidParameters(f"user features cover {self.features.num_users} users, got {num_users}")
         params = np.zeros((num_users, self.private_size), dtype=np.float64)

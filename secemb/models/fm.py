@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import check_int
 from secemb.models.features import DenseLayout, TorchRecModel, check_dim
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,8 +68,7 @@ class FactorizationMachine(TorchRecModel):
         return f"{type(self).__name__}(dim={self.dim}, reg={self.reg}, l_x={self.l_x}, l_y={self.l_y})"
 
     def init_public(self, num_items, rng, *, rating_range=(1.0, 5.0)):  # noqa: ANN001, ANN201
-        if isinstance(num_items, bool) or not isinstance(num_items, int) or num_items < 1:
-            raise InvalidParameters(f"num_items must be an int >= 1, got {num_items!r}")
+        num_items = check_int("num_items", num_items, low=1)
         table = np.zeros((num_items, self.sparse_width))
         table[:, : self.dim] = rng.normal(0.0, self.init_std, size=(num_items, self.dim))
         self.init_codes(table)

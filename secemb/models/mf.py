@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.models.base import RecModel, StepResult, UserState, UserStore
 from secemb.models.batch import ITEM_POS, RATING, Batch
 
@@ -54,8 +54,7 @@ class MatrixFactorization(RecModel):
     name = "mf"
 
     def __init__(self, dim: int = 64, reg: float = 0.01, init_std: float = 0.1) -> None:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise InvalidParameters(f"dim must be an int >= 1, got {dim!r}")
+        dim = check_int("dim", dim, low=1)
         if not (math.isfinite(reg) and reg >= 0):
             raise InvalidParameters(f"reg must be a finite float >= 0, got {reg!r}")
         if not (math.isfinite(init_std) and init_std >= 0):
@@ -79,8 +78,7 @@ class MatrixFactorization(RecModel):
         *,
         rating_range: tuple[float, float] = (1.0, 5.0),
     ) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(num_items, bool) or not isinstance(num_items, int) or num_items < 1:
-            raise InvalidParameters(f"num_items must be an int >= 1, got {num_items!r}")
+        num_items = check_int("num_items", num_items, low=1)
         lo, hi = (float(x) for x in rating_range)
         table = np.zeros((num_items, self.sparse_width), dtype=np.float64)
         table[:, : self.dim] = rng.normal(0.0, self.init_std, size=(num_items, self.dim))
@@ -88,8 +86,7 @@ class MatrixFactorization(RecModel):
         return table, dense
 
     def init_private(self, num_users: int, rng: np.random.Generator) -> np.ndarray:
-        if isinstance(num_users, bool) or not isinstance(num_users, int) or num_users < 0:
-            raise InvalidParameters(f"num_users must be an int >= 0, got {num_users!r}")
+        num_users = check_int("num_users", num_users, low=0)
         params = np.zeros((num_users, self.private_size), dtype=np.float64)
         params[:, : self.dim] = rng.normal(0.0, self.init_std, size=(num_users, self.dim))
         return params

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import check_int
 from secemb.models.features import DenseLayout, TorchRecModel, check_dim
 
 __all__ = ["NCF"]
@@ -52,8 +52,7 @@ class NCF(TorchRecModel):
         return f"NCF(dim={self.dim}, reg={self.reg})"
 
     def init_public(self, num_items, rng, *, rating_range=(1.0, 5.0)):  # noqa: ANN001, ANN201
-        if isinstance(num_items, bool) or not isinstance(num_items, int) or num_items < 1:
-            raise InvalidParameters(f"num_items must be an int >= 1, got {num_items!r}")
+        num_items = check_int("num_items", num_items, low=1)
         d = self.dim
         table = np.zeros((num_items, self.sparse_width))
         table[:, : 2 * d] = rng.normal(0.0, self.init_std, size=(num_items, 2 * d))

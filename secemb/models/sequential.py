@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.models.base import RecModel, UserStore
 from secemb.models.batch import HISTORY, NEGATIVE, SEED, TARGET, Batch
 from secemb.models.features import DenseLayout
@@ -109,8 +109,7 @@ class SequenceModel(RecModel):
         after the whole history."""
 
     def init_private(self, num_users: int, rng: np.random.Generator) -> np.ndarray:
-        if isinstance(num_users, bool) or not isinstance(num_users, int) or num_users < 0:
-            raise InvalidParameters(f"num_users must be an int >= 0, got {num_users!r}")
+        num_users = check_int("num_users", num_users, low=0)
         return rng.normal(0.0, 1.0 / math.sqrt(self.dim), size=(num_users, self.private_size)) \
             if self.private_size else np.zeros((num_users, 0))
 

@@ -28,7 +28,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from secemb.data import RatingData, leave_one_out, train_test_split
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.models.batch import HISTORY, ITEM_POS, NEGATIVE, SEED, TARGET, Batch, rating_batch
 
 __all__ = ["RATING", "RatingTask", "Sample", "SequenceTask", "Task", "distinct_items", "unrated_from_ranks"]
@@ -185,9 +185,7 @@ class SequenceTask(Task):
 
     def __post_init__(self) -> None:
         for field in ("max_len", "targets", "negatives", "max_windows"):
-            v = getattr(self, field)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidParameters(f"{field} must be an int >= 1, got {v!r}")
+            check_int(field, getattr(self, field), low=1)
         if self.windows not in ("last", "sliding"):
             raise InvalidParameters(f"windows must be 'last' or 'sliding', got {self.windows!r}")
         if self.windows == "last" and self.targets != self.max_len:

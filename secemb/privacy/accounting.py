@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.ring import FixedPoint
 
@@ -166,9 +166,8 @@ def planned_rounds(epochs: int, active_users: int, users_per_round: int, rounds_
     ------
     InvalidParameters: ``rounds_per_epoch`` neither ``None`` nor an int >= 1.
     """
-    if rounds_per_epoch is not None and (isinstance(rounds_per_epoch, bool) or not isinstance(rounds_per_epoch, int)
-                                         or rounds_per_epoch < 1):
-        raise InvalidParameters(f"rounds_per_epoch must be None or an int >= 1, got {rounds_per_epoch!r}")
+    if rounds_per_epoch is not None:
+        check_int("rounds_per_epoch", rounds_per_epoch, low=1)
     per_epoch = -(-active_users // users_per_round)
     return epochs * (per_epoch if rounds_per_epoch is None else min(per_epoch, rounds_per_epoch))
 

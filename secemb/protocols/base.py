@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Protocol as TypingProtocol
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, ProtocolError, SecembError
+from secemb.errors import InvalidParameters, ProtocolError, SecembError, check_int
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.protocols.wire import HEADER_BYTES
@@ -459,8 +459,7 @@ class Protocol(ABC):
         self.capabilities.check_layout(self.name, layout, relay)
         if not expansion >= 1.0:
             raise InvalidParameters(f"expansion must be >= 1, got {expansion}")
-        if isinstance(layout_seed, bool) or not isinstance(layout_seed, int) or layout_seed < 0:
-            raise InvalidParameters(f"layout_seed must be an int >= 0, got {layout_seed!r}")
+        layout_seed = check_int("layout_seed", layout_seed, low=0)
         self.layout, self.relay = layout, relay
         self.expansion, self.layout_seed = float(expansion), layout_seed
 
@@ -493,8 +492,7 @@ class Protocol(ABC):
             raise InvalidParameters(f"kind must be one of {list(BOUNDED_KINDS)}, got {kind!r}")
         if party not in (0, 1) or isinstance(party, bool):
             raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
-        if isinstance(num_users, bool) or not isinstance(num_users, int) or num_users < 0:
-            raise InvalidParameters(f"num_users must be an int >= 0, got {num_users!r}")
+        num_users = check_int("num_users", num_users, low=0)
         body = self.message_body_bytes(kind, rc, party=party, num_users=num_users)
         return 0 if body is None else HEADER_BYTES + body
 

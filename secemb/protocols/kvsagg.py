@@ -51,7 +51,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
@@ -220,8 +220,7 @@ class KvsaggProtocol(FullModelProtocol):
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
                  *, capacity: int = 0, load: float = 1.3) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise InvalidParameters(f"capacity must be an int >= 0 (0: every item), got {capacity!r}")
+        capacity = check_int("capacity (0: every item)", capacity, low=0)
         if not (isinstance(load, (int, float)) and not isinstance(load, bool) and math.isfinite(load) and load >= 1):
             raise InvalidParameters(f"load must be a number >= 1 (sketch cells per key), got {load!r}")
         self.capacity, self.load = capacity, float(load)

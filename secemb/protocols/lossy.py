@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, ProtocolError
+from secemb.errors import InvalidParameters, ProtocolError, check_int
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
@@ -313,8 +313,7 @@ class _LossyProtocol(FullModelProtocol):
                  rank: int = 12, frozen_columns: int = 0, frac_bits: int = 16, initial_scale: float = 4e-4,
                  min_scale: float = 1e-7, basis_seed: int = 0) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise InvalidParameters(f"rank must be an int >= 1, got {rank!r}")
+        rank = check_int("rank", rank, low=1)
         if not (isinstance(frozen_columns, int) and frozen_columns >= 0):
             raise InvalidParameters(f"frozen_columns must be an int >= 0, got {frozen_columns!r}")
         for nm, v in (("initial_scale", initial_scale), ("min_scale", min_scale)):

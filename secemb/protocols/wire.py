@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.framing import ENGINE_WIRE_ID, HEADER_BYTES, Buffer, open_frame
 from secemb.framing import frame as _frame
 from secemb.protocols.registry import wire_id
@@ -110,9 +110,7 @@ def read_rows(body: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, 
 
 def check_user(user_id: object) -> int:
     """A user id as the servers accept it: an int in ``[0, 2^64)``, else InvalidParameters."""
-    if isinstance(user_id, bool) or not isinstance(user_id, (int, np.integer)) or not 0 <= user_id < 2**64:
-        raise InvalidParameters(f"user id must be an int in [0, 2^64), got {user_id!r}")
-    return int(user_id)
+    return check_int("user id", user_id, low=0, high=2**64 - 1)
 
 
 def users_bytes(users: list[int]) -> bytes:

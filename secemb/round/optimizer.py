@@ -23,7 +23,7 @@ import numpy as np
 
 from typing import Any
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.models.optim import AdamConfig, adam_update
 
 __all__ = ["ServerAdam"]
@@ -139,8 +139,7 @@ class ServerAdam:
                 raise InvalidParameters(f"optimizer state field {key}: expected shape {cur.shape}, got {new.shape}")
             arrays[attr] = new.astype(cur.dtype)
         steps = state["steps"]
-        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-            raise InvalidParameters(f"optimizer state field steps: expected an int >= 0, got {steps!r}")
+        check_int("optimizer state field steps", steps, low=0)
         for attr, arr in arrays.items():
             setattr(self, attr, arr)
         self.steps = int(steps)

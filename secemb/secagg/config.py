@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, ProtocolError
+from secemb.errors import InvalidParameters, ProtocolError, check_int
 
 __all__ = ["SecAggConfig", "SecAggAborted", "default_threshold", "check_rows", "sign"]
 
@@ -76,10 +76,7 @@ class SecAggConfig:
 
     def check_id(self, client_id: int) -> int:
         """``client_id`` if it is a valid id (an int in ``[0, 2^32 - 2]``)."""
-        if isinstance(client_id, bool) or not isinstance(client_id, (int, np.integer)) \
-                or not 0 <= int(client_id) <= _MAX_ID:
-            raise InvalidParameters(f"client id must be an int in [0, {_MAX_ID}], got {client_id!r}")
-        return int(client_id)
+        return check_int("client id", client_id, low=0, high=_MAX_ID)
 
 
 def check_rows(rows: object, length: int) -> np.ndarray:

@@ -34,7 +34,7 @@ from pydantic import BeforeValidator
 from starlette.concurrency import run_in_threadpool
 
 import secemb
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.round import messages
 from secemb.server.auth import Verifier
 from secemb.server.errors import NotFound
@@ -431,6 +431,5 @@ def _ids(doc: dict[str, Any], name: str, node: Node) -> list[int]:
     if not isinstance(ids, list):
         raise InvalidParameters(f"{name} must be a list of user ids")
     for u in ids:
-        if isinstance(u, bool) or not isinstance(u, int) or not 0 <= u < node.cfg.num_users:
-            raise InvalidParameters(f"{name}: {u!r} is not a user id in [0, {node.cfg.num_users})")
+        check_int(f"{name}: user id", u, low=0, high=node.cfg.num_users - 1)
     return ids

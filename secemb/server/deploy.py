@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from secemb.transport.credentials import DeviceCredentials, DeviceHalf, merge_halves
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.server.config import ServerConfig, config_document, load_config
 from secemb.server.tls import TlsFiles, client_context, init_pki, write_private
 from secemb.transport.network import ApiClient
@@ -168,8 +168,7 @@ class Deployment:
         model = {"name": cfg.model, "hparams": dict(cfg.model_hparams)}
         out = []
         for user in users:
-            if isinstance(user, bool) or not isinstance(user, int) or not 0 <= user < cfg.num_users:
-                raise InvalidParameters(f"user must be an int in [0, {cfg.num_users}), got {user!r}")
+            user = check_int("user", user, low=0, high=cfg.num_users - 1)
             out.append(DeviceHalf(party, user, str(op["url"]), user_key(cfg.user_secret, user), Path(op["ca"]), model,
                                   cfg.ring_bits))
         return out

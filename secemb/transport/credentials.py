@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.outputs import atomic_write_bytes
 
 __all__ = ["DeviceCredentials", "DeviceHalf", "merge_halves"]
@@ -59,10 +59,7 @@ def _read(path: str | os.PathLike, what: str) -> dict[str, Any]:
 
 
 def _user(doc: dict[str, Any]) -> int:
-    user = doc["user"]
-    if isinstance(user, bool) or not isinstance(user, int) or user < 0:
-        raise ValueError(f"user must be an int >= 0, got {user!r}")
-    return user
+    return check_int("user", doc["user"], low=0)
 
 
 def _key(doc: dict[str, Any], name: str) -> bytes:

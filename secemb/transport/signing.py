@@ -11,7 +11,7 @@ import secrets
 import struct
 import time
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 
 __all__ = [
     "ALGORITHM",
@@ -34,8 +34,7 @@ _USER_KEY_LABEL = b"secemb-user-key"
 
 def user_key(user_secret: bytes, user_id: int) -> bytes:
     """The HMAC key of device ``user_id`` at a server whose user secret is ``user_secret``."""
-    if isinstance(user_id, bool) or not isinstance(user_id, int) or not 0 <= user_id < 2**63:
-        raise InvalidParameters(f"user id must be an int in [0, 2^63), got {user_id!r}")
+    user_id = check_int("user id", user_id, low=0, high=2**63 - 1)
     if len(user_secret) < 16:
         raise InvalidParameters(f"user secret must have >= 16 bytes, got {len(user_secret)}")
     return hmac.new(user_secret, _USER_KEY_LABEL + struct.pack("<Q", user_id), hashlib.sha256).digest()

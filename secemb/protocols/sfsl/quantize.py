@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 
 __all__ = ["DEFAULT_LEVELS", "dequantize_mean", "max_weight", "quantize"]
 
@@ -32,8 +32,7 @@ DEFAULT_LEVELS = 1 << 15
 def _check(bound: float, levels: int) -> None:
     if not (isinstance(bound, (int, float)) and bound > 0 and np.isfinite(bound)):
         raise InvalidParameters(f"bound must be a finite number > 0, got {bound!r}")
-    if isinstance(levels, bool) or not isinstance(levels, int) or not 2 <= levels <= 1 << 31:
-        raise InvalidParameters(f"levels must be an int in [2, 2^31], got {levels!r}")
+    check_int("levels", levels, low=2, high=1 << 31)
 
 
 def max_weight(clients: int, levels: int = DEFAULT_LEVELS) -> int:
