@@ -22,7 +22,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from secemb.data.ctr import ClickData
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.metrics import get_metric
 from secemb.models.din import DIN
 from secemb.privacy.randomized_response import event_probabilities, get_cpp
@@ -86,9 +86,7 @@ class SFSLRun:
     def __post_init__(self) -> None:
         get_cpp(self.preset)
         for name in ("clients_per_round", "rounds", "dim", "eval_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidParameters(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), low=1)
         if self.clients_per_round < 2:
             raise InvalidParameters(f"clients_per_round must be >= 2 (secure aggregation), "
                                     f"got {self.clients_per_round}")
