@@ -27,8 +27,8 @@ from secemb.inference.denoiser import Denoiser
 from secemb.inference.mechanism import GaussianLDP
 from secemb.inference.releases import ReleaseLedger
 from secemb.inference.representation import representation_for
-from secemb.models import RecModel
 from secemb.inference.service import InferenceDevice
+from secemb.models import RecModel, announced_model
 from secemb.randomness import RandomBytes
 
 __all__ = ["InferenceLink", "RemoteAnswer", "infer_remote"]
@@ -141,8 +141,6 @@ def infer_remote(link: InferenceLink, params: np.ndarray, mechanism: GaussianLDP
     RemoteError, Unreachable
         The server refused or did not answer.
     """
-    from secemb.models import announced_model
-
     info = link.inference_info()
     name, hparams, rows, dim, n, candidates = _info_fields(info)
     if recommender is None:

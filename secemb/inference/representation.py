@@ -29,6 +29,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.models import NCF, DeepFM, FactorizationMachine, MatrixFactorization, RecModel
+from secemb.models.features import unpack_codes
 
 __all__ = ["Representation", "representation_for"]
 
@@ -117,8 +118,6 @@ class _FMRep(Representation):
 
     def _fm(self, summary: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The FM prediction (offset excluded) and the item features ``y (k, l_y)``."""
-        from secemb.models.features import unpack_codes
-
         d, v, m = self.dim, self.views, self.model
         y = unpack_codes(rows[:, m.trainable_width :], m.l_y)
         q = rows[:, :d]

@@ -11,6 +11,7 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.metrics.ranking import rank_next_items
 from secemb.metrics.registry import get_metric
+from secemb.models.sequential import SequenceModel
 
 if TYPE_CHECKING:  # pragma: no cover
     from secemb.data import RatingData
@@ -31,8 +32,6 @@ def check_metrics(model: RecModel, metric_names: Sequence[str], labels: np.ndarr
         next items (ranking needs a :class:`~secemb.models.SequenceModel`); ``auc`` on labels
         that are not all 0 or 1 (ratings).  The message names the metrics that fit.
     """
-    from secemb.models.sequential import SequenceModel
-
     metrics = [get_metric(n) for n in metric_names]
     ranking = [mt.name for mt in metrics if mt.needs == "ranking"]
     fits = "hr@K, ndcg@K and their _sampled forms" if isinstance(model, SequenceModel) else "rmse, mae"
@@ -100,8 +99,6 @@ def evaluate(
         out.update({mt.name: mt(pred, data.ratings, (lo, hi)) for mt in pointwise})
     if ranking:
         assert context is not None  # checked above
-        from secemb.models.sequential import SequenceModel
-
         check_metrics(model, metric_names)
         assert isinstance(model, SequenceModel)  # checked by check_metrics
         seq_model = model

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from secemb.data import by_user
+
 if TYPE_CHECKING:  # pragma: no cover
     from secemb.data import RatingData
     from secemb.metrics.registry import Metric
@@ -123,8 +125,6 @@ def rank_next_items(score: NextItemScorer, num_items: int, max_len: int, context
     InvalidParameters
         ``context`` has no timestamps.
     """
-    from secemb.data import by_user
-
     if held_out.num_ratings == 0:
         return {mt.name: None for mt in metrics}
     seqs = by_user(context, order="time")
