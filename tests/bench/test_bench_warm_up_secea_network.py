@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from secemb.bench import network, secea
 from secemb.cli import app
 from secemb.data import load_movielens
-from secemb.protocols.secea import coding, driver
+from secemb.protocols.secea import coding
+from secemb.sim import secea as driver  # SecEA's in-process Deployment (was protocols.secea.driver)
 
 runner = CliRunner()
 
