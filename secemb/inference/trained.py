@@ -45,7 +45,7 @@ from secemb.data import RatingData, by_user
 from secemb.data.features import FeatureSet
 from secemb.data.ids import IdMap, item_ids_from_document, user_ids_from_document
 from secemb.digest import model_sha256
-from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.models import RecModel, SequenceModel, UserStore, get_model
 from secemb.models.optim import AdamConfig
 from secemb.round.results import TrainResult
@@ -402,8 +402,7 @@ class TrainedModel:
         """
         if (user is None) == (user_id is None):
             raise InvalidParameters("give the user's index (user=) or its raw id (user_id=), one of the two")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InvalidParameters(f"k must be an int >= 1, got {k!r}")
+        k = check_int("k", k, low=1)
         index = self.user_index(user_id) if user_id is not None else user
         if index is None:  # pragma: no cover - excluded above; for the type checker
             raise InvalidParameters("no user given")
