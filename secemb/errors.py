@@ -76,7 +76,7 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
     InvalidParameters
         Otherwise: "``name`` must be an int in [low, high] (or >= low, <= high), got ``value!r``".
     """
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
         v = int(value)
         if (low is None or v >= low) and (high is None or v <= high):
             return v
