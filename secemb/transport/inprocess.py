@@ -28,6 +28,7 @@ import re
 import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from functools import lru_cache
 from types import EllipsisType
 
 from secemb.errors import InvalidParameters, ProtocolError
@@ -84,6 +85,23 @@ def parse_endpoint(name: str) -> tuple[str, int | None]:
     return "user", int(m.group(1))
 
 
+@lru_cache(maxsize=1 << 16)
+def _direction_of(src: str, dst: str) -> str:
+    """The direction of a message from ``src`` to ``dst`` (``InvalidParameters`` on a malformed
+    name, the same endpoint twice or user to user); memoized for ``str`` names."""
+    ks, _ = parse_endpoint(src)
+    kd, _ = parse_endpoint(dst)
+    if src == dst:
+        raise InvalidParameters(f"source and destination are the same endpoint {src!r}")
+    if ks == "user" and kd == "user":
+        raise InvalidParameters(f"users cannot message each other ({src!r} -> {dst!r})")
+    if ks == "user":
+        return UPLOAD
+    if kd == "user":
+        return DOWNLOAD
+    return SERVER
+
+
 @dataclass(frozen=True)
 class TrafficRecord:
     """Totals for one key ``(round_id, stage, src, dst)``."""
@@ -130,17 +148,9 @@ class InProcessTransport:
 
     @staticmethod
     def _direction(src: str, dst: str) -> str:
-        ks, _ = parse_endpoint(src)
-        kd, _ = parse_endpoint(dst)
-        if src == dst:
-            raise InvalidParameters(f"source and destination are the same endpoint {src!r}")
-        if ks == "user" and kd == "user":
-            raise InvalidParameters(f"users cannot message each other ({src!r} -> {dst!r})")
-        if ks == "user":
-            return UPLOAD
-        if kd == "user":
-            return DOWNLOAD
-        return SERVER
+        if type(src) is str and type(dst) is str:  # a simulation's few names: each pair checked once
+            return _direction_of(src, dst)
+        return _direction_of.__wrapped__(src, dst)
 
     def send(self, src: str, dst: str, payload: bytes, *, stage: str) -> int:
         """Queue ``payload`` from ``src`` to ``dst``; return its length in bytes.
