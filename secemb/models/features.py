@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from secemb.errors import InvalidParameters, check_int
-from secemb.models.base import RecModel, UserStore
+from secemb.models.base import RecModel, StepResult, UserStore
 from secemb.models.batch import ITEM_POS, RATING, Batch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -192,8 +192,6 @@ class TorchRecModel(RecModel):
 
     def local_step(self, rows, dense, user_state, batch: Batch):  # noqa: ANN001, ANN201
         import torch
-
-        from secemb.models.base import StepResult
 
         rows, item_pos = self._rating_step_inputs(rows, dense, batch)
         rows_t = torch.tensor(rows, requires_grad=True)

@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from secemb import fss
 from secemb.errors import InvalidParameters
+from secemb.fss.linalg import LimbMatrix
 
 if TYPE_CHECKING:
     from secemb.fss.cuckoo import CuckooLayout
@@ -250,13 +252,9 @@ def _warm_worker() -> None:
     """Pool initializer: forget the values the parent published before forking (a worker
     attaches what its tasks read), and load the compiled kernels (numba's on-disk cache,
     ~0.5 s) once per worker, so that the first round does not pay for it in every worker."""
-    import numpy as np
-
     _OWNED.clear()
 
-    from secemb import fss
     from secemb.fss.fused import RETRIEVAL_TAG, retrieve_and_prepare, retrieve_and_prepare_buckets
-    from secemb.fss.linalg import LimbMatrix
 
     for dtype in (np.uint32, np.uint64):
         bits = 8 * np.dtype(dtype).itemsize
