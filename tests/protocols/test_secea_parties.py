@@ -104,7 +104,7 @@ def test_tampered_relay_and_wrong_round_are_refused():
     with pytest.raises(InvalidMessage):
         dep.clients[0].answer(bytes(bad))
     with pytest.raises(InvalidMessage, match="round"):
-        dep.clients[1].answer(relays[1][:5] + (9).to_bytes(4, "little") + relays[1][9:])
+        dep.clients[1].answer(relays[1][:16] + (9).to_bytes(8, "little") + relays[1][24:])  # header bytes 16-23: round
     with pytest.raises(InvalidMessage):
         dep.clients[2].answer(relays[2][:-3])
 
