@@ -154,13 +154,23 @@ def _epochs_in_process(protocol: str, dataset: str, epochs: int, data_dir: str |
 
 def _process_cpu(args: list[str]) -> tuple[float, str]:
     """CPU seconds (user + system) of ``python -m secemb train ARGS`` in a child process, and
-    the model_sha256 of its JSON result."""
+    the model_sha256 of its JSON result.
+
+    Raises
+    ------
+    SecembError: the child failed (its last line of stderr in the message).
+    """
+    from secemb.errors import SecembError
+
     with tempfile.TemporaryDirectory(prefix="secemb-overhead-") as tmp:
         out = Path(tmp) / "result.json"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-m", "secemb", "train", *args, "--json-out", str(out)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = subprocess.run([sys.executable, "-m", "secemb", "train", *args, "--json-out", str(out)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise SecembError(f"secemb train {' '.join(args)} exited {done.returncode}: {last}")
         sha = json.loads(out.read_text(encoding="utf-8"))["model_sha256"]
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), str(sha)
 
@@ -170,7 +180,13 @@ def run(dataset: str = "ml-100k", epochs: int = 2, *, data_dir: str | None = Non
     """Measure both ratios (module docstring) in one run; a JSON-ready dict.
 
     ``epochs >= 2`` (the per-epoch figure is the last epoch's, past the first kernel calls);
-    ``process=False`` skips the two child processes.  ``progress`` is told each step.
+    ``process=False`` skips the two child processes (run after the in-process runs, which
+    check the dataset and options).  ``progress`` is told each step.
+
+    Raises
+    ------
+    InvalidParameters: ``epochs < 2``, or what :func:`~secemb.training.run_experiment` raises.
+    SecembError: a child ``secemb train`` failed.
     """
     from secemb.errors import InvalidParameters
     from secemb.fss import kernels
@@ -181,14 +197,6 @@ def run(dataset: str = "ml-100k", epochs: int = 2, *, data_dir: str | None = Non
     load_before = os.getloadavg()
     out: dict[str, Any] = {"machine": machine_info(), "kernels": kernels.BACKEND, "dataset": dataset,
                            "epochs": epochs}
-    if process:
-        args = ["--dataset", dataset, "--epochs", str(epochs)] + (["--data-dir", data_dir] if data_dir else [])
-        say("whole process: plaintext")
-        plain_s, plain_sha = _process_cpu([*args, "--protocol", "plaintext"])
-        say("whole process: secure")
-        secure_s, secure_sha = _process_cpu(args)
-        out["process"] = {"plaintext_cpu_s": plain_s, "secure_cpu_s": secure_s, "ratio": secure_s / plain_s,
-                          "goal": GOAL_PROCESS, "same_model": plain_sha == secure_sha, "model_sha256": secure_sha}
     say("per epoch: plaintext")
     plain = _epochs_in_process("plaintext", dataset, epochs, data_dir)
     say("per epoch: secure")
@@ -197,8 +205,16 @@ def run(dataset: str = "ml-100k", epochs: int = 2, *, data_dir: str | None = Non
     kernel_s = secure["epoch_kernel_s"][-1]
     out["epoch"] = {"plaintext": plain, "secure": secure, "epoch": epochs, "plaintext_cpu_s": plain["epoch_cpu_s"][-1],
                     "secure_cpu_s": secure["epoch_cpu_s"][-1], "beyond_s": beyond, "kernel_s": kernel_s,
-                    "ratio": beyond / kernel_s if kernel_s > 0 else float("inf"), "goal": GOAL_EPOCH,
+                    "ratio": beyond / kernel_s if kernel_s > 0 else None, "goal": GOAL_EPOCH,
                     "same_model": plain["model_sha256"] == secure["model_sha256"]}
+    if process:
+        args = ["--dataset", dataset, "--epochs", str(epochs)] + (["--data-dir", data_dir] if data_dir else [])
+        say("whole process: plaintext")
+        plain_s, plain_sha = _process_cpu([*args, "--protocol", "plaintext"])
+        say("whole process: secure")
+        secure_s, secure_sha = _process_cpu(args)
+        out["process"] = {"plaintext_cpu_s": plain_s, "secure_cpu_s": secure_s, "ratio": secure_s / plain_s,
+                          "goal": GOAL_PROCESS, "same_model": plain_sha == secure_sha, "model_sha256": secure_sha}
     out["loadavg"] = {"before": list(load_before), "after": list(os.getloadavg())}
     return out
 
@@ -211,7 +227,7 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
         (f"epoch {e['epoch']}: secure CPU s", f"{e['secure_cpu_s']:.3f}", ""),
         ("  beyond plaintext s", f"{e['beyond_s']:.3f}", ""),
         ("  DPF kernels s (thread CPU)", f"{e['kernel_s']:.3f}", ""),
-        ("beyond / kernels", f"{e['ratio']:.2f}x", f"<= {e['goal']}x"),
+        ("beyond / kernels", "n/a" if e["ratio"] is None else f"{e['ratio']:.2f}x", f"<= {e['goal']}x"),
         ("same model as plaintext (in process)", str(e["same_model"]), "True"),
     ]
     p = result.get("process")

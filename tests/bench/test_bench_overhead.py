@@ -52,3 +52,20 @@ def test_one_run_gives_both_paths_the_same_model() -> None:
     assert e["kernel_s"] > 0 and len(e["secure"]["epoch_cpu_s"]) == 2
     assert e["ratio"] == pytest.approx(e["beyond_s"] / e["kernel_s"])
     assert [row[0] for row in overhead.table_rows(result)][4] == "beyond / kernels"
+
+
+def test_a_failing_child_train_is_an_error_with_its_message() -> None:
+    from secemb.errors import SecembError
+
+    with pytest.raises(SecembError, match="exited 2"):
+        overhead._process_cpu(["--dataset", "no-such-dataset", "--epochs", "2"])
+
+
+def test_the_command_refuses_a_bad_dataset_with_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from secemb.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "overhead", "--dataset", "no-such-dataset", "--no-process"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "no-such-dataset" in res.output
