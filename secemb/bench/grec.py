@@ -286,7 +286,7 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
     import torch
 
     from secemb.data import concat
-    from secemb.engine.settings import rating_range_of
+    from secemb.sim.settings import rating_range_of
     from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
     from secemb.protocols import get_protocol
     from secemb.training import TrainConfig, train

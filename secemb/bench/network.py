@@ -141,7 +141,7 @@ def run(
     figures are those of the next round, of all ``devices``."""
     from secemb.client.device import DeviceClient
     from secemb.data import by_user, synthetic_like
-    from secemb.engine.settings import cluster_settings
+    from secemb.sim.settings import cluster_settings
     from secemb.models import MatrixFactorization
     from secemb.protocols import get_protocol
     from secemb.sim.cluster import LocalCluster

@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
         from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
         from secemb.cli._report import training_display, write_json
         from secemb.cli._usage import check_output, fail
-        from secemb.engine.driver import RoundAborted
+        from secemb.sim.driver import RoundAborted
         from secemb.protocols import protocol_servers
         from secemb.sim.demo import run_networked_experiment
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset

@@ -303,7 +303,7 @@ class DeviceClient:
     context for both; ``http``: an optional
     shared ``httpx.Client`` pool for simulations of many devices in one process);
     :meth:`over` wraps any pair of links, e.g. the in-process ones of
-    :mod:`secemb.engine.local`.
+    :mod:`secemb.sim.local`.
 
     ``min_users`` is the device's own floor: it takes part in no round announced for fewer
     users, or whose aggregate the servers would release with fewer (:meth:`round_info`

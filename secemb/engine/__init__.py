@@ -1,7 +1,11 @@
-"""The round engine: executes a protocol's declared round (:mod:`secemb.protocols.stages`) between
-devices and the two server nodes -- in process (:mod:`.local`, an in-memory transport that counts
-bytes) or over HTTP (:mod:`secemb.transport.http`, the same node objects behind FastAPI) -- through one
-driver (:mod:`.driver`), so simulation and deployment train the same model by construction.
+"""The one-server phase of the round engine: rounds of exchanges for a protocol whose round
+plan has one server (:mod:`.exchange`: in process through a counting
+:class:`~secemb.transport.inprocess.InProcessTransport`; :mod:`.http_exchange`: the same links
+over HTTP).
+
+The two-server round driver, its in-process server nodes and the servers' settings for a run
+are the simulation's (:mod:`secemb.sim.driver`, :mod:`secemb.sim.local`,
+:mod:`secemb.sim.settings`).
 
 Importing this package imports nothing heavy; the submodules are imported where used.
 """

@@ -38,7 +38,7 @@ from secemb.protocols.secemb import DIGEST_BYTES, SecEmbProtocol, SecEmbUser, _c
 from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.randomness import RandomBytes
 
-#: the prefix of a simulated device's behavior (:data:`secemb.engine.driver.Behavior`) that runs
+#: the prefix of a simulated device's behavior (:data:`secemb.sim.driver.Behavior`) that runs
 #: an attack: ``"attack:two-points"``
 ATTACK_BEHAVIOR = "attack:"
 

@@ -1,5 +1,5 @@
 """Which epoch's model a run keeps (:class:`EpochSelection`, used by the round driver
-:func:`secemb.engine.driver.run`).
+:func:`secemb.sim.driver.run`).
 
 Without ``TrainConfig.early_stop`` a run keeps its last epoch's model, as it always did.  With
 ``early_stop = P``, after every epoch the run's validation score (the first metric of

@@ -1,11 +1,19 @@
-"""The networked simulation harness: two real server processes on 127.0.0.1 and simulated
-devices talking HTTP to them.
+"""The simulation: the round driver and the servers it runs against, in process or as real
+server processes on 127.0.0.1.
 
+* :mod:`secemb.sim.driver` -- :func:`~secemb.sim.driver.run` (:class:`~secemb.sim.driver.TrainingRun`),
+  the one round driver: the operator and every simulated device of a two-server run;
+* :mod:`secemb.sim.local` -- :class:`~secemb.sim.local.InProcessServers`, both server nodes in
+  memory behind a transport that counts every message (what :func:`secemb.training.train` runs);
+* :mod:`secemb.sim.settings` -- what both servers are configured with for a run
+  (:func:`~secemb.sim.settings.cluster_settings`) and where the devices' private draws come from;
 * :mod:`secemb.sim.cluster` -- :class:`LocalCluster`, the two server processes (start, kill,
   restart, supervise);
-* :mod:`secemb.sim.coordinator` -- :func:`train_networked`, the round engine's driver over
-  HTTP (the network twin of :func:`secemb.training.train`);
-* :mod:`secemb.sim.demo` -- ``secemb demo --network`` in Python.
+* :mod:`secemb.sim.coordinator` -- :func:`train_networked`, the driver over HTTP (the network
+  twin of :func:`secemb.training.train`);
+* :mod:`secemb.sim.demo` -- ``secemb demo --network`` in Python;
+* :mod:`secemb.sim.exchange`, :mod:`secemb.sim.secea` -- the same for one-server protocols and
+  for SecEA's silos.
 
 Neither the server package nor the device SDK imports this package.
 """

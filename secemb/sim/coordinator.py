@@ -1,7 +1,7 @@
 """A networked training run: simulated devices talk HTTP to two real server processes.
 
 :func:`train_networked` is the network twin of :func:`secemb.training.train`: the same
-driver (:func:`secemb.engine.driver.run`) plays the operator (opens and closes rounds, runs
+driver (:func:`secemb.sim.driver.run`) plays the operator (opens and closes rounds, runs
 the Eq. 11 count phase) and every device (one thread per concurrent device, each with its own
 signed connections through the device SDK), against the server processes of a
 :class:`Cluster` instead of in-process nodes.  The devices' ratings and private parameters
@@ -24,8 +24,8 @@ import httpx
 
 from secemb.client.device import DeviceClient, RoundSession
 from secemb.data import RatingData
-from secemb.engine.driver import Servers, run
-from secemb.engine.settings import DeviceRandomness
+from secemb.sim.driver import Servers, run
+from secemb.sim.settings import DeviceRandomness
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
 from secemb.round.results import TrainConfig, TrainResult
@@ -91,12 +91,12 @@ def train_networked(
     """Train over the network; the :class:`~secemb.training.TrainResult` of the run.
 
     ``cluster``: the two servers (fresh state, configured by
-    :func:`~secemb.engine.settings.cluster_settings`); ``workers``: devices running at the
+    :func:`~secemb.sim.settings.cluster_settings`); ``workers``: devices running at the
     same time; ``wait_s``: how long to keep retrying operator calls while a server is
     unreachable; ``device_randomness``: where the devices' private draws come from
-    (:data:`~secemb.engine.settings.DeviceRandomness`; ``"reproducible"`` to get the model of
+    (:data:`~secemb.sim.settings.DeviceRandomness`; ``"reproducible"`` to get the model of
     :func:`secemb.training.train` with the same seed).  ``options`` are the keyword options of
-    :func:`secemb.engine.driver.run`
+    :func:`secemb.sim.driver.run`
     (``val_data``, ``deadline_s``, ``close_when_done``, ``max_attempts``, ``behavior``, the
     round and progress callbacks, ``extra_config``), passed on as they are.
     Communication is what the device SDK sent and received (request and response bodies);

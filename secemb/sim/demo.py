@@ -20,7 +20,7 @@ import numpy as np
 
 from secemb.data import RatingData
 from secemb.data.features import FeatureSet, save_item_features
-from secemb.engine.settings import DeviceRandomness, cluster_settings
+from secemb.sim.settings import DeviceRandomness, cluster_settings
 from secemb.errors import InvalidParameters
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
@@ -48,14 +48,14 @@ def run_networked_experiment(
     default), train, stop the servers; the result.
 
     ``concurrency``: devices running at the same time; ``device_randomness``: where the
-    devices' private draws come from (:data:`~secemb.engine.settings.DeviceRandomness`).
+    devices' private draws come from (:data:`~secemb.sim.settings.DeviceRandomness`).
     ``on_cluster`` is called with the running :class:`~secemb.sim.cluster.LocalCluster` (its
     URLs, logs).
 
     Raises
     ------
     InvalidParameters, secemb.data.DatasetNotFoundError, secemb.training.VerificationError,
-    secemb.engine.driver.RoundAborted
+    secemb.sim.driver.RoundAborted
     """
     built = build_experiment(exp)
     backend = {} if exp.backend == "serial" else {"backend": exp.backend, "workers": exp.workers}
@@ -85,7 +85,7 @@ def train_on_local_cluster(
 ) -> TrainResult:
     """:func:`~secemb.sim.coordinator.train_networked` against two server processes started
     on 127.0.0.1 for this run (fresh state under ``workdir``, a temporary directory by
-    default), configured by :func:`~secemb.engine.settings.cluster_settings`; the servers are
+    default), configured by :func:`~secemb.sim.settings.cluster_settings`; the servers are
     stopped after it.  The devices draw their private state from their own entropy unless
     ``options`` say ``device_randomness="reproducible"``.
 
@@ -94,7 +94,7 @@ def train_on_local_cluster(
     ``frozen_table``, the recommender's public table that fills GREC's denoiser's frozen
     columns (``[model] frozen_table``).  ``server_options``: more
     :class:`~secemb.server.config.ServerConfig` fields (the backend); ``options``: the keyword
-    options of :func:`~secemb.engine.driver.run` (callbacks, ``extra_config``, ``val_data``).
+    options of :func:`~secemb.sim.driver.run` (callbacks, ``extra_config``, ``val_data``).
 
     Raises
     ------

@@ -1,6 +1,6 @@
 """Federated training in one process: :func:`train` runs the round engine
-(:func:`secemb.engine.driver.run`) against both server nodes in memory
-(:class:`secemb.engine.local.InProcessServers`), behind a transport that counts every byte.
+(:func:`secemb.sim.driver.run`) against both server nodes in memory
+(:class:`secemb.sim.local.InProcessServers`), behind a transport that counts every byte.
 
 One run (see docs/training.md for every choice and its reason)::
 
@@ -31,9 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 from secemb.data import RatingData
-from secemb.engine.driver import Behavior, run
-from secemb.engine.local import InProcessServers
-from secemb.engine.settings import cluster_settings
+from secemb.sim.driver import Behavior, run
+from secemb.sim.local import InProcessServers
+from secemb.sim.settings import cluster_settings
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
 from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult
@@ -77,7 +77,7 @@ def train(
     val_data: optional held-out ratings (same id spaces), scored after every epoch into
         :attr:`EpochStats.val_rmse`; they take no part in training.
     behavior, after_round: simulated device behaviors (faults, malicious devices) and the
-        per-round callback, as :func:`secemb.engine.driver.run` takes them.
+        per-round callback, as :func:`secemb.sim.driver.run` takes them.
 
     Raises
     ------

@@ -7,7 +7,7 @@ deployment's HTTP client side (signed requests, ``ApiClient``) is
 and the devices read, are :mod:`secemb.transport.credentials`; what a device and an operator need of
 a server, however the bytes travel, is :mod:`secemb.transport.links` (:class:`ServerLink`,
 :class:`AdminLink`), implemented over HTTP by :mod:`secemb.transport.http` and in process by
-:mod:`secemb.engine.local`.
+:mod:`secemb.sim.local`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 * :class:`AdminLink` -- the operator's connection to one server (rounds, the count phase,
   the public model).
 
-Two implementations of each: in process (:mod:`secemb.engine.local`: the server node objects
+Two implementations of each: in process (:mod:`secemb.sim.local`: the server node objects
 behind an :class:`~secemb.transport.inprocess.InProcessTransport` that counts every message)
 and over HTTP (:mod:`secemb.transport.http`: the same node objects behind FastAPI, signed
 requests).  Bodies are the protocol's exact message bytes either way; control documents are

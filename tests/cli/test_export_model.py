@@ -26,7 +26,7 @@ pytest.importorskip("uvicorn")
 from cli_helpers import assert_usage_error, run_cli
 
 from secemb.data import read_own_ratings, train_test_split  # noqa: E402
-from secemb.engine.settings import cluster_settings  # noqa: E402
+from secemb.sim.settings import cluster_settings  # noqa: E402
 from secemb.inference.saved import load_public_recommender  # noqa: E402
 from secemb.models import MatrixFactorization  # noqa: E402
 from secemb.protocols import get_protocol  # noqa: E402

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from secemb.cli import app
 from secemb.client.device import Device, DeviceClient
 from secemb.data import synthetic_like, train_test_split
-from secemb.engine.driver import RoundAborted, initial_state, run
-from secemb.engine.local import InProcessServers
-from secemb.engine.settings import DeviceRandomness, cluster_settings, public_init_seed, rating_range_of
+from secemb.sim.driver import RoundAborted, initial_state, run
+from secemb.sim.local import InProcessServers
+from secemb.sim.settings import DeviceRandomness, cluster_settings, public_init_seed, rating_range_of
 from secemb.errors import InvalidParameters
 from secemb.models import MatrixFactorization
 from secemb.models.optim import AdamConfig

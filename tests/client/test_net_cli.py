@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from secemb.cli import app
-from secemb.engine.settings import cluster_settings
+from secemb.sim.settings import cluster_settings
 from secemb.data import load_dataset, train_test_split
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol

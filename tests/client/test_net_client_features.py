@@ -20,7 +20,7 @@ from secemb.cli import app
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, load_dataset, train_test_split
 from secemb.data.features import FeatureSet, load_features, save_item_features
-from secemb.engine.settings import cluster_settings
+from secemb.sim.settings import cluster_settings
 from secemb.errors import InvalidParameters
 from secemb.models import DeepFM, FactorizationMachine, UserStore
 from secemb.models.task import RATING

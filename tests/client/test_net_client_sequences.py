@@ -15,7 +15,7 @@ import pytest
 
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, leave_one_out, load_dataset
-from secemb.engine.settings import cluster_settings
+from secemb.sim.settings import cluster_settings
 from secemb.models import get_model
 from secemb.protocols import get_protocol
 from secemb.round.messages import decode_model

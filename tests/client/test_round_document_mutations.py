@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from secemb.client.device import DeviceClient, RoundSession
-from secemb.engine.local import InProcessServers, LocalServerLink
+from secemb.sim.local import InProcessServers, LocalServerLink
 from secemb.errors import SecembError
 from secemb.models import get_model
 from secemb.protocols import get_protocol

@@ -18,7 +18,7 @@ from _client_cli import ADAM, SERVERS, run_client
 from secemb.client.device import Device, DeviceClient, RoundInfo
 from secemb.data import load_dataset
 from secemb.data.features import load_features, synthetic_features
-from secemb.engine.local import InProcessServers, LocalServerLink
+from secemb.sim.local import InProcessServers, LocalServerLink
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.models import get_model
 from secemb.protocols import get_protocol

@@ -19,7 +19,7 @@ from _client_cli import ADAM, SERVERS, run_client
 
 from secemb.client.device import Device, DeviceClient, RoundInfo
 from secemb.digest import table_sha256
-from secemb.engine.local import InProcessServers, LocalServerLink
+from secemb.sim.local import InProcessServers, LocalServerLink
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference import Denoiser, GaussianLDP
 from secemb.inference.saved import load_public_recommender

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from secemb.engine.driver import RoundAborted, _retry
+from secemb.sim.driver import RoundAborted, _retry
 from secemb.transport.errors import RemoteError, Unreachable
 
 

@@ -20,7 +20,7 @@ from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, load_dataset, train_test_split
 from secemb.data.features import load_features, save_item_features
 from secemb.digest import model_sha256
-from secemb.engine.settings import cluster_settings
+from secemb.sim.settings import cluster_settings
 from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
 from secemb.inference.releases import ReleaseLedger
 from secemb.inference.saved import (

@@ -14,7 +14,7 @@ import pytest
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, synthetic_like, train_test_split
 from secemb.digest import table_sha256
-from secemb.engine.settings import cluster_settings
+from secemb.sim.settings import cluster_settings
 from secemb.errors import InvalidParameters
 from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
 from secemb.inference.saved import save_frozen_table

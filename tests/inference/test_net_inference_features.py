@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from secemb.cli import app
 from secemb.data import load_dataset, train_test_split
 from secemb.data.features import load_features, save_item_features
-from secemb.engine.settings import cluster_settings
+from secemb.sim.settings import cluster_settings
 from secemb.inference import GaussianLDP
 from secemb.inference.releases import ReleaseLedger
 from secemb.inference.representation import representation_for

@@ -71,7 +71,7 @@ def deployment(tmp_path) -> tuple[Any, Denoiser, np.ndarray, np.ndarray]:
 
 
 def _settings(den: Denoiser, train: Any) -> dict[str, Any]:
-    from secemb.engine.settings import cluster_settings
+    from secemb.sim.settings import cluster_settings
 
     return cluster_settings(den, get_protocol("secemb", layout="full", relay=False), train, TrainConfig(m_prime=4),
                             min_users=2)

@@ -13,9 +13,9 @@ import pytest
 from dp_accounting import pld, rdp
 
 from secemb.data import synthetic_like, train_test_split
-from secemb.engine.driver import run
-from secemb.engine.local import InProcessServers
-from secemb.engine.settings import cluster_settings
+from secemb.sim.driver import run
+from secemb.sim.local import InProcessServers
+from secemb.sim.settings import cluster_settings
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.models import MatrixFactorization
 from secemb.models.base import StepResult

@@ -13,8 +13,8 @@ import pytest
 
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, synthetic_like, train_test_split
-from secemb.engine.local import InProcessServers, LocalServerLink, server_configs
-from secemb.engine.settings import cluster_settings, dp_plan_of
+from secemb.sim.local import InProcessServers, LocalServerLink, server_configs
+from secemb.sim.settings import cluster_settings, dp_plan_of
 from secemb.errors import InvalidParameters
 from secemb.models import MatrixFactorization
 from secemb.privacy import DPSettings

@@ -14,8 +14,8 @@ from typing import Any
 
 from secemb.client.device import Device, DeviceClient
 from secemb.data import by_user, synthetic_like
-from secemb.engine.local import InProcessServers, LocalServerLink
-from secemb.engine.settings import cluster_settings
+from secemb.sim.local import InProcessServers, LocalServerLink
+from secemb.sim.settings import cluster_settings
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
 from secemb.server.node import LeaderNode, make_node

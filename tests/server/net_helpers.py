@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from secemb.engine.settings import cluster_settings
+from secemb.sim.settings import cluster_settings
 from secemb.data import synthetic_like, train_test_split
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from deviation_helpers import USERS, Pair, in_process, over_http, play_round
 from secemb.cli import app
-from secemb.engine.local import LocalServerLink
+from secemb.sim.local import LocalServerLink
 from secemb.errors import InvalidParameters, RetrievalTampered
 from secemb.server.auth import Forbidden
 from secemb.server.errors import Conflict

@@ -13,7 +13,7 @@ import pytest
 from deviation_helpers import USERS, Pair, client, in_process, over_http, play_round
 
 from secemb.digest import model_sha256
-from secemb.engine.local import LocalServerLink
+from secemb.sim.local import LocalServerLink
 from secemb.errors import ModelDisagreement
 from secemb.server.errors import Conflict, PeerUnavailable
 from secemb.server.node import make_node

@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 
 from secemb.client.device import DeviceClient
 from secemb.data import synthetic_like, train_test_split
-from secemb.engine.driver import run
-from secemb.engine.local import InProcessServers, LocalServerLink
-from secemb.engine.settings import cluster_settings
+from secemb.sim.driver import run
+from secemb.sim.local import InProcessServers, LocalServerLink
+from secemb.sim.settings import cluster_settings
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol

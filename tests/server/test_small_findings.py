@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from secemb.data import synthetic_like
-from secemb.engine.local import InProcessServers
-from secemb.engine.settings import cluster_settings
+from secemb.sim.local import InProcessServers
+from secemb.sim.settings import cluster_settings
 from secemb.errors import InvalidParameters
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol

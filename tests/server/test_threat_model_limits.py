@@ -22,7 +22,7 @@ import pytest
 from deviation_helpers import DATA, FLOOR, RATINGS, USERS, WAIT_S, Pair, client, in_process
 
 from secemb.client.device import Device
-from secemb.engine.local import LocalServerLink
+from secemb.sim.local import LocalServerLink
 from secemb.errors import ModelDisagreement
 from secemb.privacy.noise import add_to_share
 from secemb.round import messages

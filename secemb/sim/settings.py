@@ -1,6 +1,6 @@
 """The servers' configuration for a run: what both server nodes must be told to train a model
 with a protocol as a :class:`~secemb.round.results.TrainConfig` says -- the same for an
-in-process run (:mod:`secemb.engine.local`) and two server processes
+in-process run (:mod:`secemb.sim.local`) and two server processes
 (:mod:`secemb.sim.cluster`)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _PUBLIC_INIT = b"secemb/public-model-init/v1"
 
 #: Where a run's simulated devices draw their private state -- the initialization of their
 #: private parameters, their task samples, the padding slots of their requests
-#: (:func:`secemb.engine.driver.run`):
+#: (:func:`secemb.sim.driver.run`):
 #:
 #: ``"reproducible"`` -- from the run's seed (``numpy.random.default_rng(seed)``, a derivation
 #: apart from :func:`public_init_seed`'s; the seed itself is never sent).  One seed, one model:

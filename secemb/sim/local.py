@@ -4,7 +4,7 @@
 :class:`InProcessServers` builds server 0 (the leader) and server 1 (the follower) as the same
 node objects a deployment runs behind FastAPI (:func:`secemb.server.node.make_node`), wires
 server 0 to server 1 through :class:`LocalPeer`, and hands the driver
-(:func:`secemb.engine.driver.run`) its links: :class:`LocalServerLink` for devices,
+(:func:`secemb.sim.driver.run`) its links: :class:`LocalServerLink` for devices,
 :class:`LocalAdminLink` for the operator.  Every protocol message -- device to server, server
 to device, server to server -- is sent on the transport and received from it before the
 receiving node sees it, tagged with its stage (:mod:`secemb.protocols.stages`) and the current
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from secemb.client.device import DeviceClient, RoundSession
-from secemb.engine.driver import Servers
+from secemb.sim.driver import Servers
 from secemb.errors import SecembError
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol

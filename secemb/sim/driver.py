@@ -1,7 +1,7 @@
 """The one round driver: the operator and every simulated device of a federated training run.
 
 :func:`run` trains a model with a protocol against two servers reached through
-:class:`Servers` -- the server node objects in process (:mod:`secemb.engine.local`) or two
+:class:`Servers` -- the server node objects in process (:mod:`secemb.sim.local`) or two
 server processes over HTTP (:mod:`secemb.sim.coordinator`).  The same code opens rounds,
 runs the devices through the device SDK (:class:`~secemb.client.device.RoundSession`, which
 sends what the protocol's :class:`~secemb.protocols.stages.RoundPlan` declares), closes rounds
@@ -13,11 +13,11 @@ run) and :class:`Hooks` (the callbacks).
 
 Randomness
     The public model is initialized from ``default_rng(public_init_seed(seed))``
-    (:func:`~secemb.engine.settings.public_init_seed`): server 0 repeats it from that seed
+    (:func:`~secemb.sim.settings.public_init_seed`): server 0 repeats it from that seed
     alone and the driver checks the two agree.  The operator's draws (per epoch the user
     permutation, or the Poisson samples) come from one ``numpy.random.default_rng(seed)`` owned
     here.  The devices' private draws come from where ``device_randomness``
-    (:data:`~secemb.engine.settings.DeviceRandomness`) says: ``"reproducible"``, the same
+    (:data:`~secemb.sim.settings.DeviceRandomness`) says: ``"reproducible"``, the same
     generator -- consumed in a fixed order: the devices' private initialization first, then
     the operator's draws and per round, user by user in round order, the user's task sample
     (:meth:`~secemb.models.task.Task.sample`: nothing for ratings; windows, negatives and the
@@ -51,7 +51,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_delay,
 from secemb.client.device import DeviceClient, RoundInfo, RoundSession, private_rng
 from secemb.data import RatingData, by_user, concat
 from secemb.digest import model_sha256
-from secemb.engine.settings import DEVICE_RANDOMNESS, DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
+from secemb.sim.settings import DEVICE_RANDOMNESS, DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
 from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import evaluate
 from secemb.models.base import RecModel, UserStore
@@ -293,7 +293,7 @@ def run(
     servers: the two servers (fresh state, configured for this run).
     model, protocol, train_data, test_data, config: the run (see :func:`secemb.training.train`).
     device_randomness: where the devices' private draws come from
-        (:data:`~secemb.engine.settings.DeviceRandomness`): ``"reproducible"`` from the run's
+        (:data:`~secemb.sim.settings.DeviceRandomness`): ``"reproducible"`` from the run's
         seed (a simulation: one seed, one model), ``"private"`` from OS entropy (as deployed
         devices draw them; no two runs alike).  No default: every caller says which.
     val_data: held-out ratings scored after every epoch (``EpochStats.val_rmse``); with
