@@ -1,0 +1,103 @@
+"""Alarms: a deviation a server detects or a device reports, journaled, logged as a WARNING
+and shown in the status until the operator clears it (docs/deployment.md, "Alarms").
+
+Party: both servers.  :data:`ALARMS` names the kinds and whether each halts the deployment:
+``relay_tampered`` (server 1: forwarded bytes that fail the device's authentication) and
+``device_rejected`` (server 0: uploads that fail the verification step) do not;
+``retrieval_tampered`` and ``model_disagreement`` do -- the open round is aborted and no round
+opens (:class:`~secemb.server.errors.Conflict`) until :meth:`Alarms.clear_alarms`.
+:data:`DEVICE_ALARMS` is what a participant of the current round may report (``POST
+/v1/alarm``, :meth:`Alarms.device_alarm`).  An alarm's detail names no secret.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from secemb.errors import InvalidParameters
+from secemb.server.auth import Forbidden
+from secemb.server.errors import Conflict
+from secemb.server.rounds import ABORTED, OPEN
+from secemb.server.state import NodeState
+
+__all__ = ["ALARMS", "DEVICE_ALARMS", "Alarms"]
+
+log = logging.getLogger("secemb.server")
+
+#: the alarms a server raises (docs/deployment.md, "Alarms"), and whether each halts the deployment
+ALARMS = {"relay_tampered": False, "retrieval_tampered": True, "model_disagreement": True, "device_rejected": False}
+#: what a device may report (``POST /v1/alarm``)
+DEVICE_ALARMS = ("retrieval_tampered", "model_disagreement")
+
+
+class Alarms(NodeState):
+    """A node's alarms: raised by either server or reported by a device, halting (or not) the
+    deployment until the operator clears them."""
+
+    def raise_alarm(self, kind: str, round_id: int, detail: str) -> None:
+        """Record a detected deviation of kind ``kind`` (:data:`ALARMS`) in round ``round_id``:
+        journaled (it survives a restart), logged as a WARNING, shown in :meth:`status` until
+        :meth:`clear_alarms`.  A halting kind halts the deployment: the current round, if still
+        open, is aborted (a closing one ends as its close decides: its aggregate holds no
+        reporting device, and both servers must end it alike), and no round opens until the
+        alarm is cleared.  The same alarm again (kind, round, detail) is recorded once.
+        ``detail`` names no secret (which user is known to both servers; no slot or item is)."""
+        halt = ALARMS[kind]
+        rec = {"ev": "alarm", "kind": kind, "round": int(round_id), "detail": detail[:500], "halt": halt,
+               "time_unix": time.time()}
+        with self.lock:
+            if any((a["kind"], a["round"], a["detail"]) == (kind, rec["round"], rec["detail"]) for a in self.alarms):
+                return
+            self._journal_outcome(rec)
+            self._remember_alarm(rec)
+            rnd = self.round
+        log.warning("ALARM %s in round %d at server %d: %s%s", kind, round_id, self.party, detail,
+                    " -- the deployment is halted until the operator clears the alarm" if halt else "")
+        if halt and rnd is not None and rnd.state == OPEN:
+            self._end(rnd, ABORTED, f"deployment halted: {kind}")
+
+    def clear_alarms(self) -> dict[str, Any]:
+        """The operator's acknowledgement (``POST /v1/admin/alarms/clear``): forget the alarms
+        and lift the halt (journaled); ``{"cleared": how many}``."""
+        with self.lock:
+            n = len(self.alarms)
+            self.store.append({"ev": "alarms_cleared", "round": self.max_round, "alarms": n})
+            self.alarms, self.halted, self.rejections = [], None, {}
+        log.warning("server %d: %d alarm(s) cleared by the operator", self.party, n)
+        return {"cleared": n}
+
+    def _refuse_if_halted(self) -> None:
+        """Raise Conflict while the deployment is halted (under the lock)."""
+        if self.halted is not None:
+            raise Conflict(f"the deployment is halted by an alarm ({self.halted}): see docs/deployment.md, "
+                           "'Alarms'; after the investigation, 'secemb admin clear-alarms'")
+
+    def device_alarm(self, user: int, doc: dict[str, Any]) -> dict[str, Any]:
+        """Device ``user``'s report (``POST /v1/alarm``): ``{"kind": one of DEVICE_ALARMS,
+        "round_id": the current round, "detail": text}`` -- it caught a server deviating (a
+        tampered retrieval answer, servers announcing different models).  Only a participant
+        of the current round may report; the report halts the deployment.
+
+        Raises
+        ------
+        InvalidParameters: a malformed report.
+        Conflict: ``round_id`` is not the current round.
+        Forbidden: ``user`` is not one of its participants.
+        """
+        unknown = set(doc) - {"kind", "round_id", "detail"}
+        kind, r, detail = doc.get("kind"), doc.get("round_id"), doc.get("detail", "")
+        if unknown or kind not in DEVICE_ALARMS or isinstance(r, bool) or not isinstance(r, int) \
+                or not isinstance(detail, str):
+            raise InvalidParameters(f"an alarm is {{'kind': one of {list(DEVICE_ALARMS)}, 'round_id': int, "
+                                    f"'detail': str}}, got fields {sorted(doc)}")
+        with self.lock:
+            rnd = self.round
+            if rnd is None or rnd.round_id != r:
+                raise Conflict(f"round {r} is not the current round")
+            if rnd.participants is not None and user not in rnd.participants:
+                raise Forbidden(f"user {user} is not a participant of round {r}")
+        text = "".join(c if c.isprintable() else " " for c in detail[:200])  # one log line, whatever it sent
+        self.raise_alarm(kind, r, f"device {user} reports {kind}: {text}")
+        return {"halted": True}

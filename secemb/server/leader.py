@@ -1,0 +1,227 @@
+"""Server 0, the leader: :class:`LeaderNode`.
+
+Party: server 0.  It opens rounds on the terms :func:`~secemb.server.admission.round_terms`
+checks, after reconciling with server 1 (the same configuration fingerprint, model version and
+digest: a missed sync is sent again, a differing digest is a halting ``model_disagreement``),
+and mirrors them at server 1 through its :class:`~secemb.server.peer.PeerLink`; a background
+thread closes them on quorum or deadline (closing itself: :mod:`.close`) and retries a pending
+model sync.  It runs the Eq. 11 count phase with server 1 and serves the round's DENSE
+message.  An abort is sent to server 1 too (best effort).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+from secemb.errors import InvalidMessage, ModelDisagreement
+from secemb.models.base import RecModel
+from secemb.protocols.base import Protocol
+from secemb.randomness import RandomBytes
+from secemb.round import messages
+from secemb.server import faults
+from secemb.server.admission import round_terms, user_list
+from secemb.server.close import LeaderClose
+from secemb.server.config import ServerConfig
+from secemb.server.errors import Conflict, PeerUnavailable, peer_failure
+from secemb.server.peer import PEER_ERRORS, PeerLink
+from secemb.server.persist import StorageError
+from secemb.server.rounds import ABORTED, FINAL, OPEN, Round
+from secemb.server.store import StateStore
+from secemb.sharing import reconstruct
+
+__all__ = ["LeaderNode"]
+
+
+class LeaderNode(LeaderClose):
+    """Server 0: opens and closes rounds, reconstructs the aggregate and applies the optimizer
+    (as server 1 does), commits when both models agree, syncs server 1 through ``peer``.
+
+    Parameters
+    ----------
+    cfg, store: as :class:`~secemb.server.shared.Node`.
+    peer: server 1 (:class:`~secemb.server.peer.PeerLink`).
+    start_threads: run the round-closing thread (tests of single nodes turn it off).
+    """
+
+    party = 0
+
+    def __init__(self, cfg: ServerConfig, *, peer: PeerLink, store: StateStore | None = None,
+                 start_threads: bool = True, protocol: Protocol | None = None, model: RecModel | None = None,
+                 _noise_rng: RandomBytes | None = None) -> None:
+        self.peer = peer
+        self._open_lock = threading.Lock()
+        self._sync_pending = False
+        super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
+        if start_threads:
+            threading.Thread(target=self._closer, daemon=True, name="secemb-closer").start()
+
+    def _sync_pending_status(self) -> bool:
+        return self._sync_pending
+
+    def _end(self, rnd: Round, state: str, reason: str, *, notify_peer: bool = True, done: bool = True) -> None:
+        """As :meth:`Node._end`; an abort is also sent to server 1 (best effort)."""
+        was_final = rnd.state in FINAL
+        super()._end(rnd, state, reason, done=done)
+        if state == ABORTED and notify_peer and not was_final:
+            try:
+                self.peer.abort(rnd.round_id, reason)
+            except PEER_ERRORS:
+                pass  # server 1 learns it when the next round opens
+
+    def count_open(self, users: list[int] | None) -> dict[str, Any]:
+        """Start (or restart) the count phase, here and at server 1.
+
+        With m' from the counts (no ``training.m_prime`` configured) the phase may run again
+        between rounds to update m' (SecEmb Appendix L.2, periodic update): server 1 then
+        releases a sum only over the user set of its first released sum
+        (:meth:`~secemb.server.count.CountPhase.total`), so two counts never differ by one
+        user's share.
+
+        Raises
+        ------
+        Conflict: m' is fixed by the configuration, or a round is in progress.
+        """
+        ids = None if users is None else frozenset(user_list(users, "users", self.cfg.num_users))
+        with self.lock:
+            if self.cfg.m_prime is not None:
+                raise Conflict(f"m' is fixed by the configuration ({self.cfg.m_prime})")
+            if self.round is not None and self.round.state not in FINAL:
+                raise Conflict(f"round {self.round.round_id} is still {self.round.state}: count between rounds")
+        try:
+            self.peer.count_open(None if ids is None else sorted(ids))
+        except PEER_ERRORS as exc:
+            raise peer_failure("server 1 did not open the count phase", exc) from None
+        self.count.open(ids)
+        return {"state": "open"}
+
+    def count_close(self) -> dict[str, Any]:
+        """Agree on the users with server 1, open the total, fix m' (Eq. 11)."""
+        mine = set(self.count.freeze())
+        try:
+            theirs = self.peer.count_close()
+            include = sorted(mine & set(theirs))
+            if len(include) < self.cfg.min_users:
+                self.count.reopen()
+                raise Conflict(f"{len(include)} user(s) sent their count share to both servers, fewer than "
+                               f"min_users={self.cfg.min_users}: the mean count is not opened")
+            peer = messages.decode_count(self.peer.count_share(include), ring_bits=self.cfg.ring_bits, party=1)
+        except (*PEER_ERRORS, InvalidMessage) as exc:  # InvalidMessage: server 1's share is malformed, its failure
+            self.count.reopen()
+            raise peer_failure("server 1 did not close the count phase", exc) from None
+        total = int(reconstruct(self.count.total(include), peer)[0])
+        # issue 12, finding 12: each device's count lies in [0, m], so an honest total lies in
+        # [0, n m]; anything else means a device sent an out-of-range share (which one is not
+        # learnable): the phase fails and can be run again, or m' set by the operator
+        if total > len(include) * self.cfg.num_items:
+            self.count.reopen()
+            raise Conflict(f"the opened total is outside [0, n*m] for n={len(include)}, m={self.cfg.num_items}: "
+                           "a device sent a count share outside [0, m]; run the count again or set training.m_prime")
+        mean = total / len(include)
+        cap = self.cfg.m_prime_max if self.cfg.m_prime_max is not None else self.cfg.num_items
+        with self.lock:
+            before = self.m_prime, self.mean_count
+            self.m_prime = min(max(math.ceil(self.cfg.alpha * mean), 1), cap)
+            self.mean_count = mean
+            try:
+                self._save()
+            except StorageError:
+                self.m_prime, self.mean_count = before
+                self.count.reopen()
+                raise
+            self._journal_outcome({"ev": "m_prime", "round": self.last_round, "m_prime": self.m_prime, "mean": mean,
+                                   "users": len(include)})
+            return {"m_prime": self.m_prime, "mean_count": mean, "users": len(include)}
+
+    def _reconcile(self) -> int:
+        """Make sure server 1 holds the same model version (re-sending the last sync if it
+        missed it); return the next round id."""
+        try:
+            st = self.peer.status()
+        except PEER_ERRORS as exc:
+            raise peer_failure("server 1 is unavailable", exc) from None
+        if st.get("fingerprint") != self.fingerprint:
+            raise Conflict("server 1 runs with a different protocol/model/training configuration")
+        if int(st["model_version"]) == self.version - 1:  # it missed the commit of the round both agreed on
+            self._sync_peer()
+            if self._sync_pending:
+                raise PeerUnavailable("server 1 did not accept the model sync")
+            try:
+                st = self.peer.status()
+            except PEER_ERRORS as exc:
+                raise peer_failure("server 1 is unavailable", exc) from None
+        if int(st["model_version"]) == self.version and st.get("model_sha256") != self.model_sha():
+            detail = f"server 1 holds model {st.get('model_sha256')!r:.80} of version {self.version}, this server " \
+                     f"{self.model_sha()}"
+            self.raise_alarm("model_disagreement", self.max_round, detail)
+            raise ModelDisagreement(detail)
+        if int(st["model_version"]) != self.version:
+            raise Conflict(
+                f"server 1 holds model version {st['model_version']} ({st.get('model_sha256')}), "
+                f"server 0 holds {self.version} ({self.model_sha()})"
+            )
+        return max(self.max_round, int(st.get("max_round", -1))) + 1
+
+    def open_round(self, participants: list[int] | None = None, n_p: int | None = None,
+                   deadline_s: float | None = None, quorum: int | None = None,
+                   min_users: int | None = None) -> dict[str, Any]:
+        """Open the next round (and at server 1); its round document."""
+        ids, n_p, deadline_s, quorum, min_users = round_terms(self.cfg, participants, n_p, deadline_s, quorum,
+                                                              min_users)
+        with self._open_lock:
+            with self.lock:
+                self._refuse_if_halted()
+                if self.m_prime is None:
+                    raise Conflict("m' is not known yet: run the count phase (Eq. 11) or set training.m_prime")
+                if self.round is not None and self.round.state not in FINAL:
+                    raise Conflict(f"round {self.round.round_id} is still {self.round.state}")
+            r = self._reconcile()
+            rc = self.protocol.round_config(r, self.cfg.num_items, self.width, self.dense_size, self.m_prime,
+                                            self.cfg.ring_bits)
+            rnd = Round(r, rc, self.version, ids, n_p, time.time() + deadline_s, quorum, min_users,
+                        model_sha=self.model_sha())
+            self._journal_open(rnd)
+            faults.hit("open")
+            doc = self._round_doc(rnd)
+            doc["participants"] = None if ids is None else sorted(ids)
+            doc["quorum"], doc["min_users"] = quorum, min_users
+            try:
+                self.peer.open_round(doc)
+            except PEER_ERRORS as exc:
+                self._end(rnd, ABORTED, f"server 1 did not open the round: {exc}", notify_peer=False)
+                raise peer_failure("server 1 did not open the round", exc) from None
+            with self.lock:
+                self._begin(rnd)
+                self._wake.notify_all()
+            return self._round_doc(rnd) | {"participants": doc["participants"]}
+
+    def dense_message(self, r: int) -> bytes:
+        """The round's DENSE message."""
+        with self.lock:
+            return self._current(r).dense_msg
+
+    def _closer(self) -> None:
+        """Close the round on quorum or deadline; retry a pending sync."""
+        while not self._stopping:
+            with self._wake:
+                rnd = self.round
+                timeout = 0.5
+                if rnd is not None and rnd.state == OPEN:
+                    timeout = max(0.0, min(timeout, rnd.deadline - time.time()))
+                self._wake.wait(timeout=timeout)
+                rnd = self.round
+                due = (
+                    rnd is not None and rnd.state == OPEN and not rnd.closing
+                    and (len(rnd.finished) >= rnd.quorum or time.time() >= rnd.deadline)
+                )
+                sync = self._sync_pending
+            if due:
+                assert rnd is not None  # due implies it
+                why = "quorum reached" if len(rnd.finished) >= rnd.quorum else "deadline passed"
+                threading.Thread(target=self.close_round, args=(rnd.round_id, why), daemon=True).start()
+            elif sync and (rnd is None or rnd.state in FINAL):
+                self._sync_peer()
+                if self._sync_pending:
+                    time.sleep(0.5)

@@ -1,0 +1,189 @@
+"""Relay orchestration (a protocol with ``relay``): a device's retrieval keys and uploads for
+server 1 reach it through server 0, authenticated by the device so that server 1 catches an
+alteration (issue 33, item 1).
+
+Party: server 0, :class:`LeaderRelay` -- server 1 must hold each device's roots before
+anything is evaluated; the keys go to server 1 as one batch (early, while server 0 evaluates
+its own, when its role knows them from the requests alone) and server 1's masked answers
+complete the replies; uploads are forwarded.  Without relay it evaluates as
+:class:`~secemb.server.retrieval.Retrieval` does.  Server 1, :class:`FollowerRelay` -- it
+answers the forwards in batches; a forward that fails the device's authentication leaves its
+user out of the round as a dropout (the outcome's ``tampered``) and raises a non-halting
+``relay_tampered`` alarm, and any later forwarded upload of that user is refused
+(:class:`~secemb.errors.RelayTampered`).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from secemb.errors import RelayTampered, SecembError
+from secemb.server import faults
+from secemb.server.errors import Conflict, peer_failure
+from secemb.server.peer import PEER_ERRORS, PeerLink, PeerRefused, PeerUnreachable
+from secemb.server.rounds import Batcher, Round
+from secemb.server.shared import Node
+
+__all__ = ["FollowerRelay", "LeaderRelay"]
+
+log = logging.getLogger("secemb.server")
+
+
+class LeaderRelay(Node):
+    """Server 0's side of the relay: it forwards devices' retrieval keys and uploads to server 1
+    (``peer``) and completes the replies with server 1's masked answers."""
+
+    #: server 1
+    peer: PeerLink
+
+    def retrieval_many(self, r: int, items: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
+        """As :meth:`Node.retrieval_many`; with relay, server 1 must hold each device's roots
+        first (checked before anything is evaluated), server 0's forwards go to server 1 as
+        one batch, and server 1's masked answers complete the replies."""
+        if not self.protocol.relay:
+            return self._evaluate_retrievals(r, items)
+        results: list[bytes | None | SecembError] = [None] * len(items)
+        try:
+            ready = self.peer.ready_many(r, [u for u, _ in items])
+        except PeerRefused as exc:
+            return [Conflict(f"server 1: {exc.detail}")] * len(items)
+        except PeerUnreachable as exc:
+            return [peer_failure("server 1 is unavailable", exc)] * len(items)
+        go = []
+        for i, ((user, _), ok) in enumerate(zip(items, ready, strict=True)):
+            if ok:
+                go.append(i)
+            else:
+                results[i] = Conflict(f"user {user} must send its retrieval request to server 1 first")
+        if not go:
+            return results
+        sub = [items[i] for i in go]
+        early: dict[int, Future[list[bytes | SecembError]]] = {}  # the one batch sent early, by index into items
+        with ThreadPoolExecutor(1, thread_name_prefix="secemb-relay") as pool:
+
+            def forward_early(admitted: list[int]) -> None:
+                # a role that knows its forwards from the requests alone: server 1 evaluates
+                # them while this server evaluates its own (a user this server then refuses
+                # counts at server 1 as one that retrieved and went silent)
+                fwds = self.role.relay_forwards([sub[j] for j in admitted])
+                if fwds is None:
+                    return
+                ok = [(go[j], f) for j, f in zip(admitted, fwds, strict=True) if isinstance(f, bytes)]
+                if ok:
+                    batch = pool.submit(self.peer.relay_retrieval_many, r, [(items[i][0], f) for i, f in ok])
+                    early.update((i, batch) for i, _ in ok)
+
+            outs = self._evaluate_retrievals(r, sub, on_admitted=forward_early)
+            answers = next(iter(early.values())).result() if early else []
+            masked_of = dict(zip(early, answers, strict=True))
+        # with relay, server 0's role answers each admitted request with the bytes to forward
+        fwd = [(i, out) for i, out in zip(go, outs, strict=True) if isinstance(out, bytes)]
+        for i, out in zip(go, outs, strict=True):
+            results[i] = out
+        late = [(i, out) for i, out in fwd if i not in masked_of]  # forwards known after the commit only
+        if late:
+            masked_of.update(zip([i for i, _ in late],
+                                 self.peer.relay_retrieval_many(r, [(items[i][0], out) for i, out in late]),
+                                 strict=True))
+        if not fwd:
+            return results
+        masked = [masked_of[i] for i, _ in fwd]
+        with self.lock:
+            try:
+                rnd = self._current(r)
+            except SecembError as exc:
+                for i, _ in fwd:
+                    results[i] = exc
+                return results
+            for (i, _), ans in zip(fwd, masked, strict=True):
+                if isinstance(ans, BaseException):
+                    results[i] = peer_failure("server 1 did not answer the relayed retrieval (this user cannot "
+                                              "take part in the round)", ans)
+                    continue
+                try:
+                    results[i] = rnd.busy(self.role.complete_retrieval, items[i][0], ans)
+                except SecembError as exc:
+                    results[i] = exc
+        return results
+
+    def _forward_upload(self, r: int, user: int, fwd: bytes | None) -> None:
+        if fwd is None:
+            return
+        try:
+            self.peer.relay_upload(r, user, fwd)
+        except PEER_ERRORS as exc:
+            log.warning("round %d: forwarding user %d's upload failed: %s", r, user, exc)
+            raise peer_failure("server 1 did not take the forwarded upload (it will not count)", exc) from None
+
+
+class FollowerRelay(Node):
+    """Server 1's side of the relay: it answers server 0's forwards, and raises
+    ``relay_tampered`` for forwarded bytes that fail the device's authentication."""
+
+    #: groups concurrent :meth:`peer_relay_retrieval` calls (set by the node)
+    _relay_batch: Batcher
+
+    def peer_ready(self, r: int, user: int) -> dict[str, bool]:
+        """Relay: whether ``user`` sent its roots and awaits server 0's forward."""
+        with self.lock:
+            rnd = self._current(r)
+            return {"ready": user in rnd.retrieved and user not in rnd.relayed}
+
+    def peer_relay_retrieval(self, r: int, user: int, body: bytes) -> bytes:
+        """Relay: answer server 0's forwarded keys (batched with concurrent forwards)."""
+        return self._relay_batch((r, user, body))
+
+    def peer_relay_retrieval_many(self, r: int, items: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        """Relay: server 0's forwarded keys ``(user, relay_keys)`` for round ``r``, evaluated as
+        one batch outside the lock and committed under it; per item the masked answer or the
+        error that refused it."""
+        with self.lock:
+            try:
+                rnd = self._current(r)
+            except SecembError as exc:
+                return [exc] * len(items)
+            role = self.role
+        commit = rnd.busy(role.evaluate_relay_many, items)
+        with self.lock:
+            try:
+                self._current(r)
+                outs = rnd.busy(commit)
+            except SecembError as exc:
+                return [exc] * len(items)
+            for (user, _), out in zip(items, outs, strict=True):
+                if not isinstance(out, BaseException):
+                    rnd.relayed.add(user)
+        for (user, _), out in zip(items, outs, strict=True):
+            if isinstance(out, RelayTampered):
+                self._relay_tampered(rnd, user, "retrieval keys")
+        return outs
+
+    def _relay_tampered(self, rnd: Round, user: int, what: str) -> None:
+        """Server 0 forwarded ``user``'s ``what`` altered: the user is left out of round ``rnd``
+        as a dropout (it never counts as uploaded here, so no agreed set holds it), the round's
+        outcome lists it under ``tampered``, and an alarm is raised."""
+        with self.lock:
+            rnd.tampered.add(user)
+        self.raise_alarm("relay_tampered", rnd.round_id, f"server 0 forwarded user {user}'s {what} altered (they "
+                                                         "fail the device's authentication): the user is left out")
+
+    def peer_relay_upload(self, r: int, user: int, body: bytes) -> None:
+        """Relay: absorb server 0's forwarded correction words for ``user`` (refused for a
+        user whose relayed bytes failed authentication before: it is out of the round)."""
+        with self.lock:
+            rnd = self._current(r)
+            if user in rnd.tampered:
+                raise RelayTampered(f"round {r}: user {user} is out of the round (its relayed bytes were altered)")
+            try:
+                rnd.busy(self.role.relay_upload, user, body)
+            except RelayTampered:
+                tampered = True
+            else:
+                tampered = False
+                rnd.uploaded.add(user)
+            n = len(rnd.uploaded)
+        if tampered:
+            self._relay_tampered(rnd, user, "upload")
+            raise RelayTampered(f"round {r}: user {user}'s forwarded upload fails authentication")
+        faults.hit("upload", n)
