@@ -69,6 +69,7 @@ register_protocol("svd", "secemb.protocols.lossy:SvdProtocol", wire_id=22)
 register_protocol("colr", "secemb.protocols.lossy:ColrProtocol", wire_id=23)
 register_protocol("dp-fedrec", "secemb.protocols.dp_fedrec:DPFedRecProtocol", wire_id=24)
 register_protocol("kvsagg", "secemb.protocols.kvsagg:KvsaggProtocol", wire_id=25)
+register_protocol("fedmf-topk", "secemb.protocols.topk:TopKProtocol", wire_id=28)  # GREC Table 9
 # one server (secemb.protocols.exchange; docs/sfsl.md)
 register_protocol("sfsl", "secemb.protocols.sfsl.protocol:SFSLProtocol", wire_id=26, servers=1)
 register_protocol("secea", "secemb.protocols.secea.protocol:SecEAProtocol", wire_id=27, servers=1)  # docs/secea.md

@@ -23,8 +23,8 @@ from secemb.protocols.base import LAYOUT_OPTIONS
 from secemb.protocols.plaintext import PlaintextProtocol
 from secemb.protocols.wire import frame, open_message
 
-BUILTIN = ["colr", "dp-fedrec", "grec", "kvsagg", "plaintext", "quant8", "secemb", "secemb-init", "secemb-rowenc",
-           "secfedrec", "svd", "ternary"]
+BUILTIN = ["colr", "dp-fedrec", "fedmf-topk", "grec", "kvsagg", "plaintext", "quant8", "secemb", "secemb-init",
+           "secemb-rowenc", "secfedrec", "svd", "ternary"]
 #: the built-in one-server protocols (secemb.protocols.exchange)
 BUILTIN_ONE_SERVER = ["secea", "sfsl"]
 

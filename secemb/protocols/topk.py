@@ -1,0 +1,118 @@
+"""FedMF with Top-K sparsification (``fedmf-topk``): the baseline "FedMF w/ Top-K" of GREC's
+Table 9 (grec.txt, Appendix A.10.1, after Gupta et al., KDD 2021), in SecFedRec's family
+(:mod:`secemb.protocols.secfedrec`): full-model download from server 0, and an upload
+compressed before it is additively shared between the two servers.
+
+Upload.  The user's item update is its full sparse gradient ``G`` (m x w, zero outside its
+rows).  It keeps the ``K`` entries of ``G`` of largest magnitude (ties: the lower flat index
+first) and sends both servers the same ``K`` flat indices ``i * w + c`` (uint32, ascending),
+each server an additive share of the ``K`` values and a share of the dense gradient.  A user
+with fewer than ``K`` non-zero entries pads with index 0 and value 0 (adding nothing).  ``K``
+is fixed by the round: ``K = floor(m w b / (ratio (4 + b)))`` with ``b`` the ring word's bytes,
+so the item part of the upload is ``1 / ratio`` of SecFedRec's full share (Table 9: every
+baseline at reduction ratio 16).  No error feedback: what a user leaves out is lost (the paper
+does not describe any, and a user is drawn once an epoch).
+
+Aggregation is exact on what is kept: each server scatter-adds its value shares at the public
+indices; the reconstructed sum is the sum of the users' Top-K-sparsified gradients.
+
+Leak (why it is a baseline, not a secure protocol): the indices travel in the clear, so both
+servers learn which item rows -- hence which rated items -- carry each user's largest updates.
+
+Wire (the common frame of :mod:`secemb.protocols.wire`), body of an upload to server ``p``::
+
+    indices uint32[K] | share_p of the K values ring[K] | share_p of the dense gradient ring[P]
+
+Every other message is SecFedRec's.  Trained in process (``networked=False``: the benches run it
+through the in-process transport only).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.protocols.base import Capabilities, RoundConfig
+from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
+from secemb.protocols.wire import array_bytes, read_array
+from secemb.sharing import share
+
+__all__ = ["TopKProtocol", "top_k_count"]
+
+_U32 = np.dtype("<u4")
+
+
+def top_k_count(rc: RoundConfig, ratio: float) -> int:
+    """``K`` of a round: the most entries whose indices and value shares take at most
+    ``1 / ratio`` of SecFedRec's item share (``m w`` ring words), at least 1."""
+    b = rc.dtype.itemsize
+    return max(1, math.floor(rc.num_items * rc.width * b / (ratio * (4 + b))))
+
+
+def top_k(full: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(indices, values)``: the ``k`` entries of largest magnitude of the flat ring vector
+    ``full`` (read as signed two's complement), indices ascending uint32; ties keep the lower
+    index.  Fewer than ``k`` non-zero entries: all of them, then index 0 with value 0."""
+    signed = full.view(np.int32 if full.dtype.itemsize == 4 else np.int64).astype(np.float64)
+    nz = np.flatnonzero(signed)
+    if nz.size > k:
+        order = np.argsort(-np.abs(signed[nz]), kind="stable")[:k]
+        nz = np.sort(nz[order])
+    idx = np.zeros(k, np.int64)
+    idx[:nz.size] = nz
+    vals = np.zeros(k, full.dtype)
+    vals[:nz.size] = full[nz]
+    return idx.astype(_U32), vals
+
+
+class _TopKUser(FullModelUser):
+    proto: TopKProtocol
+
+    def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
+        """The Top-K indices (to both servers), then each server's shares of their values and of
+        the dense gradient."""
+        idx, vals = top_k(self.full_gradient(rows).reshape(-1), top_k_count(self.config, self.proto.ratio))
+        v0, v1 = share(vals, _rng=self._rng)
+        d0, d1 = share(dense, _rng=self._rng)
+        head = array_bytes(idx)
+        return head + array_bytes(v0) + array_bytes(d0), head + array_bytes(v1) + array_bytes(d1)
+
+
+class _TopKServer(FullModelServer):
+    proto: TopKProtocol
+
+    def absorb(self, user_id: int, body: memoryview, *, retract: bool = False) -> None:
+        """Scatter-add the value shares at the indices (``retract``: subtract them again)."""
+        cfg = self._cfg()
+        k = top_k_count(cfg, self.proto.ratio)
+        split = cfg.num_items * cfg.width
+        idx, off = read_array(body, 0, _U32, (k,))
+        if idx.size and int(idx.max()) >= split:
+            raise InvalidMessage(f"fedmf-topk upload: an index beyond the {split} entries of the item table")
+        vals, off = read_array(body, off, cfg.dtype, (k,))
+        dense = read_array(body, off, cfg.dtype, (cfg.dense_size,))[0]
+        (np.subtract if retract else np.add).at(self._acc, idx.astype(np.int64), vals)
+        _accumulate(self._acc[split:], dense, retract)
+
+
+class TopKProtocol(FullModelProtocol):
+    """Factory of FedMF w/ Top-K roles; ``ratio`` (> 1): the reduction of the item upload
+    against SecFedRec's (:func:`top_k_count`; Table 9: 16)."""
+
+    name = "fedmf-topk"
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=False, options=("ratio",))
+    user_cls, server_cls = _TopKUser, _TopKServer
+
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
+                 *, ratio: float = 16.0) -> None:
+        super().__init__(layout, relay, expansion, layout_seed)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 1:
+            raise InvalidParameters(f"ratio must be a finite number > 1, got {ratio!r}")
+        self.ratio = float(ratio)
+
+    def upload_body_bytes(self, rc: RoundConfig, party: int) -> int:
+        """``K`` indices, ``K`` value shares, then a share of the dense gradient."""
+        k = top_k_count(rc, self.ratio)
+        return 4 * k + (k + rc.dense_size) * rc.dtype.itemsize
