@@ -26,6 +26,9 @@ Table 14 (:func:`ranking`): HR@10 and NDCG@10 of the test ratings >= 4 against 1
 unrated items, under the same four predictions; :func:`rank_saved` computes them apart from the
 training, from a run's saved models.  Figure 4 (:func:`device_cost`): one device's
 time and held memory to predict 150 items, full local model against perturb + denoise.
+Table 15 (:func:`server_minutes`): the server's minutes per round of GREC's training protocol
+for 100-500 active users on ML-1M's shape.  Table 9 (:func:`table9`): MF trained losslessly
+(GREC) against FedMF w/ Top-K (:mod:`secemb.protocols.topk`), RMSE and reduction ratio.
 
 The paper's cells (all five datasets) are in :data:`PAPER_TABLE3`.
 """
@@ -45,8 +48,9 @@ from secemb.data.synthetic import STANDS_FOR
 from secemb.errors import InvalidParameters
 from secemb.randomness import RandomBytes
 
-__all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "HAT_D_BY_DIM", "PAPER_TABLE3", "PREDICTIONS", "device_cost",
-           "evaluate", "rank_saved", "ranking", "run", "run_one", "table"]
+__all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "HAT_D_BY_DIM", "PAPER_TABLE3", "PAPER_TABLE9", "PAPER_TABLE15",
+           "PREDICTIONS", "TABLE15_USERS", "device_cost", "evaluate", "rank_saved", "ranking", "run", "run_one",
+           "server_minutes", "table", "table9"]
 
 #: Table 3: paper dataset -> model -> (non-private, naive LDP, post-processing LDP) RMSE means
 #: (a synthetic stand-in is compared with the dataset it stands for, ``STANDS_FOR``)
@@ -511,3 +515,153 @@ def device_cost(models: Sequence[str] = ("mf", "ncf", "fm", "deepfm"), *, datase
         row["memory_ratio"] = row["full_bytes"] / row["grec_bytes"]
         out.append(row)
     return out
+
+
+#: Table 15: GREC's and HE's (CKKS) server minutes per iteration on ML-1M, by active users
+TABLE15_USERS = (100, 200, 300, 400, 500)
+PAPER_TABLE15: dict[str, tuple[float, ...]] = {"grec": (0.99, 1.92, 2.93, 3.88, 4.90),
+                                               "he-ckks": (127.26, 244.51, 391.76, 519.05, 646.38)}
+
+
+def server_minutes(users: Sequence[int] = TABLE15_USERS, *, dataset: str = "ml-1m",
+                   on_done: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Table 15: one real training round of ``n`` users (each of ``users``) with GREC's training
+    protocol (:class:`~secemb.protocols.grec.GrecProtocol`: full-model download, ``m'`` full DPF
+    row keys per user, each server evaluating every key over the whole catalogue), MF at d = 64
+    on ``dataset``'s comm round data (:func:`secemb.bench.comm.round_data`: the synthetic
+    stand-in of ML-1M's shape, the real ratings are not on this machine) with its ``m'``
+    (:data:`secemb.bench.comm.DATASETS`, 300 on ML-1M), the first ``n`` users with ratings.
+
+    A row per ``n``: ``server_s`` (the slower server's seconds in its role calls,
+    ``TrainResult.server_s_per_round``), ``server_min``, the user's upload bytes per round
+    (``len()`` of its messages) and the paper's minutes at that ``n`` (None elsewhere);
+    ``on_done`` hears of each row as it is measured.  One torch and BLAS thread.
+
+    Raises
+    ------
+    InvalidParameters
+        ``dataset`` has no comm round shape, or a count is < 2 or above its users with ratings.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from secemb.bench.comm import DATASETS, round_data, single_thread
+    from secemb.data import by_user
+    from secemb.models import get_model
+    from secemb.protocols import get_protocol
+    from secemb.training import TrainConfig, train
+
+    if dataset not in DATASETS:
+        raise InvalidParameters(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}")
+    data, _ = round_data(dataset)
+    active = np.flatnonzero(by_user(data).counts() > 0)
+    if not users or min(users) < 2 or max(users) > active.size:
+        raise InvalidParameters(f"user counts must lie in [2, {active.size}], got {list(users)}")
+    single_thread()
+    m_prime = DATASETS[dataset][1]
+    paper = dict(zip(TABLE15_USERS, PAPER_TABLE15["grec"], strict=True))
+    rows = []
+    with threadpool_limits(limits=1, user_api="blas"):
+        for n in users:
+            sub = data.subset(np.isin(data.users, active[:n]))
+            t0 = time.perf_counter()
+            res = train(get_model("mf", dim=64), get_protocol("grec", layout="full", relay=False), sub, None,
+                        TrainConfig(epochs=1, users_per_round=n, m_prime=m_prime, rating_range=(1.0, 5.0)))
+            row = {"users": n, "dataset": dataset, "m": data.num_items, "m_prime": m_prime, "protocol": "grec",
+                   "server_s": res.server_s_per_round, "server_min": res.server_s_per_round / 60,
+                   "upload_bytes_per_user": res.upload_bytes_per_user_round, "wall_s": time.perf_counter() - t0,
+                   "paper_min": paper.get(n)}
+            rows.append(row)
+            if on_done is not None:
+                on_done(row)
+    return rows
+
+
+#: Table 9 (MF without its bias, d = 64; ML-10M and Yelp): RMSE mean, its std over four runs and the
+#: reduction ratio of the upload, per scheme (GREC, and FedMF w/ Top-K and the other baselines)
+PAPER_TABLE9: dict[str, dict[str, tuple[float, float, float]]] = {
+    "ml-10m": {"grec": (0.894, 0.004, 19.25), "fedmf-svd": (0.903, 0.002, 16.00), "colr": (0.931, 0.002, 16.00),
+               "fedmf-topk": (0.906, 0.003, 16.00), "ternquant": (1.631, 0.0, 16.00)},
+    "yelp": {"grec": (1.353, 0.004, 91.18), "fedmf-svd": (1.563, 0.007, 16.00), "colr": (1.894, 0.011, 16.00),
+             "fedmf-topk": (1.829, 0.005, 16.00), "ternquant": (1.587, 0.0, 16.00)},
+}
+
+
+def _upload_per_user(protocol: str, built: Any, **options: Any) -> float:
+    """Measured upload bytes per user and round (``len()`` of its messages) of ``protocol`` for
+    ``built``'s model and sizes: one round of the first two users with ratings."""
+    from secemb.data import by_user
+    from secemb.protocols import get_protocol
+    from secemb.training import TrainConfig, train
+
+    data = built.train_data
+    two = np.flatnonzero(by_user(data).counts() > 0)[:2]
+    cfg = built.config
+    res = train(built.model, get_protocol(protocol, layout="full", relay=False, **options),
+                data.subset(np.isin(data.users, two)), None,
+                TrainConfig(epochs=1, users_per_round=2, m_prime=cfg.m_prime, rating_range=cfg.rating_range))
+    return float(res.upload_bytes_per_user_round)
+
+
+def table9(seeds: Sequence[int] = (0, 1, 2, 3), *, epochs: int = 20, dataset: str = "ml-100k", data_dir: Any = None,
+           log: Callable[[str], None] = lambda s: None,
+           progress: Steps | None = None) -> dict[str, Any]:
+    """Table 9 on ``dataset``: MF (Table 8's preset, biases kept: our MF has them) trained
+    ``epochs`` epochs per seed, no validation split, the last epoch's test RMSE, by
+
+    * ``grec``: GREC's lossless training, run as its bit-identical plaintext twin (GREC's FSS
+      aggregation is exact: tests/protocols/test_baseline_exact.py), and
+    * ``fedmf-topk``: FedMF w/ Top-K at the paper's reduction ratio 16 (:mod:`secemb.protocols.topk`,
+      its real protocol every round).
+
+    ``runs``: one row per scheme and seed (RMSE after each epoch, the kept model's SHA-256,
+    seconds).  ``table``: per scheme the RMSE mean and population std over the seeds, the upload
+    per user and round (measured: ``len()`` of the messages -- FedMF w/ Top-K's over its runs,
+    GREC's and SecFedRec's from one real round of two users, :func:`_upload_per_user`) and the
+    reduction ratio SecFedRec / scheme (the paper's "before and after compression"), beside
+    :data:`PAPER_TABLE9`.  ``progress`` hears of every epoch.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from secemb.training.builder import build_experiment
+    from secemb.training.experiment import Experiment, _train_built
+
+    schemes = {"grec": "plaintext", "fedmf-topk": "fedmf-topk"}
+    total, done = len(seeds) * len(schemes) * epochs, 0
+
+    def epoch_done(e: Any) -> None:
+        nonlocal done
+        done += 1
+        log(f"  epoch {e.epoch}: {e.test_metrics}")
+        if progress is not None:
+            progress(f"Table 9: {done} of {total} epochs", done, total)
+
+    import torch
+
+    torch.set_num_threads(1)
+    runs: list[dict[str, Any]] = []
+    uploads: dict[str, float] = {}
+    with threadpool_limits(limits=1, user_api="blas"):
+        for seed in seeds:
+            for scheme, protocol in schemes.items():
+                built = build_experiment(Experiment(dataset=dataset, data_dir=data_dir, model="mf", protocol=protocol,
+                                                    layout="full", relay=False, epochs=epochs, seed=seed))
+                t0 = time.perf_counter()
+                res = _train_built(built, on_epoch=epoch_done)
+                runs.append({"scheme": scheme, "protocol": protocol, "seed": seed, "epochs": epochs,
+                             "rmse": res.final_rmse, "rmse_per_epoch": [e.test_rmse for e in res.epochs],
+                             "upload_bytes_per_user_round": res.upload_bytes_per_user_round,
+                             "model_sha256": res.model_sha256, "seconds": time.perf_counter() - t0})
+                log(f"{scheme} seed {seed}: RMSE {res.final_rmse:.4f} after epoch {epochs}")
+                if not uploads:
+                    uploads = {"secfedrec": _upload_per_user("secfedrec", built),
+                               "grec": _upload_per_user("grec", built, server_eval=False)}
+    table = []
+    for scheme in schemes:
+        mine = [r for r in runs if r["scheme"] == scheme]
+        rmse = np.array([r["rmse"] for r in mine], dtype=np.float64)
+        up = uploads["grec"] if scheme == "grec" else float(np.mean([r["upload_bytes_per_user_round"] for r in mine]))
+        table.append({"scheme": scheme, "seeds": len(mine), "rmse": float(rmse.mean()), "rmse_std": float(rmse.std()),
+                      "upload_bytes_per_user_round": up, "reduction_ratio": uploads["secfedrec"] / up,
+                      "paper": {ds: PAPER_TABLE9[ds][scheme] for ds in PAPER_TABLE9}})
+    return {"dataset": dataset, "epochs": epochs, "secfedrec_upload_bytes": uploads["secfedrec"],
+            "runs": runs, "table": table}

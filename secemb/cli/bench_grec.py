@@ -1,19 +1,26 @@
 """``secemb bench grec``: GREC's private inference, Table 3 (non-private / naive LDP /
-post-processing LDP RMSE), the paper's cells beside ours."""
+post-processing LDP RMSE), the paper's cells beside ours; ``--table9``: GREC's lossless training
+against FedMF w/ Top-K (Table 9); ``--table15``: the server's minutes per round of GREC's
+training protocol (Table 15)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from secemb.cli.bench_output import FORCE_HELP, print_fitted
 
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
 
 #: ``--out`` by mode: Table 3's bench, ``--rank-saved`` (Table 14) and ``--figure4`` write different
 #: documents, so no mode's default overwrites another's results
 DEFAULT_OUT = {"table3": Path("results/grec/table3.json"), "rank_saved": Path("results/grec/table14.json"),
-               "figure4": Path("results/grec/figure4.json")}
+               "figure4": Path("results/grec/figure4.json"), "table15": Path("results/grec/table15.json"),
+               "table9": Path("results/grec/table9.json")}
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -44,6 +51,12 @@ def register(bench_app: typer.Typer) -> None:
         figure4: bool = typer.Option(False, "--figure4", help="Only Figure 4: one device's time and held memory to "
                                      "predict 150 items, full local model against perturb + denoise (no training)."),
         repeats: int = typer.Option(30, help="--figure4: timed calls per measure (the median is reported)."),
+        table9: bool = typer.Option(False, "--table9", help="Only Table 9: MF trained by GREC (lossless) and by FedMF "
+                                    "w/ Top-K at reduction ratio 16, --rec-epochs epochs (0: 20) per --seeds, "
+                                    "test RMSE and the measured reduction ratio of the upload."),
+        table15: str = typer.Option("", metavar="USERS", help="Only Table 15: server minutes of one training round "
+                                    "of GREC's protocol (MF, d = 64) for each comma-separated number of active users "
+                                    "(the paper: 100,200,300,400,500) on --dataset's shape (default ml-1m)."),
         save_dir: Path = typer.Option(None, help="Also save each recommender and denoiser here (for 'secemb infer')."),
         ranking: bool = typer.Option(True, "--ranking/--no-ranking", help="Also Table 14's HR@10/NDCG@10 (101 "
                                      "predictions per positive test rating: slow on the larger stand-ins)."),
@@ -68,7 +81,8 @@ def register(bench_app: typer.Typer) -> None:
         from secemb.errors import InvalidParameters
 
         if out is None:
-            out = DEFAULT_OUT["rank_saved" if rank_saved is not None else "figure4" if figure4 else "table3"]
+            out = DEFAULT_OUT["rank_saved" if rank_saved is not None else "figure4" if figure4
+                              else "table15" if table15 else "table9" if table9 else "table3"]
         check_outputs(force, ("--out", out))
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         try:
@@ -101,6 +115,12 @@ def register(bench_app: typer.Typer) -> None:
                 rank.add_row(metric, *(f"{cells[f'{metric}_{p}']:.4f}" for p in bench_grec.PREDICTIONS))
             print_fitted(rank)
             typer.echo(f"wrote {out}")
+            return
+        if table15:
+            _table15(table15, "ml-1m" if dataset == "ml-100k" else dataset, out, as_json, console)
+            return
+        if table9:
+            _table9(seed_list, rec_epochs or 20, dataset, out, as_json, console)
             return
         if figure4:
             if repeats < 1:
@@ -149,3 +169,68 @@ def register(bench_app: typer.Typer) -> None:
                           "" if p is None else f"{p['non_private']} / {p['naive_ldp']} / {p['post_processing_ldp']}")
         print_fitted(table)
         typer.echo(f"wrote {out}")
+
+
+def _table15(users: str, dataset: str, out: Path, as_json: bool, console: Console) -> None:
+    """``--table15 USERS``: measure, write ``out`` and print the table (exit 2 on bad input)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from secemb.bench import grec as bench_grec
+    from secemb.cli._usage import fail
+    from secemb.cli.bench_output import save_json
+    from secemb.errors import InvalidParameters
+
+    try:
+        counts = tuple(int(x) for x in users.split(",") if x.strip())
+    except ValueError:
+        fail(f"--table15 must be comma-separated integers, got {users!r}")
+    try:
+        rows = bench_grec.server_minutes(
+            counts, dataset=dataset,
+            on_done=lambda r: console.log(escape(f"{r['users']} users: server {r['server_s']:.1f} s")))
+    except InvalidParameters as exc:
+        fail(exc)
+    if save_json({"table15": rows}, out, as_json):
+        return
+    table = Table(title=f"secemb bench grec --table15 (Table 15: server minutes per round, GREC's training protocol, "
+                        f"MF d=64, {dataset}, m'={rows[0]['m_prime']})")
+    for col in ("users", "server s", "server min", "paper min", "upload MB per user"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["users"]), f"{r['server_s']:.2f}", f"{r['server_min']:.3f}",
+                      "" if r["paper_min"] is None else f"{r['paper_min']:.2f}",
+                      f"{r['upload_bytes_per_user'] / 1e6:.3f}")
+    print_fitted(table)
+    typer.echo(f"wrote {out}")
+
+
+def _table9(seeds: tuple[int, ...], epochs: int, dataset: str, out: Path, as_json: bool, console: Console) -> None:
+    """``--table9``: train, write ``out`` and print the table (exit 2 on bad input)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from secemb.bench import grec as bench_grec
+    from secemb.cli._usage import fail
+    from secemb.cli.bench_output import save_json, steps_bar
+    from secemb.data import DataFormatError, DatasetNotFoundError
+    from secemb.errors import InvalidParameters
+
+    try:
+        with steps_bar(quiet=as_json, console=console) as progress:
+            result = bench_grec.table9(seeds, epochs=epochs, dataset=dataset,
+                                       log=lambda msg: console.log(escape(msg)), progress=progress)
+    except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+        fail(exc)
+    if save_json(result, out, as_json):
+        return
+    table = Table(title=f"secemb bench grec --table9 (Table 9: MF on {dataset}, {epochs} epochs; the paper: ML-10M "
+                        f"and Yelp, MF without bias)")
+    for col in ("scheme", "seeds", "RMSE", "upload MB per user-round", "R.R.", "paper ML-10M", "paper Yelp"):
+        table.add_column(col, justify="left" if col == "scheme" else "right")
+    for r in result["table"]:
+        paper = [f"{m:.3f} +- {sd:.3f}, R.R. {rr:.2f}" for m, sd, rr in (r["paper"]["ml-10m"], r["paper"]["yelp"])]
+        table.add_row(r["scheme"], str(r["seeds"]), f"{r['rmse']:.4f} +- {r['rmse_std']:.4f}",
+                      f"{r['upload_bytes_per_user_round'] / 1e6:.3f}", f"{r['reduction_ratio']:.2f}", *paper)
+    print_fitted(table)
+    typer.echo(f"wrote {out}")
