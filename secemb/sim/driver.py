@@ -349,6 +349,20 @@ class TrainingRun:
         without validation data.  From :meth:`train`: as :func:`run` says.
     """
 
+    # set by the phases of :meth:`train`, in this order: the public model's mirror and the
+    # devices' private state (:meth:`_start_model`); m' and where it came from
+    # (:meth:`_fix_m_prime`); the configuration document and the round configuration the
+    # placements are drawn for (:meth:`_announce`, the latter again at each m' update)
+    table: np.ndarray
+    dense: np.ndarray
+    store: UserStore
+    mirror: ServerAdam | None
+    m_prime: int
+    source: str
+    mean_count: float | None
+    result_config: dict[str, Any]
+    rc_plan: RoundConfig
+
     def __init__(self, servers: Servers, spec: RunSpec, policy: RoundPolicy = RoundPolicy(),
                  hooks: Hooks = Hooks(), *, wall0: float | None = None) -> None:
         self.wall0 = time.perf_counter() if wall0 is None else wall0
@@ -439,7 +453,6 @@ class TrainingRun:
     def _fix_m_prime(self) -> None:
         """m': the configured one (server 0 must have it), else the Eq. 11 count's."""
         cfg = self.cfg
-        self.mean_count: float | None
         if cfg.m_prime is not None:
             if cfg.m_prime > self.m:
                 raise InvalidParameters(f"m_prime must be <= num_items={self.m}, got {cfg.m_prime}")
