@@ -16,7 +16,7 @@ from secemb.protocols import available_protocols, protocol_class
 
 runner = CliRunner()
 
-NETWORKED = [name for name in available_protocols() if protocol_class(name).capabilities.networked]
+NETWORKED = [name for name in available_protocols(2) if protocol_class(name).capabilities.networked]
 
 
 def test_the_matrix_covers_every_networked_protocol():

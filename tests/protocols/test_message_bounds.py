@@ -22,7 +22,7 @@ OPTIONS = {name: {"rank": 2} for name in ("quant8", "ternary", "svd", "colr")}
 
 def _variants() -> list[tuple[str, dict]]:
     out = []
-    for name in available_protocols():
+    for name in available_protocols(2):  # the two-server protocols (message_body_bytes)
         proto = get_protocol(name, **OPTIONS.get(name, {}))
         caps = proto.capabilities
         for layout in caps.layouts:
