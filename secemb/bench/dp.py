@@ -9,7 +9,8 @@ Two parts, MF on one dataset (real ML-100K by default), each a list of trained r
   paper's check "MF loses <= 2 % for epsilon >= 2" is about.
 * **Figure 7** -- ``fig7``: SecEmb + DP against DP-FedRec (local DP on the whole full-size
   upload, composed over the user's participations) at the same epsilon, epochs and round
-  size; the relative RMSE gap is the paper's "better by > 57 % for epsilon < 1.5 (ML-1M)".
+  size, at each of ``fedrec_users_per_round``; the relative RMSE gap is the paper's "better by
+  > 57 % for epsilon < 1.5 (ML-1M)".
 
 By default the SecEmb + DP runs use the ``plaintext`` protocol: its servers add the same noise
 to the same sums, and with the noise seeded a secure and a plaintext run give the same model
@@ -19,8 +20,9 @@ cryptography; ``secure=True`` runs ``secemb`` itself.  Every run records the acc
 
 The paper's settings that do not fit a 2-core machine are stated by the run (epochs, dataset,
 and ``rounds_per_epoch`` where even one epoch does not fit: every run, both methods, then stops
-each epoch after that many rounds); the clip bound ``clip`` is one value for every run and both
-methods.
+each epoch after that many rounds); the clip bound ``clip`` and the ``seed`` (the split, the
+initialization and the Poisson participation; the servers' and devices' noise is fresh OS
+randomness in every run) are one value for every run and both methods.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def one(protocol: str, epsilon: float, *, dataset: str, users_per_round: int, ep
 
 
 def _check(epsilons: Sequence[float], counts: Sequence[int], epochs: int, clip: float,
-           rounds_per_epoch: int | None) -> None:
+           rounds_per_epoch: int | None, seed: int) -> None:
     if any(not (e > 0) for e in epsilons):
         raise InvalidParameters(f"epsilons must be > 0 (inf: no DP), got {list(epsilons)}")
     if not counts:
@@ -83,34 +85,37 @@ def _check(epsilons: Sequence[float], counts: Sequence[int], epochs: int, clip: 
         raise InvalidParameters(f"clip must be a finite number > 0, got {clip!r}")
     if rounds_per_epoch is not None:
         check_int("rounds per epoch", rounds_per_epoch, low=1)
+    check_int("seed", seed, low=0)
 
 
 def run(*, dataset: str = "ml-100k", epsilons: Sequence[float] = EPSILONS, users_per_round: Sequence[int] = (100, 500),
         epochs: int = 5, fedrec_epsilons: Sequence[float] = (1.0, 4.0), fedrec_epochs: int = 2,
-        fedrec_users_per_round: int = 100, clip: float = 0.1, delta: float = 1e-5, secure: bool = False,
-        quick: bool = False, rounds_per_epoch: int | None = None,
+        fedrec_users_per_round: Sequence[int] = (100,), clip: float = 0.1, delta: float = 1e-5,
+        secure: bool = False, quick: bool = False, rounds_per_epoch: int | None = None, seed: int = 0,
         progress: Steps | None = None) -> dict[str, Any]:
     """Both figures' runs (``quick``: synthetic-mini, one epoch, two epsilons, 40 users a
-    round); an empty ``epsilons`` or ``fedrec_epsilons`` leaves that figure out.  ``secure``:
+    round); an empty ``epsilons`` or ``fedrec_epsilons`` leaves that figure out.  Figure 6 runs
+    every epsilon at every one of ``users_per_round``; Figure 7 runs SecEmb + DP, then
+    DP-FedRec, for every epsilon at every one of ``fedrec_users_per_round``.  ``secure``:
     SecEmb + DP with ``secemb`` instead of its plaintext twin.  ``rounds_per_epoch``: every
     run of both figures stops each epoch after that many rounds (``None``: whole epochs);
-    ``progress`` hears of every run."""
+    ``seed``: every run's seed (an int >= 0); ``progress`` hears of every run."""
     if quick:
         dataset, epsilons, users_per_round, epochs = "synthetic-mini", (2.0, math.inf), (40,), 1
-        fedrec_epsilons, fedrec_epochs, fedrec_users_per_round = (2.0,), 1, 40
-    _check(epsilons, users_per_round, epochs, clip, rounds_per_epoch)
-    _check(fedrec_epsilons, (fedrec_users_per_round,), fedrec_epochs, clip, rounds_per_epoch)
+        fedrec_epsilons, fedrec_epochs, fedrec_users_per_round = (2.0,), 1, (40,)
+    _check(epsilons, users_per_round, epochs, clip, rounds_per_epoch, seed)
+    _check(fedrec_epsilons, fedrec_users_per_round, fedrec_epochs, clip, rounds_per_epoch, seed)
     central = "secemb" if secure else "plaintext"
-    out: dict[str, Any] = {"dataset": dataset, "clip": clip, "delta": delta, "secemb_protocol": central,
+    out: dict[str, Any] = {"dataset": dataset, "clip": clip, "delta": delta, "seed": seed, "secemb_protocol": central,
                            "rounds_per_epoch": rounds_per_epoch, "paper": PAPER, "fig6": [], "fig7": []}
 
     plan = [("fig6", central, eps, n_p, epochs) for n_p in users_per_round for eps in epsilons]
-    plan += [("fig7", protocol, eps, fedrec_users_per_round, fedrec_epochs)
-             for eps in fedrec_epsilons for protocol in (central, "dp-fedrec")]
+    plan += [("fig7", protocol, eps, n_p, fedrec_epochs)
+             for n_p in fedrec_users_per_round for eps in fedrec_epsilons for protocol in (central, "dp-fedrec")]
     for part, protocol, eps, n_p, ep in reported(plan, progress,
                                                  lambda s: f"{s[0]}: {s[1]} epsilon={s[2]} n_p={s[3]} ({s[4]} epochs)"):
         out[part].append(one(protocol, eps, dataset=dataset, users_per_round=n_p, epochs=ep, clip=clip, delta=delta,
-                             rounds_per_epoch=rounds_per_epoch))
+                             seed=seed, rounds_per_epoch=rounds_per_epoch))
     return out
 
 
@@ -118,11 +123,12 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
     """Rows ``(figure, method, n_p, epochs, epsilon target, epsilon spent, noise multiplier,
     RMSE, loss against no DP)`` (epochs with the rounds run when an epoch was cut); the loss is
     relative to the same figure's ``inf`` run at the same round size and epochs (Figure 6), or
-    DP-FedRec's RMSE over SecEmb + DP's (Figure 7)."""
+    DP-FedRec's RMSE over SecEmb + DP's at the same epsilon, round size and epochs (Figure 7)."""
     rows: list[tuple[str, ...]] = []
     base = {(r["users_per_round"], r["epochs"]): r["rmse"] for r in result["fig6"] if r["epsilon_target"] is None}
+    ours = {(r["epsilon_target"], r["users_per_round"], r["epochs"]): r["rmse"]
+            for r in result["fig7"] if r["protocol"] != "dp-fedrec"}
     for part in ("fig6", "fig7"):
-        ours = {r["epsilon_target"]: r["rmse"] for r in result["fig7"] if r["protocol"] != "dp-fedrec"}
         for r in result[part]:
             p = r["privacy"] or {}
             method = "DP-FedRec" if r["protocol"] == "dp-fedrec" else "SecEmb+DP"
@@ -130,7 +136,7 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
                 ref = base.get((r["users_per_round"], r["epochs"]))
                 rel = "-" if ref is None or r["epsilon_target"] is None else f"{100 * (r['rmse'] / ref - 1):+.1f} %"
             else:
-                mine = ours.get(r["epsilon_target"])
+                mine = ours.get((r["epsilon_target"], r["users_per_round"], r["epochs"]))
                 rel = f"{100 * (r['rmse'] / mine - 1):+.1f} %" if r["protocol"] == "dp-fedrec" and mine else "-"
             epochs = f"{r['epochs']} ({r['rounds']} rounds)" if r.get("rounds_per_epoch") else str(r["epochs"])
             rows.append(("Fig 6" if part == "fig6" else "Fig 7", method, str(r["users_per_round"]), epochs,

@@ -22,11 +22,15 @@ def register(bench_app: typer.Typer) -> None:
         fedrec_epsilons: str = typer.Option("1,4", help="Comma-separated target epsilons of Figure 7 (empty: "
                                             "leave Figure 7 out)."),
         fedrec_epochs: int = typer.Option(2, help="Epochs of the Figure 7 runs (both methods)."),
+        fedrec_users_per_round: str = typer.Option("100", help="Comma-separated round sizes of Figure 7 (both "
+                                                   "methods at each)."),
         rounds_per_epoch: int = typer.Option(0, help="Stop every epoch of every run (both figures, both methods) "
                                              "after this many rounds, where one epoch does not fit (0: whole "
                                              "epochs)."),
         clip: float = typer.Option(0.1, help="L2 bound of a user's round contribution (every run)."),
         delta: float = typer.Option(1e-5, help="Target delta."),
+        seed: int = typer.Option(0, help="Seed of every run: the split, the initialization and the Poisson "
+                                 "participation (the DP noise is fresh OS randomness in every run)."),
         secure: bool = typer.Option(False, "--secure", help="SecEmb + DP through secemb itself (default: its "
                                     "plaintext twin, the same model under the same noise, without the cryptography)."),
         quick: bool = typer.Option(False, "--quick", help="Small workloads (a smoke test)."),
@@ -52,22 +56,25 @@ def register(bench_app: typer.Typer) -> None:
             eps = tuple(float(x) for x in epsilons.split(",") if x.strip())
             fed = tuple(float(x) for x in fedrec_epsilons.split(",") if x.strip())
             sizes = tuple(int(x) for x in users_per_round.split(",") if x.strip())
+            fed_sizes = tuple(int(x) for x in fedrec_users_per_round.split(",") if x.strip())
         except ValueError:
-            fail(f"--epsilons/--fedrec-epsilons must be numbers and --users-per-round integers, got {epsilons!r}, "
-                 f"{fedrec_epsilons!r}, {users_per_round!r}")
+            fail(f"--epsilons/--fedrec-epsilons must be numbers and --users-per-round/--fedrec-users-per-round "
+                 f"integers, got {epsilons!r}, {fedrec_epsilons!r}, {users_per_round!r}, {fedrec_users_per_round!r}")
         try:
             with steps_bar(quiet=as_json) as progress:
                 result = bench_dp.run(dataset=dataset, epsilons=eps, users_per_round=sizes, epochs=epochs,
-                                      fedrec_epsilons=fed, fedrec_epochs=fedrec_epochs, clip=clip, delta=delta,
-                                      secure=secure, quick=quick, rounds_per_epoch=rounds_per_epoch or None,
+                                      fedrec_epsilons=fed, fedrec_epochs=fedrec_epochs,
+                                      fedrec_users_per_round=fed_sizes, clip=clip, delta=delta, secure=secure,
+                                      quick=quick, rounds_per_epoch=rounds_per_epoch or None, seed=seed,
                                       progress=progress)
         except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
             fail(exc)
         if save_json(result, out, as_json):
             return
         table = Table(title=escape(f"secemb bench dp (MF, {result['dataset']}, clip {result['clip']}, "
-                                   f"delta {result['delta']:g}; SecEmb+DP through {result['secemb_protocol']}; "
-                                   "loss: against no DP, or DP-FedRec against SecEmb+DP)"))
+                                   f"delta {result['delta']:g}, seed {result['seed']}; SecEmb+DP through "
+                                   f"{result['secemb_protocol']}; loss: against no DP, or DP-FedRec against "
+                                   "SecEmb+DP)"))
         for col in ("figure", "method", "n_p", "epochs", "eps target", "eps spent", "z", "RMSE", "loss"):
             table.add_column(col, justify="left" if col in ("figure", "method") else "right")
         for row in bench_dp.table_rows(result):

@@ -30,7 +30,7 @@ def test_quick_run_figures_and_rows():
 @pytest.mark.slow  # two trainings of one round each, one of them DP-FedRec's
 def test_rounds_per_epoch_bounds_both_methods_alike():
     result = run(dataset="synthetic-mini", epsilons=(), fedrec_epsilons=(2.0,), fedrec_epochs=1,
-                 fedrec_users_per_round=40, rounds_per_epoch=1)
+                 fedrec_users_per_round=(40,), rounds_per_epoch=1)
     assert result["rounds_per_epoch"] == 1
     assert [(r["protocol"], r["rounds"], r["rounds_per_epoch"]) for r in result["fig7"]] == [
         ("plaintext", 1, 1), ("dp-fedrec", 1, 1)]
@@ -49,3 +49,36 @@ def test_bad_options():
     assert r.exit_code == 2 and "must be numbers" in r.output
     r = CliRunner().invoke(app, ["bench", "dp", "--rounds-per-epoch", "-1", "--out", "/tmp/h-seqdp-unused.json"])
     assert r.exit_code == 2 and "--rounds-per-epoch" in r.output
+
+
+def test_fig7_runs_both_methods_at_each_round_size_with_the_seed(monkeypatch):
+    """Figure 7 runs SecEmb + DP, then DP-FedRec, at every round size, every run with the
+    given seed; each DP-FedRec loss is against the SecEmb + DP run of its own round size
+    (stand-in trainings: RMSEs chosen here, so the losses are known: 1.2/1.0 and 1.21/1.1)."""
+    rmse = {("plaintext", 100): 1.0, ("dp-fedrec", 100): 1.2, ("plaintext", 500): 1.1, ("dp-fedrec", 500): 1.21}
+    calls = []
+
+    def fake_one(protocol, epsilon, *, users_per_round, epochs, seed, **_):
+        calls.append((protocol, epsilon, users_per_round, epochs, seed))
+        return {"protocol": protocol, "epsilon_target": epsilon, "users_per_round": users_per_round, "epochs": epochs,
+                "rmse": rmse[protocol, users_per_round], "privacy": {"epsilon": epsilon, "noise_multiplier": 1.0}}
+
+    monkeypatch.setattr("secemb.bench.dp.one", fake_one)
+    result = run(epsilons=(), fedrec_epsilons=(2.0,), fedrec_epochs=3, fedrec_users_per_round=(100, 500), seed=3)
+    assert calls == [("plaintext", 2.0, 100, 3, 3), ("dp-fedrec", 2.0, 100, 3, 3),
+                     ("plaintext", 2.0, 500, 3, 3), ("dp-fedrec", 2.0, 500, 3, 3)]
+    assert result["seed"] == 3 and result["fig6"] == []
+    assert [(row[1], row[2], row[-1]) for row in table_rows(result)] == [
+        ("SecEmb+DP", "100", "-"), ("DP-FedRec", "100", "+20.0 %"),
+        ("SecEmb+DP", "500", "-"), ("DP-FedRec", "500", "+10.0 %")]
+
+
+def test_bad_seed_and_round_sizes():
+    with pytest.raises(InvalidParameters, match="seed"):
+        run(epsilons=(1.0,), fedrec_epsilons=(), seed=-1)
+    with pytest.raises(InvalidParameters, match="users per round"):
+        run(epsilons=(), fedrec_epsilons=(1.0,), fedrec_users_per_round=(1,))
+    r = CliRunner().invoke(app, ["bench", "dp", "--seed", "-1", "--out", "/tmp/h-seqdp-unused.json"])
+    assert r.exit_code == 2 and "seed" in r.output
+    r = CliRunner().invoke(app, ["bench", "dp", "--fedrec-users-per-round", "x", "--out", "/tmp/h-seqdp-unused.json"])
+    assert r.exit_code == 2 and "--fedrec-users-per-round" in r.output
