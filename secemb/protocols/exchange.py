@@ -49,7 +49,7 @@ from typing import Any, ClassVar, Protocol as TypingProtocol
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
 
@@ -181,11 +181,8 @@ class ExchangeRun:
 
     def __post_init__(self) -> None:
         for name in ("epochs", "users_per_round"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidParameters(f"{name} must be an int >= 1, got {value!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise InvalidParameters(f"seed must be an int >= 0, got {self.seed!r}")
+            check_int(name, getattr(self, name), low=1)
+        check_int("seed", self.seed, low=0)
 
     def to_dict(self) -> dict[str, Any]:
         """The run as JSON values (``data_dir`` left out: it is where this machine keeps files)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.framing import ENGINE_WIRE_ID, RESERVED_WIRE_IDS
 
 if TYPE_CHECKING:
@@ -83,8 +83,7 @@ def register_protocol(name: str, factory: str | type[Protocol] | type[ExchangePr
     """
     if not isinstance(name, str) or not name:
         raise InvalidParameters(f"protocol name must be a non-empty str, got {name!r}")
-    if servers not in (1, 2) or isinstance(servers, bool):
-        raise InvalidParameters(f"servers of {name!r} must be 1 or 2, got {servers!r}")
+    check_int(f"servers of {name!r}", servers, low=1, high=2)
     base = _base(servers)
     if isinstance(factory, str):
         if factory.count(":") != 1:
@@ -92,8 +91,7 @@ def register_protocol(name: str, factory: str | type[Protocol] | type[ExchangePr
     elif not (isinstance(factory, type) and issubclass(factory, base)):
         raise InvalidParameters(f"factory of {name!r} must be a {base.__name__} subclass (servers={servers}) or "
                                 f"'module:Class', got {factory!r}")
-    if isinstance(wire_id, bool) or not isinstance(wire_id, int) or not 1 <= wire_id <= 255:
-        raise InvalidParameters(f"wire_id of {name!r} must be an int in [1, 255], got {wire_id!r}")
+    check_int(f"wire_id of {name!r}", wire_id, low=1, high=255)
     if wire_id in RESERVED_WIRE_IDS:
         raise InvalidParameters(f"wire_id {wire_id} of {name!r} is reserved (secemb.framing: secure aggregation, keys)")
     if name in _ENTRIES:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.protocols import get_exchange_protocol
 from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
 from secemb.server.tls import TlsFiles, init_pki, write_private
@@ -225,8 +225,7 @@ def init_exchange(root: str | os.PathLike, protocol: str, run: ExchangeRun, opti
     built = get_exchange_protocol(protocol, run, **options)
     if not built.networked:
         raise InvalidParameters(f"protocol {protocol!r} runs in process only (networked = False): no deployment")
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise InvalidParameters(f"port must be in [1, 65535], got {port!r}")
+    check_int("port", port, low=1, high=65535)
     if not stage_deadline_s > 0:
         raise InvalidParameters(f"stage_deadline_s must be > 0, got {stage_deadline_s!r}")
     root = Path(root)

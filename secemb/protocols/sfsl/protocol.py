@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from secemb.data.ctr import ClickData
-from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.models.din import DIN
 from secemb.privacy.randomized_response import get_cpp
 from secemb.protocols.exchange import (
@@ -183,9 +183,7 @@ class SFSLProtocol(ExchangeProtocol):
         get_cpp(self.sfsl_preset)
         self.model, self.metrics = "din", "auc"
         self.lr, self.dim = 1.0 if lr is None else float(lr), 18 if dim is None else dim
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise InvalidParameters(f"batch must be an int >= 1, got {batch!r}")
-        self.batch = batch
+        self.batch = check_int("batch", batch, low=1)
         self._sfsl_run(1)  # checks dim
         self._data, self._rng = data, _rng
 
@@ -223,9 +221,7 @@ class SFSLProtocol(ExchangeProtocol):
         """Device ``user`` of a deployment: its own training samples of the run's dataset, a
         private user embedding drawn from its own entropy."""
         train = self.data()[0]
-        if isinstance(user, bool) or not isinstance(user, int) or not 0 <= user < train.num_users:
-            raise InvalidParameters(f"--user must be in [0, {train.num_users}) for dataset {self.run.dataset!r}, "
-                                    f"got {user!r}")
+        check_int(f"--user (dataset {self.run.dataset!r})", user, low=0, high=train.num_users - 1)
         bounds = train.user_bounds()
         model = DIN(num_categories=train.num_categories, dim=self.dim)
         rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
