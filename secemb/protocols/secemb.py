@@ -274,7 +274,7 @@ class SecEmbUser(UserRole):
         self._state: fss.GenState | None = None
         self._real: np.ndarray | None = None
         self._items: np.ndarray | None = None  # int64 (S,): the slots' items (-1: empty bucket)
-        self._betas: np.ndarray | None = None  # ring (S,): secret odd retrieval payloads (0: empty)
+        self._unmask: np.ndarray | None = None  # ring (S,): inverses of the secret odd retrieval payloads (0: empty)
         self._seeds: tuple[bytes, bytes] | None = None
         self._mac_key: bytes | None = None  # relay: server 1's key for the upload's tag
         self._tampered = False  # a retrieval answer failed its check: no upload this round
@@ -353,6 +353,7 @@ class SecEmbUser(UserRole):
             # retrieval, docs/security.md); an empty bucket's payload stays 0
             betas = np.where(real, random_words(rng, real.shape, cfg.dtype) | cfg.dtype.type(1), cfg.dtype.type(0))
             cw = fss.convert_gen(state, betas.reshape(-1, 1), ring_bits=cfg.ring_bits, tag=RETRIEVAL_TAG)
+            unmask = _inverse_odd(betas)  # what each user multiplies its rows by (0 stays 0)
             keys0 = fss.DPFKeys(p0, cw, params)
             msgs0 = keys0.to_bytes_split(n)
             # the keys' check correction words (verified uploads): the same for both servers
@@ -369,7 +370,7 @@ class SecEmbUser(UserRole):
                 sl = slice(j * cfg.slots, (j + 1) * cfg.slots)
                 # copies: a user keeps its own secret state, no view of the batch's (other users')
                 user._state = fss.GenState(params.domain_size, state.leaf0[sl].copy(), state.leaf1[sl].copy())
-                user._real, user._items, user._betas = real[j].copy(), slots[j].copy(), betas[j].copy()
+                user._real, user._items, user._unmask = real[j].copy(), slots[j].copy(), unmask[j].copy()
                 own_checks = checks[size * j : size * (j + 1)]
                 msg0 = frame(_NAME, "retrieval_request", 0, cfg.round_id, msgs0[j], own_checks)
                 if not relay:
@@ -380,7 +381,9 @@ class SecEmbUser(UserRole):
                 user._mac_key = own[2 * SEED_BYTES :]
                 # the digest of the exact bytes server 0 forwards (its parse re-serializes them
                 # canonically: DPFKeys.shared_bytes of the same keys)
-                digest = hashlib.sha256(keys0[sl].shared_bytes() + own_checks).digest()
+                h = hashlib.sha256(keys0[sl].shared_bytes())
+                h.update(own_checks)
+                digest = h.digest()
                 out[i] = (msg0, frame(_NAME, "retrieval_request", 1, cfg.round_id,
                                       roots1[per_user * j : per_user * (j + 1)], *user._seeds, user._mac_key, digest))
         done = cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
@@ -424,9 +427,9 @@ class SecEmbUser(UserRole):
         plus any server's offset), after checking every real slot's tag against its row
         (unmasked by ``beta_i^{-1}``) and every empty bucket's answer is zero."""
         cfg = self.config
-        real, items, betas = self._real, self._items, self._betas
-        assert real is not None and items is not None and betas is not None  # set with _state
-        unmasked = answers[real] * _inverse_odd(betas[real])[:, None]
+        real, items, unmask = self._real, self._items, self._unmask
+        assert real is not None and items is not None and unmask is not None  # set with _state
+        unmasked = answers[real] * unmask[real][:, None]
         rows = unmasked[:, : cfg.width]
         if np.any(answers[~real]) or not np.array_equal(unmasked[:, cfg.width :],
                                                         row_tags(cfg.round_id, items[real], rows)):
