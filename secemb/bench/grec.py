@@ -280,7 +280,7 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
     saved-model folder) and ``.../denoiser.npz`` for ``secemb infer``.  ``with_ranking``: also
     Table 14's HR/NDCG cells (:func:`ranking`; 101 predictions per positive test rating).
     ``network``: train each denoiser through two server processes on 127.0.0.1
-    (:func:`~secemb.sim.demo.train_on_local_cluster`: the servers read the recommender's public
+    (:func:`~secemb.training.networked.train_on_local_cluster`: the servers read the recommender's public
     table for the frozen columns; the devices run here), the model the in-process run gives.
     ``valid_fraction``: the share of each user's training ratings held out for validation (both
     models train on the rest and are scored on it after every epoch; 0: none, both train on all
@@ -290,9 +290,9 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
     import torch
 
     from secemb.data import concat
-    from secemb.sim.settings import rating_range_of
     from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
     from secemb.protocols import get_protocol
+    from secemb.sim.settings import rating_range_of
     from secemb.training import TrainConfig, train
     from secemb.training.builder import build_experiment
     from secemb.training.experiment import Experiment, _train_built
@@ -333,7 +333,7 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
         den_protocol = get_protocol(protocol, layout="full", relay=False)
         on_epoch = partial(_log_epoch, log, "denoiser", done=epoch_done)
         if network:
-            from secemb.sim.demo import train_on_local_cluster
+            from secemb.training.networked import train_on_local_cluster
 
             dres = train_on_local_cluster(den, den_protocol, built.train_data, built.test_data, cfg,
                                           frozen_table=den.public_table, on_epoch=on_epoch, val_data=built.val_data,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
 from secemb.cli._dp_options import DpClip, DpDelta, DpEpsilon, DpLevel
 from secemb.cli._exchange import protocol_help
 
@@ -101,12 +102,12 @@ def register(app: typer.Typer) -> None:
         from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
         from secemb.cli._report import training_display, write_json
         from secemb.cli._usage import check_output, fail
-        from secemb.sim.driver import RoundAborted
-        from secemb.protocols import protocol_servers
-        from secemb.sim.demo import run_networked_experiment
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters, SecembError
+        from secemb.protocols import protocol_servers
+        from secemb.sim.driver import RoundAborted
         from secemb.training import Experiment, VerificationError, run_experiment
+        from secemb.training.networked import run_networked_experiment
 
         if json_out is not None:
             json_out = check_output(json_out, "--json-out", force=force, inputs=(dataset, data_dir))

@@ -11,9 +11,9 @@ server processes on 127.0.0.1.
   restart, supervise);
 * :mod:`secemb.sim.coordinator` -- :func:`train_networked`, the driver over HTTP (the network
   twin of :func:`secemb.training.train`);
-* :mod:`secemb.sim.demo` -- ``secemb demo --network`` in Python;
 * :mod:`secemb.sim.exchange`, :mod:`secemb.sim.secea` -- the same for one-server protocols and
   for SecEA's silos.
 
-Neither the server package nor the device SDK imports this package.
+Neither the server package nor the device SDK imports this package; ``secemb demo --network``
+in Python (an Experiment run by these servers) sits above it, in :mod:`secemb.training.networked`.
 """

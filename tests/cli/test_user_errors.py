@@ -155,7 +155,7 @@ def test_demo_reports_a_server_that_exited_in_one_line(monkeypatch: pytest.Monke
     def exited(*args: object, **kwargs: object) -> None:
         raise SecembError("server 0 exited with code 1; see /tmp/secemb-demo-x/server0.log")
 
-    monkeypatch.setattr("secemb.sim.demo.run_networked_experiment", exited)
+    monkeypatch.setattr("secemb.training.networked.run_networked_experiment", exited)
     res = _run("demo", "--network", "--dataset", "synthetic-mini", "--epochs", "1", "-q")
     _one_line_error(res, "failed: server 0 exited with code 1; see /tmp/secemb-demo-x/server0.log "
                          "(--workdir DIR keeps the servers' logs)", code=1)

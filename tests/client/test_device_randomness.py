@@ -16,13 +16,13 @@ from typer.testing import CliRunner
 from secemb.cli import app
 from secemb.client.device import Device, DeviceClient
 from secemb.data import synthetic_like, train_test_split
-from secemb.sim.driver import RoundAborted, initial_state, run
-from secemb.sim.local import InProcessServers
-from secemb.sim.settings import DeviceRandomness, cluster_settings, public_init_seed, rating_range_of
 from secemb.errors import InvalidParameters
 from secemb.models import MatrixFactorization
 from secemb.models.optim import AdamConfig
 from secemb.protocols import get_protocol
+from secemb.sim.driver import RoundAborted, initial_state, run
+from secemb.sim.local import InProcessServers
+from secemb.sim.settings import DeviceRandomness, cluster_settings, public_init_seed, rating_range_of
 from secemb.training import TrainConfig, train
 
 RUN_SEED = 4242  # the red team's seed: found from init_seed in 0.04 s
@@ -137,7 +137,7 @@ def test_demo_network_devices_draw_private_state_unless_told_reproducible(monkey
         seen.append(kw["device_randomness"])
         raise RoundAborted("stopped by the test")
 
-    monkeypatch.setattr("secemb.sim.demo.run_networked_experiment", fake)
+    monkeypatch.setattr("secemb.training.networked.run_networked_experiment", fake)
     res = CliRunner().invoke(app, ["demo", "--network", *flags, "--quiet", "--epochs", "1"])
     assert res.exit_code == 1 and "stopped by the test" in res.output, res.output
     assert seen == [want]

@@ -19,8 +19,8 @@ from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
 from secemb.randomness import CtrDrbg
 from secemb.server.config import ServerConfig
-from secemb.sim.demo import train_on_local_cluster
 from secemb.training import TrainConfig, train
+from secemb.training.networked import train_on_local_cluster
 
 
 @pytest.fixture(scope="module")

@@ -247,7 +247,7 @@ def test_bench_grec_refuses_early_stopping_without_validation(tmp_path) -> None:
 def test_a_networked_run_keeps_the_same_epoch_and_model() -> None:
     """Two server processes on 127.0.0.1, the devices here: early stopping in the one driver
     gives the in-process run's epoch, model and device state."""
-    from secemb.sim.demo import train_on_local_cluster
+    from secemb.training.networked import train_on_local_cluster
 
     built = build_experiment(Experiment(**HIGH_LR, epochs=8, valid_fraction=0.2, early_stop=2))
     ref = train(built.model, built.protocol, built.train_data, built.test_data, built.config, val_data=built.val_data)

@@ -6,6 +6,9 @@ The experiment is built by the same :func:`~secemb.training.builder.build_experi
 simulated devices draw their private state from their own entropy, as deployed devices do; with
 ``device_randomness="reproducible"`` they draw it from the run's seed, and the result document --
 ``model_sha256`` included -- equals an in-process run of the same experiment.
+
+Orchestration, like :mod:`secemb.training.experiment`: it runs an experiment on the
+simulation's servers (:mod:`secemb.sim`), which never import it.
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ import numpy as np
 
 from secemb.data import RatingData
 from secemb.data.features import FeatureSet, save_item_features
-from secemb.sim.settings import DeviceRandomness, cluster_settings
 from secemb.errors import InvalidParameters
+from secemb.inference.saved import save_frozen_table
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
 from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult
+from secemb.sim.cluster import LocalCluster
 from secemb.sim.coordinator import train_networked
-from secemb.training import Experiment
+from secemb.sim.settings import DeviceRandomness, cluster_settings
 from secemb.training.builder import build_experiment
+from secemb.training.experiment import Experiment
 
 __all__ = ["run_networked_experiment", "train_on_local_cluster"]
 
@@ -101,9 +106,6 @@ def train_on_local_cluster(
     InvalidParameters
         ``workdir`` holds a previous run's state.
     """
-    from secemb.inference.saved import save_frozen_table
-    from secemb.sim.cluster import LocalCluster
-
     with tempfile.TemporaryDirectory(prefix="secemb-demo-") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)
         if workdir is not None and any(root.glob("server*/checkpoint.npz")):
