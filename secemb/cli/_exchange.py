@@ -79,7 +79,8 @@ def exchange_protocol(ctx: typer.Context, protocol: str, command_options: tuple[
 
 def refuse_exchange_options(ctx: typer.Context, protocol: str, taken: set[str]) -> None:
     """For a two-server ``protocol``: exit 2 if the user set an option that the two-server path
-    does not use (not in ``taken``) and one-server protocols take, naming those that do."""
+    does not use (not in ``taken``) and one-server protocols take, naming those that do (their
+    modules are imported only then)."""
     from secemb.errors import InvalidParameters
     from secemb.protocols import available_protocols, exchange_class
 

@@ -14,9 +14,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
 from secemb.cli._dp_options import DpClip, DpDelta, DpEpsilon, DpLevel
 from secemb.cli._exchange import protocol_help
+
+
+#: the command's own options every protocol takes (where and how it runs, output, display)
+_OUTPUT = ("protocol", "network", "concurrency", "json_out", "force", "quiet")
+#: the command's options only the two-server path uses (beyond Experiment's fields)
+_TWO_SERVER = {"reproducible", "deadline", "workdir"}
 
 
 def register(app: typer.Typer) -> None:
@@ -102,12 +107,12 @@ def register(app: typer.Typer) -> None:
         from secemb.cli._exchange import exchange_protocol, refuse_exchange_options
         from secemb.cli._report import training_display, write_json
         from secemb.cli._usage import check_output, fail
+        from secemb.sim.driver import RoundAborted
+        from secemb.protocols import protocol_servers
+        from secemb.training.networked import run_networked_experiment
         from secemb.data import DataFormatError, DatasetNotFoundError, check_dataset
         from secemb.errors import InvalidParameters, SecembError
-        from secemb.protocols import protocol_servers
-        from secemb.sim.driver import RoundAborted
         from secemb.training import Experiment, VerificationError, run_experiment
-        from secemb.training.networked import run_networked_experiment
 
         if json_out is not None:
             json_out = check_output(json_out, "--json-out", force=force, inputs=(dataset, data_dir))
@@ -120,10 +125,9 @@ def register(app: typer.Typer) -> None:
         except InvalidParameters as exc:
             fail(exc)
         if servers == 1:  # a one-server protocol (secemb.protocols.exchange): its server behind HTTPS, or in process
-            _demo_exchange(exchange_protocol(ctx, protocol, ("protocol", "network", "concurrency", "json_out", "force",
-                                                             "quiet")), network, concurrency, json_out, quiet)
+            _demo_exchange(exchange_protocol(ctx, protocol, _OUTPUT), network, concurrency, json_out, quiet)
             return
-        refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)})
+        refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)} | set(_OUTPUT) | _TWO_SERVER)
         console = Console()
         try:
             exp = Experiment(

@@ -19,6 +19,12 @@ from secemb.cli._dp_options import DpClip, DpDelta, DpEpsilon, DpLevel
 from secemb.cli._exchange import protocol_help
 
 
+#: the command's own options every protocol takes (output and display)
+_OUTPUT = ("protocol", "json_out", "force", "quiet")
+#: the command's options only the two-server path uses (beyond Experiment's fields)
+_TWO_SERVER = {"adversary", "adversaries", "save_model"}
+
+
 def _mb(nbytes: float) -> str:
     return f"{nbytes / 1e6:.4f}"
 
@@ -178,10 +184,9 @@ def register(app: typer.Typer) -> None:
         except InvalidParameters as exc:
             fail(exc)
         if servers == 1:  # a one-server protocol (secemb.protocols.exchange) trains itself through the engine
-            _train_exchange(exchange_protocol(ctx, protocol, ("protocol", "json_out", "force", "quiet")), json_out,
-                            quiet)
+            _train_exchange(exchange_protocol(ctx, protocol, _OUTPUT), json_out, quiet)
             return
-        refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)})
+        refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)} | set(_OUTPUT) | _TWO_SERVER)
         console = Console()
         try:
             exp = Experiment(
