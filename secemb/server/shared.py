@@ -112,9 +112,7 @@ class Node(Alarms, Retrieval, Combine):
             "min_users": rnd.min_users,
             "deadline_unix": rnd.deadline,
             "config": dataclasses.asdict(rnd.rc),
-            "protocol": {"name": self.cfg.protocol, "layout": self.cfg.layout, "relay": self.cfg.relay,
-                         "expansion": self.cfg.expansion, "layout_seed": self.cfg.layout_seed,
-                         "options": self.cfg.protocol_options},
+            "protocol": self.cfg.protocol_description(),  # what the devices build it from (protocols.factory)
             "model": self.model_doc,
             "training": {"lr": self.cfg.lr, "beta1": self.cfg.beta1, "beta2": self.cfg.beta2,
                          "eps": self.cfg.eps, "ring_bits": self.cfg.ring_bits,
