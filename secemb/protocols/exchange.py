@@ -15,8 +15,11 @@ and register it with ``servers=1``::
 
     register_protocol("mine", "mypkg.mine:MineProtocol", wire_id=201, servers=1)
 
-Then ``secemb train --protocol mine``, ``secemb demo [--network] --protocol mine`` run it and,
-if it implements :meth:`ExchangeProtocol.make_device`, ``secemb serve`` + ``secemb client``.
+Stage and message names of its own join the shared vocabulary first
+(:func:`~secemb.protocols.stages.register_stages`).  Then ``secemb train --protocol mine`` and
+``secemb demo [--network] --protocol mine`` run it and, if it implements
+:meth:`ExchangeProtocol.make_device`, so do ``secemb admin init --protocol mine``,
+``secemb serve`` and ``secemb client``.
 
 **What the protocol provides** (all in :class:`ExchangeProtocol`):
 
@@ -25,7 +28,8 @@ if it implements :meth:`ExchangeProtocol.make_device`, ``secemb serve`` + ``sece
   gives it those the user set, and refuses (exit 2) any other option the user set;
 * :meth:`~ExchangeProtocol.plan`: its round (``servers=1``);
 * :meth:`~ExchangeProtocol.make_server`: the server at the start of a run (an
-  :class:`ExchangeServer`: node, body limit, public model bytes) -- what ``secemb serve`` hosts;
+  :class:`ExchangeServer`: node, body limit, public model bytes, device ids) -- what
+  ``secemb serve`` hosts;
 * :meth:`~ExchangeProtocol.train`: a whole training run.  It makes its server, hands it to
   ``connect`` (the engine hosts it in process or behind HTTP and returns the
   :class:`ExchangeRounds` that play rounds against it), chooses each round's devices, makes
