@@ -12,6 +12,12 @@ perturbation, download, local training, secure sum) from a fresh DIN.
 * :func:`round_costs` -- one round's per-client traffic, client and server seconds (Figure 5;
   the PSU's share is Table VI); with ``dropout`` a share of the clients drops after ShareKeys in
   the PSU and as many others in the update's secure sum (Figure 6).
+* :func:`baseline_costs` -- the same round's costs under the baselines of Figure 5 and Section
+  VI-B (:data:`COST_BASELINES`): secure federated learning (SFL: the full model down, its
+  update under the secure sum) and the pure, unsecured versions of federated submodel learning
+  and federated learning (FSL, FL).
+* :func:`memory` -- Section VI-D: peak resident memory measured in fresh processes, of one
+  client's round work (under a preset or a baseline) and of a whole in-process round.
 * :func:`training` -- SFSL training with AUC on held-out samples (the side-by-side table).
 * :func:`curve` -- Figure 4: test AUC over rounds for SFSL under a preset or a plaintext
   baseline (:mod:`secemb.protocols.sfsl.baselines`: FL, centralized), within a time budget.
@@ -31,12 +37,14 @@ from typing import Any
 import numpy as np
 
 from secemb.data.ctr import ClickData, TaobaoShaped
+from secemb.errors import InvalidParameters
 from secemb.models.din import DIN
 from secemb.privacy.randomized_response import CPP_PRESETS, event_probabilities, get_cpp
 from secemb.protocols.sfsl import SFSLDevice, SFSLRun, SFSLServer, TrainingSettings, sfsl_round, train_sfsl
 from secemb.protocols.sfsl.baselines import BASELINES, train_baseline
 
-__all__ = ["CURVES", "PAPER", "curve", "merge", "plot_fig4", "plot_fig5", "round_costs", "run", "table5", "training"]
+__all__ = ["COST_BASELINES", "CURVES", "PAPER", "baseline_costs", "curve", "memory", "merge", "plot_fig4",
+           "plot_fig5", "round_costs", "run", "table5", "training"]
 
 #: the schemes of Figure 4: SFSL under a preset, or a baseline
 CURVES = (*CPP_PRESETS, *BASELINES)
@@ -50,6 +58,12 @@ PAPER: dict[str, Any] = {
                "CPP5": {"eps_one": 0.0, "eps_inf": 0.0, "p7": 0.0, "p8": 0.0}},
     # Figure 5(a), n = 100, MB per client per round; SFL = secure federated learning
     "fig5_traffic_mb_n100": {"CPP1": 1.76, "CPP2": 2.33, "CPP3": 2.78, "CPP4": 3.40, "CPP5": 5.57, "SFL": 27.94},
+    # Section VI-B: the pure versions, MB per client per round, independent of n
+    "pure_traffic_mb": {"FSL": 0.41, "FL": 20.70},
+    # Section VI-D, n = 100, no dropout: memory MB per client and of the server (SFL's from the stated
+    # reductions: 209 MB is 59.40 % below SFL's client, 1.58 GB 81.88 % below SFL's server)
+    "memory_mb_n100": {"CPP2": {"client": 209, "server": 1580}, "CPP5": {"client": 281, "server": 3150},
+                       "SFL": {"client": round(209 / (1 - 0.5940)), "server": round(1580 / (1 - 0.8188))}},
     # Figure 5(b)/(c), CPP2, n = 100
     "fig5_cpp2_n100_s": {"client": 71.80, "server": 11.31},
     # Table VI, n = 20, 40, 60, 80, 100
@@ -131,6 +145,242 @@ def round_costs(preset: str, n: int, *, shape: str = "taobao", batch: int = 32, 
     }
 
 
+#: Figure 5's cost baselines (:func:`baseline_costs`): secure federated learning, and the pure
+#: (unsecured) federated submodel learning and federated learning of Section VI-B
+COST_BASELINES = ("SFL", "FSL", "FL")
+
+
+def baseline_costs(scheme: str, n: int, *, shape: str = "taobao", batch: int = 32, seed: int = 0) -> dict[str, Any]:
+    """One round of ``n`` Taobao-shaped clients (the clients, model and settings of
+    :func:`round_costs`) under a baseline of :data:`COST_BASELINES`; means over the clients.
+
+    * ``FSL`` (pure federated submodel learning): a client asks for the rows of its real goods
+      set S (SFSL's request message, in the clear), gets W_S (SFSL's reply), trains on all its
+      samples and uploads in the clear its rows' ids (uint32), their float32 updates and its
+      uint32 per-row counts, in the one framing (32-byte header).
+    * ``FL`` (pure federated learning): every client gets the whole model (SFSL's reply for all
+      143,534 goods, their categories -- a category of no goods is never trained by anyone and
+      not sent -- and the dense layers; the request is not counted: the model is broadcast),
+      trains the full model on its samples and uploads the float32 update of every parameter
+      and its uint32 training-set size, framed as above.
+    * ``SFL`` (secure federated learning): FL's download and training; the update goes through
+      the dense secure sum (:func:`secemb.secagg.run_round`, threshold ``n // 2 + 1``, no
+      dropout): the quantized update ``n_i z`` of every row (SFSL's quantization, γ = 2^15) and
+      one row holding ``n_i``, the FedAvg weights; the server applies the weighted mean.
+
+    Bytes are ``len()`` of what crossed; seconds each party's own ``time.perf_counter`` work:
+    ``client_s`` ``train`` (local training and encoding the upload) and ``update`` (the secure
+    sum's client side; 0 in the clear), ``server_s`` ``download`` (the replies), ``update`` (the
+    secure sum, or summing the clear uploads) and ``apply`` (the model update).
+
+    Raises
+    ------
+    InvalidParameters
+        An unknown scheme.
+    """
+    import torch
+
+    from secemb.framing import HEADER_BYTES
+    from secemb.protocols.sfsl.quantize import dequantize_mean, max_weight, quantize
+    from secemb.secagg import SecAggConfig, default_threshold, run_round
+
+    if scheme not in COST_BASELINES:
+        raise InvalidParameters(f"scheme must be one of {COST_BASELINES}, got {scheme!r}")
+    torch.set_num_threads(1)
+    data = _clients(TaobaoShaped(shape, seed), n, seed)
+    rng = np.random.default_rng(seed)
+    model = DIN(num_categories=data.num_categories)
+    table, dense = model.init_public(data.num_goods, rng)
+    emb = model.init_private(data.num_users, rng)
+    server = SFSLServer(model, table, dense, data.goods_category)
+    sp, d = server.space, model.dim
+    settings = TrainingSettings(batch=batch, max_weight=min(TrainingSettings().max_weight, max_weight(n)))
+    full = scheme != "FSL"
+    everything = np.arange(sp.goods, dtype=np.int64)
+    b = data.user_bounds()
+    ids = [int(u) for u in np.unique(data.user)]
+    up: dict[str, list[float]] = {"download": [], "update": []}
+    down: dict[str, list[float]] = {"download": [], "update": []}
+    client_s: dict[str, list[float]] = {"train": [], "update": []}
+    server_s = {"download": 0.0, "update": 0.0, "apply": 0.0}
+    sizes = []
+    total = np.zeros((sp.length, d))
+    weight = np.zeros(sp.length)
+    inputs: dict[int, np.ndarray] = {}
+    t_round = time.perf_counter()
+    for u in ids:
+        # CPP5 over the whole catalogue asks for every row; CPP1 over the real set for exactly S
+        dev = SFSLDevice(u, data.subset(slice(b[u], b[u + 1])), get_cpp("CPP5" if full else "CPP1"), model, emb[u])
+        req = dev.request(everything if full else dev.real, 1)
+        t0 = time.perf_counter()
+        reply = server.reply(req, 1)
+        server_s["download"] += time.perf_counter() - t0
+        up["download"].append(0 if full else len(req))
+        down["download"].append(len(reply))
+        t0 = time.perf_counter()
+        rows, deltas, weights = dev.local_update(reply, 1, sp, settings, rng)
+        if scheme == "SFL":
+            z, _ = quantize(deltas, settings.bound, settings.levels, rng)
+            n_i = np.uint32(min(dev.trained, settings.max_weight))
+            inputs[u] = np.zeros((sp.length + 1, d), np.uint32)  # the rows of the model, then the weight's
+            inputs[u][rows] = z * n_i
+            inputs[u][-1, 0] = n_i
+        else:  # in the clear: FSL its rows' ids, updates and counts; FL every update and its sample count
+            body = (deltas.astype("<f4").tobytes() + np.uint32(dev.trained).astype("<u4").tobytes() if full
+                    else rows.astype("<u4").tobytes() + deltas.astype("<f4").tobytes()
+                    + weights.astype("<u4").tobytes())
+        client_s["train"].append(time.perf_counter() - t0)
+        sizes.append(rows.size)
+        if scheme != "SFL":
+            up["update"].append(HEADER_BYTES + len(body))
+            down["update"].append(0)
+            client_s["update"].append(0.0)
+            t0 = time.perf_counter()  # the server reads the clear upload and adds it up
+            k = rows.size
+            if full:
+                v = float(np.frombuffer(body, "<u4", 1, 4 * k * d)[0])
+                total[rows] += v * np.frombuffer(body, "<f4", k * d).reshape(k, d)
+                weight[rows] += v
+            else:
+                at = np.frombuffer(body, "<u4", k)
+                v_rows = np.frombuffer(body, "<u4", k, 4 * k * (d + 1)).astype(np.float64)
+                total[at] += v_rows[:, None] * np.frombuffer(body, "<f4", k * d, 4 * k).reshape(k, d)
+                weight[at] += v_rows
+            server_s["update"] += time.perf_counter() - t0
+    if scheme == "SFL":
+        tr = run_round(SecAggConfig(length=sp.length + 1, threshold=default_threshold(n), width=d, round_id=3),
+                       inputs)
+        for u in ids:
+            up["update"].append(tr.upload_bytes[u])
+            down["update"].append(tr.download_bytes[u])
+            client_s["update"].append(tr.client_seconds[u])
+        server_s["update"] = float(sum(tr.server_seconds.values()))
+        t0 = time.perf_counter()
+        s = tr.total.reshape(sp.length + 1, d)
+        server.add(dequantize_mean(s[:-1], np.full(sp.length, s[-1, 0]), settings.bound, settings.levels))
+    else:
+        t0 = time.perf_counter()
+        server.add(np.divide(total, weight[:, None], out=np.zeros_like(total), where=weight[:, None] > 0))
+    server_s["apply"] = time.perf_counter() - t0
+
+    def mean(values: dict[str, list[float]]) -> dict[str, float]:
+        return {k: float(np.mean(v)) for k, v in values.items()}
+
+    return {"scheme": scheme, "n": n, "shape": shape, "batch": batch, "rows": float(np.mean(sizes)),
+            "upload_bytes": mean(up), "download_bytes": mean(down), "client_s": mean(client_s),
+            "server_s": server_s, "round_wall_s": time.perf_counter() - t_round}
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    """Reset this process's VmHWM to its current RSS (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+        fh.write("5")
+
+
+def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: int, q: Any) -> None:
+    """In a fresh process: the peak RSS of ``what`` (``client``: one client's round work;
+    ``round``: a whole in-process round) above the RSS before it, and both absolute, in MB."""
+    import gc
+
+    import torch
+
+    torch.set_num_threads(1)
+    if what == "round":
+        _reset_peak()
+        base = _status_kb("VmRSS")
+        if scheme in COST_BASELINES:
+            baseline_costs(scheme, n, shape=shape, batch=batch, seed=seed)
+        else:
+            round_costs(scheme, n, shape=shape, batch=batch, seed=seed)
+        q.put({"base_kb": base, "peak_kb": _status_kb("VmHWM")})
+        return
+    from secemb.secagg.psu import BloomParams, psu_input
+
+    data = _clients(TaobaoShaped(shape, seed), n, seed)
+    rng = np.random.default_rng(seed)
+    model = DIN(num_categories=data.num_categories)
+    table, dense = model.init_public(data.num_goods, rng)
+    emb = model.init_private(data.num_users, rng)
+    server = SFSLServer(model, table, dense, data.goods_category)
+    space = server.space
+    b = data.user_bounds()
+    ids = np.unique(data.user)
+    sizes = np.array([b[u + 1] - b[u] for u in ids])
+    u = int(ids[np.argsort(sizes, kind="stable")[ids.size // 2]])  # the client with the median sample count
+    full = scheme in ("SFL", "FL")
+    union = (np.arange(space.goods) if full else
+             np.unique(np.concatenate([data.goods_of(b[v], b[v + 1]) for v in ids])).astype(np.int64))
+    dev = SFSLDevice(u, data.subset(slice(b[u], b[u + 1])), get_cpp("CPP5" if full else "CPP1" if scheme == "FSL"
+                                                                      else scheme), model, emb[u])
+    req = dev.request(dev.real if scheme == "FSL" else union, 1)
+    reply = server.reply(req, 1)  # the server's side, before the client's baseline
+    del server, table, dense, req
+    gc.collect()
+    _reset_peak()
+    base = _status_kb("VmRSS")
+    # the client's round work: its PSU vector (SFSL), the submodel it receives, local training
+    # and its secure-sum input (SFL: every row of the model and the weight row)
+    if scheme not in COST_BASELINES:
+        psu_input(BloomParams.exact(space.goods), dev.real)
+    rows, values = dev.train(reply, 1, space, TrainingSettings(batch=batch), rng)
+    if scheme == "SFL":
+        upload = np.zeros((space.length + 1, space.dim), np.uint32)
+        upload[rows] = values[:, :space.dim]
+    q.put({"base_kb": base, "peak_kb": _status_kb("VmHWM"), "rows": int(rows.size), "samples": int(b[u + 1] - b[u])})
+
+
+def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", batch: int = 32,
+           seed: int = 0) -> dict[str, Any]:
+    """Section VI-D, measured: peak resident memory (``VmHWM``, reset just before the measured
+    work; Linux) in a fresh process (multiprocessing spawn: numpy, torch and secemb imported,
+    nothing else of this process inherited), for ``scheme`` (a preset, or a baseline of
+    :data:`COST_BASELINES`) at ``n`` clients.
+
+    * ``what="client"``: one client's round work -- the client with the median sample count of
+      the round's ``n``: its PSU vector (SFSL presets), the submodel reply it receives (the
+      union is that of the ``n`` clients' real sets, as the PSU gives), its local training and
+      its secure-sum input (SFL: the whole model's rows); the secure sum's own masking is not
+      in it.  The reply is built before the measurement and the server's objects freed.
+    * ``what="round"``: the whole round of :func:`round_costs` / :func:`baseline_costs` in one
+      process (the server and all ``n`` clients): an upper bound of the server's memory.
+
+    Returns ``work_mb`` (peak minus the RSS just before the work), ``process_mb`` (the peak),
+    ``base_mb``, MB = 10^6 bytes.
+
+    Raises
+    ------
+    InvalidParameters
+        An unknown scheme or ``what``.
+    """
+    import multiprocessing as mp
+
+    if scheme not in (*CPP_PRESETS, *COST_BASELINES) or what not in ("client", "round"):
+        raise InvalidParameters(f"scheme must be a preset or one of {COST_BASELINES} and what 'client' or 'round', "
+                                f"got {scheme!r}, {what!r}")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_memory_child, args=(what, scheme, n, shape, batch, seed, q))
+    proc.start()
+    try:
+        res = q.get(timeout=1800)
+    finally:
+        proc.join()
+    kb = 1024 / 1e6
+    out = {"scheme": scheme, "n": n, "what": what, "shape": shape, "batch": batch,
+           "work_mb": (res["peak_kb"] - res["base_kb"]) * kb, "process_mb": res["peak_kb"] * kb,
+           "base_mb": res["base_kb"] * kb}
+    out.update({k: res[k] for k in ("rows", "samples") if k in res})
+    return out
+
+
 def training(train: ClickData, test: ClickData, preset: str, *, clients_per_round: int = 20, rounds: int = 50,
              batch: int = 8, lr: float = 1.0, bound: float = 1.0, eval_every: int = 10, seed: int = 0,
              progress: Callable[[int, Any], None] | None = None) -> dict[str, Any]:
@@ -157,9 +407,14 @@ def training(train: ClickData, test: ClickData, preset: str, *, clients_per_roun
 def plan(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int] = (20, 40, 60),
          presets: Sequence[str] = tuple(CPP_PRESETS), n_large: Sequence[int] = (100,),
          large_presets: Sequence[str] = ("CPP2",), dropouts: Sequence[float] = (0.0, 0.1, 0.2),
-         dropout_n: int = 40, dropout_presets: Sequence[str] = ("CPP2", "CPP5")) -> list[tuple[str, str, int, float]]:
-    """The measurements :func:`run` makes for ``parts``, in order: ``(part, preset, n, dropout)``
-    (``table5`` has one, at the largest n)."""
+         dropout_n: int = 40, dropout_presets: Sequence[str] = ("CPP2", "CPP5"),
+         baselines: Sequence[str] = COST_BASELINES, baseline_ns: Sequence[int] = (20,),
+         memory_schemes: Sequence[str] = ("CPP2", "CPP5", "SFL", "FSL", "FL"), memory_ns: Sequence[int] = (20,),
+         memory_what: Sequence[str] = ("client", "round")) -> list[tuple[str, str, int, float]]:
+    """The measurements :func:`run` makes for ``parts``, in order: ``(part, preset or baseline,
+    n, dropout)`` (``table5`` has one, at the largest n; ``baselines``: each of ``baselines`` at
+    each of ``baseline_ns``; ``memory``: ``what/scheme`` for each of ``memory_what``,
+    ``memory_schemes`` and ``memory_ns``)."""
     steps: list[tuple[str, str, int, float]] = []
     if "table5" in parts:
         steps.append(("table5", "", max([*ns, *n_large]), 0.0))
@@ -169,34 +424,53 @@ def plan(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int]
                   for name in names]
     if "fig6" in parts:
         steps += [("fig6", name, dropout_n, ratio) for name in dropout_presets for ratio in dropouts]
+    if "baselines" in parts:
+        steps += [("baselines", name, n, 0.0) for n in baseline_ns for name in baselines]
+    if "memory" in parts:
+        steps += [("memory", f"{what}/{name}", n, 0.0) for n in memory_ns for what in memory_what
+                  for name in memory_schemes]
     return steps
 
 
 def run(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int] = (20, 40, 60),
         presets: Sequence[str] = tuple(CPP_PRESETS), n_large: Sequence[int] = (100,),
         large_presets: Sequence[str] = ("CPP2",), dropouts: Sequence[float] = (0.0, 0.1, 0.2),
-        dropout_n: int = 40, dropout_presets: Sequence[str] = ("CPP2", "CPP5"), shape: str = "taobao",
-        batch: int = 32, seed: int = 0, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+        dropout_n: int = 40, dropout_presets: Sequence[str] = ("CPP2", "CPP5"),
+        baselines: Sequence[str] = COST_BASELINES, baseline_ns: Sequence[int] = (20,),
+        memory_schemes: Sequence[str] = ("CPP2", "CPP5", "SFL", "FSL", "FL"), memory_ns: Sequence[int] = (20,),
+        memory_what: Sequence[str] = ("client", "round"), shape: str = "taobao", batch: int = 32, seed: int = 0,
+        on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The requested parts: ``table5``; ``fig5`` (every preset at each of ``ns``, the
     ``large_presets`` at each of ``n_large``; Table VI is its PSU share); ``fig6`` (the
-    ``dropout_presets`` at ``dropout_n`` clients against ``dropouts``) -- the steps of
+    ``dropout_presets`` at ``dropout_n`` clients against ``dropouts``); ``baselines`` (Figure 5's
+    cost baselines, :func:`baseline_costs`, at each of ``baseline_ns``); ``memory`` (Section
+    VI-D, :func:`memory`) -- the steps of
     :func:`plan`, each announced to ``on_step`` before it runs.  Before the first measured round
     an untimed round of 2 clients warms up (first-call costs are in no figure)."""
     step = on_step or (lambda _msg: None)
     out: dict[str, Any] = {"machine": platform.platform(), "processor": platform.processor() or platform.machine(),
                            "paper": PAPER, "shape": shape, "batch": batch}
-    out.update({part: [] for part in ("fig5", "fig6") if part in parts})
-    if "fig5" in parts or "fig6" in parts:
+    out.update({part: [] for part in ("fig5", "fig6", "baselines", "memory") if part in parts})
+    if "fig5" in parts or "fig6" in parts or "baselines" in parts:
         round_costs("CPP2", 2, shape="taobao-mini", batch=batch, seed=seed)  # warm-up, untimed
         out["warm_up"] = "one untimed round of 2 taobao-mini clients before the measured rounds"
     for part, name, n, ratio in plan(parts, ns=ns, presets=presets, n_large=n_large, large_presets=large_presets,
-                                     dropouts=dropouts, dropout_n=dropout_n, dropout_presets=dropout_presets):
+                                     dropouts=dropouts, dropout_n=dropout_n, dropout_presets=dropout_presets,
+                                     baselines=baselines, baseline_ns=baseline_ns, memory_schemes=memory_schemes,
+                                     memory_ns=memory_ns, memory_what=memory_what):
         if part == "table5":
             step("Table V")
             out["table5"] = table5(n, shape, seed)
         elif part == "fig5":
             step(f"Figure 5: {name}, n={n}")
             out["fig5"].append(round_costs(name, n, shape=shape, batch=batch, seed=seed))
+        elif part == "baselines":
+            step(f"Figure 5 baseline: {name}, n={n}")
+            out["baselines"].append(baseline_costs(name, n, shape=shape, batch=batch, seed=seed))
+        elif part == "memory":
+            what, scheme = name.split("/")
+            step(f"Section VI-D memory: {what}, {scheme}, n={n}")
+            out["memory"].append(memory(scheme, n, what, shape=shape, batch=batch, seed=seed))
         else:
             step(f"Figure 6: {name}, n={n}, dropout {ratio:.0%}")
             out["fig6"].append(round_costs(name, n, shape=shape, batch=batch, dropout=ratio, seed=seed))
@@ -247,10 +521,11 @@ def curve(train: ClickData, test: ClickData, scheme: str, *, clients_per_round: 
 
 def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One result from several of :func:`run`'s (a sweep run in pieces): their ``fig4``/``fig5``/
-    ``fig6``/``train`` rows concatenated in order (a later row for the same preset and n, or
+    ``fig6``/``baselines``/``memory``/``train`` rows concatenated in order (a later row for the same preset and n, or
     dataset, scheme and training settings, replaces an earlier one); the first result's other fields."""
     out: dict[str, Any] = dict(results[0]) if results else {}
-    for key, ident in (("fig5", ("preset", "n")), ("fig6", ("preset", "n", "dropout")),
+    for key, ident in (("fig5", ("preset", "n")), ("fig6", ("preset", "n", "dropout")), ("baselines", ("scheme", "n")),
+                       ("memory", ("what", "scheme", "n")),
                        ("fig4", ("dataset", "scheme", "clients_per_round", "batch", "lr")),
                        ("train", ("dataset", "preset", "rounds"))):
         rows: dict[tuple[Any, ...], Any] = {}
@@ -267,9 +542,10 @@ def _scheme_label(scheme: str, lr: float = 1.0) -> str:
     return name if lr == 1.0 else f"{name}, lr {lr:g}"
 
 
-def plot_fig5(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
-    """Figure 5 (traffic, client and server seconds per round against n, one line per preset)
-    and Table VI (the PSU's share) as one PNG, the paper's values as unfilled markers."""
+def plot_fig5(rows: Sequence[dict[str, Any]], path: str | Path, baselines: Sequence[dict[str, Any]] = ()) -> None:
+    """Figure 5 (traffic, client and server seconds per round against n, one line per preset
+    and per cost baseline of ``baselines``, :func:`baseline_costs`' rows) and Table VI (the
+    PSU's share) as one PNG, the paper's values as unfilled markers."""
     from secemb.bench.plots import line_panels
 
     mb, s = 1e6, "seconds per round"
@@ -280,11 +556,14 @@ def plot_fig5(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
     }
     panels: dict[str, dict[str, list[float]]] = {name: {} for name in measures}
     xs: dict[str, dict[str, list[float]]] = {name: {} for name in measures}
-    for preset in sorted({r["preset"] for r in rows}):
-        mine = sorted((r for r in rows if r["preset"] == preset), key=lambda r: r["n"])
+    lines = [(p, [r for r in rows if r["preset"] == p]) for p in sorted({r["preset"] for r in rows})]
+    lines += [(f"{b} (baseline)", [r for r in baselines if r["scheme"] == b]) for b in COST_BASELINES
+              if any(r["scheme"] == b for r in baselines)]
+    for label, group in lines:
+        mine = sorted(group, key=lambda r: r["n"])
         for name, f in measures.items():
-            panels[name][preset] = [f(r) for r in mine]
-            xs[name][preset] = [r["n"] for r in mine]
+            panels[name][label] = [f(r) for r in mine]
+            xs[name][label] = [r["n"] for r in mine]
     # Table VI: the PSU is the same work under every preset: the mean over the presets at each n
     ns = sorted({r["n"] for r in rows})
     psu = {"client MB": [float(np.mean([r["psu_client_bytes"] / mb for r in rows if r["n"] == n])) for n in ns],
@@ -294,7 +573,9 @@ def plot_fig5(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
     xs["(d) PSU per round (Table VI)"] = {label: ns for label in psu}
     t6 = PAPER["table6"]
     paper_n = [100]
-    refs = {"(a) traffic per client": {f"paper {p}": (paper_n, [v]) for p, v in PAPER["fig5_traffic_mb_n100"].items()},
+    traffic_refs = {f"paper {p}": (paper_n, [v]) for p, v in PAPER["fig5_traffic_mb_n100"].items()}
+    traffic_refs.update({f"paper pure {p}": (paper_n, [v]) for p, v in PAPER["pure_traffic_mb"].items()})
+    refs = {"(a) traffic per client": traffic_refs,
             "(b) client time": {"paper CPP2": (paper_n, [PAPER["fig5_cpp2_n100_s"]["client"]])},
             "(c) server time": {"paper CPP2": (paper_n, [PAPER["fig5_cpp2_n100_s"]["server"]])},
             "(d) PSU per round (Table VI)": {"paper client MB": (t6["n"], t6["client_mb"]),

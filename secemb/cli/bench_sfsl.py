@@ -1,5 +1,6 @@
-"""``secemb bench sfsl``: secure federated submodel learning (Table V, Figure 5, Table VI,
-Figure 6 of its paper, and SFSL training for the side-by-side table), measured in process."""
+"""``secemb bench sfsl``: secure federated submodel learning (Table V, Figure 5 with its cost
+baselines SFL / pure FSL / pure FL, Table VI, Figure 6 of its paper, and SFSL training for the
+side-by-side table), measured in process."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("sfsl")
     def sfsl(
         parts: str = typer.Option("table5,fig5,fig6", help="Comma-separated: table5, fig5 (Table VI is its PSU "
-                                  "share), fig6, train, fig4 (AUC over rounds); empty with --from: only merge "
-                                  "and plot."),
+                                  "share), fig6, baselines (Figure 5's SFL, pure FSL and pure FL rounds), memory "
+                                  "(Section VI-D), train, fig4 (AUC over rounds); empty with --from: only merge and "
+                                  "plot."),
         ns: str = typer.Option("20,40,60", help="Figure 5: numbers of clients n, every preset."),
         presets: str = typer.Option("CPP1,CPP2,CPP3,CPP4,CPP5", help="Figure 5: presets at each --ns."),
         n_large: str = typer.Option("100", help="Figure 5: larger n, only --large-presets."),
@@ -36,6 +38,13 @@ def register(bench_app: typer.Typer) -> None:
         dropouts: str = typer.Option("0,0.1,0.2", help="Figure 6: dropout ratios (after ShareKeys)."),
         dropout_n: int = typer.Option(40, min=4, help="Figure 6: clients per round."),
         dropout_presets: str = typer.Option("CPP2,CPP5", help="Figure 6: presets."),
+        baselines: str = typer.Option("SFL,FSL,FL", help="baselines: schemes (SFL: secure federated learning; FSL, "
+                                      "FL: the pure versions)."),
+        baseline_ns: str = typer.Option("20", help="baselines: numbers of clients n."),
+        memory_schemes: str = typer.Option("CPP2,CPP5,SFL,FSL,FL", help="memory: presets and baselines."),
+        memory_ns: str = typer.Option("20", help="memory: numbers of clients n."),
+        memory_what: str = typer.Option("client,round", help="memory: client (one client's round work), round (a "
+                                        "whole in-process round: an upper bound of the server's)."),
         shape: str = typer.Option("taobao", help="Taobao shape of the cost rounds: taobao, taobao-small, taobao-mini."),
         batch: int = typer.Option(32, min=1, help="Local SGD batch of the cost rounds (the paper: 2)."),
         train_data: str = typer.Option("ml-100k,taobao-small", help="train: datasets (ml-100k, taobao-*)."),
@@ -76,16 +85,28 @@ def register(bench_app: typer.Typer) -> None:
         sources = [Path(x.strip()) for x in merge_from.split(",") if x.strip()]
         try:
             want = tuple(x.strip().lower() for x in parts.split(",") if x.strip())
-            counts, big = _ints(ns), _ints(n_large)
+            counts, big, base_ns, mem_ns = _ints(ns), _ints(n_large), _ints(baseline_ns), _ints(memory_ns)
             ratios = tuple(float(x) for x in dropouts.split(",") if x.strip())
         except ValueError:
-            fail(f"--ns/--n-large must be integers and --dropouts numbers, got {ns!r}, {n_large!r}, {dropouts!r}")
+            fail(f"--ns/--n-large/--baseline-ns/--memory-ns must be integers and --dropouts numbers, got {ns!r}, "
+                 f"{n_large!r}, {baseline_ns!r}, {memory_ns!r}, {dropouts!r}")
         names = {"presets": _names(presets), "large": _names(large_presets), "drop": _names(dropout_presets),
                  "train": _names(train_presets)}
         schemes = tuple(x.strip() if x.strip().lower() in BASELINES else x.strip().upper()
                         for x in curves.split(",") if x.strip())
-        if not set(want) <= {"table5", "fig5", "fig6", "train", "fig4"} or not (want or sources):
-            fail(f"--parts must name table5, fig5, fig6, train, fig4 (or be empty with --from); got {parts!r}")
+        if not set(want) <= {"table5", "fig5", "fig6", "baselines", "memory", "train", "fig4"} or not (want or sources):
+            fail(f"--parts must name table5, fig5, fig6, baselines, memory, train, fig4 (or be empty with --from); "
+                 f"got {parts!r}")
+        mem_schemes = _names(memory_schemes)
+        mem_what = tuple(x.strip().lower() for x in memory_what.split(",") if x.strip())
+        if any(m not in (*CPP_PRESETS, *bench_sfsl.COST_BASELINES) for m in mem_schemes) \
+                or not set(mem_what) <= {"client", "round"} or (mem_ns and min(mem_ns) < 2):
+            fail(f"--memory-schemes must be presets or {list(bench_sfsl.COST_BASELINES)}, --memory-what client and/or "
+                 f"round, --memory-ns >= 2; got {memory_schemes!r}, {memory_what!r}, {memory_ns!r}")
+        schemes_b = _names(baselines)
+        if any(b not in bench_sfsl.COST_BASELINES for b in schemes_b) or (base_ns and min(base_ns) < 2):
+            fail(f"--baselines must be among {list(bench_sfsl.COST_BASELINES)} and --baseline-ns >= 2, got "
+                 f"{baselines!r}, {baseline_ns!r}")
         if any(c not in bench_sfsl.CURVES for c in schemes):
             fail(f"--curves must be among {list(bench_sfsl.CURVES)}, got {curves!r}")
         earlier = []
@@ -95,7 +116,8 @@ def register(bench_app: typer.Typer) -> None:
             except (OSError, ValueError) as exc:
                 fail(f"--from {src}: not a readable result of this command ({exc})")
         plotted = [key for key in ("fig5", "fig4")
-                   if key in want or any(isinstance(doc, dict) and doc.get(key) for doc in earlier)]
+                   if any(k in want or any(isinstance(doc, dict) and doc.get(k) for doc in earlier)
+                          for k in _PLOTTED_FROM[key])]
         check_outputs(force, ("--out", out), *((f"--out ({key} plot)", _plot_path(out, key)) for key in plotted),
                       inputs=sources)
         if any(p not in CPP_PRESETS for group in names.values() for p in group):
@@ -109,11 +131,13 @@ def register(bench_app: typer.Typer) -> None:
             fail(f"--train-data must be ml-100k or a Taobao shape, got {train_data!r}")
         if quick:
             shape, counts, big, dropout_n, datasets, rounds = "taobao-mini", (4,), (6,), 6, ("taobao-mini",), 2
+            base_ns, mem_ns = (4,), (4,)
             curve_rounds, curve_clients, eval_every = 2, 4, 1
         measured = tuple(p for p in want if p not in ("train", "fig4"))
         sizes: dict[str, Any] = {"ns": counts, "presets": names["presets"], "n_large": big,
                                  "large_presets": names["large"], "dropouts": ratios, "dropout_n": dropout_n,
-                                 "dropout_presets": names["drop"]}
+                                 "dropout_presets": names["drop"], "baselines": schemes_b, "baseline_ns": base_ns,
+                                 "memory_schemes": mem_schemes, "memory_ns": mem_ns, "memory_what": mem_what}
         # the steps: each measurement of bench_sfsl.run, each round of every curve and training run
         total = len(bench_sfsl.plan(measured, **sizes)) \
             + ("fig4" in want) * len(datasets) * len(schemes) * curve_rounds \
@@ -166,16 +190,23 @@ def register(bench_app: typer.Typer) -> None:
         _print(result, out)
 
 
+#: the result rows each plot draws: Figure 5 its presets' and the cost baselines' rounds
+_PLOTTED_FROM = {"fig5": ("fig5", "baselines"), "fig4": ("fig4",)}
+
+
 def _plots(result: dict[str, Any], out: Path) -> list[str]:
     """Draw Figure 5 and Figure 4 beside ``out`` where the result has their rows; the paths."""
     from secemb.bench import sfsl as bench_sfsl
 
     paths = []
-    for key, draw in (("fig5", bench_sfsl.plot_fig5), ("fig4", bench_sfsl.plot_fig4)):
-        if result.get(key):
-            path = _plot_path(out, key)
-            draw(result[key], path)
-            paths.append(str(path))
+    if result.get("fig5") or result.get("baselines"):
+        path = _plot_path(out, "fig5")
+        bench_sfsl.plot_fig5(result.get("fig5", []), path, result.get("baselines", []))
+        paths.append(str(path))
+    if result.get("fig4"):
+        path = _plot_path(out, "fig4")
+        bench_sfsl.plot_fig4(result["fig4"], path)
+        paths.append(str(path))
     return paths
 
 
@@ -253,6 +284,27 @@ def _print(result: dict[str, Any], out: Path) -> None:
                           f"{sum(r['client_s'].values()):.2f} ({r['client_s']['train']:.2f})",
                           f"{sum(r['server_s'].values()):.2f}", f"{r['server_s']['psu']:.2f}",
                           f"{r['server_s']['secagg']:.2f}")
+        print_fitted(table, con)
+    if result.get("baselines"):
+        table = Table(title="Figure 5's cost baselines: one round, per client (paper, n = 100: SFL 27.94 MB; "
+                            "pure FSL 0.41 MB, pure FL 20.70 MB)")
+        for col in ("scheme", "n", "rows", "traffic MB", "up MB", "down MB", "client s (train)", "server s"):
+            table.add_column(col, justify="right")
+        for r in result["baselines"]:
+            upb, downb = sum(r["upload_bytes"].values()), sum(r["download_bytes"].values())
+            table.add_row(r["scheme"], str(r["n"]), f"{r['rows']:,.0f}", f"{(upb + downb) / 1e6:.2f}",
+                          f"{upb / 1e6:.2f}", f"{downb / 1e6:.2f}",
+                          f"{sum(r['client_s'].values()):.2f} ({r['client_s']['train']:.2f})",
+                          f"{sum(r['server_s'].values()):.2f}")
+        print_fitted(table, con)
+    if result.get("memory"):
+        table = Table(title="Section VI-D: peak RSS (MB) in a fresh process; paper, n = 100: client CPP2 209, "
+                            "CPP5 281; server CPP2 1,580, CPP5 3,150")
+        for col in ("what", "scheme", "n", "work MB", "process MB", "base MB"):
+            table.add_column(col, justify="right")
+        for r in result["memory"]:
+            table.add_row(r["what"], r["scheme"], str(r["n"]), f"{r['work_mb']:.1f}", f"{r['process_mb']:.1f}",
+                          f"{r['base_mb']:.1f}")
         print_fitted(table, con)
     if "train" in result:
         table = Table(title="SFSL training")
