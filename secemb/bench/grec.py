@@ -50,7 +50,7 @@ from secemb.randomness import RandomBytes
 
 __all__ = ["DENOISER_HPARAMS", "FIGURE4_ITEMS", "HAT_D_BY_DIM", "PAPER_TABLE3", "PAPER_TABLE9", "PAPER_TABLE15",
            "PREDICTIONS", "TABLE15_USERS", "device_cost", "evaluate", "rank_saved", "ranking", "run", "run_one",
-           "server_minutes", "table", "table9"]
+           "server_minutes", "table", "table9", "TABLE9_SCHEMES"]
 
 #: Table 3: paper dataset -> model -> (non-private, naive LDP, post-processing LDP) RMSE means
 #: (a synthetic stand-in is compared with the dataset it stands for, ``STANDS_FOR``)
@@ -290,9 +290,9 @@ def run_one(model: str, *, dataset: str = "ml-100k", seed: int = 0, epsilons: Se
     import torch
 
     from secemb.data import concat
+    from secemb.sim.settings import rating_range_of
     from secemb.inference import Denoiser, DenoiserContext, GaussianLDP
     from secemb.protocols import get_protocol
-    from secemb.sim.settings import rating_range_of
     from secemb.training import TrainConfig, train
     from secemb.training.builder import build_experiment
     from secemb.training.experiment import Experiment, _train_built
@@ -586,9 +586,10 @@ PAPER_TABLE9: dict[str, dict[str, tuple[float, float, float]]] = {
 }
 
 
-def _upload_per_user(protocol: str, built: Any, **options: Any) -> float:
+def _upload_per_user(protocol: str, built: Any, m_prime: int, **options: Any) -> float:
     """Measured upload bytes per user and round (``len()`` of its messages) of ``protocol`` for
-    ``built``'s model and sizes: one round of the first two users with ratings."""
+    ``built``'s model and sizes at ``m_prime`` (the trained runs' m'): one round of the first two
+    users with ratings."""
     from secemb.data import by_user
     from secemb.protocols import get_protocol
     from secemb.training import TrainConfig, train
@@ -598,35 +599,49 @@ def _upload_per_user(protocol: str, built: Any, **options: Any) -> float:
     cfg = built.config
     res = train(built.model, get_protocol(protocol, layout="full", relay=False, **options),
                 data.subset(np.isin(data.users, two)), None,
-                TrainConfig(epochs=1, users_per_round=2, m_prime=cfg.m_prime, rating_range=cfg.rating_range))
+                TrainConfig(epochs=1, users_per_round=2, m_prime=m_prime, rating_range=cfg.rating_range))
     return float(res.upload_bytes_per_user_round)
+
+
+#: Table 9's schemes: name -> (protocol, its options); FedMF w/ Top-K under both readings of its
+#: reduction ratio (:mod:`secemb.protocols.topk`: of the user's own update, or of the full table)
+TABLE9_SCHEMES: dict[str, tuple[str, dict[str, Any]]] = {
+    "grec": ("plaintext", {}), "fedmf-topk": ("fedmf-topk", {"basis": "update"}),
+    "fedmf-topk-table": ("fedmf-topk", {"basis": "table"})}
 
 
 def table9(seeds: Sequence[int] = (0, 1, 2, 3), *, epochs: int = 20, dataset: str = "ml-100k", data_dir: Any = None,
            log: Callable[[str], None] = lambda s: None,
            progress: Steps | None = None) -> dict[str, Any]:
     """Table 9 on ``dataset``: MF (Table 8's preset, biases kept: our MF has them) trained
-    ``epochs`` epochs per seed, no validation split, the last epoch's test RMSE, by
+    ``epochs`` epochs per seed, no validation split, the last epoch's test RMSE, by each of
+    :data:`TABLE9_SCHEMES`:
 
     * ``grec``: GREC's lossless training, run as its bit-identical plaintext twin (GREC's FSS
-      aggregation is exact: tests/protocols/test_baseline_exact.py), and
-    * ``fedmf-topk``: FedMF w/ Top-K at the paper's reduction ratio 16 (:mod:`secemb.protocols.topk`,
-      its real protocol every round).
+      aggregation is exact: tests/protocols/test_baseline_exact.py);
+    * ``fedmf-topk``: FedMF w/ Top-K at the paper's reduction ratio 16 of the user's own sparse
+      update (its m' rows), its real protocol every round;
+    * ``fedmf-topk-table``: the same with K a sixteenth of the full table (SecFedRec's upload).
 
     ``runs``: one row per scheme and seed (RMSE after each epoch, the kept model's SHA-256,
     seconds).  ``table``: per scheme the RMSE mean and population std over the seeds, the upload
-    per user and round (measured: ``len()`` of the messages -- FedMF w/ Top-K's over its runs,
-    GREC's and SecFedRec's from one real round of two users, :func:`_upload_per_user`) and the
-    reduction ratio SecFedRec / scheme (the paper's "before and after compression"), beside
-    :data:`PAPER_TABLE9`.  ``progress`` hears of every epoch.
+    per user and round (measured: ``len()`` of the messages -- the Top-K schemes' over their
+    runs, GREC's, SecFedRec's and the plaintext (uncompressed sparse) upload from one real round
+    of two users at the runs' m', :func:`_upload_per_user`) and two reduction ratios: SecFedRec / scheme
+    (``reduction_ratio``, the basis of the paper's GREC column) and plaintext / scheme
+    (``ratio_to_sparse``), beside :data:`PAPER_TABLE9` (``fedmf-topk-table`` against the
+    paper's Top-K cells too).  ``progress`` hears of every epoch.
     """
     from threadpoolctl import threadpool_limits
 
     from secemb.training.builder import build_experiment
     from secemb.training.experiment import Experiment, _train_built
 
-    schemes = {"grec": "plaintext", "fedmf-topk": "fedmf-topk"}
-    total, done = len(seeds) * len(schemes) * epochs, 0
+    from dataclasses import replace
+
+    from secemb.protocols import get_protocol
+
+    total, done = len(seeds) * len(TABLE9_SCHEMES) * epochs, 0
 
     def epoch_done(e: Any) -> None:
         nonlocal done
@@ -642,26 +657,33 @@ def table9(seeds: Sequence[int] = (0, 1, 2, 3), *, epochs: int = 20, dataset: st
     uploads: dict[str, float] = {}
     with threadpool_limits(limits=1, user_api="blas"):
         for seed in seeds:
-            for scheme, protocol in schemes.items():
+            for scheme, (protocol, options) in TABLE9_SCHEMES.items():
                 built = build_experiment(Experiment(dataset=dataset, data_dir=data_dir, model="mf", protocol=protocol,
                                                     layout="full", relay=False, epochs=epochs, seed=seed))
+                if options:
+                    built = replace(built, protocol=get_protocol(protocol, layout="full", relay=False, **options))
                 t0 = time.perf_counter()
                 res = _train_built(built, on_epoch=epoch_done)
-                runs.append({"scheme": scheme, "protocol": protocol, "seed": seed, "epochs": epochs,
+                runs.append({"scheme": scheme, "protocol": protocol, "options": options, "seed": seed, "epochs": epochs,
                              "rmse": res.final_rmse, "rmse_per_epoch": [e.test_rmse for e in res.epochs],
                              "upload_bytes_per_user_round": res.upload_bytes_per_user_round,
-                             "model_sha256": res.model_sha256, "seconds": time.perf_counter() - t0})
+                             "m_prime": int(res.config["m_prime"]), "model_sha256": res.model_sha256,
+                             "seconds": time.perf_counter() - t0})
                 log(f"{scheme} seed {seed}: RMSE {res.final_rmse:.4f} after epoch {epochs}")
-                if not uploads:
-                    uploads = {"secfedrec": _upload_per_user("secfedrec", built),
-                               "grec": _upload_per_user("grec", built, server_eval=False)}
+                if not uploads:  # the runs' m' (given, or Eq. 11's count: the same for every run of the data)
+                    m_prime = int(res.config["m_prime"])
+                    uploads = {"secfedrec": _upload_per_user("secfedrec", built, m_prime),
+                               "plaintext": _upload_per_user("plaintext", built, m_prime),
+                               "grec": _upload_per_user("grec", built, m_prime, server_eval=False)}
     table = []
-    for scheme in schemes:
+    for scheme in TABLE9_SCHEMES:
         mine = [r for r in runs if r["scheme"] == scheme]
         rmse = np.array([r["rmse"] for r in mine], dtype=np.float64)
         up = uploads["grec"] if scheme == "grec" else float(np.mean([r["upload_bytes_per_user_round"] for r in mine]))
         table.append({"scheme": scheme, "seeds": len(mine), "rmse": float(rmse.mean()), "rmse_std": float(rmse.std()),
                       "upload_bytes_per_user_round": up, "reduction_ratio": uploads["secfedrec"] / up,
-                      "paper": {ds: PAPER_TABLE9[ds][scheme] for ds in PAPER_TABLE9}})
+                      "ratio_to_sparse": uploads["plaintext"] / up,
+                      "paper": {ds: PAPER_TABLE9[ds][scheme.removesuffix("-table")] for ds in PAPER_TABLE9}})
     return {"dataset": dataset, "epochs": epochs, "secfedrec_upload_bytes": uploads["secfedrec"],
+            "plaintext_upload_bytes": uploads["plaintext"],
             "runs": runs, "table": table}

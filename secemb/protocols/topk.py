@@ -8,10 +8,18 @@ rows).  It keeps the ``K`` entries of ``G`` of largest magnitude (ties: the lowe
 first) and sends both servers the same ``K`` flat indices ``i * w + c`` (uint32, ascending),
 each server an additive share of the ``K`` values and a share of the dense gradient.  A user
 with fewer than ``K`` non-zero entries pads with index 0 and value 0 (adding nothing).  ``K``
-is fixed by the round: ``K = floor(m w b / (ratio (4 + b)))`` with ``b`` the ring word's bytes,
-so the item part of the upload is ``1 / ratio`` of SecFedRec's full share (Table 9: every
-baseline at reduction ratio 16).  No error feedback: what a user leaves out is lost (the paper
-does not describe any, and a user is drawn once an epoch).
+is fixed by the round, ``K = floor(s w b / (ratio (4 + b)))`` with ``b`` the ring word's bytes
+and ``s`` by ``basis``:
+
+* ``"update"`` (the default): ``s`` = the round's slots (m' rows in the full layout), so the
+  upload's item part is ``1 / ratio`` of the user's own sparse update (its m' rows, what a
+  plain FedMF user sends).  The paper's Table 9 (every baseline at reduction ratio 16) reports
+  a large loss for Top-K on Yelp, which only this reading gives: there a user has far fewer
+  than ``m w / 32`` non-zero entries, so the other reading keeps all of them.
+* ``"table"``: ``s = m``, ``1 / ratio`` of SecFedRec's full share of the m x w table.
+
+No error feedback: what a user leaves out is lost (the paper describes none, and a user is
+drawn once an epoch).
 
 Aggregation is exact on what is kept: each server scatter-adds its value shares at the public
 indices; the reconstructed sum is the sum of the users' Top-K-sparsified gradients.
@@ -39,16 +47,22 @@ from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullM
 from secemb.protocols.wire import array_bytes, read_array
 from secemb.sharing import share
 
-__all__ = ["TopKProtocol", "top_k_count"]
+__all__ = ["BASES", "TopKProtocol", "top_k", "top_k_count"]
 
 _U32 = np.dtype("<u4")
 
 
-def top_k_count(rc: RoundConfig, ratio: float) -> int:
+#: what ``K`` is a fraction of (module docstring)
+BASES = ("update", "table")
+
+
+def top_k_count(rc: RoundConfig, ratio: float, basis: str = "update") -> int:
     """``K`` of a round: the most entries whose indices and value shares take at most
-    ``1 / ratio`` of SecFedRec's item share (``m w`` ring words), at least 1."""
+    ``1 / ratio`` of ``s w`` ring words (``s``: the slots for ``basis="update"``, the items for
+    ``"table"``), at least 1."""
     b = rc.dtype.itemsize
-    return max(1, math.floor(rc.num_items * rc.width * b / (ratio * (4 + b))))
+    rows = rc.slots if basis == "update" else rc.num_items
+    return max(1, math.floor(rows * rc.width * b / (ratio * (4 + b))))
 
 
 def top_k(full: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +87,7 @@ class _TopKUser(FullModelUser):
     def encode_upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes]:
         """The Top-K indices (to both servers), then each server's shares of their values and of
         the dense gradient."""
-        idx, vals = top_k(self.full_gradient(rows).reshape(-1), top_k_count(self.config, self.proto.ratio))
+        idx, vals = top_k(self.full_gradient(rows).reshape(-1), self.proto.k(self.config))
         v0, v1 = share(vals, _rng=self._rng)
         d0, d1 = share(dense, _rng=self._rng)
         head = array_bytes(idx)
@@ -86,7 +100,7 @@ class _TopKServer(FullModelServer):
     def absorb(self, user_id: int, body: memoryview, *, retract: bool = False) -> None:
         """Scatter-add the value shares at the indices (``retract``: subtract them again)."""
         cfg = self._cfg()
-        k = top_k_count(cfg, self.proto.ratio)
+        k = self.proto.k(cfg)
         split = cfg.num_items * cfg.width
         idx, off = read_array(body, 0, _U32, (k,))
         if idx.size and int(idx.max()) >= split:
@@ -99,20 +113,26 @@ class _TopKServer(FullModelServer):
 
 class TopKProtocol(FullModelProtocol):
     """Factory of FedMF w/ Top-K roles; ``ratio`` (> 1): the reduction of the item upload
-    against SecFedRec's (:func:`top_k_count`; Table 9: 16)."""
+    (Table 9: 16) against the ``basis`` (:data:`BASES`, :func:`top_k_count`)."""
 
     name = "fedmf-topk"
-    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=False, options=("ratio",))
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=False, options=("ratio", "basis"))
     user_cls, server_cls = _TopKUser, _TopKServer
 
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
-                 *, ratio: float = 16.0) -> None:
+                 *, ratio: float = 16.0, basis: str = "update") -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 1:
             raise InvalidParameters(f"ratio must be a finite number > 1, got {ratio!r}")
-        self.ratio = float(ratio)
+        if basis not in BASES:
+            raise InvalidParameters(f"basis must be one of {BASES}, got {basis!r}")
+        self.ratio, self.basis = float(ratio), basis
+
+    def k(self, rc: RoundConfig) -> int:
+        """The round's ``K`` (:func:`top_k_count`)."""
+        return top_k_count(rc, self.ratio, self.basis)
 
     def upload_body_bytes(self, rc: RoundConfig, party: int) -> int:
         """``K`` indices, ``K`` value shares, then a share of the dense gradient."""
-        k = top_k_count(rc, self.ratio)
+        k = self.k(rc)
         return 4 * k + (k + rc.dense_size) * rc.dtype.itemsize

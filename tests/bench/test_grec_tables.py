@@ -35,15 +35,19 @@ def test_server_minutes_refuses_bad_counts(users) -> None:
 def test_table9_two_schemes_and_their_reduction_ratios() -> None:
     res = grec.table9((0,), epochs=1, dataset="synthetic")
     runs = {r["scheme"]: r for r in res["runs"]}
-    assert set(runs) == {"grec", "fedmf-topk"}
+    assert set(runs) == {"grec", "fedmf-topk", "fedmf-topk-table"}
     assert all(np.isfinite(r["rmse"]) and len(r["rmse_per_epoch"]) == 1 for r in runs.values())
     table = {r["scheme"]: r for r in res["table"]}
-    # Top-K's item part is 1/16 of SecFedRec's; the uncompressed dense shares and headers pull the ratio just below
-    assert 15.0 < table["fedmf-topk"]["reduction_ratio"] <= 16.0
+    # Top-K's item part is 1/16 of the basis; the uncompressed dense shares and headers pull the ratio just below
+    assert 15.0 < table["fedmf-topk-table"]["reduction_ratio"] <= 16.0
+    # ... of the user's m' rows to one server; Top-K sends indices and a value share to each of two: ~8
+    assert 7.0 < table["fedmf-topk"]["ratio_to_sparse"] <= 8.0
+    assert res["plaintext_upload_bytes"] == runs["grec"]["upload_bytes_per_user_round"]  # the same m' measured
+    assert table["fedmf-topk"]["reduction_ratio"] > table["fedmf-topk-table"]["reduction_ratio"]
     assert table["fedmf-topk"]["upload_bytes_per_user_round"] == runs["fedmf-topk"]["upload_bytes_per_user_round"]
     assert table["grec"]["reduction_ratio"] == pytest.approx(
         res["secfedrec_upload_bytes"] / table["grec"]["upload_bytes_per_user_round"])
-    assert table["fedmf-topk"]["paper"]["yelp"] == (1.829, 0.005, 16.00)
+    assert table["fedmf-topk"]["paper"]["yelp"] == table["fedmf-topk-table"]["paper"]["yelp"] == (1.829, 0.005, 16.00)
 
 
 def test_cli_table15_and_refusals(tmp_path) -> None:

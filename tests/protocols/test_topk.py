@@ -27,18 +27,29 @@ def test_top_k_selection_by_hand():
     assert idx.tolist() == [2, 0, 0] and vals.tolist() == [9, 0, 0]
 
 
-def test_k_is_the_ratio_of_secfedrecs_item_share():
+def test_k_is_the_ratio_of_the_users_update_by_default():
     proto = get_protocol("fedmf-topk")
     rc = proto.round_config(0, 1682, 65, 1, 200)
-    assert top_k_count(rc, 16.0) == 1682 * 65 * 4 // (16 * 8)  # 4-byte index + 4-byte share per entry
+    # m' = 200 rows of 65 words; 4-byte index + 4-byte share per kept entry
+    assert proto.k(rc) == top_k_count(rc, 16.0) == 200 * 65 * 4 // (16 * 8) == 406
+    assert proto.upload_body_bytes(rc, 0) == 8 * 406 + 4
+    plain = get_protocol("plaintext").message_body_bytes("upload", rc, party=0, num_users=1)
+    assert 16.0 <= (plain - 4) / (proto.upload_body_bytes(rc, 0) - 4) < 16.1  # K rounded down
+
+
+def test_k_is_the_ratio_of_secfedrecs_item_share_with_the_table_basis():
+    proto = get_protocol("fedmf-topk", basis="table")
+    rc = proto.round_config(0, 1682, 65, 1, 200)
+    assert proto.k(rc) == top_k_count(rc, 16.0, "table") == 1682 * 65 * 4 // (16 * 8)
     assert proto.upload_body_bytes(rc, 0) == 8 * (1682 * 65 * 4 // 128) + 4
     secfedrec = get_protocol("secfedrec").upload_body_bytes(rc, 0)
     assert 16.0 <= (secfedrec - 4) / (proto.upload_body_bytes(rc, 0) - 4) < 16.01  # K rounded down
 
 
 def _round(users, ratio):
-    """One round through the roles; the decoded (sparse, dense) aggregate and the uploads' lengths."""
-    proto = get_protocol("fedmf-topk", ratio=ratio)
+    """One round through the roles (``basis="table"``); the decoded (sparse, dense) aggregate and
+    the uploads' lengths."""
+    proto = get_protocol("fedmf-topk", ratio=ratio, basis="table")
     rc = proto.round_config(0, M, W, P, 3)
     s0, s1 = proto.make_server(0), proto.make_server(1)
     table = np.zeros((M, W), np.uint32)
@@ -99,8 +110,13 @@ def test_bad_ratios_are_refused(ratio):
         get_protocol("fedmf-topk", ratio=ratio)
 
 
+def test_a_bad_basis_is_refused():
+    with pytest.raises(InvalidParameters, match="basis"):
+        get_protocol("fedmf-topk", basis="rows")
+
+
 def test_an_index_beyond_the_table_is_refused_and_changes_nothing():
-    proto = get_protocol("fedmf-topk", ratio=4.0)
+    proto = get_protocol("fedmf-topk", ratio=4.0, basis="table")
     rc = proto.round_config(0, M, W, P, 3)
     s0, s1 = proto.make_server(0), proto.make_server(1)
     s0.begin_round(rc, np.zeros((M, W), np.uint32))
