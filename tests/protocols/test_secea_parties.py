@@ -112,8 +112,8 @@ def test_tampered_relay_and_wrong_round_are_refused():
 def test_server_refuses_replayed_round_and_truncated_upload():
     params, dep = make(3, 1, 2, [[1], [1], [2]], seed=7)
     rows = [np.ones((1, 2))] * 3
-    dep.round(1, rows)
-    uploads = dep.uploads(1, rows)
+    uploads = dep.uploads(1, rows)  # an honest client uploads once a round: replay its bytes
+    dep.server.relay(1, uploads)
     with pytest.raises(ProtocolError, match="not after"):
         dep.server.relay(1, uploads)
     uploads = dep.uploads(2, rows)

@@ -89,6 +89,7 @@ class SecEAClient:
         self._num_entities = 0
         self._round: tuple[int, str] | None = None
         self._kept: tuple[np.ndarray, np.ndarray] | None = None
+        self._last_upload = -1  # the last round padded: a pad (keys, round, direction) is used once
 
     @property
     def paillier_key(self) -> phe_packing.PublicKey:
@@ -108,7 +109,7 @@ class SecEAClient:
 
     def receive_directory(self, data: bytes) -> None:
         """Store every client's public keys from the server's DIRECTORY."""
-        _, body = wire.unpack(data, wire.DIRECTORY, receiver=self.index)
+        _, body = wire.unpack(data, wire.DIRECTORY, 0, self.index)
         self._peers = _parse_directory(body, self.params.num_clients)
         if self._peers.get(self.index, (b"", None))[0] != self._x25519.public:
             raise InvalidMessage("the directory does not carry this client's own key")
@@ -125,9 +126,20 @@ class SecEAClient:
 
     def upload(self, round_id: int, rows: np.ndarray) -> bytes:
         """UPLOAD for ``round_id``: ``rows`` (float, shape ``(len(entities), d)``) are this
-        client's local embeddings, in the order of ``entities``."""
+        client's local embeddings, in the order of ``entities``.
+
+        Raises
+        ------
+        ProtocolError
+            Before the set-up, or ``round_id`` not after the last round this client uploaded in:
+            the pads are bound to (keys, round, direction), so a second upload of a round -- a
+            server that opens a round id again, e.g. after its restart -- would reuse them.
+        """
         if self._own is None or len(self._peers) != self.params.num_clients:
             raise ProtocolError("upload before the directory and the union are set")
+        if round_id <= self._last_upload:
+            raise ProtocolError(f"round {round_id} is not after round {self._last_upload}, the last this client "
+                                "uploaded in: its pads are used once")
         p, m, own = self.params, self._num_entities, self._own
         shares = coding.share(p, coding.expand(p, m, own, rows), self._rng)
         dummies = random_words(self._rng, ((self.query_bound or own.size) - own.size,), np.uint64) % np.uint64(m)
@@ -139,7 +151,7 @@ class SecEAClient:
             if v != self.index:
                 seed = _pad_seed(self._x25519.private, self._peers[v][0], round_id, self.index, v)
                 body += [struct.pack("<H", v), _padded(seed, np.concatenate([shares[v].ravel(), asks[v].ravel()]))]
-        self._round = (round_id, "uploaded")
+        self._round, self._last_upload = (round_id, "uploaded"), round_id
         return wire.pack(wire.Header(wire.UPLOAD, round_id, self.index, wire.SERVER), b"".join(body))
 
     def answer(self, data: bytes) -> bytes:
@@ -226,9 +238,9 @@ class SecEAServer:
         Raises
         ------
         InvalidMessage
-            Malformed, or sent by another client.
+            Malformed, a round id other than 0, or sent by another client.
         """
-        header, payload = wire.unpack(data, wire.HELLO, receiver=wire.SERVER)
+        header, payload = wire.unpack(data, wire.HELLO, 0, wire.SERVER)
         if header.sender != client or len(payload) <= KEY_BYTES:
             raise InvalidMessage(f"HELLO of client {client} refused")
         return payload[:KEY_BYTES], phe_packing.public_key_from_bytes(payload[KEY_BYTES:])

@@ -194,8 +194,9 @@ class SecEANode:
 
         Raises
         ------
-        ProtocolError: (including :class:`~secemb.secagg.SecAggAborted`) too few silos left or a
-            silo missing from the set-up: the round is aborted.
+        ProtocolError: (including :class:`~secemb.secagg.SecAggAborted`) too few silos left, a
+            silo missing from the set-up, or a silo's PSU shares that do not open the sum (a
+            corrupted unmask message, caught only now): the round is aborted.
         """
         rnd = self._current(round_id, stage)
         got = rnd.received.get(stage, {})
@@ -214,8 +215,10 @@ class SecEANode:
                 rnd.state = "committed"
             else:
                 rnd.replies[stage] = self._close_psu(rnd, stage)
-        except ProtocolError as exc:
+        except (ProtocolError, InvalidMessage) as exc:
             rnd.state, rnd.reason = "aborted", str(exc)
+            if isinstance(exc, InvalidMessage):
+                raise ProtocolError(f"round {round_id} aborted at {stage}: {exc}") from exc
             raise
         rnd.stage += 1
         self._time(rnd, stage, t0)

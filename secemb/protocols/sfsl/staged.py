@@ -174,7 +174,9 @@ class SFSLNode:
 
         Raises
         ------
-        SecAggAborted: fewer than the threshold left; the round is aborted, the model unchanged.
+        SecAggAborted: fewer than the threshold left, or a device's shares do not open the sum
+            (a corrupted unmask message, caught only now); the round is aborted, the model
+            unchanged, and the next round can be opened.
         """
         rnd = self._current(round_id, stage)
         t0 = time.perf_counter()
@@ -194,8 +196,10 @@ class SFSLNode:
                 build = {"advertise": agg.keys_messages, "shares": agg.relayed_messages,
                          "masked": agg.survivors_messages}[stage.split("-")[1]]
                 rnd.replies[stage] = build()
-        except SecAggAborted as exc:
+        except (SecAggAborted, InvalidMessage) as exc:
             rnd.state, rnd.reason = "aborted", str(exc)
+            if isinstance(exc, InvalidMessage):
+                raise SecAggAborted(f"round {round_id} aborted at {stage}: {exc}") from exc
             raise
         rnd.stage += 1
         self._time(rnd, part, t0)
