@@ -96,11 +96,6 @@ _HOIST = "no cycle: to module level"
 FUNCTION_IMPORTS_PENDING = {
     **_each("secemb/client/device.py", "secemb.protocols.dp_fedrec secemb.models secemb.inference.denoiser",
             f"{_HOIST} (issue 36, the device's glue: H7)"),
-    **_each("secemb/data/__init__.py", "secemb.data.yelp", "a cycle inside data/ (the loaders and feature "
-            "builders call each other): one module for what they share"),
-    **_each("secemb/data/features.py", "secemb.data.movielens secemb.data.synthetic secemb.data.yelp", "as data/"),
-    **_each("secemb/data/movielens.py", "secemb.data.features", "as data/"),
-    **_each("secemb/data/yelp.py", "secemb.data.movielens", "as data/"),
     **_each("secemb/fss/_aesni.py", "secemb.fss.prg", f"{_HOIST} (issue 37, fss: H8)"),
     **_each("secemb/protocols/registry.py", "secemb.protocols.exchange secemb.protocols.base",
             "a cycle inside protocols/ (registry <-> base, exchange, wire): issue 36, one-server protocols (H1)"),

@@ -41,6 +41,7 @@ from secemb.data.ratings import (
     validation_split,
 )
 from secemb.data.synthetic import SYNTHETIC_SHAPES, synthetic_like
+from secemb.data.yelp import load_yelp
 from secemb.errors import InvalidParameters
 
 __all__ = [
@@ -128,7 +129,5 @@ def load_dataset(
     if name in MOVIELENS:
         return load_movielens(name, data_dir, download=download)
     if name == "yelp":  # the paper's top-10,000-user subset of the Yelp files (secemb.data.yelp)
-        from secemb.data.yelp import load_yelp
-
         return load_yelp(data_dir)
     return read_own_ratings(name)

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from secemb.data._text import parse_columns, read_first_line
+from secemb.data.catalogue import movielens_titles
 from secemb.data.errors import DataFormatError, DatasetNotFoundError
 from secemb.data.ids import IdMap
 from secemb.data.ratings import RatingData
@@ -307,7 +308,7 @@ def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
     for ``ml-100k`` a ``.dat`` is read as tab-separated), anything else tab-separated
     (``u.data``).  Ids are remapped to contiguous 0-based ids in sorted raw-id order; the raw
     ids and the titles of the catalogue file in the same folder, when there is one
-    (:func:`~secemb.data.features.movielens_titles`), are kept in the data's ``ids``.
+    (:func:`~secemb.data.catalogue.movielens_titles`), are kept in the data's ``ids``.
 
     Raises
     ------
@@ -316,8 +317,6 @@ def read_ratings_file(name: str, path: str | os.PathLike) -> RatingData:
         ML-10M/25M: 0.5..5), a negative id or timestamp, a file without ratings, or a
         malformed catalogue line; the message names the file and the 1-based line number.
     """
-    from secemb.data.features import movielens_titles
-
     _check_name(name)
     path = Path(path)
     sep, order, header_lines = _layout(name, path)

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from secemb.data.errors import DataFormatError, DatasetNotFoundError
-from secemb.data.features import FeatureSet, one_hot
+from secemb.data.featureset import FeatureSet, one_hot
 from secemb.data.ids import IdMap
+from secemb.data.movielens import _env_dir, default_data_dir
 from secemb.data.ratings import RatingData
 
 __all__ = ["load_yelp", "load_yelp_features", "locate_yelp"]
@@ -45,8 +46,6 @@ def locate_yelp(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
     ------
     DatasetNotFoundError: naming every path tried.
     """
-    from secemb.data.movielens import _env_dir, default_data_dir
-
     dirs = [Path(data_dir).expanduser()] if data_dir is not None else [d for d in (_env_dir(), default_data_dir()) if d]
     found = []
     looked = []
