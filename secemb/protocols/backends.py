@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Backend", "Handle", "SerialBackend", "ThreadBackend", "ProcessBackend", "RayBackend", "GpuBackend", "make_backend",
+    "warm_kernels",
 ]
 
 
@@ -248,12 +249,10 @@ def _collect(result: Any) -> Any:
     return tuple(map(_from_shared, result)) if isinstance(result, tuple) else _from_shared(result)
 
 
-def _warm_worker() -> None:
-    """Pool initializer: forget the values the parent published before forking (a worker
-    attaches what its tasks read), and load the compiled kernels (numba's on-disk cache,
-    ~0.5 s) once per worker, so that the first round does not pay for it in every worker."""
-    _OWNED.clear()
-
+def warm_kernels() -> None:
+    """Load the compiled kernels of a server's evaluation into this process (numba's
+    registries and on-disk cache, 0.3-0.5 s in a fresh process; nothing once loaded): one tiny
+    retrieval per ring and layout.  With the numpy reference it only runs that reference."""
     from secemb.fss.fused import RETRIEVAL_TAG, retrieve_and_prepare, retrieve_and_prepare_buckets
 
     for dtype in (np.uint32, np.uint64):
@@ -266,12 +265,21 @@ def _warm_worker() -> None:
             evaluate(p0, 0, cw, LimbMatrix(table, bits), 1)
 
 
+def _warm_worker() -> None:
+    """Pool initializer: forget the values the parent published before forking (a worker
+    attaches what its tasks read), and make sure the compiled kernels are loaded: a forked
+    worker inherits them from the parent (:meth:`ProcessBackend.pool` loads them before the
+    fork), a spawned one loads them here, once."""
+    _OWNED.clear()
+    warm_kernels()
+
+
 class ProcessBackend(Backend):
     """A persistent pool of worker processes on this machine (all cores by default),
-    started on the first map of more than one task; each worker loads the compiled kernels
-    once.  Published values live in shared memory (``/dev/shm`` on Linux), unlinked by
-    :meth:`release`, :meth:`close`, or when the backend is collected or the interpreter
-    exits."""
+    started on the first map of more than one task, forked after this process loaded the
+    compiled kernels (the workers inherit them: no worker loads them again).  Published
+    values live in shared memory (``/dev/shm`` on Linux), unlinked by :meth:`release`,
+    :meth:`close`, or when the backend is collected or the interpreter exits."""
 
     in_process = False
 
@@ -306,6 +314,7 @@ class ProcessBackend(Backend):
             # workers share this process's resource tracker (a forked worker that started its
             # own would unlink the segments it attached to when it exits)
             resource_tracker.ensure_running()
+            warm_kernels()  # before the fork: the workers inherit the loaded kernels instead of each loading them
             self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_warm_worker)
             self._pool.submit(os.getpid).result()  # start the workers now, not at the first map
         return self._pool

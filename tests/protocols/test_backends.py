@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -36,7 +38,7 @@ def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, r
     s1.begin_round(cfg, table)
     users = [proto.make_user(cfg, _rng=CtrDrbg(u + 10 * round_id)) for u in range(5)]
     slots = []
-    for u in range(5):
+    for _ in range(5):
         if layout == "full":
             slots.append(rng.choice(300, 12, replace=False))
         else:
@@ -220,6 +222,46 @@ def _writeable(handle) -> bool:  # noqa: ANN001 - runs in a worker
     return bool(handle.get().flags.writeable)
 
 
+_KERNEL_LOADS = """
+import json
+from numba.core.registry import CPUDispatcher
+import secemb.fss._numba_kernels as k
+from secemb.protocols.backends import ProcessBackend
+
+def loads(_=None):
+    # signatures this process loaded from numba's cache or compiled itself (a forked worker
+    # inherits its parent's counts; one that loads again counts more)
+    ds = [d for d in vars(k).values() if isinstance(d, CPUDispatcher)]
+    return sum(sum(d.stats.cache_hits.values()) + sum(d.stats.cache_misses.values()) for d in ds)
+
+if __name__ == "__main__":
+    before = loads()
+    pool = ProcessBackend(workers=2)
+    try:
+        pool.pool()
+        print(json.dumps({"before": before, "parent": loads(), "workers": pool.map(loads, [0, 1, 2, 3])}))
+    finally:
+        pool.close()
+"""
+
+
+def test_forked_workers_inherit_the_loaded_kernels() -> None:
+    """The pool's parent loads the compiled kernels before it forks, so its workers load none
+    themselves (issue 37: numba's first-call cost once per machine, not once per worker)."""
+    import multiprocessing
+
+    from secemb.fss import kernels
+
+    if not kernels.available() or multiprocessing.get_start_method() != "fork":
+        pytest.skip("needs numba with AES-NI and forked workers")
+    proc = subprocess.run([sys.executable, "-c", _KERNEL_LOADS], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["before"] == 0 and got["parent"] > 0
+    assert got["workers"] == [got["parent"]] * 4
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -337,7 +379,8 @@ def test_large_results_come_back_through_shared_memory_and_leave_none_behind() -
 
 
 @pytest.mark.parametrize("relay", [False, True])
-def test_the_cache_bound_splits_buckets_without_changing_the_round(relay: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cache_bound_splits_buckets_without_changing_the_round(relay: bool,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A cuckoo batch folded in one range of buckets, or in one range per bucket (a cache
     bound of one byte), gives the same replies and aggregate."""
     whole = _round(SerialBackend(), "cuckoo", relay)
