@@ -1,0 +1,186 @@
+"""An adversarial review of SecEA's one-server node and silos (secemb.protocols.secea): what a
+deviating silo or server gains by changing a message.  Refusals change nothing; what SecEA's
+honest-but-curious threat model leaves open is shown by a ``test_limit_*`` test and stated in
+docs/security.md ("One-server protocols")."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from secemb.engine.exchange import LocalExchange, play
+from secemb.framing import HEADER_BYTES
+from secemb.errors import InvalidMessage, ProtocolError
+from secemb.protocols.secea import coding, field, wire
+from secemb.protocols.secea.coding import SecEAParams
+from secemb.protocols.secea.parties import SecEAClient, _pad_seed, _unpadded
+from secemb.protocols.secea.staged import SECEA_ROUND_PLAN, SECEA_SETUP_PLAN, SecEANode, SecEAParty, SecEASetupParty
+from secemb.protocols.secea.union import union_bloom
+from secemb.randomness import CtrDrbg
+from secemb.secagg.keys import KeyPair
+
+KEY_BITS = 1024
+SETS = [[1, 4, 9], [4, 7], [1, 7, 9, 12]]
+
+
+def set_up(seed: int, sets: list[list[int]] = SETS, t: int = 1) -> tuple[SecEAParams, SecEANode, LocalExchange,
+                                                                           list[SecEAClient]]:
+    params = SecEAParams(len(sets), t, dim=2)
+    rng = CtrDrbg(seed)
+    bloom = union_bloom(16, sum(len(s) for s in sets))
+    node = SecEANode(params, bloom, _rng=rng)
+    ex = LocalExchange(node)
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(sets)]
+    ex.admin.open_round(0, list(range(len(sets))))
+    parties = {i: SecEASetupParty(c, bloom, _rng=rng) for i, c in enumerate(clients)}
+    assert play(SECEA_SETUP_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 0).finished == [0, 1, 2]
+    return params, node, ex, clients
+
+
+def test_finding_a_hello_of_another_round_is_refused():
+    """docs/wire-format.md: HELLO carries round 0; one with another round id was kept."""
+    params = SecEAParams(3, 1, dim=2)
+    node = SecEANode(params, union_bloom(16, 9))
+    node.open_round(1, [0, 1, 2])
+    client = SecEAClient(0, params, np.array([1]), key_bits=KEY_BITS, _rng=CtrDrbg(1))
+    hello = client.hello()
+    other = hello[:16] + (1).to_bytes(8, "little") + hello[24:]
+    with pytest.raises(InvalidMessage, match="round"):
+        node.receive(1, "secea-keys", 0, other)
+    node.receive(1, "secea-keys", 0, hello)  # nothing was kept
+
+
+def test_upload_fields_off_the_rounds_parameters_are_refused_without_change():
+    """Silo 0's UPLOAD with its M (union size), w, E (queries) or recipient count changed, a
+    recipient that is itself or out of range, or made for another union: refused, and the
+    genuine upload is accepted afterwards."""
+    params, node, ex, clients = set_up(2)
+    node.open_round(1, [0, 1, 2])
+    rows = np.ones((3, 2))
+    up = clients[0].upload(1, rows)
+    h = HEADER_BYTES
+    m, w, e, count = struct.unpack_from("<IHIH", up, h)
+    assert (m, w, e, count) == (5, params.width, 3, 2)
+    variants = {
+        "M + 1": struct.pack("<IHIH", m + 1, w, e, count), "w + 1": struct.pack("<IHIH", m, w + 1, e, count),
+        "E - 1": struct.pack("<IHIH", m, w, e - 1, count), "E > M": struct.pack("<IHIH", m, w, m + 1, count),
+        "one recipient": struct.pack("<IHIH", m, w, e, 1),
+    }
+    for name, head in variants.items():
+        with pytest.raises(InvalidMessage):
+            node.receive(1, "secea-share", 0, up[:h] + head + up[h + 12:])
+        assert node._round is not None and 0 not in node._round.received.get("secea-share", {}), name
+    first = h + 12
+    for v in (0, 3, 0xFFFF):  # itself, no such silo
+        bad = up[:first] + struct.pack("<H", v) + up[first + 2:]
+        with pytest.raises(InvalidMessage, match="addresses"):
+            node.receive(1, "secea-share", 0, bad)
+    # a well-formed UPLOAD over another union (a silo of another set-up): M is not this union's
+    with pytest.raises(InvalidMessage, match="not the union's"):
+        node.receive(1, "secea-share", 0, _reframed(up, m - 1))
+    node.receive(1, "secea-share", 0, up)
+
+
+def _reframed(upload: bytes, m: int) -> bytes:
+    """``upload`` with M = ``m`` and its blocks cut to fit (a well-formed UPLOAD over ``m`` entities)."""
+    h = HEADER_BYTES
+    _, w, e, count = struct.unpack_from("<IHIH", upload, h)
+    body, pos = [struct.pack("<IHIH", m, w, e if e <= m else m, count)], h + 12
+    old = (len(upload) - pos) // count - 2
+    for _ in range(count):
+        body.append(upload[pos:pos + 2] + upload[pos + 2:pos + 2 + 4 * (m * w + min(e, m) * m)])
+        pos += 2 + old
+    return wire.pack(wire.Header(wire.UPLOAD, 1, 0, wire.SERVER), b"".join(body))
+
+
+def test_a_silo_that_stops_before_sharing_aborts_the_round_when_all_are_needed_and_the_next_runs():
+    """N = 3 needs every silo's shares (D = 3): a silo silent from secea-share aborts the round
+    at that stage's close, no silo gets a result, the server kept nobody's relay; the next round
+    (a later id) runs with the exact averages."""
+    params, node, ex, clients = set_up(3)
+    ex.admin.open_round(1, [0, 1, 2])
+    rows = [np.full((len(s), 2), float(v)) for v, s in enumerate(SETS)]
+    parties = {i: SecEAParty(c, 1, rows[i]) for i, c in enumerate(clients)}
+    with pytest.raises(ProtocolError, match="2 silos shared"):
+        play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 1, silent_from={2: "secea-share"})
+    assert ex.admin.outcome(1)["state"] == "aborted"
+    assert all(p.average is None for p in parties.values())
+    with pytest.raises(ProtocolError):
+        node.reply(1, "secea-share", 0)
+    ex.admin.open_round(2, [0, 1, 2])
+    parties = {i: SecEAParty(c, 2, rows[i]) for i, c in enumerate(clients)}
+    assert play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 2).finished == [0, 1, 2]
+    assert parties[0].average is not None and parties[0].average[1].tolist() == [0.5, 0.5]  # entity 4: silos 0, 1
+
+
+def test_finding_a_silo_pads_a_round_id_once():
+    """The pads are bound to (keys, round, direction): a second UPLOAD of one round id (a server
+    that opens it again) would reuse them -- the silo refuses, before it makes anything."""
+    params, node, ex, clients = set_up(4)
+    rows = np.ones((3, 2))
+    clients[0].upload(3, rows)
+    for again in (3, 2):
+        with pytest.raises(ProtocolError, match="not after round 3"):
+            clients[0].upload(again, rows)
+    clients[0].upload(4, rows)
+
+
+def test_limit_a_server_that_substitutes_a_directory_key_reads_a_silos_padded_shares():
+    """SecEA's keys travel through the server, which the paper trusts to relay them (honest-but-
+    curious).  A deviating server hands silo 0 a directory in which silo 1's X25519 key is its
+    own: silo 0 accepts it (it checks only its own entry), and the server removes the pad of
+    silo 0's block for silo 1 -- every word a field element, the Lagrange share and queries in
+    the clear.  Nothing in the protocol detects it (docs/security.md, "One-server protocols")."""
+    params = SecEAParams(3, 1, dim=2)
+    rng = CtrDrbg(5)
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(SETS)]
+    node = SecEANode(params, union_bloom(16, 9), _rng=rng)
+    hellos = {i: c.hello() for i, c in enumerate(clients)}
+    mine = KeyPair.generate(_rng=rng)
+    forged = dict(hellos)
+    forged[1] = wire.pack(wire.Header(wire.HELLO, 0, 1, wire.SERVER), mine.public + hellos[1][32 + 32:])
+    clients[0].receive_directory(node.server.directory(forged)[0])  # accepted
+    for i in (1, 2):
+        clients[i].receive_directory(node.server.directory(hellos)[i])
+    for c in clients:
+        c.set_union(np.array([1, 4, 7, 9, 12]))
+    up = clients[0].upload(1, np.ones((3, 2)))
+    m, e, blocks = node.server.read_upload(1, 0, up)
+    block = dict(blocks)[1]
+    seed = _pad_seed(mine.private, hellos[0][32:64], 1, 0, 1)
+    words = _unpadded(seed, block)  # raises InvalidMessage unless every word is a field element
+    assert words.size == m * params.width + e * m and words.max() < field.P
+    # without the substitution the pad does not come off: random words are >= P about half the time
+    with pytest.raises(InvalidMessage, match="field element"):
+        _unpadded(_pad_seed(mine.private, hellos[0][32:64], 1, 0, 2), dict(blocks)[2])
+
+
+def test_limit_a_silo_that_answers_wrongly_corrupts_anothers_averages_undetected():
+    """A deviating silo (the model assumes honest-but-curious silos too) adds 1 to its answers
+    for silo 0: silo 0's decoded averages change, and nothing in the protocol tells it."""
+    params, node, ex, clients = set_up(6)
+    node.open_round(1, [0, 1, 2])
+    rows = [np.full((len(s), 2), 1.0) for s in SETS]
+    for i, c in enumerate(clients):
+        node.receive(1, "secea-share", i, c.upload(1, rows[i]))
+    node.close(1, "secea-share")
+    honest = coding.answer
+
+    def wrong(query: np.ndarray, stored: np.ndarray) -> np.ndarray:
+        return (honest(query, stored) + np.uint64(1)) % np.uint64(field.P)
+
+    for i, c in enumerate(clients):
+        relay = node.reply(1, "secea-share", i)
+        assert relay is not None
+        if i == 1:
+            coding.answer = wrong
+        try:
+            node.receive(1, "secea-answer", i, c.answer(relay))
+        finally:
+            coding.answer = honest
+    node.close(1, "secea-answer")
+    result = node.reply(1, "secea-answer", 0)
+    assert result is not None
+    assert clients[0].finish(result).tolist() != [[1.0, 1.0]] * 3  # every average is 1.0; no error raised
