@@ -17,16 +17,17 @@ contributed it (the per-row participant sets of :class:`secemb.secagg.SecAggConf
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from secemb.data.ctr import ClickData
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.models.din import DIN, click_batch
 from secemb.privacy.randomized_response import IndexPerturber, RRParams
 from secemb.protocols.sfsl import wire
-from secemb.protocols.sfsl.quantize import dequantize_mean, quantize
+from secemb.protocols.sfsl.quantize import dequantize_mean, max_weight, quantize
 from secemb.randomness import RandomBytes, system_rng
 
 __all__ = ["RowSpace", "SFSLDevice", "SFSLServer", "TrainingSettings"]
@@ -75,6 +76,28 @@ class TrainingSettings:
     bound: float = 1.0
     levels: int = 1 << 15
     max_weight: int = 1310
+
+    def check(self, clients: int) -> TrainingSettings:
+        """These settings, if a device of a round of ``clients`` devices can train with them (what
+        a device checks in a round document, which the server writes): ``batch``, ``epochs`` ints
+        >= 1, ``lr`` finite >= 0, ``bound`` finite > 0, ``levels`` an int in [2, 2^31] and
+        ``max_weight`` an int in [1, :func:`~secemb.protocols.sfsl.quantize.max_weight`] (no
+        wrap-around of the secure sum).
+
+        Raises
+        ------
+        InvalidParameters: the first field out of range.
+        """
+        for name in ("batch", "epochs"):
+            check_int(name, getattr(self, name), low=1)
+        for name, value, low in (("lr", self.lr, 0.0), ("bound", self.bound, None)):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not number or (value < low if low is not None else value <= 0):
+                raise InvalidParameters(f"{name} must be a finite number {'>= 0' if low is not None else '> 0'}, "
+                                        f"got {value!r}")
+        check_int("levels", self.levels, low=2, high=1 << 31)
+        check_int("max_weight", self.max_weight, low=1, high=max_weight(clients, self.levels))
+        return self
 
 
 def categories_of(goods: np.ndarray, goods_category: np.ndarray) -> np.ndarray:

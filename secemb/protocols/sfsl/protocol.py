@@ -307,15 +307,16 @@ class SFSLClient:
 
         Raises
         ------
-        InvalidMessage: a document without them, or settings that are not SFSL's.
+        InvalidMessage: a document without them, or settings that are not SFSL's or that a device
+        cannot train with (:meth:`TrainingSettings.check`: the server writes them).
         """
         try:
             round_id, users, settings = round_doc["round_id"], round_doc["users"], round_doc["settings"]
             if not isinstance(round_id, int) or not isinstance(users, list) or self.device.user not in users:
                 raise TypeError("round_id, users")
             fields = {k: settings[k] for k in asdict(TrainingSettings())}
-            rs = TrainingSettings(**fields)
-        except (KeyError, TypeError) as exc:
+            rs = TrainingSettings(**fields).check(len(users))
+        except (KeyError, TypeError, InvalidParameters) as exc:
             raise InvalidMessage(f"not an SFSL round document for user {self.device.user} ({exc})") from None
         bloom = BloomParams.exact(self.space.goods)
         return SFSLParty(self.device, round_id, len(users), self.space, bloom, rs, self.rng)

@@ -1,0 +1,202 @@
+"""An adversarial review of SFSL's one-server node and devices (secemb.protocols.sfsl): what a
+deviating device or server gains by changing a message.  Refusals change nothing; what SFSL's
+honest-but-curious threat model leaves open is shown by a ``test_limit_*`` test and stated in
+docs/security.md ("One-server protocols")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from secemb.data.ctr import TaobaoShaped, split_clicks
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.framing import HEADER_BYTES
+from secemb.protocols.exchange import ExchangeRun
+from secemb.protocols.sfsl import wire as sfsl_wire
+from secemb.protocols.sfsl.protocol import SFSLProtocol
+from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def clicks():
+    return split_clicks(TaobaoShaped("taobao-mini", seed=3).clients(np.arange(8)))
+
+
+def protocol(clicks, preset: str = "CPP1") -> SFSLProtocol:
+    return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=3), sfsl_preset=preset, batch=8, data=clicks)
+
+
+def run_round(node: SFSLNode, parties: dict[int, Any], round_id: int,
+              before: Any = None) -> None:
+    """Every stage: each party sends (``before(stage, user, body)`` first, for attacks), the
+    operator closes, the parties take their answers."""
+    for stage in SFSL_PLAN.stages:
+        for u, party in parties.items():
+            body = party.message(stage)
+            if before is not None:
+                before(stage, u, body)
+            node.receive(round_id, stage, u, body)
+        node.close(round_id, stage)
+        if SFSL_PLAN.replies(stage):
+            for u, party in parties.items():
+                out = node.reply(round_id, stage, u)
+                assert out is not None
+                party.accept(stage, out)
+
+
+@pytest.mark.parametrize("bad", [{"batch": 0}, {"batch": 2.5}, {"lr": "x"}, {"lr": float("nan")}, {"epochs": 0},
+                                 {"bound": 0.0}, {"levels": 1}, {"max_weight": 2**40}, {"max_weight": True}])
+def test_finding_round_settings_a_device_cannot_train_with_are_refused_up_front(clicks, bad):
+    """The round document's training settings come from the server.  Settings a device cannot
+    train with crashed it mid-round with a builtin error (``batch`` 0: ValueError, ``lr`` "x":
+    TypeError -- a traceback out of ``secemb client``), or trained on silently (``lr`` NaN, a
+    ``max_weight`` that lets the secure sum wrap around Z_2^32); now the device refuses the
+    document (InvalidMessage) before it draws anything."""
+    proto = protocol(clicks)
+    node = proto.make_server().node
+    doc = node.open_round(1, [0, 1, 2])
+    device = proto.make_device(0)
+    device.party(doc)  # the server's own settings are fine
+    with pytest.raises(InvalidMessage, match="not an SFSL round document"):
+        device.party({**doc, "settings": {**doc["settings"], **bad}})
+
+
+def test_training_settings_check_bounds_by_hand():
+    from secemb.protocols.sfsl import TrainingSettings
+
+    # max_weight's public cap for 3 devices and 2^15 levels: floor((2^32 - 1) / (3 (2^15 - 1))) = 43692
+    assert TrainingSettings(max_weight=43692).check(3).max_weight == 43692
+    with pytest.raises(InvalidParameters, match="max_weight"):
+        TrainingSettings(max_weight=43693).check(3)
+    assert TrainingSettings(lr=0.0).check(2).lr == 0.0
+
+
+def test_every_stage_refuses_malformed_messages_without_change(clicks):
+    """Device 0's message of each of the nine stages with any one framing header byte changed,
+    cut, extended, or (a secure-aggregation message: it names its sender) sent as device 1:
+    refused (InvalidMessage, or ProtocolError / InvalidParameters for a call out of order), and
+    the genuine message is then accepted (not a duplicate): the round commits."""
+    proto = protocol(clicks)
+    node = proto.make_server().node
+    assert isinstance(node, SFSLNode)
+    doc = node.open_round(1, [0, 1, 2])
+    parties = {u: proto.make_device(u).party(doc) for u in range(3)}
+    tried: list[str] = []
+
+    def attack(stage: str, u: int, body: bytes) -> None:
+        if u != 0:
+            return
+        bad = []
+        for off in range(HEADER_BYTES):
+            b = bytearray(body)
+            b[off] ^= 0x01
+            bad.append(bytes(b))
+        bad += [body[:cut] for cut in (0, HEADER_BYTES, len(body) - 1)] + [body + b"\0"]
+        for msg in bad:
+            with pytest.raises((InvalidMessage, ProtocolError, InvalidParameters)):
+                node.receive(1, stage, 0, msg)
+        if stage != "download":  # a request names no device: device 1 sending it asks for S''_0 itself
+            with pytest.raises(InvalidMessage):
+                node.receive(1, stage, 1, body)  # device 1 posting device 0's message
+        tried.append(stage)
+
+    run_round(node, parties, 1, attack)
+    assert tried == list(SFSL_PLAN.stages)
+    assert node.outcome(1)["state"] == "committed"
+
+
+def test_a_request_beyond_the_goods_or_not_increasing_is_refused(clicks):
+    proto = protocol(clicks)
+    node = proto.make_server().node
+    assert isinstance(node, SFSLNode)
+    goods = node.server.space.goods
+    for ids in ([goods], [3, 3], [5, 2]):
+        with pytest.raises(InvalidMessage, match="strictly increasing"):
+            node.server.reply(sfsl_wire.request(1, np.array(ids)), 1)
+
+
+def test_a_device_that_stops_mid_round_is_left_out_and_the_next_round_runs(clicks):
+    """Of five devices (threshold 3), device 4 stops after its masked input of the secure sum
+    (before unmasking): the round commits with it (its input counts: SecAgg's semantics); device
+    3 stops before its masked input: it is left out (its pairwise masks are recovered).  The next
+    round runs."""
+    proto = protocol(clicks)
+    hosted = proto.make_server()
+    node = hosted.node
+    assert isinstance(node, SFSLNode)
+    devices = {u: proto.make_device(u) for u in range(5)}
+    doc = node.open_round(1, [0, 1, 2, 3, 4])
+    parties = {u: devices[u].party(doc) for u in range(5)}
+    silent = {4: "sum-unmask", 3: "sum-masked"}
+    for stage in SFSL_PLAN.stages:
+        k = SFSL_PLAN.stages.index(stage)
+        live = [u for u in parties if u not in silent or k < SFSL_PLAN.stages.index(silent[u])]
+        for u in live:
+            node.receive(1, stage, u, parties[u].message(stage))
+        node.close(1, stage)
+        if SFSL_PLAN.replies(stage):
+            for u in live:
+                out = node.reply(1, stage, u)
+                if out is not None:
+                    parties[u].accept(stage, out)
+    assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [0, 1, 2, 4]
+    doc = node.open_round(2, [0, 1, 2])
+    run_round(node, {u: devices[u].party(doc) for u in range(3)}, 2)
+    assert node.outcome(2)["state"] == "committed"
+
+
+def test_limit_cpp1_requests_name_each_devices_real_goods(clicks):
+    """SFSL's privacy of the goods a device clicked is Algorithm 2's randomized response; CPP1
+    perturbs nothing (S'' = S), so the server reads every device's real set off its download
+    request (the deployment example of docs/deployment.md uses CPP1 for its reproducible hash)."""
+    proto = protocol(clicks, "CPP1")
+    node = proto.make_server().node
+    assert isinstance(node, SFSLNode)
+    doc = node.open_round(1, [0, 1, 2])
+    devices = {u: proto.make_device(u) for u in range(3)}
+    parties = {u: devices[u].party(doc) for u in range(3)}
+    requests: dict[int, bytes] = {}
+
+    def spy(stage: str, u: int, body: bytes) -> None:
+        if stage == "download":
+            requests[u] = body
+
+    run_round(node, parties, 1, spy)
+    for u in range(3):
+        seen = sfsl_wire.open_request(requests[u], 1, node.server.space.goods)
+        assert seen.tolist() == devices[u].device.real.tolist()
+
+
+def test_limit_a_server_that_runs_the_other_devices_reads_one_devices_update(clicks):
+    """The server's operator issues every device credential (one-server deployment), so it can
+    take part as any number of devices.  With two of three devices its own, it subtracts their
+    known inputs from the secure sum and reads device 0's weighted update ``(v z, v)`` row by row
+    -- the secure aggregation hides an input only among honest devices."""
+    proto = protocol(clicks)
+    node = proto.make_server().node
+    assert isinstance(node, SFSLNode)
+    doc = node.open_round(1, [0, 1, 2])
+    parties = {u: proto.make_device(u).party(doc) for u in range(3)}
+    sums: list[np.ndarray] = []
+    apply = node.server.apply
+
+    def spy(total: np.ndarray, settings: Any) -> int:
+        sums.append(total.copy())
+        return apply(total, settings)
+
+    node.server.apply = spy  # type: ignore[method-assign]
+    run_round(node, parties, 1)
+    total = sums[0].astype(np.int64)
+    for u in (1, 2):  # the server's own devices: it knows their rows and values
+        rows = node._round.sum.rows_of(u) if node._round is not None else None
+        assert rows is not None
+        total[rows] -= parties[u]._values.astype(np.int64)
+    rows0 = node._round.sum.rows_of(0) if node._round is not None else None
+    assert rows0 is not None
+    assert np.array_equal(total[rows0] % (1 << 32), parties[0]._values.astype(np.int64))
+    assert not total[np.setdiff1d(np.arange(total.shape[0]), rows0)].any()
