@@ -359,8 +359,11 @@ def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", 
     ------
     InvalidParameters
         An unknown scheme or ``what``.
+    RuntimeError
+        The fresh process died before reporting (e.g. it could not import the program).
     """
     import multiprocessing as mp
+    import queue
 
     if scheme not in (*CPP_PRESETS, *COST_BASELINES) or what not in ("client", "round"):
         raise InvalidParameters(f"scheme must be a preset or one of {COST_BASELINES} and what 'client' or 'round', "
@@ -370,7 +373,19 @@ def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", 
     proc = ctx.Process(target=_memory_child, args=(what, scheme, n, shape, batch, seed, q))
     proc.start()
     try:
-        res = q.get(timeout=1800)
+        while True:  # the child's result, or its exit without one (it failed: its traceback is on stderr)
+            try:
+                res = q.get(timeout=5)
+                break
+            except queue.Empty:
+                if proc.is_alive():
+                    continue
+            try:  # it exited: the result it put before, if any
+                res = q.get(timeout=5)
+                break
+            except queue.Empty:
+                raise RuntimeError(f"the memory probe's process exited with code {proc.exitcode} and no "
+                                   "result") from None
     finally:
         proc.join()
     kb = 1024 / 1e6
