@@ -81,6 +81,9 @@ def register(app: typer.Typer) -> None:
     from secemb.cli import bench_overhead
 
     bench_overhead.register(bench_app)
+    from secemb.cli import bench_startup
+
+    bench_startup.register(bench_app)
 
 
 def _fss_cuda(as_json: bool, quick: bool) -> None:
