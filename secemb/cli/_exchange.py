@@ -3,8 +3,8 @@
 which it takes: :attr:`~secemb.protocols.exchange.ExchangeProtocol.options`), the refusal
 (exit 2, one line) of every other option the user set, and the run's summary table.
 
-An option counts as *set* when it came from the command line or the environment, not from its
-default (click's parameter source): no default is restated here.
+An option counts as *set* when it came from the command line, the environment or a ``--config``
+file, not from its default (click's parameter source): no default is restated here.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def protocol_help(lead: str) -> str:
 
 
 def given_options(ctx: typer.Context) -> dict[str, Any]:
-    """The command's options the user set (command line or environment), by parameter name."""
-    return {n: v for n, v in ctx.params.items() if _source(ctx, n) not in ("DEFAULT", "DEFAULT_MAP")}
+    """The command's options the user set (command line, environment or ``--config`` file: click's
+    ``default_map``), by parameter name."""
+    return {n: v for n, v in ctx.params.items() if _source(ctx, n) != "DEFAULT"}
 
 
 def _source(ctx: typer.Context, name: str) -> str:

@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from secemb.cli._dp_options import DpClip, DpDelta, DpEpsilon, DpLevel
 from secemb.cli._exchange import protocol_help
+from secemb.cli._run_options import (DEFAULTS, Alpha, Backend, ConfigFile, DataDir, Dataset, Dim, Download, DpClip,
+                                     DpDelta, DpEpsilon, DpLevel, Epochs, Expansion, LazyAdam, Layout, Lr, Model,
+                                     MPrime, Reg, Relay, RingBits, SfslPreset, UsersPerRound, Verify, Workers, option,
+                                     run_options)
 
 
 #: the command's own options every protocol takes (where and how it runs, output, display)
-_OUTPUT = ("protocol", "network", "concurrency", "json_out", "force", "quiet")
+_OUTPUT = ("protocol", "config", "network", "concurrency", "json_out", "force", "quiet")
 #: the command's options only the two-server path uses (beyond Experiment's fields)
 _TWO_SERVER = {"reproducible", "deadline", "workdir"}
 
@@ -35,56 +38,43 @@ def register(app: typer.Typer) -> None:
             typer.Option("--network/--in-process", help="Two server processes and devices over HTTP (default), "
                          "or the in-process simulation (= secemb train)."),
         ] = True,
-        dataset: Annotated[
-            str, typer.Option(help="synthetic, ml-100k, ml-1m, ml-10m, ml-25m, or synthetic-<name>.")
-        ] = "synthetic",
-        data_dir: Annotated[
-            Path | None, typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files.")
-        ] = None,
-        download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
-        model: Annotated[str | None, typer.Option(help="Recommender model. Default: mf (din with sfsl).")] = None,
-        protocol: Annotated[str, typer.Option(help=protocol_help(
+        config: ConfigFile = None,
+        dataset: Dataset = DEFAULTS.dataset,
+        data_dir: DataDir = DEFAULTS.data_dir,
+        download: Download = DEFAULTS.download,
+        model: Model = DEFAULTS.model,
+        protocol: Annotated[str, option("protocol", help=protocol_help(
             "A registered protocol that runs in the server deployment (with --network; one server: behind HTTPS)."
-        ))] = "secemb",
-        sfsl_preset: Annotated[
-            str | None, typer.Option("--sfsl-preset", help="--protocol sfsl: the privacy preset CPP1..CPP5. "
-                                                          "Default: CPP2.")
-        ] = None,
-        layout: Annotated[str | None, typer.Option(
-            help="cuckoo or full (the paper). Default: cuckoo where the protocol supports it, else full.")] = None,
-        relay: Annotated[bool | None, typer.Option("--relay/--no-relay", help=(
-            "Send identical bytes once. Default: on where the protocol supports it (secemb)."))] = None,
-        expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
-        backend: Annotated[
-            str, typer.Option(help="Servers' evaluation backend: serial, thread, process, ray or gpu "
-                                   "(CUDA, secemb[gpu]).")
-        ] = "serial",
-        workers: Annotated[int | None, typer.Option(min=1, help="Workers of the thread/process/ray backend.")] = None,
-        epochs: Annotated[int, typer.Option(min=1, help="Passes over the users (as secemb train).")] = 5,
-        users_per_round: Annotated[int, typer.Option(min=1, help="Users per round.")] = 100,
-        m_prime: Annotated[int | None, typer.Option(min=1, help="Rows per user and round; default: Eq. 11.")] = None,
-        alpha: Annotated[float, typer.Option(min=0.0, help="Eq. 11 multiplier of the mean rating count.")] = 2.5,
-        seed: Annotated[int, typer.Option(min=0, help=(
+        ))] = DEFAULTS.protocol,
+        sfsl_preset: SfslPreset = DEFAULTS.sfsl_preset,
+        layout: Layout = DEFAULTS.layout,
+        relay: Relay = DEFAULTS.relay,
+        expansion: Expansion = DEFAULTS.expansion,
+        backend: Backend = DEFAULTS.backend,
+        workers: Workers = DEFAULTS.workers,
+        epochs: Epochs = DEFAULTS.epochs,
+        users_per_round: UsersPerRound = DEFAULTS.users_per_round,
+        m_prime: MPrime = DEFAULTS.m_prime,
+        alpha: Alpha = DEFAULTS.alpha,
+        seed: Annotated[int, option("seed", help=(
             "Seed of the public model, the data split and the rounds' users (and, with --reproducible or "
-            "--in-process, of the devices' private draws)."))] = 0,
+            "--in-process, of the devices' private draws)."))] = DEFAULTS.seed,
         reproducible: Annotated[bool, typer.Option("--reproducible", help=(
             "--network: the simulated devices draw their private state (initialization, samples, padding) from "
             "--seed, so the model equals secemb train's -- a simulation: whoever guesses the seed replays them. "
             "Default: from each device's own entropy, as deployed devices do. --in-process is always "
             "reproducible."))] = False,
-        verify: Annotated[bool, typer.Option(help="Check rows, model sync and every optimizer step.")] = False,
+        verify: Verify = DEFAULTS.verify,
         json_out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
-        lr: Annotated[float | None, typer.Option(help="Adam step size (default: preset).")] = None,
-        reg: Annotated[float | None, typer.Option(help="L2 weight (default: preset).")] = None,
-        dim: Annotated[int | None, typer.Option(min=1, help="Embedding size (default: preset).")] = None,
-        ring_bits: Annotated[int, typer.Option(help="Ring Z_{2^k}: 32 or 64.")] = 32,
-        lazy_adam: Annotated[
-            bool, typer.Option("--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient.")
-        ] = True,
-        dp_epsilon: DpEpsilon = float("inf"),
-        dp_delta: DpDelta = 1e-5,
-        dp_clip: DpClip = 1.0,
-        dp_level: DpLevel = "user",
+        lr: Lr = DEFAULTS.lr,
+        reg: Reg = DEFAULTS.reg,
+        dim: Dim = DEFAULTS.dim,
+        ring_bits: RingBits = DEFAULTS.ring_bits,
+        lazy_adam: LazyAdam = DEFAULTS.lazy_adam,
+        dp_epsilon: DpEpsilon = DEFAULTS.dp_epsilon,
+        dp_delta: DpDelta = DEFAULTS.dp_delta,
+        dp_clip: DpClip = DEFAULTS.dp_clip,
+        dp_level: DpLevel = DEFAULTS.dp_level,
         force: Annotated[bool, typer.Option("--force", help="Replace an existing --json-out file.")] = False,
         concurrency: Annotated[int, typer.Option(min=1, help="Devices running at the same time.")] = 8,
         deadline: Annotated[float, typer.Option(min=0.1, help="Round deadline, seconds.")] = 120.0,
@@ -130,14 +120,7 @@ def register(app: typer.Typer) -> None:
         refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)} | set(_OUTPUT) | _TWO_SERVER)
         console = Console()
         try:
-            exp = Experiment(
-                dataset=dataset, data_dir=data_dir, download=download, model="mf" if model is None else model,
-                protocol=protocol, layout=layout,
-                relay=relay, expansion=expansion, backend=backend, workers=workers, epochs=epochs,
-                users_per_round=users_per_round, m_prime=m_prime, alpha=alpha, seed=seed, verify=verify, lr=lr,
-                reg=reg, dim=dim, ring_bits=ring_bits, lazy_adam=lazy_adam, dp_epsilon=dp_epsilon,
-                dp_delta=dp_delta, dp_clip=dp_clip, dp_level=dp_level,
-            )
+            exp = Experiment.from_options(run_options(ctx))
             if network:
                 _check_networked(protocol)
         except InvalidParameters as exc:

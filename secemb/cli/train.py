@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from secemb.cli._dp_options import DpClip, DpDelta, DpEpsilon, DpLevel
 from secemb.cli._exchange import protocol_help
+from secemb.cli._run_options import (DEFAULTS, Alpha, Backend, ConfigFile, DataDir, Dataset, Dim, Download, DpClip,
+                                     DpDelta, DpEpsilon, DpLevel, EarlyStop, Epochs, Expansion, LazyAdam, Layout, Lr,
+                                     Metrics, Model, MPrime, MPrimeUpdate, Reg, Relay, RingBits, Seed, SfslPreset,
+                                     UsersPerRound, ValidFraction, Verify, Workers, described, option, run_options)
 
 
 #: the command's own options every protocol takes (output and display)
-_OUTPUT = ("protocol", "json_out", "force", "quiet")
+_OUTPUT = ("protocol", "config", "json_out", "force", "quiet")
 #: the command's options only the two-server path uses (beyond Experiment's fields)
 _TWO_SERVER = {"adversary", "adversaries", "save_model"}
 
@@ -35,65 +38,25 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def train(
         ctx: typer.Context,
-        dataset: Annotated[
-            str,
-            typer.Option(help="synthetic, ml-100k, ml-1m, ml-10m, ml-25m, yelp, synthetic-<name>, or the path "
-                              "of your own .csv, .tsv or RecBole .inter rating file (docs/data.md)."),
-        ] = "synthetic",
-        data_dir: Annotated[
-            Path | None,
-            typer.Option(envvar="SECEMB_DATA_DIR", help="Directory of MovieLens files."),
-        ] = None,
-        download: Annotated[bool, typer.Option(help="Fetch missing MovieLens files.")] = False,
-        model: Annotated[
-            str | None, typer.Option(help="mf, ncf, fm or deepfm (fm/deepfm use the dataset's features); din with "
-                                          "--protocol sfsl. Default: mf (din with sfsl).")
-        ] = None,
-        protocol: Annotated[
-            str, typer.Option(help=protocol_help("A registered protocol (docs/baselines.md, docs/sfsl.md)."))
-        ] = "secemb",
-        sfsl_preset: Annotated[
-            str | None, typer.Option("--sfsl-preset", help="--protocol sfsl: the privacy preset CPP1..CPP5 of "
-                                                          "randomized response (Table V). Default: CPP2.")
-        ] = None,
-        layout: Annotated[
-            str | None,
-            typer.Option(help="cuckoo: B = expansion*m' keys over small buckets; full: m' keys over all items (the "
-                              "paper). Default: cuckoo where the protocol supports it, else full."),
-        ] = None,
-        relay: Annotated[
-            bool | None,
-            typer.Option("--relay/--no-relay", help="Send identical bytes once, download one share. Default: on "
-                                                    "where the protocol supports it (secemb)."),
-        ] = None,
-        expansion: Annotated[float, typer.Option(min=1.0, help="Cuckoo buckets per request row (B/m').")] = 1.25,
-        backend: Annotated[
-            str, typer.Option(help="Server evaluation: serial, thread (all cores, in process), process (all "
-                                   "cores), ray or gpu (CUDA, secemb[gpu]).")
-        ] = "serial",
-        workers: Annotated[int | None, typer.Option(min=1, help="Workers of the thread/process/ray backend.")] = None,
-        epochs: Annotated[
-            int,
-            typer.Option(
-                min=1, help="Passes over the users (5 SecEmb epochs on synthetic: about a minute)."
-            ),
-        ] = 5,
-        users_per_round: Annotated[int, typer.Option(min=1, help="Users per round.")] = 100,
-        m_prime: Annotated[
-            int | None,
-            typer.Option(min=1, help="Rows per user and round; default: Eq. 11 with --alpha."),
-        ] = None,
-        alpha: Annotated[
-            float, typer.Option(help="Eq. 11 multiplier of the mean rating count (> 0).")
-        ] = 2.5,
-        m_prime_update: Annotated[
-            int, typer.Option(min=0, help="Recount m' (Eq. 11's secure count) before every N-th epoch and use the "
-                                          "new value (Appendix L.2); 0: m' fixed once.")
-        ] = 0,
-        seed: Annotated[int, typer.Option(min=0, help="Seed of all training randomness.")] = 0,
-        verify: Annotated[
-            bool, typer.Option(help="Check every round against the direct plaintext computation.")
-        ] = False,
+        config: ConfigFile = None,
+        dataset: Dataset = DEFAULTS.dataset,
+        data_dir: DataDir = DEFAULTS.data_dir,
+        download: Download = DEFAULTS.download,
+        model: Model = DEFAULTS.model,
+        protocol: Annotated[str, option("protocol", help=protocol_help(described("protocol")))] = DEFAULTS.protocol,
+        sfsl_preset: SfslPreset = DEFAULTS.sfsl_preset,
+        layout: Layout = DEFAULTS.layout,
+        relay: Relay = DEFAULTS.relay,
+        expansion: Expansion = DEFAULTS.expansion,
+        backend: Backend = DEFAULTS.backend,
+        workers: Workers = DEFAULTS.workers,
+        epochs: Epochs = DEFAULTS.epochs,
+        users_per_round: UsersPerRound = DEFAULTS.users_per_round,
+        m_prime: MPrime = DEFAULTS.m_prime,
+        alpha: Alpha = DEFAULTS.alpha,
+        m_prime_update: MPrimeUpdate = DEFAULTS.m_prime_update,
+        seed: Seed = DEFAULTS.seed,
+        verify: Verify = DEFAULTS.verify,
         json_out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
         adversary: Annotated[
             str | None,
@@ -105,40 +68,18 @@ def register(app: typer.Typer) -> None:
         adversaries: Annotated[
             int, typer.Option(min=1, metavar="K", help="How many devices run --adversary (users 0..K-1).")
         ] = 1,
-        lr: Annotated[float | None, typer.Option(help="Adam step size (default: preset).")] = None,
-        reg: Annotated[float | None, typer.Option(help="L2 weight (default: preset).")] = None,
-        dim: Annotated[
-            int | None, typer.Option(min=1, help="Embedding size (default: preset).")
-        ] = None,
-        ring_bits: Annotated[int, typer.Option(help="Ring Z_{2^k}: 32 or 64.")] = 32,
-        lazy_adam: Annotated[
-            bool,
-            typer.Option(
-                "--lazy-adam/--dense-adam", help="Server Adam moves only rows with a gradient."
-            ),
-        ] = True,
-        dp_epsilon: DpEpsilon = float("inf"),
-        dp_delta: DpDelta = 1e-5,
-        dp_clip: DpClip = 1.0,
-        dp_level: DpLevel = "user",
-        metrics: Annotated[
-            str | None,
-            typer.Option(help="Comma-separated metrics from the registry, e.g. rmse,mae or ndcg@10 (default: the "
-                              "model's: rmse; hr@10, ndcg@10 and their sampled forms for sasrec/caser).")
-        ] = None,
-        valid_fraction: Annotated[
-            float,
-            typer.Option(min=0.0, help="Share of each user's training ratings held out as validation data (from the "
-                                       "training split, never the test set; each user keeps one rating to train "
-                                       "on), scored after every epoch. 0: none.")
-        ] = 0.0,
-        early_stop: Annotated[
-            int | None,
-            typer.Option(min=1, metavar="PATIENCE", help="Keep the best validation epoch's model (public and "
-                                                         "device-private) and stop after PATIENCE epochs without "
-                                                         "improvement (needs --valid-fraction, or a sequential "
-                                                         "model's own validation items). Default: the last epoch.")
-        ] = None,
+        lr: Lr = DEFAULTS.lr,
+        reg: Reg = DEFAULTS.reg,
+        dim: Dim = DEFAULTS.dim,
+        ring_bits: RingBits = DEFAULTS.ring_bits,
+        lazy_adam: LazyAdam = DEFAULTS.lazy_adam,
+        dp_epsilon: DpEpsilon = DEFAULTS.dp_epsilon,
+        dp_delta: DpDelta = DEFAULTS.dp_delta,
+        dp_clip: DpClip = DEFAULTS.dp_clip,
+        dp_level: DpLevel = DEFAULTS.dp_level,
+        metrics: Metrics = None,
+        valid_fraction: ValidFraction = DEFAULTS.valid_fraction,
+        early_stop: EarlyStop = DEFAULTS.early_stop,
         save_model: Annotated[
             Path | None,
             typer.Option(help="Write the trained model here (public model, each device's private state, a "
@@ -189,37 +130,7 @@ def register(app: typer.Typer) -> None:
         refuse_exchange_options(ctx, protocol, {f.name for f in fields(Experiment)} | set(_OUTPUT) | _TWO_SERVER)
         console = Console()
         try:
-            exp = Experiment(
-                dataset=dataset,
-                data_dir=data_dir,
-                download=download,
-                model="mf" if model is None else model,
-                protocol=protocol,
-                layout=layout,
-                relay=relay,
-                expansion=expansion,
-                backend=backend,
-                workers=workers,
-                epochs=epochs,
-                users_per_round=users_per_round,
-                m_prime=m_prime,
-                alpha=alpha,
-                m_prime_update=m_prime_update,
-                seed=seed,
-                verify=verify,
-                lr=lr,
-                reg=reg,
-                dim=dim,
-                ring_bits=ring_bits,
-                lazy_adam=lazy_adam,
-                dp_epsilon=dp_epsilon,
-                dp_delta=dp_delta,
-                dp_clip=dp_clip,
-                dp_level=dp_level,
-                metrics=None if metrics is None else tuple(n.strip() for n in metrics.split(",")),
-                valid_fraction=valid_fraction,
-                early_stop=early_stop,
-            )
+            exp = Experiment.from_options(run_options(ctx))
         except InvalidParameters as exc:
             fail(exc)
         progress, on_start, on_round, on_epoch = training_display(console, quiet)

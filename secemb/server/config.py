@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import ssl
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -56,6 +55,7 @@ from secemb.protocols.backends import make_backend
 from secemb.protocols.base import Protocol
 from secemb.protocols.factory import make_protocol
 from secemb.ring import FixedPoint
+from secemb.round.options import RunOptions, read_table
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.server.tls import client_context
 
@@ -68,6 +68,9 @@ SECRET_ENV = {
 }
 
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+#: the defaults of the options a server shares with a training run
+_RUN = RunOptions()
 
 # section -> {file key: field name}
 _SECTIONS: dict[str, dict[str, str]] = {
@@ -183,7 +186,10 @@ def _invalid(exc: ValidationError, data: dict[str, Any]) -> Exception:
 class ServerConfig(BaseModel):
     """Everything a server process needs (validated on creation; immutable).
 
-    Each field's ``description`` is what an invalid value's error says it must be."""
+    Each field's ``description`` is what an invalid value's error says it must be.  The options
+    a server shares with a training run (protocol, expansion, backend, workers, lazy_adam,
+    ring_bits, m_prime, alpha) default to the run's (:class:`~secemb.round.options.RunOptions`);
+    the file's own sections and the strict types stay this model's."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -217,13 +223,13 @@ class ServerConfig(BaseModel):
     tls_ca: Path | None = Field(None, description="a path")
     tls_cert: Path | None = Field(None, description="a path")
     tls_key: Path | None = Field(None, description="a path")
-    protocol: StrictStr = Field("secemb", description="a protocol name")
+    protocol: StrictStr = Field(_RUN.protocol, description="a protocol name")
     layout: StrictStr = Field("cuckoo", description="a layout name")
     relay: StrictBool = Field(True, description="true or false")
-    expansion: _Number = Field(1.25, description="a number")
+    expansion: _Number = Field(_RUN.expansion, description="a number")
     layout_seed: StrictInt = Field(0, description="an int")
-    backend: StrictStr = Field("serial", description="a backend name")
-    workers: StrictInt | None = Field(None, description="None or an int")
+    backend: StrictStr = Field(_RUN.backend, description="a backend name")
+    workers: StrictInt | None = Field(_RUN.workers, description="None or an int")
     model: StrictStr = Field("mf", description="a model name")
     model_hparams: dict[str, Any] = Field(default_factory=dict, description="a table")
     protocol_options: dict[str, Any] = Field(default_factory=dict, description="a table")
@@ -239,14 +245,14 @@ class ServerConfig(BaseModel):
     beta1: _Number = Field(0.9, description="a number")
     beta2: _Number = Field(0.999, description="a number")
     eps: _Number = Field(1e-8, description="a number")
-    lazy_adam: StrictBool = Field(True, description="true or false")
-    ring_bits: StrictInt = Field(32, description="an int")
+    lazy_adam: StrictBool = Field(_RUN.lazy_adam, description="true or false")
+    ring_bits: StrictInt = Field(_RUN.ring_bits, description="an int")
     frac_bits: StrictInt = Field(16, description="an int")
-    m_prime: StrictInt | None = Field(None, ge=1, description="None or in [1, num_items]")
+    m_prime: StrictInt | None = Field(_RUN.m_prime, ge=1, description="None or in [1, num_items]")
     #: the largest m' the count phase may set (a malicious device's count share moves m' at most
     #: up to it; docs/security.md); None: num_items
     m_prime_max: StrictInt | None = Field(None, ge=1, description="None or in [1, num_items]")
-    alpha: _Number = Field(2.5, description="a number")
+    alpha: _Number = Field(_RUN.alpha, description="a number")
     deadline_s: _PositiveNumber = Field(60.0, description="a positive number")
     #: the floor: this server releases no count, aggregate share or user set of fewer users
     min_users: StrictInt = Field(DEFAULT_MIN_USERS, ge=MIN_USERS_FLOOR, description=f"an int >= {MIN_USERS_FLOOR}")
@@ -489,22 +495,6 @@ def config_document(cfg: ServerConfig) -> dict[str, Any]:
     return doc
 
 
-def _read(path: str | os.PathLike) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        text = p.read_bytes()
-    except OSError as exc:
-        raise InvalidParameters(f"cannot read config file {p}: {exc}") from None
-    try:
-        doc = tomllib.loads(text.decode()) if p.suffix == ".toml" else json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        kind = "TOML" if p.suffix == ".toml" else "JSON"
-        raise InvalidParameters(f"config file {p} is not valid {kind}: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidParameters(f"config file {p} must hold a table")
-    return _flatten(doc)
-
-
 def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> ServerConfig:
     """Read a TOML (``.toml``) or JSON file, apply ``overrides`` (field names, ``None`` values
     ignored) and secrets from the environment (when the file has none), and validate.
@@ -514,7 +504,7 @@ def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> Serv
     InvalidParameters
         Unreadable file, unknown key, missing or invalid value.
     """
-    values: dict[str, Any] = {} if path is None else _read(path)
+    values: dict[str, Any] = {} if path is None else _flatten(read_table(path))
     party = overrides.get("party")
     if party is not None and "party" in values and values["party"] != party:
         raise InvalidParameters(f"the command line says party {party}, the config file says {values['party']}")

@@ -15,6 +15,7 @@ notebook)::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from secemb.errors import InvalidParameters
 from secemb.inference.trained import TrainedModel
 from secemb.metrics import get_metric
 from secemb.protocols import PROTOCOLS, protocol_class
+from secemb.round.options import RunOptions
 from secemb.round.results import EpochStats, RoundStats, TrainResult
 from secemb.training.builder import BuiltExperiment, build_experiment
 from secemb.training.loop import train
@@ -31,10 +33,18 @@ from secemb.transport.inprocess import InProcessTransport
 
 __all__ = ["Experiment", "ExperimentResult", "run_experiment"]
 
+#: the run's options' defaults (:class:`~secemb.round.options.RunOptions`), Experiment's too
+_DEFAULTS = RunOptions()
+
 
 @dataclass(frozen=True)
 class Experiment:
-    """A named experiment.  ``lr``, ``reg`` and ``dim`` default to the paper's preset (Table 8)
+    """A named experiment.  The fields the command line shares take their defaults from
+    :class:`~secemb.round.options.RunOptions` (documented there), but ``epochs`` (1 here, a
+    quick run from Python; 5 on the command line) and ``model`` (``"mf"``);
+    :meth:`from_options` makes one of layered options (a config file).
+
+    ``lr``, ``reg`` and ``dim`` default to the paper's preset (Table 8)
     of ``model`` on ``dataset`` (synthetic data and own rating files use the ML-100K preset; a
     model without presets needs all three); the other fields are
     those of :class:`~secemb.training.loop.TrainConfig`, plus data loading and the split.
@@ -70,44 +80,63 @@ class Experiment:
         ``dp_level`` is given (not its default) without a finite ``dp_epsilon``.
     """
 
-    dataset: str = "synthetic"
-    data_dir: str | os.PathLike | None = None
-    download: bool = False
+    dataset: str = _DEFAULTS.dataset
+    data_dir: str | os.PathLike | None = _DEFAULTS.data_dir
+    download: bool = _DEFAULTS.download
     test_fraction: float = 0.2
     model: str = "mf"
-    protocol: str = "secemb"
-    layout: str | None = None
-    relay: bool | None = None
-    expansion: float = 1.25
-    backend: str = "serial"
-    workers: int | None = None
+    protocol: str = _DEFAULTS.protocol
+    layout: str | None = _DEFAULTS.layout
+    relay: bool | None = _DEFAULTS.relay
+    expansion: float = _DEFAULTS.expansion
+    backend: str = _DEFAULTS.backend
+    workers: int | None = _DEFAULTS.workers
     epochs: int = 1
-    users_per_round: int = 100
-    m_prime: int | None = None
-    alpha: float = 2.5
-    m_prime_update: int = 0
+    users_per_round: int = _DEFAULTS.users_per_round
+    m_prime: int | None = _DEFAULTS.m_prime
+    alpha: float = _DEFAULTS.alpha
+    m_prime_update: int = _DEFAULTS.m_prime_update
     rounds_per_epoch: int | None = None
-    seed: int = 0
-    verify: bool = False
-    lr: float | None = None
-    reg: float | None = None
-    dim: int | None = None
-    ring_bits: int = 32
+    seed: int = _DEFAULTS.seed
+    verify: bool = _DEFAULTS.verify
+    lr: float | None = _DEFAULTS.lr
+    reg: float | None = _DEFAULTS.reg
+    dim: int | None = _DEFAULTS.dim
+    ring_bits: int = _DEFAULTS.ring_bits
     frac_bits: int = 16
-    lazy_adam: bool = True
+    lazy_adam: bool = _DEFAULTS.lazy_adam
     schedule: Literal["interleaved", "staged"] = "staged"
-    dp_epsilon: float = float("inf")
-    dp_delta: float = 1e-5
-    dp_clip: float = 1.0
-    dp_level: str = "user"
-    metrics: tuple[str, ...] | None = None
-    valid_fraction: float = 0.0
-    early_stop: int | None = None
+    dp_epsilon: float = _DEFAULTS.dp_epsilon
+    dp_delta: float = _DEFAULTS.dp_delta
+    dp_clip: float = _DEFAULTS.dp_clip
+    dp_level: str = _DEFAULTS.dp_level
+    metrics: tuple[str, ...] | None = _DEFAULTS.metrics
+    valid_fraction: float = _DEFAULTS.valid_fraction
+    early_stop: int | None = _DEFAULTS.early_stop
+
+    @classmethod
+    def from_options(cls, options: RunOptions, **others: Any) -> Experiment:
+        """The experiment of the run's layered options (``secemb train``'s and ``secemb demo``'s;
+        :func:`~secemb.round.options.load_options` reads them from a config file): every field
+        the options have, ``model`` when they name one, and ``others`` (the fields the command line
+        does not set: ``test_fraction``, ``schedule``, ...).  ``sfsl_preset`` is a one-server
+        protocol's option, not an experiment's.
+
+        Raises
+        ------
+        InvalidParameters
+            As on creation.
+        """
+        taken = {f.name for f in dataclasses.fields(cls)} - {"model"}
+        values = {name: getattr(options, name) for name in RunOptions.model_fields if name in taken}
+        if options.model is not None:
+            values["model"] = options.model
+        return cls(**values | others)
 
     def __post_init__(self) -> None:
-        if self.dp_epsilon == float("inf"):  # no DP: a DP option given alone would be silently ignored
-            options = (("dp_delta", self.dp_delta, 1e-5), ("dp_clip", self.dp_clip, 1.0),
-                       ("dp_level", self.dp_level, "user"))
+        if self.dp_epsilon == _DEFAULTS.dp_epsilon:  # no DP (inf): a DP option given alone would be silently ignored
+            options = (("dp_delta", self.dp_delta, _DEFAULTS.dp_delta), ("dp_clip", self.dp_clip, _DEFAULTS.dp_clip),
+                       ("dp_level", self.dp_level, _DEFAULTS.dp_level))
             given = [f"{k}={v!r}" for k, v, default in options if v != default]
             if given:
                 raise InvalidParameters(f"{', '.join(given)} needs a finite dp_epsilon (--dp-epsilon): without it "

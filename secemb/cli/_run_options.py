@@ -1,0 +1,98 @@
+"""The training options ``secemb train`` and ``secemb demo`` share, declared from
+:class:`~secemb.round.options.RunOptions`: each option's help and lower bound are the field's
+(its default is ``DEFAULTS.<name>`` in the command's signature, so ``--help`` shows the
+model's), and ``--config FILE`` layers a config file under the command line.
+
+``--config`` is eager: its callback reads and validates the file
+(:func:`~secemb.round.options.read_options`, the keys limited to the command's own options)
+and puts its values in click's ``default_map``, so click applies the precedence: command line
+(and ``SECEMB_DATA_DIR``) > config file > default.  An option the file sets counts as set by the
+user (:func:`secemb.cli._exchange.given_options`): a one-server protocol gets it, or refuses it.
+A bad file exits 2 with one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import annotated_types
+import typer
+
+from secemb.cli._usage import fail
+from secemb.errors import InvalidParameters
+from secemb.round.options import RunOptions, read_options
+
+__all__ = ["DEFAULTS", "Alpha", "Backend", "ConfigFile", "DataDir", "Dataset", "Dim", "Download", "DpClip", "DpDelta",
+           "DpEpsilon", "DpLevel", "EarlyStop", "Epochs", "Expansion", "LazyAdam", "Layout", "Lr", "MPrime",
+           "MPrimeUpdate", "Metrics", "Model", "Reg", "Relay", "RingBits", "Seed", "SfslPreset", "UsersPerRound",
+           "ValidFraction", "Verify", "Workers", "described", "option", "run_options"]
+
+#: every option's default
+DEFAULTS = RunOptions()
+
+
+def described(name: str) -> str:
+    """Field ``name``'s description (its option's help)."""
+    return RunOptions.model_fields[name].description or ""
+
+
+def option(name: str, *param_decls: str, help: str | None = None, **kwargs: Any) -> Any:
+    """The ``typer.Option`` of field ``name``: the field's description as help (unless ``help``)
+    and its lower bound (``ge``) as ``min``."""
+    info = RunOptions.model_fields[name]
+    low: Any = next((m.ge for m in info.metadata if isinstance(m, annotated_types.Ge)), None)
+    return typer.Option(*param_decls, help=described(name) if help is None else help, min=low, **kwargs)
+
+
+def _read_config(ctx: typer.Context, path: Path | None) -> Path | None:
+    """``--config``'s callback: the file's options become the command's defaults (exit 2 on a bad file)."""
+    if path is None:
+        return None
+    try:
+        values = read_options(path, taken=[p.name for p in ctx.command.params if p.name])
+    except InvalidParameters as exc:
+        fail(exc)
+    opts = RunOptions(**values)
+    ctx.default_map = {**(ctx.default_map or {}), **{name: opts.cli_value(name) for name in values}}
+    return path
+
+
+def run_options(ctx: typer.Context) -> RunOptions:
+    """The command's training options, as parsed (command line > config file > default)."""
+    return RunOptions(**{name: value for name, value in ctx.params.items() if name in RunOptions.model_fields})
+
+
+ConfigFile = Annotated[Path | None, typer.Option(
+    "--config", metavar="FILE", is_eager=True, callback=_read_config, dir_okay=False,
+    help="TOML (.toml) or JSON file of training options, keys as the options' names (users_per_round = 50); the "
+         "command line overrides it (docs/training.md).")]
+Dataset = Annotated[str, option("dataset")]
+DataDir = Annotated[Path | None, option("data_dir", envvar="SECEMB_DATA_DIR")]
+Download = Annotated[bool, option("download")]
+Model = Annotated[str | None, option("model")]
+SfslPreset = Annotated[str | None, option("sfsl_preset", "--sfsl-preset")]
+Layout = Annotated[str | None, option("layout")]
+Relay = Annotated[bool | None, option("relay", "--relay/--no-relay")]
+Expansion = Annotated[float, option("expansion")]
+Backend = Annotated[str, option("backend")]
+Workers = Annotated[int | None, option("workers")]
+Epochs = Annotated[int, option("epochs")]
+UsersPerRound = Annotated[int, option("users_per_round")]
+MPrime = Annotated[int | None, option("m_prime")]
+Alpha = Annotated[float, option("alpha")]
+MPrimeUpdate = Annotated[int, option("m_prime_update")]
+Seed = Annotated[int, option("seed")]
+Verify = Annotated[bool, option("verify")]
+Lr = Annotated[float | None, option("lr")]
+Reg = Annotated[float | None, option("reg")]
+Dim = Annotated[int | None, option("dim")]
+RingBits = Annotated[int, option("ring_bits")]
+LazyAdam = Annotated[bool, option("lazy_adam", "--lazy-adam/--dense-adam")]
+DpEpsilon = Annotated[float, option("dp_epsilon")]
+DpDelta = Annotated[float, option("dp_delta")]
+DpClip = Annotated[float, option("dp_clip")]
+DpLevel = Annotated[str, option("dp_level")]
+Metrics = Annotated[str | None, option("metrics")]
+ValidFraction = Annotated[float, option("valid_fraction")]
+EarlyStop = Annotated[int | None, option("early_stop", metavar="PATIENCE")]
