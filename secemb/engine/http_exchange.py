@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from secemb.errors import ProtocolError
+from secemb.errors import InvalidMessage, ProtocolError
 from secemb.protocols.exchange import ExchangeDevice
 from secemb.protocols.stages import RoundPlan
 from secemb.transport.network import ApiClient
@@ -37,9 +37,22 @@ class HttpExchangeLink:
         return None if resp.status_code == 204 else resp.content
 
     def round(self) -> dict[str, Any]:
-        """The current round's document (``stage``: the open stage, ``state``)."""
-        doc: dict[str, Any] = self.api.get_json("/v1/exchange/round")
-        return doc
+        """The current round's document (``stage``: the open stage, ``state``).
+
+        Raises
+        ------
+        InvalidMessage: the server's answer is not one (a JSON object with an int ``round_id``,
+        ``users`` a list of ints, ``stages`` -- if there -- a list of str, ``stage`` a str or
+        null, ``state`` a str): the device reads nothing else of it.
+        """
+        doc = self.api.get_json("/v1/exchange/round")
+        users, stages = (doc.get("users"), doc.get("stages", [])) if isinstance(doc, dict) else (None, None)
+        if not (isinstance(users, list) and isinstance(stages, list) and type(doc.get("round_id")) is int
+                and all(type(u) is int for u in users) and all(isinstance(s, str) for s in stages)
+                and isinstance(doc.get("state"), str) and isinstance(doc.get("stage", ""), (str, type(None)))):
+            raise InvalidMessage(f"the server's round document is malformed: {str(doc)[:200]}")
+        out: dict[str, Any] = doc
+        return out
 
 
 class HttpExchangeAdmin:
@@ -80,7 +93,8 @@ def take_part(link: HttpExchangeLink, device: ExchangeDevice, plan: RoundPlan, d
     Raises
     ------
     ProtocolError: the server did not close a stage (or the round) within ``wait_s``.
-    InvalidMessage: a round document the device cannot take part in; ``RemoteError`` /
+    InvalidMessage: a round document the device cannot take part in (InvalidParameters: its
+    stages are not a subsequence of ``plan``'s); ``RemoteError`` /
     ``Unreachable``: the server refused a message or did not answer.
     """
     round_id = int(doc["round_id"])
@@ -99,7 +113,7 @@ def take_part(link: HttpExchangeLink, device: ExchangeDevice, plan: RoundPlan, d
                                     f"within {wait_s} s")
             time.sleep(poll_s)
 
-    for stage in list(doc.get("stages", plan.stages)):
+    for stage in plan.only(list(doc.get("stages", plan.stages))).stages:  # InvalidParameters: not the plan's
         body = party.message(stage)
         link.send(round_id, stage, body)
         up += len(body)

@@ -79,14 +79,16 @@ def test_training_settings_check_bounds_by_hand():
 def test_every_stage_refuses_malformed_messages_without_change(clicks):
     """Device 0's message of each of the nine stages with any one framing header byte changed,
     cut, extended, or (a secure-aggregation message: it names its sender) sent as device 1:
-    refused (InvalidMessage, or ProtocolError / InvalidParameters for a call out of order), and
-    the genuine message is then accepted (not a duplicate): the round commits."""
+    refused (InvalidMessage, or ProtocolError / InvalidParameters for a call out of order); the
+    PSU's message of a step replayed at the secure sum's is refused; the genuine message is then
+    accepted (not a duplicate): the round commits."""
     proto = protocol(clicks)
     node = proto.make_server().node
     assert isinstance(node, SFSLNode)
     doc = node.open_round(1, [0, 1, 2])
     parties = {u: proto.make_device(u).party(doc) for u in range(3)}
     tried: list[str] = []
+    psu: dict[str, bytes] = {}
 
     def attack(stage: str, u: int, body: bytes) -> None:
         if u != 0:
@@ -103,6 +105,11 @@ def test_every_stage_refuses_malformed_messages_without_change(clicks):
         if stage != "download":  # a request names no device: device 1 sending it asks for S''_0 itself
             with pytest.raises(InvalidMessage):
                 node.receive(1, stage, 1, body)  # device 1 posting device 0's message
+        if stage.startswith("psu-"):
+            psu[stage.split("-")[1]] = body
+        elif stage.startswith("sum-"):  # the PSU's message of the same step, replayed (secagg round 2r, not 2r + 1)
+            with pytest.raises(InvalidMessage, match="round"):
+                node.receive(1, stage, 0, psu[stage.split("-")[1]])
         tried.append(stage)
 
     run_round(node, parties, 1, attack)

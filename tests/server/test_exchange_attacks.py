@@ -30,6 +30,7 @@ from fastapi.testclient import TestClient
 
 from secemb.errors import ProtocolError
 from secemb.framing import HEADER_BYTES
+from secemb.protocols.secea import field
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.secea.staged import SECEA_ROUND_PLAN, SECEA_SETUP_PLAN, SecEANode, SecEAParty, SecEASetupParty
@@ -319,3 +320,95 @@ def test_finding_a_corrupt_sum_share_with_a_stage_deadline_aborts_and_the_next_r
     assert hosted.model() == model0
     assert one_round(2, corrupt=False) == "committed"
     assert hosted.model() != model0
+
+
+class _Api:
+    """A device's API client whose server answers ``doc`` to every GET (a deviating server)."""
+
+    def __init__(self, doc: Any) -> None:
+        self.doc = doc
+
+    def get_json(self, path: str) -> Any:
+        return self.doc
+
+
+@pytest.mark.parametrize("doc", [[1, 2], "open", None, {"round_id": 1},
+                                 {"round_id": [1], "users": [0], "state": "open"},
+                                 {"round_id": 1, "users": 3, "state": "open"},
+                                 {"round_id": 1, "users": [0, "1"], "state": "open"},
+                                 {"round_id": 1, "users": [0], "stages": 5, "state": "open"},
+                                 {"round_id": True, "users": [0], "state": "open"},
+                                 {"round_id": 1, "users": [0], "state": "open", "stage": 3}])
+def test_finding_a_malformed_round_document_is_an_invalid_message_not_a_crash(doc):
+    """The device reads the round document the server writes; one that is not a document (a
+    list, a round id that is a list, users an int, stages an int) crashed ``secemb client``
+    with a builtin error (AttributeError, TypeError: a traceback); now it is InvalidMessage,
+    which the client reports."""
+    from secemb.engine.http_exchange import HttpExchangeLink
+    from secemb.errors import InvalidMessage
+
+    with pytest.raises(InvalidMessage, match="round document is malformed"):
+        HttpExchangeLink(0, _Api(doc)).round()  # type: ignore[arg-type]
+
+
+def test_a_round_whose_stages_are_not_the_protocols_is_refused_before_any_message():
+    from secemb.engine.http_exchange import HttpExchangeLink, take_part
+    from secemb.errors import InvalidParameters
+    from secemb.protocols.secea.staged import SECEA_PLAN
+
+    params, bloom, clients = secea_world(7)
+    doc = {"round_id": 1, "users": [0, 1, 2], "stages": ["secea-keys", "bogus"], "stage": "secea-keys",
+           "state": "open"}
+    link = HttpExchangeLink(0, _Api(doc))  # type: ignore[arg-type]
+    assert link.round() == doc
+
+    class Device:
+        def party(self, round_doc: Any) -> Any:
+            return SecEASetupParty(clients[0], bloom, 1)
+
+    with pytest.raises(InvalidParameters, match="subsequence"):
+        take_part(link, Device(), SECEA_PLAN, doc, wait_s=1.0)
+
+
+def test_the_server_receives_keeps_and_logs_no_silos_rows_in_the_clear(caplog):
+    """What the server learns: over a set-up and a round, no silo's embedding value appears in
+    any message the node received or sent, in what it keeps of the round, or in any log record
+    (at DEBUG) -- neither as float64, float32 nor as the 32-bit fixed-point field element the
+    silo encodes it to (that encoding is checked to be in the silo's own plaintext, so the
+    search would find a value sent in the clear)."""
+    import logging
+
+    from secemb.protocols.secea import coding
+
+    caplog.set_level(logging.DEBUG)
+    params, bloom, clients = secea_world(8)
+    node = secea_node(params, bloom, 8)
+    seen: list[bytes] = []
+    receive = node.receive
+
+    def spy(round_id: int, stage: str, user: int, body: bytes) -> None:
+        seen.append(body)
+        receive(round_id, stage, user, body)
+
+    node.receive = spy  # type: ignore[method-assign]
+    http = http_of(node)
+    secea_setup(http, clients, bloom, 1)
+    gen = np.random.default_rng(8)  # test data only
+    rows = [gen.uniform(-1.0, 1.0, size=(len(s), 2)) for s in SETS]
+    secea_round(http, clients, 2, rows)
+    assert node._round is not None
+    kept = [b for per in (node._round.received, node._round.replies) for msgs in per.values() for b in msgs.values()]
+    logs = "\n".join(r.getMessage() for r in caplog.records).encode()
+    hay = seen + kept + [logs]
+    assert len(seen) == 3 * 7 and logs  # every message; the app logged something
+    needles = []
+    for v, silo_rows in enumerate(rows):
+        fixed = np.rint(silo_rows * 2.0**params.frac_bits).astype(np.int64) % field.P
+        own = np.searchsorted(np.array([1, 4, 7, 9, 12]), SETS[v])
+        plain = coding.expand(params, 5, own, silo_rows).astype("<u4").tobytes()
+        for x, f in zip(silo_rows.ravel(), fixed.ravel(), strict=True):
+            enc = int(f).to_bytes(4, "little")
+            assert enc in plain  # the search finds a value sent in the clear
+            needles += [enc, np.float64(x).tobytes(), np.float32(x).tobytes()]
+    found = [n for n in needles for h in hay if n in h]
+    assert not found, f"{len(found)} of {len(needles)} values found in the server's view"
