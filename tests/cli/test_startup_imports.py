@@ -14,11 +14,15 @@ import pytest
 
 #: optional extras of other commands: the server, plots, Ray
 NOT_FOR_TRAIN = ("matplotlib", "httpx", "fastapi", "ray")
+#: heavy modules a default training run has no use for (torch alone: ~2 s of CPU to import);
+#: ``scipy.linalg`` is what numba's first kernel call used to import
+HEAVY = ("torch", "pandas", "sklearn", "scipy.linalg", "scipy.stats", "scipy.sparse", "scipy.special",
+         "scipy.optimize", "dp_accounting", "pooch", "sympy", "mpmath")
 
 _LOADED = f"""
 import json, sys
 def loaded():
-    return sorted(m for m in {list(NOT_FOR_TRAIN) + ["scipy.linalg"]!r} if m in sys.modules)
+    return sorted(m for m in {list(NOT_FOR_TRAIN + HEAVY)!r} if m in sys.modules)
 """
 
 
@@ -39,8 +43,8 @@ def test_import_cli_loads_no_optional_extra() -> None:
 @pytest.mark.parametrize("protocol", ["secemb", "plaintext"])
 def test_train_in_process_loads_no_optional_extra(protocol: str, tmp_path) -> None:  # noqa: ANN001
     """A whole ``secemb train`` run in process (compiled kernels included where numba is
-    installed) loads none of the extras, nor ``scipy.linalg``, which numba's first kernel call
-    used to import (0.13-0.16 s)."""
+    installed) loads none of the extras nor of the :data:`HEAVY` modules, ``scipy.linalg``
+    included, which numba's first kernel call used to import (0.13-0.16 s)."""
     out = tmp_path / "r.json"
     got = _run(
         "sys.argv = ['secemb', 'train', '--dataset', 'synthetic-mini', '--protocol', "
@@ -73,3 +77,17 @@ def test_kernels_first_use_leaves_scipy_importable() -> None:
         "print(json.dumps({'loaded': before, 'dot': float(dot(np.arange(3.0), np.arange(3.0)))}))"
     )
     assert got == {"loaded": [], "dot": 5.0}
+
+
+def test_the_cli_exits_without_collecting_what_it_holds() -> None:
+    """``secemb`` freezes the garbage collector's objects at exit (the final collections over
+    numba's registries cost 0.25-0.3 s of CPU a process); an exit handler registered before
+    ``main`` runs after it and sees them frozen."""
+    got = _run(
+        "import atexit, gc\n"
+        "atexit.register(lambda: print(json.dumps({'frozen': gc.get_freeze_count() > 0})))\n"
+        "sys.argv = ['secemb', '--version']\n"
+        "from secemb.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+    )
+    assert got == {"frozen": True}
