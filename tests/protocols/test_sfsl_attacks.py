@@ -207,3 +207,37 @@ def test_limit_a_server_that_runs_the_other_devices_reads_one_devices_update(cli
     assert rows0 is not None
     assert np.array_equal(total[rows0] % (1 << 32), parties[0]._values.astype(np.int64))
     assert not total[np.setdiff1d(np.arange(total.shape[0]), rows0)].any()
+
+
+def test_limit_each_device_learns_which_of_its_rows_each_peer_declared(clicks):
+    """SFSL's sparse secure sum (docs/secagg.md, "Sparse rounds") tells each device, in the
+    server's key list, which of its own rows each peer holds too -- the intersection of their
+    perturbed sets S'' (and categories), read here off the bytes device 0 receives."""
+    proto = protocol(clicks, "CPP1")
+    node = proto.make_server().node
+    assert isinstance(node, SFSLNode)
+    doc = node.open_round(1, [0, 1, 2])
+    parties = {u: proto.make_device(u).party(doc) for u in range(3)}
+    got: dict[str, bytes] = {}
+    accept = parties[0].accept
+
+    def keep(stage: str, body: bytes) -> None:
+        got[stage] = body
+        accept(stage, body)
+
+    parties[0].accept = keep  # type: ignore[method-assign]
+    run_round(node, parties, 1)
+    assert node._round is not None
+    rows = {u: node._round.sum.rows_of(u) for u in range(3)}
+    body = got["sum-advertise"][HEADER_BYTES:]
+    count = int.from_bytes(body[:4], "little")
+    ids = [int.from_bytes(body[4 + 68 * i:8 + 68 * i], "little") for i in range(count)]
+    width = -(-rows[0].size // 8)
+    maps = body[4 + 68 * count:]
+    assert len(maps) == count * width
+    for i, v in enumerate(ids):
+        bits = np.unpackbits(np.frombuffer(maps[i * width:(i + 1) * width], np.uint8), bitorder="little")
+        held = bits[:rows[0].size].astype(bool)
+        expected = np.isin(rows[0], rows[v]) if v != 0 else np.zeros(rows[0].size, bool)
+        assert np.array_equal(held, expected), v
+    assert 0 < np.isin(rows[0], rows[1]).sum() < rows[0].size  # a real intersection, not all or nothing

@@ -105,9 +105,9 @@ def secea_node(params: SecEAParams, bloom: Any, seed: int) -> SecEANode:
     return SecEANode(params, bloom, _rng=CtrDrbg(seed))
 
 
-def http_of(node: Any, secrets: tuple[bytes, bytes] | None = None, **kw: Any) -> Http:
+def http_of(node: Any, secrets: tuple[bytes, bytes] | None = None, num_users: int = 3, **kw: Any) -> Http:
     admin_secret, user_secret = secrets or (os.urandom(32), os.urandom(32))
-    return Http(node, admin_secret=admin_secret, user_secret=user_secret, num_users=3, **kw)
+    return Http(node, admin_secret=admin_secret, user_secret=user_secret, num_users=num_users, **kw)
 
 
 def play_stage(http: Http, plan: RoundPlan, round_id: int, stage: str, parties: dict[int, Any],
@@ -412,3 +412,19 @@ def test_the_server_receives_keeps_and_logs_no_silos_rows_in_the_clear(caplog):
             needles += [enc, np.float64(x).tobytes(), np.float32(x).tobytes()]
     found = [n for n in needles for h in hay if n in h]
     assert not found, f"{len(found)} of {len(needles)} values found in the server's view"
+
+
+def test_limit_any_device_reads_who_takes_part_in_the_round():
+    """The one-server round document lists the round's devices, and every device may read it,
+    one not in the round too (the two-server ``GET /v1/round`` tells a device only whether it
+    takes part).  SFSL, a round of devices 0-2 read by device 3."""
+    from secemb.data.ctr import TaobaoShaped, split_clicks
+    from secemb.protocols.exchange import ExchangeRun
+    from secemb.protocols.sfsl.protocol import SFSLProtocol
+
+    clicks = split_clicks(TaobaoShaped("taobao-mini", seed=3).clients(np.arange(8)))
+    proto = SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=3), data=clicks)
+    http = http_of(proto.make_server().node, num_users=4)
+    http.open(1, [0, 1, 2])
+    doc = http.call(3, "GET", "/v1/exchange/round").json()
+    assert doc["users"] == [0, 1, 2] and doc["stage"] == "psu-advertise"
