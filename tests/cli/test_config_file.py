@@ -1,0 +1,154 @@
+"""One layered configuration (issue 36 item 5): ``secemb train/demo --config FILE`` and
+:mod:`secemb.round.options` -- command line > config file > defaults, a bad file exits 2 with
+one line naming the file and the key, the defaults ``--help`` shows are the model's, and the
+example file of docs/training.md parses."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import typer
+
+from secemb.cli import app
+from secemb.errors import InvalidParameters
+from secemb.round.options import RunOptions, load_options, read_options
+from cli_helpers import assert_usage_error, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _params(command: str) -> list:  # noqa: ANN401 - click's parameters
+    return typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+
+
+def _write(tmp_path: Path, text: str, name: str = "run.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _doc_example() -> str:
+    """The TOML block of docs/training.md's ``--config`` section."""
+    text = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    section = text.split("## Options from a file: `--config`", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```toml\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1
+    return blocks[0]
+
+
+def test_the_doc_example_parses(tmp_path: Path) -> None:
+    path = _write(tmp_path, _doc_example())
+    assert read_options(path, taken=[p.name for p in _params("train")]) == {
+        "dataset": "synthetic-mini", "protocol": "plaintext", "epochs": 3, "users_per_round": 50, "alpha": 2.5,
+        "lazy_adam": True, "metrics": ("rmse", "mae"), "dp_epsilon": math.inf}
+    assert run_cli("train", "--config", str(path), "--help").exit_code == 0
+
+
+def test_command_line_over_file_over_defaults(tmp_path: Path) -> None:
+    """The run's JSON document: epochs from the command line, users_per_round and seed from
+    the file, alpha and lazy_adam the defaults; the model is the one of the same options
+    all given on the command line."""
+    path = _write(tmp_path, 'dataset = "synthetic-mini"\nprotocol = "plaintext"\nepochs = 3\n'
+                            "users-per-round = 50\nseed = 2\n")
+    res = run_cli("train", "-q", "--config", str(path), "--epochs", "1", "--json-out", str(tmp_path / "a.json"))
+    assert res.exit_code == 0, res.output
+    config = json.loads((tmp_path / "a.json").read_text())["config"]
+    assert (config["dataset"], config["protocol"], config["epochs"], config["users_per_round"], config["seed"],
+            config["alpha"], config["lazy_adam"]) == ("synthetic-mini", "plaintext", 1, 50, 2, 2.5, True)
+    res = run_cli("train", "-q", "--dataset", "synthetic-mini", "--protocol", "plaintext", "--epochs", "1",
+                  "--users-per-round", "50", "--seed", "2", "--json-out", str(tmp_path / "b.json"))
+    assert res.exit_code == 0, res.output
+    assert (json.loads((tmp_path / "a.json").read_text())["model_sha256"]
+            == json.loads((tmp_path / "b.json").read_text())["model_sha256"])
+
+
+def test_load_options_keywords_over_file_over_defaults(tmp_path: Path) -> None:
+    path = _write(tmp_path, '{"epochs": 3, "users_per_round": 50, "metrics": "rmse, mae"}', "run.json")
+    opts = load_options(path, epochs=1)
+    assert (opts.epochs, opts.users_per_round, opts.metrics, opts.seed, opts.protocol) == (
+        1, 50, ("rmse", "mae"), 0, "secemb")
+    assert load_options().epochs == 5
+    with pytest.raises(InvalidParameters, match="unknown option 'epoch'"):
+        load_options(epoch=1)
+    with pytest.raises(InvalidParameters, match="epochs"):
+        load_options(epochs=0)
+
+
+@pytest.mark.parametrize("command", ["train", "demo"])
+def test_an_unknown_key_exits_2_naming_it_and_the_file(tmp_path: Path, command: str) -> None:
+    path = _write(tmp_path, "epoch = 3\n")
+    res = run_cli(command, "-q", "--config", str(path))
+    assert_usage_error(res, f"config file {path}: key 'epoch' is unknown")
+
+
+def test_a_key_the_command_does_not_take_exits_2(tmp_path: Path) -> None:
+    path = _write(tmp_path, 'metrics = ["rmse"]\n')
+    assert_usage_error(run_cli("demo", "-q", "--config", str(path)),
+                       f"config file {path}: key 'metrics' is an option this command does not take")
+
+
+@pytest.mark.parametrize(("line", "key"), [
+    ("epochs = 0", "epochs"), ('epochs = "3"', "epochs"), ("epochs = 2.5", "epochs"), ("relay = 1", "relay"),
+    ("dataset = 3", "dataset"), ("expansion = 0.5", "expansion"), ("workers = true", "workers"),
+    ("metrics = [1]", "metrics"),
+])
+def test_a_bad_value_exits_2_naming_the_key_and_the_file(tmp_path: Path, line: str, key: str) -> None:
+    path = _write(tmp_path, line + "\n")
+    assert_usage_error(run_cli("train", "-q", "--config", str(path)), f"config file {path}: {key}: ")
+
+
+@pytest.mark.parametrize(("text", "message"), [("epochs = \n", "is not valid TOML"), ("[x]\ny = 1\n", "key 'x'")])
+def test_a_broken_file_exits_2(tmp_path: Path, text: str, message: str) -> None:
+    path = _write(tmp_path, text)
+    assert_usage_error(run_cli("train", "-q", "--config", str(path)), message)
+    assert_usage_error(run_cli("train", "-q", "--config", str(tmp_path / "missing.toml")), "cannot read config file")
+
+
+def test_a_file_option_counts_as_set_for_a_one_server_protocol(tmp_path: Path) -> None:
+    """A one-server protocol gets the options the file sets (an unknown preset reaches SFSL) and
+    refuses those it does not take, as on the command line."""
+    path = _write(tmp_path, 'protocol = "sfsl"\nlayout = "full"\n')
+    assert_usage_error(run_cli("train", "-q", "--config", str(path)), "--protocol sfsl does not take --layout")
+    path = _write(tmp_path, 'sfsl_preset = "CPP9"\ndataset = "taobao-mini"\n')
+    assert_usage_error(run_cli("train", "-q", "--protocol", "sfsl", "--config", str(path)), "'CPP9'")
+    assert_usage_error(run_cli("train", "-q", "--config", str(path)),
+                       "--sfsl-preset is an option of --protocol sfsl, not of --protocol secemb")
+
+
+@pytest.mark.parametrize("command", ["train", "demo"])
+def test_the_command_line_defaults_are_the_models(command: str) -> None:
+    defaults = RunOptions()
+    shared = [p for p in _params(command) if p.name in RunOptions.model_fields]
+    assert len(shared) >= 26
+    for p in shared:
+        assert p.default == defaults.cli_value(p.name), p.name
+    epochs = next(p for p in shared if p.name == "epochs")
+    assert (epochs.default, epochs.help) == (5, RunOptions.model_fields["epochs"].description)
+
+
+def test_experiment_and_server_config_share_the_defaults() -> None:
+    from secemb.server.config import ServerConfig
+    from secemb.training import Experiment
+
+    defaults = RunOptions()
+    own = {"epochs": 1, "model": "mf"}  # the Python API's quick run
+    for f in fields(Experiment):
+        if f.name in RunOptions.model_fields:
+            assert f.default == own.get(f.name, getattr(defaults, f.name)), f.name
+    for name in ("protocol", "expansion", "backend", "workers", "lazy_adam", "ring_bits", "m_prime", "alpha"):
+        assert ServerConfig.model_fields[name].default == getattr(defaults, name), name
+
+
+def test_experiment_from_options() -> None:
+    from secemb.training import Experiment
+
+    exp = Experiment.from_options(load_options(protocol="plaintext", metrics="rmse,mae", sfsl_preset="CPP1"),
+                                  test_fraction=0.3)
+    assert (exp.epochs, exp.model, exp.metrics, exp.test_fraction, exp.protocol) == (
+        5, "mf", ("rmse", "mae"), 0.3, "plaintext")
+    assert Experiment.from_options(load_options(model="ncf")).model == "ncf"
