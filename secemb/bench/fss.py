@@ -67,7 +67,7 @@ from secemb.fss import halftree, kernels, tree
 from secemb.fss.convert import convert_accumulate
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.prg import CHUNK_BLOCKS, aes_for
-from secemb.protocols.secemb import FOLD_BYTES
+from secemb.protocols.secemb.server import FOLD_BYTES
 
 __all__ = ["CEILINGS", "KEYGEN_SIZES", "ShareAboveCeiling", "Timed", "check_share", "interleaved", "run",
            "table_rows", "walk_blocks"]

@@ -34,7 +34,8 @@ from secemb import fss
 from secemb.errors import InvalidParameters, RetrievalTampered
 from secemb.fss.keys import HEADER_BYTES
 from secemb.protocols.base import Protocol, RoundConfig
-from secemb.protocols.secemb import DIGEST_BYTES, SecEmbProtocol, SecEmbUser, _checks_bytes, key_params
+from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
+from secemb.protocols.secemb.sizes import DIGEST_BYTES, checks_bytes, key_params
 from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.randomness import RandomBytes
 
@@ -80,7 +81,7 @@ class MaliciousUser(SecEmbUser):
             if not self.relay:
                 return m0, m1[:FRAME_BYTES] + _flip_last_level(m1[FRAME_BYTES:], cfg)
             # relay: commit server 1 to the altered shared part, so that the relay check passes
-            checks = _checks_bytes(cfg, self.verify)
+            checks = checks_bytes(cfg, self.verify)
             body = m0[FRAME_BYTES:]
             keys = fss.DPFKeys.from_bytes(body[: len(body) - checks])
             digest = hashlib.sha256(keys.shared_bytes() + body[len(body) - checks :]).digest()

@@ -13,9 +13,10 @@ A round of federated training runs in four stages, named by the driver:
 Protocol objects speak only in ``bytes`` and never read each other's state; the driver
 (:mod:`secemb.training`) or the network server moves the bytes through a transport.  With
 ``Protocol.relay`` the retrieval runs user -> server 1 (roots), user -> server 0 (keys),
-server 0 -> server 1 (:meth:`ServerRole.relay_retrieval`), server 1 -> server 0
-(:meth:`ServerRole.complete_retrieval`), server 0 -> user; the upload user -> server 0,
-server 0 -> server 1 (:meth:`ServerRole.relay_upload`).
+server 0 -> server 1 (:meth:`RelayRole.relay_retrieval`), server 1 -> server 0
+(:meth:`RelayRole.complete_retrieval`), server 0 -> user; the upload user -> server 0,
+server 0 -> server 1 (:meth:`RelayRole.relay_upload`): the relay steps of a
+:class:`RelayRole`, which only a relay-capable protocol's servers are.
 
 Array conventions (all arrays in the ring of ``config.ring_bits``, dtype uint32 or uint64):
 
@@ -42,8 +43,8 @@ from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.protocols.wire import HEADER_BYTES
 from secemb.randomness import RandomBytes
 
-__all__ = ["BOUNDED_KINDS", "LAYOUT_OPTIONS", "Capabilities", "ExchangeNode", "Protocol", "RoundConfig", "ServerRole",
-           "UserRole"]
+__all__ = ["BOUNDED_KINDS", "LAYOUT_OPTIONS", "Capabilities", "ExchangeNode", "Protocol", "RelayRole", "RoundConfig",
+           "ServerRole", "UserRole"]
 
 
 @dataclass(frozen=True)
@@ -242,19 +243,11 @@ class ServerRole(ABC):
         """Absorb one user's upload into this server's running aggregate.  With relay,
         server 0 returns the message to forward to server 1; otherwise ``None``."""
 
-    def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
-        """Relay, server 1: answer server 0's forwarded request (to server 0)."""
-        raise ProtocolError(f"{type(self).__name__} does not relay")
-
     def handle_retrieval_many(self, requests: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
         """:meth:`handle_retrieval` for many ``(user_id, message)`` pairs; a rejected request
         yields its exception in its place.  Servers that can evaluate a batch faster than
         user by user override this."""
         return [_or_error(self.handle_retrieval, u, m) for u, m in requests]
-
-    def relay_retrieval_many(self, forwards: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
-        """:meth:`relay_retrieval` for many users, like :meth:`handle_retrieval_many`."""
-        return [_or_error(self.relay_retrieval, u, m) for u, m in forwards]
 
     def evaluate_retrieval_many(
         self, requests: list[tuple[int, bytes]]
@@ -266,25 +259,6 @@ class ServerRole(ABC):
         changes nothing -- if the round or the users' state changed in between.  Default: all
         the work in ``commit()``; servers with a costly evaluation override this."""
         return lambda: self.handle_retrieval_many(requests)
-
-    def evaluate_relay_many(self, forwards: list[tuple[int, bytes]]) -> Callable[[], list[bytes | SecembError]]:
-        """:meth:`relay_retrieval_many` in two phases, like :meth:`evaluate_retrieval_many`."""
-        return lambda: self.relay_retrieval_many(forwards)
-
-    def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
-        """Relay, server 0: what ``commit()`` of :meth:`evaluate_retrieval_many` will return to
-        forward to server 1 for each of ``requests`` (or the error that refuses it), computed
-        from the requests alone -- no evaluation, no state change -- so that a server can
-        forward while it evaluates.  ``None`` (the default): known after the commit only."""
-        return None
-
-    def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
-        """Relay, server 0: combine server 1's answer into the reply to the user."""
-        raise ProtocolError(f"{type(self).__name__} does not relay")
-
-    def relay_upload(self, user_id: int, message: bytes) -> None:
-        """Relay, server 1: absorb server 0's forwarded upload."""
-        raise ProtocolError(f"{type(self).__name__} does not relay")
 
     @abstractmethod
     def aggregate_share(self, include: list[int] | None = None) -> bytes:
@@ -313,6 +287,42 @@ class ServerRole(ABC):
         in the ring from its own aggregate over ``include`` (as :meth:`aggregate_share`) and
         the other server's share over the same users (both servers reconstruct and agree on
         the model, issue 33).  The sum does not depend on which server computes it."""
+
+
+class RelayRole(ABC):
+    """The relay steps of a server role (optional: a protocol whose ``capabilities.relay`` is
+    set makes servers that are also a :class:`RelayRole`; the server node refuses a relay
+    deployment of a role that is not one).  With relay, the retrieval runs user -> server 1
+    (roots), user -> server 0 (keys), server 0 -> server 1 (:meth:`relay_retrieval`), server 1
+    -> server 0 (:meth:`complete_retrieval`), server 0 -> user; the upload user -> server 0,
+    server 0 -> server 1 (:meth:`relay_upload`)."""
+
+    @abstractmethod
+    def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Relay, server 1: answer server 0's forwarded request (to server 0)."""
+
+    def relay_retrieval_many(self, forwards: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        """:meth:`relay_retrieval` for many users, like :meth:`ServerRole.handle_retrieval_many`."""
+        return [_or_error(self.relay_retrieval, u, m) for u, m in forwards]
+
+    def evaluate_relay_many(self, forwards: list[tuple[int, bytes]]) -> Callable[[], list[bytes | SecembError]]:
+        """:meth:`relay_retrieval_many` in two phases, like :meth:`ServerRole.evaluate_retrieval_many`."""
+        return lambda: self.relay_retrieval_many(forwards)
+
+    def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
+        """Relay, server 0: what ``commit()`` of :meth:`ServerRole.evaluate_retrieval_many` will
+        return to forward to server 1 for each of ``requests`` (or the error that refuses it),
+        computed from the requests alone -- no evaluation, no state change -- so that a server
+        can forward while it evaluates.  ``None`` (the default): known after the commit only."""
+        return None
+
+    @abstractmethod
+    def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Relay, server 0: combine server 1's answer into the reply to the user."""
+
+    @abstractmethod
+    def relay_upload(self, user_id: int, message: bytes) -> None:
+        """Relay, server 1: absorb server 0's forwarded upload."""
 
 
 #: options every protocol's factory takes (their values are checked against its capabilities)
@@ -435,7 +445,7 @@ class Protocol(ABC):
     layout, expansion, layout_seed: the request layout of its rounds (:class:`RoundConfig`);
         ``B = max(m', ceil(expansion m'))`` buckets for the cuckoo layout.
     relay: whether server 0 relays between the user and server 1 (then server 1 sends the
-        user nothing, and the driver calls the relay steps of :class:`ServerRole`).
+        user nothing, and the driver calls the relay steps of its :class:`RelayRole` servers).
     """
 
     name: str

@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from secemb.errors import RelayTampered, SecembError
+from secemb.errors import ProtocolError, RelayTampered, SecembError
+from secemb.protocols.base import RelayRole
 from secemb.server import faults
 from secemb.server.errors import Conflict, peer_failure
 from secemb.server.peer import PEER_ERRORS, PeerLink, PeerRefused, PeerUnreachable
@@ -41,7 +42,8 @@ class LeaderRelay(Node):
         """As :meth:`Node.retrieval_many`; with relay, server 1 must hold each device's roots
         first (checked before anything is evaluated), server 0's forwards go to server 1 as
         one batch, and server 1's masked answers complete the replies."""
-        if not self.protocol.relay:
+        relay = self.relay_role
+        if not self.protocol.relay or relay is None:  # a relay deployment has one (ServerState checks)
             return self._evaluate_retrievals(r, items)
         results: list[bytes | None | SecembError] = [None] * len(items)
         try:
@@ -66,7 +68,7 @@ class LeaderRelay(Node):
                 # a role that knows its forwards from the requests alone: server 1 evaluates
                 # them while this server evaluates its own (a user this server then refuses
                 # counts at server 1 as one that retrieved and went silent)
-                fwds = self.role.relay_forwards([sub[j] for j in admitted])
+                fwds = relay.relay_forwards([sub[j] for j in admitted])
                 if fwds is None:
                     return
                 ok = [(go[j], f) for j, f in zip(admitted, fwds, strict=True) if isinstance(f, bytes)]
@@ -102,7 +104,7 @@ class LeaderRelay(Node):
                                               "take part in the round)", ans)
                     continue
                 try:
-                    results[i] = rnd.busy(self.role.complete_retrieval, items[i][0], ans)
+                    results[i] = rnd.busy(relay.complete_retrieval, items[i][0], ans)
                 except SecembError as exc:
                     results[i] = exc
         return results
@@ -124,6 +126,17 @@ class FollowerRelay(Node):
     #: groups concurrent :meth:`peer_relay_retrieval` calls (set by the node)
     _relay_batch: Batcher
 
+    def _relay(self) -> RelayRole:
+        """The role's relay steps.
+
+        Raises
+        ------
+        ProtocolError: the role has none (its protocol cannot relay).
+        """
+        if self.relay_role is None:
+            raise ProtocolError(f"{type(self.role).__name__} does not relay")
+        return self.relay_role
+
     def peer_ready(self, r: int, user: int) -> dict[str, bool]:
         """Relay: whether ``user`` sent its roots and awaits server 0's forward."""
         with self.lock:
@@ -141,9 +154,9 @@ class FollowerRelay(Node):
         with self.lock:
             try:
                 rnd = self._current(r)
+                role = self._relay()
             except SecembError as exc:
                 return [exc] * len(items)
-            role = self.role
         commit = rnd.busy(role.evaluate_relay_many, items)
         with self.lock:
             try:
@@ -176,7 +189,7 @@ class FollowerRelay(Node):
             if user in rnd.tampered:
                 raise RelayTampered(f"round {r}: user {user} is out of the round (its relayed bytes were altered)")
             try:
-                rnd.busy(self.role.relay_upload, user, body)
+                rnd.busy(self._relay().relay_upload, user, body)
             except RelayTampered:
                 tampered = True
             else:

@@ -34,7 +34,7 @@ from secemb.digest import model_sha256
 from secemb.errors import InvalidParameters
 from secemb.models.base import RecModel
 from secemb.privacy.noise import RingNoise
-from secemb.protocols.base import Protocol, ServerRole
+from secemb.protocols.base import Protocol, RelayRole, ServerRole
 from secemb.randomness import RandomBytes
 from secemb.round import messages
 from secemb.round.optimizer import ServerAdam
@@ -82,6 +82,11 @@ class NodeState:
         self.cfg = cfg
         self.protocol = protocol if protocol is not None else cfg.make_protocol()
         self.role: ServerRole = self.protocol.make_server(self.party)
+        #: the role's relay steps, where it has them (an optional role: :class:`RelayRole`)
+        self.relay_role: RelayRole | None = self.role if isinstance(self.role, RelayRole) else None
+        if self.protocol.relay and self.relay_role is None:
+            raise InvalidParameters(f"protocol {cfg.protocol!r} is configured with relay, but its server role "
+                                    f"{type(self.role).__name__} has no relay steps (it is not a RelayRole)")
         self.model = model if model is not None else cfg.make_model()
         self.fp = cfg.fixed_point()
         #: central DP: this server's noise on its own aggregate share (docs/security.md)

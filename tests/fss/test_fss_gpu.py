@@ -36,7 +36,7 @@ from secemb.fss.gpu import evaluate as gpu_eval  # noqa: E402
 from secemb.fss.gpu.tables import SBOX, expand_key  # noqa: E402
 from secemb.fss.prg import fixed_key  # noqa: E402
 from secemb.protocols.backends import SerialBackend  # noqa: E402
-from secemb.protocols.secemb import _evaluate_task, _evaluation_form  # noqa: E402
+from secemb.fss.tasks import evaluate_task, evaluation_form  # noqa: E402
 from secemb.randomness import CtrDrbg  # noqa: E402
 
 DEV = gpu.device()
@@ -44,9 +44,9 @@ DEV = gpu.device()
 
 def _cpu(layout, party: int, keys, table: np.ndarray, width: int):  # noqa: ANN001, ANN202
     """The CPU evaluation of the same keys (what a server with the serial backend computes)."""
-    handle = SerialBackend().publish(_evaluation_form(table, layout, 8 * table.dtype.itemsize))
+    handle = SerialBackend().publish(evaluation_form(table, layout, 8 * table.dtype.itemsize))
     # no point-function check (issue 34): the answers, bits and folded part only
-    return _evaluate_task(("full" if layout == "full" else "cuckoo", party, keys, handle, width, None, None))[:3]
+    return evaluate_task(("full" if layout == "full" else "cuckoo", party, keys, handle, width, None, None))[:3]
 
 
 def _words(rng: np.random.Generator, n: int) -> np.ndarray:

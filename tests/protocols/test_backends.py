@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from secemb.protocols.backends import ProcessBackend, SerialBackend, ThreadBackend, make_backend
-from secemb.protocols import secemb as secemb_protocol
+from secemb.protocols.secemb import server as secemb_server
 from secemb.protocols.secemb import SecEmbProtocol
 from secemb.randomness import CtrDrbg
 from secemb.errors import InvalidParameters
@@ -124,8 +124,6 @@ def test_batches_split_by_memory_bound_are_bit_identical(monkeypatch, layout: st
     """A batch whose leaf state exceeds EVAL_BYTES is evaluated in several tasks (one per
     user at the smallest bound; the cuckoo layout: one per bucket) with the same replies and
     aggregate."""
-    from secemb.protocols import secemb as secemb_module
-
     class Counting(SerialBackend):
         def __init__(self) -> None:
             super().__init__()
@@ -138,7 +136,7 @@ def test_batches_split_by_memory_bound_are_bit_identical(monkeypatch, layout: st
     whole = Counting()
     reference = _round(whole, layout, False)
     assert max(whole.task_counts) == 1
-    monkeypatch.setattr(secemb_module, "EVAL_BYTES", 1)
+    monkeypatch.setattr(secemb_server, "EVAL_BYTES", 1)
     split = Counting()
     chunked = _round(split, layout, False)
     assert max(split.task_counts) == (5 if layout == "full" else 15)  # a task per user / per bucket
@@ -164,7 +162,7 @@ def test_tasks_carry_keys_and_a_handle_not_the_table(layout: str, monkeypatch: p
     instead of 6 kB) leaves every task's pickle the same size to within a few bytes (the
     width itself), and the results stay bit-identical to serial.  (The cache bound on a
     task's folded rows is lifted, so that both widths split into the same tasks.)"""
-    monkeypatch.setattr(secemb_protocol, "FOLD_BYTES", 1 << 60)
+    monkeypatch.setattr(secemb_server, "FOLD_BYTES", 1 << 60)
     sizes = {}
     for width in (5, 2000):
         pool = _Recording(workers=2)
@@ -384,7 +382,7 @@ def test_the_cache_bound_splits_buckets_without_changing_the_round(relay: bool,
     """A cuckoo batch folded in one range of buckets, or in one range per bucket (a cache
     bound of one byte), gives the same replies and aggregate."""
     whole = _round(SerialBackend(), "cuckoo", relay)
-    monkeypatch.setattr(secemb_protocol, "FOLD_BYTES", 1)
+    monkeypatch.setattr(secemb_server, "FOLD_BYTES", 1)
     split = _round(SerialBackend(), "cuckoo", relay)
     assert whole[0] == split[0]
     assert np.array_equal(whole[1], split[1]) and np.array_equal(whole[2], split[2])

@@ -2,7 +2,7 @@
 over torch tensors on the device and returns what the CPU path returns, bit for bit.
 
 Hazmat layer.  :func:`evaluate` is the GPU form of the SecEmb server's per-batch evaluation
-(``secemb.protocols.secemb._evaluate_task``, built on :func:`secemb.fss.fused.retrieve_and_prepare`
+(``secemb.fss.tasks.evaluate_task``, built on :func:`secemb.fss.fused.retrieve_and_prepare`
 and :func:`~secemb.fss.fused.retrieve_and_prepare_buckets`): for ``K`` keys of one party
 
 1. the tree walk, breadth-first, one launch per level over every node of a chunk of keys that
@@ -193,7 +193,7 @@ def _pack_bits(t: torch.Tensor) -> torch.Tensor:
 def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int) -> tuple[np.ndarray, np.ndarray,
                                                                                       np.ndarray]:
     """Evaluate a batch of users' retrieval keys on the device; the same result, bit for bit,
-    as the CPU path (``secemb.protocols.secemb._evaluate_task``).
+    as the CPU path (``secemb.fss.tasks.evaluate_task``).
 
     Parameters
     ----------

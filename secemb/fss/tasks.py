@@ -1,0 +1,140 @@
+"""The worker tasks of SecEmb's server evaluation: module-level functions over plain numpy
+data (and :class:`~secemb.fss.keys.DPFKeys`) that a backend maps over chunks of a batch
+(:mod:`secemb.protocols.backends`: this thread, threads, worker processes, Ray, a CUDA device),
+so they pickle to worker processes.  The scheduling -- how a batch is cut into tasks -- is the
+server's (:class:`secemb.protocols.secemb.server.SecEmbServer`).
+
+A task reads the round's table through a handle (``handle.get()``) in one of three forms,
+named by the task: ``"full"`` (the table's :class:`~secemb.fss.linalg.LimbMatrix`),
+``"cuckoo"`` (:class:`Buckets`: the limbs and the layout's gather index) or ``"device"`` (a
+backend's device-resident table, :class:`~secemb.fss.gpu.DeviceTable`: a backend that has one
+says so by returning it from ``device_table``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from secemb.fss.cuckoo import CuckooLayout
+from secemb.fss.fused import bits_product, key_checks, retrieve_and_prepare, retrieve_and_prepare_buckets
+from secemb.fss.linalg import LimbMatrix
+from secemb.fss.verify import LeafCheck
+
+__all__ = ["Buckets", "bits_task", "evaluate_into_task", "evaluate_task", "evaluation_form", "place", "ranges",
+           "scatter_task"]
+
+
+@dataclass
+class Buckets:
+    """The cuckoo layout's table as published: its rows and where each bucket position reads
+    (``index`` int64 (B, M), -1 for padding); a task forms the bucket tables it evaluates."""
+
+    rows: LimbMatrix
+    index: np.ndarray
+    #: bucket tables formed in this process (the last two ranges; never pickled)
+    formed: dict[tuple[int, int], LimbMatrix] = field(default_factory=dict, repr=False, compare=False)
+
+    def tables(self, lo: int, hi: int) -> LimbMatrix:
+        """The bucket form (hi - lo, M, w) of buckets ``lo..hi-1``, formed once per range in
+        each process that reads this value (a round's batches reuse it)."""
+        got = self.formed.get((lo, hi))
+        if got is None:
+            if len(self.formed) >= 2:
+                self.formed.clear()
+            got = self.formed[lo, hi] = self.rows.gather(self.index[lo:hi])
+        return got
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"rows": self.rows, "index": self.index, "formed": {}}
+
+
+def evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: int) -> LimbMatrix | Buckets:
+    """The ring table (m, w) as the CPU evaluation reads it: its :class:`LimbMatrix` (full
+    layout), or that and the layout's gather index (cuckoo: tasks form their own buckets, so
+    the bucket form, three times the table, is neither built once in the server's process nor
+    published)."""
+    limbs = LimbMatrix(table, ring_bits)
+    return limbs if isinstance(layout, str) else Buckets(limbs, layout.gather_index)
+
+
+def evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
+
+    ``task = (form, party, keys, table, width, buckets, check)`` with ``form`` ``"full"``,
+    ``"cuckoo"`` or ``"device"`` (the module's forms of the table), ``keys`` the users' key
+    batches concatenated and ``table`` the :class:`~secemb.protocols.backends.Handle` of the
+    round's table in that form (:func:`evaluation_form`, or the backend's device table).
+    ``buckets = (lo, hi)`` (cuckoo, CPU): the keys are every user's keys of buckets
+    ``lo..hi-1``, user-major, and read those buckets' rows (``None``: all buckets).  Returns
+    the answers (K, w), the control bits
+    (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
+    payload-independent part of the aggregation share summed over the batch ((m, w), or
+    (hi - lo, M, w) for those buckets, zero at positions that pad a bucket).  ``check = (cs,
+    r, per_user)`` (verified uploads: the keys' check correction words, their users'
+    challenges and keys per user, :class:`~secemb.fss.verify.LeafCheck`) or ``None``; the
+    fourth result is the keys' check values (K, 4), from the same walk, or ``None``.
+    """
+    form, party, keys, handle, width, buckets, check_args = task
+    check = None if check_args is None else LeafCheck(*check_args)
+    table = handle.get()
+    if form == "device":  # the table is on the backend's device; the check walks here
+        answers, t, conv = table.evaluate(party, keys, width)
+        return answers, t, conv, None if check is None else key_checks(keys.path, check)
+    values = None if check is None else check.values
+    if form == "full":
+        answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width, check=check)
+        return answers, prepared.t_bits, prepared.signed_conv(), values
+    lo, hi = buckets or (0, len(table.index))
+    answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width,
+                                                    sizes=(table.index[lo:hi] >= 0).sum(axis=1), check=check)
+    if party:
+        np.negative(conv, out=conv)
+    return answers, t, conv, values
+
+
+def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None], answers: np.ndarray,
+          bits: np.ndarray, folded: np.ndarray, values: np.ndarray) -> None:
+    """Write a bucket range's :func:`evaluate_task` result into the views ``answers`` (U, G, w + T),
+    ``bits`` (U, G, M), ``folded`` (G, M, w) and ``values`` (U, G, 4) of the batch's arrays."""
+    a, t, conv, v = result
+    answers[...] = a.reshape(answers.shape)
+    bits[...] = t.reshape(bits.shape)
+    folded[...] = conv
+    if v is not None:
+        values[...] = v.reshape(values.shape)
+
+
+def evaluate_into_task(task: tuple[tuple, np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """:func:`evaluate_task` of a range of buckets, its result written by the task itself
+    (:func:`place`; a task of an in-process backend: ``task = (inner, answers, bits, folded, values)``)."""
+    inner, *views = task
+    place(evaluate_task(inner), *views)
+
+
+def ranges(n: int, parts: int) -> list[tuple[int, int]]:
+    """``[0, n)`` cut into ``parts`` consecutive ranges of near-equal size."""
+    bounds = np.linspace(0, n, parts + 1).astype(int).tolist()
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def bits_task(task: tuple[list[np.ndarray], list[np.ndarray], slice, np.ndarray, bool, np.ndarray,
+                         np.ndarray]) -> None:
+    """``out[:] = folded + bits_product(t, (-1)^negate cw, sizes)`` for a range of buckets, ``t``
+    and ``cw`` stacked here from each user's bits (B, M) and words (B, w) of that range, so
+    they are contiguous (the kernel's fast specialization) and the stacking is split too (a
+    task of an in-process backend: ``task = (bits, cws, buckets, sizes, negate, folded,
+    out)``, ``out`` C-contiguous)."""
+    bits, cws, buckets, sizes, negate, folded, out = task
+    np.copyto(out, folded)
+    cw = np.stack([c[buckets] for c in cws])
+    if negate:
+        np.negative(cw, out=cw)
+    bits_product(np.stack([b[buckets] for b in bits]), cw, sizes, out=out)
+
+
+def scatter_task(task: tuple[CuckooLayout, np.ndarray, slice]) -> np.ndarray:
+    """:meth:`~secemb.fss.cuckoo.CuckooLayout.scatter` of a range of items (a backend task)."""
+    layout, bucket_form, items = task
+    return layout.scatter(bucket_form, items)

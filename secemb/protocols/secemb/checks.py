@@ -1,0 +1,64 @@
+"""SecEmb's integrity checks: the row tags a device checks its retrieved rows against
+(verified retrieval) and the Fiat-Shamir challenge and per-user digest of verified uploads
+(docs/security.md, "A deviating server" and "A malicious device")."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from secemb.errors import InvalidParameters
+from secemb.protocols.secemb.sizes import TAG_BYTES, U64
+
+__all__ = ["VERIFY_DOMAIN", "challenge_seed", "row_tags"]
+
+_ROW_TAG_DOMAIN = b"secemb-row-tag"
+#: verified uploads (docs/security.md, "A malicious device"): domains of the challenge seed the
+#: servers derive from a user's committed key bytes and of the per-user digest they compare
+_CHALLENGE_DOMAIN = b"secemb-verify-challenge"
+VERIFY_DOMAIN = b"secemb-verify-upload"
+
+
+def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The tags of table rows: for item ``j`` with row ``r`` (ring words, little-endian bytes)
+    the first :data:`TAG_BYTES` of ``SHA-256(b"secemb-row-tag" || u64 round_id || u64 j || r)``
+    read as little-endian ring words of ``rows.dtype``.
+
+    Parameters
+    ----------
+    round_id: the round (>= 0).
+    items: int (n,), the rows' item ids in ``[0, m)``.
+    rows: ring (n, w), uint32 or uint64.
+
+    Returns
+    -------
+    ring (n, TAG_BYTES / itemsize) of ``rows.dtype``.  A Python loop over the rows (once per
+    round on each server for the whole table, once per retrieval on a device for its slots).
+    """
+    dt = rows.dtype
+    if dt not in (np.dtype(np.uint32), np.dtype(np.uint64)) or rows.ndim != 2 or items.shape != rows.shape[:1]:
+        raise InvalidParameters(f"rows must be uint32 or uint64 (n, w) with items (n,), got {dt} {rows.shape} "
+                                f"and {items.shape}")
+    n = len(items)
+    base = hashlib.sha256(_ROW_TAG_DOMAIN + U64.pack(round_id))
+    # every row's hashed suffix u64 j || r in one array, so the loop only hashes
+    size = rows.shape[1] * dt.itemsize
+    suffix = np.empty((n, 8 + size), np.uint8)
+    suffix[:, :8] = items.astype("<u8").reshape(n, 1).view(np.uint8)
+    suffix[:, 8:] = np.ascontiguousarray(rows, dt.newbyteorder("<")).view(np.uint8).reshape(n, size)
+    digests = []
+    for row in suffix:
+        h = base.copy()
+        h.update(row)
+        digests.append(h.digest())
+    tags = np.frombuffer(b"".join(digests), np.uint8).reshape(n, 32)[:, :TAG_BYTES]
+    return np.ascontiguousarray(tags).view(dt.newbyteorder("<")).astype(dt)
+
+
+def challenge_seed(round_id: int, key_digest: bytes) -> np.ndarray:
+    """The 128-bit seed of a user's check challenge, uint64 (2,): derived from its committed
+    key bytes (``key_digest``, SHA-256 of the shared key part and check words), so that it is
+    fixed only once the keys are (Fiat-Shamir; docs/security.md)."""
+    seed = hashlib.sha256(_CHALLENGE_DOMAIN + U64.pack(round_id) + key_digest).digest()[:16]
+    return np.frombuffer(seed, "<u8").astype(np.uint64)

@@ -1,0 +1,94 @@
+"""The SecEmb protocol object: its options, capabilities and exact message sizes, and the
+factory of its roles (:class:`~secemb.protocols.secemb.user.SecEmbUser`,
+:class:`~secemb.protocols.secemb.server.SecEmbServer`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from secemb.protocols.backends import Backend
+from secemb.protocols.base import Capabilities, Protocol, RoundConfig
+from secemb.protocols.secemb.server import SecEmbServer
+from secemb.protocols.secemb.sizes import (
+    MAC_BYTES,
+    NAME,
+    answer_bytes,
+    request_bytes,
+    roots_bytes,
+    rows_bytes,
+    share_bytes,
+    shared_bytes,
+    upload_bytes,
+)
+from secemb.protocols.secemb.user import SecEmbUser
+from secemb.randomness import RandomBytes
+
+__all__ = ["SecEmbProtocol"]
+
+
+class SecEmbProtocol(Protocol):
+    """Factory of SecEmb roles.
+
+    Parameters
+    ----------
+    layout: ``"full"`` (the paper: ``m'`` keys over all ``m`` items) or ``"cuckoo"``
+        (``B = ceil(expansion m')`` keys over small buckets; server work ~``3 m`` leaves per
+        user instead of ``m' m``).
+    relay: send identical bytes once (server 0 forwards them) and download one share.
+    expansion: ``B / m'`` for the cuckoo layout (1.25 keeps insertion failures rare; larger
+        values cost more keys).
+    layout_seed: public seed of the cuckoo hash functions.
+    backend: where servers evaluate batches of users (:mod:`secemb.protocols.backends`);
+        serial by default.
+    verify: verified uploads (on by default): devices send a check correction word per key
+        and the servers compare per-user digests (:meth:`SecEmbServer.upload_digests`) before
+        a user enters the aggregate; ``False`` is the unchecked protocol (benchmarks).
+    """
+
+    name = NAME
+    capabilities = Capabilities(layouts=("full", "cuckoo"), relay=True, networked=True,
+                                options=("backend", "verify"), local_options=("backend",),
+                                central_dp=True)
+
+    def __init__(
+        self,
+        layout: str = "full",
+        relay: bool = False,
+        expansion: float = 1.25,
+        layout_seed: int = 0,
+        backend: Backend | None = None,
+        verify: bool = True,
+    ) -> None:
+        super().__init__(layout, relay, expansion, layout_seed)
+        self.backend = backend
+        self.verify = verify
+
+    def spec(self) -> dict[str, Any]:
+        """The shared options: ``verify`` only when off (a deployment that verifies, the
+        default, announces the same protocol block as before verified uploads existed; one that
+        does not tells its devices to send no check words)."""
+        out = super().spec()
+        if out.get("verify") is True:
+            del out["verify"]
+        return out
+
+    def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
+        """Exact body lengths (the aggregate share's with ``num_users`` users).  With relay,
+        server 1 gets roots and seeds instead of keys, no upload, and the relay forwards."""
+        roots_only = self.relay and party == 1
+        if kind == "retrieval_request":
+            return roots_bytes(rc) if roots_only else request_bytes(rc, self.verify)
+        if kind == "upload":
+            return None if roots_only else upload_bytes(rc, self.relay)
+        if kind == "aggregate_share":
+            return share_bytes(rc, num_users)
+        if not roots_only:
+            return None  # the relay forwards all go to (or come from) server 1 in relay mode
+        return {"relay_keys": shared_bytes(rc, self.verify), "relay_answer": answer_bytes(rc),
+                "relay_upload": rows_bytes(rc) + MAC_BYTES}[kind]
+
+    def make_server(self, party: int) -> SecEmbServer:
+        return SecEmbServer(party, relay=self.relay, verify=self.verify, backend=self.backend)
+
+    def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
+        return SecEmbUser(config, relay=self.relay, verify=self.verify, _rng=_rng)

@@ -1,0 +1,649 @@
+"""SecEmb's server role: server ``party``'s side of every round -- the evaluation of users'
+retrieval keys (scheduled over the backend's workers; the tasks are :mod:`secemb.fss.tasks`),
+the uploads, verified-upload digests and the aggregate -- and, with relay, its relay steps
+(:class:`~secemb.protocols.base.RelayRole`; the relay's own values in
+:mod:`secemb.protocols.secemb.relay`)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar, cast
+
+import numpy as np
+
+from secemb import fss
+from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
+from secemb.fss.fused import PreparedAggregation
+from secemb.fss.tasks import (
+    bits_task,
+    evaluate_into_task,
+    evaluate_task,
+    evaluation_form,
+    place,
+    ranges,
+    scatter_task,
+)
+from secemb.fss.tree import padded_leaves
+from secemb.fss.verify import CHECK_WORDS, challenges
+from secemb.protocols.backends import Backend, Handle, SerialBackend
+from secemb.protocols.base import RelayRole, RoundConfig, ServerRole
+from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seed, row_tags
+from secemb.protocols.secemb.relay import Direct, parse_roots, relay_prg, relay_prgs, upload_mac
+from secemb.protocols.secemb.sizes import (
+    MAC_BYTES,
+    NAME,
+    U64,
+    answer_bytes,
+    checks_bytes,
+    key_expect,
+    key_params,
+    request_bytes,
+    rows_bytes,
+    share_bytes,
+    shared_bytes,
+    tag_words,
+    upload_bytes,
+)
+from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
+from secemb.sharing import reconstruct
+
+if TYPE_CHECKING:
+    from secemb.fss.gpu import DeviceTable
+
+__all__ = ["EVAL_BYTES", "FOLD_BYTES", "SecEmbServer"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+#: batch of users is split into tasks of at most this many bytes of leaf state
+EVAL_BYTES = 1 << 30
+#: cache bound of one cuckoo evaluation task: the rows its walk folds conversions into (its
+#: buckets' (M, w) blocks, revisited once per user) stay within about this many bytes, so
+#: they are summed in cache instead of streamed through memory once per user
+FOLD_BYTES = 1 << 20
+
+
+@dataclass
+class _Pending:
+    """What a server keeps of a user between retrieval and upload."""
+
+    keys: fss.DPFKeys
+    bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
+    proof: bytes  # verified uploads: SHA-256 of the key part and check words, and the check values
+
+
+@dataclass
+class _Absorbed:
+    """What a server keeps of an uploaded user until the round closes (to aggregate it, or
+    to leave it out)."""
+
+    keys: fss.DPFKeys
+    bits: np.ndarray
+    proof: bytes  # as _Pending.proof
+    cw: np.ndarray  # ring (S, w): the aggregation correction words
+    dense: np.ndarray  # ring (P,): this server's dense share
+
+
+@dataclass(frozen=True)
+class _Request:
+    """A parsed retrieval request: its keys and, with verified uploads, its check correction
+    words (uint64 (S, 4)) and the SHA-256 of its shared key part and check words."""
+
+    keys: fss.DPFKeys
+    checks: np.ndarray | None
+    digest: bytes
+    shared: bytes | None = None  # server 0, relay: the shared key part it forwards (serialized once)
+
+
+#: an evaluation's per-user answers and control bits, summed folded part and (verified uploads)
+#: per-user check values (S, 4)
+_Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, list[np.ndarray] | None]
+
+
+class SecEmbServer(ServerRole, RelayRole):
+    """Server ``party`` of SecEmb; party 0 leads (reconstructs the aggregate)."""
+
+    def __init__(self, party: int, *, relay: bool = False, verify: bool = True,
+                 backend: Backend | None = None) -> None:
+        super().__init__(party)
+        self.relay = relay
+        self.verify = verify  # verified uploads: take check words, compute check values (upload_digests)
+        self.backend = backend or SerialBackend()
+        self._table: Handle | None = None  # the round's published table
+        self._device: DeviceTable | None = None  # the gpu backend's copy of it
+
+    def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
+        if table.dtype != config.dtype or table.shape != (config.num_items, config.width):
+            raise InvalidParameters(
+                f"table must be {config.dtype} of shape ({config.num_items}, {config.width}), "
+                f"got {table.dtype} {table.shape}"
+            )
+        self._start_round(config)
+        layout = "full" if config.layout == "full" else config.cuckoo()
+        # the evaluated table carries each row's tag (verified retrieval, docs/security.md)
+        table = np.concatenate([table, row_tags(config.round_id, np.arange(config.num_items), table)], axis=1)
+        # the table in the form the evaluation reads, computed once a round: on the backend's
+        # device, or as limbs (full layout: the table; cuckoo: its bucket form), published to
+        # the backend's workers (shared memory, object store) so tasks carry only a handle
+        self._device = self.backend.device_table(np.ascontiguousarray(table), layout)
+        evaluated = self._device if self._device is not None else evaluation_form(table, layout, config.ring_bits)
+        if self._table is not None:
+            self.backend.release(self._table)
+        self._table = self.backend.publish(evaluated)
+        if isinstance(layout, str):
+            self._sparse = np.zeros((config.num_items, config.width), config.dtype)
+        else:
+            self._sparse = np.zeros((config.num_buckets, layout.bucket_size, config.width), config.dtype)
+        self._dense = np.zeros(config.dense_size, config.dtype)
+        self._pending: dict[int, _Pending] = {}
+        self._direct_of: dict[int, Direct] = {}  # server 1, relay: retrieved users' direct messages
+        self._uploaded: set[int] = set()
+        self._absorbed: dict[int, _Absorbed] = {}
+        self._folded = False  # whether _sparse holds a batch yet (until then it is zero)
+        self._closed_cache: tuple[tuple[int, ...], tuple[list[int], np.ndarray, np.ndarray]] | None = None
+        self._awaiting: dict[int, Direct] = {}  # server 1, relay: direct messages of unevaluated users
+        self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
+        # server 0, relay: the requests relay_forwards parsed, by user, for the evaluation of the same bytes
+        self._forwarded: dict[int, tuple[bytes, _Request]] = {}
+
+    def _check_new(self, user_id: int) -> None:
+        if user_id in self._pending or user_id in self._uploaded or user_id in self._awaiting:
+            raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
+
+    # -- retrieval ---------------------------------------------------------------------
+    def _evaluate(self, keys: list[fss.DPFKeys], checks: list[tuple[np.ndarray, bytes]] | None = None) -> _Evaluated:
+        """Per-user answers and control bits, and the summed folded part, for a batch of
+        users' keys, chunked over the backend's workers: by users, or (cuckoo layout, CPU) by
+        ranges of buckets, so that each task folds into its own buckets' rows and nothing
+        table-sized is summed across tasks.  With ``checks`` (per user: its check correction
+        words (S, 4) and key digest; verified uploads), also each user's check values (S, 4)
+        from the same walk, else ``None``."""
+        cfg = self._cfg()
+        n = len(keys)
+        check: tuple[np.ndarray, np.ndarray] | None = None
+        if checks is not None:
+            seeds = np.stack([challenge_seed(cfg.round_id, d) for _, d in checks])
+            check = (np.stack([c for c, _ in checks]), challenges(seeds, padded_leaves(key_params(cfg))))
+        # a task walks its keys' trees over the whole (bucket) domain, holding leaf-level
+        # control bits and retrieval shares: bound that memory by splitting the batch
+        leaves = cfg.slots * padded_leaves(key_params(cfg))  # per user, over all its keys
+        per_user = leaves * (cfg.dtype.itemsize + 1)
+        if cfg.layout == "cuckoo" and self._device is None:
+            fold = leaves * cfg.width * cfg.dtype.itemsize  # the bucket rows the walk folds into
+            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)), check)
+        tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
+        form = "device" if self._device is not None else cfg.layout  # the table's form (secemb.fss.tasks)
+        tasks = [(form, self.party, fss.DPFKeys.concat(keys[lo:hi]), self._table, cfg.width, None,
+                  None if check is None else (check[0][lo:hi].reshape(-1, CHECK_WORDS), check[1][lo:hi], cfg.slots))
+                 for lo, hi in ranges(n, tasks_n)]
+        results = self.backend.map(evaluate_task, tasks)
+        folded = results[0][2] if results[0][2].flags.writeable else results[0][2].copy()  # Ray's are not
+        for r in results[1:]:
+            folded += r[2]  # in place: one pass per task over a table-sized array
+        slots = cfg.slots
+        answers = [r[0][i * slots : (i + 1) * slots] for r in results for i in range(len(r[0]) // slots)]
+        bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
+        values = None if check is None else [v for r in results for v in np.asarray(r[3]).reshape(-1, slots,
+                                                                                                   CHECK_WORDS)]
+        return answers, bits, folded, values
+
+    def _evaluate_buckets(self, keys: list[fss.DPFKeys], parts: int,
+                          check: tuple[np.ndarray, np.ndarray] | None) -> _Evaluated:
+        """:meth:`_evaluate` of the cuckoo layout in tasks of every user's keys of a range of
+        buckets (at least ``parts`` ranges, one per worker if more)."""
+        cfg = self._cfg()
+        n, slots = len(keys), cfg.slots
+        spans = ranges(slots, min(slots, max(parts, self.backend.workers)))
+        stacked = fss.DPFKeys.concat(keys)  # user-major: user u's keys are rows u B .. u B + B - 1
+        tasks = [("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi),
+                  None if check is None else (np.ascontiguousarray(check[0][:, lo:hi]).reshape(-1, CHECK_WORDS),
+                                              check[1], hi - lo))
+                 for lo, hi in spans]
+        big_m = cfg.cuckoo().bucket_size
+        answers = np.empty((n, slots, cfg.width + tag_words(cfg)), cfg.dtype)
+        bits = np.empty((n, slots, big_m), np.uint8)
+        folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
+        values = np.zeros((n, slots, CHECK_WORDS), np.uint64)
+        views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi], values[:, lo:hi]) for lo, hi in spans]
+        if self.backend.in_process:  # threads (or this process) place their own range's results
+            self.backend.map(evaluate_into_task, [(task, *v) for task, v in zip(tasks, views, strict=True)])
+        else:
+            for result, v in zip(self.backend.map(evaluate_task, tasks), views, strict=True):
+                place(result, *v)
+        return list(answers), list(bits), folded, None if check is None else list(values)
+
+    def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys], evaluated: _Evaluated,
+                          digests: list[bytes] | None = None) -> list[np.ndarray]:
+        """Apply an :meth:`_evaluate` result: fold the batch into the running aggregate and
+        keep each user's keys, control bits and (verified uploads, with each user's key
+        ``digests``) its check proof until its upload; the answers."""
+        answers, bits, folded, values = evaluated
+        if self._folded or not folded.flags.writeable:
+            self._sparse += folded
+        else:  # the round's first batch (usually its only one): adopt it, sparing a pass
+            self._sparse = folded
+        self._folded = True
+        self._closed_cache = None
+        proofs = [b""] * len(users) if values is None or digests is None else [
+            d + array_bytes(v) for d, v in zip(digests, values, strict=True)]
+        for u, k, b, proof in zip(users, keys, bits, proofs, strict=True):
+            self._pending[u] = _Pending(k, b, proof)
+        return answers
+
+    def _parse_requests(self, messages: list[bytes]) -> list[_Request | SecembError]:
+        """The keys (and check words) of each retrieval request (server 0, or either server
+        without relay), or the error that refuses it; the keys of all requests are parsed as
+        one batch."""
+        if self.relay and self.party == 1:
+            return []
+        cfg = self._cfg()
+        out: list[_Request | SecembError | None] = [None] * len(messages)
+        bodies: list[memoryview] = []
+        where: list[int] = []
+        size = request_bytes(cfg, self.verify)
+        split = size - checks_bytes(cfg, self.verify)
+        for i, message in enumerate(messages):
+            try:
+                bodies.append(open_message(message, NAME, "retrieval_request", self.party, cfg.round_id, size))
+                where.append(i)
+            except SecembError as exc:
+                out[i] = exc
+        keys = fss.DPFKeys.from_bytes_many([b[:split] for b in bodies], party=self.party, **key_expect(cfg))
+        for i, body, got in zip(where, bodies, keys, strict=True):
+            out[i] = InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else \
+                self._request(got, body[split:])
+        return cast("list[_Request | SecembError]", out)  # every entry is set above
+
+    def _request(self, keys: fss.DPFKeys, checks: memoryview | bytes, digest: bytes | None = None) -> _Request:
+        """A parsed request with its check words (verified uploads) and key digest: SHA-256
+        of the shared key part and the check words, computed here unless given (``digest``:
+        server 1 with relay, which compared it with the device's own)."""
+        if not self.verify:
+            return _Request(keys, None, b"")
+        shared = None
+        if digest is None:
+            shared = keys.shared_bytes()
+            h = hashlib.sha256(shared)
+            h.update(checks)
+            digest = h.digest()
+        words = read_array(memoryview(checks), 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))[0]
+        return _Request(keys, words, digest, shared if self.relay else None)
+
+    def _evaluate_requests(self, requests: list[_Request]) -> _Evaluated:
+        """:meth:`_evaluate` of parsed requests, with their checks when verifying."""
+        keys = [q.keys for q in requests]
+        if not self.verify:
+            return self._evaluate(keys)
+        return self._evaluate(keys, [(cast("np.ndarray", q.checks), q.digest) for q in requests])
+
+    def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
+        """Server 0, relay: each request's shared key part framed for server 1 (the bytes
+        ``commit()`` returns for it), or the error that refuses it; ``None`` otherwise."""
+        if not (self.relay and self.party == 0):
+            return None
+        out: list[bytes | SecembError] = []
+        self._forwarded = {}
+        for (user_id, message), got in zip(requests, self._parse_requests([m for _, m in requests]), strict=True):
+            try:
+                user_id = check_user(user_id)
+                if isinstance(got, SecembError):
+                    raise got
+                out.append(self._forward(got))
+                self._forwarded[user_id] = (message, got)
+            except SecembError as exc:
+                out.append(exc)
+        return out
+
+    def _parse_once(self, requests: list[tuple[int, bytes]]) -> list[_Request | SecembError]:
+        """:meth:`_parse_requests` of the requests' messages, taking those :meth:`relay_forwards`
+        parsed just before (the same user and bytes) from its result instead of parsing them
+        again; that result is dropped."""
+        forwarded, self._forwarded = self._forwarded, {}
+        if self.relay and self.party == 1:  # server 1 gets roots, parsed one by one (parse_roots)
+            return []
+        out: list[_Request | SecembError | None] = [None] * len(requests)
+        todo: list[int] = []
+        for i, (user_id, message) in enumerate(requests):
+            hit = forwarded.get(user_id) if type(user_id) is int else None
+            if hit is not None and hit[0] == message:
+                out[i] = hit[1]
+            else:
+                todo.append(i)
+        for i, got in zip(todo, self._parse_requests([requests[i][1] for i in todo]), strict=True):
+            out[i] = got
+        return cast("list[_Request | SecembError]", out)  # every entry is set above
+
+    def handle_retrieval(self, user_id: int, message: bytes) -> bytes | None:
+        """Non-relay: the reply to the user.  Relay: server 0 returns the shared key part to
+        forward to server 1; server 1 stores the user's roots and seeds and returns None."""
+        out = self.handle_retrieval_many([(user_id, message)])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def handle_retrieval_many(self, requests: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
+        """:meth:`handle_retrieval` for many users at once, evaluated as one batch (over the
+        backend's workers).  A rejected request yields its exception in its place (raised
+        by :meth:`handle_retrieval`) and changes no state; the others proceed."""
+        return self.evaluate_retrieval_many(requests)()
+
+    def evaluate_retrieval_many(
+        self, requests: list[tuple[int, bytes]]
+    ) -> Callable[[], list[bytes | None | SecembError]]:
+        """Parse and evaluate the batch (no state change); ``commit()`` folds it in and
+        returns the replies (see :meth:`ServerRole.evaluate_retrieval_many`)."""
+        cfg = self._cfg()
+        out: list[bytes | None | SecembError] = [None] * len(requests)
+        users: list[int] = []
+        keys: list[_Request] = []
+        where: list[int] = []
+        roots: dict[int, Direct] = {}
+        seen: set[int] = set()
+        parsed = self._parse_once(requests)  # all at once; used in order below
+        for i, (user_id, message) in enumerate(requests):
+            try:
+                user_id = check_user(user_id)
+                if user_id in seen:
+                    raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
+                self._check_new(user_id)
+                if self.relay and self.party == 1:
+                    roots[user_id] = parse_roots(message, cfg)
+                else:
+                    got = parsed[i]
+                    if isinstance(got, SecembError):
+                        raise got
+                    keys.append(got)
+                    users.append(user_id)
+                    where.append(i)
+                seen.add(user_id)
+            except SecembError as exc:
+                out[i] = exc
+        evaluated = self._evaluate_requests(keys) if keys else None
+
+        def commit() -> list[bytes | None | SecembError]:
+            if self.config is not cfg:
+                raise ProtocolError(f"round {cfg.round_id} ended while its retrievals were evaluated")
+            for u in seen:
+                self._check_new(u)
+            self._awaiting.update(roots)
+            if evaluated is None:
+                return out
+            committed = self._commit_evaluated(users, [q.keys for q in keys], evaluated, [q.digest for q in keys])
+            for i, u, q, answers in zip(where, users, keys, committed, strict=True):
+                if not self.relay:
+                    out[i] = frame(NAME, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
+                else:
+                    self._answers[u] = answers
+                    out[i] = self._forward(q)
+            return out
+
+        return commit
+
+    def _forward(self, request: _Request) -> bytes:
+        """Server 0, relay: the relay_keys message of a request (its shared key part, then
+        its check words when verifying)."""
+        checks = b"" if request.checks is None else array_bytes(request.checks)
+        shared = request.keys.shared_bytes() if request.shared is None else request.shared
+        return frame(NAME, "relay_keys", 1, self._cfg().round_id, shared, checks)
+
+    def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
+        out = self.relay_retrieval_many([(user_id, message)])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def relay_retrieval_many(self, forwards: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        """:meth:`relay_retrieval` for many users, evaluated as one batch."""
+        return self.evaluate_relay_many(forwards)()
+
+    def evaluate_relay_many(self, forwards: list[tuple[int, bytes]]) -> Callable[[], list[bytes | SecembError]]:
+        """Parse and evaluate the forwarded keys (no state change); ``commit()`` folds them in
+        and returns the masked answers (see :meth:`ServerRole.evaluate_retrieval_many`)."""
+        cfg = self._cfg()
+        if not (self.relay and self.party == 1):
+            raise ProtocolError("relay_retrieval is server 1's step in relay mode")
+        out: list[bytes | SecembError] = [b""] * len(forwards)
+        users: list[int] = []
+        where: list[int] = []
+        shared_len = shared_bytes(cfg, self.verify)
+        split = shared_len - checks_bytes(cfg, self.verify)
+        parts: list[tuple[int, memoryview, bytes]] = []  # (index, forwarded body, roots): parsed as one batch
+        for i, (user_id, message) in enumerate(forwards):
+            try:
+                user_id = check_user(user_id)
+                if user_id not in self._awaiting or user_id in users:
+                    raise ProtocolError(f"no retrieval request of user {user_id} to complete")
+                body = open_message(message, NAME, "relay_keys", 1, cfg.round_id, shared_len)
+                direct = self._awaiting[user_id]
+                if not hmac.compare_digest(hashlib.sha256(body).digest(), direct.digest):
+                    raise RelayTampered(f"relay_keys of round {cfg.round_id}: the forwarded key part differs from "
+                                        "the one the device committed to (server 0 altered it); not evaluated")
+                parts.append((i, body, direct.roots))
+                users.append(user_id)
+                where.append(i)
+            except SecembError as exc:
+                out[i] = exc
+        parsed = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r in parts], 1, **key_expect(cfg))
+        failed = {i: got for (i, _, _), got in zip(parts, parsed, strict=True) if isinstance(got, InvalidKey)}
+        for i, bad in failed.items():
+            out[i] = InvalidMessage(f"relay_keys: {bad}")
+        requests = [self._request(got, b[split:], self._awaiting[u].digest)
+                    for (_, b, _), u, got in zip(parts, users, parsed, strict=True) if not isinstance(got, InvalidKey)]
+        keys = [q.keys for q in requests]
+        users = [u for u, i in zip(users, where, strict=True) if i not in failed]
+        where = [i for i in where if i not in failed]
+        evaluated = self._evaluate_requests(requests) if requests else None
+
+        def commit() -> list[bytes | SecembError]:
+            if self.config is not cfg:
+                raise ProtocolError(f"round {cfg.round_id} ended while its relayed retrievals were evaluated")
+            missing = [u for u in users if u not in self._awaiting]
+            if missing:
+                raise ProtocolError(f"no retrieval request of user(s) {missing[:5]} to complete")
+            if evaluated is None:
+                return out
+            committed = self._commit_evaluated(users, keys, evaluated, [q.digest for q in requests])
+            directs = [self._awaiting.pop(u) for u in users]
+            self._direct_of.update(zip(users, directs, strict=True))
+            masks = relay_prgs([d.mask_seed for d in directs], (cfg.slots, cfg.width + tag_words(cfg)), cfg.dtype)
+            for i, answers, mask in zip(where, committed, masks, strict=True):
+                out[i] = frame(NAME, "relay_answer", 1, cfg.round_id, array_bytes(answers + mask))
+            return out
+
+        return commit
+
+    def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Server 0, relay: add server 1's masked shares to its own; the reply to the user."""
+        cfg = self._cfg()
+        user_id = check_user(user_id)
+        if not (self.relay and self.party == 0) or user_id not in self._answers:
+            raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
+        body = open_message(message, NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
+        masked = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width + tag_words(cfg)))[0]
+        reply = self._answers.pop(user_id) + masked
+        return frame(NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(reply))
+
+    # -- upload --------------------------------------------------------------------------
+    def _absorb(self, user_id: int, cw: np.ndarray, dense: np.ndarray) -> None:
+        # all checks passed: change state.  The control-bit part of the share is computed
+        # for the included users at once when the aggregate is asked for (_summed); each
+        # user's keys and dense share stay until then, so that a user can be left out.
+        pending = self._pending.pop(user_id)
+        self._absorbed[user_id] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, dense)
+        self._closed_cache = None
+        self._dense += dense
+        self._uploaded.add(user_id)
+
+    def _summed(self, users: list[int]) -> np.ndarray:
+        """The folded part of the round's batches plus ``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]``
+        over absorbed ``users`` (the control-bit part as one batched product), in the layout's
+        form: their aggregate share before silent users are taken out (a new array)."""
+        cfg = self._cfg()
+        got = [self._absorbed[u] for u in users]
+        if not got:
+            return self._sparse.copy()
+        if cfg.layout == "full":
+            bits = np.concatenate([a.bits for a in got])
+            cws = np.concatenate([a.cw for a in got])
+            summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
+            return self._sparse + summary.apply_bits(cws)
+        if self._device is not None:
+            t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
+            part = self._device.bits_product(t, np.stack([a.cw for a in got], axis=1))
+            return self._sparse - part if self.party else self._sparse + part
+        # party 1 adds the bits' product with the negated words: (-1)^b t CW
+        return self._add_bits_product([a.bits for a in got], [a.cw for a in got])
+
+    def _spans(self, n: int) -> list[tuple[int, int]]:
+        """``[0, n)`` in one range per worker of a backend whose workers share this process's
+        memory (threads), else one range (the others' workers would copy the operands)."""
+        return ranges(n, max(1, min(n, self.backend.workers) if self.backend.in_process else 1))
+
+    def _add_bits_product(self, bits: list[np.ndarray], cws: list[np.ndarray]) -> np.ndarray:
+        """A copy of the folded part (B, M, w) plus ``(-1)^b`` :func:`~secemb.fss.fused.bits_product`
+        of the users' bits (each (B, M)) and correction words (each (B, w)), in ranges of
+        buckets (:meth:`_spans`)."""
+        sizes = np.diff(self._cfg().cuckoo().indptr)  # positions past a bucket's size pad it: left as they are
+        out = np.empty(self._sparse.shape, self._sparse.dtype)
+        self._map_spans(bits_task, [(bits, cws, slice(lo, hi), sizes[lo:hi], bool(self.party), self._sparse[lo:hi],
+                                      out[lo:hi]) for lo, hi in self._spans(len(sizes))])
+        return out
+
+    def _scatter(self, bucket_form: np.ndarray) -> np.ndarray:
+        """The layout's scatter of ``bucket_form`` onto items, in ranges of items (:meth:`_spans`)."""
+        layout = self._cfg().cuckoo()
+        parts = self._map_spans(scatter_task, [(layout, bucket_form, slice(lo, hi))
+                                                for lo, hi in self._spans(layout.num_items)])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _map_spans(self, fn: Callable[[_T], _R], tasks: list[_T]) -> list[_R]:
+        """``fn`` over the tasks of :meth:`_spans`: one runs here, several on the backend's
+        threads (they read and write this process's arrays)."""
+        return [fn(tasks[0])] if len(tasks) == 1 else self.backend.map(fn, tasks)
+
+    def _check_upload(self, user_id: int) -> None:
+        cfg = self._cfg()
+        if user_id in self._uploaded:
+            raise ProtocolError(f"user {user_id} already uploaded in round {cfg.round_id}")
+        if user_id not in self._pending:
+            raise ProtocolError(f"user {user_id} uploaded without retrieving in round {cfg.round_id}")
+
+    def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
+        """Absorb an upload.  Relay: server 0 returns the correction words to forward."""
+        cfg = self._cfg()
+        user_id = check_user(user_id)
+        if self.relay and self.party == 1:
+            raise ProtocolError("with relay, users upload to server 0 only")
+        self._check_upload(user_id)
+        body = open_message(message, NAME, "upload", self.party, cfg.round_id, upload_bytes(cfg, self.relay))
+        cw, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
+        dense, off = read_array(body, off, cfg.dtype, (cfg.dense_size,))
+        self._absorb(user_id, cw, dense)
+        if self.relay:  # the correction words exactly as received, with the tag only server 1 can check
+            return frame(NAME, "relay_upload", 1, cfg.round_id, bytes(body[: rows_bytes(cfg)]), bytes(body[off:]))
+        return None
+
+    def relay_upload(self, user_id: int, message: bytes) -> None:
+        """Server 1, relay: check the forwarded correction words' tag under the key the user
+        sent it directly, then absorb them; its dense share is the expansion of the user's seed.
+
+        Raises
+        ------
+        RelayTampered: the tag does not verify (server 0 altered or swapped the words); nothing
+            is absorbed.
+        """
+        cfg = self._cfg()
+        user_id = check_user(user_id)
+        if not (self.relay and self.party == 1):
+            raise ProtocolError("relay_upload is server 1's step in relay mode")
+        self._check_upload(user_id)
+        size = rows_bytes(cfg)
+        body = open_message(message, NAME, "relay_upload", 1, cfg.round_id, size + MAC_BYTES)
+        direct = self._direct_of[user_id]
+        if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, bytes(body[:size])), body[size:]):
+            raise RelayTampered(f"relay_upload of round {cfg.round_id}: the forwarded correction words fail the "
+                                "device's MAC (server 0 altered them); not absorbed")
+        cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
+        dense = relay_prg(self._direct_of.pop(user_id).dense_seed, (cfg.dense_size,), cfg.dtype)
+        self._absorb(user_id, cw, dense)
+
+    # -- verification (verified uploads) -------------------------------------------------
+    def upload_digests(self, users: list[int]) -> dict[int, bytes] | None:
+        """Per uploaded user of ``users``, the 32-byte digest the two servers compare before
+        the user enters the aggregate (``None`` without verified uploads).
+
+        ``SHA-256(b"secemb-verify-upload" || u64 round || u64 user || K || V || CW)``: ``K`` is
+        the SHA-256 of the user's shared key part and check words, ``V`` its keys' check values
+        (:mod:`secemb.fss.verify`) and ``CW`` its aggregation correction words (without relay;
+        with relay both servers hold the words the device authenticated, so ``CW`` is empty).  For an honest
+        user both servers compute the same digest, so the message tells the receiver nothing it
+        could not compute itself; a user whose keys are not point functions, or who sent the
+        servers different key parts, check words or correction words, gets different digests
+        (docs/security.md, "A malicious device: verified uploads").
+
+        Raises
+        ------
+        ProtocolError: a user of ``users`` did not upload in this round.
+        """
+        cfg = self._cfg()
+        if not self.verify:
+            return None
+        out: dict[int, bytes] = {}
+        for u in users:
+            got = self._absorbed.get(u)
+            if got is None or u not in self._uploaded:
+                raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
+            cw = b"" if self.relay else array_bytes(got.cw)
+            out[u] = hashlib.sha256(VERIFY_DOMAIN + U64.pack(cfg.round_id) + U64.pack(u) + got.proof + cw).digest()
+        return out
+
+    # -- aggregation ---------------------------------------------------------------------
+    def _closed(self, include: list[int] | None) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """The included users (sorted) and the sparse and dense aggregates over them; every
+        other user that retrieved counts as silent (its folded part is recomputed and removed,
+        its upload left out).  State is not changed; the result is kept for the same users
+        until the next change (callers must not write to it)."""
+        cfg = self._cfg()
+        users = self._include(include, self._uploaded, cfg.round_id)
+        if self._closed_cache is not None and self._closed_cache[0] == tuple(users):
+            return self._closed_cache[1]
+        inside = set(users)
+        left_out = [u for u in self._absorbed if u not in inside]
+        sparse = self._summed(users)
+        silent = [p.keys for p in self._pending.values()] + [self._absorbed[u].keys for u in left_out]
+        if silent:  # their folded part only: no check
+            sparse -= self._evaluate(silent)[2]
+        dense = self._dense.copy()
+        for u in left_out:
+            dense -= self._absorbed[u].dense
+        closed = (users, sparse if cfg.layout == "full" else self._scatter(sparse), dense)
+        self._closed_cache = (tuple(users), closed)
+        return closed
+
+    def included_users(self) -> list[int]:
+        """Sorted ids of the users whose uploads the aggregate holds (``include=None``)."""
+        return sorted(self._uploaded)
+
+    def aggregate_share(self, include: list[int] | None = None) -> bytes:
+        cfg = self._cfg()
+        users, sparse, dense = self._closed(include)
+        return frame(NAME, "aggregate_share", self.party, cfg.round_id, users_bytes(users), array_bytes(sparse),
+                     array_bytes(dense))
+
+    def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        cfg = self._cfg()
+        users, sparse, dense = self._closed(include)
+        body = open_message(peer_share, NAME, "aggregate_share", 1 - self.party, cfg.round_id,
+                            share_bytes(cfg, len(users)))
+        count = U64.unpack_from(body, 0)[0]
+        peer_users = [U64.unpack_from(body, 8 + 8 * i)[0] for i in range(len(users))]
+        if count != len(users) or peer_users != users:
+            raise ProtocolError("the two servers aggregated different sets of users")
+        off = 8 + 8 * len(users)
+        sparse1, off = read_array(body, off, cfg.dtype, (cfg.num_items, cfg.width))
+        dense1, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
+        return reconstruct(sparse, sparse1), reconstruct(dense, dense1)
