@@ -34,6 +34,7 @@ __all__ = [
     "MASK",
     "KeyPair",
     "public_bytes",
+    "check_public",
     "agree",
     "seal",
     "open_sealed",
@@ -49,6 +50,8 @@ CHANNEL = b"secemb/secagg/v1/channel"
 MASK = b"secemb/secagg/v1/mask"
 
 _PAIR = struct.Struct("<QII")
+#: a fixed private key that :func:`check_public` agrees with (nothing secret rests on it)
+_PROBE = bytes(range(1, KEY_BYTES + 1))
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,20 @@ def public_bytes(private: bytes) -> bytes:
     """The 32-byte X25519 public key of 32 raw private bytes."""
     key = X25519PrivateKey.from_private_bytes(bytes(private)).public_key()
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def check_public(public: bytes | memoryview) -> bytes:
+    """``public`` if an agreement can use it: 32 bytes and not a low-order point (whose
+    agreement with any private key is all zeros; every honest key passes).  What a server
+    checks before it hands a party's key to the others, so one bad key cannot fail them all.
+
+    Raises
+    ------
+    InvalidMessage: otherwise.
+    """
+    key = bytes(public)
+    agree(_PROBE, key, b"secemb/key-check", 0, (0, 0))
+    return key
 
 
 def agree(private: bytes, peer_public: bytes, purpose: bytes, round_id: int, ids: tuple[int, int],

@@ -125,7 +125,7 @@ class SecAggServer:
         self._at(0, "receive_advertise")
         body = self._sender(client_id, msg, "advertise", None, self._keys)
         rd = messages.Reader(body, "advertise")
-        c_pk, s_pk = bytes(rd.take(keys.KEY_BYTES)), bytes(rd.take(keys.KEY_BYTES))
+        c_pk, s_pk = keys.check_public(rd.take(keys.KEY_BYTES)), keys.check_public(rd.take(keys.KEY_BYTES))
         rows = rd.increasing(self.config.length, "rows") if self.config.sparse else None
         rd.end()
         self._keys[int(client_id)] = (c_pk, s_pk)

@@ -184,3 +184,17 @@ def test_limit_a_silo_that_answers_wrongly_corrupts_anothers_averages_undetected
     result = node.reply(1, "secea-answer", 0)
     assert result is not None
     assert clients[0].finish(result).tolist() != [[1.0, 1.0]] * 3  # every average is 1.0; no error raised
+
+
+def test_finding_a_hello_with_a_low_order_key_is_refused():
+    """A silo's HELLO with a low-order X25519 key went into the directory, and every other
+    silo's UPLOAD then failed (no pad can be derived from it): one silo stopped the deployment.
+    Now the HELLO is refused (the node keeps nothing of it)."""
+    params = SecEAParams(3, 1, dim=2)
+    node = SecEANode(params, union_bloom(16, 9))
+    node.open_round(1, [0, 1, 2])
+    hello = SecEAClient(0, params, np.array([1]), key_bits=KEY_BITS, _rng=CtrDrbg(7)).hello()
+    for point in (bytes(32), (1).to_bytes(32, "little")):
+        with pytest.raises(InvalidMessage, match="public key refused"):
+            node.receive(1, "secea-keys", 0, hello[:HEADER_BYTES] + point + hello[HEADER_BYTES + 32:])
+    node.receive(1, "secea-keys", 0, hello)

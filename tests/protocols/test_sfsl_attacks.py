@@ -241,3 +241,23 @@ def test_limit_each_device_learns_which_of_its_rows_each_peer_declared(clicks):
         expected = np.isin(rows[0], rows[v]) if v != 0 else np.zeros(rows[0].size, bool)
         assert np.array_equal(held, expected), v
     assert 0 < np.isin(rows[0], rows[1]).sum() < rows[0].size  # a real intersection, not all or nothing
+
+
+@pytest.mark.parametrize("which", ["c", "s"])
+@pytest.mark.parametrize("point", [bytes(32), (1).to_bytes(32, "little")])
+def test_finding_a_low_order_key_is_refused_at_advertise_instead_of_failing_every_device(clicks, which, point):
+    """Device 1 advertises a low-order X25519 key (its channel key ``c`` or its mask key
+    ``s``).  The server handed it on, and every honest device failed at its next step (the
+    agreement refuses it: ``secemb client`` exits 1) -- one device stopped the round for all.
+    Now the advertise is refused; the other two devices (the threshold) run the round."""
+    proto = protocol(clicks)
+    node = proto.make_server().node
+    assert isinstance(node, SFSLNode)
+    doc = node.open_round(1, [0, 1, 2])
+    parties = {u: proto.make_device(u).party(doc) for u in range(3)}
+    at = HEADER_BYTES + (0 if which == "c" else 32)
+    body = parties[1].message("psu-advertise")
+    with pytest.raises(InvalidMessage, match="public key refused"):
+        node.receive(1, "psu-advertise", 1, body[:at] + point + body[at + 32:])
+    run_round(node, {u: parties[u] for u in (0, 2)}, 1)
+    assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [0, 2]

@@ -31,7 +31,7 @@ from secemb.protocols.secea import coding, field, wire
 from secemb.protocols.secea import paillier as phe_packing
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.randomness import RandomBytes, random_words, system_rng
-from secemb.secagg.keys import KEY_BYTES, KeyPair, agree
+from secemb.secagg.keys import KEY_BYTES, KeyPair, agree, check_public
 from secemb.secagg.prg import mask_rows
 
 __all__ = ["SecEAClient", "SecEAServer"]
@@ -238,12 +238,12 @@ class SecEAServer:
         Raises
         ------
         InvalidMessage
-            Malformed, a round id other than 0, or sent by another client.
+            Malformed, a round id other than 0, a low-order X25519 key, or sent by another client.
         """
         header, payload = wire.unpack(data, wire.HELLO, 0, wire.SERVER)
         if header.sender != client or len(payload) <= KEY_BYTES:
             raise InvalidMessage(f"HELLO of client {client} refused")
-        return payload[:KEY_BYTES], phe_packing.public_key_from_bytes(payload[KEY_BYTES:])
+        return check_public(payload[:KEY_BYTES]), phe_packing.public_key_from_bytes(payload[KEY_BYTES:])
 
     def directory(self, hellos: dict[int, bytes]) -> dict[int, bytes]:
         """DIRECTORY for every client from all N HELLO messages."""
