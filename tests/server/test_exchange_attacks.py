@@ -428,3 +428,22 @@ def test_limit_any_device_reads_who_takes_part_in_the_round():
     http.open(1, [0, 1, 2])
     doc = http.call(3, "GET", "/v1/exchange/round").json()
     assert doc["users"] == [0, 1, 2] and doc["stage"] == "psu-advertise"
+
+
+def test_odd_round_ids_and_stage_names_in_paths_are_4xx():
+    """Path parameters a device or the operator controls: negative, signed, spaced, hex,
+    exponent, huge or non-ASCII round ids and stage names that are none -- a 4xx each."""
+    params, bloom, clients = secea_world(10)
+    http = http_of(secea_node(params, bloom, 10))
+    http.open(1, [0, 1, 2])
+    hello = clients[0].hello()
+    statuses = {}
+    for rid in ("-1", "+1", " 1", "0x1", "1e0", "01", str(2**62), str(2**64), "１", "1.0", ""):
+        statuses[f"send {rid!r}"] = http.send(0, rid, "secea-keys", hello)  # type: ignore[arg-type]
+        statuses[f"close {rid!r}"] = http.close(rid, "secea-keys")  # type: ignore[arg-type]
+        statuses[f"outcome {rid!r}"] = http.call("admin", "GET", f"/v1/admin/exchange/rounds/{rid}").status_code
+    for stage in ("SECEA-KEYS", "secea-keys ", "psu-", "-", "x" * 2000, "secea-keys%00", "..%2F..%2Fadmin"):
+        statuses[f"send {stage[:20]!r}"] = http.send(0, 1, stage, hello)
+        statuses[f"fetch {stage[:20]!r}"] = http.call(0, "GET", f"/v1/exchange/rounds/1/{stage}").status_code
+    assert all(400 <= s < 500 for s in statuses.values()), {k: s for k, s in statuses.items() if not 400 <= s < 500}
+    assert http.send(0, 1, "secea-keys", hello) == 204  # nothing was kept
