@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from secemb.protocols.placement import place
-from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer
+from secemb.protocols.secemb import SecEmbProtocol, SecEmbRelayServer, SecEmbServer
 from secemb.server.verify import rejected
 
 __all__ = ["SIZES", "measure"]
@@ -60,6 +60,7 @@ def _round(layout: str, relay: bool, verify: bool, users: int, gen: np.random.Ge
     up += sum(len(a) + len(b) for a, b in reqs)
     ids = list(range(users))
     if relay:
+        assert isinstance(s0, SecEmbRelayServer) and isinstance(s1, SecEmbRelayServer)  # make_server's, with relay
         timed(s1.handle_retrieval_many, [(u, r1) for u, (_, r1) in zip(ids, reqs, strict=True)])
         fwds = timed(s0.handle_retrieval_many, [(u, r0) for u, (r0, _) in zip(ids, reqs, strict=True)])
         masked = timed(s1.relay_retrieval_many, list(zip(ids, fwds, strict=True)))
@@ -77,7 +78,7 @@ def _round(layout: str, relay: bool, verify: bool, users: int, gen: np.random.Ge
         up += len(u0) + (0 if u1 is None else len(u1))
         fwd = timed(s0.handle_upload, u, u0)
         if relay:
-            assert fwd is not None
+            assert fwd is not None and isinstance(s1, SecEmbRelayServer)
             s2s += len(fwd)
             timed(s1.relay_upload, u, fwd)
         else:

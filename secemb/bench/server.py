@@ -27,7 +27,7 @@ from secemb.bench.progress import Steps, reported
 from secemb.errors import InvalidParameters
 from secemb.protocols.backends import Backend, Handle
 from secemb.protocols.placement import place
-from secemb.protocols.secemb import SecEmbProtocol
+from secemb.protocols.secemb import SecEmbProtocol, SecEmbRelayServer
 
 __all__ = ["CONFIGS", "WARM_UP", "TimedBackend", "measure", "run", "warm_up"]
 
@@ -100,6 +100,7 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
     a1 = timed(1, s1.handle_retrieval_many, [(u, reqs[u][1]) for u in ids])
     a0 = timed(0, s0.handle_retrieval_many, [(u, reqs[u][0]) for u in ids])
     if relay:
+        assert isinstance(s0, SecEmbRelayServer) and isinstance(s1, SecEmbRelayServer)  # make_server's, with relay
         masked = timed(1, s1.relay_retrieval_many, [(u, a0[u]) for u in ids])
         a0 = [timed(0, s0.complete_retrieval, u, masked[u]) for u in ids]
     for u, (role, request) in enumerate(roles):
@@ -113,6 +114,7 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
         if up1 is not None:
             timed(1, s1.handle_upload, u, up1)
         if fwd is not None:
+            assert isinstance(s1, SecEmbRelayServer)  # server 0 forwards with relay only
             timed(1, s1.relay_upload, u, fwd)
     share = timed(1, s1.aggregate_share)
     sparse, dense = timed(0, s0.combine, share)

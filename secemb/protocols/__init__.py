@@ -21,7 +21,7 @@ import sys
 import warnings
 from importlib.metadata import entry_points
 
-from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
+from secemb.protocols.base import Capabilities, Protocol, RelayRole, RoundConfig, ServerRole, UserRole
 from secemb.protocols.registry import (
     PROTOCOLS,
     available_protocols,
@@ -43,6 +43,7 @@ __all__ = [
     "PROTOCOLS",
     "Capabilities",
     "Protocol",
+    "RelayRole",
     "RoundConfig",
     "ServerRole",
     "UserRole",

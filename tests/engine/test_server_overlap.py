@@ -14,7 +14,7 @@ import pytest
 from secemb.data import synthetic_like, train_test_split
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
-from secemb.protocols.secemb import SecEmbServer
+from secemb.protocols.secemb import SecEmbRelayServer
 from secemb.training import TrainConfig, train
 
 
@@ -30,7 +30,7 @@ def _train_overlapped(monkeypatch: pytest.MonkeyPatch, peer_step: str, own_step:
     ``own_step`` waiting, bounded, for that signal: every round's steps overlapped."""
     started = threading.Event()
     overlapped: list[bool] = []
-    peer = getattr(SecEmbServer, peer_step)
+    peer = getattr(SecEmbRelayServer, peer_step)
 
     def peer_spy(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         if self.party == 1:
@@ -44,9 +44,9 @@ def _train_overlapped(monkeypatch: pytest.MonkeyPatch, peer_step: str, own_step:
         return own(self, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(SecEmbServer, peer_step, peer_spy)
-        own = getattr(SecEmbServer, own_step)  # after the peer's spy: both steps may be one method
-        patch.setattr(SecEmbServer, own_step, own_spy)
+        patch.setattr(SecEmbRelayServer, peer_step, peer_spy)
+        own = getattr(SecEmbRelayServer, own_step)  # after the peer's spy: both steps may be one method
+        patch.setattr(SecEmbRelayServer, own_step, own_spy)
         sha = _train()
     assert len(overlapped) == 3 and all(overlapped)  # 30 users, 10 a round
     return sha
@@ -54,7 +54,7 @@ def _train_overlapped(monkeypatch: pytest.MonkeyPatch, peer_step: str, own_step:
 
 def test_server_1_evaluates_the_forwarded_keys_while_server_0_evaluates(monkeypatch: pytest.MonkeyPatch) -> None:
     overlapping = _train_overlapped(monkeypatch, "evaluate_relay_many", "evaluate_retrieval_many")
-    monkeypatch.setattr(SecEmbServer, "relay_forwards", lambda self, requests: None)  # forwards after the commit
+    monkeypatch.setattr(SecEmbRelayServer, "relay_forwards", lambda self, requests: None)  # forwards after the commit
     assert _train() == overlapping
 
 

@@ -23,8 +23,11 @@ def test_relay_steps_belong_to_the_relay_role_only() -> None:
     for name in RELAY_STEPS:
         assert not hasattr(ServerRole, name), name
         assert hasattr(RelayRole, name), name
-    assert isinstance(SecEmbProtocol(relay=True).make_server(1), RelayRole)
-    assert not isinstance(PlaintextProtocol().make_server(1), RelayRole)
+    for party in (0, 1):
+        assert isinstance(SecEmbProtocol(relay=True).make_server(party), RelayRole)
+        without = SecEmbProtocol(relay=False).make_server(party)  # a SecEmb server without relay has no relay steps
+        assert not isinstance(without, RelayRole) and not any(hasattr(without, name) for name in RELAY_STEPS)
+        assert not isinstance(PlaintextProtocol().make_server(party), RelayRole)
 
 
 class _ClaimsRelay(PlaintextProtocol):

@@ -43,8 +43,8 @@ aggregate (its folded part is recomputed and removed) -- dropouts of Appendix L.
 
 The package, by concern: :mod:`~secemb.protocols.secemb.user` (the device's role),
 :mod:`~secemb.protocols.secemb.server` (the server's role and its evaluation scheduling; the
-worker tasks are :mod:`secemb.fss.tasks`), :mod:`~secemb.protocols.secemb.relay` (the relay's
-seeded arrays, MAC and direct messages), :mod:`~secemb.protocols.secemb.checks` (row tags,
+worker tasks are :mod:`secemb.fss.tasks`), :mod:`~secemb.protocols.secemb.relay` (the relay
+server's steps, seeded arrays, MAC and direct messages), :mod:`~secemb.protocols.secemb.checks` (row tags,
 verified-upload challenge and digest), :mod:`~secemb.protocols.secemb.sizes` (message sizes)
 and :mod:`~secemb.protocols.secemb.protocol` (the protocol object).
 """
@@ -53,10 +53,10 @@ from __future__ import annotations
 
 from secemb.protocols.secemb.checks import row_tags
 from secemb.protocols.secemb.protocol import SecEmbProtocol
-from secemb.protocols.secemb.relay import RELAY_TAG, relay_prg, relay_prgs
+from secemb.protocols.secemb.relay import RELAY_TAG, SecEmbRelayServer, relay_prg, relay_prgs
 from secemb.protocols.secemb.server import SecEmbServer
 from secemb.protocols.secemb.sizes import key_params, request_bytes, tag_words
 from secemb.protocols.secemb.user import SecEmbUser
 
-__all__ = ["RELAY_TAG", "SecEmbProtocol", "SecEmbServer", "SecEmbUser", "key_params", "relay_prg", "relay_prgs",
-           "request_bytes", "row_tags", "tag_words"]
+__all__ = ["RELAY_TAG", "SecEmbProtocol", "SecEmbRelayServer", "SecEmbServer", "SecEmbUser", "key_params",
+           "relay_prg", "relay_prgs", "request_bytes", "row_tags", "tag_words"]

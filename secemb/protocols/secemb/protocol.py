@@ -8,6 +8,7 @@ from typing import Any
 
 from secemb.protocols.backends import Backend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig
+from secemb.protocols.secemb.relay import SecEmbRelayServer
 from secemb.protocols.secemb.server import SecEmbServer
 from secemb.protocols.secemb.sizes import (
     MAC_BYTES,
@@ -88,7 +89,8 @@ class SecEmbProtocol(Protocol):
                 "relay_upload": rows_bytes(rc) + MAC_BYTES}[kind]
 
     def make_server(self, party: int) -> SecEmbServer:
-        return SecEmbServer(party, relay=self.relay, verify=self.verify, backend=self.backend)
+        role = SecEmbRelayServer if self.relay else SecEmbServer
+        return role(party, verify=self.verify, backend=self.backend)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
         return SecEmbUser(config, relay=self.relay, verify=self.verify, _rng=_rng)

@@ -1,26 +1,43 @@
 """SecEmb's relay (``relay=True``): the user sends every byte both servers would receive
 identically only once; server 0 forwards to server 1 what is server 1's, authenticated by the
-device (docs/security.md, "A deviating server").  Here: the seeded arrays (server 1's answer
-mask and dense share), the upload's MAC and what server 1 gets directly from the device."""
+device (docs/security.md, "A deviating server").  Here: the relay server
+(:class:`SecEmbRelayServer`, the relay steps), the seeded arrays (server 1's answer mask and
+dense share), the upload's MAC and what server 1 gets directly from the device."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
-from secemb.errors import InvalidMessage, InvalidParameters
+from secemb import fss
+from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert
-from secemb.protocols.base import RoundConfig
-from secemb.protocols.secemb.sizes import DIGEST_BYTES, MAC_BYTES, MAC_KEY_BYTES, NAME, U64, roots_bytes
-from secemb.protocols.wire import open_message
+from secemb.protocols.base import RelayRole, RoundConfig
+from secemb.protocols.secemb.server import Request, SecEmbServer
+from secemb.protocols.secemb.sizes import (
+    DIGEST_BYTES,
+    MAC_BYTES,
+    MAC_KEY_BYTES,
+    NAME,
+    U64,
+    answer_bytes,
+    checks_bytes,
+    key_expect,
+    roots_bytes,
+    rows_bytes,
+    shared_bytes,
+    tag_words,
+)
+from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array
 from secemb.randomness import SEED_BYTES
 
-__all__ = ["RELAY_TAG", "Direct", "parse_roots", "relay_prg", "relay_prgs", "upload_mac"]
+__all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "relay_prg", "relay_prgs", "upload_mac"]
 
 _UPLOAD_MAC_DOMAIN = b"secemb-relay-upload"
 
@@ -79,3 +96,217 @@ def parse_roots(message: bytes, config: RoundConfig) -> Direct:
     if np.any(np.frombuffer(roots, np.uint8)[::16] & 1 != 1):
         raise InvalidMessage("retrieval_request: root control bits must equal the party")
     return Direct(roots, mask_seed, dense_seed, mac_key, digest)
+
+
+class SecEmbRelayServer(SecEmbServer, RelayRole):
+    """Server ``party`` of SecEmb with relay: the retrieval and upload of :class:`SecEmbServer`
+    with server 0 forwarding to server 1 what is server 1's (the relay steps of
+    :class:`~secemb.protocols.base.RelayRole`).  Server 1 gets a user's roots, seeds, MAC key
+    and digest directly (:func:`parse_roots`) and evaluates the keys server 0 forwards only if
+    they match the digest; it absorbs forwarded correction words only if their MAC verifies."""
+
+    relay = True
+
+    def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
+        super().begin_round(config, table)
+        self._direct_of: dict[int, Direct] = {}  # server 1: retrieved users' direct messages
+        self._awaiting: dict[int, Direct] = {}  # server 1: direct messages of unevaluated users
+        self._answers: dict[int, np.ndarray] = {}  # server 0: own shares, for completion
+        # server 0: the requests relay_forwards parsed, by user, for the evaluation of the same bytes
+        self._forwarded: dict[int, tuple[bytes, Request]] = {}
+
+    def _check_new(self, user_id: int) -> None:
+        super()._check_new(user_id)
+        if user_id in self._awaiting:
+            raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
+
+    def evaluate_retrieval_many(
+        self, requests: list[tuple[int, bytes]]
+    ) -> Callable[[], list[bytes | None | SecembError]]:
+        """Server 0: as :meth:`SecEmbServer.evaluate_retrieval_many`, each reply the forward of
+        the user's key part to server 1 (:meth:`_reply`).  Server 1: each request's roots and
+        seeds, kept by ``commit()`` until server 0 forwards the keys (nothing is evaluated; each
+        reply ``None``)."""
+        if self.party == 0:
+            return super().evaluate_retrieval_many(requests)
+        cfg = self._cfg()
+        out: list[bytes | None | SecembError] = [None] * len(requests)
+        roots: dict[int, Direct] = {}
+        for i, (user_id, message) in enumerate(requests):
+            try:
+                user_id = check_user(user_id)
+                if user_id in roots:
+                    raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
+                self._check_new(user_id)
+                roots[user_id] = parse_roots(message, cfg)
+            except SecembError as exc:
+                out[i] = exc
+
+        def commit() -> list[bytes | None | SecembError]:
+            if self.config is not cfg:
+                raise ProtocolError(f"round {cfg.round_id} ended while its retrievals were evaluated")
+            for u in roots:
+                self._check_new(u)
+            self._awaiting.update(roots)
+            return out
+
+        return commit
+
+    def _reply(self, user_id: int, request: Request, answers: np.ndarray) -> bytes:
+        """Server 0: keep the user's answer shares for :meth:`complete_retrieval`; the forward."""
+        self._answers[user_id] = answers
+        return self._forward(request)
+
+    def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
+        """Server 0: absorb an upload; the correction words to forward, exactly as received,
+        with the tag only server 1 can check.  Users upload to server 0 only."""
+        cfg = self._cfg()
+        if self.party == 1:
+            check_user(user_id)
+            raise ProtocolError("with relay, users upload to server 0 only")
+        body, off = self._take_upload(user_id, message)
+        return frame(NAME, "relay_upload", 1, cfg.round_id, bytes(body[: rows_bytes(cfg)]), bytes(body[off:]))
+
+    def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
+        """Server 0, relay: each request's shared key part framed for server 1 (the bytes
+        ``commit()`` returns for it), or the error that refuses it; ``None`` at server 1."""
+        if self.party != 0:
+            return None
+        out: list[bytes | SecembError] = []
+        self._forwarded = {}
+        for (user_id, message), got in zip(requests, self._parse_requests([m for _, m in requests]), strict=True):
+            try:
+                user_id = check_user(user_id)
+                if isinstance(got, SecembError):
+                    raise got
+                out.append(self._forward(got))
+                self._forwarded[user_id] = (message, got)
+            except SecembError as exc:
+                out.append(exc)
+        return out
+
+    def _parse_batch(self, requests: list[tuple[int, bytes]]) -> list[Request | SecembError]:
+        """Server 0: :meth:`_parse_requests` of the requests' messages, taking those
+        :meth:`relay_forwards` parsed just before (the same user and bytes) from its result
+        instead of parsing them again; that result is dropped."""
+        forwarded, self._forwarded = self._forwarded, {}
+        out: list[Request | SecembError | None] = [None] * len(requests)
+        todo: list[int] = []
+        for i, (user_id, message) in enumerate(requests):
+            hit = forwarded.get(user_id) if type(user_id) is int else None
+            if hit is not None and hit[0] == message:
+                out[i] = hit[1]
+            else:
+                todo.append(i)
+        for i, got in zip(todo, self._parse_requests([requests[i][1] for i in todo]), strict=True):
+            out[i] = got
+        return cast("list[Request | SecembError]", out)  # every entry is set above
+
+    def _forward(self, request: Request) -> bytes:
+        """Server 0, relay: the relay_keys message of a request (its shared key part, then
+        its check words when verifying)."""
+        checks = b"" if request.checks is None else array_bytes(request.checks)
+        shared = request.keys.shared_bytes() if request.shared is None else request.shared
+        return frame(NAME, "relay_keys", 1, self._cfg().round_id, shared, checks)
+
+    def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
+        out = self.relay_retrieval_many([(user_id, message)])[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def relay_retrieval_many(self, forwards: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        """:meth:`relay_retrieval` for many users, evaluated as one batch."""
+        return self.evaluate_relay_many(forwards)()
+
+    def evaluate_relay_many(self, forwards: list[tuple[int, bytes]]) -> Callable[[], list[bytes | SecembError]]:
+        """Parse and evaluate the forwarded keys (no state change); ``commit()`` folds them in
+        and returns the masked answers (see :meth:`ServerRole.evaluate_retrieval_many`)."""
+        cfg = self._cfg()
+        if self.party != 1:
+            raise ProtocolError("relay_retrieval is server 1's step in relay mode")
+        out: list[bytes | SecembError] = [b""] * len(forwards)
+        users: list[int] = []
+        where: list[int] = []
+        shared_len = shared_bytes(cfg, self.verify)
+        split = shared_len - checks_bytes(cfg, self.verify)
+        parts: list[tuple[int, memoryview, bytes]] = []  # (index, forwarded body, roots): parsed as one batch
+        for i, (user_id, message) in enumerate(forwards):
+            try:
+                user_id = check_user(user_id)
+                if user_id not in self._awaiting or user_id in users:
+                    raise ProtocolError(f"no retrieval request of user {user_id} to complete")
+                body = open_message(message, NAME, "relay_keys", 1, cfg.round_id, shared_len)
+                direct = self._awaiting[user_id]
+                if not hmac.compare_digest(hashlib.sha256(body).digest(), direct.digest):
+                    raise RelayTampered(f"relay_keys of round {cfg.round_id}: the forwarded key part differs from "
+                                        "the one the device committed to (server 0 altered it); not evaluated")
+                parts.append((i, body, direct.roots))
+                users.append(user_id)
+                where.append(i)
+            except SecembError as exc:
+                out[i] = exc
+        parsed = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r in parts], 1, **key_expect(cfg))
+        failed = {i: got for (i, _, _), got in zip(parts, parsed, strict=True) if isinstance(got, InvalidKey)}
+        for i, bad in failed.items():
+            out[i] = InvalidMessage(f"relay_keys: {bad}")
+        requests = [self._request(got, b[split:], self._awaiting[u].digest)
+                    for (_, b, _), u, got in zip(parts, users, parsed, strict=True) if not isinstance(got, InvalidKey)]
+        keys = [q.keys for q in requests]
+        users = [u for u, i in zip(users, where, strict=True) if i not in failed]
+        where = [i for i in where if i not in failed]
+        evaluated = self._evaluate_requests(requests) if requests else None
+
+        def commit() -> list[bytes | SecembError]:
+            if self.config is not cfg:
+                raise ProtocolError(f"round {cfg.round_id} ended while its relayed retrievals were evaluated")
+            missing = [u for u in users if u not in self._awaiting]
+            if missing:
+                raise ProtocolError(f"no retrieval request of user(s) {missing[:5]} to complete")
+            if evaluated is None:
+                return out
+            committed = self._commit_evaluated(users, keys, evaluated, [q.digest for q in requests])
+            directs = [self._awaiting.pop(u) for u in users]
+            self._direct_of.update(zip(users, directs, strict=True))
+            masks = relay_prgs([d.mask_seed for d in directs], (cfg.slots, cfg.width + tag_words(cfg)), cfg.dtype)
+            for i, answers, mask in zip(where, committed, masks, strict=True):
+                out[i] = frame(NAME, "relay_answer", 1, cfg.round_id, array_bytes(answers + mask))
+            return out
+
+        return commit
+
+    def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
+        """Server 0, relay: add server 1's masked shares to its own; the reply to the user."""
+        cfg = self._cfg()
+        user_id = check_user(user_id)
+        if self.party != 0 or user_id not in self._answers:
+            raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
+        body = open_message(message, NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
+        masked = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width + tag_words(cfg)))[0]
+        reply = self._answers.pop(user_id) + masked
+        return frame(NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(reply))
+
+    def relay_upload(self, user_id: int, message: bytes) -> None:
+        """Server 1, relay: check the forwarded correction words' tag under the key the user
+        sent it directly, then absorb them; its dense share is the expansion of the user's seed.
+
+        Raises
+        ------
+        RelayTampered: the tag does not verify (server 0 altered or swapped the words); nothing
+            is absorbed.
+        """
+        cfg = self._cfg()
+        user_id = check_user(user_id)
+        if self.party != 1:
+            raise ProtocolError("relay_upload is server 1's step in relay mode")
+        self._check_upload(user_id)
+        size = rows_bytes(cfg)
+        body = open_message(message, NAME, "relay_upload", 1, cfg.round_id, size + MAC_BYTES)
+        direct = self._direct_of[user_id]
+        if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, bytes(body[:size])), body[size:]):
+            raise RelayTampered(f"relay_upload of round {cfg.round_id}: the forwarded correction words fail the "
+                                "device's MAC (server 0 altered them); not absorbed")
+        cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
+        dense = relay_prg(self._direct_of.pop(user_id).dense_seed, (cfg.dense_size,), cfg.dtype)
+        self._absorb(user_id, cw, dense)

@@ -1,13 +1,11 @@
 """SecEmb's server role: server ``party``'s side of every round -- the evaluation of users'
 retrieval keys (scheduled over the backend's workers; the tasks are :mod:`secemb.fss.tasks`),
-the uploads, verified-upload digests and the aggregate -- and, with relay, its relay steps
-(:class:`~secemb.protocols.base.RelayRole`; the relay's own values in
-:mod:`secemb.protocols.secemb.relay`)."""
+the uploads, verified-upload digests and the aggregate.  A relay deployment's servers add the
+relay steps (:class:`secemb.protocols.secemb.relay.SecEmbRelayServer`)."""
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -15,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 import numpy as np
 
 from secemb import fss
-from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
+from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss.fused import PreparedAggregation
 from secemb.fss.tasks import (
     bits_task,
@@ -29,21 +27,16 @@ from secemb.fss.tasks import (
 from secemb.fss.tree import padded_leaves
 from secemb.fss.verify import CHECK_WORDS, challenges
 from secemb.protocols.backends import Backend, Handle, SerialBackend
-from secemb.protocols.base import RelayRole, RoundConfig, ServerRole
+from secemb.protocols.base import RoundConfig, ServerRole
 from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seed, row_tags
-from secemb.protocols.secemb.relay import Direct, parse_roots, relay_prg, relay_prgs, upload_mac
 from secemb.protocols.secemb.sizes import (
-    MAC_BYTES,
     NAME,
     U64,
-    answer_bytes,
     checks_bytes,
     key_expect,
     key_params,
     request_bytes,
-    rows_bytes,
     share_bytes,
-    shared_bytes,
     tag_words,
     upload_bytes,
 )
@@ -53,7 +46,7 @@ from secemb.sharing import reconstruct
 if TYPE_CHECKING:
     from secemb.fss.gpu import DeviceTable
 
-__all__ = ["EVAL_BYTES", "FOLD_BYTES", "SecEmbServer"]
+__all__ = ["EVAL_BYTES", "FOLD_BYTES", "Request", "SecEmbServer"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -88,7 +81,7 @@ class _Absorbed:
 
 
 @dataclass(frozen=True)
-class _Request:
+class Request:
     """A parsed retrieval request: its keys and, with verified uploads, its check correction
     words (uint64 (S, 4)) and the SHA-256 of its shared key part and check words."""
 
@@ -103,13 +96,16 @@ class _Request:
 _Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, list[np.ndarray] | None]
 
 
-class SecEmbServer(ServerRole, RelayRole):
-    """Server ``party`` of SecEmb; party 0 leads (reconstructs the aggregate)."""
+class SecEmbServer(ServerRole):
+    """Server ``party`` of SecEmb; party 0 leads (reconstructs the aggregate).  Without relay;
+    a relay deployment's servers are :class:`~secemb.protocols.secemb.relay.SecEmbRelayServer`."""
 
-    def __init__(self, party: int, *, relay: bool = False, verify: bool = True,
-                 backend: Backend | None = None) -> None:
+    #: whether server 0 relays (the relay server's messages: an upload with server 1's MAC tag,
+    #: digests without the correction words both servers hold authenticated)
+    relay: bool = False
+
+    def __init__(self, party: int, *, verify: bool = True, backend: Backend | None = None) -> None:
         super().__init__(party)
-        self.relay = relay
         self.verify = verify  # verified uploads: take check words, compute check values (upload_digests)
         self.backend = backend or SerialBackend()
         self._table: Handle | None = None  # the round's published table
@@ -139,18 +135,13 @@ class SecEmbServer(ServerRole, RelayRole):
             self._sparse = np.zeros((config.num_buckets, layout.bucket_size, config.width), config.dtype)
         self._dense = np.zeros(config.dense_size, config.dtype)
         self._pending: dict[int, _Pending] = {}
-        self._direct_of: dict[int, Direct] = {}  # server 1, relay: retrieved users' direct messages
         self._uploaded: set[int] = set()
         self._absorbed: dict[int, _Absorbed] = {}
         self._folded = False  # whether _sparse holds a batch yet (until then it is zero)
         self._closed_cache: tuple[tuple[int, ...], tuple[list[int], np.ndarray, np.ndarray]] | None = None
-        self._awaiting: dict[int, Direct] = {}  # server 1, relay: direct messages of unevaluated users
-        self._answers: dict[int, np.ndarray] = {}  # server 0, relay: own shares, for completion
-        # server 0, relay: the requests relay_forwards parsed, by user, for the evaluation of the same bytes
-        self._forwarded: dict[int, tuple[bytes, _Request]] = {}
 
     def _check_new(self, user_id: int) -> None:
-        if user_id in self._pending or user_id in self._uploaded or user_id in self._awaiting:
+        if user_id in self._pending or user_id in self._uploaded:
             raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
 
     # -- retrieval ---------------------------------------------------------------------
@@ -233,14 +224,12 @@ class SecEmbServer(ServerRole, RelayRole):
             self._pending[u] = _Pending(k, b, proof)
         return answers
 
-    def _parse_requests(self, messages: list[bytes]) -> list[_Request | SecembError]:
+    def _parse_requests(self, messages: list[bytes]) -> list[Request | SecembError]:
         """The keys (and check words) of each retrieval request (server 0, or either server
         without relay), or the error that refuses it; the keys of all requests are parsed as
         one batch."""
-        if self.relay and self.party == 1:
-            return []
         cfg = self._cfg()
-        out: list[_Request | SecembError | None] = [None] * len(messages)
+        out: list[Request | SecembError | None] = [None] * len(messages)
         bodies: list[memoryview] = []
         where: list[int] = []
         size = request_bytes(cfg, self.verify)
@@ -255,14 +244,14 @@ class SecEmbServer(ServerRole, RelayRole):
         for i, body, got in zip(where, bodies, keys, strict=True):
             out[i] = InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else \
                 self._request(got, body[split:])
-        return cast("list[_Request | SecembError]", out)  # every entry is set above
+        return cast("list[Request | SecembError]", out)  # every entry is set above
 
-    def _request(self, keys: fss.DPFKeys, checks: memoryview | bytes, digest: bytes | None = None) -> _Request:
+    def _request(self, keys: fss.DPFKeys, checks: memoryview | bytes, digest: bytes | None = None) -> Request:
         """A parsed request with its check words (verified uploads) and key digest: SHA-256
         of the shared key part and the check words, computed here unless given (``digest``:
         server 1 with relay, which compared it with the device's own)."""
         if not self.verify:
-            return _Request(keys, None, b"")
+            return Request(keys, None, b"")
         shared = None
         if digest is None:
             shared = keys.shared_bytes()
@@ -270,51 +259,19 @@ class SecEmbServer(ServerRole, RelayRole):
             h.update(checks)
             digest = h.digest()
         words = read_array(memoryview(checks), 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))[0]
-        return _Request(keys, words, digest, shared if self.relay else None)
+        return Request(keys, words, digest, shared if self.relay else None)
 
-    def _evaluate_requests(self, requests: list[_Request]) -> _Evaluated:
+    def _evaluate_requests(self, requests: list[Request]) -> _Evaluated:
         """:meth:`_evaluate` of parsed requests, with their checks when verifying."""
         keys = [q.keys for q in requests]
         if not self.verify:
             return self._evaluate(keys)
         return self._evaluate(keys, [(cast("np.ndarray", q.checks), q.digest) for q in requests])
 
-    def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
-        """Server 0, relay: each request's shared key part framed for server 1 (the bytes
-        ``commit()`` returns for it), or the error that refuses it; ``None`` otherwise."""
-        if not (self.relay and self.party == 0):
-            return None
-        out: list[bytes | SecembError] = []
-        self._forwarded = {}
-        for (user_id, message), got in zip(requests, self._parse_requests([m for _, m in requests]), strict=True):
-            try:
-                user_id = check_user(user_id)
-                if isinstance(got, SecembError):
-                    raise got
-                out.append(self._forward(got))
-                self._forwarded[user_id] = (message, got)
-            except SecembError as exc:
-                out.append(exc)
-        return out
-
-    def _parse_once(self, requests: list[tuple[int, bytes]]) -> list[_Request | SecembError]:
-        """:meth:`_parse_requests` of the requests' messages, taking those :meth:`relay_forwards`
-        parsed just before (the same user and bytes) from its result instead of parsing them
-        again; that result is dropped."""
-        forwarded, self._forwarded = self._forwarded, {}
-        if self.relay and self.party == 1:  # server 1 gets roots, parsed one by one (parse_roots)
-            return []
-        out: list[_Request | SecembError | None] = [None] * len(requests)
-        todo: list[int] = []
-        for i, (user_id, message) in enumerate(requests):
-            hit = forwarded.get(user_id) if type(user_id) is int else None
-            if hit is not None and hit[0] == message:
-                out[i] = hit[1]
-            else:
-                todo.append(i)
-        for i, got in zip(todo, self._parse_requests([requests[i][1] for i in todo]), strict=True):
-            out[i] = got
-        return cast("list[_Request | SecembError]", out)  # every entry is set above
+    def _parse_batch(self, requests: list[tuple[int, bytes]]) -> list[Request | SecembError]:
+        """:meth:`_parse_requests` of the requests' messages (a relay server takes some from
+        what it parsed to forward them)."""
+        return self._parse_requests([m for _, m in requests])
 
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes | None:
         """Non-relay: the reply to the user.  Relay: server 0 returns the shared key part to
@@ -338,26 +295,22 @@ class SecEmbServer(ServerRole, RelayRole):
         cfg = self._cfg()
         out: list[bytes | None | SecembError] = [None] * len(requests)
         users: list[int] = []
-        keys: list[_Request] = []
+        keys: list[Request] = []
         where: list[int] = []
-        roots: dict[int, Direct] = {}
         seen: set[int] = set()
-        parsed = self._parse_once(requests)  # all at once; used in order below
-        for i, (user_id, message) in enumerate(requests):
+        parsed = self._parse_batch(requests)  # all at once; used in order below
+        for i, (user_id, _) in enumerate(requests):
             try:
                 user_id = check_user(user_id)
                 if user_id in seen:
                     raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
                 self._check_new(user_id)
-                if self.relay and self.party == 1:
-                    roots[user_id] = parse_roots(message, cfg)
-                else:
-                    got = parsed[i]
-                    if isinstance(got, SecembError):
-                        raise got
-                    keys.append(got)
-                    users.append(user_id)
-                    where.append(i)
+                got = parsed[i]
+                if isinstance(got, SecembError):
+                    raise got
+                keys.append(got)
+                users.append(user_id)
+                where.append(i)
                 seen.add(user_id)
             except SecembError as exc:
                 out[i] = exc
@@ -368,104 +321,19 @@ class SecEmbServer(ServerRole, RelayRole):
                 raise ProtocolError(f"round {cfg.round_id} ended while its retrievals were evaluated")
             for u in seen:
                 self._check_new(u)
-            self._awaiting.update(roots)
             if evaluated is None:
                 return out
             committed = self._commit_evaluated(users, [q.keys for q in keys], evaluated, [q.digest for q in keys])
             for i, u, q, answers in zip(where, users, keys, committed, strict=True):
-                if not self.relay:
-                    out[i] = frame(NAME, "retrieval_reply", self.party, cfg.round_id, array_bytes(answers))
-                else:
-                    self._answers[u] = answers
-                    out[i] = self._forward(q)
+                out[i] = self._reply(u, q, answers)
             return out
 
         return commit
 
-    def _forward(self, request: _Request) -> bytes:
-        """Server 0, relay: the relay_keys message of a request (its shared key part, then
-        its check words when verifying)."""
-        checks = b"" if request.checks is None else array_bytes(request.checks)
-        shared = request.keys.shared_bytes() if request.shared is None else request.shared
-        return frame(NAME, "relay_keys", 1, self._cfg().round_id, shared, checks)
-
-    def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
-        """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
-        out = self.relay_retrieval_many([(user_id, message)])[0]
-        if isinstance(out, Exception):
-            raise out
-        return out
-
-    def relay_retrieval_many(self, forwards: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
-        """:meth:`relay_retrieval` for many users, evaluated as one batch."""
-        return self.evaluate_relay_many(forwards)()
-
-    def evaluate_relay_many(self, forwards: list[tuple[int, bytes]]) -> Callable[[], list[bytes | SecembError]]:
-        """Parse and evaluate the forwarded keys (no state change); ``commit()`` folds them in
-        and returns the masked answers (see :meth:`ServerRole.evaluate_retrieval_many`)."""
-        cfg = self._cfg()
-        if not (self.relay and self.party == 1):
-            raise ProtocolError("relay_retrieval is server 1's step in relay mode")
-        out: list[bytes | SecembError] = [b""] * len(forwards)
-        users: list[int] = []
-        where: list[int] = []
-        shared_len = shared_bytes(cfg, self.verify)
-        split = shared_len - checks_bytes(cfg, self.verify)
-        parts: list[tuple[int, memoryview, bytes]] = []  # (index, forwarded body, roots): parsed as one batch
-        for i, (user_id, message) in enumerate(forwards):
-            try:
-                user_id = check_user(user_id)
-                if user_id not in self._awaiting or user_id in users:
-                    raise ProtocolError(f"no retrieval request of user {user_id} to complete")
-                body = open_message(message, NAME, "relay_keys", 1, cfg.round_id, shared_len)
-                direct = self._awaiting[user_id]
-                if not hmac.compare_digest(hashlib.sha256(body).digest(), direct.digest):
-                    raise RelayTampered(f"relay_keys of round {cfg.round_id}: the forwarded key part differs from "
-                                        "the one the device committed to (server 0 altered it); not evaluated")
-                parts.append((i, body, direct.roots))
-                users.append(user_id)
-                where.append(i)
-            except SecembError as exc:
-                out[i] = exc
-        parsed = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r in parts], 1, **key_expect(cfg))
-        failed = {i: got for (i, _, _), got in zip(parts, parsed, strict=True) if isinstance(got, InvalidKey)}
-        for i, bad in failed.items():
-            out[i] = InvalidMessage(f"relay_keys: {bad}")
-        requests = [self._request(got, b[split:], self._awaiting[u].digest)
-                    for (_, b, _), u, got in zip(parts, users, parsed, strict=True) if not isinstance(got, InvalidKey)]
-        keys = [q.keys for q in requests]
-        users = [u for u, i in zip(users, where, strict=True) if i not in failed]
-        where = [i for i in where if i not in failed]
-        evaluated = self._evaluate_requests(requests) if requests else None
-
-        def commit() -> list[bytes | SecembError]:
-            if self.config is not cfg:
-                raise ProtocolError(f"round {cfg.round_id} ended while its relayed retrievals were evaluated")
-            missing = [u for u in users if u not in self._awaiting]
-            if missing:
-                raise ProtocolError(f"no retrieval request of user(s) {missing[:5]} to complete")
-            if evaluated is None:
-                return out
-            committed = self._commit_evaluated(users, keys, evaluated, [q.digest for q in requests])
-            directs = [self._awaiting.pop(u) for u in users]
-            self._direct_of.update(zip(users, directs, strict=True))
-            masks = relay_prgs([d.mask_seed for d in directs], (cfg.slots, cfg.width + tag_words(cfg)), cfg.dtype)
-            for i, answers, mask in zip(where, committed, masks, strict=True):
-                out[i] = frame(NAME, "relay_answer", 1, cfg.round_id, array_bytes(answers + mask))
-            return out
-
-        return commit
-
-    def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
-        """Server 0, relay: add server 1's masked shares to its own; the reply to the user."""
-        cfg = self._cfg()
-        user_id = check_user(user_id)
-        if not (self.relay and self.party == 0) or user_id not in self._answers:
-            raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
-        body = open_message(message, NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
-        masked = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width + tag_words(cfg)))[0]
-        reply = self._answers.pop(user_id) + masked
-        return frame(NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(reply))
+    def _reply(self, user_id: int, request: Request, answers: np.ndarray) -> bytes:
+        """What a committed retrieval returns: the reply to the user (a relay server 0 keeps
+        ``answers`` and returns the forward to server 1)."""
+        return frame(NAME, "retrieval_reply", self.party, self._cfg().round_id, array_bytes(answers))
 
     # -- upload --------------------------------------------------------------------------
     def _absorb(self, user_id: int, cw: np.ndarray, dense: np.ndarray) -> None:
@@ -533,43 +401,20 @@ class SecEmbServer(ServerRole, RelayRole):
             raise ProtocolError(f"user {user_id} uploaded without retrieving in round {cfg.round_id}")
 
     def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
-        """Absorb an upload.  Relay: server 0 returns the correction words to forward."""
+        """Absorb an upload (``None``: nothing to forward)."""
+        self._take_upload(user_id, message)
+        return None
+
+    def _take_upload(self, user_id: int, message: bytes) -> tuple[memoryview, int]:
+        """Check and absorb an upload; its body and where the dense share ends in it."""
         cfg = self._cfg()
         user_id = check_user(user_id)
-        if self.relay and self.party == 1:
-            raise ProtocolError("with relay, users upload to server 0 only")
         self._check_upload(user_id)
         body = open_message(message, NAME, "upload", self.party, cfg.round_id, upload_bytes(cfg, self.relay))
         cw, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
         dense, off = read_array(body, off, cfg.dtype, (cfg.dense_size,))
         self._absorb(user_id, cw, dense)
-        if self.relay:  # the correction words exactly as received, with the tag only server 1 can check
-            return frame(NAME, "relay_upload", 1, cfg.round_id, bytes(body[: rows_bytes(cfg)]), bytes(body[off:]))
-        return None
-
-    def relay_upload(self, user_id: int, message: bytes) -> None:
-        """Server 1, relay: check the forwarded correction words' tag under the key the user
-        sent it directly, then absorb them; its dense share is the expansion of the user's seed.
-
-        Raises
-        ------
-        RelayTampered: the tag does not verify (server 0 altered or swapped the words); nothing
-            is absorbed.
-        """
-        cfg = self._cfg()
-        user_id = check_user(user_id)
-        if not (self.relay and self.party == 1):
-            raise ProtocolError("relay_upload is server 1's step in relay mode")
-        self._check_upload(user_id)
-        size = rows_bytes(cfg)
-        body = open_message(message, NAME, "relay_upload", 1, cfg.round_id, size + MAC_BYTES)
-        direct = self._direct_of[user_id]
-        if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, bytes(body[:size])), body[size:]):
-            raise RelayTampered(f"relay_upload of round {cfg.round_id}: the forwarded correction words fail the "
-                                "device's MAC (server 0 altered them); not absorbed")
-        cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
-        dense = relay_prg(self._direct_of.pop(user_id).dense_seed, (cfg.dense_size,), cfg.dtype)
-        self._absorb(user_id, cw, dense)
+        return body, off
 
     # -- verification (verified uploads) -------------------------------------------------
     def upload_digests(self, users: list[int]) -> dict[int, bytes] | None:
