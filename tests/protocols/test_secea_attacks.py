@@ -198,3 +198,26 @@ def test_finding_a_hello_with_a_low_order_key_is_refused():
         with pytest.raises(InvalidMessage, match="public key refused"):
             node.receive(1, "secea-keys", 0, hello[:HEADER_BYTES] + point + hello[HEADER_BYTES + 32:])
     node.receive(1, "secea-keys", 0, hello)
+
+
+def test_finding_a_hello_with_another_paillier_modulus_size_is_refused():
+    """A silo's HELLO with a Paillier modulus larger than the deployment's was taken: every
+    other silo then encrypts its answers to it, and the server masks them, at that size's cost
+    (the body limit allows moduli of hundreds of kilobits).  A node that knows the deployment's
+    size (``secemb serve`` of ``--protocol secea``) refuses it; the genuine HELLO is then kept."""
+    from secemb.protocols.exchange import ExchangeRun
+    from secemb.protocols.secea.protocol import SecEAProtocol
+
+    params = SecEAParams(3, 1, dim=2)
+    node = SecEANode(params, union_bloom(16, 9), key_bits=KEY_BITS)
+    node.open_round(1, [0, 1, 2])
+    hello = SecEAClient(0, params, np.array([1]), key_bits=KEY_BITS, _rng=CtrDrbg(8)).hello()
+    for bits in (KEY_BITS + 8, 8 * KEY_BITS):
+        big = ((1 << (bits - 1)) | 1).to_bytes(bits // 8, "big")  # odd, ``bits`` bits: parses as a modulus
+        forged = wire.pack(wire.Header(wire.HELLO, 0, 0, wire.SERVER), hello[HEADER_BYTES:HEADER_BYTES + 32] + big)
+        with pytest.raises(InvalidMessage, match=f"{bits}-bit Paillier modulus"):
+            node.receive(1, "secea-keys", 0, forged)
+    node.receive(1, "secea-keys", 0, hello)
+    # the protocol's server knows its deployment's size
+    served = SecEAProtocol(ExchangeRun("ml-100k"), secea_key_bits=1536)._server(50).node
+    assert isinstance(served, SecEANode) and served.key_bits == 1536

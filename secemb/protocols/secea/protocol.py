@@ -146,7 +146,7 @@ class SecEAProtocol(ExchangeProtocol):
         """The server: a :class:`SecEANode`; its body limit is the largest silo message at these
         public sizes (UPLOAD with every query, ANSWER with every ciphertext, a PSU message)."""
         p, bloom = self.params, self._bloom(num_items)
-        node = SecEANode(p, bloom, _rng=self._rng)
+        node = SecEANode(p, bloom, key_bits=self.secea_key_bits, _rng=self._rng)
         m, n = self.secea_items or num_items, self.secea_silos
         chunks = -(-p.width // ((self.secea_key_bits - 1) // SLOT_BITS))
         upload = 4 * (n - 1) * (m * p.width + m * m) + 8 * n

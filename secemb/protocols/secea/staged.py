@@ -102,6 +102,9 @@ class SecEANode:
     ----------
     params: the public parameters (N, T, K, d, f).
     bloom: the PSU's public Bloom parameters (:func:`secemb.protocols.secea.union.union_bloom`).
+    key_bits: if given, the deployment's Paillier modulus size: a HELLO with another is refused
+        (one silo's oversized key would make every other silo's answers and the server's masks
+        to it cost what that size costs).
 
     The first round opened is the set-up (every silo, stages of :data:`SECEA_SETUP_PLAN`; in
     process round :data:`SETUP_ROUND`); once it has committed, rounds of increasing ids (at
@@ -115,8 +118,9 @@ class SecEANode:
 
     plan = SECEA_PLAN
 
-    def __init__(self, params: SecEAParams, bloom: BloomParams, *, _rng: RandomBytes | None = None) -> None:
-        self.params, self.bloom = params, bloom
+    def __init__(self, params: SecEAParams, bloom: BloomParams, *, key_bits: int | None = None,
+                 _rng: RandomBytes | None = None) -> None:
+        self.params, self.bloom, self.key_bits = params, bloom, key_bits
         self.server = SecEAServer(params, _rng=_rng)
         self.union: np.ndarray | None = None
         self._round: _Round | None = None
@@ -171,7 +175,10 @@ class SecEANode:
             raise InvalidMessage(f"duplicate {stage} message from silo {user}")
         t0 = time.perf_counter()
         if stage == "secea-keys":
-            self.server.read_hello(user, body)
+            bits = self.server.read_hello(user, body)[1].key.n.bit_length()
+            if self.key_bits is not None and bits != self.key_bits:
+                raise InvalidMessage(f"HELLO of silo {user}: a {bits}-bit Paillier modulus, not the "
+                                     f"deployment's {self.key_bits} bits")
         elif stage == "secea-share":
             m, _, _ = self.server.read_upload(round_id, user, body)
             if self.union is None or m != self.union.size:
