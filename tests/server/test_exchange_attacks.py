@@ -447,3 +447,56 @@ def test_odd_round_ids_and_stage_names_in_paths_are_4xx():
         statuses[f"fetch {stage[:20]!r}"] = http.call(0, "GET", f"/v1/exchange/rounds/1/{stage}").status_code
     assert all(400 <= s < 500 for s in statuses.values()), {k: s for k, s in statuses.items() if not 400 <= s < 500}
     assert http.send(0, 1, "secea-keys", hello) == 204  # nothing was kept
+
+
+def test_a_device_that_stops_mid_round_under_a_stage_deadline_is_left_behind():
+    """As ``secemb serve`` runs it: SFSL with a stage deadline, device 2 stops after the PSU's
+    shares.  The stage waits for it until the deadline, then closes at the next read of the
+    round with the two devices that sent (the threshold); the round commits over them, device
+    2's late message is refused (409), and the next round runs with all three."""
+    import time
+
+    from secemb.data.ctr import TaobaoShaped, split_clicks
+    from secemb.protocols.exchange import ExchangeRun
+    from secemb.protocols.sfsl.protocol import SFSLProtocol
+    from secemb.protocols.sfsl.staged import SFSL_PLAN
+
+    clicks = split_clicks(TaobaoShaped("taobao-mini", seed=3).clients(np.arange(8)))
+    proto = SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=3), sfsl_preset="CPP1", batch=8, data=clicks)
+    hosted = proto.make_server()
+    deadline_s = 1.0
+    http = http_of(hosted.node, stage_deadline_s=deadline_s, model=hosted.model)
+    devices = {u: proto.make_device(u) for u in range(3)}
+    doc = http.open(1, [0, 1, 2])
+    parties = {u: devices[u].party(doc) for u in range(3)}
+    live = [0, 1, 2]
+    for stage in SFSL_PLAN.stages:
+        if stage == "psu-masked":
+            live = [0, 1]
+            late = parties[2].message(stage)
+        for u in live:
+            assert http.send(u, 1, stage, parties[u].message(stage)) == 204
+        now = http.call(0, "GET", "/v1/exchange/round").json()
+        if stage == "psu-masked":
+            assert now["stage"] == "psu-masked"  # waiting for device 2
+            time.sleep(deadline_s + 0.2)
+            now = http.call(0, "GET", "/v1/exchange/round").json()
+            assert http.send(2, 1, stage, late) == 409
+        assert now["stage"] != stage and now["state"] in ("open", "committed"), now
+        if SFSL_PLAN.replies(stage):
+            for u in live:
+                answer = http.fetch(u, 1, stage)
+                assert answer is not None
+                parties[u].accept(stage, answer)
+    assert http.outcome(1)["state"] == "committed" and http.outcome(1)["survivors"] == [0, 1]
+    doc = http.open(2, [0, 1, 2])
+    parties = {u: devices[u].party(doc) for u in range(3)}
+    for stage in SFSL_PLAN.stages:
+        for u in range(3):
+            assert http.send(u, 2, stage, parties[u].message(stage)) == 204
+        if SFSL_PLAN.replies(stage):
+            for u in range(3):
+                answer = http.fetch(u, 2, stage)
+                assert answer is not None
+                parties[u].accept(stage, answer)
+    assert http.outcome(2)["state"] == "committed" and http.outcome(2)["survivors"] == [0, 1, 2]
