@@ -261,3 +261,32 @@ def test_finding_a_low_order_key_is_refused_at_advertise_instead_of_failing_ever
         node.receive(1, "psu-advertise", 1, body[:at] + point + body[at + 32:])
     run_round(node, {u: parties[u] for u in (0, 2)}, 1)
     assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [0, 2]
+
+
+def test_the_server_receives_no_devices_update_or_user_embedding_in_the_clear(clicks):
+    """What the server learns (docs/sfsl.md): over a round, no message it receives holds a
+    device's private user embedding (before or after training, float64) or any row
+    of the device's secure-sum input ``(v z, v)`` (its exact bytes, which the search finds in the
+    device's own plaintext; float32 copies are not searched: 4 random bytes match by chance)."""
+    proto = protocol(clicks, "CPP2")
+    node = proto.make_server().node
+    assert isinstance(node, SFSLNode)
+    doc = node.open_round(1, [0, 1, 2])
+    devices = {u: proto.make_device(u) for u in range(3)}
+    before = {u: devices[u].device.user_embedding.copy() for u in range(3)}
+    parties = {u: devices[u].party(doc) for u in range(3)}
+    seen: list[bytes] = []
+    run_round(node, parties, 1, lambda stage, u, body: seen.append(body))
+    assert node.outcome(1)["state"] == "committed" and len(seen) == 3 * len(SFSL_PLAN.stages)
+    needles = []
+    for u in range(3):
+        values = parties[u]._values
+        assert values.size and values[:, -1].any()  # it trained: rows with weights
+        plain = values.astype("<u4").tobytes()
+        for row in values.astype("<u4"):
+            assert row.tobytes() in plain
+            needles.append(row.tobytes())
+        for emb in (before[u], devices[u].device.user_embedding):
+            needles += [x.tobytes() for x in emb.astype("<f8")]  # 8 bytes: no chance match in random bytes
+    found = [n for n in needles for body in seen if n in body]
+    assert not found, f"{len(found)} of {len(needles)} private values found in the server's view"

@@ -373,9 +373,9 @@ def test_a_round_whose_stages_are_not_the_protocols_is_refused_before_any_messag
 def test_the_server_receives_keeps_and_logs_no_silos_rows_in_the_clear(caplog):
     """What the server learns: over a set-up and a round, no silo's embedding value appears in
     any message the node received or sent, in what it keeps of the round, or in any log record
-    (at DEBUG) -- neither as float64, float32 nor as the 32-bit fixed-point field element the
-    silo encodes it to (that encoding is checked to be in the silo's own plaintext, so the
-    search would find a value sent in the clear)."""
+    (at DEBUG) -- neither as float64 nor as the row of 32-bit fixed-point field elements the
+    silo encodes it to (that row is checked to be in the silo's own plaintext, so the search
+    would find a row sent in the clear)."""
     import logging
 
     from secemb.protocols.secea import coding
@@ -406,10 +406,10 @@ def test_the_server_receives_keeps_and_logs_no_silos_rows_in_the_clear(caplog):
         fixed = np.rint(silo_rows * 2.0**params.frac_bits).astype(np.int64) % field.P
         own = np.searchsorted(np.array([1, 4, 7, 9, 12]), SETS[v])
         plain = coding.expand(params, 5, own, silo_rows).astype("<u4").tobytes()
-        for x, f in zip(silo_rows.ravel(), fixed.ravel(), strict=True):
-            enc = int(f).to_bytes(4, "little")
-            assert enc in plain  # the search finds a value sent in the clear
-            needles += [enc, np.float64(x).tobytes(), np.float32(x).tobytes()]
+        for row, enc in zip(silo_rows, fixed, strict=True):
+            words = np.append(enc, 1).astype("<u4").tobytes()  # (round(h 2^f), 1): a row of Eq. 3 as sent
+            assert words in plain  # the search finds a row sent in the clear
+            needles += [words] + [np.float64(x).tobytes() for x in row]  # 12 and 8 bytes: no chance match
     found = [n for n in needles for h in hay if n in h]
     assert not found, f"{len(found)} of {len(needles)} values found in the server's view"
 
