@@ -13,7 +13,14 @@ after each refused one.  Findings kept as regression tests (named ``test_finding
   protocols/sfsl/staged.py and protocols/secea/staged.py);
 * after a restart the operator's round ids start again at 1, and a SecEA silo that lived
   through it padded its shares of a round id it had used before under the same X25519 keys: the
-  same one-time pads twice -- now the silo refuses (protocols/secea/parties.py).
+  same one-time pads twice -- now the silo refuses (protocols/secea/parties.py);
+* a SecEA HELLO with another round id than 0 was kept (protocols/secea/parties.py);
+* a round document that is not one (a list, a list round id, users or stages an int) crashed
+  ``secemb client`` with AttributeError / TypeError -- now InvalidMessage
+  (engine/http_exchange.py).
+
+The server's view is searched too: no silo's row in any message, in the round's state or in
+the log.
 """
 
 from __future__ import annotations
