@@ -80,7 +80,8 @@ def test_every_stage_refuses_malformed_messages_without_change(clicks):
     """Device 0's message of each of the nine stages with any one framing header byte changed,
     cut, extended, or (a secure-aggregation message: it names its sender) sent as device 1:
     refused (InvalidMessage, or ProtocolError / InvalidParameters for a call out of order); the
-    PSU's message of a step replayed at the secure sum's is refused; the genuine message is then
+    PSU's message of a step replayed at the secure sum's, and a well-framed masked input of the
+    wrong size for the round, are refused; the genuine message is then
     accepted (not a duplicate): the round commits."""
     proto = protocol(clicks)
     node = proto.make_server().node
@@ -105,6 +106,10 @@ def test_every_stage_refuses_malformed_messages_without_change(clicks):
         if stage != "download":  # a request names no device: device 1 sending it asks for S''_0 itself
             with pytest.raises(InvalidMessage):
                 node.receive(1, stage, 1, body)  # device 1 posting device 0's message
+        if stage.endswith("-masked"):  # one input word fewer, the header's body length made to match
+            short = body[:24] + (len(body) - HEADER_BYTES - 4).to_bytes(8, "little") + body[HEADER_BYTES:-4]
+            with pytest.raises(InvalidMessage, match="masked input of client 0 is"):
+                node.receive(1, stage, 0, short)
         if stage.startswith("psu-"):
             psu[stage.split("-")[1]] = body
         elif stage.startswith("sum-"):  # the PSU's message of the same step, replayed (secagg round 2r, not 2r + 1)
