@@ -8,7 +8,7 @@ current public model and the devices' user embeddings (the simulation evaluates 
 each device could score for itself).
 
 Who plays a round is a :class:`RoundPlayer`: by default :func:`~secemb.protocols.sfsl.round.sfsl_round`
-on the in-process server object; the round engine's player (:mod:`secemb.engine.sfsl`) moves the
+on the in-process server object; the round engine's player (:mod:`secemb.protocols.sfsl.protocol`) moves the
 same messages over the engine's links, in process or over HTTP, with the same schedule.
 """
 
