@@ -4,7 +4,7 @@
 Exit codes: 0 after a clean shutdown (Ctrl-C / SIGTERM); 2 bad usage (missing or invalid
 configuration, a state directory that belongs to another configuration, a port in use -- the
 last checked before any state is read; for one server: an option it has no use for, its
-protocol's data missing).
+protocol's data missing, a state in DIR/state that cannot be restored).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         SECEMB_USER_SECRET (hex).  The API is described in docs/openapi.json.
 
         One server (--config DIR/exchange.json of 'secemb admin init --protocol P'): TLS always,
-        no peer, no state directory (docs/deployment.md, 'One server').
+        no peer, its state in DIR/state (docs/deployment.md, 'One server').
         """
         from rich.console import Console
 
@@ -92,11 +92,11 @@ def _serve_exchange(console: Any, config: Path, host: str | None, port: int | No
     from secemb.data import DataFormatError, DatasetNotFoundError
     from secemb.errors import InvalidParameters
     from secemb.server.exchange_deploy import ExchangeDeployment, serve_exchange
+    from secemb.server.persist import CorruptState, StorageError
 
     try:
         dep = ExchangeDeployment.load(config)
-        console.print(f"secemb server (one server, {dep.doc['protocol']}) on https://{host or dep.doc['host']}:"
-                      f"{port if port is not None else dep.doc['port']} | no peer | no state directory", markup=False)
-        serve_exchange(dep, host=host, port=port, data_dir=data_dir, log_level=log_level)
-    except (InvalidParameters, DatasetNotFoundError, DataFormatError) as exc:
+        serve_exchange(dep, host=host, port=port, data_dir=data_dir, log_level=log_level,
+                       announce=lambda line: console.print(line, markup=False))
+    except (InvalidParameters, DatasetNotFoundError, DataFormatError, CorruptState, StorageError) as exc:
         fail(exc)

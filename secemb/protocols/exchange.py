@@ -40,7 +40,11 @@ Stage and message names of its own join the shared vocabulary first
   HTTP, so both give the same ``model_sha256`` where the protocol's own randomness is seeded;
 * :meth:`~ExchangeProtocol.make_device` (optional): device ``user``'s persistent state in a
   deployment (``secemb client``); from each round's public document (what the node's
-  ``open_round`` returned) it makes the device's party of that round.
+  ``open_round`` returned) it makes the device's party of that round;
+* (optional) a node that is a :class:`DurableExchangeNode` (``state`` and ``restore``): ``secemb
+  serve`` checkpoints it after each committed round and restores it at start
+  (:mod:`secemb.server.exchange_state`); a node without them cannot be restarted over a committed
+  round.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol as TypingProtocol
+from typing import Any, ClassVar, Protocol as TypingProtocol, runtime_checkable
 
 import numpy as np
 
@@ -57,8 +61,8 @@ from secemb.errors import InvalidParameters, check_int
 from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
 
-__all__ = ["EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol", "ExchangeRecord",
-           "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures"]
+__all__ = ["DurableExchangeNode", "EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol",
+           "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures"]
 
 
 class ExchangeParty(TypingProtocol):
@@ -81,6 +85,25 @@ class ExchangeDevice(TypingProtocol):
         Raises
         ------
         secemb.errors.InvalidMessage: a document the device cannot take part in.
+        """
+
+
+@runtime_checkable
+class DurableExchangeNode(TypingProtocol):
+    """An :class:`ExchangeNode` whose committed state can be saved and restored (``secemb serve``
+    checkpoints it after each committed round: :mod:`secemb.server.exchange_state`)."""
+
+    def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """What a restart needs after the last committed round: JSON values and numpy arrays
+        (no objects: the checkpoint is loaded without pickle)."""
+
+    def restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Take back what :meth:`state` gave (called once, on a fresh node, before any round).
+
+        Raises
+        ------
+        InvalidParameters, InvalidMessage, ProtocolError: values this node cannot take (another
+        shape, a malformed key, ...); the node is then unusable and the server does not start.
         """
 
 

@@ -31,7 +31,8 @@ connection limit).
 The round document (``GET /v1/exchange/round``, 409 before the first round) is what the node's
 ``open_round`` returned (``round_id``, ``users``, ``stages`` and the protocol's public fields)
 with ``stage`` (the open stage; ``null`` once the last one closed) and ``state`` (``open``,
-``committed``, ``aborted``).  With ``stage_deadline_s`` (``secemb serve``: no operator drives the
+``committed``, ``aborted``; after a restart of ``secemb serve``, the last round's until the next
+opens: :mod:`secemb.server.exchange_state`).  With ``stage_deadline_s`` (``secemb serve``: no operator drives the
 stages) the server closes a stage itself as soon as every device still in the round has sent
 its message of it, or, once ``stage_deadline_s`` has passed since the stage opened, at the next
 request that reads the round (devices poll it while they wait): a stage with an answer keeps
@@ -51,9 +52,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from secemb.errors import InvalidParameters, ProtocolError
+from secemb.errors import InvalidParameters, ProtocolError, SecembError
 from secemb.protocols.base import ExchangeNode
 from secemb.server.auth import Principal, Verifier
+from secemb.server.exchange_state import ExchangeState
 from secemb.server.gate import Gate, install_error_handlers
 from secemb.server.parsing import ascii_int, json_object
 
@@ -70,6 +72,8 @@ class StageCloser:
 
     node: ExchangeNode
     deadline_s: float | None = None
+    #: the durable state (``secemb serve``): told of each round opened and ended
+    state: ExchangeState | None = None
     opened: dict[str, Any] | None = None
     stage: int = 0
     active: set[int] = field(default_factory=set)
@@ -77,7 +81,15 @@ class StageCloser:
     since: float = 0.0
 
     def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
-        doc = self.node.open_round(round_id, users)
+        if self.state is None:
+            doc = self.node.open_round(round_id, users)
+        else:
+            self.state.opening(round_id, users)
+            try:
+                doc = self.node.open_round(round_id, users)
+            except SecembError as exc:
+                self.state.refused(round_id, str(exc))
+                raise
         self.opened, self.stage, self.active, self.senders = doc, 0, set(doc["users"]), set()
         self.since = time.monotonic()
         return doc
@@ -95,7 +107,10 @@ class StageCloser:
             self._close_quietly(round_id, stage)
 
     def close(self, round_id: int, stage: str) -> None:
-        self.node.close(round_id, stage)
+        try:
+            self.node.close(round_id, stage)
+        finally:
+            self._record_end(round_id)
         if self.opened is None or self.opened["round_id"] != round_id:
             return
         if self.node.plan.replies(stage):
@@ -103,6 +118,14 @@ class StageCloser:
         else:
             self.active = set(self.senders)
         self.stage, self.senders, self.since = self.stage + 1, set(), time.monotonic()
+
+    def _record_end(self, round_id: int) -> None:
+        """Tell the durable state of the round's end (committed or aborted) once."""
+        if self.state is None or self.opened is None or self.opened["round_id"] != round_id:
+            return
+        out = self.node.outcome(round_id)
+        if out["state"] != "open" and (self.state.last is None or self.state.last["round_id"] != round_id):
+            self.state.ended({**self.opened, "stage": None, "state": out["state"], "reason": out.get("reason")})
 
     def _close_quietly(self, round_id: int, stage: str) -> None:
         """Close ``stage`` on the server's own initiative: a refusal (too few devices left: the
@@ -120,6 +143,8 @@ class StageCloser:
         ProtocolError: no round yet.
         """
         if self.opened is None:
+            if self.state is not None and self.state.last is not None:
+                return dict(self.state.last)  # the last round before the restart
             raise ProtocolError("no round has been opened yet")
         round_id, stages = self.opened["round_id"], self._stages()
         state = self.node.outcome(round_id)["state"]
@@ -133,15 +158,17 @@ class StageCloser:
 
 def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_bytes: int,
                         model: Callable[[], bytes], read_timeout_s: float, max_body_reads: int,
-                        stage_deadline_s: float | None = None) -> FastAPI:
+                        stage_deadline_s: float | None = None, state: ExchangeState | None = None) -> FastAPI:
     """The app serving ``node``: ``verifier`` checks every request, ``max_body_bytes`` bounds a
     device's message (the protocol's largest at the run's public sizes), ``model`` gives the
     public model's bytes; ``read_timeout_s`` and ``max_body_reads`` bound the bodies read before
     their signature is checked (:class:`~secemb.server.gate.Gate`); ``stage_deadline_s``: the
-    server closes the stages itself (:class:`StageCloser`; ``None``: the operator closes them)."""
+    server closes the stages itself (:class:`StageCloser`; ``None``: the operator closes them);
+    ``state``: the durable state it records its rounds in (``secemb serve``;
+    :mod:`secemb.server.exchange_state`), restored already."""
     app = FastAPI(title="secemb one-server node", docs_url=None, redoc_url=None, openapi_url=None)
     lock = threading.Lock()
-    rounds = StageCloser(node, stage_deadline_s)
+    rounds = StageCloser(node, stage_deadline_s, state)
     install_error_handlers(app)
     gate = Gate(verifier, read_timeout_s=read_timeout_s, max_body_reads=max_body_reads)
 

@@ -8,11 +8,15 @@ The directory (0700)::
                           listen address, the TLS files, the admin and device-key secrets
     devices/device-U.json device U's credentials (``add-devices``; 0600): the server's URL and CA,
                           the device's own key, the protocol, its run and options
+    state/                the server's durable state (0700; ``secemb serve`` writes it): a
+                          checkpoint after each committed round and the round journal
+                          (:mod:`secemb.server.exchange_state`)
 
 There is one operator and one server: whoever holds the directory is the server (a one-server
 protocol trusts its server by design, e.g. SFSL's cloud server: docs/sfsl.md).  A device's
 credentials hold its own key only (``user_key(user_secret, U)``): they let it sign as device U
-and nothing else.  The server keeps no state on disk: a restart starts from the initial model.
+and nothing else.  A restart of the server goes on from its last committed round (the model,
+the round ids, the protocol's set-up: :mod:`secemb.server.exchange_state`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,6 +119,11 @@ class ExchangeDeployment:
     @property
     def config_path(self) -> Path:
         return self.root / _CONFIG
+
+    @property
+    def state_dir(self) -> Path:
+        """Where ``secemb serve`` keeps the server's durable state."""
+        return self.root / "state"
 
     @property
     def url(self) -> str:
@@ -243,24 +252,30 @@ def init_exchange(root: str | os.PathLike, protocol: str, run: ExchangeRun, opti
 
 
 def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: int | None = None,
-                   data_dir: Path | None = None, log_level: str = "info") -> None:
+                   data_dir: Path | None = None, log_level: str = "info",
+                   announce: Callable[[str], None] | None = None) -> None:
     """Serve ``dep``'s one server until interrupted: the protocol's server
     (:meth:`~secemb.protocols.exchange.ExchangeProtocol.make_server`) behind
     :func:`~secemb.server.exchange_app.create_exchange_app` over TLS (the deployment's
     certificate) with the two-server app's connection guards and their default settings; the
     server closes the stages itself (``stage_deadline_s``).  ``host``/``port`` override the
-    file's.
+    file's.  The server's state is restored from, and kept in, :attr:`ExchangeDeployment.state_dir`
+    (:class:`~secemb.server.exchange_state.ExchangeState`).  ``announce`` gets one line (where it
+    listens, the state and its last round) once everything is checked, before it listens.
 
     Raises
     ------
     InvalidParameters: the protocol or its data (before anything listens); the port in use.
     secemb.data.DatasetNotFoundError: the dataset's files missing.
+    secemb.server.persist.CorruptState: a state that cannot be restored (nothing written);
+    secemb.server.persist.StorageError: the disk refused to record a round aborted at the restart.
     """
     import uvicorn
 
     from secemb.server.auth import Verifier
     from secemb.server.config import ServerConfig
     from secemb.server.exchange_app import create_exchange_app
+    from secemb.server.exchange_state import ExchangeState, fingerprint
     from secemb.server.listener import bind, guarded_config
     from secemb.server.tls import server_context_kwargs
 
@@ -269,16 +284,21 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     sock = bind(host, port)  # a port in use fails here, before the protocol's data is loaded
     try:
         server = dep.protocol(data_dir).make_server()
+        state = ExchangeState(dep.state_dir, fingerprint(dep.doc), server)
         defaults = {n: ServerConfig.model_fields[n].default for n in ("read_timeout_s", "max_connections",
                                                                        "max_body_reads")}
         verifier = Verifier(0, secrets.token_bytes(32), dep.admin_secret, dep.user_secret, server.num_users)
         app = create_exchange_app(server.node, verifier, max_body_bytes=server.max_body_bytes, model=server.model,
                                   read_timeout_s=defaults["read_timeout_s"], max_body_reads=defaults["max_body_reads"],
-                                  stage_deadline_s=float(dep.doc["stage_deadline_s"]))
+                                  stage_deadline_s=float(dep.doc["stage_deadline_s"]), state=state)
         tls = dep.tls
         config = guarded_config(app, host, port, read_timeout_s=defaults["read_timeout_s"],
                                 max_connections=defaults["max_connections"],
                                 tls=server_context_kwargs(tls.ca, tls.cert(0), tls.key(0)), log_level=log_level)
     finally:
         sock.close()
+    if announce is not None:
+        last = "no round yet" if state.last is None else f"last round {state.last['round_id']} {state.last['state']}"
+        announce(f"secemb server (one server, {dep.doc['protocol']}) on https://{host}:{port} | no peer | "
+                 f"state {dep.state_dir} ({last})")
     uvicorn.Server(config).run()

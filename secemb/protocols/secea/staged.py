@@ -123,6 +123,7 @@ class SecEANode:
         self.params, self.bloom, self.key_bits = params, bloom, key_bits
         self.server = SecEAServer(params, _rng=_rng)
         self.union: np.ndarray | None = None
+        self._hellos: dict[int, bytes] = {}
         self._round: _Round | None = None
 
     def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
@@ -211,6 +212,7 @@ class SecEANode:
         try:
             if stage == "secea-keys":
                 rnd.replies[stage] = self.server.directory(got)
+                self._hellos = dict(got)
             elif stage == "secea-share":
                 if len(got) < self.params.needed_answers:
                     raise ProtocolError(f"round {round_id} aborted: {len(got)} silos shared, "
@@ -264,6 +266,47 @@ class SecEANode:
             raise ProtocolError(f"round {round_id} is not the current round")
         return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, "answered": list(rnd.answered),
                 "union_size": None if self.union is None else int(self.union.size), "server_s": dict(rnd.seconds)}
+
+    def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """What a restart needs once the set-up has committed
+        (:class:`~secemb.protocols.exchange.DurableExchangeNode`): the silos' HELLO messages
+        (public: the key directory is rebuilt from them) and the entity union.
+
+        Raises
+        ------
+        ProtocolError: before the set-up has committed (nothing to keep yet).
+        """
+        if self.union is None:
+            raise ProtocolError("no set-up has committed: nothing to keep")
+        arrays = {f"hello_{i}": np.frombuffer(body, np.uint8) for i, body in self._hellos.items()}
+        return {}, {"union": self.union, **arrays}
+
+    def restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Take back :meth:`state`'s directory and union: the silos that kept theirs go on with
+        the next round (a silo restarted since has new keys and cannot: a fresh deployment).
+
+        Raises
+        ------
+        InvalidParameters: a HELLO or the union missing or malformed (the HELLOs are checked as
+        at the set-up: :class:`~secemb.errors.InvalidMessage`, :class:`~secemb.errors.ProtocolError`).
+        """
+        n = self.params.num_clients
+        hellos = {}
+        for i in range(n):
+            raw = arrays.get(f"hello_{i}")
+            if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or raw.ndim != 1:
+                raise InvalidParameters(f"SecEA state: hello_{i} must be a uint8 vector")
+            hellos[i] = raw.tobytes()
+        union = arrays.get("union")
+        if not isinstance(union, np.ndarray) or union.dtype != np.int64 or union.ndim != 1 or union.size == 0 \
+                or union[0] < 0 or union[-1] >= self.bloom.domain or not (np.diff(union) > 0).all():
+            raise InvalidParameters(f"SecEA state: the union must be increasing int64 ids in [0, {self.bloom.domain})")
+        for i, body in hellos.items():
+            bits = self.server.read_hello(i, body)[1].key.n.bit_length()
+            if self.key_bits is not None and bits != self.key_bits:
+                raise InvalidParameters(f"SecEA state: silo {i}'s key has {bits} bits, not {self.key_bits}")
+        self.server.directory(hellos)
+        self._hellos, self.union = hellos, union.copy()
 
     @staticmethod
     def _time(rnd: _Round, stage: str, t0: float) -> None:

@@ -225,6 +225,26 @@ class SFSLNode:
                 "union_size": None if rnd.union is None else int(rnd.union.size),
                 "updated_rows": rnd.updated_rows, "server_s": dict(rnd.seconds)}
 
+    def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """What a restart needs (:class:`~secemb.protocols.exchange.DurableExchangeNode`): the
+        public model (the round ids and the devices' settings follow from the round document)."""
+        return {}, {"table": self.server.table, "dense": self.server.dense}
+
+    def restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Take back :meth:`state`'s model (written into the server's arrays in place).
+
+        Raises
+        ------
+        InvalidParameters: an array missing, of another shape or dtype, or not finite.
+        """
+        for name, current in (("table", self.server.table), ("dense", self.server.dense)):
+            got = arrays.get(name)
+            if not isinstance(got, np.ndarray) or got.shape != current.shape or got.dtype != current.dtype \
+                    or not np.isfinite(got).all():
+                raise InvalidParameters(f"SFSL state: {name} must be finite {current.dtype} of shape {current.shape}")
+        self.server.table[...] = arrays["table"]
+        self.server.dense[...] = arrays["dense"]
+
     @staticmethod
     def _time(rnd: _Round, part: str, t0: float) -> None:
         rnd.seconds[part] = rnd.seconds.get(part, 0.0) + time.perf_counter() - t0

@@ -1,0 +1,176 @@
+"""A one-server deployment's durable state (``secemb serve`` of ``secemb admin init --protocol P``;
+docs/deployment.md, "One server"): the round ids it has used and, after each committed round,
+what its node needs to go on, in ``DEPLOYMENT/state/`` (0700), written with the two-server
+server's helpers (:mod:`secemb.server.persist`)::
+
+    checkpoint.npz   the commit point of a round (atomic): the node's state
+                     (:class:`~secemb.protocols.exchange.DurableExchangeNode`: e.g. SFSL's public
+                     model, SecEA's HELLOs and entity union), the committed round's document, the
+                     public model's SHA-256 and the configuration's fingerprint
+    journal.jsonl    one fsync-ed record per round opened (before the node opens it) and per
+                     round ended (committed, aborted, or refused by the node)
+
+At start (:class:`ExchangeState`) the checkpoint is restored into the fresh node and checked
+(the model's SHA-256), and a round the journal shows opened but never ended -- open when the
+server stopped -- is recorded as aborted: no half state, its id is not used again (SecEA's
+one-time pads depend on it).  The round document the devices and the operator read
+(``GET /v1/exchange/round``) is then the last round's, so ``secemb admin open-round`` continues
+from its id; the server refuses an id that does not follow the last one used (409).
+
+A checkpoint or journal that cannot be read, or that belongs to another configuration, is
+:class:`~secemb.server.persist.CorruptState`: the server does not start and nothing is written.
+A checkpoint the disk refuses after a commit (:class:`~secemb.server.persist.StorageError`) is
+retried when the next round opens, which is refused (503) until it is written; should the
+server stop before, that round is aborted at the restart and the model is the one before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.protocols.exchange import DurableExchangeNode, ExchangeServer
+from secemb.server.persist import (
+    CorruptState, Journal, StorageError, load_checkpoint, remove_stale_temporaries, save_checkpoint,
+)
+
+__all__ = ["ExchangeState", "fingerprint"]
+
+FORMAT = "secemb-exchange-state/1"
+CHECKPOINT = "checkpoint.npz"
+JOURNAL = "journal.jsonl"
+_RESTART = "open when the server stopped: aborted at the restart"
+
+log = logging.getLogger(__name__)
+
+
+def fingerprint(doc: dict[str, Any]) -> str:
+    """The SHA-256 of what a server's state depends on in a deployment document: its
+    ``protocol``, ``run`` and ``options``."""
+    key = {k: doc.get(k) for k in ("protocol", "run", "options")}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def _round_id(rec: dict[str, Any], where: str) -> int:
+    rid = rec.get("round_id")
+    if isinstance(rid, bool) or not isinstance(rid, int) or rid < 0:
+        raise CorruptState(f"{where}: round_id {rid!r} is not a round id")
+    return rid
+
+
+class ExchangeState:
+    """The state of ``server`` (a one-server protocol's, fresh from ``make_server``) in
+    ``state_dir``, restored on construction (see the module docstring).
+
+    :meth:`opening`, :meth:`refused` and :meth:`ended` are called by the app
+    (:class:`~secemb.server.exchange_app.StageCloser`, under its lock) around the node's calls.
+
+    Raises
+    ------
+    CorruptState: a checkpoint or journal that cannot be read, another configuration's, a state
+        the node refuses, or a committed state for a node that cannot restore one.
+    StorageError: the disk refused to record the aborted round.
+    """
+
+    def __init__(self, state_dir: str | Path, fingerprint: str, server: ExchangeServer) -> None:
+        self.dir, self.fingerprint, self.server = Path(state_dir), fingerprint, server
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ck = load_checkpoint(self.dir / CHECKPOINT)  # read before anything is written there
+        journal = Journal(self.dir / JOURNAL)
+        remove_stale_temporaries(self.dir)
+        self._journal = journal
+        self._unsaved: dict[str, Any] | None = None
+        #: the last round's document (committed or aborted), ``None``: no round yet
+        self.last: dict[str, Any] | None = self._restore(ck) if ck is not None else None
+        ended: dict[int, dict[str, Any]] = {}
+        opened: dict[int, list[int]] = {}
+        for rec in journal.records():
+            rid = _round_id(rec, f"journal {journal.path}")
+            if rec.get("event") == "open" and isinstance(rec.get("users"), list):
+                opened[rid] = rec["users"]
+            elif rec.get("event") == "end" and isinstance(rec.get("round"), dict):
+                ended[rid] = rec["round"]
+            else:
+                raise CorruptState(f"journal {journal.path}: a record that is neither an open nor an end: {rec!r}")
+        committed = -1 if self.last is None else int(self.last["round_id"])
+        for rid in sorted(r for r in opened if r not in ended and r > committed):
+            ended[rid] = {"round_id": rid, "users": opened[rid], "stages": [], "stage": None, "state": "aborted",
+                          "reason": _RESTART}
+            journal.append({"event": "end", "round_id": rid, "round": ended[rid]})
+        for doc in ended.values():
+            if doc.get("state") != "refused" and (self.last is None or doc["round_id"] > self.last["round_id"]):
+                self.last = doc
+
+    def _restore(self, ck: tuple[dict[str, Any], dict[str, np.ndarray]]) -> dict[str, Any]:
+        meta, arrays = ck
+        where = f"checkpoint {self.dir / CHECKPOINT}"
+        if meta.get("format") != FORMAT or not isinstance(meta.get("round"), dict) \
+                or not isinstance(meta.get("node"), dict):
+            raise CorruptState(f"{where}: not a one-server state ({FORMAT!r})")
+        if meta.get("fingerprint") != self.fingerprint:
+            raise CorruptState(f"{where} belongs to another configuration; refusing to start")
+        _round_id(meta["round"], where)
+        node = self.server.node
+        if not isinstance(node, DurableExchangeNode):
+            raise CorruptState(f"{where}: this protocol's server cannot restore a committed state "
+                               "(no DurableExchangeNode); start a fresh deployment")
+        try:
+            node.restore(meta["node"], arrays)
+        except (InvalidParameters, InvalidMessage, ProtocolError) as exc:
+            raise CorruptState(f"{where}: {exc}") from None
+        if hashlib.sha256(self.server.model()).hexdigest() != meta.get("model_sha256"):
+            raise CorruptState(f"{where}: the restored model does not have the recorded SHA-256")
+        return dict(meta["round"])
+
+    def opening(self, round_id: int, users: list[int]) -> None:
+        """Before the node opens round ``round_id``: write a checkpoint still owed, refuse an id
+        that does not follow the last one, record the opening durably.
+
+        Raises
+        ------
+        ProtocolError: ``round_id`` is not after the last round's.
+        StorageError: the disk refused (nothing opened).
+        """
+        if self._unsaved is not None:
+            self._save(self._unsaved)
+        if self.last is not None and round_id <= self.last["round_id"]:
+            raise ProtocolError(f"round {round_id} does not follow round {self.last['round_id']} "
+                                "(round ids are never used twice, restarts included)")
+        self._journal.append({"event": "open", "round_id": round_id, "users": users})
+
+    def refused(self, round_id: int, reason: str) -> None:
+        """The node refused to open round ``round_id``: its id stays free."""
+        self._journal.append({"event": "end", "round_id": round_id,
+                              "round": {"round_id": round_id, "state": "refused", "reason": reason}})
+
+    def ended(self, doc: dict[str, Any]) -> None:
+        """Round ``doc`` (its document with its final ``state``) has ended: a committed one is
+        checkpointed (the commit point) before its end is recorded.  A disk that refuses is
+        logged and retried at the next :meth:`opening`."""
+        self.last = doc
+        try:
+            if doc["state"] == "committed":
+                self._save(doc)
+            else:
+                self._journal.append({"event": "end", "round_id": doc["round_id"], "round": doc})
+        except StorageError as exc:
+            self._unsaved = doc if doc["state"] == "committed" else None
+            log.error("round %s %s but not recorded: %s", doc["round_id"], doc["state"], exc)
+
+    def _save(self, doc: dict[str, Any]) -> None:
+        node = self.server.node
+        if isinstance(node, DurableExchangeNode):
+            meta, arrays = node.state()
+        else:  # no restore: a restart refuses this checkpoint
+            meta, arrays = {}, {}
+        save_checkpoint(self.dir / CHECKPOINT, {
+            "format": FORMAT, "fingerprint": self.fingerprint, "round": doc, "node": meta,
+            "model_sha256": hashlib.sha256(self.server.model()).hexdigest()}, arrays)
+        self._unsaved = None
+        self._journal.append({"event": "end", "round_id": doc["round_id"], "round": doc})
