@@ -32,6 +32,7 @@ from typing import Any
 from secemb.errors import InvalidParameters, check_int
 from secemb.protocols import get_exchange_protocol
 from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
+from secemb.server.exchange_state import ExchangeState, fingerprint
 from secemb.server.tls import TlsFiles, init_pki, write_private
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
@@ -275,7 +276,6 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     from secemb.server.auth import Verifier
     from secemb.server.config import ServerConfig
     from secemb.server.exchange_app import create_exchange_app
-    from secemb.server.exchange_state import ExchangeState, fingerprint
     from secemb.server.listener import bind, guarded_config
     from secemb.server.tls import server_context_kwargs
 
