@@ -2,7 +2,8 @@
 server", "What survives a restart"), on 127.0.0.1: SFSL, three ``secemb client`` devices.  The
 model's SHA-256 is the same before and after the restart, ``secemb admin open-round`` goes on
 with the next round id and that round commits; a corrupted checkpoint is refused with one
-line, exit 2, and left as it was."""
+line, exit 2, and left as it was.  The stage deadline is generous (the server closes a stage as
+soon as every device has sent, so it only matters on a loaded machine)."""
 
 from __future__ import annotations
 
@@ -60,13 +61,13 @@ def _stop(proc: subprocess.Popen) -> None:
 def _round(root: Path, expected_id: int) -> None:
     """Three clients, ``admin open-round``: the round has ``expected_id`` and commits."""
     clients = [subprocess.Popen([*SECEMB, "client", "--user", str(u), "--credentials",
-                                 str(root / "devices" / f"device-{u}.json"), "--wait", "90"],
+                                 str(root / "devices" / f"device-{u}.json"), "--wait", "240"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV) for u in range(3)]
     try:
         opened = _admin("open-round", "--deployment", str(root), "--participants", "0-2")
         assert opened["round_id"] == expected_id
         for proc in clients:
-            out, err = proc.communicate(timeout=150)
+            out, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, (out, err)
             line = json.loads(out.decode().strip().splitlines()[-1])
             assert (line["round_id"], line["outcome"]) == (expected_id, "committed")
@@ -88,7 +89,7 @@ def test_serve_restarted_between_rounds_goes_on_where_it_stopped(tmp_path: Path)
     root = tmp_path / "dep"
     res = CliRunner().invoke(app, ["admin", "init", "--protocol", "sfsl", "--out", str(root), "--host0", "127.0.0.1",
                                    "--port0", str(_free_port()), "--dataset", "taobao-mini", "--users-per-round", "3",
-                                   "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "30"])
+                                   "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "120"])
     assert res.exit_code == 0, res.output
     _admin("add-devices", "--deployment", str(root), "--users", "0-2")
     server = _serve(root)
