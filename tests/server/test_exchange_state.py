@@ -189,3 +189,29 @@ def test_a_corrupt_or_foreign_state_is_refused_and_nothing_is_written(tmp_path: 
     with pytest.raises(CorruptState, match="damaged"):
         world.server(tmp_path, 3)
     assert journal.read_bytes() == b"0" + files["journal.jsonl"][1:]
+
+
+def test_a_checkpoint_the_disk_refuses_is_written_before_the_next_round_opens(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The set-up commits but its checkpoint write fails (disk full): the round stays committed
+    in memory, the next open is refused (StorageError, 503 over HTTP) while the disk refuses,
+    and goes through -- checkpoint first -- once it accepts."""
+    import secemb.server.exchange_state as es
+    from secemb.server.persist import StorageError
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise StorageError("could not write file checkpoint.npz: ENOSPC")
+
+    world = SecEAWorld()
+    rounds, state = world.server(tmp_path, 1)
+    save = es.save_checkpoint
+    monkeypatch.setattr(es, "save_checkpoint", full)
+    assert world.setup(rounds, 1) == "committed"
+    assert not (tmp_path / "checkpoint.npz").exists()
+    with pytest.raises(StorageError, match="ENOSPC"):
+        rounds.open_round(2, [0, 1, 2])
+    monkeypatch.setattr(es, "save_checkpoint", save)
+    assert world.round(rounds, 2)[0] == "committed"
+    rounds, _ = world.server(tmp_path, 2)
+    assert (rounds.document()["round_id"], rounds.document()["state"]) == (2, "committed")
+    assert world.round(rounds, 3)[0] == "committed"
