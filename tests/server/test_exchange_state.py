@@ -215,3 +215,15 @@ def test_a_checkpoint_the_disk_refuses_is_written_before_the_next_round_opens(tm
     rounds, _ = world.server(tmp_path, 2)
     assert (rounds.document()["round_id"], rounds.document()["state"]) == (2, "committed")
     assert world.round(rounds, 3)[0] == "committed"
+
+
+def test_a_node_without_state_hooks_cannot_restart_over_a_committed_round(tmp_path: Path) -> None:
+    """A protocol whose node is no DurableExchangeNode (no ``state`` / ``restore``): its round
+    ids are kept, but a restart after a committed round is refused rather than serving the
+    initial model as if it were the trained one."""
+    server = ExchangeServer(object(), 1, lambda: b"model", 2)  # type: ignore[arg-type]
+    state = ExchangeState(tmp_path, FP, server)
+    state.opening(1, [0, 1])
+    state.ended({"round_id": 1, "users": [0, 1], "stages": [], "stage": None, "state": "committed", "reason": None})
+    with pytest.raises(CorruptState, match="cannot restore a committed state"):
+        ExchangeState(tmp_path, FP, server)
