@@ -166,18 +166,26 @@ def run(app: Any, cfg: Any, *, log_level: str, sock: socket.socket | None = None
 
 
 def guarded_config(app: Any, host: str, port: int, *, read_timeout_s: float, max_connections: int,
-                   tls: dict[str, Any], log_level: str) -> Any:
+                   tls: dict[str, Any], log_level: str, own_process: bool = True) -> Any:
     """uvicorn's configuration (loaded) serving ``app`` on ``host:port`` with this module's
     guards: at most ``max_connections`` connections, request headers within ``read_timeout_s``
     (:class:`GuardedH11Protocol`), and with ``tls`` (:func:`~secemb.server.tls.server_context_kwargs`;
     ``{}``: plain HTTP) each TLS handshake within ``read_timeout_s``, at most twice
     ``max_connections`` of them in flight (:class:`TlsFirstProtocol`).  Every app the project
-    serves is served under it (:func:`run`; :class:`secemb.sim.exchange.NodeServer`)."""
+    serves is served under it (:func:`run`; :class:`secemb.sim.exchange.NodeServer`).
+    ``own_process``: the server is the process's only job (``secemb serve``), so uvicorn
+    installs its logging configuration; ``False`` for a server in a thread of a process that is
+    someone else's (a simulation, a test, a user's Python session): uvicorn then only sets its
+    loggers' level -- its ``dictConfig`` would close every logging handler the process already
+    has (a library's root handler included, which closes the stream it holds)."""
     import uvicorn
+
+    from uvicorn.config import LOGGING_CONFIG
 
     guarded = type("Guarded", (GuardedH11Protocol,), {"header_timeout_s": read_timeout_s})
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                            timeout_keep_alive=30, limit_concurrency=max_connections, http=guarded, **tls)
+                            timeout_keep_alive=30, limit_concurrency=max_connections, http=guarded,
+                            log_config=LOGGING_CONFIG if own_process else None, **tls)
     config.load()
     if config.ssl is not None:  # the handshake is TlsFirstProtocol's, under a deadline and a bound
         config.http_protocol_class = type("TlsFirst", (TlsFirstProtocol,), {

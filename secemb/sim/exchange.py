@@ -94,7 +94,8 @@ class NodeServer:
         tls = server_context_kwargs(pki.ca, pki.cert(0), pki.key(0))
         self._server = uvicorn.Server(guarded_config(
             app, "127.0.0.1", self.port, read_timeout_s=read_timeout_s,
-            max_connections=setting(max_connections, "max_connections"), tls=tls, log_level="warning"))
+            max_connections=setting(max_connections, "max_connections"), tls=tls, log_level="warning",
+            own_process=False))
         self._thread = threading.Thread(target=self._server.run, name="secemb-exchange-server", daemon=True)
 
     def __enter__(self) -> NodeServer:
