@@ -42,7 +42,7 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=10)
 
 
-def _wait_state(root: Path, round_id: int, timeout: float = 120.0) -> dict:
+def _wait_state(root: Path, round_id: int, timeout: float = 400.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         doc = _admin("status", "--deployment", str(root))["server"]
@@ -57,7 +57,7 @@ def test_serve_and_three_silos_run_the_set_up_and_a_round_by_hand(tmp_path: Path
     res = CliRunner().invoke(app, ["admin", "init", "--protocol", "secea", "--out", str(root), "--host0", "127.0.0.1",
                                    "--port0", str(_free_port()), "--dataset", "synthetic", "--users-per-round", "3",
                                    "--option", "secea_key_bits=1024", "--option", "secea_items=6",
-                                   "--stage-deadline", "60"])
+                                   "--stage-deadline", "150"])
     assert res.exit_code == 0, res.output
     _admin("add-devices", "--deployment", str(root), "--users", "0-2")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -79,7 +79,7 @@ def test_serve_and_three_silos_run_the_set_up_and_a_round_by_hand(tmp_path: Path
         assert not rnd["setup"] and rnd["stages"] == ["secea-share", "secea-answer"] and rnd["union_size"] == 6
         lines = []
         for proc in clients:
-            out, err = proc.communicate(timeout=150)
+            out, err = proc.communicate(timeout=400)
             assert proc.returncode == 0, (out, err)
             lines.append([json.loads(x) for x in out.decode().strip().splitlines()[-2:]])
         for u, (first, second) in enumerate(lines):

@@ -39,7 +39,7 @@ def deployment(tmp_path: Path) -> Path:
     root = tmp_path / "dep"
     res = CliRunner().invoke(app, ["admin", "init", "--protocol", "sfsl", "--out", str(root), "--host0", "127.0.0.1",
                                    "--port0", str(_free_port()), "--dataset", "taobao-mini", "--users-per-round", "3",
-                                   "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "30"])
+                                   "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "150"])
     assert res.exit_code == 0, res.output
     assert oct((root / "exchange.json").stat().st_mode & 0o777) == "0o600"
     written = _admin("add-devices", "--deployment", str(root), "--users", "0-2")["written"]
@@ -79,7 +79,7 @@ def test_serve_and_three_clients_run_an_sfsl_round_by_hand(deployment: Path) -> 
         assert opened["round_id"] == 1 and opened["users"] == [0, 1, 2] and opened["stages"][0] == "psu-advertise"
         lines = []
         for proc in clients:
-            out, err = proc.communicate(timeout=150)
+            out, err = proc.communicate(timeout=400)
             assert proc.returncode == 0, (out, err)
             lines.append(json.loads(out.decode().strip().splitlines()[-1]))
         assert [d["user"] for d in lines] == [0, 1, 2]
