@@ -9,62 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+from cli_helpers import admin, init_one_server, kill, serve, start_clients, stop
 from typer.testing import CliRunner
 
 from secemb.cli import app
 
-SECEMB = [sys.executable, "-m", "secemb"]
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _admin(*args: str) -> dict:
-    res = CliRunner().invoke(app, ["admin", *args])
-    assert res.exit_code == 0, res.output
-    return json.loads(res.output)
-
-
-def _serve(root: Path) -> subprocess.Popen:
-    """``secemb serve`` of ``root``, once it answers."""
-    server = subprocess.Popen([*SECEMB, "serve", "--config", str(root / "exchange.json"), "--log-level", "warning"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV)
-    deadline = time.monotonic() + 60
-    while CliRunner().invoke(app, ["admin", "status", "--deployment", str(root)]).exit_code != 0:
-        assert server.poll() is None and time.monotonic() < deadline
-        time.sleep(0.5)
-    return server
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
 
 def _round(root: Path, expected_id: int) -> None:
     """Three clients, ``admin open-round``: the round has ``expected_id`` and commits."""
-    clients = [subprocess.Popen([*SECEMB, "client", "--user", str(u), "--credentials",
-                                 str(root / "devices" / f"device-{u}.json"), "--wait", "240"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV) for u in range(3)]
+    clients = start_clients(root, "--wait", "240")
     try:
-        opened = _admin("open-round", "--deployment", str(root), "--participants", "0-2")
+        opened = admin("open-round", "--deployment", str(root), "--participants", "0-2")
         assert opened["round_id"] == expected_id
         for proc in clients:
             out, err = proc.communicate(timeout=300)
@@ -72,9 +29,7 @@ def _round(root: Path, expected_id: int) -> None:
             line = json.loads(out.decode().strip().splitlines()[-1])
             assert (line["round_id"], line["outcome"]) == (expected_id, "committed")
     finally:
-        for proc in clients:
-            if proc.poll() is None:
-                proc.kill()
+        kill(clients)
 
 
 def _model_sha256(root: Path) -> str:
@@ -87,28 +42,25 @@ def _model_sha256(root: Path) -> str:
 
 def test_serve_restarted_between_rounds_goes_on_where_it_stopped(tmp_path: Path) -> None:
     root = tmp_path / "dep"
-    res = CliRunner().invoke(app, ["admin", "init", "--protocol", "sfsl", "--out", str(root), "--host0", "127.0.0.1",
-                                   "--port0", str(_free_port()), "--dataset", "taobao-mini", "--users-per-round", "3",
-                                   "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "120"])
-    assert res.exit_code == 0, res.output
-    _admin("add-devices", "--deployment", str(root), "--users", "0-2")
-    server = _serve(root)
+    init_one_server(root, "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per-round", "3",
+                    "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "120")
+    server = serve(root)
     try:
         initial = _model_sha256(root)
         _round(root, 1)
         trained = _model_sha256(root)
         assert trained != initial
     finally:
-        _stop(server)
-    server = _serve(root)
+        stop(server)
+    server = serve(root)
     try:
         assert _model_sha256(root) == trained
-        last = _admin("status", "--deployment", str(root))["server"]
+        last = admin("status", "--deployment", str(root))["server"]
         assert (last["round_id"], last["state"], last["stage"]) == (1, "committed", None)
         _round(root, 2)
         assert _model_sha256(root) not in (trained, initial)
     finally:
-        _stop(server)
+        stop(server)
     checkpoint = root / "state" / "checkpoint.npz"
     damaged = checkpoint.read_bytes()[:-9] + b"corrupted"
     checkpoint.write_bytes(damaged)

@@ -6,76 +6,34 @@ open-round`` run a round on 127.0.0.1; the refusals exit 2 with one line; and ``
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import admin, init_one_server, kill, serve, start_clients, stop
 from typer.testing import CliRunner
 
 from secemb.cli import app
-
-SECEMB = [sys.executable, "-m", "secemb"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _admin(*args: str) -> dict:
-    res = CliRunner().invoke(app, ["admin", *args])
-    assert res.exit_code == 0, res.output
-    return json.loads(res.output)
 
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Path:
     root = tmp_path / "dep"
-    res = CliRunner().invoke(app, ["admin", "init", "--protocol", "sfsl", "--out", str(root), "--host0", "127.0.0.1",
-                                   "--port0", str(_free_port()), "--dataset", "taobao-mini", "--users-per-round", "3",
-                                   "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "150"])
-    assert res.exit_code == 0, res.output
+    written = init_one_server(root, "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per-round", "3",
+                              "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "150")
     assert oct((root / "exchange.json").stat().st_mode & 0o777) == "0o600"
-    written = _admin("add-devices", "--deployment", str(root), "--users", "0-2")["written"]
     assert [Path(p).name for p in written] == ["device-0.json", "device-1.json", "device-2.json"]
     assert all(Path(p).stat().st_mode & 0o077 == 0 for p in written)
     return root
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 def test_serve_and_three_clients_run_an_sfsl_round_by_hand(deployment: Path) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([*SECEMB, "serve", "--config", str(deployment / "exchange.json"), "--log-level",
-                               "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    server = serve(deployment)
     clients: list[subprocess.Popen] = []
     try:
-        deadline = time.monotonic() + 60
-        while True:  # the server answers once it listens: no round yet
-            res = CliRunner().invoke(app, ["admin", "status", "--deployment", str(deployment)])
-            if res.exit_code == 0:
-                assert json.loads(res.output) == {"server": None}
-                break
-            assert server.poll() is None and time.monotonic() < deadline, res.output
-            time.sleep(0.5)
-        clients = [subprocess.Popen([*SECEMB, "client", "--user", str(u), "--credentials",
-                                     str(deployment / "devices" / f"device-{u}.json"), "--wait", "90"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for u in range(3)]
-        opened = _admin("open-round", "--deployment", str(deployment), "--participants", "0-2")
+        assert admin("status", "--deployment", str(deployment)) == {"server": None}  # listening, no round yet
+        clients = start_clients(deployment, "--wait", "90")
+        opened = admin("open-round", "--deployment", str(deployment), "--participants", "0-2")
         assert opened["round_id"] == 1 and opened["users"] == [0, 1, 2] and opened["stages"][0] == "psu-advertise"
         lines = []
         for proc in clients:
@@ -85,13 +43,11 @@ def test_serve_and_three_clients_run_an_sfsl_round_by_hand(deployment: Path) -> 
         assert [d["user"] for d in lines] == [0, 1, 2]
         assert all(d["round_id"] == 1 and d["outcome"] == "committed" for d in lines)
         assert all(d["upload_bytes"] > 0 and d["download_bytes"] > 0 for d in lines)
-        final = _admin("status", "--deployment", str(deployment))["server"]
+        final = admin("status", "--deployment", str(deployment))["server"]
         assert final["state"] == "committed" and final["stage"] is None
     finally:
-        for proc in clients:
-            if proc.poll() is None:
-                proc.kill()
-        _stop(server)
+        kill(clients)
+        stop(server)
 
 
 def _one_line_exit_2(res) -> None:
