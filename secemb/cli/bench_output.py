@@ -13,7 +13,8 @@ parts are made: text longer than that wraps inside its cell, never is cut.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from secemb.cli._usage import fail
 from secemb.outputs import NonFiniteValue, OutputRefused, atomic_write_text, check_output, dumps_strict
 
 __all__ = ["FORCE_HELP", "WRAP_AT", "check_folder", "check_outputs", "fit_tables", "print_fitted", "print_table",
-           "save_json", "steps_bar"]
+           "report_goals", "save_json", "steps_bar"]
 
 #: the help of every bench command's ``--force``
 FORCE_HELP = "Replace existing results at the output paths (without it they are refused before any work)."
@@ -151,3 +152,30 @@ def save_json(result: Any, out: Path, as_json: bool) -> bool:
     if as_json:
         typer.echo(text)
     return as_json
+
+
+def report_goals(command: str, measure: Callable[[Callable[[str], None]], dict[str, Any]],
+                 table_rows: Callable[[dict[str, Any]], Sequence[Sequence[str]]], as_json: bool,
+                 machine_note: Callable[[dict[str, Any]], str]) -> None:
+    """The body of a goal benchmark command (``secemb bench overhead``, ``startup``): ``measure(progress)``
+    under a spinner on stderr that shows each step it reports (a :class:`~secemb.errors.SecembError` exits 2
+    with one line), then the result as one JSON object (``as_json``) or as the table ``secemb bench COMMAND
+    (dataset, kernels: ...)`` of ``table_rows(result)`` (measure, value, goal) and a line on the machine and
+    its load average before and after, ending with ``machine_note(result)``."""
+    from secemb.errors import SecembError
+
+    console = Console(stderr=True)
+    try:
+        with console.status("measuring") as status:
+            result = measure(lambda step: status.update(step))
+    except SecembError as exc:
+        fail(exc)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    m = result["machine"]
+    print_table(f"secemb bench {command} ({result['dataset']}, kernels: {result['kernels']})",
+                [("measure", "left"), ("value", "right"), ("goal", "right")], table_rows(result))
+    load = result["loadavg"]
+    typer.echo(f"machine: {m['processor']}, {m['cores']} cores; load average {load['before'][0]:.1f} before, "
+               f"{load['after'][0]:.1f} after{machine_note(result)}")

@@ -3,8 +3,6 @@ CPU, and the whole training process against plaintext (issue 37, goal 1)."""
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 
@@ -22,26 +20,9 @@ def register(bench_app: typer.Typer) -> None:
     ) -> None:
         """Per epoch: secure CPU beyond plaintext / DPF kernels' thread CPU (goal <= 1.25); whole
         `secemb train`: secure / plaintext process CPU (goal <= 1.5); one run, this machine."""
-        from rich.console import Console
-
         from secemb.bench import overhead as bench_overhead
-        from secemb.cli._usage import fail
-        from secemb.cli.bench_output import print_table
-        from secemb.errors import SecembError
+        from secemb.cli.bench_output import report_goals
 
-        console = Console(stderr=True)
-        try:
-            with console.status("measuring") as status:
-                result = bench_overhead.run(dataset, epochs, data_dir=data_dir, process=not no_process,
-                                            progress=lambda step: status.update(step))
-        except SecembError as exc:
-            fail(exc)
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
-            return
-        m = result["machine"]
-        print_table(f"secemb bench overhead ({result['dataset']}, kernels: {result['kernels']})",
-                    [("measure", "left"), ("value", "right"), ("goal", "right")], bench_overhead.table_rows(result))
-        load = result["loadavg"]
-        typer.echo(f"machine: {m['processor']}, {m['cores']} cores; load average {load['before'][0]:.1f} before, "
-                   f"{load['after'][0]:.1f} after (CPU clocks; compare figures of one run only)")
+        report_goals("overhead", lambda progress: bench_overhead.run(dataset, epochs, data_dir=data_dir,
+                                                                     process=not no_process, progress=progress),
+                     bench_overhead.table_rows, as_json, lambda _: " (CPU clocks; compare figures of one run only)")

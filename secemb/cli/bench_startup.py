@@ -3,8 +3,6 @@ call (issue 37, goal 2)."""
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 
@@ -21,28 +19,15 @@ def register(bench_app: typer.Typer) -> None:
     ) -> None:
         """Set-up of `secemb train` up to its first round plus the kernels' warm-up (goal <= 1.5 s
         wall), and the first kernel call of a fresh process; each in fresh processes, this machine."""
-        from rich.console import Console
-
         from secemb.bench import startup as bench_startup
-        from secemb.cli._usage import fail
-        from secemb.cli.bench_output import print_table
-        from secemb.errors import SecembError
+        from secemb.cli.bench_output import report_goals
 
-        console = Console(stderr=True)
-        try:
-            with console.status("measuring") as status:
-                result = bench_startup.run(dataset, data_dir=data_dir, repeats=repeats,
-                                           progress=lambda step: status.update(step))
-        except SecembError as exc:
-            fail(exc)
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
-            return
-        m = result["machine"]
-        print_table(f"secemb bench startup ({result['dataset']}, kernels: {result['kernels']})",
-                    [("measure", "left"), ("value", "right"), ("goal", "right")], bench_startup.table_rows(result))
-        load = result["loadavg"]
-        typer.echo(f"machine: {m['processor']}, {m['cores']} cores; load average {load['before'][0]:.1f} before, "
-                   f"{load['after'][0]:.1f} after; fastest of {result['repeats']} fresh processes each"
-                   + ("" if result["bytecode_cache"] else "; Python writes no bytecode here (PYTHONDONTWRITEBYTECODE): "
-                      "a module without a cached .pyc compiles from source in every child"))
+        def note(result: dict) -> str:
+            cache = "" if result["bytecode_cache"] else ("; Python writes no bytecode here (PYTHONDONTWRITEBYTECODE): "
+                                                         "a module without a cached .pyc compiles from source in "
+                                                         "every child")
+            return f"; fastest of {result['repeats']} fresh processes each{cache}"
+
+        report_goals("startup", lambda progress: bench_startup.run(dataset, data_dir=data_dir, repeats=repeats,
+                                                                   progress=progress),
+                     bench_startup.table_rows, as_json, note)
