@@ -13,8 +13,10 @@ A bad file exits 2 with one line naming the file and the key.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import annotated_types
 import typer
@@ -26,7 +28,8 @@ from secemb.round.options import RunOptions, read_options
 __all__ = ["DEFAULTS", "Alpha", "Backend", "ConfigFile", "DataDir", "Dataset", "Dim", "Download", "DpClip", "DpDelta",
            "DpEpsilon", "DpLevel", "EarlyStop", "Epochs", "Expansion", "LazyAdam", "Layout", "Lr", "MPrime",
            "MPrimeUpdate", "Metrics", "Model", "Reg", "Relay", "RingBits", "Seed", "SfslPreset", "UsersPerRound",
-           "ValidFraction", "Verify", "Workers", "described", "option", "run_options"]
+           "ValidFraction", "Verify", "Workers", "MODEL_OPTIONS", "TRAINING_OPTIONS", "described", "option",
+           "run_options", "with_shared_options"]
 
 #: every option's default
 DEFAULTS = RunOptions()
@@ -96,3 +99,38 @@ DpLevel = Annotated[str, option("dp_level")]
 Metrics = Annotated[str | None, option("metrics")]
 ValidFraction = Annotated[float, option("valid_fraction")]
 EarlyStop = Annotated[int | None, option("early_stop", metavar="PATIENCE")]
+
+
+class SharedOptions(tuple):  # noqa: SLOT001 - a marker tuple, no state of its own
+    """A group of ``(field name, option type)``: as the default of a placeholder parameter of a command
+    decorated with :func:`with_shared_options`, it stands for those options at that place."""
+
+
+#: the model and round options ``secemb train`` and ``secemb demo`` both declare, in their ``--help`` order
+MODEL_OPTIONS = SharedOptions((
+    ("sfsl_preset", SfslPreset), ("layout", Layout), ("relay", Relay), ("expansion", Expansion),
+    ("backend", Backend), ("workers", Workers), ("epochs", Epochs), ("users_per_round", UsersPerRound),
+    ("m_prime", MPrime), ("alpha", Alpha)))
+#: the optimizer, ring and differential-privacy options both commands declare, in their ``--help`` order
+TRAINING_OPTIONS = SharedOptions((
+    ("lr", Lr), ("reg", Reg), ("dim", Dim), ("ring_bits", RingBits), ("lazy_adam", LazyAdam),
+    ("dp_epsilon", DpEpsilon), ("dp_delta", DpDelta), ("dp_clip", DpClip), ("dp_level", DpLevel)))
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def with_shared_options(command: _Command) -> _Command:
+    """``command`` with each parameter whose default is a :class:`SharedOptions` group (:data:`MODEL_OPTIONS`,
+    :data:`TRAINING_OPTIONS`) replaced, in its signature, by that group's options (keyword parameters, default
+    ``DEFAULTS.<name>``, in the group's order) -- typer builds the command from the signature, so ``--help`` lists
+    them there.  ``command`` takes them in its ``**options`` and reads them through :func:`run_options`."""
+    signature = inspect.signature(command, eval_str=True)
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():  # all keyword-only: typer passes every option by name
+        if isinstance(param.default, SharedOptions):
+            params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                         default=getattr(DEFAULTS, name)) for name, kind in param.default]
+        elif param.kind is not inspect.Parameter.VAR_KEYWORD:
+            params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return command

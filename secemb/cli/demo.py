@@ -15,10 +15,8 @@ from typing import Annotated, Any
 
 import typer
 from secemb.cli._exchange import protocol_help
-from secemb.cli._run_options import (DEFAULTS, Alpha, Backend, ConfigFile, DataDir, Dataset, Dim, Download, DpClip,
-                                     DpDelta, DpEpsilon, DpLevel, Epochs, Expansion, LazyAdam, Layout, Lr, Model,
-                                     MPrime, Reg, Relay, RingBits, SfslPreset, UsersPerRound, Verify, Workers, option,
-                                     run_options)
+from secemb.cli._run_options import (DEFAULTS, MODEL_OPTIONS, TRAINING_OPTIONS, ConfigFile, DataDir, Dataset, Download,
+                                     Model, Verify, option, run_options, with_shared_options)
 
 
 #: the command's own options every protocol takes (where and how it runs, output, display)
@@ -31,6 +29,7 @@ def register(app: typer.Typer) -> None:
     """Attach the ``demo`` command to ``app``."""
 
     @app.command()
+    @with_shared_options
     def demo(
         ctx: typer.Context,
         network: Annotated[
@@ -46,16 +45,7 @@ def register(app: typer.Typer) -> None:
         protocol: Annotated[str, option("protocol", help=protocol_help(
             "A registered protocol that runs in the server deployment (with --network; one server: behind HTTPS)."
         ))] = DEFAULTS.protocol,
-        sfsl_preset: SfslPreset = DEFAULTS.sfsl_preset,
-        layout: Layout = DEFAULTS.layout,
-        relay: Relay = DEFAULTS.relay,
-        expansion: Expansion = DEFAULTS.expansion,
-        backend: Backend = DEFAULTS.backend,
-        workers: Workers = DEFAULTS.workers,
-        epochs: Epochs = DEFAULTS.epochs,
-        users_per_round: UsersPerRound = DEFAULTS.users_per_round,
-        m_prime: MPrime = DEFAULTS.m_prime,
-        alpha: Alpha = DEFAULTS.alpha,
+        shared_model_options: Any = MODEL_OPTIONS,
         seed: Annotated[int, option("seed", help=(
             "Seed of the public model, the data split and the rounds' users (and, with --reproducible or "
             "--in-process, of the devices' private draws)."))] = DEFAULTS.seed,
@@ -66,15 +56,7 @@ def register(app: typer.Typer) -> None:
             "reproducible."))] = False,
         verify: Verify = DEFAULTS.verify,
         json_out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
-        lr: Lr = DEFAULTS.lr,
-        reg: Reg = DEFAULTS.reg,
-        dim: Dim = DEFAULTS.dim,
-        ring_bits: RingBits = DEFAULTS.ring_bits,
-        lazy_adam: LazyAdam = DEFAULTS.lazy_adam,
-        dp_epsilon: DpEpsilon = DEFAULTS.dp_epsilon,
-        dp_delta: DpDelta = DEFAULTS.dp_delta,
-        dp_clip: DpClip = DEFAULTS.dp_clip,
-        dp_level: DpLevel = DEFAULTS.dp_level,
+        shared_training_options: Any = TRAINING_OPTIONS,
         force: Annotated[bool, typer.Option("--force", help="Replace an existing --json-out file.")] = False,
         concurrency: Annotated[int, typer.Option(min=1, help="Devices running at the same time.")] = 8,
         deadline: Annotated[float, typer.Option(min=0.1, help="Round deadline, seconds.")] = 120.0,
@@ -82,6 +64,7 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Keep server configs, state and logs here (empty dir).")
         ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+        **options: Any,
     ) -> None:
         """Train with two real server processes and N devices on 127.0.0.1.
 

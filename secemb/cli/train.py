@@ -16,10 +16,9 @@ from typing import Annotated, Any
 
 import typer
 from secemb.cli._exchange import protocol_help
-from secemb.cli._run_options import (DEFAULTS, Alpha, Backend, ConfigFile, DataDir, Dataset, Dim, Download, DpClip,
-                                     DpDelta, DpEpsilon, DpLevel, EarlyStop, Epochs, Expansion, LazyAdam, Layout, Lr,
-                                     Metrics, Model, MPrime, MPrimeUpdate, Reg, Relay, RingBits, Seed, SfslPreset,
-                                     UsersPerRound, ValidFraction, Verify, Workers, described, option, run_options)
+from secemb.cli._run_options import (DEFAULTS, MODEL_OPTIONS, TRAINING_OPTIONS, ConfigFile, DataDir, Dataset, Download,
+                                     EarlyStop, MPrimeUpdate, Metrics, Model, Seed, ValidFraction, Verify, described,
+                                     option, run_options, with_shared_options)
 
 
 #: the command's own options every protocol takes (output and display)
@@ -36,6 +35,7 @@ def register(app: typer.Typer) -> None:
     """Attach the ``train`` command to ``app``."""
 
     @app.command()
+    @with_shared_options
     def train(
         ctx: typer.Context,
         config: ConfigFile = None,
@@ -44,16 +44,7 @@ def register(app: typer.Typer) -> None:
         download: Download = DEFAULTS.download,
         model: Model = DEFAULTS.model,
         protocol: Annotated[str, option("protocol", help=protocol_help(described("protocol")))] = DEFAULTS.protocol,
-        sfsl_preset: SfslPreset = DEFAULTS.sfsl_preset,
-        layout: Layout = DEFAULTS.layout,
-        relay: Relay = DEFAULTS.relay,
-        expansion: Expansion = DEFAULTS.expansion,
-        backend: Backend = DEFAULTS.backend,
-        workers: Workers = DEFAULTS.workers,
-        epochs: Epochs = DEFAULTS.epochs,
-        users_per_round: UsersPerRound = DEFAULTS.users_per_round,
-        m_prime: MPrime = DEFAULTS.m_prime,
-        alpha: Alpha = DEFAULTS.alpha,
+        shared_model_options: Any = MODEL_OPTIONS,
         m_prime_update: MPrimeUpdate = DEFAULTS.m_prime_update,
         seed: Seed = DEFAULTS.seed,
         verify: Verify = DEFAULTS.verify,
@@ -68,15 +59,7 @@ def register(app: typer.Typer) -> None:
         adversaries: Annotated[
             int, typer.Option(min=1, metavar="K", help="How many devices run --adversary (users 0..K-1).")
         ] = 1,
-        lr: Lr = DEFAULTS.lr,
-        reg: Reg = DEFAULTS.reg,
-        dim: Dim = DEFAULTS.dim,
-        ring_bits: RingBits = DEFAULTS.ring_bits,
-        lazy_adam: LazyAdam = DEFAULTS.lazy_adam,
-        dp_epsilon: DpEpsilon = DEFAULTS.dp_epsilon,
-        dp_delta: DpDelta = DEFAULTS.dp_delta,
-        dp_clip: DpClip = DEFAULTS.dp_clip,
-        dp_level: DpLevel = DEFAULTS.dp_level,
+        shared_training_options: Any = TRAINING_OPTIONS,
         metrics: Metrics = None,
         valid_fraction: ValidFraction = DEFAULTS.valid_fraction,
         early_stop: EarlyStop = DEFAULTS.early_stop,
@@ -88,6 +71,7 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option("--force", help="Replace an existing --json-out file or "
                                                             "--save-model model.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+        **options: Any,
     ) -> None:
         """Train a federated recommender and report accuracy, communication and time.
 
