@@ -13,10 +13,11 @@ A bad file exits 2 with one line naming the file and the key.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import annotated_types
 import typer
@@ -116,21 +117,34 @@ TRAINING_OPTIONS = SharedOptions((
     ("lr", Lr), ("reg", Reg), ("dim", Dim), ("ring_bits", RingBits), ("lazy_adam", LazyAdam),
     ("dp_epsilon", DpEpsilon), ("dp_delta", DpDelta), ("dp_clip", DpClip), ("dp_level", DpLevel)))
 
-_Command = TypeVar("_Command", bound=Callable[..., Any])
+class _SharedOptionsCommand:
+    """A command whose signature (what typer builds it from) has its :class:`SharedOptions` placeholders
+    replaced by their options, made afresh on each read: the command's own annotations are evaluated then,
+    as typer does for a plain function, so a help made from the registry (``protocol_help``) is current."""
+
+    def __init__(self, command: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, command)
+        self._command = command
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._command(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        signature = inspect.signature(self._command, eval_str=True)
+        params: list[inspect.Parameter] = []
+        for param in signature.parameters.values():  # all keyword-only: typer passes every option by name
+            if isinstance(param.default, SharedOptions):
+                params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                             default=getattr(DEFAULTS, name)) for name, kind in param.default]
+            elif param.kind is not inspect.Parameter.VAR_KEYWORD:
+                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+        return signature.replace(parameters=params)
 
 
-def with_shared_options(command: _Command) -> _Command:
+def with_shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``command`` with each parameter whose default is a :class:`SharedOptions` group (:data:`MODEL_OPTIONS`,
-    :data:`TRAINING_OPTIONS`) replaced, in its signature, by that group's options (keyword parameters, default
-    ``DEFAULTS.<name>``, in the group's order) -- typer builds the command from the signature, so ``--help`` lists
-    them there.  ``command`` takes them in its ``**options`` and reads them through :func:`run_options`."""
-    signature = inspect.signature(command, eval_str=True)
-    params: list[inspect.Parameter] = []
-    for param in signature.parameters.values():  # all keyword-only: typer passes every option by name
-        if isinstance(param.default, SharedOptions):
-            params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
-                                         default=getattr(DEFAULTS, name)) for name, kind in param.default]
-        elif param.kind is not inspect.Parameter.VAR_KEYWORD:
-            params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
-    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-    return command
+    :data:`TRAINING_OPTIONS`) replaced, in the signature typer reads, by that group's options (keyword
+    parameters, default ``DEFAULTS.<name>``, in the group's order) -- so ``--help`` lists them there.
+    ``command`` takes them in its ``**options`` and reads them through :func:`run_options`."""
+    return _SharedOptionsCommand(command)
