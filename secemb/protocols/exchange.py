@@ -49,20 +49,22 @@ Stage and message names of its own join the shared vocabulary first
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol as TypingProtocol, runtime_checkable
+from typing import Any, ClassVar, Protocol as TypingProtocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, ProtocolError, check_int
 from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
 
 __all__ = ["DurableExchangeNode", "EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol",
-           "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures"]
+           "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures",
+           "StagedRound", "add_seconds", "current_round", "open_stage", "stage_reply"]
 
 
 class ExchangeParty(TypingProtocol):
@@ -278,3 +280,69 @@ class ExchangeProtocol(ABC):
             raise InvalidParameters(f"{type(self).__name__}.spec(): options {missing} are not attributes; "
                                     "override spec()")
         return {n: getattr(self, n) for n in self.options}
+
+
+class StagedRound(TypingProtocol):
+    """What the round helpers below read of an :class:`ExchangeNode`'s current round: its id, state
+    (``open``, ``committed``, ``aborted``) and why it was aborted, the index of its next stage, the
+    answers of its closed stages (stage -> user -> bytes) and the server's seconds (by name)."""
+
+    round_id: int
+    state: str
+    reason: str | None
+    stage: int
+    replies: dict[str, dict[int, bytes]]
+    seconds: dict[str, float]
+
+
+_Round = TypeVar("_Round", bound=StagedRound)
+
+
+def current_round(rnd: _Round | None, round_id: int) -> _Round:
+    """``rnd`` if it is round ``round_id``.
+
+    Raises
+    ------
+    ProtocolError: no round, or another one is the current round.
+    """
+    if rnd is None or rnd.round_id != round_id:
+        raise ProtocolError(f"round {round_id} is not the current round")
+    return rnd
+
+
+def open_stage(rnd: _Round | None, round_id: int, stage: str, stages: Sequence[str]) -> _Round:
+    """``rnd`` if it is round ``round_id``, open, and ``stage`` is its next stage of ``stages``
+    (what a node checks before it takes a message of ``stage`` or closes it).
+
+    Raises
+    ------
+    ProtocolError: not the current round, the round committed or aborted, or another stage next.
+    InvalidParameters: ``stage`` is none of ``stages``.
+    """
+    rnd = current_round(rnd, round_id)
+    if rnd.state != "open":
+        raise ProtocolError(f"round {round_id} is {rnd.state}" + (f": {rnd.reason}" if rnd.reason else ""))
+    if stage not in stages:
+        raise InvalidParameters(f"unknown stage {stage!r}; round {round_id}'s stages are {tuple(stages)}")
+    if stages[rnd.stage] != stage:
+        raise ProtocolError(f"round {round_id} is at stage {stages[rnd.stage]}, not {stage}")
+    return rnd
+
+
+def stage_reply(rnd: StagedRound | None, round_id: int, stage: str, stages: Sequence[str], user: int) -> bytes | None:
+    """The server's answer to ``user`` in the closed ``stage`` (of ``stages``) of round ``round_id``
+    (``None``: none, the user is out of the round).
+
+    Raises
+    ------
+    ProtocolError: not the current round, or ``stage`` not closed (or not one of the round's).
+    """
+    rnd = current_round(rnd, round_id)
+    if stage not in rnd.replies or stages.index(stage) >= rnd.stage:
+        raise ProtocolError(f"stage {stage} of round {round_id} has no answers (yet)")
+    return rnd.replies[stage].get(int(user))
+
+
+def add_seconds(rnd: StagedRound, name: str, t0: float) -> None:
+    """Add the seconds since ``t0`` (``time.perf_counter()``) to ``rnd.seconds[name]``."""
+    rnd.seconds[name] = rnd.seconds.get(name, 0.0) + time.perf_counter() - t0

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.protocols.exchange import add_seconds, current_round, open_stage, stage_reply
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SecEAClient, SecEAServer
 from secemb.protocols.stages import SECEA_SETUP_STAGES, SECEA_STAGES, SERVER0, USER, Hop, RoundPlan
@@ -155,16 +156,8 @@ class SecEANode:
                 "union_size": None if self.union is None else int(self.union.size)}
 
     def _current(self, round_id: int, stage: str) -> _Round:
-        rnd = self._round
-        if rnd is None or rnd.round_id != round_id:
-            raise ProtocolError(f"round {round_id} is not the current round")
-        if rnd.state != "open":
-            raise ProtocolError(f"round {round_id} is {rnd.state}" + (f": {rnd.reason}" if rnd.reason else ""))
-        if stage not in rnd.stages:
-            raise InvalidParameters(f"unknown stage {stage!r}; round {round_id}'s stages are {rnd.stages}")
-        if rnd.stages[rnd.stage] != stage:
-            raise ProtocolError(f"round {round_id} is at stage {rnd.stages[rnd.stage]}, not {stage}")
-        return rnd
+        rnd = current_round(self._round, round_id)
+        return open_stage(rnd, round_id, stage, rnd.stages)
 
     def receive(self, round_id: int, stage: str, user: int, body: bytes) -> None:
         """Silo ``user``'s message of ``stage``, checked in full before it is kept."""
@@ -193,7 +186,7 @@ class SecEANode:
                        "masked": rnd.psu.receive_masked, "unmask": rnd.psu.receive_unmask}[step]
             receive(user, body)
         got[user] = body
-        self._time(rnd, stage, t0)
+        add_seconds(rnd, stage, t0)
 
     def close(self, round_id: int, stage: str) -> None:
         """Close ``stage``: the server builds its answers (the directory, the PSU's stages, the
@@ -230,7 +223,7 @@ class SecEANode:
                 raise ProtocolError(f"round {round_id} aborted at {stage}: {exc}") from exc
             raise
         rnd.stage += 1
-        self._time(rnd, stage, t0)
+        add_seconds(rnd, stage, t0)
 
     def _close_psu(self, rnd: _Round, stage: str) -> dict[int, bytes]:
         assert rnd.psu is not None
@@ -251,19 +244,13 @@ class SecEANode:
     def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
         """The server's answer to ``user`` in a closed ``stage`` (``None``: none, the silo is
         out of the round)."""
-        rnd = self._round
-        if rnd is None or rnd.round_id != round_id:
-            raise ProtocolError(f"round {round_id} is not the current round")
-        if stage not in rnd.replies or rnd.stages.index(stage) >= rnd.stage:
-            raise ProtocolError(f"stage {stage} of round {round_id} has no answers (yet)")
-        return rnd.replies[stage].get(int(user))
+        rnd = current_round(self._round, round_id)
+        return stage_reply(rnd, round_id, stage, rnd.stages, user)
 
     def outcome(self, round_id: int) -> dict[str, Any]:
         """The round's state (``open``, ``committed``, ``aborted``), the silos that got a result
         (``answered``), the union size and the server's seconds per stage."""
-        rnd = self._round
-        if rnd is None or rnd.round_id != round_id:
-            raise ProtocolError(f"round {round_id} is not the current round")
+        rnd = current_round(self._round, round_id)
         return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, "answered": list(rnd.answered),
                 "union_size": None if self.union is None else int(self.union.size), "server_s": dict(rnd.seconds)}
 
@@ -307,10 +294,6 @@ class SecEANode:
                 raise InvalidParameters(f"SecEA state: silo {i}'s key has {bits} bits, not {self.key_bits}")
         self.server.directory(hellos)
         self._hellos, self.union = hellos, union.copy()
-
-    @staticmethod
-    def _time(rnd: _Round, stage: str, t0: float) -> None:
-        rnd.seconds[stage] = rnd.seconds.get(stage, 0.0) + time.perf_counter() - t0
 
 
 class SecEASetupParty:

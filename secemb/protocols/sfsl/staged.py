@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.protocols.exchange import add_seconds, current_round, open_stage, stage_reply
 from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
 from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
@@ -132,21 +133,9 @@ class SFSLNode:
         return {"round_id": round_id, "users": ids, "threshold": psu_cfg.threshold, "stages": list(self.plan.stages),
                 "settings": asdict(settings)}
 
-    def _current(self, round_id: int, stage: str) -> _Round:
-        rnd = self._round
-        if rnd is None or rnd.round_id != round_id:
-            raise ProtocolError(f"round {round_id} is not the current round")
-        if rnd.state != "open":
-            raise ProtocolError(f"round {round_id} is {rnd.state}" + (f": {rnd.reason}" if rnd.reason else ""))
-        if stage not in self.plan.stages:
-            raise InvalidParameters(f"unknown stage {stage!r}; the stages are {self.plan.stages}")
-        if self.plan.stages[rnd.stage] != stage:
-            raise ProtocolError(f"round {round_id} is at stage {self.plan.stages[rnd.stage]}, not {stage}")
-        return rnd
-
     def receive(self, round_id: int, stage: str, user: int, body: bytes) -> None:
         """Device ``user``'s message of ``stage``."""
-        rnd = self._current(round_id, stage)
+        rnd = open_stage(self._round, round_id, stage, self.plan.stages)
         if user not in rnd.users:
             raise InvalidMessage(f"user {user} is not a participant of round {round_id}")
         t0 = time.perf_counter()
@@ -165,7 +154,7 @@ class SFSLNode:
             if part == "sum" and user not in rnd.receivers:
                 raise InvalidMessage(f"user {user} left round {round_id} in the PSU")
             receive(user, body)
-        self._time(rnd, part, t0)
+        add_seconds(rnd, part, t0)
 
     def close(self, round_id: int, stage: str) -> None:
         """Close ``stage``: the server builds its answers (the secure aggregations close their
@@ -178,7 +167,7 @@ class SFSLNode:
             (a corrupted unmask message, caught only now); the round is aborted, the model
             unchanged, and the next round can be opened.
         """
-        rnd = self._current(round_id, stage)
+        rnd = open_stage(self._round, round_id, stage, self.plan.stages)
         t0 = time.perf_counter()
         part = stage.split("-")[0]
         try:
@@ -202,24 +191,17 @@ class SFSLNode:
                 raise SecAggAborted(f"round {round_id} aborted at {stage}: {exc}") from exc
             raise
         rnd.stage += 1
-        self._time(rnd, part, t0)
+        add_seconds(rnd, part, t0)
 
     def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
         """The server's answer to ``user`` in ``stage`` once the stage is closed (``None``: the
         device is not kept, e.g. it is not among the survivors)."""
-        rnd = self._round
-        if rnd is None or rnd.round_id != round_id:
-            raise ProtocolError(f"round {round_id} is not the current round")
-        if stage not in rnd.replies or self.plan.stages.index(stage) >= rnd.stage:
-            raise ProtocolError(f"stage {stage} of round {round_id} has no answers (yet)")
-        return rnd.replies[stage].get(int(user))
+        return stage_reply(self._round, round_id, stage, self.plan.stages, user)
 
     def outcome(self, round_id: int) -> dict[str, Any]:
         """The round's state, survivors of the secure sum, union size, updated rows and the
         server's seconds per part (psu, download, sum)."""
-        rnd = self._round
-        if rnd is None or rnd.round_id != round_id:
-            raise ProtocolError(f"round {round_id} is not the current round")
+        rnd = current_round(self._round, round_id)
         return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason,
                 "survivors": rnd.sum.survivors if rnd.state == "committed" else [],
                 "union_size": None if rnd.union is None else int(rnd.union.size),
@@ -244,10 +226,6 @@ class SFSLNode:
                 raise InvalidParameters(f"SFSL state: {name} must be finite {current.dtype} of shape {current.shape}")
         self.server.table[...] = arrays["table"]
         self.server.dense[...] = arrays["dense"]
-
-    @staticmethod
-    def _time(rnd: _Round, part: str, t0: float) -> None:
-        rnd.seconds[part] = rnd.seconds.get(part, 0.0) + time.perf_counter() - t0
 
 
 class SFSLParty:
