@@ -23,8 +23,9 @@ Ring: outputs are in ``Z_{2^k}`` with numpy's natural wraparound; for every key
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -41,6 +42,7 @@ __all__ = [
     "gen_path",
     "convert_gen",
     "gen",
+    "gen_keys",
     "eval_full_path",
     "convert_eval",
     "eval_full",
@@ -50,6 +52,8 @@ __all__ = [
 ]
 
 DEFAULT_TAG = "point"
+_Path = TypeVar("_Path")
+_Keys = TypeVar("_Keys")
 _ONE = np.uint64(1)
 #: leaves a chunk of keys may expand at once (16 bytes each, a few copies live)
 LEAF_CHUNK = 1 << 17
@@ -224,16 +228,33 @@ def gen(
     -------
     ``(keys0, keys1)``, one :class:`DPFKeys` batch per party.
     """
+    return gen_keys(gen_path, DPFKeys, alphas, betas, domain_size, ring_bits=ring_bits, _rng=_rng)
+
+
+def gen_keys(
+    make_path: Callable[..., tuple[_Path, _Path, GenState]],
+    make_keys: Callable[[_Path, np.ndarray, DPFParams], _Keys],
+    alphas: np.ndarray,
+    betas: np.ndarray,
+    domain_size: int,
+    *,
+    ring_bits: int,
+    _rng: RandomBytes | None,
+) -> tuple[_Keys, _Keys]:
+    """:func:`gen` over the path parts of any scheme: ``make_path(alphas, domain_size, _rng=_rng)``
+    makes both parties' path parts and the :class:`GenState` (:func:`gen_path`, or Half-Tree's),
+    whose leaves are converted to ``betas`` (:func:`convert_gen`); ``make_keys(path, cw_out,
+    params)`` is a party's keys.  Raises as :func:`gen`."""
     if ring_bits not in (32, 64):
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
     a = np.asarray(alphas)
     if a.ndim != 1:
         raise InvalidParameters(f"alphas must have shape (K,), got {a.shape}")
     b = _check_betas(betas, a.shape[0], ring_bits)
-    p0, p1, state = gen_path(a, domain_size, _rng=_rng)
+    p0, p1, state = make_path(a, domain_size, _rng=_rng)
     cw = convert_gen(state, b, ring_bits=ring_bits)
     params = DPFParams(domain_size, b.shape[1], ring_bits)
-    return DPFKeys(p0, cw, params), DPFKeys(p1, cw.copy(), params)
+    return make_keys(p0, cw, params), make_keys(p1, cw.copy(), params)
 
 
 def _key_step(domain_size: int) -> int:

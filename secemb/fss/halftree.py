@@ -42,10 +42,9 @@ from secemb.fss.dpf import (
     DEFAULT_TAG,
     GenState,
     _check_alphas,
-    _check_betas,
     _check_party,
     convert_eval,
-    convert_gen,
+    gen_keys,
     shares_into,
 )
 from secemb.fss.keys import DPFParams
@@ -151,16 +150,7 @@ def gen(
     _rng: RandomBytes | None = None,
 ) -> tuple[HalfTreeKeys, HalfTreeKeys]:
     """``K`` Half-Tree key pairs for ``f_{alpha_i, beta_i}``, as :func:`secemb.fss.dpf.gen`."""
-    if ring_bits not in (32, 64):
-        raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
-    a = np.asarray(alphas)
-    if a.ndim != 1:
-        raise InvalidParameters(f"alphas must have shape (K,), got {a.shape}")
-    b = _check_betas(betas, a.shape[0], ring_bits)
-    p0, p1, state = gen_path(a, domain_size, _rng=_rng)
-    cw = convert_gen(state, b, ring_bits=ring_bits)
-    params = DPFParams(domain_size, b.shape[1], ring_bits)
-    return HalfTreeKeys(p0, cw, params), HalfTreeKeys(p1, cw.copy(), params)
+    return gen_keys(gen_path, HalfTreeKeys, alphas, betas, domain_size, ring_bits=ring_bits, _rng=_rng)
 
 
 def _level(x: np.ndarray, cw: np.ndarray, out: np.ndarray) -> None:
