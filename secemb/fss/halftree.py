@@ -47,7 +47,7 @@ from secemb.fss.dpf import (
     gen_keys,
     shares_into,
 )
-from secemb.fss.keys import DPFParams
+from secemb.fss.keys import DPFParams, OutputKeys
 from secemb.fss.prg import aes_for
 from secemb.fss.tree import GROUP_LEAVES, SUBTREE_DEPTH, _buf, compiled_groups, padded_leaves
 from secemb.randomness import RandomBytes, random_words, system_rng
@@ -93,23 +93,9 @@ class HalfTreePath:
 
 
 @dataclass(frozen=True, eq=False)
-class HalfTreeKeys:
+class HalfTreeKeys(OutputKeys[HalfTreePath]):
     """``K`` full Half-Tree keys of one party: the path parts and the output correction words
     ``cw_out`` ring (K, d)."""
-
-    path: HalfTreePath
-    cw_out: np.ndarray
-    params: DPFParams
-
-    @property
-    def party(self) -> int:
-        return self.path.party
-
-    def __len__(self) -> int:
-        return len(self.path)
-
-    def __getitem__(self, sl: slice) -> HalfTreeKeys:
-        return HalfTreeKeys(self.path[sl], self.cw_out[sl], self.params)
 
 
 def gen_path(

@@ -36,7 +36,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Generic, Protocol, Self, TypeVar, cast
 
 import numpy as np
 
@@ -229,18 +229,27 @@ class PathKeys:
         return keys
 
 
+class _PathPart(Protocol):
+    """What :class:`OutputKeys` needs of a path part: its party, its number of keys, a slice of it."""
+
+    @property
+    def party(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, sl: slice) -> Self: ...
+
+
+_Path = TypeVar("_Path", bound=_PathPart)
+
+
 @dataclass(frozen=True, eq=False)
-class DPFKeys:
-    """``K`` complete DPF keys of one party: a path part and output correction words.
+class OutputKeys(Generic[_Path]):
+    """``K`` complete keys of one party in any path scheme: the path part (e.g. :class:`PathKeys`)
+    and the output correction words ``cw_out`` ring (K, d) under ``params`` (domain, ``d``, ring).
+    A slice is the same keys' slice of both."""
 
-    Attributes
-    ----------
-    path: :class:`PathKeys` (its ``params`` carry the domain).
-    cw_out: ring array (K, d) of ``params.dtype``.
-    params: domain, payload width ``d`` and ring.
-    """
-
-    path: PathKeys
+    path: _Path
     cw_out: np.ndarray
     params: DPFParams
 
@@ -251,8 +260,20 @@ class DPFKeys:
     def __len__(self) -> int:
         return len(self.path)
 
-    def __getitem__(self, sl: slice) -> DPFKeys:
-        return DPFKeys(self.path[sl], self.cw_out[sl], self.params)
+    def __getitem__(self, sl: slice) -> Self:
+        return type(self)(self.path[sl], self.cw_out[sl], self.params)
+
+
+@dataclass(frozen=True, eq=False)
+class DPFKeys(OutputKeys[PathKeys]):
+    """``K`` complete DPF keys of one party: a path part and output correction words.
+
+    Attributes
+    ----------
+    path: :class:`PathKeys` (its ``params`` carry the domain).
+    cw_out: ring array (K, d) of ``params.dtype``.
+    params: domain, payload width ``d`` and ring.
+    """
 
     def blocks(self, count: int, lo: int, hi: int) -> DPFKeys:
         """:meth:`PathKeys.blocks` of the whole keys."""
