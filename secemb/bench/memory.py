@@ -25,24 +25,9 @@ from typing import Any
 import numpy as np
 
 from secemb.bench.comm import DATASETS, MODELS
+from secemb.bench.rss import reset_peak, status_kb
 
 __all__ = ["measure", "run"]
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak() -> None:
-    try:  # Linux >= 4.0: writing 5 to clear_refs resets VmHWM to the current RSS
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
-            fh.write("5")
-    except OSError:
-        pass
 
 
 def _child(model_name: str, dataset: str, mode: str, q: Any) -> None:
@@ -61,8 +46,8 @@ def _child(model_name: str, dataset: str, mode: str, q: Any) -> None:
     feats = synthetic_features(dataset, 1, held)
     model = _build_model(model_name, dataset, feats)
     fp = FixedPoint(32, 16)
-    _reset_peak()
-    base = _status_kb("VmRSS")
+    reset_peak()
+    base = status_kb("VmRSS")
     # everything from here is the device's round: its parameters arrive, it trains, encodes
     table, dense = model.init_public(held, np.random.default_rng(0))
     rows_ring, dense_ring = fp.encode(table), fp.encode(dense)  # as received
@@ -73,7 +58,7 @@ def _child(model_name: str, dataset: str, mode: str, q: Any) -> None:
     step = model.local_step(rows, dense_f, store.state(0), rating_batch(np.array([0]), np.array([4.0])))
     g = fp.encode_clipped(step.row_grads, 100)
     d = fp.encode_clipped(step.dense_grad, 100)
-    peak = _status_kb("VmHWM")
+    peak = status_kb("VmHWM")
     storage = rows.size + dense_f.size + store.private_size
     q.put({"memory_mb": (peak - base) * 1024 / 1e6, "storage_params": int(storage), "held_rows": int(held),
            "grad_bytes": int(g.nbytes + d.nbytes)})

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from secemb.bench.rss import reset_peak, status_kb
 from secemb.data.ctr import ClickData, TaobaoShaped
 from secemb.errors import InvalidParameters
 from secemb.models.din import DIN
@@ -271,18 +272,10 @@ def baseline_costs(scheme: str, n: int, *, shape: str = "taobao", batch: int = 3
             "server_s": server_s, "round_wall_s": time.perf_counter() - t_round}
 
 
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(f"{field} not in /proc/self/status")
-
-
 def _reset_peak() -> None:
-    """Reset this process's VmHWM to its current RSS (Linux >= 4.0)."""
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
-        fh.write("5")
+    """Reset this process's VmHWM to its current RSS (Linux >= 4.0), or raise :class:`OSError`."""
+    if not reset_peak():
+        raise OSError("cannot reset the peak RSS (/proc/self/clear_refs needs Linux >= 4.0)")
 
 
 def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: int, q: Any) -> None:
@@ -295,12 +288,12 @@ def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: 
     torch.set_num_threads(1)
     if what == "round":
         _reset_peak()
-        base = _status_kb("VmRSS")
+        base = status_kb("VmRSS")
         if scheme in COST_BASELINES:
             baseline_costs(scheme, n, shape=shape, batch=batch, seed=seed)
         else:
             round_costs(scheme, n, shape=shape, batch=batch, seed=seed)
-        q.put({"base_kb": base, "peak_kb": _status_kb("VmHWM")})
+        q.put({"base_kb": base, "peak_kb": status_kb("VmHWM")})
         return
     from secemb.secagg.psu import BloomParams, psu_input
 
@@ -325,7 +318,7 @@ def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: 
     del server, table, dense, req
     gc.collect()
     _reset_peak()
-    base = _status_kb("VmRSS")
+    base = status_kb("VmRSS")
     # the client's round work: its PSU vector (SFSL), the submodel it receives, local training
     # and its secure-sum input (SFL: every row of the model and the weight row)
     if scheme not in COST_BASELINES:
@@ -334,7 +327,7 @@ def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: 
     if scheme == "SFL":
         upload = np.zeros((space.length + 1, space.dim), np.uint32)
         upload[rows] = values[:, :space.dim]
-    q.put({"base_kb": base, "peak_kb": _status_kb("VmHWM"), "rows": int(rows.size), "samples": int(b[u + 1] - b[u])})
+    q.put({"base_kb": base, "peak_kb": status_kb("VmHWM"), "rows": int(rows.size), "samples": int(b[u + 1] - b[u])})
 
 
 def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", batch: int = 32,
