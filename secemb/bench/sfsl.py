@@ -84,6 +84,21 @@ def _clients(world: TaobaoShaped, n: int, seed: int) -> ClickData:
     return world.clients(np.sort(rng.choice(world.shape.users, size=n, replace=False)))
 
 
+def _world(world: TaobaoShaped, n: int, seed: int) -> tuple[ClickData, np.random.Generator, DIN, np.ndarray,
+                                                              SFSLServer]:
+    """What a measured round starts from: ``n`` clients of ``world`` (:func:`_clients`), the training
+    generator seeded with ``seed`` after it drew the DIN model's public parameters and the clients'
+    private embeddings (both benchmark data, not secrets), the model, the embeddings and the server
+    holding the public parameters."""
+    data = _clients(world, n, seed)
+    rng = np.random.default_rng(seed)
+    model = DIN(num_categories=data.num_categories)
+    table, dense = model.init_public(data.num_goods, rng)
+    emb = model.init_private(data.num_users, rng)
+    server = SFSLServer(model, table, dense, data.goods_category)
+    return data, rng, model, emb, server
+
+
 def table5(n: int = 100, shape: str = "taobao", seed: int = 0) -> dict[str, Any]:
     """Table V for ``n`` Taobao-shaped clients: per preset p5, p6, ε₁, ε∞, and p7, p8 averaged over
     the union's indices with their owner counts (and, for comparison, at the mean owner count)."""
@@ -112,12 +127,7 @@ def round_costs(preset: str, n: int, *, shape: str = "taobao", batch: int = 32, 
 
     torch.set_num_threads(1)
     world = TaobaoShaped(shape, seed)
-    data = _clients(world, n, seed)
-    rng = np.random.default_rng(seed)
-    model = DIN(num_categories=data.num_categories)
-    table, dense = model.init_public(data.num_goods, rng)
-    emb = model.init_private(data.num_users, rng)
-    server = SFSLServer(model, table, dense, data.goods_category)
+    data, rng, model, emb, server = _world(world, n, seed)
     b = data.user_bounds()
     ids = [int(u) for u in np.unique(data.user)]
     devices = {u: SFSLDevice(u, data.subset(slice(b[u], b[u + 1])), get_cpp(preset), model, emb[u]) for u in ids}
@@ -188,12 +198,7 @@ def baseline_costs(scheme: str, n: int, *, shape: str = "taobao", batch: int = 3
     if scheme not in COST_BASELINES:
         raise InvalidParameters(f"scheme must be one of {COST_BASELINES}, got {scheme!r}")
     torch.set_num_threads(1)
-    data = _clients(TaobaoShaped(shape, seed), n, seed)
-    rng = np.random.default_rng(seed)
-    model = DIN(num_categories=data.num_categories)
-    table, dense = model.init_public(data.num_goods, rng)
-    emb = model.init_private(data.num_users, rng)
-    server = SFSLServer(model, table, dense, data.goods_category)
+    data, rng, model, emb, server = _world(TaobaoShaped(shape, seed), n, seed)
     sp, d = server.space, model.dim
     settings = TrainingSettings(batch=batch, max_weight=min(TrainingSettings().max_weight, max_weight(n)))
     full = scheme != "FSL"
@@ -297,12 +302,7 @@ def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: 
         return
     from secemb.secagg.psu import BloomParams, psu_input
 
-    data = _clients(TaobaoShaped(shape, seed), n, seed)
-    rng = np.random.default_rng(seed)
-    model = DIN(num_categories=data.num_categories)
-    table, dense = model.init_public(data.num_goods, rng)
-    emb = model.init_private(data.num_users, rng)
-    server = SFSLServer(model, table, dense, data.goods_category)
+    data, rng, model, emb, server = _world(TaobaoShaped(shape, seed), n, seed)
     space = server.space
     b = data.user_bounds()
     ids = np.unique(data.user)
@@ -315,7 +315,7 @@ def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: 
                                                                       else scheme), model, emb[u])
     req = dev.request(dev.real if scheme == "FSL" else union, 1)
     reply = server.reply(req, 1)  # the server's side, before the client's baseline
-    del server, table, dense, req
+    del server, req  # the public model (table, dense) goes with the server that holds it
     gc.collect()
     _reset_peak()
     base = status_kb("VmRSS")
