@@ -49,22 +49,23 @@ Stage and message names of its own join the shared vocabulary first
 
 from __future__ import annotations
 
+import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol as TypingProtocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, ProtocolError, check_int
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
 
 __all__ = ["DurableExchangeNode", "EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol",
            "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures",
-           "StagedRound", "add_seconds", "current_round", "open_stage", "stage_reply"]
+           "StagedRound", "add_seconds", "closing_stage", "current_round", "open_stage", "stage_reply"]
 
 
 class ExchangeParty(TypingProtocol):
@@ -327,6 +328,23 @@ def open_stage(rnd: _Round | None, round_id: int, stage: str, stages: Sequence[s
     if stages[rnd.stage] != stage:
         raise ProtocolError(f"round {round_id} is at stage {stages[rnd.stage]}, not {stage}")
     return rnd
+
+
+@contextlib.contextmanager
+def closing_stage(rnd: StagedRound, stage: str, aborted: type[ProtocolError] = ProtocolError) -> Iterator[None]:
+    """Around a node's close of ``stage`` of round ``rnd``: when the body ends, the round is at its next
+    stage; when it raises ``aborted`` (a :class:`~secemb.errors.ProtocolError` kind) or an
+    :class:`~secemb.errors.InvalidMessage` (a message found bad only now), the round is aborted (its
+    ``state`` and ``reason``) and the error goes on -- an ``InvalidMessage`` as ``aborted``.  Any other
+    error leaves the round as it was."""
+    try:
+        yield
+    except (aborted, InvalidMessage) as exc:
+        rnd.state, rnd.reason = "aborted", str(exc)
+        if isinstance(exc, InvalidMessage):
+            raise aborted(f"round {rnd.round_id} aborted at {stage}: {exc}") from exc
+        raise
+    rnd.stage += 1
 
 
 def stage_reply(rnd: StagedRound | None, round_id: int, stage: str, stages: Sequence[str], user: int) -> bytes | None:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
-from secemb.protocols.exchange import add_seconds, current_round, open_stage, stage_reply
+from secemb.protocols.exchange import add_seconds, closing_stage, current_round, open_stage, stage_reply
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SecEAClient, SecEAServer
 from secemb.protocols.stages import SECEA_SETUP_STAGES, SECEA_STAGES, SERVER0, USER, Hop, RoundPlan
@@ -202,7 +202,7 @@ class SecEANode:
         rnd = self._current(round_id, stage)
         got = rnd.received.get(stage, {})
         t0 = time.perf_counter()
-        try:
+        with closing_stage(rnd, stage):
             if stage == "secea-keys":
                 rnd.replies[stage] = self.server.directory(got)
                 self._hellos = dict(got)
@@ -217,12 +217,6 @@ class SecEANode:
                 rnd.state = "committed"
             else:
                 rnd.replies[stage] = self._close_psu(rnd, stage)
-        except (ProtocolError, InvalidMessage) as exc:
-            rnd.state, rnd.reason = "aborted", str(exc)
-            if isinstance(exc, InvalidMessage):
-                raise ProtocolError(f"round {round_id} aborted at {stage}: {exc}") from exc
-            raise
-        rnd.stage += 1
         add_seconds(rnd, stage, t0)
 
     def _close_psu(self, rnd: _Round, stage: str) -> dict[int, bytes]:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
-from secemb.protocols.exchange import add_seconds, current_round, open_stage, stage_reply
+from secemb.protocols.exchange import add_seconds, closing_stage, current_round, open_stage, stage_reply
 from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
 from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
@@ -170,7 +170,7 @@ class SFSLNode:
         rnd = open_stage(self._round, round_id, stage, self.plan.stages)
         t0 = time.perf_counter()
         part = stage.split("-")[0]
-        try:
+        with closing_stage(rnd, stage, SecAggAborted):
             if stage == "psu-unmask":
                 rnd.union = psu_union(self.bloom, rnd.psu.result())
                 msg = union_message(2 * round_id, rnd.union)
@@ -185,12 +185,6 @@ class SFSLNode:
                 build = {"advertise": agg.keys_messages, "shares": agg.relayed_messages,
                          "masked": agg.survivors_messages}[stage.split("-")[1]]
                 rnd.replies[stage] = build()
-        except (SecAggAborted, InvalidMessage) as exc:
-            rnd.state, rnd.reason = "aborted", str(exc)
-            if isinstance(exc, InvalidMessage):
-                raise SecAggAborted(f"round {round_id} aborted at {stage}: {exc}") from exc
-            raise
-        rnd.stage += 1
         add_seconds(rnd, part, t0)
 
     def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
