@@ -16,27 +16,19 @@ from secemb.errors import InvalidMessage, ProtocolError
 from secemb.protocols.secea import coding, field, wire
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SecEAClient, _pad_seed, _unpadded
-from secemb.protocols.secea.staged import SECEA_ROUND_PLAN, SECEA_SETUP_PLAN, SecEANode, SecEAParty, SecEASetupParty
+from secemb.protocols.secea.staged import SECEA_ROUND_PLAN, SecEANode, SecEAParty
 from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import CtrDrbg
 from secemb.secagg.keys import KeyPair
 
-KEY_BITS = 1024
+from secea_helpers import KEY_BITS, set_up_secea
+
 SETS = [[1, 4, 9], [4, 7], [1, 7, 9, 12]]
 
 
 def set_up(seed: int, sets: list[list[int]] = SETS, t: int = 1) -> tuple[SecEAParams, SecEANode, LocalExchange,
                                                                            list[SecEAClient]]:
-    params = SecEAParams(len(sets), t, dim=2)
-    rng = CtrDrbg(seed)
-    bloom = union_bloom(16, sum(len(s) for s in sets))
-    node = SecEANode(params, bloom, _rng=rng)
-    ex = LocalExchange(node)
-    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(sets)]
-    ex.admin.open_round(0, list(range(len(sets))))
-    parties = {i: SecEASetupParty(c, bloom, _rng=rng) for i, c in enumerate(clients)}
-    assert play(SECEA_SETUP_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 0).finished == [0, 1, 2]
-    return params, node, ex, clients
+    return set_up_secea(sets, seed=seed, t=t)
 
 
 def test_finding_a_hello_of_another_round_is_refused():

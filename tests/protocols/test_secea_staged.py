@@ -10,24 +10,23 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from secemb.engine.exchange import LocalExchange, play
+from secemb.engine.exchange import play
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.secea.coding import SecEAParams
-from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.secea.staged import (
     SECEA_PLAN,
     SECEA_ROUND_PLAN,
     SECEA_SETUP_PLAN,
     SecEANode,
     SecEAParty,
-    SecEASetupParty,
 )
 from secemb.protocols.secea.union import union_bloom
 from secemb.protocols.stages import SERVER0, USER
 from secemb.randomness import CtrDrbg
 from secemb.sim.secea import Deployment
 
-KEY_BITS = 1024  # the smallest accepted
+from secea_helpers import KEY_BITS, set_up_secea
+
 
 
 def plain_average(entity, sets, rows, frac_bits=16):
@@ -36,20 +35,6 @@ def plain_average(entity, sets, rows, frac_bits=16):
     dim = rows[0].shape[1]
     return [float(Fraction(sum(round(float(rows[v][i, j]) * 2**frac_bits) for v, i in held),
                            len(held) * 2**frac_bits)) for j in range(dim)]
-
-
-def setup(sets, dim=2, seed=0, n=None, t=1):
-    params = SecEAParams(n or len(sets), t, dim=dim)
-    rng = CtrDrbg(seed)
-    bloom = union_bloom(16, sum(len(s) for s in sets))
-    node = SecEANode(params, bloom, _rng=rng)
-    ex = LocalExchange(node)
-    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(sets)]
-    ex.admin.open_round(0, list(range(len(sets))))
-    parties = {i: SecEASetupParty(c, bloom, _rng=rng) for i, c in enumerate(clients)}
-    rec = play(SECEA_SETUP_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 0)
-    assert rec.finished == list(range(len(sets)))
-    return params, node, ex, clients
 
 
 def test_plans_are_exchanges_of_one_server():
@@ -69,7 +54,7 @@ def test_plans_are_exchanges_of_one_server():
 
 def test_rounds_through_play_give_the_plain_averages_and_count_every_byte():
     sets = [[1, 4, 9], [4, 7], [1, 7, 9, 12]]
-    params, node, ex, clients = setup(sets, dim=3, seed=1)
+    params, node, ex, clients = set_up_secea(sets, dim=3, seed=1)
     assert node.union.tolist() == [1, 4, 7, 9, 12]
     gen = np.random.default_rng(1)  # test data only
     for r in (1, 2):
@@ -90,7 +75,7 @@ def test_deployment_gives_the_engines_averages():
     sets = [[2, 3], [3, 5], [2, 5, 6]]
     gen = np.random.default_rng(2)
     rows = [gen.normal(size=(len(s), 2)) for s in sets]
-    params, node, ex, clients = setup(sets, seed=2)
+    params, node, ex, clients = set_up_secea(sets, seed=2)
     ex.admin.open_round(1, [0, 1, 2])
     parties = {i: SecEAParty(c, 1, rows[i]) for i, c in enumerate(clients)}
     play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 1)
@@ -103,7 +88,7 @@ def test_deployment_gives_the_engines_averages():
 
 def test_node_refuses_out_of_order_duplicates_strangers_and_bad_bytes_without_change():
     sets = [[1], [1, 2], [2]]
-    params, node, ex, clients = setup(sets, seed=4)
+    params, node, ex, clients = set_up_secea(sets, seed=4)
     with pytest.raises(ProtocolError, match="does not follow"):
         ex.admin.open_round(0, [0, 1, 2])
     with pytest.raises(InvalidParameters, match="distinct silo ids"):
@@ -141,7 +126,7 @@ def test_node_refuses_out_of_order_duplicates_strangers_and_bad_bytes_without_ch
 
 def test_a_silo_silent_in_the_answers_aborts_the_round_when_all_are_needed():
     sets = [[1], [1, 2], [2]]
-    params, node, ex, clients = setup(sets, seed=5)
+    params, node, ex, clients = set_up_secea(sets, seed=5)
     ex.admin.open_round(1, [0, 1, 2])
     parties = {i: SecEAParty(c, 1, np.ones((len(sets[i]), 2))) for i, c in enumerate(clients)}
     with pytest.raises(ProtocolError, match="aborted: 2 of 3"):
