@@ -25,7 +25,6 @@ randomized response from the OS CSPRNG, which differs from run to run by design)
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 import threading
 import time
@@ -40,19 +39,13 @@ from secemb.engine.exchange import Rounds, train_exchange
 from secemb.engine.http_exchange import HttpExchangeAdmin, HttpExchangeLink
 from secemb.errors import InvalidParameters
 from secemb.protocols.exchange import ExchangeProtocol, ExchangeServer
+from secemb.sim.cluster import free_port
 from secemb.round.results import EpochStats, RoundStats, TrainResult
 from secemb.server.tls import client_context, init_pki, server_context_kwargs
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
 
 __all__ = ["NodeServer", "train_networked"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class NodeServer:
@@ -89,7 +82,7 @@ class NodeServer:
         self._pki_dir = tempfile.TemporaryDirectory(prefix="secemb-exchange-tls-")
         pki = init_pki(Path(self._pki_dir.name) / "tls", 0, ["127.0.0.1", "localhost"])
         self.tls = client_context(pki.ca)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         tls = server_context_kwargs(pki.ca, pki.cert(0), pki.key(0))
         self._server = uvicorn.Server(guarded_config(
