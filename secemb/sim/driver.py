@@ -737,9 +737,10 @@ class TrainingRun:
         apply_aggregate(fp, self.mirror, self.table, self.dense, sparse, dsum, len(included))
         _, t0, d0 = self._server_model(self.admin0)
         _, t1, d1 = self._server_model(self.admin1)
-        if model_sha256(t0, d0) != model_sha256(t1, d1):
+        sha0 = model_sha256(t0, d0)
+        if sha0 != model_sha256(t1, d1):
             raise VerificationError(f"round {r}: server 1's model differs from server 0's after sync")
-        if model_sha256(t0, d0) != model_sha256(self.table, self.dense):
+        if sha0 != model_sha256(self.table, self.dense):
             raise VerificationError(
                 f"round {r}: server 0's model differs from the optimizer step on the direct sum of the "
                 "users' encoded gradients (the secure aggregate is wrong)"
