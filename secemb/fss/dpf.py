@@ -34,7 +34,7 @@ from secemb.fss import kernels
 from secemb.fss.keys import DPFKeys, DPFParams, PathKeys
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.convert import convert, convert_eval_into, kept_leaves
-from secemb.fss.tree import _LEFT, _RIGHT, expand, leaf_groups, padded_domain
+from secemb.fss.tree import _LEFT, _RIGHT, expand, leaf_groups, padded_leaves
 from secemb.randomness import RandomBytes, random_words, system_rng
 
 __all__ = [
@@ -326,7 +326,7 @@ def shares_into(
 
 
 def _shares_into(path: PathKeys, cw: np.ndarray, party: int, out: np.ndarray) -> None:
-    shares_into(leaf_groups(path), path.params.domain_size, padded_domain(path), cw, party, out)
+    shares_into(leaf_groups(path), path.params.domain_size, padded_leaves(path.params), cw, party, out)
 
 
 def eval_full(keys: DPFKeys, party: int) -> np.ndarray:

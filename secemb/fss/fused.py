@@ -24,7 +24,7 @@ from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.convert import convert_accumulate, convert_eval_into, ring_dtype
 from secemb.fss.dpf import _ONE, _check_party
-from secemb.fss.tree import leaf_groups, padded_domain
+from secemb.fss.tree import leaf_groups, padded_leaves
 from secemb.fss.keys import PathKeys
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.verify import LeafCheck
@@ -144,14 +144,14 @@ def _walk(
     check: LeafCheck | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Walk every tree once.  Returns ``(t, e)``, uint8 and ring (K, mp) over the padded
-    domain (:func:`~secemb.fss.tree.padded_domain`): control bits and retrieval shares
+    domain (:func:`~secemb.fss.tree.padded_leaves`): control bits and retrieval shares
     ``(-1)^b [Convert_ret(s) + t CW_ret]``; adds ``Convert_agg`` of the leaf at flat position
     ``j`` of (K, mp) to ``conv_sum[j % M]`` (ring (M, w)) where ``live[j % M]`` (bool (M,)):
     rows that hold no domain point (padding) are neither converted nor written.  ``check``:
     the keys' point-function check (:class:`~secemb.fss.verify.LeafCheck`), folded from the
     same leaves."""
     dtype = retrieval_cw.dtype
-    k, mp = len(path), padded_domain(path)
+    k, mp = len(path), padded_leaves(path.params)
     t = np.empty((k, mp), np.uint8)
     e = np.empty((k, mp), dtype)
     t_flat, e_flat = t.reshape(-1), e.reshape(-1, 1)
@@ -208,7 +208,7 @@ def retrieve_and_prepare(
     if table.ndim != 2 or table.shape[0] != m:
         raise InvalidParameters(f"table must have shape ({m}, D), got {table.shape}")
     ring_bits = 8 * table.dtype.itemsize
-    mp = padded_domain(path)
+    mp = padded_leaves(path.params)
     conv_sum = np.zeros((mp, agg_width), table.dtype)
     t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, np.arange(mp) < m, check)
     answers = ring_matmul(e[:, :m], table, ring_bits)
@@ -259,7 +259,7 @@ def retrieve_and_prepare_buckets(
     if tables.ndim != 3 or tables.shape[1] != big_m or k % buckets:
         raise InvalidParameters(f"tables must have shape (B, {big_m}, D) with B dividing {k}, got {tables.shape}")
     ring_bits = 8 * tables.dtype.itemsize
-    mp = padded_domain(path)
+    mp = padded_leaves(path.params)
     cols = np.full(buckets, big_m, np.int64) if sizes is None else np.asarray(sizes, np.int64)
     if cols.shape != (buckets,) or np.any((cols < 0) | (cols > big_m)):
         raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}], got {cols}")

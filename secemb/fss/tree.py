@@ -195,15 +195,10 @@ def padded_leaves(params: DPFParams) -> int:
     return -(-params.domain_size >> s) << s
 
 
-def padded_domain(path: PathKeys) -> int:
-    """:func:`padded_leaves` of ``path``'s parameters."""
-    return padded_leaves(path.params)
-
-
 def expand(path: PathKeys) -> np.ndarray:
     """Leaf words (K, m, 2) of every key (a view of a per-thread buffer valid until the next
     call; rows may be strided)."""
-    k, mp = len(path), padded_domain(path)
+    k, mp = len(path), padded_leaves(path.params)
     out = _buf("leaves", 2 * k * mp)[: 2 * k * mp]
     for r0, r1, leaves in leaf_groups(path):
         out[2 * r0 * leaves.shape[1] : 2 * r1 * leaves.shape[1]] = leaves.reshape(-1)
