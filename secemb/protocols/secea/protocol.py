@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from secemb.data import RatingData
-from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.protocols.exchange import (
     EpochFigures,
     ExchangeParty,
@@ -62,12 +62,6 @@ __all__ = ["SecEAProtocol", "SecEASilo"]
 
 #: local training: Adam's batch, as ``secemb bench secea``'s
 _BATCH = 1024
-
-
-def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidParameters(f"{name} must be an int >= {low}, got {value!r}")
-    return value
 
 
 def _float(name: str, value: Any, above: float | None = None) -> float:
@@ -115,12 +109,12 @@ class SecEAProtocol(ExchangeProtocol):
             raise InvalidParameters(f"--protocol secea scores RMSE only: --metrics must be rmse, got {metrics!r}")
         self.model, self.metrics = "mf", "rmse"
         self.lr, self.reg = _float("lr", 0.01 if lr is None else lr, 0.0), _float("reg", 0.1 if reg is None else reg)
-        self.dim = _int("dim", 8 if dim is None else dim, 1)
-        self.secea_silos = _int("secea_silos", secea_silos, 2)
-        self.secea_threshold = _int("secea_threshold", secea_threshold, 0)
-        self.secea_items = _int("secea_items", secea_items, 0)
-        self.secea_key_bits = _int("secea_key_bits", secea_key_bits, MIN_KEY_BITS)
-        self.secea_local_epochs = _int("secea_local_epochs", secea_local_epochs, 1)
+        self.dim = check_int("dim", 8 if dim is None else dim, low=1)
+        self.secea_silos = check_int("secea_silos", secea_silos, low=2)
+        self.secea_threshold = check_int("secea_threshold", secea_threshold, low=0)
+        self.secea_items = check_int("secea_items", secea_items, low=0)
+        self.secea_key_bits = check_int("secea_key_bits", secea_key_bits, low=MIN_KEY_BITS)
+        self.secea_local_epochs = check_int("secea_local_epochs", secea_local_epochs, low=1)
         self.params = SecEAParams(self.secea_silos, self.secea_threshold, dim=self.dim + 1)  # checks N, T
         self._data, self._rng = data, _rng
 
@@ -166,7 +160,7 @@ class SecEAProtocol(ExchangeProtocol):
     def make_device(self, user: int) -> SecEASilo:
         """Silo ``user`` (in ``[0, secea_silos)``) of a deployment: its users' ratings of the
         run's dataset, its MF model, its keys (fresh OS randomness)."""
-        user = _int("user", user, 0)
+        user = check_int("user", user, low=0)
         if user >= self.secea_silos:
             raise InvalidParameters(f"--user must be a silo in [0, {self.secea_silos}), got {user}")
         train = self.data()[0]
