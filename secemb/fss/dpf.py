@@ -343,14 +343,11 @@ def eval_full(keys: DPFKeys, party: int) -> np.ndarray:
 
 def eval_points(keys: DPFKeys, party: int, xs: np.ndarray) -> np.ndarray:
     """Evaluate every key at the points ``xs`` (int array (P,)): ring array (K, P, d)."""
-    b = _check_party(party)
-    if b != keys.party:
-        raise InvalidParameters(f"keys belong to party {keys.party}, not {party}")
+    path = _path_of(keys, party)
     p = keys.params
     x_idx = _check_alphas(xs, p.domain_size)
     n = p.depth
     k = len(keys)
-    path = keys.path
     w = np.ascontiguousarray(np.broadcast_to(path.roots[:, None, :], (k, x_idx.size, 2)))
     for i in range(n):
         bit = ((x_idx >> (n - 1 - i)) & 1).astype(bool)[None, :, None]
