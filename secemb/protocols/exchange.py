@@ -361,6 +361,7 @@ def stage_reply(rnd: StagedRound | None, round_id: int, stage: str, stages: Sequ
     return rnd.replies[stage].get(int(user))
 
 
-def add_seconds(rnd: StagedRound, name: str, t0: float) -> None:
-    """Add the seconds since ``t0`` (``time.perf_counter()``) to ``rnd.seconds[name]``."""
-    rnd.seconds[name] = rnd.seconds.get(name, 0.0) + time.perf_counter() - t0
+def add_seconds(seconds: dict[str, float], name: str, t0: float) -> None:
+    """Add the seconds since ``t0`` (``time.perf_counter()``) to ``seconds[name]`` (a node's
+    ``rnd.seconds``, a party's own)."""
+    seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - t0

@@ -186,7 +186,7 @@ class SecEANode:
                        "masked": rnd.psu.receive_masked, "unmask": rnd.psu.receive_unmask}[step]
             receive(user, body)
         got[user] = body
-        add_seconds(rnd, stage, t0)
+        add_seconds(rnd.seconds, stage, t0)
 
     def close(self, round_id: int, stage: str) -> None:
         """Close ``stage``: the server builds its answers (the directory, the PSU's stages, the
@@ -217,7 +217,7 @@ class SecEANode:
                 rnd.state = "committed"
             else:
                 rnd.replies[stage] = self._close_psu(rnd, stage)
-        add_seconds(rnd, stage, t0)
+        add_seconds(rnd.seconds, stage, t0)
 
     def _close_psu(self, rnd: _Round, stage: str) -> dict[int, bytes]:
         assert rnd.psu is not None
@@ -323,7 +323,7 @@ class SecEASetupParty:
                    self._psu.masked_input(answer, self._input) if step == "masked" else self._psu.unmask(answer))
         else:
             raise ProtocolError(f"silo {self.client.index}: no set-up message for stage {stage!r} now")
-        _add(self.seconds, stage, t0)
+        add_seconds(self.seconds, stage, t0)
         return out
 
     def accept(self, stage: str, body: bytes) -> None:
@@ -337,7 +337,7 @@ class SecEASetupParty:
             self.union = union
         else:
             self._answers[stage] = body
-        _add(self.seconds, stage, t0)
+        add_seconds(self.seconds, stage, t0)
 
 
 class SecEAParty:
@@ -362,10 +362,10 @@ class SecEAParty:
         t0 = time.perf_counter()
         if stage == "secea-share":
             out = self.client.upload(self.round_id, self.rows)
-            _add(self.seconds, "share+query", t0)
+            add_seconds(self.seconds, "share+query", t0)
         elif stage == "secea-answer" and self._relay is not None:
             out = self.client.answer(self._relay)
-            _add(self.seconds, "answer", t0)
+            add_seconds(self.seconds, "answer", t0)
         else:
             raise ProtocolError(f"silo {self.client.index}: no message for stage {stage!r} now")
         return out
@@ -377,12 +377,8 @@ class SecEAParty:
             self._relay = body
         elif stage == "secea-answer":
             self.average = self.client.finish(body)
-            _add(self.seconds, "decode", t0)
+            add_seconds(self.seconds, "decode", t0)
             if self.on_average is not None:
                 self.on_average(self.average)
         else:
             raise ProtocolError(f"silo {self.client.index}: no answer expected in stage {stage!r}")
-
-
-def _add(seconds: dict[str, float], part: str, t0: float) -> None:
-    seconds[part] = seconds.get(part, 0.0) + time.perf_counter() - t0

@@ -154,7 +154,7 @@ class SFSLNode:
             if part == "sum" and user not in rnd.receivers:
                 raise InvalidMessage(f"user {user} left round {round_id} in the PSU")
             receive(user, body)
-        add_seconds(rnd, part, t0)
+        add_seconds(rnd.seconds, part, t0)
 
     def close(self, round_id: int, stage: str) -> None:
         """Close ``stage``: the server builds its answers (the secure aggregations close their
@@ -185,7 +185,7 @@ class SFSLNode:
                 build = {"advertise": agg.keys_messages, "shares": agg.relayed_messages,
                          "masked": agg.survivors_messages}[stage.split("-")[1]]
                 rnd.replies[stage] = build()
-        add_seconds(rnd, part, t0)
+        add_seconds(rnd.seconds, part, t0)
 
     def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
         """The server's answer to ``user`` in ``stage`` once the stage is closed (``None``: the
@@ -245,7 +245,7 @@ class SFSLParty:
         self._values = np.empty((0, space.width), np.uint32)  # the secure sum's input, once trained
         t0 = time.perf_counter()
         self._psu_input = psu_input(bloom, device.real, _rng=_rng)
-        self._time("psu", t0)
+        add_seconds(self.seconds, "psu", t0)
 
     def message(self, stage: str) -> bytes:
         """The device's message of ``stage`` (stages in :data:`SFSL_PLAN` order, each after the
@@ -262,7 +262,7 @@ class SFSLParty:
             t1 = time.perf_counter()
             rows, self._values = self.device.train(self._answer("download"), self.round_id, self.space,
                                                    self.settings, self.rng)
-            self._time("train", t1)
+            add_seconds(self.seconds, "train", t1)
             t0 = time.perf_counter()
             self._sum = SecAggClient(self.device.user, self.sum_config, _rng=self._rng)
             out = self._sum.advertise(rows)
@@ -279,7 +279,7 @@ class SFSLParty:
                 out = client.masked_input(answer, self._psu_input if part == "psu" else self._values)
             else:
                 out = client.unmask(answer)
-        self._time(part, t0)
+        add_seconds(self.seconds, part, t0)
         return out
 
     def accept(self, stage: str, body: bytes) -> None:
@@ -290,6 +290,3 @@ class SFSLParty:
         if stage not in self._answers:
             raise ProtocolError(f"device {self.device.user}: no answer of stage {stage} yet")
         return self._answers[stage]
-
-    def _time(self, part: str, t0: float) -> None:
-        self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - t0
