@@ -201,14 +201,15 @@ def keygen(m: int, m_prime: int, d: int = 64) -> Timed:
     return Timed(1, run)
 
 
-def walk(m: int, keys: int, passes: int = 1) -> Timed:
-    """Full-domain path evaluation of ``keys`` keys, ``passes`` times a call (a workload of a
-    few milliseconds is timed too coarsely), in leaves."""
-    path, _, _ = fss.gen_path(np.random.default_rng(2).integers(0, m, keys), m)
+def walk(m: int, keys: int, passes: int = 1, scheme: str = "bgi") -> Timed:
+    """Full-domain path evaluation of ``keys`` keys of ``scheme`` (``"bgi"`` or ``"halftree"``),
+    ``passes`` times a call (a workload of a few milliseconds is timed too coarsely), in leaves."""
+    keys_mod, tree_mod = (fss, tree) if scheme == "bgi" else (halftree, halftree)
+    path, _, _ = keys_mod.gen_path(np.random.default_rng(2).integers(0, m, keys), m)
 
     def run() -> None:
         for _ in range(passes):
-            for _ in tree.leaf_groups(path):
+            for _ in tree_mod.leaf_groups(path):
                 pass
 
     return Timed(passes * keys * m, run)
@@ -249,17 +250,6 @@ def walk_blocks(m: int, scheme: str) -> float:
     return sum(-(-m >> (n - i)) for i in range(n)) / m
 
 
-def halftree_walk(m: int, keys: int) -> Timed:
-    """:func:`walk` for Half-Tree keys, in leaves."""
-    path, _, _ = halftree.gen_path(np.random.default_rng(2).integers(0, m, keys), m)
-
-    def run() -> None:
-        for _ in halftree.leaf_groups(path):
-            pass
-
-    return Timed(keys * m, run)
-
-
 def one_shot(m: int, keys: int, scheme: str) -> Timed:
     """The public ``eval_full`` at ``d = 1`` of ``scheme`` (``"bgi"`` or ``"halftree"``), in leaves."""
     mod = fss if scheme == "bgi" else halftree
@@ -298,7 +288,7 @@ def _measure(quick: bool, refs: Mapping[str, Timed], repeats: int, clock: Clock)
         "convert_blocks_per_s_d65": conversion(big, 4 if quick else 6, d=65),
         "dot_leaves_per_s": dot(big, 32 if quick else 64),
         "eval_full_leaves_per_s": one_shot(big, 8 if quick else 24, "bgi"),
-        "halftree_eval_leaves_per_s": halftree_walk(big, 20 if quick else 24),
+        "halftree_eval_leaves_per_s": walk(big, 20 if quick else 24, scheme="halftree"),
         "halftree_eval_full_leaves_per_s": one_shot(big, 8 if quick else 24, "halftree"),
         "end_to_end_bgi": end_to_end(big, 8 if quick else 24, "bgi"),
         "end_to_end_halftree": end_to_end(big, 8 if quick else 24, "halftree"),
