@@ -11,7 +11,7 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.protocols.secemb.sizes import TAG_BYTES, U64
 
-__all__ = ["VERIFY_DOMAIN", "challenge_seed", "row_tags"]
+__all__ = ["VERIFY_DOMAIN", "challenge_seed", "key_digest", "row_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): domains of the challenge seed the
@@ -54,6 +54,15 @@ def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
         digests.append(h.digest())
     tags = np.frombuffer(b"".join(digests), np.uint8).reshape(n, 32)[:, :TAG_BYTES]
     return np.ascontiguousarray(tags).view(dt.newbyteorder("<")).astype(dt)
+
+
+def key_digest(shared: bytes, checks: bytes | memoryview) -> bytes:
+    """A user's key digest, ``SHA-256(shared || checks)`` of its shared key part (as
+    :meth:`~secemb.fss.keys.DPFKeys.shared_bytes` serializes it) and its check words: what
+    :func:`challenge_seed` derives from and, with relay, what the device commits to."""
+    h = hashlib.sha256(shared)
+    h.update(checks)  # not concatenated: the key part is the bulk of a request
+    return h.digest()
 
 
 def challenge_seed(round_id: int, key_digest: bytes) -> np.ndarray:

@@ -28,7 +28,7 @@ from secemb.fss.tree import padded_leaves
 from secemb.fss.verify import CHECK_WORDS, challenges
 from secemb.protocols.backends import Backend, Handle, SerialBackend
 from secemb.protocols.base import RoundConfig, ServerRole
-from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seed, row_tags
+from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seed, key_digest, row_tags
 from secemb.protocols.secemb.sizes import (
     NAME,
     U64,
@@ -255,9 +255,7 @@ class SecEmbServer(ServerRole):
         shared = None
         if digest is None:
             shared = keys.shared_bytes()
-            h = hashlib.sha256(shared)
-            h.update(checks)
-            digest = h.digest()
+            digest = key_digest(shared, checks)
         words = read_array(memoryview(checks), 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))[0]
         return Request(keys, words, digest, shared if self.relay else None)
 

@@ -3,7 +3,6 @@ batch for many devices), the check of the rows it gets back, and its upload."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import cast
 
@@ -14,7 +13,7 @@ from secemb.errors import InvalidParameters, ProtocolError, RetrievalTampered, S
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.verify import corrections
 from secemb.protocols.base import RoundConfig, UserRole
-from secemb.protocols.secemb.checks import row_tags
+from secemb.protocols.secemb.checks import key_digest, row_tags
 from secemb.protocols.secemb.relay import relay_prg, upload_mac
 from secemb.protocols.secemb.sizes import MAC_KEY_BYTES, NAME, answer_bytes, checks_bytes, key_params, tag_words
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
@@ -153,9 +152,7 @@ class SecEmbUser(UserRole):
                 user._mac_key = own[2 * SEED_BYTES :]
                 # the digest of the exact bytes server 0 forwards (its parse re-serializes them
                 # canonically: DPFKeys.shared_bytes of the same keys)
-                h = hashlib.sha256(keys0[sl].shared_bytes())
-                h.update(own_checks)
-                digest = h.digest()
+                digest = key_digest(keys0[sl].shared_bytes(), own_checks)
                 out[i] = (msg0, frame(NAME, "retrieval_request", 1, cfg.round_id,
                                       roots1[per_user * j : per_user * (j + 1)], *user._seeds, user._mac_key, digest))
         done = cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
