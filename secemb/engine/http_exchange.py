@@ -101,6 +101,13 @@ def take_part(link: HttpExchangeLink, device: ExchangeDevice, plan: RoundPlan, d
     party = device.party(doc)
     up = down = 0
 
+    def result(outcome: Any) -> dict[str, Any]:
+        return {"round_id": round_id, "outcome": outcome, "upload_bytes": up, "download_bytes": down}
+
+    def state_of(now: dict[str, Any]) -> Any:
+        """The round's state in ``now`` (another round there: this one was aborted)."""
+        return now.get("state") if now.get("round_id") == round_id else "aborted"
+
     def settled(stage: str | None) -> dict[str, Any]:
         """The round document once ``stage`` is no longer the open one (``None``: the round ended)."""
         deadline = time.monotonic() + wait_s
@@ -117,16 +124,13 @@ def take_part(link: HttpExchangeLink, device: ExchangeDevice, plan: RoundPlan, d
         body = party.message(stage)
         link.send(round_id, stage, body)
         up += len(body)
-        now = settled(stage)
-        state = now.get("state") if now.get("round_id") == round_id else "aborted"
+        state = state_of(settled(stage))
         if state not in ("open", "committed"):
-            return {"round_id": round_id, "outcome": state, "upload_bytes": up, "download_bytes": down}
+            return result(state)
         if plan.replies(stage):
             answer = link.fetch(round_id, stage)
             if answer is None:
-                return {"round_id": round_id, "outcome": "left", "upload_bytes": up, "download_bytes": down}
+                return result("left")
             down += len(answer)
             party.accept(stage, answer)
-    final = settled(None)
-    state = final.get("state") if final.get("round_id") == round_id else "aborted"
-    return {"round_id": round_id, "outcome": state, "upload_bytes": up, "download_bytes": down}
+    return result(state_of(settled(None)))
