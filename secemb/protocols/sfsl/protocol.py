@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -36,9 +36,8 @@ from secemb.protocols.exchange import (
     RoundFigures,
 )
 from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
-from secemb.protocols.sfsl.quantize import max_weight
 from secemb.protocols.sfsl.round import RoundReport
-from secemb.protocols.sfsl.simulate import SFSLResult, SFSLRun, start_run, train_sfsl
+from secemb.protocols.sfsl.simulate import SFSLResult, SFSLRun, round_settings, start_run, train_sfsl
 from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty
 from secemb.protocols.stages import RoundPlan
 from secemb.randomness import RandomBytes, system_rng
@@ -215,7 +214,7 @@ class SFSLProtocol(ExchangeProtocol):
         train = self.data()[0]
         run = self._sfsl_run(_rounds_per_epoch(train, self.run.users_per_round)[1])
         start = start_run(train, run)
-        return self._server(start.server, _settings(run), train.num_users, run.lr_decay)
+        return self._server(start.server, round_settings(run), train.num_users, run.lr_decay)
 
     def make_device(self, user: int) -> SFSLClient:
         """Device ``user`` of a deployment: its own training samples of the run's dataset, a
@@ -283,12 +282,6 @@ class SFSLProtocol(ExchangeProtocol):
         res = train_sfsl(train, test, run, progress=progress, player=player, _rng=self._rng)
         assert res.table is not None and res.dense is not None and res.user_embeddings is not None
         return ExchangeResult(config, rounds, epochs, res.table, res.dense, res.user_embeddings)
-
-
-def _settings(run: SFSLRun) -> TrainingSettings:
-    """The public settings of ``run``'s rounds (the weight cap for its n), as :func:`train_sfsl` sets them."""
-    return replace(run.settings, max_weight=min(run.settings.max_weight,
-                                                max_weight(run.clients_per_round, run.settings.levels)))
 
 
 @dataclass

@@ -31,7 +31,7 @@ from secemb.protocols.sfsl.quantize import max_weight
 from secemb.protocols.sfsl.round import RoundReport, sfsl_round
 from secemb.randomness import RandomBytes, system_rng
 
-__all__ = ["Dropouts", "RoundPlayer", "RunStart", "SFSLResult", "SFSLRun", "start_run", "train_sfsl"]
+__all__ = ["Dropouts", "RoundPlayer", "RunStart", "SFSLResult", "SFSLRun", "round_settings", "start_run", "train_sfsl"]
 
 #: per (round, chosen device ids): ``(psu_drop_after, drop_after)`` as :func:`sfsl_round` takes them
 Dropouts = Callable[[int, np.ndarray], tuple[Mapping[int, int], Mapping[int, int]]]
@@ -142,6 +142,13 @@ def start_run(train: ClickData, run: SFSLRun) -> RunStart:
     return RunStart(rng, model, server, user_emb, bounds, users)
 
 
+def round_settings(run: SFSLRun) -> TrainingSettings:
+    """The public settings of ``run``'s rounds: ``run.settings`` with the weight cap no higher than
+    what ``clients_per_round`` contributors can sum without wrap-around (:func:`max_weight`)."""
+    return replace(run.settings, max_weight=min(run.settings.max_weight,
+                                                max_weight(run.clients_per_round, run.settings.levels)))
+
+
 def train_sfsl(train: ClickData, test: ClickData, run: SFSLRun, *,
                progress: Callable[[int, SFSLResult], None] | None = None,
                player: Callable[[SFSLServer, TrainingSettings], RoundPlayer] | None = None,
@@ -160,8 +167,7 @@ def train_sfsl(train: ClickData, test: ClickData, run: SFSLRun, *,
     """
     rng, model, server, user_emb, bounds, users = start_run(train, run)
     params = get_cpp(run.preset)
-    settings = replace(run.settings, max_weight=min(run.settings.max_weight,
-                                                    max_weight(run.clients_per_round, run.settings.levels)))
+    settings = round_settings(run)
     devices: dict[int, SFSLDevice] = {}
     host = _InProcess(server) if player is None else player(server, settings)
     auc = get_metric("auc")
