@@ -23,7 +23,7 @@ from secemb.server.errors import Conflict
 from secemb.server.rounds import Round
 from secemb.server.verify import MAX_REJECTIONS
 
-__all__ = ["RoundTerms", "admit", "check_floor", "round_terms", "user_list"]
+__all__ = ["RoundTerms", "admit", "check_floor", "check_participant", "round_terms", "user_list"]
 
 
 def user_list(users: Any, name: str, num_users: int) -> list[int]:
@@ -96,6 +96,13 @@ def round_terms(cfg: ServerConfig, participants: list[int] | None, n_p: int | No
     return RoundTerms(ids, n_p, deadline_s, quorum, min_users)
 
 
+def check_participant(rnd: Round, user: int) -> None:
+    """Refuse ``user`` a message of round ``rnd`` if the round has participants and it is not
+    one (:class:`Forbidden`); a round without a participant list takes any user."""
+    if rnd.participants is not None and user not in rnd.participants:
+        raise Forbidden(f"user {user} is not a participant of round {rnd.round_id}")
+
+
 def admit(rnd: Round, user: int, rejections: dict[int, int]) -> None:
     """Let ``user`` retrieve in round ``rnd`` (under the node's lock): it joins
     ``rnd.admitting`` until its retrieval is committed or refused.
@@ -110,9 +117,7 @@ def admit(rnd: Round, user: int, rejections: dict[int, int]) -> None:
     if failed >= MAX_REJECTIONS:
         raise Forbidden(f"user {user}'s uploads failed the servers' verification in {failed} rounds: refused until "
                         "the operator clears the alarms")
-    if rnd.participants is not None:
-        if user not in rnd.participants:
-            raise Forbidden(f"user {user} is not a participant of round {rnd.round_id}")
-    elif user not in rnd.retrieved and len(rnd.retrieved | rnd.admitting) >= rnd.n_p:
+    check_participant(rnd, user)
+    if rnd.participants is None and user not in rnd.retrieved and len(rnd.retrieved | rnd.admitting) >= rnd.n_p:
         raise Conflict(f"round {rnd.round_id} is full ({rnd.n_p} users)")
     rnd.admitting.add(user)

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from secemb.errors import InvalidParameters
-from secemb.server.auth import Forbidden
+from secemb.server.admission import check_participant
 from secemb.server.errors import Conflict
 from secemb.server.rounds import ABORTED, OPEN
 from secemb.server.state import NodeState
@@ -96,8 +96,7 @@ class Alarms(NodeState):
             rnd = self.round
             if rnd is None or rnd.round_id != r:
                 raise Conflict(f"round {r} is not the current round")
-            if rnd.participants is not None and user not in rnd.participants:
-                raise Forbidden(f"user {user} is not a participant of round {r}")
+            check_participant(rnd, user)
         text = "".join(c if c.isprintable() else " " for c in detail[:200])  # one log line, whatever it sent
         self.raise_alarm(kind, r, f"device {user} reports {kind}: {text}")
         return {"halted": True}

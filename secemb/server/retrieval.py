@@ -14,8 +14,7 @@ from collections.abc import Callable
 
 from secemb.errors import SecembError
 from secemb.server import faults
-from secemb.server.admission import admit
-from secemb.server.auth import Forbidden
+from secemb.server.admission import admit, check_participant
 from secemb.server.rounds import Batcher
 from secemb.server.state import NodeState
 
@@ -88,8 +87,7 @@ class Retrieval(NodeState):
         """A device's upload: absorbed at once (and, with relay, forwarded to server 1)."""
         with self.lock:
             rnd = self._current(r)
-            if rnd.participants is not None and user not in rnd.participants:
-                raise Forbidden(f"user {user} is not a participant of round {rnd.round_id}")
+            check_participant(rnd, user)
             fwd = rnd.busy(self.role.handle_upload, user, body)
             rnd.uploaded.add(user)
             n = len(rnd.uploaded)
