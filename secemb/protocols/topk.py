@@ -69,10 +69,15 @@ def top_k(full: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(indices, values)``: the ``k`` entries of largest magnitude of the flat ring vector
     ``full`` (read as signed two's complement), indices ascending uint32; ties keep the lower
     index.  Fewer than ``k`` non-zero entries: all of them, then index 0 with value 0."""
-    signed = full.view(np.int32 if full.dtype.itemsize == 4 else np.int64).astype(np.float64)
-    nz = np.flatnonzero(signed)
+    unsigned = full.view(np.uint32 if full.dtype.itemsize == 4 else np.uint64)
+    nz = np.flatnonzero(unsigned)
     if nz.size > k:
-        order = np.argsort(-np.abs(signed[nz]), kind="stable")[:k]
+        # |x| of the two's complement word, exact in the unsigned type (|-2^(b-1)| = 2^(b-1));
+        # ``~magnitude`` sorts the largest first, and the stable sort keeps the lower index on ties
+        words = unsigned[nz]
+        negative = (words >> np.array(8 * full.dtype.itemsize - 1, words.dtype)).astype(bool)
+        magnitude = np.where(negative, ~words + np.array(1, words.dtype), words)
+        order = np.argsort(~magnitude, kind="stable")[:k]
         nz = np.sort(nz[order])
     idx = np.zeros(k, np.int64)
     idx[:nz.size] = nz

@@ -27,6 +27,18 @@ def test_top_k_selection_by_hand():
     assert idx.tolist() == [2, 0, 0] and vals.tolist() == [9, 0, 0]
 
 
+def test_top_k_ranks_64_bit_words_exactly():
+    # 2^60 and 2^60 + 1 are the same float64: the larger magnitude must still win, wherever it sits
+    big = 1 << 60
+    words = np.array([big, -(big + 1), big - 1, 0], np.int64).view(np.uint64)
+    idx, vals = top_k(words, 1)
+    assert idx.tolist() == [1] and vals.view(np.int64).tolist() == [-(big + 1)]
+    # the most negative word has the largest magnitude of all
+    words = np.array([(1 << 63) - 1, -(1 << 63), 5], np.int64).view(np.uint64)
+    assert top_k(words, 1)[0].tolist() == [1]
+    assert top_k(words, 2)[0].tolist() == [0, 1]
+
+
 def test_k_is_the_ratio_of_the_users_update_by_default():
     proto = get_protocol("fedmf-topk")
     rc = proto.round_config(0, 1682, 65, 1, 200)
