@@ -76,8 +76,8 @@ def top_k(full: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         # ``~magnitude`` sorts the largest first, and the stable sort keeps the lower index on ties
         words = unsigned[nz]
         negative = (words >> np.array(8 * full.dtype.itemsize - 1, words.dtype)).astype(bool)
-        magnitude = np.where(negative, ~words + np.array(1, words.dtype), words)
-        order = np.argsort(~magnitude, kind="stable")[:k]
+        magnitude = np.where(negative, np.invert(words) + np.array(1, words.dtype), words)
+        order = np.argsort(np.invert(magnitude), kind="stable")[:k]
         nz = np.sort(nz[order])
     idx = np.zeros(k, np.int64)
     idx[:nz.size] = nz
