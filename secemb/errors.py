@@ -4,11 +4,13 @@ Untrusted bytes that are malformed or do not match the expected parameters alway
 :class:`InvalidMessage` (or its subclass :class:`InvalidKey`), whichever check failed, so a
 caller can treat every rejection alike.  Caller mistakes (wrong dtype, wrong shape of an
 argument) raise :class:`InvalidParameters`, a :class:`ValueError`, or a plain ``TypeError``;
-:func:`check_int` is the one check of an integer parameter.
+:func:`check_int` is the one check of an integer parameter, :func:`check_float` of a real one;
+both raise another class where the caller names one (``error=``).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "RetrievalTampered",
     "ModelDisagreement",
     "check_int",
+    "check_float",
 ]
 
 
@@ -67,14 +70,17 @@ class ModelDisagreement(Deviation):
     """The two servers (or a server and a device) hold models with different digests."""
 
 
-def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None) -> int:
+def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None,
+              error: type[Exception] = InvalidParameters) -> int:
     """``value`` as an ``int``, if it is an integer (a Python or numpy integer; never a bool)
     with ``low <= value <= high`` (each bound inclusive, ``None``: unbounded on that side).
 
     Raises
     ------
-    InvalidParameters
-        Otherwise: "``name`` must be an int in [low, high] (or >= low, <= high), got ``value!r``".
+    error
+        Otherwise (:class:`InvalidParameters` unless the caller names another class, e.g.
+        :class:`InvalidMessage` for a field of bytes another party sent): "``name`` must be an
+        int in [low, high] (or >= low, <= high), got ``value!r``".
     """
     if type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
         v = int(value)
@@ -86,4 +92,37 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
         bound = f" >= {low}"
     else:
         bound = "" if high is None else f" <= {high}"
-    raise InvalidParameters(f"{name} must be an int{bound}, got {value!r}")
+    raise error(f"{name} must be an int{bound}, got {value!r}")
+
+
+def check_float(name: str, value: object, *, low: float | None = None, above: float | None = None,
+                high: float | None = None, below: float | None = None,
+                error: type[Exception] = InvalidParameters) -> float:
+    """``value`` as a ``float``, if it is a finite real number (a Python or numpy integer or
+    float, a ``Fraction``; never a bool) within the bounds given: ``low <= value``,
+    ``above < value``, ``value <= high``, ``value < below`` (``None``: no such bound; give at
+    most one of ``low``/``above`` and one of ``high``/``below``).
+
+    Raises
+    ------
+    error
+        Otherwise (:class:`InvalidParameters` unless the caller names another class):
+        "``name`` must be a finite number in [low, high) (or > above, <= high, ...), got ``value!r``".
+    """
+    if (low is not None and above is not None) or (high is not None and below is not None):
+        raise TypeError("check_float: give at most one of low/above and one of high/below")
+    if type(value) is float or type(value) is int or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        try:
+            v = float(value)
+        except OverflowError:  # a Fraction or int beyond the float range
+            v = math.inf
+        if math.isfinite(v) and (low is None or v >= low) and (above is None or v > above) \
+                and (high is None or v <= high) and (below is None or v < below):
+            return v
+    if (low is not None or above is not None) and (high is not None or below is not None):
+        bound = " in " + (f"[{low}" if low is not None else f"({above}") + ", " \
+            + (f"{high}]" if high is not None else f"{below})")
+    else:
+        bound = next((f" {op} {b}" for op, b in ((">=", low), (">", above), ("<=", high), ("<", below))
+                      if b is not None), "")
+    raise error(f"{name} must be a finite number{bound}, got {value!r}")

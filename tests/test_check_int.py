@@ -1,11 +1,16 @@
-"""secemb.errors.check_int: the one check of an integer parameter (issue 36, "one of each")."""
+"""secemb.errors.check_int and check_float: the one check of an integer (a real) parameter (issue 36,
+"one of each"), raising the class the caller names."""
 
 from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidMessage, InvalidParameters, check_float, check_int
 
 
 @pytest.mark.parametrize("value", [0, 7, 2**64 - 1, np.int64(7), np.uint64(2**64 - 1), np.uint8(3)])
@@ -38,3 +43,59 @@ def test_bounds_are_inclusive_and_named_in_the_message(value: int, low: int | No
 def test_invalid_parameters_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         check_int("n", -1, low=0)
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    (True, "r must be an int >= 0, got True"),
+    ("1", "r must be an int >= 0, got '1'"),
+    (-1, "r must be an int >= 0, got -1"),
+])
+def test_error_names_the_class_raised_with_the_same_message(value: object, says: str) -> None:
+    with pytest.raises(InvalidMessage, match=f"^{says}$") as info:
+        check_int("r", value, low=0, error=InvalidMessage)
+    assert not isinstance(info.value, InvalidParameters)
+    assert check_int("r", 4, low=0, error=InvalidMessage) == 4
+
+
+def test_error_may_be_any_exception_class() -> None:
+    class Refused(Exception):
+        pass
+
+    with pytest.raises(Refused, match=r"^q must be an int in \[1, 3\], got 4$"):
+        check_int("q", 4, low=1, high=3, error=Refused)
+    with pytest.raises(Refused, match=r"^f must be a finite number > 0, got 0$"):
+        check_float("f", 0, above=0, error=Refused)
+
+
+@pytest.mark.parametrize("value", [0, 2, 1.5, np.float32(0.25), np.float64(1.75), np.int64(2), Fraction(1, 4)])
+def test_real_numbers_pass_and_come_back_as_python_floats(value: object) -> None:
+    got = check_float("x", value, low=0, high=2)
+    assert type(got) is float and got == float(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), math.nan, math.inf, -math.inf, np.float64("nan"),
+                                   Fraction(10**400), 10**400, "1.0", None, [1.0], 1 + 0j])
+def test_non_finite_non_real_and_bools_are_refused(value: object) -> None:
+    with pytest.raises(InvalidParameters, match=r"^x must be a finite number, got "):
+        check_float("x", value)
+
+
+@pytest.mark.parametrize(("bounds", "ok", "bad", "says"), [
+    ({"low": 0}, 0, -0.5, "s must be a finite number >= 0, got -0.5"),
+    ({"above": 1}, 1.5, 1, "s must be a finite number > 1, got 1"),
+    ({"high": 5}, 5, 5.5, "s must be a finite number <= 5, got 5.5"),
+    ({"below": 1}, 0.5, 1.0, "s must be a finite number < 1, got 1.0"),
+    ({"low": 0, "below": 1}, 0, 1, r"s must be a finite number in \[0, 1\), got 1"),
+    ({"above": 0, "high": 86400}, 86400, 0, r"s must be a finite number in \(0, 86400\], got 0"),
+    ({"low": 1, "high": 5}, 1, 5.25, r"s must be a finite number in \[1, 5\], got 5.25"),
+])
+def test_float_bounds_are_named_in_the_message(bounds: dict[str, Any], ok: float, bad: float, says: str) -> None:
+    assert check_float("s", ok, **bounds) == ok
+    with pytest.raises(InvalidParameters, match=f"^{says}$"):
+        check_float("s", bad, **bounds)
+
+
+@pytest.mark.parametrize("bounds", [{"low": 0, "above": 0}, {"high": 1, "below": 1}])
+def test_float_bounds_on_one_side_are_one_bound(bounds: dict[str, Any]) -> None:
+    with pytest.raises(TypeError):
+        check_float("s", 0.5, **bounds)
