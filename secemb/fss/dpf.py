@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar, overload
 
 import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
-from secemb.fss.keys import DPFKeys, DPFParams, PathKeys
+from secemb.fss.keys import DPFKeys, DPFParams, OutputKeys, PathKeys, _PathPart
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.convert import convert, convert_eval_into, kept_leaves
 from secemb.fss.tree import _LEFT, _RIGHT, expand, leaf_groups, padded_leaves
@@ -48,6 +48,9 @@ __all__ = [
     "eval_full",
     "eval_points",
     "eval_full_dot",
+    "path_of",
+    "full_shares",
+    "point_shares",
     "DEFAULT_TAG",
 ]
 
@@ -55,6 +58,17 @@ DEFAULT_TAG = "point"
 _Path = TypeVar("_Path")
 _Keys = TypeVar("_Keys")
 _ONE = np.uint64(1)
+
+
+class _TreePath(_PathPart, Protocol):
+    """A path part of a tree scheme: the :class:`~secemb.fss.keys.OutputKeys` needs and the
+    root words uint64 (K, 2)."""
+
+    @property
+    def roots(self) -> np.ndarray: ...
+
+
+_P = TypeVar("_P", bound=_TreePath)
 #: leaves a chunk of keys may expand at once (16 bytes each, a few copies live)
 LEAF_CHUNK = 1 << 17
 #: fewest keys per table product in :func:`eval_full_dot` (large domains: ~32 x m leaves live)
@@ -262,8 +276,22 @@ def _key_step(domain_size: int) -> int:
     return max(1, LEAF_CHUNK // domain_size)
 
 
-def _path_of(keys: PathKeys | DPFKeys, party: int) -> PathKeys:
-    p = keys.path if isinstance(keys, DPFKeys) else keys
+@overload
+def path_of(keys: OutputKeys[_P], party: int) -> _P: ...
+
+
+@overload
+def path_of(keys: PathKeys, party: int) -> PathKeys: ...
+
+
+def path_of(keys: OutputKeys[_P] | PathKeys, party: int) -> _P | PathKeys:
+    """The path part of ``keys`` (complete keys of any scheme; a BGI path part is its own).
+
+    Raises
+    ------
+    InvalidParameters: ``party`` is not 0 or 1, or the keys belong to the other party.
+    """
+    p = keys.path if isinstance(keys, OutputKeys) else keys
     if _check_party(party) != p.party:
         raise InvalidParameters(f"keys belong to party {p.party}, not {party}")
     return p
@@ -275,7 +303,7 @@ def eval_full_path(keys: PathKeys | DPFKeys, party: int) -> np.ndarray:
     This is the per-leaf state that :func:`convert_eval` turns into shares for any output
     correction word without walking the tree again.  Memory: ``16 K m`` bytes.
     """
-    p = _path_of(keys, party)
+    p = path_of(keys, party)
     m = p.params.domain_size
     out = np.empty((len(p), m, 2), np.uint64)
     step = _key_step(m)
@@ -310,23 +338,31 @@ def convert_eval(
     return out
 
 
-def shares_into(
-    groups: Iterator[tuple[int, int, np.ndarray]], domain_size: int, padded: int, cw: np.ndarray, party: int,
-    out: np.ndarray,
+def _shares_into(
+    groups: Iterator[tuple[int, int, np.ndarray]], params: DPFParams, cw: np.ndarray, party: int, out: np.ndarray
 ) -> None:
     """Shares of every leaf of a full-domain walk's ``groups`` (:func:`~secemb.fss.tree.leaf_groups`
-    of keys over ``[0, domain_size)``, ``padded`` leaves a key) for output correction words
-    ``cw`` (K, d) into ``out``, a C-contiguous ring array (K, m, d): each group is converted
-    while it is in cache, padding leaves dropped (no per-leaf word is stored for all keys)."""
+    of keys with ``params``) for output correction words ``cw`` (K, d) into ``out``, a
+    C-contiguous ring array (K, m, d): each group is converted while it is in cache, padding
+    leaves dropped (no per-leaf word is stored for all keys)."""
+    m, padded = params.domain_size, padded_leaves(params)
     flat = out.reshape(-1, out.shape[-1])
     for r0, r1, leaves in groups:
         a0, z0 = r0 * leaves.shape[1], r1 * leaves.shape[1]
-        part = flat[kept_leaves(a0, padded, domain_size) : kept_leaves(z0, padded, domain_size)]
-        convert_eval_into(leaves.reshape(-1, 2), cw, a0, padded, party, DEFAULT_TAG, part, valid=domain_size)
+        part = flat[kept_leaves(a0, padded, m) : kept_leaves(z0, padded, m)]
+        convert_eval_into(leaves.reshape(-1, 2), cw, a0, padded, party, DEFAULT_TAG, part, valid=m)
 
 
-def _shares_into(path: PathKeys, cw: np.ndarray, party: int, out: np.ndarray) -> None:
-    shares_into(leaf_groups(path), path.params.domain_size, padded_leaves(path.params), cw, party, out)
+def full_shares(
+    keys: OutputKeys[_P], party: int, walk: Callable[[_P], Iterator[tuple[int, int, np.ndarray]]]
+) -> np.ndarray:
+    """:func:`eval_full` for the keys of any tree scheme whose full-domain walk is ``walk`` (its
+    ``leaf_groups``: :func:`secemb.fss.tree.leaf_groups` or Half-Tree's).  Raises as
+    :func:`path_of`."""
+    p = keys.params
+    out = np.empty((len(keys), p.domain_size, p.payload_width), p.dtype)
+    _shares_into(walk(path_of(keys, party)), p, keys.cw_out, party, out)
+    return out
 
 
 def eval_full(keys: DPFKeys, party: int) -> np.ndarray:
@@ -335,32 +371,41 @@ def eval_full(keys: DPFKeys, party: int) -> np.ndarray:
     For every key, ``eval_full(keys0, 0) + eval_full(keys1, 1)`` is ``beta`` at ``alpha`` and
     0 elsewhere (mod ``2^k``).  Memory: the output plus one cache-sized group of leaves.
     """
-    p = keys.params
-    out = np.empty((len(keys), p.domain_size, p.payload_width), p.dtype)
-    _shares_into(_path_of(keys, party), keys.cw_out, party, out)
-    return out
+    return full_shares(keys, party, leaf_groups)
 
 
 def eval_points(keys: DPFKeys, party: int, xs: np.ndarray) -> np.ndarray:
     """Evaluate every key at the points ``xs`` (int array (P,)): ring array (K, P, d)."""
-    path = _path_of(keys, party)
+    return point_shares(keys, party, xs, _children)
+
+
+def _children(path: PathKeys, i: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both children of the nodes ``w`` uint64 (K, P, 2) at level ``i`` of BGI keys ``path``."""
+    mask = (0 - (w[:, :, 0] & _ONE))[:, :, None]
+    cw_l = path.cw_seed[:, i].copy()
+    cw_l[:, 0] |= path.cw_tl[:, i].astype(np.uint64)
+    cw_r = path.cw_seed[:, i].copy()
+    cw_r[:, 0] |= path.cw_tr[:, i].astype(np.uint64)
+    return _LEFT.mmo(w) ^ (cw_l[:, None, :] & mask), _RIGHT.mmo(w) ^ (cw_r[:, None, :] & mask)
+
+
+def point_shares(
+    keys: OutputKeys[_P], party: int, xs: np.ndarray,
+    children: Callable[[_P, int, np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> np.ndarray:
+    """:func:`eval_points` for the keys of any tree scheme: each key walks from its root to every
+    point of ``xs``, ``children(path, i, w)`` the left and right children of the nodes ``w``
+    uint64 (K, P, 2) at level ``i``.  Raises as :func:`path_of` and, for a point outside the
+    domain, as :func:`gen_path` for an alpha."""
+    path = path_of(keys, party)
     p = keys.params
     x_idx = _check_alphas(xs, p.domain_size)
     n = p.depth
-    k = len(keys)
-    w = np.ascontiguousarray(np.broadcast_to(path.roots[:, None, :], (k, x_idx.size, 2)))
+    w = np.ascontiguousarray(np.broadcast_to(path.roots[:, None, :], (len(keys), x_idx.size, 2)))
     for i in range(n):
         bit = ((x_idx >> (n - 1 - i)) & 1).astype(bool)[None, :, None]
-        t = w[:, :, 0] & _ONE
-        mask = (0 - t)[:, :, None]
-        left = _LEFT.mmo(w)
-        right = _RIGHT.mmo(w)
-        cw_l = path.cw_seed[:, i].copy()
-        cw_l[:, 0] |= path.cw_tl[:, i].astype(np.uint64)
-        cw_r = path.cw_seed[:, i].copy()
-        cw_r[:, 0] |= path.cw_tr[:, i].astype(np.uint64)
-        w = np.where(bit, right ^ (cw_r[:, None, :] & mask), left ^ (cw_l[:, None, :] & mask))
-        w = np.ascontiguousarray(w)
+        left, right = children(path, i, w)
+        w = np.ascontiguousarray(np.where(bit, right, left))
     return convert_eval(w, keys.cw_out, party, ring_bits=p.ring_bits, tag=DEFAULT_TAG)
 
 
@@ -386,7 +431,7 @@ def eval_full_dot(keys: DPFKeys, party: int, table: np.ndarray) -> np.ndarray:
         raise InvalidParameters(
             f"table must be {p.dtype} of shape ({p.domain_size}, D), got {table.dtype} {table.shape}"
         )
-    path = _path_of(keys, b)
+    path = path_of(keys, b)
     out = np.empty((len(keys), table.shape[1]), p.dtype)
     # at least DOT_KEYS rows per product: a thinner one rereads the whole table per few keys
     step = max(_key_step(p.domain_size), DOT_KEYS)
@@ -394,6 +439,6 @@ def eval_full_dot(keys: DPFKeys, party: int, table: np.ndarray) -> np.ndarray:
     e = np.empty((min(step, len(keys)), p.domain_size, 1), p.dtype)
     for lo in range(0, len(keys), step):
         hi = min(lo + step, len(keys))
-        _shares_into(path[lo:hi], keys.cw_out[lo:hi], b, e[: hi - lo])
+        _shares_into(leaf_groups(path[lo:hi]), p, keys.cw_out[lo:hi], b, e[: hi - lo])
         out[lo:hi] = ring_matmul(e[: hi - lo, :, 0], limbs, p.ring_bits)
     return out

@@ -36,20 +36,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.dpf import (
-    DEFAULT_TAG,
     GenState,
     _check_alphas,
-    _check_party,
-    convert_eval,
+    full_shares,
     gen_keys,
-    shares_into,
+    point_shares,
 )
 from secemb.fss.keys import DPFParams, OutputKeys
 from secemb.fss.prg import aes_for
-from secemb.fss.tree import GROUP_LEAVES, SUBTREE_DEPTH, _buf, compiled_groups, padded_leaves
+from secemb.fss.tree import compiled_groups, numpy_groups
 from secemb.randomness import RandomBytes, random_words, system_rng
 
 __all__ = ["HASH_KEY", "HalfTreePath", "HalfTreeKeys", "ccr_hash", "gen_path", "gen", "leaf_groups", "eval_full",
@@ -153,60 +150,27 @@ def leaf_groups(path: HalfTreePath) -> Iterator[tuple[int, int, np.ndarray]]:
     """Every key's leaves, group by group: the groups, rows and leaf order of
     :func:`secemb.fss.tree.leaf_groups` (leaf ``p`` of row ``r`` at flat position
     ``r 2^s + p`` of a (K, padded) walk; a view valid until the next step)."""
-    m, n = path.params.domain_size, path.params.depth
-    s = min(SUBTREE_DEPTH, n)
+    m = path.params.domain_size
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
 
         yield from compiled_groups(path.roots, np.ascontiguousarray(path.cw), m, round_keys(HASH_KEY))
         return
-    k = len(path)
-    x = path.roots[:, None, :].copy()
-    for i in range(n - s):  # the top, breadth-first over every key
-        out = np.empty((k, -(-m >> (n - 1 - i)), 2), np.uint64)
-        _level(x, path.cw[:, i, None], out)
-        x = out
-    f = x.shape[1]
-    rows = x.reshape(k * f, 2)
-    group = max(1, GROUP_LEAVES >> s)
-    bufs = (_buf("ht0", 2 * group << s), _buf("ht1", 2 * group << s))
-    for r0 in range(0, k * f, group):
-        r1 = min(r0 + group, k * f)
-        g = r1 - r0
-        cw = path.cw[np.arange(r0, r1) // f, n - s :]
-        y = bufs[1][: 2 * g].reshape(g, 1, 2)
-        y[:, 0] = rows[r0:r1]
-        for i in range(s):
-            out = bufs[i % 2][: 2 * g * (2 << i)].reshape(g, 2 << i, 2)
-            _level(y, cw[:, i, None], out)
-            y = out
-        yield r0, r1, y
-
-
-def _path_of(keys: HalfTreeKeys, party: int) -> HalfTreePath:
-    if _check_party(party) != keys.party:
-        raise InvalidParameters(f"keys belong to party {keys.party}, not {party}")
-    return keys.path
+    yield from numpy_groups(path.roots, (path.cw,), m, _level)
 
 
 def eval_full(keys: HalfTreeKeys, party: int) -> np.ndarray:
     """Every key on the whole domain: ring (K, m, d); ``eval_full(keys0, 0) + eval_full(keys1,
     1)`` is ``beta`` at ``alpha`` and 0 elsewhere (mod ``2^k``)."""
-    p = keys.params
-    out = np.empty((len(keys), p.domain_size, p.payload_width), p.dtype)
-    shares_into(leaf_groups(_path_of(keys, party)), p.domain_size, padded_leaves(p), keys.cw_out, party, out)
-    return out
+    return full_shares(keys, party, leaf_groups)
 
 
 def eval_points(keys: HalfTreeKeys, party: int, xs: np.ndarray) -> np.ndarray:
     """Every key at the points ``xs`` (int array (P,)): ring (K, P, d)."""
-    path = _path_of(keys, party)
-    p = keys.params
-    x_idx = _check_alphas(xs, p.domain_size)
-    n = p.depth
-    w = np.ascontiguousarray(np.broadcast_to(path.roots[:, None, :], (len(keys), x_idx.size, 2)))
-    for i in range(n):
-        bit = ((x_idx >> (n - 1 - i)) & 1).astype(bool)[None, :, None]
-        left = ccr_hash(w) ^ (path.cw[:, i, None, :] & (0 - (w[:, :, 0] & _ONE))[:, :, None])
-        w = np.ascontiguousarray(np.where(bit, left ^ w, left))
-    return convert_eval(w, keys.cw_out, party, ring_bits=p.ring_bits, tag=DEFAULT_TAG)
+    return point_shares(keys, party, xs, _children)
+
+
+def _children(path: HalfTreePath, i: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both children of the nodes ``w`` uint64 (K, P, 2) at level ``i`` of ``path``."""
+    left = ccr_hash(w) ^ (path.cw[:, i, None, :] & (0 - (w[:, :, 0] & _ONE))[:, :, None])
+    return left, left ^ w

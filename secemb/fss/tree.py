@@ -25,7 +25,7 @@ with the AES rounds inline.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from secemb.fss import kernels
 from secemb.fss.keys import DPFParams, PathKeys
 from secemb.fss.prg import aes_for
 
-__all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "leaf_groups", "compiled_groups", "expand"]
+__all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "leaf_groups", "numpy_groups", "compiled_groups", "expand"]
 
 _ONE = np.uint64(1)
 _LEFT = aes_for("tree/left")
@@ -99,23 +99,6 @@ def _cw_planes(path: PathKeys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def _expand_top(path: PathKeys, levels: int) -> np.ndarray:
-    """Nodes (K, N, 2) at depth ``levels`` whose subtrees hold a leaf < m (breadth-first)."""
-    m, n = path.params.domain_size, path.params.depth
-    k = len(path)
-    cw_hi, cw_l, cw_r = _cw_planes(path)
-    cap = 2 * k * (-(-m >> (n - levels)) if levels else 1)
-    bufs = (_buf("top0", cap), _buf("top1", cap))
-    x = bufs[1][: 2 * k].reshape(k, 1, 2)
-    x[:] = path.roots[:, None, :]
-    for i in range(levels):
-        need = -(-m >> (n - 1 - i))  # nodes at depth i + 1 with a leaf < m
-        out = bufs[i % 2][: 2 * k * need].reshape(k, need, 2)
-        _level(x, cw_hi[:, i, None], cw_l[:, i, None], cw_r[:, i, None], out)
-        x = out
-    return x
-
-
 def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
     """Expand every key of ``path`` to its leaves, group by group.
 
@@ -130,20 +113,43 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
     ``(r0, r1, leaves)``: rows ``[r0, r1)`` and their leaf words, uint64 (r1 - r0, 2^s, 2),
     a view of a per-thread buffer valid until the next step.
     """
-    n = path.params.depth
-    s = min(SUBTREE_DEPTH, n)
-    top = n - s
-    cw_hi, cw_l, cw_r = _cw_planes(path)
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
 
+        cw_hi, cw_l, cw_r = _cw_planes(path)
         hi = np.broadcast_to(cw_hi[:, :, None], cw_l.shape + (2,))
         cwp = np.ascontiguousarray(np.stack([np.stack([cw_l, cw_r], axis=2), hi], axis=3))
         yield from compiled_groups(path.roots, cwp, path.params.domain_size, round_keys(_LEFT.name, _RIGHT.name))
         return
-    frontier = _expand_top(path, top)
-    k, f = frontier.shape[:2]
-    rows = frontier.reshape(k * f, 2)
+    yield from numpy_groups(path.roots, _cw_planes(path), path.params.domain_size, _level)
+
+
+def numpy_groups(
+    roots: np.ndarray, cws: tuple[np.ndarray, ...], m: int, level: Callable[..., None]
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """:func:`leaf_groups` in numpy for either tree scheme: ``roots`` uint64 (K, 2), ``cws`` the
+    scheme's per-level corrections (each (K, n, ...), row ``key`` level ``i`` at ``[key, i]``),
+    ``level(x, *c, out)`` the children of parents ``x`` (R, N, 2) into ``out`` (R, need, 2) with
+    their rows' corrections ``c`` (each ``cws[j][rows, i, None]``); the same groups, rows and
+    leaves (and buffer lifetime) as :func:`leaf_groups`.
+
+    The top ``n - s`` levels run breadth-first over every key (only nodes with a leaf < m), the
+    bottom ``s`` on row groups of frontier nodes.
+    """
+    k, n = cws[0].shape[:2]
+    s = min(SUBTREE_DEPTH, n)
+    top = n - s
+    cap = 2 * k * (-(-m >> s) if top else 1)
+    tops = (_buf("top0", cap), _buf("top1", cap))
+    x = tops[1][: 2 * k].reshape(k, 1, 2)
+    x[:] = roots[:, None, :]
+    for i in range(top):
+        need = -(-m >> (n - 1 - i))  # nodes at depth i + 1 with a leaf < m
+        out = tops[i % 2][: 2 * k * need].reshape(k, need, 2)
+        level(x, *(c[:, i, None] for c in cws), out)
+        x = out
+    f = x.shape[1]
+    rows = x.reshape(k * f, 2)
     group = max(1, GROUP_LEAVES >> s)
     width = 1 << s
     bufs = (_buf("grp0", 2 * group * width), _buf("grp1", 2 * group * width))
@@ -151,14 +157,14 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
         r1 = min(r0 + group, k * f)
         g = r1 - r0
         key = np.arange(r0, r1) // f
-        ch, cl, cr = cw_hi[key, top:], cw_l[key, top:], cw_r[key, top:]
-        x = bufs[1][: 2 * g].reshape(g, 1, 2)
-        x[:, 0] = rows[r0:r1]
+        sel = [c[key, top:] for c in cws]
+        y = bufs[1][: 2 * g].reshape(g, 1, 2)
+        y[:, 0] = rows[r0:r1]
         for i in range(s):
             out = bufs[i % 2][: 2 * g * (2 << i)].reshape(g, 2 << i, 2)
-            _level(x, ch[:, i, None], cl[:, i, None], cr[:, i, None], out)
-            x = out
-        yield r0, r1, x
+            level(y, *(c[:, i, None] for c in sel), out)
+            y = out
+        yield r0, r1, y
 
 
 def compiled_groups(
