@@ -17,7 +17,8 @@ perturbation, download, local training, secure sum) from a fresh DIN.
   update under the secure sum) and the pure, unsecured versions of federated submodel learning
   and federated learning (FSL, FL).
 * :func:`memory` -- Section VI-D: peak resident memory measured in fresh processes, of one
-  client's round work (under a preset or a baseline) and of a whole in-process round.
+  client's round work (under a preset or a baseline), of the server alone (a preset's round
+  with the server in its own process) and of a whole in-process round.
 * :func:`training` -- SFSL training with AUC on held-out samples (the side-by-side table).
 * :func:`curve` -- Figure 4: test AUC over rounds for SFSL under a preset or a plaintext
   baseline (:mod:`secemb.protocols.sfsl.baselines`: FL, centralized), within a time budget.
@@ -38,11 +39,16 @@ import numpy as np
 
 from secemb.bench.rss import reset_peak, status_kb
 from secemb.data.ctr import ClickData, TaobaoShaped
+from secemb.engine.exchange import LocalExchange, Rounds
 from secemb.errors import InvalidParameters
 from secemb.models.din import DIN
 from secemb.privacy.randomized_response import CPP_PRESETS, event_probabilities, get_cpp
 from secemb.protocols.sfsl import SFSLDevice, SFSLRun, SFSLServer, TrainingSettings, sfsl_round, train_sfsl
 from secemb.protocols.sfsl.baselines import BASELINES, train_baseline
+from secemb.protocols.sfsl.protocol import ExchangePlayer
+from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode
+from secemb.randomness import system_rng
+from secemb.secagg.psu import BloomParams
 
 __all__ = ["COST_BASELINES", "CURVES", "PAPER", "baseline_costs", "curve", "memory", "merge", "plot_fig4",
            "plot_fig5", "round_costs", "run", "table5", "training"]
@@ -330,6 +336,103 @@ def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: 
     q.put({"base_kb": base, "peak_kb": status_kb("VmHWM"), "rows": int(rows.size), "samples": int(b[u + 1] - b[u])})
 
 
+class _NodeInChild:
+    """An :class:`~secemb.protocols.base.ExchangeNode` whose calls run in another process
+    (:func:`_server_child`) over ``conn``: the engine drives it as the node itself."""
+
+    plan = SFSL_PLAN
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def _call(self, method: str, *args: Any) -> Any:
+        self.conn.send((method, args))
+        ok, value = self.conn.recv()
+        if not ok:
+            raise RuntimeError(f"the server process refused {method}: {value}")
+        return value
+
+    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
+        return dict(self._call("open_round", round_id, users))
+
+    def receive(self, round_id: int, stage: str, user: int, body: bytes) -> None:
+        self._call("receive", round_id, stage, user, body)
+
+    def close(self, round_id: int, stage: str) -> None:
+        self._call("close", round_id, stage)
+
+    def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
+        out = self._call("reply", round_id, stage, user)
+        return None if out is None else bytes(out)
+
+    def outcome(self, round_id: int) -> dict[str, Any]:
+        return dict(self._call("outcome", round_id))
+
+
+def _server_child(n: int, shape: str, batch: int, seed: int, conn: Any) -> None:
+    """In a fresh process: the SFSL server (:class:`SFSLNode` over the public model of
+    :func:`_world`, the clients' data freed) answering the node calls that come over ``conn``
+    (``(method, args)``; ``None`` ends); first sends its RSS once the node is built and the
+    peak reset, last its peak (kB)."""
+    import gc
+
+    data, _, _, emb, server = _world(TaobaoShaped(shape, seed), n, seed)
+    node = SFSLNode(server, TrainingSettings(batch=batch))
+    del data, emb, server
+    gc.collect()
+    _reset_peak()
+    conn.send(status_kb("VmRSS"))
+    while (call := conn.recv()) is not None:
+        method, args = call
+        try:
+            conn.send((True, getattr(node, method)(*args)))
+        except Exception as exc:  # noqa: BLE001 -- the parent raises it, with its type and message
+            conn.send((False, f"{type(exc).__name__}: {exc}"))
+    conn.send(status_kb("VmHWM"))
+
+
+def _server_memory(scheme: str, n: int, shape: str, batch: int, seed: int) -> dict[str, Any]:
+    """One round of ``scheme`` (a preset) at ``n`` clients with the server in a fresh process
+    (:func:`_server_child`) and the clients in this one, played by the engine's stages
+    (:class:`~secemb.protocols.sfsl.protocol.ExchangePlayer`, the messages carried over a pipe);
+    the server's peak and the round's traffic."""
+    import multiprocessing as mp
+
+    import torch
+
+    torch.set_num_threads(1)
+    ctx = mp.get_context("spawn")
+    mine, theirs = ctx.Pipe()
+    proc = ctx.Process(target=_server_child, args=(n, shape, batch, seed, theirs))
+    proc.start()
+    node = _NodeInChild(mine)
+    try:
+        if not mine.poll(600):
+            raise RuntimeError(f"the server process (exit code {proc.exitcode}) sent nothing in 10 minutes")
+        base = int(mine.recv())
+        data, rng, model, emb, server = _world(TaobaoShaped(shape, seed), n, seed)
+        b = data.user_bounds()
+        devices = {int(u): SFSLDevice(int(u), data.subset(slice(b[u], b[u + 1])), get_cpp(scheme), model, emb[u])
+                   for u in np.unique(data.user)}
+        exchange = LocalExchange(node)
+        player = ExchangePlayer(Rounds(SFSL_PLAN, exchange.admin, exchange.link, lambda: b""), server.space,
+                                BloomParams.exact(server.space.goods), server.table.shape)
+        rep = player.play(devices, 1, TrainingSettings(batch=batch), rng, psu_drop_after={}, drop_after={},
+                          _rng=system_rng)
+        mine.send(None)
+        peak = int(mine.recv())
+    except EOFError:
+        raise RuntimeError(f"the server process exited with code {proc.exitcode} before reporting") from None
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.terminate()
+    return {"base_kb": base, "peak_kb": peak, "union": rep.union_size,
+            "perturbed": float(np.mean(list(rep.perturbed_sizes.values()))),
+            "client_bytes": float(np.mean([sum(rep.upload_bytes[u].values()) + sum(rep.download_bytes[u].values())
+                                           for u in rep.upload_bytes]))}
+
+
 def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", batch: int = 32,
            seed: int = 0) -> dict[str, Any]:
     """Section VI-D, measured: peak resident memory (``VmHWM``, reset just before the measured
@@ -342,6 +445,13 @@ def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", 
       union is that of the ``n`` clients' real sets, as the PSU gives), its local training and
       its secure-sum input (SFL: the whole model's rows); the secure sum's own masking is not
       in it.  The reply is built before the measurement and the server's objects freed.
+    * ``what="server"`` (presets only): the server alone -- one round of ``n`` clients with the
+      server (:class:`SFSLNode` over the public model) in a fresh process of its own that holds
+      nothing else, the clients in this one, the messages carried over a pipe and the stages
+      played by the engine (:class:`~secemb.protocols.sfsl.protocol.ExchangePlayer`); its peak
+      above its RSS once the model is built (the messages it receives and holds, the PSU and the
+      secure sum's state, the replies, the update).  The row adds the round's ``union``, mean
+      ``perturbed`` set size and mean ``client_bytes`` (up + down).
     * ``what="round"``: the whole round of :func:`round_costs` / :func:`baseline_costs` in one
       process (the server and all ``n`` clients): an upper bound of the server's memory.
 
@@ -351,16 +461,24 @@ def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", 
     Raises
     ------
     InvalidParameters
-        An unknown scheme or ``what``.
+        An unknown scheme or ``what``, or ``what="server"`` for a baseline.
     RuntimeError
-        The fresh process died before reporting (e.g. it could not import the program).
+        The fresh process died before reporting (e.g. it could not import the program), or the
+        server process refused a call.
     """
     import multiprocessing as mp
     import queue
 
-    if scheme not in (*CPP_PRESETS, *COST_BASELINES) or what not in ("client", "round"):
-        raise InvalidParameters(f"scheme must be a preset or one of {COST_BASELINES} and what 'client' or 'round', "
-                                f"got {scheme!r}, {what!r}")
+    if (scheme not in (*CPP_PRESETS, *COST_BASELINES) or what not in ("client", "server", "round")
+            or (what == "server" and scheme not in CPP_PRESETS)):
+        raise InvalidParameters(f"scheme must be a preset (what 'client', 'server' or 'round') or one of "
+                                f"{COST_BASELINES} (what 'client' or 'round'), got {scheme!r}, {what!r}")
+    kb = 1024 / 1e6
+    if what == "server":
+        res = _server_memory(scheme, n, shape, batch, seed)
+        return {"scheme": scheme, "n": n, "what": what, "shape": shape, "batch": batch,
+                "work_mb": (res["peak_kb"] - res["base_kb"]) * kb, "process_mb": res["peak_kb"] * kb,
+                "base_mb": res["base_kb"] * kb, **{k: res[k] for k in ("union", "perturbed", "client_bytes")}}
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     proc = ctx.Process(target=_memory_child, args=(what, scheme, n, shape, batch, seed, q))
@@ -381,7 +499,6 @@ def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", 
                                    "result") from None
     finally:
         proc.join()
-    kb = 1024 / 1e6
     out = {"scheme": scheme, "n": n, "what": what, "shape": shape, "batch": batch,
            "work_mb": (res["peak_kb"] - res["base_kb"]) * kb, "process_mb": res["peak_kb"] * kb,
            "base_mb": res["base_kb"] * kb}
@@ -422,7 +539,7 @@ def plan(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int]
     """The measurements :func:`run` makes for ``parts``, in order: ``(part, preset or baseline,
     n, dropout)`` (``table5`` has one, at the largest n; ``baselines``: each of ``baselines`` at
     each of ``baseline_ns``; ``memory``: ``what/scheme`` for each of ``memory_what``,
-    ``memory_schemes`` and ``memory_ns``)."""
+    ``memory_schemes`` and ``memory_ns``, ``server`` for the presets only)."""
     steps: list[tuple[str, str, int, float]] = []
     if "table5" in parts:
         steps.append(("table5", "", max([*ns, *n_large]), 0.0))
@@ -436,7 +553,7 @@ def plan(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int]
         steps += [("baselines", name, n, 0.0) for n in baseline_ns for name in baselines]
     if "memory" in parts:
         steps += [("memory", f"{what}/{name}", n, 0.0) for n in memory_ns for what in memory_what
-                  for name in memory_schemes]
+                  for name in memory_schemes if what != "server" or name in CPP_PRESETS]
     return steps
 
 

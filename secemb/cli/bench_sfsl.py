@@ -43,8 +43,10 @@ def register(bench_app: typer.Typer) -> None:
         baseline_ns: str = typer.Option("20", help="baselines: numbers of clients n."),
         memory_schemes: str = typer.Option("CPP2,CPP5,SFL,FSL,FL", help="memory: presets and baselines."),
         memory_ns: str = typer.Option("20", help="memory: numbers of clients n."),
-        memory_what: str = typer.Option("client,round", help="memory: client (one client's round work), round (a "
-                                        "whole in-process round: an upper bound of the server's)."),
+        memory_what: str = typer.Option("client,round", help="memory: client (one client's round work), server (the "
+                                        "server alone, in its own process; presets only, the baselines are "
+                                        "skipped), round (a whole in-process round: an upper bound of the "
+                                        "server's)."),
         shape: str = typer.Option("taobao", help="Taobao shape of the cost rounds: taobao, taobao-small, taobao-mini."),
         batch: int = typer.Option(32, min=1, help="Local SGD batch of the cost rounds (the paper: 2)."),
         train_data: str = typer.Option("ml-100k,taobao-small", help="train: datasets (ml-100k, taobao-*)."),
@@ -100,9 +102,9 @@ def register(bench_app: typer.Typer) -> None:
         mem_schemes = _names(memory_schemes)
         mem_what = tuple(x.strip().lower() for x in memory_what.split(",") if x.strip())
         if any(m not in (*CPP_PRESETS, *bench_sfsl.COST_BASELINES) for m in mem_schemes) \
-                or not set(mem_what) <= {"client", "round"} or (mem_ns and min(mem_ns) < 2):
-            fail(f"--memory-schemes must be presets or {list(bench_sfsl.COST_BASELINES)}, --memory-what client and/or "
-                 f"round, --memory-ns >= 2; got {memory_schemes!r}, {memory_what!r}, {memory_ns!r}")
+                or not set(mem_what) <= {"client", "server", "round"} or (mem_ns and min(mem_ns) < 2):
+            fail(f"--memory-schemes must be presets or {list(bench_sfsl.COST_BASELINES)}, --memory-what client, "
+                 f"server and/or round, --memory-ns >= 2; got {memory_schemes!r}, {memory_what!r}, {memory_ns!r}")
         schemes_b = _names(baselines)
         if any(b not in bench_sfsl.COST_BASELINES for b in schemes_b) or (base_ns and min(base_ns) < 2):
             fail(f"--baselines must be among {list(bench_sfsl.COST_BASELINES)} and --baseline-ns >= 2, got "

@@ -93,6 +93,23 @@ def test_memory_of_a_client_is_measured_in_a_fresh_process() -> None:
     assert row["base_mb"] > 50  # the interpreter with numpy and torch imported
 
 
+def test_memory_of_the_server_alone_is_measured_in_its_own_process() -> None:
+    row = sfsl.memory("CPP1", 4, "server", shape="taobao-mini", batch=8)
+    ref = sfsl.round_costs("CPP1", 4, shape="taobao-mini", batch=8)
+    assert (row["scheme"], row["what"], row["n"]) == ("CPP1", "server", 4)
+    # CPP1 draws nothing random: the round through the server's own process is the in-process
+    # round, message for message (the same union, the same bytes per client)
+    assert row["union"] == ref["union"] and row["perturbed"] == ref["perturbed"]
+    assert row["client_bytes"] == sum(ref["upload_bytes"].values()) + sum(ref["download_bytes"].values())
+    assert row["work_mb"] > 0 and row["process_mb"] == pytest.approx(row["base_mb"] + row["work_mb"])
+
+
+def test_memory_plan_measures_the_server_alone_for_presets_only() -> None:
+    steps = sfsl.plan(("memory",), memory_schemes=("CPP2", "SFL"), memory_ns=(10,), memory_what=("server", "round"))
+    assert steps == [("memory", "server/CPP2", 10, 0.0), ("memory", "round/CPP2", 10, 0.0),
+                     ("memory", "round/SFL", 10, 0.0)]
+
+
 @pytest.mark.parametrize("scheme, what", [("CPP9", "client"), ("SFL", "server")])
 def test_memory_refuses_unknown_schemes_and_parties(scheme, what) -> None:
     with pytest.raises(InvalidParameters, match="scheme"):
