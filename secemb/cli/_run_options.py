@@ -1,10 +1,10 @@
 """The training options ``secemb train`` and ``secemb demo`` share, declared from
-:class:`~secemb.round.options.RunOptions`: each option's help and lower bound are the field's
+:class:`~secemb.options.RunOptions`: each option's help and lower bound are the field's
 (its default is ``DEFAULTS.<name>`` in the command's signature, so ``--help`` shows the
 model's), and ``--config FILE`` layers a config file under the command line.
 
 ``--config`` is eager: its callback reads and validates the file
-(:func:`~secemb.round.options.read_options`, the keys limited to the command's own options)
+(:func:`~secemb.options.read_options`, the keys limited to the command's own options)
 and puts its values in click's ``default_map``, so click applies the precedence: command line
 (and ``SECEMB_DATA_DIR``) > config file > default.  An option the file sets counts as set by the
 user (:func:`secemb.cli._exchange.given_options`): a one-server protocol gets it, or refuses it.
@@ -24,7 +24,7 @@ import typer
 
 from secemb.cli._usage import fail
 from secemb.errors import InvalidParameters
-from secemb.round.options import RunOptions, read_options
+from secemb.options import RunOptions, read_options
 
 __all__ = ["DEFAULTS", "Alpha", "Backend", "ConfigFile", "DataDir", "Dataset", "Dim", "Download", "DpClip", "DpDelta",
            "DpEpsilon", "DpLevel", "EarlyStop", "Epochs", "Expansion", "LazyAdam", "Layout", "Lr", "MPrime",

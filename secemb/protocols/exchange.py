@@ -60,12 +60,16 @@ from typing import Any, ClassVar, Protocol as TypingProtocol, TypeVar, runtime_c
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
+from secemb.options import RunOptions
 from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
 
 __all__ = ["DurableExchangeNode", "EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol",
            "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures",
            "StagedRound", "add_seconds", "closing_stage", "current_round", "open_stage", "stage_reply"]
+
+#: the run's options' defaults (:class:`~secemb.options.RunOptions`), :class:`ExchangeRun`'s too
+_RUN = RunOptions()
 
 
 class ExchangeParty(TypingProtocol):
@@ -200,14 +204,15 @@ class ExchangeResult:
 class ExchangeRun:
     """What every run of a one-server protocol is given, whatever the protocol: the dataset
     (name and where its files are), the schedule (``epochs``, ``users_per_round``) and the seed
-    of the run's training randomness."""
+    of the run's training randomness.  The defaults are the run's options'
+    (:class:`~secemb.options.RunOptions`, what ``secemb train`` defaults to)."""
 
     dataset: str
-    data_dir: Path | None = None
-    download: bool = False
-    epochs: int = 1
-    users_per_round: int = 20
-    seed: int = 0
+    data_dir: Path | None = _RUN.data_dir
+    download: bool = _RUN.download
+    epochs: int = _RUN.epochs
+    users_per_round: int = _RUN.users_per_round
+    seed: int = _RUN.seed
 
     def __post_init__(self) -> None:
         for name in ("epochs", "users_per_round"):

@@ -55,7 +55,7 @@ from secemb.protocols.backends import make_backend
 from secemb.protocols.base import Protocol
 from secemb.protocols.factory import make_protocol
 from secemb.ring import FixedPoint
-from secemb.round.options import RunOptions, read_table
+from secemb.options import RunOptions, read_table
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.server.tls import client_context
 
@@ -188,7 +188,7 @@ class ServerConfig(BaseModel):
 
     Each field's ``description`` is what an invalid value's error says it must be.  The options
     a server shares with a training run (protocol, expansion, backend, workers, lazy_adam,
-    ring_bits, m_prime, alpha) default to the run's (:class:`~secemb.round.options.RunOptions`);
+    ring_bits, m_prime, alpha) default to the run's (:class:`~secemb.options.RunOptions`);
     the file's own sections and the strict types stay this model's."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

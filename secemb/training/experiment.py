@@ -25,7 +25,7 @@ from secemb.errors import InvalidParameters
 from secemb.inference.trained import TrainedModel
 from secemb.metrics import get_metric
 from secemb.protocols import PROTOCOLS, protocol_class
-from secemb.round.options import RunOptions
+from secemb.options import RunOptions
 from secemb.round.results import EpochStats, RoundStats, TrainResult
 from secemb.training.builder import BuiltExperiment, build_experiment
 from secemb.training.loop import train
@@ -33,14 +33,14 @@ from secemb.transport.inprocess import InProcessTransport
 
 __all__ = ["Experiment", "ExperimentResult", "run_experiment"]
 
-#: the run's options' defaults (:class:`~secemb.round.options.RunOptions`), Experiment's too
+#: the run's options' defaults (:class:`~secemb.options.RunOptions`), Experiment's too
 _DEFAULTS = RunOptions()
 
 
 @dataclass(frozen=True)
 class Experiment:
     """A named experiment.  The fields the command line shares take their defaults from
-    :class:`~secemb.round.options.RunOptions` (documented there), but ``epochs`` (1 here, a
+    :class:`~secemb.options.RunOptions` (documented there), but ``epochs`` (1 here, a
     quick run from Python; 5 on the command line) and ``model`` (``"mf"``);
     :meth:`from_options` makes one of layered options (a config file).
 
@@ -117,7 +117,7 @@ class Experiment:
     @classmethod
     def from_options(cls, options: RunOptions, **others: Any) -> Experiment:
         """The experiment of the run's layered options (``secemb train``'s and ``secemb demo``'s;
-        :func:`~secemb.round.options.load_options` reads them from a config file): every field
+        :func:`~secemb.options.load_options` reads them from a config file): every field
         the options have, ``model`` when they name one, and ``others`` (the fields the command line
         does not set: ``test_fraction``, ``schedule``, ...).  ``sfsl_preset`` is a one-server
         protocol's option, not an experiment's.

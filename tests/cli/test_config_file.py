@@ -1,5 +1,5 @@
 """One layered configuration (issue 36 item 5): ``secemb train/demo --config FILE`` and
-:mod:`secemb.round.options` -- command line > config file > defaults, a bad file exits 2 with
+:mod:`secemb.options` -- command line > config file > defaults, a bad file exits 2 with
 one line naming the file and the key, the defaults ``--help`` shows are the model's, and the
 example file of docs/training.md parses."""
 
@@ -16,7 +16,7 @@ import typer
 
 from secemb.cli import app
 from secemb.errors import InvalidParameters
-from secemb.round.options import RunOptions, load_options, read_options
+from secemb.options import RunOptions, load_options, read_options
 from cli_helpers import assert_usage_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

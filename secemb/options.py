@@ -10,10 +10,14 @@ line's ``--help`` text).  Every layer reads it:
   field's default;
 * the Python API: ``Experiment.from_options(load_options("run.toml", epochs=2))``
   (:func:`load_options`: keywords > file > defaults) and :class:`~secemb.training.Experiment`'s
-  own defaults, which are these (except ``epochs``: 1 from Python, a quick run);
+  own defaults, which are these;
 * ``secemb serve``: :class:`~secemb.server.config.ServerConfig` takes the defaults of the
   options it shares (protocol, expansion, backend, workers, lazy_adam, ring_bits, alpha,
-  m_prime) from here, and reads its file with :func:`read_table`.
+  m_prime) from here, reads its file with :func:`read_table`, and its ``--backend`` and
+  ``--workers`` are these fields' (command line > the file's ``[protocol]`` > default);
+* the layers below: :class:`~secemb.round.results.TrainConfig` (the round loop's parameters)
+  and :class:`~secemb.protocols.exchange.ExchangeRun` (a one-server protocol's run) default
+  to these fields.
 
 A config file is TOML (``.toml``, read with :mod:`tomllib`) or JSON (``.json``): one flat table
 whose keys are the fields' names (``users_per_round``; the option's spelling
@@ -23,10 +27,11 @@ bounds, is refused with one line naming the key and the file.  Values are strict
 for (``alpha = 2``).  Relative paths (``data_dir``) are relative to the working directory, as on
 the command line.
 
-Layer: ``round/`` -- the lowest package that every reader sits above (server/, training/, cli/)
-and the one that already holds the run's :class:`~secemb.round.results.TrainConfig`, which
-these options become; the module imports pydantic and :mod:`secemb.errors` only, so the command
-line reads the defaults without loading numpy.
+Layer: the bottom (beside :mod:`secemb.errors`), so that every layer that has one of these
+options -- protocols/ (:class:`~secemb.protocols.exchange.ExchangeRun`), round/, server/,
+training/, cli/ -- reads its default from here instead of restating it; the module imports
+pydantic and :mod:`secemb.errors` only, so the command line reads the defaults without loading
+numpy.
 """
 
 from __future__ import annotations
