@@ -1,6 +1,11 @@
 """``secemb serve``: run one of the two servers, or the one server of a one-server protocol
 (``--config`` an ``exchange.json`` written by ``secemb admin init --protocol P``).
 
+A server's settings are layered as a training run's (:mod:`secemb.options`): the command line
+(``--host``, ``--port``, ``--backend``, ...) > the ``--config`` file > the defaults, those it shares
+with ``secemb train`` (``--backend``, ``--workers``, the ``[protocol]`` and ``[training]`` keys)
+from :class:`~secemb.options.RunOptions` (:func:`secemb.server.config.load_config`).
+
 Exit codes: 0 after a clean shutdown (Ctrl-C / SIGTERM); 2 bad usage (missing or invalid
 configuration, a state directory that belongs to another configuration, a port in use -- the
 last checked before any state is read; for one server: an option it has no use for, its
@@ -14,6 +19,8 @@ from typing import Annotated, Any
 
 import typer
 
+from secemb.cli._run_options import DEFAULTS, described, option
+
 
 def register(app: typer.Typer) -> None:
     """Attach the ``serve`` command to ``app``."""
@@ -24,7 +31,8 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option(min=0, max=1, help="Which server: 0 (leader) or 1 (default: the file's).")
         ] = None,
         config: Annotated[
-            Path | None, typer.Option(help="Configuration file (.toml or .json; docs/deployment.md).")
+            Path | None, typer.Option(
+                help="Configuration file (.toml or .json; docs/deployment.md); the command line overrides it.")
         ] = None,
         host: Annotated[str | None, typer.Option(help="Listen address (overrides the file).")] = None,
         port: Annotated[int | None, typer.Option(min=0, max=65535, help="Listen port (overrides the file).")] = None,
@@ -38,6 +46,10 @@ def register(app: typer.Typer) -> None:
         insecure_http: Annotated[bool, typer.Option(
             "--insecure-http",
             help="Plain HTTP instead of TLS; refused unless the host is a loopback address.")] = False,
+        backend: Annotated[str | None, option("backend", help=(
+            f"{described('backend')} Overrides the file's [protocol] backend; default: {DEFAULTS.backend}."))] = None,
+        workers: Annotated[int | None, option("workers", help=(
+            f"{described('workers')} Overrides the file's [protocol] workers."))] = None,
     ) -> None:
         """Serve the round protocol over HTTP (FastAPI on uvicorn) until interrupted.
 
@@ -59,9 +71,10 @@ def register(app: typer.Typer) -> None:
 
         console = Console(stderr=True)
         if config is not None and exchange_config_path(config) is not None:
-            if party is not None or peer_url is not None or state_dir is not None or insecure_http:
-                fail("a one-server deployment has no --party, --peer-url or --state-dir, and no --insecure-http "
-                     "(TLS always)")
+            if (party is not None or peer_url is not None or state_dir is not None or insecure_http
+                    or backend is not None or workers is not None):
+                fail("a one-server deployment has no --party, --peer-url, --state-dir, --backend or --workers, and "
+                     "no --insecure-http (TLS always)")
             _serve_exchange(console, config, host, port, data_dir, log_level)
             return
         if data_dir is not None:
@@ -69,7 +82,7 @@ def register(app: typer.Typer) -> None:
         try:
             cfg = load_config(config, party=party, host=host, port=port, peer_url=peer_url,
                               state_dir=str(state_dir) if state_dir is not None else None,
-                              insecure_http=True if insecure_http else None)
+                              insecure_http=True if insecure_http else None, backend=backend, workers=workers)
             cfg.check_listener()
         except InvalidParameters as exc:
             fail(exc)

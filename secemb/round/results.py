@@ -16,6 +16,7 @@ from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import get_metric
 from secemb.models.base import RecModel, UserStore
 from secemb.models.optim import AdamConfig
+from secemb.options import RunOptions
 from secemb.outputs import dumps_strict
 from secemb.privacy.accounting import DPSettings, planned_rounds
 from secemb.protocols.base import Protocol
@@ -30,6 +31,11 @@ __all__ = [
     "run_config",
 ]
 
+#: the defaults TrainConfig shares: the run's options (:class:`~secemb.options.RunOptions`), Adam's
+#: constants (:class:`~secemb.models.optim.AdamConfig`) and the fixed point's (:class:`~secemb.ring.FixedPoint`)
+_RUN, _ADAM, _FIXED = RunOptions(), AdamConfig(), FixedPoint()
+
+
 class VerificationError(SecembError):
     """``verify=True`` found the protocol's output differing from the direct computation."""
 
@@ -37,6 +43,11 @@ class VerificationError(SecembError):
 @dataclass(frozen=True)
 class TrainConfig:
     """Parameters of the round loop (the model's own hyperparameters live in the model).
+
+    Defaults: an option of the run is its :class:`~secemb.options.RunOptions` default (what
+    ``secemb train`` and :class:`~secemb.training.Experiment` default to: 5 epochs, 100 users a
+    round, ...); ``lr`` and the Adam constants are :class:`~secemb.models.optim.AdamConfig`'s,
+    ``frac_bits`` is :class:`~secemb.ring.FixedPoint`'s.
 
     Attributes
     ----------
@@ -83,27 +94,27 @@ class TrainConfig:
         reads the validation ratings without noise, which no DP guarantee covers.
     """
 
-    epochs: int = 1
-    users_per_round: int = 100
-    m_prime: int | None = None
-    alpha: float = 2.5
-    seed: int = 0
-    verify: bool = False
-    lr: float = 0.025
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    lazy_adam: bool = True
-    ring_bits: int = 32
-    frac_bits: int = 16
+    epochs: int = _RUN.epochs
+    users_per_round: int = _RUN.users_per_round
+    m_prime: int | None = _RUN.m_prime
+    alpha: float = _RUN.alpha
+    seed: int = _RUN.seed
+    verify: bool = _RUN.verify
+    lr: float = _ADAM.lr
+    beta1: float = _ADAM.beta1
+    beta2: float = _ADAM.beta2
+    eps: float = _ADAM.eps
+    lazy_adam: bool = _RUN.lazy_adam
+    ring_bits: int = _RUN.ring_bits
+    frac_bits: int = _FIXED.frac_bits
     schedule: Literal["interleaved", "staged"] = "staged"
     rating_range: tuple[float, float] | None = None
     metrics: tuple[str, ...] = ("rmse",)
     sampling: Literal["permutation", "poisson"] = "permutation"
     dp: DPSettings | None = None
-    m_prime_update: int = 0
+    m_prime_update: int = _RUN.m_prime_update
     rounds_per_epoch: int | None = None
-    early_stop: int | None = None
+    early_stop: int | None = _RUN.early_stop
 
     def __post_init__(self) -> None:
         def is_int(x: object) -> bool:

@@ -69,8 +69,9 @@ SECRET_ENV = {
 
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
-#: the defaults of the options a server shares with a training run
-_RUN = RunOptions()
+#: the defaults a server shares with a training run: its options (:class:`~secemb.options.RunOptions`), Adam's
+#: constants (:class:`~secemb.models.optim.AdamConfig`) and the fixed point's (:class:`~secemb.ring.FixedPoint`)
+_RUN, _ADAM, _FIXED = RunOptions(), AdamConfig(), FixedPoint()
 
 # section -> {file key: field name}
 _SECTIONS: dict[str, dict[str, str]] = {
@@ -188,8 +189,11 @@ class ServerConfig(BaseModel):
 
     Each field's ``description`` is what an invalid value's error says it must be.  The options
     a server shares with a training run (protocol, expansion, backend, workers, lazy_adam,
-    ring_bits, m_prime, alpha) default to the run's (:class:`~secemb.options.RunOptions`);
-    the file's own sections and the strict types stay this model's."""
+    ring_bits, m_prime, alpha) default to the run's (:class:`~secemb.options.RunOptions`),
+    the Adam constants (lr, beta1, beta2, eps) to :class:`~secemb.models.optim.AdamConfig`'s and
+    ``frac_bits`` to :class:`~secemb.ring.FixedPoint`'s, as a training run's
+    (:class:`~secemb.round.results.TrainConfig`); the file's own sections and the strict types
+    stay this model's."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -241,13 +245,13 @@ class ServerConfig(BaseModel):
     rating_range: tuple[Annotated[float, Field(allow_inf_nan=False)], Annotated[float, Field(allow_inf_nan=False)]] = (
         Field((1.0, 5.0), description="(lo, hi) with lo < hi"))
     init_seed: StrictInt = Field(0, ge=0, description="an int >= 0")
-    lr: _Number = Field(0.025, description="a number")
-    beta1: _Number = Field(0.9, description="a number")
-    beta2: _Number = Field(0.999, description="a number")
-    eps: _Number = Field(1e-8, description="a number")
+    lr: _Number = Field(_ADAM.lr, description="a number")
+    beta1: _Number = Field(_ADAM.beta1, description="a number")
+    beta2: _Number = Field(_ADAM.beta2, description="a number")
+    eps: _Number = Field(_ADAM.eps, description="a number")
     lazy_adam: StrictBool = Field(_RUN.lazy_adam, description="true or false")
     ring_bits: StrictInt = Field(_RUN.ring_bits, description="an int")
-    frac_bits: StrictInt = Field(16, description="an int")
+    frac_bits: StrictInt = Field(_FIXED.frac_bits, description="an int")
     m_prime: StrictInt | None = Field(_RUN.m_prime, ge=1, description="None or in [1, num_items]")
     #: the largest m' the count phase may set (a malicious device's count share moves m' at most
     #: up to it; docs/security.md); None: num_items
@@ -498,6 +502,10 @@ def config_document(cfg: ServerConfig) -> dict[str, Any]:
 def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> ServerConfig:
     """Read a TOML (``.toml``) or JSON file, apply ``overrides`` (field names, ``None`` values
     ignored) and secrets from the environment (when the file has none), and validate.
+
+    The precedence is the run's (:mod:`secemb.options`): ``overrides`` (``secemb serve``'s command
+    line) > the file > the fields' defaults (those shared with a training run:
+    :class:`~secemb.options.RunOptions`').
 
     Raises
     ------

@@ -26,7 +26,7 @@ from secemb.inference.trained import TrainedModel
 from secemb.metrics import get_metric
 from secemb.protocols import PROTOCOLS, protocol_class
 from secemb.options import RunOptions
-from secemb.round.results import EpochStats, RoundStats, TrainResult
+from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult
 from secemb.training.builder import BuiltExperiment, build_experiment
 from secemb.training.loop import train
 from secemb.transport.inprocess import InProcessTransport
@@ -35,14 +35,18 @@ __all__ = ["Experiment", "ExperimentResult", "run_experiment"]
 
 #: the run's options' defaults (:class:`~secemb.options.RunOptions`), Experiment's too
 _DEFAULTS = RunOptions()
+#: the round loop's defaults (:class:`~secemb.round.results.TrainConfig`) of the fields the command line does not set
+_LOOP = TrainConfig()
 
 
 @dataclass(frozen=True)
 class Experiment:
     """A named experiment.  The fields the command line shares take their defaults from
-    :class:`~secemb.options.RunOptions` (documented there), but ``epochs`` (1 here, a
-    quick run from Python; 5 on the command line) and ``model`` (``"mf"``);
-    :meth:`from_options` makes one of layered options (a config file).
+    :class:`~secemb.options.RunOptions` (documented there; ``model`` None there is ``"mf"``
+    here), so ``Experiment(...)`` trains what ``secemb train`` with the same options trains
+    (``epochs=5`` by default, as there); ``rounds_per_epoch``, ``frac_bits`` and ``schedule``
+    default to :class:`~secemb.round.results.TrainConfig`'s.  :meth:`from_options` makes one of
+    layered options (a config file).
 
     ``lr``, ``reg`` and ``dim`` default to the paper's preset (Table 8)
     of ``model`` on ``dataset`` (synthetic data and own rating files use the ML-100K preset; a
@@ -91,21 +95,21 @@ class Experiment:
     expansion: float = _DEFAULTS.expansion
     backend: str = _DEFAULTS.backend
     workers: int | None = _DEFAULTS.workers
-    epochs: int = 1
+    epochs: int = _DEFAULTS.epochs
     users_per_round: int = _DEFAULTS.users_per_round
     m_prime: int | None = _DEFAULTS.m_prime
     alpha: float = _DEFAULTS.alpha
     m_prime_update: int = _DEFAULTS.m_prime_update
-    rounds_per_epoch: int | None = None
+    rounds_per_epoch: int | None = _LOOP.rounds_per_epoch
     seed: int = _DEFAULTS.seed
     verify: bool = _DEFAULTS.verify
     lr: float | None = _DEFAULTS.lr
     reg: float | None = _DEFAULTS.reg
     dim: int | None = _DEFAULTS.dim
     ring_bits: int = _DEFAULTS.ring_bits
-    frac_bits: int = 16
+    frac_bits: int = _LOOP.frac_bits
     lazy_adam: bool = _DEFAULTS.lazy_adam
-    schedule: Literal["interleaved", "staged"] = "staged"
+    schedule: Literal["interleaved", "staged"] = _LOOP.schedule
     dp_epsilon: float = _DEFAULTS.dp_epsilon
     dp_delta: float = _DEFAULTS.dp_delta
     dp_clip: float = _DEFAULTS.dp_clip

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -131,17 +133,127 @@ def test_the_command_line_defaults_are_the_models(command: str) -> None:
     assert (epochs.default, epochs.help) == (5, RunOptions.model_fields["epochs"].description)
 
 
-def test_experiment_and_server_config_share_the_defaults() -> None:
+#: a run's options changed in the one place (RunOptions) by :func:`test_every_entry_point_reads_the_one_place`
+_CHANGED = {"epochs": 7, "users_per_round": 37, "seed": 3, "alpha": 3.5, "backend": "thread"}
+
+_ENTRY_POINTS = """
+import json, sys
+import secemb.options as o
+for name, value in json.loads(sys.argv[1]).items():
+    o.RunOptions.model_fields[name].default = value
+o.RunOptions.model_rebuild(force=True)
+import dataclasses, typer
+from secemb.cli import app
+from secemb.protocols.exchange import ExchangeRun
+from secemb.round.results import TrainConfig
+from secemb.server.config import ServerConfig
+from secemb.training import Experiment
+commands = typer.main.get_command(app).commands
+def defaults(obj, names):
+    return {n: getattr(obj, n) for n in names if hasattr(obj, n)}
+names = list(json.loads(sys.argv[1]))
+print(json.dumps({
+    "RunOptions": defaults(o.RunOptions(), names),
+    "train": {p.name: p.default for p in commands["train"].params if p.name in names},
+    "demo": {p.name: p.default for p in commands["demo"].params if p.name in names},
+    "Experiment": defaults(Experiment(), names),
+    "TrainConfig": defaults(TrainConfig(), names),
+    "ExchangeRun": defaults(ExchangeRun("synthetic"), names),
+    "ServerConfig": {n: ServerConfig.model_fields[n].default for n in names if n in ServerConfig.model_fields},
+    "serve --help": next(p.help for p in commands["serve"].params if p.name == "backend"),
+}))
+"""
+
+
+def test_every_entry_point_reads_the_one_place() -> None:
+    """Change the defaults in RunOptions alone (a fresh process): train, demo, serve,
+    Experiment, TrainConfig, ExchangeRun and ServerConfig all default to the changed values,
+    so none of them restates a default of its own."""
+    out = subprocess.run([sys.executable, "-c", _ENTRY_POINTS, json.dumps(_CHANGED)], capture_output=True, text=True,
+                         timeout=120, check=False, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["RunOptions"] == _CHANGED  # the change took: otherwise the test below proves nothing
+    for entry in ("train", "demo", "Experiment"):
+        assert got[entry] == _CHANGED, entry
+    assert got["TrainConfig"] == {k: v for k, v in _CHANGED.items() if k != "backend"}
+    assert got["ExchangeRun"] == {"epochs": 7, "users_per_round": 37, "seed": 3}
+    assert got["ServerConfig"] == {"alpha": 3.5, "backend": "thread"}
+    assert got["serve --help"].endswith("default: thread.")
+
+
+def test_every_entry_point_has_the_same_defaults() -> None:
+    """As shipped: the command line's default is the Python API's (epochs 5 both, issue 36:
+    Experiment used to train 1 epoch where ``secemb train`` trains 5)."""
+    from secemb.protocols.exchange import ExchangeRun
+    from secemb.round.results import TrainConfig
     from secemb.server.config import ServerConfig
     from secemb.training import Experiment
 
     defaults = RunOptions()
-    own = {"epochs": 1, "model": "mf"}  # the Python API's quick run
     for f in fields(Experiment):
         if f.name in RunOptions.model_fields:
-            assert f.default == own.get(f.name, getattr(defaults, f.name)), f.name
+            assert f.default == {"model": "mf"}.get(f.name, getattr(defaults, f.name)), f.name
+    assert Experiment() == Experiment.from_options(defaults)
+    assert (Experiment().epochs, TrainConfig().epochs, ExchangeRun("synthetic").epochs) == (5, 5, 5)
+    assert (TrainConfig().users_per_round, ExchangeRun("synthetic").users_per_round) == (100, 100)
     for name in ("protocol", "expansion", "backend", "workers", "lazy_adam", "ring_bits", "m_prime", "alpha"):
         assert ServerConfig.model_fields[name].default == getattr(defaults, name), name
+
+
+def _server_file(tmp_path: Path, protocol: str) -> Path:
+    """A sectioned server file (docs/deployment.md) with ``protocol`` as its ``[protocol]`` table."""
+    path = tmp_path / "server0.toml"
+    path.write_text(f"""[server]
+party = 0
+port = 8711
+peer_url = "http://127.0.0.1:8712"
+state_dir = "{tmp_path / 'state'}"
+insecure_http = true
+
+[secrets]
+peer = "{'11' * 16}"
+admin = "{'22' * 16}"
+users = "{'33' * 16}"
+
+[protocol]
+{protocol}
+
+[model]
+num_items = 50
+num_users = 10
+hparams = {{ dim = 4 }}
+""", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("protocol", "args", "expected"), [
+    ('name = "secemb"\nbackend = "thread"\nworkers = 2', ["--backend", "process", "--port", "8799"],
+     ("process", 2, 8799)),                                           # the command line beats the file
+    ('name = "secemb"\nbackend = "thread"\nworkers = 2', [], ("thread", 2, 8711)),  # the file beats the default
+    ('name = "secemb"', [], ("serial", None, 8711)),                  # the default: RunOptions'
+])
+def test_serve_command_line_over_file_over_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protocol: str,
+                                                     args: list[str], expected: tuple) -> None:
+    pytest.importorskip("fastapi")
+    import secemb.server
+
+    served = []
+    monkeypatch.setattr(secemb.server, "serve", lambda cfg, log_level: served.append(cfg))
+    res = run_cli("serve", "--config", str(_server_file(tmp_path, protocol)), *args)
+    assert res.exit_code == 0, res.output
+    [cfg] = served
+    assert (cfg.backend, cfg.workers, cfg.port) == expected
+
+
+def test_serve_refuses_a_bad_backend_and_backend_for_one_server(tmp_path: Path) -> None:
+    pytest.importorskip("fastapi")
+    assert_usage_error(run_cli("serve", "--config", str(_server_file(tmp_path, 'name = "secemb"')), "--backend",
+                               "abacus"), "backend must be")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "exchange.json").write_text("{}")
+    assert_usage_error(run_cli("serve", "--config", str(tmp_path / "one" / "exchange.json"), "--backend", "thread"),
+                       "a one-server deployment has no --party, --peer-url, --state-dir, --backend or --workers")
 
 
 def test_experiment_from_options() -> None:
