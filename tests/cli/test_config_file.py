@@ -35,9 +35,9 @@ def _write(tmp_path: Path, text: str, name: str = "run.toml") -> Path:
 
 
 def _doc_example() -> str:
-    """The TOML block of docs/training.md's ``--config`` section."""
+    """The TOML block of docs/training.md's "Configuration" section."""
     text = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
-    section = text.split("## Options from a file: `--config`", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## Configuration\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```toml\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 1
     return blocks[0]
