@@ -527,17 +527,18 @@ def _announced_model(link: Any) -> tuple[int, str, int | None]:
         The status is not a JSON object with an integer version, a string SHA-256 and an
         integer or null last committed round.
     """
-    from secemb.errors import InvalidMessage
+    from secemb.errors import InvalidMessage, check_int
 
     try:
         status = link.status()
         version, sha, last = status["model_version"], status["model_sha256"], status.get("last_committed_round")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, not an object, a key missing
         raise InvalidMessage(f"server 0's status is malformed ({type(exc).__name__}: {exc})") from None
-    if isinstance(version, bool) or not isinstance(version, int) or not isinstance(sha, str) \
-            or isinstance(last, bool) or not isinstance(last, int | None):
-        raise InvalidMessage(f"server 0's status is malformed (model_version {version!r}, model_sha256 {sha!r}, "
-                             f"last_committed_round {last!r})")
+    if not isinstance(sha, str):
+        raise InvalidMessage(f"server 0's status is malformed (model_sha256 {sha!r} is not a string)")
+    version = check_int("server 0's status: model_version", version, error=InvalidMessage)
+    if last is not None:
+        last = check_int("server 0's status: last_committed_round", last, error=InvalidMessage)
     return version, sha, last
 
 

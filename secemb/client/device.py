@@ -37,7 +37,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from secemb.digest import is_sha256_hex
-from secemb.errors import InvalidMessage, InvalidParameters, ModelDisagreement, ProtocolError, RetrievalTampered
+from secemb.errors import (
+    InvalidMessage,
+    InvalidParameters,
+    ModelDisagreement,
+    ProtocolError,
+    RetrievalTampered,
+    check_int,
+)
 from secemb.models.base import RecModel, StepResult, UserSnapshot, UserState, UserStore
 from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig
@@ -402,9 +409,7 @@ class DeviceClient:
 
 
 def _floor(min_users: int) -> int:
-    if isinstance(min_users, bool) or not isinstance(min_users, int) or min_users < MIN_USERS_FLOOR:
-        raise InvalidParameters(f"min_users must be an int >= {MIN_USERS_FLOOR}, got {min_users!r}")
-    return min_users
+    return check_int("min_users", min_users, low=MIN_USERS_FLOOR)
 
 
 class RoundSession:

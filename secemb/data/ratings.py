@@ -7,23 +7,18 @@ split) uses a seeded :class:`numpy.random.Generator`, as the design notes ask.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from secemb.data.ids import IdMap
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 
 __all__ = ["RatingData", "UserRatings", "by_user", "concat", "leave_one_out", "train_test_split", "validation_split"]
 
 
 def _check_count(field: str, value: object) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise InvalidParameters(f"{field} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise InvalidParameters(f"{field} must be >= 0, got {value}")
-    return int(value)
+    return check_int(field, value, low=0)
 
 
 def _check_array(field: str, value: object, dtype: type, n: int | None) -> np.ndarray:
@@ -160,14 +155,9 @@ def train_test_split(
     """
     if not isinstance(data, RatingData):
         raise InvalidParameters(f"data must be a RatingData, got {type(data).__name__}")
-    if isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real):
-        raise InvalidParameters(
-            f"test_fraction must be a float, got {type(test_fraction).__name__}"
-        )
-    if not 0.0 <= float(test_fraction) < 1.0:
-        raise InvalidParameters(f"test_fraction must be in [0, 1), got {test_fraction}")
+    test_fraction = check_float("test_fraction", test_fraction, low=0, below=1)
     n = data.num_ratings
-    n_test = int(round(float(test_fraction) * n))
+    n_test = int(round(test_fraction * n))
     rng = np.random.default_rng(seed)
     order = rng.permutation(n)
     is_test = np.zeros(n, dtype=bool)
@@ -211,9 +201,7 @@ def validation_split(train: RatingData, valid_fraction: float, seed: int = 0) ->
     """
     if not isinstance(train, RatingData):
         raise InvalidParameters(f"train must be a RatingData, got {type(train).__name__}")
-    if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, numbers.Real) \
-            or not 0.0 <= float(valid_fraction) < 1.0:
-        raise InvalidParameters(f"valid_fraction must be a float in [0, 1), got {valid_fraction!r}")
+    valid_fraction = check_float("valid_fraction", valid_fraction, low=0, below=1)
     keys = np.random.default_rng([seed, 2]).random(train.num_ratings)
     order = np.lexsort((keys, train.users))  # by user, each user's ratings by key
     counts = np.bincount(train.users, minlength=train.num_users)
@@ -315,10 +303,7 @@ class UserRatings:
         return int(self.indptr.shape[0] - 1)
 
     def _span(self, user: int) -> slice:
-        if isinstance(user, (bool, np.bool_)) or not isinstance(user, numbers.Integral):
-            raise InvalidParameters(f"user must be an int, got {type(user).__name__}")
-        if not 0 <= user < self.num_users:
-            raise InvalidParameters(f"user must be in [0, {self.num_users}), got {user}")
+        user = check_int("user", user, low=0, high=self.num_users - 1)
         return slice(int(self.indptr[user]), int(self.indptr[user + 1]))
 
     def of(self, user: int) -> tuple[np.ndarray, np.ndarray]:

@@ -36,14 +36,13 @@ like the recommender's (docs/inference.md, "privacy").
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from secemb.digest import is_sha256_hex, table_sha256
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.inference.mechanism import GaussianLDP, privatize
 from secemb.inference.representation import Representation, representation_for
 from secemb.models import RecModel, StepResult, UserState, UserStore, register_model
@@ -175,8 +174,7 @@ class Denoiser(RecModel):
         for what, v in (("rows", rows), ("dim", dim), ("frozen", frozen), ("hat_d", hat_d), ("hidden", hidden)):
             check_int(what, v, low=1)
         for what, f in (("reg", reg), ("init_std", init_std)):
-            if not (isinstance(f, (int, float)) and math.isfinite(f) and f >= 0):
-                raise InvalidParameters(f"{what} must be a finite float >= 0, got {f!r}")
+            check_float(what, f, low=0)
         lo, hi = (float(x) for x in rating_range)
         if not lo < hi:
             raise InvalidParameters(f"rating_range must be (lo, hi) with lo < hi, got {rating_range!r}")

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_float
 from secemb.randomness import RandomBytes, random_words, system_rng
 
 __all__ = [
@@ -42,15 +42,12 @@ __all__ = [
 
 
 def _check_eps_delta(epsilon: float, delta: float) -> None:
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise InvalidParameters(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise InvalidParameters(f"delta must be in (0, 1), got {delta!r}")
+    check_float("epsilon", epsilon, above=0)
+    check_float("delta", delta, above=0, below=1)
 
 
 def _check_positive(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise InvalidParameters(f"{name} must be a finite number > 0, got {value!r}")
+    check_float(name, value, above=0)
 
 
 def _phi(x: float) -> float:

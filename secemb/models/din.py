@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.models.base import RecModel, UserStore
 from secemb.models.batch import HISTORY, TARGET, Batch
 from secemb.models.features import DenseLayout
@@ -79,11 +79,8 @@ class DIN(RecModel):
     def __init__(self, num_categories: int = 1, dim: int = 18, reg: float = 0.0, init_std: float = 0.1) -> None:
         for field, value in (("num_categories", num_categories), ("dim", dim)):
             check_int(field, value, low=1)
-        if not isinstance(init_std, (int, float)) or not init_std > 0:
-            raise InvalidParameters(f"init_std must be > 0, got {init_std!r}")
-        if isinstance(reg, bool) or not isinstance(reg, (int, float)) or not reg >= 0:
-            raise InvalidParameters(f"reg must be >= 0, got {reg!r}")
-        self.num_categories, self.dim, self.reg, self.init_std = num_categories, dim, float(reg), float(init_std)
+        self.num_categories, self.dim = num_categories, dim
+        self.reg, self.init_std = check_float("reg", reg, low=0), check_float("init_std", init_std, above=0)
         e = 2 * dim
         att = (4 * e, *_ATT, 1)
         mlp = (dim + 2 * e, *_MLP, 1)

@@ -21,12 +21,11 @@ Where the features live (SecEmb Appendix H):
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.models.base import RecModel, StepResult, UserStore
 from secemb.models.batch import ITEM_POS, RATING, Batch
 
@@ -113,8 +112,7 @@ def check_dim(dim: object, reg: object, init_std: object, *, even: bool = False)
     if check_int("dim", dim, low=1) % 2 and even:
         raise InvalidParameters(f"dim must be an even int >= 1, got {dim!r}")
     for name, v in (("reg", reg), ("init_std", init_std)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            raise InvalidParameters(f"{name} must be a finite float >= 0, got {v!r}")
+        check_float(name, v, low=0)
 
 
 class TorchRecModel(RecModel):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.ring import FixedPoint
 
@@ -57,12 +57,9 @@ class DPSettings:
     level: str = "user"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.epsilon, (int, float)) and math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise InvalidParameters(f"dp epsilon must be a finite number > 0 (inf: no DP), got {self.epsilon!r}")
-        if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
-            raise InvalidParameters(f"dp delta must be in (0, 1), got {self.delta!r}")
-        if not (isinstance(self.clip, (int, float)) and math.isfinite(self.clip) and self.clip > 0):
-            raise InvalidParameters(f"dp clip must be a finite number > 0, got {self.clip!r}")
+        check_float("dp epsilon (inf: no DP)", self.epsilon, above=0)
+        check_float("dp delta", self.delta, above=0, below=1)
+        check_float("dp clip", self.clip, above=0)
         if self.level != "user":
             raise InvalidParameters(
                 f"dp level must be 'user', got {self.level!r} (record level is not rigorous here: the private "

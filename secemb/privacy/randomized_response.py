@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_float
 from secemb.randomness import RandomBytes, random_words, system_rng
 
 __all__ = ["CPP_PRESETS", "IndexPerturber", "RRParams", "event_probabilities", "get_cpp"]
@@ -82,13 +81,7 @@ class RRParams:
 
     def __post_init__(self) -> None:
         for name in ("p1", "p2", "p3", "p4"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
-                raise InvalidParameters(f"{name} must be a probability, got {type(value).__name__}")
-            value = float(value)
-            if not 0.0 <= value <= 1.0:
-                raise InvalidParameters(f"{name} must be in [0, 1], got {value}")
-            object.__setattr__(self, name, value)
+            object.__setattr__(self, name, check_float(f"{name} (a probability)", getattr(self, name), low=0, high=1))
 
     @property
     def p5(self) -> float:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_float
 from secemb.privacy.noise import ClipSpec, clip_spec, discrete_gaussian, to_ring
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
@@ -87,8 +87,7 @@ class DPFedRecProtocol(FullModelProtocol):
                  *, sigma: float = 0.0, clip: float = 0.0) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         for name, v in (("sigma", sigma), ("clip", clip)):
-            if isinstance(v, bool) or not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
-                raise InvalidParameters(f"{name} must be a finite number >= 0, got {v!r}")
+            check_float(name, v, low=0)
         if bool(sigma) != bool(clip):
             raise InvalidParameters(f"dp-fedrec: sigma and clip go together (the noise is calibrated for the clip "
                                     f"bound), got sigma={sigma!r}, clip={clip!r}")

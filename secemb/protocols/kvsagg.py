@@ -51,7 +51,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import check_float, check_int
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
@@ -221,9 +221,7 @@ class KvsaggProtocol(FullModelProtocol):
                  *, capacity: int = 0, load: float = 1.3) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         capacity = check_int("capacity (0: every item)", capacity, low=0)
-        if not (isinstance(load, (int, float)) and not isinstance(load, bool) and math.isfinite(load) and load >= 1):
-            raise InvalidParameters(f"load must be a number >= 1 (sketch cells per key), got {load!r}")
-        self.capacity, self.load = capacity, float(load)
+        self.capacity, self.load = capacity, check_float("load (sketch cells per key)", load, low=1)
 
     def cells(self, rc: RoundConfig) -> int:
         """Sketch cells of a round: ``3 ceil(load min(capacity or m, m) / 3)``."""

@@ -41,7 +41,7 @@ import math
 
 import numpy as np
 
-from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.errors import InvalidMessage, InvalidParameters, check_float
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
@@ -127,11 +127,10 @@ class TopKProtocol(FullModelProtocol):
     def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
                  *, ratio: float = 16.0, basis: str = "update") -> None:
         super().__init__(layout, relay, expansion, layout_seed)
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 1:
-            raise InvalidParameters(f"ratio must be a finite number > 1, got {ratio!r}")
+        ratio = check_float("ratio", ratio, above=1)
         if basis not in BASES:
             raise InvalidParameters(f"basis must be one of {BASES}, got {basis!r}")
-        self.ratio, self.basis = float(ratio), basis
+        self.ratio, self.basis = ratio, basis
 
     def k(self, rc: RoundConfig) -> int:
         """The round's ``K`` (:func:`top_k_count`)."""

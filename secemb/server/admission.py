@@ -13,10 +13,9 @@ user the round refuses.
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
-from secemb.errors import InvalidParameters, SecembError
+from secemb.errors import InvalidParameters, SecembError, check_float, check_int
 from secemb.server.auth import Forbidden
 from secemb.server.config import ServerConfig
 from secemb.server.errors import Conflict
@@ -35,11 +34,7 @@ def user_list(users: Any, name: str, num_users: int) -> list[int]:
     """
     if not isinstance(users, list) or not users:
         raise InvalidParameters(f"{name} must be a non-empty list of user ids")
-    out = []
-    for u in users:
-        if isinstance(u, bool) or not isinstance(u, int) or not 0 <= u < num_users:
-            raise InvalidParameters(f"{name}: user id {u!r} is not an int in [0, {num_users})")
-        out.append(u)
+    out = [check_int(f"{name}: a user id", u, low=0, high=num_users - 1) for u in users]
     if len(set(out)) != len(out):
         raise InvalidParameters(f"{name} has duplicate user ids")
     return out
@@ -51,8 +46,7 @@ def check_floor(n_p: int, min_users: Any, floor: int, error: type[SecembError]) 
     asks for."""
     if n_p < floor:
         raise error(f"a round of n_p={n_p} user(s) is refused: this server's floor is min_users={floor}")
-    if isinstance(min_users, bool) or not isinstance(min_users, int) or not floor <= min_users <= n_p:
-        raise error(f"min_users must be an int in [{floor} (this server's floor), n_p={n_p}], got {min_users!r}")
+    check_int(f"min_users (this server's floor: {floor}; n_p={n_p})", min_users, low=floor, high=n_p, error=error)
 
 
 class RoundTerms(NamedTuple):
@@ -81,18 +75,11 @@ def round_terms(cfg: ServerConfig, participants: list[int] | None, n_p: int | No
     ids = None if participants is None else frozenset(user_list(participants, "participants", cfg.num_users))
     if ids is not None:
         n_p = len(ids)
-    if isinstance(n_p, bool) or not isinstance(n_p, int) or not 1 <= n_p <= cfg.num_users:
-        raise InvalidParameters(
-            f"n_p must be an int in [1, {cfg.num_users}] (or give participants), got {n_p!r}"
-        )
-    deadline_s = cfg.deadline_s if deadline_s is None else deadline_s
-    if not (isinstance(deadline_s, (int, float)) and math.isfinite(deadline_s) and 0 < deadline_s <= 86400):
-        raise InvalidParameters(f"deadline_s must be in (0, 86400], got {deadline_s!r}")
-    quorum = n_p if quorum is None else quorum
+    n_p = check_int("n_p (or give participants)", n_p, low=1, high=cfg.num_users)
+    deadline_s = check_float("deadline_s", cfg.deadline_s if deadline_s is None else deadline_s, above=0, high=86400)
     min_users = cfg.min_users if min_users is None else min_users
     check_floor(n_p, min_users, cfg.min_users, InvalidParameters)
-    if isinstance(quorum, bool) or not isinstance(quorum, int) or not 1 <= quorum <= n_p:
-        raise InvalidParameters(f"quorum must be an int in [1, n_p={n_p}], got {quorum!r}")
+    quorum = check_int(f"quorum (n_p={n_p})", n_p if quorum is None else quorum, low=1, high=n_p)
     return RoundTerms(ids, n_p, deadline_s, quorum, min_users)
 
 

@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.server.admission import check_participant
 from secemb.server.errors import Conflict
 from secemb.server.rounds import ABORTED, OPEN
@@ -87,11 +87,11 @@ class Alarms(NodeState):
         Forbidden: ``user`` is not one of its participants.
         """
         unknown = set(doc) - {"kind", "round_id", "detail"}
-        kind, r, detail = doc.get("kind"), doc.get("round_id"), doc.get("detail", "")
-        if unknown or kind not in DEVICE_ALARMS or isinstance(r, bool) or not isinstance(r, int) \
-                or not isinstance(detail, str):
+        kind, detail = doc.get("kind"), doc.get("detail", "")
+        if unknown or kind not in DEVICE_ALARMS or not isinstance(detail, str):
             raise InvalidParameters(f"an alarm is {{'kind': one of {list(DEVICE_ALARMS)}, 'round_id': int, "
                                     f"'detail': str}}, got fields {sorted(doc)}")
+        r = check_int("an alarm's round_id", doc.get("round_id"))
         with self.lock:
             rnd = self.round
             if rnd is None or rnd.round_id != r:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.protocols.exchange import DurableExchangeNode, ExchangeServer
 from secemb.server.persist import (
     CorruptState, Journal, StorageError, load_checkpoint, remove_stale_temporaries, save_checkpoint,
@@ -58,10 +58,7 @@ def fingerprint(doc: dict[str, Any]) -> str:
 
 
 def _round_id(rec: dict[str, Any], where: str) -> int:
-    rid = rec.get("round_id")
-    if isinstance(rid, bool) or not isinstance(rid, int) or rid < 0:
-        raise CorruptState(f"{where}: round_id {rid!r} is not a round id")
-    return rid
+    return check_int(f"{where}: round_id", rec.get("round_id"), low=0, error=CorruptState)
 
 
 class ExchangeState:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from secemb.data import DATASETS, RatingData, load_dataset, validation_split
 from secemb.data.features import FeatureSet, load_features
 from secemb.data.synthetic import STANDS_FOR
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_float
 from secemb.metrics.evaluate import check_metrics
 from secemb.models import PRESETS, RecModel, get_model, get_preset, uses_features
 from secemb.privacy.accounting import DPSettings
@@ -112,11 +112,8 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
     options: dict[str, Any] = {"layout": exp.layout, "relay": exp.relay, "expansion": exp.expansion}
     get_protocol(exp.protocol, **options)  # a bad protocol or option fails before any data is loaded
     hp = experiment_hparams(exp)
-    if not 0.0 < exp.test_fraction < 1.0:
-        raise InvalidParameters(f"test_fraction must be in (0, 1), got {exp.test_fraction!r}")
-    if isinstance(exp.valid_fraction, bool) or not isinstance(exp.valid_fraction, (int, float)) \
-            or not 0.0 <= exp.valid_fraction < 1.0:
-        raise InvalidParameters(f"valid_fraction must be in [0, 1), got {exp.valid_fraction!r}")
+    check_float("test_fraction", exp.test_fraction, above=0, below=1)
+    check_float("valid_fraction", exp.valid_fraction, low=0, below=1)
     data = load_dataset(exp.dataset, exp.data_dir, download=exp.download, seed=exp.seed)
     features = None
     if uses_features(exp.model):  # FM, DeepFM: Appendix H side features

@@ -21,8 +21,8 @@ BASE = ["demo", "--dataset", "synthetic-mini", "--model", "mf", "--dim", "8", "-
     (["--dp-epsilon", "2", "--verify"], "cannot run with DP"),
     (["--dp-epsilon", "2", "--protocol", "kvsagg"], "supports no differential privacy"),
     (["--dp-epsilon", "2", "--dp-level", "record"], "dp level must be 'user'"),
-    (["--dp-epsilon", "0"], "dp epsilon must be a finite number > 0"),
-    (["--dp-epsilon", "2", "--dp-delta", "1.5"], "dp delta must be in"),
+    (["--dp-epsilon", "0"], "dp epsilon (inf: no DP) must be a finite number > 0, got 0"),
+    (["--dp-epsilon", "2", "--dp-delta", "1.5"], "dp delta must be a finite number in (0, 1), got 1.5"),
     (["--dp-epsilon", "2", "--dp-clip", "-1"], "dp clip must be a finite number > 0"),
 ])
 @pytest.mark.parametrize("mode", ["--network", "--in-process"])

@@ -27,7 +27,7 @@ from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import CtrDrbg
 from secemb.server.exchange_app import StageCloser
 from secemb.server.exchange_state import ExchangeState
-from secemb.server.persist import CorruptState
+from secemb.server.persist import CorruptState, Journal
 
 torch.set_num_threads(1)
 
@@ -189,6 +189,15 @@ def test_a_corrupt_or_foreign_state_is_refused_and_nothing_is_written(tmp_path: 
     with pytest.raises(CorruptState, match="damaged"):
         world.server(tmp_path, 3)
     assert journal.read_bytes() == b"0" + files["journal.jsonl"][1:]
+
+
+@pytest.mark.parametrize("rid", [True, "1", -1, 1.0, None])
+def test_a_journal_record_without_a_round_id_is_refused(tmp_path: Path, rid: Any) -> None:
+    Journal(tmp_path / "journal.jsonl").append({"event": "open", "round_id": rid, "users": [0, 1, 2]})
+    written = (tmp_path / "journal.jsonl").read_bytes()
+    with pytest.raises(CorruptState, match=rf"^journal .*journal.jsonl: round_id must be an int >= 0, got {rid!r}$"):
+        SecEAWorld().server(tmp_path, 1)
+    assert (tmp_path / "journal.jsonl").read_bytes() == written and not (tmp_path / "checkpoint.npz").exists()
 
 
 def test_a_checkpoint_the_disk_refuses_is_written_before_the_next_round_opens(tmp_path: Path,

@@ -75,7 +75,8 @@ def test_finding3_server0_opens_no_round_below_its_floor():
     leader = _servers(min_users=3).nodes[0]
     with pytest.raises(InvalidParameters, match="n_p=2 user.*floor is min_users=3"):
         leader.open_round(participants=[1, 2])
-    with pytest.raises(InvalidParameters, match=r"min_users must be an int in \[3"):
+    floor = r"^min_users \(this server's floor: 3; n_p=4\) must be an int in \[3, 4\], got 2$"
+    with pytest.raises(InvalidParameters, match=floor):
         leader.open_round(participants=[1, 2, 3, 4], min_users=2)
     assert leader.round is None
 

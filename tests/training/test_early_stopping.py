@@ -81,7 +81,7 @@ def test_the_experiment_validates_on_training_ratings_never_the_test_set() -> No
 def test_options_that_cannot_work_are_refused() -> None:
     with pytest.raises(InvalidParameters, match="valid_fraction > 0"):
         build_experiment(Experiment(dataset="synthetic-mini", protocol="plaintext", early_stop=2))
-    with pytest.raises(InvalidParameters, match="valid_fraction must be in"):
+    with pytest.raises(InvalidParameters, match=r"^valid_fraction must be a finite number in \[0, 1\), got 1.0$"):
         build_experiment(Experiment(dataset="synthetic-mini", protocol="plaintext", valid_fraction=1.0))
     with pytest.raises(InvalidParameters, match="DP guarantee"):
         TrainConfig(early_stop=2, dp=DPSettings(2.0, 1e-5, 1.0, "user"))

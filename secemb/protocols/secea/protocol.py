@@ -20,7 +20,6 @@ every silo's user rows (the dense part): nothing is public, the server holds no 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from secemb.data import RatingData
-from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_float, check_int
 from secemb.protocols.exchange import (
     EpochFigures,
     ExchangeParty,
@@ -62,15 +61,6 @@ __all__ = ["SecEAProtocol", "SecEASilo"]
 
 #: local training: Adam's batch, as ``secemb bench secea``'s
 _BATCH = 1024
-
-
-def _float(name: str, value: Any, above: float | None = None) -> float:
-    """``value`` as a finite float, ``> above`` if given (else ``>= 0``)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or (value <= above if above is not None else value < 0):
-        bound = f"> {above}" if above is not None else ">= 0"
-        raise InvalidParameters(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
 
 
 class SecEAProtocol(ExchangeProtocol):
@@ -108,7 +98,8 @@ class SecEAProtocol(ExchangeProtocol):
         if metrics is not None and [m.strip() for m in metrics.split(",")] != ["rmse"]:
             raise InvalidParameters(f"--protocol secea scores RMSE only: --metrics must be rmse, got {metrics!r}")
         self.model, self.metrics = "mf", "rmse"
-        self.lr, self.reg = _float("lr", 0.01 if lr is None else lr, 0.0), _float("reg", 0.1 if reg is None else reg)
+        self.lr = check_float("lr", 0.01 if lr is None else lr, above=0.0)
+        self.reg = check_float("reg", 0.1 if reg is None else reg, low=0)
         self.dim = check_int("dim", 8 if dim is None else dim, low=1)
         self.secea_silos = check_int("secea_silos", secea_silos, low=2)
         self.secea_threshold = check_int("secea_threshold", secea_threshold, low=0)

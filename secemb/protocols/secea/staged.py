@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.protocols.exchange import add_seconds, closing_stage, current_round, open_stage, stage_reply
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SecEAClient, SecEAServer
@@ -132,8 +132,7 @@ class SecEANode:
         users, stages, whether it is the set-up, the union size once agreed)."""
         if self._round is not None and self._round.state == "open":
             raise ProtocolError(f"round {self._round.round_id} is still open")
-        if isinstance(round_id, bool) or not isinstance(round_id, int) or not 0 <= round_id < 2**62:
-            raise InvalidParameters(f"round_id must be an int in [0, 2^62), got {round_id!r}")
+        round_id = check_int("round_id", round_id, low=0, high=2**62 - 1)
         n = self.params.num_clients
         ids = sorted({u for u in users if isinstance(u, int) and not isinstance(u, bool)})
         if len(ids) != len(users) or not ids or ids[0] < 0 or ids[-1] >= n:

@@ -17,13 +17,12 @@ contributed it (the per-row participant sets of :class:`secemb.secagg.SecAggConf
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from secemb.data.ctr import ClickData
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.models.din import DIN, click_batch
 from secemb.privacy.randomized_response import IndexPerturber, RRParams
 from secemb.protocols.sfsl import wire
@@ -90,11 +89,8 @@ class TrainingSettings:
         """
         for name in ("batch", "epochs"):
             check_int(name, getattr(self, name), low=1)
-        for name, value, low in (("lr", self.lr, 0.0), ("bound", self.bound, None)):
-            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            if not number or (value < low if low is not None else value <= 0):
-                raise InvalidParameters(f"{name} must be a finite number {'>= 0' if low is not None else '> 0'}, "
-                                        f"got {value!r}")
+        check_float("lr", self.lr, low=0)
+        check_float("bound", self.bound, above=0)
         check_int("levels", self.levels, low=2, high=1 << 31)
         check_int("max_weight", self.max_weight, low=1, high=max_weight(clients, self.levels))
         return self

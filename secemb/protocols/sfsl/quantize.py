@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 
 __all__ = ["DEFAULT_LEVELS", "dequantize_mean", "max_weight", "quantize"]
 
@@ -30,8 +30,7 @@ DEFAULT_LEVELS = 1 << 15
 
 
 def _check(bound: float, levels: int) -> None:
-    if not (isinstance(bound, (int, float)) and bound > 0 and np.isfinite(bound)):
-        raise InvalidParameters(f"bound must be a finite number > 0, got {bound!r}")
+    check_float("bound", bound, above=0)
     check_int("levels", levels, low=2, high=1 << 31)
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.protocols.exchange import add_seconds, closing_stage, current_round, open_stage, stage_reply
 from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
 from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
@@ -120,8 +120,7 @@ class SFSLNode:
         the round: :class:`TrainingSettings`' fields)."""
         if self._round is not None and self._round.state == "open":
             raise ProtocolError(f"round {self._round.round_id} is still open")
-        if isinstance(round_id, bool) or not isinstance(round_id, int) or not 0 <= round_id < 2**62:
-            raise InvalidParameters(f"round_id must be an int in [0, 2^62), got {round_id!r}")
+        round_id = check_int("round_id", round_id, low=0, high=2**62 - 1)
         if self._round is not None and round_id <= self._round.round_id:
             raise ProtocolError(f"round {round_id} does not follow round {self._round.round_id}")
         ids = sorted({int(u) for u in users})
