@@ -16,6 +16,8 @@ import logging
 import threading
 from typing import Any
 
+import numpy as np
+
 from secemb.digest import model_sha256
 from secemb.errors import InvalidMessage, InvalidParameters, ModelDisagreement
 from secemb.models.base import RecModel
@@ -252,23 +254,11 @@ class FollowerNode(FollowerRelay):
         ModelDisagreement: server 0's model differs from the one this server computed
             (an alarm; the deployment halts).
         """
-        m, w, p = self.cfg.num_items, self.width, self.dense_size
         with self.lock:
-            try:
-                table, dense = messages.decode_model(body, version=self.version + 1, num_items=m, width=w,
-                                                     dense_size=p)
-            except InvalidMessage:
-                try:
-                    table, dense = messages.decode_model(body, version=self.version, num_items=m, width=w,
-                                                         dense_size=p)
-                except InvalidMessage:
-                    pass
-                else:
-                    if model_sha256(table, dense) == self.model_sha():
-                        return {"model_version": self.version, "duplicate": True}
-                    raise Conflict(f"a different model for version {self.version} was already installed") from None
-                raise
-            sha = model_sha256(table, dense)
+            synced = self._synced_model(body)
+            if synced is None:
+                return {"model_version": self.version, "duplicate": True}
+            sha = model_sha256(*synced)
             ck = self.staged
             if ck is None or ck.last_round != r:
                 raise Conflict(f"round {r}: this server computed no model for it, and it installs only a model it "
@@ -283,6 +273,43 @@ class FollowerNode(FollowerRelay):
         if rnd is not None and rnd.round_id == r:
             self._end(rnd, ABORTED, "server 0's model differs from this server's (model_disagreement): not installed")
         raise ModelDisagreement(detail)
+
+    def _synced_model(self, body: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+        """The model of server 0's sync ``body`` (under the lock): ``(table, dense)`` of the next
+        version, or ``None`` if ``body`` is the current model again (an idempotent duplicate).
+
+        Raises
+        ------
+        InvalidMessage: ``body`` is a MODEL message of neither version (the next version's error).
+        Conflict: ``body`` is another model of the current version.
+        """
+        try:
+            return self._decode_model(body, self.version + 1)
+        except InvalidMessage:
+            if not self._is_current_model(body):
+                raise
+            return None
+
+    def _is_current_model(self, body: bytes) -> bool:
+        """Whether ``body`` is the MODEL message of the current model (under the lock); ``False``
+        if it is no MODEL message of the current version.
+
+        Raises
+        ------
+        Conflict: it is another model of the current version.
+        """
+        try:
+            table, dense = self._decode_model(body, self.version)
+        except InvalidMessage:
+            return False
+        if model_sha256(table, dense) != self.model_sha():
+            raise Conflict(f"a different model for version {self.version} was already installed") from None
+        return True
+
+    def _decode_model(self, body: bytes, version: int) -> tuple[np.ndarray, np.ndarray]:
+        """``body`` as the MODEL message of ``version`` of this deployment's model shape."""
+        return messages.decode_model(body, version=version, num_items=self.cfg.num_items, width=self.width,
+                                     dense_size=self.dense_size)
 
     def _commit_staged(self, ck: Checkpoint) -> None:
         """Install the staged model ``ck`` of round ``ck.last_round`` (under the lock): its

@@ -45,69 +45,59 @@ class LeaderRelay(Node):
         relay = self.relay_role
         if not self.protocol.relay or relay is None:  # a relay deployment has one (ServerState checks)
             return self._evaluate_retrievals(r, items)
-        results: list[bytes | None | SecembError] = [None] * len(items)
+        results = self._ready_at_peer(r, items)
+        go = [i for i, res in enumerate(results) if res is None]
+        if not go:
+            return results
+        with ThreadPoolExecutor(1, thread_name_prefix="secemb-relay") as pool:
+            early = _EarlyForward(r, relay, self.peer, items, go, pool)
+            outs = self._evaluate_retrievals(r, [items[i] for i in go], on_admitted=early)
+            masked_of = early.answers()
+        for i, out in zip(go, outs, strict=True):
+            results[i] = out
+        # with relay, server 0's role answers each admitted request with the bytes to forward
+        fwd = [(i, out) for i, out in zip(go, outs, strict=True) if isinstance(out, bytes)]
+        late = [(i, out) for i, out in fwd if i not in masked_of]  # forwards known after the commit only
+        if late:
+            masked_of.update(zip([i for i, _ in late],
+                                 self.peer.relay_retrieval_many(r, [(items[i][0], out) for i, out in late]),
+                                 strict=True))
+        if fwd:
+            self._complete_relayed(r, relay, [(i, items[i][0], masked_of[i]) for i, _ in fwd], results)
+        return results
+
+    def _ready_at_peer(self, r: int, items: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
+        """Per item ``None`` where server 1 holds the user's roots and awaits server 0's forward,
+        else the error that refuses the item (all of them if server 1 refused or failed)."""
         try:
             ready = self.peer.ready_many(r, [u for u, _ in items])
         except PeerRefused as exc:
             return [Conflict(f"server 1: {exc.detail}")] * len(items)
         except PeerUnreachable as exc:
             return [peer_failure("server 1 is unavailable", exc)] * len(items)
-        go = []
-        for i, ((user, _), ok) in enumerate(zip(items, ready, strict=True)):
-            if ok:
-                go.append(i)
-            else:
-                results[i] = Conflict(f"user {user} must send its retrieval request to server 1 first")
-        if not go:
-            return results
-        sub = [items[i] for i in go]
-        early: dict[int, Future[list[bytes | SecembError]]] = {}  # the one batch sent early, by index into items
-        with ThreadPoolExecutor(1, thread_name_prefix="secemb-relay") as pool:
+        return [None if ok else Conflict(f"user {user} must send its retrieval request to server 1 first")
+                for (user, _), ok in zip(items, ready, strict=True)]
 
-            def forward_early(admitted: list[int]) -> None:
-                # a role that knows its forwards from the requests alone: server 1 evaluates
-                # them while this server evaluates its own (a user this server then refuses
-                # counts at server 1 as one that retrieved and went silent)
-                fwds = relay.relay_forwards([sub[j] for j in admitted])
-                if fwds is None:
-                    return
-                ok = [(go[j], f) for j, f in zip(admitted, fwds, strict=True) if isinstance(f, bytes)]
-                if ok:
-                    batch = pool.submit(self.peer.relay_retrieval_many, r, [(items[i][0], f) for i, f in ok])
-                    early.update((i, batch) for i, _ in ok)
-
-            outs = self._evaluate_retrievals(r, sub, on_admitted=forward_early)
-            answers = next(iter(early.values())).result() if early else []
-            masked_of = dict(zip(early, answers, strict=True))
-        # with relay, server 0's role answers each admitted request with the bytes to forward
-        fwd = [(i, out) for i, out in zip(go, outs, strict=True) if isinstance(out, bytes)]
-        for i, out in zip(go, outs, strict=True):
-            results[i] = out
-        late = [(i, out) for i, out in fwd if i not in masked_of]  # forwards known after the commit only
-        if late:
-            masked_of.update(zip([i for i, _ in late],
-                                 self.peer.relay_retrieval_many(r, [(items[i][0], out) for i, out in late]),
-                                 strict=True))
-        if not fwd:
-            return results
-        masked = [masked_of[i] for i, _ in fwd]
+    def _complete_relayed(self, r: int, relay: RelayRole, answers: list[tuple[int, int, bytes | SecembError]],
+                          results: list[bytes | None | SecembError]) -> None:
+        """Complete the replies of ``answers`` ``(index into results, user, server 1's masked
+        answer or the error it failed with)`` under the lock: per index the reply or the error."""
         with self.lock:
             try:
                 rnd = self._current(r)
             except SecembError as exc:
-                for i, _ in fwd:
+                for i, _, _ in answers:
                     results[i] = exc
-                return results
-            for (i, _), ans in zip(fwd, masked, strict=True):
+                return
+            for i, user, ans in answers:
                 if isinstance(ans, BaseException):
                     results[i] = peer_failure("server 1 did not answer the relayed retrieval (this user cannot "
                                               "take part in the round)", ans)
                     continue
                 try:
-                    results[i] = rnd.busy(relay.complete_retrieval, items[i][0], ans)
+                    results[i] = rnd.busy(relay.complete_retrieval, user, ans)
                 except SecembError as exc:
                     results[i] = exc
-        return results
 
     def _forward_upload(self, r: int, user: int, fwd: bytes | None) -> None:
         if fwd is None:
@@ -117,6 +107,34 @@ class LeaderRelay(Node):
         except PEER_ERRORS as exc:
             log.warning("round %d: forwarding user %d's upload failed: %s", r, user, exc)
             raise peer_failure("server 1 did not take the forwarded upload (it will not count)", exc) from None
+
+
+class _EarlyForward:
+    """The ``on_admitted`` step of :meth:`LeaderRelay.retrieval_many` for the admitted items
+    ``items[go[j]]``: a role that knows its forwards from the requests alone has them sent to
+    server 1 as one batch (on ``pool``), which server 1 evaluates while server 0 evaluates its
+    own (a user server 0 then refuses counts at server 1 as one that retrieved and went silent)."""
+
+    def __init__(self, r: int, relay: RelayRole, peer: PeerLink, items: list[tuple[int, bytes]], go: list[int],
+                 pool: ThreadPoolExecutor) -> None:
+        self.r, self.relay, self.peer, self.items, self.go, self.pool = r, relay, peer, items, go, pool
+        self.sent: list[int] = []  # the indices into items of the batch sent early
+        self.batch: Future[list[bytes | SecembError]] | None = None
+
+    def __call__(self, admitted: list[int]) -> None:
+        fwds = self.relay.relay_forwards([self.items[self.go[j]] for j in admitted])
+        if fwds is None:
+            return
+        ok = [(self.go[j], f) for j, f in zip(admitted, fwds, strict=True) if isinstance(f, bytes)]
+        if ok:
+            self.batch = self.pool.submit(self.peer.relay_retrieval_many, self.r,
+                                          [(self.items[i][0], f) for i, f in ok])
+            self.sent = [i for i, _ in ok]
+
+    def answers(self) -> dict[int, bytes | SecembError]:
+        """Server 1's masked answers to the batch sent early by index into ``items`` (waits for
+        them; none if nothing was sent)."""
+        return {} if self.batch is None else dict(zip(self.sent, self.batch.result(), strict=True))
 
 
 class FollowerRelay(Node):
