@@ -39,7 +39,6 @@ import numpy as np
 
 from secemb.bench.rss import reset_peak, status_kb
 from secemb.data.ctr import ClickData, TaobaoShaped
-from secemb.engine.exchange import LocalExchange, Rounds
 from secemb.errors import InvalidParameters
 from secemb.models.din import DIN
 from secemb.privacy.randomized_response import CPP_PRESETS, event_probabilities, get_cpp
@@ -49,6 +48,8 @@ from secemb.protocols.sfsl.protocol import ExchangePlayer
 from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode
 from secemb.randomness import system_rng
 from secemb.secagg.psu import BloomParams
+from secemb.sim.local import LocalStageServer
+from secemb.sim.player import Rounds
 
 __all__ = ["COST_BASELINES", "CURVES", "PAPER", "baseline_costs", "curve", "memory", "merge", "plot_fig4",
            "plot_fig5", "round_costs", "run", "table5", "training"]
@@ -414,7 +415,7 @@ def _server_memory(scheme: str, n: int, shape: str, batch: int, seed: int) -> di
         b = data.user_bounds()
         devices = {int(u): SFSLDevice(int(u), data.subset(slice(b[u], b[u + 1])), get_cpp(scheme), model, emb[u])
                    for u in np.unique(data.user)}
-        exchange = LocalExchange(node)
+        exchange = LocalStageServer(node)
         player = ExchangePlayer(Rounds(SFSL_PLAN, exchange.admin, exchange.link, lambda: b""), server.space,
                                 BloomParams.exact(server.space.goods), server.table.shape)
         rep = player.play(devices, 1, TrainingSettings(batch=batch), rng, psu_drop_after={}, drop_after={},

@@ -252,10 +252,10 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
         return seen
 
     def one(d: Any) -> dict[str, Any]:
-        from secemb.engine.http_exchange import HttpExchangeAdmin
+        from secemb.transport.http import HttpStageAdmin
 
         with d.admin() as api:
-            return {"server": _current_round(HttpExchangeAdmin(api))}
+            return {"server": _current_round(HttpStageAdmin(api))}
 
     _operate(deployment, both, one)
     alarmed = [name for name, doc in seen.items() if doc.get("alarms") or doc.get("halted")]
@@ -306,10 +306,10 @@ def open_round(
     from secemb.transport.http import HttpAdminLink
 
     def one(d: Any) -> Any:
-        from secemb.engine.http_exchange import HttpExchangeAdmin
+        from secemb.transport.http import HttpStageAdmin
 
         with d.admin() as api:
-            admin = HttpExchangeAdmin(api)
+            admin = HttpStageAdmin(api)
             last = _current_round(admin)
             return admin.open_round(1 if last is None else int(last["round_id"]) + 1, _users(participants))
 
@@ -321,7 +321,7 @@ def _current_round(admin: Any) -> dict[str, Any] | None:
     from secemb.transport.errors import RemoteError
 
     try:
-        doc: dict[str, Any] = admin.round()
+        doc: dict[str, Any] = admin.round_info()
     except RemoteError as exc:
         if exc.status != 409:
             raise

@@ -284,15 +284,16 @@ def register(app: typer.Typer) -> None:
 def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: int, wait: float,
                      data_dir: Path | None) -> None:
     """``secemb client`` of a one-server deployment: its device (the protocol's ``make_device``)
-    takes part in ``rounds`` rounds (:func:`secemb.engine.http_exchange.take_part`); one JSON
+    takes part in ``rounds`` rounds (:func:`secemb.client.stages.take_part`); one JSON
     line per round."""
     from secemb.cli._exchange import given_options
     from secemb.data import DataFormatError, DatasetNotFoundError
-    from secemb.engine.http_exchange import HttpExchangeLink, take_part
+    from secemb.client.stages import take_part
     from secemb.errors import InvalidParameters, SecembError
     from secemb.server.exchange_deploy import ExchangeCredentials
     from secemb.server.tls import client_context
     from secemb.transport.errors import RemoteError, Unreachable
+    from secemb.transport.http import HttpStageLink
     from secemb.transport.network import ApiClient
 
     def fail(msg: object, code: int) -> NoReturn:
@@ -314,12 +315,12 @@ def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: i
     plan = protocol.plan()
     done: set[int] = set()
     with ApiClient(creds.url, f"user:{user}", creds.key, tls=tls) as api:
-        link = HttpExchangeLink(user, api)
+        link = HttpStageLink(user, api)
         deadline = time.monotonic() + wait
         polled: SecembError | None = None
         while len(done) < rounds:
             try:
-                doc, polled = link.round(), None
+                doc, polled = link.round_info(), None
             except (RemoteError, SecembError) as exc:  # 409: no round yet
                 doc, polled = None, exc
             stages = list(plan.stages) if doc is None else list(doc.get("stages") or plan.stages)

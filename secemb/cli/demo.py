@@ -164,7 +164,7 @@ def _demo_exchange(protocol: Any, network: bool, concurrency: int, json_out: Pat
     from secemb.cli._report import training_display, write_json
     from secemb.cli._usage import fail
     from secemb.data import DataFormatError, DatasetNotFoundError
-    from secemb.engine.exchange import train_exchange
+    from secemb.sim.player import train_exchange
     from secemb.errors import InvalidParameters
     from secemb.sim.exchange import train_networked
     from secemb.transport.errors import RemoteError, Unreachable

@@ -200,7 +200,7 @@ def _train_exchange(protocol: Any, json_out: Path | None, quiet: bool) -> None:
     from secemb.cli._report import training_display, write_json
     from secemb.cli._usage import fail
     from secemb.data import DataFormatError, DatasetNotFoundError
-    from secemb.engine.exchange import train_exchange
+    from secemb.sim.player import train_exchange
     from secemb.errors import InvalidParameters
 
     console = Console()

@@ -335,7 +335,7 @@ BOUNDED_KINDS = ("retrieval_request", "upload", "relay_keys", "relay_answer", "r
 class ExchangeNode(TypingProtocol):
     """The server side of a one-server protocol (e.g. :class:`~secemb.protocols.sfsl.staged.SFSLNode`),
     a state machine over bytes: what the engine drives in process
-    (:class:`~secemb.engine.exchange.LocalExchange`) and the server hosts over HTTP
+    (:class:`~secemb.sim.local.LocalStageServer`) and the server hosts over HTTP
     (:func:`~secemb.server.exchange_app.create_exchange_app`), so neither imports the other."""
 
     plan: RoundPlan

@@ -7,8 +7,8 @@ is an *exchange*: every device still in the round sends the server one message
 (:meth:`ExchangeParty.message`), the stage closes, and the server answers each device with at
 most one message (:meth:`ExchangeParty.accept`; no answer: the device is out of the round).
 The server side is an :class:`ExchangeNode` (a state machine over bytes).  The engine moves the
-bytes (:func:`secemb.engine.exchange.play`): in process, or over HTTP
-(:mod:`secemb.server.exchange_app`, :mod:`secemb.engine.http_exchange`).
+bytes (:func:`secemb.sim.player.play`) over the stage links (:class:`~secemb.transport.links.StageLink`):
+in process, or over HTTP (:mod:`secemb.server.exchange_app`, :mod:`secemb.transport.http`).
 
 **Adding one** (docs/protocol.md, "A one-server protocol"): subclass :class:`ExchangeProtocol`
 and register it with ``servers=1``::
@@ -35,7 +35,7 @@ Stage and message names of its own join the shared vocabulary first
   :class:`ExchangeRounds` that play rounds against it), chooses each round's devices, makes
   their :class:`ExchangeParty` objects and calls :meth:`ExchangeRounds.play`; it reports each
   round (:class:`RoundFigures`) and epoch (:class:`EpochFigures`) and returns the run's
-  :class:`ExchangeResult` (the engine's :func:`secemb.engine.exchange.train_exchange` turns them
+  :class:`ExchangeResult` (the engine's :func:`secemb.sim.player.train_exchange` turns them
   into ``secemb train``'s ``TrainResult`` document).  The same code runs in process and over
   HTTP, so both give the same ``model_sha256`` where the protocol's own randomness is seeded;
 * :meth:`~ExchangeProtocol.make_device` (optional): device ``user``'s persistent state in a

@@ -18,7 +18,7 @@ the optimizer) and :data:`SERVER1` (the follower).
 A protocol with **one server** (secure federated submodel learning) declares its round the same
 way, with its own stage list (``RoundPlan.stages``, e.g. :data:`EXCHANGE_STAGES`) and
 ``servers=1``: its only server is :data:`SERVER0`.  Each of its stages is an *exchange*
-(:mod:`secemb.engine.exchange`): every live device sends the server one message, the operator
+(:mod:`secemb.sim.player`): every live device sends the server one message, the operator
 closes the stage, and the server answers each device with at most one message.
 """
 

@@ -1,6 +1,7 @@
 """The HTTP face of a one-server protocol's node (:class:`~secemb.protocols.base.ExchangeNode`,
-e.g. SFSL's :class:`~secemb.protocols.sfsl.staged.SFSLNode`): the exchanges of
-:mod:`secemb.engine.exchange` as signed endpoints.
+e.g. SFSL's :class:`~secemb.protocols.sfsl.staged.SFSLNode`): the exchanges of the stage links
+(:class:`~secemb.transport.links.StageLink`, :class:`~secemb.transport.links.StageAdmin`; their
+client side is :mod:`secemb.transport.http`) as signed endpoints.
 
 Every endpoint is signed (:mod:`secemb.transport.network`, checked by the same
 :class:`~secemb.server.auth.Verifier` as the two-server app) by a device (``user:<id>``) or the
@@ -37,7 +38,7 @@ stages) the server closes a stage itself as soon as every device still in the ro
 its message of it, or, once ``stage_deadline_s`` has passed since the stage opened, at the next
 request that reads the round (devices poll it while they wait): a stage with an answer keeps
 the devices the node answers, one without keeps those that sent.  Without it the operator closes
-each stage (``POST .../close``: the in-process engine's order, :func:`secemb.engine.exchange.play`).
+each stage (``POST .../close``: the in-process player's order, :func:`secemb.sim.player.play`).
 """
 
 from __future__ import annotations

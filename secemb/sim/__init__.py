@@ -11,8 +11,11 @@ server processes on 127.0.0.1.
   restart, supervise);
 * :mod:`secemb.sim.coordinator` -- :func:`train_networked`, the driver over HTTP (the network
   twin of :func:`secemb.training.train`);
-* :mod:`secemb.sim.exchange`, :mod:`secemb.sim.secea` -- the same for one-server protocols and
-  for SecEA's silos.
+* :mod:`secemb.sim.player` -- the one-server round player (:func:`~secemb.sim.player.play`,
+  :func:`~secemb.sim.player.train_exchange`): a one-server protocol's rounds over the stage links
+  (:mod:`secemb.transport.links`), in process through :mod:`secemb.sim.local`'s;
+* :mod:`secemb.sim.exchange`, :mod:`secemb.sim.secea` -- a one-server protocol's server behind
+  HTTPS (``secemb demo --network``), and SecEA's silos in process.
 
 Neither the server package nor the device SDK imports this package; ``secemb demo --network``
 in Python (an Experiment run by these servers) sits above it, in :mod:`secemb.training.networked`.

@@ -11,9 +11,9 @@ limit; bodies under a size limit and a deadline), like the two-server demo
 (:func:`~secemb.server.tls.init_pki`, in a temporary directory removed when the server stops;
 the node presents server 0's), and every client verifies the server against that CA only
 (:func:`~secemb.server.tls.client_context`); there is no plain-HTTP mode.  The devices reach
-it only through :class:`~secemb.engine.http_exchange.HttpExchangeLink` (concurrently,
+it only through :class:`~secemb.transport.http.HttpStageLink` (concurrently,
 ``concurrency`` at a time), the operator through
-:class:`~secemb.engine.http_exchange.HttpExchangeAdmin`, and the public model used for the
+:class:`~secemb.transport.http.HttpStageAdmin`, and the public model used for the
 metric is fetched over HTTPS.  There is one server: nothing crosses between servers.
 
 The run is the protocol's own ``train`` with the rounds played over HTTP instead of in
@@ -35,13 +35,13 @@ from typing import Any
 
 import httpx
 
-from secemb.engine.exchange import Rounds, train_exchange
-from secemb.engine.http_exchange import HttpExchangeAdmin, HttpExchangeLink
 from secemb.errors import InvalidParameters
 from secemb.protocols.exchange import ExchangeProtocol, ExchangeServer
 from secemb.sim.cluster import free_port
+from secemb.sim.player import Rounds, train_exchange
 from secemb.round.results import EpochStats, RoundStats, TrainResult
 from secemb.server.tls import client_context, init_pki, server_context_kwargs
+from secemb.transport.http import HttpStageAdmin, HttpStageLink
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
 
@@ -120,7 +120,7 @@ def train_networked(protocol: ExchangeProtocol, *, concurrency: int = 8,
                     on_round: Callable[[RoundStats], None] | None = None,
                     on_epoch: Callable[[EpochStats], None] | None = None,
                     on_server: Callable[[str], None] | None = None) -> TrainResult:
-    """Train ``protocol`` (:func:`~secemb.engine.exchange.train_exchange`) with its server behind
+    """Train ``protocol`` (:func:`~secemb.sim.player.train_exchange`) with its server behind
     HTTPS (a :class:`NodeServer` per server it makes); the result (``config["network"]`` true).  ``on_server`` is called
     with the server's URL.
 
@@ -146,13 +146,13 @@ def train_networked(protocol: ExchangeProtocol, *, concurrency: int = 8,
         clients.append(http)
         if on_server is not None:
             on_server(host.url)
-        admin = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret, http=http))
-        links: dict[int, HttpExchangeLink] = {}
+        admin = HttpStageAdmin(ApiClient(host.url, "admin", host.admin_secret, http=http))
+        links: dict[int, HttpStageLink] = {}
 
-        def link(u: int) -> HttpExchangeLink:
+        def link(u: int) -> HttpStageLink:
             if u not in links:
-                links[u] = HttpExchangeLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u),
-                                                         http=http))
+                links[u] = HttpStageLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u),
+                                                      http=http))
             return links[u]
 
         return Rounds(server.node.plan, admin, link, admin.model, map=lambda fn, items: list(pool.map(fn, items)))

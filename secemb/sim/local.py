@@ -1,7 +1,13 @@
-"""The engine in process: both server nodes, with in-memory state, behind an
-:class:`~secemb.transport.inprocess.InProcessTransport` that counts every protocol message.
+"""The servers in process: their node objects, with in-memory state, behind an
+:class:`~secemb.transport.inprocess.InProcessTransport` that counts every protocol message, and
+the in-process members of the link family (:mod:`secemb.transport.links`).
 
-:class:`InProcessServers` builds server 0 (the leader) and server 1 (the follower) as the same
+One-server protocols: :class:`LocalStageServer` holds the node (an
+:class:`~secemb.protocols.base.ExchangeNode`) and hands out its links -- :class:`LocalStageLink`
+for a device, :class:`LocalStageAdmin` for the operator (what :mod:`secemb.sim.player` plays
+rounds through).
+
+Two-server protocols: :class:`InProcessServers` builds server 0 (the leader) and server 1 (the follower) as the same
 node objects a deployment runs behind FastAPI (:func:`secemb.server.node.make_node`), wires
 server 0 to server 1 through :class:`LocalPeer`, and hands the driver
 (:func:`secemb.sim.driver.run`) its links: :class:`LocalServerLink` for devices,
@@ -28,7 +34,7 @@ from secemb.client.device import DeviceClient, RoundSession
 from secemb.sim.driver import Servers
 from secemb.errors import SecembError
 from secemb.models.base import RecModel
-from secemb.protocols.base import Protocol
+from secemb.protocols.base import ExchangeNode, Protocol
 from secemb.protocols.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
 from secemb.randomness import RandomBytes
 from secemb.server.config import ServerConfig
@@ -39,7 +45,8 @@ from secemb.server.peer import PeerRefused, PeerUnreachable
 from secemb.server.store import MemoryStore
 from secemb.transport.inprocess import SERVER, InProcessTransport, user_endpoint
 
-__all__ = ["InProcessServers", "LocalAdminLink", "LocalPeer", "LocalServerLink"]
+__all__ = ["InProcessServers", "LocalAdminLink", "LocalPeer", "LocalServerLink", "LocalStageAdmin", "LocalStageLink",
+           "LocalStageServer"]
 
 T = TypeVar("T")
 _NAMES = (SERVER0, SERVER1)
@@ -59,6 +66,59 @@ def _peer(fn: Callable[[], T]) -> T:
         raise PeerUnreachable(str(exc)) from None
     except SecembError as exc:
         raise PeerRefused(str(exc)) from None
+
+
+class LocalStageServer:
+    """A one-server node in process behind a counting transport (endpoint ``SERVER0``; a fresh
+    transport by default): :meth:`link` gives a device's link, :attr:`admin` is the operator's."""
+
+    def __init__(self, node: ExchangeNode, transport: InProcessTransport | None = None) -> None:
+        self.node = node
+        self.tp = InProcessTransport() if transport is None else transport
+        self.admin = LocalStageAdmin(node, self.tp)
+
+    def link(self, user: int) -> LocalStageLink:
+        """Device ``user``'s link."""
+        return LocalStageLink(self.node, user, self.tp)
+
+
+class LocalStageLink:
+    """Device ``user``'s :class:`~secemb.transport.links.StageLink` to an in-process one-server node."""
+
+    def __init__(self, node: ExchangeNode, user: int, transport: InProcessTransport) -> None:
+        self.node, self.user, self.tp = node, int(user), transport
+        self._me = user_endpoint(self.user)
+
+    def send(self, round_id: int, stage: str, body: bytes) -> None:
+        self.node.receive(round_id, stage, self.user, _carry(self.tp, self._me, SERVER0, body, stage))
+
+    def fetch(self, round_id: int, stage: str) -> bytes | None:
+        out = self.node.reply(round_id, stage, self.user)
+        return None if out is None else _carry(self.tp, SERVER0, self._me, out, stage)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class LocalStageAdmin:
+    """The operator's :class:`~secemb.transport.links.StageAdmin` to an in-process one-server
+    node.  Opening a round tags the transport's later messages with its id."""
+
+    def __init__(self, node: ExchangeNode, transport: InProcessTransport) -> None:
+        self.node, self.tp = node, transport
+
+    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
+        self.tp.set_round(round_id)
+        return self.node.open_round(round_id, users)
+
+    def close_stage(self, round_id: int, stage: str) -> None:
+        self.node.close(round_id, stage)
+
+    def round_status(self, round_id: int) -> dict[str, Any]:
+        return self.node.outcome(round_id)
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 class LocalPeer:

@@ -1,7 +1,7 @@
-"""SecEA in process through the round engine's one-server phase
-(:func:`secemb.engine.exchange.play`): :class:`Deployment` holds the server (a
+"""SecEA in process through the one-server round player
+(:func:`secemb.sim.player.play`): :class:`Deployment` holds the server (a
 :class:`~secemb.protocols.secea.staged.SecEANode`) behind a counting
-:class:`~secemb.engine.exchange.LocalExchange` and N silos, set up (round 0: keys, entity union)
+:class:`~secemb.sim.local.LocalStageServer` and N silos, set up (round 0: keys, entity union)
 on creation; :meth:`Deployment.round` aggregates the given rows.  Every message crosses the
 transport as bytes and is counted (``len()`` per silo, up and down).  Used by the tests and
 ``secemb bench secea``'s cost round; the training run is
@@ -18,8 +18,8 @@ from typing import Any, Protocol as TypingProtocol
 
 import numpy as np
 
-from secemb.engine.exchange import ExchangeAdmin, ExchangeLink, ExchangeParty, ExchangeRecord, LocalExchange, play
 from secemb.errors import InvalidParameters
+from secemb.protocols.exchange import ExchangeParty, ExchangeRecord
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.secea.staged import (
@@ -32,7 +32,10 @@ from secemb.protocols.secea.staged import (
 )
 from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import RandomBytes, system_rng
+from secemb.sim.local import LocalStageServer
+from secemb.sim.player import play
 from secemb.transport.inprocess import InProcessTransport
+from secemb.transport.links import StageAdmin, StageLink
 
 __all__ = ["Deployment", "Exchange", "Traffic"]
 
@@ -41,13 +44,13 @@ Map = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
 class Exchange(TypingProtocol):
     """What a SecEA run needs of the served node: the operator's link and a silo's link
-    (:class:`~secemb.engine.exchange.LocalExchange` in process)."""
+    (:class:`~secemb.sim.local.LocalStageServer` in process)."""
 
     @property
-    def admin(self) -> ExchangeAdmin:
+    def admin(self) -> StageAdmin:
         """The operator's link."""
 
-    def link(self, user: int) -> ExchangeLink:
+    def link(self, user: int) -> StageLink:
         """Silo ``user``'s link."""
 
 
@@ -98,9 +101,9 @@ class Deployment:
     domain: entity ids are in ``[0, domain)`` (the PSU's filter); ``None``: one past the largest id.
     key_bits: Paillier modulus size of every silo.
     query_bound: queries every silo sends per round (:class:`~secemb.protocols.secea.parties.SecEAClient`).
-    connect: serves the node and gives its links; default in process (:class:`LocalExchange`
+    connect: serves the node and gives its links; default in process (:class:`LocalStageServer`
         over a transport that keeps every message, :attr:`traffic` ``.log``).
-    map: how a stage's messages are sent (:func:`~secemb.engine.exchange.play`).
+    map: how a stage's messages are sent (:func:`~secemb.sim.player.play`).
 
     Attributes: ``node`` (its ``server``, the :class:`SecEAServer`), ``clients``, ``union``,
     ``setup_traffic`` (the set-up's bytes) and ``traffic`` (the rounds').
@@ -125,7 +128,7 @@ class Deployment:
         self.server = self.node.server
         self.clients = [SecEAClient(i, params, s, key_bits=key_bits, query_bound=query_bound, _rng=rng)
                         for i, s in enumerate(sets)]
-        self.exchange = LocalExchange(self.node, _LoggingTransport(self.traffic.log)) if connect is None \
+        self.exchange = LocalStageServer(self.node, _LoggingTransport(self.traffic.log)) if connect is None \
             else connect(self.node)
         setup = {i: SecEASetupParty(c, bloom, _rng=rng) for i, c in enumerate(self.clients)}
         self._play(SECEA_SETUP_PLAN, SETUP_ROUND, setup, self.setup_traffic)
@@ -140,7 +143,7 @@ class Deployment:
         extra = {} if self._map is None else {"map": self._map}
         rec = play(plan, admin, {u: self.exchange.link(u) for u in parties}, parties, round_id,
                    silent_from=silent, **extra)
-        out = admin.outcome(round_id)
+        out = admin.round_status(round_id)
         traffic.add(rec)
         for stage, secs in out["server_s"].items():
             traffic.seconds[("server", _SERVER_PARTS.get(stage, stage))] += float(secs)

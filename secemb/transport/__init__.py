@@ -5,9 +5,10 @@ endpoints, FIFO mailboxes and per-round/stage/direction/user byte counters.  The
 deployment's HTTP client side (signed requests, ``ApiClient``) is
 :mod:`secemb.transport.network`; the devices' credentials files, which the servers' operators issue
 and the devices read, are :mod:`secemb.transport.credentials`; what a device and an operator need of
-a server, however the bytes travel, is :mod:`secemb.transport.links` (:class:`ServerLink`,
-:class:`AdminLink`), implemented over HTTP by :mod:`secemb.transport.http` and in process by
-:mod:`secemb.sim.local`.
+a server, however the bytes travel, is :mod:`secemb.transport.links` (one family: the stage
+links of a one-server round, :class:`StageLink` and :class:`StageAdmin`, and the two-server
+round's :class:`ServerLink` and :class:`AdminLink`), implemented over HTTP by
+:mod:`secemb.transport.http` and in process by :mod:`secemb.sim.local`.
 """
 
 from __future__ import annotations

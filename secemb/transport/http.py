@@ -1,8 +1,12 @@
 """The links (:mod:`secemb.transport.links`) over HTTP: signed requests to a server process (``secemb serve``).
 
-:class:`HttpServerLink` is a device's connection (signed with its per-device key),
-:class:`HttpAdminLink` the operator's (signed with the server's admin secret).  Endpoint paths
-live here and in :mod:`secemb.server.app` only; see ``docs/deployment.md``.
+Two-server protocols: :class:`HttpServerLink` is a device's connection (signed with its
+per-device key), :class:`HttpAdminLink` the operator's (signed with the server's admin secret);
+the server is :mod:`secemb.server.app`.  One-server protocols: :class:`HttpStageLink` and
+:class:`HttpStageAdmin`, the same signing, to a node served by
+:func:`secemb.server.exchange_app.create_exchange_app`.  Endpoint paths live here and in those
+two server modules only; see ``docs/deployment.md``.  Bodies are the protocol's exact message
+bytes; the figures a run reports are ``len()`` of them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import httpx
 from secemb.errors import InvalidMessage
 from secemb.transport.network import ApiClient, answer_fields
 
-__all__ = ["HttpAdminLink", "HttpServerLink"]
+__all__ = ["HttpAdminLink", "HttpServerLink", "HttpStageAdmin", "HttpStageLink"]
 
 
 class HttpServerLink:
@@ -113,6 +117,73 @@ class HttpAdminLink:
     def clear_alarms(self) -> dict[str, Any]:
         path = "/v1/admin/alarms/clear"
         return self._answer(path, self.api.post_json(path), cleared=int)
+
+    def close(self) -> None:
+        self.api.close()
+
+
+class HttpStageLink:
+    """Device ``user``'s :class:`~secemb.transport.links.PolledStageLink` to a one-server node
+    (``api``: an :class:`ApiClient` signing as ``user:<user>``)."""
+
+    def __init__(self, user: int, api: ApiClient) -> None:
+        self.user, self.api = int(user), api
+
+    def send(self, round_id: int, stage: str, body: bytes) -> None:
+        self.api.post_bytes(f"/v1/exchange/rounds/{round_id}/{stage}", body)
+
+    def fetch(self, round_id: int, stage: str) -> bytes | None:
+        resp = self.api.request("GET", f"/v1/exchange/rounds/{round_id}/{stage}")
+        return None if resp.status_code == 204 else resp.content
+
+    def round_info(self) -> dict[str, Any]:
+        """The current round's document (``stage``: the open stage, ``state``).
+
+        Raises
+        ------
+        InvalidMessage: the server's answer is not one (a JSON object with an int ``round_id``,
+        ``users`` a list of ints, ``stages`` -- if there -- a list of str, ``stage`` a str or
+        null, ``state`` a str): the device reads nothing else of it.
+        """
+        doc = self.api.get_json("/v1/exchange/round")
+        users, stages = (doc.get("users"), doc.get("stages", [])) if isinstance(doc, dict) else (None, None)
+        if not (isinstance(users, list) and isinstance(stages, list) and type(doc.get("round_id")) is int
+                and all(type(u) is int for u in users) and all(isinstance(s, str) for s in stages)
+                and isinstance(doc.get("state"), str) and isinstance(doc.get("stage", ""), (str, type(None)))):
+            raise InvalidMessage(f"the server's round document is malformed: {str(doc)[:200]}")
+        out: dict[str, Any] = doc
+        return out
+
+    def close(self) -> None:
+        self.api.close()
+
+
+class HttpStageAdmin:
+    """The operator's :class:`~secemb.transport.links.StageAdmin` to a one-server node (``api``:
+    an :class:`ApiClient` signing as ``admin``)."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+
+    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.post_json("/v1/admin/exchange/rounds", {"round_id": round_id, "users": users})
+        return doc
+
+    def close_stage(self, round_id: int, stage: str) -> None:
+        self.api.post_json(f"/v1/admin/exchange/rounds/{round_id}/{stage}/close")
+
+    def round_status(self, round_id: int) -> dict[str, Any]:
+        doc: dict[str, Any] = self.api.get_json(f"/v1/admin/exchange/rounds/{round_id}")
+        return doc
+
+    def model(self) -> bytes:
+        """The public model's bytes."""
+        return self.api.get_bytes("/v1/admin/model")
+
+    def round_info(self) -> dict[str, Any]:
+        """The current round's document (as a device reads it)."""
+        doc: dict[str, Any] = self.api.get_json("/v1/exchange/round")
+        return doc
 
     def close(self) -> None:
         self.api.close()

@@ -1,15 +1,33 @@
-"""What a round's parties need of each other, independent of how bytes travel.
+"""What a round's parties need of a server, independent of how bytes travel: one family of links.
 
-* :class:`ServerLink` -- one device's connection to one server (the device SDK's only way
-  to reach a server);
-* :class:`AdminLink` -- the operator's connection to one server (rounds, the count phase,
-  the public model).
+Every link is one party's connection to one server, released with ``close()``:
 
-Two implementations of each: in process (:mod:`secemb.sim.local`: the server node objects
-behind an :class:`~secemb.transport.inprocess.InProcessTransport` that counts every message)
-and over HTTP (:mod:`secemb.transport.http`: the same node objects behind FastAPI, signed
-requests).  Bodies are the protocol's exact message bytes either way; control documents are
-JSON-able dicts.
+* :class:`DeviceLink` -- a device's (``user``): its members are
+  :class:`StageLink`, the family's primitive, and :class:`ServerLink`, a device of the two-server
+  round;
+* :class:`OperatorLink` -- the operator's (it reads a round's outcome, ``round_status``): its
+  members are :class:`StageAdmin`, the primitive's operator, and :class:`AdminLink`, the
+  two-server round's.
+
+The primitive is the exchange of one stage (``RoundPlan.servers == 1``,
+:mod:`secemb.protocols.stages`): the operator opens a round for some devices
+(:meth:`StageAdmin.open_round`); each device still in it sends its message of the stage
+(:meth:`StageLink.send`); the operator closes the stage (:meth:`StageAdmin.close_stage`); each
+device fetches at most one reply of the closed stage (:meth:`StageLink.fetch`: ``None``, the
+server answered it nothing and it is out of the round); once the stages are done the operator
+reads the outcome (:meth:`OperatorLink.round_status`).  A server that closes its stages itself
+(``secemb serve`` of a one-server protocol) is followed through its round document
+(:class:`PolledStageLink`).  The two-server round's links name its stages' exchanges
+(``count``, ``retrieval``, ``dense``, ``upload``: :mod:`secemb.protocols.stages`) because its
+servers answer them differently -- a retrieval is answered at once, per device, with a share of
+a reply that the device adds to the other server's -- and its operator opens rounds by
+participants and a deadline, the servers numbering them.
+
+Two implementations of each member: in process (:mod:`secemb.sim.local`: the server node
+objects behind an :class:`~secemb.transport.inprocess.InProcessTransport` that counts every
+message) and over HTTP (:mod:`secemb.transport.http`: the same node objects behind FastAPI,
+signed requests).  Bodies are the protocol's exact message bytes either way; control documents
+are JSON-able dicts.
 
 Errors: an HTTP link raises :class:`~secemb.transport.network.RemoteError` (the server
 refused: its status and detail) or :class:`~secemb.transport.network.Unreachable`; an
@@ -20,14 +38,66 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["AdminLink", "ServerLink"]
+__all__ = ["AdminLink", "DeviceLink", "OperatorLink", "PolledStageLink", "ServerLink", "StageAdmin", "StageLink"]
 
 
-class ServerLink(Protocol):
-    """Device ``user``'s connection to server ``party``."""
+class DeviceLink(Protocol):
+    """Device ``user``'s connection to one server."""
+
+    user: int
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+class OperatorLink(Protocol):
+    """The operator's connection to one server."""
+
+    def round_status(self, round_id: int) -> dict[str, Any]:
+        """Round ``round_id``'s outcome (its ``state`` -- ``open``, ``committed``, ``aborted`` --
+        and the figures the server reports of it)."""
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+class StageLink(DeviceLink, Protocol):
+    """Device ``user``'s connection to a server, one stage at a time (the family's primitive)."""
+
+    def send(self, round_id: int, stage: str, body: bytes) -> None:
+        """Deliver the device's message of ``stage`` of round ``round_id``."""
+
+    def fetch(self, round_id: int, stage: str) -> bytes | None:
+        """The server's reply to this device in the closed ``stage`` (``None``: none, the device
+        is out of the round)."""
+
+
+class PolledStageLink(StageLink, Protocol):
+    """A :class:`StageLink` to a server that closes its stages itself (``secemb serve`` of a
+    one-server protocol): the device reads the round document to learn when a stage closed."""
+
+    def round_info(self) -> dict[str, Any]:
+        """The current round's public document: what the node's ``open_round`` returned
+        (``round_id``, ``users``, ``stages``, ...) with ``stage`` (the open one, ``None`` once the
+        last closed) and ``state``."""
+
+
+class StageAdmin(OperatorLink, Protocol):
+    """The operator's connection to a server whose rounds it drives stage by stage."""
+
+    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
+        """Start round ``round_id`` for ``users``; its public document (``stages``: the plan's
+        stages this round runs)."""
+
+    def close_stage(self, round_id: int, stage: str) -> None:
+        """Close ``stage`` of the round: the server builds its replies (raises the server's
+        refusal, e.g. an abort when too few devices are left)."""
+
+
+class ServerLink(DeviceLink, Protocol):
+    """Device ``user``'s connection to server ``party`` of the two-server round."""
 
     party: int
-    user: int
 
     def round_info(self) -> dict[str, Any]:
         """The current round's public document (``GET /v1/round``)."""
@@ -51,12 +121,9 @@ class ServerLink(Protocol):
         """Report a deviation this device caught (``POST /v1/alarm``: ``{"kind", "round_id",
         "detail"}``); the server halts the deployment."""
 
-    def close(self) -> None:
-        """Release the connection."""
 
-
-class AdminLink(Protocol):
-    """The operator's connection to server ``party``."""
+class AdminLink(OperatorLink, Protocol):
+    """The operator's connection to server ``party`` of the two-server round."""
 
     party: int
 
@@ -78,11 +145,5 @@ class AdminLink(Protocol):
     def close_round(self, round_id: int) -> dict[str, Any]:
         """Server 0: close round ``round_id`` now; its outcome."""
 
-    def round_status(self, round_id: int) -> dict[str, Any]:
-        """Round ``round_id``'s outcome (state, included users, busy seconds)."""
-
     def clear_alarms(self) -> dict[str, Any]:
         """Forget the server's alarms and lift its halt; ``{"cleared": how many}``."""
-
-    def close(self) -> None:
-        """Release the connection."""

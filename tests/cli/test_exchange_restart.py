@@ -33,11 +33,11 @@ def _round(root: Path, expected_id: int) -> None:
 
 
 def _model_sha256(root: Path) -> str:
-    from secemb.engine.http_exchange import HttpExchangeAdmin
+    from secemb.transport.http import HttpStageAdmin
     from secemb.server.exchange_deploy import ExchangeDeployment
 
     with ExchangeDeployment.load(root).admin() as api:
-        return hashlib.sha256(HttpExchangeAdmin(api).model()).hexdigest()
+        return hashlib.sha256(HttpStageAdmin(api).model()).hexdigest()
 
 
 def test_serve_restarted_between_rounds_goes_on_where_it_stopped(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_sfsl_training_loss_is_finite_and_the_result_is_json() -> None:
     import torch
 
     from secemb.data.ctr import TaobaoShaped, split_clicks
-    from secemb.engine.exchange import train_exchange
+    from secemb.sim.player import train_exchange
     from secemb.protocols.exchange import ExchangeRun
     from secemb.protocols.sfsl.protocol import SFSLProtocol
 

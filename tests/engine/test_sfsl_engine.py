@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from secemb.data.ctr import TaobaoShaped, split_clicks
-from secemb.engine.exchange import LocalExchange, connect_local
+from secemb.sim.local import LocalStageServer
+from secemb.sim.player import connect_local
 from secemb.protocols.exchange import ExchangeServer
 from secemb.protocols.sfsl import SFSLRun, TrainingSettings, train_sfsl
 from secemb.protocols.sfsl.protocol import ExchangePlayer, model_bytes
@@ -27,7 +28,7 @@ def clicks():
 
 
 def local_player(server, settings, host=None):
-    """The engine's round player against ``server`` in process (``host`` receives the LocalExchange)."""
+    """The engine's round player against ``server`` in process (``host`` receives the LocalStageServer)."""
     node = SFSLNode(server, settings)
     hosted = ExchangeServer(node, 1 << 30, lambda: model_bytes(server), 1 << 20)
     return ExchangePlayer(connect_local(hosted, hosts=host), server.space, node.bloom, server.table.shape)
@@ -39,7 +40,7 @@ RUN = SFSLRun(preset="CPP2", clients_per_round=5, rounds=2, settings=TrainingSet
 def _pair(clicks, run, dropouts=None):
     train, test = clicks
     ref = train_sfsl(train, test, run, dropouts=dropouts, _rng=CtrDrbg(11))
-    hosts: list[LocalExchange] = []
+    hosts: list[LocalStageServer] = []
     eng = train_sfsl(train, test, run, dropouts=dropouts, _rng=CtrDrbg(11),
                      player=lambda s, t: local_player(s, t, host=hosts))
     return ref, eng, hosts[0]

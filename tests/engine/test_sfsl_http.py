@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from secemb.data.ctr import TaobaoShaped, split_clicks
-from secemb.engine.http_exchange import HttpExchangeAdmin, HttpExchangeLink
+from secemb.transport.http import HttpStageAdmin, HttpStageLink
 from secemb.models.din import DIN
 from secemb.protocols.sfsl import SFSLServer, TrainingSettings
 from secemb.protocols.sfsl.staged import SFSLNode, round_configs
@@ -38,8 +38,8 @@ def served(clicks):
     table, dense = model.init_public(train.num_goods, np.random.default_rng(0))
     node = SFSLNode(SFSLServer(model, table, dense, train.goods_category), TrainingSettings())
     with NodeServer(ExchangeServer(node, 1 << 16, lambda: model_bytes(node.server), train.num_users)) as host:
-        admin = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret, tls=host.tls))
-        links = {u: HttpExchangeLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u), tls=host.tls))
+        admin = HttpStageAdmin(ApiClient(host.url, "admin", host.admin_secret, tls=host.tls))
+        links = {u: HttpStageLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u), tls=host.tls))
                  for u in range(4)}
         yield node, host, admin, links
         for api in [admin.api] + [link.api for link in links.values()]:  # a TLS connection left open
@@ -85,7 +85,7 @@ def test_refused_requests_change_nothing(served):
     keys = links[0].fetch(1, "psu-advertise")
     assert keys is not None and keys[:4] == b"SEMB" and keys[5] == 254  # a secure-aggregation message
     assert links[3].fetch(1, "psu-advertise") is None  # not in the round: no answer (204)
-    assert admin.outcome(1)["state"] == "open"
+    assert admin.round_status(1)["state"] == "open"
 
 
 def test_a_client_without_the_servers_ca_is_refused(served):
@@ -93,15 +93,15 @@ def test_a_client_without_the_servers_ca_is_refused(served):
     assert host.url.startswith("https://")
     # the system's trusted CAs do not include the deployment's private CA: the handshake fails,
     # reported as Unreachable (a SecembError the CLI prints), and the request never reaches the node
-    stranger = HttpExchangeAdmin(ApiClient(host.url, "admin", host.admin_secret))
+    stranger = HttpStageAdmin(ApiClient(host.url, "admin", host.admin_secret))
     with pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
         stranger.open_round(1, [0, 1, 2])
     # plain HTTP to the TLS port gets no answer either
-    plain = HttpExchangeAdmin(ApiClient("http" + host.url[len("https"):], "admin", host.admin_secret))
+    plain = HttpStageAdmin(ApiClient("http" + host.url[len("https"):], "admin", host.admin_secret))
     with pytest.raises(Unreachable):
         plain.open_round(1, [0, 1, 2])
     admin.open_round(1, [0, 1, 2])  # not opened by the refused calls: opening it now succeeds
-    assert admin.outcome(1)["state"] == "open"
+    assert admin.round_status(1)["state"] == "open"
 
 
 def test_below_the_threshold_the_round_aborts_with_409(served):
@@ -110,7 +110,7 @@ def test_below_the_threshold_the_round_aborts_with_409(served):
     psu_cfg, _ = round_configs(node.server.space, node.bloom, 3, 1)
     links[0].send(1, "psu-advertise", SecAggClient(0, psu_cfg).advertise())  # 1 of 3, threshold 2
     assert _status(lambda: admin.close_stage(1, "psu-advertise")) == 409
-    assert admin.outcome(1)["state"] == "aborted"
+    assert admin.round_status(1)["state"] == "aborted"
     assert _status(lambda: links[1].send(1, "psu-advertise", SecAggClient(1, psu_cfg).advertise())) == 409
 
 
@@ -118,7 +118,7 @@ def test_below_the_threshold_the_round_aborts_with_409(served):
 def test_networked_run_is_the_in_process_run(clicks):
     # CPP1 perturbs nothing at random (S'' = S), so the OS randomness of the devices does not
     # enter the model: the HTTP run and the in-process run of one seed give the same model
-    from secemb.engine.exchange import train_exchange
+    from secemb.sim.player import train_exchange
     from secemb.protocols.exchange import ExchangeRun
     from secemb.protocols.sfsl.protocol import SFSLProtocol
     from secemb.sim.exchange import train_networked

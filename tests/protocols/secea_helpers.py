@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from secemb.engine.exchange import LocalExchange, play
+from secemb.sim.local import LocalStageServer
+from secemb.sim.player import play
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.secea.staged import SECEA_SETUP_PLAN, SecEANode, SecEASetupParty
@@ -16,14 +17,14 @@ KEY_BITS = 1024  # the smallest accepted
 
 
 def set_up_secea(sets: list[list[int]], dim: int = 2, seed: int = 0, n: int | None = None,
-                 t: int = 1) -> tuple[SecEAParams, SecEANode, LocalExchange, list[SecEAClient]]:
+                 t: int = 1) -> tuple[SecEAParams, SecEANode, LocalStageServer, list[SecEAClient]]:
     """Silos ``0..len(sets)-1`` holding ``sets`` (``n``: the deployment's N, default their
     count), threshold ``t``, embeddings of ``dim``; the set-up round played, every silo in."""
     params = SecEAParams(n or len(sets), t, dim=dim)
     rng = CtrDrbg(seed)
     bloom = union_bloom(16, sum(len(s) for s in sets))
     node = SecEANode(params, bloom, _rng=rng)
-    ex = LocalExchange(node)
+    ex = LocalStageServer(node)
     clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(sets)]
     ex.admin.open_round(0, list(range(len(sets))))
     parties = {i: SecEASetupParty(c, bloom, _rng=rng) for i, c in enumerate(clients)}

@@ -10,7 +10,8 @@ import struct
 import numpy as np
 import pytest
 
-from secemb.engine.exchange import LocalExchange, play
+from secemb.sim.local import LocalStageServer
+from secemb.sim.player import play
 from secemb.framing import HEADER_BYTES
 from secemb.errors import InvalidMessage, ProtocolError
 from secemb.protocols.secea import coding, field, wire
@@ -26,7 +27,7 @@ from secea_helpers import KEY_BITS, set_up_secea
 SETS = [[1, 4, 9], [4, 7], [1, 7, 9, 12]]
 
 
-def set_up(seed: int, sets: list[list[int]] = SETS, t: int = 1) -> tuple[SecEAParams, SecEANode, LocalExchange,
+def set_up(seed: int, sets: list[list[int]] = SETS, t: int = 1) -> tuple[SecEAParams, SecEANode, LocalStageServer,
                                                                            list[SecEAClient]]:
     return set_up_secea(sets, seed=seed, t=t)
 
@@ -97,7 +98,7 @@ def test_a_silo_that_stops_before_sharing_aborts_the_round_when_all_are_needed_a
     parties = {i: SecEAParty(c, 1, rows[i]) for i, c in enumerate(clients)}
     with pytest.raises(ProtocolError, match="2 silos shared"):
         play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 1, silent_from={2: "secea-share"})
-    assert ex.admin.outcome(1)["state"] == "aborted"
+    assert ex.admin.round_status(1)["state"] == "aborted"
     assert all(p.average is None for p in parties.values())
     with pytest.raises(ProtocolError):
         node.reply(1, "secea-share", 0)

@@ -9,7 +9,7 @@ import pytest
 
 from secemb.data import load_dataset, train_test_split
 from secemb.digest import model_sha256
-from secemb.engine.exchange import connect_local, train_exchange
+from secemb.sim.player import connect_local, train_exchange
 from secemb.errors import InvalidParameters
 from secemb.protocols import exchange_class, protocol_servers
 from secemb.protocols.exchange import ExchangeRun

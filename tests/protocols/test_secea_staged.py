@@ -1,5 +1,5 @@
 """SecEA as the one-server engine's exchanges: the plan, a set-up and rounds played through
-:func:`secemb.engine.exchange.play` with the pads and Paillier, the averages against a plaintext
+:func:`secemb.sim.player.play` with the pads and Paillier, the averages against a plaintext
 average typed here, the in-process :class:`Deployment` against the bare engine, and the node's
 refusals (nothing changes on a refused call)."""
 
@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from secemb.engine.exchange import play
+from secemb.sim.player import play
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.staged import (
@@ -62,7 +62,7 @@ def test_rounds_through_play_give_the_plain_averages_and_count_every_byte():
         ex.admin.open_round(r, [0, 1, 2])
         parties = {i: SecEAParty(c, r, rows[i]) for i, c in enumerate(clients)}
         rec = play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, r)
-        assert rec.finished == [0, 1, 2] and ex.admin.outcome(r)["state"] == "committed"
+        assert rec.finished == [0, 1, 2] and ex.admin.round_status(r)["state"] == "committed"
         for v, s in enumerate(sets):
             for i, e in enumerate(s):
                 assert parties[v].average[i].tolist() == plain_average(e, sets, rows)
@@ -131,7 +131,7 @@ def test_a_silo_silent_in_the_answers_aborts_the_round_when_all_are_needed():
     parties = {i: SecEAParty(c, 1, np.ones((len(sets[i]), 2))) for i, c in enumerate(clients)}
     with pytest.raises(ProtocolError, match="aborted: 2 of 3"):
         play(SECEA_ROUND_PLAN, ex.admin, {i: ex.link(i) for i in parties}, parties, 1, silent_from={1: "secea-answer"})
-    assert ex.admin.outcome(1)["state"] == "aborted"
+    assert ex.admin.round_status(1)["state"] == "aborted"
     assert all(p.average is None for p in parties.values())
     ex.admin.open_round(2, [0, 1, 2])  # the next round runs
     parties = {i: SecEAParty(c, 2, np.ones((len(sets[i]), 2))) for i, c in enumerate(clients)}

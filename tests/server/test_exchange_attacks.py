@@ -17,7 +17,7 @@ after each refused one.  Findings kept as regression tests (named ``test_finding
 * a SecEA HELLO with another round id than 0 was kept (protocols/secea/parties.py);
 * a round document that is not one (a list, a list round id, users or stages an int) crashed
   ``secemb client`` with AttributeError / TypeError -- now InvalidMessage
-  (engine/http_exchange.py).
+  (transport/http.py).
 
 The server's view is searched too: no silo's row in any message, in the round's state or in
 the log.
@@ -351,23 +351,24 @@ def test_finding_a_malformed_round_document_is_an_invalid_message_not_a_crash(do
     list, a round id that is a list, users an int, stages an int) crashed ``secemb client``
     with a builtin error (AttributeError, TypeError: a traceback); now it is InvalidMessage,
     which the client reports."""
-    from secemb.engine.http_exchange import HttpExchangeLink
+    from secemb.transport.http import HttpStageLink
     from secemb.errors import InvalidMessage
 
     with pytest.raises(InvalidMessage, match="round document is malformed"):
-        HttpExchangeLink(0, _Api(doc)).round()  # type: ignore[arg-type]
+        HttpStageLink(0, _Api(doc)).round_info()  # type: ignore[arg-type]
 
 
 def test_a_round_whose_stages_are_not_the_protocols_is_refused_before_any_message():
-    from secemb.engine.http_exchange import HttpExchangeLink, take_part
+    from secemb.client.stages import take_part
+    from secemb.transport.http import HttpStageLink
     from secemb.errors import InvalidParameters
     from secemb.protocols.secea.staged import SECEA_PLAN
 
     params, bloom, clients = secea_world(7)
     doc = {"round_id": 1, "users": [0, 1, 2], "stages": ["secea-keys", "bogus"], "stage": "secea-keys",
            "state": "open"}
-    link = HttpExchangeLink(0, _Api(doc))  # type: ignore[arg-type]
-    assert link.round() == doc
+    link = HttpStageLink(0, _Api(doc))  # type: ignore[arg-type]
+    assert link.round_info() == doc
 
     class Device:
         def party(self, round_doc: Any) -> Any:

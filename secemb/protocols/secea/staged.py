@@ -1,6 +1,6 @@
 """SecEA as the exchanges of the one-server round engine: the server (:class:`SecEANode`) and a
 silo's part (:class:`SecEASetupParty` once, :class:`SecEAParty` per round), state machines over
-bytes (no transport here: :mod:`secemb.engine.exchange` moves the bytes, in process or over HTTP).
+bytes (no transport here: :mod:`secemb.sim.player` moves the bytes, in process or over HTTP).
 
 The N silos are the engine's devices (user ids ``0..N-1``), the relaying server its one server.
 Every stage is an *exchange*: each silo sends the server one message, the operator closes the

@@ -1,6 +1,6 @@
 """One SFSL round (Algorithm 1) as the stage list the round engine executes: the server
 (:class:`SFSLNode`) and one device's part in one round (:class:`SFSLParty`), each a state
-machine over bytes (no transport here: :mod:`secemb.engine.exchange` moves the bytes).
+machine over bytes (no transport here: :mod:`secemb.sim.player` moves the bytes over the stage links).
 
 The stages (:data:`SFSL_PLAN`, from :data:`secemb.protocols.stages.EXCHANGE_STAGES`) are
 *exchanges*: every live device sends the server one message, the operator closes the stage,

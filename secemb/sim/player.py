@@ -1,23 +1,24 @@
-"""The one-server phase of the round engine: a round of *exchanges* (``RoundPlan.servers == 1``).
+"""The one-server round player: rounds of *exchanges* (``RoundPlan.servers == 1``) over the
+stage links (:class:`~secemb.transport.links.StageLink`, :class:`~secemb.transport.links.StageAdmin`).
 
-A one-server protocol (:class:`~secemb.protocols.exchange.ExchangeProtocol`: SFSL, ...) declares
-its round as a stage list (:class:`~secemb.protocols.stages.RoundPlan` with ``servers=1``); each
-stage is an exchange:
+A one-server protocol (:class:`~secemb.protocols.exchange.ExchangeProtocol`: SFSL, SecEA, ...)
+declares its round as a stage list (:class:`~secemb.protocols.stages.RoundPlan` with
+``servers=1``); each stage is an exchange:
 
 1. every live device sends the server its message of the stage (:meth:`ExchangeParty.message`);
-2. the operator closes the stage (:meth:`ExchangeAdmin.close_stage`): the server builds its
+2. the operator closes the stage (:meth:`StageAdmin.close_stage`): the server builds its
    answers (the secure aggregation closes a stage, fixing who is still in);
 3. if the plan has a server -> user hop in the stage, each device fetches its answer
-   (:meth:`ExchangeLink.fetch`); a device the server answers with nothing is out of the round.
+   (:meth:`StageLink.fetch`); a device the server answers with nothing is out of the round.
 
 :func:`train_exchange` is ``secemb train`` / ``secemb demo`` for a one-server protocol: the
 protocol's own ``train`` with its server hosted by ``connect``, its figures turned into the
-result document.  :func:`play` runs the stages of one round against the server through links; :class:`Rounds`
-is what a protocol's ``train`` plays its rounds through (it opens each round, plays it, reads
-the outcome): in process (:func:`connect_local`: the server node behind an
-:class:`~secemb.transport.inprocess.InProcessTransport` that counts every message, tagged with
-its stage) or over HTTP (:mod:`secemb.engine.http_exchange`, :mod:`secemb.sim.exchange`).  The
-devices' messages of a stage are made one after another in increasing id order (so a run's
+result document.  :func:`play` runs the stages of one round against the server through links;
+:class:`Rounds` is what a protocol's ``train`` plays its rounds through (it opens each round,
+plays it, reads the outcome): in process (:func:`connect_local`: the node behind a
+:class:`~secemb.sim.local.LocalStageServer`, whose transport counts every message, tagged with
+its stage) or over HTTP (:mod:`secemb.sim.exchange`: :class:`~secemb.transport.http.HttpStageLink`).
+The devices' messages of a stage are made one after another in increasing id order (so a run's
 randomness is consumed in a fixed order) and sent through ``map`` (concurrently over HTTP).
 Communication is ``len()`` of the bodies that crossed the links.
 """
@@ -26,13 +27,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol as TypingProtocol
+from typing import Any
 
 from secemb.digest import model_sha256
 from secemb.errors import InvalidParameters
 from secemb.models.base import UserStore
 from secemb.models.optim import AdamConfig
-from secemb.protocols.base import ExchangeNode
 from secemb.protocols.exchange import (
     EpochFigures,
     ExchangeParty,
@@ -42,45 +42,23 @@ from secemb.protocols.exchange import (
     ExchangeServer,
     RoundFigures,
 )
-from secemb.protocols.stages import SERVER0, RoundPlan
+from secemb.protocols.stages import RoundPlan
 from secemb.round.results import EpochStats, RoundStats, TrainResult
-from secemb.transport.inprocess import InProcessTransport, user_endpoint
+from secemb.sim.local import LocalStageServer
+from secemb.transport.links import StageAdmin, StageLink
 
-__all__ = ["ExchangeAdmin", "ExchangeLink", "LocalExchange", "Rounds", "connect_local", "play", "train_exchange"]
+__all__ = ["Rounds", "connect_local", "play", "train_exchange"]
 
-
-class ExchangeLink(TypingProtocol):
-    """Device ``user``'s connection to the one server."""
-
-    user: int
-
-    def send(self, round_id: int, stage: str, body: bytes) -> None:
-        """Deliver the device's message of ``stage``."""
-
-    def fetch(self, round_id: int, stage: str) -> bytes | None:
-        """The server's answer of a closed stage (``None``: none)."""
-
-
-class ExchangeAdmin(TypingProtocol):
-    """The operator's connection to the one server."""
-
-    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
-        """Start round ``round_id`` for ``users``."""
-
-    def close_stage(self, round_id: int, stage: str) -> None:
-        """Close ``stage`` of the round (raises the server's refusal, e.g. an abort)."""
-
-    def outcome(self, round_id: int) -> dict[str, Any]:
-        """The round's outcome document."""
+Map = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
 
 def _serial(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     return [fn(x) for x in items]
 
 
-def play(plan: RoundPlan, admin: ExchangeAdmin, links: Mapping[int, ExchangeLink],
+def play(plan: RoundPlan, admin: StageAdmin, links: Mapping[int, StageLink],
          parties: Mapping[int, ExchangeParty], round_id: int, *, silent_from: Mapping[int, str] | None = None,
-         map: Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]] = _serial) -> ExchangeRecord:
+         map: Map = _serial) -> ExchangeRecord:
     """Run the stages of ``plan`` for round ``round_id`` (already opened at the server) with the
     devices ``parties`` (id -> party) over ``links`` (id -> link).
 
@@ -135,9 +113,8 @@ class Rounds:
     operator's, ``link(u)`` device ``u``'s, ``model`` the server's public model bytes, ``map``
     how a stage's messages are sent (:func:`play`)."""
 
-    def __init__(self, plan: RoundPlan, admin: ExchangeAdmin, link: Callable[[int], ExchangeLink],
-                 model: Callable[[], bytes],
-                 map: Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]] = _serial) -> None:
+    def __init__(self, plan: RoundPlan, admin: StageAdmin, link: Callable[[int], StageLink],
+                 model: Callable[[], bytes], map: Map = _serial) -> None:
         self.plan, self.admin, self.link, self._model, self.map = plan, admin, link, model, map
 
     def play(self, round_id: int, parties: Mapping[int, ExchangeParty], *,
@@ -148,68 +125,22 @@ class Rounds:
         opened = self.admin.open_round(round_id, sorted(parties))
         rec = play(self.plan.only(opened.get("stages", self.plan.stages)), self.admin,
                    {u: self.link(u) for u in parties}, parties, round_id, silent_from=silent_from, map=self.map)
-        rec.opened, rec.outcome = opened, self.admin.outcome(round_id)
+        rec.opened, rec.outcome = opened, self.admin.round_status(round_id)
         return rec
 
     def model(self) -> bytes:
         return self._model()
 
 
-def connect_local(server: ExchangeServer, *, hosts: list[LocalExchange] | None = None) -> Rounds:
+def connect_local(server: ExchangeServer, *, hosts: list[LocalStageServer] | None = None) -> Rounds:
     """Rounds against ``server`` in process (``connect`` of
     :meth:`~secemb.protocols.exchange.ExchangeProtocol.train`: ``protocol.train(connect_local)``
     is ``secemb train --protocol P`` for a one-server P).  ``hosts``, if given, receives the
-    :class:`LocalExchange` (e.g. for a test to read the transport's counters)."""
-    exchange = LocalExchange(server.node)
+    :class:`~secemb.sim.local.LocalStageServer` (e.g. for a test to read the transport's counters)."""
+    local = LocalStageServer(server.node)
     if hosts is not None:
-        hosts.append(exchange)
-    return Rounds(server.node.plan, exchange.admin, exchange.link, server.model)
-
-
-class LocalExchange:
-    """A one-server node in process behind a counting transport (``SERVER0`` its endpoint):
-    :meth:`link` for a device, :attr:`admin` for the operator."""
-
-    def __init__(self, node: ExchangeNode, transport: InProcessTransport | None = None) -> None:
-        self.node = node
-        self.tp = InProcessTransport() if transport is None else transport
-        self.admin = _LocalAdmin(self)
-
-    def link(self, user: int) -> _LocalLink:
-        """Device ``user``'s link."""
-        return _LocalLink(self, int(user))
-
-    def carry(self, src: str, dst: str, body: bytes, stage: str) -> bytes:
-        """Move ``body`` over the transport (counted); what ``dst`` receives."""
-        return self.tp.carry(src, dst, body, stage=stage)
-
-
-class _LocalLink:
-    def __init__(self, host: LocalExchange, user: int) -> None:
-        self.host, self.user, self._me = host, user, user_endpoint(user)
-
-    def send(self, round_id: int, stage: str, body: bytes) -> None:
-        got = self.host.carry(self._me, SERVER0, body, stage)
-        self.host.node.receive(round_id, stage, self.user, got)
-
-    def fetch(self, round_id: int, stage: str) -> bytes | None:
-        out = self.host.node.reply(round_id, stage, self.user)
-        return None if out is None else self.host.carry(SERVER0, self._me, out, stage)
-
-
-class _LocalAdmin:
-    def __init__(self, host: LocalExchange) -> None:
-        self.host = host
-
-    def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
-        self.host.tp.set_round(round_id)
-        return self.host.node.open_round(round_id, users)
-
-    def close_stage(self, round_id: int, stage: str) -> None:
-        self.host.node.close(round_id, stage)
-
-    def outcome(self, round_id: int) -> dict[str, Any]:
-        return self.host.node.outcome(round_id)
+        hosts.append(local)
+    return Rounds(server.node.plan, local.admin, local.link, server.model)
 
 
 def train_exchange(protocol: ExchangeProtocol, connect: Callable[[ExchangeServer], ExchangeRounds] = connect_local,

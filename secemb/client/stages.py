@@ -1,0 +1,73 @@
+"""A deployed device's side of a one-server round (``secemb client`` of SFSL, SecEA, ...).
+
+Under ``secemb serve`` the server closes a round's stages itself (no operator drives them), so
+the device follows the round document (:class:`~secemb.transport.links.PolledStageLink`, over
+HTTP :class:`~secemb.transport.http.HttpStageLink`) instead of an operator's calls:
+:func:`take_part`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from secemb.errors import ProtocolError
+from secemb.protocols.exchange import ExchangeDevice
+from secemb.protocols.stages import RoundPlan
+from secemb.transport.links import PolledStageLink
+
+__all__ = ["take_part"]
+
+
+def take_part(link: PolledStageLink, device: ExchangeDevice, plan: RoundPlan, doc: dict[str, Any], *,
+              wait_s: float, poll_s: float = 0.1) -> dict[str, Any]:
+    """Device ``link.user``'s part in the open round ``doc`` announces (it lists the device):
+    stage by stage, send its message, wait until the server closed the stage, fetch the answer
+    if the stage has one (none: the device is out).  Returns ``{"round_id", "outcome"
+    (committed, aborted, or "left" when the server answered it nothing), "upload_bytes",
+    "download_bytes"}``.
+
+    Raises
+    ------
+    ProtocolError: the server did not close a stage (or the round) within ``wait_s``.
+    InvalidMessage: a round document the device cannot take part in (InvalidParameters: its
+    stages are not a subsequence of ``plan``'s); ``RemoteError`` /
+    ``Unreachable``: the server refused a message or did not answer.
+    """
+    round_id = int(doc["round_id"])
+    party = device.party(doc)
+    up = down = 0
+
+    def result(outcome: Any) -> dict[str, Any]:
+        return {"round_id": round_id, "outcome": outcome, "upload_bytes": up, "download_bytes": down}
+
+    def state_of(now: dict[str, Any]) -> Any:
+        """The round's state in ``now`` (another round there: this one was aborted)."""
+        return now.get("state") if now.get("round_id") == round_id else "aborted"
+
+    def settled(stage: str | None) -> dict[str, Any]:
+        """The round document once ``stage`` is no longer the open one (``None``: the round ended)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            now = link.round_info()
+            if now.get("round_id") != round_id or now.get("state") != "open" or now.get("stage") != stage:
+                return now
+            if time.monotonic() > deadline:
+                raise ProtocolError(f"round {round_id}: the server did not close {stage or 'the round'} "
+                                    f"within {wait_s} s")
+            time.sleep(poll_s)
+
+    for stage in plan.only(list(doc.get("stages", plan.stages))).stages:  # InvalidParameters: not the plan's
+        body = party.message(stage)
+        link.send(round_id, stage, body)
+        up += len(body)
+        state = state_of(settled(stage))
+        if state not in ("open", "committed"):
+            return result(state)
+        if plan.replies(stage):
+            answer = link.fetch(round_id, stage)
+            if answer is None:
+                return result("left")
+            down += len(answer)
+            party.accept(stage, answer)
+    return result(state_of(settled(None)))
