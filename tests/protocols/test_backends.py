@@ -386,3 +386,53 @@ def test_the_cache_bound_splits_buckets_without_changing_the_round(relay: bool,
     split = _round(SerialBackend(), "cuckoo", relay)
     assert whole[0] == split[0]
     assert np.array_equal(whole[1], split[1]) and np.array_equal(whole[2], split[2])
+
+
+def _refusals(backend) -> tuple[list, list]:
+    """Six users' relay retrieval through ``backend`` with bad items in both batches: user 1's
+    request truncated, user 2's first root claiming the other party, user 3's forwarded key part
+    altered by server 0, user 4's forward sent twice.  Server 0's and server 1's per-item results."""
+    from secemb.fss.keys import HEADER_BYTES
+    from secemb.protocols.secemb.sizes import request_bytes
+
+    proto = SecEmbProtocol(layout="cuckoo", relay=True, backend=backend)
+    cfg = proto.round_config(2, 300, 5, 2, 12)
+    rng = np.random.default_rng(3)
+    table = rng.integers(0, 2**32, (300, 5), dtype=np.uint64).astype(np.uint32)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    s0.begin_round(cfg, table)
+    s1.begin_round(cfg, table)
+    reqs = []
+    for u in range(6):
+        placed, _ = cfg.cuckoo().assign(rng.choice(300, 12, replace=False), rng)
+        reqs.append(proto.make_user(cfg, _rng=CtrDrbg(50 + u)).retrieval_request(placed))
+    bad_root = bytearray(reqs[2][0])
+    bad_root[len(bad_root) - request_bytes(cfg) + HEADER_BYTES] ^= 1  # bit 0 of the first root: the key's party
+    sent = [r0 for r0, _ in reqs]
+    sent[1], sent[2] = sent[1][:-1], bytes(bad_root)
+    assert all(out is None for out in s1.handle_retrieval_many([(u, r1) for u, (_, r1) in enumerate(reqs)]))
+    out0 = s0.handle_retrieval_many(list(enumerate(sent)))
+    forwards = [(u, f) for u, f in enumerate(out0) if isinstance(f, bytes)]  # users 0, 3, 4, 5
+    forwards[1] = (3, forwards[1][1][:-1] + bytes([forwards[1][1][-1] ^ 1]))
+    forwards.append(forwards[2])
+    return out0, s1.relay_retrieval_many(forwards)
+
+
+def test_threads_refuse_a_batch_s_bad_items_as_serial_does() -> None:
+    """Parsing, key digests, forwarded-part hashes and relay masks run in ranges of users on
+    the thread backend: the same items are refused with the same errors, the others get the
+    serial backend's bytes."""
+    from secemb.errors import InvalidMessage, ProtocolError, RelayTampered
+
+    serial = _refusals(SerialBackend())
+    pool = ThreadBackend(workers=3)
+    try:
+        threaded = _refusals(pool)
+    finally:
+        pool.close()
+    out0, out1 = serial
+    assert [type(x) for x in out0] == [bytes, InvalidMessage, InvalidMessage, bytes, bytes, bytes]
+    assert "root control bit" in str(out0[2])
+    assert [type(x) for x in out1] == [bytes, RelayTampered, bytes, bytes, ProtocolError]
+    for a, b in zip(serial[0] + serial[1], threaded[0] + threaded[1], strict=True):
+        assert (a == b) if isinstance(a, bytes) else (type(a) is type(b) and str(a) == str(b))

@@ -71,6 +71,11 @@ def upload_mac(key: bytes, round_id: int, cw: bytes) -> bytes:
     return mac.digest()[:MAC_BYTES]
 
 
+def _digests(bodies: list[memoryview | None]) -> list[bytes | None]:
+    """SHA-256 of each body (``None`` for ``None``): a range of a batch's forwarded key parts."""
+    return [None if b is None else hashlib.sha256(b).digest() for b in bodies]
+
+
 @dataclass(frozen=True)
 class Direct:
     """Server 1, relay: what a user sent it directly (over its own authenticated channel)."""
@@ -232,14 +237,24 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         shared_len = shared_bytes(cfg, self.verify)
         split = shared_len - checks_bytes(cfg, self.verify)
         parts: list[tuple[int, memoryview, bytes]] = []  # (index, forwarded body, roots): parsed as one batch
-        for i, (user_id, message) in enumerate(forwards):
+        opened: list[memoryview | SecembError] = []
+        for _, message in forwards:
+            try:
+                opened.append(open_message(message, NAME, "relay_keys", 1, cfg.round_id, shared_len))
+            except SecembError as exc:
+                opened.append(exc)
+        # the forwarded parts' digests, hashed on the backend's threads (a malformed part: None)
+        hashed = self._chunked(_digests, [b if isinstance(b, memoryview) else None for b in opened])
+        for i, (user_id, _) in enumerate(forwards):
             try:
                 user_id = check_user(user_id)
                 if user_id not in self._awaiting or user_id in users:
                     raise ProtocolError(f"no retrieval request of user {user_id} to complete")
-                body = open_message(message, NAME, "relay_keys", 1, cfg.round_id, shared_len)
+                body = opened[i]
+                if not isinstance(body, memoryview):
+                    raise body
                 direct = self._awaiting[user_id]
-                if not hmac.compare_digest(hashlib.sha256(body).digest(), direct.digest):
+                if not hmac.compare_digest(cast("bytes", hashed[i]), direct.digest):
                     raise RelayTampered(f"relay_keys of round {cfg.round_id}: the forwarded key part differs from "
                                         "the one the device committed to (server 0 altered it); not evaluated")
                 parts.append((i, body, direct.roots))
@@ -247,7 +262,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 where.append(i)
             except SecembError as exc:
                 out[i] = exc
-        parsed = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r in parts], 1, **key_expect(cfg))
+        parsed = self._chunked(lambda batch: fss.DPFKeys.from_shared_many(batch, 1, **key_expect(cfg)),
+                               [(b[:split], r) for _, b, r in parts])
         failed = {i: got for (i, _, _), got in zip(parts, parsed, strict=True) if isinstance(got, InvalidKey)}
         for i, bad in failed.items():
             out[i] = InvalidMessage(f"relay_keys: {bad}")
@@ -269,9 +285,17 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             committed = self._commit_evaluated(users, keys, evaluated, [q.digest for q in requests])
             directs = [self._awaiting.pop(u) for u in users]
             self._direct_of.update(zip(users, directs, strict=True))
-            masks = relay_prgs([d.mask_seed for d in directs], (cfg.slots, cfg.width + tag_words(cfg)), cfg.dtype)
-            for i, answers, mask in zip(where, committed, masks, strict=True):
-                out[i] = frame(NAME, "relay_answer", 1, cfg.round_id, array_bytes(answers + mask))
+            shape = (cfg.slots, cfg.width + tag_words(cfg))
+
+            def masked(batch: list[tuple[np.ndarray, bytes]]) -> list[bytes]:
+                """The relay answers of a range of users: their shares plus their masks."""
+                masks = relay_prgs([seed for _, seed in batch], shape, cfg.dtype)
+                return [frame(NAME, "relay_answer", 1, cfg.round_id, array_bytes(np.add(answers, mask, out=mask)))
+                        for (answers, _), mask in zip(batch, masks, strict=True)]
+
+            replies = self._chunked(masked, [(a, d.mask_seed) for a, d in zip(committed, directs, strict=True)])
+            for i, reply in zip(where, replies, strict=True):
+                out[i] = reply
             return out
 
         return commit

@@ -189,20 +189,24 @@ class SecEmbServer(ServerRole):
         n, slots = len(keys), cfg.slots
         spans = ranges(slots, min(slots, max(parts, self.backend.workers)))
         stacked = fss.DPFKeys.concat(keys)  # user-major: user u's keys are rows u B .. u B + B - 1
-        tasks = [("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi),
-                  None if check is None else (np.ascontiguousarray(check[0][:, lo:hi]).reshape(-1, CHECK_WORDS),
-                                              check[1], hi - lo))
-                 for lo, hi in spans]
+
+        def task(lo: int, hi: int) -> tuple:
+            """The evaluation task of buckets ``lo..hi-1``: every user's keys of them."""
+            return ("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi),
+                    None if check is None else (np.ascontiguousarray(check[0][:, lo:hi]).reshape(-1, CHECK_WORDS),
+                                                check[1], hi - lo))
+
         big_m = cfg.cuckoo().bucket_size
         answers = np.empty((n, slots, cfg.width + tag_words(cfg)), cfg.dtype)
         bits = np.empty((n, slots, big_m), np.uint8)
         folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
         values = np.zeros((n, slots, CHECK_WORDS), np.uint64)
         views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi], values[:, lo:hi]) for lo, hi in spans]
-        if self.backend.in_process:  # threads (or this process) place their own range's results
-            self.backend.map(evaluate_into_task, [(task, *v) for task, v in zip(tasks, views, strict=True)])
+        if self.backend.in_process:  # threads (or this process) form their range's task and place its results
+            self.backend.map(lambda k: evaluate_into_task((task(*spans[k]), *views[k])), range(len(spans)))
         else:
-            for result, v in zip(self.backend.map(evaluate_task, tasks), views, strict=True):
+            for result, v in zip(self.backend.map(evaluate_task, [task(lo, hi) for lo, hi in spans]), views,
+                                 strict=True):
                 place(result, *v)
         return list(answers), list(bits), folded, None if check is None else list(values)
 
@@ -240,10 +244,18 @@ class SecEmbServer(ServerRole):
                 where.append(i)
             except SecembError as exc:
                 out[i] = exc
-        keys = fss.DPFKeys.from_bytes_many([b[:split] for b in bodies], party=self.party, **key_expect(cfg))
+        keys = self._chunked(lambda batch: fss.DPFKeys.from_bytes_many(batch, party=self.party, **key_expect(cfg)),
+                             [b[:split] for b in bodies])
+        good: list[tuple[int, fss.DPFKeys, memoryview]] = []
         for i, body, got in zip(where, bodies, keys, strict=True):
-            out[i] = InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else \
-                self._request(got, body[split:])
+            if isinstance(got, InvalidKey):
+                out[i] = InvalidMessage(f"retrieval_request: {got}")
+            else:
+                good.append((i, got, body[split:]))
+        # the requests' key digests (serialization and hashing) on the backend's threads
+        made = self._chunked(lambda batch: [self._request(k, c) for _, k, c in batch], good)
+        for (i, _, _), request in zip(good, made, strict=True):
+            out[i] = request
         return cast("list[Request | SecembError]", out)  # every entry is set above
 
     def _request(self, keys: fss.DPFKeys, checks: memoryview | bytes, digest: bytes | None = None) -> Request:
@@ -390,6 +402,13 @@ class SecEmbServer(ServerRole):
         """``fn`` over the tasks of :meth:`_spans`: one runs here, several on the backend's
         threads (they read and write this process's arrays)."""
         return [fn(tasks[0])] if len(tasks) == 1 else self.backend.map(fn, tasks)
+
+    def _chunked(self, fn: Callable[[list[_T]], list[_R]], items: list[_T]) -> list[_R]:
+        """``fn`` of consecutive ranges of ``items`` (:meth:`_spans`), its results in order: a
+        batch's per-user work (hashing, mask expansion) on the backend's threads, where it runs
+        without the GIL; ``fn`` returns one result per item of its range."""
+        parts = self._map_spans(fn, [items[lo:hi] for lo, hi in self._spans(len(items))])
+        return [r for part in parts for r in part]
 
     def _check_upload(self, user_id: int) -> None:
         cfg = self._cfg()
