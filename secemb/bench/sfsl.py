@@ -339,7 +339,7 @@ def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: 
 
 class _NodeInChild:
     """An :class:`~secemb.protocols.base.ExchangeNode` whose calls run in another process
-    (:func:`_server_child`) over ``conn``: the engine drives it as the node itself."""
+    (:func:`_server_child`) over ``conn``: the rounds are played through it as through the node."""
 
     plan = SFSL_PLAN
 
@@ -415,8 +415,8 @@ def _server_memory(scheme: str, n: int, shape: str, batch: int, seed: int) -> di
         b = data.user_bounds()
         devices = {int(u): SFSLDevice(int(u), data.subset(slice(b[u], b[u + 1])), get_cpp(scheme), model, emb[u])
                    for u in np.unique(data.user)}
-        exchange = LocalStageServer(node)
-        player = ExchangePlayer(Rounds(SFSL_PLAN, exchange.admin, exchange.link, lambda: b""), server.space,
+        local = LocalStageServer(node)
+        player = ExchangePlayer(Rounds(SFSL_PLAN, local.admin, local.link, lambda: b""), server.space,
                                 BloomParams.exact(server.space.goods), server.table.shape)
         rep = player.play(devices, 1, TrainingSettings(batch=batch), rng, psu_drop_after={}, drop_after={},
                           _rng=system_rng)
