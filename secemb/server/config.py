@@ -9,7 +9,7 @@ for a full example)::
                 insecure_http (plain HTTP, loopback only -- host and peer_url; default false: TLS)
     [tls]       ca, cert, key -- PEM files written by ``secemb admin init`` (required unless
                 insecure_http)
-    [secrets]   peer, admin, users   -- hex, >= 16 bytes each (required; or the environment
+    [secrets]   peer, admin, users   -- hex, >= 32 bytes each (required; or the environment
                 variables SECEMB_PEER_SECRET, SECEMB_ADMIN_SECRET, SECEMB_USER_SECRET)
     [protocol]  name, layout, relay, expansion, layout_seed, backend, workers
     [model]     name, hparams (table: the model's constructor spec), num_items (required),
@@ -58,6 +58,7 @@ from secemb.ring import FixedPoint
 from secemb.options import RunOptions, read_table
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.server.tls import client_context
+from secemb.transport.signing import parse_secret
 
 __all__ = ["ServerConfig", "load_config", "SECRET_ENV"]
 
@@ -140,21 +141,6 @@ _SHARED = (
 )
 
 
-def _secret(name: str, value: Any) -> bytes:
-    if isinstance(value, bytes):
-        raw = value
-    elif isinstance(value, str):
-        try:
-            raw = bytes.fromhex(value)
-        except ValueError:
-            raise InvalidParameters(f"secret {name} must be hex") from None
-    else:
-        raise InvalidParameters(f"secret {name} must be a hex string, got {type(value).__name__}")
-    if len(raw) < 16:
-        raise InvalidParameters(f"secret {name} must have >= 16 bytes, got {len(raw)}")
-    return raw
-
-
 # numbers: an int stays an int (the fingerprint hashes the value as given), bools are refused
 _Number = StrictInt | StrictFloat
 _PositiveNumber = Annotated[StrictInt, Field(gt=0)] | Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False)]
@@ -200,9 +186,9 @@ class ServerConfig(BaseModel):
     party: StrictInt = Field(ge=0, le=1, description="0 or 1")
     peer_url: StrictStr = Field(pattern=r"^https?://", description="an http(s) URL")
     state_dir: Path = Field(description="a path")
-    peer_secret: bytes = Field(repr=False, description="hex of >= 16 bytes")
-    admin_secret: bytes = Field(repr=False, description="hex of >= 16 bytes")
-    user_secret: bytes = Field(repr=False, description="hex of >= 16 bytes")
+    peer_secret: bytes = Field(repr=False, description="hex of >= 32 bytes")
+    admin_secret: bytes = Field(repr=False, description="hex of >= 32 bytes")
+    user_secret: bytes = Field(repr=False, description="hex of >= 32 bytes")
     num_items: StrictInt = Field(0, ge=1, validate_default=True, description="an int >= 1")
     num_users: StrictInt = Field(0, ge=1, validate_default=True, description="an int >= 1")
     host: StrictStr = Field("127.0.0.1", description="a host name or address")
@@ -290,8 +276,8 @@ class ServerConfig(BaseModel):
     @field_validator("peer_secret", "admin_secret", "user_secret", mode="before")
     @classmethod
     def _parse_secret(cls, value: Any, info: ValidationInfo) -> bytes:
-        """Secrets are bytes, or hex text of them; at least 16 bytes."""
-        return _secret(str(info.field_name), value)
+        """Secrets are bytes, or hex text of them; at least 32 bytes (``signing.parse_secret``)."""
+        return parse_secret(f"secret {info.field_name}", value)
 
     @field_validator("rating_range")
     @classmethod

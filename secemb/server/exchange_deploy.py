@@ -35,7 +35,7 @@ from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
 from secemb.server.exchange_state import ExchangeState, fingerprint
 from secemb.server.tls import TlsFiles, init_pki, write_private
 from secemb.transport.network import ApiClient
-from secemb.transport.signing import user_key
+from secemb.transport.signing import parse_secret, user_key
 
 __all__ = ["ExchangeCredentials", "ExchangeDeployment", "exchange_config_path", "init_exchange", "serve_exchange"]
 
@@ -72,14 +72,7 @@ def _field(doc: dict[str, Any], name: str, kind: type, path: Path) -> Any:
 
 
 def _secret(doc: dict[str, Any], name: str, path: Path) -> bytes:
-    raw = _field(doc, name, str, path)
-    try:
-        value = bytes.fromhex(raw)
-    except ValueError:
-        value = b""
-    if len(value) != 32:
-        raise InvalidParameters(f"{path}: field {name!r} must be 32 bytes in hex")
-    return value
+    return parse_secret(f"{path}: field {name!r}", doc.get(name))
 
 
 def _protocol(doc: dict[str, Any], path: Path, data_dir: Path | None) -> ExchangeProtocol:

@@ -34,6 +34,7 @@ from typing import Any
 
 from secemb.errors import InvalidParameters, check_int
 from secemb.outputs import atomic_write_bytes
+from secemb.transport.signing import parse_secret
 
 __all__ = ["DeviceCredentials", "DeviceHalf", "merge_halves"]
 
@@ -63,10 +64,7 @@ def _user(doc: dict[str, Any]) -> int:
 
 
 def _key(doc: dict[str, Any], name: str) -> bytes:
-    key = bytes.fromhex(doc[name])
-    if len(key) < 16:
-        raise ValueError(f"{name} must be hex of >= 16 bytes")
-    return key
+    return parse_secret(name, doc[name])
 
 
 def _ca(value: Any) -> Path | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import struct
 import time
@@ -19,7 +20,9 @@ __all__ = [
     "HEADER_NONCE",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
+    "SECRET_BYTES",
     "canonical_request",
+    "parse_secret",
     "sign_headers",
     "user_key",
 ]
@@ -31,12 +34,42 @@ HEADER_NONCE = "X-Secemb-Nonce"
 HEADER_SIGNATURE = "X-Secemb-Signature"
 _USER_KEY_LABEL = b"secemb-user-key"
 
+#: the fewest bytes of a secret that keys HMAC-SHA256 (a server's peer, admin or user secret, a
+#: device's key): the hash's output length, below which RFC 2104 calls a key insecure
+SECRET_BYTES = 32
+
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")
+
+
+def parse_secret(name: str, value: object) -> bytes:
+    """``value`` as a secret: ``bytes``, or hex digits of them (nothing else: no spaces, no
+    ``0x``), at least :data:`SECRET_BYTES` bytes.  Every secret a server or device reads
+    (configuration file, environment, deployment or credentials file) goes through here.
+
+    Raises
+    ------
+    InvalidParameters
+        Otherwise, naming ``name`` and what is wrong, never the value.
+    """
+    if isinstance(value, str):
+        if not _HEX.fullmatch(value):
+            raise InvalidParameters(f"{name} must be hex: an even number of digits 0-9a-f, nothing else (no spaces, "
+                                    f"no 0x)")
+        value = bytes.fromhex(value)
+    elif not isinstance(value, bytes):
+        raise InvalidParameters(f"{name} must be a hex string, got {type(value).__name__}")
+    if len(value) < SECRET_BYTES:
+        raise InvalidParameters(f"{name} must be >= {SECRET_BYTES} bytes ({2 * SECRET_BYTES} hex digits), got "
+                                f"{len(value)}")
+    return value
+
 
 def user_key(user_secret: bytes, user_id: int) -> bytes:
-    """The HMAC key of device ``user_id`` at a server whose user secret is ``user_secret``."""
+    """The HMAC key of device ``user_id`` at a server whose user secret is ``user_secret``
+    (at least :data:`SECRET_BYTES` bytes)."""
     user_id = check_int("user id", user_id, low=0, high=2**63 - 1)
-    if len(user_secret) < 16:
-        raise InvalidParameters(f"user secret must have >= 16 bytes, got {len(user_secret)}")
+    if len(user_secret) < SECRET_BYTES:
+        raise InvalidParameters(f"user secret must have >= {SECRET_BYTES} bytes, got {len(user_secret)}")
     return hmac.new(user_secret, _USER_KEY_LABEL + struct.pack("<Q", user_id), hashlib.sha256).digest()
 
 

@@ -212,9 +212,9 @@ state_dir = "{tmp_path / 'state'}"
 insecure_http = true
 
 [secrets]
-peer = "{'11' * 16}"
-admin = "{'22' * 16}"
-users = "{'33' * 16}"
+peer = "{'11' * 32}"
+admin = "{'22' * 32}"
+users = "{'33' * 32}"
 
 [protocol]
 {protocol}

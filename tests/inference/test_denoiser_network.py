@@ -57,7 +57,7 @@ def test_server_configuration_builds_the_denoiser_from_the_frozen_table(trained,
     den = _denoiser(trained)
     path = save_frozen_table(tmp_path / "t.npz", den.public_table)
     base = {"party": 0, "peer_url": "https://127.0.0.1:1", "state_dir": str(tmp_path / "s"),
-            "peer_secret": "ab" * 16, "admin_secret": "cd" * 16, "user_secret": "ef" * 16, "insecure_http": True,
+            "peer_secret": "ab" * 32, "admin_secret": "cd" * 32, "user_secret": "ef" * 32, "insecure_http": True,
             "host": "127.0.0.1", "model": "grec-denoiser", "model_hparams": den.spec(), "num_items": 24,
             "num_users": 30}
     cfg = ServerConfig(**base, frozen_table=path)

@@ -12,8 +12,8 @@ from secemb.protocols.base import RoundConfig
 from secemb.protocols.factory import make_protocol
 from secemb.server.config import ServerConfig
 
-_KEYS = dict(party=0, peer_url="http://127.0.0.1:1", peer_secret="11" * 16, admin_secret="22" * 16,
-             user_secret="33" * 16, num_items=40, num_users=12)
+_KEYS = dict(party=0, peer_url="http://127.0.0.1:1", peer_secret="11" * 32, admin_secret="22" * 32,
+             user_secret="33" * 32, num_items=40, num_users=12)
 
 DPFEDREC = {"name": "dp-fedrec", "layout": "full", "relay": False, "expansion": 1.25, "layout_seed": 7,
             "options": {"sigma": 0.5, "clip": 2.0}}

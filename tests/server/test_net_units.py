@@ -154,7 +154,7 @@ def test_config_errors_name_the_problem(tmp_path, monkeypatch):
         load_config(tmp_path / "p.json", party=0)
     with pytest.raises(InvalidParameters, match="missing"):
         load_config(tmp_path / "p.json")
-    with pytest.raises(InvalidParameters, match=">= 16 bytes"):
+    with pytest.raises(InvalidParameters, match=">= 32 bytes"):
         _cfg(tmp_path, peer_secret="abcd")
     with pytest.raises(InvalidParameters):
         _cfg(tmp_path, layout="diagonal")

@@ -38,8 +38,8 @@ class _ClaimsRelay(PlaintextProtocol):
 
 @pytest.mark.parametrize("party", [0, 1])
 def test_a_relay_deployment_of_a_role_without_relay_steps_is_refused(tmp_path, party: int) -> None:
-    cfg = ServerConfig(state_dir=tmp_path, party=party, peer_url="http://127.0.0.1:1", peer_secret="11" * 16,
-                       admin_secret="22" * 16, user_secret="33" * 16, num_items=50, num_users=20,
+    cfg = ServerConfig(state_dir=tmp_path, party=party, peer_url="http://127.0.0.1:1", peer_secret="11" * 32,
+                       admin_secret="22" * 32, user_secret="33" * 32, num_items=50, num_users=20,
                        protocol="secemb", layout="full", relay=True)
     with pytest.raises(InvalidParameters, match="configured with relay, but its server role PlaintextServer has no "
                                                 "relay steps"):

@@ -9,8 +9,8 @@ from secemb.errors import InvalidParameters
 from secemb.server.config import ServerConfig
 from secemb.server.node import make_node
 
-_BASE = dict(party=0, peer_url="http://127.0.0.1:1", peer_secret="11" * 16, admin_secret="22" * 16,
-             user_secret="33" * 16, num_items=50, num_users=20)
+_BASE = dict(party=0, peer_url="http://127.0.0.1:1", peer_secret="11" * 32, admin_secret="22" * 32,
+             user_secret="33" * 32, num_items=50, num_users=20)
 
 
 def _cfg(tmp_path, **kw) -> ServerConfig:

@@ -10,8 +10,8 @@ from secemb.errors import InvalidParameters
 from secemb.models import get_model
 from secemb.server.config import ServerConfig, config_document, load_config
 
-_KEYS = dict(party=0, peer_url="http://127.0.0.1:1", peer_secret="11" * 16, admin_secret="22" * 16,
-             user_secret="33" * 16)
+_KEYS = dict(party=0, peer_url="http://127.0.0.1:1", peer_secret="11" * 32, admin_secret="22" * 32,
+             user_secret="33" * 32)
 
 
 def _cfg(tmp_path, **kw):
