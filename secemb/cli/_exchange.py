@@ -59,7 +59,7 @@ def exchange_protocol(ctx: typer.Context, protocol: str, command_options: tuple[
     set an option that is neither, nor one of the command's own ``command_options`` (output,
     display), or if the protocol refuses a value."""
     from secemb.errors import InvalidParameters
-    from secemb.protocols import exchange_class, get_exchange_protocol
+    from secemb.protocols import exchange_class, get_protocol
     from secemb.protocols.exchange import ExchangeRun
 
     p = ctx.params
@@ -73,7 +73,7 @@ def exchange_protocol(ctx: typer.Context, protocol: str, command_options: tuple[
                      "docs/protocol.md)")
         run = ExchangeRun(dataset=p["dataset"], data_dir=p["data_dir"], download=p["download"], epochs=p["epochs"],
                           users_per_round=p["users_per_round"], seed=p["seed"])
-        return get_exchange_protocol(protocol, run, **{n: v for n, v in given.items() if n in cls.options})
+        return get_protocol(protocol, run=run, **{n: v for n, v in given.items() if n in cls.options})
     except InvalidParameters as exc:
         fail(exc)
 

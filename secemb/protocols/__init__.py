@@ -1,11 +1,15 @@
 """Training protocols: one module per protocol, each a factory of user and server roles.
 
-``get_protocol(name, **opts)`` returns a :class:`~secemb.protocols.base.Protocol`:
+``get_protocol(name, **opts)`` builds any registered protocol, reading its shape from the
+registration: a two-server :class:`~secemb.protocols.base.Protocol` --
 
 * ``"plaintext"`` -- :class:`~secemb.protocols.plaintext.PlaintextProtocol`, the pipeline with
   the cryptography replaced by direct sums (the reference for exactness checks);
 * ``"secemb"`` -- ``secemb.protocols.secemb.SecEmbProtocol`` (DPF retrieval and aggregation);
-* the baselines of the paper's evaluation (``docs/baselines.md``).
+* the baselines of the paper's evaluation (``docs/baselines.md``) --
+
+or, given ``run=`` (an :class:`~secemb.protocols.exchange.ExchangeRun`), a one-server
+:class:`~secemb.protocols.exchange.ExchangeProtocol` (``"sfsl"``, ``"secea"``).
 
 Each is registered below with its wire id (:mod:`secemb.protocols.registry`); its module is
 imported only when it is asked for.  Installed plug-ins add theirs: every module named by an
@@ -26,7 +30,6 @@ from secemb.protocols.registry import (
     PROTOCOLS,
     available_protocols,
     exchange_class,
-    get_exchange_protocol,
     get_protocol,
     protocol_class,
     protocol_servers,
@@ -49,7 +52,6 @@ __all__ = [
     "UserRole",
     "available_protocols",
     "exchange_class",
-    "get_exchange_protocol",
     "get_protocol",
     "protocol_class",
     "protocol_servers",

@@ -2,10 +2,10 @@
 
 A protocol is registered once, under a unique name and a unique wire id (the ``protocol`` byte
 of every message it frames, :mod:`secemb.protocols.wire`), with its shape: ``servers=2`` (the
-default: a :class:`~secemb.protocols.base.Protocol` subclass, built by :func:`get_protocol`)
-or ``servers=1`` (a one-server protocol: an :class:`~secemb.protocols.exchange.ExchangeProtocol`
-subclass, built by :func:`get_exchange_protocol`).  The shape is declared at registration, so
-the command line dispatches on it (:func:`protocol_servers`) without importing the module.
+default: a :class:`~secemb.protocols.base.Protocol` subclass) or ``servers=1`` (a one-server
+protocol: an :class:`~secemb.protocols.exchange.ExchangeProtocol` subclass, given its run).
+Every one is built by :func:`get_protocol`, which reads the shape from the registration; the
+command line dispatches on it too (:func:`protocol_servers`) without importing the module.
 The factory is given directly or as a lazy ``"module:Class"`` string imported on first use, so
 that this registry imports even when a protocol module is heavy or missing.  What a two-server
 protocol accepts is declared on the class (:class:`~secemb.protocols.base.Capabilities`), what a
@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from secemb.errors import InvalidParameters, check_int
 from secemb.framing import ENGINE_WIRE_ID, RESERVED_WIRE_IDS
@@ -32,7 +32,6 @@ __all__ = [
     "ProtocolEntry",
     "available_protocols",
     "exchange_class",
-    "get_exchange_protocol",
     "get_protocol",
     "protocol_class",
     "protocol_servers",
@@ -48,7 +47,7 @@ class ProtocolEntry:
 
     Attributes
     ----------
-    name: registry name (``get_protocol(name)``), also the name messages are framed under.
+    name: registry name (:func:`get_protocol`), also the name messages are framed under.
     factory: the :class:`~secemb.protocols.base.Protocol` subclass (``servers=2``) or
         :class:`~secemb.protocols.exchange.ExchangeProtocol` subclass (``servers=1``), or
         ``"module:Class"``.
@@ -181,7 +180,7 @@ def protocol_class(name: str) -> type[Protocol]:
 
     if _entry(name).servers != 2:
         raise InvalidParameters(f"protocol {name!r} has one server (an exchange protocol, "
-                                "secemb.protocols.exchange): build it with get_exchange_protocol")
+                                "secemb.protocols.exchange): its class is exchange_class(name)")
     cls = _load(name)
     assert issubclass(cls, Protocol)  # register_protocol or _load checked the shape
     return cls
@@ -198,7 +197,7 @@ def exchange_class(name: str) -> type[ExchangeProtocol]:
     from secemb.protocols.exchange import ExchangeProtocol
 
     if _entry(name).servers != 1:
-        raise InvalidParameters(f"protocol {name!r} has two servers, not one: build it with get_protocol")
+        raise InvalidParameters(f"protocol {name!r} has two servers, not one: its class is protocol_class(name)")
     cls = _load(name)
     assert issubclass(cls, ExchangeProtocol)  # register_protocol or _load checked the shape
     return cls
@@ -227,38 +226,47 @@ def _load(name: str) -> type:
     return cls
 
 
-def get_protocol(name: str, **opts: Any) -> Protocol:
-    """Build protocol ``name`` with ``opts``.
+@overload
+def get_protocol(name: str, *, run: ExchangeRun, **opts: Any) -> ExchangeProtocol: ...
 
-    Every protocol takes the layout options ``layout``, ``relay``, ``expansion`` and
-    ``layout_seed`` (:data:`~secemb.protocols.base.LAYOUT_OPTIONS`), with values its
-    :class:`~secemb.protocols.base.Capabilities` allow, plus the options it declares.
+
+@overload
+def get_protocol(name: str, **opts: Any) -> Protocol: ...
+
+
+def get_protocol(name: str, *, run: ExchangeRun | None = None, **opts: Any) -> Protocol | ExchangeProtocol:
+    """Build protocol ``name`` with ``opts``, whatever its shape (read from its registration).
+
+    Two servers (``run`` not given): every protocol takes the layout options ``layout``,
+    ``relay``, ``expansion`` and ``layout_seed`` (:data:`~secemb.protocols.base.LAYOUT_OPTIONS`),
+    with values its :class:`~secemb.protocols.base.Capabilities` allow, plus the options it
+    declares; the run's settings are the round loop's, not the protocol's.
+
+    One server: ``run`` (an :class:`~secemb.protocols.exchange.ExchangeRun`: the dataset, the
+    schedule and the seed every run of that shape is given) and the options its class declares
+    (``ExchangeProtocol.options``).
 
     Raises
     ------
     InvalidParameters
-        If ``name`` is unknown or not available (see :func:`protocol_class`); an option is
-        not one the protocol accepts (the message names it and lists the allowed ones); or
-        a value is not supported (a layout or relay the protocol does not declare, a bad
-        parameter).
+        If ``name`` is unknown or not available (see :func:`protocol_class`); ``run`` is missing
+        for a one-server protocol or given to a two-server one (the message names the shape); an
+        option is not one the protocol accepts (the message names it and lists the allowed
+        ones); or a value is not supported (a layout or relay the protocol does not declare, a
+        bad parameter).
     """
+    if _entry(name).servers == 1:
+        if run is None:
+            raise InvalidParameters(f"protocol {name!r} has one server: build it with its run, "
+                                    f"get_protocol({name!r}, run=ExchangeRun(dataset, ...))")
+        exchange = exchange_class(name)
+        for key in opts:
+            if key not in exchange.options:
+                raise InvalidParameters(f"protocol {name!r} has no option {key!r}; allowed: {list(exchange.options)}")
+        return exchange(run, **opts)
+    if run is not None:
+        raise InvalidParameters(f"protocol {name!r} has two servers: it takes no run (its rounds are the round "
+                                "loop's, secemb.round.results.TrainConfig)")
     cls = protocol_class(name)
     cls.capabilities.check_options(name, opts)
     return cls(**opts)
-
-
-def get_exchange_protocol(name: str, run: ExchangeRun, **opts: Any) -> ExchangeProtocol:
-    """Build the one-server protocol ``name`` for ``run`` with ``opts`` (its declared options).
-
-    Raises
-    ------
-    InvalidParameters
-        If ``name`` is unknown, not available or has two servers (see :func:`exchange_class`);
-        an option it does not declare (the message names it and lists the allowed ones); or a
-        value the protocol refuses.
-    """
-    cls = exchange_class(name)
-    for key in opts:
-        if key not in cls.options:
-            raise InvalidParameters(f"protocol {name!r} has no option {key!r}; allowed: {list(cls.options)}")
-    return cls(run, **opts)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from secemb.errors import InvalidParameters, check_int
-from secemb.protocols import get_exchange_protocol
+from secemb.protocols import get_protocol
 from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
 from secemb.server.exchange_state import ExchangeState, fingerprint
 from secemb.server.tls import TlsFiles, init_pki, write_private
@@ -79,8 +79,7 @@ def _protocol(doc: dict[str, Any], path: Path, data_dir: Path | None) -> Exchang
     """The protocol a configuration or credentials document names (built, so its options are checked)."""
     run, options = _field(doc, "run", dict, path), _field(doc, "options", dict, path)
     try:
-        return get_exchange_protocol(_field(doc, "protocol", str, path), ExchangeRun(**run, data_dir=data_dir),
-                                     **options)
+        return get_protocol(_field(doc, "protocol", str, path), run=ExchangeRun(**run, data_dir=data_dir), **options)
     except TypeError as exc:  # a run field that is not ExchangeRun's
         raise InvalidParameters(f"{path}: bad run {run!r} ({exc})") from None
 
@@ -225,7 +224,7 @@ def init_exchange(root: str | os.PathLike, protocol: str, run: ExchangeRun, opti
     InvalidParameters: an unknown or two-server protocol, an option or value it refuses, no
     host, a port outside [1, 65535], a deadline <= 0, or ``root`` already holds a deployment.
     """
-    built = get_exchange_protocol(protocol, run, **options)
+    built = get_protocol(protocol, run=run, **options)
     if not built.networked:
         raise InvalidParameters(f"protocol {protocol!r} runs in process only (networked = False): no deployment")
     check_int("port", port, low=1, high=65535)

@@ -1,5 +1,5 @@
 """One-server protocols in the registry (secemb.protocols.exchange): registered with their shape,
-built by get_exchange_protocol, dispatched on by `secemb train` / `secemb demo`, listed in the
+built by get_protocol with their run, dispatched on by `secemb train` / `secemb demo`, listed in the
 CLI's help; the example plug-in's one-server protocol (examples/protocol_plugin/secemb_itemmean.py)
 trains through `secemb train --protocol itemmean` and `secemb demo --network` to the same model."""
 
@@ -19,7 +19,6 @@ from secemb.errors import InvalidParameters
 from secemb.protocols import (
     available_protocols,
     exchange_class,
-    get_exchange_protocol,
     get_protocol,
     protocol_class,
     protocol_servers,
@@ -60,17 +59,22 @@ def test_the_shape_is_registered_and_dispatched_on_without_importing():
         protocol_servers("no-such")
 
 
-def test_get_exchange_protocol_checks_options():
+def test_get_protocol_builds_a_one_server_protocol_and_checks_options():
     run = ExchangeRun("taobao-mini", users_per_round=5)
-    proto = get_exchange_protocol("sfsl", run, sfsl_preset="cpp1", lr=0.5)
+    proto = get_protocol("sfsl", run=run, sfsl_preset="cpp1", lr=0.5)
     assert isinstance(proto, SFSLProtocol) and proto.sfsl_preset == "CPP1" and proto.lr == 0.5
     assert proto.spec() == {"sfsl_preset": "CPP1", "model": "din", "metrics": "auc", "lr": 0.5, "dim": 18, "batch": 2}
     with pytest.raises(InvalidParameters, match="has no option 'layout'"):
-        get_exchange_protocol("sfsl", run, layout="full")
+        get_protocol("sfsl", run=run, layout="full")
     with pytest.raises(InvalidParameters, match="CPP9"):
-        get_exchange_protocol("sfsl", run, sfsl_preset="CPP9")
+        get_protocol("sfsl", run=run, sfsl_preset="CPP9")
     with pytest.raises(InvalidParameters, match="users_per_round"):
         ExchangeRun("taobao-mini", users_per_round=0)
+    # the shape is read from the registry: a run is what a one-server protocol is built with, never a two-server one
+    with pytest.raises(InvalidParameters, match="'plaintext' has two servers: it takes no run"):
+        get_protocol("plaintext", run=run)
+    with pytest.raises(InvalidParameters, match="'secea' has one server: build it with its run"):
+        get_protocol("secea", secea_items=4)
 
 
 def test_register_checks_the_shape():
