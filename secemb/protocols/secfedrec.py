@@ -35,6 +35,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
+from secemb.protocols.spill import SpilledShares
 from secemb.protocols.wire import (
     array_bytes,
     check_ring,
@@ -158,6 +159,8 @@ class FullModelServer(ServerRole):
         super().__init__(party)
         self.proto = proto
         self.protocol = proto.name
+        #: the round's upload bodies, on disk until it closes (to retract a user left out)
+        self._spilled = SpilledShares()
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if not isinstance(config, RoundConfig):
@@ -166,7 +169,7 @@ class FullModelServer(ServerRole):
         self._start_round(config)
         self._requested: set[int] = set()
         self._uploaded: set[int] = set()
-        self._bodies: dict[int, memoryview] = {}  # upload bodies, until the round closes
+        self._spilled.clear()  # the last round's bodies
         self.reset_state(config)
         # every user of the round gets the same reply: framed once (the table is 48 MB at Yelp's shape)
         body = (array_bytes(table), self.extra_reply()) if self.party == 0 else ()
@@ -204,9 +207,11 @@ class FullModelServer(ServerRole):
             raise ProtocolError(f"server {self.party}: user {user_id} already uploaded in round {cfg.round_id}")
         body = open_message(message, self.protocol, "upload", self.party, cfg.round_id,
                             self.proto.upload_body_bytes(cfg, self.party))
+        # kept on disk, not in memory (a full-model body is model-sized): written first, as it may
+        # fail; a body absorb then refuses is replaced by the user's next upload
+        self._spilled.put(user_id, np.frombuffer(body, np.uint8))
         self.absorb(user_id, body)
         self._uploaded.add(user_id)
-        self._bodies[user_id] = body
         return None
 
     def _keep_only(self, include: list[int] | None) -> list[int]:
@@ -214,7 +219,7 @@ class FullModelServer(ServerRole):
         aggregate no longer holds them); the sorted included users."""
         users = self._include(include, self._uploaded, self._cfg().round_id)
         for u in sorted(self._uploaded - set(users)):
-            self.absorb(u, self._bodies.pop(u), retract=True)
+            self.absorb(u, self._spilled.get(u).data, retract=True)
             self._uploaded.discard(u)
         return users
 

@@ -40,6 +40,7 @@ from secemb.protocols.secemb.sizes import (
     tag_words,
     upload_bytes,
 )
+from secemb.protocols.spill import SpilledShares
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
 from secemb.sharing import reconstruct
 
@@ -71,13 +72,15 @@ class _Pending:
 @dataclass
 class _Absorbed:
     """What a server keeps of an uploaded user until the round closes (to aggregate it, or
-    to leave it out)."""
+    to leave it out).  Its dense share is in the running aggregate already; to take it out
+    again the server keeps its seed (server 1 with relay) or, out of memory, the share itself
+    (:class:`~secemb.protocols.spill.SpilledShares`)."""
 
     keys: fss.DPFKeys
     bits: np.ndarray
     proof: bytes  # as _Pending.proof
     cw: np.ndarray  # ring (S, w): the aggregation correction words
-    dense: np.ndarray  # ring (P,): this server's dense share
+    dense_seed: bytes | None  # server 1 with relay: the seed its dense share expands from; else None (spilled)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class SecEmbServer(ServerRole):
         self.backend = backend or SerialBackend()
         self._table: Handle | None = None  # the round's published table
         self._device: DeviceTable | None = None  # the gpu backend's copy of it
+        self._spilled = SpilledShares()  # the round's explicit dense shares, on disk until it closes
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if table.dtype != config.dtype or table.shape != (config.num_items, config.width):
@@ -137,6 +141,7 @@ class SecEmbServer(ServerRole):
         self._pending: dict[int, _Pending] = {}
         self._uploaded: set[int] = set()
         self._absorbed: dict[int, _Absorbed] = {}
+        self._spilled.clear()  # the last round's shares
         self._folded = False  # whether _sparse holds a batch yet (until then it is zero)
         self._closed_cache: tuple[tuple[int, ...], tuple[list[int], np.ndarray, np.ndarray]] | None = None
 
@@ -346,15 +351,35 @@ class SecEmbServer(ServerRole):
         return frame(NAME, "retrieval_reply", self.party, self._cfg().round_id, array_bytes(answers))
 
     # -- upload --------------------------------------------------------------------------
-    def _absorb(self, user_id: int, cw: np.ndarray, dense: np.ndarray) -> None:
-        # all checks passed: change state.  The control-bit part of the share is computed
-        # for the included users at once when the aggregate is asked for (_summed); each
-        # user's keys and dense share stay until then, so that a user can be left out.
+    def _absorb(self, user_id: int, cw: np.ndarray, dense: np.ndarray, dense_seed: bytes | None = None) -> None:
+        """Absorb a checked upload: its dense share (ring (P,)) is added to the running
+        aggregate now, and kept only as ``dense_seed`` (server 1 with relay: the seed it
+        expands from) or else on disk (:meth:`_dense_share` gets it back for a user left out),
+        so that the server's memory does not grow with the round's users.  The control-bit
+        part of the sparse share is computed for the included users at once when the
+        aggregate is asked for (:meth:`_summed`); each user's keys stay until then.
+
+        Raises
+        ------
+        OSError: the share could not be written to disk (nothing is absorbed).
+        """
+        if dense_seed is None:
+            self._spilled.put(user_id, dense)  # first: it may fail, and nothing has changed yet
         pending = self._pending.pop(user_id)
-        self._absorbed[user_id] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, dense)
+        self._absorbed[user_id] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, dense_seed)
         self._closed_cache = None
         self._dense += dense
         self._uploaded.add(user_id)
+
+    def _dense_share(self, user_id: int) -> np.ndarray:
+        """The dense share (ring (P,)) absorbed user ``user_id`` sent this server, read back
+        from disk (a relay server 1 expands its seed instead).
+
+        Raises
+        ------
+        OSError: the disk could not give it back.
+        """
+        return self._spilled.get(user_id)
 
     def _summed(self, users: list[int]) -> np.ndarray:
         """The folded part of the round's batches plus ``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]``
@@ -480,8 +505,8 @@ class SecEmbServer(ServerRole):
         if silent:  # their folded part only: no check
             sparse -= self._evaluate(silent)[2]
         dense = self._dense.copy()
-        for u in left_out:
-            dense -= self._absorbed[u].dense
+        for u in left_out:  # one share in memory at a time
+            dense -= self._dense_share(u)
         closed = (users, sparse if cfg.layout == "full" else self._scatter(sparse), dense)
         self._closed_cache = (tuple(users), closed)
         return closed

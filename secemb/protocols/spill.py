@@ -1,0 +1,107 @@
+"""Per-device shares a server keeps out of memory until its round closes (issue 37, goal 5).
+
+A server folds each device's dense share (a full-model protocol: its whole upload) into the
+round's running aggregate on arrival, but must be able to take it out again if the device is
+left out at the close (silent at the other server, failed verification).  A share the server
+can recompute (server 1's relay share: the expansion of a 16-byte seed) is kept as its seed;
+an explicit share is written here, to an anonymous temporary file with ``write()`` -- not a
+memory map, so its pages are the kernel's page cache, not this process's resident set -- and
+read back only for a device left out.  The server's memory is then O(model) whatever the
+number of devices; the disk holds O(devices x share) until the next round.
+
+The file is unlinked from the start (:func:`tempfile.TemporaryFile`, in ``$TMPDIR``): nothing
+of it outlives the process, which is right for round state a restarted server never resumes
+(it ends an open round as aborted, :mod:`secemb.server.state`).
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import threading
+from typing import cast
+
+import numpy as np
+
+__all__ = ["SpilledShares"]
+
+
+class SpilledShares:
+    """Arrays by device id, written to an anonymous temporary file and read back on demand.
+
+    Each :meth:`put` appends the array's bytes; :meth:`get` reads one back as a new array
+    (the same dtype and shape); :meth:`clear` forgets them all and truncates the file.  Safe to
+    call from several threads.  The file is created by the first :meth:`put` and closed by
+    :meth:`close` (or when the object is collected).
+    """
+
+    def __init__(self) -> None:
+        self._file: io.RawIOBase | None = None
+        self._where: dict[int, tuple[int, np.dtype, tuple[int, ...]]] = {}
+        self._end = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+    def put(self, key: int, array: np.ndarray) -> None:
+        """Keep ``array`` (any dtype and shape) for ``key``, in place of any kept before.
+
+        Raises
+        ------
+        OSError: the file could not be created or written (what ``key`` held is unchanged).
+        """
+        data = np.ascontiguousarray(array)
+        with self._lock:
+            if self._file is None:
+                # unbuffered: a raw file (a wrapper of one where the OS cannot unlink an open file)
+                self._file = cast("io.RawIOBase", tempfile.TemporaryFile(buffering=0))  # noqa: SIM115 - closed by close()
+            self._file.seek(self._end)
+            view = data.data.cast("B")
+            done = 0
+            while done < len(view):  # a raw write may take part of a large buffer
+                done += self._file.write(view[done:]) or 0
+            self._where[key] = (self._end, data.dtype, data.shape)
+            self._end += len(view)
+
+    def get(self, key: int) -> np.ndarray:
+        """A new array equal to the one kept for ``key``.
+
+        Raises
+        ------
+        KeyError: nothing is kept for ``key``.
+        OSError: the file could not be read, or ended early.
+        """
+        with self._lock:
+            offset, dtype, shape = self._where[key]
+            out = np.empty(shape, dtype)
+            view = out.data.cast("B")
+            assert self._file is not None  # created by the put that recorded ``key``
+            self._file.seek(offset)
+            done = 0
+            while done < len(view):
+                got = self._file.readinto(view[done:])
+                if not got:
+                    raise OSError(f"spilled share of device {key}: the file ended after {done} of {len(view)} bytes")
+                done += got
+            return out
+
+    def clear(self) -> None:
+        """Forget every array and give the file's space back (the file stays open)."""
+        with self._lock:
+            self._where.clear()
+            self._end = 0
+            if self._file is not None:
+                self._file.truncate(0)
+
+    def close(self) -> None:
+        """Forget every array and close (delete) the file."""
+        with self._lock:
+            self._where.clear()
+            self._end = 0
+            if self._file is not None:
+                self._file.close()
+                self._file = None
