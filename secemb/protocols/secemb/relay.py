@@ -11,6 +11,7 @@ import hmac
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import cast
 
 import numpy as np
@@ -63,7 +64,7 @@ def relay_prgs(seeds: Sequence[bytes], shape: tuple[int, ...], dtype: np.dtype) 
     return convert(words, math.prod(shape), ring_bits, RELAY_TAG).reshape(len(seeds), *shape)
 
 
-def upload_mac(key: bytes, round_id: int, cw: bytes) -> bytes:
+def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
     """The relay's tag of an upload's correction words: ``HMAC-SHA256(key, b"secemb-relay-upload"
     || u64 round_id || cw)`` truncated to :data:`MAC_BYTES`."""
     mac = hmac.new(key, _UPLOAD_MAC_DOMAIN + U64.pack(round_id), hashlib.sha256)
@@ -96,9 +97,9 @@ def parse_roots(message: bytes, config: RoundConfig) -> Direct:
         bit is not server 1's.
     """
     body = bytes(open_message(message, NAME, "retrieval_request", 1, config.round_id, roots_bytes(config)))
-    ends = np.cumsum([16 * config.slots, SEED_BYTES, SEED_BYTES, MAC_KEY_BYTES, DIGEST_BYTES]).tolist()
+    ends = list(accumulate([16 * config.slots, SEED_BYTES, SEED_BYTES, MAC_KEY_BYTES, DIGEST_BYTES]))
     roots, mask_seed, dense_seed, mac_key, digest = (body[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True))
-    if np.any(np.frombuffer(roots, np.uint8)[::16] & 1 != 1):
+    if not np.all(np.frombuffer(roots[::16], np.uint8) & 1):
         raise InvalidMessage("retrieval_request: root control bits must equal the party")
     return Direct(roots, mask_seed, dense_seed, mac_key, digest)
 
@@ -170,7 +171,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             check_user(user_id)
             raise ProtocolError("with relay, users upload to server 0 only")
         body, off = self._take_upload(user_id, message)
-        return frame(NAME, "relay_upload", 1, cfg.round_id, bytes(body[: rows_bytes(cfg)]), bytes(body[off:]))
+        return frame(NAME, "relay_upload", 1, cfg.round_id, body[: rows_bytes(cfg)], body[off:])
 
     def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
         """Server 0, relay: each request's shared key part framed for server 1 (the bytes
@@ -307,8 +308,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         if self.party != 0 or user_id not in self._answers:
             raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
         body = open_message(message, NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
-        masked = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width + tag_words(cfg)))[0]
-        reply = self._answers.pop(user_id) + masked
+        masked = np.frombuffer(body, cfg.dtype.newbyteorder("<")).reshape(cfg.slots, cfg.width + tag_words(cfg))
+        reply = np.add(self._answers.pop(user_id), masked, dtype=cfg.dtype)  # read in place, added into the reply
         return frame(NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(reply))
 
     def relay_upload(self, user_id: int, message: bytes) -> None:
@@ -328,17 +329,9 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         size = rows_bytes(cfg)
         body = open_message(message, NAME, "relay_upload", 1, cfg.round_id, size + MAC_BYTES)
         direct = self._direct_of[user_id]
-        if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, bytes(body[:size])), body[size:]):
+        if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, body[:size]), body[size:]):
             raise RelayTampered(f"relay_upload of round {cfg.round_id}: the forwarded correction words fail the "
                                 "device's MAC (server 0 altered them); not absorbed")
         cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
-        seed = self._direct_of.pop(user_id).dense_seed
-        self._absorb(user_id, cw, relay_prg(seed, (cfg.dense_size,), cfg.dtype), dense_seed=seed)
-
-    def _dense_share(self, user_id: int) -> np.ndarray:
-        """Server 1: the expansion of the user's dense seed (nothing of it was spilled);
-        server 0: its explicit share, read back (:meth:`SecEmbServer._dense_share`)."""
-        seed = self._absorbed[user_id].dense_seed
-        if seed is None:
-            return super()._dense_share(user_id)
-        return relay_prg(seed, (self._cfg().dense_size,), self._cfg().dtype)
+        dense = relay_prg(self._direct_of.pop(user_id).dense_seed, (cfg.dense_size,), cfg.dtype)
+        self._absorb(user_id, cw, dense)
