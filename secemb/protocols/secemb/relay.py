@@ -333,5 +333,13 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             raise RelayTampered(f"relay_upload of round {cfg.round_id}: the forwarded correction words fail the "
                                 "device's MAC (server 0 altered them); not absorbed")
         cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
-        dense = relay_prg(self._direct_of.pop(user_id).dense_seed, (cfg.dense_size,), cfg.dtype)
-        self._absorb(user_id, cw, dense)
+        seed = self._direct_of.pop(user_id).dense_seed
+        self._absorb(user_id, cw, relay_prg(seed, (cfg.dense_size,), cfg.dtype), dense_seed=seed)
+
+    def _dense_share(self, user_id: int) -> np.ndarray:
+        """Server 1: the expansion of the user's dense seed (nothing of it was spilled);
+        server 0: its explicit share, read back (:meth:`SecEmbServer._dense_share`)."""
+        seed = self._absorbed[user_id].dense_seed
+        if seed is None:
+            return super()._dense_share(user_id)
+        return relay_prg(seed, (self._cfg().dense_size,), self._cfg().dtype)
