@@ -53,7 +53,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from secemb.errors import InvalidParameters, ProtocolError, SecembError
+from secemb.errors import InvalidParameters, ProtocolError, SecembError, check_int
 from secemb.protocols.base import ExchangeNode
 from secemb.server.auth import Principal, Verifier
 from secemb.server.exchange_state import ExchangeState
@@ -209,12 +209,10 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
     async def open_round(request: Request) -> dict[str, Any]:
         _, body = await authed(request, "admin", _JSON_LIMIT)
         doc = json_object(body, _JSON_LIMIT)
-        round_id, users = doc.get("round_id"), doc.get("users")
-        if isinstance(round_id, bool) or not isinstance(round_id, int):
-            raise InvalidParameters("expected a JSON object with an int round_id and users")
-        if not isinstance(users, list) or not all(isinstance(u, int) and not isinstance(u, bool) for u in users):
-            raise InvalidParameters("users must be a list of ints")
-        out: dict[str, Any] = await call(rounds.open_round, round_id, users)
+        round_id, users = check_int("round_id", doc.get("round_id")), doc.get("users")
+        if not isinstance(users, list):
+            raise InvalidParameters(f"users must be a list of ints, got {users!r:.80}")
+        out: dict[str, Any] = await call(rounds.open_round, round_id, [check_int("a user id", u) for u in users])
         return out
 
     @app.post("/v1/admin/exchange/rounds/{round_id}/{stage}/close")

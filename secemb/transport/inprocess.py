@@ -23,7 +23,6 @@ User-to-user messages are rejected.
 
 from __future__ import annotations
 
-import numbers
 import re
 import threading
 from collections import defaultdict, deque
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import EllipsisType
 
-from secemb.errors import InvalidParameters, ProtocolError
+from secemb.errors import InvalidParameters, ProtocolError, check_int
 
 __all__ = [
     "DOWNLOAD",
@@ -60,9 +59,7 @@ def user_endpoint(user_id: int) -> str:
     InvalidParameters
         If ``user_id`` is not a non-negative integer.
     """
-    if isinstance(user_id, bool) or not isinstance(user_id, numbers.Integral) or user_id < 0:
-        raise InvalidParameters(f"user id must be a non-negative int, got {user_id!r}")
-    return f"user:{int(user_id)}"
+    return f"user:{check_int('user id', user_id, low=0)}"
 
 
 def parse_endpoint(name: str) -> tuple[str, int | None]:
@@ -139,10 +136,14 @@ class InProcessTransport:
         return self._round
 
     def set_round(self, round_id: int | None) -> None:
-        """Tag subsequent messages with ``round_id`` (``None``: outside any round)."""
-        if round_id is not None and (isinstance(round_id, bool) or int(round_id) < 0):
-            raise InvalidParameters(f"round_id must be None or >= 0, got {round_id!r}")
-        self._round = None if round_id is None else int(round_id)
+        """Tag subsequent messages with ``round_id`` (``None``: outside any round).
+
+        Raises
+        ------
+        InvalidParameters
+            If ``round_id`` is neither ``None`` nor an int >= 0.
+        """
+        self._round = None if round_id is None else check_int("round_id", round_id, low=0)
 
     # ----------------------------------------------------------------- messages
 

@@ -212,6 +212,20 @@ def test_stage_order_duplicates_and_strangers_are_refused():
     assert http.send(2, 1, "secea-keys", hello[2]) == 409  # the stage is over
 
 
+def test_an_open_round_document_with_a_bad_round_id_or_user_is_refused_and_opens_nothing():
+    """The operator's round document is checked before the node sees it: a round id or a user id
+    that is not an int (a bool, a float, a string) or users that are not a list are a 422."""
+    params, bloom, _ = secea_world(5)
+    http = http_of(secea_node(params, bloom, 5))
+    for doc in ({"round_id": True, "users": [0, 1, 2]}, {"round_id": 1.0, "users": [0, 1, 2]},
+                {"round_id": "1", "users": [0, 1, 2]}, {"round_id": 1, "users": [0, True, 2]},
+                {"round_id": 1, "users": [0, 1.0, 2]}, {"round_id": 1, "users": "012"}):
+        resp = http.call("admin", "POST", "/v1/admin/exchange/rounds", json.dumps(doc).encode())
+        assert resp.status_code == 422, (doc, resp.text)
+    assert http.call("admin", "GET", "/v1/exchange/round").status_code == 409  # nothing was opened
+    assert http.open(1, [0, 1, 2])["round_id"] == 1
+
+
 def test_signatures_and_credential_classes_are_enforced():
     """A device signing as another device, an operator endpoint called with a device's key, a
     device endpoint called with the operator's, a replayed signed request, an unknown device id:
