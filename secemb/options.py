@@ -49,7 +49,11 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["RunOptions", "load_options", "read_options", "read_table"]
+__all__ = ["DEFAULT_MODEL", "RunOptions", "load_options", "read_options", "read_table"]
+
+#: the model a two-server run trains when none is named (``model`` None; a one-server protocol
+#: names its own): :class:`~secemb.training.Experiment`'s and a server's (``[model] name``) default
+DEFAULT_MODEL = "mf"
 
 
 class RunOptions(BaseModel):
@@ -76,7 +80,7 @@ class RunOptions(BaseModel):
     model: StrictStr | None = Field(
         default=None,
         description="mf, ncf, fm or deepfm (fm/deepfm use the dataset's features); din with --protocol sfsl. "
-                    "Default: mf (din with sfsl).")
+                    f"Default: {DEFAULT_MODEL} (din with sfsl).")
     protocol: StrictStr = Field(default="secemb",
                                 description="A registered protocol (docs/baselines.md, docs/sfsl.md).")
     sfsl_preset: StrictStr | None = Field(

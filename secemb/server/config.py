@@ -55,7 +55,7 @@ from secemb.protocols.backends import make_backend
 from secemb.protocols.base import Protocol
 from secemb.protocols.factory import make_protocol
 from secemb.ring import FixedPoint
-from secemb.options import RunOptions, read_table
+from secemb.options import DEFAULT_MODEL, RunOptions, read_table
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.server.tls import client_context
 from secemb.transport.signing import parse_secret
@@ -220,7 +220,7 @@ class ServerConfig(BaseModel):
     layout_seed: StrictInt = Field(0, description="an int")
     backend: StrictStr = Field(_RUN.backend, description="a backend name")
     workers: StrictInt | None = Field(_RUN.workers, description="None or an int")
-    model: StrictStr = Field("mf", description="a model name")
+    model: StrictStr = Field(DEFAULT_MODEL, description="a model name")
     model_hparams: dict[str, Any] = Field(default_factory=dict, description="a table")
     protocol_options: dict[str, Any] = Field(default_factory=dict, description="a table")
     #: ``.npz`` of the public item features (FM, DeepFM); see :meth:`make_model`

@@ -25,7 +25,7 @@ from secemb.errors import InvalidParameters
 from secemb.inference.trained import TrainedModel
 from secemb.metrics import get_metric
 from secemb.protocols import PROTOCOLS, protocol_class
-from secemb.options import RunOptions
+from secemb.options import DEFAULT_MODEL, RunOptions
 from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult
 from secemb.training.builder import BuiltExperiment, build_experiment
 from secemb.training.loop import train
@@ -42,11 +42,12 @@ _LOOP = TrainConfig()
 @dataclass(frozen=True)
 class Experiment:
     """A named experiment.  The fields the command line shares take their defaults from
-    :class:`~secemb.options.RunOptions` (documented there; ``model`` None there is ``"mf"``
-    here), so ``Experiment(...)`` trains what ``secemb train`` with the same options trains
-    (``epochs=5`` by default, as there); ``rounds_per_epoch``, ``frac_bits`` and ``schedule``
-    default to :class:`~secemb.round.results.TrainConfig`'s.  :meth:`from_options` makes one of
-    layered options (a config file).
+    :class:`~secemb.options.RunOptions` (documented there; ``model`` None there is
+    :data:`~secemb.options.DEFAULT_MODEL` here), so ``Experiment(...)`` trains what ``secemb
+    train`` with the same options trains (``epochs=5`` by default, as there);
+    ``rounds_per_epoch``, ``frac_bits`` and ``schedule`` default to
+    :class:`~secemb.round.results.TrainConfig`'s.  :meth:`from_options` makes one of layered
+    options (a config file).
 
     ``lr``, ``reg`` and ``dim`` default to the paper's preset (Table 8)
     of ``model`` on ``dataset`` (synthetic data and own rating files use the ML-100K preset; a
@@ -88,7 +89,7 @@ class Experiment:
     data_dir: str | os.PathLike | None = _DEFAULTS.data_dir
     download: bool = _DEFAULTS.download
     test_fraction: float = 0.2
-    model: str = "mf"
+    model: str = DEFAULT_MODEL
     protocol: str = _DEFAULTS.protocol
     layout: str | None = _DEFAULTS.layout
     relay: bool | None = _DEFAULTS.relay

@@ -142,7 +142,8 @@ import secemb.options as o
 for name, value in json.loads(sys.argv[1]).items():
     o.RunOptions.model_fields[name].default = value
 o.RunOptions.model_rebuild(force=True)
-import dataclasses, typer
+o.DEFAULT_MODEL = "ncf"
+import typer
 from secemb.cli import app
 from secemb.protocols.exchange import ExchangeRun
 from secemb.round.results import TrainConfig
@@ -161,6 +162,7 @@ print(json.dumps({
     "ExchangeRun": defaults(ExchangeRun("synthetic"), names),
     "ServerConfig": {n: ServerConfig.model_fields[n].default for n in names if n in ServerConfig.model_fields},
     "serve --help": next(p.help for p in commands["serve"].params if p.name == "backend"),
+    "model": [Experiment().model, ServerConfig.model_fields["model"].default],
 }))
 """
 
@@ -180,6 +182,7 @@ def test_every_entry_point_reads_the_one_place() -> None:
     assert got["ExchangeRun"] == {"epochs": 7, "users_per_round": 37, "seed": 3}
     assert got["ServerConfig"] == {"alpha": 3.5, "backend": "thread"}
     assert got["serve --help"].endswith("default: thread.")
+    assert got["model"] == ["ncf", "ncf"]  # DEFAULT_MODEL, the model None stands for
 
 
 def test_every_entry_point_has_the_same_defaults() -> None:
@@ -199,6 +202,7 @@ def test_every_entry_point_has_the_same_defaults() -> None:
     assert (TrainConfig().users_per_round, ExchangeRun("synthetic").users_per_round) == (100, 100)
     for name in ("protocol", "expansion", "backend", "workers", "lazy_adam", "ring_bits", "m_prime", "alpha"):
         assert ServerConfig.model_fields[name].default == getattr(defaults, name), name
+    assert Experiment().model == ServerConfig.model_fields["model"].default == "mf"
 
 
 def _server_file(tmp_path: Path, protocol: str) -> Path:
