@@ -32,7 +32,7 @@ import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -50,7 +50,7 @@ from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig
 from secemb.models.task import Sample, Task
 from secemb.privacy.noise import ClipSpec, clip_spec
-from secemb.protocols.base import Protocol, RoundConfig
+from secemb.protocols.base import Protocol, RoundConfig, result_or_raise
 from secemb.protocols.factory import make_protocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.protocols.stages import RETRIEVAL, UPLOAD, round_plan
@@ -429,6 +429,8 @@ class RoundSession:
     compute_s: seconds of device-side computation (keys, reconstruction, training, encoding).
     """
 
+    _uploads: dict[int, bytes]  # by party in the plan's order, set by train
+
     def __init__(self, client: DeviceClient, info: RoundInfo, *, protocol: Protocol | None = None,
                  fp: FixedPoint | None = None, task: Task | None = None, clip: ClipSpec | None = None) -> None:
         self.client, self.info = client, info
@@ -581,6 +583,45 @@ class RoundSession:
 
     def reconstruct(self) -> np.ndarray:
         """The requested rows from the replies (ring, (slots, width))."""
+        return result_or_raise(self.reconstruct_many([self])[0])
+
+    @staticmethod
+    def reconstruct_many(sessions: Sequence[RoundSession]) -> list[np.ndarray | Exception]:
+        """:meth:`reconstruct` of many sessions of one round, their rows read as one batch (the
+        protocol's :meth:`~secemb.protocols.base.UserRole.retrieval_results`: a simulation of
+        many devices in one process); per session its rows or the exception :meth:`reconstruct`
+        would have raised (a tampered answer reported to both servers as there).  The sessions
+        that read rows share the batch's time in their ``compute_s``."""
+        out: list[np.ndarray | Exception | None] = [None] * len(sessions)
+        ready: list[tuple[int, bytes]] = []
+        for i, session in enumerate(sessions):
+            try:
+                ready.append((i, session._replies_read()))
+            except Exception as exc:  # noqa: BLE001 - one device's failure is its own result
+                out[i] = exc
+        if ready:
+            t = time.perf_counter()
+            roles = [sessions[i].role for i, _ in ready]
+            rows = type(roles[0]).retrieval_results(roles, [(r0, sessions[i]._replies.get(1)) for i, r0 in ready])
+            share = (time.perf_counter() - t) / len(ready)
+            for (i, _), got in zip(ready, rows, strict=True):
+                session = sessions[i]
+                if isinstance(got, RetrievalTampered):  # a server altered its answer: no training, both told
+                    session.client.report(session.rc.round_id, got)
+                elif not isinstance(got, Exception):
+                    session.rows_ring = got
+                    session.compute_s += share
+                out[i] = got
+        return cast("list[np.ndarray | Exception]", out)  # every entry is set above
+
+    def _replies_read(self) -> bytes:
+        """Step to reading the replies: server 0's (the one every protocol sends).
+
+        Raises
+        ------
+        ProtocolError: before :meth:`fetch_dense`, a server's reply missing, or out of order.
+        InvalidMessage: server 0 sent no reply.
+        """
         if self.dense_ring is None:
             raise ProtocolError("reconstruct belongs after fetch_dense")
         if set(self._replies) != set(self._requests):
@@ -589,27 +630,52 @@ class RoundSession:
         reply0 = self._replies[0]
         if reply0 is None:
             raise InvalidMessage("server 0 sent no retrieval reply")
-        t = time.perf_counter()
-        try:
-            self.rows_ring = self.role.retrieval_result(reply0, self._replies.get(1))
-        except RetrievalTampered as exc:  # a server altered its answer: no training, both servers told
-            self.client.report(self.rc.round_id, exc)
-            raise
-        self.compute_s += time.perf_counter() - t
-        return self.rows_ring
+        return reply0
 
     def train(self, step: LocalStep) -> StepResult:
         """Run the local-training hook on the real rows; encode the gradients for upload."""
-        self._advance(2)
-        assert self.rows_ring is not None and self.dense_ring is not None  # steps 1 and 2 set them
-        t = time.perf_counter()
-        self.g_ring, self.d_ring, self.result = local_update(
-            self.fp, self.rc, self.info.n_p, self.request, self.num_distinct, self.batch,
-            self.rows_ring, self.dense_ring, step, task=self.task, clip=self.clip,
-        )
-        self._uploads = _by_plan(self.plan.device_sends(UPLOAD), self.role.upload(self.g_ring, self.d_ring), "upload")
-        self.compute_s += time.perf_counter() - t
-        return self.result
+        return result_or_raise(self.train_many([self], [step])[0])
+
+    @staticmethod
+    def train_many(sessions: Sequence[RoundSession], steps: Sequence[LocalStep]) -> list[StepResult | Exception]:
+        """:meth:`train` of many sessions of one round: each session's local step in turn
+        (``steps[i]`` for ``sessions[i]``), then their uploads encoded as one batch (the
+        protocol's :meth:`~secemb.protocols.base.UserRole.uploads`: a simulation of many
+        devices in one process); per session its step's result or the exception :meth:`train`
+        would have raised.  Each session's ``compute_s``: its step and an equal share of the
+        batch's encoding."""
+        out: list[StepResult | Exception | None] = [None] * len(sessions)
+        ready: list[int] = []
+        gradients: list[tuple[np.ndarray, np.ndarray]] = []  # of the ready sessions
+        for i, (session, step) in enumerate(zip(sessions, steps, strict=True)):
+            try:
+                session._advance(2)
+                assert session.rows_ring is not None and session.dense_ring is not None  # steps 1 and 2 set them
+                t = time.perf_counter()
+                session.g_ring, session.d_ring, session.result = grads = local_update(
+                    session.fp, session.rc, session.info.n_p, session.request, session.num_distinct, session.batch,
+                    session.rows_ring, session.dense_ring, step, task=session.task, clip=session.clip,
+                )
+                session.compute_s += time.perf_counter() - t
+                ready.append(i)
+                gradients.append(grads[:2])
+            except Exception as exc:  # noqa: BLE001 - one device's failure is its own result
+                out[i] = exc
+        if ready:
+            t = time.perf_counter()
+            roles = [sessions[i].role for i in ready]
+            msgs = type(roles[0]).uploads(roles, gradients)
+            for i, got in zip(ready, msgs, strict=True):
+                session = sessions[i]
+                try:
+                    session._uploads = _by_plan(session.plan.device_sends(UPLOAD), result_or_raise(got), "upload")
+                    out[i] = session.result
+                except Exception as exc:  # noqa: BLE001 - as above
+                    out[i] = exc
+            share = (time.perf_counter() - t) / len(ready)
+            for i in ready:
+                sessions[i].compute_s += share
+        return cast("list[StepResult | Exception]", out)  # every entry is set above
 
     def upload(self, *, only: int | None = None) -> None:
         """Send the upload in the plan's order: server 1 first (without relay), then server 0

@@ -33,7 +33,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar, Protocol as TypingProtocol
+from typing import Any, ClassVar, Protocol as TypingProtocol, TypeVar
 
 import numpy as np
 
@@ -44,7 +44,9 @@ from secemb.protocols.wire import HEADER_BYTES
 from secemb.randomness import RandomBytes
 
 __all__ = ["BOUNDED_KINDS", "LAYOUT_OPTIONS", "Capabilities", "ExchangeNode", "Protocol", "RelayRole", "RoundConfig",
-           "ServerRole", "UserRole"]
+           "ServerRole", "UserRole", "result_or_raise"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -148,18 +150,21 @@ class UserRole(ABC):
         ``indices[i]``; a simulation's devices): per user its messages, or the exception that
         refused its request (that user's state unchanged).  Default: one by one; roles whose
         key generation batches across users override it."""
-        out: list[tuple[bytes, bytes] | Exception] = []
-        for user, idx in zip(users, indices, strict=True):
-            try:
-                out.append(user.retrieval_request(idx))
-            except Exception as exc:  # noqa: BLE001 - one user's refusal is its own result
-                out.append(exc)
-        return out
+        return _each(lambda user, idx: user.retrieval_request(idx), users, indices)
 
     @abstractmethod
     def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> np.ndarray:
         """Reconstruct the requested rows from the servers' replies (``reply1`` is ``None``
         with relay): ring array (slots, width), zero rows for empty slots."""
+
+    @classmethod
+    def retrieval_results(cls, users: Sequence[UserRole],
+                          replies: Sequence[tuple[bytes, bytes | None]]) -> list[np.ndarray | Exception]:
+        """:meth:`retrieval_result` of many users of one round at once (``users[i]`` reads
+        ``replies[i]``, its ``(reply0, reply1)``; a simulation's devices): per user its rows, or
+        the exception its own call would have raised.  Default: one by one; roles whose reading
+        batches across users override it, with the same result for every user."""
+        return _each(lambda user, got: user.retrieval_result(*got), users, replies)
 
     @abstractmethod
     def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
@@ -167,6 +172,36 @@ class UserRole(ABC):
         row gradients ``rows`` (ring, (slots, width); zero rows for empty slots), row ``i``
         belonging to ``indices[i]`` of the retrieval request, and the dense gradient
         ``dense`` (ring, (dense_size,))."""
+
+    @classmethod
+    def uploads(cls, users: Sequence[UserRole],
+                gradients: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[bytes, bytes | None] | Exception]:
+        """:meth:`upload` of many users of one round at once (``users[i]`` uploads
+        ``gradients[i]``, its ``(rows, dense)``; a simulation's devices): per user its messages,
+        or the exception its own call would have raised.  Each user draws its randomness from
+        its own source in the order its own call would.  Default: one by one; roles whose
+        encoding batches across users override it, with the same messages for every user."""
+        return _each(lambda user, got: user.upload(*got), users, gradients)
+
+
+def result_or_raise(result: T | Exception) -> T:
+    """One entry of a batch's results (a value, or the exception in its place): the value, or
+    the exception raised."""
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def _each(fn: Callable[[UserRole, Any], Any], users: Sequence[UserRole], args: Sequence[Any]) -> list[Any]:
+    """``fn(user, arg)`` of each user in order, an exception in the place of a user whose call
+    raised one (the others go on)."""
+    out: list[Any] = []
+    for user, arg in zip(users, args, strict=True):
+        try:
+            out.append(fn(user, arg))
+        except Exception as exc:  # noqa: BLE001 - one user's refusal is its own result
+            out.append(exc)
+    return out
 
 
 class ServerRole(ABC):

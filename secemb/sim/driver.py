@@ -63,7 +63,7 @@ from secemb.protocols.dp_fedrec import DPFedRecProtocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
 from secemb.round import messages
-from secemb.round.local import distinct_counts
+from secemb.round.local import LocalStep, distinct_counts
 from secemb.round.optimizer import ServerAdam
 from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult, VerificationError, run_config
 from secemb.round.selection import EpochSelection
@@ -617,15 +617,33 @@ class TrainingRun:
             self._device_batch(devs, info, expected)
 
     def _device_batch(self, devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
-        """``devs`` through the round: sessions opened and prepared, retrieval requests sent
-        (:meth:`DevicePhase.retrieve`), then each device's dense download, local step and
-        upload (:meth:`_finish`).  A device that fails keeps its error and drops out."""
+        """``devs`` through the round, step by step: sessions opened and prepared (their keys
+        made as one batch), retrieval requests sent (:meth:`DevicePhase.retrieve`), each
+        device's dense download, their rows read as one batch (:meth:`_read_rows`), their
+        local steps and uploads encoded as one batch (:meth:`_train`), each device's upload
+        sent (:meth:`_send_upload`).  A device that fails keeps its error and drops out."""
         live = self._prepare(devs, info)
         errors = self.servers.phase.retrieve([s for _, s in live])
         for (d, _), err in zip(live, errors, strict=True):
             if err is not None:
                 d.error = err
-        self.servers.phase.map(lambda d: self._finish(d, expected), devs)
+        self._on_each(_running(devs), lambda d: _session(d).fetch_dense())
+        self._read_rows(_running(devs), expected)
+        training = [d for d in _running(devs) if d.behavior != "drop"]  # a dropped device never uploads
+        self._train(training)
+        self._on_each(_running(training), self._send_upload)
+
+    def _on_each(self, devs: list[_Device], fn: Callable[[_Device], None]) -> None:
+        """``fn`` of each device (:meth:`DevicePhase.map`: possibly concurrently); a device whose
+        call fails keeps its error."""
+
+        def one(dev: _Device) -> None:
+            try:
+                fn(dev)
+            except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
+                dev.error = exc
+
+        self.servers.phase.map(one, devs)
 
     def _connect(self, dev: _Device, info: RoundInfo) -> RoundSession | None:
         """``dev``'s session of the round (``None``: it failed, its error kept)."""
@@ -657,30 +675,39 @@ class TrainingRun:
             d.error = err
         return [(d, s) for d, s in opened if d.error is None]
 
-    def _finish(self, dev: _Device, expected: np.ndarray | None) -> None:
-        """``dev`` after its retrieval: the dense download and its rows (checked against
-        ``expected`` where the run verifies), then its local step and upload, as its
-        behavior says.  An error is kept in ``dev.error``."""
-        session = dev.session
-        if dev.error is not None or session is None:
-            return
-        try:
-            session.fetch_dense()
-            rows = session.reconstruct()
-            if expected is not None and not (dev.behavior or "").startswith(ATTACK_BEHAVIOR):  # attackers: not checked
-                _check_rows(dev, rows, expected, session.rc.round_id)
-            if dev.behavior == "drop":
-                return
-            self._train_and_upload(dev, session)
-        except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
-            dev.error = exc
+    def _read_rows(self, devs: list[_Device], expected: np.ndarray | None) -> None:
+        """The devices' rows read from their replies as one batch
+        (:meth:`RoundSession.reconstruct_many`), each checked against ``expected`` where the
+        run verifies (a simulated attacker's are not); a device that fails keeps its error."""
+        rows = RoundSession.reconstruct_many([_session(d) for d in devs])
+        for dev, got in zip(devs, rows, strict=True):
+            if isinstance(got, Exception):
+                dev.error = got
+            elif expected is not None and not (dev.behavior or "").startswith(ATTACK_BEHAVIOR):
+                try:
+                    _check_rows(dev, got, expected, _session(dev).rc.round_id)
+                except VerificationError as exc:
+                    dev.error = exc
 
-    def _train_and_upload(self, dev: _Device, session: RoundSession) -> None:
-        """``dev``'s local step on its rows and its upload (to one server only, or late, where
-        its behavior says)."""
-        state = self.store.state(dev.user)
+    def _train(self, devs: list[_Device]) -> None:
+        """The devices' local steps on their rows, device by device, and their uploads encoded
+        as one batch (:meth:`RoundSession.train_many`); each device's loss, or its error."""
         model = self.spec.model
-        dev.loss = session.train(lambda rows, d, batch: model.local_step(rows, d, state, batch)).loss
+
+        def step(user: int) -> LocalStep:
+            state = self.store.state(user)
+            return lambda rows, dense, batch: model.local_step(rows, dense, state, batch)
+
+        results = RoundSession.train_many([_session(d) for d in devs], [step(d.user) for d in devs])
+        for dev, got in zip(devs, results, strict=True):
+            if isinstance(got, Exception):
+                dev.error = got
+            else:
+                dev.loss = got.loss
+
+    def _send_upload(self, dev: _Device) -> None:
+        """``dev``'s upload sent (to one server only, or late, where its behavior says)."""
+        session = _session(dev)
         if dev.behavior is not None and dev.behavior.startswith("late:"):
             time.sleep(float(dev.behavior.split(":", 1)[1]))
         if dev.behavior in ("only0", "only1"):
@@ -801,6 +828,17 @@ class TrainingRun:
             privacy=None if dp is None else dp.privacy_block(int(self.participated.max(initial=0))),
             epoch_kept=self.selection.epoch_kept,
         )
+
+
+def _running(devs: list[_Device]) -> list[_Device]:
+    """The devices of ``devs`` with a session and no error."""
+    return [d for d in devs if d.error is None and d.session is not None]
+
+
+def _session(dev: _Device) -> RoundSession:
+    """A running device's session (:func:`_running`)."""
+    assert dev.session is not None  # a running device has one
+    return dev.session
 
 
 def _epoch_rounds(rng: np.random.Generator, active: np.ndarray, per_round: int, poisson: bool) -> list[list[int]]:

@@ -3,8 +3,8 @@ batch for many devices), the check of the rows it gets back, and its upload."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -12,15 +12,17 @@ from secemb import fss
 from secemb.errors import InvalidParameters, ProtocolError, RetrievalTampered, SecembError
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.verify import corrections
-from secemb.protocols.base import RoundConfig, UserRole
+from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
 from secemb.protocols.secemb.checks import key_digest, row_tags
-from secemb.protocols.secemb.relay import relay_prg, upload_mac
+from secemb.protocols.secemb.relay import relay_prgs, upload_mac
 from secemb.protocols.secemb.sizes import MAC_KEY_BYTES, NAME, answer_bytes, checks_bytes, key_params, tag_words
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
 from secemb.randomness import SEED_BYTES, RandomBytes, random_words, system_rng
 from secemb.sharing import reconstruct, share
 
 __all__ = ["SecEmbUser"]
+
+T = TypeVar("T")
 
 
 def _inverse_odd(x: np.ndarray) -> np.ndarray:
@@ -31,6 +33,43 @@ def _inverse_odd(x: np.ndarray) -> np.ndarray:
     for _ in range(6):  # 3 -> 96 bits >= 64
         y *= two - x * y
     return y
+
+
+def _one_round(users: Sequence[UserRole]) -> SecEmbUser:
+    """The first of ``users``, once all are SecEmb users of one round with one relay and
+    verification setting (a batch's precondition).
+
+    Raises
+    ------
+    InvalidParameters: they are not.
+    """
+    first = users[0] if users else None
+    if not isinstance(first, SecEmbUser) or any(
+            not isinstance(u, SecEmbUser) or (u.config, u.relay, u.verify) != (first.config, first.relay, first.verify)
+            for u in users):
+        raise InvalidParameters("a batch of SecEmb users needs SecEmb users of one round")
+    return first
+
+
+def _by_own(users: Sequence[UserRole], args: Sequence[Any], method: str,
+            batch: Callable[[list[SecEmbUser], list[Any]], list[T | Exception]]) -> list[T | Exception]:
+    """Per user, ``batch`` of the users whose class runs :class:`SecEmbUser`'s ``method`` (one
+    call for all of them), and the own ``method`` of every other user (a simulated malicious
+    device that overrides it); in each user's place its result or its exception."""
+    out: list[T | Exception | None] = [None] * len(users)
+    own = [i for i, u in enumerate(users) if getattr(type(u), method) is getattr(SecEmbUser, method)]
+    mine = set(own)
+    if own:
+        got = batch([cast("SecEmbUser", users[i]) for i in own], [args[i] for i in own])
+        for i, result in zip(own, got, strict=True):
+            out[i] = result
+    for i, (user, arg) in enumerate(zip(users, args, strict=True)):
+        if i not in mine:
+            try:
+                out[i] = getattr(user, method)(*arg)
+            except Exception as exc:  # noqa: BLE001 - one user's refusal is its own result
+                out[i] = exc
+    return cast("list[T | Exception]", out)  # every entry is set above
 
 
 class SecEmbUser(UserRole):
@@ -86,10 +125,7 @@ class SecEmbUser(UserRole):
         return slots
 
     def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
-        out = self.retrieval_requests([self], [indices], _rng=self._rng)[0]
-        if isinstance(out, Exception):
-            raise out
-        return out
+        return result_or_raise(self.retrieval_requests([self], [indices], _rng=self._rng)[0])
 
     @classmethod
     def retrieval_requests(cls, users: Sequence[UserRole], indices: Sequence[np.ndarray], *,
@@ -97,11 +133,8 @@ class SecEmbUser(UserRole):
         """The users' keys generated as one batch (one tree walk, one conversion, one
         serialization for all), from fresh OS randomness (``_rng``: a test's source); the
         users must be SecEmb users of one round with one relay setting."""
-        mine = [u for u in users if isinstance(u, SecEmbUser)]
-        first = mine[0] if mine else None
-        if first is None or len(mine) != len(users) or any(
-                (u.config, u.relay, u.verify) != (first.config, first.relay, first.verify) for u in mine):
-            raise InvalidParameters("a batch of retrieval requests needs SecEmb users of one round")
+        first = _one_round(users)
+        mine = cast("list[SecEmbUser]", list(users))
         cfg, relay = first.config, first.relay
         out: list[tuple[bytes, bytes] | Exception | None] = [None] * len(users)
         ok: list[tuple[int, SecEmbUser, np.ndarray]] = []
@@ -174,44 +207,156 @@ class SecEmbUser(UserRole):
             or an empty bucket's answer is not zero); no rows are returned and the user does
             not upload this round.
         """
+        return result_or_raise(SecEmbUser._read([self], [(reply0, reply1)])[0])
+
+    @classmethod
+    def retrieval_results(cls, users: Sequence[UserRole],
+                          replies: Sequence[tuple[bytes, bytes | None]]) -> list[np.ndarray | Exception]:
+        """The users' rows read as one batch (one expansion of the relay masks, one computation
+        of the rows' tags), each user's the same as its own :meth:`retrieval_result`; a user
+        whose class overrides that method (a simulated malicious device) runs its own.  The
+        users must be SecEmb users of one round with one relay setting."""
+        return _by_own(users, replies, "retrieval_result", SecEmbUser._read)
+
+    @staticmethod
+    def _read(users: list[SecEmbUser], replies: list[tuple[bytes, bytes | None]]) -> list[np.ndarray | Exception]:
+        """What :meth:`retrieval_result` returns or raises, for each of ``users`` (one round)."""
+        first = _one_round(users)
+        cfg = first.config
+        shape = (cfg.slots, cfg.width + tag_words(cfg))
+        out: list[np.ndarray | Exception | None] = [None] * len(users)
+        read: list[tuple[int, np.ndarray, np.ndarray | None]] = []
+        for i, (user, (reply0, reply1)) in enumerate(zip(users, replies, strict=True)):
+            try:
+                read.append((i, *user._answer_shares(reply0, reply1, shape)))
+            except SecembError as exc:
+                out[i] = exc
+        if read:
+            ok = [users[i] for i, _, _ in read]
+            shares0 = np.stack([s for _, s, _ in read])  # (n, S, width + T)
+            if first.relay:  # server 1's share is the mask of the user's seed
+                seeds = [cast("tuple[bytes, bytes]", u._seeds)[0] for u in ok]  # drawn by a relay request
+                answers = shares0 - relay_prgs(seeds, shape, cfg.dtype)
+            else:
+                answers = reconstruct(shares0, np.stack([cast("np.ndarray", s) for _, _, s in read]))
+            for (i, _, _), got in zip(read, SecEmbUser._verified(ok, answers), strict=True):
+                out[i] = got
+        return cast("list[np.ndarray | Exception]", out)  # every entry is set above
+
+    def _answer_shares(self, reply0: bytes, reply1: bytes | None,
+                       shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray | None]:
+        """The two answer shares of the replies, ring ``shape`` each (the second ``None`` with
+        relay: server 1's is the mask of the user's seed).
+
+        Raises
+        ------
+        ProtocolError: no request this round, or a reply of server 1 where it sends none (or
+            none where it does).
+        InvalidMessage: a reply is malformed.
+        """
         cfg = self.config
         if self._state is None:
             raise ProtocolError("retrieval_result before retrieval_request")
-        shape = (cfg.slots, cfg.width + tag_words(cfg))
         size = answer_bytes(cfg)
         body0 = open_message(reply0, NAME, "retrieval_reply", 0, cfg.round_id, size)
         first = read_array(body0, 0, cfg.dtype, shape)[0]
         if self.relay:
             if reply1 is not None:
                 raise ProtocolError("with relay, server 1 sends no retrieval reply")
-            assert self._seeds is not None  # drawn by a relay retrieval_request
-            return self._verified(first - relay_prg(self._seeds[0], shape, cfg.dtype))
+            return first, None
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
         body1 = open_message(reply1, NAME, "retrieval_reply", 1, cfg.round_id, size)
-        return self._verified(reconstruct(first, read_array(body1, 0, cfg.dtype, shape)[0]))
+        return first, read_array(body1, 0, cfg.dtype, shape)[0]
 
-    def _verified(self, answers: np.ndarray) -> np.ndarray:
-        """The rows of the reconstructed ``answers`` (ring (S, width + T): ``beta_i T[alpha_i]``
-        plus any server's offset), after checking every real slot's tag against its row
-        (unmasked by ``beta_i^{-1}``) and every empty bucket's answer is zero."""
-        cfg = self.config
-        real, items, unmask = self._real, self._items, self._unmask
-        assert real is not None and items is not None and unmask is not None  # set with _state
-        unmasked = answers[real] * unmask[real][:, None]
+    @staticmethod
+    def _verified(users: list[SecEmbUser], answers: np.ndarray) -> list[np.ndarray | Exception]:
+        """Per user its rows of the reconstructed ``answers`` (ring (n, S, width + T):
+        ``beta_i T[alpha_i]`` plus any server's offset), ring (S, width), once every real
+        slot's tag checks against its row (unmasked by ``beta_i^{-1}``) and every empty
+        bucket's answer is zero; else :class:`RetrievalTampered` (and the user marked so)."""
+        cfg = users[0].config
+        n = len(users)
+        real = np.stack([cast("np.ndarray", u._real) for u in users])  # set with _state
+        items = np.stack([cast("np.ndarray", u._items) for u in users])
+        unmask = np.stack([cast("np.ndarray", u._unmask) for u in users])
+        unmasked = answers[real] * unmask[real][:, None]  # the real slots', user by user
         rows = unmasked[:, : cfg.width]
-        if np.any(answers[~real]) or not np.array_equal(unmasked[:, cfg.width :],
-                                                        row_tags(cfg.round_id, items[real], rows)):
-            self._tampered = True
-            raise RetrievalTampered(
-                f"round {cfg.round_id}: the retrieved rows failed their integrity check, a server altered its "
-                "answer share; the rows are discarded and this device does not upload"
-            )
-        out = np.zeros((cfg.slots, cfg.width), cfg.dtype)
+        wrong_tag = np.any(unmasked[:, cfg.width :] != row_tags(cfg.round_id, items[real], rows), axis=1)
+        filled_empty = np.any(answers[~real] != 0, axis=1)
+        tampered = ((np.bincount(np.nonzero(real)[0][wrong_tag], minlength=n)
+                     + np.bincount(np.nonzero(~real)[0][filled_empty], minlength=n)) > 0)
+        out = np.zeros((n, cfg.slots, cfg.width), cfg.dtype)
         out[real] = rows
-        return out
+        results: list[np.ndarray | Exception] = []
+        for user, rows_j, bad in zip(users, out, tampered, strict=True):
+            if not bad:
+                results.append(rows_j)
+                continue
+            user._tampered = True
+            results.append(RetrievalTampered(
+                f"round {cfg.round_id}: the retrieved rows failed their integrity check, a server altered its "
+                "answer share; the rows are discarded and this device does not upload"))
+        return results
 
     def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
+        return result_or_raise(SecEmbUser._encode([self], [(rows, dense)])[0])
+
+    @classmethod
+    def uploads(cls, users: Sequence[UserRole],
+                gradients: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[tuple[bytes, bytes | None] | Exception]:
+        """The users' uploads encoded as one batch (one conversion of all their rows, one
+        expansion of the relay's dense masks), each user's the same messages as its own
+        :meth:`upload` (a user's dense shares from its own randomness, user by user); a user
+        whose class overrides that method (a simulated malicious device) runs its own.  The
+        users must be SecEmb users of one round with one relay setting."""
+        return _by_own(users, gradients, "upload", SecEmbUser._encode)
+
+    @staticmethod
+    def _encode(users: list[SecEmbUser],
+                gradients: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[bytes, bytes | None] | Exception]:
+        """What :meth:`upload` returns or raises, for each of ``users`` (one round)."""
+        first = _one_round(users)
+        cfg = first.config
+        out: list[tuple[bytes, bytes | None] | Exception | None] = [None] * len(users)
+        ok: list[int] = []
+        for i, (user, (rows, dense)) in enumerate(zip(users, gradients, strict=True)):
+            try:
+                user._check_upload(rows, dense)
+                ok.append(i)
+            except (SecembError, AttributeError) as exc:  # AttributeError: not an array
+                out[i] = exc
+        if not ok:
+            return cast("list[tuple[bytes, bytes | None] | Exception]", out)
+        states = [cast("fss.GenState", users[i]._state) for i in ok]  # checked above
+        state = fss.GenState(states[0].domain_size,
+                             np.concatenate([s.leaf0 for s in states]), np.concatenate([s.leaf1 for s in states]))
+        cw = fss.convert_gen(state, np.concatenate([gradients[i][0] for i in ok]), ring_bits=cfg.ring_bits,
+                             tag=AGGREGATION_TAG)
+        if first.relay:  # server 1's dense share is the mask of the user's seed
+            masks = relay_prgs([cast("tuple[bytes, bytes]", users[i]._seeds)[1] for i in ok], (cfg.dense_size,),
+                               cfg.dtype)
+        for j, i in enumerate(ok):
+            user, dense = users[i], gradients[i][1]
+            user._state = None  # one upload per round
+            cw_bytes = array_bytes(cw[j * cfg.slots : (j + 1) * cfg.slots])
+            if first.relay:
+                tag = upload_mac(cast("bytes", user._mac_key), cfg.round_id, cw_bytes)  # drawn with the seeds
+                out[i] = frame(NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(dense - masks[j]), tag), None
+                continue
+            d0, d1 = share(dense, _rng=user._rng)
+            out[i] = (frame(NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(d0)),
+                      frame(NAME, "upload", 1, cfg.round_id, cw_bytes, array_bytes(d1)))
+        return cast("list[tuple[bytes, bytes | None] | Exception]", out)  # every entry is set above
+
+    def _check_upload(self, rows: np.ndarray, dense: np.ndarray) -> None:
+        """Refuse an upload this user cannot make: after a tampered retrieval, before a request
+        or twice, or gradients of the wrong dtype or shape, or rows for empty slots.
+
+        Raises
+        ------
+        ProtocolError, InvalidParameters: as said.
+        """
         cfg = self.config
         if self._tampered:
             raise ProtocolError("the retrieval failed its integrity check: no upload this round")
@@ -228,17 +373,3 @@ class SecEmbUser(UserRole):
         assert self._real is not None  # set with _state
         if np.any(rows[~self._real]):
             raise InvalidParameters("rows of empty slots must be zero")
-        cw = fss.convert_gen(self._state, rows, ring_bits=cfg.ring_bits, tag=AGGREGATION_TAG)
-        self._state = None  # one upload per round
-        cw_bytes = array_bytes(cw)
-        if self.relay:
-            assert self._seeds is not None and self._mac_key is not None  # drawn by a relay retrieval_request
-            d1 = relay_prg(self._seeds[1], dense.shape, cfg.dtype)
-            tag = upload_mac(self._mac_key, cfg.round_id, cw_bytes)
-            return frame(NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(dense - d1), tag), None
-        d0, d1 = share(dense, _rng=self._rng)
-        return (
-            frame(NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(d0)),
-            frame(NAME, "upload", 1, cfg.round_id, cw_bytes, array_bytes(d1)),
-        )
-
