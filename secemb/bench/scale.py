@@ -139,25 +139,40 @@ def machine_ceiling(counts: Sequence[int], reps: int = 40, trials: int = 3) -> d
     return {n: 1.0 if n == 1 else n * one / wall(n) for n in counts}
 
 
+def _bound(t1: float, s: float, counts: Sequence[int]) -> dict[str, float]:
+    """``t_1 / (s + (t_1 - s) / n)`` for each ``n`` of ``counts``, by ``str(n)``."""
+    return {str(n): t1 / (s + (t1 - s) / n) for n in counts}
+
+
 def amdahl_bound(records: Sequence[dict[str, Any]], counts: Sequence[int]) -> dict[str, Any] | None:
     """Amdahl's law from one run's times (a bound, not a measurement): with ``t_1`` the serial
     record's round and ``s`` the time the thread backend's record with the most workers (at
     least 2) spent outside the backend's tasks -- work no worker count takes over, since with
     threads every table-sized step is a task -- the round at ``n`` workers takes at least
     ``s + (t_1 - s) / n``, a speed-up of at most ``t_1 / (s + (t_1 - s) / n)`` for each ``n``
-    of ``counts``.  ``None`` without such a thread record."""
+    of ``counts``.  ``cpu`` holds the same from CPU times where the records have them (the
+    serial round's CPU seconds and the server thread's CPU outside the tasks: on a machine
+    other jobs load, wall time outside the tasks includes waiting for a core, CPU time does
+    not), else ``None``.  ``None`` without such a thread record."""
     serial = next(r for r in records if r["backend"] == "serial")
     threads = [r for r in records if r["backend"] == "thread" and r["workers"] >= 2]
     if not threads:
         return None
     top = max(threads, key=lambda r: r["workers"])
     t1, s = serial["server_s_per_round"], min(top["outside_tasks_s"], serial["server_s_per_round"])
+    cpu = None
+    if top.get("outside_tasks_cpu_s") is not None and serial.get("server_cpu_s"):
+        c1 = serial["server_cpu_s"]
+        c = min(top["outside_tasks_cpu_s"], c1)
+        cpu = {"outside_tasks_cpu_s": c, "serial_round_cpu_s": c1, "share": c / c1,
+               "speedup_at_most": _bound(c1, c, counts)}
     return {
         "workers": top["workers"],
         "outside_tasks_s": s,
         "serial_round_s": t1,
         "share": s / t1,
-        "speedup_at_most": {str(n): t1 / (s + (t1 - s) / n) for n in counts},
+        "speedup_at_most": _bound(t1, s, counts),
+        "cpu": cpu,
     }
 
 
@@ -189,6 +204,8 @@ def _configuration(name: str, inner: Backend, workers: int | None, params: dict[
         # thread, whatever the number of workers)
         "server_tasks_s": fastest["server_tasks_s_per_round"],
         "outside_tasks_s": fastest["server_s_per_round"] - fastest["server_tasks_s_per_round"],
+        # the server thread's CPU seconds outside the maps (the same part, on the CPU clock)
+        "outside_tasks_cpu_s": fastest["server_outside_cpu_s_per_round"],
         "workers_cpu_s": fastest["workers_cpu_s"],
         "result_sha256": sorted({r["result_sha256"] for r in rounds}),
         "worker_peak_rss_bytes": peaks,

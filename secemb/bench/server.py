@@ -7,8 +7,9 @@ full layout, exactly ``m'`` rows; for the cuckoo layout, their items cuckoo-inse
 produce their aggregate shares; ``server_s_per_round`` is the busier server's time in its
 role calls (the two servers run in parallel in a deployment).  Through a :class:`TimedBackend`,
 ``server_tasks_s_per_round`` is the part of that time spent in the backend's maps (the work
-its workers share); the rest runs in the server's own thread whatever the worker count.  The
-user side is not timed.
+its workers share); the rest runs in the server's own thread whatever the worker count, and
+``server_outside_cpu_s_per_round`` is that thread's CPU time there (a clock other jobs on the
+machine do not stretch, as they stretch wall time).  The user side is not timed.
 The protocol bytes each user sent and received are counted too (``len()`` of the messages;
 the public dense-parameter download of the training loop is not part of this round).
 """
@@ -40,17 +41,21 @@ CONFIGS = [
 
 
 class TimedBackend(Backend):
-    """``inner`` with the wall time of its maps added up in ``map_s`` (seconds)."""
+    """``inner`` with the wall time of its maps added up in ``map_s`` (seconds), and the CPU
+    time the calling thread spent in them in ``map_cpu_s`` (the tasks it ran itself: all of
+    them serially, none while a pool's threads or processes run them)."""
 
     def __init__(self, inner: Backend) -> None:
         self.inner, self.workers, self.in_process, self.map_s = inner, inner.workers, inner.in_process, 0.0
+        self.map_cpu_s = 0.0
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         try:
             return self.inner.map(fn, tasks)
         finally:
             self.map_s += time.perf_counter() - start
+            self.map_cpu_s += time.thread_time() - cpu
 
     def publish(self, value: Any) -> Handle:
         return self.inner.publish(value)
@@ -74,13 +79,18 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
     busy = [0.0, 0.0]
     cpu = [0.0, 0.0]  # this process's CPU time in each server's calls (not a backend's workers')
     tasks = [0.0, 0.0]  # wall time of each server's calls inside the backend's maps
+    # the calling thread's CPU time in each server's calls outside the backend's maps: what no
+    # worker takes over, on a clock that other jobs on the machine do not stretch
+    outside_cpu = [0.0, 0.0]
     timer = backend if isinstance(backend, TimedBackend) else None
 
     def timed(party: int, fn: Callable[..., Any], *args: Any) -> Any:
         t0, c0, m0 = time.perf_counter(), time.process_time(), timer.map_s if timer else 0.0
+        th0, mc0 = time.thread_time(), timer.map_cpu_s if timer else 0.0
         out = fn(*args)
         busy[party] += time.perf_counter() - t0
         cpu[party] += time.process_time() - c0
+        outside_cpu[party] += time.thread_time() - th0 - ((timer.map_cpu_s - mc0) if timer else 0.0)
         if timer:
             tasks[party] += timer.map_s - m0
         return out
@@ -130,6 +140,7 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
         "server_s_per_round": busy[busier],
         "server_cpu_s_per_round": cpu[busier],
         "server_tasks_s_per_round": tasks[busier] if timer else None,
+        "server_outside_cpu_s_per_round": outside_cpu[busier] if timer else None,
         "upload_bytes_per_user": up / users,
         "download_bytes_per_user": down / users,
         # the rows retrieved and the reconstructed aggregate depend on the seed only (not on

@@ -75,6 +75,12 @@ def register(bench_app: typer.Typer) -> None:
                        f"serial round's {bound['serial_round_s']:.3f} s ({100 * bound['share']:.1f} %); Amdahl's law "
                        f"bounds the round's speed-up at n workers by {at_most} (a bound from this run's times, "
                        "not a measurement)")
+            cpu = bound["cpu"]
+            if cpu is not None:
+                at_most = ", ".join(f"{n}: {v:.1f}x" for n, v in cpu["speedup_at_most"].items())
+                typer.echo(f"the same on the CPU clock (the server thread's CPU outside the tasks, the serial round's "
+                           f"CPU): {cpu['outside_tasks_cpu_s']:.3f} s of {cpu['serial_round_cpu_s']:.3f} s "
+                           f"({100 * cpu['share']:.1f} %), bounds {at_most}")
         shared = max(r["peak_shared_bytes"] for r in result["records"])
         typer.echo(f"published tables (both servers): {shared / 2**20:,.1f} MiB of shared memory")
         for name, n, x in bench_scale.above_ideal(result):

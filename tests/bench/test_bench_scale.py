@@ -42,6 +42,9 @@ def test_bench_scale_runs_serial_and_each_worker_count(tmp_path) -> None:  # noq
     assert all(0 < r["server_tasks_s"] < r["server_s_per_round"] for r in records)
     assert all(r["outside_tasks_s"] == pytest.approx(r["server_s_per_round"] - r["server_tasks_s"]) for r in records)
     assert result["amdahl"]["workers"] == 2 and set(result["amdahl"]["speedup_at_most"]) == {"1", "2", "16"}
+    assert all(0 <= r["outside_tasks_cpu_s"] <= r["server_cpu_s"] for r in records)
+    assert 0 < result["amdahl"]["cpu"]["share"] <= 1
+    assert "the same on the CPU clock" in res.output
     assert "Amdahl's law bounds the round's speed-up at n workers by 1: 1.0x, 2: " in res.output
 
 
@@ -90,7 +93,7 @@ def test_measure_splits_the_busier_servers_round_at_the_backends_tasks() -> None
 
     params = {"layout": "cuckoo", "relay": True, "m": 1682, "m_prime": 40, "d": 8, "users": 4}
     plain = measure(**params, backend=SerialBackend())
-    assert plain["server_tasks_s_per_round"] is None
+    assert plain["server_tasks_s_per_round"] is None and plain["server_outside_cpu_s_per_round"] is None
     for inner in (SerialBackend(), ThreadBackend(2)):
         timed = TimedBackend(inner)
         try:
@@ -101,18 +104,28 @@ def test_measure_splits_the_busier_servers_round_at_the_backends_tasks() -> None
         assert rec["result_sha256"] == plain["result_sha256"]
         # both servers' maps are counted by the backend, the busier server's by the record
         assert rec["server_tasks_s_per_round"] < timed.map_s
+        # the server thread's CPU outside the maps is part of the busier server's CPU time
+        assert 0 < rec["server_outside_cpu_s_per_round"] < rec["server_cpu_s_per_round"]
+    # serially the calling thread runs every task: its CPU in the maps is their CPU
+    timed = TimedBackend(SerialBackend())
+    timed.map(lambda t: sum(range(t)), [200_000, 200_000])
+    assert timed.map_cpu_s > 0 and timed.map_cpu_s <= timed.map_s + 0.01
 
 
 def test_amdahl_bound_from_the_widest_thread_record() -> None:
     records = [
-        {"backend": "serial", "workers": None, "server_s_per_round": 1.0},
+        {"backend": "serial", "workers": None, "server_s_per_round": 1.0, "server_cpu_s": 2.0},
         {"backend": "process", "workers": 8, "outside_tasks_s": 0.01},
-        {"backend": "thread", "workers": 2, "outside_tasks_s": 0.3},
-        {"backend": "thread", "workers": 4, "outside_tasks_s": 0.1},
+        {"backend": "thread", "workers": 2, "outside_tasks_s": 0.3, "outside_tasks_cpu_s": 0.5},
+        {"backend": "thread", "workers": 4, "outside_tasks_s": 0.1, "outside_tasks_cpu_s": 0.1},
     ]
     got = bench_scale.amdahl_bound(records, [1, 2, 16])
     assert got is not None and got["workers"] == 4 and got["share"] == pytest.approx(0.1)
     # 1 / (0.1 + 0.9 / n): 1, 1 / 0.55, 1 / 0.15625
     assert got["speedup_at_most"] == pytest.approx({"1": 1.0, "2": 1.8181818, "16": 6.4})
+    # on the CPU clock: 0.1 of 2.0 s, 2 / (0.1 + 1.9 / n): 1, 2 / 1.05, 2 / 0.21875
+    assert got["cpu"]["share"] == pytest.approx(0.05)
+    assert got["cpu"]["speedup_at_most"] == pytest.approx({"1": 1.0, "2": 1.9047619, "16": 9.1428571})
+    assert bench_scale.amdahl_bound([{**records[0], "server_cpu_s": 0.0}, records[3]], [16])["cpu"] is None
     assert bench_scale.amdahl_bound(records[:2], [16]) is None  # no thread record
     assert bench_scale.amdahl_bound([records[0], {**records[2], "workers": 1}], [16]) is None
