@@ -109,7 +109,6 @@ FUNCTION_IMPORTS_PENDING = {
             f"{_HOIST} (issue 36, SFSL: H1)"),
     **_each("secemb/server/openapi.py", "secemb.server.config secemb.server.node",
             f"{_HOIST} (issue 36, the node split: H3)"),
-    **_each("secemb/sim/exchange.py", "secemb.server.auth secemb.server.config", f"{_HOIST} (issue 36, SFSL: H1)"),
 }
 
 #: modules that import a module by its name at run time (``importlib.import_module``,

@@ -40,6 +40,8 @@ from secemb.protocols.exchange import ExchangeProtocol, ExchangeServer
 from secemb.sim.cluster import free_port
 from secemb.sim.player import Rounds, train_exchange
 from secemb.round.results import EpochStats, RoundStats, TrainResult
+from secemb.server.auth import Verifier
+from secemb.server.config import ServerConfig
 from secemb.server.tls import client_context, init_pki, server_context_kwargs
 from secemb.transport.http import HttpStageAdmin, HttpStageLink
 from secemb.transport.network import ApiClient
@@ -65,8 +67,6 @@ class NodeServer:
                  max_connections: int | None = None, max_body_reads: int | None = None) -> None:
         import uvicorn
 
-        from secemb.server.auth import Verifier
-        from secemb.server.config import ServerConfig
         from secemb.server.exchange_app import create_exchange_app
         from secemb.server.listener import guarded_config
 
