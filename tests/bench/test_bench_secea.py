@@ -3,6 +3,8 @@ copy), their invariants, and the CLI's refusals."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -33,6 +35,34 @@ def test_secea_rounds_equal_the_fixed_point_average_and_track_fedavg(ml100k):
     assert abs(acc["rmse"]["secea"][0] - acc["rmse"]["fedavg"][0]) < 1e-3
 
 
+def test_the_complete_protocol_trains_what_the_arithmetic_trains_bit_for_bit(ml100k):
+    """The accuracy run through SecEAProtocol and the engine (pads, Paillier) and the arithmetic
+    only, on the same 5 most-rated items: the same RMSE in every round, to the last bit."""
+    p = secea.protocol_accuracy(ml100k, 3, rounds=2, local_epochs=1, items=5, key_bits=1024)
+    assert p["equal"]
+    assert len(p["rmse"]["protocol"]) == 2 and p["rmse"]["protocol"] == p["rmse"]["arithmetic"]
+    assert all(0 < e <= 5 for e in p["entities_per_silo"])
+    assert p["seconds"]["protocol"] > 0 and p["upload_bytes_per_silo_round"] > 0
+    # averaging 5 items is not averaging none: the local-only run differs
+    local = secea.accuracy(ml100k, 3, rounds=2, local_epochs=1, kinds=("local",))
+    assert local["rmse"]["local"] != p["rmse"]["arithmetic"]
+    row = secea.protocol_rows({"protocol": [p]})[0]
+    assert row[:4] == ("3", "5", "/".join(map(str, p["entities_per_silo"])), "2")
+    assert row[6] == "yes, all 2 rounds"
+
+
+@pytest.mark.slow
+def test_the_protocol_run_is_secemb_train_protocol_secea(ml100k, tmp_path):
+    """The bench's full-protocol run is ``secemb train --protocol secea`` (its defaults: 20 items,
+    2048-bit keys): the same model_sha256 (the averages are exact whatever the key size)."""
+    p = secea.protocol_accuracy(ml100k, 3, rounds=1, local_epochs=1, items=20, dim=8, key_bits=1024, seed=3)
+    out = tmp_path / "t.json"
+    res = CliRunner().invoke(app, ["train", "--protocol", "secea", "--dataset", "ml-100k", "--epochs", "1",
+                                   "--seed", "3", "--dim", "8", "--json-out", str(out), "--quiet"], terminal_width=120)
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["model_sha256"] == p["model_sha256"]
+
+
 def test_compare_merge_orders_rows_and_formats_accuracy():
     a = {"rows": [{"protocol": "SFSL", "clients": "c", "budget": "2 rounds", "rmse": None, "metric": ("AUC", 0.7),
                    "up_bytes": 10.0, "down_bytes": 20.0, "client_s": 0.1, "server_s": 0.2, "learns": "x"}]}
@@ -46,7 +76,10 @@ def test_compare_merge_orders_rows_and_formats_accuracy():
 @pytest.mark.parametrize(
     "args",
     [["bench", "secea", "--silos", "2,x"], ["bench", "secea", "--silos", "2", "--threshold", "1"],
-     ["bench", "secea", "--rounds", "0"], ["bench", "compare", "--epochs", "0"],
+     ["bench", "secea", "--rounds", "0"], ["bench", "secea", "--protocol-silos", "3,y"],
+     ["bench", "secea", "--protocol-silos", "2"], ["bench", "secea", "--protocol-items", "-1"],
+     ["bench", "secea", "--key-bits", "512"], ["bench", "secea", "--parts", "accuracy,nope"],
+     ["bench", "compare", "--epochs", "0"],
      ["bench", "compare", "--secea-silos", "1"], ["bench", "compare", "--only", "nope"]],
 )
 def test_cli_refuses_bad_options_with_exit_2(args, tmp_path):
