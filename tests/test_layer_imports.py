@@ -95,20 +95,8 @@ def _each(path: str, targets: str, why: str) -> dict[tuple[str, str], str]:
 _HOIST = "no cycle: to module level"
 #: (file, module) function-level imports still there -> why, and which change removes them
 FUNCTION_IMPORTS_PENDING = {
-    **_each("secemb/client/device.py", "secemb.protocols.dp_fedrec secemb.models secemb.inference.denoiser",
-            f"{_HOIST} (issue 36, the device's glue: H7)"),
-    **_each("secemb/fss/_aesni.py", "secemb.fss.prg", f"{_HOIST} (issue 37, fss: H8)"),
     **_each("secemb/protocols/registry.py", "secemb.protocols.exchange secemb.protocols.base",
             "a cycle inside protocols/ (registry <-> base, exchange, wire): issue 36, one-server protocols (H1)"),
-    **_each("secemb/protocols/secea/protocol.py", "secemb.data", f"{_HOIST} (issue 36, SecEA: H2)"),
-    **_each("secemb/protocols/sfsl/protocol.py", "secemb.data secemb.data.ctr secemb.data.features",
-            f"{_HOIST} (issue 36, SFSL: H1)"),
-    **_each("secemb/server/__init__.py", "secemb.server.node",
-            "node.py imports the package, whose __init__ imports config (issue 36, the node split: H3)"),
-    **_each("secemb/server/exchange_deploy.py", "secemb.server.tls secemb.server.auth secemb.server.config",
-            f"{_HOIST} (issue 36, SFSL: H1)"),
-    **_each("secemb/server/openapi.py", "secemb.server.config secemb.server.node",
-            f"{_HOIST} (issue 36, the node split: H3)"),
 }
 
 #: modules that import a module by its name at run time (``importlib.import_module``,

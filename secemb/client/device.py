@@ -45,12 +45,16 @@ from secemb.errors import (
     RetrievalTampered,
     check_int,
 )
+from secemb.inference.denoiser import NAME as DENOISER
+from secemb.inference.denoiser import Denoiser
+from secemb.models import announced_model
 from secemb.models.base import RecModel, StepResult, UserSnapshot, UserState, UserStore
 from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig
 from secemb.models.task import Sample, Task
 from secemb.privacy.noise import ClipSpec, clip_spec
 from secemb.protocols.base import Protocol, RoundConfig, result_or_raise
+from secemb.protocols.dp_fedrec import DPFedRecProtocol
 from secemb.protocols.factory import make_protocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.protocols.stages import RETRIEVAL, UPLOAD, round_plan
@@ -189,8 +193,6 @@ class RoundInfo:
         InvalidParameters: announced protocol options the protocol refuses.
         """
         if "dp_clip" not in self.training:
-            from secemb.protocols.dp_fedrec import DPFedRecProtocol
-
             proto = self.make_protocol()
             return proto.device_clip() if isinstance(proto, DPFedRecProtocol) else None
         try:
@@ -216,8 +218,6 @@ class RoundInfo:
         InvalidMessage: the announcement names no model this device has, or hyperparameters the
             model does not take or refuses -- the servers' fault, not the device's.
         """
-        from secemb.models import announced_model
-
         extra = {} if features is None else {"features": features}
         return announced_model(self.model.get("name"), self.model.get("hparams"), "the round", **extra)
 
@@ -271,9 +271,7 @@ class RoundInfo:
 
     def _check_recommender(self, model: RecModel) -> None:
         """:meth:`check_model`'s check of a denoiser's recommender (its table's SHA-256)."""
-        from secemb.inference.denoiser import NAME, Denoiser
-
-        if self.model.get("name") != NAME:
+        if self.model.get("name") != DENOISER:
             return
         announced = self.model.get("recommender_table_sha256")
         if announced is None:

@@ -43,6 +43,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from secemb.fss.kernels import host_cpu_features
+from secemb.fss.prg import fixed_key
 
 if TYPE_CHECKING:
     from numba.core.typing.templates import Signature
@@ -321,8 +322,6 @@ def _schedule_of(key: np.ndarray, out: np.ndarray) -> None:
 @cache
 def round_keys(*names: str) -> np.ndarray:
     """Round keys of the fixed keys ``names``: uint64 ``(len(names), 11, 2W)``, read-only."""
-    from secemb.fss.prg import fixed_key
-
     out = np.empty((len(names), 11, 2 * LANES), np.uint64)
     for i, name in enumerate(names):
         _schedule_of(np.frombuffer(fixed_key(name), np.uint64).copy(), out[i])

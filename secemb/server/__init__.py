@@ -10,6 +10,7 @@ See ``docs/deployment.md``.
 from __future__ import annotations
 
 from secemb.server.config import ServerConfig, load_config
+from secemb.server.node import make_node
 
 __all__ = ["ServerConfig", "load_config", "serve"]
 
@@ -27,7 +28,6 @@ def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
 
     from secemb.server import listener
     from secemb.server.app import create_app
-    from secemb.server.node import make_node
 
     cfg.check_listener()
     sock = listener.bind(cfg.host, cfg.port)

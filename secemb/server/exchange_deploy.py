@@ -33,7 +33,9 @@ from secemb.errors import InvalidParameters, check_int
 from secemb.protocols import get_protocol
 from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
 from secemb.server.exchange_state import ExchangeState, fingerprint
-from secemb.server.tls import TlsFiles, init_pki, write_private
+from secemb.server.auth import Verifier
+from secemb.server.config import ServerConfig
+from secemb.server.tls import TlsFiles, client_context, init_pki, server_context_kwargs, write_private
 from secemb.transport.network import ApiClient
 from secemb.transport.signing import parse_secret, user_key
 
@@ -140,8 +142,6 @@ class ExchangeDeployment:
 
     def admin(self, *, timeout: float = 60.0) -> ApiClient:
         """The operator's signed client (TLS pinned to the deployment's CA)."""
-        from secemb.server.tls import client_context
-
         return ApiClient(self.url, "admin", self.admin_secret, tls=client_context(self.tls.ca), timeout=timeout)
 
     def add_devices(self, users: Iterable[int], out: Path | None = None) -> list[Path]:
@@ -265,11 +265,8 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     """
     import uvicorn
 
-    from secemb.server.auth import Verifier
-    from secemb.server.config import ServerConfig
     from secemb.server.exchange_app import create_exchange_app
     from secemb.server.listener import bind, guarded_config
-    from secemb.server.tls import server_context_kwargs
 
     host = str(dep.doc["host"]) if host is None else host
     port = int(dep.doc["port"]) if port is None else port

@@ -12,11 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from secemb.server.app import create_app
+from secemb.server.config import ServerConfig
+from secemb.server.node import make_node
+
 
 def spec() -> dict[str, Any]:
-    from secemb.server.app import create_app
-    from secemb.server.config import ServerConfig
-    from secemb.server.node import make_node
 
     with tempfile.TemporaryDirectory() as d:
         cfg = ServerConfig(party=0, peer_url="http://127.0.0.1:9", state_dir=Path(d), peer_secret=b"p" * 32,

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from secemb.data import RatingData
+from secemb.data import RatingData, load_dataset, train_test_split
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_float, check_int
 from secemb.protocols.exchange import (
     EpochFigures,
@@ -116,8 +116,6 @@ class SecEAProtocol(ExchangeProtocol):
         """The run's ``(train, test)`` ratings (any rating dataset of :func:`secemb.data.load_dataset`;
         80/20, split by the run's seed; loaded once)."""
         if self._data is None:
-            from secemb.data import load_dataset, train_test_split
-
             r = self.run
             ratings = load_dataset(r.dataset, r.data_dir, download=r.download, seed=r.seed)
             self._data = train_test_split(ratings, 0.2, r.seed)

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from secemb.data.ctr import ClickData
+from secemb.data import load_dataset
+from secemb.data.ctr import TAOBAO_SHAPES, ClickData, TaobaoShaped, movielens_clicks, split_clicks
+from secemb.data.features import movielens_features
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.models.din import DIN
 from secemb.privacy.randomized_response import get_cpp
@@ -122,10 +124,6 @@ def click_dataset(name: str, data_dir: str | os.PathLike | None = None, *, downl
     ------
     InvalidParameters: another name.  secemb.data.DatasetNotFoundError: MovieLens files missing.
     """
-    from secemb.data import load_dataset
-    from secemb.data.ctr import TAOBAO_SHAPES, TaobaoShaped, movielens_clicks, split_clicks
-    from secemb.data.features import movielens_features
-
     if name in ("ml-100k", "ml-1m"):
         data = movielens_clicks(load_dataset(name, data_dir, download=download),
                                 movielens_features(name, data_dir).item)
