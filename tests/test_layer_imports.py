@@ -95,8 +95,6 @@ def _each(path: str, targets: str, why: str) -> dict[tuple[str, str], str]:
 _HOIST = "no cycle: to module level"
 #: (file, module) function-level imports still there -> why, and which change removes them
 FUNCTION_IMPORTS_PENDING = {
-    **_each("secemb/protocols/registry.py", "secemb.protocols.exchange secemb.protocols.base",
-            "a cycle inside protocols/ (registry <-> base, exchange, wire): issue 36, one-server protocols (H1)"),
 }
 
 #: modules that import a module by its name at run time (``importlib.import_module``,

@@ -9,22 +9,31 @@ command line dispatches on it too (:func:`protocol_servers`) without importing t
 The factory is given directly or as a lazy ``"module:Class"`` string imported on first use, so
 that this registry imports even when a protocol module is heavy or missing.  What a two-server
 protocol accepts is declared on the class (:class:`~secemb.protocols.base.Capabilities`), what a
-one-server one accepts in its ``options``; both are checked before the factory runs.
+one-server one accepts in its ``options``; both are checked before the factory runs.  The
+table itself (and the look-ups that need no protocol class: :func:`wire_id`,
+:func:`protocol_servers`, :func:`available_protocols`) is :mod:`secemb.protocols.names`, below
+the protocol modules, so that their framing reads a wire id without importing this module.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from secemb.errors import InvalidParameters, check_int
 from secemb.framing import ENGINE_WIRE_ID, RESERVED_WIRE_IDS
-
-if TYPE_CHECKING:
-    from secemb.protocols.base import Protocol
-    from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
+from secemb.protocols.base import Protocol
+from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
+from secemb.protocols.names import (
+    PROTOCOLS,
+    ProtocolEntry,
+    add_entry,
+    available_protocols,
+    entry,
+    protocol_servers,
+    remove_entry,
+    wire_id,
+)
 
 __all__ = [
     "ENGINE_WIRE_ID",
@@ -39,32 +48,6 @@ __all__ = [
     "unregister_protocol",
     "wire_id",
 ]
-
-
-@dataclass(frozen=True)
-class ProtocolEntry:
-    """One registration.
-
-    Attributes
-    ----------
-    name: registry name (:func:`get_protocol`), also the name messages are framed under.
-    factory: the :class:`~secemb.protocols.base.Protocol` subclass (``servers=2``) or
-        :class:`~secemb.protocols.exchange.ExchangeProtocol` subclass (``servers=1``), or
-        ``"module:Class"``.
-    wire_id: the protocol byte of its messages' header, in ``[1, 255]``, unique.
-    servers: its shape: 2 (two non-colluding servers) or 1 (one server, exchanges).
-    """
-
-    name: str
-    factory: str | type[Protocol] | type[ExchangeProtocol]
-    wire_id: int
-    servers: int = 2
-
-
-_ENTRIES: dict[str, ProtocolEntry] = {}
-_BY_WIRE_ID: dict[int, str] = {}
-#: read-only view: registered name -> :class:`ProtocolEntry`
-PROTOCOLS = MappingProxyType(_ENTRIES)
 
 
 def register_protocol(name: str, factory: str | type[Protocol] | type[ExchangeProtocol], *, wire_id: int,
@@ -93,29 +76,12 @@ def register_protocol(name: str, factory: str | type[Protocol] | type[ExchangePr
     check_int(f"wire_id of {name!r}", wire_id, low=1, high=255)
     if wire_id in RESERVED_WIRE_IDS:
         raise InvalidParameters(f"wire_id {wire_id} of {name!r} is reserved (secemb.framing: secure aggregation, keys)")
-    if name in _ENTRIES:
-        old = _ENTRIES[name]
-        raise InvalidParameters(
-            f"protocol name {name!r} is already registered (wire id {old.wire_id}); "
-            f"cannot register it again with wire id {wire_id}"
-        )
-    if wire_id in _BY_WIRE_ID:
-        raise InvalidParameters(
-            f"wire id {wire_id} of protocol {name!r} is already registered to protocol {_BY_WIRE_ID[wire_id]!r}"
-        )
-    _ENTRIES[name] = ProtocolEntry(name, factory, wire_id, servers)
-    _BY_WIRE_ID[wire_id] = name
+    add_entry(ProtocolEntry(name, factory, wire_id, servers))
 
 
 def _base(servers: int) -> type:
     """The class a factory of ``servers`` servers subclasses."""
-    if servers == 1:
-        from secemb.protocols.exchange import ExchangeProtocol
-
-        return ExchangeProtocol
-    from secemb.protocols.base import Protocol
-
-    return Protocol
+    return ExchangeProtocol if servers == 1 else Protocol
 
 
 def unregister_protocol(name: str) -> None:
@@ -126,44 +92,7 @@ def unregister_protocol(name: str) -> None:
     InvalidParameters
         If ``name`` is not registered.
     """
-    entry = _entry(name)
-    del _ENTRIES[name]
-    del _BY_WIRE_ID[entry.wire_id]
-
-
-def available_protocols(servers: int | None = None) -> list[str]:
-    """Registered names (whether or not their module can be imported); only those of
-    ``servers`` servers if given."""
-    return sorted(n for n, e in _ENTRIES.items() if servers is None or e.servers == servers)
-
-
-def protocol_servers(name: str) -> int:
-    """How many servers protocol ``name`` has (1 or 2), as registered (its module not imported).
-
-    Raises
-    ------
-    InvalidParameters
-        If ``name`` is not registered.
-    """
-    return _entry(name).servers
-
-
-def wire_id(name: str) -> int:
-    """The wire id registered for ``name``.
-
-    Raises
-    ------
-    InvalidParameters
-        If ``name`` is not registered.
-    """
-    return _entry(name).wire_id
-
-
-def _entry(name: str) -> ProtocolEntry:
-    try:
-        return _ENTRIES[name]
-    except (KeyError, TypeError):
-        raise InvalidParameters(f"unknown protocol {name!r}; available: {available_protocols()}") from None
+    remove_entry(name)
 
 
 def protocol_class(name: str) -> type[Protocol]:
@@ -176,9 +105,7 @@ def protocol_class(name: str) -> type[Protocol]:
         imported yet (the message says which module is missing), or it does not define the
         registered class.
     """
-    from secemb.protocols.base import Protocol
-
-    if _entry(name).servers != 2:
+    if entry(name).servers != 2:
         raise InvalidParameters(f"protocol {name!r} has one server (an exchange protocol, "
                                 "secemb.protocols.exchange): its class is exchange_class(name)")
     cls = _load(name)
@@ -194,9 +121,7 @@ def exchange_class(name: str) -> type[ExchangeProtocol]:
     InvalidParameters
         As :func:`protocol_class`; or ``name`` has two servers.
     """
-    from secemb.protocols.exchange import ExchangeProtocol
-
-    if _entry(name).servers != 1:
+    if entry(name).servers != 1:
         raise InvalidParameters(f"protocol {name!r} has two servers, not one: its class is protocol_class(name)")
     cls = _load(name)
     assert issubclass(cls, ExchangeProtocol)  # register_protocol or _load checked the shape
@@ -205,8 +130,8 @@ def exchange_class(name: str) -> type[ExchangeProtocol]:
 
 def _load(name: str) -> type:
     """The class registered as ``name``, imported if lazy and checked against its shape."""
-    entry = _entry(name)
-    factory, base = entry.factory, _base(entry.servers)
+    reg = entry(name)
+    factory, base = reg.factory, _base(reg.servers)
     if not isinstance(factory, str):
         return factory
     module_name, attr = factory.split(":")
@@ -255,7 +180,7 @@ def get_protocol(name: str, *, run: ExchangeRun | None = None, **opts: Any) -> P
         ones); or a value is not supported (a layout or relay the protocol does not declare, a
         bad parameter).
     """
-    if _entry(name).servers == 1:
+    if entry(name).servers == 1:
         if run is None:
             raise InvalidParameters(f"protocol {name!r} has one server: build it with its run, "
                                     f"get_protocol({name!r}, run=ExchangeRun(dataset, ...))")

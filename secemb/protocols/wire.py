@@ -1,7 +1,7 @@
 """SecEmb's protocol messages in the one framing (:mod:`secemb.framing`; spec: ``docs/wire-format.md``).
 
 Every protocol message is ``header || body`` with the framing's 32-byte header: the protocol
-byte is the wire id registered with the protocol (:mod:`secemb.protocols.registry`), or
+byte is the wire id registered with the protocol (:mod:`secemb.protocols.names`), or
 :data:`~secemb.framing.ENGINE_WIRE_ID` for the round's own messages; the kind is one of
 :data:`KINDS`; the party field is the server (0, 1) the message is for or from; the peer
 field is 0.
@@ -23,7 +23,7 @@ import numpy as np
 from secemb.errors import InvalidParameters, check_int
 from secemb.framing import ENGINE_WIRE_ID, HEADER_BYTES, Buffer, open_frame
 from secemb.framing import frame as _frame
-from secemb.protocols.registry import wire_id
+from secemb.protocols.names import wire_id
 
 if TYPE_CHECKING:
     from secemb.protocols.base import RoundConfig

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from secemb.errors import InvalidMessage
 from secemb.framing import frame, open_frame
-from secemb.protocols.registry import wire_id
+from secemb.protocols.names import wire_id
 
 __all__ = [
     "WIRE_ID", "SERVER", "HELLO", "DIRECTORY", "UPLOAD", "RELAY", "ANSWER", "RESULT",

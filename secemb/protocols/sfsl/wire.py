@@ -25,7 +25,7 @@ import numpy as np
 
 from secemb.errors import InvalidMessage
 from secemb.framing import HEADER_BYTES, frame, open_frame
-from secemb.protocols.registry import wire_id
+from secemb.protocols.names import wire_id
 
 __all__ = ["HEADER_BYTES", "KINDS", "WIRE_ID", "open_reply", "open_request", "reply", "request"]
 
