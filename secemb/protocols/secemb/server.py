@@ -518,7 +518,9 @@ class SecEmbServer(ServerRole):
     def aggregate_share(self, include: list[int] | None = None) -> bytes:
         cfg = self._cfg()
         users, sparse, dense = self._closed(include)
-        return frame(NAME, "aggregate_share", self.party, cfg.round_id, users_bytes(users), array_bytes(sparse),
+        # the table-sized share is framed straight from its array (little-endian: no copy), copied once
+        little = np.ascontiguousarray(sparse, dtype=sparse.dtype.newbyteorder("<"))
+        return frame(NAME, "aggregate_share", self.party, cfg.round_id, users_bytes(users), little.data,
                      array_bytes(dense))
 
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -531,6 +533,9 @@ class SecEmbServer(ServerRole):
         if count != len(users) or peer_users != users:
             raise ProtocolError("the two servers aggregated different sets of users")
         off = 8 + 8 * len(users)
-        sparse1, off = read_array(body, off, cfg.dtype, (cfg.num_items, cfg.width))
-        dense1, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
+        # the peer's table-sized share read in place (a copy only where the host is big-endian)
+        size = cfg.num_items * cfg.width
+        sparse1 = np.frombuffer(body, cfg.dtype.newbyteorder("<"), size, off).reshape(cfg.num_items, cfg.width)
+        sparse1 = sparse1.astype(cfg.dtype, copy=False)
+        dense1, _ = read_array(body, off + size * cfg.dtype.itemsize, cfg.dtype, (cfg.dense_size,))
         return reconstruct(sparse, sparse1), reconstruct(dense, dense1)
