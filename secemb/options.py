@@ -49,7 +49,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["DEFAULT_MODEL", "RunOptions", "load_options", "read_options", "read_table"]
+__all__ = ["DEFAULTS", "DEFAULT_MODEL", "RunOptions", "load_options", "read_options", "read_table"]
 
 #: the model a two-server run trains when none is named (``model`` None; a one-server protocol
 #: names its own): :class:`~secemb.training.Experiment`'s and a server's (``[model] name``) default
@@ -153,6 +153,11 @@ class RunOptions(BaseModel):
         """Field ``name`` as the command line's option takes it (``metrics`` comma-separated)."""
         value = getattr(self, name)
         return ",".join(value) if name == "metrics" and value is not None else value
+
+
+#: every option's default: what each entry point (the command line, ``Experiment``, ``TrainConfig``,
+#: ``ExchangeRun``, ``ServerConfig``, the protocols' constructors) defaults to
+DEFAULTS = RunOptions()
 
 
 def _error(exc: ValidationError, where: str) -> InvalidParameters:

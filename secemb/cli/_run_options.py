@@ -24,16 +24,13 @@ import typer
 
 from secemb.cli._usage import fail
 from secemb.errors import InvalidParameters
-from secemb.options import RunOptions, read_options
+from secemb.options import DEFAULTS, RunOptions, read_options
 
 __all__ = ["DEFAULTS", "Alpha", "Backend", "ConfigFile", "DataDir", "Dataset", "Dim", "Download", "DpClip", "DpDelta",
            "DpEpsilon", "DpLevel", "EarlyStop", "Epochs", "Expansion", "LazyAdam", "Layout", "Lr", "MPrime",
            "MPrimeUpdate", "Metrics", "Model", "Reg", "Relay", "RingBits", "Seed", "SfslPreset", "UsersPerRound",
            "ValidFraction", "Verify", "Workers", "MODEL_OPTIONS", "TRAINING_OPTIONS", "described", "option",
            "run_options", "with_shared_options"]
-
-#: every option's default
-DEFAULTS = RunOptions()
 
 
 def described(name: str) -> str:

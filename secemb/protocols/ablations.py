@@ -30,6 +30,7 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss.fused import retrieve_and_prepare
+from secemb.options import DEFAULTS
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
 from secemb.protocols.wire import check_user, users_bytes
 from secemb.protocols.wire import array_bytes, frame, open_message, read_array
@@ -312,7 +313,8 @@ class _AblationProtocol(Protocol):
     user_cls: type[_AblationUser]
     server_cls: type[_AblationServer]
 
-    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = DEFAULTS.expansion,
+                 layout_seed: int = 0,
                  *, server_eval: bool = True) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         self.server_eval = bool(server_eval)

@@ -39,6 +39,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError, SecembError, check_int
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
+from secemb.options import DEFAULTS
 from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.protocols.wire import HEADER_BYTES
 from secemb.randomness import RandomBytes
@@ -486,12 +487,12 @@ class Protocol(ABC):
     name: str
     capabilities: ClassVar[Capabilities] = Capabilities()
     layout: str = "full"
-    expansion: float = 1.25
+    expansion: float = DEFAULTS.expansion
     layout_seed: int = 0
     relay: bool = False
 
     def __init__(
-        self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0
+        self, layout: str = "full", relay: bool = False, expansion: float = DEFAULTS.expansion, layout_seed: int = 0
     ) -> None:
         """Check the layout options against :attr:`capabilities` and keep them.
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from secemb.errors import InvalidParameters, check_float
+from secemb.options import DEFAULTS
 from secemb.privacy.noise import ClipSpec, clip_spec, discrete_gaussian, to_ring
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
@@ -83,7 +84,8 @@ class DPFedRecProtocol(FullModelProtocol):
     user_cls = DPFedRecUser
     server_cls = DPFedRecServer
 
-    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = DEFAULTS.expansion,
+                 layout_seed: int = 0,
                  *, sigma: float = 0.0, clip: float = 0.0) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         for name, v in (("sigma", sigma), ("clip", clip)):

@@ -60,17 +60,13 @@ from typing import Any, ClassVar, Protocol as TypingProtocol, TypeVar, runtime_c
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
-from secemb.options import RunOptions
+from secemb.options import DEFAULTS
 from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
 
 __all__ = ["DurableExchangeNode", "EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol",
            "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures",
            "StagedRound", "add_seconds", "closing_stage", "current_round", "open_stage", "stage_reply"]
-
-#: the run's options' defaults (:class:`~secemb.options.RunOptions`), :class:`ExchangeRun`'s too
-_RUN = RunOptions()
-
 
 class ExchangeParty(TypingProtocol):
     """A device's part in one round of a one-server protocol."""
@@ -208,11 +204,11 @@ class ExchangeRun:
     (:class:`~secemb.options.RunOptions`, what ``secemb train`` defaults to)."""
 
     dataset: str
-    data_dir: Path | None = _RUN.data_dir
-    download: bool = _RUN.download
-    epochs: int = _RUN.epochs
-    users_per_round: int = _RUN.users_per_round
-    seed: int = _RUN.seed
+    data_dir: Path | None = DEFAULTS.data_dir
+    download: bool = DEFAULTS.download
+    epochs: int = DEFAULTS.epochs
+    users_per_round: int = DEFAULTS.users_per_round
+    seed: int = DEFAULTS.seed
 
     def __post_init__(self) -> None:
         for name in ("epochs", "users_per_round"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from secemb.options import DEFAULTS
 from secemb.protocols.ablations import aggregate_keys, parse_keys, row_keys, row_keys_bytes
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
@@ -66,7 +67,8 @@ class GrecProtocol(FullModelProtocol):
                                 local_options=("server_eval",))
     user_cls, server_cls = _GrecUser, _GrecServer
 
-    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = DEFAULTS.expansion,
+                 layout_seed: int = 0,
                  *, server_eval: bool = True) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         self.server_eval = bool(server_eval)

@@ -52,6 +52,7 @@ from functools import lru_cache
 import numpy as np
 
 from secemb.errors import check_float, check_int
+from secemb.options import DEFAULTS
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
@@ -217,7 +218,8 @@ class KvsaggProtocol(FullModelProtocol):
     user_cls = KvsaggUser
     server_cls = KvsaggServer
 
-    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = DEFAULTS.expansion,
+                 layout_seed: int = 0,
                  *, capacity: int = 0, load: float = 1.3) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         capacity = check_int("capacity (0: every item)", capacity, low=0)

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError, check_int
+from secemb.options import DEFAULTS
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
@@ -309,7 +310,8 @@ class _LossyProtocol(FullModelProtocol):
     kind = ""
     capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=True, options=_OPTIONS)
 
-    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0, *,
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = DEFAULTS.expansion,
+                 layout_seed: int = 0, *,
                  rank: int = 12, frozen_columns: int = 0, frac_bits: int = 16, initial_scale: float = 4e-4,
                  min_scale: float = 1e-7, basis_seed: int = 0) -> None:
         super().__init__(layout, relay, expansion, layout_seed)

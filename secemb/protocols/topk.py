@@ -42,6 +42,7 @@ import math
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, check_float
+from secemb.options import DEFAULTS
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
 from secemb.protocols.wire import array_bytes, read_array
@@ -124,7 +125,8 @@ class TopKProtocol(FullModelProtocol):
     capabilities = Capabilities(layouts=("full", "cuckoo"), relay=False, networked=False, options=("ratio", "basis"))
     user_cls, server_cls = _TopKUser, _TopKServer
 
-    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = 1.25, layout_seed: int = 0,
+    def __init__(self, layout: str = "full", relay: bool = False, expansion: float = DEFAULTS.expansion,
+                 layout_seed: int = 0,
                  *, ratio: float = 16.0, basis: str = "update") -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         ratio = check_float("ratio", ratio, above=1)

@@ -16,7 +16,7 @@ from secemb.errors import InvalidParameters, SecembError
 from secemb.metrics import get_metric
 from secemb.models.base import RecModel, UserStore
 from secemb.models.optim import AdamConfig
-from secemb.options import RunOptions
+from secemb.options import DEFAULTS
 from secemb.outputs import dumps_strict
 from secemb.privacy.accounting import DPSettings, planned_rounds
 from secemb.protocols.base import Protocol
@@ -31,9 +31,9 @@ __all__ = [
     "run_config",
 ]
 
-#: the defaults TrainConfig shares: the run's options (:class:`~secemb.options.RunOptions`), Adam's
+#: the defaults TrainConfig shares beside the run's options' (:data:`~secemb.options.DEFAULTS`): Adam's
 #: constants (:class:`~secemb.models.optim.AdamConfig`) and the fixed point's (:class:`~secemb.ring.FixedPoint`)
-_RUN, _ADAM, _FIXED = RunOptions(), AdamConfig(), FixedPoint()
+_ADAM, _FIXED = AdamConfig(), FixedPoint()
 
 
 class VerificationError(SecembError):
@@ -94,27 +94,27 @@ class TrainConfig:
         reads the validation ratings without noise, which no DP guarantee covers.
     """
 
-    epochs: int = _RUN.epochs
-    users_per_round: int = _RUN.users_per_round
-    m_prime: int | None = _RUN.m_prime
-    alpha: float = _RUN.alpha
-    seed: int = _RUN.seed
-    verify: bool = _RUN.verify
+    epochs: int = DEFAULTS.epochs
+    users_per_round: int = DEFAULTS.users_per_round
+    m_prime: int | None = DEFAULTS.m_prime
+    alpha: float = DEFAULTS.alpha
+    seed: int = DEFAULTS.seed
+    verify: bool = DEFAULTS.verify
     lr: float = _ADAM.lr
     beta1: float = _ADAM.beta1
     beta2: float = _ADAM.beta2
     eps: float = _ADAM.eps
-    lazy_adam: bool = _RUN.lazy_adam
-    ring_bits: int = _RUN.ring_bits
+    lazy_adam: bool = DEFAULTS.lazy_adam
+    ring_bits: int = DEFAULTS.ring_bits
     frac_bits: int = _FIXED.frac_bits
     schedule: Literal["interleaved", "staged"] = "staged"
     rating_range: tuple[float, float] | None = None
     metrics: tuple[str, ...] = ("rmse",)
     sampling: Literal["permutation", "poisson"] = "permutation"
     dp: DPSettings | None = None
-    m_prime_update: int = _RUN.m_prime_update
+    m_prime_update: int = DEFAULTS.m_prime_update
     rounds_per_epoch: int | None = None
-    early_stop: int | None = _RUN.early_stop
+    early_stop: int | None = DEFAULTS.early_stop
 
     def __post_init__(self) -> None:
         def is_int(x: object) -> bool:

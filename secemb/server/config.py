@@ -55,7 +55,7 @@ from secemb.protocols.backends import make_backend
 from secemb.protocols.base import Protocol
 from secemb.protocols.factory import make_protocol
 from secemb.ring import FixedPoint
-from secemb.options import DEFAULT_MODEL, RunOptions, read_table
+from secemb.options import DEFAULT_MODEL, DEFAULTS, read_table
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.server.tls import client_context
 from secemb.transport.signing import parse_secret
@@ -70,9 +70,9 @@ SECRET_ENV = {
 
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
-#: the defaults a server shares with a training run: its options (:class:`~secemb.options.RunOptions`), Adam's
+#: the defaults a server shares with a training run beside its options' (:data:`~secemb.options.DEFAULTS`): Adam's
 #: constants (:class:`~secemb.models.optim.AdamConfig`) and the fixed point's (:class:`~secemb.ring.FixedPoint`)
-_RUN, _ADAM, _FIXED = RunOptions(), AdamConfig(), FixedPoint()
+_ADAM, _FIXED = AdamConfig(), FixedPoint()
 
 # section -> {file key: field name}
 _SECTIONS: dict[str, dict[str, str]] = {
@@ -213,13 +213,13 @@ class ServerConfig(BaseModel):
     tls_ca: Path | None = Field(None, description="a path")
     tls_cert: Path | None = Field(None, description="a path")
     tls_key: Path | None = Field(None, description="a path")
-    protocol: StrictStr = Field(_RUN.protocol, description="a protocol name")
+    protocol: StrictStr = Field(DEFAULTS.protocol, description="a protocol name")
     layout: StrictStr = Field("cuckoo", description="a layout name")
     relay: StrictBool = Field(True, description="true or false")
-    expansion: _Number = Field(_RUN.expansion, description="a number")
+    expansion: _Number = Field(DEFAULTS.expansion, description="a number")
     layout_seed: StrictInt = Field(0, description="an int")
-    backend: StrictStr = Field(_RUN.backend, description="a backend name")
-    workers: StrictInt | None = Field(_RUN.workers, description="None or an int")
+    backend: StrictStr = Field(DEFAULTS.backend, description="a backend name")
+    workers: StrictInt | None = Field(DEFAULTS.workers, description="None or an int")
     model: StrictStr = Field(DEFAULT_MODEL, description="a model name")
     model_hparams: dict[str, Any] = Field(default_factory=dict, description="a table")
     protocol_options: dict[str, Any] = Field(default_factory=dict, description="a table")
@@ -235,14 +235,14 @@ class ServerConfig(BaseModel):
     beta1: _Number = Field(_ADAM.beta1, description="a number")
     beta2: _Number = Field(_ADAM.beta2, description="a number")
     eps: _Number = Field(_ADAM.eps, description="a number")
-    lazy_adam: StrictBool = Field(_RUN.lazy_adam, description="true or false")
-    ring_bits: StrictInt = Field(_RUN.ring_bits, description="an int")
+    lazy_adam: StrictBool = Field(DEFAULTS.lazy_adam, description="true or false")
+    ring_bits: StrictInt = Field(DEFAULTS.ring_bits, description="an int")
     frac_bits: StrictInt = Field(_FIXED.frac_bits, description="an int")
-    m_prime: StrictInt | None = Field(_RUN.m_prime, ge=1, description="None or in [1, num_items]")
+    m_prime: StrictInt | None = Field(DEFAULTS.m_prime, ge=1, description="None or in [1, num_items]")
     #: the largest m' the count phase may set (a malicious device's count share moves m' at most
     #: up to it; docs/security.md); None: num_items
     m_prime_max: StrictInt | None = Field(None, ge=1, description="None or in [1, num_items]")
-    alpha: _Number = Field(_RUN.alpha, description="a number")
+    alpha: _Number = Field(DEFAULTS.alpha, description="a number")
     deadline_s: _PositiveNumber = Field(60.0, description="a positive number")
     #: the floor: this server releases no count, aggregate share or user set of fewer users
     min_users: StrictInt = Field(DEFAULT_MIN_USERS, ge=MIN_USERS_FLOOR, description=f"an int >= {MIN_USERS_FLOOR}")

@@ -25,7 +25,7 @@ from secemb.errors import InvalidParameters
 from secemb.inference.trained import TrainedModel
 from secemb.metrics import get_metric
 from secemb.protocols import PROTOCOLS, protocol_class
-from secemb.options import DEFAULT_MODEL, RunOptions
+from secemb.options import DEFAULT_MODEL, DEFAULTS, RunOptions
 from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult
 from secemb.training.builder import BuiltExperiment, build_experiment
 from secemb.training.loop import train
@@ -33,8 +33,6 @@ from secemb.transport.inprocess import InProcessTransport
 
 __all__ = ["Experiment", "ExperimentResult", "run_experiment"]
 
-#: the run's options' defaults (:class:`~secemb.options.RunOptions`), Experiment's too
-_DEFAULTS = RunOptions()
 #: the round loop's defaults (:class:`~secemb.round.results.TrainConfig`) of the fields the command line does not set
 _LOOP = TrainConfig()
 
@@ -85,39 +83,39 @@ class Experiment:
         ``dp_level`` is given (not its default) without a finite ``dp_epsilon``.
     """
 
-    dataset: str = _DEFAULTS.dataset
-    data_dir: str | os.PathLike | None = _DEFAULTS.data_dir
-    download: bool = _DEFAULTS.download
+    dataset: str = DEFAULTS.dataset
+    data_dir: str | os.PathLike | None = DEFAULTS.data_dir
+    download: bool = DEFAULTS.download
     test_fraction: float = 0.2
     model: str = DEFAULT_MODEL
-    protocol: str = _DEFAULTS.protocol
-    layout: str | None = _DEFAULTS.layout
-    relay: bool | None = _DEFAULTS.relay
-    expansion: float = _DEFAULTS.expansion
-    backend: str = _DEFAULTS.backend
-    workers: int | None = _DEFAULTS.workers
-    epochs: int = _DEFAULTS.epochs
-    users_per_round: int = _DEFAULTS.users_per_round
-    m_prime: int | None = _DEFAULTS.m_prime
-    alpha: float = _DEFAULTS.alpha
-    m_prime_update: int = _DEFAULTS.m_prime_update
+    protocol: str = DEFAULTS.protocol
+    layout: str | None = DEFAULTS.layout
+    relay: bool | None = DEFAULTS.relay
+    expansion: float = DEFAULTS.expansion
+    backend: str = DEFAULTS.backend
+    workers: int | None = DEFAULTS.workers
+    epochs: int = DEFAULTS.epochs
+    users_per_round: int = DEFAULTS.users_per_round
+    m_prime: int | None = DEFAULTS.m_prime
+    alpha: float = DEFAULTS.alpha
+    m_prime_update: int = DEFAULTS.m_prime_update
     rounds_per_epoch: int | None = _LOOP.rounds_per_epoch
-    seed: int = _DEFAULTS.seed
-    verify: bool = _DEFAULTS.verify
-    lr: float | None = _DEFAULTS.lr
-    reg: float | None = _DEFAULTS.reg
-    dim: int | None = _DEFAULTS.dim
-    ring_bits: int = _DEFAULTS.ring_bits
+    seed: int = DEFAULTS.seed
+    verify: bool = DEFAULTS.verify
+    lr: float | None = DEFAULTS.lr
+    reg: float | None = DEFAULTS.reg
+    dim: int | None = DEFAULTS.dim
+    ring_bits: int = DEFAULTS.ring_bits
     frac_bits: int = _LOOP.frac_bits
-    lazy_adam: bool = _DEFAULTS.lazy_adam
+    lazy_adam: bool = DEFAULTS.lazy_adam
     schedule: Literal["interleaved", "staged"] = _LOOP.schedule
-    dp_epsilon: float = _DEFAULTS.dp_epsilon
-    dp_delta: float = _DEFAULTS.dp_delta
-    dp_clip: float = _DEFAULTS.dp_clip
-    dp_level: str = _DEFAULTS.dp_level
-    metrics: tuple[str, ...] | None = _DEFAULTS.metrics
-    valid_fraction: float = _DEFAULTS.valid_fraction
-    early_stop: int | None = _DEFAULTS.early_stop
+    dp_epsilon: float = DEFAULTS.dp_epsilon
+    dp_delta: float = DEFAULTS.dp_delta
+    dp_clip: float = DEFAULTS.dp_clip
+    dp_level: str = DEFAULTS.dp_level
+    metrics: tuple[str, ...] | None = DEFAULTS.metrics
+    valid_fraction: float = DEFAULTS.valid_fraction
+    early_stop: int | None = DEFAULTS.early_stop
 
     @classmethod
     def from_options(cls, options: RunOptions, **others: Any) -> Experiment:
@@ -139,9 +137,9 @@ class Experiment:
         return cls(**values | others)
 
     def __post_init__(self) -> None:
-        if self.dp_epsilon == _DEFAULTS.dp_epsilon:  # no DP (inf): a DP option given alone would be silently ignored
-            options = (("dp_delta", self.dp_delta, _DEFAULTS.dp_delta), ("dp_clip", self.dp_clip, _DEFAULTS.dp_clip),
-                       ("dp_level", self.dp_level, _DEFAULTS.dp_level))
+        if self.dp_epsilon == DEFAULTS.dp_epsilon:  # no DP (inf): a DP option given alone would be silently ignored
+            options = (("dp_delta", self.dp_delta, DEFAULTS.dp_delta), ("dp_clip", self.dp_clip, DEFAULTS.dp_clip),
+                       ("dp_level", self.dp_level, DEFAULTS.dp_level))
             given = [f"{k}={v!r}" for k, v, default in options if v != default]
             if given:
                 raise InvalidParameters(f"{', '.join(given)} needs a finite dp_epsilon (--dp-epsilon): without it "

@@ -134,7 +134,7 @@ def test_the_command_line_defaults_are_the_models(command: str) -> None:
 
 
 #: a run's options changed in the one place (RunOptions) by :func:`test_every_entry_point_reads_the_one_place`
-_CHANGED = {"epochs": 7, "users_per_round": 37, "seed": 3, "alpha": 3.5, "backend": "thread"}
+_CHANGED = {"epochs": 7, "users_per_round": 37, "seed": 3, "alpha": 3.5, "backend": "thread", "expansion": 1.5}
 
 _ENTRY_POINTS = """
 import json, sys
@@ -142,9 +142,10 @@ import secemb.options as o
 for name, value in json.loads(sys.argv[1]).items():
     o.RunOptions.model_fields[name].default = value
 o.RunOptions.model_rebuild(force=True)
-o.DEFAULT_MODEL = "ncf"
+o.DEFAULTS, o.DEFAULT_MODEL = o.RunOptions(), "ncf"
 import typer
 from secemb.cli import app
+from secemb.protocols import available_protocols, get_protocol
 from secemb.protocols.exchange import ExchangeRun
 from secemb.round.results import TrainConfig
 from secemb.server.config import ServerConfig
@@ -154,7 +155,7 @@ def defaults(obj, names):
     return {n: getattr(obj, n) for n in names if hasattr(obj, n)}
 names = list(json.loads(sys.argv[1]))
 print(json.dumps({
-    "RunOptions": defaults(o.RunOptions(), names),
+    "RunOptions": defaults(o.DEFAULTS, names),
     "train": {p.name: p.default for p in commands["train"].params if p.name in names},
     "demo": {p.name: p.default for p in commands["demo"].params if p.name in names},
     "Experiment": defaults(Experiment(), names),
@@ -163,14 +164,15 @@ print(json.dumps({
     "ServerConfig": {n: ServerConfig.model_fields[n].default for n in names if n in ServerConfig.model_fields},
     "serve --help": next(p.help for p in commands["serve"].params if p.name == "backend"),
     "model": [Experiment().model, ServerConfig.model_fields["model"].default],
+    "protocols": {name: get_protocol(name).expansion for name in available_protocols(2)},
 }))
 """
 
 
 def test_every_entry_point_reads_the_one_place() -> None:
     """Change the defaults in RunOptions alone (a fresh process): train, demo, serve,
-    Experiment, TrainConfig, ExchangeRun and ServerConfig all default to the changed values,
-    so none of them restates a default of its own."""
+    Experiment, TrainConfig, ExchangeRun, ServerConfig and the protocols' constructors all
+    default to the changed values, so none of them restates a default of its own."""
     out = subprocess.run([sys.executable, "-c", _ENTRY_POINTS, json.dumps(_CHANGED)], capture_output=True, text=True,
                          timeout=120, check=False, cwd=ROOT)
     assert out.returncode == 0, out.stderr
@@ -178,9 +180,10 @@ def test_every_entry_point_reads_the_one_place() -> None:
     assert got["RunOptions"] == _CHANGED  # the change took: otherwise the test below proves nothing
     for entry in ("train", "demo", "Experiment"):
         assert got[entry] == _CHANGED, entry
-    assert got["TrainConfig"] == {k: v for k, v in _CHANGED.items() if k != "backend"}
+    assert got["TrainConfig"] == {k: v for k, v in _CHANGED.items() if k not in ("backend", "expansion")}
     assert got["ExchangeRun"] == {"epochs": 7, "users_per_round": 37, "seed": 3}
-    assert got["ServerConfig"] == {"alpha": 3.5, "backend": "thread"}
+    assert got["ServerConfig"] == {"alpha": 3.5, "backend": "thread", "expansion": 1.5}
+    assert len(got["protocols"]) >= 13 and set(got["protocols"].values()) == {1.5}  # each protocol's constructor
     assert got["serve --help"].endswith("default: thread.")
     assert got["model"] == ["ncf", "ncf"]  # DEFAULT_MODEL, the model None stands for
 

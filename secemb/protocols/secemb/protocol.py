@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from secemb.options import DEFAULTS
 from secemb.protocols.backends import Backend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig
 from secemb.protocols.secemb.relay import SecEmbRelayServer
@@ -55,7 +56,7 @@ class SecEmbProtocol(Protocol):
         self,
         layout: str = "full",
         relay: bool = False,
-        expansion: float = 1.25,
+        expansion: float = DEFAULTS.expansion,
         layout_seed: int = 0,
         backend: Backend | None = None,
         verify: bool = True,
