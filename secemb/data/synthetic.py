@@ -22,12 +22,11 @@ user has at least ``min_per_user`` ratings.
 
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 
 from secemb.data.ratings import RatingData
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 
 __all__ = ["STANDS_FOR", "SYNTHETIC_SHAPES", "synthetic_like"]
 
@@ -64,14 +63,6 @@ _POPULARITY_BIAS = 0.2  # item bias gain per standard deviation of log popularit
 _INTERACTION_SD = 0.7
 _NOISE_SD = 0.7
 _T_START, _T_END = 874_724_710, 893_286_638  # ML-100K's first and last timestamps
-
-
-def _check_int(field: str, value: object, minimum: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise InvalidParameters(f"{field} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise InvalidParameters(f"{field} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _user_counts(rng: np.random.Generator, n: int, m: int, total: int, minimum: int) -> np.ndarray:
@@ -179,10 +170,10 @@ def synthetic_like(
     InvalidParameters
         On an impossible shape.
     """
-    n = _check_int("num_users", num_users, 1)
-    m = _check_int("num_items", num_items, 1)
-    total = _check_int("num_ratings", num_ratings, 0)
-    minimum = _check_int("min_per_user", min_per_user, 1)
+    n = check_int("num_users", num_users, low=1)
+    m = check_int("num_items", num_items, low=1)
+    total = check_int("num_ratings", num_ratings, low=0)
+    minimum = check_int("min_per_user", min_per_user, low=1)
     if minimum > m:
         raise InvalidParameters(f"min_per_user={minimum} exceeds num_items={m}")
     if not minimum * n <= total <= n * m:

@@ -41,7 +41,7 @@ from typing import Generic, Protocol, Self, TypeVar, cast
 import numpy as np
 
 from secemb import framing
-from secemb.errors import InvalidKey, InvalidParameters
+from secemb.errors import InvalidKey, InvalidParameters, check_int
 
 __all__ = ["DPFParams", "PathKeys", "DPFKeys", "HEADER_BYTES"]
 
@@ -74,8 +74,7 @@ class DPFParams:
     ring_bits: int = 32
 
     def __post_init__(self) -> None:
-        if isinstance(self.domain_size, bool) or not isinstance(self.domain_size, (int, np.integer)):
-            raise TypeError(f"domain_size must be an int, got {type(self.domain_size).__name__}")
+        check_int("domain_size", self.domain_size, error=TypeError)
         if not 1 <= self.domain_size <= _MAX_DOMAIN:
             raise InvalidParameters(f"domain_size must be in [1, 2^40], got {self.domain_size}")
         if not 0 <= self.payload_width <= _MAX_WIDTH:

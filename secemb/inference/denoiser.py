@@ -178,10 +178,8 @@ class Denoiser(RecModel):
         lo, hi = (float(x) for x in rating_range)
         if not lo < hi:
             raise InvalidParameters(f"rating_range must be (lo, hi) with lo < hi, got {rating_range!r}")
-        for what, f in (("epsilon", epsilon), ("delta", delta), ("bound", bound)):
-            if isinstance(f, bool) or not isinstance(f, (int, float)):
-                raise InvalidParameters(f"{what} must be a float, got {f!r}")
-        self.mechanism = GaussianLDP(float(epsilon), float(delta), float(bound))
+        self.mechanism = GaussianLDP(*(check_float(what, f) for what, f in
+                                       (("epsilon", epsilon), ("delta", delta), ("bound", bound))))
         if context is not None:
             if not isinstance(context, DenoiserContext):
                 raise InvalidParameters(f"context must be a DenoiserContext, got {type(context).__name__}")

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.models.base import RecModel, UserStore
 from secemb.models.batch import HISTORY, NEGATIVE, SEED, TARGET, Batch
 from secemb.models.features import DenseLayout
@@ -47,15 +47,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["SASRec", "Caser", "SequenceModel"]
-
-
-def _check(name: str, value: object, lo: float, *, integer: bool = False, below: float = math.inf) -> None:
-    """Raise InvalidParameters unless ``value`` is an int (``integer``) or a finite number in
-    ``[lo, below)``."""
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= float(value) < below:
-        bound = f">= {lo}" if below == math.inf else f"in [{lo}, {below})"
-        raise InvalidParameters(f"{name} must be {'an int' if integer else 'a number'} {bound}, got {value!r}")
 
 
 def _one_thread() -> None:
@@ -202,14 +193,9 @@ class SASRec(SequenceModel):
 
     def __init__(self, dim: int = 50, max_len: int = 50, blocks: int = 2, dropout: float = 0.2, reg: float = 0.0,
                  negatives: int = 1) -> None:
-        _check("dim", dim, 1, integer=True)
-        _check("max_len", max_len, 1, integer=True)
-        _check("blocks", blocks, 1, integer=True)
-        _check("dropout", dropout, 0.0, below=1.0)
-        _check("reg", reg, 0.0)
-        _check("negatives", negatives, 1, integer=True)
-        self.dim, self.max_len, self.blocks, self.negatives = dim, max_len, blocks, negatives
-        self.dropout, self.reg = float(dropout), float(reg)
+        self.dim, self.max_len = check_int("dim", dim, low=1), check_int("max_len", max_len, low=1)
+        self.blocks, self.negatives = check_int("blocks", blocks, low=1), check_int("negatives", negatives, low=1)
+        self.dropout, self.reg = check_float("dropout", dropout, low=0, below=1), check_float("reg", reg, low=0)
         d = dim
         fields: list[tuple[str, tuple[int, ...]]] = [("pos", (max_len, d))]
         for b in range(blocks):
@@ -231,7 +217,7 @@ class SASRec(SequenceModel):
     def init_public(self, num_items: int, rng: np.random.Generator, *,
                     rating_range: tuple[float, float] = (1.0, 5.0)) -> tuple[np.ndarray, np.ndarray]:
         """Embeddings and weight matrices ``N(0, 1/d)``, layer-norm gains 1, biases 0."""
-        _check("num_items", num_items, 1, integer=True)
+        check_int("num_items", num_items, low=1)
         s = 1.0 / math.sqrt(self.dim)
         table = rng.normal(0.0, s, size=(num_items, self.dim))
         dense = np.zeros(self.dense_size)
@@ -295,9 +281,9 @@ class Caser(SequenceModel):
                  dropout: float = 0.5, reg: float = 1e-6, negatives: int = 3, windows: int = 16) -> None:
         for name, v in (("dim", dim), ("max_len", max_len), ("targets", targets), ("n_v", n_v), ("n_h", n_h),
                         ("negatives", negatives), ("windows", windows)):
-            _check(name, v, 1, integer=True)
-        _check("dropout", dropout, 0.0, below=1.0)
-        _check("reg", reg, 0.0)
+            check_int(name, v, low=1)
+        check_float("dropout", dropout, low=0, below=1)
+        check_float("reg", reg, low=0)
         self.dim, self.max_len, self.targets, self.n_v, self.n_h = dim, max_len, targets, n_v, n_h
         self.dropout, self.reg, self.negatives, self.windows = float(dropout), float(reg), negatives, windows
         d, L = dim, max_len
@@ -319,7 +305,7 @@ class Caser(SequenceModel):
                     rating_range: tuple[float, float] = (1.0, 5.0)) -> tuple[np.ndarray, np.ndarray]:
         """``q_i ~ N(0, 1/d)``, ``w'_i ~ N(0, 1/(2d))``, ``b'_i = 0`` (Caser's own), filters and
         FC weights ``N(0, 1/fan_in)``, biases 0."""
-        _check("num_items", num_items, 1, integer=True)
+        check_int("num_items", num_items, low=1)
         d = self.dim
         table = np.zeros((num_items, self.sparse_width))
         table[:, :d] = rng.normal(0.0, 1.0 / math.sqrt(d), size=(num_items, d))

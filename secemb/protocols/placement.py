@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.protocols.base import RoundConfig
 
 __all__ = ["PaddedRequest", "pad_or_truncate", "place", "sample_unrated"]
@@ -90,9 +90,7 @@ def pad_or_truncate(
     items = np.asarray(items, dtype=np.int64)
     if items.ndim != 1:
         raise InvalidParameters(f"items must be 1-D, got shape {items.shape}")
-    if isinstance(m_prime, bool) or not 1 <= int(m_prime) <= num_items:
-        raise InvalidParameters(f"m_prime must be in [1, num_items={num_items}], got {m_prime!r}")
-    m_prime = int(m_prime)
+    m_prime = check_int(f"m_prime (num_items={num_items})", m_prime, low=1, high=num_items)
     n = items.shape[0]
     order = np.argsort(items, kind="stable")
     srt = items[order]

@@ -106,9 +106,9 @@ def test_synthetic_like_small_and_dense_shapes():
     [
         ((10, 20, 49), "num_ratings must be in"),  # fewer than 5 per user
         ((3, 5, 16), "num_ratings must be in"),  # more than users x items
-        ((0, 5, 0), "num_users must be >= 1"),
+        ((0, 5, 0), "num_users must be an int >= 1, got 0"),
         ((3, 4, 12), "min_per_user=5 exceeds num_items=4"),
-        ((3.0, 5, 15), "num_users must be an int"),
+        ((3.0, 5, 15), "num_users must be an int >= 1, got 3.0"),
     ],
 )
 def test_synthetic_like_rejects_impossible_shapes(args, message):
