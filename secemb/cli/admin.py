@@ -26,6 +26,8 @@ from typing import Annotated, Any
 
 import typer
 
+from secemb.options import DEFAULT_MODEL, DEFAULTS
+
 admin_app = typer.Typer(help="Operator commands of a deployment (docs/deployment.md).", no_args_is_help=True)
 
 
@@ -43,7 +45,7 @@ def init(
         min=1, help="Write the whole half (secrets, configuration, operator.json, public.json) for this many "
                     "items; with --num-users.")] = None,
     num_users: Annotated[int | None, typer.Option(min=1, help="Devices of the deployment (with --num-items).")] = None,
-    model: Annotated[str, typer.Option(help="The model the servers train (with --num-items).")] = "mf",
+    model: Annotated[str, typer.Option(help="The model the servers train (with --num-items).")] = DEFAULT_MODEL,
     port0: Annotated[int, typer.Option(min=1, max=65535, help="Server 0's port.")] = 8700,
     port1: Annotated[int, typer.Option(min=1, max=65535, help="Server 1's port.")] = 8701,
     protocol: Annotated[str | None, typer.Option(
@@ -51,7 +53,8 @@ def init(
              "--port0; docs/deployment.md, 'One server'). Default: a two-server deployment.")] = None,
     dataset: Annotated[str | None, typer.Option(help="With --protocol: the devices' dataset.")] = None,
     users_per_round: Annotated[int, typer.Option(min=2, help="With --protocol: devices per round.")] = 20,
-    seed: Annotated[int, typer.Option(min=0, help="With --protocol: seed of the initial public model.")] = 0,
+    seed: Annotated[int, typer.Option(
+        min=0, help="With --protocol: seed of the initial public model.")] = DEFAULTS.seed,
     option: Annotated[list[str] | None, typer.Option(
         metavar="NAME=VALUE", help="With --protocol: one of its options (repeatable; e.g. sfsl_preset=CPP1, lr=0.5; "
                                    "VALUE read as JSON, else a string).")] = None,
