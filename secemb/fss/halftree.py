@@ -22,8 +22,13 @@ robustness, which the ideal-permutation model gives it).  A key is the root word
 correction word a level and the output correction word (BGI's two control-bit corrections a
 level are not needed: ``t`` of a node is its bit 0, and ``Delta``'s bit 0 is set).
 
+The scheme-independent parts -- the party check, the full-domain share loop and the point walk
+-- are :func:`secemb.fss.dpf.path_of`, :func:`~secemb.fss.dpf.full_shares` and
+:func:`~secemb.fss.dpf.point_shares`; this module gives them its own steps (its children, its walk).
+
 Full-domain evaluation runs the same two-phase walk as BGI keys (:mod:`secemb.fss.tree`):
-the numpy reference here (AES through OpenSSL), the compiled kernels
+the numpy reference (:func:`secemb.fss.tree.numpy_groups` with this module's level step, AES
+through OpenSSL), the compiled kernels
 (:func:`secemb.fss.tree.compiled_groups`, 16 parents an AES call) when
 :mod:`secemb.fss.kernels` selects them; the two give the same bits.  Keys live in memory
 only: there is no byte format for them (the wire carries BGI keys).
