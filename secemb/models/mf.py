@@ -26,12 +26,11 @@ the public rating scale (3.0 for 1-5 stars), so nothing is computed from users' 
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.models.base import RecModel, StepResult, UserState, UserStore
 from secemb.models.batch import ITEM_POS, RATING, Batch
 
@@ -55,10 +54,8 @@ class MatrixFactorization(RecModel):
 
     def __init__(self, dim: int = 64, reg: float = 0.01, init_std: float = 0.1) -> None:
         dim = check_int("dim", dim, low=1)
-        if not (math.isfinite(reg) and reg >= 0):
-            raise InvalidParameters(f"reg must be a finite float >= 0, got {reg!r}")
-        if not (math.isfinite(init_std) and init_std >= 0):
-            raise InvalidParameters(f"init_std must be a finite float >= 0, got {init_std!r}")
+        check_float("reg", reg, low=0)
+        check_float("init_std", init_std, low=0)
         self.dim = dim
         self.reg = float(reg)
         self.init_std = float(init_std)

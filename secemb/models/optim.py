@@ -13,12 +13,11 @@ computed in float64.  Server-side use (whole table, lazy rows) lives in
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import check_float
 
 __all__ = ["AdamConfig", "adam_update"]
 
@@ -40,14 +39,10 @@ class AdamConfig:
     eps: float = 1e-8
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise InvalidParameters(f"Adam lr must be a positive finite float, got {self.lr!r}")
-        for name in ("beta1", "beta2"):
-            b = getattr(self, name)
-            if not 0.0 <= b < 1.0:
-                raise InvalidParameters(f"Adam {name} must be in [0, 1), got {b!r}")
-        if not (math.isfinite(self.eps) and self.eps > 0):
-            raise InvalidParameters(f"Adam eps must be a positive finite float, got {self.eps!r}")
+        check_float("Adam lr", self.lr, above=0)
+        check_float("Adam beta1", self.beta1, low=0, below=1)
+        check_float("Adam beta2", self.beta2, low=0, below=1)
+        check_float("Adam eps", self.eps, above=0)
 
 
 def adam_update(

@@ -51,12 +51,11 @@ and colr are exact projections up to the 2^-24 fixed-point step.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import numpy as np
 
-from secemb.errors import InvalidParameters, ProtocolError, check_int
+from secemb.errors import InvalidParameters, ProtocolError, check_float, check_int
 from secemb.options import DEFAULTS
 from secemb.protocols.base import Capabilities, RoundConfig
 from secemb.protocols.secfedrec import FullModelProtocol, FullModelServer, FullModelUser, _accumulate
@@ -316,11 +315,9 @@ class _LossyProtocol(FullModelProtocol):
                  min_scale: float = 1e-7, basis_seed: int = 0) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         rank = check_int("rank", rank, low=1)
-        if not (isinstance(frozen_columns, int) and frozen_columns >= 0):
-            raise InvalidParameters(f"frozen_columns must be an int >= 0, got {frozen_columns!r}")
+        frozen_columns = check_int("frozen_columns", frozen_columns, low=0)
         for nm, v in (("initial_scale", initial_scale), ("min_scale", min_scale)):
-            if not (math.isfinite(v) and v > 0):
-                raise InvalidParameters(f"{nm} must be a positive float, got {v!r}")
+            check_float(nm, v, above=0)
         self.rank, self.frozen_columns, self.frac_bits = rank, frozen_columns, int(frac_bits)
         self.initial_scale, self.min_scale, self.basis_seed = float(initial_scale), float(min_scale), int(basis_seed)
 

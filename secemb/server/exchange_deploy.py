@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from secemb.errors import InvalidParameters, check_int
+from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.protocols import get_protocol
 from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
 from secemb.server.exchange_state import ExchangeState, fingerprint
@@ -228,8 +228,7 @@ def init_exchange(root: str | os.PathLike, protocol: str, run: ExchangeRun, opti
     if not built.networked:
         raise InvalidParameters(f"protocol {protocol!r} runs in process only (networked = False): no deployment")
     check_int("port", port, low=1, high=65535)
-    if not stage_deadline_s > 0:
-        raise InvalidParameters(f"stage_deadline_s must be > 0, got {stage_deadline_s!r}")
+    check_float("stage_deadline_s", stage_deadline_s, above=0)
     root = Path(root)
     if (root / _CONFIG).exists():
         raise InvalidParameters(f"{root / _CONFIG} exists: refusing to replace a deployment (use a fresh directory)")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from secemb.data import synthetic_like
+from secemb.errors import InvalidParameters
 from secemb.models import get_model
 from secemb.protocols import get_protocol
 from secemb.protocols.lossy import FACTOR_FRAC_BITS, colr_basis
@@ -106,3 +107,14 @@ def test_lossy_protocols_train(name):
     res = train(get_model("mf", dim=4), get_protocol(name, rank=2), data, data,
                 TrainConfig(epochs=2, users_per_round=10, m_prime=12))
     assert np.isfinite(res.final_rmse) and res.final_rmse < 2.0
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    ({"frozen_columns": True}, "frozen_columns must be an int >= 0, got True"),
+    ({"frozen_columns": -1}, "frozen_columns must be an int >= 0, got -1"),
+    ({"initial_scale": 0.0}, "initial_scale must be a finite number > 0, got 0.0"),
+    ({"min_scale": float("nan")}, "min_scale must be a finite number > 0, got nan"),
+])
+def test_lossy_options_out_of_range_are_refused(options, says):
+    with pytest.raises(InvalidParameters, match=f"^{says}$"):
+        get_protocol("svd", **options)
