@@ -97,6 +97,7 @@ def register(app: typer.Typer) -> None:
         from secemb.models.task import RATING, Task
         from secemb.transport.credentials import DeviceCredentials
         from secemb.transport.errors import RemoteError, Unreachable
+        from secemb.transport.signing import parse_secret
 
         def fail(msg: str, code: int) -> NoReturn:
             typer.echo(json.dumps({"user": user, "error": msg}))
@@ -118,7 +119,7 @@ def register(app: typer.Typer) -> None:
                 if server0 is None or server1 is None or env[0] is None or env[1] is None:
                     fail("bad usage: give --credentials, or --server0 and --server1 with SECEMB_DEVICE_KEY0 and "
                          "SECEMB_DEVICE_KEY1 (hex) in the environment", 2)
-                urls, keys = [server0, server1], [bytes.fromhex(env[0]), bytes.fromhex(env[1])]
+                urls, keys = [server0, server1], [parse_secret(f"SECEMB_DEVICE_KEY{b}", env[b]) for b in (0, 1)]
             data = load_dataset(dataset, data_dir, seed=seed)
             if not 0.0 < test_fraction < 1.0:
                 raise InvalidParameters(f"--test-fraction must be in (0, 1), got {test_fraction}")

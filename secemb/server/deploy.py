@@ -51,7 +51,7 @@ from secemb.errors import InvalidParameters, check_int
 from secemb.server.config import ServerConfig, config_document, load_config
 from secemb.server.tls import TlsFiles, client_context, init_pki, write_private
 from secemb.transport.network import ApiClient
-from secemb.transport.signing import user_key
+from secemb.transport.signing import parse_secret, user_key
 
 __all__ = ["Deployment", "init_deployment", "init_half", "pair", "peer_secret"]
 
@@ -152,7 +152,8 @@ class Deployment:
     def admin(self, party: int, *, timeout: float = 60.0) -> ApiClient:
         """The operator's signed client for server ``party`` (its own admin secret, its own CA pinned)."""
         op = self._operator(party)
-        return ApiClient(op["url"], "admin", bytes.fromhex(op["admin"]), timeout=timeout,
+        key = parse_secret(f"{self.half_root(party) / _OPERATOR}: admin", op.get("admin"))
+        return ApiClient(op["url"], "admin", key, timeout=timeout,
                          tls=client_context(Path(op["ca"])))
 
     def issue(self, party: int, users: Iterable[int]) -> list[DeviceHalf]:

@@ -148,6 +148,21 @@ def test_client_with_server_0_down_says_server_unreachable(monkeypatch: pytest.M
     assert "no open round" not in doc["error"] and "Traceback" not in res.output
 
 
+@pytest.mark.parametrize(("key", "says"), [
+    ("ab" * 16, "SECEMB_DEVICE_KEY0 must be >= 32 bytes (64 hex digits), got 16"),  # taken before: one parser
+    ("ab " * 32, "SECEMB_DEVICE_KEY0 must be hex"),
+])
+def test_client_refuses_a_device_key_that_is_no_secret(monkeypatch: pytest.MonkeyPatch, key: str, says: str) -> None:
+    monkeypatch.setenv("SECEMB_DEVICE_KEY0", key)
+    monkeypatch.setenv("SECEMB_DEVICE_KEY1", secrets.token_hex(32))
+    res = _run("client", "--user", "3", "--server0", f"http://127.0.0.1:{_closed_port()}",
+               "--server1", f"http://127.0.0.1:{_closed_port()}", "--wait", "0.3")
+    assert res.exit_code == 2, res.output
+    doc = json.loads(res.stdout)
+    assert doc["error"].startswith(f"bad usage: {says}"), doc
+    assert key.strip() not in res.output and "Traceback" not in res.output
+
+
 def test_demo_reports_a_server_that_exited_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     # before: a traceback naming the log in the temporary folder the demo had already removed
     from secemb.errors import SecembError

@@ -1,7 +1,8 @@
 """One secret parser (secemb.transport.signing.parse_secret, issue 36 "one of each"): a server's
 configuration (ServerConfig: file, environment or Python), a one-server deployment's
-exchange.json and a device's credentials file read their secrets by the same rule -- bytes or
-hex digits only, at least 32 bytes -- and refuse anything else without echoing it."""
+exchange.json, a two-server operator file and a device's credentials file read their secrets by
+the same rule -- bytes or hex digits only, at least 32 bytes -- and refuse anything else without
+echoing it (the client's SECEMB_DEVICE_KEY0/1: tests/cli/test_user_errors.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from secemb.errors import InvalidParameters
 from secemb.server.config import ServerConfig
+from secemb.server.deploy import init_half
 from secemb.server.exchange_deploy import ExchangeDeployment
 from secemb.transport.credentials import DeviceHalf
 from secemb.transport.signing import SECRET_BYTES, parse_secret
@@ -85,3 +87,13 @@ def test_device_credentials_refuse_a_bad_key(tmp_path: Path, value: Any, says: s
     path.write_text(json.dumps(doc | {"key": value}))
     with pytest.raises(InvalidParameters, match=f"credentials .*half.json: key {says}"):
         DeviceHalf.load(path)
+
+
+@pytest.mark.parametrize(("value", "says"), JSON_BAD)
+def test_a_two_server_operator_file_refuses_a_bad_admin_secret(tmp_path: Path, value: Any, says: str) -> None:
+    dep = init_half(tmp_path / "op0", 0, ["127.0.0.1"], num_items=20, num_users=5, model="mf")
+    dep.admin(0).close()  # the admin secret init_half wrote is one
+    operator = tmp_path / "op0" / "operator.json"
+    operator.write_text(json.dumps(json.loads(operator.read_text()) | {"admin": value}))
+    with pytest.raises(InvalidParameters, match=f"operator.json: admin {says}"):
+        dep.admin(0)
