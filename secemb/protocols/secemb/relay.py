@@ -35,6 +35,7 @@ from secemb.protocols.secemb.sizes import (
     shared_bytes,
     tag_words,
 )
+from secemb.framing import HEADER_BYTES
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array
 from secemb.randomness import SEED_BYTES
 
@@ -75,6 +76,14 @@ def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
 def _digests(bodies: list[memoryview | None]) -> list[bytes | None]:
     """SHA-256 of each body (``None`` for ``None``): a range of a batch's forwarded key parts."""
     return [None if b is None else hashlib.sha256(b).digest() for b in bodies]
+
+
+def _words(data: bytes | memoryview, offset: int, config: RoundConfig) -> np.ndarray:
+    """The upload's correction words (ring (S, w)) at ``offset`` of ``data``, read in place
+    (read-only; a copy only on a big-endian host): for immutable ``data``."""
+    count = config.slots * config.width
+    view = np.frombuffer(data, config.dtype.newbyteorder("<"), count, offset).reshape(config.slots, config.width)
+    return view.astype(config.dtype, copy=False)
 
 
 @dataclass(frozen=True)
@@ -170,8 +179,18 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         if self.party == 1:
             check_user(user_id)
             raise ProtocolError("with relay, users upload to server 0 only")
-        body, off = self._take_upload(user_id, message)
-        return frame(NAME, "relay_upload", 1, cfg.round_id, body[: rows_bytes(cfg)], body[off:])
+        size = rows_bytes(cfg)
+        forward: list[bytes] = []
+
+        def words(body: memoryview) -> np.ndarray:
+            """Frame the forward (the words and their tag as received); the words are kept as its
+            view (immutable bytes of little more than them), not copied again."""
+            forward.append(frame(NAME, "relay_upload", 1, cfg.round_id, body[:size],
+                                 body[size + cfg.dense_size * cfg.dtype.itemsize :]))
+            return _words(forward[0], HEADER_BYTES, cfg)
+
+        self._take_upload(user_id, message, words)
+        return forward[0]
 
     def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
         """Server 0, relay: each request's shared key part framed for server 1 (the bytes
@@ -332,7 +351,10 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, body[:size]), body[size:]):
             raise RelayTampered(f"relay_upload of round {cfg.round_id}: the forwarded correction words fail the "
                                 "device's MAC (server 0 altered them); not absorbed")
-        cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
+        # immutable bytes of little more than the words: kept as their view; a buffer the caller may
+        # still change: copied
+        immutable = type(message) is bytes
+        cw = _words(body, 0, cfg) if immutable else read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
         seed = self._direct_of.pop(user_id).dense_seed
         self._absorb(user_id, cw, relay_prg(seed, (cfg.dense_size,), cfg.dtype), dense_seed=seed)
 

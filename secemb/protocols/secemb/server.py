@@ -447,16 +447,17 @@ class SecEmbServer(ServerRole):
         self._take_upload(user_id, message)
         return None
 
-    def _take_upload(self, user_id: int, message: bytes) -> tuple[memoryview, int]:
-        """Check and absorb an upload; its body and where the dense share ends in it."""
+    def _take_upload(self, user_id: int, message: bytes,
+                     words: Callable[[memoryview], np.ndarray] | None = None) -> None:
+        """Check and absorb an upload; ``words(body)`` gives its correction words (ring (S, w))
+        from the checked body (default: a copy of them)."""
         cfg = self._cfg()
         user_id = check_user(user_id)
         self._check_upload(user_id)
         body = open_message(message, NAME, "upload", self.party, cfg.round_id, upload_bytes(cfg, self.relay))
-        cw, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
-        dense, off = read_array(body, off, cfg.dtype, (cfg.dense_size,))
+        cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0] if words is None else words(body)
+        dense = read_array(body, cw.nbytes, cfg.dtype, (cfg.dense_size,))[0]
         self._absorb(user_id, cw, dense)
-        return body, off
 
     # -- verification (verified uploads) -------------------------------------------------
     def upload_digests(self, users: list[int]) -> dict[int, bytes] | None:
