@@ -173,8 +173,10 @@ class HttpStageAdmin:
         self.api.post_json(f"/v1/admin/exchange/rounds/{round_id}/{stage}/close")
 
     def round_status(self, round_id: int) -> dict[str, Any]:
-        doc: dict[str, Any] = self.api.get_json(f"/v1/admin/exchange/rounds/{round_id}")
-        return doc
+        """The round's outcome (InvalidMessage naming the server if it is not a JSON object with a
+        str ``state``, the field every reader of it reads)."""
+        path = f"/v1/admin/exchange/rounds/{round_id}"
+        return answer_fields(self.api.get_json(path), f"the server ({self.api.base_url}{path})", state=str)
 
     def model(self) -> bytes:
         """The public model's bytes."""

@@ -372,6 +372,24 @@ def test_finding_a_malformed_round_document_is_an_invalid_message_not_a_crash(do
         HttpStageLink(0, _Api(doc)).round_info()  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("doc", [[1], None, {}, {"state": 3}, {"state": None, "reason": "x"}])
+def test_a_malformed_round_outcome_is_an_invalid_message_naming_the_server(doc):
+    """The operator's stage link reads a round's outcome from the server: one without a str
+    ``state`` is InvalidMessage naming the server and the request, as the two-server admin link's
+    answers are (tests/cli/test_admin_server_answers.py); a well-formed one is returned as is."""
+    from secemb.errors import InvalidMessage
+    from secemb.transport.http import HttpStageAdmin
+
+    class Api(_Api):
+        base_url = "https://server.invalid"
+
+    with pytest.raises(InvalidMessage, match=r"^the server \(https://server\.invalid/v1/admin/exchange/rounds/4\): "
+                                             r"(a JSON object expected|field 'state': str expected)"):
+        HttpStageAdmin(Api(doc)).round_status(4)  # type: ignore[arg-type]
+    good = {"state": "committed", "survivors": [0, 1]}
+    assert HttpStageAdmin(Api(good)).round_status(4) == good  # type: ignore[arg-type]
+
+
 def test_a_round_whose_stages_are_not_the_protocols_is_refused_before_any_message():
     from secemb.client.stages import take_part
     from secemb.transport.http import HttpStageLink
