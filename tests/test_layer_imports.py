@@ -44,7 +44,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in
     "round",
     "inference transport",
     "server client",
-    "engine sim",
+    "sim",
     "training",
     "bench",
     "cli __main__",
