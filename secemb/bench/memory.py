@@ -12,11 +12,21 @@ Memory
     the gradient -- minus the process's resident memory just before (after imports, with only
     the model object and the features built).  Read from ``/proc/self/status`` (``VmHWM`` - ``VmRSS``), one
     spawned process per configuration, so nothing is shared between measurements.  Linux only.
+Server memory (``--server``, issue 37 goal 5)
+    Peak resident memory of a fresh process playing server 0 of one round with ``n`` devices
+    (:func:`server_round`): each device's retrieval request and upload (the device is played in
+    the same process, one at a time, and dropped: its part of the peak is one device's, whatever
+    ``n``), then the aggregate share over all but a tenth of them (the rest left out, as if
+    silent at server 1, so their dense shares are taken out again).  The peak (``VmHWM``) is read
+    after the share; the growth is over the resident set right after the round began (the model
+    in ring form and the evaluation table held).  Flat in ``n`` when the server's memory is
+    O(model); O(devices x model) shows as a growth of ``n`` dense shares.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +37,14 @@ import numpy as np
 from secemb.bench.comm import DATASETS, MODELS
 from secemb.bench.rss import reset_peak, status_kb
 
-__all__ = ["measure", "run"]
+__all__ = ["SERVER_PROTOCOLS", "measure", "run", "server_round", "server_run"]
+
+#: ``--server`` protocols: name -> get_protocol options (server 0's dense shares are explicit in all)
+SERVER_PROTOCOLS: dict[str, dict[str, Any]] = {
+    "secemb": {"layout": "full", "relay": False},
+    "secemb-cuckoo-relay": {"layout": "cuckoo", "relay": True},
+    "secfedrec": {},
+}
 
 
 def _child(model_name: str, dataset: str, mode: str, q: Any) -> None:
@@ -110,4 +127,112 @@ def run(models: Sequence[str] = MODELS, datasets: Sequence[str] = ("ml-1m", "ml-
                   for mo in dict.fromkeys(models)}
         line_panels(out / "memory.png", panels, xlabel="dataset", ylabel="peak MB per user", x=order, logy=True,
                     title="Per-user training memory (Appendix K.2)")
+    return rows
+
+
+def _server_child(model_name: str, dataset: str, dim: int, devices: int, protocol: str, q: Any) -> None:
+    from secemb.bench.rss import reset_peak, status_kb
+    from secemb.data.features import synthetic_features
+    from secemb.models import get_model, uses_features
+    from secemb.protocols import get_protocol
+
+    m, m_prime, mean = DATASETS[dataset]
+    feats = {"features": synthetic_features(dataset, 1, m)} if uses_features(model_name) else {}
+    model = get_model(model_name, dim=dim, **feats)
+    proto = get_protocol(protocol.replace("-cuckoo-relay", ""), **SERVER_PROTOCOLS[protocol])
+    rng = np.random.default_rng(0)  # the devices' items and gradients: workload, not secrets
+    server = proto.make_server(0)
+    helper = proto.make_server(1) if protocol == "secfedrec" else None  # its (empty) reply completes a retrieval
+    table = rng.integers(0, 2**32, (m, model.sparse_width), dtype=np.uint64).astype(np.uint32)
+
+    def one_round(round_id: int, devices: int) -> list[int]:
+        """A round of ``devices`` devices up to the aggregate share; the users it includes."""
+        rc = proto.round_config(round_id, m, model.sparse_width, model.dense_size, m_prime)
+        server.begin_round(rc, table)
+        if helper is not None:
+            helper.begin_round(rc, table)
+        if round_id:  # the measured round: from its start
+            reset_peak()
+            marks.append(status_kb("VmRSS"))
+        for u in range(devices):
+            _play_device(proto, rc, server, helper, u, mean, rng)
+        marks.append(status_kb("VmRSS"))
+        include = list(range(devices - max(1, devices // 10)))  # a tenth left out (silent at server 1)
+        server.aggregate_share(include=include)
+        return include
+
+    marks: list[int] = []
+    one_round(0, 2)  # warm-up: kernels loaded and compiled outside the figures
+    marks.clear()
+    t0 = time.perf_counter()
+    include = one_round(1, devices)
+    peak = status_kb("VmHWM")
+    base, held = marks
+    q.put({"seconds": time.perf_counter() - t0, "rss_round_start_mib": base / 1024, "rss_before_close_mib": held / 1024,
+           "peak_rss_mib": peak / 1024, "growth_mib": (peak - base) / 1024, "dense_size": model.dense_size,
+           "left_out": devices - len(include)})
+
+
+def _play_device(proto: Any, rc: Any, server: Any, helper: Any, u: int, mean: int, rng: np.random.Generator) -> None:
+    """Device ``u``'s retrieval and upload to ``server`` (server 0; ``helper``: a server 1 whose
+    empty reply completes a full-model retrieval), with a random dense gradient."""
+    m = rc.num_items
+    user = proto.make_user(rc)
+    items = rng.choice(m, rc.m_prime if rc.layout == "full" else mean, replace=False)
+    slots = items if rc.layout == "full" else rc.cuckoo().assign(items, rng)[0]
+    m0, m1 = user.retrieval_request(slots)
+    reply0 = server.handle_retrieval(u, m0)
+    if helper is not None:
+        user.retrieval_result(reply0, helper.handle_retrieval(u, m1))
+    rows = np.zeros((rc.slots, rc.width), rc.dtype)
+    dense = rng.integers(0, 2**16, rc.dense_size, dtype=np.uint64).astype(rc.dtype)
+    server.handle_upload(u, user.upload(rows, dense)[0])
+
+
+def server_round(model: str, dataset: str, dim: int, devices: int, protocol: str = "secemb") -> dict[str, Any]:
+    """Server 0's peak memory over one round of ``devices`` devices, in a fresh process (see
+    the module's "Server memory"); ``protocol`` one of :data:`SERVER_PROTOCOLS`."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_server_child, args=(model, dataset, dim, devices, protocol, q))
+    proc.start()
+    try:
+        while True:  # until the child reports, or dies without a report
+            try:
+                res: dict[str, Any] = q.get(timeout=5)
+                return res
+            except queue.Empty:
+                if not proc.is_alive():
+                    raise RuntimeError(f"the server memory probe died (exit code {proc.exitcode})") from None
+    finally:
+        proc.join(timeout=60)
+
+
+def server_run(model: str = "deepfm", dataset: str = "ml-100k", dim: int = 128,
+               devices: Sequence[int] = (10, 50, 100), protocols: Sequence[str] = ("secemb",), *,
+               out: str | Path | None = "results/memory", progress: Any = None) -> list[dict[str, Any]]:
+    """:func:`server_round` for each protocol and number of devices; the table in
+    ``out/server_memory.md`` and ``.csv``."""
+    t_all = time.perf_counter()
+    jobs = [(p, n) for p in protocols for n in devices]
+    task = progress.add_task("server memory", total=len(jobs)) if progress is not None else None
+    rows = []
+    for p, n in jobs:
+        res = server_round(model, dataset, dim, n, p)
+        rows.append({"protocol": p, "model": model, "dataset": dataset, "d": dim, "devices": n,
+                     "dense_mb": res["dense_size"] * 4 / 1e6, **res})
+        if progress is not None:
+            progress.update(task, advance=1, description=f"server memory {p} {n} devices")
+    if out is not None:
+        from secemb.bench.tables import write_csv, write_markdown
+
+        out = Path(out)
+        cols = ["protocol", "model", "dataset", "d", "devices", "left_out", "dense_mb", "rss_round_start_mib",
+                "rss_before_close_mib", "peak_rss_mib", "growth_mib", "seconds"]
+        write_csv(out / "server_memory.csv", rows, cols)
+        write_markdown(out / "server_memory.md", "Server 0's peak resident memory over one round (issue 37, goal 5)",
+                       rows, cols, [f"Wall time {time.perf_counter() - t_all:.0f} s. One fresh process per row "
+                                    "plays server 0 and, one at a time, the devices; a tenth of them is left "
+                                    "out at the close. MiB = 2^20 bytes; dense_mb: one device's dense share "
+                                    "(10^6 bytes)."])
     return rows

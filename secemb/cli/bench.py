@@ -356,13 +356,42 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         models: str = models_opt,
         datasets: str = typer.Option(None, help="Comma-separated datasets (default: ml-1m,ml-10m,ml-25m,yelp)."),
         out: Path = typer.Option(Path("results/memory"), help="Output folder."),
+        server: bool = typer.Option(False, "--server", help="Instead: server 0's peak RSS over one round by the "
+                                    "number of devices (issue 37; --models: one model, default deepfm; --datasets: "
+                                    "one dataset, default ml-100k)."),
+        devices: str = typer.Option("10,50,100", help="--server: comma-separated devices per round."),
+        dim: int = typer.Option(128, min=1, help="--server: the model's embedding size d."),
+        protocols: str = typer.Option("secemb", help="--server: comma-separated protocols (secemb, "
+                                      "secemb-cuckoo-relay, secfedrec)."),
         quiet: bool = quiet_opt,
         force: bool = force_opt,
     ) -> None:
-        """Per-user training memory and storage, SecEmb vs full model (Appendix K.2)."""
+        """Per-user training memory and storage, SecEmb vs full model (Appendix K.2); with
+        --server, a server's peak memory by devices per round."""
         from secemb.bench import comm as bench_comm
         from secemb.bench import memory as bench_memory
 
+        if server:
+            from secemb.cli._usage import fail
+
+            (model,), (dataset,) = _split(models, ("deepfm",))[:1], _split(datasets, ("ml-100k",))[:1]
+            names = _split(protocols, ("secemb",))
+            counts = _split(devices, ())
+            bad = [p for p in names if p not in bench_memory.SERVER_PROTOCOLS]
+            if bad or dataset not in bench_comm.DATASETS or model not in bench_comm.MODELS:
+                fail(f"--server runs protocols {', '.join(bench_memory.SERVER_PROTOCOLS)}, datasets "
+                     f"{', '.join(bench_comm.DATASETS)}, models {', '.join(bench_comm.MODELS)}; got {names}, "
+                     f"{dataset!r}, {model!r}")
+            if not counts or not all(n.isdigit() and int(n) >= 2 for n in counts):
+                fail(f"--devices: comma-separated integers >= 2, got {devices!r}")
+            with _progress(quiet, out, force, "server_memory") as progress:
+                rows = bench_memory.server_run(model, dataset, dim, [int(n) for n in counts], names, out=out,
+                                               progress=progress)
+            for r in rows:
+                typer.echo(f"{r['protocol']} {r['model']} d={r['d']} {r['devices']:>4} devices: server 0 peak RSS "
+                           f"{r['peak_rss_mib']:.0f} MiB (round start {r['rss_round_start_mib']:.0f} MiB)")
+            typer.echo(f"wrote {out}/server_memory.md, server_memory.csv")
+            return
         with _progress(quiet, out, force, "memory") as progress:
             rows = bench_memory.run(_split(models, bench_comm.MODELS),
                                     _split(datasets, ("ml-1m", "ml-10m", "ml-25m", "yelp")), out=out, progress=progress)
