@@ -328,8 +328,12 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
         body = open_message(message, NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
         masked = np.frombuffer(body, cfg.dtype.newbyteorder("<")).reshape(cfg.slots, cfg.width + tag_words(cfg))
-        reply = np.add(self._answers.pop(user_id), masked, dtype=cfg.dtype)  # read in place, added into the reply
-        return frame(NAME, "retrieval_reply", 0, cfg.round_id, array_bytes(reply))
+        own = self._answers.pop(user_id)
+        # read in place, added into this server's shares (no longer needed; a copy where they are read-only) and
+        # framed from them: one copy, into the reply
+        reply = np.add(own, masked, out=own if own.flags.writeable else None, dtype=cfg.dtype)
+        return frame(NAME, "retrieval_reply", 0, cfg.round_id,
+                     np.ascontiguousarray(reply, dtype=reply.dtype.newbyteorder("<")).data)
 
     def relay_upload(self, user_id: int, message: bytes) -> None:
         """Server 1, relay: check the forwarded correction words' tag under the key the user
