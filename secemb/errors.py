@@ -70,6 +70,24 @@ class ModelDisagreement(Deviation):
     """The two servers (or a server and a device) hold models with different digests."""
 
 
+#: from this magnitude on, a bound next to a power of two is written as one (:func:`_number`)
+_POWER_FROM = 1 << 20
+
+
+def _number(bound: object) -> str:
+    """A bound as an error message writes it: an int within one of a power of two from
+    2^20 on as ``2^k``, ``2^k - 1`` or ``2^k + 1`` (``-2^k``, ``-(2^k - 1)`` below zero),
+    so ``2**62 - 1`` reads ``2^62 - 1``; any other number as ``str`` does."""
+    if type(bound) is int and abs(bound) >= _POWER_FROM:
+        size = abs(bound)
+        for offset, tail in ((0, ""), (1, " - 1"), (-1, " + 1")):
+            power = size + offset
+            if power & (power - 1) == 0:
+                text = f"2^{power.bit_length() - 1}{tail}"
+                return text if bound > 0 else (f"-{text}" if not tail else f"-({text})")
+    return str(bound)
+
+
 def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None,
               error: type[Exception] = InvalidParameters) -> int:
     """``value`` as an ``int``, if it is an integer (a Python or numpy integer; never a bool)
@@ -87,11 +105,11 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
         if (low is None or v >= low) and (high is None or v <= high):
             return v
     if low is not None and high is not None:
-        bound = f" in [{low}, {high}]"
+        bound = f" in [{_number(low)}, {_number(high)}]"
     elif low is not None:
-        bound = f" >= {low}"
+        bound = f" >= {_number(low)}"
     else:
-        bound = "" if high is None else f" <= {high}"
+        bound = "" if high is None else f" <= {_number(high)}"
     raise error(f"{name} must be an int{bound}, got {value!r}")
 
 
@@ -120,9 +138,9 @@ def check_float(name: str, value: object, *, low: float | None = None, above: fl
                 and (high is None or v <= high) and (below is None or v < below):
             return v
     if (low is not None or above is not None) and (high is not None or below is not None):
-        bound = " in " + (f"[{low}" if low is not None else f"({above}") + ", " \
-            + (f"{high}]" if high is not None else f"{below})")
+        bound = " in " + (f"[{_number(low)}" if low is not None else f"({_number(above)}") + ", " \
+            + (f"{_number(high)}]" if high is not None else f"{_number(below)})")
     else:
-        bound = next((f" {op} {b}" for op, b in ((">=", low), (">", above), ("<=", high), ("<", below))
+        bound = next((f" {op} {_number(b)}" for op, b in ((">=", low), (">", above), ("<=", high), ("<", below))
                       if b is not None), "")
     raise error(f"{name} must be a finite number{bound}, got {value!r}")

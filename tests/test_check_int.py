@@ -40,6 +40,23 @@ def test_bounds_are_inclusive_and_named_in_the_message(value: int, low: int | No
     assert check_int("n", edge, low=low, high=high) == edge
 
 
+@pytest.mark.parametrize(("value", "low", "high", "says"), [
+    (2**62, 0, 2**62 - 1, r"r must be an int in \[0, 2\^62 - 1\], got 4611686018427387904"),
+    (2**31 + 1, 2, 1 << 31, r"r must be an int in \[2, 2\^31\], got 2147483649"),
+    (-1, 2**20 + 1, None, r"r must be an int >= 2\^20 \+ 1, got -1"),
+    (0, None, -(2**63), r"r must be an int <= -2\^63, got 0"),
+    (0, -(2**63 - 1), -1, r"r must be an int in \[-\(2\^63 - 1\), -1\], got 0"),
+    (2**20, 0, 2**20 - 1, r"r must be an int in \[0, 1048575\], got 1048576"),  # below 2^20: digits
+    (0, 3 * 2**40, None, r"r must be an int >= 3298534883328, got 0"),  # no power of two: digits
+])
+def test_bounds_next_to_a_large_power_of_two_read_as_one(value: int, low: int | None, high: int | None,
+                                                         says: str) -> None:
+    with pytest.raises(InvalidParameters, match=f"^{says}$"):
+        check_int("r", value, low=low, high=high)
+    with pytest.raises(InvalidParameters, match=r"^f must be a finite number < 2\^53, got "):
+        check_float("f", 2.0**60, below=2**53)
+
+
 def test_invalid_parameters_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         check_int("n", -1, low=0)

@@ -36,6 +36,6 @@ def secea_node() -> SecEANode:
 def test_a_round_id_out_of_range_or_of_another_type_is_refused(make: Any) -> None:
     node = make()
     for rid in BAD:
-        with pytest.raises(InvalidParameters, match=rf"^round_id must be an int in \[0, {2**62 - 1}\], got "):
+        with pytest.raises(InvalidParameters, match=r"^round_id must be an int in \[0, 2\^62 - 1\], got "):
             node.open_round(rid, [0, 1, 2])
     assert node.open_round(2**62 - 1, [0, 1, 2])["round_id"] == 2**62 - 1
