@@ -33,6 +33,7 @@ import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, ServerRole, UserRole
+from secemb.protocols.spill import SpilledShares
 from secemb.protocols.wire import array_bytes, check_ring, frame, open_message, read_array
 from secemb.randomness import RandomBytes
 
@@ -117,14 +118,19 @@ class PlaintextUser(UserRole):
 
 
 class PlaintextServer(ServerRole):
-    """Server ``party``.  Server 0 answers in the clear and sums the uploads; server 1 only
-    acknowledges and contributes an all-zero share."""
+    """Server ``party``.  Server 0 answers in the clear and sums the uploads as they arrive
+    (a user's dense gradient is kept on disk only, to take it out again if the user is left
+    out: docs/training.md, "Server memory"); server 1 only acknowledges and contributes an
+    all-zero share."""
 
     def __init__(self, party: int) -> None:
         super().__init__(party)
         self._table = np.zeros((0, 0), np.uint32)
         self._requested: dict[int, np.ndarray] = {}
-        self._uploaded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # server 0: idx, rows, dense
+        self._uploaded: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # server 0: idx, rows (dense: spilled)
+        self._spilled = SpilledShares()
+        self._sparse = np.zeros((0, 0), np.uint32)  # server 0: the running sums over every upload
+        self._dense = np.zeros(0, np.uint32)
 
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
@@ -135,6 +141,9 @@ class PlaintextServer(ServerRole):
         self._table = table.copy() if self.party == 0 else np.zeros((0, config.width), config.dtype)
         self._requested = {}
         self._uploaded = {}
+        self._spilled.clear()
+        self._sparse = np.zeros((config.num_items, config.width) if self.party == 0 else (0, 0), config.dtype)
+        self._dense = np.zeros(config.dense_size if self.party == 0 else 0, config.dtype)
 
     def handle_retrieval(self, user_id: int, message: bytes) -> bytes:
         cfg = self._cfg()
@@ -170,24 +179,35 @@ class PlaintextServer(ServerRole):
         body = open_message(message, _NAME, "upload", self.party, cfg.round_id, _upload_bytes(cfg, self.party))
         idx = self._requested[user_id]
         grads = np.zeros((0, cfg.width), cfg.dtype)
-        dense = np.zeros(cfg.dense_size, cfg.dtype)
         if self.party == 0:
             grads, off = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))
             dense, _ = read_array(body, off, cfg.dtype, (cfg.dense_size,))
-        # all checks passed: keep the user's contribution until the round closes
-        self._uploaded[user_id] = (idx, grads, dense)
+            self._spilled.put(user_id, dense)  # first: it may fail (OSError), and nothing has changed yet
+            # all checks passed: the user's contribution enters the running sums now
+            np.add.at(self._sparse, idx[idx >= 0], grads[idx >= 0])
+            self._dense += dense
+        self._uploaded[user_id] = (idx, grads)
 
     def _sums(self, include: list[int] | None) -> tuple[np.ndarray, np.ndarray]:
-        """Ring sums of the uploads of ``include`` (``None``: all); all zero at server 1 (in
-        the clear everything went to server 0).  uint arithmetic wraps mod 2^k."""
+        """Ring sums of the uploads of ``include`` (``None``: all), new arrays: the running sums
+        less the users left out (their dense gradients read back from disk, one at a time); all
+        zero at server 1 (in the clear everything went to server 0).  uint arithmetic wraps
+        mod 2^k, so the order of the terms does not matter.
+
+        Raises
+        ------
+        ProtocolError: ``include`` names a user that did not upload.
+        OSError: a left-out user's dense gradient could not be read back.
+        """
         cfg = self._cfg()
-        sparse = np.zeros((cfg.num_items, cfg.width), dtype=cfg.dtype)
-        dense = np.zeros(cfg.dense_size, dtype=cfg.dtype)
-        for u in self._include(include, self._uploaded, cfg.round_id):
-            idx, grads, d = self._uploaded[u]
-            if self.party == 0:
-                np.add.at(sparse, idx[idx >= 0], grads[idx >= 0])
-                dense += d
+        users = set(self._include(include, self._uploaded, cfg.round_id))
+        if self.party != 0:
+            return np.zeros((cfg.num_items, cfg.width), cfg.dtype), np.zeros(cfg.dense_size, cfg.dtype)
+        sparse, dense = self._sparse.copy(), self._dense.copy()
+        for u in self._uploaded.keys() - users:
+            idx, grads = self._uploaded[u]
+            np.subtract.at(sparse, idx[idx >= 0], grads[idx >= 0])
+            dense -= self._spilled.get(u)
         return sparse, dense
 
     def aggregate_share(self, include: list[int] | None = None) -> bytes:

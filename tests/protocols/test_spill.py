@@ -74,8 +74,9 @@ def _round(name: str, opts: dict, include: list[int], *, corrupt: bool = False):
     return s0.combine(share, include=include)[1], dense_in, s0, s1
 
 
-CASES = [("secemb", {"layout": "full"}), ("secemb", {"layout": "cuckoo", "relay": True}), ("secfedrec", {})]
-IDS = ["secemb-full", "secemb-cuckoo-relay", "secfedrec"]
+CASES = [("secemb", {"layout": "full"}), ("secemb", {"layout": "cuckoo", "relay": True}), ("secfedrec", {}),
+         ("plaintext", {})]
+IDS = ["secemb-full", "secemb-cuckoo-relay", "secfedrec", "plaintext"]
 
 
 @pytest.mark.parametrize("name,opts", CASES, ids=IDS)
@@ -87,9 +88,10 @@ def test_a_left_out_devices_spilled_dense_share_is_taken_out_exactly(name, opts)
         expected += dense_in[u]
     assert np.array_equal(dense, expected)
     # the shares were kept out of memory: on disk at server 0 (explicit shares) and at server 1
-    # without relay; server 1 with relay spilled nothing (it keeps the seeds)
+    # without relay; server 1 with relay spilled nothing (it keeps the seeds), nor did plaintext's
+    # server 1 (it gets nothing)
     assert len(s0._spilled) == USERS
-    assert len(s1._spilled) == (0 if opts.get("relay") else USERS)
+    assert len(s1._spilled) == (0 if opts.get("relay") or name == "plaintext" else USERS)
     if name == "secemb":  # SecEmb: nothing dense-sized stays in the absorbed records
         assert all(a.cw.size < P for a in s0._absorbed.values())
         assert all((a.dense_seed is not None) == bool(opts.get("relay")) for a in s1._absorbed.values())
