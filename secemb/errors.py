@@ -88,6 +88,21 @@ def _number(bound: object) -> str:
     return str(bound)
 
 
+#: the most characters of a refused value's ``repr`` an error message repeats (:func:`_shown`)
+_SHOWN = 80
+
+
+def _shown(value: object) -> str:
+    """``repr(value)`` for an error message: cut after :data:`_SHOWN` characters (a field of
+    another party's message may be any size), and a size in place of an int too long for
+    ``str`` (Python's digit limit raises ``ValueError`` there, not the caller's class)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"an int of {value.bit_length()} bits" if isinstance(value, int) else type(value).__name__
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text)} characters)"
+
+
 def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None,
               error: type[Exception] = InvalidParameters) -> int:
     """``value`` as an ``int``, if it is an integer (a Python or numpy integer; never a bool)
@@ -110,7 +125,7 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
         bound = f" >= {_number(low)}"
     else:
         bound = "" if high is None else f" <= {_number(high)}"
-    raise error(f"{name} must be an int{bound}, got {value!r}")
+    raise error(f"{name} must be an int{bound}, got {_shown(value)}")
 
 
 def check_float(name: str, value: object, *, low: float | None = None, above: float | None = None,
@@ -143,4 +158,4 @@ def check_float(name: str, value: object, *, low: float | None = None, above: fl
     else:
         bound = next((f" {op} {_number(b)}" for op, b in ((">=", low), (">", above), ("<=", high), ("<", below))
                       if b is not None), "")
-    raise error(f"{name} must be a finite number{bound}, got {value!r}")
+    raise error(f"{name} must be a finite number{bound}, got {_shown(value)}")

@@ -57,6 +57,16 @@ def test_bounds_next_to_a_large_power_of_two_read_as_one(value: int, low: int | 
         check_float("f", 2.0**60, below=2**53)
 
 
+def test_a_long_value_is_cut_in_the_message_and_a_huge_int_raises_the_callers_class() -> None:
+    with pytest.raises(InvalidMessage, match=r"^u must be an int, got 'xxxxx") as info:
+        check_int("u", "x" * 10_000, error=InvalidMessage)
+    assert len(str(info.value)) < 200 and str(info.value).endswith("... (10002 characters)")
+    with pytest.raises(InvalidMessage, match=r"^u must be an int <= 5, got an int of 16610 bits$"):
+        check_int("u", 10**5000, high=5, error=InvalidMessage)  # repr() would raise ValueError
+    with pytest.raises(InvalidMessage, match=r"^f must be a finite number, got an int of 16610 bits$"):
+        check_float("f", 10**5000, error=InvalidMessage)
+
+
 def test_invalid_parameters_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         check_int("n", -1, low=0)
