@@ -32,8 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,6 +42,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from secemb.bench.child import run_child
 from secemb.bench.machine import machine_info
 
 __all__ = ["GOAL_EPOCH", "GOAL_PROCESS", "KernelClock", "kernel_clock", "run", "table_rows"]
@@ -164,15 +163,12 @@ def _process_cpu(args: list[str]) -> tuple[float, str]:
 
     with tempfile.TemporaryDirectory(prefix="secemb-overhead-") as tmp:
         out = Path(tmp) / "result.json"
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run([sys.executable, "-m", "secemb", "train", *args, "--json-out", str(out)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = run_child([sys.executable, "-m", "secemb", "train", *args, "--json-out", str(out)], keep_stdout=False)
         if done.returncode:
             last = (done.stderr.strip().splitlines() or ["no message"])[-1]
             raise SecembError(f"secemb train {' '.join(args)} exited {done.returncode}: {last}")
         sha = json.loads(out.read_text(encoding="utf-8"))["model_sha256"]
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), str(sha)
+    return done.cpu_s, str(sha)
 
 
 def run(dataset: str = "ml-100k", epochs: int = 2, *, data_dir: str | None = None, process: bool = True,

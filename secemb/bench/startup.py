@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
+from secemb.bench.child import run_child
 from secemb.bench.machine import machine_info
 from secemb.errors import InvalidParameters, SecembError, check_int
 
@@ -97,18 +95,13 @@ print(json.dumps(out))
 def _child(script: str, *args: str, timeout_s: float) -> dict[str, Any]:
     """Run ``script`` in a fresh interpreter; its last stdout line (JSON) with ``wall_total_s``
     (from before the start to the exit) and ``cpu_total_s`` (the child's user + system)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          timeout=timeout_s, check=False)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = run_child([sys.executable, "-c", script, *args], timeout_s=timeout_s)
     if proc.returncode != 0:
         last = " / ".join(proc.stderr.strip().splitlines()[-2:]) or "no message"
         raise SecembError(f"the measured child process failed (exit {proc.returncode}): {last}")
     got: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    got["wall_total_s"] = wall
-    got["cpu_total_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    got["wall_total_s"] = proc.wall_s
+    got["cpu_total_s"] = proc.cpu_s
     return got
 
 
