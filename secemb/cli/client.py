@@ -289,7 +289,7 @@ def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: i
     line per round."""
     from secemb.cli._exchange import given_options
     from secemb.data import DataFormatError, DatasetNotFoundError
-    from secemb.client.stages import take_part
+    from secemb.client.stages import deployed_device, device_state_file, take_part
     from secemb.errors import InvalidParameters, SecembError
     from secemb.server.exchange_deploy import ExchangeCredentials
     from secemb.server.tls import client_context
@@ -309,7 +309,8 @@ def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: i
         if creds.user != user:
             raise InvalidParameters(f"{credentials} holds user {creds.user}'s key, not --user {user}'s")
         protocol = creds.protocol(data_dir)
-        device = protocol.make_device(user)
+        state = device_state_file(creds.path, user, creds.doc, creds.key, creds.ca.read_bytes())
+        device = deployed_device(protocol, user, state)  # a SecEA silo: restored from its state file if there
         tls = client_context(creds.ca)
     except (InvalidParameters, DatasetNotFoundError, DataFormatError, OSError) as exc:
         fail(f"bad usage: {exc}", 2)

@@ -8,15 +8,45 @@ HTTP :class:`~secemb.transport.http.HttpStageLink`) instead of an operator's cal
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from secemb.errors import ProtocolError
-from secemb.protocols.exchange import ExchangeDevice
+from secemb.protocols.device_state import DeviceStateFile, DurableDevices
+from secemb.protocols.exchange import ExchangeDevice, ExchangeProtocol
 from secemb.protocols.stages import RoundPlan
 from secemb.transport.links import PolledStageLink
 
-__all__ = ["take_part"]
+__all__ = ["deployed_device", "device_state_file", "take_part"]
+
+
+def device_state_file(credentials: Path, user: int, deployment: Mapping[str, Any], secret: bytes,
+                      server_ca: bytes) -> DeviceStateFile:
+    """Device ``user``'s state file beside its credentials file (``device-U.json`` ->
+    ``device-U.state``), authenticated under its credential ``secret`` and bound to the device,
+    the deployment's ``protocol``, ``run`` and ``options`` (from ``deployment``, the credentials'
+    document) and the SHA-256 of the server's CA certificate ``server_ca``."""
+    binding = {"device": user, **{k: deployment.get(k) for k in ("protocol", "run", "options")},
+               "server_ca_sha256": hashlib.sha256(server_ca).hexdigest()}
+    return DeviceStateFile(credentials.with_suffix(".state"), secret, binding)
+
+
+def deployed_device(protocol: ExchangeProtocol, user: int, state: DeviceStateFile) -> ExchangeDevice:
+    """Device ``user`` as ``secemb client`` runs it: restored from and kept in ``state`` if the
+    protocol's devices keep state (:class:`~secemb.protocols.device_state.DurableDevices`, e.g.
+    a SecEA silo), else :meth:`~secemb.protocols.exchange.ExchangeProtocol.make_device`.
+
+    Raises
+    ------
+    secemb.protocols.device_state.CorruptDeviceState: a state file that cannot be used;
+    InvalidParameters: as ``make_device``.
+    """
+    if isinstance(protocol, DurableDevices):
+        return protocol.make_durable_device(user, state)
+    return protocol.make_device(user)
 
 
 def take_part(link: PolledStageLink, device: ExchangeDevice, plan: RoundPlan, doc: dict[str, Any], *,

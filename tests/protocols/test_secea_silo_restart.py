@@ -1,37 +1,181 @@
-"""A SecEA silo whose own process restarts cannot take part again (docs/secea.md, "A silo's
-restart"): ``make_device`` -- what ``secemb client`` builds at start -- gives it fresh X25519 and
-Paillier keys and neither the key directory nor the entity union, and the server opens no second
-set-up once one has committed, so the deployment must start again from a fresh directory.  The
-silos that kept running are not affected (tests/server/test_exchange_state.py: the server's own
-restart)."""
+"""A SecEA silo whose own process restarts goes on from its state file (docs/secea.md, "A silo's
+restart"; :meth:`SecEAProtocol.make_durable_device`, :mod:`secemb.protocols.device_state`):
+same keys, directory, union, model, Adam state and batch order, so the run's model is the
+uninterrupted run's bit for bit, with no new set-up.  A file that is not this silo's of this
+deployment, or altered, is refused before anything is used or overwritten; a silo without a
+state file (``make_device``) still cannot come back."""
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from secemb.data import load_movielens, train_test_split
-from secemb.errors import ProtocolError
+from secemb.digest import model_sha256
+from secemb.errors import InvalidMessage, ProtocolError
+from secemb.protocols.device_state import CorruptDeviceState, DeviceStateFile
 from secemb.protocols.exchange import ExchangeRun
-from secemb.protocols.secea.protocol import SecEAProtocol
-from secemb.protocols.stages import SECEA_STAGES
-from secemb.sim.player import connect_local
+from secemb.protocols.secea.protocol import SecEAProtocol, SecEASilo
+from secemb.protocols.stages import SECEA_SETUP_STAGES, SECEA_STAGES
+from secemb.sim.player import Rounds, connect_local
+
+SILOS = [0, 1, 2]
 
 
-def test_a_restarted_silo_has_new_keys_no_union_and_gets_no_new_set_up():
-    split = train_test_split(load_movielens("ml-100k"), 0.2, 0)
-    proto = SecEAProtocol(ExchangeRun("ml-100k", epochs=1, seed=0), dim=2, secea_items=5, secea_key_bits=1024,
-                          data=split)
+@pytest.fixture(scope="module")
+def split():
+    return train_test_split(load_movielens("ml-100k"), 0.2, 0)
+
+
+def _proto(split, seed: int = 0) -> SecEAProtocol:
+    return SecEAProtocol(ExchangeRun("ml-100k", epochs=1, seed=seed), dim=2, secea_items=5, secea_key_bits=1024,
+                         data=split)
+
+
+def _store(root: Path, user: int, *, secret: bytes = b"k" * 32, deployment: str = "dep-a") -> DeviceStateFile:
+    return DeviceStateFile(root / f"device-{user}.state", secret, {"device": user, "deployment": deployment})
+
+
+def _doc(round_id: int, stages) -> dict:
+    return {"round_id": round_id, "users": SILOS, "stages": list(stages)}
+
+
+def _round(rounds: Rounds, silos: dict[int, SecEASilo], round_id: int) -> None:
+    rec = rounds.play(round_id, {u: s.party(_doc(round_id, SECEA_STAGES)) for u, s in silos.items()})
+    assert rec.finished == SILOS and rec.outcome["state"] == "committed"
+
+
+def _hash(silos: dict[int, SecEASilo]) -> str:
+    ordered = [silos[u].silo for u in SILOS]
+    return model_sha256(np.vstack([s.item_rows for s in ordered]),
+                        np.concatenate([s.user_rows.ravel() for s in ordered]))
+
+
+def _deployment(proto: SecEAProtocol, root: Path) -> tuple[Rounds, dict[int, SecEASilo]]:
+    """A set-up deployment of durable silos, their files in ``root``."""
+    rounds = connect_local(proto.make_server())
+    silos = {u: proto.make_durable_device(u, _store(root, u)) for u in SILOS}
+    setup = rounds.play(0, {u: s.party(_doc(0, SECEA_SETUP_STAGES)) for u, s in silos.items()})
+    assert setup.finished == SILOS and setup.outcome["state"] == "committed"
+    return rounds, silos
+
+
+def test_a_silo_restarted_from_its_state_file_trains_on_to_the_uninterrupted_model(split, tmp_path):
+    straight_rounds, straight = _deployment(_proto(split), tmp_path / "straight")
+    for k in (1, 2, 3):
+        _round(straight_rounds, straight, k)
+
+    proto = _proto(split)
+    rounds, silos = _deployment(proto, tmp_path / "restarted")
+    for k in (1, 2):
+        _round(rounds, silos, k)
+    state = tmp_path / "restarted" / "device-2.state"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    old_hello = silos[2].client.hello()
+    silos[2] = proto.make_durable_device(2, _store(tmp_path / "restarted", 2))  # silo 2's process started again
+    assert silos[2].client.hello() == old_hello and silos[2].last_round == 2  # its keys, its last round
+    _round(rounds, silos, 3)  # no new set-up: the server's directory and union still serve
+    assert _hash(silos) == _hash(straight)
+    # the model did train: not the model of two rounds ago
+    assert silos[2].last_round == 3
+
+
+def test_a_silo_restarted_during_a_round_never_pads_that_round_again(split, tmp_path):
+    proto = _proto(split)
+    rounds, silos = _deployment(proto, tmp_path)
+    party = silos[2].party(_doc(1, SECEA_STAGES))
+    party.message("secea-share")  # padded and handed out, then silo 2 stops before the round ends
+    back = proto.make_durable_device(2, _store(tmp_path, 2))
+    assert back.client.last_upload == 1 and back.last_round == 0
+    with pytest.raises(ProtocolError, match="pads are used once"):
+        back.party(_doc(1, SECEA_STAGES)).message("secea-share")
+    with pytest.raises(InvalidMessage, match="no second one"):
+        back.party(_doc(2, SECEA_SETUP_STAGES))
+
+
+def _refused(proto: SecEAProtocol, store: DeviceStateFile, match: str) -> None:
+    before = store.path.read_bytes() if store.path.exists() else None
+    with pytest.raises(CorruptDeviceState, match=match):
+        proto.make_durable_device(store.binding["device"], store)
+    assert (store.path.read_bytes() if store.path.exists() else None) == before  # nothing overwritten
+
+
+def test_state_files_of_another_silo_deployment_or_altered_are_refused(split, tmp_path):
+    proto = _proto(split)
+    _deployment(proto, tmp_path)
+    own = _store(tmp_path, 1)
+    # silo 0's file handed to silo 1 (same deployment, same credentials secret: the binding names silo 0)
+    (tmp_path / "swap").mkdir()
+    (tmp_path / "swap" / "device-1.state").write_bytes((tmp_path / "device-0.state").read_bytes())
+    _refused(proto, _store(tmp_path / "swap", 1), "another device or deployment .device differs")
+    # another deployment's binding, and another device secret under the same binding
+    _refused(proto, _store(tmp_path, 1, deployment="dep-b"), "deployment differs")
+    _refused(proto, _store(tmp_path, 1, secret=b"x" * 32), "authentication tag")
+    # one bit flipped anywhere: the tag
+    data = bytearray(own.path.read_bytes())
+    for pos in (40, len(data) // 2, len(data) - 1):
+        flipped = bytearray(data)
+        flipped[pos] ^= 1
+        own.path.write_bytes(bytes(flipped))
+        _refused(proto, own, "authentication tag|another device|malformed")
+    own.path.write_bytes(bytes(data[:20]))
+    _refused(proto, own, "not a device state file")
+    own.path.write_bytes(b"")
+    _refused(proto, own, "not a device state file")
+
+
+def test_a_correctly_tagged_state_that_does_not_fit_the_silo_is_refused(split, tmp_path):
+    proto = _proto(split)
+    _deployment(proto, tmp_path)
+    store = _store(tmp_path, 1)
+    meta, arrays = store.load()
+    good = dict(meta), dict(arrays)
+
+    def rewrite(meta_change=None, arrays_change=None):
+        m, a = dict(good[0]), dict(good[1])
+        m |= meta_change or {}
+        a |= arrays_change or {}
+        store.save(m, a)
+
+    rewrite(arrays_change={"param2": np.zeros((1, 2), np.float32)})
+    _refused(proto, store, "param2 must be finite float32")
+    rewrite(arrays_change={"union": good[1]["union"][1:]})
+    _refused(proto, store, "union")
+    rewrite(meta_change={"client": {**good[0]["client"], "x25519": "00" * 32}})
+    _refused(proto, store, "directory does not carry this client's own keys")
+    rewrite(meta_change={"client": {**good[0]["client"], "paillier_q": "7"}})
+    _refused(proto, store, "1024-bit key")
+    rewrite(meta_change={"last_round": -3})
+    _refused(proto, store, "last_round")
+    rewrite(meta_change={"batch_order": {"bit_generator": "MT19937"}})
+    _refused(proto, store, "device state")
+
+
+def test_a_silo_without_a_state_file_still_has_new_keys_and_no_union(split):
+    proto = _proto(split)
     hosted = proto.make_server()
     rounds = connect_local(hosted)
-    silos = {u: proto.make_device(u) for u in range(3)}
+    silos = {u: proto.make_device(u) for u in SILOS}
     setup = rounds.play(0, {u: s.setup_party(0) for u, s in silos.items()})
-    assert setup.finished == [0, 1, 2] and setup.outcome["state"] == "committed"
-
-    restarted = proto.make_device(2)  # silo 2's process started again
-    assert restarted.client.hello() != silos[2].client.hello()  # other keys than the directory holds
-    doc = hosted.node.open_round(1, [0, 1, 2])
-    assert doc["setup"] is False and doc["stages"] == list(SECEA_STAGES)  # no second set-up
-    party = restarted.party(doc)
+    assert setup.finished == SILOS and setup.outcome["state"] == "committed"
+    restarted = proto.make_device(2)
+    assert restarted.client.hello() != silos[2].client.hello()
+    doc = hosted.node.open_round(1, SILOS)
+    assert doc["setup"] is False and doc["stages"] == list(SECEA_STAGES)
     with pytest.raises(ProtocolError, match="directory and the union"):
-        party.message("secea-share")
-    silos[0].party(doc).message("secea-share")  # a silo that kept running goes on
+        restarted.party(doc).message("secea-share")
+
+
+def test_the_state_file_holds_no_secret_in_a_refusal_message(split, tmp_path):
+    proto = _proto(split)
+    _deployment(proto, tmp_path)
+    store = _store(tmp_path, 1)
+    meta, arrays = store.load()
+    secret_hex = meta["client"]["paillier_p"]
+    store.save({**meta, "last_round": "x"}, arrays)
+    with pytest.raises(CorruptDeviceState) as err:
+        proto.make_durable_device(1, store)
+    assert secret_hex not in str(err.value) and meta["client"]["x25519"] not in str(err.value)

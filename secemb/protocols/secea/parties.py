@@ -23,8 +23,11 @@ RESULT carrying fewer than D answers.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+from phe.paillier import PaillierPrivateKey, PaillierPublicKey
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.secea import coding, field, wire
@@ -66,12 +69,16 @@ class SecEAClient:
     the real ones and dummies for uniformly drawn entities whose answers are discarded, so the
     server learns the public bound instead of ``|E_n|`` (each dummy costs what a real query does).
 
+    ``keys``: its X25519 private key (32 bytes) and Paillier private key, kept from an earlier
+    run of this silo (:meth:`restore`); ``None``: fresh keys (``key_bits``).
+
     ``_rng`` (keyword-only, tests only) replaces the OS CSPRNG for every secret the client draws
     except the Paillier primes, which ``phe`` draws from the OS.
     """
 
     def __init__(self, index: int, params: SecEAParams, entities: np.ndarray, *, key_bits: int = 2048,
-                 query_bound: int | None = None, _rng: RandomBytes | None = None) -> None:
+                 query_bound: int | None = None, keys: tuple[bytes, PaillierPrivateKey] | None = None,
+                 _rng: RandomBytes | None = None) -> None:
         if not 0 <= index < params.num_clients:
             raise InvalidParameters(f"client index must be in [0, {params.num_clients}), got {index}")
         ids = np.asarray(entities, dtype=np.int64)
@@ -81,11 +88,17 @@ class SecEAClient:
             raise InvalidParameters(f"query_bound must be >= the {ids.size} entities, got {query_bound}")
         self.index, self.params, self.entities, self.query_bound = index, params, ids, query_bound
         self._rng = system_rng if _rng is None else _rng
-        self._x25519 = KeyPair.generate(_rng=self._rng)
-        self._paillier_public, self._paillier_private = phe_packing.generate_keypair(key_bits)
+        if keys is None:
+            self._x25519 = KeyPair.generate(_rng=self._rng)
+            self._paillier_public, self._paillier_private = phe_packing.generate_keypair(key_bits)
+        else:
+            self._x25519 = KeyPair.from_private(keys[0])
+            self._paillier_public, self._paillier_private = phe_packing.PublicKey(keys[1].public_key), keys[1]
+        self._directory: bytes | None = None
         self._peers: dict[int, tuple[bytes, phe_packing.PublicKey]] = {}
         self._pools: dict[int, list[int]] = {}
         self._own: np.ndarray | None = None
+        self._union: np.ndarray | None = None
         self._num_entities = 0
         self._round: tuple[int, str] | None = None
         self._kept: tuple[np.ndarray, np.ndarray] | None = None
@@ -110,9 +123,11 @@ class SecEAClient:
     def receive_directory(self, data: bytes) -> None:
         """Store every client's public keys from the server's DIRECTORY."""
         _, body = wire.unpack(data, wire.DIRECTORY, 0, self.index)
-        self._peers = _parse_directory(body, self.params.num_clients)
-        if self._peers.get(self.index, (b"", None))[0] != self._x25519.public:
-            raise InvalidMessage("the directory does not carry this client's own key")
+        peers = _parse_directory(body, self.params.num_clients)
+        x25519, paillier_key = peers[self.index]
+        if x25519 != self._x25519.public or paillier_key.key.n != self._paillier_public.key.n:
+            raise InvalidMessage("the directory does not carry this client's own keys")
+        self._peers, self._directory = peers, bytes(data)
 
     def set_union(self, union: np.ndarray) -> None:
         """Fix the entity union ``E`` (sorted, distinct int64 ids; the PSU's output)."""
@@ -122,7 +137,65 @@ class SecEAClient:
         pos = np.searchsorted(union, self.entities)
         if np.any(pos >= union.size) or np.any(union[np.minimum(pos, union.size - 1)] != self.entities):
             raise InvalidParameters("the union does not contain all of this client's entities")
-        self._own, self._num_entities = pos.astype(np.int64), int(union.size)
+        self._own, self._num_entities, self._union = pos.astype(np.int64), int(union.size), union.copy()
+
+    @property
+    def last_upload(self) -> int:
+        """The last round this client padded an upload for (-1: none)."""
+        return self._last_upload
+
+    def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """What :meth:`restore` needs, once the set-up is over: its two private keys (secrets),
+        the DIRECTORY message, the union and the last round it padded.
+
+        Raises
+        ------
+        ProtocolError: before the directory and the union are set.
+        """
+        if self._own is None or self._directory is None or self._union is None:
+            raise ProtocolError("no directory and union yet: nothing to keep")
+        private = self._paillier_private
+        meta = {"x25519": self._x25519.private.hex(), "paillier_p": format(private.p, "x"),
+                "paillier_q": format(private.q, "x"), "last_upload": self._last_upload}
+        return meta, {"directory": np.frombuffer(self._directory, np.uint8), "union": self._union.copy()}
+
+    @classmethod
+    def restore(cls, index: int, params: SecEAParams, entities: np.ndarray, meta: Mapping[str, Any],
+                arrays: Mapping[str, np.ndarray], *, key_bits: int, _rng: RandomBytes | None = None) -> SecEAClient:
+        """The client :meth:`state` described, checked in full: keys of ``key_bits`` bits that
+        the directory lists as this client's, a union holding its ``entities``.
+
+        Raises
+        ------
+        InvalidParameters: any part missing, malformed or inconsistent.
+        """
+        try:
+            x25519 = bytes.fromhex(str(meta["x25519"]))
+            p, q = int(str(meta["paillier_p"]), 16), int(str(meta["paillier_q"]), 16)
+            last = meta["last_upload"]
+        except (KeyError, ValueError, TypeError):
+            raise InvalidParameters("SecEA silo state: keys missing or malformed") from None
+        if not isinstance(last, int) or isinstance(last, bool) or last < -1:
+            raise InvalidParameters("SecEA silo state: last_upload must be an integer >= -1")
+        if p == q or min(p, q) < 3 or (p * q).bit_length() != key_bits:
+            raise InvalidParameters(f"SecEA silo state: the Paillier key is not a {key_bits}-bit key of two primes")
+        try:
+            private = PaillierPrivateKey(PaillierPublicKey(p * q), p, q)
+        except (ValueError, ArithmeticError):
+            raise InvalidParameters("SecEA silo state: the Paillier key is malformed") from None
+        directory, union = arrays.get("directory"), arrays.get("union")
+        if not isinstance(directory, np.ndarray) or directory.dtype != np.uint8 or directory.ndim != 1:
+            raise InvalidParameters("SecEA silo state: the directory must be a uint8 vector")
+        if not isinstance(union, np.ndarray) or union.dtype != np.int64 or union.ndim != 1:
+            raise InvalidParameters("SecEA silo state: the union must be an int64 vector")
+        client = cls(index, params, entities, key_bits=key_bits, keys=(x25519, private), _rng=_rng)
+        try:
+            client.receive_directory(directory.tobytes())
+        except InvalidMessage as exc:
+            raise InvalidParameters(f"SecEA silo state: {exc}") from None
+        client.set_union(union)
+        client._last_upload = last
+        return client
 
     def upload(self, round_id: int, rows: np.ndarray) -> bytes:
         """UPLOAD for ``round_id``: ``rows`` (float, shape ``(len(entities), d)``) are this

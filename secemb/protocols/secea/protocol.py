@@ -29,6 +29,7 @@ import numpy as np
 
 from secemb.data import RatingData, load_dataset, train_test_split
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_float, check_int
+from secemb.protocols.device_state import CorruptDeviceState, DeviceStateFile
 from secemb.protocols.exchange import (
     EpochFigures,
     ExchangeParty,
@@ -148,16 +149,51 @@ class SecEAProtocol(ExchangeProtocol):
 
     def make_device(self, user: int) -> SecEASilo:
         """Silo ``user`` (in ``[0, secea_silos)``) of a deployment: its users' ratings of the
-        run's dataset, its MF model, its keys (fresh OS randomness)."""
+        run's dataset, its MF model, its keys (fresh OS randomness); nothing kept across a
+        restart of its process (:meth:`make_durable_device` keeps it)."""
+        return self._device(user, None)
+
+    def make_durable_device(self, user: int, state: DeviceStateFile) -> SecEASilo:
+        """Silo ``user`` as :meth:`make_device`, restartable: if ``state`` exists, the silo is the
+        one it holds (its keys, the key directory, the union, its model with Adam's state, its
+        batch order and the last round it padded), so it goes on with the deployment's next
+        round without a new set-up; it writes ``state`` after the set-up, before each upload
+        leaves it (the round's pads are then spent even if it stops) and after each round.
+
+        Raises
+        ------
+        CorruptDeviceState: ``state`` cannot be used -- unreadable, altered, of another silo or
+        deployment, or not matching this silo (its keys' size, its entities, its model's
+        shapes); nothing is overwritten.  InvalidParameters: as :meth:`make_device`.
+        """
+        return self._device(user, state)
+
+    def _device(self, user: int, state: DeviceStateFile | None) -> SecEASilo:
         user = check_int("user", user, low=0)
         if user >= self.secea_silos:
             raise InvalidParameters(f"--user must be a silo in [0, {self.secea_silos}), got {user}")
         train = self.data()[0]
         silos, own = self._silos(train)
         rng = system_rng if self._rng is None else self._rng
-        client = SecEAClient(user, self.params, silos[user].items[own[user]], key_bits=self.secea_key_bits, _rng=rng)
-        return SecEASilo(silos[user], own[user], client, self._bloom(train.num_items), self.reg,
-                         self.secea_local_epochs, np.random.default_rng([self.run.seed + 1, user]), rng)
+        silo, entities = silos[user], silos[user].items[own[user]]
+        gen = np.random.default_rng([self.run.seed + 1, user])
+        if state is None or not state.exists():
+            client = SecEAClient(user, self.params, entities, key_bits=self.secea_key_bits, _rng=rng)
+            last_round = None
+        else:
+            meta, arrays = state.load()
+            try:
+                client = SecEAClient.restore(user, self.params, entities, meta.get("client", {}), arrays,
+                                             key_bits=self.secea_key_bits, _rng=rng)
+                silo.load_state(arrays)
+                last_round = meta.get("last_round")
+                if not isinstance(last_round, int) or isinstance(last_round, bool) or last_round < 0:
+                    raise InvalidParameters("SecEA silo state: last_round must be an integer >= 0")
+                gen.bit_generator.state = dict(meta["batch_order"])
+            except (InvalidParameters, ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise CorruptDeviceState(f"device state {state.path}: {exc}") from None
+        return SecEASilo(silo, own[user], client, self._bloom(train.num_items), self.reg, self.secea_local_epochs,
+                         gen, rng, store=state, last_round=last_round)
 
     def train(self, connect: Callable[[ExchangeServer], ExchangeRounds], *,
               on_start: Callable[[dict[str, Any]], None] | None = None,
@@ -233,7 +269,9 @@ class SecEASilo:
     """A silo (a device of the engine): its MF model, the positions ``own`` of the items it
     aggregates, its :class:`SecEAClient` (keys, directory and union once set up), the public
     Bloom parameters, its local training (``reg``, ``local_epochs``, batch order from ``gen``)
-    and the CSPRNG of its secrets."""
+    and the CSPRNG of its secrets.  ``store``: where it keeps its state (``None``: nowhere;
+    :meth:`SecEAProtocol.make_durable_device`); ``last_round``: the last round (set-up or
+    aggregation) it completed, ``None`` before its set-up."""
 
     silo: MFSilo
     own: np.ndarray
@@ -243,10 +281,35 @@ class SecEASilo:
     local_epochs: int
     gen: np.random.Generator
     rng: RandomBytes
+    store: DeviceStateFile | None = None
+    last_round: int | None = None
+
+    def save(self) -> None:
+        """Write its state to ``store`` (if any; atomically, 0600): the client's keys, directory,
+        union and last padded round, the model with Adam's state, the batch order, ``last_round``.
+
+        Raises
+        ------
+        ProtocolError: the disk refused (the file is as it was; the round the silo is in fails).
+        """
+        if self.store is None:
+            return
+        meta, arrays = self.client.state()
+        try:
+            self.store.save({"client": meta, "last_round": self.last_round,
+                             "batch_order": self.gen.bit_generator.state}, arrays | self.silo.state())
+        except OSError as exc:
+            raise ProtocolError(f"silo {self.client.index}'s state {self.store.path} cannot be written "
+                                f"({exc.strerror or type(exc).__name__})") from None
 
     def setup_party(self, round_id: int = SETUP_ROUND) -> SecEASetupParty:
-        """Its part in the set-up (round ``round_id``)."""
-        return SecEASetupParty(self.client, self.bloom, round_id, _rng=self.rng)
+        """Its part in the set-up (round ``round_id``); its state is written when it is over."""
+        return SecEASetupParty(self.client, self.bloom, round_id, on_done=lambda: self._completed(round_id),
+                               _rng=self.rng)
+
+    def _completed(self, round_id: int) -> None:
+        self.last_round = round_id
+        self.save()
 
     def train_locally(self) -> float:
         """``local_epochs`` epochs on its ratings; their mean objective."""
@@ -257,12 +320,14 @@ class SecEASilo:
     def round_party(self, round_id: int) -> SecEAParty:
         """Its part in aggregation round ``round_id``: its aggregated item rows now; the averages
         are written back into its model when they arrive."""
-        return SecEAParty(self.client, round_id, self.silo.item_rows[self.own], on_average=self._write)
+        def write(average: np.ndarray) -> None:
+            rows = self.silo.item_rows
+            rows[self.own] = average
+            self.silo.set_item_rows(rows)
+            self._completed(round_id)
 
-    def _write(self, average: np.ndarray) -> None:
-        rows = self.silo.item_rows
-        rows[self.own] = average
-        self.silo.set_item_rows(rows)
+        return SecEAParty(self.client, round_id, self.silo.item_rows[self.own], on_average=write,
+                          on_padded=self.save)
 
     def party(self, round_doc: Mapping[str, Any]) -> ExchangeParty:
         """Its party in the round ``round_doc`` announces (:meth:`SecEANode.open_round`): the
@@ -275,7 +340,13 @@ class SecEASilo:
         round_id, users, stages = round_doc.get("round_id"), round_doc.get("users"), round_doc.get("stages")
         if not isinstance(round_id, int) or not isinstance(users, list) or self.client.index not in users:
             raise InvalidMessage(f"not a SecEA round document for silo {self.client.index}")
+        if self.last_round is not None and round_id <= self.last_round:
+            raise InvalidMessage(f"round {round_id} does not follow round {self.last_round}, the last silo "
+                                 f"{self.client.index} took part in")
         if stages == list(SECEA_SETUP_STAGES):
+            if self.last_round is not None:
+                raise InvalidMessage(f"silo {self.client.index} has done its set-up (round {self.last_round} or "
+                                     "before): it takes no second one")
             return self.setup_party(round_id)
         if stages == list(SECEA_STAGES):
             self.train_locally()

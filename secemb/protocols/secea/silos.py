@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from secemb.data import RatingData
+from secemb.errors import InvalidParameters
 
 __all__ = ["MFSilo", "deal_users", "local_epoch", "make_silos", "one_thread", "popular_items", "silo_entities",
            "silos_rmse"]
@@ -45,6 +46,53 @@ class MFSilo:
         with torch.no_grad():
             self.params[2].copy_(torch.from_numpy(rows[:, :-1]).float())
             self.params[3].copy_(torch.from_numpy(rows[:, -1]).float())
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Its parameters and Adam's state (``param{i}``, ``adam_step{i}``, ``adam_m{i}``,
+        ``adam_v{i}``; the latter three once it has trained), as arrays: what :meth:`load_state`
+        takes back, bit for bit."""
+        out = {f"param{i}": p.detach().numpy().copy() for i, p in enumerate(self.params)}
+        for i, p in enumerate(self.params):
+            st = self.opt.state.get(p)
+            if st:
+                out |= {f"adam_step{i}": st["step"].numpy().copy(), f"adam_m{i}": st["exp_avg"].numpy().copy(),
+                        f"adam_v{i}": st["exp_avg_sq"].numpy().copy()}
+        return out
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take back :meth:`state`'s arrays, each checked against this model's (shape, dtype,
+        finite; Adam's second moments and steps non-negative) before anything is written.
+
+        Raises
+        ------
+        InvalidParameters: an array missing, of another shape or dtype, or out of range.
+        """
+        def check(name: str, like: np.ndarray, low: float | None = None) -> torch.Tensor:
+            got = arrays.get(name)
+            if not isinstance(got, np.ndarray) or got.shape != like.shape or got.dtype != like.dtype \
+                    or not np.isfinite(got).all() or (low is not None and (got < low).any()):
+                raise InvalidParameters(f"SecEA silo state: {name} must be finite {like.dtype} of shape {like.shape}"
+                                        + ("" if low is None else f", >= {low}"))
+            return torch.from_numpy(got.copy())
+
+        params = [check(f"param{i}", p.detach().numpy()) for i, p in enumerate(self.params)]
+        trained = [f"adam_step{i}" in arrays for i in range(len(self.params))]
+        if any(trained) and not all(trained):
+            raise InvalidParameters("SecEA silo state: Adam's state must cover every parameter or none")
+        moments = []
+        for i in range(len(self.params)) if all(trained) else ():
+            step = arrays.get(f"adam_step{i}")
+            if not isinstance(step, np.ndarray) or step.ndim != 0 or step.dtype not in (np.float32, np.float64) \
+                    or not np.isfinite(step) or step < 0:
+                raise InvalidParameters(f"SecEA silo state: adam_step{i} must be a non-negative float scalar")
+            moments.append({"step": torch.from_numpy(step.copy()), "exp_avg": check(f"adam_m{i}", params[i].numpy()),
+                            "exp_avg_sq": check(f"adam_v{i}", params[i].numpy(), 0.0)})
+        with torch.no_grad():
+            for p, value in zip(self.params, params, strict=True):
+                p.copy_(value)
+        if moments:
+            self.opt.load_state_dict({"state": dict(enumerate(moments)),
+                                      "param_groups": self.opt.state_dict()["param_groups"]})
 
     @property
     def user_rows(self) -> np.ndarray:

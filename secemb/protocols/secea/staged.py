@@ -292,11 +292,12 @@ class SecEANode:
 class SecEASetupParty:
     """Silo ``client.index``'s part in the set-up (round ``round_id``): its keys, then its entity
     set into the PSU.  When the set-up is over, ``client`` holds the directory and the union
-    (:attr:`union`).  ``seconds``: its own work per stage."""
+    (:attr:`union`) and ``on_done`` (if given) is called (e.g. to write the silo's state).
+    ``seconds``: its own work per stage."""
 
     def __init__(self, client: SecEAClient, bloom: BloomParams, round_id: int = SETUP_ROUND, *,
-                 _rng: RandomBytes = system_rng) -> None:
-        self.client, self.bloom, self.round_id, self._rng = client, bloom, round_id, _rng
+                 on_done: Callable[[], None] | None = None, _rng: RandomBytes = system_rng) -> None:
+        self.client, self.bloom, self.round_id, self.on_done, self._rng = client, bloom, round_id, on_done, _rng
         self.config = psu_config(bloom, client.params.num_clients, round_id)
         self.union: np.ndarray | None = None
         self.seconds: dict[str, float] = {}
@@ -334,6 +335,8 @@ class SecEASetupParty:
             union = read_union(body, self.round_id, self.bloom.domain)
             self.client.set_union(union)
             self.union = union
+            if self.on_done is not None:
+                self.on_done()
         else:
             self._answers[stage] = body
         add_seconds(self.seconds, stage, t0)
@@ -345,13 +348,16 @@ class SecEAParty:
 
     After the round :attr:`average` holds the averages of its entities over the silos that hold
     them (Eq. 2; ``None`` until the server's result is in), also handed to ``on_average`` (e.g.
-    to write them into the silo's model).  ``seconds``: its own work per part
-    (``share+query``, ``answer``, ``decode``).
+    to write them into the silo's model).  ``on_padded`` (if given) is called once the upload
+    is padded and before it is handed out (e.g. to record durably that the round's pads are
+    used).  ``seconds``: its own work per part (``share+query``, ``answer``, ``decode``).
     """
 
     def __init__(self, client: SecEAClient, round_id: int, rows: np.ndarray,
-                 on_average: Callable[[np.ndarray], None] | None = None) -> None:
+                 on_average: Callable[[np.ndarray], None] | None = None,
+                 on_padded: Callable[[], None] | None = None) -> None:
         self.client, self.round_id, self.rows, self.on_average = client, round_id, rows, on_average
+        self.on_padded = on_padded
         self.average: np.ndarray | None = None
         self.seconds: dict[str, float] = {}
         self._relay: bytes | None = None
@@ -362,6 +368,8 @@ class SecEAParty:
         if stage == "secea-share":
             out = self.client.upload(self.round_id, self.rows)
             add_seconds(self.seconds, "share+query", t0)
+            if self.on_padded is not None:
+                self.on_padded()
         elif stage == "secea-answer" and self._relay is not None:
             out = self.client.answer(self._relay)
             add_seconds(self.seconds, "answer", t0)
