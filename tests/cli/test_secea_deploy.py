@@ -1,15 +1,20 @@
 """SecEA deployed by hand (docs/secea.md, "Silos as secemb client processes"): ``secemb admin
 init --protocol secea``, ``secemb serve`` (one server, TLS), three ``secemb client`` silos and
-``secemb admin open-round`` twice -- the set-up, then an aggregation round -- on 127.0.0.1."""
+``secemb admin open-round`` twice -- the set-up, then an aggregation round -- on 127.0.0.1; then
+the three silo processes start again from their state files (``devices/device-U.state``) and
+run a third round without a new set-up, and a state file of another silo or altered is refused
+(exit 2, the file unchanged)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import stat
 import subprocess
 import time
 from pathlib import Path
 
-from cli_helpers import admin, init_one_server, kill, serve, start_clients, stop
+from cli_helpers import ENV, SECEMB, admin, init_one_server, kill, serve, start_clients, stop
 
 
 def _wait_state(root: Path, round_id: int, timeout: float = 400.0) -> dict:
@@ -45,6 +50,38 @@ def test_serve_and_three_silos_run_the_set_up_and_a_round_by_hand(tmp_path: Path
             assert first["outcome"] == second["outcome"] == "committed"
             assert second["round_id"] == rnd["round_id"] and second["upload_bytes"] > 0
         assert admin("status", "--deployment", str(root))["server"]["state"] == "committed"
+        state = root / "devices" / "device-2.state"
+        assert stat.S_IMODE(state.stat().st_mode) == 0o600
+        clients = start_clients(root, "--rounds", "1", "--wait", "90")  # every silo's process started again
+        again = admin("open-round", "--deployment", str(root), "--participants", "0-2")
+        assert not again["setup"] and again["round_id"] == rnd["round_id"] + 1
+        for u, proc in enumerate(clients):
+            out, err = proc.communicate(timeout=400)
+            assert proc.returncode == 0, (out, err)
+            last = json.loads(out.decode().strip().splitlines()[-1])
+            assert last["user"] == u and last["round_id"] == again["round_id"] and last["outcome"] == "committed"
+        _refused_state(root, tmp_path)
     finally:
         kill(clients)
         stop(server)
+
+
+def _refused_state(root: Path, tmp_path: Path) -> None:
+    """``secemb client`` with silo 0's state file beside silo 1's credentials, then with its own
+    file altered: exit 2, one JSON line naming the refusal, the file unchanged."""
+    swap = tmp_path / "swap"
+    swap.mkdir()
+    shutil.copy(root / "devices" / "device-1.json", swap / "device-1.json")
+    shutil.copy(root / "devices" / "device-0.state", swap / "device-1.state")
+    own = root / "devices" / "device-1.state"
+    data = bytearray(own.read_bytes())
+    data[len(data) // 2] ^= 1
+    own.write_bytes(bytes(data))
+    for creds, state, reason in ((swap / "device-1.json", swap / "device-1.state", "device differs"),
+                                 (root / "devices" / "device-1.json", own, "authentication tag")):
+        before = state.read_bytes()
+        res = subprocess.run([*SECEMB, "client", "--user", "1", "--credentials", str(creds), "--rounds", "1",
+                              "--wait", "5"], capture_output=True, env=ENV, timeout=300)
+        assert res.returncode == 2, res
+        assert reason in json.loads(res.stdout.decode().strip())["error"] and b"Traceback" not in res.stderr
+        assert state.read_bytes() == before
