@@ -141,18 +141,10 @@ class HttpStageLink:
 
         Raises
         ------
-        InvalidMessage: the server's answer is not one (a JSON object with an int ``round_id``,
-        ``users`` a list of ints, ``stages`` -- if there -- a list of str, ``stage`` a str or
-        null, ``state`` a str): the device reads nothing else of it.
+        InvalidMessage: the server's answer is not one (:func:`_round_document`): the device
+        reads nothing else of it.
         """
-        doc = self.api.get_json("/v1/exchange/round")
-        users, stages = (doc.get("users"), doc.get("stages", [])) if isinstance(doc, dict) else (None, None)
-        if not (isinstance(users, list) and isinstance(stages, list) and type(doc.get("round_id")) is int
-                and all(type(u) is int for u in users) and all(isinstance(s, str) for s in stages)
-                and isinstance(doc.get("state"), str) and isinstance(doc.get("stage", ""), (str, type(None)))):
-            raise InvalidMessage(f"the server's round document is malformed: {str(doc)[:200]}")
-        out: dict[str, Any] = doc
-        return out
+        return _round_document(self.api.get_json("/v1/exchange/round"), current=True)
 
     def close(self) -> None:
         self.api.close()
@@ -166,8 +158,10 @@ class HttpStageAdmin:
         self.api = api
 
     def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
-        doc: dict[str, Any] = self.api.post_json("/v1/admin/exchange/rounds", {"round_id": round_id, "users": users})
-        return doc
+        """Open round ``round_id`` for ``users``; its document (InvalidMessage if the server's
+        answer is not one, :func:`_round_document`)."""
+        doc = self.api.post_json("/v1/admin/exchange/rounds", {"round_id": round_id, "users": users})
+        return _round_document(doc, current=False)
 
     def close_stage(self, round_id: int, stage: str) -> None:
         self.api.post_json(f"/v1/admin/exchange/rounds/{round_id}/{stage}/close")
@@ -183,9 +177,31 @@ class HttpStageAdmin:
         return self.api.get_bytes("/v1/admin/model")
 
     def round_info(self) -> dict[str, Any]:
-        """The current round's document (as a device reads it)."""
-        doc: dict[str, Any] = self.api.get_json("/v1/exchange/round")
-        return doc
+        """The current round's document, checked as a device checks it
+        (:meth:`HttpStageLink.round_info`)."""
+        return _round_document(self.api.get_json("/v1/exchange/round"), current=True)
 
     def close(self) -> None:
         self.api.close()
+
+
+def _round_document(doc: Any, *, current: bool) -> dict[str, Any]:
+    """A one-server node's round document ``doc``, as the server answered it: a JSON object
+    with an int ``round_id``, ``users`` a list of ints and ``stages`` (if there) a list of str;
+    the current round's (``current``: ``GET /v1/exchange/round``) also a str ``state`` and
+    ``stage`` (if there) a str or null.
+
+    Raises
+    ------
+    InvalidMessage: otherwise ("the server's round document is malformed", its first 200
+    characters).
+    """
+    users, stages = (doc.get("users"), doc.get("stages", [])) if isinstance(doc, dict) else (None, None)
+    ok = (isinstance(users, list) and isinstance(stages, list) and type(doc.get("round_id")) is int
+          and all(type(u) is int for u in users) and all(isinstance(s, str) for s in stages))
+    if ok and current:
+        ok = isinstance(doc.get("state"), str) and isinstance(doc.get("stage", ""), (str, type(None)))
+    if not ok:
+        raise InvalidMessage(f"the server's round document is malformed: {str(doc)[:200]}")
+    out: dict[str, Any] = doc
+    return out

@@ -390,6 +390,33 @@ def test_a_malformed_round_outcome_is_an_invalid_message_naming_the_server(doc):
     assert HttpStageAdmin(Api(good)).round_status(4) == good  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("doc", [[1], None, {"round_id": "1", "users": [0]}, {"round_id": 1, "users": 0},
+                                 {"round_id": 1, "users": [0], "stages": [3]}])
+def test_the_operators_stage_link_checks_the_round_documents_it_reads(doc):
+    """The operator's stage link reads round documents as the device's does: opening a round and
+    reading the current one (``secemb admin open-round`` reads its round id) raise InvalidMessage
+    for an answer that is not one, where they returned it unchecked (a later ``int(doc[...])`` or
+    ``.get`` crashed with a builtin error); well-formed ones are returned as they are."""
+    from secemb.errors import InvalidMessage
+    from secemb.transport.http import HttpStageAdmin
+
+    class Api(_Api):
+        def post_json(self, path: str, body: Any = None) -> Any:
+            return self.doc
+
+    with pytest.raises(InvalidMessage, match="round document is malformed"):
+        HttpStageAdmin(Api(doc)).open_round(1, [0])  # type: ignore[arg-type]
+    current = doc | {"state": "open", "stage": None} if isinstance(doc, dict) else doc
+    with pytest.raises(InvalidMessage, match="round document is malformed"):
+        HttpStageAdmin(Api(current)).round_info()  # type: ignore[arg-type]
+    opened = {"round_id": 1, "users": [0, 1], "stages": ["a", "b"]}
+    assert HttpStageAdmin(Api(opened)).open_round(1, [0, 1]) == opened  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessage, match="round document is malformed"):  # no state: not the current round's
+        HttpStageAdmin(Api(opened)).round_info()  # type: ignore[arg-type]
+    now = opened | {"state": "open", "stage": "a"}
+    assert HttpStageAdmin(Api(now)).round_info() == now  # type: ignore[arg-type]
+
+
 def test_a_round_whose_stages_are_not_the_protocols_is_refused_before_any_message():
     from secemb.client.stages import take_part
     from secemb.transport.http import HttpStageLink
