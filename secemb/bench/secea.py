@@ -49,7 +49,7 @@ import numpy as np
 
 from secemb.bench.progress import Steps
 from secemb.data import RatingData, load_movielens, train_test_split
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_int
 from secemb.protocols.secea import coding
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.paillier import MIN_KEY_BITS
@@ -313,11 +313,10 @@ def run(*, silos: tuple[int, ...] = (3, 5, 7), rounds: int = 10, local_epochs: i
     """
     if not parts or set(parts) - set(PARTS):
         raise InvalidParameters(f"parts must be a non-empty subset of {', '.join(PARTS)}; got {parts}")
-    if rounds < 1 or local_epochs < 1 or cost_items < 0 or protocol_items < 0 or secemb_epochs < 0:
-        raise InvalidParameters("rounds and local_epochs must be >= 1; cost_items, protocol_items and secemb_epochs "
-                                ">= 0")
-    if key_bits < MIN_KEY_BITS:
-        raise InvalidParameters(f"key_bits must be >= {MIN_KEY_BITS}, got {key_bits}")
+    for name, value, low in (("rounds", rounds, 1), ("local_epochs", local_epochs, 1), ("cost_items", cost_items, 0),
+                             ("protocol_items", protocol_items, 0), ("secemb_epochs", secemb_epochs, 0),
+                             ("key_bits", key_bits, MIN_KEY_BITS)):
+        check_int(name, value, low=low)
     if any(n < 2 or 2 * threshold >= n for n in silos + protocol_silos):
         raise InvalidParameters(f"every silo count N needs 2 <= N and T < N/2 (T = {threshold}), got "
                                 f"{silos + protocol_silos}")

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from secemb.bench import compare, secea
 from secemb.cli import app
 from secemb.data import load_movielens
+from secemb.errors import InvalidParameters
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,19 @@ def test_cli_refuses_bad_options_with_exit_2(args, tmp_path):
     res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "r.json")], terminal_width=120)
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(("option", "says"), [
+    ({"rounds": 0}, "rounds must be an int >= 1, got 0"),
+    ({"local_epochs": 1.0}, "local_epochs must be an int >= 1, got 1.0"),
+    ({"cost_items": True}, "cost_items must be an int >= 0, got True"),  # a bool was taken
+    ({"protocol_items": -1}, "protocol_items must be an int >= 0, got -1"),
+    ({"key_bits": 512}, "key_bits must be an int >= 1024, got 512"),
+])
+def test_run_refuses_a_bad_count_naming_it(option, says):
+    """Each refused count is named with its value (the message lumped five options together)."""
+    with pytest.raises(InvalidParameters, match=f"^{says}$"):
+        secea.run(**option)
 
 
 def test_fixed_point_average_is_eq2_on_the_encoding():
