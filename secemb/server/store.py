@@ -43,7 +43,7 @@ class Checkpoint:
     included: the users that round aggregated.
     m_prime, mean_count: Eq. 11's result (``None`` until known).
     table, dense: float64 public model, (m, width) and (dense_size,).
-    model_sha256: :func:`~secemb.training.loop.model_sha256` of ``(table, dense)`` (the node
+    model_sha256: :func:`~secemb.digest.model_sha256` of ``(table, dense)`` (the node
         computes it once per version).
     optimizer: ``ServerAdam.state_dict()`` (server 0) or ``None`` (server 1).
     """

@@ -306,7 +306,7 @@ class _BatchedPhase:
 
 def server_configs(settings: dict[str, Any]) -> tuple[ServerConfig, ServerConfig]:
     """Both servers' configurations for an in-process run of ``settings`` (the fields of
-    :func:`secemb.sim.coordinator.cluster_settings`).  Secrets are fresh OS randomness and
+    :func:`secemb.sim.settings.cluster_settings`).  Secrets are fresh OS randomness and
     never used: in-process nodes exchange no signed requests."""
     common: dict[str, Any] = {"peer_secret": os.urandom(32), "admin_secret": os.urandom(32),
                               "user_secret": os.urandom(32), "peer_url": "http://in-process.invalid",
@@ -319,7 +319,7 @@ class InProcessServers:
 
     Parameters
     ----------
-    settings: the servers' shared configuration (:func:`secemb.sim.coordinator.cluster_settings`).
+    settings: the servers' shared configuration (:func:`secemb.sim.settings.cluster_settings`).
     protocol, model: the objects the nodes run (the driver's own; a test may pass a protocol
         that is not registered).
     transport: where messages cross and are counted (a fresh one by default; then each
