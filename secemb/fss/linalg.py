@@ -8,7 +8,7 @@ weight is ``>= 2^k`` vanish modulo ``2^k`` and are skipped.
 That float path is the reference.  With the compiled kernels (:mod:`secemb.fss.kernels`) a
 product of one matrix or one stack of matrices by another runs as a numba loop in the ring's
 own wrapping integer arithmetic instead, which gives the same bits
-(``tests/fss/test_linalg.py``) without limbs.
+(``tests/fss/test_fss_linalg.py``) without limbs.
 """
 
 from __future__ import annotations
