@@ -25,7 +25,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ class ExchangeDeployment:
     """A one-server deployment directory, loaded (:meth:`load`) and checked."""
 
     root: Path
-    doc: dict[str, Any]
+    doc: dict[str, Any] = field(repr=False)  # holds the admin and user secrets
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ExchangeDeployment:
@@ -165,7 +165,7 @@ class ExchangeCredentials:
     """Device ``user``'s credentials for a one-server deployment (:meth:`ExchangeDeployment.add_devices`)."""
 
     path: Path
-    doc: dict[str, Any]
+    doc: dict[str, Any] = field(repr=False)  # holds the device's key
 
     @staticmethod
     def sniff(path: str | os.PathLike) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ class DeviceHalf:
     party: int
     user: int
     url: str
-    key: bytes
+    key: bytes = field(repr=False)  # a secret: never in a repr
     ca: Path | None
     model: dict[str, Any] | None = None
     ring_bits: int = 32
@@ -137,7 +137,7 @@ class DeviceCredentials:
 
     user: int
     urls: tuple[str, str]
-    keys: tuple[bytes, bytes]
+    keys: tuple[bytes, bytes] = field(repr=False)  # secrets: never in a repr
     cas: tuple[Path | None, Path | None] = (None, None)
     model: dict[str, Any] | None = None
     ring_bits: int = 32

@@ -97,3 +97,22 @@ def test_a_two_server_operator_file_refuses_a_bad_admin_secret(tmp_path: Path, v
     operator.write_text(json.dumps(json.loads(operator.read_text()) | {"admin": value}))
     with pytest.raises(InvalidParameters, match=f"operator.json: admin {says}"):
         dep.admin(0)
+
+
+def test_objects_that_hold_secrets_keep_them_out_of_their_repr() -> None:
+    """A device's halves and credentials and a one-server deployment's files are dataclasses: their
+    repr (a traceback's locals, a log line, a test's failure report) printed the keys and the
+    deployment's admin and user secrets; now it names the rest only."""
+    from secemb.server.exchange_deploy import ExchangeCredentials
+    from secemb.transport.credentials import DeviceCredentials
+
+    key0, key1 = bytes.fromhex(GOOD), bytes(range(32))
+    objects = [DeviceHalf(0, 3, "https://s0.invalid", key0, None),
+               DeviceCredentials(3, ("https://s0.invalid", "https://s1.invalid"), (key0, key1)),
+               ExchangeDeployment(Path("dep"), {"admin_secret": GOOD, "user_secret": key1.hex()}),
+               ExchangeCredentials(Path("dev.json"), {"user": 3, "key": GOOD})]
+    for obj in objects:
+        text = repr(obj)
+        assert GOOD not in text and key1.hex() not in text and repr(key0) not in text and repr(key1) not in text
+        assert type(obj).__name__ in text
+    assert "user=3" in repr(objects[0]) and "https://s1.invalid" in repr(objects[1])
