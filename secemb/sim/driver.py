@@ -72,7 +72,8 @@ from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.links import AdminLink
 
 __all__ = [
-    "Behavior", "DevicePhase", "Hooks", "RoundAborted", "RoundPolicy", "RunSpec", "Servers", "TrainingRun", "run",
+    "GROUP_BYTES", "Behavior", "DevicePhase", "Hooks", "RoundAborted", "RoundPolicy", "RunSpec", "Servers",
+    "TrainingRun", "group_size", "run",
 ]
 
 #: per (round index, user): None (normal) or a fault to simulate on the device:
@@ -618,20 +619,25 @@ class TrainingRun:
 
     def _device_batch(self, devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
         """``devs`` through the round, step by step: sessions opened and prepared (their keys
-        made as one batch), retrieval requests sent (:meth:`DevicePhase.retrieve`), each
-        device's dense download, their rows read as one batch (:meth:`_read_rows`), their
-        local steps and uploads encoded as one batch (:meth:`_train`), each device's upload
-        sent (:meth:`_send_upload`).  A device that fails keeps its error and drops out."""
+        made as one batch), retrieval requests sent (:meth:`DevicePhase.retrieve`), then, group
+        by group (:func:`group_size`: a small model's round is one group), each device's dense
+        download, their rows read as one batch (:meth:`_read_rows`), their local steps and
+        uploads encoded as one batch (:meth:`_train`), each device's upload sent
+        (:meth:`_send_upload`), which frees its buffers.  A device that fails keeps its error
+        and drops out."""
         live = self._prepare(devs, info)
         errors = self.servers.phase.retrieve([s for _, s in live])
         for (d, _), err in zip(live, errors, strict=True):
             if err is not None:
                 d.error = err
-        self._on_each(_running(devs), lambda d: _session(d).fetch_dense())
-        self._read_rows(_running(devs), expected)
-        training = [d for d in _running(devs) if d.behavior != "drop"]  # a dropped device never uploads
-        self._train(training)
-        self._on_each(_running(training), self._send_upload)
+        running = _running(devs)
+        size = group_size(info.config, self.fp.dtype.itemsize)
+        for group in (running[i : i + size] for i in range(0, len(running), size)):
+            self._on_each(group, lambda d: _session(d).fetch_dense())
+            self._read_rows(_running(group), expected)
+            training = [d for d in _running(group) if d.behavior != "drop"]  # a dropped device never uploads
+            self._train(training)
+            self._on_each(_running(training), self._send_upload)
 
     def _on_each(self, devs: list[_Device], fn: Callable[[_Device], None]) -> None:
         """``fn`` of each device (:meth:`DevicePhase.map`: possibly concurrently); a device whose
@@ -828,6 +834,23 @@ class TrainingRun:
             privacy=None if dp is None else dp.privacy_block(int(self.participated.max(initial=0))),
             epoch_kept=self.selection.epoch_kept,
         )
+
+
+#: the most bytes of devices' round buffers (dense vector, rows, gradients, upload) the driver
+#: holds at once: the devices of a round go through it after their retrieval in groups this
+#: allows (:func:`group_size`)
+GROUP_BYTES = 1 << 26
+
+
+def group_size(rc: RoundConfig, itemsize: int) -> int:
+    """How many devices of a round of ``rc`` (ring words of ``itemsize`` bytes) go through the
+    round together after their retrieval (:meth:`TrainingRun._device_batch`): as many as keep
+    their buffers -- counted as four ring copies of the dense vector and of the rows (the
+    received vector and rows, the gradients, the upload) -- within :data:`GROUP_BYTES`, at
+    least one.  The model does not depend on it; the simulation's memory does (DeepFM at
+    d = 128: 7 M dense values a device, so one device at a time)."""
+    per_device = 4 * itemsize * (rc.dense_size + rc.slots * rc.width)
+    return max(1, GROUP_BYTES // per_device)
 
 
 def _running(devs: list[_Device]) -> list[_Device]:

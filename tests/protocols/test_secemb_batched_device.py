@@ -162,13 +162,18 @@ def test_the_default_batch_methods_call_each_users_own_method() -> None:
 
 
 @pytest.mark.parametrize("layout, relay", [("full", False), ("cuckoo", True)])
-def test_a_round_of_batched_devices_trains_the_model_of_devices_one_by_one(layout: str, relay: bool) -> None:
-    """The driver's ``"staged"`` schedule (a round's devices through each step as one batch)
-    and ``"interleaved"`` (each device through every step alone, batches of one) give the same
-    model, the same per-round traffic and the same losses, with a device that drops after its
-    retrieval, one that uploads to server 0 only and a malicious one in the rounds."""
+def test_a_round_of_batched_devices_trains_the_model_of_devices_one_by_one(layout: str, relay: bool,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's ``"staged"`` schedule (a round's devices through each step as one batch, or
+    in groups) and ``"interleaved"`` (each device through every step alone, batches of one)
+    give the same model, the same per-round traffic and the same losses, with a device that
+    drops after its retrieval, one that uploads to server 0 only and a malicious one in the
+    rounds; in groups of two, no more than one other device that goes on holds its round
+    buffers (its dense vector) when a device fetches its own."""
+    from secemb.client.device import RoundSession
     from secemb.data import synthetic_like, train_test_split
     from secemb.models import MatrixFactorization
+    from secemb.sim import driver
     from secemb.training import TrainConfig, train
 
     tr, te = train_test_split(synthetic_like(40, 30, 500, seed=4), 0.2, seed=0)
@@ -185,3 +190,31 @@ def test_a_round_of_batched_devices_trains_the_model_of_devices_one_by_one(layou
     staged, interleaved = run("staged"), run("interleaved")
     assert staged[0] == interleaved[0] and staged[1] == interleaved[1]
     assert len(staged[1]) >= 3  # rounds of 12 of the (up to) 40 users
+
+    holding: list[int] = []  # per dense download: how many other sessions then hold a dense vector
+    seen: list[RoundSession] = []
+    fetch = RoundSession.fetch_dense
+
+    def counted(self: RoundSession) -> None:
+        # (a device that drops after its retrieval never uploads: it keeps its buffers to the end)
+        holding.append(sum(s.dense_ring is not None and faults.get(s.client.user_id) != "drop" for s in seen))
+        seen.append(self)
+        fetch(self)
+
+    monkeypatch.setattr(RoundSession, "fetch_dense", counted)
+    monkeypatch.setattr(driver, "group_size", lambda rc, itemsize: 2)
+    assert run("staged") == staged
+    assert len(holding) > 24 and max(holding) == 1
+
+
+def test_group_size_keeps_a_group_s_buffers_within_the_bound() -> None:
+    """Four ring copies of the dense vector and of the rows per device, within 64 MiB."""
+    from secemb.protocols.base import RoundConfig
+    from secemb.sim.driver import GROUP_BYTES, group_size
+
+    assert GROUP_BYTES == 64 * 2**20
+    small = RoundConfig(0, 1682, 17, 0, 213, layout="cuckoo", num_buckets=266)  # ml-100k MF: 266 x 17 rows
+    assert group_size(small, 4) == 64 * 2**20 // (16 * 266 * 17) == 927
+    deepfm = RoundConfig(0, 1682, 129, 7_000_000, 213)  # 7 M dense values: one device at a time
+    assert group_size(deepfm, 4) == 1 and group_size(deepfm, 8) == 1
+    assert group_size(RoundConfig(0, 100, 1, 1_000_000, 10), 4) == 64 * 2**20 // (16 * 1_000_010) == 4
