@@ -22,6 +22,7 @@ from secemb.data import synthetic_like, train_test_split
 from secemb.errors import ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
+from secemb.sim import driver
 from secemb.training import TrainConfig, train
 
 
@@ -30,9 +31,12 @@ def data():
     return train_test_split(synthetic_like(30, 40, 400, seed=3), 0.2, seed=0)
 
 
-def _alive_when_training(monkeypatch, data, protocol: str, verify: bool) -> list[int]:
-    """Train one epoch (rounds of 10 devices); at each device's step, how many arrays of the
-    earlier devices' steps (row and dense gradients, their encodings) are still alive."""
+def _alive_when_training(monkeypatch, data, protocol: str, verify: bool, group: int = 1) -> list[int]:
+    """Train one epoch (rounds of 10 devices) with the driver taking ``group`` devices at a time
+    through the round after retrieval (``sim.driver.group_size``: 1 for a model whose buffers
+    fill its bound, as DeepFM's do); at each device's step, how many arrays of the earlier
+    devices' steps (row and dense gradients, their encodings) are still alive."""
+    monkeypatch.setattr(driver, "group_size", lambda rc, itemsize: group)
     refs: list[weakref.ref] = []
     alive: list[int] = []
     real = device_mod.local_update
@@ -53,6 +57,13 @@ def _alive_when_training(monkeypatch, data, protocol: str, verify: bool) -> list
 @pytest.mark.parametrize("protocol", ["plaintext", "secemb"])
 def test_a_staged_round_keeps_no_earlier_device_gradients(monkeypatch, data, protocol):
     assert max(_alive_when_training(monkeypatch, data, protocol, verify=False)) == 0
+
+
+def test_a_staged_round_keeps_only_its_group_s_gradients(monkeypatch, data):
+    """In groups of 4 (10 devices a round: 4, 4, 2), the four arrays of each earlier device of
+    the same group, none of an earlier group's."""
+    alive = _alive_when_training(monkeypatch, data, "secemb", verify=False, group=4)
+    assert alive == [0, 4, 8, 12, 0, 4, 8, 12, 0, 4] * 3
 
 
 def test_a_verified_round_keeps_only_the_encoded_gradients_it_checks(monkeypatch, data):
