@@ -20,7 +20,7 @@ import numpy as np
 if TYPE_CHECKING:  # the web framework is the [server] extra; in-process nodes import this module too
     from starlette.requests import Request
 
-from secemb.errors import InvalidMessage, InvalidParameters, SecembError
+from secemb.errors import InvalidMessage, InvalidParameters, SecembError, check_int
 
 __all__ = ["JSON_MAX_DEPTH", "PayloadTooLarge", "RequestTimeout", "ascii_int", "json_object", "read_body"]
 
@@ -63,7 +63,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def ascii_int(raw: str | None, field: str, lo: int, hi: int,
               error: type[SecembError] = InvalidParameters) -> int:
-    """The integer written in ``raw``, which must lie in ``[lo, hi)``.
+    """The integer written in ``raw``, which must lie in ``[lo, hi)`` (the range checked, and
+    named when refused, by :func:`~secemb.errors.check_int`).
 
     ``raw`` must be ``0`` or an optionally negative ASCII-digit numeral without leading zeros,
     signs other than ``-``, blanks or separators, of at most 19 digits.
@@ -78,10 +79,7 @@ def ascii_int(raw: str | None, field: str, lo: int, hi: int,
         raise error(f"{field} is missing")
     if _INT.fullmatch(raw) is None:
         raise error(f"{field} must be an integer in ASCII digits, got {raw[:40]!r}")
-    value = int(raw)
-    if not lo <= value < hi:
-        raise error(f"{field} must be in [{lo}, {hi}), got {value}")
-    return value
+    return check_int(field, int(raw), low=lo, high=hi - 1, error=error)
 
 
 def _depth(body: bytes) -> int:
