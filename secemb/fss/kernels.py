@@ -20,7 +20,7 @@ from functools import cache
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["BACKEND", "compiled", "available", "host_cpu_features"]
+__all__ = ["BACKEND", "compiled", "available", "host_cpu_features", "sha_compiled"]
 
 
 @cache
@@ -60,3 +60,9 @@ BACKEND = _initial_backend()
 def compiled() -> bool:
     """Whether calls now take the compiled kernels."""
     return BACKEND == "numba"
+
+
+def sha_compiled() -> bool:
+    """Whether SHA-256 of many messages takes the SHA-NI kernel (:mod:`secemb.fss._shani`):
+    the compiled kernels are on (:func:`compiled`) and the CPU has the SHA extensions."""
+    return compiled() and bool(host_cpu_features().get("sha"))

@@ -9,6 +9,7 @@ import hashlib
 import numpy as np
 
 from secemb.errors import InvalidParameters
+from secemb.fss.hashing import sha256_many
 from secemb.protocols.secemb.sizes import TAG_BYTES, U64
 
 __all__ = ["VERIFY_DOMAIN", "challenge_seed", "key_digest", "row_tags"]
@@ -33,26 +34,20 @@ def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
     Returns
     -------
-    ring (n, TAG_BYTES / itemsize) of ``rows.dtype``.  A Python loop over the rows (once per
-    round on each server for the whole table, once per retrieval on a device for its slots).
+    ring (n, TAG_BYTES / itemsize) of ``rows.dtype`` (once per round on each server for the
+    whole table, once per retrieval on a device for its slots; :func:`~secemb.fss.hashing.sha256_many`).
     """
     dt = rows.dtype
     if dt not in (np.dtype(np.uint32), np.dtype(np.uint64)) or rows.ndim != 2 or items.shape != rows.shape[:1]:
         raise InvalidParameters(f"rows must be uint32 or uint64 (n, w) with items (n,), got {dt} {rows.shape} "
                                 f"and {items.shape}")
     n = len(items)
-    base = hashlib.sha256(_ROW_TAG_DOMAIN + U64.pack(round_id))
-    # every row's hashed suffix u64 j || r in one array, so the loop only hashes
+    # every row's hashed suffix u64 j || r in one array, hashed as one batch
     size = rows.shape[1] * dt.itemsize
     suffix = np.empty((n, 8 + size), np.uint8)
     suffix[:, :8] = items.astype("<u8").reshape(n, 1).view(np.uint8)
     suffix[:, 8:] = np.ascontiguousarray(rows, dt.newbyteorder("<")).view(np.uint8).reshape(n, size)
-    digests = []
-    for row in suffix:
-        h = base.copy()
-        h.update(row)
-        digests.append(h.digest())
-    tags = np.frombuffer(b"".join(digests), np.uint8).reshape(n, 32)[:, :TAG_BYTES]
+    tags = sha256_many(_ROW_TAG_DOMAIN + U64.pack(round_id), suffix)[:, :TAG_BYTES]
     return np.ascontiguousarray(tags).view(dt.newbyteorder("<")).astype(dt)
 
 

@@ -124,7 +124,10 @@ class SecEmbServer(ServerRole):
         self._start_round(config)
         layout = "full" if config.layout == "full" else config.cuckoo()
         # the evaluated table carries each row's tag (verified retrieval, docs/security.md)
-        table = np.concatenate([table, row_tags(config.round_id, np.arange(config.num_items), table)], axis=1)
+        # (in ranges of rows on the backend's threads: the SHA-256 kernel runs without the GIL)
+        tags = self._map_spans(lambda span: row_tags(config.round_id, np.arange(*span), table[span[0] : span[1]]),
+                               self._spans(config.num_items))
+        table = np.concatenate([table, np.concatenate(tags)], axis=1)
         # the table in the form the evaluation reads, computed once a round: on the backend's
         # device, or as limbs (full layout: the table; cuckoo: its bucket form), published to
         # the backend's workers (shared memory, object store) so tasks carry only a handle

@@ -1,0 +1,58 @@
+"""SHA-256 of many messages with a shared prefix: the SHA-NI kernel and the hashlib reference give
+hashlib's digests, and the servers' row tags built on them are the documented formula."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import numpy as np
+import pytest
+
+from secemb.fss import hashing, kernels
+from secemb.protocols.secemb.checks import row_tags
+
+PATHS = ["kernel", "numpy"]
+
+
+@pytest.fixture(params=PATHS)
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "kernel" and not kernels.sha_compiled():
+        pytest.skip("no SHA-NI kernel here (numba or the CPU's SHA extensions missing)")
+    if request.param == "numpy":
+        monkeypatch.setattr(kernels, "BACKEND", "numpy")
+    return request.param
+
+
+@pytest.mark.parametrize("prefix_len", [0, 5, 22, 64])
+@pytest.mark.parametrize("length", [0, 1, 33, 41, 42, 55, 56, 63, 64, 100, 119, 120, 268])
+def test_sha256_many_is_hashlib(path: str, prefix_len: int, length: int) -> None:
+    """Every padding case (the length word in the last block or one more block) on both paths."""
+    rng = np.random.default_rng(prefix_len * 1000 + length)
+    prefix = rng.integers(0, 256, prefix_len, dtype=np.uint8).tobytes()
+    rows = rng.integers(0, 256, (7, length), dtype=np.uint8)
+    got = hashing.sha256_many(prefix, rows)
+    assert got.shape == (7, 32) and got.dtype == np.uint8
+    for i in range(7):
+        assert got[i].tobytes() == hashlib.sha256(prefix + rows[i].tobytes()).digest()
+
+
+def test_sha256_many_takes_strided_rows_and_no_rows(path: str) -> None:
+    rows = np.arange(2 * 5 * 80, dtype=np.uint64).astype(np.uint8).reshape(10, 80)[::2, 3:70]
+    got = hashing.sha256_many(b"p", rows)
+    assert [g.tobytes() for g in got] == [hashlib.sha256(b"p" + r.tobytes()).digest() for r in rows]
+    assert hashing.sha256_many(b"p", np.zeros((0, 12), np.uint8)).shape == (0, 32)
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_row_tags_are_the_documented_formula(path: str, dtype: type) -> None:
+    """Item j's tag: the first 16 bytes of SHA-256(b"secemb-row-tag" || u64 round || u64 j || row),
+    read as little-endian ring words."""
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, 2**63, (300, 9), dtype=np.uint64).astype(dtype)
+    items = rng.integers(0, 10**9, 300)
+    got = row_tags(12, items, rows)
+    little = f"<u{np.dtype(dtype).itemsize}"
+    for j, row, tag in zip(items, rows, got, strict=True):
+        digest = hashlib.sha256(b"secemb-row-tag" + struct.pack("<QQ", 12, j) + row.astype(little).tobytes()).digest()
+        assert tag.dtype == dtype and tag.astype(little).tobytes() == digest[:16]
