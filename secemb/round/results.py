@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 from secemb.data import RatingData
-from secemb.errors import InvalidParameters, SecembError
+from secemb.errors import InvalidParameters, SecembError, check_float, check_int
 from secemb.metrics import get_metric
 from secemb.models.base import RecModel, UserStore
 from secemb.models.optim import AdamConfig
@@ -117,21 +117,13 @@ class TrainConfig:
     early_stop: int | None = DEFAULTS.early_stop
 
     def __post_init__(self) -> None:
-        def is_int(x: object) -> bool:
-            return isinstance(x, int) and not isinstance(x, bool)
-
-        if not is_int(self.epochs) or self.epochs < 1:
-            raise InvalidParameters(f"epochs must be an int >= 1, got {self.epochs!r}")
-        if not is_int(self.users_per_round) or self.users_per_round < 1:
-            raise InvalidParameters(
-                f"users_per_round must be an int >= 1, got {self.users_per_round!r}"
-            )
-        if self.m_prime is not None and (not is_int(self.m_prime) or self.m_prime < 1):
-            raise InvalidParameters(f"m_prime must be None or an int >= 1, got {self.m_prime!r}")
-        if not (math.isfinite(self.alpha) and self.alpha > 0):
-            raise InvalidParameters(f"alpha must be a positive float, got {self.alpha!r}")
-        if not is_int(self.seed) or self.seed < 0:
-            raise InvalidParameters(f"seed must be an int >= 0, got {self.seed!r}")
+        optional = ("m_prime", "rounds_per_epoch", "early_stop")  # None or an int >= 1
+        for name, low in (("epochs", 1), ("users_per_round", 1), ("seed", 0), ("m_prime_update", 0),
+                          *((n, 1) for n in optional)):
+            value = getattr(self, name)
+            if value is not None or name not in optional:
+                object.__setattr__(self, name, check_int(name, value, low=low))  # a numpy int as an int
+        check_float("alpha", self.alpha, above=0)
         if self.schedule not in ("interleaved", "staged"):
             raise InvalidParameters(
                 f"schedule must be 'interleaved' or 'staged', got {self.schedule!r}"
@@ -147,18 +139,11 @@ class TrainConfig:
         object.__setattr__(self, "metrics", tuple(get_metric(n).name for n in self.metrics))
         if self.sampling not in ("permutation", "poisson"):
             raise InvalidParameters(f"sampling must be 'permutation' or 'poisson', got {self.sampling!r}")
-        if not is_int(self.m_prime_update) or self.m_prime_update < 0:
-            raise InvalidParameters(f"m_prime_update must be an int >= 0, got {self.m_prime_update!r}")
         if self.m_prime_update and self.m_prime is not None:
             raise InvalidParameters("m_prime_update recounts m' from the devices' counts: it needs m_prime=None "
                                     f"(m' given as {self.m_prime})")
-        if self.rounds_per_epoch is not None and (not is_int(self.rounds_per_epoch) or self.rounds_per_epoch < 1):
-            raise InvalidParameters(f"rounds_per_epoch must be None or an int >= 1, got {self.rounds_per_epoch!r}")
         if self.dp is not None and not isinstance(self.dp, DPSettings):
             raise InvalidParameters(f"dp must be a DPSettings or None, got {type(self.dp).__name__}")
-        if self.early_stop is not None and (not is_int(self.early_stop) or self.early_stop < 1):
-            raise InvalidParameters(f"early_stop must be None or an int >= 1 (epochs without improvement), got "
-                                    f"{self.early_stop!r}")
         if self.early_stop is not None and self.dp is not None:
             raise InvalidParameters("early_stop chooses the epoch by the validation ratings without noise, which the "
                                     "DP guarantee does not cover: train without early_stop under DP")

@@ -79,7 +79,7 @@ def test_dataset_path_with_brackets_is_printed_as_it_is(tmp_path: Path) -> None:
 
 def test_alpha_help_says_positive_and_zero_is_a_usage_error() -> None:
     assert "(> 0)" in _run("train", "--help").stdout
-    _is_usage_error(_run("train", "-q", "--epochs", "1", "--alpha", "0"), "alpha must be a positive float, got 0.0")
+    _is_usage_error(_run("train", "-q", "--epochs", "1", "--alpha", "0"), "alpha must be a finite number > 0, got 0.0")
 
 
 def test_unknown_synthetic_dataset_is_named_whole() -> None:
