@@ -75,16 +75,18 @@ _POWER_FROM = 1 << 20
 
 
 def _number(bound: object) -> str:
-    """A bound as an error message writes it: an int within one of a power of two from
-    2^20 on as ``2^k``, ``2^k - 1`` or ``2^k + 1`` (``-2^k``, ``-(2^k - 1)`` below zero),
-    so ``2**62 - 1`` reads ``2^62 - 1``; any other number as ``str`` does."""
-    if type(bound) is int and abs(bound) >= _POWER_FROM:
-        size = abs(bound)
+    """A bound as an error message writes it: an int (or a whole float) within one of a power
+    of two from 2^20 on as ``2^k``, ``2^k - 1`` or ``2^k + 1`` (``-2^k``, ``-(2^k - 1)`` below
+    zero), so ``2**62 - 1`` reads ``2^62 - 1`` and ``2.0**50`` ``2^50``; any other number as
+    ``str`` does."""
+    whole = int(bound) if type(bound) is float and bound.is_integer() else bound
+    if type(whole) is int and abs(whole) >= _POWER_FROM:
+        size = abs(whole)
         for offset, tail in ((0, ""), (1, " - 1"), (-1, " + 1")):
             power = size + offset
             if power & (power - 1) == 0:
                 text = f"2^{power.bit_length() - 1}{tail}"
-                return text if bound > 0 else (f"-{text}" if not tail else f"-({text})")
+                return text if whole > 0 else (f"-{text}" if not tail else f"-({text})")
     return str(bound)
 
 

@@ -55,6 +55,10 @@ def test_bounds_next_to_a_large_power_of_two_read_as_one(value: int, low: int | 
         check_int("r", value, low=low, high=high)
     with pytest.raises(InvalidParameters, match=r"^f must be a finite number < 2\^53, got "):
         check_float("f", 2.0**60, below=2**53)
+    with pytest.raises(InvalidParameters, match=r"^f must be a finite number in \(0, 2\^50\], got 1.2e\+16$"):
+        check_float("f", 1.2e16, above=0, high=2.0**50)  # a whole float bound too
+    with pytest.raises(InvalidParameters, match=r"^f must be a finite number <= 1048577.5, got "):
+        check_float("f", 2.0**21, high=2.0**20 + 1.5)  # not whole: as it is
 
 
 def test_a_long_value_is_cut_in_the_message_and_a_huge_int_raises_the_callers_class() -> None:
