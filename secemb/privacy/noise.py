@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.privacy import cdt
 from secemb.randomness import RandomBytes, random_words, system_rng
 from secemb.ring import FixedPoint
@@ -68,17 +68,13 @@ def discrete_gaussian(sigma: float, n: int, *, tail: float | None = None,
     ------
     InvalidParameters: ``sigma``, ``n`` or ``tail`` out of range.
     """
-    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and 0 < sigma <= 2.0**50):
-        raise InvalidParameters(f"sigma must be a number in (0, 2^50], got {sigma!r}")
-    if not isinstance(n, (int, np.integer)) or n < 0:
-        raise InvalidParameters(f"n must be an int >= 0, got {n!r}")
-    bound = TAIL_SIGMAS * sigma if tail is None else float(tail)
-    if not bound >= sigma:
-        raise InvalidParameters(f"tail must be >= sigma={sigma}, got {tail!r}")
+    sigma = check_float("sigma", sigma, above=0, high=2.0**50)
+    n = check_int("n", n, low=0)
+    bound = TAIL_SIGMAS * sigma if tail is None else check_float(f"tail (sigma={sigma})", tail, low=sigma)
     rng = _rng or system_rng
     if math.floor(bound) < cdt.MAX_ENTRIES:
-        return cdt.sample(cdt.cdt_table(float(sigma), math.floor(bound)), int(n), rng)
-    return _rejection(float(sigma), int(n), bound, rng)
+        return cdt.sample(cdt.cdt_table(sigma, math.floor(bound)), n, rng)
+    return _rejection(sigma, n, bound, rng)
 
 
 def _rejection(sigma: float, n: int, bound: float, rng: RandomBytes) -> np.ndarray:
