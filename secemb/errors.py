@@ -115,7 +115,8 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
     error
         Otherwise (:class:`InvalidParameters` unless the caller names another class, e.g.
         :class:`InvalidMessage` for a field of bytes another party sent): "``name`` must be an
-        int in [low, high] (or >= low, <= high), got ``value!r``".
+        int in [low, high] (or >= low, <= high), got ``value!r``" -- the bounds as
+        :func:`_number` writes them (``2^62 - 1``), the value as :func:`_shown` does.
     """
     if type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
         v = int(value)
@@ -142,7 +143,8 @@ def check_float(name: str, value: object, *, low: float | None = None, above: fl
     ------
     error
         Otherwise (:class:`InvalidParameters` unless the caller names another class):
-        "``name`` must be a finite number in [low, high) (or > above, <= high, ...), got ``value!r``".
+        "``name`` must be a finite number in [low, high) (or > above, <= high, ...), got ``value!r``"
+        (bounds and value written as :func:`check_int`'s are).
     """
     if (low is not None and above is not None) or (high is not None and below is not None):
         raise TypeError("check_float: give at most one of low/above and one of high/below")
