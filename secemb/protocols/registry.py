@@ -175,15 +175,17 @@ def get_protocol(name: str, *, run: ExchangeRun | None = None, **opts: Any) -> P
     ------
     InvalidParameters
         If ``name`` is unknown or not available (see :func:`protocol_class`); ``run`` is missing
-        for a one-server protocol or given to a two-server one (the message names the shape); an
+        (or no :class:`~secemb.protocols.exchange.ExchangeRun`) for a one-server protocol or
+        given to a two-server one (the message names the shape); an
         option is not one the protocol accepts (the message names it and lists the allowed
         ones); or a value is not supported (a layout or relay the protocol does not declare, a
         bad parameter).
     """
     if entry(name).servers == 1:
-        if run is None:
+        if not isinstance(run, ExchangeRun):
             raise InvalidParameters(f"protocol {name!r} has one server: build it with its run, "
-                                    f"get_protocol({name!r}, run=ExchangeRun(dataset, ...))")
+                                    f"get_protocol({name!r}, run=ExchangeRun(dataset, ...))"
+                                    + ("" if run is None else f", got run={type(run).__name__}"))
         exchange = exchange_class(name)
         for key in opts:
             if key not in exchange.options:

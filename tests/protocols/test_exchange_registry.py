@@ -75,6 +75,8 @@ def test_get_protocol_builds_a_one_server_protocol_and_checks_options():
         get_protocol("plaintext", run=run)
     with pytest.raises(InvalidParameters, match="'secea' has one server: build it with its run"):
         get_protocol("secea", secea_items=4)
+    with pytest.raises(InvalidParameters, match=r"'sfsl' has one server: build it with its run, .*got run=dict$"):
+        get_protocol("sfsl", run={"dataset": "taobao-mini"})  # AttributeError (run.dataset) before
 
 
 def test_register_checks_the_shape():
