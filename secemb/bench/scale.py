@@ -14,7 +14,9 @@ backend's maps, the part the workers share (the two servers' evaluations; with t
 the aggregates' control-bit products and scatter, which the other backends keep in the server's
 process rather than copy the bits); and the busier server's time outside its maps, which no
 number of workers shortens (:func:`amdahl_bound` turns it into a bound on the speed-up at any
-worker count, labelled as such).  On a machine shared
+worker count, labelled as such; the same part on the server thread's CPU clock,
+``outside_tasks_cpu_s``, gives the bound again from CPU times, which other jobs do not stretch).
+On a machine shared
 with other jobs those wall times say little; the CPU seconds of the same round say where the
 work ran: the busier server's in this process, and the workers' (``/proc/<pid>/stat``, Linux,
 both servers' evaluations).  Every round's
