@@ -4,9 +4,10 @@ length hashed without the GIL, so a backend's threads share them (the servers' r
 
 Hazmat layer, imported only where :func:`secemb.fss.kernels.sha_compiled` says the kernel runs
 (numba, and a CPU with SHA-NI), by :func:`secemb.fss.hashing.sha256_many`, which keeps
-:mod:`hashlib` as the reference; ``tests/fss/test_fss_hashing.py`` checks the kernel against it.  The compression function follows Intel's SHA extensions
-reference: the state in two vectors (``ABEF``, ``CDGH``), four rounds per pair of
-``SHA256RNDS2`` and the message schedule by ``SHA256MSG1`` / ``SHA256MSG2``.
+:mod:`hashlib` as the reference; ``tests/fss/test_fss_hashing.py`` checks the kernel against it.
+The compression function follows Intel's SHA extensions reference: the state in two vectors
+(``ABEF``, ``CDGH``), four rounds per pair of ``SHA256RNDS2`` and the message schedule by
+``SHA256MSG1`` / ``SHA256MSG2``.
 """
 
 from __future__ import annotations

@@ -299,7 +299,7 @@ def run(
         devices draw them; no two runs alike).  No default: every caller says which.
     val_data: held-out ratings scored after every epoch (``EpochStats.val_rmse``); with
         ``config.early_stop`` they choose the epoch whose model the result holds
-        (:class:`~secemb.training.selection.EpochSelection`).
+        (:class:`~secemb.round.selection.EpochSelection`).
     deadline_s: each round's deadline at the servers.
     close_when_done: close a round as soon as all its devices finished (else the servers
         close it on quorum or deadline).

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from phe.paillier import PaillierPrivateKey, PaillierPublicKey
 
-from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.protocols.secea import coding, field, wire
 from secemb.protocols.secea import paillier as phe_packing
 from secemb.protocols.secea.coding import SecEAParams
@@ -175,8 +175,7 @@ class SecEAClient:
             last = meta["last_upload"]
         except (KeyError, ValueError, TypeError):
             raise InvalidParameters("SecEA silo state: keys missing or malformed") from None
-        if not isinstance(last, int) or isinstance(last, bool) or last < -1:
-            raise InvalidParameters("SecEA silo state: last_upload must be an integer >= -1")
+        last = check_int("SecEA silo state: last_upload", last, low=-1)
         if p == q or min(p, q) < 3 or (p * q).bit_length() != key_bits:
             raise InvalidParameters(f"SecEA silo state: the Paillier key is not a {key_bits}-bit key of two primes")
         try:

@@ -186,9 +186,7 @@ class SecEAProtocol(ExchangeProtocol):
                 client = SecEAClient.restore(user, self.params, entities, meta.get("client", {}), arrays,
                                              key_bits=self.secea_key_bits, _rng=rng)
                 silo.load_state(arrays)
-                last_round = meta.get("last_round")
-                if not isinstance(last_round, int) or isinstance(last_round, bool) or last_round < 0:
-                    raise InvalidParameters("SecEA silo state: last_round must be an integer >= 0")
+                last_round = check_int("SecEA silo state: last_round", meta.get("last_round"), low=0)
                 gen.bit_generator.state = dict(meta["batch_order"])
             except (InvalidParameters, ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise CorruptDeviceState(f"device state {state.path}: {exc}") from None
