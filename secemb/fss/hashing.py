@@ -9,21 +9,31 @@ import hashlib
 
 import numpy as np
 
+from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 
 __all__ = ["sha256_many"]
 
 
 def sha256_many(prefix: bytes, suffixes: np.ndarray) -> np.ndarray:
-    """``SHA-256(prefix || suffixes[i])`` of every row of ``suffixes`` (uint8 (n, L), C-contiguous
-    or not), as uint8 (n, 32); the same bytes on either path."""
+    """``SHA-256(prefix || suffixes[i])`` of every row of ``suffixes`` (uint8 (n, L), in any
+    memory layout), as uint8 (n, 32); the same bytes on either path.
+
+    Raises
+    ------
+    InvalidParameters: ``suffixes`` is not a 2-D uint8 array (the kernel would hash its
+    elements, hashlib their bytes).
+    """
+    if not isinstance(suffixes, np.ndarray) or suffixes.dtype != np.uint8 or suffixes.ndim != 2:
+        raise InvalidParameters(f"suffixes must be a uint8 (n, L) array, got {getattr(suffixes, 'dtype', None)} "
+                                f"{getattr(suffixes, 'shape', type(suffixes).__name__)}")
     if kernels.sha_compiled():
         from secemb.fss._shani import sha256_many as compiled
 
         return compiled(prefix, suffixes)
     base = hashlib.sha256(prefix)
     digests = []
-    for row in suffixes:
+    for row in np.ascontiguousarray(suffixes):  # hashlib reads C-contiguous rows only
         h = base.copy()
         h.update(row)
         digests.append(h.digest())

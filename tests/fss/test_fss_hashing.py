@@ -9,6 +9,7 @@ import struct
 import numpy as np
 import pytest
 
+from secemb.errors import InvalidParameters
 from secemb.fss import hashing, kernels
 from secemb.protocols.secemb.checks import row_tags
 
@@ -44,12 +45,28 @@ def test_sha256_many_takes_strided_rows_and_no_rows(path: str) -> None:
     assert hashing.sha256_many(b"p", np.zeros((0, 12), np.uint8)).shape == (0, 32)
 
 
+def test_sha256_many_takes_rows_in_any_layout(path: str) -> None:
+    """Rows that are not C-contiguous (a Fortran-order array, every other column): hashlib
+    refuses such a row's buffer, so the reference must read them as bytes first."""
+    base = np.arange(6 * 40, dtype=np.uint64).astype(np.uint8).reshape(6, 40)
+    for rows in (np.asfortranarray(base), base[:, ::2], base[::-1, 5:]):
+        got = hashing.sha256_many(b"pre", rows)
+        assert [g.tobytes() for g in got] == [hashlib.sha256(b"pre" + r.tobytes()).digest() for r in rows]
+
+
+def test_sha256_many_refuses_what_is_not_uint8_rows(path: str) -> None:
+    """Other dtypes would be hashed as elements by the kernel and as bytes by hashlib."""
+    for bad in (np.zeros((3, 4), np.uint32), np.zeros(12, np.uint8), [[1, 2]]):
+        with pytest.raises(InvalidParameters, match="uint8 \\(n, L\\)"):
+            hashing.sha256_many(b"p", bad)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
 def test_row_tags_are_the_documented_formula(path: str, dtype: type) -> None:
     """Item j's tag: the first 16 bytes of SHA-256(b"secemb-row-tag" || u64 round || u64 j || row),
     read as little-endian ring words."""
     rng = np.random.default_rng(3)
-    rows = rng.integers(0, 2**63, (300, 9), dtype=np.uint64).astype(dtype)
+    rows: np.ndarray = rng.integers(0, 2**63, (300, 9), dtype=np.uint64).astype(dtype)
     items = rng.integers(0, 10**9, 300)
     got = row_tags(12, items, rows)
     little = f"<u{np.dtype(dtype).itemsize}"
