@@ -90,8 +90,13 @@ def test_a_silo_restarted_during_a_round_never_pads_that_round_again(split, tmp_
     party.message("secea-share")  # padded and handed out, then silo 2 stops before the round ends
     back = proto.make_durable_device(2, _store(tmp_path, 2))
     assert back.client.last_upload == 1 and back.last_round == 0
-    with pytest.raises(ProtocolError, match="pads are used once"):
-        back.party(_doc(1, SECEA_STAGES)).message("secea-share")
+    model, order = back.silo.state(), back.gen.bit_generator.state
+    with pytest.raises(InvalidMessage, match="pads are used once"):
+        back.party(_doc(1, SECEA_STAGES))  # refused before its local training: the silo is unchanged
+    assert back.gen.bit_generator.state == order
+    assert all(np.array_equal(v, back.silo.state()[k]) for k, v in model.items())
+    with pytest.raises(ProtocolError, match="pads are used once"):  # the client's own guard behind it
+        back.round_party(1).message("secea-share")
     with pytest.raises(InvalidMessage, match="no second one"):
         back.party(_doc(2, SECEA_SETUP_STAGES))
 

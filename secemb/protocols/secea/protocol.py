@@ -333,7 +333,8 @@ class SecEASilo:
 
         Raises
         ------
-        InvalidMessage: a document without this silo, or with stages that are not SecEA's.
+        InvalidMessage: a document without this silo, with stages that are not SecEA's, or a
+        round not after the last one it took part in or padded an upload for (the silo unchanged).
         """
         round_id, users, stages = round_doc.get("round_id"), round_doc.get("users"), round_doc.get("stages")
         if not isinstance(round_id, int) or not isinstance(users, list) or self.client.index not in users:
@@ -347,6 +348,9 @@ class SecEASilo:
                                      "before): it takes no second one")
             return self.setup_party(round_id)
         if stages == list(SECEA_STAGES):
+            if round_id <= self.client.last_upload:  # refused before its local training changes the model
+                raise InvalidMessage(f"round {round_id} is not after round {self.client.last_upload}, the last silo "
+                                     f"{self.client.index} padded an upload for: its pads are used once")
             self.train_locally()
             return self.round_party(round_id)
         raise InvalidMessage(f"round document of round {round_id} with stages {stages!r} is not SecEA's")
