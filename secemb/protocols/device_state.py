@@ -103,7 +103,7 @@ class DeviceStateFile:
         try:
             head = json.loads(body[start:start + length].decode())
             binding = head["binding"]
-        except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError, RecursionError):  # read before the tag checks
             head = binding = None
         if isinstance(binding, dict) and binding != dict(self.binding):
             differ = sorted(k for k in set(binding) | set(self.binding) if binding.get(k) != self.binding.get(k))

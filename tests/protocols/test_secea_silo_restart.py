@@ -126,6 +126,10 @@ def test_state_files_of_another_silo_deployment_or_altered_are_refused(split, tm
         flipped[pos] ^= 1
         own.path.write_bytes(bytes(flipped))
         _refused(proto, own, "authentication tag|another device|malformed")
+    # a header nested past the JSON parser's recursion limit (read before the tag is checked)
+    deep = b"[" * 100_000
+    own.path.write_bytes(b"SEDSTAT1" + len(deep).to_bytes(4, "little") + deep + bytes(32))
+    _refused(proto, own, "authentication tag")
     own.path.write_bytes(bytes(data[:20]))
     _refused(proto, own, "not a device state file")
     own.path.write_bytes(b"")
