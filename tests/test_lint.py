@@ -1,4 +1,5 @@
-"""Issue 11: CI runs ``ruff`` and ``mypy`` on ``secemb/`` and both are clean.
+"""Issue 11: CI runs ``ruff`` and ``mypy`` on ``secemb/`` (and the protocol plug-in example) and
+both are clean.
 
 CI runs the README's test command only, so the linters run here, as subprocesses of the
 interpreter that runs the tests (both come with the ``test`` extra).  Their configuration is in
@@ -29,9 +30,17 @@ def _assert_clean(proc: subprocess.CompletedProcess[str], tool: str) -> None:
 
 
 def test_ruff_is_clean() -> None:
-    _assert_clean(_run("ruff", "check", "--no-cache", "secemb"), "ruff check secemb")
+    _assert_clean(_run("ruff", "check", "--no-cache", "secemb", "examples"), "ruff check secemb examples")
 
 
 def test_mypy_is_clean() -> None:
     cache = Path(tempfile.gettempdir()) / "secemb-mypy-cache"
     _assert_clean(_run("mypy", "--cache-dir", str(cache), "secemb"), "mypy secemb")
+
+
+def test_mypy_is_clean_on_the_protocol_plugin_example() -> None:
+    """The plug-in example (docs/protocol.md, "Adding a protocol") against the base classes it
+    subclasses: an override that the contract does not allow fails here."""
+    cache = Path(tempfile.gettempdir()) / "secemb-mypy-cache"
+    plugin = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples" / "protocol_plugin").glob("*.py"))
+    _assert_clean(_run("mypy", "--cache-dir", str(cache), *plugin), "mypy examples/protocol_plugin")

@@ -489,7 +489,7 @@ class RoundSession:
         self.request = placement
         self.role = self.protocol.make_user(self.rc)
 
-    def _keyed(self, requests: tuple[bytes, bytes]) -> None:
+    def _keyed(self, requests: tuple[bytes, bytes | None]) -> None:
         """Keep the retrieval requests, per server in the plan's order."""
         self._requests = _by_plan(self.plan.device_sends(RETRIEVAL), requests, "retrieval request")
         self._replies: dict[int, bytes | None] = {}

@@ -140,13 +140,15 @@ class UserRole(ABC):
     """The device side of one user in one round; created fresh every round."""
 
     @abstractmethod
-    def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
+    def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes | None]:
         """Messages to server 0 and server 1 asking for rows ``indices`` (int64,
-        (config.slots,); -1 marks an empty cuckoo bucket)."""
+        (config.slots,); -1 marks an empty cuckoo bucket); ``None``: no message for server 1,
+        whose round plan has no retrieval hop to it (e.g. a protocol that downloads the whole
+        table from server 0)."""
 
     @classmethod
     def retrieval_requests(cls, users: Sequence[UserRole],
-                           indices: Sequence[np.ndarray]) -> list[tuple[bytes, bytes] | Exception]:
+                           indices: Sequence[np.ndarray]) -> Sequence[tuple[bytes, bytes | None] | Exception]:
         """:meth:`retrieval_request` of many users of one round at once (``users[i]`` asks for
         ``indices[i]``; a simulation's devices): per user its messages, or the exception that
         refused its request (that user's state unchanged).  Default: one by one; roles whose
