@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -59,6 +60,19 @@ def test_sha256_many_refuses_what_is_not_uint8_rows(path: str) -> None:
     for bad in (np.zeros((3, 4), np.uint32), np.zeros(12, np.uint8), [[1, 2]]):
         with pytest.raises(InvalidParameters, match="uint8 \\(n, L\\)"):
             hashing.sha256_many(b"p", bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("features", [{"aes": True}, {"aes": True, "sha": False}])
+def test_a_cpu_without_sha_ni_never_loads_the_kernel(monkeypatch: pytest.MonkeyPatch, features: dict) -> None:
+    """The compiled kernels on (AES-NI) but no SHA extensions: hashlib, and the SHA-NI module is
+    not even imported (its instructions would fault there)."""
+    monkeypatch.setattr(kernels, "BACKEND", "numba")
+    monkeypatch.setattr(kernels, "host_cpu_features", lambda: features)
+    monkeypatch.setitem(sys.modules, "secemb.fss._shani", None)  # importing it raises ImportError
+    assert not kernels.sha_compiled()
+    rows = np.arange(3 * 20, dtype=np.uint8).reshape(3, 20)
+    got = hashing.sha256_many(b"x", rows)
+    assert [g.tobytes() for g in got] == [hashlib.sha256(b"x" + r.tobytes()).digest() for r in rows]
 
 
 @pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
