@@ -95,6 +95,8 @@ def test_batched_results_and_uploads_equal_the_per_device_path_byte_for_byte(lay
     for u in ok:  # the other users' rows are the table's
         real = indices[u] >= 0
         assert np.array_equal(rows_batch[u][real], table[indices[u][real]]) and not rows_batch[u][~real].any()
+    # each user's rows are an array of its own, not a view of the batch's (which holds the others' rows)
+    assert all(isinstance(r, np.ndarray) and r.flags.owndata for r in (rows_batch[u] for u in ok))
 
     gradients = []
     for u in range(USERS):

@@ -291,7 +291,7 @@ class SecEmbUser(UserRole):
         results: list[np.ndarray | Exception] = []
         for user, rows_j, bad in zip(users, out, tampered, strict=True):
             if not bad:
-                results.append(rows_j)
+                results.append(rows_j.copy())  # its own array: no view of the batch's (other users') rows
                 continue
             user._tampered = True
             results.append(RetrievalTampered(
