@@ -26,12 +26,16 @@ __all__ = ["deployed_device", "device_state_file", "take_part"]
 def device_state_file(credentials: Path, user: int, deployment: Mapping[str, Any], secret: bytes,
                       server_ca: bytes) -> DeviceStateFile:
     """Device ``user``'s state file beside its credentials file (``device-U.json`` ->
-    ``device-U.state``), authenticated under its credential ``secret`` and bound to the device,
-    the deployment's ``protocol``, ``run`` and ``options`` (from ``deployment``, the credentials'
-    document) and the SHA-256 of the server's CA certificate ``server_ca``."""
+    ``device-U.state``; a credentials file already named ``*.state``: ``*.state.state``, never
+    the credentials file itself), authenticated under its credential ``secret`` and bound to the
+    device, the deployment's ``protocol``, ``run`` and ``options`` (from ``deployment``, the
+    credentials' document) and the SHA-256 of the server's CA certificate ``server_ca``."""
     binding = {"device": user, **{k: deployment.get(k) for k in ("protocol", "run", "options")},
                "server_ca_sha256": hashlib.sha256(server_ca).hexdigest()}
-    return DeviceStateFile(credentials.with_suffix(".state"), secret, binding)
+    path = credentials.with_suffix(".state")
+    if path == credentials:  # the state written there would replace the credentials (and the key)
+        path = credentials.with_name(credentials.name + ".state")
+    return DeviceStateFile(path, secret, binding)
 
 
 def deployed_device(protocol: ExchangeProtocol, user: int, state: DeviceStateFile) -> ExchangeDevice:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from secemb.client.stages import device_state_file
 from secemb.data import load_movielens, train_test_split
 from secemb.digest import model_sha256
 from secemb.errors import InvalidMessage, ProtocolError
@@ -188,3 +189,12 @@ def test_the_state_file_holds_no_secret_in_a_refusal_message(split, tmp_path):
     with pytest.raises(CorruptDeviceState) as err:
         proto.make_durable_device(1, store)
     assert secret_hex not in str(err.value) and meta["client"]["x25519"] not in str(err.value)
+
+
+def test_the_state_file_goes_beside_the_credentials_never_over_them(tmp_path):
+    """``device-U.json`` -> ``device-U.state``; credentials named ``*.state`` keep their file (the
+    silo's first save would have replaced them, key and all)."""
+    doc = {"protocol": "secea", "run": {"dataset": "ml-100k"}, "options": {}}
+    assert device_state_file(tmp_path / "device-1.json", 1, doc, b"k" * 32, b"ca").path == tmp_path / "device-1.state"
+    creds = tmp_path / "device-1.state"
+    assert device_state_file(creds, 1, doc, b"k" * 32, b"ca").path == tmp_path / "device-1.state.state"
