@@ -135,6 +135,23 @@ def test_a_batch_of_users_of_two_rounds_is_refused() -> None:
         SecEmbUser.uploads(users, [(np.zeros(0), np.zeros(0))] * 2)
 
 
+def test_a_batch_that_lists_a_user_twice_is_refused() -> None:
+    """One round's state would make two uploads (the user's own second call is refused)."""
+    proto = SecEmbProtocol()
+    cfg = proto.round_config(1, 300, 5, 7, 12, 32)
+    user = proto.make_user(cfg)
+    (request,) = SecEmbUser.retrieval_requests([user], [np.arange(cfg.slots)])
+    assert isinstance(request, tuple)
+    grads = (np.zeros((cfg.slots, cfg.width), cfg.dtype), np.zeros(cfg.dense_size, cfg.dtype))
+    with pytest.raises(InvalidParameters, match="twice"):
+        SecEmbUser.uploads([user, user], [grads, grads])
+    with pytest.raises(InvalidParameters, match="twice"):
+        SecEmbUser.retrieval_requests([user, user], [np.arange(cfg.slots)] * 2)
+    assert isinstance(user.upload(*grads)[0], bytes)  # the refused batches changed nothing
+    with pytest.raises(ProtocolError):
+        user.upload(*grads)
+
+
 def test_the_default_batch_methods_call_each_users_own_method() -> None:
     """A protocol without batched overrides: :meth:`UserRole.retrieval_results` and
     :meth:`UserRole.uploads` return each user's own result, an exception in its place."""

@@ -36,8 +36,9 @@ def _inverse_odd(x: np.ndarray) -> np.ndarray:
 
 
 def _one_round(users: Sequence[UserRole]) -> SecEmbUser:
-    """The first of ``users``, once all are SecEmb users of one round with one relay and
-    verification setting (a batch's precondition).
+    """The first of ``users``, once all are distinct SecEmb users of one round with one relay
+    and verification setting (a batch's precondition: a user listed twice would make two
+    requests or uploads from one round's state, which its own calls refuse).
 
     Raises
     ------
@@ -48,6 +49,8 @@ def _one_round(users: Sequence[UserRole]) -> SecEmbUser:
             not isinstance(u, SecEmbUser) or (u.config, u.relay, u.verify) != (first.config, first.relay, first.verify)
             for u in users):
         raise InvalidParameters("a batch of SecEmb users needs SecEmb users of one round")
+    if len({id(u) for u in users}) != len(users):
+        raise InvalidParameters("a batch of SecEmb users lists a user twice")
     return first
 
 
