@@ -105,6 +105,18 @@ def _shown(value: object) -> str:
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text)} characters)"
 
 
+def _bounds(*, low: float | None = None, above: float | None = None, high: float | None = None,
+            below: float | None = None) -> str:
+    """The bounds part of a refusal: `` in [low, high]`` (``(`` / ``)`` for ``above`` /
+    ``below``) when both sides are bounded, else `` >= low`` (``>``, ``<=``, ``<``) or nothing;
+    each bound as :func:`_number` writes it."""
+    if (low is not None or above is not None) and (high is not None or below is not None):
+        return " in " + (f"[{_number(low)}" if low is not None else f"({_number(above)}") + ", " \
+            + (f"{_number(high)}]" if high is not None else f"{_number(below)})")
+    return next((f" {op} {_number(b)}" for op, b in ((">=", low), (">", above), ("<=", high), ("<", below))
+                 if b is not None), "")
+
+
 def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None,
               error: type[Exception] = InvalidParameters) -> int:
     """``value`` as an ``int``, if it is an integer (a Python or numpy integer; never a bool)
@@ -122,13 +134,7 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
         v = int(value)
         if (low is None or v >= low) and (high is None or v <= high):
             return v
-    if low is not None and high is not None:
-        bound = f" in [{_number(low)}, {_number(high)}]"
-    elif low is not None:
-        bound = f" >= {_number(low)}"
-    else:
-        bound = "" if high is None else f" <= {_number(high)}"
-    raise error(f"{name} must be an int{bound}, got {_shown(value)}")
+    raise error(f"{name} must be an int{_bounds(low=low, high=high)}, got {_shown(value)}")
 
 
 def check_float(name: str, value: object, *, low: float | None = None, above: float | None = None,
@@ -156,10 +162,5 @@ def check_float(name: str, value: object, *, low: float | None = None, above: fl
         if math.isfinite(v) and (low is None or v >= low) and (above is None or v > above) \
                 and (high is None or v <= high) and (below is None or v < below):
             return v
-    if (low is not None or above is not None) and (high is not None or below is not None):
-        bound = " in " + (f"[{_number(low)}" if low is not None else f"({_number(above)}") + ", " \
-            + (f"{_number(high)}]" if high is not None else f"{_number(below)})")
-    else:
-        bound = next((f" {op} {_number(b)}" for op, b in ((">=", low), (">", above), ("<=", high), ("<", below))
-                      if b is not None), "")
-    raise error(f"{name} must be a finite number{bound}, got {_shown(value)}")
+    raise error(f"{name} must be a finite number{_bounds(low=low, above=above, high=high, below=below)}, "
+                f"got {_shown(value)}")
