@@ -16,10 +16,11 @@ Server memory (``--server``, issue 37 goal 5)
     Peak resident memory of a fresh process playing server 0 of one round with ``n`` devices
     (:func:`server_round`): each device's retrieval request and upload (the device is played in
     the same process, one at a time, and dropped: its part of the peak is one device's, whatever
-    ``n``), then the aggregate share over all but a tenth of them (the rest left out, as if
-    silent at server 1, so their dense shares are taken out again).  The peak (``VmHWM``) is read
-    after the share; the growth is over the resident set right after the round began (the model
-    in ring form and the evaluation table held).  Flat in ``n`` when the server's memory is
+    ``n``; for the full-model baselines and plaintext a server 1 in the same process answers the
+    device's second, empty, retrieval request), then the aggregate share over all but a tenth of
+    them (the rest left out, as if silent at server 1, so their dense shares are taken out again).
+    The peak (``VmHWM``) is read after the share; the growth is over the resident set right after
+    the round began (the model in ring form and the evaluation table held).  Flat in ``n`` when the server's memory is
     O(model); O(devices x model) shows as a growth of ``n`` dense shares.
 """
 
@@ -39,12 +40,19 @@ from secemb.bench.rss import reset_peak, status_kb
 
 __all__ = ["SERVER_PROTOCOLS", "measure", "run", "server_round", "server_run"]
 
-#: ``--server`` protocols: name -> get_protocol options (server 0's dense shares are explicit in all)
+#: ``--server`` protocols: name -> get_protocol options (server 0's dense shares are explicit in all).
+#: DP-FedRec's noise is the device's (played in the same process and dropped), so its scale here is
+#: arbitrary: a server's memory does not depend on it.
 SERVER_PROTOCOLS: dict[str, dict[str, Any]] = {
     "secemb": {"layout": "full", "relay": False},
     "secemb-cuckoo-relay": {"layout": "cuckoo", "relay": True},
     "secfedrec": {},
+    "dp-fedrec": {"sigma": 1000.0, "clip": 0.1},
+    "plaintext": {"layout": "full"},
 }
+#: protocols whose device completes a retrieval with both servers' replies before it uploads
+#: (server 1's reply is empty in all three; a SecEmb device uploads without its result)
+_BOTH_REPLIES = frozenset({"secfedrec", "dp-fedrec", "plaintext"})
 
 
 def _child(model_name: str, dataset: str, mode: str, q: Any) -> None:
@@ -142,7 +150,7 @@ def _server_child(model_name: str, dataset: str, dim: int, devices: int, protoco
     proto = get_protocol(protocol.replace("-cuckoo-relay", ""), **SERVER_PROTOCOLS[protocol])
     rng = np.random.default_rng(0)  # the devices' items and gradients: workload, not secrets
     server = proto.make_server(0)
-    helper = proto.make_server(1) if protocol == "secfedrec" else None  # its (empty) reply completes a retrieval
+    helper = proto.make_server(1) if protocol in _BOTH_REPLIES else None  # its (empty) reply completes a retrieval
     table = rng.integers(0, 2**32, (m, model.sparse_width), dtype=np.uint64).astype(np.uint32)
 
     def one_round(round_id: int, devices: int) -> list[int]:

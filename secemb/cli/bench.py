@@ -362,7 +362,7 @@ def _register_paper_tables(bench_app: typer.Typer) -> None:
         devices: str = typer.Option("10,50,100", help="--server: comma-separated devices per round."),
         dim: int = typer.Option(128, min=1, help="--server: the model's embedding size d."),
         protocols: str = typer.Option("secemb", help="--server: comma-separated protocols (secemb, "
-                                      "secemb-cuckoo-relay, secfedrec)."),
+                                      "secemb-cuckoo-relay, secfedrec, dp-fedrec, plaintext)."),
         quiet: bool = quiet_opt,
         force: bool = force_opt,
     ) -> None:

@@ -14,15 +14,16 @@ from secemb.cli import app
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 
 
-def test_server_round_reports_the_peak_of_a_round_with_a_tenth_left_out():
-    res = server_round("mf", "ml-100k", 4, 3, "secemb")
+@pytest.mark.parametrize("protocol", ["secemb", "secfedrec", "dp-fedrec", "plaintext"])
+def test_server_round_reports_the_peak_of_a_round_with_a_tenth_left_out(protocol):
+    res = server_round("mf", "ml-100k", 4, 3, protocol)
     assert res["left_out"] == 1 and res["dense_size"] >= 1
     assert 0 < res["rss_round_start_mib"] <= res["peak_rss_mib"]
     assert res["growth_mib"] == pytest.approx(res["peak_rss_mib"] - res["rss_round_start_mib"])
 
 
-@pytest.mark.parametrize("args", [["--protocols", "plaintext"], ["--devices", "1"], ["--devices", "ten"],
-                                  ["--datasets", "ml-2m"], ["--models", "din"]])
+@pytest.mark.parametrize("args", [["--protocols", "sfsl"], ["--protocols", "secemb,kvsagg"], ["--devices", "1"],
+                                  ["--devices", "ten"], ["--datasets", "ml-2m"], ["--models", "din"]])
 def test_bad_server_options_exit_2_before_any_work(tmp_path, args):
     result = CliRunner().invoke(app, ["bench", "memory", "--server", "--out", str(tmp_path / "out"), *args])
     assert result.exit_code == 2, result.output
