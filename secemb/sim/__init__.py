@@ -2,7 +2,9 @@
 server processes on 127.0.0.1.
 
 * :mod:`secemb.sim.driver` -- :func:`~secemb.sim.driver.run` (:class:`~secemb.sim.driver.TrainingRun`),
-  the one round driver: the operator and every simulated device of a two-server run;
+  the one round driver: the operator and every simulated device of a two-server run; its parts
+  :mod:`secemb.sim.devices` (the devices of a round attempt, phase by phase), :mod:`secemb.sim.admin`
+  (the operator's calls to the servers) and :mod:`secemb.sim.spec` (the run's option groups);
 * :mod:`secemb.sim.local` -- :class:`~secemb.sim.local.InProcessServers`, both server nodes in
   memory behind a transport that counts every message (what :func:`secemb.training.train` runs);
 * :mod:`secemb.sim.settings` -- what both servers are configured with for a run

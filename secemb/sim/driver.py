@@ -9,7 +9,9 @@ and scores the model, so an in-process run and a networked run of one seed give 
 model by construction.  :class:`TrainingRun` is that run phase by phase (set-up, the count,
 each round's attempts and its devices, evaluation, the result); :func:`run` builds it from
 keyword options, grouped as :class:`RunSpec` (what is trained), :class:`RoundPolicy` (how rounds
-run) and :class:`Hooks` (the callbacks).
+run) and :class:`Hooks` (the callbacks) (:mod:`secemb.sim.spec`).  The devices' side of a round
+attempt is :class:`~secemb.sim.devices.RoundDevices`; the operator's calls to the servers
+(retried, closed, awaited) are :mod:`secemb.sim.admin`'s.
 
 Randomness
     The public model is initialized from ``default_rng(public_init_seed(seed))``
@@ -38,63 +40,42 @@ Faults
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from typing import Protocol as TypingProtocol
 
 import numpy as np
-from tenacity import RetryError, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from secemb.client.device import DeviceClient, RoundInfo, RoundSession, private_rng
+from secemb.client.device import DeviceClient, RoundInfo, private_rng
 from secemb.data import RatingData, by_user, concat
 from secemb.digest import model_sha256
-from secemb.sim.settings import DEVICE_RANDOMNESS, DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
-from secemb.errors import InvalidParameters, SecembError
+from secemb.errors import InvalidParameters
 from secemb.metrics import evaluate
 from secemb.models.base import RecModel, UserStore
 from secemb.models.task import Sample
-from secemb.privacy.accounting import DPPlan
-from secemb.protocols.adversary import ATTACK_BEHAVIOR, with_attack
+from secemb.protocols.adversary import ATTACK_BEHAVIOR
 from secemb.protocols.base import Protocol, RoundConfig
 from secemb.protocols.dp_fedrec import DPFedRecProtocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
-from secemb.round import messages
-from secemb.round.local import LocalStep, distinct_counts
+from secemb.round.local import distinct_counts
 from secemb.round.optimizer import ServerAdam
 from secemb.round.results import EpochStats, RoundStats, TrainConfig, TrainResult, VerificationError, run_config
 from secemb.round.selection import EpochSelection
 from secemb.round.update import apply_aggregate
-from secemb.transport.errors import RemoteError, Unreachable
+from secemb.sim.admin import RoundAborted, await_round, check_info, close_round, fetch_model, retry
+from secemb.sim.devices import Device, DevicePhase, RoundDevices
+from secemb.sim.settings import DeviceRandomness, dp_plan_of, public_init_seed, rating_range_of
+from secemb.sim.spec import AfterRound, BeforeRound, Behavior, Hooks, RoundPolicy, RunSpec
 from secemb.transport.links import AdminLink
 
+# the run's option groups, its device phase and its give-up error are part of this module's
+# interface (run's signature, Servers, what run raises): importable from here
 __all__ = [
-    "GROUP_BYTES", "Behavior", "DevicePhase", "Hooks", "RoundAborted", "RoundPolicy", "RunSpec", "Servers",
-    "TrainingRun", "group_size", "run",
+    "Behavior", "DevicePhase", "Hooks", "RoundAborted", "RoundPolicy", "RunSpec", "Servers", "TrainingRun",
+    "initial_state", "run",
 ]
-
-#: per (round index, user): None (normal) or a fault to simulate on the device:
-#: "drop" (retrieves, never uploads), "only0"/"only1" (uploads to one server only),
-#: "late:<seconds>" (waits that long between training and upload).
-Behavior = Callable[[int, int], str | None]
-
-
-class RoundAborted(SecembError):
-    """A round could not be completed after all attempts."""
-
-
-class DevicePhase(TypingProtocol):
-    """How the devices of a round run: one after another in process, concurrently over HTTP."""
-
-    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        """``[fn(x) for x in items]``, possibly concurrently, in order."""
-
-    def retrieve(self, sessions: Sequence[RoundSession]) -> list[BaseException | None]:
-        """Send the sessions' retrieval requests (each in its protocol's plan order) and hand
-        each its replies; per session, the error that stopped it (else ``None``)."""
 
 
 @dataclass
@@ -118,19 +99,6 @@ class Servers:
     wait_s: float = 120.0
     device_errors_fatal: bool = False
 
-
-@dataclass
-class _Device:
-    """One device's part in one round attempt."""
-
-    user: int
-    sample: Sample
-    placement: PaddedRequest
-    behavior: str | None
-    session: RoundSession | None = None
-    error: BaseException | None = None
-    uploaded: bool = False
-    loss: float | None = None
 
 
 @dataclass
@@ -161,108 +129,6 @@ def initial_state(
                                      rating_range=rating_range)
     return table, dense, model.new_user_store(num_users, rng, cfg.adam())
 
-
-def _transient(retry_conflict: bool) -> Callable[[BaseException], bool]:
-    """Whether a failed operator call is worth retrying: the server is unreachable or
-    answered 503 (restarting, its peer restarting, its disk full), or 409 where the caller
-    says a conflict clears by itself (the count phase of a restarted peer)."""
-
-    def check(exc: BaseException) -> bool:
-        if isinstance(exc, Unreachable):
-            return True
-        return isinstance(exc, RemoteError) and (exc.status == 503 or (retry_conflict and exc.status == 409))
-
-    return check
-
-
-def _retry(fn: Callable[[], Any], wait_s: float, what: str, retry_conflict: bool = False) -> Any:
-    """Call ``fn`` until it does not fail transiently (:func:`_transient`), with exponential
-    backoff (tenacity: 0.05 s doubling to 0.5 s) for up to ``wait_s`` seconds; other errors
-    pass through at once.
-
-    Raises
-    ------
-    RoundAborted
-        Still failing after ``wait_s`` seconds (the last error in the message).
-    """
-    retrying = Retrying(retry=retry_if_exception(_transient(retry_conflict)), stop=stop_after_delay(wait_s),
-                        wait=wait_exponential(multiplier=0.05, min=0.05, max=0.5))
-    try:
-        return retrying(fn)
-    except RetryError as exc:
-        raise RoundAborted(f"{what}: gave up after {wait_s} s: {exc.last_attempt.exception()}") from None
-
-
-def _model(admin: AdminLink, wait_s: float, m: int, width: int, dense_size: int) -> tuple[int, np.ndarray, np.ndarray]:
-    data = _retry(admin.model, wait_s, "fetching the model")
-    version = messages.model_version(data)
-    table, dense = messages.decode_model(data, version=version, num_items=m, width=width, dense_size=dense_size)
-    return version, table, dense
-
-
-#: ``(round index, attempt, round id, users)``, called before a round's devices run
-BeforeRound = Callable[[int, int, int, list[int]], None]
-#: ``(round index, attempt, outcome, device errors by user)``, called when a round ended
-AfterRound = Callable[[int, int, dict[str, Any], dict[int, BaseException]], None]
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """What a run trains: ``model`` with ``protocol`` on ``train_data``, scored on
-    ``test_data`` and ``val_data`` (either may be ``None``), as ``config`` says; the devices'
-    private draws from where ``device_randomness`` says; ``extra_config`` merged into
-    ``result.config`` (see :func:`run` for each).
-
-    Raises
-    ------
-    InvalidParameters
-        The held-out data do not share the training data's id spaces, or
-        ``device_randomness`` is neither mode.
-    """
-
-    model: RecModel
-    protocol: Protocol
-    train_data: RatingData
-    test_data: RatingData | None
-    config: TrainConfig
-    device_randomness: DeviceRandomness
-    val_data: RatingData | None = None
-    extra_config: dict[str, Any] | None = None
-
-    def __post_init__(self) -> None:
-        for held_out in (self.test_data, self.val_data):
-            if held_out is not None and (
-                held_out.num_items != self.train_data.num_items or held_out.num_users != self.train_data.num_users
-            ):
-                raise InvalidParameters("train, test and validation data must share the user and item id spaces")
-        if self.device_randomness not in DEVICE_RANDOMNESS:
-            raise InvalidParameters(
-                f"device_randomness must be one of {DEVICE_RANDOMNESS}, got {self.device_randomness!r}")
-
-
-@dataclass(frozen=True)
-class RoundPolicy:
-    """How the driver runs each round: the servers' deadline, whether to close a round as soon
-    as its devices finished (else the servers close it on quorum or deadline), the tries per
-    round, and the simulated device faults (:data:`Behavior`; see :func:`run`)."""
-
-    deadline_s: float = 120.0
-    close_when_done: bool = True
-    max_attempts: int = 5
-    behavior: Behavior | None = None
-
-
-@dataclass(frozen=True)
-class Hooks:
-    """The run's callbacks, each optional: around every round attempt (``before_round``,
-    ``after_round``) and progress (``on_start`` with ``result.config``, ``on_round`` per
-    committed round, ``on_epoch``)."""
-
-    before_round: BeforeRound | None = None
-    after_round: AfterRound | None = None
-    on_start: Callable[[dict[str, Any]], None] | None = None
-    on_round: Callable[[RoundStats], None] | None = None
-    on_epoch: Callable[[EpochStats], None] | None = None
 
 
 def run(
@@ -340,7 +206,8 @@ class TrainingRun:
     m' given or counted (:meth:`_fix_m_prime`, :meth:`_count`), the run announced
     (:meth:`_announce`), per epoch (:meth:`_epoch`) its rounds (:meth:`_round`: the users'
     draws, then attempts until one commits -- :meth:`_attempt`: open, the devices
-    (:meth:`_run_devices`: retrieval, dense download, local step, upload), close, commit) and
+    (:meth:`RoundDevices.run <secemb.sim.devices.RoundDevices.run>`: retrieval, dense download,
+    local step, upload), close, commit) and
     the evaluation (:meth:`_evaluate`), and finally the result (:meth:`_result`).
 
     Raises
@@ -350,13 +217,14 @@ class TrainingRun:
         without validation data.  From :meth:`train`: as :func:`run` says.
     """
 
-    # set by the phases of :meth:`train`, in this order: the public model's mirror and the
-    # devices' private state (:meth:`_start_model`); m' and where it came from
+    # set by the phases of :meth:`train`, in this order: the public model's mirror, the
+    # devices' private state and the devices run on it (:meth:`_start_model`); m' and where it came from
     # (:meth:`_fix_m_prime`); the configuration document and the round configuration the
     # placements are drawn for (:meth:`_announce`, the latter again at each m' update)
     table: np.ndarray
     dense: np.ndarray
     store: UserStore
+    devices: RoundDevices
     mirror: ServerAdam | None
     m_prime: int
     source: str
@@ -364,10 +232,12 @@ class TrainingRun:
     result_config: dict[str, Any]
     rc_plan: RoundConfig
 
-    def __init__(self, servers: Servers, spec: RunSpec, policy: RoundPolicy = RoundPolicy(),
-                 hooks: Hooks = Hooks(), *, wall0: float | None = None) -> None:
+    def __init__(self, servers: Servers, spec: RunSpec, policy: RoundPolicy | None = None,
+                 hooks: Hooks | None = None, *, wall0: float | None = None) -> None:
         self.wall0 = time.perf_counter() if wall0 is None else wall0
-        self.servers, self.spec, self.policy, self.hooks = servers, spec, policy, hooks
+        self.servers, self.spec = servers, spec
+        self.policy = RoundPolicy() if policy is None else policy  # defaults: RoundPolicy's, no callbacks
+        self.hooks = Hooks() if hooks is None else hooks
         self.cfg = cfg = spec.config
         model, data = spec.model, spec.train_data
         self.fp = FixedPoint(cfg.ring_bits, cfg.frac_bits)
@@ -423,11 +293,11 @@ class TrainingRun:
 
     def _server_model(self, admin: AdminLink) -> tuple[int, np.ndarray, np.ndarray]:
         """A server's model: ``(version, table, dense)``."""
-        return _model(admin, self.wait_s, self.m, self.width, self.dense_size)
+        return fetch_model(admin, self.wait_s, self.m, self.width, self.dense_size)
 
     def _start_model(self) -> None:
-        """The initial public model, and the devices' private state: server 0 initializes the
-        model from the same seed, which is checked here."""
+        """The initial public model, and the devices' private state (with the devices that run
+        on it): server 0 initializes the model from the same seed, which is checked here."""
         cfg, spec = self.cfg, self.spec
         self.table, self.dense, self.store = initial_state(spec.model, cfg, self.m, spec.train_data.num_users,
                                                            self.rating_range, self.private)
@@ -437,6 +307,10 @@ class TrainingRun:
                 f"server 0's model (version {version}) is not the fresh model of seed {cfg.seed}: "
                 "start from an empty state directory with init_seed = public_init_seed(seed)"
             )
+        self.devices = RoundDevices(self.servers.device, self.servers.phase, self.device_protocol, spec.model,
+                                    self.store, fp=self.fp, task=self.task,
+                                    clip=None if self.dp is None else self.dp.clip, schedule=cfg.schedule,
+                                    keep_encoded=cfg.verify)
         self.mirror = (ServerAdam(self.m, self.width, self.dense_size, cfg.adam(), lazy=cfg.lazy_adam)
                        if cfg.verify else None)
 
@@ -457,12 +331,12 @@ class TrainingRun:
         if cfg.m_prime is not None:
             if cfg.m_prime > self.m:
                 raise InvalidParameters(f"m_prime must be <= num_items={self.m}, got {cfg.m_prime}")
-            st = _retry(self.admin0.status, self.wait_s, "server status")
+            st = retry(self.admin0.status, self.wait_s, "server status")
             if st["m_prime"] != cfg.m_prime:
                 raise InvalidParameters(f"server 0 has m_prime={st['m_prime']}, the run wants {cfg.m_prime}")
             self.m_prime, self.source, self.mean_count = cfg.m_prime, "given", None
         else:
-            doc = _retry(self._count, self.wait_s, "count phase", retry_conflict=True)
+            doc = retry(self._count, self.wait_s, "count phase", retry_conflict=True)
             self.m_prime, self.source, self.mean_count = int(doc["m_prime"]), "eq11", float(doc["mean_count"])
             self.count_bytes = int(doc["bytes"])
 
@@ -502,7 +376,7 @@ class TrainingRun:
 
     def _update_m_prime(self, epoch: int) -> None:
         """The Eq. 11 count again (Appendix L.2); later rounds use its m'."""
-        doc = _retry(self._count, self.wait_s, "count phase (m' update)", retry_conflict=True)
+        doc = retry(self._count, self.wait_s, "count phase (m' update)", retry_conflict=True)
         self.m_prime, self.count_bytes = int(doc["m_prime"]), self.count_bytes + int(doc["bytes"])
         self.m_prime_updates.append({"epoch": epoch, "m_prime": self.m_prime, "mean_count": float(doc["mean_count"])})
         self.rc_plan = self._round_config(0)
@@ -550,9 +424,9 @@ class TrainingRun:
             self.hooks.before_round(self.round_index, attempt, r, users)
         snaps = {u: self.store.snapshot(u) for u in users}
         behavior = self.policy.behavior
-        devs = [_Device(u, sample, req, behavior(self.round_index, u) if behavior else None)
+        devs = [Device(u, sample, req, behavior(self.round_index, u) if behavior else None)
                 for u, (sample, req) in zip(users, drawn, strict=True)]
-        self._run_devices(devs, info, expected)
+        self.devices.run(devs, info, expected)
         self._raise_fatal(devs)
         outcome = self._end(r)
         if self.hooks.after_round is not None:
@@ -571,17 +445,17 @@ class TrainingRun:
 
     def _open(self, users: list[int]) -> RoundInfo:
         """Server 0 opens a round of ``users``; its announcement, checked against the run."""
-        opened = _retry(lambda: self.admin0.open_round(users, self.policy.deadline_s), self.wait_s,
+        opened = retry(lambda: self.admin0.open_round(users, self.policy.deadline_s), self.wait_s,
                         "opening a round", retry_conflict=True)
         info = RoundInfo.from_doc(opened)
         if info.config != self._round_config(info.round_id):
             raise InvalidParameters(f"server 0's round configuration {info.config} differs from the run's")
         if not self.checked_info:
-            _check_info(info, self.spec.model, self.cfg, self.dp)
+            check_info(info, self.spec.model, self.cfg, self.dp)
             self.checked_info = True
         return info
 
-    def _raise_fatal(self, devs: list[_Device]) -> None:
+    def _raise_fatal(self, devs: list[Device]) -> None:
         """Raise a device's error that must stop the run: a failed verification, or any error
         where ``servers.device_errors_fatal`` says so (except an attacker's refusal: expected)."""
         for d in devs:
@@ -593,10 +467,10 @@ class TrainingRun:
     def _end(self, r: int) -> dict[str, Any]:
         """Round ``r``'s outcome: closed now, or awaited until the servers close it."""
         if self.policy.close_when_done:
-            return _close(self.admin0, r, self.wait_s)
-        return _await(self.admin0, r, self.wait_s + self.policy.deadline_s)
+            return close_round(self.admin0, r, self.wait_s)
+        return await_round(self.admin0, r, self.wait_s + self.policy.deadline_s)
 
-    def _commit(self, epoch: int, r: int, outcome: dict[str, Any], devs: list[_Device]) -> None:
+    def _commit(self, epoch: int, r: int, outcome: dict[str, Any], devs: list[Device]) -> None:
         """A committed round: who took part, the verification, the accounting."""
         included = set(outcome["included"] or [])
         self.participated[sorted(included)] += 1
@@ -607,127 +481,9 @@ class TrainingRun:
 
     # ---- the devices of one round attempt
 
-    def _run_devices(self, devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
-        """Every device of the attempt, as ``config.schedule`` says: each one through all its
-        steps before the next (``"interleaved"``), or the round's devices together, step by
-        step (``"staged"``)."""
-        if self.cfg.schedule == "interleaved":
-            for d in devs:
-                self._device_batch([d], info, expected)
-        else:
-            self._device_batch(devs, info, expected)
-
-    def _device_batch(self, devs: list[_Device], info: RoundInfo, expected: np.ndarray | None) -> None:
-        """``devs`` through the round, step by step: sessions opened and prepared (their keys
-        made as one batch), retrieval requests sent (:meth:`DevicePhase.retrieve`), then, group
-        by group (:func:`group_size`: a small model's round is one group), each device's dense
-        download, their rows read as one batch (:meth:`_read_rows`), their local steps and
-        uploads encoded as one batch (:meth:`_train`), each device's upload sent
-        (:meth:`_send_upload`), which frees its buffers.  A device that fails keeps its error
-        and drops out."""
-        live = self._prepare(devs, info)
-        errors = self.servers.phase.retrieve([s for _, s in live])
-        for (d, _), err in zip(live, errors, strict=True):
-            if err is not None:
-                d.error = err
-        running = _running(devs)
-        size = group_size(info.config, self.fp.dtype.itemsize)
-        for group in (running[i : i + size] for i in range(0, len(running), size)):
-            self._on_each(group, lambda d: _session(d).fetch_dense())
-            self._read_rows(_running(group), expected)
-            training = [d for d in _running(group) if d.behavior != "drop"]  # a dropped device never uploads
-            self._train(training)
-            self._on_each(_running(training), self._send_upload)
-
-    def _on_each(self, devs: list[_Device], fn: Callable[[_Device], None]) -> None:
-        """``fn`` of each device (:meth:`DevicePhase.map`: possibly concurrently); a device whose
-        call fails keeps its error."""
-
-        def one(dev: _Device) -> None:
-            try:
-                fn(dev)
-            except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
-                dev.error = exc
-
-        self.servers.phase.map(one, devs)
-
-    def _connect(self, dev: _Device, info: RoundInfo) -> RoundSession | None:
-        """``dev``'s session of the round (``None``: it failed, its error kept)."""
-        try:
-            client = self.servers.device(dev.user)
-            # as a real device does: both servers announce the round on the same model (a
-            # ModelDisagreement is reported to both and the device takes no part)
-            client.round_info()
-            proto = self.device_protocol
-            if dev.behavior is not None and dev.behavior.startswith(ATTACK_BEHAVIOR):  # a simulated malicious device
-                proto = with_attack(self.device_protocol, dev.behavior[len(ATTACK_BEHAVIOR):])
-            dev.session = RoundSession(client, info, protocol=proto, fp=self.fp, task=self.task,
-                                       clip=None if self.dp is None else self.dp.clip)
-            return dev.session
-        except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
-            dev.error = exc
-            return None
-
-    def _prepare(self, devs: list[_Device], info: RoundInfo) -> list[tuple[_Device, RoundSession]]:
-        """The devices' sessions, prepared with the drawn samples and slots, their keys made
-        as one batch (:meth:`RoundSession.prepare_many`); the devices that failed keep their
-        error and are left out."""
-        opened = [(d, s) for d, s in zip(devs, self.servers.phase.map(lambda d: self._connect(d, info), devs),
-                                         strict=True)
-                  if s is not None]
-        errors = RoundSession.prepare_many([s for _, s in opened], [d.sample for d, _ in opened],
-                                           [d.placement for d, _ in opened])
-        for (d, _), err in zip(opened, errors, strict=True):
-            d.error = err
-        return [(d, s) for d, s in opened if d.error is None]
-
-    def _read_rows(self, devs: list[_Device], expected: np.ndarray | None) -> None:
-        """The devices' rows read from their replies as one batch
-        (:meth:`RoundSession.reconstruct_many`), each checked against ``expected`` where the
-        run verifies (a simulated attacker's are not); a device that fails keeps its error."""
-        rows = RoundSession.reconstruct_many([_session(d) for d in devs])
-        for dev, got in zip(devs, rows, strict=True):
-            if isinstance(got, Exception):
-                dev.error = got
-            elif expected is not None and not (dev.behavior or "").startswith(ATTACK_BEHAVIOR):
-                try:
-                    _check_rows(dev, got, expected, _session(dev).rc.round_id)
-                except VerificationError as exc:
-                    dev.error = exc
-
-    def _train(self, devs: list[_Device]) -> None:
-        """The devices' local steps on their rows, device by device, and their uploads encoded
-        as one batch (:meth:`RoundSession.train_many`); each device's loss, or its error."""
-        model = self.spec.model
-
-        def step(user: int) -> LocalStep:
-            state = self.store.state(user)
-            return lambda rows, dense, batch: model.local_step(rows, dense, state, batch)
-
-        results = RoundSession.train_many([_session(d) for d in devs], [step(d.user) for d in devs])
-        for dev, got in zip(devs, results, strict=True):
-            if isinstance(got, Exception):
-                dev.error = got
-            else:
-                dev.loss = got.loss
-
-    def _send_upload(self, dev: _Device) -> None:
-        """``dev``'s upload sent (to one server only, or late, where its behavior says)."""
-        session = _session(dev)
-        if dev.behavior is not None and dev.behavior.startswith("late:"):
-            time.sleep(float(dev.behavior.split(":", 1)[1]))
-        if dev.behavior in ("only0", "only1"):
-            session.upload(only=int(dev.behavior[-1]))
-        else:
-            session.upload()
-            dev.uploaded = True
-        # the round's sessions live until it closes: keep one device's buffers, not all of
-        # them (the encoded gradients only where the round is verified against them)
-        session.release(keep_encoded=self.cfg.verify)
-
     # ---- after a committed round
 
-    def _account(self, outcome: dict[str, Any], devs: list[_Device], included: set[int], epoch: int,
+    def _account(self, outcome: dict[str, Any], devs: list[Device], included: set[int], epoch: int,
                  r: int) -> None:
         """Add a committed round's traffic and times to the totals; report it."""
         tot = self.tot
@@ -739,7 +495,7 @@ class TrainingRun:
         s2s = self.servers.server_bytes(r) or 0
         s0 = float(outcome.get("server_s") or 0.0)
         opt = float(outcome.get("optimizer_s") or 0.0)
-        s1 = float(_retry(lambda: self.admin1.round_status(r), self.wait_s,
+        s1 = float(retry(lambda: self.admin1.round_status(r), self.wait_s,
                           "server 1's round status").get("server_s") or 0.0)
         tot.up += up
         tot.down += down
@@ -755,7 +511,7 @@ class TrainingRun:
             self.hooks.on_round(RoundStats(r, epoch, len(devs), up, down, s2s, user_s, s0, s1, opt, self.cfg.verify,
                                            float(np.mean(losses)) if losses else float("nan")))
 
-    def _verify_round(self, devs: list[_Device], included: set[int], r: int) -> None:
+    def _verify_round(self, devs: list[Device], included: set[int], r: int) -> None:
         """Both servers hold the same model, and it is the optimizer step of the direct sums of
         the included users' encoded gradients (applied here to the run's mirror copies)."""
         fp = self.fp
@@ -836,34 +592,6 @@ class TrainingRun:
         )
 
 
-#: the most bytes of devices' round buffers (dense vector, rows, gradients, upload) the driver
-#: holds at once: the devices of a round go through it after their retrieval in groups this
-#: allows (:func:`group_size`)
-GROUP_BYTES = 1 << 26
-
-
-def group_size(rc: RoundConfig, itemsize: int) -> int:
-    """How many devices of a round of ``rc`` (ring words of ``itemsize`` bytes) go through the
-    round together after their retrieval (:meth:`TrainingRun._device_batch`): as many as keep
-    their buffers -- counted as four ring copies of the dense vector and of the rows (the
-    received vector and rows, the gradients, the upload) -- within :data:`GROUP_BYTES`, at
-    least one.  The model does not depend on it; the simulation's memory does (DeepFM at
-    d = 128: 7 M dense values a device, so one device at a time)."""
-    per_device = 4 * itemsize * (rc.dense_size + rc.slots * rc.width)
-    return max(1, GROUP_BYTES // per_device)
-
-
-def _running(devs: list[_Device]) -> list[_Device]:
-    """The devices of ``devs`` with a session and no error."""
-    return [d for d in devs if d.error is None and d.session is not None]
-
-
-def _session(dev: _Device) -> RoundSession:
-    """A running device's session (:func:`_running`)."""
-    assert dev.session is not None  # a running device has one
-    return dev.session
-
-
 def _epoch_rounds(rng: np.random.Generator, active: np.ndarray, per_round: int, poisson: bool) -> list[list[int]]:
     """One epoch's rounds of users: a permutation of ``active`` cut into rounds of
     ``per_round``, or (``poisson``) ``ceil(n / per_round)`` rounds each taking every user
@@ -874,64 +602,3 @@ def _epoch_rounds(rng: np.random.Generator, active: np.ndarray, per_round: int, 
     q = min(1.0, per_round / max(active.size, 1))
     return [[int(u) for u in active[rng.random(active.size) < q]] for _ in range(-(-active.size // per_round))]
 
-
-def _check_rows(dev: _Device, rows: np.ndarray, expected: np.ndarray, round_id: int) -> None:
-    """``dev``'s retrieved rows are the encoded table's rows at its placement (padding: 0).
-
-    Raises
-    ------
-    VerificationError
-        A row differs.
-    """
-    want = expected[np.maximum(dev.placement.indices, 0)]
-    want[dev.placement.indices < 0] = 0
-    if not np.array_equal(rows, want):
-        bad = int(np.flatnonzero(np.any(rows != want, axis=1))[0])
-        raise VerificationError(
-            f"round {round_id}, user {dev.user}: retrieved row {bad} (item "
-            f"{int(dev.placement.indices[bad])}) differs from the encoded table"
-        )
-
-
-def _check_info(info: RoundInfo, model: RecModel, cfg: TrainConfig, dp: DPPlan | None) -> None:
-    want_training: dict[str, Any] = {"lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "eps": cfg.eps,
-                                     "ring_bits": cfg.ring_bits, "frac_bits": cfg.frac_bits}
-    if dp is not None and dp.central:  # what the servers announce their devices clip to, and the noise
-        want_training.update(dp_clip=dp.settings.clip, dp_sigma=dp.sigma_ring)
-    if info.model.get("name") != model.name or info.model.get("hparams") != json.loads(json.dumps(model.spec())):
-        raise InvalidParameters(f"the servers train {info.model}, the run wants {model.name} {model.spec()}")
-    if info.training != want_training:
-        raise InvalidParameters(f"the servers use {info.training}, the run wants {want_training}")
-
-
-def _close(admin0: AdminLink, r: int, wait_s: float) -> dict[str, Any]:
-    def once() -> dict[str, Any]:
-        try:
-            return admin0.close_round(r)
-        except RemoteError as exc:
-            if exc.status == 404:  # server 0 restarted before it recorded the round
-                return {"round_id": r, "state": "aborted", "included": None, "reason": exc.detail}
-            raise
-    doc: dict[str, Any] = _retry(once, wait_s, f"closing round {r}")
-    if doc["state"] not in ("committed", "aborted"):
-        return _await(admin0, r, wait_s)
-    return doc
-
-
-def _await(admin0: AdminLink, r: int, wait_s: float) -> dict[str, Any]:
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            doc = admin0.round_status(r)
-            if doc["state"] in ("committed", "aborted"):
-                return doc
-        except Unreachable:
-            pass
-        except RemoteError as exc:
-            if exc.status == 404:
-                return {"round_id": r, "state": "aborted", "included": None, "reason": exc.detail}
-            if exc.status != 503:
-                raise
-        if time.monotonic() >= deadline:
-            raise RoundAborted(f"round {r} did not end within {wait_s} s")
-        time.sleep(0.05)

@@ -22,7 +22,7 @@ from secemb.data import synthetic_like, train_test_split
 from secemb.errors import ProtocolError
 from secemb.models import MatrixFactorization
 from secemb.protocols import get_protocol
-from secemb.sim import driver
+from secemb.sim import devices
 from secemb.training import TrainConfig, train
 
 
@@ -33,10 +33,10 @@ def data():
 
 def _alive_when_training(monkeypatch, data, protocol: str, verify: bool, group: int = 1) -> list[int]:
     """Train one epoch (rounds of 10 devices) with the driver taking ``group`` devices at a time
-    through the round after retrieval (``sim.driver.group_size``: 1 for a model whose buffers
+    through the round after retrieval (``sim.devices.group_size``: 1 for a model whose buffers
     fill its bound, as DeepFM's do); at each device's step, how many arrays of the earlier
     devices' steps (row and dense gradients, their encodings) are still alive."""
-    monkeypatch.setattr(driver, "group_size", lambda rc, itemsize: group)
+    monkeypatch.setattr(devices, "group_size", lambda rc, itemsize: group)
     refs: list[weakref.ref] = []
     alive: list[int] = []
     real = device_mod.local_update

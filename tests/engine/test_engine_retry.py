@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from secemb.sim.driver import RoundAborted, _retry
+from secemb.sim.admin import RoundAborted, retry
 from secemb.transport.errors import RemoteError, Unreachable
 
 
@@ -22,28 +22,29 @@ class _Restarting:
         return "model"
 
 
-@pytest.mark.parametrize("error", [Unreachable("connection refused"), RemoteError(503, "peer_unavailable", "restarting")])
+@pytest.mark.parametrize("error", [Unreachable("connection refused"),
+                                   RemoteError(503, "peer_unavailable", "restarting")])
 def test_finding8_operator_calls_are_retried_while_a_server_restarts(error):
     call = _Restarting(3, error)
-    assert _retry(call, 10.0, "fetching the model") == "model" and call.calls == 4
+    assert retry(call, 10.0, "fetching the model") == "model" and call.calls == 4
 
 
 def test_finding8_a_conflict_is_retried_only_where_the_caller_says_it_clears():
     conflict = RemoteError(409, "conflict", "count phase of a restarted peer")
     call = _Restarting(1, conflict)
-    assert _retry(call, 10.0, "count phase", retry_conflict=True) == "model" and call.calls == 2
+    assert retry(call, 10.0, "count phase", retry_conflict=True) == "model" and call.calls == 2
     call = _Restarting(1, conflict)
     with pytest.raises(RemoteError):
-        _retry(call, 10.0, "opening a round")
+        retry(call, 10.0, "opening a round")
     assert call.calls == 1
 
 
 def test_finding8_bad_requests_are_not_retried_and_a_dead_server_gives_up_with_the_reason():
     call = _Restarting(5, RemoteError(422, "invalid_parameters", "n_p"))
     with pytest.raises(RemoteError):
-        _retry(call, 10.0, "opening a round")
+        retry(call, 10.0, "opening a round")
     assert call.calls == 1
     call = _Restarting(10 ** 6, Unreachable("connection refused"))
     with pytest.raises(RoundAborted, match="fetching the model: gave up after 0.3 s: connection refused"):
-        _retry(call, 0.3, "fetching the model")
+        retry(call, 0.3, "fetching the model")
     assert 2 <= call.calls < 50

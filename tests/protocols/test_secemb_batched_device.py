@@ -192,7 +192,7 @@ def test_a_round_of_batched_devices_trains_the_model_of_devices_one_by_one(layou
     from secemb.client.device import RoundSession
     from secemb.data import synthetic_like, train_test_split
     from secemb.models import MatrixFactorization
-    from secemb.sim import driver
+    from secemb.sim import devices
     from secemb.training import TrainConfig, train
 
     tr, te = train_test_split(synthetic_like(40, 30, 500, seed=4), 0.2, seed=0)
@@ -221,7 +221,7 @@ def test_a_round_of_batched_devices_trains_the_model_of_devices_one_by_one(layou
         fetch(self)
 
     monkeypatch.setattr(RoundSession, "fetch_dense", counted)
-    monkeypatch.setattr(driver, "group_size", lambda rc, itemsize: 2)
+    monkeypatch.setattr(devices, "group_size", lambda rc, itemsize: 2)
     assert run("staged") == staged
     assert len(holding) > 24 and max(holding) == 1
 
@@ -229,7 +229,7 @@ def test_a_round_of_batched_devices_trains_the_model_of_devices_one_by_one(layou
 def test_group_size_keeps_a_group_s_buffers_within_the_bound() -> None:
     """Four ring copies of the dense vector and of the rows per device, within 64 MiB."""
     from secemb.protocols.base import RoundConfig
-    from secemb.sim.driver import GROUP_BYTES, group_size
+    from secemb.sim.devices import GROUP_BYTES, group_size
 
     assert GROUP_BYTES == 64 * 2**20
     small = RoundConfig(0, 1682, 17, 0, 213, layout="cuckoo", num_buckets=266)  # ml-100k MF: 266 x 17 rows
