@@ -35,6 +35,7 @@ __all__ = [
     "open_message",
     "array_bytes",
     "read_array",
+    "read_view",
     "read_rows",
     "check_user",
     "check_ring",
@@ -90,10 +91,15 @@ def array_bytes(a: np.ndarray) -> bytes:
 def read_array(body: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
     """Read a little-endian array of ``shape`` at ``offset``; returns a native copy and the
     offset after it.  The caller has already checked the total length."""
-    count = math.prod(shape)
     dt = np.dtype(dtype)
-    arr = np.frombuffer(body, dt.newbyteorder("<"), count, offset).reshape(shape).astype(dt)
-    return arr, offset + count * dt.itemsize
+    return read_view(body, offset, dt, shape).astype(dt), offset + math.prod(shape) * dt.itemsize
+
+
+def read_view(body: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The little-endian array of ``shape`` at ``offset`` of ``body``, read in place: a view of
+    ``body``'s memory (read-only over bytes), no copy; arithmetic into a native ``out`` gives
+    native results on any host.  The caller has already checked the total length."""
+    return np.frombuffer(body, np.dtype(dtype).newbyteorder("<"), math.prod(shape), offset).reshape(shape)
 
 
 _U64 = struct.Struct("<Q")
@@ -103,9 +109,7 @@ def read_rows(body: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, 
     """Rows ``rows`` (int indices into the first axis) of the little-endian ``shape`` array at
     ``offset``, as a native copy of those rows only: ``read_array(...)[0][rows]`` without
     copying the whole array first.  The caller has already checked the total length."""
-    dt = np.dtype(dtype)
-    arr = np.frombuffer(body, dt.newbyteorder("<"), math.prod(shape), offset).reshape(shape)
-    return arr[rows].astype(dt, copy=False)  # the fancy index has copied already
+    return read_view(body, offset, dtype, shape)[rows].astype(dtype, copy=False)  # the fancy index has copied already
 
 
 def check_user(user_id: object) -> int:

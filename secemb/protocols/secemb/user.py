@@ -16,9 +16,9 @@ from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
 from secemb.protocols.secemb.checks import key_digest, row_tags
 from secemb.protocols.secemb.relay import relay_prgs, upload_mac
 from secemb.protocols.secemb.sizes import MAC_KEY_BYTES, NAME, answer_bytes, checks_bytes, key_params, tag_words
-from secemb.protocols.wire import array_bytes, frame, open_message, read_array
+from secemb.protocols.wire import array_bytes, frame, open_message, read_view
 from secemb.randomness import SEED_BYTES, RandomBytes, random_words, system_rng
-from secemb.sharing import reconstruct, share
+from secemb.sharing import share
 
 __all__ = ["SecEmbUser"]
 
@@ -236,20 +236,25 @@ class SecEmbUser(UserRole):
                 out[i] = exc
         if read:
             ok = [users[i] for i, _, _ in read]
-            shares0 = np.stack([s for _, s, _ in read])  # (n, S, width + T)
-            if first.relay:  # server 1's share is the mask of the user's seed
+            # the answers (n, S, width + T) reconstructed user by user from the replies' bytes in
+            # place: one pass, no copy of the shares first
+            if first.relay:  # server 1's share is the mask of the user's seed: share 0 - mask
                 seeds = [cast("tuple[bytes, bytes]", u._seeds)[0] for u in ok]  # drawn by a relay request
-                answers = shares0 - relay_prgs(seeds, shape, cfg.dtype)
+                answers = relay_prgs(seeds, shape, cfg.dtype)  # a fresh array: overwritten below
+                for j, (_, share0, _) in enumerate(read):
+                    np.subtract(share0, answers[j], out=answers[j])
             else:
-                answers = reconstruct(shares0, np.stack([cast("np.ndarray", s) for _, _, s in read]))
+                answers = np.empty((len(read), *shape), cfg.dtype)
+                for j, (_, share0, share1) in enumerate(read):
+                    np.add(share0, cast("np.ndarray", share1), out=answers[j])  # both replies without relay
             for (i, _, _), got in zip(read, SecEmbUser._verified(ok, answers), strict=True):
                 out[i] = got
         return cast("list[np.ndarray | Exception]", out)  # every entry is set above
 
     def _answer_shares(self, reply0: bytes, reply1: bytes | None,
                        shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray | None]:
-        """The two answer shares of the replies, ring ``shape`` each (the second ``None`` with
-        relay: server 1's is the mask of the user's seed).
+        """The two answer shares of the replies, ring ``shape`` each, read in place (views of the
+        replies' bytes; the second ``None`` with relay: server 1's is the mask of the user's seed).
 
         Raises
         ------
@@ -262,7 +267,7 @@ class SecEmbUser(UserRole):
             raise ProtocolError("retrieval_result before retrieval_request")
         size = answer_bytes(cfg)
         body0 = open_message(reply0, NAME, "retrieval_reply", 0, cfg.round_id, size)
-        first = read_array(body0, 0, cfg.dtype, shape)[0]
+        first = read_view(body0, 0, cfg.dtype, shape)
         if self.relay:
             if reply1 is not None:
                 raise ProtocolError("with relay, server 1 sends no retrieval reply")
@@ -270,29 +275,29 @@ class SecEmbUser(UserRole):
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
         body1 = open_message(reply1, NAME, "retrieval_reply", 1, cfg.round_id, size)
-        return first, read_array(body1, 0, cfg.dtype, shape)[0]
+        return first, read_view(body1, 0, cfg.dtype, shape)
 
     @staticmethod
     def _verified(users: list[SecEmbUser], answers: np.ndarray) -> list[np.ndarray | Exception]:
         """Per user its rows of the reconstructed ``answers`` (ring (n, S, width + T):
-        ``beta_i T[alpha_i]`` plus any server's offset), ring (S, width), once every real
-        slot's tag checks against its row (unmasked by ``beta_i^{-1}``) and every empty
-        bucket's answer is zero; else :class:`RetrievalTampered` (and the user marked so)."""
+        ``beta_i T[alpha_i]`` plus any server's offset; unmasked in place, so the caller's array
+        is consumed), ring (S, width), once every real slot's tag checks against its row
+        (unmasked by ``beta_i^{-1}``) and every empty bucket's answer is zero; else
+        :class:`RetrievalTampered` (and the user marked so)."""
         cfg = users[0].config
         n = len(users)
         real = np.stack([cast("np.ndarray", u._real) for u in users])  # set with _state
         items = np.stack([cast("np.ndarray", u._items) for u in users])
         unmask = np.stack([cast("np.ndarray", u._unmask) for u in users])
-        unmasked = answers[real] * unmask[real][:, None]  # the real slots', user by user
-        rows = unmasked[:, : cfg.width]
-        wrong_tag = np.any(unmasked[:, cfg.width :] != row_tags(cfg.round_id, items[real], rows), axis=1)
-        filled_empty = np.any(answers[~real] != 0, axis=1)
+        filled_empty = np.any(answers[~real] != 0, axis=1)  # read before unmasking
+        answers *= unmask[:, :, None]  # real slots: beta^{-1}; empty buckets: 0, their rows' value
+        unmasked = answers[real]  # the real slots', user by user
+        wrong_tag = np.any(unmasked[:, cfg.width :] != row_tags(cfg.round_id, items[real], unmasked[:, : cfg.width]),
+                           axis=1)
         tampered = ((np.bincount(np.nonzero(real)[0][wrong_tag], minlength=n)
                      + np.bincount(np.nonzero(~real)[0][filled_empty], minlength=n)) > 0)
-        out = np.zeros((n, cfg.slots, cfg.width), cfg.dtype)
-        out[real] = rows
         results: list[np.ndarray | Exception] = []
-        for user, rows_j, bad in zip(users, out, tampered, strict=True):
+        for user, rows_j, bad in zip(users, answers[:, :, : cfg.width], tampered, strict=True):
             if not bad:
                 results.append(rows_j.copy())  # its own array: no view of the batch's (other users') rows
                 continue
