@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1] / "secemb"
 #: A package not listed is not checked (give it a layer when it is created).
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in (
     "errors",
-    "randomness ring outputs digest sharing framing options",
+    "randomness ring outputs digest sharing framing options packing",
     "fss secagg privacy data",
     "models",
     "metrics",

@@ -11,18 +11,16 @@ read, before any of it is used.  Layout::
 
     MAGIC (8) | u32 length of meta | meta (JSON, UTF-8) | NPZ of the arrays | HMAC-SHA256 (32)
 
-``meta`` is ``{"binding": ..., "meta": ...}``; the arrays are read without pickle.
+``meta`` is ``{"binding": ..., "meta": ...}`` (canonical JSON: sorted keys) and the NPZ is
+uncompressed, both packed by :mod:`secemb.packing`; the arrays are read without pickle.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import io
-import json
 import os
 import struct
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.outputs import atomic_write_bytes
+from secemb.packing import MalformedPack, arrays_bytes, arrays_from_bytes, meta_bytes, meta_from_bytes
 from secemb.protocols.exchange import ExchangeDevice
 
 __all__ = ["CorruptDeviceState", "DeviceStateFile", "DurableDevices"]
@@ -73,11 +72,8 @@ class DeviceStateFile:
         ------
         OSError: the disk refused (the file is as it was).
         """
-        head = json.dumps({"binding": dict(self.binding), "meta": dict(meta)}, sort_keys=True,
-                          allow_nan=False).encode()
-        buf = io.BytesIO()
-        np.savez(buf, allow_pickle=False, **arrays)
-        body = _MAGIC + struct.pack("<I", len(head)) + head + buf.getvalue()
+        head = meta_bytes({"binding": dict(self.binding), "meta": dict(meta)})
+        body = _MAGIC + struct.pack("<I", len(head)) + head + arrays_bytes(arrays)
         atomic_write_bytes(self.path, body + self._mac(body), mode=0o600)
 
     def load(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -100,10 +96,11 @@ class DeviceStateFile:
         body, tag = data[:-_TAG], data[-_TAG:]
         (length,) = struct.unpack_from("<I", body, len(_MAGIC))
         start = len(_MAGIC) + 4
+        head: dict[str, Any] | None
         try:
-            head = json.loads(body[start:start + length].decode())
+            head = meta_from_bytes(body[start:start + length])
             binding = head["binding"]
-        except (UnicodeDecodeError, ValueError, TypeError, KeyError, RecursionError):  # read before the tag checks
+        except (MalformedPack, KeyError):  # read before the tag checks
             head = binding = None
         if isinstance(binding, dict) and binding != dict(self.binding):
             differ = sorted(k for k in set(binding) | set(self.binding) if binding.get(k) != self.binding.get(k))
@@ -112,12 +109,11 @@ class DeviceStateFile:
         if not hmac.compare_digest(tag, self._mac(body)):
             raise CorruptDeviceState(f"device state {self.path}: its authentication tag does not match (altered, "
                                      "or written under another device's credentials)")
-        if not isinstance(head, dict) or not isinstance(head.get("meta"), dict):
+        if head is None or not isinstance(head.get("meta"), dict):
             raise CorruptDeviceState(f"device state {self.path}: malformed header")
         try:
-            with np.load(io.BytesIO(body[start + length:]), allow_pickle=False) as npz:
-                arrays = {name: npz[name] for name in npz.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+            arrays = arrays_from_bytes(body[start + length:])
+        except MalformedPack:
             raise CorruptDeviceState(f"device state {self.path}: malformed arrays") from None
         return head["meta"], arrays
 

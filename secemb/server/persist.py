@@ -3,7 +3,8 @@
 Checkpoint (``checkpoint.npz``)
     The whole durable state of a server -- model version, public model, optimizer moments,
     m' -- as an uncompressed ``.npz`` (numpy arrays only, loaded with ``allow_pickle=False``)
-    with a JSON metadata member.  Written by :func:`atomic_write`: a temporary file in the same
+    with a JSON metadata member ``__meta__`` (its UTF-8 bytes as ``uint8``; both packed by
+    :mod:`secemb.packing`).  Written by :func:`atomic_write`: a temporary file in the same
     directory, ``fsync``, ``rename`` over the old file, ``fsync`` of the directory.  A crash at
     any instant leaves either the old or the new checkpoint, never a mixture; writing it is the
     *commit point* of a round.
@@ -28,7 +29,6 @@ by :func:`remove_stale_temporaries` when a store opens.
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import threading
@@ -40,6 +40,7 @@ import numpy as np
 
 from secemb.errors import SecembError
 from secemb.outputs import TEMP_MARK, atomic_write_bytes, write_all
+from secemb.packing import MalformedPack, arrays_bytes, arrays_from_bytes, meta_bytes, meta_from_bytes
 
 __all__ = [
     "CorruptState", "Journal", "StorageError", "atomic_write", "load_checkpoint", "remove_stale_temporaries",
@@ -92,14 +93,21 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> list[str]:
 
 
 def save_checkpoint(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-    """Atomically write ``meta`` (JSON-able) and ``arrays`` to ``path``."""
-    for name in (_META, "file", "allow_pickle"):  # ours, and np.savez's own parameters
-        if name in arrays:
-            raise ValueError(f"array name {name!r} is reserved")
-    buf = io.BytesIO()
-    meta_arr = np.frombuffer(json.dumps(meta, sort_keys=True, allow_nan=False).encode(), dtype=np.uint8)
-    np.savez(buf, allow_pickle=False, **{_META: meta_arr}, **arrays)
-    atomic_write(path, buf.getvalue())
+    """Atomically write ``meta`` (JSON-able) and ``arrays`` to ``path`` (the module docstring's
+    layout).
+
+    Raises
+    ------
+    ValueError
+        An array is named ``__meta__`` (or as :func:`secemb.packing.arrays_bytes` refuses), or
+        ``meta`` holds a non-finite number.
+    StorageError
+        The disk refused the write (the old checkpoint is intact).
+    """
+    if _META in arrays:
+        raise ValueError(f"array name {_META!r} is reserved")
+    meta_arr = np.frombuffer(meta_bytes(meta), dtype=np.uint8)
+    atomic_write(path, arrays_bytes({_META: meta_arr, **arrays}))
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
@@ -116,13 +124,12 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
     except FileNotFoundError:
         return None
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        meta = json.loads(arrays.pop(_META).tobytes().decode())
-    except Exception as exc:  # zipfile/ValueError/KeyError/...: all mean "unreadable"
-        raise CorruptState(f"checkpoint {path} is unreadable: {type(exc).__name__}: {exc}") from None
-    if not isinstance(meta, dict):
-        raise CorruptState(f"checkpoint {path}: metadata is not an object")
+        arrays = arrays_from_bytes(data)
+        if _META not in arrays:
+            raise MalformedPack(f"no {_META} member")
+        meta = meta_from_bytes(arrays.pop(_META).tobytes())
+    except MalformedPack as exc:
+        raise CorruptState(f"checkpoint {path} is unreadable: {exc}") from None
     return meta, arrays
 
 
