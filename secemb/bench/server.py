@@ -112,20 +112,22 @@ def measure(layout: str, relay: bool, m: int, m_prime: int, d: int, users: int, 
     if relay:
         assert isinstance(s0, SecEmbRelayServer) and isinstance(s1, SecEmbRelayServer)  # make_server's, with relay
         masked = timed(1, s1.relay_retrieval_many, [(u, a0[u]) for u in ids])
-        a0 = [timed(0, s0.complete_retrieval, u, masked[u]) for u in ids]
+        a0 = timed(0, s0.complete_retrieval_many, [(u, masked[u]) for u in ids])
+    uploads = []
     for u, (role, request) in enumerate(roles):
         down += len(a0[u]) + (len(a1[u]) if a1[u] is not None else 0)
         digest.update(role.retrieval_result(a0[u], a1[u]).tobytes())
         grads = np.zeros((cfg.slots, d + 1), np.uint32)
         grads[request.real_pos] = rng.integers(0, 2**32, (request.real_pos.size, d + 1), dtype=np.uint64)
-        up0, up1 = role.upload(grads, np.zeros(1, np.uint32))
-        up += len(up0) + (len(up1) if up1 is not None else 0)
-        fwd = timed(0, s0.handle_upload, u, up0)
-        if up1 is not None:
-            timed(1, s1.handle_upload, u, up1)
-        if fwd is not None:
-            assert isinstance(s1, SecEmbRelayServer)  # server 0 forwards with relay only
-            timed(1, s1.relay_upload, u, fwd)
+        uploads.append(role.upload(grads, np.zeros(1, np.uint32)))
+        up += len(uploads[-1][0]) + (len(uploads[-1][1] or b""))
+    # each server absorbs the round's uploads as one batch (as a node does what arrives together)
+    fwds = timed(0, s0.handle_upload_many, [(u, uploads[u][0]) for u in ids])
+    if not relay:
+        timed(1, s1.handle_upload_many, [(u, uploads[u][1]) for u in ids])
+    else:
+        assert isinstance(s1, SecEmbRelayServer)  # server 0 forwards with relay only
+        timed(1, s1.relay_upload_many, [(u, fwds[u]) for u in ids])
     share = timed(1, s1.aggregate_share)
     sparse, dense = timed(0, s0.combine, share)
     digest.update(sparse.tobytes() + dense.tobytes())

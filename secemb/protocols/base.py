@@ -287,6 +287,22 @@ class ServerRole(ABC):
         user by user override this."""
         return [_or_error(self.handle_retrieval, u, m) for u, m in requests]
 
+    def handle_upload_many(self, uploads: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
+        """:meth:`handle_upload` for many ``(user_id, message)`` pairs of the round (what a
+        server received together): per pair what :meth:`handle_upload` returns, or the
+        exception that refused it in its place -- a refused upload changes no state, the others
+        are absorbed (a user listed twice: the second is refused as an upload already taken).
+        Default: one by one; servers that absorb a batch faster override this with the same
+        result for every pair.
+
+        Raises
+        ------
+        OSError: the server could not keep what it must (a share it spills to disk): no upload
+            of the batch counts (SecEmb's override absorbs none; the default may have absorbed
+            the ones before, which a node never counts and leaves out at the close).
+        """
+        return [_or_error(self.handle_upload, u, m) for u, m in uploads]
+
     def evaluate_retrieval_many(
         self, requests: list[tuple[int, bytes]]
     ) -> Callable[[], list[bytes | None | SecembError]]:
@@ -358,9 +374,26 @@ class RelayRole(ABC):
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Relay, server 0: combine server 1's answer into the reply to the user."""
 
+    def complete_retrieval_many(self, answers: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        """:meth:`complete_retrieval` for many ``(user_id, message)`` pairs: per pair the reply
+        or the exception that refused it (changing no state).  Default: one by one."""
+        return [_or_error(self.complete_retrieval, u, m) for u, m in answers]
+
     @abstractmethod
     def relay_upload(self, user_id: int, message: bytes) -> None:
         """Relay, server 1: absorb server 0's forwarded upload."""
+
+    def relay_upload_many(self, forwards: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """:meth:`relay_upload` for many ``(user_id, message)`` pairs: per pair ``None``
+        (absorbed) or the exception that refused it (:class:`~secemb.errors.RelayTampered`
+        where the forward fails the device's authentication), which changed no state.
+        Default: one by one.
+
+        Raises
+        ------
+        OSError: as :meth:`ServerRole.handle_upload_many`.
+        """
+        return [_or_error(self.relay_upload, u, m) for u, m in forwards]
 
 
 #: options every protocol's factory takes (their values are checked against its capabilities)

@@ -54,18 +54,37 @@ class SpilledShares:
         ------
         OSError: the file could not be created or written (what ``key`` held is unchanged).
         """
-        data = np.ascontiguousarray(array)
+        self.put_many([(key, array)])
+
+    def put_many(self, items: list[tuple[int, np.ndarray]]) -> None:
+        """:meth:`put` of each ``(key, array)`` in order (a later one for the same key wins),
+        all or nothing: the arrays are written one after another (never joined in memory) and
+        recorded only once every write succeeded.
+
+        Raises
+        ------
+        OSError: the file could not be created or written (nothing of ``items`` is kept; what
+            their keys held is unchanged).
+        """
+        if not items:
+            return
         with self._lock:
             if self._file is None:
                 # unbuffered: a raw file (a wrapper of one where the OS cannot unlink an open file)
                 self._file = cast("io.RawIOBase", tempfile.TemporaryFile(buffering=0))  # noqa: SIM115 - closed by close()
             self._file.seek(self._end)
-            view = data.data.cast("B")
-            done = 0
-            while done < len(view):  # a raw write may take part of a large buffer
-                done += self._file.write(view[done:]) or 0
-            self._where[key] = (self._end, data.dtype, data.shape)
-            self._end += len(view)
+            end = self._end
+            placed: list[tuple[int, tuple[int, np.dtype, tuple[int, ...]]]] = []
+            for key, array in items:
+                data = np.ascontiguousarray(array)
+                view = data.data.cast("B")
+                done = 0
+                while done < len(view):  # a raw write may take part of a large buffer
+                    done += self._file.write(view[done:]) or 0
+                placed.append((key, (end, data.dtype, data.shape)))
+                end += len(view)
+            self._where.update(placed)
+            self._end = end
 
     def get(self, key: int) -> np.ndarray:
         """A new array equal to the one kept for ``key``.

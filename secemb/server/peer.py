@@ -76,8 +76,10 @@ class PeerLink(Protocol):
         refused or failed item yields its :class:`PeerRefused`/:class:`PeerUnreachable` in its
         place."""
 
-    def relay_upload(self, round_id: int, user: int, body: bytes) -> None:
-        """Relay: server 1 absorbs ``user``'s forwarded correction words."""
+    def relay_upload_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """Relay: server 1 absorbs the forwarded correction words ``(user, relay_upload)``; per
+        item ``None``, or the :class:`PeerRefused`/:class:`PeerUnreachable` of one refused or
+        failed in its place."""
 
     def close(self, round_id: int) -> list[int]:
         """Server 1 stops taking uploads; the sorted users it absorbed."""
@@ -193,8 +195,10 @@ class HttpPeer:
         path = f"/v1/peer/rounds/{round_id}/relay-retrieval"
         return self._many(lambda it: self.api.post_bytes(path, it[1], user=it[0]) or b"", items)
 
-    def relay_upload(self, round_id: int, user: int, body: bytes) -> None:
-        _call(lambda: self.api.post_bytes(f"/v1/peer/rounds/{round_id}/relay-upload", body, user=user))
+    def relay_upload_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        path = f"/v1/peer/rounds/{round_id}/relay-upload"
+        outs = self._many(lambda it: self.api.post_bytes(path, it[1], user=it[0]), items)
+        return [out if isinstance(out, SecembError) else None for out in outs]
 
     def close(self, round_id: int) -> list[int]:
         return list(_call(lambda: _fields(self.api.post_json(f"/v1/peer/rounds/{round_id}/close"),

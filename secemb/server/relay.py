@@ -22,7 +22,7 @@ from secemb.errors import ProtocolError, RelayTampered, SecembError
 from secemb.protocols.base import RelayRole
 from secemb.server import faults
 from secemb.server.errors import Conflict, peer_failure
-from secemb.server.peer import PEER_ERRORS, PeerLink, PeerRefused, PeerUnreachable
+from secemb.server.peer import PeerLink, PeerRefused, PeerUnreachable
 from secemb.server.rounds import Batcher, Round
 from secemb.server.shared import Node
 
@@ -99,14 +99,18 @@ class LeaderRelay(Node):
                 except SecembError as exc:
                     results[i] = exc
 
-    def _forward_upload(self, r: int, user: int, fwd: bytes | None) -> None:
-        if fwd is None:
-            return
-        try:
-            self.peer.relay_upload(r, user, fwd)
-        except PEER_ERRORS as exc:
-            log.warning("round %d: forwarding user %d's upload failed: %s", r, user, exc)
-            raise peer_failure("server 1 did not take the forwarded upload (it will not count)", exc) from None
+    def _forward_uploads(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """The forwards of uploads ``(user, relay_upload)`` to server 1 as one batch; per item
+        ``None`` or the error (503 for a failure to reach server 1) that says it will not count."""
+        outs = self.peer.relay_upload_many(r, items)
+        refused: list[SecembError | None] = []
+        for (user, _), out in zip(items, outs, strict=True):
+            if out is None:
+                refused.append(None)
+                continue
+            log.warning("round %d: forwarding user %d's upload failed: %s", r, user, out)
+            refused.append(peer_failure("server 1 did not take the forwarded upload (it will not count)", out))
+        return refused
 
 
 class _EarlyForward:
@@ -200,21 +204,46 @@ class FollowerRelay(Node):
                                                          "fail the device's authentication): the user is left out")
 
     def peer_relay_upload(self, r: int, user: int, body: bytes) -> None:
-        """Relay: absorb server 0's forwarded correction words for ``user`` (refused for a
-        user whose relayed bytes failed authentication before: it is out of the round)."""
+        """Relay: absorb server 0's forwarded correction words for ``user`` (a batch of one of
+        :meth:`peer_relay_upload_many`, its refusal raised)."""
+        out = self.peer_relay_upload_many(r, [(user, body)])[0]
+        if out is not None:
+            raise out
+
+    def peer_relay_upload_many(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """Relay: absorb server 0's forwarded correction words ``(user, relay_upload)`` of round
+        ``r`` as one batch (the role's :meth:`~secemb.protocols.base.RelayRole.relay_upload_many`);
+        per item ``None`` or the error that refused it, which changed no state.  Refused: a
+        user whose relayed bytes failed authentication before (it is out of the round), and a
+        forward that fails it now -- its user is left out, with a ``relay_tampered`` alarm."""
+        results: list[SecembError | None] = [None] * len(items)
         with self.lock:
-            rnd = self._current(r)
-            if user in rnd.tampered:
-                raise RelayTampered(f"round {r}: user {user} is out of the round (its relayed bytes were altered)")
             try:
-                rnd.busy(self._relay().relay_upload, user, body)
-            except RelayTampered:
-                tampered = True
-            else:
-                tampered = False
-                rnd.uploaded.add(user)
-            n = len(rnd.uploaded)
-        if tampered:
+                rnd = self._current(r)
+                role = self._relay()
+            except SecembError as exc:
+                return [exc] * len(items)
+            todo: list[int] = []
+            for i, (user, _) in enumerate(items):
+                if user in rnd.tampered:
+                    results[i] = RelayTampered(f"round {r}: user {user} is out of the round (its relayed bytes were "
+                                               "altered)")
+                else:
+                    todo.append(i)
+            outs = rnd.busy(role.relay_upload_many, [items[i] for i in todo]) if todo else []
+            tampered: list[int] = []
+            for i, out in zip(todo, outs, strict=True):
+                if isinstance(out, RelayTampered):
+                    tampered.append(items[i][0])
+                    results[i] = RelayTampered(f"round {r}: user {items[i][0]}'s forwarded upload fails "
+                                               "authentication")
+                elif out is not None:
+                    results[i] = out
+                else:
+                    rnd.uploaded.add(items[i][0])
+            before, n = len(rnd.uploaded) - sum(1 for i in todo if results[i] is None), len(rnd.uploaded)
+        for user in tampered:
             self._relay_tampered(rnd, user, "upload")
-            raise RelayTampered(f"round {r}: user {user}'s forwarded upload fails authentication")
-        faults.hit("upload", n)
+        for count in range(before + 1, n + 1):
+            faults.hit("upload", count)
+        return results

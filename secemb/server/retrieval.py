@@ -84,20 +84,62 @@ class Retrieval(NodeState):
         return results
 
     def upload(self, r: int, user: int, body: bytes) -> None:
-        """A device's upload: absorbed at once (and, with relay, forwarded to server 1)."""
+        """A device's upload: absorbed at once (and, with relay, forwarded to server 1); a batch
+        of one of :meth:`upload_many`, its refusal raised."""
+        out = self.upload_many(r, [(user, body)])[0]
+        if out is not None:
+            raise out
+
+    def upload_many(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """Many devices' uploads ``(user, body)`` of round ``r`` that arrived together, absorbed
+        by the role as one batch under the lock (:meth:`~secemb.protocols.base.ServerRole.handle_upload_many`)
+        and, with relay, forwarded to server 1 as one batch after it; per item ``None`` (it
+        counts as uploaded) or the error that refused it -- a refused item changes no state
+        (a user that is not a participant, a malformed or duplicated upload; a round that is
+        not open refuses them all).  A forward that server 1 refused leaves its item's upload
+        absorbed here but not at server 1 (the close leaves the user out), as for one upload.
+
+        Raises
+        ------
+        OSError: the role could not keep the batch's shares (no upload of it counts).
+        """
+        results: list[SecembError | None] = [None] * len(items)
         with self.lock:
-            rnd = self._current(r)
-            check_participant(rnd, user)
-            fwd = rnd.busy(self.role.handle_upload, user, body)
-            rnd.uploaded.add(user)
-            n = len(rnd.uploaded)
+            try:
+                rnd = self._current(r)
+            except SecembError as exc:
+                return [exc] * len(items)
+            todo: list[int] = []
+            for i, (user, _) in enumerate(items):
+                try:
+                    check_participant(rnd, user)
+                    todo.append(i)
+                except SecembError as exc:
+                    results[i] = exc
+            outs = rnd.busy(self.role.handle_upload_many, [items[i] for i in todo]) if todo else []
+            taken: list[tuple[int, bytes | None]] = []
+            for i, out in zip(todo, outs, strict=True):
+                if isinstance(out, SecembError):
+                    results[i] = out
+                else:
+                    taken.append((i, out))
+                    rnd.uploaded.add(items[i][0])
+            before, n = len(rnd.uploaded) - len(taken), len(rnd.uploaded)
         try:
-            self._forward_upload(r, user, fwd)
+            fwd = [(i, out) for i, out in taken if out is not None]
+            refused = self._forward_uploads(r, [(items[i][0], out) for i, out in fwd]) if fwd else []
+            for (i, _), err in zip(fwd, refused, strict=True):
+                results[i] = err
         finally:
             with self._wake:
-                rnd.finished.add(user)
+                rnd.finished.update(items[i][0] for i, _ in taken)
                 self._wake.notify_all()
-        faults.hit("upload", n)
+        for count in range(before + 1, n + 1):
+            faults.hit("upload", count)
+        return results
 
-    def _forward_upload(self, r: int, user: int, fwd: bytes | None) -> None:
-        """Hand on what the role returned for an upload (server 0 with relay: to server 1)."""
+    def _forward_uploads(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """Hand on what the role returned for uploads ``(user, forward)`` (server 0 with relay:
+        to server 1); per item ``None`` or the error that refused its forward.  Only a relay
+        role returns forwards."""
+        raise NotImplementedError(f"{type(self.role).__name__} returned forwards from uploads without relay")

@@ -68,6 +68,12 @@ def _peer(fn: Callable[[], T]) -> T:
         raise PeerRefused(str(exc)) from None
 
 
+def _refusal(err: SecembError) -> SecembError:
+    """A follower's refusal of one item of a batch as the :class:`~secemb.server.peer.PeerLink`
+    errors (as :func:`_peer` does for a whole call)."""
+    return PeerUnreachable(str(err)) if isinstance(err, PeerUnavailable) else PeerRefused(str(err))
+
+
 class LocalStageServer:
     """A one-server node in process behind a counting transport (endpoint ``SERVER0``; a fresh
     transport by default): :meth:`link` gives a device's link, :attr:`admin` is the operator's."""
@@ -150,19 +156,13 @@ class LocalPeer:
     def relay_retrieval_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
         got = [(u, _carry(self.tp, SERVER0, SERVER1, body, RETRIEVAL)) for u, body in items]
         outs = self.follower.peer_relay_retrieval_many(round_id, got)
-        result: list[bytes | SecembError] = []
-        for out in outs:
-            if isinstance(out, PeerUnavailable):
-                result.append(PeerUnreachable(str(out)))
-            elif isinstance(out, SecembError):
-                result.append(PeerRefused(str(out)))
-            else:
-                result.append(_carry(self.tp, SERVER1, SERVER0, out, RETRIEVAL))
-        return result
+        return [_refusal(out) if isinstance(out, SecembError) else _carry(self.tp, SERVER1, SERVER0, out, RETRIEVAL)
+                for out in outs]
 
-    def relay_upload(self, round_id: int, user: int, body: bytes) -> None:
-        got = _carry(self.tp, SERVER0, SERVER1, body, UPLOAD)
-        _peer(lambda: self.follower.peer_relay_upload(round_id, user, got))
+    def relay_upload_many(self, round_id: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        got = [(u, _carry(self.tp, SERVER0, SERVER1, body, UPLOAD)) for u, body in items]
+        return [out if out is None else _refusal(out)
+                for out in self.follower.peer_relay_upload_many(round_id, got)]
 
     def close(self, round_id: int) -> list[int]:
         return [int(u) for u in _peer(lambda: self.follower.peer_close(round_id))["uploaded"]]

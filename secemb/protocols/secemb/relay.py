@@ -19,7 +19,7 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert
-from secemb.protocols.base import RelayRole, RoundConfig
+from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
 from secemb.protocols.secemb.server import Request, SecEmbServer
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
@@ -36,7 +36,7 @@ from secemb.protocols.secemb.sizes import (
     tag_words,
 )
 from secemb.framing import HEADER_BYTES
-from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array
+from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
 __all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "relay_prg", "relay_prgs", "upload_mac"]
@@ -172,25 +172,29 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         self._answers[user_id] = answers
         return self._forward(request)
 
-    def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
-        """Server 0: absorb an upload; the correction words to forward, exactly as received,
-        with the tag only server 1 can check.  Users upload to server 0 only."""
+    def handle_upload_many(self, uploads: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
+        """Server 0: absorb the uploads (:meth:`SecEmbServer.handle_upload_many`); per upload the
+        correction words to forward, exactly as received, with the tag only server 1 can check
+        (:meth:`_upload_words`).  Users upload to server 0 only: server 1 refuses each."""
+        if self.party == 0:
+            return super().handle_upload_many(uploads)
+        out: list[bytes | None | SecembError] = []
+        for user_id, _ in uploads:
+            try:
+                check_user(user_id)
+                out.append(ProtocolError("with relay, users upload to server 0 only"))
+            except SecembError as exc:
+                out.append(exc)
+        return out
+
+    def _upload_words(self, body: memoryview) -> tuple[np.ndarray, bytes | None]:
+        """Server 0: frame the forward (the words and their tag as received); the words are kept
+        as its view (immutable bytes of little more than them), not copied again."""
         cfg = self._cfg()
-        if self.party == 1:
-            check_user(user_id)
-            raise ProtocolError("with relay, users upload to server 0 only")
         size = rows_bytes(cfg)
-        forward: list[bytes] = []
-
-        def words(body: memoryview) -> np.ndarray:
-            """Frame the forward (the words and their tag as received); the words are kept as its
-            view (immutable bytes of little more than them), not copied again."""
-            forward.append(frame(NAME, "relay_upload", 1, cfg.round_id, body[:size],
-                                 body[size + cfg.dense_size * cfg.dtype.itemsize :]))
-            return _words(forward[0], HEADER_BYTES, cfg)
-
-        self._take_upload(user_id, message, words)
-        return forward[0]
+        forward = frame(NAME, "relay_upload", 1, cfg.round_id, body[:size],
+                        body[size + cfg.dense_size * cfg.dtype.itemsize :])
+        return _words(forward, HEADER_BYTES, cfg), forward
 
     def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
         """Server 0, relay: each request's shared key part framed for server 1 (the bytes
@@ -322,18 +326,46 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
 
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 0, relay: add server 1's masked shares to its own; the reply to the user."""
+        return result_or_raise(self.complete_retrieval_many([(user_id, message)])[0])
+
+    def complete_retrieval_many(self, answers: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
+        """:meth:`complete_retrieval` for many users: checked one by one (a refused answer
+        changes no state), the additions and replies framed in ranges of users on the backend's
+        threads."""
         cfg = self._cfg()
-        user_id = check_user(user_id)
-        if self.party != 0 or user_id not in self._answers:
-            raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
-        body = open_message(message, NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
-        masked = np.frombuffer(body, cfg.dtype.newbyteorder("<")).reshape(cfg.slots, cfg.width + tag_words(cfg))
-        own = self._answers.pop(user_id)
-        # read in place, added into this server's shares (no longer needed; a copy where they are read-only) and
-        # framed from them: one copy, into the reply
-        reply = np.add(own, masked, out=own if own.flags.writeable else None, dtype=cfg.dtype)
-        return frame(NAME, "retrieval_reply", 0, cfg.round_id,
-                     np.ascontiguousarray(reply, dtype=reply.dtype.newbyteorder("<")).data)
+        out: list[bytes | SecembError] = [b""] * len(answers)
+        users: list[int] = []
+        where: list[int] = []
+        bodies: list[memoryview] = []
+        for i, (user_id, message) in enumerate(answers):
+            try:
+                user_id = check_user(user_id)
+                if self.party != 0 or user_id not in self._answers or user_id in users:
+                    raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
+                bodies.append(open_message(message, NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg)))
+            except SecembError as exc:
+                out[i] = exc
+                continue
+            users.append(user_id)
+            where.append(i)
+        shape = (cfg.slots, cfg.width + tag_words(cfg))
+
+        def replies(batch: list[tuple[np.ndarray, memoryview]]) -> list[bytes]:
+            """A range of users' replies: its masked shares read in place, added into this
+            server's shares (no longer needed; a copy where they are read-only) and framed from
+            them -- one copy, into the reply."""
+            done: list[bytes] = []
+            for own, body in batch:
+                masked = read_view(body, 0, cfg.dtype, shape)
+                reply = np.add(own, masked, out=own if own.flags.writeable else None, dtype=cfg.dtype)
+                done.append(frame(NAME, "retrieval_reply", 0, cfg.round_id,
+                                  np.ascontiguousarray(reply, dtype=reply.dtype.newbyteorder("<")).data))
+            return done
+
+        made = self._chunked(replies, [(self._answers.pop(u), b) for u, b in zip(users, bodies, strict=True)])
+        for i, reply in zip(where, made, strict=True):
+            out[i] = reply
+        return out
 
     def relay_upload(self, user_id: int, message: bytes) -> None:
         """Server 1, relay: check the forwarded correction words' tag under the key the user
@@ -344,23 +376,54 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         RelayTampered: the tag does not verify (server 0 altered or swapped the words); nothing
             is absorbed.
         """
+        result_or_raise(self.relay_upload_many([(user_id, message)])[0])
+
+    def relay_upload_many(self, forwards: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """:meth:`relay_upload` for many users (see :meth:`RelayRole.relay_upload_many`): the
+        tags checked, the words read and the dense seeds expanded and summed in ranges of users
+        on the backend's threads; a forward whose tag fails yields its
+        :class:`~secemb.errors.RelayTampered` and is not absorbed."""
         cfg = self._cfg()
-        user_id = check_user(user_id)
+        out: list[SecembError | None] = [None] * len(forwards)
         if self.party != 1:
-            raise ProtocolError("relay_upload is server 1's step in relay mode")
-        self._check_upload(user_id)
+            return [ProtocolError("relay_upload is server 1's step in relay mode")] * len(forwards)
         size = rows_bytes(cfg)
-        body = open_message(message, NAME, "relay_upload", 1, cfg.round_id, size + MAC_BYTES)
-        direct = self._direct_of[user_id]
-        if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, body[:size]), body[size:]):
-            raise RelayTampered(f"relay_upload of round {cfg.round_id}: the forwarded correction words fail the "
-                                "device's MAC (server 0 altered them); not absorbed")
+        users, where, bodies = self._open_uploads(forwards, "relay_upload", size + MAC_BYTES, out)
         # immutable bytes of little more than the words: kept as their view; a buffer the caller may
         # still change: copied
-        immutable = type(message) is bytes
-        cw = _words(body, 0, cfg) if immutable else read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0]
-        seed = self._direct_of.pop(user_id).dense_seed
-        self._absorb(user_id, cw, relay_prg(seed, (cfg.dense_size,), cfg.dtype), dense_seed=seed)
+        immutable = [type(forwards[i][1]) is bytes for i in where]
+        directs = [self._direct_of[u] for u in users]
+
+        def checked(batch: list[tuple[memoryview, Direct, bool]]) -> tuple[list[np.ndarray | None], np.ndarray]:
+            """A range's words (``None`` where the tag fails) and the sum of its good users'
+            dense shares (the expansions of their seeds)."""
+            total = np.zeros(cfg.dense_size, cfg.dtype)
+            words: list[np.ndarray | None] = []
+            for body, direct, fixed in batch:
+                if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, body[:size]), body[size:]):
+                    words.append(None)
+                    continue
+                words.append(_words(body, 0, cfg) if fixed else read_array(body, 0, cfg.dtype, (cfg.slots,
+                                                                                               cfg.width))[0])
+                np.add(total, relay_prg(direct.dense_seed, (cfg.dense_size,), cfg.dtype), out=total)
+            return words, total
+
+        parts = self._map_spans(checked, [list(zip(bodies[lo:hi], directs[lo:hi], immutable[lo:hi], strict=True))
+                                          for lo, hi in self._spans(len(bodies))])
+        words = [w for part in parts for w in part[0]]
+        dense = parts[0][1] if parts else np.zeros(cfg.dense_size, cfg.dtype)
+        for part in parts[1:]:
+            dense += part[1]
+        good = [j for j, w in enumerate(words) if w is not None]
+        for j, w in enumerate(words):
+            if w is None:
+                out[where[j]] = RelayTampered(f"relay_upload of round {cfg.round_id}: the forwarded correction words "
+                                              "fail the device's MAC (server 0 altered them); not absorbed")
+        if good:
+            seeds = [self._direct_of.pop(users[j]).dense_seed for j in good]
+            self._absorb_many([users[j] for j in good], [cast("np.ndarray", words[j]) for j in good], dense,
+                              dense_seeds=seeds)
+        return out
 
     def _dense_share(self, user_id: int) -> np.ndarray:
         """Server 1: the expansion of the user's dense seed (nothing of it was spilled);

@@ -27,7 +27,7 @@ from secemb.fss.tasks import (
 from secemb.fss.tree import padded_leaves
 from secemb.fss.verify import CHECK_WORDS, challenges
 from secemb.protocols.backends import Backend, Handle, SerialBackend
-from secemb.protocols.base import RoundConfig, ServerRole
+from secemb.protocols.base import RoundConfig, ServerRole, result_or_raise
 from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seed, key_digest, row_tags
 from secemb.protocols.secemb.sizes import (
     NAME,
@@ -36,12 +36,13 @@ from secemb.protocols.secemb.sizes import (
     key_expect,
     key_params,
     request_bytes,
+    rows_bytes,
     share_bytes,
     tag_words,
     upload_bytes,
 )
 from secemb.protocols.spill import SpilledShares
-from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, users_bytes
+from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, read_view, users_bytes
 from secemb.sharing import reconstruct
 
 if TYPE_CHECKING:
@@ -354,25 +355,30 @@ class SecEmbServer(ServerRole):
         return frame(NAME, "retrieval_reply", self.party, self._cfg().round_id, array_bytes(answers))
 
     # -- upload --------------------------------------------------------------------------
-    def _absorb(self, user_id: int, cw: np.ndarray, dense: np.ndarray, dense_seed: bytes | None = None) -> None:
-        """Absorb a checked upload: its dense share (ring (P,)) is added to the running
-        aggregate now, and kept only as ``dense_seed`` (server 1 with relay: the seed it
-        expands from) or else on disk (:meth:`_dense_share` gets it back for a user left out),
-        so that the server's memory does not grow with the round's users.  The control-bit
-        part of the sparse share is computed for the included users at once when the
-        aggregate is asked for (:meth:`_summed`); each user's keys stay until then.
+    def _absorb_many(self, users: list[int], cws: list[np.ndarray], dense_sum: np.ndarray,
+                     spill: list[np.ndarray] | None = None, dense_seeds: list[bytes] | None = None) -> None:
+        """Absorb checked uploads: ``users[i]``'s correction words ``cws[i]`` (ring (S, w)) are
+        kept with its keys; the dense shares, summed in ``dense_sum`` (ring (P,)), are added to
+        the running aggregate now, each kept only as its seed (``dense_seeds``: server 1 with
+        relay, the seeds they expand from) or else on disk (``spill``: the shares themselves),
+        so that the server's memory does not grow with the round's users (:meth:`_dense_share`
+        gets one back for a user left out).  The control-bit part of the sparse share is
+        computed for the included users at once when the aggregate is asked for
+        (:meth:`_summed`); each user's keys stay until then.
 
         Raises
         ------
-        OSError: the share could not be written to disk (nothing is absorbed).
+        OSError: a share could not be written to disk (nothing is absorbed).
         """
-        if dense_seed is None:
-            self._spilled.put(user_id, dense)  # first: it may fail, and nothing has changed yet
-        pending = self._pending.pop(user_id)
-        self._absorbed[user_id] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, dense_seed)
+        if spill is not None:
+            self._spilled.put_many(list(zip(users, spill, strict=True)))  # first: it may fail, nothing changed yet
+        seeds = dense_seeds if dense_seeds is not None else [None] * len(users)
+        for u, cw, seed in zip(users, cws, seeds, strict=True):
+            pending = self._pending.pop(u)
+            self._absorbed[u] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, seed)
+            self._uploaded.add(u)
         self._closed_cache = None
-        self._dense += dense
-        self._uploaded.add(user_id)
+        self._dense += dense_sum
 
     def _dense_share(self, user_id: int) -> np.ndarray:
         """The dense share (ring (P,)) absorbed user ``user_id`` sent this server, read back
@@ -445,22 +451,78 @@ class SecEmbServer(ServerRole):
         if user_id not in self._pending:
             raise ProtocolError(f"user {user_id} uploaded without retrieving in round {cfg.round_id}")
 
-    def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
-        """Absorb an upload (``None``: nothing to forward)."""
-        self._take_upload(user_id, message)
-        return None
-
-    def _take_upload(self, user_id: int, message: bytes,
-                     words: Callable[[memoryview], np.ndarray] | None = None) -> None:
-        """Check and absorb an upload; ``words(body)`` gives its correction words (ring (S, w))
-        from the checked body (default: a copy of them)."""
+    def _open_uploads(self, items: list[tuple[int, bytes]], kind: str, size: int,
+                      out: list[_T | SecembError]) -> tuple[list[int], list[int], list[memoryview]]:
+        """The checked items of a batch of uploads (``kind`` messages of ``size`` body bytes
+        for this server): their users, their indices into ``items`` and their bodies; each
+        refused item's error is put in its place of ``out``.  A user listed twice: the second
+        is refused as one that already uploaded."""
         cfg = self._cfg()
-        user_id = check_user(user_id)
-        self._check_upload(user_id)
-        body = open_message(message, NAME, "upload", self.party, cfg.round_id, upload_bytes(cfg, self.relay))
-        cw = read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0] if words is None else words(body)
-        dense = read_array(body, cw.nbytes, cfg.dtype, (cfg.dense_size,))[0]
-        self._absorb(user_id, cw, dense)
+        users: list[int] = []
+        where: list[int] = []
+        bodies: list[memoryview] = []
+        seen: set[int] = set()
+        for i, (user_id, message) in enumerate(items):
+            try:
+                user_id = check_user(user_id)
+                if user_id in seen:
+                    raise ProtocolError(f"user {user_id} already uploaded in round {cfg.round_id}")
+                self._check_upload(user_id)
+                bodies.append(open_message(message, NAME, kind, self.party, cfg.round_id, size))
+            except SecembError as exc:
+                out[i] = exc
+                continue
+            users.append(user_id)
+            where.append(i)
+            seen.add(user_id)
+        return users, where, bodies
+
+    def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
+        """Absorb an upload; what to forward (``None``: nothing, without relay)."""
+        return result_or_raise(self.handle_upload_many([(user_id, message)])[0])
+
+    def handle_upload_many(self, uploads: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
+        """Check and absorb a batch of uploads (see :meth:`ServerRole.handle_upload_many`): the
+        per-user array work -- reading the correction words (and, server 0 with relay, framing
+        each forward), summing the dense shares -- in ranges of users on the backend's threads;
+        the explicit dense shares spilled to disk together before anything is absorbed."""
+        cfg = self._cfg()
+        out: list[bytes | None | SecembError] = [None] * len(uploads)
+        users, where, bodies = self._open_uploads(uploads, "upload", upload_bytes(cfg, self.relay), out)
+        if not users:
+            return out
+        taken = self._map_spans(self._take_uploads, [bodies[lo:hi] for lo, hi in self._spans(len(bodies))])
+        cws = [cw for part in taken for cw in part[0]]
+        forwards = [f for part in taken for f in part[1]]
+        dense = taken[0][2]
+        for part in taken[1:]:
+            dense += part[2]
+        spill = [read_view(b, rows_bytes(cfg), cfg.dtype, (cfg.dense_size,)) for b in bodies]
+        self._absorb_many(users, cws, dense, spill=spill)
+        for i, fwd in zip(where, forwards, strict=True):
+            out[i] = fwd
+        return out
+
+    def _take_uploads(self, bodies: list[memoryview]) -> tuple[list[np.ndarray], list[bytes | None], np.ndarray]:
+        """A range of a batch's checked upload bodies: each one's correction words (ring (S, w),
+        :meth:`_upload_words`) and what to forward (``None``: nothing), and the sum of their
+        dense shares (ring (P,))."""
+        cfg = self._cfg()
+        total = np.zeros(cfg.dense_size, cfg.dtype)
+        cws: list[np.ndarray] = []
+        forwards: list[bytes | None] = []
+        for body in bodies:
+            cw, fwd = self._upload_words(body)
+            cws.append(cw)
+            forwards.append(fwd)
+            np.add(total, read_view(body, rows_bytes(cfg), cfg.dtype, (cfg.dense_size,)), out=total)
+        return cws, forwards, total
+
+    def _upload_words(self, body: memoryview) -> tuple[np.ndarray, bytes | None]:
+        """A checked upload body's correction words (ring (S, w), a copy: the body may be a
+        buffer the caller reuses) and what to forward (``None``: nothing, without relay)."""
+        cfg = self._cfg()
+        return read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0], None
 
     # -- verification (verified uploads) -------------------------------------------------
     def upload_digests(self, users: list[int]) -> dict[int, bytes] | None:
