@@ -150,18 +150,11 @@ def test_evaluation_rejects_mismatched_keys() -> None:
         gpu.DeviceTable(_table(rng, 5, 2, 32), "full", DEV).evaluate(1, keys, 2)
 
 
-def _protocol_round(backend, layout: str, relay: bool) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+def _protocol_round(secemb_round, backend, layout: str, relay: bool) -> tuple[list[bytes], np.ndarray, np.ndarray]:
     """Two users through one SecEmb round (12 items, m' = 2, d = 3); every reply to a user
     and the combined aggregate."""
-    from secemb.protocols.secemb import SecEmbProtocol
-
-    proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend)
-    cfg = proto.round_config(1, 12, 3, 1, 2)
-    rng = np.random.default_rng(11)
-    table = rng.integers(0, 2**32, (12, 3), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    s0.begin_round(cfg, table)
-    s1.begin_round(cfg, table)
+    proto, cfg, rng, table, s0, s1 = secemb_round(layout=layout, relay=relay, backend=backend, round_id=1, num_items=12,
+                                                  width=3, dense_size=1, m_prime=2, seed=11)
     users = [proto.make_user(cfg, _rng=CtrDrbg(100 + u)) for u in range(2)]
     items = [np.array([1, 7]), np.array([4, 11])]
     slots = [it if layout == "full" else cfg.cuckoo().assign(it, rng)[0] for it in items]
@@ -187,13 +180,13 @@ def _protocol_round(backend, layout: str, relay: bool) -> tuple[list[bytes], np.
     return [bytes(a) for a in a0 + a1 if a is not None], sparse, dense
 
 
-def test_gpu_backend_round_is_bit_identical_to_serial() -> None:
+def test_gpu_backend_round_is_bit_identical_to_serial(secemb_round) -> None:
     """A whole SecEmb round (cuckoo layout, relay) through ``--backend gpu``: the same reply
     bytes and the same aggregate as the serial CPU backend."""
     from secemb.protocols.backends import SerialBackend, make_backend
 
-    on_gpu = _protocol_round(make_backend("gpu"), "cuckoo", True)
-    serial = _protocol_round(SerialBackend(), "cuckoo", True)
+    on_gpu = _protocol_round(secemb_round, make_backend("gpu"), "cuckoo", True)
+    serial = _protocol_round(secemb_round, SerialBackend(), "cuckoo", True)
     assert on_gpu[0] == serial[0]
     assert np.array_equal(on_gpu[1], serial[1]) and np.array_equal(on_gpu[2], serial[2])
 

@@ -388,20 +388,15 @@ def test_the_cache_bound_splits_buckets_without_changing_the_round(relay: bool,
     assert np.array_equal(whole[1], split[1]) and np.array_equal(whole[2], split[2])
 
 
-def _refusals(backend) -> tuple[list, list]:
+def _refusals(secemb_round, backend) -> tuple[list, list]:
     """Six users' relay retrieval through ``backend`` with bad items in both batches: user 1's
     request truncated, user 2's first root claiming the other party, user 3's forwarded key part
     altered by server 0, user 4's forward sent twice.  Server 0's and server 1's per-item results."""
     from secemb.fss.keys import HEADER_BYTES
     from secemb.protocols.secemb.sizes import request_bytes
 
-    proto = SecEmbProtocol(layout="cuckoo", relay=True, backend=backend)
-    cfg = proto.round_config(2, 300, 5, 2, 12)
-    rng = np.random.default_rng(3)
-    table = rng.integers(0, 2**32, (300, 5), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    s0.begin_round(cfg, table)
-    s1.begin_round(cfg, table)
+    proto, cfg, rng, _, s0, s1 = secemb_round(layout="cuckoo", relay=True, backend=backend, round_id=2, num_items=300,
+                                              width=5, dense_size=2, m_prime=12, seed=3)
     reqs = []
     for u in range(6):
         placed, _ = cfg.cuckoo().assign(rng.choice(300, 12, replace=False), rng)
@@ -418,16 +413,16 @@ def _refusals(backend) -> tuple[list, list]:
     return out0, s1.relay_retrieval_many(forwards)
 
 
-def test_threads_refuse_a_batch_s_bad_items_as_serial_does() -> None:
+def test_threads_refuse_a_batch_s_bad_items_as_serial_does(secemb_round) -> None:
     """Parsing, key digests, forwarded-part hashes and relay masks run in ranges of users on
     the thread backend: the same items are refused with the same errors, the others get the
     serial backend's bytes."""
     from secemb.errors import InvalidMessage, ProtocolError, RelayTampered
 
-    serial = _refusals(SerialBackend())
+    serial = _refusals(secemb_round, SerialBackend())
     pool = ThreadBackend(workers=3)
     try:
-        threaded = _refusals(pool)
+        threaded = _refusals(secemb_round, pool)
     finally:
         pool.close()
     out0, out1 = serial

@@ -7,19 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from secemb.protocols.secemb import SecEmbProtocol
 from secemb.randomness import CtrDrbg
 
 
 @pytest.mark.parametrize("kind", [bytes, bytearray])
-def test_changing_an_upload_buffer_after_the_call_leaves_the_aggregate(kind: type) -> None:
-    proto = SecEmbProtocol(layout="cuckoo", relay=True)
-    cfg = proto.round_config(1, 300, 5, 2, 12)
-    rng = np.random.default_rng(11)
-    table = rng.integers(0, 2**32, (300, 5), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    s0.begin_round(cfg, table)
-    s1.begin_round(cfg, table)
+def test_changing_an_upload_buffer_after_the_call_leaves_the_aggregate(kind: type, secemb_round) -> None:
+    proto, cfg, rng, table, s0, s1 = secemb_round(layout="cuckoo", relay=True, round_id=1, num_items=300, width=5,
+                                                  dense_size=2, m_prime=12, seed=11)
     expected = np.zeros((300, 5), np.uint32)
     sent: list[bytes | bytearray] = []
     for u in range(3):
