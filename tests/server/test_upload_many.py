@@ -1,0 +1,101 @@
+"""Issue 37: a node takes the uploads that arrive together as one batch (``upload_many``: one
+role call under the lock; with relay one forward of the batch to server 1).  Per item the
+result or the error that refused it: a bad item -- not a participant, malformed, a user listed
+twice -- refuses only itself and changes no state (its user may still upload), and a batch that
+races the round's close at server 1 is refused there item by item, counts nowhere, and does
+not hold up the close.  The servers are the in-process nodes a deployment runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from secemb.client.device import Device, DeviceClient
+from secemb.errors import InvalidMessage, ProtocolError
+from secemb.protocols.stages import UPLOAD
+from secemb.server.auth import Forbidden
+from secemb.server.errors import Conflict
+from secemb.sim.local import LocalPeer, LocalServerLink
+
+from deviation_helpers import FLOOR, RATINGS, USERS, WAIT_S, in_process
+
+
+class _HeldUpload(LocalServerLink):
+    """Server 0's link of a device whose upload is kept (in ``held``) instead of sent."""
+
+    def __init__(self, *args: Any, held: list[tuple[int, bytes]]) -> None:
+        super().__init__(*args)
+        self.held = held
+
+    def upload(self, round_id: int, body: bytes) -> None:
+        self.held.append((self.user, self._up(body, UPLOAD)))
+
+
+def _held_round(servers: Any, users: list[int]) -> tuple[int, list[tuple[int, bytes]]]:
+    """A round server 0 opens for ``users``; each retrieves and trains; their uploads to server
+    0 (relay: the only ones) held, in order."""
+    leader, follower = servers.nodes
+    r = int(leader.open_round(participants=users, deadline_s=WAIT_S)["round_id"])
+    held: list[tuple[int, bytes]] = []
+    for u in users:
+        links = (_HeldUpload(leader, u, servers.tp, held=held), LocalServerLink(follower, u, servers.tp))
+        client = DeviceClient.over(u, links, min_users=FLOOR)
+        Device(client, *RATINGS.of(u)).participate(client.round_info())
+    return r, held
+
+
+def test_a_batch_of_uploads_counts_at_both_servers() -> None:
+    _, servers = in_process()
+    leader, follower = servers.nodes
+    r, held = _held_round(servers, USERS)
+    assert leader.upload_many(r, held) == [None] * len(USERS)
+    assert follower.peer_close(r)["uploaded"] == sorted(USERS)
+    doc = leader.close_round(r)
+    assert doc["state"] == "committed" and doc["included"] == sorted(USERS)
+
+
+def test_a_bad_item_refuses_only_itself() -> None:
+    _, servers = in_process()
+    leader, follower = servers.nodes
+    r, held = _held_round(servers, USERS)
+    (a, up_a), (b, up_b), (c, up_c), (d, up_d) = held
+    outsider = max(USERS) + 1000
+    out = leader.upload_many(r, [(a, up_a), (b, up_b[:-1]), (c, up_c), (c, up_c), (outsider, up_d)])
+    assert out[0] is None and out[2] is None
+    assert isinstance(out[1], InvalidMessage)  # truncated
+    assert isinstance(out[3], ProtocolError) and "already uploaded" in str(out[3])  # user c listed twice
+    assert isinstance(out[4], Forbidden)  # not a participant
+    status = leader.round_status(r, None)
+    assert status["state"] == "open"
+    # the refused users changed nothing: they upload now, as one more batch, and everyone counts
+    assert leader.upload_many(r, [(b, up_b), (d, up_d)]) == [None, None]
+    assert follower.peer_close(r)["uploaded"] == sorted(USERS)
+    assert leader.close_round(r)["included"] == sorted(USERS)
+
+
+def test_a_batch_racing_the_close_at_server_1_is_refused_there_and_counts_nowhere(monkeypatch) -> None:
+    _, servers = in_process()
+    leader, follower = servers.nodes
+    r, held = _held_round(servers, USERS)
+    first, rest = held[:FLOOR], held[FLOOR:]
+    assert leader.upload_many(r, first) == [None] * FLOOR
+    real = LocalPeer.relay_upload_many
+
+    def close_first(self: LocalPeer, round_id: int, items: list[tuple[int, bytes]]) -> list:
+        follower.peer_close(round_id)  # server 1 stops taking uploads while the batch is forwarded
+        return real(self, round_id, items)
+
+    monkeypatch.setattr(LocalPeer, "relay_upload_many", close_first)
+    out = leader.upload_many(r, rest)
+    assert all(isinstance(e, Conflict) for e in out), out  # server 1 refused each forward
+    monkeypatch.setattr(LocalPeer, "relay_upload_many", real)
+    doc = leader.close_round(r)  # not held up by the refused batch: its users finished
+    assert doc["state"] == "committed" and doc["included"] == sorted(u for u, _ in first)
+
+
+def test_a_batch_for_a_round_that_is_not_open_is_refused_whole() -> None:
+    _, servers = in_process()
+    leader, _ = servers.nodes
+    r, held = _held_round(servers, USERS)
+    out = leader.upload_many(r + 1, held)
+    assert len(out) == len(held) and all(isinstance(e, Conflict) for e in out)
+    assert leader.upload_many(r, held) == [None] * len(held)  # nothing changed by the refusal
