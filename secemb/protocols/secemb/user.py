@@ -344,17 +344,18 @@ class SecEmbUser(UserRole):
         if first.relay:  # server 1's dense share is the mask of the user's seed
             masks = relay_prgs([cast("tuple[bytes, bytes]", users[i]._seeds)[1] for i in ok], (cfg.dense_size,),
                                cfg.dtype)
+        cw_le = np.ascontiguousarray(cw, cfg.dtype.newbyteorder("<"))  # the wire's byte order (no copy on LE hosts)
         for j, i in enumerate(ok):
             user, dense = users[i], gradients[i][1]
             user._state = None  # one upload per round
-            cw_bytes = array_bytes(cw[j * cfg.slots : (j + 1) * cfg.slots])
+            own = cw_le[j * cfg.slots : (j + 1) * cfg.slots].data.cast("B")  # MACed and framed, not copied
             if first.relay:
-                tag = upload_mac(cast("bytes", user._mac_key), cfg.round_id, cw_bytes)  # drawn with the seeds
-                out[i] = frame(NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(dense - masks[j]), tag), None
+                tag = upload_mac(cast("bytes", user._mac_key), cfg.round_id, own)  # drawn with the seeds
+                out[i] = frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(dense - masks[j]), tag), None
                 continue
             d0, d1 = share(dense, _rng=user._rng)
-            out[i] = (frame(NAME, "upload", 0, cfg.round_id, cw_bytes, array_bytes(d0)),
-                      frame(NAME, "upload", 1, cfg.round_id, cw_bytes, array_bytes(d1)))
+            out[i] = (frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0)),
+                      frame(NAME, "upload", 1, cfg.round_id, own, array_bytes(d1)))
         return cast("list[tuple[bytes, bytes | None] | Exception]", out)  # every entry is set above
 
     def _check_upload(self, rows: np.ndarray, dense: np.ndarray) -> None:
