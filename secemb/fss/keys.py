@@ -326,12 +326,29 @@ class DPFKeys(OutputKeys[PathKeys]):
                       *self.path._body()[1:], out)
 
     @classmethod
+    def empty(cls, params: DPFParams, party: int, count: int) -> DPFKeys:
+        """A batch of ``count`` keys of ``party`` whose fields are allocated but not set: the
+        destination of :meth:`from_bytes_many` ``(into=...)``, which fills it block by block."""
+        k, n = count, params.depth
+        return cls(PathKeys(params, party, np.empty((k, 2), np.uint64), np.empty((k, n, 2), np.uint64),
+                            np.empty((k, n), np.uint8), np.empty((k, n), np.uint8)),
+                   np.empty((k, params.payload_width), params.dtype), params)
+
+    @classmethod
     def from_bytes_many(cls, datas: Sequence[_Bytes], *, domain_size: int, party: int, count: int, payload_width: int,
-                        ring_bits: int) -> list[DPFKeys | InvalidKey]:
+                        ring_bits: int, into: DPFKeys | None = None,
+                        blocks: Sequence[int] | None = None) -> list[DPFKeys | InvalidKey]:
         """:meth:`from_bytes` of many serialized batches that must all have the given
         parameters (several users' keys): the headers are checked one by one, the bodies
         parsed and checked as one array.  Per input, its keys or the :class:`InvalidKey`
-        that refused it (the same checks and messages as :meth:`from_bytes`)."""
+        that refused it (the same checks and messages as :meth:`from_bytes`).
+
+        ``into``: write the keys of ``datas[j]`` to block ``blocks[j]`` (keys ``blocks[j] count``
+        to ``(blocks[j] + 1) count - 1``) of this batch (of these parameters and ``party``, made by
+        :meth:`empty`) and return views of it -- several ranges of a request batch parsed (on
+        several threads) into one batch, with nothing to concatenate afterwards (a refused
+        input's block holds nothing to read).  Default: a new batch for these inputs.
+        """
         params = DPFParams(domain_size, payload_width, ring_bits)
         k, n = count, params.depth
         out: list[DPFKeys | InvalidKey | None] = [None] * len(datas)
@@ -351,28 +368,40 @@ class DPFKeys(OutputKeys[PathKeys]):
                 continue
             bodies.append(body)
             where.append(i)
+        if into is None:
+            dest, at = cls.empty(params, party, len(where) * k), list(range(len(where)))
+        else:
+            if into.params != params or into.party != party or blocks is None or len(blocks) != len(datas):
+                raise InvalidParameters("into: a batch of these parameters and party, with one block per input")
+            dest, at = into, [blocks[i] for i in where]
         u, nb = len(bodies), (n + 7) // 8
         raw = np.frombuffer(b"".join(bodies), np.uint8).reshape(u, k * params.key_bytes)
         spans = np.cumsum([0, 16 * k, 16 * k * n, k * nb, k * params.cw_bytes])
-        roots = raw[:, spans[0] : spans[1]].copy().view("<u8").reshape(u, k, 2).astype(np.uint64, copy=False)
-        seeds = raw[:, spans[1] : spans[2]].copy().view("<u8").reshape(u, k, n, 2).astype(np.uint64, copy=False)
+        roots = raw[:, spans[0] : spans[1]].view("<u8").reshape(u, k, 2)
+        seeds = raw[:, spans[1] : spans[2]].view("<u8").reshape(u, k, n, 2)
         trb = raw[:, spans[2] : spans[3]].reshape(u, k, nb)
-        cw = raw[:, spans[3] : spans[4]].copy().view(params.dtype.newbyteorder("<")).reshape(u, k, payload_width)
-        cw = cw.astype(params.dtype, copy=False)
+        cw = raw[:, spans[3] : spans[4]].view(params.dtype.newbyteorder("<")).reshape(u, k, payload_width)
+        # each field written to the destination's blocks at once (a slice where they follow each other)
+        rows: slice | list[int] = slice(at[0], at[-1] + 1) if at and at == list(range(at[0], at[0] + u)) else at
+        path, size = dest.path, len(dest) // k if k else 0
+        path.roots.reshape(size, k, 2)[rows] = roots
+        dest_seeds = path.cw_seed.reshape(size, k, n, 2)
+        dest_seeds[rows] = seeds
+        dest_seeds[rows, ..., 0] &= ~np.uint64(1)
+        path.cw_tl.reshape(size, k, n)[rows] = seeds[..., 0] & np.uint64(1)
+        if n:
+            path.cw_tr.reshape(size, k, n)[rows] = np.unpackbits(trb, axis=2, bitorder="little")[..., :n]
+        dest.cw_out.reshape(size, k, payload_width)[rows] = cw
         bad_root = np.any((roots[..., 0] & np.uint64(1)) != np.uint64(party), axis=1)
-        tr = np.unpackbits(trb, axis=2, bitorder="little")[..., :n] if n else np.zeros((u, k, 0), np.uint8)
         bad_pad = (np.any(np.unpackbits(trb[..., -1:], axis=2, bitorder="little")[..., n % 8 :], axis=(1, 2))
                    if n % 8 else np.zeros(u, bool))
-        tl = (seeds[..., 0] & np.uint64(1)).astype(np.uint8)
-        seeds[..., 0] &= ~np.uint64(1)
-        tr = np.ascontiguousarray(tr, dtype=np.uint8)
         for j, i in enumerate(where):
             if bad_root[j]:
                 out[i] = InvalidKey("root control bit does not match the key's party")
             elif bad_pad[j]:
                 out[i] = InvalidKey("non-zero padding bits in the control-bit correction words")
             else:
-                out[i] = cls(PathKeys(params, party, roots[j], seeds[j], tl[j], tr[j]), cw[j], params)
+                out[i] = dest[at[j] * k : (at[j] + 1) * k]
         return cast("list[DPFKeys | InvalidKey]", out)  # every entry is set above
 
     @classmethod
@@ -389,10 +418,11 @@ class DPFKeys(OutputKeys[PathKeys]):
 
     @classmethod
     def from_shared_many(cls, parts: Sequence[tuple[_Bytes, _Bytes]], party: int, *, domain_size: int, count: int,
-                         payload_width: int, ring_bits: int) -> list[DPFKeys | InvalidKey]:
+                         payload_width: int, ring_bits: int, into: DPFKeys | None = None,
+                         blocks: Sequence[int] | None = None) -> list[DPFKeys | InvalidKey]:
         """:meth:`from_shared` of many ``(shared, roots)`` pairs with the given parameters,
-        parsed as one batch (:meth:`from_bytes_many`); per pair its keys or the
-        :class:`InvalidKey` that refused it."""
+        parsed as one batch (:meth:`from_bytes_many`, also for ``into`` and ``blocks``); per
+        pair its keys or the :class:`InvalidKey` that refused it."""
         out: list[DPFKeys | InvalidKey | None] = [None] * len(parts)
         joined: list[bytes] = []
         where: list[int] = []
@@ -403,7 +433,8 @@ class DPFKeys(OutputKeys[PathKeys]):
             except InvalidKey as exc:
                 out[i] = exc
         parsed = cls.from_bytes_many(joined, domain_size=domain_size, party=party, count=count,
-                                     payload_width=payload_width, ring_bits=ring_bits)
+                                     payload_width=payload_width, ring_bits=ring_bits, into=into,
+                                     blocks=None if blocks is None else [blocks[i] for i in where])
         for i, got in zip(where, parsed, strict=True):
             out[i] = got
         return cast("list[DPFKeys | InvalidKey]", out)  # every entry is set above

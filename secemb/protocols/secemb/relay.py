@@ -170,7 +170,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
     def _reply(self, user_id: int, request: Request, answers: np.ndarray) -> bytes:
         """Server 0: keep the user's answer shares for :meth:`complete_retrieval`; the forward."""
         self._answers[user_id] = answers
-        return self._forward(request)
+        return cast("bytes", request.forward)  # server 0 with relay: every request has one
 
     def handle_upload_many(self, uploads: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
         """Server 0: absorb the uploads (:meth:`SecEmbServer.handle_upload_many`); per upload the
@@ -208,7 +208,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 user_id = check_user(user_id)
                 if isinstance(got, SecembError):
                     raise got
-                out.append(self._forward(got))
+                out.append(cast("bytes", got.forward))
                 self._forwarded[user_id] = (message, got)
             except SecembError as exc:
                 out.append(exc)
@@ -231,12 +231,13 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             out[i] = got
         return cast("list[Request | SecembError]", out)  # every entry is set above
 
-    def _forward(self, request: Request) -> bytes:
-        """Server 0, relay: the relay_keys message of a request (its shared key part, then
-        its check words when verifying)."""
-        checks = b"" if request.checks is None else array_bytes(request.checks)
-        shared = request.keys.shared_bytes() if request.shared is None else request.shared
-        return frame(NAME, "relay_keys", 1, self._cfg().round_id, shared, checks)
+    def _forward_of(self, keys: fss.DPFKeys, shared: bytes | None, checks: memoryview | bytes) -> bytes | None:
+        """Server 0: the relay_keys message of a request (its shared key part, then its check
+        words when verifying: ``checks`` is empty otherwise); server 1 forwards nothing."""
+        if self.party != 0:
+            return None
+        return frame(NAME, "relay_keys", 1, self._cfg().round_id, keys.shared_bytes() if shared is None else shared,
+                     checks)
 
     def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
@@ -286,13 +287,22 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 where.append(i)
             except SecembError as exc:
                 out[i] = exc
-        parsed = self._chunked(lambda batch: fss.DPFKeys.from_shared_many(batch, 1, **key_expect(cfg)),
-                               [(b[:split], r) for _, b, r in parts])
+        batch = self._empty_keys(len(parts))
+
+        def parse(part: list[tuple[int, memoryview, bytes, bytes]]) -> list[Request | InvalidKey]:
+            """A range's keys, written to their blocks of ``batch`` (block ``j``: ``parts[j]``),
+            and their requests."""
+            got = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r, _ in part], 1, into=batch,
+                                               blocks=[j for j, _, _, _ in part], **key_expect(cfg))
+            return [k if isinstance(k, InvalidKey) else self._request(k, b[split:], d, batch=batch, block=j)
+                    for (j, b, _, d), k in zip(part, got, strict=True)]
+
+        parsed = self._chunked(parse, [(j, b, r, self._awaiting[u].digest)
+                                       for j, ((_, b, r), u) in enumerate(zip(parts, users, strict=True))])
         failed = {i: got for (i, _, _), got in zip(parts, parsed, strict=True) if isinstance(got, InvalidKey)}
         for i, bad in failed.items():
             out[i] = InvalidMessage(f"relay_keys: {bad}")
-        requests = [self._request(got, b[split:], self._awaiting[u].digest)
-                    for (_, b, _), u, got in zip(parts, users, parsed, strict=True) if not isinstance(got, InvalidKey)]
+        requests = [q for q in parsed if isinstance(q, Request)]
         keys = [q.keys for q in requests]
         users = [u for u, i in zip(users, where, strict=True) if i not in failed]
         where = [i for i in where if i not in failed]

@@ -92,7 +92,11 @@ class Request:
     keys: fss.DPFKeys
     checks: np.ndarray | None
     digest: bytes
-    shared: bytes | None = None  # server 0, relay: the shared key part it forwards (serialized once)
+    forward: bytes | None = None  # server 0, relay: the relay_keys message it forwards (framed once)
+    #: the batch of a whole request batch's keys that ``keys`` is block ``block`` of (parsed
+    #: together: evaluated together without concatenating them again)
+    batch: fss.DPFKeys | None = None
+    block: int = 0
 
 
 #: an evaluation's per-user answers and control bits, summed folded part and (verified uploads)
@@ -154,15 +158,16 @@ class SecEmbServer(ServerRole):
             raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
 
     # -- retrieval ---------------------------------------------------------------------
-    def _evaluate(self, keys: list[fss.DPFKeys], checks: list[tuple[np.ndarray, bytes]] | None = None) -> _Evaluated:
+    def _evaluate(self, keys: fss.DPFKeys, checks: list[tuple[np.ndarray, bytes]] | None = None) -> _Evaluated:
         """Per-user answers and control bits, and the summed folded part, for a batch of
-        users' keys, chunked over the backend's workers: by users, or (cuckoo layout, CPU) by
-        ranges of buckets, so that each task folds into its own buckets' rows and nothing
-        table-sized is summed across tasks.  With ``checks`` (per user: its check correction
+        users' keys (user-major: user ``u``'s are keys ``u S .. u S + S - 1``), chunked over
+        the backend's workers: by users, or (cuckoo layout, CPU) by ranges of buckets, so that
+        each task folds into its own buckets' rows and nothing table-sized is summed across
+        tasks.  With ``checks`` (per user: its check correction
         words (S, 4) and key digest; verified uploads), also each user's check values (S, 4)
         from the same walk, else ``None``."""
         cfg = self._cfg()
-        n = len(keys)
+        n = len(keys) // cfg.slots
         check: tuple[np.ndarray, np.ndarray] | None = None
         if checks is not None:
             seeds = np.stack([challenge_seed(cfg.round_id, d) for _, d in checks])
@@ -176,7 +181,7 @@ class SecEmbServer(ServerRole):
             return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)), check)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         form = "device" if self._device is not None else cfg.layout  # the table's form (secemb.fss.tasks)
-        tasks = [(form, self.party, fss.DPFKeys.concat(keys[lo:hi]), self._table, cfg.width, None,
+        tasks = [(form, self.party, keys[lo * cfg.slots : hi * cfg.slots], self._table, cfg.width, None,
                   None if check is None else (check[0][lo:hi].reshape(-1, CHECK_WORDS), check[1][lo:hi], cfg.slots))
                  for lo, hi in ranges(n, tasks_n)]
         results = self.backend.map(evaluate_task, tasks)
@@ -190,14 +195,14 @@ class SecEmbServer(ServerRole):
                                                                                                    CHECK_WORDS)]
         return answers, bits, folded, values
 
-    def _evaluate_buckets(self, keys: list[fss.DPFKeys], parts: int,
+    def _evaluate_buckets(self, stacked: fss.DPFKeys, parts: int,
                           check: tuple[np.ndarray, np.ndarray] | None) -> _Evaluated:
         """:meth:`_evaluate` of the cuckoo layout in tasks of every user's keys of a range of
         buckets (at least ``parts`` ranges, one per worker if more)."""
         cfg = self._cfg()
-        n, slots = len(keys), cfg.slots
+        slots = cfg.slots
+        n = len(stacked) // slots  # user-major: user u's keys are rows u B .. u B + B - 1
         spans = ranges(slots, min(slots, max(parts, self.backend.workers)))
-        stacked = fss.DPFKeys.concat(keys)  # user-major: user u's keys are rows u B .. u B + B - 1
 
         def task(lo: int, hi: int) -> tuple:
             """The evaluation task of buckets ``lo..hi-1``: every user's keys of them."""
@@ -240,49 +245,70 @@ class SecEmbServer(ServerRole):
     def _parse_requests(self, messages: list[bytes]) -> list[Request | SecembError]:
         """The keys (and check words) of each retrieval request (server 0, or either server
         without relay), or the error that refuses it; the keys of all requests are parsed as
-        one batch."""
+        one batch, in ranges of requests on the backend's threads, into one array per field
+        (request ``i``'s keys are block ``i`` of it: :attr:`Request.batch`)."""
         cfg = self._cfg()
         out: list[Request | SecembError | None] = [None] * len(messages)
-        bodies: list[memoryview] = []
-        where: list[int] = []
+        opened: list[tuple[int, memoryview]] = []
         size = request_bytes(cfg, self.verify)
-        split = size - checks_bytes(cfg, self.verify)
         for i, message in enumerate(messages):
             try:
-                bodies.append(open_message(message, NAME, "retrieval_request", self.party, cfg.round_id, size))
-                where.append(i)
+                opened.append((i, open_message(message, NAME, "retrieval_request", self.party, cfg.round_id, size)))
             except SecembError as exc:
                 out[i] = exc
-        keys = self._chunked(lambda batch: fss.DPFKeys.from_bytes_many(batch, party=self.party, **key_expect(cfg)),
-                             [b[:split] for b in bodies])
-        good: list[tuple[int, fss.DPFKeys, memoryview]] = []
-        for i, body, got in zip(where, bodies, keys, strict=True):
-            if isinstance(got, InvalidKey):
-                out[i] = InvalidMessage(f"retrieval_request: {got}")
-            else:
-                good.append((i, got, body[split:]))
-        # the requests' key digests (serialization and hashing) on the backend's threads
-        made = self._chunked(lambda batch: [self._request(k, c) for _, k, c in batch], good)
-        for (i, _, _), request in zip(good, made, strict=True):
-            out[i] = request
+        split = size - checks_bytes(cfg, self.verify)
+        batch = self._empty_keys(len(messages))
+
+        def parse(part: list[tuple[int, memoryview]]) -> list[Request | SecembError]:
+            """A range's keys, written to their blocks of ``batch``, and their requests."""
+            keys = fss.DPFKeys.from_bytes_many([b[:split] for _, b in part], party=self.party, into=batch,
+                                               blocks=[i for i, _ in part], **key_expect(cfg))
+            return [InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey)
+                    else self._request(got, b[split:], batch=batch, block=i)
+                    for (i, b), got in zip(part, keys, strict=True)]
+
+        # the keys, and the requests' key digests (serialization and hashing), on the backend's threads
+        for (i, _), got in zip(opened, self._chunked(parse, opened), strict=True):
+            out[i] = got
         return cast("list[Request | SecembError]", out)  # every entry is set above
 
-    def _request(self, keys: fss.DPFKeys, checks: memoryview | bytes, digest: bytes | None = None) -> Request:
-        """A parsed request with its check words (verified uploads) and key digest: SHA-256
-        of the shared key part and the check words, computed here unless given (``digest``:
-        server 1 with relay, which compared it with the device's own)."""
-        if not self.verify:
-            return Request(keys, None, b"")
-        shared = None
-        if digest is None:
-            shared = keys.shared_bytes()
-            digest = key_digest(shared, checks)
-        words = read_array(memoryview(checks), 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))[0]
-        return Request(keys, words, digest, shared if self.relay else None)
+    def _empty_keys(self, users: int) -> fss.DPFKeys:
+        """An unset batch of ``users`` users' keys of the round (:meth:`fss.DPFKeys.empty`)."""
+        expect = key_expect(self._cfg())
+        params = fss.DPFParams(expect["domain_size"], expect["payload_width"], expect["ring_bits"])
+        return fss.DPFKeys.empty(params, self.party, users * expect["count"])
+
+    def _request(self, keys: fss.DPFKeys, checks: memoryview | bytes, digest: bytes | None = None, *,
+                 batch: fss.DPFKeys | None = None, block: int = 0) -> Request:
+        """A parsed request (its keys block ``block`` of ``batch``) with its check words
+        (verified uploads), its key digest -- SHA-256 of the shared key part and the check
+        words, computed here unless given (``digest``: server 1 with relay, which compared it
+        with the device's own) -- and what is forwarded of it (:meth:`_forward_of`)."""
+        words, shared = None, None
+        if self.verify:
+            words = read_array(memoryview(checks), 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))[0]
+            if digest is None:
+                shared = keys.shared_bytes()
+                digest = key_digest(shared, checks)
+        return Request(keys, words, digest or b"", self._forward_of(keys, shared, checks), batch, block)
+
+    def _forward_of(self, keys: fss.DPFKeys, shared: bytes | None, checks: memoryview | bytes) -> bytes | None:
+        """What is forwarded of a request with ``keys`` (their shared part ``shared`` where it is
+        serialized already) and check words ``checks``: nothing without relay."""
+        return None
+
+    def _stacked(self, requests: list[Request]) -> fss.DPFKeys:
+        """The keys of ``requests``, user-major: a view of the batch they were parsed into
+        where they are its consecutive blocks (a whole batch, usually), else a copy."""
+        first, slots = requests[0].batch, self._cfg().slots
+        lo = requests[0].block
+        if first is not None and all(q.batch is first and q.block == lo + j for j, q in enumerate(requests)):
+            return first[lo * slots : (lo + len(requests)) * slots]
+        return fss.DPFKeys.concat([q.keys for q in requests])
 
     def _evaluate_requests(self, requests: list[Request]) -> _Evaluated:
         """:meth:`_evaluate` of parsed requests, with their checks when verifying."""
-        keys = [q.keys for q in requests]
+        keys = self._stacked(requests)
         if not self.verify:
             return self._evaluate(keys)
         return self._evaluate(keys, [(cast("np.ndarray", q.checks), q.digest) for q in requests])
@@ -569,7 +595,7 @@ class SecEmbServer(ServerRole):
         sparse = self._summed(users)
         silent = [p.keys for p in self._pending.values()] + [self._absorbed[u].keys for u in left_out]
         if silent:  # their folded part only: no check
-            sparse -= self._evaluate(silent)[2]
+            sparse -= self._evaluate(fss.DPFKeys.concat(silent))[2]
         dense = self._dense.copy()
         for u in left_out:  # one share in memory at a time
             dense -= self._dense_share(u)

@@ -1,0 +1,58 @@
+"""Issue 37: a server parses a batch's retrieval requests in ranges on the backend's threads
+into one key batch and evaluates it without concatenating the users' keys again (a view of
+it where the evaluated users are consecutive, a copy otherwise).  A refused request in the
+batch -- first, in the middle -- changes no other user's reply: the replies (and, with relay,
+server 1's masked answers) are those of a batch without it, byte for byte."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidMessage
+from secemb.protocols.backends import ThreadBackend
+from secemb.protocols.placement import place
+from secemb.protocols.secemb import SecEmbProtocol
+from secemb.randomness import CtrDrbg
+
+M, W, P, MP, USERS = 29, 3, 2, 4, 5
+
+
+def _servers(relay: bool, layout: str):
+    proto = SecEmbProtocol(layout=layout, relay=relay, backend=ThreadBackend(2))
+    rc = proto.round_config(0, M, W, P, MP)
+    table = np.random.default_rng(3).integers(0, 2**32, (M, W), dtype=np.uint64).astype(np.uint32)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    for s in (s0, s1):
+        s.begin_round(rc, table)
+    reqs = []
+    for u in range(USERS):
+        user = proto.make_user(rc, _rng=CtrDrbg(bytes([u + 1]) * 16))
+        items = np.sort(np.random.default_rng(10 + u).choice(M, MP, replace=False))
+        reqs.append(user.retrieval_request(place(rc, items, np.random.default_rng(40 + u)).indices))
+    return s0, s1, reqs
+
+
+def _replies(relay: bool, layout: str, bad: int | None) -> dict[int, bytes | Exception]:
+    """Every user's reply(ies) from a round in which user ``bad`` (if any) sends a malformed
+    request to server 0 (relay: the users' roots reach server 1 first, as always)."""
+    s0, s1, reqs = _servers(relay, layout)
+    a1 = s1.handle_retrieval_many([(u, q[1]) for u, q in enumerate(reqs)])
+    batch = [(u, q[0][:-1] if u == bad else q[0]) for u, q in enumerate(reqs)]
+    a0 = s0.handle_retrieval_many(batch)
+    if not relay:
+        return {u: a if isinstance(a, Exception) else a + (a1[u] or b"") for u, a in enumerate(a0)}
+    good = [u for u in range(USERS) if not isinstance(a0[u], Exception)]
+    masked = s1.relay_retrieval_many([(u, a0[u]) for u in good])
+    done = s0.complete_retrieval_many(list(zip(good, masked, strict=True)))
+    return {u: a0[u] if u not in good else done[good.index(u)] for u in range(USERS)}
+
+
+@pytest.mark.parametrize(("relay", "layout"), [(True, "cuckoo"), (False, "cuckoo"), (False, "full")])
+@pytest.mark.parametrize("bad", [0, 2])
+def test_a_refused_request_changes_no_other_reply(relay: bool, layout: str, bad: int) -> None:
+    whole = _replies(relay, layout, None)
+    with_bad = _replies(relay, layout, bad)
+    assert isinstance(with_bad.pop(bad), InvalidMessage)
+    assert all(isinstance(r, bytes) for r in whole.values())
+    assert with_bad == {u: r for u, r in whole.items() if u != bad}
