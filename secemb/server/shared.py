@@ -10,12 +10,13 @@ Party: both servers; :class:`~secemb.server.leader.LeaderNode` (server 0) and
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 from typing import Any
 
 from secemb.models.base import RecModel
-from secemb.protocols.base import Protocol
+from secemb.protocols.base import Protocol, RoundConfig
 from secemb.randomness import RandomBytes
 from secemb.round import messages
 from secemb.server.alarms import Alarms
@@ -43,6 +44,10 @@ class Node(Alarms, Retrieval, Combine):
                  model: RecModel | None = None, _noise_rng: RandomBytes | None = None) -> None:
         super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
         self._retrieve_batch = Batcher(by_round(self.retrieval_many))
+        #: the round document's parts that are fixed while a round's config and DENSE message are
+        #: (:meth:`_round_doc`): (round, its config, its DENSE message, the config as a dict, that
+        #: message's SHA-256), computed once rather than for every device's request
+        self._doc_parts: tuple[Round, RoundConfig, bytes, dict[str, Any], str] | None = None
 
     def status(self) -> dict[str, Any]:
         """Everything an operator may see (admin/peer)."""
@@ -104,6 +109,14 @@ class Node(Alarms, Retrieval, Combine):
         return doc
 
     def _round_doc(self, rnd: Round) -> dict[str, Any]:
+        """The round document of ``rnd``: a new dict on every call (callers add their fields),
+        sharing nothing mutable with the cache it is built from."""
+        parts = self._doc_parts
+        if parts is None or parts[0] is not rnd or parts[1] is not rnd.rc or parts[2] is not rnd.dense_msg:
+            parts = (rnd, rnd.rc, rnd.dense_msg, dataclasses.asdict(rnd.rc), hashlib.sha256(rnd.dense_msg).hexdigest())
+            self._doc_parts = parts
+        cached = parts[3]  # copied: a flat dict (RoundConfig's fields are ints and strings), else deeply
+        config = dict(cached) if all(isinstance(v, (int, str)) for v in cached.values()) else copy.deepcopy(cached)
         return {
             "round_id": rnd.round_id,
             "state": rnd.state,
@@ -111,7 +124,7 @@ class Node(Alarms, Retrieval, Combine):
             "n_p": rnd.n_p,
             "min_users": rnd.min_users,
             "deadline_unix": rnd.deadline,
-            "config": dataclasses.asdict(rnd.rc),
+            "config": config,
             "protocol": self.cfg.protocol_description(),  # what the devices build it from (protocols.factory)
             "model": self.model_doc,
             "training": {"lr": self.cfg.lr, "beta1": self.cfg.beta1, "beta2": self.cfg.beta2,
@@ -123,7 +136,7 @@ class Node(Alarms, Retrieval, Combine):
             # the digest of the model the round trains on: a device checks both servers announce it
             "model_sha256": rnd.model_sha,
             # the digest of the round's DENSE message, which devices get from server 0 alone
-            "dense_sha256": hashlib.sha256(rnd.dense_msg).hexdigest(),
+            "dense_sha256": parts[4],
         }
 
     def count_submit(self, user: int, body: bytes) -> None:
