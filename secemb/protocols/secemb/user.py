@@ -334,13 +334,22 @@ class SecEmbUser(UserRole):
                 ok.append(i)
             except (SecembError, AttributeError) as exc:  # AttributeError: not an array
                 out[i] = exc
-        if not ok:
+        grads = np.concatenate([gradients[i][0] for i in ok]) if ok else None  # (n S, width), checked above
+        if grads is not None:  # the last check, for all at once: rows of empty slots must be zero
+            empty = ~np.concatenate([cast("np.ndarray", users[i]._real) for i in ok])  # set with _state
+            filled = np.unique(np.nonzero(empty)[0][grads[empty].any(axis=1)] // cfg.slots)  # positions in ok
+            for j in filled:
+                out[ok[j]] = InvalidParameters("rows of empty slots must be zero")
+            if filled.size:  # rare: keep the others' rows
+                keep = np.setdiff1d(np.arange(len(ok)), filled)
+                grads = grads.reshape(len(ok), cfg.slots, cfg.width)[keep].reshape(-1, cfg.width)
+                ok = [ok[j] for j in keep]
+        if not ok or grads is None:
             return cast("list[tuple[bytes, bytes | None] | Exception]", out)
         states = [cast("fss.GenState", users[i]._state) for i in ok]  # checked above
         state = fss.GenState(states[0].domain_size,
                              np.concatenate([s.leaf0 for s in states]), np.concatenate([s.leaf1 for s in states]))
-        cw = fss.convert_gen(state, np.concatenate([gradients[i][0] for i in ok]), ring_bits=cfg.ring_bits,
-                             tag=AGGREGATION_TAG)
+        cw = fss.convert_gen(state, grads, ring_bits=cfg.ring_bits, tag=AGGREGATION_TAG)
         if first.relay:  # server 1's dense share is the mask of the user's seed
             masks = relay_prgs([cast("tuple[bytes, bytes]", users[i]._seeds)[1] for i in ok], (cfg.dense_size,),
                                cfg.dtype)
@@ -360,7 +369,8 @@ class SecEmbUser(UserRole):
 
     def _check_upload(self, rows: np.ndarray, dense: np.ndarray) -> None:
         """Refuse an upload this user cannot make: after a tampered retrieval, before a request
-        or twice, or gradients of the wrong dtype or shape, or rows for empty slots.
+        or twice, or gradients of the wrong dtype or shape (rows for empty slots: refused by
+        :meth:`_encode`, for a batch's users at once, once these checks pass).
 
         Raises
         ------
@@ -379,6 +389,3 @@ class SecEmbUser(UserRole):
             raise InvalidParameters(
                 f"dense must be {cfg.dtype} of shape ({cfg.dense_size},), got {dense.dtype} {dense.shape}"
             )
-        assert self._real is not None  # set with _state
-        if np.any(rows[~self._real]):
-            raise InvalidParameters("rows of empty slots must be zero")
