@@ -289,7 +289,7 @@ class SecEmbUser(UserRole):
         real = np.stack([cast("np.ndarray", u._real) for u in users])  # set with _state
         items = np.stack([cast("np.ndarray", u._items) for u in users])
         unmask = np.stack([cast("np.ndarray", u._unmask) for u in users])
-        filled_empty = np.any(answers[~real] != 0, axis=1)  # read before unmasking
+        filled_empty = answers[~real].any(axis=1)  # read before unmasking
         answers *= unmask[:, :, None]  # real slots: beta^{-1}; empty buckets: 0, their rows' value
         unmasked = answers[real]  # the real slots', user by user
         wrong_tag = np.any(unmasked[:, cfg.width :] != row_tags(cfg.round_id, items[real], unmasked[:, : cfg.width]),
