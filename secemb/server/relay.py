@@ -16,6 +16,7 @@ user out of the round as a dropout (the outcome's ``tampered``) and raises a non
 from __future__ import annotations
 
 import logging
+from typing import Any
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from secemb.errors import ProtocolError, RelayTampered, SecembError
@@ -23,7 +24,7 @@ from secemb.protocols.base import RelayRole
 from secemb.server import faults
 from secemb.server.errors import Conflict, peer_failure
 from secemb.server.peer import PeerLink, PeerRefused, PeerUnreachable
-from secemb.server.rounds import Batcher, Round
+from secemb.server.rounds import Batcher, Round, by_round
 from secemb.server.shared import Node
 
 __all__ = ["FollowerRelay", "LeaderRelay"]
@@ -148,6 +149,11 @@ class FollowerRelay(Node):
     #: groups concurrent :meth:`peer_relay_retrieval` calls (set by the node)
     _relay_batch: Batcher
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        #: groups concurrent :meth:`peer_relay_upload` calls into :meth:`peer_relay_upload_many`
+        self._relay_upload_batch = Batcher(by_round(self.peer_relay_upload_many))
+
     def _relay(self) -> RelayRole:
         """The role's relay steps.
 
@@ -204,11 +210,9 @@ class FollowerRelay(Node):
                                                          "fail the device's authentication): the user is left out")
 
     def peer_relay_upload(self, r: int, user: int, body: bytes) -> None:
-        """Relay: absorb server 0's forwarded correction words for ``user`` (a batch of one of
-        :meth:`peer_relay_upload_many`, its refusal raised)."""
-        out = self.peer_relay_upload_many(r, [(user, body)])[0]
-        if out is not None:
-            raise out
+        """Relay: absorb server 0's forwarded correction words for ``user``, batched with
+        concurrent forwards (:meth:`peer_relay_upload_many`); its refusal raised."""
+        self._relay_upload_batch((r, user, body))
 
     def peer_relay_upload_many(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
         """Relay: absorb server 0's forwarded correction words ``(user, relay_upload)`` of round

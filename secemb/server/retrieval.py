@@ -11,11 +11,12 @@ send back) or the error that refused it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from secemb.errors import SecembError
 from secemb.server import faults
 from secemb.server.admission import admit, check_participant
-from secemb.server.rounds import Batcher
+from secemb.server.rounds import Batcher, by_round
 from secemb.server.state import NodeState
 
 __all__ = ["Retrieval"]
@@ -27,6 +28,11 @@ class Retrieval(NodeState):
 
     #: groups concurrent :meth:`retrieval` calls into :meth:`retrieval_many` (set by the node)
     _retrieve_batch: Batcher
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        #: groups concurrent :meth:`upload` calls into :meth:`upload_many`
+        self._upload_batch = Batcher(by_round(self.upload_many))
 
     def retrieval(self, r: int, user: int, body: bytes) -> bytes | None:
         """A device's retrieval request; the reply (``None``: nothing to send back).  Batched
@@ -84,11 +90,9 @@ class Retrieval(NodeState):
         return results
 
     def upload(self, r: int, user: int, body: bytes) -> None:
-        """A device's upload: absorbed at once (and, with relay, forwarded to server 1); a batch
-        of one of :meth:`upload_many`, its refusal raised."""
-        out = self.upload_many(r, [(user, body)])[0]
-        if out is not None:
-            raise out
+        """A device's upload: absorbed at once (and, with relay, forwarded to server 1), batched
+        with concurrent uploads (:meth:`upload_many`); its refusal raised."""
+        self._upload_batch((r, user, body))
 
     def upload_many(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
         """Many devices' uploads ``(user, body)`` of round ``r`` that arrived together, absorbed

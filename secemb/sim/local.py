@@ -220,7 +220,9 @@ class LocalServerLink:
         return self._down(self.node.dense_message(round_id), DENSE)
 
     def upload(self, round_id: int, body: bytes) -> None:
-        self.node.upload(round_id, self.user, self._up(body, UPLOAD))
+        out = self.node.upload_many(round_id, [(self.user, self._up(body, UPLOAD))])[0]  # no batcher thread: in order
+        if out is not None:
+            raise out
 
     def round_status(self, round_id: int) -> dict[str, Any]:
         return self.node.round_status(round_id, self.user)

@@ -7,6 +7,8 @@ not hold up the close.  The servers are the in-process nodes a deployment runs."
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from secemb.client.device import Device, DeviceClient
@@ -99,3 +101,54 @@ def test_a_batch_for_a_round_that_is_not_open_is_refused_whole() -> None:
     out = leader.upload_many(r + 1, held)
     assert len(out) == len(held) and all(isinstance(e, Conflict) for e in out)
     assert leader.upload_many(r, held) == [None] * len(held)  # nothing changed by the refusal
+
+
+def test_concurrent_uploads_are_batched_and_each_caller_gets_its_own_answer(monkeypatch) -> None:
+    """What the HTTP app does: each request thread calls ``upload``; the node's batcher hands
+    the uploads queued meanwhile to the role as one batch, and raises a refusal in its own
+    caller only."""
+    _, servers = in_process()
+    leader, follower = servers.nodes
+    r, held = _held_round(servers, USERS)
+    role = leader.role
+    real = role.handle_upload_many
+    sizes: list[int] = []
+    first_in, go = threading.Event(), threading.Event()
+
+    def spy(items: list[tuple[int, bytes]]) -> list:
+        sizes.append(len(items))
+        if len(sizes) == 1:  # hold the batcher until the others have queued
+            first_in.set()
+            assert go.wait(WAIT_S)
+        return real(items)
+
+    monkeypatch.setattr(role, "handle_upload_many", spy)
+    (a, up_a), *rest = held
+    results: dict[int, BaseException | None] = {}
+
+    def send(user: int, body: bytes) -> None:
+        try:
+            leader.upload(r, user, body)
+            results[user] = None
+        except Exception as exc:  # noqa: BLE001 - the caller's own refusal is what is checked
+            results[user] = exc
+
+    threads = [threading.Thread(target=send, args=(a, up_a))]
+    threads[0].start()
+    assert first_in.wait(WAIT_S)
+    bad_user = rest[0][0]
+    items = [(bad_user, rest[0][1][:-1])] + rest[1:]
+    threads += [threading.Thread(target=send, args=item) for item in items]
+    for t in threads[1:]:
+        t.start()
+    deadline = time.monotonic() + WAIT_S
+    while leader._upload_batch._q.qsize() < len(items) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.set()
+    for t in threads:
+        t.join(WAIT_S)
+    assert sizes == [1, len(items)]  # the uploads that queued meanwhile went to the role as one batch
+    assert isinstance(results.pop(bad_user), InvalidMessage)
+    assert results == {u: None for u, _ in [(a, up_a)] + rest[1:]}
+    leader.upload(r, bad_user, rest[0][1])  # its refusal changed nothing
+    assert follower.peer_close(r)["uploaded"] == sorted(USERS)
