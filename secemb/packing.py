@@ -86,13 +86,16 @@ def arrays_from_bytes(data: bytes) -> dict[str, np.ndarray]:
     ------
     MalformedPack
         Not an ``.npz`` of numpy arrays (truncated, altered, a member that is not a ``.npy``
-        array, an object array).
+        array, an object array, two members of one name).
     """
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
+            names = npz.files
+            arrays = {name: npz[name] for name in names}
     except Exception as exc:  # noqa: BLE001 - zipfile, zlib, ValueError, EOFError, ...: all mean "not arrays"
         raise MalformedPack(f"not an npz of arrays: {type(exc).__name__}: {exc}") from None
+    if len(arrays) != len(names):  # "a.npy" twice, or "a" and "a.npy": which one is meant is ambiguous
+        raise MalformedPack("not an npz of arrays: two members of one name")
     if not all(isinstance(a, np.ndarray) for a in arrays.values()):  # NpzFile hands a non-.npy member as bytes
         raise MalformedPack("not an npz of arrays: a member is not a .npy array")
     return arrays
