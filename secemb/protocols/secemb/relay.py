@@ -287,14 +287,14 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 where.append(i)
             except SecembError as exc:
                 out[i] = exc
-        batch = self._empty_keys(len(parts))
+        batch = self._empty_batch(len(parts))
 
         def parse(part: list[tuple[int, memoryview, bytes, bytes]]) -> list[Request | InvalidKey]:
             """A range's keys, written to their blocks of ``batch`` (block ``j``: ``parts[j]``),
             and their requests."""
-            got = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r, _ in part], 1, into=batch,
+            got = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r, _ in part], 1, into=batch.keys,
                                                blocks=[j for j, _, _, _ in part], **key_expect(cfg))
-            return [k if isinstance(k, InvalidKey) else self._request(k, b[split:], d, batch=batch, block=j)
+            return [k if isinstance(k, InvalidKey) else self._request(k, b[split:], batch, j, d)
                     for (j, b, _, d), k in zip(part, got, strict=True)]
 
         parsed = self._chunked(parse, [(j, b, r, self._awaiting[u].digest)

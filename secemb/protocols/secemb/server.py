@@ -85,23 +85,35 @@ class _Absorbed:
 
 
 @dataclass(frozen=True)
+class _Batch:
+    """A request batch's fields, one array each, request ``i``'s at block ``i`` (parsed
+    together on the backend's threads: evaluated together without concatenating them again):
+    the keys (user-major, S a user) and, with verified uploads, the check correction words
+    uint64 (n, S, 4) and the challenge seeds uint64 (n, 2)."""
+
+    keys: fss.DPFKeys
+    checks: np.ndarray | None
+    seeds: np.ndarray | None
+
+
+@dataclass(frozen=True)
 class Request:
     """A parsed retrieval request: its keys and, with verified uploads, its check correction
-    words (uint64 (S, 4)) and the SHA-256 of its shared key part and check words."""
+    words (uint64 (S, 4)), the SHA-256 of its shared key part and check words and the seed of
+    its check challenge (uint64 (2,)); each a view of block ``block`` of ``batch``."""
 
     keys: fss.DPFKeys
     checks: np.ndarray | None
     digest: bytes
     forward: bytes | None = None  # server 0, relay: the relay_keys message it forwards (framed once)
-    #: the batch of a whole request batch's keys that ``keys`` is block ``block`` of (parsed
-    #: together: evaluated together without concatenating them again)
-    batch: fss.DPFKeys | None = None
+    batch: _Batch | None = None
     block: int = 0
+    seed: np.ndarray | None = None
 
 
 #: an evaluation's per-user answers and control bits, summed folded part and (verified uploads)
-#: per-user check values (S, 4)
-_Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, list[np.ndarray] | None]
+#: the users' check values uint64 (n, S, 4)
+_Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray | None]
 
 
 class SecEmbServer(ServerRole):
@@ -158,20 +170,19 @@ class SecEmbServer(ServerRole):
             raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
 
     # -- retrieval ---------------------------------------------------------------------
-    def _evaluate(self, keys: fss.DPFKeys, checks: list[tuple[np.ndarray, bytes]] | None = None) -> _Evaluated:
+    def _evaluate(self, keys: fss.DPFKeys, checks: tuple[np.ndarray, np.ndarray] | None = None) -> _Evaluated:
         """Per-user answers and control bits, and the summed folded part, for a batch of
         users' keys (user-major: user ``u``'s are keys ``u S .. u S + S - 1``), chunked over
         the backend's workers: by users, or (cuckoo layout, CPU) by ranges of buckets, so that
         each task folds into its own buckets' rows and nothing table-sized is summed across
-        tasks.  With ``checks`` (per user: its check correction
-        words (S, 4) and key digest; verified uploads), also each user's check values (S, 4)
-        from the same walk, else ``None``."""
+        tasks.  With ``checks`` (verified uploads: the users' check correction words uint64
+        (n, S, 4) and challenge seeds uint64 (n, 2)), also each user's check values (S, 4) from
+        the same walk, else ``None``."""
         cfg = self._cfg()
         n = len(keys) // cfg.slots
         check: tuple[np.ndarray, np.ndarray] | None = None
         if checks is not None:
-            seeds = np.stack([challenge_seed(cfg.round_id, d) for _, d in checks])
-            check = (np.stack([c for c, _ in checks]), challenges(seeds, padded_leaves(key_params(cfg))))
+            check = (checks[0], challenges(checks[1], padded_leaves(key_params(cfg))))
         # a task walks its keys' trees over the whole (bucket) domain, holding leaf-level
         # control bits and retrieval shares: bound that memory by splitting the batch
         leaves = cfg.slots * padded_leaves(key_params(cfg))  # per user, over all its keys
@@ -191,8 +202,8 @@ class SecEmbServer(ServerRole):
         slots = cfg.slots
         answers = [r[0][i * slots : (i + 1) * slots] for r in results for i in range(len(r[0]) // slots)]
         bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
-        values = None if check is None else [v for r in results for v in np.asarray(r[3]).reshape(-1, slots,
-                                                                                                   CHECK_WORDS)]
+        values = None if check is None else np.concatenate([np.asarray(r[3]).reshape(-1, slots, CHECK_WORDS)
+                                                            for r in results])
         return answers, bits, folded, values
 
     def _evaluate_buckets(self, stacked: fss.DPFKeys, parts: int,
@@ -222,7 +233,7 @@ class SecEmbServer(ServerRole):
             for result, v in zip(self.backend.map(evaluate_task, [task(lo, hi) for lo, hi in spans]), views,
                                  strict=True):
                 place(result, *v)
-        return list(answers), list(bits), folded, None if check is None else list(values)
+        return list(answers), list(bits), folded, None if check is None else values
 
     def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys], evaluated: _Evaluated,
                           digests: list[bytes] | None = None) -> list[np.ndarray]:
@@ -236,8 +247,11 @@ class SecEmbServer(ServerRole):
             self._sparse = folded
         self._folded = True
         self._closed_cache = None
-        proofs = [b""] * len(users) if values is None or digests is None else [
-            d + array_bytes(v) for d, v in zip(digests, values, strict=True)]
+        proofs = [b""] * len(users)
+        if values is not None and digests is not None:
+            raw = array_bytes(values)  # one serialization of every user's values, sliced per user
+            size = len(raw) // max(len(users), 1)
+            proofs = [d + raw[i * size : (i + 1) * size] for i, d in enumerate(digests)]
         for u, k, b, proof in zip(users, keys, bits, proofs, strict=True):
             self._pending[u] = _Pending(k, b, proof)
         return answers
@@ -257,14 +271,14 @@ class SecEmbServer(ServerRole):
             except SecembError as exc:
                 out[i] = exc
         split = size - checks_bytes(cfg, self.verify)
-        batch = self._empty_keys(len(messages))
+        batch = self._empty_batch(len(messages))
 
         def parse(part: list[tuple[int, memoryview]]) -> list[Request | SecembError]:
             """A range's keys, written to their blocks of ``batch``, and their requests."""
-            keys = fss.DPFKeys.from_bytes_many([b[:split] for _, b in part], party=self.party, into=batch,
+            keys = fss.DPFKeys.from_bytes_many([b[:split] for _, b in part], party=self.party, into=batch.keys,
                                                blocks=[i for i, _ in part], **key_expect(cfg))
             return [InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey)
-                    else self._request(got, b[split:], batch=batch, block=i)
+                    else self._request(got, b[split:], batch, i)
                     for (i, b), got in zip(part, keys, strict=True)]
 
         # the keys, and the requests' key digests (serialization and hashing), on the backend's threads
@@ -272,46 +286,53 @@ class SecEmbServer(ServerRole):
             out[i] = got
         return cast("list[Request | SecembError]", out)  # every entry is set above
 
-    def _empty_keys(self, users: int) -> fss.DPFKeys:
-        """An unset batch of ``users`` users' keys of the round (:meth:`fss.DPFKeys.empty`)."""
-        expect = key_expect(self._cfg())
+    def _empty_batch(self, users: int) -> _Batch:
+        """An unset batch of ``users`` users' requests of the round (:meth:`fss.DPFKeys.empty`)."""
+        cfg = self._cfg()
+        expect = key_expect(cfg)
         params = fss.DPFParams(expect["domain_size"], expect["payload_width"], expect["ring_bits"])
-        return fss.DPFKeys.empty(params, self.party, users * expect["count"])
+        keys = fss.DPFKeys.empty(params, self.party, users * expect["count"])
+        if not self.verify:
+            return _Batch(keys, None, None)
+        return _Batch(keys, np.empty((users, cfg.slots, CHECK_WORDS), np.uint64), np.empty((users, 2), np.uint64))
 
-    def _request(self, keys: fss.DPFKeys, checks: memoryview | bytes, digest: bytes | None = None, *,
-                 batch: fss.DPFKeys | None = None, block: int = 0) -> Request:
-        """A parsed request (its keys block ``block`` of ``batch``) with its check words
-        (verified uploads), its key digest -- SHA-256 of the shared key part and the check
-        words, computed here unless given (``digest``: server 1 with relay, which compared it
-        with the device's own) -- and what is forwarded of it (:meth:`_forward_of`)."""
-        words, shared = None, None
-        if self.verify:
-            words = read_array(memoryview(checks), 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))[0]
+    def _request(self, keys: fss.DPFKeys, checks: memoryview, batch: _Batch, block: int,
+                 digest: bytes | None = None) -> Request:
+        """A parsed request (its keys block ``block`` of ``batch``) with its check words and
+        challenge seed (verified uploads, written to their blocks of ``batch``), its key digest
+        -- SHA-256 of the shared key part and the check words, computed here unless given
+        (``digest``: server 1 with relay, which compared it with the device's own) -- and what
+        is forwarded of it (:meth:`_forward_of`)."""
+        words, seed, shared = None, None, None
+        if batch.checks is not None and batch.seeds is not None:
+            words, seed = batch.checks[block], batch.seeds[block]
+            words[:] = read_view(checks, 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))
             if digest is None:
                 shared = keys.shared_bytes()
                 digest = key_digest(shared, checks)
-        return Request(keys, words, digest or b"", self._forward_of(keys, shared, checks), batch, block)
+            seed[:] = challenge_seed(self._cfg().round_id, digest)
+        return Request(keys, words, digest or b"", self._forward_of(keys, shared, checks), batch, block, seed)
 
     def _forward_of(self, keys: fss.DPFKeys, shared: bytes | None, checks: memoryview | bytes) -> bytes | None:
         """What is forwarded of a request with ``keys`` (their shared part ``shared`` where it is
         serialized already) and check words ``checks``: nothing without relay."""
         return None
 
-    def _stacked(self, requests: list[Request]) -> fss.DPFKeys:
-        """The keys of ``requests``, user-major: a view of the batch they were parsed into
-        where they are its consecutive blocks (a whole batch, usually), else a copy."""
-        first, slots = requests[0].batch, self._cfg().slots
-        lo = requests[0].block
-        if first is not None and all(q.batch is first and q.block == lo + j for j, q in enumerate(requests)):
-            return first[lo * slots : (lo + len(requests)) * slots]
-        return fss.DPFKeys.concat([q.keys for q in requests])
-
     def _evaluate_requests(self, requests: list[Request]) -> _Evaluated:
-        """:meth:`_evaluate` of parsed requests, with their checks when verifying."""
-        keys = self._stacked(requests)
-        if not self.verify:
-            return self._evaluate(keys)
-        return self._evaluate(keys, [(cast("np.ndarray", q.checks), q.digest) for q in requests])
+        """:meth:`_evaluate` of parsed requests, with their checks when verifying: their fields
+        are views of the batch they were parsed into where they are its consecutive blocks (a
+        whole batch, usually), else copies."""
+        first, lo, n = requests[0].batch, requests[0].block, len(requests)
+        if first is not None and all(q.batch is first and q.block == lo + j for j, q in enumerate(requests)):
+            slots = self._cfg().slots
+            keys = first.keys[lo * slots : (lo + n) * slots]
+            checks = None if first.checks is None or first.seeds is None else (first.checks[lo : lo + n],
+                                                                               first.seeds[lo : lo + n])
+        else:
+            keys = fss.DPFKeys.concat([q.keys for q in requests])
+            checks = None if not self.verify else (np.stack([cast("np.ndarray", q.checks) for q in requests]),
+                                                   np.stack([cast("np.ndarray", q.seed) for q in requests]))
+        return self._evaluate(keys, checks)
 
     def _parse_batch(self, requests: list[tuple[int, bytes]]) -> list[Request | SecembError]:
         """:meth:`_parse_requests` of the requests' messages (a relay server takes some from
