@@ -56,3 +56,18 @@ def test_a_refused_request_changes_no_other_reply(relay: bool, layout: str, bad:
     assert isinstance(with_bad.pop(bad), InvalidMessage)
     assert all(isinstance(r, bytes) for r in whole.values())
     assert with_bad == {u: r for u, r in whole.items() if u != bad}
+
+
+def test_server_1_refuses_only_the_request_whose_root_bit_is_wrong() -> None:
+    s0, s1, reqs = _servers(True, "cuckoo")
+    bad = bytearray(reqs[2][1])
+    bad[32 + 16] ^= 1  # the second root's control bit (after the 32-byte header): not server 1's
+    batch = [(u, bytes(bad) if u == 2 else q[1]) for u, q in enumerate(reqs)]
+    batch.append((0, reqs[0][1]))  # user 0 again: refused as one that already retrieved
+    out = s1.handle_retrieval_many(batch)
+    assert isinstance(out[2], InvalidMessage) and "root control bits" in str(out[2])
+    assert "already retrieved" in str(out[-1])
+    assert [o for u, o in enumerate(out[:-1]) if u != 2] == [None] * (USERS - 1)
+    assert s1.handle_retrieval_many([(2, reqs[2][1])]) == [None]  # its refusal changed nothing
+    fwd = s0.handle_retrieval_many([(u, q[0]) for u, q in enumerate(reqs)])
+    assert all(isinstance(a, bytes) for a in s1.relay_retrieval_many(list(enumerate(fwd))))

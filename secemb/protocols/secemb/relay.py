@@ -39,7 +39,8 @@ from secemb.framing import HEADER_BYTES
 from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
-__all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "relay_prg", "relay_prgs", "upload_mac"]
+__all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_prg", "relay_prgs",
+           "upload_mac"]
 
 _UPLOAD_MAC_DOMAIN = b"secemb-relay-upload"
 
@@ -105,12 +106,33 @@ def parse_roots(message: bytes, config: RoundConfig) -> Direct:
     InvalidMessage: the message is malformed, of another round or party, or a root's control
         bit is not server 1's.
     """
-    body = bytes(open_message(message, NAME, "retrieval_request", 1, config.round_id, roots_bytes(config)))
+    return result_or_raise(parse_roots_many([message], config)[0])
+
+
+def parse_roots_many(messages: Sequence[bytes], config: RoundConfig) -> list[Direct | SecembError]:
+    """:func:`parse_roots` of many requests: each header checked, the roots' control bits of
+    all checked as one array; per message its :class:`Direct` or the error that refuses it."""
+    out: list[Direct | SecembError | None] = [None] * len(messages)
+    size = roots_bytes(config)
+    bodies: list[memoryview] = []
+    where: list[int] = []
+    for i, message in enumerate(messages):
+        try:
+            bodies.append(open_message(message, NAME, "retrieval_request", 1, config.round_id, size))
+            where.append(i)
+        except SecembError as exc:
+            out[i] = exc
+    blob = b"".join(bodies)
+    ok = np.all(np.frombuffer(blob, np.uint8).reshape(len(bodies), size)[:, : 16 * config.slots : 16] & 1, axis=1)
     ends = list(accumulate([16 * config.slots, SEED_BYTES, SEED_BYTES, MAC_KEY_BYTES, DIGEST_BYTES]))
-    roots, mask_seed, dense_seed, mac_key, digest = (body[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True))
-    if not np.all(np.frombuffer(roots[::16], np.uint8) & 1):
-        raise InvalidMessage("retrieval_request: root control bits must equal the party")
-    return Direct(roots, mask_seed, dense_seed, mac_key, digest)
+    starts = [0, *ends[:-1]]
+    for j, i in enumerate(where):
+        if not ok[j]:
+            out[i] = InvalidMessage("retrieval_request: root control bits must equal the party")
+            continue
+        at = j * size
+        out[i] = Direct(*(blob[at + a : at + b] for a, b in zip(starts, ends, strict=True)))
+    return cast("list[Direct | SecembError]", out)  # every entry is set above
 
 
 class SecEmbRelayServer(SecEmbServer, RelayRole):
@@ -147,13 +169,16 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         cfg = self._cfg()
         out: list[bytes | None | SecembError] = [None] * len(requests)
         roots: dict[int, Direct] = {}
-        for i, (user_id, message) in enumerate(requests):
+        for i, ((user_id, _), got) in enumerate(zip(requests, parse_roots_many([m for _, m in requests], cfg),
+                                                    strict=True)):
             try:
                 user_id = check_user(user_id)
                 if user_id in roots:
                     raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
                 self._check_new(user_id)
-                roots[user_id] = parse_roots(message, cfg)
+                if not isinstance(got, Direct):
+                    raise got
+                roots[user_id] = got
             except SecembError as exc:
                 out[i] = exc
 
