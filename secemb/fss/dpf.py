@@ -33,7 +33,7 @@ from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.keys import DPFKeys, DPFParams, OutputKeys, PathKeys, _PathPart
 from secemb.fss.linalg import LimbMatrix, ring_matmul
-from secemb.fss.convert import convert, convert_eval_into, kept_leaves
+from secemb.fss.convert import convert_chunks, convert_eval_into, kept_leaves
 from secemb.fss.tree import _LEFT, _RIGHT, expand, leaf_groups, padded_leaves
 from secemb.randomness import RandomBytes, random_words, system_rng
 
@@ -213,11 +213,13 @@ def convert_gen(state: GenState, betas: np.ndarray, *, ring_bits: int = 32, tag:
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
     b = _check_betas(betas, len(state), ring_bits)
     width = b.shape[1]
-    k = len(state)
-    both = convert(np.concatenate([state.leaf0, state.leaf1]), width, ring_bits, tag)  # one call for both leaves
-    cw = b - both[:k] + both[k:]
+    cw = b.copy()  # each leaf's conversion subtracted or added chunk by chunk, never held whole
+    for lo, hi, vals in convert_chunks(state.leaf0, width, ring_bits, tag):
+        cw[lo:hi] -= vals
+    for lo, hi, vals in convert_chunks(state.leaf1, width, ring_bits, tag):
+        cw[lo:hi] += vals
     t1 = (state.leaf1[:, 0] & _ONE).astype(bool)
-    cw[t1] = 0 - cw[t1]
+    np.negative(cw, out=cw, where=t1[:, None])
     return cw
 
 
