@@ -20,7 +20,7 @@ from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.server import Request, SecEmbServer
+from secemb.protocols.secemb.server import Opener, Request, SecEmbServer
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_BYTES,
@@ -36,7 +36,7 @@ from secemb.protocols.secemb.sizes import (
     tag_words,
 )
 from secemb.framing import HEADER_BYTES
-from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, read_view
+from secemb.protocols.wire import array_bytes, check_user, frame, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
 __all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_prg", "relay_prgs",
@@ -116,9 +116,10 @@ def parse_roots_many(messages: Sequence[bytes], config: RoundConfig) -> list[Dir
     size = roots_bytes(config)
     bodies: list[memoryview] = []
     where: list[int] = []
+    opener = Opener("retrieval_request", 1, config.round_id, size)
     for i, message in enumerate(messages):
         try:
-            bodies.append(open_message(message, NAME, "retrieval_request", 1, config.round_id, size))
+            bodies.append(opener(message))
             where.append(i)
         except SecembError as exc:
             out[i] = exc
@@ -288,9 +289,10 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         split = shared_len - checks_bytes(cfg, self.verify)
         parts: list[tuple[int, memoryview, bytes]] = []  # (index, forwarded body, roots): parsed as one batch
         opened: list[memoryview | SecembError] = []
+        opener = Opener("relay_keys", 1, cfg.round_id, shared_len)
         for _, message in forwards:
             try:
-                opened.append(open_message(message, NAME, "relay_keys", 1, cfg.round_id, shared_len))
+                opened.append(opener(message))
             except SecembError as exc:
                 opened.append(exc)
         # the forwarded parts' digests, hashed on the backend's threads (a malformed part: None)
@@ -372,16 +374,19 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         users: list[int] = []
         where: list[int] = []
         bodies: list[memoryview] = []
+        seen: set[int] = set()
+        opener = Opener("relay_answer", 1, cfg.round_id, answer_bytes(cfg))
         for i, (user_id, message) in enumerate(answers):
             try:
                 user_id = check_user(user_id)
-                if self.party != 0 or user_id not in self._answers or user_id in users:
+                if self.party != 0 or user_id not in self._answers or user_id in seen:
                     raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
-                bodies.append(open_message(message, NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg)))
+                bodies.append(opener(message))
             except SecembError as exc:
                 out[i] = exc
                 continue
             users.append(user_id)
+            seen.add(user_id)
             where.append(i)
         shape = (cfg.slots, cfg.width + tag_words(cfg))
 
