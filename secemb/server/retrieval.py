@@ -101,7 +101,8 @@ class Retrieval(NodeState):
         counts as uploaded) or the error that refused it -- a refused item changes no state
         (a user that is not a participant, a malformed or duplicated upload; a round that is
         not open refuses them all).  A forward that server 1 refused leaves its item's upload
-        absorbed here but not at server 1 (the close leaves the user out), as for one upload.
+        absorbed here but not at server 1 (the close leaves the user out), as for one upload,
+        and not counted for the round's quorum.
 
         Raises
         ------
@@ -135,8 +136,8 @@ class Retrieval(NodeState):
             for (i, _), err in zip(fwd, refused, strict=True):
                 results[i] = err
         finally:
-            with self._wake:
-                rnd.finished.update(items[i][0] for i, _ in taken)
+            with self._wake:  # a forward server 1 refused cannot count: nor does it for the quorum
+                rnd.finished.update(items[i][0] for i, _ in taken if results[i] is None)
                 self._wake.notify_all()
         for count in range(before + 1, n + 1):
             faults.hit("upload", count)
