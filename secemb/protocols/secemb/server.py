@@ -166,10 +166,17 @@ class SecEmbServer(ServerRole):
         self._start_round(config)
         layout = "full" if config.layout == "full" else config.cuckoo()
         # the evaluated table carries each row's tag (verified retrieval, docs/security.md)
-        # (in ranges of rows on the backend's threads: the SHA-256 kernel runs without the GIL)
-        tags = self._map_spans(lambda span: row_tags(config.round_id, np.arange(*span), table[span[0] : span[1]]),
-                               self._spans(config.num_items))
-        table = np.concatenate([table, np.concatenate(tags)], axis=1)
+        # (in ranges of rows on the backend's threads, each writing its rows and their tags:
+        # the SHA-256 kernel runs without the GIL)
+        tagged = np.empty((config.num_items, config.width + tag_words(config)), config.dtype)
+
+        def tag(span: tuple[int, int]) -> None:
+            lo, hi = span
+            tagged[lo:hi, : config.width] = table[lo:hi]
+            tagged[lo:hi, config.width :] = row_tags(config.round_id, np.arange(lo, hi), table[lo:hi])
+
+        self._map_spans(tag, self._spans(config.num_items))
+        table = tagged
         # the table in the form the evaluation reads, computed once a round: on the backend's
         # device, or as limbs (full layout: the table; cuckoo: its bucket form), published to
         # the backend's workers (shared memory, object store) so tasks carry only a handle
@@ -499,11 +506,19 @@ class SecEmbServer(ServerRole):
         return out
 
     def _scatter(self, bucket_form: np.ndarray) -> np.ndarray:
-        """The layout's scatter of ``bucket_form`` onto items, in ranges of items (:meth:`_spans`)."""
+        """The layout's scatter of ``bucket_form`` onto items, in ranges of items (:meth:`_spans`;
+        several: each written to its rows of the result by the task)."""
         layout = self._cfg().cuckoo()
-        parts = self._map_spans(scatter_task, [(layout, bucket_form, slice(lo, hi))
-                                                for lo, hi in self._spans(layout.num_items)])
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        spans = self._spans(layout.num_items)
+        if len(spans) == 1:
+            return scatter_task((layout, bucket_form, slice(*spans[0])))
+        out = np.empty((layout.num_items, *bucket_form.shape[2:]), bucket_form.dtype)
+
+        def scatter(span: tuple[int, int]) -> None:
+            out[span[0] : span[1]] = scatter_task((layout, bucket_form, slice(*span)))
+
+        self._map_spans(scatter, spans)
+        return out
 
     def _map_spans(self, fn: Callable[[_T], _R], tasks: list[_T]) -> list[_R]:
         """``fn`` over the tasks of :meth:`_spans`: one runs here, several on the backend's
@@ -678,4 +693,12 @@ class SecEmbServer(ServerRole):
         sparse1 = np.frombuffer(body, cfg.dtype.newbyteorder("<"), size, off).reshape(cfg.num_items, cfg.width)
         sparse1 = sparse1.astype(cfg.dtype, copy=False)
         dense1, _ = read_array(body, off + size * cfg.dtype.itemsize, cfg.dtype, (cfg.dense_size,))
-        return reconstruct(sparse, sparse1), reconstruct(dense, dense1)
+        # the table-sized sum in ranges of rows on the backend's threads (:meth:`_spans`)
+        total = np.empty_like(sparse)
+
+        def add(span: tuple[int, int]) -> None:
+            lo, hi = span
+            np.add(sparse[lo:hi], sparse1[lo:hi], out=total[lo:hi])
+
+        self._map_spans(add, self._spans(cfg.num_items))
+        return total, reconstruct(dense, dense1)
