@@ -25,6 +25,9 @@ import numpy as np
 
 __all__ = ["SpilledShares"]
 
+#: arrays smaller than this are joined (in memory: up to about this many bytes) and written together
+_JOIN_BYTES = 1 << 20
+
 
 class SpilledShares:
     """Arrays by device id, written to an anonymous temporary file and read back on demand.
@@ -58,8 +61,9 @@ class SpilledShares:
 
     def put_many(self, items: list[tuple[int, np.ndarray]]) -> None:
         """:meth:`put` of each ``(key, array)`` in order (a later one for the same key wins),
-        all or nothing: the arrays are written one after another (never joined in memory) and
-        recorded only once every write succeeded.
+        all or nothing: recorded only once every write succeeded.  Small arrays are joined
+        and written together (at most about :data:`_JOIN_BYTES` in memory at once); a large
+        one is written as it is.
 
         Raises
         ------
@@ -75,16 +79,33 @@ class SpilledShares:
             self._file.seek(self._end)
             end = self._end
             placed: list[tuple[int, tuple[int, np.dtype, tuple[int, ...]]]] = []
+            pending: list[memoryview] = []  # small arrays not written yet
+            held = 0  # their bytes
             for key, array in items:
                 data = np.ascontiguousarray(array)
                 view = data.data.cast("B")
-                done = 0
-                while done < len(view):  # a raw write may take part of a large buffer
-                    done += self._file.write(view[done:]) or 0
                 placed.append((key, (end, data.dtype, data.shape)))
                 end += len(view)
+                if held + len(view) > _JOIN_BYTES and pending:
+                    self._write(b"".join(pending))
+                    pending, held = [], 0
+                if len(view) >= _JOIN_BYTES:
+                    self._write(view)
+                else:
+                    pending.append(view)
+                    held += len(view)
+            if pending:
+                self._write(b"".join(pending))
             self._where.update(placed)
             self._end = end
+
+    def _write(self, data: bytes | memoryview) -> None:
+        """Write all of ``data`` at the file's position (a raw write may take part of a large buffer)."""
+        assert self._file is not None  # put_many created it
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += self._file.write(view[done:]) or 0
 
     def get(self, key: int) -> np.ndarray:
         """A new array equal to the one kept for ``key``.

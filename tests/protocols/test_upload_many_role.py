@@ -138,10 +138,32 @@ def test_a_spill_that_fails_absorbs_nothing() -> None:
     spilled = s0._spilled
     spilled.put(999, np.zeros(1, np.uint32))  # creates the file
     real = spilled._file
-    spilled._file = _FailingFile(real, fail_at=2)  # the batch's second share cannot be written
+    spilled._file = _FailingFile(real, fail_at=1)  # the batch's shares (small: written together) cannot be
     with pytest.raises(OSError, match="disk full"):
         s0.handle_upload_many([(u, up[0]) for u, up in enumerate(ups)])
     assert s0.included_users() == [] and len(spilled) == 1  # nothing of the batch absorbed or recorded
     spilled._file = real
     assert s0.handle_upload_many([(u, up[0]) for u, up in enumerate(ups)]) == [None] * USERS
     assert s0.included_users() == list(range(USERS))
+
+
+def test_put_many_joins_small_arrays_writes_large_ones_alone_and_is_all_or_nothing() -> None:
+    from secemb.protocols.spill import _JOIN_BYTES, SpilledShares
+
+    rng = np.random.default_rng(5)
+    small = [rng.integers(0, 2**32, 1000, dtype=np.uint64).astype(np.uint32) for _ in range(3)]
+    big = rng.integers(0, 2**63, _JOIN_BYTES // 8 + 3, dtype=np.uint64)  # over the bound: written alone
+    items = [(1, small[0]), (2, big), (3, small[1]), (4, small[2].reshape(10, 100))]
+    spill = SpilledShares()
+    spill.put(0, small[2])
+    real = spill._file
+    spill._file = _FailingFile(real, fail_at=2)  # writes: small[0]; big (fails)
+    with pytest.raises(OSError, match="disk full"):
+        spill.put_many(items)
+    assert len(spill) == 1 and np.array_equal(spill.get(0), small[2])  # nothing of the batch kept
+    spill._file = _FailingFile(real, fail_at=0)  # no failure; count the writes
+    spill.put_many(items)
+    assert spill._file.writes == 3  # small[0] alone (the big one follows), the big one, small[1] + small[2]
+    for key, array in [(0, small[2])] + items:
+        got = spill.get(key)
+        assert got.dtype == array.dtype and got.shape == array.shape and np.array_equal(got, array)
