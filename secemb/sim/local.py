@@ -188,11 +188,22 @@ class LocalPeer:
         _peer(lambda: self.follower.peer_model(got, round_id))
 
 
-class LocalServerLink:
-    """Device ``user``'s :class:`~secemb.transport.links.ServerLink` to an in-process node."""
+class _HeldUploads:
+    """The uploads the devices of a :meth:`_BatchedPhase.send_uploads` call send, held (while
+    ``key`` is set: the item whose upload is being sent) to be delivered as one batch per server."""
 
-    def __init__(self, node: LeaderNode | FollowerNode, user: int, transport: InProcessTransport) -> None:
-        self.node, self.user, self.tp = node, int(user), transport
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.held: list[tuple[Any, int, int, int, bytes]] = []  # (item, party, round, user, body)
+
+
+class LocalServerLink:
+    """Device ``user``'s :class:`~secemb.transport.links.ServerLink` to an in-process node;
+    ``hold``: where its uploads wait while a phase batches them (:meth:`_BatchedPhase.send_uploads`)."""
+
+    def __init__(self, node: LeaderNode | FollowerNode, user: int, transport: InProcessTransport,
+                 hold: _HeldUploads | None = None) -> None:
+        self.node, self.user, self.tp, self.hold = node, int(user), transport, hold
         self.party = node.party
         self._me, self._it = user_endpoint(self.user), _NAMES[self.party]
 
@@ -220,7 +231,11 @@ class LocalServerLink:
         return self._down(self.node.dense_message(round_id), DENSE)
 
     def upload(self, round_id: int, body: bytes) -> None:
-        out = self.node.upload_many(round_id, [(self.user, self._up(body, UPLOAD))])[0]  # no batcher thread: in order
+        got = self._up(body, UPLOAD)
+        if self.hold is not None and self.hold.key is not None:
+            self.hold.held.append((self.hold.key, self.party, round_id, self.user, got))
+            return
+        out = self.node.upload_many(round_id, [(self.user, got)])[0]  # no batcher thread: in order
         if out is not None:
             raise out
 
@@ -285,6 +300,42 @@ class _BatchedPhase:
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         return [fn(x) for x in items]
 
+    def send_uploads(self, items: Sequence[T], send: Callable[[T], None],
+                     fail: Callable[[T, BaseException], None]) -> None:
+        """``send(x)`` of each item -- each sends one device's upload through its links -- with
+        the uploads held and delivered to each server as one batch
+        (:meth:`~secemb.server.retrieval.Retrieval.upload_many`) once all have run: server 1's
+        before server 0's, the order in which each device sends them (a device whose upload
+        server 1 refused sends none to server 0).  ``fail(x, exc)``
+        for an item whose ``send`` raised or whose upload a server refused.  Bytes and their
+        counting are those of sending each upload on its own."""
+        hold = self.servers.hold
+        hold.held = []
+        try:
+            for x in items:
+                hold.key = x
+                try:
+                    send(x)
+                except Exception as exc:  # noqa: BLE001 - a device failure is its own result
+                    fail(x, exc)
+        finally:
+            hold.key = None
+        held, hold.held = hold.held, []
+        refused: set[int] = set()  # by id of the item
+        for party in (1, 0):
+            todo = [h for h in held if h[1] == party and id(h[0]) not in refused]
+            for r in sorted({h[2] for h in todo}):
+                batch = [h for h in todo if h[2] == r]
+                try:
+                    outs: list[BaseException | None] = list(
+                        self.servers.nodes[party].upload_many(r, [(user, body) for _, _, _, user, body in batch]))
+                except Exception as exc:  # noqa: BLE001 - e.g. the server's disk: every upload of the batch failed
+                    outs = [exc] * len(batch)
+                for (x, _, _, _, _), out in zip(batch, outs, strict=True):
+                    if out is not None:
+                        refused.add(id(x))
+                        fail(x, out)
+
     def retrieve(self, sessions: Sequence[RoundSession]) -> list[BaseException | None]:
         errors: list[BaseException | None] = [None] * len(sessions)
         if not sessions:
@@ -342,6 +393,7 @@ class InProcessServers:
         leader = make_node(cfg0, peer=LocalPeer(follower, self.tp), store=MemoryStore(0, fingerprint),  # type: ignore[arg-type]
                            protocol=protocol, model=model, start_threads=False, _noise_rng=rng0)
         self.nodes = (leader, follower)
+        self.hold = _HeldUploads()  # the devices' uploads while a phase batches them
 
     def servers(self) -> Servers:
         """The driver's view of the two nodes."""
@@ -350,8 +402,8 @@ class InProcessServers:
         floor = self.nodes[0].cfg.min_users
 
         def device(user: int) -> DeviceClient:
-            return DeviceClient.over(user, (LocalServerLink(self.nodes[0], user, self.tp),
-                                            LocalServerLink(self.nodes[1], user, self.tp)), min_users=floor)
+            return DeviceClient.over(user, (LocalServerLink(self.nodes[0], user, self.tp, self.hold),
+                                            LocalServerLink(self.nodes[1], user, self.tp, self.hold)), min_users=floor)
 
         return Servers(admin=admin, device=device, phase=_BatchedPhase(self), server_bytes=self.server_bytes,
                        end_round=self.end_round, device_errors_fatal=True)

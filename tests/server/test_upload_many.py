@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from secemb.client.device import Device, DeviceClient
 from secemb.errors import InvalidMessage, ProtocolError
 from secemb.protocols.stages import UPLOAD
@@ -152,3 +154,54 @@ def test_concurrent_uploads_are_batched_and_each_caller_gets_its_own_answer(monk
     assert results == {u: None for u, _ in [(a, up_a)] + rest[1:]}
     leader.upload(r, bad_user, rest[0][1])  # its refusal changed nothing
     assert follower.peer_close(r)["uploaded"] == sorted(USERS)
+
+
+def _participate(servers: Any, user: int) -> None:
+    client = servers.servers().device(user)
+    Device(client, *RATINGS.of(user)).participate(client.round_info())
+
+
+@pytest.mark.parametrize("relay", [True, False])
+def test_the_in_process_phase_delivers_a_round_s_uploads_as_one_batch_per_server(monkeypatch, relay: bool) -> None:
+    """``_BatchedPhase.send_uploads``: the devices' uploads held while each device runs, then one
+    ``upload_many`` per server (server 1's first); a device whose send fails, or whose upload
+    server 1 refuses, is reported and sends nothing to server 0."""
+    _, servers = in_process(relay=relay)
+    leader, follower = servers.nodes
+    calls: list[tuple[int, list[int]]] = []
+    refuse = USERS[1]
+
+    def spy(node: Any, party: int) -> None:
+        real = node.upload_many
+
+        def upload_many(r: int, items: list[tuple[int, bytes]]) -> list:
+            calls.append((party, [u for u, _ in items]))
+            if party == 1:  # server 1 refuses one device's upload
+                outs = real(r, [it for it in items if it[0] != refuse])
+                return [Conflict("refused") if u == refuse else outs.pop(0) for u, _ in items]
+            return real(r, items)
+
+        monkeypatch.setattr(node, "upload_many", upload_many)
+
+    spy(leader, 0)
+    spy(follower, 1)
+    r = int(leader.open_round(participants=USERS, deadline_s=WAIT_S)["round_id"])
+    broken = USERS[2]
+    failed: dict[int, BaseException] = {}
+
+    def send(user: int) -> None:
+        if user == broken:
+            raise RuntimeError("this device broke before its upload")
+        _participate(servers, user)
+
+    servers.servers().phase.send_uploads(USERS, send, failed.__setitem__)
+    assert isinstance(failed.pop(broken), RuntimeError)
+    ok = [u for u in USERS if u != broken]
+    if relay:  # devices upload to server 0 only; it forwards the batch to server 1
+        assert calls == [(0, ok)] and not failed
+        assert leader.close_round(r)["included"] == sorted(ok)
+    else:
+        assert calls == [(1, ok), (0, [u for u in ok if u != refuse])]  # server 1 first, the refused one skipped
+        assert isinstance(failed.pop(refuse), Conflict) and not failed
+        doc = leader.close_round(r)  # two users counted at both servers: under the floor of three
+        assert doc["state"] == "aborted" and "2 user(s) uploaded to both servers" in doc["reason"]
