@@ -32,7 +32,8 @@ The protocol work is done by the protocol's own :class:`~secemb.protocols.base.S
   (:mod:`.count`);
 * **batching**: concurrent retrievals are evaluated as one batch (:meth:`Node.retrieval_many`),
   outside the node's lock; the result is committed under the lock if the round is still the
-  one it was evaluated for.  A round's combine and optimizer step likewise run unlocked while
+  one it was evaluated for.  Concurrent uploads are absorbed as one batch (:meth:`Node.upload_many`;
+  with relay, forwarded to server 1 as one).  A round's combine and optimizer step likewise run unlocked while
   the round is closing, and commit under the lock;
 * **busy time**: the seconds spent in role calls and in the optimizer step, per round
   (``server_s``, ``optimizer_s`` in :meth:`Node.round_status`).

@@ -1,11 +1,13 @@
 """A round's device messages at either server: retrieval requests, admitted
 (:func:`~secemb.server.admission.admit`), evaluated as one batch outside the node's lock and
 committed under it if the round is still the one they were evaluated for; uploads, absorbed
-by the role at once (they count for the quorum when their handling is done).
+by the role as one batch under the lock (those that arrived together: concurrent requests
+through a batcher, a simulation's round at once) -- they count for the quorum when their
+handling is done.
 
-Party: both servers (server 0 with relay overrides the retrieval and forwards uploads:
-:mod:`.relay`).  A refused request changes no state: per item the reply (``None``: nothing to
-send back) or the error that refused it.
+Party: both servers (server 0 with relay overrides the retrieval and forwards uploads, as one
+batch: :mod:`.relay`).  A refused request changes no state: per item the reply (``None``:
+nothing to send back) or the error that refused it.
 """
 
 from __future__ import annotations
