@@ -297,10 +297,11 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 opened.append(exc)
         # the forwarded parts' digests, hashed on the backend's threads (a malformed part: None)
         hashed = self._chunked(_digests, [b if isinstance(b, memoryview) else None for b in opened])
+        seen: set[int] = set()
         for i, (user_id, _) in enumerate(forwards):
             try:
                 user_id = check_user(user_id)
-                if user_id not in self._awaiting or user_id in users:
+                if user_id not in self._awaiting or user_id in seen:
                     raise ProtocolError(f"no retrieval request of user {user_id} to complete")
                 body = opened[i]
                 if not isinstance(body, memoryview):
@@ -311,6 +312,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                                         "the one the device committed to (server 0 altered it); not evaluated")
                 parts.append((i, body, direct.roots))
                 users.append(user_id)
+                seen.add(user_id)
                 where.append(i)
             except SecembError as exc:
                 out[i] = exc
