@@ -27,6 +27,7 @@ def test_the_opener_accepts_and_refuses_what_open_message_does() -> None:
     opener = Opener("upload", 0, 7, len(BODY))
     good = frame("secemb", "upload", 0, 7, BODY)
     assert bytes(opener(good)) == bytes(open_message(good, *ARGS)) == BODY
+    assert opener._head == good[:32]  # the header it compares with is the real one: the fast path is taken
     assert bytes(opener(bytearray(good))) == BODY  # not bytes: checked field by field, accepted
     bad = [b"XEMB" + good[4:], _changed(4, "B", 1), _changed(5, "B", 250), _changed(6, "B", 99),
            _changed(7, "B", 1), _changed(8, "I", 1), _changed(12, "I", 1), _changed(16, "Q", 8),

@@ -94,7 +94,9 @@ class Opener:
 
     def __init__(self, kind: str, party: int, round_id: int, size: int) -> None:
         self._args = (NAME, kind, party, round_id, size)
-        self._head = frame(NAME, kind, party, round_id, bytes(size))[:HEADER_BYTES]
+        # the header of an empty body with its last field, the body length (u64 at offset 24:
+        # docs/wire-format.md), set to ``size``
+        self._head = frame(NAME, kind, party, round_id)[: HEADER_BYTES - 8] + U64.pack(size)
         self._total = HEADER_BYTES + size
 
     def __call__(self, message: bytes) -> memoryview:
