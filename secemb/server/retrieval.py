@@ -146,7 +146,7 @@ class Retrieval(NodeState):
         return results
 
     def _forward_uploads(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
-        """Hand on what the role returned for uploads ``(user, forward)`` (server 0 with relay:
-        to server 1); per item ``None`` or the error that refused its forward.  Only a relay
-        role returns forwards."""
-        raise NotImplementedError(f"{type(self.role).__name__} returned forwards from uploads without relay")
+        """Hand on what the role returned for uploads ``(user, forward)``; per item ``None`` or
+        the error that refused its forward.  Here (server 1): nothing to hand on; server 0
+        sends forwards to server 1 (:class:`~secemb.server.relay.LeaderRelay`)."""
+        return [None] * len(items)
