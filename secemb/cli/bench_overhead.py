@@ -18,7 +18,9 @@ def register(bench_app: typer.Typer) -> None:
         no_process: bool = typer.Option(False, "--no-process", help="Skip the two whole-process runs."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
-        """Per epoch: secure CPU beyond plaintext / DPF kernels' thread CPU (goal <= 1.25); whole
+        """Per epoch: secure CPU beyond plaintext / DPF kernels' thread CPU (goal <= 1.25), and,
+        informative, beyond / (kernels + the other cryptography's thread CPU: HMAC, SHA-256
+        digests, row tags, challenge seeds, OS randomness; per category in --json); whole
         `secemb train`: secure / plaintext process CPU (goal <= 1.5); one run, this machine."""
         from secemb.bench import overhead as bench_overhead
         from secemb.cli.bench_output import report_goals

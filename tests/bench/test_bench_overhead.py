@@ -1,18 +1,26 @@
 """``secemb bench overhead`` (issue 37, goal 1): the kernel clock counts the DPF kernels' calls
-on both kernel backends and leaves them as they were; the per-epoch figures come from runs
-that train the same model."""
+on both kernel backends, and the other cryptography's calls by category, and leaves them as
+they were; the per-epoch figures come from runs that train the same model."""
 
 from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import sys
+import types
 
 import numpy as np
 import pytest
 
+from secemb import randomness
 from secemb.bench import overhead
 from secemb.errors import InvalidParameters
 from secemb.fss import _numba_kernels as nk
-from secemb.fss import kernels
+from secemb.fss import hashing, kernels
 from secemb.fss.convert import convert
 from secemb.fss.prg import FixedKeyAES
+from secemb.protocols.secemb import checks, relay, server, user
 
 _WORDS = np.arange(8, dtype=np.uint64).reshape(4, 2)
 
@@ -52,6 +60,15 @@ def test_one_run_gives_both_paths_the_same_model() -> None:
     assert e["kernel_s"] > 0 and len(e["secure"]["epoch_cpu_s"]) == 2
     assert e["ratio"] == pytest.approx(e["beyond_s"] / e["kernel_s"])
     assert [row[0] for row in overhead.table_rows(result)][4] == "beyond / kernels"
+    # the other cryptography: the secure epoch's seconds per category, the informative ratio, strict JSON
+    by_category = e["other_crypto_by_category_s"]
+    assert {"hmac", "sha256 digests", "row tags", "challenge seeds", "os randomness"} <= set(by_category)
+    assert set(by_category) <= set(overhead.OTHER_CRYPTO) and min(by_category.values()) >= 0
+    assert set(e["secure"]["other_crypto_calls"]) == set(by_category)  # every category was called
+    assert e["other_crypto_s"] == pytest.approx(sum(by_category.values()))
+    assert e["ratio_with_other_crypto"] == pytest.approx(e["beyond_s"] / (e["kernel_s"] + e["other_crypto_s"]))
+    assert json.loads(json.dumps(result, allow_nan=False))["epoch"]["other_crypto_s"] == e["other_crypto_s"]
+    assert "beyond / (kernels + other crypto), informative" in [row[0] for row in overhead.table_rows(result)]
 
 
 def test_a_failing_child_train_is_an_error_with_its_message() -> None:
@@ -69,3 +86,31 @@ def test_the_command_refuses_a_bad_dataset_with_one_line() -> None:
     res = CliRunner().invoke(app, ["bench", "overhead", "--dataset", "no-such-dataset", "--no-process"])
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert "no-such-dataset" in res.output
+
+
+def test_other_cryptography_counts_by_category_and_is_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    key, body = b"k" * 32, b"\x05" * 1000
+    mac, tags, rng, digests = relay.upload_mac, checks.sha256_many, user.system_rng, server.SecEmbServer.upload_digests
+    late = types.ModuleType("secemb._overhead_test_late")  # a module imported within the block binds the wrapper
+    monkeypatch.setitem(sys.modules, late.__name__, late)
+    with overhead.kernel_clock() as clock:
+        got = relay.upload_mac(key, 7, body)
+        checks.row_tags(3, np.arange(2), np.ones((2, 4), np.uint64))
+        assert user.system_rng is not rng and relay.upload_mac is not mac
+        late.system_rng = randomness.system_rng  # type: ignore[attr-defined]
+        randomness.system_rng(16)
+    want = hmac.new(key, b"secemb-relay-upload" + (7).to_bytes(8, "little") + body, hashlib.sha256).digest()
+    assert got == want[: len(got)]  # the wrapper changes no result
+    assert clock.other_calls == {"hmac": 1, "row tags": 1, "os randomness": 1} and clock.calls == {}
+    assert set(clock.other_seconds) == set(clock.other_calls) and clock.other_s >= 0.0 and clock.total_s == 0.0
+    assert relay.upload_mac is mac and checks.sha256_many is tags is hashing.sha256_many
+    assert user.system_rng is rng is randomness.system_rng is late.system_rng
+    assert server.SecEmbServer.upload_digests is digests
+
+
+def test_a_timed_call_inside_another_is_counted_once() -> None:
+    clock = overhead.KernelClock()
+    inner = clock.timed_other("inner", lambda: 1)
+    outer = clock.timed_other("outer", lambda: inner() + 1)
+    assert outer() == 2 and inner() == 1
+    assert clock.other_calls == {"outer": 1, "inner": 1}
