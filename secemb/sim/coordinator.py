@@ -74,6 +74,18 @@ class _ThreadPhase:
 
         return self.map(one, sessions)
 
+    def send_uploads(self, items: Sequence[Any], send: Callable[[Any], None],
+                     fail: Callable[[Any, BaseException], None]) -> None:
+        """Each item's ``send`` on the threads (the server's batcher groups concurrent uploads)."""
+
+        def one(x: Any) -> None:
+            try:
+                send(x)
+            except Exception as exc:  # noqa: BLE001 - a device failure is data, not a crash (Ctrl-C is not)
+                fail(x, exc)
+
+        self.map(one, items)
+
 
 def train_networked(
     cluster: Cluster,

@@ -43,6 +43,12 @@ class DevicePhase(TypingProtocol):
         """Send the sessions' retrieval requests (each in its protocol's plan order) and hand
         each its replies; per session, the error that stopped it (else ``None``)."""
 
+    def send_uploads(self, items: Sequence[Any], send: Callable[[Any], None],
+                     fail: Callable[[Any, BaseException], None]) -> None:
+        """``send(x)`` of each item (each sends one device's upload through its links), and
+        ``fail(x, exc)`` for an item whose ``send`` raised or whose upload a server refused
+        (in process the uploads reach each server as one batch)."""
+
 
 @dataclass
 class Device:
@@ -112,7 +118,8 @@ class RoundDevices:
         by group (:func:`group_size`: a small model's round is one group), each device's dense
         download, their rows read as one batch (:meth:`_read_rows`), their local steps and
         uploads encoded as one batch (:meth:`_train`), each device's upload sent
-        (:meth:`_send_upload`), which frees its buffers.  A device that fails keeps its error
+        (:meth:`_send_upload`, which frees its buffers; :meth:`DevicePhase.send_uploads`: in
+        process the group's uploads reach each server as one batch).  A device that fails keeps its error
         and drops out."""
         live = self._prepare(devs, info)
         errors = self.phase.retrieve([s for _, s in live])
@@ -126,7 +133,7 @@ class RoundDevices:
             self._read_rows(_running(group), expected)
             training = [d for d in _running(group) if d.behavior != "drop"]  # a dropped device never uploads
             self._train(training)
-            self._on_each(_running(training), self._send_upload)
+            self.phase.send_uploads(_running(training), self._send_upload, _upload_failed)
 
     def _on_each(self, devs: list[Device], fn: Callable[[Device], None]) -> None:
         """``fn`` of each device (:meth:`DevicePhase.map`: possibly concurrently); a device whose
@@ -211,6 +218,11 @@ class RoundDevices:
         # the round's sessions live until it closes: keep one device's buffers, not all of
         # them (the encoded gradients only where the round is verified against them)
         session.release(keep_encoded=self.keep_encoded)
+
+
+def _upload_failed(dev: Device, exc: BaseException) -> None:
+    """``dev``'s upload did not count: its error kept, as for any device that fails."""
+    dev.error, dev.uploaded = exc, False
 
 
 def _running(devs: list[Device]) -> list[Device]:

@@ -205,3 +205,34 @@ def test_the_in_process_phase_delivers_a_round_s_uploads_as_one_batch_per_server
         assert isinstance(failed.pop(refuse), Conflict) and not failed
         doc = leader.close_round(r)  # two users counted at both servers: under the floor of three
         assert doc["state"] == "aborted" and "2 user(s) uploaded to both servers" in doc["reason"]
+
+
+@pytest.mark.parametrize("relay", [True, False])
+def test_secemb_train_in_process_sends_each_server_a_round_s_uploads_as_batches(monkeypatch, tmp_path,
+                                                                                relay: bool) -> None:
+    """The driver's devices upload through ``DevicePhase.send_uploads``: in process each
+    server a device uploads to (with relay server 0 only: it forwards to server 1) gets a
+    round's uploads in one ``upload_many`` call (fails if the driver sends them one by one)."""
+    from typer.testing import CliRunner
+
+    from secemb.cli import app
+    from secemb.server.retrieval import Retrieval
+
+    sizes: list[tuple[int, int]] = []
+    original = Retrieval.upload_many
+
+    def recording(self: Retrieval, r: int, items: list[tuple[int, bytes]]) -> list[Any]:
+        sizes.append((self.party, len(items)))
+        return original(self, r, items)
+
+    monkeypatch.setattr(Retrieval, "upload_many", recording)
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["train", "--dataset", "synthetic-mini", "--dim", "8", "--users-per-round", "40",
+                                   "--epochs", "1", "--seed", "1", "--quiet", "--relay" if relay else "--no-relay",
+                                   "--json-out", str(out)])
+    assert res.exit_code == 0, res.output
+    for party in (0,) if relay else (0, 1):
+        got = [n for p, n in sizes if p == party]
+        assert got and set(got) == {40}, (party, got)
+    if relay:
+        assert not [n for p, n in sizes if p == 1]
