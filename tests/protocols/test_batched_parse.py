@@ -12,19 +12,16 @@ import pytest
 from secemb.errors import InvalidMessage
 from secemb.protocols.backends import ThreadBackend
 from secemb.protocols.placement import place
-from secemb.protocols.secemb import SecEmbProtocol
 from secemb.randomness import CtrDrbg
+
+from conftest import begin
 
 M, W, P, MP, USERS = 29, 3, 2, 4, 5
 
 
 def _servers(relay: bool, layout: str):
-    proto = SecEmbProtocol(layout=layout, relay=relay, backend=ThreadBackend(2))
-    rc = proto.round_config(0, M, W, P, MP)
-    table = np.random.default_rng(3).integers(0, 2**32, (M, W), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    for s in (s0, s1):
-        s.begin_round(rc, table)
+    proto, rc, _, _, s0, s1 = begin(layout=layout, relay=relay, round_id=0, num_items=M, width=W, dense_size=P,
+                                    m_prime=MP, seed=3, backend=ThreadBackend(2))
     reqs = []
     for u in range(USERS):
         user = proto.make_user(rc, _rng=CtrDrbg(bytes([u + 1]) * 16))
