@@ -325,6 +325,18 @@ class DPFKeys(OutputKeys[PathKeys]):
         return _frame(_KIND_SHARED, 0, p.ring_bits, p.domain_size, p.payload_width, len(self),
                       *self.path._body()[1:], out)
 
+    @staticmethod
+    def shared_of(data: _Bytes) -> bytes:
+        """The shared part (kind 3) of serialized full keys that :meth:`from_bytes` (or
+        :meth:`from_bytes_many`) accepted, without parsing them again: byte for byte
+        ``from_bytes(data).shared_bytes()`` -- that parse keeps every field's bytes (it refuses
+        non-zero padding bits, the one thing it would not serialize back), so the shared part
+        is the key parameters under the shared kind's header, then everything after the roots.
+        ``data`` is not checked again (a server's parsed request: one copy, no serialization)."""
+        view = memoryview(data).cast("B")
+        ring, m, width, k = _PARAMS.unpack_from(view, framing.HEADER_BYTES)
+        return _frame(_KIND_SHARED, 0, ring, m, width, k, view[HEADER_BYTES + 16 * k :])
+
     @classmethod
     def empty(cls, params: DPFParams, party: int, count: int) -> DPFKeys:
         """A batch of ``count`` keys of ``party`` whose fields are allocated but not set: the

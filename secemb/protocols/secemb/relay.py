@@ -18,7 +18,7 @@ import numpy as np
 
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
-from secemb.fss.convert import convert
+from secemb.fss.convert import convert, convert_accumulate
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
 from secemb.protocols.secemb.server import Opener, Request, SecEmbServer
 from secemb.protocols.secemb.sizes import (
@@ -39,8 +39,8 @@ from secemb.framing import HEADER_BYTES
 from secemb.protocols.wire import array_bytes, check_user, frame, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
-__all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_prg", "relay_prgs",
-           "upload_mac"]
+__all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_prg", "relay_prg_sum",
+           "relay_prgs", "upload_mac"]
 
 _UPLOAD_MAC_DOMAIN = b"secemb-relay-upload"
 
@@ -59,11 +59,32 @@ def relay_prg(seed: bytes, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
 
 def relay_prgs(seeds: Sequence[bytes], shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """:func:`relay_prg` of each seed, expanded as one batch: ring (len(seeds), *shape)."""
+    ring_bits = 8 * np.dtype(dtype).itemsize
+    return convert(_seed_words(seeds), math.prod(shape), ring_bits, RELAY_TAG).reshape(len(seeds), *shape)
+
+
+def relay_prg_sum(seeds: Sequence[bytes], size: int, dtype: np.dtype) -> np.ndarray:
+    """The ring sum of :func:`relay_prg` of each seed at shape ``(size,)``: ring (size,), every
+    expansion added in as it is made, in one pass over the seeds
+    (:func:`~secemb.fss.convert.convert_accumulate`), none of them held (server 1's dense
+    shares of a batch of uploads: one conversion call, not one per user)."""
+    total = np.zeros((1, size), dtype)
+    words = _seed_words(seeds)
+    if len(words):
+        convert_accumulate(words, RELAY_TAG, total, 0)
+    return total[0]
+
+
+def _seed_words(seeds: Sequence[bytes]) -> np.ndarray:
+    """The 16-byte relay seeds as leaf words, uint64 (len(seeds), 2).
+
+    Raises
+    ------
+    InvalidParameters: a seed is not 16 bytes.
+    """
     if any(len(seed) != SEED_BYTES for seed in seeds):
         raise InvalidParameters(f"a relay seed is {SEED_BYTES} bytes, got {[len(seed) for seed in seeds]}")
-    words = np.frombuffer(b"".join(seeds), "<u8").reshape(len(seeds), 2).astype(np.uint64)
-    ring_bits = 8 * np.dtype(dtype).itemsize
-    return convert(words, math.prod(shape), ring_bits, RELAY_TAG).reshape(len(seeds), *shape)
+    return np.frombuffer(b"".join(seeds), "<u8").reshape(len(seeds), 2).astype(np.uint64)
 
 
 def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
@@ -257,13 +278,12 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             out[i] = got
         return cast("list[Request | SecembError]", out)  # every entry is set above
 
-    def _forward_of(self, keys: fss.DPFKeys, shared: bytes | None, checks: memoryview | bytes) -> bytes | None:
+    def _forward_of(self, shared: bytes | None, checks: memoryview | bytes) -> bytes | None:
         """Server 0: the relay_keys message of a request (its shared key part, then its check
         words when verifying: ``checks`` is empty otherwise); server 1 forwards nothing."""
         if self.party != 0:
             return None
-        return frame(NAME, "relay_keys", 1, self._cfg().round_id, keys.shared_bytes() if shared is None else shared,
-                     checks)
+        return frame(NAME, "relay_keys", 1, self._cfg().round_id, cast("bytes", shared), checks)  # server 0: given
 
     def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
@@ -323,7 +343,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             and their requests."""
             got = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r, _ in part], 1, into=batch.keys,
                                                blocks=[j for j, _, _, _ in part], **key_expect(cfg))
-            return [k if isinstance(k, InvalidKey) else self._request(k, b[split:], batch, j, d)
+            return [k if isinstance(k, InvalidKey) else self._request(k, None, b[split:], batch, j, d)
                     for (j, b, _, d), k in zip(part, got, strict=True)]
 
         parsed = self._chunked(parse, [(j, b, r, self._awaiting[u].digest)
@@ -439,16 +459,16 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         def checked(batch: list[tuple[memoryview, Direct, bool]]) -> tuple[list[np.ndarray | None], np.ndarray]:
             """A range's words (``None`` where the tag fails) and the sum of its good users'
             dense shares (the expansions of their seeds)."""
-            total = np.zeros(cfg.dense_size, cfg.dtype)
             words: list[np.ndarray | None] = []
+            seeds: list[bytes] = []
             for body, direct, fixed in batch:
                 if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, body[:size]), body[size:]):
                     words.append(None)
                     continue
                 words.append(_words(body, 0, cfg) if fixed else read_array(body, 0, cfg.dtype, (cfg.slots,
                                                                                                cfg.width))[0])
-                np.add(total, relay_prg(direct.dense_seed, (cfg.dense_size,), cfg.dtype), out=total)
-            return words, total
+                seeds.append(direct.dense_seed)
+            return words, relay_prg_sum(seeds, cfg.dense_size, cfg.dtype)
 
         parts = self._map_spans(checked, [list(zip(bodies[lo:hi], directs[lo:hi], immutable[lo:hi], strict=True))
                                           for lo, hi in self._spans(len(bodies))])

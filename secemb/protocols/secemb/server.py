@@ -313,7 +313,7 @@ class SecEmbServer(ServerRole):
             keys = fss.DPFKeys.from_bytes_many([b[:split] for _, b in part], party=self.party, into=batch.keys,
                                                blocks=[i for i, _ in part], **key_expect(cfg))
             return [InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey)
-                    else self._request(got, b[split:], batch, i)
+                    else self._request(got, b[:split], b[split:], batch, i)
                     for (i, b), got in zip(part, keys, strict=True)]
 
         # the keys, and the requests' key digests (serialization and hashing), on the backend's threads
@@ -331,26 +331,27 @@ class SecEmbServer(ServerRole):
             return _Batch(keys, None, None)
         return _Batch(keys, np.empty((users, cfg.slots, CHECK_WORDS), np.uint64), np.empty((users, 2), np.uint64))
 
-    def _request(self, keys: fss.DPFKeys, checks: memoryview, batch: _Batch, block: int,
+    def _request(self, keys: fss.DPFKeys, raw: memoryview | None, checks: memoryview, batch: _Batch, block: int,
                  digest: bytes | None = None) -> Request:
-        """A parsed request (its keys block ``block`` of ``batch``) with its check words and
-        challenge seed (verified uploads, written to their blocks of ``batch``), its key digest
-        -- SHA-256 of the shared key part and the check words, computed here unless given
-        (``digest``: server 1 with relay, which compared it with the device's own) -- and what
-        is forwarded of it (:meth:`_forward_of`)."""
-        words, seed, shared = None, None, None
+        """A parsed request (its keys block ``block`` of ``batch``, parsed from ``raw``) with its
+        check words and challenge seed (verified uploads, written to their blocks of ``batch``),
+        its key digest -- SHA-256 of the shared key part and the check words, computed here
+        unless given (``digest``: server 1 with relay, which compared it with the device's own
+        and gives no ``raw``) -- and what is forwarded of it (:meth:`_forward_of`).  The shared
+        key part is cut from ``raw`` (:meth:`fss.DPFKeys.shared_of`), not serialized again."""
+        words, seed = None, None
+        shared = fss.DPFKeys.shared_of(raw) if raw is not None and (self.verify or self.relay) else None
         if batch.checks is not None and batch.seeds is not None:
             words, seed = batch.checks[block], batch.seeds[block]
             words[:] = read_view(checks, 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))
             if digest is None:
-                shared = keys.shared_bytes()
-                digest = key_digest(shared, checks)
+                digest = key_digest(cast("bytes", shared), checks)  # verifying: cut from raw above
             seed[:] = challenge_seed(self._cfg().round_id, digest)
-        return Request(keys, words, digest or b"", self._forward_of(keys, shared, checks), batch, block, seed)
+        return Request(keys, words, digest or b"", self._forward_of(shared, checks), batch, block, seed)
 
-    def _forward_of(self, keys: fss.DPFKeys, shared: bytes | None, checks: memoryview | bytes) -> bytes | None:
-        """What is forwarded of a request with ``keys`` (their shared part ``shared`` where it is
-        serialized already) and check words ``checks``: nothing without relay."""
+    def _forward_of(self, shared: bytes | None, checks: memoryview | bytes) -> bytes | None:
+        """What is forwarded of a request whose shared key part is ``shared`` (``None`` where
+        it is not needed) and whose check words are ``checks``: nothing without relay."""
         return None
 
     def _evaluate_requests(self, requests: list[Request]) -> _Evaluated:
