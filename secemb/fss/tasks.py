@@ -114,9 +114,9 @@ def evaluate_into_task(task: tuple[tuple, np.ndarray, np.ndarray, np.ndarray, np
 
 
 def ranges(n: int, parts: int) -> list[tuple[int, int]]:
-    """``[0, n)`` cut into ``parts`` consecutive ranges of near-equal size."""
-    bounds = np.linspace(0, n, parts + 1).astype(int).tolist()
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
+    """``[0, n)`` cut into ``parts`` consecutive ranges of near-equal size (range ``i`` starts
+    at ``floor(i n / parts)``; integer arithmetic: called several times a round per server)."""
+    return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
 
 
 def bits_task(task: tuple[list[np.ndarray], list[np.ndarray], slice, np.ndarray, bool, np.ndarray,

@@ -4,13 +4,18 @@ part cut from the bytes it was parsed from instead of serialized again."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
 from secemb import fss
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
+from secemb.protocols.placement import place
+from secemb.protocols.secemb import SecEmbProtocol
 from secemb.protocols.secemb.relay import relay_prg, relay_prg_sum
+from secemb.randomness import CtrDrbg
 
 BACKENDS = ["numpy"] + (["numba"] if kernels.available() else [])
 
@@ -65,3 +70,51 @@ def test_shared_of_is_the_shared_bytes_of_what_was_parsed(m: int, d: int, ring_b
         # and from it, the other party's keys with their own roots
         other = fss.DPFKeys.from_shared(fss.DPFKeys.shared_of(data), bytes(16 * k), 0, domain_size=m)
         assert np.array_equal(other.cw_out, keys.cw_out)
+
+
+def _round_digests(layout: str, relay: bool) -> bytes:
+    """Both servers' upload digests of a fixed round (seeded devices and table), joined."""
+    proto = SecEmbProtocol(layout=layout, relay=relay)
+    cfg = proto.round_config(5, num_items=300, width=5, dense_size=3, m_prime=8)
+    gen = np.random.default_rng(1)
+    table = gen.integers(0, 1 << 32, (cfg.num_items, cfg.width), np.uint64).astype(cfg.dtype)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    s0.begin_round(cfg, table)
+    s1.begin_round(cfg, table)
+    users = [2, 7, 11]
+    for uid in users:
+        user = proto.make_user(cfg, _rng=CtrDrbg(b"device/%d" % uid))
+        slots = place(cfg, np.array([uid, uid + 100, uid + 200], np.int64), np.random.default_rng(uid)).indices
+        r0, r1 = user.retrieval_request(slots)
+        if relay:
+            assert s1.handle_retrieval(uid, r1) is None
+            masked = s1.relay_retrieval(uid, s0.handle_retrieval(uid, r0))  # type: ignore[attr-defined]
+            user.retrieval_result(s0.complete_retrieval(uid, masked), None)  # type: ignore[attr-defined]
+        else:
+            user.retrieval_result(s0.handle_retrieval(uid, r0), s1.handle_retrieval(uid, r1))  # type: ignore[arg-type]
+        rows = np.arange(cfg.slots * cfg.width, dtype=cfg.dtype).reshape(cfg.slots, cfg.width) * np.uint32(uid)
+        rows[slots < 0] = 0  # an empty slot's row is zero
+        u0, u1 = user.upload(rows, np.arange(cfg.dense_size, dtype=cfg.dtype))
+        fwd = s0.handle_upload(uid, u0)
+        if relay:
+            s1.relay_upload(uid, fwd)  # type: ignore[attr-defined]
+        else:
+            s1.handle_upload(uid, u1)  # type: ignore[arg-type]
+    d0, d1 = s0.upload_digests(users), s1.upload_digests(users)
+    assert d0 is not None and d0 == d1
+    return b"".join(d0[u] for u in users)
+
+
+#: SHA-256 of the fixed round's upload digests, computed by the servers before the check
+#: values were kept as views (4d96acd): the digests' bytes are part of the protocol
+_DIGESTS = {
+    ("full", False): "8c4fb32fdb9358f35a4734ac8304d6babef636af42733217eaa9881b2c078d16",
+    ("full", True): "646ce0bf5b2e4596d00e4eb1665ef4705abb212ce7c39468005b70a47c6a8102",
+    ("cuckoo", False): "1400b48f8c870194032aa10324d48308ec27d296cdcc285675104b3370baa74a",
+    ("cuckoo", True): "6e20c4a5ec338b1ffa0a7e340d97b7e1c35e8b8428f0e59487e5627bfefdbe79",
+}
+
+
+@pytest.mark.parametrize(("layout", "relay"), list(_DIGESTS))
+def test_upload_digests_are_the_known_bytes(layout: str, relay: bool) -> None:
+    assert hashlib.sha256(_round_digests(layout, relay)).hexdigest() == _DIGESTS[(layout, relay)]

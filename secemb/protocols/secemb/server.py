@@ -68,7 +68,9 @@ class _Pending:
 
     keys: fss.DPFKeys
     bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
-    proof: bytes  # verified uploads: SHA-256 of the key part and check words, and the check values
+    # verified uploads: SHA-256 of the key part and check words, and the check values uint64 (S, 4)
+    # (a view of its batch's: hashed by upload_digests, not copied before); else None
+    proof: tuple[bytes, np.ndarray] | None
 
 
 @dataclass
@@ -80,7 +82,7 @@ class _Absorbed:
 
     keys: fss.DPFKeys
     bits: np.ndarray
-    proof: bytes  # as _Pending.proof
+    proof: tuple[bytes, np.ndarray] | None  # as _Pending.proof
     cw: np.ndarray  # ring (S, w): the aggregation correction words
     dense_seed: bytes | None  # server 1 with relay: the seed its dense share expands from; else None (spilled)
 
@@ -259,7 +261,7 @@ class SecEmbServer(ServerRole):
         answers = np.empty((n, slots, cfg.width + tag_words(cfg)), cfg.dtype)
         bits = np.empty((n, slots, big_m), np.uint8)
         folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
-        values = np.zeros((n, slots, CHECK_WORDS), np.uint64)
+        values = np.empty((n, slots, CHECK_WORDS), np.uint64)  # with checks, every range writes its own
         views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi], values[:, lo:hi]) for lo, hi in spans]
         if self.backend.in_process:  # threads (or this process) form their range's task and place its results
             self.backend.map(lambda k: evaluate_into_task((task(*spans[k]), *views[k])), range(len(spans)))
@@ -281,11 +283,9 @@ class SecEmbServer(ServerRole):
             self._sparse = folded
         self._folded = True
         self._closed_cache = None
-        proofs = [b""] * len(users)
+        proofs: list[tuple[bytes, np.ndarray] | None] = [None] * len(users)
         if values is not None and digests is not None:
-            raw = array_bytes(values)  # one serialization of every user's values, sliced per user
-            size = len(raw) // max(len(users), 1)
-            proofs = [d + raw[i * size : (i + 1) * size] for i, d in enumerate(digests)]
+            proofs = list(zip(digests, values, strict=True))  # values: user-major (n, S, 4)
         for u, k, b, proof in zip(users, keys, bits, proofs, strict=True):
             self._pending[u] = _Pending(k, b, proof)
         return answers
@@ -642,8 +642,12 @@ class SecEmbServer(ServerRole):
             got = self._absorbed.get(u)
             if got is None or u not in self._uploaded:
                 raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
-            cw = b"" if self.relay else array_bytes(got.cw)
-            out[u] = hashlib.sha256(VERIFY_DOMAIN + U64.pack(cfg.round_id) + U64.pack(u) + got.proof + cw).digest()
+            digest, values = cast("tuple[bytes, np.ndarray]", got.proof)  # verifying: every user has one
+            h = hashlib.sha256(VERIFY_DOMAIN + U64.pack(cfg.round_id) + U64.pack(u) + digest)
+            h.update(array_bytes(values))
+            if not self.relay:
+                h.update(array_bytes(got.cw))
+            out[u] = h.digest()
         return out
 
     # -- aggregation ---------------------------------------------------------------------
