@@ -145,15 +145,17 @@ def parse_roots_many(messages: Sequence[bytes], config: RoundConfig) -> list[Dir
         except SecembError as exc:
             out[i] = exc
     blob = b"".join(bodies)
-    ok = np.all(np.frombuffer(blob, np.uint8).reshape(len(bodies), size)[:, : 16 * config.slots : 16] & 1, axis=1)
-    ends = list(accumulate([16 * config.slots, SEED_BYTES, SEED_BYTES, MAC_KEY_BYTES, DIGEST_BYTES]))
-    starts = [0, *ends[:-1]]
+    ok = np.all(np.frombuffer(blob, np.uint8).reshape(len(bodies), size)[:, : 16 * config.slots : 16] & 1,
+                axis=1).tolist()
+    # the fields' ends in a body: roots, mask seed, dense seed, MAC key, digest
+    e0, e1, e2, e3, e4 = accumulate([16 * config.slots, SEED_BYTES, SEED_BYTES, MAC_KEY_BYTES, DIGEST_BYTES])
     for j, i in enumerate(where):
         if not ok[j]:
             out[i] = InvalidMessage("retrieval_request: root control bits must equal the party")
             continue
         at = j * size
-        out[i] = Direct(*(blob[at + a : at + b] for a, b in zip(starts, ends, strict=True)))
+        out[i] = Direct(blob[at : at + e0], blob[at + e0 : at + e1], blob[at + e1 : at + e2], blob[at + e2 : at + e3],
+                        blob[at + e3 : at + e4])
     return cast("list[Direct | SecembError]", out)  # every entry is set above
 
 

@@ -586,29 +586,33 @@ class SecEmbServer(ServerRole):
         taken = self._map_spans(self._take_uploads, [bodies[lo:hi] for lo, hi in self._spans(len(bodies))])
         cws = [cw for part in taken for cw in part[0]]
         forwards = [f for part in taken for f in part[1]]
-        dense = taken[0][2]
+        spill = [v for part in taken for v in part[2]]
+        dense = taken[0][3]
         for part in taken[1:]:
-            dense += part[2]
-        spill = [read_view(b, rows_bytes(cfg), cfg.dtype, (cfg.dense_size,)) for b in bodies]
+            dense += part[3]
         self._absorb_many(users, cws, dense, spill=spill)
         for i, fwd in zip(where, forwards, strict=True):
             out[i] = fwd
         return out
 
-    def _take_uploads(self, bodies: list[memoryview]) -> tuple[list[np.ndarray], list[bytes | None], np.ndarray]:
+    def _take_uploads(self, bodies: list[memoryview]) -> tuple[list[np.ndarray], list[bytes | None],
+                                                               list[np.ndarray], np.ndarray]:
         """A range of a batch's checked upload bodies: each one's correction words (ring (S, w),
-        :meth:`_upload_words`) and what to forward (``None``: nothing), and the sum of their
-        dense shares (ring (P,))."""
+        :meth:`_upload_words`), what to forward (``None``: nothing) and dense share (ring (P,),
+        a view of the body), and the sum of their dense shares."""
         cfg = self._cfg()
         total = np.zeros(cfg.dense_size, cfg.dtype)
         cws: list[np.ndarray] = []
         forwards: list[bytes | None] = []
+        dense: list[np.ndarray] = []
+        at = rows_bytes(cfg)
         for body in bodies:
             cw, fwd = self._upload_words(body)
             cws.append(cw)
             forwards.append(fwd)
-            np.add(total, read_view(body, rows_bytes(cfg), cfg.dtype, (cfg.dense_size,)), out=total)
-        return cws, forwards, total
+            dense.append(read_view(body, at, cfg.dtype, (cfg.dense_size,)))
+            np.add(total, dense[-1], out=total)
+        return cws, forwards, dense, total
 
     def _upload_words(self, body: memoryview) -> tuple[np.ndarray, bytes | None]:
         """A checked upload body's correction words (ring (S, w), a copy: the body may be a
