@@ -82,7 +82,9 @@ class LeaderRelay(Node):
     def _complete_relayed(self, r: int, relay: RelayRole, answers: list[tuple[int, int, bytes | SecembError]],
                           results: list[bytes | None | SecembError]) -> None:
         """Complete the replies of ``answers`` ``(index into results, user, server 1's masked
-        answer or the error it failed with)`` under the lock: per index the reply or the error."""
+        answer or the error it failed with)`` under the lock, as one batch of the role
+        (:meth:`~secemb.protocols.base.RelayRole.complete_retrieval_many`): per index the reply
+        or the error."""
         with self.lock:
             try:
                 rnd = self._current(r)
@@ -90,15 +92,18 @@ class LeaderRelay(Node):
                 for i, _, _ in answers:
                     results[i] = exc
                 return
+            done: list[int] = []
+            pairs: list[tuple[int, bytes]] = []
             for i, user, ans in answers:
                 if isinstance(ans, BaseException):
                     results[i] = peer_failure("server 1 did not answer the relayed retrieval (this user cannot "
                                               "take part in the round)", ans)
                     continue
-                try:
-                    results[i] = rnd.busy(relay.complete_retrieval, user, ans)
-                except SecembError as exc:
-                    results[i] = exc
+                done.append(i)
+                pairs.append((user, ans))
+            if pairs:
+                for i, out in zip(done, rnd.busy(relay.complete_retrieval_many, pairs), strict=True):
+                    results[i] = out
 
     def _forward_uploads(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
         """The forwards of uploads ``(user, relay_upload)`` to server 1 as one batch; per item
