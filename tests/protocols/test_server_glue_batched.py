@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from secemb import fss
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, ProtocolError
 from secemb.fss import kernels
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol
@@ -118,3 +118,26 @@ _DIGESTS = {
 @pytest.mark.parametrize(("layout", "relay"), list(_DIGESTS))
 def test_upload_digests_are_the_known_bytes(layout: str, relay: bool) -> None:
     assert hashlib.sha256(_round_digests(layout, relay)).hexdigest() == _DIGESTS[(layout, relay)]
+
+
+@pytest.mark.parametrize(("layout", "relay", "party"), [("cuckoo", False, 0), ("full", False, 1), ("cuckoo", True, 0),
+                                                        ("cuckoo", True, 1)])
+def test_a_batch_whose_user_retrieved_meanwhile_is_refused_at_commit(layout: str, relay: bool, party: int) -> None:
+    """Two batches evaluated side by side share a user: the one committed second raises (and
+    changes nothing), whichever server (server 1 with relay: its requests await the forward)."""
+    proto = SecEmbProtocol(layout=layout, relay=relay)
+    cfg = proto.round_config(5, num_items=300, width=5, dense_size=3, m_prime=8)
+    server = proto.make_server(party)
+    server.begin_round(cfg, np.zeros((cfg.num_items, cfg.width), cfg.dtype))
+    requests = {}
+    for uid in (1, 2, 3):
+        user = proto.make_user(cfg, _rng=CtrDrbg(b"device/%d" % uid))
+        slots = place(cfg, np.array([uid, uid + 100], np.int64), np.random.default_rng(uid)).indices
+        requests[uid] = user.retrieval_request(slots)[party]
+    first = server.evaluate_retrieval_many([(1, requests[1]), (2, requests[2])])
+    second = server.evaluate_retrieval_many([(3, requests[3]), (2, requests[2])])
+    assert not any(isinstance(out, Exception) for out in first())
+    with pytest.raises(ProtocolError, match="user 2 already retrieved"):
+        second()
+    # user 3 was not taken in: it can still retrieve
+    assert not isinstance(server.evaluate_retrieval_many([(3, requests[3])])()[0], Exception)
