@@ -695,7 +695,7 @@ class SecEmbServer(ServerRole):
         body = open_message(peer_share, NAME, "aggregate_share", 1 - self.party, cfg.round_id,
                             share_bytes(cfg, len(users)))
         count = U64.unpack_from(body, 0)[0]
-        peer_users = [U64.unpack_from(body, 8 + 8 * i)[0] for i in range(len(users))]
+        peer_users = np.frombuffer(body, "<u8", len(users), 8).tolist()  # u64 ids after the count, as ints
         if count != len(users) or peer_users != users:
             raise ProtocolError("the two servers aggregated different sets of users")
         off = 8 + 8 * len(users)
