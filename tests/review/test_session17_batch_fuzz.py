@@ -13,8 +13,9 @@ import pytest
 
 from secemb.errors import SecembError
 from secemb.protocols.backends import ThreadBackend
-from secemb.protocols.secemb import SecEmbProtocol
 from secemb.randomness import CtrDrbg
+
+from conftest import begin
 
 M, W, P, MP, USERS, TRIALS = 29, 3, 7, 4, 3, 8
 VARIANTS = [(True, "cuckoo"), (False, "cuckoo"), (False, "full")]
@@ -22,12 +23,8 @@ VARIANTS = [(True, "cuckoo"), (False, "cuckoo"), (False, "full")]
 
 def _round(relay: bool, layout: str):  # noqa: ANN202 - test helper
     """Both servers of a round and each user's retrieval requests (the same for the same args)."""
-    proto = SecEmbProtocol(layout=layout, relay=relay, backend=ThreadBackend(2))
-    rc = proto.round_config(0, M, W, P, MP)
-    table = np.random.default_rng(3).integers(0, 2**32, (M, W), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    for s in (s0, s1):
-        s.begin_round(rc, table)
+    proto, rc, _, _, s0, s1 = begin(layout=layout, relay=relay, round_id=0, num_items=M, width=W, dense_size=P,
+                                    m_prime=MP, seed=3, backend=ThreadBackend(2))
     users, reqs = [], []
     for u in range(USERS):
         user = proto.make_user(rc, _rng=CtrDrbg(bytes([u + 1]) * 16))
