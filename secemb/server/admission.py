@@ -105,6 +105,8 @@ def admit(rnd: Round, user: int, rejections: dict[int, int]) -> None:
         raise Forbidden(f"user {user}'s uploads failed the servers' verification in {failed} rounds: refused until "
                         "the operator clears the alarms")
     check_participant(rnd, user)
-    if rnd.participants is None and user not in rnd.retrieved and len(rnd.retrieved | rnd.admitting) >= rnd.n_p:
+    # |retrieved | admitting| without building the union: a user being committed is in both for a while
+    if rnd.participants is None and user not in rnd.retrieved \
+            and len(rnd.retrieved) + len(rnd.admitting.difference(rnd.retrieved)) >= rnd.n_p:
         raise Conflict(f"round {rnd.round_id} is full ({rnd.n_p} users)")
     rnd.admitting.add(user)

@@ -26,17 +26,26 @@ ENV_POINTS = "SECEMB_FAULTS"
 ENV_DIR = "SECEMB_FAULT_DIR"
 
 
-def _armed() -> set[str]:
-    spec = os.environ.get(ENV_POINTS, "")
-    return {p.strip() for p in spec.split(",") if p.strip()}
+#: the last ``SECEMB_FAULTS`` value parsed, and its points
+_parsed: tuple[str, frozenset[str]] = ("", frozenset())
+
+
+def _armed(spec: str) -> frozenset[str]:
+    """The points a ``SECEMB_FAULTS`` value ``spec`` arms (parsed once per value)."""
+    global _parsed
+    if spec != _parsed[0]:
+        _parsed = (spec, frozenset(p.strip() for p in spec.split(",") if p.strip()))
+    return _parsed[1]
 
 
 def hit(point: str, count: int | None = None) -> None:
     """Die here (SIGKILL, no cleanup) if ``point`` (or ``point:count``) is armed and has not
-    fired yet."""
-    armed = _armed()
-    if not armed:
+    fired yet.  The environment is read on every call; unset or empty (the usual case), that
+    one look-up is all a call costs."""
+    spec = os.environ.get(ENV_POINTS)
+    if not spec:
         return
+    armed = _armed(spec)
     name = point if count is None else f"{point}:{count}"
     if name not in armed:
         return

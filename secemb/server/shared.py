@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-from typing import Any
+from typing import Any, NamedTuple
 
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol, RoundConfig
@@ -44,10 +44,9 @@ class Node(Alarms, Retrieval, Combine):
                  model: RecModel | None = None, _noise_rng: RandomBytes | None = None) -> None:
         super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
         self._retrieve_batch = Batcher(by_round(self.retrieval_many))
-        #: the round document's parts that are fixed while a round's config and DENSE message are
-        #: (:meth:`_round_doc`): (round, its config, its DENSE message, the config as a dict, that
-        #: message's SHA-256), computed once rather than for every device's request
-        self._doc_parts: tuple[Round, RoundConfig, bytes, dict[str, Any], str] | None = None
+        #: the round document's parts fixed while a round, its config and its DENSE message are
+        #: (:meth:`_round_doc`), computed once rather than for every device's request
+        self._doc_parts: _DocParts | None = None
 
     def status(self) -> dict[str, Any]:
         """Everything an operator may see (admin/peer)."""
@@ -110,13 +109,14 @@ class Node(Alarms, Retrieval, Combine):
 
     def _round_doc(self, rnd: Round) -> dict[str, Any]:
         """The round document of ``rnd``: a new dict on every call (callers add their fields),
-        sharing nothing mutable with the cache it is built from."""
+        whose dict values (config, protocol, model, training) are the caller's own copies too.
+
+        Its parts fixed for the round (the config as a dict, the DENSE message's SHA-256, this
+        server's protocol, model and training blocks) are built once per round, DENSE message
+        and configuration (:class:`_DocParts`); the round's changing fields are read on each call."""
         parts = self._doc_parts
-        if parts is None or parts[0] is not rnd or parts[1] is not rnd.rc or parts[2] is not rnd.dense_msg:
-            parts = (rnd, rnd.rc, rnd.dense_msg, dataclasses.asdict(rnd.rc), hashlib.sha256(rnd.dense_msg).hexdigest())
-            self._doc_parts = parts
-        cached = parts[3]  # copied: a flat dict (RoundConfig's fields are ints and strings), else deeply
-        config = dict(cached) if all(isinstance(v, (int, str)) for v in cached.values()) else copy.deepcopy(cached)
+        if parts is None or not parts.fits(rnd, self.cfg):
+            parts = self._doc_parts = _DocParts.of(rnd, self.cfg, self.model_doc)
         return {
             "round_id": rnd.round_id,
             "state": rnd.state,
@@ -124,21 +124,50 @@ class Node(Alarms, Retrieval, Combine):
             "n_p": rnd.n_p,
             "min_users": rnd.min_users,
             "deadline_unix": rnd.deadline,
-            "config": config,
-            "protocol": self.cfg.protocol_description(),  # what the devices build it from (protocols.factory)
-            "model": self.model_doc,
-            "training": {"lr": self.cfg.lr, "beta1": self.cfg.beta1, "beta2": self.cfg.beta2,
-                         "eps": self.cfg.eps, "ring_bits": self.cfg.ring_bits,
-                         "frac_bits": self.cfg.frac_bits,
-                         # central DP: what every device clips to, and the noise it leaves room for
-                         **({"dp_clip": self.cfg.dp_clip, "dp_sigma": self.cfg.dp_sigma} if self.cfg.dp_clip else {})},
+            "config": dict(parts.config) if parts.flat_config else copy.deepcopy(parts.config),
+            "protocol": dict(parts.protocol),  # what the devices build it from (protocols.factory)
+            "model": dict(parts.model),
+            "training": dict(parts.training),
             "fingerprint": self.fingerprint,
             # the digest of the model the round trains on: a device checks both servers announce it
             "model_sha256": rnd.model_sha,
             # the digest of the round's DENSE message, which devices get from server 0 alone
-            "dense_sha256": parts[4],
+            "dense_sha256": parts.dense_sha256,
         }
 
     def count_submit(self, user: int, body: bytes) -> None:
         """A device's COUNT share."""
         self.count.submit(user, messages.decode_count(body, ring_bits=self.cfg.ring_bits, party=self.party))
+
+
+class _DocParts(NamedTuple):
+    """The parts of a round document (:meth:`Node._round_doc`) fixed while ``rnd``, its
+    config ``rc``, its DENSE message and the server's configuration ``cfg`` are the same
+    objects; the dicts here are copied for each caller, never handed out."""
+
+    rnd: Round
+    rc: RoundConfig
+    dense_msg: bytes
+    cfg: ServerConfig
+    #: ``rc`` as a dict, and whether its values are all ints and strings (a flat copy suffices)
+    config: dict[str, Any]
+    flat_config: bool
+    dense_sha256: str
+    protocol: dict[str, Any]
+    model: dict[str, Any]
+    training: dict[str, Any]
+
+    def fits(self, rnd: Round, cfg: ServerConfig) -> bool:
+        """Whether these parts are those of ``rnd`` (its config and DENSE message) under ``cfg``."""
+        return self.rnd is rnd and self.rc is rnd.rc and self.dense_msg is rnd.dense_msg and self.cfg is cfg
+
+    @classmethod
+    def of(cls, rnd: Round, cfg: ServerConfig, model_doc: dict[str, Any]) -> _DocParts:
+        """The parts of ``rnd``'s document on a server of ``cfg`` announcing ``model_doc``."""
+        config = dataclasses.asdict(rnd.rc)
+        training = {"lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "eps": cfg.eps, "ring_bits": cfg.ring_bits,
+                    "frac_bits": cfg.frac_bits,
+                    # central DP: what every device clips to, and the noise it leaves room for
+                    **({"dp_clip": cfg.dp_clip, "dp_sigma": cfg.dp_sigma} if cfg.dp_clip else {})}
+        return cls(rnd, rnd.rc, rnd.dense_msg, cfg, config, all(isinstance(v, (int, str)) for v in config.values()),
+                   hashlib.sha256(rnd.dense_msg).hexdigest(), cfg.protocol_description(), model_doc, training)
