@@ -1,51 +1,18 @@
 """Fixtures shared by the test folders.
 
-``secemb_round``: one SecEmb round begun at both servers (``begin``: the protocol, its round
-configuration, a table of uniform ring words drawn from ``default_rng(seed)``, both servers'
-``begin_round``), the set-up of the two-server round tests of tests/protocols and tests/fss.
+``secemb_round``: one SecEmb round begun at both servers (:func:`round_setup.begin`: the
+protocol, its round configuration, a table of uniform ring words drawn from
+``default_rng(seed)``, both servers' ``begin_round``), the set-up of the two-server round tests
+of tests/protocols and tests/fss.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import pytest
 
-if TYPE_CHECKING:
-    from secemb.protocols.backends import Backend
-    from secemb.protocols.base import RoundConfig
-    from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer
-
-
-class SecEmbRound(NamedTuple):
-    """A begun round: ``proto``, its ``cfg``, the generator ``rng`` the table was drawn from
-    (the caller draws the users' items from it next), the ``table`` and servers ``s0``, ``s1``."""
-
-    proto: SecEmbProtocol
-    cfg: RoundConfig
-    rng: np.random.Generator
-    table: np.ndarray
-    s0: SecEmbServer
-    s1: SecEmbServer
-
-
-def begin(*, layout: str, relay: bool, round_id: int, num_items: int, width: int, dense_size: int, m_prime: int,
-          seed: int, backend: Backend | None = None) -> SecEmbRound:
-    """Round ``round_id`` of a ``SecEmbProtocol(layout, relay, backend)`` over a ``num_items`` x
-    ``width`` table of uint32 drawn from ``default_rng(seed)`` (``dense_size`` dense values,
-    ``m_prime`` slots a user), begun at two new servers."""
-    from secemb.protocols.secemb import SecEmbProtocol
-
-    proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend)
-    cfg = proto.round_config(round_id, num_items, width, dense_size, m_prime)
-    rng = np.random.default_rng(seed)
-    table = rng.integers(0, 2**32, (num_items, width), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    s0.begin_round(cfg, table)
-    s1.begin_round(cfg, table)
-    return SecEmbRound(proto, cfg, rng, table, s0, s1)
+from round_setup import SecEmbRound, begin
 
 
 @pytest.fixture

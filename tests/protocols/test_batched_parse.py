@@ -14,7 +14,7 @@ from secemb.protocols.backends import ThreadBackend
 from secemb.protocols.placement import place
 from secemb.randomness import CtrDrbg
 
-from conftest import begin
+from round_setup import begin
 
 M, W, P, MP, USERS = 29, 3, 2, 4, 5
 

@@ -15,7 +15,7 @@ from secemb.errors import SecembError
 from secemb.protocols.backends import ThreadBackend
 from secemb.randomness import CtrDrbg
 
-from conftest import begin
+from round_setup import begin
 
 M, W, P, MP, USERS, TRIALS = 29, 3, 7, 4, 3, 8
 VARIANTS = [(True, "cuckoo"), (False, "cuckoo"), (False, "full")]
