@@ -20,7 +20,7 @@ from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.server import Opener, Request, SecEmbServer
+from secemb.protocols.secemb.server import Opener, Request, SecEmbServer, sift
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_BYTES,
@@ -395,23 +395,14 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         threads."""
         cfg = self._cfg()
         out: list[bytes | SecembError] = [b""] * len(answers)
-        users: list[int] = []
-        where: list[int] = []
-        bodies: list[memoryview] = []
-        seen: set[int] = set()
         opener = Opener("relay_answer", 1, cfg.round_id, answer_bytes(cfg))
-        for i, (user_id, message) in enumerate(answers):
-            try:
-                user_id = check_user(user_id)
-                if self.party != 0 or user_id not in self._answers or user_id in seen:
-                    raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
-                bodies.append(opener(message))
-            except SecembError as exc:
-                out[i] = exc
-                continue
-            users.append(user_id)
-            seen.add(user_id)
-            where.append(i)
+
+        def take(user_id: int, message: bytes, seen: set[int]) -> memoryview:
+            if self.party != 0 or user_id not in self._answers or user_id in seen:
+                raise ProtocolError(f"no relayed retrieval of user {user_id} to complete")
+            return opener(message)
+
+        users, where, bodies = sift(answers, out, take)
         shape = (cfg.slots, cfg.width + tag_words(cfg))
 
         def replies(batch: list[tuple[np.ndarray, memoryview]]) -> list[bytes]:

@@ -53,6 +53,7 @@ __all__ = ["EVAL_BYTES", "FOLD_BYTES", "Opener", "Request", "SecEmbServer"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+_M = TypeVar("_M")
 
 #: batch of users is split into tasks of at most this many bytes of leaf state
 EVAL_BYTES = 1 << 30
@@ -111,6 +112,30 @@ class Opener:
         if type(message) is bytes and len(message) == self._total and message.startswith(self._head):
             return memoryview(message)[HEADER_BYTES:]
         return open_message(message, *self._args)
+
+
+def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
+         take: Callable[[int, _M, set[int]], _R]) -> tuple[list[int], list[int], list[_R]]:
+    """The items ``(user, message)`` of a batch that pass: each user checked
+    (:func:`~secemb.protocols.wire.check_user`), then ``take(user, message, seen)`` -- ``seen``:
+    the users taken before it in the batch -- which raises :class:`SecembError` to refuse the
+    item (the error goes to the item's place in ``out``) or returns what to keep.  The taken
+    items' users, their indices into ``items`` and what ``take`` returned, in order."""
+    users: list[int] = []
+    where: list[int] = []
+    kept: list[_R] = []
+    seen: set[int] = set()
+    for i, (user_id, message) in enumerate(items):
+        try:
+            user_id = check_user(user_id)
+            kept.append(take(user_id, message, seen))
+        except SecembError as exc:
+            out[i] = exc
+            continue
+        users.append(user_id)
+        where.append(i)
+        seen.add(user_id)
+    return users, where, kept
 
 
 @dataclass(frozen=True)
@@ -396,32 +421,23 @@ class SecEmbServer(ServerRole):
         returns the replies (see :meth:`ServerRole.evaluate_retrieval_many`)."""
         cfg = self._cfg()
         out: list[bytes | None | SecembError] = [None] * len(requests)
-        users: list[int] = []
-        keys: list[Request] = []
-        where: list[int] = []
-        seen: set[int] = set()
-        parsed = self._parse_batch(requests)  # all at once; used in order below
-        for i, (user_id, _) in enumerate(requests):
-            try:
-                user_id = check_user(user_id)
-                if user_id in seen:
-                    raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
-                self._check_new(user_id)
-                got = parsed[i]
-                if isinstance(got, SecembError):
-                    raise got
-                keys.append(got)
-                users.append(user_id)
-                where.append(i)
-                seen.add(user_id)
-            except SecembError as exc:
-                out[i] = exc
+        parsed = self._parse_batch(requests)  # all at once; taken in order below
+
+        def take(user_id: int, got: Request | SecembError, seen: set[int]) -> Request:
+            if user_id in seen:
+                raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
+            self._check_new(user_id)
+            if isinstance(got, SecembError):
+                raise got
+            return got
+
+        users, where, keys = sift([(u, got) for (u, _), got in zip(requests, parsed, strict=True)], out, take)
         evaluated = self._evaluate_requests(keys) if keys else None
 
         def commit() -> list[bytes | None | SecembError]:
             if self.config is not cfg:
                 raise ProtocolError(f"round {cfg.round_id} ended while its retrievals were evaluated")
-            for u in seen:
+            for u in users:
                 self._check_new(u)
             if evaluated is None:
                 return out
@@ -549,25 +565,15 @@ class SecEmbServer(ServerRole):
         refused item's error is put in its place of ``out``.  A user listed twice: the second
         is refused as one that already uploaded."""
         cfg = self._cfg()
-        users: list[int] = []
-        where: list[int] = []
-        bodies: list[memoryview] = []
-        seen: set[int] = set()
         opener = Opener(kind, self.party, cfg.round_id, size)
-        for i, (user_id, message) in enumerate(items):
-            try:
-                user_id = check_user(user_id)
-                if user_id in seen:
-                    raise ProtocolError(f"user {user_id} already uploaded in round {cfg.round_id}")
-                self._check_upload(user_id)
-                bodies.append(opener(message))
-            except SecembError as exc:
-                out[i] = exc
-                continue
-            users.append(user_id)
-            where.append(i)
-            seen.add(user_id)
-        return users, where, bodies
+
+        def take(user_id: int, message: bytes, seen: set[int]) -> memoryview:
+            if user_id in seen:
+                raise ProtocolError(f"user {user_id} already uploaded in round {cfg.round_id}")
+            self._check_upload(user_id)
+            return opener(message)
+
+        return sift(items, out, take)
 
     def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
         """Absorb an upload; what to forward (``None``: nothing, without relay)."""
