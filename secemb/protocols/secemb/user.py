@@ -11,7 +11,6 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidParameters, ProtocolError, RetrievalTampered, SecembError
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
-from secemb.fss.keys import HEADER_BYTES as KEYS_HEADER_BYTES
 from secemb.fss.verify import corrections
 from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
 from secemb.protocols.secemb.checks import key_digest, row_tags
@@ -172,11 +171,6 @@ class SecEmbUser(UserRole):
                 secrets_ = rng(direct * n)
                 roots1 = array_bytes(p1.roots)
                 per_user = 16 * cfg.slots
-                # what server 0 forwards of a user's keys, DPFKeys.shared_bytes (its parse
-                # re-serializes them canonically), is everything but the roots under the shared
-                # kind's header: that header (the same for every user) and the user's key batch
-                # after its header and roots, not each user's keys serialized again
-                shared_head = keys0[: cfg.slots].shared_bytes()[:KEYS_HEADER_BYTES]
             else:
                 keys1 = fss.DPFKeys(p1, cw, params).to_bytes_split(n)
             for j, (i, user, _) in enumerate(ok):
@@ -192,9 +186,9 @@ class SecEmbUser(UserRole):
                 own = secrets_[direct * j : direct * (j + 1)]
                 user._seeds = (own[:SEED_BYTES], own[SEED_BYTES : 2 * SEED_BYTES])
                 user._mac_key = own[2 * SEED_BYTES :]
-                # the digest of the exact bytes server 0 forwards
-                digest = key_digest(b"".join((shared_head, memoryview(msgs0[j])[KEYS_HEADER_BYTES + per_user :])),
-                                    own_checks)
+                # the digest of the exact bytes server 0 forwards: the shared part cut from the
+                # user's serialized keys, as server 0 cuts it from the request (DPFKeys.shared_of)
+                digest = key_digest(fss.DPFKeys.shared_of(msgs0[j]), own_checks)
                 out[i] = (msg0, frame(NAME, "retrieval_request", 1, cfg.round_id,
                                       roots1[per_user * j : per_user * (j + 1)], *user._seeds, user._mac_key, digest))
         done = cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
