@@ -11,12 +11,17 @@ import hashlib
 from deviation_helpers import USERS, WAIT_S, in_process
 
 
-def test_each_round_document_is_the_callers_own_and_follows_the_round():
-    pair, servers = in_process()
+def _opened():  # noqa: ANN202 - test helper
+    """Server 0 of an in-process pair with a round open for USERS, and that round."""
+    pair, _ = in_process()
     leader = pair.leader
     leader.open_round(participants=USERS, deadline_s=WAIT_S)
-    rnd = leader.round
-    assert rnd is not None
+    assert leader.round is not None
+    return leader, leader.round
+
+
+def test_each_round_document_is_the_callers_own_and_follows_the_round():
+    leader, rnd = _opened()
     first = leader.round_info(USERS[0])
     assert first["config"] == dataclasses.asdict(rnd.rc)
     assert first["dense_sha256"] == hashlib.sha256(rnd.dense_msg).hexdigest()
@@ -33,11 +38,7 @@ def test_round_document_blocks_are_the_callers_own_and_the_rounds_changes_show()
     """H8: the per-round parts (protocol, model, training blocks as well as the config) are
     built once, but every caller gets its own copy of each; the round's changing fields
     (state, deadline) are read on every call, not cached with them."""
-    pair, servers = in_process()
-    leader = pair.leader
-    leader.open_round(participants=USERS, deadline_s=WAIT_S)
-    rnd = leader.round
-    assert rnd is not None
+    leader, rnd = _opened()
     first = leader.round_info(USERS[0])
     want_protocol = dict(first["protocol"])
     assert first["model"] == leader.model_doc and first["model"] is not leader.model_doc
