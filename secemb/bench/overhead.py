@@ -40,7 +40,6 @@ HMAC comparisons, and randomness read through a default argument bound at import
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import sys
@@ -155,12 +154,17 @@ def _other_crypto_timed(clock: KernelClock) -> Iterator[None]:
     a timing wrapper wherever a loaded ``secemb`` module holds it, a method on its class; after
     it, every wrapper found in a ``secemb`` module (one imported within the block included) or
     on the class is the original again."""
+    from secemb import randomness
+    from secemb.fss import hashing
+    from secemb.protocols.secemb import checks, relay, server
+
+    modules = {m.__name__: m for m in (randomness, hashing, checks, relay, server)}  # OTHER_CRYPTO's modules
     swaps: list[tuple[Any, str, Any, Any]] = []  # (class, method name, original, wrapper)
     install: dict[int, Any] = {}  # id(original function) -> its wrapper
     restore: dict[int, Any] = {}  # id(wrapper) -> the original function
     for category, places in OTHER_CRYPTO.items():
         for module_name, attr in places:
-            owner: Any = importlib.import_module(module_name)
+            owner: Any = modules[module_name]
             *classes, name = attr.split(".")
             for cls in classes:
                 owner = getattr(owner, cls)
