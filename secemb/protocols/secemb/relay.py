@@ -192,19 +192,18 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             return super().evaluate_retrieval_many(requests)
         cfg = self._cfg()
         out: list[bytes | None | SecembError] = [None] * len(requests)
-        roots: dict[int, Direct] = {}
-        for i, ((user_id, _), got) in enumerate(zip(requests, parse_roots_many([m for _, m in requests], cfg),
-                                                    strict=True)):
-            try:
-                user_id = check_user(user_id)
-                if user_id in roots:
-                    raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
-                self._check_new(user_id)
-                if not isinstance(got, Direct):
-                    raise got
-                roots[user_id] = got
-            except SecembError as exc:
-                out[i] = exc
+
+        def take(user_id: int, got: Direct | SecembError, seen: set[int]) -> Direct:
+            if user_id in seen:
+                raise ProtocolError(f"user {user_id} already retrieved in round {cfg.round_id}")
+            self._check_new(user_id)
+            if not isinstance(got, Direct):
+                raise got
+            return got
+
+        parsed = parse_roots_many([m for _, m in requests], cfg)
+        users, _, directs = sift([(u, got) for (u, _), got in zip(requests, parsed, strict=True)], out, take)
+        roots = dict(zip(users, directs, strict=True))
 
         def commit() -> list[bytes | None | SecembError]:
             if self.config is not cfg:
@@ -305,11 +304,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         if self.party != 1:
             raise ProtocolError("relay_retrieval is server 1's step in relay mode")
         out: list[bytes | SecembError] = [b""] * len(forwards)
-        users: list[int] = []
-        where: list[int] = []
         shared_len = shared_bytes(cfg, self.verify)
         split = shared_len - checks_bytes(cfg, self.verify)
-        parts: list[tuple[int, memoryview, bytes]] = []  # (index, forwarded body, roots): parsed as one batch
         opened: list[memoryview | SecembError] = []
         opener = Opener("relay_keys", 1, cfg.round_id, shared_len)
         for _, message in forwards:
@@ -319,25 +315,21 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 opened.append(exc)
         # the forwarded parts' digests, hashed on the backend's threads (a malformed part: None)
         hashed = self._chunked(_digests, [b if isinstance(b, memoryview) else None for b in opened])
-        seen: set[int] = set()
-        for i, (user_id, _) in enumerate(forwards):
-            try:
-                user_id = check_user(user_id)
-                if user_id not in self._awaiting or user_id in seen:
-                    raise ProtocolError(f"no retrieval request of user {user_id} to complete")
-                body = opened[i]
-                if not isinstance(body, memoryview):
-                    raise body
-                direct = self._awaiting[user_id]
-                if not hmac.compare_digest(cast("bytes", hashed[i]), direct.digest):
-                    raise RelayTampered(f"relay_keys of round {cfg.round_id}: the forwarded key part differs from "
-                                        "the one the device committed to (server 0 altered it); not evaluated")
-                parts.append((i, body, direct.roots))
-                users.append(user_id)
-                seen.add(user_id)
-                where.append(i)
-            except SecembError as exc:
-                out[i] = exc
+
+        def take(user_id: int, i: int, seen: set[int]) -> tuple[int, memoryview, bytes]:
+            """Forward ``i`` checked: (its index, its body, the user's roots), parsed as one batch below."""
+            if user_id not in self._awaiting or user_id in seen:
+                raise ProtocolError(f"no retrieval request of user {user_id} to complete")
+            body = opened[i]
+            if not isinstance(body, memoryview):
+                raise body
+            direct = self._awaiting[user_id]
+            if not hmac.compare_digest(cast("bytes", hashed[i]), direct.digest):
+                raise RelayTampered(f"relay_keys of round {cfg.round_id}: the forwarded key part differs from "
+                                    "the one the device committed to (server 0 altered it); not evaluated")
+            return i, body, direct.roots
+
+        users, where, parts = sift([(u, i) for i, (u, _) in enumerate(forwards)], out, take)
         batch = self._empty_batch(len(parts))
 
         def parse(part: list[tuple[int, memoryview, bytes, bytes]]) -> list[Request | InvalidKey]:
