@@ -62,6 +62,7 @@ class FollowerNode(FollowerRelay):
         else:
             self._drop_staged()  # none, or of a round that ended otherwise
         self._relay_batch = Batcher(by_round(self.peer_relay_retrieval_many))
+        self._relay_upload_batch = Batcher(by_round(self.peer_relay_upload_many))
         self._share_lock = threading.Lock()
 
     def peer_count_open(self, users: list[int] | None) -> dict[str, Any]:

@@ -16,7 +16,6 @@ user out of the round as a dropout (the outcome's ``tampered``) and raises a non
 from __future__ import annotations
 
 import logging
-from typing import Any
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from secemb.errors import ProtocolError, RelayTampered, SecembError
@@ -24,7 +23,7 @@ from secemb.protocols.base import RelayRole
 from secemb.server import faults
 from secemb.server.errors import Conflict, peer_failure
 from secemb.server.peer import PeerLink, PeerRefused, PeerUnreachable
-from secemb.server.rounds import Batcher, Round, by_round
+from secemb.server.rounds import Batcher, Round
 from secemb.server.shared import Node
 
 __all__ = ["FollowerRelay", "LeaderRelay"]
@@ -153,11 +152,8 @@ class FollowerRelay(Node):
 
     #: groups concurrent :meth:`peer_relay_retrieval` calls (set by the node)
     _relay_batch: Batcher
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        #: groups concurrent :meth:`peer_relay_upload` calls into :meth:`peer_relay_upload_many`
-        self._relay_upload_batch = Batcher(by_round(self.peer_relay_upload_many))
+    #: groups concurrent :meth:`peer_relay_upload` calls into :meth:`peer_relay_upload_many` (set by the node)
+    _relay_upload_batch: Batcher
 
     def _relay(self) -> RelayRole:
         """The role's relay steps.

@@ -13,12 +13,11 @@ nothing to send back) or the error that refused it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from secemb.errors import SecembError
 from secemb.server import faults
 from secemb.server.admission import admit, check_participant
-from secemb.server.rounds import Batcher, by_round
+from secemb.server.rounds import Batcher
 from secemb.server.state import NodeState
 
 __all__ = ["Retrieval"]
@@ -30,11 +29,8 @@ class Retrieval(NodeState):
 
     #: groups concurrent :meth:`retrieval` calls into :meth:`retrieval_many` (set by the node)
     _retrieve_batch: Batcher
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        #: groups concurrent :meth:`upload` calls into :meth:`upload_many`
-        self._upload_batch = Batcher(by_round(self.upload_many))
+    #: groups concurrent :meth:`upload` calls into :meth:`upload_many` (set by the node)
+    _upload_batch: Batcher
 
     def retrieval(self, r: int, user: int, body: bytes) -> bytes | None:
         """A device's retrieval request; the reply (``None``: nothing to send back).  Batched

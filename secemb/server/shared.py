@@ -44,6 +44,7 @@ class Node(Alarms, Retrieval, Combine):
                  model: RecModel | None = None, _noise_rng: RandomBytes | None = None) -> None:
         super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
         self._retrieve_batch = Batcher(by_round(self.retrieval_many))
+        self._upload_batch = Batcher(by_round(self.upload_many))
         #: the round document's parts fixed while a round, its config and its DENSE message are
         #: (:meth:`_round_doc`), computed once rather than for every device's request
         self._doc_parts: _DocParts | None = None
