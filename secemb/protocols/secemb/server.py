@@ -707,8 +707,7 @@ class SecEmbServer(ServerRole):
         off = 8 + 8 * len(users)
         # the peer's table-sized share read in place (a copy only where the host is big-endian)
         size = cfg.num_items * cfg.width
-        sparse1 = np.frombuffer(body, cfg.dtype.newbyteorder("<"), size, off).reshape(cfg.num_items, cfg.width)
-        sparse1 = sparse1.astype(cfg.dtype, copy=False)
+        sparse1 = read_view(body, off, cfg.dtype, (cfg.num_items, cfg.width)).astype(cfg.dtype, copy=False)
         dense1, _ = read_array(body, off + size * cfg.dtype.itemsize, cfg.dtype, (cfg.dense_size,))
         # the table-sized sum in ranges of rows on the backend's threads (:meth:`_spans`)
         total = np.empty_like(sparse)
