@@ -385,6 +385,9 @@ class DPFKeys(OutputKeys[PathKeys]):
         else:
             if into.params != params or into.party != party or blocks is None or len(blocks) != len(datas):
                 raise InvalidParameters("into: a batch of these parameters and party, with one block per input")
+            # numpy would read -1 as the last block, write one named twice twice, and fail past the end
+            if len(set(blocks)) != len(blocks) or not all(0 <= b < len(into) // k for b in blocks):
+                raise InvalidParameters(f"blocks: distinct blocks of the {len(into) // k} of into, got {list(blocks)}")
             dest, at = into, [blocks[i] for i in where]
         u, nb = len(bodies), (n + 7) // 8
         raw = np.frombuffer(b"".join(bodies), np.uint8).reshape(u, k * params.key_bytes)
