@@ -51,15 +51,29 @@ def meta_from_bytes(data: bytes) -> dict[str, Any]:
     Raises
     ------
     MalformedPack
-        Not UTF-8, not JSON, or not a JSON object.
+        Not UTF-8, not JSON (``NaN`` and ``Infinity`` are not), not a JSON object, or an
+        object naming a key twice (which one is meant is ambiguous).
     """
     try:
-        meta = json.loads(data.decode())
+        meta = json.loads(data.decode(), parse_constant=_not_json, object_pairs_hook=_distinct_keys)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise MalformedPack(f"metadata is not JSON: {type(exc).__name__}: {exc}") from None
     if not isinstance(meta, dict):
         raise MalformedPack("metadata is not an object")
     return meta
+
+
+def _not_json(name: str) -> Any:
+    """``json.loads``' hook for ``NaN``, ``Infinity``, ``-Infinity``: refused (not JSON)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' hook for an object: its pairs as a dict, refused if a key comes twice."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("an object names a key twice")
+    return out
 
 
 def arrays_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
