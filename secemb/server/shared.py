@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol, RoundConfig
@@ -126,9 +126,9 @@ class Node(Alarms, Retrieval, Combine):
             "min_users": rnd.min_users,
             "deadline_unix": rnd.deadline,
             "config": dict(parts.config) if parts.flat_config else copy.deepcopy(parts.config),
-            "protocol": dict(parts.protocol),  # what the devices build it from (protocols.factory)
-            "model": dict(parts.model),
-            "training": dict(parts.training),
+            "protocol": _own(parts.protocol),  # what the devices build it from (protocols.factory)
+            "model": _own(parts.model),  # its hparams: a dict inside, the server config's own
+            "training": _own(parts.training),
             "fingerprint": self.fingerprint,
             # the digest of the model the round trains on: a device checks both servers announce it
             "model_sha256": rnd.model_sha,
@@ -139,6 +139,17 @@ class Node(Alarms, Retrieval, Combine):
     def count_submit(self, user: int, body: bytes) -> None:
         """A device's COUNT share."""
         self.count.submit(user, messages.decode_count(body, ring_bits=self.cfg.ring_bits, party=self.party))
+
+
+def _own(block: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a document block of JSON values at every depth (its dicts and lists new; the
+    rest immutable): a caller's change to it reaches no other document, nor the server."""
+    def copy_of(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: copy_of(x) for k, x in v.items()}
+        return [copy_of(x) for x in v] if isinstance(v, list) else v
+
+    return cast("dict[str, Any]", copy_of(block))
 
 
 class _DocParts(NamedTuple):
