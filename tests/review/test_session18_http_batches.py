@@ -1,0 +1,84 @@
+"""Review of session 18's batched uploads over HTTP (the node's upload batcher behind
+``POST /v1/rounds/{r}/upload``): devices' requests that reach server 0 together go to the
+role as one batch; the hostile ones among them -- a truncated upload, the same device's upload
+twice at once, an upload to a round that is not open, a device that is not a participant --
+are each answered with their own 4xx (never a 5xx: a traceback would fail the whole batch),
+the honest ones with 204, and the refused devices' later uploads are taken (nothing of them
+was kept).  Server 0 as the FastAPI app (``TestClient``, no socket) over the in-process pair;
+its batcher is held until every request has queued, so they are one batch.  Regression
+coverage (passes on the code reviewed)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from secemb.server.app import create_app  # noqa: E402
+from secemb.transport.signing import sign_headers, user_key  # noqa: E402
+
+sys.path[:0] = [str(Path(__file__).parents[1] / "server")]  # the helpers below
+from deviation_helpers import USERS, WAIT_S, in_process  # noqa: E402
+from test_upload_many import _held_round  # noqa: E402
+
+
+def _post(client: TestClient, secret: bytes, user: int, r: int, body: bytes) -> int:
+    """Device ``user``'s signed upload ``body`` to round ``r``; the status."""
+    path = f"/v1/rounds/{r}/upload"
+    headers = sign_headers(f"user:{user}", user_key(secret, user), "POST", path, "", body)
+    return client.post(path, content=body, headers=headers | {"Content-Type": "application/octet-stream"}).status_code
+
+
+def test_hostile_uploads_in_one_http_batch_get_their_own_4xx(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, servers = in_process()
+    leader, follower = servers.nodes
+    r, held = _held_round(servers, USERS)
+    (a, up_a), (b, up_b), (c, up_c), (d, up_d) = held
+    outsider = next(u for u in range(leader.cfg.num_users) if u not in USERS)
+    role, sizes = leader.role, []
+    real = role.handle_upload_many
+    first_in, go = threading.Event(), threading.Event()
+
+    def held_first(items: list[tuple[int, bytes]]) -> list:
+        sizes.append(len(items))
+        if len(sizes) == 1:  # hold the batcher until the others have queued
+            first_in.set()
+            assert go.wait(WAIT_S)
+        return real(items)
+
+    monkeypatch.setattr(role, "handle_upload_many", held_first)
+    client = TestClient(create_app(leader), raise_server_exceptions=False)
+    secret = leader.cfg.user_secret
+    sends = {"a": (a, r, up_a), "b-cut": (b, r, up_b[:-1]), "c": (c, r, up_c), "c-again": (c, r, up_c),
+             "d-next-round": (d, r + 1, up_d), "outsider": (outsider, r, up_d)}
+    status: dict[str, int] = {}
+
+    def send(name: str) -> None:
+        status[name] = _post(client, secret, *sends[name])
+
+    first = threading.Thread(target=send, args=("a",))
+    first.start()
+    assert first_in.wait(WAIT_S)
+    rest = [threading.Thread(target=send, args=(name,)) for name in sends if name != "a"]
+    for t in rest:
+        t.start()
+    deadline = time.monotonic() + WAIT_S
+    while leader._upload_batch._q.qsize() < len(rest) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.set()
+    for t in [first, *rest]:
+        t.join(WAIT_S)
+    # one batch of the five: the outsider is refused before the role, the round r+1 upload by its round
+    assert sizes == [1, 3]
+    assert status["a"] == 204 and status["b-cut"] == 400 and status["d-next-round"] == 409
+    assert status["outsider"] == 403
+    assert sorted([status["c"], status["c-again"]]) == [204, 409]  # one of the two, whichever came first
+    assert _post(client, secret, b, r, up_b) == 204 and _post(client, secret, d, r, up_d) == 204
+    assert follower.peer_close(r)["uploaded"] == sorted(USERS)
+    assert leader.close_round(r)["included"] == sorted(USERS)
