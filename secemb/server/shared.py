@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol, RoundConfig
@@ -141,15 +141,16 @@ class Node(Alarms, Retrieval, Combine):
         self.count.submit(user, messages.decode_count(body, ring_bits=self.cfg.ring_bits, party=self.party))
 
 
-def _own(block: dict[str, Any]) -> dict[str, Any]:
+def _own(block: Any) -> Any:
     """A copy of a document block of JSON values at every depth (its dicts and lists new; the
     rest immutable): a caller's change to it reaches no other document, nor the server."""
-    def copy_of(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: copy_of(x) for k, x in v.items()}
-        return [copy_of(x) for x in v] if isinstance(v, list) else v
-
-    return cast("dict[str, Any]", copy_of(block))
+    if type(block) is list:
+        return [_own(x) if type(x) is dict or type(x) is list else x for x in block]
+    out = dict(block)
+    for k, x in block.items():
+        if type(x) is dict or type(x) is list:
+            out[k] = _own(x)
+    return out
 
 
 class _DocParts(NamedTuple):
