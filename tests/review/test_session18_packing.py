@@ -38,3 +38,16 @@ def test_what_meta_bytes_writes_still_reads_back() -> None:
     assert meta_from_bytes(meta_bytes(meta)) == meta
     with pytest.raises(ValueError):
         meta_bytes({"lr": float("nan")})  # the writer's side, for comparison
+
+
+def test_a_server_checkpoint_with_an_infinite_version_is_corrupt_not_a_traceback(tmp_path: Path) -> None:
+    """What the NaN/Infinity reading led to: the store's ``int(meta["version"])`` of ``Infinity``
+    raised OverflowError -- a traceback at the server's start instead of CorruptState."""
+    from secemb.server.store import CHECKPOINT, DiskStore
+
+    meta = (b'{"fingerprint": "f", "format": 1, "included": [], "last_round": 0, "m_prime": 4, "mean_count": 1.0, '
+            b'"model_sha256": "", "opt_steps": 0, "party": 0, "version": Infinity}')
+    (tmp_path / CHECKPOINT).write_bytes(arrays_bytes({"__meta__": np.frombuffer(meta, np.uint8),
+                                                      "table": np.zeros((2, 2)), "dense": np.zeros(2)}))
+    with pytest.raises(CorruptState, match="metadata"):
+        DiskStore(tmp_path, 0, "f").load()
