@@ -12,7 +12,7 @@ from secemb.errors import InvalidParameters
 from secemb.fss.hashing import sha256_many
 from secemb.protocols.secemb.sizes import TAG_BYTES, U64
 
-__all__ = ["VERIFY_DOMAIN", "challenge_seed", "key_digest", "row_tags"]
+__all__ = ["VERIFY_DOMAIN", "challenge_seed", "challenge_seeds", "key_digest", "key_digests", "row_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): domains of the challenge seed the
@@ -46,7 +46,7 @@ def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
     size = rows.shape[1] * dt.itemsize
     suffix = np.empty((n, 8 + size), np.uint8)
     suffix[:, :8] = items.astype("<u8").reshape(n, 1).view(np.uint8)
-    suffix[:, 8:] = np.ascontiguousarray(rows, dt.newbyteorder("<")).view(np.uint8).reshape(n, size)
+    suffix[:, 8:].view(dt.newbyteorder("<"))[...] = rows  # one copy, from rows of any stride
     tags = sha256_many(_ROW_TAG_DOMAIN + U64.pack(round_id), suffix)[:, :TAG_BYTES]
     return np.ascontiguousarray(tags).view(dt.newbyteorder("<")).astype(dt)
 
@@ -58,6 +58,28 @@ def key_digest(shared: bytes, checks: bytes | memoryview) -> bytes:
     h = hashlib.sha256(shared)
     h.update(checks)  # not concatenated: the key part is the bulk of a request
     return h.digest()
+
+
+def key_digests(shared_header: bytes, rest: np.ndarray) -> list[bytes]:
+    """:func:`key_digest` of many users' keys of one parameter set: each shared part is
+    ``shared_header`` (:meth:`~secemb.fss.keys.DPFKeys.shared_header`) followed by row ``i`` of
+    ``rest`` (uint8 (n, L), rows C-contiguous: the keys' fields after their roots, then the
+    check words); the header hashed once (hashlib: long messages, hashed without the GIL)."""
+    base = hashlib.sha256(shared_header)
+    out = []
+    for row in rest:
+        h = base.copy()
+        h.update(row)
+        out.append(h.digest())
+    return out
+
+
+def challenge_seeds(round_id: int, key_digests: list[bytes]) -> np.ndarray:
+    """:func:`challenge_seed` of many key digests (32 bytes each), as uint64 (n, 2), hashed
+    as one batch (:func:`~secemb.fss.hashing.sha256_many`)."""
+    digests = np.frombuffer(b"".join(key_digests), np.uint8).reshape(len(key_digests), 32)
+    seeds = sha256_many(_CHALLENGE_DOMAIN + U64.pack(round_id), digests)[:, :16]
+    return np.ascontiguousarray(seeds).view("<u8").astype(np.uint64)
 
 
 def challenge_seed(round_id: int, key_digest: bytes) -> np.ndarray:

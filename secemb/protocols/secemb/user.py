@@ -15,8 +15,9 @@ from secemb.fss.verify import corrections
 from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
 from secemb.protocols.secemb.checks import key_digest, row_tags
 from secemb.protocols.secemb.relay import relay_prgs, upload_mac
+from secemb.protocols.secemb.server import Opener
 from secemb.protocols.secemb.sizes import MAC_KEY_BYTES, NAME, answer_bytes, checks_bytes, key_params, tag_words
-from secemb.protocols.wire import array_bytes, frame, open_message, read_view
+from secemb.protocols.wire import array_bytes, frame, read_view
 from secemb.randomness import SEED_BYTES, RandomBytes, random_words, system_rng
 from secemb.sharing import share
 
@@ -227,11 +228,14 @@ class SecEmbUser(UserRole):
         first = _one_round(users)
         cfg = first.config
         shape = (cfg.slots, cfg.width + tag_words(cfg))
+        size = answer_bytes(cfg)
+        # each reply's header checked against the one expected, framed once for the batch
+        openers = (Opener("retrieval_reply", 0, cfg.round_id, size), Opener("retrieval_reply", 1, cfg.round_id, size))
         out: list[np.ndarray | Exception | None] = [None] * len(users)
         read: list[tuple[int, np.ndarray, np.ndarray | None]] = []
         for i, (user, (reply0, reply1)) in enumerate(zip(users, replies, strict=True)):
             try:
-                read.append((i, *user._answer_shares(reply0, reply1, shape)))
+                read.append((i, *user._answer_shares(reply0, reply1, shape, openers)))
             except SecembError as exc:
                 out[i] = exc
         if read:
@@ -251,10 +255,11 @@ class SecEmbUser(UserRole):
                 out[i] = got
         return cast("list[np.ndarray | Exception]", out)  # every entry is set above
 
-    def _answer_shares(self, reply0: bytes, reply1: bytes | None,
-                       shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray | None]:
+    def _answer_shares(self, reply0: bytes, reply1: bytes | None, shape: tuple[int, int],
+                       openers: tuple[Opener, Opener]) -> tuple[np.ndarray, np.ndarray | None]:
         """The two answer shares of the replies, ring ``shape`` each, read in place (views of the
-        replies' bytes; the second ``None`` with relay: server 1's is the mask of the user's seed).
+        replies' bytes; the second ``None`` with relay: server 1's is the mask of the user's seed);
+        ``openers``: the round's :class:`Opener` of server 0's and server 1's replies.
 
         Raises
         ------
@@ -265,17 +270,14 @@ class SecEmbUser(UserRole):
         cfg = self.config
         if self._state is None:
             raise ProtocolError("retrieval_result before retrieval_request")
-        size = answer_bytes(cfg)
-        body0 = open_message(reply0, NAME, "retrieval_reply", 0, cfg.round_id, size)
-        first = read_view(body0, 0, cfg.dtype, shape)
+        first = read_view(openers[0](reply0), 0, cfg.dtype, shape)
         if self.relay:
             if reply1 is not None:
                 raise ProtocolError("with relay, server 1 sends no retrieval reply")
             return first, None
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
-        body1 = open_message(reply1, NAME, "retrieval_reply", 1, cfg.round_id, size)
-        return first, read_view(body1, 0, cfg.dtype, shape)
+        return first, read_view(openers[1](reply1), 0, cfg.dtype, shape)
 
     @staticmethod
     def _verified(users: list[SecEmbUser], answers: np.ndarray) -> list[np.ndarray | Exception]:
@@ -286,16 +288,20 @@ class SecEmbUser(UserRole):
         :class:`RetrievalTampered` (and the user marked so)."""
         cfg = users[0].config
         n = len(users)
-        real = np.stack([cast("np.ndarray", u._real) for u in users])  # set with _state
-        items = np.stack([cast("np.ndarray", u._items) for u in users])
+        real = np.stack([cast("np.ndarray", u._real) for u in users]).reshape(-1)  # set with _state
+        items = np.stack([cast("np.ndarray", u._items) for u in users]).reshape(-1)
         unmask = np.stack([cast("np.ndarray", u._unmask) for u in users])
-        filled_empty = answers[~real].any(axis=1)  # read before unmasking
+        slots = answers.reshape(-1, answers.shape[2])  # (n S, width + T), user by user
+        real_at, empty_at = np.flatnonzero(real), np.flatnonzero(~real)
+        empties = np.take(slots, empty_at, axis=0)  # read before unmasking
+        # the empty buckets whose answer is not zero (found only where one is: rare)
+        filled_empty = empty_at[empties.any(axis=1)] if np.count_nonzero(empties) else empty_at[:0]
         answers *= unmask[:, :, None]  # real slots: beta^{-1}; empty buckets: 0, their rows' value
-        unmasked = answers[real]  # the real slots', user by user
-        wrong_tag = np.any(unmasked[:, cfg.width :] != row_tags(cfg.round_id, items[real], unmasked[:, : cfg.width]),
-                           axis=1)
-        tampered = ((np.bincount(np.nonzero(real)[0][wrong_tag], minlength=n)
-                     + np.bincount(np.nonzero(~real)[0][filled_empty], minlength=n)) > 0)
+        unmasked = np.take(slots, real_at, axis=0)  # the real slots', user by user
+        wrong_tag = real_at[np.any(unmasked[:, cfg.width :] != row_tags(cfg.round_id, items[real_at],
+                                                                        unmasked[:, : cfg.width]), axis=1)]
+        tampered = (np.bincount(wrong_tag // cfg.slots, minlength=n)
+                    + np.bincount(filled_empty // cfg.slots, minlength=n)) > 0
         results: list[np.ndarray | Exception] = []
         for user, rows_j, bad in zip(users, answers[:, :, : cfg.width], tampered, strict=True):
             if not bad:
@@ -336,8 +342,10 @@ class SecEmbUser(UserRole):
                 out[i] = exc
         grads = np.concatenate([gradients[i][0] for i in ok]) if ok else None  # (n S, width), checked above
         if grads is not None:  # the last check, for all at once: rows of empty slots must be zero
-            empty = ~np.concatenate([cast("np.ndarray", users[i]._real) for i in ok])  # set with _state
-            filled = np.unique(np.nonzero(empty)[0][grads[empty].any(axis=1)] // cfg.slots)  # positions in ok
+            empty = np.flatnonzero(~np.concatenate([cast("np.ndarray", users[i]._real) for i in ok]))  # set with _state
+            rows = np.take(grads, empty, axis=0)
+            # positions in ok (the users are found only where a row is not zero: rare)
+            filled = np.unique(empty[rows.any(axis=1)] // cfg.slots) if np.count_nonzero(rows) else empty[:0]
             for j in filled:
                 out[ok[j]] = InvalidParameters("rows of empty slots must be zero")
             if filled.size:  # rare: keep the others' rows
