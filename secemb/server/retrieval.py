@@ -12,11 +12,13 @@ nothing to send back) or the error that refused it.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 
 from secemb.errors import SecembError
 from secemb.server import faults
 from secemb.server.admission import admit, check_participant
+from secemb.server.persist import StorageError
 from secemb.server.rounds import Batcher
 from secemb.server.state import NodeState
 
@@ -104,7 +106,8 @@ class Retrieval(NodeState):
 
         Raises
         ------
-        OSError: the role could not keep the batch's shares (no upload of it counts).
+        StorageError: the role could not keep the batch's shares (its ``OSError``: no upload of
+            it counts).
         """
         results: list[SecembError | None] = [None] * len(items)
         with self.lock:
@@ -119,7 +122,11 @@ class Retrieval(NodeState):
                     todo.append(i)
                 except SecembError as exc:
                     results[i] = exc
-            outs = rnd.busy(self.role.handle_upload_many, [items[i] for i in todo]) if todo else []
+            try:
+                outs = rnd.busy(self.role.handle_upload_many, [items[i] for i in todo]) if todo else []
+            except OSError as exc:  # the role kept nothing of the batch (its spill of the shares failed)
+                reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)  # not the file's path: devices read it
+                raise StorageError(f"could not keep the uploads' shares: {reason} ({exc.strerror})") from None
             taken: list[tuple[int, bytes | None]] = []
             for i, out in zip(todo, outs, strict=True):
                 if isinstance(out, SecembError):
