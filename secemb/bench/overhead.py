@@ -27,6 +27,11 @@ with the numpy reference (``SECEMB_FSS_KERNELS=numpy``) the AES of the DPF's PRG
 CPU times do not depend on other processes' load as wall times do, but they are not free of it
 (shared caches, frequency): compare only figures of one run.
 
+Beside them, informative, each run's Python garbage collection per epoch (thread CPU between the
+collector's start and stop callbacks, all generations, :func:`gc_clock`): a full collection walks
+the whole heap (tens of ms after numba's imports) and falls in whichever epoch the allocation
+counts reach its threshold, so one epoch of either run may carry one and the other not.
+
 The other cryptography (:data:`OTHER_CRYPTO`, by category) is timed around the project's functions
 that do nothing but it -- the relay's upload HMAC, the key / forwarded-part / verified-upload
 SHA-256 digests, the row tags (SHA-NI kernel or hashlib), the challenge seeds, OS randomness
@@ -40,6 +45,7 @@ HMAC comparisons, and randomness read through a default argument bound at import
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -55,7 +61,7 @@ from typing import Any
 from secemb.bench.child import run_child
 from secemb.bench.machine import machine_info
 
-__all__ = ["GOAL_EPOCH", "GOAL_PROCESS", "OTHER_CRYPTO", "KernelClock", "kernel_clock", "run", "table_rows"]
+__all__ = ["GOAL_EPOCH", "GOAL_PROCESS", "OTHER_CRYPTO", "KernelClock", "gc_clock", "kernel_clock", "run", "table_rows"]
 
 #: issue 37's goals: secure CPU beyond plaintext per epoch / kernel CPU, and whole-process CPU ratio
 GOAL_EPOCH = 1.25
@@ -228,19 +234,42 @@ def kernel_clock() -> Iterator[KernelClock]:
             setattr(nk, name, fn)
 
 
+@contextlib.contextmanager
+def gc_clock() -> Iterator[list[float]]:
+    """Within the block, the thread CPU seconds of every garbage collection (any generation,
+    any thread) are added to the yielded one-element list; the callback is removed after."""
+    total = [0.0]
+    started = threading.local()
+
+    def callback(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            started.at = time.thread_time()
+        elif hasattr(started, "at"):
+            total[0] += time.thread_time() - started.at
+
+    gc.callbacks.append(callback)
+    try:
+        yield total
+    finally:
+        gc.callbacks.remove(callback)
+
+
 def _epochs_in_process(protocol: str, dataset: str, epochs: int, data_dir: str | None) -> dict[str, Any]:
-    """Train ``protocol`` in this process; per epoch its process CPU and kernel seconds."""
+    """Train ``protocol`` in this process; per epoch its process CPU, kernel and garbage
+    collection seconds."""
     from secemb.training import Experiment, run_experiment
 
     marks: list[float] = []
     kernel_marks: list[float] = []
     other_marks: list[dict[str, float]] = []
-    with kernel_clock() as clock:
+    gc_marks: list[float] = []
+    with kernel_clock() as clock, gc_clock() as collected:
 
         def mark(*_: Any) -> None:
             marks.append(time.process_time())
             kernel_marks.append(clock.total_s)
             other_marks.append(dict(clock.other_seconds))
+            gc_marks.append(collected[0])
 
         result = run_experiment(Experiment(dataset=dataset, data_dir=data_dir, protocol=protocol, epochs=epochs),
                                 on_start=mark, on_epoch=mark)
@@ -248,6 +277,7 @@ def _epochs_in_process(protocol: str, dataset: str, epochs: int, data_dir: str |
     kernel = [b - a for a, b in pairwise(kernel_marks)]
     other = [{c: b[c] - a.get(c, 0.0) for c in b} for a, b in pairwise(other_marks)]
     return {"protocol": protocol, "epoch_cpu_s": cpu, "epoch_kernel_s": kernel, "model_sha256": result.model_sha256,
+            "epoch_gc_s": [b - a for a, b in pairwise(gc_marks)],
             "kernel_calls": dict(clock.calls), "kernel_s": dict(clock.seconds),
             "epoch_other_crypto_s": [sum(o.values()) for o in other], "epoch_other_crypto_by_category_s": other,
             "other_crypto_calls": dict(clock.other_calls), "other_crypto_s": dict(clock.other_seconds)}
@@ -308,6 +338,7 @@ def run(dataset: str = "ml-100k", epochs: int = 2, *, data_dir: str | None = Non
                     "other_crypto_s": secure["epoch_other_crypto_s"][-1],
                     "other_crypto_by_category_s": secure["epoch_other_crypto_by_category_s"][-1],
                     "ratio_with_other_crypto": beyond / crypto_s if crypto_s > 0 else None,
+                    "gc_s": {"plaintext": plain["epoch_gc_s"][-1], "secure": secure["epoch_gc_s"][-1]},
                     "same_model": plain["model_sha256"] == secure["model_sha256"]}
     if process:
         args = ["--dataset", dataset, "--epochs", str(epochs)] + (["--data-dir", data_dir] if data_dir else [])
@@ -333,6 +364,8 @@ def table_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("  other cryptography s (thread CPU)", f"{e['other_crypto_s']:.3f}", ""),
         ("beyond / (kernels + other crypto), informative",
          "n/a" if e["ratio_with_other_crypto"] is None else f"{e['ratio_with_other_crypto']:.2f}x", "not a goal"),
+        ("  Python GC s in the epoch, plaintext / secure (thread CPU)",
+         f"{e['gc_s']['plaintext']:.3f} / {e['gc_s']['secure']:.3f}", "informative"),
         ("same model as plaintext (in process)", str(e["same_model"]), "True"),
     ]
     p = result.get("process")

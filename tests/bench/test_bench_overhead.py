@@ -4,6 +4,7 @@ they were; the per-epoch figures come from runs that train the same model."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import hmac
 import json
@@ -69,6 +70,23 @@ def test_one_run_gives_both_paths_the_same_model() -> None:
     assert e["ratio_with_other_crypto"] == pytest.approx(e["beyond_s"] / (e["kernel_s"] + e["other_crypto_s"]))
     assert json.loads(json.dumps(result, allow_nan=False))["epoch"]["other_crypto_s"] == e["other_crypto_s"]
     assert "beyond / (kernels + other crypto), informative" in [row[0] for row in overhead.table_rows(result)]
+    # each run's garbage collection per epoch, and the last epoch's of both beside the ratio
+    assert len(e["plaintext"]["epoch_gc_s"]) == len(e["secure"]["epoch_gc_s"]) == 2
+    assert e["gc_s"] == {"plaintext": e["plaintext"]["epoch_gc_s"][-1], "secure": e["secure"]["epoch_gc_s"][-1]}
+    assert min(e["plaintext"]["epoch_gc_s"] + e["secure"]["epoch_gc_s"]) >= 0
+
+
+def test_the_gc_clock_counts_collections_and_is_removed() -> None:
+    before = list(gc.callbacks)
+    with overhead.gc_clock() as collected:
+        heap = [[i] for i in range(200_000)]  # something for a full collection to walk
+        gc.collect()
+        assert gc.callbacks != before
+    counted = collected[0]
+    assert counted > 0 and len(heap) == 200_000
+    assert gc.callbacks == before
+    gc.collect()  # outside the block: not counted
+    assert collected[0] == counted
 
 
 def test_a_failing_child_train_is_an_error_with_its_message() -> None:
