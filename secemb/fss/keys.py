@@ -127,6 +127,13 @@ def _frame(kind: int, party: int, ring_bits: int, domain_size: int, width: int, 
     return framing.frame(framing.KEYS_WIRE_ID, kind, party, 0, 0, head, *fields)
 
 
+def _header(kind: int, party: int, params: DPFParams, count: int, body: int) -> bytes:
+    """The :data:`HEADER_BYTES` bytes that start a batch (``kind`` full or shared) of ``count``
+    keys of ``params`` (:func:`_frame`) whose fields after the key parameters take ``body`` bytes."""
+    return _frame(kind, party, params.ring_bits, params.domain_size, params.payload_width, count,
+                  bytes(body))[:HEADER_BYTES]
+
+
 @dataclass(frozen=True, eq=False)
 class PathKeys:
     """The path part of ``K`` keys of one party: root words and per-level correction words.
@@ -326,6 +333,14 @@ class DPFKeys(OutputKeys[PathKeys]):
                       *self.path._body()[1:], out)
 
     @staticmethod
+    def shared_header(domain_size: int, count: int, payload_width: int, ring_bits: int) -> bytes:
+        """The first :data:`HEADER_BYTES` bytes of the shared part (kind 3) of ``count`` keys of
+        these parameters (:meth:`shared_bytes`), the same for every such batch: the shared
+        part is they followed by the keys' fields after their roots."""
+        params = DPFParams(domain_size, payload_width, ring_bits)
+        return _header(_KIND_SHARED, 0, params, count, count * (params.key_bytes - 16))
+
+    @staticmethod
     def shared_of(data: _Bytes) -> bytes:
         """The shared part (kind 3) of serialized full keys that :meth:`from_bytes` (or
         :meth:`from_bytes_many`) accepted, without parsing them again: byte for byte
@@ -362,7 +377,7 @@ class DPFKeys(OutputKeys[PathKeys]):
         input's block holds nothing to read).  Default: a new batch for these inputs.
         """
         params = DPFParams(domain_size, payload_width, ring_bits)
-        k, n = count, params.depth
+        k = count
         out: list[DPFKeys | InvalidKey | None] = [None] * len(datas)
         bodies: list[memoryview] = []
         where: list[int] = []
@@ -380,44 +395,131 @@ class DPFKeys(OutputKeys[PathKeys]):
                 continue
             bodies.append(body)
             where.append(i)
-        if into is None:
-            dest, at = cls.empty(params, party, len(where) * k), list(range(len(where)))
+        dest, at = cls._destination(params, party, k, len(datas), into, blocks, where)
+        raw = np.frombuffer(b"".join(bodies), np.uint8).reshape(len(bodies), k * params.key_bytes)
+        for i, got in zip(where, cls._fill(dest, k, at, raw[:, : 16 * k], raw[:, 16 * k :]), strict=True):
+            out[i] = got
+        return cast("list[DPFKeys | InvalidKey]", out)  # every entry is set above
+
+    @classmethod
+    def from_rows(cls, rows: np.ndarray, *, domain_size: int, party: int, count: int, payload_width: int,
+                  ring_bits: int, roots: np.ndarray | None = None, into: DPFKeys | None = None,
+                  blocks: Sequence[int] | None = None) -> list[DPFKeys | InvalidKey]:
+        """:meth:`from_bytes_many` of serialized full keys given as the rows of ``rows``
+        (uint8 (u, L), one serialized batch a row), or with ``roots`` (uint8 (u, 16 count))
+        :meth:`from_shared_many` of the shared parts ``rows[j]`` with the roots ``roots[j]``:
+        the same keys, refusals and messages (and ``into``, ``blocks`` as there).
+
+        A row whose header is byte for byte the one these parameters fix -- exactly what
+        passes every header check, since they fix every header field, and the rows' length
+        fixes the body's -- is parsed with the others as one array, with no header unpacked
+        and nothing joined; any other row is parsed by :meth:`from_bytes_many` or
+        :meth:`from_shared_many`, which refuse it with their error.
+
+        Raises
+        ------
+        InvalidParameters: ``rows`` or ``roots`` is not such an array, or ``into`` / ``blocks``
+            as for :meth:`from_bytes_many`.
+        """
+        params = DPFParams(domain_size, payload_width, ring_bits)
+        k = count
+        if not isinstance(rows, np.ndarray) or rows.dtype != np.uint8 or rows.ndim != 2 or (
+                roots is not None and (not isinstance(roots, np.ndarray) or roots.dtype != np.uint8
+                                       or roots.shape != (rows.shape[0], 16 * k))):
+            raise InvalidParameters(f"rows must be uint8 (u, L) and roots None or uint8 (u, {16 * k}), got "
+                                    f"{getattr(rows, 'dtype', None)} {getattr(rows, 'shape', None)} and "
+                                    f"{getattr(roots, 'dtype', None)} {getattr(roots, 'shape', None)}")
+        u = rows.shape[0]
+        where = list(range(u))
+        dest, at = cls._destination(params, party, k, u, into, blocks, where)
+        body = k * (params.key_bytes - (0 if roots is None else 16))
+        head = (_header(_KIND_FULL, party, params, k, body) if roots is None
+                else cls.shared_header(domain_size, count, payload_width, ring_bits))
+        if rows.shape[1] == HEADER_BYTES + body:
+            canonical = np.all(rows[:, :HEADER_BYTES] == np.frombuffer(head, np.uint8), axis=1)
         else:
-            if into.params != params or into.party != party or blocks is None or len(blocks) != len(datas):
-                raise InvalidParameters("into: a batch of these parameters and party, with one block per input")
-            # numpy would read -1 as the last block, write one named twice twice, and fail past the end
-            if len(set(blocks)) != len(blocks) or not all(0 <= b < len(into) // k for b in blocks):
-                raise InvalidParameters(f"blocks: distinct blocks of the {len(into) // k} of into, got {list(blocks)}")
-            dest, at = into, [blocks[i] for i in where]
-        u, nb = len(bodies), (n + 7) // 8
-        raw = np.frombuffer(b"".join(bodies), np.uint8).reshape(u, k * params.key_bytes)
-        spans = np.cumsum([0, 16 * k, 16 * k * n, k * nb, k * params.cw_bytes])
-        roots = raw[:, spans[0] : spans[1]].view("<u8").reshape(u, k, 2)
-        seeds = raw[:, spans[1] : spans[2]].view("<u8").reshape(u, k, n, 2)
-        trb = raw[:, spans[2] : spans[3]].reshape(u, k, nb)
-        cw = raw[:, spans[3] : spans[4]].view(params.dtype.newbyteorder("<")).reshape(u, k, payload_width)
+            canonical = np.zeros(u, bool)
+        good = np.flatnonzero(canonical).tolist()
+        other = np.flatnonzero(~canonical).tolist()
+        out: list[DPFKeys | InvalidKey | None] = [None] * u
+        if other:  # each parsed as any serialized keys are: refused with its error
+            expect = {"domain_size": domain_size, "count": count, "payload_width": payload_width,
+                      "ring_bits": ring_bits}
+            spots = [at[j] for j in other]
+            got = (cls.from_bytes_many([rows[j].tobytes() for j in other], party=party, into=dest, blocks=spots,
+                                       **expect) if roots is None else
+                   cls.from_shared_many([(rows[j].tobytes(), roots[j].tobytes()) for j in other], party, into=dest,
+                                        blocks=spots, **expect))
+            for j, g in zip(other, got, strict=True):
+                out[j] = g
+        if good:
+            sel: slice | list[int] = slice(None) if not other else good
+            fields = rows[sel, HEADER_BYTES:]
+            root_bytes, rest = (fields[:, : 16 * k], fields[:, 16 * k :]) if roots is None else (roots[sel], fields)
+            for j, g in zip(good, cls._fill(dest, k, [at[j] for j in good], root_bytes, rest), strict=True):
+                out[j] = g
+        return cast("list[DPFKeys | InvalidKey]", out)  # every entry is set above
+
+    @classmethod
+    def _destination(cls, params: DPFParams, party: int, count: int, inputs: int, into: DPFKeys | None,
+                     blocks: Sequence[int] | None, where: list[int]) -> tuple[DPFKeys, list[int]]:
+        """Where a parser of ``inputs`` serialized batches of ``count`` keys puts those of inputs
+        ``where``: a new batch and their blocks in it, or ``into`` and their ``blocks`` (each
+        input's checked: one per input, distinct, inside ``into``), before anything is written.
+
+        Raises
+        ------
+        InvalidParameters: ``into`` or ``blocks`` is not such.
+        """
+        if into is None:
+            return cls.empty(params, party, len(where) * count), list(range(len(where)))
+        if into.params != params or into.party != party or blocks is None or len(blocks) != inputs:
+            raise InvalidParameters("into: a batch of these parameters and party, with one block per input")
+        # numpy would read -1 as the last block, write one named twice twice, and fail past the end
+        if len(set(blocks)) != len(blocks) or not all(0 <= b < len(into) // count for b in blocks):
+            raise InvalidParameters(f"blocks: distinct blocks of the {len(into) // count} of into, got {list(blocks)}")
+        return into, [blocks[i] for i in where]
+
+    @staticmethod
+    def _fill(dest: DPFKeys, count: int, at: list[int], roots: np.ndarray,
+              rest: np.ndarray) -> list[DPFKeys | InvalidKey]:
+        """Write batches of ``count`` keys parsed from their serialized fields to blocks ``at`` of ``dest`` (of the
+        parameters and party the inputs were checked against): ``roots`` uint8 (u, 16 K) and
+        ``rest`` uint8 (u, K (key_bytes - 16)), the fields after the roots (rows of any stride,
+        each contiguous), each field of every row written at once; per row its keys (a view
+        of ``dest``) or the :class:`InvalidKey` that refuses it (the checks and messages of
+        :meth:`from_bytes`)."""
+        params, party, k = dest.params, dest.party, count
+        u, n, width = len(roots), params.depth, params.payload_width
+        nb = (n + 7) // 8
+        spans = np.cumsum([0, 16 * k * n, k * nb, k * params.cw_bytes])
+        root_words = roots.view("<u8").reshape(u, k, 2)
+        seeds = rest[:, spans[0] : spans[1]].view("<u8").reshape(u, k, n, 2)
+        trb = rest[:, spans[1] : spans[2]].reshape(u, k, nb)
+        cw = rest[:, spans[2] : spans[3]].view(params.dtype.newbyteorder("<")).reshape(u, k, width)
         # each field written to the destination's blocks at once (a slice where they follow each other)
         rows: slice | list[int] = slice(at[0], at[-1] + 1) if at and at == list(range(at[0], at[0] + u)) else at
         path, size = dest.path, len(dest) // k if k else 0
-        path.roots.reshape(size, k, 2)[rows] = roots
+        path.roots.reshape(size, k, 2)[rows] = root_words
         dest_seeds = path.cw_seed.reshape(size, k, n, 2)
         dest_seeds[rows] = seeds
         dest_seeds[rows, ..., 0] &= ~np.uint64(1)
         path.cw_tl.reshape(size, k, n)[rows] = seeds[..., 0] & np.uint64(1)
         if n:
             path.cw_tr.reshape(size, k, n)[rows] = np.unpackbits(trb, axis=2, bitorder="little")[..., :n]
-        dest.cw_out.reshape(size, k, payload_width)[rows] = cw
-        bad_root = np.any((roots[..., 0] & np.uint64(1)) != np.uint64(party), axis=1)
-        bad_pad = (np.any(np.unpackbits(trb[..., -1:], axis=2, bitorder="little")[..., n % 8 :], axis=(1, 2))
-                   if n % 8 else np.zeros(u, bool))
-        for j, i in enumerate(where):
+        dest.cw_out.reshape(size, k, width)[rows] = cw
+        bad_root = np.any((root_words[..., 0] & np.uint64(1)) != np.uint64(party), axis=1).tolist()
+        bad_pad = (np.any(np.unpackbits(trb[..., -1:], axis=2, bitorder="little")[..., n % 8 :], axis=(1, 2)).tolist()
+                   if n % 8 else [False] * u)
+        out: list[DPFKeys | InvalidKey] = []
+        for j in range(u):
             if bad_root[j]:
-                out[i] = InvalidKey("root control bit does not match the key's party")
+                out.append(InvalidKey("root control bit does not match the key's party"))
             elif bad_pad[j]:
-                out[i] = InvalidKey("non-zero padding bits in the control-bit correction words")
+                out.append(InvalidKey("non-zero padding bits in the control-bit correction words"))
             else:
-                out[i] = dest[at[j] * k : (at[j] + 1) * k]
-        return cast("list[DPFKeys | InvalidKey]", out)  # every entry is set above
+                out.append(dest[at[j] * k : (at[j] + 1) * k])
+        return out
 
     @classmethod
     def from_shared(cls, shared: _Bytes, roots: _Bytes, party: int, **expect: int) -> DPFKeys:

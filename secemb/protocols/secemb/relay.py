@@ -16,11 +16,10 @@ from typing import cast
 
 import numpy as np
 
-from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.server import Opener, Request, SecEmbServer, sift
+from secemb.protocols.secemb.server import Opener, Request, SecEmbServer, sift, stacked
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_BYTES,
@@ -28,8 +27,6 @@ from secemb.protocols.secemb.sizes import (
     NAME,
     U64,
     answer_bytes,
-    checks_bytes,
-    key_expect,
     roots_bytes,
     rows_bytes,
     shared_bytes,
@@ -93,11 +90,6 @@ def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
     mac = hmac.new(key, _UPLOAD_MAC_DOMAIN + U64.pack(round_id), hashlib.sha256)
     mac.update(cw)  # not concatenated: the words are the bulk of an upload
     return mac.digest()[:MAC_BYTES]
-
-
-def _digests(bodies: list[memoryview | None]) -> list[bytes | None]:
-    """SHA-256 of each body (``None`` for ``None``): a range of a batch's forwarded key parts."""
-    return [None if b is None else hashlib.sha256(b).digest() for b in bodies]
 
 
 def _words(data: bytes | memoryview, offset: int, config: RoundConfig) -> np.ndarray:
@@ -279,12 +271,13 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             out[i] = got
         return cast("list[Request | SecembError]", out)  # every entry is set above
 
-    def _forward_of(self, shared: bytes | None, checks: memoryview | bytes) -> bytes | None:
+    def _forward_of(self, shared_header: bytes, rest: np.ndarray) -> bytes | None:
         """Server 0: the relay_keys message of a request (its shared key part, then its check
-        words when verifying: ``checks`` is empty otherwise); server 1 forwards nothing."""
+        words when verifying: ``rest`` holds both after the part's header); server 1 forwards
+        nothing."""
         if self.party != 0:
             return None
-        return frame(NAME, "relay_keys", 1, self._cfg().round_id, cast("bytes", shared), checks)  # server 0: given
+        return frame(NAME, "relay_keys", 1, self._cfg().round_id, shared_header, rest.data)
 
     def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
@@ -305,43 +298,47 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             raise ProtocolError("relay_retrieval is server 1's step in relay mode")
         out: list[bytes | SecembError] = [b""] * len(forwards)
         shared_len = shared_bytes(cfg, self.verify)
-        split = shared_len - checks_bytes(cfg, self.verify)
-        opened: list[memoryview | SecembError] = []
+        opened: list[int | SecembError] = []  # a forward's row of ``rows``, or the error that refuses it
+        bodies: list[memoryview] = []
         opener = Opener("relay_keys", 1, cfg.round_id, shared_len)
         for _, message in forwards:
             try:
-                opened.append(opener(message))
+                bodies.append(opener(message))
+                opened.append(len(bodies) - 1)
             except SecembError as exc:
                 opened.append(exc)
-        # the forwarded parts' digests, hashed on the backend's threads (a malformed part: None)
-        hashed = self._chunked(_digests, [b if isinstance(b, memoryview) else None for b in opened])
+        rows = stacked(bodies, shared_len)
+        # the forwarded parts' digests, hashed in ranges of rows on the backend's threads (without the GIL)
+        hashed = [d for part in self._map_spans(lambda span: [hashlib.sha256(r).digest() for r in rows[slice(*span)]],
+                                                self._spans(len(bodies))) for d in part]
 
-        def take(user_id: int, i: int, seen: set[int]) -> tuple[int, memoryview, bytes]:
-            """Forward ``i`` checked: (its index, its body, the user's roots), parsed as one batch below."""
+        def take(user_id: int, i: int, seen: set[int]) -> tuple[int, int, bytes]:
+            """Forward ``i`` checked: (its index, its row, the user's roots), parsed as one batch below."""
             if user_id not in self._awaiting or user_id in seen:
                 raise ProtocolError(f"no retrieval request of user {user_id} to complete")
-            body = opened[i]
-            if not isinstance(body, memoryview):
-                raise body
+            row = opened[i]
+            if not isinstance(row, int):
+                raise row
             direct = self._awaiting[user_id]
-            if not hmac.compare_digest(cast("bytes", hashed[i]), direct.digest):
+            if not hmac.compare_digest(hashed[row], direct.digest):
                 raise RelayTampered(f"relay_keys of round {cfg.round_id}: the forwarded key part differs from "
                                     "the one the device committed to (server 0 altered it); not evaluated")
-            return i, body, direct.roots
+            return i, row, direct.roots
 
         users, where, parts = sift([(u, i) for i, (u, _) in enumerate(forwards)], out, take)
         batch = self._empty_batch(len(parts))
+        taken = [row for _, row, _ in parts]
+        kept = rows if taken == list(range(len(rows))) else rows[taken]
+        roots = np.frombuffer(b"".join([r for _, _, r in parts]), np.uint8).reshape(len(parts), 16 * cfg.slots)
+        digests = [hashed[row] for row in taken]
 
-        def parse(part: list[tuple[int, memoryview, bytes, bytes]]) -> list[Request | InvalidKey]:
-            """A range's keys, written to their blocks of ``batch`` (block ``j``: ``parts[j]``),
-            and their requests."""
-            got = fss.DPFKeys.from_shared_many([(b[:split], r) for _, b, r, _ in part], 1, into=batch.keys,
-                                               blocks=[j for j, _, _, _ in part], **key_expect(cfg))
-            return [k if isinstance(k, InvalidKey) else self._request(k, None, b[split:], batch, j, d)
-                    for (j, b, _, d), k in zip(part, got, strict=True)]
+        def parse(span: tuple[int, int]) -> list[Request | InvalidKey]:
+            """A range of the taken forwards' requests, their keys written to their blocks of
+            ``batch`` (block ``j``: ``parts[j]``)."""
+            lo, hi = span
+            return self._requests(kept[lo:hi], list(range(lo, hi)), batch, roots[lo:hi], digests[lo:hi])
 
-        parsed = self._chunked(parse, [(j, b, r, self._awaiting[u].digest)
-                                       for j, ((_, b, r), u) in enumerate(zip(parts, users, strict=True))])
+        parsed = [q for part in self._map_spans(parse, self._spans(len(parts))) for q in part] if parts else []
         failed = {i: got for (i, _, _), got in zip(parts, parsed, strict=True) if isinstance(got, InvalidKey)}
         for i, bad in failed.items():
             out[i] = InvalidMessage(f"relay_keys: {bad}")

@@ -29,7 +29,7 @@ from secemb.fss.tree import padded_leaves
 from secemb.fss.verify import CHECK_WORDS, challenges
 from secemb.protocols.backends import Backend, Handle, SerialBackend
 from secemb.protocols.base import RoundConfig, ServerRole, result_or_raise
-from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seed, key_digest, row_tags
+from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seeds, key_digests, row_tags
 from secemb.protocols.secemb.sizes import (
     NAME,
     U64,
@@ -136,6 +136,15 @@ def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
         where.append(i)
         seen.add(user_id)
     return users, where, kept
+
+
+def stacked(bodies: list[memoryview], size: int) -> np.ndarray:
+    """The ``size``-byte ``bodies`` as the rows of one array, uint8 (len(bodies), size): copied
+    row by row (numpy copies without the GIL; one join would hold it)."""
+    rows = np.empty((len(bodies), size), np.uint8)
+    for j, body in enumerate(bodies):
+        rows[j] = body
+    return rows
 
 
 @dataclass(frozen=True)
@@ -317,9 +326,10 @@ class SecEmbServer(ServerRole):
 
     def _parse_requests(self, messages: list[bytes]) -> list[Request | SecembError]:
         """The keys (and check words) of each retrieval request (server 0, or either server
-        without relay), or the error that refuses it; the keys of all requests are parsed as
-        one batch, in ranges of requests on the backend's threads, into one array per field
-        (request ``i``'s keys are block ``i`` of it: :attr:`Request.batch`)."""
+        without relay), or the error that refuses it; the requests are parsed as one batch, in
+        ranges of requests on the backend's threads, each range's bodies as the rows of one
+        array (:meth:`_requests`), into one array per field (request ``i``'s keys are block
+        ``i`` of it: :attr:`Request.batch`)."""
         cfg = self._cfg()
         out: list[Request | SecembError | None] = [None] * len(messages)
         opened: list[tuple[int, memoryview]] = []
@@ -330,18 +340,14 @@ class SecEmbServer(ServerRole):
                 opened.append((i, opener(message)))
             except SecembError as exc:
                 out[i] = exc
-        split = size - checks_bytes(cfg, self.verify)
         batch = self._empty_batch(len(messages))
 
         def parse(part: list[tuple[int, memoryview]]) -> list[Request | SecembError]:
-            """A range's keys, written to their blocks of ``batch``, and their requests."""
-            keys = fss.DPFKeys.from_bytes_many([b[:split] for _, b in part], party=self.party, into=batch.keys,
-                                               blocks=[i for i, _ in part], **key_expect(cfg))
-            return [InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey)
-                    else self._request(got, b[:split], b[split:], batch, i)
-                    for (i, b), got in zip(part, keys, strict=True)]
+            """A range's requests, their keys written to their blocks of ``batch``."""
+            rows = stacked([b for _, b in part], size)
+            return [InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else got
+                    for got in self._requests(rows, [i for i, _ in part], batch)]
 
-        # the keys, and the requests' key digests (serialization and hashing), on the backend's threads
         for (i, _), got in zip(opened, self._chunked(parse, opened), strict=True):
             out[i] = got
         return cast("list[Request | SecembError]", out)  # every entry is set above
@@ -356,27 +362,46 @@ class SecEmbServer(ServerRole):
             return _Batch(keys, None, None)
         return _Batch(keys, np.empty((users, cfg.slots, CHECK_WORDS), np.uint64), np.empty((users, 2), np.uint64))
 
-    def _request(self, keys: fss.DPFKeys, raw: memoryview | None, checks: memoryview, batch: _Batch, block: int,
-                 digest: bytes | None = None) -> Request:
-        """A parsed request (its keys block ``block`` of ``batch``, parsed from ``raw``) with its
-        check words and challenge seed (verified uploads, written to their blocks of ``batch``),
-        its key digest -- SHA-256 of the shared key part and the check words, computed here
-        unless given (``digest``: server 1 with relay, which compared it with the device's own
-        and gives no ``raw``) -- and what is forwarded of it (:meth:`_forward_of`).  The shared
-        key part is cut from ``raw`` (:meth:`fss.DPFKeys.shared_of`), not serialized again."""
-        words, seed = None, None
-        shared = fss.DPFKeys.shared_of(raw) if raw is not None and (self.verify or self.relay) else None
-        if batch.checks is not None and batch.seeds is not None:
-            words, seed = batch.checks[block], batch.seeds[block]
-            words[:] = read_view(checks, 0, np.dtype(np.uint64), (len(keys), CHECK_WORDS))
-            if digest is None:
-                digest = key_digest(cast("bytes", shared), checks)  # verifying: cut from raw above
-            seed[:] = challenge_seed(self._cfg().round_id, digest)
-        return Request(keys, words, digest or b"", self._forward_of(shared, checks), batch, block, seed)
+    def _requests(self, rows: np.ndarray, blocks: list[int], batch: _Batch, roots: np.ndarray | None = None,
+                  digests: list[bytes] | None = None) -> list[Request | InvalidKey]:
+        """Requests parsed from the rows of ``rows`` (uint8 (u, L)) into blocks ``blocks`` of
+        ``batch``, each field of every row at once: each row a request body -- serialized keys
+        (:meth:`fss.DPFKeys.from_rows`) and, verifying, their check words -- or, with ``roots``
+        (uint8 (u, 16 S), server 1 with relay), a forwarded key part and check words whose
+        keys take the row's roots.  Per row its :class:`Request` (check words and challenge
+        seed written to their blocks of ``batch``) or the :class:`InvalidKey` that refuses its
+        keys.  A request's key digest -- SHA-256 of its shared key part and check words -- is
+        hashed here, every row's as one batch, unless given (``digests``, per row: server 1
+        with relay, which compared them with the device's own); what is forwarded of it:
+        :meth:`_forward_of`.  The shared key parts are not serialized: each is the header
+        these parameters fix followed by the row's fields after the roots."""
+        cfg = self._cfg()
+        slots, expect = cfg.slots, key_expect(cfg)
+        split = rows.shape[1] - checks_bytes(cfg, self.verify)
+        keys = fss.DPFKeys.from_rows(rows[:, :split], party=self.party, roots=roots, into=batch.keys, blocks=blocks,
+                                     **expect)
+        ok = [j for j, got in enumerate(keys) if not isinstance(got, InvalidKey)]
+        good = rows if len(ok) == len(rows) else rows[ok]
+        head = fss.DPFKeys.shared_header(**{k: expect[k] for k in ("domain_size", "count", "payload_width",
+                                                                      "ring_bits")})
+        rest = good[:, fss.keys.HEADER_BYTES + (16 * slots if roots is None else 0) :]  # shared fields, checks
+        if self.verify and batch.checks is not None and batch.seeds is not None:
+            places = [blocks[j] for j in ok]
+            batch.checks[places] = good[:, split:].view("<u8").reshape(len(ok), slots, CHECK_WORDS)
+            names = key_digests(head, rest) if digests is None else [digests[j] for j in ok]
+            batch.seeds[places] = challenge_seeds(cfg.round_id, names)
+        else:
+            names = [b""] * len(ok) if digests is None else [digests[j] for j in ok]
+        made = iter([Request(cast("fss.DPFKeys", keys[j]), None if batch.checks is None else batch.checks[blocks[j]],
+                             name, self._forward_of(head, rest[r]), batch, blocks[j],
+                             None if batch.seeds is None else batch.seeds[blocks[j]])
+                     for r, (j, name) in enumerate(zip(ok, names, strict=True))])
+        return [got if isinstance(got, InvalidKey) else next(made) for got in keys]
 
-    def _forward_of(self, shared: bytes | None, checks: memoryview | bytes) -> bytes | None:
-        """What is forwarded of a request whose shared key part is ``shared`` (``None`` where
-        it is not needed) and whose check words are ``checks``: nothing without relay."""
+    def _forward_of(self, shared_header: bytes, rest: np.ndarray) -> bytes | None:
+        """What is forwarded of a request whose shared key part is ``shared_header`` followed
+        by ``rest`` (uint8: its keys' fields after the roots, then its check words): nothing
+        without relay."""
         return None
 
     def _evaluate_requests(self, requests: list[Request]) -> _Evaluated:
