@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from secemb.errors import ProtocolError, RelayTampered, SecembError
+from secemb.errors import InvalidMessage, ProtocolError, RelayTampered, SecembError
 from secemb.protocols.base import RelayRole
 from secemb.server import faults
 from secemb.server.errors import Conflict, peer_failure
@@ -83,7 +83,7 @@ class LeaderRelay(Node):
         """Complete the replies of ``answers`` ``(index into results, user, server 1's masked
         answer or the error it failed with)`` under the lock, as one batch of the role
         (:meth:`~secemb.protocols.base.RelayRole.complete_retrieval_many`): per index the reply
-        or the error."""
+        or the error (a malformed answer of server 1's: its failure, 503, as for no answer)."""
         with self.lock:
             try:
                 rnd = self._current(r)
@@ -102,6 +102,9 @@ class LeaderRelay(Node):
                 pairs.append((user, ans))
             if pairs:
                 for i, out in zip(done, rnd.busy(relay.complete_retrieval_many, pairs), strict=True):
+                    if isinstance(out, InvalidMessage):  # only server 1 sent those bytes: not the device's request
+                        out = peer_failure("server 1's answer to the relayed retrieval is malformed (this user "
+                                           "cannot take part in the round)", out)
                     results[i] = out
 
     def _forward_uploads(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
