@@ -92,6 +92,12 @@ def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
     return mac.digest()[:MAC_BYTES]
 
 
+def _digests(rows: np.ndarray) -> list[bytes]:
+    """SHA-256 of each row of ``rows`` (uint8, rows C-contiguous): a range of a batch's
+    forwarded key parts (hashlib: long messages, hashed without the GIL)."""
+    return [hashlib.sha256(row).digest() for row in rows]
+
+
 def _words(data: bytes | memoryview, offset: int, config: RoundConfig) -> np.ndarray:
     """The upload's correction words (ring (S, w)) at ``offset`` of ``data``, read in place
     (read-only; a copy only on a big-endian host): for immutable ``data``."""
@@ -309,8 +315,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 opened.append(exc)
         rows = stacked(bodies, shared_len)
         # the forwarded parts' digests, hashed in ranges of rows on the backend's threads (without the GIL)
-        hashed = [d for part in self._map_spans(lambda span: [hashlib.sha256(r).digest() for r in rows[slice(*span)]],
-                                                self._spans(len(bodies))) for d in part]
+        hashed = [d for part in self._map_spans(_digests, [rows[lo:hi] for lo, hi in self._spans(len(bodies))])
+                  for d in part]
 
         def take(user_id: int, i: int, seen: set[int]) -> tuple[int, int, bytes]:
             """Forward ``i`` checked: (its index, its row, the user's roots), parsed as one batch below."""
