@@ -194,7 +194,8 @@ def _check_betas(betas: np.ndarray, k: int, ring_bits: int) -> np.ndarray:
     return b
 
 
-def convert_gen(state: GenState, betas: np.ndarray, *, ring_bits: int = 32, tag: str = DEFAULT_TAG) -> np.ndarray:
+def convert_gen(state: GenState, betas: np.ndarray, *, ring_bits: int = 32, tag: str = DEFAULT_TAG,
+                overwrite_betas: bool = False) -> np.ndarray:
     """Output correction words for payloads ``betas`` (SecEmb Algorithm 5, batched).
 
     ``CW = (-1)^{t_1} [beta - Convert(s_0) + Convert(s_1)]`` in ``Z_{2^k}^d``.
@@ -204,6 +205,9 @@ def convert_gen(state: GenState, betas: np.ndarray, *, ring_bits: int = 32, tag:
     state: from :func:`gen_path`.
     betas: ring array (K, d), uint32 for ``ring_bits=32``, uint64 for 64.
     tag: conversion domain (use a distinct tag per purpose sharing one path).
+    overwrite_betas: write the correction words over ``betas`` and return it, instead of a
+        copy, where it is a writable numpy array (one the caller gives up, e.g. one it
+        concatenated for the call); the same words either way.
 
     Returns
     -------
@@ -213,7 +217,8 @@ def convert_gen(state: GenState, betas: np.ndarray, *, ring_bits: int = 32, tag:
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
     b = _check_betas(betas, len(state), ring_bits)
     width = b.shape[1]
-    cw = b.copy()  # each leaf's conversion subtracted or added chunk by chunk, never held whole
+    # each leaf's conversion subtracted or added chunk by chunk, never held whole
+    cw = b if overwrite_betas and b is betas and b.flags.writeable else b.copy()
     for lo, hi, vals in convert_chunks(state.leaf0, width, ring_bits, tag):
         cw[lo:hi] -= vals
     for lo, hi, vals in convert_chunks(state.leaf1, width, ring_bits, tag):

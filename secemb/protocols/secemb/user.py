@@ -357,7 +357,8 @@ class SecEmbUser(UserRole):
         states = [cast("fss.GenState", users[i]._state) for i in ok]  # checked above
         state = fss.GenState(states[0].domain_size,
                              np.concatenate([s.leaf0 for s in states]), np.concatenate([s.leaf1 for s in states]))
-        cw = fss.convert_gen(state, grads, ring_bits=cfg.ring_bits, tag=AGGREGATION_TAG)
+        # the words written over the batch's own concatenation of the rows (no copy of them)
+        cw = fss.convert_gen(state, grads, ring_bits=cfg.ring_bits, tag=AGGREGATION_TAG, overwrite_betas=True)
         if first.relay:  # server 1's dense share is the mask of the user's seed
             masks = relay_prgs([cast("tuple[bytes, bytes]", users[i]._seeds)[1] for i in ok], (cfg.dense_size,),
                                cfg.dtype)
