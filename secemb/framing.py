@@ -39,6 +39,7 @@ __all__ = [
     "VERSION",
     "Buffer",
     "frame",
+    "header",
     "open_frame",
 ]
 
@@ -65,6 +66,21 @@ RESERVED_WIRE_IDS = frozenset({ENGINE_WIRE_ID, SECAGG_WIRE_ID, KEYS_WIRE_ID})
 Buffer = bytes | bytearray | memoryview
 
 
+def header(protocol: int, kind: int, party: int, peer: int, round_id: int, body_len: int) -> bytes:
+    """The header of a message whose body is ``body_len`` bytes: what :func:`frame` puts before
+    the body.
+
+    Raises
+    ------
+    InvalidParameters
+        A field does not fit its width (negative, or a party above 2^32 - 1).
+    """
+    try:
+        return _pack(MAGIC, VERSION, protocol, kind, 0, party, peer, round_id, body_len)
+    except struct.error as exc:
+        raise InvalidParameters(f"cannot frame message kind {kind!r} of protocol {protocol!r}: {exc}") from None
+
+
 def frame(protocol: int, kind: int, party: int, peer: int, round_id: int, *parts: Buffer) -> bytes:
     """Header followed by the concatenated ``parts``, copied once into the message.
 
@@ -74,11 +90,7 @@ def frame(protocol: int, kind: int, party: int, peer: int, round_id: int, *parts
         A field does not fit its width (negative, or a party above 2^32 - 1).
     """
     size = sum(memoryview(p).nbytes for p in parts)
-    try:
-        head = _pack(MAGIC, VERSION, protocol, kind, 0, party, peer, round_id, size)
-    except struct.error as exc:
-        raise InvalidParameters(f"cannot frame message kind {kind!r} of protocol {protocol!r}: {exc}") from None
-    return b"".join((head, *parts))
+    return b"".join((header(protocol, kind, party, peer, round_id, size), *parts))
 
 
 def open_frame(

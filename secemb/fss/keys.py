@@ -314,16 +314,45 @@ class DPFKeys(OutputKeys[PathKeys]):
         ------
         InvalidParameters: ``parts`` does not divide ``K``.
         """
+        return [row.tobytes() for row in self.to_rows(parts)]
+
+    def to_rows(self, parts: int, out: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`to_bytes_split` as the rows of one array, each field of all batches written at
+        once: uint8 (parts, HEADER_BYTES + c key_bytes), row ``i`` the bytes of
+        ``self[i c:(i + 1) c].to_bytes()`` for ``c = K / parts``.
+
+        ``out``: write the rows into this uint8 array of that shape instead (its rows
+        C-contiguous, of any stride: e.g. the key columns of a batch of whole messages) and
+        return it.
+
+        Raises
+        ------
+        InvalidParameters: ``parts`` does not divide ``K``, or ``out`` is not such an array.
+        """
         k = len(self)
         if parts < 1 or k % parts:
             raise InvalidParameters(f"cannot split {k} keys into {parts} equal batches")
         c, p = k // parts, self.params
-        out = self.cw_out.astype(p.dtype.newbyteorder("<")).tobytes()
-        fields = [*self.path._body(), out]  # each field is K equal records, batch-major
-        sizes = [len(f) // parts for f in fields]
-        return [_frame(_KIND_FULL, self.party, p.ring_bits, p.domain_size, p.payload_width, c,
-                       *(f[i * n : (i + 1) * n] for f, n in zip(fields, sizes, strict=True)))
-                for i in range(parts)]
+        n, width = p.depth, p.payload_width
+        size = HEADER_BYTES + c * p.key_bytes
+        if out is None:
+            out = np.empty((parts, size), np.uint8)
+        elif (not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.shape != (parts, size)
+              or (parts and out.strides[1] != 1)):
+            raise InvalidParameters(f"out must be uint8 ({parts}, {size}) with contiguous rows, got "
+                                    f"{getattr(out, 'dtype', None)} {getattr(out, 'shape', None)}")
+        out[:, :HEADER_BYTES] = np.frombuffer(_header(_KIND_FULL, self.party, p, c, size - HEADER_BYTES), np.uint8)
+        # the fields (PathKeys._body, then the output words), each row's c records of each
+        ends = np.cumsum([HEADER_BYTES, 16 * c, 16 * c * n, c * ((n + 7) // 8), c * p.cw_bytes]).tolist()
+        out[:, ends[0] : ends[1]].view("<u8")[...] = self.path.roots.reshape(parts, 2 * c)
+        seeds = out[:, ends[1] : ends[2]].view("<u8")
+        seeds[...] = self.path.cw_seed.reshape(parts, 2 * c * n)
+        seeds[:, ::2] |= self.path.cw_tl.reshape(parts, c * n)  # t^L in bit 0 of each level's first word
+        if n:
+            out[:, ends[2] : ends[3]] = np.packbits(self.path.cw_tr.reshape(k, n), axis=1,
+                                                    bitorder="little").reshape(parts, -1)
+        out[:, ends[3] : ends[4]].view(p.dtype.newbyteorder("<"))[...] = self.cw_out.reshape(parts, c * width)
+        return out
 
     def shared_bytes(self) -> bytes:
         """Serialize everything but the roots (kind 3): identical for both parties' keys."""

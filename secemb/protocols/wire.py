@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from secemb.errors import InvalidParameters, check_int
-from secemb.framing import ENGINE_WIRE_ID, HEADER_BYTES, Buffer, open_frame
+from secemb.framing import ENGINE_WIRE_ID, HEADER_BYTES, Buffer, header, open_frame
 from secemb.framing import frame as _frame
 from secemb.protocols.names import wire_id
 
@@ -32,6 +32,7 @@ __all__ = [
     "HEADER_BYTES",
     "KINDS",
     "frame",
+    "frame_rows",
     "open_message",
     "array_bytes",
     "read_array",
@@ -67,6 +68,17 @@ def frame(protocol: str | None, kind: str, party: int, round_id: int, *parts: Bu
     :data:`~secemb.framing.ENGINE_WIRE_ID`.  The parts are copied once, into the
     message (a 48 MB full-model upload costs one copy, not two)."""
     return _frame(_wire_id(protocol), KINDS[kind], party, 0, round_id, *parts)
+
+
+def frame_rows(protocol: str | None, kind: str, party: int, round_id: int, body_len: int, count: int) -> np.ndarray:
+    """``count`` messages with ``body_len``-byte bodies as the rows of one array, uint8
+    (count, HEADER_BYTES + body_len): each row starts with the header :func:`frame` would
+    write, and its body is left for the caller to fill (a batch of messages of one kind, each
+    field of all of them written at once); a filled row's ``tobytes()`` is the message."""
+    rows = np.empty((count, HEADER_BYTES + body_len), np.uint8)
+    rows[:, :HEADER_BYTES] = np.frombuffer(header(_wire_id(protocol), KINDS[kind], party, 0, round_id, body_len),
+                                           np.uint8)
+    return rows
 
 
 def open_message(

@@ -11,13 +11,23 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidParameters, ProtocolError, RetrievalTampered, SecembError
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
+from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
 from secemb.fss.verify import corrections
 from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
-from secemb.protocols.secemb.checks import key_digest, row_tags
+from secemb.protocols.secemb.checks import key_digests, row_tags
 from secemb.protocols.secemb.relay import relay_prgs, upload_mac
 from secemb.protocols.secemb.server import Opener
-from secemb.protocols.secemb.sizes import MAC_KEY_BYTES, NAME, answer_bytes, checks_bytes, key_params, tag_words
-from secemb.protocols.wire import array_bytes, frame, read_view
+from secemb.protocols.secemb.sizes import (
+    DIGEST_BYTES,
+    MAC_KEY_BYTES,
+    NAME,
+    answer_bytes,
+    key_params,
+    request_bytes,
+    roots_bytes,
+    tag_words,
+)
+from secemb.protocols.wire import HEADER_BYTES, array_bytes, frame, frame_rows, read_view
 from secemb.randomness import SEED_BYTES, RandomBytes, random_words, system_rng
 from secemb.sharing import share
 
@@ -34,6 +44,35 @@ def _inverse_odd(x: np.ndarray) -> np.ndarray:
     for _ in range(6):  # 3 -> 96 bits >= 64
         y *= two - x * y
     return y
+
+
+def _request_rows(keys: fss.DPFKeys, checks: np.ndarray | None, cfg: RoundConfig, party: int) -> np.ndarray:
+    """The retrieval requests to server ``party`` of a batch's users, as the rows of one array
+    uint8 (n, HEADER_BYTES + request_bytes): ``keys`` (each user's S consecutive ones) and the
+    check correction words ``checks`` (uint64 (n S, 4); ``None`` without verified uploads);
+    row ``j``'s ``tobytes()`` is user ``j``'s message."""
+    n = len(keys) // cfg.slots
+    rows = frame_rows(NAME, "retrieval_request", party, cfg.round_id, request_bytes(cfg, checks is not None), n)
+    end = HEADER_BYTES + KEY_HEADER_BYTES + cfg.slots * keys.params.key_bytes
+    keys.to_rows(n, out=rows[:, HEADER_BYTES:end])
+    if checks is not None:
+        rows[:, end:].view("<u8")[...] = checks.reshape(n, -1)
+    return rows
+
+
+def _relay_rows(roots: np.ndarray, secrets_: bytes, digests: list[bytes], cfg: RoundConfig) -> np.ndarray:
+    """Server 1's relay retrieval requests of a batch's users as the rows of one array uint8
+    (n, HEADER_BYTES + roots_bytes): each user's key roots (``roots`` uint64 (n S, 2)), its
+    mask seed, dense seed and MAC key (``secrets_``: n such byte strings joined) and its key
+    digest (``digests``)."""
+    n = len(digests)
+    rows = frame_rows(NAME, "retrieval_request", 1, cfg.round_id, roots_bytes(cfg), n)
+    body = rows[:, HEADER_BYTES:]
+    at = 16 * cfg.slots
+    body[:, :at].view("<u8")[...] = roots.reshape(n, 2 * cfg.slots)
+    body[:, at:-DIGEST_BYTES] = np.frombuffer(secrets_, np.uint8).reshape(n, -1)
+    body[:, -DIGEST_BYTES:] = np.frombuffer(b"".join(digests), np.uint8).reshape(n, DIGEST_BYTES)
+    return rows
 
 
 def _one_round(users: Sequence[UserRole]) -> SecEmbUser:
@@ -162,36 +201,31 @@ class SecEmbUser(UserRole):
             betas = np.where(real, random_words(rng, real.shape, cfg.dtype) | cfg.dtype.type(1), cfg.dtype.type(0))
             cw = fss.convert_gen(state, betas.reshape(-1, 1), ring_bits=cfg.ring_bits, tag=RETRIEVAL_TAG)
             unmask = _inverse_odd(betas)  # what each user multiplies its rows by (0 stays 0)
-            keys0 = fss.DPFKeys(p0, cw, params)
-            msgs0 = keys0.to_bytes_split(n)
-            # the keys' check correction words (verified uploads): the same for both servers
-            size = checks_bytes(cfg, first.verify)
-            checks = array_bytes(corrections(alphas.reshape(-1), state.leaf0, state.leaf1)) if size else b""
+            # each user's messages written as rows of one array per server, field by field for all
+            # users; the keys' check correction words (verified uploads) the same for both servers
+            checks = corrections(alphas.reshape(-1), state.leaf0, state.leaf1) if first.verify else None
+            rows0 = _request_rows(fss.DPFKeys(p0, cw, params), checks, cfg, 0)
             if relay:
                 direct = 2 * SEED_BYTES + MAC_KEY_BYTES
                 secrets_ = rng(direct * n)
-                roots1 = array_bytes(p1.roots)
-                per_user = 16 * cfg.slots
+                # the digests of the exact bytes server 0 forwards: the shared part of each user's
+                # serialized keys (their header, then all after the roots) and its check words
+                digests = key_digests(fss.DPFKeys.shared_header(params.domain_size, cfg.slots, params.payload_width,
+                                                                params.ring_bits),
+                                      rows0[:, HEADER_BYTES + KEY_HEADER_BYTES + 16 * cfg.slots :])
+                rows1 = _relay_rows(p1.roots, secrets_, digests, cfg)
             else:
-                keys1 = fss.DPFKeys(p1, cw, params).to_bytes_split(n)
+                rows1 = _request_rows(fss.DPFKeys(p1, cw, params), checks, cfg, 1)
             for j, (i, user, _) in enumerate(ok):
                 sl = slice(j * cfg.slots, (j + 1) * cfg.slots)
                 # copies: a user keeps its own secret state, no view of the batch's (other users')
                 user._state = fss.GenState(params.domain_size, state.leaf0[sl].copy(), state.leaf1[sl].copy())
                 user._real, user._items, user._unmask = real[j].copy(), slots[j].copy(), unmask[j].copy()
-                own_checks = checks[size * j : size * (j + 1)]
-                msg0 = frame(NAME, "retrieval_request", 0, cfg.round_id, msgs0[j], own_checks)
-                if not relay:
-                    out[i] = (msg0, frame(NAME, "retrieval_request", 1, cfg.round_id, keys1[j], own_checks))
-                    continue
-                own = secrets_[direct * j : direct * (j + 1)]
-                user._seeds = (own[:SEED_BYTES], own[SEED_BYTES : 2 * SEED_BYTES])
-                user._mac_key = own[2 * SEED_BYTES :]
-                # the digest of the exact bytes server 0 forwards: the shared part cut from the
-                # user's serialized keys, as server 0 cuts it from the request (DPFKeys.shared_of)
-                digest = key_digest(fss.DPFKeys.shared_of(msgs0[j]), own_checks)
-                out[i] = (msg0, frame(NAME, "retrieval_request", 1, cfg.round_id,
-                                      roots1[per_user * j : per_user * (j + 1)], *user._seeds, user._mac_key, digest))
+                out[i] = (rows0[j].tobytes(), rows1[j].tobytes())
+                if relay:
+                    own = secrets_[direct * j : direct * (j + 1)]
+                    user._seeds = (own[:SEED_BYTES], own[SEED_BYTES : 2 * SEED_BYTES])
+                    user._mac_key = own[2 * SEED_BYTES :]
         done = cast("list[tuple[bytes, bytes] | Exception]", out)  # every entry is set above
         return [got if isinstance(got, Exception) else user._sending(got) for user, got in zip(mine, done, strict=True)]
 
