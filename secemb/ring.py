@@ -137,18 +137,25 @@ class FixedPoint:
             )
         return self._wrap(scaled)
 
-    def _scaled(self, xf: np.ndarray) -> np.ndarray:
-        """``rint(x * 2^f)`` as a new float64 array.  Multiplying by a power of two is exact
-        (overflow gives inf, as ``ldexp`` does), and several times faster than ``np.ldexp``."""
-        scaled = np.multiply(xf, 2.0**self.frac_bits, out=np.empty(xf.shape))
+    def _scaled(self, xf: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``rint(x * 2^f)`` in ``out`` (may be ``xf`` itself), by default a new float64 array.
+        Multiplying by a power of two is exact (overflow gives inf, as ``ldexp`` does), and
+        several times faster than ``np.ldexp``."""
+        scaled = np.multiply(xf, 2.0**self.frac_bits, out=np.empty(xf.shape) if out is None else out)
         return np.rint(scaled, out=scaled)
 
     def _wrap(self, scaled: np.ndarray) -> np.ndarray:
-        """Integer-valued float64 with ``|v| < 2^{k-1}`` -> ring elements (two's complement)."""
+        """Integer-valued float64 with ``|v| < 2^{k-1}`` -> ring elements (two's complement).
+        Consumes ``scaled`` (a temporary of the caller's): for k = 64 the cast is done in its
+        buffer (a dense gradient can be ~1 GB; a second buffer costs its page faults)."""
         # Every |scaled| < 2^{k-1} is an integer-valued float64, so the cast to the signed
         # k-bit integer is exact, and viewing it unsigned is two's complement mod 2^k.
         if self.ring_bits == 64:
-            return scaled.astype(np.int64).view(np.uint64)
+            # element by element over one buffer (each value read before its own 8 bytes are
+            # written; numpy's copy does so without a temporary for this exact overlap)
+            ints = scaled.view(np.int64)
+            np.copyto(ints, scaled, casting="unsafe")
+            return ints.view(np.uint64)
         return scaled.astype(np.int32).view(np.uint32)
 
     def decode(self, u: np.ndarray) -> np.ndarray:
@@ -247,8 +254,9 @@ class FixedPoint:
         if not np.all(np.isfinite(xf)):
             return self._encode_float(xf)  # raises with the standard message
         clipped = np.clip(xf, -bound, bound, out=np.empty(xf.shape))
-        # |x| <= R_u <= the largest encodable magnitude: no range check needed
-        return self._wrap(self._scaled(clipped))
+        # |x| <= R_u <= the largest encodable magnitude: no range check needed; scaled and cast
+        # in the clipped buffer (one buffer, not three, for a dense gradient)
+        return self._wrap(self._scaled(clipped, out=clipped))
 
 
 def _float_floor(n: int) -> float:

@@ -57,12 +57,25 @@ def adam_update(
 
     ``t`` is the step number *after* incrementing (>= 1): an int, or an array broadcastable
     against ``param`` (per-row step counts for lazy updates).
+
+    ``param -= lr (m / bc1) / (sqrt(v / bc2) + eps)`` is computed in two scratch arrays of
+    ``param``'s shape, the same operations in the same order (the same bits) as the expression
+    (which held up to four temporaries: ~4 GB at once for DeepFM's dense vector at d = 512).
     """
     b1, b2 = cfg.beta1, cfg.beta2
+    scratch = np.multiply(grad, 1.0 - b1)
     m *= b1
-    m += (1.0 - b1) * grad
+    m += scratch
+    np.multiply(grad, grad, out=scratch)
+    scratch *= 1.0 - b2
     v *= b2
-    v += (1.0 - b2) * (grad * grad)
+    v += scratch
     bc1 = 1.0 - np.power(b1, t)
     bc2 = 1.0 - np.power(b2, t)
-    param -= cfg.lr * (m / bc1) / (np.sqrt(v / bc2) + cfg.eps)
+    np.divide(v, bc2, out=scratch)
+    denominator = np.sqrt(scratch, out=scratch)
+    denominator += cfg.eps
+    step = np.divide(m, bc1)
+    step *= cfg.lr
+    step /= denominator
+    param -= step
