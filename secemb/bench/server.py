@@ -43,7 +43,7 @@ CONFIGS = [
 class TimedBackend(Backend):
     """``inner`` with the wall time of its maps added up in ``map_s`` (seconds), and the CPU
     time the calling thread spent in them in ``map_cpu_s`` (the tasks it ran itself: all of
-    them serially, none while a pool's threads or processes run them)."""
+    them serially, its share of them with the thread backend, none while processes run them)."""
 
     def __init__(self, inner: Backend) -> None:
         self.inner, self.workers, self.in_process, self.map_s = inner, inner.workers, inner.in_process, 0.0

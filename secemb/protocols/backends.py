@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -103,21 +104,49 @@ def _worker_count(workers: int | None) -> int:
 
 
 class ThreadBackend(Backend):
-    """A pool of threads in this process (all cores by default).  The compiled kernels
-    (:mod:`secemb.fss.kernels`) release the GIL, so tasks that are mostly kernel time run in
-    parallel with nothing copied: a published value is the value itself.  Without the
-    kernels (the numpy reference) the tasks mostly take turns."""
+    """``workers`` threads of this process (all cores by default): the calling thread and a
+    pool of ``workers - 1``, which take a map's tasks in order, each the next one left.  The
+    compiled kernels (:mod:`secemb.fss.kernels`) release the GIL, so tasks that are mostly
+    kernel time run in parallel with nothing copied: a published value is the value itself.
+    Without the kernels (the numpy reference) the tasks mostly take turns."""
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = _worker_count(workers)
         self._pool: ThreadPoolExecutor | None = None
 
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+        """``fn`` of each task, in order; the first failing task's (by position) exception is
+        raised once every task has run.  The calling thread runs tasks too (it would wait
+        otherwise): a map wakes ``min(workers, len(tasks)) - 1`` pool threads, not one more."""
         if len(tasks) <= 1 or self.workers == 1:
             return [fn(t) for t in tasks]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="secemb-eval")
-        return list(self._pool.map(fn, tasks))
+            self._pool = ThreadPoolExecutor(max_workers=self.workers - 1, thread_name_prefix="secemb-eval")
+        results: list[Any] = [None] * len(tasks)
+        failed: list[tuple[int, Exception]] = []
+        order = iter(range(len(tasks)))
+        lock = threading.Lock()
+
+        def drain() -> None:
+            """Run the next task left until none is."""
+            while True:
+                with lock:
+                    i = next(order, None)
+                if i is None:
+                    return
+                try:
+                    results[i] = fn(tasks[i])
+                except Exception as exc:  # raised in the caller below, in task order
+                    with lock:
+                        failed.append((i, exc))
+
+        helpers = [self._pool.submit(drain) for _ in range(min(self.workers, len(tasks)) - 1)]
+        drain()
+        for helper in helpers:
+            helper.result()
+        if failed:
+            raise min(failed, key=lambda f: f[0])[1]
+        return results
 
     def close(self) -> None:
         if self._pool is not None:
