@@ -95,12 +95,15 @@ class DenseLayout:
         return {name: self.view(flat, name) for name, _ in self.fields}
 
     def leaves(self, flat: np.ndarray) -> dict[str, Any]:
-        """One torch leaf tensor (requires grad) per field, copied from ``flat``.  Autograd
-        through slices of one big tensor would allocate a full-size gradient per slice."""
+        """One torch leaf tensor (requires grad) per field, on ``flat``'s memory where it is
+        float64 (else a float64 copy): autograd never writes its leaves, and a model-sized copy
+        per local step was 900 MB for DeepFM at d = 512; ``flat`` must not change while they are
+        in use.  Autograd through slices of one big tensor would allocate a full-size gradient
+        per slice."""
         import torch
 
         return {
-            name: torch.tensor(np.asarray(self.view(flat, name), dtype=np.float64), requires_grad=True)
+            name: torch.from_numpy(np.asarray(self.view(flat, name), dtype=np.float64)).requires_grad_(True)
             for name, _ in self.fields
         }
 

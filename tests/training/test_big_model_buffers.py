@@ -93,3 +93,47 @@ def test_spill_leaves_zero_blocks_off_the_disk_and_reads_them_back_as_zeros() ->
     written = (3 * _BLOCK_BYTES + 56) + 0 + dense.nbytes + 80 + 12
     assert written <= file_bytes < written + narrow.nbytes * 0.7
     spill.close()
+
+
+def test_memory_store_replaces_a_checkpoint_in_its_own_arrays_and_hands_out_copies() -> None:
+    from secemb.server.store import CHECKPOINT, Checkpoint, MemoryStore
+
+    store = MemoryStore(0, "fp")
+
+    def ck(version: int, dense: np.ndarray, table: np.ndarray) -> Checkpoint:
+        return Checkpoint(version, version, [1, 2], 4, 2.5, table, dense, f"sha{version}")
+
+    d1, t1 = np.arange(6, dtype=np.float64), np.ones((2, 3))
+    store.save(ck(1, d1, t1))
+    held = store._cks[CHECKPOINT][1]["dense"]
+    d1[0] = 99.0  # the store holds its own copy
+    d2, t2 = np.full(6, 7.0), np.zeros((3, 3))  # the table changes shape: a new array for it
+    store.save(ck(2, d2, t2))
+    got = store.load()
+    assert got is not None and got.version == 2 and got.model_sha256 == "sha2"
+    assert np.array_equal(got.dense, d2) and np.array_equal(got.table, t2) and got.table.shape == (3, 3)
+    assert store._cks[CHECKPOINT][1]["dense"] is held  # replaced in place (one copy, not two)
+    got.dense[0] = -1.0  # what load hands out is a copy
+    again = store.load()
+    assert again is not None and again.dense[0] == 7.0
+
+
+def test_dense_leaves_read_the_vector_in_place_and_their_gradients_are_those_of_copies() -> None:
+    import torch
+
+    from secemb.models.features import DenseLayout
+
+    lay = DenseLayout([("a", ()), ("b", (2, 3)), ("c", (4,))])
+    flat = np.arange(11.0) / 7
+    leaves = lay.leaves(flat)
+    assert all(np.shares_memory(leaves[k].detach().numpy(), flat) for k in ("b", "c"))
+    copies = {k: torch.tensor(np.asarray(lay.view(flat, k)), requires_grad=True) for k in ("a", "b", "c")}
+    grads = []
+    for fields in (leaves, copies):
+        loss = (fields["b"] ** 2).sum() * fields["a"] + (fields["c"] ** 3).sum()
+        grads.append(torch.autograd.grad(loss, list(fields.values())))
+    for g, h in zip(*grads, strict=True):
+        assert torch.equal(g, h)
+    assert np.array_equal(flat, np.arange(11.0) / 7)  # the vector is untouched
+    f32 = lay.leaves(np.arange(11, dtype=np.float32))  # another dtype: float64 copies
+    assert all(t.dtype == torch.float64 and t.requires_grad for t in f32.values())
