@@ -19,7 +19,7 @@ import numpy as np
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.server import Opener, Request, SecEmbServer, sift, stacked
+from secemb.protocols.secemb.server import Opener, Request, SecEmbServer, little, sift, stacked
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_BYTES,
@@ -33,7 +33,7 @@ from secemb.protocols.secemb.sizes import (
     tag_words,
 )
 from secemb.framing import HEADER_BYTES
-from secemb.protocols.wire import array_bytes, check_user, frame, read_array, read_view
+from secemb.protocols.wire import check_user, frame, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
 __all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_prg", "relay_prg_sum",
@@ -313,10 +313,12 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 opened.append(len(bodies) - 1)
             except SecembError as exc:
                 opened.append(exc)
-        rows = stacked(bodies, shared_len)
-        # the forwarded parts' digests, hashed in ranges of rows on the backend's threads (without the GIL)
-        hashed = [d for part in self._map_spans(_digests, [rows[lo:hi] for lo, hi in self._spans(len(bodies))])
-                  for d in part]
+        rows = np.empty((len(bodies), shared_len), np.uint8)
+        # the forwarded parts copied to their rows and hashed, in ranges of rows on the backend's
+        # threads (both without the GIL)
+        hashed = [d for part in self._map_spans(lambda span: _digests(stacked(bodies[span[0] : span[1]],
+                                                                              rows[span[0] : span[1]])),
+                                                self._spans(len(bodies))) for d in part]
 
         def take(user_id: int, i: int, seen: set[int]) -> tuple[int, int, bytes]:
             """Forward ``i`` checked: (its index, its row, the user's roots), parsed as one batch below."""
@@ -370,7 +372,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             def masked(batch: list[tuple[np.ndarray, bytes]]) -> list[bytes]:
                 """The relay answers of a range of users: their shares plus their masks."""
                 masks = relay_prgs([seed for _, seed in batch], shape, cfg.dtype)
-                return [frame(NAME, "relay_answer", 1, cfg.round_id, array_bytes(np.add(answers, mask, out=mask)))
+                return [frame(NAME, "relay_answer", 1, cfg.round_id, little(np.add(answers, mask, out=mask)))
                         for (answers, _), mask in zip(batch, masks, strict=True)]
 
             replies = self._chunked(masked, [(a, d.mask_seed) for a, d in zip(committed, directs, strict=True)])
@@ -408,8 +410,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             for own, body in batch:
                 masked = read_view(body, 0, cfg.dtype, shape)
                 reply = np.add(own, masked, out=own if own.flags.writeable else None, dtype=cfg.dtype)
-                done.append(frame(NAME, "retrieval_reply", 0, cfg.round_id,
-                                  np.ascontiguousarray(reply, dtype=reply.dtype.newbyteorder("<")).data))
+                done.append(frame(NAME, "retrieval_reply", 0, cfg.round_id, little(reply)))
             return done
 
         made = self._chunked(replies, [(self._answers.pop(u), b) for u, b in zip(users, bodies, strict=True)])

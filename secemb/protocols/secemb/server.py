@@ -43,7 +43,7 @@ from secemb.protocols.secemb.sizes import (
     upload_bytes,
 )
 from secemb.protocols.spill import SpilledShares
-from secemb.protocols.wire import array_bytes, check_user, frame, open_message, read_array, read_view, users_bytes
+from secemb.protocols.wire import check_user, frame, open_message, read_array, read_view, users_bytes
 from secemb.sharing import reconstruct
 
 if TYPE_CHECKING:
@@ -138,10 +138,16 @@ def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
     return users, where, kept
 
 
-def stacked(bodies: list[memoryview], size: int) -> np.ndarray:
-    """The ``size``-byte ``bodies`` as the rows of one array, uint8 (len(bodies), size): copied
-    row by row (numpy copies without the GIL; one join would hold it)."""
-    rows = np.empty((len(bodies), size), np.uint8)
+def little(a: np.ndarray) -> memoryview:
+    """:func:`~secemb.protocols.wire.array_bytes` of ``a`` (an unsigned integer array) as a view,
+    without that copy -- a copy only where ``a`` is not C-contiguous or the host big-endian --
+    for a message that copies it once (framing, hashing)."""
+    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).data
+
+
+def stacked(bodies: list[memoryview], rows: np.ndarray) -> np.ndarray:
+    """``rows`` (uint8 (len(bodies), size)) with row ``j`` set to ``bodies[j]`` (``size``
+    bytes each): copied row by row (numpy copies without the GIL; one join would hold it)."""
     for j, body in enumerate(bodies):
         rows[j] = body
     return rows
@@ -344,7 +350,7 @@ class SecEmbServer(ServerRole):
 
         def parse(part: list[tuple[int, memoryview]]) -> list[Request | SecembError]:
             """A range's requests, their keys written to their blocks of ``batch``."""
-            rows = stacked([b for _, b in part], size)
+            rows = stacked([b for _, b in part], np.empty((len(part), size), np.uint8))
             return [InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else got
                     for got in self._requests(rows, [i for i, _ in part], batch)]
 
@@ -476,7 +482,7 @@ class SecEmbServer(ServerRole):
     def _reply(self, user_id: int, request: Request, answers: np.ndarray) -> bytes:
         """What a committed retrieval returns: the reply to the user (a relay server 0 keeps
         ``answers`` and returns the forward to server 1)."""
-        return frame(NAME, "retrieval_reply", self.party, self._cfg().round_id, array_bytes(answers))
+        return frame(NAME, "retrieval_reply", self.party, self._cfg().round_id, little(answers))
 
     # -- upload --------------------------------------------------------------------------
     def _absorb_many(self, users: list[int], cws: list[np.ndarray], dense_sum: np.ndarray,
@@ -679,9 +685,9 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
             digest, values = cast("tuple[bytes, np.ndarray]", got.proof)  # verifying: every user has one
             h = hashlib.sha256(VERIFY_DOMAIN + U64.pack(cfg.round_id) + U64.pack(u) + digest)
-            h.update(array_bytes(values))
+            h.update(little(values))
             if not self.relay:
-                h.update(array_bytes(got.cw))
+                h.update(little(got.cw))
             out[u] = h.digest()
         return out
 
@@ -716,9 +722,8 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         users, sparse, dense = self._closed(include)
         # the table-sized share is framed straight from its array (little-endian: no copy), copied once
-        little = np.ascontiguousarray(sparse, dtype=sparse.dtype.newbyteorder("<"))
-        return frame(NAME, "aggregate_share", self.party, cfg.round_id, users_bytes(users), little.data,
-                     array_bytes(dense))
+        return frame(NAME, "aggregate_share", self.party, cfg.round_id, users_bytes(users), little(sparse),
+                     little(dense))
 
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         cfg = self._cfg()
