@@ -1,0 +1,97 @@
+"""Issue 37: a SecEmb device batch's messages and rows are the known bytes -- the retrieval
+requests, the rows read back and the uploads of a fixed round of four devices (fixed randomness
+and table) for every layout, relay and verification setting, as the device code made them
+before its batching was reworked (session 18: requests written as rows of one array, replies
+opened through ``Opener``, words converted over the gradient rows).  Any change of these bytes is
+a wire-format change."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+
+import numpy as np
+import pytest
+
+from secemb.protocols.placement import place
+from secemb.protocols.secemb import SecEmbProtocol
+from secemb.protocols.secemb.user import SecEmbUser
+from secemb.randomness import CtrDrbg
+
+_USERS = [3, 8, 21, 30]
+
+
+def _round(layout: str, relay: bool, verify: bool) -> tuple[str, str, str]:
+    """SHA-256 of the devices' requests, of their rows and of their uploads, joined in order."""
+    proto = SecEmbProtocol(layout=layout, relay=relay, verify=verify)
+    cfg = proto.round_config(6, num_items=120, width=3, dense_size=2, m_prime=5)
+    gen = np.random.default_rng(4)
+    table = gen.integers(0, 1 << 32, (cfg.num_items, cfg.width), np.uint64).astype(cfg.dtype)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    s0.begin_round(cfg, table)
+    s1.begin_round(cfg, table)
+    users = [proto.make_user(cfg, _rng=CtrDrbg(b"device/%d" % uid)) for uid in _USERS]
+    slots = [place(cfg, np.array([uid, uid + 40, uid + 80], np.int64), np.random.default_rng(uid)).indices
+             for uid in _USERS]
+    requests = SecEmbUser.retrieval_requests(users, slots, _rng=CtrDrbg(b"batch"))
+    replies: list[tuple[bytes, bytes | None]] = []
+    for uid, got in zip(_USERS, requests, strict=True):
+        assert not isinstance(got, Exception)
+        r0, r1 = got
+        if relay:
+            assert s1.handle_retrieval(uid, r1) is None
+            masked = s1.relay_retrieval(uid, s0.handle_retrieval(uid, r0))  # type: ignore[attr-defined]
+            replies.append((s0.complete_retrieval(uid, masked), None))  # type: ignore[attr-defined]
+        else:
+            replies.append((s0.handle_retrieval(uid, r0), s1.handle_retrieval(uid, r1)))  # type: ignore[arg-type]
+    rows = SecEmbUser.retrieval_results(users, replies)
+    grads: list[tuple[np.ndarray, np.ndarray]] = []
+    for uid, row, s in zip(_USERS, rows, slots, strict=True):
+        assert isinstance(row, np.ndarray)
+        g = (row ^ np.uint32(uid)) * (s >= 0)[:, None].astype(cfg.dtype)  # an empty slot's row is zero
+        grads.append((g.astype(cfg.dtype), np.arange(cfg.dense_size, dtype=cfg.dtype) + np.uint32(uid)))
+    uploads = SecEmbUser.uploads(users, grads)
+
+    def digest(parts: list[bytes | None]) -> str:
+        return hashlib.sha256(b"".join(p or b"" for p in parts)).hexdigest()
+
+    return (digest([m for r in requests for m in r]),  # type: ignore[union-attr]
+            digest([r.tobytes() for r in rows]),  # type: ignore[union-attr]
+            digest([m for u in uploads for m in u]))  # type: ignore[union-attr]
+
+
+_SETTINGS = list(itertools.product(["full", "cuckoo"], [False, True], [False, True]))
+
+
+#: _round of each setting as the device code of 10f829d (before the rework) computed it
+_KNOWN: dict[tuple[str, bool, bool], tuple[str, str, str]] = {
+    ("full", False, False): ("3928dea158ec58c0bbbaf19b20e594258193ace42f7efcf7ad92f031cb1190c1",
+                              "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
+                              "30a0d22aecddadb73481b8ba5fc2d41db00106b26696de2536e4a9b3245bd124"),
+    ("full", False, True): ("27b375baf5dd9c205ec0e8c5c6cfbf74b3f12e2b06ff695c19c4ca6a54100732",
+                             "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
+                             "30a0d22aecddadb73481b8ba5fc2d41db00106b26696de2536e4a9b3245bd124"),
+    ("full", True, False): ("b10ddf30d4d1260f823683cd1ee61907984ef3c87ab02f98a3c1a6be28b36f2b",
+                             "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
+                             "bec9cd4fa1bf8e76fd4cc03c4a34ba195410dd44b11c1f1c51ad54222de282be"),
+    ("full", True, True): ("8809727d6dd1e9721aa99a4cc8af3421bb22ebc4961084b4a5818e7eb2ea7cb2",
+                            "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
+                            "bec9cd4fa1bf8e76fd4cc03c4a34ba195410dd44b11c1f1c51ad54222de282be"),
+    ("cuckoo", False, False): ("d359f9db455fb49e459a808ae884ca0e5dcdb9faa76500549040eda982803ac9",
+                                "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
+                                "a012ba3986517c29193f67f644c840de8917c6efba545e9018c53088f3111fe4"),
+    ("cuckoo", False, True): ("4904b665a57782006ffb79e96ba06db48ba152c284cf6f42ca0d865211f1345e",
+                               "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
+                               "a012ba3986517c29193f67f644c840de8917c6efba545e9018c53088f3111fe4"),
+    ("cuckoo", True, False): ("3bfafcac1b8ea519ea4a2d9bffd9f3b4f8b4719031410698572c10dae81949da",
+                               "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
+                               "0bd643d3e895ab2ea4a0a66ba0ad7b03d191d1dbe4c114cf0dbdd3aa48e1d31c"),
+    ("cuckoo", True, True): ("9cd4ce04ffffeda3e9f9c5d1a62ae3a6a2506f90c6e03e57d357e1ffa45a7272",
+                              "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
+                              "0bd643d3e895ab2ea4a0a66ba0ad7b03d191d1dbe4c114cf0dbdd3aa48e1d31c"),
+}
+
+
+@pytest.mark.parametrize(("layout", "relay", "verify"), _SETTINGS)
+def test_device_messages_and_rows_are_the_known_bytes(layout: str, relay: bool, verify: bool) -> None:
+    assert _round(layout, relay, verify) == _KNOWN[(layout, relay, verify)]
