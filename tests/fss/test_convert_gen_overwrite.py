@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from secemb import fss
+from secemb.fss import kernels
+from secemb.fss.convert import convert
 from secemb.randomness import CtrDrbg
 
 
@@ -33,3 +35,25 @@ def test_a_read_only_or_listed_payload_is_copied() -> None:
     assert got is not frozen and np.array_equal(got, expected) and np.array_equal(frozen, np.ones((2, 3), np.uint32))
     with pytest.raises(TypeError, match="dtype"):  # a list is checked as before (int64 is not the ring's)
         fss.convert_gen(state, [[1, 1, 1], [1, 1, 1]], overwrite_betas=True)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "numpy"])
+def test_the_words_are_the_definition_on_either_kernel_backend(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CW = (-1)^{t_1} [beta - Convert(s_0) + Convert(s_1)]`` computed here from
+    ``fss.convert`` (no correction-word code), written over the payloads; no keys, no words."""
+    if backend == "numpy":
+        monkeypatch.setattr(kernels, "BACKEND", "numpy")
+    elif not kernels.compiled():
+        pytest.skip("no compiled kernels here")
+    alphas = np.arange(9) % 5
+    _, _, state = fss.gen_path(alphas, 6, _rng=CtrDrbg(3))
+    betas = CtrDrbg(4).words((len(alphas), 4), np.uint32)
+    c0, c1 = (convert(leaf, 4, 32, "t") for leaf in (state.leaf0, state.leaf1))
+    expected = betas - c0 + c1
+    t1 = (state.leaf1[:, 0] & np.uint64(1)).astype(bool)
+    expected[t1] = 0 - expected[t1]
+    got = fss.convert_gen(state, betas, tag="t", overwrite_betas=True)
+    assert got is betas and np.array_equal(got, expected)
+    none = fss.convert_gen(fss.GenState(6, np.zeros((0, 2), np.uint64), np.zeros((0, 2), np.uint64)),
+                           np.zeros((0, 3), np.uint32), overwrite_betas=True)
+    assert none.shape == (0, 3)
