@@ -112,7 +112,8 @@ class Outcomes:
 
 class Batcher:
     """Groups concurrent calls into one call of ``fn(items) -> results`` (a result may be an
-    exception, raised in its caller's thread).  One worker thread."""
+    exception, raised in its caller's thread; ``fn`` returns one result per item, else every
+    caller of the batch gets a ``RuntimeError``).  One worker thread."""
 
     def __init__(self, fn: Callable[[list[Any]], list[Any]], max_batch: int = 256) -> None:
         self._fn, self._max = fn, max_batch
@@ -137,6 +138,8 @@ class Batcher:
                     break
             try:
                 results = self._fn([item for item, _ in batch])
+                if len(results) != len(batch):  # a caller left without its result would wait forever
+                    raise RuntimeError(f"the batch function returned {len(results)} results for {len(batch)} items")
             except BaseException as exc:  # noqa: BLE001 - handed to every caller
                 results = [exc] * len(batch)
             for (_, fut), res in zip(batch, results, strict=True):
