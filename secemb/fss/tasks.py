@@ -23,7 +23,7 @@ from secemb.fss.linalg import LimbMatrix
 from secemb.fss.verify import LeafCheck
 
 __all__ = ["Buckets", "bits_task", "evaluate_into_task", "evaluate_task", "evaluation_form", "place", "ranges",
-           "scatter_task"]
+           "scatter_task", "tapered"]
 
 
 @dataclass
@@ -117,6 +117,22 @@ def ranges(n: int, parts: int) -> list[tuple[int, int]]:
     """``[0, n)`` cut into ``parts`` consecutive ranges of near-equal size (range ``i`` starts
     at ``floor(i n / parts)``; integer arithmetic: called several times a round per server)."""
     return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
+
+
+def tapered(n: int, largest: int, workers: int) -> list[tuple[int, int]]:
+    """``[0, n)`` cut into consecutive ranges of at most ``largest`` (>= 1) that shrink toward
+    the end, for ``workers`` threads that each take the next range left: each range is a
+    ``1 / (2 workers)`` share of what is left (at least ``largest // 8``), so the threads run
+    out of work within about one small range of each other (equal ranges leave one waiting
+    for up to a whole range)."""
+    smallest = max(1, largest // 8)
+    out: list[tuple[int, int]] = []
+    lo = 0
+    while lo < n:
+        size = min(largest, max(smallest, -(-(n - lo) // (2 * workers))))
+        out.append((lo, min(n, lo + size)))
+        lo = out[-1][1]
+    return out
 
 
 def bits_task(task: tuple[list[np.ndarray], list[np.ndarray], slice, np.ndarray, bool, np.ndarray,

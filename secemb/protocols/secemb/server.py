@@ -23,6 +23,7 @@ from secemb.fss.tasks import (
     place,
     ranges,
     scatter_task,
+    tapered,
 )
 from secemb.framing import HEADER_BYTES
 from secemb.fss.tree import padded_leaves
@@ -290,6 +291,8 @@ class SecEmbServer(ServerRole):
         slots = cfg.slots
         n = len(stacked) // slots  # user-major: user u's keys are rows u B .. u B + B - 1
         spans = ranges(slots, min(slots, max(parts, self.backend.workers)))
+        if self.backend.in_process and self.backend.workers > 1:  # threads: ranges that shrink toward the end
+            spans = tapered(slots, max(hi - lo for lo, hi in spans), self.backend.workers)
 
         def task(lo: int, hi: int) -> tuple:
             """The evaluation task of buckets ``lo..hi-1``: every user's keys of them."""
