@@ -23,6 +23,7 @@ inactive features are zero rows, so the row count does not reveal ``x_u``).
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -132,13 +133,27 @@ class _FMRep(Representation):
 
 class _DeepFMRep(_FMRep):
     """DeepFM: the FM summary plus the user part of the first deep layer,
-    ``p_u W1_p + sum_f (x_uf v_f) W1_f`` (4d)."""
+    ``p_u W1_p + sum_f (x_uf v_f) W1_f`` (4d).
+
+    The public products every call used to redo -- the user rows of ``W1`` gathered into one
+    ``(R, d, 4d)`` array, ``V_y (.) W1_y`` -- are made once, at the first call that needs them
+    (the denoiser's training asks for one device's summary and scores per local step: at
+    d = 512 the gathered rows are 713 MB, which this object then holds)."""
+
+    @cached_property
+    def _user_w1(self) -> np.ndarray:
+        """The rows of ``W1`` that multiply ``H_u``'s rows, ``[W1_p; W1_x]`` ``(R, d, 4d)``."""
+        w1 = self.views["W1"]
+        return np.concatenate([w1[:1], w1[2 : 2 + self.l_x]], axis=0)
+
+    @cached_property
+    def _item_w1(self) -> np.ndarray:
+        """``V_y (.) W1_y`` summed over ``d``: the first layer's weights of the item features ``(l_y, 4d)``."""
+        return np.einsum("gd,gdh->gh", self.views["V_y"], self.views["W1"][2 + self.l_x :])
 
     def summary(self, h: np.ndarray) -> np.ndarray:
         h = np.asarray(h, dtype=np.float64)
-        w1 = self.views["W1"]
-        user_w = np.concatenate([w1[:1], w1[2 : 2 + self.l_x]], axis=0)  # (R, d, 4d)
-        deep = np.einsum("nrd,rdh->nh", h, user_w)
+        deep = np.einsum("nrd,rdh->nh", h, self._user_w1)
         return np.concatenate([super().summary(h), deep], axis=1)
 
     def score(self, summary: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -147,10 +162,10 @@ class _DeepFMRep(_FMRep):
 
         rows = np.asarray(rows, dtype=np.float64)
         fm, y = self._fm(summary, rows)
-        d, v, lx = self.dim, self.views, self.l_x
+        d, v = self.dim, self.views
         h = summary[:, d + 1 :] + rows[:, :d] @ v["W1"][1] + v["c1"]
         if self.model.l_y:
-            h = h + y @ np.einsum("gd,gdh->gh", v["V_y"], v["W1"][2 + lx :])
+            h = h + y @ self._item_w1
         t = {k: torch.as_tensor(np.asarray(v[k], dtype=np.float64)) for k in ("g1", "b1", "g2", "b2")}
         with torch.no_grad():
             z = torch.relu(F.layer_norm(torch.as_tensor(h), (4 * d,), t["g1"], t["b1"]))

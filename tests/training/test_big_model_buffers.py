@@ -137,3 +137,30 @@ def test_dense_leaves_read_the_vector_in_place_and_their_gradients_are_those_of_
     assert np.array_equal(flat, np.arange(11.0) / 7)  # the vector is untouched
     f32 = lay.leaves(np.arange(11, dtype=np.float32))  # another dtype: float64 copies
     assert all(t.dtype == torch.float64 and t.requires_grad for t in f32.values())
+
+
+def test_deepfm_representation_gathers_its_public_products_once_with_the_same_bits() -> None:
+    from secemb.data import load_dataset
+    from secemb.data.features import load_features
+    from secemb.inference.representation import representation_for
+    from secemb.models import get_model
+
+    data = load_dataset("synthetic-mini", None, seed=0)
+    feats = load_features("synthetic-mini", None, num_users=data.num_users, num_items=data.num_items, seed=0)
+    model = get_model("deepfm", dim=8, reg=0.01, features=feats)
+    rng = np.random.default_rng(5)
+    table, dense = model.init_public(data.num_items, rng)
+    rep = representation_for(model, dense)
+    h = rng.normal(size=(6, rep.rows, 8))
+    w1 = model.layout.views(dense)["W1"]
+    lx = model.l_x
+    deep = np.einsum("nrd,rdh->nh", h, np.concatenate([w1[:1], w1[2 : 2 + lx]], axis=0))  # the formula
+    summary = rep.summary(h)
+    assert np.array_equal(summary[:, 8 + 1 :], deep)
+    gathered = rep._user_w1  # type: ignore[attr-defined]
+    assert np.array_equal(rep.summary(h[:2]), summary[:2]) and rep._user_w1 is gathered  # type: ignore[attr-defined]
+    if model.l_y:
+        v = model.layout.views(dense)
+        assert np.array_equal(rep._item_w1, np.einsum("gd,gdh->gh", v["V_y"], w1[2 + lx :]))  # type: ignore[attr-defined]
+    scores = rep.score(np.repeat(summary, 3, axis=0), table[rng.integers(0, data.num_items, 18)])
+    assert scores.shape == (18,) and np.all(np.isfinite(scores))
