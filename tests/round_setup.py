@@ -28,13 +28,13 @@ class SecEmbRound(NamedTuple):
 
 
 def begin(*, layout: str, relay: bool, round_id: int, num_items: int, width: int, dense_size: int, m_prime: int,
-          seed: int, backend: Backend | None = None) -> SecEmbRound:
-    """Round ``round_id`` of a ``SecEmbProtocol(layout, relay, backend)`` over a ``num_items`` x
-    ``width`` table of uint32 drawn from ``default_rng(seed)`` (``dense_size`` dense values,
-    ``m_prime`` slots a user), begun at two new servers."""
+          seed: int, backend: Backend | None = None, verify: bool = True) -> SecEmbRound:
+    """Round ``round_id`` of a ``SecEmbProtocol(layout, relay, backend, verify)`` over a
+    ``num_items`` x ``width`` table of uint32 drawn from ``default_rng(seed)`` (``dense_size``
+    dense values, ``m_prime`` slots a user), begun at two new servers."""
     from secemb.protocols.secemb import SecEmbProtocol
 
-    proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend)
+    proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend, verify=verify)
     cfg = proto.round_config(round_id, num_items, width, dense_size, m_prime)
     rng = np.random.default_rng(seed)
     table = rng.integers(0, 2**32, (num_items, width), dtype=np.uint64).astype(np.uint32)

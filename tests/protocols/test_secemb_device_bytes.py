@@ -14,22 +14,18 @@ import numpy as np
 import pytest
 
 from secemb.protocols.placement import place
-from secemb.protocols.secemb import SecEmbProtocol
 from secemb.protocols.secemb.user import SecEmbUser
 from secemb.randomness import CtrDrbg
+
+from round_setup import begin
 
 _USERS = [3, 8, 21, 30]
 
 
 def _round(layout: str, relay: bool, verify: bool) -> tuple[str, str, str]:
     """SHA-256 of the devices' requests, of their rows and of their uploads, joined in order."""
-    proto = SecEmbProtocol(layout=layout, relay=relay, verify=verify)
-    cfg = proto.round_config(6, num_items=120, width=3, dense_size=2, m_prime=5)
-    gen = np.random.default_rng(4)
-    table = gen.integers(0, 1 << 32, (cfg.num_items, cfg.width), np.uint64).astype(cfg.dtype)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    s0.begin_round(cfg, table)
-    s1.begin_round(cfg, table)
+    proto, cfg, _, _, s0, s1 = begin(layout=layout, relay=relay, verify=verify, round_id=6, num_items=120, width=3,
+                                     dense_size=2, m_prime=5, seed=4)
     users = [proto.make_user(cfg, _rng=CtrDrbg(b"device/%d" % uid)) for uid in _USERS]
     slots = [place(cfg, np.array([uid, uid + 40, uid + 80], np.int64), np.random.default_rng(uid)).indices
              for uid in _USERS]

@@ -17,6 +17,8 @@ from secemb.protocols.secemb import SecEmbProtocol
 from secemb.protocols.secemb.relay import relay_prg, relay_prg_sum
 from secemb.randomness import CtrDrbg
 
+from round_setup import begin
+
 BACKENDS = ["numpy"] + (["numba"] if kernels.available() else [])
 
 
@@ -74,13 +76,8 @@ def test_shared_of_is_the_shared_bytes_of_what_was_parsed(m: int, d: int, ring_b
 
 def _round_digests(layout: str, relay: bool) -> bytes:
     """Both servers' upload digests of a fixed round (seeded devices and table), joined."""
-    proto = SecEmbProtocol(layout=layout, relay=relay)
-    cfg = proto.round_config(5, num_items=300, width=5, dense_size=3, m_prime=8)
-    gen = np.random.default_rng(1)
-    table = gen.integers(0, 1 << 32, (cfg.num_items, cfg.width), np.uint64).astype(cfg.dtype)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    s0.begin_round(cfg, table)
-    s1.begin_round(cfg, table)
+    proto, cfg, _, _, s0, s1 = begin(layout=layout, relay=relay, round_id=5, num_items=300, width=5, dense_size=3,
+                                     m_prime=8, seed=1)
     users = [2, 7, 11]
     for uid in users:
         user = proto.make_user(cfg, _rng=CtrDrbg(b"device/%d" % uid))

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import errno
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +29,7 @@ from secemb.server.app import create_app  # noqa: E402
 from secemb.transport.signing import sign_headers, user_key  # noqa: E402
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "server")]  # the helpers below
-from deviation_helpers import USERS, WAIT_S, in_process  # noqa: E402
+from deviation_helpers import USERS, in_one_batch, in_process  # noqa: E402
 from test_upload_many import _held_round  # noqa: E402
 
 
@@ -48,18 +46,6 @@ def test_hostile_uploads_in_one_http_batch_get_their_own_4xx(monkeypatch: pytest
     r, held = _held_round(servers, USERS)
     (a, up_a), (b, up_b), (c, up_c), (d, up_d) = held
     outsider = next(u for u in range(leader.cfg.num_users) if u not in USERS)
-    role, sizes = leader.role, []
-    real = role.handle_upload_many
-    first_in, go = threading.Event(), threading.Event()
-
-    def held_first(items: list[tuple[int, bytes]]) -> list:
-        sizes.append(len(items))
-        if len(sizes) == 1:  # hold the batcher until the others have queued
-            first_in.set()
-            assert go.wait(WAIT_S)
-        return real(items)
-
-    monkeypatch.setattr(role, "handle_upload_many", held_first)
     client = TestClient(create_app(leader), raise_server_exceptions=False)
     secret = leader.cfg.user_secret
     sends = {"a": (a, r, up_a), "b-cut": (b, r, up_b[:-1]), "c": (c, r, up_c), "c-again": (c, r, up_c),
@@ -69,18 +55,8 @@ def test_hostile_uploads_in_one_http_batch_get_their_own_4xx(monkeypatch: pytest
     def send(name: str) -> None:
         status[name] = _post(client, secret, *sends[name])
 
-    first = threading.Thread(target=send, args=("a",))
-    first.start()
-    assert first_in.wait(WAIT_S)
-    rest = [threading.Thread(target=send, args=(name,)) for name in sends if name != "a"]
-    for t in rest:
-        t.start()
-    deadline = time.monotonic() + WAIT_S
-    while leader._upload_batch._q.qsize() < len(rest) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    go.set()
-    for t in [first, *rest]:
-        t.join(WAIT_S)
+    sizes = in_one_batch(monkeypatch, leader, lambda: send("a"),
+                         [lambda name=name: send(name) for name in sends if name != "a"])
     # one batch of the five: the outsider is refused before the role, the round r+1 upload by its round
     assert sizes == [1, 3]
     assert status["a"] == 204 and status["b-cut"] == 400 and status["d-next-round"] == 409

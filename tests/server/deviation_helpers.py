@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -116,3 +118,36 @@ def play_round(pair: Pair, users: list[int] = USERS) -> tuple[int, dict[str, Any
         except Exception as exc:  # noqa: BLE001 - a device's failure is what some tests look for
             errors[u] = exc
     return r, pair.leader.close_round(r), errors
+
+
+def in_one_batch(monkeypatch: Any, leader: Any, first: Callable[[], None], rest: list[Callable[[], None]]) -> list[int]:
+    """Run ``first``, then each of ``rest``, each in a thread, so that the uploads ``rest`` sends
+    reach server 0's role together: the role's first ``handle_upload_many`` call (``first``'s)
+    is held until every one of ``rest`` has queued at the node's upload batcher (or
+    :data:`WAIT_S` has passed); returns the sizes of the role's calls, in order."""
+    role = leader.role
+    real = role.handle_upload_many
+    sizes: list[int] = []
+    first_in, go = threading.Event(), threading.Event()
+
+    def held_first(items: list[tuple[int, bytes]]) -> list:
+        sizes.append(len(items))
+        if len(sizes) == 1:  # hold the batcher until the others have queued
+            first_in.set()
+            assert go.wait(WAIT_S)
+        return real(items)
+
+    monkeypatch.setattr(role, "handle_upload_many", held_first)
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert first_in.wait(WAIT_S)
+    threads += [threading.Thread(target=send) for send in rest]
+    for t in threads[1:]:
+        t.start()
+    deadline = time.monotonic() + WAIT_S
+    while leader._upload_batch._q.qsize() < len(rest) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.set()
+    for t in threads:
+        t.join(WAIT_S)
+    return sizes

@@ -7,8 +7,6 @@ not hold up the close.  The servers are the in-process nodes a deployment runs."
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 import pytest
@@ -20,7 +18,7 @@ from secemb.server.auth import Forbidden
 from secemb.server.errors import Conflict
 from secemb.sim.local import LocalPeer, LocalServerLink
 
-from deviation_helpers import FLOOR, RATINGS, USERS, WAIT_S, in_process
+from deviation_helpers import FLOOR, RATINGS, USERS, WAIT_S, in_one_batch, in_process
 
 
 class _HeldUpload(LocalServerLink):
@@ -112,19 +110,6 @@ def test_concurrent_uploads_are_batched_and_each_caller_gets_its_own_answer(monk
     _, servers = in_process()
     leader, follower = servers.nodes
     r, held = _held_round(servers, USERS)
-    role = leader.role
-    real = role.handle_upload_many
-    sizes: list[int] = []
-    first_in, go = threading.Event(), threading.Event()
-
-    def spy(items: list[tuple[int, bytes]]) -> list:
-        sizes.append(len(items))
-        if len(sizes) == 1:  # hold the batcher until the others have queued
-            first_in.set()
-            assert go.wait(WAIT_S)
-        return real(items)
-
-    monkeypatch.setattr(role, "handle_upload_many", spy)
     (a, up_a), *rest = held
     results: dict[int, BaseException | None] = {}
 
@@ -135,20 +120,10 @@ def test_concurrent_uploads_are_batched_and_each_caller_gets_its_own_answer(monk
         except Exception as exc:  # noqa: BLE001 - the caller's own refusal is what is checked
             results[user] = exc
 
-    threads = [threading.Thread(target=send, args=(a, up_a))]
-    threads[0].start()
-    assert first_in.wait(WAIT_S)
     bad_user = rest[0][0]
     items = [(bad_user, rest[0][1][:-1])] + rest[1:]
-    threads += [threading.Thread(target=send, args=item) for item in items]
-    for t in threads[1:]:
-        t.start()
-    deadline = time.monotonic() + WAIT_S
-    while leader._upload_batch._q.qsize() < len(items) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    go.set()
-    for t in threads:
-        t.join(WAIT_S)
+    sizes = in_one_batch(monkeypatch, leader, lambda: send(a, up_a),
+                         [lambda item=item: send(*item) for item in items])
     assert sizes == [1, len(items)]  # the uploads that queued meanwhile went to the role as one batch
     assert isinstance(results.pop(bad_user), InvalidMessage)
     assert results == {u: None for u, _ in [(a, up_a)] + rest[1:]}
