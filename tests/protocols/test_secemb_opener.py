@@ -1,4 +1,4 @@
-"""Issue 37: a SecEmb server opens a batch's messages through ``Opener``, which takes a message
+"""Issue 37: a SecEmb server (and device) opens a batch's messages through ``Opener``, which takes a message
 whose header is byte for byte the expected one without unpacking it.  It must accept exactly
 what ``open_message`` accepts, with the same body, and refuse everything else with the same
 error: every header field changed, a wrong length, a buffer that is not bytes."""
@@ -10,8 +10,7 @@ import struct
 import pytest
 
 from secemb.errors import InvalidMessage
-from secemb.protocols.secemb.server import Opener
-from secemb.protocols.wire import frame, open_message
+from secemb.protocols.wire import Opener, frame, open_message
 
 BODY = bytes(range(40))
 ARGS = ("secemb", "upload", 0, 7, len(BODY))
@@ -24,7 +23,7 @@ def _changed(offset: int, fmt: str, value: int) -> bytes:
 
 
 def test_the_opener_accepts_and_refuses_what_open_message_does() -> None:
-    opener = Opener("upload", 0, 7, len(BODY))
+    opener = Opener(*ARGS)
     good = frame("secemb", "upload", 0, 7, BODY)
     assert bytes(opener(good)) == bytes(open_message(good, *ARGS)) == BODY
     assert opener._head == good[:32]  # the header it compares with is the real one: the fast path is taken

@@ -19,7 +19,7 @@ import numpy as np
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.server import Opener, Request, SecEmbServer, little, sift, stacked
+from secemb.protocols.secemb.server import Request, SecEmbServer, little, sift, stacked
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_BYTES,
@@ -33,7 +33,7 @@ from secemb.protocols.secemb.sizes import (
     tag_words,
 )
 from secemb.framing import HEADER_BYTES
-from secemb.protocols.wire import check_user, frame, read_array, read_view
+from secemb.protocols.wire import Opener, check_user, frame, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
 __all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_prg", "relay_prg_sum",
@@ -135,7 +135,7 @@ def parse_roots_many(messages: Sequence[bytes], config: RoundConfig) -> list[Dir
     size = roots_bytes(config)
     bodies: list[memoryview] = []
     where: list[int] = []
-    opener = Opener("retrieval_request", 1, config.round_id, size)
+    opener = Opener(NAME, "retrieval_request", 1, config.round_id, size)
     for i, message in enumerate(messages):
         try:
             bodies.append(opener(message))
@@ -306,7 +306,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         shared_len = shared_bytes(cfg, self.verify)
         opened: list[int | SecembError] = []  # a forward's row of ``rows``, or the error that refuses it
         bodies: list[memoryview] = []
-        opener = Opener("relay_keys", 1, cfg.round_id, shared_len)
+        opener = Opener(NAME, "relay_keys", 1, cfg.round_id, shared_len)
         for _, message in forwards:
             try:
                 bodies.append(opener(message))
@@ -392,7 +392,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         threads."""
         cfg = self._cfg()
         out: list[bytes | SecembError] = [b""] * len(answers)
-        opener = Opener("relay_answer", 1, cfg.round_id, answer_bytes(cfg))
+        opener = Opener(NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
 
         def take(user_id: int, message: bytes, seen: set[int]) -> memoryview:
             if self.party != 0 or user_id not in self._answers or user_id in seen:

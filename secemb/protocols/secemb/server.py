@@ -25,7 +25,6 @@ from secemb.fss.tasks import (
     scatter_task,
     tapered,
 )
-from secemb.framing import HEADER_BYTES
 from secemb.fss.tree import padded_leaves
 from secemb.fss.verify import CHECK_WORDS, challenges
 from secemb.protocols.backends import Backend, Handle, SerialBackend
@@ -44,13 +43,13 @@ from secemb.protocols.secemb.sizes import (
     upload_bytes,
 )
 from secemb.protocols.spill import SpilledShares
-from secemb.protocols.wire import check_user, frame, open_message, read_array, read_view, users_bytes
+from secemb.protocols.wire import Opener, check_user, frame, open_message, read_array, read_view, users_bytes
 from secemb.sharing import reconstruct
 
 if TYPE_CHECKING:
     from secemb.fss.gpu import DeviceTable
 
-__all__ = ["EVAL_BYTES", "FOLD_BYTES", "Opener", "Request", "SecEmbServer"]
+__all__ = ["EVAL_BYTES", "FOLD_BYTES", "Request", "SecEmbServer"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -87,32 +86,6 @@ class _Absorbed:
     proof: tuple[bytes, np.ndarray] | None  # as _Pending.proof
     cw: np.ndarray  # ring (S, w): the aggregation correction words
     dense_seed: bytes | None  # server 1 with relay: the seed its dense share expands from; else None (spilled)
-
-
-class Opener:
-    """:func:`~secemb.protocols.wire.open_message` of a batch's SecEmb messages of one
-    ``kind``, ``party``, round and body ``size``: a message (bytes) whose header is byte for
-    byte the one these expect -- exactly what passes every check of ``open_message``, since
-    they fix every header field -- is taken without unpacking it; any other is checked by
-    ``open_message``, which raises its error."""
-
-    def __init__(self, kind: str, party: int, round_id: int, size: int) -> None:
-        self._args = (NAME, kind, party, round_id, size)
-        # the header of an empty body with its last field, the body length (u64 at offset 24:
-        # docs/wire-format.md), set to ``size``
-        self._head = frame(NAME, kind, party, round_id)[: HEADER_BYTES - 8] + U64.pack(size)
-        self._total = HEADER_BYTES + size
-
-    def __call__(self, message: bytes) -> memoryview:
-        """The body of ``message``.
-
-        Raises
-        ------
-        InvalidMessage: as ``open_message``.
-        """
-        if type(message) is bytes and len(message) == self._total and message.startswith(self._head):
-            return memoryview(message)[HEADER_BYTES:]
-        return open_message(message, *self._args)
 
 
 def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
@@ -343,7 +316,7 @@ class SecEmbServer(ServerRole):
         out: list[Request | SecembError | None] = [None] * len(messages)
         opened: list[tuple[int, memoryview]] = []
         size = request_bytes(cfg, self.verify)
-        opener = Opener("retrieval_request", self.party, cfg.round_id, size)
+        opener = Opener(NAME, "retrieval_request", self.party, cfg.round_id, size)
         for i, message in enumerate(messages):
             try:
                 opened.append((i, opener(message)))
@@ -599,7 +572,7 @@ class SecEmbServer(ServerRole):
         refused item's error is put in its place of ``out``.  A user listed twice: the second
         is refused as one that already uploaded."""
         cfg = self._cfg()
-        opener = Opener(kind, self.party, cfg.round_id, size)
+        opener = Opener(NAME, kind, self.party, cfg.round_id, size)
 
         def take(user_id: int, message: bytes, seen: set[int]) -> memoryview:
             if user_id in seen:

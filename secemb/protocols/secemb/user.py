@@ -16,7 +16,6 @@ from secemb.fss.verify import corrections
 from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
 from secemb.protocols.secemb.checks import key_digests, row_tags
 from secemb.protocols.secemb.relay import relay_prgs, upload_mac
-from secemb.protocols.secemb.server import Opener
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_KEY_BYTES,
@@ -27,7 +26,7 @@ from secemb.protocols.secemb.sizes import (
     roots_bytes,
     tag_words,
 )
-from secemb.protocols.wire import HEADER_BYTES, array_bytes, frame, frame_rows, read_view
+from secemb.protocols.wire import HEADER_BYTES, Opener, array_bytes, frame, frame_rows, read_view
 from secemb.randomness import SEED_BYTES, RandomBytes, random_words, system_rng
 from secemb.sharing import share
 
@@ -264,7 +263,8 @@ class SecEmbUser(UserRole):
         shape = (cfg.slots, cfg.width + tag_words(cfg))
         size = answer_bytes(cfg)
         # each reply's header checked against the one expected, framed once for the batch
-        openers = (Opener("retrieval_reply", 0, cfg.round_id, size), Opener("retrieval_reply", 1, cfg.round_id, size))
+        openers = (Opener(NAME, "retrieval_reply", 0, cfg.round_id, size),
+                   Opener(NAME, "retrieval_reply", 1, cfg.round_id, size))
         out: list[np.ndarray | Exception | None] = [None] * len(users)
         read: list[tuple[int, np.ndarray, np.ndarray | None]] = []
         for i, (user, (reply0, reply1)) in enumerate(zip(users, replies, strict=True)):
