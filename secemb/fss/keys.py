@@ -458,6 +458,11 @@ class DPFKeys(OutputKeys[PathKeys]):
             raise InvalidParameters(f"rows must be uint8 (u, L) and roots None or uint8 (u, {16 * k}), got "
                                     f"{getattr(rows, 'dtype', None)} {getattr(rows, 'shape', None)} and "
                                     f"{getattr(roots, 'dtype', None)} {getattr(roots, 'shape', None)}")
+        # the one-array path views a row's fields as words: each row's bytes contiguous (a copy otherwise)
+        if rows.strides[1] != 1:
+            rows = np.ascontiguousarray(rows)
+        if roots is not None and roots.strides[1] != 1:
+            roots = np.ascontiguousarray(roots)
         u = rows.shape[0]
         where = list(range(u))
         dest, at = cls._destination(params, party, k, u, into, blocks, where)
