@@ -86,7 +86,8 @@ def test_fuzzed_rows_get_what_each_gives_alone(m: int, ring_bits: int, shared: b
     rng = np.random.default_rng([m, ring_bits, shared])
     for trial in range(12):
         party = int(rng.integers(0, 2))
-        expect: dict[str, Any] = {"domain_size": m, "party": party, "count": K, "payload_width": D, "ring_bits": ring_bits}
+        expect: dict[str, Any] = {"domain_size": m, "party": party, "count": K, "payload_width": D,
+                                  "ring_bits": ring_bits}
         keys = [_keys(100 * trial + s, m, ring_bits, party) for s in range(6)]
         datas = [k.shared_bytes() if shared else k.to_bytes() for k in keys]
         roots: list[bytes] | None = [k.path.roots.astype("<u8").tobytes() for k in keys] if shared else None
