@@ -22,7 +22,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import TYPE_CHECKING, Any
@@ -117,7 +117,13 @@ class ThreadBackend(Backend):
     def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
         """``fn`` of each task, in order; the first failing task's (by position) exception is
         raised once every task has run.  The calling thread runs tasks too (it would wait
-        otherwise): a map wakes ``min(workers, len(tasks)) - 1`` pool threads, not one more."""
+        otherwise): a map wakes ``min(workers, len(tasks)) - 1`` pool threads, not one more.
+
+        A task that raises a ``BaseException`` that is no ``Exception`` (``KeyboardInterrupt``,
+        ``SystemExit``) stops the map: no task starts after it, and it is raised once the tasks
+        running have returned (none is left running behind the caller).  A task may map on
+        the same backend (a nested map): a pool thread that has not started a map's share by
+        the time the caller has taken every task is not waited for."""
         if len(tasks) <= 1 or self.workers == 1:
             return [fn(t) for t in tasks]
         if self._pool is None:
@@ -125,13 +131,14 @@ class ThreadBackend(Backend):
         results: list[Any] = [None] * len(tasks)
         failed: list[tuple[int, Exception]] = []
         order = iter(range(len(tasks)))
+        stopped = [False]  # a task raised a BaseException: no task starts after it
         lock = threading.Lock()
 
         def drain() -> None:
             """Run the next task left until none is."""
             while True:
                 with lock:
-                    i = next(order, None)
+                    i = None if stopped[0] else next(order, None)
                 if i is None:
                     return
                 try:
@@ -139,11 +146,20 @@ class ThreadBackend(Backend):
                 except Exception as exc:  # raised in the caller below, in task order
                     with lock:
                         failed.append((i, exc))
+                except BaseException:
+                    stopped[0] = True
+                    raise
 
         helpers = [self._pool.submit(drain) for _ in range(min(self.workers, len(tasks)) - 1)]
-        drain()
-        for helper in helpers:
-            helper.result()
+        try:
+            drain()
+        finally:
+            # a helper still queued has nothing left to run (and, in a nested map, may be
+            # queued behind the very pool thread that waits for it): cancelled, not waited for
+            started = [helper for helper in helpers if not helper.cancel()]
+            wait(started)
+        for helper in started:
+            helper.result()  # a pool thread's BaseException
         if failed:
             raise min(failed, key=lambda f: f[0])[1]
         return results
