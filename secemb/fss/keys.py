@@ -321,7 +321,7 @@ class DPFKeys(OutputKeys[PathKeys]):
         once: uint8 (parts, HEADER_BYTES + c key_bytes), row ``i`` the bytes of
         ``self[i c:(i + 1) c].to_bytes()`` for ``c = K / parts``.
 
-        ``out``: write the rows into this uint8 array of that shape instead (its rows
+        ``out``: write the rows into this writable uint8 array of that shape instead (its rows
         C-contiguous, of any stride: e.g. the key columns of a batch of whole messages) and
         return it.
 
@@ -338,8 +338,8 @@ class DPFKeys(OutputKeys[PathKeys]):
         if out is None:
             out = np.empty((parts, size), np.uint8)
         elif (not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.shape != (parts, size)
-              or (parts and out.strides[1] != 1)):
-            raise InvalidParameters(f"out must be uint8 ({parts}, {size}) with contiguous rows, got "
+              or (parts and out.strides[1] != 1) or not out.flags.writeable):
+            raise InvalidParameters(f"out must be writable uint8 ({parts}, {size}) with contiguous rows, got "
                                     f"{getattr(out, 'dtype', None)} {getattr(out, 'shape', None)}")
         out[:, :HEADER_BYTES] = np.frombuffer(_header(_KIND_FULL, self.party, p, c, size - HEADER_BYTES), np.uint8)
         # the fields (PathKeys._body, then the output words), each row's c records of each

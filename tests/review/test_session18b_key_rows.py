@@ -14,6 +14,9 @@ alone.
   one-array path failed with numpy's ``ValueError`` ("the last axis must be contiguous")
   where ``from_bytes`` of each row's bytes parses it.
 
+* ``DPFKeys.to_rows(out=)`` (the device's rows) refuses a read-only ``out`` with
+  ``InvalidParameters`` like any destination it cannot write (before: numpy's ``ValueError``).
+
 Left as it is (older than this session, a refusal either way): a header whose payload width is
 over 2^20 is refused by ``from_bytes_many`` (so ``from_rows``) as "expected payload width d,
 got w" and by ``from_bytes`` as "bad key parameters: payload_width must be in [0, 2^20] ...".
@@ -27,7 +30,7 @@ import numpy as np
 import pytest
 
 from secemb import fss
-from secemb.errors import InvalidKey
+from secemb.errors import InvalidKey, InvalidParameters
 from secemb.randomness import CtrDrbg
 
 K, D = 3, 2
@@ -134,3 +137,12 @@ def test_rows_not_contiguous_along_a_row_are_parsed_like_any_rows(layout: str, s
     got = fss.DPFKeys.from_rows(laid(_rows(datas)), roots=None if roots is None else laid(_rows(roots)), **expect)
     for j, (g, k) in enumerate(zip(got, keys, strict=True)):
         _same(g, k, f"row {j}")
+
+
+def test_to_rows_refuses_a_read_only_destination_as_it_refuses_any_bad_one() -> None:
+    keys = _keys(0, 300, 32, 0)
+    out = np.zeros_like(keys.to_rows(1))
+    out.flags.writeable = False
+    with pytest.raises(InvalidParameters, match="out must be"):  # before: numpy's ValueError
+        keys.to_rows(1, out=out)
+    assert not out.any()
