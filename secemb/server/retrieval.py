@@ -102,7 +102,8 @@ class Retrieval(NodeState):
         (a user that is not a participant, a malformed or duplicated upload; a round that is
         not open refuses them all).  A forward that server 1 refused leaves its item's upload
         absorbed here but not at server 1 (the close leaves the user out), as for one upload,
-        and not counted for the round's quorum.
+        and not counted for the round's quorum; nor is any forward of a batch whose forwarding
+        raised (its outcome is unknown).
 
         Raises
         ------
@@ -135,14 +136,17 @@ class Retrieval(NodeState):
                     taken.append((i, out))
                     rnd.uploaded.add(items[i][0])
             before, n = len(rnd.uploaded) - len(taken), len(rnd.uploaded)
+        fwd = [(i, out) for i, out in taken if out is not None]
+        forwarded = not fwd  # whether each forward's outcome is known
         try:
-            fwd = [(i, out) for i, out in taken if out is not None]
             refused = self._forward_uploads(r, [(items[i][0], out) for i, out in fwd]) if fwd else []
             for (i, _), err in zip(fwd, refused, strict=True):
                 results[i] = err
+            forwarded = True
         finally:
-            with self._wake:  # a forward server 1 refused cannot count: nor does it for the quorum
-                rnd.finished.update(items[i][0] for i, _ in taken if results[i] is None)
+            with self._wake:  # a forward server 1 refused, or one whose fate is unknown, cannot count for the quorum
+                rnd.finished.update(items[i][0] for i, out in taken
+                                    if results[i] is None and (out is None or forwarded))
                 self._wake.notify_all()
         for count in range(before + 1, n + 1):
             faults.hit("upload", count)

@@ -55,6 +55,22 @@ def test_a_batch_of_uploads_counts_at_both_servers() -> None:
     assert doc["state"] == "committed" and doc["included"] == sorted(USERS)
 
 
+def test_a_batch_whose_forwarding_raises_counts_none_of_its_forwards_for_the_quorum(monkeypatch) -> None:
+    """A forward whose fate at server 1 is unknown (the peer link raised) is not counted as a
+    finished upload: the quorum could otherwise close a round on uploads server 1 never got."""
+    _, servers = in_process()
+    leader, _ = servers.nodes
+    r, held = _held_round(servers, USERS)
+
+    def broken(round_id: int, items: list) -> list:
+        raise RuntimeError("the peer link broke")
+
+    monkeypatch.setattr(leader, "_forward_uploads", broken)
+    with pytest.raises(RuntimeError, match="peer link broke"):
+        leader.upload_many(r, held)
+    assert leader._current(r).finished == set()
+
+
 def test_a_bad_item_refuses_only_itself() -> None:
     _, servers = in_process()
     leader, follower = servers.nodes
