@@ -73,12 +73,10 @@ _DPF_AES_PREFIXES = ("tree/", "convert/")
 #: project functions that do nothing but it ("Class.method" for a method)
 OTHER_CRYPTO: dict[str, tuple[tuple[str, str], ...]] = {
     "hmac": (("secemb.protocols.secemb.relay", "upload_mac"),),
-    "sha256 digests": (("secemb.protocols.secemb.checks", "key_digest"),
-                       ("secemb.protocols.secemb.checks", "key_digests"), ("secemb.protocols.secemb.relay", "_digests"),
+    "sha256 digests": (("secemb.protocols.secemb.checks", "key_digests"), ("secemb.protocols.secemb.relay", "_digests"),
                        ("secemb.protocols.secemb.server", "SecEmbServer.upload_digests")),
     "row tags": (("secemb.fss.hashing", "sha256_many"),),
-    "challenge seeds": (("secemb.protocols.secemb.checks", "challenge_seed"),
-                        ("secemb.protocols.secemb.checks", "challenge_seeds")),
+    "challenge seeds": (("secemb.protocols.secemb.checks", "challenge_seeds"),),
     "os randomness": (("secemb.randomness", "system_rng"),),
 }
 

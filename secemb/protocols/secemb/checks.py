@@ -12,7 +12,7 @@ from secemb.errors import InvalidParameters
 from secemb.fss.hashing import sha256_many
 from secemb.protocols.secemb.sizes import TAG_BYTES, U64
 
-__all__ = ["VERIFY_DOMAIN", "challenge_seed", "challenge_seeds", "key_digest", "key_digests", "row_tags"]
+__all__ = ["VERIFY_DOMAIN", "challenge_seeds", "key_digests", "row_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): domains of the challenge seed the
@@ -51,20 +51,14 @@ def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(tags).view(dt.newbyteorder("<")).astype(dt)
 
 
-def key_digest(shared: bytes, checks: bytes | memoryview) -> bytes:
-    """A user's key digest, ``SHA-256(shared || checks)`` of its shared key part (as
-    :meth:`~secemb.fss.keys.DPFKeys.shared_bytes` serializes it) and its check words: what
-    :func:`challenge_seed` derives from and, with relay, what the device commits to."""
-    h = hashlib.sha256(shared)
-    h.update(checks)  # not concatenated: the key part is the bulk of a request
-    return h.digest()
-
-
 def key_digests(shared_header: bytes, rest: np.ndarray) -> list[bytes]:
-    """:func:`key_digest` of many users' keys of one parameter set: each shared part is
-    ``shared_header`` (:meth:`~secemb.fss.keys.DPFKeys.shared_header`) followed by row ``i`` of
-    ``rest`` (uint8 (n, L), rows C-contiguous: the keys' fields after their roots, then the
-    check words); the header hashed once (hashlib: long messages, hashed without the GIL)."""
+    """Users' key digests, ``SHA-256(shared || checks)`` of each one's shared key part (as
+    :meth:`~secemb.fss.keys.DPFKeys.shared_bytes` serializes it) and check words: what
+    :func:`challenge_seeds` derives from and, with relay, what the device commits to.  The
+    users' keys are of one parameter set: each shared part is ``shared_header``
+    (:meth:`~secemb.fss.keys.DPFKeys.shared_header`) followed by row ``i`` of ``rest`` (uint8
+    (n, L), rows C-contiguous: the keys' fields after their roots, then the check words); the
+    header hashed once (hashlib: long messages, hashed without the GIL)."""
     base = hashlib.sha256(shared_header)
     out = []
     for row in rest:
@@ -75,16 +69,10 @@ def key_digests(shared_header: bytes, rest: np.ndarray) -> list[bytes]:
 
 
 def challenge_seeds(round_id: int, key_digests: list[bytes]) -> np.ndarray:
-    """:func:`challenge_seed` of many key digests (32 bytes each), as uint64 (n, 2), hashed
-    as one batch (:func:`~secemb.fss.hashing.sha256_many`)."""
+    """The 128-bit seeds of users' check challenges, uint64 (n, 2): ``SHA-256(domain || u64
+    round_id || K)[:16]`` of each key digest ``K`` (32 bytes, :func:`key_digests`), so that a
+    seed is fixed only once the keys are (Fiat-Shamir; docs/security.md); hashed as one batch
+    (:func:`~secemb.fss.hashing.sha256_many`)."""
     digests = np.frombuffer(b"".join(key_digests), np.uint8).reshape(len(key_digests), 32)
     seeds = sha256_many(_CHALLENGE_DOMAIN + U64.pack(round_id), digests)[:, :16]
     return np.ascontiguousarray(seeds).view("<u8").astype(np.uint64)
-
-
-def challenge_seed(round_id: int, key_digest: bytes) -> np.ndarray:
-    """The 128-bit seed of a user's check challenge, uint64 (2,): derived from its committed
-    key bytes (``key_digest``, SHA-256 of the shared key part and check words), so that it is
-    fixed only once the keys are (Fiat-Shamir; docs/security.md)."""
-    seed = hashlib.sha256(_CHALLENGE_DOMAIN + U64.pack(round_id) + key_digest).digest()[:16]
-    return np.frombuffer(seed, "<u8").astype(np.uint64)
