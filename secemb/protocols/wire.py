@@ -36,6 +36,7 @@ __all__ = [
     "open_message",
     "Opener",
     "array_bytes",
+    "little",
     "read_array",
     "read_view",
     "read_rows",
@@ -120,9 +121,16 @@ class Opener:
         return open_message(message, *self._args)
 
 
+def little(a: np.ndarray) -> memoryview:
+    """:func:`array_bytes` of ``a`` (an unsigned integer array) as a view, without that copy --
+    a copy only where ``a`` is not C-contiguous or the host big-endian -- for a message that
+    copies it once (framing, hashing)."""
+    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).data
+
+
 def array_bytes(a: np.ndarray) -> bytes:
     """Little-endian C-order bytes of an unsigned integer array."""
-    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+    return little(a).tobytes()
 
 
 def read_array(body: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:

@@ -19,7 +19,7 @@ import numpy as np
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.server import Request, SecEmbServer, little, sift, stacked
+from secemb.protocols.secemb.server import Request, SecEmbServer, sift, stacked
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_BYTES,
@@ -33,7 +33,7 @@ from secemb.protocols.secemb.sizes import (
     tag_words,
 )
 from secemb.framing import HEADER_BYTES
-from secemb.protocols.wire import Opener, check_user, frame, read_array, read_view
+from secemb.protocols.wire import Opener, check_user, frame, little, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
 __all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_prg", "relay_prg_sum",

@@ -43,7 +43,7 @@ from secemb.protocols.secemb.sizes import (
     upload_bytes,
 )
 from secemb.protocols.spill import SpilledShares
-from secemb.protocols.wire import Opener, check_user, frame, open_message, read_array, read_view, users_bytes
+from secemb.protocols.wire import Opener, check_user, frame, little, open_message, read_array, read_view, users_bytes
 from secemb.sharing import reconstruct
 
 if TYPE_CHECKING:
@@ -110,13 +110,6 @@ def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
         where.append(i)
         seen.add(user_id)
     return users, where, kept
-
-
-def little(a: np.ndarray) -> memoryview:
-    """:func:`~secemb.protocols.wire.array_bytes` of ``a`` (an unsigned integer array) as a view,
-    without that copy -- a copy only where ``a`` is not C-contiguous or the host big-endian --
-    for a message that copies it once (framing, hashing)."""
-    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).data
 
 
 def stacked(bodies: list[memoryview], rows: np.ndarray) -> np.ndarray:
