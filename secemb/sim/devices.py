@@ -29,6 +29,7 @@ from secemb.protocols.placement import PaddedRequest
 from secemb.ring import FixedPoint
 from secemb.round.local import LocalStep
 from secemb.round.results import VerificationError
+from secemb.sim.allocator import reusing_freed_memory
 
 __all__ = ["GROUP_BYTES", "Device", "DevicePhase", "RoundDevices", "group_size"]
 
@@ -105,12 +106,14 @@ class RoundDevices:
     def run(self, devs: list[Device], info: RoundInfo, expected: np.ndarray | None) -> None:
         """Every device of the attempt, as the schedule says (:meth:`batch` of all of them, or
         of each one alone); ``expected``: the encoded table the retrieved rows are checked
-        against (``None``: not checked)."""
-        if self.schedule == "interleaved":
-            for d in devs:
-                self.batch([d], info, expected)
-        else:
-            self.batch(devs, info, expected)
+        against (``None``: not checked).  A large model's buffers are reused from one device
+        to the next meanwhile (:func:`~secemb.sim.allocator.reusing_freed_memory`)."""
+        with reusing_freed_memory(self.fp.dtype.itemsize * info.config.dense_size):
+            if self.schedule == "interleaved":
+                for d in devs:
+                    self.batch([d], info, expected)
+            else:
+                self.batch(devs, info, expected)
 
     def batch(self, devs: list[Device], info: RoundInfo, expected: np.ndarray | None) -> None:
         """``devs`` through the round, step by step: sessions opened and prepared (their keys
