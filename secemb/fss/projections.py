@@ -1,0 +1,245 @@
+"""Random ternary projections of ring-share vectors: ``<r_i, x> mod 2^k`` (issue 34 (b)).
+
+Hazmat layer.  Each server holds, per device, a share ``x`` in ``Z_{2^k}^L`` (the device's key
+payload sums and dense share; ``k`` = 32 as ``uint32`` or 64 as ``uint64``).  The bound check of
+``docs/security.md`` ("The fourth row") needs ``lambda`` projections ``<r_i, x> mod 2^k`` whose
+rows ``r_i`` have independent entries -1, 0, +1 with probabilities 1/4, 1/2, 1/4, expanded from a
+public 16-byte seed.  The device computes the same projections of both servers' shares, so the
+expansion below is the specification; every party must implement it bit for bit.
+
+**Expansion of a seed** (:func:`ternary_rows`).  The row key is
+``K = SHA-256(b"secemb/fss/projections" || seed)[:16]``.  The stream is AES-128 in counter mode
+under ``K`` (NIST SP 800-38A): block ``j`` is ``AES_K(j)`` with ``j`` the 128-bit big-endian
+counter block starting at 0 (what ``cryptography``'s ``modes.CTR(bytes(16))`` gives; here it is
+computed as ECB over the counter blocks, which OpenSSL runs several times faster).  Number the
+stream's bits ``b_0, b_1, ...`` least significant bit first within each byte:
+``b_{8m+t} = (stream[m] >> t) & 1``.  Entry ``(i, j)`` of a ``rows x length`` matrix (row-major
+index ``e = i * length + j``) is ``b_{2e} - b_{2e+1}``.  Rows are not padded to bytes: the stream
+has ``ceil(2 * rows * length / 8)`` bytes.
+
+**Exactness of the float path** (:func:`project`).  The rows are a float64 matrix and ``x`` is
+split into 32-bit limbs (one for ``uint32``, two for ``uint64``), each exactly a float64.  The
+inner dimension is summed in slices of at most ``2^21`` coordinates: every term is an integer
+of magnitude at most ``2^32 - 1`` (an entry is -1, 0 or 1), so every partial sum, in whatever
+order or blocking BLAS uses, is an integer of magnitude at most ``2^21 (2^32 - 1) < 2^53`` and
+therefore exact in float64.  Each slice's limb product is converted to ``int64`` exactly and
+added, shifted by its limb weight, in ``uint64`` with wraparound (correct modulo ``2^64``, hence
+modulo ``2^k``).  :func:`project_reference` computes the same in the ring's own integer
+arithmetic; the two agree bit for bit (``tests/fss/test_projections.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from secemb.errors import InvalidParameters
+from secemb.fss import kernels
+
+__all__ = ["SEED_BYTES", "DOMAIN", "row_key", "ternary_rows", "project", "project_reference", "project_each"]
+
+#: Bytes of a projection seed
+SEED_BYTES = 16
+#: Domain-separation prefix of the row key: ``K = SHA-256(DOMAIN || seed)[:16]``
+DOMAIN = b"secemb/fss/projections"
+
+_LIMB_BITS = 32
+#: Coordinates per float64 slice: ``2^21 * (2^32 - 1) < 2^53`` keeps every partial sum exact
+_SLICE = 1 << 21
+#: Bound on the entries of one temporary (float64 limbs, a chunk's rows or stream): 2^23 (64 MiB of float64)
+_TEMP_ENTRIES = 1 << 23
+
+
+def row_key(seed: bytes) -> bytes:
+    """The AES-128 key that ``seed`` expands under: ``SHA-256(DOMAIN || seed)[:16]``.
+
+    Raises
+    ------
+    InvalidParameters
+        if ``seed`` is not :data:`SEED_BYTES` bytes.
+    """
+    if not isinstance(seed, bytes | bytearray) or len(seed) != SEED_BYTES:
+        raise InvalidParameters(f"a projection seed must be {SEED_BYTES} bytes, got {seed!r:.60}")
+    return hashlib.sha256(DOMAIN + bytes(seed)).digest()[:16]
+
+
+def _stream_bytes(rows: int, length: int) -> int:
+    return -(-2 * rows * length // 8)
+
+
+def _streams(seeds: Sequence[bytes], nbytes: int) -> np.ndarray:
+    """uint8 (len(seeds), nbytes): each seed's AES-128-CTR stream (module docstring)."""
+    blocks = -(-nbytes // 16)
+    counters = np.zeros((blocks, 2), ">u8")
+    counters[:, 1] = np.arange(blocks, dtype=np.uint64)
+    src = counters.tobytes()
+    # update_into wants room for one block beyond its input
+    out = np.empty((len(seeds), blocks * 16 + 16), np.uint8)
+    for i, seed in enumerate(seeds):
+        if blocks:
+            Cipher(algorithms.AES(row_key(seed)), modes.ECB()).encryptor().update_into(src, out[i].data)
+    return out[:, :nbytes]
+
+
+def _ternary(stream: np.ndarray, rows: int, length: int) -> np.ndarray:
+    """int8 (c, rows, length) from streams uint8 (c, nbytes): entry ``b_{2e} - b_{2e+1}``."""
+    bits = np.unpackbits(stream, axis=-1, count=2 * rows * length, bitorder="little")
+    pairs = bits.reshape(stream.shape[0], rows, length, 2).view(np.int8)
+    return pairs[..., 0] - pairs[..., 1]
+
+
+def _check_rows(rows: int, length: int) -> None:
+    for name, value in (("rows", rows), ("length", length)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+            raise InvalidParameters(f"{name} must be a non-negative int, got {value!r}")
+
+
+def _check_ring(x: np.ndarray) -> None:
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.uint32, np.uint64) or x.ndim != 2:
+        shape = getattr(x, "shape", None)
+        dtype = getattr(x, "dtype", type(x).__name__)
+        raise InvalidParameters(f"x must be a 2-D uint32 or uint64 ring array (n, L), got {dtype} of shape {shape}")
+
+
+def ternary_rows(seed: bytes, rows: int, length: int) -> np.ndarray:
+    """The reference expansion of ``seed``: the ``rows x length`` ternary matrix.
+
+    Parameters
+    ----------
+    seed: 16 bytes (public; a challenge drawn after the upload).
+    rows, length: the matrix shape (``lambda`` and ``L``), non-negative.
+
+    Returns
+    -------
+    int8 (rows, length) with entries -1, 0, +1 (probabilities 1/4, 1/2, 1/4), as the module
+    docstring specifies.
+
+    Raises
+    ------
+    InvalidParameters
+        for a seed that is not 16 bytes or a negative or non-integer shape.
+    """
+    _check_rows(rows, length)
+    return _ternary(_streams([seed], _stream_bytes(rows, length)), rows, length)[0]
+
+
+def _float_products(t: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``x @ t.T mod 2^k`` for int8 ``t`` (rows, L) and ring ``x`` (n, L), through float64 BLAS
+    (exactness: module docstring).  Returns the ring dtype (n, rows)."""
+    n, length = x.shape
+    acc = np.zeros((n, t.shape[0]), np.uint64)
+    tf = t.astype(np.float64)
+    limbs = x.dtype.itemsize * 8 // _LIMB_BITS
+    step = min(_SLICE, max(1, _TEMP_ENTRIES // max(1, n)))
+    with np.errstate(over="ignore"):
+        for lo in range(0, length, step):
+            xs = x[:, lo : lo + step]
+            ts = tf[:, lo : lo + step].T
+            for k in range(limbs):
+                limb = xs if limbs == 1 else (xs >> np.uint64(_LIMB_BITS * k)) & np.uint64(0xFFFFFFFF)
+                part = (limb.astype(np.float64) @ ts).astype(np.int64).view(np.uint64)
+                acc += part << np.uint64(_LIMB_BITS * k)
+    return acc.astype(x.dtype)
+
+
+def _integer_products(t: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``x @ t^T mod 2^k`` in the ring's integer arithmetic: int8 ``t`` (..., rows, L), ring
+    ``x`` (..., n, L) -> ring (..., n, rows).  -1 becomes ``2^k - 1`` and numpy's unsigned
+    matmul wraps."""
+    return np.matmul(x, np.swapaxes(t, -1, -2).astype(x.dtype))
+
+
+def project(seed: bytes, x: np.ndarray, rows: int = 40) -> np.ndarray:
+    """The projections of every device's share on one seed's rows, through float64 BLAS.
+
+    Parameters
+    ----------
+    seed: 16 bytes, one for all devices.
+    x: ring array (n, L), uint32 (``Z_{2^32}``) or uint64 (``Z_{2^64}``): one share per device.
+    rows: ``lambda``, the number of projections.
+
+    Returns
+    -------
+    ring array (n, rows) of ``x``'s dtype: ``out[d, i] = <r_i, x[d]> mod 2^k`` with
+    ``r = ternary_rows(seed, rows, L)``.  Exact for any ``L`` (module docstring); equal to
+    :func:`project_reference` bit for bit.
+
+    Raises
+    ------
+    InvalidParameters
+        for a bad seed, ``x`` that is not a 2-D uint32/uint64 array, or a negative ``rows``.
+    """
+    _check_ring(x)
+    t = ternary_rows(seed, rows, x.shape[1])
+    return _float_products(t, x)
+
+
+def project_reference(seed: bytes, x: np.ndarray, rows: int = 40) -> np.ndarray:
+    """:func:`project` in the ring's own integer arithmetic (numpy's unsigned matmul, which
+    wraps): the reference the float path is checked against.  Same parameters and result."""
+    _check_ring(x)
+    t = ternary_rows(seed, rows, x.shape[1])
+    return _integer_products(t, x)
+
+
+def _seed_list(seeds: Sequence[bytes] | np.ndarray, n: int) -> list[bytes]:
+    if isinstance(seeds, np.ndarray):
+        if seeds.dtype != np.uint8 or seeds.shape != (n, SEED_BYTES):
+            raise InvalidParameters(f"seeds must be uint8 ({n}, {SEED_BYTES}), got {seeds.dtype} {seeds.shape}")
+        return [bytes(s) for s in np.ascontiguousarray(seeds)]
+    out = list(seeds)
+    if len(out) != n:
+        raise InvalidParameters(f"need one seed per device: {n} devices, got {len(out)} seeds")
+    for s in out:
+        row_key(s)  # validates
+    return [bytes(s) for s in out]
+
+
+def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int = 40) -> np.ndarray:
+    """The projections of each device's share on its own seed's rows (a per-device challenge).
+
+    Parameters
+    ----------
+    seeds: n seeds of 16 bytes, as a sequence of bytes or uint8 (n, 16); seed ``d`` is device ``d``'s.
+    x: ring array (n, L), uint32 or uint64.
+    rows: ``lambda``.
+
+    Returns
+    -------
+    ring array (n, rows) of ``x``'s dtype, row ``d`` equal to ``project(seeds[d], x[d:d+1], rows)[0]``.
+
+    Devices go in chunks (each chunk's streams at most 2^23 bytes and its int8 rows at most
+    2^23 entries).  With the compiled kernels (:func:`secemb.fss.kernels.compiled`) each
+    chunk's products are read straight off the packed streams by a numba loop in ``uint64``
+    wrapping arithmetic; otherwise the chunk's rows are expanded to int8 and multiplied as one
+    stacked unsigned matmul (:func:`project_reference`'s arithmetic).
+
+    Raises
+    ------
+    InvalidParameters
+        for seeds of the wrong number or length, ``x`` that is not a 2-D uint32/uint64 array,
+        or a negative ``rows``.
+    """
+    _check_ring(x)
+    _check_rows(rows, x.shape[1])
+    n, length = x.shape
+    seed_list = _seed_list(seeds, n)
+    out = np.empty((n, rows), x.dtype)
+    nbytes = _stream_bytes(rows, length)
+    chunk = max(1, _TEMP_ENTRIES // max(1, rows * length))
+    compiled = kernels.compiled()
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        stream = _streams(seed_list[lo:hi], nbytes)
+        if compiled:
+            from secemb.fss._projection_kernels import ternary_products
+
+            acc = np.empty((hi - lo, rows), np.uint64)
+            ternary_products(stream, x[lo:hi], acc)
+            out[lo:hi] = acc.astype(x.dtype)
+        else:
+            out[lo:hi] = _integer_products(_ternary(stream, rows, length), x[lo:hi, None, :])[:, 0, :]
+    return out
