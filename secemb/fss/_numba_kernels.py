@@ -240,33 +240,49 @@ def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, blocks, val
 
 
 @njit(cache=True, nogil=True)
-def convert_accumulate(words, nb, rk, acc, start, live, blocks, vals, staged):  # noqa: ANN001, ANN201
+def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks, vals, staged):  # noqa: ANN001, ANN201
     """``acc[r] += Convert(words[i])`` in the ring for ``r = (start + i) % M`` where
-    ``live[r]``: words uint64 (N, 2), acc ring (M, w), live uint8 (M,); the words of rows not
-    live are not converted.  Scratch as in :func:`convert_eval`, and ``staged`` uint64
+    ``live[r]``, and ``key_acc[(start + i) // period] += Convert(words[i])`` for the same
+    words: words uint64 (N, 2), live uint8 (M,), acc ring (M, w) or (0, w) (not summed by
+    row), key_acc ring (K, w) or (0, w) (not summed by key), period >= 1; the words of rows
+    not live are not converted.  Scratch as in :func:`convert_eval`, and ``staged`` uint64
     (S, 2) for the live words of a step."""
     n = words.shape[0]
-    big_m, w = acc.shape
+    big_m = live.shape[0]
+    by_row, by_key = acc.shape[0] > 0, key_acc.shape[0] > 0
+    w = acc.shape[1] if by_row else key_acc.shape[1]
     stage = np.empty((3, BLOCKS, 2), np.uint64)
     step = blocks.shape[0]
     rows = np.empty(step, np.int64)
+    keys = np.empty(step, np.int64)
     row = start % big_m
+    key, p = start // period, start % period
     c = 0
     for i in range(n):
         if live[row]:
             staged[c, 0] = words[i, 0]
             staged[c, 1] = words[i, 1]
             rows[c] = row
+            keys[c] = key
             c += 1
         row += 1
         if row == big_m:
             row = 0
+        p += 1
+        if p == period:
+            key, p = key + 1, 0
         if c == step or (i == n - 1 and c > 0):
             _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
-            for q in range(c):
-                r = rows[q]
-                for e in range(w):
-                    acc[r, e] += vals[q, e]
+            if by_row:
+                for q in range(c):
+                    r = rows[q]
+                    for e in range(w):
+                        acc[r, e] += vals[q, e]
+            if by_key:
+                for q in range(c):
+                    kq = keys[q]
+                    for e in range(w):
+                        key_acc[kq, e] += vals[q, e]
             c = 0
 
 

@@ -164,38 +164,61 @@ def convert_eval_into(
         o += part.shape[0]
 
 
-def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray, start: int,
-                       live: np.ndarray | None = None) -> None:
+def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, start: int,
+                       live: np.ndarray | None = None, *, key_acc: np.ndarray | None = None,
+                       period: int = 1) -> None:
     """``acc[(start + i) % M] += Convert_tag(words[i])`` in the ring, for every word: the
-    servers' sum of conversions over keys (the aggregation stage's scatter).
+    servers' sum of conversions over keys (the aggregation stage's scatter); with ``key_acc``,
+    also ``key_acc[(start + i) // period] += Convert_tag(words[i])`` for the same words: the
+    sum of conversions over each key's positions, from the same conversions.
 
     Parameters
     ----------
     words: uint64 (N, 2) leaf words.
-    acc: ring (M, w), updated in place (uint32 or uint64: the ring).
+    acc: ring (M, w), updated in place (uint32 or uint64: the ring), or ``None`` for no sums
+        by row (then ``key_acc`` and ``live`` are required).
     start: flat position of ``words[0]`` (row ``start % M``).
     live: bool (M,), or ``None`` for all rows: only the words of live rows are converted
         and added (the compiled kernel skips the others' AES work; rows not live are left
-        as they are).
+        as they are, and add nothing to ``key_acc``).
+    key_acc: ring (K, w) of ``acc``'s dtype, updated in place, or ``None``; ``period``: positions
+        per key (``>= 1``), so that every word's key ``(start + i) // period`` is below ``K``.
     """
-    dtype, (big_m, width) = acc.dtype, acc.shape
+    out = acc if acc is not None else key_acc
+    if out is None or (acc is None and live is None) or period < 1:
+        raise InvalidParameters("convert_accumulate needs acc, or key_acc and live; and period >= 1")
+    dtype, width = out.dtype, out.shape[1]
+    big_m = live.shape[0] if acc is None and live is not None else out.shape[0]
     ring_bits = 8 * dtype.itemsize
     if live is not None and live.shape != (big_m,):
         raise InvalidParameters(f"live must have shape ({big_m},), got {live.shape}")
+    if key_acc is not None and (
+        key_acc.dtype != dtype or key_acc.ndim != 2 or key_acc.shape[1] != width
+        or (words.shape[0] > 0 and (start + words.shape[0] - 1) // period >= key_acc.shape[0])
+    ):
+        raise InvalidParameters(f"key_acc must be {dtype} (K, {width}) with every word's key below K, "
+                                f"got {key_acc.dtype} {key_acc.shape}, period {period}")
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
         from secemb.fss._numba_kernels import convert_accumulate as fused
 
         blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
         rows = np.ones(big_m, np.uint8) if live is None else live.astype(np.uint8)
-        fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0], acc, start, rows,
+        none = np.empty((0, width), dtype)
+        fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0],
+              none if acc is None else acc, start, rows, none if key_acc is None else key_acc, period,
               blocks, vals, np.empty((blocks.shape[0], 2), np.uint64))
         return
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
-        pos = start + lo
-        while pos < start + hi:  # rows wrap around at M
-            j = pos % big_m
-            take = min(start + hi - pos, big_m - j)
-            part = vals[pos - start - lo : pos - start - lo + take]
-            acc[j : j + take] += part if live is None else part * live[j : j + take, None].astype(dtype)
-            pos += take
+        pos = start + np.arange(lo, hi)
+        v = vals if live is None else vals * live[pos % big_m, None].astype(dtype)
+        if key_acc is not None:  # one segment per key, keys in increasing order
+            keys = pos // period
+            first = np.flatnonzero(np.diff(keys, prepend=-1))
+            key_acc[keys[first]] += np.add.reduceat(v, first, axis=0, dtype=dtype)
+        p = int(pos[0])
+        while acc is not None and p < start + hi:  # rows wrap around at M
+            j = p % big_m
+            take = min(start + hi - p, big_m - j)
+            acc[j : j + take] += v[p - start - lo : p - start - lo + take]
+            p += take

@@ -17,6 +17,7 @@ walking the trees again and without storing per-leaf seeds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import numpy as np
 
@@ -32,10 +33,13 @@ from secemb.fss.verify import LeafCheck
 __all__ = [
     "AGGREGATION_TAG",
     "RETRIEVAL_TAG",
+    "PayloadSums",
     "PreparedAggregation",
     "bits_product",
     "bucket_shares",
     "key_checks",
+    "payload_shares",
+    "payload_sums_of",
     "retrieve_and_prepare",
     "retrieve_and_prepare_buckets",
 ]
@@ -48,6 +52,47 @@ AGGREGATION_TAG = "secemb/aggregation"
 APPLY_SLICE = 1 << 13
 #: keys per block of :meth:`PreparedAggregation.apply_bits` (a few users' keys at once)
 APPLY_KEYS = 1 << 12
+
+
+@dataclass(eq=False)
+class PayloadSums:
+    """A party's per-key sums over the key's domain positions, from which it gets shares of
+    every key's payload (issue 34 (b)) with :func:`payload_shares`.
+
+    Attributes
+    ----------
+    key_conv: ring (K, w), ``sum_x Convert_agg(s[k, x])`` over key ``k``'s live positions
+        ``x`` (the domain ``[0, m)``, or ``[0, sizes[i])`` for bucket ``i``'s keys: padding
+        positions count in neither field).
+    t_count: int64 (K,), how many of those positions have control bit ``t[k, x] = 1``.
+    """
+
+    key_conv: np.ndarray
+    t_count: np.ndarray
+
+
+def payload_shares(party: int, key_conv: np.ndarray, t_count: np.ndarray, cw: np.ndarray) -> np.ndarray:
+    """Party ``b``'s shares of every key's payload: ``S_b = (-1)^b (key_conv + t_count * CW)``,
+    ring (K, w), i.e. its aggregation shares summed over each key's positions.
+
+    ``key_conv`` and ``t_count`` are a :class:`PayloadSums`' fields, ``cw`` ring (K, w) the
+    keys' aggregation correction words.  ``S_0 + S_1`` is the sum over positions of each key's
+    reconstructed outputs: its payload ``beta`` when its two parties' leaf states differ at one
+    position at most (the point-function check (a)); a key differing at several positions
+    gives the sum of its outputs there.
+    """
+    b = _check_party(party)
+    if (cw.dtype != key_conv.dtype or cw.shape != key_conv.shape or cw.ndim != 2
+            or t_count.shape != (cw.shape[0],)):
+        raise InvalidParameters(
+            f"cw {cw.dtype} {cw.shape} must match key_conv {key_conv.dtype} {key_conv.shape} "
+            f"and t_count {t_count.shape} (K,)"
+        )
+    out = t_count.astype(cw.dtype)[:, None] * cw
+    out += key_conv
+    if b:
+        np.negative(out, out=out)
+    return out
 
 
 @dataclass(eq=False)
@@ -67,6 +112,8 @@ class PreparedAggregation:
     t_bits: uint8 (K, ceil(m / 8)), the control bits at every leaf, packed (numpy
         ``packbits``, big bit order).
     conv_sum: ring (m, w), ``sum_i Convert_agg(s[i, j])``, or ``None`` once detached.
+    payload: the keys' :class:`PayloadSums` (``retrieve_and_prepare(..., payload_sums=True)``),
+        or ``None``.
     """
 
     party: int
@@ -75,6 +122,7 @@ class PreparedAggregation:
     width: int
     t_bits: np.ndarray
     conv_sum: np.ndarray | None
+    payload: PayloadSums | None = None
 
     def signed_conv(self) -> np.ndarray:
         """``(-1)^b sum_i Convert_agg(s[i, j])``: ring (m, w)."""
@@ -83,8 +131,10 @@ class PreparedAggregation:
         return -self.conv_sum if self.party else self.conv_sum.copy()
 
     def without_conv(self) -> PreparedAggregation:
-        """The same summary without its conversion sum (control bits only)."""
-        return PreparedAggregation(self.party, self.ring_bits, self.domain_size, self.width, self.t_bits, None)
+        """The same summary without its conversion sum (control bits, and payload sums if any)."""
+        return PreparedAggregation(
+            self.party, self.ring_bits, self.domain_size, self.width, self.t_bits, None, self.payload
+        )
 
     def apply_bits(self, cw: np.ndarray) -> np.ndarray:
         """``(-1)^b sum_i t[i, j] CW[i]``: ring (m, w), for ``cw`` ring (K, w).  Temporary
@@ -117,14 +167,16 @@ class PreparedAggregation:
         return bits
 
 
-def _check_inputs(path: PathKeys, party: int, retrieval_cw: np.ndarray, dtype: np.dtype, agg_width: int) -> int:
+def _check_inputs(
+    path: PathKeys, party: int, retrieval_cw: np.ndarray | None, dtype: np.dtype, agg_width: int
+) -> int:
     b = _check_party(party)
     if b != path.party:
         raise InvalidParameters(f"keys belong to party {path.party}, not {party}")
     if dtype not in (np.dtype(np.uint32), np.dtype(np.uint64)):
         raise InvalidParameters(f"tables must be uint32 or uint64, got {dtype}")
     k = len(path)
-    if retrieval_cw.dtype != dtype or retrieval_cw.shape != (k, 1):
+    if retrieval_cw is not None and (retrieval_cw.dtype != dtype or retrieval_cw.shape != (k, 1)):
         raise InvalidParameters(
             f"retrieval_cw must be {dtype} of shape ({k}, 1), got {retrieval_cw.dtype} {retrieval_cw.shape}"
         )
@@ -133,38 +185,58 @@ def _check_inputs(path: PathKeys, party: int, retrieval_cw: np.ndarray, dtype: n
     return b
 
 
+def _bucket_rows(sizes: np.ndarray | None, buckets: int, big_m: int, mp: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(cols, live)``: int64 (B,) bucket sizes (all ``big_m`` for ``None``) and bool
+    (B mp,), position ``x`` of bucket ``i``'s padded domain at ``i mp + x`` is live when
+    ``x < cols[i]``."""
+    cols = np.full(buckets, big_m, np.int64) if sizes is None else np.asarray(sizes, np.int64)
+    if cols.shape != (buckets,) or np.any((cols < 0) | (cols > big_m)):
+        raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}], got {cols}")
+    return cols, (np.arange(mp)[None, :] < cols[:, None]).reshape(-1)
+
+
+def _payload_sums(t: np.ndarray, live: np.ndarray, key_conv: np.ndarray) -> PayloadSums:
+    """The :class:`PayloadSums` of a walk: its control bits ``t`` uint8 (K, mp), the live mask
+    it was given (bool (B mp,), key ``k``'s at ``(k % B) mp``) and its ``key_conv``."""
+    t_count = (t.reshape(-1, live.size) & live).reshape(t.shape[0], -1).sum(axis=1, dtype=np.int64)
+    return PayloadSums(key_conv, t_count)
+
+
 def _walk(
     path: PathKeys,
     party: int,
-    retrieval_cw: np.ndarray,
-    conv_sum: np.ndarray,
+    retrieval_cw: np.ndarray | None,
+    e: np.ndarray | None,
+    conv_sum: np.ndarray | None,
     retrieval_tag: str,
     aggregation_tag: str,
     live: np.ndarray,
     check: LeafCheck | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Walk every tree once.  Returns ``(t, e)``, uint8 and ring (K, mp) over the padded
-    domain (:func:`~secemb.fss.tree.padded_leaves`): control bits and retrieval shares
-    ``(-1)^b [Convert_ret(s) + t CW_ret]``; adds ``Convert_agg`` of the leaf at flat position
-    ``j`` of (K, mp) to ``conv_sum[j % M]`` (ring (M, w)) where ``live[j % M]`` (bool (M,)):
-    rows that hold no domain point (padding) are neither converted nor written.  ``check``:
-    the keys' point-function check (:class:`~secemb.fss.verify.LeafCheck`), folded from the
-    same leaves."""
-    dtype = retrieval_cw.dtype
+    key_conv: np.ndarray | None = None,
+) -> np.ndarray:
+    """Walk every tree once.  Returns ``t``, uint8 (K, mp) over the padded domain
+    (:func:`~secemb.fss.tree.padded_leaves`): the control bits; writes the retrieval shares
+    ``(-1)^b [Convert_ret(s) + t CW_ret]`` into ``e`` (ring (K, mp)) when ``retrieval_cw`` and
+    ``e`` are given; adds
+    ``Convert_agg`` of the leaf at flat position ``j`` of (K, mp) to ``conv_sum[j % M]``
+    (ring (M, w), or ``None``) and to ``key_conv[j // mp]`` (ring (K, w), or ``None``) where
+    ``live[j % M]`` (bool (M,)): rows that hold no domain point (padding) are neither converted
+    nor written.  ``check``: the keys' point-function check
+    (:class:`~secemb.fss.verify.LeafCheck`), folded from the same leaves."""
     k, mp = len(path), padded_leaves(path.params)
     t = np.empty((k, mp), np.uint8)
-    e = np.empty((k, mp), dtype)
-    t_flat, e_flat = t.reshape(-1), e.reshape(-1, 1)
+    t_flat = t.reshape(-1)
     for r0, r1, leaves in leaf_groups(path):
         width = leaves.shape[1]
         a0, z0 = r0 * width, r1 * width  # flat positions in (K, mp)
         flat = leaves.reshape(-1, 2)
         np.bitwise_and(flat[:, 0], _ONE, out=t_flat[a0:z0], casting="unsafe")
-        convert_eval_into(flat, retrieval_cw, a0, mp, party, retrieval_tag, e_flat[a0:z0])
-        convert_accumulate(flat, aggregation_tag, conv_sum, a0, live)
+        if retrieval_cw is not None and e is not None:
+            convert_eval_into(flat, retrieval_cw, a0, mp, party, retrieval_tag, e.reshape(-1, 1)[a0:z0])
+        convert_accumulate(flat, aggregation_tag, conv_sum, a0, live, key_acc=key_conv, period=mp)
         if check is not None:
             check.add(r0, r1, leaves)
-    return t, e
+    return t
 
 
 def key_checks(path: PathKeys, check: LeafCheck) -> np.ndarray:
@@ -185,6 +257,7 @@ def retrieve_and_prepare(
     retrieval_tag: str = RETRIEVAL_TAG,
     aggregation_tag: str = AGGREGATION_TAG,
     check: LeafCheck | None = None,
+    payload_sums: bool = False,
 ) -> tuple[np.ndarray, PreparedAggregation]:
     """Answer a PIR request and prepare path-shared aggregation in one pass over the trees.
 
@@ -197,6 +270,8 @@ def retrieve_and_prepare(
     agg_width: ``w``, the width of the aggregation payloads that will follow.
     check: if given, the keys' point-function check values are folded into it from the same
         leaves (:class:`~secemb.fss.verify.LeafCheck`).
+    payload_sums: also sum each key's conversions over its positions, in the same pass, into
+        ``prepared.payload`` (:class:`PayloadSums`; ``None`` otherwise).
 
     Returns
     -------
@@ -210,12 +285,31 @@ def retrieve_and_prepare(
     ring_bits = 8 * table.dtype.itemsize
     mp = padded_leaves(path.params)
     conv_sum = np.zeros((mp, agg_width), table.dtype)
-    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, np.arange(mp) < m, check)
+    key_conv = np.zeros((len(path), agg_width), table.dtype) if payload_sums else None
+    live, e = np.arange(mp) < m, np.empty((len(path), mp), table.dtype)
+    t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv)
     answers = ring_matmul(e[:, :m], table, ring_bits)
     prepared = PreparedAggregation(
-        b, ring_bits, m, agg_width, np.packbits(t[:, :m], axis=1), np.ascontiguousarray(conv_sum[:m])
+        b, ring_bits, m, agg_width, np.packbits(t[:, :m], axis=1), np.ascontiguousarray(conv_sum[:m]),
+        None if key_conv is None else _payload_sums(t, live, key_conv),
     )
     return answers, prepared
+
+
+@overload
+def retrieve_and_prepare_buckets(
+    path: PathKeys, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix, agg_width: int, *,
+    sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
+    check: LeafCheck | None = None, payload_sums: Literal[False] = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+@overload
+def retrieve_and_prepare_buckets(
+    path: PathKeys, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix, agg_width: int, *,
+    sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
+    check: LeafCheck | None = None, payload_sums: Literal[True],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, PayloadSums]: ...
 
 
 def retrieve_and_prepare_buckets(
@@ -229,7 +323,8 @@ def retrieve_and_prepare_buckets(
     retrieval_tag: str = RETRIEVAL_TAG,
     aggregation_tag: str = AGGREGATION_TAG,
     check: LeafCheck | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    payload_sums: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray, PayloadSums]:
     """The batched-bucket form: ``U`` users' keys, key ``u B + i`` retrieving from bucket
     ``i``'s table ``tables[i]``.
 
@@ -245,6 +340,8 @@ def retrieve_and_prepare_buckets(
         computed at those positions only and is zero at the others (a caller must ignore
         them, as the layout's scatter does); the answers skip the padding rows.
     check: as for :func:`retrieve_and_prepare`.
+    payload_sums: also sum each key's conversions over its bucket's positions ``[0, sizes[i])``
+        in the same pass, returned as a fourth element (:class:`PayloadSums`).
 
     Returns
     -------
@@ -252,6 +349,7 @@ def retrieve_and_prepare_buckets(
     (U B, M) control bits; ring (B, M, w) ``sum_u Convert_agg`` of the leaves of bucket
     ``i``'s keys.  The aggregation share for correction words ``CW`` (U B, w) is
     ``(-1)^b (conv_sum + sum_u t_u[..., None] * CW_u[:, None, :])`` (:func:`bucket_shares`).
+    With ``payload_sums``, ``(answers, t, conv_sum, payload)``.
     """
     k, big_m = len(path), path.params.domain_size
     b = _check_inputs(path, party, retrieval_cw, tables.dtype, agg_width)
@@ -260,16 +358,53 @@ def retrieve_and_prepare_buckets(
         raise InvalidParameters(f"tables must have shape (B, {big_m}, D) with B dividing {k}, got {tables.shape}")
     ring_bits = 8 * tables.dtype.itemsize
     mp = padded_leaves(path.params)
-    cols = np.full(buckets, big_m, np.int64) if sizes is None else np.asarray(sizes, np.int64)
-    if cols.shape != (buckets,) or np.any((cols < 0) | (cols > big_m)):
-        raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}], got {cols}")
-    rows = np.arange(mp)[None, :] < cols[:, None]
+    cols, live = _bucket_rows(sizes, buckets, big_m, mp)
     conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
-    t, e = _walk(path, b, retrieval_cw, conv_sum, retrieval_tag, aggregation_tag, rows.reshape(-1), check)
+    key_conv = np.zeros((k, agg_width), tables.dtype) if payload_sums else None
+    e = np.empty((k, mp), tables.dtype)
+    t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv)
     users = k // buckets
     e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
     answers = ring_matmul(e_b, tables, ring_bits, cols=cols).transpose(1, 0, 2).reshape(k, -1)
-    return answers, np.ascontiguousarray(t[:, :big_m]), conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
+    out = answers, np.ascontiguousarray(t[:, :big_m]), conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
+    return out if key_conv is None else (*out, _payload_sums(t, live, key_conv))
+
+
+def payload_sums_of(
+    path: PathKeys,
+    party: int,
+    agg_width: int,
+    *,
+    ring_bits: int,
+    sizes: np.ndarray | None = None,
+    aggregation_tag: str = AGGREGATION_TAG,
+) -> PayloadSums:
+    """The :class:`PayloadSums` of ``party``'s keys from a walk of their own, no table and no
+    retrieval: what the device that generated both parties' keys computes for a server (the
+    same walk as the servers', so the same sums as ``retrieve_and_prepare(...,
+    payload_sums=True)`` and its bucket form).
+
+    Parameters
+    ----------
+    path: ``K`` path keys of ``party``: over ``[0, m)`` (``sizes`` ``None``), or ``U B`` keys
+        over the bucket domain ``[0, M)``, key ``u B + i`` in bucket ``i``.
+    agg_width: ``w``; ring_bits: 32 or 64.
+    sizes: int (B,) with ``B`` dividing ``K``, the buckets' sizes (positions ``>= sizes[i]``
+        pad bucket ``i`` and count in neither sum), or ``None`` for every key over the whole
+        domain.
+    """
+    if ring_bits not in (32, 64):
+        raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
+    dtype = ring_dtype(ring_bits)
+    b = _check_inputs(path, party, None, dtype, agg_width)
+    k, big_m, mp = len(path), path.params.domain_size, padded_leaves(path.params)
+    buckets = 1 if sizes is None else int(np.size(sizes))
+    if buckets < 1 or k % buckets:
+        raise InvalidParameters(f"sizes must have B >= 1 entries with B dividing {k} keys")
+    _, live = _bucket_rows(sizes, buckets, big_m, mp)
+    key_conv = np.zeros((k, agg_width), dtype)
+    t = _walk(path, b, None, None, None, RETRIEVAL_TAG, aggregation_tag, live, None, key_conv)
+    return _payload_sums(t, live, key_conv)
 
 
 def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.ndarray) -> np.ndarray:
