@@ -12,24 +12,26 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def ternary_products(stream: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[d, i] = <r_i^(d), x[d]> mod 2^64`` for streams uint8 (c, >= ceil(2 rows L / 8)),
+    """``out[d, i] = <r_i^(d), x[d]> mod 2^64`` for streams uint8 (c, >= rows * ceil(L / 4)),
     ring ``x`` (c, L) uint32 or uint64 and ``out`` uint64 (c, rows).
 
-    Entry ``(i, j)`` of device ``d``'s rows is ``b_{2e} - b_{2e+1}`` with ``e = i L + j`` and
-    ``b_s = (stream[d, s >> 3] >> (s & 7)) & 1``; both bits of an entry lie in one byte (``2e``
-    is even).  Sums wrap modulo 2^64, so reducing ``out`` to ``x``'s dtype gives the result
-    modulo ``2^32`` as well.
+    Entry ``(i, j)`` of device ``d``'s rows is ``a - b`` with ``v = stream[d, i B + j // 4]``,
+    ``B = ceil(L / 4)``, ``a = (v >> 2 (j mod 4)) & 1``, ``b = (v >> (2 (j mod 4) + 1)) & 1``.
+    The +1 and -1 terms go to two sums through a mask (``x & -a``), which vectorizes; sums wrap
+    modulo 2^64, so reducing ``out`` to ``x``'s dtype gives the result modulo ``2^32`` as well.
     """
     devices, length = x.shape
     rows = out.shape[1]
+    per_row = (length + 3) // 4
+    zero = np.uint64(0)
     for d in range(devices):
         for i in range(rows):
-            acc = np.uint64(0)
-            base = 2 * i * length
+            plus = zero
+            minus = zero
+            base = i * per_row
             for j in range(length):
-                p = base + 2 * j
-                v = stream[d, p >> 3] >> (p & 7)
+                v = stream[d, base + (j >> 2)] >> (2 * (j & 3))
                 xv = np.uint64(x[d, j])
-                acc += xv * np.uint64(v & 1)
-                acc -= xv * np.uint64((v >> 1) & 1)
-            out[d, i] = acc
+                plus += xv & (zero - np.uint64(v & 1))
+                minus += xv & (zero - np.uint64((v >> 1) & 1))
+            out[d, i] = plus - minus

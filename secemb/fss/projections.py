@@ -11,11 +11,12 @@ expansion below is the specification; every party must implement it bit for bit.
 ``K = SHA-256(b"secemb/fss/projections" || seed)[:16]``.  The stream is AES-128 in counter mode
 under ``K`` (NIST SP 800-38A): block ``j`` is ``AES_K(j)`` with ``j`` the 128-bit big-endian
 counter block starting at 0 (what ``cryptography``'s ``modes.CTR(bytes(16))`` gives; here it is
-computed as ECB over the counter blocks, which OpenSSL runs several times faster).  Number the
-stream's bits ``b_0, b_1, ...`` least significant bit first within each byte:
-``b_{8m+t} = (stream[m] >> t) & 1``.  Entry ``(i, j)`` of a ``rows x length`` matrix (row-major
-index ``e = i * length + j``) is ``b_{2e} - b_{2e+1}``.  Rows are not padded to bytes: the stream
-has ``ceil(2 * rows * length / 8)`` bytes.
+computed as ECB over the counter blocks, which OpenSSL runs several times faster).  A
+``rows x length`` matrix takes the stream's first ``rows * B`` bytes, ``B = ceil(length / 4)``:
+row ``i`` is bytes ``[i B, (i + 1) B)``, four entries a byte, least significant bits first.
+Entry ``(i, j)`` reads byte ``v = stream[i B + j // 4]`` and is ``a - b`` with
+``a = (v >> 2 (j mod 4)) & 1`` and ``b = (v >> (2 (j mod 4) + 1)) & 1``; a row's last byte has
+``4 B - length`` unused entries (each row starts on a byte, so the compiled loop reads whole bytes).
 
 **Exactness of the float path** (:func:`project`).  The rows are a float64 matrix and ``x`` is
 split into 32-bit limbs (one for ``uint32``, two for ``uint64``), each exactly a float64.  The
@@ -67,7 +68,7 @@ def row_key(seed: bytes) -> bytes:
 
 
 def _stream_bytes(rows: int, length: int) -> int:
-    return -(-2 * rows * length // 8)
+    return rows * -(-length // 4)
 
 
 def _streams(seeds: Sequence[bytes], nbytes: int) -> np.ndarray:
@@ -85,8 +86,9 @@ def _streams(seeds: Sequence[bytes], nbytes: int) -> np.ndarray:
 
 
 def _ternary(stream: np.ndarray, rows: int, length: int) -> np.ndarray:
-    """int8 (c, rows, length) from streams uint8 (c, nbytes): entry ``b_{2e} - b_{2e+1}``."""
-    bits = np.unpackbits(stream, axis=-1, count=2 * rows * length, bitorder="little")
+    """int8 (c, rows, length) from streams uint8 (c, rows * ceil(length / 4)): entry ``a - b``."""
+    per_row = stream.reshape(stream.shape[0], rows, -(-length // 4))
+    bits = np.unpackbits(per_row, axis=-1, count=2 * length, bitorder="little")
     pairs = bits.reshape(stream.shape[0], rows, length, 2).view(np.int8)
     return pairs[..., 0] - pairs[..., 1]
 
@@ -211,11 +213,12 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     -------
     ring array (n, rows) of ``x``'s dtype, row ``d`` equal to ``project(seeds[d], x[d:d+1], rows)[0]``.
 
-    Devices go in chunks (each chunk's streams at most 2^23 bytes and its int8 rows at most
-    2^23 entries).  With the compiled kernels (:func:`secemb.fss.kernels.compiled`) each
-    chunk's products are read straight off the packed streams by a numba loop in ``uint64``
-    wrapping arithmetic; otherwise the chunk's rows are expanded to int8 and multiplied as one
-    stacked unsigned matmul (:func:`project_reference`'s arithmetic).
+    Devices go in chunks of at most 2^23 matrix entries (one device a chunk where its rows are
+    larger): a chunk's streams take a quarter of a byte an entry, its int8 rows (numpy path) one.
+    With the compiled kernels (:func:`secemb.fss.kernels.compiled`) each chunk's products are
+    read straight off the packed streams by a numba loop in ``uint64`` wrapping arithmetic;
+    otherwise the chunk's rows are expanded to int8 and multiplied as one stacked unsigned
+    matmul (:func:`project_reference`'s arithmetic).
 
     Raises
     ------
