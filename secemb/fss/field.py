@@ -1,0 +1,263 @@
+"""Arithmetic in the prime field ``F_p``, ``p = 2^61 - 1``, over numpy arrays (hazmat layer).
+
+A field element is a ``uint64`` in ``[0, p)``; every function here takes and returns such arrays
+(or numpy scalars), broadcasting like numpy, and never loops over elements in Python.  Inputs
+outside ``[0, p)`` are a caller mistake the arithmetic does not check (:func:`from_canonical_bytes`
+is the check for untrusted bytes).
+
+``p`` is a Mersenne prime, so ``2^61 = 1 (mod p)``: a 64-bit value ``x`` reduces as
+``(x & p) + (x >> 61)``.  :func:`mul` splits each factor into 32-bit limbs (the high limb has 29
+bits), so every partial product fits a ``uint64``:
+``a * b = a1*b1 * 2^64 + (a1*b0 + a0*b1) * 2^32 + a0*b0`` with ``2^64 = 8`` and
+``2^32 * (mh * 2^29 + ml) = mh + ml * 2^32 (mod p)``.
+
+Uniform elements come from 128-bit strings reduced mod ``p`` (:func:`from_uniform_bytes`): the
+result's statistical distance from uniform is below ``p / 2^128 < 2^-67`` per element, and no
+value is more likely than ``(1 + 2^-67) / p``.
+
+Polynomials are kept by their values at the integer nodes ``0, 1, ..., n - 1``;
+:func:`lagrange_coefficients` gives the linear map from those values to the value at any other
+point (barycentric form), which is all the fully linear proof of :mod:`secemb.fss.rangeproof` needs.
+
+>>> int(mul(np.uint64(P - 1), np.uint64(P - 1)))  # (-1) * (-1)
+1
+>>> int(mul(np.uint64(3), inv(np.uint64(3))))
+1
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+
+import numpy as np
+import numpy.typing as npt
+
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.randomness import SEED_BYTES, expand_seed
+
+__all__ = [
+    "P",
+    "ELEMENT_BYTES",
+    "add",
+    "sub",
+    "neg",
+    "mul",
+    "reduce64",
+    "sum_mod",
+    "dot",
+    "inv",
+    "from_uniform_bytes",
+    "expand",
+    "xof",
+    "to_bytes",
+    "from_canonical_bytes",
+    "lagrange_coefficients",
+]
+
+#: The field's modulus, the Mersenne prime 2^61 - 1
+P = (1 << 61) - 1
+#: Bytes of one element on the wire: a little-endian uint64 (its value < P)
+ELEMENT_BYTES = 8
+
+_P = np.uint64(P)
+_S61 = np.uint64(61)
+_S32 = np.uint64(32)
+_S29 = np.uint64(29)
+_S3 = np.uint64(3)
+_LO32 = np.uint64(0xFFFFFFFF)
+_LO29 = np.uint64((1 << 29) - 1)
+
+
+def _u64(x: npt.ArrayLike) -> np.ndarray:
+    return np.asarray(x, dtype=np.uint64)
+
+
+def reduce64(x: npt.ArrayLike) -> np.ndarray:
+    """Any ``uint64`` values, reduced mod ``p`` into ``[0, p)``."""
+    x = _u64(x)
+    y = (x & _P) + (x >> _S61)  # < 2^61 + 8
+    return y - _P * (y >= _P)
+
+
+def add(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
+    """``a + b mod p`` elementwise (broadcasting)."""
+    s = _u64(a) + _u64(b)  # < 2^62
+    return s - _P * (s >= _P)
+
+
+def neg(a: npt.ArrayLike) -> np.ndarray:
+    """``-a mod p`` elementwise."""
+    a = _u64(a)
+    return np.where(a == 0, a, _P - a)
+
+
+def sub(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
+    """``a - b mod p`` elementwise (broadcasting)."""
+    return add(a, neg(b))
+
+
+def mul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
+    """``a * b mod p`` elementwise (broadcasting), through 32-bit limbs (see the module docstring)."""
+    a = _u64(a)
+    b = _u64(b)
+    a0, a1 = a & _LO32, a >> _S32
+    b0, b1 = b & _LO32, b >> _S32
+    lo = a0 * b0  # < 2^64
+    mid = a0 * b1 + a1 * b0  # < 2^62
+    hi = a1 * b1  # < 2^58
+    s = (hi << _S3) + (mid >> _S29) + ((mid & _LO29) << _S32) + (lo >> _S61) + (lo & _P)  # < 2^63
+    return reduce64(s)
+
+
+def sum_mod(x: npt.ArrayLike, axis: int | tuple[int, ...] | None = None) -> np.ndarray:
+    """The sum mod ``p`` of field elements ``x`` along ``axis`` (all axes when None).
+
+    The low 32 and the high 29 bits of the elements are summed apart in ``uint64`` (exact for
+    fewer than 2^32 terms) and recombined."""
+    x = _u64(x)
+    lo = np.sum(x & _LO32, axis=axis, dtype=np.uint64)
+    hi = np.sum(x >> _S32, axis=axis, dtype=np.uint64)
+    return add(mul(reduce64(hi), np.uint64(1 << 32)), reduce64(lo))
+
+
+def dot(a: npt.ArrayLike, b: npt.ArrayLike, axis: int = -1) -> np.ndarray:
+    """``sum(a * b)`` mod ``p`` along ``axis`` of the broadcast product (a batched inner product or,
+    with ``a[..., :, :, None]`` and ``b[..., None, :, :]`` and ``axis=-2``, a matrix product)."""
+    return sum_mod(mul(a, b), axis=axis)
+
+
+def _pow_const(a: np.ndarray, e: int) -> np.ndarray:
+    result = np.ones_like(a)
+    base = a
+    while e:
+        if e & 1:
+            result = mul(result, base)
+        e >>= 1
+        if e:
+            base = mul(base, base)
+    return result
+
+
+def inv(a: npt.ArrayLike) -> np.ndarray:
+    """``a^-1 mod p`` elementwise, by Fermat (``a^(p-2)``).
+
+    Raises
+    ------
+    InvalidParameters
+        If any element is 0 (it has no inverse)."""
+    a = _u64(a)
+    if np.any(a == 0):
+        raise InvalidParameters("inv: 0 has no inverse in F_p")
+    return _pow_const(a, P - 2)
+
+
+def from_uniform_bytes(data: bytes | np.ndarray, count: int) -> np.ndarray:
+    """``count`` field elements from ``16 * count`` uniform bytes: each 16-byte little-endian
+    integer reduced mod ``p`` (distance from uniform below 2^-67 per element, module docstring).
+
+    Raises
+    ------
+    InvalidParameters
+        If ``data`` does not hold exactly ``16 * count`` bytes."""
+    if isinstance(data, (bytes, bytearray)):
+        if len(data) != 16 * count:
+            raise InvalidParameters(f"from_uniform_bytes: need {16 * count} bytes, got {len(data)}")
+        words = np.frombuffer(data, dtype="<u8").reshape(count, 2)
+    elif data.dtype == np.uint64 and data.size == 2 * count:
+        words = data.reshape(count, 2)
+    else:
+        raise InvalidParameters(f"from_uniform_bytes: need {2 * count} uint64 words, got {data.dtype} {data.shape}")
+    lo = reduce64(words[:, 0])
+    hi = reduce64(words[:, 1])
+    # hi * 2^64 = hi * 8 (mod p): a left rotation by 3 of a 61-bit value
+    hi8 = ((hi << _S3) & _P) | (hi >> np.uint64(58))
+    return add(lo, hi8)
+
+
+def expand(seed: bytes, count: int) -> np.ndarray:
+    """The ``count`` pseudorandom field elements a 16-byte secret ``seed`` stands for: the AES-CTR
+    stream of :func:`secemb.randomness.expand_seed`, 16 bytes an element, reduced mod ``p``."""
+    if len(seed) != SEED_BYTES:
+        raise InvalidParameters(f"seed must be {SEED_BYTES} bytes, got {len(seed)}")
+    return from_uniform_bytes(expand_seed(bytes(seed), (count, 2), np.uint64), count)
+
+
+def xof(data: bytes, count: int) -> np.ndarray:
+    """``count`` field elements derived from public ``data`` by SHAKE-128 (an extendable-output
+    function, modelled as a random oracle), 16 bytes an element, reduced mod ``p``."""
+    return from_uniform_bytes(hashlib.shake_128(data).digest(16 * count), count)
+
+
+def to_bytes(x: np.ndarray) -> bytes:
+    """Field elements as their wire bytes: little-endian ``uint64``, ``ELEMENT_BYTES`` each, in
+    C order."""
+    return np.ascontiguousarray(x, dtype="<u8").tobytes()
+
+
+def from_canonical_bytes(data: bytes | memoryview, count: int, what: str = "field elements") -> np.ndarray:
+    """Parse ``count`` field elements from untrusted wire bytes (the inverse of :func:`to_bytes`).
+
+    Raises
+    ------
+    InvalidMessage
+        If ``data`` is not ``count * ELEMENT_BYTES`` bytes long, or an element is not below ``p``
+        (each element has exactly one encoding)."""
+    if len(data) != count * ELEMENT_BYTES:
+        raise InvalidMessage(f"{what}: expected {count * ELEMENT_BYTES} bytes, got {len(data)}")
+    x = np.frombuffer(data, dtype="<u8").astype(np.uint64)
+    if np.any(x >= _P):
+        raise InvalidMessage(f"{what}: an element is not below p = 2^61 - 1")
+    return x
+
+
+@cache
+def _barycentric(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Barycentric weights ``w_j = 1 / prod_{m != j} (j - m)`` of the nodes ``0..n-1`` (computed
+    exactly with Python ints, once per ``n``) and the nodes themselves, both as field elements."""
+    weights = []
+    for j in range(n):
+        d = 1
+        for m in range(n):
+            if m != j:
+                d = d * (j - m) % P
+        weights.append(pow(d, P - 2, P))
+    nodes = np.arange(n, dtype=np.uint64)
+    w = np.array(weights, dtype=np.uint64)
+    nodes.setflags(write=False)
+    w.setflags(write=False)
+    return nodes, w
+
+
+def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
+    """The coefficients ``L_j(x)``, ``j = 0..n-1``, of the polynomial of degree below ``n`` through
+    values at the nodes ``0..n-1``: its value at ``x`` is ``dot(L, values)``.
+
+    Parameters
+    ----------
+    n:
+        Number of nodes (at least 1).
+    x:
+        Field elements, any shape, none of them a node (``x >= n``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint64``, shape ``x.shape + (n,)``: ``L_j(x) = l(x) * w_j / (x - j)`` with
+        ``l(x) = prod_m (x - m)`` and the barycentric weights ``w_j``.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``n < 1`` or some ``x`` is a node."""
+    if n < 1:
+        raise InvalidParameters(f"lagrange_coefficients: need at least one node, got n = {n}")
+    x = _u64(x)
+    if np.any(x < np.uint64(n)):
+        raise InvalidParameters(f"lagrange_coefficients: x must avoid the nodes 0..{n - 1}")
+    nodes, w = _barycentric(n)
+    diff = sub(x[..., None], nodes)  # (..., n), all non-zero
+    ell = np.ones_like(x)
+    for j in range(n):
+        ell = mul(ell, diff[..., j])
+    return mul(mul(ell[..., None], w), inv(diff))

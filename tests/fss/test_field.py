@@ -1,0 +1,130 @@
+"""secemb.fss.field: arithmetic mod 2^61 - 1 against Python integers."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.fss import field as F
+
+P = 2**61 - 1
+EDGES = [0, 1, 2, 3, P - 1, P - 2, 2**32 - 1, 2**32, 2**32 + 1, 2**60, 2**61 - 2, 2**29, 2**31 * 3 + 7, (P - 1) // 2]
+VALUES = EDGES + [random.Random(34).randrange(P) for _ in range(120)]
+
+
+def _grid() -> tuple[np.ndarray, np.ndarray]:
+    a = np.array(VALUES, dtype=np.uint64)
+    return a[:, None], a[None, :]
+
+
+def test_modulus_is_the_mersenne_prime():
+    assert F.P == P
+
+
+@pytest.mark.parametrize(
+    ("op", "ref"),
+    [
+        (F.add, lambda x, y: (x + y) % P),
+        (F.sub, lambda x, y: (x - y) % P),
+        (F.mul, lambda x, y: (x * y) % P),
+    ],
+)
+def test_binary_operations_match_python_integers(op, ref):
+    a, b = _grid()
+    got = op(a, b)
+    assert got.dtype == np.uint64 and got.shape == (len(VALUES), len(VALUES))
+    want = np.array([[ref(x, y) for y in VALUES] for x in VALUES], dtype=np.uint64)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_largest_products_reduce_exactly():
+    # (p-1)^2 = 1, (2^61 - 2)^2 = 1, (2^32)^2 = 2^64 = 8, (2^32 - 1)^2 = 2^64 - 2^33 + 1 = 9 - 2^33 (mod p)
+    assert int(F.mul(np.uint64(P - 1), np.uint64(P - 1))) == 1
+    assert int(F.mul(np.uint64(2**61 - 2), np.uint64(2**61 - 2))) == 1
+    assert int(F.mul(np.uint64(2**32), np.uint64(2**32))) == 8
+    assert int(F.mul(np.uint64(2**32 - 1), np.uint64(2**32 - 1))) == (9 - 2**33) % P
+
+
+def test_neg_and_reduce64():
+    a = np.array(VALUES, dtype=np.uint64)
+    np.testing.assert_array_equal(F.neg(a), np.array([(-x) % P for x in VALUES], dtype=np.uint64))
+    raw = [0, P, P + 1, 2**64 - 1, 2**63, 2**62 + 5, 2 * P, 2 * P - 1]
+    np.testing.assert_array_equal(F.reduce64(np.array(raw, dtype=np.uint64)), [x % P for x in raw])
+
+
+def test_sum_mod_and_dot_match_python_integers():
+    a = np.array(VALUES, dtype=np.uint64).reshape(2, -1)
+    b = a[:, ::-1].copy()
+    assert [int(v) for v in F.sum_mod(a, axis=1)] == [sum(int(v) for v in row) % P for row in a]
+    assert int(F.sum_mod(np.full(1000, P - 1, dtype=np.uint64))) == (1000 * (P - 1)) % P
+    want = [sum(int(x) * int(y) for x, y in zip(ra, rb, strict=True)) % P for ra, rb in zip(a, b, strict=True)]
+    assert [int(v) for v in F.dot(a, b)] == want
+    # a matrix product through broadcasting
+    m = a[:, :5]
+    k = b[:, :5].T  # (5, 2)
+    prod = F.dot(m[:, :, None], k[None, :, :], axis=1)
+    assert [[int(v) for v in row] for row in prod] == [
+        [sum(int(m[i, j]) * int(k[j, c]) for j in range(5)) % P for c in range(2)] for i in range(2)
+    ]
+
+
+def test_inv_matches_fermat_in_python_and_refuses_zero():
+    a = np.array([v for v in VALUES if v], dtype=np.uint64)
+    np.testing.assert_array_equal(F.inv(a), np.array([pow(int(v), P - 2, P) for v in a], dtype=np.uint64))
+    np.testing.assert_array_equal(F.mul(a, F.inv(a)), np.ones_like(a))
+    with pytest.raises(InvalidParameters, match="0 has no inverse"):
+        F.inv(np.array([3, 0], dtype=np.uint64))
+
+
+def test_from_uniform_bytes_reduces_128_bit_integers():
+    chunks = [b"\xff" * 16, b"\x00" * 16, (P).to_bytes(16, "little"), (2**64).to_bytes(16, "little"),
+              bytes(range(16)), (P * 2**66 + 5).to_bytes(16, "little")]
+    got = F.from_uniform_bytes(b"".join(chunks), len(chunks))
+    assert [int(v) for v in got] == [int.from_bytes(c, "little") % P for c in chunks]
+    with pytest.raises(InvalidParameters):
+        F.from_uniform_bytes(b"\x00" * 31, 2)
+
+
+def test_expand_and_xof_are_deterministic_field_elements():
+    x = F.expand(b"\x01" * 16, 500)
+    assert x.shape == (500,) and x.dtype == np.uint64 and np.all(x < P)
+    np.testing.assert_array_equal(x, F.expand(b"\x01" * 16, 500))
+    assert not np.array_equal(x, F.expand(b"\x02" * 16, 500))
+    assert len(np.unique(x)) == 500
+    with pytest.raises(InvalidParameters):
+        F.expand(b"\x01" * 15, 3)
+    y = F.xof(b"data", 7)
+    np.testing.assert_array_equal(y, F.xof(b"data", 7))
+    assert np.all(y < P) and not np.array_equal(y, F.xof(b"datb", 7))
+
+
+def test_canonical_bytes_round_trip_and_refuse_non_canonical():
+    x = np.array([0, 1, P - 1, 2**40], dtype=np.uint64)
+    data = F.to_bytes(x)
+    assert data == b"".join(int(v).to_bytes(8, "little") for v in x)
+    np.testing.assert_array_equal(F.from_canonical_bytes(data, 4), x)
+    with pytest.raises(InvalidMessage, match="expected 32 bytes"):
+        F.from_canonical_bytes(data[:-1], 4)
+    for bad in (P, P + 1, 2**64 - 1):
+        with pytest.raises(InvalidMessage, match="not below p"):
+            F.from_canonical_bytes(data[:8] + bad.to_bytes(8, "little") + data[16:], 4)
+
+
+def test_lagrange_coefficients_interpolate_a_known_polynomial():
+    coeffs = [5, P - 3, 17, 2**60, 1]  # degree 4: 5 nodes
+
+    def poly(x: int) -> int:
+        return sum(c * pow(x, i, P) for i, c in enumerate(coeffs)) % P
+
+    values = np.array([poly(j) for j in range(5)], dtype=np.uint64)
+    xs = [5, 6, 1000, P - 1, 2**50 + 3]
+    lag = F.lagrange_coefficients(5, np.array(xs, dtype=np.uint64))
+    assert lag.shape == (5, 5)
+    assert [int(v) for v in F.dot(lag, values[None, :])] == [poly(x) for x in xs]
+    # the coefficients at x = 5 for nodes 0..4 are binomial: L_j(5) = (-1)^(4-j) C(5, j)
+    assert [int(v) for v in lag[0]] == [1, P - 5, 10, P - 10, 5]
+    with pytest.raises(InvalidParameters, match="avoid the nodes"):
+        F.lagrange_coefficients(5, np.array([4], dtype=np.uint64))
