@@ -195,3 +195,16 @@ GOOD = np.zeros((2, 4), np.uint32)
 def test_bad_arguments_raise_invalid_parameters(call: object, match: str) -> None:
     with pytest.raises(InvalidParameters, match=match):
         call()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strided_and_fortran_order_shares_give_the_same_projections(backend: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    seeds = [os.urandom(16) for _ in range(3)]
+    wide = _random_ring((3, 42), np.uint64)
+    strided, fortran = wide[:, ::2], np.asfortranarray(wide[:, ::2])
+    expected = project_each(seeds, np.ascontiguousarray(strided), 5)
+    assert np.array_equal(project_each(seeds, strided, 5), expected)
+    assert np.array_equal(project_each(seeds, fortran, 5), expected)
+    assert np.array_equal(project(seeds[0], fortran, 5), project(seeds[0], np.ascontiguousarray(strided), 5))
