@@ -273,12 +273,19 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks,
             key, p = key + 1, 0
         if c == step or (i == n - 1 and c > 0):
             _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
-            if by_row:
+            if by_row and by_key:  # both sums in one loop: each value loaded once
+                for q in range(c):
+                    a, ka, v = acc[rows[q]], key_acc[keys[q]], vals[q]
+                    for e in range(w):
+                        x = v[e]
+                        a[e] += x
+                        ka[e] += x
+            elif by_row:
                 for q in range(c):
                     r = rows[q]
                     for e in range(w):
                         acc[r, e] += vals[q, e]
-            if by_key:
+            else:
                 for q in range(c):
                     kq = keys[q]
                     for e in range(w):
