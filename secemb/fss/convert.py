@@ -10,7 +10,7 @@ leaf for different purposes are independent pseudorandom values.
 Work proceeds in chunks of about 1 MiB of AES input held in reused per-thread buffers, and
 callers consume each chunk in place, so large outputs are written exactly once.
 :func:`convert_eval_into` (shares) and :func:`convert_accumulate` (sums of conversions over
-keys) are the consumers the servers run; with the compiled kernels
+keys, and optionally over each key's positions) are the consumers the servers run; with the compiled kernels
 (:mod:`secemb.fss.kernels`) each of them is one fused pass, AES rounds inline.
 """
 

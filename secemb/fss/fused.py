@@ -12,6 +12,10 @@ correction words ``CW`` (K, w) arriving later is
 ``v[j] = (-1)^b (C[j] + sum_i t[i, j] * CW[i])`` (:meth:`PreparedAggregation.apply`),
 exactly ``sum_i ConvertEval(b, t[i, j], s[i, j], CW[i])`` of SecEmb Algorithm 4, without
 walking the trees again and without storing per-leaf seeds.
+
+On request the same pass also sums each key's conversions over its positions
+(:class:`PayloadSums`), from which each server gets a share of every key's payload
+(:func:`payload_shares`; issue 34 (b)); :func:`payload_sums_of` is the device's walk for them.
 """
 
 from __future__ import annotations
@@ -217,22 +221,21 @@ def _walk(
     """Walk every tree once.  Returns ``t``, uint8 (K, mp) over the padded domain
     (:func:`~secemb.fss.tree.padded_leaves`): the control bits; writes the retrieval shares
     ``(-1)^b [Convert_ret(s) + t CW_ret]`` into ``e`` (ring (K, mp)) when ``retrieval_cw`` and
-    ``e`` are given; adds
-    ``Convert_agg`` of the leaf at flat position ``j`` of (K, mp) to ``conv_sum[j % M]``
-    (ring (M, w), or ``None``) and to ``key_conv[j // mp]`` (ring (K, w), or ``None``) where
-    ``live[j % M]`` (bool (M,)): rows that hold no domain point (padding) are neither converted
-    nor written.  ``check``: the keys' point-function check
+    ``e`` are given; adds ``Convert_agg`` of the leaf at flat position ``j`` of (K, mp) to
+    ``conv_sum[j % M]`` (ring (M, w), or ``None``) and to ``key_conv[j // mp]`` (ring (K, w),
+    or ``None``) where ``live[j % M]`` (bool (M,)): rows that hold no domain point (padding) are
+    neither converted nor written.  ``check``: the keys' point-function check
     (:class:`~secemb.fss.verify.LeafCheck`), folded from the same leaves."""
     k, mp = len(path), padded_leaves(path.params)
     t = np.empty((k, mp), np.uint8)
-    t_flat = t.reshape(-1)
+    t_flat, e_flat = t.reshape(-1), None if e is None else e.reshape(-1, 1)
     for r0, r1, leaves in leaf_groups(path):
         width = leaves.shape[1]
         a0, z0 = r0 * width, r1 * width  # flat positions in (K, mp)
         flat = leaves.reshape(-1, 2)
         np.bitwise_and(flat[:, 0], _ONE, out=t_flat[a0:z0], casting="unsafe")
-        if retrieval_cw is not None and e is not None:
-            convert_eval_into(flat, retrieval_cw, a0, mp, party, retrieval_tag, e.reshape(-1, 1)[a0:z0])
+        if retrieval_cw is not None and e_flat is not None:
+            convert_eval_into(flat, retrieval_cw, a0, mp, party, retrieval_tag, e_flat[a0:z0])
         convert_accumulate(flat, aggregation_tag, conv_sum, a0, live, key_acc=key_conv, period=mp)
         if check is not None:
             check.add(r0, r1, leaves)
