@@ -71,17 +71,17 @@ def _stream_bytes(rows: int, length: int) -> int:
     return rows * -(-length // 4)
 
 
-def _streams(seeds: Sequence[bytes], nbytes: int) -> np.ndarray:
-    """uint8 (len(seeds), nbytes): each seed's AES-128-CTR stream (module docstring)."""
+def _streams(keys: Sequence[bytes], nbytes: int) -> np.ndarray:
+    """uint8 (len(keys), nbytes): the AES-128-CTR stream under each row key (module docstring)."""
     blocks = -(-nbytes // 16)
     counters = np.zeros((blocks, 2), ">u8")
     counters[:, 1] = np.arange(blocks, dtype=np.uint64)
     src = counters.tobytes()
     # update_into wants room for one block beyond its input
-    out = np.empty((len(seeds), blocks * 16 + 16), np.uint8)
-    for i, seed in enumerate(seeds):
+    out = np.empty((len(keys), blocks * 16 + 16), np.uint8)
+    for i, key in enumerate(keys):
         if blocks:
-            Cipher(algorithms.AES(row_key(seed)), modes.ECB()).encryptor().update_into(src, out[i].data)
+            Cipher(algorithms.AES(key), modes.ECB()).encryptor().update_into(src, out[i].data)
     return out[:, :nbytes]
 
 
@@ -125,7 +125,7 @@ def ternary_rows(seed: bytes, rows: int, length: int) -> np.ndarray:
         for a seed that is not 16 bytes or a negative or non-integer shape.
     """
     _check_rows(rows, length)
-    return _ternary(_streams([seed], _stream_bytes(rows, length)), rows, length)[0]
+    return _ternary(_streams([row_key(seed)], _stream_bytes(rows, length)), rows, length)[0]
 
 
 def _float_products(t: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -187,17 +187,16 @@ def project_reference(seed: bytes, x: np.ndarray, rows: int = 40) -> np.ndarray:
     return _integer_products(t, x)
 
 
-def _seed_list(seeds: Sequence[bytes] | np.ndarray, n: int) -> list[bytes]:
+def _row_keys(seeds: Sequence[bytes] | np.ndarray, n: int) -> list[bytes]:
+    """The row keys of n devices' seeds (bytes or uint8 (n, 16)), validated."""
     if isinstance(seeds, np.ndarray):
         if seeds.dtype != np.uint8 or seeds.shape != (n, SEED_BYTES):
             raise InvalidParameters(f"seeds must be uint8 ({n}, {SEED_BYTES}), got {seeds.dtype} {seeds.shape}")
-        return [bytes(s) for s in np.ascontiguousarray(seeds)]
-    out = list(seeds)
-    if len(out) != n:
-        raise InvalidParameters(f"need one seed per device: {n} devices, got {len(out)} seeds")
-    for s in out:
-        row_key(s)  # validates
-    return [bytes(s) for s in out]
+        return [row_key(bytes(s)) for s in np.ascontiguousarray(seeds)]
+    listed = list(seeds)
+    if len(listed) != n:
+        raise InvalidParameters(f"need one seed per device: {n} devices, got {len(listed)} seeds")
+    return [row_key(s) for s in listed]
 
 
 def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int = 40) -> np.ndarray:
@@ -229,17 +228,17 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     _check_ring(x)
     _check_rows(rows, x.shape[1])
     n, length = x.shape
-    seed_list = _seed_list(seeds, n)
+    keys = _row_keys(seeds, n)
     out = np.empty((n, rows), x.dtype)
     nbytes = _stream_bytes(rows, length)
     chunk = max(1, _TEMP_ENTRIES // max(1, rows * length))
     compiled = kernels.compiled()
+    if compiled:
+        from secemb.fss._projection_kernels import ternary_products
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
-        stream = _streams(seed_list[lo:hi], nbytes)
+        stream = _streams(keys[lo:hi], nbytes)
         if compiled:
-            from secemb.fss._projection_kernels import ternary_products
-
             acc = np.empty((hi - lo, rows), np.uint64)
             ternary_products(stream, x[lo:hi], acc)
             out[lo:hi] = acc.astype(x.dtype)
