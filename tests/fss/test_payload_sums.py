@@ -17,7 +17,7 @@ from fss_strategies import random_ring, ring_dtype
 
 from secemb import fss
 from secemb.errors import InvalidParameters
-from secemb.fss import kernels
+from secemb.fss import kernels, tree
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.fss.fused import (
     AGGREGATION_TAG,
@@ -280,3 +280,19 @@ def test_convert_accumulate_fails_without_somewhere_to_add_or_with_keys_out_of_r
     with pytest.raises(InvalidParameters, match="key_acc"):
         convert_accumulate(words, AGGREGATION_TAG, np.zeros((5, 3), np.uint32), 0, live,
                            key_acc=np.zeros((2, 3), np.uint64), period=5)
+
+
+@pytest.mark.parametrize(("subtree_depth", "group_leaves"), [(1, 2), (2, 8), (3, 64)])
+def test_payload_sums_do_not_depend_on_the_leaf_grouping(backend: str, monkeypatch: pytest.MonkeyPatch,
+                                                         subtree_depth: int, group_leaves: int) -> None:
+    """Leaf groups that start and end inside a key: each converted leaf still goes to its own
+    key's sum (the accumulation starts mid-key)."""
+    monkeypatch.setattr(tree, "SUBTREE_DEPTH", subtree_depth)
+    monkeypatch.setattr(tree, "GROUP_LEAVES", group_leaves)
+    gen = np.random.default_rng(subtree_depth)
+    for m, alphas, sizes in ((300, gen.integers(0, 300, 5), None), (BIG_M, _bucket_alphas(gen, 2), SIZES)):
+        betas = random_ring(gen, (len(alphas), 5), 32)
+        (p0, p1), _, cw_agg = _keys(alphas, m, betas, 32, m)
+        sums = [payload_sums_of(p, b, 5, ring_bits=32, sizes=sizes) for b, p in ((0, p0), (1, p1))]
+        shares = [payload_shares(b, s.key_conv, s.t_count, cw_agg) for b, s in enumerate(sums)]
+        assert np.array_equal(shares[0] + shares[1], betas)
