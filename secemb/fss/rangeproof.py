@@ -1,0 +1,554 @@
+"""A zero-knowledge range proof on ring shares, checked by two servers (hazmat layer; issue 34 (b)).
+
+The statement, per device
+-------------------------
+Server 0 holds ``a_i``, server 1 holds ``b_i`` (``i < rows``), ring shares in ``[0, 2^k)`` of
+``v_i = a_i + b_i mod 2^k``.  The device (which made both shares) proves, revealing nothing else,
+that every ``signed(v_i)`` lies in ``[-2^(t-1), 2^(t-1))`` (``t = bits``).
+
+Witness
+-------
+Per row, the ``t`` bits of ``u_i = signed(v_i) + 2^(t-1)`` (in ``[0, 2^t)``) and two bits ``w_i0``,
+``w_i1`` whose sum ``w_i`` in ``{0, 1, 2}`` is the wrap: over the integers
+``a_i + b_i = u_i - 2^(t-1) + 2^k * w_i``.  (``a_i + b_i`` lies in ``[0, 2^(k+1) - 2]`` and
+``signed(v_i)`` in ``[-2^(t-1), 2^(t-1))``, so their difference, a multiple of ``2^k``, is
+``0``, ``2^k`` or ``2^(k+1)``.)  Conversely, if every witness entry is a bit and the relation
+holds, ``v_i = u_i - 2^(t-1) mod 2^k`` with ``u_i`` in ``[0, 2^t)``: the statement.
+The witness is ``N = rows * (t + 2)`` elements of ``F_p``, ``p = 2^61 - 1``
+(:mod:`secemb.fss.field`), row ``i`` at ``[i*(t+2), (i+1)*(t+2))``: ``u``'s bits, low first,
+then ``w_i0``, ``w_i1``.  Every term of the relation is below ``2^(k+1)`` in absolute value and
+``k <= 58``, so the relation holds over the integers if and only if it holds mod ``p``.
+
+Shares and messages
+-------------------
+The device shares the witness ``X`` and the proof ``pi`` additively in ``F_p``: server 1's shares
+are expanded from a fresh 16-byte seed (:func:`secemb.fss.field.expand`, AES-CTR, 128 bits an
+element reduced mod ``p``: 2^-67 from uniform), server 0 gets ``X - X_1`` and ``pi - pi_1``.
+Each element is 8 bytes, little-endian, below ``p``.  Byte layouts (no header: the protocol
+message that carries them has one):
+
+* to server 0: ``blind_0`` (16) || ``part_1`` (32) || ``X_0`` (``8 N``) || ``pi_0`` (``8 |pi|``);
+* to server 1: ``seed_1`` (16) || ``part_0`` (32).
+
+Fully linear proof (Boneh, Boyle, Corrigan-Gibbs, Gilboa, Ishai, CRYPTO 2019)
+----------------------------------------------------------------------------
+*Bits.*  With coefficients ``alpha, beta`` in ``F_p^N`` from the joint randomness, every
+entry is a bit if ``C_A = sum_e alpha_e x_e (x_e - 1)`` and ``C_B = sum_e beta_e x_e (x_e - 1)`` are
+both zero.  The ``2N`` products go through a gadget ``G(y_0 .. y_(L-1)) = sum_j y_2j y_2j+1``
+(``c`` products, ``L = 2c`` wires, ``c = ceil(sqrt N)``), called ``M = 2 ceil(N / c)`` times:
+calls ``1..M/2`` take the pairs ``(alpha_e x_e, x_e - 1)``, calls ``M/2+1..M`` the pairs
+``(beta_e x_e, x_e - 1)`` (zero pairs pad the last call of each half).  Wire ``j``'s polynomial
+``f_j`` has degree ``M + 1``: its values at the nodes ``1..M`` are the calls' inputs, at the nodes
+``0`` and ``M + 1`` two uniformly random seeds the prover picks.  The proof is the ``2L`` seeds and
+the gadget polynomial ``g = G(f_0, .., f_(L-1))`` (degree ``2M + 2``) as its values at the nodes
+``0..2M+2``; ``g(1..M)`` are then the calls' outputs, so ``C_A = sum_(k <= M/2) g(k)`` and
+``C_B = sum_(k > M/2) g(k)`` are linear in the proof.
+
+*Ring relation.*  Server ``b`` lifts its ring share ``r_bi`` (``a_i`` or ``b_i``) into ``F_p`` and
+forms its share of ``e_i = r_0i + r_1i - 2^k (w_i0 + w_i1) - sum_j 2^j u_ij + 2^(t-1)`` (server 0
+adds the constant); an honest witness makes every ``e_i`` zero.
+
+*Queries.*  From the verifiers' query randomness (a seed the device never sees, with the device's
+context) come two distinct points ``rho_1, rho_2`` outside the nodes ``0..2M+2`` and uniform
+``delta``, ``rho'_i``.  Server ``b``'s verifier message is its shares of
+``z = C_A + delta C_B + sum_i rho'_i e_i``, of ``f_j(rho_q)`` for every wire and of ``g(rho_q)``
+(``q = 1, 2``: Lagrange interpolation, linear in the shares), and the two joint-randomness parts
+it used.  :func:`decide` adds the two messages and accepts iff ``z = 0``,
+``G(f(rho_q)) = g(rho_q)`` for both points, and both servers used the same parts.
+
+Joint randomness (Fiat-Shamir, as Prio3's)
+------------------------------------------
+``part_0 = SHA-256(domain || 0 || context || blind_0 || X_0)``, ``part_1 = SHA-256(domain || 1 ||
+context || seed_1)`` (the seed fixes ``X_1``), ``jr = SHA-256(domain || context || part_0 ||
+part_1)``, and ``alpha || beta = SHAKE-128(domain || jr)``.  The device sends each server the
+other's part; each server recomputes its own, and :func:`decide` compares the pairs the two
+servers used, so both used the ``jr`` their shares fix.  ``blind_0`` is 16 secret random bytes,
+without which server 1 could test a guessed witness against ``part_0``.
+
+Soundness
+---------
+Against the verifiers' randomness (a device cannot grind it), for any shares and proof: if ``g``
+is not ``G(f)``, both ``rho_q`` are roots of a non-zero polynomial of degree at most ``2M + 2``:
+probability below ``((2M + 2) / (p - 2M - 3))^2`` (below 2^-107 at ``M = 66``).  If ``g = G(f)``,
+``C_A, C_B`` are the true sums; ``z`` is an affine function of the uniform ``(delta, rho')``,
+zero with probability at most ``(1 + 2^-67) / p`` unless ``C_B = 0``, every ``e_i = 0`` and
+``C_A = 0``.  So a device passes a false statement with probability below ``2^-60`` per attempt,
+plus the probability that ``C_A = C_B = 0`` for a witness with a non-bit entry
+``x_e (x_e - 1) != 0``: over ``alpha`` and ``beta``, two independent uniform vectors, at most
+``((1 + 2^-67) / p)^2 < 2^-121``.  That last event is the one a device can try to hit offline by
+varying its shares (each try is a hash evaluation, since ``jr`` is a random oracle of the shares
+the parts bind, by SHA-256's collision resistance): ``Q`` tries succeed with probability at most
+``Q * 2^-121``, so about ``2^-100`` even after ``2^21`` tries per submission.  (With all entries
+bits and every ``e_i = 0``, the statement is true: see the Witness section.)
+
+Zero knowledge
+--------------
+Against one honest-but-curious server, for an honest device: its shares are uniform (the other
+share is a fresh seed's pseudorandom expansion, or the witness minus one), its hint is a hash of
+16 secret random bytes and so uniform, and of the other server's verifier message, the ``z``
+share is minus its own (``z = 0``), the parts equal its own, and the opened
+``(f_j(rho_1), f_j(rho_2))`` are uniform in ``F_p^2``: the degree-``M + 1`` polynomials through
+the fixed call values are ``h + Z * (s + s' X)`` with ``Z(X) = prod_(k=1..M) (X - k)`` and
+``(s, s')`` in one-to-one correspondence with the two uniform seeds, and ``Z(rho_q) != 0`` and
+``rho_1 != rho_2``; ``g(rho_q) = G(f(rho_q))`` is determined by them.  A simulator that draws
+those values uniformly produces the same view, so a server learns only that the proof passed.
+A server that deviates from :func:`verifier_messages` is outside this argument (as in Prio).
+
+Costs
+-----
+Sizes are in :class:`RangeParams`.  The servers' work is vectorized over the devices and the
+witness; per device it makes O(1) calls into hashlib (parts, ``jr``, coefficients, query) and,
+at server 1, one AES-CTR expansion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from secemb.errors import InvalidMessage, InvalidParameters, check_int
+from secemb.fss import field as F
+from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
+
+__all__ = ["PART_BYTES", "RangeParams", "ProofShares", "prove", "parse", "verifier_messages", "decide"]
+
+#: Bytes of a joint-randomness part (a SHA-256 digest)
+PART_BYTES = 32
+_PART_WORDS = PART_BYTES // 8
+_DOMAIN = b"secemb/fss/rangeproof/v1/"
+_VERIFIER_BLOCK = 128  # devices per block in verifier_messages (bounds its temporaries)
+
+
+@dataclass(frozen=True)
+class RangeParams:
+    """Parameters of the range proof: ``rows`` values, each proven in ``[-2^(bits-1), 2^(bits-1))``
+    as a signed value of the ring ``Z_2^ring_bits``.
+
+    Raises
+    ------
+    InvalidParameters
+        Unless ``rows >= 1``, ``4 <= ring_bits <= 58`` (the relation must not wrap mod ``p``) and
+        ``2 <= bits <= ring_bits - 2``.
+    """
+
+    rows: int
+    bits: int
+    ring_bits: int = 32
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ring_bits", check_int("ring_bits", self.ring_bits, low=4, high=58))
+        object.__setattr__(self, "rows", check_int("rows", self.rows, low=1))
+        object.__setattr__(self, "bits", check_int("bits", self.bits, low=2, high=self.ring_bits - 2))
+
+    @property
+    def witness_length(self) -> int:
+        """``N = rows * (bits + 2)`` field elements."""
+        return self.rows * (self.bits + 2)
+
+    @property
+    def chunk(self) -> int:
+        """Products per gadget call, ``c = ceil(sqrt(N))``."""
+        return math.isqrt(self.witness_length - 1) + 1
+
+    @property
+    def half_calls(self) -> int:
+        """Gadget calls per coefficient vector, ``ceil(N / c)``."""
+        return -(-self.witness_length // self.chunk)
+
+    @property
+    def calls(self) -> int:
+        """Gadget calls ``M`` (both halves)."""
+        return 2 * self.half_calls
+
+    @property
+    def wires(self) -> int:
+        """Gadget inputs ``L = 2c``."""
+        return 2 * self.chunk
+
+    @property
+    def gadget_nodes(self) -> int:
+        """Values of the gadget polynomial in the proof: ``2M + 3`` (nodes ``0..2M+2``)."""
+        return 2 * self.calls + 3
+
+    @property
+    def proof_length(self) -> int:
+        """Field elements of the proof: ``2L`` wire seeds and the gadget polynomial's values."""
+        return 2 * self.wires + self.gadget_nodes
+
+    def message_bytes(self, party: int) -> int:
+        """Bytes of the device's message to server ``party`` (0: explicit shares, 1: a seed)."""
+        if party == 0:
+            return SEED_BYTES + PART_BYTES + F.ELEMENT_BYTES * (self.witness_length + self.proof_length)
+        if party == 1:
+            return SEED_BYTES + PART_BYTES
+        raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+
+    @property
+    def verifier_length(self) -> int:
+        """``uint64`` words of a verifier message: ``2L + 3`` field elements (``z``, then per point
+        the ``L`` wire values and the gadget value) and the two parts used (``4`` words each)."""
+        return 2 * self.wires + 3 + 2 * _PART_WORDS
+
+    @property
+    def verifier_bytes(self) -> int:
+        """Bytes of one device's verifier message, 8 per word."""
+        return 8 * self.verifier_length
+
+
+@dataclass(frozen=True)
+class ProofShares:
+    """One server's parsed shares for ``n`` devices (from :func:`parse`).
+
+    Attributes
+    ----------
+    party:
+        0 or 1.
+    keys:
+        ``uint8 (n, 16)``: ``blind_0`` (party 0) or ``seed_1`` (party 1).
+    hints:
+        ``uint8 (n, 32)``: the other party's joint-randomness part, as the device sent it.
+    inputs:
+        ``uint64 (n, N)``: the witness shares (field elements).
+    proofs:
+        ``uint64 (n, proof_length)``: the proof shares (field elements).
+    """
+
+    party: int
+    keys: np.ndarray
+    hints: np.ndarray
+    inputs: np.ndarray
+    proofs: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+
+def _framed(*items: bytes) -> bytes:
+    return b"".join(len(x).to_bytes(8, "little") + x for x in items)
+
+
+def _part(party: int, context: bytes, key: bytes, inputs_bytes: bytes) -> bytes:
+    return hashlib.sha256(_DOMAIN + b"part" + _framed(bytes([party]), context, key, inputs_bytes)).digest()
+
+
+def _joint(context: bytes, part0: bytes, part1: bytes) -> bytes:
+    return hashlib.sha256(_DOMAIN + b"joint" + _framed(context, part0, part1)).digest()
+
+
+def _coefficients(params: RangeParams, joints: Sequence[bytes]) -> np.ndarray:
+    """``alpha || beta``, ``uint64 (n, 2N)``, for each device's joint randomness."""
+    count = 2 * params.witness_length
+    data = b"".join(hashlib.shake_128(_DOMAIN + b"coefficients" + jr).digest(16 * count) for jr in joints)
+    return F.from_uniform_bytes(data, len(joints) * count).reshape(len(joints), count)
+
+
+def _queries(params: RangeParams, query_seed: bytes, contexts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Per device: the points ``(rho_1, rho_2)`` (``uint64 (n, 2)``, distinct, outside the nodes
+    ``0..2M+2``) and ``(delta, rho'_0 .. rho'_(rows-1))`` (``uint64 (n, 1 + rows)``)."""
+    n = len(contexts)
+    d = params.gadget_nodes
+    width = 2 + 1 + params.rows
+    points = np.empty((n, 2), dtype=np.uint64)
+    blobs = []
+    for i, ctx in enumerate(contexts):
+        blob = hashlib.shake_128(_DOMAIN + b"query" + _framed(query_seed, ctx)).digest(16 * width)
+        h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
+        h2 = int.from_bytes(blob[16:32], "little") % (F.P - d - 1)
+        points[i, 0] = d + h1
+        points[i, 1] = d + (h1 + 1 + h2) % (F.P - d)  # any non-node value but rho_1
+        blobs.append(blob[32:])
+    coefs = F.from_uniform_bytes(b"".join(blobs), n * (width - 2)).reshape(n, width - 2)
+    return points, coefs
+
+
+@cache
+def _extension(n_from: int, n_to: int) -> np.ndarray:
+    """``uint64 (n_to - n_from, n_from)``: values at nodes ``0..n_from-1`` to values at the nodes
+    ``n_from..n_to-1`` of the polynomial of degree below ``n_from`` they define."""
+    m = F.lagrange_coefficients(n_from, np.arange(n_from, n_to, dtype=np.uint64))
+    m.setflags(write=False)
+    return m
+
+
+def _gadget(wires: np.ndarray) -> np.ndarray:
+    """``G`` along the last axis (length ``L``): ``sum_j y_2j * y_2j+1``."""
+    return F.dot(wires[..., 0::2], wires[..., 1::2])
+
+
+def _wire_nodes(params: RangeParams, x: np.ndarray, coefs: np.ndarray, one: int, proofs: np.ndarray) -> np.ndarray:
+    """``uint64 (n, M + 2, L)``: every wire's values (or shares) at the nodes ``0..M+1``, from
+    witness shares ``x`` ``(n, N)``, coefficients ``(n, 2N)``, the share ``one`` of 1 and the
+    seeds at the head of ``proofs``."""
+    n, big_n = x.shape
+    c, half, big_l = params.chunk, params.half_calls, params.wires
+    nodes = np.zeros((n, params.calls + 2, big_l), dtype=np.uint64)
+    nodes[:, 0] = proofs[:, :big_l]
+    nodes[:, -1] = proofs[:, big_l : 2 * big_l]
+    calls = np.zeros((n, 2, half * c, 2), dtype=np.uint64)  # (half, slot, left/right)
+    calls[:, 0, :big_n, 0] = F.mul(coefs[:, :big_n], x)
+    calls[:, 1, :big_n, 0] = F.mul(coefs[:, big_n:], x)
+    calls[:, :, :big_n, 1] = F.sub(x, np.uint64(one))[:, None, :]
+    nodes[:, 1:-1] = calls.reshape(n, params.calls, big_l)
+    return nodes
+
+
+def _witness(params: RangeParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The honest witness (``uint64 (N,)``) for ring shares ``a``, ``b``; refuses a false statement."""
+    k, t = params.ring_bits, params.bits
+    arrays = []
+    for name, arr in (("a", a), ("b", b)):
+        arr = np.asarray(arr)
+        if arr.shape != (params.rows,) or arr.dtype.kind not in "ui":
+            raise InvalidParameters(
+                f"{name} must be an integer array of shape ({params.rows},), got {arr.dtype} {arr.shape}"
+            )
+        if np.any(arr < 0) or np.any(arr.astype(np.uint64) >> np.uint64(k)):
+            raise InvalidParameters(f"{name} must hold ring elements in [0, 2^{k})")
+        arrays.append(arr.astype(np.int64))
+    total = arrays[0] + arrays[1]  # < 2^59
+    v = total & ((1 << k) - 1)
+    signed = np.where(v >= 1 << (k - 1), v - (1 << k), v)
+    u = signed + (1 << (t - 1))
+    bad = np.flatnonzero((u < 0) | (u >= 1 << t))
+    if bad.size:
+        raise InvalidParameters(f"rangeproof: the value of row {int(bad[0])} is outside [-2^{t - 1}, 2^{t - 1}); "
+                                "an honest device does not prove it")
+    w = (total - signed) >> k  # 0, 1 or 2
+    x = np.zeros((params.rows, t + 2), dtype=np.uint64)
+    x[:, :t] = (u[:, None] >> np.arange(t)) & 1
+    x[:, t] = w >= 1
+    x[:, t + 1] = w == 2
+    return x.reshape(-1)
+
+
+def _prove_witness(params: RangeParams, x: np.ndarray, context: bytes, rng: RandomBytes) -> tuple[bytes, bytes]:
+    """Share and prove any witness ``x`` (``uint64 (N,)`` field elements): the prover of
+    :func:`prove` without its statement check (tests build cheating devices with it)."""
+    big_n, plen, big_l, d = params.witness_length, params.proof_length, params.wires, params.gadget_nodes
+    seed1 = rng(SEED_BYTES)
+    blind0 = rng(SEED_BYTES)
+    share1 = F.expand(seed1, big_n + plen)
+    x0 = F.sub(x, share1[:big_n])
+    part0 = _part(0, context, blind0, F.to_bytes(x0))
+    part1 = _part(1, context, seed1, b"")
+    coefs = _coefficients(params, [_joint(context, part0, part1)])
+    seeds = F.from_uniform_bytes(rng(16 * 2 * big_l), 2 * big_l)
+    proof = np.zeros(plen, dtype=np.uint64)
+    proof[: 2 * big_l] = seeds
+    nodes = _wire_nodes(params, x[None, :], coefs, 1, proof[None, :])[0]  # (M + 2, L)
+    n_wire = params.calls + 2
+    extended = F.dot(_extension(n_wire, d)[:, :, None], nodes[None, :, :], axis=1)  # (d - n_wire, L)
+    proof[2 * big_l : 2 * big_l + n_wire] = _gadget(nodes)
+    proof[2 * big_l + n_wire :] = _gadget(extended)
+    pi0 = F.sub(proof, share1[big_n:])
+    msg0 = blind0 + part1 + F.to_bytes(x0) + F.to_bytes(pi0)
+    msg1 = seed1 + part0
+    return msg0, msg1
+
+
+def prove(
+    params: RangeParams, a: np.ndarray, b: np.ndarray, context: bytes, *, _rng: RandomBytes = system_rng
+) -> tuple[bytes, bytes]:
+    """The device's proof that ``signed(a_i + b_i mod 2^k)`` lies in ``[-2^(t-1), 2^(t-1))`` for
+    every row: the message to server 0 and the message to server 1 (layouts in the module
+    docstring; ``params.message_bytes(party)`` long).
+
+    Parameters
+    ----------
+    params:
+        The proof's parameters.
+    a, b:
+        Integer arrays of shape ``(rows,)``: server 0's and server 1's ring shares, in ``[0, 2^k)``.
+    context:
+        Bytes both servers will pass to :func:`verifier_messages` for this device (the round, the
+        user, the servers' projection challenge): the proof is bound to them.
+    _rng:
+        Source of the secret randomness (tests only); :func:`os.urandom` by default.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``a`` or ``b`` is malformed, or some row's value is out of range (an honest device
+        never proves a false statement).
+    """
+    return _prove_witness(params, _witness(params, a, b), bytes(context), _rng)
+
+
+def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares:
+    """Server ``party``'s shares from the devices' messages (untrusted bytes), expanding server 1's
+    seeds.
+
+    Raises
+    ------
+    InvalidMessage
+        If a message is not bytes of ``params.message_bytes(party)``, or (party 0) one of its field
+        elements is not below ``p``; the error names the first bad message's index.
+    InvalidParameters
+        If ``party`` is not 0 or 1.
+    """
+    size = params.message_bytes(party)
+    n, big_n, plen = len(msgs), params.witness_length, params.proof_length
+    for i, m in enumerate(msgs):
+        if not isinstance(m, (bytes, bytearray, memoryview)) or len(m) != size:
+            got = f"{len(m)} bytes" if isinstance(m, (bytes, bytearray, memoryview)) else type(m).__name__
+            raise InvalidMessage(f"range proof message {i} for server {party}: expected {size} bytes, got {got}")
+    raw = np.frombuffer(b"".join(bytes(m) for m in msgs), dtype=np.uint8).reshape(n, size)
+    keys = raw[:, :SEED_BYTES].copy()
+    hints = raw[:, SEED_BYTES : SEED_BYTES + PART_BYTES].copy()
+    if party == 1:
+        shares = np.stack([F.expand(bytes(s), big_n + plen) for s in keys]) if n else np.zeros((0, big_n + plen))
+        shares = shares.astype(np.uint64)
+    else:
+        shares = raw[:, SEED_BYTES + PART_BYTES :].copy().view("<u8").astype(np.uint64)
+        bad = np.flatnonzero(np.any(shares >= np.uint64(F.P), axis=1))
+        if bad.size:
+            raise InvalidMessage(f"range proof message {int(bad[0])} for server 0: an element is not below p")
+    return ProofShares(party, keys, hints, shares[:, :big_n], shares[:, big_n:])
+
+
+def verifier_messages(
+    params: RangeParams,
+    party: int,
+    shares: ProofShares,
+    ring_shares: np.ndarray,
+    contexts: Sequence[bytes],
+    query_seed: bytes,
+) -> np.ndarray:
+    """Server ``party``'s verifier messages for ``n`` devices, to exchange with the other server
+    and pass to :func:`decide`.
+
+    Parameters
+    ----------
+    shares:
+        This server's :func:`parse` result for the ``n`` devices.
+    ring_shares:
+        Integer array ``(n, rows)`` in ``[0, 2^k)``: this server's ring shares of the values.
+    contexts:
+        ``n`` bytes objects, each the context its device proved with.
+    query_seed:
+        At least 16 bytes both servers hold and no device knows before its proof is fixed.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint64 (n, params.verifier_length)``: ``z``'s share, then for each of the two points
+        the ``L`` wire shares and the gadget share, then ``part_0`` and ``part_1`` as this server
+        used them (raw little-endian words).
+
+    Raises
+    ------
+    InvalidParameters
+        If an argument does not match ``params``, ``party`` or the ``n`` devices.
+    """
+    n = len(shares)
+    if shares.party != party or party not in (0, 1):
+        raise InvalidParameters(f"shares are server {shares.party}'s, not server {party!r}'s")
+    ring = np.asarray(ring_shares)
+    if ring.shape != (n, params.rows) or ring.dtype.kind not in "ui":
+        raise InvalidParameters(
+            f"ring_shares must be an integer array ({n}, {params.rows}), got {ring.dtype} {ring.shape}"
+        )
+    if np.any(ring < 0) or np.any(ring.astype(np.uint64) >> np.uint64(params.ring_bits)):
+        raise InvalidParameters(f"ring_shares must hold ring elements in [0, 2^{params.ring_bits})")
+    if len(contexts) != n or not all(isinstance(c, (bytes, bytearray)) for c in contexts):
+        raise InvalidParameters(f"contexts must be {n} bytes objects")
+    if not isinstance(query_seed, (bytes, bytearray)) or len(query_seed) < SEED_BYTES:
+        raise InvalidParameters(f"query_seed must be at least {SEED_BYTES} bytes")
+    out = np.empty((n, params.verifier_length), dtype=np.uint64)
+    for lo in range(0, n, _VERIFIER_BLOCK):
+        hi = min(n, lo + _VERIFIER_BLOCK)
+        out[lo:hi] = _verify_block(
+            params, party, shares, lo, hi, ring[lo:hi].astype(np.uint64), contexts[lo:hi], bytes(query_seed)
+        )
+    return out
+
+
+def _verify_block(
+    params: RangeParams,
+    party: int,
+    shares: ProofShares,
+    lo: int,
+    hi: int,
+    ring: np.ndarray,
+    contexts: Sequence[bytes],
+    query_seed: bytes,
+) -> np.ndarray:
+    x, proofs = shares.inputs[lo:hi], shares.proofs[lo:hi]
+    n = hi - lo
+    t, big_l, half, calls = params.bits, params.wires, params.half_calls, params.calls
+    parts = np.empty((n, 2, PART_BYTES), dtype=np.uint8)
+    joints = []
+    for i in range(n):
+        ctx = bytes(contexts[i])
+        key = shares.keys[lo + i].tobytes()
+        own = _part(party, ctx, key, F.to_bytes(x[i]) if party == 0 else b"")
+        parts[i, party] = np.frombuffer(own, dtype=np.uint8)
+        parts[i, 1 - party] = shares.hints[lo + i]
+        joints.append(_joint(ctx, parts[i, 0].tobytes(), parts[i, 1].tobytes()))
+    coefs = _coefficients(params, joints)
+    points, qcoefs = _queries(params, query_seed, contexts)
+    one = 1 if party == 0 else 0
+
+    nodes = _wire_nodes(params, x, coefs, one, proofs)  # (n, M + 2, L)
+    lag_w = F.lagrange_coefficients(calls + 2, points)  # (n, 2, M + 2)
+    lag_g = F.lagrange_coefficients(params.gadget_nodes, points)  # (n, 2, 2M + 3)
+    gvals = proofs[:, 2 * big_l :]
+    msg = np.empty((n, params.verifier_length), dtype=np.uint64)
+    for q in range(2):
+        base = 1 + q * (big_l + 1)
+        msg[:, base : base + big_l] = F.dot(lag_w[:, q, :, None], nodes, axis=1)
+        msg[:, base + big_l] = F.dot(lag_g[:, q], gvals)
+
+    c_a = F.sum_mod(gvals[:, 1 : half + 1], axis=1)
+    c_b = F.sum_mod(gvals[:, half + 1 : calls + 1], axis=1)
+    xr = x.reshape(n, params.rows, t + 2)
+    powers = np.array([(1 << j) % F.P for j in range(t)], dtype=np.uint64)
+    recomposed = F.add(
+        F.dot(xr[:, :, :t], powers), F.mul(F.add(xr[:, :, t], xr[:, :, t + 1]), np.uint64(1 << params.ring_bits))
+    )
+    e = F.sub(ring, recomposed)
+    if party == 0:
+        e = F.add(e, np.uint64(1 << (t - 1)))
+    msg[:, 0] = F.add(F.add(c_a, F.mul(qcoefs[:, 0], c_b)), F.dot(qcoefs[:, 1:], e))
+    msg[:, 2 * big_l + 3 :] = parts.reshape(n, 2 * PART_BYTES).view("<u8")
+    return msg
+
+
+def decide(params: RangeParams, v0: np.ndarray, v1: np.ndarray) -> np.ndarray:
+    """Whether each device's proof passes, from both servers' verifier messages (both servers run
+    it on the same two arrays and get the same answer).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``bool (n,)``: True where ``z = 0``, the gadget matches at both points, and both servers
+        used the same joint-randomness parts.
+
+    Raises
+    ------
+    InvalidMessage
+        If the arrays are not ``uint64 (n, params.verifier_length)`` of the same ``n``, or a field
+        element is not below ``p`` (a malformed message from the other server).
+    """
+    width = params.verifier_length
+    nf = 2 * params.wires + 3
+    for name, v in (("v0", v0), ("v1", v1)):
+        if not isinstance(v, np.ndarray) or v.dtype != np.uint64 or v.ndim != 2 or v.shape[1] != width:
+            raise InvalidMessage(f"{name} must be a uint64 array (n, {width})")
+        if np.any(v[:, :nf] >= np.uint64(F.P)):
+            raise InvalidMessage(f"{name}: a field element is not below p")
+    if v0.shape != v1.shape:
+        raise InvalidMessage(f"verifier messages for different batches: {v0.shape} and {v1.shape}")
+    s = F.add(v0[:, :nf], v1[:, :nf])
+    ok = s[:, 0] == 0
+    big_l = params.wires
+    for q in range(2):
+        base = 1 + q * (big_l + 1)
+        ok &= _gadget(s[:, base : base + big_l]) == s[:, base + big_l]
+    ok &= np.all(v0[:, nf:] == v1[:, nf:], axis=1)
+    return ok

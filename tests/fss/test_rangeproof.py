@@ -1,0 +1,359 @@
+"""secemb.fss.rangeproof: honest devices pass, cheating devices and tampered messages are rejected.
+
+The statements are built from plain Python integers here (the shares, their signed sum and its
+wrap); cheating witnesses are written by hand and proven with the prover's unchecked core."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.fss import field as F
+from secemb.fss import rangeproof as R
+from secemb.randomness import CtrDrbg
+
+P = 2**61 - 1
+K = 32
+T = 8
+ROWS = 6
+PARAMS = R.RangeParams(rows=ROWS, bits=T, ring_bits=K)
+QSEED = b"query seed 0123456789"
+
+
+def _shares(values: list[int], a: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Ring shares (a, b) with a + b = value mod 2^K for the given a."""
+    b = [(v - x) % 2**K for v, x in zip(values, a, strict=True)]
+    return np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64)
+
+
+def _signed(v: int) -> int:
+    v %= 2**K
+    return v - 2**K if v >= 2 ** (K - 1) else v
+
+
+def _witness(a: np.ndarray, b: np.ndarray, t: int = T) -> list[list[int]]:
+    """The honest witness rows, computed with Python ints: t bits of u, then w0, w1."""
+    rows = []
+    for x, y in zip(a.tolist(), b.tolist(), strict=True):
+        s = _signed(x + y)
+        u = s + 2 ** (t - 1)
+        w = (x + y - s) // 2**K
+        rows.append([(u >> j) & 1 for j in range(t)] + [int(w >= 1), int(w == 2)])
+    return rows
+
+
+def _flat(rows: list[list[int]]) -> np.ndarray:
+    return np.array([v % P for row in rows for v in row], dtype=np.uint64)
+
+
+def _verify(params, proofs, a_rows, b_rows, contexts, qseed=QSEED, qseed1=None, contexts1=None) -> np.ndarray:
+    """Both servers' run over a batch: parse, verifier messages, decide (checked symmetric)."""
+    s0 = R.parse(params, 0, [m0 for m0, _ in proofs])
+    s1 = R.parse(params, 1, [m1 for _, m1 in proofs])
+    v0 = R.verifier_messages(params, 0, s0, np.array(a_rows, dtype=np.uint64), contexts, qseed)
+    v1 = R.verifier_messages(params, 1, s1, np.array(b_rows, dtype=np.uint64), contexts1 or contexts,
+                             qseed1 or qseed)
+    assert v0.shape == v1.shape == (len(proofs), params.verifier_length) and v0.dtype == np.uint64
+    ok = R.decide(params, v0, v1)
+    np.testing.assert_array_equal(ok, R.decide(params, v1, v0))
+    return ok
+
+
+def _run_one(a, b, proof, ctx=b"ctx") -> bool:
+    return bool(_verify(PARAMS, [proof], [a], [b], [ctx])[0])
+
+
+def _rng(seed: int = 1) -> CtrDrbg:
+    return CtrDrbg(seed)
+
+
+# -- parameters -------------------------------------------------------------------------------------
+
+
+def test_sizes_at_the_default_configuration():
+    p = R.RangeParams(rows=40, bits=25, ring_bits=32)
+    # N = 40 * 27 = 1080, c = ceil(sqrt 1080) = 33, M = 2 * ceil(1080 / 33) = 66, L = 66,
+    # proof = 2 * 66 seeds + (2 * 66 + 3) gadget values = 267
+    assert (p.witness_length, p.chunk, p.calls, p.wires, p.proof_length) == (1080, 33, 66, 66, 267)
+    assert p.message_bytes(0) == 16 + 32 + 8 * (1080 + 267) == 10_824
+    assert p.message_bytes(1) == 48
+    assert p.verifier_length == 2 * 66 + 3 + 8 and p.verifier_bytes == 8 * 143
+    with pytest.raises(InvalidParameters):
+        p.message_bytes(2)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(rows=0, bits=8), dict(rows=2, bits=1), dict(rows=2, bits=31), dict(rows=2, bits=8, ring_bits=59),
+     dict(rows=2, bits=2, ring_bits=3), dict(rows=2.0, bits=8), dict(rows=2, bits=True)],
+)
+def test_bad_parameters_are_refused(kwargs):
+    with pytest.raises(InvalidParameters):
+        R.RangeParams(**kwargs)
+
+
+# -- honest devices ---------------------------------------------------------------------------------
+
+
+def test_honest_proofs_pass_at_the_edges_zero_random_values_and_every_wrap():
+    lo, hi = -(2 ** (T - 1)), 2 ** (T - 1) - 1
+    cases = [
+        # (values, server 0's shares)
+        ([lo, hi, 0, 5, -3, 1], [0, 0, 0, 0, 0, 0]),
+        ([lo, hi, 0, 5, -3, 1], [2**K - 1] * 6),
+        ([hi, lo, -1, 0, 100, -100], [2**31, 12345, 2**K - 2, 7, 2**K - 1, 2**K - 1]),
+    ]
+    wraps = set()
+    proofs, a_rows, b_rows, contexts = [], [], [], []
+    for i, (values, a0) in enumerate(cases):
+        a, b = _shares(values, a0)
+        for x, y in zip(a.tolist(), b.tolist(), strict=True):
+            wraps.add((x + y - _signed(x + y)) // 2**K)
+        ctx = b"device %d" % i
+        proofs.append(R.prove(PARAMS, a, b, ctx, _rng=_rng(i)))
+        a_rows.append(a)
+        b_rows.append(b)
+        contexts.append(ctx)
+    assert wraps == {0, 1, 2}
+    gen = np.random.default_rng(7)  # the statement's values only, not secrets
+    for i in range(3, 6):
+        values = gen.integers(-(2 ** (T - 1)), 2 ** (T - 1), ROWS).tolist()
+        a, b = _shares(values, gen.integers(0, 2**K, ROWS).tolist())
+        ctx = b"device %d" % i
+        proofs.append(R.prove(PARAMS, a, b, ctx, _rng=_rng(i)))
+        a_rows.append(a)
+        b_rows.append(b)
+        contexts.append(ctx)
+    assert all(len(m0) == PARAMS.message_bytes(0) and len(m1) == 48 for m0, m1 in proofs)
+    assert _verify(PARAMS, proofs, a_rows, b_rows, contexts).tolist() == [True] * 6
+
+
+def test_honest_proof_passes_at_the_default_size():
+    p = R.RangeParams(rows=40, bits=25, ring_bits=32)
+    gen = np.random.default_rng(3)
+    values = gen.integers(-(2**24), 2**24, 40).tolist()
+    values[:2] = [-(2**24), 2**24 - 1]
+    a, b = _shares(values, gen.integers(0, 2**32, 40).tolist())
+    proof = R.prove(p, a, b, b"round 1 user 7", _rng=_rng())
+    assert _verify(p, [proof], [a], [b], [b"round 1 user 7"]).tolist() == [True]
+
+
+def test_prove_refuses_values_just_out_of_range_and_malformed_shares():
+    for bad in (2 ** (T - 1), -(2 ** (T - 1)) - 1, 2 ** (K - 1)):
+        a, b = _shares([0, 0, bad, 0, 0, 0], [9] * ROWS)
+        with pytest.raises(InvalidParameters, match="row 2"):
+            R.prove(PARAMS, a, b, b"ctx")
+    a, b = _shares([0] * ROWS, [9] * ROWS)
+    for bad_a in (a[:-1], a.astype(float), np.full(ROWS, 2**K, dtype=np.uint64), np.full(ROWS, -1)):
+        with pytest.raises(InvalidParameters):
+            R.prove(PARAMS, bad_a, b, b"ctx")
+
+
+# -- cheating devices -------------------------------------------------------------------------------
+
+
+def _cheat(rows: list[list[int]], a, b, ctx=b"ctx") -> bool:
+    proof = R._prove_witness(PARAMS, _flat(rows), ctx, _rng(5))
+    return _run_one(a, b, proof, ctx)
+
+
+def test_out_of_range_value_recomposed_with_a_digit_2_is_rejected():
+    a, b = _shares([3, 2 ** (T - 1), 0, 0, 0, 0], [77] * ROWS)  # row 1 is just above the range
+    rows = _witness(*_shares([3, 0, 0, 0, 0, 0], [77] * ROWS))
+    # u = 2^(t-1) + 2^(t-1) = 2^t: the top digit 2, everything else 0, no wrap (77 + b = 2^(t-1))
+    rows[1] = [0] * (T - 1) + [2] + [0, 0]
+    assert sum(d * 2**j for j, d in enumerate(rows[1][:T])) == 2**T
+    assert _cheat(rows, a, b) is False
+
+
+def test_out_of_range_value_recomposed_with_a_digit_minus_one_is_rejected():
+    a, b = _shares([-(2 ** (T - 1)) - 1, 0, 0, 0, 0, 0], [0] * ROWS)
+    rows = _witness(*_shares([0] * ROWS, [0] * ROWS))
+    # u = -1: the digit p - 1 in the lowest place; b = 2^K - 2^(t-1) - 1, so a + b = u - 2^(t-1) + 2^K
+    rows[0] = [P - 1] + [0] * (T - 1) + [1, 0]
+    assert _cheat(rows, a, b) is False
+
+
+def test_out_of_range_value_with_a_field_crafted_wrap_is_rejected():
+    # any in-range u, and w0 chosen in F_p so that the relation holds mod p: a non-bit wrap
+    big = 2 ** (K - 2) + 5
+    a, b = _shares([big] + [0] * (ROWS - 1), [1000] * ROWS)
+    rows = _witness(*_shares([0] * ROWS, [1000] * ROWS))
+    u = 17
+    rows[0][:T] = [(u >> j) & 1 for j in range(T)]
+    rows[0][T + 1] = 0
+    lhs = int(a[0]) + int(b[0]) - (u - 2 ** (T - 1))
+    rows[0][T] = lhs * pow(2**K, P - 2, P) % P  # 2^K * w0 = lhs (mod p)
+    assert rows[0][T] not in (0, 1)
+    assert _cheat(rows, a, b) is False
+
+
+def test_wrap_of_three_and_a_flipped_bit_are_rejected():
+    a, b = _shares([5, -5, 0, 1, 2, 3], [2**K - 1] * ROWS)
+    rows = _witness(a, b)
+    assert _cheat(rows, a, b) is True  # the honest witness, through the same path
+    bad = [r[:] for r in rows]
+    bad[1][T], bad[1][T + 1] = 2, 1  # w = 3
+    assert _cheat(bad, a, b) is False
+    for row, col in ((0, 0), (2, T - 1), (3, T), (5, T + 1)):
+        flipped = [r[:] for r in rows]
+        flipped[row][col] ^= 1
+        assert _cheat(flipped, a, b) is False
+
+
+def test_a_gadget_polynomial_that_hides_the_non_bits_is_caught_by_the_queries():
+    # digit 2 recomposes an out-of-range value; the prover then edits the gadget's call outputs so that
+    # C_A = C_B = 0 (the sum check alone would pass): only the evaluation at the query points catches it
+    a, b = _shares([2 ** (T - 1)] + [0] * (ROWS - 1), [77] * ROWS)
+    rows = _witness(*_shares([0] * ROWS, [77] * ROWS))
+    rows[0] = [0] * (T - 1) + [2] + [0, 0]  # 77 + b = 2^(t-1): no wrap
+    x = _flat(rows)
+    ctx = b"ctx"
+    m0, m1 = R._prove_witness(PARAMS, x, ctx, _rng(9))
+    s0 = R.parse(PARAMS, 0, [m0])
+    part0, part1 = m1[16:48], m0[16:48]
+    coefs = R._coefficients(PARAMS, [R._joint(ctx, part0, part1)])[0]
+    n = PARAMS.witness_length
+    z = [int(v) * (int(v) - 1) % P for v in x]
+    c_a = sum(int(al) * zz for al, zz in zip(coefs[:n], z, strict=True)) % P
+    c_b = sum(int(be) * zz for be, zz in zip(coefs[n:], z, strict=True)) % P
+    assert c_a and c_b  # the cheater's true sums (row 0's digit 2: 2 * 1 = 2 times a coefficient)
+    proof0 = s0.proofs[0].copy()
+    g = 2 * PARAMS.wires  # the gadget values start here; node k at g + k
+    proof0[g + 1] = (int(proof0[g + 1]) - c_a) % P
+    proof0[g + 1 + PARAMS.half_calls] = (int(proof0[g + 1 + PARAMS.half_calls]) - c_b) % P
+    forged = m0[: 48 + 8 * n] + F.to_bytes(proof0)
+    assert _run_one(a, b, (forged, m1), ctx) is False
+    # the same edit of an honest proof by zero changes nothing: the forged message layout is right
+    assert _run_one(a, b, (m0[: 48 + 8 * n] + F.to_bytes(s0.proofs[0]), m1), ctx) is _run_one(a, b, (m0, m1), ctx)
+
+
+# -- tampered messages ------------------------------------------------------------------------------
+
+
+def _honest(ctx=b"ctx", seed=11):
+    a, b = _shares([1, -2, 3, -4, 5, -(2 ** (T - 1))], [2**K - 3, 8, 2**31, 0, 1, 2**K - 1])
+    return a, b, R.prove(PARAMS, a, b, ctx, _rng=_rng(seed))
+
+
+def _add_one_at(msg: bytes, offset: int) -> bytes:
+    v = (int.from_bytes(msg[offset : offset + 8], "little") + 1) % P
+    return msg[:offset] + v.to_bytes(8, "little") + msg[offset + 8 :]
+
+
+def test_tampered_shares_proof_elements_hints_seeds_and_blinds_are_rejected():
+    a, b, (m0, m1) = _honest()
+    assert _run_one(a, b, (m0, m1)) is True
+    n, big_l = PARAMS.witness_length, PARAMS.wires
+    proof_at = 48 + 8 * n
+    offsets = [48, 48 + 8 * (n - 1), proof_at, proof_at + 8 * (2 * big_l - 1), proof_at + 8 * (2 * big_l),
+               proof_at + 8 * (2 * big_l + 1), proof_at + 8 * (PARAMS.proof_length - 1)]
+    for off in offsets:
+        assert _run_one(a, b, (_add_one_at(m0, off), m1)) is False, off
+    flip = lambda msg, i: msg[:i] + bytes([msg[i] ^ 1]) + msg[i + 1 :]  # noqa: E731
+    for i in (0, 15, 16, 47):  # the blind; the hint of part_1
+        assert _run_one(a, b, (flip(m0, i), m1)) is False, i
+    for i in (0, 15, 16, 47):  # server 1's seed; the hint of part_0
+        assert _run_one(a, b, (m0, flip(m1, i))) is False, i
+    # another proof's server-1 message (another seed), with the right length
+    _, _, (_, other1) = _honest(seed=12)
+    assert _run_one(a, b, (m0, other1)) is False
+
+
+def test_the_proof_is_bound_to_its_context_the_ring_shares_and_a_common_query_seed():
+    a, b, proof = _honest(ctx=b"round 3 user 5")
+    assert _verify(PARAMS, [proof], [a], [b], [b"round 3 user 5"]).tolist() == [True]
+    assert _verify(PARAMS, [proof], [a], [b], [b"round 3 user 6"]).tolist() == [False]
+    assert _verify(PARAMS, [proof], [a], [b], [b"round 3 user 5"], contexts1=[b"round 3 user 6"]).tolist() == [False]
+    assert _verify(PARAMS, [proof], [a], [b], [b"round 3 user 5"], qseed1=b"another query seed!!").tolist() == [False]
+    moved = a.copy()
+    moved[4] = (int(moved[4]) + 1) % 2**K
+    assert _verify(PARAMS, [proof], [moved], [b], [b"round 3 user 5"]).tolist() == [False]
+
+
+def test_a_mixed_batch_rejects_exactly_the_bad_devices():
+    proofs, a_rows, b_rows, contexts, want = [], [], [], [], []
+    for i in range(7):
+        ctx = b"user %d" % i
+        a, b, (m0, m1) = _honest(ctx=ctx, seed=100 + i)
+        if i in (1, 4):
+            m0 = _add_one_at(m0, 48 + 8 * (PARAMS.witness_length + 3))
+        if i == 5:
+            rows = _witness(a, b)
+            rows[2][0] ^= 1
+            m0, m1 = R._prove_witness(PARAMS, _flat(rows), ctx, _rng(i))
+        proofs.append((m0, m1))
+        a_rows.append(a)
+        b_rows.append(b)
+        contexts.append(ctx)
+        want.append(i not in (1, 4, 5))
+    assert _verify(PARAMS, proofs, a_rows, b_rows, contexts).tolist() == want
+
+
+# -- malformed input --------------------------------------------------------------------------------
+
+
+def test_parse_refuses_messages_of_the_wrong_length_or_with_non_canonical_elements():
+    _, _, (m0, m1) = _honest()
+    for party, good in ((0, m0), (1, m1)):
+        for bad in (good[:-1], good + b"\x00", b"", "text", None):
+            with pytest.raises(InvalidMessage, match=f"message 1 for server {party}"):
+                R.parse(PARAMS, party, [good, bad])
+    non_canonical = m0[:56] + P.to_bytes(8, "little") + m0[64:]
+    with pytest.raises(InvalidMessage, match="message 0 for server 0: an element is not below p"):
+        R.parse(PARAMS, 0, [non_canonical])
+    with pytest.raises(InvalidParameters):
+        R.parse(PARAMS, 2, [m1])
+    empty = R.parse(PARAMS, 1, [])
+    assert len(empty) == 0 and empty.inputs.shape == (0, PARAMS.witness_length)
+
+
+def test_verifier_messages_and_decide_refuse_mismatched_arguments():
+    a, b, (m0, m1) = _honest()
+    s0 = R.parse(PARAMS, 0, [m0])
+    ring = a[None, :]
+    with pytest.raises(InvalidParameters):
+        R.verifier_messages(PARAMS, 1, s0, ring, [b"ctx"], QSEED)
+    for bad_ring in (a[None, :-1], np.full((1, ROWS), 2**K, dtype=np.uint64), a[None, :].astype(float)):
+        with pytest.raises(InvalidParameters):
+            R.verifier_messages(PARAMS, 0, s0, bad_ring, [b"ctx"], QSEED)
+    with pytest.raises(InvalidParameters):
+        R.verifier_messages(PARAMS, 0, s0, ring, [b"ctx", b"ctx"], QSEED)
+    with pytest.raises(InvalidParameters):
+        R.verifier_messages(PARAMS, 0, s0, ring, [b"ctx"], b"short")
+    v0 = R.verifier_messages(PARAMS, 0, s0, ring, [b"ctx"], QSEED)
+    v1 = R.verifier_messages(PARAMS, 1, R.parse(PARAMS, 1, [m1]), b[None, :], [b"ctx"], QSEED)
+    assert R.decide(PARAMS, v0, v1).tolist() == [True]
+    for bad in (v1[:, :-1], v1.astype(np.int64), np.concatenate([v1, v1]), v1[0]):
+        with pytest.raises(InvalidMessage):
+            R.decide(PARAMS, v0, bad)
+    nf = 2 * PARAMS.wires + 3
+    for word in range(nf, PARAMS.verifier_length):  # the parts the two servers used must agree
+        other = v1.copy()
+        other[0, word] ^= np.uint64(1)
+        assert R.decide(PARAMS, v0, other).tolist() == [False]
+    over = v1.copy()
+    over[0, 1] = P
+    with pytest.raises(InvalidMessage, match="not below p"):
+        R.decide(PARAMS, v0, over)
+
+
+# -- zero knowledge (structural) --------------------------------------------------------------------
+
+
+def test_opened_values_differ_across_two_proofs_of_the_same_witness():
+    a, b, p1 = _honest(seed=21)
+    _, _, p2 = _honest(seed=22)
+    opened = []
+    for m0, m1 in (p1, p2):
+        v0 = R.verifier_messages(PARAMS, 0, R.parse(PARAMS, 0, [m0]), a[None, :], [b"ctx"], QSEED)
+        v1 = R.verifier_messages(PARAMS, 1, R.parse(PARAMS, 1, [m1]), b[None, :], [b"ctx"], QSEED)
+        nf = 2 * PARAMS.wires + 3
+        total = F.add(v0[0, :nf], v1[0, :nf])
+        assert int(total[0]) == 0  # z opens to 0 for an honest device, whatever its witness
+        opened.append(total[1:])
+    # same witness, same context, same query seed: the opened wire and gadget values are fresh
+    # (the wire seeds), with no coordinate in common
+    assert not np.any(opened[0] == opened[1])
+    assert p1[0][48:] != p2[0][48:]
