@@ -99,6 +99,11 @@ def sub(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
 
 def mul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
     """``a * b mod p`` elementwise (broadcasting), through 32-bit limbs (see the module docstring)."""
+    return reduce64(_mul_lazy(a, b))
+
+
+def _mul_lazy(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
+    """``a * b`` as a ``uint64`` below ``2^63`` congruent to it mod ``p`` (not reduced)."""
     a = _u64(a)
     b = _u64(b)
     a0, a1 = a & _LO32, a >> _S32
@@ -106,15 +111,15 @@ def mul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
     lo = a0 * b0  # < 2^64
     mid = a0 * b1 + a1 * b0  # < 2^62
     hi = a1 * b1  # < 2^58
-    s = (hi << _S3) + (mid >> _S29) + ((mid & _LO29) << _S32) + (lo >> _S61) + (lo & _P)  # < 2^63
-    return reduce64(s)
+    return (hi << _S3) + (mid >> _S29) + ((mid & _LO29) << _S32) + (lo >> _S61) + (lo & _P)  # < 2^63
 
 
 def sum_mod(x: npt.ArrayLike, axis: int | tuple[int, ...] | None = None) -> np.ndarray:
-    """The sum mod ``p`` of field elements ``x`` along ``axis`` (all axes when None).
+    """The sum mod ``p`` of ``x`` along ``axis`` (all axes when None), for any ``uint64`` values
+    (field elements or not) and fewer than 2^32 terms.
 
-    The low 32 and the high 29 bits of the elements are summed apart in ``uint64`` (exact for
-    fewer than 2^32 terms) and recombined."""
+    The low and the high 32 bits of the values are summed apart in ``uint64`` (exact for fewer
+    than 2^32 terms) and recombined."""
     x = _u64(x)
     lo = np.sum(x & _LO32, axis=axis, dtype=np.uint64)
     hi = np.sum(x >> _S32, axis=axis, dtype=np.uint64)
@@ -124,7 +129,7 @@ def sum_mod(x: npt.ArrayLike, axis: int | tuple[int, ...] | None = None) -> np.n
 def dot(a: npt.ArrayLike, b: npt.ArrayLike, axis: int = -1) -> np.ndarray:
     """``sum(a * b)`` mod ``p`` along ``axis`` of the broadcast product (a batched inner product or,
     with ``a[..., :, :, None]`` and ``b[..., None, :, :]`` and ``axis=-2``, a matrix product)."""
-    return sum_mod(mul(a, b), axis=axis)
+    return sum_mod(_mul_lazy(a, b), axis=axis)
 
 
 def _pow_const(a: np.ndarray, e: int) -> np.ndarray:
@@ -243,8 +248,8 @@ def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        ``uint64``, shape ``x.shape + (n,)``: ``L_j(x) = l(x) * w_j / (x - j)`` with
-        ``l(x) = prod_m (x - m)`` and the barycentric weights ``w_j``.
+        ``uint64``, shape ``x.shape + (n,)``: ``L_j(x) = w_j * prod_(m != j) (x - m)`` with the
+        barycentric weights ``w_j``.
 
     Raises
     ------
@@ -256,8 +261,19 @@ def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
     if np.any(x < np.uint64(n)):
         raise InvalidParameters(f"lagrange_coefficients: x must avoid the nodes 0..{n - 1}")
     nodes, w = _barycentric(n)
-    diff = sub(x[..., None], nodes)  # (..., n), all non-zero
-    ell = np.ones_like(x)
-    for j in range(n):
-        ell = mul(ell, diff[..., j])
-    return mul(mul(ell[..., None], w), inv(diff))
+    diff = sub(x[..., None], nodes)  # (..., n): x - j, all non-zero
+    # prod_{m != j} (x - m) = (product of the diffs before j) * (product after j): no inversion
+    before = _exclusive_prefix_products(diff)
+    after = _exclusive_prefix_products(diff[..., ::-1])[..., ::-1]
+    return mul(mul(before, after), w)
+
+
+def _exclusive_prefix_products(a: np.ndarray) -> np.ndarray:
+    """``out[..., j] = prod_{m < j} a[..., m]`` (1 at ``j = 0``), by a log-depth scan along the last axis."""
+    out = np.ones_like(a)
+    out[..., 1:] = a[..., :-1]
+    shift = 1
+    while shift < a.shape[-1]:
+        out[..., shift:] = mul(out[..., shift:], out[..., :-shift])
+        shift *= 2
+    return out

@@ -60,6 +60,8 @@ def test_sum_mod_and_dot_match_python_integers():
     b = a[:, ::-1].copy()
     assert [int(v) for v in F.sum_mod(a, axis=1)] == [sum(int(v) for v in row) % P for row in a]
     assert int(F.sum_mod(np.full(1000, P - 1, dtype=np.uint64))) == (1000 * (P - 1)) % P
+    raw = [2**64 - 1, 2**63, P, 2 * P + 3] * 250  # not field elements: any uint64 values sum exactly
+    assert int(F.sum_mod(np.array(raw, dtype=np.uint64))) == sum(raw) % P
     want = [sum(int(x) * int(y) for x, y in zip(ra, rb, strict=True)) % P for ra, rb in zip(a, b, strict=True)]
     assert [int(v) for v in F.dot(a, b)] == want
     # a matrix product through broadcasting
