@@ -115,7 +115,16 @@ from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
 
-__all__ = ["PART_BYTES", "RangeParams", "ProofShares", "prove", "parse", "verifier_messages", "decide"]
+__all__ = [
+    "PART_BYTES",
+    "RangeParams",
+    "ProofShares",
+    "prove",
+    "parse",
+    "verifier_messages",
+    "parse_verifier_messages",
+    "decide",
+]
 
 #: Bytes of a joint-randomness part (a SHA-256 digest)
 PART_BYTES = 32
@@ -517,6 +526,25 @@ def _verify_block(
     msg[:, 0] = F.add(F.add(c_a, F.mul(qcoefs[:, 0], c_b)), F.dot(qcoefs[:, 1:], e))
     msg[:, 2 * big_l + 3 :] = parts.reshape(n, 2 * PART_BYTES).view("<u8")
     return msg
+
+
+def parse_verifier_messages(params: RangeParams, data: bytes, n: int) -> np.ndarray:
+    """The other server's verifier messages for ``n`` devices from their wire bytes (written by
+    ``secemb.fss.field.to_bytes(v)``: ``params.verifier_bytes`` a device, little-endian words).
+
+    Raises
+    ------
+    InvalidMessage
+        If ``data`` is not ``n * params.verifier_bytes`` bytes, or a field element is not below ``p``.
+    """
+    n = check_int("n", n, low=0)
+    if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) != n * params.verifier_bytes:
+        got = f"{len(data)} bytes" if isinstance(data, (bytes, bytearray, memoryview)) else type(data).__name__
+        raise InvalidMessage(f"verifier messages: expected {n * params.verifier_bytes} bytes ({n} devices), got {got}")
+    v = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(n, params.verifier_length)
+    if np.any(v[:, : 2 * params.wires + 3] >= np.uint64(F.P)):
+        raise InvalidMessage("verifier messages: a field element is not below p")
+    return v
 
 
 def decide(params: RangeParams, v0: np.ndarray, v1: np.ndarray) -> np.ndarray:

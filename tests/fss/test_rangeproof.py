@@ -325,6 +325,14 @@ def test_verifier_messages_and_decide_refuse_mismatched_arguments():
     v0 = R.verifier_messages(PARAMS, 0, s0, ring, [b"ctx"], QSEED)
     v1 = R.verifier_messages(PARAMS, 1, R.parse(PARAMS, 1, [m1]), b[None, :], [b"ctx"], QSEED)
     assert R.decide(PARAMS, v0, v1).tolist() == [True]
+    wire = F.to_bytes(v1)
+    assert len(wire) == PARAMS.verifier_bytes
+    np.testing.assert_array_equal(R.parse_verifier_messages(PARAMS, wire, 1), v1)
+    for bad_wire in (wire[:-1], wire + wire, "text"):
+        with pytest.raises(InvalidMessage, match="verifier messages: expected"):
+            R.parse_verifier_messages(PARAMS, bad_wire, 1)
+    with pytest.raises(InvalidMessage, match="not below p"):
+        R.parse_verifier_messages(PARAMS, wire[:8] + P.to_bytes(8, "little") + wire[16:], 1)
     for bad in (v1[:, :-1], v1.astype(np.int64), np.concatenate([v1, v1]), v1[0]):
         with pytest.raises(InvalidMessage):
             R.decide(PARAMS, v0, bad)
@@ -357,3 +365,33 @@ def test_opened_values_differ_across_two_proofs_of_the_same_witness():
     # (the wire seeds), with no coordinate in common
     assert not np.any(opened[0] == opened[1])
     assert p1[0][48:] != p2[0][48:]
+
+
+# -- parameter sweep --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("rows", "bits", "ring_bits"), [(1, 2, 4), (3, 10, 12), (2, 30, 32), (5, 56, 58), (17, 3, 58)])
+def test_edges_and_wraps_pass_and_a_value_just_out_of_range_fails_across_parameters(rows, bits, ring_bits):
+    params = R.RangeParams(rows=rows, bits=bits, ring_bits=ring_bits)
+    k, t, top = ring_bits, bits, 2**ring_bits - 1
+    values = [(-(2 ** (t - 1)), top), (2 ** (t - 1) - 1, top), (0, 0), (-1, top), (1, 1)]  # (value, a)
+    values = (values * rows)[:rows]
+    a = np.array([x for _, x in values], dtype=np.uint64)
+    b = np.array([(v - x) % 2**k for v, x in values], dtype=np.uint64)
+    ctx = b"sweep"
+    honest = R.prove(params, a, b, ctx, _rng=_rng(rows))
+    assert _verify(params, [honest], [a], [b], [ctx]).tolist() == [True]
+    # row 0 moved to 2^(t-1) (a = 2^k - 1, so b = 2^(t-1) + 1 and a + b = 2^k + 2^(t-1): one wrap), digit 2 on top
+    b_out = b.copy()
+    b_out[0] = (2 ** (t - 1) - top) % 2**k
+    x = []
+    for i in range(rows):
+        if i == 0:
+            x += [0] * (t - 1) + [2] + [1, 0]
+        else:
+            s = (int(a[i]) + int(b[i])) % 2**k
+            s = s - 2**k if s >= 2 ** (k - 1) else s
+            u, w = s + 2 ** (t - 1), (int(a[i]) + int(b[i]) - s) // 2**k
+            x += [(u >> j) & 1 for j in range(t)] + [int(w >= 1), int(w == 2)]
+    cheat = R._prove_witness(params, np.array(x, dtype=np.uint64), ctx, _rng(rows + 1))
+    assert _verify(params, [cheat, honest], [a, a], [b_out, b], [ctx, ctx]).tolist() == [False, True]
