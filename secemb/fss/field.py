@@ -46,6 +46,7 @@ __all__ = [
     "reduce64",
     "sum_mod",
     "dot",
+    "matmul",
     "inv",
     "from_uniform_bytes",
     "expand",
@@ -127,9 +128,43 @@ def sum_mod(x: npt.ArrayLike, axis: int | tuple[int, ...] | None = None) -> np.n
 
 
 def dot(a: npt.ArrayLike, b: npt.ArrayLike, axis: int = -1) -> np.ndarray:
-    """``sum(a * b)`` mod ``p`` along ``axis`` of the broadcast product (a batched inner product or,
-    with ``a[..., :, :, None]`` and ``b[..., None, :, :]`` and ``axis=-2``, a matrix product)."""
+    """``sum(a * b)`` mod ``p`` along ``axis`` of the broadcast product (a batched inner product;
+    :func:`matmul` is the faster route to matrix products)."""
     return sum_mod(_mul_lazy(a, b), axis=axis)
+
+
+_LIMB_BITS = 21  # three limbs of a 61-bit element: 21 + 21 + 19 bits
+_LIMB_MASK = np.uint64((1 << _LIMB_BITS) - 1)
+_MATMUL_K = 1 << (53 - 2 * _LIMB_BITS)  # terms of limb products (< 2^42) float64 sums exactly
+_ZERO = np.zeros((), dtype=np.uint64)
+
+
+def _limbs(x: np.ndarray) -> list[np.ndarray]:
+    return [((x >> np.uint64(_LIMB_BITS * i)) & _LIMB_MASK).astype(np.float64) for i in range(3)]
+
+
+def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
+    """The matrix product ``a @ b`` mod ``p`` of field elements, with numpy's ``matmul`` broadcasting
+    (``(..., m, k) @ (..., k, n)``).
+
+    Each element is split into three 21-bit limbs; the nine limb products go through float64
+    ``matmul`` (BLAS), exact because every partial sum of at most ``2^11`` products of 21-bit
+    limbs is below ``2^53`` (longer inner dimensions are cut into pieces of ``2^11``), and are
+    recombined with the weights ``2^(21 (i + j)) mod p``."""
+    a = _u64(a)
+    b = _u64(b)
+    k = a.shape[-1]
+    if b.ndim < 2 or b.shape[-2] != k:
+        raise InvalidParameters(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
+    total = _ZERO
+    for lo in range(0, max(k, 1), _MATMUL_K):
+        la = _limbs(a[..., lo : lo + _MATMUL_K])
+        lb = _limbs(b[..., lo : lo + _MATMUL_K, :])
+        for shift in range(5):  # limb pairs (i, j) with i + j = shift: at most 3 sums below 2^53 each
+            pairs = range(max(0, shift - 2), min(2, shift) + 1)
+            part = sum((np.matmul(la[i], lb[shift - i]).astype(np.uint64) for i in pairs), start=_ZERO)
+            total = add(total, mul(reduce64(part), np.uint64(pow(2, _LIMB_BITS * shift, P))))
+    return total
 
 
 def _pow_const(a: np.ndarray, e: int) -> np.ndarray:

@@ -351,7 +351,7 @@ def _prove_witness(params: RangeParams, x: np.ndarray, context: bytes, rng: Rand
     proof[: 2 * big_l] = seeds
     nodes = _wire_nodes(params, x[None, :], coefs, 1, proof[None, :])[0]  # (M + 2, L)
     n_wire = params.calls + 2
-    extended = F.dot(_extension(n_wire, d)[:, :, None], nodes[None, :, :], axis=1)  # (d - n_wire, L)
+    extended = F.matmul(_extension(n_wire, d), nodes)  # (d - n_wire, L)
     proof[2 * big_l : 2 * big_l + n_wire] = _gadget(nodes)
     proof[2 * big_l + n_wire :] = _gadget(extended)
     pi0 = F.sub(proof, share1[big_n:])
@@ -508,10 +508,12 @@ def _verify_block(
     lag_g = F.lagrange_coefficients(params.gadget_nodes, points)  # (n, 2, 2M + 3)
     gvals = proofs[:, 2 * big_l :]
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
+    wires_at = F.matmul(lag_w, nodes)  # (n, 2, L)
+    gadget_at = F.matmul(lag_g, gvals[:, :, None])  # (n, 2, 1)
     for q in range(2):
         base = 1 + q * (big_l + 1)
-        msg[:, base : base + big_l] = F.dot(lag_w[:, q, :, None], nodes, axis=1)
-        msg[:, base + big_l] = F.dot(lag_g[:, q], gvals)
+        msg[:, base : base + big_l] = wires_at[:, q]
+        msg[:, base + big_l] = gadget_at[:, q, 0]
 
     c_a = F.sum_mod(gvals[:, 1 : half + 1], axis=1)
     c_b = F.sum_mod(gvals[:, half + 1 : calls + 1], axis=1)

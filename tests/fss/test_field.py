@@ -73,6 +73,28 @@ def test_sum_mod_and_dot_match_python_integers():
     ]
 
 
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (3, 5, 4), (4, 2048, 2), (2, 2049, 3), (2, 5000, 2)])
+def test_matmul_matches_python_integers_across_inner_dimensions(m, k, n):
+    r = random.Random(m * 7919 + k)
+    a = [[r.choice([0, 1, P - 1, P - 2, r.randrange(P)]) for _ in range(k)] for _ in range(m)]
+    b = [[r.choice([0, 1, P - 1, 2**61 - 2, r.randrange(P)]) for _ in range(n)] for _ in range(k)]
+    got = F.matmul(np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64))
+    assert got.dtype == np.uint64
+    assert got.tolist() == [[sum(a[i][t] * b[t][j] for t in range(k)) % P for j in range(n)] for i in range(m)]
+
+
+def test_matmul_broadcasts_batches_and_refuses_mismatched_shapes():
+    a = np.array(VALUES[:24], dtype=np.uint64).reshape(2, 3, 4)
+    b = np.array(VALUES[24:32], dtype=np.uint64).reshape(4, 2)
+    got = F.matmul(a, b)
+    assert got.shape == (2, 3, 2)
+    want = [[[sum(int(a[z, i, t]) * int(b[t, j]) for t in range(4)) % P for j in range(2)] for i in range(3)]
+            for z in range(2)]
+    assert got.tolist() == want
+    with pytest.raises(InvalidParameters, match="inner dimensions"):
+        F.matmul(a, b[:3])
+
+
 def test_inv_matches_fermat_in_python_and_refuses_zero():
     a = np.array([v for v in VALUES if v], dtype=np.uint64)
     np.testing.assert_array_equal(F.inv(a), np.array([pow(int(v), P - 2, P) for v in a], dtype=np.uint64))
