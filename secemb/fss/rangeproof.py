@@ -120,6 +120,7 @@ __all__ = [
     "RangeParams",
     "ProofShares",
     "prove",
+    "hint_of",
     "parse",
     "verifier_messages",
     "parse_verifier_messages",
@@ -335,11 +336,14 @@ def _witness(params: RangeParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x.reshape(-1)
 
 
-def _prove_witness(params: RangeParams, x: np.ndarray, context: bytes, rng: RandomBytes) -> tuple[bytes, bytes]:
+def _prove_witness(params: RangeParams, x: np.ndarray, context: bytes, rng: RandomBytes,
+                   seed_1: bytes | None = None) -> tuple[bytes, bytes]:
     """Share and prove any witness ``x`` (``uint64 (N,)`` field elements): the prover of
     :func:`prove` without its statement check (tests build cheating devices with it)."""
     big_n, plen, big_l, d = params.witness_length, params.proof_length, params.wires, params.gadget_nodes
-    seed1 = rng(SEED_BYTES)
+    if seed_1 is not None and (not isinstance(seed_1, bytes) or len(seed_1) != SEED_BYTES):
+        raise InvalidParameters(f"seed_1 must be {SEED_BYTES} bytes")
+    seed1 = rng(SEED_BYTES) if seed_1 is None else seed_1
     blind0 = rng(SEED_BYTES)
     share1 = F.expand(seed1, big_n + plen)
     x0 = F.sub(x, share1[:big_n])
@@ -361,7 +365,8 @@ def _prove_witness(params: RangeParams, x: np.ndarray, context: bytes, rng: Rand
 
 
 def prove(
-    params: RangeParams, a: np.ndarray, b: np.ndarray, context: bytes, *, _rng: RandomBytes = system_rng
+    params: RangeParams, a: np.ndarray, b: np.ndarray, context: bytes, *, seed_1: bytes | None = None,
+    _rng: RandomBytes = system_rng
 ) -> tuple[bytes, bytes]:
     """The device's proof that ``signed(a_i + b_i mod 2^k)`` lies in ``[-2^(t-1), 2^(t-1))`` for
     every row: the message to server 0 and the message to server 1 (layouts in the module
@@ -376,6 +381,10 @@ def prove(
     context:
         Bytes both servers will pass to :func:`verifier_messages` for this device (the round, the
         user, the servers' projection challenge): the proof is bound to them.
+    seed_1:
+        Server 1's seed (16 secret random bytes), when the device gave it to server 1 before it
+        proved (it is then ``msg1``'s head, and server 1 needs only ``part_0``: :func:`hint_of`);
+        drawn here from ``_rng`` by default.
     _rng:
         Source of the secret randomness (tests only); :func:`os.urandom` by default.
 
@@ -385,7 +394,25 @@ def prove(
         If ``a`` or ``b`` is malformed, or some row's value is out of range (an honest device
         never proves a false statement).
     """
-    return _prove_witness(params, _witness(params, a, b), bytes(context), _rng)
+    return _prove_witness(params, _witness(params, a, b), bytes(context), _rng, seed_1)
+
+
+def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
+    """``part_0`` of a device's message to server 0 (``params.message_bytes(0)`` bytes, as
+    :func:`prove` writes it), as server 0 recomputes it: with the device's ``seed_1`` it makes
+    server 1's message ``seed_1 || part_0`` where server 1 got the seed from the device earlier
+    and server 0 hands it the part.  A wrong part only makes :func:`decide` reject.
+
+    Raises
+    ------
+    InvalidMessage
+        If ``msg0`` is not bytes of ``params.message_bytes(0)``.
+    """
+    if not isinstance(msg0, (bytes, bytearray, memoryview)) or len(msg0) != params.message_bytes(0):
+        raise InvalidMessage(f"range proof message for server 0: expected {params.message_bytes(0)} bytes")
+    data = bytes(msg0)
+    inputs = data[SEED_BYTES + PART_BYTES : SEED_BYTES + PART_BYTES + F.ELEMENT_BYTES * params.witness_length]
+    return _part(0, bytes(context), data[:SEED_BYTES], inputs)
 
 
 def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares:
