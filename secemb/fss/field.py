@@ -153,9 +153,13 @@ def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
     recombined with the weights ``2^(21 (i + j)) mod p``."""
     a = _u64(a)
     b = _u64(b)
-    k = a.shape[-1]
-    if b.ndim < 2 or b.shape[-2] != k:
+    if a.ndim < 1 or b.ndim < 2 or b.shape[-2] != a.shape[-1]:
         raise InvalidParameters(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
+    try:
+        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError as exc:
+        raise InvalidParameters(f"matmul: batch dimensions do not broadcast: {a.shape} @ {b.shape}") from exc
+    k = a.shape[-1]
     total = _ZERO
     for lo in range(0, max(k, 1), _MATMUL_K):
         la = _limbs(a[..., lo : lo + _MATMUL_K])
@@ -204,10 +208,11 @@ def from_uniform_bytes(data: bytes | np.ndarray, count: int) -> np.ndarray:
         if len(data) != 16 * count:
             raise InvalidParameters(f"from_uniform_bytes: need {16 * count} bytes, got {len(data)}")
         words = np.frombuffer(data, dtype="<u8").reshape(count, 2)
-    elif data.dtype == np.uint64 and data.size == 2 * count:
+    elif isinstance(data, np.ndarray) and data.dtype == np.uint64 and data.size == 2 * count:
         words = data.reshape(count, 2)
     else:
-        raise InvalidParameters(f"from_uniform_bytes: need {2 * count} uint64 words, got {data.dtype} {data.shape}")
+        got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise InvalidParameters(f"from_uniform_bytes: need {2 * count} uint64 words, got {got}")
     lo = reduce64(words[:, 0])
     hi = reduce64(words[:, 1])
     # hi * 2^64 = hi * 8 (mod p): a left rotation by 3 of a 61-bit value
@@ -243,8 +248,9 @@ def from_canonical_bytes(data: bytes | memoryview, count: int, what: str = "fiel
     InvalidMessage
         If ``data`` is not ``count * ELEMENT_BYTES`` bytes long, or an element is not below ``p``
         (each element has exactly one encoding)."""
-    if len(data) != count * ELEMENT_BYTES:
-        raise InvalidMessage(f"{what}: expected {count * ELEMENT_BYTES} bytes, got {len(data)}")
+    size = memoryview(data).nbytes  # bytes, not items: a view of words is measured in bytes too
+    if size != count * ELEMENT_BYTES:
+        raise InvalidMessage(f"{what}: expected {count * ELEMENT_BYTES} bytes, got {size}")
     x = np.frombuffer(data, dtype="<u8").astype(np.uint64)
     if np.any(x >= _P):
         raise InvalidMessage(f"{what}: an element is not below p = 2^61 - 1")
