@@ -56,6 +56,9 @@ KINDS = {
     "relay_answer": 8,
     "relay_upload": 9,
     "dense": 10,
+    "bound_proof": 11,
+    "bound_request": 12,
+    "bound_answer": 13,
 }
 
 

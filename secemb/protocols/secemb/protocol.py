@@ -4,11 +4,13 @@ factory of its roles (:class:`~secemb.protocols.secemb.user.SecEmbUser`,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from secemb.errors import InvalidParameters, check_int
 from secemb.options import DEFAULTS
 from secemb.protocols.backends import Backend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig
+from secemb.protocols.secemb.bounds import SIGMA_BYTES, bound_params
 from secemb.protocols.secemb.relay import SecEmbRelayServer
 from secemb.protocols.secemb.server import SecEmbServer
 from secemb.protocols.secemb.sizes import (
@@ -45,6 +47,17 @@ class SecEmbProtocol(Protocol):
     verify: verified uploads (on by default): devices send a check correction word per key
         and the servers compare per-user digests (:meth:`SecEmbServer.upload_digests`) before
         a user enters the aggregate; ``False`` is the unchecked protocol (benchmarks).
+    bound: bounded payloads (issue 34 (b), :mod:`secemb.protocols.secemb.bounds`; off by
+        default): each device proves after its upload that its payloads and dense gradient are
+        small (:meth:`SecEmbUser.bound_proof`), and the servers check the proofs with the
+        digests (:meth:`SecEmbServer.bound_request`).  Needs ``verify``, the 32-bit ring and
+        ``users_per_round``.
+    users_per_round: ``n``, the round's users as the clipping bound takes them (the bound's
+        ``t``); only with ``bound``.
+
+    Raises
+    ------
+    InvalidParameters: ``bound`` without ``verify`` or without ``users_per_round >= 1``.
     """
 
     name = NAME
@@ -60,10 +73,16 @@ class SecEmbProtocol(Protocol):
         layout_seed: int = 0,
         backend: Backend | None = None,
         verify: bool = True,
+        bound: bool = False,
+        users_per_round: int | None = None,
     ) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         self.backend = backend
         self.verify = verify
+        if bound and (not verify or users_per_round is None):
+            raise InvalidParameters("bounded payloads need verified uploads (verify=True) and users_per_round")
+        self.bound = bound
+        self.bound_users = check_int("users_per_round", users_per_round, low=1) if bound else None
 
     def spec(self) -> dict[str, Any]:
         """The shared options: ``verify`` only when off (a deployment that verifies, the
@@ -79,7 +98,12 @@ class SecEmbProtocol(Protocol):
         server 1 gets roots and seeds instead of keys, no upload, and the relay forwards."""
         roots_only = self.relay and party == 1
         if kind == "retrieval_request":
-            return roots_bytes(rc) if roots_only else request_bytes(rc, self.verify)
+            sigma = SIGMA_BYTES if self.bound and party == 1 else 0  # bounded payloads: server 1's proof seed
+            return (roots_bytes(rc) if roots_only else request_bytes(rc, self.verify)) + sigma
+        if kind == "bound_proof":
+            if not self.bound or party:
+                return None  # a device sends its proof to server 0 only
+            return bound_params(rc, cast("int", self.bound_users)).message_bytes(0)
         if kind == "upload":
             return None if roots_only else upload_bytes(rc, self.relay)
         if kind == "aggregate_share":
@@ -91,7 +115,7 @@ class SecEmbProtocol(Protocol):
 
     def make_server(self, party: int) -> SecEmbServer:
         role = SecEmbRelayServer if self.relay else SecEmbServer
-        return role(party, verify=self.verify, backend=self.backend)
+        return role(party, verify=self.verify, backend=self.backend, bound_users=self.bound_users)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
-        return SecEmbUser(config, relay=self.relay, verify=self.verify, _rng=_rng)
+        return SecEmbUser(config, relay=self.relay, verify=self.verify, bound_users=self.bound_users, _rng=_rng)

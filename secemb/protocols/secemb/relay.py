@@ -19,6 +19,7 @@ import numpy as np
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
+from secemb.protocols.secemb.bounds import SIGMA_BYTES
 from secemb.protocols.secemb.server import Request, SecEmbServer, sift, stacked
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
@@ -115,24 +116,27 @@ class Direct:
     dense_seed: bytes  # expands to its share of the dense gradient
     mac_key: bytes  # authenticates the upload's correction words server 0 forwards
     digest: bytes  # SHA-256 of the key part server 0 forwards
+    sigma: bytes | None = None  # bounded payloads: the seed of its range proof shares
 
 
-def parse_roots(message: bytes, config: RoundConfig) -> Direct:
-    """Server 1: a relay request's roots, seeds, MAC key and forwarded-part digest.
+def parse_roots(message: bytes, config: RoundConfig, *, sigma: bool = False) -> Direct:
+    """Server 1: a relay request's roots, seeds, MAC key and forwarded-part digest (and, with
+    ``sigma``, bounded payloads, the proof seed after them).
 
     Raises
     ------
     InvalidMessage: the message is malformed, of another round or party, or a root's control
         bit is not server 1's.
     """
-    return result_or_raise(parse_roots_many([message], config)[0])
+    return result_or_raise(parse_roots_many([message], config, sigma=sigma)[0])
 
 
-def parse_roots_many(messages: Sequence[bytes], config: RoundConfig) -> list[Direct | SecembError]:
+def parse_roots_many(messages: Sequence[bytes], config: RoundConfig, *,
+                     sigma: bool = False) -> list[Direct | SecembError]:
     """:func:`parse_roots` of many requests: each header checked, the roots' control bits of
     all checked as one array; per message its :class:`Direct` or the error that refuses it."""
     out: list[Direct | SecembError | None] = [None] * len(messages)
-    size = roots_bytes(config)
+    size = roots_bytes(config) + (SIGMA_BYTES if sigma else 0)
     bodies: list[memoryview] = []
     where: list[int] = []
     opener = Opener(NAME, "retrieval_request", 1, config.round_id, size)
@@ -153,7 +157,7 @@ def parse_roots_many(messages: Sequence[bytes], config: RoundConfig) -> list[Dir
             continue
         at = j * size
         out[i] = Direct(blob[at : at + e0], blob[at + e0 : at + e1], blob[at + e1 : at + e2], blob[at + e2 : at + e3],
-                        blob[at + e3 : at + e4])
+                        blob[at + e3 : at + e4], blob[at + e4 : at + size] if sigma else None)
     return cast("list[Direct | SecembError]", out)  # every entry is set above
 
 
@@ -199,7 +203,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 raise got
             return got
 
-        parsed = parse_roots_many([m for _, m in requests], cfg)
+        parsed = parse_roots_many([m for _, m in requests], cfg, sigma=self._bound is not None)
         users, _, directs = sift([(u, got) for (u, _), got in zip(requests, parsed, strict=True)], out, take)
         roots = dict(zip(users, directs, strict=True))
 
@@ -209,6 +213,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             for u in roots:
                 self._check_new(u)
             self._awaiting.update(roots)
+            self._sigmas.update({u: d.sigma for u, d in roots.items() if d.sigma is not None})
             return out
 
         return commit

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
+from secemb.fss import rangeproof
 from secemb.fss.fused import PreparedAggregation
 from secemb.fss.tasks import (
     bits_task,
@@ -29,6 +30,17 @@ from secemb.fss.tree import padded_leaves
 from secemb.fss.verify import CHECK_WORDS, challenges
 from secemb.protocols.backends import Backend, Handle, SerialBackend
 from secemb.protocols.base import RoundConfig, ServerRole, result_or_raise
+from secemb.protocols.secemb.bounds import (
+    CHALLENGE_BYTES,
+    QUERY_BYTES,
+    ROWS,
+    SIGMA_BYTES,
+    bound_params,
+    context,
+    payload_share,
+    projected,
+    upload_vector,
+)
 from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seeds, key_digests, row_tags
 from secemb.protocols.secemb.sizes import (
     NAME,
@@ -43,7 +55,9 @@ from secemb.protocols.secemb.sizes import (
     upload_bytes,
 )
 from secemb.protocols.spill import SpilledShares
+from secemb.framing import HEADER_BYTES
 from secemb.protocols.wire import Opener, check_user, frame, little, open_message, read_array, read_view, users_bytes
+from secemb.randomness import system_rng
 from secemb.sharing import reconstruct
 
 if TYPE_CHECKING:
@@ -145,6 +159,7 @@ class Request:
     batch: _Batch | None = None
     block: int = 0
     seed: np.ndarray | None = None
+    sigma: bytes | None = None  # server 1, bounded payloads: the device's proof seed, sent with the request
 
 
 #: an evaluation's per-user answers and control bits, summed folded part and (verified uploads)
@@ -154,15 +169,27 @@ _Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray | 
 
 class SecEmbServer(ServerRole):
     """Server ``party`` of SecEmb; party 0 leads (reconstructs the aggregate).  Without relay;
-    a relay deployment's servers are :class:`~secemb.protocols.secemb.relay.SecEmbRelayServer`."""
+    a relay deployment's servers are :class:`~secemb.protocols.secemb.relay.SecEmbRelayServer`.
+
+    ``bound_users``: bounded payloads (:mod:`~secemb.protocols.secemb.bounds`) for rounds of
+    that many users, or ``None`` (off); it needs ``verify``.
+
+    Raises
+    ------
+    InvalidParameters: bounded payloads without verified uploads.
+    """
 
     #: whether server 0 relays (the relay server's messages: an upload with server 1's MAC tag,
     #: digests without the correction words both servers hold authenticated)
     relay: bool = False
 
-    def __init__(self, party: int, *, verify: bool = True, backend: Backend | None = None) -> None:
+    def __init__(self, party: int, *, verify: bool = True, backend: Backend | None = None,
+                 bound_users: int | None = None) -> None:
         super().__init__(party)
         self.verify = verify  # verified uploads: take check words, compute check values (upload_digests)
+        if bound_users is not None and not verify:
+            raise InvalidParameters("bounded payloads need verified uploads (verify=True)")
+        self.bound_users = bound_users
         self.backend = backend or SerialBackend()
         self._table: Handle | None = None  # the round's published table
         self._device: DeviceTable | None = None  # the gpu backend's copy of it
@@ -174,7 +201,14 @@ class SecEmbServer(ServerRole):
                 f"table must be {config.dtype} of shape ({config.num_items}, {config.width}), "
                 f"got {table.dtype} {table.shape}"
             )
+        bound = None if self.bound_users is None else bound_params(config, self.bound_users)  # refuses first
         self._start_round(config)
+        self._bound = bound
+        self._sigmas: dict[int, bytes] = {}  # server 1, bounded payloads: each retrieved user's proof seed
+        self._challenges: dict[int, bytes] = {}  # server 0, bounded payloads: each uploaded user's challenge
+        self._proofs: dict[int, bytes] = {}  # server 0, bounded payloads: each user's proof (range proof msg0)
+        self._asked: tuple[list[int], bytes, set[int]] | None = None  # server 0: the last bound_request's
+        self._answered: set[int] = set()  # server 1: the users whose verifier messages it gave
         layout = "full" if config.layout == "full" else config.cuckoo()
         # the evaluated table carries each row's tag (verified retrieval, docs/security.md)
         # (in ranges of rows on the backend's threads, each writing its rows and their tags:
@@ -309,7 +343,8 @@ class SecEmbServer(ServerRole):
         out: list[Request | SecembError | None] = [None] * len(messages)
         opened: list[tuple[int, memoryview]] = []
         size = request_bytes(cfg, self.verify)
-        opener = Opener(NAME, "retrieval_request", self.party, cfg.round_id, size)
+        sigma = SIGMA_BYTES if self._bound is not None and self.party == 1 else 0  # bounded payloads: the seed last
+        opener = Opener(NAME, "retrieval_request", self.party, cfg.round_id, size + sigma)
         for i, message in enumerate(messages):
             try:
                 opened.append((i, opener(message)))
@@ -319,9 +354,10 @@ class SecEmbServer(ServerRole):
 
         def parse(part: list[tuple[int, memoryview]]) -> list[Request | SecembError]:
             """A range's requests, their keys written to their blocks of ``batch``."""
-            rows = stacked([b for _, b in part], np.empty((len(part), size), np.uint8))
-            return [InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey) else got
-                    for got in self._requests(rows, [i for i, _ in part], batch)]
+            rows = stacked([b[:size] for _, b in part], np.empty((len(part), size), np.uint8))
+            return [InvalidMessage(f"retrieval_request: {got}") if isinstance(got, InvalidKey)
+                    else replace(got, sigma=bytes(b[size:])) if sigma else got
+                    for (_, b), got in zip(part, self._requests(rows, [i for i, _ in part], batch), strict=True)]
 
         for (i, _), got in zip(opened, self._chunked(parse, opened), strict=True):
             out[i] = got
@@ -444,6 +480,8 @@ class SecEmbServer(ServerRole):
             committed = self._commit_evaluated(users, [q.keys for q in keys], evaluated, [q.digest for q in keys])
             for i, u, q, answers in zip(where, users, keys, committed, strict=True):
                 out[i] = self._reply(u, q, answers)
+                if q.sigma is not None:
+                    self._sigmas[u] = q.sigma
             return out
 
         return commit
@@ -597,6 +635,9 @@ class SecEmbServer(ServerRole):
         for part in taken[1:]:
             dense += part[3]
         self._absorb_many(users, cws, dense, spill=spill)
+        if self._bound is not None and self.party == 0:  # one challenge for the batch, drawn once it is absorbed
+            challenge = system_rng(CHALLENGE_BYTES)
+            self._challenges.update(dict.fromkeys(users, challenge))
         for i, fwd in zip(where, forwards, strict=True):
             out[i] = fwd
         return out
@@ -659,6 +700,182 @@ class SecEmbServer(ServerRole):
                 h.update(little(got.cw))
             out[u] = h.digest()
         return out
+
+    # -- bounded payloads (issue 34 (b); secemb.protocols.secemb.bounds) -------------------
+    def _bounded(self, party: int) -> rangeproof.RangeParams:
+        """The round's range proof parameters, on server ``party``.
+
+        Raises
+        ------
+        ProtocolError: bounded payloads are off, or this is the other server's step.
+        """
+        if self._bound is None:
+            raise ProtocolError("bounded payloads are off")
+        if self.party != party:
+            raise ProtocolError(f"this bounded-payload step is server {party}'s")
+        return self._bound
+
+    def challenge(self, user_id: int) -> bytes:
+        """Server 0: the 16-byte projection challenge of uploaded user ``user_id`` (drawn for its
+        batch of uploads, :meth:`handle_upload_many`): what the device proves its bound for
+        (:meth:`SecEmbUser.bound_proof`).
+
+        Raises
+        ------
+        ProtocolError: bounded payloads are off, this is server 1, or the user did not upload.
+        """
+        self._bounded(0)
+        got = self._challenges.get(user_id) if type(user_id) is int else None
+        if got is None:
+            raise ProtocolError(f"user {user_id!r} did not upload to server 0 in round {self._cfg().round_id}")
+        return got
+
+    def handle_proof(self, user_id: int, message: bytes) -> None:
+        """Server 0: keep a device's bound proof (:meth:`handle_proof_many` of one)."""
+        result_or_raise(self.handle_proof_many([(user_id, message)])[0])
+
+    def handle_proof_many(self, proofs: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """Server 0: keep each device's bound proof (a ``bound_proof`` message: the range
+        proof's message to server 0) until :meth:`bound_request`.  Per item ``None``, or the
+        error that refuses it and keeps nothing: a malformed message (wrong length, round, kind
+        or party; a field element not below ``p``), a user that did not upload to this server, a
+        second proof of a user.
+
+        Raises
+        ------
+        ProtocolError: bounded payloads are off, or this is server 1.
+        """
+        cfg = self._cfg()
+        params = self._bounded(0)
+        out: list[SecembError | None] = [None] * len(proofs)
+        opener = Opener(NAME, "bound_proof", 0, cfg.round_id, params.message_bytes(0))
+
+        def take(user_id: int, message: bytes, seen: set[int]) -> bytes:
+            if user_id not in self._challenges:
+                raise ProtocolError(f"user {user_id} sent a bound proof without an upload in round {cfg.round_id}")
+            if user_id in seen or user_id in self._proofs:
+                raise ProtocolError(f"user {user_id} already sent its bound proof in round {cfg.round_id}")
+            body = bytes(opener(message))
+            rangeproof.parse(params, 0, [body])  # its elements checked now: refused here, not at verification
+            return body
+
+        users, _, bodies = sift(proofs, out, take)
+        self._proofs.update(zip(users, bodies, strict=True))
+        return out
+
+    def _bound_contexts(self, users: list[int], challenges: list[bytes]) -> list[bytes]:
+        """Each user's proof context (:func:`~secemb.protocols.secemb.bounds.context`) under its
+        challenge, from its key digest ``K``."""
+        round_id = self._cfg().round_id
+        return [context(round_id, c, cast("tuple[bytes, np.ndarray]", self._absorbed[u].proof)[0])
+                for u, c in zip(users, challenges, strict=True)]
+
+    def _bound_projections(self, users: list[int], challenges: list[bytes]) -> np.ndarray:
+        """This server's projections (ring (n, ROWS)) of absorbed ``users``' payload shares
+        (a walk of their keys, with their correction words) and dense shares, each under its
+        challenge (the users of one challenge projected together)."""
+        cfg = self._cfg()
+        got = [self._absorbed[u] for u in users]
+        payload = payload_share(cfg, self.party, fss.PathKeys.concat([a.keys.path for a in got]),
+                                np.concatenate([a.cw for a in got]))
+        x = upload_vector(payload.reshape(len(users), cfg.slots, cfg.width),
+                          np.stack([self._dense_share(u) for u in users]) if users else
+                          np.zeros((0, cfg.dense_size), cfg.dtype))
+        out = np.empty((len(users), ROWS), cfg.dtype)
+        for c in set(challenges):
+            at = [j for j, got in enumerate(challenges) if got == c]
+            out[at] = projected(c, x[at])
+        return out
+
+    def bound_request(self, users: list[int]) -> bytes:
+        """Server 0: the bound check's request to server 1 for uploaded ``users`` (the ones
+        :meth:`upload_digests` covers), once their proofs are in: a fresh 16-byte query seed
+        ``q``, then per user that sent a proof ``u64 user || c || part_0`` (its challenge and
+        :func:`~secemb.fss.rangeproof.hint_of` its proof); a ``bound_request`` message of
+        ``16 + 56 n`` body bytes.  The users without a proof are rejected by
+        :meth:`bound_rejected`.  A new request replaces the last one.
+
+        Raises
+        ------
+        ProtocolError: bounded payloads are off, this is server 1, or a user of ``users`` did
+            not upload in this round.
+        """
+        cfg = self._cfg()
+        params = self._bounded(0)
+        for u in users:
+            if u not in self._challenges:
+                raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
+        proved = sorted(set(users) & self._proofs.keys())
+        challenges = [self._challenges[u] for u in proved]
+        hints = [rangeproof.hint_of(params, ctx, self._proofs[u])
+                 for u, ctx in zip(proved, self._bound_contexts(proved, challenges), strict=True)]
+        query = system_rng(QUERY_BYTES)
+        self._asked = (proved, query, set(users) - set(proved))
+        body = b"".join(U64.pack(u) + c + h for u, c, h in zip(proved, challenges, hints, strict=True))
+        return frame(NAME, "bound_request", 1, cfg.round_id, query, body)
+
+    def bound_answer(self, request: bytes) -> bytes:
+        """Server 1: its verifier messages for server 0's :meth:`bound_request` -- per user, in
+        the request's order, :func:`~secemb.fss.rangeproof.verifier_messages` of its proof
+        shares (expanded from the device's ``sigma`` with server 0's ``part_0``) on its
+        projections of its payload and dense shares under the user's challenge; a
+        ``bound_answer`` message of ``n * verifier_bytes`` body bytes.  A user's messages are
+        given once a round (so server 0 cannot query a proof at several points).
+
+        Raises
+        ------
+        ProtocolError: bounded payloads are off, this is server 0, or a user of the request
+            did not upload to this server or was asked before (nothing is answered).
+        InvalidMessage: the request is malformed (a user listed twice, a body not ``16 + 56 n``).
+        """
+        cfg = self._cfg()
+        params = self._bounded(1)
+        entry = 8 + CHALLENGE_BYTES + rangeproof.PART_BYTES
+        count = max(0, (len(request) - HEADER_BYTES - QUERY_BYTES) // entry) if isinstance(request, bytes) else 0
+        body = open_message(request, NAME, "bound_request", 1, cfg.round_id, QUERY_BYTES + entry * count)
+        query = bytes(body[:QUERY_BYTES])
+        rows = [bytes(body[QUERY_BYTES + entry * j : QUERY_BYTES + entry * (j + 1)]) for j in range(count)]
+        users = [U64.unpack_from(r)[0] for r in rows]
+        if len(set(users)) != count:
+            raise InvalidMessage("bound_request: a user is listed twice")
+        for u in users:
+            if u not in self._absorbed or u not in self._sigmas:
+                raise ProtocolError(f"user {u} did not upload to server 1 in round {cfg.round_id}")
+            if u in self._answered:
+                raise ProtocolError(f"user {u}'s bound proof was already checked in round {cfg.round_id}")
+        challenges = [r[8 : 8 + CHALLENGE_BYTES] for r in rows]
+        shares = rangeproof.parse(params, 1, [self._sigmas[u] + r[8 + CHALLENGE_BYTES :]
+                                              for u, r in zip(users, rows, strict=True)])
+        v1 = rangeproof.verifier_messages(params, 1, shares, self._bound_projections(users, challenges),
+                                          self._bound_contexts(users, challenges), query)
+        self._answered.update(users)
+        return frame(NAME, "bound_answer", 0, cfg.round_id, little(v1))
+
+    def bound_rejected(self, answer: bytes) -> set[int]:
+        """Server 0: the users of its last :meth:`bound_request` that fail the bound check --
+        :func:`~secemb.fss.rangeproof.decide` on its own verifier messages and server 1's
+        ``answer`` -- and those that sent no proof; they are left out of the aggregate like a
+        digest mismatch.
+
+        Raises
+        ------
+        ProtocolError: bounded payloads are off, this is server 1, or no request is pending.
+        InvalidMessage: the answer is malformed (then the request stays pending).
+        """
+        cfg = self._cfg()
+        params = self._bounded(0)
+        if self._asked is None:
+            raise ProtocolError("bound_rejected before bound_request")
+        users, query, unproved = self._asked
+        body = open_message(answer, NAME, "bound_answer", 0, cfg.round_id, len(users) * params.verifier_bytes)
+        v1 = rangeproof.parse_verifier_messages(params, bytes(body), len(users))
+        challenges = [self._challenges[u] for u in users]
+        shares = rangeproof.parse(params, 0, [self._proofs[u] for u in users])
+        v0 = rangeproof.verifier_messages(params, 0, shares, self._bound_projections(users, challenges),
+                                          self._bound_contexts(users, challenges), query)
+        ok = rangeproof.decide(params, v0, v1)
+        self._asked = None
+        return unproved | {u for u, good in zip(users, ok.tolist(), strict=True) if not good}
 
     # -- aggregation ---------------------------------------------------------------------
     def _closed(self, include: list[int] | None) -> tuple[list[int], np.ndarray, np.ndarray]:

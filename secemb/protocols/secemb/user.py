@@ -4,6 +4,7 @@ batch for many devices), the check of the rows it gets back, and its upload."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -12,8 +13,18 @@ from secemb import fss
 from secemb.errors import InvalidParameters, ProtocolError, RetrievalTampered, SecembError
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
+from secemb.fss.rangeproof import prove
 from secemb.fss.verify import corrections
 from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
+from secemb.protocols.secemb.bounds import (
+    CHALLENGE_BYTES,
+    SIGMA_BYTES,
+    bound_params,
+    context,
+    payload_share,
+    projected,
+    upload_vector,
+)
 from secemb.protocols.secemb.checks import key_digests, row_tags
 from secemb.protocols.secemb.relay import relay_prgs, upload_mac
 from secemb.protocols.secemb.sizes import (
@@ -45,38 +56,56 @@ def _inverse_odd(x: np.ndarray) -> np.ndarray:
     return y
 
 
-def _request_rows(keys: fss.DPFKeys, checks: np.ndarray | None, cfg: RoundConfig, party: int) -> np.ndarray:
+def _sigma_column(rows: np.ndarray, sigmas: bytes | None) -> int:
+    """Write each user's seed ``sigma`` (``sigmas``: n such 16-byte strings joined; bounded
+    payloads) into the last :data:`SIGMA_BYTES` of its row of ``rows``; where the fields
+    before it end (``rows.shape[1]`` without a seed)."""
+    if sigmas is None:
+        return rows.shape[1]
+    rows[:, -SIGMA_BYTES:] = np.frombuffer(sigmas, np.uint8).reshape(len(rows), SIGMA_BYTES)
+    return rows.shape[1] - SIGMA_BYTES
+
+
+def _request_rows(keys: fss.DPFKeys, checks: np.ndarray | None, cfg: RoundConfig, party: int,
+                  sigmas: bytes | None = None) -> np.ndarray:
     """The retrieval requests to server ``party`` of a batch's users, as the rows of one array
-    uint8 (n, HEADER_BYTES + request_bytes): ``keys`` (each user's S consecutive ones) and the
-    check correction words ``checks`` (uint64 (n S, 4); ``None`` without verified uploads);
-    row ``j``'s ``tobytes()`` is user ``j``'s message."""
+    uint8 (n, HEADER_BYTES + request_bytes [+ SIGMA_BYTES]): ``keys`` (each user's S consecutive
+    ones), the check correction words ``checks`` (uint64 (n S, 4); ``None`` without verified
+    uploads) and, with bounded payloads (to server 1), each user's seed ``sigma``
+    (:func:`_sigma_column`); row ``j``'s ``tobytes()`` is user ``j``'s message."""
     n = len(keys) // cfg.slots
-    rows = frame_rows(NAME, "retrieval_request", party, cfg.round_id, request_bytes(cfg, checks is not None), n)
+    size = request_bytes(cfg, checks is not None) + (0 if sigmas is None else SIGMA_BYTES)
+    rows = frame_rows(NAME, "retrieval_request", party, cfg.round_id, size, n)
     end = HEADER_BYTES + KEY_HEADER_BYTES + cfg.slots * keys.params.key_bytes
     keys.to_rows(n, out=rows[:, HEADER_BYTES:end])
+    stop = _sigma_column(rows, sigmas)
     if checks is not None:
-        rows[:, end:].view("<u8")[...] = checks.reshape(n, -1)
+        rows[:, end:stop].view("<u8")[...] = checks.reshape(n, -1)
     return rows
 
 
-def _relay_rows(roots: np.ndarray, secrets_: bytes, digests: list[bytes], cfg: RoundConfig) -> np.ndarray:
+def _relay_rows(roots: np.ndarray, secrets_: bytes, digests: list[bytes], cfg: RoundConfig,
+                sigmas: bytes | None = None) -> np.ndarray:
     """Server 1's relay retrieval requests of a batch's users as the rows of one array uint8
-    (n, HEADER_BYTES + roots_bytes): each user's key roots (``roots`` uint64 (n S, 2)), its
-    mask seed, dense seed and MAC key (``secrets_``: n such byte strings joined) and its key
-    digest (``digests``)."""
+    (n, HEADER_BYTES + roots_bytes [+ SIGMA_BYTES]): each user's key roots (``roots`` uint64
+    (n S, 2)), its mask seed, dense seed and MAC key (``secrets_``: n such byte strings joined),
+    its key digest (``digests``) and, with bounded payloads, its seed ``sigma``
+    (:func:`_sigma_column`)."""
     n = len(digests)
-    rows = frame_rows(NAME, "retrieval_request", 1, cfg.round_id, roots_bytes(cfg), n)
+    size = roots_bytes(cfg) + (0 if sigmas is None else SIGMA_BYTES)
+    rows = frame_rows(NAME, "retrieval_request", 1, cfg.round_id, size, n)
+    stop = _sigma_column(rows, sigmas) - HEADER_BYTES
     body = rows[:, HEADER_BYTES:]
     at = 16 * cfg.slots
     body[:, :at].view("<u8")[...] = roots.reshape(n, 2 * cfg.slots)
-    body[:, at:-DIGEST_BYTES] = np.frombuffer(secrets_, np.uint8).reshape(n, -1)
-    body[:, -DIGEST_BYTES:] = np.frombuffer(b"".join(digests), np.uint8).reshape(n, DIGEST_BYTES)
+    body[:, at : stop - DIGEST_BYTES] = np.frombuffer(secrets_, np.uint8).reshape(n, -1)
+    body[:, stop - DIGEST_BYTES : stop] = np.frombuffer(b"".join(digests), np.uint8).reshape(n, DIGEST_BYTES)
     return rows
 
 
 def _one_round(users: Sequence[UserRole]) -> SecEmbUser:
-    """The first of ``users``, once all are distinct SecEmb users of one round with one relay
-    and verification setting (a batch's precondition: a user listed twice would make two
+    """The first of ``users``, once all are distinct SecEmb users of one round with one relay,
+    verification and bound setting (a batch's precondition: a user listed twice would make two
     requests or uploads from one round's state, which its own calls refuse).
 
     Raises
@@ -85,7 +114,9 @@ def _one_round(users: Sequence[UserRole]) -> SecEmbUser:
     """
     first = users[0] if users else None
     if not isinstance(first, SecEmbUser) or any(
-            not isinstance(u, SecEmbUser) or (u.config, u.relay, u.verify) != (first.config, first.relay, first.verify)
+            not isinstance(u, SecEmbUser)
+            or (u.config, u.relay, u.verify, u.bound_users) != (first.config, first.relay, first.verify,
+                                                                first.bound_users)
             for u in users):
         raise InvalidParameters("a batch of SecEmb users needs SecEmb users of one round")
     if len({id(u) for u in users}) != len(users):
@@ -114,14 +145,44 @@ def _by_own(users: Sequence[UserRole], args: Sequence[Any], method: str,
     return cast("list[T | Exception]", out)  # every entry is set above
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """What a device keeps of its upload for its bound proof (bounded payloads): its party-0
+    path keys, its aggregation correction words and uploaded rows (ring (S, w) each) and its
+    two dense shares (ring (P,) each)."""
+
+    path0: fss.PathKeys
+    cw: np.ndarray
+    rows: np.ndarray
+    dense0: np.ndarray
+    dense1: np.ndarray
+
+
 class SecEmbUser(UserRole):
-    """One user's side of one SecEmb round."""
+    """One user's side of one SecEmb round.
+
+    ``bound_users``: bounded payloads (:mod:`~secemb.protocols.secemb.bounds`) for a round of
+    that many users, or ``None`` (off).
+
+    Raises
+    ------
+    InvalidParameters: bounded payloads without verified uploads, off the 32-bit ring or for
+        no valid number of users.
+    """
 
     def __init__(self, config: RoundConfig, *, relay: bool = False, verify: bool = True,
-                 _rng: RandomBytes | None = None) -> None:
+                 bound_users: int | None = None, _rng: RandomBytes | None = None) -> None:
         self.config = config
         self.relay = relay
         self.verify = verify  # send check correction words (verified uploads)
+        if bound_users is not None and not verify:
+            raise InvalidParameters("bounded payloads need verified uploads (verify=True)")
+        self.bound_users = bound_users
+        self._bound = None if bound_users is None else bound_params(config, bound_users)
+        self._sigma: bytes | None = None  # bounded payloads: server 1's proof seed, sent with the request
+        self._digest: bytes | None = None  # bounded payloads: the key digest K (the proof's context)
+        self._path0: fss.PathKeys | None = None  # bounded payloads: the party-0 path keys, until the upload
+        self._kept: _Kept | None = None  # bounded payloads: from the upload until the proof
         self._rng = _rng or system_rng
         self._state: fss.GenState | None = None
         self._real: np.ndarray | None = None
@@ -204,23 +265,30 @@ class SecEmbUser(UserRole):
             # users; the keys' check correction words (verified uploads) the same for both servers
             checks = corrections(alphas.reshape(-1), state.leaf0, state.leaf1) if first.verify else None
             rows0 = _request_rows(fss.DPFKeys(p0, cw, params), checks, cfg, 0)
-            if relay:
-                direct = 2 * SEED_BYTES + MAC_KEY_BYTES
-                secrets_ = rng(direct * n)
+            bound = first._bound is not None
+            sigmas = rng(SIGMA_BYTES * n) if bound else None  # bounded payloads: server 1's proof seeds
+            digests: list[bytes] = []
+            if relay or bound:
                 # the digests of the exact bytes server 0 forwards: the shared part of each user's
                 # serialized keys (their header, then all after the roots) and its check words
                 digests = key_digests(fss.DPFKeys.shared_header(params.domain_size, cfg.slots, params.payload_width,
                                                                 params.ring_bits),
                                       rows0[:, HEADER_BYTES + KEY_HEADER_BYTES + 16 * cfg.slots :])
-                rows1 = _relay_rows(p1.roots, secrets_, digests, cfg)
+            if relay:
+                direct = 2 * SEED_BYTES + MAC_KEY_BYTES
+                secrets_ = rng(direct * n)
+                rows1 = _relay_rows(p1.roots, secrets_, digests, cfg, sigmas)
             else:
-                rows1 = _request_rows(fss.DPFKeys(p1, cw, params), checks, cfg, 1)
+                rows1 = _request_rows(fss.DPFKeys(p1, cw, params), checks, cfg, 1, sigmas)
             for j, (i, user, _) in enumerate(ok):
                 sl = slice(j * cfg.slots, (j + 1) * cfg.slots)
                 # copies: a user keeps its own secret state, no view of the batch's (other users')
                 user._state = fss.GenState(params.domain_size, state.leaf0[sl].copy(), state.leaf1[sl].copy())
                 user._real, user._items, user._unmask = real[j].copy(), slots[j].copy(), unmask[j].copy()
                 out[i] = (rows0[j].tobytes(), rows1[j].tobytes())
+                if sigmas is not None:
+                    user._sigma, user._digest = sigmas[SIGMA_BYTES * j : SIGMA_BYTES * (j + 1)], digests[j]
+                    user._path0 = fss.PathKeys.concat([p0[sl]])  # a copy
                 if relay:
                     own = secrets_[direct * j : direct * (j + 1)]
                     user._seeds = (own[:SEED_BYTES], own[SEED_BYTES : 2 * SEED_BYTES])
@@ -403,12 +471,46 @@ class SecEmbUser(UserRole):
             own = cw_le[j * cfg.slots : (j + 1) * cfg.slots].data.cast("B")  # MACed and framed, not copied
             if first.relay:
                 tag = upload_mac(cast("bytes", user._mac_key), cfg.round_id, own)  # drawn with the seeds
-                out[i] = frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(dense - masks[j]), tag), None
-                continue
-            d0, d1 = share(dense, _rng=user._rng)
-            out[i] = (frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0)),
-                      frame(NAME, "upload", 1, cfg.round_id, own, array_bytes(d1)))
+                d0, d1 = dense - masks[j], masks[j]
+                out[i] = frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0), tag), None
+            else:
+                d0, d1 = share(dense, _rng=user._rng)
+                out[i] = (frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0)),
+                          frame(NAME, "upload", 1, cfg.round_id, own, array_bytes(d1)))
+            if user._path0 is not None:  # bounded payloads: what the proof needs (copies: no view of the batch's)
+                user._kept = _Kept(user._path0, cw[j * cfg.slots : (j + 1) * cfg.slots].copy(),
+                                   gradients[i][0].copy(), d0, d1.copy())
+                user._path0 = None
         return cast("list[tuple[bytes, bytes | None] | Exception]", out)  # every entry is set above
+
+    def bound_proof(self, challenge: bytes) -> bytes:
+        """The device's bound proof (bounded payloads, :mod:`~secemb.protocols.secemb.bounds`)
+        for server 0's ``challenge`` (16 bytes, :meth:`SecEmbServer.challenge`): the range
+        proof's message to server 0 (:func:`~secemb.fss.rangeproof.prove`, ``seed_1`` the
+        ``sigma`` server 1 got with the request) that the :data:`~secemb.protocols.secemb.bounds.ROWS`
+        projections under ``challenge`` of its payloads and dense gradient are small, framed as a
+        ``bound_proof`` message to server 0.  Once a round (what it kept of the upload is dropped).
+
+        Raises
+        ------
+        ProtocolError: bounded payloads are off, or no upload to prove (none yet, or proved).
+        InvalidParameters: ``challenge`` is not 16 bytes, or the upload is not in the bound (an
+            honest device that clipped it fails with probability below ``2^-51``).
+        """
+        cfg = self.config
+        if self._bound is None:
+            raise ProtocolError("bounded payloads are off: no bound proof")
+        if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_BYTES:
+            raise InvalidParameters(f"a bound challenge is {CHALLENGE_BYTES} bytes")
+        kept, self._kept = self._kept, None
+        if kept is None:
+            raise ProtocolError("bound_proof before the upload, or twice")
+        s0 = payload_share(cfg, 0, kept.path0, kept.cw)
+        x = upload_vector(np.stack([s0, kept.rows - s0]), np.stack([kept.dense0, kept.dense1]))
+        a, b = projected(challenge, x)
+        msg0, _ = prove(self._bound, a, b, context(cfg.round_id, challenge, cast("bytes", self._digest)),
+                        seed_1=self._sigma, _rng=self._rng)
+        return frame(NAME, "bound_proof", 0, cfg.round_id, msg0)
 
     def _check_upload(self, rows: np.ndarray, dense: np.ndarray) -> None:
         """Refuse an upload this user cannot make: after a tampered retrieval, before a request
