@@ -202,7 +202,7 @@ def _bucket_rows(sizes: np.ndarray | None, buckets: int, big_m: int, mp: int) ->
 def _payload_sums(t: np.ndarray, live: np.ndarray, key_conv: np.ndarray) -> PayloadSums:
     """The :class:`PayloadSums` of a walk: its control bits ``t`` uint8 (K, mp), the live mask
     it was given (bool (B mp,), key ``k``'s at ``(k % B) mp``) and its ``key_conv``."""
-    t_count = (t.reshape(-1, live.size) & live).reshape(t.shape[0], -1).sum(axis=1, dtype=np.int64)
+    t_count = (t.reshape(-1, live.size) & live).reshape(t.shape).sum(axis=1, dtype=np.int64)
     return PayloadSums(key_conv, t_count)
 
 
@@ -368,7 +368,7 @@ def retrieve_and_prepare_buckets(
     t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv)
     users = k // buckets
     e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
-    answers = ring_matmul(e_b, tables, ring_bits, cols=cols).transpose(1, 0, 2).reshape(k, -1)
+    answers = ring_matmul(e_b, tables, ring_bits, cols=cols).transpose(1, 0, 2).reshape(k, tables.shape[2])
     out = answers, np.ascontiguousarray(t[:, :big_m]), conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
     return out if key_conv is None else (*out, _payload_sums(t, live, key_conv))
 

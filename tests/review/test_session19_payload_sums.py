@@ -1,0 +1,71 @@
+"""Review of session 19's payload sums (secemb/fss/fused.py, convert.py, _numba_kernels.py), issue 34 (b).
+
+Found: a walk of no keys (``K = 0``) with ``payload_sums`` failed with numpy's ``ValueError`` on
+both backends (``_payload_sums`` reshaped an empty array with an inferred axis), and so did the
+bucket form's answers with or without payload sums (the same reshape, older than this session).
+Also pinned: a key of an empty bucket (size 0) has no
+live position, so its shares sum to 0 whatever its payload, on both backends, and the device's
+walk agrees with the servers'."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from secemb import fss
+from secemb.fss import kernels
+from secemb.fss.fused import (
+    AGGREGATION_TAG,
+    RETRIEVAL_TAG,
+    payload_shares,
+    payload_sums_of,
+    retrieve_and_prepare,
+    retrieve_and_prepare_buckets,
+)
+from secemb.randomness import CtrDrbg
+
+BACKENDS = [
+    "numpy",
+    pytest.param("numba", marks=pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(kernels, "BACKEND", request.param)
+    return str(request.param)
+
+
+def _keys(alphas: list[int], m: int, betas: np.ndarray):  # noqa: ANN202
+    p0, p1, state = fss.gen_path(np.array(alphas, dtype=np.int64), m, _rng=CtrDrbg(len(alphas) + m))
+    cw_ret = fss.convert_gen(state, np.ones((len(alphas), 1), np.uint32), ring_bits=32, tag=RETRIEVAL_TAG)
+    cw_agg = fss.convert_gen(state, betas, ring_bits=32, tag=AGGREGATION_TAG)
+    return (p0, p1), cw_ret, cw_agg
+
+
+def test_no_keys_give_empty_payload_sums(backend: str) -> None:
+    (p0, _), cw_ret, _ = _keys([], 5, np.zeros((0, 3), np.uint32))
+    _, prep = retrieve_and_prepare(p0, 0, cw_ret, np.zeros((5, 2), np.uint32), 3, payload_sums=True)
+    assert prep.payload is not None
+    assert prep.payload.key_conv.shape == (0, 3) and prep.payload.key_conv.dtype == np.uint32
+    assert prep.payload.t_count.shape == (0,) and prep.payload.t_count.dtype == np.int64
+    sums = payload_sums_of(p0, 0, 3, ring_bits=32)
+    assert sums.key_conv.shape == (0, 3) and sums.t_count.shape == (0,)
+    answers, *_, bucket = retrieve_and_prepare_buckets(p0, 0, cw_ret, np.zeros((1, 5, 2), np.uint32), 3,
+                                                       payload_sums=True)
+    assert answers.shape == (0, 2) and bucket.key_conv.shape == (0, 3) and bucket.t_count.shape == (0,)
+
+
+def test_a_key_of_an_empty_bucket_sums_to_zero(backend: str) -> None:
+    sizes = np.array([0, 5])  # bucket 0 holds no item; keys 0 and 2 are in it
+    betas = (np.arange(8, dtype=np.uint32).reshape(4, 2) + 1) * 1000
+    (p0, p1), cw_ret, cw_agg = _keys([0, 3, 4, 1], 5, betas)
+    tables = np.zeros((2, 5, 1), np.uint32)
+    shares = []
+    for b, path in ((0, p0), (1, p1)):
+        *_, sums = retrieve_and_prepare_buckets(path, b, cw_ret, tables, 2, sizes=sizes, payload_sums=True)
+        device = payload_sums_of(path, b, 2, ring_bits=32, sizes=sizes)
+        assert np.array_equal(device.key_conv, sums.key_conv) and np.array_equal(device.t_count, sums.t_count)
+        assert sums.t_count[[0, 2]].tolist() == [0, 0] and not sums.key_conv[[0, 2]].any()
+        shares.append(payload_shares(b, sums.key_conv, sums.t_count, cw_agg))
+    assert (shares[0] + shares[1]).tolist() == [[0, 0], [3000, 4000], [0, 0], [7000, 8000]]
