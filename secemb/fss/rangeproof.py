@@ -238,6 +238,12 @@ class ProofShares:
         return int(self.keys.shape[0])
 
 
+def _nbytes(data: object) -> int | None:
+    """The length in bytes of a bytes-like message (a ``memoryview`` counts bytes, not items), or
+    None for anything else."""
+    return memoryview(data).nbytes if isinstance(data, (bytes, bytearray, memoryview)) else None
+
+
 def _framed(*items: bytes) -> bytes:
     return b"".join(len(x).to_bytes(8, "little") + x for x in items)
 
@@ -408,7 +414,7 @@ def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
     InvalidMessage
         If ``msg0`` is not bytes of ``params.message_bytes(0)``.
     """
-    if not isinstance(msg0, (bytes, bytearray, memoryview)) or len(msg0) != params.message_bytes(0):
+    if _nbytes(msg0) != params.message_bytes(0):
         raise InvalidMessage(f"range proof message for server 0: expected {params.message_bytes(0)} bytes")
     data = bytes(msg0)
     inputs = data[SEED_BYTES + PART_BYTES : SEED_BYTES + PART_BYTES + F.ELEMENT_BYTES * params.witness_length]
@@ -430,8 +436,9 @@ def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares
     size = params.message_bytes(party)
     n, big_n, plen = len(msgs), params.witness_length, params.proof_length
     for i, m in enumerate(msgs):
-        if not isinstance(m, (bytes, bytearray, memoryview)) or len(m) != size:
-            got = f"{len(m)} bytes" if isinstance(m, (bytes, bytearray, memoryview)) else type(m).__name__
+        got_bytes = _nbytes(m)
+        if got_bytes != size:
+            got = type(m).__name__ if got_bytes is None else f"{got_bytes} bytes"
             raise InvalidMessage(f"range proof message {i} for server {party}: expected {size} bytes, got {got}")
     raw = np.frombuffer(b"".join(bytes(m) for m in msgs), dtype=np.uint8).reshape(n, size)
     keys = raw[:, :SEED_BYTES].copy()
@@ -484,6 +491,8 @@ def verifier_messages(
     n = len(shares)
     if shares.party != party or party not in (0, 1):
         raise InvalidParameters(f"shares are server {shares.party}'s, not server {party!r}'s")
+    if shares.inputs.shape[1:] != (params.witness_length,) or shares.proofs.shape[1:] != (params.proof_length,):
+        raise InvalidParameters(f"shares were parsed under other parameters than {params}")
     ring = np.asarray(ring_shares)
     if ring.shape != (n, params.rows) or ring.dtype.kind not in "ui":
         raise InvalidParameters(
@@ -567,8 +576,9 @@ def parse_verifier_messages(params: RangeParams, data: bytes, n: int) -> np.ndar
         If ``data`` is not ``n * params.verifier_bytes`` bytes, or a field element is not below ``p``.
     """
     n = check_int("n", n, low=0)
-    if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) != n * params.verifier_bytes:
-        got = f"{len(data)} bytes" if isinstance(data, (bytes, bytearray, memoryview)) else type(data).__name__
+    got_bytes = _nbytes(data)
+    if got_bytes != n * params.verifier_bytes:
+        got = type(data).__name__ if got_bytes is None else f"{got_bytes} bytes"
         raise InvalidMessage(f"verifier messages: expected {n * params.verifier_bytes} bytes ({n} devices), got {got}")
     v = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(n, params.verifier_length)
     if np.any(v[:, : 2 * params.wires + 3] >= np.uint64(F.P)):

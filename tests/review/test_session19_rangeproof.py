@@ -1,0 +1,114 @@
+"""Review of session 19's range proof (secemb/fss/rangeproof.py), issue 34 (b).
+
+Found: the parsers measured a ``memoryview`` by ``len``, which counts items, not bytes, so a view
+of ``uint64`` words (the form ``field.to_bytes``' callers hold before ``tobytes``) failed with
+numpy's ``ValueError`` instead of ``InvalidMessage`` -- :func:`~secemb.fss.rangeproof.parse`,
+:func:`~secemb.fss.rangeproof.parse_verifier_messages` and :func:`~secemb.fss.rangeproof.hint_of`;
+and :func:`~secemb.fss.rangeproof.verifier_messages` took shares parsed under other parameters
+and failed inside numpy, where its contract is ``InvalidParameters``.
+
+Pinned: an empty batch goes through every step, and the opened wire and gadget values (what
+each server learns of the other's verifier message) are fresh uniform values that do not
+depend on the witness -- two witnesses that differ in one bit, proven many times under one
+context and one query seed, give values with no repeat and the same distribution (a prover
+without its random wire seeds fails this: its opened values of the ``x - 1`` wires repeat)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.fss import field as F
+from secemb.fss import rangeproof as R
+from secemb.randomness import CtrDrbg
+
+P = 2**61 - 1
+SMALL = R.RangeParams(rows=1, bits=2, ring_bits=4)
+QSEED = b"review query seed 19"
+
+
+def _proof(params: R.RangeParams, a: list[int], b: list[int], ctx: bytes, seed: int) -> tuple[bytes, bytes]:
+    return R.prove(params, np.array(a, np.uint64), np.array(b, np.uint64), ctx, _rng=CtrDrbg(seed))
+
+
+def _opened(params: R.RangeParams, proofs: list[tuple[bytes, bytes]], a: list[int], b: list[int],
+            ctx: bytes) -> np.ndarray:
+    """The opened field elements (z, then per point the wires and the gadget) of each proof: the
+    sum of the two servers' verifier messages, ``uint64 (n, 2L + 3)``."""
+    n, nf = len(proofs), 2 * params.wires + 3
+    s0 = R.parse(params, 0, [m0 for m0, _ in proofs])
+    s1 = R.parse(params, 1, [m1 for _, m1 in proofs])
+    v0 = R.verifier_messages(params, 0, s0, np.array([a] * n, np.uint64), [ctx] * n, QSEED)
+    v1 = R.verifier_messages(params, 1, s1, np.array([b] * n, np.uint64), [ctx] * n, QSEED)
+    assert R.decide(params, v0, v1).all()
+    return F.add(v0[:, :nf], v1[:, :nf])
+
+
+def test_parse_measures_a_memoryview_of_words_in_bytes() -> None:
+    m0, m1 = _proof(SMALL, [3], [14], b"ctx", 1)
+    for party, msg in ((0, m0), (1, m1)):
+        size = SMALL.message_bytes(party)
+        assert size % 8 == 0
+        words = np.frombuffer(msg, np.uint64).copy()
+        parsed, want = R.parse(SMALL, party, [words.data]), R.parse(SMALL, party, [msg])  # type: ignore[list-item]
+        assert np.array_equal(parsed.inputs, want.inputs) and np.array_equal(parsed.proofs, want.proofs)
+        assert np.array_equal(parsed.keys, want.keys) and np.array_equal(parsed.hints, want.hints)
+        wide = np.frombuffer(msg, np.uint8).astype(np.uint64)  # as many items as bytes: 8x the bytes
+        with pytest.raises(InvalidMessage, match=f"message 0 for server {party}"):
+            R.parse(SMALL, party, [wide.data])  # type: ignore[list-item]
+
+
+def test_hint_of_measures_a_memoryview_of_words_in_bytes() -> None:
+    m0, _ = _proof(SMALL, [3], [14], b"ctx", 2)
+    assert R.hint_of(SMALL, b"ctx", np.frombuffer(m0, np.uint64).copy().data) == R.hint_of(SMALL, b"ctx", m0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessage):
+        R.hint_of(SMALL, b"ctx", np.frombuffer(m0, np.uint8).astype(np.uint64).data)  # type: ignore[arg-type]
+
+
+def test_parse_verifier_messages_measures_a_memoryview_of_words_in_bytes() -> None:
+    m0, m1 = _proof(SMALL, [3], [14], b"ctx", 3)
+    v1 = R.verifier_messages(SMALL, 1, R.parse(SMALL, 1, [m1]), np.array([[14]], np.uint64), [b"ctx"], QSEED)
+    assert np.array_equal(R.parse_verifier_messages(SMALL, v1.data, 1), v1)  # type: ignore[arg-type]
+    wide = np.frombuffer(F.to_bytes(v1), np.uint8).astype(np.uint64)
+    with pytest.raises(InvalidMessage, match="verifier messages: expected"):
+        R.parse_verifier_messages(SMALL, wide.data, 1)  # type: ignore[arg-type]
+
+
+def test_verifier_messages_refuse_shares_parsed_under_other_parameters() -> None:
+    m0, _ = _proof(SMALL, [3], [14], b"ctx", 4)
+    shares = R.parse(SMALL, 0, [m0])
+    other = R.RangeParams(rows=1, bits=3, ring_bits=5)
+    with pytest.raises(InvalidParameters):
+        R.verifier_messages(other, 0, shares, np.array([[3]], np.uint64), [b"ctx"], QSEED)
+
+
+def test_an_empty_batch_goes_through_every_step() -> None:
+    s0, s1 = R.parse(SMALL, 0, []), R.parse(SMALL, 1, [])
+    empty = np.zeros((0, SMALL.rows), np.uint64)
+    v0 = R.verifier_messages(SMALL, 0, s0, empty, [], QSEED)
+    v1 = R.parse_verifier_messages(SMALL, F.to_bytes(R.verifier_messages(SMALL, 1, s1, empty, [], QSEED)), 0)
+    assert v0.shape == v1.shape == (0, SMALL.verifier_length)
+    ok = R.decide(SMALL, v0, v1)
+    assert ok.dtype == np.bool_ and ok.shape == (0,)
+
+
+def test_opened_values_are_fresh_and_do_not_depend_on_a_witness_bit() -> None:
+    # value 0 (u = 2: bits 0, 1) and value 1 (u = 3: bits 1, 1), no wrap: one witness bit apart
+    n, ctx = 300, b"one context for every proof"
+    opened = []
+    for value, seed0 in ((0, 10_000), (1, 20_000)):
+        proofs = [_proof(SMALL, [0], [value], ctx, seed0 + i) for i in range(n)]
+        got = _opened(SMALL, proofs, [0], [value], ctx)
+        assert not got[:, 0].any()  # z opens to 0
+        values = got[:, 1:]
+        for col in values.T:  # fresh: 300 uniform draws from 2^61 values repeat with probability < 2^-44
+            assert np.unique(col).size == n
+        opened.append(values.astype(np.float64) / P)
+    # uniform on [0, 1) for both witnesses: means 1/2 with standard deviation sqrt(1 / (12 n)) = 0.017;
+    # a difference of the two means beyond 6 standard deviations of it (0.14) would tell them apart
+    sd = (2 / (12 * n)) ** 0.5
+    for col in range(opened[0].shape[1]):
+        a, b = opened[0][:, col], opened[1][:, col]
+        assert abs(a.mean() - b.mean()) < 6 * sd, col
+        assert abs(a.mean() - 0.5) < 6 * sd / 2**0.5 and abs(b.mean() - 0.5) < 6 * sd / 2**0.5, col
