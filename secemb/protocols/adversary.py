@@ -62,10 +62,10 @@ class MaliciousUser(SecEmbUser):
     """A SecEmb device that runs ``attack`` (one of :data:`ATTACKS`) on its own messages."""
 
     def __init__(self, config: RoundConfig, attack: str, *, relay: bool = False, verify: bool = True,
-                 _rng: RandomBytes | None = None) -> None:
+                 bound_users: int | None = None, _rng: RandomBytes | None = None) -> None:
         if attack not in ATTACKS:
             raise InvalidParameters(f"attack must be one of {ATTACKS}, got {attack!r}")
-        super().__init__(config, relay=relay, verify=verify, _rng=_rng)
+        super().__init__(config, relay=relay, verify=verify, bound_users=bound_users, _rng=_rng)
         self.attack = attack
 
     def _random(self, message: bytes) -> bytes:
@@ -122,11 +122,13 @@ class _AttackProtocol(SecEmbProtocol):
     """SecEmb whose users run ``attack`` (:func:`with_attack`)."""
 
     def __init__(self, base: SecEmbProtocol, attack: str) -> None:
-        super().__init__(base.layout, base.relay, base.expansion, base.layout_seed, base.backend, base.verify)
+        super().__init__(base.layout, base.relay, base.expansion, base.layout_seed, base.backend, base.verify,
+                         base.bound, base.bound_users)
         self.attack = attack
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
-        return MaliciousUser(config, self.attack, relay=self.relay, verify=self.verify, _rng=_rng)
+        return MaliciousUser(config, self.attack, relay=self.relay, verify=self.verify, bound_users=self.bound_users,
+                             _rng=_rng)
 
 
 def with_attack(protocol: Protocol, attack: str) -> Protocol:
