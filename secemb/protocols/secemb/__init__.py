@@ -37,6 +37,12 @@ before the round closes, compare one digest per user (:meth:`SecEmbServer.upload
 user whose keys are not point functions or differ between the servers is left out like a
 dropout (``docs/security.md``, "A malicious device: verified uploads").
 
+Bounded payloads (``bound=True``, off by default; issue 34 (b)): after its upload a device
+proves in zero knowledge that 40 random projections of its payloads and dense gradient are
+small (:meth:`SecEmbUser.bound_proof`), and the servers check the proofs before the round
+closes (:meth:`SecEmbServer.bound_request`, ``bound_answer``, ``bound_rejected``): a device
+that fails or sends none is left out like a dropout (:mod:`~secemb.protocols.secemb.bounds`).
+
 A server never sees an index, a row count or a gradient: every message has a size fixed by
 the public round parameters.  A user that retrieved but never uploads is left out of the
 aggregate (its folded part is recomputed and removed) -- dropouts of Appendix L.2.
@@ -45,8 +51,9 @@ The package, by concern: :mod:`~secemb.protocols.secemb.user` (the device's role
 :mod:`~secemb.protocols.secemb.server` (the server's role and its evaluation scheduling; the
 worker tasks are :mod:`secemb.fss.tasks`), :mod:`~secemb.protocols.secemb.relay` (the relay
 server's steps, seeded arrays, MAC and direct messages), :mod:`~secemb.protocols.secemb.checks` (row tags,
-verified-upload challenge and digest), :mod:`~secemb.protocols.secemb.sizes` (message sizes)
-and :mod:`~secemb.protocols.secemb.protocol` (the protocol object).
+verified-upload challenge and digest), :mod:`~secemb.protocols.secemb.bounds` (bounded payloads),
+:mod:`~secemb.protocols.secemb.sizes` (message sizes) and :mod:`~secemb.protocols.secemb.protocol`
+(the protocol object).
 """
 
 from __future__ import annotations
