@@ -86,8 +86,10 @@ def payload_shares(party: int, key_conv: np.ndarray, t_count: np.ndarray, cw: np
     gives the sum of its outputs there.
     """
     b = _check_party(party)
-    if (cw.dtype != key_conv.dtype or cw.shape != key_conv.shape or cw.ndim != 2
-            or t_count.shape != (cw.shape[0],)):
+    if not all(isinstance(x, np.ndarray) for x in (key_conv, t_count, cw)):
+        raise InvalidParameters("key_conv, t_count and cw must be numpy arrays")
+    if (cw.dtype not in (np.uint32, np.uint64) or t_count.dtype.kind not in "ui" or cw.dtype != key_conv.dtype
+            or cw.shape != key_conv.shape or cw.ndim != 2 or t_count.shape != (cw.shape[0],)):
         raise InvalidParameters(
             f"cw {cw.dtype} {cw.shape} must match key_conv {key_conv.dtype} {key_conv.shape} "
             f"and t_count {t_count.shape} (K,)"
@@ -193,6 +195,8 @@ def _bucket_rows(sizes: np.ndarray | None, buckets: int, big_m: int, mp: int) ->
     """``(cols, live)``: int64 (B,) bucket sizes (all ``big_m`` for ``None``) and bool
     (B mp,), position ``x`` of bucket ``i``'s padded domain at ``i mp + x`` is live when
     ``x < cols[i]``."""
+    if sizes is not None and np.asarray(sizes).dtype.kind not in "ui":
+        raise InvalidParameters(f"sizes must be integers, got {np.asarray(sizes).dtype}")
     cols = np.full(buckets, big_m, np.int64) if sizes is None else np.asarray(sizes, np.int64)
     if cols.shape != (buckets,) or np.any((cols < 0) | (cols > big_m)):
         raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}], got {cols}")

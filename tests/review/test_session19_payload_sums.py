@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from secemb import fss
+from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.fused import (
     AGGREGATION_TAG,
@@ -69,3 +70,24 @@ def test_a_key_of_an_empty_bucket_sums_to_zero(backend: str) -> None:
         assert sums.t_count[[0, 2]].tolist() == [0, 0] and not sums.key_conv[[0, 2]].any()
         shares.append(payload_shares(b, sums.key_conv, sums.t_count, cw_agg))
     assert (shares[0] + shares[1]).tolist() == [[0, 0], [3000, 4000], [0, 0], [7000, 8000]]
+
+
+def test_payload_shares_refuse_what_is_not_a_ring_or_a_count() -> None:
+    conv, count, cw = np.zeros((3, 2), np.uint32), np.zeros(3, np.int64), np.zeros((3, 2), np.uint32)
+    bad = [
+        (conv, count + 0.5, cw),  # counts that are not integers were truncated
+        (conv.astype(np.int64), count, cw.astype(np.int64)),  # signed int64 is not a ring
+        (conv, count, cw.tolist()),  # was AttributeError
+    ]
+    for args in bad:
+        with pytest.raises(InvalidParameters):
+            payload_shares(0, *args)  # type: ignore[arg-type]
+
+
+def test_bucket_sizes_that_are_not_integers_are_refused() -> None:
+    (p0, _), cw_ret, _ = _keys([0, 3], 5, np.zeros((2, 2), np.uint32))
+    sizes = np.array([2.5, 5.0])  # was silently truncated to 2
+    with pytest.raises(InvalidParameters, match="sizes"):
+        payload_sums_of(p0, 0, 2, ring_bits=32, sizes=sizes)
+    with pytest.raises(InvalidParameters, match="sizes"):
+        retrieve_and_prepare_buckets(p0, 0, cw_ret, np.zeros((2, 5, 1), np.uint32), 2, sizes=sizes)
