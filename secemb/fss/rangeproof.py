@@ -32,53 +32,74 @@ message that carries them has one):
 
 Fully linear proof (Boneh, Boyle, Corrigan-Gibbs, Gilboa, Ishai, CRYPTO 2019)
 ----------------------------------------------------------------------------
-*Bits.*  With coefficients ``alpha, beta`` in ``F_p^N`` from the joint randomness, every
-entry is a bit if ``C_A = sum_e alpha_e x_e (x_e - 1)`` and ``C_B = sum_e beta_e x_e (x_e - 1)`` are
-both zero.  The ``2N`` products go through a gadget ``G(y_0 .. y_(L-1)) = sum_j y_2j y_2j+1``
-(``c`` products, ``L = 2c`` wires, ``c = ceil(sqrt N)``), called ``M = 2 ceil(N / c)`` times:
-calls ``1..M/2`` take the pairs ``(alpha_e x_e, x_e - 1)``, calls ``M/2+1..M`` the pairs
-``(beta_e x_e, x_e - 1)`` (zero pairs pad the last call of each half).  Wire ``j``'s polynomial
-``f_j`` has degree ``M + 1``: its values at the nodes ``1..M`` are the calls' inputs, at the nodes
-``0`` and ``M + 1`` two uniformly random seeds the prover picks.  The proof is the ``2L`` seeds and
-the gadget polynomial ``g = G(f_0, .., f_(L-1))`` (degree ``2M + 2``) as its values at the nodes
-``0..2M+2``; ``g(1..M)`` are then the calls' outputs, so ``C_A = sum_(k <= M/2) g(k)`` and
-``C_B = sum_(k > M/2) g(k)`` are linear in the proof.
+*Bits.*  Lay the witness out as a ``(M/2) x c`` matrix, element ``e = k c + i`` at ``[k, i]``
+(zeros after ``N``), and let ``D[k, i] = x_e (x_e - 1)``.  With coefficients ``r, r'`` in
+``F_p^(M/2)`` and ``s, s'`` in ``F_p^c`` from the joint randomness, every entry is a bit if
+``C_A = r^T D s`` and ``C_B = r'^T D s'`` are both zero.  The ``2N`` products go through a gadget
+``G(y_0 .. y_(L-1)) = sum_j y_2j y_2j+1`` (``c`` products, ``L = 2c`` wires; ``c`` is
+:attr:`RangeParams.chunk`, about ``sqrt(N) / 2``), called ``M = 2 ceil(N / c)`` times: call
+``k + 1`` (``k < M/2``) takes the pairs ``(s_i x_e, x_e - 1)`` of row ``k``, call ``M/2 + k + 1``
+the pairs ``(s'_i x_e, x_e - 1)`` (zero pairs pad the last row).  Wire ``j``'s polynomial ``f_j``
+has degree ``M + 1``: its values at the nodes ``1..M`` are the calls' inputs, at the nodes ``0``
+and ``M + 1`` two uniformly random seeds the prover picks.  The proof is the ``2L`` seeds and the
+gadget polynomial ``g = G(f_0, .., f_(L-1))`` (degree ``2M + 2``) as its values at the nodes
+``0..2M+2``; ``g(1..M)`` are then the calls' outputs, so ``C_A = sum_k r_k g(k + 1)`` and
+``C_B = sum_k r'_k g(M/2 + k + 1)`` are linear in the proof.  (The coefficients of the element
+``e`` are ``r_k s_i`` and ``r'_k s'_i``: rank one, so that the wires carry only ``s`` and the
+verifiers evaluate every device's wires with the same matrix, below.)
 
 *Ring relation.*  Server ``b`` lifts its ring share ``r_bi`` (``a_i`` or ``b_i``) into ``F_p`` and
 forms its share of ``e_i = r_0i + r_1i - 2^k (w_i0 + w_i1) - sum_j 2^j u_ij + 2^(t-1)`` (server 0
 adds the constant); an honest witness makes every ``e_i`` zero.
 
-*Queries.*  From the verifiers' query randomness (a seed the device never sees, with the device's
-context) come two distinct points ``rho_1, rho_2`` outside the nodes ``0..2M+2`` and uniform
-``delta``, ``rho'_i``.  Server ``b``'s verifier message is its shares of
-``z = C_A + delta C_B + sum_i rho'_i e_i``, of ``f_j(rho_q)`` for every wire and of ``g(rho_q)``
-(``q = 1, 2``: Lagrange interpolation, linear in the shares), and the two joint-randomness parts
-it used.  :func:`decide` adds the two messages and accepts iff ``z = 0``,
-``G(f(rho_q)) = g(rho_q)`` for both points, and both servers used the same parts.
+*Queries.*  From the verifiers' query randomness (a seed drawn afresh for each batch after all
+its proofs are fixed, so no device knows it) come two distinct points ``rho_1, rho_2`` outside
+the nodes ``0..2M+2`` and uniform ``delta``, ``rho'_i``, the same for every device of the batch.
+Server ``b``'s verifier message is its shares of ``z = C_A + delta C_B + sum_i rho'_i e_i``, of
+``f_j(rho_q)`` for every wire and of ``g(rho_q)`` (``q = 1, 2``: Lagrange interpolation, linear in
+the shares), and the joint randomness ``jr`` it used.  :func:`decide` adds the two messages and
+accepts iff ``z = 0``, ``G(f(rho_q)) = g(rho_q)`` for both points, and both servers used the same
+``jr`` (which binds the context and both parts).
+
+Sharing the query across the batch costs no soundness: the analysis below holds for each device
+against query randomness drawn after its proof, whatever the other devices sent, and a device
+cannot tell points derived from its context apart from shared ones, since it never sees the seed
+(a context-bound derivation would only make the events of two devices independent, which no
+claim uses).  It lets the verifiers evaluate the wires as shared Lagrange rows times the batch's
+witness matrix, one matrix product for all devices: ``f_2i(rho_q) = s_i (l_A x)_i + s'_i (l_B
+x)_i + (seed terms)`` and ``f_2i+1(rho_q) = ((l_A + l_B) x)_i - (server 0: the row sums over the
+real elements) + (seed terms)``, where ``l_A, l_B`` are ``rho_q``'s Lagrange row at the nodes of
+the two halves.  A reused or early-known query seed voids the soundness bound: the protocol
+draws one per batch, after the proofs.
 
 Joint randomness (Fiat-Shamir, as Prio3's)
 ------------------------------------------
 ``part_0 = SHA-256(domain || 0 || context || blind_0 || X_0)``, ``part_1 = SHA-256(domain || 1 ||
 context || seed_1)`` (the seed fixes ``X_1``), ``jr = SHA-256(domain || context || part_0 ||
-part_1)``, and ``alpha || beta = SHAKE-128(domain || jr)``.  The device sends each server the
-other's part; each server recomputes its own, and :func:`decide` compares the pairs the two
-servers used, so both used the ``jr`` their shares fix.  ``blind_0`` is 16 secret random bytes,
+part_1)``, and ``r || r' || s || s' = SHAKE-128(domain || jr)``, each the top 60 bits of a
+64-bit word (uniform in ``[0, 2^60)``).  The device sends each server the other's part; each
+server recomputes its own, and :func:`decide` compares the ``jr`` the two servers used (equal
+``jr`` means equal contexts and parts, by SHA-256's collision resistance), so both used the
+``jr`` their shares fix.  ``blind_0`` is 16 secret random bytes,
 without which server 1 could test a guessed witness against ``part_0``.
 
 Soundness
 ---------
 Against the verifiers' randomness (a device cannot grind it), for any shares and proof: if ``g``
 is not ``G(f)``, both ``rho_q`` are roots of a non-zero polynomial of degree at most ``2M + 2``:
-probability below ``((2M + 2) / (p - 2M - 3))^2`` (below 2^-107 at ``M = 66``).  If ``g = G(f)``,
+probability below ``((2M + 2) / (p - 2M - 3))^2`` (below 2^-105 at ``M = 132``).  If ``g = G(f)``,
 ``C_A, C_B`` are the true sums; ``z`` is an affine function of the uniform ``(delta, rho')``,
 zero with probability at most ``(1 + 2^-67) / p`` unless ``C_B = 0``, every ``e_i = 0`` and
 ``C_A = 0``.  So a device passes a false statement with probability below ``2^-60`` per attempt,
-plus the probability that ``C_A = C_B = 0`` for a witness with a non-bit entry
-``x_e (x_e - 1) != 0``: over ``alpha`` and ``beta``, two independent uniform vectors, at most
-``((1 + 2^-67) / p)^2 < 2^-121``.  That last event is the one a device can try to hit offline by
-varying its shares (each try is a hash evaluation, since ``jr`` is a random oracle of the shares
-the parts bind, by SHA-256's collision resistance): ``Q`` tries succeed with probability at most
-``Q * 2^-121``, so about ``2^-100`` even after ``2^21`` tries per submission.  (With all entries
+plus the probability that ``C_A = C_B = 0`` for a witness with a non-bit entry, ``D != 0``:
+by Schwartz-Zippel over coefficients uniform in ``[0, 2^60)``, ``D s = 0`` with probability at
+most ``2^-60`` and, if not, ``r^T (D s) = 0`` with probability at most ``2^-60``, so ``C_A = 0``
+with probability at most ``2^-59``; ``(r', s')`` are independent of ``(r, s)``, so both vanish
+with probability at most ``2^-118``.  That last event is the one a device can try to hit offline
+by varying its shares (each try is a hash evaluation, since ``jr`` is a random oracle of the
+shares the parts bind, by SHA-256's collision resistance): ``Q`` tries succeed with probability
+at most ``Q * 2^-118``, so about ``2^-97`` even after ``2^21`` tries per submission (and below
+``2^-60`` up to ``2^58`` tries).  (With all entries
 bits and every ``e_i = 0``, the statement is true: see the Witness section.)
 
 Zero knowledge
@@ -86,10 +107,10 @@ Zero knowledge
 Against one honest-but-curious server, for an honest device: its shares are uniform (the other
 share is a fresh seed's pseudorandom expansion, or the witness minus one), its hint is a hash of
 16 secret random bytes and so uniform, and of the other server's verifier message, the ``z``
-share is minus its own (``z = 0``), the parts equal its own, and the opened
+share is minus its own (``z = 0``), the ``jr`` equals its own, and the opened
 ``(f_j(rho_1), f_j(rho_2))`` are uniform in ``F_p^2``: the degree-``M + 1`` polynomials through
-the fixed call values are ``h + Z * (s + s' X)`` with ``Z(X) = prod_(k=1..M) (X - k)`` and
-``(s, s')`` in one-to-one correspondence with the two uniform seeds, and ``Z(rho_q) != 0`` and
+the fixed call values are ``h + V * (a + a' X)`` with ``V(X) = prod_(k=1..M) (X - k)`` and
+``(a, a')`` in one-to-one correspondence with the two uniform seeds, and ``V(rho_q) != 0`` and
 ``rho_1 != rho_2``; ``g(rho_q) = G(f(rho_q))`` is determined by them.  A simulator that draws
 those values uniformly produces the same view, so a server learns only that the proof passed.
 A server that deviates from :func:`verifier_messages` is outside this argument (as in Prio).
@@ -97,8 +118,12 @@ A server that deviates from :func:`verifier_messages` is outside this argument (
 Costs
 -----
 Sizes are in :class:`RangeParams`.  The servers' work is vectorized over the devices and the
-witness; per device it makes O(1) calls into hashlib (parts, ``jr``, coefficients, query) and,
-at server 1, one AES-CTR expansion.
+witness: the query is computed once a batch, the wires of all devices come from one matrix
+product (:func:`secemb.fss.field.matmul`) of shared Lagrange rows with the batch's witness
+shares, and what is per device is ``O(c + M)`` field operations besides; per device it makes
+O(1) calls into hashlib (the own part, ``jr``, the ``2 (M/2 + c)`` coefficients) and, at server 1,
+one AES-CTR expansion (:func:`parse`).  At ``rows = 40``, ``t = 26``: ``c = 17``, ``L = 34``,
+``M = 132``, verifier messages of 600 bytes a device.
 """
 
 from __future__ import annotations
@@ -129,7 +154,7 @@ __all__ = [
 
 #: Bytes of a joint-randomness part (a SHA-256 digest)
 PART_BYTES = 32
-_PART_WORDS = PART_BYTES // 8
+_JOINT_WORDS = PART_BYTES // 8
 _DOMAIN = b"secemb/fss/rangeproof/v1/"
 _VERIFIER_BLOCK = 128  # devices per block in verifier_messages (bounds its temporaries)
 
@@ -162,8 +187,10 @@ class RangeParams:
 
     @property
     def chunk(self) -> int:
-        """Products per gadget call, ``c = ceil(sqrt(N))``."""
-        return math.isqrt(self.witness_length - 1) + 1
+        """Products per gadget call, ``c = ceil(ceil(sqrt(N)) / 2)``, the least ``c`` with ``(2c)^2 >= N``:
+        half the square root, so that the verifier message (``4c`` elements) shrinks at the cost of
+        a longer gadget polynomial in the proof (about ``4N / c`` elements)."""
+        return (math.isqrt(self.witness_length - 1) + 2) // 2
 
     @property
     def half_calls(self) -> int:
@@ -201,8 +228,8 @@ class RangeParams:
     @property
     def verifier_length(self) -> int:
         """``uint64`` words of a verifier message: ``2L + 3`` field elements (``z``, then per point
-        the ``L`` wire values and the gadget value) and the two parts used (``4`` words each)."""
-        return 2 * self.wires + 3 + 2 * _PART_WORDS
+        the ``L`` wire values and the gadget value) and the joint randomness used (``4`` words)."""
+        return 2 * self.wires + 3 + _JOINT_WORDS
 
     @property
     def verifier_bytes(self) -> int:
@@ -256,30 +283,71 @@ def _joint(context: bytes, part0: bytes, part1: bytes) -> bytes:
     return hashlib.sha256(_DOMAIN + b"joint" + _framed(context, part0, part1)).digest()
 
 
-def _coefficients(params: RangeParams, joints: Sequence[bytes]) -> np.ndarray:
-    """``alpha || beta``, ``uint64 (n, 2N)``, for each device's joint randomness."""
-    count = 2 * params.witness_length
-    data = b"".join(hashlib.shake_128(_DOMAIN + b"coefficients" + jr).digest(16 * count) for jr in joints)
-    return F.from_uniform_bytes(data, len(joints) * count).reshape(len(joints), count)
+def _coefficients(params: RangeParams, joints: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """The coefficients ``(r, r')`` on the gadget calls (``uint64 (n, 2, M/2)``) and ``(s, s')`` on
+    the slots (``uint64 (n, 2, c)``) for each device's joint randomness ``jr``: the element
+    ``e = k c + i`` is weighted by ``r_k s_i`` in ``C_A`` and by ``r'_k s'_i`` in ``C_B``.  Each is
+    uniform in ``[0, 2^60)`` (enough for the Schwartz-Zippel bound of the Soundness section): the
+    top 60 bits of a little-endian word of ``SHAKE-128(domain || jr)``, one call a device."""
+    half, c = params.half_calls, params.chunk
+    width = 2 * (half + c)
+    data = b"".join(hashlib.shake_128(_DOMAIN + b"coefficients" + jr).digest(8 * width) for jr in joints)
+    words = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(len(joints), width) >> np.uint64(4)
+    return words[:, : 2 * half].reshape(-1, 2, half), words[:, 2 * half :].reshape(-1, 2, c)
 
 
-def _queries(params: RangeParams, query_seed: bytes, contexts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """Per device: the points ``(rho_1, rho_2)`` (``uint64 (n, 2)``, distinct, outside the nodes
-    ``0..2M+2``) and ``(delta, rho'_0 .. rho'_(rows-1))`` (``uint64 (n, 1 + rows)``)."""
-    n = len(contexts)
-    d = params.gadget_nodes
+@dataclass(frozen=True)
+class _Query:
+    """The batch's query as linear maps shared by every device (from :func:`_query`); ``l_q`` is the
+    Lagrange row of ``rho_q`` over the wire nodes ``0..M+1``.
+
+    ``call_rows`` ``(6, M/2)``: ``l_q`` at the nodes of the first half (``1..M/2``), ``q = 1, 2``,
+    then at those of the second half, then their sums; ``seed_rows`` ``(2, 2)``: ``l_q`` at the
+    nodes ``0`` and ``M + 1``; ``pads`` ``(2, c)``: per slot, the sum of ``l_q`` over the calls
+    where the slot holds a witness element (server 0's ``-1`` of the right wires);
+    ``gadget_columns`` ``(2M + 3, 2)``: the Lagrange columns of ``rho_q`` over the gadget nodes;
+    ``delta``; ``witness_column`` ``(N, 1)`` and ``ring_column`` ``(rows, 1)``: the weights of
+    ``sum_i rho'_i e_i`` on the witness and the ring shares; ``constant``: its constant term,
+    which server 0 adds."""
+
+    call_rows: np.ndarray
+    seed_rows: np.ndarray
+    pads: np.ndarray
+    gadget_columns: np.ndarray
+    delta: np.ndarray
+    witness_column: np.ndarray
+    ring_column: np.ndarray
+    constant: np.ndarray
+
+
+def _query(params: RangeParams, query_seed: bytes) -> _Query:
+    """The batch's query from SHAKE-128 of the query seed alone: the points ``rho_1, rho_2``
+    (distinct, outside the nodes ``0..2M+2``), ``delta`` and ``rho'_0 .. rho'_(rows-1)``."""
+    d, t, half, c = params.gadget_nodes, params.bits, params.half_calls, params.chunk
     width = 2 + 1 + params.rows
-    points = np.empty((n, 2), dtype=np.uint64)
-    blobs = []
-    for i, ctx in enumerate(contexts):
-        blob = hashlib.shake_128(_DOMAIN + b"query" + _framed(query_seed, ctx)).digest(16 * width)
-        h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
-        h2 = int.from_bytes(blob[16:32], "little") % (F.P - d - 1)
-        points[i, 0] = d + h1
-        points[i, 1] = d + (h1 + 1 + h2) % (F.P - d)  # any non-node value but rho_1
-        blobs.append(blob[32:])
-    coefs = F.from_uniform_bytes(b"".join(blobs), n * (width - 2)).reshape(n, width - 2)
-    return points, coefs
+    blob = hashlib.shake_128(_DOMAIN + b"query" + _framed(query_seed)).digest(16 * width)
+    h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
+    h2 = int.from_bytes(blob[16:32], "little") % (F.P - d - 1)
+    points = np.array([d + h1, d + (h1 + 1 + h2) % (F.P - d)], dtype=np.uint64)  # any non-node value but rho_1
+    delta = F.from_uniform_bytes(blob[32:48], 1)[0]
+    rho = F.from_uniform_bytes(blob[48:], width - 3)
+    lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
+    first, second = lag[:, 1 : half + 1], lag[:, half + 1 : -1]
+    both = F.add(first, second)
+    real = np.arange(half * c).reshape(half, c) < params.witness_length  # (call, slot) holds an element
+    pads = F.sum_mod(np.where(real[None], both[:, :, None], np.uint64(0)), axis=1)
+    # e_i = r_0i + r_1i - sum_j 2^j u_ij - 2^k (w_i0 + w_i1) + 2^(t-1)
+    place = np.array([(1 << j) % F.P for j in range(t)] + [1 << params.ring_bits] * 2, dtype=np.uint64)
+    return _Query(
+        call_rows=np.concatenate([first, second, both]),
+        seed_rows=lag[:, [0, -1]],
+        pads=pads,
+        gadget_columns=F.lagrange_coefficients(d, points).T,
+        delta=delta,
+        witness_column=F.neg(F.mul(rho[:, None], place)).reshape(-1, 1),
+        ring_column=rho[:, None],
+        constant=F.mul(F.sum_mod(rho), np.uint64(1 << (t - 1))),
+    )
 
 
 @cache
@@ -296,20 +364,20 @@ def _gadget(wires: np.ndarray) -> np.ndarray:
     return F.dot(wires[..., 0::2], wires[..., 1::2])
 
 
-def _wire_nodes(params: RangeParams, x: np.ndarray, coefs: np.ndarray, one: int, proofs: np.ndarray) -> np.ndarray:
-    """``uint64 (n, M + 2, L)``: every wire's values (or shares) at the nodes ``0..M+1``, from
-    witness shares ``x`` ``(n, N)``, coefficients ``(n, 2N)``, the share ``one`` of 1 and the
-    seeds at the head of ``proofs``."""
-    n, big_n = x.shape
-    c, half, big_l = params.chunk, params.half_calls, params.wires
-    nodes = np.zeros((n, params.calls + 2, big_l), dtype=np.uint64)
-    nodes[:, 0] = proofs[:, :big_l]
-    nodes[:, -1] = proofs[:, big_l : 2 * big_l]
-    calls = np.zeros((n, 2, half * c, 2), dtype=np.uint64)  # (half, slot, left/right)
-    calls[:, 0, :big_n, 0] = F.mul(coefs[:, :big_n], x)
-    calls[:, 1, :big_n, 0] = F.mul(coefs[:, big_n:], x)
-    calls[:, :, :big_n, 1] = F.sub(x, np.uint64(one))[:, None, :]
-    nodes[:, 1:-1] = calls.reshape(n, params.calls, big_l)
+def _wire_nodes(params: RangeParams, x: np.ndarray, slots: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """``uint64 (M + 2, L)``: every wire's values at the nodes ``0..M+1`` for the witness ``x``
+    ``(N,)``, the slot coefficients ``(s, s')`` ``(2, c)`` and the ``2L`` wire seeds; the call
+    coefficients ``r, r'`` weight the calls' outputs, not the wires."""
+    big_n, c, half, big_l = params.witness_length, params.chunk, params.half_calls, params.wires
+    nodes = np.empty((params.calls + 2, big_l), dtype=np.uint64)
+    nodes[0] = seeds[:big_l]
+    nodes[-1] = seeds[big_l:]
+    padded = _padded(params, x[None])[0]
+    right = F.sub(padded, np.uint64(1)).reshape(-1)
+    right[big_n:] = 0  # zero pairs pad the last call of each half
+    calls = nodes[1:-1].reshape(2, half, c, 2)  # (half, call, slot, left/right): a view
+    calls[..., 0] = F.mul(slots[:, None, :], padded)
+    calls[..., 1] = right.reshape(half, c)
     return nodes
 
 
@@ -355,11 +423,11 @@ def _prove_witness(params: RangeParams, x: np.ndarray, context: bytes, rng: Rand
     x0 = F.sub(x, share1[:big_n])
     part0 = _part(0, context, blind0, F.to_bytes(x0))
     part1 = _part(1, context, seed1, b"")
-    coefs = _coefficients(params, [_joint(context, part0, part1)])
+    _, slots = _coefficients(params, [_joint(context, part0, part1)])
     seeds = F.from_uniform_bytes(rng(16 * 2 * big_l), 2 * big_l)
     proof = np.zeros(plen, dtype=np.uint64)
     proof[: 2 * big_l] = seeds
-    nodes = _wire_nodes(params, x[None, :], coefs, 1, proof[None, :])[0]  # (M + 2, L)
+    nodes = _wire_nodes(params, x, slots[0], seeds)  # (M + 2, L)
     n_wire = params.calls + 2
     extended = F.matmul(_extension(n_wire, d), nodes)  # (d - n_wire, L)
     proof[2 * big_l : 2 * big_l + n_wire] = _gadget(nodes)
@@ -474,14 +542,16 @@ def verifier_messages(
     contexts:
         ``n`` bytes objects, each the context its device proved with.
     query_seed:
-        At least 16 bytes both servers hold and no device knows before its proof is fixed.
+        At least 16 bytes both servers hold, drawn afresh for this batch after all its proofs are
+        fixed (no device knows it before); every device of the call is queried at the points it
+        gives (module docstring, Queries).
 
     Returns
     -------
     numpy.ndarray
         ``uint64 (n, params.verifier_length)``: ``z``'s share, then for each of the two points
-        the ``L`` wire shares and the gadget share, then ``part_0`` and ``part_1`` as this server
-        used them (raw little-endian words).
+        the ``L`` wire shares and the gadget share, then the joint randomness ``jr`` this server
+        used (4 raw little-endian words).
 
     Raises
     ------
@@ -504,12 +574,11 @@ def verifier_messages(
         raise InvalidParameters(f"contexts must be {n} bytes objects")
     if not isinstance(query_seed, (bytes, bytearray)) or len(query_seed) < SEED_BYTES:
         raise InvalidParameters(f"query_seed must be at least {SEED_BYTES} bytes")
+    query = _query(params, bytes(query_seed))
     out = np.empty((n, params.verifier_length), dtype=np.uint64)
     for lo in range(0, n, _VERIFIER_BLOCK):
         hi = min(n, lo + _VERIFIER_BLOCK)
-        out[lo:hi] = _verify_block(
-            params, party, shares, lo, hi, ring[lo:hi].astype(np.uint64), contexts[lo:hi], bytes(query_seed)
-        )
+        out[lo:hi] = _verify_block(params, party, shares, lo, hi, ring[lo:hi].astype(np.uint64), contexts[lo:hi], query)
     return out
 
 
@@ -521,49 +590,46 @@ def _verify_block(
     hi: int,
     ring: np.ndarray,
     contexts: Sequence[bytes],
-    query_seed: bytes,
+    query: _Query,
 ) -> np.ndarray:
     x, proofs = shares.inputs[lo:hi], shares.proofs[lo:hi]
-    n = hi - lo
-    t, big_l, half, calls = params.bits, params.wires, params.half_calls, params.calls
-    parts = np.empty((n, 2, PART_BYTES), dtype=np.uint8)
-    joints = []
-    for i in range(n):
+    n, big_l = hi - lo, params.wires
+    joints = np.empty((n, PART_BYTES), dtype=np.uint8)
+    for i in range(n):  # O(1) hash calls a device: the part this server can compute, then jr
         ctx = bytes(contexts[i])
-        key = shares.keys[lo + i].tobytes()
-        own = _part(party, ctx, key, F.to_bytes(x[i]) if party == 0 else b"")
-        parts[i, party] = np.frombuffer(own, dtype=np.uint8)
-        parts[i, 1 - party] = shares.hints[lo + i]
-        joints.append(_joint(ctx, parts[i, 0].tobytes(), parts[i, 1].tobytes()))
-    coefs = _coefficients(params, joints)
-    points, qcoefs = _queries(params, query_seed, contexts)
-    one = 1 if party == 0 else 0
-
-    nodes = _wire_nodes(params, x, coefs, one, proofs)  # (n, M + 2, L)
-    lag_w = F.lagrange_coefficients(calls + 2, points)  # (n, 2, M + 2)
-    lag_g = F.lagrange_coefficients(params.gadget_nodes, points)  # (n, 2, 2M + 3)
-    gvals = proofs[:, 2 * big_l :]
+        own = _part(party, ctx, shares.keys[lo + i].tobytes(), F.to_bytes(x[i]) if party == 0 else b"")
+        hint = shares.hints[lo + i].tobytes()
+        joints[i] = np.frombuffer(_joint(ctx, *((own, hint) if party == 0 else (hint, own))), dtype=np.uint8)
+    (r, r2), (sl, sl2) = (a.transpose(1, 0, 2) for a in _coefficients(params, [jr.tobytes() for jr in joints]))
+    c, half = params.chunk, params.half_calls
+    # every call input is a witness element (times s_i or s'_i on the left wires): the wires at both
+    # points are shared rows times the batch's witness, one matrix product for all devices
+    by_call = np.ascontiguousarray(_padded(params, x).transpose(1, 0, 2)).reshape(half, n * c)
+    rows = F.matmul(query.call_rows, by_call).reshape(6, n, c)  # (row, device, slot)
+    seeds = F.matmul(query.seed_rows, proofs[:, : 2 * big_l].reshape(n, 2, big_l).transpose(1, 0, 2).reshape(2, -1))
+    seeds = seeds.reshape(2, n, big_l)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
-    wires_at = F.matmul(lag_w, nodes)  # (n, 2, L)
-    gadget_at = F.matmul(lag_g, gvals[:, :, None])  # (n, 2, 1)
-    for q in range(2):
-        base = 1 + q * (big_l + 1)
-        msg[:, base : base + big_l] = wires_at[:, q]
-        msg[:, base + big_l] = gadget_at[:, q, 0]
-
-    c_a = F.sum_mod(gvals[:, 1 : half + 1], axis=1)
-    c_b = F.sum_mod(gvals[:, half + 1 : calls + 1], axis=1)
-    xr = x.reshape(n, params.rows, t + 2)
-    powers = np.array([(1 << j) % F.P for j in range(t)], dtype=np.uint64)
-    recomposed = F.add(
-        F.dot(xr[:, :, :t], powers), F.mul(F.add(xr[:, :, t], xr[:, :, t + 1]), np.uint64(1 << params.ring_bits))
-    )
-    e = F.sub(ring, recomposed)
-    if party == 0:
-        e = F.add(e, np.uint64(1 << (t - 1)))
-    msg[:, 0] = F.add(F.add(c_a, F.mul(qcoefs[:, 0], c_b)), F.dot(qcoefs[:, 1:], e))
-    msg[:, 2 * big_l + 3 :] = parts.reshape(n, 2 * PART_BYTES).view("<u8")
+    opened = msg[:, 1 : 2 * big_l + 3].reshape(n, 2, big_l + 1)  # per point: the L wires, then the gadget
+    left = F.add(F.mul(sl, rows[0:2]), F.mul(sl2, rows[2:4]))  # (2, n, c)
+    right = F.sub(rows[4:6], query.pads[:, None, :]) if party == 0 else rows[4:6]
+    opened[:, :, 0:big_l:2] = F.add(left, seeds[:, :, 0::2]).transpose(1, 0, 2)
+    opened[:, :, 1:big_l:2] = F.add(right, seeds[:, :, 1::2]).transpose(1, 0, 2)
+    gvals = proofs[:, 2 * big_l :]
+    opened[:, :, big_l] = F.matmul(gvals, query.gadget_columns)
+    c_a = F.dot(r, gvals[:, 1 : half + 1])
+    c_b = F.dot(r2, gvals[:, half + 1 : params.calls + 1])
+    e = F.add(F.matmul(x, query.witness_column)[:, 0], F.matmul(ring, query.ring_column)[:, 0])
+    z = F.add(F.add(c_a, F.mul(query.delta, c_b)), e)
+    msg[:, 0] = F.add(z, query.constant) if party == 0 else z
+    msg[:, 2 * big_l + 3 :] = joints.view("<u8")
     return msg
+
+
+def _padded(params: RangeParams, x: np.ndarray) -> np.ndarray:
+    """Witness shares ``(n, N)`` as ``(n, M/2, c)``: element ``e = k c + i`` at ``[k, i]``, zeros after ``N``."""
+    out = np.zeros((len(x), params.half_calls * params.chunk), dtype=np.uint64)
+    out[:, : params.witness_length] = x
+    return out.reshape(len(x), params.half_calls, params.chunk)
 
 
 def parse_verifier_messages(params: RangeParams, data: bytes, n: int) -> np.ndarray:
@@ -594,7 +660,7 @@ def decide(params: RangeParams, v0: np.ndarray, v1: np.ndarray) -> np.ndarray:
     -------
     numpy.ndarray
         ``bool (n,)``: True where ``z = 0``, the gadget matches at both points, and both servers
-        used the same joint-randomness parts.
+        used the same joint randomness ``jr``.
 
     Raises
     ------

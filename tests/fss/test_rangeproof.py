@@ -73,12 +73,15 @@ def _rng(seed: int = 1) -> CtrDrbg:
 
 def test_sizes_at_the_default_configuration():
     p = R.RangeParams(rows=40, bits=25, ring_bits=32)
-    # N = 40 * 27 = 1080, c = ceil(sqrt 1080) = 33, M = 2 * ceil(1080 / 33) = 66, L = 66,
-    # proof = 2 * 66 seeds + (2 * 66 + 3) gadget values = 267
-    assert (p.witness_length, p.chunk, p.calls, p.wires, p.proof_length) == (1080, 33, 66, 66, 267)
-    assert p.message_bytes(0) == 16 + 32 + 8 * (1080 + 267) == 10_824
+    # N = 40 * 27 = 1080, ceil(sqrt 1080) = 33, c = ceil(33 / 2) = 17 (34^2 >= 1080 > 32^2),
+    # M = 2 * ceil(1080 / 17) = 2 * 64 = 128, L = 34, proof = 2 * 34 seeds + (2 * 128 + 3) gadget values = 327
+    assert (p.witness_length, p.chunk, p.calls, p.wires, p.proof_length) == (1080, 17, 128, 34, 327)
+    assert p.message_bytes(0) == 16 + 32 + 8 * (1080 + 327) == 11_304
     assert p.message_bytes(1) == 48
-    assert p.verifier_length == 2 * 66 + 3 + 8 and p.verifier_bytes == 8 * 143
+    # z, then per point 34 wires and the gadget value, then jr (4 words)
+    assert p.verifier_length == 2 * 34 + 3 + 4 and p.verifier_bytes == 600
+    # the least c with (2c)^2 >= N, at N = 4 rows: 4, 8, 16, 20, 36, 40
+    assert [R.RangeParams(rows=r, bits=2, ring_bits=4).chunk for r in (1, 2, 4, 5, 9, 10)] == [1, 2, 2, 3, 3, 4]
     with pytest.raises(InvalidParameters):
         p.message_bytes(2)
 
@@ -204,7 +207,7 @@ def test_wrap_of_three_and_a_flipped_bit_are_rejected():
 
 def test_a_gadget_polynomial_that_hides_the_non_bits_is_caught_by_the_queries():
     # digit 2 recomposes an out-of-range value; the prover then edits the gadget's call outputs so that
-    # C_A = C_B = 0 (the sum check alone would pass): only the evaluation at the query points catches it
+    # C_A = C_B = 0 (the sum check passes: z opens to 0): only the evaluation at the query points catches it
     a, b = _shares([2 ** (T - 1)] + [0] * (ROWS - 1), [77] * ROWS)
     rows = _witness(*_shares([0] * ROWS, [77] * ROWS))
     rows[0] = [0] * (T - 1) + [2] + [0, 0]  # 77 + b = 2^(t-1): no wrap
@@ -213,18 +216,23 @@ def test_a_gadget_polynomial_that_hides_the_non_bits_is_caught_by_the_queries():
     m0, m1 = R._prove_witness(PARAMS, x, ctx, _rng(9))
     s0 = R.parse(PARAMS, 0, [m0])
     part0, part1 = m1[16:48], m0[16:48]
-    coefs = R._coefficients(PARAMS, [R._joint(ctx, part0, part1)])[0]
-    n = PARAMS.witness_length
+    calls, slots = R._coefficients(PARAMS, [R._joint(ctx, part0, part1)])
+    n, c, half = PARAMS.witness_length, PARAMS.chunk, PARAMS.half_calls
     z = [int(v) * (int(v) - 1) % P for v in x]
-    c_a = sum(int(al) * zz for al, zz in zip(coefs[:n], z, strict=True)) % P
-    c_b = sum(int(be) * zz for be, zz in zip(coefs[n:], z, strict=True)) % P
+    # element e = k c + i is weighted by r_k s_i in C_A and by r'_k s'_i in C_B (call outputs weighted by r_k)
+    c_a = sum(int(calls[0, 0, e // c]) * int(slots[0, 0, e % c]) * zz for e, zz in enumerate(z)) % P
+    c_b = sum(int(calls[0, 1, e // c]) * int(slots[0, 1, e % c]) * zz for e, zz in enumerate(z)) % P
     assert c_a and c_b  # the cheater's true sums (row 0's digit 2: 2 * 1 = 2 times a coefficient)
     proof0 = s0.proofs[0].copy()
     g = 2 * PARAMS.wires  # the gadget values start here; node k at g + k
-    proof0[g + 1] = (int(proof0[g + 1]) - c_a) % P
-    proof0[g + 1 + PARAMS.half_calls] = (int(proof0[g + 1 + PARAMS.half_calls]) - c_b) % P
+    # the first call of each half (nodes 1 and half + 1), weighted by r_0 and r'_0: cancel the sums there
+    proof0[g + 1] = (int(proof0[g + 1]) - c_a * pow(int(calls[0, 0, 0]), P - 2, P)) % P
+    proof0[g + 1 + half] = (int(proof0[g + 1 + half]) - c_b * pow(int(calls[0, 1, 0]), P - 2, P)) % P
     forged = m0[: 48 + 8 * n] + F.to_bytes(proof0)
-    assert _run_one(a, b, (forged, m1), ctx) is False
+    v0 = R.verifier_messages(PARAMS, 0, R.parse(PARAMS, 0, [forged]), a[None, :], [ctx], QSEED)
+    v1 = R.verifier_messages(PARAMS, 1, R.parse(PARAMS, 1, [m1]), b[None, :], [ctx], QSEED)
+    assert int(F.add(v0[0, 0], v1[0, 0])) == 0  # the sum check alone would pass
+    assert R.decide(PARAMS, v0, v1).tolist() == [False]
     # the same edit of an honest proof by zero changes nothing: the forged message layout is right
     assert _run_one(a, b, (m0[: 48 + 8 * n] + F.to_bytes(s0.proofs[0]), m1), ctx) is _run_one(a, b, (m0, m1), ctx)
 
@@ -395,3 +403,96 @@ def test_edges_and_wraps_pass_and_a_value_just_out_of_range_fails_across_paramet
             x += [(u >> j) & 1 for j in range(t)] + [int(w >= 1), int(w == 2)]
     cheat = R._prove_witness(params, np.array(x, dtype=np.uint64), ctx, _rng(rows + 1))
     assert _verify(params, [cheat, honest], [a, a], [b_out, b], [ctx, ctx]).tolist() == [False, True]
+
+
+# -- the batch's shared query -----------------------------------------------------------------------
+
+
+def _lagrange_at(values: list[int], x: int) -> int:
+    """The polynomial through (k, values[k]), k = 0..n-1, at x, with Python ints."""
+    total = 0
+    for j, v in enumerate(values):
+        num = den = 1
+        for m in range(len(values)):
+            if m != j:
+                num = num * (x - m) % P
+                den = den * (j - m) % P
+        total += v * num * pow(den, P - 2, P)
+    return total % P
+
+
+def _points(params: R.RangeParams, qseed: bytes) -> tuple[int, int]:
+    """rho_1, rho_2 as the module docstring derives them from the query seed alone."""
+    import hashlib
+
+    d = 2 * params.calls + 3
+    width = 3 + params.rows
+    blob = hashlib.shake_128(b"secemb/fss/rangeproof/v1/query" + len(qseed).to_bytes(8, "little") + qseed).digest(
+        16 * width
+    )
+    h1 = int.from_bytes(blob[:16], "little") % (P - d)
+    h2 = int.from_bytes(blob[16:32], "little") % (P - d - 1)
+    return d + h1, d + (h1 + 1 + h2) % (P - d)
+
+
+def test_opened_wires_and_gadget_values_match_an_interpolation_with_python_ints():
+    # N = 5 * 10 = 50, c = 4, 13 calls a half: the last call of each half has two padding slots
+    params = R.RangeParams(rows=5, bits=8, ring_bits=32)
+    big_n, c, half, big_l, calls = params.witness_length, params.chunk, params.half_calls, params.wires, params.calls
+    assert (c, half * c - big_n) == (4, 2)
+    gen = np.random.default_rng(5)
+    witnesses, proofs, a_rows, b_rows, contexts = [], [], [], [], []
+    for i in range(3):
+        a, b = _shares(gen.integers(-128, 128, 5).tolist(), gen.integers(0, 2**K, 5).tolist())
+        ctx = b"device %d" % i
+        witnesses.append(_witness(a, b))
+        proofs.append(R.prove(params, a, b, ctx, _rng=_rng(40 + i)))
+        a_rows.append(a)
+        b_rows.append(b)
+        contexts.append(ctx)
+    s0 = R.parse(params, 0, [m0 for m0, _ in proofs])
+    s1 = R.parse(params, 1, [m1 for _, m1 in proofs])
+    v0 = R.verifier_messages(params, 0, s0, np.array(a_rows), contexts, QSEED)
+    v1 = R.verifier_messages(params, 1, s1, np.array(b_rows), contexts, QSEED)
+    assert R.decide(params, v0, v1).tolist() == [True] * 3
+    rhos = _points(params, QSEED)
+    for dev in range(3):
+        x = [v for row in witnesses[dev] for v in row] + [0] * (half * c - big_n)
+        proof = [(int(u) + int(w)) % P for u, w in zip(s0.proofs[dev], s1.proofs[dev], strict=True)]
+        _, slots = R._coefficients(params, [v0[dev, -4:].astype("<u8").tobytes()])
+        opened = [(int(u) + int(w)) % P for u, w in zip(v0[dev], v1[dev], strict=True)]
+        assert opened[0] == 0  # z
+        for q, rho in enumerate(rhos):
+            base = 1 + q * (big_l + 1)
+            for i in range(c):
+                column = [x[k * c + i] for k in range(half)]
+                real = [k * c + i < big_n for k in range(half)]
+                left = [int(slots[0, h, i]) * v % P for h in range(2) for v in column]
+                right = [(v - 1) % P if ok else 0 for _ in range(2) for v, ok in zip(column, real, strict=True)]
+                for j, wire in ((2 * i, left), (2 * i + 1, right)):
+                    nodes = [proof[j]] + wire + [proof[big_l + j]]
+                    assert len(nodes) == calls + 2
+                    assert opened[base + j] == _lagrange_at(nodes, rho), (dev, q, j)
+            assert opened[base + big_l] == _lagrange_at(proof[2 * big_l :], rho)
+
+
+def test_the_query_is_shared_by_the_batch_and_bound_to_its_seed():
+    batch = [_honest(ctx=b"user %d" % i, seed=60 + i) for i in range(3)]
+    contexts = [b"user %d" % i for i in range(3)]
+    a_rows = np.array([a for a, _, _ in batch])
+    b_rows = np.array([b for _, b, _ in batch])
+    s0 = R.parse(PARAMS, 0, [p[0] for _, _, p in batch])
+    s1 = R.parse(PARAMS, 1, [p[1] for _, _, p in batch])
+    v0 = R.verifier_messages(PARAMS, 0, s0, a_rows, contexts, QSEED)
+    v1 = R.verifier_messages(PARAMS, 1, s1, b_rows, contexts, QSEED)
+    assert R.decide(PARAMS, v0, v1).tolist() == [True] * 3
+    # a device's messages depend on its own proof and the seed, not on the batch or its place in it
+    last0 = R.verifier_messages(PARAMS, 0, R.parse(PARAMS, 0, [batch[2][2][0]]), a_rows[2:], contexts[2:], QSEED)
+    last1 = R.verifier_messages(PARAMS, 1, R.parse(PARAMS, 1, [batch[2][2][1]]), b_rows[2:], contexts[2:], QSEED)
+    np.testing.assert_array_equal(last0[0], v0[2])
+    np.testing.assert_array_equal(last1[0], v1[2])
+    # the two servers with different query seeds: every device of the batch fails
+    other = R.verifier_messages(PARAMS, 1, s1, b_rows, contexts, b"another query seed 0123")
+    assert R.decide(PARAMS, v0, other).tolist() == [False] * 3
+    proofs = [p for _, _, p in batch]
+    assert _verify(PARAMS, proofs, a_rows, b_rows, contexts, qseed1=QSEED + b"!").tolist() == [False] * 3
