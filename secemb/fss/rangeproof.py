@@ -114,6 +114,10 @@ the fixed call values are ``h + V * (a + a' X)`` with ``V(X) = prod_(k=1..M) (X 
 ``rho_1 != rho_2``; ``g(rho_q) = G(f(rho_q))`` is determined by them.  A simulator that draws
 those values uniformly produces the same view, so a server learns only that the proof passed.
 A server that deviates from :func:`verifier_messages` is outside this argument (as in Prio).
+The argument covers one verification of a proof: the other server's messages for it under a
+second query seed give each wire polynomial two more values, more than its two random seeds
+mask, and reveal linear relations of the witness (all of it at small sizes:
+``tests/review/test_session19_rangeproof.py``).  A server answers each proof once.
 
 Costs
 -----
@@ -269,6 +273,13 @@ def _nbytes(data: object) -> int | None:
     """The length in bytes of a bytes-like message (a ``memoryview`` counts bytes, not items), or
     None for anything else."""
     return memoryview(data).nbytes if isinstance(data, (bytes, bytearray, memoryview)) else None
+
+
+def _context(context: bytes) -> bytes:
+    """``context`` as bytes, refusing anything else (``bytes(5)`` would be five zero bytes)."""
+    if not isinstance(context, (bytes, bytearray)):
+        raise InvalidParameters(f"context must be bytes, got {type(context).__name__}")
+    return bytes(context)
 
 
 def _framed(*items: bytes) -> bytes:
@@ -468,7 +479,7 @@ def prove(
         If ``a`` or ``b`` is malformed, or some row's value is out of range (an honest device
         never proves a false statement).
     """
-    return _prove_witness(params, _witness(params, a, b), bytes(context), _rng, seed_1)
+    return _prove_witness(params, _witness(params, a, b), _context(context), _rng, seed_1)
 
 
 def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
@@ -486,7 +497,7 @@ def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
         raise InvalidMessage(f"range proof message for server 0: expected {params.message_bytes(0)} bytes")
     data = bytes(msg0)
     inputs = data[SEED_BYTES + PART_BYTES : SEED_BYTES + PART_BYTES + F.ELEMENT_BYTES * params.witness_length]
-    return _part(0, bytes(context), data[:SEED_BYTES], inputs)
+    return _part(0, _context(context), data[:SEED_BYTES], inputs)
 
 
 def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares:

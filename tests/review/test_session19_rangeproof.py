@@ -4,14 +4,17 @@ Found: the parsers measured a ``memoryview`` by ``len``, which counts items, not
 of ``uint64`` words (the form ``field.to_bytes``' callers hold before ``tobytes``) failed with
 numpy's ``ValueError`` instead of ``InvalidMessage`` -- :func:`~secemb.fss.rangeproof.parse`,
 :func:`~secemb.fss.rangeproof.parse_verifier_messages` and :func:`~secemb.fss.rangeproof.hint_of`;
-and :func:`~secemb.fss.rangeproof.verifier_messages` took shares parsed under other parameters
-and failed inside numpy, where its contract is ``InvalidParameters``.
+:func:`~secemb.fss.rangeproof.verifier_messages` took shares parsed under other parameters
+and failed inside numpy, where its contract is ``InvalidParameters``; and ``prove``/``hint_of``
+took an ``int`` context as that many zero bytes (``bytes(5)``), and a ``str`` with ``TypeError``.
 
 Pinned: an empty batch goes through every step, and the opened wire and gadget values (what
 each server learns of the other's verifier message) are fresh uniform values that do not
 depend on the witness -- two witnesses that differ in one bit, proven many times under one
 context and one query seed, give values with no repeat and the same distribution (a prover
-without its random wire seeds fails this: its opened values of the ``x - 1`` wires repeat)."""
+without its random wire seeds fails this: its opened values of the ``x - 1`` wires repeat).
+And why a proof is verified once: under several query seeds the other server's messages
+reveal the witness (the last test solves for it)."""
 
 from __future__ import annotations
 
@@ -83,6 +86,15 @@ def test_verifier_messages_refuse_shares_parsed_under_other_parameters() -> None
         R.verifier_messages(other, 0, shares, np.array([[3]], np.uint64), [b"ctx"], QSEED)
 
 
+@pytest.mark.parametrize("context", [5, "ctx", None])
+def test_a_context_that_is_not_bytes_is_refused(context: object) -> None:
+    # bytes(5) is five zero bytes: an int context was silently a different context
+    m0, _ = _proof(SMALL, [3], [14], b"ctx", 6)
+    with pytest.raises(InvalidParameters, match="context"):
+        R.prove(SMALL, np.array([3], np.uint64), np.array([14], np.uint64), context)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameters, match="context"):
+        R.hint_of(SMALL, context, m0)  # type: ignore[arg-type]
+
 def test_an_empty_batch_goes_through_every_step() -> None:
     s0, s1 = R.parse(SMALL, 0, []), R.parse(SMALL, 1, [])
     empty = np.zeros((0, SMALL.rows), np.uint64)
@@ -112,3 +124,69 @@ def test_opened_values_are_fresh_and_do_not_depend_on_a_witness_bit() -> None:
         a, b = opened[0][:, col], opened[1][:, col]
         assert abs(a.mean() - b.mean()) < 6 * sd, col
         assert abs(a.mean() - 0.5) < 6 * sd / 2**0.5 and abs(b.mean() - 0.5) < 6 * sd / 2**0.5, col
+
+
+def _solve_mod_p(rows: list[list[int]], rhs: list[int]) -> list[int]:
+    """The solution of a square, invertible linear system mod p (Gauss-Jordan with Python ints)."""
+    m = [[v % P for v in row] + [r % P] for row, r in zip(rows, rhs, strict=True)]
+    size = len(m)
+    for col in range(size):
+        pivot = next(r for r in range(col, size) if m[r][col])
+        m[col], m[pivot] = m[pivot], m[col]
+        inv = pow(m[col][col], P - 2, P)
+        m[col] = [v * inv % P for v in m[col]]
+        for r in range(size):
+            if r != col and m[r][col]:
+                f = m[r][col]
+                m[r] = [(v - f * w) % P for v, w in zip(m[r], m[col], strict=True)]
+    return [row[-1] for row in m]
+
+
+def test_a_proof_verified_under_several_query_seeds_reveals_its_witness() -> None:
+    """Why a proof may be verified once only (one query seed; server 1 of the bound protocol
+    answers each user once): the zero-knowledge argument rests on each wire polynomial's two
+    random seeds masking its two opened values.  A server that gets the other's verifier
+    messages for one proof under more query seeds has more values of each ``x - 1`` wire, a
+    polynomial whose unknowns are its two seeds and the witness entries of its slot, and solves
+    for them.  The linear maps it needs come from ``verifier_messages`` itself, on unit shares."""
+    params, ctx = SMALL, b"ctx"
+    big_n, big_l, c, half = params.witness_length, params.wires, params.chunk, params.half_calls
+    unknowns = 2 + half  # per x - 1 wire: its two seeds and the entries of its slot (padding: zero)
+    qseeds = [b"query seed number %d" % i for i in range(-(-unknowns // 2))]
+    a, b = [0], [1]  # value 1: u = 3, bits (1, 1), wrap bits (0, 0)
+    m0, m1 = _proof(params, a, b, ctx, 5)
+    s0, s1 = R.parse(params, 0, [m0]), R.parse(params, 1, [m1])
+
+    def wires(party: int, shares: R.ProofShares, ring: list[int], qseed: bytes) -> np.ndarray:
+        """Both points' opened wire shares, uint64 (2, L)."""
+        v = R.verifier_messages(params, party, shares, np.array([ring], np.uint64), [ctx], qseed)[0]
+        return np.stack([v[1 + q * (big_l + 1) : 1 + q * (big_l + 1) + big_l] for q in range(2)])
+
+    def unit(inputs: int | None, proof: int | None) -> R.ProofShares:
+        """Server 1's shares with one 1: at witness entry ``inputs`` or at proof element ``proof``."""
+        x, pi = np.zeros((1, big_n), np.uint64), np.zeros((1, params.proof_length), np.uint64)
+        if inputs is not None:
+            x[0, inputs] = 1
+        if proof is not None:
+            pi[0, proof] = 1
+        return R.ProofShares(1, s1.keys, s1.hints, x, pi)
+
+    recovered: dict[int, int] = {}
+    for slot in range(c):
+        j = 2 * slot + 1  # the wire of x - 1 in this slot
+        entries = [k * c + slot for k in range(half) if k * c + slot < big_n]
+        equations, values = [], []
+        for qseed in qseeds:
+            # server 1's view: the opened values (its share plus the honest server 0's message)
+            opened = F.add(wires(0, s0, a, qseed), wires(1, s1, b, qseed))[:, j]
+            # the linear maps from the unknowns (seed at node 0, seed at node M + 1, the entries) to them
+            cols = [wires(1, unit(None, j), [0], qseed)[:, j], wires(1, unit(None, big_l + j), [0], qseed)[:, j]]
+            cols += [wires(1, unit(e, None), [0], qseed)[:, j] for e in entries]
+            for q in range(2):
+                equations.append([int(col[q]) for col in cols])
+                # the wire holds x - 1 at the call nodes: move the -1 terms to the right-hand side
+                values.append(int(opened[q]) + sum(int(col[q]) for col in cols[2:]))
+        size = 2 + len(entries)
+        solution = _solve_mod_p(equations[:size], values[:size])
+        recovered.update(zip(entries, solution[2:], strict=True))
+    assert [recovered[e] for e in range(big_n)] == [1, 1, 0, 0]  # u = 3 in two bits, no wrap
