@@ -13,6 +13,8 @@ each server learns of the other's verifier message) are fresh uniform values tha
 depend on the witness -- two witnesses that differ in one bit, proven many times under one
 context and one query seed, give values with no repeat and the same distribution (a prover
 without its random wire seeds fails this: its opened values of the ``x - 1`` wires repeat).
+The masking itself is checked through the public API: every wire's two seeds map onto its two
+opened values invertibly (singular if the two points coincide: a mutant run by hand fails it).
 And why a proof is verified once: under several query seeds the other server's messages
 reveal the witness (the last test solves for it)."""
 
@@ -126,6 +128,42 @@ def test_opened_values_are_fresh_and_do_not_depend_on_a_witness_bit() -> None:
         assert abs(a.mean() - 0.5) < 6 * sd / 2**0.5 and abs(b.mean() - 0.5) < 6 * sd / 2**0.5, col
 
 
+def _wires(params: R.RangeParams, party: int, shares: R.ProofShares, ring: list[int], ctx: bytes,
+           qseed: bytes) -> np.ndarray:
+    """One device's opened wire shares at both points, uint64 (2, L), from ``verifier_messages``."""
+    big_l = params.wires
+    v = R.verifier_messages(params, party, shares, np.array([ring], np.uint64), [ctx], qseed)[0]
+    return np.stack([v[1 + q * (big_l + 1) : 1 + q * (big_l + 1) + big_l] for q in range(2)])
+
+
+def _unit(params: R.RangeParams, like: R.ProofShares, inputs: int | None, proof: int | None) -> R.ProofShares:
+    """Server 1's shares (keys and hints of ``like``) with one 1: at witness entry ``inputs`` or at
+    proof element ``proof`` (a probe of ``verifier_messages``' linear maps)."""
+    x, pi = np.zeros((1, params.witness_length), np.uint64), np.zeros((1, params.proof_length), np.uint64)
+    if inputs is not None:
+        x[0, inputs] = 1
+    if proof is not None:
+        pi[0, proof] = 1
+    return R.ProofShares(1, like.keys, like.hints, x, pi)
+
+
+@pytest.mark.parametrize("params", [SMALL, R.RangeParams(rows=3, bits=8, ring_bits=32)])
+def test_each_wires_two_seeds_mask_its_two_opened_values(params: R.RangeParams) -> None:
+    """The zero-knowledge argument's condition, through the public API: for every wire, the map
+    from its two seeds (the proof's elements ``j`` and ``L + j``: its values at the nodes 0 and
+    ``M + 1``) to its two opened values is invertible mod p, so uniform seeds make the openings
+    uniform in ``F_p^2`` (it is singular if the points coincide or hit a call node)."""
+    _, m1 = _proof(params, [0] * params.rows, [1] * params.rows, b"ctx", 7)
+    like = R.parse(params, 1, [m1])
+    for i in range(4):
+        qseed = b"mask query seed %d" % i
+        for j in range(params.wires):
+            first = _wires(params, 1, _unit(params, like, None, j), [0] * params.rows, b"ctx", qseed)[:, j]
+            second = _wires(params, 1, _unit(params, like, None, params.wires + j), [0] * params.rows, b"ctx",
+                            qseed)[:, j]
+            assert (int(first[0]) * int(second[1]) - int(first[1]) * int(second[0])) % P != 0, (i, j)
+
+
 def _solve_mod_p(rows: list[list[int]], rhs: list[int]) -> list[int]:
     """The solution of a square, invertible linear system mod p (Gauss-Jordan with Python ints)."""
     m = [[v % P for v in row] + [r % P] for row, r in zip(rows, rhs, strict=True)]
@@ -158,18 +196,10 @@ def test_a_proof_verified_under_several_query_seeds_reveals_its_witness() -> Non
     s0, s1 = R.parse(params, 0, [m0]), R.parse(params, 1, [m1])
 
     def wires(party: int, shares: R.ProofShares, ring: list[int], qseed: bytes) -> np.ndarray:
-        """Both points' opened wire shares, uint64 (2, L)."""
-        v = R.verifier_messages(params, party, shares, np.array([ring], np.uint64), [ctx], qseed)[0]
-        return np.stack([v[1 + q * (big_l + 1) : 1 + q * (big_l + 1) + big_l] for q in range(2)])
+        return _wires(params, party, shares, ring, ctx, qseed)
 
     def unit(inputs: int | None, proof: int | None) -> R.ProofShares:
-        """Server 1's shares with one 1: at witness entry ``inputs`` or at proof element ``proof``."""
-        x, pi = np.zeros((1, big_n), np.uint64), np.zeros((1, params.proof_length), np.uint64)
-        if inputs is not None:
-            x[0, inputs] = 1
-        if proof is not None:
-            pi[0, proof] = 1
-        return R.ProofShares(1, s1.keys, s1.hints, x, pi)
+        return _unit(params, s1, inputs, proof)
 
     recovered: dict[int, int] = {}
     for slot in range(c):
