@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from secemb.fss.cuckoo import CuckooLayout
-from secemb.fss.fused import bits_product, key_checks, retrieve_and_prepare, retrieve_and_prepare_buckets
+from secemb.fss.fused import PayloadSums, bits_product, key_checks, retrieve_and_prepare, retrieve_and_prepare_buckets
 from secemb.fss.linalg import LimbMatrix
 from secemb.fss.verify import LeafCheck
 
@@ -59,7 +59,7 @@ def evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: in
     return limbs if isinstance(layout, str) else Buckets(limbs, layout.gather_index)
 
 
-def evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+def evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, PayloadSums | None]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
     ``task = (form, party, keys, table, width, buckets, check)`` with ``form`` ``"full"``,
@@ -74,41 +74,58 @@ def evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     (hi - lo, M, w) for those buckets, zero at positions that pad a bucket).  ``check = (cs,
     r, per_user)`` (verified uploads: the keys' check correction words, their users'
     challenges and keys per user, :class:`~secemb.fss.verify.LeafCheck`) or ``None``; the
-    fourth result is the keys' check values (K, 4), from the same walk, or ``None``.
+    fourth result is the keys' check values (K, 4), from the same walk, or ``None``.  An eighth
+    element ``sums`` (optional; bounded payloads): the fifth result is the keys' :class:`~secemb.fss.fused.PayloadSums`
+    from the same walk (``None`` without ``sums``, and from the device form, which does not
+    walk here).
     """
-    form, party, keys, handle, width, buckets, check_args = task
+    form, party, keys, handle, width, buckets, check_args = task[:7]
+    sums = len(task) > 7 and bool(task[7])
     check = None if check_args is None else LeafCheck(*check_args)
     table = handle.get()
     if form == "device":  # the table is on the backend's device; the check walks here
         answers, t, conv = table.evaluate(party, keys, width)
-        return answers, t, conv, None if check is None else key_checks(keys.path, check)
+        return answers, t, conv, None if check is None else key_checks(keys.path, check), None
     values = None if check is None else check.values
     if form == "full":
-        answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width, check=check)
-        return answers, prepared.t_bits, prepared.signed_conv(), values
+        answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width, check=check,
+                                                 payload_sums=sums)
+        return answers, prepared.t_bits, prepared.signed_conv(), values, prepared.payload
     lo, hi = buckets or (0, len(table.index))
-    answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width,
-                                                    sizes=(table.index[lo:hi] >= 0).sum(axis=1), check=check)
+    sizes = (table.index[lo:hi] >= 0).sum(axis=1)
+    payload = None
+    if sums:
+        answers, t, conv, payload = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi),
+                                                                 width, sizes=sizes, check=check, payload_sums=True)
+    else:
+        answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width,
+                                                        sizes=sizes, check=check)
     if party:
         np.negative(conv, out=conv)
-    return answers, t, conv, values
+    return answers, t, conv, values, payload
 
 
-def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None], answers: np.ndarray,
-          bits: np.ndarray, folded: np.ndarray, values: np.ndarray) -> None:
+def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, PayloadSums | None],
+          answers: np.ndarray, bits: np.ndarray, folded: np.ndarray, values: np.ndarray, key_conv: np.ndarray,
+          t_count: np.ndarray) -> None:
     """Write a bucket range's :func:`evaluate_task` result into the views ``answers`` (U, G, w + T),
-    ``bits`` (U, G, M), ``folded`` (G, M, w) and ``values`` (U, G, 4) of the batch's arrays."""
-    a, t, conv, v = result
+    ``bits`` (U, G, M), ``folded`` (G, M, w), ``values`` (U, G, 4), ``key_conv`` (U, G, w) and
+    ``t_count`` (U, G) of the batch's arrays (the last three where the result has them)."""
+    a, t, conv, v, sums = result
     answers[...] = a.reshape(answers.shape)
     bits[...] = t.reshape(bits.shape)
     folded[...] = conv
     if v is not None:
         values[...] = v.reshape(values.shape)
+    if sums is not None:
+        key_conv[...] = sums.key_conv.reshape(key_conv.shape)
+        t_count[...] = sums.t_count.reshape(t_count.shape)
 
 
-def evaluate_into_task(task: tuple[tuple, np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+def evaluate_into_task(task: tuple) -> None:
     """:func:`evaluate_task` of a range of buckets, its result written by the task itself
-    (:func:`place`; a task of an in-process backend: ``task = (inner, answers, bits, folded, values)``)."""
+    (:func:`place`; a task of an in-process backend: ``task = (inner, answers, bits, folded, values,
+    key_conv, t_count)``)."""
     inner, *views = task
     place(evaluate_task(inner), *views)
 

@@ -19,6 +19,7 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.framing import HEADER_BYTES
 from secemb.fss import rangeproof
 from secemb.protocols.adversary import MaliciousUser
+from secemb.protocols.backends import Backend, ThreadBackend
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.protocols.secemb.bounds import bound_bits, clip_norm, clip_upload
@@ -36,8 +37,8 @@ class Round:
     """One bounded round of ``USERS`` users: both servers, the devices (by id) and the aggregate
     the honest ones make."""
 
-    def __init__(self, layout: str, relay: bool) -> None:
-        self.proto = SecEmbProtocol(layout=layout, relay=relay, bound=True, users_per_round=USERS)
+    def __init__(self, layout: str, relay: bool, backend: Backend | None = None) -> None:
+        self.proto = SecEmbProtocol(layout=layout, relay=relay, bound=True, users_per_round=USERS, backend=backend)
         self.relay = relay
         self.cfg = self.proto.round_config(4, num_items=M, width=W, dense_size=P, m_prime=5)
         self.gen = np.random.default_rng(3)  # public test data only
@@ -67,6 +68,27 @@ class Round:
             user.retrieval_result(a0, a1)
         self.users[uid], self.slots[uid] = user, slots
         return user
+
+    def retrieve_batch(self, uids: list[int]) -> None:
+        """Honest devices ``uids`` retrieve as one batch at each server (evaluated together)."""
+        users = [self.proto.make_user(self.cfg, _rng=CtrDrbg(b"bounded/%d" % uid)) for uid in uids]
+        slots = [place(self.cfg, self.gen.choice(M, 4, replace=False), self.gen).indices for _ in uids]
+        reqs = [u.retrieval_request(x) for u, x in zip(users, slots, strict=True)]
+        if self.relay:
+            direct = self.s1.handle_retrieval_many([(u, r[1]) for u, r in zip(uids, reqs, strict=True)])
+            assert direct == [None] * len(uids)
+            fwd = self.s0.handle_retrieval_many([(u, r[0]) for u, r in zip(uids, reqs, strict=True)])
+            answers = self.s1.relay_retrieval_many(list(zip(uids, fwd, strict=True)))
+            replies = self.s0.complete_retrieval_many(list(zip(uids, answers, strict=True)))
+            for user, reply in zip(users, replies, strict=True):
+                user.retrieval_result(reply, None)
+        else:
+            a0 = self.s0.handle_retrieval_many([(u, r[0]) for u, r in zip(uids, reqs, strict=True)])
+            a1 = self.s1.handle_retrieval_many([(u, r[1]) for u, r in zip(uids, reqs, strict=True)])
+            for user, x, y in zip(users, a0, a1, strict=True):
+                user.retrieval_result(x, y)
+        self.users.update(zip(uids, users, strict=True))
+        self.slots.update(zip(uids, slots, strict=True))
 
     def honest_upload(self, uid: int) -> tuple[np.ndarray, np.ndarray]:
         """Device ``uid``'s honest rows (small signed values at real slots, zero at empty ones)
@@ -130,6 +152,30 @@ def _shift_dense0(cfg_rows: int, shift: int) -> Callable[[bytes], bytes]:
 def test_honest_devices_pass_and_the_aggregate_is_exact(layout: str, relay: bool) -> None:
     rnd = Round(layout, relay)
     rnd.honest(range(USERS))
+    rejected, sparse, dense = rnd.close()
+    assert rejected == set()
+    np.testing.assert_array_equal(sparse, rnd.expected)
+    np.testing.assert_array_equal(dense, rnd.expected_dense)
+
+
+@pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
+def test_the_retrieval_walk_keeps_the_payload_sums_a_walk_of_the_keys_gives(layout: str, relay: bool) -> None:
+    """Each server's projections from the payload sums its retrieval's walk kept (one batch,
+    tasks over three threads: ranges of users, or of buckets) equal those from a walk of the absorbed
+    keys -- the path of a backend whose walk keeps none (gpu) -- and that path passes too."""
+    rnd = Round(layout, relay, ThreadBackend(3))
+    users = list(range(7))
+    rnd.retrieve_batch(users)
+    for uid in users:
+        rnd.upload(uid, *rnd.honest_upload(uid))
+        rnd.prove(uid)
+    challenges = [rnd.s0.challenge(u) for u in users]
+    for server in (rnd.s0, rnd.s1):
+        assert all(server._absorbed[u].sums is not None for u in users)
+        kept = server._bound_projections(users, challenges)
+        for u in users:
+            server._absorbed[u] = dataclasses.replace(server._absorbed[u], sums=None)
+        np.testing.assert_array_equal(server._bound_projections(users, challenges), kept)
     rejected, sparse, dense = rnd.close()
     assert rejected == set()
     np.testing.assert_array_equal(sparse, rnd.expected)

@@ -15,7 +15,7 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof
-from secemb.fss.fused import PreparedAggregation
+from secemb.fss.fused import PayloadSums, PreparedAggregation, payload_shares
 from secemb.fss.tasks import (
     bits_task,
     evaluate_into_task,
@@ -86,6 +86,8 @@ class _Pending:
     # verified uploads: SHA-256 of the key part and check words, and the check values uint64 (S, 4)
     # (a view of its batch's: hashed by upload_digests, not copied before); else None
     proof: tuple[bytes, np.ndarray] | None
+    # bounded payloads: its keys' payload sums from the retrieval's walk (None: off, or the gpu backend's)
+    sums: PayloadSums | None = None
 
 
 @dataclass
@@ -100,6 +102,7 @@ class _Absorbed:
     proof: tuple[bytes, np.ndarray] | None  # as _Pending.proof
     cw: np.ndarray  # ring (S, w): the aggregation correction words
     dense_seed: bytes | None  # server 1 with relay: the seed its dense share expands from; else None (spilled)
+    sums: PayloadSums | None = None  # as _Pending.sums
 
 
 def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
@@ -162,9 +165,9 @@ class Request:
     sigma: bytes | None = None  # server 1, bounded payloads: the device's proof seed, sent with the request
 
 
-#: an evaluation's per-user answers and control bits, summed folded part and (verified uploads)
-#: the users' check values uint64 (n, S, 4)
-_Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray | None]
+#: an evaluation's per-user answers and control bits, summed folded part, (verified uploads)
+#: the users' check values uint64 (n, S, 4) and (bounded payloads) per-user payload sums
+_Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray | None, list[PayloadSums] | None]
 
 
 class SecEmbServer(ServerRole):
@@ -247,14 +250,17 @@ class SecEmbServer(ServerRole):
             raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
 
     # -- retrieval ---------------------------------------------------------------------
-    def _evaluate(self, keys: fss.DPFKeys, checks: tuple[np.ndarray, np.ndarray] | None = None) -> _Evaluated:
+    def _evaluate(self, keys: fss.DPFKeys, checks: tuple[np.ndarray, np.ndarray] | None = None,
+                  sums: bool = False) -> _Evaluated:
         """Per-user answers and control bits, and the summed folded part, for a batch of
         users' keys (user-major: user ``u``'s are keys ``u S .. u S + S - 1``), chunked over
         the backend's workers: by users, or (cuckoo layout, CPU) by ranges of buckets, so that
         each task folds into its own buckets' rows and nothing table-sized is summed across
         tasks.  With ``checks`` (verified uploads: the users' check correction words uint64
         (n, S, 4) and challenge seeds uint64 (n, 2)), also each user's check values (S, 4) from
-        the same walk, else ``None``."""
+        the same walk, else ``None``.  With ``sums`` (bounded payloads), also each user's
+        :class:`~secemb.fss.fused.PayloadSums` from the same walk (``None`` on the gpu backend,
+        whose walk does not sum them)."""
         cfg = self._cfg()
         n = len(keys) // cfg.slots
         check: tuple[np.ndarray, np.ndarray] | None = None
@@ -266,12 +272,13 @@ class SecEmbServer(ServerRole):
         per_user = leaves * (cfg.dtype.itemsize + 1)
         if cfg.layout == "cuckoo" and self._device is None:
             fold = leaves * cfg.width * cfg.dtype.itemsize  # the bucket rows the walk folds into
-            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)), check)
+            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)), check,
+                                          sums)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         form = "device" if self._device is not None else cfg.layout  # the table's form (secemb.fss.tasks)
         tasks = [(form, self.party, keys[lo * cfg.slots : hi * cfg.slots], self._table, cfg.width, None,
-                  None if check is None else (check[0][lo:hi].reshape(-1, CHECK_WORDS), check[1][lo:hi], cfg.slots))
-                 for lo, hi in ranges(n, tasks_n)]
+                  None if check is None else (check[0][lo:hi].reshape(-1, CHECK_WORDS), check[1][lo:hi], cfg.slots),
+                  sums) for lo, hi in ranges(n, tasks_n)]
         results = self.backend.map(evaluate_task, tasks)
         folded = results[0][2] if results[0][2].flags.writeable else results[0][2].copy()  # Ray's are not
         for r in results[1:]:
@@ -281,10 +288,14 @@ class SecEmbServer(ServerRole):
         bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
         values = None if check is None else np.concatenate([np.asarray(r[3]).reshape(-1, slots, CHECK_WORDS)
                                                             for r in results])
-        return answers, bits, folded, values
+        got = [r[4] for r in results if r[4] is not None]
+        payload = None if len(got) != len(results) else [
+            PayloadSums(p.key_conv[i * slots : (i + 1) * slots], p.t_count[i * slots : (i + 1) * slots])
+            for p in got for i in range(len(p.t_count) // slots)]
+        return answers, bits, folded, values, payload
 
-    def _evaluate_buckets(self, stacked: fss.DPFKeys, parts: int,
-                          check: tuple[np.ndarray, np.ndarray] | None) -> _Evaluated:
+    def _evaluate_buckets(self, stacked: fss.DPFKeys, parts: int, check: tuple[np.ndarray, np.ndarray] | None,
+                          sums: bool) -> _Evaluated:
         """:meth:`_evaluate` of the cuckoo layout in tasks of every user's keys of a range of
         buckets (at least ``parts`` ranges, one per worker if more)."""
         cfg = self._cfg()
@@ -298,28 +309,32 @@ class SecEmbServer(ServerRole):
             """The evaluation task of buckets ``lo..hi-1``: every user's keys of them."""
             return ("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi),
                     None if check is None else (np.ascontiguousarray(check[0][:, lo:hi]).reshape(-1, CHECK_WORDS),
-                                                check[1], hi - lo))
+                                                check[1], hi - lo), sums)
 
         big_m = cfg.cuckoo().bucket_size
         answers = np.empty((n, slots, cfg.width + tag_words(cfg)), cfg.dtype)
         bits = np.empty((n, slots, big_m), np.uint8)
         folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
         values = np.empty((n, slots, CHECK_WORDS), np.uint64)  # with checks, every range writes its own
-        views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi], values[:, lo:hi]) for lo, hi in spans]
+        key_conv = np.empty((n, slots, cfg.width if sums else 0), cfg.dtype)  # with sums, likewise
+        t_count = np.empty((n, slots if sums else 0), np.int64)
+        views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi], values[:, lo:hi], key_conv[:, lo:hi],
+                  t_count[:, lo:hi]) for lo, hi in spans]
         if self.backend.in_process:  # threads (or this process) form their range's task and place its results
             self.backend.map(lambda k: evaluate_into_task((task(*spans[k]), *views[k])), range(len(spans)))
         else:
             for result, v in zip(self.backend.map(evaluate_task, [task(lo, hi) for lo, hi in spans]), views,
                                  strict=True):
                 place(result, *v)
-        return list(answers), list(bits), folded, None if check is None else values
+        return (list(answers), list(bits), folded, None if check is None else values,
+                [PayloadSums(c, k) for c, k in zip(key_conv, t_count, strict=True)] if sums else None)
 
     def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys], evaluated: _Evaluated,
                           digests: list[bytes] | None = None) -> list[np.ndarray]:
         """Apply an :meth:`_evaluate` result: fold the batch into the running aggregate and
         keep each user's keys, control bits and (verified uploads, with each user's key
         ``digests``) its check proof until its upload; the answers."""
-        answers, bits, folded, values = evaluated
+        answers, bits, folded, values, sums = evaluated
         if self._folded or not folded.flags.writeable:
             self._sparse += folded
         else:  # the round's first batch (usually its only one): adopt it, sparing a pass
@@ -329,8 +344,9 @@ class SecEmbServer(ServerRole):
         proofs: list[tuple[bytes, np.ndarray] | None] = [None] * len(users)
         if values is not None and digests is not None:
             proofs = list(zip(digests, values, strict=True))  # values: user-major (n, S, 4)
-        for u, k, b, proof in zip(users, keys, bits, proofs, strict=True):
-            self._pending[u] = _Pending(k, b, proof)
+        kept: list[PayloadSums | None] = list(sums) if sums is not None else [None] * len(users)
+        for u, k, b, proof, got in zip(users, keys, bits, proofs, kept, strict=True):
+            self._pending[u] = _Pending(k, b, proof, got)
         return answers
 
     def _parse_requests(self, messages: list[bytes]) -> list[Request | SecembError]:
@@ -429,7 +445,7 @@ class SecEmbServer(ServerRole):
             keys = fss.DPFKeys.concat([q.keys for q in requests])
             checks = None if not self.verify else (np.stack([cast("np.ndarray", q.checks) for q in requests]),
                                                    np.stack([cast("np.ndarray", q.seed) for q in requests]))
-        return self._evaluate(keys, checks)
+        return self._evaluate(keys, checks, self._bound is not None)
 
     def _parse_batch(self, requests: list[tuple[int, bytes]]) -> list[Request | SecembError]:
         """:meth:`_parse_requests` of the requests' messages (a relay server takes some from
@@ -512,7 +528,7 @@ class SecEmbServer(ServerRole):
         seeds = dense_seeds if dense_seeds is not None else [None] * len(users)
         for u, cw, seed in zip(users, cws, seeds, strict=True):
             pending = self._pending.pop(u)
-            self._absorbed[u] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, seed)
+            self._absorbed[u] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, seed, pending.sums)
             self._uploaded.add(u)
         self._closed_cache = None
         self._dense += dense_sum
@@ -772,18 +788,25 @@ class SecEmbServer(ServerRole):
 
     def _bound_projections(self, users: list[int], challenges: list[bytes]) -> np.ndarray:
         """This server's projections (ring (n, ROWS)) of absorbed ``users``' payload shares
-        (a walk of their keys, with their correction words) and dense shares, each under its
-        challenge (the users of one challenge projected together)."""
+        (from the payload sums of the retrieval's walk, or, where the walk did not keep them --
+        the gpu backend's --, from a walk of their keys here, with their correction words) and
+        dense shares, each under its challenge (the users of one challenge projected together)."""
         cfg = self._cfg()
-        got = [self._absorbed[u] for u in users]
-        payload = payload_share(cfg, self.party, fss.PathKeys.concat([a.keys.path for a in got]),
-                                np.concatenate([a.cw for a in got]))
-        x = upload_vector(payload.reshape(len(users), cfg.slots, cfg.width),
-                          np.stack([self._dense_share(u) for u in users]) if users else
-                          np.zeros((0, cfg.dense_size), cfg.dtype))
         out = np.empty((len(users), ROWS), cfg.dtype)
+        if not users:
+            return out
+        got = [self._absorbed[u] for u in users]
+        cws = np.concatenate([a.cw for a in got])
+        sums = [a.sums for a in got if a.sums is not None]
+        if len(sums) == len(got):
+            payload = payload_shares(self.party, np.concatenate([p.key_conv for p in sums]),
+                                     np.concatenate([p.t_count for p in sums]), cws)
+        else:
+            payload = payload_share(cfg, self.party, fss.PathKeys.concat([a.keys.path for a in got]), cws)
+        x = upload_vector(payload.reshape(len(users), cfg.slots, cfg.width),
+                          np.stack([self._dense_share(u) for u in users]))
         for c in set(challenges):
-            at = [j for j, got in enumerate(challenges) if got == c]
+            at = [j for j, mine in enumerate(challenges) if mine == c]
             out[at] = projected(c, x[at])
         return out
 
