@@ -44,9 +44,11 @@ The protocol, per device and round
   (:meth:`SecEmbServer.bound_rejected`): they are left out exactly like a digest mismatch (like
   a dropout), and so is a device that uploaded but sent no proof.
 
-Each server's payload shares come from a walk of its absorbed keys at verification
-(:func:`~secemb.fss.fused.payload_sums_of`: a second walk; folding the sums into the retrieval's
-walk, ``retrieve_and_prepare(..., payload_sums=True)``, is for the evaluation tasks to do).
+Each server's payload shares come from the payload sums its retrieval's walk keeps
+(``retrieve_and_prepare(..., payload_sums=True)`` and its bucket form, through
+:func:`secemb.fss.tasks.evaluate_task`), with the correction words it absorbed; where that walk
+keeps none (the gpu backend's), from a walk of the absorbed keys at verification
+(:func:`payload_share`).
 """
 
 from __future__ import annotations
