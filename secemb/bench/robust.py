@@ -10,6 +10,13 @@ digests and their comparison, both aggregate shares and their reconstruction), a
 JSON line per layout: median server seconds per round checked / unchecked, and the bytes a
 device sends per round and the servers exchange per round, both ways.  Timings are ratios
 within one run (the machine may be shared); bytes are exact.
+
+With ``--bound`` a third kind of round runs in the same alternation: verified uploads plus
+bounded payloads (issue 34 (b), ``SecEmbProtocol(bound=True)``): each device's proof after its
+upload (its CPU reported apart, ``device_proof_s``: the servers' seconds do not include it), server 0's
+intake of the proofs, and the servers' bound check before the aggregate shares.  The proof
+counts in the device's upload bytes, the check's request and answer in the server-to-server
+bytes.
 """
 
 from __future__ import annotations
@@ -33,12 +40,19 @@ __all__ = ["SIZES", "measure"]
 SIZES = {"ml100k": (1682, 200), "yelp": (93386, 500)}
 
 
-def _round(layout: str, relay: bool, verify: bool, users: int, gen: np.random.Generator,
+#: the kinds of round measured: no check, verified uploads, verified uploads and bounded payloads
+KINDS = ("unchecked", "checked", "bounded")
+
+
+def _round(layout: str, relay: bool, kind: str, users: int, gen: np.random.Generator,
            size: tuple[int, int]) -> dict[str, float]:
-    """One round; server seconds (both servers, summed) and bytes (device -> servers per
+    """One round of ``kind`` (:data:`KINDS`); server seconds (both servers, summed), the devices'
+    proof seconds (``bounded`` only, summed over devices), and bytes (device -> servers per
     device, server <-> server in total)."""
     m, m_prime = size
-    proto = SecEmbProtocol(layout=layout, relay=relay, verify=verify)
+    bound = kind == "bounded"
+    proto = SecEmbProtocol(layout=layout, relay=relay, verify=kind != "unchecked", bound=bound,
+                           users_per_round=users if bound else None)
     cfg = proto.round_config(1, num_items=m, width=65, dense_size=1, m_prime=m_prime, ring_bits=32)
     table = gen.integers(0, 1 << 20, (m, 65)).astype(cfg.dtype)
     s0, s1 = proto.make_server(0), proto.make_server(1)
@@ -84,6 +98,15 @@ def _round(layout: str, relay: bool, verify: bool, users: int, gen: np.random.Ge
         else:
             assert u1 is not None
             timed(s1.handle_upload, u, u1)
+    proving = 0.0
+    if bound:
+        proofs = []
+        for u, dev in zip(ids, devices, strict=True):
+            t = time.process_time()
+            proofs.append((u, dev.bound_proof(timed(s0.challenge, u))))
+            proving += time.process_time() - t
+        up += sum(len(p) for _, p in proofs)
+        assert all(e is None for e in timed(s0.handle_proof_many, proofs)), "a proof was refused"
     include = ids
     d0: dict[int, bytes] | None = timed(s0.upload_digests, ids)
     d1: dict[int, bytes] | None = timed(s1.upload_digests, ids)
@@ -91,12 +114,18 @@ def _round(layout: str, relay: bool, verify: bool, users: int, gen: np.random.Ge
         s2s += 32 * len(d1)
         include = [u for u in ids if u not in timed(rejected, d0, d1)]
         assert include == ids, "an honest device was rejected"
+    if bound:
+        request = timed(s0.bound_request, include)
+        answer = timed(s1.bound_answer, request)
+        s2s += len(request) + len(answer)
+        assert not timed(s0.bound_rejected, answer), "an honest device failed the bound check"
     share1 = timed(s1.aggregate_share, include)
     share0 = timed(s0.aggregate_share, include)
     s2s += len(share0) + len(share1)
     _combine(timed, s0, share1, include)
     _combine(timed, s1, share0, include)
-    return {"server_s": clock[0], "device_upload_bytes": up / users, "server_bytes": float(s2s)}
+    return {"server_s": clock[0], "device_proof_s": proving, "device_upload_bytes": up / users,
+            "server_bytes": float(s2s)}
 
 
 def _combine(timed: Callable[..., Any], server: SecEmbServer, share: bytes, include: list[int]) -> None:
@@ -104,9 +133,10 @@ def _combine(timed: Callable[..., Any], server: SecEmbServer, share: bytes, incl
 
 
 def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
-            layouts: tuple[str, ...] = ("cuckoo", "full")) -> list[dict[str, Any]]:
+            layouts: tuple[str, ...] = ("cuckoo", "full"), bound: bool = False) -> list[dict[str, Any]]:
     """Per layout (cuckoo with relay, full without), the checked and unchecked figures (median
-    of ``repeats`` alternating pairs) at ``size`` (:data:`SIZES`)."""
+    of ``repeats`` rounds of each kind, their order rotating) at ``size`` (:data:`SIZES`); with
+    ``bound``, the bounded ones too (``bounded`` and its ``bounded_*_ratio`` against unchecked)."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     gen = np.random.default_rng(seed)  # public test data: tables and item choices
@@ -114,19 +144,26 @@ def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
     for layout, relay in (("cuckoo", True), ("full", False)):
         if layout not in layouts:
             continue
-        _round(layout, relay, True, 2, gen, SIZES[size])  # warm-up (kernel compilation, caches)
-        runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+        kinds = KINDS if bound else KINDS[:2]
+        for kind in kinds[1:]:
+            _round(layout, relay, kind, 2, gen, SIZES[size])  # warm-up (kernel compilation, caches)
+        runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
         for i in range(repeats):
-            for verify in ((True, False) if i % 2 == 0 else (False, True)):
-                runs[verify].append(_round(layout, relay, verify, users, gen, SIZES[size]))
+            for j in range(len(kinds)):  # each kind first in turn
+                kind = kinds[(i + j) % len(kinds)]
+                runs[kind].append(_round(layout, relay, kind, users, gen, SIZES[size]))
         med = {v: {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]} for v in runs}
-        out.append({
-            "size": size, "layout": layout, "relay": relay, "users": users, "repeats": repeats,
-            "checked": med[True], "unchecked": med[False],
-            "server_time_ratio": med[True]["server_s"] / med[False]["server_s"],
-            "device_upload_ratio": med[True]["device_upload_bytes"] / med[False]["device_upload_bytes"],
-            "server_bytes_ratio": med[True]["server_bytes"] / med[False]["server_bytes"],
-        })
+        line: dict[str, Any] = {"size": size, "layout": layout, "relay": relay, "users": users, "repeats": repeats}
+        for kind, prefix in (("checked", ""), ("bounded", "bounded_")):
+            if kind not in med:
+                continue
+            line[kind] = med[kind]
+            line[f"{prefix}server_time_ratio"] = med[kind]["server_s"] / med["unchecked"]["server_s"]
+            line[f"{prefix}device_upload_ratio"] = (med[kind]["device_upload_bytes"]
+                                                    / med["unchecked"]["device_upload_bytes"])
+            line[f"{prefix}server_bytes_ratio"] = med[kind]["server_bytes"] / med["unchecked"]["server_bytes"]
+        line["unchecked"] = med["unchecked"]
+        out.append(line)
     return out
 
 
@@ -136,8 +173,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--size", choices=sorted(SIZES), default="ml100k")
     ap.add_argument("--layouts", default="cuckoo,full")
+    ap.add_argument("--bound", action="store_true", help="also rounds with bounded payloads (issue 34 (b))")
     args = ap.parse_args()
-    for line in measure(args.users, args.repeats, size=args.size, layouts=tuple(args.layouts.split(","))):
+    for line in measure(args.users, args.repeats, size=args.size, layouts=tuple(args.layouts.split(",")),
+                        bound=args.bound):
         print(json.dumps(line))
 
 

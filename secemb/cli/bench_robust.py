@@ -21,6 +21,8 @@ def register(bench_app: typer.Typer) -> None:
         size: str = typer.Option("ml100k", help="ml100k (m = 1,682, m' = 200) or yelp (the stand-in: m = 93,386, "
                                                "m' = 500)."),
         layouts: str = typer.Option("cuckoo,full", help="Comma-separated: cuckoo (with relay), full (without)."),
+        bound: bool = typer.Option(False, "--bound", help="Also rounds with bounded payloads (issue 34 (b)): "
+                                                          "each device's range proof and the servers' check."),
     ) -> None:
         """Server seconds and bytes per round with the servers' upload verification against the
         same round without it, cuckoo+relay and full layouts (ratios within one run;
@@ -33,19 +35,25 @@ def register(bench_app: typer.Typer) -> None:
         if size not in SIZES or not chosen or any(x not in ("cuckoo", "full") for x in chosen):
             fail(f"--size must be one of {', '.join(sorted(SIZES))} and --layouts of cuckoo, full; got {size!r}, "
                  f"{layouts!r}")
-        lines = measure(users, repeats, size=size, layouts=chosen)
+        lines = measure(users, repeats, size=size, layouts=chosen, bound=bound)
         if as_json:
             for line in lines:
                 typer.echo(json.dumps(line))
             return
         rows = []
         for r in lines:
-            c, u = r["checked"], r["unchecked"]
-            rows.append([f"{r['layout']}{', relay' if r['relay'] else ''}",
-                         f"{c['server_s']:.4f} / {u['server_s']:.4f}", f"{r['server_time_ratio']:.2f}",
-                         f"{c['device_upload_bytes']:,.0f} / {u['device_upload_bytes']:,.0f}",
-                         f"{r['device_upload_ratio']:.3f}",
-                         f"{c['server_bytes']:,.0f} / {u['server_bytes']:,.0f}", f"{r['server_bytes_ratio']:.3f}"])
+            u = r["unchecked"]
+            for kind, prefix in (("checked", ""), ("bounded", "bounded_")):
+                if kind not in r:
+                    continue
+                c = r[kind]
+                proof = f"; proofs {c['device_proof_s'] / users * 1e3:.2f} ms a device" if kind == "bounded" else ""
+                rows.append([f"{r['layout']}{', relay' if r['relay'] else ''} ({kind}{proof})",
+                             f"{c['server_s']:.4f} / {u['server_s']:.4f}", f"{r[prefix + 'server_time_ratio']:.2f}",
+                             f"{c['device_upload_bytes']:,.0f} / {u['device_upload_bytes']:,.0f}",
+                             f"{r[prefix + 'device_upload_ratio']:.3f}",
+                             f"{c['server_bytes']:,.0f} / {u['server_bytes']:,.0f}",
+                             f"{r[prefix + 'server_bytes_ratio']:.3f}"])
         print_table(f"secemb bench robust ({size}, {users} devices per round, median of {repeats}; checked / "
                     "unchecked)",
                     [("layout", "left"), ("server s / round", "right"), ("ratio", "right"),

@@ -22,3 +22,19 @@ def test_bench_robust_json() -> None:
     # full: m' = 200 keys, their check words to each server
     assert full["checked"]["device_upload_bytes"] - full["unchecked"]["device_upload_bytes"] == 2 * 200 * 32
     assert all(x["server_time_ratio"] > 0 for x in lines)
+
+
+def test_bench_robust_bound_adds_the_proof_and_sigma_to_the_upload() -> None:
+    from secemb.framing import HEADER_BYTES
+    from secemb.fss.rangeproof import RangeParams
+
+    res = CliRunner().invoke(app, ["bench", "robust", "--users", "2", "--repeats", "1", "--json", "--bound",
+                                   "--layouts", "cuckoo"])
+    assert res.exit_code == 0, res.output
+    (line,) = [json.loads(x) for x in res.stdout.splitlines()]
+    # 2 users: t = floor(log2((2^31 - 1) / 2)) = 29 bits, 40 projections; the device's one proof message
+    # (framed) to server 0, and the 16-byte seed sigma appended to its request to server 1
+    proof = RangeParams(rows=40, bits=29, ring_bits=32).message_bytes(0) + HEADER_BYTES
+    assert line["bounded"]["device_upload_bytes"] - line["checked"]["device_upload_bytes"] == proof + 16
+    assert line["bounded"]["device_proof_s"] > 0 and line["checked"]["device_proof_s"] == 0
+    assert line["bounded_server_time_ratio"] > 0 and line["bounded_server_bytes_ratio"] > 1
