@@ -133,42 +133,57 @@ def dot(a: npt.ArrayLike, b: npt.ArrayLike, axis: int = -1) -> np.ndarray:
     return sum_mod(_mul_lazy(a, b), axis=axis)
 
 
-_LIMB_BITS = 21  # three limbs of a 61-bit element: 21 + 21 + 19 bits
-_LIMB_MASK = np.uint64((1 << _LIMB_BITS) - 1)
-_MATMUL_K = 1 << (53 - 2 * _LIMB_BITS)  # terms of limb products (< 2^42) float64 sums exactly
+_WIDE_BITS = 32  # the larger operand of matmul: two limbs, 32 and 29 bits
+_MATMUL_K = 1 << 11  # inner pieces of matmul: the narrow limbs keep at least 10 bits
+_MASK61 = np.uint64(P)
 _ZERO = np.zeros((), dtype=np.uint64)
-
-
-def _limbs(x: np.ndarray) -> list[np.ndarray]:
-    return [((x >> np.uint64(_LIMB_BITS * i)) & _LIMB_MASK).astype(np.float64) for i in range(3)]
 
 
 def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
     """The matrix product ``a @ b`` mod ``p`` of field elements, with numpy's ``matmul`` broadcasting
     (``(..., m, k) @ (..., k, n)``).
 
-    Each element is split into three 21-bit limbs; the nine limb products go through float64
-    ``matmul`` (BLAS), exact because every partial sum of at most ``2^11`` products of 21-bit
-    limbs is below ``2^53`` (longer inner dimensions are cut into pieces of ``2^11``), and are
-    recombined with the weights ``2^(21 (i + j)) mod p``."""
+    The operand with more elements is split into two limbs (its low 32 and high 29 bits), the other
+    into ``w``-bit limbs with ``k' 2^(32 + w) <= 2^53`` for the inner length ``k'`` (``w = 21 -
+    ceil(log2 k')``; longer inner dimensions are cut into pieces of ``2^11``, so ``w >= 10`` and at
+    most 7 limbs).  All limb products of one wide limb go through one float64 ``matmul`` (BLAS),
+    exact because every sum stays below ``2^53``; each product, times its weight ``2^(32 i + w j)``
+    (a rotation of 61 bits, since ``2^61 = 1 mod p``), is summed into the result."""
     a = _u64(a)
     b = _u64(b)
-    if a.ndim < 1 or b.ndim < 2 or b.shape[-2] != a.shape[-1]:
-        raise InvalidParameters(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
-    try:
-        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    except ValueError as exc:
-        raise InvalidParameters(f"matmul: batch dimensions do not broadcast: {a.shape} @ {b.shape}") from exc
     k = a.shape[-1]
+    if b.ndim < 2 or b.shape[-2] != k:
+        raise InvalidParameters(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
     total = _ZERO
     for lo in range(0, max(k, 1), _MATMUL_K):
-        la = _limbs(a[..., lo : lo + _MATMUL_K])
-        lb = _limbs(b[..., lo : lo + _MATMUL_K, :])
-        for shift in range(5):  # limb pairs (i, j) with i + j = shift: at most 3 sums below 2^53 each
-            pairs = range(max(0, shift - 2), min(2, shift) + 1)
-            part = sum((np.matmul(la[i], lb[shift - i]).astype(np.uint64) for i in pairs), start=_ZERO)
-            total = add(total, mul(reduce64(part), np.uint64(pow(2, _LIMB_BITS * shift, P))))
+        total = add(total, _matmul_piece(a[..., lo : lo + _MATMUL_K], b[..., lo : lo + _MATMUL_K, :]))
     return total
+
+
+def _matmul_piece(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b mod p`` for an inner length ``k`` of at most ``2^11`` (:func:`matmul`), with the wide
+    operand on the right (``a @ b = (b^T a^T)^T`` when ``a`` is the larger)."""
+    if a.size > b.size:
+        return np.swapaxes(_matmul_piece(np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2)), -1, -2)
+    k, m, n = a.shape[-1], a.shape[-2], b.shape[-1]
+    w = 21 - max(k - 1, 0).bit_length()
+    count = -(-61 // w)
+    mask = np.uint64((1 << w) - 1)
+    # b's low and high 32 bits side by side in its last axis (a little-endian view): (..., k, 2n)
+    halves = np.ascontiguousarray(b, dtype="<u8").view("<u4").astype(np.float64)
+    limbs = [((a >> np.uint64(w * j)) & mask).astype(np.float64) for j in range(count)]
+    prods = np.matmul(np.concatenate(limbs, axis=-2), halves)  # (..., count m, 2n)
+    prods = prods.reshape(*prods.shape[:-2], count, m, n, 2)  # (..., limb, m, n, half)
+    limb_shifts = np.uint64(w) * np.arange(count, dtype=np.uint64)[:, None, None, None]
+    r = (limb_shifts + np.array([0, _WIDE_BITS], dtype=np.uint64)) % np.uint64(61)
+    # each product (exact, below 2^53) times 2^(w limb + 32 half) mod p: a rotation of 61 bits, below p
+    y = prods.astype(np.uint64)
+    rotated = y << r
+    rotated &= _MASK61
+    y >>= np.uint64(61) - r
+    rotated |= y
+    sums = reduce64(np.sum(rotated, axis=-4, dtype=np.uint64))  # at most 7 terms below 2^61 before reducing
+    return add(sums[..., 0], sums[..., 1])
 
 
 def _pow_const(a: np.ndarray, e: int) -> np.ndarray:
@@ -258,26 +273,22 @@ def from_canonical_bytes(data: bytes | memoryview, count: int, what: str = "fiel
 
 
 @cache
-def _barycentric(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Barycentric weights ``w_j = 1 / prod_{m != j} (j - m)`` of the nodes ``0..n-1`` (computed
-    exactly with Python ints, once per ``n``) and the nodes themselves, both as field elements."""
-    weights = []
-    for j in range(n):
-        d = 1
-        for m in range(n):
-            if m != j:
-                d = d * (j - m) % P
-        weights.append(pow(d, P - 2, P))
-    nodes = np.arange(n, dtype=np.uint64)
-    w = np.array(weights, dtype=np.uint64)
-    nodes.setflags(write=False)
-    w.setflags(write=False)
-    return nodes, w
+def _barycentric(n: int) -> tuple[int, ...]:
+    """Barycentric weights ``w_j = 1 / prod_{m != j} (j - m) = (-1)^(n-1-j) / (j! (n-1-j)!)`` of the
+    nodes ``0..n-1``, as Python ints mod ``p`` (computed once per ``n``)."""
+    fact = [1] * n
+    for j in range(1, n):
+        fact[j] = fact[j - 1] * j % P
+    inv_fact = [pow(f, P - 2, P) for f in fact]
+    return tuple((-1) ** (n - 1 - j) * inv_fact[j] * inv_fact[n - 1 - j] % P for j in range(n))
 
 
 def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
     """The coefficients ``L_j(x)``, ``j = 0..n-1``, of the polynomial of degree below ``n`` through
     values at the nodes ``0..n-1``: its value at ``x`` is ``dot(L, values)``.
+
+    Computed exactly with Python ints, ``O(n)`` operations a point (prefix and suffix products of
+    ``x - m``, no inversion): meant for a few points, such as a batch's query.
 
     Parameters
     ----------
@@ -301,20 +312,17 @@ def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
     x = _u64(x)
     if np.any(x < np.uint64(n)):
         raise InvalidParameters(f"lagrange_coefficients: x must avoid the nodes 0..{n - 1}")
-    nodes, w = _barycentric(n)
-    diff = sub(x[..., None], nodes)  # (..., n): x - j, all non-zero
-    # prod_{m != j} (x - m) = (product of the diffs before j) * (product after j): no inversion
-    before = _exclusive_prefix_products(diff)
-    after = _exclusive_prefix_products(diff[..., ::-1])[..., ::-1]
-    return mul(mul(before, after), w)
-
-
-def _exclusive_prefix_products(a: np.ndarray) -> np.ndarray:
-    """``out[..., j] = prod_{m < j} a[..., m]`` (1 at ``j = 0``), by a log-depth scan along the last axis."""
-    out = np.ones_like(a)
-    out[..., 1:] = a[..., :-1]
-    shift = 1
-    while shift < a.shape[-1]:
-        out[..., shift:] = mul(out[..., shift:], out[..., :-shift])
-        shift *= 2
-    return out
+    w = _barycentric(n)
+    out = np.empty((x.size, n), dtype=np.uint64)
+    for row, point in enumerate(x.reshape(-1).tolist()):
+        diff = [(point - m) % P for m in range(n)]
+        before = [1] * n  # prod_{m < j} (x - m)
+        for j in range(1, n):
+            before[j] = before[j - 1] * diff[j - 1] % P
+        after = 1  # prod_{m > j} (x - m)
+        coeffs = [0] * n
+        for j in range(n - 1, -1, -1):
+            coeffs[j] = before[j] * after % P * w[j] % P
+            after = after * diff[j] % P
+        out[row] = coeffs
+    return out.reshape(*x.shape, n)

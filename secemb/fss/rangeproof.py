@@ -612,13 +612,11 @@ def _verify_block(
         hint = shares.hints[lo + i].tobytes()
         joints[i] = np.frombuffer(_joint(ctx, *((own, hint) if party == 0 else (hint, own))), dtype=np.uint8)
     (r, r2), (sl, sl2) = (a.transpose(1, 0, 2) for a in _coefficients(params, [jr.tobytes() for jr in joints]))
-    c, half = params.chunk, params.half_calls
+    half = params.half_calls
     # every call input is a witness element (times s_i or s'_i on the left wires): the wires at both
     # points are shared rows times the batch's witness, one matrix product for all devices
-    by_call = np.ascontiguousarray(_padded(params, x).transpose(1, 0, 2)).reshape(half, n * c)
-    rows = F.matmul(query.call_rows, by_call).reshape(6, n, c)  # (row, device, slot)
-    seeds = F.matmul(query.seed_rows, proofs[:, : 2 * big_l].reshape(n, 2, big_l).transpose(1, 0, 2).reshape(2, -1))
-    seeds = seeds.reshape(2, n, big_l)
+    rows = F.matmul(query.call_rows, _padded(params, x)).transpose(1, 0, 2)  # (row, device, slot)
+    seeds = F.matmul(query.seed_rows, proofs[:, : 2 * big_l].reshape(n, 2, big_l)).transpose(1, 0, 2)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
     opened = msg[:, 1 : 2 * big_l + 3].reshape(n, 2, big_l + 1)  # per point: the L wires, then the gadget
     left = F.add(F.mul(sl, rows[0:2]), F.mul(sl2, rows[2:4]))  # (2, n, c)

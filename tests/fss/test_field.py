@@ -95,6 +95,27 @@ def test_matmul_broadcasts_batches_and_refuses_mismatched_shapes():
         F.matmul(a, b[:3])
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8, 9, 64, 65, 1024, 1025, 2048, 2049, 4097])
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [((2, 3, -1), (-1, 2)), ((3, -1), (4, -1, 5)), ((2, 1, 3, -1), (4, -1, 2)), ((1, -1), (-1, 1))],
+)
+@pytest.mark.parametrize("fill", [P - 1, P - 2**32])
+def test_matmul_is_exact_at_the_largest_limbs_either_operand_wide_and_with_batches(k, a_shape, b_shape, fill):
+    # p - 2^32 has an all-ones low half and nearly all-ones limbs, p - 1 all ones but the lowest bit: every
+    # float64 partial sum is as large as the split allows; every entry of the product is k fill^2 mod p
+    a = np.full(tuple(k if d == -1 else d for d in a_shape), fill, dtype=np.uint64)
+    b = np.full(tuple(k if d == -1 else d for d in b_shape), fill, dtype=np.uint64)
+    got = F.matmul(a, b)
+    assert got.shape == np.matmul(a.astype(np.float64), b.astype(np.float64)).shape
+    assert np.all(got == np.uint64(k * fill * fill % P))
+    # one entry of a moved to 2: the first row's entries become (k - 1) fill^2 + 2 fill
+    a[..., 0, 0] = 2
+    got = F.matmul(a, b)
+    assert np.all(got[..., 0, :] == np.uint64(((k - 1) * fill * fill + 2 * fill) % P))
+    assert np.all(got[..., 1:, :] == np.uint64(k * fill * fill % P))
+
+
 def test_inv_matches_fermat_in_python_and_refuses_zero():
     a = np.array([v for v in VALUES if v], dtype=np.uint64)
     np.testing.assert_array_equal(F.inv(a), np.array([pow(int(v), P - 2, P) for v in a], dtype=np.uint64))
