@@ -151,9 +151,13 @@ def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
     (a rotation of 61 bits, since ``2^61 = 1 mod p``), is summed into the result."""
     a = _u64(a)
     b = _u64(b)
-    k = a.shape[-1]
-    if b.ndim < 2 or b.shape[-2] != k:
+    if a.ndim < 1 or b.ndim < 2 or b.shape[-2] != a.shape[-1]:
         raise InvalidParameters(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
+    try:
+        np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError as exc:
+        raise InvalidParameters(f"matmul: batch dimensions do not broadcast: {a.shape} @ {b.shape}") from exc
+    k = a.shape[-1]
     total = _ZERO
     for lo in range(0, max(k, 1), _MATMUL_K):
         total = add(total, _matmul_piece(a[..., lo : lo + _MATMUL_K], b[..., lo : lo + _MATMUL_K, :]))
