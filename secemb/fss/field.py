@@ -241,10 +241,18 @@ def from_uniform_bytes(data: bytes | np.ndarray, count: int) -> np.ndarray:
 
 def expand(seed: bytes, count: int) -> np.ndarray:
     """The ``count`` pseudorandom field elements a 16-byte secret ``seed`` stands for: the AES-CTR
-    stream of :func:`secemb.randomness.expand_seed`, 16 bytes an element, reduced mod ``p``."""
+    stream of :func:`secemb.randomness.expand_seed` read as little-endian 64-bit words, each
+    shifted right by 3 (61 uniform bits), the value ``p`` skipped (probability ``2^-61`` a word), the
+    first ``count`` kept: exactly uniform elements if the stream is uniform."""
     if len(seed) != SEED_BYTES:
         raise InvalidParameters(f"seed must be {SEED_BYTES} bytes, got {len(seed)}")
-    return from_uniform_bytes(expand_seed(bytes(seed), (count, 2), np.uint64), count)
+    words = count + 2
+    while True:
+        y = expand_seed(bytes(seed), (words,), np.dtype("<u8")).astype(np.uint64) >> _S3
+        kept = y[y != _P]
+        if kept.size >= count:
+            return kept[:count]
+        words *= 2  # a longer prefix of the same stream
 
 
 def xof(data: bytes, count: int) -> np.ndarray:

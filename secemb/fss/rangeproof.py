@@ -22,8 +22,8 @@ then ``w_i0``, ``w_i1``.  Every term of the relation is below ``2^(k+1)`` in abs
 Shares and messages
 -------------------
 The device shares the witness ``X`` and the proof ``pi`` additively in ``F_p``: server 1's shares
-are expanded from a fresh 16-byte seed (:func:`secemb.fss.field.expand`, AES-CTR, 128 bits an
-element reduced mod ``p``: 2^-67 from uniform), server 0 gets ``X - X_1`` and ``pi - pi_1``.
+are expanded from a fresh 16-byte seed (:func:`secemb.fss.field.expand`, AES-CTR, 61 bits a
+64-bit word, the value ``p`` skipped: uniform), server 0 gets ``X - X_1`` and ``pi - pi_1``.
 Each element is 8 bytes, little-endian, below ``p``.  Byte layouts (no header: the protocol
 message that carries them has one):
 
@@ -523,8 +523,9 @@ def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares
     keys = raw[:, :SEED_BYTES].copy()
     hints = raw[:, SEED_BYTES : SEED_BYTES + PART_BYTES].copy()
     if party == 1:
-        shares = np.stack([F.expand(bytes(s), big_n + plen) for s in keys]) if n else np.zeros((0, big_n + plen))
-        shares = shares.astype(np.uint64)
+        shares = np.empty((n, big_n + plen), dtype=np.uint64)
+        for i, seed in enumerate(keys):
+            shares[i] = F.expand(seed.tobytes(), big_n + plen)
     else:
         shares = raw[:, SEED_BYTES + PART_BYTES :].copy().view("<u8").astype(np.uint64)
         bad = np.flatnonzero(np.any(shares >= np.uint64(F.P), axis=1))

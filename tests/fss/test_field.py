@@ -146,6 +146,24 @@ def test_expand_and_xof_are_deterministic_field_elements():
     assert np.all(y < P) and not np.array_equal(y, F.xof(b"datb", 7))
 
 
+def test_expand_is_the_documented_stream_of_61_bit_words_skipping_p(monkeypatch):
+    from secemb.randomness import CtrDrbg
+
+    seed = bytes(range(16))
+    stream = CtrDrbg(seed)(8 * 40)  # expand_seed's stream: AES-256-CTR under SHA-256(tag || seed)
+    want = [int.from_bytes(stream[8 * i : 8 * i + 8], "little") >> 3 for i in range(40)]
+    assert F.expand(seed, 30).tolist() == want[:30]
+    # a word whose top 61 bits are p is skipped, and a longer prefix of the stream fills the gap
+    words = np.array([(P << 3) | 5, 8 * 7, (P << 3), 8 * 9, 2**64 - 1, 8 * (P - 1)], dtype=np.uint64)
+
+    def fake(seed: bytes, shape: tuple[int, ...], dtype: object) -> np.ndarray:
+        return words[: shape[0]].copy() if shape[0] <= len(words) else np.concatenate([words] * 2)[: shape[0]]
+
+    monkeypatch.setattr(F, "expand_seed", fake)
+    assert F.expand(seed, 1).tolist() == [7]
+    assert F.expand(seed, 3).tolist() == [7, 9, P - 1]
+
+
 def test_canonical_bytes_round_trip_and_refuse_non_canonical():
     x = np.array([0, 1, P - 1, 2**40], dtype=np.uint64)
     data = F.to_bytes(x)
