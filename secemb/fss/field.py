@@ -151,7 +151,7 @@ def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
     (a rotation of 61 bits, since ``2^61 = 1 mod p``), is summed into the result."""
     a = _u64(a)
     b = _u64(b)
-    if a.ndim < 1 or b.ndim < 2 or b.shape[-2] != a.shape[-1]:
+    if a.ndim < 2 or b.ndim < 2 or b.shape[-2] != a.shape[-1]:
         raise InvalidParameters(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
     try:
         np.broadcast_shapes(a.shape[:-2], b.shape[:-2])

@@ -35,6 +35,7 @@ def test_a_memoryview_of_words_is_measured_in_bytes() -> None:
     ("a", "b"),
     [
         (np.uint64(3), np.ones((1, 1), np.uint64)),  # a scalar has no inner dimension
+        (np.ones(3, np.uint64), np.ones((3, 2), np.uint64)),  # a vector is not (..., m, k): was IndexError
         (np.ones((2, 2, 3), np.uint64), np.ones((3, 3, 2), np.uint64)),  # batches 2 and 3 do not broadcast
     ],
 )
