@@ -400,7 +400,8 @@ class RelayRole(ABC):
 LAYOUT_OPTIONS = ("layout", "relay", "expansion", "layout_seed")
 #: message kinds :meth:`Protocol.max_message_bytes` bounds: those a server receives over a
 #: network (from a device, or from the other server)
-BOUNDED_KINDS = ("retrieval_request", "upload", "relay_keys", "relay_answer", "relay_upload", "aggregate_share")
+BOUNDED_KINDS = ("retrieval_request", "upload", "relay_keys", "relay_answer", "relay_upload", "aggregate_share",
+                 "bound_proof", "bound_request")
 
 
 class ExchangeNode(TypingProtocol):

@@ -88,6 +88,10 @@ class PeerLink(Protocol):
         """Server 1's digests of the uploads of ``include`` (issue 34; empty without
         verification), checked (:func:`secemb.server.verify.decode_digests`)."""
 
+    def bound(self, round_id: int, body: bytes) -> bytes:
+        """Bounded payloads: server 1's ``bound_answer`` to server 0's ``bound_request`` ``body``
+        (:meth:`~secemb.server.node.FollowerNode.peer_bound`)."""
+
     def share(self, round_id: int, include: list[int]) -> bytes:
         """Server 1's aggregate share over exactly ``include``."""
 
@@ -207,6 +211,9 @@ class HttpPeer:
     def verify(self, round_id: int, include: list[int]) -> dict[int, bytes]:
         return decode_digests(_call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/verify",
                                                                {"include": include})), include)
+
+    def bound(self, round_id: int, body: bytes) -> bytes:
+        return _call(lambda: self.api.post_bytes(f"/v1/peer/rounds/{round_id}/bound", body) or b"")
 
     def share(self, round_id: int, include: list[int]) -> bytes:
         return _call(lambda: self.api.request("POST", f"/v1/peer/rounds/{round_id}/share",

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from secemb.errors import InvalidMessage
+from secemb.protocols.secemb.bounds import CHALLENGE_BYTES
 from secemb.transport.network import ApiClient, answer_fields
 
 __all__ = ["HttpAdminLink", "HttpServerLink", "HttpStageAdmin", "HttpStageLink"]
@@ -47,6 +48,20 @@ class HttpServerLink:
 
     def upload(self, round_id: int, body: bytes) -> None:
         self.api.post_bytes(f"/v1/rounds/{round_id}/upload", body)
+
+    def challenge(self, round_id: int) -> bytes:
+        """Bounded payloads: server 0's challenge of this device's upload (InvalidMessage unless
+        exactly :data:`~secemb.protocols.secemb.bounds.CHALLENGE_BYTES` bytes)."""
+        path = f"/v1/rounds/{round_id}/challenge"
+        got = self.api.get_bytes(path)
+        if len(got) != CHALLENGE_BYTES:
+            raise InvalidMessage(f"GET {self.api.base_url}{path}: a challenge of {len(got)} bytes, "
+                                 f"not {CHALLENGE_BYTES}")
+        return got
+
+    def proof(self, round_id: int, body: bytes) -> None:
+        """Bounded payloads: this device's ``bound_proof`` message to server 0."""
+        self.api.post_bytes(f"/v1/rounds/{round_id}/proof", body)
 
     def round_status(self, round_id: int) -> dict[str, Any]:
         doc: dict[str, Any] = self.api.get_json(f"/v1/rounds/{round_id}/status")

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any, cast
 
 from secemb.errors import InvalidParameters, check_int
+from secemb.fss import rangeproof
 from secemb.options import DEFAULTS
 from secemb.protocols.backends import Backend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig
-from secemb.protocols.secemb.bounds import SIGMA_BYTES, bound_params
+from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, QUERY_BYTES, SIGMA_BYTES, bound_params
 from secemb.protocols.secemb.relay import SecEmbRelayServer
 from secemb.protocols.secemb.server import SecEmbServer
 from secemb.protocols.secemb.sizes import (
@@ -104,6 +105,10 @@ class SecEmbProtocol(Protocol):
             if not self.bound or party:
                 return None  # a device sends its proof to server 0 only
             return bound_params(rc, cast("int", self.bound_users)).message_bytes(0)
+        if kind == "bound_request":  # server 0 -> 1 at close: the query seed, then u64 user || c || part_0 a user
+            if not self.bound or not party:
+                return None
+            return QUERY_BYTES + num_users * (8 + CHALLENGE_BYTES + rangeproof.PART_BYTES)
         if kind == "upload":
             return None if roots_only else upload_bytes(rc, self.relay)
         if kind == "aggregate_share":

@@ -1,0 +1,114 @@
+"""Bounded payloads over HTTP (issue 34 (b)): the device's ``GET /v1/rounds/{r}/challenge`` and
+``POST /v1/rounds/{r}/proof`` at server 0, server 0's ``POST /v1/peer/rounds/{r}/bound`` at
+server 1 (:mod:`secemb.server.app`), their clients (:class:`~secemb.transport.http.HttpServerLink`,
+:class:`~secemb.server.peer.HttpPeer`) and their body limits.
+
+The links are checked against a fake server (an ``httpx.MockTransport``); the routes with two
+real ``secemb serve`` processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from secemb.errors import InvalidMessage
+from secemb.framing import HEADER_BYTES
+from secemb.protocols.secemb import SecEmbProtocol
+from secemb.protocols.secemb.bounds import bound_params
+from secemb.server.peer import HttpPeer, PeerRefused, PeerUnreachable
+from secemb.transport.errors import RemoteError
+from secemb.transport.http import HttpServerLink
+from secemb.transport.network import ApiClient
+
+USERS = 8
+M, W, P = 60, 4, 0
+
+
+class FakeServer:
+    """An ``httpx`` transport that records each request and answers ``(status, body)``."""
+
+    def __init__(self, status: int, body: bytes, media: str = "application/octet-stream") -> None:
+        self.status, self.body, self.media = status, body, media
+        self.seen: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        return httpx.Response(self.status, content=self.body, headers={"content-type": self.media})
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self))
+
+
+def _device_link(server: FakeServer) -> HttpServerLink:
+    return HttpServerLink(0, 3, "http://server0.test", b"k" * 32, http=server.client())
+
+
+@pytest.mark.parametrize("size", [0, 15, 17, 32])
+def test_a_challenge_of_another_length_is_refused(size: int) -> None:
+    link = _device_link(FakeServer(200, b"c" * size))
+    with pytest.raises(InvalidMessage, match=f"a challenge of {size} bytes, not 16"):
+        link.challenge(7)
+
+
+def test_the_device_link_gets_the_challenge_and_posts_the_proof_signed() -> None:
+    server = FakeServer(200, bytes(range(16)))
+    link = _device_link(server)
+    assert link.challenge(7) == bytes(range(16))
+    server.status, server.body = 204, b""
+    link.proof(7, b"proof bytes")
+    get, post = server.seen
+    assert (get.method, get.url.path, get.content) == ("GET", "/v1/rounds/7/challenge", b"")
+    assert (post.method, post.url.path, post.content) == ("POST", "/v1/rounds/7/proof", b"proof bytes")
+    assert post.headers["content-type"] == "application/octet-stream"
+    assert {r.headers["x-secemb-key-id"] for r in server.seen} == {"user:3"}
+    server.status, server.body, server.media = 409, b'{"error": "Conflict", "detail": "no upload"}', "application/json"
+    with pytest.raises(RemoteError) as caught:
+        link.proof(7, b"again")
+    assert (caught.value.status, caught.value.error) == (409, "Conflict")
+
+
+def _peer(server: FakeServer) -> HttpPeer:
+    peer = HttpPeer("http://server1.test", b"p" * 32)
+    peer.api.close()
+    peer.api = ApiClient("http://server1.test", "server0", b"p" * 32, http=server.client())  # over the fake server
+    return peer
+
+
+def test_the_peer_link_posts_the_bound_request_and_maps_failures() -> None:
+    server = FakeServer(200, b"answer bytes")
+    peer = _peer(server)
+    try:
+        assert peer.bound(5, b"request bytes") == b"answer bytes"
+        (req,) = server.seen
+        assert (req.method, req.url.path, req.content) == ("POST", "/v1/peer/rounds/5/bound", b"request bytes")
+        assert req.headers["x-secemb-key-id"] == "server0"
+        assert req.headers["content-type"] == "application/octet-stream"
+        server.status, server.media = 409, "application/json"
+        server.body = b'{"error": "ProtocolError", "detail": "user 3 was asked before"}'
+        with pytest.raises(PeerRefused, match="asked before"):
+            peer.bound(5, b"request bytes")
+        server.status = 500
+        with pytest.raises(PeerUnreachable, match="500"):
+            peer.bound(5, b"request bytes")
+    finally:
+        peer.shutdown()
+
+
+def test_body_limits_of_the_bound_messages() -> None:
+    """The proof's exact length, and the request's ``16 + 56 n`` body bytes (hand values at the
+    default: 40 projections of t = floor(log2((2^31 - 1) / 8)) = 27 bits); 0 (nothing taken)
+    where the deployment has no bound or the message goes to the other server."""
+    bounded = SecEmbProtocol(layout="cuckoo", bound=True, users_per_round=USERS)
+    plain = SecEmbProtocol(layout="cuckoo")
+    rc = bounded.round_config(1, M, W, P, 6)
+    params = bound_params(rc, USERS)
+    assert (params.rows, params.bits) == (40, 27)
+    assert bounded.max_message_bytes("bound_proof", rc, party=0, num_users=USERS) == \
+        HEADER_BYTES + params.message_bytes(0)
+    for n in (0, 1, 8, 100):
+        assert bounded.max_message_bytes("bound_request", rc, party=1, num_users=n) == HEADER_BYTES + 16 + 56 * n
+    assert bounded.max_message_bytes("bound_proof", rc, party=1, num_users=USERS) == 0
+    assert bounded.max_message_bytes("bound_request", rc, party=0, num_users=USERS) == 0
+    for kind in ("bound_proof", "bound_request"):
+        for party in (0, 1):
+            assert plain.max_message_bytes(kind, rc, party=party, num_users=USERS) == 0
