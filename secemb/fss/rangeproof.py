@@ -286,8 +286,14 @@ def _framed(*items: bytes) -> bytes:
     return b"".join(len(x).to_bytes(8, "little") + x for x in items)
 
 
-def _part(party: int, context: bytes, key: bytes, inputs_bytes: bytes) -> bytes:
-    return hashlib.sha256(_DOMAIN + b"part" + _framed(bytes([party]), context, key, inputs_bytes)).digest()
+def _part(party: int, context: bytes, key: bytes, inputs: bytes | np.ndarray) -> bytes:
+    """``SHA-256(domain || part || framed(party, context, key, inputs))``: ``inputs`` as bytes, or as
+    field elements hashed as their wire bytes without a copy."""
+    h = hashlib.sha256(_DOMAIN + b"part" + _framed(bytes([party]), context, key))
+    data = memoryview(np.ascontiguousarray(inputs, dtype="<u8") if isinstance(inputs, np.ndarray) else inputs)
+    h.update(data.nbytes.to_bytes(8, "little"))
+    h.update(data)
+    return h.digest()
 
 
 def _joint(context: bytes, part0: bytes, part1: bytes) -> bytes:
@@ -312,8 +318,8 @@ class _Query:
     """The batch's query as linear maps shared by every device (from :func:`_query`); ``l_q`` is the
     Lagrange row of ``rho_q`` over the wire nodes ``0..M+1``.
 
-    ``call_rows`` ``(6, M/2)``: ``l_q`` at the nodes of the first half (``1..M/2``), ``q = 1, 2``,
-    then at those of the second half, then their sums; ``seed_rows`` ``(2, 2)``: ``l_q`` at the
+    ``call_rows`` ``(4, M/2)``: ``l_q`` at the nodes of the first half (``1..M/2``), ``q = 1, 2``,
+    then at those of the second half; ``seed_rows`` ``(2, 2)``: ``l_q`` at the
     nodes ``0`` and ``M + 1``; ``pads`` ``(2, c)``: per slot, the sum of ``l_q`` over the calls
     where the slot holds a witness element (server 0's ``-1`` of the right wires);
     ``gadget_columns`` ``(2M + 3, 2)``: the Lagrange columns of ``rho_q`` over the gadget nodes;
@@ -350,7 +356,7 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
     # e_i = r_0i + r_1i - sum_j 2^j u_ij - 2^k (w_i0 + w_i1) + 2^(t-1)
     place = np.array([(1 << j) % F.P for j in range(t)] + [1 << params.ring_bits] * 2, dtype=np.uint64)
     return _Query(
-        call_rows=np.concatenate([first, second, both]),
+        call_rows=np.concatenate([first, second]),
         seed_rows=lag[:, [0, -1]],
         pads=pads,
         gadget_columns=F.lagrange_coefficients(d, points).T,
@@ -609,7 +615,7 @@ def _verify_block(
     joints = np.empty((n, PART_BYTES), dtype=np.uint8)
     for i in range(n):  # O(1) hash calls a device: the part this server can compute, then jr
         ctx = bytes(contexts[i])
-        own = _part(party, ctx, shares.keys[lo + i].tobytes(), F.to_bytes(x[i]) if party == 0 else b"")
+        own = _part(party, ctx, shares.keys[lo + i].tobytes(), x[i] if party == 0 else b"")
         hint = shares.hints[lo + i].tobytes()
         joints[i] = np.frombuffer(_joint(ctx, *((own, hint) if party == 0 else (hint, own))), dtype=np.uint8)
     (r, r2), (sl, sl2) = (a.transpose(1, 0, 2) for a in _coefficients(params, [jr.tobytes() for jr in joints]))
@@ -621,7 +627,8 @@ def _verify_block(
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
     opened = msg[:, 1 : 2 * big_l + 3].reshape(n, 2, big_l + 1)  # per point: the L wires, then the gadget
     left = F.add(F.mul(sl, rows[0:2]), F.mul(sl2, rows[2:4]))  # (2, n, c)
-    right = F.sub(rows[4:6], query.pads[:, None, :]) if party == 0 else rows[4:6]
+    right = F.add(rows[0:2], rows[2:4])  # the right wires' rows are the sums of the halves' rows
+    right = F.sub(right, query.pads[:, None, :]) if party == 0 else right
     opened[:, :, 0:big_l:2] = F.add(left, seeds[:, :, 0::2]).transpose(1, 0, 2)
     opened[:, :, 1:big_l:2] = F.add(right, seeds[:, :, 1::2]).transpose(1, 0, 2)
     gvals = proofs[:, 2 * big_l :]
