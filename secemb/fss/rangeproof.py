@@ -290,7 +290,7 @@ def _part(party: int, context: bytes, key: bytes, inputs: bytes | np.ndarray) ->
     """``SHA-256(domain || part || framed(party, context, key, inputs))``: ``inputs`` as bytes, or as
     field elements hashed as their wire bytes without a copy."""
     h = hashlib.sha256(_DOMAIN + b"part" + _framed(bytes([party]), context, key))
-    data = memoryview(np.ascontiguousarray(inputs, dtype="<u8") if isinstance(inputs, np.ndarray) else inputs)
+    data = np.ascontiguousarray(inputs, dtype="<u8").data if isinstance(inputs, np.ndarray) else memoryview(inputs)
     h.update(data.nbytes.to_bytes(8, "little"))
     h.update(data)
     return h.digest()
