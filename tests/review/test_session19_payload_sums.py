@@ -9,43 +9,27 @@ walk agrees with the servers'."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from secemb import fss
 from secemb.errors import InvalidParameters
-from secemb.fss import kernels
 from secemb.fss.fused import (
-    AGGREGATION_TAG,
-    RETRIEVAL_TAG,
     payload_shares,
     payload_sums_of,
     retrieve_and_prepare,
     retrieve_and_prepare_buckets,
 )
-from secemb.randomness import CtrDrbg
 
-BACKENDS = [
-    "numpy",
-    pytest.param("numba", marks=pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")),
-]
+sys.path[:0] = [str(Path(__file__).parents[1] / "fss")]  # the payload sums' own test helpers
+from test_payload_sums import _keys, backend  # noqa: E402, F401  (backend: the fixture)
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(kernels, "BACKEND", request.param)
-    return str(request.param)
-
-
-def _keys(alphas: list[int], m: int, betas: np.ndarray):  # noqa: ANN202
-    p0, p1, state = fss.gen_path(np.array(alphas, dtype=np.int64), m, _rng=CtrDrbg(len(alphas) + m))
-    cw_ret = fss.convert_gen(state, np.ones((len(alphas), 1), np.uint32), ring_bits=32, tag=RETRIEVAL_TAG)
-    cw_agg = fss.convert_gen(state, betas, ring_bits=32, tag=AGGREGATION_TAG)
-    return (p0, p1), cw_ret, cw_agg
-
-
-def test_no_keys_give_empty_payload_sums(backend: str) -> None:
-    (p0, _), cw_ret, _ = _keys([], 5, np.zeros((0, 3), np.uint32))
+@pytest.mark.usefixtures("backend")
+def test_no_keys_give_empty_payload_sums() -> None:
+    (p0, _), cw_ret, _ = _keys(np.array([], np.int64), 5, np.zeros((0, 3), np.uint32), 32, 0)
     _, prep = retrieve_and_prepare(p0, 0, cw_ret, np.zeros((5, 2), np.uint32), 3, payload_sums=True)
     assert prep.payload is not None
     assert prep.payload.key_conv.shape == (0, 3) and prep.payload.key_conv.dtype == np.uint32
@@ -57,10 +41,11 @@ def test_no_keys_give_empty_payload_sums(backend: str) -> None:
     assert answers.shape == (0, 2) and bucket.key_conv.shape == (0, 3) and bucket.t_count.shape == (0,)
 
 
-def test_a_key_of_an_empty_bucket_sums_to_zero(backend: str) -> None:
+@pytest.mark.usefixtures("backend")
+def test_a_key_of_an_empty_bucket_sums_to_zero() -> None:
     sizes = np.array([0, 5])  # bucket 0 holds no item; keys 0 and 2 are in it
     betas = (np.arange(8, dtype=np.uint32).reshape(4, 2) + 1) * 1000
-    (p0, p1), cw_ret, cw_agg = _keys([0, 3, 4, 1], 5, betas)
+    (p0, p1), cw_ret, cw_agg = _keys(np.array([0, 3, 4, 1]), 5, betas, 32, 1)
     tables = np.zeros((2, 5, 1), np.uint32)
     shares = []
     for b, path in ((0, p0), (1, p1)):
@@ -85,7 +70,7 @@ def test_payload_shares_refuse_what_is_not_a_ring_or_a_count() -> None:
 
 
 def test_bucket_sizes_that_are_not_integers_are_refused() -> None:
-    (p0, _), cw_ret, _ = _keys([0, 3], 5, np.zeros((2, 2), np.uint32))
+    (p0, _), cw_ret, _ = _keys(np.array([0, 3]), 5, np.zeros((2, 2), np.uint32), 32, 2)
     sizes = np.array([2.5, 5.0])  # was silently truncated to 2
     with pytest.raises(InvalidParameters, match="sizes"):
         payload_sums_of(p0, 0, 2, ring_bits=32, sizes=sizes)
