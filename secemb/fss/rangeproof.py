@@ -61,16 +61,15 @@ the shares), and the joint randomness ``jr`` it used.  :func:`decide` adds the t
 accepts iff ``z = 0``, ``G(f(rho_q)) = g(rho_q)`` for both points, and both servers used the same
 ``jr`` (which binds the context and both parts).
 
-Sharing the query across the batch costs no soundness: the analysis below holds for each device
-against query randomness drawn after its proof, whatever the other devices sent, and a device
-cannot tell points derived from its context apart from shared ones, since it never sees the seed
-(a context-bound derivation would only make the events of two devices independent, which no
-claim uses).  It lets the verifiers evaluate the wires as shared Lagrange rows times the batch's
-witness matrix, one matrix product for all devices: ``f_2i(rho_q) = s_i (l_A x)_i + s'_i (l_B
-x)_i + (seed terms)`` and ``f_2i+1(rho_q) = ((l_A + l_B) x)_i - (server 0: the row sums over the
-real elements) + (seed terms)``, where ``l_A, l_B`` are ``rho_q``'s Lagrange row at the nodes of
-the two halves.  A reused or early-known query seed voids the soundness bound: the protocol
-draws one per batch, after the proofs.
+Sharing the query across the batch costs no soundness: the bound below is per device, over query
+randomness drawn after that device's proof is fixed, whatever the other devices sent; points
+derived per device from the contexts (as an earlier version did) would only make the events of
+different devices independent, which no claim uses.  It lets the verifiers evaluate the wires as
+shared Lagrange rows times the batch's witness matrix, one matrix product for all devices:
+``f_2i(rho_q) = s_i (l_A x)_i + s'_i (l_B x)_i + (seed terms)`` and ``f_2i+1(rho_q) = ((l_A + l_B)
+x)_i - (server 0: the row sums over the real elements) + (seed terms)``, where ``l_A, l_B`` are
+``rho_q``'s Lagrange row at the nodes of the two halves.  A reused or early-known query seed
+voids the soundness bound: the protocol draws one per batch, after the proofs.
 
 Joint randomness (Fiat-Shamir, as Prio3's)
 ------------------------------------------
@@ -80,8 +79,8 @@ part_1)``, and ``r || r' || s || s' = SHAKE-128(domain || jr)``, each the top 60
 64-bit word (uniform in ``[0, 2^60)``).  The device sends each server the other's part; each
 server recomputes its own, and :func:`decide` compares the ``jr`` the two servers used (equal
 ``jr`` means equal contexts and parts, by SHA-256's collision resistance), so both used the
-``jr`` their shares fix.  ``blind_0`` is 16 secret random bytes,
-without which server 1 could test a guessed witness against ``part_0``.
+``jr`` their shares fix.  ``blind_0`` is 16 secret random bytes, without which server 1 could test
+a guessed witness against ``part_0``.
 
 Soundness
 ---------
@@ -99,8 +98,8 @@ with probability at most ``2^-118``.  That last event is the one a device can tr
 by varying its shares (each try is a hash evaluation, since ``jr`` is a random oracle of the
 shares the parts bind, by SHA-256's collision resistance): ``Q`` tries succeed with probability
 at most ``Q * 2^-118``, so about ``2^-97`` even after ``2^21`` tries per submission (and below
-``2^-60`` up to ``2^58`` tries).  (With all entries
-bits and every ``e_i = 0``, the statement is true: see the Witness section.)
+``2^-60`` up to ``2^58`` tries).  (With all entries bits and every ``e_i = 0``, the statement is
+true: see the Witness section.)
 
 Zero knowledge
 --------------
