@@ -11,11 +11,13 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def ternary_products(stream: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[d, i] = <r_i^(d), x[d]> mod 2^64`` for streams uint8 (c, >= rows * ceil(L / 4)),
-    ring ``x`` (c, L) uint32 or uint64 and ``out`` uint64 (c, rows).
+def ternary_products(stream: np.ndarray, which: np.ndarray, x: np.ndarray,
+                     out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[d, i] = <r_i^(d), x[d]> mod 2^64`` for streams uint8 (s, >= rows * ceil(L / 4)),
+    device ``d``'s stream index ``which[d]`` (intp (c,), each in ``[0, s)``), ring ``x`` (c, L)
+    uint32 or uint64 and ``out`` uint64 (c, rows).
 
-    Entry ``(i, j)`` of device ``d``'s rows is ``a - b`` with ``v = stream[d, i B + j // 4]``,
+    Entry ``(i, j)`` of device ``d``'s rows is ``a - b`` with ``v = stream[which[d], i B + j // 4]``,
     ``B = ceil(L / 4)``, ``a = (v >> 2 (j mod 4)) & 1``, ``b = (v >> (2 (j mod 4) + 1)) & 1``.
     The +1 and -1 terms go to two sums through a mask (``x & -a``), which vectorizes; sums wrap
     modulo 2^64, so reducing ``out`` to ``x``'s dtype gives the result modulo ``2^32`` as well.
@@ -25,12 +27,13 @@ def ternary_products(stream: np.ndarray, x: np.ndarray, out: np.ndarray) -> None
     per_row = (length + 3) // 4
     zero = np.uint64(0)
     for d in range(devices):
+        s = which[d]
         for i in range(rows):
             plus = zero
             minus = zero
             base = i * per_row
             for j in range(length):
-                v = stream[d, base + (j >> 2)] >> (2 * (j & 3))
+                v = stream[s, base + (j >> 2)] >> (2 * (j & 3))
                 xv = np.uint64(x[d, j])
                 plus += xv & (zero - np.uint64(v & 1))
                 minus += xv & (zero - np.uint64((v >> 1) & 1))

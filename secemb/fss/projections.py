@@ -204,7 +204,8 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
 
     Parameters
     ----------
-    seeds: n seeds of 16 bytes, as a sequence of bytes or uint8 (n, 16); seed ``d`` is device ``d``'s.
+    seeds: n seeds of 16 bytes, as a sequence of bytes or uint8 (n, 16); seed ``d`` is device ``d``'s
+        (devices may share a seed: its rows are expanded once a chunk).
     x: ring array (n, L), uint32 or uint64.
     rows: ``lambda``.
 
@@ -213,11 +214,13 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     ring array (n, rows) of ``x``'s dtype, row ``d`` equal to ``project(seeds[d], x[d:d+1], rows)[0]``.
 
     Devices go in chunks of at most 2^23 matrix entries (one device a chunk where its rows are
-    larger): a chunk's streams take a quarter of a byte an entry, its int8 rows (numpy path) one.
-    With the compiled kernels (:func:`secemb.fss.kernels.compiled`) each chunk's products are
-    read straight off the packed streams by a numba loop in ``uint64`` wrapping arithmetic;
-    otherwise the chunk's rows are expanded to int8 and multiplied as one stacked unsigned
-    matmul (:func:`project_reference`'s arithmetic).
+    larger); a chunk expands each distinct seed's stream once, a quarter of a byte an entry (its
+    int8 rows on the numpy path, one byte).  With the compiled kernels
+    (:func:`secemb.fss.kernels.compiled`) each chunk's products are read straight off the packed
+    streams by a numba loop in ``uint64`` wrapping arithmetic, without BLAS (whose threads only
+    cost here: one device's projections are a thin product); otherwise the chunk's rows are
+    expanded to int8 and multiplied as one stacked unsigned matmul (:func:`project_reference`'s
+    arithmetic).
 
     Raises
     ------
@@ -237,11 +240,13 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
         from secemb.fss._projection_kernels import ternary_products
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
-        stream = _streams(keys[lo:hi], nbytes)
+        distinct: dict[bytes, int] = {}
+        which = np.array([distinct.setdefault(k, len(distinct)) for k in keys[lo:hi]], np.intp)
+        stream = _streams(list(distinct), nbytes)
         if compiled:
             acc = np.empty((hi - lo, rows), np.uint64)
-            ternary_products(stream, x[lo:hi], acc)
+            ternary_products(stream, which, x[lo:hi], acc)
             out[lo:hi] = acc.astype(x.dtype)
         else:
-            out[lo:hi] = _integer_products(_ternary(stream, rows, length), x[lo:hi, None, :])[:, 0, :]
+            out[lo:hi] = _integer_products(_ternary(stream, rows, length)[which], x[lo:hi, None, :])[:, 0, :]
     return out

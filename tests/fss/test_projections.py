@@ -208,3 +208,20 @@ def test_strided_and_fortran_order_shares_give_the_same_projections(backend: str
     assert np.array_equal(project_each(seeds, strided, 5), expected)
     assert np.array_equal(project_each(seeds, fortran, 5), expected)
     assert np.array_equal(project(seeds[0], fortran, 5), project(seeds[0], np.ascontiguousarray(strided), 5))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("temp", [1 << 23, 90])
+def test_project_each_with_repeated_seeds_matches_python_ints(backend: str, temp: int,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # devices sharing a seed (one stream expanded for them) interleaved with others, in one chunk
+    # or in chunks of two devices (temp 90 at 5 x 9 entries a device)
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    monkeypatch.setattr(projections, "_TEMP_ENTRIES", temp)
+    a, b, c = (os.urandom(16) for _ in range(3))
+    seeds = [a, b, a, a, c, b, a]
+    x = _random_ring((7, 9), np.uint64)
+    x[2] = np.iinfo(np.uint64).max
+    expected = [_python_projections(_spec_rows(s, 5, 9), x[d : d + 1], 64)[0] for d, s in enumerate(seeds)]
+    assert project_each(seeds, x, 5).tolist() == expected
+    assert project_each(seeds, x.astype(np.uint32), 5).tolist() == [[v % (1 << 32) for v in r] for r in expected]

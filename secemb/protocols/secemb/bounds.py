@@ -28,11 +28,11 @@ The protocol, per device and round
   ``S_0`` (:func:`~secemb.fss.fused.payload_sums_of`, :func:`~secemb.fss.fused.payload_shares`)
   and ``S_1 = beta - S_0`` (``beta``: the rows it uploaded), its two dense shares ``d_b``, the
   vectors ``x_b = S_b || d_b`` (ring (L,), :func:`upload_vector`), ``a = project(c, x_0)``,
-  ``b = project(c, x_1)`` and proves with :func:`~secemb.fss.rangeproof.prove` under the
-  context :func:`context` (round, ``c`` and the device's key digest ``K``, which binds the
-  device) and ``seed_1 = sigma``.  Only ``msg0`` is sent, to server 0 (a ``proof`` message);
-  server 1 has ``sigma`` and gets ``part_0`` from server 0
-  (:func:`~secemb.fss.rangeproof.hint_of`).
+  ``b = project(c, x_1)`` (:func:`projected`) and proves with
+  :func:`~secemb.fss.rangeproof.prove` under the context :func:`context` (round, ``c`` and the
+  device's key digest ``K``, which binds the device) and ``seed_1 = sigma``.  Only ``msg0`` is
+  sent, to server 0 (a ``proof`` message); server 1 has ``sigma`` and gets ``part_0`` from
+  server 0 (:func:`~secemb.fss.rangeproof.hint_of`).
 * Server 0 (:meth:`SecEmbServer.handle_proof_many`) keeps each device's ``msg0`` (a wrong
   length or round, a device that did not upload, a second proof: refused, nothing kept).
 * Verification, before the round closes: server 0 draws a query seed ``q`` once the proofs are
@@ -53,12 +53,14 @@ keeps none (the gpu backend's), from a walk of the absorbed keys at verification
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from secemb.errors import InvalidParameters, check_int
 from secemb.fss import fused
 from secemb.fss.keys import PathKeys
-from secemb.fss.projections import project
+from secemb.fss.projections import project_each
 from secemb.fss.rangeproof import RangeParams
 from secemb.privacy.noise import ClipSpec
 from secemb.protocols.base import RoundConfig
@@ -147,7 +149,8 @@ def upload_vector(payload: np.ndarray, dense: np.ndarray) -> np.ndarray:
     return np.concatenate([payload.reshape(n, -1), dense.reshape(n, -1)], axis=1)
 
 
-def projected(challenge: bytes, x: np.ndarray) -> np.ndarray:
-    """``project(c, x)``: the :data:`ROWS` projections of each row of ``x`` (ring (n, L)) under
-    the challenge's rows, ring (n, ROWS)."""
-    return project(challenge, x, ROWS)
+def projected(challenges: Sequence[bytes], x: np.ndarray) -> np.ndarray:
+    """The :data:`ROWS` projections of each row of ``x`` (ring (n, L)) under its challenge's rows
+    (``challenges``: n challenges, which may repeat), ring (n, ROWS): one
+    :func:`~secemb.fss.projections.project_each` call (each distinct challenge expanded once)."""
+    return project_each(challenges, x, ROWS)

@@ -790,11 +790,10 @@ class SecEmbServer(ServerRole):
         """This server's projections (ring (n, ROWS)) of absorbed ``users``' payload shares
         (from the payload sums of the retrieval's walk, or, where the walk did not keep them --
         the gpu backend's --, from a walk of their keys here, with their correction words) and
-        dense shares, each under its challenge (the users of one challenge projected together)."""
+        dense shares, each under its challenge (one :func:`~secemb.protocols.secemb.bounds.projected` call)."""
         cfg = self._cfg()
-        out = np.empty((len(users), ROWS), cfg.dtype)
         if not users:
-            return out
+            return np.empty((0, ROWS), cfg.dtype)
         got = [self._absorbed[u] for u in users]
         cws = np.concatenate([a.cw for a in got])
         sums = [a.sums for a in got if a.sums is not None]
@@ -805,10 +804,7 @@ class SecEmbServer(ServerRole):
             payload = payload_share(cfg, self.party, fss.PathKeys.concat([a.keys.path for a in got]), cws)
         x = upload_vector(payload.reshape(len(users), cfg.slots, cfg.width),
                           np.stack([self._dense_share(u) for u in users]))
-        for c in set(challenges):
-            at = [j for j, mine in enumerate(challenges) if mine == c]
-            out[at] = projected(c, x[at])
-        return out
+        return projected(challenges, x)
 
     def bound_request(self, users: list[int]) -> bytes:
         """Server 0: the bound check's request to server 1 for uploaded ``users`` (the ones

@@ -507,7 +507,7 @@ class SecEmbUser(UserRole):
             raise ProtocolError("bound_proof before the upload, or twice")
         s0 = payload_share(cfg, 0, kept.path0, kept.cw)
         x = upload_vector(np.stack([s0, kept.rows - s0]), np.stack([kept.dense0, kept.dense1]))
-        a, b = projected(challenge, x)
+        a, b = projected([challenge] * 2, x)
         msg0, _ = prove(self._bound, a, b, context(cfg.round_id, challenge, cast("bytes", self._digest)),
                         seed_1=self._sigma, _rng=self._rng)
         return frame(NAME, "bound_proof", 0, cfg.round_id, msg0)
