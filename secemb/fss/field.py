@@ -285,14 +285,16 @@ def from_canonical_bytes(data: bytes | memoryview, count: int, what: str = "fiel
 
 
 @cache
-def _barycentric(n: int) -> tuple[int, ...]:
+def _barycentric(n: int) -> np.ndarray:
     """Barycentric weights ``w_j = 1 / prod_{m != j} (j - m) = (-1)^(n-1-j) / (j! (n-1-j)!)`` of the
-    nodes ``0..n-1``, as Python ints mod ``p`` (computed once per ``n``)."""
+    nodes ``0..n-1`` (computed with Python ints, once per ``n``)."""
     fact = [1] * n
     for j in range(1, n):
         fact[j] = fact[j - 1] * j % P
     inv_fact = [pow(f, P - 2, P) for f in fact]
-    return tuple((-1) ** (n - 1 - j) * inv_fact[j] * inv_fact[n - 1 - j] % P for j in range(n))
+    w = np.array([(-1) ** (n - 1 - j) * inv_fact[j] * inv_fact[n - 1 - j] % P for j in range(n)], dtype=np.uint64)
+    w.setflags(write=False)
+    return w
 
 
 def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
@@ -324,17 +326,17 @@ def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
     x = _u64(x)
     if np.any(x < np.uint64(n)):
         raise InvalidParameters(f"lagrange_coefficients: x must avoid the nodes 0..{n - 1}")
-    w = _barycentric(n)
-    out = np.empty((x.size, n), dtype=np.uint64)
+    before = np.empty((x.size, n), dtype=np.uint64)  # prod_{m < j} (x - m)
+    after = np.empty((x.size, n), dtype=np.uint64)  # prod_{m > j} (x - m)
     for row, point in enumerate(x.reshape(-1).tolist()):
         diff = [(point - m) % P for m in range(n)]
-        before = [1] * n  # prod_{m < j} (x - m)
+        products = [1] * n
         for j in range(1, n):
-            before[j] = before[j - 1] * diff[j - 1] % P
-        after = 1  # prod_{m > j} (x - m)
-        coeffs = [0] * n
-        for j in range(n - 1, -1, -1):
-            coeffs[j] = before[j] * after % P * w[j] % P
-            after = after * diff[j] % P
-        out[row] = coeffs
+            products[j] = products[j - 1] * diff[j - 1] % P
+        before[row] = products
+        products[n - 1] = 1
+        for j in range(n - 2, -1, -1):
+            products[j] = products[j + 1] * diff[j + 1] % P
+        after[row] = products
+    out = mul(mul(before, after), _barycentric(n))
     return out.reshape(*x.shape, n)
