@@ -1,7 +1,8 @@
 """Arithmetic in the prime field ``F_p``, ``p = 2^61 - 1``, over numpy arrays (hazmat layer).
 
 A field element is a ``uint64`` in ``[0, p)``; every function here takes and returns such arrays
-(or numpy scalars), broadcasting like numpy, and never loops over elements in Python.  Inputs
+(or numpy scalars), broadcasting like numpy, and never loops over elements in Python (but
+:func:`lagrange_coefficients`, over the nodes, for a few points).  Inputs
 outside ``[0, p)`` are a caller mistake the arithmetic does not check (:func:`from_canonical_bytes`
 is the check for untrusted bytes).
 
