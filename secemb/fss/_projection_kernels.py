@@ -19,22 +19,30 @@ def ternary_products(stream: np.ndarray, which: np.ndarray, x: np.ndarray,
 
     Entry ``(i, j)`` of device ``d``'s rows is ``a - b`` with ``v = stream[which[d], i B + j // 4]``,
     ``B = ceil(L / 4)``, ``a = (v >> 2 (j mod 4)) & 1``, ``b = (v >> (2 (j mod 4) + 1)) & 1``.
-    The +1 and -1 terms go to two sums through a mask (``x & -a``), which vectorizes; sums wrap
-    modulo 2^64, so reducing ``out`` to ``x``'s dtype gives the result modulo ``2^32`` as well.
+    A device's ``x`` is first laid out by phase, ``xq[q, k] = x[4 k + q]`` (zeros past ``L``: the
+    row's unused last entries), so that the loop over a row's bytes ``k`` reads the stream and
+    ``xq[q]`` contiguously for each phase ``q``.  The +1 and -1 terms go to two sums through a mask
+    (``x & -a``), which vectorizes; sums wrap modulo 2^64, so reducing ``out`` to ``x``'s dtype gives
+    the result modulo ``2^32`` as well.
     """
     devices, length = x.shape
     rows = out.shape[1]
     per_row = (length + 3) // 4
     zero = np.uint64(0)
+    xq = np.zeros((4, per_row), np.uint64)
     for d in range(devices):
         s = which[d]
+        for j in range(length):
+            xq[j & 3, j >> 2] = np.uint64(x[d, j])
         for i in range(rows):
             plus = zero
             minus = zero
             base = i * per_row
-            for j in range(length):
-                v = stream[s, base + (j >> 2)] >> (2 * (j & 3))
-                xv = np.uint64(x[d, j])
-                plus += xv & (zero - np.uint64(v & 1))
-                minus += xv & (zero - np.uint64((v >> 1) & 1))
+            for q in range(4):
+                shift = 2 * q
+                for k in range(per_row):
+                    v = stream[s, base + k] >> shift
+                    xv = xq[q, k]
+                    plus += xv & (zero - np.uint64(v & 1))
+                    minus += xv & (zero - np.uint64((v >> 1) & 1))
             out[d, i] = plus - minus
