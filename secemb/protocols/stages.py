@@ -38,6 +38,7 @@ __all__ = [
     "EXCHANGE_STAGES",
     "Hop",
     "PARTIES",
+    "PROVE",
     "RETRIEVAL",
     "RoundPlan",
     "SECEA_SETUP_STAGES",
@@ -57,9 +58,10 @@ COUNT = "count"  # Eq. 11, once per run: count shares, the servers open only the
 RETRIEVAL = "retrieval"  # private retrieval of the user's rows (relay hops included)
 DENSE = "dense"  # the round's public dense vector, server 0 -> user
 UPLOAD = "upload"  # the user's encoded gradients (relay hop included)
+PROVE = "prove"  # bounded payloads (SecEmb's option bound): a device's proof that its upload is small, and its check
 AGGREGATE = "aggregate"  # each server's aggregate share -> the other (both reconstruct, issue 33)
 SYNC = "sync"  # the new public model, server 0 -> server 1
-STAGES = (COUNT, RETRIEVAL, DENSE, UPLOAD, AGGREGATE, SYNC)
+STAGES = (COUNT, RETRIEVAL, DENSE, UPLOAD, PROVE, AGGREGATE, SYNC)
 
 # ---- the exchanges of a one-server round (SFSL, docs/sfsl.md): the four secure-aggregation
 # stages of the private set union, the submodel download, the four stages of the secure sum
@@ -81,6 +83,8 @@ PARTIES = (USER, SERVER0, SERVER1)
 MESSAGES = frozenset({
     "count_share", "retrieval_request", "retrieval_reply", "relay_keys", "relay_answer", "dense",
     "upload", "relay_upload", "aggregate_share", "model_sync",
+    # bounded payloads (secemb.protocols.secemb.bounds): server 0's challenge, the device's proof, the servers' check
+    "challenge", "bound_proof", "bound_request", "bound_answer",
     # secure aggregation (secemb.secagg.messages) and the submodel download (secemb.protocols.sfsl.wire)
     "advertise", "keys", "shares", "relayed", "masked", "survivors", "unmask", "union",
     "submodel_request", "submodel_reply",
@@ -204,10 +208,19 @@ CLOSING = (Hop(AGGREGATE, SERVER1, SERVER0, "aggregate_share"), Hop(AGGREGATE, S
            Hop(SYNC, SERVER0, SERVER1, "model_sync"))
 
 
-@lru_cache(maxsize=2)
-def round_plan(*, relay: bool) -> RoundPlan:
+#: bounded payloads' step (:mod:`secemb.protocols.secemb.bounds`): after its upload a device
+#: fetches server 0's challenge and sends it its proof; at close, before the digest comparison,
+#: server 0 sends server 1 the check's request and gets its verifier messages
+PROVING = (Hop(PROVE, SERVER0, USER, "challenge"), Hop(PROVE, USER, SERVER0, "bound_proof"),
+           Hop(PROVE, SERVER0, SERVER1, "bound_request"), Hop(PROVE, SERVER1, SERVER0, "bound_answer"))
+
+
+@lru_cache(maxsize=4)
+def round_plan(*, relay: bool, bound: bool = False) -> RoundPlan:
     """The round of the two-server protocols (SecEmb and its baselines); made once per
-    ``relay`` value (a :class:`RoundPlan` is immutable, and every device session asks for it).
+    ``relay`` and ``bound`` value (a :class:`RoundPlan` is immutable, and every device session
+    asks for it).  ``bound``: SecEmb's bounded payloads, the :data:`PROVING` hops after the
+    upload.
 
     Without relay the user talks to both servers; with ``relay`` (DESIGN.md section 5.2) it
     sends server 1 only its root seeds, server 0 forwards the shared correction words and
@@ -246,4 +259,4 @@ def round_plan(*, relay: bool) -> RoundPlan:
             Hop(UPLOAD, USER, SERVER1, "upload"),
             Hop(UPLOAD, USER, SERVER0, "upload"),
         )
-    return RoundPlan(count + retrieval + dense + upload + CLOSING)
+    return RoundPlan(count + retrieval + dense + upload + (PROVING if bound else ()) + CLOSING)

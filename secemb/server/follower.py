@@ -159,6 +159,23 @@ class FollowerNode(FollowerRelay):
             role = self.role
         return {"digests": encode_digests(rnd.busy(role.upload_digests, include) or {})}
 
+    def peer_bound(self, r: int, body: bytes) -> bytes:
+        """Bounded payloads: this server's verifier messages for server 0's check request
+        (:meth:`~secemb.protocols.secemb.SecEmbServer.bound_answer`; a ``bound_answer``
+        message), while round ``r`` closes.  Each device's proof is answered once.
+
+        Raises
+        ------
+        NotFound, Conflict: round ``r`` is not closing here.
+        ProtocolError: the rounds have no bound proofs, a user of the request did not upload
+            here or was checked before.
+        InvalidMessage: a malformed request.
+        """
+        with self.lock:
+            rnd = self._current(r, states=(CLOSING,))
+            prover = self._proving()
+        return rnd.busy(prover.bound_answer, body)
+
     def peer_share(self, r: int, include: list[int]) -> bytes:
         """The aggregate share over exactly ``include`` (the same bytes if asked again for the
         same set).

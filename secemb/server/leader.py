@@ -214,12 +214,12 @@ class LeaderNode(LeaderClose):
                 rnd = self.round
                 due = (
                     rnd is not None and rnd.state == OPEN and not rnd.closing
-                    and (len(rnd.finished) >= rnd.quorum or time.time() >= rnd.deadline)
+                    and (rnd.counted() >= rnd.quorum or time.time() >= rnd.deadline)
                 )
                 sync = self._sync_pending
             if due:
                 assert rnd is not None  # due implies it
-                why = "quorum reached" if len(rnd.finished) >= rnd.quorum else "deadline passed"
+                why = "quorum reached" if rnd.counted() >= rnd.quorum else "deadline passed"
                 threading.Thread(target=self.close_round, args=(rnd.round_id, why), daemon=True).start()
             elif sync and (rnd is None or rnd.state in FINAL):
                 self._sync_peer()

@@ -3,7 +3,8 @@
 committed under it if the round is still the one they were evaluated for; uploads, absorbed
 by the role as one batch under the lock (those that arrived together: concurrent requests
 through a batcher, a simulation's round at once) -- they count for the quorum when their
-handling is done.
+handling is done; with bounded payloads (server 0), the challenges and the devices' bound
+proofs, batched the same way -- then a device counts once its proof is kept too.
 
 Party: both servers (server 0 with relay overrides the retrieval and forwards uploads, as one
 batch: :mod:`.relay`).  A refused request changes no state: per item the reply (``None``:
@@ -33,6 +34,8 @@ class Retrieval(NodeState):
     _retrieve_batch: Batcher
     #: groups concurrent :meth:`upload` calls into :meth:`upload_many` (set by the node)
     _upload_batch: Batcher
+    #: groups concurrent :meth:`proof` calls into :meth:`proof_many` (set by the node)
+    _proof_batch: Batcher
 
     def retrieval(self, r: int, user: int, body: bytes) -> bytes | None:
         """A device's retrieval request; the reply (``None``: nothing to send back).  Batched
@@ -151,6 +154,44 @@ class Retrieval(NodeState):
         for count in range(before + 1, n + 1):
             faults.hit("upload", count)
         return results
+
+    def challenge(self, r: int, user: int) -> bytes:
+        """Server 0, bounded payloads: the 16-byte challenge of ``user``'s upload in round ``r``
+        (:meth:`~secemb.protocols.secemb.SecEmbServer.challenge`), what the device proves its
+        bound for.
+
+        Raises
+        ------
+        NotFound, Conflict: round ``r`` is not the open round.
+        ProtocolError: the rounds have no bound proofs, this is server 1, or ``user`` did not
+            upload to this server in round ``r``.
+        """
+        with self.lock:
+            rnd = self._current(r)
+            return rnd.busy(self._proving().challenge, user)
+
+    def proof(self, r: int, user: int, body: bytes) -> None:
+        """A device's bound proof, batched with concurrent ones (:meth:`proof_many`); its
+        refusal raised."""
+        self._proof_batch((r, user, body))
+
+    def proof_many(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """Server 0, bounded payloads: devices' bound proofs ``(user, body)`` of round ``r``, kept
+        by the role as one batch under the lock
+        (:meth:`~secemb.protocols.secemb.SecEmbServer.handle_proof_many`) until the close checks
+        them; per item ``None`` (the device then counts for the quorum) or the error that refused
+        it and kept nothing (a malformed proof, a user that did not upload, a second proof; a
+        round that is not open, or rounds without bound proofs, refuse them all)."""
+        with self.lock:
+            try:
+                rnd = self._current(r)
+                outs = rnd.busy(self._proving().handle_proof_many, items)
+            except SecembError as exc:
+                return [exc] * len(items)
+            if rnd.proved is not None:
+                rnd.proved.update(user for (user, _), out in zip(items, outs, strict=True) if out is None)
+            self._wake.notify_all()
+        return outs
 
     def _forward_uploads(self, r: int, items: list[tuple[int, bytes]]) -> list[SecembError | None]:
         """Hand on what the role returned for uploads ``(user, forward)``; per item ``None`` or

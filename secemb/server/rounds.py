@@ -45,6 +45,8 @@ class Round:
     relayed: set[int] = field(default_factory=set)  # server 1, relay: keys forwarded by server 0
     uploaded: set[int] = field(default_factory=set)  # absorbed by the role (the agreed set is a subset)
     finished: set[int] = field(default_factory=set)  # upload handling done (counts for the quorum)
+    #: server 0 with bounded payloads: the users whose bound proof it kept (``None``: no proof step)
+    proved: set[int] | None = None
     dense_msg: bytes = b""
     included: list[int] | None = None
     reason: str = ""
@@ -62,6 +64,11 @@ class Round:
     server_s: float = 0.0
     optimizer_s: float = 0.0
     _busy_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def counted(self) -> int:
+        """The users that count for the quorum: those whose upload handling is done and, with
+        bounded payloads (server 0), whose proof is kept."""
+        return len(self.finished if self.proved is None else self.finished & self.proved)
 
     def busy(self, fn: Callable[..., Any], *args: Any, optimizer: bool = False, **kw: Any) -> Any:
         """``fn(*args, **kw)``, its wall time added to ``server_s`` (or ``optimizer_s``)."""

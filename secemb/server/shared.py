@@ -45,6 +45,7 @@ class Node(Alarms, Retrieval, Combine):
         super().__init__(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
         self._retrieve_batch = Batcher(by_round(self.retrieval_many))
         self._upload_batch = Batcher(by_round(self.upload_many))
+        self._proof_batch = Batcher(by_round(self.proof_many))
         #: the round document's parts fixed while a round, its config and its DENSE message are
         #: (:meth:`_round_doc`), computed once rather than for every device's request
         self._doc_parts: _DocParts | None = None

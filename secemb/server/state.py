@@ -26,15 +26,16 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from typing import Any
+from typing import Any, Protocol as TypingProtocol, runtime_checkable
 
 import numpy as np
 
 from secemb.digest import model_sha256
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidParameters, ProtocolError, SecembError
 from secemb.models.base import RecModel
 from secemb.privacy.noise import RingNoise
 from secemb.protocols.base import Protocol, RelayRole, ServerRole
+from secemb.protocols.stages import PROVE
 from secemb.randomness import RandomBytes
 from secemb.round import messages
 from secemb.round.optimizer import ServerAdam
@@ -45,12 +46,35 @@ from secemb.server.persist import CorruptState, StorageError
 from secemb.server.rounds import ABORTED, COMMITTED, FINAL, OPEN, Outcomes, Round
 from secemb.server.store import Checkpoint, DiskStore, StateStore
 
-__all__ = ["NodeState", "optimizer_state"]
+__all__ = ["NodeState", "ProvingRole", "optimizer_state"]
 
 log = logging.getLogger("secemb.server")
 
 #: alarms kept in memory and shown in the status (the journal keeps them all)
 _KEEP_ALARMS = 100
+
+
+@runtime_checkable
+class ProvingRole(TypingProtocol):
+    """A server role with bounded payloads' steps (SecEmb's option ``bound``,
+    :mod:`secemb.protocols.secemb.bounds`; the methods of
+    :class:`~secemb.protocols.secemb.SecEmbServer`): server 0 hands each uploaded device a
+    challenge and keeps its proof, and at close asks server 1 to check them."""
+
+    def challenge(self, user_id: int) -> bytes:
+        """Server 0: the 16-byte challenge of uploaded user ``user_id``."""
+
+    def handle_proof_many(self, proofs: list[tuple[int, bytes]]) -> list[SecembError | None]:
+        """Server 0: keep each ``(user, proof)``; per item ``None`` or the error that refused it."""
+
+    def bound_request(self, users: list[int]) -> bytes:
+        """Server 0: the check's request to server 1 for uploaded ``users``."""
+
+    def bound_answer(self, request: bytes) -> bytes:
+        """Server 1: its verifier messages for server 0's request."""
+
+    def bound_rejected(self, answer: bytes) -> set[int]:
+        """Server 0: the users of its last request that fail the check or sent no proof."""
 
 
 class NodeState:
@@ -87,6 +111,14 @@ class NodeState:
         if self.protocol.relay and self.relay_role is None:
             raise InvalidParameters(f"protocol {cfg.protocol!r} is configured with relay, but its server role "
                                     f"{type(self.role).__name__} has no relay steps (it is not a RelayRole)")
+        #: the role's bounded-payload steps, where the protocol's round has them (its plan's
+        #: :data:`~secemb.protocols.stages.PROVE` hops: SecEmb's option ``bound``)
+        self.prover: ProvingRole | None = None
+        if self.protocol.plan().stage(PROVE):
+            if not isinstance(self.role, ProvingRole):
+                raise InvalidParameters(f"protocol {cfg.protocol!r} declares a proving step, but its server role "
+                                        f"{type(self.role).__name__} has no bounded-payload steps")
+            self.prover = self.role
         self.model = model if model is not None else cfg.make_model()
         self.fp = cfg.fixed_point()
         #: central DP: this server's noise on its own aggregate share (docs/security.md)
@@ -252,11 +284,24 @@ class NodeState:
         """SHA-256 of the current model (computed once per version)."""
         return self.sha
 
+    def _proving(self) -> ProvingRole:
+        """The role's bounded-payload steps.
+
+        Raises
+        ------
+        ProtocolError: the protocol's round has none (bounded payloads off, or another protocol).
+        """
+        if self.prover is None:
+            raise ProtocolError("this deployment's rounds have no bound proofs (bounded payloads are off)")
+        return self.prover
+
     def _begin(self, rnd: Round) -> None:
         """Make ``rnd`` the current round (under the lock).  Both servers encode its DENSE
         message: server 0 serves it, and both announce its digest (a device checks the vector
         it gets from server 0 alone against both announcements)."""
         self.role.begin_round(rnd.rc, self.fp.encode(self.table))
+        if self.party == 0 and self.prover is not None:  # bounded payloads: the quorum counts proofs
+            rnd.proved = set()
         rnd.dense_msg = messages.encode_dense(rnd.round_id, self.fp.encode(self.dense), rnd.rc.ring_bits)
         self.round = rnd
 

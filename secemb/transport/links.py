@@ -18,7 +18,7 @@ server answered it nothing and it is out of the round); once the stages are done
 reads the outcome (:meth:`OperatorLink.round_status`).  A server that closes its stages itself
 (``secemb serve`` of a one-server protocol) is followed through its round document
 (:class:`PolledStageLink`).  The two-server round's links name its stages' exchanges
-(``count``, ``retrieval``, ``dense``, ``upload``: :mod:`secemb.protocols.stages`) because its
+(``count``, ``retrieval``, ``dense``, ``upload``, ``prove``: :mod:`secemb.protocols.stages`) because its
 servers answer them differently -- a retrieval is answered at once, per device, with a share of
 a reply that the device adds to the other server's -- and its operator opens rounds by
 participants and a deadline, the servers numbering them.
@@ -113,6 +113,14 @@ class ServerLink(DeviceLink, Protocol):
 
     def upload(self, round_id: int, body: bytes) -> None:
         """The device's upload for the round."""
+
+    def challenge(self, round_id: int) -> bytes:
+        """Server 0, bounded payloads: the 16-byte challenge of this device's upload (``GET
+        /v1/rounds/{r}/challenge``)."""
+
+    def proof(self, round_id: int, body: bytes) -> None:
+        """Server 0, bounded payloads: the device's bound proof for its challenge (``POST
+        /v1/rounds/{r}/proof``)."""
 
     def round_status(self, round_id: int) -> dict[str, Any]:
         """The round's outcome as this device may see it (state, whether it was included)."""
