@@ -3,7 +3,9 @@
 Party: server 0.  :meth:`LeaderClose.close_round` (on quorum, deadline or the operator's
 call; idempotent): server 1 stops taking uploads and names the users it absorbed; the agreed
 set is the intersection with server 0's, less the devices whose uploads fail the verification
-(issue 34: both roles' digests compared, :mod:`.verify`; a ``device_rejected`` alarm); fewer
+(issue 34: with bounded payloads, first the bound proofs' check -- a device without a proof, or
+whose proof fails, is out --, then both roles' digests compared, :mod:`.verify`; a
+``device_rejected`` alarm); fewer
 than ``min_users`` aborts.  Both servers then exchange their aggregate shares and reconstruct
 (:mod:`.combine`); server 0 commits (its checkpoint: the commit point) only when server 1's
 model digest equals its own -- otherwise a halting ``model_disagreement`` alarm and nothing
@@ -71,7 +73,10 @@ class LeaderClose(LeaderRelay):
         except PEER_ERRORS as exc:
             self._end(rnd, ABORTED, f"server 1 did not close the round: {exc}")
             return
-        verified = self._verified(rnd, sorted(uploaded & set(theirs)))
+        bounded = self._bounded(rnd, sorted(uploaded & set(theirs)))
+        if bounded is None:
+            return
+        verified = self._verified(rnd, bounded)
         if verified is None:
             return
         include = verified
@@ -149,15 +154,48 @@ class LeaderClose(LeaderRelay):
             self._end(rnd, ABORTED, f"server 1 did not verify the uploads: {exc}")
             return None
         bad = rejected(mine, theirs)
-        if bad:
-            with self.lock:
-                for u in bad:
-                    self.rejections[u] = self.rejections.get(u, 0) + 1
-            rnd.rejected.update(bad)
-            self.raise_alarm("device_rejected", rnd.round_id, f"user(s) {bad[:50]} failed the upload verification "
-                                                              "(keys not point functions or not the same at both "
-                                                              "servers): left out of the round")
+        self._reject(rnd, bad, "failed the upload verification (keys not point functions or not the same at both "
+                               "servers)")
         return [u for u in include if u not in bad]
+
+    def _bounded(self, rnd: Round, include: list[int]) -> list[int] | None:
+        """``include`` without the devices whose bound proofs fail the servers' check or that
+        sent none (bounded payloads, :mod:`secemb.protocols.secemb.bounds`): server 0's request
+        (:meth:`~secemb.protocols.secemb.SecEmbServer.bound_request`), server 1's verifier
+        messages (:meth:`~secemb.server.peer.PeerLink.bound`), server 0's decision; the devices
+        that fail are left out like a dropout and recorded as for a digest mismatch
+        (:meth:`_reject`).  It runs before the digest comparison (the plan's ``prove`` hops
+        precede the closing ones: :data:`~secemb.protocols.stages.PROVING`); either check
+        leaves a device out.  ``None``: the round was aborted (server 1 did not answer, or its
+        answer is malformed).  Unchanged where the rounds have no bound proofs."""
+        with self.lock:
+            prover = self.prover
+        if prover is None:
+            return include
+        try:
+            request = rnd.busy(prover.bound_request, include)
+            answer = self.peer.bound(rnd.round_id, request)
+            bad = sorted(rnd.busy(prover.bound_rejected, answer))
+        except PEER_ERRORS as exc:
+            self._end(rnd, ABORTED, f"server 1 did not check the bound proofs: {exc}")
+            return None
+        except SecembError as exc:
+            self._end(rnd, ABORTED, f"the bound proofs' check failed: {exc}")
+            return None
+        self._reject(rnd, bad, "sent no bound proof or one that fails the check (an upload beyond the payload bound)")
+        return [u for u in include if u not in set(bad)]
+
+    def _reject(self, rnd: Round, bad: list[int], why: str) -> None:
+        """Devices ``bad`` (sorted) are left out of round ``rnd`` because they ``why``: each one's
+        rejection counted (:data:`~secemb.server.verify.MAX_REJECTIONS` refuse it at the door),
+        recorded in the round's ``rejected`` and a ``device_rejected`` alarm raised."""
+        if not bad:
+            return
+        with self.lock:
+            for u in bad:
+                self.rejections[u] = self.rejections.get(u, 0) + 1
+        rnd.rejected.update(bad)
+        self.raise_alarm("device_rejected", rnd.round_id, f"user(s) {bad[:50]} {why}: left out of the round")
 
     def _sync_peer(self) -> None:
         """Send server 1 the current model (after a commit, or when it missed it)."""
