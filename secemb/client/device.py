@@ -27,6 +27,7 @@ that must match the in-process run bit for bit, as a :class:`~secemb.models.task
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import ssl
 import time
@@ -57,7 +58,9 @@ from secemb.protocols.base import Protocol, RoundConfig, result_or_raise
 from secemb.protocols.dp_fedrec import DPFedRecProtocol
 from secemb.protocols.factory import make_protocol
 from secemb.protocols.placement import PaddedRequest, place
-from secemb.protocols.stages import RETRIEVAL, UPLOAD, round_plan
+from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
+from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, clip_norm
+from secemb.protocols.stages import PROVE, RETRIEVAL, UPLOAD, round_plan
 from secemb.randomness import system_rng
 from secemb.ring import FixedPoint
 from secemb.round import messages
@@ -75,7 +78,7 @@ if TYPE_CHECKING:
 #: the order of the count stage's device hops (server 1 first)
 COUNT_ORDER = round_plan(relay=False).device_sends("count")
 
-__all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession", "private_rng"]
+__all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession", "private_rng", "upload_clip"]
 
 #: bytes of OS entropy that seed a device's :func:`private_rng`
 _PRIVATE_SEED_BYTES = 32
@@ -93,6 +96,18 @@ def private_rng() -> np.random.Generator:
     shares of updates.  Keys, shares and DP noise use :func:`~secemb.randomness.system_rng`
     directly."""
     return np.random.default_rng(int.from_bytes(system_rng(_PRIVATE_SEED_BYTES), "little"))
+
+
+def upload_clip(protocol: Protocol, fp: FixedPoint, clip: ClipSpec | None) -> ClipSpec | None:
+    """What a device clips its round contribution to: ``clip`` (the round's DP clipping, or
+    ``None``) and, with SecEmb's bounded payloads, an L2 norm of at most
+    :func:`~secemb.protocols.secemb.bounds.clip_norm` (the bound an honest device's proof needs,
+    :func:`~secemb.protocols.secemb.bounds.clip_upload`): the tighter of the two, so the proof
+    holds whatever the DP settings."""
+    if not (isinstance(protocol, SecEmbProtocol) and protocol.bound):
+        return clip
+    l2 = clip_norm(fp, cast("int", protocol.bound_users))
+    return ClipSpec(l2) if clip is None else dataclasses.replace(clip, l2=min(clip.l2, l2))
 
 
 #: the round document's SHA-256 fields of its model block (:meth:`RoundInfo.check_model`)
@@ -424,7 +439,10 @@ class RoundSession:
     ----------
     upload_bytes, download_bytes: protocol message bytes sent to / received from the servers
         (retrieval requests and uploads; replies and the dense vector).
-    compute_s: seconds of device-side computation (keys, reconstruction, training, encoding).
+    compute_s: seconds of device-side computation (keys, reconstruction, training, encoding,
+        the bound proof).
+    clip: what the local step's contribution is clipped to (:func:`upload_clip` of the ``clip``
+        given: with bounded payloads, at most the proof's bound).
     """
 
     _uploads: dict[int, bytes]  # by party in the plan's order, set by train
@@ -432,12 +450,13 @@ class RoundSession:
     def __init__(self, client: DeviceClient, info: RoundInfo, *, protocol: Protocol | None = None,
                  fp: FixedPoint | None = None, task: Task | None = None, clip: ClipSpec | None = None) -> None:
         self.client, self.info = client, info
-        self.clip = clip
         self.rc = info.config
         self.protocol = protocol or info.make_protocol()
         self.task = task if task is not None else info.make_task()
         self.plan = self.protocol.plan()
         self.fp = fp or info.fixed_point()
+        self.clip = upload_clip(self.protocol, self.fp, clip)
+        self._proved = False
         self.upload_bytes = self.download_bytes = 0
         self.compute_s = 0.0
         self._stage = 0
@@ -688,6 +707,45 @@ class RoundSession:
                 self.client.links[party].upload(self.rc.round_id, msg)
                 self.upload_bytes += len(msg)
 
+    @property
+    def proves(self) -> bool:
+        """Whether the round has bounded payloads' step (its plan's :data:`PROVE` hops): then
+        :meth:`prove` follows :meth:`upload`."""
+        return bool(self.plan.stage(PROVE))
+
+    def prove(self) -> bool:
+        """Bounded payloads, after :meth:`upload` (to both servers): fetch server 0's challenge
+        for this device's upload, prove that the upload is small
+        (:meth:`~secemb.protocols.secemb.SecEmbUser.bound_proof`) and send server 0 the proof.
+        ``False``: the upload is not within the bound (the local step's contribution was
+        clipped to it, :func:`upload_clip`, so an honest device fails with probability below
+        ``2^-51``); nothing is sent, and the servers leave the device out of the round.
+
+        Raises
+        ------
+        ProtocolError: the round has no bound proof, before :meth:`upload`, or twice.
+        InvalidMessage: server 0's challenge is not 16 bytes.
+        """
+        if not self.proves or not isinstance(self.role, SecEmbUser):
+            raise ProtocolError("this round has no bound proof")
+        if self._stage != 4 or self._proved:
+            raise ProtocolError("prove belongs after upload, once")
+        self._proved = True
+        challenge = self.client.links[0].challenge(self.rc.round_id)
+        self.download_bytes += len(challenge)
+        if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_BYTES:
+            raise InvalidMessage(f"server 0's bound challenge is not {CHALLENGE_BYTES} bytes")
+        t = time.perf_counter()
+        try:
+            body = self.role.bound_proof(challenge)
+        except InvalidParameters:  # the upload is beyond the bound: no proof can be made
+            return False
+        finally:
+            self.compute_s += time.perf_counter() - t
+        self.client.links[0].proof(self.rc.round_id, body)
+        self.upload_bytes += len(body)
+        return True
+
     def release(self, *, keep_encoded: bool = False) -> None:
         """Drop the round's buffers once :meth:`upload` has run: the keys and replies, the
         retrieved rows, the dense vector, the step's gradients (``result`` keeps its ``loss``
@@ -764,8 +822,9 @@ class Device:
                     protocol: Protocol | None = None, hook: LocalStep | None = None,
                     pause: float = 0.0) -> RoundSession:
         """Take part in round ``info``: retrieve, train (``hook``, default the model's local
-        step), clip when the round announces DP (:meth:`RoundInfo.clip`), upload.
-        ``pause`` seconds between retrieval and upload (for tests of late devices).  The
+        step), clip when the round announces DP (:meth:`RoundInfo.clip`) or bounded payloads,
+        upload, and prove the upload's bound where the round has that step.  ``pause`` seconds
+        between retrieval and upload (for tests of late devices).  The
         private state is snapshotted first (see :meth:`settle`).
 
         Raises
@@ -789,6 +848,8 @@ class Device:
         if pause:
             time.sleep(pause)
         session.upload()
+        if session.proves:
+            session.prove()
         return session
 
     def settle(self, outcome: dict[str, Any] | None = None, *, wait_s: float = 0.0) -> str:

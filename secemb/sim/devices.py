@@ -46,9 +46,9 @@ class DevicePhase(TypingProtocol):
 
     def send_uploads(self, items: Sequence[Any], send: Callable[[Any], None],
                      fail: Callable[[Any, BaseException], None]) -> None:
-        """``send(x)`` of each item (each sends one device's upload through its links), and
-        ``fail(x, exc)`` for an item whose ``send`` raised or whose upload a server refused
-        (in process the uploads reach each server as one batch)."""
+        """``send(x)`` of each item (each sends one device's upload, or its bound proof, through
+        its links), and ``fail(x, exc)`` for an item whose ``send`` raised or whose message a
+        server refused (in process the messages reach each server as one batch)."""
 
 
 @dataclass
@@ -122,8 +122,11 @@ class RoundDevices:
         download, their rows read as one batch (:meth:`_read_rows`), their local steps and
         uploads encoded as one batch (:meth:`_train`), each device's upload sent
         (:meth:`_send_upload`, which frees its buffers; :meth:`DevicePhase.send_uploads`: in
-        process the group's uploads reach each server as one batch).  A device that fails keeps its error
-        and drops out."""
+        process the group's uploads reach each server as one batch) and, with bounded payloads,
+        each device that uploaded to both servers proves its upload's bound
+        (:meth:`RoundSession.prove`: a device that cannot sends nothing and the servers leave it
+        out; in process the group's proofs reach server 0 as one batch).  A device that fails
+        keeps its error and drops out."""
         live = self._prepare(devs, info)
         errors = self.phase.retrieve([s for _, s in live])
         for (d, _), err in zip(live, errors, strict=True):
@@ -137,6 +140,9 @@ class RoundDevices:
             training = [d for d in _running(group) if d.behavior != "drop"]  # a dropped device never uploads
             self._train(training)
             self.phase.send_uploads(_running(training), self._send_upload, _upload_failed)
+            proving = [d for d in _running(training) if d.uploaded and _session(d).proves]
+            if proving:  # bounded payloads: each challenge fetched, the proofs sent (as one batch in process)
+                self.phase.send_uploads(proving, _prove, _upload_failed)
 
     def _on_each(self, devs: list[Device], fn: Callable[[Device], None]) -> None:
         """``fn`` of each device (:meth:`DevicePhase.map`: possibly concurrently); a device whose
@@ -221,6 +227,12 @@ class RoundDevices:
         # the round's sessions live until it closes: keep one device's buffers, not all of
         # them (the encoded gradients only where the round is verified against them)
         session.release(keep_encoded=self.keep_encoded)
+
+
+def _prove(dev: Device) -> None:
+    """``dev``'s bound proof for its upload, sent (none where it cannot prove: the servers then
+    leave it out of the round)."""
+    _session(dev).prove()
 
 
 def _upload_failed(dev: Device, exc: BaseException) -> None:

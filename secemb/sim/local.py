@@ -35,7 +35,7 @@ from secemb.sim.driver import Servers
 from secemb.errors import SecembError
 from secemb.models.base import RecModel
 from secemb.protocols.base import ExchangeNode, Protocol
-from secemb.protocols.stages import AGGREGATE, COUNT, DENSE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
+from secemb.protocols.stages import AGGREGATE, COUNT, DENSE, PROVE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
 from secemb.randomness import RandomBytes
 from secemb.server.config import ServerConfig
 from secemb.server.verify import decode_digests
@@ -172,6 +172,10 @@ class LocalPeer:
         _carry(self.tp, SERVER1, SERVER0, b"".join(got.values()), AGGREGATE)  # 32 bytes per user, counted
         return got
 
+    def bound(self, round_id: int, body: bytes) -> bytes:
+        got = _carry(self.tp, SERVER0, SERVER1, body, PROVE)
+        return _carry(self.tp, SERVER1, SERVER0, _peer(lambda: self.follower.peer_bound(round_id, got)), PROVE)
+
     def share(self, round_id: int, include: list[int]) -> bytes:
         share = _peer(lambda: self.follower.peer_share(round_id, include))
         return _carry(self.tp, SERVER1, SERVER0, share, AGGREGATE)
@@ -189,12 +193,20 @@ class LocalPeer:
 
 
 class _HeldUploads:
-    """The uploads the devices of a :meth:`_BatchedPhase.send_uploads` call send, held (while
-    ``key`` is set: the item whose upload is being sent) to be delivered as one batch per server."""
+    """The uploads (or bound proofs) the devices of a :meth:`_BatchedPhase.send_uploads` call
+    send, held (while ``key`` is set: the item whose message is being sent) to be delivered as one
+    batch per server."""
 
     def __init__(self) -> None:
         self.key: Any = None
-        self.held: list[tuple[Any, int, int, int, bytes]] = []  # (item, party, round, user, body)
+        self.held: list[tuple[Any, int, int, int, bytes, str]] = []  # (item, party, round, user, body, stage)
+
+
+def _take(node: LeaderNode | FollowerNode, stage: str, round_id: int,
+          items: list[tuple[int, bytes]]) -> list[SecembError | None]:
+    """``node`` takes devices' uploads (``stage`` :data:`UPLOAD`) or bound proofs
+    (:data:`PROVE`) as one batch; per item ``None`` or the error that refused it."""
+    return node.proof_many(round_id, items) if stage == PROVE else node.upload_many(round_id, items)
 
 
 class LocalServerLink:
@@ -231,11 +243,21 @@ class LocalServerLink:
         return self._down(self.node.dense_message(round_id), DENSE)
 
     def upload(self, round_id: int, body: bytes) -> None:
-        got = self._up(body, UPLOAD)
+        self._send(round_id, self._up(body, UPLOAD), UPLOAD)
+
+    def challenge(self, round_id: int) -> bytes:
+        return self._down(self.node.challenge(round_id, self.user), PROVE)
+
+    def proof(self, round_id: int, body: bytes) -> None:
+        self._send(round_id, self._up(body, PROVE), PROVE)
+
+    def _send(self, round_id: int, got: bytes, stage: str) -> None:
+        """The node takes this device's upload or bound proof ``got`` (``stage``), or it is held
+        while a phase batches them."""
         if self.hold is not None and self.hold.key is not None:
-            self.hold.held.append((self.hold.key, self.party, round_id, self.user, got))
+            self.hold.held.append((self.hold.key, self.party, round_id, self.user, got, stage))
             return
-        out = self.node.upload_many(round_id, [(self.user, got)])[0]  # no batcher thread: in order
+        out = _take(self.node, stage, round_id, [(self.user, got)])[0]  # no batcher thread: in order
         if out is not None:
             raise out
 
@@ -302,13 +324,14 @@ class _BatchedPhase:
 
     def send_uploads(self, items: Sequence[T], send: Callable[[T], None],
                      fail: Callable[[T, BaseException], None]) -> None:
-        """``send(x)`` of each item -- each sends one device's upload through its links -- with
-        the uploads held and delivered to each server as one batch
-        (:meth:`~secemb.server.retrieval.Retrieval.upload_many`) once all have run: server 1's
+        """``send(x)`` of each item -- each sends one device's upload (or its bound proof)
+        through its links -- with the messages held and delivered to each server as one batch
+        (:meth:`~secemb.server.retrieval.Retrieval.upload_many`,
+        :meth:`~secemb.server.retrieval.Retrieval.proof_many`) once all have run: server 1's
         before server 0's, the order in which each device sends them (a device whose upload
         server 1 refused sends none to server 0).  ``fail(x, exc)``
-        for an item whose ``send`` raised or whose upload a server refused.  Bytes and their
-        counting are those of sending each upload on its own."""
+        for an item whose ``send`` raised or whose message a server refused.  Bytes and their
+        counting are those of sending each message on its own."""
         hold = self.servers.hold
         hold.held = []
         try:
@@ -324,14 +347,14 @@ class _BatchedPhase:
         refused: set[int] = set()  # by id of the item
         for party in (1, 0):
             todo = [h for h in held if h[1] == party and id(h[0]) not in refused]
-            for r in sorted({h[2] for h in todo}):
-                batch = [h for h in todo if h[2] == r]
+            for r, stage in sorted({(h[2], h[5]) for h in todo}):
+                batch = [h for h in todo if (h[2], h[5]) == (r, stage)]
                 try:
                     outs: list[BaseException | None] = list(
-                        self.servers.nodes[party].upload_many(r, [(user, body) for _, _, _, user, body in batch]))
+                        _take(self.servers.nodes[party], stage, r, [(h[3], h[4]) for h in batch]))
                 except Exception as exc:  # noqa: BLE001 - e.g. the server's disk: every upload of the batch failed
                     outs = [exc] * len(batch)
-                for (x, _, _, _, _), out in zip(batch, outs, strict=True):
+                for (x, *_), out in zip(batch, outs, strict=True):
                     if out is not None:
                         refused.add(id(x))
                         fail(x, out)
