@@ -146,10 +146,11 @@ def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
 
     The operand with more elements is split into two limbs (its low 32 and high 29 bits), the other
     into ``w``-bit limbs with ``k' 2^(32 + w) <= 2^53`` for the inner length ``k'`` (``w = 21 -
-    ceil(log2 k')``; longer inner dimensions are cut into pieces of ``2^11``, so ``w >= 10`` and at
-    most 7 limbs).  All limb products of one wide limb go through one float64 ``matmul`` (BLAS),
-    exact because every sum stays below ``2^53``; each product, times its weight ``2^(32 i + w j)``
-    (a rotation of 61 bits, since ``2^61 = 1 mod p``), is summed into the result."""
+    ceil(log2 k')``; longer inner dimensions are cut into pieces of ``2^11``, so ``w >= 10``), as
+    many as its largest element needs (at most 7; one for bits).  All limb products of one wide limb
+    go through one float64 ``matmul`` (BLAS), exact because every sum stays below ``2^53``; each
+    product, times its weight ``2^(32 i + w j)`` (a rotation of 61 bits, since ``2^61 = 1 mod p``),
+    is summed into the result."""
     a = _u64(a)
     b = _u64(b)
     if a.ndim < 2 or b.ndim < 2 or b.shape[-2] != a.shape[-1]:
@@ -172,7 +173,7 @@ def _matmul_piece(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.swapaxes(_matmul_piece(np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2)), -1, -2)
     k, m, n = a.shape[-1], a.shape[-2], b.shape[-1]
     w = 21 - max(k - 1, 0).bit_length()
-    count = -(-61 // w)
+    count = max(1, -(-int(a.max(initial=0)).bit_length() // w))  # as many limbs as a's largest element needs
     mask = np.uint64((1 << w) - 1)
     # b's low and high 32 bits side by side in its last axis (a little-endian view): (..., k, 2n)
     halves = np.ascontiguousarray(b, dtype="<u8").view("<u4").astype(np.float64)

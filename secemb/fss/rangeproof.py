@@ -314,20 +314,15 @@ def _coefficients(params: RangeParams, joints: Sequence[bytes]) -> tuple[np.ndar
 
 @dataclass(frozen=True)
 class _Query:
-    """The batch's query as linear maps shared by every device (from :func:`_query`); ``l_q`` is the
-    Lagrange row of ``rho_q`` over the wire nodes ``0..M+1``.
+    """The batch's query as linear maps shared by every device (from :func:`_query`).
 
-    ``call_rows`` ``(4, M/2)``: ``l_q`` at the nodes of the first half (``1..M/2``), ``q = 1, 2``,
-    then at those of the second half; ``seed_rows`` ``(2, 2)``: ``l_q`` at the
-    nodes ``0`` and ``M + 1``; ``pads`` ``(2, c)``: per slot, the sum of ``l_q`` over the calls
-    where the slot holds a witness element (server 0's ``-1`` of the right wires);
-    ``gadget_columns`` ``(2M + 3, 2)``: the Lagrange columns of ``rho_q`` over the gadget nodes;
-    ``delta``; ``witness_column`` ``(N, 1)`` and ``ring_column`` ``(rows, 1)``: the weights of
-    ``sum_i rho'_i e_i`` on the witness and the ring shares; ``constant``: its constant term,
-    which server 0 adds."""
+    ``wire_rows`` ``(2, M + 2)``: the Lagrange rows of ``rho_1, rho_2`` over the wire nodes and
+    ``pads`` ``(2, c)`` their slot sums (:func:`_slot_sums`); ``gadget_columns`` ``(2M + 3, 2)``:
+    the Lagrange columns of ``rho_q`` over the gadget nodes; ``delta``; ``witness_column``
+    ``(N, 1)`` and ``ring_column`` ``(rows, 1)``: the weights of ``sum_i rho'_i e_i`` on the witness
+    and the ring shares; ``constant``: its constant term, which server 0 adds."""
 
-    call_rows: np.ndarray
-    seed_rows: np.ndarray
+    wire_rows: np.ndarray
     pads: np.ndarray
     gadget_columns: np.ndarray
     delta: np.ndarray
@@ -339,7 +334,7 @@ class _Query:
 def _query(params: RangeParams, query_seed: bytes) -> _Query:
     """The batch's query from SHAKE-128 of the query seed alone: the points ``rho_1, rho_2``
     (distinct, outside the nodes ``0..2M+2``), ``delta`` and ``rho'_0 .. rho'_(rows-1)``."""
-    d, t, half, c = params.gadget_nodes, params.bits, params.half_calls, params.chunk
+    d, t = params.gadget_nodes, params.bits
     width = 2 + 1 + params.rows
     blob = hashlib.shake_128(_DOMAIN + b"query" + _framed(query_seed)).digest(16 * width)
     h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
@@ -348,16 +343,11 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
     delta = F.from_uniform_bytes(blob[32:48], 1)[0]
     rho = F.from_uniform_bytes(blob[48:], width - 3)
     lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
-    first, second = lag[:, 1 : half + 1], lag[:, half + 1 : -1]
-    both = F.add(first, second)
-    real = np.arange(half * c).reshape(half, c) < params.witness_length  # (call, slot) holds an element
-    pads = F.sum_mod(np.where(real[None], both[:, :, None], np.uint64(0)), axis=1)
     # e_i = r_0i + r_1i - sum_j 2^j u_ij - 2^k (w_i0 + w_i1) + 2^(t-1)
     place = np.array([(1 << j) % F.P for j in range(t)] + [1 << params.ring_bits] * 2, dtype=np.uint64)
     return _Query(
-        call_rows=np.concatenate([first, second]),
-        seed_rows=lag[:, [0, -1]],
-        pads=pads,
+        wire_rows=lag,
+        pads=_slot_sums(params, lag),
         gadget_columns=F.lagrange_coefficients(d, points).T,
         delta=delta,
         witness_column=F.neg(F.mul(rho[:, None], place)).reshape(-1, 1),
@@ -366,13 +356,26 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
     )
 
 
+def _slot_sums(params: RangeParams, rows: np.ndarray) -> np.ndarray:
+    """``uint64 (Q, c)``: for Lagrange rows ``(Q, M + 2)`` over the wire nodes, per slot ``i`` the sum
+    of the row over the calls (of both halves) where the slot holds a witness element: the weight
+    of the ``-1`` of the right wires (zero at padding slots)."""
+    half, c = params.half_calls, params.chunk
+    both = F.add(rows[:, 1 : half + 1], rows[:, half + 1 : -1])  # (Q, M/2)
+    real = np.arange(half * c).reshape(half, c) < params.witness_length  # (call, slot) holds an element
+    return F.sum_mod(np.where(real[None], both[:, :, None], np.uint64(0)), axis=1)
+
+
 @cache
-def _extension(n_from: int, n_to: int) -> np.ndarray:
-    """``uint64 (n_to - n_from, n_from)``: values at nodes ``0..n_from-1`` to values at the nodes
-    ``n_from..n_to-1`` of the polynomial of degree below ``n_from`` they define."""
-    m = F.lagrange_coefficients(n_from, np.arange(n_from, n_to, dtype=np.uint64))
-    m.setflags(write=False)
-    return m
+def _extension(params: RangeParams) -> tuple[np.ndarray, np.ndarray]:
+    """The prover's wire extension: the Lagrange rows ``(M + 1, M + 2)`` of the nodes ``M+2..2M+2``
+    over the wire nodes ``0..M+1``, and their slot sums (:func:`_slot_sums`)."""
+    n_wire = params.calls + 2
+    rows = F.lagrange_coefficients(n_wire, np.arange(n_wire, params.gadget_nodes, dtype=np.uint64))
+    pads = _slot_sums(params, rows)
+    rows.setflags(write=False)
+    pads.setflags(write=False)
+    return rows, pads
 
 
 def _gadget(wires: np.ndarray) -> np.ndarray:
@@ -380,21 +383,39 @@ def _gadget(wires: np.ndarray) -> np.ndarray:
     return F.dot(wires[..., 0::2], wires[..., 1::2])
 
 
-def _wire_nodes(params: RangeParams, x: np.ndarray, slots: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-    """``uint64 (M + 2, L)``: every wire's values at the nodes ``0..M+1`` for the witness ``x``
-    ``(N,)``, the slot coefficients ``(s, s')`` ``(2, c)`` and the ``2L`` wire seeds; the call
-    coefficients ``r, r'`` weight the calls' outputs, not the wires."""
-    big_n, c, half, big_l = params.witness_length, params.chunk, params.half_calls, params.wires
-    nodes = np.empty((params.calls + 2, big_l), dtype=np.uint64)
-    nodes[0] = seeds[:big_l]
-    nodes[-1] = seeds[big_l:]
-    padded = _padded(params, x[None])[0]
+def _wires_at(
+    params: RangeParams, rows: np.ndarray, pads: np.ndarray | None, x: np.ndarray, slots: np.ndarray, seeds: np.ndarray
+) -> np.ndarray:
+    """``uint64 (n, Q, L)``: every wire polynomial (or a share of it) at ``Q`` points, from their
+    Lagrange rows ``(Q, M + 2)`` over the wire nodes and the rows' slot sums ``pads`` (``None`` for
+    server 1's share, whose share of 1 is 0); witness shares ``x`` ``(n, N)``, slot coefficients
+    ``(s, s')`` ``(n, 2, c)`` and wire seeds ``(n, 2L)``.
+
+    Every call input is a witness element (times ``s_i`` or ``s'_i`` on the left wires), so the
+    wires come from the rows' two halves times the witness matrix, one matrix product for all
+    devices and points: ``f_2i = s_i (l_A x)_i + s'_i (l_B x)_i + (seed terms)`` and ``f_2i+1 =
+    (l_A x)_i + (l_B x)_i - pads_i + (seed terms)``."""
+    n, half, big_l = len(x), params.half_calls, params.wires
+    q = len(rows)
+    halves = F.matmul(np.concatenate([rows[:, 1 : half + 1], rows[:, half + 1 : -1]]), _padded(params, x))
+    first, second = halves[:, :q], halves[:, q:]  # (n, Q, c)
+    seeded = F.matmul(rows[:, [0, -1]], seeds.reshape(n, 2, big_l))  # (n, Q, L)
+    out = np.empty((n, q, big_l), dtype=np.uint64)
+    left = F.add(F.mul(slots[:, None, 0], first), F.mul(slots[:, None, 1], second))
+    right = F.add(first, second)
+    out[:, :, 0::2] = F.add(left, seeded[:, :, 0::2])
+    out[:, :, 1::2] = F.add(F.sub(right, pads) if pads is not None else right, seeded[:, :, 1::2])
+    return out
+
+
+def _call_outputs(params: RangeParams, x: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """``uint64 (M,)``: the gadget's outputs at the calls ``1..M`` for the witness ``x`` ``(N,)`` and
+    the slot coefficients ``(s, s')`` ``(2, c)``: ``sum_i s_i x_e (x_e - 1)`` over the row of the call
+    (``s'`` in the second half; padding slots are zero pairs)."""
+    padded = _padded(params, x[None])[0]  # (M/2, c)
     right = F.sub(padded, np.uint64(1)).reshape(-1)
-    right[big_n:] = 0  # zero pairs pad the last call of each half
-    calls = nodes[1:-1].reshape(2, half, c, 2)  # (half, call, slot, left/right): a view
-    calls[..., 0] = F.mul(slots[:, None, :], padded)
-    calls[..., 1] = right.reshape(half, c)
-    return nodes
+    right[params.witness_length :] = 0
+    return F.dot(F.mul(slots[:, None, :], padded), right.reshape(padded.shape)).reshape(-1)
 
 
 def _witness(params: RangeParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -430,7 +451,7 @@ def _prove_witness(params: RangeParams, x: np.ndarray, context: bytes, rng: Rand
                    seed_1: bytes | None = None) -> tuple[bytes, bytes]:
     """Share and prove any witness ``x`` (``uint64 (N,)`` field elements): the prover of
     :func:`prove` without its statement check (tests build cheating devices with it)."""
-    big_n, plen, big_l, d = params.witness_length, params.proof_length, params.wires, params.gadget_nodes
+    big_n, plen, big_l = params.witness_length, params.proof_length, params.wires
     if seed_1 is not None and (not isinstance(seed_1, bytes) or len(seed_1) != SEED_BYTES):
         raise InvalidParameters(f"seed_1 must be {SEED_BYTES} bytes")
     seed1 = rng(SEED_BYTES) if seed_1 is None else seed_1
@@ -441,13 +462,12 @@ def _prove_witness(params: RangeParams, x: np.ndarray, context: bytes, rng: Rand
     part1 = _part(1, context, seed1, b"")
     _, slots = _coefficients(params, [_joint(context, part0, part1)])
     seeds = F.from_uniform_bytes(rng(16 * 2 * big_l), 2 * big_l)
-    proof = np.zeros(plen, dtype=np.uint64)
-    proof[: 2 * big_l] = seeds
-    nodes = _wire_nodes(params, x, slots[0], seeds)  # (M + 2, L)
-    n_wire = params.calls + 2
-    extended = F.matmul(_extension(n_wire, d), nodes)  # (d - n_wire, L)
-    proof[2 * big_l : 2 * big_l + n_wire] = _gadget(nodes)
-    proof[2 * big_l + n_wire :] = _gadget(extended)
+    rows, pads = _extension(params)
+    extended = _wires_at(params, rows, pads, x[None], slots, seeds[None])[0]  # wires at the nodes M+2..2M+2
+    # the gadget polynomial at the nodes 0..2M+2: the seeds' products, the calls' outputs, the extension's
+    gadget = np.concatenate([_gadget(seeds[:big_l]).reshape(1), _call_outputs(params, x, slots[0]),
+                             _gadget(seeds[big_l:]).reshape(1), _gadget(extended)])
+    proof = np.concatenate([seeds, gadget])
     pi0 = F.sub(proof, share1[big_n:])
     msg0 = blind0 + part1 + F.to_bytes(x0) + F.to_bytes(pi0)
     msg1 = seed1 + part0
@@ -617,23 +637,16 @@ def _verify_block(
         own = _part(party, ctx, shares.keys[lo + i].tobytes(), x[i] if party == 0 else b"")
         hint = shares.hints[lo + i].tobytes()
         joints[i] = np.frombuffer(_joint(ctx, *((own, hint) if party == 0 else (hint, own))), dtype=np.uint8)
-    (r, r2), (sl, sl2) = (a.transpose(1, 0, 2) for a in _coefficients(params, [jr.tobytes() for jr in joints]))
+    calls, slots = _coefficients(params, [jr.tobytes() for jr in joints])
     half = params.half_calls
-    # every call input is a witness element (times s_i or s'_i on the left wires): the wires at both
-    # points are shared rows times the batch's witness, one matrix product for all devices
-    rows = F.matmul(query.call_rows, _padded(params, x)).transpose(1, 0, 2)  # (row, device, slot)
-    seeds = F.matmul(query.seed_rows, proofs[:, : 2 * big_l].reshape(n, 2, big_l)).transpose(1, 0, 2)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
     opened = msg[:, 1 : 2 * big_l + 3].reshape(n, 2, big_l + 1)  # per point: the L wires, then the gadget
-    left = F.add(F.mul(sl, rows[0:2]), F.mul(sl2, rows[2:4]))  # (2, n, c)
-    right = F.add(rows[0:2], rows[2:4])  # the right wires' rows are the sums of the halves' rows
-    right = F.sub(right, query.pads[:, None, :]) if party == 0 else right
-    opened[:, :, 0:big_l:2] = F.add(left, seeds[:, :, 0::2]).transpose(1, 0, 2)
-    opened[:, :, 1:big_l:2] = F.add(right, seeds[:, :, 1::2]).transpose(1, 0, 2)
+    pads = query.pads if party == 0 else None
+    opened[:, :, :big_l] = _wires_at(params, query.wire_rows, pads, x, slots, proofs[:, : 2 * big_l])
     gvals = proofs[:, 2 * big_l :]
     opened[:, :, big_l] = F.matmul(gvals, query.gadget_columns)
-    c_a = F.dot(r, gvals[:, 1 : half + 1])
-    c_b = F.dot(r2, gvals[:, half + 1 : params.calls + 1])
+    c_a = F.dot(calls[:, 0], gvals[:, 1 : half + 1])
+    c_b = F.dot(calls[:, 1], gvals[:, half + 1 : params.calls + 1])
     e = F.add(F.matmul(x, query.witness_column)[:, 0], F.matmul(ring, query.ring_column)[:, 0])
     z = F.add(F.add(c_a, F.mul(query.delta, c_b)), e)
     msg[:, 0] = F.add(z, query.constant) if party == 0 else z

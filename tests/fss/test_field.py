@@ -116,6 +116,21 @@ def test_matmul_is_exact_at_the_largest_limbs_either_operand_wide_and_with_batch
     assert np.all(got[..., 1:, :] == np.uint64(k * fill * fill % P))
 
 
+@pytest.mark.parametrize("top", [0, 1, 2**14 - 1, 2**14, 2**28, P - 1])
+def test_matmul_with_small_entries_on_the_narrow_side_matches_python_integers(top):
+    # the narrow operand takes as many limbs as its largest element needs (w = 14 bits at k = 66):
+    # bits, a full limb, one bit more, ...; the wide operand is arbitrary
+    r = random.Random(top)
+    a = [[r.randrange(top + 1) for _ in range(66)] for _ in range(3)]
+    a[2][5] = top
+    b = [[r.randrange(P) for _ in range(40)] for _ in range(66)]
+    want = [[sum(a[i][t] * b[t][j] for t in range(66)) % P for j in range(40)] for i in range(3)]
+    got = F.matmul(np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64))
+    assert got.tolist() == want
+    got_t = F.matmul(np.array(b, dtype=np.uint64).T.copy(), np.array(a, dtype=np.uint64).T.copy())  # narrow right
+    assert got_t.T.tolist() == want
+
+
 def test_inv_matches_fermat_in_python_and_refuses_zero():
     a = np.array([v for v in VALUES if v], dtype=np.uint64)
     np.testing.assert_array_equal(F.inv(a), np.array([pow(int(v), P - 2, P) for v in a], dtype=np.uint64))
