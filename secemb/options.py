@@ -100,6 +100,10 @@ class RunOptions(BaseModel):
         description="Server evaluation: serial, thread (all cores, in process), process (all cores), ray or gpu "
                     "(CUDA, secemb[gpu]).")
     workers: StrictInt | None = Field(default=None, ge=1, description="Workers of the thread/process/ray backend.")
+    bound: StrictBool = Field(
+        default=False,
+        description="Bounded payloads (secemb, 32-bit ring): each device clips its upload and proves it small; the "
+                    "servers leave out a device whose proof fails or is missing (docs/security.md).")
     epochs: StrictInt = Field(default=5, ge=1,
                               description="Passes over the users (5 SecEmb epochs on synthetic: about a minute).")
     users_per_round: StrictInt = Field(default=100, ge=1, description="Users per round.")

@@ -78,6 +78,7 @@ Relay = Annotated[bool | None, option("relay", "--relay/--no-relay")]
 Expansion = Annotated[float, option("expansion")]
 Backend = Annotated[str, option("backend")]
 Workers = Annotated[int | None, option("workers")]
+Bound = Annotated[bool, option("bound")]
 Epochs = Annotated[int, option("epochs")]
 UsersPerRound = Annotated[int, option("users_per_round")]
 MPrime = Annotated[int | None, option("m_prime")]
@@ -107,8 +108,8 @@ class SharedOptions(tuple):  # noqa: SLOT001 - a marker tuple, no state of its o
 #: the model and round options ``secemb train`` and ``secemb demo`` both declare, in their ``--help`` order
 MODEL_OPTIONS = SharedOptions((
     ("sfsl_preset", SfslPreset), ("layout", Layout), ("relay", Relay), ("expansion", Expansion),
-    ("backend", Backend), ("workers", Workers), ("epochs", Epochs), ("users_per_round", UsersPerRound),
-    ("m_prime", MPrime), ("alpha", Alpha)))
+    ("backend", Backend), ("workers", Workers), ("bound", Bound), ("epochs", Epochs),
+    ("users_per_round", UsersPerRound), ("m_prime", MPrime), ("alpha", Alpha)))
 #: the optimizer, ring and differential-privacy options both commands declare, in their ``--help`` order
 TRAINING_OPTIONS = SharedOptions((
     ("lr", Lr), ("reg", Reg), ("dim", Dim), ("ring_bits", RingBits), ("lazy_adam", LazyAdam),

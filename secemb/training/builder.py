@@ -110,6 +110,8 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
         Dataset files are missing (the message says where to put them).
     """
     options: dict[str, Any] = {"layout": exp.layout, "relay": exp.relay, "expansion": exp.expansion}
+    if exp.bound:  # bounded payloads (SecEmb's option; another protocol refuses it): n of the bound
+        options |= {"bound": True, "users_per_round": exp.users_per_round}
     get_protocol(exp.protocol, **options)  # a bad protocol or option fails before any data is loaded
     hp = experiment_hparams(exp)
     check_float("test_fraction", exp.test_fraction, above=0, below=1)

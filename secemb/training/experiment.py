@@ -94,6 +94,7 @@ class Experiment:
     expansion: float = DEFAULTS.expansion
     backend: str = DEFAULTS.backend
     workers: int | None = DEFAULTS.workers
+    bound: bool = DEFAULTS.bound
     epochs: int = DEFAULTS.epochs
     users_per_round: int = DEFAULTS.users_per_round
     m_prime: int | None = DEFAULTS.m_prime

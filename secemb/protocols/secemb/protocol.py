@@ -11,6 +11,7 @@ from secemb.fss import rangeproof
 from secemb.options import DEFAULTS
 from secemb.protocols.backends import Backend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig
+from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, QUERY_BYTES, SIGMA_BYTES, bound_params
 from secemb.protocols.secemb.relay import SecEmbRelayServer
 from secemb.protocols.secemb.server import SecEmbServer
@@ -63,7 +64,7 @@ class SecEmbProtocol(Protocol):
 
     name = NAME
     capabilities = Capabilities(layouts=("full", "cuckoo"), relay=True, networked=True,
-                                options=("backend", "verify"), local_options=("backend",),
+                                options=("backend", "verify", "bound", "users_per_round"), local_options=("backend",),
                                 central_dp=True)
 
     def __init__(
@@ -85,14 +86,27 @@ class SecEmbProtocol(Protocol):
         self.bound = bound
         self.bound_users = check_int("users_per_round", users_per_round, low=1) if bound else None
 
+    @property
+    def users_per_round(self) -> int | None:
+        """``n`` of the bound (``None`` without ``bound``)."""
+        return self.bound_users
+
     def spec(self) -> dict[str, Any]:
         """The shared options: ``verify`` only when off (a deployment that verifies, the
         default, announces the same protocol block as before verified uploads existed; one that
-        does not tells its devices to send no check words)."""
+        does not tells its devices to send no check words); ``bound`` and ``users_per_round``
+        only when bound (then every device knows to prove, and for how many users)."""
         out = super().spec()
         if out.get("verify") is True:
             del out["verify"]
+        if not self.bound:
+            del out["bound"], out["users_per_round"]
         return out
+
+    def plan(self) -> RoundPlan:
+        """The two-server round, with the ``prove`` step when ``bound``
+        (:data:`~secemb.protocols.stages.PROVING`)."""
+        return round_plan(relay=self.relay, bound=self.bound)
 
     def message_body_bytes(self, kind: str, rc: RoundConfig, *, party: int, num_users: int) -> int | None:
         """Exact body lengths (the aggregate share's with ``num_users`` users).  With relay,
