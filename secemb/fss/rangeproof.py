@@ -123,7 +123,8 @@ Costs
 Sizes are in :class:`RangeParams`.  The servers' work is vectorized over the devices and the
 witness: the query is computed once a batch, the wires of all devices come from one matrix
 product (:func:`secemb.fss.field.matmul`) of shared Lagrange rows with the batch's witness
-shares, and what is per device is ``O(c + M)`` field operations besides; per device it makes
+shares (the prover extends its wires to the nodes ``M+2..2M+2`` the same way, ``O(M N)``
+multiply-adds), and what is per device is ``O(c + M)`` field operations besides; per device it makes
 O(1) calls into hashlib (the own part, ``jr``, the ``2 (M/2 + c)`` coefficients) and, at server 1,
 one AES-CTR expansion (:func:`parse`).  At ``rows = 40``, ``t = 26``: ``c = 17``, ``L = 34``,
 ``M = 132``, verifier messages of 600 bytes a device.
