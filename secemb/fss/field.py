@@ -138,6 +138,10 @@ _WIDE_BITS = 32  # the larger operand of matmul: two limbs, 32 and 29 bits
 _MATMUL_K = 1 << 11  # inner pieces of matmul: the narrow limbs keep at least 10 bits
 _MASK61 = np.uint64(P)
 _ZERO = np.zeros((), dtype=np.uint64)
+# OpenBLAS runs a product on one thread up to these sizes (interface/gemm.c: M N K <= 65536 * 4;
+# interface/gemv.c: M N < 2304 * 4); matmul keeps every BLAS call within them
+_GEMM_MACS = 1 << 18
+_GEMV_MACS = 2304 * 4 - 1
 
 
 def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
@@ -148,9 +152,14 @@ def matmul(a: npt.ArrayLike, b: npt.ArrayLike) -> np.ndarray:
     into ``w``-bit limbs with ``k' 2^(32 + w) <= 2^53`` for the inner length ``k'`` (``w = 21 -
     ceil(log2 k')``; longer inner dimensions are cut into pieces of ``2^11``, so ``w >= 10``), as
     many as its largest element needs (at most 7; one for bits).  All limb products of one wide limb
-    go through one float64 ``matmul`` (BLAS), exact because every sum stays below ``2^53``; each
+    go through float64 ``matmul`` (BLAS), exact because every sum stays below ``2^53``; each
     product, times its weight ``2^(32 i + w j)`` (a rotation of 61 bits, since ``2^61 = 1 mod p``),
-    is summed into the result."""
+    is summed into the result.
+
+    Each BLAS call is kept small enough that OpenBLAS runs it on the calling thread (the wide
+    operand's columns are cut to fit): under load, a product that woke BLAS's thread pool took
+    10 to 100 times its single-thread CPU (one run, 2 shared cores).  Parallel work belongs to the
+    caller (processes, batches)."""
     a = _u64(a)
     b = _u64(b)
     if a.ndim < 2 or b.ndim < 2 or b.shape[-2] != a.shape[-1]:
@@ -178,7 +187,13 @@ def _matmul_piece(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # b's low and high 32 bits side by side in its last axis (a little-endian view): (..., k, 2n)
     halves = np.ascontiguousarray(b, dtype="<u8").view("<u4").astype(np.float64)
     limbs = [((a >> np.uint64(w * j)) & mask).astype(np.float64) for j in range(count)]
-    prods = np.matmul(np.concatenate(limbs, axis=-2), halves)  # (..., count m, 2n)
+    lhs = np.concatenate(limbs, axis=-2)  # (..., count m, k)
+    cols = halves.shape[-1]
+    step = max(1, (_GEMV_MACS if lhs.shape[-2] == 1 else _GEMM_MACS) // max(1, lhs.shape[-2] * k))
+    if step >= cols:
+        prods = np.matmul(lhs, halves)  # (..., count m, 2n)
+    else:
+        prods = np.concatenate([np.matmul(lhs, halves[..., lo : lo + step]) for lo in range(0, cols, step)], axis=-1)
     prods = prods.reshape(*prods.shape[:-2], count, m, n, 2)  # (..., limb, m, n, half)
     limb_shifts = np.uint64(w) * np.arange(count, dtype=np.uint64)[:, None, None, None]
     r = (limb_shifts + np.array([0, _WIDE_BITS], dtype=np.uint64)) % np.uint64(61)

@@ -131,6 +131,28 @@ def test_matmul_with_small_entries_on_the_narrow_side_matches_python_integers(to
     assert got_t.T.tolist() == want
 
 
+@pytest.mark.parametrize("top", [1, P - 1])
+def test_matmul_keeps_every_blas_call_on_one_thread_and_stays_exact(monkeypatch, top):
+    # OpenBLAS threads a product above M N K = 2^18 (gemm) or M N = 9216 (gemv, one row); under load a
+    # woken thread pool costs 10-100x: every float64 product matmul asks for stays within those sizes
+    calls = []
+    real = np.matmul
+
+    def spy(x, y, *args, **kwargs):
+        if x.dtype == np.float64:
+            calls.append((x.shape[-2], x.shape[-1], y.shape[-1]))
+        return real(x, y, *args, **kwargs)
+
+    monkeypatch.setattr(np, "matmul", spy)
+    r = random.Random(top)
+    a = [[r.randrange(top + 1) for _ in range(2000)]]  # one row: bits take one limb (gemv), p - 1 seven
+    b = [[r.randrange(P) for _ in range(40)] for _ in range(2000)]
+    got = F.matmul(np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64))
+    assert len(calls) > 2
+    assert all(m * k * n <= 2**18 if m > 1 else k * n < 9216 for m, k, n in calls)
+    assert got.tolist() == [[sum(a[0][t] * b[t][j] for t in range(2000)) % P for j in range(40)]]
+
+
 def test_inv_matches_fermat_in_python_and_refuses_zero():
     a = np.array([v for v in VALUES if v], dtype=np.uint64)
     np.testing.assert_array_equal(F.inv(a), np.array([pow(int(v), P - 2, P) for v in a], dtype=np.uint64))
