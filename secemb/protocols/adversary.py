@@ -17,8 +17,10 @@ rewrites the bytes it sends, as a device that controls its own software would.  
 
 ``two-points``, ``inconsistent-keys`` and ``random-bytes`` are what the servers' verification
 (:meth:`~secemb.protocols.secemb.SecEmbServer.upload_digests`) rejects or the parsers refuse.
-``oversized-payload`` and ``wrapped-dense`` need the payload bound check that is **not**
-implemented (docs/security.md, "A malicious device: verified uploads").
+``oversized-payload`` and ``wrapped-dense`` need the payload bound check: bounded payloads, the
+protocol option ``bound`` (:mod:`secemb.protocols.secemb.bounds`; ``secemb train --bound``),
+under which such a device cannot prove its upload small, sends no proof and is left out; without
+it (the default) they are not caught (docs/security.md, "A malicious device: verified uploads").
 """
 
 from __future__ import annotations

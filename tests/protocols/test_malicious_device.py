@@ -204,9 +204,10 @@ def test_run_with_adversaries_equals_the_run_with_them_dropped(layout: str, rela
     assert honest != absent  # the 4 devices matter when they are honest
 
 
-def test_payload_attacks_are_not_caught_yet() -> None:
-    """State of issue 34, item (b): a device whose payload or dense share exceeds the clipping
-    bound is NOT rejected (no bound check); this test documents it and fails once one lands."""
+def test_payload_attacks_are_not_caught_without_bound() -> None:
+    """Issue 34, item (b), the default configuration (``bound=False``): a device whose payload
+    or dense share exceeds the clipping bound is NOT rejected (no bound check).  With the
+    protocol option ``bound`` it is: tests/engine/test_bounded_engine.py."""
     record = AdversaryRecord("oversized-payload", 4)
     _run("cuckoo", True, attack_behavior("oversized-payload", 4), record)
     assert any(r["malicious_included"] for r in record.rounds)
