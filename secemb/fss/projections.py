@@ -50,8 +50,9 @@ DOMAIN = b"secemb/fss/projections"
 _LIMB_BITS = 32
 #: Coordinates per float64 slice: ``2^21 * (2^32 - 1) < 2^53`` keeps every partial sum exact
 _SLICE = 1 << 21
-#: Bound on the entries of one temporary (float64 limbs, a chunk's rows or stream): 2^23 (64 MiB of float64)
-_TEMP_ENTRIES = 1 << 23
+#: Bound on the entries of one temporary (float64 limbs, a chunk's rows or stream): 2^20 (8 MiB of float64,
+#: 256 KiB of stream): small enough that the allocator reuses them rather than mapping fresh pages each call
+_TEMP_ENTRIES = 1 << 20
 
 
 def row_key(seed: bytes) -> bytes:
@@ -204,8 +205,8 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
 
     Parameters
     ----------
-    seeds: n seeds of 16 bytes, as a sequence of bytes or uint8 (n, 16); seed ``d`` is device ``d``'s
-        (devices may share a seed: its rows are expanded once a chunk).
+    seeds: n seeds of 16 bytes, as a sequence of bytes or uint8 (n, 16); seed ``d`` is device ``d``'s.
+        Devices may share a seed (one challenge for a batch): its rows are expanded once.
     x: ring array (n, L), uint32 or uint64.
     rows: ``lambda``.
 
@@ -213,14 +214,14 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     -------
     ring array (n, rows) of ``x``'s dtype, row ``d`` equal to ``project(seeds[d], x[d:d+1], rows)[0]``.
 
-    Devices go in chunks of at most 2^23 matrix entries (one device a chunk where its rows are
-    larger); a chunk expands each distinct seed's stream once, a quarter of a byte an entry (its
-    int8 rows on the numpy path, one byte).  With the compiled kernels
-    (:func:`secemb.fss.kernels.compiled`) each chunk's products are read straight off the packed
-    streams by a numba loop in ``uint64`` wrapping arithmetic, without BLAS (whose threads only
-    cost here: one device's projections are a thin product); otherwise the chunk's rows are
-    expanded to int8 and multiplied as one stacked unsigned matmul (:func:`project_reference`'s
-    arithmetic).
+    The distinct seeds go in chunks of at most :data:`_TEMP_ENTRIES` matrix entries (one seed a
+    chunk where its rows are larger), each expanded once, with every device of the chunk's
+    seeds.  With the compiled kernels (:func:`secemb.fss.kernels.compiled`) the products are
+    read straight off the packed streams (a quarter of a byte an entry) by a numba loop in
+    ``uint64`` wrapping arithmetic, without BLAS (whose threads only cost here: a device's
+    projections are a thin product); otherwise each seed's rows are expanded to int8 (a byte an
+    entry) and multiplied with its devices' shares as one unsigned matmul
+    (:func:`project_reference`'s arithmetic).
 
     Raises
     ------
@@ -231,22 +232,26 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     _check_ring(x)
     _check_rows(rows, x.shape[1])
     n, length = x.shape
-    keys = _row_keys(seeds, n)
-    out = np.empty((n, rows), x.dtype)
+    distinct: dict[bytes, int] = {}
+    which = np.array([distinct.setdefault(k, len(distinct)) for k in _row_keys(seeds, n)], np.intp)
+    keys = list(distinct)
+    order = np.argsort(which, kind="stable")  # the devices grouped by seed
+    starts = np.searchsorted(which[order], np.arange(len(keys) + 1))  # seed s's devices: order[starts[s]:starts[s+1]]
     nbytes = _stream_bytes(rows, length)
     chunk = max(1, _TEMP_ENTRIES // max(1, rows * length))
     compiled = kernels.compiled()
     if compiled:
         from secemb.fss._projection_kernels import ternary_products
-    for lo in range(0, n, chunk):
-        hi = min(n, lo + chunk)
-        distinct: dict[bytes, int] = {}
-        which = np.array([distinct.setdefault(k, len(distinct)) for k in keys[lo:hi]], np.intp)
-        stream = _streams(list(distinct), nbytes)
+    acc = np.empty((n, rows), np.uint64)  # the products modulo 2^64 (a uint32 ring's are taken modulo 2^32 below)
+    for lo in range(0, len(keys), chunk):
+        hi = min(len(keys), lo + chunk)
+        stream = _streams(keys[lo:hi], nbytes)
         if compiled:
-            acc = np.empty((hi - lo, rows), np.uint64)
-            ternary_products(stream, which, x[lo:hi], acc)
-            out[lo:hi] = acc.astype(x.dtype)
+            devices = order[starts[lo] : starts[hi]]
+            ternary_products(stream, devices, which[devices] - lo, x, acc)
         else:
-            out[lo:hi] = _integer_products(_ternary(stream, rows, length)[which], x[lo:hi, None, :])[:, 0, :]
-    return out
+            t = _ternary(stream, rows, length)
+            for s in range(lo, hi):
+                devices = order[starts[s] : starts[s + 1]]
+                acc[devices] = _integer_products(t[s - lo], x[devices])
+    return acc.astype(x.dtype)

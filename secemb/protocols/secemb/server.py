@@ -33,13 +33,11 @@ from secemb.protocols.base import RoundConfig, ServerRole, result_or_raise
 from secemb.protocols.secemb.bounds import (
     CHALLENGE_BYTES,
     QUERY_BYTES,
-    ROWS,
     SIGMA_BYTES,
     bound_params,
     context,
     payload_share,
     projected,
-    upload_vector,
 )
 from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seeds, key_digests, row_tags
 from secemb.protocols.secemb.sizes import (
@@ -787,23 +785,25 @@ class SecEmbServer(ServerRole):
                 for u, c in zip(users, challenges, strict=True)]
 
     def _bound_projections(self, users: list[int], challenges: list[bytes]) -> np.ndarray:
-        """This server's projections (ring (n, ROWS)) of absorbed ``users``' payload shares
-        (from the payload sums of the retrieval's walk, or, where the walk did not keep them --
-        the gpu backend's --, from a walk of their keys here, with their correction words) and
-        dense shares, each under its challenge (one :func:`~secemb.protocols.secemb.bounds.projected` call)."""
+        """This server's projections (ring (n, ROWS)) of absorbed ``users``' vectors ``x_b = S_b ||
+        d_b``, each under its challenge (one :func:`~secemb.protocols.secemb.bounds.projected`
+        call): the payload shares from the payload sums of the retrieval's walk with the user's
+        correction words, or, for users whose walk kept none (the gpu backend's), from one walk of
+        their keys here; the dense shares read back.  Each user's share is written straight into
+        its row of ``x`` (no batch-sized temporaries besides ``x``)."""
         cfg = self._cfg()
-        if not users:
-            return np.empty((0, ROWS), cfg.dtype)
         got = [self._absorbed[u] for u in users]
-        cws = np.concatenate([a.cw for a in got])
-        sums = [a.sums for a in got if a.sums is not None]
-        if len(sums) == len(got):
-            payload = payload_shares(self.party, np.concatenate([p.key_conv for p in sums]),
-                                     np.concatenate([p.t_count for p in sums]), cws)
-        else:
-            payload = payload_share(cfg, self.party, fss.PathKeys.concat([a.keys.path for a in got]), cws)
-        x = upload_vector(payload.reshape(len(users), cfg.slots, cfg.width),
-                          np.stack([self._dense_share(u) for u in users]))
+        sparse = cfg.slots * cfg.width
+        x = np.empty((len(users), sparse + cfg.dense_size), cfg.dtype)
+        payload = x[:, :sparse].reshape(len(users), cfg.slots, cfg.width)  # a view: written in place
+        walked = [j for j, a in enumerate(got) if a.sums is None]
+        if walked:
+            payload[walked] = payload_share(cfg, self.party, fss.PathKeys.concat([got[j].keys.path for j in walked]),
+                                            np.concatenate([got[j].cw for j in walked])).reshape(-1, *payload.shape[1:])
+        for j, (u, a) in enumerate(zip(users, got, strict=True)):
+            if a.sums is not None:
+                payload[j] = payload_shares(self.party, a.sums.key_conv, a.sums.t_count, a.cw)
+            x[j, sparse:] = self._dense_share(u)
         return projected(challenges, x)
 
     def bound_request(self, users: list[int]) -> bytes:
