@@ -87,18 +87,19 @@ _USERS_BODY = {"type": "object", "properties": {"users": _IDS}}
 _NO_ROUND_LIMIT = 1024
 
 
-def _limit_message(node: Node, kind: str, party: int | None = None) -> int:
+def _limit_message(node: Node, kind: str, party: int | None = None, *, round_users: bool = False) -> int:
     """Body limit of a protocol message of ``kind`` to this server -- a device's
-    ``retrieval_request`` or ``upload``, server 0's ``relay_keys`` or ``relay_upload`` forward
-    (header party: this server), server 0's ``aggregate_share`` (``party`` 0, the sender):
-    the node's protocol's bound for the current round
-    (:meth:`~secemb.protocols.base.Protocol.max_message_bytes`; 0 where the protocol sends this
-    server no such message), capped by ``max_body_bytes``."""
+    ``retrieval_request``, ``upload`` or ``bound_proof``, server 0's ``relay_keys`` or
+    ``relay_upload`` forward or ``bound_request`` (header party: this server), server 0's
+    ``aggregate_share`` (``party`` 0, the sender): the node's protocol's bound for the current
+    round (:meth:`~secemb.protocols.base.Protocol.max_message_bytes`, for ``num_users`` users,
+    or the round's ``n_p`` if ``round_users``; 0 where the protocol sends this server no such
+    message), capped by ``max_body_bytes``."""
     rnd = node.round
     if rnd is None:
         return _NO_ROUND_LIMIT
     bound = node.protocol.max_message_bytes(kind, rnd.rc, party=node.party if party is None else party,
-                                            num_users=node.cfg.num_users)
+                                            num_users=rnd.n_p if round_users else node.cfg.num_users)
     return min(node.cfg.max_body_bytes, bound)
 
 
@@ -209,6 +210,21 @@ def create_app(node: Node) -> FastAPI:
     async def post_upload(round_id: RoundId, request: Request) -> Response:
         p, body = await authed(request, (USER,), _limit_message(node, "upload"))
         await call(node.upload, round_id, p.user_id, body)
+        return Response(status_code=204)
+
+    @app.get("/v1/rounds/{round_id}/challenge", tags=["device"],
+             summary="Server 0, bounded payloads: the 16-byte projection challenge of the device's upload",
+             responses=_ERRORS | {200: _BIN_RESPONSE}, openapi_extra={"security": _SECURITY})
+    async def get_challenge(round_id: RoundId, request: Request) -> Response:
+        p, _ = await authed(request, (USER,), 0)
+        return binary(await call(leader("the bound challenge").challenge, round_id, p.user_id))
+
+    @app.post("/v1/rounds/{round_id}/proof", tags=["device"], status_code=204,
+              summary="Server 0, bounded payloads: the device's range proof for its challenge (bound_proof)",
+              responses=_ERRORS, openapi_extra=_binary("bound_proof protocol message") | {"security": _SECURITY})
+    async def post_proof(round_id: RoundId, request: Request) -> Response:
+        p, body = await authed(request, (USER,), _limit_message(node, "bound_proof"))
+        await call(leader("bound proofs").proof, round_id, p.user_id, body)
         return Response(status_code=204)
 
     @app.get("/v1/rounds/{round_id}/status", tags=["device"],
@@ -369,6 +385,14 @@ def create_app(node: Node) -> FastAPI:
     async def peer_verify(round_id: RoundId, request: Request) -> JSONResponse:
         include = await peer_include(request)
         return JSONResponse(await call(follower("peer verify").peer_verify, round_id, include))
+
+    @app.post("/v1/peer/rounds/{round_id}/bound", tags=["peer"],
+              summary="Bounded payloads: server 0's bound_request -> server 1's verifier messages (bound_answer)",
+              responses=_ERRORS | {200: _BIN_RESPONSE},
+              openapi_extra=_binary("bound_request protocol message") | {"security": _SECURITY})
+    async def peer_bound(round_id: RoundId, request: Request) -> Response:
+        _, body = await authed(request, (PEER,), _limit_message(node, "bound_request", round_users=True))
+        return binary(await call(follower("the peer bound check").peer_bound, round_id, body))
 
     @app.post("/v1/peer/rounds/{round_id}/share", tags=["peer"],
               summary="Server 1's aggregate share over exactly the agreed users (aggregate_share)",

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from net_helpers import WAIT_S, cluster_for, dump_logs, setup, small_data
 
 from secemb.errors import InvalidMessage
+from secemb.models import MatrixFactorization
+from secemb.protocols.adversary import AdversaryRecord, attack_behavior
 from secemb.framing import HEADER_BYTES
 from secemb.protocols.secemb import SecEmbProtocol
 from secemb.protocols.secemb.bounds import bound_params
 from secemb.server.peer import HttpPeer, PeerRefused, PeerUnreachable
+from secemb.sim.coordinator import train_networked
+from secemb.training import TrainConfig
 from secemb.transport.errors import RemoteError
 from secemb.transport.http import HttpServerLink
 from secemb.transport.network import ApiClient
@@ -112,3 +117,46 @@ def test_body_limits_of_the_bound_messages() -> None:
     for kind in ("bound_proof", "bound_request"):
         for party in (0, 1):
             assert plain.max_message_bytes(kind, rc, party=party, num_users=USERS) == 0
+
+
+# ---------------------------------------------------------------------------------------- two servers
+ROUND_USERS = 8
+
+
+def _bounded(relay: bool) -> tuple[MatrixFactorization, SecEmbProtocol, TrainConfig]:
+    model, _, config = setup("secemb", "cuckoo", relay, m_prime=8, epochs=1, users_per_round=ROUND_USERS)
+    return model, SecEmbProtocol(layout="cuckoo", relay=relay, bound=True, users_per_round=ROUND_USERS), config
+
+
+@pytest.mark.parametrize(("relay", "attack"), [(False, "oversized-payload"), (True, "wrapped-dense")])
+def test_payload_attackers_are_rejected_over_http(relay: bool, attack: str) -> None:
+    """A whole run on two ``secemb serve`` processes with bounded payloads: in every committed
+    round the attackers that took part (users 0 and 1: their uploads are beyond the bound, so
+    they send no proof) and only they are rejected, every other device is included; server 0
+    reports them (``device_rejected``, not halting)."""
+    tr, te = small_data()
+    model, proto, config = _bounded(relay)
+    record = AdversaryRecord(attack, 2)
+    took_part: dict[int, list[int]] = {}
+    with cluster_for(model, proto, tr, config, min_users=2) as cluster:
+        try:
+            got = train_networked(cluster, model, proto, tr, te, config, workers=8, wait_s=WAIT_S,
+                                  behavior=attack_behavior(attack, 2), after_round=record.after_round,
+                                  before_round=lambda _i, _a, r, users: took_part.__setitem__(r, sorted(users)))
+        except Exception:
+            print(dump_logs(cluster))
+            raise
+        status = cluster.admin(0).get_json("/v1/admin/status")
+        outcomes = {r: cluster.admin(0).get_json(f"/v1/rounds/{r}/status") for r in took_part}
+    assert got.rounds >= 3 and len(record.rounds) == got.rounds
+    attacked = 0
+    for r, users in took_part.items():
+        out = outcomes[r]
+        if out["state"] != "committed":
+            continue
+        bad = [u for u in users if u < 2]
+        assert out["rejected"] == bad and out["included"] == [u for u in users if u >= 2], (r, users, out)
+        attacked += bool(bad)
+    assert attacked >= 1  # the attackers took part in some round
+    assert all(r["malicious_included"] == [] and r["refused_devices"] == [] for r in record.rounds)
+    assert "device_rejected" in {a["kind"] for a in status["alarms"]} and not status.get("halted")
