@@ -8,16 +8,24 @@ real ``secemb serve`` processes on 127.0.0.1."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import httpx
+import numpy as np
 import pytest
 from net_helpers import WAIT_S, cluster_for, dump_logs, setup, small_data
 
+from secemb.client.device import Device, DeviceClient, RoundInfo, RoundSession
+from secemb.data import by_user
 from secemb.errors import InvalidMessage
 from secemb.models import MatrixFactorization
 from secemb.protocols.adversary import AdversaryRecord, attack_behavior
 from secemb.framing import HEADER_BYTES
-from secemb.protocols.secemb import SecEmbProtocol
+from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
 from secemb.protocols.secemb.bounds import bound_params
+from secemb.protocols.secemb.sizes import NAME
+from secemb.protocols.wire import frame
 from secemb.server.peer import HttpPeer, PeerRefused, PeerUnreachable
 from secemb.sim.coordinator import train_networked
 from secemb.training import TrainConfig
@@ -160,3 +168,86 @@ def test_payload_attackers_are_rejected_over_http(relay: bool, attack: str) -> N
     assert attacked >= 1  # the attackers took part in some round
     assert all(r["malicious_included"] == [] and r["refused_devices"] == [] for r in record.rounds)
     assert "device_rejected" in {a["kind"] for a in status["alarms"]} and not status.get("halted")
+
+
+def _uploaded(client: DeviceClient, info: RoundInfo, items: np.ndarray, ratings: np.ndarray) -> RoundSession:
+    """Device ``client`` retrieves, trains and uploads through the SDK, without proving."""
+    model = info.make_model()
+    session = RoundSession(client, info, task=model.task, clip=info.clip())
+    session.prepare(items, ratings)
+    session.retrieve()
+    state = model.new_user_store(1, np.random.default_rng(0), info.adam()).state(0)  # public test data only
+    session.train(lambda rows, dense, batch: model.local_step(rows, dense, state, batch))
+    session.upload()
+    return session
+
+
+def test_bad_requests_on_the_bound_routes_get_4xx_and_change_nothing() -> None:
+    """Two ``secemb serve`` processes, one round of five devices with bounded payloads.  A
+    challenge or proof of a device that did not upload, a truncated, oversized or re-framed
+    proof, one for another round, a second proof, the device routes at server 1, the peer route
+    signed by a device or asked while the round is open, an over-long check request: each gets
+    its 4xx with the JSON error shape and leaves both servers' status as it was.  Then the device
+    whose proofs were refused proves, and the close includes every device that proved and
+    rejects the one that uploaded without a proof."""
+    tr, _ = small_data()
+    model, proto, config = _bounded(relay=False)
+    ratings = by_user(tr)
+    a, b, c, d, e = [u for u in range(tr.num_users) if ratings.of(u)[0].size][:5]
+    with cluster_for(model, proto, tr, config, min_users=2) as cluster:
+        admins = [cluster.admin(p, timeout=WAIT_S) for p in (0, 1)]
+        admin = admins[0]
+
+        def status() -> list[dict[str, Any]]:
+            return [{k: v for k, v in x.get_json("/v1/admin/status").items() if k != "boot_id"} for x in admins]
+
+        def refused(code: int, send: Callable[[], object]) -> None:
+            before = status()
+            with pytest.raises(RemoteError) as caught:
+                send()
+            err = caught.value
+            assert (err.status, bool(err.detail)) == (code, True), (err.status, err.error, err.detail)
+            assert err.error in {"forbidden", "not_found", "payload_too_large", "invalid_message", "conflict"}
+            assert status() == before
+
+        def client(u: int) -> DeviceClient:
+            return DeviceClient(u, cluster.url(0), cluster.url(1), *cluster.device_keys(u), timeout=WAIT_S,
+                                tls=cluster.tls, min_users=cluster.min_users)
+
+        info = RoundInfo.from_doc(admin.post_json("/v1/admin/rounds", {"participants": [a, b, c, d, e],
+                                                                       "deadline_s": 120}))
+        r = info.round_id
+        devices = {u: client(u) for u in (a, b, c, d, e)}
+        proof_bytes = proto.max_message_bytes("bound_proof", info.config, party=0, num_users=5)
+        refused(409, lambda: devices[a].links[0].challenge(r))  # nothing uploaded yet
+        refused(409, lambda: devices[a].links[0].proof(r, bytes(proof_bytes)))
+        for u in (a, b, c):
+            Device(devices[u], *ratings.of(u)).participate(devices[u].round_info())
+        late = _uploaded(devices[d], info, *ratings.of(d))
+        challenge = devices[d].links[0].challenge(r)
+        assert len(challenge) == 16 and devices[d].links[0].challenge(r) == challenge
+        assert isinstance(late.role, SecEmbUser)
+        proof = late.role.bound_proof(challenge)
+        assert len(proof) == proof_bytes
+        d0, d1 = devices[d].links
+        refused(404, lambda: d1.challenge(r))  # server 0's routes
+        refused(413, lambda: d1.proof(r, proof))  # server 1 takes no proof: a body limit of 0
+        refused(409, lambda: d0.challenge(r + 1))
+        refused(409, lambda: d0.proof(r + 1, proof))
+        refused(400, lambda: d0.proof(r, proof[:-1]))
+        refused(413, lambda: d0.proof(r, proof + b"\0"))
+        refused(400, lambda: d0.proof(r, frame(NAME, "bound_proof", 0, r + 1, proof[HEADER_BYTES:])))
+        refused(409, lambda: devices[a].links[0].proof(r, proof))  # a proved already
+        refused(409, lambda: devices[e].links[0].proof(r, proof))  # e did not upload
+        peer = ApiClient(cluster.url(1), "server0", cluster.peer_secret, timeout=WAIT_S, tls=cluster.peer_tls())
+        request = HEADER_BYTES + 16 + 56 * 5  # the check request's limit at n_p = 5 users
+        refused(403, lambda: devices[d].servers[1].post_bytes(f"/v1/peer/rounds/{r}/bound", bytes(request)))
+        refused(409, lambda: peer.post_bytes(f"/v1/peer/rounds/{r}/bound", bytes(request)))  # the round is open
+        refused(413, lambda: peer.post_bytes(f"/v1/peer/rounds/{r}/bound", bytes(request + 1)))
+        d0.proof(r, proof)  # the refused ones kept nothing
+        _uploaded(devices[e], info, *ratings.of(e))  # uploads, never proves
+        out = admin.post_json(f"/v1/admin/rounds/{r}/close")
+        final = status()[0]
+    assert out["state"] == "committed", out
+    assert out["included"] == sorted((a, b, c, d)) and out["rejected"] == [e]
+    assert "device_rejected" in {x["kind"] for x in final["alarms"]} and not final.get("halted")
