@@ -28,7 +28,7 @@ from secemb.protocols.secemb.sizes import NAME
 from secemb.protocols.wire import frame
 from secemb.server.peer import HttpPeer, PeerRefused, PeerUnreachable
 from secemb.sim.coordinator import train_networked
-from secemb.training import TrainConfig
+from secemb.training import TrainConfig, train
 from secemb.transport.errors import RemoteError
 from secemb.transport.http import HttpServerLink
 from secemb.transport.network import ApiClient
@@ -141,14 +141,17 @@ def test_payload_attackers_are_rejected_over_http(relay: bool, attack: str) -> N
     """A whole run on two ``secemb serve`` processes with bounded payloads: in every committed
     round the attackers that took part (users 0 and 1: their uploads are beyond the bound, so
     they send no proof) and only they are rejected, every other device is included; server 0
-    reports them (``device_rejected``, not halting)."""
+    reports them (``device_rejected``, not halting).  With the devices' draws from the seed, the
+    run is the in-process engine's run bit for bit: the model, the rejections, the bytes."""
     tr, te = small_data()
     model, proto, config = _bounded(relay)
-    record = AdversaryRecord(attack, 2)
+    record, ref_record = AdversaryRecord(attack, 2), AdversaryRecord(attack, 2)
+    ref = train(model, proto, tr, te, config, behavior=attack_behavior(attack, 2), after_round=ref_record.after_round)
     took_part: dict[int, list[int]] = {}
     with cluster_for(model, proto, tr, config, min_users=2) as cluster:
         try:
             got = train_networked(cluster, model, proto, tr, te, config, workers=8, wait_s=WAIT_S,
+                                  device_randomness="reproducible",
                                   behavior=attack_behavior(attack, 2), after_round=record.after_round,
                                   before_round=lambda _i, _a, r, users: took_part.__setitem__(r, sorted(users)))
         except Exception:
@@ -168,6 +171,9 @@ def test_payload_attackers_are_rejected_over_http(relay: bool, attack: str) -> N
     assert attacked >= 1  # the attackers took part in some round
     assert all(r["malicious_included"] == [] and r["refused_devices"] == [] for r in record.rounds)
     assert "device_rejected" in {a["kind"] for a in status["alarms"]} and not status.get("halted")
+    assert got.model_sha256 == ref.model_sha256 and record.rounds == ref_record.rounds
+    assert got.upload_bytes_per_user_round == ref.upload_bytes_per_user_round
+    assert got.download_bytes_per_user_round == ref.download_bytes_per_user_round
 
 
 def _uploaded(client: DeviceClient, info: RoundInfo, items: np.ndarray, ratings: np.ndarray) -> RoundSession:
