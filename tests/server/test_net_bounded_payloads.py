@@ -19,9 +19,9 @@ from net_helpers import WAIT_S, cluster_for, dump_logs, setup, small_data
 from secemb.client.device import Device, DeviceClient, RoundInfo, RoundSession
 from secemb.data import by_user
 from secemb.errors import InvalidMessage
+from secemb.framing import HEADER_BYTES
 from secemb.models import MatrixFactorization
 from secemb.protocols.adversary import AdversaryRecord, attack_behavior
-from secemb.framing import HEADER_BYTES
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
 from secemb.protocols.secemb.bounds import bound_params
 from secemb.protocols.secemb.sizes import NAME
@@ -33,6 +33,7 @@ from secemb.transport.errors import RemoteError
 from secemb.transport.http import HttpServerLink
 from secemb.transport.network import ApiClient
 
+#: users a round, as the bound's t takes them
 USERS = 8
 M, W, P = 60, 4, 0
 
@@ -128,12 +129,11 @@ def test_body_limits_of_the_bound_messages() -> None:
 
 
 # ---------------------------------------------------------------------------------------- two servers
-ROUND_USERS = 8
 
 
 def _bounded(relay: bool) -> tuple[MatrixFactorization, SecEmbProtocol, TrainConfig]:
-    model, _, config = setup("secemb", "cuckoo", relay, m_prime=8, epochs=1, users_per_round=ROUND_USERS)
-    return model, SecEmbProtocol(layout="cuckoo", relay=relay, bound=True, users_per_round=ROUND_USERS), config
+    model, _, config = setup("secemb", "cuckoo", relay, m_prime=8, epochs=1, users_per_round=USERS)
+    return model, SecEmbProtocol(layout="cuckoo", relay=relay, bound=True, users_per_round=USERS), config
 
 
 @pytest.mark.parametrize(("relay", "attack"), [(False, "oversized-payload"), (True, "wrapped-dense")])
