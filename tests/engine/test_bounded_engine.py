@@ -25,6 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 import secemb.client.device as device_module
+from secemb.client.device import upload_clip
 from secemb.cli import app
 from secemb.data import synthetic_like, train_test_split
 from secemb.models import MatrixFactorization
@@ -172,3 +173,15 @@ def test_a_bounded_rounds_transcript_is_the_plan(relay: bool) -> None:
         assert list(dict.fromkeys(got)) == plan, rr
         assert got.count((PROVE, "server0", USER)) == got.count((PROVE, USER, "server0")) == 3, rr
         assert got.count((PROVE, "server0", "server1")) == got.count((PROVE, "server1", "server0")) == 1, rr
+
+
+def test_the_device_clips_to_the_tighter_of_dp_and_the_bound() -> None:
+    """:func:`upload_clip`: without ``bound`` the round's clip as it is; with it, the bound's
+    norm (C2 ~ 56.9 at 20 users), or the DP clip's if smaller, the DP noise's reserves kept."""
+    fp = FixedPoint(32, 16)
+    plain, bounded = SecEmbProtocol(), SecEmbProtocol(bound=True, users_per_round=USERS)
+    dp = ClipSpec(1.0, reserve=7, per_user=3)
+    assert upload_clip(plain, fp, None) is None and upload_clip(plain, fp, dp) is dp
+    assert upload_clip(bounded, fp, None) == ClipSpec(2.0**25 / (9 * 2.0**16))
+    assert upload_clip(bounded, fp, dp) == dp
+    assert upload_clip(bounded, fp, ClipSpec(100.0, reserve=7, per_user=3)) == ClipSpec(2.0**25 / (9 * 2.0**16), 7, 3)
