@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from secemb.errors import InvalidMessage, ModelDisagreement
+from secemb.errors import InvalidMessage, InvalidParameters, ModelDisagreement
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
 from secemb.randomness import RandomBytes
@@ -167,9 +167,20 @@ class LeaderNode(LeaderClose):
     def open_round(self, participants: list[int] | None = None, n_p: int | None = None,
                    deadline_s: float | None = None, quorum: int | None = None,
                    min_users: int | None = None) -> dict[str, Any]:
-        """Open the next round (and at server 1); its round document."""
+        """Open the next round (and at server 1); its round document.
+
+        Raises
+        ------
+        InvalidParameters: terms out of range (:func:`~secemb.server.admission.round_terms`), or,
+            with bounded payloads, more users than the bound's ``users_per_round``.
+        Conflict: the deployment is halted, m' is not known, or a round is still open.
+        """
         ids, n_p, deadline_s, quorum, min_users = round_terms(self.cfg, participants, n_p, deadline_s, quorum,
                                                               min_users)
+        bound = None if self.prover is None else self.prover.bound_users
+        if bound is not None and n_p > bound:  # more bounded uploads than the bound's n could wrap their sum
+            raise InvalidParameters(f"bounded payloads are proved for rounds of at most users_per_round={bound} "
+                                    f"users; this round would have {n_p}")
         with self._open_lock:
             with self.lock:
                 self._refuse_if_halted()

@@ -61,6 +61,9 @@ class ProvingRole(TypingProtocol):
     :class:`~secemb.protocols.secemb.SecEmbServer`): server 0 hands each uploaded device a
     challenge and keeps its proof, and at close asks server 1 to check them."""
 
+    #: ``n``: the most users a round may have (their bounded sums cannot wrap)
+    bound_users: int | None
+
     def challenge(self, user_id: int) -> bytes:
         """Server 0: the 16-byte challenge of uploaded user ``user_id``."""
 

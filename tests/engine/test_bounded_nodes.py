@@ -15,7 +15,7 @@ import pytest
 
 from secemb.client.device import Device, RoundSession
 from secemb.data import by_user, synthetic_like
-from secemb.errors import InvalidMessage, ProtocolError, SecembError
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.models import MatrixFactorization
 from secemb.protocols.secemb import SecEmbProtocol
 from secemb.server.node import FollowerNode, LeaderNode
@@ -105,6 +105,18 @@ def test_the_nodes_refuse_what_does_not_fit_and_keep_their_state() -> None:
     assert isinstance(wrong_round, SecembError)
     with pytest.raises(ProtocolError):  # server 1 checks proofs only while the round closes
         follower.peer_bound(r, b"")
+    servers.stop()
+
+
+def test_a_round_larger_than_the_bound_is_not_opened() -> None:
+    """The bound holds for ``users_per_round`` users (here 5): server 0 opens no round of more."""
+    servers = _servers()
+    leader, _ = _nodes(servers)
+    more = [u for u in range(DATA.num_users) if RATINGS.of(u)[0].size][:6]
+    with pytest.raises(InvalidParameters, match="at most users_per_round=5"):
+        leader.open_round(participants=more, deadline_s=30.0)
+    assert leader.round is None
+    _open(servers)  # 5 are fine
     servers.stop()
 
 
