@@ -132,6 +132,13 @@ class Round:
         sparse, dense = self.s0.combine(self.s1.aggregate_share(include), include)
         return rejected, sparse, dense
 
+    def close_exact(self, rejected: set[int]) -> None:
+        """:meth:`close` rejects exactly ``rejected`` and aggregates the honest uploads exactly."""
+        got, sparse, dense = self.close()
+        assert got == rejected
+        np.testing.assert_array_equal(sparse, self.expected)
+        np.testing.assert_array_equal(dense, self.expected_dense)
+
     def honest(self, uids: range | list[int]) -> None:
         for uid in uids:
             self.retrieve(uid)
@@ -152,10 +159,7 @@ def _shift_dense0(cfg_rows: int, shift: int) -> Callable[[bytes], bytes]:
 def test_honest_devices_pass_and_the_aggregate_is_exact(layout: str, relay: bool) -> None:
     rnd = Round(layout, relay)
     rnd.honest(range(USERS))
-    rejected, sparse, dense = rnd.close()
-    assert rejected == set()
-    np.testing.assert_array_equal(sparse, rnd.expected)
-    np.testing.assert_array_equal(dense, rnd.expected_dense)
+    rnd.close_exact(set())
 
 
 @pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
@@ -176,10 +180,7 @@ def test_the_retrieval_walk_keeps_the_payload_sums_a_walk_of_the_keys_gives(layo
         for u in users:
             server._absorbed[u] = dataclasses.replace(server._absorbed[u], sums=None)
         np.testing.assert_array_equal(server._bound_projections(users, challenges), kept)
-    rejected, sparse, dense = rnd.close()
-    assert rejected == set()
-    np.testing.assert_array_equal(sparse, rnd.expected)
-    np.testing.assert_array_equal(dense, rnd.expected_dense)
+    rnd.close_exact(set())
 
 
 @pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
@@ -207,10 +208,7 @@ def test_oversized_payload_and_dense_share_are_rejected(layout: str, relay: bool
     rnd.retrieve(18)
     rnd.upload(18, *rnd.honest_upload(18), honest=False, tamper0=_shift_dense0(rows_bytes(rnd.cfg), 1 << 31))
     rnd.prove(18)
-    rejected, sparse, dense = rnd.close()
-    assert rejected == {17, 18, 19}
-    np.testing.assert_array_equal(sparse, rnd.expected)
-    np.testing.assert_array_equal(dense, rnd.expected_dense)
+    rnd.close_exact({17, 18, 19})
 
 
 @pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
@@ -226,10 +224,7 @@ def test_payload_attacks_are_rejected_with_bound(layout: str, relay: bool, attac
         rnd.upload(uid, *rnd.honest_upload(uid), honest=False)
         with pytest.raises(InvalidParameters, match="outside"):
             bad.bound_proof(rnd.s0.challenge(uid))
-    rejected, sparse, dense = rnd.close()
-    assert rejected == {4, 5}
-    np.testing.assert_array_equal(sparse, rnd.expected)
-    np.testing.assert_array_equal(dense, rnd.expected_dense)
+    rnd.close_exact({4, 5})
 
 
 @pytest.mark.parametrize(("layout", "relay"), [("cuckoo", False), ("full", True)])
