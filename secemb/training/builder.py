@@ -111,6 +111,11 @@ def build_experiment(exp: Experiment) -> BuiltExperiment:
     """
     options: dict[str, Any] = {"layout": exp.layout, "relay": exp.relay, "expansion": exp.expansion}
     if exp.bound:  # bounded payloads (SecEmb's option; another protocol refuses it): n of the bound
+        if exp.dp_epsilon != float("inf"):
+            # central DP samples each round's users by Poisson sampling, so a round may exceed the
+            # n the bound's t is made for (server 0 refuses to open it): refused before any round
+            raise InvalidParameters("--bound proves payloads for a fixed number of users per round; it cannot be "
+                                    "combined with --dp-epsilon, whose Poisson sampling varies that number")
         options |= {"bound": True, "users_per_round": exp.users_per_round}
     get_protocol(exp.protocol, **options)  # a bad protocol or option fails before any data is loaded
     hp = experiment_hparams(exp)

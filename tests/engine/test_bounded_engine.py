@@ -139,6 +139,14 @@ def test_bound_needs_secemb() -> None:
     assert res.exit_code == 2 and "bound" in res.stderr and res.stderr.count("\n") == 1, res.output
 
 
+def test_bound_refuses_central_dp() -> None:
+    """Central DP's Poisson sampling varies the users a round, which the bound's t is fixed for:
+    refused before any data is loaded, exit 2, one line."""
+    res = CliRunner().invoke(app, ["train", "--dataset", "synthetic", "--epochs", "1", "--bound", "--dp-epsilon", "1",
+                                   "-q"])
+    assert res.exit_code == 2 and "--dp-epsilon" in res.stderr and res.stderr.count("\n") == 1, res.output
+
+
 class _Recording(InProcessTransport):
     """Remembers every message's (round, stage, src, dst) in the order sent."""
 
