@@ -73,7 +73,7 @@ def test_sum_mod_and_dot_match_python_integers():
     ]
 
 
-@pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (3, 5, 4), (4, 2048, 2), (2, 2049, 3), (2, 5000, 2)])
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (3, 2, 4), (3, 5, 4), (4, 2048, 2), (2, 2049, 3), (2, 5000, 2)])
 def test_matmul_matches_python_integers_across_inner_dimensions(m, k, n):
     r = random.Random(m * 7919 + k)
     a = [[r.choice([0, 1, P - 1, P - 2, r.randrange(P)]) for _ in range(k)] for _ in range(m)]
