@@ -280,7 +280,9 @@ def test_the_proof_is_bound_to_its_context_the_ring_shares_and_a_common_query_se
     assert _verify(PARAMS, [proof], [moved], [b], [b"round 3 user 5"]).tolist() == [False]
 
 
-def test_a_mixed_batch_rejects_exactly_the_bad_devices():
+@pytest.mark.parametrize("block", [64, 3])
+def test_a_mixed_batch_rejects_exactly_the_bad_devices(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(R, "_VERIFIER_BLOCK", block)  # 3: blocks of devices 0-2, 3-5 and 6, bad ones in two
     proofs, a_rows, b_rows, contexts, want = [], [], [], [], []
     for i in range(7):
         ctx = b"user %d" % i
