@@ -1,0 +1,119 @@
+"""Session 19 review (helper J) of bounded payloads (issue 34 (b)): the order of a device's
+uploads and its challenge.
+
+The bound's soundness argument (docs/security.md, "Bounded payloads: the check") needs the
+projection rows drawn *after* the device fixed both servers' shares of ``x``.  Server 0 draws
+the challenge once it absorbed the device's upload to server 0.  Without relay the device
+uploads to server 1 separately, and nothing makes that upload come first: a device can upload
+to server 0, read its challenge, and only then upload to server 1 a dense share shifted by a
+vector ``e`` with ``<r_i, e> = 0 mod 2^32`` for all 40 rows (``e = 2^31 v`` for any ``v`` in the
+kernel of the rows mod 2, which exists as soon as the dense part is longer than 40).  Its
+honest proof still verifies, the digests still agree (they cover keys, check values and
+correction words, not the dense shares), and the round's dense sum is off by ``2^31`` in the
+coordinates of ``v`` -- the wrapped-dense attack the bound is meant to stop.
+
+With relay server 1's dense share is ``PRG(seed_2)``, fixed at retrieval, so the attack does
+not exist there (the second test pins that a relay device has nothing left to send server 1).
+
+Driven at the protocol roles by hand (``tests/protocols/test_bounded_payloads.py``'s
+``Round``); expected values are computed here from the plaintext the honest devices upload.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocols"))
+import test_bounded_payloads as tbp  # type: ignore[import-not-found]  # noqa: E402
+
+from secemb.fss.projections import ternary_rows  # noqa: E402
+from secemb.protocols.secemb.bounds import ROWS, projected  # noqa: E402
+from secemb.protocols.secemb.sizes import rows_bytes  # noqa: E402
+
+DENSE = 64  # longer than ROWS: the rows' dense columns have a kernel mod 2
+
+
+def _kernel_mod2(a: np.ndarray) -> np.ndarray:
+    """A nonzero ``v`` (0/1, length ``a.shape[1]``) with ``a @ v = 0 mod 2``, by Gaussian
+    elimination over GF(2) (``a``: 0/1, more columns than rows)."""
+    m = a.copy() % 2
+    rows, cols = m.shape
+    pivots: list[int] = []
+    r = 0
+    for c in range(cols):
+        hit = [i for i in range(r, rows) if m[i, c]]
+        if not hit:
+            continue
+        m[[r, hit[0]]] = m[[hit[0], r]]
+        for i in range(rows):
+            if i != r and m[i, c]:
+                m[i] ^= m[r]
+        pivots.append(c)
+        r += 1
+        if r == rows:
+            break
+    free = next(c for c in range(cols) if c not in pivots)
+    v = np.zeros(cols, np.int64)
+    v[free] = 1
+    for i, c in enumerate(pivots):
+        v[c] = m[i, free]
+    return v
+
+
+@pytest.fixture
+def bounded_round(monkeypatch: pytest.MonkeyPatch) -> tbp.Round:
+    monkeypatch.setattr(tbp, "P", DENSE)
+    rnd = tbp.Round("full", False)
+    assert rnd.cfg.dense_size == DENSE
+    return rnd
+
+
+@pytest.mark.xfail(strict=True, reason="finding J1 (unfixed): without relay a device may upload to server 1 after "
+                                       "reading its challenge; its shifted dense share passes the bound check")
+def test_an_upload_to_server_1_after_the_challenge_cannot_wrap_the_dense_sum(bounded_round: tbp.Round) -> None:
+    rnd = bounded_round
+    for uid in range(1, 5):
+        rnd.retrieve(uid)
+        rnd.upload(uid, *rnd.honest_upload(uid))
+        rnd.prove(uid)
+    attacker = rnd.retrieve(0)
+    rows, dense = rnd.honest_upload(0)
+    u0, u1 = attacker.upload(rows, dense)
+    assert u1 is not None
+    assert rnd.s0.handle_upload(0, u0) is None  # server 0 only, for now
+    challenge = rnd.s0.challenge(0)
+    proof = attacker.bound_proof(challenge)  # of the honest upload
+
+    sparse = rnd.cfg.slots * rnd.cfg.width
+    r = ternary_rows(challenge, ROWS, sparse + DENSE)
+    e = (_kernel_mod2(np.abs(r[:, sparse:]).astype(np.int64)) << 31).astype(np.uint32)
+    assert e.any()
+    x = np.zeros((1, sparse + DENSE), np.uint32)
+    x[0, sparse:] = e
+    assert not projected([challenge], x).any()  # invisible to every row of the challenge
+
+    at = len(u1) - DENSE * 4
+    assert at - rows_bytes(rnd.cfg) > 0  # the dense share is the body's tail
+    shifted = np.frombuffer(u1[at:], np.uint32) + e
+    rnd.s1.handle_upload(0, u1[:at] + shifted.tobytes())  # after the challenge
+    rnd.s0.handle_proof(0, proof)
+
+    rejected, _, got_dense = rnd.close()
+    assert 0 in rejected, (f"the attacker passed: the dense sum is the honest one plus 2^31 at "
+                           f"{np.flatnonzero(got_dense != rnd.expected_dense + dense).tolist()[:8]}")
+    np.testing.assert_array_equal(got_dense, rnd.expected_dense)
+
+
+def test_with_relay_server_1_gets_nothing_from_a_device_after_retrieval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With relay the device's upload is one message to server 0 (server 1's dense share is
+    ``PRG(seed_2)`` from the retrieval): nothing it sends after the challenge reaches server 1
+    except through server 0's forward, which server 0 made before drawing the challenge."""
+    monkeypatch.setattr(tbp, "P", DENSE)
+    rnd = tbp.Round("full", True)
+    user = rnd.retrieve(0)
+    u0, u1 = user.upload(*rnd.honest_upload(0))
+    assert u1 is None
