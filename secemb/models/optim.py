@@ -45,6 +45,10 @@ class AdamConfig:
         check_float("Adam eps", self.eps, above=0)
 
 
+#: values in one block of :func:`adam_update`'s step (its scratch arrays: 512 KiB each)
+_BLOCK = 1 << 16
+
+
 def adam_update(
     param: np.ndarray,
     grad: np.ndarray,
@@ -58,10 +62,31 @@ def adam_update(
     ``t`` is the step number *after* incrementing (>= 1): an int, or an array broadcastable
     against ``param`` (per-row step counts for lazy updates).
 
-    ``param -= lr (m / bc1) / (sqrt(v / bc2) + eps)`` is computed in two scratch arrays of
-    ``param``'s shape, the same operations in the same order (the same bits) as the expression
-    (which held up to four temporaries: ~4 GB at once for DeepFM's dense vector at d = 512).
+    ``param -= lr (m / bc1) / (sqrt(v / bc2) + eps)`` is computed in two scratch arrays, the
+    same operations in the same order (the same bits) as the expression (which held up to four
+    temporaries: ~4 GB at once for DeepFM's dense vector at d = 512).  With an int ``t`` the
+    step runs over blocks of rows (leading-axis slices of about 2^16 values), so the scratch
+    arrays are block-sized, not ``param``-sized; every operation is elementwise, so the bits
+    are those of one pass.
     """
+    if np.ndim(t) == 0 and param.size > _BLOCK:
+        rows = max(1, _BLOCK // (param.size // param.shape[0]))
+        for lo in range(0, param.shape[0], rows):
+            block = slice(lo, lo + rows)
+            _adam_pass(param[block], grad[block], m[block], v[block], t, cfg)
+    else:
+        _adam_pass(param, grad, m, v, t, cfg)
+
+
+def _adam_pass(
+    param: np.ndarray,
+    grad: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    t: np.ndarray | int,
+    cfg: AdamConfig,
+) -> None:
+    """:func:`adam_update` over the whole of its arrays, in two scratch arrays of ``param``'s shape."""
     b1, b2 = cfg.beta1, cfg.beta2
     scratch = np.multiply(grad, 1.0 - b1)
     m *= b1

@@ -24,7 +24,13 @@ def apply_aggregate(fp: FixedPoint, optimizer: ServerAdam, table: np.ndarray, de
     table, dense: the public model, float64 ``(m, width)`` and ``(dense_size,)``; updated.
     sparse_sum, dense_sum: the round's aggregate, ring ``(m, width)`` and ``(dense_size,)``.
     num_users: users in the aggregate (``>= 1``).
+
+    Each mean is divided in its decoded array (the optimizer's step runs in block-sized
+    scratch arrays): one float64 copy of the model's size besides the model, the optimizer's
+    state and the sums.
     """
-    g_table = fp.decode(np.asarray(sparse_sum)) / num_users
-    g_dense = fp.decode(np.asarray(dense_sum)) / num_users
+    g_table = fp.decode(np.asarray(sparse_sum))
+    g_table /= num_users
+    g_dense = fp.decode(np.asarray(dense_sum))
+    g_dense /= num_users
     optimizer.step(table, dense, g_table, g_dense)
