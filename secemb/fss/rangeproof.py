@@ -8,16 +8,27 @@ that every ``signed(v_i)`` lies in ``[-2^(t-1), 2^(t-1))`` (``t = bits``).
 
 Witness
 -------
-Per row, the ``t`` bits of ``u_i = signed(v_i) + 2^(t-1)`` (in ``[0, 2^t)``) and two bits ``w_i0``,
-``w_i1`` whose sum ``w_i`` in ``{0, 1, 2}`` is the wrap: over the integers
-``a_i + b_i = u_i - 2^(t-1) + 2^k * w_i``.  (``a_i + b_i`` lies in ``[0, 2^(k+1) - 2]`` and
-``signed(v_i)`` in ``[-2^(t-1), 2^(t-1))``, so their difference, a multiple of ``2^k``, is
-``0``, ``2^k`` or ``2^(k+1)``.)  Conversely, if every witness entry is a bit and the relation
-holds, ``v_i = u_i - 2^(t-1) mod 2^k`` with ``u_i`` in ``[0, 2^t)``: the statement.
-The witness is ``N = rows * (t + 2)`` elements of ``F_p``, ``p = 2^61 - 1``
-(:mod:`secemb.fss.field`), row ``i`` at ``[i*(t+2), (i+1)*(t+2))``: ``u``'s bits, low first,
-then ``w_i0``, ``w_i1``.  Every term of the relation is below ``2^(k+1)`` in absolute value and
-``k <= 58``, so the relation holds over the integers if and only if it holds mod ``p``.
+Base-4 digits.  Let ``m = ceil(t/2)`` and ``f = 2^(2m - t)`` (1 for even ``t``, 2 for odd), so
+that ``f 2^t = 4^m``.  Per row, the ``m`` base-4 digits of ``y_i = f u_i``, ``u_i = signed(v_i) +
+2^(t-1)`` in ``[0, 2^t)``, and the wrap ``w_i``: over the integers ``a_i + b_i = u_i - 2^(t-1) +
+2^k w_i``.  (``a_i + b_i`` lies in ``[0, 2^(k+1) - 2]`` and ``signed(v_i)`` in ``[-2^(t-1),
+2^(t-1))``, so their difference, a multiple of ``2^k``, is ``0``, ``2^k`` or ``2^(k+1)``: the
+honest ``w_i`` is 0, 1 or 2.)  The witness check asks every entry, digits and wrap alike, to be in
+``{0, 1, 2, 3}``, and the ring relation (below) asks, for every row,
+
+    ``f (a_i + b_i) + 2^(2m-1) - f 2^k w_i - sum_j 4^j d_ij = 0``
+
+(``f 2^(t-1) = 2^(2m-1)``).  Conversely, if every entry is in ``{0, 1, 2, 3}`` and the relation
+holds over the integers, ``y_i = sum_j 4^j d_ij`` lies in ``[0, 4^m) = [0, f 2^t)`` and equals ``f``
+times the integer ``u_i = a_i + b_i + 2^(t-1) - 2^k w_i``, so ``u_i`` is in ``[0, 2^t)`` and
+``v_i = u_i - 2^(t-1) mod 2^k``: the statement, exactly (for odd ``t`` the relation makes ``y_i``
+even, which is what keeps the range at ``2^t`` values and not ``4^m``).  A wrap of 3 never
+satisfies it: ``u_i = a_i + b_i + 2^(t-1) - 3 * 2^k <= 2^(t-1) - 2^k - 2 < 0``, but ``y_i >= 0``;
+so ``{0, 1, 2, 3}`` costs the wrap nothing.  The relation holds over the integers if and only if it
+holds mod ``p = 2^61 - 1`` (:mod:`secemb.fss.field`): with ``k <= 58``, ``t <= k - 2`` and
+entries in ``{0, 1, 2, 3}`` its left side lies in ``(-3 * 2^59 - 2^57, 2^60 + 2^56]``, inside
+``(-p, p)``.  The witness is ``N = rows * (m + 1)`` elements of ``F_p``, row ``i`` at
+``[i*(m+1), (i+1)*(m+1))``: the digits, low first, then ``w_i``.
 
 Shares and messages
 -------------------
@@ -32,29 +43,30 @@ message that carries them has one):
 
 Fully linear proof (Boneh, Boyle, Corrigan-Gibbs, Gilboa, Ishai, CRYPTO 2019)
 ----------------------------------------------------------------------------
-*Bits.*  Lay the witness out as a ``(M/2) x c`` matrix, element ``e = k c + i`` at ``[k, i]``
-(zeros after ``N``), and let ``D[k, i] = x_e (x_e - 1)``.  With coefficients ``r, r'`` in
-``F_p^(M/2)`` and ``s, s'`` in ``F_p^c`` from the joint randomness, every entry is a bit if
-``C_A = r^T D s`` and ``C_B = r'^T D s'`` are both zero.  The ``2N`` products go through a gadget
-``G(y_0 .. y_(L-1)) = sum_j y_2j y_2j+1`` (``c`` products, ``L = 2c`` wires; ``c`` is
-:attr:`RangeParams.chunk`, about ``sqrt(N) / 2``), called ``M = 2 ceil(N / c)`` times: call
-``k + 1`` (``k < M/2``) takes the pairs ``(s_i x_e, x_e - 1)`` of row ``k``, call ``M/2 + k + 1``
-the pairs ``(s'_i x_e, x_e - 1)`` (zero pairs pad the last row).  Wire ``j``'s polynomial ``f_j``
-has degree ``M + 1``: its values at the nodes ``1..M`` are the calls' inputs, at the nodes ``0``
-and ``M + 1`` two uniformly random seeds the prover picks.  The proof is the ``2L`` seeds and the
-gadget polynomial ``g = G(f_0, .., f_(L-1))`` (degree ``2M + 2``) as its values at the nodes
-``0..2M+2``; ``g(1..M)`` are then the calls' outputs, so ``C_A = sum_k r_k g(k + 1)`` and
+*Digits.*  Lay the witness out as a ``(M/2) x c`` matrix, element ``e = k c + i`` at ``[k, i]``
+(zeros after ``N``), and let ``D[k, i] = x_e (x_e - 1) (x_e - 2) (x_e - 3)``.  With coefficients
+``r, r'`` in ``F_p^(M/2)`` and ``s, s'`` in ``F_p^c`` from the joint randomness, every entry is in
+``{0, 1, 2, 3}`` if ``C_A = r^T D s`` and ``C_B = r'^T D s'`` are both zero.  The ``2N`` products go
+through a gadget ``G(y_0 .. y_(L-1)) = sum_j y_2j P(y_2j+1)``, ``P(y) = y (y - 1) (y - 2)`` (``c``
+products of degree 4, ``L = 2c`` wires; ``c`` is :attr:`RangeParams.chunk`), called ``M = 2 ceil(N
+/ c)`` times: call ``k + 1`` (``k < M/2``) takes the pairs ``(s_i x_e, x_e - 1)`` of row ``k``, whose
+products are ``s_i x_e (x_e - 1) (x_e - 2) (x_e - 3)``, call ``M/2 + k + 1`` the pairs ``(s'_i x_e,
+x_e - 1)`` (zero pairs pad the last row; ``0 P(0) = 0``).  Wire ``j``'s polynomial ``f_j`` has degree
+``M + 1``: its values at the nodes ``1..M`` are the calls' inputs, at the nodes ``0`` and ``M + 1``
+two uniformly random seeds the prover picks.  The proof is the ``2L`` seeds and the gadget
+polynomial ``g = G(f_0, .., f_(L-1))`` (degree ``4M + 4``) as its values at the nodes
+``0..4M+4``; ``g(1..M)`` are then the calls' outputs, so ``C_A = sum_k r_k g(k + 1)`` and
 ``C_B = sum_k r'_k g(M/2 + k + 1)`` are linear in the proof.  (The coefficients of the element
 ``e`` are ``r_k s_i`` and ``r'_k s'_i``: rank one, so that the wires carry only ``s`` and the
 verifiers evaluate every device's wires with the same matrix, below.)
 
 *Ring relation.*  Server ``b`` lifts its ring share ``r_bi`` (``a_i`` or ``b_i``) into ``F_p`` and
-forms its share of ``e_i = r_0i + r_1i - 2^k (w_i0 + w_i1) - sum_j 2^j u_ij + 2^(t-1)`` (server 0
+forms its share of ``e_i = f (r_0i + r_1i) - f 2^k w_i - sum_j 4^j d_ij + 2^(2m-1)`` (server 0
 adds the constant); an honest witness makes every ``e_i`` zero.
 
 *Queries.*  From the verifiers' query randomness (a seed drawn afresh for each batch after all
 its proofs are fixed, so no device knows it) come two distinct points ``rho_1, rho_2`` outside
-the nodes ``0..2M+2`` and uniform ``delta``, ``rho'_i``, the same for every device of the batch.
+the nodes ``0..4M+4`` and uniform ``delta``, ``rho'_i``, the same for every device of the batch.
 Server ``b``'s verifier message is its shares of ``z = C_A + delta C_B + sum_i rho'_i e_i``, of
 ``f_j(rho_q)`` for every wire and of ``g(rho_q)`` (``q = 1, 2``: Lagrange interpolation, linear in
 the shares), and the joint randomness ``jr`` it used.  :func:`decide` adds the two messages and
@@ -85,12 +97,14 @@ a guessed witness against ``part_0``.
 Soundness
 ---------
 Against the verifiers' randomness (a device cannot grind it), for any shares and proof: if ``g``
-is not ``G(f)``, both ``rho_q`` are roots of a non-zero polynomial of degree at most ``2M + 2``:
-probability below ``((2M + 2) / (p - 2M - 3))^2`` (below 2^-105 at ``M = 132``).  If ``g = G(f)``,
+is not ``G(f)``, both ``rho_q`` are roots of a non-zero polynomial of degree at most ``4M + 4``
+(``G`` has degree 4, each ``f_j`` degree ``M + 1``): probability below ``((4M + 4) / (p - 4M -
+5))^2`` (below 2^-107 at ``M = 34``, the default's; below 2^-60 for any ``M < 2^29``).  If ``g = G(f)``,
 ``C_A, C_B`` are the true sums; ``z`` is an affine function of the uniform ``(delta, rho')``,
 zero with probability at most ``(1 + 2^-67) / p`` unless ``C_B = 0``, every ``e_i = 0`` and
 ``C_A = 0``.  So a device passes a false statement with probability below ``2^-60`` per attempt,
-plus the probability that ``C_A = C_B = 0`` for a witness with a non-bit entry, ``D != 0``:
+plus the probability that ``C_A = C_B = 0`` for a witness with an entry outside ``{0, 1, 2,
+3}``, ``D != 0``:
 by Schwartz-Zippel over coefficients uniform in ``[0, 2^60)``, ``D s = 0`` with probability at
 most ``2^-60`` and, if not, ``r^T (D s) = 0`` with probability at most ``2^-60``, so ``C_A = 0``
 with probability at most ``2^-59``; ``(r', s')`` are independent of ``(r, s)``, so both vanish
@@ -98,8 +112,8 @@ with probability at most ``2^-118``.  That last event is the one a device can tr
 by varying its shares (each try is a hash evaluation, since ``jr`` is a random oracle of the
 shares the parts bind, by SHA-256's collision resistance): ``Q`` tries succeed with probability
 at most ``Q * 2^-118``, so about ``2^-97`` even after ``2^21`` tries per submission (and below
-``2^-60`` up to ``2^58`` tries).  (With all entries bits and every ``e_i = 0``, the statement is
-true: see the Witness section.)
+``2^-60`` up to ``2^58`` tries).  (With every entry in ``{0, 1, 2, 3}`` and every ``e_i = 0``, the
+statement is true: see the Witness section.)
 
 Zero knowledge
 --------------
@@ -123,11 +137,13 @@ Costs
 Sizes are in :class:`RangeParams`.  The servers' work is vectorized over the devices and the
 witness: the query is computed once a batch, the wires of all devices come from one matrix
 product (:func:`secemb.fss.field.matmul`) of shared Lagrange rows with the batch's witness
-shares (the prover extends its wires to the nodes ``M+2..2M+2`` the same way, ``O(M N)``
+shares (the prover extends its wires to the nodes ``M+2..4M+4`` the same way, ``O(M N)``
 multiply-adds), and what is per device is ``O(c + M)`` field operations besides; per device it makes
 O(1) calls into hashlib (the own part, ``jr``, the ``2 (M/2 + c)`` coefficients) and, at server 1,
-one AES-CTR expansion (:func:`parse`).  At ``rows = 40``, ``t = 26``: ``c = 17``, ``L = 34``,
-``M = 132``, verifier messages of 600 bytes a device.
+one AES-CTR expansion (:func:`parse`).  At ``rows = 40``, ``t = 26`` (or 25): ``m = 13``, ``N =
+560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements (device message
+to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version, ``N = 1,120``,
+took 11,688), verifier messages of 1,112 bytes a device.
 """
 
 from __future__ import annotations
@@ -187,16 +203,21 @@ class RangeParams:
         object.__setattr__(self, "bits", check_int("bits", self.bits, low=2, high=self.ring_bits - 2))
 
     @property
+    def digits(self) -> int:
+        """Base-4 digits a row, ``m = ceil(bits / 2)``."""
+        return (self.bits + 1) // 2
+
+    @property
     def witness_length(self) -> int:
-        """``N = rows * (bits + 2)`` field elements."""
-        return self.rows * (self.bits + 2)
+        """``N = rows * (m + 1)`` field elements: ``m`` digits and the wrap a row."""
+        return self.rows * (self.digits + 1)
 
     @property
     def chunk(self) -> int:
-        """Products per gadget call, ``c = ceil(ceil(sqrt(N)) / 2)``, the least ``c`` with ``(2c)^2 >= N``:
-        half the square root, so that the verifier message (``4c`` elements) shrinks at the cost of
-        a longer gadget polynomial in the proof (about ``4N / c`` elements)."""
-        return (math.isqrt(self.witness_length - 1) + 2) // 2
+        """Products per gadget call ``c``: the least ``c`` that minimizes the proof length ``4c + 8
+        ceil(N / c) + 5``, the device's upload (about ``sqrt(2N)``; the verifier message, ``4c + 7``
+        words between the servers, grows with it)."""
+        return _chunk(self.witness_length)
 
     @property
     def half_calls(self) -> int:
@@ -215,8 +236,8 @@ class RangeParams:
 
     @property
     def gadget_nodes(self) -> int:
-        """Values of the gadget polynomial in the proof: ``2M + 3`` (nodes ``0..2M+2``)."""
-        return 2 * self.calls + 3
+        """Values of the gadget polynomial (degree ``4M + 4``) in the proof: ``4M + 5`` (nodes ``0..4M+4``)."""
+        return 4 * self.calls + 5
 
     @property
     def proof_length(self) -> int:
@@ -271,6 +292,15 @@ class ProofShares:
         return int(self.keys.shape[0])
 
 
+@cache
+def _chunk(n: int) -> int:
+    """:attr:`RangeParams.chunk` for ``N = n``.  The proof length is 4 times ``h(c) = c + 2 ceil(n/c)``
+    plus 5; at ``c0 = isqrt(2n) + 1`` (``c0^2 > 2n``), ``h(c0) < c0 + 2 (n/c0 + 1) < 2 c0 + 2``, and
+    ``h(c) > c``, so no ``c >= 2 c0 + 2`` does better than ``c0``."""
+    c0 = math.isqrt(2 * n) + 1
+    return min(range(1, 2 * c0 + 2), key=lambda c: c + 2 * -(-n // c))
+
+
 def _nbytes(data: object) -> int | None:
     """The length in bytes of a bytes-like message (a ``memoryview`` counts bytes, not items), or
     None for anything else."""
@@ -320,7 +350,7 @@ class _Query:
     """The batch's query as linear maps shared by every device (from :func:`_query`).
 
     ``wire_rows`` ``(2, M + 2)``: the Lagrange rows of ``rho_1, rho_2`` over the wire nodes and
-    ``pads`` ``(2, c)`` their slot sums (:func:`_slot_sums`); ``gadget_columns`` ``(2M + 3, 2)``:
+    ``pads`` ``(2, c)`` their slot sums (:func:`_slot_sums`); ``gadget_columns`` ``(4M + 5, 2)``:
     the Lagrange columns of ``rho_q`` over the gadget nodes; ``delta``; ``witness_column``
     ``(N, 1)`` and ``ring_column`` ``(rows, 1)``: the weights of ``sum_i rho'_i e_i`` on the witness
     and the ring shares; ``constant``: its constant term, which server 0 adds."""
@@ -336,8 +366,9 @@ class _Query:
 
 def _query(params: RangeParams, query_seed: bytes) -> _Query:
     """The batch's query from SHAKE-128 of the query seed alone: the points ``rho_1, rho_2``
-    (distinct, outside the nodes ``0..2M+2``), ``delta`` and ``rho'_0 .. rho'_(rows-1)``."""
-    d, t = params.gadget_nodes, params.bits
+    (distinct, outside the nodes ``0..4M+4``), ``delta`` and ``rho'_0 .. rho'_(rows-1)``."""
+    d, m = params.gadget_nodes, params.digits
+    f = 1 << (2 * m - params.bits)  # 1 for even t, 2 for odd
     width = 2 + 1 + params.rows
     blob = hashlib.shake_128(_DOMAIN + b"query" + _framed(query_seed)).digest(16 * width)
     h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
@@ -346,16 +377,16 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
     delta = F.from_uniform_bytes(blob[32:48], 1)[0]
     rho = F.from_uniform_bytes(blob[48:], width - 3)
     lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
-    # e_i = r_0i + r_1i - sum_j 2^j u_ij - 2^k (w_i0 + w_i1) + 2^(t-1)
-    place = np.array([(1 << j) % F.P for j in range(t)] + [1 << params.ring_bits] * 2, dtype=np.uint64)
+    # e_i = f (r_0i + r_1i) - sum_j 4^j d_ij - f 2^k w_i + 2^(2m-1)  (every weight below 2^60 < p)
+    place = np.array([1 << (2 * j) for j in range(m)] + [f << params.ring_bits], dtype=np.uint64)
     return _Query(
         wire_rows=lag,
         pads=_slot_sums(params, lag),
         gadget_columns=F.lagrange_coefficients(d, points).T,
         delta=delta,
         witness_column=F.neg(F.mul(rho[:, None], place)).reshape(-1, 1),
-        ring_column=rho[:, None],
-        constant=F.mul(F.sum_mod(rho), np.uint64(1 << (t - 1))),
+        ring_column=F.mul(rho, np.uint64(f))[:, None],
+        constant=F.mul(F.sum_mod(rho), np.uint64(1 << (2 * m - 1))),
     )
 
 
@@ -371,7 +402,7 @@ def _slot_sums(params: RangeParams, rows: np.ndarray) -> np.ndarray:
 
 @cache
 def _extension(params: RangeParams) -> tuple[np.ndarray, np.ndarray]:
-    """The prover's wire extension: the Lagrange rows ``(M + 1, M + 2)`` of the nodes ``M+2..2M+2``
+    """The prover's wire extension: the Lagrange rows ``(3M + 3, M + 2)`` of the nodes ``M+2..4M+4``
     over the wire nodes ``0..M+1``, and their slot sums (:func:`_slot_sums`)."""
     n_wire = params.calls + 2
     rows = F.lagrange_coefficients(n_wire, np.arange(n_wire, params.gadget_nodes, dtype=np.uint64))
@@ -381,9 +412,14 @@ def _extension(params: RangeParams) -> tuple[np.ndarray, np.ndarray]:
     return rows, pads
 
 
+def _falling(y: np.ndarray) -> np.ndarray:
+    """``P(y) = y (y - 1) (y - 2)`` elementwise: at ``y = x - 1``, ``(x - 1) (x - 2) (x - 3)``."""
+    return F.mul(F.mul(y, F.sub(y, np.uint64(1))), F.sub(y, np.uint64(2)))
+
+
 def _gadget(wires: np.ndarray) -> np.ndarray:
-    """``G`` along the last axis (length ``L``): ``sum_j y_2j * y_2j+1``."""
-    return F.dot(wires[..., 0::2], wires[..., 1::2])
+    """``G`` along the last axis (length ``L``): ``sum_j y_2j P(y_2j+1)``."""
+    return F.dot(wires[..., 0::2], _falling(wires[..., 1::2]))
 
 
 def _wires_at(
@@ -413,12 +449,10 @@ def _wires_at(
 
 def _call_outputs(params: RangeParams, x: np.ndarray, slots: np.ndarray) -> np.ndarray:
     """``uint64 (M,)``: the gadget's outputs at the calls ``1..M`` for the witness ``x`` ``(N,)`` and
-    the slot coefficients ``(s, s')`` ``(2, c)``: ``sum_i s_i x_e (x_e - 1)`` over the row of the call
-    (``s'`` in the second half; padding slots are zero pairs)."""
+    the slot coefficients ``(s, s')`` ``(2, c)``: ``sum_i s_i x_e (x_e - 1) (x_e - 2) (x_e - 3)`` over
+    the row of the call (``s'`` in the second half; a padding slot's left wire is zero, so it adds 0)."""
     padded = _padded(params, x[None])[0]  # (M/2, c)
-    right = F.sub(padded, np.uint64(1)).reshape(-1)
-    right[params.witness_length :] = 0
-    return F.dot(F.mul(slots[:, None, :], padded), right.reshape(padded.shape)).reshape(-1)
+    return F.dot(F.mul(slots[:, None, :], padded), _falling(F.sub(padded, np.uint64(1)))).reshape(-1)
 
 
 def _witness(params: RangeParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -442,11 +476,11 @@ def _witness(params: RangeParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if bad.size:
         raise InvalidParameters(f"rangeproof: the value of row {int(bad[0])} is outside [-2^{t - 1}, 2^{t - 1}); "
                                 "an honest device does not prove it")
-    w = (total - signed) >> k  # 0, 1 or 2
-    x = np.zeros((params.rows, t + 2), dtype=np.uint64)
-    x[:, :t] = (u[:, None] >> np.arange(t)) & 1
-    x[:, t] = w >= 1
-    x[:, t + 1] = w == 2
+    m = params.digits
+    y = u << (2 * m - t)  # f u, in [0, 4^m)
+    x = np.empty((params.rows, m + 1), dtype=np.uint64)
+    x[:, :m] = (y[:, None] >> (2 * np.arange(m))) & 3
+    x[:, m] = (total - signed) >> k  # the wrap: 0, 1 or 2
     return x.reshape(-1)
 
 
@@ -466,8 +500,8 @@ def _prove_witness(params: RangeParams, x: np.ndarray, context: bytes, rng: Rand
     _, slots = _coefficients(params, [_joint(context, part0, part1)])
     seeds = F.from_uniform_bytes(rng(16 * 2 * big_l), 2 * big_l)
     rows, pads = _extension(params)
-    extended = _wires_at(params, rows, pads, x[None], slots, seeds[None])[0]  # wires at the nodes M+2..2M+2
-    # the gadget polynomial at the nodes 0..2M+2: the seeds' products, the calls' outputs, the extension's
+    extended = _wires_at(params, rows, pads, x[None], slots, seeds[None])[0]  # wires at the nodes M+2..4M+4
+    # the gadget polynomial at the nodes 0..4M+4: the seeds' outputs, the calls' outputs, the extension's
     gadget = np.concatenate([_gadget(seeds[:big_l]).reshape(1), _call_outputs(params, x, slots[0]),
                              _gadget(seeds[big_l:]).reshape(1), _gadget(extended)])
     proof = np.concatenate([seeds, gadget])

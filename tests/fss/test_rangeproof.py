@@ -32,14 +32,18 @@ def _signed(v: int) -> int:
     return v - 2**K if v >= 2 ** (K - 1) else v
 
 
-def _witness(a: np.ndarray, b: np.ndarray, t: int = T) -> list[list[int]]:
-    """The honest witness rows, computed with Python ints: t bits of u, then w0, w1."""
+def _witness(a: np.ndarray, b: np.ndarray, t: int = T, k: int = K) -> list[list[int]]:
+    """The honest witness rows, computed with Python ints: the m = ceil(t/2) base-4 digits of
+    f u (f = 2^(2m - t), u = signed value + 2^(t-1)), low first, then the wrap w."""
+    m = (t + 1) // 2
     rows = []
     for x, y in zip(a.tolist(), b.tolist(), strict=True):
-        s = _signed(x + y)
+        s = (x + y) % 2**k
+        s = s - 2**k if s >= 2 ** (k - 1) else s
         u = s + 2 ** (t - 1)
-        w = (x + y - s) // 2**K
-        rows.append([(u >> j) & 1 for j in range(t)] + [int(w >= 1), int(w == 2)])
+        w = (x + y - s) // 2**k
+        fu = u * 2 ** (2 * m - t)
+        rows.append([fu // 4**j % 4 for j in range(m)] + [w])
     return rows
 
 
@@ -72,18 +76,32 @@ def _rng(seed: int = 1) -> CtrDrbg:
 
 
 def test_sizes_at_the_default_configuration():
-    p = R.RangeParams(rows=40, bits=25, ring_bits=32)
-    # N = 40 * 27 = 1080, ceil(sqrt 1080) = 33, c = ceil(33 / 2) = 17 (34^2 >= 1080 > 32^2),
-    # M = 2 * ceil(1080 / 17) = 2 * 64 = 128, L = 34, proof = 2 * 34 seeds + (2 * 128 + 3) gadget values = 327
-    assert (p.witness_length, p.chunk, p.calls, p.wires, p.proof_length) == (1080, 17, 128, 34, 327)
-    assert p.message_bytes(0) == 16 + 32 + 8 * (1080 + 327) == 11_304
-    assert p.message_bytes(1) == 48
-    # z, then per point 34 wires and the gadget value, then jr (4 words)
-    assert p.verifier_length == 2 * 34 + 3 + 4 and p.verifier_bytes == 600
-    # the least c with (2c)^2 >= N, at N = 4 rows: 4, 8, 16, 20, 36, 40
-    assert [R.RangeParams(rows=r, bits=2, ring_bits=4).chunk for r in (1, 2, 4, 5, 9, 10)] == [1, 2, 2, 3, 3, 4]
+    for bits in (25, 26):  # odd and even t, both m = 13 digits
+        p = R.RangeParams(rows=40, bits=bits, ring_bits=32)
+        # N = 40 * (13 + 1) = 560.  c minimizes c + 2 ceil(560 / c) >= c + 1120 / c >= 2 sqrt(1120) > 66.9:
+        # 33 + 2 * 17 = 67 (35 + 2 * 16 = 67 too), while 32 + 36, 31 + 38, 30 + 38, 29 + 40, 28 + 40 are
+        # 68 or more, and below 28 c + 1120 / c > 68.  M = 2 * 17 = 34, L = 66,
+        # proof = 2 * 66 seeds + (4 * 34 + 5) gadget values = 273
+        assert (p.digits, p.witness_length, p.chunk, p.calls, p.wires, p.proof_length) == (13, 560, 33, 34, 66, 273)
+        assert p.message_bytes(0) == 16 + 32 + 8 * (560 + 273) == 6_712
+        assert p.message_bytes(1) == 48
+        # z, then per point 66 wires and the gadget value, then jr (4 words)
+        assert p.verifier_length == 2 * 66 + 3 + 4 and p.verifier_bytes == 1_112
     with pytest.raises(InvalidParameters):
         p.message_bytes(2)
+    # t = 24: N = 40 * 13 = 520, c = 29 (29 + 2 * 18 = 65 = 2 sqrt(1040) rounded up: the least),
+    # M = 36, proof = 116 + 149 = 265
+    p = R.RangeParams(rows=40, bits=24, ring_bits=32)
+    assert (p.witness_length, p.chunk, p.calls, p.proof_length, p.message_bytes(0)) == (520, 29, 36, 265, 6_328)
+
+
+def test_chunk_is_the_least_that_minimizes_the_proof_length():
+    # against a search over every c in 1..N (the code searches a bounded range)
+    for n in range(1, 700):
+        lengths = [4 * c + 8 * -(-n // c) + 5 for c in range(1, n + 1)]
+        assert R._chunk(n) == 1 + lengths.index(min(lengths)), n
+    # through the parameters: m = 1 (bits 2), N = 2 rows; N = 2: c = 2 (2 + 2 < 1 + 4), N = 26: c = 7
+    assert [R.RangeParams(rows=r, bits=2, ring_bits=4).chunk for r in (1, 2, 13)] == [2, 2, 7]
 
 
 @pytest.mark.parametrize(
@@ -132,21 +150,37 @@ def test_honest_proofs_pass_at_the_edges_zero_random_values_and_every_wrap():
     assert _verify(PARAMS, proofs, a_rows, b_rows, contexts).tolist() == [True] * 6
 
 
-def test_honest_proof_passes_at_the_default_size():
-    p = R.RangeParams(rows=40, bits=25, ring_bits=32)
+@pytest.mark.parametrize("bits", [25, 26])
+def test_honest_proof_passes_at_the_default_size(bits):
+    p = R.RangeParams(rows=40, bits=bits, ring_bits=32)
     gen = np.random.default_rng(3)
-    values = gen.integers(-(2**24), 2**24, 40).tolist()
-    values[:2] = [-(2**24), 2**24 - 1]
+    half = 2 ** (bits - 1)
+    values = gen.integers(-half, half, 40).tolist()
+    values[:2] = [-half, half - 1]
     a, b = _shares(values, gen.integers(0, 2**32, 40).tolist())
     proof = R.prove(p, a, b, b"round 1 user 7", _rng=_rng())
     assert _verify(p, [proof], [a], [b], [b"round 1 user 7"]).tolist() == [True]
 
 
+def test_the_prover_writes_the_documented_witness():
+    # the witness share server 0 gets plus server 1's expansion is the base-4 witness computed with Python ints
+    for t in (T, 7):  # even (f = 1) and odd (f = 2: the digits of 2u)
+        params = R.RangeParams(rows=ROWS, bits=t, ring_bits=K)
+        a, b = _shares([-(2 ** (t - 1)), 2 ** (t - 1) - 1, 0, -1, 5, 1], [2**K - 1, 3, 0, 2**K - 1, 2**31, 9])
+        m0, m1 = R.prove(params, a, b, b"ctx", _rng=_rng(t))
+        x = F.add(R.parse(params, 0, [m0]).inputs[0], R.parse(params, 1, [m1]).inputs[0])
+        assert x.tolist() == _flat(_witness(a, b, t)).tolist()
+    # t = 7, value 2^6 - 1 = 63: u = 127, 2u = 254 = 3 * 64 + 3 * 16 + 3 * 4 + 2, digits (2, 3, 3, 3)
+    assert _witness(*_shares([63], [0]), t=7) == [[2, 3, 3, 3, 0]]
+
+
 def test_prove_refuses_values_just_out_of_range_and_malformed_shares():
-    for bad in (2 ** (T - 1), -(2 ** (T - 1)) - 1, 2 ** (K - 1)):
-        a, b = _shares([0, 0, bad, 0, 0, 0], [9] * ROWS)
-        with pytest.raises(InvalidParameters, match="row 2"):
-            R.prove(PARAMS, a, b, b"ctx")
+    for t in (T, 7):
+        params = R.RangeParams(rows=ROWS, bits=t, ring_bits=K)
+        for bad in (2 ** (t - 1), -(2 ** (t - 1)) - 1, 2 ** (K - 1)):
+            a, b = _shares([0, 0, bad, 0, 0, 0], [9] * ROWS)
+            with pytest.raises(InvalidParameters, match="row 2"):
+                R.prove(params, a, b, b"ctx")
     a, b = _shares([0] * ROWS, [9] * ROWS)
     for bad_a in (a[:-1], a.astype(float), np.full(ROWS, 2**K, dtype=np.uint64), np.full(ROWS, -1)):
         with pytest.raises(InvalidParameters):
@@ -156,17 +190,39 @@ def test_prove_refuses_values_just_out_of_range_and_malformed_shares():
 # -- cheating devices -------------------------------------------------------------------------------
 
 
-def _cheat(rows: list[list[int]], a, b, ctx=b"ctx") -> bool:
-    proof = R._prove_witness(PARAMS, _flat(rows), ctx, _rng(5))
-    return _run_one(a, b, proof, ctx)
+def test_the_digit_check_vanishes_exactly_on_0_1_2_3():
+    # the gadget's outputs at the calls: sum_i s_i x_i (x_i - 1) (x_i - 2) (x_i - 3) over a call's slots, here
+    # one row of one digit and the wrap (N = 2, c = 2, one call a half), s = (1, 2), s' = (3, 5)
+    params = R.RangeParams(rows=1, bits=2, ring_bits=4)
+    assert (params.witness_length, params.chunk, params.half_calls) == (2, 2, 1)
+    slots = np.array([[1, 2], [3, 5]], dtype=np.uint64)
+    inv2 = pow(2, P - 2, P)
+    for pair in [(0, 1), (2, 3), (3, 0), (4, 0), (0, P - 1), (inv2, 3), (5, 2**60), (P - 2, P - 3), (1, 4)]:
+        x = np.array(pair, dtype=np.uint64)
+        d = [v * (v - 1) * (v - 2) * (v - 3) % P for v in pair]
+        want = [(d[0] + 2 * d[1]) % P, (3 * d[0] + 5 * d[1]) % P]
+        assert R._call_outputs(params, x, slots).tolist() == want, pair
+        assert (want == [0, 0]) is all(v in (0, 1, 2, 3) for v in pair), pair
 
 
-def test_out_of_range_value_recomposed_with_a_digit_2_is_rejected():
+def _cheat(rows: list[list[int]], a, b, ctx=b"ctx", params=PARAMS) -> bool:
+    proof = R._prove_witness(params, _flat(rows), ctx, _rng(5))
+    return bool(_verify(params, [proof], [a], [b], [ctx])[0])
+
+
+def _relation(row: list[int], a: int, b: int, t: int = T, k: int = K) -> int:
+    """The ring relation's left side mod p for one row: f (a + b) + 2^(2m-1) - f 2^k w - sum_j 4^j d_j."""
+    m = (t + 1) // 2
+    f = 2 ** (2 * m - t)
+    return (f * (a + b) + 2 ** (2 * m - 1) - f * 2**k * row[m] - sum(4**j * d for j, d in enumerate(row[:m]))) % P
+
+
+def test_out_of_range_value_recomposed_with_a_digit_4_is_rejected():
     a, b = _shares([3, 2 ** (T - 1), 0, 0, 0, 0], [77] * ROWS)  # row 1 is just above the range
     rows = _witness(*_shares([3, 0, 0, 0, 0, 0], [77] * ROWS))
-    # u = 2^(t-1) + 2^(t-1) = 2^t: the top digit 2, everything else 0, no wrap (77 + b = 2^(t-1))
-    rows[1] = [0] * (T - 1) + [2] + [0, 0]
-    assert sum(d * 2**j for j, d in enumerate(rows[1][:T])) == 2**T
+    # u = 2^(t-1) + 2^(t-1) = 2^t = 4^4: the top digit 4, everything else 0, no wrap (77 + b = 2^(t-1))
+    rows[1] = [0, 0, 0, 4, 0]
+    assert _relation(rows[1], int(a[1]), int(b[1])) == 0  # the relation alone would pass
     assert _cheat(rows, a, b) is False
 
 
@@ -174,43 +230,83 @@ def test_out_of_range_value_recomposed_with_a_digit_minus_one_is_rejected():
     a, b = _shares([-(2 ** (T - 1)) - 1, 0, 0, 0, 0, 0], [0] * ROWS)
     rows = _witness(*_shares([0] * ROWS, [0] * ROWS))
     # u = -1: the digit p - 1 in the lowest place; b = 2^K - 2^(t-1) - 1, so a + b = u - 2^(t-1) + 2^K
-    rows[0] = [P - 1] + [0] * (T - 1) + [1, 0]
+    rows[0] = [P - 1, 0, 0, 0, 1]
+    assert _relation(rows[0], int(a[0]), int(b[0])) == 0
     assert _cheat(rows, a, b) is False
 
 
-def test_out_of_range_value_with_a_field_crafted_wrap_is_rejected():
-    # any in-range u, and w0 chosen in F_p so that the relation holds mod p: a non-bit wrap
+@pytest.mark.parametrize("place", [0, 3, 4])
+def test_out_of_range_value_with_a_field_crafted_entry_is_rejected(place):
+    # a value far out of range; one entry (a digit, or the wrap) chosen in F_p so that the relation holds mod p
     big = 2 ** (K - 2) + 5
     a, b = _shares([big] + [0] * (ROWS - 1), [1000] * ROWS)
     rows = _witness(*_shares([0] * ROWS, [1000] * ROWS))
-    u = 17
-    rows[0][:T] = [(u >> j) & 1 for j in range(T)]
-    rows[0][T + 1] = 0
-    lhs = int(a[0]) + int(b[0]) - (u - 2 ** (T - 1))
-    rows[0][T] = lhs * pow(2**K, P - 2, P) % P  # 2^K * w0 = lhs (mod p)
-    assert rows[0][T] not in (0, 1)
+    rows[0] = [1, 0, 2, 3, 0]
+    weight = 2**K if place == 4 else 4**place  # the entry's weight in the relation (f = 1), with a minus sign
+    rows[0][place] = 0
+    rows[0][place] = _relation(rows[0], int(a[0]), int(b[0])) * pow(weight, P - 2, P) % P
+    assert _relation(rows[0], int(a[0]), int(b[0])) == 0 and rows[0][place] not in (0, 1, 2, 3)
     assert _cheat(rows, a, b) is False
 
 
-def test_wrap_of_three_and_a_flipped_bit_are_rejected():
+def test_wraps_of_3_and_4_and_a_changed_digit_are_rejected():
     a, b = _shares([5, -5, 0, 1, 2, 3], [2**K - 1] * ROWS)
     rows = _witness(a, b)
     assert _cheat(rows, a, b) is True  # the honest witness, through the same path
-    bad = [r[:] for r in rows]
-    bad[1][T], bad[1][T + 1] = 2, 1  # w = 3
-    assert _cheat(bad, a, b) is False
-    for row, col in ((0, 0), (2, T - 1), (3, T), (5, T + 1)):
-        flipped = [r[:] for r in rows]
-        flipped[row][col] ^= 1
-        assert _cheat(flipped, a, b) is False
+    for wrap in (3, 4):
+        bad = [r[:] for r in rows]
+        bad[1][4] = wrap
+        assert _cheat(bad, a, b) is False, wrap
+    for row, col in ((0, 0), (2, 3), (3, 4), (5, 1)):
+        changed = [r[:] for r in rows]
+        changed[row][col] ^= 1
+        assert _cheat(changed, a, b) is False, (row, col)
 
 
-def test_a_gadget_polynomial_that_hides_the_non_bits_is_caught_by_the_queries():
-    # digit 2 recomposes an out-of-range value; the prover then edits the gadget's call outputs so that
+def test_a_wrap_of_3_never_meets_the_relation():
+    # the docstring's argument: u = a + b + 2^(t-1) - 3 2^k < 0 for all shares, so no digits recompose it.
+    # At k = 4, t = 2 (one digit): every digit with the wrap 3, at the largest sums and others, is rejected
+    params = R.RangeParams(rows=1, bits=2, ring_bits=4)
+    proofs: list[tuple[bytes, bytes]] = []
+    a_rows, b_rows, contexts = [], [], []
+    for i, (a, b) in enumerate([(15, 15), (15, 14), (8, 9), (0, 0)]):
+        for digit in range(4):
+            assert _relation([digit, 3], a, b, t=2, k=4) != 0
+            ctx = b"device %d" % len(proofs)
+            proofs.append(R._prove_witness(params, _flat([[digit, 3]]), ctx, _rng(i)))
+            a_rows.append([a])
+            b_rows.append([b])
+            contexts.append(ctx)
+    assert _verify(params, proofs, a_rows, b_rows, contexts).tolist() == [False] * 16
+    # while the honest witness of (15, 15) (value 14 = -2 mod 16, u = 0, wrap 2) passes
+    honest = R.prove(params, np.array([15], np.uint64), np.array([15], np.uint64), b"ctx", _rng=_rng(9))
+    assert _witness(np.array([15]), np.array([15]), t=2, k=4) == [[0, 2]]
+    assert _verify(params, [honest], [[15]], [[15]], [b"ctx"]).tolist() == [True]
+
+
+def test_odd_bits_the_relation_forces_an_even_recomposition():
+    # t = 7: m = 4, f = 2, y = 2u.  The value 2^6 (u = 2^7, just out of range) would need y = 256 = 4^4;
+    # the largest digits (3, 3, 3, 3) recompose 255, odd: half of it is no integer u, so no wrap makes the
+    # relation hold, and the honest-looking witness with them is rejected
+    params = R.RangeParams(rows=ROWS, bits=7, ring_bits=K)
+    a, b = _shares([2**6, 0, 0, 0, 0, 0], [2**K - 1] * ROWS)
+    rows = _witness(*_shares([0] * ROWS, [2**K - 1] * ROWS), t=7)
+    assert _cheat(rows, *_shares([0] * ROWS, [2**K - 1] * ROWS), params=params) is True
+    for wrap in range(4):
+        rows[0] = [3, 3, 3, 3, wrap]
+        assert _relation(rows[0], int(a[0]), int(b[0]), t=7) != 0
+        assert _cheat(rows, a, b, params=params) is False
+    rows[0] = [0, 0, 0, 4, 1]  # y = 256 with a digit 4 (a + b = 2^K - 1 + 2^6 + 1: one wrap) meets it
+    assert _relation(rows[0], int(a[0]), int(b[0]), t=7) == 0
+    assert _cheat(rows, a, b, params=params) is False
+
+
+def test_a_gadget_polynomial_that_hides_the_non_digits_is_caught_by_the_queries():
+    # digit 4 recomposes an out-of-range value; the prover then edits the gadget's call outputs so that
     # C_A = C_B = 0 (the sum check passes: z opens to 0): only the evaluation at the query points catches it
     a, b = _shares([2 ** (T - 1)] + [0] * (ROWS - 1), [77] * ROWS)
     rows = _witness(*_shares([0] * ROWS, [77] * ROWS))
-    rows[0] = [0] * (T - 1) + [2] + [0, 0]  # 77 + b = 2^(t-1): no wrap
+    rows[0] = [0, 0, 0, 4, 0]  # 77 + b = 2^(t-1): no wrap
     x = _flat(rows)
     ctx = b"ctx"
     m0, m1 = R._prove_witness(PARAMS, x, ctx, _rng(9))
@@ -218,11 +314,11 @@ def test_a_gadget_polynomial_that_hides_the_non_bits_is_caught_by_the_queries():
     part0, part1 = m1[16:48], m0[16:48]
     calls, slots = R._coefficients(PARAMS, [R._joint(ctx, part0, part1)])
     n, c, half = PARAMS.witness_length, PARAMS.chunk, PARAMS.half_calls
-    z = [int(v) * (int(v) - 1) % P for v in x]
+    z = [int(v) * (int(v) - 1) * (int(v) - 2) * (int(v) - 3) % P for v in x]
     # element e = k c + i is weighted by r_k s_i in C_A and by r'_k s'_i in C_B (call outputs weighted by r_k)
     c_a = sum(int(calls[0, 0, e // c]) * int(slots[0, 0, e % c]) * zz for e, zz in enumerate(z)) % P
     c_b = sum(int(calls[0, 1, e // c]) * int(slots[0, 1, e % c]) * zz for e, zz in enumerate(z)) % P
-    assert c_a and c_b  # the cheater's true sums (row 0's digit 2: 2 * 1 = 2 times a coefficient)
+    assert c_a and c_b  # the cheater's true sums (row 0's digit 4: 4 * 3 * 2 * 1 = 24 times a coefficient)
     proof0 = s0.proofs[0].copy()
     g = 2 * PARAMS.wires  # the gadget values start here; node k at g + k
     # the first call of each half (nodes 1 and half + 1), weighted by r_0 and r'_0: cancel the sums there
@@ -309,7 +405,7 @@ def test_parse_refuses_messages_of_the_wrong_length_or_with_non_canonical_elemen
     for party, good in ((0, m0), (1, m1)):
         for bad in (good[:-1], good + b"\x00", b"", "text", None):
             with pytest.raises(InvalidMessage, match=f"message 1 for server {party}"):
-                R.parse(PARAMS, party, [good, bad])
+                R.parse(PARAMS, party, [good, bad])  # type: ignore[list-item]
     non_canonical = m0[:56] + P.to_bytes(8, "little") + m0[64:]
     with pytest.raises(InvalidMessage, match="message 0 for server 0: an element is not below p"):
         R.parse(PARAMS, 0, [non_canonical])
@@ -340,7 +436,7 @@ def test_verifier_messages_and_decide_refuse_mismatched_arguments():
     np.testing.assert_array_equal(R.parse_verifier_messages(PARAMS, wire, 1), v1)
     for bad_wire in (wire[:-1], wire + wire, "text"):
         with pytest.raises(InvalidMessage, match="verifier messages: expected"):
-            R.parse_verifier_messages(PARAMS, bad_wire, 1)
+            R.parse_verifier_messages(PARAMS, bad_wire, 1)  # type: ignore[arg-type]
     with pytest.raises(InvalidMessage, match="not below p"):
         R.parse_verifier_messages(PARAMS, wire[:8] + P.to_bytes(8, "little") + wire[16:], 1)
     for bad in (v1[:, :-1], v1.astype(np.int64), np.concatenate([v1, v1]), v1[0]):
@@ -380,7 +476,8 @@ def test_opened_values_differ_across_two_proofs_of_the_same_witness():
 # -- parameter sweep --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("rows", "bits", "ring_bits"), [(1, 2, 4), (3, 10, 12), (2, 30, 32), (5, 56, 58), (17, 3, 58)])
+@pytest.mark.parametrize(("rows", "bits", "ring_bits"),
+                         [(1, 2, 4), (3, 10, 12), (2, 30, 32), (4, 25, 32), (5, 56, 58), (3, 55, 58), (17, 3, 58)])
 def test_edges_and_wraps_pass_and_a_value_just_out_of_range_fails_across_parameters(rows, bits, ring_bits):
     params = R.RangeParams(rows=rows, bits=bits, ring_bits=ring_bits)
     k, t, top = ring_bits, bits, 2**ring_bits - 1
@@ -391,19 +488,15 @@ def test_edges_and_wraps_pass_and_a_value_just_out_of_range_fails_across_paramet
     ctx = b"sweep"
     honest = R.prove(params, a, b, ctx, _rng=_rng(rows))
     assert _verify(params, [honest], [a], [b], [ctx]).tolist() == [True]
-    # row 0 moved to 2^(t-1) (a = 2^k - 1, so b = 2^(t-1) + 1 and a + b = 2^k + 2^(t-1): one wrap), digit 2 on top
+    # row 0 moved to 2^(t-1) (a = 2^k - 1, so b = 2^(t-1) + 1 and a + b = 2^k + 2^(t-1): one wrap): u = 2^t,
+    # f u = 4^m, the top digit 4
     b_out = b.copy()
     b_out[0] = (2 ** (t - 1) - top) % 2**k
-    x = []
-    for i in range(rows):
-        if i == 0:
-            x += [0] * (t - 1) + [2] + [1, 0]
-        else:
-            s = (int(a[i]) + int(b[i])) % 2**k
-            s = s - 2**k if s >= 2 ** (k - 1) else s
-            u, w = s + 2 ** (t - 1), (int(a[i]) + int(b[i]) - s) // 2**k
-            x += [(u >> j) & 1 for j in range(t)] + [int(w >= 1), int(w == 2)]
-    cheat = R._prove_witness(params, np.array(x, dtype=np.uint64), ctx, _rng(rows + 1))
+    m = (t + 1) // 2
+    rows_x = _witness(a, b, t, k)
+    rows_x[0] = [0] * (m - 1) + [4, 1]
+    assert _relation(rows_x[0], int(a[0]), int(b_out[0]), t, k) == 0
+    cheat = R._prove_witness(params, _flat(rows_x), ctx, _rng(rows + 1))
     assert _verify(params, [cheat, honest], [a, a], [b_out, b], [ctx, ctx]).tolist() == [False, True]
 
 
@@ -427,7 +520,7 @@ def _points(params: R.RangeParams, qseed: bytes) -> tuple[int, int]:
     """rho_1, rho_2 as the module docstring derives them from the query seed alone."""
     import hashlib
 
-    d = 2 * params.calls + 3
+    d = 4 * params.calls + 5
     width = 3 + params.rows
     blob = hashlib.shake_128(b"secemb/fss/rangeproof/v1/query" + len(qseed).to_bytes(8, "little") + qseed).digest(
         16 * width
@@ -438,16 +531,16 @@ def _points(params: R.RangeParams, qseed: bytes) -> tuple[int, int]:
 
 
 def test_opened_wires_and_gadget_values_match_an_interpolation_with_python_ints():
-    # N = 5 * 10 = 50, c = 4, 13 calls a half: the last call of each half has two padding slots
-    params = R.RangeParams(rows=5, bits=8, ring_bits=32)
+    # t = 23: m = 12, N = 2 * 13 = 26, c = 7, 4 calls a half: the last call of each half has two padding slots
+    params = R.RangeParams(rows=2, bits=23, ring_bits=32)
     big_n, c, half, big_l, calls = params.witness_length, params.chunk, params.half_calls, params.wires, params.calls
-    assert (c, half * c - big_n) == (4, 2)
+    assert (big_n, c, half * c - big_n) == (26, 7, 2)
     gen = np.random.default_rng(5)
     witnesses, proofs, a_rows, b_rows, contexts = [], [], [], [], []
     for i in range(3):
-        a, b = _shares(gen.integers(-128, 128, 5).tolist(), gen.integers(0, 2**K, 5).tolist())
+        a, b = _shares(gen.integers(-(2**22), 2**22, 2).tolist(), gen.integers(0, 2**K, 2).tolist())
         ctx = b"device %d" % i
-        witnesses.append(_witness(a, b))
+        witnesses.append(_witness(a, b, t=23))
         proofs.append(R.prove(params, a, b, ctx, _rng=_rng(40 + i)))
         a_rows.append(a)
         b_rows.append(b)
@@ -464,18 +557,28 @@ def test_opened_wires_and_gadget_values_match_an_interpolation_with_python_ints(
         _, slots = R._coefficients(params, [v0[dev, -4:].astype("<u8").tobytes()])
         opened = [(int(u) + int(w)) % P for u, w in zip(v0[dev], v1[dev], strict=True)]
         assert opened[0] == 0  # z
+        wires = []  # every wire's values at the nodes 0..M+1
+        for i in range(c):
+            column = [x[k * c + i] for k in range(half)]
+            real = [k * c + i < big_n for k in range(half)]
+            left = [int(slots[0, h, i]) * v % P for h in range(2) for v in column]
+            right = [(v - 1) % P if ok else 0 for _ in range(2) for v, ok in zip(column, real, strict=True)]
+            for j, wire in ((2 * i, left), (2 * i + 1, right)):
+                wires.append([proof[j]] + wire + [proof[big_l + j]])
+                assert len(wires[-1]) == calls + 2
         for q, rho in enumerate(rhos):
             base = 1 + q * (big_l + 1)
-            for i in range(c):
-                column = [x[k * c + i] for k in range(half)]
-                real = [k * c + i < big_n for k in range(half)]
-                left = [int(slots[0, h, i]) * v % P for h in range(2) for v in column]
-                right = [(v - 1) % P if ok else 0 for _ in range(2) for v, ok in zip(column, real, strict=True)]
-                for j, wire in ((2 * i, left), (2 * i + 1, right)):
-                    nodes = [proof[j]] + wire + [proof[big_l + j]]
-                    assert len(nodes) == calls + 2
-                    assert opened[base + j] == _lagrange_at(nodes, rho), (dev, q, j)
+            for j in range(big_l):
+                assert opened[base + j] == _lagrange_at(wires[j], rho), (dev, q, j)
             assert opened[base + big_l] == _lagrange_at(proof[2 * big_l :], rho)
+        # the proof's gadget values are G of the wires at every node 0..4M+4: sum_i y_2i y (y - 1) (y - 2),
+        # y = y_2i+1 (so x (x - 1) (x - 2) (x - 3) times s_i at the calls)
+        gadget = proof[2 * big_l :]
+        assert len(gadget) == 4 * calls + 5
+        for node, value in enumerate(gadget):
+            ys = [wire[node] if node <= calls + 1 else _lagrange_at(wire, node) for wire in wires]
+            want = sum(ys[2 * i] * ys[2 * i + 1] * (ys[2 * i + 1] - 1) * (ys[2 * i + 1] - 2) for i in range(c)) % P
+            assert value == want, (dev, node)
 
 
 def test_the_query_is_shared_by_the_batch_and_bound_to_its_seed():

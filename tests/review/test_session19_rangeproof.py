@@ -108,7 +108,7 @@ def test_an_empty_batch_goes_through_every_step() -> None:
 
 
 def test_opened_values_are_fresh_and_do_not_depend_on_a_witness_bit() -> None:
-    # value 0 (u = 2: bits 0, 1) and value 1 (u = 3: bits 1, 1), no wrap: one witness bit apart
+    # value 0 (u = 2: digit 2) and value 1 (u = 3: digit 3), no wrap: one witness entry apart
     n, ctx = 300, b"one context for every proof"
     opened = []
     for value, seed0 in ((0, 10_000), (1, 20_000)):
@@ -191,7 +191,7 @@ def test_a_proof_verified_under_several_query_seeds_reveals_its_witness() -> Non
     big_n, big_l, c, half = params.witness_length, params.wires, params.chunk, params.half_calls
     unknowns = 2 + half  # per x - 1 wire: its two seeds and the entries of its slot (padding: zero)
     qseeds = [b"query seed number %d" % i for i in range(-(-unknowns // 2))]
-    a, b = [0], [1]  # value 1: u = 3, bits (1, 1), wrap bits (0, 0)
+    a, b = [0], [1]  # value 1: u = 3, one base-4 digit 3, wrap 0
     m0, m1 = _proof(params, a, b, ctx, 5)
     s0, s1 = R.parse(params, 0, [m0]), R.parse(params, 1, [m1])
 
@@ -219,4 +219,4 @@ def test_a_proof_verified_under_several_query_seeds_reveals_its_witness() -> Non
         size = 2 + len(entries)
         solution = _solve_mod_p(equations[:size], values[:size])
         recovered.update(zip(entries, solution[2:], strict=True))
-    assert [recovered[e] for e in range(big_n)] == [1, 1, 0, 0]  # u = 3 in two bits, no wrap
+    assert [recovered[e] for e in range(big_n)] == [3, 0]  # u = 3 in one base-4 digit, no wrap
