@@ -99,7 +99,7 @@ Soundness
 Against the verifiers' randomness (a device cannot grind it), for any shares and proof: if ``g``
 is not ``G(f)``, both ``rho_q`` are roots of a non-zero polynomial of degree at most ``4M + 4``
 (``G`` has degree 4, each ``f_j`` degree ``M + 1``): probability below ``((4M + 4) / (p - 4M -
-5))^2`` (below 2^-107 at ``M = 34``, the default's; below 2^-60 for any ``M < 2^29``).  If ``g = G(f)``,
+5))^2`` (below 2^-107 at ``M = 34``, the default's; below 2^-61 for any ``M < 2^28``).  If ``g = G(f)``,
 ``C_A, C_B`` are the true sums; ``z`` is an affine function of the uniform ``(delta, rho')``,
 zero with probability at most ``(1 + 2^-67) / p`` unless ``C_B = 0``, every ``e_i = 0`` and
 ``C_A = 0``.  So a device passes a false statement with probability below ``2^-60`` per attempt,
