@@ -64,6 +64,10 @@ class FollowerNode(FollowerRelay):
         self._relay_batch = Batcher(by_round(self.peer_relay_retrieval_many))
         self._relay_upload_batch = Batcher(by_round(self.peer_relay_upload_many))
         self._share_lock = threading.Lock()
+        #: one bound check request at a time: the role's "each proof answered once" is a check
+        #: and an update with the verifier computation between them (two concurrent requests
+        #: under two query seeds would both be answered, and reveal the witness)
+        self._bound_lock = threading.Lock()
 
     def peer_count_open(self, users: list[int] | None) -> dict[str, Any]:
         """(Re)start the count phase (server 0 started its own)."""
@@ -174,7 +178,8 @@ class FollowerNode(FollowerRelay):
         with self.lock:
             rnd = self._current(r, states=(CLOSING,))
             prover = self._proving()
-        return rnd.busy(prover.bound_answer, body)
+        with self._bound_lock:
+            return rnd.busy(prover.bound_answer, body)
 
     def peer_share(self, r: int, include: list[int]) -> bytes:
         """The aggregate share over exactly ``include`` (the same bytes if asked again for the
