@@ -7,6 +7,9 @@ way, the close takes every *uploaded* device and treats the one without a proof 
 whose proof failed: a rejection counted against it (three and it is refused at the door) and a
 ``device_rejected`` alarm.  Leaving it out is right (its payload is unchecked); the strike and
 the alarm are not -- it did nothing but arrive after the quorum.
+
+Regression (passes): that device's proof after the close is refused (Conflict) and changes
+nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 import test_bounded_nodes as tbn  # type: ignore[import-not-found]  # noqa: E402
 
 from secemb.client.device import Device  # noqa: E402
+from secemb.server.errors import Conflict  # noqa: E402
 
 
 @pytest.mark.xfail(strict=True, reason="finding J2 (unfixed): an uploaded device whose proof is in flight when the "
@@ -41,5 +45,27 @@ def test_a_device_still_proving_at_the_quorum_is_left_out_without_a_strike() -> 
         assert late not in out.get("included", [late])  # left out: its payload is unchecked
         assert leader.rejections.get(late, 0) == 0, "an honest device in flight got a rejection strike"
         assert late not in rnd.rejected
+    finally:
+        servers.stop()
+
+
+def test_a_proof_after_the_close_is_refused_and_changes_nothing() -> None:
+    """The late device's challenge and proof after the close: Conflict (409 over HTTP), the
+    committed round's included set unchanged, no 5xx."""
+    servers = tbn._servers()
+    leader, _ = tbn._nodes(servers)
+    try:
+        r = int(leader.open_round(participants=tbn.USERS, deadline_s=30.0, quorum=3)["round_id"])
+        late = tbn._upload(servers, tbn.USERS[3])
+        for u in tbn.USERS[:3]:
+            client = servers.servers().device(u)
+            Device(client, *tbn.RATINGS.of(u)).participate(client.round_info())
+        out = leader.close_round(r, "quorum reached")
+        assert out["state"] == "committed" and out["included"] == sorted(tbn.USERS[:3]), out
+        with pytest.raises(Conflict):
+            late.prove()
+        refused = leader.proof_many(r, [(tbn.USERS[3], b"\0" * 64)])[0]
+        assert isinstance(refused, Conflict)
+        assert leader.round_status(r, None)["included"] == sorted(tbn.USERS[:3])
     finally:
         servers.stop()
