@@ -31,10 +31,10 @@ def is_sha256_hex(value: object) -> bool:
 
 def model_sha256(table: np.ndarray, dense: np.ndarray) -> str:
     """SHA-256 of the public model: ``table`` (row-major) then ``dense``, as little-endian
-    float64 bytes."""
+    float64 bytes (hashed in place where they are already such: no copy of the model)."""
     h = hashlib.sha256()
-    h.update(np.ascontiguousarray(table, dtype="<f8").tobytes())
-    h.update(np.ascontiguousarray(dense, dtype="<f8").tobytes())
+    h.update(np.ascontiguousarray(table, dtype="<f8").data)
+    h.update(np.ascontiguousarray(dense, dtype="<f8").data)
     return h.hexdigest()
 
 

@@ -330,9 +330,10 @@ class FollowerNode(FollowerRelay):
         return True
 
     def _decode_model(self, body: bytes, version: int) -> tuple[np.ndarray, np.ndarray]:
-        """``body`` as the MODEL message of ``version`` of this deployment's model shape."""
+        """``body`` as the MODEL message of ``version`` of this deployment's model shape (read-only
+        views into ``body``: the follower only hashes a synced model, it installs its own)."""
         return messages.decode_model(body, version=version, num_items=self.cfg.num_items, width=self.width,
-                                     dense_size=self.dense_size)
+                                     dense_size=self.dense_size, copy=False)
 
     def _commit_staged(self, ck: Checkpoint) -> None:
         """Install the staged model ``ck`` of round ``ck.last_round`` (under the lock): its
@@ -340,7 +341,7 @@ class FollowerNode(FollowerRelay):
         when a restart ended it aborted in between (a later journal record wins)."""
         r, why = ck.last_round, "both servers' models agree"
         opt = self._new_optimizer()
-        opt.load_state_dict(optimizer_state(ck))
+        opt.load_state_dict(optimizer_state(ck), copy=False)  # ck's arrays, like its table and dense
         self.store.save(ck)
         faults.hit("sync")
         self.table, self.dense, self.sha, self.opt, self.version = ck.table, ck.dense, ck.model_sha256, opt, ck.version

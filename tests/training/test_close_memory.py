@@ -6,16 +6,26 @@ not the code under test; the memory bounds are tracemalloc peaks (numpy reports 
 
 from __future__ import annotations
 
+import hashlib
+import struct
+import sys
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from secemb.digest import model_sha256
 from secemb.models.optim import AdamConfig, adam_update
+from secemb.protocols.wire import HEADER_BYTES
 from secemb.ring import FixedPoint
+from secemb.round import messages
 from secemb.round.optimizer import ServerAdam
 from secemb.round.update import apply_aggregate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+from deviation_helpers import in_process, play_round  # type: ignore[import-not-found]  # noqa: E402
 
 
 def _peak_bytes(fn: Callable[[], object]) -> int:
@@ -108,3 +118,78 @@ def test_apply_aggregate_holds_one_decoded_copy() -> None:
     table, dvec = np.zeros(sparse.shape), np.zeros(dense.size)
     peak = _peak_bytes(lambda: apply_aggregate(fp, opt, table, dvec, sparse, dense, n))
     assert peak < 1.35 * dvec.nbytes
+
+
+# ---------------------------------------------------------------- the model sync to server 1
+
+
+def _model(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    table, dense = rng.normal(size=(40, 7)), rng.normal(size=2_000_003)  # 16 MB dense
+    dense[::3] = -0.0
+    return table, dense
+
+
+def test_encode_model_copies_once_into_the_message() -> None:
+    table, dense = _model(np.random.default_rng(4))
+    want_body = struct.pack("<II", 40, 7) + table.tobytes() + dense.tobytes()
+    msg = messages.encode_model(3, table, dense)
+    assert msg[HEADER_BYTES:] == want_body and messages.model_version(msg) == 3
+    assert msg == messages.encode_model(3, np.asfortranarray(table), dense[::-1][::-1])  # any layout, same bytes
+    assert _peak_bytes(lambda: messages.encode_model(3, table, dense)) < 1.3 * dense.nbytes  # was ~2x
+
+
+def test_decode_model_without_copy_views_the_message() -> None:
+    table, dense = _model(np.random.default_rng(6))
+    msg = messages.encode_model(2, table, dense)
+
+    def decode(data: bytes, copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        return messages.decode_model(data, version=2, num_items=40, width=7, dense_size=dense.size, copy=copy)
+
+    views, copies = decode(msg, copy=False), decode(msg)
+    for got in (views, copies):
+        assert _same_bits(got[0], table) and _same_bits(got[1], dense)
+    assert not any(a.flags.writeable for a in views) and all(a.flags.writeable for a in copies)
+    raw = np.frombuffer(msg, np.uint8)
+    assert all(np.shares_memory(a, raw) for a in views) and not any(np.shares_memory(a, raw) for a in copies)
+    assert _peak_bytes(lambda: decode(msg, copy=False)) < 0.2 * dense.nbytes
+    assert not any(a.flags.writeable for a in decode(bytearray(msg), copy=False))  # type: ignore[arg-type]
+
+
+def test_model_sha256_hashes_in_place() -> None:
+    table, dense = _model(np.random.default_rng(8))
+    want = hashlib.sha256(table.astype("<f8").tobytes() + dense.astype("<f8").tobytes()).hexdigest()
+    assert model_sha256(table, dense) == want == model_sha256(np.asfortranarray(table), dense.astype(">f8"))
+    assert _peak_bytes(lambda: model_sha256(table, dense)) < 0.1 * dense.nbytes  # was one copy of the model
+
+
+def test_load_state_dict_without_copy_takes_the_arrays() -> None:
+    opt = ServerAdam(3, 2, 5, AdamConfig())
+    state = {"steps": 4, "m": np.ones((3, 2)), "v": np.full((3, 2), 2.0), "row_t": np.arange(3),
+             "dm": np.full(5, 3.0), "dv": np.full(5, 4.0)}
+    frozen = np.full(5, 4.0)
+    frozen.flags.writeable = False
+    opt.load_state_dict(state | {"dv": frozen}, copy=False)
+    got = opt.state_dict()
+    assert all(got[k] is state[k] for k in ("m", "v", "row_t", "dm")) and got["steps"] == 4
+    assert got["dv"] is not frozen and got["dv"].flags.writeable and np.array_equal(got["dv"], frozen)
+    opt.load_state_dict(state)
+    assert not any(np.shares_memory(opt.state_dict()[k], state[k]) for k in ("m", "v", "row_t", "dm", "dv"))
+
+
+def test_server_1_keeps_agreeing_with_its_own_optimizer_state() -> None:
+    """Server 1 installs the optimizer state it computed without a copy: over two rounds both
+    servers' models and optimizer states stay equal, and server 1's state is not its store's."""
+    pair, servers = in_process()
+    leader, follower = servers.nodes
+    for version in (1, 2):
+        _, outcome, errors = play_round(pair)
+        assert outcome["state"] == "committed" and not errors and follower.version == version
+        assert follower.model_sha() == leader.model_sha() == model_sha256(follower.table, follower.dense)
+        mine, theirs = follower.opt.state_dict(), leader.opt.state_dict()
+        assert mine["steps"] == theirs["steps"] == version
+        for k in ("m", "v", "row_t", "dm", "dv"):
+            assert np.array_equal(mine[k], theirs[k]) and mine[k].flags.writeable
+        stored = follower.store.load()
+        assert stored is not None and stored.optimizer is not None
+        assert not any(np.shares_memory(mine[k], stored.optimizer[k]) for k in ("m", "dm"))
+    assert follower.staged is None and not follower.status()["alarms"]
