@@ -14,6 +14,14 @@ coordinates of ``v`` -- the wrapped-dense attack the bound is meant to stop.
 
 With relay server 1's dense share is ``PRG(seed_2)``, fixed at retrieval, so the attack does
 not exist there (the second test pins that a relay device has nothing left to send server 1).
+Nor for dense parts of at most 40 coordinates whose rows have full rank mod 2 (matrix
+factorization's one bias: no nonzero ``e`` in the ring); it needs an MLP (NCF, DeepFM, ...).
+The nodes do not enforce the SDK's order (server 1 first): server 0's challenge route only
+asks for an upload to server 0, and server 1 takes uploads while the round is open.  A sound
+fix either releases the challenge only once server 1 confirms it holds the device's upload
+(it refuses a second one, so its confirmation fixes ``x_1``), or has the device commit to
+its server-1 dense share in its upload to server 0 (e.g. ``SHA-256(sigma || d_1)``, hiding
+from server 0, which never sees ``sigma``) inside the digests the servers compare.
 
 Driven at the protocol roles by hand (``tests/protocols/test_bounded_payloads.py``'s
 ``Round``); expected values are computed here from the plaintext the honest devices upload.
