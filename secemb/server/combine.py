@@ -19,7 +19,7 @@ from secemb.digest import model_sha256
 from secemb.privacy.noise import add_to_share
 from secemb.protocols.base import ServerRole
 from secemb.round.optimizer import ServerAdam
-from secemb.round.update import apply_aggregate
+from secemb.round.update import mean_gradient
 from secemb.server.rounds import Round
 from secemb.server.state import NodeState
 
@@ -58,6 +58,10 @@ class Combine(NodeState):
         if noise is not None:  # the same ring sum as both noised shares: each server adds its own noise once
             sparse_sum = sparse_sum + noise[: sparse_sum.size].reshape(sparse_sum.shape)
             dense_sum = dense_sum + noise[sparse_sum.size :]
+        # apply_aggregate in two calls: the ring sums go before the optimizer's copy and step
+        # (0.45 GB a server for DeepFM's dense vector at d = 512 in a 32-bit ring)
+        grads = rnd.busy(mean_gradient, self.fp, sparse_sum, dense_sum, len(include), optimizer=True)
+        del sparse_sum, dense_sum
         opt = copy.deepcopy(opt)
-        rnd.busy(apply_aggregate, self.fp, opt, table, dense, sparse_sum, dense_sum, len(include), optimizer=True)
+        rnd.busy(opt.step, table, dense, *grads, optimizer=True)
         return table, dense, model_sha256(table, dense), opt

@@ -6,10 +6,13 @@ not the code under test; the memory bounds are tracemalloc peaks (numpy reports 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import struct
 import sys
+import threading
 import tracemalloc
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -193,3 +196,32 @@ def test_server_1_keeps_agreeing_with_its_own_optimizer_state() -> None:
         assert stored is not None and stored.optimizer is not None
         assert not any(np.shares_memory(mine[k], stored.optimizer[k]) for k in ("m", "dm"))
     assert follower.staged is None and not follower.status()["alarms"]
+
+
+def test_the_ring_sums_are_gone_before_the_optimizer_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both servers drop the reconstructed ring sums before they copy the optimizer and step;
+    the round still commits the same model on both."""
+    pair, servers = in_process()
+    role_cls = type(servers.nodes[0].role)
+    combine, step = role_cls.combine, ServerAdam.step
+    sums: dict[int, list[weakref.ref[np.ndarray]]] = {}  # by thread: the two servers close at once
+    alive_at_step: list[int] = []
+
+    def recording_combine(self: object, *args: object, **kw: object) -> tuple[np.ndarray, np.ndarray]:
+        out = combine(self, *args, **kw)
+        sums.setdefault(threading.get_ident(), []).extend(weakref.ref(a) for a in out)
+        return out
+
+    def checking_step(self: ServerAdam, table: np.ndarray, dense: np.ndarray, table_grad: np.ndarray,
+                      dense_grad: np.ndarray) -> int:
+        gc.collect()
+        alive_at_step.append(sum(r() is not None for r in sums.get(threading.get_ident(), [])))
+        return step(self, table, dense, table_grad, dense_grad)
+
+    monkeypatch.setattr(role_cls, "combine", recording_combine)
+    monkeypatch.setattr(ServerAdam, "step", checking_step)
+    _, outcome, errors = play_round(pair)
+    assert outcome["state"] == "committed" and not errors
+    assert sorted(len(refs) for refs in sums.values()) == [2, 2]  # each server's sparse and dense sums
+    assert alive_at_step == [0, 0]  # none alive at its server's step
+    assert servers.nodes[1].model_sha() == servers.nodes[0].model_sha()
