@@ -19,15 +19,17 @@ rewrites the bytes it sends, as a device that controls its own software would.  
 (:meth:`~secemb.protocols.secemb.SecEmbServer.upload_digests`) rejects or the parsers refuse.
 ``oversized-payload`` and ``wrapped-dense`` need the payload bound check: bounded payloads, the
 protocol option ``bound`` (:mod:`secemb.protocols.secemb.bounds`; ``secemb train --bound``),
-under which such a device cannot prove its upload small, sends no proof and is left out; without
-it (the default) they are not caught (docs/security.md, "A malicious device: verified uploads").
+under which such a device, which cannot prove its real upload small, proves the upload it would
+have sent honestly instead: the servers' check rejects the lie and leaves it out (a device that
+sent no proof would be left out too, as a dropout); without it (the default) they are not caught
+(docs/security.md, "A malicious device: verified uploads").
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -109,12 +111,20 @@ class MaliciousUser(SecEmbUser):
 
     def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
         cfg = self.config
+        honest = rows.astype(cfg.dtype)
+        shift = cfg.dtype.type(0)
         if self.attack == "oversized-payload":
             assert self._real is not None  # set by retrieval_request
             rows = rows + np.where(self._real[:, None], cfg.dtype.type(1 << (cfg.ring_bits - 2)), cfg.dtype.type(0))
         elif self.attack == "wrapped-dense":
-            dense = dense + cfg.dtype.type(1 << (cfg.ring_bits - 1))
+            shift = cfg.dtype.type(1 << (cfg.ring_bits - 1))
+            dense = dense + shift
         u0, u1 = super().upload(rows.astype(cfg.dtype), dense.astype(cfg.dtype))
+        if self._kept is not None and self.attack in ("oversized-payload", "wrapped-dense"):
+            # bounded payloads: the device proves the upload it would have sent honestly (the rows
+            # before the attack, server 1's dense share without the shift) -- a lie about what the
+            # servers hold, which their check rejects (an honest prover of the real upload refuses)
+            self._kept = replace(self._kept, rows=honest, dense1=self._kept.dense1 - shift)
         if self.attack == "random-bytes":
             return self._random(u0), None if u1 is None else self._random(u1)
         return u0, u1

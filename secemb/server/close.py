@@ -164,8 +164,10 @@ class LeaderClose(LeaderRelay):
         (:meth:`~secemb.protocols.secemb.SecEmbServer.bound_request`), server 1's verifier
         messages (:meth:`~secemb.server.peer.PeerLink.bound`), server 0's decision; the devices
         that fail are left out like a dropout and recorded as for a digest mismatch
-        (:meth:`_reject`).  It runs before the digest comparison (the plan's ``prove`` hops
-        precede the closing ones: :data:`~secemb.protocols.stages.PROVING`); either check
+        (:meth:`_reject`); those that sent none (a proof still on its way when the round closes)
+        are left out like a dropout, with no rejection counted.  It runs before the digest
+        comparison (the plan's ``prove`` hops precede the closing ones:
+        :data:`~secemb.protocols.stages.PROVING`); either check
         leaves a device out.  ``None``: the round was aborted (server 1 did not answer, or its
         answer is malformed).  Unchanged where the rounds have no bound proofs."""
         with self.lock:
@@ -173,17 +175,19 @@ class LeaderClose(LeaderRelay):
         if prover is None:
             return include
         try:
+            silent = rnd.busy(prover.unproved, include)
             request = rnd.busy(prover.bound_request, include)
             answer = self.peer.bound(rnd.round_id, request)
-            bad = sorted(rnd.busy(prover.bound_rejected, answer))
+            bad = sorted(rnd.busy(prover.bound_rejected, answer) - silent)
         except PEER_ERRORS as exc:
             self._end(rnd, ABORTED, f"server 1 did not check the bound proofs: {exc}")
             return None
         except SecembError as exc:
             self._end(rnd, ABORTED, f"the bound proofs' check failed: {exc}")
             return None
-        self._reject(rnd, bad, "sent no bound proof or one that fails the check (an upload beyond the payload bound)")
-        return [u for u in include if u not in set(bad)]
+        self._reject(rnd, bad, "sent a bound proof that fails the check (an upload beyond the payload bound)")
+        out = set(bad) | silent
+        return [u for u in include if u not in out]
 
     def _reject(self, rnd: Round, bad: list[int], why: str) -> None:
         """Devices ``bad`` (sorted) are left out of round ``rnd`` because they ``why``: each one's

@@ -76,6 +76,9 @@ class ProvingRole(TypingProtocol):
     def bound_answer(self, request: bytes) -> bytes:
         """Server 1: its verifier messages for server 0's request."""
 
+    def unproved(self, users: list[int]) -> set[int]:
+        """Server 0: the users of ``users`` without a kept proof."""
+
     def bound_rejected(self, answer: bytes) -> set[int]:
         """Server 0: the users of its last request that fail the check or sent no proof."""
 

@@ -6,7 +6,8 @@ Finding J2: a device's proof is a second request after its upload.  When the quo
 way, the close takes every *uploaded* device and treats the one without a proof like a cheater
 whose proof failed: a rejection counted against it (three and it is refused at the door) and a
 ``device_rejected`` alarm.  Leaving it out is right (its payload is unchecked); the strike and
-the alarm are not -- it did nothing but arrive after the quorum.
+the alarm are not -- it did nothing but arrive after the quorum.  Fixed (lead, session 19): the
+close leaves a device without a proof out like a dropout (``SecEmbServer.unproved``), no strike.
 
 Regression (passes): that device's proof after the close is refused (Conflict) and changes
 nothing.
@@ -26,8 +27,6 @@ from secemb.client.device import Device  # noqa: E402
 from secemb.server.errors import Conflict  # noqa: E402
 
 
-@pytest.mark.xfail(strict=True, reason="finding J2 (unfixed): an uploaded device whose proof is in flight when the "
-                                       "quorum closes the round gets a rejection and a device_rejected alarm")
 def test_a_device_still_proving_at_the_quorum_is_left_out_without_a_strike() -> None:
     servers = tbn._servers()
     leader, _ = tbn._nodes(servers)

@@ -53,6 +53,7 @@ keeps none (the gpu backend's), from a walk of the absorbed keys at verification
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -64,12 +65,12 @@ from secemb.fss.projections import project_each
 from secemb.fss.rangeproof import RangeParams
 from secemb.privacy.noise import ClipSpec
 from secemb.protocols.base import RoundConfig
-from secemb.protocols.secemb.sizes import U64
+from secemb.protocols.secemb.sizes import DENSE_COMMIT_BYTES, U64
 from secemb.randomness import SEED_BYTES
 from secemb.ring import FixedPoint
 
 __all__ = ["BOUND_RING_BITS", "CHALLENGE_BYTES", "QUERY_BYTES", "ROWS", "SIGMA_BYTES", "bound_bits", "bound_params",
-           "clip_norm", "clip_upload", "context", "payload_share", "projected", "upload_vector"]
+           "clip_norm", "clip_upload", "context", "dense_commitment", "payload_share", "projected", "upload_vector"]
 
 #: projections a device proves in range (lambda)
 ROWS = 40
@@ -82,6 +83,7 @@ QUERY_BYTES = SEED_BYTES
 #: ring of the bound (the range proof's relation must not wrap mod p: 32-bit ring shares)
 BOUND_RING_BITS = 32
 _CONTEXT_DOMAIN = b"secemb-bound-proof"
+_DENSE_DOMAIN = b"secemb-bound-dense"
 
 
 def bound_bits(ring_bits: int, users: int) -> int:
@@ -130,6 +132,19 @@ def context(round_id: int, challenge: bytes, key_digest: bytes) -> bytes:
     challenge and ``K`` the device's key digest (:func:`~secemb.protocols.secemb.checks.key_digests`:
     both servers hold it, and it differs between devices)."""
     return _CONTEXT_DOMAIN + U64.pack(round_id) + bytes(challenge) + bytes(key_digest)
+
+
+def dense_commitment(round_id: int, sigma: bytes, dense1: np.ndarray) -> bytes:
+    """``SHA-256(b"secemb-bound-dense" || u64 round_id || sigma || d_1)``: without relay, the
+    device's commitment to its server-1 dense share ``d_1`` (ring (P,), little-endian words),
+    appended to its upload to server 0 so that the share is fixed before server 0's challenge:
+    the two servers' upload digests cover it (server 1 computes it from the share it got and the
+    ``sigma`` of the device's request).  ``sigma`` is secret from server 0, so the commitment
+    tells server 0 nothing about ``d_1`` (a short dense gradient could otherwise be guessed from
+    its hash and server 0's own share)."""
+    h = hashlib.sha256(_DENSE_DOMAIN + U64.pack(round_id) + bytes(sigma))
+    h.update(np.ascontiguousarray(dense1, dense1.dtype.newbyteorder("<")).data)
+    return h.digest()[:DENSE_COMMIT_BYTES]
 
 
 def payload_share(config: RoundConfig, party: int, path: PathKeys, cw: np.ndarray) -> np.ndarray:

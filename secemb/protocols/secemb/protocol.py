@@ -124,7 +124,8 @@ class SecEmbProtocol(Protocol):
                 return None
             return QUERY_BYTES + num_users * (8 + CHALLENGE_BYTES + rangeproof.PART_BYTES)
         if kind == "upload":
-            return None if roots_only else upload_bytes(rc, self.relay)
+            commit = self.bound and not self.relay and not party  # server 0's ends with the dense commitment
+            return None if roots_only else upload_bytes(rc, self.relay, commit=commit)
         if kind == "aggregate_share":
             return share_bytes(rc, num_users)
         if not roots_only:

@@ -36,11 +36,13 @@ from secemb.protocols.secemb.bounds import (
     SIGMA_BYTES,
     bound_params,
     context,
+    dense_commitment,
     payload_share,
     projected,
 )
 from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seeds, key_digests, row_tags
 from secemb.protocols.secemb.sizes import (
+    DENSE_COMMIT_BYTES,
     NAME,
     U64,
     checks_bytes,
@@ -101,6 +103,9 @@ class _Absorbed:
     cw: np.ndarray  # ring (S, w): the aggregation correction words
     dense_seed: bytes | None  # server 1 with relay: the seed its dense share expands from; else None (spilled)
     sums: PayloadSums | None = None  # as _Pending.sums
+    #: bounded payloads without relay: the commitment to the device's server-1 dense share (server 0:
+    #: as the device sent it; server 1: computed from its share), which the upload digests cover
+    commit: bytes | None = None
 
 
 def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
@@ -507,15 +512,17 @@ class SecEmbServer(ServerRole):
 
     # -- upload --------------------------------------------------------------------------
     def _absorb_many(self, users: list[int], cws: list[np.ndarray], dense_sum: np.ndarray,
-                     spill: list[np.ndarray] | None = None, dense_seeds: list[bytes] | None = None) -> None:
+                     spill: list[np.ndarray] | None = None, dense_seeds: list[bytes] | None = None,
+                     commits: list[bytes] | None = None) -> None:
         """Absorb checked uploads: ``users[i]``'s correction words ``cws[i]`` (ring (S, w)) are
         kept with its keys; the dense shares, summed in ``dense_sum`` (ring (P,)), are added to
         the running aggregate now, each kept only as its seed (``dense_seeds``: server 1 with
         relay, the seeds they expand from) or else on disk (``spill``: the shares themselves),
         so that the server's memory does not grow with the round's users (:meth:`_dense_share`
-        gets one back for a user left out).  The control-bit part of the sparse share is
-        computed for the included users at once when the aggregate is asked for
-        (:meth:`_summed`); each user's keys stay until then.
+        gets one back for a user left out); ``commits``: each user's dense commitment (bounded
+        payloads without relay, :func:`~secemb.protocols.secemb.bounds.dense_commitment`).  The
+        control-bit part of the sparse share is computed for the included users at once when the
+        aggregate is asked for (:meth:`_summed`); each user's keys stay until then.
 
         Raises
         ------
@@ -524,9 +531,10 @@ class SecEmbServer(ServerRole):
         if spill is not None:
             self._spilled.put_many(list(zip(users, spill, strict=True)))  # first: it may fail, nothing changed yet
         seeds = dense_seeds if dense_seeds is not None else [None] * len(users)
-        for u, cw, seed in zip(users, cws, seeds, strict=True):
+        commit_of = commits if commits is not None else [None] * len(users)
+        for u, cw, seed, commit in zip(users, cws, seeds, commit_of, strict=True):
             pending = self._pending.pop(u)
-            self._absorbed[u] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, seed, pending.sums)
+            self._absorbed[u] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, seed, pending.sums, commit)
             self._uploaded.add(u)
         self._closed_cache = None
         self._dense += dense_sum
@@ -638,7 +646,11 @@ class SecEmbServer(ServerRole):
         the explicit dense shares spilled to disk together before anything is absorbed."""
         cfg = self._cfg()
         out: list[bytes | None | SecembError] = [None] * len(uploads)
-        users, where, bodies = self._open_uploads(uploads, "upload", upload_bytes(cfg, self.relay), out)
+        # bounded payloads without relay: server 0's upload ends with the device's commitment to its
+        # server-1 dense share, which server 1 computes from its own (both digests cover it)
+        commit = self._bound is not None and not self.relay
+        size = upload_bytes(cfg, self.relay, commit=commit and self.party == 0)
+        users, where, bodies = self._open_uploads(uploads, "upload", size, out)
         if not users:
             return out
         taken = self._map_spans(self._take_uploads, [bodies[lo:hi] for lo, hi in self._spans(len(bodies))])
@@ -648,7 +660,12 @@ class SecEmbServer(ServerRole):
         dense = taken[0][3]
         for part in taken[1:]:
             dense += part[3]
-        self._absorb_many(users, cws, dense, spill=spill)
+        commits = None
+        if commit:
+            commits = ([bytes(b[size - DENSE_COMMIT_BYTES :]) for b in bodies] if self.party == 0 else
+                       [dense_commitment(cfg.round_id, self._sigmas.get(u, b""), d)
+                        for u, d in zip(users, spill, strict=True)])
+        self._absorb_many(users, cws, dense, spill=spill, commits=commits)
         if self._bound is not None and self.party == 0:  # one challenge for the batch, drawn once it is absorbed
             challenge = system_rng(CHALLENGE_BYTES)
             self._challenges.update(dict.fromkeys(users, challenge))
@@ -686,10 +703,13 @@ class SecEmbServer(ServerRole):
         """Per uploaded user of ``users``, the 32-byte digest the two servers compare before
         the user enters the aggregate (``None`` without verified uploads).
 
-        ``SHA-256(b"secemb-verify-upload" || u64 round || u64 user || K || V || CW)``: ``K`` is
+        ``SHA-256(b"secemb-verify-upload" || u64 round || u64 user || K || V || CW || C)``: ``K`` is
         the SHA-256 of the user's shared key part and check words, ``V`` its keys' check values
         (:mod:`secemb.fss.verify`) and ``CW`` its aggregation correction words (without relay;
-        with relay both servers hold the words the device authenticated, so ``CW`` is empty).  For an honest
+        with relay both servers hold the words the device authenticated, so ``CW`` is empty);
+        ``C``, with bounded payloads and without relay, the commitment to its server-1 dense share
+        (:func:`~secemb.protocols.secemb.bounds.dense_commitment`: sent to server 0, computed by
+        server 1, so that the share is fixed before server 0's challenge), else empty.  For an honest
         user both servers compute the same digest, so the message tells the receiver nothing it
         could not compute itself; a user whose keys are not point functions, or who sent the
         servers different key parts, check words or correction words, gets different digests
@@ -712,6 +732,8 @@ class SecEmbServer(ServerRole):
             h.update(little(values))
             if not self.relay:
                 h.update(little(got.cw))
+            if got.commit is not None:  # bounded payloads without relay: the server-1 dense share's commitment
+                h.update(got.commit)
             out[u] = h.digest()
         return out
 
@@ -869,6 +891,18 @@ class SecEmbServer(ServerRole):
                                           self._bound_contexts(users, challenges), query)
         self._answered.update(users)
         return frame(NAME, "bound_answer", 0, cfg.round_id, little(v1))
+
+    def unproved(self, users: list[int]) -> set[int]:
+        """Server 0: the users of ``users`` that sent no kept proof (bounded payloads).  They are
+        left out like a dropout: a proof still on its way when the round closes is not a failed
+        one, so the node counts no rejection for them (:meth:`bound_rejected` lists them too).
+
+        Raises
+        ------
+        ProtocolError: bounded payloads are off, or this is server 1.
+        """
+        self._bounded(0)
+        return set(users) - self._proofs.keys()
 
     def bound_rejected(self, answer: bytes) -> set[int]:
         """Server 0: the users of its last :meth:`bound_request` that fail the bound check --

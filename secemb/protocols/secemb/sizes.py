@@ -12,9 +12,9 @@ from secemb.protocols.base import RoundConfig
 from secemb.randomness import SEED_BYTES
 
 __all__ = [
-    "DIGEST_BYTES", "MAC_BYTES", "MAC_KEY_BYTES", "NAME", "TAG_BYTES", "U64", "answer_bytes", "checks_bytes",
-    "key_expect", "key_params", "request_bytes", "roots_bytes", "rows_bytes", "share_bytes", "shared_bytes",
-    "tag_words", "upload_bytes",
+    "DENSE_COMMIT_BYTES", "DIGEST_BYTES", "MAC_BYTES", "MAC_KEY_BYTES", "NAME", "TAG_BYTES", "U64", "answer_bytes",
+    "checks_bytes", "key_expect", "key_params", "request_bytes", "roots_bytes", "rows_bytes", "share_bytes",
+    "shared_bytes", "tag_words", "upload_bytes",
 ]
 
 #: the protocol's name in every message header
@@ -28,6 +28,9 @@ TAG_BYTES = 16
 #: HMAC-SHA256 truncated to MAC_BYTES, and the SHA-256 digest of the forwarded key part
 MAC_KEY_BYTES = 16
 MAC_BYTES = 16
+#: bounded payloads without relay: the commitment to its server-1 dense share a device appends to
+#: its upload to server 0 (a SHA-256; secemb.protocols.secemb.bounds.dense_commitment)
+DENSE_COMMIT_BYTES = 32
 DIGEST_BYTES = 32
 
 
@@ -81,10 +84,13 @@ def answer_bytes(config: RoundConfig) -> int:
     return config.slots * (config.width + tag_words(config)) * config.dtype.itemsize
 
 
-def upload_bytes(config: RoundConfig, relay: bool) -> int:
+def upload_bytes(config: RoundConfig, relay: bool, *, commit: bool = False) -> int:
     """An upload to server 0 (with relay, its correction words carry server 1's MAC tag) or,
-    without relay, to either server."""
-    return rows_bytes(config) + config.dense_size * config.dtype.itemsize + (MAC_BYTES if relay else 0)
+    without relay, to either server; ``commit``: to server 0 without relay with bounded
+    payloads, which ends with the commitment to the server-1 dense share
+    (:data:`DENSE_COMMIT_BYTES`)."""
+    return (rows_bytes(config) + config.dense_size * config.dtype.itemsize + (MAC_BYTES if relay else 0)
+            + (DENSE_COMMIT_BYTES if commit else 0))
 
 
 def share_bytes(config: RoundConfig, num_users: int) -> int:

@@ -21,6 +21,7 @@ from secemb.protocols.secemb.bounds import (
     SIGMA_BYTES,
     bound_params,
     context,
+    dense_commitment,
     payload_share,
     projected,
     upload_vector,
@@ -475,7 +476,9 @@ class SecEmbUser(UserRole):
                 out[i] = frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0), tag), None
             else:
                 d0, d1 = share(dense, _rng=user._rng)
-                out[i] = (frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0)),
+                # bounded payloads: server 0 gets a commitment to d1, so that d1 is fixed before its challenge
+                commit = b"" if user._sigma is None else dense_commitment(cfg.round_id, user._sigma, d1)
+                out[i] = (frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0), commit),
                           frame(NAME, "upload", 1, cfg.round_id, own, array_bytes(d1)))
             if user._path0 is not None:  # bounded payloads: what the proof needs (copies: no view of the batch's)
                 user._kept = _Kept(user._path0, cw[j * cfg.slots : (j + 1) * cfg.slots].copy(),
