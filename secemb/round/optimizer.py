@@ -124,9 +124,10 @@ class ServerAdam:
     def load_state_dict(self, state: dict[str, Any], *, copy: bool = True) -> None:
         """Replace the state by ``state`` (as :meth:`state_dict` returns it; arrays copied).
 
-        ``copy=False``: the caller gives ``state``'s arrays up, and those that are writable and
-        of this optimizer's dtype become its state without a copy (:meth:`step` then changes
-        them in place; a server's new model's optimizer state is 1.8 GB for DeepFM at d = 512).
+        ``copy=False``: the caller gives ``state``'s arrays up, and those of this optimizer's
+        dtype become its state without a copy (a server's optimizer state is 1.8 GB for DeepFM
+        at d = 512), read-only ones too: :meth:`step` then refuses to change them in place (a
+        server steps a copy of its optimizer, :mod:`secemb.server.combine`).
 
         Raises
         ------
@@ -141,7 +142,7 @@ class ServerAdam:
             cur, new = getattr(self, attr), np.asarray(state[key])
             if new.shape != cur.shape:
                 raise InvalidParameters(f"optimizer state field {key}: expected shape {cur.shape}, got {new.shape}")
-            arrays[attr] = new.astype(cur.dtype, copy=copy or not new.flags.writeable)
+            arrays[attr] = new.astype(cur.dtype, copy=copy)
         steps = state["steps"]
         check_int("optimizer state field steps", steps, low=0)
         for attr, arr in arrays.items():

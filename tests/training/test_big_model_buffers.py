@@ -95,7 +95,7 @@ def test_spill_leaves_zero_blocks_off_the_disk_and_reads_them_back_as_zeros() ->
     spill.close()
 
 
-def test_memory_store_replaces_a_checkpoint_in_its_own_arrays_and_hands_out_copies() -> None:
+def test_memory_store_keeps_a_checkpoint_read_only_and_hands_out_copies() -> None:
     from secemb.server.store import CHECKPOINT, Checkpoint, MemoryStore
 
     store = MemoryStore(0, "fp")
@@ -105,14 +105,15 @@ def test_memory_store_replaces_a_checkpoint_in_its_own_arrays_and_hands_out_copi
 
     d1, t1 = np.arange(6, dtype=np.float64), np.ones((2, 3))
     store.save(ck(1, d1, t1))
-    held = store._cks[CHECKPOINT][1]["dense"]
-    d1[0] = 99.0  # the store holds its own copy
+    assert store._cks[CHECKPOINT][1]["dense"] is d1  # kept, not copied (session 19, helper K)
+    with pytest.raises(ValueError, match="read-only"):
+        d1[0] = 99.0  # and it cannot change under the store
     d2, t2 = np.full(6, 7.0), np.zeros((3, 3))  # the table changes shape: a new array for it
     store.save(ck(2, d2, t2))
     got = store.load()
     assert got is not None and got.version == 2 and got.model_sha256 == "sha2"
     assert np.array_equal(got.dense, d2) and np.array_equal(got.table, t2) and got.table.shape == (3, 3)
-    assert store._cks[CHECKPOINT][1]["dense"] is held  # replaced in place (one copy, not two)
+    assert store._cks[CHECKPOINT][1]["dense"] is d2  # the new checkpoint's arrays, no copy
     got.dense[0] = -1.0  # what load hands out is a copy
     again = store.load()
     assert again is not None and again.dense[0] == 7.0

@@ -14,6 +14,7 @@ import threading
 import tracemalloc
 import weakref
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from secemb.ring import FixedPoint
 from secemb.round import messages
 from secemb.round.optimizer import ServerAdam
 from secemb.round.update import apply_aggregate
+from secemb.server.store import CHECKPOINT, STAGED, Checkpoint, MemoryStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from deviation_helpers import in_process, play_round  # type: ignore[import-not-found]  # noqa: E402
@@ -167,21 +169,46 @@ def test_model_sha256_hashes_in_place() -> None:
 
 def test_load_state_dict_without_copy_takes_the_arrays() -> None:
     opt = ServerAdam(3, 2, 5, AdamConfig())
-    state = {"steps": 4, "m": np.ones((3, 2)), "v": np.full((3, 2), 2.0), "row_t": np.arange(3),
-             "dm": np.full(5, 3.0), "dv": np.full(5, 4.0)}
-    frozen = np.full(5, 4.0)
-    frozen.flags.writeable = False
-    opt.load_state_dict(state | {"dv": frozen}, copy=False)
+    state: dict[str, Any] = {"steps": 4, "m": np.ones((3, 2)), "v": np.full((3, 2), 2.0), "row_t": np.arange(3),
+                             "dm": np.full(5, 3.0), "dv": np.full(5, 4.0)}
+    state["dv"].flags.writeable = False  # as a MemoryStore keeps it
+    opt.load_state_dict(state, copy=False)
     got = opt.state_dict()
-    assert all(got[k] is state[k] for k in ("m", "v", "row_t", "dm")) and got["steps"] == 4
-    assert got["dv"] is not frozen and got["dv"].flags.writeable and np.array_equal(got["dv"], frozen)
+    assert all(got[k] is state[k] for k in ("m", "v", "row_t", "dm", "dv")) and got["steps"] == 4
+    with pytest.raises(ValueError, match="read-only"):  # a read-only state is stepped on a copy only
+        opt.step(np.zeros((3, 2)), np.zeros(5), np.ones((3, 2)), np.ones(5))
     opt.load_state_dict(state)
     assert not any(np.shares_memory(opt.state_dict()[k], state[k]) for k in ("m", "v", "row_t", "dm", "dv"))
+    assert opt.state_dict()["dv"].flags.writeable
+
+
+def test_memory_store_keeps_arrays_read_only_and_hands_out_copies() -> None:
+    store = MemoryStore(1, "fp")
+    table, dense, dm = np.ones((2, 3)), np.arange(5.0), np.full(5, 2.0)
+    whole = np.zeros((2, 5))
+    view = whole[1]  # a view: copied, so that writes through its base cannot reach the store
+    opt = {"steps": 1, "m": np.zeros((2, 3)), "v": np.zeros((2, 3)), "row_t": np.ones(2, np.int64), "dm": dm,
+           "dv": view}
+    ck = Checkpoint(1, 0, [3, 4], 7, 2.0, table, dense, "s" * 64, opt)
+    store.save(ck, staged=True)
+    store.save(ck)  # the commit: the same arrays, no second copy
+    held = store._cks[CHECKPOINT][1]
+    assert held["table"] is table and held["dense"] is dense and held["opt_dm"] is dm
+    assert held["opt_dv"] is not view and store._cks[STAGED][1]["table"] is table
+    assert not any(a.flags.writeable for a in (table, dense, dm, held["opt_dv"]))
+    whole[1] = 9.0
+    with pytest.raises(ValueError, match="read-only"):
+        dense[0] = 1.0
+    got = store.load()
+    assert got is not None and got.optimizer is not None and got.dense.flags.writeable
+    assert np.array_equal(got.dense, np.arange(5.0)) and np.array_equal(got.optimizer["dv"], np.zeros(5))
+    assert not np.shares_memory(got.dense, dense)
 
 
 def test_server_1_keeps_agreeing_with_its_own_optimizer_state() -> None:
-    """Server 1 installs the optimizer state it computed without a copy: over two rounds both
-    servers' models and optimizer states stay equal, and server 1's state is not its store's."""
+    """Server 1 installs the optimizer state it computed without a copy (its store keeps the
+    same arrays, read-only): over two rounds both servers' models and optimizer states stay
+    equal, each step on a copy."""
     pair, servers = in_process()
     leader, follower = servers.nodes
     for version in (1, 2):
@@ -191,10 +218,10 @@ def test_server_1_keeps_agreeing_with_its_own_optimizer_state() -> None:
         mine, theirs = follower.opt.state_dict(), leader.opt.state_dict()
         assert mine["steps"] == theirs["steps"] == version
         for k in ("m", "v", "row_t", "dm", "dv"):
-            assert np.array_equal(mine[k], theirs[k]) and mine[k].flags.writeable
+            assert np.array_equal(mine[k], theirs[k]) and not mine[k].flags.writeable
         stored = follower.store.load()
         assert stored is not None and stored.optimizer is not None
-        assert not any(np.shares_memory(mine[k], stored.optimizer[k]) for k in ("m", "dm"))
+        assert np.array_equal(stored.optimizer["dm"], mine["dm"]) and stored.dense.flags.writeable
     assert follower.staged is None and not follower.status()["alarms"]
 
 
