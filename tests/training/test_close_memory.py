@@ -11,9 +11,7 @@ import hashlib
 import struct
 import sys
 import threading
-import tracemalloc
 import weakref
-from collections.abc import Callable
 from typing import Any
 from pathlib import Path
 
@@ -31,15 +29,7 @@ from secemb.server.store import CHECKPOINT, STAGED, Checkpoint, MemoryStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from deviation_helpers import in_process, play_round  # type: ignore[import-not-found]  # noqa: E402
-
-
-def _peak_bytes(fn: Callable[[], object]) -> int:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+from test_big_model_buffers import _peak_bytes  # type: ignore[import-not-found]  # noqa: E402  # same folder
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
