@@ -29,21 +29,11 @@ from secemb.server.store import CHECKPOINT, STAGED, Checkpoint, MemoryStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from deviation_helpers import in_process, play_round  # type: ignore[import-not-found]  # noqa: E402
-from test_big_model_buffers import _peak_bytes  # type: ignore[import-not-found]  # noqa: E402  # same folder
+from test_big_model_buffers import _adam_formula, _peak_bytes  # type: ignore[import-not-found]  # noqa: E402
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))  # -0.0 included
-
-
-def _adam_formula(param: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarray, t: int | np.ndarray,
-                  cfg: AdamConfig) -> None:
-    b1, b2 = cfg.beta1, cfg.beta2
-    m *= b1
-    m += (1.0 - b1) * grad
-    v *= b2
-    v += (1.0 - b2) * (grad * grad)
-    param -= cfg.lr * (m / (1.0 - np.power(b1, t))) / (np.sqrt(v / (1.0 - np.power(b2, t))) + cfg.eps)
 
 
 @pytest.mark.parametrize(("shape", "t"), [((200_003,), 4), ((3001, 70), 2), ((5, 40_000), 7), ((65_536,), 1)])
