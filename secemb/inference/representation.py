@@ -23,6 +23,7 @@ inactive features are zero rows, so the row count does not reveal ``x_u``).
 
 from __future__ import annotations
 
+import warnings
 from functools import cached_property
 from typing import Any
 
@@ -34,6 +35,17 @@ from secemb.models.features import unpack_codes
 
 __all__ = ["Representation", "representation_for"]
 
+
+
+def _read_only_tensor(a: np.ndarray) -> Any:
+    """``torch.as_tensor(a)`` for an array torch only reads here (``no_grad``, never written): the
+    server's model arrays are read-only since its checkpoints keep them (``MemoryStore``), and
+    torch warns once about any non-writable array; the array is not copied."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(a)
 
 class Representation:
     """The split of ``model``'s prediction at the public ``dense`` parameters (base: MF).
@@ -90,7 +102,7 @@ class _NCFRep(Representation):
         with torch.no_grad():
             out = self.model.forward(  # type: ignore[attr-defined]
                 torch.as_tensor(private), torch.zeros((summary.shape[0], 0), dtype=torch.float64),
-                torch.as_tensor(np.asarray(rows, dtype=np.float64)), torch.as_tensor(self.dense))
+                torch.as_tensor(np.asarray(rows, dtype=np.float64)), _read_only_tensor(self.dense))
         return np.asarray(out.numpy(), dtype=np.float64)
 
 
@@ -166,7 +178,7 @@ class _DeepFMRep(_FMRep):
         h = summary[:, d + 1 :] + rows[:, :d] @ v["W1"][1] + v["c1"]
         if self.model.l_y:
             h = h + y @ self._item_w1
-        t = {k: torch.as_tensor(np.asarray(v[k], dtype=np.float64)) for k in ("g1", "b1", "g2", "b2")}
+        t = {k: _read_only_tensor(np.asarray(v[k], dtype=np.float64)) for k in ("g1", "b1", "g2", "b2")}
         with torch.no_grad():
             z = torch.relu(F.layer_norm(torch.as_tensor(h), (4 * d,), t["g1"], t["b1"]))
             z2 = z.numpy() @ v["W2"] + v["c2"]
