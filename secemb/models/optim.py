@@ -69,38 +69,26 @@ def adam_update(
     arrays are block-sized, not ``param``-sized; every operation is elementwise, so the bits
     are those of one pass.
     """
-    if np.ndim(t) == 0 and param.size > _BLOCK:
-        rows = max(1, _BLOCK // (param.size // param.shape[0]))
-        for lo in range(0, param.shape[0], rows):
-            block = slice(lo, lo + rows)
-            _adam_pass(param[block], grad[block], m[block], v[block], t, cfg)
-    else:
-        _adam_pass(param, grad, m, v, t, cfg)
-
-
-def _adam_pass(
-    param: np.ndarray,
-    grad: np.ndarray,
-    m: np.ndarray,
-    v: np.ndarray,
-    t: np.ndarray | int,
-    cfg: AdamConfig,
-) -> None:
-    """:func:`adam_update` over the whole of its arrays, in two scratch arrays of ``param``'s shape."""
+    whole = slice(None)
+    rows = max(1, _BLOCK // (param.size // max(1, param.shape[0]))) if param.ndim else 1
+    blocked = np.ndim(t) == 0 and param.size > _BLOCK
+    blocks = [slice(lo, lo + rows) for lo in range(0, param.shape[0], rows)] if blocked else [whole]
     b1, b2 = cfg.beta1, cfg.beta2
-    scratch = np.multiply(grad, 1.0 - b1)
-    m *= b1
-    m += scratch
-    np.multiply(grad, grad, out=scratch)
-    scratch *= 1.0 - b2
-    v *= b2
-    v += scratch
     bc1 = 1.0 - np.power(b1, t)
     bc2 = 1.0 - np.power(b2, t)
-    np.divide(v, bc2, out=scratch)
-    denominator = np.sqrt(scratch, out=scratch)
-    denominator += cfg.eps
-    step = np.divide(m, bc1)
-    step *= cfg.lr
-    step /= denominator
-    param -= step
+    for block in blocks:  # one pass over each block, in two scratch arrays of its shape
+        p, g, mb, vb = param[block], grad[block], m[block], v[block]
+        scratch = np.multiply(g, 1.0 - b1)
+        mb *= b1
+        mb += scratch
+        np.multiply(g, g, out=scratch)
+        scratch *= 1.0 - b2
+        vb *= b2
+        vb += scratch
+        np.divide(vb, bc2, out=scratch)
+        denominator = np.sqrt(scratch, out=scratch)
+        denominator += cfg.eps
+        step = np.divide(mb, bc1)
+        step *= cfg.lr
+        step /= denominator
+        p -= step
