@@ -69,10 +69,10 @@ def adam_update(
     arrays are block-sized, not ``param``-sized; every operation is elementwise, so the bits
     are those of one pass.
     """
-    whole = slice(None)
-    rows = max(1, _BLOCK // (param.size // max(1, param.shape[0]))) if param.ndim else 1
-    blocked = np.ndim(t) == 0 and param.size > _BLOCK
-    blocks = [slice(lo, lo + rows) for lo in range(0, param.shape[0], rows)] if blocked else [whole]
+    blocks = [slice(None)]  # the whole array
+    if np.ndim(t) == 0 and param.size > _BLOCK:  # then param.ndim >= 1 and every row is non-empty
+        rows = max(1, _BLOCK // (param.size // param.shape[0]))
+        blocks = [slice(lo, lo + rows) for lo in range(0, param.shape[0], rows)]
     b1, b2 = cfg.beta1, cfg.beta2
     bc1 = 1.0 - np.power(b1, t)
     bc2 = 1.0 - np.power(b2, t)

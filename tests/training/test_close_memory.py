@@ -36,9 +36,13 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.int64), b.view(np.int64))  # -0.0 included
 
 
-@pytest.mark.parametrize(("shape", "t"), [((200_003,), 4), ((3001, 70), 2), ((5, 40_000), 7), ((65_536,), 1)])
+@pytest.mark.parametrize(
+    ("shape", "t"),
+    [((200_003,), 4), ((3001, 70), 2), ((5, 40_000), 7), ((65_536,), 1), ((0,), 1), ((4, 0), 2), ((1, 1), 1)],
+)
 def test_adam_update_in_blocks_is_the_formula(shape: tuple[int, ...], t: int) -> None:
-    """Blocks of rows, the last one short, rows wider than a block: the bits of one pass."""
+    """Blocks of rows, the last one short, rows wider than a block, empty arrays (a model
+    without dense parameters, e.g. SASRec's empty dense vector): the bits of one pass."""
     cfg = AdamConfig(lr=0.01, beta1=0.8, beta2=0.99, eps=1e-7)
     rng = np.random.default_rng(5)
     want = [rng.normal(size=shape), rng.normal(size=shape), rng.normal(size=shape), rng.random(size=shape)]
