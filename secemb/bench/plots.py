@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ __all__ = ["DPI", "PANEL_INCHES", "PlotsUnavailable", "Flag", "axis_scale", "bar
 DPI = 100
 PANEL_INCHES = (5.0, 3.6)
 _COLUMNS = 2
+#: a panel title wider than this many characters wraps (one panel is PANEL_INCHES[0] wide at 10 pt)
+_TITLE_CHARS = 55
 
 #: a point marked as a warning: ``(x, y, reason)``
 Flag = tuple[Any, float, str]
@@ -133,7 +136,7 @@ def _save(plt: Any, fig: Any, axes: Any, used: int, title: str, path: str | Path
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=DPI)
+    fig.savefig(png, format="png", dpi=DPI, bbox_inches="tight")  # grow the canvas to any text tight_layout left out
     plt.close(fig)
     atomic_write_bytes(path, png.getvalue())
 
@@ -184,7 +187,7 @@ def line_panels(path: str | Path, panels: Mapping[str, Mapping[str, Sequence[flo
             all_x += list(rx)
             all_y += list(ry)
         _flag(ax, (flags or {}).get(name, ()))
-        ax.set_title(name, fontsize=10)
+        ax.set_title(textwrap.fill(name, _TITLE_CHARS), fontsize=10)
         ax.set_xlabel(xlabel, fontsize=9)
         ax.set_ylabel((ylabels or {}).get(name, ylabel), fontsize=9)
         ax.tick_params(labelsize=8)
