@@ -48,26 +48,37 @@ def test_bench_scale_runs_serial_and_each_worker_count(tmp_path) -> None:  # noq
     assert "Amdahl's law bounds the round's speed-up at n workers by 1: 1.0x, 2: " in res.output
 
 
-def test_machine_ceiling_runs_n_concurrent_streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each trial of n streams converts n * reps times, on n threads at once; the ceiling of
-    n streams is n times one stream's time over theirs."""
+@pytest.mark.parametrize("compiled", [True, False])
+def test_machine_ceiling_runs_n_concurrent_streams(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
+    """Each trial of n streams converts n * reps times, on n threads at once, each thread into
+    one buffer of its own (the compiled kernel; without it, ``convert``); the ceiling of n
+    streams is n times one stream's time over theirs."""
     import threading
 
+    import secemb.fss._numba_kernels as nk
     import secemb.fss.convert as conv
+    from secemb.fss import kernels
 
-    calls: list[str] = []
+    calls: list[tuple[str, int]] = []
     lock = threading.Lock()
-    real = conv.convert
+    name, module = ("convert_blocks", nk) if compiled else ("convert", conv)
+    real = getattr(module, name)
 
-    def counted(words, width, ring_bits, tag):  # noqa: ANN001, ANN202
+    def counted(*args):  # noqa: ANN002, ANN202
         with lock:
-            calls.append(threading.current_thread().name)
-        return real(words, width, ring_bits, tag)
+            calls.append((threading.current_thread().name, id(args[-1]) if compiled else 0))
+        return real(*args)
 
-    monkeypatch.setattr(conv, "convert", counted)
+    monkeypatch.setattr(module, name, counted)
+    monkeypatch.setattr(kernels, "compiled", lambda: compiled)
     got = bench_scale.machine_ceiling([1, 3], reps=4, trials=2)
     # warm-up (4 calls), one stream twice (8), three streams twice (24)
-    assert len(calls) == 4 + 8 + 24 and len(set(calls)) >= 4
+    assert len(calls) == 4 + 8 + 24 and len({t for t, _ in calls}) >= 4
+    if compiled:  # one output buffer per thread, reused by its reps
+        by_thread: dict[str, set[int]] = {}
+        for t, buf in calls:
+            by_thread.setdefault(t, set()).add(buf)
+        assert all(len(bufs) == 1 for bufs in by_thread.values())
     # the value of got[3] is a timing (any positive number on a loaded machine): not asserted here
     assert got[1] == 1.0 and got[3] > 0
 
