@@ -92,10 +92,18 @@ def register(app: typer.Typer) -> None:
             f"{cfg.protocol} ({cfg.layout}{', relay' if cfg.relay else ''}) | state {cfg.state_dir}",
             markup=False,
         )
+        _announce_bounds(cfg.payload_bounds())
         try:
             run(cfg, log_level=log_level)
         except (CorruptState, StorageError, InvalidParameters) as exc:  # InvalidParameters: e.g. a port in use
             fail(exc)
+
+
+def _announce_bounds(bounds: dict[str, Any]) -> None:
+    """The one start-up line on payload bounds, on stderr, never wrapped
+    (:meth:`~secemb.server.config.ServerConfig.payload_bounds`): a warning when ``bound = false`` turned them off
+    where they apply."""
+    typer.echo(("warning: " if bounds["turned_off"] else "") + bounds["detail"], err=True)
 
 
 def _serve_exchange(console: Any, config: Path, host: str | None, port: int | None, data_dir: Path | None,

@@ -11,7 +11,9 @@ for a full example)::
                 insecure_http)
     [secrets]   peer, admin, users   -- hex, >= 32 bytes each (required; or the environment
                 variables SECEMB_PEER_SECRET, SECEMB_ADMIN_SECRET, SECEMB_USER_SECRET)
-    [protocol]  name, layout, relay, expansion, layout_seed, backend, workers
+    [protocol]  name, layout, relay, expansion, layout_seed, backend, workers; [protocol.options] the
+                protocol's own options (secemb: ``bound``, on by default where it applies, and its
+                ``users_per_round``; see :data:`DEFAULT_BOUND_USERS` and :meth:`ServerConfig.payload_bounds`)
     [model]     name, hparams (table: the model's constructor spec), num_items (required),
                 num_users (required), rating_range, init_seed, item_features (path of the
                 public item features of a feature model, written by
@@ -37,6 +39,7 @@ import hashlib
 import json
 import os
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -54,13 +57,15 @@ from secemb.models.optim import AdamConfig
 from secemb.protocols.backends import make_backend
 from secemb.protocols.base import Protocol
 from secemb.protocols.factory import make_protocol
+from secemb.protocols.registry import protocol_class
+from secemb.protocols.secemb.bounds import BOUND_RING_BITS, bound_bits
 from secemb.ring import FixedPoint
 from secemb.options import DEFAULT_MODEL, DEFAULTS, read_table
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
 from secemb.server.tls import client_context
 from secemb.transport.signing import parse_secret
 
-__all__ = ["ServerConfig", "load_config", "SECRET_ENV"]
+__all__ = ["DEFAULT_BOUND_USERS", "ServerConfig", "load_config", "SECRET_ENV"]
 
 SECRET_ENV = {
     "peer_secret": "SECEMB_PEER_SECRET",
@@ -73,6 +78,14 @@ _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 #: the defaults a server shares with a training run beside its options' (:data:`~secemb.options.DEFAULTS`): Adam's
 #: constants (:class:`~secemb.models.optim.AdamConfig`) and the fixed point's (:class:`~secemb.ring.FixedPoint`)
 _ADAM, _FIXED = AdamConfig(), FixedPoint()
+
+#: the round size a deployment's payload bound is proved for when ``[protocol.options]`` names no
+#: ``users_per_round``: ``secemb train``'s users per round (:data:`~secemb.options.DEFAULTS`, 100), the
+#: ``--participants 0-99`` of docs/deployment.md; ``num_users`` when the deployment has fewer devices (no round
+#: can have more).  Server 0 refuses to open a larger round (:meth:`secemb.server.leader.Leader.open_round`)
+DEFAULT_BOUND_USERS = DEFAULTS.users_per_round
+#: the protocol option that turns bounded payloads on (issue 34 (b), :mod:`secemb.protocols.secemb.bounds`)
+_BOUND, _BOUND_USERS = "bound", "users_per_round"
 
 # section -> {file key: field name}
 _SECTIONS: dict[str, dict[str, str]] = {
@@ -168,6 +181,33 @@ def _invalid(exc: ValidationError, data: dict[str, Any]) -> Exception:
     info = ServerConfig.model_fields.get(name)
     expected = info.description if info is not None and info.description else err["msg"]
     return InvalidParameters(f"{name} must be {expected}, got {got!r}")
+
+
+def _bound_blocker(protocol: str, options: Mapping[str, Any], ring_bits: int, dp_sigma: float) -> str | None:
+    """Why bounded payloads cannot apply to a deployment of ``protocol`` with these ``[protocol.options]``,
+    ring and central-DP noise (``None``: they can): a protocol without the ``bound`` option, unverified
+    uploads (the check builds on them), a ring other than :data:`~secemb.protocols.secemb.bounds.BOUND_RING_BITS`
+    bits, or central DP (its rounds are Poisson-sampled: no fixed size the bound could be proved for).
+
+    Raises
+    ------
+    InvalidParameters: ``protocol`` is not a two-server protocol's name.
+    """
+    if _BOUND not in protocol_class(protocol).capabilities.options:
+        return f"protocol {protocol!r} has no bounded payloads"
+    if options.get("verify") is False:
+        return "verified uploads are off ([protocol.options] verify = false), and the bound's check builds on them"
+    if ring_bits != BOUND_RING_BITS:
+        return f"the {ring_bits}-bit ring ([training] ring_bits): the bound's range proof needs the " \
+               f"{BOUND_RING_BITS}-bit ring"
+    if dp_sigma:
+        return "central DP ([privacy] sigma) samples each round's users by Poisson sampling: no fixed round size " \
+               "to prove the bound for"
+    return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class ServerConfig(BaseModel):
@@ -273,6 +313,46 @@ class ServerConfig(BaseModel):
         except ValidationError as exc:
             raise _invalid(exc, data) from None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_bound(cls, data: Any) -> Any:
+        """Bounded payloads on by default wherever they apply (:func:`_bound_blocker`): ``[protocol.options]``
+        without ``bound`` gets ``bound = true`` there, and a bound without ``users_per_round`` gets
+        :data:`DEFAULT_BOUND_USERS` (or ``num_users`` when smaller).  Where they cannot apply the options stay
+        as given.  Values of the wrong type are left for the fields' own validation.
+
+        Raises
+        ------
+        InvalidParameters: ``bound`` not a bool; ``bound = true``, or a ``users_per_round``, where bounds
+            cannot apply; ``users_per_round`` with ``bound = false``.
+        """
+        if not isinstance(data, dict):
+            return data
+        options = data.get("protocol_options", {})
+        protocol, ring_bits = data.get("protocol", DEFAULTS.protocol), data.get("ring_bits", DEFAULTS.ring_bits)
+        dp_sigma = data.get("dp_sigma", 0.0)
+        if not (isinstance(options, dict) and isinstance(protocol, str) and _is_int(ring_bits)
+                and isinstance(dp_sigma, int | float) and not isinstance(dp_sigma, bool)):
+            return data
+        if not isinstance(options.get(_BOUND, False), bool):
+            raise InvalidParameters(f"[protocol.options] bound must be true or false, got {options[_BOUND]!r:.80}")
+        blocker = _bound_blocker(protocol, options, ring_bits, dp_sigma)
+        bound = options.get(_BOUND, blocker is None)
+        if blocker is not None and bound is True:
+            raise InvalidParameters(f"[protocol.options] bound = true cannot apply: {blocker}; remove it (payload "
+                                    "bounds are then off)")
+        if _BOUND_USERS in options and bound is not True:
+            why = blocker if blocker is not None else "bound = false"
+            raise InvalidParameters(f"[protocol.options] users_per_round is the payload bound's round size, and "
+                                    f"payload bounds are off here: {why}; remove it")
+        if blocker is not None:
+            return data
+        if bound is True and _BOUND_USERS not in options:
+            users = data.get("num_users")
+            n = users if isinstance(users, int) and 1 <= users < DEFAULT_BOUND_USERS else DEFAULT_BOUND_USERS
+            options = options | {_BOUND: True, _BOUND_USERS: n}
+        return data | {"protocol_options": options | {_BOUND: bound}}
+
     @field_validator("peer_secret", "admin_secret", "user_secret", mode="before")
     @classmethod
     def _parse_secret(cls, value: Any, info: ValidationInfo) -> bytes:
@@ -309,6 +389,8 @@ class ServerConfig(BaseModel):
             raise InvalidParameters(f"[privacy] sigma and clip go together (the devices clip to what the noise is "
                                     f"calibrated for), got sigma={self.dp_sigma!r}, clip={self.dp_clip!r}")
         self.make_protocol()
+        if self.protocol_options.get(_BOUND) is True:  # n users' bound must leave room in the ring
+            bound_bits(self.ring_bits, self.protocol_options[_BOUND_USERS])
         self.make_model()
         self.adam()
         self.fixed_point()
@@ -326,6 +408,27 @@ class ServerConfig(BaseModel):
         if len(set(ids)) != len(ids):
             uniq, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
             raise InvalidParameters(f"{what} must be distinct, got {uniq[counts > 1][:5].tolist()} more than once")
+
+    def payload_bounds(self) -> dict[str, Any]:
+        """Whether the servers verify bounded payloads (issue 34 (b)), what ``secemb serve`` says at start-up
+        and ``/v1/admin/status`` reports: ``{"verified", "users_per_round", "turned_off", "detail"}``.
+        ``verified``: every device proves its upload small for rounds of at most ``users_per_round`` users
+        (``None`` when not verified); ``turned_off``: they would apply but ``bound = false`` turned them off
+        (then a malicious device can wrap the round's sum and corrupt the model); ``detail``: one line saying
+        which, or why they cannot apply (:func:`_bound_blocker`)."""
+        if self.protocol_options.get(_BOUND) is True:
+            n = int(self.protocol_options[_BOUND_USERS])
+            return {"verified": True, "users_per_round": n, "turned_off": False,
+                    "detail": f"payload bounds verified: every device proves its upload small, for rounds of at "
+                              f"most {n} users ([protocol.options] users_per_round)"}
+        blocker = _bound_blocker(self.protocol, self.protocol_options, self.ring_bits, self.dp_sigma)
+        if blocker is not None:
+            return {"verified": False, "users_per_round": None, "turned_off": False,
+                    "detail": f"payload bounds off: {blocker}"}
+        return {"verified": False, "users_per_round": None, "turned_off": True,
+                "detail": "payload bounds off ([protocol.options] bound = false): a malicious device can send "
+                          "oversized payloads that wrap the round's sum and corrupt rows of the model "
+                          "(docs/security.md)"}
 
     def candidates(self) -> np.ndarray | None:
         """The public candidate set as sorted int64 ids (the reply's order); ``None``: every item."""

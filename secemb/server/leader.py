@@ -180,7 +180,9 @@ class LeaderNode(LeaderClose):
         bound = None if self.prover is None else self.prover.bound_users
         if bound is not None and n_p > bound:  # more bounded uploads than the bound's n could wrap their sum
             raise InvalidParameters(f"bounded payloads are proved for rounds of at most users_per_round={bound} "
-                                    f"users; this round would have {n_p}")
+                                    f"users; this round would have {n_p}: open smaller rounds, or raise "
+                                    f"[protocol.options] users_per_round in both servers' configurations (a new "
+                                    f"configuration: docs/deployment.md, 'Bounded payloads')")
         with self._open_lock:
             with self.lock:
                 self._refuse_if_halted()

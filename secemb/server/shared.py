@@ -68,6 +68,7 @@ class Node(Alarms, Retrieval, Combine):
                 "count": self.count.status(),
                 "halted": self.halted is not None,
                 "alarms": list(self.alarms),
+                "payload_bounds": self.cfg.payload_bounds(),
                 "round": None if rnd is None else {
                     "round_id": rnd.round_id, "state": rnd.state, "n_p": rnd.n_p,
                     "retrieved": len(rnd.retrieved), "uploaded": len(rnd.uploaded),

@@ -129,7 +129,8 @@ def cluster_settings(model: RecModel, protocol: Protocol, train_data: RatingData
         "relay": bool(protocol.relay),
         "expansion": float(protocol.expansion),
         "layout_seed": int(protocol.layout_seed),
-        "protocol_options": protocol.spec(),
+        # the run's own choice of bounded payloads, stated (a deployment's default is on where they apply)
+        "protocol_options": ({"bound": False} if "bound" in protocol.capabilities.options else {}) | protocol.spec(),
         "model": model.name,
         "model_hparams": model.spec(),
         "rating_range": rating_range_of(train_data, config),
