@@ -11,10 +11,17 @@ JSON line per layout: median server seconds per round checked / unchecked, and t
 device sends per round and the servers exchange per round, both ways.  Timings are ratios
 within one run (the machine may be shared); bytes are exact.
 
+A round's uploads reach each server as one batch (``handle_upload_many``; with relay, server
+0's forwards reach server 1 as one batch), as the in-process engine delivers a round's devices
+(``send_uploads`` of :mod:`secemb.sim.local`; over HTTP the server batches the uploads that
+arrive together, so a round may be absorbed in several batches).
+
 With ``--bound`` a third kind of round runs in the same alternation: verified uploads plus
 bounded payloads (issue 34 (b), ``SecEmbProtocol(bound=True)``): each device's proof after its
 upload (its CPU reported apart, ``device_proof_s``: the servers' seconds do not include it), server 0's
-intake of the proofs, and the servers' bound check before the aggregate shares.  The proof
+intake of the proofs, and the servers' bound check before the aggregate shares.  Server 0 draws
+one projection challenge per batch of uploads it absorbs, so the round's devices share one
+(``"challenges"`` in the JSON: the distinct challenges of a bounded round, its median).  The proof
 counts in the device's upload bytes, the check's request and answer in the server-to-server
 bytes.
 """
@@ -84,26 +91,34 @@ def _round(layout: str, relay: bool, kind: str, users: int, gen: np.random.Gener
         a0 = timed(s0.handle_retrieval_many, [(u, r0) for u, (r0, _) in zip(ids, reqs, strict=True)])
         a1 = timed(s1.handle_retrieval_many, [(u, r1) for u, (_, r1) in zip(ids, reqs, strict=True)])
         replies = list(zip(a0, a1, strict=True))
-    for u, dev, (x0, x1), sl in zip(ids, devices, replies, slots, strict=True):
+    uploads = []
+    for dev, (x0, x1), sl in zip(devices, replies, slots, strict=True):
         dev.retrieval_result(x0, x1)
         rows = np.zeros((cfg.slots, 65), cfg.dtype)
         rows[sl >= 0] = 1
         u0, u1 = dev.upload(rows, np.zeros(1, cfg.dtype))
         up += len(u0) + (0 if u1 is None else len(u1))
-        fwd = timed(s0.handle_upload, u, u0)
-        if relay:
-            assert fwd is not None and isinstance(s1, SecEmbRelayServer)
-            s2s += len(fwd)
-            timed(s1.relay_upload, u, fwd)
-        else:
-            assert u1 is not None
-            timed(s1.handle_upload, u, u1)
+        uploads.append((u0, u1))
+    # the round's uploads reach each server as one batch, as the in-process engine delivers a
+    # round's group (secemb.sim.local): with bounded payloads, server 0 draws one challenge for them
+    if relay:
+        assert isinstance(s1, SecEmbRelayServer)
+        fwds = timed(s0.handle_upload_many, [(u, u0) for u, (u0, _) in zip(ids, uploads, strict=True)])
+        assert all(isinstance(f, bytes) for f in fwds), "an upload was refused"
+        s2s += sum(len(f) for f in fwds)
+        refused = timed(s1.relay_upload_many, list(zip(ids, fwds, strict=True)))
+    else:
+        refused = timed(s1.handle_upload_many, [(u, u1) for u, (_, u1) in zip(ids, uploads, strict=True)])
+        refused += timed(s0.handle_upload_many, [(u, u0) for u, (u0, _) in zip(ids, uploads, strict=True)])
+    assert all(e is None for e in refused), "an upload was refused"
     proving = 0.0
+    challenges: set[bytes] = set()
     if bound:
         proofs = []
         for u, dev in zip(ids, devices, strict=True):
+            challenges.add(c := timed(s0.challenge, u))
             t = time.process_time()
-            proofs.append((u, dev.bound_proof(timed(s0.challenge, u))))
+            proofs.append((u, dev.bound_proof(c)))
             proving += time.process_time() - t
         up += sum(len(p) for _, p in proofs)
         assert all(e is None for e in timed(s0.handle_proof_many, proofs)), "a proof was refused"
@@ -125,7 +140,7 @@ def _round(layout: str, relay: bool, kind: str, users: int, gen: np.random.Gener
     _combine(timed, s0, share1, include)
     _combine(timed, s1, share0, include)
     return {"server_s": clock[0], "device_proof_s": proving, "device_upload_bytes": up / users,
-            "server_bytes": float(s2s)}
+            "server_bytes": float(s2s), "challenges": float(len(challenges))}
 
 
 def _combine(timed: Callable[..., Any], server: SecEmbServer, share: bytes, include: list[int]) -> None:
@@ -162,6 +177,8 @@ def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
             line[f"{prefix}device_upload_ratio"] = (med[kind]["device_upload_bytes"]
                                                     / med["unchecked"]["device_upload_bytes"])
             line[f"{prefix}server_bytes_ratio"] = med[kind]["server_bytes"] / med["unchecked"]["server_bytes"]
+        if "bounded" in med:
+            line["challenges"] = med["bounded"]["challenges"]
         line["unchecked"] = med["unchecked"]
         out.append(line)
     return out

@@ -38,3 +38,5 @@ def test_bench_robust_bound_adds_the_proof_and_sigma_to_the_upload() -> None:
     assert line["bounded"]["device_upload_bytes"] - line["checked"]["device_upload_bytes"] == proof + 16
     assert line["bounded"]["device_proof_s"] > 0 and line["checked"]["device_proof_s"] == 0
     assert line["bounded_server_time_ratio"] > 0 and line["bounded_server_bytes_ratio"] > 1
+    # the round's uploads reach server 0 as one batch, as in the in-process engine: one challenge for both devices
+    assert line["challenges"] == 1
