@@ -166,6 +166,7 @@ __all__ = [
     "ProofShares",
     "prove",
     "hint_of",
+    "seed_part",
     "parse",
     "verifier_messages",
     "parse_verifier_messages",
@@ -560,6 +561,23 @@ def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
     data = bytes(msg0)
     inputs = data[SEED_BYTES + PART_BYTES : SEED_BYTES + PART_BYTES + F.ELEMENT_BYTES * params.witness_length]
     return _part(0, _context(context), data[:SEED_BYTES], inputs)
+
+
+def seed_part(context: bytes, seed_1: bytes) -> bytes:
+    """``part_1`` of a proof under ``context`` with server 1's 16-byte seed ``seed_1``: the
+    part the device puts in its message to server 0 (:func:`prove`), as server 1 recomputes
+    it.  Server 1 compares it with the device's part that server 0 forwards: without ``seed_1``
+    (secret from server 0) nobody else can make the part of another context, so a match binds
+    the context server 0 names to the one the device proved under.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``context`` is not bytes or ``seed_1`` is not 16 bytes.
+    """
+    if not isinstance(seed_1, bytes) or len(seed_1) != SEED_BYTES:
+        raise InvalidParameters(f"seed_1 must be {SEED_BYTES} bytes")
+    return _part(1, _context(context), seed_1, b"")
 
 
 def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares:

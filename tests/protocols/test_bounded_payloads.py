@@ -274,7 +274,7 @@ def test_server_steps_are_refused_out_of_order() -> None:
     rnd.honest(range(2))
     request = rnd.s0.bound_request([0, 1])
     body = request[HEADER_BYTES:]
-    twice = frame(NAME, "bound_request", 1, rnd.cfg.round_id, body[:16 + 56], body[16 : 16 + 56])
+    twice = frame(NAME, "bound_request", 1, rnd.cfg.round_id, body[:16 + 88], body[16 : 16 + 88])
     for bad in (request[:-1], request + b"\0", twice):
         with pytest.raises(InvalidMessage):
             rnd.s1.bound_answer(bad)

@@ -109,7 +109,7 @@ def test_the_peer_link_posts_the_bound_request_and_maps_failures() -> None:
 
 
 def test_body_limits_of_the_bound_messages() -> None:
-    """The proof's exact length, and the request's ``16 + 56 n`` body bytes (hand values at the
+    """The proof's exact length, and the request's ``16 + 88 n`` body bytes (hand values at the
     default: 40 projections of t = floor(log2((2^31 - 1) / 8)) = 27 bits); 0 (nothing taken)
     where the deployment has no bound or the message goes to the other server."""
     bounded = SecEmbProtocol(layout="cuckoo", bound=True, users_per_round=USERS)
@@ -120,7 +120,7 @@ def test_body_limits_of_the_bound_messages() -> None:
     assert bounded.max_message_bytes("bound_proof", rc, party=0, num_users=USERS) == \
         HEADER_BYTES + params.message_bytes(0)
     for n in (0, 1, 8, 100):
-        assert bounded.max_message_bytes("bound_request", rc, party=1, num_users=n) == HEADER_BYTES + 16 + 56 * n
+        assert bounded.max_message_bytes("bound_request", rc, party=1, num_users=n) == HEADER_BYTES + 16 + 88 * n
     assert bounded.max_message_bytes("bound_proof", rc, party=1, num_users=USERS) == 0
     assert bounded.max_message_bytes("bound_request", rc, party=0, num_users=USERS) == 0
     for kind in ("bound_proof", "bound_request"):
@@ -246,7 +246,7 @@ def test_bad_requests_on_the_bound_routes_get_4xx_and_change_nothing() -> None:
         refused(409, lambda: devices[a].links[0].proof(r, proof))  # a proved already
         refused(409, lambda: devices[e].links[0].proof(r, proof))  # e did not upload
         peer = ApiClient(cluster.url(1), "server0", cluster.peer_secret, timeout=WAIT_S, tls=cluster.peer_tls())
-        request = HEADER_BYTES + 16 + 56 * 5  # the check request's limit at n_p = 5 users
+        request = HEADER_BYTES + 16 + 88 * 5  # the check request's limit at n_p = 5 users
         refused(403, lambda: devices[d].servers[1].post_bytes(f"/v1/peer/rounds/{r}/bound", bytes(request)))
         refused(409, lambda: peer.post_bytes(f"/v1/peer/rounds/{r}/bound", bytes(request)))  # the round is open
         refused(413, lambda: peer.post_bytes(f"/v1/peer/rounds/{r}/bound", bytes(request + 1)))

@@ -36,7 +36,8 @@ The protocol, per device and round
 * Server 0 (:meth:`SecEmbServer.handle_proof_many`) keeps each device's ``msg0`` (a wrong
   length or round, a device that did not upload, a second proof: refused, nothing kept).
 * Verification, before the round closes: server 0 draws a query seed ``q`` once the proofs are
-  in and sends server 1, per device, ``c`` and ``part_0``, and ``q``
+  in and sends server 1, per device, ``c``, ``part_0`` and the proof's ``part_1`` (which server 1
+  checks against ``sigma``: it binds ``c``), and ``q``
   (:meth:`SecEmbServer.bound_request`); server 1 computes its ``S_1`` from its keys and the
   correction words it absorbed, its dense share, ``b = project(c, x_1)`` and its verifier
   messages (:meth:`SecEmbServer.bound_answer`); server 0 computes its own and

@@ -119,10 +119,10 @@ class SecEmbProtocol(Protocol):
             if not self.bound or party:
                 return None  # a device sends its proof to server 0 only
             return bound_params(rc, cast("int", self.bound_users)).message_bytes(0)
-        if kind == "bound_request":  # server 0 -> 1 at close: the query seed, then u64 user || c || part_0 a user
+        if kind == "bound_request":  # server 0 -> 1 at close: the query seed, then u64 user || c || part_0 || part_1
             if not self.bound or not party:
                 return None
-            return QUERY_BYTES + num_users * (8 + CHALLENGE_BYTES + rangeproof.PART_BYTES)
+            return QUERY_BYTES + num_users * (8 + CHALLENGE_BYTES + 2 * rangeproof.PART_BYTES)
         if kind == "upload":
             commit = self.bound and not self.relay and not party  # server 0's ends with the dense commitment
             return None if roots_only else upload_bytes(rc, self.relay, commit=commit)

@@ -57,7 +57,7 @@ from secemb.protocols.secemb.sizes import (
 from secemb.protocols.spill import SpilledShares
 from secemb.framing import HEADER_BYTES
 from secemb.protocols.wire import Opener, check_user, frame, little, open_message, read_array, read_view, users_bytes
-from secemb.randomness import system_rng
+from secemb.randomness import SEED_BYTES, system_rng
 from secemb.sharing import reconstruct
 
 if TYPE_CHECKING:
@@ -831,9 +831,10 @@ class SecEmbServer(ServerRole):
     def bound_request(self, users: list[int]) -> bytes:
         """Server 0: the bound check's request to server 1 for uploaded ``users`` (the ones
         :meth:`upload_digests` covers), once their proofs are in: a fresh 16-byte query seed
-        ``q``, then per user that sent a proof ``u64 user || c || part_0`` (its challenge and
-        :func:`~secemb.fss.rangeproof.hint_of` its proof); a ``bound_request`` message of
-        ``16 + 56 n`` body bytes.  The users without a proof are rejected by
+        ``q``, then per user that sent a proof ``u64 user || c || part_0 || part_1`` (its
+        challenge, :func:`~secemb.fss.rangeproof.hint_of` its proof and the proof's own
+        ``part_1``, which binds ``c`` for server 1: :meth:`bound_answer`); a ``bound_request``
+        message of ``16 + 88 n`` body bytes.  The users without a proof are rejected by
         :meth:`bound_rejected`.  A new request replaces the last one.
 
         Raises
@@ -852,7 +853,8 @@ class SecEmbServer(ServerRole):
                  for u, ctx in zip(proved, self._bound_contexts(proved, challenges), strict=True)]
         query = system_rng(QUERY_BYTES)
         self._asked = (proved, query, set(users) - set(proved))
-        body = b"".join(U64.pack(u) + c + h for u, c, h in zip(proved, challenges, hints, strict=True))
+        parts = [self._proofs[u][SEED_BYTES : SEED_BYTES + rangeproof.PART_BYTES] for u in proved]
+        body = b"".join(U64.pack(u) + c + h + p for u, c, h, p in zip(proved, challenges, hints, parts, strict=True))
         return frame(NAME, "bound_request", 1, cfg.round_id, query, body)
 
     def bound_answer(self, request: bytes) -> bytes:
@@ -861,17 +863,22 @@ class SecEmbServer(ServerRole):
         shares (expanded from the device's ``sigma`` with server 0's ``part_0``) on its
         projections of its payload and dense shares under the user's challenge; a
         ``bound_answer`` message of ``n * verifier_bytes`` body bytes.  A user's messages are
-        given once a round (so server 0 cannot query a proof at several points).
+        given once a round (so server 0 cannot query a proof at several points).  A user whose
+        forwarded ``part_1`` is not the one its ``sigma`` gives under the named challenge
+        (:func:`~secemb.fss.rangeproof.seed_part`) gets a message of zero field elements and
+        this server's ``jr``, which fails at server 0: the device proved under another
+        challenge, or server 0 swapped it -- answered, the relation's share would open a linear
+        function of the device's projections under both challenges (finding C1, session 20).
 
         Raises
         ------
         ProtocolError: bounded payloads are off, this is server 0, or a user of the request
             did not upload to this server or was asked before (nothing is answered).
-        InvalidMessage: the request is malformed (a user listed twice, a body not ``16 + 56 n``).
+        InvalidMessage: the request is malformed (a user listed twice, a body not ``16 + 88 n``).
         """
         cfg = self._cfg()
         params = self._bounded(1)
-        entry = 8 + CHALLENGE_BYTES + rangeproof.PART_BYTES
+        entry = 8 + CHALLENGE_BYTES + 2 * rangeproof.PART_BYTES
         count = max(0, (len(request) - HEADER_BYTES - QUERY_BYTES) // entry) if isinstance(request, bytes) else 0
         body = open_message(request, NAME, "bound_request", 1, cfg.round_id, QUERY_BYTES + entry * count)
         query = bytes(body[:QUERY_BYTES])
@@ -885,10 +892,15 @@ class SecEmbServer(ServerRole):
             if u in self._answered:
                 raise ProtocolError(f"user {u}'s bound proof was already checked in round {cfg.round_id}")
         challenges = [r[8 : 8 + CHALLENGE_BYTES] for r in rows]
-        shares = rangeproof.parse(params, 1, [self._sigmas[u] + r[8 + CHALLENGE_BYTES :]
+        hint_at = 8 + CHALLENGE_BYTES
+        shares = rangeproof.parse(params, 1, [self._sigmas[u] + r[hint_at : hint_at + rangeproof.PART_BYTES]
                                               for u, r in zip(users, rows, strict=True)])
+        contexts = self._bound_contexts(users, challenges)
         v1 = rangeproof.verifier_messages(params, 1, shares, self._bound_projections(users, challenges),
-                                          self._bound_contexts(users, challenges), query)
+                                          contexts, query)
+        unbound = [j for j, (u, r, ctx) in enumerate(zip(users, rows, contexts, strict=True))
+                   if rangeproof.seed_part(ctx, self._sigmas[u]) != r[hint_at + rangeproof.PART_BYTES :]]
+        v1[unbound, : 2 * params.wires + 3] = 0
         self._answered.update(users)
         return frame(NAME, "bound_answer", 0, cfg.round_id, little(v1))
 
