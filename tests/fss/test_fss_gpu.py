@@ -77,7 +77,7 @@ def test_aes_kernel_matches_openssl() -> None:
 def test_tree_walk_matches_cpu_leaves(m: int, party: int) -> None:
     """Every leaf word (seed and control bit) of a pruned full-domain walk equals the CPU's."""
     alphas = np.random.default_rng(m).integers(0, m, 3)
-    path = fss.gen_path(alphas, m, _rng=CtrDrbg(m))[party]
+    path = fss.gen_path(alphas, m, _rng=CtrDrbg(m))[:2][party]
     got = gpu_eval.expand(path, DEV).cpu().numpy().view(np.uint64)
     assert np.array_equal(got, tree.expand(path))
 
@@ -233,3 +233,31 @@ def test_bits_product_matches_cpu(ring_bits: int) -> None:
     got = gpu.DeviceTable(_table(rng, 10, 1, ring_bits), "full", DEV).bits_product(t, cw)
     assert got.dtype == cw.dtype
     assert np.array_equal(got, ring_matmul(t, cw, ring_bits, a_bits=1))
+
+
+def test_warm_up_launches_every_kernel_variant(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m secemb.fss.gpu.warmup``: one row per kernel variant (five kernels, three in
+    both rings), each launched twice; nothing compiles under the interpreter.  Without a device
+    it says why in one line and exits 2."""
+    from secemb.fss.gpu import warmup
+
+    rows = list(warmup.warm_up(DEV))
+    assert [r.variant for r in rows] == [
+        "mmo_kernel", "level_kernel",
+        "retrieval_kernel Z_2^32", "ring_matmul_kernel Z_2^32", "convert_sum_kernel Z_2^32",
+        "retrieval_kernel Z_2^64", "ring_matmul_kernel Z_2^64", "convert_sum_kernel Z_2^64"]
+    assert all(r.first_s > 0 and r.second_s > 0 for r in rows)
+    if gpu.interpreting():
+        assert all(r.compiled == r.cached == 0 and r.compile_s == 0 for r in rows)
+    assert warmup.main() == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 + 8 + 1 and out[-1].startswith("total: ")
+
+    def no_device() -> None:
+        raise InvalidParameters("no CUDA device")
+
+    monkeypatch.setattr(gpu, "device", no_device)
+    assert warmup.main() == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "error: no CUDA device\n"
