@@ -158,6 +158,7 @@ import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
+from secemb.fss import kernels
 from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
 
 __all__ = [
@@ -693,8 +694,26 @@ def _verify_block(
         hint = shares.hints[lo + i].tobytes()
         joints[i] = np.frombuffer(_joint(ctx, *((own, hint) if party == 0 else (hint, own))), dtype=np.uint8)
     calls, slots = _coefficients(params, [jr.tobytes() for jr in joints])
-    half = params.half_calls
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
+    msg[:, 2 * big_l + 3 :] = joints.view("<u8")
+    if kernels.compiled():  # the same field elements in one compiled pass a device (its fixed cost: none)
+        from secemb.fss._rangeproof_kernels import verifier_core
+
+        pads = query.pads if party == 0 else np.zeros_like(query.pads)
+        verifier_core(np.ascontiguousarray(x), np.ascontiguousarray(proofs), calls, slots, ring, query.wire_rows, pads,
+                      query.gadget_columns, np.uint64(query.delta), query.witness_column[:, 0],
+                      query.ring_column[:, 0], np.uint64(query.constant if party == 0 else 0), msg)
+        return msg
+    _verify_reference(params, party, x, proofs, calls, slots, ring, query, msg)
+    return msg
+
+
+def _verify_reference(params: RangeParams, party: int, x: np.ndarray, proofs: np.ndarray, calls: np.ndarray,
+                      slots: np.ndarray, ring: np.ndarray, query: _Query, msg: np.ndarray) -> None:
+    """The field part of the verifier messages (``msg[:, :2L + 3]``) in numpy: matrix products
+    over the block's devices (:func:`_wires_at`, :func:`secemb.fss.field.matmul`), the reference
+    of :func:`secemb.fss._rangeproof_kernels.verifier_core`."""
+    n, big_l, half = len(x), params.wires, params.half_calls
     opened = msg[:, 1 : 2 * big_l + 3].reshape(n, 2, big_l + 1)  # per point: the L wires, then the gadget
     pads = query.pads if party == 0 else None
     opened[:, :, :big_l] = _wires_at(params, query.wire_rows, pads, x, slots, proofs[:, : 2 * big_l])
@@ -705,8 +724,6 @@ def _verify_block(
     e = F.add(F.matmul(x, query.witness_column)[:, 0], F.matmul(ring, query.ring_column)[:, 0])
     z = F.add(F.add(c_a, F.mul(query.delta, c_b)), e)
     msg[:, 0] = F.add(z, query.constant) if party == 0 else z
-    msg[:, 2 * big_l + 3 :] = joints.view("<u8")
-    return msg
 
 
 def _padded(params: RangeParams, x: np.ndarray) -> np.ndarray:

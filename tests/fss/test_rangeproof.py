@@ -10,6 +10,7 @@ import pytest
 
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.fss import field as F
+from secemb.fss import kernels
 from secemb.fss import rangeproof as R
 from secemb.randomness import CtrDrbg
 
@@ -70,6 +71,16 @@ def _run_one(a, b, proof, ctx=b"ctx") -> bool:
 
 def _rng(seed: int = 1) -> CtrDrbg:
     return CtrDrbg(seed)
+
+
+#: the verifier's numpy reference and, where numba runs, its compiled pass (the same field elements)
+BACKENDS = ["numpy"] + (["numba"] if kernels.available() else [])
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(kernels, "BACKEND", request.param)
+    return str(request.param)
 
 
 # -- parameters -------------------------------------------------------------------------------------
@@ -346,7 +357,7 @@ def _add_one_at(msg: bytes, offset: int) -> bytes:
     return msg[:offset] + v.to_bytes(8, "little") + msg[offset + 8 :]
 
 
-def test_tampered_shares_proof_elements_hints_seeds_and_blinds_are_rejected():
+def test_tampered_shares_proof_elements_hints_seeds_and_blinds_are_rejected(backend: str) -> None:
     a, b, (m0, m1) = _honest()
     assert _run_one(a, b, (m0, m1)) is True
     n, big_l = PARAMS.witness_length, PARAMS.wires
@@ -377,7 +388,8 @@ def test_the_proof_is_bound_to_its_context_the_ring_shares_and_a_common_query_se
 
 
 @pytest.mark.parametrize("block", [64, 3])
-def test_a_mixed_batch_rejects_exactly_the_bad_devices(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_mixed_batch_rejects_exactly_the_bad_devices(block: int, monkeypatch: pytest.MonkeyPatch,
+                                                     backend: str) -> None:
     monkeypatch.setattr(R, "_VERIFIER_BLOCK", block)  # 3: blocks of devices 0-2, 3-5 and 6, bad ones in two
     proofs, a_rows, b_rows, contexts, want = [], [], [], [], []
     for i in range(7):
@@ -530,7 +542,7 @@ def _points(params: R.RangeParams, qseed: bytes) -> tuple[int, int]:
     return d + h1, d + (h1 + 1 + h2) % (P - d)
 
 
-def test_opened_wires_and_gadget_values_match_an_interpolation_with_python_ints():
+def test_opened_wires_and_gadget_values_match_an_interpolation_with_python_ints(backend: str) -> None:
     # t = 23: m = 12, N = 2 * 13 = 26, c = 7, 4 calls a half: the last call of each half has two padding slots
     params = R.RangeParams(rows=2, bits=23, ring_bits=32)
     big_n, c, half, big_l, calls = params.witness_length, params.chunk, params.half_calls, params.wires, params.calls
@@ -581,7 +593,7 @@ def test_opened_wires_and_gadget_values_match_an_interpolation_with_python_ints(
             assert value == want, (dev, node)
 
 
-def test_the_query_is_shared_by_the_batch_and_bound_to_its_seed():
+def test_the_query_is_shared_by_the_batch_and_bound_to_its_seed(backend: str) -> None:
     batch = [_honest(ctx=b"user %d" % i, seed=60 + i) for i in range(3)]
     contexts = [b"user %d" % i for i in range(3)]
     a_rows = np.array([a for a, _, _ in batch])
@@ -601,3 +613,101 @@ def test_the_query_is_shared_by_the_batch_and_bound_to_its_seed():
     assert R.decide(PARAMS, v0, other).tolist() == [False] * 3
     proofs = [p for _, _, p in batch]
     assert _verify(PARAMS, proofs, a_rows, b_rows, contexts, qseed1=QSEED + b"!").tolist() == [False] * 3
+
+
+# -- the batched verifier against the per-device one ------------------------------------------------
+
+
+def _lying_batch() -> tuple[list[tuple[bytes, bytes]], list[np.ndarray], list[np.ndarray], list[bytes], list[bool]]:
+    """Nine devices, honest and lying in turn, with whether each must pass (from how its lie was
+    made, not from the verifier): a tampered witness share, a tampered gadget value, a digit of 4
+    that recomposes an out-of-range value, a ring share moved by one, a flipped hint, a proof made
+    for another context."""
+    proofs, a_rows, b_rows, contexts, want = [], [], [], [], []
+    for i in range(9):
+        ctx = b"device %d" % i
+        a, b, (m0, m1) = _honest(ctx=ctx, seed=200 + i)
+        if i == 1:
+            m0 = _add_one_at(m0, 48 + 8 * 5)  # a witness share
+        elif i == 3:
+            m0 = _add_one_at(m0, 48 + 8 * (PARAMS.witness_length + 2 * PARAMS.wires + 4))  # a gadget value
+        elif i == 4:  # value 2^(t-1) = 128 written as digits (0, 0, 0, 4): the relation holds, a digit does not
+            a, b = _shares([128] + [0] * (ROWS - 1), [7] * ROWS)
+            rows = _witness(*_shares([0] * ROWS, [7] * ROWS))
+            rows[0] = [0, 0, 0, 4, 0]
+            assert _relation(rows[0], int(a[0]), int(b[0])) == 0
+            m0, m1 = R._prove_witness(PARAMS, _flat(rows), ctx, _rng(300 + i))
+        elif i == 6:
+            b = b.copy()
+            b[1] = (int(b[1]) + 1) % 2**K
+        elif i == 7:
+            m1 = m1[:16] + bytes([m1[16] ^ 1]) + m1[17:]  # the hint of part_0
+        elif i == 8:
+            _, _, (m0, m1) = _honest(ctx=b"another device", seed=200 + i)
+        proofs.append((m0, m1))
+        a_rows.append(a)
+        b_rows.append(b)
+        contexts.append(ctx)
+        want.append(i in (0, 2, 5))
+    return proofs, a_rows, b_rows, contexts, want
+
+
+def test_the_batched_verifier_equals_the_per_device_one_on_honest_and_lying_proofs(backend: str) -> None:
+    proofs, a_rows, b_rows, contexts, want = _lying_batch()
+    assert _verify(PARAMS, proofs, a_rows, b_rows, contexts).tolist() == want
+    s0 = R.parse(PARAMS, 0, [m0 for m0, _ in proofs])
+    s1 = R.parse(PARAMS, 1, [m1 for _, m1 in proofs])
+    v0 = R.verifier_messages(PARAMS, 0, s0, np.array(a_rows), contexts, QSEED)
+    v1 = R.verifier_messages(PARAMS, 1, s1, np.array(b_rows), contexts, QSEED)
+    for i, (m0, m1) in enumerate(proofs):  # each device alone: the same messages and the same verdict
+        one0 = R.verifier_messages(PARAMS, 0, R.parse(PARAMS, 0, [m0]), a_rows[i][None], contexts[i : i + 1], QSEED)
+        one1 = R.verifier_messages(PARAMS, 1, R.parse(PARAMS, 1, [m1]), b_rows[i][None], contexts[i : i + 1], QSEED)
+        np.testing.assert_array_equal(one0[0], v0[i])
+        np.testing.assert_array_equal(one1[0], v1[i])
+        assert bool(R.decide(PARAMS, one0, one1)[0]) is want[i], i
+
+
+@pytest.mark.parametrize("bad", [0, 3, 5])
+def test_one_bad_proof_in_a_batch_rejects_only_its_device(bad: int, backend: str) -> None:
+    proofs, a_rows, b_rows, contexts = [], [], [], []
+    for i in range(6):
+        ctx = b"user %d" % i
+        a, b, (m0, m1) = _honest(ctx=ctx, seed=400 + i)
+        if i == bad:
+            m0 = _add_one_at(m0, 48 + 8 * (PARAMS.witness_length + 1))  # a wire seed
+        proofs.append((m0, m1))
+        a_rows.append(a)
+        b_rows.append(b)
+        contexts.append(ctx)
+    assert _verify(PARAMS, proofs, a_rows, b_rows, contexts).tolist() == [i != bad for i in range(6)]
+
+
+@pytest.mark.skipif("numba" not in BACKENDS, reason="numba is not available")
+@pytest.mark.parametrize("bits", [25, 26])
+def test_the_compiled_verifier_gives_the_references_field_elements(bits: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the default size (N = 560 in 17 calls of c = 33 slots, one padding slot), honest proofs and shares that
+    # are no proof at all (uniform field elements), both servers
+    params = R.RangeParams(rows=40, bits=bits, ring_bits=32)
+    gen = np.random.default_rng(bits)
+    a_rows, b_rows, proofs, contexts = [], [], [], []
+    for i in range(3):
+        values = gen.integers(-(2 ** (bits - 1)), 2 ** (bits - 1), 40).tolist()
+        a, b = _shares(values, gen.integers(0, 2**K, 40).tolist())
+        contexts.append(b"device %d" % i)
+        proofs.append(R.prove(params, a, b, contexts[-1], _rng=_rng(500 + i)))
+        a_rows.append(a)
+        b_rows.append(b)
+    s0 = R.parse(params, 0, [m0 for m0, _ in proofs])
+    s1 = R.parse(params, 1, [m1 for _, m1 in proofs])
+    noise = R.ProofShares(0, s0.keys, s0.hints, gen.integers(0, P, s0.inputs.shape, dtype=np.uint64),
+                          gen.integers(0, P, s0.proofs.shape, dtype=np.uint64))
+    runs = {}
+    for name in ("numpy", "numba"):
+        monkeypatch.setattr(kernels, "BACKEND", name)
+        runs[name] = [R.verifier_messages(params, 0, s0, np.array(a_rows), contexts, QSEED),
+                      R.verifier_messages(params, 1, s1, np.array(b_rows), contexts, QSEED),
+                      R.verifier_messages(params, 0, noise, np.array(a_rows), contexts, QSEED)]
+    for ref, fast in zip(runs["numpy"], runs["numba"], strict=True):
+        np.testing.assert_array_equal(fast, ref)
+    assert R.decide(params, *runs["numba"][:2]).tolist() == [True] * 3
+    assert R.decide(params, runs["numba"][2], runs["numba"][1]).tolist() == [False] * 3

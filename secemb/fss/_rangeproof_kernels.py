@@ -1,0 +1,101 @@
+"""The compiled verifier of :func:`secemb.fss.rangeproof.verifier_messages` (hazmat, numba).
+
+One pass per device over its witness and proof shares, in ``F_p`` (``p = 2^61 - 1``) with the
+arithmetic of :mod:`secemb.fss.field` (32-bit limbs, Mersenne reduction): the same linear maps as
+the numpy reference (``_verify_block``'s matrix products), so the same field elements, bit for bit
+(``tests/fss/test_rangeproof.py``).  The reference's products go through float64 BLAS in limbs,
+fast for large batches but a few hundred microseconds of fixed cost a call; here a device costs
+``O(Q (N + 2L + 4M))`` multiply-adds and a batch nothing more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_P = np.uint64((1 << 61) - 1)
+_LO32 = np.uint64(0xFFFFFFFF)
+_LO29 = np.uint64((1 << 29) - 1)
+_S3, _S29, _S32, _S61 = np.uint64(3), np.uint64(29), np.uint64(32), np.uint64(61)
+
+
+@njit(inline="always")
+def _add(a, b):  # noqa: ANN001, ANN202
+    """``a + b mod p`` for ``a, b`` in ``[0, p)``."""
+    s = a + b
+    return s - _P if s >= _P else s
+
+
+@njit(inline="always")
+def _mul(a, b):  # noqa: ANN001, ANN202
+    """``a b mod p`` for ``a, b`` in ``[0, p)`` (:func:`secemb.fss.field.mul`)."""
+    a0, a1 = a & _LO32, a >> _S32
+    b0, b1 = b & _LO32, b >> _S32
+    lo = a0 * b0
+    mid = a0 * b1 + a1 * b0
+    y = (a1 * b1 << _S3) + (mid >> _S29) + ((mid & _LO29) << _S32) + (lo >> _S61) + (lo & _P)  # < 2^63
+    y = (y & _P) + (y >> _S61)
+    return y - _P if y >= _P else y
+
+
+@njit(cache=True, nogil=True)
+def verifier_core(x, proofs, calls, slots, ring, wire_rows, pads, gadget_columns, delta, witness_column,  # noqa: ANN001, ANN201, PLR0913
+                  ring_column, constant, out):
+    """Per device ``d`` the field part of its verifier message, written into ``out[d, :2L + 3]``:
+    ``z``'s share, then for each query point ``q`` the ``L`` wire shares and the gadget share.
+
+    Shapes (all ``uint64`` field elements, ``n`` devices): ``x`` (n, N) witness shares,
+    ``proofs`` (n, 2L + 4M + 5) proof shares, ``calls`` (n, 2, M/2) and ``slots`` (n, 2, c)
+    the devices' coefficients, ``ring`` (n, rows) ring shares (below ``2^58``); the query's
+    ``wire_rows`` (Q, M + 2), ``pads`` (Q, c) (zeros for server 1), ``gadget_columns``
+    (4M + 5, Q), ``delta``, ``witness_column`` (N,), ``ring_column`` (rows,), ``constant``
+    (``0`` for server 1); ``out`` (n, >= 2L + 3).
+
+    Wire ``2i`` at point ``q``: ``s_i (l_A x)_i + s'_i (l_B x)_i`` plus the seeds' terms, wire
+    ``2i + 1``: ``(l_A x)_i + (l_B x)_i - pads_(q,i)`` plus the seeds' terms, with ``l_A, l_B``
+    the point's Lagrange row at the calls of the two halves and ``(l x)_i = sum_k l_k x_(k c +
+    i)`` over the calls ``k`` whose slot ``i`` holds an element (``k c + i < N``)."""
+    n, big_n = x.shape
+    half, c = calls.shape[2], slots.shape[2]
+    big_l = 2 * c
+    n_calls = 2 * half
+    n_points = wire_rows.shape[0]
+    n_gadget = gadget_columns.shape[0]
+    rows = ring.shape[1]
+    zero = np.uint64(0)
+    for d in range(n):
+        for q in range(n_points):
+            base = 1 + q * (big_l + 1)
+            head, tail = wire_rows[q, 0], wire_rows[q, n_calls + 1]
+            for i in range(c):
+                a = zero
+                b = zero
+                for k in range(half):
+                    e = k * c + i
+                    if e >= big_n:
+                        break
+                    xe = x[d, e]
+                    a = _add(a, _mul(wire_rows[q, 1 + k], xe))
+                    b = _add(b, _mul(wire_rows[q, 1 + half + k], xe))
+                left = _add(_mul(slots[d, 0, i], a), _mul(slots[d, 1, i], b))
+                right = _add(a, b)
+                right = _add(right, _P - pads[q, i]) if pads[q, i] else right
+                j = 2 * i
+                out[d, base + j] = _add(left, _add(_mul(head, proofs[d, j]), _mul(tail, proofs[d, big_l + j])))
+                out[d, base + j + 1] = _add(right, _add(_mul(head, proofs[d, j + 1]),
+                                                        _mul(tail, proofs[d, big_l + j + 1])))
+            g = zero
+            for t in range(n_gadget):
+                g = _add(g, _mul(proofs[d, 2 * big_l + t], gadget_columns[t, q]))
+            out[d, base + big_l] = g
+        c_a = zero
+        c_b = zero
+        for k in range(half):
+            c_a = _add(c_a, _mul(calls[d, 0, k], proofs[d, 2 * big_l + 1 + k]))
+            c_b = _add(c_b, _mul(calls[d, 1, k], proofs[d, 2 * big_l + 1 + half + k]))
+        e_sum = zero
+        for t in range(big_n):
+            e_sum = _add(e_sum, _mul(x[d, t], witness_column[t]))
+        for r in range(rows):
+            e_sum = _add(e_sum, _mul(ring[d, r], ring_column[r]))
+        out[d, 0] = _add(_add(_add(c_a, _mul(delta, c_b)), e_sum), constant)
