@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from secemb import fss
 from secemb.errors import InvalidParameters
 
 if TYPE_CHECKING:
@@ -83,7 +84,6 @@ def _steps(dev: torch.device) -> list[tuple[str, Callable[[], object]]]:
     not matter (zero leaves), only the arguments' types."""
     import torch
 
-    from secemb import fss
     from secemb.fss.gpu import evaluate as ev
 
     m, d, width = 5, 3, 4
