@@ -257,6 +257,8 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks,
     keys = np.empty(step, np.int64)
     row = start % big_m
     key, p = start // period, start % period
+    held = np.zeros(w, key_acc.dtype)  # both sums: key held_key's sum so far, added to key_acc when its key ends
+    held_key = -1
     c = 0
     for i in range(n):
         if live[row]:
@@ -273,13 +275,19 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks,
             key, p = key + 1, 0
         if c == step or (i == n - 1 and c > 0):
             _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
-            if by_row and by_key:  # both sums in one loop: each value loaded once
+            if by_row and by_key:  # both sums in one loop: each value loaded once, its key's sum kept local
                 for q in range(c):
-                    a, ka, v = acc[rows[q]], key_acc[keys[q]], vals[q]
+                    if keys[q] != held_key:
+                        if held_key >= 0:
+                            for e in range(w):
+                                key_acc[held_key, e] += held[e]
+                                held[e] = 0
+                        held_key = keys[q]
+                    a, v = acc[rows[q]], vals[q]
                     for e in range(w):
                         x = v[e]
                         a[e] += x
-                        ka[e] += x
+                        held[e] += x
             elif by_row:
                 for q in range(c):
                     r = rows[q]
@@ -291,6 +299,9 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks,
                     for e in range(w):
                         key_acc[kq, e] += vals[q, e]
             c = 0
+    if held_key >= 0:
+        for e in range(w):
+            key_acc[held_key, e] += held[e]
 
 
 @njit(cache=True, nogil=True)
