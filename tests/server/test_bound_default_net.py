@@ -11,11 +11,16 @@ nothing about bounds), or as they are (a simulation states ``bound = false``).""
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -23,6 +28,9 @@ pytest.importorskip("httpx")
 
 from net_helpers import WAIT_S, dump_logs, setup, small_data  # noqa: E402
 
+from secemb.data import load_dataset, train_test_split  # noqa: E402
+
+from secemb.cli import app  # noqa: E402
 from secemb.protocols.adversary import AdversaryRecord, attack_behavior  # noqa: E402
 from secemb.protocols.secemb import SecEmbProtocol  # noqa: E402
 from secemb.sim.cluster import LocalCluster  # noqa: E402
@@ -30,6 +38,7 @@ from secemb.sim.coordinator import train_networked  # noqa: E402
 from secemb.sim.driver import run  # noqa: E402
 from secemb.sim.local import InProcessServers  # noqa: E402
 from secemb.sim.settings import cluster_settings  # noqa: E402
+from secemb.training import TrainConfig  # noqa: E402
 
 #: the attack and its devices (users 0 and 1)
 ATTACK, COUNT = "oversized-payload", 2
@@ -134,3 +143,37 @@ def test_bound_false_turns_the_check_off_with_a_warning_and_the_attack_lands() -
     assert included  # nothing rejects the attackers' uploads
     assert all(out.get("rejected", []) == [] for out in outcomes.values())
     assert got.model_sha256 != _absent(proto, settings)
+
+
+def test_the_client_command_trains_a_round_of_a_default_deployment(tmp_path: Path) -> None:
+    """The quick start of docs/deployment.md on a configuration that says nothing about bounds (943
+    devices: users_per_round 100): the operator adds devices and opens a round with ``secemb admin``, two
+    ``secemb client`` devices prove their uploads and are included; ``secemb admin status`` reports the bound
+    verified at both servers."""
+    tr, _ = train_test_split(load_dataset("synthetic", seed=0), 0.2, seed=0)  # the client's own data: its default
+    model, proto = setup("secemb", "cuckoo", True)[:2]
+    settings = cluster_settings(model, proto, tr, TrainConfig(m_prime=20), min_users=2)
+    settings["protocol_options"] = {k: v for k, v in settings["protocol_options"].items() if k != "bound"}
+    a, b = 7, 9
+    runner = CliRunner()
+    with _cluster(settings) as cluster:
+        dep = str(cluster.workdir)
+        assert runner.invoke(app, ["admin", "add-devices", "--deployment", dep, "--users", f"{a},{b}"]).exit_code == 0
+        r = runner.invoke(app, ["admin", "open-round", "--deployment", dep, "--participants", f"{a},{b}",
+                                "--deadline", "60"])
+        assert r.exit_code == 0, r.output
+        rid = json.loads(r.output)["round_id"]
+        procs = [subprocess.Popen([sys.executable, "-m", "secemb", "client", "--user", str(u), "--credentials",
+                                   f"{dep}/devices/device-{u}.json", "--wait", "30", "--min-users", "2"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for u in (a, b)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        for p, (out, err) in zip(procs, outs, strict=True):
+            assert p.returncode == 0, out + err + dump_logs(cluster)
+        outcome = cluster.admin(0).get_json(f"/v1/rounds/{rid}/status")
+        r = runner.invoke(app, ["admin", "status", "--deployment", dep])
+    assert (outcome["state"], outcome["included"], outcome["rejected"]) == ("committed", sorted((a, b)), [])
+    assert r.exit_code == 0, r.output
+    status = json.loads(r.output)
+    for name in ("server0", "server1"):
+        assert status[name]["payload_bounds"]["verified"] is True
+        assert status[name]["payload_bounds"]["users_per_round"] == 100  # the default: 943 devices
