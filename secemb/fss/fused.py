@@ -75,9 +75,11 @@ class PayloadSums:
     t_count: np.ndarray
 
 
-def payload_shares(party: int, key_conv: np.ndarray, t_count: np.ndarray, cw: np.ndarray) -> np.ndarray:
+def payload_shares(party: int, key_conv: np.ndarray, t_count: np.ndarray, cw: np.ndarray, *,
+                   out: np.ndarray | None = None) -> np.ndarray:
     """Party ``b``'s shares of every key's payload: ``S_b = (-1)^b (key_conv + t_count * CW)``,
-    ring (K, w), i.e. its aggregation shares summed over each key's positions.
+    ring (K, w), i.e. its aggregation shares summed over each key's positions; written into
+    ``out`` (a writeable ring (K, w) array of ``cw``'s dtype, overwritten) if given, and returned.
 
     ``key_conv`` and ``t_count`` are a :class:`PayloadSums`' fields, ``cw`` ring (K, w) the
     keys' aggregation correction words.  ``S_0 + S_1`` is the sum over positions of each key's
@@ -94,7 +96,10 @@ def payload_shares(party: int, key_conv: np.ndarray, t_count: np.ndarray, cw: np
             f"cw {cw.dtype} {cw.shape} must match key_conv {key_conv.dtype} {key_conv.shape} "
             f"and t_count {t_count.shape} (K,)"
         )
-    out = t_count.astype(cw.dtype)[:, None] * cw
+    if out is not None and (not isinstance(out, np.ndarray) or out.dtype != cw.dtype or out.shape != cw.shape
+                            or not out.flags.writeable):
+        raise InvalidParameters(f"out must be a writeable {cw.dtype} array of shape {cw.shape}")
+    out = np.multiply(t_count.astype(cw.dtype)[:, None], cw, out=out)
     out += key_conv
     if b:
         np.negative(out, out=out)

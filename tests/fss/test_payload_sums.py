@@ -248,10 +248,25 @@ def test_payload_shares_fail_if_shapes_or_rings_do_not_match() -> None:
         lambda: payload_shares(0, conv, count, cw[:2]),
         lambda: payload_shares(1, conv, count[:2], cw),
         lambda: payload_shares(2, conv, count, cw),
+        lambda: payload_shares(0, conv, count, cw, out=np.zeros((3, 2), np.uint64)),
+        lambda: payload_shares(0, conv, count, cw, out=np.zeros((2, 2), np.uint32)),
     ]
     for call in bad:
         with pytest.raises(InvalidParameters):
             call()
+
+
+@pytest.mark.parametrize("party", [0, 1])
+def test_payload_shares_into_out_overwrites_it_with_the_shares(party: int) -> None:
+    conv = np.array([[1, 2], [3, 2**32 - 1]], np.uint32)
+    count, cw = np.array([2, 1], np.int64), np.array([[5, 7], [2**31, 1]], np.uint32)
+    want = np.array([[11, 16], [3 + 2**31, 0]], np.uint64) % 2**32  # key_conv + t_count CW, by hand
+    if party:
+        want = (2**32 - want) % 2**32
+    out = np.full((2, 2), 99, np.uint32)
+    assert payload_shares(party, conv, count, cw, out=out) is out
+    np.testing.assert_array_equal(out, want.astype(np.uint32))
+    np.testing.assert_array_equal(payload_shares(party, conv, count, cw), out)
 
 
 def test_payload_sums_of_fails_on_bad_parameters() -> None:

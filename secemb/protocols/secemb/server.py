@@ -824,7 +824,7 @@ class SecEmbServer(ServerRole):
                                             np.concatenate([got[j].cw for j in walked])).reshape(-1, *payload.shape[1:])
         for j, (u, a) in enumerate(zip(users, got, strict=True)):
             if a.sums is not None:
-                payload[j] = payload_shares(self.party, a.sums.key_conv, a.sums.t_count, a.cw)
+                payload_shares(self.party, a.sums.key_conv, a.sums.t_count, a.cw, out=payload[j])
             x[j, sparse:] = self._dense_share(u)
         return projected(challenges, x)
 
