@@ -105,6 +105,20 @@ def test_a_challenge_swapped_by_server_0_gets_no_answer_that_depends_on_the_uplo
     assert rnd.s0.bound_rejected(answer) == {VICTIM}  # the others pass
 
 
+def test_a_part_0_altered_by_server_0_opens_z_0_whatever_the_upload(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Server 0's other lever: its joint-randomness part.  Another ``part_0`` only changes the
+    coefficients server 1 draws (the statement is the device's), so ``z`` under server 1's
+    coefficients is zero for an honest device, whatever it uploaded: nothing to test a guess
+    against.  The device fails (the two ``jr`` differ)."""
+    rnd = tbp.Round("cuckoo", False)
+    rnd.honest(range(3))
+    request = rnd.s0.bound_request([0, 1, 2])
+    query = request[HEADER_BYTES : HEADER_BYTES + 16]
+    answer = rnd.s1.bound_answer(_tampered(rnd, request, 8 + 16, bytes(range(32))))
+    assert _opened_z(rnd, answer, rnd.s0.challenge(VICTIM), query, monkeypatch) == 0
+    assert rnd.s0.bound_rejected(answer) == {VICTIM}
+
+
 def test_a_part_1_altered_by_server_0_fails_only_that_device() -> None:
     rnd = tbp.Round("cuckoo", True)
     rnd.honest(range(3))
