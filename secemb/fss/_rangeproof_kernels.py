@@ -1,4 +1,5 @@
-"""The compiled verifier of :func:`secemb.fss.rangeproof.verifier_messages` (hazmat, numba).
+"""The compiled verifier of :func:`secemb.fss.rangeproof.verifier_messages` and the Lagrange
+rows of its query (:func:`secemb.fss.field.lagrange_coefficients`) (hazmat, numba).
 
 One pass per device over its witness and proof shares, in ``F_p`` (``p = 2^61 - 1``) with the
 arithmetic of :mod:`secemb.fss.field` (32-bit limbs, Mersenne reduction): the same linear maps as
@@ -99,3 +100,22 @@ def verifier_core(x, proofs, calls, slots, ring, wire_rows, pads, gadget_columns
         for r in range(rows):
             e_sum = _add(e_sum, _mul(ring[d, r], ring_column[r]))
         out[d, 0] = _add(_add(_add(c_a, _mul(delta, c_b)), e_sum), constant)
+
+
+@njit(cache=True, nogil=True)
+def lagrange_rows(points, weights, out):  # noqa: ANN001, ANN201
+    """``out[r, j] = weights[j] prod_(m != j) (points[r] - m) mod p``: the Lagrange coefficients
+    of the nodes ``0..n-1`` (``n = weights.size``, ``weights`` their barycentric weights) at each
+    of the field elements ``points`` (none a node), ``out`` uint64 (points.size, n); prefix and
+    suffix products of ``x - m``, no inversion (:func:`secemb.fss.field.lagrange_coefficients`)."""
+    n = weights.size
+    for r in range(points.size):
+        x = points[r]
+        acc = np.uint64(1)
+        for j in range(n):  # out[r, j] = prod_(m < j) (x - m)
+            out[r, j] = acc
+            acc = _mul(acc, x - np.uint64(j))
+        acc = np.uint64(1)
+        for j in range(n - 1, -1, -1):  # times prod_(m > j) (x - m), times w_j
+            out[r, j] = _mul(_mul(out[r, j], acc), weights[j])
+            acc = _mul(acc, x - np.uint64(j))

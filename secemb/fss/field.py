@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.fss import kernels
 from secemb.randomness import SEED_BYTES, expand_seed
 
 __all__ = [
@@ -329,8 +330,10 @@ def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
     """The coefficients ``L_j(x)``, ``j = 0..n-1``, of the polynomial of degree below ``n`` through
     values at the nodes ``0..n-1``: its value at ``x`` is ``dot(L, values)``.
 
-    Computed exactly with Python ints, ``O(n)`` operations a point (prefix and suffix products of
-    ``x - m``, no inversion): meant for a few points, such as a batch's query.
+    Computed exactly, ``O(n)`` operations a point (prefix and suffix products of ``x - m``, no
+    inversion): with Python ints, or in the compiled loop
+    (:func:`secemb.fss._rangeproof_kernels.lagrange_rows`) when the kernels are on
+    (:func:`secemb.fss.kernels.compiled`); meant for a few points, such as a batch's query.
 
     Parameters
     ----------
@@ -354,6 +357,12 @@ def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
     x = _u64(x)
     if np.any(x < np.uint64(n)):
         raise InvalidParameters(f"lagrange_coefficients: x must avoid the nodes 0..{n - 1}")
+    if kernels.compiled():
+        from secemb.fss._rangeproof_kernels import lagrange_rows
+
+        rows = np.empty((x.size, n), dtype=np.uint64)
+        lagrange_rows(x.reshape(-1), _barycentric(n), rows)
+        return rows.reshape(*x.shape, n)
     before = np.empty((x.size, n), dtype=np.uint64)  # prod_{m < j} (x - m)
     after = np.empty((x.size, n), dtype=np.uint64)  # prod_{m > j} (x - m)
     for row, point in enumerate(x.reshape(-1).tolist()):

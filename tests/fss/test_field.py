@@ -9,6 +9,7 @@ import pytest
 
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.fss import field as F
+from secemb.fss import kernels
 
 P = 2**61 - 1
 EDGES = [0, 1, 2, 3, P - 1, P - 2, 2**32 - 1, 2**32, 2**32 + 1, 2**60, 2**61 - 2, 2**29, 2**31 * 3 + 7, (P - 1) // 2]
@@ -213,7 +214,9 @@ def test_canonical_bytes_round_trip_and_refuse_non_canonical():
             F.from_canonical_bytes(data[:8] + bad.to_bytes(8, "little") + data[16:], 4)
 
 
-def test_lagrange_coefficients_interpolate_a_known_polynomial():
+@pytest.mark.parametrize("backend", ["numpy"] + (["numba"] if kernels.available() else []))
+def test_lagrange_coefficients_interpolate_a_known_polynomial(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "BACKEND", backend)  # Python ints, or the compiled loop
     coeffs = [5, P - 3, 17, 2**60, 1]  # degree 4: 5 nodes
 
     def poly(x: int) -> int:
@@ -228,3 +231,11 @@ def test_lagrange_coefficients_interpolate_a_known_polynomial():
     assert [int(v) for v in lag[0]] == [1, P - 5, 10, P - 10, 5]
     with pytest.raises(InvalidParameters, match="avoid the nodes"):
         F.lagrange_coefficients(5, np.array([4], dtype=np.uint64))
+    # a degree-140 polynomial (the range proof's gadget size) at two points, and the shape of a 2-D x
+    big = [random.Random(140).randrange(P) for _ in range(141)]
+    at = [10**6, P - 2]
+    lag = F.lagrange_coefficients(141, np.array([at], dtype=np.uint64))
+    assert lag.shape == (1, 2, 141)
+    want = [sum(c * pow(x, i, P) for i, c in enumerate(big)) % P for x in at]
+    values = np.array([sum(c * pow(j, i, P) for i, c in enumerate(big)) % P for j in range(141)], dtype=np.uint64)
+    assert [int(v) for v in F.dot(lag[0], values[None, :])] == want
