@@ -52,7 +52,14 @@ def init(
         help="A one-server protocol (e.g. sfsl): write a ONE-SERVER deployment in OUT (its server at --host0 and "
              "--port0; docs/deployment.md, 'One server'). Default: a two-server deployment.")] = None,
     dataset: Annotated[str | None, typer.Option(help="With --protocol: the devices' dataset.")] = None,
-    users_per_round: Annotated[int, typer.Option(min=2, help="With --protocol: devices per round.")] = 20,
+    users_per_round: Annotated[int | None, typer.Option(min=2, help=(
+        "With --protocol: devices per round (default 20). Two servers (with --num-items): the most users a round "
+        "the payload bound is proved for ([protocol.options] users_per_round; default 100, or --num-users when "
+        "fewer; docs/deployment.md, 'Bounded payloads')."))] = None,
+    bound: Annotated[bool | None, typer.Option(
+        "--bound/--no-bound", help="Two servers (with --num-items): devices prove bounded payloads "
+                                   "([protocol.options] bound; default: on where it applies). --no-bound lets a "
+                                   "malicious device corrupt the model.")] = None,
     seed: Annotated[int, typer.Option(
         min=0, help="With --protocol: seed of the initial public model.")] = DEFAULTS.seed,
     option: Annotated[list[str] | None, typer.Option(
@@ -79,7 +86,10 @@ def init(
         if party is not None or host1 or num_items is not None or num_users is not None:
             fail("--protocol writes a one-server deployment: give --host0 (and --port0), not --party, --host1, "
                  "--num-items or --num-users")
-        _init_exchange(out, protocol, dataset, users_per_round, seed, option or [], host0 or [], port0, stage_deadline)
+        if bound is not None:
+            fail("--bound/--no-bound is for a two-server deployment (its [protocol.options])")
+        _init_exchange(out, protocol, dataset, 20 if users_per_round is None else users_per_round, seed, option or [],
+                       host0 or [], port0, stage_deadline)
         return
     if dataset is not None or option:
         fail("--dataset and --option go with --protocol (a one-server deployment)")
@@ -91,7 +101,12 @@ def init(
             fail(f"give --host{p} (server {p}'s host names or addresses)")
         if p not in parties and hosts[p]:
             fail(f"--party {party} creates server {party}'s half only: --host{p} is for server {p}'s operator")
-    settings = {"num_items": num_items, "num_users": num_users, "model": model}
+    if num_items is None and (bound is not None or users_per_round is not None):
+        fail("--bound/--no-bound and --users-per-round go with --num-items and --num-users (a whole half)")
+    options = {k: v for k, v in (("bound", bound), ("users_per_round", users_per_round)) if v is not None}
+    settings: dict[str, Any] = {"num_items": num_items, "num_users": num_users, "model": model}
+    if options:  # else the configuration's default (ServerConfig: bounds on where they apply)
+        settings["protocol_options"] = options
     try:
         if num_items is None:
             files = {p: init_pki(out if party is not None else out / f"server{p}", p, hosts[p] or []) for p in parties}

@@ -217,3 +217,56 @@ def test_server_0_refuses_a_round_larger_than_the_default_and_says_how_to_raise_
         assert leader.status()["payload_bounds"]["users_per_round"] == 100
     finally:
         servers.stop()
+
+
+# ------------------------------------------------------------------------------ secemb admin init
+
+
+def _init(out: Path, *args: str, party: int | None = None) -> Any:  # noqa: ANN401 - click's Result
+    hosts = ["--host0", "127.0.0.1", "--host1", "127.0.0.1"] if party is None else [f"--host{party}", "127.0.0.1"]
+    return run_cli("admin", "init", "--out", str(out), *hosts, *([] if party is None else ["--party", str(party)]),
+                   *args)
+
+
+@pytest.mark.parametrize(("args", "options"), [
+    ([], {"bound": True, "users_per_round": 100}),
+    (["--users-per-round", "250"], {"bound": True, "users_per_round": 250}),
+    (["--bound"], {"bound": True, "users_per_round": 100}),
+    (["--no-bound"], {"bound": False}),
+])
+def test_admin_init_writes_the_bound_it_is_given_or_the_default(tmp_path: Path, args: list[str],
+                                                                options: dict) -> None:
+    res = _init(tmp_path / "dep", "--num-items", "50", "--num-users", "943", *args)
+    assert res.exit_code == 0, res.output
+    for p in (0, 1):
+        doc = json.loads((tmp_path / "dep" / f"server{p}" / f"server{p}.json").read_text())
+        assert doc["protocol"]["options"] == options
+
+
+def test_two_operators_giving_the_same_users_per_round_pair(tmp_path: Path) -> None:
+    for p in (0, 1):
+        res = _init(tmp_path / f"s{p}", "--num-items", "50", "--num-users", "943", "--users-per-round", "250", party=p)
+        assert res.exit_code == 0, res.output
+    for p in (0, 1):
+        res = run_cli("admin", "pair", "--deployment", str(tmp_path / f"s{p}"), "--peer",
+                      str(tmp_path / f"s{1 - p}" / "public.json"))
+        assert res.exit_code == 0, res.output
+        cfg = load_config(tmp_path / f"s{p}" / f"server{p}.json")
+        assert cfg.protocol_options == {"bound": True, "users_per_round": 250}
+
+
+@pytest.mark.parametrize(("args", "why"), [
+    (["--num-items", "50", "--num-users", "943", "--no-bound", "--users-per-round", "20"], "bound = false"),
+    (["--no-bound"], "go with --num-items"),
+    (["--users-per-round", "20"], "go with --num-items"),
+    (["--num-items", "50", "--num-users", "943", "--users-per-round", str(2**30)], "users"),
+])
+def test_admin_init_refuses_a_bound_it_cannot_write(tmp_path: Path, args: list[str], why: str) -> None:
+    assert_usage_error(_init(tmp_path / "dep", *args), why)
+    assert not (tmp_path / "dep" / "server0" / "server0.json").exists()
+
+
+def test_admin_init_of_one_server_refuses_the_bound_options(tmp_path: Path) -> None:
+    res = run_cli("admin", "init", "--out", str(tmp_path / "one"), "--host0", "127.0.0.1", "--protocol", "sfsl",
+                  "--dataset", "taobao-mini", "--no-bound")
+    assert_usage_error(res, "--bound/--no-bound is for a two-server deployment")
