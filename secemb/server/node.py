@@ -102,6 +102,6 @@ def make_node(cfg: ServerConfig, *, peer: PeerLink | None = None, store: StateSt
             raise InvalidParameters("peer: server 1 calls no peer (server 0 drives every exchange), got one")
         return FollowerNode(cfg, store=store, protocol=protocol, model=model, _noise_rng=_noise_rng)
     link = peer if peer is not None else HttpPeer(cfg.peer_url, cfg.peer_secret, timeout=cfg.peer_timeout_s,
-                                                  tls=cfg.peer_tls())
+                                                  tls=cfg.peer_tls(), max_answer_bytes=cfg.max_body_bytes)
     return LeaderNode(cfg, peer=link, store=store, start_threads=start_threads, protocol=protocol, model=model,
                       _noise_rng=_noise_rng)

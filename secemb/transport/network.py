@@ -79,12 +79,19 @@ class ApiClient:
         simulated devices of a benchmark; it is not closed by :meth:`close`.
     tls: the TLS context that verifies the server (e.g. pinning the deployment's private CA,
         :func:`secemb.server.tls.client_context`); default: the system's trusted CAs.
+    max_answer_bytes: the most bytes of an answer's body that are read (after any
+        ``Content-Encoding`` is decoded; the request asks for none): a longer answer is refused
+        with ``InvalidMessage`` once that many are in, not buffered whole (``None``: no limit).
+        Server 0 reads server 1 with its own body limit (a deviating peer's endless or
+        decompression-bomb answer otherwise fills its memory).
     """
 
     def __init__(self, base_url: str, key_id: str | None = None, key: bytes | None = None, *, timeout: float = 30.0,
-                 http: httpx.Client | None = None, tls: ssl.SSLContext | None = None) -> None:
+                 http: httpx.Client | None = None, tls: ssl.SSLContext | None = None,
+                 max_answer_bytes: int | None = None) -> None:
         if (key_id is None) != (key is None):
             raise InvalidParameters("give both key_id and key, or neither")
+        self.max_answer_bytes = max_answer_bytes
         self.base_url = base_url.rstrip("/")
         self.key_id, self.key = key_id, key
         self._lock = threading.Lock()
@@ -124,7 +131,8 @@ class ApiClient:
         Unreachable
             No answer.
         InvalidMessage
-            An answer whose body does not decode by its ``Content-Encoding``.
+            An answer whose body does not decode by its ``Content-Encoding``, or longer than
+            ``max_answer_bytes``.
         """
         headers: dict[str, str] = {}
         if json_body is not None:
@@ -136,11 +144,14 @@ class ApiClient:
         if self.key_id is not None and self.key is not None:  # both or neither (__init__)
             headers.update(sign_headers(self.key_id, self.key, method, path, query, body))
         url = self.base_url + path + (f"?{query}" if query else "")
+        if self.max_answer_bytes is not None:
+            headers["Accept-Encoding"] = "identity"
         try:
-            resp = self._http.request(
-                method, url, content=body if body else None, headers=headers,
-                timeout=timeout if timeout is not None else self._timeout,
-            )
+            req = self._http.build_request(method, url, content=body if body else None, headers=headers,
+                                           timeout=timeout if timeout is not None else self._timeout)
+            resp = self._http.send(req, stream=self.max_answer_bytes is not None)
+            if self.max_answer_bytes is not None:
+                resp = self._capped(resp, self.max_answer_bytes, f"{method} {self.base_url}{path}")
         except httpx.TransportError as exc:
             raise Unreachable(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
         except httpx.DecodingError as exc:  # not a TransportError: the server answered, with a body that is not
@@ -156,6 +167,28 @@ class ApiClient:
                 error, detail = "error", resp.text[:500]
             raise RemoteError(resp.status_code, error, detail)
         return resp
+
+    @staticmethod
+    def _capped(resp: httpx.Response, limit: int, where: str) -> httpx.Response:
+        """The streamed ``resp`` read whole, if its decoded body has at most ``limit`` bytes (a
+        response holding the body, without ``Content-Encoding``); closed either way.
+
+        Raises
+        ------
+        InvalidMessage: the body is longer (reading stops at the first chunk over the limit).
+        """
+        try:
+            chunks, size = [], 0
+            for chunk in resp.iter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    raise InvalidMessage(f"{where}: the answer is longer than {limit} bytes")
+                chunks.append(chunk)
+        finally:
+            resp.close()
+        dropped = ("content-encoding", "content-length")  # the body below is the decoded one
+        plain = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in dropped]
+        return httpx.Response(resp.status_code, headers=plain, content=b"".join(chunks), request=resp.request)
 
     # convenience -------------------------------------------------------------------------
     def get_json(self, path: str, **params: Any) -> Any:
