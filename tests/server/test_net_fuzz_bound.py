@@ -13,6 +13,7 @@ round stays open for ``A``'s proof.  The fuzz helpers are ``test_net_fuzz``'s.""
 
 from __future__ import annotations
 
+import gzip
 from typing import Any
 
 import httpx
@@ -227,6 +228,31 @@ def test_bad_credentials_on_the_bound_routes_are_a_401(world):
                                  timeout=WAIT_S, trust_env=False, verify=w.peer_tls if party == 1 else w.cluster.tls)
             assert resp.status_code == 401, (path, headers, resp.text)
             _check_rejected(w, resp, before)
+
+
+def test_odd_headers_and_encodings_get_4xx_and_change_nothing(world):
+    """Device A's proof gzip-compressed with ``Content-Encoding: gzip`` (a server that decoded
+    request bodies would take a bomb; it reads the bytes as they are: a malformed proof), and
+    streamed in chunks without ``Content-Length`` one byte over its limit (413); a proof of the
+    device that did not upload under odd content types (409)."""
+    w = world
+    path, proof = f"/v1/rounds/{w.r}/proof", w.samples["proof"]
+    before = w.snapshot()
+    signer = f"user:{w.a}"
+    packed = gzip.compress(proof)
+    resp = _send(w, 0, "POST", path, packed, signer, {"Content-Encoding": "gzip"})
+    assert resp.status_code in (400, 413), resp.text
+    _check_rejected(w, resp, before)
+    longer = proof + b"\0"
+    headers = sign_headers(signer, _key(w, 0, signer), "POST", path, "", longer)
+    resp = httpx.post(w.cluster.url(0) + path, content=iter([longer[:1000], longer[1000:]]), headers=headers,
+                      timeout=WAIT_S, trust_env=False, verify=w.cluster.tls)
+    assert resp.status_code == 413 and "content-length" not in resp.request.headers, resp.text  # chunked
+    _check_rejected(w, resp, before)
+    for media in ("application/json", "text/plain; charset=utf-8", "multipart/form-data; boundary=x", ""):
+        resp = _send(w, 0, "POST", path, proof, f"user:{w.e}", {"Content-Type": media})
+        assert resp.status_code == 409, (media, resp.text)
+        _check_rejected(w, resp, before)
 
 
 def _reference_sha(participants: list[int]) -> str:
