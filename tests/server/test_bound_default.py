@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from cli_helpers import assert_usage_error, run_cli  # type: ignore[import-not-found]  # noqa: E402
 
 from secemb.errors import InvalidParameters  # noqa: E402
+from secemb.protocols.factory import make_protocol  # noqa: E402
 from secemb.protocols.secemb import SecEmbProtocol  # noqa: E402
 from secemb.server.config import ServerConfig, config_document, load_config  # noqa: E402
 from secemb.server.errors import Conflict  # noqa: E402
@@ -270,3 +271,17 @@ def test_admin_init_of_one_server_refuses_the_bound_options(tmp_path: Path) -> N
     res = run_cli("admin", "init", "--out", str(tmp_path / "one"), "--host0", "127.0.0.1", "--protocol", "sfsl",
                   "--dataset", "taobao-mini", "--no-bound")
     assert_usage_error(res, "--bound/--no-bound is for a two-server deployment")
+
+
+@pytest.mark.parametrize("value", [[], {}, [1], {"a": 1}, 1, None, "true"])
+@pytest.mark.parametrize("name", ["bound", "verify"])
+def test_finding_a_round_document_with_a_bound_that_is_no_bool_is_refused_not_a_type_error(name: str,
+                                                                                          value: object) -> None:
+    """Session 20 (helper D): with bounds on by default every round document announces ``bound``; one
+    whose ``options.bound`` was a list made the device's ``RoundSession`` raise ``TypeError: unhashable
+    type`` (the round's plan is cached by its flags) instead of a clean refusal
+    (tests/client/test_round_document_mutations.py found it)."""
+    options = {"bound": True, "users_per_round": 30} | {name: value}
+    with pytest.raises(InvalidParameters, match=f"{name} must be a bool"):
+        make_protocol({"name": "secemb", "layout": "cuckoo", "relay": True, "expansion": 1.25, "layout_seed": 0,
+                       "options": options})

@@ -59,7 +59,8 @@ class SecEmbProtocol(Protocol):
 
     Raises
     ------
-    InvalidParameters: ``bound`` without ``verify`` or without ``users_per_round >= 1``.
+    InvalidParameters: ``verify`` or ``bound`` not a bool; ``bound`` without ``verify`` or without
+        ``users_per_round >= 1``.
     """
 
     name = NAME
@@ -80,6 +81,9 @@ class SecEmbProtocol(Protocol):
     ) -> None:
         super().__init__(layout, relay, expansion, layout_seed)
         self.backend = backend
+        for name, flag in (("verify", verify), ("bound", bound)):  # a round document's values: hashed by round_plan
+            if not isinstance(flag, bool):
+                raise InvalidParameters(f"{name} must be a bool, got {flag!r:.80}")
         self.verify = verify
         if bound and (not verify or users_per_round is None):
             raise InvalidParameters("bounded payloads need verified uploads (verify=True) and users_per_round")
