@@ -282,7 +282,8 @@ def _reference_sha(participants: list[int]) -> str:
 
 def test_zz_the_round_then_commits_the_model_of_the_run_without_bad_requests(world):
     """Last in the module: device A sends its proof; the close includes the five devices that
-    proved, rejects none, and commits the in-process run's model."""
+    proved, rejects none, and commits the in-process run's model.  Then every route refuses
+    (the round is closed) and changes nothing."""
     w = world
     w.client(w.a).links[0].proof(w.r, w.proof_a)
     out = w.admin[0].post_json(f"/v1/admin/rounds/{w.r}/close")
@@ -291,3 +292,9 @@ def test_zz_the_round_then_commits_the_model_of_the_run_without_bad_requests(wor
     status = [a.get_json("/v1/admin/status") for a in w.admin]
     assert status[0]["model_version"] == status[1]["model_version"] == 1
     assert status[0]["model_sha256"] == status[1]["model_sha256"] == _reference_sha(w.participants)
+    # after the close: the routes refuse, the committed round stays as it is
+    before = w.snapshot()
+    for party, method, path, signer, sample in _routes(w, w.r):
+        _refused(w, _send(w, party, method, path, w.samples.get(sample, b""), signer), before)
+    _refused(w, _send(w, 0, "POST", f"/v1/rounds/{w.r}/proof", w.proof_a, f"user:{w.a}"), before)
+    assert w.admin[0].get_json(f"/v1/rounds/{w.r}/status")["included"] == out["included"]
