@@ -19,14 +19,13 @@ from _client_cli import ADAM, SERVERS, run_client
 
 from secemb.client.device import Device, DeviceClient, RoundInfo
 from secemb.digest import table_sha256
-from secemb.sim.local import InProcessServers, LocalServerLink
+from secemb.sim.local import InProcessServers, LocalServerLink, server_configs
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.inference import Denoiser, GaussianLDP
 from secemb.inference.saved import load_public_recommender
 from secemb.inference.trained import TrainedModel
 from secemb.models import MatrixFactorization, UserStore
 from secemb.models.optim import AdamConfig
-from secemb.protocols import get_protocol
 from secemb.protocols.base import RoundConfig
 
 NUM_USERS, NUM_ITEMS = 12, 20
@@ -61,7 +60,7 @@ def test_servers_announce_and_the_sdk_device_checks_its_recommender() -> None:
     table, dense, params = _recommender(0)
     settings = {"num_items": NUM_ITEMS, "num_users": NUM_USERS, "model": "grec-denoiser", "model_hparams": SPEC,
                 "m_prime": 4, "protocol": "secemb", "layout": "full", "relay": False, "min_users": 2}
-    servers = InProcessServers(settings, get_protocol("secemb", layout="full", relay=False),
+    servers = InProcessServers(settings, server_configs(settings)[0].make_protocol(),  # the protocol it announces
                                Denoiser(**SPEC, frozen_table=table))
     leader, follower = servers.nodes
     leader.open_round(participants=[1, 2])
