@@ -135,12 +135,15 @@ mask, and reveal linear relations of the witness (all of it at small sizes:
 Costs
 -----
 Sizes are in :class:`RangeParams`.  The servers' work is vectorized over the devices and the
-witness: the query is computed once a batch, the wires of all devices come from one matrix
-product (:func:`secemb.fss.field.matmul`) of shared Lagrange rows with the batch's witness
-shares (the prover extends its wires to the nodes ``M+2..4M+4`` the same way, ``O(M N)``
-multiply-adds), and what is per device is ``O(c + M)`` field operations besides; per device it makes
-O(1) calls into hashlib (the own part, ``jr``, the ``2 (M/2 + c)`` coefficients) and, at server 1,
-one AES-CTR expansion (:func:`parse`).  At ``rows = 40``, ``t = 26`` (or 25): ``m = 13``, ``N =
+witness: the query is computed once a batch, the wires of all devices come from shared Lagrange
+rows times the batch's witness shares (the prover extends its wires to the nodes ``M+2..4M+4`` the
+same way, ``O(M N)`` multiply-adds), and what is per device is ``O(c + M)`` field operations
+besides.  With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one pass a device
+in :func:`secemb.fss._rangeproof_kernels.verifier_core` (``O(N + L + M)`` multiply-adds a query
+point, no fixed cost a batch); otherwise one matrix product (:func:`secemb.fss.field.matmul`, float64
+BLAS in limbs) for all devices, the same field elements.  Per device it makes O(1) calls into
+hashlib (the own part, ``jr``, the ``2 (M/2 + c)`` coefficients) and, at server 1, one AES-CTR
+expansion (:func:`parse`).  At ``rows = 40``, ``t = 26`` (or 25): ``m = 13``, ``N =
 560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements (device message
 to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version, ``N = 1,120``,
 took 11,688), verifier messages of 1,112 bytes a device.
