@@ -285,3 +285,27 @@ def test_finding_a_round_document_with_a_bound_that_is_no_bool_is_refused_not_a_
     with pytest.raises(InvalidParameters, match=f"{name} must be a bool"):
         make_protocol({"name": "secemb", "layout": "cuckoo", "relay": True, "expansion": 1.25, "layout_seed": 0,
                        "options": options})
+
+
+@pytest.mark.parametrize(("options", "extra", "line"), [
+    ("", "", "payload bounds verified: every device proves its upload small, for rounds of at most 100 users"),
+    ("users_per_round = 250", "", "payload bounds verified: every device proves its upload small, for rounds of "
+                                  "at most 250 users"),
+    ("bound = false", "", "warning: payload bounds off ([protocol.options] bound = false): a malicious device"),
+    ("", "[training]\nring_bits = 64\n", "payload bounds off: the 64-bit ring ([training] ring_bits)"),
+    ("", "[privacy]\nsigma = 1000.0\nclip = 0.5\n", "payload bounds off: central DP ([privacy] sigma)"),
+    ("verify = false", "", "payload bounds off: verified uploads are off ([protocol.options] verify = false)"),
+])
+def test_secemb_serve_says_at_start_up_whether_payloads_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  options: str, extra: str, line: str) -> None:
+    """One line on stderr before serving (the server itself is replaced by a stub here; the real processes'
+    lines: test_bound_default_net.py)."""
+    import secemb.server
+
+    served: list[ServerConfig] = []
+    monkeypatch.setattr(secemb.server, "serve", lambda cfg, **_: served.append(cfg))
+    res = _serve(tmp_path, options, extra)
+    assert res.exit_code == 0, res.output
+    lines = [x for x in res.stderr.splitlines() if "payload bounds" in x]
+    assert len(lines) == 1 and lines[0].startswith(line), lines
+    assert len(served) == 1
