@@ -259,7 +259,8 @@ EXIT_ALARM = 3
 @admin_app.command("status")
 def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     """The status of each server whose half DEPLOYMENT holds (one operator's: its own server;
-    the test setup: both): model version and hash, round, count phase, m', alarms.  Exits 3
+    the test setup: both): model version and hash, round, count phase, m', alarms, whether devices prove
+    bounded payloads (payload_bounds).  Exits 3
     if a server shows an alarm (a detected deviation: docs/deployment.md, "Alarms")."""
     from secemb.transport.http import HttpAdminLink
 
@@ -423,20 +424,24 @@ def _current_model(dep: Any, num_items: int, width: int, dense_size: int) -> tup
     """``(table, dense, model_version, model_sha256, last_committed_round)``: server 0's current
     public model of the deployment ``dep`` (a ``(num_items, width)`` table and a
     ``(dense_size,)`` vector), fetched at the version its status announces and checked against
-    the SHA-256 it announces.
+    the SHA-256 it announces.  Answers longer than
+    :func:`~secemb.transport.network.answer_limit` of those sizes are not read.
 
     Raises
     ------
     InvalidMessage
-        The model does not decode at the announced version (after ``_MODEL_TRIES`` tries: a
-        round may commit in between), or does not hash to the announced SHA-256.
+        The model does not decode at the announced version or is longer than that limit (after
+        ``_MODEL_TRIES`` tries: a round may commit in between), or does not hash to the
+        announced SHA-256.
     """
     from secemb.digest import model_sha256
     from secemb.errors import InvalidMessage
     from secemb.round.messages import decode_model
     from secemb.transport.http import HttpAdminLink
+    from secemb.transport.network import answer_limit
 
     link = HttpAdminLink(0, dep.admin(0))
+    link.api.max_answer_bytes = answer_limit(num_items, width, dense_size)  # the model message, not more
     try:
         for attempt in range(_MODEL_TRIES):
             version, announced, last_round = _announced_model(link)

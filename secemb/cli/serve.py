@@ -55,7 +55,9 @@ def register(app: typer.Typer) -> None:
 
         TLS by default: the [tls] files of the configuration ('secemb admin init' writes them).
         Secrets may come from the file or from SECEMB_PEER_SECRET, SECEMB_ADMIN_SECRET and
-        SECEMB_USER_SECRET (hex).  The API is described in docs/openapi.json.
+        SECEMB_USER_SECRET (hex).  The API is described in docs/openapi.json.  At start-up one line
+        says whether devices prove bounded payloads (on by default where they apply; a warning for
+        bound = false: docs/deployment.md, 'Bounded payloads').
 
         One server (--config DIR/exchange.json of 'secemb admin init --protocol P'): TLS always,
         no peer, its state in DIR/state (docs/deployment.md, 'One server').
