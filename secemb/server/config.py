@@ -82,7 +82,7 @@ _ADAM, _FIXED = AdamConfig(), FixedPoint()
 #: the round size a deployment's payload bound is proved for when ``[protocol.options]`` names no
 #: ``users_per_round``: ``secemb train``'s users per round (:data:`~secemb.options.DEFAULTS`, 100), the
 #: ``--participants 0-99`` of docs/deployment.md; ``num_users`` when the deployment has fewer devices (no round
-#: can have more).  Server 0 refuses to open a larger round (:meth:`secemb.server.leader.Leader.open_round`)
+#: can have more).  Server 0 refuses to open a larger round (:meth:`secemb.server.leader.LeaderNode.open_round`)
 DEFAULT_BOUND_USERS = DEFAULTS.users_per_round
 #: the protocol option that turns bounded payloads on (issue 34 (b), :mod:`secemb.protocols.secemb.bounds`)
 _BOUND, _BOUND_USERS = "bound", "users_per_round"
