@@ -73,6 +73,8 @@ from secemb.transport.links import ServerLink
 if TYPE_CHECKING:
     import httpx
 
+    from secemb.transport.network import ApiClient
+
     from secemb.data.features import FeatureSet
 
 #: the order of the count stage's device hops (server 1 first)
@@ -342,8 +344,8 @@ class DeviceClient:
         self.user_id = int(user_id)
         self.min_users = _floor(min_users)
         self.links: tuple[ServerLink, ServerLink] = (http0, http1)
-        #: the signed HTTP clients (raw access for tests of the endpoints)
-        self.servers = (http0.api, http1.api)
+        #: the signed HTTP clients (raw access for tests of the endpoints; none over :meth:`over`'s links)
+        self.servers: tuple[ApiClient, ...] = (http0.api, http1.api)
 
     @classmethod
     def over(cls, user_id: int, links: tuple[ServerLink, ServerLink], *,
@@ -351,7 +353,25 @@ class DeviceClient:
         """A client for device ``user_id`` over ``links`` (server 0's, server 1's)."""
         self = cls.__new__(cls)
         self.user_id, self.links, self.min_users = int(user_id), links, _floor(min_users)
+        self.servers = ()
         return self
+
+    def fit_answers(self, config: RoundConfig) -> None:
+        """Let the HTTP links (:attr:`servers`) read the answers of a round of ``config``: raise
+        their answer limit (``max_answer_bytes``, :data:`~secemb.transport.network.ANSWER_FLOOR_BYTES`
+        until then) to :func:`~secemb.transport.network.answer_limit` of its sizes, never lower
+        it.  ``config`` is the round both servers announce (:meth:`round_info` checks that they
+        agree), so one deviating server cannot raise the limit; a longer answer -- endless, or a
+        decompression bomb -- is refused with ``InvalidMessage`` once the limit is read, the
+        round failing as for any malformed answer."""
+        if not self.servers:  # links without HTTP (in process): nothing is read from a network
+            return
+        from secemb.transport.network import answer_limit  # here: in-process devices never need httpx
+
+        limit = answer_limit(max(config.num_items, config.slots), config.width, config.dense_size)
+        for api in self.servers:
+            if api.max_answer_bytes is not None:
+                api.max_answer_bytes = max(api.max_answer_bytes, limit)
 
     def close(self) -> None:
         for link in self.links:
@@ -433,7 +453,8 @@ class RoundSession:
     The messages go where the protocol's :class:`~secemb.protocols.stages.RoundPlan` says, in its
     order; a protocol that produces a message the plan has no hop for (or none where the plan
     has one) is refused.  An engine that batches many devices (the in-process one) drives the
-    retrieval stage itself through :meth:`request_for` and :meth:`accept_reply`.
+    retrieval stage itself through :meth:`request_for` and :meth:`accept_reply`.  A new session
+    lets its client's HTTP links read answers of the round's sizes (:meth:`DeviceClient.fit_answers`).
 
     Attributes
     ----------
@@ -456,6 +477,7 @@ class RoundSession:
         self.plan = self.protocol.plan()
         self.fp = fp or info.fixed_point()
         self.clip = upload_clip(self.protocol, self.fp, clip)
+        client.fit_answers(self.rc)  # the round's answers are read from here on
         self._proved = False
         self.upload_bytes = self.download_bytes = 0
         self.compute_s = 0.0

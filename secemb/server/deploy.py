@@ -50,7 +50,7 @@ from secemb.transport.credentials import DeviceCredentials, DeviceHalf, merge_ha
 from secemb.errors import InvalidParameters, check_int
 from secemb.server.config import ServerConfig, config_document, load_config
 from secemb.server.tls import TlsFiles, client_context, init_pki, write_private
-from secemb.transport.network import ApiClient
+from secemb.transport.network import ANSWER_FLOOR_BYTES, ApiClient
 from secemb.transport.signing import parse_secret, user_key
 
 __all__ = ["Deployment", "init_deployment", "init_half", "pair", "peer_secret"]
@@ -150,10 +150,11 @@ class Deployment:
         return str(self._operator(party)["url"])
 
     def admin(self, party: int, *, timeout: float = 60.0) -> ApiClient:
-        """The operator's signed client for server ``party`` (its own admin secret, its own CA pinned)."""
+        """The operator's signed client for server ``party`` (its own admin secret, its own CA pinned;
+        answers of at most :data:`~secemb.transport.network.ANSWER_FLOOR_BYTES` read)."""
         op = self._operator(party)
         key = parse_secret(f"{self.half_root(party) / _OPERATOR}: admin", op.get("admin"))
-        return ApiClient(op["url"], "admin", key, timeout=timeout,
+        return ApiClient(op["url"], "admin", key, timeout=timeout, max_answer_bytes=ANSWER_FLOOR_BYTES,
                          tls=client_context(Path(op["ca"])))
 
     def issue(self, party: int, users: Iterable[int]) -> list[DeviceHalf]:

@@ -36,7 +36,7 @@ from secemb.server.exchange_state import ExchangeState, fingerprint
 from secemb.server.auth import Verifier
 from secemb.server.config import ServerConfig
 from secemb.server.tls import TlsFiles, client_context, init_pki, server_context_kwargs, write_private
-from secemb.transport.network import ApiClient
+from secemb.transport.network import ANSWER_FLOOR_BYTES, ApiClient
 from secemb.transport.signing import parse_secret, user_key
 
 __all__ = ["ExchangeCredentials", "ExchangeDeployment", "exchange_config_path", "init_exchange", "serve_exchange"]
@@ -141,8 +141,10 @@ class ExchangeDeployment:
         return _protocol(self.doc, self.config_path, data_dir)
 
     def admin(self, *, timeout: float = 60.0) -> ApiClient:
-        """The operator's signed client (TLS pinned to the deployment's CA)."""
-        return ApiClient(self.url, "admin", self.admin_secret, tls=client_context(self.tls.ca), timeout=timeout)
+        """The operator's signed client (TLS pinned to the deployment's CA; answers of at most
+        :data:`~secemb.transport.network.ANSWER_FLOOR_BYTES` read)."""
+        return ApiClient(self.url, "admin", self.admin_secret, tls=client_context(self.tls.ca), timeout=timeout,
+                         max_answer_bytes=ANSWER_FLOOR_BYTES)
 
     def add_devices(self, users: Iterable[int], out: Path | None = None) -> list[Path]:
         """Write each device's credentials to ``out`` (default ``root/devices``; 0700, files 0600)."""

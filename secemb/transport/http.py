@@ -18,7 +18,7 @@ import httpx
 
 from secemb.errors import InvalidMessage
 from secemb.protocols.secemb.bounds import CHALLENGE_BYTES
-from secemb.transport.network import ApiClient, answer_fields
+from secemb.transport.network import ANSWER_FLOOR_BYTES, ApiClient, answer_fields
 
 __all__ = ["HttpAdminLink", "HttpServerLink", "HttpStageAdmin", "HttpStageLink"]
 
@@ -26,12 +26,15 @@ __all__ = ["HttpAdminLink", "HttpServerLink", "HttpStageAdmin", "HttpStageLink"]
 class HttpServerLink:
     """Device ``user``'s signed connection to server ``party`` at ``url`` (``http`` an
     optional shared ``httpx.Client`` pool for simulations of many devices; ``tls`` the context
-    that verifies the server, e.g. pinning the deployment's CA)."""
+    that verifies the server, e.g. pinning the deployment's CA).  It reads answers of at most
+    :data:`~secemb.transport.network.ANSWER_FLOOR_BYTES` (``api.max_answer_bytes``; a round's
+    :class:`~secemb.client.device.RoundSession` raises it to the round's sizes)."""
 
     def __init__(self, party: int, user: int, url: str, key: bytes, *, timeout: float = 60.0,
                  http: httpx.Client | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.party, self.user = int(party), int(user)
-        self.api = ApiClient(url, f"user:{self.user}", key, timeout=timeout, http=http, tls=tls)
+        self.api = ApiClient(url, f"user:{self.user}", key, timeout=timeout, http=http, tls=tls,
+                             max_answer_bytes=ANSWER_FLOOR_BYTES)
 
     def round_info(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.api.get_json("/v1/round")

@@ -31,7 +31,8 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-from collections.abc import Mapping
+import zlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -40,9 +41,61 @@ from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.signing import sign_headers
 
-__all__ = ["ApiClient", "answer_fields"]
+__all__ = ["ANSWER_FLOOR_BYTES", "ApiClient", "answer_fields", "answer_limit"]
 
 OCTET = "application/octet-stream"
+
+#: the answer limit of a device and of the operator before they know the model's sizes (``secemb
+#: client``, ``secemb infer``, ``secemb admin``): every JSON document they read, and the floor of
+#: :func:`answer_limit` (a deviating server's endless or decompression-bomb answer is refused here)
+ANSWER_FLOOR_BYTES = 64 << 20
+
+
+def answer_limit(rows: int, width: int, dense_size: int) -> int:
+    """The longest answer a device or the operator reads once the model's public sizes are
+    known: :data:`ANSWER_FLOOR_BYTES` plus four times a table of ``rows`` rows of ``width``
+    8-byte words and 32 bytes more per row, and a dense vector of ``dense_size`` 8-byte words.
+
+    No honest answer reaches it with ``rows`` = max(the items, the slots a device requests):
+    a retrieval reply is at most one row per slot with a 16-byte tag (SecEmb) or the whole table
+    (full-download baselines), a dense vector or a model message is the table and the vector
+    once, each with a header of a few dozen bytes.
+    """
+    return ANSWER_FLOOR_BYTES + 4 * (rows * (8 * width + 32) + 8 * dense_size)
+
+
+#: the most bytes one step of a capped read decodes (deflate expands up to ~1000x)
+_PIECE = 1 << 20
+
+
+def _decoded(resp: httpx.Response, where: str) -> Iterator[bytes]:
+    """The body of the streamed ``resp``, decoded by its ``Content-Encoding`` (none, ``gzip`` or
+    ``deflate``) in pieces of at most :data:`_PIECE` bytes -- not httpx's decoders, which expand
+    a whole read at once (a 64 KiB read of a decompression bomb is ~64 MiB).
+
+    Raises
+    ------
+    InvalidMessage: another encoding (a capped request asks for none), or bytes that do not
+    decode (both naming ``where``).
+    """
+    if resp.is_stream_consumed:  # a transport that answered with the body read (httpx.MockTransport): decoded
+        yield from resp.iter_bytes(_PIECE)
+        return
+    coding = resp.headers.get("content-encoding", "identity").strip().lower()
+    if coding == "identity":
+        yield from resp.iter_raw()
+        return
+    if coding not in ("gzip", "deflate"):
+        raise InvalidMessage(f"{where}: the answer has an encoding it was not asked for ({coding!r:.40})")
+    inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # a gzip or a zlib header (HTTP's deflate)
+    try:
+        for raw in resp.iter_raw():
+            while raw and not inflate.eof:
+                yield inflate.decompress(raw, _PIECE)
+                raw = inflate.unconsumed_tail
+        yield inflate.flush()  # at most zlib's window
+    except zlib.error as exc:
+        raise InvalidMessage(f"{where}: the answer does not decode ({exc})") from None
 
 
 def answer_fields(doc: Any, where: str, **kinds: type) -> dict[str, Any]:
@@ -83,7 +136,9 @@ class ApiClient:
         ``Content-Encoding`` is decoded; the request asks for none): a longer answer is refused
         with ``InvalidMessage`` once that many are in, not buffered whole (``None``: no limit).
         Server 0 reads server 1 with its own body limit (a deviating peer's endless or
-        decompression-bomb answer otherwise fills its memory).
+        decompression-bomb answer otherwise fills its memory); devices and the operator with
+        :data:`ANSWER_FLOOR_BYTES`, raised to :func:`answer_limit` once they know the model's
+        sizes (the attribute is read at each request, so it may be changed between them).
     """
 
     def __init__(self, base_url: str, key_id: str | None = None, key: bytes | None = None, *, timeout: float = 30.0,
@@ -175,11 +230,13 @@ class ApiClient:
 
         Raises
         ------
-        InvalidMessage: the body is longer (reading stops at the first chunk over the limit).
+        InvalidMessage: the body is longer (reading stops at the first piece over the limit:
+        at most ``limit`` + 1 MiB are decoded), does not decode, or has an encoding other than
+        gzip or deflate (:func:`_decoded`).
         """
         try:
             chunks, size = [], 0
-            for chunk in resp.iter_bytes():
+            for chunk in _decoded(resp, where):
                 size += len(chunk)
                 if size > limit:
                     raise InvalidMessage(f"{where}: the answer is longer than {limit} bytes")
