@@ -296,6 +296,10 @@ class ProofShares:
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
+    def rows(self, lo: int, hi: int) -> ProofShares:
+        """The shares of devices ``lo .. hi - 1`` (views of these arrays)."""
+        return ProofShares(self.party, self.keys[lo:hi], self.hints[lo:hi], self.inputs[lo:hi], self.proofs[lo:hi])
+
 
 @cache
 def _chunk(n: int) -> int:

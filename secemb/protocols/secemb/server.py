@@ -828,6 +828,24 @@ class SecEmbServer(ServerRole):
             x[j, sparse:] = self._dense_share(u)
         return projected(challenges, x)
 
+    def _verifier_messages(self, params: rangeproof.RangeParams, shares: rangeproof.ProofShares, users: list[int],
+                           challenges: list[bytes], contexts: list[bytes], query: bytes) -> np.ndarray:
+        """This server's verifier messages (uint64 (n, verifier_length)) for ``users`` (their
+        parsed ``shares`` and proof ``contexts``, in order): :func:`~secemb.fss.rangeproof.verifier_messages`
+        on their projections (:meth:`_bound_projections`), in ranges of users on the
+        backend's threads (:meth:`_spans`: one range on a serial backend; the kernels of both
+        steps run without the GIL).  A device's messages do not depend on the others of its
+        batch, so the ranges give the messages of one call."""
+
+        def span(bounds: tuple[int, int]) -> np.ndarray:
+            lo, hi = bounds
+            some, their = users[lo:hi], challenges[lo:hi]
+            return rangeproof.verifier_messages(params, self.party, shares.rows(lo, hi),
+                                                self._bound_projections(some, their), contexts[lo:hi], query)
+
+        parts = self._map_spans(span, self._spans(len(users)))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
     def bound_request(self, users: list[int]) -> bytes:
         """Server 0: the bound check's request to server 1 for uploaded ``users`` (the ones
         :meth:`upload_digests` covers), once their proofs are in: a fresh 16-byte query seed
@@ -896,8 +914,7 @@ class SecEmbServer(ServerRole):
         shares = rangeproof.parse(params, 1, [self._sigmas[u] + r[hint_at : hint_at + rangeproof.PART_BYTES]
                                               for u, r in zip(users, rows, strict=True)])
         contexts = self._bound_contexts(users, challenges)
-        v1 = rangeproof.verifier_messages(params, 1, shares, self._bound_projections(users, challenges),
-                                          contexts, query)
+        v1 = self._verifier_messages(params, shares, users, challenges, contexts, query)
         unbound = [j for j, (u, r, ctx) in enumerate(zip(users, rows, contexts, strict=True))
                    if rangeproof.seed_part(ctx, self._sigmas[u]) != r[hint_at + rangeproof.PART_BYTES :]]
         v1[unbound, : 2 * params.wires + 3] = 0
@@ -936,8 +953,7 @@ class SecEmbServer(ServerRole):
         v1 = rangeproof.parse_verifier_messages(params, bytes(body), len(users))
         challenges = [self._challenges[u] for u in users]
         shares = rangeproof.parse(params, 0, [self._proofs[u] for u in users])
-        v0 = rangeproof.verifier_messages(params, 0, shares, self._bound_projections(users, challenges),
-                                          self._bound_contexts(users, challenges), query)
+        v0 = self._verifier_messages(params, shares, users, challenges, self._bound_contexts(users, challenges), query)
         ok = rangeproof.decide(params, v0, v1)
         self._asked = None
         return unproved | {u for u, good in zip(users, ok.tolist(), strict=True) if not good}
