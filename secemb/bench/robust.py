@@ -9,7 +9,9 @@ through the protocol roles (the servers' work only: retrieval evaluation, upload
 digests and their comparison, both aggregate shares and their reconstruction), and prints one
 JSON line per layout: median server seconds per round checked / unchecked, and the bytes a
 device sends per round and the servers exchange per round, both ways.  Timings are ratios
-within one run (the machine may be shared); bytes are exact.
+within one run (the machine may be shared); bytes are exact.  The servers run on the serial
+backend, or with ``--workers N`` on a thread backend of ``N`` threads (retrieval, uploads,
+aggregation and the bound check in ranges of users or buckets, as a ``thread`` deployment does).
 
 A round's uploads reach each server as one batch (``handle_upload_many``; with relay, server
 0's forwards reach server 1 as one batch), as the in-process engine delivers a round's devices
@@ -37,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from secemb.protocols.backends import Backend, ThreadBackend
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbRelayServer, SecEmbServer
 from secemb.server.verify import rejected
@@ -52,14 +55,14 @@ KINDS = ("unchecked", "checked", "bounded")
 
 
 def _round(layout: str, relay: bool, kind: str, users: int, gen: np.random.Generator,
-           size: tuple[int, int]) -> dict[str, float]:
-    """One round of ``kind`` (:data:`KINDS`); server seconds (both servers, summed), the devices'
-    proof seconds (``bounded`` only, summed over devices), and bytes (device -> servers per
-    device, server <-> server in total)."""
+           size: tuple[int, int], backend: Backend | None = None) -> dict[str, float]:
+    """One round of ``kind`` (:data:`KINDS`) on ``backend`` (serial: ``None``); server seconds
+    (both servers, summed), the devices' proof seconds (``bounded`` only, summed over devices),
+    and bytes (device -> servers per device, server <-> server in total)."""
     m, m_prime = size
     bound = kind == "bounded"
     proto = SecEmbProtocol(layout=layout, relay=relay, verify=kind != "unchecked", bound=bound,
-                           users_per_round=users if bound else None)
+                           users_per_round=users if bound else None, backend=backend)
     cfg = proto.round_config(1, num_items=m, width=65, dense_size=1, m_prime=m_prime, ring_bits=32)
     table = gen.integers(0, 1 << 20, (m, 65)).astype(cfg.dtype)
     s0, s1 = proto.make_server(0), proto.make_server(1)
@@ -148,12 +151,25 @@ def _combine(timed: Callable[..., Any], server: SecEmbServer, share: bytes, incl
 
 
 def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
-            layouts: tuple[str, ...] = ("cuckoo", "full"), bound: bool = False) -> list[dict[str, Any]]:
+            layouts: tuple[str, ...] = ("cuckoo", "full"), bound: bool = False,
+            workers: int | None = None) -> list[dict[str, Any]]:
     """Per layout (cuckoo with relay, full without), the checked and unchecked figures (median
     of ``repeats`` rounds of each kind, their order rotating) at ``size`` (:data:`SIZES`); with
-    ``bound``, the bounded ones too (``bounded`` and its ``bounded_*_ratio`` against unchecked)."""
+    ``bound``, the bounded ones too (``bounded`` and its ``bounded_*_ratio`` against unchecked).
+    The servers evaluate on the serial backend, or with ``workers`` on a thread backend of that
+    many threads (``"workers"`` in each line: 1 for serial)."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+    backend = None if workers is None else ThreadBackend(workers)
+    try:
+        return _measure(users, repeats, seed, size, layouts, bound, backend)
+    finally:
+        if backend is not None:
+            backend.close()
+
+
+def _measure(users: int, repeats: int, seed: int, size: str, layouts: tuple[str, ...], bound: bool,
+             backend: Backend | None) -> list[dict[str, Any]]:
     gen = np.random.default_rng(seed)  # public test data: tables and item choices
     out = []
     for layout, relay in (("cuckoo", True), ("full", False)):
@@ -161,14 +177,15 @@ def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
             continue
         kinds = KINDS if bound else KINDS[:2]
         for kind in kinds[1:]:
-            _round(layout, relay, kind, 2, gen, SIZES[size])  # warm-up (kernel compilation, caches)
+            _round(layout, relay, kind, 2, gen, SIZES[size], backend)  # warm-up (kernel compilation, caches)
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
         for i in range(repeats):
             for j in range(len(kinds)):  # each kind first in turn
                 kind = kinds[(i + j) % len(kinds)]
-                runs[kind].append(_round(layout, relay, kind, users, gen, SIZES[size]))
+                runs[kind].append(_round(layout, relay, kind, users, gen, SIZES[size], backend))
         med = {v: {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]} for v in runs}
-        line: dict[str, Any] = {"size": size, "layout": layout, "relay": relay, "users": users, "repeats": repeats}
+        line: dict[str, Any] = {"size": size, "layout": layout, "relay": relay, "users": users, "repeats": repeats,
+                                "workers": 1 if backend is None else backend.workers}
         for kind, prefix in (("checked", ""), ("bounded", "bounded_")):
             if kind not in med:
                 continue
@@ -191,9 +208,10 @@ def main() -> None:
     ap.add_argument("--size", choices=sorted(SIZES), default="ml100k")
     ap.add_argument("--layouts", default="cuckoo,full")
     ap.add_argument("--bound", action="store_true", help="also rounds with bounded payloads (issue 34 (b))")
+    ap.add_argument("--workers", type=int, default=None, help="threads of a thread backend (default: serial)")
     args = ap.parse_args()
     for line in measure(args.users, args.repeats, size=args.size, layouts=tuple(args.layouts.split(",")),
-                        bound=args.bound):
+                        bound=args.bound, workers=args.workers):
         print(json.dumps(line))
 
 
