@@ -69,6 +69,8 @@ LAZY_TARGETS = {
     "secemb.fss._aesni": "builds or loads the AES-NI extension",
     "secemb.fss._shani": "numba compiles or loads the SHA-NI kernel (a process that hashes with hashlib never does)",
     "secemb.fss._projection_kernels": "numba compiles or loads the projections' loop (only project_each with kernels)",
+    "secemb.fss._rangeproof_kernels": "numba compiles or loads the range proof's verifier and Lagrange loops "
+                                      "(only with kernels)",
     "secemb.fss.fused": "numba kernels (seconds to compile)",
     "secemb.fss.gpu": "torch and a CUDA device (the gpu extra)",
     "secemb.server.app": "FastAPI (the server extra): only a running server needs it",
