@@ -174,6 +174,8 @@ class CuckooLayout:
         items = np.asarray(items, np.int64)
         if items.size > self.num_buckets:
             raise InvalidParameters(f"cannot place {items.size} items in {self.num_buckets} buckets")
+        if items.size and (items.min() < 0 or items.max() >= self.num_items):  # the kernel indexes by id
+            raise InvalidParameters(f"items must lie in [0, {self.num_items})")
         if kernels.compiled():
             from secemb.fss._numba_kernels import cuckoo_assign
 

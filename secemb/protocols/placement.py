@@ -70,6 +70,26 @@ def sample_unrated(
     return ranks + np.searchsorted(gaps, ranks, side="right")
 
 
+def _checked_items(items: np.ndarray, num_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """``items`` as int64 (n,) and sorted, after checking they are distinct ids in ``[0, num_items)``.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``items`` is not 1-D, not distinct or out of range.
+    """
+    items = np.asarray(items, dtype=np.int64)
+    if items.ndim != 1:
+        raise InvalidParameters(f"items must be 1-D, got shape {items.shape}")
+    srt = np.sort(items, kind="stable")
+    if srt.size and (srt[0] < 0 or srt[-1] >= num_items):
+        bad = srt[-1] if srt[-1] >= num_items else srt[0]
+        raise InvalidParameters(f"items must lie in [0, {num_items}) (the round's catalogue), got item id {bad}")
+    if srt.size > 1 and np.any(srt[1:] == srt[:-1]):
+        raise InvalidParameters("items must be distinct")
+    return items, srt
+
+
 def pad_or_truncate(
     items: np.ndarray, m_prime: int, num_items: int, rng: np.random.Generator
 ) -> PaddedRequest:
@@ -87,18 +107,9 @@ def pad_or_truncate(
     InvalidParameters
         If ``items`` are not distinct, out of range, or ``m_prime`` is out of range.
     """
-    items = np.asarray(items, dtype=np.int64)
-    if items.ndim != 1:
-        raise InvalidParameters(f"items must be 1-D, got shape {items.shape}")
+    items, srt = _checked_items(items, num_items)
     m_prime = check_int(f"m_prime (num_items={num_items})", m_prime, low=1, high=num_items)
     n = items.shape[0]
-    order = np.argsort(items, kind="stable")
-    srt = items[order]
-    if n and (srt[0] < 0 or srt[-1] >= num_items):
-        raise InvalidParameters(f"items must lie in [0, {num_items})")
-    if n > 1 and np.any(srt[1:] == srt[:-1]):
-        raise InvalidParameters("items must be distinct")
-
     if n <= m_prime:
         kept = np.arange(n, dtype=np.int64)
         pad = sample_unrated(srt, num_items, m_prime - n, rng)
@@ -120,12 +131,16 @@ def place(config: RoundConfig, items: np.ndarray, rng: np.random.Generator) -> P
 
     Full layout: :func:`pad_or_truncate` to ``m'``.  Cuckoo layout: truncate to ``m'`` (same
     draws as :func:`pad_or_truncate`), then insert into the round's public buckets.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``items`` are not distinct ids in ``[0, m)`` (a device whose data names more items
+        than the deployment serves; the cuckoo kernel would index out of its tables).
     """
     if config.layout == "full":
         return pad_or_truncate(items, config.m_prime, config.num_items, rng)
-    items = np.asarray(items, dtype=np.int64)
-    if items.ndim != 1:
-        raise InvalidParameters(f"items must be 1-D, got shape {items.shape}")
+    items, _ = _checked_items(items, config.num_items)  # the cuckoo kernel indexes by item id
     if items.size > config.m_prime:
         kept = np.sort(rng.choice(items.size, size=config.m_prime, replace=False).astype(np.int64))
     else:

@@ -94,3 +94,33 @@ def test_cuckoo_placement_aligns_rows_with_increasing_input_positions() -> None:
         assert np.all(np.diff(req.kept) > 0)
         assert req.kept.size == min(n, 30)  # no insertion failure at this load
         assert np.all(req.indices[np.setdiff1d(np.arange(cfg.num_buckets), req.real_pos)] == -1)
+
+
+@pytest.mark.parametrize("layout", ["full", "cuckoo"])
+@pytest.mark.parametrize("items", [[3, 500], [3, 1682], [-1, 4], [7, 7], [[1, 2]]])
+def test_place_refuses_items_the_round_does_not_have(layout: str, items: list) -> None:
+    """A device whose data names items beyond the deployment's catalogue (e.g. ML-100K's 1,682
+    against a 500-item deployment), a negative id, a repeated one or a 2-D array: a clear
+    refusal in both layouts (the cuckoo kernel indexed its tables by item id and crashed the
+    process with a segmentation fault)."""
+    from secemb.protocols.placement import place
+    from secemb.protocols.secemb import SecEmbProtocol
+
+    cfg = SecEmbProtocol(layout=layout).round_config(0, 500, 3, 1, 30)
+    with pytest.raises(InvalidParameters, match="must lie in|distinct|1-D"):
+        place(cfg, np.array(items), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_cuckoo_assign_refuses_out_of_range_ids_on_both_backends(monkeypatch: pytest.MonkeyPatch,
+                                                                  backend: str) -> None:
+    from secemb.fss import kernels
+    from secemb.fss.cuckoo import CuckooLayout
+
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    layout = CuckooLayout.for_request_size(60, 10)
+    for bad in ([0, 60], [-3], [59, 1 << 40]):
+        with pytest.raises(InvalidParameters, match=r"must lie in \[0, 60\)"):
+            layout.assign(np.array(bad), np.random.default_rng(1))
+    slots, dropped = layout.assign(np.array([0, 59]), np.random.default_rng(1))
+    assert sorted(slots[slots >= 0].tolist() + dropped.tolist()) == [0, 59]
