@@ -132,9 +132,10 @@ class ApiClient:
         simulated devices of a benchmark; it is not closed by :meth:`close`.
     tls: the TLS context that verifies the server (e.g. pinning the deployment's private CA,
         :func:`secemb.server.tls.client_context`); default: the system's trusted CAs.
-    max_answer_bytes: the most bytes of an answer's body that are read (after any
-        ``Content-Encoding`` is decoded; the request asks for none): a longer answer is refused
-        with ``InvalidMessage`` once that many are in, not buffered whole (``None``: no limit).
+    max_answer_bytes: the most bytes of an answer's body that are read (after a gzip or
+        deflate ``Content-Encoding`` is decoded, 1 MiB at a time; the request asks for none, and
+        another encoding is refused): a longer answer is refused with ``InvalidMessage`` once
+        that many are in, not buffered whole (``None``: no limit, httpx decodes).
         Server 0 reads server 1 with its own body limit (a deviating peer's endless or
         decompression-bomb answer otherwise fills its memory); devices and the operator with
         :data:`ANSWER_FLOOR_BYTES`, raised to :func:`answer_limit` once they know the model's
