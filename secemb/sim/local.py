@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from secemb.client.device import DeviceClient, RoundSession
 from secemb.sim.driver import Servers
-from secemb.errors import SecembError
+from secemb.errors import InvalidParameters, SecembError
 from secemb.models.base import RecModel
 from secemb.protocols.base import ExchangeNode, Protocol
 from secemb.protocols.stages import AGGREGATE, COUNT, DENSE, PROVE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
@@ -390,6 +390,29 @@ def server_configs(settings: dict[str, Any]) -> tuple[ServerConfig, ServerConfig
     return ServerConfig(party=0, **common, **settings), ServerConfig(party=1, **common, **settings)
 
 
+def _check_announced(cfg: ServerConfig, protocol: Protocol) -> None:
+    """Refuse nodes that would run another protocol than the round document announces (a device
+    builds its protocol from the announcement; with bounded payloads on by default in a
+    configuration, hand-written settings silent on ``bound`` announce it).  A protocol the
+    registry does not know (a test's) is not compared.
+
+    Raises
+    ------
+    InvalidParameters
+        If the announced protocol's name, layout, relay or options differ from ``protocol``'s.
+    """
+    try:
+        announced = cfg.make_protocol()
+    except SecembError:  # not a registered protocol, or options only the test's class takes
+        return
+    mine = (protocol.name, protocol.layout, bool(protocol.relay), protocol.spec())
+    theirs = (announced.name, announced.layout, bool(announced.relay), announced.spec())
+    if mine != theirs:
+        raise InvalidParameters(f"the nodes would run {mine} but the settings announce {theirs}: pass the protocol "
+                                "the settings describe (server_configs(settings)[0].make_protocol()) or state its "
+                                "options in settings['protocol_options']")
+
+
 class InProcessServers:
     """Server 0 and server 1 as in-process nodes with in-memory state.
 
@@ -410,6 +433,7 @@ class InProcessServers:
         self.own_transport = transport is None
         self.tp = InProcessTransport() if transport is None else transport
         cfg0, cfg1 = server_configs(settings)
+        _check_announced(cfg0, protocol)
         fingerprint = cfg0.fingerprint()
         rng0, rng1 = _noise_rngs or (None, None)
         follower = make_node(cfg1, store=MemoryStore(1, fingerprint), protocol=protocol, model=model, _noise_rng=rng1)

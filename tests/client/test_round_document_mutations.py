@@ -19,7 +19,8 @@ from secemb.models import get_model
 from secemb.protocols import get_protocol
 
 SETTINGS = {"num_items": 40, "num_users": 30, "model": "mf", "model_hparams": {"dim": 4}, "m_prime": 4,
-            "protocol": "secemb", "layout": "cuckoo", "relay": True, "min_users": 2}
+            "protocol": "secemb", "layout": "cuckoo", "relay": True, "min_users": 2,
+            "protocol_options": {"bound": False}}  # the unbounded protocol these nodes run (a configuration's default is on)
 #: what a field is replaced by (besides being deleted)
 BAD = [None, "x", -1, 0, 2**70, 1.5, float("nan"), [], {}, True, [1], {"a": 1}]
 

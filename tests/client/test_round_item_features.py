@@ -26,7 +26,8 @@ from secemb.protocols.base import RoundConfig
 
 NUM_USERS, NUM_ITEMS = 30, 40
 SETTINGS = {"num_items": NUM_ITEMS, "num_users": NUM_USERS, "model": "fm", "model_hparams": {"dim": 4, "reg": 0.1},
-            "m_prime": 4, "protocol": "secemb", "layout": "full", "relay": False, "min_users": 2}
+            "m_prime": 4, "protocol": "secemb", "layout": "full", "relay": False, "min_users": 2,
+            "protocol_options": {"bound": False}}  # the unbounded protocol these nodes run (a configuration's default is on)
 
 
 def _features(seed: int) -> Any:

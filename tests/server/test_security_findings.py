@@ -36,7 +36,8 @@ from secemb.transport.signing import sign_headers, user_key
 
 PEER, ADMIN, USERS = b"p" * 32, b"a" * 32, b"u" * 32
 _SETTINGS = {"num_items": 40, "num_users": 30, "model": "mf", "model_hparams": {"dim": 4, "reg": 0.01},
-             "m_prime": 4, "protocol": "secemb", "layout": "cuckoo", "relay": True}
+             "m_prime": 4, "protocol": "secemb", "layout": "cuckoo", "relay": True,
+             "protocol_options": {"bound": False}}  # the unbounded protocol these nodes run (a configuration's default is on)
 
 
 def _cfg(party: int, tmp_path, **kw) -> ServerConfig:
