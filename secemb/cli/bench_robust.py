@@ -23,6 +23,8 @@ def register(bench_app: typer.Typer) -> None:
         layouts: str = typer.Option("cuckoo,full", help="Comma-separated: cuckoo (with relay), full (without)."),
         bound: bool = typer.Option(False, "--bound", help="Also rounds with bounded payloads (issue 34 (b)): "
                                                           "each device's range proof and the servers' check."),
+        workers: int = typer.Option(0, min=0, help="Servers' evaluation and checks on a thread backend of this many "
+                                                   "threads (0: the serial backend)."),
     ) -> None:
         """Server seconds and bytes per round with the servers' upload verification against the
         same round without it, cuckoo+relay and full layouts (ratios within one run;
@@ -35,7 +37,7 @@ def register(bench_app: typer.Typer) -> None:
         if size not in SIZES or not chosen or any(x not in ("cuckoo", "full") for x in chosen):
             fail(f"--size must be one of {', '.join(sorted(SIZES))} and --layouts of cuckoo, full; got {size!r}, "
                  f"{layouts!r}")
-        lines = measure(users, repeats, size=size, layouts=chosen, bound=bound)
+        lines = measure(users, repeats, size=size, layouts=chosen, bound=bound, workers=workers or None)
         if as_json:
             for line in lines:
                 typer.echo(json.dumps(line))
@@ -54,7 +56,8 @@ def register(bench_app: typer.Typer) -> None:
                              f"{r[prefix + 'device_upload_ratio']:.3f}",
                              f"{c['server_bytes']:,.0f} / {u['server_bytes']:,.0f}",
                              f"{r[prefix + 'server_bytes_ratio']:.3f}"])
-        print_table(f"secemb bench robust ({size}, {users} devices per round, median of {repeats}; checked / "
+        threads = f", {workers} threads" if workers else ""
+        print_table(f"secemb bench robust ({size}, {users} devices per round{threads}, median of {repeats}; checked / "
                     "unchecked)",
                     [("layout", "left"), ("server s / round", "right"), ("ratio", "right"),
                      ("device upload B", "right"), ("ratio", "right"), ("server<->server B", "right"),

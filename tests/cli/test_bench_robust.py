@@ -40,3 +40,16 @@ def test_bench_robust_bound_adds_the_proof_and_sigma_to_the_upload() -> None:
     assert line["bounded_server_time_ratio"] > 0 and line["bounded_server_bytes_ratio"] > 1
     # the round's uploads reach server 0 as one batch, as in the in-process engine: one challenge for both devices
     assert line["challenges"] == 1
+
+
+def test_bench_robust_workers_runs_the_servers_on_threads() -> None:
+    res = CliRunner().invoke(app, ["bench", "robust", "--users", "2", "--repeats", "1", "--json", "--bound",
+                                   "--layouts", "cuckoo", "--workers", "2"])
+    assert res.exit_code == 0, res.output
+    (line,) = [json.loads(x) for x in res.stdout.splitlines()]
+    assert line["workers"] == 2
+    table = CliRunner().invoke(app, ["bench", "robust", "--users", "2", "--repeats", "1", "--layouts", "cuckoo",
+                                     "--workers", "2"])
+    assert table.exit_code == 0 and "2 threads" in table.output
+    refused = CliRunner().invoke(app, ["bench", "robust", "--workers", "-1"])
+    assert refused.exit_code == 2
