@@ -365,8 +365,12 @@ def full_shares(
 ) -> np.ndarray:
     """:func:`eval_full` for the keys of any tree scheme whose full-domain walk is ``walk`` (its
     ``leaf_groups``: :func:`secemb.fss.tree.leaf_groups` or Half-Tree's).  Raises as
-    :func:`path_of`."""
+    :func:`path_of`, and with ``InvalidParameters`` for output correction words that are not
+    ring ``(K, d)`` of ``keys.params`` (the compiled conversion indexes them by key, unchecked)."""
     p = keys.params
+    if keys.cw_out.shape != (len(keys), p.payload_width) or keys.cw_out.dtype != p.dtype:
+        raise InvalidParameters(f"output correction words must be {p.dtype} ({len(keys)}, {p.payload_width}), got "
+                                f"{keys.cw_out.dtype} {keys.cw_out.shape}")
     out = np.empty((len(keys), p.domain_size, p.payload_width), p.dtype)
     _shares_into(walk(path_of(keys, party)), p, keys.cw_out, party, out)
     return out

@@ -663,6 +663,11 @@ def verifier_messages(
         raise InvalidParameters(f"shares are server {shares.party}'s, not server {party!r}'s")
     if shares.inputs.shape[1:] != (params.witness_length,) or shares.proofs.shape[1:] != (params.proof_length,):
         raise InvalidParameters(f"shares were parsed under other parameters than {params}")
+    if (shares.keys.shape, shares.hints.shape, len(shares.inputs), len(shares.proofs)) != (
+            (n, SEED_BYTES), (n, PART_BYTES), n, n):  # the compiled verifier indexes every row by device, unchecked
+        raise InvalidParameters(f"shares of {n} devices must have {n} rows of each field, got keys "
+                                f"{shares.keys.shape}, hints {shares.hints.shape}, inputs {shares.inputs.shape}, "
+                                f"proofs {shares.proofs.shape}")
     ring = np.asarray(ring_shares)
     if ring.shape != (n, params.rows) or ring.dtype.kind not in "ui":
         raise InvalidParameters(

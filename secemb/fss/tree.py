@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.keys import DPFParams, PathKeys
 from secemb.fss.prg import aes_for
@@ -112,7 +113,18 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
     ------
     ``(r0, r1, leaves)``: rows ``[r0, r1)`` and their leaf words, uint64 (r1 - r0, 2^s, 2),
     a view of a per-thread buffer valid until the next step.
+
+    Raises
+    ------
+    InvalidParameters: the fields of ``path`` are not those of ``len(path)`` keys of its domain's
+        depth (the compiled walk indexes them unchecked: a key batch built by hand, not parsed).
     """
+    k, n = len(path), path.params.depth
+    if (path.roots.shape, path.cw_seed.shape, path.cw_tl.shape, path.cw_tr.shape) != ((k, 2), (k, n, 2), (k, n),
+                                                                                      (k, n)):
+        raise InvalidParameters(f"path keys of depth {n}: roots ({k}, 2), cw_seed ({k}, {n}, 2), cw_tl and cw_tr "
+                                f"({k}, {n}), got {path.roots.shape}, {path.cw_seed.shape}, {path.cw_tl.shape}, "
+                                f"{path.cw_tr.shape}")
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
 
