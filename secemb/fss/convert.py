@@ -137,12 +137,29 @@ def convert_eval_into(
     out: ring (N, d), same dtype as ``cw``, written; with ``valid``, ring (kept, d): only the
         leaves with ``p < valid`` are converted into it, one after the other (the others are
         padding; ``kept = kept_leaves(pos0 + N, ...) - kept_leaves(pos0, ...)``).
+
+    Raises
+    ------
+    InvalidParameters: arrays of other shapes or dtypes, a leaf whose key is not below ``K``, or
+        ``pos0 < 0``, ``period < 1``, ``valid`` outside ``[0, period]`` (the compiled kernel
+        indexes ``cw`` and ``out`` by them, unchecked).
+    Nothing is done (nor checked) for no words.
     """
-    dtype, width = cw.dtype, cw.shape[1]
+    dtype = cw.dtype
     ring_bits = 8 * dtype.itemsize
     valid = period if valid is None else valid
-    if words.shape[0] == 0:
+    n = words.shape[0]
+    if n == 0:
         return
+    if words.shape != (n, 2) or pos0 < 0 or period < 1 or not 0 <= valid <= period or cw.ndim != 2 or (
+            (pos0 + n - 1) // period >= cw.shape[0]):
+        raise InvalidParameters(f"convert_eval_into: words (N, 2) at pos0 >= 0 of a (K, period) walk, 0 <= valid <= "
+                                f"period, cw (K, d); got words {words.shape}, pos0 {pos0}, period {period}, valid "
+                                f"{valid}, cw {cw.shape}")
+    width, kept = cw.shape[1], kept_leaves(pos0 + n, period, valid) - kept_leaves(pos0, period, valid)
+    if out.shape != (kept, width) or out.dtype != dtype:
+        raise InvalidParameters(f"convert_eval_into: out must be {dtype} ({kept}, {width}), got {out.dtype} "
+                                f"{out.shape}")
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
         from secemb.fss._numba_kernels import convert_eval

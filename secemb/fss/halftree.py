@@ -51,7 +51,7 @@ from secemb.fss.dpf import (
 )
 from secemb.fss.keys import DPFParams, OutputKeys
 from secemb.fss.prg import aes_for
-from secemb.fss.tree import compiled_groups, numpy_groups
+from secemb.fss.tree import check_fields, compiled_groups, numpy_groups
 from secemb.randomness import RandomBytes, random_words, system_rng
 
 __all__ = ["HASH_KEY", "HalfTreePath", "HalfTreeKeys", "ccr_hash", "gen_path", "gen", "leaf_groups", "eval_full",
@@ -154,8 +154,11 @@ def _level(x: np.ndarray, cw: np.ndarray, out: np.ndarray) -> None:
 def leaf_groups(path: HalfTreePath) -> Iterator[tuple[int, int, np.ndarray]]:
     """Every key's leaves, group by group: the groups, rows and leaf order of
     :func:`secemb.fss.tree.leaf_groups` (leaf ``p`` of row ``r`` at flat position
-    ``r 2^s + p`` of a (K, padded) walk; a view valid until the next step)."""
-    m = path.params.domain_size
+    ``r 2^s + p`` of a (K, padded) walk; a view valid until the next step).  Raises
+    ``InvalidParameters`` for roots or corrections that are not those of ``len(path)`` keys of the
+    domain's depth (:func:`~secemb.fss.tree.check_fields`)."""
+    m, k, n = path.params.domain_size, len(path), path.params.depth
+    check_fields(f"{k} Half-Tree keys of depth {n}", {"roots": (path.roots, (k, 2)), "cw": (path.cw, (k, n, 2))})
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
 

@@ -34,7 +34,7 @@ from secemb.fss import kernels
 from secemb.fss.keys import DPFParams, PathKeys
 from secemb.fss.prg import aes_for
 
-__all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "leaf_groups", "numpy_groups", "compiled_groups", "expand"]
+__all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "check_fields", "leaf_groups", "numpy_groups", "compiled_groups", "expand"]
 
 _ONE = np.uint64(1)
 _LEFT = aes_for("tree/left")
@@ -100,6 +100,19 @@ def _cw_planes(path: PathKeys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
+def check_fields(what: str, fields: dict[str, tuple[np.ndarray, tuple[int, ...]]]) -> None:
+    """Refuse a key batch whose fields do not have their shapes: ``fields`` maps a field's name
+    to the array and the shape it must have (the compiled walk indexes them unchecked).
+
+    Raises
+    ------
+    InvalidParameters: naming every field of another shape.
+    """
+    bad = [f"{name} {a.shape}, not {shape}" for name, (a, shape) in fields.items() if a.shape != shape]
+    if bad:
+        raise InvalidParameters(f"{what}: " + "; ".join(bad))
+
+
 def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
     """Expand every key of ``path`` to its leaves, group by group.
 
@@ -120,11 +133,8 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
         depth (the compiled walk indexes them unchecked: a key batch built by hand, not parsed).
     """
     k, n = len(path), path.params.depth
-    if (path.roots.shape, path.cw_seed.shape, path.cw_tl.shape, path.cw_tr.shape) != ((k, 2), (k, n, 2), (k, n),
-                                                                                      (k, n)):
-        raise InvalidParameters(f"path keys of depth {n}: roots ({k}, 2), cw_seed ({k}, {n}, 2), cw_tl and cw_tr "
-                                f"({k}, {n}), got {path.roots.shape}, {path.cw_seed.shape}, {path.cw_tl.shape}, "
-                                f"{path.cw_tr.shape}")
+    check_fields(f"{k} path keys of depth {n}", {"roots": (path.roots, (k, 2)), "cw_seed": (path.cw_seed, (k, n, 2)),
+                                                 "cw_tl": (path.cw_tl, (k, n)), "cw_tr": (path.cw_tr, (k, n))})
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
 

@@ -115,10 +115,19 @@ class LeafCheck:
         self.values = np.zeros((len(cs), CHECK_WORDS), np.uint64)
 
     def add(self, r0: int, r1: int, leaves: np.ndarray) -> None:
-        """Fold in rows ``[r0, r1)`` of the walk, leaf words uint64 (r1 - r0, 2^s, 2)."""
-        width = leaves.shape[1]
+        """Fold in rows ``[r0, r1)`` of the walk, leaf words uint64 (r1 - r0, 2^s, 2).
+
+        Raises
+        ------
+        InvalidParameters: ``leaves`` of another shape, or rows that are not rows of these keys'
+            walk (the compiled kernel indexes the check words by them, unchecked).
+        """
         mp = self.r.shape[1]
-        frontier = mp // width
+        width = leaves.shape[1] if leaves.ndim == 3 else 0
+        frontier = mp // width if width else 0
+        if leaves.shape != (r1 - r0, width, 2) or not (frontier and 0 <= r0 <= r1 <= len(self.cs) * frontier):
+            raise InvalidParameters(f"leaves of rows [{r0}, {r1}) of a walk of {len(self.cs)} keys over {mp} "
+                                    f"positions must be uint64 ({r1 - r0}, 2^s <= {mp}, 2), got {leaves.shape}")
         if kernels.compiled():
             from secemb.fss._aesni import round_keys
             from secemb.fss._numba_kernels import check_accumulate

@@ -31,6 +31,12 @@ makes them consistent, but a caller's hand-built batch reached the kernels unche
 * G3: :func:`secemb.fss.rangeproof.verifier_messages` of shares whose witness or proof rows are
   fewer than their devices (``len(shares)``) read ``verifier_core``'s ``x[d]`` / ``proofs[d]`` past
   the end.  Now refused with ``InvalidParameters``.
+* G4: :func:`secemb.fss.convert.convert_eval_into` of leaves whose key has no correction word, into an
+  ``out`` smaller than its kept leaves, or at a negative position, and :meth:`LeafCheck.add
+  <secemb.fss.verify.LeafCheck.add>` of rows outside its keys' walk, WROTE past the end of ``out`` /
+  the check values: before the fix the child died with glibc's "double free or corruption (out)"
+  (SIGABRT, heap corruption).  Now refused with ``InvalidParameters``.
+* G5: Half-Tree keys (:mod:`secemb.fss.halftree`) as G1: one check, :func:`secemb.fss.tree.check_fields`.
 """
 
 from __future__ import annotations
@@ -198,6 +204,46 @@ def test_path_keys_whose_fields_do_not_fit_their_domain_are_refused(backend: str
     lines = _run(PATH_SHAPES, backend)
     _all_refused(lines, 3)
     assert "LEAVES (2, 4096, 1)" in lines
+
+
+HAZMAT_ROWS = """
+from secemb import fss
+from secemb.fss import halftree
+from secemb.fss.convert import convert_eval_into
+from secemb.fss.verify import CHECK_WORDS, LeafCheck
+
+words = np.zeros((8, 2), np.uint64)
+cw = np.ones((2, 1), np.uint32)
+out = np.zeros((8, 1), np.uint32)
+refused("leaves of a third key, two correction words",
+        lambda: convert_eval_into(words, cw, 12, 8, 0, "t", np.zeros((8, 1), np.uint32)), InvalidParameters)
+refused("out of 4 rows for 8 leaves", lambda: convert_eval_into(words, cw, 0, 8, 0, "t", out[:4]), InvalidParameters)
+refused("a negative position", lambda: convert_eval_into(words, cw, -8, 8, 0, "t", out), InvalidParameters)
+refused("valid past the period", lambda: convert_eval_into(words, cw, 0, 8, 0, "t", out, valid=9), InvalidParameters)
+convert_eval_into(words, cw, 8, 8, 0, "t", out)  # the second key's 8 leaves: fine
+
+check = LeafCheck(np.zeros((2, CHECK_WORDS), np.uint64), np.zeros((1, 16, CHECK_WORDS), np.uint64), 2)
+leaves = np.zeros((2, 8, 2), np.uint64)  # rows of 8 leaves: 2 rows a key, 4 rows in all
+refused("rows [3, 5) of 4", lambda: check.add(3, 5, leaves), InvalidParameters)
+refused("rows [-1, 1)", lambda: check.add(-1, 1, leaves), InvalidParameters)
+refused("3 rows of leaves for [0, 2)", lambda: check.add(0, 2, np.zeros((3, 8, 2), np.uint64)), InvalidParameters)
+refused("rows wider than the domain", lambda: check.add(0, 2, np.zeros((2, 32, 2), np.uint64)), InvalidParameters)
+check.add(2, 4, leaves)
+
+k0, _ = halftree.gen(np.array([5, 7]), np.array([[1], [2]], np.uint32), 1 << 12)
+p = k0.path
+deeper = halftree.HalfTreeKeys(halftree.HalfTreePath(fss.DPFParams(1 << 16), 0, p.roots, p.cw), k0.cw_out,
+                               fss.DPFParams(1 << 16, 1, 32))
+refused("Half-Tree corrections of 12 levels for depth 16", lambda: halftree.eval_full(deeper, 0), InvalidParameters)
+print("HALFTREE", halftree.eval_full(k0, 0).shape)
+"""
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_conversion_check_and_half_tree_arguments_that_do_not_fit_are_refused(backend: str) -> None:
+    lines = _run(HAZMAT_ROWS, backend)
+    _all_refused(lines, 9)
+    assert "HALFTREE (2, 4096, 1)" in lines
 
 
 PROOF_ROWS = """
