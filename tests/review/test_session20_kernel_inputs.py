@@ -13,7 +13,9 @@ Wire boundaries (regressions: they pass, and would catch a parser that stopped c
 
 * a retrieval request whose key header names another domain, count, payload width or ring than
   the round (every one of them sizes a kernel's walk): refused with ``InvalidMessage`` by the server,
-  which then serves the same device's honest request with the right rows (no state changed);
+  which then serves the same device's honest request with the right rows (no state changed); over
+  HTTP (server 0's app, relay, the cuckoo layout) each such request is a 400 and the round, every
+  device's honest request after its hostile ones, commits with every device;
 * a device's item ids outside the round's catalogue, negative, or past ``2^62``: refused by
   :func:`secemb.protocols.placement.place` and :meth:`CuckooLayout.assign` with
   ``InvalidParameters`` before ``cuckoo_assign`` indexes its tables by them (helper D's 7414146);
@@ -44,6 +46,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -133,6 +136,56 @@ def test_request_with_another_key_header_is_refused_and_the_server_still_serves(
     lines = _run(REQUEST_HEADERS.replace("sys.argv[2]", repr(layout)))
     _all_refused(lines, 2 * (3 + 6 + 4 + 4) + 2)
     assert "SERVED True" in lines
+
+
+HTTP_REQUESTS = """
+sys.path.insert(0, SERVER_TESTS)
+from fastapi.testclient import TestClient
+from deviation_helpers import FLOOR, RATINGS, USERS, WAIT_S, in_process
+from secemb.client.device import Device, DeviceClient
+from secemb.framing import HEADER_BYTES as FRAME
+from secemb.server.app import create_app
+from secemb.sim.local import LocalServerLink
+from secemb.transport.signing import sign_headers, user_key
+
+pair, servers = in_process()  # relay: server 0 parses every device's keys
+leader, follower = servers.nodes
+http = TestClient(create_app(leader), raise_server_exceptions=False)
+at = FRAME + FRAME  # the key batch's ring_bits u8, domain_size u64, width u32, count u32
+statuses = []
+
+class Hostile(LocalServerLink):
+    # server 0's link of a device that first posts its request over HTTP with another key header
+    def retrieval(self, round_id, body):
+        path = f"/v1/rounds/{round_id}/retrieval"
+        domain = int.from_bytes(body[at + 1 : at + 9], "little")
+        for lo, size, v in ((at, 1, 64), (at + 1, 8, 1 << 40), (at + 1, 8, domain + 1), (at + 9, 4, 1 << 20),
+                            (at + 13, 4, (1 << 32) - 1), (at + 13, 4, 0)):
+            bad = body[:lo] + v.to_bytes(size, "little") + body[lo + size :]
+            headers = sign_headers(f"user:{self.user}", user_key(leader.cfg.user_secret, self.user), "POST", path, "",
+                                   bad)
+            statuses.append(http.post(path, content=bad, headers=headers | {
+                "Content-Type": "application/octet-stream"}).status_code)
+        return super().retrieval(round_id, body)
+
+r = int(leader.open_round(participants=USERS, deadline_s=WAIT_S)["round_id"])
+for u in USERS:
+    links = (Hostile(leader, u, servers.tp), LocalServerLink(follower, u, servers.tp))
+    client = DeviceClient.over(u, links, min_users=FLOOR)
+    Device(client, *RATINGS.of(u)).participate(client.round_info())
+print("STATUSES", sorted(set(statuses)), len(statuses))
+doc = leader.close_round(r)
+print("CLOSED", doc["state"], doc["included"] == sorted(USERS))
+"""
+
+
+def test_requests_with_another_key_header_over_http_are_4xx_and_the_round_commits() -> None:
+    pytest.importorskip("fastapi")
+    server_tests = str(Path(__file__).resolve().parents[1] / "server")
+    lines = _run(HTTP_REQUESTS.replace("SERVER_TESTS", repr(server_tests)))
+    statuses = next(ln for ln in lines if ln.startswith("STATUSES"))
+    assert statuses == "STATUSES [400] 24", lines
+    assert "CLOSED committed True" in lines
 
 
 # -- a device's item ids (data files, CLI) -------------------------------------------------------
