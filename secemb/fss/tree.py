@@ -34,7 +34,8 @@ from secemb.fss import kernels
 from secemb.fss.keys import DPFParams, PathKeys
 from secemb.fss.prg import aes_for
 
-__all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "check_fields", "leaf_groups", "numpy_groups", "compiled_groups", "expand"]
+__all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "check_fields", "check_path", "leaf_groups", "numpy_groups",
+           "compiled_groups", "expand"]
 
 _ONE = np.uint64(1)
 _LEFT = aes_for("tree/left")
@@ -113,6 +114,15 @@ def check_fields(what: str, fields: dict[str, tuple[np.ndarray, tuple[int, ...]]
         raise InvalidParameters(f"{what}: " + "; ".join(bad))
 
 
+def check_path(path: PathKeys) -> None:
+    """Refuse BGI path keys whose roots and correction words are not those of ``len(path)`` keys
+    of their domain's depth (:func:`check_fields`): a batch built by hand, not parsed, before a
+    compiled walk (CPU or GPU) indexes them."""
+    k, n = len(path), path.params.depth
+    check_fields(f"{k} path keys of depth {n}", {"roots": (path.roots, (k, 2)), "cw_seed": (path.cw_seed, (k, n, 2)),
+                                                 "cw_tl": (path.cw_tl, (k, n)), "cw_tr": (path.cw_tr, (k, n))})
+
+
 def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
     """Expand every key of ``path`` to its leaves, group by group.
 
@@ -132,9 +142,7 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
     InvalidParameters: the fields of ``path`` are not those of ``len(path)`` keys of its domain's
         depth (the compiled walk indexes them unchecked: a key batch built by hand, not parsed).
     """
-    k, n = len(path), path.params.depth
-    check_fields(f"{k} path keys of depth {n}", {"roots": (path.roots, (k, 2)), "cw_seed": (path.cw_seed, (k, n, 2)),
-                                                 "cw_tl": (path.cw_tl, (k, n)), "cw_tr": (path.cw_tr, (k, n))})
+    check_path(path)
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
 

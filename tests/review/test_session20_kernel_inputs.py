@@ -38,7 +38,9 @@ makes them consistent, but a caller's hand-built batch reached the kernels unche
   <secemb.fss.verify.LeafCheck.add>` of rows outside its keys' walk, WROTE past the end of ``out`` /
   the check values: before the fix the child died with glibc's "double free or corruption (out)"
   (SIGABRT, heap corruption).  Now refused with ``InvalidParameters``.
-* G5: Half-Tree keys (:mod:`secemb.fss.halftree`) as G1: one check, :func:`secemb.fss.tree.check_fields`.
+* G5: Half-Tree keys (:mod:`secemb.fss.halftree`) and the GPU walk (:func:`secemb.fss.gpu.evaluate.expand`)
+  as G1, and the GPU evaluation's output correction words as G2: one check,
+  :func:`secemb.fss.tree.check_fields` (the GPU's checked here before any kernel, on the CPU).
 """
 
 from __future__ import annotations
@@ -257,6 +259,25 @@ def test_path_keys_whose_fields_do_not_fit_their_domain_are_refused(backend: str
     lines = _run(PATH_SHAPES, backend)
     _all_refused(lines, 3)
     assert "LEAVES (2, 4096, 1)" in lines
+
+
+GPU_PATH = """
+import torch
+from secemb import fss
+from secemb.fss.gpu import evaluate as ev
+from secemb.fss.keys import DPFParams, PathKeys
+
+k0, _ = fss.gen(np.array([5, 7]), np.array([[1], [2]], np.uint32), 1 << 12)
+p = k0.path
+deeper = PathKeys(DPFParams(1 << 16), 0, p.roots, p.cw_seed, p.cw_tl, p.cw_tr)
+refused("the GPU walk of 12 levels for depth 16", lambda: ev.expand(deeper, torch.device("cpu")), InvalidParameters)
+"""
+
+
+def test_the_gpu_walk_refuses_path_keys_that_do_not_fit_their_domain() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    _all_refused(_run(GPU_PATH), 1)
 
 
 HAZMAT_ROWS = """

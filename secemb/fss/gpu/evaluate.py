@@ -30,6 +30,7 @@ from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.gpu import _triton as kern
 from secemb.fss.gpu.tables import TABLES, round_keys
 from secemb.fss.keys import DPFKeys, PathKeys
+from secemb.fss.tree import check_path
 
 __all__ = ["LEAF_BUDGET", "upload_table", "mmo", "expand", "retrieval_shares", "convert_sum", "ring_matmul",
            "bits_product", "evaluate"]
@@ -103,7 +104,9 @@ def _cw_tensor(path: PathKeys, dev: torch.device) -> torch.Tensor:
 
 def expand(path: PathKeys, dev: torch.device) -> torch.Tensor:
     """Leaf words int64 (K, m, 2) of every key on ``dev`` (bit 0 of ``[..., 0]`` is ``t``): the
-    same words as :func:`secemb.fss.tree.expand`."""
+    same words as :func:`secemb.fss.tree.expand`.  Raises ``InvalidParameters`` as
+    :func:`secemb.fss.tree.check_path` (the kernel indexes the correction words by level, unchecked)."""
+    check_path(path)
     m, n, k = path.params.domain_size, path.params.depth, len(path)
     x = _to_device(path.roots, dev).reshape(k, 1, 2)
     if n == 0 or k == 0:
@@ -221,6 +224,8 @@ def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int) -> t
             f"({table.dtype}, payload 1, domain {m})")
     if len(keys) % groups or width < 1:
         raise InvalidParameters(f"{len(keys)} keys are not whole users of {groups} keys, or width {width} < 1")
+    if keys.cw_out.shape != (len(keys), 1):  # the shares' kernel reads one a key, unchecked
+        raise InvalidParameters(f"output correction words must be ({len(keys)}, 1), got {keys.cw_out.shape}")
     dev, ring64 = table.device, p.ring_bits == 64
     k, users = len(keys), len(keys) // groups
     answers = torch.empty((k, d), dtype=table.data.dtype, device=dev)
