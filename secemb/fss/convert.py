@@ -194,7 +194,7 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
     words: uint64 (N, 2) leaf words.
     acc: ring (M, w), updated in place (uint32 or uint64: the ring), or ``None`` for no sums
         by row (then ``key_acc`` and ``live`` are required).
-    start: flat position of ``words[0]`` (row ``start % M``).
+    start: flat position of ``words[0]`` (row ``start % M``), ``>= 0``.
     live: bool (M,), or ``None`` for all rows: only the words of live rows are converted
         and added (the compiled kernel skips the others' AES work; rows not live are left
         as they are, and add nothing to ``key_acc``).
@@ -202,8 +202,10 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         per key (``>= 1``), so that every word's key ``(start + i) // period`` is below ``K``.
     """
     out = acc if acc is not None else key_acc
-    if out is None or (acc is None and live is None) or period < 1:
-        raise InvalidParameters("convert_accumulate needs acc, or key_acc and live; and period >= 1")
+    if out is None or (acc is None and live is None) or period < 1 or start < 0 or words.ndim != 2 or (
+            words.shape[1] != 2):
+        raise InvalidParameters("convert_accumulate needs words (N, 2), acc or key_acc and live, period >= 1 and "
+                                "start >= 0")
     dtype, width = out.dtype, out.shape[1]
     big_m = live.shape[0] if acc is None and live is not None else out.shape[0]
     ring_bits = 8 * dtype.itemsize

@@ -35,9 +35,11 @@ makes them consistent, but a caller's hand-built batch reached the kernels unche
   the end.  Now refused with ``InvalidParameters``.
 * G4: :func:`secemb.fss.convert.convert_eval_into` of leaves whose key has no correction word, into an
   ``out`` smaller than its kept leaves, or at a negative position, and :meth:`LeafCheck.add
-  <secemb.fss.verify.LeafCheck.add>` of rows outside its keys' walk, WROTE past the end of ``out`` /
-  the check values: before the fix the child died with glibc's "double free or corruption (out)"
-  (SIGABRT, heap corruption).  Now refused with ``InvalidParameters``.
+  <secemb.fss.verify.LeafCheck.add>` of rows outside its keys' walk, and ``convert_accumulate`` from a
+  negative position, WROTE past the end of ``out`` / the check values / the sums: before the fix
+  the child died with glibc's "double free or corruption (out)" (SIGABRT, heap corruption), and
+  ``convert_accumulate`` from position ``-2^40`` with a segmentation fault.  Now refused with
+  ``InvalidParameters``.
 * G5: Half-Tree keys (:mod:`secemb.fss.halftree`) and the GPU walk (:func:`secemb.fss.gpu.evaluate.expand`)
   as G1, and the GPU evaluation's output correction words as G2: one check,
   :func:`secemb.fss.tree.check_fields` (the GPU's checked here before any kernel, on the CPU).
@@ -283,7 +285,7 @@ def test_the_gpu_walk_refuses_path_keys_that_do_not_fit_their_domain() -> None:
 HAZMAT_ROWS = """
 from secemb import fss
 from secemb.fss import halftree
-from secemb.fss.convert import convert_eval_into
+from secemb.fss.convert import convert_accumulate, convert_eval_into
 from secemb.fss.verify import CHECK_WORDS, LeafCheck
 
 words = np.zeros((8, 2), np.uint64)
@@ -295,6 +297,12 @@ refused("out of 4 rows for 8 leaves", lambda: convert_eval_into(words, cw, 0, 8,
 refused("a negative position", lambda: convert_eval_into(words, cw, -8, 8, 0, "t", out), InvalidParameters)
 refused("valid past the period", lambda: convert_eval_into(words, cw, 0, 8, 0, "t", out, valid=9), InvalidParameters)
 convert_eval_into(words, cw, 8, 8, 0, "t", out)  # the second key's 8 leaves: fine
+key_acc = np.zeros((2, 1), np.uint32)
+live = np.ones(8, bool)
+refused("sums from a position before the walk",
+        lambda: convert_accumulate(words, "t", None, -1 << 40, live, key_acc=key_acc, period=8), InvalidParameters)
+refused("words of one column", lambda: convert_accumulate(words[:, :1], "t", out, 0), InvalidParameters)
+convert_accumulate(words, "t", None, 8, live, key_acc=key_acc, period=8)
 
 check = LeafCheck(np.zeros((2, CHECK_WORDS), np.uint64), np.zeros((1, 16, CHECK_WORDS), np.uint64), 2)
 leaves = np.zeros((2, 8, 2), np.uint64)  # rows of 8 leaves: 2 rows a key, 4 rows in all
@@ -316,7 +324,7 @@ print("HALFTREE", halftree.eval_full(k0, 0).shape)
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_conversion_check_and_half_tree_arguments_that_do_not_fit_are_refused(backend: str) -> None:
     lines = _run(HAZMAT_ROWS, backend)
-    _all_refused(lines, 9)
+    _all_refused(lines, 11)
     assert "HALFTREE (2, 4096, 1)" in lines
 
 
