@@ -43,13 +43,18 @@ FIELD_BAD = {
 CASES = [(cmd, bad) for cmd in COMMANDS for bad in [*ANY_BAD, *FIELD_BAD[cmd]]]
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory) -> str:
+def init_deployment(tmp_path_factory) -> str:
+    """A two-server deployment folder from ``secemb admin init`` (40 items, 30 users, loopback)."""
     out = tmp_path_factory.mktemp("dep") / "dep"
     res = CliRunner().invoke(app, ["admin", "init", "--out", str(out), "--host0", "127.0.0.1", "--host1",
                                    "127.0.0.1", "--num-items", "40", "--num-users", "30"])
     assert res.exit_code == 0, res.output
     return str(out)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory) -> str:
+    return init_deployment(tmp_path_factory)
 
 
 def _admin(monkeypatch, deployment: str, command: str, bad_path: str | None, bad: Any = None) -> Any:

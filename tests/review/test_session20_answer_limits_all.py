@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -46,6 +47,9 @@ from secemb.protocols import get_protocol
 from secemb.server.deploy import Deployment
 from secemb.transport import network
 from secemb.transport.network import ANSWER_FLOOR_BYTES, ApiClient, answer_limit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+from test_admin_server_answers import init_deployment  # type: ignore[import-not-found]  # noqa: E402
 
 MiB = 1 << 20
 #: what an endless answer would send if never refused (the stub stops there)
@@ -317,11 +321,7 @@ def test_secemb_client_gives_up_on_an_endless_server_with_exit_1(stubs, decoded,
 # -- the operator --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("dep") / "dep"
-    res = CliRunner().invoke(app, ["admin", "init", "--out", str(out), "--host0", "127.0.0.1", "--host1",
-                                   "127.0.0.1", "--num-items", "40", "--num-users", "30"])
-    assert res.exit_code == 0, res.output
-    return str(out)
+    return init_deployment(tmp_path_factory)
 
 
 def _admin_at(monkeypatch: pytest.MonkeyPatch, stub: Stub) -> None:
