@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import signal
 import socket
 import ssl
 from typing import Any, ClassVar
@@ -64,6 +65,12 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
 
+#: how long closing a TLS connection waits for the client's close_notify (asyncio's default, 30 s, kept
+#: a ``secemb serve`` given SIGTERM alive that long for every idle keep-alive connection of a client that
+#: does not answer it -- an httpx pool's idle connection does not: the process was killed instead)
+TLS_CLOSE_TIMEOUT_S = 1.0
+
+
 class TlsFirstProtocol(asyncio.Protocol):
     """A plain TCP connection that becomes :attr:`http` (a :class:`GuardedH11Protocol`) once
     its TLS handshake with :attr:`context` completes within :attr:`handshake_timeout_s`.
@@ -94,7 +101,8 @@ class TlsFirstProtocol(asyncio.Protocol):
     async def _handshake(self, raw: asyncio.Transport) -> None:
         try:
             tls = await asyncio.get_running_loop().start_tls(
-                raw, self, self.context, server_side=True, ssl_handshake_timeout=self.handshake_timeout_s)
+                raw, self, self.context, server_side=True, ssl_handshake_timeout=self.handshake_timeout_s,
+                ssl_shutdown_timeout=TLS_CLOSE_TIMEOUT_S)
         except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
             raw.abort()
             return
@@ -162,7 +170,19 @@ def run(app: Any, cfg: Any, *, log_level: str, sock: socket.socket | None = None
                             max_connections=cfg.max_connections, tls=tls, log_level=log_level)
     if sock is not None:
         sock.close()
-    uvicorn.Server(config).run()
+    # uvicorn shuts down gracefully on SIGINT / SIGTERM, then raises the signal again under the handler
+    # it found: with Python's (KeyboardInterrupt, or death by SIGTERM) a clean shutdown would not exit 0
+    stopping = {sig: signal.signal(sig, _shut_down) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        for sig, handler in stopping.items():
+            signal.signal(sig, handler)
+
+
+def _shut_down(signum: int, frame: Any) -> None:
+    """The handler uvicorn's server finds and calls again once it has shut down on ``signum``:
+    nothing left to do (:func:`run` returns, ``secemb serve`` exits 0)."""
 
 
 def guarded_config(app: Any, host: str, port: int, *, read_timeout_s: float, max_connections: int,
