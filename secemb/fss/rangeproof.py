@@ -171,6 +171,7 @@ __all__ = [
     "prove",
     "hint_of",
     "seed_part",
+    "device_part",
     "parse",
     "verifier_messages",
     "parse_verifier_messages",
@@ -258,10 +259,16 @@ class RangeParams:
         raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
 
     @property
+    def opened_length(self) -> int:
+        """Field elements at the head of a verifier message: ``2L + 3`` (``z``, then per query point
+        the ``L`` wire values and the gadget value)."""
+        return 2 * self.wires + 3
+
+    @property
     def verifier_length(self) -> int:
-        """``uint64`` words of a verifier message: ``2L + 3`` field elements (``z``, then per point
-        the ``L`` wire values and the gadget value) and the joint randomness used (``4`` words)."""
-        return 2 * self.wires + 3 + _JOINT_WORDS
+        """``uint64`` words of a verifier message: the :attr:`opened_length` field elements and the
+        joint randomness used (``4`` words)."""
+        return self.opened_length + _JOINT_WORDS
 
     @property
     def verifier_bytes(self) -> int:
@@ -571,6 +578,21 @@ def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
     return _part(0, _context(context), data[:SEED_BYTES], inputs)
 
 
+def device_part(params: RangeParams, msg0: bytes) -> bytes:
+    """The ``part_1`` a device wrote into its message to server 0 (``params.message_bytes(0)``
+    bytes, as :func:`prove` writes it), which server 0 forwards for server 1 to check against
+    :func:`seed_part`.
+
+    Raises
+    ------
+    InvalidMessage
+        If ``msg0`` is not bytes of ``params.message_bytes(0)``.
+    """
+    if _nbytes(msg0) != params.message_bytes(0):
+        raise InvalidMessage(f"range proof message for server 0: expected {params.message_bytes(0)} bytes")
+    return bytes(msg0[SEED_BYTES : SEED_BYTES + PART_BYTES])
+
+
 def seed_part(context: bytes, seed_1: bytes) -> bytes:
     """``part_1`` of a proof under ``context`` with server 1's 16-byte seed ``seed_1``: the
     part the device puts in its message to server 0 (:func:`prove`), as server 1 recomputes
@@ -698,7 +720,7 @@ def _verify_block(
     query: _Query,
 ) -> np.ndarray:
     x, proofs = shares.inputs[lo:hi], shares.proofs[lo:hi]
-    n, big_l = hi - lo, params.wires
+    n = hi - lo
     joints = np.empty((n, PART_BYTES), dtype=np.uint8)
     for i in range(n):  # O(1) hash calls a device: the part this server can compute, then jr
         ctx = bytes(contexts[i])
@@ -707,7 +729,7 @@ def _verify_block(
         joints[i] = np.frombuffer(_joint(ctx, *((own, hint) if party == 0 else (hint, own))), dtype=np.uint8)
     calls, slots = _coefficients(params, [jr.tobytes() for jr in joints])
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
-    msg[:, 2 * big_l + 3 :] = joints.view("<u8")
+    msg[:, params.opened_length :] = joints.view("<u8")
     if kernels.compiled():  # the same field elements in one compiled pass a device (its fixed cost: none)
         from secemb.fss._rangeproof_kernels import verifier_core
 
@@ -726,7 +748,7 @@ def _verify_reference(params: RangeParams, party: int, x: np.ndarray, proofs: np
     over the block's devices (:func:`_wires_at`, :func:`secemb.fss.field.matmul`), the reference
     of :func:`secemb.fss._rangeproof_kernels.verifier_core`."""
     n, big_l, half = len(x), params.wires, params.half_calls
-    opened = msg[:, 1 : 2 * big_l + 3].reshape(n, 2, big_l + 1)  # per point: the L wires, then the gadget
+    opened = msg[:, 1 : params.opened_length].reshape(n, 2, big_l + 1)  # per point: the L wires, then the gadget
     pads = query.pads if party == 0 else None
     opened[:, :, :big_l] = _wires_at(params, query.wire_rows, pads, x, slots, proofs[:, : 2 * big_l])
     gvals = proofs[:, 2 * big_l :]
@@ -760,7 +782,7 @@ def parse_verifier_messages(params: RangeParams, data: bytes, n: int) -> np.ndar
         got = type(data).__name__ if got_bytes is None else f"{got_bytes} bytes"
         raise InvalidMessage(f"verifier messages: expected {n * params.verifier_bytes} bytes ({n} devices), got {got}")
     v = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(n, params.verifier_length)
-    if np.any(v[:, : 2 * params.wires + 3] >= np.uint64(F.P)):
+    if np.any(v[:, : params.opened_length] >= np.uint64(F.P)):
         raise InvalidMessage("verifier messages: a field element is not below p")
     return v
 

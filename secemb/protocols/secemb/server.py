@@ -57,7 +57,7 @@ from secemb.protocols.secemb.sizes import (
 from secemb.protocols.spill import SpilledShares
 from secemb.framing import HEADER_BYTES
 from secemb.protocols.wire import Opener, check_user, frame, little, open_message, read_array, read_view, users_bytes
-from secemb.randomness import SEED_BYTES, system_rng
+from secemb.randomness import system_rng
 from secemb.sharing import reconstruct
 
 if TYPE_CHECKING:
@@ -871,7 +871,7 @@ class SecEmbServer(ServerRole):
                  for u, ctx in zip(proved, self._bound_contexts(proved, challenges), strict=True)]
         query = system_rng(QUERY_BYTES)
         self._asked = (proved, query, set(users) - set(proved))
-        parts = [self._proofs[u][SEED_BYTES : SEED_BYTES + rangeproof.PART_BYTES] for u in proved]
+        parts = [rangeproof.device_part(params, self._proofs[u]) for u in proved]
         body = b"".join(U64.pack(u) + c + h + p for u, c, h, p in zip(proved, challenges, hints, parts, strict=True))
         return frame(NAME, "bound_request", 1, cfg.round_id, query, body)
 
@@ -917,7 +917,7 @@ class SecEmbServer(ServerRole):
         v1 = self._verifier_messages(params, shares, users, challenges, contexts, query)
         unbound = [j for j, (u, r, ctx) in enumerate(zip(users, rows, contexts, strict=True))
                    if rangeproof.seed_part(ctx, self._sigmas[u]) != r[hint_at + rangeproof.PART_BYTES :]]
-        v1[unbound, : 2 * params.wires + 3] = 0
+        v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
         return frame(NAME, "bound_answer", 0, cfg.round_id, little(v1))
 
