@@ -113,9 +113,10 @@ def machine_ceiling(counts: Sequence[int], reps: int = 40, trials: int = 3) -> d
     kernels, :func:`~secemb.fss.convert.convert`), against one thread doing it alone;
     ``n t_1 / t_n`` with the fastest of ``trials`` for each time.  No backend can beat it; it
     falls short of ``n`` where vCPUs share a physical core, the hypervisor steals time or other
-    jobs run.  (Until session 20 each call allocated its 2 MiB of output afresh: on the 16-core
-    device machine the page faults serialised the threads, and the probe read 1.9x at 16
-    threads where the Yelp round itself reached 7.5x.)"""
+    jobs run.  (Until session 20 each call allocated its 2 MiB of output afresh, and on the 16-core
+    device machine the probe read 1.9x at 16 threads where the Yelp round itself reached 7.5x;
+    the allocations are the likely cause -- page faults serialise threads on one address space --
+    not a measured one.)"""
     import threading
 
     import numpy as np
