@@ -192,10 +192,13 @@ class LeaderClose(LeaderRelay):
     def _reject(self, rnd: Round, bad: list[int], why: str) -> None:
         """Devices ``bad`` (sorted) are left out of round ``rnd`` because they ``why``: each one's
         rejection counted (:data:`~secemb.server.verify.MAX_REJECTIONS` refuse it at the door),
-        recorded in the round's ``rejected`` and a ``device_rejected`` alarm raised."""
+        recorded in the round's ``rejected`` and a ``device_rejected`` alarm raised.  The
+        rejection is journaled at once (``{"ev": "rejected"}``): a restart later in the same
+        close keeps it counted (:meth:`~secemb.server.state.NodeState._recover`)."""
         if not bad:
             return
         with self.lock:
+            self._journal_outcome({"ev": "rejected", "round": rnd.round_id, "users": bad})
             for u in bad:
                 self.rejections[u] = self.rejections.get(u, 0) + 1
         rnd.rejected.update(bad)

@@ -226,9 +226,21 @@ class NodeState:
 
     def _recover(self) -> None:
         """Round ids stay monotonic; rounds left open by a crash end as aborted (or as
-        committed, if the checkpoint says so)."""
+        committed, if the checkpoint says so).  Each device's rejections since the last clear of
+        the alarms are counted once per round, from the ``rejected`` records the close journals
+        when it rejects and from the rounds' outcome records (either alone suffices: a crash may
+        come between them)."""
         self.max_round = self.last_round
         open_rounds: dict[int, dict[str, Any]] = {}
+        counted: set[tuple[int, int]] = set()  # (round, user) rejections since the last clear
+        forgotten: set[tuple[int, int]] = set()  # those a clear of the alarms forgot
+
+        def reject(r: int, users: list[Any] | None) -> None:
+            for u in users or []:
+                if (r, int(u)) not in forgotten and (r, int(u)) not in counted:
+                    counted.add((r, int(u)))
+                    self.rejections[int(u)] = self.rejections.get(int(u), 0) + 1
+
         for rec in self.store.records():
             r = int(rec.get("round", -1))
             self.max_round = max(self.max_round, r)
@@ -237,6 +249,10 @@ class NodeState:
                 self._remember_alarm(rec)
             elif ev == "alarms_cleared":
                 self.alarms, self.halted, self.rejections = [], None, {}
+                forgotten |= counted
+                counted = set()
+            elif ev == "rejected":
+                reject(r, rec.get("users"))
             elif ev == "count_first":
                 self.count.restore_first([int(u) for u in rec.get("users", [])])
             elif ev == "open":
@@ -245,16 +261,18 @@ class NodeState:
                 open_rounds.pop(r, None)
                 self.outcomes.remember(r, ev, rec.get("included"), rec.get("reason", ""), tampered=rec.get("tampered"),
                                        rejected=rec.get("rejected"))
-                for u in rec.get("rejected") or []:
-                    self.rejections[int(u)] = self.rejections.get(int(u), 0) + 1
+                reject(r, rec.get("rejected"))
         for r in sorted(open_rounds):
             if r == self.last_round:
                 rec = {"ev": COMMITTED, "round": r, "version": self.version, "included": self.last_included,
                        "reason": "recovered from checkpoint"}
             else:
                 rec = {"ev": ABORTED, "round": r, "reason": "server restarted during the round"}
+            left_out = sorted(u for q, u in counted | forgotten if q == r)
+            if left_out:
+                rec["rejected"] = left_out
             self.store.append(rec)
-            self.outcomes.remember(r, rec["ev"], rec.get("included"), rec["reason"])
+            self.outcomes.remember(r, rec["ev"], rec.get("included"), rec["reason"], rejected=left_out)
 
     def _remember_alarm(self, rec: dict[str, Any]) -> None:
         """Keep alarm record ``rec`` (journaled) in memory; a halting one halts."""
