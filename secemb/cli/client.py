@@ -231,10 +231,7 @@ def register(app: typer.Typer) -> None:
                 info, polled = None, exc
             if info is None or info.state != "open" or not info.participant or info.round_id in done:
                 if time.monotonic() > deadline:
-                    if isinstance(polled, Unreachable):  # a server down is not "no round"
-                        fail(f"server unreachable for {wait} s: {polled}", 1)
-                    why = "" if polled is None else f" (the last poll failed: {polled})"
-                    fail(f"no open round for user {user} within {wait} s{why}", 1)
+                    fail(_no_round(user, wait, polled), 1)
                 time.sleep(0.2)
                 continue
             if device is None or round_rec is None:  # the announced model's task says what the device trains on
@@ -282,6 +279,19 @@ def register(app: typer.Typer) -> None:
             deadline = time.monotonic() + wait
 
 
+def _no_round(user: int, wait: float, polled: Exception | None) -> str:
+    """What ``secemb client`` says (exit 1) when no round it can take part in came within
+    ``--wait`` s: the server unreachable (``polled``, the last poll's error, an ``Unreachable``:
+    a server down is not "no round"), else no open round, with why the last poll failed (e.g.
+    a round document longer than the floor)."""
+    from secemb.transport.errors import Unreachable
+
+    if isinstance(polled, Unreachable):
+        return f"server unreachable for {wait} s: {polled}"
+    why = "" if polled is None else f" (the last poll failed: {polled})"
+    return f"no open round for user {user} within {wait} s{why}"
+
+
 def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: int, wait: float,
                      data_dir: Path | None) -> None:
     """``secemb client`` of a one-server deployment: its device (the protocol's ``make_device``)
@@ -293,7 +303,7 @@ def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: i
     from secemb.errors import InvalidParameters, SecembError
     from secemb.server.exchange_deploy import ExchangeCredentials
     from secemb.server.tls import client_context
-    from secemb.transport.errors import RemoteError, Unreachable
+    from secemb.transport.errors import RemoteError
     from secemb.transport.http import HttpStageLink
     from secemb.transport.network import ApiClient
 
@@ -329,9 +339,7 @@ def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: i
             if doc is None or doc.get("state") != "open" or user not in doc.get("users", []) \
                     or doc.get("stage") != stages[0] or doc.get("round_id") in done:
                 if time.monotonic() > deadline:
-                    if isinstance(polled, Unreachable):
-                        fail(f"server unreachable for {wait} s: {polled}", 1)
-                    fail(f"no open round for user {user} within {wait} s", 1)
+                    fail(_no_round(user, wait, polled), 1)
                 time.sleep(0.2)
                 continue
             assert doc is not None

@@ -12,7 +12,7 @@ import hashlib
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from secemb.errors import ProtocolError
 from secemb.protocols.device_state import DeviceStateFile, DurableDevices
@@ -20,7 +20,16 @@ from secemb.protocols.exchange import ExchangeDevice, ExchangeProtocol
 from secemb.protocols.stages import RoundPlan
 from secemb.transport.links import PolledStageLink
 
-__all__ = ["deployed_device", "device_state_file", "take_part"]
+__all__ = ["BoundedAnswers", "deployed_device", "device_state_file", "take_part"]
+
+
+@runtime_checkable
+class BoundedAnswers(Protocol):
+    """A party that knows the longest answer an honest server sends it in each stage (SFSL's and
+    SecEA's: computed from the round's public parameters)."""
+
+    def answer_bytes(self, stage: str) -> int:
+        """The longest honest answer of ``stage``, in bytes."""
 
 
 def device_state_file(credentials: Path, user: int, deployment: Mapping[str, Any], secret: bytes,
@@ -61,11 +70,17 @@ def take_part(link: PolledStageLink, device: ExchangeDevice, plan: RoundPlan, do
     (committed, aborted, or "left" when the server answered it nothing), "upload_bytes",
     "download_bytes"}``.
 
+    Each answer is read up to the limit of the longest honest answer of its stage (a
+    :class:`BoundedAnswers` party's; any other party's: the floor), every round document up to
+    the floor (:meth:`~secemb.transport.links.PolledStageLink.bound_answers`).
+
     Raises
     ------
     ProtocolError: the server did not close a stage (or the round) within ``wait_s``.
     InvalidMessage: a round document the device cannot take part in (InvalidParameters: its
-    stages are not a subsequence of ``plan``'s); ``RemoteError`` /
+    stages are not a subsequence of ``plan``'s), or an answer longer than its limit -- endless,
+    or a decompression bomb -- read no further: the party never sees it and sends nothing more;
+    ``RemoteError`` /
     ``Unreachable``: the server refused a message or did not answer.
     """
     round_id = int(doc["round_id"])
@@ -99,7 +114,11 @@ def take_part(link: PolledStageLink, device: ExchangeDevice, plan: RoundPlan, do
         if state not in ("open", "committed"):
             return result(state)
         if plan.replies(stage):
-            answer = link.fetch(round_id, stage)
+            link.bound_answers(party.answer_bytes(stage) if isinstance(party, BoundedAnswers) else None)
+            try:
+                answer = link.fetch(round_id, stage)
+            finally:
+                link.bound_answers(None)
             if answer is None:
                 return result("left")
             down += len(answer)

@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 from secemb.errors import InvalidMessage, SecembError
 from secemb.server.verify import decode_digests
 from secemb.transport.errors import RemoteError, Unreachable
+from secemb.transport.limits import ANSWER_FLOOR_BYTES
 
 __all__ = ["PEER_ERRORS", "HttpPeer", "PeerLink", "PeerRefused", "PeerUnreachable"]
 
@@ -144,12 +145,13 @@ class HttpPeer:
 
     ``*_many`` send one request per item from a small thread pool (``fanout`` threads), so
     that server 1's batcher groups them into one evaluation as it does concurrent devices.
-    ``max_answer_bytes``: the longest answer read (the node passes its own body limit); a longer
-    one is server 1 failing (:class:`PeerUnreachable`), read no further.
+    ``max_answer_bytes``: the longest answer read (the node passes its own body limit; default
+    the floor, :data:`~secemb.transport.limits.ANSWER_FLOOR_BYTES`); a longer one is server 1
+    failing (:class:`PeerUnreachable`), read no further.
     """
 
     def __init__(self, base_url: str, key: bytes, *, timeout: float = 30.0, fanout: int = 8,
-                 tls: ssl.SSLContext | None = None, max_answer_bytes: int | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, max_answer_bytes: int | None = ANSWER_FLOOR_BYTES) -> None:
         from secemb.transport.network import ApiClient  # here: in-process nodes never need httpx
 
         self.api = ApiClient(base_url, "server0", key, timeout=timeout, tls=tls, max_answer_bytes=max_answer_bytes)

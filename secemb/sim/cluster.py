@@ -92,8 +92,11 @@ class LocalCluster:
         return f"https://127.0.0.1:{self.ports[party]}"
 
     def admin(self, party: int, *, timeout: float = 60.0) -> ApiClient:
-        """A signed operator client for server ``party`` (its own admin secret)."""
-        return ApiClient(self.url(party), "admin", self.admin_secrets[party], timeout=timeout, tls=self.tls)
+        """A signed operator client for server ``party`` (its own admin secret).  It reads answers
+        unbounded (``max_answer_bytes=None``): the servers are this process's own, on 127.0.0.1,
+        and a simulation's model may be larger than the operator's floor."""
+        return ApiClient(self.url(party), "admin", self.admin_secrets[party], timeout=timeout, tls=self.tls,
+                         max_answer_bytes=None)
 
     def peer_tls(self) -> ssl.SSLContext:
         """Server 0's client context for server 1 (it pins server 1's CA and presents server

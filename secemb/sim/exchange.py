@@ -146,13 +146,14 @@ def train_networked(protocol: ExchangeProtocol, *, concurrency: int = 8,
         clients.append(http)
         if on_server is not None:
             on_server(host.url)
-        admin = HttpStageAdmin(ApiClient(host.url, "admin", host.admin_secret, http=http))
+        # unbounded answers (max_answer_bytes=None): the server is this process's own, on 127.0.0.1
+        admin = HttpStageAdmin(ApiClient(host.url, "admin", host.admin_secret, http=http, max_answer_bytes=None))
         links: dict[int, HttpStageLink] = {}
 
         def link(u: int) -> HttpStageLink:
             if u not in links:
                 links[u] = HttpStageLink(u, ApiClient(host.url, f"user:{u}", user_key(host.user_secret, u),
-                                                      http=http))
+                                                      http=http, max_answer_bytes=None))
             return links[u]
 
         return Rounds(server.node.plan, admin, link, admin.model, map=lambda fn, items: list(pool.map(fn, items)))

@@ -18,7 +18,8 @@ import httpx
 
 from secemb.errors import InvalidMessage
 from secemb.protocols.secemb.bounds import CHALLENGE_BYTES
-from secemb.transport.network import ANSWER_FLOOR_BYTES, ApiClient, answer_fields
+from secemb.transport.limits import ANSWER_FLOOR_BYTES, answer_limit_for
+from secemb.transport.network import ApiClient, answer_fields
 
 __all__ = ["HttpAdminLink", "HttpServerLink", "HttpStageAdmin", "HttpStageLink"]
 
@@ -33,8 +34,7 @@ class HttpServerLink:
     def __init__(self, party: int, user: int, url: str, key: bytes, *, timeout: float = 60.0,
                  http: httpx.Client | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.party, self.user = int(party), int(user)
-        self.api = ApiClient(url, f"user:{self.user}", key, timeout=timeout, http=http, tls=tls,
-                             max_answer_bytes=ANSWER_FLOOR_BYTES)
+        self.api = ApiClient(url, f"user:{self.user}", key, timeout=timeout, http=http, tls=tls)
 
     def round_info(self) -> dict[str, Any]:
         doc: dict[str, Any] = self.api.get_json("/v1/round")
@@ -142,7 +142,8 @@ class HttpAdminLink:
 
 class HttpStageLink:
     """Device ``user``'s :class:`~secemb.transport.links.PolledStageLink` to a one-server node
-    (``api``: an :class:`ApiClient` signing as ``user:<user>``)."""
+    (``api``: an :class:`ApiClient` signing as ``user:<user>``; it reads answers of at most its
+    ``max_answer_bytes``, which :meth:`bound_answers` sets)."""
 
     def __init__(self, user: int, api: ApiClient) -> None:
         self.user, self.api = int(user), api
@@ -153,6 +154,13 @@ class HttpStageLink:
     def fetch(self, round_id: int, stage: str) -> bytes | None:
         resp = self.api.request("GET", f"/v1/exchange/rounds/{round_id}/{stage}")
         return None if resp.status_code == 204 else resp.content
+
+    def bound_answers(self, longest: int | None) -> None:
+        """Set ``api.max_answer_bytes`` to :func:`~secemb.transport.limits.answer_limit_for`
+        ``longest`` (``None``: :data:`~secemb.transport.limits.ANSWER_FLOOR_BYTES`), unless the
+        client reads unbounded (``None``: a simulation's own server), which it leaves so."""
+        if self.api.max_answer_bytes is not None:
+            self.api.max_answer_bytes = ANSWER_FLOOR_BYTES if longest is None else answer_limit_for(longest)
 
     def round_info(self) -> dict[str, Any]:
         """The current round's document (``stage``: the open stage, ``state``).

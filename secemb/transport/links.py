@@ -81,6 +81,12 @@ class PolledStageLink(StageLink, Protocol):
         (``round_id``, ``users``, ``stages``, ...) with ``stage`` (the open one, ``None`` once the
         last closed) and ``state``."""
 
+    def bound_answers(self, longest: int | None) -> None:
+        """From now on read no answer longer than an honest one of ``longest`` bytes allows
+        (:func:`~secemb.transport.limits.answer_limit_for`; ``None``: the floor,
+        :data:`~secemb.transport.limits.ANSWER_FLOOR_BYTES`); a longer one raises
+        :class:`~secemb.errors.InvalidMessage`, read no further."""
+
 
 class StageAdmin(OperatorLink, Protocol):
     """The operator's connection to a server whose rounds it drives stage by stage."""

@@ -39,30 +39,12 @@ import httpx
 
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.transport.errors import RemoteError, Unreachable
+from secemb.transport.limits import ANSWER_FLOOR_BYTES, answer_limit, answer_limit_for
 from secemb.transport.signing import sign_headers
 
-__all__ = ["ANSWER_FLOOR_BYTES", "ApiClient", "answer_fields", "answer_limit"]
+__all__ = ["ANSWER_FLOOR_BYTES", "ApiClient", "answer_fields", "answer_limit", "answer_limit_for"]
 
 OCTET = "application/octet-stream"
-
-#: the answer limit of a device and of the operator before they know the model's sizes (``secemb
-#: client``, ``secemb infer``, ``secemb admin``): every JSON document they read, and the floor of
-#: :func:`answer_limit` (a deviating server's endless or decompression-bomb answer is refused here)
-ANSWER_FLOOR_BYTES = 64 << 20
-
-
-def answer_limit(rows: int, width: int, dense_size: int) -> int:
-    """The longest answer a device or the operator reads once the model's public sizes are
-    known: :data:`ANSWER_FLOOR_BYTES` plus four times a table of ``rows`` rows of ``width``
-    8-byte words and 32 bytes more per row, and a dense vector of ``dense_size`` 8-byte words.
-
-    No honest answer reaches it with ``rows`` = max(the items, the slots a device requests):
-    a retrieval reply is at most one row per slot with a 16-byte tag (SecEmb) or the whole table
-    (full-download baselines), a dense vector or a model message is the table and the vector
-    once, each with a header of a few dozen bytes.
-    """
-    return ANSWER_FLOOR_BYTES + 4 * (rows * (8 * width + 32) + 8 * dense_size)
-
 
 #: the most bytes one step of a capped read decodes (deflate expands up to ~1000x)
 _PIECE = 1 << 20
@@ -135,16 +117,19 @@ class ApiClient:
     max_answer_bytes: the most bytes of an answer's body that are read (after a gzip or
         deflate ``Content-Encoding`` is decoded, 1 MiB at a time; the request asks for none, and
         another encoding is refused): a longer answer is refused with ``InvalidMessage`` once
-        that many are in, not buffered whole (``None``: no limit, httpx decodes).
-        Server 0 reads server 1 with its own body limit (a deviating peer's endless or
-        decompression-bomb answer otherwise fills its memory); devices and the operator with
-        :data:`ANSWER_FLOOR_BYTES`, raised to :func:`answer_limit` once they know the model's
-        sizes (the attribute is read at each request, so it may be changed between them).
+        that many are in, not buffered whole.  Default :data:`ANSWER_FLOOR_BYTES` (64 MiB): no
+        client reads unbounded unless its caller says so.  ``None`` is that opt-out -- no limit,
+        httpx decodes -- for a server the calling process started itself on 127.0.0.1 (the
+        simulations' :class:`~secemb.sim.cluster.LocalCluster` and one-server ``NodeServer``),
+        never for a server across a trust boundary.  Server 0 reads server 1 with its own body
+        limit; devices and the operator with the floor, raised to :func:`answer_limit` /
+        :func:`answer_limit_for` once they know a round's or the model's sizes (the attribute is
+        read at each request, so it may be changed between them).
     """
 
     def __init__(self, base_url: str, key_id: str | None = None, key: bytes | None = None, *, timeout: float = 30.0,
                  http: httpx.Client | None = None, tls: ssl.SSLContext | None = None,
-                 max_answer_bytes: int | None = None) -> None:
+                 max_answer_bytes: int | None = ANSWER_FLOOR_BYTES) -> None:
         if (key_id is None) != (key is None):
             raise InvalidParameters("give both key_id and key, or neither")
         self.max_answer_bytes = max_answer_bytes

@@ -30,6 +30,7 @@ import numpy as np
 from phe.paillier import PaillierPrivateKey, PaillierPublicKey
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
+from secemb.framing import HEADER_BYTES
 from secemb.protocols.secea import coding, field, wire
 from secemb.protocols.secea import paillier as phe_packing
 from secemb.protocols.secea.coding import SecEAParams
@@ -138,6 +139,34 @@ class SecEAClient:
         if np.any(pos >= union.size) or np.any(union[np.minimum(pos, union.size - 1)] != self.entities):
             raise InvalidParameters("the union does not contain all of this client's entities")
         self._own, self._num_entities, self._union = pos.astype(np.int64), int(union.size), union.copy()
+
+    def answer_bytes(self, kind: int) -> int:
+        """The longest ``kind`` message (:data:`~secemb.protocols.secea.wire.DIRECTORY`,
+        ``RELAY`` or ``RESULT``) an honest server sends this client, from the public parameters
+        (N clients, width ``w``), its own key (every key of a deployment has its size: the
+        server refuses another) and, for a round's messages, the union's size ``M``:
+
+        * DIRECTORY: ``32 + 2 + N (2 + 32 + 2 + bytes(n))``;
+        * RELAY: ``32 + 8 + (N - 1)(6 + 4 (M w + M M))`` (a sender's queries are at most ``M``);
+        * RESULT: ``32 + 8 + N (2 + E C ciphertexts)``, ``E`` this client's queries, ``C`` its
+          ciphertexts per answer.
+
+        Raises
+        ------
+        ProtocolError: a round's message before the union is set.  ValueError: another kind.
+        """
+        p, key = self.params, self._paillier_public
+        if kind == wire.DIRECTORY:
+            return HEADER_BYTES + 2 + p.num_clients * (2 + KEY_BYTES + 2 + len(key.to_bytes()))
+        if kind not in (wire.RELAY, wire.RESULT):
+            raise ValueError(f"no SecEA server message of kind {kind}")
+        if self._own is None:
+            raise ProtocolError("a round's answer before the union is set")
+        m, w = self._num_entities, p.width
+        if kind == wire.RELAY:
+            return HEADER_BYTES + 8 + (p.num_clients - 1) * (6 + 4 * (m * w + m * m))
+        queries = self.query_bound or self._own.size
+        return HEADER_BYTES + 8 + p.num_clients * (2 + queries * key.chunks(w) * key.ciphertext_bytes)
 
     @property
     def last_upload(self) -> int:

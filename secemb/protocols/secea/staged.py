@@ -38,10 +38,12 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.protocols.exchange import add_seconds, closing_stage, current_round, open_stage, stage_reply
 from secemb.protocols.secea.coding import SecEAParams
+from secemb.protocols.secea import wire
 from secemb.protocols.secea.parties import SecEAClient, SecEAServer
 from secemb.protocols.stages import SECEA_SETUP_STAGES, SECEA_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, default_threshold
+from secemb.secagg.limits import longest_server_message, longest_union_message
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
 __all__ = ["SECEA_PLAN", "SECEA_ROUND_PLAN", "SECEA_SETUP_PLAN", "SETUP_ROUND", "SecEANode", "SecEAParty",
@@ -293,7 +295,8 @@ class SecEASetupParty:
     """Silo ``client.index``'s part in the set-up (round ``round_id``): its keys, then its entity
     set into the PSU.  When the set-up is over, ``client`` holds the directory and the union
     (:attr:`union`) and ``on_done`` (if given) is called (e.g. to write the silo's state).
-    ``seconds``: its own work per stage."""
+    ``seconds``: its own work per stage; :meth:`answer_bytes`: the longest answer of a stage an
+    honest server sends it."""
 
     def __init__(self, client: SecEAClient, bloom: BloomParams, round_id: int = SETUP_ROUND, *,
                  on_done: Callable[[], None] | None = None, _rng: RandomBytes = system_rng) -> None:
@@ -341,6 +344,25 @@ class SecEASetupParty:
             self._answers[stage] = body
         add_seconds(self.seconds, stage, t0)
 
+    def answer_bytes(self, stage: str) -> int:
+        """The longest answer of ``stage`` an honest server sends this silo: the DIRECTORY
+        (:meth:`SecEAClient.answer_bytes`), the PSU's messages at N silos
+        (:func:`~secemb.secagg.limits.longest_server_message`) and its union of every entity
+        (:func:`~secemb.secagg.limits.longest_union_message`).
+
+        Raises
+        ------
+        ValueError: a stage not of the set-up.
+        """
+        if stage == "secea-keys":
+            return self.client.answer_bytes(wire.DIRECTORY)
+        if stage not in SECEA_SETUP_STAGES:
+            raise ValueError(f"SecEA's set-up has no stage {stage!r}")
+        kind = _KINDS[stage][1]
+        if kind == "union":
+            return longest_union_message(self.bloom.domain)
+        return longest_server_message(self.config, self.client.params.num_clients, kind)
+
 
 class SecEAParty:
     """Silo ``client.index``'s part in aggregation round ``round_id``: ``rows`` (float, shape
@@ -351,6 +373,7 @@ class SecEAParty:
     to write them into the silo's model).  ``on_padded`` (if given) is called once the upload
     is padded and before it is handed out (e.g. to record durably that the round's pads are
     used).  ``seconds``: its own work per part (``share+query``, ``answer``, ``decode``).
+    :meth:`answer_bytes`: the longest answer of a stage an honest server sends it.
     """
 
     def __init__(self, client: SecEAClient, round_id: int, rows: np.ndarray,
@@ -389,3 +412,16 @@ class SecEAParty:
                 self.on_average(self.average)
         else:
             raise ProtocolError(f"silo {self.client.index}: no answer expected in stage {stage!r}")
+
+    def answer_bytes(self, stage: str) -> int:
+        """The longest answer of ``stage`` an honest server sends this silo: the RELAY
+        (``secea-share``) or the RESULT (``secea-answer``), :meth:`SecEAClient.answer_bytes`.
+
+        Raises
+        ------
+        ValueError: another stage.  ProtocolError: the silo has no union yet.
+        """
+        kinds = {"secea-share": wire.RELAY, "secea-answer": wire.RESULT}
+        if stage not in kinds:
+            raise ValueError(f"a SecEA round has no stage {stage!r}")
+        return self.client.answer_bytes(kinds[stage])

@@ -224,7 +224,8 @@ class SFSLProtocol(ExchangeProtocol):
         rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
         device = SFSLDevice(user, train.subset(slice(bounds[user], bounds[user + 1])), get_cpp(self.sfsl_preset),
                             model, model.init_private(1, rng)[0])
-        return SFSLClient(device, RowSpace(train.num_goods, model.num_categories, model.dim, model.mlp_size), rng)
+        return SFSLClient(device, RowSpace(train.num_goods, model.num_categories, model.dim, model.mlp_size), rng,
+                          train.num_users)
 
     def train(self, connect: Callable[[ExchangeServer], ExchangeRounds], *,
               on_start: Callable[[dict[str, Any]], None] | None = None,
@@ -285,12 +286,14 @@ class SFSLProtocol(ExchangeProtocol):
 @dataclass
 class SFSLClient:
     """A device of an SFSL deployment (``secemb client``): ``device`` (its samples, Algorithm
-    2's memo, its private user embedding, kept between rounds), the public row space, and its
-    training randomness (seeded from its own entropy)."""
+    2's memo, its private user embedding, kept between rounds), the public row space, its
+    training randomness (seeded from its own entropy) and the dataset's number of users (a
+    round's devices are among them: what bounds the answers it reads)."""
 
     device: SFSLDevice
     space: RowSpace
     rng: np.random.Generator
+    num_users: int
 
     def party(self, round_doc: Mapping[str, Any]) -> SFSLParty:
         """Its party in the round ``round_doc`` announces (``round_id``, ``users`` and the
@@ -298,12 +301,15 @@ class SFSLClient:
 
         Raises
         ------
-        InvalidMessage: a document without them, or settings that are not SFSL's or that a device
-        cannot train with (:meth:`TrainingSettings.check`: the server writes them).
+        InvalidMessage: a document without them, users that are not distinct ids of the
+        dataset's users, or settings that are not SFSL's or that a device cannot train with
+        (:meth:`TrainingSettings.check`: the server writes them).
         """
         try:
             round_id, users, settings = round_doc["round_id"], round_doc["users"], round_doc["settings"]
-            if not isinstance(round_id, int) or not isinstance(users, list) or self.device.user not in users:
+            if not isinstance(round_id, int) or not isinstance(users, list) or self.device.user not in users \
+                    or not all(type(u) is int and 0 <= u < self.num_users for u in users) \
+                    or len(set(users)) != len(users):
                 raise TypeError("round_id, users")
             fields = {k: settings[k] for k in asdict(TrainingSettings())}
             rs = TrainingSettings(**fields).check(len(users))

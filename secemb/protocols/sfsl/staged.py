@@ -36,7 +36,9 @@ from secemb.protocols.exchange import add_seconds, closing_stage, current_round,
 from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
 from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
+from secemb.protocols.sfsl.wire import reply_bytes
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, default_threshold
+from secemb.secagg.limits import longest_server_message, longest_union_message
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
 __all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "round_configs"]
@@ -228,12 +230,13 @@ class SFSLParty:
     :meth:`message` gives its message of a stage, :meth:`accept` takes the server's answer.
     ``rng`` is the training randomness (batch order, stochastic rounding), ``_rng`` the CSPRNG
     of the PSU, the perturbation and the secure sums.  ``seconds``: the device's own work per
-    part (``psu``, ``perturb``, ``train``, ``secagg``).
+    part (``psu``, ``perturb``, ``train``, ``secagg``).  :meth:`answer_bytes`: the longest
+    answer of a stage an honest server sends it (what a deployed device reads at most).
     """
 
     def __init__(self, device: SFSLDevice, round_id: int, n: int, space: RowSpace, bloom: BloomParams,
                  settings: TrainingSettings, rng: np.random.Generator, *, _rng: RandomBytes = system_rng) -> None:
-        self.device, self.round_id, self.space, self.bloom = device, round_id, space, bloom
+        self.device, self.round_id, self.n, self.space, self.bloom = device, round_id, n, space, bloom
         self.settings, self.rng, self._rng = settings, rng, _rng
         self.psu_config, self.sum_config = round_configs(space, bloom, n, round_id)
         self.seconds: dict[str, float] = {}
@@ -284,6 +287,30 @@ class SFSLParty:
     def accept(self, stage: str, body: bytes) -> None:
         """The server's answer in ``stage``."""
         self._answers[stage] = body
+
+    def answer_bytes(self, stage: str) -> int:
+        """The longest answer of ``stage`` an honest server sends this device, from the round's
+        public parameters (``n`` devices, the row space, the PSU's domain): the secure
+        aggregations' messages at ``n`` clients
+        (:func:`~secemb.secagg.limits.longest_server_message`; the secure sum's key list with a
+        bitmap over at most every row of the row space), the union of every goods
+        (:func:`~secemb.secagg.limits.longest_union_message`), and the submodel of every goods,
+        every category and the dense layers (:func:`~secemb.protocols.sfsl.wire.reply_bytes`).
+
+        Raises
+        ------
+        ValueError: a stage without an answer (``sum-unmask``) or not SFSL's.
+        """
+        kind = _KINDS.get(stage, ("", None))[1]
+        if kind == "union":
+            return longest_union_message(self.bloom.domain)
+        if kind == "submodel_reply":
+            sp = self.space
+            return reply_bytes(sp.goods, sp.categories, sp.dim, sp.mlp_size)
+        if kind is None:
+            raise ValueError(f"SFSL's stage {stage!r} has no answer")
+        config = self.psu_config if stage.startswith("psu") else self.sum_config
+        return longest_server_message(config, self.n, kind)
 
     def _answer(self, stage: str) -> bytes:
         if stage not in self._answers:

@@ -27,7 +27,7 @@ from secemb.errors import InvalidMessage
 from secemb.framing import HEADER_BYTES, frame, open_frame
 from secemb.protocols.names import wire_id
 
-__all__ = ["HEADER_BYTES", "KINDS", "WIRE_ID", "open_reply", "open_request", "reply", "request"]
+__all__ = ["HEADER_BYTES", "KINDS", "WIRE_ID", "open_reply", "open_request", "reply", "reply_bytes", "request"]
 
 #: SFSL's wire id: the protocol byte of its messages, registered with ``sfsl`` (secemb.protocols)
 WIRE_ID = wire_id("sfsl")
@@ -67,6 +67,12 @@ def reply(round_id: int, goods_rows: np.ndarray, category_rows: np.ndarray, dens
     float32."""
     parts = [np.ascontiguousarray(a, dtype="<f4").tobytes() for a in (goods_rows, category_rows, dense)]
     return _frame("reply", round_id, b"".join(parts))
+
+
+def reply_bytes(k: int, c: int, d: int, m: int) -> int:
+    """The length of a reply of ``k`` goods rows and ``c`` category rows of ``d`` values and ``m``
+    dense values: ``32 + 4 (k d + c d + m)``."""
+    return HEADER_BYTES + 4 * (k * d + c * d + m)
 
 
 def open_reply(data: bytes, round_id: int, k: int, c: int, d: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,49 @@
+"""The longest message an honest secure-aggregation server sends a client, from a round's public
+parameters: what a deployed device reads of such a message at most (its answer limit,
+:func:`secemb.transport.limits.answer_limit_for`).  The layouts are :mod:`secemb.secagg.messages`'.
+"""
+
+from __future__ import annotations
+
+from secemb.framing import HEADER_BYTES
+from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES
+from secemb.secagg.config import SecAggConfig
+from secemb.secagg.keys import KEY_BYTES
+
+__all__ = ["longest_server_message", "longest_union_message"]
+
+#: a message's count field (uint32)
+_COUNT = 4
+#: one id (uint32)
+_ID = 4
+
+
+def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int:
+    """The longest ``kind`` message (``keys``, ``relayed`` or ``survivors``) an honest server
+    sends a client of a round of ``config`` with at most ``clients`` clients:
+
+    * keys: ``32 + 4 + clients (4 + 2 x 32)``, and in a sparse round ``clients x ceil(length / 8)``
+      more (a bitmap over the recipient's rows, at most ``length``, per listed client);
+    * relayed: ``32 + 4 + (clients - 1)(4 + share ciphertext)``;
+    * survivors: ``32 + 4 + 4 clients``.
+
+    Raises
+    ------
+    ValueError: another ``kind``, or ``clients`` below 1.
+    """
+    if clients < 1:
+        raise ValueError(f"a round has at least one client, got {clients}")
+    if kind == "keys":
+        bitmaps = clients * -(-config.length // 8) if config.sparse else 0
+        return HEADER_BYTES + _COUNT + clients * (_ID + 2 * KEY_BYTES) + bitmaps
+    if kind == "relayed":
+        return HEADER_BYTES + _COUNT + (clients - 1) * (_ID + SHARE_CIPHERTEXT_BYTES)
+    if kind == "survivors":
+        return HEADER_BYTES + _COUNT + _ID * clients
+    raise ValueError(f"no server message {kind!r} in a secure-aggregation round")
+
+
+def longest_union_message(domain: int) -> int:
+    """The longest union message of a PSU over ``domain`` indices
+    (:func:`secemb.secagg.psu.union_message`: every index in the union): ``32 + 4 + 4 domain``."""
+    return HEADER_BYTES + _COUNT + _ID * domain
