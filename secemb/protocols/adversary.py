@@ -39,6 +39,7 @@ from secemb.errors import InvalidParameters, RetrievalTampered
 from secemb.fss.keys import HEADER_BYTES
 from secemb.protocols.base import Protocol, RoundConfig
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
+from secemb.protocols.secemb.bounds import SIGMA_BYTES
 from secemb.protocols.secemb.sizes import DIGEST_BYTES, checks_bytes, key_params
 from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.randomness import RandomBytes
@@ -78,6 +79,9 @@ class MaliciousUser(SecEmbUser):
     def _sending(self, messages: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
         m0, m1 = messages
         cfg = self.config
+        # bounded payloads: the request to server 1 ends with the device's proof seed sigma, kept as it is
+        sigma = m1[len(m1) - SIGMA_BYTES :] if self.bound_users is not None else b""
+        end = len(m1) - len(sigma)
         if self.attack == "random-bytes":
             return self._random(m0), self._random(m1)
         if self.attack == "two-points":
@@ -89,13 +93,13 @@ class MaliciousUser(SecEmbUser):
             body = m0[FRAME_BYTES:]
             keys = fss.DPFKeys.from_bytes(body[: len(body) - checks])
             digest = hashlib.sha256(keys.shared_bytes() + body[len(body) - checks :]).digest()
-            return m0, m1[: len(m1) - DIGEST_BYTES] + digest
+            return m0, m1[: end - DIGEST_BYTES] + digest + sigma
         if self.attack == "inconsistent-keys":
             assert self._items is not None  # set with the request
-            other = SecEmbUser(cfg, relay=self.relay, verify=self.verify, _rng=self._rng)
+            other = SecEmbUser(cfg, relay=self.relay, verify=self.verify, bound_users=self.bound_users, _rng=self._rng)
             _, o1 = other.retrieval_request(self._items)  # the same items, another key generation
             if not self.relay:
-                return m0, o1
+                return m0, o1[:end] + sigma  # this device's own sigma (its proof's)
             roots = 16 * cfg.slots + FRAME_BYTES
             return m0, o1[:roots] + m1[roots:]  # another request's roots, this one's seeds and digest
         return m0, m1

@@ -3,9 +3,9 @@
 Party: server 0.  :meth:`LeaderClose.close_round` (on quorum, deadline or the operator's
 call; idempotent): server 1 stops taking uploads and names the users it absorbed; the agreed
 set is the intersection with server 0's, less the devices whose uploads fail the verification
-(issue 34: with bounded payloads, first the bound proofs' check -- a device without a proof, or
-whose proof fails, is out --, then both roles' digests compared, :mod:`.verify`; a
-``device_rejected`` alarm); fewer
+(issue 34: with bounded payloads, first the bound proofs' check -- a device whose proof fails is
+out --, then both roles' digests compared, :mod:`.verify`, a mismatch out; a
+``device_rejected`` alarm for either; a device without a proof is then left out like a dropout); fewer
 than ``min_users`` aborts.  Both servers then exchange their aggregate shares and reconstruct
 (:mod:`.combine`); server 0 commits (its checkpoint: the commit point) only when server 1's
 model digest equals its own -- otherwise a halting ``model_disagreement`` alarm and nothing
@@ -76,10 +76,11 @@ class LeaderClose(LeaderRelay):
         bounded = self._bounded(rnd, sorted(uploaded & set(theirs)))
         if bounded is None:
             return
-        verified = self._verified(rnd, bounded)
+        checked, silent = bounded
+        verified = self._verified(rnd, checked)
         if verified is None:
             return
-        include = verified
+        include = [u for u in verified if u not in silent]
         if len(include) < rnd.min_users:
             self._end(rnd, ABORTED,
                       f"{len(include)} user(s) uploaded to both servers, fewer than min_users={rnd.min_users}")
@@ -158,22 +159,25 @@ class LeaderClose(LeaderRelay):
                                "servers)")
         return [u for u in include if u not in bad]
 
-    def _bounded(self, rnd: Round, include: list[int]) -> list[int] | None:
-        """``include`` without the devices whose bound proofs fail the servers' check or that
-        sent none (bounded payloads, :mod:`secemb.protocols.secemb.bounds`): server 0's request
+    def _bounded(self, rnd: Round, include: list[int]) -> tuple[list[int], set[int]] | None:
+        """``include`` without the devices whose bound proofs fail the servers' check (bounded
+        payloads, :mod:`secemb.protocols.secemb.bounds`), and the devices of ``include`` that sent
+        no proof: server 0's request
         (:meth:`~secemb.protocols.secemb.SecEmbServer.bound_request`), server 1's verifier
         messages (:meth:`~secemb.server.peer.PeerLink.bound`), server 0's decision; the devices
         that fail are left out like a dropout and recorded as for a digest mismatch
         (:meth:`_reject`); those that sent none (a proof still on its way when the round closes)
-        are left out like a dropout, with no rejection counted.  It runs before the digest
-        comparison (the plan's ``prove`` hops precede the closing ones:
-        :data:`~secemb.protocols.stages.PROVING`); either check
-        leaves a device out.  ``None``: the round was aborted (server 1 did not answer, or its
-        answer is malformed).  Unchanged where the rounds have no bound proofs."""
+        are left out like a dropout by the caller, with no rejection counted -- after the digest
+        comparison, which they still go through (a device whose keys fail it is rejected whether
+        or not it proved; an honest one passes it).  It runs before the digest comparison (the
+        plan's ``prove`` hops precede the closing ones: :data:`~secemb.protocols.stages.PROVING`);
+        either check leaves a device out.  ``None``: the round was aborted (server 1 did not
+        answer, or its answer is malformed).  ``(include, set())`` where the rounds have no bound
+        proofs."""
         with self.lock:
             prover = self.prover
         if prover is None:
-            return include
+            return include, set()
         try:
             silent = rnd.busy(prover.unproved, include)
             request = rnd.busy(prover.bound_request, include)
@@ -186,8 +190,7 @@ class LeaderClose(LeaderRelay):
             self._end(rnd, ABORTED, f"the bound proofs' check failed: {exc}")
             return None
         self._reject(rnd, bad, "sent a bound proof that fails the check (an upload beyond the payload bound)")
-        out = set(bad) | silent
-        return [u for u in include if u not in out]
+        return [u for u in include if u not in bad], silent
 
     def _reject(self, rnd: Round, bad: list[int], why: str) -> None:
         """Devices ``bad`` (sorted) are left out of round ``rnd`` because they ``why``: each one's
