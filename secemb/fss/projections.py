@@ -32,7 +32,7 @@ arithmetic; the two agree bit for bit (``tests/fss/test_projections.py``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -40,7 +40,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 
-__all__ = ["SEED_BYTES", "DOMAIN", "row_key", "ternary_rows", "project", "project_reference", "project_each"]
+__all__ = ["SEED_BYTES", "DOMAIN", "row_key", "ternary_rows", "project", "project_reference", "project_each",
+           "project_affine", "AffinePart"]
 
 #: Bytes of a projection seed
 SEED_BYTES = 16
@@ -205,6 +206,25 @@ def _row_keys(seeds: Sequence[bytes] | np.ndarray, n: int) -> list[bytes]:
     return [row_key(s) for s in listed]
 
 
+def _chunks(seeds: Sequence[bytes] | np.ndarray, n: int, rows: int,
+            length: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The devices grouped by seed, in chunks of distinct seeds (at most :data:`_TEMP_ENTRIES`
+    matrix entries a chunk, or one seed): per chunk ``(stream, devices, which)``, its seeds'
+    streams uint8 (s, rows * ceil(length / 4)) (:func:`_streams`, each seed expanded once), its
+    devices intp (c,) and the index of each one's stream in ``stream`` intp (c,)."""
+    distinct: dict[bytes, int] = {}
+    which = np.array([distinct.setdefault(k, len(distinct)) for k in _row_keys(seeds, n)], np.intp)
+    keys = list(distinct)
+    order = np.argsort(which, kind="stable")  # the devices grouped by seed
+    starts = np.searchsorted(which[order], np.arange(len(keys) + 1))  # seed s's devices: order[starts[s]:starts[s+1]]
+    nbytes = _stream_bytes(rows, length)
+    chunk = max(1, _TEMP_ENTRIES // max(1, rows * length))
+    for lo in range(0, len(keys), chunk):
+        hi = min(len(keys), lo + chunk)
+        devices = order[starts[lo] : starts[hi]]
+        yield _streams(keys[lo:hi], nbytes), devices, which[devices] - lo
+
+
 def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int = 40) -> np.ndarray:
     """The projections of each device's share on its own seed's rows (a per-device challenge).
 
@@ -237,26 +257,94 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     _check_ring(x)
     _check_rows(rows, x.shape[1])
     n, length = x.shape
-    distinct: dict[bytes, int] = {}
-    which = np.array([distinct.setdefault(k, len(distinct)) for k in _row_keys(seeds, n)], np.intp)
-    keys = list(distinct)
-    order = np.argsort(which, kind="stable")  # the devices grouped by seed
-    starts = np.searchsorted(which[order], np.arange(len(keys) + 1))  # seed s's devices: order[starts[s]:starts[s+1]]
-    nbytes = _stream_bytes(rows, length)
-    chunk = max(1, _TEMP_ENTRIES // max(1, rows * length))
     compiled = kernels.compiled()
     if compiled:
         from secemb.fss._projection_kernels import ternary_products
     acc = np.empty((n, rows), np.uint64)  # the products modulo 2^64 (a uint32 ring's are taken modulo 2^32 below)
-    for lo in range(0, len(keys), chunk):
-        hi = min(len(keys), lo + chunk)
-        stream = _streams(keys[lo:hi], nbytes)
+    for stream, devices, which in _chunks(seeds, n, rows, length):
         if compiled:
-            devices = order[starts[lo] : starts[hi]]
-            ternary_products(stream, devices, which[devices] - lo, x, acc)
-        else:
-            t = _ternary(stream, rows, length)
-            for s in range(lo, hi):
-                devices = order[starts[s] : starts[s + 1]]
-                acc[devices] = _integer_products(t[s - lo], x[devices])
+            ternary_products(stream, devices, which, x, acc)
+            continue
+        t = _ternary(stream, rows, length)
+        for s in range(t.shape[0]):
+            some = devices[which == s]
+            acc[some] = _integer_products(t[s], x[some])
     return acc.astype(x.dtype)
+
+
+#: one device's vector in affine form for :func:`project_affine`: ``(base, count, words, tail)``
+AffinePart = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _affine_checked(parts: Sequence[AffinePart]) -> tuple[np.dtype, int]:
+    """The ring dtype and the length ``L = S w + P`` of :func:`project_affine`'s ``parts``, validated."""
+    for got in parts:
+        if not isinstance(got, tuple) or len(got) != 4 or not all(isinstance(a, np.ndarray) for a in got):
+            raise InvalidParameters("each part must be a tuple of four arrays (base, count, words, tail)")
+    if not parts:
+        return np.dtype(np.uint64), 0
+    first, _, _, first_tail = parts[0]
+    dtype, shape, size = first.dtype, first.shape, first_tail.shape
+    if dtype not in (np.uint32, np.uint64) or first.ndim != 2 or first_tail.ndim != 1:
+        raise InvalidParameters(f"base must be a uint32 or uint64 ring array (S, w) and tail (P,), got {dtype} "
+                                f"{shape} and {first_tail.shape}")
+    for base, count, words, tail in parts:
+        if (base.dtype != dtype or words.dtype != dtype or tail.dtype != dtype or count.dtype.kind not in "ui"
+                or base.shape != shape or words.shape != shape or count.shape != shape[:1] or tail.shape != size):
+            raise InvalidParameters(f"a part does not match ({dtype} base and words {shape}, integer count "
+                                    f"{shape[:1]}, {dtype} tail {size}): got {base.dtype} {base.shape}, "
+                                    f"{count.dtype} {count.shape}, {words.dtype} {words.shape}, {tail.dtype} "
+                                    f"{tail.shape}")
+    return dtype, shape[0] * shape[1] + size[0]
+
+
+def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Sequence[AffinePart],
+                   rows: int = 40) -> np.ndarray:
+    """:func:`project_each` of vectors given in affine form, without forming them: device ``d``'s
+    ``parts[d] = (base, count, words, tail)`` stands for ``x_d = ((-1)^negate (base + count[:, None]
+    * words)).ravel() || tail`` in the ring (a server's payload shares, :func:`secemb.fss.fused.payload_shares`,
+    followed by its dense share).
+
+    Parameters
+    ----------
+    seeds: n seeds, as for :func:`project_each`.
+    negate: whether the affine part is negated (party 1's payload shares).
+    parts: n tuples: ``base`` and ``words`` ring (S, w), ``count`` integer (S,), ``tail`` ring
+        (P,), the same dtype (uint32 or uint64) and shapes for every device.
+    rows: ``lambda``.
+
+    Returns
+    -------
+    ring array (n, rows) of the parts' dtype, equal to ``project_each(seeds, x, rows)`` for ``x``
+    the stacked vectors (bit for bit: ``tests/fss/test_s21_bound_speed.py``).  With the compiled
+    kernels each device's vector is computed straight into the loop's phase layout
+    (:func:`secemb.fss._projection_kernels.affine_products`: no (n, L) array); otherwise ``x``
+    is formed and projected as :func:`project_each` does.
+
+    Raises
+    ------
+    InvalidParameters
+        for seeds of the wrong number or length, parts that do not match, or a negative ``rows``.
+    """
+    dtype, length = _affine_checked(parts)
+    _check_rows(rows, length)
+    n = len(parts)
+    if not kernels.compiled():
+        x = np.empty((n, length), dtype)
+        for d, (base, count, words, tail) in enumerate(parts):
+            sparse = x[d, : base.size].reshape(base.shape)
+            np.multiply(count.astype(dtype)[:, None], words, out=sparse)
+            sparse += base
+            if negate:
+                np.negative(sparse, out=sparse)
+            x[d, base.size :] = tail
+        return project_each(seeds, x, rows)
+    from secemb.fss._projection_kernels import affine_products
+
+    acc = np.empty((n, rows), np.uint64)
+    xs, xq = np.empty(length, np.uint64), np.empty((4, -(-length // 4)), np.uint64)
+    for stream, devices, which in _chunks(seeds, n, rows, length):
+        for d, s in zip(devices.tolist(), which.tolist(), strict=True):
+            base, count, words, tail = parts[d]
+            affine_products(stream, s, base, count, words, bool(negate), tail, xs, xq, acc, d)
+    return acc.astype(dtype)

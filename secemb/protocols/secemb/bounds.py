@@ -62,7 +62,7 @@ import numpy as np
 from secemb.errors import InvalidParameters, check_int
 from secemb.fss import fused
 from secemb.fss.keys import PathKeys
-from secemb.fss.projections import project_each
+from secemb.fss.projections import project_affine, project_each
 from secemb.fss.rangeproof import RangeParams
 from secemb.privacy.noise import ClipSpec
 from secemb.protocols.base import RoundConfig
@@ -71,7 +71,8 @@ from secemb.randomness import SEED_BYTES
 from secemb.ring import FixedPoint
 
 __all__ = ["BOUND_RING_BITS", "CHALLENGE_BYTES", "QUERY_BYTES", "ROWS", "SIGMA_BYTES", "bound_bits", "bound_params",
-           "clip_norm", "clip_upload", "context", "dense_commitment", "payload_share", "projected", "upload_vector"]
+           "clip_norm", "clip_upload", "context", "dense_commitment", "payload_share", "payload_sums", "projected",
+           "projected_shares", "upload_vector"]
 
 #: projections a device proves in range (lambda)
 ROWS = 40
@@ -148,13 +149,19 @@ def dense_commitment(round_id: int, sigma: bytes, dense1: np.ndarray) -> bytes:
     return h.digest()[:DENSE_COMMIT_BYTES]
 
 
+def payload_sums(config: RoundConfig, party: int, path: PathKeys) -> fused.PayloadSums:
+    """Party ``party``'s :class:`~secemb.fss.fused.PayloadSums` of one or more devices' keys from a
+    walk of ``path`` (its ``K`` path keys, device by device, the cuckoo layout's ``B`` a device):
+    :func:`~secemb.fss.fused.payload_sums_of` in the round's layout."""
+    sizes = None if config.layout == "full" else np.diff(config.cuckoo().indptr)
+    return fused.payload_sums_of(path, party, config.width, ring_bits=config.ring_bits, sizes=sizes)
+
+
 def payload_share(config: RoundConfig, party: int, path: PathKeys, cw: np.ndarray) -> np.ndarray:
     """Party ``party``'s shares of the payloads of one or more devices' keys, ring (K, w):
-    :func:`~secemb.fss.fused.payload_shares` of a walk of ``path`` (its ``K`` path keys, device
-    by device, the cuckoo layout's ``B`` a device) with the aggregation correction words ``cw``
-    (ring (K, w))."""
-    sizes = None if config.layout == "full" else np.diff(config.cuckoo().indptr)
-    sums = fused.payload_sums_of(path, party, config.width, ring_bits=config.ring_bits, sizes=sizes)
+    :func:`~secemb.fss.fused.payload_shares` of :func:`payload_sums` of ``path`` with the
+    aggregation correction words ``cw`` (ring (K, w))."""
+    sums = payload_sums(config, party, path)
     return fused.payload_shares(party, sums.key_conv, sums.t_count, cw)
 
 
@@ -170,3 +177,15 @@ def projected(challenges: Sequence[bytes], x: np.ndarray) -> np.ndarray:
     (``challenges``: n challenges, which may repeat), ring (n, ROWS): one
     :func:`~secemb.fss.projections.project_each` call (each distinct challenge expanded once)."""
     return project_each(challenges, x, ROWS)
+
+
+def projected_shares(challenges: Sequence[bytes], party: int, sums: Sequence[fused.PayloadSums],
+                     cws: Sequence[np.ndarray], dense: Sequence[np.ndarray]) -> np.ndarray:
+    """:func:`projected` of server ``party``'s vectors ``x_b = S_b || d_b`` of n devices, given as
+    each device's payload sums (``sums[d]``, :class:`~secemb.fss.fused.PayloadSums` of its ``S``
+    keys), aggregation correction words (``cws[d]``, ring (S, w)) and dense share (``dense[d]``,
+    ring (P,)), without forming them: ``S_b = (-1)^b (key_conv + t_count CW)``
+    (:func:`~secemb.fss.fused.payload_shares`) projected as it is computed
+    (:func:`~secemb.fss.projections.project_affine`); ring (n, ROWS), the same elements."""
+    parts = [(s.key_conv, s.t_count, cw, d) for s, cw, d in zip(sums, cws, dense, strict=True)]
+    return project_affine(challenges, check_int("party", party, low=0, high=1) == 1, parts, ROWS)

@@ -15,7 +15,7 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof
-from secemb.fss.fused import PayloadSums, PreparedAggregation, payload_shares
+from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
     bits_task,
     evaluate_into_task,
@@ -37,8 +37,8 @@ from secemb.protocols.secemb.bounds import (
     bound_params,
     context,
     dense_commitment,
-    payload_share,
-    projected,
+    payload_sums,
+    projected_shares,
 )
 from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seeds, key_digests, row_tags
 from secemb.protocols.secemb.sizes import (
@@ -808,25 +808,21 @@ class SecEmbServer(ServerRole):
 
     def _bound_projections(self, users: list[int], challenges: list[bytes]) -> np.ndarray:
         """This server's projections (ring (n, ROWS)) of absorbed ``users``' vectors ``x_b = S_b ||
-        d_b``, each under its challenge (one :func:`~secemb.protocols.secemb.bounds.projected`
-        call): the payload shares from the payload sums of the retrieval's walk with the user's
-        correction words, or, for users whose walk kept none (the gpu backend's), from one walk of
-        their keys here; the dense shares read back.  Each user's share is written straight into
-        its row of ``x`` (no batch-sized temporaries besides ``x``)."""
+        d_b``, each under its challenge (one :func:`~secemb.protocols.secemb.bounds.projected_shares`
+        call, which forms no vector): the payload shares from the payload sums of the retrieval's
+        walk with the user's correction words, or, for users whose walk kept none (the gpu
+        backend's), from one walk of their keys here; the dense shares read back."""
         cfg = self._cfg()
         got = [self._absorbed[u] for u in users]
-        sparse = cfg.slots * cfg.width
-        x = np.empty((len(users), sparse + cfg.dense_size), cfg.dtype)
-        payload = x[:, :sparse].reshape(len(users), cfg.slots, cfg.width)  # a view: written in place
-        walked = [j for j, a in enumerate(got) if a.sums is None]
+        sums = [a.sums for a in got]
+        walked = [j for j, s in enumerate(sums) if s is None]
         if walked:
-            payload[walked] = payload_share(cfg, self.party, fss.PathKeys.concat([got[j].keys.path for j in walked]),
-                                            np.concatenate([got[j].cw for j in walked])).reshape(-1, *payload.shape[1:])
-        for j, (u, a) in enumerate(zip(users, got, strict=True)):
-            if a.sums is not None:
-                payload_shares(self.party, a.sums.key_conv, a.sums.t_count, a.cw, out=payload[j])
-            x[j, sparse:] = self._dense_share(u)
-        return projected(challenges, x)
+            more = payload_sums(cfg, self.party, fss.PathKeys.concat([got[j].keys.path for j in walked]))
+            for i, j in enumerate(walked):
+                keys = slice(i * cfg.slots, (i + 1) * cfg.slots)
+                sums[j] = PayloadSums(more.key_conv[keys], more.t_count[keys])
+        return projected_shares(challenges, self.party, cast("list[PayloadSums]", sums), [a.cw for a in got],
+                                [self._dense_share(u) for u in users])
 
     def _verifier_messages(self, params: rangeproof.RangeParams, shares: rangeproof.ProofShares, users: list[int],
                            challenges: list[bytes], contexts: list[bytes], query: bytes) -> np.ndarray:
