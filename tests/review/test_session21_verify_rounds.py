@@ -18,6 +18,8 @@ Regression tests (they pass):
   the top of ``[-T, T)``) passes, with certainty, in both layouts, relay or not; 20 of them sum
   exactly, without wrapping; a device whose coordinate is ``T`` cannot prove (it would need every
   one of the 40 rows to miss the coordinate's +1 sign: probability ``(3/4)^40 < 2^-16``).
+* A proof changed in one place (server 1's seed, ``part_1``, one witness or proof element, each
+  still parsing) is rejected, and only its device.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ import test_session21_verify_journal as j21  # noqa: E402
 from secemb.client.device import Device  # noqa: E402
 from secemb.errors import InvalidParameters, SecembError  # noqa: E402
 from secemb.framing import HEADER_BYTES  # noqa: E402
+from secemb.fss.field import P  # noqa: E402
+from secemb.fss.rangeproof import PART_BYTES, SEED_BYTES  # noqa: E402
 from secemb.server.auth import Forbidden  # noqa: E402
 from secemb.server.errors import Conflict  # noqa: E402
 from secemb.server.node import FollowerNode, LeaderNode  # noqa: E402
@@ -214,3 +218,32 @@ def test_a_coordinate_of_exactly_t_cannot_be_proved() -> None:
     rnd.upload(0, np.zeros((rnd.cfg.slots, rnd.cfg.width), np.uint32), dense.astype(np.uint32))
     with pytest.raises(InvalidParameters):  # some row has the +1 sign there: projection T, outside [-T, T)
         rnd.users[0].bound_proof(rnd.s0.challenge(0))
+
+
+def _plus_one(proof: bytes, at: int) -> bytes:
+    """``proof`` with its field element at byte offset ``at`` increased by 1 mod p."""
+    v = (int.from_bytes(proof[at : at + 8], "little") + 1) % P
+    return proof[:at] + v.to_bytes(8, "little") + proof[at + 8 :]
+
+
+@pytest.mark.parametrize(("layout", "relay"), [("cuckoo", True), ("full", False)])
+def test_a_proof_changed_in_one_place_is_rejected_and_only_that_device(layout: str, relay: bool) -> None:
+    """Four devices each send their honest proof changed in one place -- server 1's seed, the
+    forwarded ``part_1``, the first witness element (+1 mod p), the last proof element (+1 mod p);
+    each still parses (the elements stay below ``p``).  Each is rejected, the 16 others pass, the
+    aggregate is theirs exactly."""
+    rnd = tbp.Round(layout, relay)
+    head = HEADER_BYTES + SEED_BYTES + PART_BYTES  # the field elements start here (rangeproof.message_bytes)
+    changes = {
+        0: lambda p: p[:HEADER_BYTES] + bytes([p[HEADER_BYTES] ^ 1]) + p[HEADER_BYTES + 1 :],
+        1: lambda p: p[: HEADER_BYTES + SEED_BYTES] + bytes([p[HEADER_BYTES + SEED_BYTES] ^ 1])
+        + p[HEADER_BYTES + SEED_BYTES + 1 :],
+        2: lambda p: _plus_one(p, head),
+        3: lambda p: _plus_one(p, len(p) - 8),
+    }
+    for uid in range(tbp.USERS):
+        rnd.retrieve(uid)
+        rnd.upload(uid, *rnd.honest_upload(uid), honest=uid not in changes)
+        proof = rnd.users[uid].bound_proof(rnd.s0.challenge(uid))
+        rnd.s0.handle_proof(uid, changes[uid](proof) if uid in changes else proof)
+    rnd.close_exact(set(changes))
