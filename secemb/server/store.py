@@ -162,8 +162,10 @@ class DiskStore(StateStore):
 
 
 class MemoryStore(StateStore):
-    """The same state in memory.  Arrays in are kept read-only (:func:`_frozen`: later changes
-    to the arrays a node holds cannot reach the stored checkpoint), arrays out are copies."""
+    """The same state in memory.  Arrays in are kept read-only (:func:`_frozen`: a write through
+    such an array, or through a view of it taken afterwards, raises instead of reaching the stored
+    checkpoint; a view taken before the save could still write it, so callers hold none -- the
+    nodes do not, ``tests/review/test_session21_answers_store.py``), arrays out are copies."""
 
     def __init__(self, party: int, fingerprint: str) -> None:
         super().__init__(party, fingerprint)
@@ -199,8 +201,10 @@ class MemoryStore(StateStore):
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
-    """``a`` made read-only if it owns its memory (no other array can change it then), else a
-    read-only copy of it."""
+    """``a`` made read-only if it owns its memory, else a read-only copy of it (a view: its base
+    may be written).  Once ``a`` is read-only, writes through it and through any numpy view taken
+    of it afterwards raise; numpy cannot revoke a view taken before, nor a torch tensor over its
+    memory, which stay writable: the caller holds none that it writes."""
     a = np.asarray(a)
     if not a.flags.owndata:
         a = np.array(a, copy=True)
