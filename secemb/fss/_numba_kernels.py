@@ -242,15 +242,17 @@ def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, blocks, val
 @njit(cache=True, nogil=True)
 def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks, vals, staged):  # noqa: ANN001, ANN201
     """``acc[r] += Convert(words[i])`` in the ring for ``r = (start + i) % M`` where
-    ``live[r]``, and ``key_acc[(start + i) // period] += Convert(words[i])`` for the same
-    words: words uint64 (N, 2), live uint8 (M,), acc ring (M, w) or (0, w) (not summed by
-    row), key_acc ring (K, w) or (0, w) (not summed by key), period >= 1; the words of rows
-    not live are not converted.  Scratch as in :func:`convert_eval`, and ``staged`` uint64
-    (S, 2) for the live words of a step."""
+    ``live[r]``, and ``key_acc[k // G, k % G] += Convert(words[i])`` for the same words'
+    key ``k = (start + i) // period``: words uint64 (N, 2), live uint8 (M,), acc ring (M, w) or
+    (0, w) (not summed by row), key_acc ring (U, G, w) (any strides: a batch's view) or
+    (0, 0, w) (not summed by key), period >= 1; the words of rows not live are not converted.
+    Scratch as in :func:`convert_eval`, and ``staged`` uint64 (S, 2) for the live words of a
+    step."""
     n = words.shape[0]
     big_m = live.shape[0]
-    by_row, by_key = acc.shape[0] > 0, key_acc.shape[0] > 0
-    w = acc.shape[1] if by_row else key_acc.shape[1]
+    by_row, by_key = acc.shape[0] > 0, key_acc.shape[0] * key_acc.shape[1] > 0
+    w = acc.shape[1] if by_row else key_acc.shape[2]
+    g = max(1, key_acc.shape[1])  # keys per row of key_acc
     stage = np.empty((3, BLOCKS, 2), np.uint64)
     step = blocks.shape[0]
     rows = np.empty(step, np.int64)
@@ -279,8 +281,9 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks,
                 for q in range(c):
                     if keys[q] != held_key:
                         if held_key >= 0:
+                            kept = key_acc[held_key // g, held_key % g]
                             for e in range(w):
-                                key_acc[held_key, e] += held[e]
+                                kept[e] += held[e]
                                 held[e] = 0
                         held_key = keys[q]
                     a, v = acc[rows[q]], vals[q]
@@ -295,13 +298,14 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks,
                         acc[r, e] += vals[q, e]
             else:
                 for q in range(c):
-                    kq = keys[q]
+                    kept = key_acc[keys[q] // g, keys[q] % g]
                     for e in range(w):
-                        key_acc[kq, e] += vals[q, e]
+                        kept[e] += vals[q, e]
             c = 0
     if held_key >= 0:
+        kept = key_acc[held_key // g, held_key % g]
         for e in range(w):
-            key_acc[held_key, e] += held[e]
+            kept[e] += held[e]
 
 
 @njit(cache=True, nogil=True)

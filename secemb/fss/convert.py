@@ -198,7 +198,8 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
     live: bool (M,), or ``None`` for all rows: only the words of live rows are converted
         and added (the compiled kernel skips the others' AES work; rows not live are left
         as they are, and add nothing to ``key_acc``).
-    key_acc: ring (K, w) of ``acc``'s dtype, updated in place, or ``None``; ``period``: positions
+    key_acc: ring (K, w) of ``acc``'s dtype, or (U, G, w) (any strides: a batch's view, key ``k``
+        at ``[k // G, k % G]``, ``K = U G``), updated in place, or ``None``; ``period``: positions
         per key (``>= 1``), so that every word's key ``(start + i) // period`` is below ``K``.
     """
     out = acc if acc is not None else key_acc
@@ -211,12 +212,13 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
     ring_bits = 8 * dtype.itemsize
     if live is not None and live.shape != (big_m,):
         raise InvalidParameters(f"live must have shape ({big_m},), got {live.shape}")
-    if key_acc is not None and (
-        key_acc.dtype != dtype or key_acc.ndim != 2 or key_acc.shape[1] != width
-        or (words.shape[0] > 0 and (start + words.shape[0] - 1) // period >= key_acc.shape[0])
+    by_key = None if key_acc is None else key_acc.reshape(1, *key_acc.shape) if key_acc.ndim == 2 else key_acc
+    if by_key is not None and (
+        by_key.dtype != dtype or by_key.ndim != 3 or by_key.shape[2] != width
+        or (words.shape[0] > 0 and (start + words.shape[0] - 1) // period >= by_key.shape[0] * by_key.shape[1])
     ):
-        raise InvalidParameters(f"key_acc must be {dtype} (K, {width}) with every word's key below K, "
-                                f"got {key_acc.dtype} {key_acc.shape}, period {period}")
+        raise InvalidParameters(f"key_acc must be {dtype} (K, {width}) or (U, G, {width}) with every word's key "
+                                f"below K = U G, got {by_key.dtype} {by_key.shape}, period {period}")
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
         from secemb.fss._numba_kernels import convert_accumulate as fused
@@ -225,16 +227,17 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         rows = np.ones(big_m, np.uint8) if live is None else live.astype(np.uint8)
         none = np.empty((0, width), dtype)
         fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0],
-              none if acc is None else acc, start, rows, none if key_acc is None else key_acc, period,
+              none if acc is None else acc, start, rows, none[None, :0] if by_key is None else by_key, period,
               blocks, vals, np.empty((blocks.shape[0], 2), np.uint64))
         return
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
         pos = start + np.arange(lo, hi)
         v = vals if live is None else vals * live[pos % big_m, None].astype(dtype)
-        if key_acc is not None:  # one segment per key, keys in increasing order
+        if by_key is not None:  # one segment per key, keys in increasing order
             keys = pos // period
             first = np.flatnonzero(np.diff(keys, prepend=-1))
-            key_acc[keys[first]] += np.add.reduceat(v, first, axis=0, dtype=dtype)
+            rows_of, at = np.divmod(keys[first], by_key.shape[1])
+            by_key[rows_of, at] += np.add.reduceat(v, first, axis=0, dtype=dtype)
         p = int(pos[0])
         while acc is not None and p < start + hi:  # rows wrap around at M
             j = p % big_m

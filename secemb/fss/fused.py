@@ -208,10 +208,15 @@ def _bucket_rows(sizes: np.ndarray | None, buckets: int, big_m: int, mp: int) ->
     return cols, (np.arange(mp)[None, :] < cols[:, None]).reshape(-1)
 
 
-def _payload_sums(t: np.ndarray, live: np.ndarray, key_conv: np.ndarray) -> PayloadSums:
+def _payload_sums(t: np.ndarray, live: np.ndarray, key_conv: np.ndarray,
+                  t_count: np.ndarray | None = None) -> PayloadSums:
     """The :class:`PayloadSums` of a walk: its control bits ``t`` uint8 (K, mp), the live mask
-    it was given (bool (B mp,), key ``k``'s at ``(k % B) mp``) and its ``key_conv``."""
-    t_count = (t.reshape(-1, live.size) & live).reshape(t.shape).sum(axis=1, dtype=np.int64)
+    it was given (bool (B mp,), key ``k``'s at ``(k % B) mp``) and its ``key_conv``; the counts
+    are written into ``t_count`` (int64 (U, B), ``K = U B``: a batch's view) if given."""
+    masked = (t.reshape(-1, live.size) & live).reshape(t.shape)
+    if t_count is None:
+        return PayloadSums(key_conv, masked.sum(axis=1, dtype=np.int64))
+    masked.reshape(*t_count.shape, -1).sum(axis=-1, dtype=np.int64, out=t_count)
     return PayloadSums(key_conv, t_count)
 
 
@@ -231,8 +236,9 @@ def _walk(
     (:func:`~secemb.fss.tree.padded_leaves`): the control bits; writes the retrieval shares
     ``(-1)^b [Convert_ret(s) + t CW_ret]`` into ``e`` (ring (K, mp)) when ``retrieval_cw`` and
     ``e`` are given; adds ``Convert_agg`` of the leaf at flat position ``j`` of (K, mp) to
-    ``conv_sum[j % M]`` (ring (M, w), or ``None``) and to ``key_conv[j // mp]`` (ring (K, w),
-    or ``None``) where ``live[j % M]`` (bool (M,)): rows that hold no domain point (padding) are
+    ``conv_sum[j % M]`` (ring (M, w), or ``None``) and to key ``j // mp``'s row of ``key_conv``
+    (ring (K, w) or (U, B, w), :func:`~secemb.fss.convert.convert_accumulate`'s ``key_acc``, or
+    ``None``) where ``live[j % M]`` (bool (M,)): rows that hold no domain point (padding) are
     neither converted nor written.  ``check``: the keys' point-function check
     (:class:`~secemb.fss.verify.LeafCheck`), folded from the same leaves."""
     k, mp = len(path), padded_leaves(path.params)
@@ -312,7 +318,7 @@ def retrieve_and_prepare(
 def retrieve_and_prepare_buckets(
     path: PathKeys, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix, agg_width: int, *,
     sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
-    check: LeafCheck | None = None, payload_sums: Literal[False] = False,
+    check: LeafCheck | None = None, payload_sums: Literal[False] = False, payload_out: PayloadSums | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
 
@@ -320,7 +326,7 @@ def retrieve_and_prepare_buckets(
 def retrieve_and_prepare_buckets(
     path: PathKeys, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix, agg_width: int, *,
     sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
-    check: LeafCheck | None = None, payload_sums: Literal[True],
+    check: LeafCheck | None = None, payload_sums: Literal[True], payload_out: PayloadSums | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, PayloadSums]: ...
 
 
@@ -336,6 +342,7 @@ def retrieve_and_prepare_buckets(
     aggregation_tag: str = AGGREGATION_TAG,
     check: LeafCheck | None = None,
     payload_sums: bool = False,
+    payload_out: PayloadSums | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray, PayloadSums]:
     """The batched-bucket form: ``U`` users' keys, key ``u B + i`` retrieving from bucket
     ``i``'s table ``tables[i]``.
@@ -354,6 +361,9 @@ def retrieve_and_prepare_buckets(
     check: as for :func:`retrieve_and_prepare`.
     payload_sums: also sum each key's conversions over its bucket's positions ``[0, sizes[i])``
         in the same pass, returned as a fourth element (:class:`PayloadSums`).
+    payload_out: with ``payload_sums``, the arrays to write them into (overwritten, and returned as
+        the fourth element): ``key_conv`` ring (U, B, w) and ``t_count`` int64 (U, B), any strides
+        (a batch's views: no arrays of the keys' size are made for them); ``None``: new arrays.
 
     Returns
     -------
@@ -372,14 +382,25 @@ def retrieve_and_prepare_buckets(
     mp = padded_leaves(path.params)
     cols, live = _bucket_rows(sizes, buckets, big_m, mp)
     conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
-    key_conv = np.zeros((k, agg_width), tables.dtype) if payload_sums else None
+    users = k // buckets
+    key_conv = None if not payload_sums else np.zeros((k, agg_width), tables.dtype) if payload_out is None else (
+        payload_out.key_conv)
+    if payload_sums and payload_out is not None:
+        if (payload_out.key_conv.shape != (users, buckets, agg_width) or payload_out.key_conv.dtype != tables.dtype
+                or payload_out.t_count.shape != (users, buckets) or payload_out.t_count.dtype != np.int64):
+            raise InvalidParameters(f"payload_out must be {tables.dtype} ({users}, {buckets}, {agg_width}) and int64 "
+                                    f"({users}, {buckets}), got {payload_out.key_conv.dtype} "
+                                    f"{payload_out.key_conv.shape} and {payload_out.t_count.dtype} "
+                                    f"{payload_out.t_count.shape}")
+        payload_out.key_conv[...] = 0
     e = np.empty((k, mp), tables.dtype)
     t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv)
-    users = k // buckets
     e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
     answers = ring_matmul(e_b, tables, ring_bits, cols=cols).transpose(1, 0, 2).reshape(k, tables.shape[2])
     out = answers, np.ascontiguousarray(t[:, :big_m]), conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
-    return out if key_conv is None else (*out, _payload_sums(t, live, key_conv))
+    if key_conv is None:
+        return out
+    return (*out, _payload_sums(t, live, key_conv, None if payload_out is None else payload_out.t_count))
 
 
 def payload_sums_of(

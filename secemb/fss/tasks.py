@@ -59,7 +59,8 @@ def evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: in
     return limbs if isinstance(layout, str) else Buckets(limbs, layout.gather_index)
 
 
-def evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, PayloadSums | None]:
+def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, PayloadSums | None]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
     ``task = (form, party, keys, table, width, buckets, check)`` with ``form`` ``"full"``,
@@ -77,7 +78,8 @@ def evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     fourth result is the keys' check values (K, 4), from the same walk, or ``None``.  An eighth
     element ``sums`` (optional; bounded payloads): the fifth result is the keys' :class:`~secemb.fss.fused.PayloadSums`
     from the same walk (``None`` without ``sums``, and from the device form, which does not
-    walk here).
+    walk here).  ``sums_into`` (cuckoo form, with ``sums``): the arrays the walk writes the payload
+    sums into, key_conv (U, G, w) and t_count (U, G) (a batch's views), returned as the fifth result.
     """
     form, party, keys, handle, width, buckets, check_args = task[:7]
     sums = len(task) > 7 and bool(task[7])
@@ -96,7 +98,8 @@ def evaluate_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     payload = None
     if sums:
         answers, t, conv, payload = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi),
-                                                                 width, sizes=sizes, check=check, payload_sums=True)
+                                                                 width, sizes=sizes, check=check, payload_sums=True,
+                                                                 payload_out=sums_into)
     else:
         answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width,
                                                         sizes=sizes, check=check)
@@ -117,7 +120,7 @@ def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, P
     folded[...] = conv
     if v is not None:
         values[...] = v.reshape(values.shape)
-    if sums is not None:
+    if sums is not None and sums.key_conv is not key_conv:  # else the walk wrote them there (evaluate_into_task)
         key_conv[...] = sums.key_conv.reshape(key_conv.shape)
         t_count[...] = sums.t_count.reshape(t_count.shape)
 
@@ -125,9 +128,9 @@ def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, P
 def evaluate_into_task(task: tuple) -> None:
     """:func:`evaluate_task` of a range of buckets, its result written by the task itself
     (:func:`place`; a task of an in-process backend: ``task = (inner, answers, bits, folded, values,
-    key_conv, t_count)``)."""
+    key_conv, t_count)``; the walk writes the payload sums straight into the last two)."""
     inner, *views = task
-    place(evaluate_task(inner), *views)
+    place(evaluate_task(inner, PayloadSums(views[4], views[5])), *views)
 
 
 def ranges(n: int, parts: int) -> list[tuple[int, int]]:

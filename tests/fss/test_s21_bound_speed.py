@@ -3,7 +3,8 @@
 :func:`secemb.fss.projections.project_affine` (each device's vector computed straight into the
 compiled loop, no (n, L) array) against plain Python-integer arithmetic modulo ``2^k`` on rows
 expanded here from the module docstring's specification with ``cryptography``'s own AES-CTR
-mode, on both kernel backends.
+mode; the walk's payload sums written straight into a batch's views against sums of every leaf;
+on both kernel backends.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from secemb import fss
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels, projections
+from secemb.fss.convert import convert, convert_accumulate
+from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, PayloadSums, retrieve_and_prepare_buckets
 from secemb.fss.projections import project_affine, project_each
+from secemb.randomness import CtrDrbg
 
 BACKENDS = ["numpy"] + (["numba"] if kernels.available() else [])
 
@@ -95,3 +100,70 @@ def test_project_affine_refuses_parts_that_do_not_match() -> None:
         project_affine([bytes(16)], False, [good, good], 4)  # one seed for two devices
     with pytest.raises(InvalidParameters):
         project_affine([bytes(16)], False, [(good[0].astype(np.int32), good[1], good[2], good[3])], 4)
+
+
+# --------------------------------------------------- the walk's payload sums written into a batch's view
+
+BIG_M, SIZES = 20, np.array([20, 13, 1, 7])  # bucket domain M, padded buckets and a full one
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("ring_bits", [32, 64])
+def test_walk_writes_payload_sums_into_a_batch_view(backend: str, ring_bits: int,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``retrieve_and_prepare_buckets(..., payload_out=)`` writes its sums into views of a batch's
+    arrays (buckets 2..5 of 7, as the server's bucket-range tasks do): the sums of every key's live
+    leaves (``eval_full_path``, independently), the rest of the batch untouched, the other results
+    unchanged."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    users, buckets, width = 3, len(SIZES), 9
+    dtype = np.dtype(np.uint32 if ring_bits == 32 else np.uint64)
+    gen = np.random.default_rng(ring_bits)
+    alphas = gen.integers(0, SIZES, (users, buckets)).reshape(-1)
+    p0, _, state = fss.gen_path(alphas, BIG_M, _rng=CtrDrbg(ring_bits))
+    cw_ret = fss.convert_gen(state, np.ones((len(alphas), 1), dtype), ring_bits=ring_bits, tag=RETRIEVAL_TAG)
+    tables = _ring((buckets, BIG_M, 2), dtype)
+    key_conv, t_count = _ring((users, 7, width), dtype), np.full((users, 7), -5, np.int64)  # stale values
+    before = key_conv.copy(), t_count.copy()
+    into = PayloadSums(key_conv[:, 2:6], t_count[:, 2:6])
+    *got, sums = retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, width, sizes=SIZES, payload_sums=True,
+                                              payload_out=into)
+    plain = retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, width, sizes=SIZES)
+    assert all(np.array_equal(a, b) for a, b in zip(got, plain, strict=True))
+    assert sums.key_conv is into.key_conv and sums.t_count is into.t_count
+    leaves = fss.eval_full_path(p0, 0)  # (U B, M, 2)
+    live = np.arange(BIG_M)[None, :] < np.tile(SIZES, users)[:, None]
+    conv = convert(leaves, width, ring_bits, AGGREGATION_TAG) * live[..., None].astype(dtype)
+    expected_conv = conv.sum(axis=1, dtype=dtype).reshape(users, buckets, width)
+    expected_t = ((leaves[..., 0] & np.uint64(1)).astype(np.int64) * live).sum(axis=1).reshape(users, buckets)
+    assert np.array_equal(key_conv[:, 2:6], expected_conv) and np.array_equal(t_count[:, 2:6], expected_t)
+    for kept, was in zip((key_conv, t_count), before, strict=True):
+        assert np.array_equal(kept[:, :2], was[:, :2]) and np.array_equal(kept[:, 6:], was[:, 6:])
+    with pytest.raises(InvalidParameters):  # a view of the wrong shape
+        retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, width, sizes=SIZES, payload_sums=True,
+                                     payload_out=PayloadSums(key_conv[:, 2:5], t_count[:, 2:5]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_key_sums_into_a_three_dimensional_view(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``convert_accumulate``'s ``key_acc`` as a (U, G, w) view (key ``k`` at ``[k // G, k % G]``)
+    against per-word Python sums; a view with fewer than the words' keys is refused."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    gen = np.random.default_rng(3)
+    words = gen.integers(0, 2**64, (300, 2), dtype=np.uint64)
+    live = np.arange(16) % 8 < 6
+    start, period, width = 8, 8, 5
+    vals = convert(words, width, 32, AGGREGATION_TAG)
+    pos = start + np.arange(len(words))
+    expected = [[0] * width for _ in range(39)]
+    for i, key in enumerate(pos // period):
+        if live[pos[i] % 16]:
+            expected[key] = [(a + int(v)) % (1 << 32) for a, v in zip(expected[key], vals[i], strict=True)]
+    batch = np.zeros((13, 5, width), np.uint32)
+    view = batch[:, 1:4]  # 13 x 3 = 39 keys
+    convert_accumulate(words, AGGREGATION_TAG, np.zeros((16, width), np.uint32), start, live, key_acc=view,
+                       period=period)
+    assert view.reshape(39, width).tolist() == expected
+    assert not batch[:, 0].any() and not batch[:, 4].any()
+    with pytest.raises(InvalidParameters):
+        convert_accumulate(words, AGGREGATION_TAG, None, start, live, key_acc=batch[:, 1:3], period=period)
