@@ -160,20 +160,19 @@ class LeaderClose(LeaderRelay):
         return [u for u in include if u not in bad]
 
     def _bounded(self, rnd: Round, include: list[int]) -> tuple[list[int], set[int]] | None:
-        """``include`` without the devices whose bound proofs fail the servers' check (bounded
-        payloads, :mod:`secemb.protocols.secemb.bounds`), and the devices of ``include`` that sent
-        no proof: server 0's request
+        """The bound proofs' check over ``include`` (bounded payloads,
+        :mod:`secemb.protocols.secemb.bounds`): server 0's request
         (:meth:`~secemb.protocols.secemb.SecEmbServer.bound_request`), server 1's verifier
-        messages (:meth:`~secemb.server.peer.PeerLink.bound`), server 0's decision; the devices
-        that fail are left out like a dropout and recorded as for a digest mismatch
-        (:meth:`_reject`); those that sent none (a proof still on its way when the round closes)
-        are left out like a dropout by the caller, with no rejection counted -- after the digest
-        comparison, which they still go through (a device whose keys fail it is rejected whether
-        or not it proved; an honest one passes it).  It runs before the digest comparison (the
-        plan's ``prove`` hops precede the closing ones: :data:`~secemb.protocols.stages.PROVING`);
-        either check leaves a device out.  ``None``: the round was aborted (server 1 did not
-        answer, or its answer is malformed).  ``(include, set())`` where the rounds have no bound
-        proofs."""
+        messages (:meth:`~secemb.server.peer.PeerLink.bound`), server 0's decision.  Returns
+        ``include`` without the devices whose proofs fail -- left out like a dropout and recorded
+        as for a digest mismatch (:meth:`_reject`) -- and the devices that sent no proof (one may
+        still be on its way when the round closes): the caller leaves those out like a dropout,
+        with no rejection counted, after the digest comparison, which they go through like the
+        others (keys that fail it are rejected whether or not the device proved).  It runs before
+        the digest comparison (the plan's ``prove`` hops precede the closing ones:
+        :data:`~secemb.protocols.stages.PROVING`).  ``None``: the round was aborted (server 1 did
+        not answer, or its answer is malformed).  ``(include, set())`` where the rounds have no
+        bound proofs."""
         with self.lock:
             prover = self.prover
         if prover is None:
