@@ -119,3 +119,28 @@ def lagrange_rows(points, weights, out):  # noqa: ANN001, ANN201
         for j in range(n - 1, -1, -1):  # times prod_(m > j) (x - m), times w_j
             out[r, j] = _mul(_mul(out[r, j], acc), weights[j])
             acc = _mul(acc, x - np.uint64(j))
+
+
+@njit(cache=True, nogil=True)
+def query_columns(lag, half, chunk, n_real, rho, place, f, top, pads, witness, ring):  # noqa: ANN001, ANN201, PLR0913
+    """The parts of a batch's query besides its Lagrange rows (:func:`secemb.fss.rangeproof._query`,
+    whose numpy code is the reference): ``pads[q, i]`` (uint64 (Q, c)), the sum of ``lag[q]``
+    (uint64 (Q, M + 2)) over the calls ``k < half`` of both halves whose slot ``i`` holds an element
+    (``k c + i < n_real``); ``witness[r (D + 1) + j] = -(rho[r] place[j])`` (uint64 (rows (D + 1),),
+    ``place`` (D + 1,)), ``ring[r] = rho[r] f``; returns ``sum(rho) top``.  All mod ``p``."""
+    for q in range(lag.shape[0]):
+        for i in range(chunk):
+            s = np.uint64(0)
+            for k in range(half):
+                if k * chunk + i < n_real:
+                    s = _add(s, _add(lag[q, 1 + k], lag[q, 1 + half + k]))
+            pads[q, i] = s
+    width = place.size
+    total = np.uint64(0)
+    for r in range(rho.size):
+        for j in range(width):
+            v = _mul(rho[r], place[j])
+            witness[r * width + j] = _P - v if v else v
+        ring[r] = _mul(rho[r], f)
+        total = _add(total, rho[r])
+    return _mul(total, top)

@@ -395,6 +395,16 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
     lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
     # e_i = f (r_0i + r_1i) - sum_j 4^j d_ij - f 2^k w_i + 2^(2m-1)  (every weight below 2^60 < p)
     place = np.array([1 << (2 * j) for j in range(m)] + [f << params.ring_bits], dtype=np.uint64)
+    if kernels.compiled():  # the same elements as the numpy below in one compiled pass
+        from secemb.fss._rangeproof_kernels import query_columns
+
+        pads = np.empty((2, params.chunk), np.uint64)
+        witness, ring = np.empty(rho.size * place.size, np.uint64), np.empty(rho.size, np.uint64)
+        constant = query_columns(lag, params.half_calls, params.chunk, params.witness_length, rho, place,
+                                 np.uint64(f), np.uint64(1 << (2 * m - 1)), pads, witness, ring)
+        return _Query(wire_rows=lag, pads=pads, gadget_columns=F.lagrange_coefficients(d, points).T, delta=delta,
+                      witness_column=witness.reshape(-1, 1), ring_column=ring.reshape(-1, 1),
+                      constant=np.array(constant, np.uint64))
     return _Query(
         wire_rows=lag,
         pads=_slot_sums(params, lag),

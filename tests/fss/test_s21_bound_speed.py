@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb import fss
 from secemb.errors import InvalidParameters
-from secemb.fss import kernels, projections
+from secemb.fss import kernels, projections, rangeproof
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, PayloadSums, retrieve_and_prepare_buckets
 from secemb.fss.projections import project_affine, project_each
@@ -167,3 +167,21 @@ def test_key_sums_into_a_three_dimensional_view(backend: str, monkeypatch: pytes
     assert not batch[:, 0].any() and not batch[:, 4].any()
     with pytest.raises(InvalidParameters):
         convert_accumulate(words, AGGREGATION_TAG, None, start, live, key_acc=batch[:, 1:3], period=period)
+
+
+# ------------------------------------------------------------- the range proof's query, compiled
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
+@pytest.mark.parametrize(("rows", "bits"), [(40, 26), (40, 25), (3, 5), (1, 2), (7, 30)])
+def test_compiled_query_equals_the_numpy_query(rows: int, bits: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`rangeproof._query`'s compiled columns equal its numpy code, element for element."""
+    params = rangeproof.RangeParams(rows, bits, 32)
+    for seed in (bytes(16), os.urandom(16), os.urandom(32)):
+        got = {}
+        for name in ("numpy", "numba"):
+            monkeypatch.setattr(kernels, "BACKEND", name)
+            got[name] = rangeproof._query(params, seed)
+        for field in ("wire_rows", "pads", "gadget_columns", "delta", "witness_column", "ring_column", "constant"):
+            a, b = np.asarray(getattr(got["numpy"], field)), np.asarray(getattr(got["numba"], field))
+            assert a.dtype == b.dtype == np.uint64 and a.shape == b.shape and np.array_equal(a, b), field
