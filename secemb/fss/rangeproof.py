@@ -173,6 +173,7 @@ __all__ = [
     "seed_part",
     "device_part",
     "parse",
+    "check_message",
     "verifier_messages",
     "parse_verifier_messages",
     "decide",
@@ -652,6 +653,27 @@ def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares
         if bad.size:
             raise InvalidMessage(f"range proof message {int(bad[0])} for server 0: an element is not below p")
     return ProofShares(party, keys, hints, shares[:, :big_n], shares[:, big_n:])
+
+
+def check_message(params: RangeParams, party: int, msg: bytes) -> None:
+    """Refuse, as :func:`parse` would, a device's message to server ``party`` (untrusted bytes)
+    that is not ``params.message_bytes(party)`` bytes or (party 0) holds a field element not below
+    ``p``: one message at a time, as a server takes it in, without parsing it.
+
+    Raises
+    ------
+    InvalidMessage
+        If the message is malformed.
+    InvalidParameters
+        If ``party`` is not 0 or 1.
+    """
+    size = params.message_bytes(party)
+    got_bytes = _nbytes(msg)
+    if got_bytes != size:
+        got = type(msg).__name__ if got_bytes is None else f"{got_bytes} bytes"
+        raise InvalidMessage(f"range proof message for server {party}: expected {size} bytes, got {got}")
+    if party == 0 and np.any(np.frombuffer(msg, dtype="<u8", offset=SEED_BYTES + PART_BYTES) >= np.uint64(F.P)):
+        raise InvalidMessage("range proof message for server 0: an element is not below p")
 
 
 def verifier_messages(

@@ -17,7 +17,8 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb import fss
-from secemb.errors import InvalidParameters
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.fss import field as F
 from secemb.fss import kernels, projections, rangeproof
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, PayloadSums, retrieve_and_prepare_buckets
@@ -185,3 +186,35 @@ def test_compiled_query_equals_the_numpy_query(rows: int, bits: int, monkeypatch
         for field in ("wire_rows", "pads", "gadget_columns", "delta", "witness_column", "ring_column", "constant"):
             a, b = np.asarray(getattr(got["numpy"], field)), np.asarray(getattr(got["numba"], field))
             assert a.dtype == b.dtype == np.uint64 and a.shape == b.shape and np.array_equal(a, b), field
+
+
+def _refusal(fn: object) -> type[Exception] | None:
+    try:
+        fn()  # type: ignore[operator]
+    except (InvalidMessage, InvalidParameters) as exc:
+        return type(exc)
+    return None
+
+
+def test_check_message_refuses_exactly_what_parse_refuses() -> None:
+    """A server's intake check of one proof message (:func:`rangeproof.check_message`) refuses
+    the messages :func:`rangeproof.parse` refuses, with the same error class, and no other."""
+    params = rangeproof.RangeParams(40, 26, 32)
+    msg0, msg1 = rangeproof.prove(params, np.arange(40), np.zeros(40, np.int64), b"ctx")
+    head = rangeproof.SEED_BYTES + rangeproof.PART_BYTES
+    last = len(msg0) - 8
+
+    def with_word(at: int, value: int) -> bytes:
+        return msg0[:at] + value.to_bytes(8, "little") + msg0[at + 8 :]
+
+    cases: list[tuple[int, object]] = [
+        (0, msg0), (1, msg1), (0, msg0[:-1]), (0, msg0 + b"\0"), (1, msg1[:-1]), (0, msg1), (1, msg0),
+        (0, "text"), (0, bytearray(msg0)), (0, memoryview(msg0)),
+        (0, with_word(head, F.P)), (0, with_word(head, F.P - 1)), (0, with_word(last, 2**64 - 1)),
+        (0, with_word(last, F.P)), (0, with_word(0, 2**64 - 1)),  # the blind's bytes are no element
+    ]
+    for party, msg in cases:
+        expected = _refusal(lambda: rangeproof.parse(params, party, [msg]))  # noqa: B023
+        assert _refusal(lambda: rangeproof.check_message(params, party, msg)) is expected, (party, msg[:4])  # noqa: B023
+    assert _refusal(lambda: rangeproof.check_message(params, 0, with_word(head, F.P))) is InvalidMessage
+    assert _refusal(lambda: rangeproof.check_message(params, 0, msg0)) is None

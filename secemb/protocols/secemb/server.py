@@ -792,7 +792,7 @@ class SecEmbServer(ServerRole):
             if user_id in seen or user_id in self._proofs:
                 raise ProtocolError(f"user {user_id} already sent its bound proof in round {cfg.round_id}")
             body = bytes(opener(message))
-            rangeproof.parse(params, 0, [body])  # its elements checked now: refused here, not at verification
+            rangeproof.check_message(params, 0, body)  # its elements checked now: refused here, not at verification
             return body
 
         users, _, bodies = sift(proofs, out, take)
