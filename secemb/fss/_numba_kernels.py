@@ -240,14 +240,15 @@ def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, blocks, val
 
 
 @njit(cache=True, nogil=True)
-def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks, vals, staged):  # noqa: ANN001, ANN201
+def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, blocks, vals, staged):  # noqa: ANN001, ANN201, PLR0913
     """``acc[r] += Convert(words[i])`` in the ring for ``r = (start + i) % M`` where
     ``live[r]``, and ``key_acc[k // G, k % G] += Convert(words[i])`` for the same words'
     key ``k = (start + i) // period``: words uint64 (N, 2), live uint8 (M,), acc ring (M, w) or
     (0, w) (not summed by row), key_acc ring (U, G, w) (any strides: a batch's view) or
     (0, 0, w) (not summed by key), period >= 1; the words of rows not live are not converted.
-    Scratch as in :func:`convert_eval`, and ``staged`` uint64 (S, 2) for the live words of a
-    step."""
+    ``key_t`` int64 (U, G) (or (0, 0): not counted): ``key_t[k // G, k % G] += words[i, 0] & 1``
+    for the same live words, each key's count of control bits 1.  Scratch as in
+    :func:`convert_eval`, and ``staged`` uint64 (S, 2) for the live words of a step."""
     n = words.shape[0]
     big_m = live.shape[0]
     by_row, by_key = acc.shape[0] > 0, key_acc.shape[0] * key_acc.shape[1] > 0
@@ -261,9 +262,13 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks,
     key, p = start // period, start % period
     held = np.zeros(w, key_acc.dtype)  # both sums: key held_key's sum so far, added to key_acc when its key ends
     held_key = -1
+    count_t = by_key and key_t.shape[0] * key_t.shape[1] > 0
+    t_row, t_col = key // g, key % g  # key's place in key_t (kept along as key advances)
     c = 0
     for i in range(n):
         if live[row]:
+            if count_t:
+                key_t[t_row, t_col] += np.int64(words[i, 0] & np.uint64(1))
             staged[c, 0] = words[i, 0]
             staged[c, 1] = words[i, 1]
             rows[c] = row
@@ -275,6 +280,9 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, period, blocks,
         p += 1
         if p == period:
             key, p = key + 1, 0
+            t_col += 1
+            if t_col == g:
+                t_row, t_col = t_row + 1, 0
         if c == step or (i == n - 1 and c > 0):
             _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
             if by_row and by_key:  # both sums in one loop: each value loaded once, its key's sum kept local

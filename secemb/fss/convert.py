@@ -183,7 +183,7 @@ def convert_eval_into(
 
 def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, start: int,
                        live: np.ndarray | None = None, *, key_acc: np.ndarray | None = None,
-                       period: int = 1) -> None:
+                       period: int = 1, key_t: np.ndarray | None = None) -> None:
     """``acc[(start + i) % M] += Convert_tag(words[i])`` in the ring, for every word: the
     servers' sum of conversions over keys (the aggregation stage's scatter); with ``key_acc``,
     also ``key_acc[(start + i) // period] += Convert_tag(words[i])`` for the same words: the
@@ -201,6 +201,8 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
     key_acc: ring (K, w) of ``acc``'s dtype, or (U, G, w) (any strides: a batch's view, key ``k``
         at ``[k // G, k % G]``, ``K = U G``), updated in place, or ``None``; ``period``: positions
         per key (``>= 1``), so that every word's key ``(start + i) // period`` is below ``K``.
+    key_t: with ``key_acc``, int64 of ``key_acc``'s keys' shape ((K,) or (U, G)), updated in place,
+        or ``None``: each key's count of the same words' control bits ``words[i, 0] & 1``.
     """
     out = acc if acc is not None else key_acc
     if out is None or (acc is None and live is None) or period < 1 or start < 0 or words.ndim != 2 or (
@@ -219,6 +221,9 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
     ):
         raise InvalidParameters(f"key_acc must be {dtype} (K, {width}) or (U, G, {width}) with every word's key "
                                 f"below K = U G, got {by_key.dtype} {by_key.shape}, period {period}")
+    t_by_key = None if key_t is None else key_t.reshape(1, -1) if key_t.ndim == 1 else key_t
+    if t_by_key is not None and (by_key is None or t_by_key.dtype != np.int64 or t_by_key.shape != by_key.shape[:2]):
+        raise InvalidParameters(f"key_t must be int64 of key_acc's keys' shape, got {t_by_key.dtype} {t_by_key.shape}")
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
         from secemb.fss._numba_kernels import convert_accumulate as fused
@@ -227,7 +232,8 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         rows = np.ones(big_m, np.uint8) if live is None else live.astype(np.uint8)
         none = np.empty((0, width), dtype)
         fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0],
-              none if acc is None else acc, start, rows, none[None, :0] if by_key is None else by_key, period,
+              none if acc is None else acc, start, rows, none[None, :0] if by_key is None else by_key,
+              np.empty((0, 0), np.int64) if t_by_key is None else t_by_key, period,
               blocks, vals, np.empty((blocks.shape[0], 2), np.uint64))
         return
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
@@ -238,6 +244,9 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
             first = np.flatnonzero(np.diff(keys, prepend=-1))
             rows_of, at = np.divmod(keys[first], by_key.shape[1])
             by_key[rows_of, at] += np.add.reduceat(v, first, axis=0, dtype=dtype)
+            if t_by_key is not None:
+                bits = (words[lo:hi, 0] & np.uint64(1)).astype(np.int64)
+                t_by_key[rows_of, at] += np.add.reduceat(bits if live is None else bits * live[pos % big_m], first)
         p = int(pos[0])
         while acc is not None and p < start + hi:  # rows wrap around at M
             j = p % big_m

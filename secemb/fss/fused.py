@@ -41,7 +41,6 @@ __all__ = [
     "PreparedAggregation",
     "bits_product",
     "bucket_shares",
-    "key_checks",
     "payload_shares",
     "payload_sums_of",
     "retrieve_and_prepare",
@@ -208,15 +207,10 @@ def _bucket_rows(sizes: np.ndarray | None, buckets: int, big_m: int, mp: int) ->
     return cols, (np.arange(mp)[None, :] < cols[:, None]).reshape(-1)
 
 
-def _payload_sums(t: np.ndarray, live: np.ndarray, key_conv: np.ndarray,
-                  t_count: np.ndarray | None = None) -> PayloadSums:
+def _payload_sums(t: np.ndarray, live: np.ndarray, key_conv: np.ndarray) -> PayloadSums:
     """The :class:`PayloadSums` of a walk: its control bits ``t`` uint8 (K, mp), the live mask
-    it was given (bool (B mp,), key ``k``'s at ``(k % B) mp``) and its ``key_conv``; the counts
-    are written into ``t_count`` (int64 (U, B), ``K = U B``: a batch's view) if given."""
-    masked = (t.reshape(-1, live.size) & live).reshape(t.shape)
-    if t_count is None:
-        return PayloadSums(key_conv, masked.sum(axis=1, dtype=np.int64))
-    masked.reshape(*t_count.shape, -1).sum(axis=-1, dtype=np.int64, out=t_count)
+    it was given (bool (B mp,), key ``k``'s at ``(k % B) mp``) and its ``key_conv``."""
+    t_count = (t.reshape(-1, live.size) & live).reshape(t.shape).sum(axis=1, dtype=np.int64)
     return PayloadSums(key_conv, t_count)
 
 
@@ -231,6 +225,7 @@ def _walk(
     live: np.ndarray,
     check: LeafCheck | None = None,
     key_conv: np.ndarray | None = None,
+    key_t: np.ndarray | None = None,
 ) -> np.ndarray:
     """Walk every tree once.  Returns ``t``, uint8 (K, mp) over the padded domain
     (:func:`~secemb.fss.tree.padded_leaves`): the control bits; writes the retrieval shares
@@ -239,7 +234,8 @@ def _walk(
     ``conv_sum[j % M]`` (ring (M, w), or ``None``) and to key ``j // mp``'s row of ``key_conv``
     (ring (K, w) or (U, B, w), :func:`~secemb.fss.convert.convert_accumulate`'s ``key_acc``, or
     ``None``) where ``live[j % M]`` (bool (M,)): rows that hold no domain point (padding) are
-    neither converted nor written.  ``check``: the keys' point-function check
+    neither converted nor written; with ``key_t`` (int64 of ``key_conv``'s keys' shape), also
+    each key's count of control bits 1 at those rows.  ``check``: the keys' point-function check
     (:class:`~secemb.fss.verify.LeafCheck`), folded from the same leaves."""
     k, mp = len(path), padded_leaves(path.params)
     t = np.empty((k, mp), np.uint8)
@@ -251,18 +247,10 @@ def _walk(
         np.bitwise_and(flat[:, 0], _ONE, out=t_flat[a0:z0], casting="unsafe")
         if retrieval_cw is not None and e_flat is not None:
             convert_eval_into(flat, retrieval_cw, a0, mp, party, retrieval_tag, e_flat[a0:z0])
-        convert_accumulate(flat, aggregation_tag, conv_sum, a0, live, key_acc=key_conv, period=mp)
+        convert_accumulate(flat, aggregation_tag, conv_sum, a0, live, key_acc=key_conv, period=mp, key_t=key_t)
         if check is not None:
             check.add(r0, r1, leaves)
     return t
-
-
-def key_checks(path: PathKeys, check: LeafCheck) -> np.ndarray:
-    """The point-function check values of ``path``'s keys from a walk of its own (for an
-    evaluation that does not walk on the CPU, the gpu backend's): uint64 (K, 4)."""
-    for r0, r1, leaves in leaf_groups(path):
-        check.add(r0, r1, leaves)
-    return check.values
 
 
 def retrieve_and_prepare(
@@ -363,7 +351,8 @@ def retrieve_and_prepare_buckets(
         in the same pass, returned as a fourth element (:class:`PayloadSums`).
     payload_out: with ``payload_sums``, the arrays to write them into (overwritten, and returned as
         the fourth element): ``key_conv`` ring (U, B, w) and ``t_count`` int64 (U, B), any strides
-        (a batch's views: no arrays of the keys' size are made for them); ``None``: new arrays.
+        (a batch's views: no arrays of the keys' size are made for them; the walk counts the control
+        bits as it converts); ``None``: new arrays.
 
     Returns
     -------
@@ -393,14 +382,16 @@ def retrieve_and_prepare_buckets(
                                     f"{payload_out.key_conv.shape} and {payload_out.t_count.dtype} "
                                     f"{payload_out.t_count.shape}")
         payload_out.key_conv[...] = 0
+        payload_out.t_count[...] = 0
     e = np.empty((k, mp), tables.dtype)
-    t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv)
+    t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv,
+              None if payload_out is None else payload_out.t_count)
     e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
     answers = ring_matmul(e_b, tables, ring_bits, cols=cols).transpose(1, 0, 2).reshape(k, tables.shape[2])
     out = answers, np.ascontiguousarray(t[:, :big_m]), conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
     if key_conv is None:
         return out
-    return (*out, _payload_sums(t, live, key_conv, None if payload_out is None else payload_out.t_count))
+    return (*out, _payload_sums(t, live, key_conv) if payload_out is None else payload_out)
 
 
 def payload_sums_of(

@@ -148,7 +148,8 @@ def test_walk_writes_payload_sums_into_a_batch_view(backend: str, ring_bits: int
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_key_sums_into_a_three_dimensional_view(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``convert_accumulate``'s ``key_acc`` as a (U, G, w) view (key ``k`` at ``[k // G, k % G]``)
-    against per-word Python sums; a view with fewer than the words' keys is refused."""
+    and ``key_t`` as a (U, G) view against per-word Python sums and counts of control bits; a view
+    with fewer than the words' keys, and counts of another shape, are refused."""
     monkeypatch.setattr(kernels, "BACKEND", backend)
     gen = np.random.default_rng(3)
     words = gen.integers(0, 2**64, (300, 2), dtype=np.uint64)
@@ -157,17 +158,28 @@ def test_key_sums_into_a_three_dimensional_view(backend: str, monkeypatch: pytes
     vals = convert(words, width, 32, AGGREGATION_TAG)
     pos = start + np.arange(len(words))
     expected = [[0] * width for _ in range(39)]
+    ones = [0] * 39
     for i, key in enumerate(pos // period):
         if live[pos[i] % 16]:
             expected[key] = [(a + int(v)) % (1 << 32) for a, v in zip(expected[key], vals[i], strict=True)]
-    batch = np.zeros((13, 5, width), np.uint32)
-    view = batch[:, 1:4]  # 13 x 3 = 39 keys
+            ones[key] += int(words[i, 0]) & 1
+    assert 0 < sum(ones) < sum(live[pos % 16])  # both bits occur
+    batch, counts = np.zeros((13, 5, width), np.uint32), np.full((13, 5), 7, np.int64)
+    view, t_view = batch[:, 1:4], counts[:, 1:4]  # 13 x 3 = 39 keys
+    t_view[...] = 0
     convert_accumulate(words, AGGREGATION_TAG, np.zeros((16, width), np.uint32), start, live, key_acc=view,
-                       period=period)
-    assert view.reshape(39, width).tolist() == expected
-    assert not batch[:, 0].any() and not batch[:, 4].any()
+                       period=period, key_t=t_view)
+    assert view.reshape(39, width).tolist() == expected and t_view.reshape(39).tolist() == ones
+    assert not batch[:, 0].any() and not batch[:, 4].any() and (counts[:, 0] == 7).all() and (counts[:, 4] == 7).all()
+    flat_t = np.zeros(39, np.int64)  # a (K, w) key_acc with (K,) counts, keys only
+    convert_accumulate(words, AGGREGATION_TAG, None, start, live, key_acc=np.zeros((39, width), np.uint32),
+                       period=period, key_t=flat_t)
+    assert flat_t.tolist() == ones
     with pytest.raises(InvalidParameters):
         convert_accumulate(words, AGGREGATION_TAG, None, start, live, key_acc=batch[:, 1:3], period=period)
+    for bad_t in (np.zeros((13, 2), np.int64), np.zeros((13, 3), np.int32)):
+        with pytest.raises(InvalidParameters):
+            convert_accumulate(words, AGGREGATION_TAG, None, start, live, key_acc=view, period=period, key_t=bad_t)
 
 
 # ------------------------------------------------------------- the range proof's query, compiled
