@@ -146,6 +146,47 @@ def _by_own(users: Sequence[UserRole], args: Sequence[Any], method: str,
     return cast("list[T | Exception]", out)  # every entry is set above
 
 
+def _request_slots(users: list[SecEmbUser], indices: Sequence[np.ndarray],
+                   out: list[Any]) -> tuple[list[int], np.ndarray]:
+    """The checked request slots of a batch's users (see :meth:`SecEmbUser.retrieval_request`),
+    checked for all users at once where the check is on the values: the positions in ``users``
+    of those whose indices pass and their slots, int64 (n, S); each refused user's error
+    (:class:`InvalidParameters` for a bad shape or an item outside the domain, ``TypeError`` for
+    indices that are not integers, :class:`ProtocolError` for a second request in the round) is
+    put in its place of ``out``."""
+    cfg = users[0].config
+    shaped: list[int] = []
+    arrays: list[np.ndarray] = []
+    for i, (user, idx) in enumerate(zip(users, indices, strict=True)):
+        got = np.asarray(idx)
+        if got.shape != (cfg.slots,):
+            out[i] = InvalidParameters(f"indices must have shape ({cfg.slots},), got {got.shape}")
+        elif got.dtype.kind not in "iu":
+            out[i] = TypeError(f"indices must be integers, got dtype {got.dtype}")
+        elif user._state is not None:
+            out[i] = ProtocolError("retrieval_request called twice in one round")
+        else:
+            shaped.append(i)
+            arrays.append(got)
+    if not arrays:
+        return [], np.zeros((0, cfg.slots), np.int64)
+    slots = np.stack(arrays, dtype=np.int64, casting="unsafe")  # as each one's astype(np.int64)
+    outside = (slots < -1) | (slots >= cfg.num_items)
+    refused = outside.any(axis=1)
+    for j in np.flatnonzero(refused).tolist():
+        out[shaped[j]] = InvalidParameters(f"item index {int(slots[j][outside[j]][0])} is outside the domain "
+                                           f"[0, {cfg.num_items}) (or -1 for an empty slot)")
+    if cfg.layout == "full":
+        empty = (slots < 0).any(axis=1) & ~refused
+        for j in np.flatnonzero(empty).tolist():
+            out[shaped[j]] = InvalidParameters("the full layout has no empty slots (-1)")
+        refused |= empty
+    if not refused.any():
+        return shaped, slots
+    kept = np.flatnonzero(~refused)
+    return [shaped[j] for j in kept.tolist()], slots[kept]
+
+
 @dataclass(frozen=True)
 class _Kept:
     """What a device keeps of its upload for its bound proof (bounded payloads): its party-0
@@ -208,26 +249,6 @@ class SecEmbUser(UserRole):
         alphas[real], found[real] = cfg.cuckoo().find(slots[real], buckets[real])
         return alphas, np.all(found, axis=1)
 
-    def _slots(self, indices: np.ndarray) -> np.ndarray:
-        """The checked request slots, int64 (S,) (see :meth:`retrieval_request`)."""
-        cfg = self.config
-        slots = np.asarray(indices)
-        if slots.shape != (cfg.slots,):
-            raise InvalidParameters(f"indices must have shape ({cfg.slots},), got {slots.shape}")
-        if not np.issubdtype(slots.dtype, np.integer):
-            raise TypeError(f"indices must be integers, got dtype {slots.dtype}")
-        if self._state is not None:
-            raise ProtocolError("retrieval_request called twice in one round")
-        slots = slots.astype(np.int64)
-        bad = slots[(slots < -1) | (slots >= cfg.num_items)]
-        if bad.size:
-            raise InvalidParameters(
-                f"item index {int(bad[0])} is outside the domain [0, {cfg.num_items}) (or -1 for an empty slot)"
-            )
-        if cfg.layout == "full" and np.any(slots < 0):
-            raise InvalidParameters("the full layout has no empty slots (-1)")
-        return slots
-
     def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
         return result_or_raise(self.retrieval_requests([self], [indices], _rng=self._rng)[0])
 
@@ -241,20 +262,15 @@ class SecEmbUser(UserRole):
         mine = cast("list[SecEmbUser]", list(users))
         cfg, relay = first.config, first.relay
         out: list[tuple[bytes, bytes] | Exception | None] = [None] * len(users)
-        ok: list[tuple[int, SecEmbUser, np.ndarray]] = []
-        for i, (user, idx) in enumerate(zip(mine, indices, strict=True)):
-            try:
-                ok.append((i, user, user._slots(idx)))
-            except (SecembError, TypeError) as exc:
-                out[i] = exc
-        alphas, placed = first._alphas(np.stack([s for _, _, s in ok]) if ok else np.zeros((0, cfg.slots), np.int64))
-        for i, _, _ in (c for c, fits in zip(ok, placed, strict=True) if not fits):
-            out[i] = InvalidParameters("an item was assigned to a bucket that does not hold it")
-        ok = [c for c, fits in zip(ok, placed, strict=True) if fits]
+        taken, slots = _request_slots(mine, indices, out)  # (n, S)
+        alphas, placed = first._alphas(slots)
+        for misplaced in np.flatnonzero(~placed).tolist():
+            out[taken[misplaced]] = InvalidParameters("an item was assigned to a bucket that does not hold it")
+        ok = [(i, mine[i]) for i, fits in zip(taken, placed.tolist(), strict=True) if fits]
         if ok:
             n, rng, params = len(ok), _rng or system_rng, key_params(cfg)
-            slots = np.stack([s for _, _, s in ok])  # (n, S)
-            alphas = alphas[placed]
+            if n < len(taken):
+                slots, alphas = slots[placed], alphas[placed]
             p0, p1, state = fss.gen_path(alphas.reshape(-1), params.domain_size, _rng=rng)
             real = slots >= 0
             # each real slot retrieves beta T_alpha for a secret uniform odd beta (verified
@@ -281,7 +297,7 @@ class SecEmbUser(UserRole):
                 rows1 = _relay_rows(p1.roots, secrets_, digests, cfg, sigmas)
             else:
                 rows1 = _request_rows(fss.DPFKeys(p1, cw, params), checks, cfg, 1, sigmas)
-            for j, (i, user, _) in enumerate(ok):
+            for j, (i, user) in enumerate(ok):
                 sl = slice(j * cfg.slots, (j + 1) * cfg.slots)
                 # copies: a user keeps its own secret state, no view of the batch's (other users')
                 user._state = fss.GenState(params.domain_size, state.leaf0[sl].copy(), state.leaf1[sl].copy())
