@@ -36,6 +36,7 @@ import test_session21_verify_journal as j21  # noqa: E402
 
 from secemb.framing import HEADER_BYTES  # noqa: E402
 from secemb.fss import rangeproof  # noqa: E402
+from secemb.protocols.secemb import SecEmbServer  # noqa: E402
 from secemb.protocols.secemb.bounds import CHALLENGE_BYTES  # noqa: E402
 from secemb.protocols.secemb.sizes import NAME  # noqa: E402
 from secemb.protocols.wire import frame  # noqa: E402
@@ -53,6 +54,11 @@ def _nodes(srv: InProcessServers) -> tuple[LeaderNode, FollowerNode]:
     leader, follower = srv.nodes
     assert isinstance(leader, LeaderNode) and isinstance(follower, FollowerNode)
     return leader, follower
+
+
+def _role(node: LeaderNode | FollowerNode) -> SecEmbServer:
+    assert isinstance(node.role, SecEmbServer)
+    return node.role
 
 
 def _chosen(kind: str, last: dict[int, bytes]) -> Callable[[int], bytes]:
@@ -74,25 +80,26 @@ def test_challenges_of_server_0s_choosing_fail_no_honest_device(monkeypatch: pyt
     leader, follower = _nodes(srv)
     try:
         last: dict[int, bytes] = {}
+        role = _role(leader)
         if kind == "last round's":
-            honest = leader.role.challenge
+            honest = role.challenge
 
             def recorded(user: int) -> bytes:
                 last[user] = honest(user)
                 return last[user]
 
             with monkeypatch.context() as m:
-                m.setattr(leader.role, "challenge", recorded)
+                m.setattr(role, "challenge", recorded)
                 out = leader.close_round(j21.play(srv, USERS, []))
             assert out["state"] == "committed" and sorted(last) == sorted(USERS), out
         choose = _chosen(kind, last)
         given: dict[int, bytes] = {}
 
         def deviating(user: int) -> bytes:  # kept for the check request too: server 0 stays consistent
-            leader.role._challenges[user] = given[user] = choose(user)
+            role._challenges[user] = given[user] = choose(user)
             return given[user]
 
-        monkeypatch.setattr(leader.role, "challenge", deviating)
+        monkeypatch.setattr(role, "challenge", deviating)
         version = leader.version
         out = leader.close_round(j21.play(srv, USERS, []))
         assert sorted(given) == sorted(USERS)
@@ -106,8 +113,7 @@ def test_challenges_of_server_0s_choosing_fail_no_honest_device(monkeypatch: pyt
 def _answer_under_own_query(follower: FollowerNode, victims: set[int] | None) -> Callable[[bytes], bytes]:
     """Server 1's ``bound_answer`` that answers the entries of ``victims`` (``None``: every device)
     under a query seed of its own and the rest under server 0's, in the request's order."""
-    role = follower.role
-    honest = role.bound_answer
+    honest = _role(follower).bound_answer
     own_query = hashlib.sha256(b"server 1's own query").digest()[:QUERY]
 
     def answer(request: bytes) -> bytes:
@@ -134,8 +140,8 @@ def test_server_1_answering_under_its_own_query_rejects_and_strikes_exactly_thos
     leader, follower = _nodes(srv)
     victims = {USERS[1]} if who == "one victim" else set(USERS)
     try:
-        monkeypatch.setattr(follower.role, "bound_answer",
-                            _answer_under_own_query(follower, {USERS[1]} if who == "one victim" else None))
+        monkeypatch.setattr(_role(follower), "bound_answer",
+                            _answer_under_own_query(follower, victims if who == "one victim" else None))
         version, sha = leader.version, leader.model_sha()
         out = leader.close_round(j21.play(srv, USERS, []))
         assert out["rejected"] == sorted(victims), out
