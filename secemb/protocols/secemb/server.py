@@ -915,7 +915,15 @@ class SecEmbServer(ServerRole):
                    if rangeproof.seed_part(ctx, self._sigmas[u]) != r[hint_at + rangeproof.PART_BYTES :]]
         v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
+        self._release_sums(users)
         return frame(NAME, "bound_answer", 0, cfg.round_id, little(v1))
+
+    def _release_sums(self, users: list[int]) -> None:
+        """Drop checked ``users``' payload sums: a user's proof is verified once, so they are not
+        read again (were they, :meth:`_bound_projections` would walk the keys), and the round's
+        later steps reuse their memory (a batch's sums are freed with its last user's)."""
+        for u in users:
+            self._absorbed[u].sums = None
 
     def unproved(self, users: list[int]) -> set[int]:
         """Server 0: the users of ``users`` that sent no kept proof (bounded payloads).  They are
@@ -952,6 +960,7 @@ class SecEmbServer(ServerRole):
         v0 = self._verifier_messages(params, shares, users, challenges, self._bound_contexts(users, challenges), query)
         ok = rangeproof.decide(params, v0, v1)
         self._asked = None
+        self._release_sums(users)
         return unproved | {u for u, good in zip(users, ok.tolist(), strict=True) if not good}
 
     # -- aggregation ---------------------------------------------------------------------
