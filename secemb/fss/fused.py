@@ -41,7 +41,6 @@ __all__ = [
     "PreparedAggregation",
     "bits_product",
     "bucket_shares",
-    "key_checks",
     "payload_shares",
     "payload_sums_of",
     "retrieve_and_prepare",
@@ -252,14 +251,6 @@ def _walk(
         if check is not None:
             check.add(r0, r1, leaves)
     return t
-
-
-def key_checks(path: PathKeys, check: LeafCheck) -> np.ndarray:
-    """The point-function check values of ``path``'s keys from a walk of its own (for an
-    evaluation that does not walk on the CPU, the gpu backend's): uint64 (K, 4)."""
-    for r0, r1, leaves in leaf_groups(path):
-        check.add(r0, r1, leaves)
-    return check.values
 
 
 def retrieve_and_prepare(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from secemb.fss.cuckoo import CuckooLayout
-from secemb.fss.fused import PayloadSums, bits_product, key_checks, retrieve_and_prepare, retrieve_and_prepare_buckets
+from secemb.fss.fused import PayloadSums, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets
 from secemb.fss.linalg import LimbMatrix
 from secemb.fss.verify import LeafCheck
 
@@ -85,9 +85,9 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
     sums = len(task) > 7 and bool(task[7])
     check = None if check_args is None else LeafCheck(*check_args)
     table = handle.get()
-    if form == "device":  # the table is on the backend's device; the check walks here
-        answers, t, conv = table.evaluate(party, keys, width)
-        return answers, t, conv, None if check is None else key_checks(keys.path, check), None
+    if form == "device":  # the table is on the backend's device, and the check is computed there from its walk
+        answers, t, conv = table.evaluate(party, keys, width, check)
+        return answers, t, conv, None if check is None else check.values, None
     values = None if check is None else check.values
     if form == "full":
         answers, prepared = retrieve_and_prepare(keys.path, party, keys.cw_out, table, width, check=check,

@@ -42,11 +42,13 @@ from secemb.randomness import CtrDrbg  # noqa: E402
 DEV = gpu.device()
 
 
-def _cpu(layout, party: int, keys, table: np.ndarray, width: int):  # noqa: ANN001, ANN202
-    """The CPU evaluation of the same keys (what a server with the serial backend computes)."""
+def _cpu(layout, party: int, keys, table: np.ndarray, width: int, check: tuple | None = None):  # noqa: ANN001, ANN202
+    """The CPU evaluation of the same keys (what a server with the serial backend computes):
+    the answers, bits and folded part, and with ``check = (cs, r, per_user)`` (issue 34's
+    point-function check) the keys' check values."""
     handle = SerialBackend().publish(evaluation_form(table, layout, 8 * table.dtype.itemsize))
-    # no point-function check (issue 34): the answers, bits and folded part only
-    return evaluate_task(("full" if layout == "full" else "cuckoo", party, keys, handle, width, None, None))[:3]
+    out = evaluate_task(("full" if layout == "full" else "cuckoo", party, keys, handle, width, None, check))
+    return out[:3] if check is None else out[:4]
 
 
 def _words(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -237,14 +239,14 @@ def test_bits_product_matches_cpu(ring_bits: int) -> None:
 
 def test_warm_up_launches_every_kernel_variant(capsys: pytest.CaptureFixture[str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """``python -m secemb.fss.gpu.warmup``: one row per kernel variant (five kernels, three in
+    """``python -m secemb.fss.gpu.warmup``: one row per kernel variant (six kernels, three in
     both rings), each launched twice; nothing compiles under the interpreter.  Without a device
     it says why in one line and exits 2."""
     from secemb.fss.gpu import warmup
 
     rows = list(warmup.warm_up(DEV))
     assert [r.variant for r in rows] == [
-        "mmo_kernel", "level_kernel",
+        "mmo_kernel", "level_kernel", "check_kernel",
         "retrieval_kernel Z_2^32", "ring_matmul_kernel Z_2^32", "convert_sum_kernel Z_2^32",
         "retrieval_kernel Z_2^64", "ring_matmul_kernel Z_2^64", "convert_sum_kernel Z_2^64"]
     assert all(r.first_s > 0 and r.second_s > 0 for r in rows)
@@ -252,7 +254,7 @@ def test_warm_up_launches_every_kernel_variant(capsys: pytest.CaptureFixture[str
         assert all(r.compiled == r.cached == 0 and r.compile_s == 0 for r in rows)
     assert warmup.main() == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2 + 8 + 1 and out[-1].startswith("total: ")
+    assert len(out) == 2 + 9 + 1 and out[-1].startswith("total: ")
 
     def no_device() -> None:
         raise InvalidParameters("no CUDA device")
@@ -261,3 +263,177 @@ def test_warm_up_launches_every_kernel_variant(capsys: pytest.CaptureFixture[str
     assert warmup.main() == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == "error: no CUDA device\n"
+
+
+def _check_args(rng: np.random.Generator, keys: int, per_user: int, size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(cs, r, per_user)`` of a :class:`~secemb.fss.verify.LeafCheck`: random check words and
+    the challenges of ``keys / per_user`` users over ``size`` positions."""
+    from secemb.fss.verify import challenges
+
+    cs = rng.integers(0, 2**64, (keys, 4), dtype=np.uint64)
+    return cs, challenges(rng.integers(0, 2**64, (keys // per_user, 2), dtype=np.uint64), size), per_user
+
+
+@pytest.mark.parametrize("party", [0, 1])
+def test_leaf_checks_match_the_cpu_walk_in_slices_and_chunks(monkeypatch: pytest.MonkeyPatch, party: int) -> None:
+    """The check kernel's values equal :class:`~secemb.fss.verify.LeafCheck` over the CPU walk's
+    leaf groups (the padded domain, 13 items -> 16 leaves), bit for bit: keys given in two chunks
+    (``key0``), each key's positions split into slices of several blocks (tiny blocks), and a
+    two-points key (its last level's correction word altered) among them."""
+    from secemb.fss.verify import LeafCheck
+
+    m = 13
+    p0, p1, _ = fss.gen_path(np.array([1, 5, 12, 0]), m, _rng=CtrDrbg(3))
+    path = (p0, p1)[party]
+    path.cw_seed[2, -1, 1] ^= np.uint64(1 << 40)  # key 2 differs from its pair below its last level
+    mp = tree.padded_leaves(path.params)
+    assert mp == 16
+    cs, r, per_user = _check_args(np.random.default_rng(party), 4, 2, mp)
+    want = LeafCheck(cs, r, per_user)
+    for r0, r1, group in tree.leaf_groups(path):
+        want.add(r0, r1, group)
+    leaves = gpu_eval.expand(path, DEV, mp)
+    assert np.array_equal(leaves.cpu().numpy().view(np.uint64)[:, :m], tree.expand(path))
+    monkeypatch.setattr(gpu_eval, "_block", lambda: 4)  # 16 positions: 3 slices of up to 2 blocks per key
+    monkeypatch.setattr(gpu_eval, "CHECK_PROGRAMS", 8)
+    out = torch.zeros((4, 4), dtype=torch.int64, device=DEV)
+    cs_t, r_t = (torch.from_numpy(a.view(np.int64)).to(DEV) for a in (cs, r))
+    gpu_eval.leaf_checks(leaves[:3], cs_t, r_t, per_user, out)
+    gpu_eval.leaf_checks(leaves[3:], cs_t, r_t, per_user, out, key0=3)
+    assert np.array_equal(out.cpu().numpy().view(np.uint64), want.values)
+    with pytest.raises(InvalidParameters, match="do not fit"):
+        gpu_eval.leaf_checks(leaves[2:], cs_t, r_t, per_user, out, key0=3)  # keys past the batch
+    with pytest.raises(InvalidParameters, match="do not fit"):
+        gpu_eval.leaf_checks(leaves[:, :m], cs_t, r_t, per_user, out)  # not the padded domain
+    with pytest.raises(InvalidParameters, match=r"leaves per key must be in \[13, 16\]"):
+        gpu_eval.expand(path, DEV, 17)
+
+
+@pytest.mark.parametrize(("layout", "ring_bits", "party", "budget"),
+                         [("full", 32, 1, None), ("full", 64, 0, 1), ("cuckoo", 64, 1, None), ("cuckoo", 32, 0, 1)])
+def test_evaluation_with_the_check_matches_cpu(monkeypatch: pytest.MonkeyPatch, layout: str, ring_bits: int,
+                                               party: int, budget: int | None) -> None:
+    """With the point-function check (verified uploads), the device evaluation's answers, bits,
+    folded part and the keys' check values equal the CPU task's, whole or in per-user chunks
+    (``budget = 1``); full layout: 2 users of 2 keys over 21 items (padded to 32), cuckoo: 2 users
+    over the 3 buckets of a 10-item layout.  The check values are added into the check's."""
+    from secemb.fss.verify import LeafCheck
+
+    rng = np.random.default_rng(ring_bits + party)
+    cuckoo = CuckooLayout(10, 3, seed=5) if layout == "cuckoo" else None
+    m = 21 if cuckoo is None else cuckoo.bucket_size
+    keys = _retrieval_keys(rng.integers(0, m, 4 if cuckoo is None else 6), m, ring_bits, seed=7)[party]
+    table = _table(rng, 21 if cuckoo is None else 10, 3, ring_bits)
+    per_user = 2 if cuckoo is None else 3
+    args = _check_args(rng, len(keys), per_user, tree.padded_leaves(keys.params))
+    want = _cpu(layout if cuckoo is None else cuckoo, party, keys, table, 2, args)
+    if budget is not None:
+        monkeypatch.setattr(gpu_eval, "LEAF_BUDGET", budget)
+    check = LeafCheck(*args)
+    check.values[:] = 1  # the device's values are added to what is there
+    got = gpu.DeviceTable(table, layout if cuckoo is None else cuckoo, DEV).evaluate(party, keys, 2, check)
+    _assert_same((*got, check.values - np.uint64(1)), want)
+    with pytest.raises(InvalidParameters, match="does not fit"):
+        gpu.DeviceTable(table, layout if cuckoo is None else cuckoo, DEV).evaluate(
+            party, keys, 2, LeafCheck(args[0], args[1][:, : m - 1], per_user))
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
+def test_packed_bits_product_matches_apply_bits(monkeypatch: pytest.MonkeyPatch, ring_bits: int) -> None:
+    """The full layout's control-bit product at close, from packed rows (19 items: the last byte
+    partly used), equals :meth:`PreparedAggregation.apply_bits` without its sign, in one chunk of
+    keys and in chunks of 2 keys summed into the same product."""
+    from secemb.fss.fused import PreparedAggregation
+
+    rng = np.random.default_rng(ring_bits + 11)
+    m, k, w = 19, 5, 3
+    bits = np.packbits(rng.integers(0, 2, (k, m), dtype=np.uint8), axis=1)
+    cw = _table(rng, k, w, ring_bits)
+    want = PreparedAggregation(0, ring_bits, m, w, bits, None).apply_bits(cw)
+    assert np.array_equal(gpu_eval.packed_bits_product(bits, cw, m, DEV), want)
+    monkeypatch.setattr(gpu_eval, "LEAF_BUDGET", 2 * m)
+    assert np.array_equal(gpu_eval.packed_bits_product(bits, cw, m, DEV), want)
+    with pytest.raises(InvalidParameters, match="do not match"):
+        gpu_eval.packed_bits_product(bits[:, :2], cw, m, DEV)
+
+
+def _verified_round(backends: tuple, layout: str, relay: bool) -> tuple:
+    """Three devices through one verified SecEmb round (12 items, m' = 2, d = 3), server ``b`` on
+    ``backends[b]``; device 2 sends keys that are not point functions (two-points).  Returns both
+    servers' digests, the users whose digests differ, the combined aggregate over the others
+    and the aggregate of the honest devices' rows (computed here)."""
+    from secemb.protocols.adversary import MaliciousUser
+    from secemb.protocols.placement import place
+    from secemb.protocols.secemb import SecEmbProtocol, SecEmbRelayServer, SecEmbUser
+
+    protos = [SecEmbProtocol(layout=layout, relay=relay, backend=b) for b in backends]
+    cfg = protos[0].round_config(3, 12, 3, 1, 2)
+    gen = np.random.default_rng(5)  # public test data
+    table = gen.integers(0, 2**32, (12, 3), dtype=np.uint64).astype(np.uint32)
+    s0, s1 = protos[0].make_server(0), protos[1].make_server(1)
+    for s in (s0, s1):
+        s.begin_round(cfg, table)
+    expected = np.zeros((12, 3), np.uint32)
+    ids = [0, 1, 2]
+    for u in ids:
+        rng = CtrDrbg(200 + u)
+        user = MaliciousUser(cfg, "two-points", relay=relay, _rng=rng) if u == 2 else SecEmbUser(cfg, relay=relay,
+                                                                                                 _rng=rng)
+        slots = place(cfg, gen.choice(12, 2, replace=False), gen).indices
+        r0, r1 = user.retrieval_request(slots)
+        if relay:
+            assert isinstance(s0, SecEmbRelayServer) and isinstance(s1, SecEmbRelayServer)
+            assert s1.handle_retrieval(u, r1) is None
+            forwarded = s0.handle_retrieval(u, r0)
+            assert forwarded is not None
+            reply = user.retrieval_result(s0.complete_retrieval(u, s1.relay_retrieval(u, forwarded)), None)
+        else:
+            a0, a1 = s0.handle_retrieval(u, r0), s1.handle_retrieval(u, r1)
+            assert a0 is not None and a1 is not None
+            reply = user.retrieval_result(a0, a1)
+        real = slots >= 0
+        rows = np.zeros((cfg.slots, 3), np.uint32)
+        rows[real] = (slots[real] + 1)[:, None]
+        if u != 2:
+            assert np.array_equal(reply[real], table[slots[real]])
+            np.add.at(expected, slots[real], rows[real])
+        up0, up1 = user.upload(rows, np.zeros(1, np.uint32))
+        fwd = s0.handle_upload(u, up0)
+        if isinstance(s1, SecEmbRelayServer):
+            assert fwd is not None
+            s1.relay_upload(u, fwd)
+        else:
+            assert up1 is not None
+            s1.handle_upload(u, up1)
+    d0, d1 = s0.upload_digests(ids), s1.upload_digests(ids)
+    assert d0 is not None and d1 is not None
+    rejected = [u for u in ids if d0[u] != d1[u]]
+    include = [u for u in ids if u not in rejected]
+    sparse, _ = s0.combine(s1.aggregate_share(include), include)
+    return d0, d1, rejected, sparse, expected
+
+
+@pytest.mark.parametrize(("layout", "relay"), [("full", False), ("cuckoo", True)])
+def test_two_points_device_is_rejected_on_the_gpu_backend_as_on_the_cpu(monkeypatch: pytest.MonkeyPatch, layout: str,
+                                                                         relay: bool) -> None:
+    """Verified uploads through ``--backend gpu``: the check values and, at close, the
+    control-bit product are computed on the device (the CPU's check fold and products would
+    raise here), and every digest equals the serial backend's, byte for byte, so the two-points
+    device is rejected (as on the CPU) and the honest devices' aggregate is exact."""
+    from secemb.fss import fused, tasks
+    from secemb.fss.verify import LeafCheck
+    from secemb.protocols.backends import make_backend
+
+    def on_the_cpu(*_: object, **__: object) -> None:
+        raise AssertionError("the gpu backend computed this on the CPU")
+
+    with monkeypatch.context() as cpu_off:
+        for owner, name in ((LeafCheck, "add"), (fused.PreparedAggregation, "apply_bits"), (tasks, "bits_product")):
+            cpu_off.setattr(owner, name, on_the_cpu)
+        on_gpu = make_backend("gpu")
+        gpu_run = _verified_round((on_gpu, on_gpu), layout, relay)
+    cpu_run = _verified_round((SerialBackend(), SerialBackend()), layout, relay)
+    for run in (gpu_run, cpu_run):
+        assert run[2] == [2]
+        assert np.array_equal(run[3], run[4])
+    assert gpu_run[:2] == cpu_run[:2]

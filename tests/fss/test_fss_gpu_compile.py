@@ -31,16 +31,19 @@ VARIANTS = [
     (k.level_kernel, {"x_ptr": "*i64", "out_ptr": "*i64", "cw_ptr": "*i64", "parents": "i32", "need": "i32",
                       "level": "i32", "depth": "i32", "total": "i32", "rkl_ptr": "*i32", "rkr_ptr": "*i32",
                       "tab_ptr": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 256}),
+    (k.check_kernel, {"leaf_ptr": "*i64", "cs_ptr": "*i64", "pos_ptr": "*i64", "r_ptr": "*i64", "out_ptr": "*i64",
+                      "key0": "i32", "stride": "i32", "per_user": "i32", "span": "i32", "rk_ptr": "*i32",
+                      "tab_ptr": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 256}),
 ]
 for r64 in (False, True):
     ring = "*i64" if r64 else "*i32"
     VARIANTS += [
         (k.retrieval_kernel, {"leaf_ptr": "*i64", "cw_ptr": ring, "e_ptr": ring, "t_ptr": "*u8", "m": "i32",
-                              "total": "i32", "party": "i32", "rk_ptr": "*i32", "tab_ptr": "*i32",
+                              "stride": "i32", "total": "i32", "party": "i32", "rk_ptr": "*i32", "tab_ptr": "*i32",
                               "RING64": "constexpr", "BLOCK": "constexpr"}, {"RING64": r64, "BLOCK": 256}),
         (k.convert_sum_kernel, {"leaf_ptr": "*i64", "acc_ptr": ring, "users": "i32", "groups": "i32", "m": "i32",
-                                "width": "i32", "rk_ptr": "*i32", "tab_ptr": "*i32", "RING64": "constexpr",
-                                "BLOCK": "constexpr"}, {"RING64": r64, "BLOCK": 256}),
+                                "stride": "i32", "width": "i32", "rk_ptr": "*i32", "tab_ptr": "*i32",
+                                "RING64": "constexpr", "BLOCK": "constexpr"}, {"RING64": r64, "BLOCK": 256}),
         (k.ring_matmul_kernel, {"e_ptr": ring, "tab_ptr": ring, "out_ptr": ring, "users": "i32", "groups": "i32",
                                 "m": "i32", "d": "i32", "m_split": "i32", "RING64": "constexpr",
                                 "BU": "constexpr", "BD": "constexpr", "BM": "constexpr"},

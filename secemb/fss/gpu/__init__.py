@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from secemb.fss.cuckoo import CuckooLayout
     from secemb.fss.keys import DPFKeys
+    from secemb.fss.verify import LeafCheck
 
 __all__ = ["DeviceTable", "cuda_device", "device", "interpreting"]
 
@@ -112,11 +113,13 @@ class DeviceTable:
         """Tables in the layout's form: 1 (full) or the number of buckets."""
         return int(self.data.shape[0])
 
-    def evaluate(self, party: int, keys: DPFKeys, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`secemb.fss.gpu.evaluate.evaluate` of ``keys`` against this table."""
+    def evaluate(self, party: int, keys: DPFKeys, width: int,
+                 check: LeafCheck | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`secemb.fss.gpu.evaluate.evaluate` of ``keys`` against this table (with
+        ``check``, the keys' point-function check values are added into ``check.values``)."""
         from secemb.fss.gpu.evaluate import evaluate
 
-        return evaluate(party, keys, self, width)
+        return evaluate(party, keys, self, width, check)
 
     def bits_product(self, t: np.ndarray, cw: np.ndarray) -> np.ndarray:
         """``out[g] = t[g] @ cw[g]`` in the ring on the device: the cuckoo layout's control-bit
@@ -125,6 +128,22 @@ class DeviceTable:
         from secemb.fss.gpu.evaluate import bits_product
 
         return bits_product(t, cw, self.device)
+
+    def bits_part(self, bits: list[np.ndarray], cws: list[np.ndarray]) -> np.ndarray:
+        """``sum_u sum_i t_u[i, j] CW_u[i]`` on the device: the control-bit part of the round's
+        aggregate over users ``u`` (unsigned: a party ``b`` server takes ``(-1)^b`` of it), in the
+        layout's form.  Full layout: each user's packed control-bit rows uint8 (S, ceil(m / 8))
+        (what :meth:`evaluate` returns) and words ring (S, w) -> ring (m, w)
+        (:func:`~secemb.fss.gpu.evaluate.packed_bits_product`); cuckoo layout: each user's bits
+        uint8 (B, M) and words (B, w) -> ring (B, M, w) (:meth:`bits_product`).  Equal, bit for
+        bit, to the CPU's (:meth:`secemb.fss.fused.PreparedAggregation.apply_bits`,
+        :func:`secemb.fss.fused.bits_product`)."""
+        from secemb.fss.gpu.evaluate import packed_bits_product
+
+        if isinstance(self.layout, str):
+            return packed_bits_product(np.concatenate(bits), np.concatenate(cws), int(self.data.shape[1]),
+                                       self.device)
+        return self.bits_product(np.stack(bits, axis=2), np.stack(cws, axis=1))
 
     def __getstate__(self) -> Any:  # noqa: ANN401 - never pickled
         raise TypeError("a DeviceTable lives on its device and is not shipped to other processes")

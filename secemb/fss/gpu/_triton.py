@@ -19,8 +19,11 @@ Kernels:
 * :func:`convert_sum_kernel`: ``acc[g, p] += sum_u Convert_agg(s[u G + g, p])`` (the
   aggregation's conversion and scatter over keys: ``G = 1`` for the full layout, ``B``
   buckets for the cuckoo layout), one program per (leaf block, conversion block), no atomics;
+* :func:`check_kernel`: the point-function check values of :class:`secemb.fss.verify.LeafCheck`
+  from the same leaves (two MMO blocks per leaf, then the challenge products summed per key);
 * :func:`ring_matmul_kernel`: ``out[u, g] = sum_p e[u, g, p] T[g, p]`` in the ring (the
-  retrieval inner product with the table or with bucket ``g`` 's rows).
+  retrieval inner product with the table or with bucket ``g`` 's rows, and the aggregation's
+  control-bit products).
 
 Compile cost (docs/gpu.md, "First run on a GPU"): Triton compiles a kernel anew for every new
 specialisation key, and by default an integer argument's key is its type plus ``== 1`` and
@@ -157,18 +160,19 @@ def level_kernel(  # noqa: ANN201
     _store_word(out_ptr, child + 1, _join(o0, o1) ^ tl.where(t, cw_r, 0), _join(o2, o3) ^ corr_hi, right)
 
 
-@triton.jit(do_not_specialize=["m", "total", "party"], do_not_specialize_on_alignment=["cw_ptr"])
+@triton.jit(do_not_specialize=["m", "stride", "total", "party"], do_not_specialize_on_alignment=["cw_ptr"])
 def retrieval_kernel(  # noqa: ANN201
-    leaf_ptr, cw_ptr, e_ptr, t_ptr, m, total, party, rk_ptr, tab_ptr,  # noqa: ANN001
+    leaf_ptr, cw_ptr, e_ptr, t_ptr, m, stride, total, party, rk_ptr, tab_ptr,  # noqa: ANN001
     RING64: tl.constexpr, BLOCK: tl.constexpr,  # noqa: N803
 ):
-    """Retrieval shares of ``total`` leaves (int64 (K, m, 2)): ``e`` ring (K, m) =
-    ``(-1)^party [Convert(s) + t CW[key]]`` (payload 1: the first ring element of
-    ``AES(s) ^ s``) with ``cw`` ring (K,), and ``t`` uint8 (K, m)."""
+    """Retrieval shares of the first ``m`` leaves of each key (int64 (K, stride, 2), ``stride
+    >= m``; ``total = K m``): ``e`` ring (K, m) = ``(-1)^party [Convert(s) + t CW[key]]``
+    (payload 1: the first ring element of ``AES(s) ^ s``) with ``cw`` ring (K,), and ``t``
+    uint8 (K, m)."""
     idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = idx < total
     key = idx // m
-    lo, hi = _load_word(leaf_ptr, idx, mask)
+    lo, hi = _load_word(leaf_ptr, idx + key * (stride - m), mask)
     o0, o1, _, _ = _mmo(lo, hi, rk_ptr, tab_ptr)
     t = (lo & 1) != 0
     if RING64:
@@ -197,14 +201,15 @@ def _add_out(acc_ptr, base, width, e, v, mask, RING64: tl.constexpr):  # noqa: A
         tl.store(acc_ptr + base + e, (old32 + v).to(tl.int32, bitcast=True), mask=ok)
 
 
-@triton.jit(do_not_specialize=["users", "groups", "m", "width"])
+@triton.jit(do_not_specialize=["users", "groups", "m", "stride", "width"])
 def convert_sum_kernel(  # noqa: ANN201
-    leaf_ptr, acc_ptr, users, groups, m, width, rk_ptr, tab_ptr,  # noqa: ANN001
+    leaf_ptr, acc_ptr, users, groups, m, stride, width, rk_ptr, tab_ptr,  # noqa: ANN001
     RING64: tl.constexpr, BLOCK: tl.constexpr,  # noqa: N803
 ):
     """``acc[g, p, j P : (j + 1) P] += sum_u MMO(s[u groups + g, p] ^ (0, j))`` truncated to
-    ``width`` ring elements (``P = 128 / k`` per block): leaves int64 (users groups, m, 2),
-    ``acc`` ring (groups, m, width).  Grid: (groups ceil(m / BLOCK), conversion blocks)."""
+    ``width`` ring elements (``P = 128 / k`` per block) for ``p < m``: leaves int64 (users
+    groups, stride, 2), ``stride >= m``, ``acc`` ring (groups, m, width).  Grid: (groups
+    ceil(m / BLOCK), conversion blocks)."""
     blocks = tl.cdiv(m, BLOCK)
     g = tl.program_id(0) // blocks
     p = (tl.program_id(0) % blocks) * BLOCK + tl.arange(0, BLOCK)
@@ -217,7 +222,7 @@ def convert_sum_kernel(  # noqa: ANN201
     w0 = tl.zeros((BLOCK,), tl.uint64)
     w1 = tl.zeros((BLOCK,), tl.uint64)
     for u in range(users):
-        lo, hi = _load_word(leaf_ptr, (u * groups + g) * m + p, mask)
+        lo, hi = _load_word(leaf_ptr, (u * groups + g) * stride + p, mask)
         o0, o1, o2, o3 = _mmo(lo, hi ^ j.to(tl.uint64), rk_ptr, tab_ptr)
         if RING64:
             w0 += _join(o0, o1)
@@ -237,6 +242,60 @@ def convert_sum_kernel(  # noqa: ANN201
         _add_out(acc_ptr, base, width, 4 * jv + 1, a1, mask, RING64)
         _add_out(acc_ptr, base, width, 4 * jv + 2, a2, mask, RING64)
         _add_out(acc_ptr, base, width, 4 * jv + 3, a3, mask, RING64)
+
+
+@triton.jit(do_not_specialize=["key0", "stride", "per_user", "span"])
+def check_kernel(  # noqa: ANN201
+    leaf_ptr, cs_ptr, pos_ptr, r_ptr, out_ptr, key0, stride, per_user, span, rk_ptr, tab_ptr,  # noqa: ANN001
+    BLOCK: tl.constexpr,  # noqa: N803
+):
+    """The point-function check (:class:`secemb.fss.verify.LeafCheck`) of a chunk of keys:
+    ``out[k] += sum_x r[k // per_user, x] * (F(w_k(x)) ^ t_k(x) (cs[k] ^ H(x)))`` word-wise
+    mod 2^64 over ``x < stride`` (the padded domain), ``k = key0 + i`` for the chunk's key
+    ``i``; ``F`` the two MMO counter blocks ``(0, 0)``, ``(0, 1)`` under ``rk`` (``Convert_leaf``),
+    ``t`` bit 0 of the leaf word.  Leaves int64 (chunk, stride, 2); ``cs``, ``out`` int64 (K, 4)
+    over the batch, ``pos`` int64 (stride, 4) (``H``), ``r`` int64 (U, stride, 4).
+
+    Grid: (chunk, ceil(stride / span)): program ``(i, s)`` sums positions ``[s span, (s + 1)
+    span)`` of key ``i`` (``span`` a multiple of ``BLOCK``) and adds its four sums to ``out[k]``
+    by integer atomics, exact and order-independent in the ring."""
+    i = tl.program_id(0)
+    k = key0 + i
+    x0 = tl.program_id(1) * span
+    x1 = tl.minimum(x0 + span, stride)
+    c0 = tl.load(cs_ptr + 4 * k).to(tl.uint64, bitcast=True)
+    c1 = tl.load(cs_ptr + 4 * k + 1).to(tl.uint64, bitcast=True)
+    c2 = tl.load(cs_ptr + 4 * k + 2).to(tl.uint64, bitcast=True)
+    c3 = tl.load(cs_ptr + 4 * k + 3).to(tl.uint64, bitcast=True)
+    rows = r_ptr + (k // per_user).to(tl.int64) * stride * 4
+    a0 = tl.zeros((BLOCK,), tl.uint64)
+    a1 = tl.zeros((BLOCK,), tl.uint64)
+    a2 = tl.zeros((BLOCK,), tl.uint64)
+    a3 = tl.zeros((BLOCK,), tl.uint64)
+    for p0 in range(x0, x1, BLOCK):
+        x = p0 + tl.arange(0, BLOCK)
+        mask = x < x1
+        lo, hi = _load_word(leaf_ptr, i * stride + x, mask)
+        o0, o1, o2, o3 = _mmo(lo, hi, rk_ptr, tab_ptr)
+        q0, q1, q2, q3 = _mmo(lo, hi ^ 1, rk_ptr, tab_ptr)
+        t = (lo & 1) != 0
+        h0 = tl.load(pos_ptr + 4 * x, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        h1 = tl.load(pos_ptr + 4 * x + 1, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        h2 = tl.load(pos_ptr + 4 * x + 2, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        h3 = tl.load(pos_ptr + 4 * x + 3, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        # masked positions read r = 0 and add nothing
+        r0 = tl.load(rows + 4 * x, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        r1 = tl.load(rows + 4 * x + 1, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        r2 = tl.load(rows + 4 * x + 2, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        r3 = tl.load(rows + 4 * x + 3, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        a0 += (_join(o0, o1) ^ tl.where(t, c0 ^ h0, 0)) * r0
+        a1 += (_join(o2, o3) ^ tl.where(t, c1 ^ h1, 0)) * r1
+        a2 += (_join(q0, q1) ^ tl.where(t, c2 ^ h2, 0)) * r2
+        a3 += (_join(q2, q3) ^ tl.where(t, c3 ^ h3, 0)) * r3
+    tl.atomic_add(out_ptr + 4 * k, tl.sum(a0, axis=0).to(tl.uint64).to(tl.int64, bitcast=True))
+    tl.atomic_add(out_ptr + 4 * k + 1, tl.sum(a1, axis=0).to(tl.uint64).to(tl.int64, bitcast=True))
+    tl.atomic_add(out_ptr + 4 * k + 2, tl.sum(a2, axis=0).to(tl.uint64).to(tl.int64, bitcast=True))
+    tl.atomic_add(out_ptr + 4 * k + 3, tl.sum(a3, axis=0).to(tl.uint64).to(tl.int64, bitcast=True))
 
 
 @triton.jit(do_not_specialize=["users", "groups", "m", "d", "m_split"])

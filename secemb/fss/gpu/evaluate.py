@@ -10,7 +10,14 @@ and :func:`~secemb.fss.fused.retrieve_and_prepare_buckets`): for ``K`` keys of o
 2. at the leaves, the retrieval shares and control bits (one launch), the retrieval inner
    product with the table or with each key's bucket (one launch), and the aggregation
    conversion summed over keys onto items or buckets (one launch, ``ceil(w k / 128)``
-   conversion blocks per leaf, no atomics: each program owns its output rows).
+   conversion blocks per leaf, no atomics: each program owns its output rows);
+3. with the point-function check (verified uploads, :class:`~secemb.fss.verify.LeafCheck`),
+   the walk goes on over the padded domain (:func:`~secemb.fss.tree.padded_leaves`, as the
+   CPU's does) and one more launch folds every leaf into its key's check value
+   (:func:`leaf_checks`): no second walk on the CPU.
+
+At close, the aggregation's control-bit part ``sum_i t[i, j] CW[i]`` is a ring product on the
+device too (:func:`bits_product`, :func:`packed_bits_product`).
 
 Keys are processed in chunks of whole users so that a chunk's leaves stay within
 :data:`LEAF_BUDGET`; only answers, packed control bits and the (m, w) conversion sum come back
@@ -30,16 +37,19 @@ from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.gpu import _triton as kern
 from secemb.fss.gpu.tables import TABLES, round_keys
 from secemb.fss.keys import DPFKeys, PathKeys
-from secemb.fss.tree import check_path
+from secemb.fss.tree import check_path, padded_leaves
+from secemb.fss.verify import CHECK_WORDS, LEAF_TAG, LeafCheck, position_offsets
 
-__all__ = ["LEAF_BUDGET", "upload_table", "mmo", "expand", "retrieval_shares", "convert_sum", "ring_matmul",
-           "bits_product", "evaluate"]
+__all__ = ["LEAF_BUDGET", "upload_table", "mmo", "expand", "retrieval_shares", "convert_sum", "leaf_checks",
+           "ring_matmul", "bits_product", "packed_bits_product", "evaluate"]
 
 #: leaves of one chunk of keys (16 bytes each, plus the level above: 768 MiB on the device)
 LEAF_BUDGET = 1 << 25
 #: programs a ring product aims for (a few per SM of a large GPU), and its shortest slice
 MATMUL_PROGRAMS = 2048
 MATMUL_MIN_SLICE = 1024
+#: programs the check kernel aims for (it splits each key's positions into slices)
+CHECK_PROGRAMS = 4096
 _SIGNED = {np.dtype(np.uint32): np.int32, np.dtype(np.uint64): np.int64}
 
 
@@ -102,21 +112,26 @@ def _cw_tensor(path: PathKeys, dev: torch.device) -> torch.Tensor:
     return _to_device(planes, dev)
 
 
-def expand(path: PathKeys, dev: torch.device) -> torch.Tensor:
-    """Leaf words int64 (K, m, 2) of every key on ``dev`` (bit 0 of ``[..., 0]`` is ``t``): the
-    same words as :func:`secemb.fss.tree.expand`.  Raises ``InvalidParameters`` as
-    :func:`secemb.fss.tree.check_path` (the kernel indexes the correction words by level, unchecked)."""
+def expand(path: PathKeys, dev: torch.device, size: int | None = None) -> torch.Tensor:
+    """Leaf words int64 (K, size, 2) of every key on ``dev`` (bit 0 of ``[..., 0]`` is ``t``):
+    the first ``size`` leaves (default ``m``; at most ``2^n``, the tree's) of each, the same
+    words as the CPU walk's (:func:`secemb.fss.tree.expand`, :func:`~secemb.fss.tree.leaf_groups`
+    past ``m``).  Raises ``InvalidParameters`` as :func:`secemb.fss.tree.check_path` (the kernel
+    indexes the correction words by level, unchecked), or for a ``size`` outside ``[m, 2^n]``."""
     check_path(path)
     m, n, k = path.params.domain_size, path.params.depth, len(path)
+    size = m if size is None else size
+    if not m <= size <= 1 << n:
+        raise InvalidParameters(f"leaves per key must be in [{m}, {1 << n}], got {size}")
     x = _to_device(path.roots, dev).reshape(k, 1, 2)
     if n == 0 or k == 0:
-        return x[:, :m].contiguous()
+        return x[:, :size].contiguous()
     cw = _cw_tensor(path, dev)
     tables, left, right = _tables(dev), _rk("tree/left", dev), _rk("tree/right", dev)
     block = _block()
     for i in range(n):
         parents = x.shape[1]
-        need = -(-m >> (n - 1 - i))  # nodes at depth i + 1 with a leaf < m
+        need = -(-size >> (n - 1 - i))  # nodes at depth i + 1 with a leaf < size
         out = torch.empty((k, need, 2), dtype=torch.int64, device=dev)
         total = k * parents
         kern.level_kernel[(_cdiv(total, block),)](x, out, cw, parents, need, i, n, total, left, right, tables,
@@ -126,39 +141,82 @@ def expand(path: PathKeys, dev: torch.device) -> torch.Tensor:
 
 
 def retrieval_shares(leaves: torch.Tensor, cw: torch.Tensor, party: int, ring64: bool,
-                     tag: str = RETRIEVAL_TAG) -> tuple[torch.Tensor, torch.Tensor]:
+                     tag: str = RETRIEVAL_TAG, m: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(e, t)``: ring (K, m) shares ``(-1)^party [Convert_tag(s) + t CW]`` (payload 1) and
-    uint8 (K, m) control bits, for leaves int64 (K, m, 2) and ``cw`` ring (K,)."""
-    k, m = leaves.shape[:2]
+    uint8 (K, m) control bits of the first ``m`` leaves (default all) of each key, for leaves
+    int64 (K, L, 2), ``L >= m``, and ``cw`` ring (K,)."""
+    k, stride = leaves.shape[:2]
+    m = stride if m is None else m
+    if not 0 <= m <= stride:
+        raise InvalidParameters(f"{m} leaves of keys with {stride}")
     e = torch.empty((k, m), dtype=torch.int64 if ring64 else torch.int32, device=leaves.device)
     t = torch.empty((k, m), dtype=torch.uint8, device=leaves.device)
     total, block = k * m, _block()
     kern.retrieval_kernel[(_cdiv(total, block),)](
-        leaves, cw, e, t, m, total, party, _rk("convert/" + tag, leaves.device), _tables(leaves.device),
+        leaves, cw, e, t, m, stride, total, party, _rk("convert/" + tag, leaves.device), _tables(leaves.device),
         RING64=ring64, BLOCK=block)
     return e, t
 
 
 def convert_sum(leaves: torch.Tensor, acc: torch.Tensor, tag: str = AGGREGATION_TAG) -> None:
-    """``acc[g, p] += sum_u Convert_tag(leaves[u G + g, p])``: leaves int64 (U G, m, 2), ``acc``
-    ring (G, m, w) (int32: ``Z_2^32``, int64: ``Z_2^64``), updated in place."""
+    """``acc[g, p] += sum_u Convert_tag(leaves[u G + g, p])`` for ``p < m``: leaves int64 (U G, L,
+    2), ``L >= m``, ``acc`` ring (G, m, w) (int32: ``Z_2^32``, int64: ``Z_2^64``), updated in
+    place."""
     groups, m, width = acc.shape
+    stride = leaves.shape[1]
+    if stride < m:
+        raise InvalidParameters(f"keys of {stride} leaves cannot fill {m} positions")
     ring64 = acc.dtype == torch.int64
     per_block = 2 if ring64 else 4
     users = leaves.shape[0] // groups
     block = _block()
     grid = (groups * _cdiv(m, block), _cdiv(width, per_block))
-    kern.convert_sum_kernel[grid](leaves, acc, users, groups, m, width, _rk("convert/" + tag, leaves.device),
+    kern.convert_sum_kernel[grid](leaves, acc, users, groups, m, stride, width, _rk("convert/" + tag, leaves.device),
                                   _tables(leaves.device), RING64=ring64, BLOCK=block)
 
 
-def ring_matmul(e: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """``out[u, g] = e[u, g] @ table[g]`` in the ring: ``e`` (U, G, m), ``table`` (G, m, D),
-    both int32 or both int64; returns (U, G, D).  On a GPU a thin product's inner dimension
-    is split over programs (:data:`MATMUL_PROGRAMS`), summed by integer atomics."""
+@cache
+def _offsets(size: int, dev: torch.device) -> torch.Tensor:
+    """:func:`~secemb.fss.verify.position_offsets` ``H(x)``, ``x < size``, on ``dev`` (int64 (size, 4))."""
+    return _to_device(position_offsets(size).copy(), dev)  # a copy: the cached array is read-only
+
+
+def leaf_checks(leaves: torch.Tensor, cs: torch.Tensor, r: torch.Tensor, per_user: int, out: torch.Tensor,
+                key0: int = 0) -> None:
+    """Fold a chunk's leaves into its keys' point-function check values on the device, as
+    :meth:`secemb.fss.verify.LeafCheck.add` folds the CPU walk's (bit for bit).
+
+    ``leaves`` int64 (C, L, 2): keys ``key0 .. key0 + C - 1`` of the batch over the padded
+    domain (``L`` = :func:`~secemb.fss.tree.padded_leaves`); ``cs`` and ``out`` int64 (K, 4),
+    the batch's check correction words and values (``out`` updated in place, mod 2^64); ``r``
+    int64 (K / per_user, L, 4), the users' challenge words."""
+    chunk, stride = leaves.shape[:2]
+    k = cs.shape[0]
+    if (cs.shape != (k, CHECK_WORDS) or out.shape != cs.shape or r.ndim != 3 or r.shape[1:] != (stride, CHECK_WORDS)
+            or per_user < 1 or r.shape[0] * per_user != k or not 0 <= key0 <= key0 + chunk <= k):
+        raise InvalidParameters(f"check words {tuple(cs.shape)}, values {tuple(out.shape)} and challenges "
+                                f"{tuple(r.shape)} do not fit keys [{key0}, {key0 + chunk}) of {stride} leaves")
+    if chunk == 0 or stride == 0:
+        return
+    block = _block()
+    slices = max(1, min(_cdiv(stride, block), _cdiv(CHECK_PROGRAMS, chunk)))
+    span = _cdiv(_cdiv(stride, slices), block) * block
+    kern.check_kernel[(chunk, _cdiv(stride, span))](
+        leaves, cs, _offsets(stride, leaves.device), r, out, key0, stride, per_user, span,
+        _rk("convert/" + LEAF_TAG, leaves.device), _tables(leaves.device), BLOCK=block)
+
+
+def ring_matmul(e: torch.Tensor, table: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``out[u, g] += e[u, g] @ table[g]`` in the ring: ``e`` (U, G, m), ``table`` (G, m, D),
+    both int32 or both int64; ``out`` (U, G, D) of their dtype (default: zeros), returned.
+    On a GPU a thin product's inner dimension is split over programs
+    (:data:`MATMUL_PROGRAMS`), summed by integer atomics."""
     users, groups, m = e.shape
     d = table.shape[2]
-    out = torch.zeros((users, groups, d), dtype=e.dtype, device=e.device)
+    if out is None:
+        out = torch.zeros((users, groups, d), dtype=e.dtype, device=e.device)
+    elif out.shape != (users, groups, d) or out.dtype != e.dtype or not out.is_contiguous():
+        raise InvalidParameters(f"out must be a contiguous {e.dtype} tensor of shape {(users, groups, d)}")
     bu, bd, bm = (16, 16, 16) if not gpu.interpreting() else (64, 64, 64)
     # slices of the inner dimension: about MATMUL_PROGRAMS programs in all, none shorter than
     # MATMUL_MIN_SLICE
@@ -184,6 +242,30 @@ def bits_product(t: np.ndarray, cw: np.ndarray, dev: torch.device) -> np.ndarray
     return _to_host(out.permute(1, 0, 2).contiguous(), cw.dtype)
 
 
+def packed_bits_product(bits: np.ndarray, cw: np.ndarray, m: int, dev: torch.device) -> np.ndarray:
+    """``out[j] = sum_i t[i, j] cw[i]`` in the ring on ``dev``: the full layout's control-bit
+    part of the aggregation (:meth:`secemb.fss.fused.PreparedAggregation.apply_bits` without
+    its sign), for ``bits`` uint8 (K, ceil(m / 8)), each key's control bits at the ``m`` items
+    packed (numpy ``packbits``), and ``cw`` ring (K, w) (uint32 or uint64) -> ring (m, w).
+    The bits cross packed and are unpacked on the device, in chunks of keys of at most
+    :data:`LEAF_BUDGET` bits (each a :func:`ring_matmul` into the same sum)."""
+    k = bits.shape[0] if bits.ndim == 2 else -1
+    if (bits.dtype != np.uint8 or bits.shape != (k, -(-m // 8)) or cw.dtype not in _SIGNED or cw.ndim != 2
+            or cw.shape[0] != k):
+        raise InvalidParameters(f"correction words {cw.dtype} {cw.shape} and packed control bits {bits.dtype} "
+                                f"{bits.shape} do not match {m} items")
+    signed = torch.int64 if cw.dtype == np.uint64 else torch.int32
+    out = torch.zeros((m, 1, cw.shape[1]), dtype=signed, device=dev)
+    packed, words = torch.from_numpy(np.ascontiguousarray(bits)).to(dev), _to_device(cw, dev)
+    shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=dev)  # big bit order
+    step = max(1, LEAF_BUDGET // max(m, 1))
+    for k0 in range(0, k, step):
+        chunk = packed[k0 : k0 + step]
+        t = chunk[:, :, None].bitwise_right_shift(shifts).bitwise_and(1).reshape(len(chunk), -1)[:, :m]
+        ring_matmul(t.T.to(signed).contiguous()[:, None, :], words[None, k0 : k0 + step], out=out)
+    return _to_host(out[:, 0], cw.dtype)
+
+
 def _pack_bits(t: torch.Tensor) -> torch.Tensor:
     """numpy ``packbits(t, axis=1)`` (big bit order) of uint8 (K, m) 0/1 on the device."""
     k, m = t.shape
@@ -193,8 +275,8 @@ def _pack_bits(t: torch.Tensor) -> torch.Tensor:
     return (padded.view(k, -1, 8) * weights).sum(dim=2, dtype=torch.uint8)
 
 
-def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int) -> tuple[np.ndarray, np.ndarray,
-                                                                                      np.ndarray]:
+def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int,
+             check: LeafCheck | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Evaluate a batch of users' retrieval keys on the device; the same result, bit for bit,
     as the CPU path (``secemb.fss.tasks.evaluate_task``).
 
@@ -206,6 +288,10 @@ def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int) -> t
         buckets: the cuckoo layout).
     table: the round's :class:`~secemb.fss.gpu.DeviceTable`.
     width: ``w``, the aggregation payload width.
+    check: the keys' point-function check (:class:`~secemb.fss.verify.LeafCheck` of these
+        keys, its challenges over the padded domain), or ``None``: its values are computed on
+        the device from the same walk and added into ``check.values`` (mod 2^64), as the CPU
+        walk's :meth:`~secemb.fss.verify.LeafCheck.add` does.
 
     Returns
     -------
@@ -226,25 +312,37 @@ def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int) -> t
         raise InvalidParameters(f"{len(keys)} keys are not whole users of {groups} keys, or width {width} < 1")
     if keys.cw_out.shape != (len(keys), 1):  # the shares' kernel reads one a key, unchecked
         raise InvalidParameters(f"output correction words must be ({len(keys)}, 1), got {keys.cw_out.shape}")
+    # with the check, the walk covers the padded domain, as the CPU walk the check is defined on
+    size = m if check is None else padded_leaves(p)
+    if check is not None and (len(check.cs) != len(keys) or check.r.shape[1] != size):
+        raise InvalidParameters(f"a check of {len(check.cs)} keys over {check.r.shape[1]} positions does not fit "
+                                f"{len(keys)} keys over {size}")
     dev, ring64 = table.device, p.ring_bits == 64
     k, users = len(keys), len(keys) // groups
     answers = torch.empty((k, d), dtype=table.data.dtype, device=dev)
     conv = torch.zeros((groups, m, width), dtype=table.data.dtype, device=dev)
     bits = []
     cw = _to_device(keys.cw_out[:, 0], dev)
-    step = max(1, LEAF_BUDGET // (groups * m))
+    if check is not None:
+        cs, r = _to_device(check.cs, dev), _to_device(check.r, dev)
+        values = torch.zeros((k, CHECK_WORDS), dtype=torch.int64, device=dev)
+    step = max(1, LEAF_BUDGET // (groups * size))
     for u0 in range(0, users, step):
         lo, hi = u0 * groups, min(users, u0 + step) * groups
-        leaves = expand(keys.path[lo:hi], dev)
-        e, t = retrieval_shares(leaves, cw[lo:hi], party, ring64)
+        leaves = expand(keys.path[lo:hi], dev, size)
+        e, t = retrieval_shares(leaves, cw[lo:hi], party, ring64, m=m)
         answers[lo:hi] = ring_matmul(e.view(-1, groups, m), table.data).view(hi - lo, d)
         convert_sum(leaves, conv)
+        if check is not None:
+            leaf_checks(leaves, cs, r, check.per_user, values, key0=lo)
         bits.append(_pack_bits(t) if groups == 1 else t)
         del leaves, e
     if not isinstance(table.layout, str):  # positions padding a bucket: zero, as on the CPU
         conv[torch.from_numpy(table.layout.gather_index < 0).to(dev)] = 0
     if party:
         conv = -conv
+    if check is not None:
+        check.values += _to_host(values, np.dtype(np.uint64))
     dtype = p.dtype
     host_bits = torch.cat(bits).cpu().numpy() if bits else np.zeros((0, m if groups > 1 else -(-m // 8)), np.uint8)
     host_conv = _to_host(conv, dtype)

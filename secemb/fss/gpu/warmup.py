@@ -3,7 +3,7 @@
 Hazmat layer (measurement).  Triton compiles a kernel at its first launch with a new
 specialisation key and keeps the result in its disk cache (``~/.triton/cache``, or
 ``TRITON_CACHE_DIR``); later launches and later processes load it from there.  :func:`warm_up`
-launches each of the eight kernel variants of :mod:`secemb.fss.gpu._triton` (five kernels,
+launches each of the nine kernel variants of :mod:`secemb.fss.gpu._triton` (six kernels,
 three of them in both rings) once on tiny inputs, then once more, and reports per variant what
 Triton compiled or loaded from its cache and the seconds it took (:func:`compile_log`).  Every
 integer argument of the kernels is unspecialised, so these are all the variants any workload
@@ -90,9 +90,12 @@ def _steps(dev: torch.device) -> list[tuple[str, Callable[[], object]]]:
     path = fss.gen_path(np.array([1]), m)[0]
     words = torch.zeros((256, 2), dtype=torch.int64, device=dev)
     leaves = torch.zeros((1, m, 2), dtype=torch.int64, device=dev)
+    cs, values = torch.zeros((1, 4), dtype=torch.int64, device=dev), torch.zeros((1, 4), dtype=torch.int64, device=dev)
+    r = torch.zeros((1, m, 4), dtype=torch.int64, device=dev)
     steps: list[tuple[str, Callable[[], object]]] = [
         ("mmo_kernel", lambda: ev.mmo(words, "warmup/aes")),
         ("level_kernel", lambda: ev.expand(path, dev)),
+        ("check_kernel", partial(ev.leaf_checks, leaves, cs, r, 1, values)),
     ]
     for dtype, ring in ((torch.int32, "Z_2^32"), (torch.int64, "Z_2^64")):
         cw = torch.zeros(1, dtype=dtype, device=dev)

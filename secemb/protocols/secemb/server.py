@@ -557,15 +557,14 @@ class SecEmbServer(ServerRole):
         got = [self._absorbed[u] for u in users]
         if not got:
             return self._sparse.copy()
+        if self._device is not None:  # the product on the backend's device, in the layout's form
+            part = self._device.bits_part([a.bits for a in got], [a.cw for a in got])
+            return self._sparse - part if self.party else self._sparse + part
         if cfg.layout == "full":
             bits = np.concatenate([a.bits for a in got])
             cws = np.concatenate([a.cw for a in got])
             summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
             return self._sparse + summary.apply_bits(cws)
-        if self._device is not None:
-            t = np.stack([a.bits for a in got], axis=2)  # (B, M, U)
-            part = self._device.bits_product(t, np.stack([a.cw for a in got], axis=1))
-            return self._sparse - part if self.party else self._sparse + part
         # party 1 adds the bits' product with the negated words: (-1)^b t CW
         return self._add_bits_product([a.bits for a in got], [a.cw for a in got])
 
