@@ -122,12 +122,27 @@ class SecEAClient:
         return wire.pack(header, self._x25519.public + self._paillier_public.to_bytes())
 
     def receive_directory(self, data: bytes) -> None:
-        """Store every client's public keys from the server's DIRECTORY."""
+        """Store every client's public keys from the server's DIRECTORY.
+
+        Raises
+        ------
+        InvalidMessage: malformed, without this client's own keys, or with a key the deployment
+        never admits (the server refuses such a HELLO: :class:`~secemb.protocols.secea.staged.SecEANode`):
+        an X25519 key no agreement can use, or a Paillier modulus of another size than this
+        client's (every key of a deployment has one size; a larger one would make this client's
+        answers under it cost what that size costs, without bound).  Nothing is stored then.
+        """
         _, body = wire.unpack(data, wire.DIRECTORY, 0, self.index)
         peers = _parse_directory(body, self.params.num_clients)
         x25519, paillier_key = peers[self.index]
         if x25519 != self._x25519.public or paillier_key.key.n != self._paillier_public.key.n:
             raise InvalidMessage("the directory does not carry this client's own keys")
+        bits = self._paillier_public.key.n.bit_length()
+        for i, (x, key) in peers.items():
+            check_public(x)
+            if key.key.n.bit_length() != bits:
+                raise InvalidMessage(f"the directory gives client {i} a {key.key.n.bit_length()}-bit Paillier "
+                                     f"modulus, not the deployment's {bits} bits")
         self._peers, self._directory = peers, bytes(data)
 
     def set_union(self, union: np.ndarray) -> None:
