@@ -17,7 +17,8 @@ Regression tests (they pass):
   answers server 0's check request for one victim (or for every device) under a query seed of its
   own instead of server 0's: exactly those devices are rejected with one strike each and the
   ``device_rejected`` alarm; with one victim the others' round commits, with all of them the round
-  aborts and both models stay.
+  aborts and both models stay.  Three such rounds get the victim refused at server 0's door until
+  the operator clears the alarms (the documented limit).
 """
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_bounded_nodes as tbn  # type: ignore[import-not-found]  # noqa: E402
 import test_session21_verify_journal as j21  # noqa: E402
 
+from secemb.client.device import Device  # noqa: E402
 from secemb.framing import HEADER_BYTES  # noqa: E402
 from secemb.fss import rangeproof  # noqa: E402
 from secemb.protocols.secemb import SecEmbServer  # noqa: E402
 from secemb.protocols.secemb.bounds import CHALLENGE_BYTES  # noqa: E402
 from secemb.protocols.secemb.sizes import NAME  # noqa: E402
 from secemb.protocols.wire import frame  # noqa: E402
+from secemb.server.auth import Forbidden  # noqa: E402
 from secemb.server.node import FollowerNode, LeaderNode  # noqa: E402
+from secemb.server.verify import MAX_REJECTIONS  # noqa: E402
 from secemb.sim.local import InProcessServers  # noqa: E402
 
 USERS = tbn.USERS
@@ -154,5 +158,35 @@ def test_server_1_answering_under_its_own_query_rejects_and_strikes_exactly_thos
         else:
             assert out["state"] == "aborted" and not out["included"], out
             assert (leader.version, leader.model_sha(), follower.version) == (version, sha, version)
+    finally:
+        srv.stop()
+
+
+def test_limit_server_1_gets_an_honest_device_refused_at_the_door_in_three_rounds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented limit ("so server 1 can get honest devices refused at the door after three
+    rounds; the operator sees every ... rejected"): server 1 answers for one honest victim under
+    its own query three rounds running; server 0 shows three ``device_rejected`` alarms naming
+    it and then refuses it at retrieval (403) until the operator clears the alarms."""
+    srv = j21.servers("cuckoo", True)
+    leader, follower = _nodes(srv)
+    victim = USERS[1]
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(_role(follower), "bound_answer", _answer_under_own_query(follower, {victim}))
+            for _ in range(MAX_REJECTIONS):
+                out = leader.close_round(j21.play(srv, USERS, []))
+                assert out["state"] == "committed" and out["rejected"] == [victim], out
+        alarms = leader.status()["alarms"]
+        assert [a["kind"] for a in alarms] == ["device_rejected"] * MAX_REJECTIONS
+        assert all(str(victim) in a["detail"] for a in alarms), alarms
+        r = int(leader.open_round(participants=USERS, deadline_s=30.0)["round_id"])
+        client = srv.servers().device(victim)
+        with pytest.raises(Forbidden, match="failed the servers' verification"):
+            Device(client, *tbn.RATINGS.of(victim)).participate(client.round_info())
+        leader.close_round(r)
+        assert leader.clear_alarms()["cleared"] == MAX_REJECTIONS
+        out = leader.close_round(j21.play(srv, USERS, []))  # server 1 honest again: the victim is back
+        assert out["state"] == "committed" and out["included"] == sorted(USERS), out
     finally:
         srv.stop()

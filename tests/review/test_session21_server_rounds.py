@@ -13,9 +13,10 @@ Regression tests (they pass):
   model version, is refused before any request (``ProtocolError``); announcing only the last
   model's digests is a ``ModelDisagreement`` reported to both servers, which halt.
 * Server 0 answering the retrieval over the last model version (its tags made honestly for this
-  round), or answering one device with another device's valid answer (server 1 too, without
-  relay), is caught by the device: ``RetrievalTampered``, no upload, both servers told, both halt
-  ("A server cannot change the rows a device retrieves: ... no other table").
+  round), or either server answering one device with another device's valid answer (server 1
+  with relay: its masked answer that server 0 forwards), is caught by the device:
+  ``RetrievalTampered``, no upload, both servers told, both halt ("A server cannot change the
+  rows a device retrieves: ... no other table").
 * Server 0 padding one device's answer (selective failure through the answer's size): the device
   refuses it as malformed before training whatever it asked for -- the same error for two devices
   of different items -- uploads nothing, and the others' round commits.  The server cannot
@@ -190,28 +191,40 @@ def test_a_retrieval_over_the_last_model_version_is_caught_by_the_device(monkeyp
         srv.stop()
 
 
-@pytest.mark.parametrize(("layout", "relay", "party"), [(*lr, 0) for lr in LAYOUTS] + [("cuckoo", False, 1),
-                                                                                       ("full", False, 1)])
+@pytest.mark.parametrize(("layout", "relay", "party"), [(*lr, p) for lr in LAYOUTS for p in (0, 1)])
 def test_another_devices_valid_answer_is_caught_by_the_device(monkeypatch: pytest.MonkeyPatch, layout: str,
                                                               relay: bool, party: int) -> None:
-    """Server ``party`` answers the victim's retrieval with the reply it made for another device of
-    the same round (a valid answer, for that device's keys)."""
+    """Server ``party`` answers the victim's retrieval with the answer it made for another device of
+    the same round (a valid answer, for that device's keys): its reply to the device, or with relay
+    server 1's masked answer that server 0 forwards."""
     srv = j21.servers(layout, relay)
     leader, follower = _nodes(srv)
     donor = USERS[0]
     try:
-        replies: dict[int, bytes | None] = {}
-        honest = LocalServerLink.retrieval
+        replies: dict[int, Any] = {}  # a reply, or with relay server 1's masked answer
+        if relay and party == 1:  # server 1 sends devices nothing: it swaps its masked answer to server 0
+            masked = follower.peer_relay_retrieval_many
 
-        def retrieval(link: LocalServerLink, round_id: int, body: bytes) -> bytes | None:
-            reply = honest(link, round_id, body)
-            if link.party != party:
-                return reply
-            if link.user == donor:
-                replies[donor] = reply
-            return replies[donor] if link.user == VICTIM else reply
+            def relayed(r: int, items: list[tuple[int, bytes]]) -> list[Any]:
+                outs = masked(r, items)
+                for (user, _), out in zip(items, outs, strict=True):
+                    if user == donor:
+                        replies[donor] = out
+                return [replies[donor] if user == VICTIM else out for (user, _), out in zip(items, outs, strict=True)]
 
-        monkeypatch.setattr(LocalServerLink, "retrieval", retrieval)
+            monkeypatch.setattr(follower, "peer_relay_retrieval_many", relayed)
+        else:
+            honest = LocalServerLink.retrieval
+
+            def retrieval(link: LocalServerLink, round_id: int, body: bytes) -> bytes | None:
+                reply = honest(link, round_id, body)
+                if link.party != party:
+                    return reply
+                if link.user == donor:
+                    replies[donor] = reply
+                return replies[donor] if link.user == VICTIM else reply
+
+            monkeypatch.setattr(LocalServerLink, "retrieval", retrieval)
         r = _open(leader)
         _take_part(srv, donor)  # honest answers for the donor
         assert replies[donor] is not None
