@@ -12,10 +12,10 @@ refuses the same keys in the DIRECTORY it is handed:
 
 * **G1, a peer's Paillier modulus larger than the deployment's.**  A silo encrypts its answers to
   each requester under the requester's key from the directory, so a directory that gives a peer a
-  larger modulus multiplies the silo's answer work: measured before the fix (idle-free 2-core
-  machine, ratios within one run) a 16,384-bit modulus made a silo's ANSWER of 4 queries ~50x
-  slower than the 1,024-bit keys of the deployment; the directory's length field allows a
-  524,280-bit modulus (64 KiB), i.e. a silo that never answers.  Before, the silo took any odd
+  larger modulus multiplies the silo's answer work: encrypting 4 answers took ~5 s of CPU under a
+  16,384-bit modulus against ~5 ms under a 1,024-bit key (CPU clock, one run on the loaded
+  development machine), and the directory's length field allows a 524,280-bit modulus (64 KiB),
+  i.e. a silo that never answers.  Before, the silo took any odd
   modulus of at least 1,024 bits.
 * **G2, a peer's low-order X25519 key.**  Before, the silo took it, its set-up committed and its
   state (the directory) was written; its first upload then failed on the pad agreement, and so
