@@ -270,3 +270,42 @@ def test_a_padded_answer_fails_every_device_alike_whatever_it_asked(monkeypatch:
         assert out["state"] == "committed" and out["included"] == sorted(USERS[:-2]) and out["rejected"] == [], out
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
+def test_what_each_server_gets_from_a_device_is_the_same_whatever_and_however_many_items_it_rated(
+        monkeypatch: pytest.MonkeyPatch, layout: str, relay: bool) -> None:
+    """What a server that watches (or delays) devices can see of each: the calls it gets, in their
+    order, and their sizes -- with bounded payloads including the challenge request and the proof
+    -- are the same for devices of 1, 2, 3 and 4 rated items (``m' = 4``) and different items
+    (docs/deployment.md, "Security notes": "every device message has a size fixed by public round
+    parameters"; only request timing is not hidden, "Participation and timing")."""
+    srv = j21.servers(layout, relay)
+    leader, _ = _nodes(srv)
+    seen: dict[int, list[tuple[str, int, int]]] = {}
+
+    def watched(name: str) -> Callable[..., Any]:
+        honest = getattr(LocalServerLink, name)
+
+        def call(link: LocalServerLink, *args: Any) -> Any:
+            body = next((a for a in args if isinstance(a, bytes)), b"")
+            seen.setdefault(link.user, []).append((name, link.party, len(body)))
+            return honest(link, *args)
+
+        return call
+
+    for name in ("round_info", "retrieval", "dense", "upload", "challenge", "proof"):
+        monkeypatch.setattr(LocalServerLink, name, watched(name))
+    try:
+        r = _open(leader)
+        for k, u in enumerate(USERS[:4], start=1):
+            items, ratings = tbn.RATINGS.of(u)
+            client = srv.servers().device(u)
+            Device(client, items[:k], ratings[:k]).participate(client.round_info())
+        out = leader.close_round(r)
+        assert out["state"] == "committed" and out["included"] == sorted(USERS[:4]), out
+        first = seen[USERS[0]]
+        assert [c[0] for c in first].count("proof") == 1 and any(c[0] == "challenge" for c in first)
+        assert all(seen[u] == first for u in USERS[1:4]), seen
+    finally:
+        srv.stop()
