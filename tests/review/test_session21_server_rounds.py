@@ -22,6 +22,11 @@ Regression tests (they pass):
   of different items -- uploads nothing, and the others' round commits.  The server cannot
   condition the padding on the items: its view is independent of them ("Why a failure does not
   depend on the index"); the size an honest server sends is fixed by the public parameters.
+* Server 0 announcing the last (closed) round as open -- the state is the one field the device
+  does not compare -- gets the device no further than server 1, which refuses its first request.
+* What each server gets from a device through the SDK (calls, order, sizes, the bound's
+  challenge request and proof) is the same for devices of 1-4 rated items and different items,
+  so a server that watches or delays devices sees only when they send (timing: "not protected").
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import test_session21_verify_journal as j21  # noqa: E402
 
 from secemb.client.device import Device  # noqa: E402
 from secemb.errors import InvalidMessage, ModelDisagreement, ProtocolError, RetrievalTampered  # noqa: E402
+from secemb.server.errors import Conflict  # noqa: E402
 from secemb.server.node import FollowerNode, LeaderNode  # noqa: E402
 from secemb.sim.local import InProcessServers, LocalServerLink  # noqa: E402
 
@@ -307,5 +313,34 @@ def test_what_each_server_gets_from_a_device_is_the_same_whatever_and_however_ma
         first = seen[USERS[0]]
         assert [c[0] for c in first].count("proof") == 1 and any(c[0] == "challenge" for c in first)
         assert all(seen[u] == first for u in USERS[1:4]), seen
+    finally:
+        srv.stop()
+
+
+def test_server_0_showing_a_closed_round_as_open_gets_the_device_no_further_than_server_1(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between rounds server 0 announces the last round again with ``state: open`` (the state is the
+    one field of a round document the device does not compare: server 1 announces the same round,
+    closed).  The device's first request goes to server 1, which takes no message of a round that
+    is not open (docs/security.md, "What the honest server refuses"); nothing reaches either
+    server's round, and nothing changes."""
+    srv = j21.servers("cuckoo", True)
+    leader, follower = _nodes(srv)
+    try:
+        r = int(leader.open_round(participants=USERS[:-1], deadline_s=30.0)["round_id"])
+        old = leader.round_info(VICTIM)
+        for u in USERS[:-1]:
+            _take_part(srv, u)
+        assert leader.close_round(r)["state"] == "committed"
+        assert follower.round_info(VICTIM)["state"] == "committed" and old["state"] == "open"
+        monkeypatch.setattr(leader, "round_info", lambda user: copy.deepcopy(old))
+        client = srv.servers().device(VICTIM)
+        info = client.round_info()  # the documents agree but for the state
+        with pytest.raises(Conflict, match=f"round {r} is closed"):
+            Device(client, *tbn.RATINGS.of(VICTIM)).participate(info)
+        for node in (leader, follower):
+            assert node.round is not None and node.round.round_id == r and node.round.state == "committed"
+            assert VICTIM not in node.round.retrieved and node.status()["alarms"] == []
+        assert leader.version == follower.version == 1
     finally:
         srv.stop()
