@@ -26,6 +26,10 @@ one projection challenge per batch of uploads it absorbs, so the round's devices
 (``"challenges"`` in the JSON: the distinct challenges of a bounded round, its median).  The proof
 counts in the device's upload bytes, the check's request and answer in the server-to-server
 bytes.
+
+With ``--roles`` each kind's figures also hold ``"roles"``: the median seconds a round of each
+server's protocol-role call (``"s0.handle_retrieval_many"``, ``"s1.bound_answer"``, ...; in each
+round they sum to its ``server_s``), which says where a check's extra time goes.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ SIZES = {"ml100k": (1682, 200), "yelp": (93386, 500)}
 
 #: the kinds of round measured: no check, verified uploads, verified uploads and bounded payloads
 KINDS = ("unchecked", "checked", "bounded")
+#: a round's per-call seconds are its figures named with this prefix (``--roles``)
+ROLE_PREFIX = "role:"
 
 
 def _round(layout: str, relay: bool, kind: str, users: int, gen: np.random.Generator,
@@ -67,13 +73,18 @@ def _round(layout: str, relay: bool, kind: str, users: int, gen: np.random.Gener
     table = gen.integers(0, 1 << 20, (m, 65)).astype(cfg.dtype)
     s0, s1 = proto.make_server(0), proto.make_server(1)
     clock = [0.0]
+    roles: dict[str, float] = {}
 
     def timed(fn: Callable[..., Any], *args: Any) -> Any:
         t = time.perf_counter()
         try:
             return fn(*args)
         finally:
-            clock[0] += time.perf_counter() - t
+            took = time.perf_counter() - t
+            clock[0] += took
+            server = getattr(fn, "__self__", None)
+            name = f"{ROLE_PREFIX}{'' if server is None else f's{server.party}.'}{fn.__name__}"
+            roles[name] = roles.get(name, 0.0) + took
 
     for s in (s0, s1):
         s.begin_round(cfg, table)  # the table's tags and limbs: the same work either way, not timed
@@ -143,7 +154,7 @@ def _round(layout: str, relay: bool, kind: str, users: int, gen: np.random.Gener
     _combine(timed, s0, share1, include)
     _combine(timed, s1, share0, include)
     return {"server_s": clock[0], "device_proof_s": proving, "device_upload_bytes": up / users,
-            "server_bytes": float(s2s), "challenges": float(len(challenges))}
+            "server_bytes": float(s2s), "challenges": float(len(challenges)), **roles}
 
 
 def _combine(timed: Callable[..., Any], server: SecEmbServer, share: bytes, include: list[int]) -> None:
@@ -152,24 +163,36 @@ def _combine(timed: Callable[..., Any], server: SecEmbServer, share: bytes, incl
 
 def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
             layouts: tuple[str, ...] = ("cuckoo", "full"), bound: bool = False,
-            workers: int | None = None) -> list[dict[str, Any]]:
+            workers: int | None = None, roles: bool = False) -> list[dict[str, Any]]:
     """Per layout (cuckoo with relay, full without), the checked and unchecked figures (median
     of ``repeats`` rounds of each kind, their order rotating) at ``size`` (:data:`SIZES`); with
     ``bound``, the bounded ones too (``bounded`` and its ``bounded_*_ratio`` against unchecked).
     The servers evaluate on the serial backend, or with ``workers`` on a thread backend of that
-    many threads (``"workers"`` in each line: 1 for serial)."""
+    many threads (``"workers"`` in each line: 1 for serial).  With ``roles``, each kind's figures
+    hold ``"roles"``: the median seconds a round of each server's role call (module docstring)."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     backend = None if workers is None else ThreadBackend(workers)
     try:
-        return _measure(users, repeats, seed, size, layouts, bound, backend)
+        return _measure(users, repeats, seed, size, layouts, bound, backend, roles)
     finally:
         if backend is not None:
             backend.close()
 
 
+def _medians(runs: list[dict[str, float]], roles: bool) -> dict[str, Any]:
+    """The median of each figure over a kind's rounds; the role calls' (a call a round makes only
+    in some rounds counts 0 in the others) nested under ``"roles"`` with ``roles``, else left out."""
+    names = sorted({k for r in runs for k in r})
+    med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in names}
+    out: dict[str, Any] = {k: v for k, v in med.items() if not k.startswith(ROLE_PREFIX)}
+    if roles:
+        out["roles"] = {k[len(ROLE_PREFIX) :]: v for k, v in med.items() if k.startswith(ROLE_PREFIX)}
+    return out
+
+
 def _measure(users: int, repeats: int, seed: int, size: str, layouts: tuple[str, ...], bound: bool,
-             backend: Backend | None) -> list[dict[str, Any]]:
+             backend: Backend | None, roles: bool = False) -> list[dict[str, Any]]:
     gen = np.random.default_rng(seed)  # public test data: tables and item choices
     out = []
     for layout, relay in (("cuckoo", True), ("full", False)):
@@ -183,7 +206,7 @@ def _measure(users: int, repeats: int, seed: int, size: str, layouts: tuple[str,
             for j in range(len(kinds)):  # each kind first in turn
                 kind = kinds[(i + j) % len(kinds)]
                 runs[kind].append(_round(layout, relay, kind, users, gen, SIZES[size], backend))
-        med = {v: {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]} for v in runs}
+        med = {v: _medians(runs[v], roles) for v in runs}
         line: dict[str, Any] = {"size": size, "layout": layout, "relay": relay, "users": users, "repeats": repeats,
                                 "workers": 1 if backend is None else backend.workers}
         for kind, prefix in (("checked", ""), ("bounded", "bounded_")):
@@ -209,9 +232,10 @@ def main() -> None:
     ap.add_argument("--layouts", default="cuckoo,full")
     ap.add_argument("--bound", action="store_true", help="also rounds with bounded payloads (issue 34 (b))")
     ap.add_argument("--workers", type=int, default=None, help="threads of a thread backend (default: serial)")
+    ap.add_argument("--roles", action="store_true", help="also each server role call's median seconds a round")
     args = ap.parse_args()
     for line in measure(args.users, args.repeats, size=args.size, layouts=tuple(args.layouts.split(",")),
-                        bound=args.bound, workers=args.workers):
+                        bound=args.bound, workers=args.workers, roles=args.roles):
         print(json.dumps(line))
 
 
