@@ -3,7 +3,8 @@
 
 Party: server 1.  It mirrors the rounds server 0 opens once both agree (fingerprint, round
 configuration, model version and digest, this server's user floor); releases a count sum and
-an aggregate share only over at least ``min_users`` users and one user set per phase or round;
+an aggregate share only over at least ``min_users`` users (its own floor; for a share, also the
+round's, which both servers announce to its devices) and one user set per phase or round;
 reports its digests of the uploads for the verification step; reconstructs the round's update
 itself and keeps it staged (durably, before its digest leaves); installs a synced model only
 if it is the one it computed (otherwise a halting ``model_disagreement`` alarm).  Its relay
@@ -187,16 +188,19 @@ class FollowerNode(FollowerRelay):
 
         Raises
         ------
-        Conflict: the round is not closing, a share for another set was given, or a user of
-            ``include`` did not upload here.
+        Conflict: the round is not closing, ``include`` has fewer users than this server's floor
+            or the round's ``min_users`` (the one both servers announced to its devices, which
+            took part on that promise: finding F1, session 21), a share for another set was
+            given, or a user of ``include`` did not upload here.
         """
         include = sorted(set(include))
-        if len(include) < self.cfg.min_users:
-            raise Conflict(f"round {r}: an aggregate share of {len(include)} user(s) is refused: fewer than "
-                           f"min_users={self.cfg.min_users}")
         with self._share_lock:
             with self.lock:
                 rnd = self._current(r, states=(CLOSING,))
+                floor = max(self.cfg.min_users, rnd.min_users)
+                if len(include) < floor:
+                    raise Conflict(f"round {r}: an aggregate share of {len(include)} user(s) is refused: fewer than "
+                                   f"min_users={floor}")
                 if rnd.share_include is not None:
                     if rnd.share_include != include:
                         raise Conflict(f"round {r}: a share for another user set was already given")
