@@ -5,7 +5,7 @@ docs/security.md ("What holds", "Verified retrieval", "What a device, the operat
 refuse from a deviating server") and docs/deployment.md ("Alarms"), never from the code.
 Regression tests (they pass):
 
-* A round announced to one device only with other parameters (``m'``, the cuckoo buckets, the
+* A round announced by either server to one device only with other parameters (``m'``, the cuckoo buckets, the
   layout, relay, ``bound``, ``users_per_round``, the fixed point) is refused by that device
   before any request ("Every device of a round sees the same round ... detected by the device
   before any request: ... ``ProtocolError`` for different documents"); the others' round commits.
@@ -95,15 +95,17 @@ MUTATIONS = [
 ]
 
 
+@pytest.mark.parametrize("party", [0, 1])
 @pytest.mark.parametrize(("block", "name", "value"), MUTATIONS)
 def test_other_round_parameters_announced_to_one_device_are_refused_before_any_request(
-        monkeypatch: pytest.MonkeyPatch, block: str, name: str, value: Any) -> None:
+        monkeypatch: pytest.MonkeyPatch, block: str, name: str, value: Any, party: int) -> None:
     srv = j21.servers("cuckoo", True)
     leader, _ = _nodes(srv)
+    deviant = srv.nodes[party]
     try:
-        honest = leader.round_info
+        honest = deviant.round_info
 
-        def deviating(user: int | None) -> dict[str, Any]:  # server 0 knows who asks (a signed request)
+        def deviating(user: int | None) -> dict[str, Any]:  # the server knows who asks (a signed request)
             doc = honest(user)
             if user == VICTIM:
                 doc = copy.deepcopy(doc)
@@ -112,7 +114,7 @@ def test_other_round_parameters_announced_to_one_device_are_refused_before_any_r
                 where[name] = value
             return doc
 
-        monkeypatch.setattr(leader, "round_info", deviating)
+        monkeypatch.setattr(deviant, "round_info", deviating)
         r = _open(leader)
         with pytest.raises(ProtocolError, match="the servers announce different rounds"):
             _take_part(srv, VICTIM)
