@@ -144,3 +144,29 @@ def query_columns(lag, half, chunk, n_real, rho, place, f, top, pads, witness, r
         ring[r] = _mul(rho[r], f)
         total = _add(total, rho[r])
     return _mul(total, top)
+
+
+@njit(cache=True, nogil=True)
+def decide_core(v0, v1, wires, ok):  # noqa: ANN001, ANN201
+    """:func:`secemb.fss.rangeproof.decide`'s verdict per device ``d`` (its numpy code is the
+    reference) into ``ok[d]`` (bool (n,)), for verifier messages ``v0, v1`` uint64 (n, 2L + 3 +
+    4) whose field elements are below ``p`` (checked by the caller), ``L = wires``: ``z = 0``, at
+    both query points ``sum_j y_2j y_2j+1' (y_2j+1' - 1) (y_2j+1' - 2) = g`` with ``y`` the summed
+    wires (``y' = y_2j+1``) and ``g`` the summed gadget value, and the joint randomness equal."""
+    n = v0.shape[0]
+    opened = 2 * wires + 3
+    one, two = np.uint64(1), np.uint64(2)
+    for d in range(n):
+        good = _add(v0[d, 0], v1[d, 0]) == 0
+        for q in range(2):
+            base = 1 + q * (wires + 1)
+            g = np.uint64(0)
+            for j in range(0, wires, 2):
+                y = _add(v0[d, base + j], v1[d, base + j])
+                x = _add(v0[d, base + j + 1], v1[d, base + j + 1])
+                falling = _mul(_mul(x, _add(x, _P - one)), _add(x, _P - two))
+                g = _add(g, _mul(y, falling))
+            good = good and g == _add(v0[d, base + wires], v1[d, base + wires])
+        for k in range(opened, v0.shape[1]):
+            good = good and v0[d, k] == v1[d, k]
+        ok[d] = good

@@ -844,6 +844,12 @@ def decide(params: RangeParams, v0: np.ndarray, v1: np.ndarray) -> np.ndarray:
             raise InvalidMessage(f"{name}: a field element is not below p")
     if v0.shape != v1.shape:
         raise InvalidMessage(f"verifier messages for different batches: {v0.shape} and {v1.shape}")
+    if kernels.compiled():  # the same verdicts as the numpy below in one compiled pass
+        from secemb.fss._rangeproof_kernels import decide_core
+
+        verdicts = np.empty(len(v0), dtype=bool)
+        decide_core(np.ascontiguousarray(v0), np.ascontiguousarray(v1), params.wires, verdicts)
+        return verdicts
     s = F.add(v0[:, :nf], v1[:, :nf])
     ok = s[:, 0] == 0
     big_l = params.wires
