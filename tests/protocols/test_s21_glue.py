@@ -90,3 +90,36 @@ def test_integer_indices_of_any_dtype_give_the_int64_requests(layout: str) -> No
     got = type(a[0]).retrieval_requests(a, mixed, _rng=CtrDrbg(b"s21/dtype"))  # type: ignore[arg-type]
     want = type(b[0]).retrieval_requests(b, good, _rng=CtrDrbg(b"s21/dtype"))
     assert all(isinstance(m, tuple) for m in want) and got == want
+
+
+def test_cuckoo_key_points_are_each_item_s_place_in_its_bucket_and_0_for_an_empty_one() -> None:
+    """The key points of a batch's slots (all looked up at once): each real slot's item's position
+    in the slot's bucket (the layout's gather index), 0 for an empty bucket; a device with an item
+    in a bucket that is none of its candidates is not placed, whatever the other slots hold (-1 at
+    any bucket is no item to look for)."""
+    proto, cfg, good = _setup("cuckoo")
+    layout = cfg.cuckoo()
+    moved = good[1].copy()
+    at = int(np.flatnonzero(moved >= 0)[0])
+    moved[at] = next(i for i in range(300) if at not in layout.candidates[i])
+    emptied = good[2].copy()
+    emptied[np.flatnonzero(emptied >= 0)[:3]] = -1
+    batch = np.stack([good[0], moved, emptied, np.full(cfg.slots, -1), good[3]])
+    alphas, placed = proto.make_user(cfg)._alphas(batch)
+    assert placed.tolist() == [True, False, True, True, True]
+    for row, got, fits in zip(batch, alphas, placed, strict=True):
+        for bucket, (item, point) in enumerate(zip(row.tolist(), got.tolist(), strict=True)):
+            if item < 0:
+                assert point == 0
+            elif fits:
+                assert layout.gather_index[bucket, point] == item, (bucket, item, point)
+
+
+def test_a_device_s_real_slots_are_its_items_that_are_not_minus_1() -> None:
+    proto, cfg, good = _setup("cuckoo")
+    user = proto.make_user(cfg)
+    assert user._real is None
+    user.retrieval_request(good[0])
+    real = user._real
+    assert real is not None and real.dtype == bool and real.tolist() == (good[0] >= 0).tolist()
+    assert real.flags.owndata and real is not user._real  # a fresh array each time: nothing of the device's to write

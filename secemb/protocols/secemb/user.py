@@ -227,12 +227,17 @@ class SecEmbUser(UserRole):
         self._kept: _Kept | None = None  # bounded payloads: from the upload until the proof
         self._rng = _rng or system_rng
         self._state: fss.GenState | None = None
-        self._real: np.ndarray | None = None
         self._items: np.ndarray | None = None  # int64 (S,): the slots' items (-1: empty bucket)
         self._unmask: np.ndarray | None = None  # ring (S,): inverses of the secret odd retrieval payloads (0: empty)
         self._seeds: tuple[bytes, bytes] | None = None
         self._mac_key: bytes | None = None  # relay: server 1's key for the upload's tag
         self._tampered = False  # a retrieval answer failed its check: no upload this round
+
+    @property
+    def _real(self) -> np.ndarray | None:
+        """Whether each request slot holds an item, bool (S,) (a fresh array: from the slots'
+        items, -1 marking an empty bucket); ``None`` before a request."""
+        return None if self._items is None else self._items >= 0
 
     def _alphas(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Key points of users' checked slots (int64 (U, S)): item ids (full layout) or
@@ -242,12 +247,11 @@ class SecEmbUser(UserRole):
         cfg = self.config
         if cfg.layout == "full":
             return slots, np.ones(slots.shape[0], bool)
-        real = slots >= 0
-        buckets = np.broadcast_to(np.arange(cfg.slots), slots.shape)
-        alphas = np.zeros(slots.shape, np.int64)  # empty buckets: any point, payload 0
-        found = np.ones(slots.shape, bool)
-        alphas[real], found[real] = cfg.cuckoo().find(slots[real], buckets[real])
-        return alphas, np.all(found, axis=1)
+        empty = slots < 0
+        # every slot looked up at once, the empty buckets' answers then overridden: any point
+        # (0), payload 0, and nothing to find
+        pos, found = cfg.cuckoo().find(slots, np.broadcast_to(np.arange(cfg.slots), slots.shape))
+        return np.where(empty, 0, pos), np.all(found | empty, axis=1)
 
     def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
         return result_or_raise(self.retrieval_requests([self], [indices], _rng=self._rng)[0])
@@ -301,7 +305,7 @@ class SecEmbUser(UserRole):
                 sl = slice(j * cfg.slots, (j + 1) * cfg.slots)
                 # copies: a user keeps its own secret state, no view of the batch's (other users')
                 user._state = fss.GenState(params.domain_size, state.leaf0[sl].copy(), state.leaf1[sl].copy())
-                user._real, user._items, user._unmask = real[j].copy(), slots[j].copy(), unmask[j].copy()
+                user._items, user._unmask = slots[j].copy(), unmask[j].copy()
                 out[i] = (rows0[j].tobytes(), rows1[j].tobytes())
                 if sigmas is not None:
                     user._sigma, user._digest = sigmas[SIGMA_BYTES * j : SIGMA_BYTES * (j + 1)], digests[j]
@@ -407,8 +411,8 @@ class SecEmbUser(UserRole):
         :class:`RetrievalTampered` (and the user marked so)."""
         cfg = users[0].config
         n = len(users)
-        real = np.stack([cast("np.ndarray", u._real) for u in users]).reshape(-1)  # set with _state
-        items = np.stack([cast("np.ndarray", u._items) for u in users]).reshape(-1)
+        items = np.stack([cast("np.ndarray", u._items) for u in users]).reshape(-1)  # set with _state
+        real = items >= 0
         unmask = np.stack([cast("np.ndarray", u._unmask) for u in users])
         slots = answers.reshape(-1, answers.shape[2])  # (n S, width + T), user by user
         real_at, empty_at = np.flatnonzero(real), np.flatnonzero(~real)
@@ -461,7 +465,8 @@ class SecEmbUser(UserRole):
                 out[i] = exc
         grads = np.concatenate([gradients[i][0] for i in ok]) if ok else None  # (n S, width), checked above
         if grads is not None:  # the last check, for all at once: rows of empty slots must be zero
-            empty = np.flatnonzero(~np.concatenate([cast("np.ndarray", users[i]._real) for i in ok]))  # set with _state
+            items = np.concatenate([cast("np.ndarray", users[i]._items) for i in ok])  # set with _state
+            empty = np.flatnonzero(items < 0)
             rows = np.take(grads, empty, axis=0)
             # positions in ok (the users are found only where a row is not zero: rare)
             filled = np.unique(empty[rows.any(axis=1)] // cfg.slots) if np.count_nonzero(rows) else empty[:0]
