@@ -247,11 +247,12 @@ class SecEmbUser(UserRole):
         cfg = self.config
         if cfg.layout == "full":
             return slots, np.ones(slots.shape[0], bool)
-        empty = slots < 0
-        # every slot looked up at once, the empty buckets' answers then overridden: any point
-        # (0), payload 0, and nothing to find
-        pos, found = cfg.cuckoo().find(slots, np.broadcast_to(np.arange(cfg.slots), slots.shape))
-        return np.where(empty, 0, pos), np.all(found | empty, axis=1)
+        real = slots >= 0
+        buckets = np.broadcast_to(np.arange(cfg.slots), slots.shape)
+        alphas = np.zeros(slots.shape, np.int64)  # empty buckets: any point, payload 0
+        found = np.ones(slots.shape, bool)
+        alphas[real], found[real] = cfg.cuckoo().find(slots[real], buckets[real])
+        return alphas, np.all(found, axis=1)
 
     def retrieval_request(self, indices: np.ndarray) -> tuple[bytes, bytes]:
         return result_or_raise(self.retrieval_requests([self], [indices], _rng=self._rng)[0])
