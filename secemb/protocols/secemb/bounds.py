@@ -47,9 +47,11 @@ The protocol, per device and round
 
 Each server's payload shares come from the payload sums its retrieval's walk keeps
 (``retrieve_and_prepare(..., payload_sums=True)`` and its bucket form, through
-:func:`secemb.fss.tasks.evaluate_task`), with the correction words it absorbed; where that walk
-keeps none (the gpu backend's), from a walk of the absorbed keys at verification
-(:func:`payload_share`).
+:func:`secemb.fss.tasks.evaluate_task`, which writes them into the batch's arrays), with the
+correction words it absorbed; where that walk keeps none (the gpu backend's), or the server
+dropped them after the check, from a walk of the absorbed keys at verification
+(:func:`payload_sums`).  They are projected as they are computed (:func:`projected_shares`): no
+server forms ``x_b``.
 """
 
 from __future__ import annotations
