@@ -1,9 +1,9 @@
 """Who may take part in a round, and on what terms: both servers' checks of the user ids and
 round sizes they are given, and server 0's door for a device's retrieval.
 
-Party: both servers (:func:`user_list`, :func:`check_floor`); server 0 for the terms of a round
-it opens (:func:`round_terms`) and either server at its door (:func:`admit`).  Pure checks over
-the values they are given: every refusal raises before anything changes, except that
+Party: both servers (:func:`user_list`, :func:`check_floor`, :func:`check_bound_users`); server
+0 for the terms of a round it opens (:func:`round_terms`) and either server at its door
+(:func:`admit`).  Pure checks over the values they are given: every refusal raises before anything changes, except that
 :func:`admit` marks an admitted user in ``rnd.admitting`` (under the node's lock).
 
 Errors: ``InvalidParameters`` (422) for a malformed request, :class:`~secemb.server.errors.Conflict`
@@ -22,7 +22,7 @@ from secemb.server.errors import Conflict
 from secemb.server.rounds import Round
 from secemb.server.verify import MAX_REJECTIONS
 
-__all__ = ["RoundTerms", "admit", "check_floor", "check_participant", "round_terms", "user_list"]
+__all__ = ["RoundTerms", "admit", "check_bound_users", "check_floor", "check_participant", "round_terms", "user_list"]
 
 
 def user_list(users: Any, name: str, num_users: int) -> list[int]:
@@ -47,6 +47,23 @@ def check_floor(n_p: int, min_users: Any, floor: int, error: type[SecembError]) 
     if n_p < floor:
         raise error(f"a round of n_p={n_p} user(s) is refused: this server's floor is min_users={floor}")
     check_int(f"min_users (this server's floor: {floor}; n_p={n_p})", min_users, low=floor, high=n_p, error=error)
+
+
+def check_bound_users(n_p: int, bound_users: int | None) -> None:
+    """Bounded payloads: a round of more than ``bound_users`` users (the ``users_per_round``
+    the bound is proved for; ``None``: no bound) is refused, since that many bounded uploads
+    could wrap the round's sum.  Both servers check it on their own (server 0 when it opens a
+    round, server 1 when it mirrors one).
+
+    Raises
+    ------
+    InvalidParameters: ``n_p > bound_users``.
+    """
+    if bound_users is not None and n_p > bound_users:
+        raise InvalidParameters(f"bounded payloads are proved for rounds of at most users_per_round={bound_users} "
+                                f"users; this round would have {n_p}: open smaller rounds, or raise "
+                                f"[protocol.options] users_per_round in both servers' configurations (a new "
+                                f"configuration: docs/deployment.md, 'Bounded payloads')")
 
 
 class RoundTerms(NamedTuple):

@@ -2,7 +2,8 @@
 :class:`~secemb.server.peer.PeerLink`.
 
 Party: server 1.  It mirrors the rounds server 0 opens once both agree (fingerprint, round
-configuration, model version and digest, this server's user floor); releases a count sum and
+configuration, model version and digest, this server's user floor, with bounded payloads the
+bound's ``users_per_round``); releases a count sum and
 an aggregate share only over at least ``min_users`` users (its own floor; for a share, also the
 round's, which both servers announce to its devices) and one user set per phase or round;
 reports its digests of the uploads for the verification step; reconstructs the round's update
@@ -26,7 +27,7 @@ from secemb.protocols.base import Protocol, RoundConfig
 from secemb.randomness import RandomBytes
 from secemb.round import messages
 from secemb.server import faults
-from secemb.server.admission import check_floor, user_list
+from secemb.server.admission import check_bound_users, check_floor, user_list
 from secemb.server.config import ServerConfig
 from secemb.server.errors import Conflict, NotFound
 from secemb.server.persist import CorruptState
@@ -93,7 +94,18 @@ class FollowerNode(FollowerRelay):
         return messages.encode_count(self.count.total(include, once=True), self.cfg.ring_bits, party=1)
 
     def peer_open(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Mirror the round server 0 opened, after checking that both agree."""
+        """Mirror the round server 0 opened, after checking that both agree.
+
+        Raises
+        ------
+        InvalidParameters: a malformed document, or, with bounded payloads, a round of more
+            users than the bound's ``users_per_round`` (as server 0 refuses to open it).
+        Conflict: another configuration, model version or round id, or a round below this
+            server's floor.
+        ModelDisagreement: server 0 opens on another model of the same version (an alarm).
+
+        A refusal changes nothing and journals nothing, except the alarm of a model disagreement.
+        """
         try:
             rc = RoundConfig(**doc["config"])
             r = int(doc["round_id"])
@@ -110,6 +122,7 @@ class FollowerNode(FollowerRelay):
         if ids is not None and len(ids) != n_p:
             raise InvalidParameters(f"round document: n_p={n_p} but {len(ids)} participants")
         check_floor(n_p, min_users, self.cfg.min_users, Conflict)
+        check_bound_users(n_p, None if self.prover is None else self.prover.bound_users)  # as server 0 does
         expect = self.protocol.round_config(r, self.cfg.num_items, self.width, self.dense_size, rc.m_prime,
                                             self.cfg.ring_bits)
         if rc != expect or r != rc.round_id:

@@ -16,13 +16,13 @@ import threading
 import time
 from typing import Any
 
-from secemb.errors import InvalidMessage, InvalidParameters, ModelDisagreement
+from secemb.errors import InvalidMessage, ModelDisagreement
 from secemb.models.base import RecModel
 from secemb.protocols.base import Protocol
 from secemb.randomness import RandomBytes
 from secemb.round import messages
 from secemb.server import faults
-from secemb.server.admission import round_terms, user_list
+from secemb.server.admission import check_bound_users, round_terms, user_list
 from secemb.server.close import LeaderClose
 from secemb.server.config import ServerConfig
 from secemb.server.errors import Conflict, PeerUnavailable, peer_failure
@@ -177,12 +177,7 @@ class LeaderNode(LeaderClose):
         """
         ids, n_p, deadline_s, quorum, min_users = round_terms(self.cfg, participants, n_p, deadline_s, quorum,
                                                               min_users)
-        bound = None if self.prover is None else self.prover.bound_users
-        if bound is not None and n_p > bound:  # more bounded uploads than the bound's n could wrap their sum
-            raise InvalidParameters(f"bounded payloads are proved for rounds of at most users_per_round={bound} "
-                                    f"users; this round would have {n_p}: open smaller rounds, or raise "
-                                    f"[protocol.options] users_per_round in both servers' configurations (a new "
-                                    f"configuration: docs/deployment.md, 'Bounded payloads')")
+        check_bound_users(n_p, None if self.prover is None else self.prover.bound_users)
         with self._open_lock:
             with self.lock:
                 self._refuse_if_halted()
