@@ -1,5 +1,6 @@
 """Session 21 (issue 37, goal 1): the SecEmb device's per-round glue done once for a batch of
-devices -- the request slots of a round's devices checked as one array."""
+devices -- the request slots of a round's devices checked as one array -- and a device's kept state
+(its real slots derived from its items; the key points of its slots)."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def test_integer_indices_of_any_dtype_give_the_int64_requests(layout: str) -> No
 
 
 def test_cuckoo_key_points_are_each_item_s_place_in_its_bucket_and_0_for_an_empty_one() -> None:
-    """The key points of a batch's slots (all looked up at once): each real slot's item's position
+    """The key points of a batch's slots: each real slot's item's position
     in the slot's bucket (the layout's gather index), 0 for an empty bucket; a device with an item
     in a bucket that is none of its candidates is not placed, whatever the other slots hold (-1 at
     any bucket is no item to look for)."""
