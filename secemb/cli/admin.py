@@ -10,10 +10,11 @@ this server's half of per-device credentials,
 ``status``, ``count`` and ``open-round`` drive the servers, ``save-denoiser`` writes a GREC
 denoiser deployment's trained model to the file ``secemb infer --denoiser`` reads,
 ``export-model`` a recommender deployment's current public model to a saved-model folder (its
-public files: what ``secemb infer --credentials ... --recommender`` reads), ``clear-alarms``
+public files: what ``secemb infer --credentials ... --recommender`` reads; both only once server
+1's status, read as server 0 reads it, announces the model's SHA-256 too), ``clear-alarms``
 lifts the servers' alarms after an investigation.  Exit codes: 0 success, 1 a server refused,
-did not answer or sent a malformed answer, 2 bad usage (e.g. a directory that already holds a
-CA), 3 (``status``) a server shows an alarm (docs/deployment.md, "Alarms").
+did not answer or sent a malformed answer (or the servers' models differ), 2 bad usage (e.g. a
+directory that already holds a CA), 3 (``status``) a server shows an alarm (docs/deployment.md, "Alarms").
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def _operate(deployment: Path, action: Callable[[Any], Any], one_server: Callabl
     (:class:`~secemb.server.exchange_deploy.ExchangeDeployment`; without it the command is refused,
     exit 2); print its JSON; exit 1 if a server refused or failed, 2 on bad usage."""
     from secemb.cli._usage import fail
-    from secemb.errors import InvalidMessage, InvalidParameters
+    from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
     from secemb.server.deploy import Deployment
     from secemb.server.exchange_deploy import ExchangeDeployment, exchange_config_path
     from secemb.transport.errors import RemoteError, Unreachable
@@ -232,7 +233,7 @@ def _operate(deployment: Path, action: Callable[[Any], Any], one_server: Callabl
             out = one_server(ExchangeDeployment.load(deployment))
     except InvalidParameters as exc:
         fail(exc)
-    except (RemoteError, Unreachable, InvalidMessage) as exc:
+    except (RemoteError, Unreachable, InvalidMessage, ProtocolError) as exc:
         fail(exc, 1)
     typer.echo(json.dumps(out, indent=2, sort_keys=True))
 
@@ -358,7 +359,8 @@ def save_denoiser(
     """Write the trained GREC denoiser of a deployment whose model is grec-denoiser to OUT:
     server 0's current public model (F_i's table e, the dense part, the spec with the
     mechanism; not the recommender's frozen columns), checked against the SHA-256 server 0's
-    status announces, and the SHA-256 of the recommender it was trained against: RECOMMENDER's,
+    status announces and server 1's at the same version (exit 1 on a mismatch, or if server 1
+    does not answer: nothing written), and the SHA-256 of the recommender it was trained against: RECOMMENDER's,
     once the model's frozen columns with RECOMMENDER's dense vector hash to it.  Devices use it
     with 'secemb infer --credentials ... --denoiser OUT --recommender RECOMMENDER'.  Prints the
     file, the model version and its SHA-256, and the recommender's."""
@@ -389,9 +391,8 @@ def _save_denoiser(dep: Any, out: Path, recommender: tuple[Path, Any, str]) -> d
     InvalidParameters
         The deployment's model is not the denoiser, its hyperparameters are not a denoiser's,
         its frozen columns are not ``recommender``'s table, or ``out`` cannot be written.
-    InvalidMessage
-        Server 0's model does not decode at the version its status announces (after
-        ``_MODEL_TRIES`` tries), or does not hash to the SHA-256 it announces.
+    InvalidMessage, ModelDisagreement, ProtocolError, RemoteError, Unreachable
+        Server 0's model is malformed or not confirmed by server 1 (:func:`_current_model`).
     """
     from secemb.digest import model_sha256
     from secemb.errors import InvalidParameters
@@ -423,41 +424,88 @@ def _save_denoiser(dep: Any, out: Path, recommender: tuple[Path, Any, str]) -> d
 def _current_model(dep: Any, num_items: int, width: int, dense_size: int) -> tuple[Any, Any, int, str, int | None]:
     """``(table, dense, model_version, model_sha256, last_committed_round)``: server 0's current
     public model of the deployment ``dep`` (a ``(num_items, width)`` table and a
-    ``(dense_size,)`` vector), fetched at the version its status announces and checked against
-    the SHA-256 it announces.  Answers longer than
-    :func:`~secemb.transport.network.answer_limit` of those sizes are not read.
+    ``(dense_size,)`` vector), fetched at the version its status announces, checked against
+    the SHA-256 it announces, and confirmed by server 1: its status (read as server 0 reads it,
+    :meth:`~secemb.server.deploy.Deployment.peer`) announces the same SHA-256 at that version.
+    Answers longer than :func:`~secemb.transport.network.answer_limit` of those sizes are not
+    read.
 
     Raises
     ------
     InvalidMessage
         The model does not decode at the announced version or is longer than that limit (after
         ``_MODEL_TRIES`` tries: a round may commit in between), or does not hash to the
-        announced SHA-256.
+        announced SHA-256; or server 1's status is malformed.
+    ModelDisagreement
+        Server 1 announces another SHA-256 at that version.
+    ProtocolError
+        Server 1 is at another model version (after ``_MODEL_TRIES`` tries).
+    RemoteError, Unreachable
+        A server refused or did not answer.
     """
     from secemb.digest import model_sha256
-    from secemb.errors import InvalidMessage
+    from secemb.errors import InvalidMessage, ModelDisagreement, ProtocolError
     from secemb.round.messages import decode_model
     from secemb.transport.http import HttpAdminLink
     from secemb.transport.network import answer_limit
 
     link = HttpAdminLink(0, dep.admin(0))
     link.api.max_answer_bytes = answer_limit(num_items, width, dense_size)  # the model message, not more
+    peer = dep.peer()
     try:
         for attempt in range(_MODEL_TRIES):
+            last_try = attempt + 1 == _MODEL_TRIES
             version, announced, last_round = _announced_model(link)
             try:
                 table, dense = decode_model(link.model(), version=version, num_items=num_items, width=width,
                                             dense_size=dense_size)
-                break
             except InvalidMessage:
-                if attempt + 1 == _MODEL_TRIES:
+                if last_try:
                     raise
+                continue
+            sha = model_sha256(table, dense)
+            if sha != announced:
+                raise InvalidMessage(f"server 0's model hashes to {sha}, its status announces {announced}")
+            their_version, theirs = _server1_model(peer)
+            if their_version == version:
+                break
+            if last_try:
+                raise ProtocolError(f"server 1 holds model version {their_version}, server 0 {version}: the model "
+                                    f"is not confirmed by server 1; nothing written (retry once a round's sync is "
+                                    f"through; docs/deployment.md, 'Alarms' if it persists)")
     finally:
         link.close()
-    sha = model_sha256(table, dense)
-    if sha != announced:
-        raise InvalidMessage(f"server 0's model hashes to {sha}, its status announces {announced}")
+        peer.close()
+    if theirs != sha:
+        raise ModelDisagreement(f"server 0's model of version {version} hashes to {sha}, server 1 announces "
+                                f"{theirs[:80]!r} at that version: the servers disagree; nothing written "
+                                f"(docs/deployment.md, 'Alarms')")
     return table, dense, version, sha, last_round
+
+
+def _server1_model(peer: Any) -> tuple[int, str]:
+    """``(model_version, model_sha256)`` of server 1's status, read with ``peer`` (an
+    :class:`~secemb.transport.network.ApiClient` signing as server 0,
+    :meth:`~secemb.server.deploy.Deployment.peer`).
+
+    Raises
+    ------
+    InvalidMessage
+        The status is not an object with an integer version and a string SHA-256.
+    RemoteError, Unreachable
+        Server 1 refused or did not answer (the message names server 1).
+    """
+    from secemb.transport.errors import RemoteError, Unreachable
+    from secemb.transport.network import answer_fields
+
+    where = f"server 1 ({peer.base_url}/v1/peer/status)"
+    try:
+        status = answer_fields(peer.get_json("/v1/peer/status"), where, model_version=int, model_sha256=str)
+    except RemoteError as exc:
+        raise RemoteError(exc.status, exc.error, f"{where} refused: {exc.detail}") from None
+    except Unreachable as exc:
+        raise Unreachable(f"{where} did not answer, so server 0's model is not confirmed ({exc})") from None
+    return status["model_version"], status["model_sha256"]
 
 
 @admin_app.command("export-model")
@@ -472,8 +520,9 @@ def export_model(
     force: Annotated[bool, typer.Option("--force", help="Replace a model already saved in OUT.")] = False,
 ) -> None:
     """Write the deployment's current public model to OUT in the saved-model format: server
-    0's model at the version its status announces (checked against the SHA-256 it announces),
-    as manifest.json and public.npz, with --dataset also items.json (the items' raw ids and
+    0's model at the version its status announces (checked against the SHA-256 it announces
+    and server 1's at the same version: exit 1 on a mismatch, or if server 1 does not answer,
+    nothing written), as manifest.json and public.npz, with --dataset also items.json (the items' raw ids and
     titles). A deployment has no user's parameters (they stay on the devices), so OUT has no
     devices.npz nor users.json: a device serves its own recommendations with 'secemb infer
     --credentials FILE --state-file STATE --recommender OUT'; 'secemb recommend' and 'secemb
@@ -512,8 +561,8 @@ def _export_model(dep: Any, out: Path, dataset: str | None, ids: Any) -> dict[st
     InvalidParameters
         The deployment trains GREC's denoiser, its configuration does not build a model, the
         ids cover another number of items than the deployment, or ``out`` cannot be written.
-    InvalidMessage
-        Server 0's model is malformed (:func:`_current_model`).
+    InvalidMessage, ModelDisagreement, ProtocolError, RemoteError, Unreachable
+        Server 0's model is malformed or not confirmed by server 1 (:func:`_current_model`).
     """
     from secemb.errors import InvalidParameters
     from secemb.inference.denoiser import NAME

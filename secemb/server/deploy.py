@@ -157,6 +157,16 @@ class Deployment:
         return ApiClient(op["url"], "admin", key, timeout=timeout, max_answer_bytes=ANSWER_FLOOR_BYTES,
                          tls=client_context(Path(op["ca"])))
 
+    def peer(self, *, timeout: float = 60.0) -> ApiClient:
+        """Server 0's signed client for server 1, from server 0's half: signed with the peer secret
+        as ``server0``, server 1's CA pinned and server 0's certificate presented (mutual TLS), as
+        server 0 itself calls it (``secemb admin export-model`` and ``save-denoiser`` read server
+        1's ``/v1/peer/status`` with it); answers of at most
+        :data:`~secemb.transport.network.ANSWER_FLOOR_BYTES` read."""
+        cfg = self.config(0)
+        return ApiClient(cfg.peer_url, "server0", cfg.peer_secret, timeout=timeout,
+                         max_answer_bytes=ANSWER_FLOOR_BYTES, tls=cfg.peer_tls())
+
     def issue(self, party: int, users: Iterable[int]) -> list[DeviceHalf]:
         """Server ``party``'s half of each device's credentials: its URL, its CA, the device's
         key derived from server ``party``'s device-key secret (the configuration is read once).

@@ -78,9 +78,10 @@ def _settings(den: Denoiser, train: Any) -> dict[str, Any]:
 
 
 def _serve(monkeypatch, status: bytes, model: bytes) -> None:
-    """Server 0 answers ``/v1/admin/status`` with ``status`` and ``/v1/admin/model`` with ``model``."""
+    """Server 0 answers ``/v1/admin/status`` with ``status`` and ``/v1/admin/model`` with ``model``;
+    server 1 its ``/v1/peer/status`` with ``status`` too (it confirms the model)."""
     def request(self, method: str, path: str, **_: Any) -> httpx.Response:
-        body = {"/v1/admin/status": status, "/v1/admin/model": model}[path]
+        body = {"/v1/admin/status": status, "/v1/admin/model": model, "/v1/peer/status": status}[path]
         return httpx.Response(200, content=body, request=httpx.Request(method, self.base_url + path))
 
     monkeypatch.setattr(ApiClient, "request", request)
