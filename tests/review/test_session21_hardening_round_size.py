@@ -6,7 +6,8 @@ for" and a larger round could wrap the bounded sum; server 0 refuses to open one
 mirrored any round server 0 asked it to, so a deviating server 0 could open one.  Now
 ``FollowerNode.peer_open`` refuses it too (``InvalidParameters``, 422 over HTTP) before anything
 changes: no round, nothing journaled, no alarm.  In process, bound for 5 users (the setup of
-``tests/engine/test_bounded_nodes.py``), cuckoo, relay on and off.
+``tests/engine/test_bounded_nodes.py``), cuckoo, relay on and off; and over HTTP against a real
+server 1 (:class:`~secemb.sim.cluster.LocalCluster`, 127.0.0.1, TLS), signed as server 0.
 """
 
 from __future__ import annotations
@@ -20,8 +21,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 import test_bounded_nodes as tbn  # type: ignore[import-not-found]  # noqa: E402
 
 from secemb.errors import InvalidParameters  # noqa: E402
+from secemb.models import MatrixFactorization  # noqa: E402
+from secemb.protocols.secemb import SecEmbProtocol  # noqa: E402
 from secemb.server import leader as leader_module  # noqa: E402
 from secemb.server.errors import Conflict  # noqa: E402
+from secemb.server.store import DiskStore  # noqa: E402
+from secemb.sim.cluster import LocalCluster  # noqa: E402
+from secemb.sim.settings import cluster_settings  # noqa: E402
+from secemb.training import TrainConfig  # noqa: E402
+from secemb.transport.errors import RemoteError  # noqa: E402
+from secemb.transport.network import ApiClient  # noqa: E402
 
 BOUND = len(tbn.USERS)  # the bound's users_per_round in tbn._servers: 5
 SIX = [u for u in range(tbn.DATA.num_users) if tbn.RATINGS.of(u)[0].size][: BOUND + 1]
@@ -73,3 +82,31 @@ def test_server_1_refuses_the_round_document_directly() -> None:
         assert follower.peer_open(doc) == {"round_id": r + 1, "state": "open"}  # the altered fields were the cause
     finally:
         servers.stop()
+
+
+def test_server_1_answers_422_over_http_and_journals_nothing(tmp_path: Path) -> None:
+    """Two ``secemb serve`` processes, bound for 5 users.  Server 0 opens (and closes) an honest
+    round of 5, whose document a deviating server 0 alters to 6 participants and posts to server
+    1's ``/v1/peer/rounds`` signed with the peer secret over mutual TLS: 422 naming
+    ``users_per_round=5``; server 1's journal on disk is unchanged and its status shows no round
+    and no alarm."""
+    pytest.importorskip("uvicorn")
+    proto = SecEmbProtocol(layout="cuckoo", relay=False, bound=True, users_per_round=BOUND)
+    settings = cluster_settings(MatrixFactorization(dim=4, reg=0.01), proto, tbn.DATA,
+                                TrainConfig(m_prime=4, seed=5), deadline_s=30.0, min_users=tbn.FLOOR)
+    with LocalCluster(tmp_path / "dep", **settings) as c:
+        c.start()
+        doc = c.admin(0).post_json("/v1/admin/rounds", {"participants": tbn.USERS, "deadline_s": 30.0})
+        r = int(doc["round_id"])
+        assert c.admin(0).post_json(f"/v1/admin/rounds/{r}/close")["state"] == "aborted"  # nobody uploaded
+        cfg1 = c.configs[1]
+        journal = DiskStore(cfg1.state_dir, 1, cfg1.fingerprint()).records()
+        doc |= {"round_id": r + 1, "n_p": BOUND + 1, "participants": SIX, "quorum": BOUND + 1, "state": "open"}
+        doc["config"] = dict(doc["config"], round_id=r + 1)
+        peer = ApiClient(c.url(1), "server0", c.peer_secret, tls=c.peer_tls())
+        with pytest.raises(RemoteError) as err:
+            peer.post_json("/v1/peer/rounds", doc)
+        assert err.value.status == 422 and f"at most users_per_round={BOUND}" in err.value.detail, err.value
+        assert DiskStore(cfg1.state_dir, 1, cfg1.fingerprint()).records() == journal
+        status = c.admin(1).get_json("/v1/admin/status")
+        assert status["max_round"] == r and not status["alarms"] and not status["halted"], status
