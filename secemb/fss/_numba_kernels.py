@@ -15,7 +15,8 @@ from numba import njit
 from secemb.fss._aesni import BLOCKS, expand8, expand8_rows, halftree16, halftree16_rows, mmo_blocks, mmo_ctr
 
 __all__ = [
-    "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_accumulate", "ring_matmul", "bits_accumulate",
+    "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_gen", "convert_accumulate", "ring_matmul",
+    "bits_accumulate",
     "cuckoo_assign", "check_accumulate", "STEP_BLOCKS",
 ]
 
@@ -237,6 +238,27 @@ def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, blocks, val
                 key += 1
                 p = 0
             i = end
+
+
+@njit(cache=True, nogil=True)
+def convert_gen(leaf0, leaf1, nb, rk, cw, blocks0, vals0, blocks1, vals1):  # noqa: ANN001, ANN201
+    """``cw[i] = (-1)^{t_i} [cw[i] - Convert(leaf0[i]) + Convert(leaf1[i])]`` in ``cw``'s ring
+    (the output correction words of SecEmb Algorithm 5, ``cw`` holding the payloads on entry):
+    leaf0, leaf1 uint64 (N, 2) C-contiguous, ``t_i`` bit 0 of ``leaf1[i, 0]``, cw ring (N, d).
+    Scratch, one set per leaf array: ``blocks`` uint64 (S, nb, 2) and ``vals``, the same memory
+    as ring (S, *) (as :func:`convert_eval`'s)."""
+    n, d = cw.shape
+    stage = np.empty((3, BLOCKS, 2), np.uint64)
+    step = blocks0.shape[0]
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
+        _convert_blocks(leaf0[lo:hi], nb, rk, blocks0[: hi - lo], stage)
+        _convert_blocks(leaf1[lo:hi], nb, rk, blocks1[: hi - lo], stage)
+        for j in range(hi - lo):
+            neg = np.uint64(0) - (leaf1[lo + j, 0] & np.uint64(1))  # (v ^ neg) - neg = (-1)^t v
+            for e in range(d):
+                v = np.uint64(cw[lo + j, e]) - np.uint64(vals0[j, e]) + np.uint64(vals1[j, e])
+                cw[lo + j, e] = (v ^ neg) - neg
 
 
 @njit(cache=True, nogil=True)

@@ -33,7 +33,7 @@ from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.keys import DPFKeys, DPFParams, OutputKeys, PathKeys, _PathPart
 from secemb.fss.linalg import LimbMatrix, ring_matmul
-from secemb.fss.convert import convert_chunks, convert_eval_into, kept_leaves
+from secemb.fss.convert import _fused_scratch, convert_chunks, convert_eval_into, kept_leaves
 from secemb.fss.tree import _LEFT, _RIGHT, expand, leaf_groups, padded_leaves
 from secemb.randomness import RandomBytes, random_words, system_rng
 
@@ -217,8 +217,19 @@ def convert_gen(state: GenState, betas: np.ndarray, *, ring_bits: int = 32, tag:
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
     b = _check_betas(betas, len(state), ring_bits)
     width = b.shape[1]
-    # each leaf's conversion subtracted or added chunk by chunk, never held whole
+    # each leaf's conversion subtracted or added chunk by chunk, never held whole (the compiled
+    # kernel: both and the sign in one pass; the numpy passes below are its reference)
     cw = b if overwrite_betas and b is betas and b.flags.writeable else b.copy()
+    if kernels.compiled():  # one pass: both conversions and the sign, chunk by chunk
+        from secemb.fss._aesni import round_keys
+        from secemb.fss._numba_kernels import convert_gen as fused
+
+        nb = -(-width * ring_bits // 128)
+        blocks0, vals0 = _fused_scratch(nb, cw.dtype)
+        blocks1, vals1 = _fused_scratch(nb, cw.dtype)
+        fused(np.ascontiguousarray(state.leaf0), np.ascontiguousarray(state.leaf1), nb,
+              round_keys("convert/" + tag)[0], cw, blocks0, vals0, blocks1, vals1)
+        return cw
     for lo, hi, vals in convert_chunks(state.leaf0, width, ring_bits, tag):
         cw[lo:hi] -= vals
     for lo, hi, vals in convert_chunks(state.leaf1, width, ring_bits, tag):
