@@ -5,12 +5,13 @@ parameters: what a deployed device reads of such a message at most (its answer l
 
 from __future__ import annotations
 
+from secemb.errors import InvalidMessage
 from secemb.framing import HEADER_BYTES
 from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES
 from secemb.secagg.config import SecAggConfig
 from secemb.secagg.keys import KEY_BYTES
 
-__all__ = ["longest_server_message", "longest_union_message"]
+__all__ = ["longest_server_message", "longest_union_message", "within_longest"]
 
 #: a message's count field (uint32)
 _COUNT = 4
@@ -47,3 +48,20 @@ def longest_union_message(domain: int) -> int:
     """The longest union message of a PSU over ``domain`` indices
     (:func:`secemb.secagg.psu.union_message`: every index in the union): ``32 + 4 + 4 domain``."""
     return HEADER_BYTES + _COUNT + _ID * domain
+
+
+def within_longest(answer: bytes, longest: int, what: str) -> bytes:
+    """``answer`` if it has at most ``longest`` bytes, the longest answer an honest server sends
+    (a one-server party's ``answer_bytes`` of the stage).  What a party checks before it reads
+    an answer: the transport reads up to a margin above ``longest``
+    (:func:`secemb.transport.limits.answer_limit_for`), while work that grows with an answer's
+    records -- a key list that names more clients than the round has -- must stay bounded by
+    the round's public sizes.
+
+    Raises
+    ------
+    InvalidMessage: ``answer`` is longer (``what`` names it).
+    """
+    if len(answer) > longest:
+        raise InvalidMessage(f"{what}: {len(answer)} bytes, longer than any honest answer ({longest} bytes)")
+    return answer

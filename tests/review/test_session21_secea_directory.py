@@ -49,6 +49,8 @@ from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.secea.staged import SECEA_PLAN, SecEANode, SecEASetupParty
 from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import CtrDrbg
+from secemb.secagg import messages
+from secemb.secagg.keys import KeyPair
 from secemb.server.exchange_deploy import ExchangeCredentials
 from secemb.transport.http import HttpStageLink
 from secemb.transport.network import ApiClient
@@ -59,7 +61,7 @@ from cli_helpers import init_one_server  # type: ignore[import-not-found]  # noq
 from session21_deviating_server import DeviatingNode, honest  # noqa: E402
 
 
-KEY_BITS = 1024
+KEY_BITS = 1536
 SETS = [[1, 3, 5], [3, 4], [5, 6, 7, 8]]
 #: a low-order X25519 point (the all-zero u-coordinate: every agreement with it is all zeros)
 LOW_ORDER = bytes(32)
@@ -93,7 +95,13 @@ def _odd_modulus(bits: int) -> bytes:
     return n.to_bytes(bits // 8, "big")
 
 
-def _larger_modulus(entries: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+def _resized_moduli(entries: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Client 1's modulus 512 bits shorter, client 2's 512 bits longer: the directory as long as
+    the honest one, so only the size of each key tells."""
+    return [entries[0], (entries[1][0], _odd_modulus(KEY_BITS - 512)), (entries[2][0], _odd_modulus(KEY_BITS + 512))]
+
+
+def _longer_directory(entries: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return entries[:2] + [(entries[2][0], _odd_modulus(2 * KEY_BITS))]
 
 
@@ -102,7 +110,10 @@ def _low_order_key(entries: list[tuple[bytes, bytes]]) -> list[tuple[bytes, byte
 
 
 ATTACKS: dict[str, tuple[Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]], str]] = {
-    "larger-modulus": (_larger_modulus, "gives client 2 a 2048-bit Paillier modulus, not the deployment's 1024 bits"),
+    "smaller-and-larger-modulus": (_resized_moduli, "gives client 1 a 1024-bit Paillier modulus, not the "
+                                                    "deployment's 1536 bits"),
+    "longer-directory": (_longer_directory, r"the answer of secea-keys: 910 bytes, longer than any honest answer "
+                                            r"\(718 bytes\)"),
     "low-order-key": (_low_order_key, "peer public key refused"),
 }
 
@@ -172,7 +183,7 @@ def test_secemb_client_of_a_secea_silo_fails_its_set_up_on_an_oversized_director
     node = protocol.make_server().node
     doc = node.open_round(1, [0, 1, 2])
     others = {u: protocol.make_device(u).party(doc) for u in (1, 2)}
-    nodes.append(DeviatingNode(node, doc, others, tamper=_tamper(_larger_modulus)))
+    nodes.append(DeviatingNode(node, doc, others, tamper=_tamper(_resized_moduli)))
     creds = json.loads((root / "devices" / "device-0.json").read_text())
     creds |= {"url": nodes[-1].url, "ca": str((root / "devices" / creds["ca"]).resolve())}
     path = root / "devices" / "device-0.json"
@@ -181,7 +192,27 @@ def test_secemb_client_of_a_secea_silo_fails_its_set_up_on_an_oversized_director
     assert res.exit_code == 1 and (res.exception is None or isinstance(res.exception, SystemExit)), res.output
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.output, res.output
-    assert json.loads(lines[0]) == {"user": 0, "error": "round 1: the directory gives client 2 a 2048-bit Paillier "
-                                                        "modulus, not the deployment's 1024 bits"}
+    assert json.loads(lines[0]) == {"user": 0, "error": "round 1: the directory gives client 1 a 1024-bit Paillier "
+                                                        "modulus, not the deployment's 1536 bits"}
     assert nodes[-1].posted == ["secea-keys"]
     assert not (root / "devices" / "device-0.state").exists()
+
+
+def test_a_silo_refuses_a_psu_key_list_of_more_silos_than_the_deployment(nodes) -> None:
+    """The set-up's private union runs over secure aggregation: a key list of 3 + 1000 silos
+    (invented ones after the real, each with a valid key; docs/secagg.md's layout) is longer
+    than the longest honest one of 3 silos (32 + 4 + 3 x 68 = 240 bytes) and refused before the
+    silo computes a share for any of them (finding G3, ``test_session21_sfsl_deviating.py``)."""
+    def inflate(stage: str, answer: bytes) -> bytes | None:
+        if stage != "psu-advertise":
+            return answer
+        count = struct.unpack_from("<I", answer, 32)[0]
+        key = KeyPair.generate().public
+        fake = b"".join(struct.pack("<I", 100 + i) + key + key for i in range(1000))
+        return messages.frame("keys", 1, messages.SERVER, struct.pack("<I", count + 1000), answer[36:], fake)
+
+    server, party = _set_up(nodes, inflate)
+    with pytest.raises(InvalidMessage, match=r"the answer of psu-advertise: 68240 bytes, longer than any honest "
+                                             r"answer \(240 bytes\)"):
+        _take_part(server, party)
+    assert server.posted == ["secea-keys", "psu-advertise"] and party.union is None

@@ -43,7 +43,7 @@ from secemb.protocols.secea.parties import SecEAClient, SecEAServer
 from secemb.protocols.stages import SECEA_SETUP_STAGES, SECEA_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, default_threshold
-from secemb.secagg.limits import longest_server_message, longest_union_message
+from secemb.secagg.limits import longest_server_message, longest_union_message, within_longest
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
 __all__ = ["SECEA_PLAN", "SECEA_ROUND_PLAN", "SECEA_SETUP_PLAN", "SETUP_ROUND", "SecEANode", "SecEAParty",
@@ -330,7 +330,15 @@ class SecEASetupParty:
         return out
 
     def accept(self, stage: str, body: bytes) -> None:
-        """The server's answer of ``stage``: the directory and the union are read at once."""
+        """The server's answer of ``stage``: the directory and the union are read at once.
+
+        Raises
+        ------
+        InvalidMessage: malformed, or longer than any honest answer of the stage
+        (:meth:`answer_bytes`; e.g. a PSU key list of more silos than the deployment's):
+        refused before anything of it is read, nothing kept.
+        """
+        within_longest(body, self.answer_bytes(stage), f"the answer of {stage}")
         t0 = time.perf_counter()
         if stage == "secea-keys":
             self.client.receive_directory(body)

@@ -40,7 +40,7 @@ from secemb.protocols.exchange import (
 from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
 from secemb.protocols.sfsl.round import RoundReport
 from secemb.protocols.sfsl.simulate import SFSLResult, SFSLRun, round_settings, start_run, train_sfsl
-from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty
+from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty, announced_settings
 from secemb.protocols.stages import RoundPlan
 from secemb.randomness import RandomBytes, system_rng
 from secemb.secagg.psu import BloomParams
@@ -224,8 +224,9 @@ class SFSLProtocol(ExchangeProtocol):
         rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
         device = SFSLDevice(user, train.subset(slice(bounds[user], bounds[user + 1])), get_cpp(self.sfsl_preset),
                             model, model.init_private(1, rng)[0])
+        run = self._sfsl_run(1)  # the settings do not depend on the rounds per epoch
         return SFSLClient(device, RowSpace(train.num_goods, model.num_categories, model.dim, model.mlp_size), rng,
-                          train.num_users)
+                          train.num_users, round_settings(run), run.lr_decay)
 
     def train(self, connect: Callable[[ExchangeServer], ExchangeRounds], *,
               on_start: Callable[[dict[str, Any]], None] | None = None,
@@ -287,13 +288,17 @@ class SFSLProtocol(ExchangeProtocol):
 class SFSLClient:
     """A device of an SFSL deployment (``secemb client``): ``device`` (its samples, Algorithm
     2's memo, its private user embedding, kept between rounds), the public row space, its
-    training randomness (seeded from its own entropy) and the dataset's number of users (a
-    round's devices are among them: what bounds the answers it reads)."""
+    training randomness (seeded from its own entropy), the dataset's number of users (a
+    round's devices are among them: what bounds the answers it reads), and the deployment's
+    training ``settings`` and ``lr_decay`` (what every round document must announce,
+    :func:`~secemb.protocols.sfsl.staged.announced_settings`)."""
 
     device: SFSLDevice
     space: RowSpace
     rng: np.random.Generator
     num_users: int
+    settings: TrainingSettings
+    lr_decay: float
 
     def party(self, round_doc: Mapping[str, Any]) -> SFSLParty:
         """Its party in the round ``round_doc`` announces (``round_id``, ``users`` and the
@@ -301,18 +306,23 @@ class SFSLClient:
 
         Raises
         ------
-        InvalidMessage: a document without them, users that are not distinct ids of the
-        dataset's users, or settings that are not SFSL's or that a device cannot train with
-        (:meth:`TrainingSettings.check`: the server writes them).
+        InvalidMessage: a document without them, a round id off the node's range
+        ``[0, 2^62)``, users that are not at least 2 distinct ids of the dataset's users,
+        settings that a device cannot train with (:meth:`TrainingSettings.check`) or that are
+        not the deployment's for this round (a server's other epochs, batch, step size or
+        quantization: e.g. a million epochs would keep the device training for hours).
         """
         try:
             round_id, users, settings = round_doc["round_id"], round_doc["users"], round_doc["settings"]
-            if not isinstance(round_id, int) or not isinstance(users, list) or self.device.user not in users \
+            if type(round_id) is not int or not 0 <= round_id < 2**62 or not isinstance(users, list) \
+                    or self.device.user not in users or len(users) < 2 \
                     or not all(type(u) is int and 0 <= u < self.num_users for u in users) \
                     or len(set(users)) != len(users):
                 raise TypeError("round_id, users")
             fields = {k: settings[k] for k in asdict(TrainingSettings())}
             rs = TrainingSettings(**fields).check(len(users))
+            if rs != announced_settings(self.settings, self.lr_decay, round_id):
+                raise InvalidParameters("settings other than the deployment's")
         except (KeyError, TypeError, InvalidParameters) as exc:
             raise InvalidMessage(f"not an SFSL round document for user {self.device.user} ({exc})") from None
         bloom = BloomParams.exact(self.space.goods)

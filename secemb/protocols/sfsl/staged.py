@@ -38,10 +38,10 @@ from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPl
 from secemb.randomness import RandomBytes, system_rng
 from secemb.protocols.sfsl.wire import reply_bytes
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, default_threshold
-from secemb.secagg.limits import longest_server_message, longest_union_message
+from secemb.secagg.limits import longest_server_message, longest_union_message, within_longest
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
-__all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "round_configs"]
+__all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "round_configs"]
 
 #: per stage of :data:`EXCHANGE_STAGES`: the device's message kind and the server's answer (``None``: none)
 _KINDS: dict[str, tuple[str, str | None]] = {
@@ -73,6 +73,12 @@ def round_configs(space: RowSpace, bloom: BloomParams, n: int, round_id: int) ->
     t = default_threshold(n)
     return (bloom.config(t, 2 * round_id),
             SecAggConfig(length=space.length, threshold=t, width=space.width, round_id=2 * round_id + 1, sparse=True))
+
+
+def announced_settings(settings: TrainingSettings, lr_decay: float, round_id: int) -> TrainingSettings:
+    """The training settings round ``round_id``'s document announces: ``settings`` with the step
+    size ``settings.lr * lr_decay ** (round_id - 1)`` (no decay before round 1)."""
+    return replace(settings, lr=settings.lr * lr_decay ** max(round_id - 1, 0))
 
 
 @dataclass
@@ -130,7 +136,7 @@ class SFSLNode:
             raise InvalidParameters(f"a round needs at least 2 distinct non-negative user ids, got {users!r}")
         psu_cfg, sum_cfg = round_configs(self.server.space, self.bloom, len(ids), round_id)
         self._round = _Round(round_id, frozenset(ids), SecAggServer(psu_cfg), SecAggServer(sum_cfg))
-        settings = replace(self.settings, lr=self.settings.lr * self.lr_decay ** max(round_id - 1, 0))
+        settings = announced_settings(self.settings, self.lr_decay, round_id)
         return {"round_id": round_id, "users": ids, "threshold": psu_cfg.threshold, "stages": list(self.plan.stages),
                 "settings": asdict(settings)}
 
@@ -285,8 +291,15 @@ class SFSLParty:
         return out
 
     def accept(self, stage: str, body: bytes) -> None:
-        """The server's answer in ``stage``."""
-        self._answers[stage] = body
+        """The server's answer in ``stage``.
+
+        Raises
+        ------
+        InvalidMessage: longer than any honest answer of the stage (:meth:`answer_bytes`; e.g. a
+        key list of more devices than the round's, whose shares the device would compute and
+        send): refused before anything of it is read, nothing kept.
+        """
+        self._answers[stage] = within_longest(body, self.answer_bytes(stage), f"the answer of {stage}")
 
     def answer_bytes(self, stage: str) -> int:
         """The longest answer of ``stage`` an honest server sends this device, from the round's
