@@ -307,6 +307,7 @@ def retrieve_and_prepare_buckets(
     path: PathKeys, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix, agg_width: int, *,
     sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
     check: LeafCheck | None = None, payload_sums: Literal[False] = False, payload_out: PayloadSums | None = None,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
 
@@ -315,6 +316,7 @@ def retrieve_and_prepare_buckets(
     path: PathKeys, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix, agg_width: int, *,
     sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
     check: LeafCheck | None = None, payload_sums: Literal[True], payload_out: PayloadSums | None = None,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, PayloadSums]: ...
 
 
@@ -331,6 +333,7 @@ def retrieve_and_prepare_buckets(
     check: LeafCheck | None = None,
     payload_sums: bool = False,
     payload_out: PayloadSums | None = None,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray, PayloadSums]:
     """The batched-bucket form: ``U`` users' keys, key ``u B + i`` retrieving from bucket
     ``i``'s table ``tables[i]``.
@@ -353,6 +356,10 @@ def retrieve_and_prepare_buckets(
         the fourth element): ``key_conv`` ring (U, B, w) and ``t_count`` int64 (U, B), any strides
         (a batch's views: no arrays of the keys' size are made for them; the walk counts the control
         bits as it converts); ``None``: new arrays.
+    out: writeable views to write the first three results into, any strides (a batch's blocks:
+        no result of the keys' size is made and copied again): ``answers`` ring (U, B, D), ``t``
+        uint8 (U, B, M) and ``conv_sum`` ring (B, M, w) (all overwritten; returned in place of new
+        arrays, so ``answers`` comes back (U, B, D)).
 
     Returns
     -------
@@ -383,15 +390,37 @@ def retrieve_and_prepare_buckets(
                                     f"{payload_out.t_count.shape}")
         payload_out.key_conv[...] = 0
         payload_out.t_count[...] = 0
+    shapes = ((users, buckets, tables.shape[2]), (users, buckets, big_m), (buckets, big_m, agg_width))
+    if out is not None and (len(out) != 3 or any(
+            not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != dtype or not o.flags.writeable
+            for o, shape, dtype in zip(out, shapes, (tables.dtype, np.uint8, tables.dtype), strict=False))):
+        raise InvalidParameters(f"out must be writeable views {tables.dtype} {shapes[0]}, uint8 {shapes[1]} and "
+                                f"{tables.dtype} {shapes[2]}")
+    # the walk sums into the caller's conv_sum where it has the walk's row layout (no padding rows)
+    direct = out[2] if out is not None and mp == big_m and out[2].flags.c_contiguous else None
+    if direct is not None:
+        conv_sum = direct.reshape(buckets * mp, agg_width)
+        conv_sum[...] = 0
+    else:
+        conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
     e = np.empty((k, mp), tables.dtype)
     t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv,
               None if payload_out is None else payload_out.t_count)
-    e_b = np.ascontiguousarray(e[:, :big_m].reshape(users, buckets, big_m).transpose(1, 0, 2))
-    answers = ring_matmul(e_b, tables, ring_bits, cols=cols).transpose(1, 0, 2).reshape(k, tables.shape[2])
-    out = answers, np.ascontiguousarray(t[:, :big_m]), conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
+    # (B, U, M) view of the shares: the product reads it strided, bucket-major, with no copy
+    product = ring_matmul(e.reshape(users, buckets, mp)[:, :, :big_m].transpose(1, 0, 2), tables, ring_bits,
+                          cols=cols)
+    conv = conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
+    if out is None:
+        got = product.transpose(1, 0, 2).reshape(k, tables.shape[2]), np.ascontiguousarray(t[:, :big_m]), conv
+    else:
+        out[0][...] = product.transpose(1, 0, 2)
+        out[1][...] = t.reshape(users, buckets, mp)[:, :, :big_m]
+        if direct is None:
+            out[2][...] = conv
+        got = out
     if key_conv is None:
-        return out
-    return (*out, _payload_sums(t, live, key_conv) if payload_out is None else payload_out)
+        return got
+    return (*got, _payload_sums(t, live, key_conv) if payload_out is None else payload_out)
 
 
 def payload_sums_of(

@@ -60,6 +60,7 @@ def evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: in
 
 
 def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
+                  into: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, PayloadSums | None]:
     """Evaluate a batch of users' keys (module-level: it runs in worker processes too).
 
@@ -80,6 +81,9 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
     from the same walk (``None`` without ``sums``, and from the device form, which does not
     walk here).  ``sums_into`` (cuckoo form, with ``sums``): the arrays the walk writes the payload
     sums into, key_conv (U, G, w) and t_count (U, G) (a batch's views), returned as the fifth result.
+    ``into`` (cuckoo form): the views the walk writes the answers (U, G, w + T), control bits
+    (U, G, M) and folded part (G, M, w) into (:func:`~secemb.fss.fused.retrieve_and_prepare_buckets`'s
+    ``out``), returned as the first three results.
     """
     form, party, keys, handle, width, buckets, check_args = task[:7]
     sums = len(task) > 7 and bool(task[7])
@@ -99,10 +103,10 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
     if sums:
         answers, t, conv, payload = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi),
                                                                  width, sizes=sizes, check=check, payload_sums=True,
-                                                                 payload_out=sums_into)
+                                                                 payload_out=sums_into, out=into)
     else:
         answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width,
-                                                        sizes=sizes, check=check)
+                                                        sizes=sizes, check=check, out=into)
     if party:
         np.negative(conv, out=conv)
     return answers, t, conv, values, payload
@@ -113,11 +117,12 @@ def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, P
           t_count: np.ndarray) -> None:
     """Write a bucket range's :func:`evaluate_task` result into the views ``answers`` (U, G, w + T),
     ``bits`` (U, G, M), ``folded`` (G, M, w), ``values`` (U, G, 4), ``key_conv`` (U, G, w) and
-    ``t_count`` (U, G) of the batch's arrays (the last three where the result has them)."""
+    ``t_count`` (U, G) of the batch's arrays (the last three where the result has them; none that
+    is already that view: the walk wrote it there)."""
     a, t, conv, v, sums = result
-    answers[...] = a.reshape(answers.shape)
-    bits[...] = t.reshape(bits.shape)
-    folded[...] = conv
+    for got, view in ((a, answers), (t, bits), (conv, folded)):
+        if got is not view:
+            view[...] = got.reshape(view.shape)
     if v is not None:
         values[...] = v.reshape(values.shape)
     if sums is not None and sums.key_conv is not key_conv:  # else the walk wrote them there (evaluate_into_task)
@@ -128,9 +133,10 @@ def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, P
 def evaluate_into_task(task: tuple) -> None:
     """:func:`evaluate_task` of a range of buckets, its result written by the task itself
     (:func:`place`; a task of an in-process backend: ``task = (inner, answers, bits, folded, values,
-    key_conv, t_count)``; the walk writes the payload sums straight into the last two)."""
+    key_conv, t_count)``; the walk writes the answers, bits, folded part and payload sums straight
+    into their views)."""
     inner, *views = task
-    place(evaluate_task(inner, PayloadSums(views[4], views[5])), *views)
+    place(evaluate_task(inner, PayloadSums(views[4], views[5]), (views[0], views[1], views[2])), *views)
 
 
 def ranges(n: int, parts: int) -> list[tuple[int, int]]:
