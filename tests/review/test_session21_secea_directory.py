@@ -216,3 +216,19 @@ def test_a_silo_refuses_a_psu_key_list_of_more_silos_than_the_deployment(nodes) 
                                              r"answer \(240 bytes\)"):
         _take_part(server, party)
     assert server.posted == ["secea-keys", "psu-advertise"] and party.union is None
+
+
+@pytest.mark.parametrize("round_id", [-1, 2**62, 2**64, True])
+def test_a_silo_refuses_a_round_id_off_the_nodes_range_as_an_invalid_message(tmp_path: Path, round_id: Any) -> None:
+    """A SecEA node numbers its rounds in ``[0, 2^62)`` (``SecEANode.open_round``); another id in a
+    round document is an ``InvalidMessage`` of the silo's document check (it was an
+    ``InvalidParameters`` of the secure aggregation's round id, or taken: ``2^62``)."""
+    root = tmp_path / "dep"
+    init_one_server(root, "--protocol", "secea", "--dataset", "synthetic", "--users-per-round", "3",
+                    "--option", f"secea_key_bits={KEY_BITS}", "--option", "secea_items=6")
+    protocol = ExchangeCredentials.load(root / "devices" / "device-0.json").protocol(None)
+    doc = protocol.make_server().node.open_round(1, [0, 1, 2])
+    silo = protocol.make_device(0)
+    assert isinstance(silo.party(doc), SecEASetupParty)  # the honest document is taken
+    with pytest.raises(InvalidMessage, match="not a SecEA round document for silo 0"):
+        silo.party(doc | {"round_id": round_id})

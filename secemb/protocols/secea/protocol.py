@@ -333,11 +333,13 @@ class SecEASilo:
 
         Raises
         ------
-        InvalidMessage: a document without this silo, with stages that are not SecEA's, or a
-        round not after the last one it took part in or padded an upload for (the silo unchanged).
+        InvalidMessage: a document without this silo, a round id off the node's range ``[0, 2^62)``,
+        stages that are not SecEA's, or a round not after the last one it took part in or padded
+        an upload for (the silo unchanged).
         """
         round_id, users, stages = round_doc.get("round_id"), round_doc.get("users"), round_doc.get("stages")
-        if not isinstance(round_id, int) or not isinstance(users, list) or self.client.index not in users:
+        if type(round_id) is not int or not 0 <= round_id < 2**62 or not isinstance(users, list) \
+                or self.client.index not in users:
             raise InvalidMessage(f"not a SecEA round document for silo {self.client.index}")
         if self.last_round is not None and round_id <= self.last_round:
             raise InvalidMessage(f"round {round_id} does not follow round {self.last_round}, the last silo "
