@@ -232,3 +232,22 @@ def test_a_silo_refuses_a_round_id_off_the_nodes_range_as_an_invalid_message(tmp
     assert isinstance(silo.party(doc), SecEASetupParty)  # the honest document is taken
     with pytest.raises(InvalidMessage, match="not a SecEA round document for silo 0"):
         silo.party(doc | {"round_id": round_id})
+
+
+def test_a_silo_refuses_a_union_without_one_of_its_entities_as_an_invalid_message(nodes) -> None:
+    """The union is the server's answer: one that leaves out an entity silo 0 holds (3 of
+    {1, 3, 5}) is an ``InvalidMessage`` (docs/security.md: a server's malformed answer; it was an
+    ``InvalidParameters``, the class of a caller's mistake), and the set-up is not done: no union,
+    nothing written (``on_done`` not called)."""
+    def without_3(stage: str, answer: bytes) -> bytes | None:
+        if stage != "psu-unmask":
+            return answer
+        return messages.frame("union", 1, messages.SERVER, messages.rows_bytes(np.array([1, 4, 5, 6, 7, 8])))
+
+    server, party = _set_up(nodes, without_3)
+    done: list[bool] = []
+    party.on_done = lambda: done.append(True)
+    with pytest.raises(InvalidMessage, match="union: the union does not contain all of this client's entities"):
+        _take_part(server, party)
+    assert server.posted == ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask"]
+    assert party.union is None and party.client._union is None and done == []

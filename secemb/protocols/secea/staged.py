@@ -334,9 +334,9 @@ class SecEASetupParty:
 
         Raises
         ------
-        InvalidMessage: malformed, or longer than any honest answer of the stage
-        (:meth:`answer_bytes`; e.g. a PSU key list of more silos than the deployment's):
-        refused before anything of it is read, nothing kept.
+        InvalidMessage: malformed, a union without one of this silo's entities, or longer than
+        any honest answer of the stage (:meth:`answer_bytes`; e.g. a PSU key list of more silos
+        than the deployment's): refused before anything of it is read, nothing kept.
         """
         within_longest(body, self.answer_bytes(stage), f"the answer of {stage}")
         t0 = time.perf_counter()
@@ -344,7 +344,10 @@ class SecEASetupParty:
             self.client.receive_directory(body)
         elif stage == "psu-unmask":
             union = read_union(body, self.round_id, self.bloom.domain)
-            self.client.set_union(union)
+            try:
+                self.client.set_union(union)
+            except InvalidParameters as exc:  # the server's union, e.g. without one of this silo's entities
+                raise InvalidMessage(f"union: {exc}") from None
             self.union = union
             if self.on_done is not None:
                 self.on_done()
