@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -35,13 +36,16 @@ class DeviatingNode:
     """One round of ``node`` (an exchange node) served to device ``victim`` over HTTP on 127.0.0.1.
 
     ``doc``: the round document ``node.open_round`` returned; ``others``: the parties of the
-    round's other devices (``message`` / ``accept``), played in process.  ``seen``: per request
-    ``(method, path)``; ``posted``: the stages the victim sent, in order.
+    round's other devices (``message`` / ``accept``), played in process.  ``drip``: ``(stage,
+    seconds)``: the victim's answer of that stage is written one byte every ``seconds`` (a slow
+    server that never lets a read time out).  ``seen``: per request ``(method, path)``;
+    ``posted``: the stages the victim sent, in order.
     """
 
     def __init__(self, node: Any, doc: Mapping[str, Any], others: Mapping[int, Any], *, victim: int = 0,
-                 tamper: Tamper = honest) -> None:
+                 tamper: Tamper = honest, drip: tuple[str, float] | None = None) -> None:
         self.node, self.doc, self.others, self.victim, self.tamper = node, dict(doc), dict(others), victim, tamper
+        self.drip = drip
         self.round_id = int(doc["round_id"])
         self.stages: list[str] = list(doc["stages"])
         self.done = 0  # stages closed
@@ -68,8 +72,17 @@ class DeviatingNode:
                 self.send_header("content-length", str(len(out)))
                 self.send_header("connection", "close")
                 self.end_headers()
-                self.wfile.write(out)
                 self.close_connection = True
+                drip = owner.drip
+                try:
+                    if drip is not None and self.command == "GET" and path.endswith(f"/{drip[0]}"):
+                        for i in range(len(out)):
+                            time.sleep(drip[1])
+                            self.wfile.write(out[i:i + 1])
+                    else:
+                        self.wfile.write(out)
+                except OSError:  # the reader hung up
+                    pass
 
             do_GET = do_POST = _answer
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import struct
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ from typer.testing import CliRunner
 from secemb.cli import app
 from secemb.client.stages import take_part
 from secemb.data.ctr import TaobaoShaped, split_clicks
-from secemb.errors import InvalidMessage
+from secemb.errors import InvalidMessage, SecembError
 from secemb.protocols.exchange import ExchangeRun
 from secemb.protocols.sfsl.protocol import SFSLClient, SFSLProtocol
 from secemb.protocols.sfsl.staged import SFSL_PLAN
@@ -237,3 +238,22 @@ def test_secemb_client_of_sfsl_refuses_a_million_epochs_with_one_line(credential
     assert _client(credentials, server, tmp_path) == {
         "user": 0, "error": "round 1: not an SFSL round document for user 0 (settings other than the deployment's)"}
     assert server.posted == []
+
+
+@pytest.mark.xfail(strict=True, reason="finding G7 (transport, not G's files): ApiClient's timeout is httpx's, per "
+                                       "read, so an answer dripped a byte at a time never times out; its docstring "
+                                       "says 'seconds per request'")
+def test_a_dripped_answer_fails_the_devices_round_within_its_request_timeout(sfsl, nodes) -> None:
+    """A server that writes the 240-byte key list one byte every 25 ms (6 s in all) keeps every
+    read of a device whose requests time out after 1 s alive; ``ApiClient``'s contract is "timeout:
+    seconds per request", so the device's round should fail after about a second (the margin here
+    is 2 s) -- with a 30 s timeout and a 64 MiB answer, a drip holds a device for years."""
+    node = sfsl.make_server().node
+    doc = node.open_round(1, USERS)
+    server = DeviatingNode(node, doc, {u: sfsl.make_device(u).party(doc) for u in USERS[1:]},
+                           drip=("psu-advertise", 0.025))
+    nodes.append(server)
+    t0 = time.monotonic()
+    with ApiClient(server.url, "user:0", b"k" * 32, timeout=1.0) as api, pytest.raises(SecembError):
+        take_part(HttpStageLink(0, api), sfsl.make_device(0), SFSL_PLAN, doc, wait_s=5.0, poll_s=0.01)
+    assert time.monotonic() - t0 < 3.0
