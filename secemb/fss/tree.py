@@ -146,12 +146,10 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
 
-        # the kernels' ((lo | tCW_L, hi), (lo | tCW_R, hi)) per key and level, written in place
-        cwp = np.empty(path.cw_tl.shape + (2, 2), np.uint64)
-        lo = path.cw_seed[:, :, 0]
-        np.bitwise_or(lo, path.cw_tl, out=cwp[:, :, 0, 0])
-        np.bitwise_or(lo, path.cw_tr, out=cwp[:, :, 1, 0])
-        cwp[:, :, :, 1] = path.cw_seed[:, :, 1, None]
+        # the kernels' ((lo | tCW_L, hi), (lo | tCW_R, hi)) per key and level: the seed twice, then the bits
+        cwp = np.repeat(path.cw_seed[:, :, None, :], 2, axis=2)
+        cwp[:, :, 0, 0] |= path.cw_tl
+        cwp[:, :, 1, 0] |= path.cw_tr
         yield from compiled_groups(path.roots, cwp, path.params.domain_size, round_keys(_LEFT.name, _RIGHT.name))
         return
     yield from numpy_groups(path.roots, _cw_planes(path), path.params.domain_size, _level)
