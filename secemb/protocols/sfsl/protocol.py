@@ -25,9 +25,10 @@ import numpy as np
 from secemb.data import load_dataset
 from secemb.data.ctr import TAOBAO_SHAPES, ClickData, TaobaoShaped, movielens_clicks, split_clicks
 from secemb.data.features import movielens_features
-from secemb.errors import InvalidMessage, InvalidParameters, check_int
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.models.din import DIN
-from secemb.privacy.randomized_response import get_cpp
+from secemb.privacy.randomized_response import IndexPerturber, get_cpp
+from secemb.protocols.device_state import CorruptDeviceState, DeviceStateFile
 from secemb.protocols.exchange import (
     EpochFigures,
     ExchangeProtocol,
@@ -216,7 +217,27 @@ class SFSLProtocol(ExchangeProtocol):
 
     def make_device(self, user: int) -> SFSLClient:
         """Device ``user`` of a deployment: its own training samples of the run's dataset, a
-        private user embedding drawn from its own entropy."""
+        private user embedding drawn from its own entropy; nothing kept across a restart of its
+        process (:meth:`make_durable_device` keeps it)."""
+        return self._device(user, None)
+
+    def make_durable_device(self, user: int, state: DeviceStateFile) -> SFSLClient:
+        """Device ``user`` as :meth:`make_device`, restartable (``secemb client``): if ``state``
+        exists, the device takes back Algorithm 2's memo (its permanent responses, which bound what
+        its requests reveal over any number of rounds only if they are kept) and its private user
+        embedding; it writes ``state`` whenever they change, before the message that follows
+        from the change leaves (:class:`SFSLParty`'s ``on_changed``).
+
+        Raises
+        ------
+        CorruptDeviceState: ``state`` cannot be used -- unreadable, altered, of another device or
+        deployment, or not matching this device (a memo index outside the goods or in both
+        answers, an embedding of another shape or not finite); nothing is overwritten.
+        InvalidParameters: as :meth:`make_device`.
+        """
+        return self._device(user, state)
+
+    def _device(self, user: int, state: DeviceStateFile | None) -> SFSLClient:
         train = self.data()[0]
         check_int(f"--user (dataset {self.run.dataset!r})", user, low=0, high=train.num_users - 1)
         bounds = train.user_bounds()
@@ -224,9 +245,11 @@ class SFSLProtocol(ExchangeProtocol):
         rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
         device = SFSLDevice(user, train.subset(slice(bounds[user], bounds[user + 1])), get_cpp(self.sfsl_preset),
                             model, model.init_private(1, rng)[0])
+        if state is not None and state.exists():
+            _restore(device, state, train.num_goods)
         run = self._sfsl_run(1)  # the settings do not depend on the rounds per epoch
         return SFSLClient(device, RowSpace(train.num_goods, model.num_categories, model.dim, model.mlp_size), rng,
-                          train.num_users, round_settings(run), run.lr_decay)
+                          train.num_users, round_settings(run), run.lr_decay, store=state)
 
     def train(self, connect: Callable[[ExchangeServer], ExchangeRounds], *,
               on_start: Callable[[dict[str, Any]], None] | None = None,
@@ -284,6 +307,31 @@ class SFSLProtocol(ExchangeProtocol):
         return ExchangeResult(config, rounds, epochs, res.table, res.dense, res.user_embeddings)
 
 
+def _restore(device: SFSLDevice, state: DeviceStateFile, goods: int) -> None:
+    """``device``'s memo and user embedding from ``state`` (:meth:`SFSLClient.save`), checked
+    in full before anything is written.
+
+    Raises
+    ------
+    CorruptDeviceState: as :meth:`SFSLProtocol.make_durable_device`.
+    """
+    _, arrays = state.load()
+    memo = {k: arrays.get(k) for k in ("yes", "no")}
+    emb = arrays.get("user_embedding")
+    try:
+        if set(arrays) != {"yes", "no", "user_embedding"} or not isinstance(emb, np.ndarray) \
+                or emb.shape != device.user_embedding.shape or emb.dtype != np.float64 or not np.isfinite(emb).all():
+            raise InvalidParameters("the arrays are not a memo and a finite user embedding of this model")
+        if any(not isinstance(a, np.ndarray) or (a.size and (a.min() < 0 or a.max() >= goods)) for a in memo.values()):
+            raise InvalidParameters(f"a memo index outside the {goods} goods")
+        perturber = IndexPerturber(device.real, device.perturber.params)
+        perturber.load_state_dict(memo)  # type: ignore[arg-type]  # both checked to be arrays above
+    except InvalidParameters as exc:
+        raise CorruptDeviceState(f"device state {state.path}: {exc}") from None
+    device.perturber = perturber
+    device.user_embedding[...] = emb
+
+
 @dataclass
 class SFSLClient:
     """A device of an SFSL deployment (``secemb client``): ``device`` (its samples, Algorithm
@@ -299,6 +347,23 @@ class SFSLClient:
     num_users: int
     settings: TrainingSettings
     lr_decay: float
+    store: DeviceStateFile | None = None
+
+    def save(self) -> None:
+        """Write Algorithm 2's memo and the user embedding to ``store`` (if any; atomically, 0600).
+
+        Raises
+        ------
+        ProtocolError: the disk refused (the file is as it was; the round the device is in fails
+        before the message that follows from the change leaves).
+        """
+        if self.store is None:
+            return
+        try:
+            self.store.save({}, {**self.device.perturber.state_dict(), "user_embedding": self.device.user_embedding})
+        except OSError as exc:
+            raise ProtocolError(f"device {self.device.user}'s state {self.store.path} cannot be written "
+                                f"({exc.strerror or type(exc).__name__})") from None
 
     def party(self, round_doc: Mapping[str, Any]) -> SFSLParty:
         """Its party in the round ``round_doc`` announces (``round_id``, ``users`` and the
@@ -326,4 +391,4 @@ class SFSLClient:
         except (KeyError, TypeError, InvalidParameters) as exc:
             raise InvalidMessage(f"not an SFSL round document for user {self.device.user} ({exc})") from None
         bloom = BloomParams.exact(self.space.goods)
-        return SFSLParty(self.device, round_id, len(users), self.space, bloom, rs, self.rng)
+        return SFSLParty(self.device, round_id, len(users), self.space, bloom, rs, self.rng, on_changed=self.save)

@@ -26,6 +26,7 @@ the same generators gives the in-process round's model bit for bit
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -238,12 +239,16 @@ class SFSLParty:
     of the PSU, the perturbation and the secure sums.  ``seconds``: the device's own work per
     part (``psu``, ``perturb``, ``train``, ``secagg``).  :meth:`answer_bytes`: the longest
     answer of a stage an honest server sends it (what a deployed device reads at most).
+    ``on_changed`` (if given) is called once the device's persistent state has changed and before
+    the message that follows from it leaves: after Algorithm 2's perturbation (its memo) and after
+    the local training (its user embedding), e.g. to write the device's state file.
     """
 
     def __init__(self, device: SFSLDevice, round_id: int, n: int, space: RowSpace, bloom: BloomParams,
-                 settings: TrainingSettings, rng: np.random.Generator, *, _rng: RandomBytes = system_rng) -> None:
+                 settings: TrainingSettings, rng: np.random.Generator, *, _rng: RandomBytes = system_rng,
+                 on_changed: Callable[[], None] | None = None) -> None:
         self.device, self.round_id, self.n, self.space, self.bloom = device, round_id, n, space, bloom
-        self.settings, self.rng, self._rng = settings, rng, _rng
+        self.settings, self.rng, self._rng, self.on_changed = settings, rng, _rng, on_changed
         self.psu_config, self.sum_config = round_configs(space, bloom, n, round_id)
         self.seconds: dict[str, float] = {}
         self.union: np.ndarray | None = None
@@ -266,11 +271,15 @@ class SFSLParty:
         elif stage == "download":
             self.union = read_union(self._answer("psu-unmask"), 2 * self.round_id, self.space.goods)
             out = self.device.request(self.union, self.round_id, _rng=self._rng)
+            if self.on_changed is not None:
+                self.on_changed()
         elif stage == "sum-advertise":
             t1 = time.perf_counter()
             rows, self._values = self.device.train(self._answer("download"), self.round_id, self.space,
                                                    self.settings, self.rng)
             add_seconds(self.seconds, "train", t1)
+            if self.on_changed is not None:
+                self.on_changed()
             t0 = time.perf_counter()
             self._sum = SecAggClient(self.device.user, self.sum_config, _rng=self._rng)
             out = self._sum.advertise(rows)
