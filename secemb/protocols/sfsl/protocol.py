@@ -316,16 +316,16 @@ def _restore(device: SFSLDevice, state: DeviceStateFile, goods: int) -> None:
     CorruptDeviceState: as :meth:`SFSLProtocol.make_durable_device`.
     """
     _, arrays = state.load()
-    memo = {k: arrays.get(k) for k in ("yes", "no")}
-    emb = arrays.get("user_embedding")
+    yes, no, emb = (arrays.get(k) for k in ("yes", "no", "user_embedding"))
     try:
-        if set(arrays) != {"yes", "no", "user_embedding"} or not isinstance(emb, np.ndarray) \
+        if set(arrays) != {"yes", "no", "user_embedding"} or not isinstance(yes, np.ndarray) \
+                or not isinstance(no, np.ndarray) or not isinstance(emb, np.ndarray) \
                 or emb.shape != device.user_embedding.shape or emb.dtype != np.float64 or not np.isfinite(emb).all():
             raise InvalidParameters("the arrays are not a memo and a finite user embedding of this model")
-        if any(not isinstance(a, np.ndarray) or (a.size and (a.min() < 0 or a.max() >= goods)) for a in memo.values()):
+        if any(a.size and (a.min() < 0 or a.max() >= goods) for a in (yes, no)):
             raise InvalidParameters(f"a memo index outside the {goods} goods")
         perturber = IndexPerturber(device.real, device.perturber.params)
-        perturber.load_state_dict(memo)  # type: ignore[arg-type]  # both checked to be arrays above
+        perturber.load_state_dict({"yes": yes, "no": no})
     except InvalidParameters as exc:
         raise CorruptDeviceState(f"device state {state.path}: {exc}") from None
     device.perturber = perturber
