@@ -11,9 +11,15 @@ reference and against values computed another way (Python integers from per-leaf
   untouched, both backends and rings; the answers of the two parties reconstruct the table rows.
   The server's task (``tasks.evaluate_into_task``) places the same bytes as ``evaluate_task`` +
   ``place``.  Views of another shape or dtype, or read-only, are refused.
+* After ``backends.warm_kernels`` a fresh process loads no further kernel signature for a round-size
+  evaluation of either layout (the bucket form's strided product included: numba's first-call cost is
+  paid at warm-up, issue 37 goal 2).
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -158,3 +164,32 @@ def test_evaluate_into_task_places_what_evaluate_task_returns(party: int) -> Non
     for a, b in zip(placed, other, strict=True):
         assert np.array_equal(a, b)
     assert not np.array_equal(views[2], 0)  # the folded part was written (and negated by party 1 alike)
+
+
+_SIGNATURES = """
+import numpy as np
+import secemb.fss._numba_kernels as k
+from secemb.fss import dpf
+from secemb.fss.fused import retrieve_and_prepare, retrieve_and_prepare_buckets
+from secemb.fss.linalg import LimbMatrix
+from secemb.protocols.backends import warm_kernels
+
+warm_kernels()
+counts = lambda: {n: len(d.signatures) for n, d in vars(k).items() if hasattr(d, "signatures")}
+before = counts()
+for dt, bits in ((np.uint32, 32), (np.uint64, 64)):
+    for make, domain, shape, keys in ((retrieve_and_prepare_buckets, 20, (4, 20, 3), 12),
+                                      (retrieve_and_prepare, 300, (300, 3), 3)):
+        table = np.zeros(shape, dt)
+        table.flags.writeable = False  # as published tables are
+        p0, _, st = dpf.gen_path(np.arange(keys) * 7 % domain, domain)
+        make(p0, 0, dpf.convert_gen(st, np.ones((keys, 1), dt), ring_bits=bits), LimbMatrix(table, bits), 2)
+print({n: (before[n], c) for n, c in counts().items() if c != before[n]})
+"""
+
+
+def test_warm_kernels_load_every_signature_a_round_uses() -> None:
+    proc = subprocess.run([sys.executable, "-c", _SIGNATURES], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "{}"
