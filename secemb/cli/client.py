@@ -57,6 +57,10 @@ def register(app: typer.Typer) -> None:
         recommender_state: Annotated[Path | None, typer.Option(
             help="For a GREC denoiser's rounds: this device's state file of the recommender's run (its private "
                  "parameters, read only).")] = None,
+        new_set_up: Annotated[bool, typer.Option(
+            "--new-set-up", help="A SecEA silo: take one new set-up although it took part in one before (the "
+                                 "operator's approval: a server may learn one more bit of its entities; "
+                                 "docs/deployment.md).")] = False,
     ) -> None:
         """Run one device: fetch its rounds, retrieve its rows privately, train locally, upload.
 
@@ -79,12 +83,14 @@ def register(app: typer.Typer) -> None:
 
         One server (credentials of a one-server deployment): the device takes part in --rounds
         rounds that list it, stage by stage as the server closes them; it takes --user,
-        --credentials, --rounds, --wait and --data-dir only."""
+        --credentials, --rounds, --wait and --data-dir only, and a SecEA silo --new-set-up: it
+        takes part in one set-up only (a server that fails set-ups on purpose learns one bit of
+        its entities from each), unless its operator gives --new-set-up."""
         if credentials is not None:
             from secemb.server.exchange_deploy import ExchangeCredentials
 
             if ExchangeCredentials.sniff(credentials):
-                _exchange_client(ctx, user, credentials, rounds, wait, data_dir)
+                _exchange_client(ctx, user, credentials, rounds, wait, data_dir, new_set_up)
                 return
         import numpy as np
 
@@ -132,6 +138,8 @@ def register(app: typer.Typer) -> None:
                 count_task = get_model(model).task
             if (recommender is None) != (recommender_state is None):
                 raise InvalidParameters("--recommender and --recommender-state go together")
+            if new_set_up:
+                raise InvalidParameters("--new-set-up is a SecEA silo's (a one-server deployment's credentials)")
         except (OSError, KeyError, ValueError, TypeError, InvalidParameters) as exc:  # TypeError: a model's arguments
             fail(f"bad usage: {exc}", 2)
 
@@ -293,10 +301,11 @@ def _no_round(user: int, wait: float, polled: Exception | None) -> str:
 
 
 def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: int, wait: float,
-                     data_dir: Path | None) -> None:
+                     data_dir: Path | None, new_set_up: bool) -> None:
     """``secemb client`` of a one-server deployment: its device (the protocol's ``make_device``)
     takes part in ``rounds`` rounds (:func:`secemb.client.stages.take_part`); one JSON
-    line per round."""
+    line per round.  ``new_set_up``: a SecEA silo's operator approves one more set-up
+    (:meth:`~secemb.protocols.secea.protocol.SecEASilo.approve_new_set_up`)."""
     from secemb.cli._exchange import given_options
     from secemb.data import DataFormatError, DatasetNotFoundError
     from secemb.client.stages import deployed_device, device_state_file, take_part
@@ -311,7 +320,7 @@ def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: i
         typer.echo(json.dumps({"user": user, "error": str(msg)}))
         raise typer.Exit(code)
 
-    stray = sorted(set(given_options(ctx)) - {"user", "credentials", "rounds", "wait", "data_dir"})
+    stray = sorted(set(given_options(ctx)) - {"user", "credentials", "rounds", "wait", "data_dir", "new_set_up"})
     if stray:
         fail(f"bad usage: a one-server device does not take --{stray[0].replace('_', '-')}", 2)
     try:
@@ -321,6 +330,12 @@ def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: i
         protocol = creds.protocol(data_dir)
         state = device_state_file(creds.path, user, creds.doc, creds.key, creds.ca.read_bytes())
         device = deployed_device(protocol, user, state)  # a SecEA silo: restored from its state file if there
+        if new_set_up:
+            from secemb.protocols.secea.protocol import SecEASilo
+
+            if not isinstance(device, SecEASilo):
+                raise InvalidParameters("--new-set-up is a SecEA silo's (this deployment's devices take no set-up)")
+            device.approve_new_set_up()
         tls = client_context(creds.ca)
     except (InvalidParameters, DatasetNotFoundError, DataFormatError, OSError) as exc:
         fail(f"bad usage: {exc}", 2)

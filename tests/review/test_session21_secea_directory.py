@@ -41,7 +41,7 @@ from phe import paillier
 from typer.testing import CliRunner
 
 from secemb.cli import app
-from secemb.client.stages import take_part
+from secemb.client.stages import device_state_file, take_part
 from secemb.errors import InvalidMessage
 from secemb.protocols.secea import wire
 from secemb.protocols.secea.coding import SecEAParams
@@ -175,7 +175,8 @@ def test_a_silo_refuses_a_directory_key_the_deployment_never_admits(nodes, attac
 
 
 def test_secemb_client_of_a_secea_silo_fails_its_set_up_on_an_oversized_directory_key(nodes, tmp_path: Path) -> None:
-    """``secemb client`` as deployed: one JSON line, exit 1, no state file."""
+    """``secemb client`` as deployed: one JSON line, exit 1; its state file records only that it
+    took part in set-up 1 (no keys, no directory: session 21, helper K, finding G6)."""
     root = tmp_path / "dep"
     init_one_server(root, "--protocol", "secea", "--dataset", "synthetic", "--users-per-round", "3",
                     "--option", f"secea_key_bits={KEY_BITS}", "--option", "secea_items=6")
@@ -195,7 +196,9 @@ def test_secemb_client_of_a_secea_silo_fails_its_set_up_on_an_oversized_director
     assert json.loads(lines[0]) == {"user": 0, "error": "round 1: the directory gives client 1 a 1024-bit Paillier "
                                                         "modulus, not the deployment's 1536 bits"}
     assert nodes[-1].posted == ["secea-keys"]
-    assert not (root / "devices" / "device-0.state").exists()
+    kept = ExchangeCredentials.load(path)
+    meta, arrays = device_state_file(kept.path, 0, kept.doc, kept.key, kept.ca.read_bytes()).load()
+    assert meta["setup_round"] == 1 and "client" not in meta and "directory" not in arrays
 
 
 def test_a_silo_refuses_a_psu_key_list_of_more_silos_than_the_deployment(nodes) -> None:
@@ -247,7 +250,7 @@ def test_a_silo_refuses_a_union_without_one_of_its_entities_as_an_invalid_messag
     server, party = _set_up(nodes, without_3)
     done: list[bool] = []
     party.on_done = lambda: done.append(True)
-    with pytest.raises(InvalidMessage, match="union: the union does not contain all of this client's entities"):
+    with pytest.raises(InvalidMessage, match="union leaves out 1 of silo 0's 3 entities: the server deviated"):
         _take_part(server, party)
     assert server.posted == ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask"]
     assert party.union is None and party.client._union is None and done == []

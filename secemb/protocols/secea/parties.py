@@ -105,6 +105,18 @@ class SecEAClient:
         self._kept: tuple[np.ndarray, np.ndarray] | None = None
         self._last_upload = -1  # the last round padded: a pad (keys, round, direction) is used once
 
+    def renewed(self) -> SecEAClient:
+        """This silo as a new client (the same index, parameters, entities and ``query_bound``) with
+        fresh keys of this client's size and no directory or union: what a new set-up starts from
+        (its pads then differ from every pad of the old keys, whatever the round ids)."""
+        return SecEAClient(self.index, self.params, self.entities, key_bits=self._paillier_public.key.n.bit_length(),
+                           query_bound=self.query_bound, _rng=self._rng)
+
+    @property
+    def set_up(self) -> bool:
+        """Whether the directory and the union are set (the client can take part in rounds)."""
+        return self._own is not None and self._directory is not None
+
     @property
     def paillier_key(self) -> phe_packing.PublicKey:
         """This client's Paillier public key (what its answers are encrypted under)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -142,10 +142,12 @@ class SecEAProtocol(ExchangeProtocol):
         """The server of a deployment (it holds no model: its public model is empty)."""
         return self._server(self.data()[0].num_items)
 
-    def _silos(self, train: RatingData) -> tuple[list[MFSilo], list[np.ndarray]]:
+    def _silos(self, train: RatingData) -> tuple[list[MFSilo], list[np.ndarray], np.ndarray]:
+        """The silos, the positions of each one's entities in its item list, and the public
+        entities averaged (``chosen``)."""
         silos = make_silos(train, self.secea_silos, self.dim, self.lr, self.run.seed)
         chosen = popular_items(train, self.secea_items)
-        return silos, [silo_entities(s, chosen) for s in silos]
+        return silos, [silo_entities(s, chosen) for s in silos], chosen
 
     def make_device(self, user: int) -> SecEASilo:
         """Silo ``user`` (in ``[0, secea_silos)``) of a deployment: its users' ratings of the
@@ -157,8 +159,13 @@ class SecEAProtocol(ExchangeProtocol):
         """Silo ``user`` as :meth:`make_device`, restartable: if ``state`` exists, the silo is the
         one it holds (its keys, the key directory, the union, its model with Adam's state, its
         batch order and the last round it padded), so it goes on with the deployment's next
-        round without a new set-up; it writes ``state`` after the set-up, before each upload
-        leaves it (the round's pads are then spent even if it stops) and after each round.
+        round without a new set-up; it writes ``state`` before its first set-up message (that it
+        took part in that set-up: it takes no second one without its operator,
+        :meth:`SecEASilo.party`), after the set-up, before each upload leaves it (the round's
+        pads are then spent even if it stops) and after each round.  A state written at the
+        start of a set-up that did not complete holds the set-up's round and the model only (the
+        keys were never used for a round): the silo restored from it has fresh keys and takes no
+        set-up until :meth:`SecEASilo.approve_new_set_up`.
 
         Raises
         ------
@@ -173,25 +180,31 @@ class SecEAProtocol(ExchangeProtocol):
         if user >= self.secea_silos:
             raise InvalidParameters(f"--user must be a silo in [0, {self.secea_silos}), got {user}")
         train = self.data()[0]
-        silos, own = self._silos(train)
+        silos, own, chosen = self._silos(train)
         rng = system_rng if self._rng is None else self._rng
         silo, entities = silos[user], silos[user].items[own[user]]
         gen = np.random.default_rng([self.run.seed + 1, user])
-        if state is None or not state.exists():
+        last_round = setup_round = None
+        loaded = state.load() if state is not None and state.exists() else None
+        if loaded is None or "client" not in loaded[0]:  # no set-up completed: keys never used for a round
             client = SecEAClient(user, self.params, entities, key_bits=self.secea_key_bits, _rng=rng)
-            last_round = None
-        else:
-            meta, arrays = state.load()
+        if state is not None and loaded is not None:
+            meta, arrays = loaded
             try:
-                client = SecEAClient.restore(user, self.params, entities, meta.get("client", {}), arrays,
-                                             key_bits=self.secea_key_bits, _rng=rng)
+                if "client" in meta:
+                    client = SecEAClient.restore(user, self.params, entities, meta["client"], arrays,
+                                                 key_bits=self.secea_key_bits, _rng=rng)
+                    last_round = check_int("SecEA silo state: last_round", meta.get("last_round"), low=0)
+                elif meta.get("last_round") is not None:
+                    raise InvalidParameters("SecEA silo state: a last round but no keys")
+                if "client" not in meta or meta.get("setup_round") is not None:  # older files of set-up silos have none
+                    setup_round = check_int("SecEA silo state: setup_round", meta.get("setup_round"), low=0)
                 silo.load_state(arrays)
-                last_round = check_int("SecEA silo state: last_round", meta.get("last_round"), low=0)
                 gen.bit_generator.state = dict(meta["batch_order"])
             except (InvalidParameters, ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise CorruptDeviceState(f"device state {state.path}: {exc}") from None
         return SecEASilo(silo, own[user], client, self._bloom(train.num_items), self.reg, self.secea_local_epochs,
-                         gen, rng, store=state, last_round=last_round)
+                         gen, rng, store=state, last_round=last_round, setup_round=setup_round, chosen=chosen)
 
     def train(self, connect: Callable[[ExchangeServer], ExchangeRounds], *,
               on_start: Callable[[dict[str, Any]], None] | None = None,
@@ -206,7 +219,7 @@ class SecEAProtocol(ExchangeProtocol):
         (or a ``RemoteError`` over HTTP): a round aborted.
         """
         train, test = self.data()
-        silos, own = self._silos(train)
+        silos, own, chosen = self._silos(train)
         r, n = self.run, self.secea_silos
         config: dict[str, Any] = {
             "dataset": r.dataset, "protocol": "secea", "model": "mf", "servers": 1, "relay": False,
@@ -230,7 +243,7 @@ class SecEAProtocol(ExchangeProtocol):
         rng = system_rng if self._rng is None else self._rng
         gen = np.random.default_rng(r.seed + 1)  # batch order, as secemb bench secea's runs
         devices = [SecEASilo(s, o, SecEAClient(i, self.params, s.items[o], key_bits=self.secea_key_bits, _rng=rng),
-                             node.bloom, self.reg, self.secea_local_epochs, gen, rng)
+                             node.bloom, self.reg, self.secea_local_epochs, gen, rng, chosen=chosen)
                    for i, (s, o) in enumerate(zip(silos, own, strict=True))]
         setup = rounds.play(SETUP_ROUND, {i: d.setup_party() for i, d in enumerate(devices)})
         if setup.finished != list(range(n)):
@@ -269,7 +282,13 @@ class SecEASilo:
     Bloom parameters, its local training (``reg``, ``local_epochs``, batch order from ``gen``)
     and the CSPRNG of its secrets.  ``store``: where it keeps its state (``None``: nowhere;
     :meth:`SecEAProtocol.make_durable_device`); ``last_round``: the last round (set-up or
-    aggregation) it completed, ``None`` before its set-up."""
+    aggregation) it completed, ``None`` before its set-up; ``setup_round``: the last set-up it
+    took part in, completed or not (``None``: none, or not recorded); ``chosen``: the public
+    entities the deployment averages, which bound the union it takes (:class:`SecEASetupParty`).
+
+    A silo takes part in one set-up: a deviating server that fails a set-up on purpose (a union
+    without one of the silo's entities) learns one bit of its entities per set-up, so a second
+    set-up needs its operator's :meth:`approve_new_set_up` (``secemb client --new-set-up``)."""
 
     silo: MFSilo
     own: np.ndarray
@@ -281,10 +300,14 @@ class SecEASilo:
     rng: RandomBytes
     store: DeviceStateFile | None = None
     last_round: int | None = None
+    setup_round: int | None = None
+    chosen: np.ndarray | None = None
+    _approved: bool = field(default=False, init=False, repr=False)
 
     def save(self) -> None:
-        """Write its state to ``store`` (if any; atomically, 0600): the client's keys, directory,
-        union and last padded round, the model with Adam's state, the batch order, ``last_round``.
+        """Write its state to ``store`` (if any; atomically, 0600): once set up, the client's keys,
+        directory, union and last padded round; the model with Adam's state, the batch order,
+        ``last_round`` and ``setup_round``.
 
         Raises
         ------
@@ -292,18 +315,35 @@ class SecEASilo:
         """
         if self.store is None:
             return
-        meta, arrays = self.client.state()
+        meta, arrays = self.client.state() if self.client.set_up else (None, {})
+        kept = {"last_round": self.last_round, "setup_round": self.setup_round,
+                "batch_order": self.gen.bit_generator.state}
         try:
-            self.store.save({"client": meta, "last_round": self.last_round,
-                             "batch_order": self.gen.bit_generator.state}, arrays | self.silo.state())
+            self.store.save(kept if meta is None else {"client": meta, **kept}, arrays | self.silo.state())
         except OSError as exc:
             raise ProtocolError(f"silo {self.client.index}'s state {self.store.path} cannot be written "
                                 f"({exc.strerror or type(exc).__name__})") from None
 
     def setup_party(self, round_id: int = SETUP_ROUND) -> SecEASetupParty:
-        """Its part in the set-up (round ``round_id``); its state is written when it is over."""
-        return SecEASetupParty(self.client, self.bloom, round_id, on_done=lambda: self._completed(round_id),
-                               _rng=self.rng)
+        """Its part in the set-up (round ``round_id``): that it takes part is written first (before
+        its first message leaves), its state again when the set-up is over.
+
+        Raises
+        ------
+        ProtocolError: the disk refused the first write (nothing is sent).
+        """
+        party = SecEASetupParty(self.client, self.bloom, round_id, universe=self.chosen,
+                                on_done=lambda: self._completed(round_id), _rng=self.rng)
+        self.setup_round = round_id
+        self.save()
+        return party
+
+    def approve_new_set_up(self) -> None:
+        """Its operator's approval of one more set-up (``secemb client --new-set-up``): the next
+        set-up round document is taken although the silo took part in a set-up before, with
+        fresh keys (and no directory or union) if its last one completed; its model stays.  What
+        the approval costs: a deviating server may learn one more bit of the silo's entities."""
+        self._approved = True
 
     def _completed(self, round_id: int) -> None:
         self.last_round = round_id
@@ -334,20 +374,30 @@ class SecEASilo:
         Raises
         ------
         InvalidMessage: a document without this silo, a round id off the node's range ``[0, 2^62)``,
-        stages that are not SecEA's, or a round not after the last one it took part in or padded
-        an upload for (the silo unchanged).
+        stages that are not SecEA's, a round not after the last one it took part in or padded
+        an upload for, or a set-up when it took part in one before and its operator did not
+        approve another (:meth:`approve_new_set_up`; the message names the flag): the silo unchanged.
+        ProtocolError: a set-up whose record the disk refused (nothing is sent).
         """
         round_id, users, stages = round_doc.get("round_id"), round_doc.get("users"), round_doc.get("stages")
         if type(round_id) is not int or not 0 <= round_id < 2**62 or not isinstance(users, list) \
                 or self.client.index not in users:
             raise InvalidMessage(f"not a SecEA round document for silo {self.client.index}")
+        if stages == list(SECEA_SETUP_STAGES) and self._approved:
+            self._approved = False  # one set-up per approval
+            self.client = self.client.renewed() if self.client.set_up else self.client
+            self.last_round = None
+            return self.setup_party(round_id)
         if self.last_round is not None and round_id <= self.last_round:
             raise InvalidMessage(f"round {round_id} does not follow round {self.last_round}, the last silo "
                                  f"{self.client.index} took part in")
         if stages == list(SECEA_SETUP_STAGES):
-            if self.last_round is not None:
-                raise InvalidMessage(f"silo {self.client.index} has done its set-up (round {self.last_round} or "
-                                     "before): it takes no second one")
+            if self.last_round is not None or self.setup_round is not None:
+                done = "completed" if self.client.set_up else "did not complete"
+                raise InvalidMessage(
+                    f"silo {self.client.index} took part in a set-up before (round "
+                    f"{self.setup_round if self.setup_round is not None else self.last_round}, {done}): it takes no "
+                    "second one without its operator (secemb client --new-set-up)")
             return self.setup_party(round_id)
         if stages == list(SECEA_STAGES):
             if round_id <= self.client.last_upload:  # refused before its local training changes the model

@@ -47,7 +47,7 @@ from secemb.secagg.limits import longest_server_message, longest_union_message, 
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
 __all__ = ["SECEA_PLAN", "SECEA_ROUND_PLAN", "SECEA_SETUP_PLAN", "SETUP_ROUND", "SecEANode", "SecEAParty",
-           "SecEASetupParty", "psu_config"]
+           "SecEASetupParty", "UnionWithoutOwnEntities", "psu_config"]
 
 #: the round id the in-process runs give the set-up (a deployment's first round may have another)
 SETUP_ROUND = 0
@@ -74,6 +74,13 @@ SECEA_SETUP_PLAN = SECEA_PLAN.only(SECEA_SETUP_STAGES)
 SECEA_ROUND_PLAN = SECEA_PLAN.only(SECEA_STAGES)
 
 _PSU_STEPS = ("advertise", "shares", "masked", "unmask")
+
+
+class UnionWithoutOwnEntities(InvalidMessage):
+    """The set-up's union leaves out entities of this silo: the server deviated from the protocol
+    (an honest one aborts a set-up that lacks a silo's PSU input: the union holds every silo's
+    entities), and this silo's failed set-up tells it that the silo holds one of the entities it
+    left out -- one bit of the silo's private entity set.  What the silo's operator is told."""
 
 
 def psu_config(bloom: BloomParams, num_silos: int, round_id: int) -> SecAggConfig:
@@ -296,11 +303,21 @@ class SecEASetupParty:
     set into the PSU.  When the set-up is over, ``client`` holds the directory and the union
     (:attr:`union`) and ``on_done`` (if given) is called (e.g. to write the silo's state).
     ``seconds``: its own work per stage; :meth:`answer_bytes`: the longest answer of a stage an
-    honest server sends it."""
+    honest server sends it.
+
+    ``universe``: if given, the public entities the deployment averages (sorted distinct ids,
+    holding the silo's own; e.g. the ``secea_items`` most-rated items).  With the exact filter
+    (``bloom.identity``: no false positives) an honest union is a subset of them, so a union of
+    more (up to the whole domain, and a RELAY that grows with its square) or of other ids is
+    refused before the silo computes anything with it; a hashed filter's union may hold false
+    positives outside them, and is bounded by the domain only.
+    """
 
     def __init__(self, client: SecEAClient, bloom: BloomParams, round_id: int = SETUP_ROUND, *,
-                 on_done: Callable[[], None] | None = None, _rng: RandomBytes = system_rng) -> None:
+                 universe: np.ndarray | None = None, on_done: Callable[[], None] | None = None,
+                 _rng: RandomBytes = system_rng) -> None:
         self.client, self.bloom, self.round_id, self.on_done, self._rng = client, bloom, round_id, on_done, _rng
+        self.universe = None if universe is None or not bloom.identity else np.asarray(universe, np.int64)
         self.config = psu_config(bloom, client.params.num_clients, round_id)
         self.union: np.ndarray | None = None
         self.seconds: dict[str, float] = {}
@@ -334,9 +351,11 @@ class SecEASetupParty:
 
         Raises
         ------
-        InvalidMessage: malformed, a union without one of this silo's entities, or longer than
-        any honest answer of the stage (:meth:`answer_bytes`; e.g. a PSU key list of more silos
-        than the deployment's): refused before anything of it is read, nothing kept.
+        UnionWithoutOwnEntities: a union without one of this silo's entities (a deviating
+        server: the silo's operator is told so).  InvalidMessage: malformed, a union with an id
+        outside ``universe``, or longer than any honest answer of the stage (:meth:`answer_bytes`;
+        e.g. a PSU key list of more silos than the deployment's, a union of more entities than
+        ``universe``): refused before anything of it is read.  Nothing is kept then.
         """
         within_longest(body, self.answer_bytes(stage), f"the answer of {stage}")
         t0 = time.perf_counter()
@@ -344,9 +363,19 @@ class SecEASetupParty:
             self.client.receive_directory(body)
         elif stage == "psu-unmask":
             union = read_union(body, self.round_id, self.bloom.domain)
+            if self.universe is not None and np.setdiff1d(union, self.universe).size:
+                raise InvalidMessage(f"union: {np.setdiff1d(union, self.universe).size} ids outside the "
+                                     f"{self.universe.size} public entities of the deployment")
+            missing = np.setdiff1d(self.client.entities, union).size
+            if missing:
+                raise UnionWithoutOwnEntities(
+                    f"the server's union leaves out {missing} of silo {self.client.index}'s "
+                    f"{self.client.entities.size} entities: the server deviated from the protocol (or handed out "
+                    "a union without this silo's PSU input), and this failed set-up tells it that the silo holds "
+                    "one of the entities it left out; the silo takes no new set-up without its operator")
             try:
                 self.client.set_union(union)
-            except InvalidParameters as exc:  # the server's union, e.g. without one of this silo's entities
+            except InvalidParameters as exc:  # e.g. an empty union
                 raise InvalidMessage(f"union: {exc}") from None
             self.union = union
             if self.on_done is not None:
@@ -359,6 +388,7 @@ class SecEASetupParty:
         """The longest answer of ``stage`` an honest server sends this silo: the DIRECTORY
         (:meth:`SecEAClient.answer_bytes`), the PSU's messages at N silos
         (:func:`~secemb.secagg.limits.longest_server_message`) and its union of every entity
+        of ``universe`` (if given, with the exact filter), else of the domain
         (:func:`~secemb.secagg.limits.longest_union_message`).
 
         Raises
@@ -371,7 +401,7 @@ class SecEASetupParty:
             raise ValueError(f"SecEA's set-up has no stage {stage!r}")
         kind = _KINDS[stage][1]
         if kind == "union":
-            return longest_union_message(self.bloom.domain)
+            return longest_union_message(self.bloom.domain if self.universe is None else self.universe.size)
         return longest_server_message(self.config, self.client.params.num_clients, kind)
 
 
