@@ -31,8 +31,9 @@ from __future__ import annotations
 import json
 import ssl
 import threading
+import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -42,39 +43,71 @@ from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.limits import ANSWER_FLOOR_BYTES, answer_limit, answer_limit_for
 from secemb.transport.signing import sign_headers
 
-__all__ = ["ANSWER_FLOOR_BYTES", "ApiClient", "answer_fields", "answer_limit", "answer_limit_for"]
+__all__ = ["ANSWER_FLOOR_BYTES", "MIN_ANSWER_RATE", "ApiClient", "answer_fields", "answer_limit", "answer_limit_for"]
 
 OCTET = "application/octet-stream"
 
 #: the most bytes one step of a capped read decodes (deflate expands up to ~1000x)
 _PIECE = 1 << 20
 
+#: the least average rate, in bytes per second, at which a bounded answer's body arrives once its
+#: request's ``timeout`` has passed since its headers (:func:`_arriving`): 32 KiB/s = 256 kbit/s, so an
+#: honest answer of any size completes on a link as slow as EDGE-class mobile data, while a server
+#: that drips one holds a reader at most 2 x ``timeout`` + the answer limit / 32 KiB/s (~34 min at
+#: the 64 MiB floor; before, httpx's per-read timeout alone held it for as long as the server liked)
+MIN_ANSWER_RATE = 32 << 10
 
-def _decoded(resp: httpx.Response, where: str) -> Iterator[bytes]:
-    """The body of the streamed ``resp``, decoded by its ``Content-Encoding`` (none, ``gzip`` or
-    ``deflate``) in pieces of at most :data:`_PIECE` bytes -- not httpx's decoders, which expand
-    a whole read at once (a 64 KiB read of a decompression bomb is ~64 MiB).
+
+def _arriving(chunks: Iterable[bytes], limit: int, timeout: float, where: str) -> Iterator[bytes]:
+    """``chunks``, an answer's body as it arrives (its headers are in), while it keeps within
+    ``limit`` bytes and keeps pace: at every chunk, the bytes in are at least
+    :data:`MIN_ANSWER_RATE` x (the seconds since the headers - ``timeout``).  So an answer of
+    ``n`` bytes has ``timeout`` + ``n`` / :data:`MIN_ANSWER_RATE` seconds to arrive whole, and a
+    server that drips an answer (every read within httpx's per-read ``timeout``, the answer
+    never done) holds a reader at most 2 x ``timeout`` + ``limit`` / :data:`MIN_ANSWER_RATE`.
 
     Raises
     ------
-    InvalidMessage: another encoding (a capped request asks for none), or bytes that do not
-    decode (both naming ``where``).
+    Unreachable: the answer falls behind that pace (what a timed-out answer raises).
+    InvalidMessage: more than ``limit`` bytes arrive (the bytes on the wire: an encoded answer's
+    too, which an honest one never exceeds at any limit, so that no encoding -- e.g. a deflate
+    stream of empty blocks, which decodes to nothing -- streams forever).
     """
-    if resp.is_stream_consumed:  # a transport that answered with the body read (httpx.MockTransport): decoded
-        yield from resp.iter_bytes(_PIECE)
-        return
-    coding = resp.headers.get("content-encoding", "identity").strip().lower()
+    start, size = time.monotonic(), 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise InvalidMessage(f"{where}: the answer is longer than {limit} bytes")
+        late = time.monotonic() - start - timeout
+        if late > 0 and size < MIN_ANSWER_RATE * late:
+            raise Unreachable(f"{where}: the answer arrives slower than {MIN_ANSWER_RATE} B/s after its first "
+                              f"{timeout:g} s ({size} B in {late + timeout:.1f} s)")
+        yield chunk
+
+
+def _decoded(raw: Iterable[bytes], coding: str, where: str) -> Iterator[bytes]:
+    """The body ``raw`` of an answer, decoded by its ``Content-Encoding`` ``coding`` (``identity``,
+    ``gzip`` or ``deflate``) in pieces of at most :data:`_PIECE` bytes -- not httpx's decoders,
+    which expand a whole read at once (a 64 KiB read of a decompression bomb is ~64 MiB).
+
+    Raises
+    ------
+    InvalidMessage: another encoding (a capped request asks for none), bytes that do not
+    decode, or bytes after the end of a compressed body (all naming ``where``).
+    """
     if coding == "identity":
-        yield from resp.iter_raw()
+        yield from raw
         return
     if coding not in ("gzip", "deflate"):
         raise InvalidMessage(f"{where}: the answer has an encoding it was not asked for ({coding!r:.40})")
     inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # a gzip or a zlib header (HTTP's deflate)
     try:
-        for raw in resp.iter_raw():
-            while raw and not inflate.eof:
-                yield inflate.decompress(raw, _PIECE)
-                raw = inflate.unconsumed_tail
+        for chunk in raw:
+            while chunk and not inflate.eof:
+                yield inflate.decompress(chunk, _PIECE)
+                chunk = inflate.unconsumed_tail
+            if inflate.eof and (chunk or inflate.unused_data):
+                raise InvalidMessage(f"{where}: the answer has bytes after the end of its {coding} body")
         yield inflate.flush()  # at most zlib's window
     except zlib.error as exc:
         raise InvalidMessage(f"{where}: the answer does not decode ({exc})") from None
@@ -109,7 +142,13 @@ class ApiClient:
         started with ``--insecure-http``).
     key_id, key: the signer's identity and HMAC key (``None``: unsigned requests, for
         ``/v1/health`` and for tests of the refusal path).
-    timeout: seconds per request.
+    timeout: seconds to connect, per write and per read of a request (httpx's), and the grace
+        after which a bounded answer's body must keep arriving at :data:`MIN_ANSWER_RATE` on
+        average: an answer of ``n`` bytes has ``timeout`` + ``n`` / that rate after its headers
+        (:func:`_arriving`), so a server dripping it a byte at a time is cut (``Unreachable``)
+        and an honest large answer on a slow link is not, which a wall-clock ``timeout`` per
+        request would do.  An unbounded read (``max_answer_bytes=None``) has httpx's per-read
+        timeout only.
     http: an ``httpx.Client`` to share (its connection pool) between many signers, e.g. the
         simulated devices of a benchmark; it is not closed by :meth:`close`.
     tls: the TLS context that verifies the server (e.g. pinning the deployment's private CA,
@@ -170,7 +209,8 @@ class ApiClient:
         RemoteError
             Non-2xx answer.
         Unreachable
-            No answer.
+            No answer: none within ``timeout``, or a bounded answer's body behind
+            :data:`MIN_ANSWER_RATE` after ``timeout`` seconds.
         InvalidMessage
             An answer whose body does not decode by its ``Content-Encoding``, or longer than
             ``max_answer_bytes``.
@@ -187,12 +227,13 @@ class ApiClient:
         url = self.base_url + path + (f"?{query}" if query else "")
         if self.max_answer_bytes is not None:
             headers["Accept-Encoding"] = "identity"
+        seconds = timeout if timeout is not None else self._timeout
         try:
             req = self._http.build_request(method, url, content=body if body else None, headers=headers,
-                                           timeout=timeout if timeout is not None else self._timeout)
+                                           timeout=seconds)
             resp = self._http.send(req, stream=self.max_answer_bytes is not None)
             if self.max_answer_bytes is not None:
-                resp = self._capped(resp, self.max_answer_bytes, f"{method} {self.base_url}{path}")
+                resp = self._capped(resp, self.max_answer_bytes, seconds, f"{method} {self.base_url}{path}")
         except httpx.TransportError as exc:
             raise Unreachable(f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
         except httpx.DecodingError as exc:  # not a TransportError: the server answered, with a body that is not
@@ -210,19 +251,26 @@ class ApiClient:
         return resp
 
     @staticmethod
-    def _capped(resp: httpx.Response, limit: int, where: str) -> httpx.Response:
-        """The streamed ``resp`` read whole, if its decoded body has at most ``limit`` bytes (a
-        response holding the body, without ``Content-Encoding``); closed either way.
+    def _capped(resp: httpx.Response, limit: int, timeout: float, where: str) -> httpx.Response:
+        """The streamed ``resp`` read whole, if its body arrives in time and its decoded body has
+        at most ``limit`` bytes (a response holding the body, without ``Content-Encoding``);
+        closed either way.
 
         Raises
         ------
+        Unreachable: the body falls behind :data:`MIN_ANSWER_RATE` after ``timeout`` seconds
+        (:func:`_arriving`).
         InvalidMessage: the body is longer (reading stops at the first piece over the limit:
-        at most ``limit`` + 1 MiB are decoded), does not decode, or has an encoding other than
-        gzip or deflate (:func:`_decoded`).
+        at most ``limit`` + 1 MiB are decoded, at most ``limit`` arrive), does not decode, or has
+        an encoding other than gzip or deflate (:func:`_decoded`).
         """
         try:
+            if resp.is_stream_consumed:  # a transport that answered with the body read (httpx.MockTransport): decoded
+                raw, coding = resp.iter_bytes(_PIECE), "identity"
+            else:
+                raw, coding = resp.iter_raw(), resp.headers.get("content-encoding", "identity").strip().lower()
             chunks, size = [], 0
-            for chunk in _decoded(resp, where):
+            for chunk in _decoded(_arriving(raw, limit, timeout, where), coding, where):
                 size += len(chunk)
                 if size > limit:
                     raise InvalidMessage(f"{where}: the answer is longer than {limit} bytes")

@@ -240,9 +240,6 @@ def test_secemb_client_of_sfsl_refuses_a_million_epochs_with_one_line(credential
     assert server.posted == []
 
 
-@pytest.mark.xfail(strict=True, reason="finding G7 (transport, not G's files): ApiClient's timeout is httpx's, per "
-                                       "read, so an answer dripped a byte at a time never times out; its docstring "
-                                       "says 'seconds per request'")
 def test_a_dripped_answer_fails_the_devices_round_within_its_request_timeout(sfsl, nodes) -> None:
     """A server that writes the 240-byte key list one byte every 25 ms (6 s in all) keeps every
     read of a device whose requests time out after 1 s alive; ``ApiClient``'s contract is "timeout:
