@@ -363,9 +363,10 @@ class SecEASetupParty:
             self.client.receive_directory(body)
         elif stage == "psu-unmask":
             union = read_union(body, self.round_id, self.bloom.domain)
-            if self.universe is not None and np.setdiff1d(union, self.universe).size:
-                raise InvalidMessage(f"union: {np.setdiff1d(union, self.universe).size} ids outside the "
-                                     f"{self.universe.size} public entities of the deployment")
+            # checked first: this failure tells the server nothing of the silo's entities
+            if self.universe is not None and (outside := np.setdiff1d(union, self.universe).size):
+                raise InvalidMessage(f"union: ids outside the {self.universe.size} public entities of the deployment "
+                                     f"({outside} of {union.size})")
             missing = np.setdiff1d(self.client.entities, union).size
             if missing:
                 raise UnionWithoutOwnEntities(

@@ -1,0 +1,114 @@
+"""Session 21 (helper K), finding G6's fix: a SecEA silo takes part in one set-up, unless its
+operator approves another (``secemb client --new-set-up``; docs/deployment.md), and takes a union
+only within the deployment's public entities.  The honest paths, over HTTP on 127.0.0.1 with
+silo 0 run by ``secemb client`` as deployed (its state file beside its credentials): its first
+set-up, its restart after it (it goes on from its state, no new set-up), and a new set-up its
+operator approved -- one per approval, with fresh keys, its model kept.  The selective-failure
+probe itself is ``test_session21_secea_union_oracle.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from secemb.client.stages import device_state_file
+from secemb.server.exchange_deploy import ExchangeCredentials
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from session21_secea_setup import CHOSEN, Deployment, replacing_union, union_less  # noqa: E402
+
+SETUP_STAGES = ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask"]
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    made = Deployment(tmp_path / "dep")
+    yield made
+    made.close()
+
+
+def _committed(deployment: Deployment, round_id: int, *args: str) -> None:
+    code, line = deployment.client(*args)
+    assert code == 0 and line["round_id"] == round_id and line["outcome"] == "committed", line
+
+
+def _refused_set_up(deployment: Deployment, round_id: int, before: int, done: str) -> None:
+    """Set-up ``round_id`` refused at its round document: one line, exit 1, nothing sent."""
+    served = deployment.set_up(round_id)
+    code, line = deployment.client()
+    assert code == 1 and line["error"] == (f"round {round_id}: silo 0 took part in a set-up before (round {before}, "
+                                           f"{done}): it takes no second one without its operator (secemb client "
+                                           "--new-set-up)")
+    assert served.posted == []
+
+
+def test_a_first_set_up_commits_and_the_restarted_silo_goes_on_from_its_state(deployment) -> None:
+    served = deployment.set_up(1)
+    _committed(deployment, 1)
+    assert served.posted == SETUP_STAGES
+    meta, arrays = deployment.state()
+    assert meta["setup_round"] == 1 and meta["last_round"] == 1
+    assert arrays["union"].tolist() == CHOSEN  # the honest union: the public entities every silo holds
+    keys = meta["client"]["x25519"]
+    deployment.round(2)
+    _committed(deployment, 2)  # a new process: from its state file, no set-up
+    meta, _ = deployment.state()
+    assert meta["last_round"] == 2 and meta["setup_round"] == 1 and meta["client"]["x25519"] == keys
+    _refused_set_up(deployment, 3, 1, "completed")
+
+
+def test_an_operator_approved_set_up_is_taken_once_per_approval_with_fresh_keys(deployment) -> None:
+    deployment.set_up(1, union_less(CHOSEN[0], 1))
+    assert deployment.client()[0] == 1  # the probe; then the operator looks, and approves one set-up
+    deployment.set_up(2)
+    _committed(deployment, 2, "--new-set-up")
+    meta, arrays = deployment.state()
+    assert meta["setup_round"] == 2 and meta["last_round"] == 2 and arrays["union"].tolist() == CHOSEN
+    first_keys = meta["client"]["x25519"]
+    deployment.round(3)
+    _committed(deployment, 3)
+    _refused_set_up(deployment, 4, 2, "completed")  # the approval was for one set-up
+    model = {k: v for k, v in deployment.state()[1].items() if k.startswith(("param", "adam"))}
+    # approved again, on a server that restarted its round ids: fresh keys, the trained model kept
+    deployment.set_up(1)
+    _committed(deployment, 1, "--new-set-up")
+    meta, arrays = deployment.state()
+    assert meta["setup_round"] == 1 and meta["last_round"] == 1 and meta["client"]["x25519"] != first_keys
+    assert all(np.array_equal(arrays[k], v) for k, v in model.items())
+    deployment.round(2)
+    _committed(deployment, 2)
+
+
+def test_a_union_of_ids_outside_the_public_entities_is_refused_before_it_is_used(deployment) -> None:
+    """The deployment averages the 6 most-rated items, public: an honest union holds no other id
+    (the exact filter), so one with another id of the 1682-item domain is the server's, and one
+    longer than a union of all 6 is refused before it is read (G's note: a union inflated to
+    the domain would make each later RELAY grow with its square)."""
+    deployment.set_up(1, replacing_union([5, *CHOSEN[1:]], 1))  # also without 651, silo 0's: that goes unsaid
+    code, line = deployment.client()
+    assert code == 1 and line["error"] == "round 1: union: ids outside the 6 public entities of the deployment (1 of 6)"
+    deployment.set_up(2, replacing_union(np.arange(1682), 2))
+    code, line = deployment.client("--new-set-up")
+    assert code == 1 and "longer than any honest answer (60 bytes)" in line["error"], line
+    meta, arrays = deployment.state()
+    assert meta["setup_round"] == 2 and "client" not in meta and "union" not in arrays
+
+
+def test_a_set_up_record_with_a_last_round_but_no_keys_is_refused_and_kept(deployment) -> None:
+    """A state file the silo never writes (a completed round without the keys of its set-up),
+    correctly tagged: ``secemb client`` exits 2 and leaves the file as it was."""
+    deployment.set_up(1, union_less(CHOSEN[0], 1))
+    assert deployment.client()[0] == 1
+    creds = ExchangeCredentials.load(deployment.creds)
+    store = device_state_file(creds.path, 0, creds.doc, creds.key, creds.ca.read_bytes())
+    meta, arrays = store.load()
+    store.save({**meta, "last_round": 3}, arrays)
+    kept = deployment.state_path.read_bytes()
+    code, line = deployment.client("--new-set-up")
+    assert code == 2 and line["error"].endswith("SecEA silo state: a last round but no keys"), line
+    assert deployment.state_path.read_bytes() == kept
