@@ -406,9 +406,10 @@ def retrieve_and_prepare_buckets(
     e = np.empty((k, mp), tables.dtype)
     t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv,
               None if payload_out is None else payload_out.t_count)
-    # (B, U, M) view of the shares: the product reads it strided, bucket-major, with no copy
-    product = ring_matmul(e.reshape(users, buckets, mp)[:, :, :big_m].transpose(1, 0, 2), tables, ring_bits,
-                          cols=cols)
+    # the shares bucket-major (B, U, M), contiguous: the product's fast form (read strided it costs the
+    # kernel what the copy saves)
+    product = ring_matmul(np.ascontiguousarray(e.reshape(users, buckets, mp)[:, :, :big_m].transpose(1, 0, 2)),
+                          tables, ring_bits, cols=cols)
     conv = conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
     if out is None:
         got = product.transpose(1, 0, 2).reshape(k, tables.shape[2]), np.ascontiguousarray(t[:, :big_m]), conv

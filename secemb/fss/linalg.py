@@ -86,9 +86,7 @@ def _compiled_matmul(a: np.ndarray, b: np.ndarray, dtype: type[np.unsignedintege
     from secemb.fss._numba_kernels import ring_matmul as kernel
 
     groups = a.shape[0] if a.ndim == 3 else 1
-    # a 3-D left operand with any strides (the kernel reads its entries one by one: a server's
-    # bucket-major view of its shares is read in place); a 2-D one contiguous, as before
-    a3 = a if a.ndim == 3 else np.ascontiguousarray(a)[None]
+    a3 = np.ascontiguousarray(a).reshape((groups,) + a.shape[-2:])
     b3 = np.ascontiguousarray(b).reshape((groups,) + b.shape[-2:])
     out = np.zeros((a3.shape[0], a3.shape[1], b3.shape[2]), dtype)
     kernel(a3, b3, out, np.full(groups, a3.shape[2], np.int64) if cols is None else cols)

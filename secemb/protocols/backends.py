@@ -302,10 +302,9 @@ def warm_kernels() -> None:
 
     for dtype in (np.uint32, np.uint64):
         bits = 8 * np.dtype(dtype).itemsize
-        # two users' keys of two buckets: the bucket form's product reads a strided view, as a round's does
-        p0, _, state = fss.gen_path(np.array([1, 2, 3, 4]), 16)
-        cw = fss.convert_gen(state, np.ones((4, 1), dtype), ring_bits=bits, tag=RETRIEVAL_TAG)
-        for shape, evaluate in (((16, 1), retrieve_and_prepare), ((2, 16, 1), retrieve_and_prepare_buckets)):
+        p0, _, state = fss.gen_path(np.array([1]), 16)
+        cw = fss.convert_gen(state, np.ones((1, 1), dtype), ring_bits=bits, tag=RETRIEVAL_TAG)
+        for shape, evaluate in (((16, 1), retrieve_and_prepare), ((1, 16, 1), retrieve_and_prepare_buckets)):
             table = np.zeros(shape, dtype)
             table.flags.writeable = False  # as published tables are
             evaluate(p0, 0, cw, LimbMatrix(table, bits), 1)

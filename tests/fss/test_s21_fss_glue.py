@@ -12,8 +12,8 @@ reference and against values computed another way (Python integers from per-leaf
   The server's task (``tasks.evaluate_into_task``) places the same bytes as ``evaluate_task`` +
   ``place``.  Views of another shape or dtype, or read-only, are refused.
 * After ``backends.warm_kernels`` a fresh process loads no further kernel signature for a round-size
-  evaluation of either layout (the bucket form's strided product included: numba's first-call cost is
-  paid at warm-up, issue 37 goal 2).
+  evaluation of either layout (numba's first-call cost is paid at warm-up, issue 37 goal 2; a product
+  reading its operand strided would need one more).
 """
 
 from __future__ import annotations
