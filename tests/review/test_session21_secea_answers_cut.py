@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +45,6 @@ MUTATIONS: dict[str, Callable[[bytes], bytes]] = {
     "extended": lambda a: a + b"\0",
     "count-max": lambda a: a[:32] + struct.pack("<H", 0xFFFF) + a[34:],  # the first field after the header
 }
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[DeviatingNode]]:
-    made: list[DeviatingNode] = []
-    yield made
-    for node in made:
-        node.close()
 
 
 def _world() -> tuple[SecEANode, list[SecEAClient], Any]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import struct
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,14 +123,6 @@ def _tamper(attack: Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, byte
     def tamper(stage: str, answer: bytes) -> bytes | None:
         return _directory(attack(_entries(answer)), 0) if stage == "secea-keys" else answer
     return tamper
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[DeviatingNode]]:
-    made: list[DeviatingNode] = []
-    yield made
-    for node in made:
-        node.close()
 
 
 def _set_up(nodes: list[DeviatingNode], tamper: Callable[[str, bytes], bytes | None]

@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from secemb.client.stages import take_part
-from secemb.data.ctr import TaobaoShaped, split_clicks
 from secemb.errors import InvalidMessage
-from secemb.protocols.exchange import ExchangeRun
-from secemb.protocols.sfsl.protocol import SFSLProtocol
 from secemb.protocols.sfsl.staged import SFSL_PLAN
 from secemb.transport.http import HttpStageLink
 from secemb.transport.network import ApiClient
@@ -40,20 +37,6 @@ MUTATIONS: dict[str, Callable[[bytes], bytes]] = {
     "extended": lambda a: a + b"\0",
     "count-max": lambda a: a[:32] + struct.pack("<I", 0xFFFFFFFF) + a[36:],  # the first field after the header
 }
-
-
-@pytest.fixture(scope="module")
-def sfsl() -> SFSLProtocol:
-    clicks = split_clicks(TaobaoShaped("taobao-mini", seed=3).clients(np.arange(8)))
-    return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=3), sfsl_preset="CPP2", batch=8, data=clicks)
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[DeviatingNode]]:
-    made: list[DeviatingNode] = []
-    yield made
-    for node in made:
-        node.close()
 
 
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))

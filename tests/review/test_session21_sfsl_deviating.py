@@ -37,7 +37,7 @@ import json
 import struct
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,8 @@ from typer.testing import CliRunner
 
 from secemb.cli import app
 from secemb.client.stages import take_part
-from secemb.data.ctr import TaobaoShaped, split_clicks
 from secemb.errors import InvalidMessage, SecembError
-from secemb.protocols.exchange import ExchangeRun
-from secemb.protocols.sfsl.protocol import SFSLClient, SFSLProtocol
+from secemb.protocols.sfsl.protocol import SFSLClient
 from secemb.protocols.sfsl.staged import SFSL_PLAN
 from secemb.secagg import messages
 from secemb.secagg.keys import KeyPair
@@ -59,8 +57,6 @@ from secemb.transport.http import HttpStageLink
 from secemb.transport.network import ApiClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-from cli_helpers import init_one_server  # type: ignore[import-not-found]  # noqa: E402
 from session21_deviating_server import DeviatingNode, Tamper, honest  # noqa: E402
 
 USERS = [0, 1, 2]
@@ -70,20 +66,6 @@ KEYS_3 = 32 + 4 + 3 * (4 + 32 + 32)
 SUM_KEYS_3 = KEYS_3 + 3 * 600
 #: the clients a deviating server invents
 FAKE = 1000
-
-
-@pytest.fixture(scope="module")
-def sfsl() -> SFSLProtocol:
-    clicks = split_clicks(TaobaoShaped("taobao-mini", seed=3).clients(np.arange(8)))
-    return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=3), sfsl_preset="CPP2", batch=8, data=clicks)
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[DeviatingNode]]:
-    made: list[DeviatingNode] = []
-    yield made
-    for node in made:
-        node.close()
 
 
 def _serve(nodes: list[DeviatingNode], protocol: Any, tamper: Tamper = honest,
@@ -197,15 +179,6 @@ def test_over_http_a_device_refuses_a_million_epochs_before_any_message(sfsl, no
     _unchanged(device, before)
 
 
-@pytest.fixture(scope="module")
-def credentials(tmp_path_factory) -> Path:
-    """Device 0's credentials of an SFSL deployment (taobao-mini, 3 users a round, CPP1, batch 8)."""
-    root = tmp_path_factory.mktemp("sfsl") / "dep"
-    init_one_server(root, "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per-round", "3",
-                    "--option", "sfsl_preset=CPP1", "--option", "batch=8")
-    return root / "devices" / "device-0.json"
-
-
 def _client(credentials: Path, server: DeviatingNode, tmp_path: Path) -> dict[str, Any]:
     """``secemb client`` of device 0 against ``server``: its one output line (exit 1, no traceback)."""
     doc = json.loads(credentials.read_text())
@@ -221,21 +194,21 @@ def _client(credentials: Path, server: DeviatingNode, tmp_path: Path) -> dict[st
     return out
 
 
-def test_secemb_client_of_sfsl_refuses_an_inflated_key_list_with_one_line(credentials, nodes, tmp_path) -> None:
-    protocol = ExchangeCredentials.load(credentials).protocol(None)
+def test_secemb_client_of_sfsl_refuses_an_inflated_key_list_with_one_line(sfsl_credentials, nodes, tmp_path) -> None:
+    protocol = ExchangeCredentials.load(sfsl_credentials).protocol(None)
     server = _serve(nodes, protocol, _inflated("psu-advertise"))
     n = 32 + 4 + (3 + FAKE) * 68
-    assert _client(credentials, server, tmp_path) == {
+    assert _client(sfsl_credentials, server, tmp_path) == {
         "user": 0, "error": f"round 1: the answer of psu-advertise: {n} bytes, longer than any honest answer "
                             f"({KEYS_3} bytes)"}
     assert server.posted == ["psu-advertise"]
 
 
-def test_secemb_client_of_sfsl_refuses_a_million_epochs_with_one_line(credentials, nodes, tmp_path) -> None:
-    protocol = ExchangeCredentials.load(credentials).protocol(None)
+def test_secemb_client_of_sfsl_refuses_a_million_epochs_with_one_line(sfsl_credentials, nodes, tmp_path) -> None:
+    protocol = ExchangeCredentials.load(sfsl_credentials).protocol(None)
     doc = protocol.make_server().node.open_round(1, USERS)
     server = _serve(nodes, protocol, change=DOCUMENTS["a-million-epochs"](doc))
-    assert _client(credentials, server, tmp_path) == {
+    assert _client(sfsl_credentials, server, tmp_path) == {
         "user": 0, "error": "round 1: not an SFSL round document for user 0 (settings other than the deployment's)"}
     assert server.posted == []
 
