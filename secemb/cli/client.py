@@ -83,9 +83,9 @@ def register(app: typer.Typer) -> None:
 
         One server (credentials of a one-server deployment): the device takes part in --rounds
         rounds that list it, stage by stage as the server closes them; it takes --user,
-        --credentials, --rounds, --wait and --data-dir only, and a SecEA silo --new-set-up: it
-        takes part in one set-up only (a server that fails set-ups on purpose learns one bit of
-        its entities from each), unless its operator gives --new-set-up."""
+        --credentials, --rounds, --wait and --data-dir only.  A SecEA silo takes part in one
+        set-up only (a server that fails set-ups on purpose learns one bit of its entities from
+        each): --new-set-up is its operator's approval of one more."""
         if credentials is not None:
             from secemb.server.exchange_deploy import ExchangeCredentials
 
