@@ -9,13 +9,16 @@ probe itself is ``test_session21_secea_union_oracle.py``.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from secemb.cli import app
 from secemb.client.stages import device_state_file
 from secemb.server.exchange_deploy import ExchangeCredentials
 
@@ -112,3 +115,13 @@ def test_a_set_up_record_with_a_last_round_but_no_keys_is_refused_and_kept(deplo
     code, line = deployment.client("--new-set-up")
     assert code == 2 and line["error"].endswith("SecEA silo state: a last round but no keys"), line
     assert deployment.state_path.read_bytes() == kept
+
+
+def test_new_set_up_is_bad_usage_for_a_two_server_device() -> None:
+    """Only a SecEA silo takes ``--new-set-up``: a two-server device refuses it before it reaches a
+    server (exit 2, one line)."""
+    res = CliRunner().invoke(app, ["client", "--user", "0", "--server0", "http://127.0.0.1:9", "--server1",
+                                   "http://127.0.0.1:9", "--new-set-up", "--wait", "1"],
+                             env={"SECEMB_DEVICE_KEY0": "11" * 32, "SECEMB_DEVICE_KEY1": "22" * 32})
+    assert res.exit_code == 2 and json.loads(res.output) == {
+        "user": 0, "error": "bad usage: --new-set-up is a SecEA silo's (a one-server deployment's credentials)"}
