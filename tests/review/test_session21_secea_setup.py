@@ -19,8 +19,13 @@ import pytest
 from typer.testing import CliRunner
 
 from secemb.cli import app
-from secemb.client.stages import device_state_file
+from secemb.client.stages import device_state_file, take_part
+from secemb.errors import ProtocolError
+from secemb.protocols.device_state import DeviceStateFile
+from secemb.protocols.secea.staged import SECEA_PLAN
 from secemb.server.exchange_deploy import ExchangeCredentials
+from secemb.transport.http import HttpStageLink
+from secemb.transport.network import ApiClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from session21_secea_setup import CHOSEN, Deployment, replacing_union, union_less  # noqa: E402
@@ -125,3 +130,15 @@ def test_new_set_up_is_bad_usage_for_a_two_server_device() -> None:
                              env={"SECEMB_DEVICE_KEY0": "11" * 32, "SECEMB_DEVICE_KEY1": "22" * 32})
     assert res.exit_code == 2 and json.loads(res.output) == {
         "user": 0, "error": "bad usage: --new-set-up is a SecEA silo's (a one-server deployment's credentials)"}
+
+
+def test_a_silo_whose_set_up_record_cannot_be_written_sends_nothing(deployment, tmp_path: Path) -> None:
+    """The record comes before the HELLO: a disk that refuses it fails the set-up before the silo
+    sends anything (over HTTP, the deployed silo's ``take_part``)."""
+    (tmp_path / "a-file").write_bytes(b"")
+    silo = deployment.protocol.make_durable_device(0, DeviceStateFile(tmp_path / "a-file" / "device-0.state",
+                                                                      b"k" * 32, {"device": 0}))
+    served = deployment.set_up(1)
+    with ApiClient(served.url, "user:0", b"k" * 32) as api, pytest.raises(ProtocolError, match="cannot be written"):
+        take_part(HttpStageLink(0, api), silo, SECEA_PLAN, served.doc, wait_s=5.0, poll_s=0.01)
+    assert served.posted == [] and silo.setup_round == 1 and not silo.client.set_up
