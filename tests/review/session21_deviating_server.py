@@ -11,6 +11,9 @@ each stage closed as soon as the victim's message is in.  The deviation is ``tam
 answer)``: what the victim gets instead of the honest node's answer of ``stage`` (``None``: no
 answer, a 204).  The honest node checks the victim's messages in full, so a refused message is
 the victim's fault (400), never the stub's.
+
+:class:`QuietHandler` and :class:`LoopbackServer` are the loopback HTTP stub's parts, shared with
+the other session-21 stubs (``test_session21_deadline.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,45 @@ from typing import Any
 from secemb.errors import SecembError
 
 Tamper = Callable[[str, bytes], bytes | None]
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A stub's request handler: HTTP/1.1, a 10 s socket timeout (a client never holds a test),
+    no log lines; a subclass answers (``do_GET`` / ``do_POST``)."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = 10
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def start(self, status: int, headers: Mapping[str, str], length: int) -> None:
+        """The answer's status line and ``headers``, with ``length`` as its content length; the
+        connection closed after the answer."""
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("content-length", str(length))
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+
+class LoopbackServer:
+    """``handler`` served on 127.0.0.1 (a free port) by a daemon thread until :meth:`close`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def honest(stage: str, answer: bytes) -> bytes | None:
@@ -54,25 +96,14 @@ class DeviatingNode:
         self._lock = threading.Lock()
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = 10
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _answer(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 path = self.path.split("?")[0]
                 with owner._lock:
                     owner.seen.append((self.command, path))
                     status, out, kind = owner._route(self.command, path, body)
-                self.send_response(status)
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(out)))
-                self.send_header("connection", "close")
-                self.end_headers()
-                self.close_connection = True
+                self.start(status, {"content-type": kind}, len(out))
                 drip = owner.drip
                 try:
                     if drip is not None and self.command == "GET" and path.endswith(f"/{drip[0]}"):
@@ -86,14 +117,11 @@ class DeviatingNode:
 
             do_GET = do_POST = _answer
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.http = LoopbackServer(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return self.http.url
 
     def state(self) -> str:
         """The honest node's state of the round."""
@@ -141,5 +169,4 @@ class DeviatingNode:
                 party.accept(stage, answer)
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()

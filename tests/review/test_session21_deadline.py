@@ -15,11 +15,12 @@ Servers: a stub on 127.0.0.1 that sends one body at a chosen pace; every test is
 from __future__ import annotations
 
 import gzip
+import sys
 import threading
 import time
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,10 +30,13 @@ from secemb.transport.errors import Unreachable
 from secemb.transport.http import HttpAdminLink, HttpServerLink
 from secemb.transport.network import MIN_ANSWER_RATE, ApiClient
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from session21_deviating_server import LoopbackServer, QuietHandler  # noqa: E402
+
 KEY = b"k" * 32
 
 
-class PacedServer:
+class PacedServer(LoopbackServer):
     """Answers every request with ``body`` (headers at once, then ``step`` bytes every ``every``
     seconds), ``headers`` added; on 127.0.0.1."""
 
@@ -41,22 +45,10 @@ class PacedServer:
         self.body, self.step, self.every, self.headers = body, step, every, dict(headers or {})
         self.hung_up = threading.Event()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = 10
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _answer(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length") or 0))
-                self.send_response(200)
-                for k, v in {"content-type": "application/octet-stream", **owner.headers}.items():
-                    self.send_header(k, v)
-                self.send_header("content-length", str(len(owner.body)))
-                self.send_header("connection", "close")
-                self.end_headers()
-                self.close_connection = True
+                self.start(200, {"content-type": "application/octet-stream", **owner.headers}, len(owner.body))
                 try:
                     for i in range(0, len(owner.body), owner.step):
                         if owner.every:
@@ -68,17 +60,7 @@ class PacedServer:
 
             do_GET = do_POST = _answer
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture

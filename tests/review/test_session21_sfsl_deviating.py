@@ -215,9 +215,10 @@ def test_secemb_client_of_sfsl_refuses_a_million_epochs_with_one_line(sfsl_crede
 
 def test_a_dripped_answer_fails_the_devices_round_within_its_request_timeout(sfsl, nodes) -> None:
     """A server that writes the 240-byte key list one byte every 25 ms (6 s in all) keeps every
-    read of a device whose requests time out after 1 s alive; ``ApiClient``'s contract is "timeout:
-    seconds per request", so the device's round should fail after about a second (the margin here
-    is 2 s) -- with a 30 s timeout and a 64 MiB answer, a drip holds a device for years."""
+    read of a device whose requests time out after 1 s alive; an answer must keep 32 KiB/s once
+    its timeout has passed (G7's fix, ``ApiClient``), so the device's round fails after about a
+    second (the margin here is 2 s) -- before, with a 30 s timeout and a 64 MiB answer, a drip
+    held a device for years."""
     node = sfsl.make_server().node
     doc = node.open_round(1, USERS)
     server = DeviatingNode(node, doc, {u: sfsl.make_device(u).party(doc) for u in USERS[1:]},
