@@ -357,7 +357,7 @@ def retrieve_and_prepare_buckets(
         (a batch's views: no arrays of the keys' size are made for them; the walk counts the control
         bits as it converts); ``None``: new arrays.
     out: writeable views to write the first three results into, any strides (a batch's blocks:
-        no result of the keys' size is made and copied again): ``answers`` ring (U, B, D), ``t``
+        each written there once, not returned and copied by the caller): ``answers`` ring (U, B, D), ``t``
         uint8 (U, B, M) and ``conv_sum`` ring (B, M, w) (all overwritten; returned in place of new
         arrays, so ``answers`` comes back (U, B, D)).
 
@@ -377,8 +377,13 @@ def retrieve_and_prepare_buckets(
     ring_bits = 8 * tables.dtype.itemsize
     mp = padded_leaves(path.params)
     cols, live = _bucket_rows(sizes, buckets, big_m, mp)
-    conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
     users = k // buckets
+    shapes = ((users, buckets, tables.shape[2]), (users, buckets, big_m), (buckets, big_m, agg_width))
+    if out is not None and (len(out) != 3 or any(
+            not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != dtype or not o.flags.writeable
+            for o, shape, dtype in zip(out, shapes, (tables.dtype, np.uint8, tables.dtype), strict=False))):
+        raise InvalidParameters(f"out must be writeable views {tables.dtype} {shapes[0]}, uint8 {shapes[1]} and "
+                                f"{tables.dtype} {shapes[2]}")
     key_conv = None if not payload_sums else np.zeros((k, agg_width), tables.dtype) if payload_out is None else (
         payload_out.key_conv)
     if payload_sums and payload_out is not None:
@@ -390,12 +395,6 @@ def retrieve_and_prepare_buckets(
                                     f"{payload_out.t_count.shape}")
         payload_out.key_conv[...] = 0
         payload_out.t_count[...] = 0
-    shapes = ((users, buckets, tables.shape[2]), (users, buckets, big_m), (buckets, big_m, agg_width))
-    if out is not None and (len(out) != 3 or any(
-            not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != dtype or not o.flags.writeable
-            for o, shape, dtype in zip(out, shapes, (tables.dtype, np.uint8, tables.dtype), strict=False))):
-        raise InvalidParameters(f"out must be writeable views {tables.dtype} {shapes[0]}, uint8 {shapes[1]} and "
-                                f"{tables.dtype} {shapes[2]}")
     # the walk sums into the caller's conv_sum where it has the walk's row layout (no padding rows)
     direct = out[2] if out is not None and mp == big_m and out[2].flags.c_contiguous else None
     if direct is not None:

@@ -28,7 +28,7 @@ from fss_strategies import random_ring
 from secemb.errors import InvalidParameters
 from secemb.fss import dpf, kernels
 from secemb.fss.convert import convert
-from secemb.fss.fused import RETRIEVAL_TAG, retrieve_and_prepare_buckets
+from secemb.fss.fused import RETRIEVAL_TAG, PayloadSums, retrieve_and_prepare_buckets
 from secemb.fss.linalg import LimbMatrix
 from secemb.fss.tasks import Buckets, evaluate_into_task, evaluate_task, place
 from secemb.protocols.backends import SerialBackend
@@ -139,6 +139,12 @@ def test_bucket_walk_refuses_other_views() -> None:
                 (good[0], good[1], good[2].astype(np.uint64)), (good[0], ro, good[2]), good[:2]):
         with pytest.raises(InvalidParameters, match="out must be"):
             retrieve_and_prepare_buckets(paths[0], 0, cw_ret, tables, 6, sizes=sizes, out=bad)  # type: ignore[arg-type]
+        # refused before anything is written: the payload sums' arrays keep their bytes too
+        sums = PayloadSums(np.full((3, 4, 6), 7, np.uint32), np.full((3, 4), 7, np.int64))
+        with pytest.raises(InvalidParameters, match="out must be"):
+            retrieve_and_prepare_buckets(paths[0], 0, cw_ret, tables, 6, sizes=sizes, payload_sums=True,  # type: ignore[call-overload]
+                                         payload_out=sums, out=bad)
+        assert (sums.key_conv == 7).all() and (sums.t_count == 7).all()
 
 
 @pytest.mark.parametrize("party", [0, 1])
