@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from cli_helpers import init_one_server  # type: ignore[import-not-found]  # noqa: E402
 from session21_deviating_server import DeviatingNode  # noqa: E402
+from session21_secea_setup import Deployment  # noqa: E402
 
 
 @pytest.fixture
@@ -46,3 +47,12 @@ def sfsl_credentials(tmp_path_factory: pytest.TempPathFactory) -> Path:
     init_one_server(root, "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per-round", "3",
                     "--option", "sfsl_preset=CPP1", "--option", "batch=8")
     return Path(root / "devices" / "device-0.json")
+
+
+@pytest.fixture
+def secea_deployment(tmp_path: Path) -> Iterator[Deployment]:
+    """A one-server SecEA deployment whose silo 0 runs as ``secemb client`` (session21_secea_setup.py;
+    helper K): its served nodes closed after the test."""
+    made = Deployment(tmp_path / "dep")
+    yield made
+    made.close()

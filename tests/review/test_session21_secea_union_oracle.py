@@ -23,47 +23,37 @@ probe.  The honest paths are ``test_session21_secea_setup.py``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from session21_secea_setup import CHOSEN, Deployment, union_less  # noqa: E402
-
-SETUP_STAGES = ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask"]
+from session21_secea_setup import CHOSEN, SETUP_STAGES, Deployment, union_less  # noqa: E402
 
 
-@pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[Deployment]:
-    made = Deployment(tmp_path / "dep")
-    yield made
-    made.close()
-
-
-def test_after_one_failed_probe_the_silo_takes_no_further_set_up_and_its_operator_is_told(deployment) -> None:
+def test_after_one_failed_probe_the_silo_takes_no_further_set_up_and_its_operator_is_told(
+        secea_deployment: Deployment) -> None:
     # probe 1: the union without 651, one of silo 0's entities -- the server's one bit
-    probe = deployment.set_up(1, union_less(CHOSEN[0], 1))
-    code, line = deployment.client()
+    probe = secea_deployment.set_up(1, union_less(CHOSEN[0], 1))
+    code, line = secea_deployment.client()
     assert code == 1 and probe.posted == SETUP_STAGES  # it failed after its last set-up message
     assert line == {"user": 0, "error": "round 1: the server's union leaves out 1 of silo 0's 6 entities: the server "
                                         "deviated from the protocol (or handed out a union without this silo's PSU "
                                         "input), and this failed set-up tells it that the silo holds one of the "
                                         "entities it left out; the silo takes no new set-up without its operator"}
-    meta, arrays = deployment.state()  # written before the HELLO left; no keys, no union
+    meta, arrays = secea_deployment.state()  # written before the HELLO left; no keys, no union
     assert meta["setup_round"] == 1 and meta["last_round"] is None and "client" not in meta and "union" not in arrays
-    recorded = deployment.state_path.read_bytes()
+    recorded = secea_deployment.state_path.read_bytes()
 
     # probe 2 (the silo's process restarted): the union without 654 -- refused at the round document
-    probe = deployment.set_up(2, union_less(CHOSEN[1], 2))
-    code, line = deployment.client()
+    probe = secea_deployment.set_up(2, union_less(CHOSEN[1], 2))
+    code, line = secea_deployment.client()
     assert code == 1 and line == {"user": 0, "error": "round 2: silo 0 took part in a set-up before (round 1, did not "
                                                       "complete): it takes no second one without its operator "
                                                       "(secemb client --new-set-up)"}
     assert probe.posted == []  # nothing sent: not even its HELLO, so no union was ever read
     assert ("GET", "/v1/exchange/rounds/2/psu-unmask") not in probe.seen
-    assert deployment.state_path.read_bytes() == recorded  # its record unchanged
+    assert secea_deployment.state_path.read_bytes() == recorded  # its record unchanged
 
     # and so on for every later probe while its operator does nothing
-    probe = deployment.set_up(3, union_less(CHOSEN[2], 3))
-    assert deployment.client()[0] == 1 and probe.posted == []
+    probe = secea_deployment.set_up(3, union_less(CHOSEN[2], 3))
+    assert secea_deployment.client()[0] == 1 and probe.posted == []
