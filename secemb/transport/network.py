@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -41,6 +40,7 @@ import httpx
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.limits import ANSWER_FLOOR_BYTES, answer_limit, answer_limit_for
+from secemb.transport.paced import MIN_ANSWER_RATE, AnswerPace, PacedTransport
 from secemb.transport.signing import sign_headers
 
 __all__ = ["ANSWER_FLOOR_BYTES", "MIN_ANSWER_RATE", "ApiClient", "answer_fields", "answer_limit", "answer_limit_for"]
@@ -50,21 +50,12 @@ OCTET = "application/octet-stream"
 #: the most bytes one step of a capped read decodes (deflate expands up to ~1000x)
 _PIECE = 1 << 20
 
-#: the least average rate, in bytes per second, at which a bounded answer's body arrives once its
-#: request's ``timeout`` has passed since its headers (:func:`_arriving`): 32 KiB/s = 256 kbit/s, so an
-#: honest answer of any size completes on a link as slow as EDGE-class mobile data, while a server
-#: that drips one holds a reader at most 2 x ``timeout`` + the answer limit / 32 KiB/s (~34 min at
-#: the 64 MiB floor; before, httpx's per-read timeout alone held it for as long as the server liked)
-MIN_ANSWER_RATE = 32 << 10
-
-
 def _arriving(chunks: Iterable[bytes], limit: int, timeout: float, where: str) -> Iterator[bytes]:
     """``chunks``, an answer's body as it arrives (its headers are in), while it keeps within
-    ``limit`` bytes and keeps pace: at every chunk, the bytes in are at least
-    :data:`MIN_ANSWER_RATE` x (the seconds since the headers - ``timeout``).  So an answer of
-    ``n`` bytes has ``timeout`` + ``n`` / :data:`MIN_ANSWER_RATE` seconds to arrive whole, and a
-    server that drips an answer (every read within httpx's per-read ``timeout``, the answer
-    never done) holds a reader at most 2 x ``timeout`` + ``limit`` / :data:`MIN_ANSWER_RATE`.
+    ``limit`` bytes and keeps pace (:class:`~secemb.transport.paced.AnswerPace`: at every chunk,
+    the bytes in are at least :data:`MIN_ANSWER_RATE` x (the seconds since the headers -
+    ``timeout``)).  :class:`ApiClient`'s own transport enforces that pace at the socket too, for
+    the reads between chunks; this check holds it over any transport (a shared ``httpx.Client``).
 
     Raises
     ------
@@ -73,15 +64,14 @@ def _arriving(chunks: Iterable[bytes], limit: int, timeout: float, where: str) -
     too, which an honest one never exceeds at any limit, so that no encoding -- e.g. a deflate
     stream of empty blocks, which decodes to nothing -- streams forever).
     """
-    start, size = time.monotonic(), 0
+    pace = AnswerPace(timeout)
+    pace.headers_in()
     for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
+        pace.got(len(chunk))
+        if pace.received > limit:
             raise InvalidMessage(f"{where}: the answer is longer than {limit} bytes")
-        late = time.monotonic() - start - timeout
-        if late > 0 and size < MIN_ANSWER_RATE * late:
-            raise Unreachable(f"{where}: the answer arrives slower than {MIN_ANSWER_RATE} B/s after its first "
-                              f"{timeout:g} s ({size} B in {late + timeout:.1f} s)")
+        if pace.left() <= 0:
+            raise Unreachable(f"{where}: {pace.lateness()}")
         yield chunk
 
 
@@ -142,13 +132,16 @@ class ApiClient:
         started with ``--insecure-http``).
     key_id, key: the signer's identity and HMAC key (``None``: unsigned requests, for
         ``/v1/health`` and for tests of the refusal path).
-    timeout: seconds to connect, per write and per read of a request (httpx's), and the grace
-        after which a bounded answer's body must keep arriving at :data:`MIN_ANSWER_RATE` on
-        average: an answer of ``n`` bytes has ``timeout`` + ``n`` / that rate after its headers
-        (:func:`_arriving`), so a server dripping it a byte at a time is cut (``Unreachable``)
-        and an honest large answer on a slow link is not, which a wall-clock ``timeout`` per
-        request would do.  An unbounded read (``max_answer_bytes=None``) has httpx's per-read
-        timeout only.
+    timeout: seconds to connect and per write of a request (httpx's), and the time its answer
+        has (:class:`~secemb.transport.paced.AnswerPace`, at the socket): its status line and
+        headers must be in ``timeout`` seconds after the request is sent, however the server
+        splits them, and from then the answer must keep arriving at :data:`MIN_ANSWER_RATE` on
+        average after a grace of ``timeout`` -- an answer of ``n`` bytes has ``timeout`` + ``n`` /
+        that rate after its headers (a chunked body's chunk-size lines count as the bytes they
+        are) -- so a server dripping any part of it a byte at a time is cut (``Unreachable``) and
+        an honest large answer on a slow link is not, which a wall-clock ``timeout`` per request
+        would do.  A client on a shared ``http`` pool has the body's pace only, checked as each
+        piece of it arrives (:func:`_arriving`), and httpx's per-read timeout otherwise.
     http: an ``httpx.Client`` to share (its connection pool) between many signers, e.g. the
         simulated devices of a benchmark; it is not closed by :meth:`close`.
     tls: the TLS context that verifies the server (e.g. pinning the deployment's private CA,
@@ -177,7 +170,7 @@ class ApiClient:
         self._lock = threading.Lock()
         self._own = http is None
         self._http = http if http is not None else httpx.Client(
-            timeout=timeout, trust_env=False, verify=tls if tls is not None else True)
+            timeout=timeout, trust_env=False, transport=PacedTransport(verify=tls if tls is not None else True))
         self._timeout = timeout
         self.sent_bytes = 0
         self.received_bytes = 0
@@ -209,8 +202,8 @@ class ApiClient:
         RemoteError
             Non-2xx answer.
         Unreachable
-            No answer: none within ``timeout``, or a bounded answer's body behind
-            :data:`MIN_ANSWER_RATE` after ``timeout`` seconds.
+            No answer: no headers ``timeout`` seconds after the request, or the answer behind
+            :data:`MIN_ANSWER_RATE` after ``timeout`` seconds more.
         InvalidMessage
             An answer whose body does not decode by its ``Content-Encoding``, or longer than
             ``max_answer_bytes``.

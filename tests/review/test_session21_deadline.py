@@ -158,13 +158,11 @@ def test_a_well_formed_gzip_answer_still_decodes(serve) -> None:
             assert api.get_json("/v1/round") in ({"state": "open"}, {"a": 1})
 
 
-@pytest.mark.xfail(strict=True, reason="not paced yet (docs/security.md): httpx reads an answer's headers with its "
-                                       "per-read timeout only; the pace needs the socket (httpcore's network stream)")
 def test_dripped_headers_are_cut_within_the_timeout() -> None:
     """An answer's status line and headers (~200 bytes) written one byte every 20 ms (~4 s), the
-    body never reached: every read within the 1 s timeout, so the headers are waited for whole --
-    and at h11's 100 KiB of headers and a 30 s timeout, for a month.  They should be cut after
-    about the timeout, as a dripped body is."""
+    body never reached: every read within the 1 s timeout, so httpx alone waited for them whole --
+    and at h11's 100 KiB of headers and a 30 s timeout, for a month.  ApiClient's transport cuts
+    them a second after the request (Unreachable, saying so)."""
     head = b"HTTP/1.1 200 OK\r\nx-pad: " + b"a" * 150 + b"\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
 
     class Handler(QuietHandler):
@@ -182,8 +180,77 @@ def test_dripped_headers_are_cut_within_the_timeout() -> None:
     try:
         with ApiClient(server.url, timeout=1.0) as api:
             t0 = time.monotonic()
-            with pytest.raises(Unreachable):
+            with pytest.raises(Unreachable, match="no answer's headers 1 s after the request"):
                 api.get_bytes("/v1/round")
             assert time.monotonic() - t0 < 3.0
+    finally:
+        server.close()
+
+
+def _drip_chunked(line: bytes) -> type[QuietHandler]:
+    """A handler answering with chunked headers at once, then the chunk-size ``line`` one byte every 20 ms."""
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            self.close_connection = True
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+                self.wfile.flush()
+                for i in range(len(line)):
+                    time.sleep(0.02)
+                    self.wfile.write(line[i:i + 1])
+                    self.wfile.flush()
+            except OSError:  # the reader hung up
+                pass
+
+    return Handler
+
+
+@pytest.mark.parametrize("max_answer_bytes", [1 << 20, None])
+def test_a_dripped_chunk_size_line_is_cut_within_the_timeout(max_answer_bytes: int | None) -> None:
+    """A chunked answer whose first chunk-size line (a size and ~180 bytes of chunk extension)
+    arrives one byte every 20 ms (~4 s): no piece of the body ever arrives, so only a pace at the
+    socket sees it.  Cut about a second after the headers, for a bounded reader and an unbounded
+    one alike (``max_answer_bytes=None``: httpx decodes, still over ApiClient's transport)."""
+    server = LoopbackServer(_drip_chunked(b"2;x=" + b"a" * 180 + b"\r\nok\r\n0\r\n\r\n"))
+    try:
+        with ApiClient(server.url, timeout=1.0, max_answer_bytes=max_answer_bytes) as api:
+            t0 = time.monotonic()
+            with pytest.raises(Unreachable, match="slower than 32768 B/s"):
+                api.get_bytes("/v1/round")
+            assert time.monotonic() - t0 < 3.0
+    finally:
+        server.close()
+
+
+def test_a_slow_but_timely_answer_is_read_whole_on_a_kept_alive_connection() -> None:
+    """The control: an answer whose headers come 0.5 s after the request (an honest server at
+    work, within the 1 s timeout) and whose 48 KiB body follows at 40 KiB/s (4 KiB every 0.1 s:
+    ~1.7 s in all, past the timeout), twice on one client -- both read whole, the second on the
+    first's kept-alive connection (the stub accepts one)."""
+    body = bytes(range(256)) * 192
+    accepted: list[object] = []
+
+    class Handler(QuietHandler):
+        def setup(self) -> None:
+            accepted.append(self)
+            super().setup()
+
+        def do_GET(self) -> None:
+            time.sleep(0.5)
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            for i in range(0, len(body), 4096):
+                time.sleep(0.1)
+                self.wfile.write(body[i:i + 4096])
+                self.wfile.flush()
+
+    server = LoopbackServer(Handler)
+    try:
+        with ApiClient(server.url, "user:1", KEY, timeout=1.0) as api:
+            assert api.get_bytes("/v1/rounds/1/dense") == body
+            assert api.get_bytes("/v1/rounds/1/dense") == body
+        assert len(accepted) == 1
     finally:
         server.close()
