@@ -15,6 +15,7 @@ Servers: a stub on 127.0.0.1 that sends one body at a chosen pace; every test is
 from __future__ import annotations
 
 import gzip
+import ssl
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 
 from secemb.errors import InvalidMessage
+from secemb.server.tls import client_cert_cn, client_context, init_pki
 from secemb.transport.errors import Unreachable
 from secemb.transport.http import HttpAdminLink, HttpServerLink
 from secemb.transport.network import MIN_ANSWER_RATE, ApiClient
@@ -252,5 +254,45 @@ def test_a_slow_but_timely_answer_is_read_whole_on_a_kept_alive_connection() -> 
             assert api.get_bytes("/v1/rounds/1/dense") == body
             assert api.get_bytes("/v1/rounds/1/dense") == body
         assert len(accepted) == 1
+    finally:
+        server.close()
+
+
+def test_over_mutual_tls_an_honest_answer_reads_and_dripped_headers_are_cut(tmp_path: Path) -> None:
+    """The pace holds under TLS with the deployment's CA and a client certificate, as ApiClient
+    is given them (server 0 calling server 1): the stub requires and checks the certificate; its
+    first answer is honest (read whole, the client's certificate seen), its second drips its
+    headers one byte every 20 ms (~4 s): cut a second after the request."""
+    files = init_pki(tmp_path / "pki", 0, ["127.0.0.1"])
+    head = b"HTTP/1.1 200 OK\r\nx-pad: " + b"a" * 150 + b"\r\ncontent-length: 2\r\n\r\nok"
+    seen: list[str | None] = []
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            seen.append(client_cert_cn(self.connection.getpeercert()))
+            try:
+                for i in range(len(head)):
+                    if self.path == "/drip":
+                        time.sleep(0.02)
+                    self.wfile.write(head[i:i + 1])
+                    self.wfile.flush()
+            except OSError:  # the reader hung up
+                self.close_connection = True
+
+    server = LoopbackServer(Handler)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(files.cert(0), files.key(0))
+    tls.load_verify_locations(files.ca)
+    tls.verify_mode = ssl.CERT_REQUIRED
+    server.server.socket = tls.wrap_socket(server.server.socket, server_side=True)
+    url = server.url.replace("http://", "https://")
+    try:
+        with ApiClient(url, timeout=1.0, tls=client_context(files.ca, files.cert(0), files.key(0))) as api:
+            assert api.get_bytes("/honest") == b"ok"
+            t0 = time.monotonic()
+            with pytest.raises(Unreachable, match="no answer's headers 1 s after the request"):
+                api.get_bytes("/drip")
+            assert time.monotonic() - t0 < 3.0
+        assert seen == ["server0", "server0"]
     finally:
         server.close()
