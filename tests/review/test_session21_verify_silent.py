@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,9 +51,9 @@ def silent_upload(srv: j21.InProcessServers, user: int, attack: str | None) -> N
     session.upload()
 
 
-@pytest.mark.parametrize("attack", ["two-points", "inconsistent-keys"])
-@pytest.mark.parametrize(("layout", "relay"), [("cuckoo", True), ("cuckoo", False), ("full", False)])
-def test_a_device_with_bad_keys_and_no_proof_is_rejected_and_reported(layout: str, relay: bool, attack: str) -> None:
+def _round_with_a_silent_device(layout: str, relay: bool, attack: str | None) -> tuple[dict[str, Any], LeaderNode]:
+    """One bounded round: the honest devices take part in full, ``ATTACKER`` uploads (with keys
+    of ``attack``, or honest ones for ``None``) and sends no proof; the round's outcome and server 0."""
     srv = j21.servers(layout, relay)
     leader = srv.nodes[0]
     assert isinstance(leader, LeaderNode)
@@ -62,31 +63,26 @@ def test_a_device_with_bad_keys_and_no_proof_is_rejected_and_reported(layout: st
             client = srv.servers().device(u)
             Device(client, *tbn.RATINGS.of(u)).participate(client.round_info())
         silent_upload(srv, ATTACKER, attack)
-        out = leader.close_round(r)
-        assert out["state"] == "committed" and out["included"] == sorted(HONEST), out
-        assert out["rejected"] == [ATTACKER], out
-        assert leader.rejections == {ATTACKER: 1}
-        assert [a["kind"] for a in leader.alarms] == ["device_rejected"]
+        return leader.close_round(r), leader
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("attack", ["two-points", "inconsistent-keys"])
+@pytest.mark.parametrize(("layout", "relay"), [("cuckoo", True), ("cuckoo", False), ("full", False)])
+def test_a_device_with_bad_keys_and_no_proof_is_rejected_and_reported(layout: str, relay: bool, attack: str) -> None:
+    out, leader = _round_with_a_silent_device(layout, relay, attack)
+    assert out["state"] == "committed" and out["included"] == sorted(HONEST), out
+    assert out["rejected"] == [ATTACKER], out
+    assert leader.rejections == {ATTACKER: 1}
+    assert [a["kind"] for a in leader.alarms] == ["device_rejected"]
 
 
 @pytest.mark.parametrize(("layout", "relay"), [("cuckoo", True), ("full", False)])
 def test_an_honest_device_without_its_proof_is_still_left_out_without_a_strike(layout: str, relay: bool) -> None:
-    srv = j21.servers(layout, relay)
-    leader = srv.nodes[0]
-    assert isinstance(leader, LeaderNode)
-    try:
-        r = int(leader.open_round(participants=USERS, deadline_s=30.0)["round_id"])
-        for u in HONEST:
-            client = srv.servers().device(u)
-            Device(client, *tbn.RATINGS.of(u)).participate(client.round_info())
-        silent_upload(srv, ATTACKER, None)
-        out = leader.close_round(r)
-        assert out["state"] == "committed" and out["included"] == sorted(HONEST) and out["rejected"] == [], out
-        assert leader.rejections == {} and leader.alarms == []
-    finally:
-        srv.stop()
+    out, leader = _round_with_a_silent_device(layout, relay, None)
+    assert out["state"] == "committed" and out["included"] == sorted(HONEST) and out["rejected"] == [], out
+    assert leader.rejections == {} and leader.alarms == []
 
 
 @pytest.mark.parametrize("attack", ["two-points", "inconsistent-keys", "oversized-payload", "wrapped-dense"])
