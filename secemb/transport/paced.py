@@ -200,15 +200,19 @@ class PacedTransport(httpx.BaseTransport):
         client certificate), or ``True``: httpx's default context (``httpx.create_ssl_context``,
         not trusting the environment) -- what an ``httpx.Client(verify=..., trust_env=False)`` uses.
 
-    The pool has httpx's default limits (100 connections, 20 kept alive for 5 s).
+    limits: the pool's limits, as an ``httpx.Client``'s (which ignores its own ``limits=`` once
+        given a ``transport=``); httpx's default: 100 connections, 20 kept alive for 5 s.
 
     A late answer raises ``httpx.ReadTimeout`` (its message says why), closing its connection.
     """
 
-    def __init__(self, *, verify: ssl.SSLContext | bool = True) -> None:
+    def __init__(self, *, verify: ssl.SSLContext | bool = True, limits: httpx.Limits | None = None) -> None:
+        if limits is None:
+            limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
         self._pool = httpcore.ConnectionPool(
             ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
-            max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0, network_backend=_PacedBackend())
+            max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry, network_backend=_PacedBackend())
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request``; the answer once its headers are in, its body to be read under its pace."""
