@@ -34,6 +34,7 @@ import httpx
 import numpy as np
 
 from secemb.bench.machine import machine_info
+from secemb.transport.paced import PacedTransport
 
 if TYPE_CHECKING:
     from secemb.client.device import DeviceClient
@@ -162,9 +163,9 @@ def run(
         t = time.perf_counter()
         cluster.start()
         startup_s = time.perf_counter() - t
-        http = httpx.Client(timeout=timeout_s, trust_env=False, verify=cluster.tls,
-                            limits=httpx.Limits(max_connections=4 * concurrency,
-                                                max_keepalive_connections=4 * concurrency))
+        http = httpx.Client(timeout=timeout_s, trust_env=False, transport=PacedTransport(
+            verify=cluster.tls, limits=httpx.Limits(max_connections=4 * concurrency,
+                                                    max_keepalive_connections=4 * concurrency)))
         admin0 = cluster.admin(0, timeout=timeout_s)
         clients = {u: DeviceClient(u, cluster.url(0), cluster.url(1), *cluster.device_keys(u), timeout=timeout_s,
                                    http=http, min_users=cluster.min_users) for u in users}

@@ -31,6 +31,7 @@ from secemb.protocols.base import Protocol
 from secemb.round.results import TrainConfig, TrainResult
 from secemb.transport.http import HttpAdminLink
 from secemb.transport.network import ApiClient
+from secemb.transport.paced import PacedTransport
 
 __all__ = ["Cluster", "train_networked"]
 
@@ -115,8 +116,8 @@ def train_networked(
     server-to-server bytes are not seen from here (``server_bytes_per_round`` is 0).
     """
     admin = (HttpAdminLink(0, cluster.admin(0)), HttpAdminLink(1, cluster.admin(1)))
-    http = httpx.Client(timeout=wait_s, trust_env=False, verify=cluster.tls,
-                        limits=httpx.Limits(max_connections=4 * workers, max_keepalive_connections=4 * workers))
+    http = httpx.Client(timeout=wait_s, trust_env=False, transport=PacedTransport(
+        verify=cluster.tls, limits=httpx.Limits(max_connections=4 * workers, max_keepalive_connections=4 * workers)))
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="secemb-device")
 
     def device(user: int) -> DeviceClient:

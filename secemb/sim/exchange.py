@@ -45,6 +45,7 @@ from secemb.server.config import ServerConfig
 from secemb.server.tls import client_context, init_pki, server_context_kwargs
 from secemb.transport.http import HttpStageAdmin, HttpStageLink
 from secemb.transport.network import ApiClient
+from secemb.transport.paced import PacedTransport
 from secemb.transport.signing import user_key
 
 __all__ = ["NodeServer", "train_networked"]
@@ -140,9 +141,9 @@ def train_networked(protocol: ExchangeProtocol, *, concurrency: int = 8,
     def connect(server: ExchangeServer) -> Rounds:
         host = NodeServer(server).start()
         serving.append(host)
-        http = httpx.Client(timeout=120.0, trust_env=False, verify=host.tls,
-                            limits=httpx.Limits(max_connections=2 * concurrency,
-                                                max_keepalive_connections=2 * concurrency))
+        http = httpx.Client(timeout=120.0, trust_env=False, transport=PacedTransport(
+            verify=host.tls, limits=httpx.Limits(max_connections=2 * concurrency,
+                                                 max_keepalive_connections=2 * concurrency)))
         clients.append(http)
         if on_server is not None:
             on_server(host.url)

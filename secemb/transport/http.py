@@ -26,8 +26,8 @@ __all__ = ["HttpAdminLink", "HttpServerLink", "HttpStageAdmin", "HttpStageLink"]
 
 class HttpServerLink:
     """Device ``user``'s signed connection to server ``party`` at ``url`` (``http`` an
-    optional shared ``httpx.Client`` pool for simulations of many devices, whose answers are not
-    paced at the socket, see :class:`ApiClient`'s ``timeout``; ``tls`` the context
+    optional shared ``httpx.Client`` pool for simulations of many devices, whose answers are
+    paced at the socket only over a ``PacedTransport``, see :class:`ApiClient`'s ``timeout``; ``tls`` the context
     that verifies the server, e.g. pinning the deployment's CA).  It reads answers of at most
     :data:`~secemb.transport.network.ANSWER_FLOOR_BYTES` (``api.max_answer_bytes``; a round's
     :class:`~secemb.client.device.RoundSession` raises it to the round's sizes)."""

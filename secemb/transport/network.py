@@ -140,8 +140,10 @@ class ApiClient:
         that rate after its headers (a chunked body's chunk-size lines count as the bytes they
         are) -- so a server dripping any part of it a byte at a time is cut (``Unreachable``) and
         an honest large answer on a slow link is not, which a wall-clock ``timeout`` per request
-        would do.  A client on a shared ``http`` pool has the body's pace only, checked as each
-        piece of it arrives (:func:`_arriving`), and httpx's per-read timeout otherwise.
+        would do.  A client on a shared ``http`` pool is paced at the socket if that pool's
+        transport is a :class:`~secemb.transport.paced.PacedTransport` (the simulations' and
+        ``bench network``'s are); on any other, it has the body's pace only, checked as each piece
+        of it arrives (:func:`_arriving`), and httpx's per-read timeout otherwise.
     http: an ``httpx.Client`` to share (its connection pool) between many signers, e.g. the
         simulated devices of a benchmark; it is not closed by :meth:`close`.
     tls: the TLS context that verifies the server (e.g. pinning the deployment's private CA,
