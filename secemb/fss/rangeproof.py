@@ -571,6 +571,17 @@ def prove(
     return _prove_witness(params, _witness(params, a, b), _context(context), _rng, seed_1)
 
 
+def _check_size(params: RangeParams, party: int, msg: object, index: int | None = None) -> None:
+    """Refuse a device's message to server ``party`` (the ``index``-th of a batch, if given) that is
+    not bytes of ``params.message_bytes(party)`` (:class:`InvalidMessage`, naming what came instead)."""
+    size = params.message_bytes(party)
+    got_bytes = _nbytes(msg)
+    if got_bytes != size:
+        got = type(msg).__name__ if got_bytes is None else f"{got_bytes} bytes"
+        which = "" if index is None else f" {index}"
+        raise InvalidMessage(f"range proof message{which} for server {party}: expected {size} bytes, got {got}")
+
+
 def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
     """``part_0`` of a device's message to server 0 (``params.message_bytes(0)`` bytes, as
     :func:`prove` writes it), as server 0 recomputes it: with the device's ``seed_1`` it makes
@@ -582,8 +593,7 @@ def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
     InvalidMessage
         If ``msg0`` is not bytes of ``params.message_bytes(0)``.
     """
-    if _nbytes(msg0) != params.message_bytes(0):
-        raise InvalidMessage(f"range proof message for server 0: expected {params.message_bytes(0)} bytes")
+    _check_size(params, 0, msg0)
     data = bytes(msg0)
     inputs = data[SEED_BYTES + PART_BYTES : SEED_BYTES + PART_BYTES + F.ELEMENT_BYTES * params.witness_length]
     return _part(0, _context(context), data[:SEED_BYTES], inputs)
@@ -599,8 +609,7 @@ def device_part(params: RangeParams, msg0: bytes) -> bytes:
     InvalidMessage
         If ``msg0`` is not bytes of ``params.message_bytes(0)``.
     """
-    if _nbytes(msg0) != params.message_bytes(0):
-        raise InvalidMessage(f"range proof message for server 0: expected {params.message_bytes(0)} bytes")
+    _check_size(params, 0, msg0)
     return bytes(msg0[SEED_BYTES : SEED_BYTES + PART_BYTES])
 
 
@@ -636,10 +645,7 @@ def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares
     size = params.message_bytes(party)
     n, big_n, plen = len(msgs), params.witness_length, params.proof_length
     for i, m in enumerate(msgs):
-        got_bytes = _nbytes(m)
-        if got_bytes != size:
-            got = type(m).__name__ if got_bytes is None else f"{got_bytes} bytes"
-            raise InvalidMessage(f"range proof message {i} for server {party}: expected {size} bytes, got {got}")
+        _check_size(params, party, m, i)
     raw = np.frombuffer(b"".join(bytes(m) for m in msgs), dtype=np.uint8).reshape(n, size)
     keys = raw[:, :SEED_BYTES].copy()
     hints = raw[:, SEED_BYTES : SEED_BYTES + PART_BYTES].copy()
@@ -667,11 +673,7 @@ def check_message(params: RangeParams, party: int, msg: bytes) -> None:
     InvalidParameters
         If ``party`` is not 0 or 1.
     """
-    size = params.message_bytes(party)
-    got_bytes = _nbytes(msg)
-    if got_bytes != size:
-        got = type(msg).__name__ if got_bytes is None else f"{got_bytes} bytes"
-        raise InvalidMessage(f"range proof message for server {party}: expected {size} bytes, got {got}")
+    _check_size(params, party, msg)
     if party == 0 and np.any(np.frombuffer(msg, dtype="<u8", offset=SEED_BYTES + PART_BYTES) >= np.uint64(F.P)):
         raise InvalidMessage("range proof message for server 0: an element is not below p")
 
