@@ -33,13 +33,13 @@ the whole heap (tens of ms after numba's imports) and falls in whichever epoch t
 counts reach its threshold, so one epoch of either run may carry one and the other not.
 
 The other cryptography (:data:`OTHER_CRYPTO`, by category) is timed around the project's functions
-that do nothing but it -- the relay's upload HMAC, the key / forwarded-part / verified-upload
+that do nothing but it -- the relay's upload MAC (GMAC), the key / forwarded-part / verified-upload
 SHA-256 digests, the row tags (SHA-NI kernel or hashlib), the challenge seeds, OS randomness
 (:func:`secemb.randomness.system_rng`) -- each replaced in every loaded ``secemb`` module that
 holds it (``from ... import`` binds it there), never :mod:`hashlib` or :mod:`os` themselves.  A
 call made inside another timed one is not counted again.  Not counted: hashes written inline in
 larger functions (a device's check of the round's dense vector, the round document's digest),
-HMAC comparisons, and randomness read through a default argument bound at import (SFSL, SecEA).
+tag and digest comparisons, and randomness read through a default argument bound at import (SFSL, SecEA).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ _DPF_AES_PREFIXES = ("tree/", "convert/")
 #: the secure path's cryptography that is no DPF kernel: category -> the (module, attribute) of the
 #: project functions that do nothing but it ("Class.method" for a method)
 OTHER_CRYPTO: dict[str, tuple[tuple[str, str], ...]] = {
-    "hmac": (("secemb.protocols.secemb.relay", "upload_mac"),),
+    "upload mac": (("secemb.protocols.secemb.relay", "upload_mac"),),
     "sha256 digests": (("secemb.protocols.secemb.checks", "key_digests"), ("secemb.protocols.secemb.relay", "_digests"),
                        ("secemb.protocols.secemb.server", "SecEmbServer.upload_digests")),
     "row tags": (("secemb.fss.hashing", "sha256_many"),),

@@ -270,10 +270,11 @@ def test_relay_tampering_upload_detected(layout: str, which: str) -> None:
     assert np.array_equal(sparse, truth)
 
 
-def test_relay_upload_tag_is_the_documented_hmac() -> None:
-    """tag = HMAC-SHA256(k, b"secemb-relay-upload" || u64 round || correction words)[:16], with
-    k the 16 bytes after the two seeds in the device's direct message to server 1."""
-    import hmac
+def test_relay_upload_tag_is_the_documented_gmac() -> None:
+    """tag = AES-128-GCM(k, nonce 0^96, plaintext b"", associated data b"secemb-relay-upload-gmac"
+    || u64 round || correction words)'s 16-byte tag, with k the 16 bytes after the two seeds in
+    the device's direct message to server 1."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     st = Setup("full", True)
     cfg = st.cfg
@@ -287,8 +288,8 @@ def test_relay_upload_tag_is_the_documented_hmac() -> None:
     u0, _ = user.upload(np.zeros((cfg.slots, cfg.width), cfg.dtype), np.zeros(cfg.dense_size, cfg.dtype))
     rows = cfg.slots * cfg.width * cfg.dtype.itemsize
     words = u0[HDR : HDR + rows]
-    want = hmac.new(key, b"secemb-relay-upload" + struct.pack("<Q", cfg.round_id) + words, hashlib.sha256).digest()
-    assert u0[-16:] == want[:16]
+    want = AESGCM(key).encrypt(bytes(12), b"", b"secemb-relay-upload-gmac" + struct.pack("<Q", cfg.round_id) + words)
+    assert u0[-16:] == want
 
 
 # ------------------------------------------------------------------- verified retrieval

@@ -15,6 +15,7 @@ from itertools import accumulate
 from typing import cast
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate
@@ -40,7 +41,11 @@ from secemb.randomness import SEED_BYTES
 __all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_prg", "relay_prg_sum",
            "relay_prgs", "upload_mac"]
 
-_UPLOAD_MAC_DOMAIN = b"secemb-relay-upload"
+#: the upload MAC's domain; HMAC-SHA256's tags (before session 22) had ``b"secemb-relay-upload"``,
+#: so neither MAC's tag verifies as the other's
+_UPLOAD_MAC_DOMAIN = b"secemb-relay-upload-gmac"
+#: GCM's nonce for the upload MAC: fixed, as each key tags one message (:func:`upload_mac`)
+_UPLOAD_MAC_NONCE = bytes(12)
 
 #: Convert tag of the relay's seeded arrays (server 1's retrieval mask and its dense share)
 RELAY_TAG = "relay"
@@ -86,11 +91,29 @@ def _seed_words(seeds: Sequence[bytes]) -> np.ndarray:
 
 
 def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
-    """The relay's tag of an upload's correction words: ``HMAC-SHA256(key, b"secemb-relay-upload"
-    || u64 round_id || cw)`` truncated to :data:`MAC_BYTES`."""
-    mac = hmac.new(key, _UPLOAD_MAC_DOMAIN + U64.pack(round_id), hashlib.sha256)
-    mac.update(cw)  # not concatenated: the words are the bulk of an upload
-    return mac.digest()[:MAC_BYTES]
+    """The relay's one-time tag of an upload's correction words ``cw``: GMAC, the 16-byte tag of
+    AES-128-GCM under ``key`` with the all-zero 96-bit nonce, an empty plaintext and the associated
+    data ``b"secemb-relay-upload-gmac" || u64 round_id || cw`` (:data:`MAC_BYTES`).
+
+    A one-time MAC: the fixed nonce is safe only because a key tags one message.  Two tags under
+    one key would give away GHASH's key ``H = AES_key(0^128)`` and with it a forgery of any words;
+    one tag hides ``H`` behind the pad ``AES_key(nonce || 1)``.  The key (:data:`MAC_KEY_BYTES`) is
+    drawn fresh per device and round with the relay seeds and sent only to server 1 on the device's
+    own channel; the device tags once with it (``SecEmbUser`` drops the key with its upload state:
+    a second upload in the round is refused before any tag), and server 1 only verifies
+    (:meth:`SecEmbRelayServer.relay_upload_many`, in constant time).  Forgery, for server 0 that saw
+    one tagged upload: at most ``(ceil(len(aad) / 16) + 1) / 2^128`` per attempt (about 2^-116 for
+    ML-100K's 65 KB of words) plus AES-128's PRP advantage; server 1 refuses a failing forward
+    (``RelayTampered``; the node raises ``relay_tampered`` and refuses the device's later forwards).
+
+    Raises
+    ------
+    InvalidParameters: ``key`` is not :data:`MAC_KEY_BYTES` bytes.
+    """
+    if len(key) != MAC_KEY_BYTES:
+        raise InvalidParameters(f"an upload MAC key is {MAC_KEY_BYTES} bytes, got {len(key)}")
+    # one copy of the words into the associated data: cheaper than GCM's incremental interface
+    return AESGCM(key).encrypt(_UPLOAD_MAC_NONCE, b"", _UPLOAD_MAC_DOMAIN + U64.pack(round_id) + cw)
 
 
 def _digests(rows: np.ndarray) -> list[bytes]:

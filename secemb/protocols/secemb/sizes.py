@@ -25,7 +25,7 @@ U64 = struct.Struct("<Q")
 #: 2^(k-1) is unchanged by the device's secret odd multiplier)
 TAG_BYTES = 16
 #: the relay's authentication: a fresh per-round MAC key the device gives server 1 directly,
-#: HMAC-SHA256 truncated to MAC_BYTES, and the SHA-256 digest of the forwarded key part
+#: GMAC (AES-128-GCM, relay.upload_mac) with a MAC_BYTES tag, and the SHA-256 digest of the forwarded key part
 MAC_KEY_BYTES = 16
 MAC_BYTES = 16
 #: bounded payloads without relay: the commitment to its server-1 dense share a device appends to

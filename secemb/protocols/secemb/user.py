@@ -230,7 +230,7 @@ class SecEmbUser(UserRole):
         self._items: np.ndarray | None = None  # int64 (S,): the slots' items (-1: empty bucket)
         self._unmask: np.ndarray | None = None  # ring (S,): inverses of the secret odd retrieval payloads (0: empty)
         self._seeds: tuple[bytes, bytes] | None = None
-        self._mac_key: bytes | None = None  # relay: server 1's key for the upload's tag
+        self._mac_key: bytes | None = None  # relay: server 1's one-time key for the upload's tag, until the upload
         self._tampered = False  # a retrieval answer failed its check: no upload this round
 
     @property
@@ -491,9 +491,11 @@ class SecEmbUser(UserRole):
         for j, i in enumerate(ok):
             user, dense = users[i], gradients[i][1]
             user._state = None  # one upload per round
+            # the relay's one-time MAC key tags this upload only: dropped with the state (upload_mac)
+            key, user._mac_key = user._mac_key, None
             own = cw_le[j * cfg.slots : (j + 1) * cfg.slots].data.cast("B")  # MACed and framed, not copied
             if first.relay:
-                tag = upload_mac(cast("bytes", user._mac_key), cfg.round_id, own)  # drawn with the seeds
+                tag = upload_mac(cast("bytes", key), cfg.round_id, own)  # drawn with the seeds
                 d0, d1 = dense - masks[j], masks[j]
                 out[i] = frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0), tag), None
             else:
