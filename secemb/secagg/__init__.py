@@ -1,4 +1,6 @@
-"""One-server secure aggregation with dropout recovery (Bonawitz et al., CCS 2017, semi-honest)
+"""One-server secure aggregation with dropout recovery (Bonawitz et al., CCS 2017: semi-honest,
+and with ``SecAggConfig(signed=True)`` the active-server variant: certified identities
+(:mod:`~secemb.secagg.identity`), signed keys, a consistency round, authenticated common rows)
 and the Bloom-filter private set union of secure federated submodel learning (Algorithm 3).
 
 Knows nothing of models or transport: parties are objects that exchange bytes

@@ -1,13 +1,22 @@
-"""The client side of Bonawitz et al.'s semi-honest secure aggregation (CCS 2017, Fig. 4).
+"""The client side of Bonawitz et al.'s secure aggregation (CCS 2017, Fig. 4; with
+:attr:`~secemb.secagg.config.SecAggConfig.signed`, the active-adversary variant).
 
-A :class:`SecAggClient` answers the server's four stages in order; each method takes the
-server's message (bytes), checks it, and returns the client's reply (bytes)::
+A :class:`SecAggClient` answers the server's stages in order; each method takes the server's
+message (bytes), checks it, and returns the client's reply (bytes)::
 
-    advertise(rows)                       -> advertise   (c and s public keys [, rows])
-    share_keys(keys)                      -> shares      (AES-GCM Shamir shares for each peer)
+    advertise(rows)                       -> advertise   (c and s public keys [, rows];
+                                                          signed: certificate, signature)
+    share_keys(keys)                      -> shares      (AES-GCM Shamir shares for each peer;
+                                                          signed sparse: and row tags)
     masked_input(relayed, values)         -> masked      (y = x + PRG(b) + sum of +-PRG(s_uv))
-    unmask(survivors)                     -> unmask      (shares of s^SK of the dropped,
+    consistency(survivors)                -> consistency (signed only: signature of U3)
+    unmask(survivors | signatures)        -> unmask      (shares of s^SK of the dropped,
                                                           of b of the survivors; never both)
+
+In a signed round the client takes a peer's keys only with the peer's signature under a
+certificate of the pinned roster, sends unmasking shares only after ``threshold`` survivors
+signed the same survivor list, and in a sparse round masks with a peer exactly on the rows the
+peer's own tags (end to end, under the pair's channel key) show in common.
 """
 
 from __future__ import annotations
@@ -18,13 +27,39 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.randomness import RandomBytes, system_rng
 from secemb.secagg import keys, messages, shamir
 from secemb.secagg.config import SecAggConfig, check_rows, sign
+from secemb.secagg.identity import CERTIFICATE_BYTES, SIGNATURE_BYTES, Identity, verify
 from secemb.secagg.prg import SEED_BYTES, mask_rows
 
-__all__ = ["SecAggClient", "SHARE_PLAINTEXT_BYTES", "SHARE_CIPHERTEXT_BYTES"]
+__all__ = [
+    "ADVERTISE_DOMAIN",
+    "CONSISTENCY_DOMAIN",
+    "SIGNED_ENTRY_BYTES",
+    "SecAggClient",
+    "SHARE_PLAINTEXT_BYTES",
+    "SHARE_CIPHERTEXT_BYTES",
+    "advertised",
+    "survivor_list",
+]
 
 #: A relayed share: sender id, recipient id, share of s^SK, share of b.
 SHARE_PLAINTEXT_BYTES = 8 + 2 * shamir.SHARE_BYTES
 SHARE_CIPHERTEXT_BYTES = SHARE_PLAINTEXT_BYTES + keys.TAG_BYTES
+#: What a signed round adds to an advertise message and to each key-list entry.
+SIGNED_ENTRY_BYTES = CERTIFICATE_BYTES + SIGNATURE_BYTES
+#: Signature domains of a signed round: the advertised keys, the survivor list.
+ADVERTISE_DOMAIN = b"secemb/secagg/v1/advertise"
+CONSISTENCY_DOMAIN = b"secemb/secagg/v1/consistency"
+
+
+def advertised(config: SecAggConfig, client_id: int, c_pk: bytes, s_pk: bytes) -> bytes:
+    """What client ``client_id`` signs in its advertise message: the round's public parameters,
+    its id and its two public keys."""
+    return config.header() + client_id.to_bytes(4, "little") + c_pk + s_pk
+
+
+def survivor_list(config: SecAggConfig, u3: list[int]) -> bytes:
+    """What a client signs in the consistency round: the round's public parameters and U3."""
+    return config.header() + messages.ids_bytes(u3)
 
 
 class SecAggClient:
@@ -36,19 +71,29 @@ class SecAggClient:
         The client's id in ``[0, 2^32 - 2]``; its Shamir point is ``client_id + 1``.
     config:
         The round's :class:`SecAggConfig`.
+    identity:
+        The client's certified identity (:mod:`secemb.secagg.identity`; its user id is
+        ``client_id``): required exactly when ``config.signed``.
     _rng:
         Private test hook for the key pairs, the self-mask seed and the Shamir coefficients.
 
     Raises
     ------
     ProtocolError: a method called out of order or twice.
-    InvalidMessage: a server message that is malformed or inconsistent.  The client has then
-        left the round: it answers no later stage (a new round needs a new client).
+    InvalidMessage: a server message that is malformed or inconsistent, or (signed round) that
+        carries a key, a tag list or a survivor list no peer signed.  The client has then left
+        the round: it answers no later stage (a new round needs a new client).
     """
 
-    def __init__(self, client_id: int, config: SecAggConfig, *, _rng: RandomBytes | None = None) -> None:
+    def __init__(self, client_id: int, config: SecAggConfig, *, identity: Identity | None = None,
+                 _rng: RandomBytes | None = None) -> None:
         self.config = config
         self.id = config.check_id(client_id)
+        if config.signed != (identity is not None):
+            raise InvalidParameters("an identity must be given exactly when the round is signed")
+        if identity is not None and identity.user != self.id:
+            raise InvalidParameters(f"client {self.id} was given the identity of device {identity.user}")
+        self.identity = identity
         self._rng = system_rng if _rng is None else _rng
         self._stage = 0
         self._c = keys.KeyPair.generate(_rng=self._rng)
@@ -56,16 +101,41 @@ class SecAggClient:
         self._rows = np.arange(config.length, dtype=np.int64)
         self._rows.setflags(write=False)
         self._peers: dict[int, tuple[bytes, bytes]] = {}
+        self._signers: dict[int, bytes] = {}  # peer -> its certified signing key (signed round)
         self._common: dict[int, np.ndarray] = {}  # peer -> bool over own rows: rows it holds too
         self._b = b""
         self._held: dict[int, tuple[int, int]] = {}  # sender -> (share of s^SK, share of b)
         self._u2: list[int] = []
+        self._u3: list[int] = []
 
     # ------------------------------------------------------------------ helpers
     def _enter(self, stage: int, name: str) -> None:
         if self._stage != stage:
             raise ProtocolError(f"client {self.id}: {name} called at stage {self._stage}, expected stage {stage}")
         self._stage = stage + 1
+
+    @property
+    def _tagged(self) -> bool:
+        """Whether row tags travel in the shares (a signed sparse round)."""
+        return self.config.signed and self.config.sparse
+
+    def _channel(self, peer: int, purpose: bytes) -> bytes:
+        return keys.agree(self._c.private, self._peers[peer][0], purpose, self.config.round_id, (self.id, peer))
+
+    def _check_entry(self, identity: Identity, ident: int, rec: bytes) -> None:
+        """A signed key-list entry's certificate (under ``identity``'s pin) and signature (the
+        keys are ``rec``'s first 64 bytes)."""
+        k = 2 * keys.KEY_BYTES
+        what = (f"the server's key list carries keys for device {ident} that device {ident} did not sign "
+                f"(the server deviated)")
+        try:
+            cert = identity.pin.certificate(rec[k : k + CERTIFICATE_BYTES], ident)
+            verify(cert.public, ADVERTISE_DOMAIN,
+                   advertised(self.config, ident, rec[: keys.KEY_BYTES], rec[keys.KEY_BYTES : k]),
+                   rec[k + CERTIFICATE_BYTES :], what)
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"keys: {what}: {exc}") from None
+        self._signers[ident] = cert.public
 
     @property
     def rows(self) -> np.ndarray:
@@ -80,6 +150,9 @@ class SecAggClient:
             raise InvalidParameters("rows must be given exactly when the round is sparse")
         self._enter(0, "advertise")
         parts = [self._c.public, self._s.public]
+        if self.identity is not None:
+            parts += [self.identity.certificate.to_bytes(),
+                      self.identity.sign(ADVERTISE_DOMAIN, advertised(self.config, self.id, *parts))]
         if rows is not None:
             self._rows = check_rows(rows, self.config.length)
             self._rows.setflags(write=False)
@@ -89,25 +162,37 @@ class SecAggClient:
     # ------------------------------------------------------------------ stage 1
     def share_keys(self, keys_msg: bytes) -> bytes:
         """ShareKeys: Shamir shares of ``s^SK`` and of a fresh self-mask seed ``b`` for every
-        client of the key list, each encrypted to its recipient under the c-agreement."""
+        client of the key list, each encrypted to its recipient under the c-agreement (in a
+        signed sparse round followed, inside the encryption, by the tags of this client's rows
+        under the pair's tag key, in increasing tag order).  In a signed round every entry's
+        certificate and signature are checked first."""
         self._enter(1, "share_keys")
         cfg = self.config
         _, body = messages.open_frame(keys_msg, "keys", cfg.round_id, messages.SERVER)
         rd = messages.Reader(body, "keys")
-        entries = rd.records(2 * keys.KEY_BYTES, "client")
+        pair = 2 * keys.KEY_BYTES
+        entries = rd.records(pair + (SIGNED_ENTRY_BYTES if cfg.signed else 0), "client")
         ids = [i for i, _ in entries]
         if self.id not in ids:
             raise InvalidMessage(f"keys: client {self.id} is not in the key list")
         if len(ids) < cfg.threshold:
             raise InvalidMessage(f"keys: {len(ids)} clients, fewer than the threshold {cfg.threshold}")
+        if cfg.signed and 2 * cfg.threshold <= len(ids):
+            raise InvalidMessage(f"keys: a signed round of {len(ids)} clients needs a threshold above half of them, "
+                                 f"not {cfg.threshold} (two disjoint groups of the threshold could each open one "
+                                 "of a client's secrets)")
         for ident, rec in entries:
-            c_pk, s_pk = rec[: keys.KEY_BYTES], rec[keys.KEY_BYTES :]
+            c_pk, s_pk = rec[: keys.KEY_BYTES], rec[keys.KEY_BYTES : pair]
             if ident == self.id:
                 if (c_pk, s_pk) != (self._c.public, self._s.public):
                     raise InvalidMessage("keys: the list carries other keys under this client's id")
+                if self.identity is not None:
+                    self._signers[ident] = self.identity.certificate.public
             else:
+                if self.identity is not None:
+                    self._check_entry(self.identity, ident, rec)
                 self._peers[ident] = (c_pk, s_pk)
-        if cfg.sparse:
+        if cfg.sparse and not cfg.signed:
             k = self._rows.size
             size = -(-k // 8)
             bits = np.unpackbits(rd.array(len(ids) * size, "u1").reshape(len(ids), size), axis=1,
@@ -127,15 +212,19 @@ class SecAggClient:
                 continue
             pt = (ident.to_bytes(4, "little") + self.id.to_bytes(4, "little")
                   + sh_s.to_bytes(shamir.SHARE_BYTES, "little") + sh_b.to_bytes(shamir.SHARE_BYTES, "little"))
-            key = keys.agree(self._c.private, self._peers[ident][0], keys.CHANNEL, cfg.round_id, (self.id, ident))
-            records.append(ident.to_bytes(4, "little") + keys.seal(key, cfg.round_id, self.id, ident, pt))
+            head = ident.to_bytes(4, "little")
+            if self._tagged:
+                pt += np.sort(keys.row_tags(self._channel(ident, keys.TAGS), self._rows)).astype("<u8").tobytes()
+                head += self._rows.size.to_bytes(4, "little")
+            records.append(head + keys.seal(self._channel(ident, keys.CHANNEL), cfg.round_id, self.id, ident, pt))
         return messages.frame("shares", cfg.round_id, self.id, len(records).to_bytes(4, "little"), *records)
 
     # ------------------------------------------------------------------ stage 2
     def masked_input(self, relayed_msg: bytes, values: np.ndarray) -> bytes:
         """MaskedInputCollection: decrypt the peers' shares (their senders are the clients
         still in the round, U2) and send ``y = x + PRG(b) + sum_v +-PRG(s_uv)`` over this
-        client's rows.
+        client's rows (in a sparse round, the pair's mask on the rows both hold: from the
+        server's bitmaps, or in a signed round from the peer's own row tags).
 
         ``values``: ``uint32`` of shape ``(len(rows), width)`` (``(len(rows),)`` if width is
         1), the input in Z_2^32.
@@ -151,17 +240,24 @@ class SecAggClient:
         self._enter(2, "masked_input")
         _, body = messages.open_frame(relayed_msg, "relayed", cfg.round_id, messages.SERVER)
         rd = messages.Reader(body, "relayed")
-        entries = rd.records(SHARE_CIPHERTEXT_BYTES, "sender")
+        if self._tagged:
+            entries = [(v, ct) for v, _, ct in rd.tagged_records(SHARE_CIPHERTEXT_BYTES, keys.TAG_ROW_BYTES,
+                                                                 cfg.length, "sender")]
+        else:
+            entries = rd.records(SHARE_CIPHERTEXT_BYTES, "sender")
         rd.end()
         for sender, ct in entries:
             if sender not in self._peers:
                 raise InvalidMessage(f"relayed: shares from client {sender}, who is not in the key list")
-            key = keys.agree(self._c.private, self._peers[sender][0], keys.CHANNEL, cfg.round_id, (self.id, sender))
-            pt = keys.open_sealed(key, cfg.round_id, sender, self.id, ct)
+            pt = keys.open_sealed(self._channel(sender, keys.CHANNEL), cfg.round_id, sender, self.id, ct)
             if int.from_bytes(pt[:4], "little") != self.id or int.from_bytes(pt[4:8], "little") != sender:
                 raise InvalidMessage(f"relayed: the shares from client {sender} name other parties")
             n = shamir.SHARE_BYTES
-            held = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n :], "little"))
+            end = SHARE_PLAINTEXT_BYTES
+            held = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n : end], "little"))
+            if self._tagged:  # the rows both hold: own rows whose tag the sender sent (authenticated)
+                theirs = np.frombuffer(pt[end:], dtype="<u8")
+                self._common[sender] = np.isin(keys.row_tags(self._channel(sender, keys.TAGS), self._rows), theirs)
             if max(held) >= shamir.PRIME:
                 raise InvalidMessage(f"relayed: the shares from client {sender} are outside the field")
             self._held[sender] = held
@@ -186,20 +282,57 @@ class SecAggClient:
         return messages.frame("masked", cfg.round_id, self.id, y.astype("<u4").tobytes())
 
     # ------------------------------------------------------------------ stage 3
-    def unmask(self, survivors_msg: bytes) -> bytes:
-        """Unmasking: given the survivors U3 (clients whose masked input arrived), send the
-        shares of ``s^SK`` of every dropped client (U2 minus U3) and of ``b`` of every survivor.
-        A client never reveals both kinds of share for the same client."""
-        self._enter(3, "unmask")
+    def _survivors(self, survivors_msg: bytes) -> list[int]:
         cfg = self.config
         _, body = messages.open_frame(survivors_msg, "survivors", cfg.round_id, messages.SERVER)
         rd = messages.Reader(body, "survivors")
-        u3 = rd.increasing(2**32, "survivors").tolist()
+        u3: list[int] = rd.increasing(2**32, "survivors").tolist()
         rd.end()
         if len(u3) < cfg.threshold:
             raise InvalidMessage(f"survivors: {len(u3)} clients, fewer than the threshold {cfg.threshold}")
         if self.id not in u3 or not set(u3) <= set(self._u2):
             raise InvalidMessage("survivors: not a subset of the clients that shared keys, or without this client")
+        return u3
+
+    def consistency(self, survivors_msg: bytes) -> bytes:
+        """ConsistencyCheck (signed round only): check the survivors U3 as :meth:`unmask` would
+        and sign ``(round parameters, U3)``; the client signs one list in a round."""
+        if not self.config.signed or self.identity is None:
+            raise ProtocolError(f"client {self.id}: consistency is a stage of signed rounds only")
+        self._enter(3, "consistency")
+        self._u3 = self._survivors(survivors_msg)
+        sig = self.identity.sign(CONSISTENCY_DOMAIN, survivor_list(self.config, self._u3))
+        return messages.frame("consistency", self.config.round_id, self.id, sig)
+
+    def _signed_survivors(self, signatures_msg: bytes) -> list[int]:
+        """U3 once ``threshold`` distinct survivors' signatures over it verify."""
+        cfg = self.config
+        _, body = messages.open_frame(signatures_msg, "signatures", cfg.round_id, messages.SERVER)
+        rd = messages.Reader(body, "signatures")
+        sigs = rd.records(SIGNATURE_BYTES, "signer")
+        rd.end()
+        signed = survivor_list(cfg, self._u3)
+        for signer, sig in sigs:
+            if signer not in self._u3 or signer not in self._signers:
+                raise InvalidMessage(f"signatures: a signature of device {signer}, not a survivor of this "
+                                     f"client's list (the server deviated)")
+            verify(self._signers[signer], CONSISTENCY_DOMAIN, signed, sig,
+                   f"signatures: device {signer} did not sign the survivor list this client was sent "
+                   f"(the server sent different lists: it deviated)")
+        if len(sigs) < cfg.threshold:
+            raise InvalidMessage(f"signatures: {len(sigs)} survivors signed the survivor list, fewer than the "
+                                 f"threshold {cfg.threshold}")
+        return self._u3
+
+    def unmask(self, msg: bytes) -> bytes:
+        """Unmasking: given the survivors U3 (clients whose masked input arrived; in a signed
+        round, ``msg`` is the server's ``signatures`` message and U3 the list this client signed,
+        used only once ``threshold`` survivors' signatures over it verify), send the shares of
+        ``s^SK`` of every dropped client (U2 minus U3) and of ``b`` of every survivor.  A client
+        never reveals both kinds of share for the same client."""
+        cfg = self.config
+        self._enter(4 if cfg.signed else 3, "unmask")
+        u3 = self._signed_survivors(msg) if cfg.signed else self._survivors(msg)
         alive = set(u3)
         dropped = [v for v in self._u2 if v not in alive]
         n = shamir.SHARE_BYTES

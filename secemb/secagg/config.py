@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,9 +24,11 @@ def default_threshold(n: int) -> int:
 
     It tolerates ``ceil(n / 2) - 1`` dropouts and keeps the inputs secret against the server
     together with up to ``threshold - 1`` clients (Bonawitz et al., CCS 2017, honest-but-curious
-    analysis: ``t`` must exceed the number of colluding clients).  A deployment that must resist
-    an *active* server needs ``t > 2n/3`` and the signed, consistency-checked variant, which this
-    package does not implement.
+    analysis: ``t`` must exceed the number of colluding clients).  Against an *active* server
+    (a :attr:`SecAggConfig.signed` round) with no colluding client it also suffices: an honest
+    client signs one survivor list, so two lists each signed by ``t > n/2`` clients share an
+    honest signer and are equal.  With ``c`` clients colluding with an active server, Bonawitz
+    et al. need ``t > (2n + c) / 3`` (``t > 2n/3`` for any ``c < t``); ``docs/secagg.md``.
     """
     if n < 2:
         raise InvalidParameters(f"secure aggregation needs at least 2 clients, got {n}")
@@ -53,6 +56,12 @@ class SecAggConfig:
         sum of row ``j`` is over the surviving clients holding ``j``; pairwise masks are applied
         only on rows both clients hold (the per-row participant sets of SFSL).  If false,
         every client contributes every row.
+    signed:
+        If true, the round resists an active server (``docs/secagg.md``, "Active server"): each
+        client signs its advertised keys with its certified identity and checks every peer's
+        signature, a consistency round (every survivor signs the survivor list) precedes
+        unmasking, and in a sparse round the rows two clients share are learned from tags sent
+        end to end under their channel key, never from the server.
     """
 
     length: int
@@ -60,6 +69,7 @@ class SecAggConfig:
     width: int = 1
     round_id: int = 0
     sparse: bool = False
+    signed: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.length < 2**32:
@@ -73,6 +83,12 @@ class SecAggConfig:
             raise InvalidParameters(f"threshold must be >= 2, got {self.threshold}")
         if not 0 <= self.round_id < 2**64:
             raise InvalidParameters(f"round_id must be in [0, 2^64), got {self.round_id}")
+
+    def header(self) -> bytes:
+        """The round's public parameters as bytes (what every signature of the round covers):
+        ``round_id`` u64, ``length``, ``width``, ``threshold`` u32, ``sparse``, ``signed`` u8."""
+        return struct.pack("<QIIIBB", self.round_id, self.length, self.width, self.threshold,
+                           self.sparse, self.signed)
 
     def check_id(self, client_id: int) -> int:
         """``client_id`` if it is a valid id (an int in ``[0, 2^32 - 2]``)."""

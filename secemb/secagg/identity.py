@@ -41,6 +41,7 @@ __all__ = [
     "Certificate",
     "Identity",
     "Roster",
+    "RosterPin",
     "signed_bytes",
     "verify",
 ]
@@ -116,6 +117,19 @@ class Certificate:
         """The :data:`CERTIFICATE_BYTES`-byte layout (module docstring)."""
         return _BODY.pack(self.deployment, self.user, self.public) + self.signature
 
+    @staticmethod
+    def named_key(data: bytes | memoryview) -> bytes:
+        """The device key that the certificate bytes ``data`` name, NOT checked (a relay's
+        sanity checks only; a party that relies on the key uses :meth:`parse`).
+
+        Raises
+        ------
+        InvalidMessage: ``data`` is not :data:`CERTIFICATE_BYTES` long.
+        """
+        if len(data) != CERTIFICATE_BYTES:
+            raise InvalidMessage(f"a certificate is {CERTIFICATE_BYTES} bytes, got {len(data)}")
+        return bytes(data[DEPLOYMENT_BYTES + 8 : DEPLOYMENT_BYTES + 8 + PUBLIC_BYTES])
+
     @classmethod
     def parse(cls, data: bytes | memoryview, roster_public: bytes, deployment: bytes, user: int) -> Certificate:
         """The certificate in ``data`` if it is the roster's, for ``deployment`` and ``user``.
@@ -138,17 +152,38 @@ class Certificate:
 
 
 @dataclass(frozen=True)
+class RosterPin:
+    """What a party trusts: the deployment id and the roster's public key (public values; a
+    device's credentials pin them, a server may hold them to check certificates early)."""
+
+    deployment: bytes
+    public: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.deployment) != DEPLOYMENT_BYTES or len(self.public) != PUBLIC_BYTES:
+            raise InvalidParameters(f"a roster pin is a {DEPLOYMENT_BYTES}-byte deployment id and a "
+                                    f"{PUBLIC_BYTES}-byte key, got {len(self.deployment)} and {len(self.public)}")
+
+    def certificate(self, data: bytes | memoryview, user: int) -> Certificate:
+        """:meth:`Certificate.parse` of ``data`` for device ``user`` under this pin."""
+        return Certificate.parse(data, self.public, self.deployment, user)
+
+
+@dataclass(frozen=True)
 class Identity:
-    """A device's signing key and its certificate (what its credentials file carries, with
-    the roster's public key)."""
+    """A device's signing key, its certificate and the roster it trusts (what its credentials
+    file carries)."""
 
     private: bytes
     certificate: Certificate
+    pin: RosterPin
 
     def __post_init__(self) -> None:
         if _public_of(_private(self.private)) != self.certificate.public:
             raise InvalidParameters(f"the identity key of device {self.certificate.user} is not the one "
                                     "its certificate names")
+        if self.pin.deployment != self.certificate.deployment:
+            raise InvalidParameters(f"the certificate of device {self.certificate.user} is for another deployment")
 
     @property
     def user(self) -> int:
@@ -183,6 +218,11 @@ class Roster:
         """The roster's 32-byte public key (what each device pins)."""
         return _public_of(_private(self.private))
 
+    @property
+    def pin(self) -> RosterPin:
+        """The deployment id and public key, what devices (and the server) trust."""
+        return RosterPin(self.deployment, self.public)
+
     def certify(self, user: int, device_public: bytes) -> Certificate:
         """The certificate of ``device_public`` (32 bytes) as device ``user`` (``[0, 2^64)``)."""
         user = check_int("user", user, low=0, high=2**64 - 1)
@@ -194,4 +234,4 @@ class Roster:
     def enroll(self, user: int) -> Identity:
         """A fresh identity (Ed25519 key from the OS) for device ``user``, certified."""
         raw = system_rng(PRIVATE_BYTES)
-        return Identity(raw, self.certify(user, _public_of(_private(raw))))
+        return Identity(raw, self.certify(user, _public_of(_private(raw))), self.pin)

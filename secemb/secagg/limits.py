@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from secemb.errors import InvalidMessage
 from secemb.framing import HEADER_BYTES
-from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES
+from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES, SIGNED_ENTRY_BYTES
 from secemb.secagg.config import SecAggConfig
-from secemb.secagg.keys import KEY_BYTES
+from secemb.secagg.identity import SIGNATURE_BYTES
+from secemb.secagg.keys import KEY_BYTES, TAG_ROW_BYTES
 
 __all__ = ["longest_server_message", "longest_union_message", "within_longest"]
 
@@ -20,13 +21,17 @@ _ID = 4
 
 
 def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int:
-    """The longest ``kind`` message (``keys``, ``relayed`` or ``survivors``) an honest server
-    sends a client of a round of ``config`` with at most ``clients`` clients:
+    """The longest ``kind`` message (``keys``, ``relayed``, ``survivors`` or ``signatures``) an
+    honest server sends a client of a round of ``config`` with at most ``clients`` clients:
 
-    * keys: ``32 + 4 + clients (4 + 2 x 32)``, and in a sparse round ``clients x ceil(length / 8)``
+    * keys: ``32 + 4 + clients (4 + 2 x 32)``; in a signed round each entry ``120 + 64`` bytes
+      more (certificate, signature); in an unsigned sparse round ``clients x ceil(length / 8)``
       more (a bitmap over the recipient's rows, at most ``length``, per listed client);
-    * relayed: ``32 + 4 + (clients - 1)(4 + share ciphertext)``;
-    * survivors: ``32 + 4 + 4 clients``.
+    * relayed: ``32 + 4 + (clients - 1)(4 + share ciphertext)``; in a signed sparse round each
+      record ``4 + 8 length`` bytes more (the tag count, a tag per row of the sender, at most
+      ``length``);
+    * survivors: ``32 + 4 + 4 clients``;
+    * signatures (signed round): ``32 + 4 + clients (4 + 64)``.
 
     Raises
     ------
@@ -35,12 +40,17 @@ def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int
     if clients < 1:
         raise ValueError(f"a round has at least one client, got {clients}")
     if kind == "keys":
+        if config.signed:
+            return HEADER_BYTES + _COUNT + clients * (_ID + 2 * KEY_BYTES + SIGNED_ENTRY_BYTES)
         bitmaps = clients * -(-config.length // 8) if config.sparse else 0
         return HEADER_BYTES + _COUNT + clients * (_ID + 2 * KEY_BYTES) + bitmaps
     if kind == "relayed":
-        return HEADER_BYTES + _COUNT + (clients - 1) * (_ID + SHARE_CIPHERTEXT_BYTES)
+        tags = _COUNT + TAG_ROW_BYTES * config.length if config.signed and config.sparse else 0
+        return HEADER_BYTES + _COUNT + (clients - 1) * (_ID + SHARE_CIPHERTEXT_BYTES + tags)
     if kind == "survivors":
         return HEADER_BYTES + _COUNT + _ID * clients
+    if kind == "signatures" and config.signed:
+        return HEADER_BYTES + _COUNT + clients * (_ID + SIGNATURE_BYTES)
     raise ValueError(f"no server message {kind!r} in a secure-aggregation round")
 
 

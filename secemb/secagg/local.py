@@ -18,13 +18,16 @@ from secemb.errors import InvalidParameters
 from secemb.randomness import RandomBytes
 from secemb.secagg.client import SecAggClient
 from secemb.secagg.config import SecAggConfig
+from secemb.secagg.identity import Identity, Roster
 from secemb.secagg.server import SecAggServer
 
 __all__ = ["STAGES", "Transcript", "run_round"]
 
-#: The four stages; ``drop_after[id] = k`` means the client sends the messages of the first
-#: ``k`` stages and then goes silent (0: never advertises, 3: drops before unmasking).
-STAGES = ("AdvertiseKeys", "ShareKeys", "MaskedInputCollection", "Unmasking")
+#: The stages (ConsistencyCheck in a signed round only); ``drop_after[id] = k`` means the
+#: client sends the messages of the first ``k`` stages and then goes silent (0: never
+#: advertises, 3: drops before the consistency check or, unsigned, before unmasking; 4: a signed
+#: round's client drops after signing the survivors, before unmasking).
+STAGES = ("AdvertiseKeys", "ShareKeys", "MaskedInputCollection", "ConsistencyCheck", "Unmasking")
 
 
 @dataclass
@@ -58,13 +61,16 @@ def run_round(
     rows: Mapping[int, np.ndarray] | None = None,
     drop_after: Mapping[int, int] | None = None,
     record: bool = False,
+    identities: Mapping[int, Identity] | None = None,
     _rng: RandomBytes | None = None,
 ) -> Transcript:
     """Run one round for the clients ``inputs`` (id -> ``uint32`` input of shape
     ``(len(rows[id]), width)``, or ``(length, width)`` in a dense round).
 
     ``rows`` (id -> increasing rows) is required iff ``config.sparse``; ``drop_after`` gives the
-    clients that drop out and after how many stages (see :data:`STAGES`).
+    clients that drop out and after how many stages (see :data:`STAGES`).  In a signed round
+    the clients use ``identities`` (id -> certified identity, one roster); without them the run
+    makes its own roster and enrolls every client.
 
     Raises
     ------
@@ -73,19 +79,23 @@ def run_round(
     drops = dict(drop_after or {})
     if config.sparse != (rows is not None):
         raise InvalidParameters("rows must be given exactly when the round is sparse")
-    if any(not 0 <= k <= 3 for k in drops.values()) or not set(drops) <= set(inputs):
-        raise InvalidParameters("drop_after maps client ids of the round to 0..3")
+    if any(not 0 <= k <= 4 for k in drops.values()) or not set(drops) <= set(inputs):
+        raise InvalidParameters("drop_after maps client ids of the round to 0..4")
+    if config.signed and identities is None:
+        roster = Roster.generate()
+        identities = {cid: roster.enroll(cid) for cid in inputs}
+    ids = identities if config.signed else None
     tr = Transcript(total=np.zeros(0, np.uint32), survivors=[])
     clients = {}
     for cid in sorted(inputs):
         t0 = time.perf_counter()
-        clients[cid] = SecAggClient(cid, config, _rng=_rng)
+        clients[cid] = SecAggClient(cid, config, identity=None if ids is None else ids[cid], _rng=_rng)
         tr.client_seconds[cid] = time.perf_counter() - t0
         tr.upload_bytes[cid] = tr.download_bytes[cid] = 0
     server = SecAggServer(config)
 
     def live(stage: int) -> list[int]:
-        return [c for c in clients if drops.get(c, 4) > stage]
+        return [c for c in clients if drops.get(c, 5) > stage]
 
     def up(stage: int, cid: int, msg: bytes, receive: object) -> None:
         tr.upload_bytes[cid] += len(msg)
@@ -121,12 +131,17 @@ def run_round(
     for cid in live(2):
         if cid in relayed:
             up(2, cid, act(cid, clients[cid].masked_input, relayed[cid], inputs[cid]), server.receive_masked)
-    survivors = close(2, server.survivors_messages)
-    for cid in live(3):
-        if cid in survivors:
-            up(3, cid, act(cid, clients[cid].unmask, survivors[cid]), server.receive_unmask)
+    unmasking = close(2, server.survivors_messages)
+    if config.signed:
+        for cid in live(3):
+            if cid in unmasking:
+                up(3, cid, act(cid, clients[cid].consistency, unmasking[cid]), server.receive_consistency)
+        unmasking = close(3, server.signatures_messages)
+    for cid in live(3 if not config.signed else 4):
+        if cid in unmasking:
+            up(4, cid, act(cid, clients[cid].unmask, unmasking[cid]), server.receive_unmask)
     t0 = time.perf_counter()
     tr.total = server.result()
-    tr.server_seconds[STAGES[3]] = tr.server_seconds.get(STAGES[3], 0.0) + time.perf_counter() - t0
+    tr.server_seconds[STAGES[4]] = tr.server_seconds.get(STAGES[4], 0.0) + time.perf_counter() - t0
     tr.survivors = server.survivors
     return tr

@@ -15,11 +15,20 @@ element, ``rows`` = ``count`` uint32 then ``count`` uint32 row numbers, strictly
     survivors  count, count x id                                     server -> client
     unmask     count, count x (id share), count, count x (id share)  client -> server
     union      rows                                                  server -> client (PSU)
+    consistency  signature                                           client -> server (signed)
+    signatures   count, count x (id signature)                       server -> client (signed)
 
 ``[rows]`` and ``[... bitmap]`` are present only in a sparse round: ``bitmap`` is
 ``ceil(k / 8)`` bytes over the recipient's ``k`` rows (bit ``i`` = bit ``i mod 8`` of byte
-``i div 8``), set where the listed client holds the row too.  Parsers check every length exactly and raise
-:class:`~secemb.errors.InvalidMessage` on any mismatch.
+``i div 8``), set where the listed client holds the row too.
+
+In a *signed* round (:attr:`~secemb.secagg.config.SecAggConfig.signed`, resisting an active
+server) an advertise message is ``key(c) key(s) certificate signature [rows]`` and each key-list
+entry ``id key(c) key(s) certificate signature`` (certificate: 120 bytes,
+:mod:`secemb.secagg.identity`; signature: 64 bytes, Ed25519), and a key list carries no bitmaps.
+In a signed sparse round each shares / relayed record is ``id, tags (uint32), ciphertext`` whose
+plaintext ends with the sender's ``tags`` row tags (8 bytes each).  Parsers check every length
+exactly and raise :class:`~secemb.errors.InvalidMessage` on any mismatch.
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ KINDS = {
     "survivors": 6,
     "unmask": 7,
     "union": 8,
+    "consistency": 9,
+    "signatures": 10,
 }
 
 
@@ -124,6 +135,20 @@ class Reader:
                 raise InvalidMessage(f"{self.what}: {name} ids must be strictly increasing (no duplicates)")
             last = ident
             out.append((ident, bytes(rec[4:])))
+        return out
+
+    def tagged_records(self, base: int, tag: int, limit: int, name: str) -> list[tuple[int, int, bytes]]:
+        """``count`` then ``count`` records ``id || n (uint32) || base + n x tag bytes`` with
+        ``n <= limit``; ids strictly increasing.  Returns ``(id, n, the base + n x tag bytes)``."""
+        count = self.u32()
+        out: list[tuple[int, int, bytes]] = []
+        for _ in range(count):
+            ident, n = self.u32(), self.u32()
+            if out and ident <= out[-1][0]:
+                raise InvalidMessage(f"{self.what}: {name} ids must be strictly increasing (no duplicates)")
+            if n > limit:
+                raise InvalidMessage(f"{self.what}: a record of {n} tags, more than the {limit} rows of the round")
+            out.append((ident, n, bytes(self.take(base + n * tag))))
         return out
 
     def end(self) -> None:

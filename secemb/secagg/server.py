@@ -1,4 +1,5 @@
-"""The server side of Bonawitz et al.'s semi-honest secure aggregation (CCS 2017, Fig. 4).
+"""The server side of Bonawitz et al.'s secure aggregation (CCS 2017, Fig. 4; with
+:attr:`~secemb.secagg.config.SecAggConfig.signed`, the active-adversary variant's relaying).
 
 The server collects each stage's messages with a ``receive_*`` method (the transport tells it
 who sent them) and closes the stage with the method that builds the next messages; closing a
@@ -8,7 +9,14 @@ stage fixes its set of live clients (U1, U2, U3, U4) and aborts the round with
     receive_advertise(id, msg)*  keys_messages()      -> {id: keys}       U1
     receive_shares(id, msg)*     relayed_messages()   -> {id: relayed}    U2
     receive_masked(id, msg)*     survivors_messages() -> {id: survivors}  U3
+    receive_consistency(id, msg)* signatures_messages() -> {id: signatures}  (signed round only)
     receive_unmask(id, msg)*     result()             -> sum over U3      U4
+
+In a signed round the server relays what the clients signed (their certificates and
+signatures in the key list, their row tags inside the encrypted shares, their signatures of
+U3); it checks each signature it can (a device's under its certificate's key; the certificate
+under the roster's key when given ``pin``) so that one bad device cannot make the honest ones
+refuse the round, but the clients do not rely on these checks.
 
 :meth:`SecAggServer.result` reconstructs ``s^SK`` of every dropped client (U2 minus U3) to
 remove its pairwise masks with the survivors and ``b`` of every survivor to remove the self
@@ -23,17 +31,31 @@ import numpy as np
 
 from secemb.errors import InvalidMessage, ProtocolError
 from secemb.secagg import keys, messages, shamir
-from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES
+from secemb.secagg.client import (
+    ADVERTISE_DOMAIN,
+    CONSISTENCY_DOMAIN,
+    SHARE_CIPHERTEXT_BYTES,
+    advertised,
+    survivor_list,
+)
 from secemb.secagg.config import SecAggAborted, SecAggConfig, sign
+from secemb.secagg.identity import CERTIFICATE_BYTES, SIGNATURE_BYTES, Certificate, RosterPin, verify
 from secemb.secagg.prg import SEED_BYTES, mask_rows
 
 __all__ = ["SecAggServer"]
 
-_STAGES = ("advertise", "shares", "masked", "unmask", "done")
+_STAGES = ("advertise", "shares", "masked", "consistency", "unmask", "done")
+_CONSISTENCY, _UNMASK = 3, 4
 
 
 class SecAggServer:
     """The server of one round.
+
+    Parameters
+    ----------
+    config: the round's public parameters.
+    pin: in a signed round, the roster the devices trust (public; optional): the server then
+        also refuses an advertise message whose certificate is not the roster's.
 
     Raises
     ------
@@ -44,11 +66,15 @@ class SecAggServer:
         call raises it again.
     """
 
-    def __init__(self, config: SecAggConfig) -> None:
+    def __init__(self, config: SecAggConfig, *, pin: RosterPin | None = None) -> None:
         self.config = config
+        self.pin = pin
         self._stage = 0
         self._aborted: str | None = None
         self._keys: dict[int, tuple[bytes, bytes]] = {}
+        self._signed: dict[int, bytes] = {}  # signed round: certificate || signature of the advertised keys
+        self._signer: dict[int, bytes] = {}  # signed round: the device's certified signing key
+        self._u3_sigs: dict[int, bytes] = {}
         self._rows: dict[int, np.ndarray] = {}
         self._shares: dict[int, dict[int, bytes]] = {}  # sender -> recipient -> ciphertext
         self._masked: dict[int, np.ndarray] = {}
@@ -59,6 +85,7 @@ class SecAggServer:
         self.u1: list[int] = []
         self.u2: list[int] = []
         self.u3: list[int] = []
+        self.signers: list[int] = []
         self.u4: list[int] = []
 
     # ------------------------------------------------------------------ helpers
@@ -121,44 +148,66 @@ class SecAggServer:
 
     # ------------------------------------------------------------------ stage 0
     def receive_advertise(self, client_id: int, msg: bytes) -> None:
-        """Record a client's two public keys (and its rows in a sparse round)."""
+        """Record a client's two public keys (and its rows in a sparse round; in a signed round
+        its certificate and its signature of the keys, both checked)."""
         self._at(0, "receive_advertise")
+        cfg = self.config
         body = self._sender(client_id, msg, "advertise", None, self._keys)
+        cid = int(client_id)
         rd = messages.Reader(body, "advertise")
         c_pk, s_pk = keys.check_public(rd.take(keys.KEY_BYTES)), keys.check_public(rd.take(keys.KEY_BYTES))
-        rows = rd.increasing(self.config.length, "rows") if self.config.sparse else None
+        if cfg.signed:
+            cert_bytes, sig = bytes(rd.take(CERTIFICATE_BYTES)), bytes(rd.take(SIGNATURE_BYTES))
+            signer = (self.pin.certificate(cert_bytes, cid).public if self.pin is not None
+                      else Certificate.named_key(cert_bytes))
+            verify(signer, ADVERTISE_DOMAIN, advertised(cfg, cid, c_pk, s_pk), sig,
+                   f"advertise of client {cid}")
+        rows = rd.increasing(cfg.length, "rows") if cfg.sparse else None
         rd.end()
-        self._keys[int(client_id)] = (c_pk, s_pk)
+        if cfg.signed:
+            self._signed[cid], self._signer[cid] = cert_bytes + sig, signer
+        self._keys[cid] = (c_pk, s_pk)
         if rows is not None:
             self._rows[int(client_id)] = rows
 
     def keys_messages(self) -> dict[int, bytes]:
         """Close AdvertiseKeys (U1 = clients that advertised) and build each client's key
-        list (in a sparse round followed by, for each client of the list, a bitmap of
+        list (in a signed round each entry with its certificate and signature; in an unsigned
+        sparse round followed by, for each client of the list, a bitmap of
         ``ceil(len(rows) / 8)`` bytes marking the recipient's rows that client holds too)."""
         self._at(0, "keys_messages")
         self.u1 = self._close(list(self._keys), "AdvertiseKeys")
         head = len(self.u1).to_bytes(4, "little") + b"".join(
-            v.to_bytes(4, "little") + self._keys[v][0] + self._keys[v][1] for v in self.u1)
+            v.to_bytes(4, "little") + self._keys[v][0] + self._keys[v][1] + self._signed.get(v, b"")
+            for v in self.u1)
         if self.config.sparse:
             self._index_rows()
         out = {}
         for u in self.u1:
             tail = b""
-            if self.config.sparse:  # per peer, a bitmap over u's rows (little bit order)
+            if self.config.sparse and not self.config.signed:  # per peer, a bitmap over u's rows (little bit order)
                 tail = np.packbits(self._shared_with(u), axis=1, bitorder="little").tobytes()
             out[u] = messages.frame("keys", self.config.round_id, messages.SERVER, head, tail)
         return out
 
     # ------------------------------------------------------------------ stage 1
     def receive_shares(self, client_id: int, msg: bytes) -> None:
-        """Record a client's encrypted shares, one for every other client of U1."""
+        """Record a client's encrypted shares, one for every other client of U1 (in a signed
+        sparse round each with as many row tags as the client declared rows)."""
         self._at(1, "receive_shares")
+        cfg = self.config
         body = self._sender(client_id, msg, "shares", self.u1, self._shares)
         rd = messages.Reader(body, "shares")
-        entries = rd.records(SHARE_CIPHERTEXT_BYTES, "recipient")
-        rd.end()
         cid = int(client_id)
+        if cfg.signed and cfg.sparse:
+            tagged = rd.tagged_records(SHARE_CIPHERTEXT_BYTES, keys.TAG_ROW_BYTES, cfg.length, "recipient")
+            if any(n != self._rows[cid].size for _, n, _ in tagged):
+                raise InvalidMessage(f"shares from client {cid} must carry one tag per row it declared "
+                                     f"({self._rows[cid].size})")
+            entries = [(v, n.to_bytes(4, "little") + ct) for v, n, ct in tagged]
+        else:
+            entries = rd.records(SHARE_CIPHERTEXT_BYTES, "recipient")
+        rd.end()
         if [v for v, _ in entries] != [v for v in self.u1 if v != cid]:
             raise InvalidMessage(f"shares from client {cid} must go to exactly the other {len(self.u1) - 1} "
                                  f"clients of the key list, got {len(entries)}")
@@ -194,15 +243,41 @@ class SecAggServer:
         to each of them."""
         self._at(2, "survivors_messages")
         self.u3 = self._close(list(self._masked), "MaskedInputCollection")
+        if not self.config.signed:
+            self._stage = _UNMASK
         msg = messages.frame("survivors", self.config.round_id, messages.SERVER, messages.ids_bytes(self.u3))
         return {u: msg for u in self.u3}
 
-    # ------------------------------------------------------------------ stage 3
+    # ------------------------------------------------------------------ stage 3 (signed round)
+    def receive_consistency(self, client_id: int, msg: bytes) -> None:
+        """Record a survivor's signature of U3 (checked under its certified key)."""
+        self._at(_CONSISTENCY, "receive_consistency")
+        body = self._sender(client_id, msg, "consistency", self.u3, self._u3_sigs)
+        cid = int(client_id)
+        rd = messages.Reader(body, "consistency")
+        sig = bytes(rd.take(SIGNATURE_BYTES))
+        rd.end()
+        verify(self._signer[cid], CONSISTENCY_DOMAIN, survivor_list(self.config, self.u3), sig,
+               f"consistency of client {cid}")
+        self._u3_sigs[cid] = sig
+
+    def signatures_messages(self) -> dict[int, bytes]:
+        """Close ConsistencyCheck (the signers: survivors whose signature of U3 arrived) and
+        send every signer all the signatures."""
+        self._at(_CONSISTENCY, "signatures_messages")
+        self.signers = self._close(list(self._u3_sigs), "ConsistencyCheck")
+        recs = [v.to_bytes(4, "little") + self._u3_sigs[v] for v in self.signers]
+        msg = messages.frame("signatures", self.config.round_id, messages.SERVER,
+                             len(recs).to_bytes(4, "little"), *recs)
+        return {u: msg for u in self.signers}
+
+    # ------------------------------------------------------------------ stage 4
     def receive_unmask(self, client_id: int, msg: bytes) -> None:
-        """Record a survivor's shares: of ``s^SK`` for exactly the dropped clients, of ``b``
-        for exactly the survivors."""
-        self._at(3, "receive_unmask")
-        body = self._sender(client_id, msg, "unmask", self.u3, self._unmask)
+        """Record a survivor's shares (in a signed round, a signer's): of ``s^SK`` for exactly
+        the dropped clients, of ``b`` for exactly the survivors."""
+        self._at(_UNMASK, "receive_unmask")
+        allowed = self.signers if self.config.signed else self.u3
+        body = self._sender(client_id, msg, "unmask", allowed, self._unmask)
         rd = messages.Reader(body, "unmask")
         sk = rd.records(shamir.SHARE_BYTES, "dropped client")
         bs = rd.records(shamir.SHARE_BYTES, "survivor")
@@ -226,7 +301,7 @@ class SecAggServer:
         InvalidMessage: a reconstructed key does not match the advertised public key, or a
             reconstructed seed is out of range (a corrupted share).
         """
-        self._at(3, "result")
+        self._at(_UNMASK, "result")
         self.u4 = self._close(list(self._unmask), "Unmasking")
         cfg = self.config
         helpers = self.u4[: cfg.threshold]

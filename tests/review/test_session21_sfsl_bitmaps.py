@@ -1,5 +1,5 @@
 """Session 21 (helper G, red team): SFSL's sparse secure sum against an active server -- the row
-bitmaps of the key lists (a limit, not a fix).
+bitmaps of the key lists (a limit in session 21; signed rounds fix it, session 22).
 
 SFSL aggregates row ``j`` over the devices that hold it, so each device must learn which of its
 rows each peer holds (the spec's "gap: per-index participant sets": "the server knows every S''
@@ -7,7 +7,8 @@ and can send it"); :mod:`secemb.secagg` sends it as a bitmap per peer in the key
 device applies the pair's mask only on the rows the bitmap marks.  The paper's server is
 honest-but-curious (docs/security.md, "One-server protocols"), so these bitmaps are trusted.
 
-**Finding G5 (documented, not fixed).**  A server that clears every bitmap of one device's key
+**Finding G5 (session 21: documented; session 22: fixed for SFSL by signed rounds).**
+A server that clears every bitmap of one device's key
 list -- and the device's bits in the other devices' lists, so that nobody masks with it -- strips
 every pairwise mask off that device's input while every key stays the device's own: the round
 commits with the exact sum (nothing detects it), and the server, which reconstructs each
@@ -16,6 +17,13 @@ This is the known "key lists travel unsigned" limit (docs/security.md), with one
 record: Bonawitz et al.'s active-adversary variant signs the *keys*; an implementation of it for
 SFSL must also authenticate each device's declared rows and the bitmaps derived from them, or
 this attack survives it.
+
+**Session 22.**  SFSL's secure sums are signed rounds (``SecAggConfig.signed``, docs/secagg.md,
+"Active server"): a key list carries each device's signed keys and no bitmap; each device sends
+each peer, inside the AES-GCM ciphertext of its shares (key agreed from the signed keys), the
+tags of its rows under the pair's tag key, and masks with the peer exactly on the rows whose tags
+match.  The tests below keep the attack on an unsigned round (the regression: it still reads the
+victim there) and show that a signed round has nothing to clear and refuses altered tags.
 """
 
 from __future__ import annotations
@@ -24,11 +32,16 @@ import struct
 
 import numpy as np
 
+import pytest
+
+from secemb.errors import InvalidMessage
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer
+from secemb.secagg.identity import Roster
 from secemb.secagg.prg import SEED_BYTES, mask_rows
 from secemb.secagg.shamir import SHARE_BYTES, combine
 
 CONFIG = SecAggConfig(length=8, threshold=2, width=3, round_id=7, sparse=True)
+SIGNED = SecAggConfig(length=8, threshold=2, width=3, round_id=7, sparse=True, signed=True)
 ROWS = {0: [0, 1, 2, 3], 1: [1, 2, 4], 2: [2, 3, 5]}
 #: each device's input (v z, v) per row, chosen by hand
 VALUES = {u: np.array([[10 * u + r, 100 + r, 1] for r in rows], np.uint32) for u, rows in ROWS.items()}
@@ -68,21 +81,44 @@ def _b_shares(msg: bytes) -> dict[int, int]:
     return out
 
 
-def _round(tamper: bool) -> tuple[np.ndarray, np.ndarray]:
+def _flip_tags(msg: bytes) -> bytes:
+    """A signed sparse relayed message (count, then records of id, tag count, ciphertext) with
+    one bit of every record's ciphertext flipped where the sender's row tags are encrypted."""
+    body, pos = bytearray(msg[32:]), 4
+    for _ in range(struct.unpack_from("<I", body)[0]):
+        tags = struct.unpack_from("<I", body, pos + 4)[0]
+        size = 90 + 8 * tags  # recipient, sender, two 33-byte shares, the tags, the 16-byte GCM tag
+        body[pos + 8 + 74] ^= 1  # the first row tag
+        pos += 8 + size
+    assert pos == len(body)
+    return msg[:32] + bytes(body)
+
+
+def _round(tamper: bool, signed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """One sparse secure sum of the three devices; ``(the sum, what the server reads as the
-    victim's input: its masked message minus the expansion of its reconstructed seed)``."""
-    clients = {u: SecAggClient(u, CONFIG) for u in ROWS}
-    server = SecAggServer(CONFIG)
+    victim's input: its masked message minus the expansion of its reconstructed seed)``.  The
+    tampering: an unsigned round's bitmaps cleared (:func:`_cleared`); a signed round has none,
+    so the server alters the row tags the victim receives (:func:`_flip_tags`)."""
+    config = SIGNED if signed else CONFIG
+    roster = Roster.generate()
+    clients = {u: SecAggClient(u, config, identity=roster.enroll(u) if signed else None) for u in ROWS}
+    server = SecAggServer(config)
     for u, c in clients.items():
         server.receive_advertise(u, c.advertise(np.array(ROWS[u])))
-    keys = {u: _cleared(m, VICTIM, u) if tamper else m for u, m in server.keys_messages().items()}
+    keys = {u: _cleared(m, VICTIM, u) if tamper and not signed else m for u, m in server.keys_messages().items()}
     for u, c in clients.items():
         server.receive_shares(u, c.share_keys(keys[u]))
     relayed = server.relayed_messages()
+    if tamper and signed:
+        relayed[VICTIM] = _flip_tags(relayed[VICTIM])
     masked = {u: c.masked_input(relayed[u], VALUES[u]) for u, c in clients.items()}
     for u, m in masked.items():
         server.receive_masked(u, m)
     survivors = server.survivors_messages()
+    if signed:
+        for u, c in clients.items():
+            server.receive_consistency(u, c.consistency(survivors[u]))
+        survivors = server.signatures_messages()
     unmask = {u: c.unmask(survivors[u]) for u, c in clients.items()}
     for u, m in unmask.items():
         server.receive_unmask(u, m)
@@ -107,7 +143,35 @@ def test_limit_an_honest_key_list_masks_each_device_pairwise() -> None:
     assert not np.array_equal(read, VALUES[VICTIM])  # the pairwise masks still cover it
 
 
-def test_limit_cleared_bitmaps_strip_a_devices_pairwise_masks_and_the_sum_stays_exact() -> None:
+def test_unsigned_round_cleared_bitmaps_strip_a_devices_pairwise_masks_and_the_sum_stays_exact() -> None:
+    """The regression: the attack of finding G5 still works on an *unsigned* round (SecEA's
+    set-up PSU is one; SFSL's sums are signed since session 22)."""
     total, read = _round(tamper=True)
     assert np.array_equal(total, _true_sum())  # the round commits as an honest one would
     assert np.array_equal(read, VALUES[VICTIM])  # the victim's (v z, v) rows in the clear
+
+
+def test_g5_fixed_a_signed_round_masks_each_device_pairwise_without_bitmaps() -> None:
+    total, read = _round(tamper=False, signed=True)
+    assert np.array_equal(total, _true_sum())
+    assert not np.array_equal(read, VALUES[VICTIM])
+    # the victim's rows it shares with a peer (1, 2, 3) are masked: none reads as its value;
+    # row 0 is the victim's alone, so the per-row sum is its value (the sparse sum's leakage)
+    assert not (read[1:4] == VALUES[VICTIM][1:4]).all(axis=1).any()
+    assert np.array_equal(read[0], VALUES[VICTIM][0])
+
+
+def test_g5_fixed_a_signed_key_list_has_no_bitmap_to_clear() -> None:
+    roster = Roster.generate()
+    clients = {u: SecAggClient(u, SIGNED, identity=roster.enroll(u)) for u in ROWS}
+    server = SecAggServer(SIGNED)
+    for u, c in clients.items():
+        server.receive_advertise(u, c.advertise(np.array(ROWS[u])))
+    for msg in server.keys_messages().values():
+        # header, count, 3 x (id, two keys, 120-byte certificate, 64-byte signature): nothing more
+        assert len(msg) == 32 + 4 + 3 * (4 + 64 + 120 + 64)
+
+
+def test_g5_fixed_row_tags_altered_by_the_server_are_refused() -> None:
+    with pytest.raises(InvalidMessage, match="do not authenticate"):
+        _round(tamper=True, signed=True)

@@ -94,8 +94,11 @@ def test_signatures_are_bound_to_key_domain_and_message(roster: Roster) -> None:
 def test_identity_must_match_its_certificate(roster: Roster) -> None:
     a, b = roster.enroll(1), roster.enroll(2)
     with pytest.raises(InvalidParameters, match="device 2"):
-        Identity(a.private, b.certificate)
-    assert a.user == 1
+        Identity(a.private, b.certificate, roster.pin)
+    with pytest.raises(InvalidParameters, match="another deployment"):
+        Identity(a.private, a.certificate, Roster.generate().pin)
+    assert a.user == 1 and a.pin == roster.pin
+    assert a.pin.certificate(b.certificate.to_bytes(), 2) == b.certificate
 
 
 def test_roster_parameters_checked(roster: Roster) -> None:

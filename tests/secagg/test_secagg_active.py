@@ -1,0 +1,304 @@
+"""Signed secure-aggregation rounds (SecAggConfig.signed) against an active server.
+
+Each attack is played twice: on an unsigned round, where it reads a client's input (the
+regression: it works there, so the test can fail), and on a signed round, where a client refuses
+and the server learns nothing more.  Expected sums are numpy sums of the inputs, never the code
+under test.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, keys, messages, run_round, shamir
+from secemb.secagg.client import ADVERTISE_DOMAIN, SHARE_CIPHERTEXT_BYTES, advertised
+from secemb.secagg.identity import Roster, RosterPin
+from secemb.secagg.prg import SEED_BYTES, mask_rows
+
+H = 32  # framing header bytes
+
+
+def _inputs(ids: list[int], length: int, width: int, seed: int) -> dict[int, np.ndarray]:
+    g = np.random.default_rng(seed)  # test inputs, not secrets
+    return {u: g.integers(0, 2**32, (length, width), dtype=np.uint64).astype(np.uint32) for u in ids}
+
+
+@pytest.mark.parametrize("drops", [{}, {1: 1}, {2: 2}, {3: 3}, {4: 4}, {0: 0, 5: 3}])
+def test_a_signed_dense_round_sums_the_survivors(drops: dict[int, int]) -> None:
+    ids = list(range(6))
+    cfg = SecAggConfig(length=5, threshold=4, width=2, round_id=9, signed=True)
+    inputs = _inputs(ids, 5, 2, 1)
+    tr = run_round(cfg, inputs, drop_after=drops)
+    # survivors: those that sent their masked input (drop_after > 2)
+    alive = [u for u in ids if drops.get(u, 5) > 2]
+    assert tr.survivors == alive
+    expected = sum((inputs[u].astype(np.uint64) for u in alive), np.zeros((5, 2), np.uint64)) % 2**32
+    assert np.array_equal(tr.total, expected.astype(np.uint32))
+
+
+@pytest.mark.parametrize("drops", [{}, {1: 2}, {4: 3}, {2: 4}])
+def test_a_signed_sparse_round_sums_each_row_over_its_holders(drops: dict[int, int]) -> None:
+    rows = {0: [0, 1, 2, 3], 1: [1, 2, 4], 2: [2, 3, 5], 3: [0, 5, 6], 4: [7]}
+    cfg = SecAggConfig(length=8, threshold=3, width=3, round_id=4, sparse=True, signed=True)
+    g = np.random.default_rng(2)
+    inputs = {u: g.integers(0, 2**32, (len(r), 3), dtype=np.uint64).astype(np.uint32) for u, r in rows.items()}
+    tr = run_round(cfg, inputs, rows={u: np.array(r) for u, r in rows.items()}, drop_after=drops)
+    expected = np.zeros((8, 3), np.uint64)
+    for u in tr.survivors:
+        expected[rows[u]] += inputs[u]
+    assert tr.survivors == [u for u in rows if drops.get(u, 5) > 2]
+    assert np.array_equal(tr.total, (expected % 2**32).astype(np.uint32))
+
+
+def test_identities_are_required_exactly_in_signed_rounds() -> None:
+    roster = Roster.generate()
+    signed = SecAggConfig(length=2, threshold=2, signed=True)
+    with pytest.raises(InvalidParameters, match="identity"):
+        SecAggClient(0, signed)
+    with pytest.raises(InvalidParameters, match="identity"):
+        SecAggClient(0, SecAggConfig(length=2, threshold=2), identity=roster.enroll(0))
+    with pytest.raises(InvalidParameters, match="identity of device 1"):
+        SecAggClient(0, signed, identity=roster.enroll(1))
+
+
+# ---------------------------------------------------------------- attack 1: the server swaps keys
+
+def _swap_keys(msg: bytes, victim_view: int, entry_size: int, fake: dict[int, bytes]) -> bytes:
+    """The key list ``msg`` with the two keys of each listed peer in ``fake`` replaced."""
+    body = bytearray(msg[H:])
+    count = struct.unpack_from("<I", body)[0]
+    for i in range(count):
+        at = 4 + i * (4 + entry_size)
+        ident = struct.unpack_from("<I", body, at)[0]
+        if ident in fake and ident != victim_view:
+            body[at + 4 : at + 4 + 64] = fake[ident]
+    return msg[:H] + bytes(body)
+
+
+def _mitm(signed: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The server gives client 0 its own keys for every peer, plays every peer towards it, opens
+    the shares client 0 sends them (its self-mask seed) and reads client 0's input off its masked
+    message.  Returns (client 0's input, what the server read; ``None``: client 0 refused)."""
+    ids, victim = [0, 1, 2], 0
+    cfg = SecAggConfig(length=6, threshold=2, width=2, round_id=3, signed=signed)
+    roster = Roster.generate()
+    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u) if signed else None) for u in ids}
+    server = SecAggServer(cfg)
+    for u, c in clients.items():
+        server.receive_advertise(u, c.advertise())
+    fake_c = {u: keys.KeyPair.generate() for u in ids}
+    fake_s = {u: keys.KeyPair.generate() for u in ids}
+    entry = 64 + (184 if signed else 0)
+    msgs = server.keys_messages()
+    tampered = _swap_keys(msgs[victim], victim, entry, {u: fake_c[u].public + fake_s[u].public for u in ids})
+    x = _inputs([victim], 6, 2, 5)[victim]
+    try:
+        shares = clients[victim].share_keys(tampered)
+    except InvalidMessage as exc:
+        assert "did not sign" in str(exc) and "the server deviated" in str(exc)
+        return x, None
+    # the server opens the victim's shares to each peer (it holds the peers' fake c keys)
+    body, b_shares = shares[H:], {}
+    for i in range(struct.unpack_from("<I", body)[0]):
+        rec = body[4 + i * (4 + SHARE_CIPHERTEXT_BYTES) : 4 + (i + 1) * (4 + SHARE_CIPHERTEXT_BYTES)]
+        peer = int.from_bytes(rec[:4], "little")
+        k = keys.agree(fake_c[peer].private, clients[victim]._c.public, keys.CHANNEL, cfg.round_id, (victim, peer))
+        pt = keys.open_sealed(k, cfg.round_id, victim, peer, rec[4:])
+        b_shares[peer] = int.from_bytes(pt[8 + shamir.SHARE_BYTES :], "little")
+    # ... and forges the peers' shares to the victim (any field elements)
+    recs = []
+    for peer in (1, 2):
+        k = keys.agree(fake_c[peer].private, clients[victim]._c.public, keys.CHANNEL, cfg.round_id, (victim, peer))
+        pt = victim.to_bytes(4, "little") + peer.to_bytes(4, "little") + bytes(2 * shamir.SHARE_BYTES)
+        recs.append(peer.to_bytes(4, "little") + keys.seal(k, cfg.round_id, peer, victim, pt))
+    relayed = messages.frame("relayed", cfg.round_id, messages.SERVER, len(recs).to_bytes(4, "little"), *recs)
+    y = np.frombuffer(clients[victim].masked_input(relayed, x)[H:], "<u4").reshape(6, 2)
+    b = shamir.combine([2, 3], [b_shares[1], b_shares[2]], cfg.threshold)
+    read = y - mask_rows(b.to_bytes(SEED_BYTES, "little"), np.arange(6), 2)
+    every = np.arange(6)
+    for peer in (1, 2):
+        seed = keys.agree(fake_s[peer].private, clients[victim]._s.public, keys.MASK, cfg.round_id, (victim, peer))
+        read = read - mask_rows(seed, every, 2)  # victim 0 < peer: it added the pair's mask
+    return x, read
+
+
+def test_attack_key_substitution_reads_an_input_in_an_unsigned_round() -> None:
+    x, read = _mitm(signed=False)
+    assert read is not None and np.array_equal(read, x)
+
+
+def test_attack_key_substitution_is_refused_in_a_signed_round() -> None:
+    x, read = _mitm(signed=True)
+    assert read is None
+
+
+def test_a_forged_certificate_or_signature_in_the_key_list_is_refused() -> None:
+    cfg = SecAggConfig(length=4, threshold=2, round_id=1, signed=True)
+    roster, rogue = Roster.generate(), Roster.generate()
+    ids = [0, 1, 2]
+    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in ids}
+    server = SecAggServer(cfg)
+    for u, c in clients.items():
+        server.receive_advertise(u, c.advertise())
+    msg = server.keys_messages()[0]
+    entry = 64 + 184
+    at = H + 4 + (4 + entry) + 4  # device 1's entry, after its id
+    # the server's own identity for device 1 (a certificate of another roster) with its own keys
+    ident = type(roster)(roster.deployment, rogue.private).enroll(1)
+    c_pk, s_pk = keys.KeyPair.generate().public, keys.KeyPair.generate().public
+    forged = c_pk + s_pk + ident.certificate.to_bytes() + ident.sign(ADVERTISE_DOMAIN, advertised(cfg, 1, c_pk, s_pk))
+    bad = msg[:at] + forged + msg[at + entry :]
+    with pytest.raises(InvalidMessage, match="device 1 did not sign.*not the roster's"):
+        clients[0].share_keys(bad)
+
+
+def test_the_server_refuses_an_advertise_whose_signature_or_certificate_fails() -> None:
+    cfg = SecAggConfig(length=4, threshold=2, round_id=1, signed=True)
+    roster = Roster.generate()
+    msg = SecAggClient(1, cfg, identity=roster.enroll(1)).advertise()
+    for i in (H + 3, H + 64 + 100, len(msg) - 1):  # a key, the certificate's signature, the signature
+        bad = bytearray(msg)
+        bad[i] ^= 1
+        server = SecAggServer(cfg, pin=roster.pin)
+        with pytest.raises(InvalidMessage):
+            server.receive_advertise(1, bytes(bad))
+        server.receive_advertise(1, msg)  # nothing was kept of the refused one
+    with pytest.raises(InvalidMessage, match="not the roster's"):
+        SecAggServer(cfg, pin=RosterPin(roster.deployment, Roster.generate().public)).receive_advertise(1, msg)
+    with pytest.raises(InvalidMessage, match="another deployment"):
+        SecAggServer(cfg, pin=Roster.generate().pin).receive_advertise(1, msg)
+
+
+def test_a_signed_round_refuses_a_threshold_of_half_or_less() -> None:
+    cfg = SecAggConfig(length=4, threshold=2, round_id=1, signed=True)
+    roster = Roster.generate()
+    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in range(4)}
+    server = SecAggServer(cfg)
+    for u, c in clients.items():
+        server.receive_advertise(u, c.advertise())
+    with pytest.raises(InvalidMessage, match="threshold above half"):
+        clients[0].share_keys(server.keys_messages()[0])
+
+
+# ---------------------------------------------------------------- attack 2: two survivor lists
+
+def _split_views(signed: bool, threshold: int) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+    """Five clients; all send their masked input.  The server tells clients {0, 1, 2} that all
+    five survived (they reveal shares of client 0's self-mask seed) and clients {3, 4} that
+    client 0 dropped (they would reveal shares of its mask key); with both it reads client 0's
+    input.  Returns (client 0's input, what the server read or ``None``, the clients that refused)."""
+    ids = list(range(5))
+    cfg = SecAggConfig(length=4, threshold=threshold, round_id=8, signed=signed)
+    roster = Roster.generate()
+    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u) if signed else None) for u in ids}
+    server = SecAggServer(cfg)
+    for u, c in clients.items():
+        server.receive_advertise(u, c.advertise())
+    km = server.keys_messages()
+    for u, c in clients.items():
+        server.receive_shares(u, c.share_keys(km[u]))
+    rel = server.relayed_messages()
+    inputs = _inputs(ids, 4, 1, 7)
+    masked = {u: c.masked_input(rel[u], inputs[u]) for u, c in clients.items()}
+    full = messages.frame("survivors", cfg.round_id, messages.SERVER, messages.ids_bytes(ids))
+    less = messages.frame("survivors", cfg.round_id, messages.SERVER, messages.ids_bytes(ids[1:]))
+    view = {u: full if u < 3 else less for u in ids}
+    refused: list[int] = []
+    unmask: dict[int, bytes] = {}
+    if signed:
+        sigs = {u: clients[u].consistency(view[u])[H:] for u in ids}
+        # the server forwards to each client the signatures of the members of the list it saw;
+        # the {3, 4} side's list has only two signatures over it: 1 and 2 signed the other list
+        for u in ids:
+            recs = [v.to_bytes(4, "little") + sigs[v] for v in (ids[:3] if u < 3 else ids[1:])]
+            fwd = messages.frame("signatures", cfg.round_id, messages.SERVER, len(recs).to_bytes(4, "little"), *recs)
+            try:
+                unmask[u] = clients[u].unmask(fwd)
+            except InvalidMessage as exc:
+                assert "did not sign the survivor list" in str(exc) and "deviated" in str(exc)
+                refused.append(u)
+    else:
+        unmask = {u: clients[u].unmask(view[u]) for u in ids}
+
+    def shares(u: int, part: int) -> dict[int, int]:
+        body, pos, out = unmask[u][H:], 0, {}
+        for p in range(2):
+            count = struct.unpack_from("<I", body, pos)[0]
+            pos += 4
+            for _ in range(count):
+                v = struct.unpack_from("<I", body, pos)[0]
+                if p == part:
+                    out[v] = int.from_bytes(body[pos + 4 : pos + 4 + shamir.SHARE_BYTES], "little")
+                pos += 4 + shamir.SHARE_BYTES
+        return out
+
+    sk_from = [u for u in unmask if 0 in shares(u, 0)]
+    b_from = [u for u in unmask if 0 in shares(u, 1)]
+    if len(sk_from) < threshold or len(b_from) < threshold:
+        return inputs[0][:, 0], None, refused
+    s_sk = shamir.combine([u + 1 for u in sk_from[:threshold]], [shares(u, 0)[0] for u in sk_from[:threshold]],
+                          threshold)
+    b = shamir.combine([u + 1 for u in b_from[:threshold]], [shares(u, 1)[0] for u in b_from[:threshold]],
+                       threshold)
+    y = np.frombuffer(masked[0][H:], "<u4")
+    read = y - mask_rows(b.to_bytes(SEED_BYTES, "little"), np.arange(4), 1)[:, 0]
+    for v in ids[1:]:
+        seed = keys.agree(s_sk.to_bytes(32, "little"), server._keys[v][1], keys.MASK, cfg.round_id, (0, v))
+        read = read - mask_rows(seed, np.arange(4), 1)[:, 0]
+    return inputs[0][:, 0], read, refused
+
+
+def test_attack_two_survivor_lists_read_an_input_in_an_unsigned_round_below_a_majority() -> None:
+    x, read, refused = _split_views(signed=False, threshold=2)
+    assert read is not None and np.array_equal(read, x) and not refused
+
+
+def test_attack_two_survivor_lists_are_caught_by_the_consistency_check() -> None:
+    x, read, refused = _split_views(signed=True, threshold=3)
+    assert read is None
+    assert refused == [3, 4]  # they saw the signatures of 0, 1, 2 over another list: the server is caught
+
+
+def test_the_consistency_check_needs_threshold_signatures_of_the_same_list() -> None:
+    cfg = SecAggConfig(length=2, threshold=2, round_id=5, signed=True)
+    tr = run_round(cfg, _inputs([0, 1, 2], 2, 1, 3), record=True)
+    sig_msgs = [m for stage, src, dst, m in tr.messages if stage == "ConsistencyCheck" and src == -1]
+    assert len(sig_msgs) == 3
+    # a client given only one signature (its own) refuses
+    roster = Roster.generate()
+    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in range(3)}
+    server = SecAggServer(cfg)
+    for u, c in clients.items():
+        server.receive_advertise(u, c.advertise())
+    km = server.keys_messages()
+    for u, c in clients.items():
+        server.receive_shares(u, c.share_keys(km[u]))
+    rel = server.relayed_messages()
+    for u, c in clients.items():
+        server.receive_masked(u, c.masked_input(rel[u], np.zeros(2, np.uint32)))
+    sv = server.survivors_messages()
+    own = clients[0].consistency(sv[0])[H:]
+    one = messages.frame("signatures", cfg.round_id, messages.SERVER, (1).to_bytes(4, "little"),
+                         (0).to_bytes(4, "little") + own)
+    with pytest.raises(InvalidMessage, match="fewer than the threshold"):
+        clients[0].unmask(one)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_signed_server_messages_fit_the_longest_honest_answer(sparse: bool) -> None:
+    from secemb.secagg.limits import longest_server_message
+
+    cfg = SecAggConfig(length=6, threshold=3, width=2, round_id=2, sparse=sparse, signed=True)
+    rows = {u: np.arange(6) for u in range(4)} if sparse else None  # every client holds every row
+    tr = run_round(cfg, _inputs(list(range(4)), 6, 2, 9), rows=rows, record=True)
+    kinds = {"AdvertiseKeys": "keys", "ShareKeys": "relayed", "MaskedInputCollection": "survivors",
+             "ConsistencyCheck": "signatures"}
+    seen = {kinds[stage]: len(m) for stage, src, _, m in tr.messages if src == -1}
+    assert seen == {k: longest_server_message(cfg, 4, k) for k in kinds.values()}  # all rows, all clients: equal
+    # by hand: keys 32 + 4 + 4 (4 + 64 + 184); relayed 32 + 4 + 3 (4 + 90 [+ 4 + 48]); signatures 32 + 4 + 4 x 68
+    assert seen["keys"] == 1044 and seen["signatures"] == 308
+    assert seen["relayed"] == (32 + 4 + 3 * (4 + 90 + 52) if sparse else 32 + 4 + 3 * 94)
