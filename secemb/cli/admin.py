@@ -243,14 +243,25 @@ def add_devices(
     deployment: Annotated[Path, _DEPLOYMENT],
     users: Annotated[str, typer.Option(help="User ids, e.g. 0-99,120.")],
     out: Annotated[Path | None, typer.Option(help="Directory for the files (default DEPLOYMENT/devices).")] = None,
+    roster: Annotated[Path | None, typer.Option(
+        help="One server: the operator's roster file that certifies each device's identity (default "
+             "DEPLOYMENT/roster.json; keep it off the server's machine).")] = None,
 ) -> None:
     """Write this server's half of each device's credentials (0600): its URL, its CA and that
     device's key at this server only.  Give each device its half; the device merges it with
-    the other server's ('secemb credentials merge').  In the test setup: whole files."""
+    the other server's ('secemb credentials merge').  In the test setup: whole files.  One
+    server: whole files, each with the device's identity certified by the operator's roster."""
     def written(d: Any) -> dict[str, Any]:
+        if roster is not None:
+            from secemb.errors import InvalidParameters
+
+            raise InvalidParameters("--roster is a one-server deployment's (its devices' identities)")
         return {"written": [str(p) for p in d.add_devices(_users(users), out)]}
 
-    _operate(deployment, written, written)
+    def one(d: Any) -> dict[str, Any]:
+        return {"written": [str(p) for p in d.add_devices(_users(users), out, roster)]}
+
+    _operate(deployment, written, one)
 
 
 #: ``secemb admin status``'s exit code when a server shows an alarm

@@ -310,6 +310,7 @@ def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: i
     from secemb.data import DataFormatError, DatasetNotFoundError
     from secemb.client.stages import deployed_device, device_state_file, take_part
     from secemb.errors import InvalidParameters, SecembError
+    from secemb.protocols.exchange import SignedDevice
     from secemb.server.exchange_deploy import ExchangeCredentials
     from secemb.server.tls import client_context
     from secemb.transport.errors import RemoteError
@@ -330,6 +331,11 @@ def _exchange_client(ctx: typer.Context, user: int, credentials: Path, rounds: i
         protocol = creds.protocol(data_dir)
         state = device_state_file(creds.path, user, creds.doc, creds.key, creds.ca.read_bytes())
         device = deployed_device(protocol, user, state)  # a SecEA silo: restored from its state file if there
+        if isinstance(device, SignedDevice):  # it signs with its credentials' identity (docs/secagg.md)
+            if creds.identity is None:
+                raise InvalidParameters(f"{credentials} carries no device identity, which this protocol's devices "
+                                        "sign with: have the operator issue it again ('secemb admin add-devices')")
+            device.identity = creds.identity
         if new_set_up:
             from secemb.protocols.secea.protocol import SecEASilo
 

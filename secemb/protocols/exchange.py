@@ -66,7 +66,7 @@ from secemb.protocols.stages import RoundPlan
 
 __all__ = ["DurableExchangeNode", "EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol",
            "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures",
-           "StagedRound", "add_seconds", "closing_stage", "current_round", "open_stage", "stage_reply"]
+           "SignedDevice", "StagedRound", "add_seconds", "closing_stage", "current_round", "open_stage", "stage_reply"]
 
 class ExchangeParty(TypingProtocol):
     """A device's part in one round of a one-server protocol."""
@@ -89,6 +89,15 @@ class ExchangeDevice(TypingProtocol):
         ------
         secemb.errors.InvalidMessage: a document the device cannot take part in.
         """
+
+
+@runtime_checkable
+class SignedDevice(TypingProtocol):
+    """A device that signs its messages with an identity certified by the deployment's roster
+    (:mod:`secemb.secagg.identity`; e.g. an SFSL device, docs/secagg.md, "Active server").
+    ``secemb client`` sets ``identity`` to its credentials' before the device's first round."""
+
+    identity: Any
 
 
 @runtime_checkable

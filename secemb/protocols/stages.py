@@ -63,10 +63,12 @@ AGGREGATE = "aggregate"  # each server's aggregate share -> the other (both reco
 SYNC = "sync"  # the new public model, server 0 -> server 1
 STAGES = (COUNT, RETRIEVAL, DENSE, UPLOAD, PROVE, AGGREGATE, SYNC)
 
-# ---- the exchanges of a one-server round (SFSL, docs/sfsl.md): the four secure-aggregation
-# stages of the private set union, the submodel download, the four stages of the secure sum
+# ---- the exchanges of a one-server round (SFSL, docs/sfsl.md): the five stages of the private set
+# union's signed secure aggregation, the submodel download, the five stages of the signed secure sum
+# (the consistency check of Bonawitz et al.'s active-adversary variant before unmasking, docs/secagg.md)
 _SECAGG = ("advertise", "shares", "masked", "unmask")
-EXCHANGE_STAGES = (*(f"psu-{s}" for s in _SECAGG), "download", *(f"sum-{s}" for s in _SECAGG))
+_SIGNED = ("advertise", "shares", "masked", "consistency", "unmask")
+EXCHANGE_STAGES = (*(f"psu-{s}" for s in _SIGNED), "download", *(f"sum-{s}" for s in _SIGNED))
 
 # ---- the exchanges of SecEA (docs/secea.md): its set-up, once per deployment (the key directory,
 # then the private entity union: the PSU's four secure-aggregation stages), then its rounds (the
@@ -87,6 +89,7 @@ MESSAGES = frozenset({
     "challenge", "bound_proof", "bound_request", "bound_answer",
     # secure aggregation (secemb.secagg.messages) and the submodel download (secemb.protocols.sfsl.wire)
     "advertise", "keys", "shares", "relayed", "masked", "survivors", "unmask", "union",
+    "consistency", "signatures",
     "submodel_request", "submodel_reply",
     # SecEA (secemb.protocols.secea.wire)
     "secea_hello", "secea_directory", "secea_upload", "secea_relay", "secea_answer", "secea_result",

@@ -28,7 +28,7 @@ import hashlib
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -240,10 +240,12 @@ def run_psu(
     *,
     round_id: int = 0,
     drop_after: Mapping[int, int] | None = None,
+    signed: bool = False,
     _rng: RandomBytes | None = None,
 ) -> PsuResult:
-    """Algorithm 3 for the clients ``sets`` (id -> index set) over :func:`run_round`; the
-    union covers the sets of the survivors (clients whose vectors were summed).
+    """Algorithm 3 for the clients ``sets`` (id -> index set) over :func:`run_round` (a signed
+    round if ``signed``: its clients enrolled under a roster of the run's own); the union covers
+    the sets of the survivors (clients whose vectors were summed).
 
     Raises
     ------
@@ -254,7 +256,8 @@ def run_psu(
         t0 = time.perf_counter()
         inputs[cid] = psu_input(params, idx, _rng=_rng)
         build[cid] = time.perf_counter() - t0
-    tr = run_round(params.config(threshold, round_id), inputs, drop_after=drop_after, _rng=_rng)
+    tr = run_round(replace(params.config(threshold, round_id), signed=signed), inputs, drop_after=drop_after,
+                   _rng=_rng)
     t0 = time.perf_counter()
     union = psu_union(params, tr.total)
     msg = union_message(round_id, union)

@@ -6,14 +6,21 @@ The directory (0700)::
     tls/                  the server's private CA and certificate (:func:`~secemb.server.tls.init_pki`)
     exchange.json         the server's configuration (0600): the protocol, its run and options, the
                           listen address, the TLS files, the admin and device-key secrets
+    roster.json           the OPERATOR's roster (0600): the deployment id and the Ed25519 key that
+                          certifies each device's identity (:mod:`secemb.secagg.identity`).  The
+                          server never reads it; keep it off the server's machine once the
+                          devices are added (``add-devices --roster PATH`` reads it from there)
     devices/device-U.json device U's credentials (``add-devices``; 0600): the server's URL and CA,
-                          the device's own key, the protocol, its run and options
+                          the device's own key, its identity (signing key, certificate, the
+                          roster's public key), the protocol, its run and options
     state/                the server's durable state (0700; ``secemb serve`` writes it): a
                           checkpoint after each committed round and the round journal
                           (:mod:`secemb.server.exchange_state`)
 
-There is one operator and one server: whoever holds the directory is the server (a one-server
-protocol trusts its server by design, e.g. SFSL's cloud server: docs/sfsl.md).  A device's
+There is one operator and one server.  The server is not trusted with the devices' inputs: a
+protocol whose devices sign (SFSL's secure aggregations, docs/secagg.md "Active server") relies
+on the roster key staying with the operator -- a server holding it could certify identities of its
+own and play any device to the others.  A device's
 credentials hold its own key only (``user_key(user_secret, U)``): they let it sign as device U
 and nothing else.  A restart of the server goes on from its last committed round (the model,
 the round ids, the protocol's set-up: :mod:`secemb.server.exchange_state`).
@@ -32,6 +39,7 @@ from typing import Any
 from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.protocols import get_protocol
 from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
+from secemb.secagg.identity import Identity, Roster, RosterPin
 from secemb.server.exchange_state import ExchangeState, fingerprint
 from secemb.server.auth import Verifier
 from secemb.server.config import ServerConfig
@@ -39,11 +47,30 @@ from secemb.server.tls import TlsFiles, client_context, init_pki, server_context
 from secemb.transport.network import ANSWER_FLOOR_BYTES, ApiClient
 from secemb.transport.signing import parse_secret, user_key
 
-__all__ = ["ExchangeCredentials", "ExchangeDeployment", "exchange_config_path", "init_exchange", "serve_exchange"]
+__all__ = ["ExchangeCredentials", "ExchangeDeployment", "exchange_config_path", "init_exchange", "load_roster",
+           "serve_exchange"]
 
 _FORMAT = "secemb-exchange-deployment/1"
 _CREDENTIALS = "secemb-exchange-device/1"
+_ROSTER = "secemb-roster/1"
 _CONFIG = "exchange.json"
+#: the operator's roster file in a deployment's directory (never read by the server)
+ROSTER_FILE = "roster.json"
+
+
+def load_roster(path: str | os.PathLike) -> Roster:
+    """The operator's roster written by :func:`init_exchange`.
+
+    Raises
+    ------
+    InvalidParameters: unreadable, not a roster file, or malformed.
+    """
+    p = Path(path)
+    doc = _read(p, _ROSTER, "roster")
+    try:
+        return Roster(bytes.fromhex(doc["deployment"]), bytes.fromhex(doc["private"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidParameters(f"{p}: not a roster ({exc})") from None
 
 
 def exchange_config_path(path: str | os.PathLike) -> Path | None:
@@ -146,16 +173,27 @@ class ExchangeDeployment:
         return ApiClient(self.url, "admin", self.admin_secret, tls=client_context(self.tls.ca), timeout=timeout,
                          max_answer_bytes=ANSWER_FLOOR_BYTES)
 
-    def add_devices(self, users: Iterable[int], out: Path | None = None) -> list[Path]:
-        """Write each device's credentials to ``out`` (default ``root/devices``; 0700, files 0600)."""
+    def add_devices(self, users: Iterable[int], out: Path | None = None, roster: Path | None = None) -> list[Path]:
+        """Write each device's credentials to ``out`` (default ``root/devices``; 0700, files 0600),
+        each with a fresh identity certified by the operator's ``roster`` file (default
+        ``root/roster.json``).
+
+        Raises
+        ------
+        InvalidParameters: the roster file unreadable or malformed.
+        """
+        ros = load_roster(self.root / ROSTER_FILE if roster is None else roster)
         out = self.root / "devices" if out is None else Path(out)
         out.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(out, 0o700)
         written = []
         for u in users:
+            ident = ros.enroll(u)
             doc = {"format": _CREDENTIALS, "user": u, "url": self.url, "ca": str(self.tls.ca.resolve()),
                    "key": user_key(self.user_secret, u).hex(), "protocol": self.doc["protocol"],
-                   "run": self.doc["run"], "options": self.doc["options"]}
+                   "run": self.doc["run"], "options": self.doc["options"],
+                   "identity": {"private": ident.private.hex(), "certificate": ident.certificate.to_bytes().hex(),
+                                "deployment": ros.deployment.hex(), "roster": ros.public.hex()}}
             path = out / f"device-{u}.json"
             write_private(path, json.dumps(doc, indent=2, allow_nan=False).encode())
             written.append(path)
@@ -191,7 +229,9 @@ class ExchangeCredentials:
         for name, kind in (("user", int), ("url", str), ("ca", str), ("protocol", str)):
             _field(doc, name, kind, p)
         _secret(doc, "key", p)
-        return cls(p, doc)
+        creds = cls(p, doc)
+        _ = creds.identity  # checked now: a bad identity is a bad file
+        return creds
 
     @property
     def user(self) -> int:
@@ -208,6 +248,25 @@ class ExchangeCredentials:
     @property
     def key(self) -> bytes:
         return _secret(self.doc, "key", self.path)
+
+    @property
+    def identity(self) -> Identity | None:
+        """The device's certified identity (``None``: credentials written before identities).
+
+        Raises
+        ------
+        InvalidParameters: a malformed identity, or one whose certificate is not the pinned
+            roster's for this device (the file was altered or mixed up).
+        """
+        ident = self.doc.get("identity")
+        if ident is None:
+            return None
+        try:
+            pin = RosterPin(bytes.fromhex(ident["deployment"]), bytes.fromhex(ident["roster"]))
+            cert = pin.certificate(bytes.fromhex(ident["certificate"]), self.user)
+            return Identity(bytes.fromhex(ident["private"]), cert, pin)
+        except (KeyError, TypeError, ValueError) as exc:  # InvalidMessage, InvalidParameters are ValueErrors
+            raise InvalidParameters(f"{self.path}: field 'identity': {exc}") from None
 
     def protocol(self, data_dir: Path | None = None) -> ExchangeProtocol:
         """The deployment's protocol, as the device builds it."""
@@ -237,6 +296,10 @@ def init_exchange(root: str | os.PathLike, protocol: str, run: ExchangeRun, opti
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(root, 0o700)
     pki = init_pki(root / "tls", 0, hosts)
+    roster = Roster.generate()
+    write_private(root / ROSTER_FILE, json.dumps({"format": _ROSTER, "deployment": roster.deployment.hex(),
+                                                  "private": roster.private.hex(), "public": roster.public.hex()},
+                                                 indent=2).encode())
     doc = {"format": _FORMAT, "protocol": protocol, "run": run.to_dict(), "options": built.spec(),
            "host": hosts[0], "port": port, "stage_deadline_s": float(stage_deadline_s),
            "tls": {"ca": str(pki.ca.resolve()), "cert": str(pki.cert(0).resolve()), "key": str(pki.key(0).resolve())},

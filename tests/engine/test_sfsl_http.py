@@ -14,7 +14,8 @@ from secemb.transport.http import HttpStageAdmin, HttpStageLink
 from secemb.models.din import DIN
 from secemb.protocols.sfsl import SFSLServer, TrainingSettings
 from secemb.protocols.sfsl.staged import SFSLNode, round_configs
-from secemb.secagg import SecAggClient
+from secemb.secagg import SecAggClient, SecAggConfig
+from secemb.secagg.identity import Roster
 from secemb.protocols.exchange import ExchangeServer
 from secemb.protocols.sfsl.protocol import model_bytes
 from secemb.sim.exchange import NodeServer
@@ -23,6 +24,14 @@ from secemb.transport.network import ApiClient
 from secemb.transport.signing import user_key
 
 torch.set_num_threads(1)
+
+#: the devices' roster (SFSL's secure aggregations are signed rounds: docs/secagg.md)
+ROSTER = Roster.generate()
+
+
+def _signed(user: int, config: SecAggConfig) -> SecAggClient:
+    """Device ``user``'s secure-aggregation client, with its identity under :data:`ROSTER`."""
+    return SecAggClient(user, config, identity=ROSTER.enroll(user))
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +65,8 @@ def test_refused_requests_change_nothing(served):
     node, host, admin, links = served
     admin.open_round(1, [0, 1, 2])
     psu_cfg, _ = round_configs(node.server.space, node.bloom, 3, 1)
-    good = SecAggClient(0, psu_cfg).advertise()
-    other_round = SecAggClient(0, round_configs(node.server.space, node.bloom, 3, 2)[0]).advertise()
+    good = _signed(0, psu_cfg).advertise()
+    other_round = _signed(0, round_configs(node.server.space, node.bloom, 3, 2)[0]).advertise()
     send = links[0].send
     assert _status(lambda: send(1, "psu-advertise", good[:-1])) == 400  # truncated
     assert _status(lambda: send(1, "psu-advertise", good + b"\0")) == 400  # trailing byte
@@ -67,7 +76,7 @@ def test_refused_requests_change_nothing(served):
     assert _status(lambda: send(2, "psu-advertise", good)) == 409  # not the round
     assert _status(lambda: send(1, "nonsense", good)) == 422
     # a device that is not a participant, unsigned and wrongly signed requests, a device calling the operator
-    assert _status(lambda: links[3].send(1, "psu-advertise", SecAggClient(3, psu_cfg).advertise())) == 400
+    assert _status(lambda: links[3].send(1, "psu-advertise", _signed(3, psu_cfg).advertise())) == 400
     unsigned = ApiClient(host.url, tls=host.tls)
     assert _status(lambda: unsigned.post_bytes("/v1/exchange/rounds/1/psu-advertise", good)) == 401
     forged = ApiClient(host.url, "user:0", b"k" * 32, tls=host.tls)
@@ -80,7 +89,7 @@ def test_refused_requests_change_nothing(served):
     send(1, "psu-advertise", good)
     assert _status(lambda: send(1, "psu-advertise", good)) == 400
     for u in (1, 2):
-        links[u].send(1, "psu-advertise", SecAggClient(u, psu_cfg).advertise())
+        links[u].send(1, "psu-advertise", _signed(u, psu_cfg).advertise())
     admin.close_stage(1, "psu-advertise")
     keys = links[0].fetch(1, "psu-advertise")
     assert keys is not None and keys[:4] == b"SEMB" and keys[5] == 254  # a secure-aggregation message
@@ -108,10 +117,10 @@ def test_below_the_threshold_the_round_aborts_with_409(served):
     node, host, admin, links = served
     admin.open_round(1, [0, 1, 2])
     psu_cfg, _ = round_configs(node.server.space, node.bloom, 3, 1)
-    links[0].send(1, "psu-advertise", SecAggClient(0, psu_cfg).advertise())  # 1 of 3, threshold 2
+    links[0].send(1, "psu-advertise", _signed(0, psu_cfg).advertise())  # 1 of 3, threshold 2
     assert _status(lambda: admin.close_stage(1, "psu-advertise")) == 409
     assert admin.round_status(1)["state"] == "aborted"
-    assert _status(lambda: links[1].send(1, "psu-advertise", SecAggClient(1, psu_cfg).advertise())) == 409
+    assert _status(lambda: links[1].send(1, "psu-advertise", _signed(1, psu_cfg).advertise())) == 409
 
 
 @pytest.mark.slow

@@ -215,9 +215,10 @@ def test_limit_a_server_that_runs_the_other_devices_reads_one_devices_update(cli
 
 
 def test_limit_each_device_learns_which_of_its_rows_each_peer_declared(clicks):
-    """SFSL's sparse secure sum (docs/secagg.md, "Sparse rounds") tells each device, in the
-    server's key list, which of its own rows each peer holds too -- the intersection of their
-    perturbed sets S'' (and categories), read here off the bytes device 0 receives."""
+    """SFSL's sparse secure sum (docs/secagg.md, "Sparse rounds") tells each device which of its
+    own rows each peer holds too -- the intersection of their perturbed sets S'' (and
+    categories).  Since session 22 (signed rounds) the peers tell it, in their encrypted row
+    tags; the server's key list carries only the signed keys, no bitmap (finding G5)."""
     proto = protocol(clicks, "CPP1")
     node = proto.make_server().node
     assert isinstance(node, SFSLNode)
@@ -236,15 +237,12 @@ def test_limit_each_device_learns_which_of_its_rows_each_peer_declared(clicks):
     rows = {u: node._round.sum.rows_of(u) for u in range(3)}
     body = got["sum-advertise"][HEADER_BYTES:]
     count = int.from_bytes(body[:4], "little")
-    ids = [int.from_bytes(body[4 + 68 * i:8 + 68 * i], "little") for i in range(count)]
-    width = -(-rows[0].size // 8)
-    maps = body[4 + 68 * count:]
-    assert len(maps) == count * width
-    for i, v in enumerate(ids):
-        bits = np.unpackbits(np.frombuffer(maps[i * width:(i + 1) * width], np.uint8), bitorder="little")
-        held = bits[:rows[0].size].astype(bool)
-        expected = np.isin(rows[0], rows[v]) if v != 0 else np.zeros(rows[0].size, bool)
-        assert np.array_equal(held, expected), v
+    assert count == 3 and len(body) == 4 + count * (4 + 64 + 120 + 64)  # signed keys, no bitmap
+    client = parties[0]._sum
+    assert client is not None
+    for v in (1, 2):
+        held = client._common[v]  # what device 0 learned from v's row tags
+        assert np.array_equal(held, np.isin(rows[0], rows[v])), v
     assert 0 < np.isin(rows[0], rows[1]).sum() < rows[0].size  # a real intersection, not all or nothing
 
 

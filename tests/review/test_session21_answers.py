@@ -88,15 +88,19 @@ def sfsl() -> SFSLProtocol:
 #: the secure sum's row space has 2000 + 60 + ceil(49242 / 18) = 4796 rows of 19 words
 G, C, D, MLP, ROWS = 2000, 60, 18, 49242, 4796
 #: the longest honest answer of each stage of an SFSL round of 3 devices, by hand (docs/secagg.md, sfsl/wire.py)
+#: (session 22: both secure aggregations are signed rounds -- each key-list entry carries a 120-byte
+#: certificate and a 64-byte signature, the secure sum's shares a tag count and 8-byte row tags, no bitmap)
 SFSL_LONGEST = {
-    "psu-advertise": 32 + 4 + 3 * (4 + 32 + 32),           # keys: 240
+    "psu-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 120 + 64),  # signed keys: 792
     "psu-shares": 32 + 4 + 2 * (4 + SHARE_CT),             # relayed: 224
     "psu-masked": 32 + 4 + 3 * 4,                          # survivors: 48
+    "psu-consistency": 32 + 4 + 3 * (4 + 64),              # signatures of the survivor list: 240
     "psu-unmask": 32 + 4 + 4 * G,                          # the union of every goods
     "download": 32 + 4 * (G * D + C * D + MLP),            # the submodel of every goods and category
-    "sum-advertise": 32 + 4 + 3 * (4 + 32 + 32) + 3 * 600,  # keys with a bitmap of ceil(4796 / 8) bytes each
-    "sum-shares": 32 + 4 + 2 * (4 + SHARE_CT),
+    "sum-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 120 + 64),
+    "sum-shares": 32 + 4 + 2 * (4 + SHARE_CT + 4 + 8 * ROWS),  # each sender's tags of at most every row
     "sum-masked": 32 + 4 + 3 * 4,
+    "sum-consistency": 32 + 4 + 3 * (4 + 64),
 }
 
 
@@ -114,7 +118,8 @@ def test_an_sfsl_devices_limits_are_the_longest_honest_answers(sfsl) -> None:
         assert set(rec.down[u]) == set(SFSL_LONGEST)
         for stage, got in rec.down[u].items():
             assert got <= SFSL_LONGEST[stage], (u, stage, got)
-        for stage in ("psu-advertise", "psu-shares", "psu-masked", "sum-shares", "sum-masked"):
+        for stage in ("psu-advertise", "psu-shares", "psu-masked", "psu-consistency", "sum-advertise", "sum-masked",
+                      "sum-consistency"):
             assert rec.down[u][stage] == SFSL_LONGEST[stage]  # every device in: the bound is met exactly
     with pytest.raises(ValueError, match="no answer"):
         parties[0].answer_bytes("sum-unmask")

@@ -61,9 +61,11 @@ from session21_deviating_server import DeviatingNode, Tamper, honest  # noqa: E4
 
 USERS = [0, 1, 2]
 #: the longest honest key list of a round of 3 devices, by hand (docs/secagg.md: header, count,
-#: 3 x (id, two 32-byte keys)); the secure sum's adds a bitmap of ceil(4796 / 8) bytes per device
-KEYS_3 = 32 + 4 + 3 * (4 + 32 + 32)
-SUM_KEYS_3 = KEYS_3 + 3 * 600
+#: 3 x (id, two 32-byte keys, a 120-byte certificate, a 64-byte signature): SFSL's secure
+#: aggregations are signed rounds since session 22, the secure sum's key list without a bitmap)
+ENTRY = 4 + 32 + 32 + 120 + 64
+KEYS_3 = 32 + 4 + 3 * ENTRY
+SUM_KEYS_3 = KEYS_3
 #: the clients a deviating server invents
 FAKE = 1000
 
@@ -101,20 +103,18 @@ def test_an_honest_round_through_the_deviating_node_commits(sfsl, nodes) -> None
 
 def _inflated(stage: str) -> Tamper:
     """The key list of ``stage`` with :data:`FAKE` invented clients after the real ones, each with
-    a valid key pair (and, in the sparse secure sum, an all-zero bitmap), by the layout of
-    docs/secagg.md (count, records of id and two keys, then one bitmap per record)."""
+    a valid key pair (and a zero certificate and signature), by the layout of docs/secagg.md
+    (count, records of id, two keys, certificate and signature)."""
     def tamper(got: str, answer: bytes) -> bytes | None:
         if got != stage:
             return answer
         head, body = answer[:32], answer[32:]
         count = struct.unpack_from("<I", body)[0]
-        records, bitmaps = body[4:4 + 68 * count], body[4 + 68 * count:]
-        size = len(bitmaps) // count
+        records = body[4:4 + ENTRY * count]
         key = KeyPair.generate().public
-        fake = b"".join(struct.pack("<I", 100 + i) + key + key for i in range(FAKE))
+        fake = b"".join(struct.pack("<I", 100 + i) + key + key + bytes(184) for i in range(FAKE))
         round_id = struct.unpack_from("<Q", head, 16)[0]
-        return messages.frame("keys", round_id, messages.SERVER, struct.pack("<I", count + FAKE), records, fake,
-                              bitmaps, bytes(size * FAKE))
+        return messages.frame("keys", round_id, messages.SERVER, struct.pack("<I", count + FAKE), records, fake)
     return tamper
 
 
@@ -197,7 +197,7 @@ def _client(credentials: Path, server: DeviatingNode, tmp_path: Path) -> dict[st
 def test_secemb_client_of_sfsl_refuses_an_inflated_key_list_with_one_line(sfsl_credentials, nodes, tmp_path) -> None:
     protocol = ExchangeCredentials.load(sfsl_credentials).protocol(None)
     server = _serve(nodes, protocol, _inflated("psu-advertise"))
-    n = 32 + 4 + (3 + FAKE) * 68
+    n = 32 + 4 + (3 + FAKE) * ENTRY
     assert _client(sfsl_credentials, server, tmp_path) == {
         "user": 0, "error": f"round 1: the answer of psu-advertise: {n} bytes, longer than any honest answer "
                             f"({KEYS_3} bytes)"}

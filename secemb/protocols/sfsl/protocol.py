@@ -44,11 +44,12 @@ from secemb.protocols.sfsl.simulate import SFSLResult, SFSLRun, round_settings, 
 from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty, announced_settings
 from secemb.protocols.stages import RoundPlan
 from secemb.randomness import RandomBytes, system_rng
+from secemb.secagg.identity import Identity, Roster
 from secemb.secagg.psu import BloomParams
 
 __all__ = ["ExchangePlayer", "SFSLProtocol", "click_dataset", "model_bytes"]
 
-_STEPS = ("advertise", "shares", "masked", "unmask")
+_STEPS = ("advertise", "shares", "masked", "consistency", "unmask")
 
 
 def model_bytes(server: SFSLServer) -> bytes:
@@ -60,10 +61,21 @@ def model_bytes(server: SFSLServer) -> bytes:
 class ExchangePlayer:
     """Plays SFSL rounds through the engine's ``rounds`` (a
     :class:`~secemb.protocols.sfsl.simulate.RoundPlayer`); ``space``, ``bloom``: the public row
-    space and PSU parameters; ``shape``: the goods table's, to decode the public model."""
+    space and PSU parameters; ``shape``: the goods table's, to decode the public model;
+    ``roster``: the run's roster, which certifies each device's identity when it first plays
+    (default a fresh one: in process the run is its own operator)."""
 
-    def __init__(self, rounds: ExchangeRounds, space: RowSpace, bloom: BloomParams, shape: tuple[int, int]) -> None:
+    def __init__(self, rounds: ExchangeRounds, space: RowSpace, bloom: BloomParams, shape: tuple[int, int], *,
+                 roster: Roster | None = None) -> None:
         self.rounds, self.space, self.bloom, self.shape = rounds, space, bloom, shape
+        self.roster = Roster.generate() if roster is None else roster
+        self._identities: dict[int, Identity] = {}
+
+    def identity(self, user: int) -> Identity:
+        """Device ``user``'s identity under :attr:`roster` (enrolled once)."""
+        if user not in self._identities:
+            self._identities[user] = self.roster.enroll(user)
+        return self._identities[user]
 
     def play(self, devices: Mapping[int, SFSLDevice], round_id: int, settings: TrainingSettings,
              rng: np.random.Generator, *, psu_drop_after: Mapping[int, int], drop_after: Mapping[int, int],
@@ -80,8 +92,8 @@ class ExchangePlayer:
         ids = sorted(devices)
         silent = {u: f"sum-{_STEPS[k]}" for u, k in drop_after.items()}
         silent.update({u: f"psu-{_STEPS[k]}" for u, k in psu_drop_after.items()})
-        parties = {u: SFSLParty(devices[u], round_id, len(ids), self.space, self.bloom, settings, rng, _rng=_rng)
-                   for u in ids}
+        parties = {u: SFSLParty(devices[u], round_id, len(ids), self.space, self.bloom, settings, rng,
+                                identity=self.identity(u), _rng=_rng) for u in ids}
         rec = self.rounds.play(round_id, parties, silent_from=silent)
         out = rec.outcome
         rep = RoundReport()
@@ -184,6 +196,9 @@ class SFSLProtocol(ExchangeProtocol):
         self.batch = check_int("batch", batch, low=1)
         self._sfsl_run(1)  # checks dim
         self._data, self._rng = data, _rng
+        #: in process, the run is its own operator: this roster certifies the devices of
+        #: :meth:`make_device` and :meth:`train` (``secemb client`` takes its credentials' identity instead)
+        self.roster = Roster.generate()
 
     def plan(self) -> RoundPlan:
         return SFSL_PLAN
@@ -204,7 +219,11 @@ class SFSLProtocol(ExchangeProtocol):
                 lr_decay: float) -> ExchangeServer:
         node = SFSLNode(server, settings, lr_decay=lr_decay)
         sp = server.space
-        limit = 4 * sp.length * sp.width + 4 * (sp.length + node.bloom.length) + 128 * num_users + 4096
+        # the longest device message: a masked input or a rows list, the PSU's masked filter, per
+        # peer a share record (128) and, in the signed secure sum, a tag count and a row tag per
+        # row of the device (at most every row, from at most a round of ``users_per_round``)
+        tags = (8 + 8 * sp.length) * self.run.users_per_round
+        limit = 4 * sp.length * sp.width + 4 * (sp.length + node.bloom.length) + 128 * num_users + tags + 4096
         return ExchangeServer(node, limit, lambda: model_bytes(server), num_users)
 
     def make_server(self) -> ExchangeServer:
@@ -249,7 +268,7 @@ class SFSLProtocol(ExchangeProtocol):
             _restore(device, state, train.num_goods)
         run = self._sfsl_run(1)  # the settings do not depend on the rounds per epoch
         return SFSLClient(device, RowSpace(train.num_goods, model.num_categories, model.dim, model.mlp_size), rng,
-                          train.num_users, round_settings(run), run.lr_decay, store=state)
+                          train.num_users, round_settings(run), run.lr_decay, self.roster.enroll(user), store=state)
 
     def train(self, connect: Callable[[ExchangeServer], ExchangeRounds], *,
               on_start: Callable[[dict[str, Any]], None] | None = None,
@@ -300,7 +319,7 @@ class SFSLProtocol(ExchangeProtocol):
             hosted = self._server(server, settings, train.num_users, run.lr_decay)
             node = hosted.node
             assert isinstance(node, SFSLNode)
-            return ExchangePlayer(connect(hosted), server.space, node.bloom, server.table.shape)
+            return ExchangePlayer(connect(hosted), server.space, node.bloom, server.table.shape, roster=self.roster)
 
         res = train_sfsl(train, test, run, progress=progress, player=player, _rng=self._rng)
         assert res.table is not None and res.dense is not None and res.user_embeddings is not None
@@ -339,7 +358,9 @@ class SFSLClient:
     training randomness (seeded from its own entropy), the dataset's number of users (a
     round's devices are among them: what bounds the answers it reads), and the deployment's
     training ``settings`` and ``lr_decay`` (what every round document must announce,
-    :func:`~secemb.protocols.sfsl.staged.announced_settings`)."""
+    :func:`~secemb.protocols.sfsl.staged.announced_settings`), and its certified ``identity``
+    (:class:`~secemb.protocols.exchange.SignedDevice`: ``secemb client`` sets its credentials'
+    identity; a device of :meth:`SFSLProtocol.make_device` has one of the protocol's own roster)."""
 
     device: SFSLDevice
     space: RowSpace
@@ -347,6 +368,7 @@ class SFSLClient:
     num_users: int
     settings: TrainingSettings
     lr_decay: float
+    identity: Identity
     store: DeviceStateFile | None = None
 
     def save(self) -> None:
@@ -391,4 +413,5 @@ class SFSLClient:
         except (KeyError, TypeError, InvalidParameters) as exc:
             raise InvalidMessage(f"not an SFSL round document for user {self.device.user} ({exc})") from None
         bloom = BloomParams.exact(self.space.goods)
-        return SFSLParty(self.device, round_id, len(users), self.space, bloom, rs, self.rng, on_changed=self.save)
+        return SFSLParty(self.device, round_id, len(users), self.space, bloom, rs, self.rng, identity=self.identity,
+                         on_changed=self.save)

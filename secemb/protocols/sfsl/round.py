@@ -111,7 +111,7 @@ def sfsl_round(
     # 1. private set union of the real goods sets (Algorithm 3 over the dense secure sum)
     bloom = BloomParams.exact(server.space.goods) if psu_params is None else psu_params
     psu = run_psu(bloom, {u: devices[u].real for u in ids}, t, round_id=2 * round_id, drop_after=psu_drop_after,
-                  _rng=_rng)
+                  signed=True, _rng=_rng)
     union, live = psu.union, sorted(psu.receivers)
     rep.server_seconds["psu"] = psu.server_seconds
     rep.union_size = int(union.size)
@@ -146,7 +146,7 @@ def sfsl_round(
     # 4. weighted, count-normalized secure sum per row
     sp = server.space
     tr = run_round(SecAggConfig(length=sp.length, threshold=t, width=sp.width, round_id=2 * round_id + 1,
-                                sparse=True),
+                                sparse=True, signed=True),
                    inputs, rows=rows, drop_after={u: k for u, k in (drop_after or {}).items() if u in inputs},
                    _rng=_rng)
     for u in live:

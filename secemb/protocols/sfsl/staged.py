@@ -6,15 +6,24 @@ The stages (:data:`SFSL_PLAN`, from :data:`secemb.protocols.stages.EXCHANGE_STAG
 *exchanges*: every live device sends the server one message, the operator closes the stage,
 the server answers each device it keeps with one message::
 
-    psu-advertise   advertise -> keys        the private set union over secure aggregation
-    psu-shares      shares    -> relayed     (dense, width 1, secagg round 2r)
-    psu-masked      masked    -> survivors
-    psu-unmask      unmask    -> union       the union, to the PSU's survivors only
-    download        request   -> reply       Algorithm 2 over the union, then W_{S''}
-    sum-advertise   advertise -> keys        the weighted secure sum over the row space
-    sum-shares      shares    -> relayed     (sparse, width d + 1, secagg round 2r + 1);
-    sum-masked      masked    -> survivors   the device trains before it advertises
-    sum-unmask      unmask                   the server applies the count-normalized mean
+    psu-advertise     advertise   -> keys        the private set union over secure aggregation
+    psu-shares        shares      -> relayed     (dense, width 1, secagg round 2r)
+    psu-masked        masked      -> survivors
+    psu-consistency   consistency -> signatures
+    psu-unmask        unmask      -> union       the union, to the PSU's survivors only
+    download          request     -> reply       Algorithm 2 over the union, then W_{S''}
+    sum-advertise     advertise   -> keys        the weighted secure sum over the row space
+    sum-shares        shares      -> relayed     (sparse, width d + 1, secagg round 2r + 1);
+    sum-masked        masked      -> survivors   the device trains before it advertises
+    sum-consistency   consistency -> signatures
+    sum-unmask        unmask                     the server applies the count-normalized mean
+
+Both secure aggregations are *signed* rounds (:attr:`~secemb.secagg.config.SecAggConfig.signed`,
+docs/secagg.md, "Active server"): each device signs its keys with its certified identity (its
+credentials' :class:`~secemb.secagg.identity.Identity`), checks every peer's before it shares,
+unmasks only after the threshold of survivors signed the same survivor list, and in the secure
+sum learns the rows it shares with each peer from that peer's encrypted row tags.  One deviating
+server reads no device's goods or update: the device refuses (``InvalidMessage``) instead.
 
 Both sides draw exactly what :func:`~secemb.protocols.sfsl.round.sfsl_round` draws, in the
 same order when the engine runs the devices of a stage one after another in increasing id
@@ -40,6 +49,7 @@ from secemb.randomness import RandomBytes, system_rng
 from secemb.protocols.sfsl.wire import reply_bytes
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, default_threshold
 from secemb.secagg.limits import longest_server_message, longest_union_message, within_longest
+from secemb.secagg.identity import Identity
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
 __all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "round_configs"]
@@ -47,11 +57,14 @@ __all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "round_co
 #: per stage of :data:`EXCHANGE_STAGES`: the device's message kind and the server's answer (``None``: none)
 _KINDS: dict[str, tuple[str, str | None]] = {
     "psu-advertise": ("advertise", "keys"), "psu-shares": ("shares", "relayed"),
-    "psu-masked": ("masked", "survivors"), "psu-unmask": ("unmask", "union"),
-    "download": ("submodel_request", "submodel_reply"),
+    "psu-masked": ("masked", "survivors"), "psu-consistency": ("consistency", "signatures"),
+    "psu-unmask": ("unmask", "union"), "download": ("submodel_request", "submodel_reply"),
     "sum-advertise": ("advertise", "keys"), "sum-shares": ("shares", "relayed"),
-    "sum-masked": ("masked", "survivors"), "sum-unmask": ("unmask", None),
+    "sum-masked": ("masked", "survivors"), "sum-consistency": ("consistency", "signatures"),
+    "sum-unmask": ("unmask", None),
 }
+#: the secure-aggregation step each step answers (the server's answer it reads)
+_PREVIOUS = {"shares": "advertise", "masked": "shares", "consistency": "masked", "unmask": "consistency"}
 
 
 def _plan() -> RoundPlan:
@@ -70,10 +83,12 @@ SFSL_PLAN = _plan()
 
 def round_configs(space: RowSpace, bloom: BloomParams, n: int, round_id: int) -> tuple[SecAggConfig, SecAggConfig]:
     """The PSU's and the secure sum's secure-aggregation rounds of SFSL round ``round_id`` with
-    ``n`` chosen devices (threshold ``n // 2 + 1``; secagg round ids ``2r`` and ``2r + 1``)."""
+    ``n`` chosen devices (threshold ``n // 2 + 1``; secagg round ids ``2r`` and ``2r + 1``;
+    both signed)."""
     t = default_threshold(n)
-    return (bloom.config(t, 2 * round_id),
-            SecAggConfig(length=space.length, threshold=t, width=space.width, round_id=2 * round_id + 1, sparse=True))
+    return (replace(bloom.config(t, 2 * round_id), signed=True),
+            SecAggConfig(length=space.length, threshold=t, width=space.width, round_id=2 * round_id + 1, sparse=True,
+                         signed=True))
 
 
 def announced_settings(settings: TrainingSettings, lr_decay: float, round_id: int) -> TrainingSettings:
@@ -158,7 +173,8 @@ class SFSLNode:
         else:
             agg = rnd.psu if part == "psu" else rnd.sum
             receive = {"advertise": agg.receive_advertise, "shares": agg.receive_shares,
-                       "masked": agg.receive_masked, "unmask": agg.receive_unmask}[step]
+                       "masked": agg.receive_masked, "consistency": agg.receive_consistency,
+                       "unmask": agg.receive_unmask}[step]
             if part == "sum" and user not in rnd.receivers:
                 raise InvalidMessage(f"user {user} left round {round_id} in the PSU")
             receive(user, body)
@@ -191,7 +207,7 @@ class SFSLNode:
             elif part != "download":
                 agg = rnd.psu if part == "psu" else rnd.sum
                 build = {"advertise": agg.keys_messages, "shares": agg.relayed_messages,
-                         "masked": agg.survivors_messages}[stage.split("-")[1]]
+                         "masked": agg.survivors_messages, "consistency": agg.signatures_messages}[stage.split("-")[1]]
                 rnd.replies[stage] = build()
         add_seconds(rnd.seconds, part, t0)
 
@@ -233,6 +249,8 @@ class SFSLNode:
 class SFSLParty:
     """Device ``device``'s part in round ``round_id`` of ``n`` chosen devices.
 
+    ``identity``: the device's certified identity (:mod:`secemb.secagg.identity`; its user id
+    is the device's), with which it signs in both secure aggregations and checks its peers.
     Making it draws the device's PSU input (its real goods set, :func:`~secemb.secagg.psu.psu_input`);
     :meth:`message` gives its message of a stage, :meth:`accept` takes the server's answer.
     ``rng`` is the training randomness (batch order, stochastic rounding), ``_rng`` the CSPRNG
@@ -245,8 +263,11 @@ class SFSLParty:
     """
 
     def __init__(self, device: SFSLDevice, round_id: int, n: int, space: RowSpace, bloom: BloomParams,
-                 settings: TrainingSettings, rng: np.random.Generator, *, _rng: RandomBytes = system_rng,
-                 on_changed: Callable[[], None] | None = None) -> None:
+                 settings: TrainingSettings, rng: np.random.Generator, *, identity: Identity,
+                 _rng: RandomBytes = system_rng, on_changed: Callable[[], None] | None = None) -> None:
+        if identity.user != device.user:
+            raise InvalidParameters(f"device {device.user} was given the identity of device {identity.user}")
+        self.identity = identity
         self.device, self.round_id, self.n, self.space, self.bloom = device, round_id, n, space, bloom
         self.settings, self.rng, self._rng, self.on_changed = settings, rng, _rng, on_changed
         self.psu_config, self.sum_config = round_configs(space, bloom, n, round_id)
@@ -266,7 +287,7 @@ class SFSLParty:
         t0 = time.perf_counter()
         part = "perturb" if stage == "download" else "psu" if stage.startswith("psu") else "secagg"
         if stage == "psu-advertise":
-            self._psu = SecAggClient(self.device.user, self.psu_config, _rng=self._rng)
+            self._psu = SecAggClient(self.device.user, self.psu_config, identity=self.identity, _rng=self._rng)
             out = self._psu.advertise()
         elif stage == "download":
             self.union = read_union(self._answer("psu-unmask"), 2 * self.round_id, self.space.goods)
@@ -281,19 +302,20 @@ class SFSLParty:
             if self.on_changed is not None:
                 self.on_changed()
             t0 = time.perf_counter()
-            self._sum = SecAggClient(self.device.user, self.sum_config, _rng=self._rng)
+            self._sum = SecAggClient(self.device.user, self.sum_config, identity=self.identity, _rng=self._rng)
             out = self._sum.advertise(rows)
         else:
             client = self._psu if part == "psu" else self._sum
             if client is None:
                 raise ProtocolError(f"device {self.device.user}: {stage} before advertising")
             step = stage.split("-")[1]
-            prev = {"shares": "advertise", "masked": "shares", "unmask": "masked"}[step]
-            answer = self._answer(f"{stage.split('-')[0]}-{prev}")
+            answer = self._answer(f"{stage.split('-')[0]}-{_PREVIOUS[step]}")
             if step == "shares":
                 out = client.share_keys(answer)
             elif step == "masked":
                 out = client.masked_input(answer, self._psu_input if part == "psu" else self._values)
+            elif step == "consistency":
+                out = client.consistency(answer)
             else:
                 out = client.unmask(answer)
         add_seconds(self.seconds, part, t0)
