@@ -119,6 +119,11 @@ class SecAggClient:
         """Whether row tags travel in the shares (a signed sparse round)."""
         return self.config.signed and self.config.sparse
 
+    @property
+    def _tagged_rows(self) -> int:
+        """How many of this client's rows are tagged: those below ``public_from``."""
+        return int(np.searchsorted(self._rows, self.config.private_rows))
+
     def _channel(self, peer: int, purpose: bytes) -> bytes:
         return keys.agree(self._c.private, self._peers[peer][0], purpose, self.config.round_id, (self.id, peer))
 
@@ -154,7 +159,7 @@ class SecAggClient:
             parts += [self.identity.certificate.to_bytes(),
                       self.identity.sign(ADVERTISE_DOMAIN, advertised(self.config, self.id, *parts))]
         if rows is not None:
-            self._rows = check_rows(rows, self.config.length)
+            self._rows = check_rows(rows, self.config.length, self.config.public_from)
             self._rows.setflags(write=False)
             parts.append(messages.rows_bytes(self._rows))
         return messages.frame("advertise", self.config.round_id, self.id, *parts)
@@ -164,8 +169,8 @@ class SecAggClient:
         """ShareKeys: Shamir shares of ``s^SK`` and of a fresh self-mask seed ``b`` for every
         client of the key list, each encrypted to its recipient under the c-agreement (in a
         signed sparse round followed, inside the encryption, by the tags of this client's rows
-        under the pair's tag key, in increasing tag order).  In a signed round every entry's
-        certificate and signature are checked first."""
+        below ``public_from`` under the pair's tag key, in increasing tag order).  In a signed
+        round every entry's certificate and signature are checked first."""
         self._enter(1, "share_keys")
         cfg = self.config
         _, body = messages.open_frame(keys_msg, "keys", cfg.round_id, messages.SERVER)
@@ -214,8 +219,9 @@ class SecAggClient:
                   + sh_s.to_bytes(shamir.SHARE_BYTES, "little") + sh_b.to_bytes(shamir.SHARE_BYTES, "little"))
             head = ident.to_bytes(4, "little")
             if self._tagged:
-                pt += np.sort(keys.row_tags(self._channel(ident, keys.TAGS), self._rows)).astype("<u8").tobytes()
-                head += self._rows.size.to_bytes(4, "little")
+                mine = self._rows[: self._tagged_rows]
+                pt += np.sort(keys.row_tags(self._channel(ident, keys.TAGS), mine)).astype("<u8").tobytes()
+                head += mine.size.to_bytes(4, "little")
             records.append(head + keys.seal(self._channel(ident, keys.CHANNEL), cfg.round_id, self.id, ident, pt))
         return messages.frame("shares", cfg.round_id, self.id, len(records).to_bytes(4, "little"), *records)
 
@@ -242,7 +248,7 @@ class SecAggClient:
         rd = messages.Reader(body, "relayed")
         if self._tagged:
             entries = [(v, ct) for v, _, ct in rd.tagged_records(SHARE_CIPHERTEXT_BYTES, keys.TAG_ROW_BYTES,
-                                                                 cfg.length, "sender")]
+                                                                 cfg.private_rows, "sender")]
         else:
             entries = rd.records(SHARE_CIPHERTEXT_BYTES, "sender")
         rd.end()
@@ -255,9 +261,12 @@ class SecAggClient:
             n = shamir.SHARE_BYTES
             end = SHARE_PLAINTEXT_BYTES
             held = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n : end], "little"))
-            if self._tagged:  # the rows both hold: own rows whose tag the sender sent (authenticated)
+            if self._tagged:  # the rows both hold: own rows whose tag the sender sent (authenticated), public rows
                 theirs = np.frombuffer(pt[end:], dtype="<u8")
-                self._common[sender] = np.isin(keys.row_tags(self._channel(sender, keys.TAGS), self._rows), theirs)
+                common = np.ones(self._rows.size, bool)
+                mine = self._rows[: self._tagged_rows]
+                common[: mine.size] = np.isin(keys.row_tags(self._channel(sender, keys.TAGS), mine), theirs)
+                self._common[sender] = common
             if max(held) >= shamir.PRIME:
                 raise InvalidMessage(f"relayed: the shares from client {sender} are outside the field")
             self._held[sender] = held

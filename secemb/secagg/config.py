@@ -62,6 +62,10 @@ class SecAggConfig:
         signature, a consistency round (every survivor signs the survivor list) precedes
         unmasking, and in a sparse round the rows two clients share are learned from tags sent
         end to end under their channel key, never from the server.
+    public_from:
+        In a sparse round, rows ``public_from .. length - 1`` are held by every client (a public
+        rule, e.g. SFSL's dense rows): every client's rows must include them, and only the rows
+        below are tagged in a signed round (default ``length``: no such rows).
     """
 
     length: int
@@ -70,6 +74,7 @@ class SecAggConfig:
     round_id: int = 0
     sparse: bool = False
     signed: bool = False
+    public_from: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.length < 2**32:
@@ -83,11 +88,20 @@ class SecAggConfig:
             raise InvalidParameters(f"threshold must be >= 2, got {self.threshold}")
         if not 0 <= self.round_id < 2**64:
             raise InvalidParameters(f"round_id must be in [0, 2^64), got {self.round_id}")
+        if self.public_from is not None and (not self.sparse or not 0 <= self.public_from <= self.length):
+            raise InvalidParameters(f"public_from must be in [0, length] and only in a sparse round, "
+                                    f"got {self.public_from}")
+
+    @property
+    def private_rows(self) -> int:
+        """Rows below :attr:`public_from` (every row without one): those a client may or may not hold."""
+        return self.length if self.public_from is None else self.public_from
 
     def header(self) -> bytes:
         """The round's public parameters as bytes (what every signature of the round covers):
-        ``round_id`` u64, ``length``, ``width``, ``threshold`` u32, ``sparse``, ``signed`` u8."""
-        return struct.pack("<QIIIBB", self.round_id, self.length, self.width, self.threshold,
+        ``round_id`` u64, ``length``, ``width``, ``threshold``, :attr:`private_rows` u32,
+        ``sparse``, ``signed`` u8."""
+        return struct.pack("<QIIIIBB", self.round_id, self.length, self.width, self.threshold, self.private_rows,
                            self.sparse, self.signed)
 
     def check_id(self, client_id: int) -> int:
@@ -95,14 +109,17 @@ class SecAggConfig:
         return check_int("client id", client_id, low=0, high=_MAX_ID)
 
 
-def check_rows(rows: object, length: int) -> np.ndarray:
-    """Rows as int64: 1-D, strictly increasing, in ``[0, length)``."""
+def check_rows(rows: object, length: int, public_from: int | None = None) -> np.ndarray:
+    """Rows as int64: 1-D, strictly increasing, in ``[0, length)`` (and, given ``public_from``,
+    including every row from ``public_from`` on)."""
     a = np.asarray(rows)
     if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
         raise InvalidParameters("rows must be a 1-D integer array")
     a = a.astype(np.int64)
     if a.size and (int(a[0]) < 0 or int(a[-1]) >= length or np.any(np.diff(a) <= 0)):
         raise InvalidParameters(f"rows must be strictly increasing and in [0, {length})")
+    if public_from is not None and int(np.count_nonzero(a >= public_from)) != length - public_from:
+        raise InvalidParameters(f"rows must include every row from {public_from} on (held by every client)")
     return a
 
 

@@ -28,8 +28,8 @@ def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int
       more (certificate, signature); in an unsigned sparse round ``clients x ceil(length / 8)``
       more (a bitmap over the recipient's rows, at most ``length``, per listed client);
     * relayed: ``32 + 4 + (clients - 1)(4 + share ciphertext)``; in a signed sparse round each
-      record ``4 + 8 length`` bytes more (the tag count, a tag per row of the sender, at most
-      ``length``);
+      record ``4 + 8 r`` bytes more (the tag count, a tag per row of the sender below
+      ``public_from``: at most ``r = public_from``, or ``length`` without it);
     * survivors: ``32 + 4 + 4 clients``;
     * signatures (signed round): ``32 + 4 + clients (4 + 64)``.
 
@@ -45,7 +45,7 @@ def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int
         bitmaps = clients * -(-config.length // 8) if config.sparse else 0
         return HEADER_BYTES + _COUNT + clients * (_ID + 2 * KEY_BYTES) + bitmaps
     if kind == "relayed":
-        tags = _COUNT + TAG_ROW_BYTES * config.length if config.signed and config.sparse else 0
+        tags = _COUNT + TAG_ROW_BYTES * config.private_rows if config.signed and config.sparse else 0
         return HEADER_BYTES + _COUNT + (clients - 1) * (_ID + SHARE_CIPHERTEXT_BYTES + tags)
     if kind == "survivors":
         return HEADER_BYTES + _COUNT + _ID * clients

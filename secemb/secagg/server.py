@@ -164,6 +164,10 @@ class SecAggServer:
                    f"advertise of client {cid}")
         rows = rd.increasing(cfg.length, "rows") if cfg.sparse else None
         rd.end()
+        if rows is not None and cfg.public_from is not None \
+                and int(np.count_nonzero(rows >= cfg.public_from)) != cfg.length - cfg.public_from:
+            raise InvalidMessage(f"advertise of client {cid}: its rows must include every row from "
+                                 f"{cfg.public_from} on")
         if cfg.signed:
             self._signed[cid], self._signer[cid] = cert_bytes + sig, signer
         self._keys[cid] = (c_pk, s_pk)
@@ -193,17 +197,18 @@ class SecAggServer:
     # ------------------------------------------------------------------ stage 1
     def receive_shares(self, client_id: int, msg: bytes) -> None:
         """Record a client's encrypted shares, one for every other client of U1 (in a signed
-        sparse round each with as many row tags as the client declared rows)."""
+        sparse round each with as many row tags as the client declared rows below ``public_from``)."""
         self._at(1, "receive_shares")
         cfg = self.config
         body = self._sender(client_id, msg, "shares", self.u1, self._shares)
         rd = messages.Reader(body, "shares")
         cid = int(client_id)
         if cfg.signed and cfg.sparse:
-            tagged = rd.tagged_records(SHARE_CIPHERTEXT_BYTES, keys.TAG_ROW_BYTES, cfg.length, "recipient")
-            if any(n != self._rows[cid].size for _, n, _ in tagged):
-                raise InvalidMessage(f"shares from client {cid} must carry one tag per row it declared "
-                                     f"({self._rows[cid].size})")
+            tagged = rd.tagged_records(SHARE_CIPHERTEXT_BYTES, keys.TAG_ROW_BYTES, cfg.private_rows, "recipient")
+            declared = int(np.searchsorted(self._rows[cid], cfg.private_rows))
+            if any(n != declared for _, n, _ in tagged):
+                raise InvalidMessage(f"shares from client {cid} must carry one tag per row it declared below "
+                                     f"{cfg.private_rows} ({declared})")
             entries = [(v, n.to_bytes(4, "little") + ct) for v, n, ct in tagged]
         else:
             entries = rd.records(SHARE_CIPHERTEXT_BYTES, "recipient")

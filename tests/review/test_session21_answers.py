@@ -41,6 +41,7 @@ from secemb.protocols.secea.union import union_bloom
 from secemb.protocols.sfsl.protocol import SFSLProtocol
 from secemb.protocols.sfsl.staged import SFSL_PLAN
 from secemb.randomness import CtrDrbg
+from secemb.secagg.identity import Roster
 from secemb.server.peer import HttpPeer
 from secemb.sim.local import LocalStageServer
 from secemb.sim.player import play
@@ -98,7 +99,7 @@ SFSL_LONGEST = {
     "psu-unmask": 32 + 4 + 4 * G,                          # the union of every goods
     "download": 32 + 4 * (G * D + C * D + MLP),            # the submodel of every goods and category
     "sum-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 120 + 64),
-    "sum-shares": 32 + 4 + 2 * (4 + SHARE_CT + 4 + 8 * ROWS),  # each sender's tags of at most every row
+    "sum-shares": 32 + 4 + 2 * (4 + SHARE_CT + 4 + 8 * (G + C)),  # tags of at most every goods and category
     "sum-masked": 32 + 4 + 3 * 4,
     "sum-consistency": 32 + 4 + 3 * (4 + 64),
 }
@@ -142,7 +143,9 @@ def _secea_world() -> tuple[SecEAParams, Any, SecEANode, list[SecEAClient]]:
     params = SecEAParams(3, 1, dim=2)
     rng = CtrDrbg(5)
     bloom = union_bloom(16, sum(len(s) for s in SETS))
-    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(SETS)]
+    roster = Roster.generate()  # the silos sign their keys (docs/secea.md, "The signed directory")
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, identity=roster.enroll(i), _rng=rng)
+               for i, s in enumerate(SETS)]
     return params, bloom, SecEANode(params, bloom, key_bits=KEY_BITS, _rng=CtrDrbg(6)), clients
 
 
@@ -156,7 +159,7 @@ def test_a_secea_silos_limits_are_the_longest_honest_answers() -> None:
     assert rec.finished == [0, 1, 2]
     n = 3
     longest = {
-        "secea-keys": 32 + 2 + n * (2 + 32 + 2 + KEY_BITS // 8),  # DIRECTORY: 526
+        "secea-keys": 32 + 2 + n * (2 + 32 + 120 + 64 + 2 + KEY_BITS // 8),  # DIRECTORY, signed: 1078
         "psu-advertise": 32 + 4 + n * (4 + 32 + 32),
         "psu-shares": 32 + 4 + (n - 1) * (4 + SHARE_CT),
         "psu-masked": 32 + 4 + 4 * n,

@@ -302,3 +302,23 @@ def test_signed_server_messages_fit_the_longest_honest_answer(sparse: bool) -> N
     # by hand: keys 32 + 4 + 4 (4 + 64 + 184); relayed 32 + 4 + 3 (4 + 90 [+ 4 + 48]); signatures 32 + 4 + 4 x 68
     assert seen["keys"] == 1044 and seen["signatures"] == 308
     assert seen["relayed"] == (32 + 4 + 3 * (4 + 90 + 52) if sparse else 32 + 4 + 3 * 94)
+
+
+def test_public_rows_are_masked_with_every_peer_and_never_tagged() -> None:
+    # rows 5, 6, 7 are every client's (a public rule: SFSL's dense rows); only rows 0-4 are tagged
+    rows = {0: [0, 1, 5, 6, 7], 1: [1, 2, 5, 6, 7], 2: [3, 5, 6, 7]}
+    cfg = SecAggConfig(length=8, threshold=2, width=2, round_id=6, sparse=True, signed=True, public_from=5)
+    g = np.random.default_rng(4)
+    inputs = {u: g.integers(0, 2**32, (len(r), 2), dtype=np.uint64).astype(np.uint32) for u, r in rows.items()}
+    tr = run_round(cfg, inputs, rows={u: np.array(r) for u, r in rows.items()}, record=True)
+    expected = np.zeros((8, 2), np.uint64)
+    for u, r in rows.items():
+        expected[r] += inputs[u]
+    assert np.array_equal(tr.total, (expected % 2**32).astype(np.uint32))
+    # each shares record carries the tags of the sender's rows below 5 only: client 0 has 2
+    shares0 = next(m for stage, src, _, m in tr.messages if stage == "ShareKeys" and src == 0)
+    assert len(shares0) == H + 4 + 2 * (4 + 4 + 90 + 8 * 2)
+    with pytest.raises(InvalidParameters, match="every row from 5 on"):
+        SecAggClient(0, cfg, identity=Roster.generate().enroll(0)).advertise(np.array([0, 5, 6]))
+    with pytest.raises(InvalidParameters, match="public_from"):
+        SecAggConfig(length=8, threshold=2, public_from=5)  # not sparse

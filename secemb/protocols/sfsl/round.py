@@ -27,7 +27,8 @@ import numpy as np
 
 from secemb.protocols.sfsl.parties import SFSLDevice, SFSLServer, TrainingSettings
 from secemb.randomness import RandomBytes, system_rng
-from secemb.secagg import SecAggConfig, default_threshold, run_round
+from secemb.protocols.sfsl.staged import sum_config
+from secemb.secagg import default_threshold, run_round
 from secemb.secagg.psu import BloomParams, run_psu
 
 __all__ = ["RoundReport", "sfsl_round"]
@@ -145,8 +146,7 @@ def sfsl_round(
             rep.losses[u] = loss
     # 4. weighted, count-normalized secure sum per row
     sp = server.space
-    tr = run_round(SecAggConfig(length=sp.length, threshold=t, width=sp.width, round_id=2 * round_id + 1,
-                                sparse=True, signed=True),
+    tr = run_round(sum_config(sp, t, round_id),
                    inputs, rows=rows, drop_after={u: k for u, k in (drop_after or {}).items() if u in inputs},
                    _rng=_rng)
     for u in live:

@@ -52,7 +52,7 @@ from secemb.secagg.limits import longest_server_message, longest_union_message, 
 from secemb.secagg.identity import Identity
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
-__all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "round_configs"]
+__all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "round_configs", "sum_config"]
 
 #: per stage of :data:`EXCHANGE_STAGES`: the device's message kind and the server's answer (``None``: none)
 _KINDS: dict[str, tuple[str, str | None]] = {
@@ -84,11 +84,17 @@ SFSL_PLAN = _plan()
 def round_configs(space: RowSpace, bloom: BloomParams, n: int, round_id: int) -> tuple[SecAggConfig, SecAggConfig]:
     """The PSU's and the secure sum's secure-aggregation rounds of SFSL round ``round_id`` with
     ``n`` chosen devices (threshold ``n // 2 + 1``; secagg round ids ``2r`` and ``2r + 1``;
-    both signed)."""
+    both signed; the secure sum's dense rows, which every device holds, are its public rows)."""
     t = default_threshold(n)
-    return (replace(bloom.config(t, 2 * round_id), signed=True),
-            SecAggConfig(length=space.length, threshold=t, width=space.width, round_id=2 * round_id + 1, sparse=True,
-                         signed=True))
+    return (replace(bloom.config(t, 2 * round_id), signed=True), sum_config(space, t, round_id))
+
+
+def sum_config(space: RowSpace, threshold: int, round_id: int) -> SecAggConfig:
+    """The secure sum's secure-aggregation round of SFSL round ``round_id`` (``threshold``):
+    sparse over ``space`` (width ``d + 1``), signed, rows from ``goods + categories`` on (the
+    dense rows) held by every device; secagg round id ``2r + 1``."""
+    return SecAggConfig(length=space.length, threshold=threshold, width=space.width, round_id=2 * round_id + 1,
+                        sparse=True, signed=True, public_from=space.goods + space.categories)
 
 
 def announced_settings(settings: TrainingSettings, lr_decay: float, round_id: int) -> TrainingSettings:
