@@ -77,7 +77,7 @@ def _plan() -> RoundPlan:
     return RoundPlan(tuple(hops), stages=EXCHANGE_STAGES, servers=1)
 
 
-#: SFSL's round: nine exchanges between the devices and the one server
+#: SFSL's round: eleven exchanges between the devices and the one server
 SFSL_PLAN = _plan()
 
 
