@@ -20,7 +20,8 @@ Claims that hold (the attack is refused or opens nothing):
   in a clean refusal (``InvalidMessage``) or unmasks, and no device's ``b`` and ``s^SK`` are both
   open, no input is read;
 * the threshold rule ``2 t > |key list|`` at every ``n``, and checked before any signature;
-* bounded work on a key list and a signature list.
+* bounded work on a key list and a signature list;
+* a sparse round's row-tag records altered in transit (clear count, cut, swapped, too long).
 
 Findings (tests that show the attack working; the fix each needs is in the test's docstring and the
 session-22 red-team report):
@@ -33,6 +34,8 @@ session-22 red-team report):
 * R3 -- a consistency signature does not bind the run: if a round id is run again, the server
   forwards the earlier run's signatures and the split survivor list is not caught (privacy
   still holds by the threshold rule).
+* R4 (low) -- a signed key list and signatures message prove to anyone holding the roster pin
+  that a device took part in a round.
 """
 
 from __future__ import annotations
@@ -504,7 +507,8 @@ def test_held_a_long_signature_list_costs_at_most_one_check_per_survivor(monkeyp
     assert calls[0] == 3
 
 
-# ------------------------------------------------------------------ findings
+
+# ------------------------------------------------------------------ row tags in transit (held)
 
 def _records(msg: bytes, tagged: bool) -> dict[int, bytes]:
     """A relayed message's records: sender -> ciphertext (a signed sparse record's tag count read off)."""
@@ -518,8 +522,56 @@ def _records(msg: bytes, tagged: bool) -> dict[int, bytes]:
     return out
 
 
+def _tagged(cfg: SecAggConfig, recs: list[tuple[int, int, bytes]]) -> bytes:
+    """A signed sparse relayed message of records (sender, tag count as written, ciphertext)."""
+    return messages.frame("relayed", cfg.round_id, messages.SERVER, _u32(len(recs)),
+                          *(_u32(u) + _u32(n) + ct for u, n, ct in recs))
+
+
+#: rows of three devices of a signed sparse round over 64 rows
 ROWS = {0: [1, 5, 9, 20, 33, 40, 63], 1: [5, 6, 7, 40], 2: [0, 5, 63]}
 
+
+def _sparse_round() -> tuple[SecAggConfig, dict[int, SecAggClient], dict[int, bytes], dict[int, bytes]]:
+    """The three devices of :data:`ROWS` through ShareKeys with an honest server: (config,
+    clients, their advertise messages, the relayed messages)."""
+    cfg = SecAggConfig(length=64, threshold=2, round_id=11, sparse=True, signed=True)
+    roster = Roster.generate()
+    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in ROWS}
+    server = SecAggServer(cfg)
+    adverts = {u: c.advertise(np.array(ROWS[u])) for u, c in clients.items()}
+    for u, msg in adverts.items():
+        server.receive_advertise(u, msg)
+    km = server.keys_messages()
+    for u, c in clients.items():
+        server.receive_shares(u, c.share_keys(km[u]))
+    return cfg, clients, adverts, server.relayed_messages()
+
+
+@pytest.mark.parametrize(("how", "match"), [
+    ("count", "truncated|trailing|more than the 64 rows"),  # device 0's clear tag count raised by one
+    ("cut", "do not authenticate"),  # device 0's last tag cut off (count lowered to match)
+    ("swap", "do not authenticate"),  # devices 0's and 2's records swapped
+    ("over", "more than the 64 rows"),  # a record of 65 tags, refused before any decryption
+])
+def test_held_altered_row_tag_records_are_refused(how: str, match: str) -> None:
+    cfg, clients, _, relayed = _sparse_round()
+    recs = _records(relayed[1], tagged=True)
+    n = {u: (len(ct) - SHARE_CIPHERTEXT_BYTES) // keys.TAG_ROW_BYTES for u, ct in recs.items()}
+    assert n == {0: 7, 2: 3}
+    plan = {
+        "count": [(0, n[0] + 1, recs[0]), (2, n[2], recs[2])],
+        "cut": [(0, n[0] - 1, recs[0][: -keys.TAG_ROW_BYTES]), (2, n[2], recs[2])],
+        "swap": [(0, n[2], recs[2]), (2, n[0], recs[0])],
+        "over": [(0, 65, recs[0] + bytes(keys.TAG_ROW_BYTES * (65 - n[0]))), (2, n[2], recs[2])],
+    }[how]
+    with pytest.raises(InvalidMessage, match=match):
+        clients[1].masked_input(_tagged(cfg, plan), np.zeros(len(ROWS[1]), np.uint32))
+    with pytest.raises(ProtocolError):  # the device has left the round
+        clients[1].masked_input(relayed[1], np.zeros(len(ROWS[1]), np.uint32))
+
+
+# ------------------------------------------------------------------ findings
 
 def test_finding_r1_a_peer_reads_the_senders_whole_row_set_from_its_row_tags() -> None:
     """Finding R1 (a curious device, signed sparse round).  Device 1 follows the protocol; with
@@ -531,17 +583,7 @@ def test_finding_r1_a_peer_reads_the_senders_whole_row_set_from_its_row_tags() -
     items), but no peer saw them before (unsigned rounds send a bitmap over the recipient's rows,
     next test), and ``secemb/secagg/keys.py`` states the opposite ("nothing of the sender's
     other rows")."""
-    cfg = SecAggConfig(length=64, threshold=2, round_id=11, sparse=True, signed=True)
-    roster = Roster.generate()
-    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in ROWS}
-    server = SecAggServer(cfg)
-    adverts = {u: c.advertise(np.array(ROWS[u])) for u, c in clients.items()}
-    for u, msg in adverts.items():
-        server.receive_advertise(u, msg)
-    km = server.keys_messages()
-    for u, c in clients.items():
-        server.receive_shares(u, c.share_keys(km[u]))
-    relayed = server.relayed_messages()
+    cfg, clients, adverts, relayed = _sparse_round()
     clients[1].masked_input(relayed[1], np.zeros(len(ROWS[1]), np.uint32))  # device 1 goes on as asked
     # what device 1 does on the side, with its own X25519 key and device 0's signed public key
     mine, theirs = clients[1]._c.private, adverts[0][H : H + keys.KEY_BYTES]
@@ -619,3 +661,21 @@ def test_finding_r3_a_rerun_round_id_lets_the_server_reuse_consistency_signature
     assert not first.refused and not second.refused  # nobody caught the server
     assert all(0 in second.revealed[u][0] for u in (3, 4)) and all(0 in second.revealed[u][1] for u in (0, 1, 2))
     assert second.opened()[0] == (False, True) and second.read(0) is None
+
+
+def test_finding_r4_a_key_list_is_a_transferable_proof_of_who_took_part() -> None:
+    """Finding R4 (a curious device; low).  What a device receives in a signed round is signed by
+    its peers: anyone holding the deployment's public roster pin can check, from device 0's key
+    list and signatures message alone, that device 1 advertised keys in round 7 and signed that
+    it survived.  An unsigned round's key list proves nothing (the server could have written it)."""
+    ids = [0, 1, 2]
+    cfg, inputs, idents = _signed(ids, 2)
+    adv = Adversary(cfg, ids, inputs, idents)
+    _to_consistency(adv)
+    entry = adv.key_list(ids)[H + 4 + (4 + PAIR + SIGNED_ENTRY_BYTES) + 4 :][: PAIR + SIGNED_ENTRY_BYTES]
+    third_party = idents[0].pin  # public: the deployment id and the roster's public key
+    cert = third_party.certificate(entry[PAIR : PAIR + 120], 1)
+    keys_of_1 = secagg_client.advertised(cfg, 1, entry[:32], entry[32:PAIR])
+    secagg_identity.verify(cert.public, secagg_client.ADVERTISE_DOMAIN, keys_of_1, entry[PAIR + 120 :], "device 1")
+    secagg_identity.verify(cert.public, secagg_client.CONSISTENCY_DOMAIN, secagg_client.survivor_list(cfg, ids),
+                           adv.sigs[1], "device 1")
