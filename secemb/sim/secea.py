@@ -32,6 +32,7 @@ from secemb.protocols.secea.staged import (
 )
 from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import RandomBytes, system_rng
+from secemb.secagg.identity import Roster
 from secemb.sim.local import LocalStageServer
 from secemb.sim.player import play
 from secemb.transport.inprocess import InProcessTransport
@@ -126,8 +127,9 @@ class Deployment:
         bloom = union_bloom(domain, max(1, sum(s.size for s in sets)))
         self.node = SecEANode(params, bloom, _rng=rng)
         self.server = self.node.server
-        self.clients = [SecEAClient(i, params, s, key_bits=key_bits, query_bound=query_bound, _rng=rng)
-                        for i, s in enumerate(sets)]
+        roster = Roster.generate()  # the deployment's own operator certifies each silo's signing key
+        self.clients = [SecEAClient(i, params, s, key_bits=key_bits, query_bound=query_bound,
+                                    identity=roster.enroll(i), _rng=rng) for i, s in enumerate(sets)]
         self.exchange = LocalStageServer(self.node, _LoggingTransport(self.traffic.log)) if connect is None \
             else connect(self.node)
         setup = {i: SecEASetupParty(c, bloom, _rng=rng) for i, c in enumerate(self.clients)}

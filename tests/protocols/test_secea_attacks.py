@@ -16,13 +16,13 @@ from secemb.framing import HEADER_BYTES
 from secemb.errors import InvalidMessage, ProtocolError
 from secemb.protocols.secea import coding, field, wire
 from secemb.protocols.secea.coding import SecEAParams
-from secemb.protocols.secea.parties import SecEAClient, _pad_seed, _unpadded
+from secemb.protocols.secea.parties import SIGNED_BYTES, SecEAClient, _pad_seed, _unpadded
 from secemb.protocols.secea.staged import SECEA_ROUND_PLAN, SecEANode, SecEAParty
 from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import CtrDrbg
 from secemb.secagg.keys import KeyPair
 
-from secea_helpers import KEY_BITS, set_up_secea
+from secea_helpers import KEY_BITS, ROSTER, set_up_secea
 
 SETS = [[1, 4, 9], [4, 7], [1, 7, 9, 12]]
 
@@ -37,7 +37,7 @@ def test_finding_a_hello_of_another_round_is_refused():
     params = SecEAParams(3, 1, dim=2)
     node = SecEANode(params, union_bloom(16, 9))
     node.open_round(1, [0, 1, 2])
-    client = SecEAClient(0, params, np.array([1]), key_bits=KEY_BITS, _rng=CtrDrbg(1))
+    client = SecEAClient(0, params, np.array([1]), key_bits=KEY_BITS, identity=ROSTER.enroll(0), _rng=CtrDrbg(1))
     hello = client.hello()
     other = hello[:16] + (1).to_bytes(8, "little") + hello[24:]
     with pytest.raises(InvalidMessage, match="round"):
@@ -120,34 +120,58 @@ def test_finding_a_silo_pads_a_round_id_once():
     clients[0].upload(4, rows)
 
 
-def test_limit_a_server_that_substitutes_a_directory_key_reads_a_silos_padded_shares():
-    """SecEA's keys travel through the server, which the paper trusts to relay them (honest-but-
-    curious).  A deviating server hands silo 0 a directory in which silo 1's X25519 key is its
-    own: silo 0 accepts it (it checks only its own entry), and the server removes the pad of
-    silo 0's block for silo 1 -- every word a field element, the Lagrange share and queries in
-    the clear.  Nothing in the protocol detects it (docs/security.md, "One-server protocols")."""
+def _substituted(signed: bool) -> tuple[SecEAParams, list[SecEAClient], SecEANode, dict[int, bytes], KeyPair, bytes]:
+    """Three silos and a deviating server that hands silo 0 a directory in which silo 1's X25519
+    key is its own (silo 1's certificate, signature and Paillier key kept), the others the
+    honest one: the silos, the node, the HELLOs, the server's key pair and silo 0's directory."""
     params = SecEAParams(3, 1, dim=2)
     rng = CtrDrbg(5)
-    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(SETS)]
-    node = SecEANode(params, union_bloom(16, 9), _rng=rng)
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, signed=signed,
+                           identity=ROSTER.enroll(i) if signed else None, _rng=rng) for i, s in enumerate(SETS)]
+    node = SecEANode(params, union_bloom(16, 9), signed=signed, _rng=rng)
     hellos = {i: c.hello() for i, c in enumerate(clients)}
     mine = KeyPair.generate(_rng=rng)
     forged = dict(hellos)
-    forged[1] = wire.pack(wire.Header(wire.HELLO, 0, 1, wire.SERVER), mine.public + hellos[1][32 + 32:])
-    clients[0].receive_directory(node.server.directory(forged)[0])  # accepted
+    forged[1] = wire.pack(wire.Header(wire.HELLO, 0, 1, wire.SERVER), mine.public + hellos[1][HEADER_BYTES + 32:])
     for i in (1, 2):
         clients[i].receive_directory(node.server.directory(hellos)[i])
+    return params, clients, node, hellos, mine, node.server.directory(forged)[0]
+
+
+def test_a_server_that_substitutes_a_directory_key_is_caught_before_the_key_is_used():
+    """Session 22 (was ``test_limit_...``, below): silo 1 signed its keys, so the directory's
+    entry with the server's key in place of silo 1's does not verify -- silo 0 refuses the
+    directory naming silo 1 and the server's deviation, keeps nothing of it and pads nothing."""
+    _, clients, _, _, _, directory = _substituted(signed=True)
+    with pytest.raises(InvalidMessage, match="the directory gives silo 1 keys not signed by silo 1 .*silo 1's "
+                                             "signature: the signature does not verify.*: the server deviated"):
+        clients[0].receive_directory(directory)
+    assert clients[0]._directory is None and clients[0]._peers == {}
+    clients[0].set_union(np.array([1, 4, 7, 9, 12]))
+    with pytest.raises(ProtocolError, match="before the directory"):
+        clients[0].upload(1, np.ones((3, 2)))
+
+
+def test_limit_unsigned_a_server_that_substitutes_a_directory_key_reads_a_silos_padded_shares():
+    """What signing prevents, with the paper's unsigned protocol (``signed=False``, explicitly):
+    SecEA's keys travel through the server, which the paper trusts to relay them (honest-but-
+    curious).  A deviating server hands silo 0 a directory in which silo 1's X25519 key is its
+    own: silo 0 accepts it (unsigned, it checks only its own entry), and the server removes the
+    pad of silo 0's block for silo 1 -- every word a field element, the Lagrange share and queries
+    in the clear."""
+    params, clients, node, hellos, mine, directory = _substituted(signed=False)
+    clients[0].receive_directory(directory)  # accepted
     for c in clients:
         c.set_union(np.array([1, 4, 7, 9, 12]))
     up = clients[0].upload(1, np.ones((3, 2)))
     m, e, blocks = node.server.read_upload(1, 0, up)
     block = dict(blocks)[1]
-    seed = _pad_seed(mine.private, hellos[0][32:64], 1, 0, 1)
-    words = _unpadded(seed, block)  # raises InvalidMessage unless every word is a field element
+    silo0 = hellos[0][HEADER_BYTES:HEADER_BYTES + 32]
+    words = _unpadded(_pad_seed(mine.private, silo0, 1, 0, 1), block)  # InvalidMessage unless all field elements
     assert words.size == m * params.width + e * m and words.max() < field.P
     # without the substitution the pad does not come off: random words are >= P about half the time
     with pytest.raises(InvalidMessage, match="field element"):
-        _unpadded(_pad_seed(mine.private, hellos[0][32:64], 1, 0, 2), dict(blocks)[2])
+        _unpadded(_pad_seed(mine.private, silo0, 1, 0, 2), dict(blocks)[2])
 
 
 def test_limit_a_silo_that_answers_wrongly_corrupts_anothers_averages_undetected():
@@ -186,7 +210,7 @@ def test_finding_a_hello_with_a_low_order_key_is_refused():
     params = SecEAParams(3, 1, dim=2)
     node = SecEANode(params, union_bloom(16, 9))
     node.open_round(1, [0, 1, 2])
-    hello = SecEAClient(0, params, np.array([1]), key_bits=KEY_BITS, _rng=CtrDrbg(7)).hello()
+    hello = SecEAClient(0, params, np.array([1]), key_bits=KEY_BITS, identity=ROSTER.enroll(0), _rng=CtrDrbg(7)).hello()
     for point in (bytes(32), (1).to_bytes(32, "little")):
         with pytest.raises(InvalidMessage, match="public key refused"):
             node.receive(1, "secea-keys", 0, hello[:HEADER_BYTES] + point + hello[HEADER_BYTES + 32:])
@@ -204,10 +228,11 @@ def test_finding_a_hello_with_another_paillier_modulus_size_is_refused():
     params = SecEAParams(3, 1, dim=2)
     node = SecEANode(params, union_bloom(16, 9), key_bits=KEY_BITS)
     node.open_round(1, [0, 1, 2])
-    hello = SecEAClient(0, params, np.array([1]), key_bits=KEY_BITS, _rng=CtrDrbg(8)).hello()
+    hello = SecEAClient(0, params, np.array([1]), key_bits=KEY_BITS, identity=ROSTER.enroll(0), _rng=CtrDrbg(8)).hello()
+    keys = HEADER_BYTES + 32 + SIGNED_BYTES  # the X25519 key, the certificate and the signature
     for bits in (KEY_BITS + 8, 8 * KEY_BITS):
         big = ((1 << (bits - 1)) | 1).to_bytes(bits // 8, "big")  # odd, ``bits`` bits: parses as a modulus
-        forged = wire.pack(wire.Header(wire.HELLO, 0, 0, wire.SERVER), hello[HEADER_BYTES:HEADER_BYTES + 32] + big)
+        forged = wire.pack(wire.Header(wire.HELLO, 0, 0, wire.SERVER), hello[HEADER_BYTES:keys] + big)
         with pytest.raises(InvalidMessage, match=f"{bits}-bit Paillier modulus"):
             node.receive(1, "secea-keys", 0, forged)
     node.receive(1, "secea-keys", 0, hello)

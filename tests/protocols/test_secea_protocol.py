@@ -16,6 +16,7 @@ from secemb.protocols.exchange import ExchangeRun
 from secemb.protocols.secea.protocol import SecEAProtocol
 from secemb.protocols.secea.silos import local_epoch, make_silos, one_thread, popular_items, silo_entities
 from secemb.randomness import CtrDrbg
+from secemb.secagg.identity import Roster
 
 FAST = {"secea_key_bits": 1024, "secea_items": 6}
 
@@ -94,7 +95,10 @@ def test_bad_options_are_refused(split, kw):
 
 def test_a_silo_device_takes_part_from_the_round_documents(split):
     p = protocol(split)
+    roster = Roster.generate()  # the deployment's operator: each silo signs its keys (secemb client sets it)
     devices = {u: p.make_device(u) for u in range(3)}
+    for u, d in devices.items():
+        d.identity = roster.enroll(u)
     server = p.make_server()
     rounds = connect_local(server)
     rec = rounds.play(0, {u: d.party({"round_id": 0, "users": [0, 1, 2], "stages": list(server.node.plan.stages[:5])})

@@ -16,14 +16,18 @@ import pytest
 from secemb.client.stages import device_state_file
 from secemb.data import load_movielens, train_test_split
 from secemb.digest import model_sha256
-from secemb.errors import InvalidMessage, ProtocolError
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.protocols.device_state import CorruptDeviceState, DeviceStateFile
 from secemb.protocols.exchange import ExchangeRun
 from secemb.protocols.secea.protocol import SecEAProtocol, SecEASilo
 from secemb.protocols.stages import SECEA_SETUP_STAGES, SECEA_STAGES
+from secemb.secagg.identity import Roster
 from secemb.sim.player import Rounds, connect_local
 
 SILOS = [0, 1, 2]
+#: each silo's certified identity (what its credentials carry; it keeps it across restarts)
+ROSTER = Roster.generate()
+IDENTITIES = {u: ROSTER.enroll(u) for u in SILOS}
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +42,19 @@ def _proto(split, seed: int = 0) -> SecEAProtocol:
 
 def _store(root: Path, user: int, *, secret: bytes = b"k" * 32, deployment: str = "dep-a") -> DeviceStateFile:
     return DeviceStateFile(root / f"device-{user}.state", secret, {"device": user, "deployment": deployment})
+
+
+def _durable(proto: SecEAProtocol, store: DeviceStateFile) -> SecEASilo:
+    """Silo ``store``'s device as ``secemb client`` starts it: from its file, then given its identity."""
+    silo = proto.make_durable_device(store.binding["device"], store)
+    silo.identity = IDENTITIES[store.binding["device"]]
+    return silo
+
+
+def _device(proto: SecEAProtocol, user: int) -> SecEASilo:
+    silo = proto.make_device(user)
+    silo.identity = IDENTITIES[user]
+    return silo
 
 
 def _doc(round_id: int, stages) -> dict:
@@ -58,7 +75,7 @@ def _hash(silos: dict[int, SecEASilo]) -> str:
 def _deployment(proto: SecEAProtocol, root: Path) -> tuple[Rounds, dict[int, SecEASilo]]:
     """A set-up deployment of durable silos, their files in ``root``."""
     rounds = connect_local(proto.make_server())
-    silos = {u: proto.make_durable_device(u, _store(root, u)) for u in SILOS}
+    silos = {u: _durable(proto, _store(root, u)) for u in SILOS}
     setup = rounds.play(0, {u: s.party(_doc(0, SECEA_SETUP_STAGES)) for u, s in silos.items()})
     assert setup.finished == SILOS and setup.outcome["state"] == "committed"
     return rounds, silos
@@ -76,7 +93,7 @@ def test_a_silo_restarted_from_its_state_file_trains_on_to_the_uninterrupted_mod
     state = tmp_path / "restarted" / "device-2.state"
     assert stat.S_IMODE(state.stat().st_mode) == 0o600
     old_hello = silos[2].client.hello()
-    silos[2] = proto.make_durable_device(2, _store(tmp_path / "restarted", 2))  # silo 2's process started again
+    silos[2] = _durable(proto, _store(tmp_path / "restarted", 2))  # silo 2's process started again
     assert silos[2].client.hello() == old_hello and silos[2].last_round == 2  # its keys, its last round
     _round(rounds, silos, 3)  # no new set-up: the server's directory and union still serve
     assert _hash(silos) == _hash(straight)
@@ -89,7 +106,7 @@ def test_a_silo_restarted_during_a_round_never_pads_that_round_again(split, tmp_
     rounds, silos = _deployment(proto, tmp_path)
     party = silos[2].party(_doc(1, SECEA_STAGES))
     party.message("secea-share")  # padded and handed out, then silo 2 stops before the round ends
-    back = proto.make_durable_device(2, _store(tmp_path, 2))
+    back = _durable(proto, _store(tmp_path, 2))
     assert back.client.last_upload == 1 and back.last_round == 0
     model, order = back.silo.state(), back.gen.bit_generator.state
     with pytest.raises(InvalidMessage, match="pads are used once"):
@@ -158,20 +175,53 @@ def test_a_correctly_tagged_state_that_does_not_fit_the_silo_is_refused(split, t
     _refused(proto, store, "directory does not carry this client's own keys")
     rewrite(meta_change={"client": {**good[0]["client"], "paillier_q": "7"}})
     _refused(proto, store, "1024-bit key")
+    rewrite(meta_change={"client": {k: v for k, v in good[0]["client"].items() if k != "setup_round"}})
+    _refused(proto, store, "keys missing or malformed")  # the set-up its directory's signatures name
     rewrite(meta_change={"last_round": -3})
     _refused(proto, store, "last_round")
     rewrite(meta_change={"batch_order": {"bit_generator": "MT19937"}})
     _refused(proto, store, "device state")
 
 
+def test_a_restored_directory_is_verified_when_the_silo_gets_its_identity(split, tmp_path):
+    """A signed silo started from its file verifies the stored directory once it is given its
+    identity (``secemb client`` gives it right after): a correctly tagged file whose directory has
+    a byte of silo 1's X25519 key changed is refused then, and before it the silo pads nothing."""
+    proto = _proto(split)
+    _deployment(proto, tmp_path)
+    store = _store(tmp_path, 0)
+    meta, arrays = store.load()
+    directory = arrays["directory"].copy()
+    first = 32 + 2 + 2 + 32 + 184  # header, count, silo 0's id, key, certificate and signature: its len(n)
+    silo1_key = first + 2 + int.from_bytes(directory[first:first + 2].tobytes(), "little") + 2
+    directory[silo1_key + 5] ^= 1
+    store.save(meta, arrays | {"directory": directory})
+    silo = proto.make_durable_device(0, store)  # read and checked but its signatures, which need the identity
+    assert silo.identity is None and not silo.client.set_up
+    with pytest.raises(ProtocolError, match="no identity"):
+        silo.client.hello()
+    with pytest.raises(ProtocolError, match="directory and the union"):
+        silo.round_party(1).message("secea-share")
+    with pytest.raises(InvalidParameters, match=r"^SecEA silo state: the directory gives silo 1 keys not signed by "
+                                                r"silo 1 \(silo 1's signature: the signature does not verify\)"):
+        silo.identity = IDENTITIES[0]
+    with pytest.raises(ProtocolError, match="directory and the union"):
+        silo.round_party(1).message("secea-share")
+    intact = proto.make_durable_device(1, _store(tmp_path, 1))
+    intact.identity = IDENTITIES[1]
+    assert intact.client.set_up
+    with pytest.raises(ProtocolError, match="set up in set-up 0: set-up 3 takes new keys"):
+        intact.client.hello(3)  # its statement names set-up 0; another set-up starts from renewed()
+
+
 def test_a_silo_without_a_state_file_still_has_new_keys_and_no_union(split):
     proto = _proto(split)
     hosted = proto.make_server()
     rounds = connect_local(hosted)
-    silos = {u: proto.make_device(u) for u in SILOS}
+    silos = {u: _device(proto, u) for u in SILOS}
     setup = rounds.play(0, {u: s.setup_party(0) for u, s in silos.items()})
     assert setup.finished == SILOS and setup.outcome["state"] == "committed"
-    restarted = proto.make_device(2)
+    restarted = _device(proto, 2)
     assert restarted.client.hello() != silos[2].client.hello()
     doc = hosted.node.open_round(1, SILOS)
     assert doc["setup"] is False and doc["stages"] == list(SECEA_STAGES)

@@ -55,8 +55,19 @@ class Deployment:
         and 2 fresh; ``tamper``: its deviation."""
         node = self.protocol.make_server().node
         assert isinstance(node, SecEANode)
-        self.node, self.others = node, {u: self.protocol.make_device(u) for u in (1, 2)}
+        self.node, self.others = node, {u: self.silo(u) for u in (1, 2)}
         return self._serve(node.open_round(round_id, [0, 1, 2]), tamper)
+
+    def silo(self, user: int) -> SecEASilo:
+        """Silo ``user`` in process, signing with the identity of its credentials (as ``secemb client`` sets it)."""
+        silo, identity = self.protocol.make_device(user), self.credentials(user).identity
+        assert identity is not None
+        silo.identity = identity
+        return silo
+
+    def credentials(self, user: int) -> ExchangeCredentials:
+        """Device ``user``'s credentials (``secemb admin add-devices``'s)."""
+        return ExchangeCredentials.load(self.creds.parent / f"device-{user}.json")
 
     def round(self, round_id: int) -> DeviatingNode:
         """Aggregation round ``round_id`` on the server of the last set-up (honest)."""

@@ -7,8 +7,8 @@ the layouts are docs/secea.md's and docs/secagg.md's, whose parsers check every 
 
 The in-process search behind these cases (every answer, 60 mutations each: cuts, extensions, u16
 and u32 fields set to 0..3 and their maximum, byte flips at 24 offsets) found no other exception;
-the mutations that are taken are the documented limits (a key substituted, a ciphertext changed:
-wrong averages, undetected).
+the mutations that are taken are the documented limits (a ciphertext changed: wrong averages,
+undetected; a key substituted was one until session 22 signed the directory).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from secemb.protocols.secea.staged import SECEA_PLAN, SECEA_ROUND_PLAN, SECEA_SE
     SecEASetupParty
 from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import CtrDrbg
+from secemb.secagg.identity import Roster
 from secemb.sim.local import LocalStageServer
 from secemb.sim.player import play
 from secemb.transport.http import HttpStageLink
@@ -51,7 +52,9 @@ def _world() -> tuple[SecEANode, list[SecEAClient], Any]:
     params = SecEAParams(3, 1, dim=2)
     rng = CtrDrbg(41)
     bloom = union_bloom(16, sum(len(s) for s in SETS))
-    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(SETS)]
+    roster = Roster.generate()
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, identity=roster.enroll(i), _rng=rng)
+               for i, s in enumerate(SETS)]
     return SecEANode(params, bloom, key_bits=KEY_BITS, _rng=CtrDrbg(42)), clients, bloom
 
 

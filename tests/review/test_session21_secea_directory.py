@@ -2,8 +2,8 @@
 directory of the set-up.
 
 SecEA's paper assumes an honest-but-curious server (docs/security.md, "One-server protocols"),
-so a server that substitutes a key is out of its model and not caught
-(``test_limit_a_server_that_substitutes_a_directory_key_reads_a_silos_padded_shares``).  What
+so a server that substitutes a key was out of its model and not caught (since session 22 the
+silos sign their keys and verify the directory: ``test_session22_secea_signed.py``).  What
 the deployment enforces anyway: a peer's input cannot crash a silo or make it work without
 bound, and a key the deployment never admits is refused where it is read.  The server refuses a
 HELLO with a low-order X25519 key or a Paillier modulus of another size than the deployment's
@@ -46,10 +46,12 @@ from secemb.errors import InvalidMessage
 from secemb.protocols.secea import wire
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea.parties import SecEAClient
+from secemb.protocols.secea.protocol import SecEASilo
 from secemb.protocols.secea.staged import SECEA_PLAN, SecEANode, SecEASetupParty
 from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import CtrDrbg
 from secemb.secagg import messages
+from secemb.secagg.identity import Roster
 from secemb.secagg.keys import KeyPair
 from secemb.server.exchange_deploy import ExchangeCredentials
 from secemb.transport.http import HttpStageLink
@@ -67,22 +69,29 @@ SETS = [[1, 3, 5], [3, 4], [5, 6, 7, 8]]
 LOW_ORDER = bytes(32)
 
 
-def _directory(entries: list[tuple[bytes, bytes]], receiver: int) -> bytes:
+#: a signed entry's certificate (120 bytes) and signature (64), between the X25519 key and len(n)
+PROOF = 184
+Entry = tuple[bytes, bytes, bytes]
+
+
+def _directory(entries: list[Entry], receiver: int) -> bytes:
     """A DIRECTORY message (docs/secea.md, "Messages": u16 count, then per client u16 id, its
-    X25519 key, u16 len(n), n big-endian) of ``entries`` (X25519 key, modulus bytes) for ``receiver``."""
+    X25519 key, its certificate and signature, u16 len(n), n big-endian) of ``entries`` (X25519
+    key, certificate and signature, modulus bytes) for ``receiver``."""
     body = struct.pack("<H", len(entries)) + b"".join(
-        struct.pack("<H", i) + x + struct.pack("<H", len(n)) + n for i, (x, n) in enumerate(entries))
+        struct.pack("<H", i) + x + proof + struct.pack("<H", len(n)) + n for i, (x, proof, n) in enumerate(entries))
     return wire.pack(wire.Header(wire.DIRECTORY, 0, wire.SERVER, receiver), body)
 
 
-def _entries(directory: bytes) -> list[tuple[bytes, bytes]]:
-    """The (X25519 key, modulus bytes) of each client of a DIRECTORY message, by the layout above."""
+def _entries(directory: bytes) -> list[Entry]:
+    """The (X25519 key, certificate and signature, modulus bytes) of each client of a DIRECTORY
+    message, by the layout above."""
     body, pos, out = directory[32:], 2, []
     for _ in range(struct.unpack_from("<H", body)[0]):
-        x = body[pos + 2:pos + 34]
-        size = struct.unpack_from("<H", body, pos + 34)[0]
-        out.append((x, body[pos + 36:pos + 36 + size]))
-        pos += 36 + size
+        x, proof = body[pos + 2:pos + 34], body[pos + 34:pos + 34 + PROOF]
+        size = struct.unpack_from("<H", body, pos + 34 + PROOF)[0]
+        out.append((x, proof, body[pos + 36 + PROOF:pos + 36 + PROOF + size]))
+        pos += 36 + PROOF + size
     assert pos == len(body)
     return out
 
@@ -95,31 +104,31 @@ def _odd_modulus(bits: int) -> bytes:
     return n.to_bytes(bits // 8, "big")
 
 
-def _resized_moduli(entries: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+def _resized_moduli(entries: list[Entry]) -> list[Entry]:
     """Client 1's modulus 512 bits shorter, client 2's 512 bits longer: the directory as long as
     the honest one, so only the size of each key tells."""
-    return [entries[0], (entries[1][0], _odd_modulus(KEY_BITS - 512)), (entries[2][0], _odd_modulus(KEY_BITS + 512))]
+    return [entries[0], (*entries[1][:2], _odd_modulus(KEY_BITS - 512)),
+            (*entries[2][:2], _odd_modulus(KEY_BITS + 512))]
 
 
-def _longer_directory(entries: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return entries[:2] + [(entries[2][0], _odd_modulus(2 * KEY_BITS))]
+def _longer_directory(entries: list[Entry]) -> list[Entry]:
+    return entries[:2] + [(*entries[2][:2], _odd_modulus(2 * KEY_BITS))]
 
 
-def _low_order_key(entries: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return entries[:2] + [(LOW_ORDER, entries[2][1])]
+def _low_order_key(entries: list[Entry]) -> list[Entry]:
+    return entries[:2] + [(LOW_ORDER, *entries[2][1:])]
 
 
-ATTACKS: dict[str, tuple[Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]], str]] = {
+ATTACKS: dict[str, tuple[Callable[[list[Entry]], list[Entry]], str]] = {
     "smaller-and-larger-modulus": (_resized_moduli, "gives client 1 a 1024-bit Paillier modulus, not the "
                                                     "deployment's 1536 bits"),
-    "longer-directory": (_longer_directory, r"the answer of secea-keys: 910 bytes, longer than any honest answer "
-                                            r"\(718 bytes\)"),
+    "longer-directory": (_longer_directory, r"the answer of secea-keys: 1462 bytes, longer than any honest answer "
+                                            r"\(1270 bytes\)"),
     "low-order-key": (_low_order_key, "peer public key refused"),
 }
 
 
-def _tamper(attack: Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]]
-            ) -> Callable[[str, bytes], bytes | None]:
+def _tamper(attack: Callable[[list[Entry]], list[Entry]]) -> Callable[[str, bytes], bytes | None]:
     def tamper(stage: str, answer: bytes) -> bytes | None:
         return _directory(attack(_entries(answer)), 0) if stage == "secea-keys" else answer
     return tamper
@@ -131,7 +140,9 @@ def _set_up(nodes: list[DeviatingNode], tamper: Callable[[str, bytes], bytes | N
     params = SecEAParams(3, 1, dim=2)
     rng = CtrDrbg(21)
     bloom = union_bloom(16, sum(len(s) for s in SETS))
-    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(SETS)]
+    roster = Roster.generate()
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, identity=roster.enroll(i), _rng=rng)
+               for i, s in enumerate(SETS)]
     node = SecEANode(params, bloom, key_bits=KEY_BITS, _rng=CtrDrbg(22))
     doc = node.open_round(1, [0, 1, 2])
     parties = {u: SecEASetupParty(c, bloom, 1, _rng=CtrDrbg(30 + u)) for u, c in enumerate(clients)}
@@ -175,7 +186,14 @@ def test_secemb_client_of_a_secea_silo_fails_its_set_up_on_an_oversized_director
     protocol = ExchangeCredentials.load(root / "devices" / "device-0.json").protocol(None)
     node = protocol.make_server().node
     doc = node.open_round(1, [0, 1, 2])
-    others = {u: protocol.make_device(u).party(doc) for u in (1, 2)}
+    others = {}
+    for u in (1, 2):
+        silo = protocol.make_device(u)
+        assert isinstance(silo, SecEASilo)
+        identity = ExchangeCredentials.load(root / "devices" / f"device-{u}.json").identity
+        assert identity is not None
+        silo.identity = identity
+        others[u] = silo.party(doc)
     nodes.append(DeviatingNode(node, doc, others, tamper=_tamper(_resized_moduli)))
     creds = json.loads((root / "devices" / "device-0.json").read_text())
     creds |= {"url": nodes[-1].url, "ca": str((root / "devices" / creds["ca"]).resolve())}

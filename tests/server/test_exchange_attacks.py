@@ -44,6 +44,7 @@ from secemb.protocols.secea.staged import SECEA_ROUND_PLAN, SECEA_SETUP_PLAN, Se
 from secemb.protocols.secea.union import union_bloom
 from secemb.protocols.stages import RoundPlan
 from secemb.randomness import CtrDrbg
+from secemb.secagg.identity import Roster
 from secemb.server.auth import Verifier
 from secemb.server.exchange_app import create_exchange_app
 from secemb.transport.signing import sign_headers, user_key
@@ -104,7 +105,9 @@ def secea_world(seed: int) -> tuple[SecEAParams, Any, list[SecEAClient]]:
     params = SecEAParams(3, 1, dim=2)
     rng = CtrDrbg(seed)
     bloom = union_bloom(16, sum(len(s) for s in SETS))
-    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, _rng=rng) for i, s in enumerate(SETS)]
+    roster = Roster.generate()  # the silos sign their keys (docs/secea.md, "The signed directory")
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, identity=roster.enroll(i), _rng=rng)
+               for i, s in enumerate(SETS)]
     return params, bloom, clients
 
 

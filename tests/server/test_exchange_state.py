@@ -25,6 +25,7 @@ from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.secea.staged import SecEANode, SecEAParty, SecEASetupParty
 from secemb.protocols.secea.union import union_bloom
 from secemb.randomness import CtrDrbg
+from secemb.secagg.identity import Roster
 from secemb.server.exchange_app import StageCloser
 from secemb.server.exchange_state import ExchangeState
 from secemb.server.persist import CorruptState, Journal
@@ -62,7 +63,9 @@ class SecEAWorld:
         self.params = SecEAParams(3, 1, dim=2)
         self.bloom = union_bloom(16, sum(len(s) for s in SETS))
         rng = CtrDrbg(1)
-        self.clients = [SecEAClient(i, self.params, np.array(s), key_bits=1024, _rng=rng) for i, s in enumerate(SETS)]
+        roster = Roster.generate()  # the silos sign their keys (docs/secea.md, "The signed directory")
+        self.clients = [SecEAClient(i, self.params, np.array(s), key_bits=1024, identity=roster.enroll(i), _rng=rng)
+                        for i, s in enumerate(SETS)]
 
     def server(self, state_dir: Path, seed: int) -> tuple[StageCloser, ExchangeState]:
         """A fresh server (node and state) over ``state_dir``."""

@@ -1,8 +1,10 @@
 """SecEA's parties: clients (silos) and the relaying server, exchanging bytes only (wire.py).
 
-Per deployment (once): every client sends HELLO (X25519 and Paillier public keys); the server
-returns the DIRECTORY; the entity union E = {e_1..e_M} is agreed through the PSU (the client is
-given it with :meth:`SecEAClient.set_union`).  Per round:
+Per deployment (once): every client sends HELLO (X25519 and Paillier public keys, signed with its
+certified identity: :func:`hello_statement`); the server returns the DIRECTORY of every client's
+keys, certificate and signature, and a client verifies every entry before it uses any key (so a
+server that puts its own key in place of a peer's is caught, not trusted); the entity union
+E = {e_1..e_M} is agreed through the PSU (the client is given it with :meth:`SecEAClient.set_union`).  Per round:
 
 1. ``client.upload(round, rows)`` -> UPLOAD: Lagrange shares of the expanded embeddings for every
    other client and the queries for each of its own entities, XOR one-time-padded under a seed the
@@ -35,12 +37,27 @@ from secemb.protocols.secea import coding, field, wire
 from secemb.protocols.secea import paillier as phe_packing
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.randomness import RandomBytes, random_words, system_rng
+from secemb.secagg.identity import CERTIFICATE_BYTES, DEPLOYMENT_BYTES, SIGNATURE_BYTES, Identity, verify
 from secemb.secagg.keys import KEY_BYTES, KeyPair, agree, check_public
 from secemb.secagg.prg import mask_rows
 
-__all__ = ["SecEAClient", "SecEAServer"]
+__all__ = ["HELLO_DOMAIN", "SIGNED_BYTES", "SecEAClient", "SecEAServer", "hello_statement"]
 
 _PAD_PURPOSE = b"secemb/secea/v1/relay-pad"
+#: the domain of a silo's signature over its HELLO keys (:func:`secemb.secagg.identity.signed_bytes`)
+HELLO_DOMAIN = b"secemb/secea/v1/hello"
+#: what signing adds to a HELLO and to each DIRECTORY entry: the silo's certificate, its signature
+SIGNED_BYTES = CERTIFICATE_BYTES + SIGNATURE_BYTES
+
+
+def hello_statement(deployment: bytes, setup_round: int, num_clients: int, index: int, x25519: bytes,
+                    modulus: bytes) -> bytes:
+    """What silo ``index`` signs (domain :data:`HELLO_DOMAIN`): ``deployment id (16) || set-up
+    round (u64) || N (u16) || index (u16) || X25519 key (32) || Paillier n`` (big-endian, as in
+    HELLO), all little-endian: its keys bound to the deployment, the set-up and its seat."""
+    if len(deployment) != DEPLOYMENT_BYTES:
+        raise InvalidParameters(f"a deployment id is {DEPLOYMENT_BYTES} bytes, got {len(deployment)}")
+    return struct.pack(f"<{DEPLOYMENT_BYTES}sQHH", deployment, setup_round, num_clients, index) + x25519 + modulus
 
 
 def _pad_seed(private: bytes, peer_public: bytes, round_id: int, sender: int, receiver: int) -> bytes:
@@ -73,13 +90,21 @@ class SecEAClient:
     ``keys``: its X25519 private key (32 bytes) and Paillier private key, kept from an earlier
     run of this silo (:meth:`restore`); ``None``: fresh keys (``key_bits``).
 
+    ``signed`` (default): the silo signs its HELLO keys with its certified identity
+    (:mod:`secemb.secagg.identity`; device ``index`` of the deployment's roster) and takes a
+    DIRECTORY only if every entry carries the certificate of its silo under the pinned roster and
+    that silo's signature over its keys (:func:`hello_statement`).  ``identity``: given here or
+    later (:meth:`sign_with`, before its HELLO).  ``signed=False`` is the paper's unsigned
+    protocol, explicitly: a server that puts its own key in the directory in place of a peer's
+    then removes the pads of this silo's blocks for that peer and reads its shares and queries.
+
     ``_rng`` (keyword-only, tests only) replaces the OS CSPRNG for every secret the client draws
     except the Paillier primes, which ``phe`` draws from the OS.
     """
 
     def __init__(self, index: int, params: SecEAParams, entities: np.ndarray, *, key_bits: int = 2048,
                  query_bound: int | None = None, keys: tuple[bytes, PaillierPrivateKey] | None = None,
-                 _rng: RandomBytes | None = None) -> None:
+                 signed: bool = True, identity: Identity | None = None, _rng: RandomBytes | None = None) -> None:
         if not 0 <= index < params.num_clients:
             raise InvalidParameters(f"client index must be in [0, {params.num_clients}), got {index}")
         ids = np.asarray(entities, dtype=np.int64)
@@ -88,6 +113,8 @@ class SecEAClient:
         if query_bound is not None and query_bound < ids.size:
             raise InvalidParameters(f"query_bound must be >= the {ids.size} entities, got {query_bound}")
         self.index, self.params, self.entities, self.query_bound = index, params, ids, query_bound
+        self.signed = signed
+        self._identity: Identity | None = None
         self._rng = system_rng if _rng is None else _rng
         if keys is None:
             self._x25519 = KeyPair.generate(_rng=self._rng)
@@ -96,6 +123,8 @@ class SecEAClient:
             self._x25519 = KeyPair.from_private(keys[0])
             self._paillier_public, self._paillier_private = phe_packing.PublicKey(keys[1].public_key), keys[1]
         self._directory: bytes | None = None
+        self._unchecked: bytes | None = None  # a restored signed directory, checked once the identity is given
+        self._setup_round = 0  # the set-up whose HELLO it signed (its statement names it)
         self._peers: dict[int, tuple[bytes, phe_packing.PublicKey]] = {}
         self._pools: dict[int, list[int]] = {}
         self._own: np.ndarray | None = None
@@ -104,17 +133,48 @@ class SecEAClient:
         self._round: tuple[int, str] | None = None
         self._kept: tuple[np.ndarray, np.ndarray] | None = None
         self._last_upload = -1  # the last round padded: a pad (keys, round, direction) is used once
+        if identity is not None:
+            self.sign_with(identity)
 
     def renewed(self) -> SecEAClient:
-        """This silo as a new client (the same index, parameters, entities and ``query_bound``) with
-        fresh keys of this client's size and no directory or union: what a new set-up starts from
-        (its pads then differ from every pad of the old keys, whatever the round ids)."""
+        """This silo as a new client (the same index, parameters, entities, ``query_bound``,
+        ``signed`` and identity) with fresh keys of this client's size and no directory or union:
+        what a new set-up starts from (its pads then differ from every pad of the old keys,
+        whatever the round ids)."""
         return SecEAClient(self.index, self.params, self.entities, key_bits=self._paillier_public.key.n.bit_length(),
-                           query_bound=self.query_bound, _rng=self._rng)
+                           query_bound=self.query_bound, signed=self.signed, identity=self._identity, _rng=self._rng)
+
+    @property
+    def identity(self) -> Identity | None:
+        """The identity it signs with (``None``: none given yet, or an unsigned client)."""
+        return self._identity
+
+    def sign_with(self, identity: Identity) -> None:
+        """Take this silo's certified identity (e.g. its credentials'); a directory restored before
+        it (:meth:`restore`) is verified now.
+
+        Raises
+        ------
+        InvalidParameters: an unsigned client, the identity of another device, or a restored
+        directory with an entry that does not verify (the client then holds no directory).
+        """
+        if not self.signed:
+            raise InvalidParameters(f"client {self.index} is unsigned (signed=False): it takes no identity")
+        if identity.user != self.index:
+            raise InvalidParameters(f"client {self.index} was given the identity of device {identity.user}")
+        self._identity = identity
+        unchecked, self._unchecked = self._unchecked, None
+        if unchecked is not None:
+            try:
+                self.receive_directory(unchecked)
+            except InvalidMessage as exc:
+                self._peers = {}
+                raise InvalidParameters(f"SecEA silo state: {exc}") from None
 
     @property
     def set_up(self) -> bool:
-        """Whether the directory and the union are set (the client can take part in rounds)."""
+        """Whether the directory (verified, if signed) and the union are set (the client can take
+        part in rounds)."""
         return self._own is not None and self._directory is not None
 
     @property
@@ -128,34 +188,92 @@ class SecEAClient:
         for n, count in counts.items():
             self._pools.setdefault(n, []).extend(self._peers[n][1].obfuscators(count, self._rng))
 
-    def hello(self) -> bytes:
-        """HELLO: this client's public keys."""
-        header = wire.Header(wire.HELLO, 0, self.index, wire.SERVER)
-        return wire.pack(header, self._x25519.public + self._paillier_public.to_bytes())
+    def hello(self, setup_round: int = 0) -> bytes:
+        """HELLO for the set-up round ``setup_round``: this client's public keys, signed:
+        ``X25519 key (32) || certificate (120) || signature (64) || Paillier n``; unsigned:
+        ``X25519 key || Paillier n``.
 
-    def receive_directory(self, data: bytes) -> None:
-        """Store every client's public keys from the server's DIRECTORY.
+        The round is kept: the directory is verified for it (:meth:`receive_directory`); a
+        directory of another set-up that did not complete (no union) is dropped.
 
         Raises
         ------
-        InvalidMessage: malformed, without this client's own keys, or with a key the deployment
+        ProtocolError: a signed client without its identity (:meth:`sign_with`), or a client set
+        up in another set-up (a new one takes new keys: :meth:`renewed`).
+        """
+        setup_round = check_int("setup_round", setup_round, low=0, high=2**64 - 1)
+        if setup_round != self._setup_round:
+            if self.set_up:
+                raise ProtocolError(f"silo {self.index} was set up in set-up {self._setup_round}: set-up "
+                                    f"{setup_round} takes new keys")
+            self._directory = self._unchecked = None
+            self._peers = {}
+        modulus = self._paillier_public.to_bytes()
+        proof = b""
+        if self.signed:
+            if self._identity is None:
+                raise ProtocolError(f"silo {self.index} has no identity to sign its keys with")
+            pin = self._identity.pin
+            statement = hello_statement(pin.deployment, setup_round, self.params.num_clients, self.index,
+                                        self._x25519.public, modulus)
+            proof = self._identity.certificate.to_bytes() + self._identity.sign(HELLO_DOMAIN, statement)
+        self._setup_round = setup_round
+        header = wire.Header(wire.HELLO, 0, self.index, wire.SERVER)
+        return wire.pack(header, self._x25519.public + proof + modulus)
+
+    def receive_directory(self, data: bytes) -> None:
+        """Store every client's public keys from the server's DIRECTORY, a signed client only
+        after it verified every entry: the certificate of silo ``i`` under its pinned roster (this
+        deployment, device ``i``) and silo ``i``'s signature over the keys the entry gives it
+        (:func:`hello_statement`, this client's set-up round).
+
+        Raises
+        ------
+        InvalidMessage: malformed, without this client's own keys, with a key the deployment
         never admits (the server refuses such a HELLO: :class:`~secemb.protocols.secea.staged.SecEANode`):
         an X25519 key no agreement can use, or a Paillier modulus of another size than this
         client's (every key of a deployment has one size; a larger one would make this client's
-        answers under it cost what that size costs, without bound).  Nothing is stored then.
+        answers under it cost what that size costs, without bound), or (signed) an entry whose
+        certificate or signature does not verify -- the error names the silo and says the server
+        deviated from the protocol.  Nothing is stored then.
+        ProtocolError: a signed client without its identity.
         """
+        if self.signed and self._identity is None:
+            raise ProtocolError(f"silo {self.index} has no identity to verify the directory with")
+        peers = self._read_directory(data)
+        if self._identity is not None:
+            self._verify(peers)
+        self._peers, self._directory = {i: (x, key) for i, (x, key, _) in peers.items()}, bytes(data)
+
+    def _read_directory(self, data: bytes) -> dict[int, tuple[bytes, phe_packing.PublicKey, bytes]]:
+        """The entries of a DIRECTORY message (keys, certificate and signature) with every check
+        of :meth:`receive_directory` but the signatures."""
         _, body = wire.unpack(data, wire.DIRECTORY, 0, self.index)
-        peers = _parse_directory(body, self.params.num_clients)
-        x25519, paillier_key = peers[self.index]
+        peers = _parse_directory(body, self.params.num_clients, self.signed)
+        x25519, paillier_key, _ = peers[self.index]
         if x25519 != self._x25519.public or paillier_key.key.n != self._paillier_public.key.n:
             raise InvalidMessage("the directory does not carry this client's own keys")
         bits = self._paillier_public.key.n.bit_length()
-        for i, (x, key) in peers.items():
+        for i, (x, key, _) in peers.items():
             check_public(x)
             if key.key.n.bit_length() != bits:
                 raise InvalidMessage(f"the directory gives client {i} a {key.key.n.bit_length()}-bit Paillier "
                                      f"modulus, not the deployment's {bits} bits")
-        self._peers, self._directory = peers, bytes(data)
+        return peers
+
+    def _verify(self, peers: dict[int, tuple[bytes, phe_packing.PublicKey, bytes]]) -> None:
+        """Every entry's certificate and signature (:meth:`receive_directory`), in silo order."""
+        assert self._identity is not None
+        pin = self._identity.pin
+        for i, (x25519, key, proof) in sorted(peers.items()):
+            statement = hello_statement(pin.deployment, self._setup_round, self.params.num_clients, i, x25519,
+                                        key.to_bytes())
+            try:
+                cert = pin.certificate(proof[:CERTIFICATE_BYTES], i)
+                verify(cert.public, HELLO_DOMAIN, statement, proof[CERTIFICATE_BYTES:], f"silo {i}'s signature")
+            except InvalidMessage as exc:
+                raise InvalidMessage(f"the directory gives silo {i} keys not signed by silo {i} ({exc}): the server "
+                                     "deviated from the protocol") from None
 
     def set_union(self, union: np.ndarray) -> None:
         """Fix the entity union ``E`` (sorted, distinct int64 ids; the PSU's output)."""
@@ -173,7 +291,7 @@ class SecEAClient:
         (N clients, width ``w``), its own key (every key of a deployment has its size: the
         server refuses another) and, for a round's messages, the union's size ``M``:
 
-        * DIRECTORY: ``32 + 2 + N (2 + 32 + 2 + bytes(n))``;
+        * DIRECTORY: ``32 + 2 + N (2 + 32 + 2 + bytes(n))``, signed ``+ N (120 + 64)``;
         * RELAY: ``32 + 8 + (N - 1)(6 + 4 (M w + M M))`` (a sender's queries are at most ``M``);
         * RESULT: ``32 + 8 + N (2 + E C ciphertexts)``, ``E`` this client's queries, ``C`` its
           ciphertexts per answer.
@@ -184,7 +302,8 @@ class SecEAClient:
         """
         p, key = self.params, self._paillier_public
         if kind == wire.DIRECTORY:
-            return HEADER_BYTES + 2 + p.num_clients * (2 + KEY_BYTES + 2 + len(key.to_bytes()))
+            proof = SIGNED_BYTES if self.signed else 0
+            return HEADER_BYTES + 2 + p.num_clients * (2 + KEY_BYTES + proof + 2 + len(key.to_bytes()))
         if kind not in (wire.RELAY, wire.RESULT):
             raise ValueError(f"no SecEA server message of kind {kind}")
         if self._own is None:
@@ -202,7 +321,8 @@ class SecEAClient:
 
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """What :meth:`restore` needs, once the set-up is over: its two private keys (secrets),
-        the DIRECTORY message, the union and the last round it padded.
+        the DIRECTORY message, the set-up round it signed its keys for, the union and the last
+        round it padded.
 
         Raises
         ------
@@ -212,26 +332,32 @@ class SecEAClient:
             raise ProtocolError("no directory and union yet: nothing to keep")
         private = self._paillier_private
         meta = {"x25519": self._x25519.private.hex(), "paillier_p": format(private.p, "x"),
-                "paillier_q": format(private.q, "x"), "last_upload": self._last_upload}
+                "paillier_q": format(private.q, "x"), "last_upload": self._last_upload,
+                "setup_round": self._setup_round}
         return meta, {"directory": np.frombuffer(self._directory, np.uint8), "union": self._union.copy()}
 
     @classmethod
     def restore(cls, index: int, params: SecEAParams, entities: np.ndarray, meta: Mapping[str, Any],
-                arrays: Mapping[str, np.ndarray], *, key_bits: int, _rng: RandomBytes | None = None) -> SecEAClient:
+                arrays: Mapping[str, np.ndarray], *, key_bits: int, signed: bool = True,
+                identity: Identity | None = None, _rng: RandomBytes | None = None) -> SecEAClient:
         """The client :meth:`state` described, checked in full: keys of ``key_bits`` bits that
-        the directory lists as this client's, a union holding its ``entities``.
+        the directory lists as this client's, a union holding its ``entities``.  A signed
+        client's directory is verified with ``identity``, or when it is given (:meth:`sign_with`):
+        until then the client takes part in nothing.
 
         Raises
         ------
-        InvalidParameters: any part missing, malformed or inconsistent.
+        InvalidParameters: any part missing, malformed or inconsistent, or an entry of the
+        directory that ``identity`` does not verify.
         """
         try:
             x25519 = bytes.fromhex(str(meta["x25519"]))
             p, q = int(str(meta["paillier_p"]), 16), int(str(meta["paillier_q"]), 16)
-            last = meta["last_upload"]
+            last, setup_round = meta["last_upload"], meta["setup_round"]
         except (KeyError, ValueError, TypeError):
             raise InvalidParameters("SecEA silo state: keys missing or malformed") from None
         last = check_int("SecEA silo state: last_upload", last, low=-1)
+        setup_round = check_int("SecEA silo state: setup_round", setup_round, low=0, high=2**64 - 1)
         if p == q or min(p, q) < 3 or (p * q).bit_length() != key_bits:
             raise InvalidParameters(f"SecEA silo state: the Paillier key is not a {key_bits}-bit key of two primes")
         try:
@@ -243,11 +369,19 @@ class SecEAClient:
             raise InvalidParameters("SecEA silo state: the directory must be a uint8 vector")
         if not isinstance(union, np.ndarray) or union.dtype != np.int64 or union.ndim != 1:
             raise InvalidParameters("SecEA silo state: the union must be an int64 vector")
-        client = cls(index, params, entities, key_bits=key_bits, keys=(x25519, private), _rng=_rng)
+        client = cls(index, params, entities, key_bits=key_bits, keys=(x25519, private), signed=signed, _rng=_rng)
+        client._setup_round = setup_round
+        raw = directory.tobytes()
         try:
-            client.receive_directory(directory.tobytes())
+            client._read_directory(raw)
         except InvalidMessage as exc:
             raise InvalidParameters(f"SecEA silo state: {exc}") from None
+        if not signed:
+            client.receive_directory(raw)
+        else:
+            client._unchecked = raw
+            if identity is not None:
+                client.sign_with(identity)
         client.set_union(union)
         client._last_upload = last
         return client
@@ -349,41 +483,48 @@ class SecEAServer:
     """The relaying server: routes padded shares and queries, masks the encrypted answers.
 
     It learns the number of entities each client retrieves (the count of its queries) and who
-    dropped out; nothing about which entities or their embeddings.  ``_rng`` as for the client.
+    dropped out; nothing about which entities or their embeddings.  ``signed`` (default): the
+    clients' HELLOs carry a certificate and signature, which the DIRECTORY relays (the clients
+    verify them; the server only checks their length).  ``_rng`` as for the client.
     """
 
-    def __init__(self, params: SecEAParams, *, _rng: RandomBytes | None = None) -> None:
-        self.params = params
+    def __init__(self, params: SecEAParams, *, signed: bool = True, _rng: RandomBytes | None = None) -> None:
+        self.params, self.signed = params, signed
         self._rng = system_rng if _rng is None else _rng
         self._keys: dict[int, phe_packing.PublicKey] = {}
         self._pools: dict[int, list[int]] = {}
         self._pending: dict[int, int] = {}
         self._round: int | None = None
 
-    def read_hello(self, client: int, data: bytes) -> tuple[bytes, phe_packing.PublicKey]:
-        """Client ``client``'s HELLO checked in full: its X25519 key and Paillier public key.
+    def read_hello(self, client: int, data: bytes) -> tuple[bytes, phe_packing.PublicKey, bytes]:
+        """Client ``client``'s HELLO checked in full: its X25519 key, Paillier public key and
+        (signed) certificate and signature, as they are (``b""`` unsigned).
 
         Raises
         ------
         InvalidMessage
-            Malformed, a round id other than 0, a low-order X25519 key, or sent by another client.
+            Malformed (a signed one too short for its certificate and signature), a round id
+            other than 0, a low-order X25519 key, or sent by another client.
         """
         header, payload = wire.unpack(data, wire.HELLO, 0, wire.SERVER)
-        if header.sender != client or len(payload) <= KEY_BYTES:
+        proof = SIGNED_BYTES if self.signed else 0
+        if header.sender != client or len(payload) <= KEY_BYTES + proof:
             raise InvalidMessage(f"HELLO of client {client} refused")
-        return check_public(payload[:KEY_BYTES]), phe_packing.public_key_from_bytes(payload[KEY_BYTES:])
+        return (check_public(payload[:KEY_BYTES]), phe_packing.public_key_from_bytes(payload[KEY_BYTES + proof:]),
+                payload[KEY_BYTES:KEY_BYTES + proof])
 
     def directory(self, hellos: dict[int, bytes]) -> dict[int, bytes]:
-        """DIRECTORY for every client from all N HELLO messages."""
+        """DIRECTORY for every client from all N HELLO messages (each entry: id, X25519 key,
+        signed: the certificate and signature, then the modulus)."""
         n = self.params.num_clients
         if sorted(hellos) != list(range(n)):
             raise ProtocolError(f"setup needs HELLO from all {n} clients, got {sorted(hellos)}")
         body = [struct.pack("<H", n)]
         for i in range(n):
-            x25519, key = self.read_hello(i, hellos[i])
+            x25519, key, proof = self.read_hello(i, hellos[i])
             self._keys[i] = key
             modulus = key.to_bytes()
-            body += [struct.pack("<H", i), x25519, struct.pack("<H", len(modulus)), modulus]
+            body += [struct.pack("<H", i), x25519, proof, struct.pack("<H", len(modulus)), modulus]
         directory = b"".join(body)
         return {i: wire.pack(wire.Header(wire.DIRECTORY, 0, wire.SERVER, i), directory) for i in range(n)}
 
@@ -507,7 +648,9 @@ class SecEAServer:
         return out
 
 
-def _parse_directory(body: bytes, n: int) -> dict[int, tuple[bytes, phe_packing.PublicKey]]:
+def _parse_directory(body: bytes, n: int, signed: bool) -> dict[int, tuple[bytes, phe_packing.PublicKey, bytes]]:
+    """Per client: its X25519 key, Paillier key and (``signed``) certificate and signature,
+    :data:`SIGNED_BYTES`, unchecked (``b""`` unsigned)."""
     rd = wire.Reader(body)
     if rd.u16() != n:
         raise InvalidMessage(f"DIRECTORY must list {n} clients")
@@ -516,6 +659,7 @@ def _parse_directory(body: bytes, n: int) -> dict[int, tuple[bytes, phe_packing.
         if rd.u16() != i:
             raise InvalidMessage("DIRECTORY clients out of order")
         x25519 = rd.take(KEY_BYTES)
-        peers[i] = (x25519, phe_packing.public_key_from_bytes(rd.take(rd.u16())))
+        proof = rd.take(SIGNED_BYTES) if signed else b""
+        peers[i] = (x25519, phe_packing.public_key_from_bytes(rd.take(rd.u16())), proof)
     rd.done()
     return peers

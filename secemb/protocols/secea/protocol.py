@@ -56,6 +56,7 @@ from secemb.protocols.secea.staged import SECEA_PLAN, SETUP_ROUND, SecEANode, Se
 from secemb.protocols.secea.union import union_bloom
 from secemb.protocols.stages import SECEA_SETUP_STAGES, SECEA_STAGES, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
+from secemb.secagg.identity import Identity, Roster
 from secemb.secagg.psu import BloomParams
 
 __all__ = ["SecEAProtocol", "SecEASilo"]
@@ -152,7 +153,9 @@ class SecEAProtocol(ExchangeProtocol):
     def make_device(self, user: int) -> SecEASilo:
         """Silo ``user`` (in ``[0, secea_silos)``) of a deployment: its users' ratings of the
         run's dataset, its MF model, its keys (fresh OS randomness); nothing kept across a
-        restart of its process (:meth:`make_durable_device` keeps it)."""
+        restart of its process (:meth:`make_durable_device` keeps it).  It signs its keys with
+        the identity it is given before its set-up (:attr:`SecEASilo.identity`: ``secemb client``
+        gives its credentials')."""
         return self._device(user, None)
 
     def make_durable_device(self, user: int, state: DeviceStateFile) -> SecEASilo:
@@ -242,7 +245,9 @@ class SecEAProtocol(ExchangeProtocol):
         rounds = connect(hosted)
         rng = system_rng if self._rng is None else self._rng
         gen = np.random.default_rng(r.seed + 1)  # batch order, as secemb bench secea's runs
-        devices = [SecEASilo(s, o, SecEAClient(i, self.params, s.items[o], key_bits=self.secea_key_bits, _rng=rng),
+        roster = Roster.generate()  # the run's own operator: it certifies each silo's signing key (OS randomness)
+        devices = [SecEASilo(s, o, SecEAClient(i, self.params, s.items[o], key_bits=self.secea_key_bits,
+                                               identity=roster.enroll(i), _rng=rng),
                              node.bloom, self.reg, self.secea_local_epochs, gen, rng, chosen=chosen)
                    for i, (s, o) in enumerate(zip(silos, own, strict=True))]
         setup = rounds.play(SETUP_ROUND, {i: d.setup_party() for i, d in enumerate(devices)})
@@ -344,6 +349,21 @@ class SecEASilo:
         fresh keys (and no directory or union) if its last one completed; its model stays.  What
         the approval costs: a deviating server may learn one more bit of the silo's entities."""
         self._approved = True
+
+    @property
+    def identity(self) -> Identity | None:
+        """The certified identity the silo signs its keys with and checks the directory's under
+        (its client's, :meth:`SecEAClient.sign_with`; ``None``: not given yet).  ``secemb client``
+        sets it from the silo's credentials (:class:`~secemb.protocols.exchange.SignedDevice`);
+        a directory restored from the silo's state file is verified then.  Assigning raises
+        InvalidParameters for another device's identity, or a restored directory it does not
+        verify (the silo then takes part in no round).
+        """
+        return self.client.identity
+
+    @identity.setter
+    def identity(self, identity: Identity) -> None:
+        self.client.sign_with(identity)
 
     def _completed(self, round_id: int) -> None:
         self.last_round = round_id

@@ -115,6 +115,9 @@ class SecEANode:
     key_bits: if given, the deployment's Paillier modulus size: a HELLO with another is refused
         (one silo's oversized key would make every other silo's answers and the server's masks
         to it cost what that size costs).
+    signed: whether the silos sign their HELLO keys (default; :class:`SecEAClient`): the HELLO
+        and the directory's entries carry certificates and signatures, which the silos verify.
+        ``False``: the paper's unsigned protocol (explicitly; a substituted key goes unnoticed).
 
     The first round opened is the set-up (every silo, stages of :data:`SECEA_SETUP_PLAN`; in
     process round :data:`SETUP_ROUND`); once it has committed, rounds of increasing ids (at
@@ -129,9 +132,9 @@ class SecEANode:
     plan = SECEA_PLAN
 
     def __init__(self, params: SecEAParams, bloom: BloomParams, *, key_bits: int | None = None,
-                 _rng: RandomBytes | None = None) -> None:
+                 signed: bool = True, _rng: RandomBytes | None = None) -> None:
         self.params, self.bloom, self.key_bits = params, bloom, key_bits
-        self.server = SecEAServer(params, _rng=_rng)
+        self.server = SecEAServer(params, signed=signed, _rng=_rng)
         self.union: np.ndarray | None = None
         self._hellos: dict[int, bytes] = {}
         self._round: _Round | None = None
@@ -329,7 +332,7 @@ class SecEASetupParty:
         """The silo's message of ``stage`` (in :data:`SECEA_SETUP_PLAN` order)."""
         t0 = time.perf_counter()
         if stage == "secea-keys":
-            out = self.client.hello()
+            out = self.client.hello(self.round_id)
         elif stage == "psu-advertise":
             self._psu = SecAggClient(self.client.index, self.config, _rng=self._rng)
             out = self._psu.advertise()
