@@ -30,7 +30,8 @@ session-22 red-team report):
   (it holds the tag key and the row space is public), not only the intersection that
   ``secemb/secagg/keys.py`` states; the unsigned bitmaps showed only the intersection.
 * R2 -- the threshold rule is relative to the key list the server chose: split into disjoint key
-  lists, one round gives the server several sums, each over as few as 2 devices.
+  lists, one round gives the server several sums, each over as few as 2 devices; three PSU
+  rounds of pairs give it one device's real goods set.
 * R3 -- a consistency signature does not bind the run: if a round id is run again, the server
   forwards the earlier run's signatures and the split survivor list is not caught (privacy
   still holds by the threshold rule).
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -53,6 +55,7 @@ from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, keys, messag
 from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES, SHARE_PLAINTEXT_BYTES, SIGNED_ENTRY_BYTES
 from secemb.secagg.identity import Identity, Roster
 from secemb.secagg.prg import SEED_BYTES, mask_rows
+from secemb.secagg.psu import BloomParams, psu_input, psu_union
 
 H = messages.HEADER_BYTES
 PAIR = 2 * keys.KEY_BYTES  # c and s public keys
@@ -632,6 +635,31 @@ def test_finding_r2_disjoint_key_lists_give_the_server_one_sum_per_pair() -> Non
         tr = run_round(cfg, {u: inputs[u] for u in pair}, identities={u: idents[u] for u in pair})
         assert tr.survivors == pair
         assert np.array_equal(tr.total[:, 0], _sum(inputs, pair))
+
+
+
+def test_finding_r2_pairs_over_three_rounds_give_the_server_a_devices_real_goods() -> None:
+    """Finding R2's consequence for SFSL's PSU, whose input is a device's REAL goods set (the
+    server should learn only the union of the chosen devices' sets, "not who holds what").
+    Four devices; in each of three signed PSU rounds the server pairs device 0 with another
+    device (and the other two together), announcing 2 devices to each pair (threshold 2): from
+    the unions of {0, a}, {0, b}, {0, c} it reads device 0's real goods exactly (an index of
+    all three unions is device 0's unless a, b and c all hold it, ruled out in this data)."""
+    params = BloomParams.exact(1000)
+    g = np.random.default_rng(22)  # test data, not secrets
+    goods = {u: np.sort(g.choice(1000, 30, replace=False)) for u in range(4)}
+    assert not set(goods[1]) & set(goods[2]) & set(goods[3]) - set(goods[0])
+    roster = Roster.generate()
+    idents = {u: roster.enroll(u) for u in range(4)}
+    unions = []
+    for r, pairs in enumerate(([[0, 1], [2, 3]], [[0, 2], [1, 3]], [[0, 3], [1, 2]])):
+        cfg = replace(params.config(2, r), signed=True)
+        for pair in pairs:
+            tr = run_round(cfg, {u: psu_input(params, goods[u]) for u in pair}, identities={u: idents[u] for u in pair})
+            assert tr.survivors == pair
+            if 0 in pair:
+                unions.append(set(psu_union(params, tr.total).tolist()))
+    assert unions[0] & unions[1] & unions[2] == set(goods[0].tolist())
 
 
 def test_finding_r3_a_rerun_round_id_lets_the_server_reuse_consistency_signatures() -> None:
