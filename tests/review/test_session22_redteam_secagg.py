@@ -35,6 +35,8 @@ session-22 red-team report):
 * R3 -- a consistency signature does not bind the run: if a round id is run again, the server
   forwards the earlier run's signatures and the split survivor list is not caught (privacy
   still holds by the threshold rule).
+* R6 -- in a sparse round the server chooses who survives, hence which rows have a single holder
+  (whose value the per-row sum is).
 * R4 (low) -- a signed key list and signatures message prove to anyone holding the roster pin
   that a device took part in a round.
 """
@@ -660,6 +662,43 @@ def test_finding_r2_pairs_over_three_rounds_give_the_server_a_devices_real_goods
             if 0 in pair:
                 unions.append(set(psu_union(params, tr.total).tolist()))
     assert unions[0] & unions[1] & unions[2] == set(goods[0].tolist())
+
+
+
+def test_finding_r6_the_server_picks_who_survives_so_it_picks_the_rows_held_by_one_device() -> None:
+    """Finding R6 (a sparse round's design leak, under the server's control).  A row held by a
+    single survivor gives that survivor's value (docs/secagg.md: SFSL's design).  Device 0 and
+    device 1 both hold rows 1, 2, 3; in a signed round of four (threshold 3) the server discards
+    device 1's masked input -- a dropout it cannot be told from -- and every other device signs
+    and unmasks as the protocol says: the round's per-row sums on rows 1, 2, 3 are device 0's
+    values.  Which rows have one holder is therefore the server's choice, not the random event
+    that SFSL's Theorem 2 bounds (p_7)."""
+    rows = {0: [1, 2, 3], 1: [1, 2, 3], 2: [0, 5], 3: [4, 5]}
+    cfg = SecAggConfig(length=6, threshold=3, round_id=12, sparse=True, signed=True)
+    roster = Roster.generate()
+    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in rows}
+    server = SecAggServer(cfg)
+    g = np.random.default_rng(6)  # test inputs, not secrets
+    x = {u: g.integers(0, 2**32, len(r), dtype=np.uint64).astype(np.uint32) for u, r in rows.items()}
+    for u, c in clients.items():
+        server.receive_advertise(u, c.advertise(np.array(rows[u])))
+    km = server.keys_messages()
+    for u, c in clients.items():
+        server.receive_shares(u, c.share_keys(km[u]))
+    rel = server.relayed_messages()
+    for u, c in clients.items():
+        masked = c.masked_input(rel[u], x[u])
+        if u != 1:  # device 1's arrives and is dropped on the floor
+            server.receive_masked(u, masked)
+    sv = server.survivors_messages()
+    for u in sv:
+        server.receive_consistency(u, clients[u].consistency(sv[u]))
+    sig = server.signatures_messages()
+    for u in sig:
+        server.receive_unmask(u, clients[u].unmask(sig[u]))
+    total = server.result()[:, 0]
+    assert server.survivors == [0, 2, 3]
+    assert np.array_equal(total[[1, 2, 3]], x[0])
 
 
 def test_finding_r3_a_rerun_round_id_lets_the_server_reuse_consistency_signatures() -> None:
