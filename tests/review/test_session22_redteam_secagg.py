@@ -730,6 +730,23 @@ def test_finding_r3_a_rerun_round_id_lets_the_server_reuse_consistency_signature
     assert second.opened()[0] == (False, True) and second.read(0) is None
 
 
+
+@pytest.mark.xfail(strict=True, reason="finding R3, to fix in secemb/secagg/client.py: a consistency signature covers "
+                   "only the round's parameters and U3; binding the run (e.g. a SHA-256 of the key list, which carries "
+                   "every device's fresh X25519 keys and is the same for every device of a signed round) refuses it")
+def test_r3_fixed_a_consistency_signature_of_an_earlier_run_of_the_round_is_refused() -> None:
+    """What R3's fix must give: run 2 of round 7 refuses run 1's signatures over the same list."""
+    ids = list(range(5))
+    cfg, _, idents = _signed(ids, 3)
+    first = Adversary(cfg, ids, _inputs(ids, 4, 1), idents)
+    _to_consistency(first)
+    second = Adversary(cfg, ids, _inputs(ids, 4, 2), idents)
+    _to_consistency(second)
+    replayed = {**second.sigs, 1: first.sigs[1], 2: first.sigs[2]}
+    with pytest.raises(InvalidMessage, match="did not sign the survivor list"):
+        second.clients[0].unmask(second.signatures_message(ids, replayed))
+
+
 def test_finding_r4_a_key_list_is_a_transferable_proof_of_who_took_part() -> None:
     """Finding R4 (a curious device; low).  What a device receives in a signed round is signed by
     its peers: anyone holding the deployment's public roster pin can check, from device 0's key

@@ -51,3 +51,11 @@ def test_finding_r5_an_sfsl_device_reads_answers_sized_for_the_users_the_server_
     assert crowd.answer_bytes("sum-shares") == H + 4 + 99 * per_peer == 1_641_258
     with pytest.raises(InvalidMessage, match="max_weight"):  # the settings' fit: 1310 x 101 x 32767 >= 2^32
         device.party(doc | {"users": list(range(101))})
+
+
+@pytest.mark.xfail(strict=True, reason="finding R5, to fix in secemb/protocols/sfsl/protocol.py (the device's round "
+                   "document check): refuse more users than the deployment's users_per_round, which the device knows")
+def test_r5_fixed_an_sfsl_device_refuses_more_users_than_its_deployments_round(sfsl) -> None:
+    doc = sfsl.make_server().node.open_round(1, [0, 1, 2])
+    with pytest.raises(InvalidMessage, match="not an SFSL round document"):
+        sfsl.make_device(0).party(doc | {"users": [0, 1, 2, 3]})
