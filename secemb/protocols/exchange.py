@@ -63,6 +63,7 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, chec
 from secemb.options import DEFAULTS
 from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
+from secemb.secagg.identity import Identity
 
 __all__ = ["DurableExchangeNode", "EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol",
            "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures",
@@ -97,7 +98,7 @@ class SignedDevice(TypingProtocol):
     (:mod:`secemb.secagg.identity`; e.g. an SFSL device, docs/secagg.md, "Active server").
     ``secemb client`` sets ``identity`` to its credentials' before the device's first round."""
 
-    identity: Any
+    identity: Identity
 
 
 @runtime_checkable

@@ -185,10 +185,12 @@ def test_limit_cpp1_requests_name_each_devices_real_goods(clicks):
 
 
 def test_limit_a_server_that_runs_the_other_devices_reads_one_devices_update(clicks):
-    """The server's operator issues every device credential (one-server deployment), so it can
-    take part as any number of devices.  With two of three devices its own, it subtracts their
-    known inputs from the secure sum and reads device 0's weighted update ``(v z, v)`` row by row
-    -- the secure aggregation hides an input only among honest devices."""
+    """The server's operator issues every device credential and holds the roster that certifies
+    their identities (one-server deployment), so it can take part as any number of devices: out
+    of the model, signed rounds or not (docs/security.md, "One-server protocols", Sybil devices).
+    With two of three devices its own, it subtracts their known inputs from the secure sum and
+    reads device 0's weighted update ``(v z, v)`` row by row -- the secure aggregation hides an
+    input only among honest devices."""
     proto = protocol(clicks)
     node = proto.make_server().node
     assert isinstance(node, SFSLNode)

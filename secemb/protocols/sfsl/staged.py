@@ -342,8 +342,8 @@ class SFSLParty:
         """The longest answer of ``stage`` an honest server sends this device, from the round's
         public parameters (``n`` devices, the row space, the PSU's domain): the secure
         aggregations' messages at ``n`` clients
-        (:func:`~secemb.secagg.limits.longest_server_message`; the secure sum's key list with a
-        bitmap over at most every row of the row space), the union of every goods
+        (:func:`~secemb.secagg.limits.longest_server_message`: signed rounds; the secure sum's
+        relayed shares with a row tag for at most every goods and category row), the union of every goods
         (:func:`~secemb.secagg.limits.longest_union_message`), and the submodel of every goods,
         every category and the dense layers (:func:`~secemb.protocols.sfsl.wire.reply_bytes`).
 
