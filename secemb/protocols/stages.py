@@ -66,14 +66,14 @@ STAGES = (COUNT, RETRIEVAL, DENSE, UPLOAD, PROVE, AGGREGATE, SYNC)
 # ---- the exchanges of a one-server round (SFSL, docs/sfsl.md): the five stages of the private set
 # union's signed secure aggregation, the submodel download, the five stages of the signed secure sum
 # (the consistency check of Bonawitz et al.'s active-adversary variant before unmasking, docs/secagg.md)
-_SECAGG = ("advertise", "shares", "masked", "unmask")
 _SIGNED = ("advertise", "shares", "masked", "consistency", "unmask")
 EXCHANGE_STAGES = (*(f"psu-{s}" for s in _SIGNED), "download", *(f"sum-{s}" for s in _SIGNED))
 
-# ---- the exchanges of SecEA (docs/secea.md): its set-up, once per deployment (the key directory,
-# then the private entity union: the PSU's four secure-aggregation stages), then its rounds (the
-# padded shares and queries relayed through the server; the encrypted answers masked and returned)
-SECEA_SETUP_STAGES = ("secea-keys", *(f"psu-{s}" for s in _SECAGG))
+# ---- the exchanges of SecEA (docs/secea.md): its set-up, once per deployment (the signed key
+# directory, then the private entity union: the PSU's five signed secure-aggregation stages), then
+# its rounds (the padded shares and queries relayed through the server; the encrypted answers
+# masked and returned)
+SECEA_SETUP_STAGES = ("secea-keys", *(f"psu-{s}" for s in _SIGNED))
 SECEA_STAGES = ("secea-share", "secea-answer")
 _ALL_STAGES = STAGES + EXCHANGE_STAGES + SECEA_SETUP_STAGES[:1] + SECEA_STAGES
 

@@ -15,6 +15,7 @@ from secemb.protocols import exchange_class, protocol_servers
 from secemb.protocols.exchange import ExchangeRun
 from secemb.protocols.secea.protocol import SecEAProtocol
 from secemb.protocols.secea.silos import local_epoch, make_silos, one_thread, popular_items, silo_entities
+from secemb.protocols.stages import SECEA_SETUP_STAGES
 from secemb.randomness import CtrDrbg
 from secemb.secagg.identity import Roster
 
@@ -101,7 +102,7 @@ def test_a_silo_device_takes_part_from_the_round_documents(split):
         d.identity = roster.enroll(u)
     server = p.make_server()
     rounds = connect_local(server)
-    rec = rounds.play(0, {u: d.party({"round_id": 0, "users": [0, 1, 2], "stages": list(server.node.plan.stages[:5])})
+    rec = rounds.play(0, {u: d.party({"round_id": 0, "users": [0, 1, 2], "stages": list(SECEA_SETUP_STAGES)})
                           for u, d in devices.items()})
     assert rec.finished == [0, 1, 2]
     doc = {"round_id": 1, "users": [0, 1, 2], "stages": ["secea-share", "secea-answer"]}

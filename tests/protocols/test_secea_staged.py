@@ -44,7 +44,8 @@ def test_plans_are_exchanges_of_one_server():
         for stage in plan.stages:
             hops = plan.stage(stage)
             assert [(h.src, h.dst) for h in hops] == [(USER, SERVER0), (SERVER0, USER)]
-    assert SECEA_SETUP_PLAN.stages == ("secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask")
+    assert SECEA_SETUP_PLAN.stages == ("secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-consistency",
+                                       "psu-unmask")
     assert SECEA_ROUND_PLAN.stages == ("secea-share", "secea-answer")
     assert SECEA_PLAN.only(list(SECEA_PLAN.stages)) is SECEA_PLAN
     for bad in ([], ["secea-answer", "secea-share"], ["secea-share", "nope"], ["psu-unmask", "psu-unmask"]):
@@ -160,3 +161,26 @@ def test_deployment_round_of_some_silos_averages_over_them():
         for i, e in enumerate(sets[v]):
             assert out[v][i].tolist() == plain_average(e, sets[:3], rows[:3])
     assert dep.traffic.up[3] == 0 and dep.traffic.down[3] == 0
+
+
+def test_an_unsigned_set_up_is_explicit_and_runs_without_the_consistency_stage():
+    """``signed=False`` on the node and every silo (the paper's set-up): HELLOs without
+    certificates (32 + 32 + 128 bytes at 1,024 bits), the PSU unsigned, its documents without
+    ``psu-consistency``; the union is every silo's entities."""
+    from secemb.protocols.secea.parties import SecEAClient
+    from secemb.protocols.secea.staged import SecEASetupParty
+    from secemb.sim.local import LocalStageServer
+
+    params, rng, sets = SecEAParams(3, 1, dim=2), CtrDrbg(3), [[1, 4], [4, 7], [9]]
+    bloom = union_bloom(16, 5)
+    node = SecEANode(params, bloom, signed=False, _rng=rng)
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, signed=False, _rng=rng)
+               for i, s in enumerate(sets)]
+    assert len(clients[0].hello()) == 32 + 32 + KEY_BITS // 8
+    ex = LocalStageServer(node)
+    doc = ex.admin.open_round(0, [0, 1, 2])
+    assert doc["stages"] == ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask"]
+    parties = {i: SecEASetupParty(c, bloom, _rng=rng) for i, c in enumerate(clients)}
+    rec = play(SECEA_PLAN.only(doc["stages"]), ex.admin, {i: ex.link(i) for i in parties}, parties, 0)
+    assert rec.finished == [0, 1, 2] and node.union is not None and node.union.tolist() == [1, 4, 7, 9]
+    assert all(c.set_up for c in clients)

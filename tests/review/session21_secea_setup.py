@@ -29,7 +29,7 @@ from session21_deviating_server import DeviatingNode, Tamper, honest  # noqa: E4
 
 KEY_BITS = 1024
 #: the stages of a set-up (SECEA_SETUP_STAGES), as the node's ``posted`` lists them
-SETUP_STAGES = ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask"]
+SETUP_STAGES = ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-consistency", "psu-unmask"]
 #: the public entities the deployment averages (secea_items=6 of the synthetic dataset, 1682
 #: items; every silo holds all six, so each silo's entities are these)
 CHOSEN = [651, 654, 763, 794, 1184, 1610]

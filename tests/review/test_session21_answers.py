@@ -160,9 +160,10 @@ def test_a_secea_silos_limits_are_the_longest_honest_answers() -> None:
     n = 3
     longest = {
         "secea-keys": 32 + 2 + n * (2 + 32 + 120 + 64 + 2 + KEY_BITS // 8),  # DIRECTORY, signed: 1078
-        "psu-advertise": 32 + 4 + n * (4 + 32 + 32),
+        "psu-advertise": 32 + 4 + n * (4 + 32 + 32 + 120 + 64),  # signed: certificate, signature
         "psu-shares": 32 + 4 + (n - 1) * (4 + SHARE_CT),
         "psu-masked": 32 + 4 + 4 * n,
+        "psu-consistency": 32 + 4 + n * (4 + 64),  # the survivors' signatures
         "psu-unmask": 32 + 4 + 4 * bloom.domain,
     }
     for u in range(3):

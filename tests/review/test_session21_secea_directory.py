@@ -163,7 +163,8 @@ def test_an_honest_set_up_through_the_deviating_node_commits(nodes) -> None:
     """The harness: without a deviation silo 0's set-up over HTTP commits with the union."""
     server, party = _set_up(nodes, honest)
     assert _take_part(server, party)["outcome"] == "committed"
-    assert server.posted == ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask"]
+    assert server.posted == ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-consistency",
+                             "psu-unmask"]
     assert party.union is not None and party.union.tolist() == [1, 3, 4, 5, 6, 7, 8]
 
 
@@ -213,20 +214,21 @@ def test_secemb_client_of_a_secea_silo_fails_its_set_up_on_an_oversized_director
 
 def test_a_silo_refuses_a_psu_key_list_of_more_silos_than_the_deployment(nodes) -> None:
     """The set-up's private union runs over secure aggregation: a key list of 3 + 1000 silos
-    (invented ones after the real, each with a valid key; docs/secagg.md's layout) is longer
-    than the longest honest one of 3 silos (32 + 4 + 3 x 68 = 240 bytes) and refused before the
-    silo computes a share for any of them (finding G3, ``test_session21_sfsl_deviating.py``)."""
+    (invented ones after the real, each with a valid key and a certificate and signature's room;
+    docs/secagg.md's signed layout) is longer than the longest honest one of 3 silos
+    (32 + 4 + 3 x (68 + 184) = 792 bytes) and refused before the silo computes a share for any of
+    them (finding G3, ``test_session21_sfsl_deviating.py``)."""
     def inflate(stage: str, answer: bytes) -> bytes | None:
         if stage != "psu-advertise":
             return answer
         count = struct.unpack_from("<I", answer, 32)[0]
         key = KeyPair.generate().public
-        fake = b"".join(struct.pack("<I", 100 + i) + key + key for i in range(1000))
+        fake = b"".join(struct.pack("<I", 100 + i) + key + key + bytes(184) for i in range(1000))
         return messages.frame("keys", 1, messages.SERVER, struct.pack("<I", count + 1000), answer[36:], fake)
 
     server, party = _set_up(nodes, inflate)
-    with pytest.raises(InvalidMessage, match=r"the answer of psu-advertise: 68240 bytes, longer than any honest "
-                                             r"answer \(240 bytes\)"):
+    with pytest.raises(InvalidMessage, match=r"the answer of psu-advertise: 252792 bytes, longer than any honest "
+                                             r"answer \(792 bytes\)"):
         _take_part(server, party)
     assert server.posted == ["secea-keys", "psu-advertise"] and party.union is None
 
@@ -262,5 +264,6 @@ def test_a_silo_refuses_a_union_without_one_of_its_entities_as_an_invalid_messag
     party.on_done = lambda: done.append(True)
     with pytest.raises(InvalidMessage, match="union leaves out 1 of silo 0's 3 entities: the server deviated"):
         _take_part(server, party)
-    assert server.posted == ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-unmask"]
+    assert server.posted == ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-consistency",
+                             "psu-unmask"]
     assert party.union is None and party.client._union is None and done == []

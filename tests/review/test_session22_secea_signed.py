@@ -206,22 +206,62 @@ def _substitute_silo_1(stage: str, answer: bytes) -> bytes | None:
     return _directory([entries[0], (_server_key(), *entries[1][1:]), entries[2]], 0)
 
 
-def test_over_http_the_substituted_key_fails_the_set_up_and_nothing_more_is_sent(nodes: list[DeviatingNode]) -> None:
-    clients, node, _ = _world()
-    bloom = node.bloom
-    doc = node.open_round(1, [0, 1, 2])
-    parties = {u: SecEASetupParty(c, bloom, 1, _rng=CtrDrbg(30 + u)) for u, c in enumerate(clients)}
-    nodes.append(DeviatingNode(node, doc, {1: parties[1], 2: parties[2]}, tamper=_substitute_silo_1))
+def _substitute_silo_1s_psu_key(stage: str, answer: bytes) -> bytes | None:
+    """The PSU's key list (docs/secagg.md, signed: u32 count, then per client u32 id, two X25519
+    keys, certificate, signature) with the server's key as silo 1's second (its masking key)."""
+    if stage != "psu-advertise":
+        return answer
+    entry = 4 + 64 + CERT + SIG
+    at = HEADER_BYTES + 4 + entry  # silo 1's entry
+    assert struct.unpack_from("<I", answer, at)[0] == 1 and len(answer) == HEADER_BYTES + 4 + 3 * entry
+    return answer[:at + 36] + _server_key() + answer[at + 68:]
 
+
+def _served(nodes: list[DeviatingNode], tamper: Callable[[str, bytes], bytes | None]) -> SecEASetupParty:
+    """Set-up 1 served by a deviating node over HTTP (silos 1, 2 in process): silo 0's party."""
+    clients, node, _ = _world()
+    doc = node.open_round(1, [0, 1, 2])
+    parties = {u: SecEASetupParty(c, node.bloom, 1, _rng=CtrDrbg(30 + u)) for u, c in enumerate(clients)}
+    nodes.append(DeviatingNode(node, doc, {1: parties[1], 2: parties[2]}, tamper=tamper))
+    return parties[0]
+
+
+def _take_part(server: DeviatingNode, party: SecEASetupParty) -> None:
     class Silo:
         def party(self, doc: Any) -> Any:
-            return parties[0]
+            return party
 
-    with ApiClient(nodes[-1].url, "user:0", b"k" * 32) as api, \
-            pytest.raises(InvalidMessage, match="silo 1 keys not signed by silo 1 .*the server deviated"):
-        take_part(HttpStageLink(0, api), Silo(), SECEA_PLAN, nodes[-1].doc, wait_s=5.0, poll_s=0.01)
+    with ApiClient(server.url, "user:0", b"k" * 32) as api:
+        take_part(HttpStageLink(0, api), Silo(), SECEA_PLAN, server.doc, wait_s=5.0, poll_s=0.01)
+
+
+def test_over_http_the_substituted_key_fails_the_set_up_and_nothing_more_is_sent(nodes: list[DeviatingNode]) -> None:
+    party = _served(nodes, _substitute_silo_1)
+    with pytest.raises(InvalidMessage, match="silo 1 keys not signed by silo 1 .*the server deviated"):
+        _take_part(nodes[-1], party)
     assert nodes[-1].posted == ["secea-keys"]  # nothing sent after the HELLO
-    assert clients[0]._directory is None and parties[0].union is None
+    assert party.client._directory is None and party.client._peers == {} and party.union is None
+
+
+def test_over_http_a_substituted_psu_key_fails_the_set_up_before_the_silos_entities_leave(
+        nodes: list[DeviatingNode]) -> None:
+    """The set-up's PSU is a signed secure aggregation: the server's key in place of silo 1's in
+    the key list would let it open silo 0's masked Bloom filter (its entities; the unsigned
+    attack: ``tests/secagg/test_secagg_active.py``).  Silo 0 refuses the key list at
+    ``psu-advertise``: it never sends its shares nor its masked filter."""
+    party = _served(nodes, _substitute_silo_1s_psu_key)
+    with pytest.raises(InvalidMessage, match=r"keys for device 1 that device 1 did not sign \(the server deviated\)"):
+        _take_part(nodes[-1], party)
+    assert nodes[-1].posted == ["secea-keys", "psu-advertise"] and party.union is None
+
+
+def test_over_http_an_honest_signed_set_up_commits(nodes: list[DeviatingNode]) -> None:
+    """The harness's control: the same set-up untampered commits with the union."""
+    party = _served(nodes, lambda stage, answer: answer)
+    _take_part(nodes[-1], party)
+    assert nodes[-1].posted == ["secea-keys", "psu-advertise", "psu-shares", "psu-masked", "psu-consistency",
+                                "psu-unmask"]
+    assert party.client.set_up and party.union is not None and party.union.tolist() == [1, 3, 4, 5, 6, 7, 8]
 
 
 def test_secemb_client_refuses_a_substituted_key_and_stores_no_keys(secea_deployment: Deployment) -> None:

@@ -470,7 +470,7 @@ def test_the_server_receives_keeps_and_logs_no_silos_rows_in_the_clear(caplog):
     kept = [b for per in (node._round.received, node._round.replies) for msgs in per.values() for b in msgs.values()]
     logs = "\n".join(r.getMessage() for r in caplog.records).encode()
     hay = seen + kept + [logs]
-    assert len(seen) == 3 * 7 and logs  # every message; the app logged something
+    assert len(seen) == 3 * 8 and logs  # every message (set-up 6, round 2); the app logged something
     needles = []
     for v, silo_rows in enumerate(rows):
         fixed = np.rint(silo_rows * 2.0**params.frac_bits).astype(np.int64) % field.P

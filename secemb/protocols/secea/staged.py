@@ -11,10 +11,12 @@ the aggregations (:data:`SECEA_ROUND_PLAN`); the node's plan (:data:`SECEA_PLAN`
 round's document (:meth:`SecEANode.open_round`) lists the stages it runs::
 
     set-up (the first round)
-    secea-keys      secea_hello  -> secea_directory   X25519 and Paillier public keys -> the key directory
+    secea-keys      secea_hello  -> secea_directory   signed X25519 and Paillier public keys -> the
+                                                      key directory (each entry verified by the silo)
     psu-advertise   advertise    -> keys              the private entity union: the Bloom PSU over
-    psu-shares      shares       -> relayed           secure aggregation (the round's id), the union
-    psu-masked      masked       -> survivors         to every silo (all N must survive it)
+    psu-shares      shares       -> relayed           signed secure aggregation (the round's id;
+    psu-masked      masked       -> survivors         docs/secagg.md, "Active server"), the union
+    psu-consistency consistency  -> signatures        to every silo (all N must survive it)
     psu-unmask      unmask       -> union
     each later round
     secea-share     secea_upload -> secea_relay       padded Lagrange shares and queries (Eqs. 3-11), relayed
@@ -24,13 +26,18 @@ round's document (:meth:`SecEANode.open_round`) lists the stages it runs::
 A silo that sends nothing in ``secea-answer`` has still contributed its shares; the round
 commits if at least ``2(K+T-1)+1`` silos answered, else the server aborts it
 (:class:`~secemb.errors.ProtocolError`) and no silo gets a result.
+
+Every silo signs with its certified identity (:mod:`secemb.secagg.identity`) its HELLO keys and
+its PSU keys, so a server that substitutes a key in either is caught before the key is used.  A
+node and silos made with ``signed=False`` run the paper's unsigned set-up (its documents list no
+``psu-consistency``), explicitly.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -47,7 +54,7 @@ from secemb.secagg.limits import longest_server_message, longest_union_message, 
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
 __all__ = ["SECEA_PLAN", "SECEA_ROUND_PLAN", "SECEA_SETUP_PLAN", "SETUP_ROUND", "SecEANode", "SecEAParty",
-           "SecEASetupParty", "UnionWithoutOwnEntities", "psu_config"]
+           "SecEASetupParty", "UnionWithoutOwnEntities", "psu_config", "setup_stages"]
 
 #: the round id the in-process runs give the set-up (a deployment's first round may have another)
 SETUP_ROUND = 0
@@ -55,7 +62,8 @@ SETUP_ROUND = 0
 #: per stage: the silo's message kind and the server's answer
 _KINDS: dict[str, tuple[str, str]] = {
     "secea-keys": ("secea_hello", "secea_directory"), "psu-advertise": ("advertise", "keys"),
-    "psu-shares": ("shares", "relayed"), "psu-masked": ("masked", "survivors"), "psu-unmask": ("unmask", "union"),
+    "psu-shares": ("shares", "relayed"), "psu-masked": ("masked", "survivors"),
+    "psu-consistency": ("consistency", "signatures"), "psu-unmask": ("unmask", "union"),
     "secea-share": ("secea_upload", "secea_relay"), "secea-answer": ("secea_answer", "secea_result"),
 }
 
@@ -73,7 +81,13 @@ SECEA_SETUP_PLAN = SECEA_PLAN.only(SECEA_SETUP_STAGES)
 #: one SecEA aggregation round: shares and queries, then answers
 SECEA_ROUND_PLAN = SECEA_PLAN.only(SECEA_STAGES)
 
-_PSU_STEPS = ("advertise", "shares", "masked", "unmask")
+#: the set-up of a node and silos made with ``signed=False`` (an unsigned PSU has no consistency check)
+_UNSIGNED_SETUP_STAGES = tuple(s for s in SECEA_SETUP_STAGES if s != "psu-consistency")
+
+
+def setup_stages(signed: bool) -> tuple[str, ...]:
+    """The set-up's stages: :data:`SECEA_SETUP_STAGES`, without ``psu-consistency`` unsigned."""
+    return SECEA_SETUP_STAGES if signed else _UNSIGNED_SETUP_STAGES
 
 
 class UnionWithoutOwnEntities(InvalidMessage):
@@ -83,10 +97,10 @@ class UnionWithoutOwnEntities(InvalidMessage):
     left out -- one bit of the silo's private entity set.  What the silo's operator is told."""
 
 
-def psu_config(bloom: BloomParams, num_silos: int, round_id: int) -> SecAggConfig:
+def psu_config(bloom: BloomParams, num_silos: int, round_id: int, signed: bool = True) -> SecAggConfig:
     """The secure-aggregation round that carries the PSU of the set-up round ``round_id``
-    (threshold ``N // 2 + 1``, secagg round id ``round_id``)."""
-    return bloom.config(default_threshold(num_silos), round_id)
+    (threshold ``N // 2 + 1``, secagg round id ``round_id``; a signed round unless ``signed=False``)."""
+    return replace(bloom.config(default_threshold(num_silos), round_id), signed=signed)
 
 
 @dataclass
@@ -115,9 +129,10 @@ class SecEANode:
     key_bits: if given, the deployment's Paillier modulus size: a HELLO with another is refused
         (one silo's oversized key would make every other silo's answers and the server's masks
         to it cost what that size costs).
-    signed: whether the silos sign their HELLO keys (default; :class:`SecEAClient`): the HELLO
-        and the directory's entries carry certificates and signatures, which the silos verify.
-        ``False``: the paper's unsigned protocol (explicitly; a substituted key goes unnoticed).
+    signed: whether the silos sign their keys (default; :class:`SecEAClient`): the HELLO and the
+        directory's entries carry certificates and signatures, which the silos verify, and the
+        PSU is a signed secure aggregation (with its ``psu-consistency`` stage).  ``False``: the
+        paper's unsigned set-up (explicitly; a substituted key goes unnoticed).
 
     The first round opened is the set-up (every silo, stages of :data:`SECEA_SETUP_PLAN`; in
     process round :data:`SETUP_ROUND`); once it has committed, rounds of increasing ids (at
@@ -133,7 +148,7 @@ class SecEANode:
 
     def __init__(self, params: SecEAParams, bloom: BloomParams, *, key_bits: int | None = None,
                  signed: bool = True, _rng: RandomBytes | None = None) -> None:
-        self.params, self.bloom, self.key_bits = params, bloom, key_bits
+        self.params, self.bloom, self.key_bits, self.signed = params, bloom, key_bits, signed
         self.server = SecEAServer(params, signed=signed, _rng=_rng)
         self.union: np.ndarray | None = None
         self._hellos: dict[int, bytes] = {}
@@ -155,8 +170,8 @@ class SecEANode:
         if setup:
             if len(ids) != n:
                 raise ProtocolError(f"the set-up (every one of the {n} silos) comes first")
-            self._round = _Round(round_id, frozenset(ids), SECEA_SETUP_STAGES,
-                                 psu=SecAggServer(psu_config(self.bloom, n, round_id)))
+            self._round = _Round(round_id, frozenset(ids), setup_stages(self.signed),
+                                 psu=SecAggServer(psu_config(self.bloom, n, round_id, self.signed)))
         else:
             if len(ids) < self.params.needed_answers:
                 raise InvalidParameters(f"a round needs at least {self.params.needed_answers} = 2(K+T-1)+1 silos, "
@@ -194,7 +209,8 @@ class SecEANode:
             assert rnd.psu is not None
             step = stage.split("-")[1]
             receive = {"advertise": rnd.psu.receive_advertise, "shares": rnd.psu.receive_shares,
-                       "masked": rnd.psu.receive_masked, "unmask": rnd.psu.receive_unmask}[step]
+                       "masked": rnd.psu.receive_masked, "consistency": rnd.psu.receive_consistency,
+                       "unmask": rnd.psu.receive_unmask}[step]
             receive(user, body)
         got[user] = body
         add_seconds(rnd.seconds, stage, t0)
@@ -235,7 +251,7 @@ class SecEANode:
         step = stage.split("-")[1]
         if step != "unmask":
             build = {"advertise": rnd.psu.keys_messages, "shares": rnd.psu.relayed_messages,
-                     "masked": rnd.psu.survivors_messages}[step]
+                     "masked": rnd.psu.survivors_messages, "consistency": rnd.psu.signatures_messages}[step]
             return build()
         union = psu_union(self.bloom, rnd.psu.result())
         if sorted(rnd.psu.survivors) != sorted(rnd.users):
@@ -306,7 +322,7 @@ class SecEASetupParty:
     set into the PSU.  When the set-up is over, ``client`` holds the directory and the union
     (:attr:`union`) and ``on_done`` (if given) is called (e.g. to write the silo's state).
     ``seconds``: its own work per stage; :meth:`answer_bytes`: the longest answer of a stage an
-    honest server sends it.
+    honest server sends it; ``stages``: the set-up's (:func:`setup_stages` of ``client.signed``).
 
     ``universe``: if given, the public entities the deployment averages (sorted distinct ids,
     holding the silo's own; e.g. the ``secea_items`` most-rated items).  With the exact filter
@@ -321,7 +337,8 @@ class SecEASetupParty:
                  _rng: RandomBytes = system_rng) -> None:
         self.client, self.bloom, self.round_id, self.on_done, self._rng = client, bloom, round_id, on_done, _rng
         self.universe = None if universe is None or not bloom.identity else np.asarray(universe, np.int64)
-        self.config = psu_config(bloom, client.params.num_clients, round_id)
+        self.config = psu_config(bloom, client.params.num_clients, round_id, client.signed)
+        self.stages = setup_stages(client.signed)
         self.union: np.ndarray | None = None
         self.seconds: dict[str, float] = {}
         self._answers: dict[str, bytes] = {}
@@ -329,21 +346,34 @@ class SecEASetupParty:
         self._input = psu_input(bloom, client.entities, _rng=_rng)
 
     def message(self, stage: str) -> bytes:
-        """The silo's message of ``stage`` (in :data:`SECEA_SETUP_PLAN` order)."""
+        """The silo's message of ``stage`` (in :attr:`stages` order: :data:`SECEA_SETUP_PLAN`'s,
+        signed).
+
+        Raises
+        ------
+        ProtocolError: out of order, or a signed silo without its identity.
+        """
         t0 = time.perf_counter()
         if stage == "secea-keys":
             out = self.client.hello(self.round_id)
         elif stage == "psu-advertise":
-            self._psu = SecAggClient(self.client.index, self.config, _rng=self._rng)
+            if self.config.signed and self.client.identity is None:
+                raise ProtocolError(f"silo {self.client.index} has no identity to sign its PSU keys with")
+            self._psu = SecAggClient(self.client.index, self.config, identity=self.client.identity, _rng=self._rng)
             out = self._psu.advertise()
-        elif stage in SECEA_SETUP_STAGES and self._psu is not None:
-            step = stage.split("-")[1]
-            prev = f"psu-{_PSU_STEPS[_PSU_STEPS.index(step) - 1]}"
+        elif stage in self.stages and self._psu is not None:
+            prev = self.stages[self.stages.index(stage) - 1]
             if prev not in self._answers:
                 raise ProtocolError(f"silo {self.client.index}: no answer of stage {prev} yet")
-            answer = self._answers[prev]
-            out = (self._psu.share_keys(answer) if step == "shares" else
-                   self._psu.masked_input(answer, self._input) if step == "masked" else self._psu.unmask(answer))
+            answer, psu = self._answers[prev], self._psu
+            if stage == "psu-shares":
+                out = psu.share_keys(answer)
+            elif stage == "psu-masked":
+                out = psu.masked_input(answer, self._input)
+            elif stage == "psu-consistency":
+                out = psu.consistency(answer)
+            else:
+                out = psu.unmask(answer)
         else:
             raise ProtocolError(f"silo {self.client.index}: no set-up message for stage {stage!r} now")
         add_seconds(self.seconds, stage, t0)
@@ -401,7 +431,7 @@ class SecEASetupParty:
         """
         if stage == "secea-keys":
             return self.client.answer_bytes(wire.DIRECTORY)
-        if stage not in SECEA_SETUP_STAGES:
+        if stage not in self.stages:
             raise ValueError(f"SecEA's set-up has no stage {stage!r}")
         kind = _KINDS[stage][1]
         if kind == "union":
