@@ -6,8 +6,11 @@ for the server).  Bodies:
 ======  ===========  ==========================================================================
 kind    direction    body
 ======  ===========  ==========================================================================
-HELLO   client->srv  X25519 public key (32) | Paillier modulus n (big-endian, rest of the body)
-DIRECT  srv->client  u16 count, then per client: u16 id, X25519 key (32), u16 len(n), n
+HELLO   client->srv  X25519 public key (32) | certificate (120) | signature (64) | Paillier modulus
+                     n (big-endian, rest of the body); unsigned (``signed=False``): no certificate
+                     and signature (parties.py, :func:`~secemb.protocols.secea.parties.hello_statement`)
+DIRECT  srv->client  u16 count, then per client: u16 id, X25519 key (32), certificate (120),
+                     signature (64), u16 len(n), n; unsigned: no certificate and signature
 UPLOAD  client->srv  u32 M, u16 w, u32 E, u16 count, then per recipient v: u16 v,
                      (M*w + E*M) u32 words, XOR-padded: the shares y_{n,v} then the queries
 RELAY   srv->client  u32 M, u16 w, u16 count, then per sender n: u16 n, u32 E_n, the padded words
