@@ -198,6 +198,11 @@ def test_a_restored_directory_is_verified_when_the_silo_gets_its_identity(split,
     store.save(meta, arrays | {"directory": directory})
     silo = proto.make_durable_device(0, store)  # read and checked but its signatures, which need the identity
     assert silo.identity is None and not silo.client.set_up
+    model, order, kept = silo.silo.state(), silo.gen.bit_generator.state, store.path.read_bytes()
+    with pytest.raises(ProtocolError, match="silo 0 has no identity yet"):
+        silo.party(_doc(1, SECEA_STAGES))  # before it trains or writes anything
+    assert silo.gen.bit_generator.state == order and store.path.read_bytes() == kept
+    assert all(np.array_equal(v, silo.silo.state()[k]) for k, v in model.items())
     with pytest.raises(ProtocolError, match="no identity"):
         silo.client.hello()
     with pytest.raises(ProtocolError, match="directory and the union"):

@@ -243,7 +243,9 @@ def test_a_silo_refuses_a_round_id_off_the_nodes_range_as_an_invalid_message(tmp
                     "--option", f"secea_key_bits={KEY_BITS}", "--option", "secea_items=6")
     protocol = ExchangeCredentials.load(root / "devices" / "device-0.json").protocol(None)
     doc = protocol.make_server().node.open_round(1, [0, 1, 2])
-    silo = protocol.make_device(0)
+    silo, identity = protocol.make_device(0), ExchangeCredentials.load(root / "devices" / "device-0.json").identity
+    assert isinstance(silo, SecEASilo) and identity is not None
+    silo.identity = identity
     assert isinstance(silo.party(doc), SecEASetupParty)  # the honest document is taken
     with pytest.raises(InvalidMessage, match="not a SecEA round document for silo 0"):
         silo.party(doc | {"round_id": round_id})

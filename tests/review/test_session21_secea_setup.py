@@ -129,6 +129,9 @@ def test_a_silo_whose_set_up_record_cannot_be_written_sends_nothing(secea_deploy
     (tmp_path / "a-file").write_bytes(b"")
     silo = secea_deployment.protocol.make_durable_device(0, DeviceStateFile(tmp_path / "a-file" / "device-0.state",
                                                                       b"k" * 32, {"device": 0}))
+    identity = secea_deployment.credentials(0).identity
+    assert identity is not None
+    silo.identity = identity
     served = secea_deployment.set_up(1)
     with ApiClient(served.url, "user:0", b"k" * 32) as api, pytest.raises(ProtocolError, match="cannot be written"):
         take_part(HttpStageLink(0, api), silo, SECEA_PLAN, served.doc, wait_s=5.0, poll_s=0.01)

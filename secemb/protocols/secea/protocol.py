@@ -397,8 +397,12 @@ class SecEASilo:
         stages that are not SecEA's, a round not after the last one it took part in or padded
         an upload for, or a set-up when it took part in one before and its operator did not
         approve another (:meth:`approve_new_set_up`; the message names the flag): the silo unchanged.
-        ProtocolError: a set-up whose record the disk refused (nothing is sent).
+        ProtocolError: a set-up whose record the disk refused (nothing is sent), or a signed silo
+        not given its :attr:`identity` yet (nothing trained, written or sent).
         """
+        if self.client.signed and self.client.identity is None:
+            raise ProtocolError(f"silo {self.client.index} has no identity yet: it signs its keys with its "
+                                "credentials' (SecEASilo.identity)")
         round_id, users, stages = round_doc.get("round_id"), round_doc.get("users"), round_doc.get("stages")
         if type(round_id) is not int or not 0 <= round_id < 2**62 or not isinstance(users, list) \
                 or self.client.index not in users:
