@@ -21,6 +21,8 @@ peer's own tags (end to end, under the pair's channel key) show in common.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
@@ -38,6 +40,7 @@ __all__ = [
     "SHARE_PLAINTEXT_BYTES",
     "SHARE_CIPHERTEXT_BYTES",
     "advertised",
+    "key_list_digest",
     "survivor_list",
 ]
 
@@ -57,9 +60,17 @@ def advertised(config: SecAggConfig, client_id: int, c_pk: bytes, s_pk: bytes) -
     return config.header() + client_id.to_bytes(4, "little") + c_pk + s_pk
 
 
-def survivor_list(config: SecAggConfig, u3: list[int]) -> bytes:
-    """What a client signs in the consistency round: the round's public parameters and U3."""
-    return config.header() + messages.ids_bytes(u3)
+def survivor_list(config: SecAggConfig, key_list: bytes, u3: list[int]) -> bytes:
+    """What a client signs in the consistency round: the round's public parameters, the SHA-256
+    of the key list it was sent (:func:`key_list_digest`: binds the run, whose keys are fresh)
+    and U3."""
+    return config.header() + key_list + messages.ids_bytes(u3)
+
+
+def key_list_digest(body: bytes | memoryview) -> bytes:
+    """SHA-256 of a signed round's key-list body (the same bytes for every client of the run:
+    every listed client's fresh keys, certificate and signature)."""
+    return hashlib.sha256(body).digest()
 
 
 class SecAggClient:
@@ -107,6 +118,7 @@ class SecAggClient:
         self._held: dict[int, tuple[int, int]] = {}  # sender -> (share of s^SK, share of b)
         self._u2: list[int] = []
         self._u3: list[int] = []
+        self._key_list = b""  # signed round: SHA-256 of the key list, signed with U3
 
     # ------------------------------------------------------------------ helpers
     def _enter(self, stage: int, name: str) -> None:
@@ -175,6 +187,7 @@ class SecAggClient:
         cfg = self.config
         _, body = messages.open_frame(keys_msg, "keys", cfg.round_id, messages.SERVER)
         rd = messages.Reader(body, "keys")
+        self._key_list = key_list_digest(body)
         pair = 2 * keys.KEY_BYTES
         entries = rd.records(pair + (SIGNED_ENTRY_BYTES if cfg.signed else 0), "client")
         ids = [i for i, _ in entries]
@@ -305,12 +318,13 @@ class SecAggClient:
 
     def consistency(self, survivors_msg: bytes) -> bytes:
         """ConsistencyCheck (signed round only): check the survivors U3 as :meth:`unmask` would
-        and sign ``(round parameters, U3)``; the client signs one list in a round."""
+        and sign ``(round parameters, SHA-256 of the key list, U3)`` (:func:`survivor_list`); the
+        client signs one list in a round."""
         if not self.config.signed or self.identity is None:
             raise ProtocolError(f"client {self.id}: consistency is a stage of signed rounds only")
         self._enter(3, "consistency")
         self._u3 = self._survivors(survivors_msg)
-        sig = self.identity.sign(CONSISTENCY_DOMAIN, survivor_list(self.config, self._u3))
+        sig = self.identity.sign(CONSISTENCY_DOMAIN, survivor_list(self.config, self._key_list, self._u3))
         return messages.frame("consistency", self.config.round_id, self.id, sig)
 
     def _signed_survivors(self, signatures_msg: bytes) -> list[int]:
@@ -320,14 +334,14 @@ class SecAggClient:
         rd = messages.Reader(body, "signatures")
         sigs = rd.records(SIGNATURE_BYTES, "signer")
         rd.end()
-        signed = survivor_list(cfg, self._u3)
+        signed = survivor_list(cfg, self._key_list, self._u3)
         for signer, sig in sigs:
             if signer not in self._u3 or signer not in self._signers:
                 raise InvalidMessage(f"signatures: a signature of device {signer}, not a survivor of this "
                                      f"client's list (the server deviated)")
             verify(self._signers[signer], CONSISTENCY_DOMAIN, signed, sig,
-                   f"signatures: device {signer} did not sign the survivor list this client was sent "
-                   f"(the server sent different lists: it deviated)")
+                   f"signatures: device {signer} did not sign the survivor list this client was sent, in the run "
+                   f"of its key list (the server sent different lists: it deviated)")
         if len(sigs) < cfg.threshold:
             raise InvalidMessage(f"signatures: {len(sigs)} survivors signed the survivor list, fewer than the "
                                  f"threshold {cfg.threshold}")

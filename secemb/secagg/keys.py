@@ -13,8 +13,10 @@ server with AES-128-GCM; one key serves both directions of a pair, so the 12-byt
 associated data is the round id, sender and recipient.
 
 In a signed sparse round the pair's *tag key* (purpose :data:`TAGS`) keys the row tags
-(:func:`row_tags`) a client sends its peer inside that channel: the peer learns which of its
-own rows the sender holds too, and nothing of the sender's other rows.
+(:func:`row_tags`) a client sends its peer inside that channel: the server learns nothing of
+them, and the peer learns which of its own rows the sender holds too -- and, since it holds the
+tag key and the row space is public, the sender's whole tagged row set (finding R1 of session
+22; docs/secagg.md, "Active server": SFSL's perturbed sets S'', which the server sees anyway).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from secemb.secagg.client import (
     CONSISTENCY_DOMAIN,
     SHARE_CIPHERTEXT_BYTES,
     advertised,
+    key_list_digest,
     survivor_list,
 )
 from secemb.secagg.config import SecAggAborted, SecAggConfig, sign
@@ -75,6 +76,7 @@ class SecAggServer:
         self._signed: dict[int, bytes] = {}  # signed round: certificate || signature of the advertised keys
         self._signer: dict[int, bytes] = {}  # signed round: the device's certified signing key
         self._u3_sigs: dict[int, bytes] = {}
+        self._key_list = b""  # signed round: SHA-256 of the key list every client was sent
         self._rows: dict[int, np.ndarray] = {}
         self._shares: dict[int, dict[int, bytes]] = {}  # sender -> recipient -> ciphertext
         self._masked: dict[int, np.ndarray] = {}
@@ -186,6 +188,7 @@ class SecAggServer:
             for v in self.u1)
         if self.config.sparse:
             self._index_rows()
+        self._key_list = key_list_digest(head)  # a signed round's key list is the same for every client
         out = {}
         for u in self.u1:
             tail = b""
@@ -262,7 +265,7 @@ class SecAggServer:
         rd = messages.Reader(body, "consistency")
         sig = bytes(rd.take(SIGNATURE_BYTES))
         rd.end()
-        verify(self._signer[cid], CONSISTENCY_DOMAIN, survivor_list(self.config, self.u3), sig,
+        verify(self._signer[cid], CONSISTENCY_DOMAIN, survivor_list(self.config, self._key_list, self.u3), sig,
                f"consistency of client {cid}")
         self._u3_sigs[cid] = sig
 

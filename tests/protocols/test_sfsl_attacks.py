@@ -27,8 +27,8 @@ def clicks():
     return split_clicks(TaobaoShaped("taobao-mini", seed=3).clients(np.arange(8)))
 
 
-def protocol(clicks, preset: str = "CPP1") -> SFSLProtocol:
-    return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=3), sfsl_preset=preset, batch=8, data=clicks)
+def protocol(clicks, preset: str = "CPP1", users: int = 3) -> SFSLProtocol:
+    return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=users), sfsl_preset=preset, batch=8, data=clicks)
 
 
 def run_round(node: SFSLNode, parties: dict[int, Any], round_id: int,
@@ -137,7 +137,7 @@ def test_a_device_that_stops_mid_round_is_left_out_and_the_next_round_runs(click
     (before unmasking): the round commits with it (its input counts: SecAgg's semantics); device
     3 stops before its masked input: it is left out (its pairwise masks are recovered).  The next
     round runs."""
-    proto = protocol(clicks)
+    proto = protocol(clicks, users=5)
     hosted = proto.make_server()
     node = hosted.node
     assert isinstance(node, SFSLNode)
@@ -157,8 +157,8 @@ def test_a_device_that_stops_mid_round_is_left_out_and_the_next_round_runs(click
                 if out is not None:
                     parties[u].accept(stage, out)
     assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [0, 1, 2, 4]
-    doc = node.open_round(2, [0, 1, 2])
-    run_round(node, {u: devices[u].party(doc) for u in range(3)}, 2)
+    doc = node.open_round(2, [0, 1, 2, 3, 4])
+    run_round(node, {u: devices[u].party(doc) for u in range(5)}, 2)
     assert node.outcome(2)["state"] == "committed"
 
 

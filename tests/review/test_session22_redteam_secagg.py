@@ -32,9 +32,11 @@ session-22 red-team report):
 * R2 -- the threshold rule is relative to the key list the server chose: split into disjoint key
   lists, one round gives the server several sums, each over as few as 2 devices; three PSU
   rounds of pairs give it one device's real goods set.
-* R3 -- a consistency signature does not bind the run: if a round id is run again, the server
-  forwards the earlier run's signatures and the split survivor list is not caught (privacy
-  still holds by the threshold rule).
+* R3 -- a consistency signature did not bind the run: if a round id is run again, the server
+  forwarded the earlier run's signatures and the split survivor list was not caught (privacy
+  still held by the threshold rule).  Fixed (session 22, helper A): the signature covers the
+  SHA-256 of the key list (``test_r3_fixed_...``); a split key list is caught at the consistency
+  round too, so the view-splitting tests below now see every device refuse.
 * R6 -- in a sparse round the server chooses who survives, hence which rows have a single holder
   (whose value the per-row sum is).
 * R4 (low) -- a signed key list and signatures message prove to anyone holding the roster pin
@@ -365,7 +367,9 @@ def _both_ways(views: dict[int, list[int]]) -> Callable[[int, int], bool]:
 def test_held_a_victim_isolated_with_two_peers_is_not_read() -> None:
     """Five devices, threshold 3.  Device 0's key list is {0, 1, 2} (it masks with two peers
     only); {0, 1, 2} are told U3 = {0, 1, 2}, {3, 4} that U3 = {1, 2, 3, 4}.  {0, 1, 2} unmask
-    (b_0 opens); 3 and 4 see two signatures of their list and refuse; s_1, s_2 never open."""
+    (b_0 opened before R3's fix); 3 and 4 see two signatures of their list and refuse; s_1, s_2
+    never open.  Since the consistency signature binds the key list (R3's fix), 0, 1 and 2 also
+    refuse: device 0's key list is not theirs, so nobody unmasks."""
     ids = list(range(5))
     cfg, inputs, idents = _signed(ids, 3)
     adv = Adversary(cfg, ids, inputs, idents)
@@ -374,8 +378,9 @@ def test_held_a_victim_isolated_with_two_peers_is_not_read() -> None:
     adv.relay(_both_ways(views))
     adv.survivors({u: [0, 1, 2] if u < 3 else [1, 2, 3, 4] for u in ids})
     adv.forward()
-    assert sorted(adv.refused) == [3, 4] and all("fewer than the threshold" in adv.refused[u] for u in (3, 4))
-    assert adv.opened()[0] == (False, True)
+    assert sorted(adv.refused) == ids and all("fewer than the threshold" in adv.refused[u] for u in (3, 4))
+    assert all("in the run of its key list" in adv.refused[u] for u in (0, 1, 2))
+    assert adv.opened()[0] == (False, False)
     _nothing_opened_for_both(adv)
     # forwarding 3 and 4 the signatures of 1 and 2 as well: those are over another list, refused too
     adv2 = Adversary(cfg, ids, inputs, idents)
@@ -383,7 +388,7 @@ def test_held_a_victim_isolated_with_two_peers_is_not_read() -> None:
     adv2.relay(_both_ways(views))
     adv2.survivors({u: [0, 1, 2] if u < 3 else [1, 2, 3, 4] for u in ids})
     adv2.forward(lambda u: [1, 2, 3, 4] if u > 2 else [0, 1, 2])
-    assert sorted(adv2.refused) == [3, 4] and all("did not sign the survivor list" in adv2.refused[u] for u in (3, 4))
+    assert sorted(adv2.refused) == ids and all("did not sign the survivor list" in adv2.refused[u] for u in (3, 4))
     _nothing_opened_for_both(adv2)
 
 
@@ -429,7 +434,8 @@ def test_held_key_lists_split_around_a_victim_open_nothing() -> None:
     """Device 0 sees all five; {1, 2} see {0, 1, 2}; {3, 4} see {0, 3, 4} (threshold 3: every
     list is shorter than twice the threshold).  {0, 1, 2} sign U3 = {0, 1, 2}; {3, 4} are told
     {0, 3, 4} (device 0 signed another list: two signatures) or {3, 4} (fewer than the
-    threshold): they refuse, and device 0's one share of s_3 and s_4 opens neither."""
+    threshold): they refuse, and device 0's one share of s_3 and s_4 opens neither.  Since the
+    consistency signature binds the key list (R3's fix), 0, 1 and 2 refuse too."""
     ids = list(range(5))
     cfg, inputs, idents = _signed(ids, 3)
     views = {0: ids, 1: [0, 1, 2], 2: [0, 1, 2], 3: [0, 3, 4], 4: [0, 3, 4]}
@@ -440,7 +446,7 @@ def test_held_key_lists_split_around_a_victim_open_nothing() -> None:
         assert not adv.refused
         adv.survivors({u: [0, 1, 2] if u < 3 else other for u in ids})
         adv.forward()
-        assert sorted(adv.refused) == [3, 4]
+        assert sorted(adv.refused) == ids
         _nothing_opened_for_both(adv)
 
 
@@ -701,41 +707,10 @@ def test_finding_r6_the_server_picks_who_survives_so_it_picks_the_rows_held_by_o
     assert np.array_equal(total[[1, 2, 3]], x[0])
 
 
-def test_finding_r3_a_rerun_round_id_lets_the_server_reuse_consistency_signatures() -> None:
-    """Finding R3 (replay).  A consistency signature covers the round's public parameters and
-    U3, nothing of the run (not the fresh keys).  Run 1 of round 7: the server says device 0
-    dropped; 1..4 sign U3 = {1, 2, 3, 4}.  Run 2 of round 7 (same devices, same config; a device
-    process restarted, or the server reopened the round): {0, 1, 2} are told U3 = {0..4} and
-    sign it, {3, 4} that device 0 dropped; the server shows 3 and 4 the run-1 signatures of 1 and
-    2 over their list.  3 and 4 accept and reveal their shares of s_0^SK while 0, 1, 2 reveal
-    b_0's: the split is NOT caught.  Device 0 stays safe only because the threshold rule leaves
-    2 shares of s_0^SK (below 3)."""
-    ids = list(range(5))
-    cfg, _, idents = _signed(ids, 3)
-    first = Adversary(cfg, ids, _inputs(ids, 4, 1), idents)
-    first.send_keys({})
-    first.relay()
-    first.survivors({u: ids[1:] for u in ids[1:]})
-    second = Adversary(cfg, ids, _inputs(ids, 4, 2), idents)
-    second.send_keys({})
-    second.relay()
-    second.survivors({u: ids if u < 3 else ids[1:] for u in ids})
-    for u in (0, 1, 2):
-        second.unmask(u, second.signatures_message([0, 1, 2]))
-    replayed = {**second.sigs, 1: first.sigs[1], 2: first.sigs[2]}
-    for u in (3, 4):
-        second.unmask(u, second.signatures_message(ids[1:], replayed))
-    assert not first.refused and not second.refused  # nobody caught the server
-    assert all(0 in second.revealed[u][0] for u in (3, 4)) and all(0 in second.revealed[u][1] for u in (0, 1, 2))
-    assert second.opened()[0] == (False, True) and second.read(0) is None
-
-
-
-@pytest.mark.xfail(strict=True, reason="finding R3, to fix in secemb/secagg/client.py: a consistency signature covers "
-                   "only the round's parameters and U3; binding the run (e.g. a SHA-256 of the key list, which carries "
-                   "every device's fresh X25519 keys and is the same for every device of a signed round) refuses it")
 def test_r3_fixed_a_consistency_signature_of_an_earlier_run_of_the_round_is_refused() -> None:
-    """What R3's fix must give: run 2 of round 7 refuses run 1's signatures over the same list."""
+    """R3's fix: run 2 of round 7 refuses run 1's signatures over the same list (before it, the
+    server showed devices 3 and 4 the run-1 signatures of 1 and 2 over "device 0 dropped" and the
+    split was not caught)."""
     ids = list(range(5))
     cfg, _, idents = _signed(ids, 3)
     first = Adversary(cfg, ids, _inputs(ids, 4, 1), idents)
@@ -761,5 +736,5 @@ def test_finding_r4_a_key_list_is_a_transferable_proof_of_who_took_part() -> Non
     cert = third_party.certificate(entry[PAIR : PAIR + 120], 1)
     keys_of_1 = secagg_client.advertised(cfg, 1, entry[:32], entry[32:PAIR])
     secagg_identity.verify(cert.public, secagg_client.ADVERTISE_DOMAIN, keys_of_1, entry[PAIR + 120 :], "device 1")
-    secagg_identity.verify(cert.public, secagg_client.CONSISTENCY_DOMAIN, secagg_client.survivor_list(cfg, ids),
-                           adv.sigs[1], "device 1")
+    signed = secagg_client.survivor_list(cfg, secagg_client.key_list_digest(adv.key_list(ids)[H:]), ids)
+    secagg_identity.verify(cert.public, secagg_client.CONSISTENCY_DOMAIN, signed, adv.sigs[1], "device 1")

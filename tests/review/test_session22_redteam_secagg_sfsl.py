@@ -9,8 +9,11 @@ and the deployment's training settings, whose ``max_weight`` must fit ``n`` devi
 (``n * max_weight * (levels - 1) < 2^32``); it does not check ``n`` against the deployment's
 ``users_per_round``.
 
-* Finding R2 at the deployment level: a document of 2 users gives a threshold of 2, so the server
-  may run a round's devices as pairs (each pair's sum is over 2 devices; the secagg test file reads
+(Session 22, helper A: R2 and R5 are fixed -- a device takes part only in rounds of exactly its
+deployment's ``users_per_round`` devices; the tests below show the refusals.)
+
+* Finding R2 at the deployment level: a document of 2 users gave a threshold of 2, so the server
+  could run a round's devices as pairs (each pair's sum is over 2 devices; the secagg test file reads
   one device's real goods from three PSU rounds of pairs).
 * Finding R5 (bounded work): the only upper bound on ``n`` is the settings' fit -- with this
   deployment's ``max_weight`` 1310 and 32,768 levels, 100 users (33 times its round of 3).  The
@@ -34,27 +37,31 @@ GOODS, CATEGORIES = 2000, 60
 H = 32  # framing header bytes
 
 
-def test_finding_r2_an_sfsl_device_takes_a_pair_for_a_round(sfsl) -> None:
+def test_r2_fixed_an_sfsl_device_refuses_a_pair_for_a_round(sfsl) -> None:
+    """Finding R2's fix (session 22, helper A): a device takes part only in rounds of its
+    deployment's ``users_per_round`` devices, so the threshold (2 of 3 here) is not the server's
+    choice; before it, a document of users [0, 1] gave a round of a pair, threshold 2."""
     doc = sfsl.make_server().node.open_round(1, [0, 1, 2])
     assert len(doc["users"]) == 3  # the deployment's users_per_round
     device = sfsl.make_device(0)
-    pair = device.party(doc | {"users": [0, 1]})
-    assert pair.psu_config.threshold == pair.sum_config.threshold == 2  # sums over 2 devices
+    assert device.party(doc).psu_config.threshold == 2
+    with pytest.raises(InvalidMessage, match="a round of 2 users, not the deployment's 3"):
+        device.party(doc | {"users": [0, 1]})
 
 
-def test_finding_r5_an_sfsl_device_reads_answers_sized_for_the_users_the_server_names(sfsl) -> None:
+def test_r5_fixed_an_sfsl_device_reads_answers_sized_for_its_deployments_round(sfsl) -> None:
+    """Finding R5's fix (session 22, helper A): the answers a device reads are sized for its
+    deployment's round (3 devices); a document naming 100 users (whose secure-sum ShareKeys answer
+    bound was 1,641,258 bytes) is refused before any answer is read."""
     doc = sfsl.make_server().node.open_round(1, [0, 1, 2])
     device = sfsl.make_device(0)
     per_peer = 4 + SHARE_CIPHERTEXT_BYTES + 4 + 8 * (GOODS + CATEGORIES)  # id, ciphertext, tag count, tags
     assert device.party(doc).answer_bytes("sum-shares") == H + 4 + 2 * per_peer
-    crowd = device.party(doc | {"users": list(range(100))})
-    assert crowd.answer_bytes("sum-shares") == H + 4 + 99 * per_peer == 1_641_258
-    with pytest.raises(InvalidMessage, match="max_weight"):  # the settings' fit: 1310 x 101 x 32767 >= 2^32
-        device.party(doc | {"users": list(range(101))})
+    for n in (100, 101):
+        with pytest.raises(InvalidMessage, match=f"a round of {n} users, not the deployment's 3"):
+            device.party(doc | {"users": list(range(n))})
 
 
-@pytest.mark.xfail(strict=True, reason="finding R5, to fix in secemb/protocols/sfsl/protocol.py (the device's round "
-                   "document check): refuse more users than the deployment's users_per_round, which the device knows")
 def test_r5_fixed_an_sfsl_device_refuses_more_users_than_its_deployments_round(sfsl) -> None:
     doc = sfsl.make_server().node.open_round(1, [0, 1, 2])
     with pytest.raises(InvalidMessage, match="not an SFSL round document"):

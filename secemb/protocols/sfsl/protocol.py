@@ -268,7 +268,8 @@ class SFSLProtocol(ExchangeProtocol):
             _restore(device, state, train.num_goods)
         run = self._sfsl_run(1)  # the settings do not depend on the rounds per epoch
         return SFSLClient(device, RowSpace(train.num_goods, model.num_categories, model.dim, model.mlp_size), rng,
-                          train.num_users, round_settings(run), run.lr_decay, self.roster.enroll(user), store=state)
+                          train.num_users, round_settings(run), run.lr_decay, self.run.users_per_round,
+                          self.roster.enroll(user), store=state)
 
     def train(self, connect: Callable[[ExchangeServer], ExchangeRounds], *,
               on_start: Callable[[dict[str, Any]], None] | None = None,
@@ -358,7 +359,10 @@ class SFSLClient:
     training randomness (seeded from its own entropy), the dataset's number of users (a
     round's devices are among them: what bounds the answers it reads), and the deployment's
     training ``settings`` and ``lr_decay`` (what every round document must announce,
-    :func:`~secemb.protocols.sfsl.staged.announced_settings`), and its certified ``identity``
+    :func:`~secemb.protocols.sfsl.staged.announced_settings`), the deployment's
+    ``users_per_round`` (every round it takes part in has exactly that many devices: the round's
+    secure-aggregation threshold follows from it, so a server cannot announce smaller rounds --
+    pairs, whose sums are 2 devices' -- or larger ones, whose answers grow), and its certified ``identity``
     (:class:`~secemb.protocols.exchange.SignedDevice`: ``secemb client`` sets its credentials'
     identity; a device of :meth:`SFSLProtocol.make_device` has one of the protocol's own roster)."""
 
@@ -368,6 +372,7 @@ class SFSLClient:
     num_users: int
     settings: TrainingSettings
     lr_decay: float
+    users_per_round: int
     identity: Identity
     store: DeviceStateFile | None = None
 
@@ -394,7 +399,8 @@ class SFSLClient:
         Raises
         ------
         InvalidMessage: a document without them, a round id off the node's range
-        ``[0, 2^62)``, users that are not at least 2 distinct ids of the dataset's users,
+        ``[0, 2^62)``, users that are not exactly ``users_per_round`` distinct ids of the
+        dataset's users (findings R2 and R5 of session 22),
         settings that a device cannot train with (:meth:`TrainingSettings.check`) or that are
         not the deployment's for this round (a server's other epochs, batch, step size or
         quantization: e.g. a million epochs would keep the device training for hours).
@@ -402,10 +408,12 @@ class SFSLClient:
         try:
             round_id, users, settings = round_doc["round_id"], round_doc["users"], round_doc["settings"]
             if type(round_id) is not int or not 0 <= round_id < 2**62 or not isinstance(users, list) \
-                    or self.device.user not in users or len(users) < 2 \
+                    or self.device.user not in users \
                     or not all(type(u) is int and 0 <= u < self.num_users for u in users) \
                     or len(set(users)) != len(users):
                 raise TypeError("round_id, users")
+            if len(users) != self.users_per_round:
+                raise TypeError(f"a round of {len(users)} users, not the deployment's {self.users_per_round}")
             fields = {k: settings[k] for k in asdict(TrainingSettings())}
             rs = TrainingSettings(**fields).check(len(users))
             if rs != announced_settings(self.settings, self.lr_decay, round_id):
