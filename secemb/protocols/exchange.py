@@ -41,6 +41,10 @@ Stage and message names of its own join the shared vocabulary first
 * :meth:`~ExchangeProtocol.make_device` (optional): device ``user``'s persistent state in a
   deployment (``secemb client``); from each round's public document (what the node's
   ``open_round`` returned) it makes the device's party of that round;
+* (optional) a node that is a :class:`RosterPinnedNode` (``pin``): ``secemb serve`` gives it the
+  deployment's roster pin before the first round, and it refuses at receipt a device's signed
+  message whose certificate or signature does not verify (one device cannot then fail the
+  others' round under the server's name);
 * (optional) a node that is a :class:`DurableExchangeNode` (``state`` and ``restore``): ``secemb
   serve`` checkpoints it after each committed round and restores it at start
   (:mod:`secemb.server.exchange_state`); a node without them cannot be restarted over a committed
@@ -63,11 +67,12 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, chec
 from secemb.options import DEFAULTS
 from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
-from secemb.secagg.identity import Identity
+from secemb.secagg.identity import Identity, RosterPin
 
 __all__ = ["DurableExchangeNode", "EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol",
-           "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RoundFigures",
-           "SignedDevice", "StagedRound", "add_seconds", "closing_stage", "current_round", "open_stage", "stage_reply"]
+           "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RosterPinnedNode",
+           "RoundFigures", "SignedDevice", "StagedRound", "add_seconds", "closing_stage", "current_round", "open_stage",
+           "stage_reply"]
 
 class ExchangeParty(TypingProtocol):
     """A device's part in one round of a one-server protocol."""
@@ -99,6 +104,19 @@ class SignedDevice(TypingProtocol):
     ``secemb client`` sets ``identity`` to its credentials' before the device's first round."""
 
     identity: Identity
+
+
+@runtime_checkable
+class RosterPinnedNode(TypingProtocol):
+    """An :class:`ExchangeNode` that checks the devices' signed messages at receipt under the
+    deployment's roster (:class:`~secemb.secagg.identity.RosterPin`, public values): a message
+    whose certificate is not the roster's for its sender and this deployment, or whose signature
+    does not verify over exactly what the peers verify, is refused
+    (:class:`~secemb.errors.InvalidMessage`, HTTP 400), nothing of it kept, and its sender is
+    absent from the stage as a dropout is.  ``pin`` is set before the first round (``secemb
+    serve``: from ``exchange.json``); ``None``: only what needs no roster is checked."""
+
+    pin: RosterPin | None
 
 
 @runtime_checkable

@@ -5,7 +5,9 @@ The directory (0700)::
 
     tls/                  the server's private CA and certificate (:func:`~secemb.server.tls.init_pki`)
     exchange.json         the server's configuration (0600): the protocol, its run and options, the
-                          listen address, the TLS files, the admin and device-key secrets
+                          listen address, the TLS files, the admin and device-key secrets, and the
+                          roster's PUBLIC pin (``roster_pin``: deployment id, public key), with which
+                          the server checks each signed message at receipt
     roster.json           the OPERATOR's roster (0600): the deployment id and the Ed25519 key that
                           certifies each device's identity (:mod:`secemb.secagg.identity`).  The
                           server never reads it; keep it off the server's machine once the
@@ -20,7 +22,11 @@ The directory (0700)::
 There is one operator and one server.  The server is not trusted with the devices' inputs: a
 protocol whose devices sign (SFSL's secure aggregations, docs/secagg.md "Active server") relies
 on the roster key staying with the operator -- a server holding it could certify identities of its
-own and play any device to the others.  A device's
+own and play any device to the others.  The server holds the roster's public key only: with it
+the node (a :class:`~secemb.protocols.exchange.RosterPinnedNode`) refuses a device's signed
+message that the device's peers would refuse, so one device cannot fail the others' round under
+the server's name; a configuration without the pin (written before session 22) is refused by
+:func:`serve_exchange` for such a protocol, with what to do.  A device's
 credentials hold its own key only (``user_key(user_secret, U)``): they let it sign as device U
 and nothing else.  A restart of the server goes on from its last committed round (the model,
 the round ids, the protocol's set-up: :mod:`secemb.server.exchange_state`).
@@ -38,7 +44,7 @@ from typing import Any
 
 from secemb.errors import InvalidParameters, check_float, check_int
 from secemb.protocols import get_protocol
-from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun
+from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun, RosterPinnedNode
 from secemb.secagg.identity import Identity, Roster, RosterPin
 from secemb.server.exchange_state import ExchangeState, fingerprint
 from secemb.server.auth import Verifier
@@ -136,7 +142,9 @@ class ExchangeDeployment:
             _field(doc, name, kind, config)
         for name in ("admin_secret", "user_secret"):
             _secret(doc, name, config)
-        return cls(config.parent, doc)
+        dep = cls(config.parent, doc)
+        _ = dep.pin  # checked now: a malformed pin is a bad file
+        return dep
 
     @property
     def config_path(self) -> Path:
@@ -162,6 +170,23 @@ class ExchangeDeployment:
     @property
     def user_secret(self) -> bytes:
         return _secret(self.doc, "user_secret", self.config_path)
+
+    @property
+    def pin(self) -> RosterPin | None:
+        """The roster's public pin the server checks signed messages under (``None``: a
+        configuration written before session 22 has none).
+
+        Raises
+        ------
+        InvalidParameters: a malformed ``roster_pin`` field.
+        """
+        raw = self.doc.get("roster_pin")
+        if raw is None:
+            return None
+        try:
+            return RosterPin(bytes.fromhex(raw["deployment"]), bytes.fromhex(raw["public"]))
+        except (KeyError, TypeError, ValueError) as exc:  # InvalidParameters is a ValueError
+            raise InvalidParameters(f"{self.config_path}: field 'roster_pin': {exc}") from None
 
     def protocol(self, data_dir: Path | None = None) -> ExchangeProtocol:
         """The deployment's protocol (its data read from ``data_dir`` where it needs files)."""
@@ -277,7 +302,8 @@ def init_exchange(root: str | os.PathLike, protocol: str, run: ExchangeRun, opti
                   hosts: Sequence[str], *, port: int = 8700, stage_deadline_s: float = 60.0) -> ExchangeDeployment:
     """Create a one-server deployment of ``protocol`` (``servers=1``) with ``run`` and
     ``options`` in ``root`` (created, 0700): the CA and certificate for ``hosts``, fresh
-    secrets, ``exchange.json``.  ``stage_deadline_s``: the server closes a stage this long after
+    secrets, a fresh roster (``roster.json``, the operator's), ``exchange.json`` (with the
+    roster's public pin, never its private key).  ``stage_deadline_s``: the server closes a stage this long after
     it opened even if not every device still in has sent (:class:`~secemb.server.exchange_app.StageCloser`).
 
     Raises
@@ -303,9 +329,27 @@ def init_exchange(root: str | os.PathLike, protocol: str, run: ExchangeRun, opti
     doc = {"format": _FORMAT, "protocol": protocol, "run": run.to_dict(), "options": built.spec(),
            "host": hosts[0], "port": port, "stage_deadline_s": float(stage_deadline_s),
            "tls": {"ca": str(pki.ca.resolve()), "cert": str(pki.cert(0).resolve()), "key": str(pki.key(0).resolve())},
-           "admin_secret": secrets.token_bytes(32).hex(), "user_secret": secrets.token_bytes(32).hex()}
+           "admin_secret": secrets.token_bytes(32).hex(), "user_secret": secrets.token_bytes(32).hex(),
+           "roster_pin": {"deployment": roster.deployment.hex(), "public": roster.public.hex()}}
     write_private(root / _CONFIG, json.dumps(doc, indent=2, allow_nan=False).encode())
     return ExchangeDeployment(root, doc)
+
+
+def _pin_of(dep: ExchangeDeployment) -> RosterPin:
+    """``dep``'s roster pin, which a node that checks signed messages needs.
+
+    Raises
+    ------
+    InvalidParameters: none (a configuration written before session 22), with what to do.
+    """
+    pin = dep.pin
+    if pin is None:
+        raise InvalidParameters(
+            f"{dep.config_path} has no roster pin (a deployment made before session 22): the server checks each "
+            f"device's signed messages under it. If {dep.root / ROSTER_FILE} exists, copy its 'deployment' and "
+            "'public' into exchange.json as \"roster_pin\": {\"deployment\": ..., \"public\": ...}; otherwise "
+            "make a new deployment (secemb admin init --protocol ...) and add its devices")
+    return pin
 
 
 def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: int | None = None,
@@ -318,11 +362,15 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     server closes the stages itself (``stage_deadline_s``).  ``host``/``port`` override the
     file's.  The server's state is restored from, and kept in, :attr:`ExchangeDeployment.state_dir`
     (:class:`~secemb.server.exchange_state.ExchangeState`).  ``announce`` gets one line (where it
-    listens, the state and its last round) once everything is checked, before it listens.
+    listens, the state and its last round) once everything is checked, before it listens.  A node
+    that checks signed messages (:class:`~secemb.protocols.exchange.RosterPinnedNode`) is given
+    the configuration's roster pin before its state is restored.
 
     Raises
     ------
-    InvalidParameters: the protocol or its data (before anything listens); the port in use.
+    InvalidParameters: the protocol or its data (before anything listens); a protocol whose node
+    checks signed messages and a configuration without a roster pin (before anything listens);
+    the port in use.
     secemb.data.DatasetNotFoundError: the dataset's files missing.
     secemb.server.persist.CorruptState: a state that cannot be restored (nothing written);
     secemb.server.persist.StorageError: the disk refused to record a round aborted at the restart.
@@ -337,6 +385,8 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     sock = bind(host, port)  # a port in use fails here, before the protocol's data is loaded
     try:
         server = dep.protocol(data_dir).make_server()
+        if isinstance(server.node, RosterPinnedNode):
+            server.node.pin = _pin_of(dep)
         state = ExchangeState(dep.state_dir, fingerprint(dep.doc), server)
         defaults = {n: ServerConfig.model_fields[n].default for n in ("read_timeout_s", "max_connections",
                                                                        "max_body_reads")}

@@ -37,11 +37,11 @@ from secemb.protocols.secea import coding, field, wire
 from secemb.protocols.secea import paillier as phe_packing
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.randomness import RandomBytes, random_words, system_rng
-from secemb.secagg.identity import CERTIFICATE_BYTES, DEPLOYMENT_BYTES, SIGNATURE_BYTES, Identity, verify
+from secemb.secagg.identity import CERTIFICATE_BYTES, DEPLOYMENT_BYTES, SIGNATURE_BYTES, Identity, RosterPin, verify
 from secemb.secagg.keys import KEY_BYTES, KeyPair, agree, check_public
 from secemb.secagg.prg import mask_rows
 
-__all__ = ["HELLO_DOMAIN", "SIGNED_BYTES", "SecEAClient", "SecEAServer", "hello_statement"]
+__all__ = ["HELLO_DOMAIN", "SIGNED_BYTES", "SecEAClient", "SecEAServer", "hello_statement", "verify_hello"]
 
 _PAD_PURPOSE = b"secemb/secea/v1/relay-pad"
 #: the domain of a silo's signature over its HELLO keys (:func:`secemb.secagg.identity.signed_bytes`)
@@ -58,6 +58,22 @@ def hello_statement(deployment: bytes, setup_round: int, num_clients: int, index
     if len(deployment) != DEPLOYMENT_BYTES:
         raise InvalidParameters(f"a deployment id is {DEPLOYMENT_BYTES} bytes, got {len(deployment)}")
     return struct.pack(f"<{DEPLOYMENT_BYTES}sQHH", deployment, setup_round, num_clients, index) + x25519 + modulus
+
+
+def verify_hello(pin: RosterPin, setup_round: int, num_clients: int, index: int, x25519: bytes, modulus: bytes,
+                 proof: bytes) -> None:
+    """Check silo ``index``'s HELLO ``proof`` (its certificate, then its signature: :data:`SIGNED_BYTES`)
+    over its keys ``x25519`` and ``modulus`` in set-up ``setup_round`` (:func:`hello_statement`): the
+    certificate of device ``index`` under ``pin`` (its deployment), the signature under the key it
+    certifies.  What a silo checks of each DIRECTORY entry and the server of each HELLO.
+
+    Raises
+    ------
+    InvalidMessage: the certificate or the signature does not verify (the error says which).
+    """
+    statement = hello_statement(pin.deployment, setup_round, num_clients, index, x25519, modulus)
+    cert = pin.certificate(proof[:CERTIFICATE_BYTES], index)
+    verify(cert.public, HELLO_DOMAIN, statement, proof[CERTIFICATE_BYTES:], f"silo {index}'s signature")
 
 
 def _pad_seed(private: bytes, peer_public: bytes, round_id: int, sender: int, receiver: int) -> bytes:
@@ -266,11 +282,8 @@ class SecEAClient:
         assert self._identity is not None
         pin = self._identity.pin
         for i, (x25519, key, proof) in sorted(peers.items()):
-            statement = hello_statement(pin.deployment, self._setup_round, self.params.num_clients, i, x25519,
-                                        key.to_bytes())
             try:
-                cert = pin.certificate(proof[:CERTIFICATE_BYTES], i)
-                verify(cert.public, HELLO_DOMAIN, statement, proof[CERTIFICATE_BYTES:], f"silo {i}'s signature")
+                verify_hello(pin, self._setup_round, self.params.num_clients, i, x25519, key.to_bytes(), proof)
             except InvalidMessage as exc:
                 raise InvalidMessage(f"the directory gives silo {i} keys not signed by silo {i} ({exc}): the server "
                                      "deviated from the protocol") from None
@@ -485,7 +498,8 @@ class SecEAServer:
     It learns the number of entities each client retrieves (the count of its queries) and who
     dropped out; nothing about which entities or their embeddings.  ``signed`` (default): the
     clients' HELLOs carry a certificate and signature, which the DIRECTORY relays (the clients
-    verify them; the server only checks their length).  ``_rng`` as for the client.
+    verify them; here only their length is checked -- the node checks them under the roster at
+    receipt when it has the pin: :class:`~secemb.protocols.secea.staged.SecEANode`).  ``_rng`` as for the client.
     """
 
     def __init__(self, params: SecEAParams, *, signed: bool = True, _rng: RandomBytes | None = None) -> None:

@@ -246,6 +246,7 @@ class SecEAProtocol(ExchangeProtocol):
         rng = system_rng if self._rng is None else self._rng
         gen = np.random.default_rng(r.seed + 1)  # batch order, as secemb bench secea's runs
         roster = Roster.generate()  # the run's own operator: it certifies each silo's signing key (OS randomness)
+        node.pin = roster.pin  # the node checks the silos' signed messages at receipt
         devices = [SecEASilo(s, o, SecEAClient(i, self.params, s.items[o], key_bits=self.secea_key_bits,
                                                identity=roster.enroll(i), _rng=rng),
                              node.bloom, self.reg, self.secea_local_epochs, gen, rng, chosen=chosen)

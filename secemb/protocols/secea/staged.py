@@ -46,11 +46,12 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, chec
 from secemb.protocols.exchange import add_seconds, closing_stage, current_round, open_stage, stage_reply
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea import wire
-from secemb.protocols.secea.parties import SecEAClient, SecEAServer
+from secemb.protocols.secea.parties import SecEAClient, SecEAServer, verify_hello
 from secemb.protocols.stages import SECEA_SETUP_STAGES, SECEA_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, default_threshold
 from secemb.secagg.limits import longest_server_message, longest_union_message, within_longest
+from secemb.secagg.identity import RosterPin
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
 __all__ = ["SECEA_PLAN", "SECEA_ROUND_PLAN", "SECEA_SETUP_PLAN", "SETUP_ROUND", "SecEANode", "SecEAParty",
@@ -133,6 +134,15 @@ class SecEANode:
         directory's entries carry certificates and signatures, which the silos verify, and the
         PSU is a signed secure aggregation (with its ``psu-consistency`` stage).  ``False``: the
         paper's unsigned set-up (explicitly; a substituted key goes unnoticed).
+    pin: (signed) the deployment's roster (public; a :class:`~secemb.protocols.exchange.RosterPinnedNode`,
+        settable before the first round): a HELLO is then refused at receipt unless it carries
+        the roster's certificate of its silo and the silo's signature over its keys in this
+        set-up (:func:`~secemb.protocols.secea.parties.verify_hello`, what each silo checks of the
+        directory), and so is a PSU advertise under another roster (the PSU's
+        :class:`~secemb.secagg.SecAggServer`, which checks the signatures of the advertise and
+        consistency messages in any case).  A refused silo is missing from its stage as a dropout
+        is -- the set-up needs every silo, so it aborts naming the missing ones instead of every
+        silo refusing the directory as the server's deviation.  ``None``: lengths only (HELLO).
 
     The first round opened is the set-up (every silo, stages of :data:`SECEA_SETUP_PLAN`; in
     process round :data:`SETUP_ROUND`); once it has committed, rounds of increasing ids (at
@@ -147,8 +157,8 @@ class SecEANode:
     plan = SECEA_PLAN
 
     def __init__(self, params: SecEAParams, bloom: BloomParams, *, key_bits: int | None = None,
-                 signed: bool = True, _rng: RandomBytes | None = None) -> None:
-        self.params, self.bloom, self.key_bits, self.signed = params, bloom, key_bits, signed
+                 signed: bool = True, pin: RosterPin | None = None, _rng: RandomBytes | None = None) -> None:
+        self.params, self.bloom, self.key_bits, self.signed, self.pin = params, bloom, key_bits, signed, pin
         self.server = SecEAServer(params, signed=signed, _rng=_rng)
         self.union: np.ndarray | None = None
         self._hellos: dict[int, bytes] = {}
@@ -171,7 +181,7 @@ class SecEANode:
             if len(ids) != n:
                 raise ProtocolError(f"the set-up (every one of the {n} silos) comes first")
             self._round = _Round(round_id, frozenset(ids), setup_stages(self.signed),
-                                 psu=SecAggServer(psu_config(self.bloom, n, round_id, self.signed)))
+                                 psu=SecAggServer(psu_config(self.bloom, n, round_id, self.signed), pin=self.pin))
         else:
             if len(ids) < self.params.needed_answers:
                 raise InvalidParameters(f"a round needs at least {self.params.needed_answers} = 2(K+T-1)+1 silos, "
@@ -195,10 +205,16 @@ class SecEANode:
             raise InvalidMessage(f"duplicate {stage} message from silo {user}")
         t0 = time.perf_counter()
         if stage == "secea-keys":
-            bits = self.server.read_hello(user, body)[1].key.n.bit_length()
+            x25519, key, proof = self.server.read_hello(user, body)
+            bits = key.key.n.bit_length()
             if self.key_bits is not None and bits != self.key_bits:
                 raise InvalidMessage(f"HELLO of silo {user}: a {bits}-bit Paillier modulus, not the "
                                      f"deployment's {self.key_bits} bits")
+            if self.signed and self.pin is not None:
+                try:
+                    verify_hello(self.pin, round_id, self.params.num_clients, user, x25519, key.to_bytes(), proof)
+                except InvalidMessage as exc:
+                    raise InvalidMessage(f"HELLO of silo {user} refused: {exc}") from None
         elif stage == "secea-share":
             m, _, _ = self.server.read_upload(round_id, user, body)
             if self.union is None or m != self.union.size:

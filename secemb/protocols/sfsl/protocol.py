@@ -320,6 +320,7 @@ class SFSLProtocol(ExchangeProtocol):
             hosted = self._server(server, settings, train.num_users, run.lr_decay)
             node = hosted.node
             assert isinstance(node, SFSLNode)
+            node.pin = self.roster.pin  # the node checks the devices' signed messages at receipt
             return ExchangePlayer(connect(hosted), server.space, node.bloom, server.table.shape, roster=self.roster)
 
         res = train_sfsl(train, test, run, progress=progress, player=player, _rng=self._rng)

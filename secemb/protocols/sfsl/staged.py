@@ -49,7 +49,7 @@ from secemb.randomness import RandomBytes, system_rng
 from secemb.protocols.sfsl.wire import reply_bytes
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, default_threshold
 from secemb.secagg.limits import longest_server_message, longest_union_message, within_longest
-from secemb.secagg.identity import Identity
+from secemb.secagg.identity import Identity, RosterPin
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
 __all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "round_configs", "sum_config"]
@@ -130,6 +130,12 @@ class SFSLNode:
         goods).
     lr_decay: the devices' step size decays by this factor a round: round ``r``'s document
         announces ``settings.lr * lr_decay ** (r - 1)``.
+    pin: the deployment's roster (public; a :class:`~secemb.protocols.exchange.RosterPinnedNode`,
+        settable before the first round): both secure aggregations then refuse at receipt an
+        advertise whose certificate is not the roster's for its sender and deployment, as they
+        refuse one whose signature does not verify or a consistency signature that does not
+        (:class:`~secemb.secagg.SecAggServer`); the device is then out of the round as a
+        dropout.  ``None``: the signatures are checked under the key each certificate names.
 
     Every method raises :class:`~secemb.errors.ProtocolError` when called for another round or
     out of stage order and :class:`~secemb.errors.InvalidMessage` for a malformed message, a
@@ -139,8 +145,8 @@ class SFSLNode:
     plan = SFSL_PLAN
 
     def __init__(self, server: SFSLServer, settings: TrainingSettings, bloom: BloomParams | None = None, *,
-                 lr_decay: float = 1.0) -> None:
-        self.server, self.settings, self.lr_decay = server, settings, lr_decay
+                 lr_decay: float = 1.0, pin: RosterPin | None = None) -> None:
+        self.server, self.settings, self.lr_decay, self.pin = server, settings, lr_decay, pin
         self.bloom = BloomParams.exact(server.space.goods) if bloom is None else bloom
         self._round: _Round | None = None
 
@@ -157,7 +163,8 @@ class SFSLNode:
         if len(ids) != len(users) or len(ids) < 2 or ids[0] < 0:
             raise InvalidParameters(f"a round needs at least 2 distinct non-negative user ids, got {users!r}")
         psu_cfg, sum_cfg = round_configs(self.server.space, self.bloom, len(ids), round_id)
-        self._round = _Round(round_id, frozenset(ids), SecAggServer(psu_cfg), SecAggServer(sum_cfg))
+        self._round = _Round(round_id, frozenset(ids), SecAggServer(psu_cfg, pin=self.pin),
+                             SecAggServer(sum_cfg, pin=self.pin))
         settings = announced_settings(self.settings, self.lr_decay, round_id)
         return {"round_id": round_id, "users": ids, "threshold": psu_cfg.threshold, "stages": list(self.plan.stages),
                 "settings": asdict(settings)}
