@@ -19,7 +19,8 @@ message (HTTP 400, nothing kept): the device is absent from the stage as a dropo
 * SecEA at the node and over HTTP: a HELLO whose certificate or signature does not verify (or was
   signed for another set-up or silo) is refused with 400 naming the silo; a silo that then sends
   its genuine HELLO is set up with the others; one that does not leaves the set-up aborted
-  naming who sent (every silo is needed), no silo is told the server deviated.
+  naming who sent (every silo is needed), no silo is told the server deviated; a server
+  checkpoint of unsigned HELLOs (written before session 22) is refused saying to start a new set-up.
 * The deployment: ``exchange.json`` holds the roster's public pin and never its key; ``secemb
   serve`` refuses a configuration without a pin (written before session 22) with one line that
   says what to do; a malformed pin is a bad file.
@@ -382,6 +383,27 @@ def test_secea_over_http_a_bad_hello_is_a_400_that_names_the_silo_and_changes_no
             assert err.value.status == 400 and "HELLO of silo 1 refused" in err.value.detail, err.value
             assert "not the roster's" in err.value.detail
             HttpStageLink(1, silo).send(SETUP, "secea-keys", parties[1].message("secea-keys"))  # taken after it
+
+
+def test_a_secea_checkpoint_of_unsigned_hellos_is_refused_with_what_to_do() -> None:
+    """A server checkpoint written before session 22 (an unsigned set-up's HELLOs) is refused by a
+    signed node's restore: start a new set-up."""
+    params, rng = SecEAParams(3, 1, dim=2), CtrDrbg(2)
+    bloom = union_bloom(16, sum(len(s) for s in SETS))
+    old = SecEANode(params, bloom, key_bits=1024, signed=False, _rng=rng)
+    parties = [SecEASetupParty(SecEAClient(i, params, np.array(s), key_bits=1024, signed=False, _rng=rng), bloom,
+                               0, _rng=rng) for i, s in enumerate(SETS)]
+    old.open_round(0, [0, 1, 2])
+    for stage in parties[0].stages:
+        for i, p in enumerate(parties):
+            old.receive(0, stage, i, p.message(stage))
+        old.close(0, stage)
+        for i, p in enumerate(parties):
+            p.accept(stage, old.reply(0, stage, i))  # type: ignore[arg-type]
+    meta, arrays = old.state()
+    with pytest.raises(InvalidParameters, match=r"SecEA state: silo 0's HELLO is not a signed one of this "
+                                                r"deployment .*before session 22.*start a new set-up"):
+        SecEANode(params, bloom, key_bits=1024, pin=Roster.generate().pin).restore(meta, arrays)
 
 
 # ---------------------------------------------------------------- the deployment

@@ -311,8 +311,11 @@ class SecEANode:
 
         Raises
         ------
-        InvalidParameters: a HELLO or the union missing or malformed (the HELLOs are checked as
-        at the set-up: :class:`~secemb.errors.InvalidMessage`, :class:`~secemb.errors.ProtocolError`).
+        InvalidParameters: a HELLO or the union missing or malformed, a HELLO that cannot be read
+        as this node's (e.g. an unsigned one of a checkpoint written before session 22: the
+        message says to start a new set-up) or with a key of another size.
+        ProtocolError: the directory cannot be rebuilt from the HELLOs.  (The HELLOs' certificates
+        and signatures are not checked again: the set-up round they sign is not kept.)
         """
         n = self.params.num_clients
         hellos = {}
@@ -326,9 +329,15 @@ class SecEANode:
                 or union[0] < 0 or union[-1] >= self.bloom.domain or not (np.diff(union) > 0).all():
             raise InvalidParameters(f"SecEA state: the union must be increasing int64 ids in [0, {self.bloom.domain})")
         for i, body in hellos.items():
-            bits = self.server.read_hello(i, body)[1].key.n.bit_length()
-            if self.key_bits is not None and bits != self.key_bits:
-                raise InvalidParameters(f"SecEA state: silo {i}'s key has {bits} bits, not {self.key_bits}")
+            try:
+                bits = self.server.read_hello(i, body)[1].key.n.bit_length()
+                if self.key_bits is not None and bits != self.key_bits:
+                    raise InvalidMessage(f"a {bits}-bit Paillier modulus, not {self.key_bits} bits")
+            except InvalidMessage as exc:
+                signed = "a signed" if self.signed else "an unsigned"
+                raise InvalidParameters(f"SecEA state: silo {i}'s HELLO is not {signed} one of this deployment "
+                                        f"({exc}); a checkpoint written before session 22 holds unsigned HELLOs: "
+                                        "start a new set-up (a fresh state directory)") from None
         self.server.directory(hellos)
         self._hellos, self.union = hellos, union.copy()
 
