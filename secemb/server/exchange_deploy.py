@@ -205,9 +205,15 @@ class ExchangeDeployment:
 
         Raises
         ------
-        InvalidParameters: the roster file unreadable or malformed.
+        InvalidParameters: the roster file unreadable or malformed, or not the roster whose pin
+            ``exchange.json`` holds (the server would refuse every signed message of its devices);
+            nothing written.
         """
-        ros = load_roster(self.root / ROSTER_FILE if roster is None else roster)
+        path = self.root / ROSTER_FILE if roster is None else Path(roster)
+        ros = load_roster(path)
+        if self.pin is not None and ros.pin != self.pin:
+            raise InvalidParameters(f"{path} is not this deployment's roster (not the pin of {self.config_path}): "
+                                    "give the roster.json that 'secemb admin init' wrote for it")
         out = self.root / "devices" if out is None else Path(out)
         out.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(out, 0o700)

@@ -21,9 +21,10 @@ message (HTTP 400, nothing kept): the device is absent from the stage as a dropo
   its genuine HELLO is set up with the others; one that does not leaves the set-up aborted
   naming who sent (every silo is needed), no silo is told the server deviated; a server
   checkpoint of unsigned HELLOs (written before session 22) is refused saying to start a new set-up.
-* The deployment: ``exchange.json`` holds the roster's public pin and never its key; ``secemb
-  serve`` refuses a configuration without a pin (written before session 22) with one line that
-  says what to do; a malformed pin is a bad file.
+* The deployment: ``exchange.json`` holds the roster's public pin and never its key;
+  ``add-devices`` refuses a roster that is not the pinned one; ``secemb serve`` refuses a
+  configuration without a pin (written before session 22) with one line that says what to do; a
+  malformed pin is a bad file.
 """
 
 from __future__ import annotations
@@ -425,6 +426,16 @@ def test_exchange_json_holds_the_rosters_public_pin_and_never_its_key(deployment
     assert roster["private"] not in text
     pin = ExchangeDeployment.load(deployment).pin
     assert pin is not None and pin.public.hex() == roster["public"] and pin.deployment.hex() == roster["deployment"]
+
+
+def test_add_devices_refuses_another_deployments_roster(deployment: Path, tmp_path: Path) -> None:
+    other = Roster.generate()
+    path = tmp_path / "roster.json"
+    path.write_text(json.dumps({"format": "secemb-roster/1", "deployment": other.deployment.hex(),
+                                "private": other.private.hex(), "public": other.public.hex()}))
+    with pytest.raises(InvalidParameters, match="is not this deployment's roster"):
+        ExchangeDeployment.load(deployment).add_devices([5], tmp_path / "devs", path)
+    assert not (tmp_path / "devs").exists()  # nothing written
 
 
 def _copy(deployment: Path, tmp_path: Path, change: dict[str, Any] | None) -> Path:
