@@ -24,7 +24,10 @@ node: 400 for a malformed message (``InvalidMessage``, a JSON body that is not a
 nests too deep included), 409 out of round or stage order or after an abort, 422 for a bad
 parameter.  Every refusal is a 4xx (or that 503), never a 500
 (:func:`~secemb.server.gate.install_error_handlers`).  The node checks a message in full before
-it keeps anything of it, so a refused request changes nothing.  The node is called under one
+it keeps anything of it, so a refused request changes nothing; a node with the deployment's
+roster pin (:class:`~secemb.protocols.exchange.RosterPinnedNode`) checks a signed message's
+certificate and signature too (400), and the device that sent it is then not among the stage's
+senders: absent from the stage as a dropout is.  The node is called under one
 lock (its state is one round's).  Served by :func:`secemb.server.listener.guarded_config`, it
 has the two-server app's connection guards too (header and TLS handshake deadlines, a
 connection limit).
