@@ -17,10 +17,11 @@ message (HTTP 400, nothing kept): the device is absent from the stage as a dropo
   the pin the foreign certificate passes the server and the honest device refuses the key list
   (the denial of service this fixes).
 * SecEA at the node and over HTTP: a HELLO whose certificate or signature does not verify (or was
-  signed for another set-up or silo) is refused with 400 naming the silo; a silo that then sends
-  its genuine HELLO is set up with the others; one that does not leaves the set-up aborted
-  naming who sent (every silo is needed), no silo is told the server deviated; a server
-  checkpoint of unsigned HELLOs (written before session 22) is refused saying to start a new set-up.
+  signed for another set-up or silo), or a PSU advertise under another roster, is refused (400 over
+  HTTP) naming the silo; a silo that then sends its genuine message is set up with the others;
+  one that does not leaves the set-up aborted naming who sent (every silo is needed), no silo is
+  told the server deviated; a server checkpoint of unsigned HELLOs (written before session 22) is
+  refused saying to start a new set-up.
 * The deployment: ``exchange.json`` holds the roster's public pin and never its key;
   ``add-devices`` refuses a roster that is not the pinned one; ``secemb serve`` refuses a
   configuration without a pin (written before session 22) with one line that says what to do; a
@@ -352,6 +353,25 @@ def test_secea_node_refuses_a_bad_hello_and_the_genuine_one_after_it_sets_every_
     assert node.outcome(SETUP)["state"] == "committed"
     want = sorted(set().union(*SETS))
     assert all(p.union is not None and p.union.tolist() == want for p in parties)
+
+
+def test_secea_node_refuses_a_psu_advertise_under_another_roster() -> None:
+    roster = Roster.generate()
+    node, parties = _secea(roster)
+    node.open_round(SETUP, [0, 1, 2])
+    for stage in parties[0].stages:
+        if stage == "psu-advertise":
+            ident = parties[1].client.identity
+            assert ident is not None
+            bad = SecAggClient(1, parties[1].config, identity=_foreign(ident), _rng=system_rng).advertise()
+            with pytest.raises(InvalidMessage, match="the certificate of device 1 is not the roster's"):
+                node.receive(SETUP, stage, 1, bad)
+        for i, p in enumerate(parties):
+            node.receive(SETUP, stage, i, p.message(stage))  # silo 1's genuine one is taken after it
+        node.close(SETUP, stage)
+        for i, p in enumerate(parties):
+            p.accept(stage, node.reply(SETUP, stage, i))  # type: ignore[arg-type]
+    assert node.outcome(SETUP)["state"] == "committed"
 
 
 def test_secea_set_up_without_one_silos_valid_hello_aborts_naming_who_sent() -> None:
