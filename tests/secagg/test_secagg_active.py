@@ -186,15 +186,12 @@ def test_a_signed_round_refuses_a_threshold_of_half_or_less() -> None:
 
 # ---------------------------------------------------------------- attack 2: two survivor lists
 
-def _split_views(signed: bool, threshold: int) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
-    """Five clients; all send their masked input.  The server tells clients {0, 1, 2} that all
-    five survived (they reveal shares of client 0's self-mask seed) and clients {3, 4} that
-    client 0 dropped (they would reveal shares of its mask key); with both it reads client 0's
-    input.  Returns (client 0's input, what the server read or ``None``, the clients that refused)."""
-    ids = list(range(5))
-    cfg = SecAggConfig(length=4, threshold=threshold, round_id=8, signed=signed)
+def _to_masked(cfg: SecAggConfig, inputs: dict[int, np.ndarray]
+               ) -> tuple[SecAggServer, dict[int, SecAggClient], dict[int, bytes]]:
+    """An honest dense round of the clients of ``inputs`` (identities from a fresh roster when
+    ``cfg.signed``) up to their masked inputs, which are returned, not yet given to the server."""
     roster = Roster.generate()
-    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u) if signed else None) for u in ids}
+    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u) if cfg.signed else None) for u in inputs}
     server = SecAggServer(cfg)
     for u, c in clients.items():
         server.receive_advertise(u, c.advertise())
@@ -202,8 +199,18 @@ def _split_views(signed: bool, threshold: int) -> tuple[np.ndarray, np.ndarray |
     for u, c in clients.items():
         server.receive_shares(u, c.share_keys(km[u]))
     rel = server.relayed_messages()
+    return server, clients, {u: c.masked_input(rel[u], inputs[u]) for u, c in clients.items()}
+
+
+def _split_views(signed: bool, threshold: int) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+    """Five clients; all send their masked input.  The server tells clients {0, 1, 2} that all
+    five survived (they reveal shares of client 0's self-mask seed) and clients {3, 4} that
+    client 0 dropped (they would reveal shares of its mask key); with both it reads client 0's
+    input.  Returns (client 0's input, what the server read or ``None``, the clients that refused)."""
+    ids = list(range(5))
+    cfg = SecAggConfig(length=4, threshold=threshold, round_id=8, signed=signed)
     inputs = _inputs(ids, 4, 1, 7)
-    masked = {u: c.masked_input(rel[u], inputs[u]) for u, c in clients.items()}
+    server, clients, masked = _to_masked(cfg, inputs)
     full = messages.frame("survivors", cfg.round_id, messages.SERVER, messages.ids_bytes(ids))
     less = messages.frame("survivors", cfg.round_id, messages.SERVER, messages.ids_bytes(ids[1:]))
     view = {u: full if u < 3 else less for u in ids}
@@ -269,17 +276,9 @@ def test_the_consistency_check_needs_threshold_signatures_of_the_same_list() -> 
     sig_msgs = [m for stage, src, dst, m in tr.messages if stage == "ConsistencyCheck" and src == -1]
     assert len(sig_msgs) == 3
     # a client given only one signature (its own) refuses
-    roster = Roster.generate()
-    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in range(3)}
-    server = SecAggServer(cfg)
-    for u, c in clients.items():
-        server.receive_advertise(u, c.advertise())
-    km = server.keys_messages()
-    for u, c in clients.items():
-        server.receive_shares(u, c.share_keys(km[u]))
-    rel = server.relayed_messages()
-    for u, c in clients.items():
-        server.receive_masked(u, c.masked_input(rel[u], np.zeros(2, np.uint32)))
+    server, clients, masked = _to_masked(cfg, {u: np.zeros(2, np.uint32) for u in range(3)})
+    for u, m in masked.items():
+        server.receive_masked(u, m)
     sv = server.survivors_messages()
     own = clients[0].consistency(sv[0])[H:]
     one = messages.frame("signatures", cfg.round_id, messages.SERVER, (1).to_bytes(4, "little"),
