@@ -207,7 +207,9 @@ class ExchangeDeployment:
         ------
         InvalidParameters: the roster file unreadable or malformed, or not the roster whose pin
             ``exchange.json`` holds (the server would refuse every signed message of its devices);
-            nothing written.
+            or a device's file in ``out`` exists and is not credentials without an identity
+            (issuing another identity would not revoke the one there: nothing revokes a
+            certificate of the roster); nothing written.
         """
         path = self.root / ROSTER_FILE if roster is None else Path(roster)
         ros = load_roster(path)
@@ -215,6 +217,14 @@ class ExchangeDeployment:
             raise InvalidParameters(f"{path} is not this deployment's roster (not the pin of {self.config_path}): "
                                     "give the roster.json that 'secemb admin init' wrote for it")
         out = self.root / "devices" if out is None else Path(out)
+        users = list(users)
+        for u in users:
+            if _issued(target := out / f"device-{u}.json"):
+                raise InvalidParameters(
+                    f"{target} already holds device {u}'s credentials: issuing another identity does not revoke "
+                    "the one there (its certificate stays valid for the server and every peer as long as the "
+                    "deployment; a device whose credentials leaked needs a new deployment); nothing written "
+                    "(remove the file first to issue a copy anyway)")
         out.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(out, 0o700)
         written = []
@@ -229,6 +239,18 @@ class ExchangeDeployment:
             write_private(path, json.dumps(doc, indent=2, allow_nan=False).encode())
             written.append(path)
         return written
+
+
+def _issued(path: Path) -> bool:
+    """Whether ``path`` exists and is not one-server credentials without an identity (those
+    written before session 22, which ``add-devices`` issues again)."""
+    if not path.exists():
+        return False
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return True
+    return not (isinstance(doc, dict) and doc.get("format") == _CREDENTIALS and doc.get("identity") is None)
 
 
 @dataclass(frozen=True)

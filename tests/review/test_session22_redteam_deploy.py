@@ -1,0 +1,446 @@
+"""Session 22 (helper F): red team of the DEPLOYED one-server protocols (SFSL, SecEA) with their
+signed set-up: a malicious device, a deviating server, the operator's files.
+
+Helpers D (the library: ``test_session22_redteam_secagg*.py``) and E (the server's check at the
+door: ``test_session22_door_signatures.py``) covered a corrupted signature, a certificate not the
+roster's / of another device / of another deployment, and another set-up's HELLO.  This file
+adds what a device holding its own credentials can still send, what the server decides for the
+devices, and what the operator's files hold:
+
+* a device (held): its own genuine advertise or consistency signature of an EARLIER round, another
+  device's whole genuine advertise under its own id, a consistency signature (valid, its own
+  key) over a survivor list it was not sent, advertise / consistency messages cut, lengthened or
+  of junk, a message at a stage that is not open or of a round it is not in: each is refused at
+  the node (400 / 409 over HTTP) with nothing kept, the device's genuine message is taken after
+  it and the others' round commits;
+* over ``secemb serve`` (HTTPS on 127.0.0.1): a ``secemb client`` whose credentials carry another
+  deployment's identity is refused at its first signed message (400), exits 1 with one JSON line
+  (no traceback), and the three honest devices of a four-device round commit without it;
+* the server (held): the round document's stage list is the server's choice, but a device whose
+  document skips a consistency stage refuses to unmask (nothing of the unmask leaves it); the
+  device's roster pin comes from its credentials only -- a server whose ``exchange.json`` pins
+  another roster refuses the genuine devices (a denial of service it could cause anyway) and
+  makes no device take a key;
+* the operator's files (held): a device's identity key is in its own credentials only (not in
+  another device's, ``exchange.json`` or ``roster.json``); finding F1: ``add-devices`` for a
+  device that already has credentials silently wrote a second identity over them, while the first
+  certificate stays valid (nothing revokes it: both are taken by the server and by the peers) --
+  fixed: refused (exit 2, one line, the file unchanged); the limit (no revocation within a
+  deployment) is shown and documented.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import ENV, SECEMB, admin, init_one_server, kill, serve, stop  # type: ignore[import-not-found]
+from typer.testing import CliRunner
+
+from secemb.cli import app
+from secemb.errors import InvalidMessage, ProtocolError
+from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty
+from secemb.secagg import messages
+from secemb.secagg.client import CONSISTENCY_DOMAIN, survivor_list
+from secemb.secagg.identity import Roster
+from secemb.server.exchange_deploy import ExchangeCredentials, ExchangeDeployment
+
+STAGES = list(SFSL_PLAN.stages)
+USERS = [0, 1, 2]
+
+
+def _round(sfsl: Any, round_id: int = 1) -> tuple[SFSLNode, dict[int, SFSLParty]]:
+    """A fresh node pinning the run's roster, with round ``round_id`` of ``USERS`` open, and
+    their parties."""
+    node = sfsl.make_server().node
+    assert isinstance(node, SFSLNode)
+    node.pin = sfsl.roster.pin
+    doc = node.open_round(round_id, USERS)
+    return node, {u: sfsl.make_device(u).party(doc) for u in USERS}
+
+
+def _drive(node: SFSLNode, parties: dict[int, SFSLParty], until: str, round_id: int = 1) -> None:
+    """Every stage before ``until``: each party's message, the close, the answers."""
+    for stage in STAGES[: STAGES.index(until)]:
+        for u, p in parties.items():
+            node.receive(round_id, stage, u, p.message(stage))
+        node.close(round_id, stage)
+        if node.plan.replies(stage):
+            for u, p in parties.items():
+                if (out := node.reply(round_id, stage, u)) is not None:
+                    p.accept(stage, out)
+
+
+def _finish(node: SFSLNode, parties: dict[int, SFSLParty], stage: str, genuine: dict[int, bytes],
+            round_id: int = 1) -> None:
+    """Every party's genuine message of ``stage``, the close, the answers, and the rest of round
+    ``round_id``; asserts it commits with every device."""
+    for u in USERS:
+        node.receive(round_id, stage, u, genuine[u])
+    node.close(round_id, stage)
+    if node.plan.replies(stage):
+        for u, p in parties.items():
+            p.accept(stage, node.reply(round_id, stage, u))  # type: ignore[arg-type]
+    for later in STAGES[STAGES.index(stage) + 1:]:
+        for u, p in parties.items():
+            node.receive(round_id, later, u, p.message(later))
+        node.close(round_id, later)
+        if node.plan.replies(later):
+            for u, p in parties.items():
+                if (out := node.reply(round_id, later, u)) is not None:
+                    p.accept(later, out)
+    assert node.outcome(round_id)["state"] == "committed" and node.outcome(round_id)["survivors"] == USERS
+
+
+# ---------------------------------------------------------------- a malicious device, at the node
+
+@pytest.fixture(scope="module")
+def earlier(sfsl: Any) -> dict[str, bytes]:
+    """Device 0's genuine messages of a whole committed round 1 (what it can replay later)."""
+    node, parties = _round(sfsl)
+    sent: dict[str, bytes] = {}
+    for stage in STAGES:
+        for u, p in parties.items():
+            body = p.message(stage)
+            if u == 0:
+                sent[stage] = body
+            node.receive(1, stage, u, body)
+        node.close(1, stage)
+        if node.plan.replies(stage):
+            for u, p in parties.items():
+                if (out := node.reply(1, stage, u)) is not None:
+                    p.accept(stage, out)
+    assert node.outcome(1)["state"] == "committed"
+    return sent
+
+
+@pytest.mark.parametrize("stage", ["psu-advertise", "sum-advertise", "psu-consistency", "sum-consistency"])
+def test_held_a_devices_own_signed_message_of_an_earlier_round_is_refused(sfsl: Any, earlier: dict[str, bytes],
+                                                                          stage: str) -> None:
+    """Device 0 replays its own genuine (validly signed) message of round 1 in round 2 of the
+    same users: the frame and the signed round parameters name round 1, so the node refuses it
+    and keeps nothing; the genuine message is taken after it and round 2 commits."""
+    node, parties = _round(sfsl, round_id=2)
+    _drive(node, parties, stage, round_id=2)
+    genuine = {u: p.message(stage) for u, p in parties.items()}
+    with pytest.raises(InvalidMessage):
+        node.receive(2, stage, 0, earlier[stage])
+    _finish(node, parties, stage, genuine, round_id=2)
+
+
+@pytest.mark.parametrize("stage", ["psu-consistency", "sum-consistency"])
+def test_held_a_consistency_signature_of_an_earlier_run_of_the_same_round_id_is_refused(
+        sfsl: Any, earlier: dict[str, bytes], stage: str) -> None:
+    """Round 1 again (a server restarted on a fresh state reopens round 1): the frame matches, but
+    the consistency signature covers the SHA-256 of round 1's first key list (R3's fix), so the
+    node refuses it.  (An advertise of that earlier run is the device's own choice of keys, not
+    an attack: the device holds them; it is taken.)"""
+    node, parties = _round(sfsl)
+    _drive(node, parties, stage)
+    genuine = {u: p.message(stage) for u, p in parties.items()}
+    assert earlier[stage] != genuine[0] and len(earlier[stage]) == len(genuine[0])
+    with pytest.raises(InvalidMessage, match="consistency of client 0: the signature does not verify"):
+        node.receive(1, stage, 0, earlier[stage])
+    _finish(node, parties, stage, genuine)
+
+
+@pytest.mark.parametrize("stage", ["psu-advertise", "sum-advertise"])
+def test_held_another_devices_whole_genuine_advertise_under_a_devices_own_id_is_refused(sfsl: Any,
+                                                                                       stage: str) -> None:
+    node, parties = _round(sfsl)
+    _drive(node, parties, stage)
+    genuine = {u: p.message(stage) for u, p in parties.items()}
+    with pytest.raises(InvalidMessage):  # device 1's frame (its id inside) sent by device 0
+        node.receive(1, stage, 0, genuine[1])
+    _finish(node, parties, stage, genuine)
+
+
+def _consistency_over(party: SFSLParty, stage: str, u3: list[int]) -> bytes:
+    """``party``'s consistency message of ``stage``, validly signed with its own identity, over
+    the survivor list ``u3`` (not the one the server sent)."""
+    client = party._psu if stage == "psu-consistency" else party._sum  # noqa: SLF001 -- the device's own state
+    assert client is not None and party.identity is not None
+    sig = party.identity.sign(CONSISTENCY_DOMAIN, survivor_list(client.config, client._key_list, u3))  # noqa: SLF001
+    return messages.frame("consistency", client.config.round_id, client.id, sig)
+
+
+@pytest.mark.parametrize("stage", ["psu-consistency", "sum-consistency"])
+def test_held_a_consistency_signature_over_a_list_the_device_was_not_sent_is_refused(sfsl: Any,
+                                                                                    stage: str) -> None:
+    """Device 0 signs, with its own key, survivors [0, 1] (it was sent [0, 1, 2]): were it taken,
+    every honest device would refuse the signatures message and blame the server."""
+    node, parties = _round(sfsl)
+    _drive(node, parties, stage)
+    bad = _consistency_over(parties[0], stage, [0, 1])
+    genuine = {u: p.message(stage) for u, p in parties.items()}
+    with pytest.raises(InvalidMessage, match="consistency of client 0: the signature does not verify"):
+        node.receive(1, stage, 0, bad)
+    _finish(node, parties, stage, genuine)
+
+
+def _malformed(body: bytes) -> dict[str, bytes]:
+    return {"empty": b"", "cut-in-the-signature": body[:-1], "one-byte-more": body + b"\0",
+            "junk-64k": bytes(range(256)) * 256, "header-only": body[:32]}
+
+
+@pytest.mark.parametrize("kind", ["empty", "cut-in-the-signature", "one-byte-more", "junk-64k", "header-only"])
+@pytest.mark.parametrize("stage", ["psu-advertise", "sum-advertise", "psu-consistency"])
+def test_held_a_malformed_signed_message_is_refused_and_nothing_kept(sfsl: Any, stage: str, kind: str) -> None:
+    node, parties = _round(sfsl)
+    _drive(node, parties, stage)
+    genuine = {u: p.message(stage) for u, p in parties.items()}
+    with pytest.raises(InvalidMessage):
+        node.receive(1, stage, 0, _malformed(genuine[0])[kind])
+    _finish(node, parties, stage, genuine)
+
+
+def test_held_a_message_at_a_stage_not_open_or_of_a_device_not_in_the_round_is_refused(sfsl: Any) -> None:
+    node, parties = _round(sfsl)
+    _drive(node, parties, "sum-advertise")
+    genuine = {u: p.message("sum-advertise") for u, p in parties.items()}
+    with pytest.raises(ProtocolError):  # a stage that is over (409 over HTTP)
+        node.receive(1, "psu-advertise", 0, genuine[0])
+    with pytest.raises(ProtocolError):  # a stage not open yet
+        node.receive(1, "sum-shares", 0, genuine[0])
+    with pytest.raises(InvalidMessage, match="user 5 is not a participant of round 1"):  # 400 over HTTP
+        node.receive(1, "sum-advertise", 5, genuine[0])
+    _finish(node, parties, "sum-advertise", genuine)
+
+
+def test_held_a_device_refused_at_advertise_cannot_come_back_in_a_later_stage(sfsl: Any) -> None:
+    """Device 0's advertise is refused (a flipped signature bit); the stage closes without it.  Its
+    later messages (shares of its own, another device's genuine shares, its consistency) are
+    refused as from a device not in the stage, and devices 1 and 2 commit as a pair of survivors."""
+    node, parties = _round(sfsl)
+    bad = bytearray(parties[0].message("psu-advertise"))
+    bad[32 + 64 + 120 + 5] ^= 1  # in its signature (frame header, two keys, certificate, signature)
+    with pytest.raises(InvalidMessage, match="advertise of client 0: the signature does not verify"):
+        node.receive(1, "psu-advertise", 0, bytes(bad))
+    honest = {u: parties[u] for u in (1, 2)}
+    for stage in STAGES:
+        for u, p in honest.items():
+            body = p.message(stage)
+            node.receive(1, stage, u, body)
+            if stage != "psu-advertise":
+                with pytest.raises((InvalidMessage, ProtocolError)):
+                    node.receive(1, stage, 0, body)
+        node.close(1, stage)
+        if node.plan.replies(stage):
+            assert node.reply(1, stage, 0) is None  # nothing for it
+            for u, p in honest.items():
+                p.accept(stage, node.reply(1, stage, u))  # type: ignore[arg-type]
+    assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [1, 2]
+
+
+# ---------------------------------------------------------------- a deviating server
+
+@pytest.mark.parametrize("skipped", ["psu-consistency", "sum-consistency"])
+def test_held_a_round_document_that_skips_a_consistency_stage_gets_no_unmask(sfsl: Any, skipped: str) -> None:
+    """The stages a device plays are the round document's (``take_part`` plays
+    ``plan.only(doc["stages"])``: the server's choice).  A server that leaves out a consistency
+    stage, to unmask without the survivors' signatures, gets nothing: the device's party wants the
+    consistency stage's answer (the signatures it checks) before it makes its unmask message (and
+    its secure aggregation would refuse to unmask before signing: ``SecAggClient._enter``)."""
+    node, parties = _round(sfsl)
+    unmask = skipped.replace("consistency", "unmask")
+    _drive(node, parties, skipped)
+    with pytest.raises(ProtocolError, match=f"device 0: no answer of stage {skipped} yet"):
+        parties[0].message(unmask)
+
+
+# ---------------------------------------------------------------- deployed: secemb serve over HTTPS
+
+#: each stage closes this long after it opened without every device (the refused one never sends)
+STAGE_DEADLINE = "45"
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An SFSL deployment of four devices a round (CPP1, batch 8) with credentials for 0-3."""
+    root = tmp_path_factory.mktemp("s22f") / "dep"
+    init_one_server(root, "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per-round", "4",
+                    "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", STAGE_DEADLINE)
+    admin("add-devices", "--deployment", str(root), "--users", "3")
+    return root
+
+
+def _with_foreign_identity(creds: Path, out: Path) -> Path:
+    """``creds`` (device U's, this deployment's URL, CA and server key) carrying instead device U's
+    identity of ANOTHER deployment (a credentials file mixed up, or a device that tries it): the
+    file is consistent in itself, so it loads."""
+    doc = json.loads(creds.read_text())
+    other = Roster.generate()
+    ident = other.enroll(int(doc["user"]))
+    doc["identity"] = {"private": ident.private.hex(), "certificate": ident.certificate.to_bytes().hex(),
+                       "deployment": other.deployment.hex(), "roster": other.public.hex()}
+    out.write_text(json.dumps(doc))
+    out.chmod(0o600)
+    assert ExchangeCredentials.load(out).identity is not None
+    return out
+
+
+def _client(creds: Path, user: int, wait: str = "120") -> subprocess.Popen:
+    return subprocess.Popen([*SECEMB, "client", "--user", str(user), "--credentials", str(creds), "--wait", wait],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+
+
+def _ended(proc: subprocess.Popen) -> tuple[int, list[str], str]:
+    out, err = proc.communicate(timeout=600)
+    return proc.returncode, out.decode().strip().splitlines(), err.decode()
+
+
+def test_held_over_https_a_device_with_another_deployments_identity_is_refused_and_the_others_commit(
+        four: Path, tmp_path: Path) -> None:
+    bad = _with_foreign_identity(four / "devices" / "device-3.json", tmp_path / "device-3.json")
+    server = serve(four)
+    clients: list[subprocess.Popen] = []
+    try:
+        clients = [_client(four / "devices" / f"device-{u}.json", u) for u in range(3)] + [_client(bad, 3)]
+        opened = admin("open-round", "--deployment", str(four), "--participants", "0-3")
+        assert opened["users"] == [0, 1, 2, 3]
+        ended = [_ended(p) for p in clients]
+        code, lines, err = ended[3]
+        assert code == 1 and len(lines) == 1 and "Traceback" not in err + "".join(lines), (lines, err)
+        error = json.loads(lines[0])["error"]
+        assert "HTTP 400" in error, error
+        assert "the certificate of device 3 is for device 3 of another deployment" in error, error
+        for u in range(3):
+            code, lines, err = ended[u]
+            assert code == 0, (lines, err)
+            assert json.loads(lines[-1])["outcome"] == "committed", lines
+        final = admin("status", "--deployment", str(four))["server"]
+        assert final["state"] == "committed" and final["round_id"] == opened["round_id"]
+    finally:
+        kill(clients)
+        stop(server)
+    log = server.stdout.read().decode() if server.stdout else ""
+    assert "Traceback" not in log and " 500 " not in log, log[-2000:]
+
+
+def test_held_a_server_that_pins_another_roster_makes_no_device_take_part(four: Path) -> None:
+    """The server's operator edits exchange.json's roster_pin (a roster key of its own for this
+    deployment id).  The
+    devices pin the roster of their credentials, never the server's: their genuine advertise is
+    refused (400, a denial of service the server could cause by dropping it anyway), each exits 1
+    with one line, and nothing of a device's input left it (its first message is its keys)."""
+    config = four / "exchange.json"
+    kept = config.read_text()
+    doc = json.loads(kept)
+    own = Roster(bytes.fromhex(doc["roster_pin"]["deployment"]), os.urandom(32))  # this deployment id, its key
+    pin = {"deployment": own.deployment.hex(), "public": own.public.hex()}
+    config.write_text(json.dumps(doc | {"roster_pin": pin}))
+    server = serve(four)
+    clients: list[subprocess.Popen] = []
+    try:
+        clients = [_client(four / "devices" / f"device-{u}.json", u, wait="60") for u in (0, 1)]
+        admin("open-round", "--deployment", str(four), "--participants", "0-3")
+        for proc in clients:
+            code, lines, err = _ended(proc)
+            assert code == 1 and len(lines) == 1 and "Traceback" not in err, (lines, err)
+            error = json.loads(lines[0])["error"]
+            assert "HTTP 400" in error and "is not the roster's" in error, error
+    finally:
+        kill(clients)
+        stop(server)
+        config.write_text(kept)
+
+
+# ---------------------------------------------------------------- the operator's files
+
+@pytest.fixture
+def three(tmp_path: Path) -> Path:
+    root = tmp_path / "dep"
+    init_one_server(root, "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per-round", "3",
+                    "--option", "sfsl_preset=CPP1", "--option", "batch=8")
+    return root
+
+
+def _identity_of(path: Path) -> dict[str, str]:
+    ident: dict[str, str] = json.loads(path.read_text())["identity"]
+    return ident
+
+
+def test_held_a_devices_identity_key_is_in_its_own_credentials_only(three: Path) -> None:
+    files = {u: three / "devices" / f"device-{u}.json" for u in range(3)}
+    others = [three / "exchange.json", three / "roster.json"]
+    for u, path in files.items():
+        assert path.stat().st_mode & 0o777 == 0o600
+        private = _identity_of(path)["private"]
+        assert len(bytes.fromhex(private)) == 32
+        for other in [*others, *(p for v, p in files.items() if v != u)]:
+            text = other.read_text()
+            assert private not in text and private.upper() not in text, (u, other)
+    assert (three / "devices").stat().st_mode & 0o777 == 0o700
+
+
+def _one_line_exit_2(args: list[str]) -> str:
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.output, res.output
+    return lines[0]
+
+
+def test_f1_fixed_add_devices_refuses_to_write_a_second_identity_over_a_devices_credentials(three: Path) -> None:
+    """F1: ``add-devices`` for a device that has credentials wrote a new identity over them
+    (O_TRUNC), silently.  The operator might believe the old one replaced; it is not: see
+    :func:`test_limit_a_second_certificate_for_one_device_does_not_revoke_the_first`.  Now refused,
+    the file unchanged, one line that says so."""
+    path = three / "devices" / "device-1.json"
+    before = path.read_bytes()
+    line = _one_line_exit_2(["admin", "add-devices", "--deployment", str(three), "--users", "0-2"])
+    assert "device-0.json" in line and "does not revoke" in line, line
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in (three / "devices").iterdir()) == [f"device-{u}.json" for u in range(3)]
+
+
+def test_limit_a_second_certificate_for_one_device_does_not_revoke_the_first(three: Path, tmp_path: Path) -> None:
+    """Issued again elsewhere (``--out``), device 0 has two identities; both certificates verify
+    under the roster pin the server and every peer hold, so either is taken (the server's check at
+    the door and a peer's check of the key list are the same :meth:`RosterPin.certificate`), and
+    both files hold the same server key (a device's key is derived from the user id).  Nothing
+    revokes a device's identity within a deployment: a device whose credentials leaked needs a new
+    deployment (docs/deployment.md, 'One server')."""
+    written = admin("add-devices", "--deployment", str(three), "--users", "0", "--out", str(tmp_path / "again"))
+    first = ExchangeCredentials.load(three / "devices" / "device-0.json")
+    second = ExchangeCredentials.load(written["written"][0])
+    pin = ExchangeDeployment.load(three).pin
+    assert pin is not None and first.identity is not None and second.identity is not None
+    assert first.identity.certificate != second.identity.certificate
+    for creds in (first, second):
+        assert creds.identity is not None
+        assert pin.certificate(creds.identity.certificate.to_bytes(), 0).public == creds.identity.certificate.public
+    assert first.key == second.key
+
+
+@pytest.mark.parametrize("roster", ["missing", "not-json", "another-format", "bad-hex", "short-key"])
+def test_held_add_devices_with_a_bad_roster_is_one_line_and_writes_nothing(three: Path, tmp_path: Path,
+                                                                           roster: str) -> None:
+    path = tmp_path / "roster.json"
+    good = json.loads((three / "roster.json").read_text())
+    text: dict[str, str | None] = {
+        "missing": None, "not-json": "{", "another-format": json.dumps(good | {"format": "secemb-roster/0"}),
+        "bad-hex": json.dumps(good | {"private": "zz"}), "short-key": json.dumps(good | {"private": "00" * 31})}
+    if (body := text[roster]) is not None:
+        path.write_text(body)
+    line = _one_line_exit_2(["admin", "add-devices", "--deployment", str(three), "--users", "7",
+                             "--out", str(tmp_path / "devs"), "--roster", str(path)])
+    assert str(path) in line, line
+    assert not (tmp_path / "devs").exists()
+
+
+def test_f1_fix_still_issues_again_credentials_written_before_identities(three: Path) -> None:
+    """The upgrade path (docs/deployment.md: credentials without an identity are issued again by
+    ``add-devices``) is not what F1's fix refuses."""
+    path = three / "devices" / "device-2.json"
+    doc = json.loads(path.read_text())
+    old = {k: v for k, v in doc.items() if k != "identity"}
+    path.write_text(json.dumps(old))
+    admin("add-devices", "--deployment", str(three), "--users", "2")
+    ident = ExchangeCredentials.load(path).identity
+    assert ident is not None and ident.user == 2
+    assert ident.certificate.to_bytes().hex() != doc["identity"]["certificate"]
