@@ -12,7 +12,10 @@ devices, and what the operator's files hold:
   key) over a survivor list it was not sent, advertise / consistency messages cut, lengthened or
   of junk, a message at a stage that is not open or of a round it is not in: each is refused at
   the node (400 / 409 over HTTP) with nothing kept, the device's genuine message is taken after
-  it and the others' round commits;
+  it and the others' round commits; a device refused at advertise is refused at every later stage;
+* a SecEA silo (held): a validly signed HELLO with a Paillier key of another size, another silo's
+  whole HELLO or PSU advertise, a PSU consistency signature over a list it was not sent, cut /
+  lengthened / junk messages: refused, the genuine one taken after, every silo set up;
 * over ``secemb serve`` (HTTPS on 127.0.0.1): a ``secemb client`` whose credentials carry another
   deployment's identity is refused at its first signed message (400), exits 1 with one JSON line
   (no traceback), and the three honest devices of a four-device round commit without it;
@@ -37,13 +40,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from cli_helpers import ENV, SECEMB, admin, init_one_server, kill, serve, stop  # type: ignore[import-not-found]
+from test_session22_door_signatures import SETS, SETUP, _secea
 from typer.testing import CliRunner
 
 from secemb.cli import app
 from secemb.errors import InvalidMessage, ProtocolError
+from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty
+from secemb.randomness import system_rng
 from secemb.secagg import messages
 from secemb.secagg.client import CONSISTENCY_DOMAIN, survivor_list
 from secemb.secagg.identity import Roster
@@ -444,3 +451,50 @@ def test_f1_fix_still_issues_again_credentials_written_before_identities(three: 
     ident = ExchangeCredentials.load(path).identity
     assert ident is not None and ident.user == 2
     assert ident.certificate.to_bytes().hex() != doc["identity"]["certificate"]
+
+
+# ---------------------------------------------------------------- SecEA's signed set-up: a malicious silo
+
+def _secea_bad(roster: Roster, parties: list[Any], genuine: list[bytes], kind: str) -> bytes:
+    """Silo 1's message gone bad (``kind``; ``genuine``: each silo's genuine message of the stage),
+    made with its own credentials only."""
+    if kind == "key-size":  # a validly signed HELLO with a Paillier key of another size
+        client = SecEAClient(1, parties[1].client.params, np.array(SETS[1]), key_bits=1536, identity=roster.enroll(1),
+                             _rng=system_rng)
+        return client.hello(SETUP)
+    if kind == "another-silos":  # silo 2's whole genuine message
+        return genuine[2]
+    if kind == "wrong-list":  # the consistency signature, with its own key, over survivors [0, 1]
+        psu = parties[1]._psu  # noqa: SLF001 -- the silo's own state
+        sig = parties[1].client.identity.sign(CONSISTENCY_DOMAIN, survivor_list(psu.config, psu._key_list, [0, 1]))  # noqa: SLF001
+        return messages.frame("consistency", psu.config.round_id, 1, sig)
+    return _malformed(genuine[1])[kind]
+
+
+SECEA_CASES = [("secea-keys", k) for k in ("key-size", "another-silos", "empty", "cut-in-the-signature",
+                                           "one-byte-more", "junk-64k", "header-only")] + \
+    [("psu-advertise", k) for k in ("another-silos", "cut-in-the-signature", "one-byte-more")] + \
+    [("psu-consistency", k) for k in ("wrong-list", "one-byte-more")]
+
+
+@pytest.mark.parametrize(("stage", "kind"), SECEA_CASES)
+def test_held_secea_a_silos_bad_signed_message_is_refused_and_the_set_up_completes(stage: str, kind: str) -> None:
+    """A silo with its own credentials sends a bad message of the signed set-up; the node refuses
+    it (400 over HTTP) and keeps nothing, the silo's genuine message is taken after it, and every
+    silo is set up with the union of the entity sets (no silo blames the server)."""
+    roster = Roster.generate()
+    node, parties = _secea(roster)
+    node.open_round(SETUP, [0, 1, 2])
+    for st in parties[0].stages:
+        genuine = [p.message(st) for p in parties]
+        if st == stage:
+            with pytest.raises(InvalidMessage):
+                node.receive(SETUP, st, 1, _secea_bad(roster, parties, genuine, kind))
+        for i, body in enumerate(genuine):
+            node.receive(SETUP, st, i, body)
+        node.close(SETUP, st)
+        for i, p in enumerate(parties):
+            p.accept(st, node.reply(SETUP, st, i))  # type: ignore[arg-type]
+    assert node.outcome(SETUP)["state"] == "committed"
+    want = sorted(set().union(*SETS))
+    assert all(p.union is not None and p.union.tolist() == want for p in parties)
