@@ -19,6 +19,9 @@ devices, and what the operator's files hold:
 * over ``secemb serve`` (HTTPS on 127.0.0.1): a ``secemb client`` whose credentials carry another
   deployment's identity is refused at its first signed message (400), exits 1 with one JSON line
   (no traceback), and the three honest devices of a four-device round commit without it;
+* finding F2 (limit, documented in docs/security.md): a device sends a chosen peer a share that
+  does not decrypt (the server cannot see inside and takes it); the peer leaves the round naming
+  the sender, and the others commit without it;
 * the server (held): the round document's stage list is the server's choice, but a device whose
   document skips a consistency stage refuses to unmask (nothing of the unmask leaves it); the
   device's roster pin comes from its credentials only -- a server whose ``exchange.json`` pins
@@ -498,3 +501,58 @@ def test_held_secea_a_silos_bad_signed_message_is_refused_and_the_set_up_complet
     assert node.outcome(SETUP)["state"] == "committed"
     want = sorted(set().union(*SETS))
     assert all(p.union is not None and p.union.tolist() == want for p in parties)
+
+
+# ---------------------------------------------------------------- finding F2: a device can make a chosen peer leave
+
+def _spoil_share_to(body: bytes, victim: int) -> bytes:
+    """A shares message (frame header 32, count, equal records: recipient id (4) [tag count (4)]
+    ciphertext) with one bit of the ciphertext to ``victim`` flipped."""
+    out = bytearray(body)
+    count = int.from_bytes(out[32:36], "little")
+    size = (len(out) - 36) // count
+    assert size * count == len(out) - 36
+    for at in range(36, len(out), size):
+        if int.from_bytes(out[at : at + 4], "little") == victim:
+            out[at + size - 1] ^= 1
+            return bytes(out)
+    raise AssertionError(f"no record for {victim}")
+
+
+@pytest.mark.parametrize("stage", ["psu-shares", "sum-shares"])
+def test_finding_f2_a_device_makes_a_chosen_peer_leave_the_round_and_the_others_commit_without_it(
+        sfsl: Any, stage: str) -> None:
+    """F2 (limit, low-medium; out of the papers' honest-but-curious devices): device 0 sends device
+    2 a share that does not decrypt (end to end under their channel key: the server cannot check
+    it, and takes the message).  Device 2 leaves the round at its next step -- its error names
+    device 0, but it cannot tell the server's alteration from device 0's -- and devices 0 and 1
+    commit without it.  So one device chooses which honest peers a round leaves out (down to the
+    threshold), which the signed rounds otherwise leave to chance or the server; the threshold rule
+    still bounds the sum to ``threshold`` inputs, of which the malicious device's own is one.
+    Recommended fix (not small): make the bad share attributable -- the sender signs its shares
+    message (the server checks it at the door) and the victim sends a signed complaint naming the
+    sender instead of only leaving, so the operator sees a device that many peers accuse (a
+    verifiable complaint needs a proof of the pair's agreement key, e.g. DLEQ; revealing the
+    victim's key instead would hand the server one more share of every peer's secrets).  Until
+    then it is documented (docs/security.md, 'One-server protocols')."""
+    node, parties = _round(sfsl)
+    _drive(node, parties, stage)
+    genuine = {u: p.message(stage) for u, p in parties.items()}
+    node.receive(1, stage, 0, _spoil_share_to(genuine[0], 2))  # taken: the server cannot see inside
+    for u in (1, 2):
+        node.receive(1, stage, u, genuine[u])
+    node.close(1, stage)
+    for u, p in parties.items():
+        p.accept(stage, node.reply(1, stage, u))  # type: ignore[arg-type]
+    following = STAGES[STAGES.index(stage) + 1]
+    with pytest.raises(InvalidMessage, match="encrypted shares from client 0 do not authenticate"):
+        parties[2].message(following)
+    rest = {u: parties[u] for u in (0, 1)}
+    for later in STAGES[STAGES.index(stage) + 1:]:
+        for u, p in rest.items():
+            node.receive(1, later, u, p.message(later))
+        node.close(1, later)
+        if node.plan.replies(later):
+            for u, p in rest.items():
+                p.accept(later, node.reply(1, later, u))  # type: ignore[arg-type]
+    assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [0, 1]
