@@ -556,3 +556,54 @@ def test_finding_f2_a_device_makes_a_chosen_peer_leave_the_round_and_the_others_
             for u, p in rest.items():
                 p.accept(later, node.reply(1, later, u))  # type: ignore[arg-type]
     assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [0, 1]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_held_a_flipped_or_cut_message_body_at_any_stage_is_a_clean_refusal_never_a_crash(sfsl: Any,
+                                                                                         stage: str) -> None:
+    """Device 0's message of each stage with one bit flipped at 10 places spread over its body
+    (past the 32-byte frame header, whose changes tests/server/test_exchange_attacks.py covers)
+    and cut at 3: the node raises only the library's errors (a 400 / 409 over HTTP, never a 500);
+    a change it cannot see (inside a masked vector or a ciphertext) it takes, and stops the probe
+    there; while it refuses, it keeps nothing: the genuine message is taken after."""
+    from secemb.errors import SecembError
+
+    node, parties = _round(sfsl)
+    _drive(node, parties, stage)
+    genuine = {u: p.message(stage) for u, p in parties.items()}
+    body = genuine[0]
+    spots = np.linspace(32, len(body) - 1, 10).astype(int).tolist()
+    variants = [body[:at] + bytes([body[at] ^ 0x10]) + body[at + 1:] for at in spots]
+    variants += [body[: len(body) * k // 4] for k in (1, 2, 3)]
+    taken = False
+    for bad in variants:
+        try:
+            node.receive(1, stage, 0, bad)
+        except SecembError:
+            continue
+        taken = True  # e.g. a masked word: indistinguishable from a genuine one at the server
+        break
+    if not taken:
+        _finish(node, parties, stage, genuine)
+
+
+def test_held_credentials_carrying_another_devices_identity_are_refused_by_secemb_client(three: Path,
+                                                                                        tmp_path: Path) -> None:
+    """Device 0's credentials with device 1's identity (a mix-up, or device 0 trying to sign as 1):
+    ``secemb client`` refuses them before it connects (exit 2, one JSON line), as it refuses a
+    certificate of device 0 with a key not its own."""
+    doc = json.loads((three / "devices" / "device-0.json").read_text())
+    one = _identity_of(three / "devices" / "device-1.json")
+    mine = doc["identity"]
+    for name, ident in (("another-device", one), ("another-key", mine | {"private": one["private"]})):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(doc | {"identity": ident}))
+        path.chmod(0o600)
+        res = subprocess.run([*SECEMB, "client", "--user", "0", "--credentials", str(path), "--wait", "1"],
+                             capture_output=True, timeout=300, check=False, env=ENV)
+        out = (res.stdout + res.stderr).decode()
+        assert res.returncode == 2 and "Traceback" not in out, out
+        (line,) = out.strip().splitlines()
+        error = json.loads(line)["error"]
+        said = "is for device 1" if name == "another-device" else "is not the one its certificate names"
+        assert "field 'identity'" in error and said in error, error
