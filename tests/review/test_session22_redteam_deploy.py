@@ -607,3 +607,19 @@ def test_held_credentials_carrying_another_devices_identity_are_refused_by_secem
         error = json.loads(line)["error"]
         said = "is for device 1" if name == "another-device" else "is not the one its certificate names"
         assert "field 'identity'" in error and said in error, error
+
+
+def test_held_a_secea_set_up_document_that_skips_the_psu_consistency_gets_no_unmask() -> None:
+    """As for SFSL: a set-up whose document leaves out psu-consistency gets no silo's unmask."""
+    roster = Roster.generate()
+    node, parties = _secea(roster)
+    node.open_round(SETUP, [0, 1, 2])
+    stages = list(parties[0].stages)
+    for st in stages[: stages.index("psu-consistency")]:
+        for i, p in enumerate(parties):
+            node.receive(SETUP, st, i, p.message(st))
+        node.close(SETUP, st)
+        for i, p in enumerate(parties):
+            p.accept(st, node.reply(SETUP, st, i))  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match="silo 0: no answer of stage psu-consistency yet"):
+        parties[0].message("psu-unmask")
