@@ -22,6 +22,9 @@ devices, and what the operator's files hold:
 * finding F2 (limit, documented in docs/security.md): a device sends a chosen peer a share that
   does not decrypt (the server cannot see inside and takes it); the peer leaves the round naming
   the sender, and the others commit without it;
+* finding F3 (xfail strict, medium: availability): one device's corrupt unmask share aborts the
+  round, the reason naming an honest device; a share shifted with the public Lagrange coefficient
+  is not caught and the sum opens as noise (shown);
 * the server (held): the round document's stage list is the server's choice, but a device whose
   document skips a consistency stage refuses to unmask (nothing of the unmask leaves it); the
   device's roster pin comes from its credentials only -- a server whose ``exchange.json`` pins
@@ -50,7 +53,7 @@ from test_session22_door_signatures import SETS, SETUP, _secea
 from typer.testing import CliRunner
 
 from secemb.cli import app
-from secemb.errors import InvalidMessage, ProtocolError
+from secemb.errors import InvalidMessage, ProtocolError, SecembError
 from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty
 from secemb.randomness import system_rng
@@ -566,8 +569,6 @@ def test_held_a_flipped_or_cut_message_body_at_any_stage_is_a_clean_refusal_neve
     and cut at 3: the node raises only the library's errors (a 400 / 409 over HTTP, never a 500);
     a change it cannot see (inside a masked vector or a ciphertext) it takes, and stops the probe
     there; while it refuses, it keeps nothing: the genuine message is taken after."""
-    from secemb.errors import SecembError
-
     node, parties = _round(sfsl)
     _drive(node, parties, stage)
     genuine = {u: p.message(stage) for u, p in parties.items()}
@@ -623,3 +624,66 @@ def test_held_a_secea_set_up_document_that_skips_the_psu_consistency_gets_no_unm
             p.accept(st, node.reply(SETUP, st, i))  # type: ignore[arg-type]
     with pytest.raises(ProtocolError, match="silo 0: no answer of stage psu-consistency yet"):
         parties[0].message("psu-unmask")
+
+
+# ---------------------------------------------------------------- finding F3: one corrupt unmask share aborts the round
+
+@pytest.mark.xfail(strict=True, reason=(
+    "F3 (medium, availability): one survivor's corrupt unmask share aborts every round it survives into, and the "
+    "abort reason names the honest device whose seed was being rebuilt ('the reconstructed self-mask seed of "
+    "client 2 is out of range'), not the sender. With more shares than the threshold (a signed round keeps "
+    "threshold > n/2, so usually) the server can check that the shares lie on one polynomial and rebuild from a "
+    "consistent subset (Berlekamp-Welch / majority of threshold-subsets), finish the round and name the sender; "
+    "at the least the reason should say a survivor sent a corrupt share (secemb/secagg/server.py)"))
+@pytest.mark.parametrize("stage", ["psu-unmask", "sum-unmask"])
+def test_f3_a_corrupt_unmask_share_of_one_device_neither_aborts_the_round_nor_blames_another(
+        sfsl: Any, stage: str) -> None:
+    node, parties = _round(sfsl)
+    _drive(node, parties, stage)
+    genuine = {u: p.message(stage) for u, p in parties.items()}
+    bad = bytearray(genuine[0])
+    bad[-3] ^= 1  # in the last share it sends (of device 2's self-mask seed)
+    node.receive(1, stage, 0, bytes(bad))
+    for u in (1, 2):
+        node.receive(1, stage, u, genuine[u])
+    try:
+        node.close(1, stage)
+    except SecembError:
+        pass
+    outcome = node.outcome(1)
+    reason = str(outcome.get("reason"))
+    assert outcome["state"] != "aborted" or ("client 0" in reason and "client 2" not in reason), outcome
+
+
+def _union_after_psu(sfsl: Any, crafted: bool) -> dict[str, Any]:
+    """Round 1 to the PSU's close; with ``crafted``, device 0's last unmask share (of device 2's
+    self-mask seed) is shifted by the inverse of its public Lagrange coefficient at points {1, 2}
+    (the server rebuilds from the first ``threshold`` = 2 unmask messages: devices 0 and 1), so the
+    server rebuilds device 2's seed plus one: in range, not caught."""
+    from secemb.secagg import shamir
+
+    node, parties = _round(sfsl)
+    _drive(node, parties, "psu-unmask")
+    genuine = {u: p.message("psu-unmask") for u, p in parties.items()}
+    if crafted:
+        body = bytearray(genuine[0])
+        share = int.from_bytes(body[-shamir.SHARE_BYTES:], "little")
+        lam = 2  # the Lagrange coefficient at 0 of point 1 among {1, 2}: 2 / (2 - 1); written out
+        body[-shamir.SHARE_BYTES:] = ((share + pow(lam, -1, shamir.PRIME)) % shamir.PRIME).to_bytes(
+            shamir.SHARE_BYTES, "little")
+        genuine[0] = bytes(body)
+    for u in USERS:
+        node.receive(1, "psu-unmask", u, genuine[u])
+    node.close(1, "psu-unmask")
+    return node.outcome(1)
+
+
+def test_finding_f3_a_crafted_unmask_share_is_not_caught_and_opens_a_wrong_sum(sfsl: Any) -> None:
+    """F3's other face (low: no more than a malicious device's own unbounded input can do): a share
+    shifted with the public Lagrange coefficient makes the server rebuild a wrong but in-range
+    seed, so the PSU opens noise -- every one of taobao-mini's 2,000 goods in the union -- instead of
+    aborting; docs/security.md's 'a corrupt share aborts the round' holds for a random corruption
+    only.  The fix of F3 (rebuild from shares checked to lie on one polynomial) catches both."""
+    honest, crafted = _union_after_psu(sfsl, False), _union_after_psu(sfsl, True)
+    assert honest["state"] == crafted["state"] == "open" and honest["reason"] is crafted["reason"] is None
+    assert honest["union_size"] < 2000 and crafted["union_size"] == 2000
