@@ -679,7 +679,9 @@ def _union_after_psu(sfsl: Any, crafted: bool) -> dict[str, Any]:
 
 
 def test_finding_f3_a_crafted_unmask_share_is_not_caught_and_opens_a_wrong_sum(sfsl: Any) -> None:
-    """F3's other face (low: no more than a malicious device's own unbounded input can do): a share
+    """F3's other face (low-medium: in the PSU no more than a malicious device's own unbounded input
+    can do; in the sparse secure sum the noise lands on the victim's rows, which the sender need not
+    hold): a share
     shifted with the public Lagrange coefficient makes the server rebuild a wrong but in-range
     seed, so the PSU opens noise -- every one of taobao-mini's 2,000 goods in the union -- instead of
     aborting; docs/security.md's 'a corrupt share aborts the round' holds for a random corruption
