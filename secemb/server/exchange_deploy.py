@@ -207,9 +207,9 @@ class ExchangeDeployment:
         ------
         InvalidParameters: the roster file unreadable or malformed, or not the roster whose pin
             ``exchange.json`` holds (the server would refuse every signed message of its devices);
-            or a device's file in ``out`` exists and is not credentials without an identity
-            (issuing another identity would not revoke the one there: nothing revokes a
-            certificate of the roster); nothing written.
+            a user id off ``[0, 2^64)``; or a device's file in ``out`` exists and is not
+            credentials without an identity (issuing another identity would not revoke the one
+            there: nothing revokes a certificate of the roster); nothing written.
         """
         path = self.root / ROSTER_FILE if roster is None else Path(roster)
         ros = load_roster(path)
@@ -217,7 +217,7 @@ class ExchangeDeployment:
             raise InvalidParameters(f"{path} is not this deployment's roster (not the pin of {self.config_path}): "
                                     "give the roster.json that 'secemb admin init' wrote for it")
         out = self.root / "devices" if out is None else Path(out)
-        users = list(users)
+        users = [check_int("user", u, low=0, high=2**64 - 1) for u in users]  # all checked before any is written
         for u in users:
             if _issued(target := out / f"device-{u}.json"):
                 raise InvalidParameters(

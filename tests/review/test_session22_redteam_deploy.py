@@ -689,3 +689,12 @@ def test_finding_f3_a_crafted_unmask_share_is_not_caught_and_opens_a_wrong_sum(s
     honest, crafted = _union_after_psu(sfsl, False), _union_after_psu(sfsl, True)
     assert honest["state"] == crafted["state"] == "open" and honest["reason"] is crafted["reason"] is None
     assert honest["union_size"] < 2000 and crafted["union_size"] == 2000
+
+
+def test_f1b_fixed_add_devices_checks_every_user_id_before_it_writes_any(three: Path, tmp_path: Path) -> None:
+    """``--users 5,18446744073709551616`` (2^64, off a certificate's u64) was refused only at that
+    id, after device 5's credentials had been written; now nothing is written."""
+    line = _one_line_exit_2(["admin", "add-devices", "--deployment", str(three), "--users", "5,18446744073709551616",
+                             "--out", str(tmp_path / "devs")])
+    assert "18446744073709551616" in line, line
+    assert not (tmp_path / "devs").exists()
