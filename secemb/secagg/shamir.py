@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.randomness import RandomBytes, system_rng
 
-__all__ = ["PRIME", "SHARE_BYTES", "split", "combine", "lagrange_at_zero"]
+__all__ = ["PRIME", "SHARE_BYTES", "ShareCheck", "split", "combine", "combine_robust", "lagrange_at_zero"]
 
 #: The field modulus: the smallest prime above 2^256 (checked by the tests with sympy).
 PRIME = (1 << 256) + 297
@@ -106,3 +106,98 @@ def combine(xs: Sequence[int], shares: Sequence[int], threshold: int) -> int:
         raise InvalidMessage("share is not a field element")
     lam = lagrange_at_zero(xs[:threshold])
     return sum(lv * y for lv, y in zip(lam, shares[:threshold], strict=True)) % PRIME
+
+
+class ShareCheck:
+    """A test that shares held at the points ``xs`` lie on one polynomial of degree below
+    ``threshold`` (so any ``threshold`` of them give the same secret), with one dot product per
+    shared secret.
+
+    The shares ``y_i`` of such a polynomial ``f`` satisfy ``sum_i w_i r(x_i) y_i = 0`` for every
+    polynomial ``r`` of degree below ``m - threshold`` (``m = len(xs)``), where
+    ``w_i = 1 / prod_{j != i} (x_i - x_j)``: ``r f`` has degree below ``m - 1``, and
+    ``sum_i w_i g(x_i)`` is the coefficient of ``x^(m-1)`` of the polynomial interpolating ``g``
+    at the ``m`` points.  These vectors ``(w_i r(x_i))`` span the dual of the shares' code, so for
+    shares that do not lie on one such polynomial the sum vanishes for a fraction ``1/p`` of the
+    ``r`` only.  ``r``'s coefficients are drawn here, after the shares are fixed (from
+    :func:`secemb.randomness.system_rng` unless a test injects ``_rng``), so whoever chose the
+    shares cannot aim at it.  With ``m <= threshold`` there is nothing to check: every set of
+    shares lies on such a polynomial.
+    """
+
+    def __init__(self, xs: Sequence[int], threshold: int, *, _rng: RandomBytes | None = None) -> None:
+        _check_points(xs)
+        if threshold < 1:
+            raise InvalidParameters(f"threshold must be >= 1, got {threshold}")
+        m = len(xs)
+        self.points = list(xs)
+        self._coeffs: list[int] | None = None
+        if m <= threshold:
+            return
+        rng = system_rng if _rng is None else _rng
+        r = [_uniform(rng) for _ in range(m - threshold)]
+        coeffs = []
+        for i, xi in enumerate(xs):
+            den = 1
+            for j, xj in enumerate(xs):
+                if j != i:
+                    den = den * (xi - xj) % PRIME
+            acc = 0
+            for c in reversed(r):  # Horner: r(x_i)
+                acc = (acc * xi + c) % PRIME
+            coeffs.append(acc * pow(den, -1, PRIME) % PRIME)
+        self._coeffs = coeffs
+
+    def consistent(self, shares: Sequence[int]) -> bool:
+        """Whether ``shares`` (one per point, in order) lie on one polynomial of degree below the
+        threshold (up to the ``1/p`` chance above)."""
+        if len(shares) != len(self.points):
+            raise InvalidParameters(f"need one share per point ({len(self.points)}), got {len(shares)}")
+        if self._coeffs is None:
+            return True
+        return sum(c * y for c, y in zip(self._coeffs, shares, strict=True)) % PRIME == 0
+
+
+def combine_robust(xs: Sequence[int], shares: Sequence[Sequence[int]], threshold: int, *,
+                   _rng: RandomBytes | None = None) -> tuple[list[int], int | None]:
+    """Secrets from redundant shares, with at most one party's shares wrong: ``shares[i][k]`` is
+    party ``i``'s (at point ``xs[i]``) share of secret ``k``.
+
+    Returns ``(secrets, bad)``: ``bad`` is ``None`` when every party's shares lie on the secrets'
+    polynomials (:class:`ShareCheck`), else the index of the one party whose shares do not (found
+    by leaving each party out in turn; needs ``len(xs) >= threshold + 2``), and the secrets are
+    then reconstructed without it.  With ``len(xs) == threshold`` nothing can be checked.
+
+    Raises
+    ------
+    InvalidMessage: fewer than ``threshold`` parties, a share outside the field, or shares that
+        are inconsistent and not explained by one party (more than one party's shares wrong, or
+        too few parties to tell which).
+    """
+    m = len(xs)
+    if m < threshold:
+        raise InvalidMessage(f"need {threshold} shares to reconstruct, got {m}")
+    if any(len(row) != len(shares[0]) for row in shares) or len(shares) != m:
+        raise InvalidParameters("need one row of shares per point, every row as long")
+    if any(not 0 <= y < PRIME for row in shares for y in row):
+        raise InvalidMessage("share is not a field element")
+    columns = list(zip(*shares, strict=True)) if shares else []
+    check = ShareCheck(xs, threshold, _rng=_rng)
+    wrong = [k for k, col in enumerate(columns) if not check.consistent(col)]
+    bad: int | None = None
+    if wrong:
+        if m < threshold + 2:
+            raise InvalidMessage(f"the shares of {len(wrong)} secrets do not agree, and {m} parties are too few "
+                                 f"to tell whose are wrong (threshold {threshold})")
+        for i in range(m):
+            rest = [x for j, x in enumerate(xs) if j != i]
+            sub = ShareCheck(rest, threshold, _rng=_rng)
+            if all(sub.consistent([y for j, y in enumerate(columns[k]) if j != i]) for k in wrong):
+                bad = i
+                break
+        if bad is None:
+            raise InvalidMessage(f"the shares of {len(wrong)} secrets do not agree, and leaving out any one party "
+                                 "does not mend them: more than one party sent wrong shares")
+    keep = [j for j in range(m) if j != bad][:threshold]
+    lam = lagrange_at_zero([xs[j] for j in keep])
+    return [sum(lv * col[j] for lv, j in zip(lam, keep, strict=True)) % PRIME for col in columns], bad
