@@ -6,8 +6,7 @@ message (bytes), checks it, and returns the client's reply (bytes)::
 
     advertise(rows)                       -> advertise   (c and s public keys [, rows];
                                                           signed: certificate, signature)
-    share_keys(keys)                      -> shares      (AES-GCM Shamir shares for each peer;
-                                                          signed sparse: and row tags)
+    share_keys(keys)                      -> shares      (AES-GCM Shamir shares for each peer)
     masked_input(relayed, values)         -> masked      (y = x + PRG(b) + sum of +-PRG(s_uv))
     consistency(survivors)                -> consistency (signed only: signature of U3)
     unmask(survivors | signatures)        -> unmask      (shares of s^SK of the dropped,
@@ -16,7 +15,8 @@ message (bytes), checks it, and returns the client's reply (bytes)::
 In a signed round the client takes a peer's keys only with the peer's signature under a
 certificate of the pinned roster, sends unmasking shares only after ``threshold`` survivors
 signed the same survivor list, and in a sparse round masks with a peer exactly on the rows the
-peer's own tags (end to end, under the pair's channel key) show in common.
+peer's signed row set (a bitmap over the round's candidate rows, in the key list) and its own
+have in common, and on every public row.
 """
 
 from __future__ import annotations
@@ -54,10 +54,11 @@ ADVERTISE_DOMAIN = b"secemb/secagg/v1/advertise"
 CONSISTENCY_DOMAIN = b"secemb/secagg/v1/consistency"
 
 
-def advertised(config: SecAggConfig, client_id: int, c_pk: bytes, s_pk: bytes) -> bytes:
+def advertised(config: SecAggConfig, client_id: int, c_pk: bytes, s_pk: bytes, bitmap: bytes = b"") -> bytes:
     """What client ``client_id`` signs in its advertise message: the round's public parameters,
-    its id and its two public keys."""
-    return config.header() + client_id.to_bytes(4, "little") + c_pk + s_pk
+    its id, its two public keys and, in a sparse round, its row set as a bitmap over the
+    candidate rows (:meth:`~secemb.secagg.config.SecAggConfig.row_bitmap`)."""
+    return config.header() + client_id.to_bytes(4, "little") + c_pk + s_pk + bitmap
 
 
 def survivor_list(config: SecAggConfig, key_list: bytes, u3: list[int]) -> bytes:
@@ -92,7 +93,7 @@ class SecAggClient:
     ------
     ProtocolError: a method called out of order or twice.
     InvalidMessage: a server message that is malformed or inconsistent, or (signed round) that
-        carries a key, a tag list or a survivor list no peer signed.  The client has then left
+        carries a key, a row set or a survivor list no peer signed.  The client has then left
         the round: it answers no later stage (a new round needs a new client).
     """
 
@@ -111,6 +112,7 @@ class SecAggClient:
         self._s = keys.KeyPair.generate(_rng=self._rng)
         self._rows = np.arange(config.length, dtype=np.int64)
         self._rows.setflags(write=False)
+        self._entry = b""  # this client's key-list entry, as it advertised it (after the id)
         self._peers: dict[int, tuple[bytes, bytes]] = {}
         self._signers: dict[int, bytes] = {}  # peer -> its certified signing key (signed round)
         self._common: dict[int, np.ndarray] = {}  # peer -> bool over own rows: rows it holds too
@@ -127,32 +129,39 @@ class SecAggClient:
         self._stage = stage + 1
 
     @property
-    def _tagged(self) -> bool:
-        """Whether row tags travel in the shares (a signed sparse round)."""
+    def _signed_rows(self) -> bool:
+        """Whether each key-list entry carries its client's signed row set (a signed sparse round)."""
         return self.config.signed and self.config.sparse
-
-    @property
-    def _tagged_rows(self) -> int:
-        """How many of this client's rows are tagged: those below ``public_from``."""
-        return int(np.searchsorted(self._rows, self.config.private_rows))
 
     def _channel(self, peer: int, purpose: bytes) -> bytes:
         return keys.agree(self._c.private, self._peers[peer][0], purpose, self.config.round_id, (self.id, peer))
 
     def _check_entry(self, identity: Identity, ident: int, rec: bytes) -> None:
         """A signed key-list entry's certificate (under ``identity``'s pin) and signature (the
-        keys are ``rec``'s first 64 bytes)."""
+        keys are ``rec``'s first 64 bytes, the row set's bitmap what follows the signature)."""
         k = 2 * keys.KEY_BYTES
+        sig = k + CERTIFICATE_BYTES
         what = (f"the server's key list carries keys for device {ident} that device {ident} did not sign "
-                f"(the server deviated)")
+                f"(the server deviated)")  # its signature covers its keys and, sparse, its row set
         try:
-            cert = identity.pin.certificate(rec[k : k + CERTIFICATE_BYTES], ident)
+            cert = identity.pin.certificate(rec[k:sig], ident)
             verify(cert.public, ADVERTISE_DOMAIN,
-                   advertised(self.config, ident, rec[: keys.KEY_BYTES], rec[keys.KEY_BYTES : k]),
-                   rec[k + CERTIFICATE_BYTES :], what)
+                   advertised(self.config, ident, rec[: keys.KEY_BYTES], rec[keys.KEY_BYTES : k],
+                              rec[sig + SIGNATURE_BYTES :]),
+                   rec[sig : sig + SIGNATURE_BYTES], what)
         except InvalidMessage as exc:
             raise InvalidMessage(f"keys: {what}: {exc}") from None
         self._signers[ident] = cert.public
+
+    def _shared_rows(self, bitmap: bytes) -> np.ndarray:
+        """Which of this client's rows a peer whose signed bitmap is ``bitmap`` holds too (bool
+        over own rows): the own candidate rows whose bit is set, and every public row."""
+        cfg = self.config
+        bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), bitorder="little")
+        private = int(np.searchsorted(self._rows, cfg.private_rows))
+        common = np.ones(self._rows.size, bool)
+        common[:private] = bits[np.searchsorted(cfg.candidate_rows, self._rows[:private])].astype(bool)
+        return common
 
     @property
     def rows(self) -> np.ndarray:
@@ -163,33 +172,41 @@ class SecAggClient:
     def advertise(self, rows: np.ndarray | None = None) -> bytes:
         """AdvertiseKeys: the two public keys, and in a sparse round the client's rows
         (``rows``: strictly increasing ints in ``[0, length)``; required iff sparse)."""
-        if self.config.sparse != (rows is not None):
+        cfg = self.config
+        if cfg.sparse != (rows is not None):
             raise InvalidParameters("rows must be given exactly when the round is sparse")
+        checked = None if rows is None else check_rows(rows, cfg.length, cfg.public_from)
+        bitmap = None if checked is None else cfg.row_bitmap(checked)
+        if checked is not None and bitmap is None:
+            raise InvalidParameters("rows below public_from must be candidate rows of the round")
         self._enter(0, "advertise")
         parts = [self._c.public, self._s.public]
         if self.identity is not None:
-            parts += [self.identity.certificate.to_bytes(),
-                      self.identity.sign(ADVERTISE_DOMAIN, advertised(self.config, self.id, *parts))]
-        if rows is not None:
-            self._rows = check_rows(rows, self.config.length, self.config.public_from)
+            own = bitmap if self._signed_rows and bitmap is not None else b""
+            statement = advertised(cfg, self.id, self._c.public, self._s.public, own)
+            parts += [self.identity.certificate.to_bytes(), self.identity.sign(ADVERTISE_DOMAIN, statement)]
+            self._entry = b"".join(parts) + own
+        else:
+            self._entry = b"".join(parts)
+        if checked is not None:
+            self._rows = checked
             self._rows.setflags(write=False)
             parts.append(messages.rows_bytes(self._rows))
-        return messages.frame("advertise", self.config.round_id, self.id, *parts)
+        return messages.frame("advertise", cfg.round_id, self.id, *parts)
 
     # ------------------------------------------------------------------ stage 1
     def share_keys(self, keys_msg: bytes) -> bytes:
         """ShareKeys: Shamir shares of ``s^SK`` and of a fresh self-mask seed ``b`` for every
-        client of the key list, each encrypted to its recipient under the c-agreement (in a
-        signed sparse round followed, inside the encryption, by the tags of this client's rows
-        below ``public_from`` under the pair's tag key, in increasing tag order).  In a signed
-        round every entry's certificate and signature are checked first."""
+        client of the key list, each encrypted to its recipient under the c-agreement.  In a
+        signed round every entry's certificate and signature (over the keys and, sparse, the
+        row set) are checked first, and this client's own entry must be the one it advertised."""
         self._enter(1, "share_keys")
         cfg = self.config
         _, body = messages.open_frame(keys_msg, "keys", cfg.round_id, messages.SERVER)
         rd = messages.Reader(body, "keys")
         self._key_list = key_list_digest(body)
         pair = 2 * keys.KEY_BYTES
-        entries = rd.records(pair + (SIGNED_ENTRY_BYTES if cfg.signed else 0), "client")
+        entries = rd.records(len(self._entry), "client")
         ids = [i for i, _ in entries]
         if self.id not in ids:
             raise InvalidMessage(f"keys: client {self.id} is not in the key list")
@@ -202,13 +219,15 @@ class SecAggClient:
         for ident, rec in entries:
             c_pk, s_pk = rec[: keys.KEY_BYTES], rec[keys.KEY_BYTES : pair]
             if ident == self.id:
-                if (c_pk, s_pk) != (self._c.public, self._s.public):
-                    raise InvalidMessage("keys: the list carries other keys under this client's id")
+                if rec != self._entry:
+                    raise InvalidMessage("keys: the list carries other keys or another row set under this client's id")
                 if self.identity is not None:
                     self._signers[ident] = self.identity.certificate.public
             else:
                 if self.identity is not None:
                     self._check_entry(self.identity, ident, rec)
+                if self._signed_rows:
+                    self._common[ident] = self._shared_rows(rec[pair + SIGNED_ENTRY_BYTES :])
                 self._peers[ident] = (c_pk, s_pk)
         if cfg.sparse and not cfg.signed:
             k = self._rows.size
@@ -230,12 +249,8 @@ class SecAggClient:
                 continue
             pt = (ident.to_bytes(4, "little") + self.id.to_bytes(4, "little")
                   + sh_s.to_bytes(shamir.SHARE_BYTES, "little") + sh_b.to_bytes(shamir.SHARE_BYTES, "little"))
-            head = ident.to_bytes(4, "little")
-            if self._tagged:
-                mine = self._rows[: self._tagged_rows]
-                pt += np.sort(keys.row_tags(self._channel(ident, keys.TAGS), mine)).astype("<u8").tobytes()
-                head += mine.size.to_bytes(4, "little")
-            records.append(head + keys.seal(self._channel(ident, keys.CHANNEL), cfg.round_id, self.id, ident, pt))
+            records.append(ident.to_bytes(4, "little")
+                           + keys.seal(self._channel(ident, keys.CHANNEL), cfg.round_id, self.id, ident, pt))
         return messages.frame("shares", cfg.round_id, self.id, len(records).to_bytes(4, "little"), *records)
 
     # ------------------------------------------------------------------ stage 2
@@ -243,7 +258,7 @@ class SecAggClient:
         """MaskedInputCollection: decrypt the peers' shares (their senders are the clients
         still in the round, U2) and send ``y = x + PRG(b) + sum_v +-PRG(s_uv)`` over this
         client's rows (in a sparse round, the pair's mask on the rows both hold: from the
-        server's bitmaps, or in a signed round from the peer's own row tags).
+        server's bitmaps, or in a signed round from the peer's signed row set).
 
         ``values``: ``uint32`` of shape ``(len(rows), width)`` (``(len(rows),)`` if width is
         1), the input in Z_2^32.
@@ -259,11 +274,7 @@ class SecAggClient:
         self._enter(2, "masked_input")
         _, body = messages.open_frame(relayed_msg, "relayed", cfg.round_id, messages.SERVER)
         rd = messages.Reader(body, "relayed")
-        if self._tagged:
-            entries = [(v, ct) for v, _, ct in rd.tagged_records(SHARE_CIPHERTEXT_BYTES, keys.TAG_ROW_BYTES,
-                                                                 cfg.private_rows, "sender")]
-        else:
-            entries = rd.records(SHARE_CIPHERTEXT_BYTES, "sender")
+        entries = rd.records(SHARE_CIPHERTEXT_BYTES, "sender")
         rd.end()
         for sender, ct in entries:
             if sender not in self._peers:
@@ -272,14 +283,7 @@ class SecAggClient:
             if int.from_bytes(pt[:4], "little") != self.id or int.from_bytes(pt[4:8], "little") != sender:
                 raise InvalidMessage(f"relayed: the shares from client {sender} name other parties")
             n = shamir.SHARE_BYTES
-            end = SHARE_PLAINTEXT_BYTES
-            held = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n : end], "little"))
-            if self._tagged:  # the rows both hold: own rows whose tag the sender sent (authenticated), public rows
-                theirs = np.frombuffer(pt[end:], dtype="<u8")
-                common = np.ones(self._rows.size, bool)
-                mine = self._rows[: self._tagged_rows]
-                common[: mine.size] = np.isin(keys.row_tags(self._channel(sender, keys.TAGS), mine), theirs)
-                self._common[sender] = common
+            held = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n : 8 + 2 * n], "little"))
             if max(held) >= shamir.PRIME:
                 raise InvalidMessage(f"relayed: the shares from client {sender} are outside the field")
             self._held[sender] = held

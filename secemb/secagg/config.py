@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -60,12 +62,18 @@ class SecAggConfig:
         If true, the round resists an active server (``docs/secagg.md``, "Active server"): each
         client signs its advertised keys with its certified identity and checks every peer's
         signature, a consistency round (every survivor signs the survivor list) precedes
-        unmasking, and in a sparse round the rows two clients share are learned from tags sent
-        end to end under their channel key, never from the server.
+        unmasking, and in a sparse round each client signs its row set (a bitmap over the
+        :attr:`candidates`) with its keys: the rows two clients share are learned from the
+        peer's signed row set, never from the server's say.
     public_from:
         In a sparse round, rows ``public_from .. length - 1`` are held by every client (a public
-        rule, e.g. SFSL's dense rows): every client's rows must include them, and only the rows
-        below are tagged in a signed round (default ``length``: no such rows).
+        rule, e.g. SFSL's dense rows): every client's rows must include them (default
+        ``length``: no such rows).
+    candidates:
+        In a sparse round, the rows below :attr:`public_from` a client may hold (strictly
+        increasing; default every one of them): a client's rows are within the candidates and
+        the public rows, and a signed round's row sets are bitmaps over the candidates.  Public
+        (e.g. SFSL's PSU union and its categories); :meth:`header` commits to them.
     """
 
     length: int
@@ -75,6 +83,7 @@ class SecAggConfig:
     sparse: bool = False
     signed: bool = False
     public_from: int | None = None
+    candidates: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.length < 2**32:
@@ -91,18 +100,57 @@ class SecAggConfig:
         if self.public_from is not None and (not self.sparse or not 0 <= self.public_from <= self.length):
             raise InvalidParameters(f"public_from must be in [0, length] and only in a sparse round, "
                                     f"got {self.public_from}")
+        if self.candidates is not None:
+            if not self.sparse:
+                raise InvalidParameters("candidates are rows of a sparse round only")
+            c = np.asarray(self.candidates, dtype=np.int64)
+            if c.ndim != 1 or (c.size and (int(c[0]) < 0 or int(c[-1]) >= self.private_rows
+                                           or np.any(np.diff(c) <= 0))):
+                raise InvalidParameters(f"candidates must be strictly increasing rows in [0, {self.private_rows})")
 
     @property
     def private_rows(self) -> int:
         """Rows below :attr:`public_from` (every row without one): those a client may or may not hold."""
         return self.length if self.public_from is None else self.public_from
 
+    @cached_property
+    def candidate_rows(self) -> np.ndarray:
+        """:attr:`candidates` as a read-only int64 array (every row below :attr:`private_rows` without them)."""
+        c = (np.arange(self.private_rows, dtype=np.int64) if self.candidates is None
+             else np.asarray(self.candidates, dtype=np.int64))
+        c.setflags(write=False)
+        return c
+
+    @property
+    def bitmap_bytes(self) -> int:
+        """Bytes of a row set's bitmap over the candidates: ``ceil(len(candidates) / 8)``."""
+        return -(-self.candidate_rows.size // 8)
+
+    @cached_property
+    def _header(self) -> bytes:
+        head = struct.pack("<QIIIIBB", self.round_id, self.length, self.width, self.threshold, self.private_rows,
+                           self.sparse, self.signed)
+        return head + (hashlib.sha256(self.candidate_rows.astype("<u4").tobytes()).digest() if self.sparse else b"")
+
     def header(self) -> bytes:
         """The round's public parameters as bytes (what every signature of the round covers):
         ``round_id`` u64, ``length``, ``width``, ``threshold``, :attr:`private_rows` u32,
-        ``sparse``, ``signed`` u8."""
-        return struct.pack("<QIIIIBB", self.round_id, self.length, self.width, self.threshold, self.private_rows,
-                           self.sparse, self.signed)
+        ``sparse``, ``signed`` u8; in a sparse round then SHA-256 of the candidate rows (uint32)."""
+        return self._header
+
+    def row_bitmap(self, rows: np.ndarray) -> bytes | None:
+        """The row set ``rows`` (increasing, within ``[0, length)``) as a bitmap over the
+        candidates (:attr:`bitmap_bytes`; bit ``i`` = bit ``i mod 8`` of byte ``i div 8``, set
+        where the row set holds candidate ``i``); ``None`` if a row below :attr:`public_from`
+        is not a candidate."""
+        c = self.candidate_rows
+        private = rows[: int(np.searchsorted(rows, self.private_rows))]
+        at = np.searchsorted(c, private)
+        if private.size and (c.size == 0 or np.any(at >= c.size) or np.any(c[np.minimum(at, c.size - 1)] != private)):
+            return None
+        bits = np.zeros(c.size, bool)
+        bits[at] = True
+        return np.packbits(bits, bitorder="little").tobytes()
 
     def check_id(self, client_id: int) -> int:
         """``client_id`` if it is a valid id (an int in ``[0, 2^32 - 2]``)."""

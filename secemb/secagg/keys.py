@@ -11,12 +11,6 @@ The channel key (purpose :data:`CHANNEL`) encrypts the Shamir shares a client re
 server with AES-128-GCM; one key serves both directions of a pair, so the 12-byte nonce is
 ``sender id || recipient id || 0`` (each key encrypts at most one message per direction) and the
 associated data is the round id, sender and recipient.
-
-In a signed sparse round the pair's *tag key* (purpose :data:`TAGS`) keys the row tags
-(:func:`row_tags`) a client sends its peer inside that channel: the server learns nothing of
-them, and the peer learns which of its own rows the sender holds too -- and, since it holds the
-tag key and the row space is public, the sender's whole tagged row set (finding R1 of session
-22; docs/secagg.md, "Active server": SFSL's perturbed sets S'', which the server sees anyway).
 """
 
 from __future__ import annotations
@@ -24,12 +18,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import numpy as np
-
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -41,15 +32,12 @@ __all__ = [
     "TAG_BYTES",
     "CHANNEL",
     "MASK",
-    "TAGS",
-    "TAG_ROW_BYTES",
     "KeyPair",
     "public_bytes",
     "check_public",
     "agree",
     "seal",
     "open_sealed",
-    "row_tags",
 ]
 
 #: Bytes of an X25519 public or private key.
@@ -60,10 +48,6 @@ TAG_BYTES = 16
 CHANNEL = b"secemb/secagg/v1/channel"
 #: HKDF purpose of the pairwise mask seed.
 MASK = b"secemb/secagg/v1/mask"
-#: HKDF purpose of the pair's row-tag key (signed sparse rounds).
-TAGS = b"secemb/secagg/v1/row-tags"
-#: Bytes of one row tag.
-TAG_ROW_BYTES = 8
 
 _PAIR = struct.Struct("<QII")
 #: a fixed private key that :func:`check_public` agrees with (nothing secret rests on it)
@@ -155,15 +139,3 @@ def open_sealed(key: bytes, round_id: int, sender: int, recipient: int, cipherte
         return AESGCM(key).decrypt(nonce, bytes(ciphertext), aad)
     except InvalidTag:
         raise InvalidMessage(f"encrypted shares from client {sender} do not authenticate") from None
-
-
-def row_tags(key: bytes, rows: np.ndarray) -> np.ndarray:
-    """The tags of ``rows`` (ints in ``[0, 2^32)``) under the 16-byte tag ``key``: the first
-    :data:`TAG_ROW_BYTES` bytes of ``AES-128(key, row as uint64 || 8 zero bytes)`` read as
-    little-endian ``uint64``, one per row in the order of ``rows`` (AES is a PRF on distinct
-    blocks; two rows' tags collide with probability ``2^-64``)."""
-    blocks = np.zeros((np.asarray(rows).size, 2), "<u8")
-    blocks[:, 0] = np.asarray(rows, dtype=np.int64)
-    enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
-    out = np.frombuffer(enc.update(blocks.tobytes()) + enc.finalize(), dtype="<u8").reshape(-1, 2)[:, 0]
-    return out.astype(np.uint64)

@@ -10,7 +10,7 @@ from secemb.framing import HEADER_BYTES
 from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES, SIGNED_ENTRY_BYTES
 from secemb.secagg.config import SecAggConfig
 from secemb.secagg.identity import SIGNATURE_BYTES
-from secemb.secagg.keys import KEY_BYTES, TAG_ROW_BYTES
+from secemb.secagg.keys import KEY_BYTES
 
 __all__ = ["longest_server_message", "longest_union_message", "within_longest"]
 
@@ -25,11 +25,11 @@ def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int
     honest server sends a client of a round of ``config`` with at most ``clients`` clients:
 
     * keys: ``32 + 4 + clients (4 + 2 x 32)``; in a signed round each entry ``120 + 64`` bytes
-      more (certificate, signature); in an unsigned sparse round ``clients x ceil(length / 8)``
-      more (a bitmap over the recipient's rows, at most ``length``, per listed client);
-    * relayed: ``32 + 4 + (clients - 1)(4 + share ciphertext)``; in a signed sparse round each
-      record ``4 + 8 r`` bytes more (the tag count, a tag per row of the sender below
-      ``public_from``: at most ``r = public_from``, or ``length`` without it);
+      more (certificate, signature) and in a signed sparse round ``ceil(|candidates| / 8)``
+      more (the listed client's signed row set); in an unsigned sparse round
+      ``clients x ceil(length / 8)`` more (a bitmap over the recipient's rows, at most
+      ``length``, per listed client);
+    * relayed: ``32 + 4 + (clients - 1)(4 + share ciphertext)``;
     * survivors: ``32 + 4 + 4 clients``;
     * signatures (signed round): ``32 + 4 + clients (4 + 64)``.
 
@@ -41,12 +41,12 @@ def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int
         raise ValueError(f"a round has at least one client, got {clients}")
     if kind == "keys":
         if config.signed:
-            return HEADER_BYTES + _COUNT + clients * (_ID + 2 * KEY_BYTES + SIGNED_ENTRY_BYTES)
+            bitmap = config.bitmap_bytes if config.sparse else 0
+            return HEADER_BYTES + _COUNT + clients * (_ID + 2 * KEY_BYTES + SIGNED_ENTRY_BYTES + bitmap)
         bitmaps = clients * -(-config.length // 8) if config.sparse else 0
         return HEADER_BYTES + _COUNT + clients * (_ID + 2 * KEY_BYTES) + bitmaps
     if kind == "relayed":
-        tags = _COUNT + TAG_ROW_BYTES * config.private_rows if config.signed and config.sparse else 0
-        return HEADER_BYTES + _COUNT + (clients - 1) * (_ID + SHARE_CIPHERTEXT_BYTES + tags)
+        return HEADER_BYTES + _COUNT + (clients - 1) * (_ID + SHARE_CIPHERTEXT_BYTES)
     if kind == "survivors":
         return HEADER_BYTES + _COUNT + _ID * clients
     if kind == "signatures" and config.signed:

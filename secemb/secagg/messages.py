@@ -8,7 +8,7 @@ Bodies (``id`` = uint32, ``key`` = 32-byte X25519 public key, ``share`` = 33-byt
 element, ``rows`` = ``count`` uint32 then ``count`` uint32 row numbers, strictly increasing)::
 
     advertise  key(c) key(s) [rows]                                  client -> server
-    keys       count, count x (id key(c) key(s)) [count x bitmap]    server -> client
+    keys       count, count x (id key(c) key(s)) [count x bitmap]    server -> client (unsigned)
     shares     count, count x (id ciphertext)                        client -> server (to peers)
     relayed    count, count x (id ciphertext)                        server -> client (from peers)
     masked     k x width uint32                                      client -> server
@@ -24,10 +24,11 @@ element, ``rows`` = ``count`` uint32 then ``count`` uint32 row numbers, strictly
 
 In a *signed* round (:attr:`~secemb.secagg.config.SecAggConfig.signed`, resisting an active
 server) an advertise message is ``key(c) key(s) certificate signature [rows]`` and each key-list
-entry ``id key(c) key(s) certificate signature`` (certificate: 120 bytes,
-:mod:`secemb.secagg.identity`; signature: 64 bytes, Ed25519), and a key list carries no bitmaps.
-In a signed sparse round each shares / relayed record is ``id, tags (uint32), ciphertext`` whose
-plaintext ends with the sender's ``tags`` row tags (8 bytes each).  Parsers check every length
+entry ``id key(c) key(s) certificate signature [signed bitmap]`` (certificate: 120 bytes,
+:mod:`secemb.secagg.identity`; signature: 64 bytes, Ed25519): in a sparse round the listed
+client's row set as a bitmap of ``ceil(|candidates| / 8)`` bytes over the round's candidate rows
+(:meth:`~secemb.secagg.config.SecAggConfig.row_bitmap`), which its signature covers; the key list
+is the same for every client and carries no per-recipient bitmaps.  Parsers check every length
 exactly and raise :class:`~secemb.errors.InvalidMessage` on any mismatch.
 """
 
@@ -135,20 +136,6 @@ class Reader:
                 raise InvalidMessage(f"{self.what}: {name} ids must be strictly increasing (no duplicates)")
             last = ident
             out.append((ident, bytes(rec[4:])))
-        return out
-
-    def tagged_records(self, base: int, tag: int, limit: int, name: str) -> list[tuple[int, int, bytes]]:
-        """``count`` then ``count`` records ``id || n (uint32) || base + n x tag bytes`` with
-        ``n <= limit``; ids strictly increasing.  Returns ``(id, n, the base + n x tag bytes)``."""
-        count = self.u32()
-        out: list[tuple[int, int, bytes]] = []
-        for _ in range(count):
-            ident, n = self.u32(), self.u32()
-            if out and ident <= out[-1][0]:
-                raise InvalidMessage(f"{self.what}: {name} ids must be strictly increasing (no duplicates)")
-            if n > limit:
-                raise InvalidMessage(f"{self.what}: a record of {n} tags, more than the {limit} rows of the round")
-            out.append((ident, n, bytes(self.take(base + n * tag))))
         return out
 
     def end(self) -> None:

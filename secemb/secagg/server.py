@@ -13,10 +13,11 @@ stage fixes its set of live clients (U1, U2, U3, U4) and aborts the round with
     receive_unmask(id, msg)*     result()             -> sum over U3      U4
 
 In a signed round the server relays what the clients signed (their certificates and
-signatures in the key list, their row tags inside the encrypted shares, their signatures of
-U3); it checks each signature it can (a device's under its certificate's key; the certificate
-under the roster's key when given ``pin``) so that one bad device cannot make the honest ones
-refuse the round, but the clients do not rely on these checks.
+signatures in the key list, in a sparse round with each client's row set as a bitmap over the
+round's candidate rows, and their signatures of U3); it checks each signature it can (a
+device's under its certificate's key; the certificate under the roster's key when given
+``pin``) so that one bad device cannot make the honest ones refuse the round, but the clients
+do not rely on these checks.
 
 :meth:`SecAggServer.result` reconstructs ``s^SK`` of every dropped client (U2 minus U3) to
 remove its pairwise masks with the survivors and ``b`` of every survivor to remove the self
@@ -150,8 +151,9 @@ class SecAggServer:
 
     # ------------------------------------------------------------------ stage 0
     def receive_advertise(self, client_id: int, msg: bytes) -> None:
-        """Record a client's two public keys (and its rows in a sparse round; in a signed round
-        its certificate and its signature of the keys, both checked)."""
+        """Record a client's two public keys (and its rows in a sparse round: within the round's
+        candidate rows and every public row; in a signed round its certificate and its signature
+        of the keys and, sparse, of its row set, both checked)."""
         self._at(0, "receive_advertise")
         cfg = self.config
         body = self._sender(client_id, msg, "advertise", None, self._keys)
@@ -160,25 +162,32 @@ class SecAggServer:
         c_pk, s_pk = keys.check_public(rd.take(keys.KEY_BYTES)), keys.check_public(rd.take(keys.KEY_BYTES))
         if cfg.signed:
             cert_bytes, sig = bytes(rd.take(CERTIFICATE_BYTES)), bytes(rd.take(SIGNATURE_BYTES))
-            signer = (self.pin.certificate(cert_bytes, cid).public if self.pin is not None
-                      else Certificate.named_key(cert_bytes))
-            verify(signer, ADVERTISE_DOMAIN, advertised(cfg, cid, c_pk, s_pk), sig,
-                   f"advertise of client {cid}")
         rows = rd.increasing(cfg.length, "rows") if cfg.sparse else None
         rd.end()
-        if rows is not None and cfg.public_from is not None \
-                and int(np.count_nonzero(rows >= cfg.public_from)) != cfg.length - cfg.public_from:
-            raise InvalidMessage(f"advertise of client {cid}: its rows must include every row from "
-                                 f"{cfg.public_from} on")
+        bitmap = b""
+        if rows is not None:
+            if cfg.public_from is not None \
+                    and int(np.count_nonzero(rows >= cfg.public_from)) != cfg.length - cfg.public_from:
+                raise InvalidMessage(f"advertise of client {cid}: its rows must include every row from "
+                                     f"{cfg.public_from} on")
+            got = cfg.row_bitmap(rows)
+            if got is None:
+                raise InvalidMessage(f"advertise of client {cid}: rows outside the round's candidate rows")
+            bitmap = got if cfg.signed else b""
         if cfg.signed:
-            self._signed[cid], self._signer[cid] = cert_bytes + sig, signer
+            signer = (self.pin.certificate(cert_bytes, cid).public if self.pin is not None
+                      else Certificate.named_key(cert_bytes))
+            verify(signer, ADVERTISE_DOMAIN, advertised(cfg, cid, c_pk, s_pk, bitmap), sig,
+                   f"advertise of client {cid}")
+            self._signed[cid], self._signer[cid] = cert_bytes + sig + bitmap, signer
         self._keys[cid] = (c_pk, s_pk)
         if rows is not None:
             self._rows[int(client_id)] = rows
 
     def keys_messages(self) -> dict[int, bytes]:
         """Close AdvertiseKeys (U1 = clients that advertised) and build each client's key
-        list (in a signed round each entry with its certificate and signature; in an unsigned
+        list (in a signed round each entry with its certificate and signature, and in a sparse
+        one then the client's signed row set, the same list for every client; in an unsigned
         sparse round followed by, for each client of the list, a bitmap of
         ``ceil(len(rows) / 8)`` bytes marking the recipient's rows that client holds too)."""
         self._at(0, "keys_messages")
@@ -199,22 +208,12 @@ class SecAggServer:
 
     # ------------------------------------------------------------------ stage 1
     def receive_shares(self, client_id: int, msg: bytes) -> None:
-        """Record a client's encrypted shares, one for every other client of U1 (in a signed
-        sparse round each with as many row tags as the client declared rows below ``public_from``)."""
+        """Record a client's encrypted shares, one for every other client of U1."""
         self._at(1, "receive_shares")
-        cfg = self.config
         body = self._sender(client_id, msg, "shares", self.u1, self._shares)
         rd = messages.Reader(body, "shares")
         cid = int(client_id)
-        if cfg.signed and cfg.sparse:
-            tagged = rd.tagged_records(SHARE_CIPHERTEXT_BYTES, keys.TAG_ROW_BYTES, cfg.private_rows, "recipient")
-            declared = int(np.searchsorted(self._rows[cid], cfg.private_rows))
-            if any(n != declared for _, n, _ in tagged):
-                raise InvalidMessage(f"shares from client {cid} must carry one tag per row it declared below "
-                                     f"{cfg.private_rows} ({declared})")
-            entries = [(v, n.to_bytes(4, "little") + ct) for v, n, ct in tagged]
-        else:
-            entries = rd.records(SHARE_CIPHERTEXT_BYTES, "recipient")
+        entries = rd.records(SHARE_CIPHERTEXT_BYTES, "recipient")
         rd.end()
         if [v for v, _ in entries] != [v for v in self.u1 if v != cid]:
             raise InvalidMessage(f"shares from client {cid} must go to exactly the other {len(self.u1) - 1} "

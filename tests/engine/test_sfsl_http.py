@@ -13,7 +13,7 @@ from secemb.data.ctr import TaobaoShaped, split_clicks
 from secemb.transport.http import HttpStageAdmin, HttpStageLink
 from secemb.models.din import DIN
 from secemb.protocols.sfsl import SFSLServer, TrainingSettings
-from secemb.protocols.sfsl.staged import SFSLNode, round_configs
+from secemb.protocols.sfsl.staged import SFSLNode, psu_config
 from secemb.secagg import SecAggClient, SecAggConfig
 from secemb.secagg.identity import Roster
 from secemb.protocols.exchange import ExchangeServer
@@ -64,9 +64,9 @@ def _status(fn) -> int:
 def test_refused_requests_change_nothing(served):
     node, host, admin, links = served
     admin.open_round(1, [0, 1, 2])
-    psu_cfg, _ = round_configs(node.server.space, node.bloom, 3, 1)
+    psu_cfg = psu_config(node.bloom, 3, 1)
     good = _signed(0, psu_cfg).advertise()
-    other_round = _signed(0, round_configs(node.server.space, node.bloom, 3, 2)[0]).advertise()
+    other_round = _signed(0, psu_config(node.bloom, 3, 2)).advertise()
     send = links[0].send
     assert _status(lambda: send(1, "psu-advertise", good[:-1])) == 400  # truncated
     assert _status(lambda: send(1, "psu-advertise", good + b"\0")) == 400  # trailing byte
@@ -116,7 +116,7 @@ def test_a_client_without_the_servers_ca_is_refused(served):
 def test_below_the_threshold_the_round_aborts_with_409(served):
     node, host, admin, links = served
     admin.open_round(1, [0, 1, 2])
-    psu_cfg, _ = round_configs(node.server.space, node.bloom, 3, 1)
+    psu_cfg = psu_config(node.bloom, 3, 1)
     links[0].send(1, "psu-advertise", _signed(0, psu_cfg).advertise())  # 1 of 3, threshold 2
     assert _status(lambda: admin.close_stage(1, "psu-advertise")) == 409
     assert admin.round_status(1)["state"] == "aborted"

@@ -206,12 +206,11 @@ def test_limit_a_server_that_runs_the_other_devices_reads_one_devices_update(cli
     node.server.apply = spy  # type: ignore[method-assign]
     run_round(node, parties, 1)
     total = sums[0].astype(np.int64)
+    summed = node._round.sum if node._round is not None else None
+    assert summed is not None
     for u in (1, 2):  # the server's own devices: it knows their rows and values
-        rows = node._round.sum.rows_of(u) if node._round is not None else None
-        assert rows is not None
-        total[rows] -= parties[u]._values.astype(np.int64)
-    rows0 = node._round.sum.rows_of(0) if node._round is not None else None
-    assert rows0 is not None
+        total[summed.rows_of(u)] -= parties[u]._values.astype(np.int64)
+    rows0 = summed.rows_of(0)
     assert np.array_equal(total[rows0] % (1 << 32), parties[0]._values.astype(np.int64))
     assert not total[np.setdiff1d(np.arange(total.shape[0]), rows0)].any()
 
@@ -219,8 +218,9 @@ def test_limit_a_server_that_runs_the_other_devices_reads_one_devices_update(cli
 def test_limit_each_device_learns_which_of_its_rows_each_peer_declared(clicks):
     """SFSL's sparse secure sum (docs/secagg.md, "Sparse rounds") tells each device which of its
     own rows each peer holds too -- the intersection of their perturbed sets S'' (and
-    categories).  Since session 22 (signed rounds) the peers tell it, in their encrypted row
-    tags; the server's key list carries only the signed keys, no bitmap (finding G5)."""
+    categories).  Since session 22 (signed rounds) the peers tell it: the key list, the same for
+    every device, carries each device's row set as a bitmap over the round's candidate rows (the
+    PSU's union and its categories), under the device's signature (finding G5)."""
     proto = protocol(clicks, "CPP1")
     node = proto.make_server().node
     assert isinstance(node, SFSLNode)
@@ -235,15 +235,25 @@ def test_limit_each_device_learns_which_of_its_rows_each_peer_declared(clicks):
 
     parties[0].accept = keep  # type: ignore[method-assign]
     run_round(node, parties, 1)
-    assert node._round is not None
+    assert node._round is not None and node._round.sum is not None
     rows = {u: node._round.sum.rows_of(u) for u in range(3)}
     body = got["sum-advertise"][HEADER_BYTES:]
     count = int.from_bytes(body[:4], "little")
-    assert count == 3 and len(body) == 4 + count * (4 + 64 + 120 + 64)  # signed keys, no bitmap
+    union = node._round.union
+    assert union is not None
+    goods = node.server.space.goods
+    candidates = np.concatenate([union, goods + np.unique(node.server.goods_category[union])])
+    entry = 4 + 64 + 120 + 64 + -(-candidates.size // 8)  # id, signed keys, the row set's bitmap
+    assert count == 3 and len(body) == 4 + count * entry
+    private = goods + node.server.space.categories  # rows from here on: the dense rows, every device's
+    for u in range(3):
+        bitmap = body[4 + (u + 1) * entry - (entry - 252) : 4 + (u + 1) * entry]
+        bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), bitorder="little")[: candidates.size].astype(bool)
+        assert np.array_equal(candidates[bits], rows[u][rows[u] < private]), u  # device u's S'' and categories
     client = parties[0]._sum
     assert client is not None
     for v in (1, 2):
-        held = client._common[v]  # what device 0 learned from v's row tags
+        held = client._common[v]  # what device 0 learned from v's signed row set
         assert np.array_equal(held, np.isin(rows[0], rows[v])), v
     assert 0 < np.isin(rows[0], rows[1]).sum() < rows[0].size  # a real intersection, not all or nothing
 

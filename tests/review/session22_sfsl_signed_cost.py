@@ -2,7 +2,8 @@
 rounds"): one in-process SFSL round (``train_sfsl``, taobao-small click data, ``n`` devices, CPP2,
 seed 0) whose two secure aggregations are replayed through :func:`secemb.secagg.run_round`
 unsigned and signed with the same rows and inputs; mean bytes per device (``len()`` of the
-messages).  Not a test: ``python tests/review/session22_sfsl_signed_cost.py N [SHAPE]``."""
+messages; the secure sum's candidate rows are the PSU union's goods and their categories, helper G).
+Not a test: ``python tests/review/session22_sfsl_signed_cost.py N [SHAPE]``."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def main(n: int, shape: str) -> None:
             tr = run_round(replace(config, signed=signed), inputs, rows=rows)
             out[signed] = (np.mean(list(tr.upload_bytes.values())), np.mean(list(tr.download_bytes.values())))
         k = np.mean([r.size for r in rows.values()]) if rows else config.length
-        print(f"{'sum' if config.sparse else 'psu'} n={n} rows/device={k:.0f} tagged<{config.private_rows}: "
+        cand = f"candidates={config.candidate_rows.size}" if config.sparse else f"length={config.length}"
+        print(f"{'sum' if config.sparse else 'psu'} n={n} rows/device={k:.0f} {cand}: "
               f"unsigned up {out[False][0]:.0f} down {out[False][1]:.0f}; "
               f"signed up {out[True][0]:.0f} down {out[True][1]:.0f}")
 

@@ -90,7 +90,8 @@ def sfsl() -> SFSLProtocol:
 G, C, D, MLP, ROWS = 2000, 60, 18, 49242, 4796
 #: the longest honest answer of each stage of an SFSL round of 3 devices, by hand (docs/secagg.md, sfsl/wire.py)
 #: (session 22: both secure aggregations are signed rounds -- each key-list entry carries a 120-byte
-#: certificate and a 64-byte signature, the secure sum's shares a tag count and 8-byte row tags, no bitmap)
+#: certificate and a 64-byte signature; the secure sum's entries then the device's signed row set, a
+#: bitmap over the round's candidate rows, ``_sum_row_set`` below; its shares carry no row data)
 SFSL_LONGEST = {
     "psu-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 120 + 64),  # signed keys: 792
     "psu-shares": 32 + 4 + 2 * (4 + SHARE_CT),             # relayed: 224
@@ -98,11 +99,17 @@ SFSL_LONGEST = {
     "psu-consistency": 32 + 4 + 3 * (4 + 64),              # signatures of the survivor list: 240
     "psu-unmask": 32 + 4 + 4 * G,                          # the union of every goods
     "download": 32 + 4 * (G * D + C * D + MLP),            # the submodel of every goods and category
-    "sum-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 120 + 64),
-    "sum-shares": 32 + 4 + 2 * (4 + SHARE_CT + 4 + 8 * (G + C)),  # tags of at most every goods and category
+    "sum-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 120 + 64),  # + 3 x _sum_row_set(candidates)
+    "sum-shares": 32 + 4 + 2 * (4 + SHARE_CT),
     "sum-masked": 32 + 4 + 3 * 4,
     "sum-consistency": 32 + 4 + 3 * (4 + 64),
 }
+
+
+def _sum_row_set(union: np.ndarray, goods_category: np.ndarray) -> int:
+    """Bytes of a signed row set in the secure sum's key list: a bit per candidate row, i.e. per
+    goods of the PSU's ``union`` and per category of those goods."""
+    return -(-(union.size + np.unique(goods_category[union]).size) // 8)
 
 
 def test_an_sfsl_devices_limits_are_the_longest_honest_answers(sfsl) -> None:
@@ -114,14 +121,19 @@ def test_an_sfsl_devices_limits_are_the_longest_honest_answers(sfsl) -> None:
     parties = {u: devices[u].party(doc) for u in range(3)}
     rec = play(SFSL_PLAN, server.admin, {u: server.link(u) for u in range(3)}, parties, 1)
     assert rec.finished == [0, 1, 2] and server.admin.round_status(1)["state"] == "committed"
+    union = parties[0].union
+    assert union is not None and all(np.array_equal(parties[u].union, union) for u in range(3))
+    longest = SFSL_LONGEST | {"sum-advertise": SFSL_LONGEST["sum-advertise"]
+                              + 3 * _sum_row_set(union, hosted.node.server.goods_category)}
+    assert 0 < longest["sum-advertise"] - SFSL_LONGEST["sum-advertise"] <= 3 * -(-(G + C) // 8)
     for u in range(3):
-        assert {s: parties[u].answer_bytes(s) for s in SFSL_LONGEST} == SFSL_LONGEST
+        assert {s: parties[u].answer_bytes(s) for s in SFSL_LONGEST} == longest
         assert set(rec.down[u]) == set(SFSL_LONGEST)
         for stage, got in rec.down[u].items():
-            assert got <= SFSL_LONGEST[stage], (u, stage, got)
+            assert got <= longest[stage], (u, stage, got)
         for stage in ("psu-advertise", "psu-shares", "psu-masked", "psu-consistency", "sum-advertise", "sum-masked",
                       "sum-consistency"):
-            assert rec.down[u][stage] == SFSL_LONGEST[stage]  # every device in: the bound is met exactly
+            assert rec.down[u][stage] == longest[stage]  # every device in: the bound is met exactly
     with pytest.raises(ValueError, match="no answer"):
         parties[0].answer_bytes("sum-unmask")
 

@@ -19,11 +19,12 @@ SFSL must also authenticate each device's declared rows and the bitmaps derived 
 this attack survives it.
 
 **Session 22.**  SFSL's secure sums are signed rounds (``SecAggConfig.signed``, docs/secagg.md,
-"Active server"): a key list carries each device's signed keys and no bitmap; each device sends
-each peer, inside the AES-GCM ciphertext of its shares (key agreed from the signed keys), the
-tags of its rows under the pair's tag key, and masks with the peer exactly on the rows whose tags
-match.  The tests below keep the attack on an unsigned round (the regression: it still reads the
-victim there) and show that a signed round has nothing to clear and refuses altered tags.
+"Active server"): a key list is the same for every device and carries, with each device's signed
+keys, the device's row set as a bitmap over the round's public candidate rows, under the same
+signature; each device masks with a peer exactly on the rows both sets hold (and every public
+row).  The tests below keep the attack on an unsigned round (the regression: it still reads the
+victim there) and show that in a signed round the server's clearing is refused: no device signed
+the cleared row sets.
 """
 
 from __future__ import annotations
@@ -81,36 +82,38 @@ def _b_shares(msg: bytes) -> dict[int, int]:
     return out
 
 
-def _flip_tags(msg: bytes) -> bytes:
-    """A signed sparse relayed message (count, then records of id, tag count, ciphertext) with
-    one bit of every record's ciphertext flipped where the sender's row tags are encrypted."""
-    body, pos = bytearray(msg[32:]), 4
-    for _ in range(struct.unpack_from("<I", body)[0]):
-        tags = struct.unpack_from("<I", body, pos + 4)[0]
-        size = 90 + 8 * tags  # recipient, sender, two 33-byte shares, the tags, the 16-byte GCM tag
-        body[pos + 8 + 74] ^= 1  # the first row tag
-        pos += 8 + size
-    assert pos == len(body)
+#: a signed sparse key-list entry: id, two keys, 120-byte certificate, 64-byte signature, the
+#: 1-byte bitmap of the device's rows over the 8 candidate rows (every row: no public_from)
+_SIGNED_ENTRY = 4 + 64 + 120 + 64 + 1
+
+
+def _cleared_signed(msg: bytes, victim: int, recipient: int) -> bytes:
+    """G5 on a signed key list: the victim's row set cleared in a peer's list, every peer's row
+    set cleared in the victim's (each entry's last byte is its bitmap)."""
+    body = bytearray(msg[32:])
+    for i in range(struct.unpack_from("<I", body)[0]):
+        ident = struct.unpack_from("<I", body, 4 + i * _SIGNED_ENTRY)[0]
+        if (recipient == victim) != (ident == victim):
+            body[4 + (i + 1) * _SIGNED_ENTRY - 1] = 0
     return msg[:32] + bytes(body)
 
 
 def _round(tamper: bool, signed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """One sparse secure sum of the three devices; ``(the sum, what the server reads as the
     victim's input: its masked message minus the expansion of its reconstructed seed)``.  The
-    tampering: an unsigned round's bitmaps cleared (:func:`_cleared`); a signed round has none,
-    so the server alters the row tags the victim receives (:func:`_flip_tags`)."""
+    tampering: an unsigned round's bitmaps cleared (:func:`_cleared`), a signed round's signed
+    row sets (:func:`_cleared_signed`)."""
     config = SIGNED if signed else CONFIG
     roster = Roster.generate()
     clients = {u: SecAggClient(u, config, identity=roster.enroll(u) if signed else None) for u in ROWS}
     server = SecAggServer(config)
     for u, c in clients.items():
         server.receive_advertise(u, c.advertise(np.array(ROWS[u])))
-    keys = {u: _cleared(m, VICTIM, u) if tamper and not signed else m for u, m in server.keys_messages().items()}
+    clear = _cleared_signed if signed else _cleared
+    keys = {u: clear(m, VICTIM, u) if tamper else m for u, m in server.keys_messages().items()}
     for u, c in clients.items():
         server.receive_shares(u, c.share_keys(keys[u]))
     relayed = server.relayed_messages()
-    if tamper and signed:
-        relayed[VICTIM] = _flip_tags(relayed[VICTIM])
     masked = {u: c.masked_input(relayed[u], VALUES[u]) for u, c in clients.items()}
     for u, m in masked.items():
         server.receive_masked(u, m)
@@ -161,17 +164,22 @@ def test_g5_fixed_a_signed_round_masks_each_device_pairwise_without_bitmaps() ->
     assert np.array_equal(read[0], VALUES[VICTIM][0])
 
 
-def test_g5_fixed_a_signed_key_list_has_no_bitmap_to_clear() -> None:
+def test_g5_fixed_a_signed_key_list_carries_each_devices_signed_row_set_the_same_for_everyone() -> None:
     roster = Roster.generate()
     clients = {u: SecAggClient(u, SIGNED, identity=roster.enroll(u)) for u in ROWS}
     server = SecAggServer(SIGNED)
     for u, c in clients.items():
         server.receive_advertise(u, c.advertise(np.array(ROWS[u])))
-    for msg in server.keys_messages().values():
-        # header, count, 3 x (id, two keys, 120-byte certificate, 64-byte signature): nothing more
-        assert len(msg) == 32 + 4 + 3 * (4 + 64 + 120 + 64)
+    lists = set(server.keys_messages().values())
+    assert len(lists) == 1  # no per-recipient bitmaps
+    msg = lists.pop()
+    # header, count, 3 x (id, two keys, certificate, signature, 1-byte bitmap): nothing more
+    assert len(msg) == 32 + 4 + 3 * _SIGNED_ENTRY
+    # rows {0,1,2,3}, {1,2,4}, {2,3,5} as bits of the candidate rows 0-7 (bit i = row i)
+    assert [msg[32 + 4 + (i + 1) * _SIGNED_ENTRY - 1] for i in range(3)] == [0b1111, 0b10110, 0b101100]
 
 
-def test_g5_fixed_row_tags_altered_by_the_server_are_refused() -> None:
-    with pytest.raises(InvalidMessage, match="do not authenticate"):
+def test_g5_fixed_row_sets_cleared_by_the_server_are_refused() -> None:
+    # the victim (device 0) checks its peers' entries first: device 1's row set was cleared in its list
+    with pytest.raises(InvalidMessage, match="keys for device 1 that device 1 did not sign"):
         _round(tamper=True, signed=True)

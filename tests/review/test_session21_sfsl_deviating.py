@@ -62,10 +62,10 @@ from session21_deviating_server import DeviatingNode, Tamper, honest  # noqa: E4
 USERS = [0, 1, 2]
 #: the longest honest key list of a round of 3 devices, by hand (docs/secagg.md: header, count,
 #: 3 x (id, two 32-byte keys, a 120-byte certificate, a 64-byte signature): SFSL's secure
-#: aggregations are signed rounds since session 22, the secure sum's key list without a bitmap)
+#: aggregations are signed rounds since session 22; the secure sum's entries carry one more field,
+#: the device's signed row set over the round's candidate rows, ceil(|candidates| / 8) bytes)
 ENTRY = 4 + 32 + 32 + 120 + 64
 KEYS_3 = 32 + 4 + 3 * ENTRY
-SUM_KEYS_3 = KEYS_3
 #: the clients a deviating server invents
 FAKE = 1000
 
@@ -101,31 +101,44 @@ def test_an_honest_round_through_the_deviating_node_commits(sfsl, nodes) -> None
     assert not np.array_equal(server.node.server.table, before)
 
 
-def _inflated(stage: str) -> Tamper:
+def _inflated(stage: str, honest_bytes: list[int] | None = None) -> Tamper:
     """The key list of ``stage`` with :data:`FAKE` invented clients after the real ones, each with
-    a valid key pair (and a zero certificate and signature), by the layout of docs/secagg.md
-    (count, records of id, two keys, certificate and signature)."""
+    a valid key pair (and a zero certificate, signature [and row set]), by the layout of
+    docs/secagg.md (count, records of id, two keys, certificate and signature [, row set]); the
+    honest list's length is appended to ``honest_bytes``."""
     def tamper(got: str, answer: bytes) -> bytes | None:
         if got != stage:
             return answer
+        if honest_bytes is not None:
+            honest_bytes.append(len(answer))
         head, body = answer[:32], answer[32:]
         count = struct.unpack_from("<I", body)[0]
-        records = body[4:4 + ENTRY * count]
+        records = body[4:]
         key = KeyPair.generate().public
-        fake = b"".join(struct.pack("<I", 100 + i) + key + key + bytes(184) for i in range(FAKE))
+        rest = len(records) // count - 4 - 64  # certificate, signature [, row set]
+        fake = b"".join(struct.pack("<I", 100 + i) + key + key + bytes(rest) for i in range(FAKE))
         round_id = struct.unpack_from("<Q", head, 16)[0]
         return messages.frame("keys", round_id, messages.SERVER, struct.pack("<I", count + FAKE), records, fake)
     return tamper
 
 
-@pytest.mark.parametrize(("stage", "longest"), [("psu-advertise", KEYS_3), ("sum-advertise", SUM_KEYS_3)])
-def test_a_device_refuses_a_key_list_of_more_devices_than_the_round(sfsl, nodes, stage: str, longest: int) -> None:
-    server = _serve(nodes, sfsl, _inflated(stage))
+@pytest.mark.parametrize("stage", ["psu-advertise", "sum-advertise"])
+def test_a_device_refuses_a_key_list_of_more_devices_than_the_round(sfsl, nodes, stage: str) -> None:
+    honest: list[int] = []
+    server = _serve(nodes, sfsl, _inflated(stage, honest))
     device = sfsl.make_device(0)
     before = device.device.user_embedding.copy()
     with pytest.raises(InvalidMessage, match=rf"the answer of {stage}: \d+ bytes, longer than any honest answer "
-                                             rf"\({longest} bytes\)"):
+                                             rf"\((\d+) bytes\)") as refused:
         _take_part(server, device)
+    longest = int(str(refused.value).rsplit("(", 1)[1].split()[0])
+    if stage == "psu-advertise":
+        assert longest == KEYS_3
+    else:  # 3 entries, each with a bitmap over at most every goods and category row of taobao-mini
+        space = server.node.server.space
+        bitmap = (longest - KEYS_3) // 3
+        assert longest == KEYS_3 + 3 * bitmap and 1 <= bitmap <= -(-(space.goods + space.categories) // 8)
+    assert honest == [longest]  # every device of the round listed: the honest list is the longest
     assert server.posted == list(SFSL_PLAN.stages)[:list(SFSL_PLAN.stages).index(stage) + 1]
     if stage == "psu-advertise":
         _unchanged(device, before)

@@ -88,7 +88,7 @@ def _bad_advertise(kind: str, party: SFSLParty, stage: str) -> bytes:
     randomness (the party's CSPRNG stream is not drawn from: as a device that sent nothing)."""
     config = party.psu_config if stage == "psu-advertise" else party.sum_config
     ident = _foreign(party.identity) if kind == "certificate" else party.identity
-    rows = None if stage == "psu-advertise" else np.arange(party.space.goods, party.space.length)
+    rows = None if stage == "psu-advertise" else np.arange(party.sum_config.public_from or 0, party.space.length)
     body = SecAggClient(party.device.user, config, identity=ident, _rng=system_rng).advertise(rows)
     return _flip(body, SIG_AT + 5) if kind == "signature" else body
 
@@ -262,7 +262,7 @@ def test_the_node_refuses_a_bad_advertise_and_keeps_nothing_of_it(sfsl, stage: s
     else:
         other = Roster.generate().enroll(0)  # a valid certificate, signed, of another deployment
         config = parties[0].psu_config if stage == "psu-advertise" else parties[0].sum_config
-        rows = None if stage == "psu-advertise" else np.arange(parties[0].space.goods, parties[0].space.length)
+        rows = None if stage == "psu-advertise" else np.arange(config.public_from or 0, parties[0].space.length)
         bad = SecAggClient(0, config, identity=other, _rng=system_rng).advertise(rows)
         said = "of another deployment"
     with pytest.raises(InvalidMessage, match=said):

@@ -21,14 +21,16 @@ Claims that hold (the attack is refused or opens nothing):
   open, no input is read;
 * the threshold rule ``2 t > |key list|`` at every ``n``, and checked before any signature;
 * bounded work on a key list and a signature list;
-* a sparse round's row-tag records altered in transit (clear count, cut, swapped, too long).
+* a sparse round's signed row sets altered in the key list (a bit flipped, two swapped, one cut
+  or lengthened; session 22, helper G: they replaced the row tags in the shares).
 
 Findings (tests that show the attack working; the fix each needs is in the test's docstring and the
 session-22 red-team report):
 
-* R1 -- a peer learns the sender's WHOLE row set from the row tags of a signed sparse round
-  (it holds the tag key and the row space is public), not only the intersection that
-  ``secemb/secagg/keys.py`` states; the unsigned bitmaps showed only the intersection.
+* R1 -- a peer learns the sender's WHOLE row set in a signed sparse round, not only the
+  intersection (found on the row tags, whose key the peer holds; since helper G's change the
+  row set is a signed bitmap in the key list, readable by every device of the round); the
+  unsigned bitmaps showed only the intersection.  Documented (docs/secagg.md).
 * R2 -- the threshold rule is relative to the key list the server chose: split into disjoint key
   lists, one round gives the server several sums, each over as few as 2 devices; three PSU
   rounds of pairs give it one device's real goods set.
@@ -56,7 +58,7 @@ import secemb.secagg.client as secagg_client
 import secemb.secagg.identity as secagg_identity
 from secemb.errors import InvalidMessage, ProtocolError
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, keys, messages, run_round, shamir
-from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES, SHARE_PLAINTEXT_BYTES, SIGNED_ENTRY_BYTES
+from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES, SIGNED_ENTRY_BYTES
 from secemb.secagg.identity import Identity, Roster
 from secemb.secagg.prg import SEED_BYTES, mask_rows
 from secemb.secagg.psu import BloomParams, psu_input, psu_union
@@ -519,90 +521,82 @@ def test_held_a_long_signature_list_costs_at_most_one_check_per_survivor(monkeyp
 
 
 
-# ------------------------------------------------------------------ row tags in transit (held)
+# ------------------------------------------------------------------ signed row sets in the key list (held)
 
-def _records(msg: bytes, tagged: bool) -> dict[int, bytes]:
-    """A relayed message's records: sender -> ciphertext (a signed sparse record's tag count read off)."""
-    body, pos, out = msg[H:], 4, {}
-    for _ in range(struct.unpack_from("<I", body)[0]):
-        sender = struct.unpack_from("<I", body, pos)[0]
-        n = struct.unpack_from("<I", body, pos + 4)[0] if tagged else 0
-        pos += 8 if tagged else 4
-        out[sender] = bytes(body[pos : pos + SHARE_CIPHERTEXT_BYTES + keys.TAG_ROW_BYTES * n])
-        pos += SHARE_CIPHERTEXT_BYTES + keys.TAG_ROW_BYTES * n
-    return out
-
-
-def _tagged(cfg: SecAggConfig, recs: list[tuple[int, int, bytes]]) -> bytes:
-    """A signed sparse relayed message of records (sender, tag count as written, ciphertext)."""
-    return messages.frame("relayed", cfg.round_id, messages.SERVER, _u32(len(recs)),
-                          *(_u32(u) + _u32(n) + ct for u, n, ct in recs))
-
-
-#: rows of three devices of a signed sparse round over 64 rows
+#: rows of three devices of a signed sparse round over 64 rows (every row a candidate: 8-byte bitmaps)
 ROWS = {0: [1, 5, 9, 20, 33, 40, 63], 1: [5, 6, 7, 40], 2: [0, 5, 63]}
+BITMAP = 8
 
 
-def _sparse_round() -> tuple[SecAggConfig, dict[int, SecAggClient], dict[int, bytes], dict[int, bytes]]:
-    """The three devices of :data:`ROWS` through ShareKeys with an honest server: (config,
-    clients, their advertise messages, the relayed messages)."""
+def _sparse_round() -> tuple[SecAggConfig, dict[int, SecAggClient], dict[int, bytes]]:
+    """The three devices of :data:`ROWS` through AdvertiseKeys with an honest server: (config,
+    clients, the key lists)."""
     cfg = SecAggConfig(length=64, threshold=2, round_id=11, sparse=True, signed=True)
     roster = Roster.generate()
     clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in ROWS}
     server = SecAggServer(cfg)
-    adverts = {u: c.advertise(np.array(ROWS[u])) for u, c in clients.items()}
-    for u, msg in adverts.items():
-        server.receive_advertise(u, msg)
-    km = server.keys_messages()
     for u, c in clients.items():
-        server.receive_shares(u, c.share_keys(km[u]))
-    return cfg, clients, adverts, server.relayed_messages()
+        server.receive_advertise(u, c.advertise(np.array(ROWS[u])))
+    return cfg, clients, server.keys_messages()
+
+
+def _entries(msg: bytes) -> dict[int, bytes]:
+    """A signed sparse key list's entries: id -> keys, certificate, signature, bitmap."""
+    body, size = msg[H:], PAIR + SIGNED_ENTRY_BYTES + BITMAP
+    count = struct.unpack_from("<I", body)[0]
+    return {struct.unpack_from("<I", body, 4 + i * (4 + size))[0]: bytes(body[8 + i * (4 + size) :][:size])
+            for i in range(count)}
+
+
+def _bitmap_set(entry: bytes, bitmap: bytes) -> bytes:
+    return entry[: PAIR + SIGNED_ENTRY_BYTES] + bitmap
 
 
 @pytest.mark.parametrize(("how", "match"), [
-    ("count", "truncated|trailing|more than the 64 rows"),  # device 0's clear tag count raised by one
-    ("cut", "do not authenticate"),  # device 0's last tag cut off (count lowered to match)
-    ("swap", "do not authenticate"),  # devices 0's and 2's records swapped
-    ("over", "more than the 64 rows"),  # a record of 65 tags, refused before any decryption
+    ("flip", "keys for device 0 that device 0 did not sign"),  # row 2 added to device 0's row set
+    ("clear", "keys for device 0 that device 0 did not sign"),  # device 0's row set emptied (G5)
+    ("swap", "keys for device 0 that device 0 did not sign"),  # devices 0's and 2's row sets swapped
+    ("cut", "truncated|trailing|not in the key list"),  # device 0's row set one byte short: misparsed
+    ("over", "truncated|trailing|not in the key list"),  # every row set one byte longer: misparsed
 ])
-def test_held_altered_row_tag_records_are_refused(how: str, match: str) -> None:
-    cfg, clients, _, relayed = _sparse_round()
-    recs = _records(relayed[1], tagged=True)
-    n = {u: (len(ct) - SHARE_CIPHERTEXT_BYTES) // keys.TAG_ROW_BYTES for u, ct in recs.items()}
-    assert n == {0: 7, 2: 3}
+def test_held_altered_row_sets_in_the_key_list_are_refused(how: str, match: str) -> None:
+    cfg, clients, lists = _sparse_round()
+    e = _entries(lists[1])
+    bm = {u: e[u][PAIR + SIGNED_ENTRY_BYTES :] for u in e}
+    assert np.flatnonzero(np.unpackbits(np.frombuffer(bm[0], np.uint8), bitorder="little")).tolist() == ROWS[0]
+    flipped = bytes([bm[0][0] ^ 0b100]) + bm[0][1:]
     plan = {
-        "count": [(0, n[0] + 1, recs[0]), (2, n[2], recs[2])],
-        "cut": [(0, n[0] - 1, recs[0][: -keys.TAG_ROW_BYTES]), (2, n[2], recs[2])],
-        "swap": [(0, n[2], recs[2]), (2, n[0], recs[0])],
-        "over": [(0, 65, recs[0] + bytes(keys.TAG_ROW_BYTES * (65 - n[0]))), (2, n[2], recs[2])],
+        "flip": {**e, 0: _bitmap_set(e[0], flipped)},
+        "clear": {**e, 0: _bitmap_set(e[0], bytes(BITMAP))},
+        "swap": {**e, 0: _bitmap_set(e[0], bm[2]), 2: _bitmap_set(e[2], bm[0])},
+        "cut": {**e, 0: e[0][:-1]},
+        "over": {u: rec + b"\x00" for u, rec in e.items()},
     }[how]
+    msg = messages.frame("keys", cfg.round_id, messages.SERVER, _u32(3),
+                         *(_u32(u) + rec for u, rec in sorted(plan.items())))
     with pytest.raises(InvalidMessage, match=match):
-        clients[1].masked_input(_tagged(cfg, plan), np.zeros(len(ROWS[1]), np.uint32))
+        clients[1].share_keys(msg)
     with pytest.raises(ProtocolError):  # the device has left the round
-        clients[1].masked_input(relayed[1], np.zeros(len(ROWS[1]), np.uint32))
+        clients[1].share_keys(lists[1])
+    clients[2].share_keys(lists[2])  # the genuine list is taken
 
 
 # ------------------------------------------------------------------ findings
 
-def test_finding_r1_a_peer_reads_the_senders_whole_row_set_from_its_row_tags() -> None:
-    """Finding R1 (a curious device, signed sparse round).  Device 1 follows the protocol; with
-    its own channel key it opens device 0's shares record (it must, to get its share), reads the
-    row tags, and evaluates the pair's tag PRF on every row of the public row space (64 rows
-    here; SFSL's goods space is ~10^5 AES blocks, milliseconds): it recovers device 0's whole row
-    set, not only the intersection {5, 40} with its own rows.  In SFSL these are the perturbed
-    sets S'' (the server sees them anyway; randomized response bounds what they say of the real
-    items), but no peer saw them before (unsigned rounds send a bitmap over the recipient's rows,
-    next test), and ``secemb/secagg/keys.py`` states the opposite ("nothing of the sender's
-    other rows")."""
-    cfg, clients, adverts, relayed = _sparse_round()
-    clients[1].masked_input(relayed[1], np.zeros(len(ROWS[1]), np.uint32))  # device 1 goes on as asked
-    # what device 1 does on the side, with its own X25519 key and device 0's signed public key
-    mine, theirs = clients[1]._c.private, adverts[0][H : H + keys.KEY_BYTES]
-    channel = keys.agree(mine, theirs, keys.CHANNEL, cfg.round_id, (0, 1))
-    plain = keys.open_sealed(channel, cfg.round_id, 0, 1, _records(relayed[1], tagged=True)[0])
-    tags = np.frombuffer(plain[SHARE_PLAINTEXT_BYTES:], "<u8")
-    tag_key = keys.agree(mine, theirs, keys.TAGS, cfg.round_id, (0, 1))
-    learned = np.flatnonzero(np.isin(keys.row_tags(tag_key, np.arange(cfg.length)), tags)).tolist()
+def test_finding_r1_a_peer_reads_the_senders_whole_row_set_from_its_signed_row_set() -> None:
+    """Finding R1 (a curious device, signed sparse round), as it stands since helper G's change
+    (session 22): the key list carries each device's row set as a bitmap over the round's
+    candidate rows (here every row), signed by the device, and it is the same list for every
+    device; device 1 reads device 0's whole row set from it, not only the intersection {5, 40}
+    with its own rows (found on the earlier row tags, where device 1 evaluated the pair's tag PRF
+    on every row).  In SFSL these are the perturbed sets S'' (the server sees them anyway;
+    randomized response bounds what they say of the real items); an unsigned round's peer sees
+    only the intersection (next test).  Intersection-only needs a per-pair PSI (docs/secagg.md)."""
+    cfg, clients, lists = _sparse_round()
+    assert len(set(lists.values())) == 1  # one key list for all: each device reads every row set
+    clients[1].share_keys(lists[1])  # device 1 goes on as asked
+    bitmap = _entries(lists[1])[0][PAIR + SIGNED_ENTRY_BYTES :]
+    learned = np.flatnonzero(np.unpackbits(np.frombuffer(bitmap, np.uint8), bitorder="little")).tolist()
     assert learned == ROWS[0]
     assert sorted(set(ROWS[0]) & set(ROWS[1])) == [5, 40] and len(learned) > 2
 

@@ -22,17 +22,22 @@ deployment's ``users_per_round`` devices; the tests below show the refusals.)
   times that plus 64 MiB (:func:`secemb.transport.limits.answer_limit_for`).  At taobao's sizes
   (143,534 goods, 4,815 categories: 1.19 MB a peer) a round announced with 100 users lets a
   deviating server make each device read about 470 MB, against 90 MB at 20 users; before the
-  row tags the largest answer grew as ``n x length / 8`` (the bitmaps).
+  row tags the largest answer grew as ``n x length / 8`` (the bitmaps).  (Session 22, helper G:
+  the row tags are gone; the largest secure-sum answer is the key list, ``n x (252 +
+  ceil(|candidates| / 8))`` bytes with the candidates at most every goods and category row, and
+  ShareKeys' is ``(n - 1) x 94``.)
 """
 
 from __future__ import annotations
 
 import pytest
 
-from secemb.errors import InvalidMessage
+from secemb.errors import InvalidMessage, ProtocolError
+from secemb.protocols.sfsl.staged import sum_config
 from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES
+from secemb.secagg.limits import longest_server_message
 
-#: taobao-mini's goods and categories (the row space's tagged rows)
+#: taobao-mini's goods and categories (the rows that may be candidates of the secure sum)
 GOODS, CATEGORIES = 2000, 60
 H = 32  # framing header bytes
 
@@ -55,8 +60,14 @@ def test_r5_fixed_an_sfsl_device_reads_answers_sized_for_its_deployments_round(s
     bound was 1,641,258 bytes) is refused before any answer is read."""
     doc = sfsl.make_server().node.open_round(1, [0, 1, 2])
     device = sfsl.make_device(0)
-    per_peer = 4 + SHARE_CIPHERTEXT_BYTES + 4 + 8 * (GOODS + CATEGORIES)  # id, ciphertext, tag count, tags
-    assert device.party(doc).answer_bytes("sum-shares") == H + 4 + 2 * per_peer
+    party = device.party(doc)
+    assert party.answer_bytes("psu-shares") == H + 4 + 2 * (4 + SHARE_CIPHERTEXT_BYTES)  # id, ciphertext per peer
+    with pytest.raises(ProtocolError, match="before the union"):  # the sum's candidate rows are the union's
+        party.answer_bytes("sum-advertise")
+    # the secure sum's answers at 3 devices with every goods and category row a candidate (the most there are)
+    cfg = sum_config(sfsl.make_server().node.server.space, 2, 1, tuple(range(GOODS + CATEGORIES)))
+    assert longest_server_message(cfg, 3, "relayed") == H + 4 + 2 * (4 + SHARE_CIPHERTEXT_BYTES)
+    assert longest_server_message(cfg, 3, "keys") == H + 4 + 3 * (4 + 64 + 120 + 64 + 258)  # 2060 bits: 258 bytes
     for n in (100, 101):
         with pytest.raises(InvalidMessage, match=f"a round of {n} users, not the deployment's 3"):
             device.party(doc | {"users": list(range(n))})

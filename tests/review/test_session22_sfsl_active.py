@@ -9,8 +9,9 @@ update, each now refused by the device before the message that would leak leaves
 * **key substitution** (the server's own X25519 keys in place of a peer's): the victim refuses the
   key list at ``psu-advertise`` / ``sum-advertise`` -- its Bloom filter (its real goods) or its
   update is never sent;
-* **G5, the rows two devices share**: no bitmap exists to clear; altering the row tags a peer
-  sent (inside its AES-GCM shares) fails the victim at ``sum-shares``, before its masked update.
+* **G5, the rows two devices share**: each device's row set travels in the key list as a bitmap
+  over the round's candidate rows under the device's signature; clearing a peer's row set fails
+  the victim at ``sum-advertise``, before its shares and its masked update.
 
 The deployment: the roster's private key is in ``roster.json`` only (0600), never in the
 server's ``exchange.json`` nor its state; the server serves a round with ``roster.json`` moved
@@ -28,7 +29,7 @@ from typing import Any
 
 import pytest
 from cli_helpers import admin, init_one_server, kill, serve, start_clients, stop  # type: ignore[import-not-found]
-from test_session21_sfsl_deviating import ENTRY, _serve, _take_part, _unchanged
+from test_session21_sfsl_deviating import _serve, _take_part, _unchanged
 from typer.testing import CliRunner
 
 from secemb.cli import app
@@ -42,7 +43,8 @@ STAGES = list(SFSL_PLAN.stages)
 
 def _swap_peer_keys(stage: str, peer: int = 1):  # noqa: ANN202 -- a Tamper
     """The key list of ``stage`` with ``peer``'s two X25519 keys replaced by the server's own
-    (docs/secagg.md: count, records of id, two keys, certificate, signature)."""
+    (docs/secagg.md: count, records of id, two keys, certificate, signature [, the secure sum's
+    signed row set])."""
     fake = KeyPair.generate().public + KeyPair.generate().public
 
     def tamper(got: str, answer: bytes) -> bytes | None:
@@ -50,8 +52,9 @@ def _swap_peer_keys(stage: str, peer: int = 1):  # noqa: ANN202 -- a Tamper
             return answer
         body = bytearray(answer)
         count = struct.unpack_from("<I", body, 32)[0]
+        entry = (len(body) - 36) // count
         for i in range(count):
-            at = 36 + i * ENTRY
+            at = 36 + i * entry
             if struct.unpack_from("<I", body, at)[0] == peer:
                 body[at + 4 : at + 68] = fake
         return bytes(body)
@@ -71,25 +74,28 @@ def test_a_device_refuses_a_key_list_with_a_key_its_peer_did_not_sign(sfsl, node
         _unchanged(device, before)
 
 
-def _flip_row_tags(got: str, answer: bytes) -> bytes | None:
-    """The secure sum's relayed shares with one bit flipped in each record's encrypted row tags
-    (docs/secagg.md: count, records of id, tag count, ciphertext of 74 + 8 x tags + 16 bytes)."""
-    if got != "sum-shares":
+def _clear_row_set(got: str, answer: bytes, peer: int = 1) -> bytes | None:
+    """The secure sum's key list with ``peer``'s signed row set cleared (G5: nobody masks with it
+    on any candidate row; docs/secagg.md: count, records of id, two keys, certificate, signature,
+    the bitmap over the candidate rows)."""
+    if got != "sum-advertise":
         return answer
-    body, pos = bytearray(answer), 36
-    for _ in range(struct.unpack_from("<I", body, 32)[0]):
-        tags = struct.unpack_from("<I", body, pos + 4)[0]
-        body[pos + 8 + 74] ^= 1
-        pos += 8 + 90 + 8 * tags
-    assert pos == len(body)
+    body = bytearray(answer)
+    count = struct.unpack_from("<I", body, 32)[0]
+    entry = (len(body) - 36) // count
+    for i in range(count):
+        at = 36 + i * entry
+        if struct.unpack_from("<I", body, at)[0] == peer:
+            assert any(body[at + 4 + 64 + 184 : at + entry])  # peer 1 holds some candidate row
+            body[at + 4 + 64 + 184 : at + entry] = bytes(entry - 4 - 64 - 184)
     return bytes(body)
 
 
-def test_g5_a_device_refuses_row_tags_the_server_altered(sfsl, nodes) -> None:
-    server = _serve(nodes, sfsl, _flip_row_tags)
-    with pytest.raises(InvalidMessage, match="do not authenticate"):
+def test_g5_a_device_refuses_a_row_set_the_server_cleared(sfsl, nodes) -> None:
+    server = _serve(nodes, sfsl, _clear_row_set)
+    with pytest.raises(InvalidMessage, match="keys for device 1 that device 1 did not sign"):
         _take_part(server, sfsl.make_device(0))
-    assert server.posted == STAGES[: STAGES.index("sum-shares") + 1]  # its masked update never left
+    assert server.posted == STAGES[: STAGES.index("sum-advertise") + 1]  # no shares, no masked update left
 
 
 def test_an_honest_round_through_the_deviating_node_still_commits(sfsl, nodes) -> None:

@@ -298,13 +298,14 @@ def test_signed_server_messages_fit_the_longest_honest_answer(sparse: bool) -> N
              "ConsistencyCheck": "signatures"}
     seen = {kinds[stage]: len(m) for stage, src, _, m in tr.messages if src == -1}
     assert seen == {k: longest_server_message(cfg, 4, k) for k in kinds.values()}  # all rows, all clients: equal
-    # by hand: keys 32 + 4 + 4 (4 + 64 + 184); relayed 32 + 4 + 3 (4 + 90 [+ 4 + 48]); signatures 32 + 4 + 4 x 68
-    assert seen["keys"] == 1044 and seen["signatures"] == 308
-    assert seen["relayed"] == (32 + 4 + 3 * (4 + 90 + 52) if sparse else 32 + 4 + 3 * 94)
+    # by hand: keys 32 + 4 + 4 (4 + 64 + 184 [+ 1: a bitmap over the 6 candidate rows]); relayed 32 + 4 + 3 (4 + 90)
+    # (no row data in the shares); signatures 32 + 4 + 4 x 68
+    assert seen["keys"] == (1048 if sparse else 1044) and seen["signatures"] == 308
+    assert seen["relayed"] == 318
 
 
-def test_public_rows_are_masked_with_every_peer_and_never_tagged() -> None:
-    # rows 5, 6, 7 are every client's (a public rule: SFSL's dense rows); only rows 0-4 are tagged
+def test_public_rows_are_masked_with_every_peer_and_only_private_rows_are_in_the_signed_row_sets() -> None:
+    # rows 5, 6, 7 are every client's (a public rule: SFSL's dense rows); the row sets are bitmaps over rows 0-4
     rows = {0: [0, 1, 5, 6, 7], 1: [1, 2, 5, 6, 7], 2: [3, 5, 6, 7]}
     cfg = SecAggConfig(length=8, threshold=2, width=2, round_id=6, sparse=True, signed=True, public_from=5)
     g = np.random.default_rng(4)
@@ -314,10 +315,109 @@ def test_public_rows_are_masked_with_every_peer_and_never_tagged() -> None:
     for u, r in rows.items():
         expected[r] += inputs[u]
     assert np.array_equal(tr.total, (expected % 2**32).astype(np.uint32))
-    # each shares record carries the tags of the sender's rows below 5 only: client 0 has 2
+    # the shares carry no row data: 2 records of id + 90-byte ciphertext
     shares0 = next(m for stage, src, _, m in tr.messages if stage == "ShareKeys" and src == 0)
-    assert len(shares0) == H + 4 + 2 * (4 + 4 + 90 + 8 * 2)
+    assert len(shares0) == H + 4 + 2 * (4 + 90)
+    # one key list for everyone, each entry id, keys, certificate, signature, then 1 byte: the bitmap over rows 0-4
+    lists = {m for stage, src, _, m in tr.messages if stage == "AdvertiseKeys" and src == -1}
+    assert len(lists) == 1
+    body = next(iter(lists))[H:]
+    assert len(body) == 4 + 3 * (4 + 64 + 184 + 1)
+    assert [body[4 + (u + 1) * 253 - 1] for u in range(3)] == [0b00011, 0b00110, 0b01000]
     with pytest.raises(InvalidParameters, match="every row from 5 on"):
         SecAggClient(0, cfg, identity=Roster.generate().enroll(0)).advertise(np.array([0, 5, 6]))
     with pytest.raises(InvalidParameters, match="public_from"):
         SecAggConfig(length=8, threshold=2, public_from=5)  # not sparse
+
+
+# ---------------------------------------------------------------- candidate rows and signed row sets
+
+CANDIDATES = (1, 3, 4, 9)  # of the private rows 0-9; rows 10, 11 public
+
+
+def _cand_round(cfg: SecAggConfig, rows: dict[int, list[int]]
+                ) -> tuple[dict[int, SecAggClient], SecAggServer, dict[int, bytes]]:
+    """Clients advertise ``rows`` to a server of ``cfg``; its key lists."""
+    roster = Roster.generate()
+    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in rows}
+    server = SecAggServer(cfg, pin=roster.pin)
+    for u, c in clients.items():
+        server.receive_advertise(u, c.advertise(np.array(rows[u])))
+    return clients, server, server.keys_messages()
+
+
+def _cand_config(candidates: tuple[int, ...] | None = CANDIDATES) -> SecAggConfig:
+    return SecAggConfig(length=12, threshold=2, width=1, round_id=8, sparse=True, signed=True, public_from=10,
+                        candidates=candidates)
+
+
+def test_a_round_with_candidate_rows_sums_each_row_over_its_holders() -> None:
+    rows = {0: [1, 3, 10, 11], 1: [3, 9, 10, 11], 2: [4, 10, 11]}
+    cfg = _cand_config()
+    inputs = {u: np.arange(1, len(r) + 1, dtype=np.uint32) * (u + 1) for u, r in rows.items()}
+    tr = run_round(cfg, inputs, rows={u: np.array(r) for u, r in rows.items()}, record=True)
+    expected = np.zeros(12, np.uint64)
+    for u, r in rows.items():
+        expected[r] += inputs[u]
+    assert np.array_equal(tr.total[:, 0], expected.astype(np.uint32))
+    # a key-list entry: id, keys, certificate, signature, 1 bitmap byte over the 4 candidates
+    keys0 = next(m for stage, src, dst, m in tr.messages if stage == "AdvertiseKeys" and dst == 0)
+    assert len(keys0) == H + 4 + 3 * (4 + 64 + 184 + 1)
+
+
+def test_rows_outside_the_candidates_are_refused_by_the_client_and_the_server() -> None:
+    cfg = _cand_config()
+    roster = Roster.generate()
+    with pytest.raises(InvalidParameters, match="candidate rows"):
+        SecAggClient(0, cfg, identity=roster.enroll(0)).advertise(np.array([1, 2, 10, 11]))  # 2: no candidate
+    # a device built without the candidates sends rows 1, 2: the server refuses before anything is kept
+    other = SecAggClient(0, _cand_config(None), identity=roster.enroll(0)).advertise(np.array([1, 2, 10, 11]))
+    server = SecAggServer(cfg, pin=roster.pin)
+    with pytest.raises(InvalidMessage, match="outside the round's candidate rows"):
+        server.receive_advertise(0, other)
+    genuine = SecAggClient(0, cfg, identity=roster.enroll(0))
+    server.receive_advertise(0, genuine.advertise(np.array([1, 3, 10, 11])))  # taken after the refused one
+    with pytest.raises(InvalidParameters, match="strictly increasing rows in"):
+        _cand_config((3, 1))
+    with pytest.raises(InvalidParameters, match="strictly increasing rows in"):
+        _cand_config((1, 10))  # row 10 is public
+
+
+def _flip(keys_msg: bytes, entry: int, offset: int) -> bytes:
+    """``keys_msg`` with bit 0 of byte ``offset`` of key-list entry ``entry`` (after its id) flipped."""
+    body = bytearray(keys_msg[H:])
+    body[4 + entry * (4 + 64 + 184 + 1) + 4 + offset] ^= 1
+    return keys_msg[:H] + bytes(body)
+
+
+@pytest.mark.parametrize("entry", [0, 2])
+def test_an_altered_row_set_in_the_key_list_is_refused(entry: int) -> None:
+    rows = {0: [1, 3, 10, 11], 1: [3, 9, 10, 11], 2: [4, 10, 11]}
+    clients, _, lists = _cand_round(_cand_config(), rows)
+    # the server marks row 1 (bit 0) in the row set of client 2 (entry 2) for client 1, or changes client 0's own
+    altered = _flip(lists[entry], entry, 64 + 184)
+    match = "another row set under this client's id" if entry == 0 else "device 2 .* did not sign"
+    with pytest.raises(InvalidMessage, match=match):
+        clients[entry if entry == 0 else 1].share_keys(altered)
+    clients[2].share_keys(lists[2])  # the genuine list is taken
+
+
+def test_devices_given_different_candidate_lists_refuse_each_others_signatures() -> None:
+    roster = Roster.generate()
+    a = SecAggClient(0, _cand_config(), identity=roster.enroll(0))
+    b = SecAggClient(1, _cand_config((1, 3, 4, 8)), identity=roster.enroll(1))  # the same rows, other candidates
+    server = SecAggServer(_cand_config(), pin=roster.pin)
+    server.receive_advertise(0, a.advertise(np.array([1, 3, 10, 11])))
+    with pytest.raises(InvalidMessage, match="advertise of client 1"):
+        server.receive_advertise(1, b.advertise(np.array([1, 3, 10, 11])))  # the server's own check
+    # a server that relays it anyway, each row set as the device signed it (bitmap 0b0011 under both lists), is
+    # caught by both devices: the round's header commits to the candidates
+    a2 = SecAggClient(0, _cand_config(), identity=roster.enroll(0))
+    b2 = SecAggClient(1, _cand_config((1, 3, 4, 8)), identity=roster.enroll(1))
+    ads = {0: a2.advertise(np.array([1, 3, 10, 11])), 1: b2.advertise(np.array([1, 3, 10, 11]))}
+    relayed = b"".join(u.to_bytes(4, "little") + ad[H : H + 64 + 184] + bytes([0b0011]) for u, ad in ads.items())
+    lst = messages.frame("keys", 8, messages.SERVER, (2).to_bytes(4, "little"), relayed)
+    with pytest.raises(InvalidMessage, match="device 1 .* did not sign"):
+        a2.share_keys(lst)
+    with pytest.raises(InvalidMessage, match="device 0 .* did not sign"):
+        b2.share_keys(lst)

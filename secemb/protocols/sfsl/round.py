@@ -27,7 +27,7 @@ import numpy as np
 
 from secemb.protocols.sfsl.parties import SFSLDevice, SFSLServer, TrainingSettings
 from secemb.randomness import RandomBytes, system_rng
-from secemb.protocols.sfsl.staged import sum_config
+from secemb.protocols.sfsl.staged import sum_candidates, sum_config
 from secemb.secagg import default_threshold, run_round
 from secemb.secagg.psu import BloomParams, run_psu
 
@@ -146,7 +146,7 @@ def sfsl_round(
             rep.losses[u] = loss
     # 4. weighted, count-normalized secure sum per row
     sp = server.space
-    tr = run_round(sum_config(sp, t, round_id),
+    tr = run_round(sum_config(sp, t, round_id, sum_candidates(sp, union, server.goods_category)),
                    inputs, rows=rows, drop_after={u: k for u, k in (drop_after or {}).items() if u in inputs},
                    _rng=_rng)
     for u in live:

@@ -22,8 +22,10 @@ Both secure aggregations are *signed* rounds (:attr:`~secemb.secagg.config.SecAg
 docs/secagg.md, "Active server"): each device signs its keys with its certified identity (its
 credentials' :class:`~secemb.secagg.identity.Identity`), checks every peer's before it shares,
 unmasks only after the threshold of survivors signed the same survivor list, and in the secure
-sum learns the rows it shares with each peer from that peer's encrypted row tags.  One deviating
-server reads no device's goods or update: the device refuses (``InvalidMessage``) instead.
+sum learns the rows it shares with each peer from that peer's signed row set: a bitmap over the
+round's public candidate rows (:func:`sum_candidates`: the PSU's union and its categories), in
+the key list every device is sent.  One deviating server reads no device's goods or update: the
+device refuses (``InvalidMessage``) instead.
 
 Both sides draw exactly what :func:`~secemb.protocols.sfsl.round.sfsl_round` draws, in the
 same order when the engine runs the devices of a stage one after another in increasing id
@@ -43,7 +45,7 @@ import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.protocols.exchange import add_seconds, closing_stage, current_round, open_stage, stage_reply
-from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
+from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings, categories_of
 from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
 from secemb.protocols.sfsl.wire import reply_bytes
@@ -52,7 +54,7 @@ from secemb.secagg.limits import longest_server_message, longest_union_message, 
 from secemb.secagg.identity import Identity, RosterPin
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
-__all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "round_configs", "sum_config"]
+__all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "psu_config", "sum_candidates", "sum_config"]
 
 #: per stage of :data:`EXCHANGE_STAGES`: the device's message kind and the server's answer (``None``: none)
 _KINDS: dict[str, tuple[str, str | None]] = {
@@ -81,20 +83,28 @@ def _plan() -> RoundPlan:
 SFSL_PLAN = _plan()
 
 
-def round_configs(space: RowSpace, bloom: BloomParams, n: int, round_id: int) -> tuple[SecAggConfig, SecAggConfig]:
-    """The PSU's and the secure sum's secure-aggregation rounds of SFSL round ``round_id`` with
-    ``n`` chosen devices (threshold ``n // 2 + 1``; secagg round ids ``2r`` and ``2r + 1``;
-    both signed; the secure sum's dense rows, which every device holds, are its public rows)."""
-    t = default_threshold(n)
-    return (replace(bloom.config(t, 2 * round_id), signed=True), sum_config(space, t, round_id))
+def psu_config(bloom: BloomParams, n: int, round_id: int) -> SecAggConfig:
+    """The PSU's secure-aggregation round of SFSL round ``round_id`` with ``n`` chosen devices:
+    signed, dense over the Bloom filter, threshold ``n // 2 + 1``, secagg round id ``2r``."""
+    return replace(bloom.config(default_threshold(n), 2 * round_id), signed=True)
 
 
-def sum_config(space: RowSpace, threshold: int, round_id: int) -> SecAggConfig:
+def sum_candidates(space: RowSpace, union: np.ndarray, goods_category: np.ndarray) -> tuple[int, ...]:
+    """The secure sum's candidate rows (public once the PSU is over): the goods of the PSU's
+    ``union`` and their categories' rows (``goods + category``), increasing.  A device's
+    perturbed set S'' is a subset of the union (Algorithm 2), so its rows below the dense rows
+    are candidates."""
+    union = np.asarray(union, dtype=np.int64)
+    return tuple(np.concatenate([union, space.goods + categories_of(union, goods_category)]).tolist())
+
+
+def sum_config(space: RowSpace, threshold: int, round_id: int, candidates: tuple[int, ...]) -> SecAggConfig:
     """The secure sum's secure-aggregation round of SFSL round ``round_id`` (``threshold``):
-    sparse over ``space`` (width ``d + 1``), signed, rows from ``goods + categories`` on (the
-    dense rows) held by every device; secagg round id ``2r + 1``."""
+    sparse over ``space`` (width ``d + 1``), signed, over the ``candidates`` of
+    :func:`sum_candidates` and the rows from ``goods + categories`` on (the dense rows), which
+    every device holds; secagg round id ``2r + 1``."""
     return SecAggConfig(length=space.length, threshold=threshold, width=space.width, round_id=2 * round_id + 1,
-                        sparse=True, signed=True, public_from=space.goods + space.categories)
+                        sparse=True, signed=True, public_from=space.goods + space.categories, candidates=candidates)
 
 
 def announced_settings(settings: TrainingSettings, lr_decay: float, round_id: int) -> TrainingSettings:
@@ -108,7 +118,7 @@ class _Round:
     round_id: int
     users: frozenset[int]
     psu: SecAggServer
-    sum: SecAggServer
+    sum: SecAggServer | None = None  # the secure sum's, once the union (its candidate rows) is known
     stage: int = 0
     replies: dict[str, dict[int, bytes]] = field(default_factory=dict)
     union: np.ndarray | None = None
@@ -162,9 +172,8 @@ class SFSLNode:
         ids = sorted({int(u) for u in users})
         if len(ids) != len(users) or len(ids) < 2 or ids[0] < 0:
             raise InvalidParameters(f"a round needs at least 2 distinct non-negative user ids, got {users!r}")
-        psu_cfg, sum_cfg = round_configs(self.server.space, self.bloom, len(ids), round_id)
-        self._round = _Round(round_id, frozenset(ids), SecAggServer(psu_cfg, pin=self.pin),
-                             SecAggServer(sum_cfg, pin=self.pin))
+        psu_cfg = psu_config(self.bloom, len(ids), round_id)
+        self._round = _Round(round_id, frozenset(ids), SecAggServer(psu_cfg, pin=self.pin))
         settings = announced_settings(self.settings, self.lr_decay, round_id)
         return {"round_id": round_id, "users": ids, "threshold": psu_cfg.threshold, "stages": list(self.plan.stages),
                 "settings": asdict(settings)}
@@ -184,12 +193,13 @@ class SFSLNode:
             out = self.server.reply(body, round_id)  # checks the request in full first
             rnd.replies.setdefault(stage, {})[user] = out
         else:
+            if part == "sum" and user not in rnd.receivers:
+                raise InvalidMessage(f"user {user} left round {round_id} in the PSU")
             agg = rnd.psu if part == "psu" else rnd.sum
+            assert agg is not None  # the union's receivers exist once the sum's server does
             receive = {"advertise": agg.receive_advertise, "shares": agg.receive_shares,
                        "masked": agg.receive_masked, "consistency": agg.receive_consistency,
                        "unmask": agg.receive_unmask}[step]
-            if part == "sum" and user not in rnd.receivers:
-                raise InvalidMessage(f"user {user} left round {round_id} in the PSU")
             receive(user, body)
         add_seconds(rnd.seconds, part, t0)
 
@@ -213,12 +223,17 @@ class SFSLNode:
                 msg = union_message(2 * round_id, rnd.union)
                 rnd.receivers = frozenset(rnd.psu.survivors)
                 rnd.replies[stage] = {u: msg for u in rnd.receivers}
+                candidates = sum_candidates(self.server.space, rnd.union, self.server.goods_category)
+                rnd.sum = SecAggServer(sum_config(self.server.space, rnd.psu.config.threshold, round_id, candidates),
+                                       pin=self.pin)
             elif stage == "sum-unmask":
+                assert rnd.sum is not None
                 total = rnd.sum.result()
                 rnd.updated_rows = self.server.apply(total, self.settings)
                 rnd.state = "committed"
             elif part != "download":
                 agg = rnd.psu if part == "psu" else rnd.sum
+                assert agg is not None  # stages run in order: the sum's stages follow psu-unmask
                 build = {"advertise": agg.keys_messages, "shares": agg.relayed_messages,
                          "masked": agg.survivors_messages, "consistency": agg.signatures_messages}[stage.split("-")[1]]
                 rnd.replies[stage] = build()
@@ -234,7 +249,7 @@ class SFSLNode:
         server's seconds per part (psu, download, sum)."""
         rnd = current_round(self._round, round_id)
         return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason,
-                "survivors": rnd.sum.survivors if rnd.state == "committed" else [],
+                "survivors": rnd.sum.survivors if rnd.state == "committed" and rnd.sum is not None else [],
                 "union_size": None if rnd.union is None else int(rnd.union.size),
                 "updated_rows": rnd.updated_rows, "server_s": dict(rnd.seconds)}
 
@@ -283,7 +298,8 @@ class SFSLParty:
         self.identity = identity
         self.device, self.round_id, self.n, self.space, self.bloom = device, round_id, n, space, bloom
         self.settings, self.rng, self._rng, self.on_changed = settings, rng, _rng, on_changed
-        self.psu_config, self.sum_config = round_configs(space, bloom, n, round_id)
+        self.psu_config = psu_config(bloom, n, round_id)
+        self._sum_config: SecAggConfig | None = None
         self.seconds: dict[str, float] = {}
         self.union: np.ndarray | None = None
         self._answers: dict[str, bytes] = {}
@@ -304,6 +320,8 @@ class SFSLParty:
             out = self._psu.advertise()
         elif stage == "download":
             self.union = read_union(self._answer("psu-unmask"), 2 * self.round_id, self.space.goods)
+            self._sum_config = sum_config(self.space, self.psu_config.threshold, self.round_id,
+                                          sum_candidates(self.space, self.union, self.device.goods_category))
             out = self.device.request(self.union, self.round_id, _rng=self._rng)
             if self.on_changed is not None:
                 self.on_changed()
@@ -350,13 +368,14 @@ class SFSLParty:
         public parameters (``n`` devices, the row space, the PSU's domain): the secure
         aggregations' messages at ``n`` clients
         (:func:`~secemb.secagg.limits.longest_server_message`: signed rounds; the secure sum's
-        relayed shares with a row tag for at most every goods and category row), the union of every goods
+        key list with each device's row set over the round's candidate rows), the union of every goods
         (:func:`~secemb.secagg.limits.longest_union_message`), and the submodel of every goods,
         every category and the dense layers (:func:`~secemb.protocols.sfsl.wire.reply_bytes`).
 
         Raises
         ------
         ValueError: a stage without an answer (``sum-unmask``) or not SFSL's.
+        ProtocolError: a stage of the secure sum before the union is read.
         """
         kind = _KINDS.get(stage, ("", None))[1]
         if kind == "union":
@@ -368,6 +387,18 @@ class SFSLParty:
             raise ValueError(f"SFSL's stage {stage!r} has no answer")
         config = self.psu_config if stage.startswith("psu") else self.sum_config
         return longest_server_message(config, self.n, kind)
+
+    @property
+    def sum_config(self) -> SecAggConfig:
+        """The secure sum's round (:func:`sum_config`), known once the union (its candidate rows) is read.
+
+        Raises
+        ------
+        ProtocolError: the union is not read yet.
+        """
+        if self._sum_config is None:
+            raise ProtocolError(f"device {self.device.user}: the secure sum before the union of round {self.round_id}")
+        return self._sum_config
 
     def _answer(self, stage: str) -> bytes:
         if stage not in self._answers:
