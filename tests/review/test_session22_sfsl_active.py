@@ -24,16 +24,22 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 import pytest
 from cli_helpers import admin, init_one_server, kill, serve, start_clients, stop  # type: ignore[import-not-found]
 from test_session21_sfsl_deviating import _serve, _take_part, _unchanged
+from test_session22_door_signatures import USERS, _drive, _round
 from typer.testing import CliRunner
 
 from secemb.cli import app
 from secemb.errors import InvalidMessage
+from secemb.randomness import system_rng
+from secemb.secagg import SecAggClient
 from secemb.protocols.sfsl.staged import SFSL_PLAN
 from secemb.secagg.keys import KeyPair
 from secemb.server.exchange_deploy import ExchangeCredentials
@@ -96,6 +102,32 @@ def test_g5_a_device_refuses_a_row_set_the_server_cleared(sfsl, nodes) -> None:
     with pytest.raises(InvalidMessage, match="keys for device 1 that device 1 did not sign"):
         _take_part(server, sfsl.make_device(0))
     assert server.posted == STAGES[: STAGES.index("sum-advertise") + 1]  # no shares, no masked update left
+
+
+def test_the_node_refuses_sum_rows_outside_the_union_and_the_round_commits(sfsl) -> None:
+    """The secure sum's candidate rows are the PSU union's goods and their categories: a device
+    whose sum-advertise names a goods outside the union (made with a config without the candidates,
+    as a deviating device would; its signature is its own) is refused at receipt with nothing kept
+    (``InvalidMessage``: a 400 over HTTP); its genuine advertise is taken after it and the round
+    commits with every device."""
+    node, parties = _round(sfsl, pin=True)
+    _drive(node, parties, "sum-advertise")
+    genuine = {u: p.message("sum-advertise") for u, p in parties.items()}
+    config, union = parties[0].sum_config, parties[0].union
+    assert union is not None and config.public_from is not None
+    outside = int(np.setdiff1d(np.arange(node.server.space.goods), union)[0])
+    rows = np.concatenate([[outside], np.arange(config.public_from, config.length)])
+    loose = replace(config, candidates=None)
+    bad = SecAggClient(0, loose, identity=parties[0].identity, _rng=system_rng).advertise(rows)
+    with pytest.raises(InvalidMessage, match="advertise of client 0: rows outside the round's candidate rows"):
+        node.receive(1, "sum-advertise", 0, bad)
+    for u in USERS:
+        node.receive(1, "sum-advertise", u, genuine[u])
+    node.close(1, "sum-advertise")
+    for u, p in parties.items():
+        p.accept("sum-advertise", node.reply(1, "sum-advertise", u))  # type: ignore[arg-type]
+    _drive(node, parties, None, after="sum-advertise")
+    assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == USERS
 
 
 def test_an_honest_round_through_the_deviating_node_still_commits(sfsl, nodes) -> None:
