@@ -220,10 +220,8 @@ class SFSLProtocol(ExchangeProtocol):
         node = SFSLNode(server, settings, lr_decay=lr_decay)
         sp = server.space
         # the longest device message: a masked input or a rows list, the PSU's masked filter, per
-        # peer a share record (128) and, in the signed secure sum, a tag count and a row tag per
-        # goods or category row of the device (at most all, in a round of ``users_per_round``)
-        tags = (8 + 8 * (sp.goods + sp.categories)) * self.run.users_per_round
-        limit = 4 * sp.length * sp.width + 4 * (sp.length + node.bloom.length) + 128 * num_users + tags + 4096
+        # peer a share record (128)
+        limit = 4 * sp.length * sp.width + 4 * (sp.length + node.bloom.length) + 128 * num_users + 4096
         return ExchangeServer(node, limit, lambda: model_bytes(server), num_users)
 
     def make_server(self) -> ExchangeServer:
