@@ -90,6 +90,9 @@ class SecAggServer:
         self.u3: list[int] = []
         self.signers: list[int] = []
         self.u4: list[int] = []
+        #: the client of U4 whose unmask shares did not agree with the others' (found and left out by
+        #: :meth:`result`; at most one)
+        self.cheaters: list[int] = []
 
     # ------------------------------------------------------------------ helpers
     def _at(self, stage: int, name: str) -> None:
@@ -302,35 +305,45 @@ class SecAggServer:
         """Close Unmasking (U4 = survivors that sent shares) and return the sum over U3:
         ``uint32`` of shape ``(length, width)`` (a row nobody in U3 holds is 0).
 
+        Every secret is opened from all of U4's shares (:func:`~secemb.secagg.shamir.combine_robust`):
+        with more than ``threshold`` of them they must lie on one polynomial, and with at least
+        ``threshold + 2`` a single client whose shares do not is found, named in :attr:`cheaters`
+        and left out of the reconstruction (its own input stays in the sum, as any survivor's); a
+        corrupt share used to abort the round, naming the client whose secret it was.
+
         Raises
         ------
         SecAggAborted: fewer than ``threshold`` unmask messages.
-        InvalidMessage: a reconstructed key does not match the advertised public key, or a
-            reconstructed seed is out of range (a corrupted share).
+        InvalidMessage: shares that do not agree and are not one client's (more than one
+            client's wrong, or too few spare shares to tell whose), a reconstructed key that does
+            not match the advertised public key, or a reconstructed seed out of range (a corrupted
+            share where no spare share could show it).
         """
         self._at(_UNMASK, "result")
         self.u4 = self._close(list(self._unmask), "Unmasking")
         cfg = self.config
-        helpers = self.u4[: cfg.threshold]
-        lam = shamir.lagrange_at_zero([h + 1 for h in helpers])
-
-        def open_secret(v: int, which: int) -> int:
-            return sum(lv * self._unmask[h][which][v] for lv, h in zip(lam, helpers, strict=True)) % shamir.PRIME
+        alive = set(self.u3)
+        # (client, 1): a survivor's self-mask seed; (client, 0): a dropped client's mask key
+        wanted = [(u, 1) for u in self.u3] + [(v, 0) for v in self.u2 if v not in alive]
+        opened, bad = shamir.combine_robust([h + 1 for h in self.u4],
+                                            [[self._unmask[h][which][v] for v, which in wanted] for h in self.u4],
+                                            cfg.threshold)
+        self.cheaters = [] if bad is None else [self.u4[bad]]
+        secret = dict(zip(wanted, opened, strict=True))
 
         total = np.zeros((cfg.length, cfg.width), np.uint32)
         every = np.arange(cfg.length, dtype=np.int64)
         for u in self.u3:
             rows = self.rows_of(u)
-            b = open_secret(u, 1)
+            b = secret[(u, 1)]
             if b >= 1 << (8 * SEED_BYTES):
                 raise InvalidMessage(f"the reconstructed self-mask seed of client {u} is out of range")
             at = rows if cfg.sparse else slice(None)
             total[at] += self._masked[u] - mask_rows(b.to_bytes(SEED_BYTES, "little"), rows, cfg.width)
-        alive = set(self.u3)
         for v in self.u2:
             if v in alive:
                 continue
-            s_sk = open_secret(v, 0)
+            s_sk = secret[(v, 0)]
             if s_sk >= 1 << (8 * keys.KEY_BYTES):
                 raise InvalidMessage(f"the reconstructed mask key of client {v} is out of range")
             pair = keys.KeyPair.from_private(s_sk.to_bytes(keys.KEY_BYTES, "little"))

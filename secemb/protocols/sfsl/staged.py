@@ -245,10 +245,13 @@ class SFSLNode:
         return stage_reply(self._round, round_id, stage, self.plan.stages, user)
 
     def outcome(self, round_id: int) -> dict[str, Any]:
-        """The round's state, survivors of the secure sum, union size, updated rows and the
-        server's seconds per part (psu, download, sum)."""
+        """The round's state, survivors of the secure sum, the devices whose unmask shares were
+        found wrong and left out (``bad_shares``: :attr:`~secemb.secagg.server.SecAggServer.cheaters`
+        of the PSU and the sum), union size, updated rows and the server's seconds per part (psu,
+        download, sum)."""
         rnd = current_round(self._round, round_id)
-        return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason,
+        bad = set(rnd.psu.cheaters) | (set(rnd.sum.cheaters) if rnd.sum is not None else set())
+        return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, "bad_shares": sorted(bad),
                 "survivors": rnd.sum.survivors if rnd.state == "committed" and rnd.sum is not None else [],
                 "union_size": None if rnd.union is None else int(rnd.union.size),
                 "updated_rows": rnd.updated_rows, "server_s": dict(rnd.seconds)}
