@@ -81,36 +81,31 @@ def _round(sfsl: Any, round_id: int = 1) -> tuple[SFSLNode, dict[int, SFSLParty]
     return node, {u: sfsl.make_device(u).party(doc) for u in USERS}
 
 
-def _drive(node: SFSLNode, parties: dict[int, SFSLParty], until: str, round_id: int = 1) -> None:
-    """Every stage before ``until``: each party's message, the close, the answers."""
-    for stage in STAGES[: STAGES.index(until)]:
+def _step(node: SFSLNode, parties: dict[int, SFSLParty], stage: str, round_id: int,
+          sent: dict[int, bytes] | None = None) -> None:
+    """One stage: each party's message (``sent``'s where given), the close, the answers."""
+    for u, p in parties.items():
+        node.receive(round_id, stage, u, p.message(stage) if sent is None else sent[u])
+    node.close(round_id, stage)
+    if node.plan.replies(stage):
         for u, p in parties.items():
-            node.receive(round_id, stage, u, p.message(stage))
-        node.close(round_id, stage)
-        if node.plan.replies(stage):
-            for u, p in parties.items():
-                if (out := node.reply(round_id, stage, u)) is not None:
-                    p.accept(stage, out)
+            if (out := node.reply(round_id, stage, u)) is not None:
+                p.accept(stage, out)
+
+
+def _drive(node: SFSLNode, parties: dict[int, SFSLParty], until: str, round_id: int = 1) -> None:
+    """Every stage before ``until``."""
+    for stage in STAGES[: STAGES.index(until)]:
+        _step(node, parties, stage, round_id)
 
 
 def _finish(node: SFSLNode, parties: dict[int, SFSLParty], stage: str, genuine: dict[int, bytes],
             round_id: int = 1) -> None:
     """Every party's genuine message of ``stage``, the close, the answers, and the rest of round
     ``round_id``; asserts it commits with every device."""
-    for u in USERS:
-        node.receive(round_id, stage, u, genuine[u])
-    node.close(round_id, stage)
-    if node.plan.replies(stage):
-        for u, p in parties.items():
-            p.accept(stage, node.reply(round_id, stage, u))  # type: ignore[arg-type]
+    _step(node, parties, stage, round_id, genuine)
     for later in STAGES[STAGES.index(stage) + 1:]:
-        for u, p in parties.items():
-            node.receive(round_id, later, u, p.message(later))
-        node.close(round_id, later)
-        if node.plan.replies(later):
-            for u, p in parties.items():
-                if (out := node.reply(round_id, later, u)) is not None:
-                    p.accept(later, out)
+        _step(node, parties, later, round_id)
     assert node.outcome(round_id)["state"] == "committed" and node.outcome(round_id)["survivors"] == USERS
 
 

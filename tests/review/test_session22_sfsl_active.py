@@ -47,6 +47,17 @@ from secemb.server.exchange_deploy import ExchangeCredentials
 STAGES = list(SFSL_PLAN.stages)
 
 
+def _entry_of(body: bytearray, peer: int) -> tuple[int, int]:
+    """Where ``peer``'s record starts in a framed signed key list (32-byte header, count, records
+    of one size: docs/secagg.md), and the records' size."""
+    count = struct.unpack_from("<I", body, 32)[0]
+    entry = (len(body) - 36) // count
+    for i in range(count):
+        if struct.unpack_from("<I", body, 36 + i * entry)[0] == peer:
+            return 36 + i * entry, entry
+    raise AssertionError(f"device {peer} is not in the key list")
+
+
 def _swap_peer_keys(stage: str, peer: int = 1):  # noqa: ANN202 -- a Tamper
     """The key list of ``stage`` with ``peer``'s two X25519 keys replaced by the server's own
     (docs/secagg.md: count, records of id, two keys, certificate, signature [, the secure sum's
@@ -57,12 +68,8 @@ def _swap_peer_keys(stage: str, peer: int = 1):  # noqa: ANN202 -- a Tamper
         if got != stage:
             return answer
         body = bytearray(answer)
-        count = struct.unpack_from("<I", body, 32)[0]
-        entry = (len(body) - 36) // count
-        for i in range(count):
-            at = 36 + i * entry
-            if struct.unpack_from("<I", body, at)[0] == peer:
-                body[at + 4 : at + 68] = fake
+        at, _ = _entry_of(body, peer)
+        body[at + 4 : at + 68] = fake
         return bytes(body)
     return tamper
 
@@ -87,13 +94,9 @@ def _clear_row_set(got: str, answer: bytes, peer: int = 1) -> bytes | None:
     if got != "sum-advertise":
         return answer
     body = bytearray(answer)
-    count = struct.unpack_from("<I", body, 32)[0]
-    entry = (len(body) - 36) // count
-    for i in range(count):
-        at = 36 + i * entry
-        if struct.unpack_from("<I", body, at)[0] == peer:
-            assert any(body[at + 4 + 64 + 184 : at + entry])  # peer 1 holds some candidate row
-            body[at + 4 + 64 + 184 : at + entry] = bytes(entry - 4 - 64 - 184)
+    at, entry = _entry_of(body, peer)
+    assert any(body[at + 4 + 64 + 184 : at + entry])  # peer 1 holds some candidate row
+    body[at + 4 + 64 + 184 : at + entry] = bytes(entry - 4 - 64 - 184)
     return bytes(body)
 
 

@@ -421,3 +421,28 @@ def test_devices_given_different_candidate_lists_refuse_each_others_signatures()
         a2.share_keys(lst)
     with pytest.raises(InvalidMessage, match="device 0 .* did not sign"):
         b2.share_keys(lst)
+
+
+def test_the_server_finds_and_leaves_out_one_clients_wrong_unmask_share() -> None:
+    """Finding F3 (session 22): five clients (threshold 3, so two spare shares); client 1 sends a
+    wrong share of client 4's self-mask seed, in range (+1).  The server opens the exact sum
+    (numpy's), names client 1 and leaves its shares out (``shamir.combine_robust``)."""
+    cfg = SecAggConfig(length=6, threshold=3, width=2, round_id=9)
+    inputs = {u: ((np.arange(12, dtype=np.uint32) * np.uint32(u + 3)) ^ np.uint32((0x9E3779B9 * u) % 2**32))
+              .reshape(6, 2) for u in range(5)}
+    server, clients, masked = _to_masked(cfg, inputs)
+    for u, m in masked.items():
+        server.receive_masked(u, m)
+    sv = server.survivors_messages()
+    size = shamir.SHARE_BYTES
+    for u, c in clients.items():
+        msg = bytearray(c.unmask(sv[u]))
+        if u == 1:  # its last share (of client 4's seed): + 1, a field element still
+            msg[-size:] = ((int.from_bytes(msg[-size:], "little") + 1) % shamir.PRIME).to_bytes(size, "little")
+        server.receive_unmask(u, bytes(msg))
+    total = server.result()
+    want = np.zeros((6, 2), np.uint64)
+    for x in inputs.values():
+        want += x
+    assert np.array_equal(total, (want % 2**32).astype(np.uint32))
+    assert server.cheaters == [1]

@@ -1,19 +1,19 @@
 """Session 22 (finding F3 of the red team): redundant Shamir shares are checked, and one party's
 wrong shares are found and left out (:class:`secemb.secagg.shamir.ShareCheck`,
-:func:`secemb.secagg.shamir.combine_robust`).  Shares are made here by evaluating polynomials
-written out in the test, not by the code under test."""
+:func:`secemb.secagg.shamir.combine_robust`; the server's use of it:
+``tests/secagg/test_secagg_active.py::test_the_server_finds_and_leaves_out_one_clients_wrong_unmask_share``).
+Shares are made here by evaluating polynomials written out in the test, not by the code under test."""
 
 from __future__ import annotations
 
 import random
 
-import numpy as np
 
 import pytest
 
 from secemb.errors import InvalidMessage
 from secemb.randomness import CtrDrbg
-from secemb.secagg.shamir import PRIME, SHARE_BYTES as SHARE, ShareCheck, combine_robust, lagrange_at_zero
+from secemb.secagg.shamir import PRIME, ShareCheck, combine_robust, lagrange_at_zero
 
 _GEN = random.Random(22)  # the test's polynomials (public test data, not secrets)
 
@@ -82,37 +82,3 @@ def test_without_a_spare_share_nothing_is_checked() -> None:
     secrets, bad = combine_robust(xs, sh, t)
     assert bad is None and secrets[0] != SECRETS[0] and secrets[1:] == SECRETS[1:]
 
-
-def test_the_server_finds_and_leaves_out_one_clients_wrong_unmask_share() -> None:
-    """Five clients (threshold 3, so two spare shares): client 1 sends a wrong share of client 4's
-    self-mask seed, in range (the shift the red team used).  The server opens the exact sum,
-    names client 1 and leaves its shares out; the sum is checked against numpy."""
-    from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer
-
-    ids = [0, 1, 2, 3, 4]
-    cfg = SecAggConfig(length=6, threshold=3, width=2, round_id=9)
-    inputs = {u: ((np.arange(12, dtype=np.uint32) * np.uint32(u + 3)) ^ np.uint32((0x9E3779B9 * u) % 2**32))
-              .reshape(6, 2) for u in ids}
-    clients = {u: SecAggClient(u, cfg) for u in ids}
-    server = SecAggServer(cfg)
-    for u, c in clients.items():
-        server.receive_advertise(u, c.advertise())
-    km = server.keys_messages()
-    for u, c in clients.items():
-        server.receive_shares(u, c.share_keys(km[u]))
-    rel = server.relayed_messages()
-    for u, c in clients.items():
-        server.receive_masked(u, c.masked_input(rel[u], inputs[u]))
-    sv = server.survivors_messages()
-    for u, c in clients.items():
-        msg = bytearray(c.unmask(sv[u]))
-        if u == 1:  # its last share (of client 4's seed): + 1, a field element still
-            last = int.from_bytes(msg[-SHARE:], "little")
-            msg[-SHARE:] = ((last + 1) % PRIME).to_bytes(SHARE, "little")
-        server.receive_unmask(u, bytes(msg))
-    total = server.result()
-    want = np.zeros((6, 2), np.uint64)
-    for x in inputs.values():
-        want += x
-    assert np.array_equal(total, (want % 2**32).astype(np.uint32))
-    assert server.cheaters == [1]
