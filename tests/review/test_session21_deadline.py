@@ -166,19 +166,7 @@ def test_dripped_headers_are_cut_within_the_timeout() -> None:
     and at h11's 100 KiB of headers and a 30 s timeout, for a month.  ApiClient's transport cuts
     them a second after the request (Unreachable, saying so)."""
     head = b"HTTP/1.1 200 OK\r\nx-pad: " + b"a" * 150 + b"\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
-
-    class Handler(QuietHandler):
-        def do_GET(self) -> None:
-            self.close_connection = True
-            try:
-                for i in range(len(head)):
-                    time.sleep(0.02)
-                    self.wfile.write(head[i:i + 1])
-                    self.wfile.flush()
-            except OSError:  # the reader hung up
-                pass
-
-    server = LoopbackServer(Handler)
+    server = LoopbackServer(_dripping(b"", head))
     try:
         with ApiClient(server.url, timeout=1.0) as api:
             t0 = time.monotonic()
@@ -189,18 +177,18 @@ def test_dripped_headers_are_cut_within_the_timeout() -> None:
         server.close()
 
 
-def _drip_chunked(line: bytes) -> type[QuietHandler]:
-    """A handler answering with chunked headers at once, then the chunk-size ``line`` one byte every 20 ms."""
+def _dripping(prefix: bytes, drip: bytes) -> type[QuietHandler]:
+    """A handler answering ``prefix`` at once, then ``drip`` one byte every 20 ms (closing after)."""
 
     class Handler(QuietHandler):
         def do_GET(self) -> None:
             self.close_connection = True
             try:
-                self.wfile.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+                self.wfile.write(prefix)
                 self.wfile.flush()
-                for i in range(len(line)):
+                for i in range(len(drip)):
                     time.sleep(0.02)
-                    self.wfile.write(line[i:i + 1])
+                    self.wfile.write(drip[i:i + 1])
                     self.wfile.flush()
             except OSError:  # the reader hung up
                 pass
@@ -214,7 +202,8 @@ def test_a_dripped_chunk_size_line_is_cut_within_the_timeout(max_answer_bytes: i
     arrives one byte every 20 ms (~4 s): no piece of the body ever arrives, so only a pace at the
     socket sees it.  Cut about a second after the headers, for a bounded reader and an unbounded
     one alike (``max_answer_bytes=None``: httpx decodes, still over ApiClient's transport)."""
-    server = LoopbackServer(_drip_chunked(b"2;x=" + b"a" * 180 + b"\r\nok\r\n0\r\n\r\n"))
+    server = LoopbackServer(_dripping(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
+                                      b"2;x=" + b"a" * 180 + b"\r\nok\r\n0\r\n\r\n"))
     try:
         with ApiClient(server.url, timeout=1.0, max_answer_bytes=max_answer_bytes) as api:
             t0 = time.monotonic()
