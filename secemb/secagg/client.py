@@ -10,7 +10,8 @@ message (bytes), checks it, and returns the client's reply (bytes)::
     masked_input(relayed, values)         -> masked      (y = x + PRG(b) + sum of +-PRG(s_uv))
     consistency(survivors)                -> consistency (signed only: signature of U3)
     unmask(survivors | signatures)        -> unmask      (shares of s^SK of the dropped,
-                                                          of b of the survivors; never both)
+                                                          of b of the survivors, those it
+                                                          holds; never both)
 
 In a signed round the client takes a peer's keys only with the peer's signature under a
 certificate of the pinned roster, sends unmasking shares only after ``threshold`` survivors
@@ -254,11 +255,36 @@ class SecAggClient:
         return messages.frame("shares", cfg.round_id, self.id, len(records).to_bytes(4, "little"), *records)
 
     # ------------------------------------------------------------------ stage 2
+    def _open_shares(self, sender: int, ct: bytes) -> tuple[int, int] | None:
+        """The shares (of ``s^SK``, of ``b``) that ``sender`` encrypted to this client, or ``None``
+        where they do not open: the ciphertext does not authenticate under the pair's channel
+        key, or it names other parties, or a share is outside the field.  Either the sender or
+        the server spoiled them, and this client cannot tell which; it stays in the round
+        (:meth:`masked_input`) and holds no share of the sender's secrets."""
+        key = self._channel(sender, keys.CHANNEL)  # a low-order key raises: the server checks keys at the door
+        try:
+            pt = keys.open_sealed(key, self.config.round_id, sender, self.id, ct)
+        except InvalidMessage:
+            return None
+        n = shamir.SHARE_BYTES
+        held = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n : 8 + 2 * n], "little"))
+        named = (int.from_bytes(pt[:4], "little"), int.from_bytes(pt[4:8], "little"))
+        if named != (self.id, sender) or max(held) >= shamir.PRIME:
+            return None
+        return held
+
     def masked_input(self, relayed_msg: bytes, values: np.ndarray) -> bytes:
         """MaskedInputCollection: decrypt the peers' shares (their senders are the clients
         still in the round, U2) and send ``y = x + PRG(b) + sum_v +-PRG(s_uv)`` over this
         client's rows (in a sparse round, the pair's mask on the rows both hold: from the
         server's bitmaps, or in a signed round from the peer's signed row set).
+
+        A sender whose shares do not open (:meth:`_open_shares`) stays in U2: this client masks
+        with it as with any peer (the sender masks with this client, and the server removes a
+        pair's mask only for a dropped client), holds none of its shares, and leaves it out of
+        its unmask message (:meth:`unmask`); the server rebuilds that sender's secret from the
+        other clients' shares (finding F2, session 22: the client used to leave the round, so one
+        device chose which honest peers a round kept).
 
         ``values``: ``uint32`` of shape ``(len(rows), width)`` (``(len(rows),)`` if width is
         1), the input in Z_2^32.
@@ -279,15 +305,10 @@ class SecAggClient:
         for sender, ct in entries:
             if sender not in self._peers:
                 raise InvalidMessage(f"relayed: shares from client {sender}, who is not in the key list")
-            pt = keys.open_sealed(self._channel(sender, keys.CHANNEL), cfg.round_id, sender, self.id, ct)
-            if int.from_bytes(pt[:4], "little") != self.id or int.from_bytes(pt[4:8], "little") != sender:
-                raise InvalidMessage(f"relayed: the shares from client {sender} name other parties")
-            n = shamir.SHARE_BYTES
-            held = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n : 8 + 2 * n], "little"))
-            if max(held) >= shamir.PRIME:
-                raise InvalidMessage(f"relayed: the shares from client {sender} are outside the field")
-            self._held[sender] = held
-        self._u2 = sorted(self._held)
+            held = self._open_shares(sender, ct)
+            if held is not None:
+                self._held[sender] = held
+        self._u2 = sorted([self.id, *(sender for sender, _ in entries)])
         if len(self._u2) < cfg.threshold:
             raise InvalidMessage(f"relayed: {len(self._u2)} clients left, fewer than the threshold {cfg.threshold}")
         y = x + mask_rows(self._b, self._rows, cfg.width)
@@ -355,8 +376,9 @@ class SecAggClient:
         """Unmasking: given the survivors U3 (clients whose masked input arrived; in a signed
         round, ``msg`` is the server's ``signatures`` message and U3 the list this client signed,
         used only once ``threshold`` survivors' signatures over it verify), send the shares of
-        ``s^SK`` of every dropped client (U2 minus U3) and of ``b`` of every survivor.  A client
-        never reveals both kinds of share for the same client."""
+        ``s^SK`` of every dropped client (U2 minus U3) and of ``b`` of every survivor, each that
+        this client holds: none of a sender whose shares did not open (:meth:`masked_input`).
+        A client never reveals both kinds of share for the same client."""
         cfg = self.config
         self._enter(4 if cfg.signed else 3, "unmask")
         u3 = self._signed_survivors(msg) if cfg.signed else self._survivors(msg)
@@ -365,7 +387,8 @@ class SecAggClient:
         n = shamir.SHARE_BYTES
 
         def part(ids: list[int], which: int) -> bytes:
-            recs = b"".join(v.to_bytes(4, "little") + self._held[v][which].to_bytes(n, "little") for v in ids)
-            return len(ids).to_bytes(4, "little") + recs
+            held = [v for v in ids if v in self._held]
+            recs = b"".join(v.to_bytes(4, "little") + self._held[v][which].to_bytes(n, "little") for v in held)
+            return len(held).to_bytes(4, "little") + recs
 
         return messages.frame("unmask", cfg.round_id, self.id, part(dropped, 0), part(u3, 1))

@@ -93,6 +93,10 @@ class SecAggServer:
         #: the client of U4 whose unmask shares did not agree with the others' (found and left out by
         #: :meth:`result`; at most one)
         self.cheaters: list[int] = []
+        #: client of U4 -> the clients of U2 whose shares its unmask message leaves out: those whose
+        #: encrypted shares to it did not open (the sender's fault or a relay's; the server cannot
+        #: check the claim, so it is for the operator to read, not proof against anyone)
+        self.complaints: dict[int, list[int]] = {}
 
     # ------------------------------------------------------------------ helpers
     def _at(self, stage: int, name: str) -> None:
@@ -102,13 +106,17 @@ class SecAggServer:
             raise ProtocolError(f"server: {name} called during stage {_STAGES[self._stage]}, "
                                 f"expected {_STAGES[stage]}")
 
+    def _abort(self, reason: str) -> SecAggAborted:
+        """End the round (every later call raises again) and drop the inputs; the error to raise."""
+        self._aborted = f"round {self.config.round_id} aborted at {reason}"
+        self._masked.clear()
+        self._unmask.clear()
+        return SecAggAborted(self._aborted)
+
     def _close(self, live: list[int], what: str) -> list[int]:
         live = sorted(live)
         if len(live) < self.config.threshold:
-            self._aborted = (f"round {self.config.round_id} aborted at {what}: {len(live)} clients left, "
-                             f"threshold {self.config.threshold}")
-            self._masked.clear()
-            raise SecAggAborted(self._aborted)
+            raise self._abort(f"{what}: {len(live)} clients left, threshold {self.config.threshold}")
         self._stage += 1
         return live
 
@@ -283,37 +291,48 @@ class SecAggServer:
 
     # ------------------------------------------------------------------ stage 4
     def receive_unmask(self, client_id: int, msg: bytes) -> None:
-        """Record a survivor's shares (in a signed round, a signer's): of ``s^SK`` for exactly
-        the dropped clients, of ``b`` for exactly the survivors."""
+        """Record a survivor's shares (in a signed round, a signer's): of ``s^SK`` of dropped
+        clients only, of ``b`` of survivors only, its own seed's among them.  A client leaves
+        out the clients whose encrypted shares to it did not open; they are recorded in
+        :attr:`complaints`."""
         self._at(_UNMASK, "receive_unmask")
         allowed = self.signers if self.config.signed else self.u3
         body = self._sender(client_id, msg, "unmask", allowed, self._unmask)
+        cid = int(client_id)
         rd = messages.Reader(body, "unmask")
         sk = rd.records(shamir.SHARE_BYTES, "dropped client")
         bs = rd.records(shamir.SHARE_BYTES, "survivor")
         rd.end()
         alive = set(self.u3)
-        if [v for v, _ in sk] != [v for v in self.u2 if v not in alive] or [v for v, _ in bs] != self.u3:
-            raise InvalidMessage(f"unmask from client {client_id} must carry key shares of exactly the dropped "
-                                 "clients and seed shares of exactly the survivors")
+        dropped = {v for v in self.u2 if v not in alive}
+        keyed, seeded = {v for v, _ in sk}, {v for v, _ in bs}
+        if not keyed <= dropped or not seeded <= alive or cid not in seeded:
+            raise InvalidMessage(f"unmask from client {cid} must carry key shares of dropped clients only and "
+                                 "seed shares of survivors only, its own among them")
         opened = ({v: int.from_bytes(s, "little") for v, s in sk}, {v: int.from_bytes(s, "little") for v, s in bs})
         if any(y >= shamir.PRIME for part in opened for y in part.values()):
-            raise InvalidMessage(f"unmask from client {client_id} carries a share outside the field")
-        self._unmask[int(client_id)] = opened
+            raise InvalidMessage(f"unmask from client {cid} carries a share outside the field")
+        self._unmask[cid] = opened
+        left_out = sorted((dropped - keyed) | (alive - seeded))
+        if left_out:
+            self.complaints[cid] = left_out
 
     def result(self) -> np.ndarray:
         """Close Unmasking (U4 = survivors that sent shares) and return the sum over U3:
         ``uint32`` of shape ``(length, width)`` (a row nobody in U3 holds is 0).
 
-        Every secret is opened from all of U4's shares (:func:`~secemb.secagg.shamir.combine_robust`):
-        with more than ``threshold`` of them they must lie on one polynomial, and with at least
-        ``threshold + 2`` a single client whose shares do not is found, named in :attr:`cheaters`
-        and left out of the reconstruction (its own input stays in the sum, as any survivor's); a
-        corrupt share used to abort the round, naming the client whose secret it was.
+        Every secret is opened from all the shares of it that U4 sent (every client of U4 but
+        those whose encrypted shares from its owner did not open: :attr:`complaints`) with
+        :func:`~secemb.secagg.shamir.combine_robust`, once per set of holders: with more than
+        ``threshold`` shares they must lie on one polynomial, and with at least ``threshold + 2``
+        a single client whose shares do not is found, named in :attr:`cheaters` and left out of
+        the reconstruction (its own input stays in the sum, as any survivor's); a corrupt share
+        used to abort the round, naming the client whose secret it was.
 
         Raises
         ------
-        SecAggAborted: fewer than ``threshold`` unmask messages.
+        SecAggAborted: fewer than ``threshold`` unmask messages, or fewer than ``threshold``
+            shares of one secret (too many holders could not open their shares of it).
         InvalidMessage: shares that do not agree and are not one client's (more than one
             client's wrong, or too few spare shares to tell whose), a reconstructed key that does
             not match the advertised public key, or a reconstructed seed out of range (a corrupted
@@ -325,11 +344,28 @@ class SecAggServer:
         alive = set(self.u3)
         # (client, 1): a survivor's self-mask seed; (client, 0): a dropped client's mask key
         wanted = [(u, 1) for u in self.u3] + [(v, 0) for v in self.u2 if v not in alive]
-        opened, bad = shamir.combine_robust([h + 1 for h in self.u4],
-                                            [[self._unmask[h][which][v] for v, which in wanted] for h in self.u4],
-                                            cfg.threshold)
-        self.cheaters = [] if bad is None else [self.u4[bad]]
-        secret = dict(zip(wanted, opened, strict=True))
+        by_holders: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        for v, which in wanted:
+            holders = tuple(h for h in self.u4 if v in self._unmask[h][which])
+            if len(holders) < cfg.threshold:
+                kind = "self-mask seed" if which else "mask key"
+                raise self._abort(f"Unmasking: {len(holders)} shares of the {kind} of client {v}, threshold "
+                                  f"{cfg.threshold} (the other {len(self.u4) - len(holders)} unmask messages leave "
+                                  f"it out: their encrypted shares from client {v} did not open)")
+            by_holders.setdefault(holders, []).append((v, which))
+        secret: dict[tuple[int, int], int] = {}
+        bad: set[int] = set()
+        for holders, group in by_holders.items():
+            opened, wrong = shamir.combine_robust([h + 1 for h in holders],
+                                                  [[self._unmask[h][which][v] for v, which in group] for h in holders],
+                                                  cfg.threshold)
+            secret.update(zip(group, opened, strict=True))
+            if wrong is not None:
+                bad.add(holders[wrong])
+        if len(bad) > 1:
+            raise InvalidMessage(f"the unmask shares of clients {sorted(bad)} do not agree with the others': more than "
+                                 "one party sent wrong shares")
+        self.cheaters = sorted(bad)
 
         total = np.zeros((cfg.length, cfg.width), np.uint32)
         every = np.arange(cfg.length, dtype=np.int64)
@@ -361,7 +397,6 @@ class SecAggServer:
                     total[at] -= m
                 else:
                     total[at] += m
-        self._stage += 1
         self._masked.clear()
         self._unmask.clear()
         return total

@@ -19,9 +19,10 @@ devices, and what the operator's files hold:
 * over ``secemb serve`` (HTTPS on 127.0.0.1): a ``secemb client`` whose credentials carry another
   deployment's identity is refused at its first signed message (400), exits 1 with one JSON line
   (no traceback), and the three honest devices of a four-device round commit without it;
-* finding F2 (limit, documented in docs/security.md): a device sends a chosen peer a share that
-  does not decrypt (the server cannot see inside and takes it); the peer leaves the round naming
-  the sender, and the others commit without it;
+* finding F2 (fixed in session 23, docs/security.md): a device sends a chosen peer a share that
+  does not decrypt (the server cannot see inside and takes it); the peer used to leave the round
+  naming the sender, and the others committed without it.  Now the peer stays, leaves the sender
+  out of its unmask message, and the round commits with every device and the exact sum;
 * finding F3 (medium: availability and integrity): one device's corrupt unmask share aborted the
   round, the reason naming an honest device, and a share shifted with the public Lagrange
   coefficient was not caught: the sum opened as noise.  Fixed by the lead (session 22): the server
@@ -62,7 +63,7 @@ from secemb.errors import InvalidMessage, ProtocolError, SecembError
 from secemb.protocols.secea.parties import SecEAClient
 from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty
 from secemb.randomness import system_rng
-from secemb.secagg import messages
+from secemb.secagg import SecAggClient, SecAggServer, messages
 from secemb.secagg.client import CONSISTENCY_DOMAIN, survivor_list
 from secemb.secagg.identity import Roster
 from secemb.server.exchange_deploy import ExchangeCredentials, ExchangeDeployment
@@ -523,42 +524,45 @@ def _spoil_share_to(body: bytes, victim: int) -> bytes:
 
 
 @pytest.mark.parametrize("stage", ["psu-shares", "sum-shares"])
-def test_finding_f2_a_device_makes_a_chosen_peer_leave_the_round_and_the_others_commit_without_it(
-        sfsl: Any, stage: str) -> None:
-    """F2 (limit, low-medium; out of the papers' honest-but-curious devices): device 0 sends device
-    2 a share that does not decrypt (end to end under their channel key: the server cannot check
-    it, and takes the message).  Device 2 leaves the round at its next step -- its error names
-    device 0, but it cannot tell the server's alteration from device 0's -- and devices 0 and 1
-    commit without it.  So one device chooses which honest peers a round leaves out (down to the
-    threshold), which the signed rounds otherwise leave to chance or the server; the threshold rule
-    still bounds the sum to ``threshold`` inputs, of which the malicious device's own is one.
-    Recommended fix (not small): make the bad share attributable -- the sender signs its shares
-    message (the server checks it at the door) and the victim sends a signed complaint naming the
-    sender instead of only leaving, so the operator sees a device that many peers accuse (a
-    verifiable complaint needs a proof of the pair's agreement key, e.g. DLEQ; revealing the
-    victim's key instead would hand the server one more share of every peer's secrets).  Until
-    then it is documented (docs/security.md, 'One-server protocols')."""
+def test_finding_f2_fixed_a_peer_whose_shares_do_not_decrypt_stays_and_the_round_commits_with_all(
+        sfsl: Any, stage: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """F2 (session 22; fixed in session 23): device 0 sends device 2 a share that does not decrypt
+    (end to end under their channel key: the server cannot check it, and takes the message).
+    Device 2 used to leave the round at its next step, so one device chose which honest peers a
+    round kept.  Now device 2 stays: it masks with device 0 as with any peer and leaves device 0
+    out of its unmask message; the server rebuilds device 0's secret from the shares of devices 0
+    and 1 (threshold 2), records device 2's complaint, and the round commits with all three.  Both
+    secure aggregations open exactly the sum of the three devices' inputs: numpy's sum of what
+    each device handed its secure-aggregation client, over its rows (a spy on
+    ``SecAggClient.masked_input``; the totals from a spy on ``SecAggServer.result``)."""
+    handed: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {}  # secagg round -> device -> (rows, input)
+    opened: dict[int, tuple[np.ndarray, dict[int, list[int]]]] = {}  # secagg round -> (total, complaints)
+    masked_input, result = SecAggClient.masked_input, SecAggServer.result
+
+    def spy_masked(client: SecAggClient, relayed: bytes, values: np.ndarray) -> bytes:
+        handed.setdefault(client.config.round_id, {})[client.id] = (client.rows.copy(), np.array(values))
+        return masked_input(client, relayed, values)
+
+    def spy_result(server: SecAggServer) -> np.ndarray:
+        total = result(server)
+        opened[server.config.round_id] = (total.copy(), dict(server.complaints))
+        return total
+
+    monkeypatch.setattr(SecAggClient, "masked_input", spy_masked)
+    monkeypatch.setattr(SecAggServer, "result", spy_result)
     node, parties = _round(sfsl)
     _drive(node, parties, stage)
     genuine = {u: p.message(stage) for u, p in parties.items()}
-    node.receive(1, stage, 0, _spoil_share_to(genuine[0], 2))  # taken: the server cannot see inside
-    for u in (1, 2):
-        node.receive(1, stage, u, genuine[u])
-    node.close(1, stage)
-    for u, p in parties.items():
-        p.accept(stage, node.reply(1, stage, u))  # type: ignore[arg-type]
-    following = STAGES[STAGES.index(stage) + 1]
-    with pytest.raises(InvalidMessage, match="encrypted shares from client 0 do not authenticate"):
-        parties[2].message(following)
-    rest = {u: parties[u] for u in (0, 1)}
-    for later in STAGES[STAGES.index(stage) + 1:]:
-        for u, p in rest.items():
-            node.receive(1, later, u, p.message(later))
-        node.close(1, later)
-        if node.plan.replies(later):
-            for u, p in rest.items():
-                p.accept(later, node.reply(1, later, u))  # type: ignore[arg-type]
-    assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [0, 1]
+    _finish(node, parties, stage, genuine | {0: _spoil_share_to(genuine[0], 2)})  # commits with USERS
+    spoiled = 2 if stage == "psu-shares" else 3  # the secagg round ids of SFSL round 1: 2r (PSU), 2r + 1 (sum)
+    assert sorted(opened) == [2, 3]
+    for agg, (total, complaints) in opened.items():
+        assert sorted(handed[agg]) == USERS
+        want = np.zeros(total.shape, np.uint64)
+        for rows, values in handed[agg].values():
+            want[rows] += values.reshape(rows.size, -1)
+        assert np.array_equal(total, (want % 2**32).astype(np.uint32)), agg
+        assert complaints == ({2: [0]} if agg == spoiled else {})
 
 
 @pytest.mark.parametrize("stage", STAGES)

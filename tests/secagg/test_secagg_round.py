@@ -236,7 +236,11 @@ def test_server_rejects_bad_messages():
         server.result()  # before the survivors are announced
 
 
-def test_client_rejects_tampered_relayed_shares_and_foreign_keys():
+def test_client_rejects_foreign_keys_and_stays_past_tampered_relayed_shares():
+    """A key list without the client, or with other keys under its id, is refused; relayed shares
+    altered on the way (the last record, client 12's to client 3) are not: client 3 masks with
+    12 as usual, leaves 12 out of its unmask message, and the sum over all three is exact
+    (finding F2, session 22)."""
     cfg = SecAggConfig(length=5, threshold=2)
     server, clients = _two_party_server(cfg)
     keys = server.keys_messages()
@@ -253,8 +257,19 @@ def test_client_rejects_tampered_relayed_shares_and_foreign_keys():
     relayed = server.relayed_messages()
     forged = bytearray(relayed[3])
     forged[-1] ^= 1
-    with pytest.raises(InvalidMessage, match="authenticate"):
-        clients[3].masked_input(bytes(forged), np.zeros(5, np.uint32))
+    relayed[3] = bytes(forged)
+    inputs = _inputs(clients, 5, 11)
+    for i, c in clients.items():
+        server.receive_masked(i, c.masked_input(relayed[i], inputs[i]))
+    surv = server.survivors_messages()
+    unmask = {i: c.unmask(surv[i]) for i, c in clients.items()}
+    share = 4 + shamir.SHARE_BYTES
+    assert len(unmask[3]) == messages.HEADER_BYTES + 8 + 2 * share  # seeds of 3 and 9, none of 12
+    assert len(unmask[9]) == messages.HEADER_BYTES + 8 + 3 * share
+    for i, msg in unmask.items():
+        server.receive_unmask(i, msg)
+    assert np.array_equal(server.result(), _expected(inputs, clients, width=1))
+    assert server.complaints == {3: [12]} and server.cheaters == []
 
 
 def test_unmask_refuses_survivors_outside_the_round():
