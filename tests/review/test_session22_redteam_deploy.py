@@ -507,7 +507,7 @@ def test_held_secea_a_silos_bad_signed_message_is_refused_and_the_set_up_complet
     assert all(p.union is not None and p.union.tolist() == want for p in parties)
 
 
-# ---------------------------------------------------------------- finding F2: a device can make a chosen peer leave
+# ---------------------------------------------------------------- finding F2 (fixed): a device made a chosen peer leave
 
 def _spoil_share_to(body: bytes, victim: int) -> bytes:
     """A shares message (frame header 32, count, equal records: recipient id (4) [tag count (4)]
