@@ -1,85 +1,97 @@
 """The compiled loops of :func:`secemb.fss.projections.project_each` and
 :func:`secemb.fss.projections.project_affine` (hazmat, numba).
 
-They read the ternary entries straight off the packed AES-CTR streams, two bits per entry
-(:mod:`secemb.fss.projections` specifies the layout), without expanding them to an array.  A
-device's vector is first laid out by phase, ``xq[q, k] = x[4 k + q]`` (zeros past ``L``: the row's
-unused last entries), so that the loop over a row's bytes ``k`` reads the stream and ``xq[q]``
-contiguously for each phase ``q``.  The +1 and -1 terms go to two sums through a mask
-(``x & -a``), which vectorizes; sums wrap modulo 2^64, so reducing a result to a 32-bit ring
-gives it modulo ``2^32`` as well.
+A seed's packed AES-CTR stream (:mod:`secemb.fss.projections` specifies the layout, two bits an
+entry) is expanded once into an int8 matrix of its ternary entries (:func:`expand_rows`: 650 KB
+for 40 rows of 16,251 entries, which stays in a core's L2 cache), and every device of the seed is
+projected on it, :data:`TILE` devices a pass (:func:`ternary_products`; :func:`affine_vector`
+forms a device's vector from its affine parts first): a plain dot product in the ring's own
+unsigned words, each entry sign-extended to the word (-1 becomes ``2^k - 1``), which wraps modulo
+``2^k``; on a uint32 ring, eight lanes a 256-bit vector.  The loop this replaced (until session
+23) read the packed bits again for every device, one device a pass, in uint64 words.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 
-@njit(inline="always")
-def _rows_products(stream, s, xq, out, d):  # noqa: ANN001, ANN202  # pragma: no cover - compiled
-    """``out[d, i] = <r_i, x> mod 2^64`` for every row ``i`` of stream ``s``, ``x`` laid out by
-    phase in ``xq`` uint64 (4, ceil(L / 4))."""
-    per_row = xq.shape[1]
-    zero = np.uint64(0)
-    for i in range(out.shape[1]):
-        plus = zero
-        minus = zero
-        base = i * per_row
-        for q in range(4):
-            shift = 2 * q
-            for k in range(per_row):
-                v = stream[s, base + k] >> shift
-                xv = xq[q, k]
-                plus += xv & (zero - np.uint64(v & 1))
-                minus += xv & (zero - np.uint64((v >> 1) & 1))
-        out[d, i] = plus - minus
+def _word(like, value):  # noqa: ANN001, ANN202
+    """``value`` (an integer) as the unsigned word type of the array ``like``'s elements (uint32
+    or uint64), sign-extended: a compile-time choice (the overload below); never called from Python."""
+    raise NotImplementedError("_word is a numba intrinsic")
+
+
+@overload(_word)
+def _word_overload(like, value):  # noqa: ANN001, ANN202
+    if like.dtype == types.uint32:
+        return lambda like, value: np.uint32(value)
+    return lambda like, value: np.uint64(value)
 
 
 @njit(cache=True, nogil=True)
-def ternary_products(stream: np.ndarray, devices: np.ndarray, which: np.ndarray, x: np.ndarray,
-                     out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """``out[d, i] = <r_i^(d), x[d]> mod 2^64`` for each device ``d = devices[m]`` (intp (c,)), its
-    rows those of stream ``which[m]`` (intp (c,), each in ``[0, s)``) of the streams uint8
-    (s, >= rows * ceil(L / 4)); ring ``x`` (n, L) uint32 or uint64, ``out`` uint64 (n, rows) (the
-    other devices' rows untouched).
+def expand_rows(stream: np.ndarray, s: int, t: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``t[i, 4 k + q] = a - b`` with ``v = stream[s, i B + k]``, ``a = (v >> 2 q) & 1``,
+    ``b = (v >> (2 q + 1)) & 1``: the ternary rows of stream ``s`` of the streams uint8
+    (c, >= rows B), into int8 ``t`` (rows, 4 B), ``B = ceil(L / 4)`` bytes a row (a row's last
+    ``4 B - L`` entries are the stream's unused bits, which no product reads)."""
+    per_row = t.shape[1] // 4
+    for i in range(t.shape[0]):
+        at = i * per_row
+        for k in range(per_row):
+            v = np.int32(stream[s, at + k])
+            for q in range(4):
+                t[i, 4 * k + q] = np.int8(((v >> (2 * q)) & 1) - ((v >> (2 * q + 1)) & 1))
 
-    Entry ``(i, j)`` of device ``d``'s rows is ``a - b`` with ``v = stream[which[m], i B + j // 4]``,
-    ``B = ceil(L / 4)``, ``a = (v >> 2 (j mod 4)) & 1``, ``b = (v >> (2 (j mod 4) + 1)) & 1``.
-    """
-    length = x.shape[1]
-    xq = np.zeros((4, (length + 3) // 4), np.uint64)
-    for m in range(devices.size):
-        d = devices[m]
-        for j in range(length):
-            xq[j & 3, j >> 2] = np.uint64(x[d, j])
-        _rows_products(stream, which[m], xq, out, d)
+
+#: devices a pass of :func:`ternary_products` projects together: each entry is read and widened once for
+#: all of them (four accumulators; one device a pass was twice as slow, eight no faster than four)
+TILE = 4
 
 
 @njit(cache=True, nogil=True)
-def affine_products(stream: np.ndarray, s: int, base: np.ndarray, count: np.ndarray, words: np.ndarray,
-                    negate: bool, tail: np.ndarray, xs: np.ndarray, xq: np.ndarray, out: np.ndarray,
-                    d: int) -> None:  # pragma: no cover - compiled
-    """``out[d, i] = <r_i, x> mod 2^64`` for the rows of stream ``s`` and the vector
-    ``x = ((-1)^negate (base + count[:, None] words)).ravel() || tail``, computed here (modulo 2^64,
-    which is modulo the ring's ``2^k`` too): ring ``base`` and ``words`` (S, w), integer ``count``
-    (S,), ring ``tail`` (P,); scratch ``xs`` uint64 (L,), ``L = S w + P``, and ``xq`` uint64 (4,
-    ceil(L / 4)) (both overwritten); ``out`` uint64 (n, rows).  ``x`` is computed in order into
-    ``xs`` (a loop that vectorizes), then laid out by phase."""
-    zero = np.uint64(0)
+def ternary_products(t: np.ndarray, x: np.ndarray, at: np.ndarray, out: np.ndarray,
+                     to: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[to[m]] = t x[at[m]] mod 2^k`` for each ``m``: int8 ``t`` (rows, >= L) (:func:`expand_rows`),
+    ring ``x`` (n, L) and ``out`` (n', rows) of the same dtype, uint32 or uint64 (the words wrap
+    modulo ``2^k``), ``at`` and ``to`` intp of one length, each entry a row of ``x`` and of ``out``
+    (the other rows of ``out`` untouched).  :data:`TILE` devices a pass; a last pass with fewer
+    repeats its last device."""
+    zero = _word(x, 0)
+    last = at.size - 1
+    for m in range(0, at.size, TILE):
+        k0, k1, k2, k3 = at[m], at[min(m + 1, last)], at[min(m + 2, last)], at[min(m + 3, last)]
+        x0, x1, x2, x3 = x[k0], x[k1], x[k2], x[k3]
+        for i in range(t.shape[0]):
+            a0 = a1 = a2 = a3 = zero
+            for j in range(x.shape[1]):
+                e = _word(x, t[i, j])
+                a0 += x0[j] * e
+                a1 += x1[j] * e
+                a2 += x2[j] * e
+                a3 += x3[j] * e
+            out[to[m], i] = a0
+            out[to[min(m + 1, last)], i] = a1
+            out[to[min(m + 2, last)], i] = a2
+            out[to[min(m + 3, last)], i] = a3
+
+
+@njit(cache=True, nogil=True)
+def affine_vector(base: np.ndarray, count: np.ndarray, words: np.ndarray, negate: bool, tail: np.ndarray,
+                  xs: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``xs = ((-1)^negate (base + count[:, None] words)).ravel() || tail`` in the ring (modulo
+    ``2^k``): ring ``base`` and ``words`` (S, w), integer ``count`` (S,), ring ``tail`` (P,), ring
+    ``xs`` (S w + P,) of the same dtype, uint32 or uint64 (overwritten)."""
     slots, width = base.shape
-    sign = zero - np.uint64(1) if negate else np.uint64(1)
+    zero = _word(xs, 0)
     for a in range(slots):
-        c = np.uint64(count[a])
+        c = _word(xs, count[a])
         at = a * width
         for e in range(width):
-            xs[at + e] = sign * (np.uint64(base[a, e]) + c * np.uint64(words[a, e]))
+            v = base[a, e] + c * words[a, e]
+            xs[at + e] = zero - v if negate else v
     at = slots * width
     for p in range(tail.shape[0]):
-        xs[at + p] = np.uint64(tail[p])
-    length = xs.shape[0]
-    for j in range(length):
-        xq[j & 3, j >> 2] = xs[j]
-    for j in range(length, 4 * xq.shape[1]):
-        xq[j & 3, j >> 2] = zero
-    _rows_products(stream, s, xq, out, d)
+        xs[at + p] = tail[p]

@@ -95,6 +95,11 @@ def _ternary(stream: np.ndarray, rows: int, length: int) -> np.ndarray:
     return pairs[..., 0] - pairs[..., 1]
 
 
+def _expanded(rows: int, length: int) -> np.ndarray:
+    """Scratch for one seed's rows expanded by the compiled loop: int8 (rows, 4 ceil(length / 4))."""
+    return np.empty((rows, 4 * -(-length // 4)), np.int8)
+
+
 def _check_rows(rows: int, length: int) -> None:
     for name, value in (("rows", rows), ("length", length)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
@@ -241,11 +246,11 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
 
     The distinct seeds go in chunks of at most :data:`_TEMP_ENTRIES` matrix entries (one seed a
     chunk where its rows are larger), each expanded once, with every device of the chunk's
-    seeds.  With the compiled kernels (:func:`secemb.fss.kernels.compiled`) the products are
-    read straight off the packed streams (a quarter of a byte an entry) by a numba loop in
-    ``uint64`` wrapping arithmetic, without BLAS (whose threads only cost here: a device's
-    projections are a thin product); otherwise each seed's rows are expanded to int8 (a byte an
-    entry) and multiplied with its devices' shares as one unsigned matmul
+    seeds.  Each seed's rows are expanded to int8 (a byte an entry) once and multiplied with its
+    devices' shares: with the compiled kernels (:func:`secemb.fss.kernels.compiled`) by a numba
+    loop in the ring's own wrapping words, four devices a pass on the same expanded rows
+    (:mod:`secemb.fss._projection_kernels`), without BLAS (whose threads only cost here: a
+    device's projections are a thin product); otherwise as one unsigned matmul
     (:func:`project_reference`'s arithmetic).
 
     Raises
@@ -259,17 +264,19 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     n, length = x.shape
     compiled = kernels.compiled()
     if compiled:
-        from secemb.fss._projection_kernels import ternary_products
-    acc = np.empty((n, rows), np.uint64)  # the products modulo 2^64 (a uint32 ring's are taken modulo 2^32 below)
+        from secemb.fss._projection_kernels import expand_rows, ternary_products
+
+        t = _expanded(rows, length)
+    acc = np.empty((n, rows), x.dtype)
     for stream, devices, which in _chunks(seeds, n, rows, length):
-        if compiled:
-            ternary_products(stream, devices, which, x, acc)
-            continue
-        t = _ternary(stream, rows, length)
-        for s in range(t.shape[0]):
+        for s in range(stream.shape[0]):
             some = devices[which == s]
-            acc[some] = _integer_products(t[s], x[some])
-    return acc.astype(x.dtype)
+            if compiled:
+                expand_rows(stream, s, t)
+                ternary_products(t, x, some, acc, some)
+            else:
+                acc[some] = _integer_products(_ternary(stream[s : s + 1], rows, length)[0], x[some])
+    return acc
 
 
 #: one device's vector in affine form for :func:`project_affine`: ``(base, count, words, tail)``
@@ -317,9 +324,9 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     -------
     ring array (n, rows) of the parts' dtype, equal to ``project_each(seeds, x, rows)`` for ``x``
     the stacked vectors (bit for bit: ``tests/fss/test_s21_bound_speed.py``).  With the compiled
-    kernels each device's vector is computed straight into the loop's phase layout
-    (:func:`secemb.fss._projection_kernels.affine_products`: no (n, L) array); otherwise ``x``
-    is formed and projected as :func:`project_each` does.
+    kernels the vectors are computed four at a time into a scratch (4, L) and projected on their
+    seed's rows, expanded once for all its devices (:mod:`secemb.fss._projection_kernels`: no
+    (n, L) array); otherwise ``x`` is formed and projected as :func:`project_each` does.
 
     Raises
     ------
@@ -339,12 +346,18 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 np.negative(sparse, out=sparse)
             x[d, base.size :] = tail
         return project_each(seeds, x, rows)
-    from secemb.fss._projection_kernels import affine_products
+    from secemb.fss._projection_kernels import TILE, affine_vector, expand_rows, ternary_products
 
-    acc = np.empty((n, rows), np.uint64)
-    xs, xq = np.empty(length, np.uint64), np.empty((4, -(-length // 4)), np.uint64)
+    acc = np.empty((n, rows), dtype)
+    xs, t, tile = np.empty((TILE, length), dtype), _expanded(rows, length), np.arange(TILE)
     for stream, devices, which in _chunks(seeds, n, rows, length):
-        for d, s in zip(devices.tolist(), which.tolist(), strict=True):
-            base, count, words, tail = parts[d]
-            affine_products(stream, s, base, count, words, bool(negate), tail, xs, xq, acc, d)
-    return acc.astype(dtype)
+        for s in range(stream.shape[0]):
+            expand_rows(stream, s, t)
+            some = devices[which == s]
+            for lo in range(0, some.size, TILE):
+                to = some[lo : lo + TILE]
+                for k, d in enumerate(to.tolist()):
+                    base, count, words, tail = parts[d]
+                    affine_vector(base, count, words, bool(negate), tail, xs[k])
+                ternary_products(t, xs, tile[: to.size], acc, to)
+    return acc
