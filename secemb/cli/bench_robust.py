@@ -25,6 +25,8 @@ def register(bench_app: typer.Typer) -> None:
                                                           "each device's range proof and the servers' check."),
         workers: int = typer.Option(0, min=0, help="Servers' evaluation and checks on a thread backend of this many "
                                                    "threads (0: the serial backend)."),
+        roles: bool = typer.Option(False, "--roles", help="Also each server role call's median seconds a round, by "
+                                                          "kind of round (with --json: each kind's \"roles\")."),
     ) -> None:
         """Server seconds and bytes per round with the servers' upload verification against the
         same round without it, cuckoo+relay and full layouts (ratios within one run;
@@ -37,7 +39,7 @@ def register(bench_app: typer.Typer) -> None:
         if size not in SIZES or not chosen or any(x not in ("cuckoo", "full") for x in chosen):
             fail(f"--size must be one of {', '.join(sorted(SIZES))} and --layouts of cuckoo, full; got {size!r}, "
                  f"{layouts!r}")
-        lines = measure(users, repeats, size=size, layouts=chosen, bound=bound, workers=workers or None)
+        lines = measure(users, repeats, size=size, layouts=chosen, bound=bound, workers=workers or None, roles=roles)
         if as_json:
             for line in lines:
                 typer.echo(json.dumps(line))
@@ -62,3 +64,9 @@ def register(bench_app: typer.Typer) -> None:
                     [("layout", "left"), ("server s / round", "right"), ("ratio", "right"),
                      ("device upload B", "right"), ("ratio", "right"), ("server<->server B", "right"),
                      ("ratio", "right")], rows)
+        for r in lines if roles else []:
+            kinds = [k for k in ("unchecked", "checked", "bounded") if k in r]
+            names = sorted({name for k in kinds for name in r[k]["roles"]})
+            print_table(f"role calls, {r['layout']}{', relay' if r['relay'] else ''} (median ms a round)",
+                        [("call", "left")] + [(k, "right") for k in kinds],
+                        [[name] + [f"{r[k]['roles'].get(name, 0.0) * 1e3:.3f}" for k in kinds] for name in names])
