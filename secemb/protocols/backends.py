@@ -31,7 +31,10 @@ import numpy as np
 
 from secemb import fss
 from secemb.errors import InvalidParameters
+from secemb.fss.convert import convert
+from secemb.fss.hashing import sha256_many
 from secemb.fss.linalg import LimbMatrix
+from secemb.fss.verify import CHECK_WORDS, LeafCheck, challenges, corrections
 
 if TYPE_CHECKING:
     from secemb.fss.cuckoo import CuckooLayout
@@ -298,20 +301,15 @@ def warm_kernels() -> None:
     """Load the compiled kernels of a server's round into this process (numba's registries and
     on-disk cache, 0.3-0.5 s in a fresh process; nothing once loaded), each with the argument
     types a round passes it: per ring, one tiny retrieval per layout from a read-only table (as
-    published), one as a cuckoo round's task makes it (from the bucket form it gathers, with the
-    keys' point-function check of verified uploads) and one control-bit product of the close; one
-    payload conversion (relay masks, challenges) and one batch of SHA-256 rows, read-only and
-    writeable (challenge seeds, row tags).  With the numpy reference it only runs that
-    reference."""
-    from secemb.fss.convert import convert
+    published), one from a bucket form gathered as a cuckoo round's task gathers it (writeable),
+    with the keys' point-function check of verified uploads, and one control-bit product of the
+    close; one payload conversion (relay masks, challenges) and one batch of SHA-256 rows,
+    read-only and writeable (challenge seeds, row tags).  With the numpy reference it only runs
+    that reference."""
     from secemb.fss.fused import RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets
-    from secemb.fss.hashing import sha256_many
-    from secemb.fss.tasks import Buckets, evaluate_task
-    from secemb.fss.verify import CHECK_WORDS, challenges, corrections
 
     p0, _, state = fss.gen_path(np.array([1]), 16)
     checks = corrections(np.array([1]), state.leaf0, state.leaf1)
-    check = (checks, challenges(np.zeros((1, 2), np.uint64), 16), 1)
     for dtype in (np.uint32, np.uint64):
         bits = 8 * np.dtype(dtype).itemsize
         cw = fss.convert_gen(state, np.ones((1, 1), dtype), ring_bits=bits, tag=RETRIEVAL_TAG)
@@ -319,9 +317,9 @@ def warm_kernels() -> None:
             table = np.zeros(shape, dtype)
             table.flags.writeable = False  # as published tables are
             evaluate(p0, 0, cw, LimbMatrix(table, bits), 1)
-        buckets = SerialBackend().publish(Buckets(LimbMatrix(table[0], bits), np.arange(16).reshape(1, 16)))
-        keys = fss.DPFKeys(p0, cw, fss.DPFParams(16, 1, bits))
-        _, t, _, _, _ = evaluate_task(("cuckoo", 0, keys, buckets, 1, (0, 1), check))
+        gathered = LimbMatrix(table[0], bits).gather(np.arange(16).reshape(1, 16))
+        check = LeafCheck(checks, challenges(np.zeros((1, 2), np.uint64), 16), 1)
+        _, t, _ = retrieve_and_prepare_buckets(p0, 0, cw, gathered, 1, sizes=np.array([16]), check=check)
         bits_product(t.reshape(1, 1, 16), np.ones((1, 1, 1), dtype))
     convert(np.zeros((1, 2), np.uint64), CHECK_WORDS, 64, RETRIEVAL_TAG)
     rows = np.zeros((1, 32), np.uint8)
