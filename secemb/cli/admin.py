@@ -273,7 +273,10 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     """The status of each server whose half DEPLOYMENT holds (one operator's: its own server;
     the test setup: both): model version and hash, round, count phase, m', alarms, whether devices prove
     bounded payloads (payload_bounds).  Exits 3
-    if a server shows an alarm (a detected deviation: docs/deployment.md, "Alarms")."""
+    if a server shows an alarm (a detected deviation: docs/deployment.md, "Alarms").  One server: the
+    current (or last) round's document with its reason and what its secure aggregations found
+    (bad_shares, complaints: for the operator to read, nothing acts on them; docs/deployment.md,
+    "What the operator reads of a round")."""
     from secemb.transport.http import HttpAdminLink
 
     seen: dict[str, Any] = {}

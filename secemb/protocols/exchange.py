@@ -59,7 +59,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol as TypingProtocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol as TypingProtocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -69,10 +69,13 @@ from secemb.protocols.base import ExchangeNode
 from secemb.protocols.stages import RoundPlan
 from secemb.secagg.identity import Identity, RosterPin
 
+if TYPE_CHECKING:
+    from secemb.secagg.server import SecAggServer
+
 __all__ = ["DurableExchangeNode", "EpochFigures", "ExchangeDevice", "ExchangeNode", "ExchangeParty", "ExchangeProtocol",
            "ExchangeRecord", "ExchangeResult", "ExchangeRounds", "ExchangeRun", "ExchangeServer", "RosterPinnedNode",
            "RoundFigures", "SignedDevice", "StagedRound", "add_seconds", "closing_stage", "current_round", "open_stage",
-           "stage_reply"]
+           "secagg_findings", "stage_reply"]
 
 class ExchangeParty(TypingProtocol):
     """A device's part in one round of a one-server protocol."""
@@ -394,3 +397,23 @@ def add_seconds(seconds: dict[str, float], name: str, t0: float) -> None:
     """Add the seconds since ``t0`` (``time.perf_counter()``) to ``seconds[name]`` (a node's
     ``rnd.seconds``, a party's own)."""
     seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - t0
+
+
+def secagg_findings(*aggregations: SecAggServer | None) -> dict[str, Any]:
+    """What a round's secure aggregations (``None``: not run) found about the devices, for its
+    outcome: ``bad_shares``, the sorted devices whose unmask shares did not agree with the
+    others' and were left out (:attr:`~secemb.secagg.server.SecAggServer.cheaters`), and
+    ``complaints``, each device that left peers out of its unmask message -> the sorted peers
+    whose encrypted shares to it did not open (:attr:`~secemb.secagg.server.SecAggServer.complaints`),
+    merged over the aggregations.  A complaint is unverifiable (the sender's spoiled share, the
+    server's alteration and a false claim look the same): informative for the operator only
+    (docs/deployment.md, "What the operator reads of a round")."""
+    bad: set[int] = set()
+    complaints: dict[int, set[int]] = {}
+    for agg in aggregations:
+        if agg is None:
+            continue
+        bad.update(agg.cheaters)
+        for complainer, senders in agg.complaints.items():
+            complaints.setdefault(complainer, set()).update(senders)
+    return {"bad_shares": sorted(bad), "complaints": {c: sorted(complaints[c]) for c in sorted(complaints)}}

@@ -36,7 +36,11 @@ The round document (``GET /v1/exchange/round``, 409 before the first round) is w
 ``open_round`` returned (``round_id``, ``users``, ``stages`` and the protocol's public fields)
 with ``stage`` (the open stage; ``null`` once the last one closed) and ``state`` (``open``,
 ``committed``, ``aborted``; after a restart of ``secemb serve``, the last round's until the next
-opens: :mod:`secemb.server.exchange_state`).  With ``stage_deadline_s`` (``secemb serve``: no operator drives the
+opens: :mod:`secemb.server.exchange_state`).  Read by the operator (``admin``: ``secemb admin
+status``) it also carries the node's ``reason`` and what the round's secure aggregations found
+(:data:`FINDINGS`: ``bad_shares``, ``complaints``), which the journal keeps with the round's end;
+they are for the operator to read, and nothing the server does depends on them (docs/deployment.md,
+"What the operator reads of a round").  With ``stage_deadline_s`` (``secemb serve``: no operator drives the
 stages) the server closes a stage itself as soon as every device still in the round has sent
 its message of it, or, once ``stage_deadline_s`` has passed since the stage opened, at the next
 request that reads the round (devices poll it while they wait): a stage with an answer keeps
@@ -63,10 +67,14 @@ from secemb.server.exchange_state import ExchangeState
 from secemb.server.gate import Gate, install_error_handlers
 from secemb.server.parsing import ascii_int, json_object
 
-__all__ = ["StageCloser", "create_exchange_app"]
+__all__ = ["FINDINGS", "StageCloser", "create_exchange_app"]
 
 OCTET = "application/octet-stream"
 _JSON_LIMIT = 1 << 20
+#: what a node's outcome says its secure aggregations found about the devices (``bad_shares``,
+#: ``complaints``: :func:`~secemb.protocols.exchange.secagg_findings`): in the operator's round
+#: document and the journal's record of the round's end, never in a device's round document
+FINDINGS = ("bad_shares", "complaints")
 
 
 @dataclass
@@ -129,7 +137,8 @@ class StageCloser:
             return
         out = self.node.outcome(round_id)
         if out["state"] != "open" and (self.state.last is None or self.state.last["round_id"] != round_id):
-            self.state.ended({**self.opened, "stage": None, "state": out["state"], "reason": out.get("reason")})
+            self.state.ended({**self.opened, "stage": None, "state": out["state"], "reason": out.get("reason"),
+                              **_findings(out)})
 
     def _close_quietly(self, round_id: int, stage: str) -> None:
         """Close ``stage`` on the server's own initiative: a refusal (too few devices left: the
@@ -139,8 +148,10 @@ class StageCloser:
         except ProtocolError:
             pass
 
-    def document(self) -> dict[str, Any]:
-        """The current round's document (closing an overdue stage first, see the module docstring).
+    def document(self, operator: bool = False) -> dict[str, Any]:
+        """The current round's document (closing an overdue stage first, see the module docstring);
+        the ``operator``'s also has the node's ``reason`` and its :data:`FINDINGS` (so far, or
+        as the round ended), a device's none of the findings.
 
         Raises
         ------
@@ -148,16 +159,24 @@ class StageCloser:
         """
         if self.opened is None:
             if self.state is not None and self.state.last is not None:
-                return dict(self.state.last)  # the last round before the restart
+                last = dict(self.state.last)  # the last round before the restart, as the journal recorded it
+                return last if operator else {k: v for k, v in last.items() if k not in FINDINGS}
             raise ProtocolError("no round has been opened yet")
         round_id, stages = self.opened["round_id"], self._stages()
-        state = self.node.outcome(round_id)["state"]
+        out = self.node.outcome(round_id)
         overdue = self.deadline_s is not None and time.monotonic() - self.since > self.deadline_s
-        if state == "open" and self.stage < len(stages) and overdue:
+        if out["state"] == "open" and self.stage < len(stages) and overdue:
             self._close_quietly(round_id, stages[self.stage])
-            state = self.node.outcome(round_id)["state"]
-        return {**self.opened, "stage": stages[self.stage] if self.stage < len(stages) and state == "open" else None,
-                "state": state}
+            out = self.node.outcome(round_id)
+        state = out["state"]
+        doc = {**self.opened, "stage": stages[self.stage] if self.stage < len(stages) and state == "open" else None,
+               "state": state}
+        return {**doc, "reason": out.get("reason"), **_findings(out)} if operator else doc
+
+
+def _findings(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`FINDINGS` a node's ``outcome`` has (a protocol without secure aggregation: none)."""
+    return {k: outcome[k] for k in FINDINGS if k in outcome}
 
 
 def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_bytes: int,
@@ -190,8 +209,8 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
 
     @app.get("/v1/exchange/round")
     async def current(request: Request) -> dict[str, Any]:
-        await gate.admit(request, ("user", "admin"), 0)
-        out: dict[str, Any] = await call(rounds.document)
+        principal, _ = await gate.admit(request, ("user", "admin"), 0)
+        out: dict[str, Any] = await call(rounds.document, principal.kind == "admin")
         return out
 
     @app.post("/v1/exchange/rounds/{round_id}/{stage}")

@@ -45,6 +45,7 @@ def test_serve_and_three_clients_run_an_sfsl_round_by_hand(deployment: Path) -> 
         assert all(d["upload_bytes"] > 0 and d["download_bytes"] > 0 for d in lines)
         final = admin("status", "--deployment", str(deployment))["server"]
         assert final["state"] == "committed" and final["stage"] is None
+        assert (final["reason"], final["bad_shares"], final["complaints"]) == (None, [], {})  # an honest round
     finally:
         kill(clients)
         stop(server)

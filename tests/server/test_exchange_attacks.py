@@ -47,6 +47,7 @@ from secemb.randomness import CtrDrbg
 from secemb.secagg.identity import Roster
 from secemb.server.auth import Verifier
 from secemb.server.exchange_app import create_exchange_app
+from secemb.server.exchange_state import ExchangeState
 from secemb.transport.signing import sign_headers, user_key
 
 torch.set_num_threads(1)
@@ -60,10 +61,11 @@ class Http:
     """Signed requests to an exchange app: ``who`` is a device id or ``"admin"``."""
 
     def __init__(self, node: Any, *, admin_secret: bytes, user_secret: bytes, num_users: int,
-                 stage_deadline_s: float | None = None, model: Callable[[], bytes] = lambda: b"") -> None:
+                 stage_deadline_s: float | None = None, model: Callable[[], bytes] = lambda: b"",
+                 state: ExchangeState | None = None) -> None:
         verifier = Verifier(0, os.urandom(32), admin_secret, user_secret, num_users, rate_per_s=10_000.0)
         app = create_exchange_app(node, verifier, max_body_bytes=LIMIT, model=model, read_timeout_s=5.0,
-                                  max_body_reads=4, stage_deadline_s=stage_deadline_s)
+                                  max_body_reads=4, stage_deadline_s=stage_deadline_s, state=state)
         self.client = TestClient(app, raise_server_exceptions=False)
         self.admin_secret, self.user_secret = admin_secret, user_secret
 

@@ -43,7 +43,9 @@ from typing import Any
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
-from secemb.protocols.exchange import add_seconds, closing_stage, current_round, open_stage, stage_reply
+from secemb.protocols.exchange import (
+    add_seconds, closing_stage, current_round, open_stage, secagg_findings, stage_reply,
+)
 from secemb.protocols.secea.coding import SecEAParams
 from secemb.protocols.secea import wire
 from secemb.protocols.secea.parties import SecEAClient, SecEAServer, verify_hello
@@ -286,9 +288,12 @@ class SecEANode:
 
     def outcome(self, round_id: int) -> dict[str, Any]:
         """The round's state (``open``, ``committed``, ``aborted``), the silos that got a result
-        (``answered``), the union size and the server's seconds per stage."""
+        (``answered``), what the set-up's PSU found (``bad_shares`` and the silos' unverifiable
+        ``complaints``: :func:`~secemb.protocols.exchange.secagg_findings`; none in an aggregation
+        round, which has no secure aggregation), the union size and the server's seconds per stage."""
         rnd = current_round(self._round, round_id)
         return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, "answered": list(rnd.answered),
+                **secagg_findings(rnd.psu),
                 "union_size": None if self.union is None else int(self.union.size), "server_s": dict(rnd.seconds)}
 
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -44,7 +44,9 @@ from typing import Any
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
-from secemb.protocols.exchange import add_seconds, closing_stage, current_round, open_stage, stage_reply
+from secemb.protocols.exchange import (
+    add_seconds, closing_stage, current_round, open_stage, secagg_findings, stage_reply,
+)
 from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings, categories_of
 from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
@@ -247,11 +249,12 @@ class SFSLNode:
     def outcome(self, round_id: int) -> dict[str, Any]:
         """The round's state, survivors of the secure sum, the devices whose unmask shares were
         found wrong and left out (``bad_shares``: :attr:`~secemb.secagg.server.SecAggServer.cheaters`
-        of the PSU and the sum), union size, updated rows and the server's seconds per part (psu,
-        download, sum)."""
+        of the PSU and the sum), the devices' unverifiable complaints (``complaints``: device ->
+        the sorted devices whose encrypted shares to it did not open, in the PSU or the sum:
+        :func:`~secemb.protocols.exchange.secagg_findings`; informative only, docs/deployment.md), union
+        size, updated rows and the server's seconds per part (psu, download, sum)."""
         rnd = current_round(self._round, round_id)
-        bad = set(rnd.psu.cheaters) | (set(rnd.sum.cheaters) if rnd.sum is not None else set())
-        return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, "bad_shares": sorted(bad),
+        return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, **secagg_findings(rnd.psu, rnd.sum),
                 "survivors": rnd.sum.survivors if rnd.state == "committed" and rnd.sum is not None else [],
                 "union_size": None if rnd.union is None else int(rnd.union.size),
                 "updated_rows": rnd.updated_rows, "server_s": dict(rnd.seconds)}
