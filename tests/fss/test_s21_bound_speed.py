@@ -9,12 +9,10 @@ on both kernel backends.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb import fss
 from secemb.errors import InvalidMessage, InvalidParameters
@@ -25,20 +23,9 @@ from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, PayloadSums, retrie
 from secemb.fss.projections import project_affine, project_each
 from secemb.randomness import CtrDrbg
 
+from projection_spec import random_ring, spec_rows
+
 BACKENDS = ["numpy"] + (["numba"] if kernels.available() else [])
-
-
-def _spec_rows(seed: bytes, rows: int, length: int) -> list[list[int]]:
-    key = hashlib.sha256(b"secemb/fss/projections" + seed).digest()[:16]
-    per_row = -(-length // 4)
-    stream = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update(bytes(rows * per_row))
-    byte = [[stream[i * per_row + j // 4] >> (2 * (j % 4)) for j in range(length)] for i in range(rows)]
-    return [[(v & 1) - ((v >> 1) & 1) for v in row] for row in byte]
-
-
-def _ring(shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    dt = np.dtype(dtype)
-    return np.frombuffer(os.urandom(int(np.prod(shape)) * dt.itemsize), dt).reshape(shape).copy()
 
 
 def _python_vector(part: tuple[np.ndarray, ...], negate: bool, k: int) -> list[int]:
@@ -63,7 +50,8 @@ def test_project_affine_matches_python_ints(backend: str, dtype: type, negate: b
     seeds = [shared, other, shared, shared]  # a batch's challenge and one more
     parts = []
     for d in range(len(seeds)):
-        base, words, tail = _ring((slots, width), dtype), _ring((slots, width), dtype), _ring((dense,), dtype)
+        base, words, tail = (random_ring((slots, width), dtype), random_ring((slots, width), dtype),
+                             random_ring((dense,), dtype))
         if d == 0:
             base[:], words[:] = np.iinfo(dtype).max, np.iinfo(dtype).max  # every product and sum wraps
         parts.append((base, np.array([d + 7, 0, 31, 5][:slots] + [3] * (slots - 4), np.int64), words, tail))
@@ -72,7 +60,7 @@ def test_project_affine_matches_python_ints(backend: str, dtype: type, negate: b
     for seed, part in zip(seeds, parts, strict=True):
         x = _python_vector(part, negate, k)
         expected.append([sum(a * v for a, v in zip(row, x, strict=True)) % (1 << k)
-                         for row in _spec_rows(seed, rows, length)])
+                         for row in spec_rows(seed, rows, length)])
     got = project_affine(seeds, negate, parts, rows)
     assert got.dtype == dtype and got.tolist() == expected
     formed = np.array([_python_vector(p, negate, k) for p in parts], dtype)
@@ -123,8 +111,8 @@ def test_walk_writes_payload_sums_into_a_batch_view(backend: str, ring_bits: int
     alphas = gen.integers(0, SIZES, (users, buckets)).reshape(-1)
     p0, _, state = fss.gen_path(alphas, BIG_M, _rng=CtrDrbg(ring_bits))
     cw_ret = fss.convert_gen(state, np.ones((len(alphas), 1), dtype), ring_bits=ring_bits, tag=RETRIEVAL_TAG)
-    tables = _ring((buckets, BIG_M, 2), dtype)
-    key_conv, t_count = _ring((users, 7, width), dtype), np.full((users, 7), -5, np.int64)  # stale values
+    tables = random_ring((buckets, BIG_M, 2), dtype)
+    key_conv, t_count = random_ring((users, 7, width), dtype), np.full((users, 7), -5, np.int64)  # stale values
     before = key_conv.copy(), t_count.copy()
     into = PayloadSums(key_conv[:, 2:6], t_count[:, 2:6])
     *got, sums = retrieve_and_prepare_buckets(p0, 0, cw_ret, tables, width, sizes=SIZES, payload_sums=True,

@@ -9,12 +9,11 @@ backends, for :func:`~secemb.fss.projections.project_each` and
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from projection_spec import random_ring, spec_rows
 
 from secemb.fss import kernels
 from secemb.fss.projections import project_affine, project_each
@@ -22,21 +21,8 @@ from secemb.fss.projections import project_affine, project_each
 BACKENDS = ["numpy"] + (["numba"] if kernels.available() else [])
 
 
-def _spec_rows(seed: bytes, rows: int, length: int) -> list[list[int]]:
-    key = hashlib.sha256(b"secemb/fss/projections" + seed).digest()[:16]
-    per_row = -(-length // 4)
-    stream = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update(bytes(rows * per_row))
-    byte = [[stream[i * per_row + j // 4] >> (2 * (j % 4)) for j in range(length)] for i in range(rows)]
-    return [[(v & 1) - ((v >> 1) & 1) for v in row] for row in byte]
-
-
-def _ring(shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    dt = np.dtype(dtype)
-    return np.frombuffer(os.urandom(int(np.prod(shape)) * dt.itemsize), dt).reshape(shape).copy()
-
-
 def _python(seeds: list[bytes], vectors: list[list[int]], rows: int, k: int) -> list[list[int]]:
-    return [[sum(a * v for a, v in zip(row, x, strict=True)) % (1 << k) for row in _spec_rows(s, rows, len(x))]
+    return [[sum(a * v for a, v in zip(row, x, strict=True)) % (1 << k) for row in spec_rows(s, rows, len(x))]
             for s, x in zip(seeds, vectors, strict=True)]
 
 
@@ -48,8 +34,8 @@ def test_one_challenge_for_n_devices_matches_python_ints(backend: str, dtype: ty
     monkeypatch.setattr(kernels, "BACKEND", backend)
     k, rows, slots, width, dense = 8 * np.dtype(dtype).itemsize, 5, 3, 4, 2
     seed = os.urandom(16)
-    parts = [(_ring((slots, width), dtype), np.array([d, 1, 0], np.int64), _ring((slots, width), dtype),
-              _ring((dense,), dtype)) for d in range(n)]
+    parts = [(random_ring((slots, width), dtype), np.array([d, 1, 0], np.int64), random_ring((slots, width), dtype),
+              random_ring((dense,), dtype)) for d in range(n)]
     parts[-1][0][:] = np.iinfo(dtype).max  # the last device (a partial pass's repeated one): every sum wraps
     vectors = [[(-(int(b) + int(c) * int(w))) % (1 << k) for brow, c, wrow in zip(base, count, words, strict=True)
                 for b, w in zip(brow, wrow, strict=True)] + [int(t) for t in tail]
@@ -66,7 +52,7 @@ def test_a_shared_challenge_interleaved_with_others_matches_python_ints(backend:
     monkeypatch.setattr(kernels, "BACKEND", backend)
     shared, a, b = (os.urandom(16) for _ in range(3))
     seeds = [a, shared, shared, b, shared, shared, shared, a, shared]
-    x = _ring((len(seeds), 23), np.uint32)
+    x = random_ring((len(seeds), 23), np.uint32)
     expected = _python(seeds, [[int(v) for v in row] for row in x], 7, 32)
     assert project_each(seeds, x, 7).tolist() == expected
     parts = [(row[:20].reshape(4, 5), np.zeros(4, np.int64), np.zeros((4, 5), np.uint32), row[20:]) for row in x]
