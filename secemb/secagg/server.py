@@ -47,6 +47,7 @@ from secemb.secagg.prg import SEED_BYTES, mask_rows
 __all__ = ["SecAggServer"]
 
 _STAGES = ("advertise", "shares", "masked", "consistency", "unmask", "done")
+_SECRETS = ("mask key", "self-mask seed")  # a secret (client, which): which 0 is s^SK, 1 is b
 _CONSISTENCY, _UNMASK = 3, 4
 
 
@@ -323,16 +324,18 @@ class SecAggServer:
 
         Every secret is opened from all the shares of it that U4 sent (every client of U4 but
         those whose encrypted shares from its owner did not open: :attr:`complaints`) with
-        :func:`~secemb.secagg.shamir.combine_robust`, once per set of holders: with more than
-        ``threshold`` shares they must lie on one polynomial, and with at least ``threshold + 2``
-        a single client whose shares do not is found, named in :attr:`cheaters` and left out of
-        the reconstruction (its own input stays in the sum, as any survivor's); a corrupt share
-        used to abort the round, naming the client whose secret it was.
+        :func:`~secemb.secagg.shamir.combine_robust`, once per set of holders, the largest sets
+        first: with more than ``threshold`` shares they must lie on one polynomial, and with at
+        least ``threshold + 2`` a single client whose shares do not is found, named in
+        :attr:`cheaters` and left out of that reconstruction and of every later one (its own
+        input stays in the sum, as any survivor's); a corrupt share used to abort the round,
+        naming the client whose secret it was.
 
         Raises
         ------
         SecAggAborted: fewer than ``threshold`` unmask messages, or fewer than ``threshold``
-            shares of one secret (too many holders could not open their shares of it).
+            shares of one secret (too many holders left it out, or once the client found wrong
+            is left out).
         InvalidMessage: shares that do not agree and are not one client's (more than one
             client's wrong, or too few spare shares to tell whose), a reconstructed key that does
             not match the advertised public key, or a reconstructed seed out of range (a corrupted
@@ -348,24 +351,32 @@ class SecAggServer:
         for v, which in wanted:
             holders = tuple(h for h in self.u4 if v in self._unmask[h][which])
             if len(holders) < cfg.threshold:
-                kind = "self-mask seed" if which else "mask key"
-                raise self._abort(f"Unmasking: {len(holders)} shares of the {kind} of client {v}, threshold "
+                raise self._abort(f"Unmasking: {len(holders)} shares of the {_SECRETS[which]} of client {v}, threshold "
                                   f"{cfg.threshold} (the other {len(self.u4) - len(holders)} unmask messages leave "
-                                  f"it out: their encrypted shares from client {v} did not open)")
+                                  f"it out: those clients say its encrypted shares to them did not open)")
             by_holders.setdefault(holders, []).append((v, which))
         secret: dict[tuple[int, int], int] = {}
-        bad: set[int] = set()
-        for holders, group in by_holders.items():
-            opened, wrong = shamir.combine_robust([h + 1 for h in holders],
-                                                  [[self._unmask[h][which][v] for v, which in group] for h in holders],
+        bad: list[int] = []
+        # Largest holder sets first: a client found sending wrong shares (in a set of threshold + 2
+        # or more) is left out of every later set, so none of its shares opens a secret (below the
+        # threshold without it the round aborts), and the leave-one-out search runs at most twice.
+        for holders, group in sorted(by_holders.items(), key=lambda item: -len(item[0])):
+            use = [h for h in holders if h not in bad]
+            if len(use) < cfg.threshold:
+                v, which = group[0]
+                raise self._abort(f"Unmasking: {len(use)} shares of the {_SECRETS[which]} of client {v} without "
+                                  f"client {bad[0]}'s (found wrong), threshold {cfg.threshold}")
+            opened, wrong = shamir.combine_robust([h + 1 for h in use],
+                                                  [[self._unmask[h][which][v] for v, which in group] for h in use],
                                                   cfg.threshold)
             secret.update(zip(group, opened, strict=True))
             if wrong is not None:
-                bad.add(holders[wrong])
-        if len(bad) > 1:
-            raise InvalidMessage(f"the unmask shares of clients {sorted(bad)} do not agree with the others': more than "
-                                 "one party sent wrong shares")
-        self.cheaters = sorted(bad)
+                bad.append(use[wrong])
+                if len(bad) > 1:
+                    self.cheaters = []  # two clients' wrong shares: either one may have been framed (E1)
+                    raise InvalidMessage(f"the unmask shares of clients {sorted(bad)} do not agree with the others': "
+                                         "more than one party sent wrong shares")
+                self.cheaters = list(bad)
 
         total = np.zeros((cfg.length, cfg.width), np.uint32)
         every = np.arange(cfg.length, dtype=np.int64)
