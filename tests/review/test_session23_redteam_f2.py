@@ -106,25 +106,31 @@ def _edit(sender: int, msg: bytes, which: int, owner: int, shift: int | None) ->
     return _unmask_msg(sender, parts)
 
 
-def _redeal(client: SecAggClient, msg: bytes, recipient: int, shift: int | None) -> bytes:
-    """A malicious sender's shares message with its record to ``recipient`` changed: its share of
-    ``b`` shifted by ``shift`` and sealed again under the pair's channel key (authentic: the
-    recipient takes it), or with ``shift`` None the tag flipped (it does not open)."""
-    out = bytearray(msg)
-    for i in range(struct.unpack_from("<I", out, H)[0]):
+def _record(msg: bytes, ident: int) -> int:
+    """Offset of the record of ``ident`` (its id, then its ciphertext) in a shares or relayed message."""
+    for i in range(struct.unpack_from("<I", msg, H)[0]):
         at = H + 4 + i * RECORD
-        if struct.unpack_from("<I", out, at)[0] != recipient:
-            continue
-        if shift is None:
-            out[at + RECORD - 1] ^= 1
-            return bytes(out)
-        key = client._channel(recipient, keys.CHANNEL)  # the sender's own channel key
-        rid, me = client.config.round_id, client.id
-        pt = keys.open_sealed(key, rid, me, recipient, bytes(out[at + 4 : at + RECORD]))
-        b = (int.from_bytes(pt[8 + N :], "little") + shift) % P
-        out[at + 4 : at + RECORD] = keys.seal(key, rid, me, recipient, pt[: 8 + N] + b.to_bytes(N, "little"))
-        return bytes(out)
-    raise AssertionError(f"no record for {recipient}")
+        if struct.unpack_from("<I", msg, at)[0] == ident:
+            return at
+    raise AssertionError(f"no record for {ident}")
+
+
+def _flip(msg: bytes, ident: int) -> bytes:
+    """A shares or relayed message with the last byte (in the GCM tag) of ``ident``'s record
+    flipped: it does not open."""
+    at = _record(msg, ident) + RECORD - 1
+    return msg[:at] + bytes([msg[at] ^ 1]) + msg[at + 1 :]
+
+
+def _redeal(client: SecAggClient, msg: bytes, recipient: int, shift: int) -> bytes:
+    """A malicious sender's shares message with its share of ``b`` to ``recipient`` shifted by
+    ``shift`` and sealed again under the pair's channel key: authentic, the recipient takes it."""
+    at = _record(msg, recipient) + 4
+    key = client._channel(recipient, keys.CHANNEL)  # the sender's own channel key
+    rid, me = client.config.round_id, client.id
+    pt = keys.open_sealed(key, rid, me, recipient, msg[at : at + SHARE_CIPHERTEXT_BYTES])
+    b = (int.from_bytes(pt[8 + N :], "little") + shift) % P
+    return msg[:at] + keys.seal(key, rid, me, recipient, pt[: 8 + N] + b.to_bytes(N, "little")) + msg[at + RECORD - 4 :]
 
 
 @dataclass
@@ -276,6 +282,33 @@ def test_held_a_fabricated_survivor_that_sent_no_shares_opens_nothing() -> None:
     _never_both(adv)
 
 
+@pytest.mark.parametrize("signed", [False, True])
+def test_held_sparse_spoiled_relays_with_dropouts_reveal_one_kind_per_client_and_the_exact_sum(signed: bool) -> None:
+    """A sparse round of eight clients (threshold 5; SFSL's kind of round), the server flipping
+    tags on the way: client 0's shares to 5, client 3's to 1, client 7's to 2; client 7 drops
+    before its masked input (its mask key is rebuilt from five holders) and client 4 before
+    unmasking (client 0's seed has five holders: exactly the threshold).  Every
+    unmask message carries, per client, shares of one kind only (the seed of a survivor, the key
+    of client 7), the sum is numpy's over the rows each survivor holds, and the complaints are the
+    spoiled pairs whose recipient unmasked."""
+    spoil = {5: 0, 1: 3, 2: 7}  # recipient -> the sender whose ciphertext to it the server spoils
+    g = np.random.default_rng(8)  # test rows, not secrets
+    rows = {u: sorted(g.choice(12, 6, replace=False).tolist()) for u in range(8)}
+    rnd = _play(8, 5, signed=signed, rows=rows, length=12, drop_after={7: 2, 4: 4 if signed else 3},
+                relay=lambda u, m: _flip(m, spoil[u]) if u in spoil else m)
+    total = rnd.server.result()
+    assert rnd.server.survivors == [0, 1, 2, 3, 4, 5, 6] and sorted(rnd.unmask) == [0, 1, 2, 3, 5, 6]
+    assert np.array_equal(total, rnd.want())
+    assert rnd.server.complaints == {5: [0], 1: [3], 2: [7]} and rnd.server.cheaters == []
+    keyed: set[int] = set()
+    seeded: set[int] = set()
+    for m in rnd.unmask.values():
+        k, b = _parts(m)
+        keyed |= set(k)
+        seeded |= set(b)
+    assert keyed == {7} and seeded == {0, 1, 2, 3, 4, 5, 6}
+
+
 def test_held_a_client_unmasks_once() -> None:
     """A second survivor list (one in which device 0 dropped) after a client unmasked: the client
     refuses to answer again, so no client can be asked for both kinds of share of a peer."""
@@ -323,7 +356,7 @@ def test_held_a_device_spoiling_its_own_shares_down_to_the_threshold_moves_only_
     hold: what it moved it could have moved with its masked input.  (No colluding holder is
     needed: the device's own unmask message carries a share of its seed.)"""
     rows = {0: [0, 1, 2], 1: [0, 3], 2: [1, 4, 5], 3: [2, 3, 4], 4: [0, 5]}
-    rnd = _play(5, 3, rows=rows, deal=lambda u, c, m: m if u else _redeal(c, _redeal(c, m, 3, None), 4, None),
+    rnd = _play(5, 3, rows=rows, deal=lambda u, c, m: m if u else _flip(_flip(m, 3), 4),
                 unmask=lambda u, m: m if u else _edit(0, m, 1, 0, 5))
     total = rnd.server.result()
     assert rnd.server.cheaters == [] and rnd.server.complaints == {3: [0], 4: [0]}
@@ -499,7 +532,7 @@ def test_held_e4_fixed_a_client_found_wrong_is_left_out_of_every_holder_set() ->
     open client 0's seed with client 3's share: a committed sum wrong on client 0's rows.  Now the
     largest holder sets go first and client 3 is left out of every later one: client 0's seed has
     three holders without it, and the round aborts naming client 3; nothing is opened."""
-    rnd = _play(7, 4, deal=lambda u, c, m: m if u else _redeal(c, _redeal(c, _redeal(c, m, 4, None), 5, None), 6, None),
+    rnd = _play(7, 4, deal=lambda u, c, m: m if u else _flip(_flip(_flip(m, 4), 5), 6),
                 unmask=lambda u, m: _edit(3, _edit(3, m, 1, 1, 1), 1, 0, 1) if u == 3 else m)
     reason = "3 shares of the self-mask seed of client 0 without client 3's \\(found wrong\\), threshold 4"
     with pytest.raises(SecAggAborted, match=reason):
