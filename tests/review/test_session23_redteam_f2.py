@@ -55,7 +55,7 @@ from __future__ import annotations
 import os
 import random
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,8 +181,8 @@ def _play(n: int, t: int, *, signed: bool = False, rows: dict[int, list[int]] | 
     drops = drop_after or {}
     server, clients = rnd.server, rnd.clients
 
-    def live(stage: int, among: object) -> list[int]:
-        return [u for u in ids if drops.get(u, 5) > stage and u in among]  # type: ignore[operator]
+    def live(stage: int, among: Collection[int]) -> list[int]:
+        return [u for u in ids if drops.get(u, 5) > stage and u in among]
 
     for u in live(0, ids):
         server.receive_advertise(u, clients[u].advertise(None if rows is None else held[u]))
@@ -260,7 +260,8 @@ def test_held_a_server_that_spoils_splits_drops_and_forwards_at_will_never_opens
 def test_held_a_fabricated_survivor_that_sent_no_shares_opens_nothing() -> None:
     """New since the fix: a client takes a sender whose ciphertext does not open, so the server can
     relay garbage in the name of device 4, which sent no shares at all, and list it as a survivor
-    (before the fix every device refused: 4 was not in its U2).  Devices 0-3 sign and unmask: they
+    (before the fix a device refused the garbage, and without it refused the list: 4 was not in
+    its U2).  Devices 0-3 sign and unmask: they
     reveal exactly what a round in which 4 dropped before ShareKeys reveals (shares of the four
     seeds), nothing of device 4, and no input is read."""
     ids = list(range(5))
@@ -321,7 +322,7 @@ def test_held_a_client_unmasks_once() -> None:
 # ------------------------------------------------------------------ malicious devices: integrity
 
 @pytest.mark.parametrize("seed", range(12))
-def test_held_one_device_lying_and_omitting_is_named_with_the_exact_sum_or_the_round_aborts(seed: int) -> None:
+def test_held_one_device_lying_and_omitting_is_named_and_the_sum_is_exact(seed: int) -> None:
     """Seven clients, threshold 4, signed or not, client 6 dropping before its masked input on
     half the plans (its mask key is rebuilt): malicious client 3 leaves random secrets out of its
     unmask message and shifts its share of one or two others (its own seed among the choices).
