@@ -196,19 +196,22 @@ def _convert_blocks(words, nb, rk, out, stage):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, nogil=True)
-def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, blocks, vals):  # noqa: ANN001, ANN201
+def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, place, bits, blocks, vals):  # noqa: ANN001, ANN201, PLR0913
     """``(-1)^party [Convert(words[i]) + t_i cw[key]]`` for the leaf at flat position
     ``pos0 + i = key * period + p`` of a (K, period) walk, written where ``p < valid`` (the
-    rest is padding, dropped), the kept ones one after the other into ``out``: words uint64
-    (N, 2), ``t_i`` bit 0 of ``words[i, 0]``, cw ring (K, d), out ring (kept, d).  Scratch:
-    ``blocks`` uint64 (S, nb, 2) (``S`` leaves a step, ``S nb`` about :data:`STEP_BLOCKS`) and
-    ``vals``, the same memory as ring (S, *)."""
+    rest is padding, dropped) to row ``place[0] + (key // place[1]) place[2] + (key % place[1])
+    place[3] + p`` of ``out``: words uint64 (N, 2), ``t_i`` bit 0 of ``words[i, 0]``, cw ring
+    (K, d), out ring (R, d), place int64 (4,) (the caller keeps every row written below ``R``).
+    ``bits`` uint8 (N,) (or (0,): not written): ``bits[i] = t_i`` for every word, padding too.
+    Scratch: ``blocks`` uint64 (S, nb, 2) (``S`` leaves a step, ``S nb`` about
+    :data:`STEP_BLOCKS`) and ``vals``, the same memory as ring (S, *)."""
     n, d = words.shape[0], out.shape[1]
     stage = np.empty((3, BLOCKS, 2), np.uint64)
     neg = np.uint64(0) - np.uint64(party)  # (v ^ neg) - neg = (-1)^party v
     key, p = pos0 // period, pos0 % period
-    o = 0
+    base, group, by_major, by_minor = place[0], place[1], place[2], place[3]
     step = blocks.shape[0]
+    want_bits = bits.shape[0] > 0
     # control bits in a loop of their own: where ``0 - (w & 1)`` is computed from the word
     # itself, LLVM turns the mask into a branch on the (random) bit, mispredicted half the time
     tb = np.empty(step, np.uint64)
@@ -217,10 +220,14 @@ def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, blocks, val
         _convert_blocks(words[lo:hi], nb, rk, blocks[: hi - lo], stage)
         for j in range(hi - lo):
             tb[j] = words[lo + j, 0] & np.uint64(1)
+        if want_bits:
+            for j in range(hi - lo):
+                bits[lo + j] = np.uint8(tb[j])
         i = lo
         while i < hi:  # segments of one key
             end = min(hi, i + period - p)
             keep = min(end, i + max(valid - p, 0))  # leaves [i, keep) are in the domain
+            o = base + (key // group) * by_major + (key % group) * by_minor + p  # the row of leaf i
             if d == 1:  # the retrieval payload: no inner loop
                 c = np.uint64(cw[key, 0])
                 for j in range(i, keep):
@@ -232,7 +239,6 @@ def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, blocks, val
                     for e in range(d):
                         v = np.uint64(vals[j - lo, e]) + (mask & np.uint64(cw[key, e]))
                         out[o + j - i, e] = (v ^ neg) - neg
-            o += keep - i
             p += end - i
             if p == period:
                 key += 1

@@ -123,7 +123,7 @@ def kept_leaves(pos: int, period: int, valid: int) -> int:
 
 def convert_eval_into(
     words: np.ndarray, cw: np.ndarray, pos0: int, period: int, party: int, tag: str, out: np.ndarray,
-    valid: int | None = None,
+    valid: int | None = None, *, place: tuple[int, int, int] | None = None, bits: np.ndarray | None = None,
 ) -> None:
     """Shares ``(-1)^b [Convert_tag(words[i]) + t_i CW[key]]`` (SecEmb Algorithm 4) of the
     leaves at flat positions ``pos0 + i = key * period + p`` of a (K, period) walk.
@@ -137,12 +137,17 @@ def convert_eval_into(
     out: ring (N, d), same dtype as ``cw``, written; with ``valid``, ring (kept, d): only the
         leaves with ``p < valid`` are converted into it, one after the other (the others are
         padding; ``kept = kept_leaves(pos0 + N, ...) - kept_leaves(pos0, ...)``).
+    place: ``(G, su, sg)``: write the share of key ``key``'s position ``p`` (``p < valid``) to row
+        ``(key // G) su + (key % G) sg + p`` of ``out`` instead, ring (R, d) with a row for every
+        position below ``valid`` of every key these words belong to, e.g. ``(B, M, U M)`` for key
+        ``u B + i`` at ``[i, u, p]`` of a (B, U, M) array.
+    bits: uint8 (N,), written with every word's control bit ``t_i`` (padding too), or ``None``.
 
     Raises
     ------
-    InvalidParameters: arrays of other shapes or dtypes, a leaf whose key is not below ``K``, or
-        ``pos0 < 0``, ``period < 1``, ``valid`` outside ``[0, period]`` (the compiled kernel
-        indexes ``cw`` and ``out`` by them, unchecked).
+    InvalidParameters: arrays of other shapes or dtypes, a leaf whose key is not below ``K``, a
+        row outside ``out``, ``pos0 < 0``, ``period < 1``, ``valid`` outside ``[0, period]`` (the
+        compiled kernel indexes ``cw`` and ``out`` by them, unchecked).
     Nothing is done (nor checked) for no words.
     """
     dtype = cw.dtype
@@ -156,29 +161,50 @@ def convert_eval_into(
         raise InvalidParameters(f"convert_eval_into: words (N, 2) at pos0 >= 0 of a (K, period) walk, 0 <= valid <= "
                                 f"period, cw (K, d); got words {words.shape}, pos0 {pos0}, period {period}, valid "
                                 f"{valid}, cw {cw.shape}")
-    width, kept = cw.shape[1], kept_leaves(pos0 + n, period, valid) - kept_leaves(pos0, period, valid)
-    if out.shape != (kept, width) or out.dtype != dtype:
-        raise InvalidParameters(f"convert_eval_into: out must be {dtype} ({kept}, {width}), got {out.dtype} "
-                                f"{out.shape}")
+    if bits is not None and (bits.shape != (n,) or bits.dtype != np.uint8):
+        raise InvalidParameters(f"convert_eval_into: bits must be uint8 ({n},), got {bits.dtype} {bits.shape}")
+    width = cw.shape[1]
+    if place is None:  # one after the other: key k's position p at row k valid + p - kept_leaves(pos0)
+        kept = kept_leaves(pos0 + n, period, valid) - kept_leaves(pos0, period, valid)
+        if out.shape != (kept, width) or out.dtype != dtype:
+            raise InvalidParameters(f"convert_eval_into: out must be {dtype} ({kept}, {width}), got {out.dtype} "
+                                    f"{out.shape}")
+        rows = (-kept_leaves(pos0, period, valid), 1, valid, 0)
+    else:
+        group, by_major, by_minor = place
+        if group < 1 or by_major < 0 or by_minor < 0 or out.ndim != 2 or out.shape[1] != width or out.dtype != dtype:
+            raise InvalidParameters(f"convert_eval_into: place (G >= 1, su >= 0, sg >= 0) into out {dtype} (R, "
+                                    f"{width}), got {place} and {out.dtype} {out.shape}")
+        # the largest row of a position p < valid of a key k0..k1 of these words: (k // G) su + (k % G) sg
+        # grows with k within a run of G keys, so it is at k1 or at the end of k1's run's predecessor
+        k0, k1 = pos0 // period, (pos0 + n - 1) // period
+        ends = [k1] + ([k1 - k1 % group - 1] if k1 - k1 % group - 1 >= k0 else [])
+        top = max((k // group) * by_major + (k % group) * by_minor for k in ends) + valid - 1
+        if top >= out.shape[0]:
+            raise InvalidParameters(f"convert_eval_into: place {place} puts the positions below {valid} of keys "
+                                    f"{k0}..{k1} up to row {top} of out, which has {out.shape[0]}")
+        rows = (0, group, by_major, by_minor)
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
         from secemb.fss._numba_kernels import convert_eval
 
         blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
         rk = round_keys("convert/" + tag)[0]
-        convert_eval(np.ascontiguousarray(words), blocks.shape[1], rk, cw, pos0, period, valid, party, out, blocks,
-                     vals)
+        convert_eval(np.ascontiguousarray(words), blocks.shape[1], rk, cw, pos0, period, valid, party, out,
+                     np.array(rows, np.int64), np.empty(0, np.uint8) if bits is None else bits, blocks, vals)
         return
-    o = 0
+    if bits is not None:
+        np.bitwise_and(words[:, 0], _ONE, out=bits, casting="unsafe")
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
         pos = pos0 + np.arange(lo, hi)
-        keep = pos % period < valid
+        key, p = np.divmod(pos, period)
+        keep = p < valid
         t = words[lo:hi, 0, None][keep] & _ONE
-        part = out[o : o + int(keep.sum())]
-        np.add(vals[keep], (0 - t).astype(dtype) & cw[pos[keep] // period], out=part)
+        part = np.add(vals[keep], (0 - t).astype(dtype) & cw[key[keep]])
         if party:
             np.negative(part, out=part)
-        o += part.shape[0]
+        key, p = key[keep], p[keep]
+        out[rows[0] + (key // rows[1]) * rows[2] + (key % rows[1]) * rows[3] + p] = part
 
 
 def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, start: int,

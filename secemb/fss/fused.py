@@ -217,8 +217,7 @@ def _payload_sums(t: np.ndarray, live: np.ndarray, key_conv: np.ndarray) -> Payl
 def _walk(
     path: PathKeys,
     party: int,
-    retrieval_cw: np.ndarray | None,
-    e: np.ndarray | None,
+    retrieval: tuple[np.ndarray, np.ndarray, tuple[int, int, int]] | None,
     conv_sum: np.ndarray | None,
     retrieval_tag: str,
     aggregation_tag: str,
@@ -228,25 +227,30 @@ def _walk(
     key_t: np.ndarray | None = None,
 ) -> np.ndarray:
     """Walk every tree once.  Returns ``t``, uint8 (K, mp) over the padded domain
-    (:func:`~secemb.fss.tree.padded_leaves`): the control bits; writes the retrieval shares
-    ``(-1)^b [Convert_ret(s) + t CW_ret]`` into ``e`` (ring (K, mp)) when ``retrieval_cw`` and
-    ``e`` are given; adds ``Convert_agg`` of the leaf at flat position ``j`` of (K, mp) to
-    ``conv_sum[j % M]`` (ring (M, w), or ``None``) and to key ``j // mp``'s row of ``key_conv``
-    (ring (K, w) or (U, B, w), :func:`~secemb.fss.convert.convert_accumulate`'s ``key_acc``, or
-    ``None``) where ``live[j % M]`` (bool (M,)): rows that hold no domain point (padding) are
-    neither converted nor written; with ``key_t`` (int64 of ``key_conv``'s keys' shape), also
-    each key's count of control bits 1 at those rows.  ``check``: the keys' point-function check
-    (:class:`~secemb.fss.verify.LeafCheck`), folded from the same leaves."""
-    k, mp = len(path), padded_leaves(path.params)
+    (:func:`~secemb.fss.tree.padded_leaves`): the control bits.  ``retrieval = (cw, e, place)``:
+    also write the retrieval shares ``(-1)^b [Convert_ret(s) + t cw]`` of the domain's positions
+    (``p < m``; the padding's are dropped) into ``e`` (ring (R, 1)) where ``place`` puts them
+    (:func:`~secemb.fss.convert.convert_eval_into`'s ``place``: key ``k``'s position ``p`` at row
+    ``(k // G) su + (k % G) sg + p``), the control bits from the same pass.  Adds ``Convert_agg`` of
+    the leaf at flat position ``j`` of (K, mp) to ``conv_sum[j % M]`` (ring (M, w), or ``None``) and
+    to key ``j // mp``'s row of ``key_conv`` (ring (K, w) or (U, B, w),
+    :func:`~secemb.fss.convert.convert_accumulate`'s ``key_acc``, or ``None``) where ``live[j % M]``
+    (bool (M,)): rows that hold no domain point (padding) are neither converted nor written; with
+    ``key_t`` (int64 of ``key_conv``'s keys' shape), also each key's count of control bits 1 at those
+    rows.  ``check``: the keys' point-function check (:class:`~secemb.fss.verify.LeafCheck`), folded
+    from the same leaves."""
+    k, m, mp = len(path), path.params.domain_size, padded_leaves(path.params)
     t = np.empty((k, mp), np.uint8)
-    t_flat, e_flat = t.reshape(-1), None if e is None else e.reshape(-1, 1)
+    t_flat = t.reshape(-1)
     for r0, r1, leaves in leaf_groups(path):
         width = leaves.shape[1]
         a0, z0 = r0 * width, r1 * width  # flat positions in (K, mp)
         flat = leaves.reshape(-1, 2)
-        np.bitwise_and(flat[:, 0], _ONE, out=t_flat[a0:z0], casting="unsafe")
-        if retrieval_cw is not None and e_flat is not None:
-            convert_eval_into(flat, retrieval_cw, a0, mp, party, retrieval_tag, e_flat[a0:z0])
+        if retrieval is None:
+            np.bitwise_and(flat[:, 0], _ONE, out=t_flat[a0:z0], casting="unsafe")
+        else:
+            cw, e, place = retrieval
+            convert_eval_into(flat, cw, a0, mp, party, retrieval_tag, e, m, place=place, bits=t_flat[a0:z0])
         convert_accumulate(flat, aggregation_tag, conv_sum, a0, live, key_acc=key_conv, period=mp, key_t=key_t)
         if check is not None:
             check.add(r0, r1, leaves)
@@ -292,9 +296,10 @@ def retrieve_and_prepare(
     mp = padded_leaves(path.params)
     conv_sum = np.zeros((mp, agg_width), table.dtype)
     key_conv = np.zeros((len(path), agg_width), table.dtype) if payload_sums else None
-    live, e = np.arange(mp) < m, np.empty((len(path), mp), table.dtype)
-    t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv)
-    answers = ring_matmul(e[:, :m], table, ring_bits)
+    live, e = np.arange(mp) < m, np.empty((len(path), m), table.dtype)
+    t = _walk(path, b, (retrieval_cw, e.reshape(-1, 1), (1, m, 0)), conv_sum, retrieval_tag, aggregation_tag, live,
+              check, key_conv)
+    answers = ring_matmul(e, table, ring_bits)
     prepared = PreparedAggregation(
         b, ring_bits, m, agg_width, np.packbits(t[:, :m], axis=1), np.ascontiguousarray(conv_sum[:m]),
         None if key_conv is None else _payload_sums(t, live, key_conv),
@@ -402,13 +407,11 @@ def retrieve_and_prepare_buckets(
         conv_sum[...] = 0
     else:
         conv_sum = np.zeros((buckets * mp, agg_width), tables.dtype)
-    e = np.empty((k, mp), tables.dtype)
-    t = _walk(path, b, retrieval_cw, e, conv_sum, retrieval_tag, aggregation_tag, live, check, key_conv,
-              None if payload_out is None else payload_out.t_count)
-    # the shares bucket-major (B, U, M), contiguous: the product's fast form (read strided it costs the
-    # kernel what the copy saves)
-    product = ring_matmul(np.ascontiguousarray(e.reshape(users, buckets, mp)[:, :, :big_m].transpose(1, 0, 2)),
-                          tables, ring_bits, cols=cols)
+    # the shares bucket-major (B, U, M), as the walk writes them: the product's fast form
+    e = np.empty((buckets, users, big_m), tables.dtype)
+    t = _walk(path, b, (retrieval_cw, e.reshape(-1, 1), (buckets, big_m, users * big_m)), conv_sum, retrieval_tag,
+              aggregation_tag, live, check, key_conv, None if payload_out is None else payload_out.t_count)
+    product = ring_matmul(e, tables, ring_bits, cols=cols)
     conv = conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
     if out is None:
         got = product.transpose(1, 0, 2).reshape(k, tables.shape[2]), np.ascontiguousarray(t[:, :big_m]), conv
@@ -456,7 +459,7 @@ def payload_sums_of(
         raise InvalidParameters(f"sizes must have B >= 1 entries with B dividing {k} keys")
     _, live = _bucket_rows(sizes, buckets, big_m, mp)
     key_conv = np.zeros((k, agg_width), dtype)
-    t = _walk(path, b, None, None, None, RETRIEVAL_TAG, aggregation_tag, live, None, key_conv)
+    t = _walk(path, b, None, None, RETRIEVAL_TAG, aggregation_tag, live, None, key_conv)
     return _payload_sums(t, live, key_conv)
 
 

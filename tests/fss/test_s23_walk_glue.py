@@ -1,0 +1,120 @@
+"""Issue 37 (session 23, helper G): the evaluation walk's data movement folded into the conversion kernel.
+
+:func:`secemb.fss.convert.convert_eval_into` writes the leaves' control bits (``bits``) from the pass that
+converts them, and puts each key's shares where the caller's layout wants them (``place``: e.g. bucket-major
+(B, U, M) for the retrieval product, so that no copy reorders them).  Both on the compiled kernel and the numpy
+reference, bit for bit; the control bits against the leaf words themselves, the placed shares against the
+one-after-the-other form rearranged by the test; a place that would write outside ``out`` is refused before the
+kernel (which indexes it unchecked) runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidParameters
+from secemb.fss import kernels
+from secemb.fss.convert import convert_eval_into, kept_leaves
+
+TAG = "secemb/retrieval"
+
+
+def _backends() -> list[str]:
+    return ["numpy", "numba"] if kernels.available() else ["numpy"]
+
+
+@pytest.fixture(params=_backends())
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(kernels, "BACKEND", request.param)
+    return str(request.param)
+
+
+def _words(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2**64, (n, 2), dtype=np.uint64)
+
+
+def _cw(keys: int, width: int, ring_bits: int, seed: int) -> np.ndarray:
+    dtype = np.uint32 if ring_bits == 32 else np.uint64
+    return np.random.default_rng(seed).integers(0, 2**ring_bits, (keys, width), dtype=dtype)
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
+@pytest.mark.parametrize("width", [1, 3])
+@pytest.mark.parametrize(("pos0", "n", "period", "valid"), [(0, 96, 32, 32), (40, 70, 32, 32), (13, 200, 16, 11),
+                                                          (0, 2048, 64, 50), (7, 5, 8, 3)])
+def test_placed_shares_and_bits_equal_the_flat_form(backend: str, ring_bits: int, width: int, pos0: int, n: int,
+                                                    period: int, valid: int) -> None:
+    """Key ``u B + i`` placed at ``[i, u]`` of a (B, U, valid) array (the bucket form's layout) holds what the
+    one-after-the-other form writes for it, and nothing else is written; ``bits`` are bit 0 of every word."""
+    words = _words(n, pos0 + n)
+    keys = (pos0 + n - 1) // period + 1
+    buckets = 3
+    users = -(-keys // buckets)
+    cw = _cw(users * buckets, width, ring_bits, n)
+    for party in (0, 1):
+        flat = np.empty((kept_leaves(pos0 + n, period, valid) - kept_leaves(pos0, period, valid), width), cw.dtype)
+        convert_eval_into(words, cw, pos0, period, party, TAG, flat, valid)
+        sentinel = np.iinfo(cw.dtype).max
+        placed = np.full((buckets, users, valid, width), sentinel, cw.dtype)
+        bits = np.full(n, 7, np.uint8)
+        convert_eval_into(words, cw, pos0, period, party, TAG, placed.reshape(-1, width), valid,
+                          place=(buckets, valid, users * valid), bits=bits)
+        assert np.array_equal(bits, (words[:, 0] & np.uint64(1)).astype(np.uint8))
+        # the flat rows, key by key: key k's positions p < valid from pos0 on, in order
+        want = np.full_like(placed, sentinel)
+        o = 0
+        for pos in range(pos0, pos0 + n):
+            k, p = divmod(pos, period)
+            if p < valid:
+                want[k % buckets, k // buckets, p] = flat[o]
+                o += 1
+        assert o == len(flat)
+        assert np.array_equal(placed, want)
+
+
+def test_both_backends_place_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled kernel and the reference give the same placed shares and bits, bit for bit."""
+    if not kernels.available():
+        pytest.skip("numba or AES-NI missing")
+    words, cw = _words(3 * 32 * 89, 5), _cw(3 * 89, 1, 32, 6)
+    got = []
+    for name in ("numpy", "numba"):
+        monkeypatch.setattr(kernels, "BACKEND", name)
+        e, bits = np.zeros((89, 3, 32), np.uint32), np.zeros(len(words), np.uint8)
+        convert_eval_into(words, cw, 0, 32, 1, TAG, e.reshape(-1, 1), 32, place=(89, 32, 3 * 32), bits=bits)
+        got.append((e, bits))
+    assert np.array_equal(got[0][0], got[1][0]) and np.array_equal(got[0][1], got[1][1])
+
+
+@pytest.mark.parametrize(("place", "rows"), [
+    ((3, 8, 16), 39),  # keys 0..3 start at rows 0, 16, 32, 8: key 2's reach row 39
+    ((1, 8, 0), 31),   # one after the other: key 3's reach row 31
+    ((2, 8, 24), 39),  # keys 0..3 start at rows 0, 24, 8, 32: key 3's reach row 39
+])
+def test_a_place_past_out_is_refused(backend: str, place: tuple[int, int, int], rows: int) -> None:
+    words, cw = _words(32, 1), _cw(6, 1, 32, 2)
+    out = np.zeros((rows, 1), np.uint32)
+    with pytest.raises(InvalidParameters, match="row"):
+        convert_eval_into(words, cw, 0, 8, 0, TAG, out, 8, place=place)
+    assert not out.any()
+
+
+@pytest.mark.parametrize("place", [(0, 8, 8), (2, -8, 8), (2, 8, -1)])
+def test_a_malformed_place_is_refused(backend: str, place: tuple[int, int, int]) -> None:
+    with pytest.raises(InvalidParameters, match="place"):
+        convert_eval_into(_words(16, 1), _cw(2, 1, 32, 2), 0, 8, 0, TAG, np.zeros((1 << 10, 1), np.uint32), 8,
+                          place=place)
+
+
+@pytest.mark.parametrize("bits", [np.zeros(15, np.uint8), np.zeros(16, np.int8), np.zeros((16, 1), np.uint8)])
+def test_bits_of_another_shape_are_refused(backend: str, bits: np.ndarray) -> None:
+    with pytest.raises(InvalidParameters, match="bits"):
+        convert_eval_into(_words(16, 1), _cw(2, 1, 32, 2), 0, 8, 0, TAG, np.zeros((16, 1), np.uint32), bits=bits)
+
+
+def test_the_exact_fit_is_accepted(backend: str) -> None:
+    """Keys 0..3 at (2, 8, 16): rows (k // 2) 8 + (k % 2) 16 + p, the largest 8 + 16 + 7 = 31: 32 rows do."""
+    out = np.zeros((32, 1), np.uint32)
+    convert_eval_into(_words(32, 1), _cw(4, 1, 32, 2), 0, 8, 0, TAG, out, 8, place=(2, 8, 16))
+    assert out.any()
