@@ -538,13 +538,17 @@ class DPFKeys(OutputKeys[PathKeys]):
         dest_seeds = path.cw_seed.reshape(size, k, n, 2)
         dest_seeds[rows] = seeds
         dest_seeds[rows, ..., 0] &= ~np.uint64(1)
-        path.cw_tl.reshape(size, k, n)[rows] = seeds[..., 0] & np.uint64(1)
-        if n:
-            path.cw_tr.reshape(size, k, n)[rows] = np.unpackbits(trb, axis=2, bitorder="little")[..., :n]
+        # t^L is bit 0 of each level's first byte; t^R of level i bit i % 8 of byte i // 8 (byte-wise: no
+        # 64-bit temporaries, no unpacked copy)
+        path.cw_tl.reshape(size, k, n)[rows] = rest[:, spans[0] : spans[1]].reshape(u, k, n, 16)[..., 0] & np.uint8(1)
+        tr = np.empty((u, k, n), np.uint8)
+        for i in range(n):
+            np.right_shift(trb[..., i // 8], np.uint8(i % 8), out=tr[..., i])
+        tr &= np.uint8(1)
+        path.cw_tr.reshape(size, k, n)[rows] = tr
         dest.cw_out.reshape(size, k, width)[rows] = cw
         bad_root = np.any((root_words[..., 0] & np.uint64(1)) != np.uint64(party), axis=1).tolist()
-        bad_pad = (np.any(np.unpackbits(trb[..., -1:], axis=2, bitorder="little")[..., n % 8 :], axis=(1, 2)).tolist()
-                   if n % 8 else [False] * u)
+        bad_pad = np.any(trb[..., -1] >> np.uint8(n % 8), axis=1).tolist() if n % 8 else [False] * u
         out: list[DPFKeys | InvalidKey] = []
         for j in range(u):
             if bad_root[j]:

@@ -118,3 +118,38 @@ def test_the_exact_fit_is_accepted(backend: str) -> None:
     out = np.zeros((32, 1), np.uint32)
     convert_eval_into(_words(32, 1), _cw(4, 1, 32, 2), 0, 8, 0, TAG, out, 8, place=(2, 8, 16))
     assert out.any()
+
+
+@pytest.mark.parametrize("m", [1, 2, 32, 255, 256, 257, 70000])
+def test_rows_parse_as_each_batch_alone(m: int) -> None:
+    """``DPFKeys.from_rows`` (the control-bit words read byte-wise) gives every row the keys ``from_bytes``
+    gives it alone, for depths 0, 1, 5, 8, 8, 9 and 17 (t^R over one, two and three bytes), and refuses a row
+    with a padding bit set past the depth as ``from_bytes`` does."""
+    from secemb import fss
+    from secemb.errors import InvalidKey
+    from secemb.fss.keys import HEADER_BYTES
+    from secemb.randomness import CtrDrbg
+
+    users, count = 4, 3
+    gen = np.random.default_rng(m)
+    keys = fss.gen(gen.integers(0, m, users * count), gen.integers(0, 2**32, (users * count, 2), dtype=np.uint64)
+                   .astype(np.uint32), m, _rng=CtrDrbg(m))[1]
+    rows = keys.to_rows(users)
+    n = keys.params.depth
+    if n % 8:  # user 2's key 1: the first padding bit of its last t^R byte
+        rows[2, HEADER_BYTES + 16 * count + 16 * count * n + (n + 7) // 8 + (n + 7) // 8 - 1] |= np.uint8(1 << n % 8)
+    expect = {"domain_size": m, "party": 1, "count": count, "payload_width": 2, "ring_bits": 32}
+    got = fss.DPFKeys.from_rows(rows, **expect)
+    for row, parsed in zip(rows, got, strict=True):
+        try:
+            alone: fss.DPFKeys | InvalidKey = fss.DPFKeys.from_bytes(row.tobytes(), **expect)
+        except InvalidKey as exc:
+            alone = exc
+        if isinstance(alone, InvalidKey):
+            assert isinstance(parsed, InvalidKey) and str(parsed) == str(alone)
+            continue
+        assert isinstance(parsed, fss.DPFKeys)
+        for f in ("roots", "cw_seed", "cw_tl", "cw_tr"):
+            assert np.array_equal(getattr(parsed.path, f), getattr(alone.path, f)), f
+        assert np.array_equal(parsed.cw_out, alone.cw_out)
+    assert isinstance(got[2], InvalidKey) == bool(n % 8)
