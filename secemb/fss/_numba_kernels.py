@@ -15,8 +15,8 @@ from numba import njit
 from secemb.fss._aesni import BLOCKS, expand8, expand8_rows, halftree16, halftree16_rows, mmo_blocks, mmo_ctr
 
 __all__ = [
-    "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_gen", "convert_accumulate", "ring_matmul",
-    "bits_accumulate",
+    "bgi_corrections", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_gen", "convert_accumulate",
+    "ring_matmul", "bits_accumulate",
     "cuckoo_assign", "check_accumulate", "STEP_BLOCKS",
 ]
 
@@ -39,6 +39,21 @@ def _level_call(ht, per_parent, rkp, src, cw, dst):  # noqa: ANN001, ANN202
         expand8_rows(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     else:
         expand8(rkp, src, cw, dst)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+
+
+@njit(cache=True, nogil=True)
+def bgi_corrections(cw_seed, cw_tl, cw_tr, out):  # noqa: ANN001, ANN201
+    """BGI path keys' corrections as :func:`expand_top` and :func:`subtrees` read them:
+    ``out[k, i] = ((lo | tCW_L, hi), (lo | tCW_R, hi))`` uint64 (K, n, 2, 2) for the seed
+    correction word ``(lo, hi) = cw_seed[k, i]`` (uint64 (K, n, 2)) and the control-bit ones
+    ``cw_tl[k, i]``, ``cw_tr[k, i]`` (uint8 (K, n)), in one pass."""
+    for k in range(cw_tl.shape[0]):
+        for i in range(cw_tl.shape[1]):
+            lo, hi = cw_seed[k, i, 0], cw_seed[k, i, 1]
+            out[k, i, 0, 0] = lo | np.uint64(cw_tl[k, i])
+            out[k, i, 0, 1] = hi
+            out[k, i, 1, 0] = lo | np.uint64(cw_tr[k, i])
+            out[k, i, 1, 1] = hi
 
 
 @njit(cache=True, nogil=True)

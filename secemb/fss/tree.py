@@ -145,11 +145,11 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
     check_path(path)
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
+        from secemb.fss._numba_kernels import bgi_corrections
 
-        # the kernels' ((lo | tCW_L, hi), (lo | tCW_R, hi)) per key and level: the seed twice, then the bits
-        cwp = np.repeat(path.cw_seed[:, :, None, :], 2, axis=2)
-        cwp[:, :, 0, 0] |= path.cw_tl
-        cwp[:, :, 1, 0] |= path.cw_tr
+        # the kernels' ((lo | tCW_L, hi), (lo | tCW_R, hi)) per key and level
+        cwp = np.empty((len(path), path.params.depth, 2, 2), np.uint64)
+        bgi_corrections(path.cw_seed, path.cw_tl, path.cw_tr, cwp)
         yield from compiled_groups(path.roots, cwp, path.params.domain_size, round_keys(_LEFT.name, _RIGHT.name))
         return
     yield from numpy_groups(path.roots, _cw_planes(path), path.params.domain_size, _level)

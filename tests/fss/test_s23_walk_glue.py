@@ -153,3 +153,23 @@ def test_rows_parse_as_each_batch_alone(m: int) -> None:
             assert np.array_equal(getattr(parsed.path, f), getattr(alone.path, f)), f
         assert np.array_equal(parsed.cw_out, alone.cw_out)
     assert isinstance(got[2], InvalidKey) == bool(n % 8)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
+@pytest.mark.parametrize("m", [2, 32, 300, 70000])
+def test_the_walk_corrections_are_the_seed_words_with_each_side_bit(m: int) -> None:
+    """``bgi_corrections`` (what the compiled walk reads, built in one pass) is ``(lo | tCW_L, hi)`` then
+    ``(lo | tCW_R, hi)`` per key and level, as the test composes it from the parsed fields."""
+    from secemb import fss
+    from secemb.fss._numba_kernels import bgi_corrections
+    from secemb.randomness import CtrDrbg
+
+    gen = np.random.default_rng(m)
+    path = fss.gen(gen.integers(0, m, 9), np.ones((9, 1), np.uint32), m, _rng=CtrDrbg(m))[0].path
+    got = np.zeros((9, path.params.depth, 2, 2), np.uint64)
+    bgi_corrections(path.cw_seed, path.cw_tl, path.cw_tr, got)
+    lo, hi = path.cw_seed[..., 0], path.cw_seed[..., 1]
+    assert np.array_equal(got[:, :, 0, 0], lo | path.cw_tl.astype(np.uint64))
+    assert np.array_equal(got[:, :, 1, 0], lo | path.cw_tr.astype(np.uint64))
+    assert np.array_equal(got[:, :, 0, 1], hi) and np.array_equal(got[:, :, 1, 1], hi)
+    assert path.cw_tl.any() and path.cw_tr.any()  # both bits take part
