@@ -5,7 +5,8 @@ A :class:`SecAggClient` answers the server's stages in order; each method takes 
 message (bytes), checks it, and returns the client's reply (bytes)::
 
     advertise(rows)                       -> advertise   (c and s public keys [, rows];
-                                                          signed: certificate, signature)
+                                                          signed: commitment to b,
+                                                          certificate, signature)
     share_keys(keys)                      -> shares      (AES-GCM Shamir shares for each peer)
     masked_input(relayed, values)         -> masked      (y = x + PRG(b) + sum of +-PRG(s_uv))
     consistency(survivors)                -> consistency (signed only: signature of U3)
@@ -17,7 +18,9 @@ In a signed round the client takes a peer's keys only with the peer's signature 
 certificate of the pinned roster, sends unmasking shares only after ``threshold`` survivors
 signed the same survivor list, and in a sparse round masks with a peer exactly on the rows the
 peer's signed row set (a bitmap over the round's candidate rows, in the key list) and its own
-have in common, and on every public row.
+have in common, and on every public row.  A signed round's client also commits to its
+self-mask seed ``b`` in its signed advertise (:func:`seed_commitment`), so the server can check
+the seed it opens at Unmasking.
 """
 
 from __future__ import annotations
@@ -30,36 +33,59 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.randomness import RandomBytes, system_rng
 from secemb.secagg import keys, messages, shamir
 from secemb.secagg.config import SecAggConfig, check_rows, sign
-from secemb.secagg.identity import CERTIFICATE_BYTES, SIGNATURE_BYTES, Identity, verify
+from secemb.secagg.identity import CERTIFICATE_BYTES, SIGNATURE_BYTES, Identity, signed_bytes, verify
 from secemb.secagg.prg import SEED_BYTES, mask_rows
 
 __all__ = [
     "ADVERTISE_DOMAIN",
+    "COMMITMENT_BYTES",
     "CONSISTENCY_DOMAIN",
+    "SEED_COMMITMENT_DOMAIN",
     "SIGNED_ENTRY_BYTES",
     "SecAggClient",
     "SHARE_PLAINTEXT_BYTES",
     "SHARE_CIPHERTEXT_BYTES",
     "advertised",
     "key_list_digest",
+    "seed_commitment",
     "survivor_list",
 ]
 
 #: A relayed share: sender id, recipient id, share of s^SK, share of b.
 SHARE_PLAINTEXT_BYTES = 8 + 2 * shamir.SHARE_BYTES
 SHARE_CIPHERTEXT_BYTES = SHARE_PLAINTEXT_BYTES + keys.TAG_BYTES
-#: What a signed round adds to an advertise message and to each key-list entry.
-SIGNED_ENTRY_BYTES = CERTIFICATE_BYTES + SIGNATURE_BYTES
+#: Bytes of a signed round's commitment to a client's self-mask seed (SHA-256).
+COMMITMENT_BYTES = 32
+#: What a signed round adds to an advertise message and to each key-list entry: the seed
+#: commitment, the certificate, the signature.
+SIGNED_ENTRY_BYTES = COMMITMENT_BYTES + CERTIFICATE_BYTES + SIGNATURE_BYTES
 #: Signature domains of a signed round: the advertised keys, the survivor list.
 ADVERTISE_DOMAIN = b"secemb/secagg/v1/advertise"
 CONSISTENCY_DOMAIN = b"secemb/secagg/v1/consistency"
+#: Hash domain of a signed round's commitment to a self-mask seed.
+SEED_COMMITMENT_DOMAIN = b"secemb/secagg/v1/seed-commitment"
 
 
-def advertised(config: SecAggConfig, client_id: int, c_pk: bytes, s_pk: bytes, bitmap: bytes = b"") -> bytes:
+def seed_commitment(config: SecAggConfig, client_id: int, seed: bytes) -> bytes:
+    """A signed round's commitment to client ``client_id``'s self-mask seed ``seed``
+    (:data:`~secemb.secagg.prg.SEED_BYTES` bytes): SHA-256 of ``len(domain) || domain``
+    (:data:`SEED_COMMITMENT_DOMAIN`, :func:`~secemb.secagg.identity.signed_bytes`) ``||`` the
+    round's public parameters (:meth:`~secemb.secagg.config.SecAggConfig.header`) ``||`` the id
+    (uint32) ``|| seed``.  Binding: an opened seed that hashes to it is the committed one
+    (SHA-256's collision resistance).  Hiding: ``seed`` is 128 uniform bits used in this round
+    only, so in the random-oracle model the digest tells nothing of it to anyone who cannot try
+    about 2^128 seeds (docs/secagg.md, "Seed commitments")."""
+    return hashlib.sha256(signed_bytes(SEED_COMMITMENT_DOMAIN,
+                                       config.header() + client_id.to_bytes(4, "little") + seed)).digest()
+
+
+def advertised(config: SecAggConfig, client_id: int, c_pk: bytes, s_pk: bytes, commitment: bytes,
+               bitmap: bytes = b"") -> bytes:
     """What client ``client_id`` signs in its advertise message: the round's public parameters,
-    its id, its two public keys and, in a sparse round, its row set as a bitmap over the
-    candidate rows (:meth:`~secemb.secagg.config.SecAggConfig.row_bitmap`)."""
-    return config.header() + client_id.to_bytes(4, "little") + c_pk + s_pk + bitmap
+    its id, its two public keys, its seed commitment (:func:`seed_commitment`) and, in a sparse
+    round, its row set as a bitmap over the candidate rows
+    (:meth:`~secemb.secagg.config.SecAggConfig.row_bitmap`)."""
+    return config.header() + client_id.to_bytes(4, "little") + c_pk + s_pk + commitment + bitmap
 
 
 def survivor_list(config: SecAggConfig, key_list: bytes, u3: list[int]) -> bytes:
@@ -139,20 +165,22 @@ class SecAggClient:
 
     def _check_entry(self, identity: Identity, ident: int, rec: bytes) -> None:
         """A signed key-list entry's certificate (under ``identity``'s pin) and signature (the
-        keys are ``rec``'s first 64 bytes, the row set's bitmap what follows the signature)."""
+        keys are ``rec``'s first 64 bytes, the seed commitment the next 32, the row set's bitmap
+        what follows the signature)."""
         k = 2 * keys.KEY_BYTES
-        sig = k + CERTIFICATE_BYTES
+        cert = k + COMMITMENT_BYTES
+        sig = cert + CERTIFICATE_BYTES
         what = (f"the server's key list carries keys for device {ident} that device {ident} did not sign "
-                f"(the server deviated)")  # its signature covers its keys and, sparse, its row set
+                f"(the server deviated)")  # its signature covers its keys, its commitment and, sparse, its row set
         try:
-            cert = identity.pin.certificate(rec[k:sig], ident)
-            verify(cert.public, ADVERTISE_DOMAIN,
-                   advertised(self.config, ident, rec[: keys.KEY_BYTES], rec[keys.KEY_BYTES : k],
+            signer = identity.pin.certificate(rec[cert:sig], ident)
+            verify(signer.public, ADVERTISE_DOMAIN,
+                   advertised(self.config, ident, rec[: keys.KEY_BYTES], rec[keys.KEY_BYTES : k], rec[k:cert],
                               rec[sig + SIGNATURE_BYTES :]),
                    rec[sig : sig + SIGNATURE_BYTES], what)
         except InvalidMessage as exc:
             raise InvalidMessage(f"keys: {what}: {exc}") from None
-        self._signers[ident] = cert.public
+        self._signers[ident] = signer.public
 
     def _shared_rows(self, bitmap: bytes) -> np.ndarray:
         """Which of this client's rows a peer whose signed bitmap is ``bitmap`` holds too (bool
@@ -172,7 +200,9 @@ class SecAggClient:
     # ------------------------------------------------------------------ stage 0
     def advertise(self, rows: np.ndarray | None = None) -> bytes:
         """AdvertiseKeys: the two public keys, and in a sparse round the client's rows
-        (``rows``: strictly increasing ints in ``[0, length)``; required iff sparse)."""
+        (``rows``: strictly increasing ints in ``[0, length)``; required iff sparse).  The
+        client draws its self-mask seed ``b`` here; a signed round's advertise carries its
+        commitment (:func:`seed_commitment`) under the client's signature."""
         cfg = self.config
         if cfg.sparse != (rows is not None):
             raise InvalidParameters("rows must be given exactly when the round is sparse")
@@ -181,11 +211,14 @@ class SecAggClient:
         if checked is not None and bitmap is None:
             raise InvalidParameters("rows below public_from must be candidate rows of the round")
         self._enter(0, "advertise")
+        self._b = self._rng(SEED_BYTES)
         parts = [self._c.public, self._s.public]
         if self.identity is not None:
             own = bitmap if self._signed_rows and bitmap is not None else b""
-            statement = advertised(cfg, self.id, self._c.public, self._s.public, own)
-            parts += [self.identity.certificate.to_bytes(), self.identity.sign(ADVERTISE_DOMAIN, statement)]
+            commitment = seed_commitment(cfg, self.id, self._b)
+            statement = advertised(cfg, self.id, self._c.public, self._s.public, commitment, own)
+            parts += [commitment, self.identity.certificate.to_bytes(),
+                      self.identity.sign(ADVERTISE_DOMAIN, statement)]
             self._entry = b"".join(parts) + own
         else:
             self._entry = b"".join(parts)
@@ -197,10 +230,11 @@ class SecAggClient:
 
     # ------------------------------------------------------------------ stage 1
     def share_keys(self, keys_msg: bytes) -> bytes:
-        """ShareKeys: Shamir shares of ``s^SK`` and of a fresh self-mask seed ``b`` for every
-        client of the key list, each encrypted to its recipient under the c-agreement.  In a
-        signed round every entry's certificate and signature (over the keys and, sparse, the
-        row set) are checked first, and this client's own entry must be the one it advertised."""
+        """ShareKeys: Shamir shares of ``s^SK`` and of the self-mask seed ``b`` (drawn at
+        :meth:`advertise`) for every client of the key list, each encrypted to its recipient
+        under the c-agreement.  In a signed round every entry's certificate and signature (over
+        the keys, the seed commitment and, sparse, the row set) are checked first, and this
+        client's own entry must be the one it advertised."""
         self._enter(1, "share_keys")
         cfg = self.config
         _, body = messages.open_frame(keys_msg, "keys", cfg.round_id, messages.SERVER)
@@ -239,7 +273,6 @@ class SecAggClient:
                 raise InvalidMessage("keys: a row bitmap marks rows this client does not have, or itself")
             self._common = {ident: bits[i, :k].astype(bool) for i, ident in enumerate(ids) if ident != self.id}
         rd.end()
-        self._b = self._rng(SEED_BYTES)
         s_sk = int.from_bytes(self._s.private, "little")  # c^SK is never shared
         table = shamir.split([s_sk, int.from_bytes(self._b, "little")], cfg.threshold,
                              [i + 1 for i in ids], _rng=self._rng)

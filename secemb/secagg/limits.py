@@ -24,8 +24,8 @@ def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int
     """The longest ``kind`` message (``keys``, ``relayed``, ``survivors`` or ``signatures``) an
     honest server sends a client of a round of ``config`` with at most ``clients`` clients:
 
-    * keys: ``32 + 4 + clients (4 + 2 x 32)``; in a signed round each entry ``120 + 64`` bytes
-      more (certificate, signature) and in a signed sparse round ``ceil(|candidates| / 8)``
+    * keys: ``32 + 4 + clients (4 + 2 x 32)``; in a signed round each entry ``32 + 120 + 64``
+      bytes more (seed commitment, certificate, signature) and in a signed sparse round ``ceil(|candidates| / 8)``
       more (the listed client's signed row set); in an unsigned sparse round
       ``clients x ceil(length / 8)`` more (a bitmap over the recipient's rows, at most
       ``length``, per listed client);

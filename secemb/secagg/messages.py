@@ -23,8 +23,10 @@ element, ``rows`` = ``count`` uint32 then ``count`` uint32 row numbers, strictly
 ``i div 8``), set where the listed client holds the row too.
 
 In a *signed* round (:attr:`~secemb.secagg.config.SecAggConfig.signed`, resisting an active
-server) an advertise message is ``key(c) key(s) certificate signature [rows]`` and each key-list
-entry ``id key(c) key(s) certificate signature [signed bitmap]`` (certificate: 120 bytes,
+server) an advertise message is ``key(c) key(s) commitment certificate signature [rows]`` and
+each key-list entry ``id key(c) key(s) commitment certificate signature [signed bitmap]``
+(commitment: 32 bytes, SHA-256 of the client's self-mask seed,
+:func:`~secemb.secagg.client.seed_commitment`; certificate: 120 bytes,
 :mod:`secemb.secagg.identity`; signature: 64 bytes, Ed25519): in a sparse round the listed
 client's row set as a bitmap of ``ceil(|candidates| / 8)`` bytes over the round's candidate rows
 (:meth:`~secemb.secagg.config.SecAggConfig.row_bitmap`), which its signature covers; the key list

@@ -34,10 +34,12 @@ from secemb.errors import InvalidMessage, ProtocolError
 from secemb.secagg import keys, messages, shamir
 from secemb.secagg.client import (
     ADVERTISE_DOMAIN,
+    COMMITMENT_BYTES,
     CONSISTENCY_DOMAIN,
     SHARE_CIPHERTEXT_BYTES,
     advertised,
     key_list_digest,
+    seed_commitment,
     survivor_list,
 )
 from secemb.secagg.config import SecAggAborted, SecAggConfig, sign
@@ -75,7 +77,8 @@ class SecAggServer:
         self._stage = 0
         self._aborted: str | None = None
         self._keys: dict[int, tuple[bytes, bytes]] = {}
-        self._signed: dict[int, bytes] = {}  # signed round: certificate || signature of the advertised keys
+        self._signed: dict[int, bytes] = {}  # signed round: commitment || certificate || signature [|| bitmap]
+        self._commitment: dict[int, bytes] = {}  # signed round: the client's signed commitment to its seed
         self._signer: dict[int, bytes] = {}  # signed round: the device's certified signing key
         self._u3_sigs: dict[int, bytes] = {}
         self._key_list = b""  # signed round: SHA-256 of the key list every client was sent
@@ -92,7 +95,9 @@ class SecAggServer:
         self.signers: list[int] = []
         self.u4: list[int] = []
         #: the client of U4 whose unmask shares did not agree with the others' (found and left out by
-        #: :meth:`result`; at most one)
+        #: :meth:`result`; at most one; in a signed round named only where the secrets opened without
+        #: it match their commitments and public keys: it sent a wrong share, or its dealer dealt it
+        #: one off the polynomial, docs/secagg.md, E2)
         self.cheaters: list[int] = []
         #: client of U4 -> the clients of U2 whose shares its unmask message leaves out: those whose
         #: encrypted shares to it did not open (the sender's fault or a relay's; the server cannot
@@ -156,6 +161,24 @@ class SecAggServer:
         """The rows ``u`` and ``v`` both hold (int64, increasing)."""
         return self._rows[u][self._member[self._slot[v], self._pos[u]]]
 
+    def _unopened(self, v: int, which: int, value: int) -> str | None:
+        """Why ``value``, opened as client ``v``'s mask key (``which`` 0) or self-mask seed (1), is
+        not that secret (``None`` when it is, as far as the round can check): a key out of range
+        or whose public key is not the one ``v`` advertised; a seed out of range or, in a signed
+        round, that does not hash to the commitment ``v`` signed (:func:`seed_commitment`)."""
+        if which == 0:
+            if value >= 1 << (8 * keys.KEY_BYTES):
+                return "is out of range"
+            if keys.KeyPair.from_private(value.to_bytes(keys.KEY_BYTES, "little")).public != self._keys[v][1]:
+                return "does not match its public key"
+            return None
+        if value >= 1 << (8 * SEED_BYTES):
+            return "is out of range"
+        if self.config.signed and seed_commitment(self.config, v, value.to_bytes(SEED_BYTES, "little")) \
+                != self._commitment[v]:
+            return "does not match its signed commitment"
+        return None
+
     @property
     def survivors(self) -> list[int]:
         """U3: the clients whose inputs are in the sum (known once the masked stage closes)."""
@@ -164,8 +187,9 @@ class SecAggServer:
     # ------------------------------------------------------------------ stage 0
     def receive_advertise(self, client_id: int, msg: bytes) -> None:
         """Record a client's two public keys (and its rows in a sparse round: within the round's
-        candidate rows and every public row; in a signed round its certificate and its signature
-        of the keys and, sparse, of its row set, both checked)."""
+        candidate rows and every public row; in a signed round its seed commitment, its
+        certificate and its signature of the keys, the commitment and, sparse, the row set, the
+        last two checked)."""
         self._at(0, "receive_advertise")
         cfg = self.config
         body = self._sender(client_id, msg, "advertise", None, self._keys)
@@ -173,6 +197,7 @@ class SecAggServer:
         rd = messages.Reader(body, "advertise")
         c_pk, s_pk = keys.check_public(rd.take(keys.KEY_BYTES)), keys.check_public(rd.take(keys.KEY_BYTES))
         if cfg.signed:
+            commitment = bytes(rd.take(COMMITMENT_BYTES))
             cert_bytes, sig = bytes(rd.take(CERTIFICATE_BYTES)), bytes(rd.take(SIGNATURE_BYTES))
         rows = rd.increasing(cfg.length, "rows") if cfg.sparse else None
         rd.end()
@@ -189,9 +214,10 @@ class SecAggServer:
         if cfg.signed:
             signer = (self.pin.certificate(cert_bytes, cid).public if self.pin is not None
                       else Certificate.named_key(cert_bytes))
-            verify(signer, ADVERTISE_DOMAIN, advertised(cfg, cid, c_pk, s_pk, bitmap), sig,
+            verify(signer, ADVERTISE_DOMAIN, advertised(cfg, cid, c_pk, s_pk, commitment, bitmap), sig,
                    f"advertise of client {cid}")
-            self._signed[cid], self._signer[cid] = cert_bytes + sig + bitmap, signer
+            self._signed[cid], self._signer[cid] = commitment + cert_bytes + sig + bitmap, signer
+            self._commitment[cid] = commitment
         self._keys[cid] = (c_pk, s_pk)
         if rows is not None:
             self._rows[int(client_id)] = rows
@@ -326,20 +352,26 @@ class SecAggServer:
         those whose encrypted shares from its owner did not open: :attr:`complaints`) with
         :func:`~secemb.secagg.shamir.combine_robust`, once per set of holders, the largest sets
         first: with more than ``threshold`` shares they must lie on one polynomial, and with at
-        least ``threshold + 2`` a single client whose shares do not is found, named in
-        :attr:`cheaters` and left out of that reconstruction and of every later one (its own
-        input stays in the sum, as any survivor's); a corrupt share used to abort the round,
-        naming the client whose secret it was.
+        least ``threshold + 2`` a single client whose shares do not is found and left out of
+        that reconstruction and of every later one (its own input stays in the sum, as any
+        survivor's).  Every opened secret is then checked (a mask key against the advertised
+        public key; in a signed round a seed against its owner's signed commitment): one that
+        fails aborts the round and nobody is named; otherwise the client left out is named in
+        :attr:`cheaters` (the correction is verified: with the commitments, two colluding holders
+        can no longer get an honest one named, but a dealer can, docs/secagg.md, E2).  The
+        leave-one-out correction is the only candidate (two sets that each leave one holder out
+        share at least ``threshold`` holders, so both would lie on one polynomial with every
+        share), so no other is tried.
 
         Raises
         ------
-        SecAggAborted: fewer than ``threshold`` unmask messages, or fewer than ``threshold``
-            shares of one secret (too many holders left it out, or once the client found wrong
-            is left out).
+        SecAggAborted: fewer than ``threshold`` unmask messages, fewer than ``threshold`` shares
+            of one secret (too many holders left it out, or once the client found wrong is left
+            out), or an opened secret that fails its check (a wrong share where no spare share
+            could show it, shares from two or more colluding holders, or a dealer that shared
+            another seed than it committed to).
         InvalidMessage: shares that do not agree and are not one client's (more than one
-            client's wrong, or too few spare shares to tell whose), a reconstructed key that does
-            not match the advertised public key, or a reconstructed seed out of range (a corrupted
-            share where no spare share could show it).
+            client's wrong, or too few spare shares to tell whose).
         """
         self._at(_UNMASK, "result")
         self.u4 = self._close(list(self._unmask), "Unmasking")
@@ -369,6 +401,13 @@ class SecAggServer:
             opened, wrong = shamir.combine_robust([h + 1 for h in use],
                                                   [[self._unmask[h][which][v] for v, which in group] for h in use],
                                                   cfg.threshold)
+            for (v, which), value in zip(group, opened, strict=True):
+                why = self._unopened(v, which, value)
+                if why is not None:
+                    corrected = "" if wrong is None else f" (after leaving out client {use[wrong]}'s shares)"
+                    raise self._abort(f"Unmasking: the {_SECRETS[which]} of client {v} opened from {len(use)} "
+                                      f"shares{corrected} {why} (a wrong share no spare share could show, "
+                                      "colluding holders, or an owner that shared another secret; nobody is named)")
             secret.update(zip(group, opened, strict=True))
             if wrong is not None:
                 bad.append(use[wrong])
@@ -383,19 +422,12 @@ class SecAggServer:
         for u in self.u3:
             rows = self.rows_of(u)
             b = secret[(u, 1)]
-            if b >= 1 << (8 * SEED_BYTES):
-                raise InvalidMessage(f"the reconstructed self-mask seed of client {u} is out of range")
             at = rows if cfg.sparse else slice(None)
             total[at] += self._masked[u] - mask_rows(b.to_bytes(SEED_BYTES, "little"), rows, cfg.width)
         for v in self.u2:
             if v in alive:
                 continue
-            s_sk = secret[(v, 0)]
-            if s_sk >= 1 << (8 * keys.KEY_BYTES):
-                raise InvalidMessage(f"the reconstructed mask key of client {v} is out of range")
-            pair = keys.KeyPair.from_private(s_sk.to_bytes(keys.KEY_BYTES, "little"))
-            if pair.public != self._keys[v][1]:
-                raise InvalidMessage(f"the reconstructed mask key of client {v} does not match its public key")
+            pair = keys.KeyPair.from_private(secret[(v, 0)].to_bytes(keys.KEY_BYTES, "little"))
             for u in self.u3:
                 common = self._common(u, v) if cfg.sparse else every
                 if common.size == 0:

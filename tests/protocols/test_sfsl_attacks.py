@@ -243,11 +243,11 @@ def test_limit_each_device_learns_which_of_its_rows_each_peer_declared(clicks):
     assert union is not None
     goods = node.server.space.goods
     candidates = np.concatenate([union, goods + np.unique(node.server.goods_category[union])])
-    entry = 4 + 64 + 120 + 64 + -(-candidates.size // 8)  # id, signed keys, the row set's bitmap
+    entry = 4 + 64 + 32 + 120 + 64 + -(-candidates.size // 8)  # id, signed keys and commitment, row set's bitmap
     assert count == 3 and len(body) == 4 + count * entry
     private = goods + node.server.space.categories  # rows from here on: the dense rows, every device's
     for u in range(3):
-        bitmap = body[4 + (u + 1) * entry - (entry - 252) : 4 + (u + 1) * entry]
+        bitmap = body[4 + (u + 1) * entry - (entry - 284) : 4 + (u + 1) * entry]
         bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), bitorder="little")[: candidates.size].astype(bool)
         assert np.array_equal(candidates[bits], rows[u][rows[u] < private]), u  # device u's S'' and categories
     client = parties[0]._sum

@@ -90,16 +90,17 @@ def sfsl() -> SFSLProtocol:
 G, C, D, MLP, ROWS = 2000, 60, 18, 49242, 4796
 #: the longest honest answer of each stage of an SFSL round of 3 devices, by hand (docs/secagg.md, sfsl/wire.py)
 #: (session 22: both secure aggregations are signed rounds -- each key-list entry carries a 120-byte
-#: certificate and a 64-byte signature; the secure sum's entries then the device's signed row set, a
-#: bitmap over the round's candidate rows, ``_sum_row_set`` below; its shares carry no row data)
+#: certificate and a 64-byte signature, since session 23 after a 32-byte seed commitment; the secure
+#: sum's entries then the device's signed row set, a bitmap over the round's candidate rows,
+#: ``_sum_row_set`` below; its shares carry no row data)
 SFSL_LONGEST = {
-    "psu-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 120 + 64),  # signed keys: 792
+    "psu-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 32 + 120 + 64),  # signed keys and seed commitment: 888
     "psu-shares": 32 + 4 + 2 * (4 + SHARE_CT),             # relayed: 224
     "psu-masked": 32 + 4 + 3 * 4,                          # survivors: 48
     "psu-consistency": 32 + 4 + 3 * (4 + 64),              # signatures of the survivor list: 240
     "psu-unmask": 32 + 4 + 4 * G,                          # the union of every goods
     "download": 32 + 4 * (G * D + C * D + MLP),            # the submodel of every goods and category
-    "sum-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 120 + 64),  # + 3 x _sum_row_set(candidates)
+    "sum-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 32 + 120 + 64),  # + 3 x _sum_row_set(candidates)
     "sum-shares": 32 + 4 + 2 * (4 + SHARE_CT),
     "sum-masked": 32 + 4 + 3 * 4,
     "sum-consistency": 32 + 4 + 3 * (4 + 64),
@@ -172,7 +173,7 @@ def test_a_secea_silos_limits_are_the_longest_honest_answers() -> None:
     n = 3
     longest = {
         "secea-keys": 32 + 2 + n * (2 + 32 + 120 + 64 + 2 + KEY_BITS // 8),  # DIRECTORY, signed: 1078
-        "psu-advertise": 32 + 4 + n * (4 + 32 + 32 + 120 + 64),  # signed: certificate, signature
+        "psu-advertise": 32 + 4 + n * (4 + 32 + 32 + 32 + 120 + 64),  # signed: commitment, certificate, signature
         "psu-shares": 32 + 4 + (n - 1) * (4 + SHARE_CT),
         "psu-masked": 32 + 4 + 4 * n,
         "psu-consistency": 32 + 4 + n * (4 + 64),  # the survivors' signatures

@@ -216,19 +216,19 @@ def test_a_silo_refuses_a_psu_key_list_of_more_silos_than_the_deployment(nodes) 
     """The set-up's private union runs over secure aggregation: a key list of 3 + 1000 silos
     (invented ones after the real, each with a valid key and a certificate and signature's room;
     docs/secagg.md's signed layout) is longer than the longest honest one of 3 silos
-    (32 + 4 + 3 x (68 + 184) = 792 bytes) and refused before the silo computes a share for any of
+    (32 + 4 + 3 x (68 + 216) = 888 bytes) and refused before the silo computes a share for any of
     them (finding G3, ``test_session21_sfsl_deviating.py``)."""
     def inflate(stage: str, answer: bytes) -> bytes | None:
         if stage != "psu-advertise":
             return answer
         count = struct.unpack_from("<I", answer, 32)[0]
         key = KeyPair.generate().public
-        fake = b"".join(struct.pack("<I", 100 + i) + key + key + bytes(184) for i in range(1000))
+        fake = b"".join(struct.pack("<I", 100 + i) + key + key + bytes(216) for i in range(1000))
         return messages.frame("keys", 1, messages.SERVER, struct.pack("<I", count + 1000), answer[36:], fake)
 
     server, party = _set_up(nodes, inflate)
-    with pytest.raises(InvalidMessage, match=r"the answer of psu-advertise: 252792 bytes, longer than any honest "
-                                             r"answer \(792 bytes\)"):
+    with pytest.raises(InvalidMessage, match=r"the answer of psu-advertise: 284888 bytes, longer than any honest "
+                                             r"answer \(888 bytes\)"):
         _take_part(server, party)
     assert server.posted == ["secea-keys", "psu-advertise"] and party.union is None
 

@@ -82,9 +82,10 @@ def _b_shares(msg: bytes) -> dict[int, int]:
     return out
 
 
-#: a signed sparse key-list entry: id, two keys, 120-byte certificate, 64-byte signature, the
-#: 1-byte bitmap of the device's rows over the 8 candidate rows (every row: no public_from)
-_SIGNED_ENTRY = 4 + 64 + 120 + 64 + 1
+#: a signed sparse key-list entry: id, two keys, 32-byte seed commitment, 120-byte certificate,
+#: 64-byte signature, the 1-byte bitmap of the device's rows over the 8 candidate rows (every row:
+#: no public_from)
+_SIGNED_ENTRY = 4 + 64 + 32 + 120 + 64 + 1
 
 
 def _cleared_signed(msg: bytes, victim: int, recipient: int) -> bytes:
@@ -173,7 +174,7 @@ def test_g5_fixed_a_signed_key_list_carries_each_devices_signed_row_set_the_same
     lists = set(server.keys_messages().values())
     assert len(lists) == 1  # no per-recipient bitmaps
     msg = lists.pop()
-    # header, count, 3 x (id, two keys, certificate, signature, 1-byte bitmap): nothing more
+    # header, count, 3 x (id, two keys, commitment, certificate, signature, 1-byte bitmap): nothing more
     assert len(msg) == 32 + 4 + 3 * _SIGNED_ENTRY
     # rows {0,1,2,3}, {1,2,4}, {2,3,5} as bits of the candidate rows 0-7 (bit i = row i)
     assert [msg[32 + 4 + (i + 1) * _SIGNED_ENTRY - 1] for i in range(3)] == [0b1111, 0b10110, 0b101100]

@@ -61,10 +61,11 @@ from session21_deviating_server import DeviatingNode, Tamper, honest  # noqa: E4
 
 USERS = [0, 1, 2]
 #: the longest honest key list of a round of 3 devices, by hand (docs/secagg.md: header, count,
-#: 3 x (id, two 32-byte keys, a 120-byte certificate, a 64-byte signature): SFSL's secure
-#: aggregations are signed rounds since session 22; the secure sum's entries carry one more field,
-#: the device's signed row set over the round's candidate rows, ceil(|candidates| / 8) bytes)
-ENTRY = 4 + 32 + 32 + 120 + 64
+#: 3 x (id, two 32-byte keys, a 32-byte seed commitment (since session 23), a 120-byte certificate,
+#: a 64-byte signature): SFSL's secure aggregations are signed rounds since session 22; the secure
+#: sum's entries carry one more field, the device's signed row set over the round's candidate rows,
+#: ceil(|candidates| / 8) bytes)
+ENTRY = 4 + 32 + 32 + 32 + 120 + 64
 KEYS_3 = 32 + 4 + 3 * ENTRY
 #: the clients a deviating server invents
 FAKE = 1000

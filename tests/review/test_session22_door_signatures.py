@@ -66,8 +66,9 @@ from secemb.transport.signing import user_key
 
 torch.set_num_threads(1)
 
-#: a signed advertise: frame header (32), two X25519 keys (64), certificate (120), signature (64), rows
-CERT_AT = 32 + 64
+#: a signed advertise: frame header (32), two X25519 keys (64), seed commitment (32, since session 23),
+#: certificate (120), signature (64), rows
+CERT_AT = 32 + 64 + 32
 SIG_AT = CERT_AT + CERTIFICATE_BYTES
 
 

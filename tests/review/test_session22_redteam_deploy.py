@@ -231,7 +231,7 @@ def test_held_a_device_refused_at_advertise_cannot_come_back_in_a_later_stage(sf
     refused as from a device not in the stage, and devices 1 and 2 commit as a pair of survivors."""
     node, parties = _round(sfsl)
     bad = bytearray(parties[0].message("psu-advertise"))
-    bad[32 + 64 + 120 + 5] ^= 1  # in its signature (frame header, two keys, certificate, signature)
+    bad[32 + 64 + 32 + 120 + 5] ^= 1  # in its signature (frame header, two keys, seed commitment, certificate)
     with pytest.raises(InvalidMessage, match="advertise of client 0: the signature does not verify"):
         node.receive(1, "psu-advertise", 0, bytes(bad))
     honest = {u: parties[u] for u in (1, 2)}

@@ -319,8 +319,9 @@ def test_held_a_peer_entry_under_another_user_id_is_refused() -> None:
     swapped = {**adv.entries, 1: adv.entries[2], 2: adv.entries[1]}
     with pytest.raises(InvalidMessage, match="device 1 did not sign.*is for device 2"):
         adv.clients[0].share_keys(adv.key_list(ids, swapped))
-    # keys of device 2 with device 1's certificate and device 2's signature: the signature fails
-    mixed = {**adv.entries, 1: adv.entries[2][:PAIR] + adv.entries[1][PAIR : PAIR + 120] + adv.entries[2][-64:]}
+    # keys and seed commitment of device 2 with device 1's certificate and device 2's signature: the signature fails
+    mixed = {**adv.entries,
+             1: adv.entries[2][: PAIR + 32] + adv.entries[1][PAIR + 32 : PAIR + 152] + adv.entries[2][-64:]}
     with pytest.raises(InvalidMessage, match="device 1 did not sign.*does not verify"):
         adv.clients[2].share_keys(adv.key_list(ids, mixed))
 
@@ -727,8 +728,8 @@ def test_finding_r4_a_key_list_is_a_transferable_proof_of_who_took_part() -> Non
     _to_consistency(adv)
     entry = adv.key_list(ids)[H + 4 + (4 + PAIR + SIGNED_ENTRY_BYTES) + 4 :][: PAIR + SIGNED_ENTRY_BYTES]
     third_party = idents[0].pin  # public: the deployment id and the roster's public key
-    cert = third_party.certificate(entry[PAIR : PAIR + 120], 1)
-    keys_of_1 = secagg_client.advertised(cfg, 1, entry[:32], entry[32:PAIR])
-    secagg_identity.verify(cert.public, secagg_client.ADVERTISE_DOMAIN, keys_of_1, entry[PAIR + 120 :], "device 1")
+    cert = third_party.certificate(entry[PAIR + 32 : PAIR + 152], 1)  # after the keys and the seed commitment
+    keys_of_1 = secagg_client.advertised(cfg, 1, entry[:32], entry[32:PAIR], entry[PAIR : PAIR + 32])
+    secagg_identity.verify(cert.public, secagg_client.ADVERTISE_DOMAIN, keys_of_1, entry[PAIR + 152 :], "device 1")
     signed = secagg_client.survivor_list(cfg, secagg_client.key_list_digest(adv.key_list(ids)[H:]), ids)
     secagg_identity.verify(cert.public, secagg_client.CONSISTENCY_DOMAIN, signed, adv.sigs[1], "device 1")

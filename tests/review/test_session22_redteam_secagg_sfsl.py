@@ -23,8 +23,9 @@ deployment's ``users_per_round`` devices; the tests below show the refusals.)
   (143,534 goods, 4,815 categories: 1.19 MB a peer) a round announced with 100 users lets a
   deviating server make each device read about 470 MB, against 90 MB at 20 users; before the
   row tags the largest answer grew as ``n x length / 8`` (the bitmaps).  (Session 22, helper G:
-  the row tags are gone; the largest secure-sum answer is the key list, ``n x (252 +
-  ceil(|candidates| / 8))`` bytes with the candidates at most every goods and category row, and
+  the row tags are gone; the largest secure-sum answer is the key list, ``n x (284 +
+  ceil(|candidates| / 8))`` bytes -- 252 before session 23's seed commitments -- with the
+  candidates at most every goods and category row, and
   ShareKeys' is ``(n - 1) x 94``.)
 """
 
@@ -67,7 +68,7 @@ def test_r5_fixed_an_sfsl_device_reads_answers_sized_for_its_deployments_round(s
     # the secure sum's answers at 3 devices with every goods and category row a candidate (the most there are)
     cfg = sum_config(sfsl.make_server().node.server.space, 2, 1, tuple(range(GOODS + CATEGORIES)))
     assert longest_server_message(cfg, 3, "relayed") == H + 4 + 2 * (4 + SHARE_CIPHERTEXT_BYTES)
-    assert longest_server_message(cfg, 3, "keys") == H + 4 + 3 * (4 + 64 + 120 + 64 + 258)  # 2060 bits: 258 bytes
+    assert longest_server_message(cfg, 3, "keys") == H + 4 + 3 * (4 + 64 + 32 + 120 + 64 + 258)  # 2060 bits: 258 bytes
     for n in (100, 101):
         with pytest.raises(InvalidMessage, match=f"a round of {n} users, not the deployment's 3"):
             device.party(doc | {"users": list(range(n))})

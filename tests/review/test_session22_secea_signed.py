@@ -208,10 +208,11 @@ def _substitute_silo_1(stage: str, answer: bytes) -> bytes | None:
 
 def _substitute_silo_1s_psu_key(stage: str, answer: bytes) -> bytes | None:
     """The PSU's key list (docs/secagg.md, signed: u32 count, then per client u32 id, two X25519
-    keys, certificate, signature) with the server's key as silo 1's second (its masking key)."""
+    keys, seed commitment (32 bytes, since session 23), certificate, signature) with the server's
+    key as silo 1's second (its masking key)."""
     if stage != "psu-advertise":
         return answer
-    entry = 4 + 64 + CERT + SIG
+    entry = 4 + 64 + 32 + CERT + SIG
     at = HEADER_BYTES + 4 + entry  # silo 1's entry
     assert struct.unpack_from("<I", answer, at)[0] == 1 and len(answer) == HEADER_BYTES + 4 + 3 * entry
     return answer[:at + 36] + _server_key() + answer[at + 68:]

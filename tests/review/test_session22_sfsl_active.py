@@ -89,14 +89,14 @@ def test_a_device_refuses_a_key_list_with_a_key_its_peer_did_not_sign(sfsl, node
 
 def _clear_row_set(got: str, answer: bytes, peer: int = 1) -> bytes | None:
     """The secure sum's key list with ``peer``'s signed row set cleared (G5: nobody masks with it
-    on any candidate row; docs/secagg.md: count, records of id, two keys, certificate, signature,
-    the bitmap over the candidate rows)."""
+    on any candidate row; docs/secagg.md: count, records of id, two keys, seed commitment,
+    certificate, signature, the bitmap over the candidate rows)."""
     if got != "sum-advertise":
         return answer
     body = bytearray(answer)
     at, entry = _entry_of(body, peer)
-    assert any(body[at + 4 + 64 + 184 : at + entry])  # peer 1 holds some candidate row
-    body[at + 4 + 64 + 184 : at + entry] = bytes(entry - 4 - 64 - 184)
+    assert any(body[at + 4 + 64 + 216 : at + entry])  # peer 1 holds some candidate row
+    body[at + 4 + 64 + 216 : at + entry] = bytes(entry - 4 - 64 - 216)
     return bytes(body)
 
 

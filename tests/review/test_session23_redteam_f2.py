@@ -17,7 +17,8 @@ Held (the attack is refused, opens nothing, or gets no more than before the fix)
   since the fix) opens nothing; a client unmasks once;
 * one malicious device that lies on shares and omits others, where it holds only secrets with
   ``threshold + 2`` holders or more, is named and the sum is exact; spoiling its own shares down
-  to the threshold and lying on its own seed moves only its own rows (what its masked input can do);
+  to the threshold and lying on its own seed moves only its own rows in an unsigned round (what
+  its masked input can do) and aborts a signed one (its seed does not open to its commitment);
 * the unmask intake: shares of clients outside U2 / U3, of the wrong kind, duplicates, a missing
   own seed share, counts past the body, shares outside the field, trailing bytes, a sender that is
   not a survivor or did not sign, a second message, a message after the close: each a clean
@@ -29,15 +30,18 @@ Findings (what the attacker gets; docs/secagg.md, "Session 23 red team"):
 
 * E1 (since session 22's F3 fix, not F2's) -- two colluding devices among the holders of an honest
   device's seed, where at most ``threshold`` honest clients hold it, open that seed as they choose
-  (``b + 1`` here): with ``threshold + 2`` holders the leave-one-out search names an HONEST holder
-  in ``cheaters`` and the round commits; with ``threshold + 1`` the shares agree and nobody is
-  named.  The sum is wrong on the victim's rows, in a sparse round rows neither colluder holds.
-  docs/security.md says two devices sending wrong shares abort the round.  Not fixed: no decoder
-  tells one wrong share from two colluding ones at ``threshold + 2`` shares.
+  (``b + 1`` here): with ``threshold + 2`` holders the leave-one-out search named an HONEST holder
+  in ``cheaters`` and the round committed; with ``threshold + 1`` the shares agree and nobody was
+  named.  The sum was wrong on the victim's rows, in a sparse round rows neither colluder holds.
+  Fixed in signed rounds (session 23, helper H): each client commits to its seed in its signed
+  advertise and the server checks every opened seed against the commitment; a wrong opening
+  aborts the round and names nobody (``test_held_e1_*``).  Unsigned rounds (an honest-but-curious
+  setting, no commitments) still open it wrong (``test_finding_e1_unsigned_*``).
 * E2 (since F3) -- one device that deals one honest peer a share off its polynomial (an authentic
   ciphertext: the peer takes it) gets that honest peer named in ``cheaters`` (SFSL's
-  ``bad_shares``); the sum is exact.  A holder's wrong share and a dealer's look alike.  Not fixed
-  (it needs verifiable sharing).
+  ``bad_shares``); the sum is exact.  A holder's wrong share and a dealer's look alike; in a
+  signed round the commitment verifies the corrected seed (it is the dealer's), not which of the
+  two -- holder or dealer -- was wrong.  Not fixed (it needs verifiable secret sharing).
 * E3 (F2) -- colluding devices that omit an honest device's seed are recorded as complaints against
   it, and with enough of them the round aborts naming that device's seed.  Nothing acts on either
   (docs/deployment.md).  The abort reason used to state that the device's shares did not open; it
@@ -350,15 +354,24 @@ def test_held_one_device_lying_and_omitting_is_named_and_the_sum_is_exact(seed: 
     assert np.array_equal(total, rnd.want())
 
 
-def test_held_a_device_spoiling_its_own_shares_down_to_the_threshold_moves_only_its_own_rows() -> None:
+@pytest.mark.parametrize("signed", [False, True])
+def test_held_a_device_spoiling_its_own_shares_down_to_the_threshold_moves_only_its_own_rows(signed: bool) -> None:
     """Sparse, five clients, threshold 3: client 0 spoils its shares to clients 3 and 4, so only
-    0, 1 and 2 hold its seed (exactly the threshold: nothing to check), and shifts its own share of
-    it.  The round commits, nobody is named, and the sum is numpy's on every row client 0 does not
-    hold: what it moved it could have moved with its masked input.  (No colluding holder is
-    needed: the device's own unmask message carries a share of its seed.)"""
+    0, 1 and 2 hold its seed (exactly the threshold: no spare share), and shifts its own share of
+    it.  Unsigned: the round commits, nobody is named, and the sum is numpy's on every row client 0
+    does not hold: what it moved it could have moved with its masked input.  (No colluding holder
+    is needed: the device's own unmask message carries a share of its seed.)  Signed: the seed
+    opens to another value than client 0 committed to, and the round aborts naming nobody (a
+    device can abort a signed round this way, as it could by dealing two holders bad shares)."""
     rows = {0: [0, 1, 2], 1: [0, 3], 2: [1, 4, 5], 3: [2, 3, 4], 4: [0, 5]}
-    rnd = _play(5, 3, rows=rows, deal=lambda u, c, m: m if u else _flip(_flip(m, 3), 4),
+    rnd = _play(5, 3, signed=signed, rows=rows, deal=lambda u, c, m: m if u else _flip(_flip(m, 3), 4),
                 unmask=lambda u, m: m if u else _edit(0, m, 1, 0, 5))
+    if signed:
+        with pytest.raises(SecAggAborted, match="the self-mask seed of client 0 opened from 3 shares does not "
+                                                "match its signed commitment"):
+            rnd.server.result()
+        assert rnd.server.cheaters == [] and rnd.server.complaints == {3: [0], 4: [0]}
+        return
     total = rnd.server.result()
     assert rnd.server.cheaters == [] and rnd.server.complaints == {3: [0], 4: [0]}
     own = np.zeros(6, bool)
@@ -387,19 +400,48 @@ def _colluders_shift(owner: int, honest: list[int], colluders: tuple[int, ...]) 
     return lambda u, msg: _edit(u, msg, 1, owner, q(u + 1)) if u in colluders else msg
 
 
-@pytest.mark.parametrize("signed", [False, True])
+_E1_REASON = r"the self-mask seed of client 0 opened from {} shares{} does not match its signed commitment"
+
+
+@pytest.mark.parametrize(("silent", "reason"), [((), _E1_REASON.format(5, r" \(after leaving out client 2's shares\)")),
+                                                ((2,), _E1_REASON.format(4, ""))])
+def test_held_e1_fixed_two_colluding_holders_moving_an_honest_seed_abort_a_signed_round_naming_nobody(
+        silent: tuple[int, ...], reason: str) -> None:
+    """E1's attack in a signed round: five clients, threshold 3; clients 3 and 4 collude; all five
+    unmask, or client 2 drops before unmasking.  Both move their shares of honest client 0's seed
+    onto a polynomial through the shares of clients 0 and 1.  With five holders leaving out honest
+    client 2 mends the shares, with four they agree; either way the seed so opened (``b_0 + 1``)
+    is not the one client 0 committed to in its signed advertise: the round aborts, no sum is
+    returned and nobody is named in ``cheaters`` (it used to name client 2, or nobody, and commit
+    a wrong sum)."""
+    rnd = _play(5, 3, signed=True, drop_after={u: 4 for u in silent}, unmask=_colluders_shift(0, [0, 1], (3, 4)))
+    with pytest.raises(SecAggAborted, match=reason):
+        rnd.server.result()
+    assert rnd.server.cheaters == []
+    with pytest.raises(SecAggAborted):  # and stays aborted: no sum is ever returned
+        rnd.server.result()
+
+
+def test_held_e1_fixed_sparse_the_colluders_abort_the_round_instead_of_moving_rows_they_do_not_hold() -> None:
+    """E1 in a signed sparse round (SFSL's): client 0 holds rows 0-2, colluders 3 and 4 hold rows
+    3-5 only.  Their shift of client 0's seed used to make rows 0-2 of the committed sum wrong and
+    name honest client 2; the seed now fails client 0's commitment and the round aborts."""
+    rows = {0: [0, 1, 2], 1: [0, 1, 3], 2: [2, 4], 3: [3, 4], 4: [4, 5]}
+    rnd = _play(5, 3, signed=True, rows=rows, unmask=_colluders_shift(0, [0, 1], (3, 4)))
+    with pytest.raises(SecAggAborted, match=_E1_REASON.format(5, r" \(after leaving out client 2's shares\)")):
+        rnd.server.result()
+    assert rnd.server.cheaters == []
+
+
 @pytest.mark.parametrize(("silent", "named"), [((), [2]), ((2,), [])])
-def test_finding_e1_two_colluding_holders_open_an_honest_seed_wrong_and_name_an_honest_client(
-        signed: bool, silent: tuple[int, ...], named: list[int]) -> None:
-    """E1: five clients, threshold 3; clients 3 and 4 collude; all five unmask, or client 2 drops
-    before unmasking.  Both move their shares of honest client 0's seed onto a polynomial through
-    the shares of clients 0 and 1 (public points only).  With five holders (threshold + 2: the
-    leave-one-out search runs) leaving out honest client 2 mends the shares, so client 2 is named
-    in ``cheaters``; with four (threshold + 1) the shares agree and nobody is named.  Either way the
-    round commits with client 0's seed opened as ``b_0 + 1``: the sum is numpy's plus client 0's
-    true self mask minus the one of ``b_0 + 1`` (client 0's seed read from the test's client)."""
-    drops = {u: 4 if signed else 3 for u in silent}  # the silent client sends no unmask message
-    rnd = _play(5, 3, signed=signed, drop_after=drops, unmask=_colluders_shift(0, [0, 1], (3, 4)))
+def test_finding_e1_unsigned_rounds_have_no_commitment_and_still_open_a_seed_wrong(
+        silent: tuple[int, ...], named: list[int]) -> None:
+    """E1 where it remains: an unsigned round (the honest-but-curious setting; SFSL and SecEA's
+    set-up run signed rounds) has no seed commitments.  As before, with five holders honest
+    client 2 is named, with four nobody; the round commits with client 0's seed opened as
+    ``b_0 + 1``: the sum is numpy's plus client 0's true self mask minus the one of ``b_0 + 1``
+    (client 0's seed read from the test's client)."""
+    rnd = _play(5, 3, drop_after={u: 3 for u in silent}, unmask=_colluders_shift(0, [0, 1], (3, 4)))
     total = rnd.server.result()
     assert rnd.server.cheaters == named
     b0 = int.from_bytes(rnd.clients[0]._b, "little")
@@ -407,24 +449,16 @@ def test_finding_e1_two_colluding_holders_open_an_honest_seed_wrong_and_name_an_
     assert not np.array_equal(total, rnd.want())
 
 
-def test_finding_e1_sparse_the_colluders_move_rows_neither_of_them_holds() -> None:
-    """E1 in a sparse round (SFSL's): client 0 holds rows 0-2, colluders 3 and 4 hold rows 3-5
-    only.  Their shift of client 0's seed makes rows 0-2 of the committed sum wrong, rows no input
-    of theirs reaches; honest client 2 is named."""
-    rows = {0: [0, 1, 2], 1: [0, 1, 3], 2: [2, 4], 3: [3, 4], 4: [4, 5]}
-    rnd = _play(5, 3, rows=rows, unmask=_colluders_shift(0, [0, 1], (3, 4)))
-    total = rnd.server.result()
-    assert rnd.server.cheaters == [2]
-    wrong = np.flatnonzero((total != rnd.want()).any(axis=1))
-    assert wrong.tolist() == [0, 1, 2]
-
-
-def test_finding_e2_one_device_dealing_a_bad_share_gets_an_honest_holder_named() -> None:
+@pytest.mark.parametrize("signed", [False, True])
+def test_finding_e2_one_device_dealing_a_bad_share_gets_an_honest_holder_named(signed: bool) -> None:
     """E2: five clients, threshold 3.  Client 0 deals client 4 a share of its seed off its
     polynomial, in an authentic ciphertext: client 4 takes it and reveals it at Unmasking.  The
     server finds client 4's share the one that disagrees and names honest client 4 (SFSL's
-    ``bad_shares``); the sum is exact (the other four shares open client 0's seed)."""
-    rnd = _play(5, 3, deal=lambda u, c, m: _redeal(c, m, 4, 1) if u == 0 else m)
+    ``bad_shares``); the sum is exact (the other four shares open client 0's seed).  In a signed
+    round that seed matches client 0's commitment -- the correction is verified -- but nothing
+    tells a holder's wrong share from a dealer's wrong deal: a named holder is the one that
+    cheated or one a malicious dealer framed (verifiable secret sharing would tell them apart)."""
+    rnd = _play(5, 3, signed=signed, deal=lambda u, c, m: _redeal(c, m, 4, 1) if u == 0 else m)
     assert np.array_equal(rnd.server.result(), rnd.want(list(range(5))))
     assert rnd.server.cheaters == [4] and rnd.server.complaints == {}
 

@@ -92,7 +92,7 @@ def _mitm(signed: bool) -> tuple[np.ndarray, np.ndarray | None]:
         server.receive_advertise(u, c.advertise())
     fake_c = {u: keys.KeyPair.generate() for u in ids}
     fake_s = {u: keys.KeyPair.generate() for u in ids}
-    entry = 64 + (184 if signed else 0)
+    entry = 64 + (216 if signed else 0)  # signed: commitment 32, certificate 120, signature 64
     msgs = server.keys_messages()
     tampered = _swap_keys(msgs[victim], victim, entry, {u: fake_c[u].public + fake_s[u].public for u in ids})
     x = _inputs([victim], 6, 2, 5)[victim]
@@ -145,12 +145,14 @@ def test_a_forged_certificate_or_signature_in_the_key_list_is_refused() -> None:
     for u, c in clients.items():
         server.receive_advertise(u, c.advertise())
     msg = server.keys_messages()[0]
-    entry = 64 + 184
+    entry = 64 + 216
     at = H + 4 + (4 + entry) + 4  # device 1's entry, after its id
     # the server's own identity for device 1 (a certificate of another roster) with its own keys
     ident = type(roster)(roster.deployment, rogue.private).enroll(1)
     c_pk, s_pk = keys.KeyPair.generate().public, keys.KeyPair.generate().public
-    forged = c_pk + s_pk + ident.certificate.to_bytes() + ident.sign(ADVERTISE_DOMAIN, advertised(cfg, 1, c_pk, s_pk))
+    commit = bytes(32)
+    forged = (c_pk + s_pk + commit + ident.certificate.to_bytes()
+              + ident.sign(ADVERTISE_DOMAIN, advertised(cfg, 1, c_pk, s_pk, commit)))
     bad = msg[:at] + forged + msg[at + entry :]
     with pytest.raises(InvalidMessage, match="device 1 did not sign.*not the roster's"):
         clients[0].share_keys(bad)
@@ -160,7 +162,8 @@ def test_the_server_refuses_an_advertise_whose_signature_or_certificate_fails() 
     cfg = SecAggConfig(length=4, threshold=2, round_id=1, signed=True)
     roster = Roster.generate()
     msg = SecAggClient(1, cfg, identity=roster.enroll(1)).advertise()
-    for i in (H + 3, H + 64 + 100, len(msg) - 1):  # a key, the certificate's signature, the signature
+    # a key, the seed commitment, the certificate's signature, the signature
+    for i in (H + 3, H + 64 + 5, H + 64 + 32 + 100, len(msg) - 1):
         bad = bytearray(msg)
         bad[i] ^= 1
         server = SecAggServer(cfg, pin=roster.pin)
@@ -298,9 +301,9 @@ def test_signed_server_messages_fit_the_longest_honest_answer(sparse: bool) -> N
              "ConsistencyCheck": "signatures"}
     seen = {kinds[stage]: len(m) for stage, src, _, m in tr.messages if src == -1}
     assert seen == {k: longest_server_message(cfg, 4, k) for k in kinds.values()}  # all rows, all clients: equal
-    # by hand: keys 32 + 4 + 4 (4 + 64 + 184 [+ 1: a bitmap over the 6 candidate rows]); relayed 32 + 4 + 3 (4 + 90)
-    # (no row data in the shares); signatures 32 + 4 + 4 x 68
-    assert seen["keys"] == (1048 if sparse else 1044) and seen["signatures"] == 308
+    # by hand: keys 32 + 4 + 4 (4 + 64 + 32 + 120 + 64 [+ 1: a bitmap over the 6 candidate rows]);
+    # relayed 32 + 4 + 3 (4 + 90) (no row data in the shares); signatures 32 + 4 + 4 x 68
+    assert seen["keys"] == (1176 if sparse else 1172) and seen["signatures"] == 308
     assert seen["relayed"] == 318
 
 
@@ -318,12 +321,13 @@ def test_public_rows_are_masked_with_every_peer_and_only_private_rows_are_in_the
     # the shares carry no row data: 2 records of id + 90-byte ciphertext
     shares0 = next(m for stage, src, _, m in tr.messages if stage == "ShareKeys" and src == 0)
     assert len(shares0) == H + 4 + 2 * (4 + 90)
-    # one key list for everyone, each entry id, keys, certificate, signature, then 1 byte: the bitmap over rows 0-4
+    # one key list for everyone, each entry id, keys, commitment, certificate, signature, then 1 byte:
+    # the bitmap over rows 0-4
     lists = {m for stage, src, _, m in tr.messages if stage == "AdvertiseKeys" and src == -1}
     assert len(lists) == 1
     body = next(iter(lists))[H:]
-    assert len(body) == 4 + 3 * (4 + 64 + 184 + 1)
-    assert [body[4 + (u + 1) * 253 - 1] for u in range(3)] == [0b00011, 0b00110, 0b01000]
+    assert len(body) == 4 + 3 * (4 + 64 + 216 + 1)
+    assert [body[4 + (u + 1) * 285 - 1] for u in range(3)] == [0b00011, 0b00110, 0b01000]
     with pytest.raises(InvalidParameters, match="every row from 5 on"):
         SecAggClient(0, cfg, identity=Roster.generate().enroll(0)).advertise(np.array([0, 5, 6]))
     with pytest.raises(InvalidParameters, match="public_from"):
@@ -360,9 +364,9 @@ def test_a_round_with_candidate_rows_sums_each_row_over_its_holders() -> None:
     for u, r in rows.items():
         expected[r] += inputs[u]
     assert np.array_equal(tr.total[:, 0], expected.astype(np.uint32))
-    # a key-list entry: id, keys, certificate, signature, 1 bitmap byte over the 4 candidates
+    # a key-list entry: id, keys, commitment, certificate, signature, 1 bitmap byte over the 4 candidates
     keys0 = next(m for stage, src, dst, m in tr.messages if stage == "AdvertiseKeys" and dst == 0)
-    assert len(keys0) == H + 4 + 3 * (4 + 64 + 184 + 1)
+    assert len(keys0) == H + 4 + 3 * (4 + 64 + 216 + 1)
 
 
 def test_rows_outside_the_candidates_are_refused_by_the_client_and_the_server() -> None:
@@ -386,7 +390,7 @@ def test_rows_outside_the_candidates_are_refused_by_the_client_and_the_server() 
 def _flip(keys_msg: bytes, entry: int, offset: int) -> bytes:
     """``keys_msg`` with bit 0 of byte ``offset`` of key-list entry ``entry`` (after its id) flipped."""
     body = bytearray(keys_msg[H:])
-    body[4 + entry * (4 + 64 + 184 + 1) + 4 + offset] ^= 1
+    body[4 + entry * (4 + 64 + 216 + 1) + 4 + offset] ^= 1
     return keys_msg[:H] + bytes(body)
 
 
@@ -395,7 +399,7 @@ def test_an_altered_row_set_in_the_key_list_is_refused(entry: int) -> None:
     rows = {0: [1, 3, 10, 11], 1: [3, 9, 10, 11], 2: [4, 10, 11]}
     clients, _, lists = _cand_round(_cand_config(), rows)
     # the server marks row 1 (bit 0) in the row set of client 2 (entry 2) for client 1, or changes client 0's own
-    altered = _flip(lists[entry], entry, 64 + 184)
+    altered = _flip(lists[entry], entry, 64 + 216)
     match = "another row set under this client's id" if entry == 0 else "device 2 .* did not sign"
     with pytest.raises(InvalidMessage, match=match):
         clients[entry if entry == 0 else 1].share_keys(altered)
@@ -415,7 +419,7 @@ def test_devices_given_different_candidate_lists_refuse_each_others_signatures()
     a2 = SecAggClient(0, _cand_config(), identity=roster.enroll(0))
     b2 = SecAggClient(1, _cand_config((1, 3, 4, 8)), identity=roster.enroll(1))
     ads = {0: a2.advertise(np.array([1, 3, 10, 11])), 1: b2.advertise(np.array([1, 3, 10, 11]))}
-    relayed = b"".join(u.to_bytes(4, "little") + ad[H : H + 64 + 184] + bytes([0b0011]) for u, ad in ads.items())
+    relayed = b"".join(u.to_bytes(4, "little") + ad[H : H + 64 + 216] + bytes([0b0011]) for u, ad in ads.items())
     lst = messages.frame("keys", 8, messages.SERVER, (2).to_bytes(4, "little"), relayed)
     with pytest.raises(InvalidMessage, match="device 1 .* did not sign"):
         a2.share_keys(lst)

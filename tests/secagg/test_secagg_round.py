@@ -370,7 +370,7 @@ def _run_to_unmask(cfg, ids, drops):
     return server, {i: clients[i].unmask(surv[i]) for i in surv}
 
 
-def test_a_wrong_key_share_is_detected_and_an_out_of_field_share_refused():
+def test_a_wrong_key_share_aborts_the_round_and_an_out_of_field_share_is_refused():
     cfg = SecAggConfig(length=4, threshold=3)
     server, unmask = _run_to_unmask(cfg, [0, 1, 2, 3], drops={0})
     msg = bytearray(unmask[1])
@@ -384,8 +384,11 @@ def test_a_wrong_key_share_is_detected_and_an_out_of_field_share_refused():
     server.receive_unmask(1, bytes(msg))
     server.receive_unmask(2, unmask[2])
     server.receive_unmask(3, unmask[3])
-    with pytest.raises(InvalidMessage, match="does not match its public key"):
+    # three shares, the threshold: nothing to compare, the opened key is checked against the advertised one
+    with pytest.raises(SecAggAborted, match=r"the mask key of client 0 opened from 3 shares does not match its "
+                                            r"public key \(.*nobody is named\)"):
         server.result()
+    assert server.cheaters == []
 
 
 @functools.cache
