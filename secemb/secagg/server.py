@@ -179,6 +179,27 @@ class SecAggServer:
             return "does not match its signed commitment"
         return None
 
+    def _one_spare(self, use: list[int], group: list[tuple[int, int]]) -> tuple[list[int], int] | None:
+        """Secrets ``group`` (each ``(client, which)``) from the shares of exactly ``threshold + 1``
+        holders ``use`` that do not lie on one polynomial: the opening, and the index in ``use`` of
+        the holder left out, from the one ``threshold``-subset whose secrets all pass their checks
+        (:meth:`_unopened`: a mask key against its public key; a seed against its signed
+        commitment, so only in a signed round).  ``None`` where a secret of the group has no check
+        or where not exactly one subset passes (two wrong shares, or an owner that shared another
+        secret).  Another subset passes only with a SHA-256 collision or an X25519 key collision:
+        a subset with the wrong share opens, for the secret it spoils, a value other than the one
+        committed to."""
+        if not self.config.signed and any(which == 1 for _, which in group):
+            return None
+        passing: list[tuple[list[int], int]] = []
+        for i in range(len(use)):
+            rest = [h for j, h in enumerate(use) if j != i]
+            opened = [shamir.combine([h + 1 for h in rest], [self._unmask[h][which][v] for h in rest],
+                                     self.config.threshold) for v, which in group]
+            if all(self._unopened(v, which, value) is None for (v, which), value in zip(group, opened, strict=True)):
+                passing.append((opened, i))
+        return passing[0] if len(passing) == 1 else None
+
     @property
     def survivors(self) -> list[int]:
         """U3: the clients whose inputs are in the sum (known once the masked stage closes)."""
@@ -398,9 +419,17 @@ class SecAggServer:
                 v, which = group[0]
                 raise self._abort(f"Unmasking: {len(use)} shares of the {_SECRETS[which]} of client {v} without "
                                   f"client {bad[0]}'s (found wrong), threshold {cfg.threshold}")
-            opened, wrong = shamir.combine_robust([h + 1 for h in use],
-                                                  [[self._unmask[h][which][v] for v, which in group] for h in use],
-                                                  cfg.threshold)
+            try:
+                opened, wrong = shamir.combine_robust([h + 1 for h in use],
+                                                      [[self._unmask[h][which][v] for v, which in group] for h in use],
+                                                      cfg.threshold)
+            except InvalidMessage:
+                # one spare share: the shares disagree and the polynomial cannot say whose is wrong, but
+                # the secrets' checks can, where every secret of the set has one
+                found = self._one_spare(use, group) if len(use) == cfg.threshold + 1 else None
+                if found is None:
+                    raise
+                opened, wrong = found
             for (v, which), value in zip(group, opened, strict=True):
                 why = self._unopened(v, which, value)
                 if why is not None:

@@ -196,6 +196,26 @@ def test_one_wrong_holder_is_named_where_the_opening_matches_the_commitment() ->
     assert rnd.server.cheaters == [4]
 
 
+def test_with_one_spare_share_the_commitment_names_the_wrong_holder_and_the_sum_is_exact() -> None:
+    """Four holders, threshold 3: one spare share shows that holder 3's share of client 0's seed is
+    off the polynomial, not whose it is; of the four 3-subsets only the one without it opens the
+    committed seed (F3's one-spare case, session 23), so holder 3 is named and the round commits."""
+    rnd = _Round(4, 3)
+    rnd.play(lambda u, msg: _unmask_edit(msg, 1, 0, 7) if u == 3 else msg)
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.cheaters == [3]
+
+
+def test_with_one_spare_share_an_unsigned_round_still_cannot_tell_whose_it_is() -> None:
+    """The same in an unsigned round: a seed has no commitment to try the subsets against, so the
+    disagreement is refused without a name, as before."""
+    rnd = _Round(4, 3, signed=False)
+    rnd.play(lambda u, msg: _unmask_edit(msg, 1, 0, 7) if u == 3 else msg)
+    with pytest.raises(InvalidMessage, match="too few to tell whose are wrong"):
+        rnd.server.result()
+    assert rnd.server.cheaters == []
+
+
 def test_a_tampered_commitment_in_the_key_list_is_refused_by_the_peers() -> None:
     rnd = _Round(3, 2)
     for u in rnd.ids:
