@@ -285,9 +285,11 @@ def test_finding_a_restarted_server_and_a_silo_that_lived_through_it_never_reuse
 
 
 def test_finding_a_corrupt_psu_share_aborts_the_set_up_instead_of_wedging_the_server():
-    """Silo 1 flips a bit of its PSU unmask message (a well-formed share of a wrong value: only
-    the sum's opening shows it).  The stage's close is a 409 (the round aborted), the round
-    document says so, and a new set-up (the next id) commits."""
+    """Silos 0 and 1 flip a bit of their PSU unmask messages (well-formed shares of wrong values:
+    only the sum's opening shows them; two wrong shares with one spare cannot be attributed -- one
+    alone is named and the set-up commits since session 23, tests/secagg/test_secagg_seed_commitment.py).
+    The stage's close is a 409 (the round aborted), the round document says so, and a new set-up
+    (the next id) commits."""
     params, bloom, clients = secea_world(6)
     http = http_of(secea_node(params, bloom, 6))
     http.open(1, [0, 1, 2])
@@ -296,7 +298,7 @@ def test_finding_a_corrupt_psu_share_aborts_the_set_up_instead_of_wedging_the_se
         play_stage(http, SECEA_SETUP_PLAN, 1, stage, parties)
     for i, p in parties.items():
         body = bytearray(p.message("psu-unmask"))
-        if i == 1:
+        if i in (0, 1):
             body[-2] ^= 0x01  # inside the last share of the self-mask seeds
         assert http.send(i, 1, "psu-unmask", bytes(body)) == 204
     assert http.close(1, "psu-unmask") == 409
@@ -307,10 +309,11 @@ def test_finding_a_corrupt_psu_share_aborts_the_set_up_instead_of_wedging_the_se
 
 def test_finding_a_corrupt_sum_share_with_a_stage_deadline_aborts_and_the_next_round_runs():
     """As ``secemb serve`` runs it (the server closes a stage once every device still in has
-    sent): SFSL, device 1 corrupts its unmask message of the secure sum.  The honest device
-    whose message closes the stage gets its 204 (it got a 400 for a message the server had
-    kept), the round aborts with the model unchanged, and the next round opens and commits
-    (it was refused 409, "round 1 is still open", until a restart)."""
+    sent): SFSL, devices 0 and 1 corrupt their unmask messages of the secure sum (two wrong shares
+    with one spare: caught, nobody named; one alone is named and the round commits since session
+    23).  The honest device whose message closes the stage gets its 204 (it got a 400 for a
+    message the server had kept), the round aborts with the model unchanged, and the next round
+    opens and commits (it was refused 409, "round 1 is still open", until a restart)."""
     from secemb.data.ctr import TaobaoShaped, split_clicks
     from secemb.protocols.exchange import ExchangeRun
     from secemb.protocols.sfsl.protocol import SFSLProtocol
@@ -329,7 +332,7 @@ def test_finding_a_corrupt_sum_share_with_a_stage_deadline_aborts_and_the_next_r
         for stage in SFSL_PLAN.stages:
             for u in range(3):
                 body = parties[u].message(stage)
-                if corrupt and stage == "sum-unmask" and u == 1:
+                if corrupt and stage == "sum-unmask" and u in (0, 1):
                     body = body[:-5] + bytes([body[-5] ^ 1]) + body[-4:]
                 assert http.send(u, round_id, stage, body) == 204, (stage, u)
             if SFSL_PLAN.replies(stage):
@@ -342,7 +345,7 @@ def test_finding_a_corrupt_sum_share_with_a_stage_deadline_aborts_and_the_next_r
         return str(doc["state"])
 
     assert one_round(1, corrupt=True) == "aborted"
-    # caught by the shares' consistency check (docs/secagg.md); with 3 devices (one spare share) nobody is named
+    # caught by the shares' consistency check (docs/secagg.md); two wrong with one spare share: nobody is named
     assert "do not agree" in http.outcome(1)["reason"]
     assert hosted.model() == model0
     assert one_round(2, corrupt=False) == "committed"
