@@ -7,7 +7,8 @@ message (bytes), checks it, and returns the client's reply (bytes)::
     advertise(rows)                       -> advertise   (c and s public keys [, rows];
                                                           signed: commitment to b,
                                                           certificate, signature)
-    share_keys(keys)                      -> shares      (AES-GCM Shamir shares for each peer)
+    share_keys(keys)                      -> shares      (AES-GCM Shamir shares for each peer;
+                                                          signed: a commitment to each share)
     masked_input(relayed, values)         -> masked      (y = x + PRG(b) + sum of +-PRG(s_uv))
     consistency(survivors)                -> consistency (signed only: signature of U3)
     unmask(survivors | signatures)        -> unmask      (shares of s^SK of the dropped,
@@ -20,7 +21,10 @@ signed the same survivor list, and in a sparse round masks with a peer exactly o
 peer's signed row set (a bitmap over the round's candidate rows, in the key list) and its own
 have in common, and on every public row.  A signed round's client also commits to its
 self-mask seed ``b`` in its signed advertise (:func:`seed_commitment`), so the server can check
-the seed it opens at Unmasking.
+the seed it opens at Unmasking, and commits to every share it deals (:func:`share_commitment`,
+in the clear next to the ciphertext): a holder takes only shares that match the commitments the
+server relays with them, and the server checks every unmask share against its commitment, so a
+wrong share is shown to be its holder's or its dealer's (docs/secagg.md, "Share commitments").
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ __all__ = [
     "COMMITMENT_BYTES",
     "CONSISTENCY_DOMAIN",
     "SEED_COMMITMENT_DOMAIN",
+    "SHARE_COMMITMENT_BYTES",
+    "SHARE_COMMITMENT_DOMAIN",
     "SIGNED_ENTRY_BYTES",
     "SecAggClient",
     "SHARE_PLAINTEXT_BYTES",
@@ -48,6 +54,8 @@ __all__ = [
     "advertised",
     "key_list_digest",
     "seed_commitment",
+    "share_commitment",
+    "share_record_bytes",
     "survivor_list",
 ]
 
@@ -64,6 +72,32 @@ ADVERTISE_DOMAIN = b"secemb/secagg/v1/advertise"
 CONSISTENCY_DOMAIN = b"secemb/secagg/v1/consistency"
 #: Hash domain of a signed round's commitment to a self-mask seed.
 SEED_COMMITMENT_DOMAIN = b"secemb/secagg/v1/seed-commitment"
+#: Bytes of a signed round's commitment to one dealt share (SHA-256, truncated).
+SHARE_COMMITMENT_BYTES = 16
+#: Hash domain of a signed round's commitment to a dealt share.
+SHARE_COMMITMENT_DOMAIN = b"secemb/secagg/v1/share-commitment"
+
+
+def share_commitment(config: SecAggConfig, dealer: int, holder: int, which: int, share: int) -> bytes:
+    """A signed round's commitment to the share ``share`` (a field element) of dealer ``dealer``'s
+    mask key (``which`` 0) or self-mask seed (1) dealt to ``holder``: the first
+    :data:`SHARE_COMMITMENT_BYTES` bytes of SHA-256 of ``len(domain) || domain``
+    (:data:`SHARE_COMMITMENT_DOMAIN`) ``||`` the round's public parameters ``||`` dealer, holder
+    (uint32) ``||`` which (uint8) ``||`` the share (33 bytes).  Binding against a holder: an
+    unmask share other than the dealt one matches it only by a second preimage (about 2^128
+    tries); a dealer gains nothing from a collision (the holder sends the share it was sent).
+    Hiding: every share is a uniform field element, so in the random-oracle model the digests
+    tell nothing of the secret beyond what guessing it (2^128 seeds) would (docs/secagg.md,
+    "Share commitments")."""
+    data = (config.header() + dealer.to_bytes(4, "little") + holder.to_bytes(4, "little") + bytes([which])
+            + share.to_bytes(shamir.SHARE_BYTES, "little"))
+    return hashlib.sha256(signed_bytes(SHARE_COMMITMENT_DOMAIN, data)).digest()[:SHARE_COMMITMENT_BYTES]
+
+
+def share_record_bytes(config: SecAggConfig) -> int:
+    """Bytes of a record of a ``shares`` or ``relayed`` message after its id: the ciphertext and,
+    in a signed round, the commitments to its two shares (:func:`share_commitment`)."""
+    return SHARE_CIPHERTEXT_BYTES + (2 * SHARE_COMMITMENT_BYTES if config.signed else 0)
 
 
 def seed_commitment(config: SecAggConfig, client_id: int, seed: bytes) -> bytes:
@@ -234,7 +268,9 @@ class SecAggClient:
         :meth:`advertise`) for every client of the key list, each encrypted to its recipient
         under the c-agreement.  In a signed round every entry's certificate and signature (over
         the keys, the seed commitment and, sparse, the row set) are checked first, and this
-        client's own entry must be the one it advertised."""
+        client's own entry must be the one it advertised; each record then carries the
+        commitments to the two shares it seals (:func:`share_commitment`), and the message ends
+        with the commitments to this client's own shares (the ones it keeps)."""
         self._enter(1, "share_keys")
         cfg = self.config
         _, body = messages.open_frame(keys_msg, "keys", cfg.round_id, messages.SERVER)
@@ -277,32 +313,44 @@ class SecAggClient:
         table = shamir.split([s_sk, int.from_bytes(self._b, "little")], cfg.threshold,
                              [i + 1 for i in ids], _rng=self._rng)
         records = []
+        own = b""
         for ident, (sh_s, sh_b) in zip(ids, table, strict=True):
+            committed = (share_commitment(cfg, self.id, ident, 0, sh_s) + share_commitment(cfg, self.id, ident, 1, sh_b)
+                         if cfg.signed else b"")
             if ident == self.id:
                 self._held[ident] = (sh_s, sh_b)
+                own = committed
                 continue
             pt = (ident.to_bytes(4, "little") + self.id.to_bytes(4, "little")
                   + sh_s.to_bytes(shamir.SHARE_BYTES, "little") + sh_b.to_bytes(shamir.SHARE_BYTES, "little"))
             records.append(ident.to_bytes(4, "little")
-                           + keys.seal(self._channel(ident, keys.CHANNEL), cfg.round_id, self.id, ident, pt))
-        return messages.frame("shares", cfg.round_id, self.id, len(records).to_bytes(4, "little"), *records)
+                           + keys.seal(self._channel(ident, keys.CHANNEL), cfg.round_id, self.id, ident, pt)
+                           + committed)
+        return messages.frame("shares", cfg.round_id, self.id, len(records).to_bytes(4, "little"), *records, own)
 
     # ------------------------------------------------------------------ stage 2
-    def _open_shares(self, sender: int, ct: bytes) -> tuple[int, int] | None:
-        """The shares (of ``s^SK``, of ``b``) that ``sender`` encrypted to this client, or ``None``
-        where they do not open: the ciphertext does not authenticate under the pair's channel
-        key, or it names other parties, or a share is outside the field.  Either the sender or
-        the server spoiled them, and this client cannot tell which; it stays in the round
-        (:meth:`masked_input`) and holds no share of the sender's secrets."""
+    def _open_shares(self, sender: int, record: bytes) -> tuple[int, int] | None:
+        """The shares (of ``s^SK``, of ``b``) that ``sender`` sealed in ``record`` (a relayed
+        record after its id) to this client, or ``None`` where they do not open: the ciphertext
+        does not authenticate under the pair's channel key, or it names other parties, or a share
+        is outside the field, or (signed round) a share does not match the commitment relayed
+        with it (:func:`share_commitment`).  Either the sender or the server spoiled them, and
+        this client cannot tell which; it stays in the round (:meth:`masked_input`) and holds no
+        share of the sender's secrets.  Every share it keeps is thus the one the server holds a
+        commitment to, so the server can tell its unmask shares from another's."""
+        cfg = self.config
         key = self._channel(sender, keys.CHANNEL)  # a low-order key raises: the server checks keys at the door
         try:
-            pt = keys.open_sealed(key, self.config.round_id, sender, self.id, ct)
+            pt = keys.open_sealed(key, cfg.round_id, sender, self.id, record[:SHARE_CIPHERTEXT_BYTES])
         except InvalidMessage:
             return None
         n = shamir.SHARE_BYTES
         held = (int.from_bytes(pt[8 : 8 + n], "little"), int.from_bytes(pt[8 + n : 8 + 2 * n], "little"))
         named = (int.from_bytes(pt[:4], "little"), int.from_bytes(pt[4:8], "little"))
         if named != (self.id, sender) or max(held) >= shamir.PRIME:
+            return None
+        if cfg.signed and record[SHARE_CIPHERTEXT_BYTES:] != (share_commitment(cfg, sender, self.id, 0, held[0])
+                                                              + share_commitment(cfg, sender, self.id, 1, held[1])):
             return None
         return held
 
@@ -312,7 +360,8 @@ class SecAggClient:
         client's rows (in a sparse round, the pair's mask on the rows both hold: from the
         server's bitmaps, or in a signed round from the peer's signed row set).
 
-        A sender whose shares do not open (:meth:`_open_shares`) stays in U2: this client masks
+        A sender whose shares do not open or (signed round) do not match their commitments
+        (:meth:`_open_shares`) stays in U2: this client masks
         with it as with any peer (the sender masks with this client, and the server removes a
         pair's mask only for a dropped client), holds none of its shares, and leaves it out of
         its unmask message (:meth:`unmask`); the server rebuilds that sender's secret from the
@@ -333,12 +382,12 @@ class SecAggClient:
         self._enter(2, "masked_input")
         _, body = messages.open_frame(relayed_msg, "relayed", cfg.round_id, messages.SERVER)
         rd = messages.Reader(body, "relayed")
-        entries = rd.records(SHARE_CIPHERTEXT_BYTES, "sender")
+        entries = rd.records(share_record_bytes(cfg), "sender")
         rd.end()
-        for sender, ct in entries:
+        for sender, record in entries:
             if sender not in self._peers:
                 raise InvalidMessage(f"relayed: shares from client {sender}, who is not in the key list")
-            held = self._open_shares(sender, ct)
+            held = self._open_shares(sender, record)
             if held is not None:
                 self._held[sender] = held
         self._u2 = sorted([self.id, *(sender for sender, _ in entries)])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from secemb.errors import InvalidMessage
 from secemb.framing import HEADER_BYTES
-from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES, SIGNED_ENTRY_BYTES
+from secemb.secagg.client import SIGNED_ENTRY_BYTES, share_record_bytes
 from secemb.secagg.config import SecAggConfig
 from secemb.secagg.identity import SIGNATURE_BYTES
 from secemb.secagg.keys import KEY_BYTES
@@ -29,7 +29,8 @@ def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int
       more (the listed client's signed row set); in an unsigned sparse round
       ``clients x ceil(length / 8)`` more (a bitmap over the recipient's rows, at most
       ``length``, per listed client);
-    * relayed: ``32 + 4 + (clients - 1)(4 + share ciphertext)``;
+    * relayed: ``32 + 4 + (clients - 1)(4 + share ciphertext)``; in a signed round each record
+      ``2 x 16`` bytes more (the commitments to its two shares);
     * survivors: ``32 + 4 + 4 clients``;
     * signatures (signed round): ``32 + 4 + clients (4 + 64)``.
 
@@ -46,7 +47,7 @@ def longest_server_message(config: SecAggConfig, clients: int, kind: str) -> int
         bitmaps = clients * -(-config.length // 8) if config.sparse else 0
         return HEADER_BYTES + _COUNT + clients * (_ID + 2 * KEY_BYTES) + bitmaps
     if kind == "relayed":
-        return HEADER_BYTES + _COUNT + (clients - 1) * (_ID + SHARE_CIPHERTEXT_BYTES)
+        return HEADER_BYTES + _COUNT + (clients - 1) * (_ID + share_record_bytes(config))
     if kind == "survivors":
         return HEADER_BYTES + _COUNT + _ID * clients
     if kind == "signatures" and config.signed:

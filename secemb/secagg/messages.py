@@ -30,7 +30,12 @@ each key-list entry ``id key(c) key(s) commitment certificate signature [signed 
 :mod:`secemb.secagg.identity`; signature: 64 bytes, Ed25519): in a sparse round the listed
 client's row set as a bitmap of ``ceil(|candidates| / 8)`` bytes over the round's candidate rows
 (:meth:`~secemb.secagg.config.SecAggConfig.row_bitmap`), which its signature covers; the key list
-is the same for every client and carries no per-recipient bitmaps.  Parsers check every length
+is the same for every client and carries no per-recipient bitmaps.  A signed round's ``shares``
+record is ``id ciphertext commitment(s) commitment(b)`` and the message ends with the sender's
+``commitment(s) commitment(b)`` to its own shares; a ``relayed`` record is ``id ciphertext
+commitment(s) commitment(b)`` (commitment: 16 bytes,
+:func:`~secemb.secagg.client.share_commitment`, of the share of ``s^SK`` / ``b`` the ciphertext
+carries).  Parsers check every length
 exactly and raise :class:`~secemb.errors.InvalidMessage` on any mismatch.
 """
 

@@ -21,7 +21,11 @@ do not rely on these checks.
 
 :meth:`SecAggServer.result` reconstructs ``s^SK`` of every dropped client (U2 minus U3) to
 remove its pairwise masks with the survivors and ``b`` of every survivor to remove the self
-masks; what it returns is the sum of the survivors' inputs in Z_2^32 and nothing else.
+masks; what it returns is the sum of the survivors' inputs in Z_2^32 and nothing else.  In a
+signed round it keeps every dealer's commitments to its shares (relayed with the ciphertexts),
+checks each unmask share against its commitment and names in :attr:`SecAggServer.cheaters`
+exactly the devices shown to have cheated: a holder whose unmask share is not the one it was
+dealt, a dealer whose dealt shares do not open to the secret it committed to.
 """
 
 from __future__ import annotations
@@ -37,9 +41,12 @@ from secemb.secagg.client import (
     COMMITMENT_BYTES,
     CONSISTENCY_DOMAIN,
     SHARE_CIPHERTEXT_BYTES,
+    SHARE_COMMITMENT_BYTES,
     advertised,
     key_list_digest,
     seed_commitment,
+    share_commitment,
+    share_record_bytes,
     survivor_list,
 )
 from secemb.secagg.config import SecAggAborted, SecAggConfig, sign
@@ -83,7 +90,8 @@ class SecAggServer:
         self._u3_sigs: dict[int, bytes] = {}
         self._key_list = b""  # signed round: SHA-256 of the key list every client was sent
         self._rows: dict[int, np.ndarray] = {}
-        self._shares: dict[int, dict[int, bytes]] = {}  # sender -> recipient -> ciphertext
+        self._shares: dict[int, dict[int, bytes]] = {}  # sender -> recipient -> record (ciphertext [commitments])
+        self._dealt: dict[int, dict[int, bytes]] = {}  # signed: dealer -> holder -> its two shares' commitments
         self._masked: dict[int, np.ndarray] = {}
         self._unmask: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
         self._slot: dict[int, int] = {}
@@ -94,11 +102,16 @@ class SecAggServer:
         self.u3: list[int] = []
         self.signers: list[int] = []
         self.u4: list[int] = []
-        #: the client of U4 whose unmask shares did not agree with the others' (found and left out by
-        #: :meth:`result`; at most one; in a signed round named only where the secrets opened without
-        #: it match their commitments and public keys: it sent a wrong share, or its dealer dealt it
-        #: one off the polynomial, docs/secagg.md, E2)
+        #: the devices :meth:`result` found cheating (sorted; :attr:`cheated` says what each did).  In
+        #: a signed round each is shown to have cheated: a holder that sent an unmask share other
+        #: than the one its dealer committed to (all its shares are left out), or a dealer whose
+        #: shares, as committed, do not open to the secret it committed to (docs/secagg.md, "Share
+        #: commitments"); an honest device is never named.  In an unsigned round (honest-but-curious
+        #: devices, no commitments) at most one: the holder whose shares the leave-one-out search
+        #: left out, which a dealer that dealt it a share off the polynomial could have framed.
         self.cheaters: list[int] = []
+        #: device of :attr:`cheaters` -> what it was found doing (text for the operator)
+        self.cheated: dict[int, str] = {}
         #: client of U4 -> the clients of U2 whose shares its unmask message leaves out: those whose
         #: encrypted shares to it did not open (the sender's fault or a relay's; the server cannot
         #: check the claim, so it is for the operator to read, not proof against anyone)
@@ -179,17 +192,21 @@ class SecAggServer:
             return "does not match its signed commitment"
         return None
 
+    def _name(self, device: int, what: str) -> None:
+        """Record ``device`` in :attr:`cheaters` for ``what`` (the first finding is kept)."""
+        self.cheated.setdefault(device, what)
+        self.cheaters = sorted(self.cheated)
+
     def _one_spare(self, use: list[int], group: list[tuple[int, int]]) -> tuple[list[int], int] | None:
-        """Secrets ``group`` (each ``(client, which)``) from the shares of exactly ``threshold + 1``
-        holders ``use`` that do not lie on one polynomial: the opening, and the index in ``use`` of
-        the holder left out, from the one ``threshold``-subset whose secrets all pass their checks
-        (:meth:`_unopened`: a mask key against its public key; a seed against its signed
-        commitment, so only in a signed round).  ``None`` where a secret of the group has no check
-        or where not exactly one subset passes (two wrong shares, or an owner that shared another
-        secret).  Another subset passes only with a SHA-256 collision or an X25519 key collision:
-        a subset with the wrong share opens, for the secret it spoils, a value other than the one
-        committed to."""
-        if not self.config.signed and any(which == 1 for _, which in group):
+        """(Unsigned round.) Secrets ``group`` (each ``(client, which)``) from the shares of exactly
+        ``threshold + 1`` holders ``use`` that do not lie on one polynomial: the opening, and the
+        index in ``use`` of the holder left out, from the one ``threshold``-subset whose secrets all
+        pass their checks (:meth:`_unopened`).  ``None`` where a secret of the group has no check
+        (a seed: an unsigned round has no commitments) or where not exactly one subset passes (two
+        wrong shares, or an owner that shared another secret).  Another subset passes only with an
+        X25519 key collision: a subset with the wrong share opens a key other than the one whose
+        public key was advertised."""
+        if any(which == 1 for _, which in group):
             return None
         passing: list[tuple[list[int], int]] = []
         for i in range(len(use)):
@@ -267,21 +284,28 @@ class SecAggServer:
 
     # ------------------------------------------------------------------ stage 1
     def receive_shares(self, client_id: int, msg: bytes) -> None:
-        """Record a client's encrypted shares, one for every other client of U1."""
+        """Record a client's encrypted shares, one for every other client of U1 (in a signed round
+        each with the commitments to its two shares, and then the commitments to the client's
+        own shares: kept for :meth:`result`)."""
         self._at(1, "receive_shares")
         body = self._sender(client_id, msg, "shares", self.u1, self._shares)
         rd = messages.Reader(body, "shares")
         cid = int(client_id)
-        entries = rd.records(SHARE_CIPHERTEXT_BYTES, "recipient")
+        entries = rd.records(share_record_bytes(self.config), "recipient")
+        own = bytes(rd.take(2 * SHARE_COMMITMENT_BYTES)) if self.config.signed else b""
         rd.end()
         if [v for v, _ in entries] != [v for v in self.u1 if v != cid]:
             raise InvalidMessage(f"shares from client {cid} must go to exactly the other {len(self.u1) - 1} "
                                  f"clients of the key list, got {len(entries)}")
         self._shares[cid] = dict(entries)
+        if self.config.signed:
+            self._dealt[cid] = {v: rec[SHARE_CIPHERTEXT_BYTES:] for v, rec in entries}
+            self._dealt[cid][cid] = own
 
     def relayed_messages(self) -> dict[int, bytes]:
         """Close ShareKeys (U2 = clients that sent shares) and give each client of U2 the
-        ciphertexts addressed to it by the other clients of U2."""
+        ciphertexts addressed to it by the other clients of U2 (in a signed round each with the
+        commitments to its shares that the server keeps)."""
         self._at(1, "relayed_messages")
         self.u2 = self._close(list(self._shares), "ShareKeys")
         out = {}
@@ -365,73 +389,135 @@ class SecAggServer:
         if left_out:
             self.complaints[cid] = left_out
 
-    def result(self) -> np.ndarray:
-        """Close Unmasking (U4 = survivors that sent shares) and return the sum over U3:
-        ``uint32`` of shape ``(length, width)`` (a row nobody in U3 holds is 0).
-
-        Every secret is opened from all the shares of it that U4 sent (every client of U4 but
-        those whose encrypted shares from its owner did not open: :attr:`complaints`) with
-        :func:`~secemb.secagg.shamir.combine_robust`, once per set of holders, the largest sets
-        first: with more than ``threshold`` shares they must lie on one polynomial, and with at
-        least ``threshold + 2`` a single client whose shares do not is found and left out of
-        that reconstruction and of every later one (its own input stays in the sum, as any
-        survivor's).  Every opened secret is then checked (a mask key against the advertised
-        public key; in a signed round a seed against its owner's signed commitment): one that
-        fails aborts the round and nobody is named; otherwise the client left out is named in
-        :attr:`cheaters` (the correction is verified: with the commitments, two colluding holders
-        can no longer get an honest one named, but a dealer can, docs/secagg.md, E2).  The
-        leave-one-out correction is the only candidate (two sets that each leave one holder out
-        share at least ``threshold`` holders, so both would lie on one polynomial with every
-        share), so no other is tried.
-
-        Raises
-        ------
-        SecAggAborted: fewer than ``threshold`` unmask messages, fewer than ``threshold`` shares
-            of one secret (too many holders left it out, or once the client found wrong is left
-            out), or an opened secret that fails its check (a wrong share where no spare share
-            could show it, shares from two or more colluding holders, or a dealer that shared
-            another seed than it committed to).
-        InvalidMessage: shares that do not agree and are not one client's (more than one
-            client's wrong, or too few spare shares to tell whose).
-        """
-        self._at(_UNMASK, "result")
-        self.u4 = self._close(list(self._unmask), "Unmasking")
-        cfg = self.config
-        alive = set(self.u3)
-        # (client, 1): a survivor's self-mask seed; (client, 0): a dropped client's mask key
-        wanted = [(u, 1) for u in self.u3] + [(v, 0) for v in self.u2 if v not in alive]
+    def _holder_sets(self, wanted: list[tuple[int, int]], holding: list[int],
+                     without: str = "") -> dict[tuple[int, ...], list[tuple[int, int]]]:
+        """The secrets ``wanted`` grouped by the clients of ``holding`` that sent a share of
+        them; the round aborts where one has fewer than ``threshold`` (``without``: why the
+        other clients of U4 are not counted, for the reason)."""
+        t = self.config.threshold
         by_holders: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         for v, which in wanted:
-            holders = tuple(h for h in self.u4 if v in self._unmask[h][which])
-            if len(holders) < cfg.threshold:
-                raise self._abort(f"Unmasking: {len(holders)} shares of the {_SECRETS[which]} of client {v}, threshold "
-                                  f"{cfg.threshold} (the other {len(self.u4) - len(holders)} unmask messages leave "
+            holders = tuple(h for h in holding if v in self._unmask[h][which])
+            if len(holders) < t:
+                raise self._abort(f"Unmasking: {len(holders)} shares of the {_SECRETS[which]} of client {v}{without}, "
+                                  f"threshold {t} (the other {len(holding) - len(holders)} unmask messages leave "
                                   f"it out: those clients say its encrypted shares to them did not open)")
             by_holders.setdefault(holders, []).append((v, which))
+        return by_holders
+
+    def _open_signed(self, wanted: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+        """(Signed round.) The secrets ``wanted`` (each ``(client, which)``), opened from shares
+        shown to be the dealt ones, naming every device shown to have cheated.
+
+        A holder's unmask share that does not hash to the commitment its dealer sent with it
+        (:func:`~secemb.secagg.client.share_commitment`) is the holder's lie: an honest holder
+        kept only shares matching the commitments relayed to it, the same the server holds.  The
+        holder is named and all its shares are left out.  Every share left is then the dealt
+        one, so a secret of a holder set is opened from its first ``threshold`` shares (one
+        Lagrange set per holder set) and checked (:meth:`_unopened`), and its shares are checked
+        to lie on one polynomial (:class:`~secemb.secagg.shamir.ShareCheck`): a failure is the
+        dealer's (it dealt shares off its polynomial, or of another secret than it committed
+        to), and the dealer is named.  Where the opening fails and the shares disagree, each
+        ``threshold``-subset of the first ``threshold + 1`` shares is tried (:meth:`_mend`): one
+        whose opening passes the check is the committed secret (unique but for a SHA-256 or
+        X25519 collision) and the round goes on; otherwise it aborts, the dealer named."""
+        cfg = self.config
+        t, size = cfg.threshold, SHARE_COMMITMENT_BYTES
+        for h in self.u4:
+            lie = next(((v, which) for which in (0, 1) for v, y in self._unmask[h][which].items()
+                        if share_commitment(cfg, v, h, which, y) != self._dealt[v][h][which * size :][:size]), None)
+            if lie is not None:
+                v, which = lie
+                self._name(h, f"sent a share of the {_SECRETS[which]} of client {v} other than the one client {v} "
+                              "dealt it (it does not match the dealer's commitment); all its shares are left out")
+        honest = [h for h in self.u4 if h not in self.cheated]
+        liars = "" if len(honest) == len(self.u4) else f" besides those of clients {self.cheaters} (found lying)"
+        secret: dict[tuple[int, int], int] = {}
+        lagrange: dict[tuple[int, ...], list[int]] = {}
+        for holders, group in self._holder_sets(wanted, honest, liars).items():
+            xs = tuple(h + 1 for h in holders)
+            check = shamir.ShareCheck(xs, t)
+            lam = self._lagrange(xs[:t], lagrange)
+            for v, which in group:
+                col = [self._unmask[h][which][v] for h in holders]
+                value = sum(lv * y for lv, y in zip(lam, col[:t], strict=True)) % shamir.PRIME
+                why = self._unopened(v, which, value)
+                consistent = check.consistent(col)
+                if why is None and consistent:
+                    secret[(v, which)] = value
+                    continue
+                mended = value if why is None else None if consistent else self._mend(xs, col, v, which, lagrange)
+                self._name(v, f"dealt shares of its {_SECRETS[which]} (as it committed to them) that "
+                              + ("do not lie on one polynomial" if not consistent else f"open to one that {why}"))
+                if mended is None:
+                    raise self._abort(f"Unmasking: the {_SECRETS[which]} of client {v} opened from {len(holders)} "
+                                      f"shares {why}, and no other opening passes: client {v} dealt shares (as it "
+                                      "committed to them) that do not open to its secret (named)")
+                secret[(v, which)] = mended
+        return secret
+
+    def _mend(self, xs: tuple[int, ...], col: list[int], v: int, which: int,
+              lagrange: dict[tuple[int, ...], list[int]]) -> int | None:
+        """(Signed round.) Client ``v``'s secret ``which`` from its dealt shares ``col`` (at the
+        points ``xs``) that disagree: the opening of the first ``threshold``-subset of the first
+        ``threshold + 1`` shares (those opening the first ``threshold`` failed) that passes
+        :meth:`_unopened`, or ``None`` (fewer than ``threshold + 1`` shares, or two wrong ones
+        among them).  ``lagrange`` caches each point set's coefficients."""
+        t = self.config.threshold
+        if len(xs) <= t:
+            return None
+        for i in range(t):
+            keep = [j for j in range(t + 1) if j != i]
+            lam = self._lagrange(tuple(xs[j] for j in keep), lagrange)
+            value = sum(lv * col[j] for lv, j in zip(lam, keep, strict=True)) % shamir.PRIME
+            if self._unopened(v, which, value) is None:
+                return value
+        return None
+
+    @staticmethod
+    def _lagrange(xs: tuple[int, ...], cache: dict[tuple[int, ...], list[int]]) -> list[int]:
+        """:func:`~secemb.secagg.shamir.lagrange_at_zero` of ``xs``, computed once per ``cache``."""
+        if xs not in cache:
+            cache[xs] = shamir.lagrange_at_zero(xs)
+        return cache[xs]
+
+    def _open_unsigned(self, wanted: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+        """(Unsigned round.) The secrets ``wanted`` opened from all the shares of them that U4
+        sent, with :func:`~secemb.secagg.shamir.combine_robust`, once per set of holders, the
+        largest sets first: with more than ``threshold`` shares they must lie on one polynomial,
+        and with at least ``threshold + 2`` a single client whose shares do not is found, left out
+        of that reconstruction and of every later one, and named in :attr:`cheaters` once every
+        opened mask key matches its public key (its own input stays in the sum, as any
+        survivor's; a seed has no check here, and a dealer that dealt the client a share off its
+        polynomial looks the same).  The leave-one-out correction is the only candidate (two sets
+        that each leave one holder out share at least ``threshold`` holders, so both would lie on
+        one polynomial with every share), so no other is tried."""
+        cfg = self.config
         secret: dict[tuple[int, int], int] = {}
         bad: list[int] = []
         # Largest holder sets first: a client found sending wrong shares (in a set of threshold + 2
         # or more) is left out of every later set, so none of its shares opens a secret (below the
         # threshold without it the round aborts), and the leave-one-out search runs at most twice.
-        for holders, group in sorted(by_holders.items(), key=lambda item: -len(item[0])):
+        for holders, group in sorted(self._holder_sets(wanted, self.u4).items(), key=lambda item: -len(item[0])):
             use = [h for h in holders if h not in bad]
             if len(use) < cfg.threshold:
                 v, which = group[0]
                 raise self._abort(f"Unmasking: {len(use)} shares of the {_SECRETS[which]} of client {v} without "
                                   f"client {bad[0]}'s (found wrong), threshold {cfg.threshold}")
+            found = None
             try:
                 opened, wrong = shamir.combine_robust([h + 1 for h in use],
                                                       [[self._unmask[h][which][v] for v, which in group] for h in use],
                                                       cfg.threshold)
             except InvalidMessage:
                 # one spare share: the shares disagree and the polynomial cannot say whose is wrong, but
-                # the secrets' checks can, where every secret of the set has one
+                # the mask keys' checks can, where every secret of the set is one (checked there)
                 found = self._one_spare(use, group) if len(use) == cfg.threshold + 1 else None
                 if found is None:
                     raise
                 opened, wrong = found
             for (v, which), value in zip(group, opened, strict=True):
-                why = self._unopened(v, which, value)
+                why = None if found is not None else self._unopened(v, which, value)
                 if why is not None:
                     corrected = "" if wrong is None else f" (after leaving out client {use[wrong]}'s shares)"
                     raise self._abort(f"Unmasking: the {_SECRETS[which]} of client {v} opened from {len(use)} "
@@ -441,11 +527,49 @@ class SecAggServer:
             if wrong is not None:
                 bad.append(use[wrong])
                 if len(bad) > 1:
-                    self.cheaters = []  # two clients' wrong shares: either one may have been framed (E1)
+                    self.cheaters, self.cheated = [], {}  # two clients' wrong shares: either may have been framed
                     raise InvalidMessage(f"the unmask shares of clients {sorted(bad)} do not agree with the others': "
                                          "more than one party sent wrong shares")
-                self.cheaters = list(bad)
+                self._name(bad[0], "sent unmask shares that do not lie on the others' polynomial (unsigned round: "
+                                   "or was dealt one off it)")
+        return secret
 
+    def result(self) -> np.ndarray:
+        """Close Unmasking (U4 = survivors that sent shares) and return the sum over U3:
+        ``uint32`` of shape ``(length, width)`` (a row nobody in U3 holds is 0).
+
+        The secrets to open are each survivor's seed ``b`` and each dropped client's mask key;
+        each is opened from the shares of it that U4 sent (every client of U4 but those whose
+        encrypted shares from its owner did not open: :attr:`complaints`), once per set of
+        holders, and checked: a mask key against the advertised public key, in a signed round a
+        seed against its owner's signed commitment.  How depends on the round:
+
+        * signed (:meth:`_open_signed`): every unmask share is checked against its dealer's
+          commitment; a holder that sent one that does not match is named in :attr:`cheaters`
+          and all its shares are left out.  What is left is what the dealers dealt: a secret
+          whose shares do not lie on one polynomial, or open to another secret than the one
+          committed to, names its dealer; the round still commits where one share of it can be
+          left out of the first ``threshold + 1`` so that the opening passes its check;
+        * unsigned (:meth:`_open_unsigned`): the shares are checked to lie on one polynomial
+          (:func:`~secemb.secagg.shamir.combine_robust`, the largest holder sets first); one
+          client whose shares do not is left out of every set and named.
+
+        Raises
+        ------
+        SecAggAborted: fewer than ``threshold`` unmask messages, fewer than ``threshold`` shares
+            of one secret (too many holders left it out, or lied about it), an opened secret that
+            fails its check and cannot be mended (signed: its dealer is named first), or
+            (unsigned) shares that do not agree where a wrong share cannot be told apart.
+        InvalidMessage: (unsigned round) shares that do not agree and are not one client's (more
+            than one client's wrong, or too few spare shares to tell whose).
+        """
+        self._at(_UNMASK, "result")
+        self.u4 = self._close(list(self._unmask), "Unmasking")
+        cfg = self.config
+        alive = set(self.u3)
+        # (client, 1): a survivor's self-mask seed; (client, 0): a dropped client's mask key
+        wanted = [(u, 1) for u in self.u3] + [(v, 0) for v in self.u2 if v not in alive]
+        secret = self._open_signed(wanted) if cfg.signed else self._open_unsigned(wanted)
         total = np.zeros((cfg.length, cfg.width), np.uint32)
         every = np.arange(cfg.length, dtype=np.int64)
         for u in self.u3:
@@ -471,6 +595,7 @@ class SecAggServer:
                     total[at] += m
         self._masked.clear()
         self._unmask.clear()
+        self._dealt.clear()
         return total
 
     def holders(self) -> np.ndarray:

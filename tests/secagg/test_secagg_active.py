@@ -302,9 +302,10 @@ def test_signed_server_messages_fit_the_longest_honest_answer(sparse: bool) -> N
     seen = {kinds[stage]: len(m) for stage, src, _, m in tr.messages if src == -1}
     assert seen == {k: longest_server_message(cfg, 4, k) for k in kinds.values()}  # all rows, all clients: equal
     # by hand: keys 32 + 4 + 4 (4 + 64 + 32 + 120 + 64 [+ 1: a bitmap over the 6 candidate rows]);
-    # relayed 32 + 4 + 3 (4 + 90) (no row data in the shares); signatures 32 + 4 + 4 x 68
+    # relayed 32 + 4 + 3 (4 + 90 + 2 x 16: the two share commitments, session 24; no row data in the
+    # shares); signatures 32 + 4 + 4 x 68
     assert seen["keys"] == (1176 if sparse else 1172) and seen["signatures"] == 308
-    assert seen["relayed"] == 318
+    assert seen["relayed"] == 414
 
 
 def test_public_rows_are_masked_with_every_peer_and_only_private_rows_are_in_the_signed_row_sets() -> None:
@@ -318,9 +319,10 @@ def test_public_rows_are_masked_with_every_peer_and_only_private_rows_are_in_the
     for u, r in rows.items():
         expected[r] += inputs[u]
     assert np.array_equal(tr.total, (expected % 2**32).astype(np.uint32))
-    # the shares carry no row data: 2 records of id + 90-byte ciphertext
+    # the shares carry no row data: 2 records of id + 90-byte ciphertext + two 16-byte share commitments,
+    # then the commitments to the sender's own two shares
     shares0 = next(m for stage, src, _, m in tr.messages if stage == "ShareKeys" and src == 0)
-    assert len(shares0) == H + 4 + 2 * (4 + 90)
+    assert len(shares0) == H + 4 + 2 * (4 + 90 + 32) + 32
     # one key list for everyone, each entry id, keys, commitment, certificate, signature, then 1 byte:
     # the bitmap over rows 0-4
     lists = {m for stage, src, _, m in tr.messages if stage == "AdvertiseKeys" and src == -1}

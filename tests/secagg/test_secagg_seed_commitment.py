@@ -3,10 +3,12 @@
 In a signed round each client commits to its self-mask seed ``b`` in its signed advertise
 (``SHA-256(len(domain) || domain || round parameters || id || b)``), the key list carries the
 commitment under the same signature, and :meth:`SecAggServer.result` checks every opened seed
-against it (and every opened mask key against its advertised public key, in any round): an
-opening that fails aborts the round and names no holder.  Expected sums are numpy sums of the
-inputs and expected commitments are hashlib's over the bytes the test lays out, never the code
-under test.
+against it (and every opened mask key against its advertised public key, in any round).  Since
+session 24 (finding E2) a signed round's holders' unmask shares are also checked against their
+dealers' share commitments (tests/secagg/test_secagg_share_commitments.py): a holder that moves its
+share is named and left out, and an opening of dealt shares that fails names the dealer.
+Expected sums are numpy sums of the inputs and expected commitments are hashlib's over the bytes
+the test lays out, never the code under test.
 """
 
 from __future__ import annotations
@@ -124,14 +126,16 @@ def test_the_key_list_entries_carry_each_clients_advertised_commitment() -> None
 def test_a_dealer_sharing_another_seed_than_it_committed_to_aborts_a_signed_round() -> None:
     """Client 0 shares and masks with another seed than the one it committed to (its shares are
     consistent: every holder is honest).  The opened seed fails the commitment: the round aborts,
-    nobody is named, and every later call raises again."""
+    client 0 is named as the dealer (since session 24: its dealt shares, as it committed to them,
+    open to another seed), and every later call raises again."""
     rnd = _Round(5, 3)
     rnd.clients[0]._b = bytes(a ^ 1 for a in rnd.clients[0]._b)
     rnd.play()
     with pytest.raises(SecAggAborted, match=r"the self-mask seed of client 0 opened from 5 shares does not match "
-                                            r"its signed commitment \(.*nobody is named\)"):
+                                            r"its signed commitment, and no other opening passes: client 0 dealt"):
         rnd.server.result()
-    assert rnd.server.cheaters == []
+    assert rnd.server.cheaters == [0]
+    assert "open to one that does not match its signed commitment" in rnd.server.cheated[0]
     with pytest.raises(SecAggAborted):
         rnd.server.result()
 
@@ -164,29 +168,37 @@ def _colluders(owner: int, which: int, honest: list[int], colluders: tuple[int, 
     return lambda u, msg: _unmask_edit(msg, which, owner, q(u + 1)) if u in colluders else msg
 
 
-def test_two_colluding_holders_moving_an_honest_seed_abort_the_round_and_name_nobody() -> None:
-    """Five holders (threshold 3 + 2): leaving out honest client 2 mends the colluders' shares of
-    client 0's seed, but the seed so opened is not the committed one."""
+def test_two_colluding_holders_moving_an_honest_seed_are_both_named_and_the_sum_is_exact() -> None:
+    """Five holders (threshold 3 + 2): leaving out honest client 2 would mend the colluders' shares
+    of client 0's seed (session 23: the seed so opened failed its commitment and the round aborted,
+    nobody named).  Since session 24 each colluder's moved share fails its dealer's share
+    commitment: both are named, and honest 0, 1, 2 open the seed."""
     rnd = _Round(5, 3)
     rnd.play(_colluders(0, 1, [0, 1], (3, 4)))
-    with pytest.raises(SecAggAborted, match=r"the self-mask seed of client 0 opened from 5 shares \(after leaving "
-                                            r"out client 2's shares\) does not match its signed commitment"):
-        rnd.server.result()
-    assert rnd.server.cheaters == []
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.cheaters == [3, 4]
 
 
-@pytest.mark.parametrize("signed", [False, True])
-def test_two_colluding_holders_moving_a_dropped_clients_mask_key_abort_the_round_and_name_nobody(signed: bool) -> None:
+def test_two_colluding_holders_moving_a_dropped_clients_mask_key_abort_an_unsigned_round_and_name_nobody() -> None:
     """Seven clients, threshold 4, client 6 drops: six holders of its mask key.  Colluders 4 and 5
     move their shares onto a polynomial through honest 0, 1, 2: leaving out honest client 3 mends
     them, and the key so opened (moved in bits X25519 does not clamp) does not match client 6's
-    advertised public key (in any round)."""
-    rnd = _Round(7, 4, signed=signed, dropped=(6,))
+    advertised public key: an unsigned round aborts, nobody named."""
+    rnd = _Round(7, 4, signed=False, dropped=(6,))
     rnd.play(_colluders(6, 0, [0, 1, 2], (4, 5), 1 << 100))
     with pytest.raises(SecAggAborted, match=r"the mask key of client 6 opened from 6 shares \(after leaving out "
                                             r"client 3's shares\) does not match its public key"):
         rnd.server.result()
     assert rnd.server.cheaters == []
+
+
+def test_two_colluding_holders_moving_a_dropped_clients_mask_key_are_named_in_a_signed_round() -> None:
+    """The same in a signed round (session 24): the colluders' moved shares fail client 6's share
+    commitments, both are named and left out, and honest 0-3 (the threshold) open the key."""
+    rnd = _Round(7, 4, dropped=(6,))
+    rnd.play(_colluders(6, 0, [0, 1, 2], (4, 5), 1 << 100))
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.cheaters == [4, 5]
 
 
 def test_one_wrong_holder_is_named_where_the_opening_matches_the_commitment() -> None:
@@ -197,9 +209,9 @@ def test_one_wrong_holder_is_named_where_the_opening_matches_the_commitment() ->
 
 
 def test_with_one_spare_share_the_commitment_names_the_wrong_holder_and_the_sum_is_exact() -> None:
-    """Four holders, threshold 3: one spare share shows that holder 3's share of client 0's seed is
-    off the polynomial, not whose it is; of the four 3-subsets only the one without it opens the
-    committed seed (F3's one-spare case, session 23), so holder 3 is named and the round commits."""
+    """Four holders, threshold 3: holder 3's share of client 0's seed is off the polynomial (F3's
+    one-spare case; session 23 found it by trying the 3-subsets against the seed commitment); since
+    session 24 the share fails client 0's share commitment: holder 3 is named and the round commits."""
     rnd = _Round(4, 3)
     rnd.play(lambda u, msg: _unmask_edit(msg, 1, 0, 7) if u == 3 else msg)
     assert np.array_equal(rnd.server.result(), rnd.want())

@@ -25,7 +25,12 @@ from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES
 from secemb.secagg.identity import Roster
 
 H = messages.HEADER_BYTES
-RECORD = 4 + SHARE_CIPHERTEXT_BYTES  # id, ciphertext
+CT = SHARE_CIPHERTEXT_BYTES
+
+
+def _record(signed: bool) -> int:
+    """Bytes of a shares or relayed record: id, ciphertext and, signed, two 16-byte share commitments."""
+    return 4 + CT + (32 if signed else 0)
 
 
 def _inputs(ids: list[int], length: int, width: int, seed: int) -> dict[int, np.ndarray]:
@@ -38,14 +43,15 @@ def _sum(inputs: dict[int, np.ndarray], ids: list[int]) -> np.ndarray:
     return (total % 2**32).astype(np.uint32)
 
 
-def _flip_record(msg: bytes, ident: int) -> bytes:
-    """A shares or relayed message with the last byte (in the GCM tag) of ``ident``'s record flipped."""
+def _flip_record(msg: bytes, ident: int, signed: bool) -> bytes:
+    """A shares or relayed message with the last byte of the ciphertext (in the GCM tag) of
+    ``ident``'s record flipped."""
     out = bytearray(msg)
     count = struct.unpack_from("<I", out, H)[0]
     for i in range(count):
-        at = H + 4 + i * RECORD
+        at = H + 4 + i * _record(signed)
         if struct.unpack_from("<I", out, at)[0] == ident:
-            out[at + RECORD - 1] ^= 1
+            out[at + 4 + CT - 1] ^= 1
             return bytes(out)
     raise AssertionError(f"no record for {ident}")
 
@@ -56,10 +62,10 @@ def _reseal(msg: bytes, sender: SecAggClient, recipient: int, plaintext: bytes) 
     out = bytearray(msg)
     count = struct.unpack_from("<I", out, H)[0]
     for i in range(count):
-        at = H + 4 + i * RECORD
+        at = H + 4 + i * _record(sender.config.signed)
         if struct.unpack_from("<I", out, at)[0] == recipient:
             key = sender._channel(recipient, keys.CHANNEL)
-            out[at + 4 : at + RECORD] = keys.seal(key, sender.config.round_id, sender.id, recipient, plaintext)
+            out[at + 4 : at + 4 + CT] = keys.seal(key, sender.config.round_id, sender.id, recipient, plaintext)
             return bytes(out)
     raise AssertionError(f"no record for {recipient}")
 
@@ -70,7 +76,7 @@ def _spoil(kind: str, msg: bytes, sender: SecAggClient, recipient: int) -> bytes
     n = shamir.SHARE_BYTES
     ids = recipient.to_bytes(4, "little") + sender.id.to_bytes(4, "little")
     if kind == "tag":
-        return _flip_record(msg, recipient)
+        return _flip_record(msg, recipient, sender.config.signed)
     if kind == "names-others":
         other = ((recipient + 1) % 2**32).to_bytes(4, "little") + sender.id.to_bytes(4, "little")
         return _reseal(msg, sender, recipient, other + bytes(2 * n))
@@ -126,7 +132,7 @@ def _play(n: int, threshold: int, *, signed: bool, sender_spoils: tuple[int, ...
     for u, c in clients.items():
         if u == spoiler and spoiler_drops:
             continue
-        msg = _flip_record(relayed[u], spoiler) if by_server and u in sender_spoils else relayed[u]
+        msg = _flip_record(relayed[u], spoiler, cfg.signed) if by_server and u in sender_spoils else relayed[u]
         server.receive_masked(u, c.masked_input(msg, rnd.inputs[u]))
     answers = server.survivors_messages()
     if signed:
