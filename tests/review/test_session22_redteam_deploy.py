@@ -511,15 +511,16 @@ def test_held_secea_a_silos_bad_signed_message_is_refused_and_the_set_up_complet
 # ---------------------------------------------------------------- finding F2 (fixed): a device made a chosen peer leave
 
 def _spoil_share_to(body: bytes, victim: int) -> bytes:
-    """A shares message (frame header 32, count, equal records: recipient id (4) [tag count (4)]
-    ciphertext) with one bit of the ciphertext to ``victim`` flipped."""
+    """A signed shares message (frame header 32, count, records: recipient id (4), ciphertext (90),
+    two share commitments (32); then the sender's own two commitments (32), session 24) with the
+    last bit of the ciphertext to ``victim`` (in its GCM tag) flipped."""
     out = bytearray(body)
     count = int.from_bytes(out[32:36], "little")
-    size = (len(out) - 36) // count
-    assert size * count == len(out) - 36
-    for at in range(36, len(out), size):
+    size = 4 + 90 + 32
+    assert size * count == len(out) - 36 - 32
+    for at in range(36, 36 + count * size, size):
         if int.from_bytes(out[at : at + 4], "little") == victim:
-            out[at + size - 1] ^= 1
+            out[at + 4 + 90 - 1] ^= 1
             return bytes(out)
     raise AssertionError(f"no record for {victim}")
 

@@ -58,7 +58,7 @@ import secemb.secagg.client as secagg_client
 import secemb.secagg.identity as secagg_identity
 from secemb.errors import InvalidMessage, ProtocolError
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, keys, messages, run_round, shamir
-from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES, SIGNED_ENTRY_BYTES
+from secemb.secagg.client import SIGNED_ENTRY_BYTES, share_record_bytes
 from secemb.secagg.identity import Identity, Roster
 from secemb.secagg.prg import SEED_BYTES, mask_rows
 from secemb.secagg.psu import BloomParams, psu_input, psu_union
@@ -97,7 +97,7 @@ class Adversary:
         self.entry = PAIR + (SIGNED_ENTRY_BYTES if cfg.signed else 0)
         self.entries = {u: self.clients[u].advertise()[H : H + self.entry] for u in ids}
         self.refused: dict[int, str] = {}
-        self.shares: dict[tuple[int, int], bytes] = {}  # (sender, recipient) -> ciphertext
+        self.shares: dict[tuple[int, int], bytes] = {}  # (sender, recipient) -> ciphertext [share commitments]
         self.delivered: dict[int, list[int]] = {}  # recipient -> senders whose shares it took
         self.masked: dict[int, np.ndarray] = {}
         self.lists: dict[int, list[int]] = {}  # device -> the survivor list it was sent
@@ -125,9 +125,9 @@ class Adversary:
             out = self._try(u, "keys", self.clients[u].share_keys, self.key_list(views.get(u, self.ids)))
             if out is None:
                 continue
-            body = out[H:]
+            body, size = out[H:], 4 + share_record_bytes(self.cfg)
             for i in range(struct.unpack_from("<I", body)[0]):
-                rec = body[4 + i * (4 + SHARE_CIPHERTEXT_BYTES) : 4 + (i + 1) * (4 + SHARE_CIPHERTEXT_BYTES)]
+                rec = body[4 + i * size : 4 + (i + 1) * size]
                 self.shares[(u, int.from_bytes(rec[:4], "little"))] = rec[4:]
 
     def relay(self, deliver: Callable[[int, int], bool] = lambda u, v: True) -> None:

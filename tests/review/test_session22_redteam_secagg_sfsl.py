@@ -62,12 +62,13 @@ def test_r5_fixed_an_sfsl_device_reads_answers_sized_for_its_deployments_round(s
     doc = sfsl.make_server().node.open_round(1, [0, 1, 2])
     device = sfsl.make_device(0)
     party = device.party(doc)
-    assert party.answer_bytes("psu-shares") == H + 4 + 2 * (4 + SHARE_CIPHERTEXT_BYTES)  # id, ciphertext per peer
+    # id, ciphertext, two 16-byte share commitments (session 24) per peer
+    assert party.answer_bytes("psu-shares") == H + 4 + 2 * (4 + SHARE_CIPHERTEXT_BYTES + 32)
     with pytest.raises(ProtocolError, match="before the union"):  # the sum's candidate rows are the union's
         party.answer_bytes("sum-advertise")
     # the secure sum's answers at 3 devices with every goods and category row a candidate (the most there are)
     cfg = sum_config(sfsl.make_server().node.server.space, 2, 1, tuple(range(GOODS + CATEGORIES)))
-    assert longest_server_message(cfg, 3, "relayed") == H + 4 + 2 * (4 + SHARE_CIPHERTEXT_BYTES)
+    assert longest_server_message(cfg, 3, "relayed") == H + 4 + 2 * (4 + SHARE_CIPHERTEXT_BYTES + 32)
     assert longest_server_message(cfg, 3, "keys") == H + 4 + 3 * (4 + 64 + 32 + 120 + 64 + 258)  # 2060 bits: 258 bytes
     for n in (100, 101):
         with pytest.raises(InvalidMessage, match=f"a round of {n} users, not the deployment's 3"):

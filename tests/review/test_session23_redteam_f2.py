@@ -35,13 +35,16 @@ Findings (what the attacker gets; docs/secagg.md, "Session 23 red team"):
   named.  The sum was wrong on the victim's rows, in a sparse round rows neither colluder holds.
   Fixed in signed rounds (session 23, helper H): each client commits to its seed in its signed
   advertise and the server checks every opened seed against the commitment; a wrong opening
-  aborts the round and names nobody (``test_held_e1_*``).  Unsigned rounds (an honest-but-curious
+  aborted the round and named nobody.  Since session 24 (share commitments, E2) each colluder's
+  moved share fails its dealer's commitment: both are named and left out (``test_held_e1_*``).  Unsigned rounds (an honest-but-curious
   setting, no commitments) still open it wrong (``test_finding_e1_unsigned_*``).
 * E2 (since F3) -- one device that deals one honest peer a share off its polynomial (an authentic
   ciphertext: the peer takes it) gets that honest peer named in ``cheaters`` (SFSL's
-  ``bad_shares``); the sum is exact.  A holder's wrong share and a dealer's look alike; in a
-  signed round the commitment verifies the corrected seed (it is the dealer's), not which of the
-  two -- holder or dealer -- was wrong.  Not fixed (it needs verifiable secret sharing).
+  ``bad_shares``); the sum is exact.  A holder's wrong share and a dealer's look alike.  Fixed in
+  signed rounds (session 24, helper A): the dealer commits to every share it deals, the holder
+  takes only matching shares and the server checks every unmask share against its commitment, so
+  the dealer is named (``test_e2_fixed_*``); unsigned rounds still name the holder
+  (``test_finding_e2_unsigned_*``).  Colluding holders (E1) are now named too.
 * E3 (F2) -- colluding devices that omit an honest device's seed are recorded as complaints against
   it, and with enough of them the round aborts naming that device's seed.  Nothing acts on either
   (docs/deployment.md).  The abort reason used to state that the device's shares did not open; it
@@ -56,6 +59,7 @@ Findings (what the attacker gets; docs/secagg.md, "Session 23 red team"):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import struct
@@ -76,7 +80,8 @@ from secemb.secagg.prg import SEED_BYTES
 H = messages.HEADER_BYTES
 N = shamir.SHARE_BYTES
 P = shamir.PRIME
-RECORD = 4 + SHARE_CIPHERTEXT_BYTES  # recipient (or sender) id, ciphertext
+CT = SHARE_CIPHERTEXT_BYTES
+SHARE_DOMAIN = b"secemb/secagg/v1/share-commitment"
 ROUND = 5  # the round id of every round :func:`_play` plays
 Parts = tuple[dict[int, int], dict[int, int]]  # an unmask message: (s^SK shares of dropped, b shares of survivors)
 
@@ -110,31 +115,40 @@ def _edit(sender: int, msg: bytes, which: int, owner: int, shift: int | None) ->
     return _unmask_msg(sender, parts)
 
 
-def _record(msg: bytes, ident: int) -> int:
-    """Offset of the record of ``ident`` (its id, then its ciphertext) in a shares or relayed message."""
+def _record(msg: bytes, ident: int, signed: bool) -> int:
+    """Offset of the record of ``ident`` (its id, its ciphertext and, signed, two 16-byte share
+    commitments: session 24) in a shares or relayed message."""
+    size = 4 + CT + (32 if signed else 0)
     for i in range(struct.unpack_from("<I", msg, H)[0]):
-        at = H + 4 + i * RECORD
+        at = H + 4 + i * size
         if struct.unpack_from("<I", msg, at)[0] == ident:
             return at
     raise AssertionError(f"no record for {ident}")
 
 
-def _flip(msg: bytes, ident: int) -> bytes:
-    """A shares or relayed message with the last byte (in the GCM tag) of ``ident``'s record
-    flipped: it does not open."""
-    at = _record(msg, ident) + RECORD - 1
+def _flip(msg: bytes, ident: int, signed: bool) -> bytes:
+    """A shares or relayed message with the last byte of the ciphertext (in the GCM tag) of
+    ``ident``'s record flipped: it does not open."""
+    at = _record(msg, ident, signed) + 4 + CT - 1
     return msg[:at] + bytes([msg[at] ^ 1]) + msg[at + 1 :]
 
 
 def _redeal(client: SecAggClient, msg: bytes, recipient: int, shift: int) -> bytes:
     """A malicious sender's shares message with its share of ``b`` to ``recipient`` shifted by
-    ``shift`` and sealed again under the pair's channel key: authentic, the recipient takes it."""
-    at = _record(msg, recipient) + 4
+    ``shift`` and sealed again under the pair's channel key: authentic, the recipient takes it (in a
+    signed round the dealer commits to the shifted share: SHA-256 over the layout, truncated)."""
+    cfg, signed = client.config, client.config.signed
+    at = _record(msg, recipient, signed) + 4
     key = client._channel(recipient, keys.CHANNEL)  # the sender's own channel key
-    rid, me = client.config.round_id, client.id
-    pt = keys.open_sealed(key, rid, me, recipient, msg[at : at + SHARE_CIPHERTEXT_BYTES])
+    rid, me = cfg.round_id, client.id
+    pt = keys.open_sealed(key, rid, me, recipient, msg[at : at + CT])
     b = (int.from_bytes(pt[8 + N :], "little") + shift) % P
-    return msg[:at] + keys.seal(key, rid, me, recipient, pt[: 8 + N] + b.to_bytes(N, "little")) + msg[at + RECORD - 4 :]
+    out = msg[:at] + keys.seal(key, rid, me, recipient, pt[: 8 + N] + b.to_bytes(N, "little"))
+    if signed:
+        data = bytes([len(SHARE_DOMAIN)]) + SHARE_DOMAIN + cfg.header() + _u32(me) + _u32(recipient) + b"\x01"
+        out += msg[at + CT : at + CT + 16] + hashlib.sha256(data + b.to_bytes(N, "little")).digest()[:16]
+        return out + msg[at + CT + 32 :]
+    return out + msg[at + CT :]
 
 
 @dataclass
@@ -237,8 +251,8 @@ def _deviating_round(seed: int) -> tuple[int, int]:
                     {u: roster.enroll(u) for u in ids})
     adv.send_keys({})
     spoiled = {pair for pair in adv.shares if plan.random() < 0.25}
-    for pair in spoiled:
-        adv.shares[pair] = adv.shares[pair][:-1] + bytes([adv.shares[pair][-1] ^ 1])
+    for pair in spoiled:  # the last byte of the ciphertext (in its tag), before the share commitments
+        adv.shares[pair] = adv.shares[pair][: CT - 1] + bytes([adv.shares[pair][CT - 1] ^ 1]) + adv.shares[pair][CT:]
     withheld = {pair for pair in adv.shares if plan.random() < 0.1} if plan.random() < 0.3 else set()
     adv.relay(lambda u, v: (u, v) not in withheld)
     live = [u for u in ids if u not in adv.refused]
@@ -276,7 +290,7 @@ def test_held_a_fabricated_survivor_that_sent_no_shares_opens_nothing() -> None:
                     {u: roster.enroll(u) for u in ids})
     adv.send_keys({})
     for v in range(4):
-        adv.shares[(4, v)] = os.urandom(SHARE_CIPHERTEXT_BYTES)  # device 4's real shares never relayed
+        adv.shares[(4, v)] = os.urandom(CT + 32)  # device 4's real shares never relayed (ciphertext, commitments)
     adv.relay(lambda u, v: v != 4)  # device 4 gets nothing: it refuses (below the threshold), as if silent
     adv.survivors({u: ids for u in range(4)})
     adv.forward()
@@ -300,7 +314,7 @@ def test_held_sparse_spoiled_relays_with_dropouts_reveal_one_kind_per_client_and
     g = np.random.default_rng(8)  # test rows, not secrets
     rows = {u: sorted(g.choice(12, 6, replace=False).tolist()) for u in range(8)}
     rnd = _play(8, 5, signed=signed, rows=rows, length=12, drop_after={7: 2, 4: 4 if signed else 3},
-                relay=lambda u, m: _flip(m, spoil[u]) if u in spoil else m)
+                relay=lambda u, m: _flip(m, spoil[u], signed) if u in spoil else m)
     total = rnd.server.result()
     assert rnd.server.survivors == [0, 1, 2, 3, 4, 5, 6] and sorted(rnd.unmask) == [0, 1, 2, 3, 5, 6]
     assert np.array_equal(total, rnd.want())
@@ -361,16 +375,18 @@ def test_held_a_device_spoiling_its_own_shares_down_to_the_threshold_moves_only_
     it.  Unsigned: the round commits, nobody is named, and the sum is numpy's on every row client 0
     does not hold: what it moved it could have moved with its masked input.  (No colluding holder
     is needed: the device's own unmask message carries a share of its seed.)  Signed: the seed
-    opens to another value than client 0 committed to, and the round aborts naming nobody (a
-    device can abort a signed round this way, as it could by dealing two holders bad shares)."""
+    opened to another value than client 0 committed to, and the round aborted naming nobody; since
+    session 24 client 0's own share fails its own share commitment: client 0 is named and left
+    out, its seed has two genuine shares, and the round aborts (a device can abort a signed round,
+    now named)."""
     rows = {0: [0, 1, 2], 1: [0, 3], 2: [1, 4, 5], 3: [2, 3, 4], 4: [0, 5]}
-    rnd = _play(5, 3, signed=signed, rows=rows, deal=lambda u, c, m: m if u else _flip(_flip(m, 3), 4),
+    rnd = _play(5, 3, signed=signed, rows=rows, deal=lambda u, c, m: m if u else _flip(_flip(m, 3, signed), 4, signed),
                 unmask=lambda u, m: m if u else _edit(0, m, 1, 0, 5))
     if signed:
-        with pytest.raises(SecAggAborted, match="the self-mask seed of client 0 opened from 3 shares does not "
-                                                "match its signed commitment"):
+        with pytest.raises(SecAggAborted, match=r"2 shares of the self-mask seed of client 0 besides those of "
+                                                r"clients \[0\] \(found lying\), threshold 3"):
             rnd.server.result()
-        assert rnd.server.cheaters == [] and rnd.server.complaints == {3: [0], 4: [0]}
+        assert rnd.server.cheaters == [0] and rnd.server.complaints == {3: [0], 4: [0]}
         return
     total = rnd.server.result()
     assert rnd.server.cheaters == [] and rnd.server.complaints == {3: [0], 4: [0]}
@@ -400,37 +416,39 @@ def _colluders_shift(owner: int, honest: list[int], colluders: tuple[int, ...]) 
     return lambda u, msg: _edit(u, msg, 1, owner, q(u + 1)) if u in colluders else msg
 
 
-_E1_REASON = r"the self-mask seed of client 0 opened from {} shares{} does not match its signed commitment"
+def test_held_e1_fixed_two_colluding_holders_moving_an_honest_seed_are_named_and_the_sum_is_exact() -> None:
+    """E1's attack in a signed round: five clients, threshold 3; clients 3 and 4 collude and move
+    their shares of honest client 0's seed onto a polynomial through the shares of clients 0 and
+    1.  Leaving out honest client 2 would mend the shares (it used to name client 2 and commit a
+    wrong sum; session 23: the seed so opened failed client 0's seed commitment, the round aborted,
+    nobody named).  Since session 24 both moved shares fail client 0's share commitments: clients 3
+    and 4 are named and left out, honest 0, 1 and 2 open the seed, the sum is exact."""
+    rnd = _play(5, 3, signed=True, unmask=_colluders_shift(0, [0, 1], (3, 4)))
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.cheaters == [3, 4]
 
 
-@pytest.mark.parametrize(("silent", "reason"), [((), _E1_REASON.format(5, r" \(after leaving out client 2's shares\)")),
-                                                ((2,), _E1_REASON.format(4, ""))])
-def test_held_e1_fixed_two_colluding_holders_moving_an_honest_seed_abort_a_signed_round_naming_nobody(
-        silent: tuple[int, ...], reason: str) -> None:
-    """E1's attack in a signed round: five clients, threshold 3; clients 3 and 4 collude; all five
-    unmask, or client 2 drops before unmasking.  Both move their shares of honest client 0's seed
-    onto a polynomial through the shares of clients 0 and 1.  With five holders leaving out honest
-    client 2 mends the shares, with four they agree; either way the seed so opened (``b_0 + 1``)
-    is not the one client 0 committed to in its signed advertise: the round aborts, no sum is
-    returned and nobody is named in ``cheaters`` (it used to name client 2, or nobody, and commit
-    a wrong sum)."""
-    rnd = _play(5, 3, signed=True, drop_after={u: 4 for u in silent}, unmask=_colluders_shift(0, [0, 1], (3, 4)))
+def test_held_e1_fixed_with_too_few_honest_holders_left_the_round_aborts_naming_the_colluders() -> None:
+    """The same with client 2 silent at Unmasking: the two honest holders left are below the
+    threshold, the round aborts (no sum is ever returned), clients 3 and 4 named (before session
+    24 the four shares agreed on ``b_0 + 1``, failed the seed commitment, nobody named)."""
+    rnd = _play(5, 3, signed=True, drop_after={2: 4}, unmask=_colluders_shift(0, [0, 1], (3, 4)))
+    reason = r"2 shares of the self-mask seed of client 0 besides those of clients \[3, 4\] \(found lying\)"
     with pytest.raises(SecAggAborted, match=reason):
         rnd.server.result()
-    assert rnd.server.cheaters == []
+    assert rnd.server.cheaters == [3, 4]
     with pytest.raises(SecAggAborted):  # and stays aborted: no sum is ever returned
         rnd.server.result()
 
 
-def test_held_e1_fixed_sparse_the_colluders_abort_the_round_instead_of_moving_rows_they_do_not_hold() -> None:
+def test_held_e1_fixed_sparse_the_colluders_are_named_instead_of_moving_rows_they_do_not_hold() -> None:
     """E1 in a signed sparse round (SFSL's): client 0 holds rows 0-2, colluders 3 and 4 hold rows
     3-5 only.  Their shift of client 0's seed used to make rows 0-2 of the committed sum wrong and
-    name honest client 2; the seed now fails client 0's commitment and the round aborts."""
+    name honest client 2 (session 23: the round aborted); now they are named and the sum is exact."""
     rows = {0: [0, 1, 2], 1: [0, 1, 3], 2: [2, 4], 3: [3, 4], 4: [4, 5]}
     rnd = _play(5, 3, signed=True, rows=rows, unmask=_colluders_shift(0, [0, 1], (3, 4)))
-    with pytest.raises(SecAggAborted, match=_E1_REASON.format(5, r" \(after leaving out client 2's shares\)")):
-        rnd.server.result()
-    assert rnd.server.cheaters == []
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.cheaters == [3, 4]
 
 
 @pytest.mark.parametrize(("silent", "named"), [((), [2]), ((2,), [])])
@@ -449,18 +467,38 @@ def test_finding_e1_unsigned_rounds_have_no_commitment_and_still_open_a_seed_wro
     assert not np.array_equal(total, rnd.want())
 
 
-@pytest.mark.parametrize("signed", [False, True])
-def test_finding_e2_one_device_dealing_a_bad_share_gets_an_honest_holder_named(signed: bool) -> None:
-    """E2: five clients, threshold 3.  Client 0 deals client 4 a share of its seed off its
-    polynomial, in an authentic ciphertext: client 4 takes it and reveals it at Unmasking.  The
-    server finds client 4's share the one that disagrees and names honest client 4 (SFSL's
-    ``bad_shares``); the sum is exact (the other four shares open client 0's seed).  In a signed
-    round that seed matches client 0's commitment -- the correction is verified -- but nothing
-    tells a holder's wrong share from a dealer's wrong deal: a named holder is the one that
-    cheated or one a malicious dealer framed (verifiable secret sharing would tell them apart)."""
-    rnd = _play(5, 3, signed=signed, deal=lambda u, c, m: _redeal(c, m, 4, 1) if u == 0 else m)
+def test_finding_e2_unsigned_one_device_dealing_a_bad_share_gets_an_honest_holder_named() -> None:
+    """E2 where it remains: an unsigned round (honest-but-curious devices, no share commitments).
+    Five clients, threshold 3.  Client 0 deals client 4 a share of its seed off its polynomial, in
+    an authentic ciphertext: client 4 takes it and reveals it at Unmasking.  The server finds
+    client 4's share the one that disagrees and names honest client 4; the sum is exact (the other
+    four shares open client 0's seed)."""
+    rnd = _play(5, 3, deal=lambda u, c, m: _redeal(c, m, 4, 1) if u == 0 else m)
     assert np.array_equal(rnd.server.result(), rnd.want(list(range(5))))
     assert rnd.server.cheaters == [4] and rnd.server.complaints == {}
+
+
+@pytest.mark.parametrize("victim", [1, 4])
+def test_e2_fixed_a_signed_dealer_dealing_a_bad_share_is_named_not_the_holder(victim: int) -> None:
+    """E2 fixed in signed rounds (session 24): the same dealing, client 0 committing to the bad
+    share (else client ``victim`` would refuse it, F2's path).  Client ``victim``'s unmask share
+    matches its commitment -- it sent what it was dealt -- so it is not named; the shares as dealt
+    disagree, so client 0 is named, and the shares without the bad one open client 0's committed
+    seed: the sum is exact (victim 1 is among the first three shares, whose opening fails first)."""
+    rnd = _play(5, 3, signed=True, deal=lambda u, c, m: _redeal(c, m, victim, 1) if u == 0 else m)
+    assert np.array_equal(rnd.server.result(), rnd.want(list(range(5))))
+    assert rnd.server.cheaters == [0] and rnd.server.complaints == {}
+    assert "dealt shares of its self-mask seed" in rnd.server.cheated[0]
+
+
+def test_e2_fixed_a_signed_dealer_dealing_a_bad_share_with_no_spare_aborts_the_round_naming_it() -> None:
+    """The same with clients 3 and 4 silent at Unmasking: three shares of client 0's seed (the
+    threshold), client 1's the bad one; no other opening exists, the round aborts naming client 0."""
+    rnd = _play(5, 3, signed=True, drop_after={3: 4, 4: 4},
+                deal=lambda u, c, m: _redeal(c, m, 1, 1) if u == 0 else m)
+    with pytest.raises(SecAggAborted, match="client 0 dealt shares"):
+        rnd.server.result()
+    assert rnd.server.cheaters == [0]
 
 
 def test_finding_e3_colluders_omitting_an_honest_seed_are_complaints_against_it_and_can_abort() -> None:
@@ -567,7 +605,7 @@ def test_held_e4_fixed_a_client_found_wrong_is_left_out_of_every_holder_set() ->
     open client 0's seed with client 3's share: a committed sum wrong on client 0's rows.  Now the
     largest holder sets go first and client 3 is left out of every later one: client 0's seed has
     three holders without it, and the round aborts naming client 3; nothing is opened."""
-    rnd = _play(7, 4, deal=lambda u, c, m: m if u else _flip(_flip(_flip(m, 4), 5), 6),
+    rnd = _play(7, 4, deal=lambda u, c, m: m if u else _flip(_flip(_flip(m, 4, False), 5, False), 6, False),
                 unmask=lambda u, m: _edit(3, _edit(3, m, 1, 1, 1), 1, 0, 1) if u == 3 else m)
     reason = "3 shares of the self-mask seed of client 0 without client 3's \\(found wrong\\), threshold 4"
     with pytest.raises(SecAggAborted, match=reason):
