@@ -309,11 +309,12 @@ def test_finding_a_corrupt_psu_share_aborts_the_set_up_instead_of_wedging_the_se
 
 def test_finding_a_corrupt_sum_share_with_a_stage_deadline_aborts_and_the_next_round_runs():
     """As ``secemb serve`` runs it (the server closes a stage once every device still in has
-    sent): SFSL, devices 0 and 1 corrupt their unmask messages of the secure sum (two wrong shares
-    with one spare: caught, nobody named; one alone is named and the round commits since session
-    23).  The honest device whose message closes the stage gets its 204 (it got a 400 for a
-    message the server had kept), the round aborts with the model unchanged, and the next round
-    opens and commits (it was refused 409, "round 1 is still open", until a restart)."""
+    sent): SFSL, devices 0 and 1 corrupt their unmask messages of the secure sum (each share
+    checked against its dealer's commitment since session 24: both are named and left out, one
+    genuine share is below the threshold of 2; before, two wrong shares with one spare were caught
+    and nobody named).  The honest device whose message closes the stage gets its 204 (it got a
+    400 for a message the server had kept), the round aborts with the model unchanged, and the
+    next round opens and commits (it was refused 409, "round 1 is still open", until a restart)."""
     from secemb.data.ctr import TaobaoShaped, split_clicks
     from secemb.protocols.exchange import ExchangeRun
     from secemb.protocols.sfsl.protocol import SFSLProtocol
@@ -345,8 +346,10 @@ def test_finding_a_corrupt_sum_share_with_a_stage_deadline_aborts_and_the_next_r
         return str(doc["state"])
 
     assert one_round(1, corrupt=True) == "aborted"
-    # caught by the shares' consistency check (docs/secagg.md); two wrong with one spare share: nobody is named
-    assert "do not agree" in http.outcome(1)["reason"]
+    # caught by the share commitments (docs/secagg.md): both liars named, too few genuine shares left
+    outcome = http.outcome(1)
+    assert "besides those of clients [0, 1] (found lying), threshold 2" in outcome["reason"]
+    assert outcome["bad_shares"] == [0, 1]
     assert hosted.model() == model0
     assert one_round(2, corrupt=False) == "committed"
     assert hosted.model() != model0

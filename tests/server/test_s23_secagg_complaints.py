@@ -35,17 +35,17 @@ FP = "c" * 64  # the configuration fingerprint of the state directory (any, the 
 
 
 def spoil_share_to(body: bytes, victim: int) -> bytes:
-    """A secure aggregation's shares message (frame header, a u32 count, equal records that
-    start with the recipient's u32 id and end with the ciphertext's tag) with the last tag byte
-    of the record to ``victim`` flipped."""
+    """A signed secure aggregation's shares message (frame header, a u32 count, records of the
+    recipient's u32 id, the 90-byte ciphertext ending with its tag and two 16-byte share
+    commitments, then the sender's own two commitments: session 24) with the last tag byte of the
+    record to ``victim`` flipped."""
     out = bytearray(body)
     count = int.from_bytes(out[HEADER_BYTES : HEADER_BYTES + 4], "little")
-    start = HEADER_BYTES + 4
-    size, rest = divmod(len(out) - start, count)
-    assert rest == 0
-    for at in range(start, len(out), size):
+    start, size = HEADER_BYTES + 4, 4 + 90 + 32
+    assert count * size + 32 == len(out) - start
+    for at in range(start, start + count * size, size):
         if int.from_bytes(out[at : at + 4], "little") == victim:
-            out[at + size - 1] ^= 1
+            out[at + 4 + 90 - 1] ^= 1
             return bytes(out)
     raise AssertionError(f"no record for {victim}")
 
