@@ -66,8 +66,9 @@ __all__ = ["GOAL_EPOCH", "GOAL_PROCESS", "OTHER_CRYPTO", "KernelClock", "gc_cloc
 #: issue 37's goals: secure CPU beyond plaintext per epoch / kernel CPU, and whole-process CPU ratio
 GOAL_EPOCH = 1.25
 GOAL_PROCESS = 1.5
-#: compiled kernels that are not the DPF's (the cuckoo layout's assignment)
-_NOT_DPF = frozenset({"cuckoo_assign"})
+#: compiled kernels that are not the DPF's (the cuckoo layout's assignment; a device's unmasking
+#: and check of its answers, glue compiled)
+_NOT_DPF = frozenset({"cuckoo_assign", "unmask_slots"})
 _DPF_AES_PREFIXES = ("tree/", "convert/")
 #: the secure path's cryptography that is no DPF kernel: category -> the (module, attribute) of the
 #: project functions that do nothing but it ("Class.method" for a method)

@@ -10,13 +10,15 @@ arguments are round-key arrays of :func:`secemb.fss._aesni.round_keys`.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import carray, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from secemb.fss._aesni import BLOCKS, expand8, expand8_rows, halftree16, halftree16_rows, mmo_blocks, mmo_ctr
 
 __all__ = [
     "bgi_corrections", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_gen", "convert_accumulate",
-    "ring_matmul", "bits_accumulate",
+    "ring_matmul", "bits_accumulate", "unmask_slots",
     "cuckoo_assign", "check_accumulate", "STEP_BLOCKS",
 ]
 
@@ -424,21 +426,75 @@ def ring_matmul(a, b, out, cols):  # noqa: ANN001, ANN201
             i += 1
 
 
+@intrinsic
+def _at(typingctx, addr):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """The address ``addr`` (int64) as a ``void *``, for :func:`numba.carray`."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+    return types.voidptr(types.int64), codegen
+
+
 @njit(cache=True, nogil=True)
-def bits_accumulate(t, cw, out, cols):  # noqa: ANN001, ANN201
-    """``out[g, i] += sum_u t[u, g, i] cw[u, g]`` for ``i < cols[g]`` in ``out``'s ring:
-    control bits t uint8 (U, G, M) (0 or 1), correction words cw ring (U, G, w), out ring
-    (G, M, w), cols int64 (G,) at most M.  A zero bit costs a test; a one bit adds a row.
-    Group-major, so that ``out[g]`` stays in cache while every user's bits of group ``g`` are
-    added."""
-    users, groups, m = t.shape
-    w = cw.shape[2]
+def bits_accumulate(t_at, cw_at, start, out, cols, negate):  # noqa: ANN001, ANN201
+    """``out[g, i] = start[g, i] +- sum_u t_u[g, i] cw_u[g]`` for ``i < cols[g]`` (``-`` with
+    ``negate``), ``out[g, i] = start[g, i]`` beyond, in ``out``'s ring: user ``u``'s control
+    bits ``t_u`` uint8 (G, M) (0 or 1) and correction words ``cw_u`` ring (G, w) are the
+    C-contiguous arrays at addresses ``t_at[u]`` and ``cw_at[u]`` (int64 (U,); each user's own
+    array: nothing is stacked), start and out ring (G, M, w) (``start`` may be ``out``), cols
+    int64 (G,) at most M.  A zero bit costs a test; a one bit adds a row.  Group-major, so that
+    ``out[g]`` stays in cache while every user's bits of group ``g`` are added."""
+    groups, m, w = out.shape
     for g in range(groups):
-        for u in range(users):
+        for i in range(m):
+            for e in range(w):
+                out[g, i, e] = start[g, i, e]
+        for u in range(t_at.shape[0]):
+            t = carray(_at(t_at[u]), (groups, m), np.uint8)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+            cw = carray(_at(cw_at[u]), (groups, w), out.dtype)
             for i in range(cols[g]):
-                if t[u, g, i] != 0:
-                    for e in range(w):
-                        out[g, i, e] += cw[u, g, e]
+                if t[g, i] != 0:
+                    if negate:
+                        for e in range(w):
+                            out[g, i, e] -= cw[g, e]
+                    else:
+                        for e in range(w):
+                            out[g, i, e] += cw[g, e]
+
+
+@njit(cache=True, nogil=True)
+def unmask_slots(answers, unmask, items, rows_at, suffix_items, suffix_rows, tags, filled):  # noqa: ANN001, ANN201
+    """A device's reading of its reconstructed answers in one pass: for user ``u``'s slot ``s``,
+    ``x = answers[u, s] * unmask[u, s]`` in the ring (answers ring (n, S, D), C-contiguous;
+    unmask ring (n, S)); ``x[:w]`` to row ``s`` of the C-contiguous ring (S, w) array at address
+    ``rows_at[u]`` (int64 (n,)); where ``items[u, s] >= 0`` (int64 (n, S); a real slot, the
+    ``r``-th in (u, s) order) the item to ``suffix_items[r]`` (uint64 (R,)), ``x[:w]`` to
+    ``suffix_rows[r]`` (ring (R, w)) and ``x[w:]`` to ``tags[r]`` (ring (R, D - w)), any
+    strides; elsewhere (an empty slot) ``filled[u]`` (bool (n,)) set where ``answers[u, s]`` is
+    not all zero."""
+    n, slots, d = answers.shape
+    width = suffix_rows.shape[1]
+    r = 0
+    for u in range(n):
+        rows = carray(_at(rows_at[u]), (slots, width), answers.dtype)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+        for s in range(slots):
+            f = unmask[u, s]
+            for e in range(width):
+                rows[s, e] = answers[u, s, e] * f
+            if items[u, s] >= 0:
+                suffix_items[r] = items[u, s]
+                for e in range(width):
+                    suffix_rows[r, e] = rows[s, e]
+                for e in range(width, d):
+                    tags[r, e - width] = answers[u, s, e] * f
+                r += 1
+            else:
+                nonzero = answers[u, s, 0] != 0
+                for e in range(1, d):
+                    nonzero |= answers[u, s, e] != 0
+                if nonzero:
+                    filled[u] = True
 
 
 @njit(cache=True)

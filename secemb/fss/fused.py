@@ -20,6 +20,7 @@ On request the same pass also sums each key's conversions over its positions
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, overload
 
@@ -45,6 +46,7 @@ __all__ = [
     "payload_sums_of",
     "retrieve_and_prepare",
     "retrieve_and_prepare_buckets",
+    "unmask_slots",
 ]
 
 RETRIEVAL_TAG = "secemb/retrieval"
@@ -483,39 +485,129 @@ def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.nda
 
 
 
-def bits_product(t: np.ndarray, cw: np.ndarray, sizes: np.ndarray | None = None, *,
-                 out: np.ndarray | None = None) -> np.ndarray:
-    """``sum_u t_u[..., None] * CW_u[:, None, :]``: the control-bit part of the bucket-form
-    aggregate over users ``u``, ring (B, M, w); added into ``out`` (and returned) if given.
+def bits_product(t: np.ndarray | Sequence[np.ndarray], cw: np.ndarray | Sequence[np.ndarray],
+                 sizes: np.ndarray | None = None, *, out: np.ndarray | None = None, start: np.ndarray | None = None,
+                 negate: bool = False) -> np.ndarray:
+    """``start +- sum_u t_u[..., None] * CW_u[:, None, :]``: the control-bit part of the
+    bucket-form aggregate over users ``u``, ring (B, M, w), added to ``start`` (subtracted with
+    ``negate``: party 1's sign) and written to ``out`` (both optional: ``start`` defaults to
+    ``out``'s contents, or zero without ``out``; ``out`` to a new array); returns ``out``.
 
     Parameters
     ----------
-    t: uint8 (U, B, M), the users' control bits (0 or 1) of their B bucket keys (views are
-        fine: a range of buckets is ``t[:, lo:hi]``).
-    cw: ring (U, B, w), their correction words.
+    t: the users' control bits (0 or 1) of their B bucket keys, uint8 (B, M) each: a sequence of
+        per-user arrays (the users' own arrays or views, e.g. ``bits[u][lo:hi]`` for a range of
+        buckets: with the compiled kernels nothing is stacked) or one array (U, B, M).
+    cw: their correction words, ring (B, w) each, likewise.
     sizes: int (B,), or ``None`` for all ``M``: only the first ``sizes[i]`` positions of
-        bucket ``i`` are computed; the rest are zero (left as they are in ``out``).
-    out: C-contiguous ring (B, M, w) of ``cw``'s dtype to accumulate into (a fresh zero
-        array by default).
+        bucket ``i`` get the product; the rest are ``start``'s.
+    out: C-contiguous writeable ring (B, M, w) of ``cw``'s dtype (a fresh array by default).
+    start: ring (B, M, w) of that dtype, any layout (may be ``out``).
 
-    With the compiled kernels one pass adds each user's correction word to the rows its bits
-    select; the reference is the batched ring product of the bits and words."""
-    if t.ndim != 3 or cw.ndim != 3 or t.shape[:2] != cw.shape[:2] or t.shape[0] < 1:
-        raise InvalidParameters(f"bits {t.shape} and correction words {cw.shape} must be (U, B, M) and (U, B, w)")
-    dtype, buckets, big_m = cw.dtype, t.shape[1], t.shape[2]
+    With the compiled kernels one pass per bucket copies ``start`` and adds (subtracts) each
+    user's correction word to the rows its bits select, reading every user's arrays where they
+    are; the reference stacks them and takes the batched ring product of the bits and words."""
+    ts, cws = list(t), list(cw)
+    if not ts or len(ts) != len(cws) or any(not isinstance(x, np.ndarray) or x.ndim != 2 for x in ts + cws):
+        raise InvalidParameters(f"bits and correction words must be as many (B, M) and (B, w) arrays, >= 1, got "
+                                f"{len(ts)} and {len(cws)}")
+    dtype, (buckets, big_m), width = cws[0].dtype, ts[0].shape, cws[0].shape[1]
+    if (dtype not in (np.dtype(np.uint32), np.dtype(np.uint64)) or any(x.shape != (buckets, big_m) for x in ts)
+            or any(x.shape != (buckets, width) or x.dtype != dtype for x in cws)):
+        raise InvalidParameters(f"bits {ts[0].shape} and correction words {cws[0].shape} {dtype} must be (B, M) and "
+                                f"ring (B, w), the same for every user")
     cols = np.full(buckets, big_m, np.int64) if sizes is None else np.asarray(sizes, np.int64)
     if cols.shape != (buckets,) or np.any((cols < 0) | (cols > big_m)):
         raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}]")
-    shape = (buckets, big_m, cw.shape[2])
+    shape = (buckets, big_m, width)
     if out is None:
-        out = np.zeros(shape, dtype)
+        out = np.zeros(shape, dtype) if start is None else np.empty(shape, dtype)
     elif out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
         raise InvalidParameters(f"out must be a writeable C-contiguous {dtype} array of shape {shape}")
-    if kernels.compiled() and t.dtype == np.uint8:
+    if start is None:
+        start = out
+    elif not isinstance(start, np.ndarray) or start.shape != shape or start.dtype != dtype:
+        raise InvalidParameters(f"start must be a {dtype} array of shape {shape}")
+    if kernels.compiled() and all(x.dtype == np.uint8 for x in ts):
         from secemb.fss._numba_kernels import bits_accumulate
 
-        bits_accumulate(t, cw, out, cols)
+        # each user's arrays C-contiguous (a copy only of one that is not), held in these lists
+        # while the kernel reads them at their addresses
+        ts = [np.ascontiguousarray(x) for x in ts]
+        cws = [np.ascontiguousarray(x) for x in cws]
+        bits_accumulate(np.array([x.ctypes.data for x in ts], np.int64), np.array([x.ctypes.data for x in cws],
+                                                                                  np.int64),
+                        np.ascontiguousarray(start), out, cols, bool(negate))
         return out
+    product = ring_matmul(np.stack(ts).transpose(1, 2, 0), np.stack(cws).transpose(1, 0, 2), 8 * dtype.itemsize,
+                          a_bits=1) * (np.arange(big_m) < cols[:, None])[:, :, None].astype(dtype)
+    if negate:
+        np.negative(product, out=product)
+    np.add(start, product, out=out)
+    return out
     out += ring_matmul(t.transpose(1, 2, 0), cw.transpose(1, 0, 2), 8 * dtype.itemsize, a_bits=1) * (
         np.arange(big_m) < cols[:, None])[:, :, None].astype(dtype)
     return out
+
+
+def unmask_slots(answers: np.ndarray, unmask: np.ndarray, items: np.ndarray, rows: Sequence[np.ndarray],
+                 suffix: np.ndarray, tags: np.ndarray) -> np.ndarray:
+    """A device's reading of its reconstructed retrieval answers, every user's slots in one pass:
+    each slot's answer times its unmasking factor, split into the row (written to the user's
+    array) and, for a real slot, the row again after its item (the bytes its row tag hashes,
+    :func:`~secemb.protocols.secemb.checks.suffix_tags`) and the rest of the answer (its tag
+    words, to compare); each empty slot's answer checked to be zero.  Writes only ``rows``,
+    ``suffix`` and ``tags``.
+
+    Parameters
+    ----------
+    answers: ring (n, S, D): user ``u``'s reconstructed answer of slot ``s``.
+    unmask: ring (n, S), the slots' factors (``beta^{-1}``; an empty slot's is its rows' value).
+    items: int64 (n, S), the slots' items, ``-1`` for an empty slot.
+    rows: ``n`` writeable C-contiguous ring (S, w) arrays, ``w <= D``: ``rows[u][s] =
+        answers[u, s, :w] * unmask[u, s]``.
+    suffix: writeable uint8 (R, 8 + w itemsize), ``R`` the real slots (``items >= 0``) in (user,
+        slot) order: row ``r`` the ``r``-th real slot's item as a little-endian u64, then its
+        row's words, little-endian.
+    tags: writeable ring (R, D - w): ``answers[u, s, w:] * unmask[u, s]`` of the ``r``-th real slot.
+
+    Returns
+    -------
+    bool (n,): whether the user has an empty slot whose answer is not all zero.
+    """
+    n, slots, d = answers.shape if answers.ndim == 3 else (0, 0, 0)
+    dtype = answers.dtype
+    width = d - tags.shape[1] if tags.ndim == 2 else -1
+    real = int(np.count_nonzero(items >= 0)) if items.shape == (n, slots) else -1
+    if (dtype not in (np.dtype(np.uint32), np.dtype(np.uint64)) or answers.ndim != 3 or unmask.shape != (n, slots)
+            or unmask.dtype != dtype or items.dtype != np.int64 or real < 0 or not 0 <= width <= d
+            or len(rows) != n or any(not isinstance(r, np.ndarray) or r.shape != (slots, width) or r.dtype != dtype
+                                     or not r.flags.c_contiguous or not r.flags.writeable for r in rows)
+            or suffix.shape != (real, 8 + width * dtype.itemsize) or suffix.dtype != np.uint8
+            or tags.shape != (real, d - width) or tags.dtype != dtype
+            or not suffix.flags.writeable or not tags.flags.writeable):
+        raise InvalidParameters(f"unmask_slots: answers {answers.dtype} {answers.shape} need unmask (n, S) of their "
+                                f"dtype, int64 items (n, S), n writeable C-contiguous rows (S, w), and a writeable "
+                                f"suffix uint8 (R, 8 + w itemsize) and tags (R, D - w), R the real slots")
+    at_items = suffix[:, :8].view("<u8")[:, 0]
+    at_rows = suffix[:, 8:].view(dtype.newbyteorder("<"))
+    if kernels.compiled() and answers.flags.c_contiguous and at_rows.dtype.isnative:  # a little-endian host
+        from secemb.fss._numba_kernels import unmask_slots as kernel
+
+        filled = np.zeros(n, bool)
+        kernel(answers, unmask, items, np.array([r.ctypes.data for r in rows], np.int64), at_items, at_rows, tags,
+               filled)
+        return filled
+    flat = answers.reshape(n * slots, d)
+    at = items.reshape(-1)
+    real_at, empty_at = np.flatnonzero(at >= 0), np.flatnonzero(at < 0)
+    filled = np.zeros(n, bool)
+    filled[empty_at[np.take(flat, empty_at, axis=0).any(axis=1)] // max(slots, 1)] = True
+    unmasked = (flat * unmask.reshape(-1, 1)).reshape(n, slots, d)
+    for r, got in zip(rows, unmasked, strict=True):
+        r[...] = got[:, :width]
+    at_items[...] = at[real_at]
+    real_rows = unmasked.reshape(n * slots, d)[real_at]
+    at_rows[...] = real_rows[:, :width]
+    tags[...] = real_rows[:, width:]
+    return filled

@@ -163,17 +163,12 @@ def tapered(n: int, largest: int, workers: int) -> list[tuple[int, int]]:
 
 def bits_task(task: tuple[list[np.ndarray], list[np.ndarray], slice, np.ndarray, bool, np.ndarray,
                          np.ndarray]) -> None:
-    """``out[:] = folded + bits_product(t, (-1)^negate cw, sizes)`` for a range of buckets, ``t``
-    and ``cw`` stacked here from each user's bits (B, M) and words (B, w) of that range, so
-    they are contiguous (the kernel's fast specialization) and the stacking is split too (a
-    task of an in-process backend: ``task = (bits, cws, buckets, sizes, negate, folded,
-    out)``, ``out`` C-contiguous)."""
+    """``out[:] = folded +- bits_product(t, cw, sizes)`` (``-`` with ``negate``) for a range of
+    buckets, ``t`` and ``cw`` each user's bits (B, M) and words (B, w) of that range, read where
+    they are (:func:`~secemb.fss.fused.bits_product`; a task of an in-process backend: ``task =
+    (bits, cws, buckets, sizes, negate, folded, out)``, ``out`` C-contiguous)."""
     bits, cws, buckets, sizes, negate, folded, out = task
-    np.copyto(out, folded)
-    cw = np.stack([c[buckets] for c in cws])
-    if negate:
-        np.negative(cw, out=cw)
-    bits_product(np.stack([b[buckets] for b in bits]), cw, sizes, out=out)
+    bits_product([b[buckets] for b in bits], [c[buckets] for c in cws], sizes, out=out, start=folded, negate=negate)
 
 
 def scatter_task(task: tuple[CuckooLayout, np.ndarray, slice]) -> np.ndarray:

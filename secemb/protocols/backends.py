@@ -302,11 +302,13 @@ def warm_kernels() -> None:
     on-disk cache, 0.3-0.5 s in a fresh process; nothing once loaded), each with the argument
     types a round passes it: per ring, one tiny retrieval per layout from a read-only table (as
     published), one from a bucket form gathered as a cuckoo round's task gathers it (writeable),
-    with the keys' point-function check of verified uploads, and one control-bit product of the
-    close; one payload conversion (relay masks, challenges) and one batch of SHA-256 rows,
-    read-only and writeable (challenge seeds, row tags).  With the numpy reference it only runs
+    with the keys' point-function check of verified uploads, one control-bit product of the
+    close and one device's reading of its answers (simulated devices share the process); one
+    payload conversion (relay masks, challenges) and one batch of SHA-256 rows, read-only and
+    writeable (challenge seeds, row tags).  With the numpy reference it only runs
     that reference."""
-    from secemb.fss.fused import RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets
+    from secemb.fss.fused import (RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets,
+                                  unmask_slots)
 
     p0, _, state = fss.gen_path(np.array([1]), 16)
     checks = corrections(np.array([1]), state.leaf0, state.leaf1)
@@ -321,6 +323,9 @@ def warm_kernels() -> None:
         check = LeafCheck(checks, challenges(np.zeros((1, 2), np.uint64), 16), 1)
         _, t, _ = retrieve_and_prepare_buckets(p0, 0, cw, gathered, 1, sizes=np.array([16]), check=check)
         bits_product(t.reshape(1, 1, 16), np.ones((1, 1, 1), dtype))
+        # two real slots: the suffix's item and row views strided, as a round's are
+        unmask_slots(np.zeros((1, 2, 2), dtype), np.ones((1, 2), dtype), np.zeros((1, 2), np.int64),
+                     [np.empty((2, 1), dtype)], np.empty((2, 8 + dtype().itemsize), np.uint8), np.empty((2, 1), dtype))
     convert(np.zeros((1, 2), np.uint64), CHECK_WORDS, 64, RETRIEVAL_TAG)
     rows = np.zeros((1, 32), np.uint8)
     sha256_many(b"", rows)

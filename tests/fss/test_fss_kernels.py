@@ -193,3 +193,44 @@ def test_bits_product_is_the_same_on_both_backends(monkeypatch: pytest.MonkeyPat
         assert _equal(ref, got) and np.array_equal(got, base + np.where(inside[:, :, None], want, dt(0)))
     with pytest.raises(InvalidParameters, match="out must be"):
         bits_product(np.stack(bits), np.stack(cws), out=np.zeros((buckets + 1, big_m, width), dt))
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
+@pytest.mark.parametrize("negate", [False, True])
+def test_bits_product_of_per_user_arrays(monkeypatch: pytest.MonkeyPatch, ring_bits: int, negate: bool) -> None:
+    """Issue 37 (session 24): the users' own arrays, read where they are -- a range of buckets of
+    each (views), one not C-contiguous -- from ``start`` into ``out``, party 1's sign with
+    ``negate``: the same on both backends and as a per-user loop; nothing but ``out`` written."""
+    from secemb.fss.fused import bits_product
+
+    dt = np.uint32 if ring_bits == 32 else np.uint64
+    users, buckets, big_m, width, lo, hi = 9, 11, 7, 5, 2, 9
+    gen = np.random.default_rng(ring_bits + negate)
+    bits = [gen.integers(0, 2, (buckets, big_m), dtype=np.uint8) for _ in range(users)]
+    cws = [gen.integers(0, np.iinfo(dt).max, (buckets, width), dtype=dt, endpoint=True) for _ in range(users)]
+    cws[3] = np.asfortranarray(cws[3])  # not C-contiguous
+    sizes = gen.integers(0, big_m + 1, hi - lo)
+    start = gen.integers(0, np.iinfo(dt).max, (buckets, big_m, width), dtype=dt, endpoint=True)[lo:hi]
+    kept = [x.copy() for x in (*bits, *cws, start)]
+    ref, got = _both(monkeypatch, lambda: bits_product([b[lo:hi] for b in bits], [c[lo:hi] for c in cws], sizes,
+                                                       out=np.full((hi - lo, big_m, width), 7, dt), start=start,
+                                                       negate=negate))
+    assert _equal(ref, got)
+    want = start.copy()
+    inside = (np.arange(big_m)[None, :] < sizes[:, None])[:, :, None]
+    with np.errstate(over="ignore"):
+        for t, cw in zip(bits, cws, strict=True):
+            term = np.where(inside, t[lo:hi, :, None].astype(dt) * cw[lo:hi, None, :], dt(0))
+            want = want - term if negate else want + term
+    assert np.array_equal(got, want)
+    assert all(np.array_equal(x, y) for x, y in zip(kept, (*bits, *cws, start), strict=True))
+    # start defaults to out's contents
+    base = gen.integers(0, np.iinfo(dt).max, (buckets, big_m, width), dtype=dt, endpoint=True)
+    ref, got = _both(monkeypatch, lambda: bits_product(bits, cws, out=base.copy(), negate=negate))
+    assert _equal(ref, got) and np.array_equal(got, bits_product(bits, cws, start=base, negate=negate))
+    with pytest.raises(InvalidParameters, match="as many"):
+        bits_product(bits, cws[:-1])
+    with pytest.raises(InvalidParameters, match="the same for every user"):
+        bits_product(bits, [*cws[:-1], cws[-1][:, :2]])
+    with pytest.raises(InvalidParameters, match="start must be"):
+        bits_product(bits, cws, start=start)

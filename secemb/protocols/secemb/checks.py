@@ -12,7 +12,7 @@ from secemb.errors import InvalidParameters
 from secemb.fss.hashing import sha256_many
 from secemb.protocols.secemb.sizes import TAG_BYTES, U64
 
-__all__ = ["VERIFY_DOMAIN", "challenge_seeds", "key_digests", "row_tags"]
+__all__ = ["VERIFY_DOMAIN", "challenge_seeds", "key_digests", "row_tags", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): domains of the challenge seed the
@@ -35,7 +35,8 @@ def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
     Returns
     -------
     ring (n, TAG_BYTES / itemsize) of ``rows.dtype`` (once per round on each server for the
-    whole table, once per retrieval on a device for its slots; :func:`~secemb.fss.hashing.sha256_many`).
+    whole table; a device's check writes the hashed suffixes in its own pass over its answers,
+    :func:`~secemb.fss.fused.unmask_slots`, and tags them with :func:`suffix_tags`).
     """
     dt = rows.dtype
     if dt not in (np.dtype(np.uint32), np.dtype(np.uint64)) or rows.ndim != 2 or items.shape != rows.shape[:1]:
@@ -43,10 +44,17 @@ def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
                                 f"and {items.shape}")
     n = len(items)
     # every row's hashed suffix u64 j || r in one array, hashed as one batch
-    size = rows.shape[1] * dt.itemsize
-    suffix = np.empty((n, 8 + size), np.uint8)
+    suffix = np.empty((n, 8 + rows.shape[1] * dt.itemsize), np.uint8)
     suffix[:, :8] = items.astype("<u8").reshape(n, 1).view(np.uint8)
     suffix[:, 8:].view(dt.newbyteorder("<"))[...] = rows  # one copy, from rows of any stride
+    return suffix_tags(round_id, suffix, dt)
+
+
+def suffix_tags(round_id: int, suffix: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The row tags (:func:`row_tags`) of the rows whose hashed suffixes ``u64 j || r`` are the
+    rows of ``suffix`` (uint8 (n, 8 + w itemsize)), ring (n, TAG_BYTES / itemsize) of ``dtype``
+    (:func:`~secemb.fss.hashing.sha256_many`)."""
+    dt = np.dtype(dtype)
     tags = sha256_many(_ROW_TAG_DOMAIN + U64.pack(round_id), suffix)[:, :TAG_BYTES]
     return np.ascontiguousarray(tags).view(dt.newbyteorder("<")).astype(dt)
 

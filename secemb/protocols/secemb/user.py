@@ -11,7 +11,7 @@ import numpy as np
 
 from secemb import fss
 from secemb.errors import InvalidParameters, ProtocolError, RetrievalTampered, SecembError
-from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
+from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, unmask_slots
 from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
 from secemb.fss.rangeproof import prove
 from secemb.fss.verify import corrections
@@ -26,7 +26,7 @@ from secemb.protocols.secemb.bounds import (
     projected,
     upload_vector,
 )
-from secemb.protocols.secemb.checks import key_digests, row_tags
+from secemb.protocols.secemb.checks import key_digests, suffix_tags
 from secemb.protocols.secemb.relay import relay_prgs, upload_mac
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
@@ -405,31 +405,27 @@ class SecEmbUser(UserRole):
 
     @staticmethod
     def _verified(users: list[SecEmbUser], answers: np.ndarray) -> list[np.ndarray | Exception]:
-        """Per user its rows of the reconstructed ``answers`` (ring (n, S, width + T):
-        ``beta_i T[alpha_i]`` plus any server's offset; unmasked in place, so the caller's array
-        is consumed), ring (S, width), once every real slot's tag checks against its row
-        (unmasked by ``beta_i^{-1}``) and every empty bucket's answer is zero; else
-        :class:`RetrievalTampered` (and the user marked so)."""
+        """Per user its rows of the reconstructed ``answers`` (ring (n, S, width + T), C-contiguous:
+        ``beta_i T[alpha_i]`` plus any server's offset; read, not changed), unmasked by
+        ``beta_i^{-1}``, ring (S, width) (its own array), once every real slot's tag checks
+        against its row and every empty bucket's answer is zero; else :class:`RetrievalTampered`
+        (and the user marked so).  One pass over the answers writes the rows, the suffixes the
+        tags hash and the tags to compare (:func:`~secemb.fss.fused.unmask_slots`)."""
         cfg = users[0].config
         n = len(users)
-        items = np.stack([cast("np.ndarray", u._items) for u in users]).reshape(-1)  # set with _state
-        real = items >= 0
+        items = np.stack([cast("np.ndarray", u._items) for u in users])  # set with _state
         unmask = np.stack([cast("np.ndarray", u._unmask) for u in users])
-        slots = answers.reshape(-1, answers.shape[2])  # (n S, width + T), user by user
-        real_at, empty_at = np.flatnonzero(real), np.flatnonzero(~real)
-        empties = np.take(slots, empty_at, axis=0)  # read before unmasking
-        # the empty buckets whose answer is not zero (found only where one is: rare)
-        filled_empty = empty_at[empties.any(axis=1)] if np.count_nonzero(empties) else empty_at[:0]
-        answers *= unmask[:, :, None]  # real slots: beta^{-1}; empty buckets: 0, their rows' value
-        unmasked = np.take(slots, real_at, axis=0)  # the real slots', user by user
-        wrong_tag = real_at[np.any(unmasked[:, cfg.width :] != row_tags(cfg.round_id, items[real_at],
-                                                                        unmasked[:, : cfg.width]), axis=1)]
-        tampered = (np.bincount(wrong_tag // cfg.slots, minlength=n)
-                    + np.bincount(filled_empty // cfg.slots, minlength=n)) > 0
+        real_at = np.flatnonzero(items.reshape(-1) >= 0)
+        suffix = np.empty((len(real_at), 8 + cfg.width * cfg.dtype.itemsize), np.uint8)  # u64 item || row
+        tags = np.empty((len(real_at), tag_words(cfg)), cfg.dtype)
+        rows = [np.empty((cfg.slots, cfg.width), cfg.dtype) for _ in users]
+        filled_empty = unmask_slots(answers, unmask, items, rows, suffix, tags)
+        wrong_tag = real_at[np.any(tags != suffix_tags(cfg.round_id, suffix, cfg.dtype), axis=1)]
+        tampered = filled_empty | (np.bincount(wrong_tag // cfg.slots, minlength=n) > 0)
         results: list[np.ndarray | Exception] = []
-        for user, rows_j, bad in zip(users, answers[:, :, : cfg.width], tampered, strict=True):
+        for user, rows_j, bad in zip(users, rows, tampered, strict=True):
             if not bad:
-                results.append(rows_j.copy())  # its own array: no view of the batch's (other users') rows
+                results.append(rows_j)  # its own array: no view of the batch's (other users') rows
                 continue
             user._tampered = True
             results.append(RetrievalTampered(
