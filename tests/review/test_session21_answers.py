@@ -57,6 +57,7 @@ from test_session20_answer_limits_all import (  # noqa: E402,F401
 MiB = 1 << 20
 #: a secure-aggregation share as relayed: sender and recipient ids, two 33-byte field elements, a 16-byte tag
 SHARE_CT = 4 + 4 + 33 + 33 + 16
+SHARE_COMMITMENTS = 2 * 16  # a signed round's commitments to a relayed record's two shares (session 24)
 KEY_BITS = 1024  # SecEA's smallest Paillier modulus
 
 
@@ -92,16 +93,17 @@ G, C, D, MLP, ROWS = 2000, 60, 18, 49242, 4796
 #: (session 22: both secure aggregations are signed rounds -- each key-list entry carries a 120-byte
 #: certificate and a 64-byte signature, since session 23 after a 32-byte seed commitment; the secure
 #: sum's entries then the device's signed row set, a bitmap over the round's candidate rows,
-#: ``_sum_row_set`` below; its shares carry no row data)
+#: ``_sum_row_set`` below; its shares carry no row data; since session 24 each relayed record ends
+#: with the dealer's two 16-byte share commitments, SHARE_COMMITMENTS)
 SFSL_LONGEST = {
     "psu-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 32 + 120 + 64),  # signed keys and seed commitment: 888
-    "psu-shares": 32 + 4 + 2 * (4 + SHARE_CT),             # relayed: 224
+    "psu-shares": 32 + 4 + 2 * (4 + SHARE_CT + SHARE_COMMITMENTS),  # relayed: 288
     "psu-masked": 32 + 4 + 3 * 4,                          # survivors: 48
     "psu-consistency": 32 + 4 + 3 * (4 + 64),              # signatures of the survivor list: 240
     "psu-unmask": 32 + 4 + 4 * G,                          # the union of every goods
     "download": 32 + 4 * (G * D + C * D + MLP),            # the submodel of every goods and category
     "sum-advertise": 32 + 4 + 3 * (4 + 32 + 32 + 32 + 120 + 64),  # + 3 x _sum_row_set(candidates)
-    "sum-shares": 32 + 4 + 2 * (4 + SHARE_CT),
+    "sum-shares": 32 + 4 + 2 * (4 + SHARE_CT + SHARE_COMMITMENTS),
     "sum-masked": 32 + 4 + 3 * 4,
     "sum-consistency": 32 + 4 + 3 * (4 + 64),
 }
@@ -174,7 +176,7 @@ def test_a_secea_silos_limits_are_the_longest_honest_answers() -> None:
     longest = {
         "secea-keys": 32 + 2 + n * (2 + 32 + 120 + 64 + 2 + KEY_BITS // 8),  # DIRECTORY, signed: 1078
         "psu-advertise": 32 + 4 + n * (4 + 32 + 32 + 32 + 120 + 64),  # signed: commitment, certificate, signature
-        "psu-shares": 32 + 4 + (n - 1) * (4 + SHARE_CT),
+        "psu-shares": 32 + 4 + (n - 1) * (4 + SHARE_CT + SHARE_COMMITMENTS),
         "psu-masked": 32 + 4 + 4 * n,
         "psu-consistency": 32 + 4 + n * (4 + 64),  # the survivors' signatures
         "psu-unmask": 32 + 4 + 4 * bloom.domain,
