@@ -401,8 +401,10 @@ def add_seconds(seconds: dict[str, float], name: str, t0: float) -> None:
 
 def secagg_findings(*aggregations: SecAggServer | None) -> dict[str, Any]:
     """What a round's secure aggregations (``None``: not run) found about the devices, for its
-    outcome: ``bad_shares``, the sorted devices whose unmask shares did not agree with the
-    others' and were left out (:attr:`~secemb.secagg.server.SecAggServer.cheaters`), and
+    outcome: ``bad_shares``, the sorted devices found cheating
+    (:attr:`~secemb.secagg.server.SecAggServer.cheaters`: in a signed round, a device that sent an
+    unmask share other than the one its dealer committed to, or whose dealt shares do not open to
+    the secret it committed to; docs/secagg.md, "Share commitments"), and
     ``complaints``, each device that left peers out of its unmask message -> the sorted peers
     whose encrypted shares to it did not open (:attr:`~secemb.secagg.server.SecAggServer.complaints`),
     merged over the aggregations.  A complaint is unverifiable (the sender's spoiled share, the

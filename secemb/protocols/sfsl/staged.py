@@ -247,8 +247,8 @@ class SFSLNode:
         return stage_reply(self._round, round_id, stage, self.plan.stages, user)
 
     def outcome(self, round_id: int) -> dict[str, Any]:
-        """The round's state, survivors of the secure sum, the devices whose unmask shares were
-        found wrong and left out (``bad_shares``: :attr:`~secemb.secagg.server.SecAggServer.cheaters`
+        """The round's state, survivors of the secure sum, the devices found cheating as holders
+        or dealers of shares (``bad_shares``: :attr:`~secemb.secagg.server.SecAggServer.cheaters`
         of the PSU and the sum), the devices' unverifiable complaints (``complaints``: device ->
         the sorted devices whose encrypted shares to it did not open, in the PSU or the sum:
         :func:`~secemb.protocols.exchange.secagg_findings`; informative only, docs/deployment.md), union
