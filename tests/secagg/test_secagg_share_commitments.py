@@ -296,3 +296,26 @@ def test_a_commitment_that_does_not_match_its_share_is_refused_by_the_holder_and
     assert 0 not in _seed_holders(rnd.unmask[2]) and 1 in _seed_holders(rnd.unmask[2])
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [] and rnd.server.complaints == {2: [0]}
+
+
+# ---------------------------------------------------------------------------------------- unsigned rounds
+def test_an_unsigned_round_still_names_one_wrong_holder_of_a_mask_key_with_one_spare_share() -> None:
+    """Unsigned rounds keep session 23's rules: six clients, threshold 3, client 5 drops after
+    ShareKeys and its ciphertext to client 4 does not open, so clients 0-3 hold its mask key (one
+    spare share; every seed has five holders).  Client 0 moves its share of the key: of the four
+    3-subsets only the one without client 0 opens a key matching client 5's public key, so client
+    0 is named and the sum is exact."""
+    rnd = _Round(6, 3, signed=False, dropped=(5,))
+
+    def spoil(u: int, msg: bytes) -> bytes:
+        if u != 5:
+            return msg
+        for i in range(struct.unpack_from("<I", msg, H)[0]):
+            at = H + 4 + i * (4 + CT)
+            if struct.unpack_from("<I", msg, at)[0] == 4:
+                return msg[: at + 4 + CT - 1] + bytes([msg[at + 4 + CT - 1] ^ 1]) + msg[at + 4 + CT :]
+        raise AssertionError("no record for 4")
+
+    rnd.play(deal=spoil, unmask=lambda u, msg: _unmask_edit(msg, 0, 5, 1 << 100) if u == 0 else msg)
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.cheaters == [0] and rnd.server.complaints == {4: [5]}
