@@ -399,9 +399,11 @@ class SecAggServer:
         for v, which in wanted:
             holders = tuple(h for h in holding if v in self._unmask[h][which])
             if len(holders) < t:
+                omitted = len(holding) - len(holders)
+                why = (f" (the other {omitted} unmask messages leave it out: those clients say its encrypted shares "
+                       "to them did not open)") if omitted else ""
                 raise self._abort(f"Unmasking: {len(holders)} shares of the {_SECRETS[which]} of client {v}{without}, "
-                                  f"threshold {t} (the other {len(holding) - len(holders)} unmask messages leave "
-                                  f"it out: those clients say its encrypted shares to them did not open)")
+                                  f"threshold {t}{why}")
             by_holders.setdefault(holders, []).append((v, which))
         return by_holders
 
