@@ -48,18 +48,22 @@ def _at(msg: bytes, ident: int) -> int:
     raise AssertionError(f"no record for {ident}")
 
 
-def _redeal(dealer: SecAggClient, msg: bytes, holder: int, shift: int, *, recommit: bool = True) -> bytes:
-    """A malicious dealer's shares message with its share of ``b`` to ``holder`` moved by ``shift``
-    and sealed again (authentic); with ``recommit`` the commitment is to the moved share (the
-    holder takes it), else the old one stays (the holder refuses it)."""
+def _redeal(dealer: SecAggClient, msg: bytes, holder: int, shift: int, *, which: int = 1,
+            recommit: bool = True) -> bytes:
+    """A malicious dealer's shares message with its share of ``b`` (``which`` 1) or ``s^SK`` (0) to
+    ``holder`` moved by ``shift`` and sealed again (authentic); with ``recommit`` the commitment is
+    to the moved share (the holder takes it), else the old one stays (the holder refuses it)."""
     at = _at(msg, holder) + 4
     key = dealer._channel(holder, keys.CHANNEL)
     rid, me = dealer.config.round_id, dealer.id
     pt = keys.open_sealed(key, rid, me, holder, msg[at : at + CT])
-    b = (int.from_bytes(pt[8 + N :], "little") + shift) % P
-    sealed = keys.seal(key, rid, me, holder, pt[: 8 + N] + b.to_bytes(N, "little"))
-    commit = _commit(dealer.config, me, holder, 1, b) if recommit else msg[at + CT + 16 : at + CT + 32]
-    return msg[: at] + sealed + msg[at + CT : at + CT + 16] + commit + msg[at + CT + 32 :]
+    shares = [int.from_bytes(pt[8:][k * N : (k + 1) * N], "little") for k in (0, 1)]
+    shares[which] = (shares[which] + shift) % P
+    sealed = keys.seal(key, rid, me, holder, pt[:8] + b"".join(y.to_bytes(N, "little") for y in shares))
+    commits = [msg[at + CT :][k * 16 : (k + 1) * 16] for k in (0, 1)]
+    if recommit:
+        commits[which] = _commit(dealer.config, me, holder, which, shares[which])
+    return msg[:at] + sealed + b"".join(commits) + msg[at + CT + 32 :]
 
 
 def _unmask_edit(msg: bytes, which: int, owner: int, shift: int) -> bytes:
@@ -223,6 +227,17 @@ def test_a_dealer_dealing_one_bad_share_is_named_not_the_holder_and_the_sum_is_e
     assert rnd.server.cheaters == [0]
     assert "do not lie on one polynomial" in rnd.server.cheated[0]
     assert rnd.server.complaints == {}
+
+
+def test_a_dropped_dealer_that_dealt_a_bad_share_of_its_mask_key_is_named_and_the_sum_is_exact() -> None:
+    """Client 5 deals holder 0 a share of its mask key off its polynomial (bits X25519 does not
+    clamp), committed to, and drops before its masked input: the five holders' shares of its key
+    disagree, client 5 is named (not holder 0), and the key opened without the bad share matches
+    its public key."""
+    rnd = _Round(6, 4, dropped=(5,))
+    rnd.play(deal=lambda u, msg: _redeal(rnd.clients[5], msg, 0, 1 << 100, which=0) if u == 5 else msg)
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.cheaters == [5] and "mask key" in rnd.server.cheated[5]
 
 
 def test_a_dealer_dealing_a_bad_share_where_no_spare_share_is_left_aborts_the_round_naming_the_dealer() -> None:
