@@ -16,6 +16,8 @@ walking the trees again and without storing per-leaf seeds.
 On request the same pass also sums each key's conversions over its positions
 (:class:`PayloadSums`), from which each server gets a share of every key's payload
 (:func:`payload_shares`; issue 34 (b)); :func:`payload_sums_of` is the device's walk for them.
+The retrieval's other side is here too: :func:`unmask_slots`, a device's one pass over its
+reconstructed answers (unmasked rows, what their tags hash, the empty slots' check).
 """
 
 from __future__ import annotations
