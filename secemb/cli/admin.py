@@ -12,9 +12,10 @@ denoiser deployment's trained model to the file ``secemb infer --denoiser`` read
 ``export-model`` a recommender deployment's current public model to a saved-model folder (its
 public files: what ``secemb infer --credentials ... --recommender`` reads; both only once server
 1's status, read as server 0 reads it, announces the model's SHA-256 too), ``clear-alarms``
-lifts the servers' alarms after an investigation.  Exit codes: 0 success, 1 a server refused,
-did not answer or sent a malformed answer (or the servers' models differ), 2 bad usage (e.g. a
-directory that already holds a CA), 3 (``status``) a server shows an alarm (docs/deployment.md, "Alarms").
+lifts the servers' alarms after an investigation (one server: the devices' strikes).  Exit
+codes: 0 success, 1 a server refused, did not answer or sent a malformed answer (or the
+servers' models differ), 2 bad usage (e.g. a directory that already holds a CA), 3
+(``status``) a server shows an alarm (docs/deployment.md, "Alarms").
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def _operate(deployment: Path, action: Callable[[Any], Any], one_server: Callabl
             out = action(Deployment(deployment))
         elif one_server is None:
             fail(f"{deployment} is a one-server deployment: this command is for two-server ones (one server: "
-                 "add-devices, status, open-round; docs/deployment.md, 'One server')")
+                 "add-devices, status, open-round, clear-alarms; docs/deployment.md, 'One server')")
         else:
             out = one_server(ExchangeDeployment.load(deployment))
     except InvalidParameters as exc:
@@ -275,8 +276,9 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     bounded payloads (payload_bounds).  Exits 3
     if a server shows an alarm (a detected deviation: docs/deployment.md, "Alarms").  One server: the
     current (or last) round's document with its reason and what its secure aggregations found
-    (bad_shares, complaints: for the operator to read, nothing acts on them; docs/deployment.md,
-    "What the operator reads of a round")."""
+    (bad_shares, proven_bad_shares, complaints; docs/deployment.md, "What the operator reads of a
+    round"), and the devices' strikes (strikes, strike_limit, refused: a device proven to cheat in
+    strike_limit signed rounds is refused at the door until 'secemb admin clear-alarms')."""
     from secemb.transport.http import HttpAdminLink
 
     seen: dict[str, Any] = {}
@@ -289,7 +291,8 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
         from secemb.transport.http import HttpStageAdmin
 
         with d.admin() as api:
-            return {"server": _current_round(HttpStageAdmin(api))}
+            admin = HttpStageAdmin(api)
+            return {"server": _current_round(admin), **admin.strikes()}
 
     _operate(deployment, both, one)
     alarmed = [name for name, doc in seen.items() if doc.get("alarms") or doc.get("halted")]
@@ -303,10 +306,17 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
 def clear_alarms(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     """After the investigation (docs/deployment.md, "Alarms"): forget the alarms of each server
     whose half DEPLOYMENT holds (each operator clears its own) and lift the halt, so rounds
-    open again."""
+    open again.  One server: forget the devices' strikes (journaled), so the door lets the
+    refused devices in again (docs/deployment.md, "Strikes: a device proven to cheat")."""
     from secemb.transport.http import HttpAdminLink
 
-    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in d.parties})
+    def one(d: Any) -> dict[str, Any]:
+        from secemb.transport.http import HttpStageAdmin
+
+        with d.admin() as api:
+            return {"server": HttpStageAdmin(api).clear_strikes()}
+
+    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in d.parties}, one)
 
 
 @admin_app.command("count")

@@ -401,21 +401,34 @@ def add_seconds(seconds: dict[str, float], name: str, t0: float) -> None:
 
 def secagg_findings(*aggregations: SecAggServer | None) -> dict[str, Any]:
     """What a round's secure aggregations (``None``: not run) found about the devices, for its
-    outcome: ``bad_shares``, the sorted devices found cheating
-    (:attr:`~secemb.secagg.server.SecAggServer.cheaters`: in a signed round, a device that sent an
-    unmask share other than the one its dealer committed to, or whose dealt shares do not open to
-    the secret it committed to; docs/secagg.md, "Share commitments"), and
-    ``complaints``, each device that left peers out of its unmask message -> the sorted peers
-    whose encrypted shares to it did not open (:attr:`~secemb.secagg.server.SecAggServer.complaints`),
-    merged over the aggregations.  A complaint is unverifiable (the sender's spoiled share, the
-    server's alteration and a false claim look the same): informative for the operator only
-    (docs/deployment.md, "What the operator reads of a round")."""
+    outcome, merged over the aggregations:
+
+    * ``bad_shares``: the sorted devices any of them named
+      (:attr:`~secemb.secagg.server.SecAggServer.cheaters`);
+    * ``proven_bad_shares``: those a *signed* aggregation named
+      (:attr:`~secemb.secagg.config.SecAggConfig.signed`): each shown to the server to have
+      cheated -- it sent an unmask share other than the one its dealer committed to, or its dealt
+      shares do not open to the secret it committed to (docs/secagg.md, "Share commitments"); an
+      honest device is never among them.  An unsigned aggregation's name (e.g. SecEA's
+      ``signed=False`` set-up) is a leave-one-out a dealer can frame, so it is in ``bad_shares``
+      only.  The one-server server counts these as strikes (:mod:`secemb.server.exchange_state`);
+    * ``complaints``: each device that left peers out of its unmask message -> the sorted peers
+      whose encrypted shares to it did not open
+      (:attr:`~secemb.secagg.server.SecAggServer.complaints`).  A complaint is unverifiable (the
+      sender's spoiled share, the server's alteration and a false claim look the same):
+      informative for the operator only, it never strikes.
+
+    docs/deployment.md, "What the operator reads of a round"."""
     bad: set[int] = set()
+    proven: set[int] = set()
     complaints: dict[int, set[int]] = {}
     for agg in aggregations:
         if agg is None:
             continue
         bad.update(agg.cheaters)
+        if agg.config.signed:
+            proven.update(agg.cheaters)
         for complainer, senders in agg.complaints.items():
             complaints.setdefault(complainer, set()).update(senders)
-    return {"bad_shares": sorted(bad), "complaints": {c: sorted(complaints[c]) for c in sorted(complaints)}}
+    return {"bad_shares": sorted(bad), "proven_bad_shares": sorted(proven),
+            "complaints": {c: sorted(complaints[c]) for c in sorted(complaints)}}

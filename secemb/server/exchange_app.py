@@ -13,6 +13,8 @@ operator (``admin``)::
     POST /v1/admin/exchange/rounds                           operator: {"round_id", "users"} -> round document
     POST /v1/admin/exchange/rounds/{round_id}/{stage}/close  operator: close the stage
     GET  /v1/admin/exchange/rounds/{round_id}                operator: the round's outcome
+    GET  /v1/admin/exchange/strikes                          operator: the devices' strikes (below)
+    POST /v1/admin/exchange/strikes/clear                    operator: forget them -> {"cleared": {...}}
     GET  /v1/admin/model                                     operator: the public model (octets)
 
 A request is admitted as the two-server app admits one (:class:`~secemb.server.gate.Gate`):
@@ -38,9 +40,18 @@ with ``stage`` (the open stage; ``null`` once the last one closed) and ``state``
 ``committed``, ``aborted``; after a restart of ``secemb serve``, the last round's until the next
 opens: :mod:`secemb.server.exchange_state`).  Read by the operator (``admin``: ``secemb admin
 status``) it also carries the node's ``reason`` and what the round's secure aggregations found
-(:data:`FINDINGS`: ``bad_shares``, ``complaints``), which the journal keeps with the round's end;
-they are for the operator to read, and nothing the server does depends on them (docs/deployment.md,
-"What the operator reads of a round").  With ``stage_deadline_s`` (``secemb serve``: no operator drives the
+(:data:`FINDINGS`: ``bad_shares``, ``proven_bad_shares``, ``complaints``), which the journal keeps
+with the round's end; they are for the operator to read (docs/deployment.md, "What the operator
+reads of a round"), and one thing depends on them: with a durable state (``secemb serve``:
+:mod:`secemb.server.exchange_state`), each device of a round's ``proven_bad_shares`` (a signed
+secure aggregation showed it cheating) has a strike, and a device with
+:data:`~secemb.server.verify.MAX_REJECTIONS` strikes is refused at the door -- 403 at its stage
+messages and answers (nothing of the request is read by the node) -- and left out of the rounds
+the operator opens (the operator's answer to the open lists it in ``refused``) until the operator
+clears the strikes (``POST /v1/admin/exchange/strikes/clear``: ``secemb admin clear-alarms``).
+``GET /v1/admin/exchange/strikes`` is ``{"strikes": {"device": count}, "strike_limit",
+"refused": [devices]}`` (``secemb admin status``).  Complaints and an unsigned aggregation's
+``bad_shares`` never strike.  With ``stage_deadline_s`` (``secemb serve``: no operator drives the
 stages) the server closes a stage itself as soon as every device still in the round has sent
 its message of it, or, once ``stage_deadline_s`` has passed since the stage opened, at the next
 request that reads the round (devices poll it while they wait): a stage with an answer keeps
@@ -62,25 +73,29 @@ from starlette.concurrency import run_in_threadpool
 
 from secemb.errors import InvalidParameters, ProtocolError, SecembError, check_int
 from secemb.protocols.base import ExchangeNode
-from secemb.server.auth import Principal, Verifier
+from secemb.server.auth import Forbidden, Principal, Verifier
 from secemb.server.exchange_state import ExchangeState
 from secemb.server.gate import Gate, install_error_handlers
 from secemb.server.parsing import ascii_int, json_object
+from secemb.server.verify import MAX_REJECTIONS
 
 __all__ = ["FINDINGS", "StageCloser", "create_exchange_app"]
 
 OCTET = "application/octet-stream"
 _JSON_LIMIT = 1 << 20
 #: what a node's outcome says its secure aggregations found about the devices (``bad_shares``,
-#: ``complaints``: :func:`~secemb.protocols.exchange.secagg_findings`): in the operator's round
-#: document and the journal's record of the round's end, never in a device's round document
-FINDINGS = ("bad_shares", "complaints")
+#: ``proven_bad_shares``, ``complaints``: :func:`~secemb.protocols.exchange.secagg_findings`): in
+#: the operator's round document and the journal's record of the round's end, never in a device's
+#: round document
+FINDINGS = ("bad_shares", "proven_bad_shares", "complaints")
 
 
 @dataclass
 class StageCloser:
-    """The current round of ``node`` as its devices see it, and (with ``deadline_s``) the server
-    closing its stages itself (see the module docstring).  Called under the app's lock."""
+    """The current round of ``node`` as its devices see it, (with ``deadline_s``) the server
+    closing its stages itself and (with ``state``) the door refusing a device with
+    :data:`~secemb.server.verify.MAX_REJECTIONS` strikes (see the module docstring).  Called
+    under the app's lock."""
 
     node: ExchangeNode
     deadline_s: float | None = None
@@ -93,30 +108,76 @@ class StageCloser:
     since: float = 0.0
 
     def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
+        """Open round ``round_id`` at the node for ``users`` but those the door refuses; the
+        node's round document (what the devices read), with a state also ``refused``: the
+        sorted devices of ``users`` left out (the operator's answer only)."""
         if self.state is None:
             doc = self.node.open_round(round_id, users)
+            answer = doc
         else:
+            refused = sorted({u for u in users if self.state.refuses(u)})
+            users = [u for u in users if u not in refused]
             self.state.opening(round_id, users)
             try:
                 doc = self.node.open_round(round_id, users)
             except SecembError as exc:
                 self.state.refused(round_id, str(exc))
                 raise
+            answer = {**doc, "refused": refused}
         self.opened, self.stage, self.active, self.senders = doc, 0, set(doc["users"]), set()
         self.since = time.monotonic()
-        return doc
+        return answer
+
+    def door(self, user: int) -> None:
+        """Let device ``user``'s stage request in, unless it has the strikes that refuse it.
+
+        Raises
+        ------
+        Forbidden: it does (HTTP 403).
+        """
+        if self.state is not None and self.state.refuses(user):
+            raise Forbidden(f"device {user} was shown to have cheated in the secure aggregation of "
+                            f"{self.state.strikes[user]} signed rounds (proven_bad_shares; the limit is "
+                            f"{MAX_REJECTIONS}): refused until the operator clears the strikes "
+                            "('secemb admin clear-alarms')")
+
+    def strikes(self) -> dict[str, Any]:
+        """The devices' strikes as the operator reads them (``GET /v1/admin/exchange/strikes``):
+        ``strikes`` (device id as a string -> count), ``strike_limit`` and ``refused`` (the
+        sorted devices at it); none without a state."""
+        got = {} if self.state is None else self.state.strikes
+        return {"strikes": {str(u): n for u, n in sorted(got.items())}, "strike_limit": MAX_REJECTIONS,
+                "refused": sorted(u for u, n in got.items() if n >= MAX_REJECTIONS)}
+
+    def clear_strikes(self) -> dict[str, Any]:
+        """The operator's clear (``POST /v1/admin/exchange/strikes/clear``):
+        ``{"cleared": {device: count}}`` (nothing without a state).
+
+        Raises
+        ------
+        StorageError: the disk refused to record it (HTTP 503; nothing cleared).
+        """
+        cleared = {} if self.state is None else self.state.clear_strikes()
+        return {"cleared": {str(u): n for u, n in cleared.items()}}
 
     def _stages(self) -> list[str]:
         assert self.opened is not None
         return list(self.opened.get("stages", self.node.plan.stages))
 
     def receive(self, round_id: int, stage: str, user: int, body: bytes) -> None:
+        """Device ``user``'s message of ``stage`` (past the :meth:`door`) to the node."""
+        self.door(user)
         self.node.receive(round_id, stage, user, body)
         if self.opened is None or self.opened["round_id"] != round_id:
             return
         self.senders.add(user)
         if self.deadline_s is not None and self.senders >= self.active:
             self._close_quietly(round_id, stage)
+
+    def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
+        """The node's answer to device ``user`` (past the :meth:`door`) in ``stage``."""
+        self.door(user)
+        return self.node.reply(round_id, stage, user)
 
     def close(self, round_id: int, stage: str) -> None:
         try:
@@ -224,7 +285,7 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
     async def fetch(round_id: str, stage: str, request: Request) -> Response:
         principal, _ = await authed(request, "user", 0)
         assert principal.user_id is not None
-        out = await call(node.reply, rid(round_id), stage, principal.user_id)
+        out = await call(rounds.reply, rid(round_id), stage, principal.user_id)
         return Response(status_code=204) if out is None else Response(out, media_type=OCTET)
 
     @app.post("/v1/admin/exchange/rounds")
@@ -247,6 +308,18 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
     async def outcome(round_id: str, request: Request) -> dict[str, Any]:
         await authed(request, "admin", 0)
         out: dict[str, Any] = await call(node.outcome, rid(round_id))
+        return out
+
+    @app.get("/v1/admin/exchange/strikes")
+    async def strikes(request: Request) -> dict[str, Any]:
+        await authed(request, "admin", 0)
+        out: dict[str, Any] = await call(rounds.strikes)
+        return out
+
+    @app.post("/v1/admin/exchange/strikes/clear")
+    async def clear_strikes(request: Request) -> dict[str, Any]:
+        await authed(request, "admin", 64)  # an empty JSON document
+        out: dict[str, Any] = await call(rounds.clear_strikes)
         return out
 
     @app.get("/v1/admin/model")

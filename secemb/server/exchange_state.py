@@ -7,8 +7,9 @@ server's helpers (:mod:`secemb.server.persist`)::
                      (:class:`~secemb.protocols.exchange.DurableExchangeNode`: e.g. SFSL's public
                      model, SecEA's HELLOs and entity union), the committed round's document, the
                      public model's SHA-256 and the configuration's fingerprint
-    journal.jsonl    one fsync-ed record per round opened (before the node opens it) and per
-                     round ended (committed, aborted, or refused by the node)
+    journal.jsonl    one fsync-ed record per round opened (before the node opens it), per
+                     round ended (committed, aborted, or refused by the node) and per clear of
+                     the strikes by the operator
 
 At start (:class:`ExchangeState`) the checkpoint is restored into the fresh node and checked
 (the model's SHA-256), and a round the journal shows opened but never ended -- open when the
@@ -16,6 +17,17 @@ server stopped -- is recorded as aborted: no half state, its id is not used agai
 one-time pads depend on it).  The round document the devices and the operator read
 (``GET /v1/exchange/round``) is then the last round's, so ``secemb admin open-round`` continues
 from its id; the server refuses an id that does not follow the last one used (409).
+
+**Strikes** (issue 34; docs/deployment.md, "Strikes: a device proven to cheat"): a device
+named in a round's ``proven_bad_shares`` (a *signed* secure aggregation showed it cheating:
+:func:`~secemb.protocols.exchange.secagg_findings`) has a strike for that round, whether the
+round committed or aborted; an unsigned aggregation's name and a complaint never strike.  A
+device with :data:`~secemb.server.verify.MAX_REJECTIONS` strikes (the two-server door's limit)
+is refused at the app's door (:class:`~secemb.server.exchange_app.StageCloser`) until the
+operator clears the strikes (:meth:`ExchangeState.clear_strikes`, journaled with the last ended
+round's id).  At start the strikes are rebuilt from the journal's end records of the rounds after
+the last clear's round, so a restart keeps them (end records written before session 24 have no
+``proven_bad_shares``: they strike nobody).
 
 A checkpoint or journal that cannot be read, or that belongs to another configuration, is
 :class:`~secemb.server.persist.CorruptState`: the server does not start and nothing is written.
@@ -39,12 +51,15 @@ from secemb.protocols.exchange import DurableExchangeNode, ExchangeServer
 from secemb.server.persist import (
     CorruptState, Journal, StorageError, load_checkpoint, remove_stale_temporaries, save_checkpoint,
 )
+from secemb.server.verify import MAX_REJECTIONS
 
 __all__ = ["ExchangeState", "fingerprint"]
 
 FORMAT = "secemb-exchange-state/1"
 CHECKPOINT = "checkpoint.npz"
 JOURNAL = "journal.jsonl"
+#: the journal's record of the operator clearing the strikes
+STRIKES_CLEARED = "strikes_cleared"
 _RESTART = "open when the server stopped: aborted at the restart"
 
 log = logging.getLogger(__name__)
@@ -61,12 +76,30 @@ def _round_id(rec: dict[str, Any], where: str) -> int:
     return check_int(f"{where}: round_id", rec.get("round_id"), low=0, error=CorruptState)
 
 
+def _proven(doc: dict[str, Any], where: str) -> list[int]:
+    """The devices an ended round's document names in ``proven_bad_shares`` (none if it has no
+    such field: a record written before session 24, a refused round).
+
+    Raises
+    ------
+    CorruptState: a value that is not a list of distinct device ids.
+    """
+    got = doc.get("proven_bad_shares", [])
+    if not isinstance(got, list):
+        raise CorruptState(f"{where}: proven_bad_shares is not a list: {got!r:.80}")
+    ids = [check_int(f"{where}: a device of proven_bad_shares", u, low=0, error=CorruptState) for u in got]
+    if len(set(ids)) != len(ids):
+        raise CorruptState(f"{where}: proven_bad_shares names a device twice: {ids!r:.80}")
+    return ids
+
+
 class ExchangeState:
     """The state of ``server`` (a one-server protocol's, fresh from ``make_server``) in
     ``state_dir``, restored on construction (see the module docstring).
 
     :meth:`opening`, :meth:`refused` and :meth:`ended` are called by the app
-    (:class:`~secemb.server.exchange_app.StageCloser`, under its lock) around the node's calls.
+    (:class:`~secemb.server.exchange_app.StageCloser`, under its lock) around the node's calls;
+    :meth:`refuses` is its door, :meth:`clear_strikes` the operator's clear.
 
     Raises
     ------
@@ -87,7 +120,12 @@ class ExchangeState:
         self.last: dict[str, Any] | None = self._restore(ck) if ck is not None else None
         ended: dict[int, dict[str, Any]] = {}
         opened: dict[int, list[int]] = {}
+        cleared_through = -1  # the strikes of rounds up to this id were cleared
         for rec in journal.records():
+            if rec.get("event") == STRIKES_CLEARED:
+                cleared_through = max(cleared_through, check_int(
+                    f"journal {journal.path}: through_round", rec.get("through_round"), low=-1, error=CorruptState))
+                continue
             rid = _round_id(rec, f"journal {journal.path}")
             if rec.get("event") == "open" and isinstance(rec.get("users"), list):
                 opened[rid] = rec["users"]
@@ -100,9 +138,15 @@ class ExchangeState:
             ended[rid] = {"round_id": rid, "users": opened[rid], "stages": [], "stage": None, "state": "aborted",
                           "reason": _RESTART}
             journal.append({"event": "end", "round_id": rid, "round": ended[rid]})
-        for doc in ended.values():
+        #: device -> the rounds since the operator last cleared the strikes whose
+        #: ``proven_bad_shares`` name it (see the module docstring)
+        self.strikes: dict[int, int] = {}
+        for rid, doc in sorted(ended.items()):
             if doc.get("state") != "refused" and (self.last is None or doc["round_id"] > self.last["round_id"]):
                 self.last = doc
+            if rid > cleared_through:
+                for u in _proven(doc, f"journal {journal.path}: round {rid}"):
+                    self.strikes[u] = self.strikes.get(u, 0) + 1
 
     def _restore(self, ck: tuple[dict[str, Any], dict[str, np.ndarray]]) -> dict[str, Any]:
         meta, arrays = ck
@@ -149,8 +193,14 @@ class ExchangeState:
     def ended(self, doc: dict[str, Any]) -> None:
         """Round ``doc`` (its document with its final ``state``) has ended: a committed one is
         checkpointed (the commit point) before its end is recorded.  A disk that refuses is
-        logged and retried at the next :meth:`opening`."""
+        logged and retried at the next :meth:`opening`.  Each device of its ``proven_bad_shares``
+        has a strike (counted at once, whatever the disk does)."""
         self.last = doc
+        for u in doc.get("proven_bad_shares", []):
+            self.strikes[u] = self.strikes.get(u, 0) + 1
+            log.warning("round %s: device %d was shown to have cheated in a signed secure aggregation (%d strike(s); "
+                        "at %d it is refused until the operator clears the strikes)", doc["round_id"], u,
+                        self.strikes[u], MAX_REJECTIONS)
         try:
             if doc["state"] == "committed":
                 self._save(doc)
@@ -159,6 +209,27 @@ class ExchangeState:
         except StorageError as exc:
             self._unsaved = doc if doc["state"] == "committed" else None
             log.error("round %s %s but not recorded: %s", doc["round_id"], doc["state"], exc)
+
+    def refuses(self, user: int) -> bool:
+        """Whether device ``user`` has :data:`~secemb.server.verify.MAX_REJECTIONS` strikes: the
+        door refuses it."""
+        return self.strikes.get(user, 0) >= MAX_REJECTIONS
+
+    def clear_strikes(self) -> dict[int, int]:
+        """The operator's clear (``secemb admin clear-alarms``): journal it with the last ended
+        round's id (a restart forgets the strikes of that round and those before), forget the
+        strikes; the strikes cleared.
+
+        Raises
+        ------
+        StorageError: the disk refused (nothing cleared).
+        """
+        cleared = dict(sorted(self.strikes.items()))
+        self._journal.append({"event": STRIKES_CLEARED, "through_round": -1 if self.last is None
+                              else int(self.last["round_id"]), "strikes": {str(u): n for u, n in cleared.items()}})
+        self.strikes = {}
+        log.warning("the operator cleared the strikes of %d device(s)", len(cleared))
+        return cleared
 
     def _save(self, doc: dict[str, Any]) -> None:
         node = self.server.node

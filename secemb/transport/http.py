@@ -208,6 +208,23 @@ class HttpStageAdmin:
         (:meth:`HttpStageLink.round_info`)."""
         return _round_document(self.api.get_json("/v1/exchange/round"), current=True)
 
+    def strikes(self) -> dict[str, Any]:
+        """The devices' strikes (:class:`~secemb.server.exchange_app.StageCloser`): ``strikes``
+        (device id as a string -> its count), ``strike_limit`` and ``refused`` (InvalidMessage
+        naming the server if the answer is not that)."""
+        path = "/v1/admin/exchange/strikes"
+        where = f"the server ({self.api.base_url}{path})"
+        doc = answer_fields(self.api.get_json(path), where, strikes=dict, strike_limit=int, refused=list)
+        if not all(k.isascii() and k.isdigit() and type(n) is int and n > 0 for k, n in doc["strikes"].items()):
+            raise InvalidMessage(f"{where}: field 'strikes': device id -> count expected, got {doc['strikes']!r:.80}")
+        return doc
+
+    def clear_strikes(self) -> dict[str, Any]:
+        """Forget the devices' strikes (journaled by the server); ``{"cleared": {device id: count}}``
+        (InvalidMessage naming the server if the answer is not an object with that field)."""
+        path = "/v1/admin/exchange/strikes/clear"
+        return answer_fields(self.api.post_json(path), f"the server ({self.api.base_url}{path})", cleared=dict)
+
     def close(self) -> None:
         self.api.close()
 
