@@ -547,9 +547,6 @@ def bits_product(t: np.ndarray | Sequence[np.ndarray], cw: np.ndarray | Sequence
         np.negative(product, out=product)
     np.add(start, product, out=out)
     return out
-    out += ring_matmul(t.transpose(1, 2, 0), cw.transpose(1, 0, 2), 8 * dtype.itemsize, a_bits=1) * (
-        np.arange(big_m) < cols[:, None])[:, :, None].astype(dtype)
-    return out
 
 
 def unmask_slots(answers: np.ndarray, unmask: np.ndarray, items: np.ndarray, rows: Sequence[np.ndarray],
