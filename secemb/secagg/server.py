@@ -263,9 +263,10 @@ class SecAggServer:
     def keys_messages(self) -> dict[int, bytes]:
         """Close AdvertiseKeys (U1 = clients that advertised) and build each client's key
         list (in a signed round each entry with its certificate and signature, and in a sparse
-        one then the client's signed row set, the same list for every client; in an unsigned
-        sparse round followed by, for each client of the list, a bitmap of
-        ``ceil(len(rows) / 8)`` bytes marking the recipient's rows that client holds too)."""
+        one then the client's signed row set, the same list for every client: one message, the
+        same bytes object for all; in an unsigned sparse round followed by, for each client of
+        the list, a bitmap of ``ceil(len(rows) / 8)`` bytes marking the recipient's rows that
+        client holds too)."""
         self._at(0, "keys_messages")
         self.u1 = self._close(list(self._keys), "AdvertiseKeys")
         head = len(self.u1).to_bytes(4, "little") + b"".join(
@@ -274,10 +275,13 @@ class SecAggServer:
         if self.config.sparse:
             self._index_rows()
         self._key_list = key_list_digest(head)  # a signed round's key list is the same for every client
+        if self.config.signed:  # one copy, not one per client (n copies of n row sets: O(n^2) bytes held)
+            msg = messages.frame("keys", self.config.round_id, messages.SERVER, head)
+            return {u: msg for u in self.u1}
         out = {}
         for u in self.u1:
             tail = b""
-            if self.config.sparse and not self.config.signed:  # per peer, a bitmap over u's rows (little bit order)
+            if self.config.sparse:  # per peer, a bitmap over u's rows (little bit order)
                 tail = np.packbits(self._shared_with(u), axis=1, bitorder="little").tobytes()
             out[u] = messages.frame("keys", self.config.round_id, messages.SERVER, head, tail)
         return out
