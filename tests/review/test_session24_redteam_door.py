@@ -1,0 +1,361 @@
+"""Session 24 (helper F, red team): the one-server door -- strikes for proven bad shares (helper D,
+e1ce386..1c1726d; docs/deployment.md, "Strikes: a device proven to cheat").
+
+A device named in a round's ``proven_bad_shares`` (a *signed* secure aggregation showed it
+cheating) has a strike for that round; at ``MAX_REJECTIONS`` (3) it gets 403 at its stage messages
+and answer reads and is left out of the rounds the operator opens, until ``secemb admin
+clear-alarms``; the strikes are rebuilt from the journal at start.  The attacks play deviating or
+dropping devices against the real SFSL node served as ``secemb serve`` serves it (the app over a
+durable state, restartable: :class:`test_s24_strikes.Served`), devices and outsiders against the
+app's routes and credentials, and journals and disks against :class:`ExchangeState`.  Expected
+strike counts are the test's own tallies of the rounds it made a device cheat in.
+
+Held (the attack is refused with a 4xx and changes nothing, or strikes only the cheater, once):
+
+* an honest device that drops out of a round (alone: the round commits; or with another, so that
+  it aborts) in three rounds has no strike and takes part in the fourth;
+* a round's end is counted once: the operator closing its stages again, the round document polled,
+  the answers read again and the round's id opened again leave one strike, and a restart counts
+  one;
+* a clear during a round (before the round that names the device ends) leaves that round's strike,
+  a clear after it forgets it; a restart agrees with the running server either way;
+* every device route of the app (``POST``/``GET /v1/exchange/rounds/{r}/{stage}``: the open round's
+  stages, earlier and later rounds, unknown stages, empty and junk bodies) answers a refused device
+  403 and changes neither the journal nor the round; the round document is readable and carries no
+  findings (documented); an open naming the device twice leaves it out;
+* no other spelling of a refused device's credentials (``user:00``, ``user:+0``, ``user: 0``,
+  ``USER:0``, another id's key id, 2^64) gets past the verifier (401, nothing changed);
+* a device -- refused or not -- calling the operator's endpoints (the strikes, their clear, open,
+  close, outcome, model) gets 403 and changes nothing;
+* a journal whose clear record has a ``through_round`` that is not an id (or -1) is
+  :class:`CorruptState` (the server does not start).
+
+Findings (each a strict xfail first, then fixed in its own commit; docs/deployment.md, "Strikes:
+a device proven to cheat"):
+
+* F1 -- a committed round's strikes were lost at a restart when the disk took the checkpoint but
+  refused the journal's end record (the restart took the round from the checkpoint, whose document
+  names the cheater, but counted strikes from end records only, and nothing wrote the record
+  afterwards): the running server refused the device, the restarted one let it in.  Fixed: at
+  start a checkpoint's round without an end record in the journal gets one (and its strikes).
+* F2 -- opening the id of the round still open (e.g. ``secemb admin open-round`` retried after a
+  lost answer) was journaled as an open and a *refused* end of that id before the node refused it
+  (409); a restart then took the refusal for the open round's end: the round was not aborted at the
+  restart, the round document showed the round before it, and its id was opened a second time
+  (round ids are never to be used twice).  Fixed: the app refuses to open any round while one is
+  open before the journal records anything.
+* F3 -- an end record whose round document has no ``round_id``, or another than the record's, was
+  accepted at start; the server then answered 500 at the next open (``KeyError`` /
+  ``TypeError`` comparing ids).  Needs write access to the state directory (the journal's CRC is
+  no MAC).  Fixed: such a journal is :class:`CorruptState`.
+
+Not attacked here: whether a signed aggregation can name an honest device at all (helper E,
+tests/review/test_session24_redteam_commitments.py); a state directory reused by another
+deployment with no checkpoint yet (the journal carries no configuration fingerprint, so its
+strikes would count for the new deployment's devices; the state directory is the deployment's
+own, ``dep/state/``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+sys.path[:0] = [str(Path(__file__).parents[1] / "server")]  # the helpers below
+from test_s24_strikes import FP, Served, _end, lie_in_unmask  # noqa: E402
+
+from secemb.protocols.exchange import ExchangeServer  # noqa: E402
+from secemb.server.exchange_state import CHECKPOINT, JOURNAL, ExchangeState  # noqa: E402
+from secemb.server.persist import CorruptState, Journal, StorageError  # noqa: E402
+from secemb.transport.signing import user_key  # noqa: E402
+
+torch.set_num_threads(1)
+
+DENIED = ("device 0 was shown to have cheated in the secure aggregation of 3 signed rounds (proven_bad_shares; "
+          "the limit is 3): refused until the operator clears the strikes ('secemb admin clear-alarms')")
+
+
+@pytest.fixture(scope="module")
+def sfsl() -> Any:
+    """SFSL of taobao-mini's first 8 users (CPP1, batch 8, 3 users a round), as test_s24_strikes'."""
+    from secemb.data.ctr import TaobaoShaped, split_clicks
+    from secemb.protocols.exchange import ExchangeRun
+    from secemb.protocols.sfsl.protocol import SFSLProtocol
+
+    clicks = split_clicks(TaobaoShaped("taobao-mini", seed=3).clients(np.arange(8)))
+    return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=3), sfsl_preset="CPP1", batch=8, data=clicks)
+
+
+def play(served: Served, round_id: int, users: tuple[int, ...] = (0, 1, 2),
+         cheat: dict[str, Callable[[Any, bytes], bytes]] | None = None, drop: dict[int, str] | None = None,
+         before: dict[str, Callable[[], None]] | None = None) -> dict[str, Any]:
+    """Round ``round_id`` opened for ``users`` and played to its end: device 0 sends
+    ``cheat[stage](party, genuine)`` at those stages, device ``u`` of ``drop`` sends nothing from
+    stage ``drop[u]`` on (the operator closes a stage a dropped device leaves open),
+    ``before[stage]()`` runs before a stage's messages; the round document as the operator reads
+    it at the end."""
+    cheat, drop, before = cheat or {}, drop or {}, before or {}
+    opened = served.http.open(round_id, list(users))
+    parties = {u: served.devices[u].party(opened) for u in opened["users"]}
+    gone: set[int] = set()
+    for stage in opened["stages"]:
+        if stage in before:
+            before[stage]()
+        gone |= {u for u, at in drop.items() if at == stage}
+        if served.last()["state"] != "open":
+            break
+        for u, party in parties.items():
+            if u in gone:
+                continue
+            body = party.message(stage)
+            if u == 0 and stage in cheat:
+                body = cheat[stage](party, body)
+            assert served.http.send(u, round_id, stage, body) == 204, (stage, u)
+        if served.last()["stage"] == stage:  # a dropped device held it open
+            assert served.http.close(round_id, stage) in (200, 409), stage
+        if served.last()["state"] != "open":
+            break
+        if served.sfsl.plan().replies(stage):
+            for u, party in parties.items():
+                answer = None if u in gone else served.http.fetch(u, round_id, stage)
+                if answer is None:
+                    gone.add(u)
+                else:
+                    party.accept(stage, answer)
+    doc = served.last()
+    assert doc["round_id"] == round_id and doc["state"] in ("committed", "aborted"), doc
+    return doc
+
+
+def seed_strikes(tmp_path: Path, device: int, rounds: int) -> None:
+    """A journal whose aborted rounds 1..``rounds`` each name ``device`` in ``proven_bad_shares``."""
+    journal = Journal(tmp_path / JOURNAL)
+    for r in range(1, rounds + 1):
+        journal.append(_end(r, proven_bad_shares=[device]))
+
+
+# -- an honest device struck ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("drop", [{2: "psu-unmask"}, {1: "psu-masked", 2: "psu-masked"}],
+                         ids=["one-drops-round-commits", "two-drop-round-aborts"])
+def test_an_honest_device_that_drops_out_is_never_struck(drop: dict[int, str], sfsl: Any, tmp_path: Path) -> None:
+    served = Served(sfsl, tmp_path)
+    for r in (1, 2, 3):
+        doc = play(served, r, drop=drop)
+        assert doc["state"] == ("committed" if len(drop) == 1 else "aborted"), doc
+        assert (doc["bad_shares"], doc["proven_bad_shares"]) == ([], [])
+    assert served.strikes()["strikes"] == {}
+    served.restart()
+    assert served.strikes()["strikes"] == {}
+    assert play(served, 4)["users"] == [0, 1, 2]
+
+
+def test_a_rounds_end_is_counted_once(sfsl: Any, tmp_path: Path) -> None:
+    """Device 0 lies about a sum share in round 1; then the operator closes every stage again,
+    the round document is polled, the devices read their answers again and the operator opens
+    round 1 again (each answered, or refused with a 409): one strike, and a restart counts one."""
+    served = Served(sfsl, tmp_path)
+    doc = play(served, 1, cheat={"sum-unmask": lie_in_unmask})
+    assert (doc["state"], doc["proven_bad_shares"]) == ("committed", [0])
+    for stage in doc["stages"]:
+        assert served.http.close(1, stage) == 409, stage
+    for _ in range(5):
+        assert served.last()["round_id"] == 1
+        assert served.http.call(1, "GET", "/v1/exchange/round").status_code == 200
+    for u in (0, 1, 2):
+        for stage in doc["stages"]:
+            assert served.http.call(u, "GET", f"/v1/exchange/rounds/1/{stage}").status_code in (200, 204, 409)
+    again = served.http.call("admin", "POST", "/v1/admin/exchange/rounds", json.dumps(
+        {"round_id": 1, "users": [0, 1, 2]}).encode())
+    assert again.status_code == 409, again.text
+    assert served.strikes()["strikes"] == {"0": 1}
+    served.restart()
+    assert served.strikes()["strikes"] == {"0": 1}
+
+
+@pytest.mark.parametrize("clear_before_end", [True, False])
+def test_a_clear_during_a_round_and_a_restart_agree(clear_before_end: bool, sfsl: Any, tmp_path: Path) -> None:
+    """Device 0 has two strikes (rounds 1-2) and lies in round 3; the operator clears before the
+    round's last stage (round 3's strike stays: one) or after its end (none)."""
+    seed_strikes(tmp_path, 0, 2)
+    served = Served(sfsl, tmp_path)
+    cleared: list[Any] = []
+
+    def clear() -> None:
+        cleared.append(served.admin("POST", "/v1/admin/exchange/strikes/clear"))
+
+    doc = play(served, 3, cheat={"sum-unmask": lie_in_unmask},
+               before={"sum-unmask": clear} if clear_before_end else None)
+    assert (doc["state"], doc["proven_bad_shares"]) == ("committed", [0])
+    if not clear_before_end:
+        clear()
+    assert cleared == [{"cleared": {"0": 2 if clear_before_end else 3}}]
+    want = {"0": 1} if clear_before_end else {}
+    assert served.strikes()["strikes"] == want
+    served.restart()
+    assert served.strikes()["strikes"] == want
+    assert play(served, 4)["users"] == [0, 1, 2]
+
+
+# -- escaping the door ---------------------------------------------------------------------------
+
+@pytest.fixture
+def refused(sfsl: Any, tmp_path: Path) -> Served:
+    """Device 0 with three strikes (journal), round 4 opened for devices 0-3 (0 left out)."""
+    seed_strikes(tmp_path, 0, 3)
+    served = Served(sfsl, tmp_path)
+    opened = served.http.open(4, [0, 0, 1, 2, 3])  # named twice: still left out
+    assert (opened["users"], opened["refused"]) == ([1, 2, 3], [0])
+    return served
+
+
+def test_every_device_route_refuses_a_refused_device(refused: Served, tmp_path: Path) -> None:
+    journal, before = (tmp_path / JOURNAL).read_bytes(), refused.last()
+    stages = before["stages"]
+    tried = 0
+    for round_id in (3, 4, 5, 2**62 - 1):
+        for stage in [*stages, "nope", "download"]:
+            for method, body in (("POST", b""), ("POST", b"\x00" * 256), ("GET", b"")):
+                resp = refused.http.call(0, method, f"/v1/exchange/rounds/{round_id}/{stage}", body)
+                assert resp.status_code == 403, (round_id, stage, method, resp.status_code, resp.text)
+                assert resp.json() == {"error": "forbidden", "detail": DENIED}
+                tried += 1
+    assert tried == 4 * (len(stages) + 2) * 3
+    assert (tmp_path / JOURNAL).read_bytes() == journal and refused.last() == before
+    doc = refused.http.call(0, "GET", "/v1/exchange/round")  # readable, no findings
+    assert doc.status_code == 200
+    assert doc.json() == {k: v for k, v in before.items() if k not in ("reason", "bad_shares", "proven_bad_shares",
+                                                                       "complaints")}
+
+
+@pytest.mark.parametrize("key_id", ["user:00", "user:+0", "user: 0", "user:0 ", "USER:0", "user:1",
+                                    f"user:{2**64}", "user:-0", "user:0x0"])
+def test_no_other_spelling_of_a_refused_devices_credentials_gets_in(key_id: str, refused: Served,
+                                                                   tmp_path: Path) -> None:
+    journal, before = (tmp_path / JOURNAL).read_bytes(), refused.last()
+    key = (key_id, user_key(refused.http.user_secret, 0))
+    for method, path in (("POST", "/v1/exchange/rounds/4/psu-advertise"), ("GET", "/v1/exchange/rounds/4/download")):
+        resp = refused.http.call(0, method, path, b"\x00" * 64 if method == "POST" else b"", key=key)
+        assert resp.status_code == 401, (key_id, path, resp.status_code, resp.text)
+    assert (tmp_path / JOURNAL).read_bytes() == journal and refused.last() == before
+
+
+@pytest.mark.parametrize("device", [0, 1])
+def test_a_device_cannot_call_the_operators_endpoints(device: int, refused: Served, tmp_path: Path) -> None:
+    """Refused device 0 and honest device 1 (in round 4) at every operator endpoint: 403."""
+    journal, before, strikes = (tmp_path / JOURNAL).read_bytes(), refused.last(), refused.strikes()
+    for method, path, body in [("GET", "/v1/admin/exchange/strikes", b""),
+                               ("POST", "/v1/admin/exchange/strikes/clear", b"{}"),
+                               ("POST", "/v1/admin/exchange/rounds", json.dumps({"round_id": 5, "users": [0, 1, 2]})
+                                .encode()),
+                               ("POST", "/v1/admin/exchange/rounds/4/psu-advertise/close", b"{}"),
+                               ("GET", "/v1/admin/exchange/rounds/4", b""),
+                               ("GET", "/v1/admin/model", b"")]:
+        resp = refused.http.call(device, method, path, body)
+        assert resp.status_code == 403, (path, resp.status_code, resp.text)
+    assert refused.strikes() == strikes == {"strikes": {"0": 3}, "strike_limit": 3, "refused": [0]}
+    assert (tmp_path / JOURNAL).read_bytes() == journal and refused.last() == before
+
+
+# -- the bookkeeping: journals, disks ------------------------------------------------------------
+
+class _Durable:
+    """A node whose committed state is empty: what :class:`ExchangeState` needs to checkpoint."""
+
+    def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        return {}, {}
+
+    def restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        pass
+
+
+def _durable(tmp_path: Path) -> ExchangeState:
+    return ExchangeState(tmp_path, FP, ExchangeServer(_Durable(), 1 << 20, lambda: b"model", 3))  # type: ignore[arg-type]
+
+
+def _committed(round_id: int, proven: list[int]) -> dict[str, Any]:
+    return {**_end(round_id, proven_bad_shares=proven)["round"], "state": "committed"}
+
+
+def _refuse_end_records(state: ExchangeState) -> None:
+    """The disk refuses the journal's next end record (the checkpoint is written)."""
+    append = state._journal.append
+
+    def refuse(record: dict[str, Any]) -> None:
+        if record.get("event") == "end":
+            state._journal.append = append  # type: ignore[method-assign]
+            raise StorageError("the disk is full")
+        append(record)
+
+    state._journal.append = refuse  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("clear", [pytest.param(False, marks=pytest.mark.xfail(strict=True, reason="finding F1")),
+                                   True])
+def test_f1_a_committed_rounds_strike_survives_a_restart_after_the_disk_refused_its_end_record(
+        clear: bool, tmp_path: Path) -> None:
+    """Finding F1: round 1 commits naming device 0; the checkpoint is written, its end record is
+    not, and the server stops before the next open.  The restart counts the strike (once, at
+    every later restart too), unless the operator cleared it before the stop."""
+    state = _durable(tmp_path)
+    _refuse_end_records(state)
+    state.ended(_committed(1, [0]))
+    assert (tmp_path / CHECKPOINT).exists() and state.strikes == {0: 1}
+    assert [r for r in Journal(tmp_path / JOURNAL).records() if r.get("event") == "end"] == []
+    if clear:
+        assert state.clear_strikes() == {0: 1}
+    want = {} if clear else {0: 1}
+    again = _durable(tmp_path)
+    assert again.last is not None and again.last["round_id"] == 1
+    assert again.strikes == want
+    assert _durable(tmp_path).strikes == want
+
+
+@pytest.mark.xfail(strict=True, reason="finding F2")
+def test_f2_opening_the_open_rounds_id_again_does_not_free_it_at_a_restart(sfsl: Any, tmp_path: Path) -> None:
+    """Finding F2: round 2 is open when the operator's open of round 2 is sent again (a retry);
+    it is refused (409) and the journal records nothing; a restart aborts round 2 and refuses its
+    id."""
+    served = Served(sfsl, tmp_path)
+    play(served, 1)
+    served.http.open(2, [0, 1, 2])
+    journal = (tmp_path / JOURNAL).read_bytes()
+    for users in ([0, 1, 2], [1, 2, 3]):
+        for round_id in (2, 3):
+            again = served.http.call("admin", "POST", "/v1/admin/exchange/rounds",
+                                     json.dumps({"round_id": round_id, "users": users}).encode())
+            assert again.status_code == 409 and "round 2 is still open" in again.text, again.text
+    assert (tmp_path / JOURNAL).read_bytes() == journal
+    served.restart()
+    doc = served.last()
+    assert (doc["round_id"], doc["state"]) == (2, "aborted"), doc
+    reuse = served.http.call("admin", "POST", "/v1/admin/exchange/rounds",
+                             json.dumps({"round_id": 2, "users": [0, 1, 2]}).encode())
+    assert reuse.status_code == 409, reuse.text
+    assert play(served, 3)["state"] == "committed"
+
+
+@pytest.mark.parametrize("round_doc", [{"state": "aborted"}, {"round_id": "1", "state": "aborted"},
+                                       {"round_id": 7, "state": "aborted", "proven_bad_shares": [0]},
+                                       {"round_id": True, "state": "aborted"}],
+                         ids=["no-id", "string-id", "another-id", "bool-id"])
+@pytest.mark.xfail(strict=True, reason="finding F3")
+def test_f3_an_end_record_whose_round_has_not_its_id_is_corrupt(round_doc: dict[str, Any], tmp_path: Path) -> None:
+    """Finding F3: such a record made the server start and answer 500 at the next open."""
+    Journal(tmp_path / JOURNAL).append({"event": "end", "round_id": 1, "round": round_doc})
+    with pytest.raises(CorruptState, match="round_id"):
+        _durable(tmp_path)
+
+
+@pytest.mark.parametrize("through", ["3", True, -2, 1.5, None])
+def test_a_clear_record_whose_through_round_is_not_an_id_is_corrupt(through: Any, tmp_path: Path) -> None:
+    Journal(tmp_path / JOURNAL).append({"event": "strikes_cleared", "through_round": through, "strikes": {}})
+    with pytest.raises(CorruptState, match="through_round"):
+        _durable(tmp_path)
