@@ -27,7 +27,8 @@ is refused at the app's door (:class:`~secemb.server.exchange_app.StageCloser`) 
 operator clears the strikes (:meth:`ExchangeState.clear_strikes`, journaled with the last ended
 round's id).  At start the strikes are rebuilt from the journal's end records of the rounds after
 the last clear's round, so a restart keeps them (end records written before session 24 have no
-``proven_bad_shares``: they strike nobody).
+``proven_bad_shares``: they strike nobody); the checkpoint's round, when the disk took the
+checkpoint but refused its end record, gets that record at start, and its strikes count.
 
 A checkpoint or journal that cannot be read, or that belongs to another configuration, is
 :class:`~secemb.server.persist.CorruptState`: the server does not start and nothing is written.
@@ -105,7 +106,7 @@ class ExchangeState:
     ------
     CorruptState: a checkpoint or journal that cannot be read, another configuration's, a state
         the node refuses, or a committed state for a node that cannot restore one.
-    StorageError: the disk refused to record the aborted round.
+    StorageError: the disk refused to record the aborted round (or the end of the checkpoint's round).
     """
 
     def __init__(self, state_dir: str | Path, fingerprint: str, server: ExchangeServer) -> None:
@@ -134,6 +135,11 @@ class ExchangeState:
             else:
                 raise CorruptState(f"journal {journal.path}: a record that is neither an open nor an end: {rec!r}")
         committed = -1 if self.last is None else int(self.last["round_id"])
+        if self.last is not None and committed not in ended:
+            # the checkpoint was written, its end record was not (the disk refused it and the server
+            # stopped before the next opening): record it now, so its strikes count (session 24 red team, F1)
+            ended[committed] = self.last
+            journal.append({"event": "end", "round_id": committed, "round": self.last})
         for rid in sorted(r for r in opened if r not in ended and r > committed):
             ended[rid] = {"round_id": rid, "users": opened[rid], "stages": [], "stage": None, "state": "aborted",
                           "reason": _RESTART}

@@ -297,13 +297,13 @@ def _refuse_end_records(state: ExchangeState) -> None:
     state._journal.append = refuse  # type: ignore[method-assign]
 
 
-@pytest.mark.parametrize("clear", [pytest.param(False, marks=pytest.mark.xfail(strict=True, reason="finding F1")),
-                                   True])
+@pytest.mark.parametrize("clear", [False, True])
 def test_f1_a_committed_rounds_strike_survives_a_restart_after_the_disk_refused_its_end_record(
         clear: bool, tmp_path: Path) -> None:
-    """Finding F1: round 1 commits naming device 0; the checkpoint is written, its end record is
-    not, and the server stops before the next open.  The restart counts the strike (once, at
-    every later restart too), unless the operator cleared it before the stop."""
+    """Finding F1 (fixed): round 1 commits naming device 0; the checkpoint is written, its end
+    record is not, and the server stops before the next open.  The restart records the end and
+    counts the strike (once, at every later restart too), unless the operator cleared it before
+    the stop."""
     state = _durable(tmp_path)
     _refuse_end_records(state)
     state.ended(_committed(1, [0]))
@@ -315,6 +315,9 @@ def test_f1_a_committed_rounds_strike_survives_a_restart_after_the_disk_refused_
     again = _durable(tmp_path)
     assert again.last is not None and again.last["round_id"] == 1
     assert again.strikes == want
+    ends = [r for r in Journal(tmp_path / JOURNAL).records() if r.get("event") == "end"]
+    assert [(r["round_id"], r["round"]["state"], r["round"]["proven_bad_shares"]) for r in ends] == [
+        (1, "committed", [0])]
     assert _durable(tmp_path).strikes == want
 
 
