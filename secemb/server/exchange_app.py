@@ -110,11 +110,22 @@ class StageCloser:
     def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
         """Open round ``round_id`` at the node for ``users`` but those the door refuses; the
         node's round document (what the devices read), with a state also ``refused``: the
-        sorted devices of ``users`` left out (the operator's answer only)."""
+        sorted devices of ``users`` left out (the operator's answer only).
+
+        Raises
+        ------
+        ProtocolError: a round is still open (with a state, refused before the journal records
+            anything: a refused end of the open round's id would read as that round's end at a
+            restart, which would then open its id again), or ``round_id`` does not follow the last.
+        SecembError: the node refuses the round (with a state, journaled as refused).
+        StorageError: the disk refused to record the opening (nothing opened).
+        """
         if self.state is None:
             doc = self.node.open_round(round_id, users)
             answer = doc
         else:
+            if self.opened is not None and self.node.outcome(self.opened["round_id"])["state"] == "open":
+                raise ProtocolError(f"round {self.opened['round_id']} is still open")
             refused = sorted({u for u in users if self.state.refuses(u)})
             users = [u for u in users if u not in refused]
             self.state.opening(round_id, users)

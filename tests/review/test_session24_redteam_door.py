@@ -321,9 +321,8 @@ def test_f1_a_committed_rounds_strike_survives_a_restart_after_the_disk_refused_
     assert _durable(tmp_path).strikes == want
 
 
-@pytest.mark.xfail(strict=True, reason="finding F2")
 def test_f2_opening_the_open_rounds_id_again_does_not_free_it_at_a_restart(sfsl: Any, tmp_path: Path) -> None:
-    """Finding F2: round 2 is open when the operator's open of round 2 is sent again (a retry);
+    """Finding F2 (fixed): round 2 is open when the operator's open of round 2 is sent again (a retry);
     it is refused (409) and the journal records nothing; a restart aborts round 2 and refuses its
     id."""
     served = Served(sfsl, tmp_path)
