@@ -14,15 +14,14 @@ the test lays out, never the code under test.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 
 import numpy as np
 import pytest
+from secagg_rounds import Hook, Round, drawn, move_unmask_share
 
 from secemb.errors import InvalidMessage
 from secemb.randomness import CtrDrbg
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, messages, shamir
-from secemb.secagg.identity import Roster
 from secemb.secagg.prg import SEED_BYTES
 
 H = messages.HEADER_BYTES
@@ -30,89 +29,33 @@ N = shamir.SHARE_BYTES
 P = shamir.PRIME
 DOMAIN = b"secemb/secagg/v1/seed-commitment"
 PAIR = 64  # two X25519 public keys
-Hook = Callable[[int, bytes], bytes]
 
 
 def _commitment(cfg: SecAggConfig, ident: int, seed: bytes) -> bytes:
     return hashlib.sha256(bytes([len(DOMAIN)]) + DOMAIN + cfg.header() + ident.to_bytes(4, "little") + seed).digest()
 
 
-def _sum(inputs: dict[int, np.ndarray], rows: dict[int, np.ndarray], ids: list[int], cfg: SecAggConfig) -> np.ndarray:
-    total = np.zeros((cfg.length, cfg.width), np.uint64)
-    for u in ids:
-        total[rows[u]] += inputs[u]
-    return (total % 2**32).astype(np.uint32)
-
-
-def _unmask_edit(msg: bytes, which: int, owner: int, shift: int) -> bytes:
-    """An unmask message with its share of ``owner``'s mask key (``which`` 0) or seed (1) moved by ``shift``."""
-    rd = messages.Reader(memoryview(msg)[H:], "unmask")
-    parts = [dict(rd.records(N, "owner")), dict(rd.records(N, "owner"))]
-    rd.end()
-    y = (int.from_bytes(parts[which][owner], "little") + shift) % P
-    parts[which][owner] = y.to_bytes(N, "little")
-    body = [len(p).to_bytes(4, "little") + b"".join(v.to_bytes(4, "little") + s for v, s in sorted(p.items()))
-            for p in parts]
-    return messages.frame("unmask", int.from_bytes(msg[16:24], "little"), int.from_bytes(msg[8:12], "little"), *body)
-
-
-class _Round:
-    """A signed (or unsigned) round of ``n`` clients played message by message against the real
-    server; ``dropped`` send nothing from the masked stage on."""
-
-    def __init__(self, n: int, t: int, *, signed: bool = True, sparse: bool = False, dropped: tuple[int, ...] = ()):
-        self.ids = list(range(n))
-        self.cfg = SecAggConfig(length=6, threshold=t, width=2, round_id=11, sparse=sparse, signed=signed)
-        roster = Roster.generate()
-        self.clients = {u: SecAggClient(u, self.cfg, identity=roster.enroll(u) if signed else None) for u in self.ids}
-        self.server = SecAggServer(self.cfg, pin=roster.pin if signed else None)
-        g = np.random.default_rng(n * 10 + t)  # test inputs and row sets, not secrets
-        self.rows = {u: (np.flatnonzero(g.random(6) < 0.6) if sparse else np.arange(6)) for u in self.ids}
-        self.inputs = {u: g.integers(0, 2**32, (self.rows[u].size, 2), dtype=np.uint64).astype(np.uint32)
-                       for u in self.ids}
-        self.dropped = dropped
-        self.advertised = {u: c.advertise(self.rows[u] if sparse else None) for u, c in self.clients.items()}
-
-    def play(self, unmask: Hook | None = None) -> None:
-        """Every stage up to the unmask messages (``unmask(u, msg)`` replaces client ``u``'s)."""
-        server, clients = self.server, self.clients
-        for u in self.ids:
-            server.receive_advertise(u, self.advertised[u])
-        listed = server.keys_messages()
-        for u in self.ids:
-            server.receive_shares(u, clients[u].share_keys(listed[u]))
-        relayed = server.relayed_messages()
-        live = [u for u in self.ids if u not in self.dropped]
-        for u in live:
-            server.receive_masked(u, clients[u].masked_input(relayed[u], self.inputs[u]))
-        answers = server.survivors_messages()
-        if self.cfg.signed:
-            for u in live:
-                server.receive_consistency(u, clients[u].consistency(answers[u]))
-            answers = server.signatures_messages()
-        for u in live:
-            msg = clients[u].unmask(answers[u])
-            server.receive_unmask(u, msg if unmask is None else unmask(u, msg))
-
-    def want(self) -> np.ndarray:
-        return _sum(self.inputs, self.rows, [u for u in self.ids if u not in self.dropped], self.cfg)
+def _round(n: int, t: int, *, signed: bool = True, sparse: bool = False) -> Round:
+    """``n`` clients, threshold ``t``, six rows of width 2 (round 11), row sets and inputs drawn
+    from ``default_rng(10 n + t)``."""
+    return drawn(SecAggConfig(length=6, threshold=t, width=2, round_id=11, sparse=sparse, signed=signed), n, n * 10 + t)
 
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_a_signed_advertise_and_its_key_list_entry_carry_the_seed_commitment_and_the_sum_is_exact(sparse: bool) -> None:
-    rnd = _Round(5, 3, sparse=sparse, dropped=(4,))  # client 4 drops: its mask key is opened and checked
+    rnd = _round(5, 3, sparse=sparse)
     for u, msg in rnd.advertised.items():
         seed = rnd.clients[u]._b
         assert len(seed) == SEED_BYTES
         assert msg[H + PAIR : H + PAIR + 32] == _commitment(rnd.cfg, u, seed)
     assert _commitment(rnd.cfg, 0, bytes(16)) != _commitment(rnd.cfg, 1, bytes(16))  # the id is bound
-    rnd.play()
+    rnd.play(dropped=(4,))  # client 4 drops: its mask key is opened and checked
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [] and rnd.server.complaints == {}
 
 
 def test_the_key_list_entries_carry_each_clients_advertised_commitment() -> None:
-    rnd = _Round(3, 2)
+    rnd = _round(3, 2)
     for u in rnd.ids:
         rnd.server.receive_advertise(u, rnd.advertised[u])
     body = rnd.server.keys_messages()[0][H:]
@@ -128,7 +71,7 @@ def test_a_dealer_sharing_another_seed_than_it_committed_to_aborts_a_signed_roun
     consistent: every holder is honest).  The opened seed fails the commitment: the round aborts,
     client 0 is named as the dealer (since session 24: its dealt shares, as it committed to them,
     open to another seed), and every later call raises again."""
-    rnd = _Round(5, 3)
+    rnd = _round(5, 3)
     rnd.clients[0]._b = bytes(a ^ 1 for a in rnd.clients[0]._b)
     rnd.play()
     with pytest.raises(SecAggAborted, match=r"the self-mask seed of client 0 opened from 5 shares does not match "
@@ -143,7 +86,7 @@ def test_a_dealer_sharing_another_seed_than_it_committed_to_aborts_a_signed_roun
 def test_an_unsigned_round_has_no_commitment_and_takes_the_shared_seed() -> None:
     """The same dealer in an unsigned round: nothing to check, and the sum is exact (the device
     masked with the seed it shared)."""
-    rnd = _Round(5, 3, signed=False)
+    rnd = _round(5, 3, signed=False)
     assert {len(m) for m in rnd.advertised.values()} == {H + PAIR}
     rnd.clients[0]._b = bytes(a ^ 1 for a in rnd.clients[0]._b)
     rnd.play()
@@ -165,7 +108,7 @@ def _colluders(owner: int, which: int, honest: list[int], colluders: tuple[int, 
             out = out * (x - (j + 1)) % P
         return out
 
-    return lambda u, msg: _unmask_edit(msg, which, owner, q(u + 1)) if u in colluders else msg
+    return lambda u, msg: move_unmask_share(msg, which, owner, q(u + 1)) if u in colluders else msg
 
 
 def test_two_colluding_holders_moving_an_honest_seed_are_both_named_and_the_sum_is_exact() -> None:
@@ -173,8 +116,8 @@ def test_two_colluding_holders_moving_an_honest_seed_are_both_named_and_the_sum_
     of client 0's seed (session 23: the seed so opened failed its commitment and the round aborted,
     nobody named).  Since session 24 each colluder's moved share fails its dealer's share
     commitment: both are named, and honest 0, 1, 2 open the seed."""
-    rnd = _Round(5, 3)
-    rnd.play(_colluders(0, 1, [0, 1], (3, 4)))
+    rnd = _round(5, 3)
+    rnd.play(unmask=_colluders(0, 1, [0, 1], (3, 4)))
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [3, 4]
 
@@ -184,8 +127,8 @@ def test_two_colluding_holders_moving_a_dropped_clients_mask_key_abort_an_unsign
     move their shares onto a polynomial through honest 0, 1, 2: leaving out honest client 3 mends
     them, and the key so opened (moved in bits X25519 does not clamp) does not match client 6's
     advertised public key: an unsigned round aborts, nobody named."""
-    rnd = _Round(7, 4, signed=False, dropped=(6,))
-    rnd.play(_colluders(6, 0, [0, 1, 2], (4, 5), 1 << 100))
+    rnd = _round(7, 4, signed=False)
+    rnd.play(unmask=_colluders(6, 0, [0, 1, 2], (4, 5), 1 << 100), dropped=(6,))
     with pytest.raises(SecAggAborted, match=r"the mask key of client 6 opened from 6 shares \(after leaving out "
                                             r"client 3's shares\) does not match its public key"):
         rnd.server.result()
@@ -195,15 +138,15 @@ def test_two_colluding_holders_moving_a_dropped_clients_mask_key_abort_an_unsign
 def test_two_colluding_holders_moving_a_dropped_clients_mask_key_are_named_in_a_signed_round() -> None:
     """The same in a signed round (session 24): the colluders' moved shares fail client 6's share
     commitments, both are named and left out, and honest 0-3 (the threshold) open the key."""
-    rnd = _Round(7, 4, dropped=(6,))
-    rnd.play(_colluders(6, 0, [0, 1, 2], (4, 5), 1 << 100))
+    rnd = _round(7, 4)
+    rnd.play(unmask=_colluders(6, 0, [0, 1, 2], (4, 5), 1 << 100), dropped=(6,))
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [4, 5]
 
 
 def test_one_wrong_holder_is_named_where_the_opening_matches_the_commitment() -> None:
-    rnd = _Round(5, 3)
-    rnd.play(lambda u, msg: _unmask_edit(msg, 1, 0, 7) if u == 4 else msg)
+    rnd = _round(5, 3)
+    rnd.play(unmask=lambda u, msg: move_unmask_share(msg, 1, 0, 7) if u == 4 else msg)
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [4]
 
@@ -212,8 +155,8 @@ def test_with_one_spare_share_the_commitment_names_the_wrong_holder_and_the_sum_
     """Four holders, threshold 3: holder 3's share of client 0's seed is off the polynomial (F3's
     one-spare case; session 23 found it by trying the 3-subsets against the seed commitment); since
     session 24 the share fails client 0's share commitment: holder 3 is named and the round commits."""
-    rnd = _Round(4, 3)
-    rnd.play(lambda u, msg: _unmask_edit(msg, 1, 0, 7) if u == 3 else msg)
+    rnd = _round(4, 3)
+    rnd.play(unmask=lambda u, msg: move_unmask_share(msg, 1, 0, 7) if u == 3 else msg)
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [3]
 
@@ -221,15 +164,15 @@ def test_with_one_spare_share_the_commitment_names_the_wrong_holder_and_the_sum_
 def test_with_one_spare_share_an_unsigned_round_still_cannot_tell_whose_it_is() -> None:
     """The same in an unsigned round: a seed has no commitment to try the subsets against, so the
     disagreement is refused without a name, as before."""
-    rnd = _Round(4, 3, signed=False)
-    rnd.play(lambda u, msg: _unmask_edit(msg, 1, 0, 7) if u == 3 else msg)
+    rnd = _round(4, 3, signed=False)
+    rnd.play(unmask=lambda u, msg: move_unmask_share(msg, 1, 0, 7) if u == 3 else msg)
     with pytest.raises(InvalidMessage, match="too few to tell whose are wrong"):
         rnd.server.result()
     assert rnd.server.cheaters == []
 
 
 def test_a_tampered_commitment_in_the_key_list_is_refused_by_the_peers() -> None:
-    rnd = _Round(3, 2)
+    rnd = _round(3, 2)
     for u in rnd.ids:
         rnd.server.receive_advertise(u, rnd.advertised[u])
     lists = rnd.server.keys_messages()
@@ -243,7 +186,7 @@ def test_a_tampered_commitment_in_the_key_list_is_refused_by_the_peers() -> None
 
 
 def test_the_server_refuses_an_advertise_whose_commitment_was_altered() -> None:
-    rnd = _Round(3, 2)
+    rnd = _round(3, 2)
     bad = bytearray(rnd.advertised[1])
     bad[H + PAIR + 7] ^= 1
     with pytest.raises(InvalidMessage, match="advertise of client 1: the signature does not verify"):

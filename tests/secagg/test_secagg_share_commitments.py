@@ -14,23 +14,19 @@ under test.
 from __future__ import annotations
 
 import hashlib
-import struct
-from collections.abc import Callable
 
 import numpy as np
 import pytest
+from secagg_rounds import CT, Round, drawn, flip_tag, move_unmask_share, record_at
 
 from secemb.errors import InvalidMessage
-from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, keys, messages, shamir
-from secemb.secagg.identity import Roster
+from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, keys, messages, shamir
 
 H = messages.HEADER_BYTES
 N = shamir.SHARE_BYTES
 P = shamir.PRIME
-CT = 8 + 2 * N + 16  # a sealed share pair: ids, two shares, the GCM tag
 DOMAIN = b"secemb/secagg/v1/share-commitment"
 SIGNED_RECORD = 4 + CT + 32  # id, ciphertext, two commitments
-Hook = Callable[[int, bytes], bytes]
 
 
 def _commit(cfg: SecAggConfig, dealer: int, holder: int, which: int, share: int) -> bytes:
@@ -41,11 +37,7 @@ def _commit(cfg: SecAggConfig, dealer: int, holder: int, which: int, share: int)
 
 def _at(msg: bytes, ident: int) -> int:
     """Offset of ``ident``'s record in a signed shares or relayed message."""
-    for i in range(struct.unpack_from("<I", msg, H)[0]):
-        at = H + 4 + i * SIGNED_RECORD
-        if struct.unpack_from("<I", msg, at)[0] == ident:
-            return at
-    raise AssertionError(f"no record for {ident}")
+    return record_at(msg, ident, True)
 
 
 def _redeal(dealer: SecAggClient, msg: bytes, holder: int, shift: int, *, which: int = 1,
@@ -66,77 +58,21 @@ def _redeal(dealer: SecAggClient, msg: bytes, holder: int, shift: int, *, which:
     return msg[:at] + sealed + b"".join(commits) + msg[at + CT + 32 :]
 
 
-def _unmask_edit(msg: bytes, which: int, owner: int, shift: int) -> bytes:
-    """An unmask message with its share of ``owner``'s mask key (``which`` 0) or seed (1) moved by ``shift``."""
-    rd = messages.Reader(memoryview(msg)[H:], "unmask")
-    parts = [dict(rd.records(N, "owner")), dict(rd.records(N, "owner"))]
-    rd.end()
-    parts[which][owner] = ((int.from_bytes(parts[which][owner], "little") + shift) % P).to_bytes(N, "little")
-    body = [len(p).to_bytes(4, "little") + b"".join(v.to_bytes(4, "little") + s for v, s in sorted(p.items()))
-            for p in parts]
-    return messages.frame("unmask", int.from_bytes(msg[16:24], "little"), int.from_bytes(msg[8:12], "little"), *body)
-
-
 def _seed_holders(msg: bytes) -> list[int]:
     rd = messages.Reader(memoryview(msg)[H:], "unmask")
     rd.records(N, "dropped")
     return [v for v, _ in rd.records(N, "survivor")]
 
 
-class _Round:
-    """A round of ``n`` clients played message by message against the real server, with hooks on
-    each client's shares message (``deal``), each relayed message (``relay``) and each unmask
-    message (``unmask``); ``dropped`` send no masked input, ``silent`` no unmask message."""
-
-    def __init__(self, n: int, t: int, *, signed: bool = True, dropped: tuple[int, ...] = (),
-                 silent: tuple[int, ...] = ()) -> None:
-        self.ids = list(range(n))
-        self.cfg = SecAggConfig(length=6, threshold=t, width=2, round_id=12, signed=signed)
-        roster = Roster.generate()
-        self.clients = {u: SecAggClient(u, self.cfg, identity=roster.enroll(u) if signed else None) for u in self.ids}
-        self.server = SecAggServer(self.cfg, pin=roster.pin if signed else None)
-        g = np.random.default_rng(n * 10 + t)  # test inputs, not secrets
-        self.inputs = {u: g.integers(0, 2**32, (6, 2), dtype=np.uint64).astype(np.uint32) for u in self.ids}
-        self.dropped, self.silent = dropped, silent
-        self.shares: dict[int, bytes] = {}
-        self.relayed: dict[int, bytes] = {}
-        self.unmask: dict[int, bytes] = {}
-
-    def play(self, *, deal: Hook | None = None, relay: Hook | None = None, unmask: Hook | None = None) -> None:
-        server, clients = self.server, self.clients
-        for u in self.ids:
-            server.receive_advertise(u, clients[u].advertise())
-        listed = server.keys_messages()
-        for u in self.ids:
-            msg = clients[u].share_keys(listed[u])
-            self.shares[u] = msg if deal is None else deal(u, msg)
-            server.receive_shares(u, self.shares[u])
-        relayed = server.relayed_messages()
-        live = [u for u in self.ids if u not in self.dropped]
-        for u in live:
-            self.relayed[u] = relayed[u] if relay is None else relay(u, relayed[u])
-            server.receive_masked(u, clients[u].masked_input(self.relayed[u], self.inputs[u]))
-        answers = server.survivors_messages()
-        if self.cfg.signed:
-            for u in live:
-                server.receive_consistency(u, clients[u].consistency(answers[u]))
-            answers = server.signatures_messages()
-        for u in live:
-            if u in self.silent:
-                continue
-            msg = clients[u].unmask(answers[u])
-            self.unmask[u] = msg if unmask is None else unmask(u, msg)
-            server.receive_unmask(u, self.unmask[u])
-
-    def want(self) -> np.ndarray:
-        total = sum((self.inputs[u].astype(np.uint64) for u in self.ids if u not in self.dropped),
-                    np.zeros((6, 2), np.uint64))
-        return (total % 2**32).astype(np.uint32)
+def _round(n: int, t: int, *, signed: bool = True) -> Round:
+    """``n`` clients, threshold ``t``, six rows of width 2 (round 12), inputs drawn from
+    ``default_rng(10 n + t)``."""
+    return drawn(SecAggConfig(length=6, threshold=t, width=2, round_id=12, signed=signed), n, n * 10 + t)
 
 
 # ---------------------------------------------------------------------------------------- layout
 def test_the_shares_and_relayed_records_carry_the_commitments_to_the_shares_they_seal() -> None:
-    rnd = _Round(4, 3)
+    rnd = _round(4, 3)
     rnd.play()
     assert np.array_equal(rnd.server.result(), rnd.want())
     cfg = rnd.cfg
@@ -158,7 +94,7 @@ def test_the_shares_and_relayed_records_carry_the_commitments_to_the_shares_they
 
 
 def test_an_unsigned_round_carries_no_commitments() -> None:
-    rnd = _Round(4, 3, signed=False)
+    rnd = _round(4, 3, signed=False)
     rnd.play()
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert {len(m) for m in rnd.shares.values()} == {H + 4 + 3 * (4 + CT)}
@@ -166,11 +102,9 @@ def test_an_unsigned_round_carries_no_commitments() -> None:
 
 
 def test_a_signed_shares_message_without_its_own_commitments_is_refused() -> None:
-    rnd = _Round(3, 2)
-    for u in rnd.ids:
-        rnd.server.receive_advertise(u, rnd.clients[u].advertise())
-    listed = rnd.server.keys_messages()
-    msg = rnd.clients[0].share_keys(listed[0])
+    rnd = _round(3, 2)
+    rnd.play(until="shares")
+    msg = rnd.shares[0]
     short = messages.frame("shares", 12, 0, msg[H:-32])
     with pytest.raises(InvalidMessage, match="shares: truncated"):
         rnd.server.receive_shares(0, short)
@@ -184,8 +118,8 @@ def test_every_holder_lying_about_a_share_is_named_and_the_sum_is_exact(liars: t
     (session 23: two liars raised ``more than one party``, unnamed).  Each fails client 0's share
     commitment: all are named, their shares left out, and the honest rest (at least 4) open every
     secret."""
-    rnd = _Round(7, 4)
-    rnd.play(unmask=lambda u, msg: _unmask_edit(msg, 1, 0, 1 + u) if u in liars else msg)
+    rnd = _round(7, 4)
+    rnd.play(unmask=lambda u, msg: move_unmask_share(msg, 1, 0, 1 + u) if u in liars else msg)
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == list(liars)
     assert all("does not match the dealer's commitment" in rnd.server.cheated[u] for u in liars)
@@ -194,8 +128,8 @@ def test_every_holder_lying_about_a_share_is_named_and_the_sum_is_exact(liars: t
 
 def test_four_liars_of_seven_leave_too_few_genuine_shares_and_the_round_aborts_naming_them() -> None:
     liars = (0, 2, 4, 6)
-    rnd = _Round(7, 4)
-    rnd.play(unmask=lambda u, msg: _unmask_edit(msg, 1, 1, 1) if u in liars else msg)
+    rnd = _round(7, 4)
+    rnd.play(unmask=lambda u, msg: move_unmask_share(msg, 1, 1, 1) if u in liars else msg)
     with pytest.raises(SecAggAborted, match=r"3 shares of the self-mask seed of client 0 besides those of clients "
                                             r"\[0, 2, 4, 6\] \(found lying\), threshold 4"):
         rnd.server.result()
@@ -207,8 +141,8 @@ def test_four_liars_of_seven_leave_too_few_genuine_shares_and_the_round_aborts_n
 def test_a_liar_about_a_dropped_clients_mask_key_is_named_and_left_out_of_every_secret() -> None:
     """Client 5 drops; holder 2 lies about its share of 5's mask key only: all of 2's shares are
     left out (its seed shares too), and the other four holders open everything."""
-    rnd = _Round(6, 4, dropped=(5,))
-    rnd.play(unmask=lambda u, msg: _unmask_edit(msg, 0, 5, 1) if u == 2 else msg)
+    rnd = _round(6, 4)
+    rnd.play(unmask=lambda u, msg: move_unmask_share(msg, 0, 5, 1) if u == 2 else msg, dropped=(5,))
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [2]
     assert "mask key of client 5" in rnd.server.cheated[2]
@@ -221,7 +155,7 @@ def test_a_dealer_dealing_one_bad_share_is_named_not_the_holder_and_the_sum_is_e
     commitment to it (the holder takes it and sends it back).  Five holders, threshold 3: the
     shares are the dealt ones and disagree, so client 0 is named; leaving out one of the first four
     opens the committed seed (holder 1: the first three fail first), the round commits."""
-    rnd = _Round(5, 3)
+    rnd = _round(5, 3)
     rnd.play(deal=lambda u, msg: _redeal(rnd.clients[0], msg, victim, 7) if u == 0 else msg)
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [0]
@@ -234,8 +168,8 @@ def test_a_dropped_dealer_that_dealt_a_bad_share_of_its_mask_key_is_named_and_th
     clamp), committed to, and drops before its masked input: the five holders' shares of its key
     disagree, client 5 is named (not holder 0), and the key opened without the bad share matches
     its public key."""
-    rnd = _Round(6, 4, dropped=(5,))
-    rnd.play(deal=lambda u, msg: _redeal(rnd.clients[5], msg, 0, 1 << 100, which=0) if u == 5 else msg)
+    rnd = _round(6, 4)
+    rnd.play(deal=lambda u, msg: _redeal(rnd.clients[5], msg, 0, 1 << 100, which=0) if u == 5 else msg, dropped=(5,))
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [5] and "mask key" in rnd.server.cheated[5]
 
@@ -244,8 +178,8 @@ def test_a_dealer_dealing_a_bad_share_where_no_spare_share_is_left_aborts_the_ro
     """The same with clients 3 and 4 sending no unmask message: three holders (the threshold) of
     client 0's seed, one off the polynomial: nothing can mend it, the round aborts and client 0,
     not holder 1, is named."""
-    rnd = _Round(5, 3, silent=(3, 4))
-    rnd.play(deal=lambda u, msg: _redeal(rnd.clients[0], msg, 1, 7) if u == 0 else msg)
+    rnd = _round(5, 3)
+    rnd.play(deal=lambda u, msg: _redeal(rnd.clients[0], msg, 1, 7) if u == 0 else msg, silent=(3, 4))
     with pytest.raises(SecAggAborted, match=r"the self-mask seed of client 0 opened from 3 shares does not match its "
                                             r"signed commitment, and no other opening passes: client 0 dealt"):
         rnd.server.result()
@@ -253,7 +187,7 @@ def test_a_dealer_dealing_a_bad_share_where_no_spare_share_is_left_aborts_the_ro
 
 
 def test_a_dealer_dealing_two_bad_shares_among_the_first_holders_aborts_the_round_naming_the_dealer() -> None:
-    rnd = _Round(5, 3)
+    rnd = _round(5, 3)
 
     def deal(u: int, msg: bytes) -> bytes:
         return _redeal(rnd.clients[0], _redeal(rnd.clients[0], msg, 1, 7), 2, 9) if u == 0 else msg
@@ -268,7 +202,7 @@ def test_a_dealer_whose_own_share_is_off_its_polynomial_is_named_and_the_sum_is_
     """Client 0 keeps itself a share of its seed off the polynomial and commits to it (the end of
     its shares message): its own unmask share matches, the shares disagree, client 0 is named as
     the dealer and the other holders open its seed."""
-    rnd = _Round(5, 3)
+    rnd = _round(5, 3)
 
     def deal(u: int, msg: bytes) -> bytes:
         if u != 0:
@@ -284,8 +218,8 @@ def test_a_dealer_whose_own_share_is_off_its_polynomial_is_named_and_the_sum_is_
 
 
 def test_a_client_sending_another_own_share_than_it_committed_to_is_named_as_a_liar() -> None:
-    rnd = _Round(5, 3)
-    rnd.play(unmask=lambda u, msg: _unmask_edit(msg, 1, 0, 5) if u == 0 else msg)
+    rnd = _round(5, 3)
+    rnd.play(unmask=lambda u, msg: move_unmask_share(msg, 1, 0, 5) if u == 0 else msg)
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [0] and "does not match the dealer's commitment" in rnd.server.cheated[0]
 
@@ -297,7 +231,7 @@ def test_a_commitment_that_does_not_match_its_share_is_refused_by_the_holder_and
     relayed message, or by client 0 dealing a share against another commitment): holder 2 takes
     no share of client 0 (it omits client 0 at Unmasking: a complaint, nothing revealed), nobody
     is named, and the other four holders open client 0's seed."""
-    rnd = _Round(5, 3)
+    rnd = _round(5, 3)
 
     def flip(msg: bytes, ident: int) -> bytes:
         at = _at(msg, ident) + 4 + CT + 16
@@ -320,17 +254,8 @@ def test_an_unsigned_round_still_names_one_wrong_holder_of_a_mask_key_with_one_s
     spare share; every seed has five holders).  Client 0 moves its share of the key: of the four
     3-subsets only the one without client 0 opens a key matching client 5's public key, so client
     0 is named and the sum is exact."""
-    rnd = _Round(6, 3, signed=False, dropped=(5,))
-
-    def spoil(u: int, msg: bytes) -> bytes:
-        if u != 5:
-            return msg
-        for i in range(struct.unpack_from("<I", msg, H)[0]):
-            at = H + 4 + i * (4 + CT)
-            if struct.unpack_from("<I", msg, at)[0] == 4:
-                return msg[: at + 4 + CT - 1] + bytes([msg[at + 4 + CT - 1] ^ 1]) + msg[at + 4 + CT :]
-        raise AssertionError("no record for 4")
-
-    rnd.play(deal=spoil, unmask=lambda u, msg: _unmask_edit(msg, 0, 5, 1 << 100) if u == 0 else msg)
+    rnd = _round(6, 3, signed=False)
+    rnd.play(deal=lambda u, msg: flip_tag(msg, 4, False) if u == 5 else msg,
+             unmask=lambda u, msg: move_unmask_share(msg, 0, 5, 1 << 100) if u == 0 else msg, dropped=(5,))
     assert np.array_equal(rnd.server.result(), rnd.want())
     assert rnd.server.cheaters == [0] and rnd.server.complaints == {4: [5]}
