@@ -1,7 +1,8 @@
-"""SHA-256 of many short messages that share a prefix (the servers' row tags, one message per
-table row and round): on the SHA-NI kernel (:mod:`secemb.fss._shani`) where it runs
-(:func:`secemb.fss.kernels.sha_compiled`) -- compiled, without the GIL, so a backend's threads
-share it -- else with :mod:`hashlib`, the reference, row by row."""
+"""SHA-256 of many messages of one length that share a prefix (the servers' row tags, one message
+per table row and round; the parties' key digests, one per user and round): on the SHA-NI kernel
+(:mod:`secemb.fss._shani`) where it runs (:func:`secemb.fss.kernels.sha_compiled`) -- compiled,
+without the GIL, so a backend's threads share it -- else with :mod:`hashlib`, the reference, row by
+row."""
 
 from __future__ import annotations
 

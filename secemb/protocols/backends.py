@@ -304,9 +304,9 @@ def warm_kernels() -> None:
     published), one from a bucket form gathered as a cuckoo round's task gathers it (writeable),
     with the keys' point-function check of verified uploads, one control-bit product of the
     close and one device's reading of its answers (simulated devices share the process); one
-    payload conversion (relay masks, challenges) and one batch of SHA-256 rows, read-only and
-    writeable (challenge seeds, row tags).  With the numpy reference it only runs
-    that reference."""
+    payload conversion (relay masks, challenges) and one batch of SHA-256 rows (challenge seeds,
+    row tags, key digests: the kernel reads rows of any layout by address, one signature).  With
+    the numpy reference it only runs that reference."""
     from secemb.fss.fused import (RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets,
                                   unmask_slots)
 
@@ -327,10 +327,7 @@ def warm_kernels() -> None:
         unmask_slots(np.zeros((1, 2, 2), dtype), np.ones((1, 2), dtype), np.zeros((1, 2), np.int64),
                      [np.empty((2, 1), dtype)], np.empty((2, 8 + dtype().itemsize), np.uint8), np.empty((2, 1), dtype))
     convert(np.zeros((1, 2), np.uint64), CHECK_WORDS, 64, RETRIEVAL_TAG)
-    rows = np.zeros((1, 32), np.uint8)
-    sha256_many(b"", rows)
-    rows.flags.writeable = False  # as rows read from a message are
-    sha256_many(b"", rows)
+    sha256_many(b"", np.zeros((1, 32), np.uint8))
 
 
 def _warm_worker() -> None:

@@ -6,7 +6,6 @@ dense share), the upload's MAC and what server 1 gets directly from the device."
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import math
 from collections.abc import Callable, Sequence
@@ -21,6 +20,7 @@ from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, Protoco
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
 from secemb.protocols.secemb.bounds import SIGMA_BYTES
+from secemb.protocols.secemb.checks import key_digests
 from secemb.protocols.secemb.server import Request, SecEmbServer, sift, stacked
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
@@ -117,9 +117,9 @@ def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
 
 
 def _digests(rows: np.ndarray) -> list[bytes]:
-    """SHA-256 of each row of ``rows`` (uint8, rows C-contiguous): a range of a batch's
-    forwarded key parts (hashlib: long messages, hashed without the GIL)."""
-    return [hashlib.sha256(row).digest() for row in rows]
+    """SHA-256 of each row of ``rows`` (uint8): a range of a batch's forwarded key parts (their
+    key digests, :func:`~secemb.protocols.secemb.checks.key_digests` with no header)."""
+    return key_digests(b"", rows)
 
 
 def _words(data: bytes | memoryview, offset: int, config: RoundConfig) -> np.ndarray:
