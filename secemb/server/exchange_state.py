@@ -131,6 +131,9 @@ class ExchangeState:
             if rec.get("event") == "open" and isinstance(rec.get("users"), list):
                 opened[rid] = rec["users"]
             elif rec.get("event") == "end" and isinstance(rec.get("round"), dict):
+                if _round_id(rec["round"], f"journal {journal.path}: the document of round {rid}") != rid:
+                    raise CorruptState(f"journal {journal.path}: the end record of round {rid} holds a document "
+                                       f"of round_id {rec['round']['round_id']}")
                 ended[rid] = rec["round"]
             else:
                 raise CorruptState(f"journal {journal.path}: a record that is neither an open nor an end: {rec!r}")

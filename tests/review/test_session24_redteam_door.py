@@ -45,9 +45,10 @@ a device proven to cheat"):
   (round ids are never to be used twice).  Fixed: the app refuses to open any round while one is
   open before the journal records anything.
 * F3 -- an end record whose round document has no ``round_id``, or another than the record's, was
-  accepted at start; the server then answered 500 at the next open (``KeyError`` /
-  ``TypeError`` comparing ids).  Needs write access to the state directory (the journal's CRC is
-  no MAC).  Fixed: such a journal is :class:`CorruptState`.
+  accepted at start: with none or a string the server answered 500 at the next open (``KeyError``
+  / ``TypeError`` comparing ids), with another id it took that id for the last round's.  Needs
+  write access to the state directory (the journal's CRC is no MAC).  Fixed: such a journal is
+  :class:`CorruptState` (the server does not start).
 
 Not attacked here: whether a signed aggregation can name an honest device at all (helper E,
 tests/review/test_session24_redteam_commitments.py); a state directory reused by another
@@ -348,9 +349,9 @@ def test_f2_opening_the_open_rounds_id_again_does_not_free_it_at_a_restart(sfsl:
                                        {"round_id": 7, "state": "aborted", "proven_bad_shares": [0]},
                                        {"round_id": True, "state": "aborted"}],
                          ids=["no-id", "string-id", "another-id", "bool-id"])
-@pytest.mark.xfail(strict=True, reason="finding F3")
 def test_f3_an_end_record_whose_round_has_not_its_id_is_corrupt(round_doc: dict[str, Any], tmp_path: Path) -> None:
-    """Finding F3: such a record made the server start and answer 500 at the next open."""
+    """Finding F3 (fixed): such a record made the server start and answer 500 at the next open (no
+    id, a string) or take another id for the last round's."""
     Journal(tmp_path / JOURNAL).append({"event": "end", "round_id": 1, "round": round_doc})
     with pytest.raises(CorruptState, match="round_id"):
         _durable(tmp_path)
