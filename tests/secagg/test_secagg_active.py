@@ -12,6 +12,7 @@ import struct
 
 import numpy as np
 import pytest
+from secagg_rounds import Round, move_unmask_share
 
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, keys, messages, run_round, shamir
@@ -189,22 +190,6 @@ def test_a_signed_round_refuses_a_threshold_of_half_or_less() -> None:
 
 # ---------------------------------------------------------------- attack 2: two survivor lists
 
-def _to_masked(cfg: SecAggConfig, inputs: dict[int, np.ndarray]
-               ) -> tuple[SecAggServer, dict[int, SecAggClient], dict[int, bytes]]:
-    """An honest dense round of the clients of ``inputs`` (identities from a fresh roster when
-    ``cfg.signed``) up to their masked inputs, which are returned, not yet given to the server."""
-    roster = Roster.generate()
-    clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u) if cfg.signed else None) for u in inputs}
-    server = SecAggServer(cfg)
-    for u, c in clients.items():
-        server.receive_advertise(u, c.advertise())
-    km = server.keys_messages()
-    for u, c in clients.items():
-        server.receive_shares(u, c.share_keys(km[u]))
-    rel = server.relayed_messages()
-    return server, clients, {u: c.masked_input(rel[u], inputs[u]) for u, c in clients.items()}
-
-
 def _split_views(signed: bool, threshold: int) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
     """Five clients; all send their masked input.  The server tells clients {0, 1, 2} that all
     five survived (they reveal shares of client 0's self-mask seed) and clients {3, 4} that
@@ -213,7 +198,9 @@ def _split_views(signed: bool, threshold: int) -> tuple[np.ndarray, np.ndarray |
     ids = list(range(5))
     cfg = SecAggConfig(length=4, threshold=threshold, round_id=8, signed=signed)
     inputs = _inputs(ids, 4, 1, 7)
-    server, clients, masked = _to_masked(cfg, inputs)
+    rnd = Round(cfg, inputs)
+    rnd.play(until="masked")  # every client's masked input, none given to the server
+    clients, masked = rnd.clients, rnd.masked
     full = messages.frame("survivors", cfg.round_id, messages.SERVER, messages.ids_bytes(ids))
     less = messages.frame("survivors", cfg.round_id, messages.SERVER, messages.ids_bytes(ids[1:]))
     view = {u: full if u < 3 else less for u in ids}
@@ -257,7 +244,7 @@ def _split_views(signed: bool, threshold: int) -> tuple[np.ndarray, np.ndarray |
     y = np.frombuffer(masked[0][H:], "<u4")
     read = y - mask_rows(b.to_bytes(SEED_BYTES, "little"), np.arange(4), 1)[:, 0]
     for v in ids[1:]:
-        seed = keys.agree(s_sk.to_bytes(32, "little"), server._keys[v][1], keys.MASK, cfg.round_id, (0, v))
+        seed = keys.agree(s_sk.to_bytes(32, "little"), rnd.server._keys[v][1], keys.MASK, cfg.round_id, (0, v))
         read = read - mask_rows(seed, np.arange(4), 1)[:, 0]
     return inputs[0][:, 0], read, refused
 
@@ -279,15 +266,13 @@ def test_the_consistency_check_needs_threshold_signatures_of_the_same_list() -> 
     sig_msgs = [m for stage, src, dst, m in tr.messages if stage == "ConsistencyCheck" and src == -1]
     assert len(sig_msgs) == 3
     # a client given only one signature (its own) refuses
-    server, clients, masked = _to_masked(cfg, {u: np.zeros(2, np.uint32) for u in range(3)})
-    for u, m in masked.items():
-        server.receive_masked(u, m)
-    sv = server.survivors_messages()
-    own = clients[0].consistency(sv[0])[H:]
+    rnd = Round(cfg, {u: np.zeros(2, np.uint32) for u in range(3)})
+    rnd.play(until="consistency")
+    own = rnd.consistency[0][H:]
     one = messages.frame("signatures", cfg.round_id, messages.SERVER, (1).to_bytes(4, "little"),
                          (0).to_bytes(4, "little") + own)
     with pytest.raises(InvalidMessage, match="fewer than the threshold"):
-        clients[0].unmask(one)
+        rnd.clients[0].unmask(one)
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -436,16 +421,10 @@ def test_the_server_finds_and_leaves_out_one_clients_wrong_unmask_share() -> Non
     cfg = SecAggConfig(length=6, threshold=3, width=2, round_id=9)
     inputs = {u: ((np.arange(12, dtype=np.uint32) * np.uint32(u + 3)) ^ np.uint32((0x9E3779B9 * u) % 2**32))
               .reshape(6, 2) for u in range(5)}
-    server, clients, masked = _to_masked(cfg, inputs)
-    for u, m in masked.items():
-        server.receive_masked(u, m)
-    sv = server.survivors_messages()
-    size = shamir.SHARE_BYTES
-    for u, c in clients.items():
-        msg = bytearray(c.unmask(sv[u]))
-        if u == 1:  # its last share (of client 4's seed): + 1, a field element still
-            msg[-size:] = ((int.from_bytes(msg[-size:], "little") + 1) % shamir.PRIME).to_bytes(size, "little")
-        server.receive_unmask(u, bytes(msg))
+    rnd = Round(cfg, inputs)
+    # client 1's share of client 4's seed (its last): + 1, a field element still
+    rnd.play(unmask=lambda u, msg: move_unmask_share(msg, 1, 4, 1) if u == 1 else msg)
+    server = rnd.server
     total = server.result()
     want = np.zeros((6, 2), np.uint64)
     for x in inputs.values():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from secagg_rounds import Round
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.randomness import CtrDrbg
@@ -354,25 +355,11 @@ def test_every_truncated_or_altered_message_is_refused_without_changing_state(sp
     assert np.array_equal(server.result(), expected)
 
 
-def _run_to_unmask(cfg, ids, drops):
-    server = SecAggServer(cfg)
-    clients = {i: SecAggClient(i, cfg) for i in ids}
-    for i, c in clients.items():
-        server.receive_advertise(i, c.advertise())
-    keys = server.keys_messages()
-    for i, c in clients.items():
-        server.receive_shares(i, c.share_keys(keys[i]))
-    relayed = server.relayed_messages()
-    for i, c in clients.items():
-        if i not in drops:
-            server.receive_masked(i, c.masked_input(relayed[i], np.zeros(cfg.length, np.uint32)))
-    surv = server.survivors_messages()
-    return server, {i: clients[i].unmask(surv[i]) for i in surv}
-
-
 def test_a_wrong_key_share_aborts_the_round_and_an_out_of_field_share_is_refused():
     cfg = SecAggConfig(length=4, threshold=3)
-    server, unmask = _run_to_unmask(cfg, [0, 1, 2, 3], drops={0})
+    rnd = Round(cfg, {i: np.zeros(cfg.length, np.uint32) for i in range(4)})
+    rnd.play(dropped=(0,), until="unmask")
+    server, unmask = rnd.server, rnd.unmask
     msg = bytearray(unmask[1])
     # first record of the key-share list: header, count (4), id (4), then the share of client 0
     at = messages.HEADER_BYTES + 8
