@@ -18,7 +18,9 @@ Held (the attack is refused with a 4xx and changes nothing, or strikes only the 
   the answers read again and the round's id opened again leave one strike, and a restart counts
   one;
 * a clear during a round (before the round that names the device ends) leaves that round's strike,
-  a clear after it forgets it; a restart agrees with the running server either way;
+  a clear after it forgets it; a restart agrees with the running server either way, also when the
+  clear and the message that ends the round are sent at once from two threads (4 rounds; both
+  orders were seen in runs); a clear the disk refuses is a 503 and clears nothing;
 * every device route of the app (``POST``/``GET /v1/exchange/rounds/{r}/{stage}``: the open round's
   stages, earlier and later rounds, unknown stages, empty and junk bodies) answers a refused device
   403 and changes neither the journal nor the round; the round document is readable and carries no
@@ -28,7 +30,8 @@ Held (the attack is refused with a 4xx and changes nothing, or strikes only the 
 * a device -- refused or not -- calling the operator's endpoints (the strikes, their clear, open,
   close, outcome, model) gets 403 and changes nothing;
 * a journal whose clear record has a ``through_round`` that is not an id (or -1) is
-  :class:`CorruptState` (the server does not start).
+  :class:`CorruptState` (the server does not start); one naming device 0 in 1,000 rounds and a
+  device id of 2^200 starts, and the operator reads and clears the counts (200).
 
 Findings (each a strict xfail first, then fixed in its own commit; docs/deployment.md, "Strikes:
 a device proven to cheat"):
@@ -62,6 +65,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +74,7 @@ import pytest
 import torch
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "server")]  # the helpers below
+from test_exchange_attacks import http_of  # noqa: E402
 from test_s24_strikes import FP, Served, _end, lie_in_unmask  # noqa: E402
 
 from secemb.protocols.exchange import ExchangeServer  # noqa: E402
@@ -362,3 +367,76 @@ def test_a_clear_record_whose_through_round_is_not_an_id_is_corrupt(through: Any
     Journal(tmp_path / JOURNAL).append({"event": "strikes_cleared", "through_round": through, "strikes": {}})
     with pytest.raises(CorruptState, match="through_round"):
         _durable(tmp_path)
+
+
+def test_a_clear_racing_the_end_of_a_naming_round_agrees_with_the_restart(sfsl: Any, tmp_path: Path) -> None:
+    """Four rounds in which device 0 lies at the sum's unmasking; in each, the operator's clear and
+    the last device's message that ends the round (the server closes the stage itself) are sent at
+    once from two threads.  Whichever the app's lock takes first, the strikes the running server
+    shows are those a restart rebuilds, and never more than one (the clear forgets all before it)."""
+    served = Served(sfsl, tmp_path)
+    seen = []
+    for r in range(1, 5):
+        opened = served.http.open(r, [0, 1, 2])
+        parties = {u: served.devices[u].party(opened) for u in opened["users"]}
+        for stage in opened["stages"]:
+            bodies = {u: p.message(stage) for u, p in parties.items()}
+            if stage == "sum-unmask":
+                bodies[0] = lie_in_unmask(parties[0], bodies[0])
+                for u in (0, 1):
+                    assert served.http.send(u, r, stage, bodies[u]) == 204
+                with ThreadPoolExecutor(2) as pool:
+                    last = pool.submit(served.http.send, 2, r, stage, bodies[2])
+                    clear = pool.submit(served.admin, "POST", "/v1/admin/exchange/strikes/clear")
+                    assert last.result(timeout=120) == 204 and set(clear.result(timeout=120)) == {"cleared"}
+                break
+            for u in parties:
+                assert served.http.send(u, r, stage, bodies[u]) == 204
+            if sfsl.plan().replies(stage):
+                for u, party in parties.items():
+                    answer = served.http.fetch(u, r, stage)
+                    assert answer is not None
+                    party.accept(stage, answer)
+        doc = served.last()
+        assert (doc["round_id"], doc["state"], doc["proven_bad_shares"]) == (r, "committed", [0])
+        running = served.strikes()["strikes"]
+        assert running in ({}, {"0": 1}), running
+        seen.append(running)
+        served.restart()
+        assert served.strikes()["strikes"] == running, r
+    assert len(seen) == 4
+
+
+def test_a_clear_the_disk_refuses_is_a_503_and_clears_nothing(tmp_path: Path) -> None:
+    seed_strikes(tmp_path, 0, 3)
+    state = _durable(tmp_path)
+    http = http_of(state.server.node, num_users=3, state=state)
+    append = state._journal.append
+
+    def refuse(record: dict[str, Any]) -> None:
+        raise StorageError("the disk is full")
+
+    state._journal.append = refuse  # type: ignore[method-assign]
+    resp = http.call("admin", "POST", "/v1/admin/exchange/strikes/clear", b"{}")
+    assert resp.status_code == 503 and resp.json()["error"] == "storage_unavailable", resp.text
+    state._journal.append = append  # type: ignore[method-assign]
+    want = {"strikes": {"0": 3}, "strike_limit": 3, "refused": [0]}
+    assert http.call("admin", "GET", "/v1/admin/exchange/strikes").json() == want
+    assert _durable(tmp_path).strikes == {0: 3}
+
+
+def test_a_journal_naming_odd_devices_many_times_starts_and_answers(tmp_path: Path) -> None:
+    """1,000 rounds naming device 0, one naming a device id beyond any deployment's (2^200): the
+    server starts, counts them, and the operator reads them (200); device 0 is refused."""
+    journal = Journal(tmp_path / JOURNAL)
+    for r in range(1, 1001):
+        journal.append(_end(r, proven_bad_shares=[0, 2**200] if r == 7 else [0]))
+    state = _durable(tmp_path)
+    assert state.strikes == {0: 1000, 2**200: 1}
+    http = http_of(state.server.node, num_users=3, state=state)
+    resp = http.call("admin", "GET", "/v1/admin/exchange/strikes")
+    assert resp.status_code == 200
+    assert resp.json() == {"strikes": {"0": 1000, str(2**200): 1}, "strike_limit": 3, "refused": [0]}
+    assert http.call(0, "GET", "/v1/exchange/rounds/1001/download").status_code == 403
+    assert http.call("admin", "POST", "/v1/admin/exchange/strikes/clear", b"{}").json() == {
+        "cleared": {"0": 1000, str(2**200): 1}}
