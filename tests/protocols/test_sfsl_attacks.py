@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from staged_round import drive
 
 from secemb.data.ctr import TaobaoShaped, split_clicks
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
@@ -29,24 +30,6 @@ def clicks():
 
 def protocol(clicks, preset: str = "CPP1", users: int = 3) -> SFSLProtocol:
     return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=users), sfsl_preset=preset, batch=8, data=clicks)
-
-
-def run_round(node: SFSLNode, parties: dict[int, Any], round_id: int,
-              before: Any = None) -> None:
-    """Every stage: each party sends (``before(stage, user, body)`` first, for attacks), the
-    operator closes, the parties take their answers."""
-    for stage in SFSL_PLAN.stages:
-        for u, party in parties.items():
-            body = party.message(stage)
-            if before is not None:
-                before(stage, u, body)
-            node.receive(round_id, stage, u, body)
-        node.close(round_id, stage)
-        if SFSL_PLAN.replies(stage):
-            for u, party in parties.items():
-                out = node.reply(round_id, stage, u)
-                assert out is not None
-                party.accept(stage, out)
 
 
 @pytest.mark.parametrize("bad", [{"batch": 0}, {"batch": 2.5}, {"lr": "x"}, {"lr": float("nan")}, {"epochs": 0},
@@ -91,9 +74,10 @@ def test_every_stage_refuses_malformed_messages_without_change(clicks):
     tried: list[str] = []
     psu: dict[str, bytes] = {}
 
-    def attack(stage: str, u: int, body: bytes) -> None:
+    def attack(stage: str, u: int, body: bytes) -> bytes:
+        """Device 0's malformed variants of ``body``, each refused; ``body`` itself is sent."""
         if u != 0:
-            return
+            return body
         bad = []
         for off in range(HEADER_BYTES):
             b = bytearray(body)
@@ -116,8 +100,9 @@ def test_every_stage_refuses_malformed_messages_without_change(clicks):
             with pytest.raises(InvalidMessage, match="round"):
                 node.receive(1, stage, 0, psu[stage.split("-")[1]])
         tried.append(stage)
+        return body
 
-    run_round(node, parties, 1, attack)
+    drive(node, SFSL_PLAN, 1, parties, attack)
     assert tried == list(SFSL_PLAN.stages)
     assert node.outcome(1)["state"] == "committed"
 
@@ -158,7 +143,7 @@ def test_a_device_that_stops_mid_round_is_left_out_and_the_next_round_runs(click
                     parties[u].accept(stage, out)
     assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [0, 1, 2, 4]
     doc = node.open_round(2, [0, 1, 2, 3, 4])
-    run_round(node, {u: devices[u].party(doc) for u in range(5)}, 2)
+    drive(node, SFSL_PLAN, 2, {u: devices[u].party(doc) for u in range(5)})
     assert node.outcome(2)["state"] == "committed"
 
 
@@ -174,11 +159,12 @@ def test_limit_cpp1_requests_name_each_devices_real_goods(clicks):
     parties = {u: devices[u].party(doc) for u in range(3)}
     requests: dict[int, bytes] = {}
 
-    def spy(stage: str, u: int, body: bytes) -> None:
+    def spy(stage: str, u: int, body: bytes) -> bytes:
         if stage == "download":
             requests[u] = body
+        return body
 
-    run_round(node, parties, 1, spy)
+    drive(node, SFSL_PLAN, 1, parties, spy)
     for u in range(3):
         seen = sfsl_wire.open_request(requests[u], 1, node.server.space.goods)
         assert seen.tolist() == devices[u].device.real.tolist()
@@ -204,7 +190,7 @@ def test_limit_a_server_that_runs_the_other_devices_reads_one_devices_update(cli
         return apply(total, settings)
 
     node.server.apply = spy  # type: ignore[method-assign]
-    run_round(node, parties, 1)
+    drive(node, SFSL_PLAN, 1, parties)
     total = sums[0].astype(np.int64)
     summed = node._round.sum if node._round is not None else None
     assert summed is not None
@@ -234,7 +220,7 @@ def test_limit_each_device_learns_which_of_its_rows_each_peer_declared(clicks):
         accept(stage, body)
 
     parties[0].accept = keep  # type: ignore[method-assign]
-    run_round(node, parties, 1)
+    drive(node, SFSL_PLAN, 1, parties)
     assert node._round is not None and node._round.sum is not None
     rows = {u: node._round.sum.rows_of(u) for u in range(3)}
     body = got["sum-advertise"][HEADER_BYTES:]
@@ -274,7 +260,7 @@ def test_finding_a_low_order_key_is_refused_at_advertise_instead_of_failing_ever
     body = parties[1].message("psu-advertise")
     with pytest.raises(InvalidMessage, match="public key refused"):
         node.receive(1, "psu-advertise", 1, body[:at] + point + body[at + 32:])
-    run_round(node, {u: parties[u] for u in (0, 2)}, 1)
+    drive(node, SFSL_PLAN, 1, {u: parties[u] for u in (0, 2)})
     assert node.outcome(1)["state"] == "committed" and node.outcome(1)["survivors"] == [0, 2]
 
 
@@ -291,7 +277,12 @@ def test_the_server_receives_no_devices_update_or_user_embedding_in_the_clear(cl
     before = {u: devices[u].device.user_embedding.copy() for u in range(3)}
     parties = {u: devices[u].party(doc) for u in range(3)}
     seen: list[bytes] = []
-    run_round(node, parties, 1, lambda stage, u, body: seen.append(body))
+
+    def keep(stage: str, u: int, body: bytes) -> bytes:
+        seen.append(body)
+        return body
+
+    drive(node, SFSL_PLAN, 1, parties, keep)
     assert node.outcome(1)["state"] == "committed" and len(seen) == 3 * len(SFSL_PLAN.stages)
     needles = []
     for u in range(3):

@@ -13,18 +13,17 @@ flipped in its shares message (the server takes it: it cannot open the ciphertex
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from staged_round import Edit, drive
 from test_exchange_attacks import SETS, Http, http_of, secea_node, secea_world
 
 from secemb.framing import HEADER_BYTES
 from secemb.protocols.secea.staged import SECEA_ROUND_PLAN, SECEA_SETUP_PLAN, SecEAParty, SecEASetupParty
-from secemb.protocols.stages import RoundPlan
 from secemb.randomness import CtrDrbg
 from secemb.server.exchange_state import JOURNAL, ExchangeState
 from secemb.server.persist import Journal
@@ -50,19 +49,9 @@ def spoil_share_to(body: bytes, victim: int) -> bytes:
     raise AssertionError(f"no record for {victim}")
 
 
-def drive(node: Any, plan: RoundPlan, round_id: int, parties: Mapping[int, Any], spoil: str | None = None) -> None:
-    """Every stage of ``plan`` in process: each party's message (device 0's share to device 2
-    spoiled in stage ``spoil``), the operator's close, the parties' answers."""
-    for stage in plan.stages:
-        for u, party in parties.items():
-            body = party.message(stage)
-            node.receive(round_id, stage, u, spoil_share_to(body, 2) if stage == spoil and u == 0 else body)
-        node.close(round_id, stage)
-        if plan.replies(stage):
-            for u, party in parties.items():
-                answer = node.reply(round_id, stage, u)
-                assert answer is not None
-                party.accept(stage, answer)
+def spoiling(spoil: str | None) -> Edit:
+    """Device 0's message of stage ``spoil`` with its share to device 2 spoiled, every other message as it is."""
+    return lambda stage, u, body: spoil_share_to(body, 2) if stage == spoil and u == 0 else body
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +72,7 @@ def test_sfsl_outcome_carries_a_complaint_and_the_round_commits_with_all(sfsl: A
     devices = {u: sfsl.make_device(u) for u in range(3)}
     model0 = hosted.model()
     doc = hosted.node.open_round(1, [0, 1, 2])
-    drive(hosted.node, SFSL_PLAN, 1, {u: devices[u].party(doc) for u in range(3)}, spoil)
+    drive(hosted.node, SFSL_PLAN, 1, {u: devices[u].party(doc) for u in range(3)}, spoiling(spoil))
     out = hosted.node.outcome(1)
     assert out["state"] == "committed" and out["survivors"] == [0, 1, 2]
     assert out["complaints"] == {2: [0]} and out["bad_shares"] == []
@@ -100,7 +89,7 @@ def test_secea_set_up_outcome_carries_a_complaint_and_an_aggregation_round_none(
     node = secea_node(params, bloom, 6)
     node.open_round(1, [0, 1, 2])
     drive(node, SECEA_SETUP_PLAN, 1, {i: SecEASetupParty(c, bloom, 1, _rng=CtrDrbg(20 + i))
-                                      for i, c in enumerate(clients)}, "psu-shares")
+                                      for i, c in enumerate(clients)}, spoiling("psu-shares"))
     out = node.outcome(1)
     assert out["state"] == "committed" and out["complaints"] == {2: [0]} and out["bad_shares"] == []
     node.open_round(2, [0, 1, 2])
@@ -117,10 +106,10 @@ def _http_round(http: Http, devices: dict[int, Any], round_id: int, spoil: str |
 
     doc = http.open(round_id, [0, 1, 2])
     parties = {u: devices[u].party(doc) for u in range(3)}
+    edit = spoiling(spoil)
     for stage in SFSL_PLAN.stages:
         for u, party in parties.items():
-            body = party.message(stage)
-            assert http.send(u, round_id, stage, spoil_share_to(body, 2) if stage == spoil and u == 0 else body) == 204
+            assert http.send(u, round_id, stage, edit(stage, u, party.message(stage))) == 204
         if SFSL_PLAN.replies(stage):
             for u, party in parties.items():
                 answer = http.fetch(u, round_id, stage)
