@@ -14,6 +14,8 @@ Held (the attack is refused with a 4xx and changes nothing, or strikes only the 
 
 * an honest device that drops out of a round (alone: the round commits; or with another, so that
   it aborts) in three rounds has no strike and takes part in the fourth;
+* a round both its aggregations name the device in (a bad seed share dealt, a lie about a sum
+  share) is one strike;
 * a round's end is counted once: the operator closing its stages again, the round document polled,
   the answers read again and the round's id opened again leave one strike, and a restart counts
   one;
@@ -53,6 +55,9 @@ a device proven to cheat"):
   write access to the state directory (the journal's CRC is no MAC).  Fixed: such a journal is
   :class:`CorruptState` (the server does not start).
 
+Limit, pinned and documented (not fixed): a round open when the server stops strikes nobody (the
+restart aborts it; what its aggregations found so far was in memory only).
+
 Not attacked here: whether a signed aggregation can name an honest device at all (helper E,
 tests/review/test_session24_redteam_commitments.py); a state directory reused by another
 deployment with no checkpoint yet (the journal carries no configuration fingerprint, so its
@@ -75,7 +80,7 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "server")]  # the helpers below
 from test_exchange_attacks import http_of  # noqa: E402
-from test_s24_strikes import FP, Served, _end, lie_in_unmask  # noqa: E402
+from test_s24_strikes import FP, Served, _end, deal_bad_share, lie_in_unmask  # noqa: E402
 
 from secemb.protocols.exchange import ExchangeServer  # noqa: E402
 from secemb.server.exchange_state import CHECKPOINT, JOURNAL, ExchangeState  # noqa: E402
@@ -184,6 +189,37 @@ def test_a_rounds_end_is_counted_once(sfsl: Any, tmp_path: Path) -> None:
     assert served.strikes()["strikes"] == {"0": 1}
     served.restart()
     assert served.strikes()["strikes"] == {"0": 1}
+
+
+def test_a_round_both_aggregations_name_the_device_in_is_one_strike(sfsl: Any, tmp_path: Path) -> None:
+    """Device 0 deals holder 1 a bad seed share (the PSU names it) and lies about a sum share (the
+    sum names it) in round 1: one strike, at a restart too."""
+    served = Served(sfsl, tmp_path)
+    doc = play(served, 1, cheat={"psu-shares": deal_bad_share, "sum-unmask": lie_in_unmask})
+    assert (doc["state"], doc["bad_shares"], doc["proven_bad_shares"]) == ("committed", [0], [0])
+    assert served.strikes()["strikes"] == {"0": 1}
+    served.restart()
+    assert served.strikes()["strikes"] == {"0": 1}
+
+
+def test_a_round_open_at_a_restart_strikes_nobody(sfsl: Any, tmp_path: Path) -> None:
+    """A limit, pinned (docs/deployment.md): the PSU of round 1 named device 0 (a bad seed share
+    dealt), and the server stops before the round ends; the restart aborts the round, whose
+    findings were in memory only: no strike."""
+    served = Served(sfsl, tmp_path)
+    opened = served.http.open(1, [0, 1, 2])
+    parties = {u: served.devices[u].party(opened) for u in opened["users"]}
+    for stage in opened["stages"][: opened["stages"].index("download")]:
+        for u, party in parties.items():
+            body = party.message(stage)
+            assert served.http.send(u, 1, stage, deal_bad_share(party, body) if (u, stage) == (0, "psu-shares")
+                                    else body) == 204
+        if sfsl.plan().replies(stage):
+            for u, party in parties.items():
+                party.accept(stage, served.http.fetch(u, 1, stage))
+    assert served.last()["proven_bad_shares"] == [0] and served.last()["state"] == "open"
+    served.restart()
+    assert (served.last()["state"], served.strikes()["strikes"]) == ("aborted", {})
 
 
 @pytest.mark.parametrize("clear_before_end", [True, False])
