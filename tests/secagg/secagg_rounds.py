@@ -62,9 +62,7 @@ class Round:
             raise ValueError(f"no stage {until!r} to stop at in this round")
         self.dropped = dropped
         server, clients = self.server, self.clients
-        for u in self.ids:
-            server.receive_advertise(u, self.advertised[u])
-        listed = server.keys_messages()
+        listed = self.key_lists()
         if _stage(self.shares, self.ids, lambda u: clients[u].share_keys(listed[u]), deal, server.receive_shares,
                   until == "shares"):
             return
@@ -82,6 +80,12 @@ class Round:
             answers = server.signatures_messages()
         _stage(self.unmask, [u for u in live if u not in silent], lambda u: clients[u].unmask(answers[u]), unmask,
                server.receive_unmask, until == "unmask")
+
+    def key_lists(self) -> dict[int, bytes]:
+        """Every client's advertise given to the server; its key lists (the first stage of :meth:`play`)."""
+        for u in self.ids:
+            self.server.receive_advertise(u, self.advertised[u])
+        return self.server.keys_messages()
 
     def want(self) -> np.ndarray:
         """The sum over the clients not dropped, numpy's: each row over its holders, mod 2^32."""

@@ -56,9 +56,7 @@ def test_a_signed_advertise_and_its_key_list_entry_carry_the_seed_commitment_and
 
 def test_the_key_list_entries_carry_each_clients_advertised_commitment() -> None:
     rnd = _round(3, 2)
-    for u in rnd.ids:
-        rnd.server.receive_advertise(u, rnd.advertised[u])
-    body = rnd.server.keys_messages()[0][H:]
+    body = rnd.key_lists()[0][H:]
     entry = PAIR + 32 + 120 + 64
     assert len(body) == 4 + 3 * (4 + entry)
     for u in rnd.ids:
@@ -173,9 +171,7 @@ def test_with_one_spare_share_an_unsigned_round_still_cannot_tell_whose_it_is() 
 
 def test_a_tampered_commitment_in_the_key_list_is_refused_by_the_peers() -> None:
     rnd = _round(3, 2)
-    for u in rnd.ids:
-        rnd.server.receive_advertise(u, rnd.advertised[u])
-    lists = rnd.server.keys_messages()
+    lists = rnd.key_lists()
     at = H + 4 + (4 + PAIR + 32 + 120 + 64) + 4 + PAIR  # client 1's commitment
     forged = {u: lists[u][:at] + bytes([lists[u][at] ^ 1]) + lists[u][at + 1 :] for u in rnd.ids}
     with pytest.raises(InvalidMessage, match=r"device 1 did not sign.*does not verify"):
