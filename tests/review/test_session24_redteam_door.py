@@ -13,7 +13,8 @@ strike counts are the test's own tallies of the rounds it made a device cheat in
 Held (the attack is refused with a 4xx and changes nothing, or strikes only the cheater, once):
 
 * an honest device that drops out of a round (alone: the round commits; or with another, so that
-  it aborts) in three rounds has no strike and takes part in the fourth;
+  it aborts) in three rounds has no strike and takes part in the fourth; an honest silo that drops
+  out of SecEA's signed set-up (it aborts, or commits) is named by nobody;
 * a round both its aggregations name the device in (a bad seed share dealt, a lie about a sum
   share) is one strike;
 * a round's end is counted once: the operator closing its stages again, the round document polled,
@@ -29,6 +30,8 @@ Held (the attack is refused with a 4xx and changes nothing, or strikes only the 
   findings (documented); an open naming the device twice leaves it out;
 * no other spelling of a refused device's credentials (``user:00``, ``user:+0``, ``user: 0``,
   ``USER:0``, another id's key id, 2^64) gets past the verifier (401, nothing changed);
+* an outsider (no credentials, or the operator's key id under another secret) gets 401 at the
+  strikes and their clear;
 * a device -- refused or not -- calling the operator's endpoints (the strikes, their clear, open,
   close, outcome, model) gets 403 and changes nothing;
 * a journal whose clear record has a ``through_round`` that is not an id (or -1) is
@@ -79,10 +82,18 @@ import pytest
 import torch
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "server")]  # the helpers below
-from test_exchange_attacks import http_of  # noqa: E402
+from test_exchange_attacks import SETS, http_of  # noqa: E402
 from test_s24_strikes import FP, Served, _end, deal_bad_share, lie_in_unmask  # noqa: E402
 
+from secemb.errors import ProtocolError  # noqa: E402
 from secemb.protocols.exchange import ExchangeServer  # noqa: E402
+from secemb.protocols.secea.coding import SecEAParams  # noqa: E402
+from secemb.protocols.secea.parties import SecEAClient  # noqa: E402
+from secemb.protocols.secea.staged import SecEANode, SecEASetupParty  # noqa: E402
+from secemb.protocols.secea.union import union_bloom  # noqa: E402
+from secemb.randomness import CtrDrbg  # noqa: E402
+from secemb.secagg.identity import Roster  # noqa: E402
+from secemb.server.exchange_app import StageCloser  # noqa: E402
 from secemb.server.exchange_state import CHECKPOINT, JOURNAL, ExchangeState  # noqa: E402
 from secemb.server.persist import CorruptState, Journal, StorageError  # noqa: E402
 from secemb.transport.signing import user_key  # noqa: E402
@@ -166,6 +177,47 @@ def test_an_honest_device_that_drops_out_is_never_struck(drop: dict[int, str], s
     served.restart()
     assert served.strikes()["strikes"] == {}
     assert play(served, 4)["users"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("drop_at", "ends"), [("psu-masked", "aborted"), ("psu-unmask", "committed")])
+def test_an_honest_silo_that_drops_out_of_a_signed_secea_set_up_is_never_struck(drop_at: str, ends: str,
+                                                                                 tmp_path: Path) -> None:
+    """SecEA's signed set-up with five silos (PSU threshold 3), honest silo 4 sending nothing from
+    ``drop_at`` on: the set-up aborts (the union misses its set) or commits without it (its masked
+    set was in); nobody is named, nobody struck."""
+    params = SecEAParams(5, 1, dim=2)
+    sets = [*SETS, [2, 4], [3]]
+    bloom = union_bloom(16, sum(len(x) for x in sets))
+    roster, rng = Roster.generate(), CtrDrbg(5)
+    clients = [SecEAClient(i, params, np.array(x), key_bits=1024, identity=roster.enroll(i), _rng=rng)
+               for i, x in enumerate(sets)]
+    node = SecEANode(params, bloom, key_bits=1024, _rng=CtrDrbg(6))
+    state = ExchangeState(tmp_path, FP, ExchangeServer(node, 1 << 20, lambda: b"", 5))
+    rounds = StageCloser(node, state=state)
+    doc = rounds.open_round(1, list(range(5)))
+    parties = {i: SecEASetupParty(c, bloom, 1, _rng=CtrDrbg(10 + i)) for i, c in enumerate(clients)}
+    stages = doc["stages"]
+    assert drop_at in stages
+    for stage in stages:
+        if stage == drop_at:
+            del parties[4]
+        for u, party in parties.items():
+            rounds.receive(1, stage, u, party.message(stage))
+        try:
+            rounds.close(1, stage)
+        except ProtocolError:
+            break  # the node aborted the set-up
+        if node.plan.replies(stage):
+            for u, party in parties.items():
+                party.accept(stage, node.reply(1, stage, u))
+        if node.outcome(1)["state"] != "open":
+            break
+    out = node.outcome(1)
+    assert out["state"] == ends, out
+    assert (out["bad_shares"], out["proven_bad_shares"]) == ([], [])
+    assert state.strikes == {}
+    assert ExchangeState(tmp_path, FP, ExchangeServer(SecEANode(params, bloom, key_bits=1024, _rng=CtrDrbg(7)),
+                                                      1 << 20, lambda: b"", 5)).strikes == {}
 
 
 def test_a_rounds_end_is_counted_once(sfsl: Any, tmp_path: Path) -> None:
@@ -287,6 +339,18 @@ def test_no_other_spelling_of_a_refused_devices_credentials_gets_in(key_id: str,
         resp = refused.http.call(0, method, path, b"\x00" * 64 if method == "POST" else b"", key=key)
         assert resp.status_code == 401, (key_id, path, resp.status_code, resp.text)
     assert (tmp_path / JOURNAL).read_bytes() == journal and refused.last() == before
+
+
+def test_an_outsider_cannot_read_or_clear_the_strikes(refused: Served) -> None:
+    """No credentials, or the operator's key id signed with another secret: 401 at the strikes and
+    their clear; the strikes stay."""
+    wrong = ("admin", b"w" * 32)
+    for method, path in (("GET", "/v1/admin/exchange/strikes"), ("POST", "/v1/admin/exchange/strikes/clear")):
+        bare = refused.http.client.request(method, path, content=b"{}" if method == "POST" else b"")
+        assert bare.status_code == 401, (path, bare.text)
+        resp = refused.http.call("admin", method, path, b"{}" if method == "POST" else b"", key=wrong)
+        assert resp.status_code == 401, (path, resp.text)
+    assert refused.strikes() == {"strikes": {"0": 3}, "strike_limit": 3, "refused": [0]}
 
 
 @pytest.mark.parametrize("device", [0, 1])
