@@ -88,6 +88,9 @@ _JSON_LIMIT = 1 << 20
 #: the operator's round document and the journal's record of the round's end, never in a device's
 #: round document
 FINDINGS = ("bad_shares", "proven_bad_shares", "complaints")
+#: what the operator's round document has and a device's never: the node's ``reason`` (an aborted
+#: signed round's can name the device found cheating) and the :data:`FINDINGS`
+_OPERATOR_ONLY = ("reason", *FINDINGS)
 
 
 @dataclass
@@ -223,7 +226,8 @@ class StageCloser:
     def document(self, operator: bool = False) -> dict[str, Any]:
         """The current round's document (closing an overdue stage first, see the module docstring);
         the ``operator``'s also has the node's ``reason`` and its :data:`FINDINGS` (so far, or
-        as the round ended), a device's none of the findings.
+        as the round ended), a device's neither, after a restart too (the last round's document
+        as the journal recorded it, less those fields).
 
         Raises
         ------
@@ -232,7 +236,7 @@ class StageCloser:
         if self.opened is None:
             if self.state is not None and self.state.last is not None:
                 last = dict(self.state.last)  # the last round before the restart, as the journal recorded it
-                return last if operator else {k: v for k, v in last.items() if k not in FINDINGS}
+                return last if operator else {k: v for k, v in last.items() if k not in _OPERATOR_ONLY}
             raise ProtocolError("no round has been opened yet")
         round_id, stages = self.opened["round_id"], self._stages()
         out = self.node.outcome(round_id)

@@ -61,7 +61,8 @@ a device proven to cheat"):
 * F4 -- after a restart a device's round document (``GET /v1/exchange/round`` signed by a device)
   carried the last round's ``reason``, which the operator's alone has while the server runs; an
   aborted signed round's reason names the device found cheating ("... besides those of clients
-  [0] (found lying)"): a finding every device read.
+  [0] (found lying)"): a finding every device read.  Fixed: a device's copy of the last round's
+  document leaves out the reason as it leaves out the findings.
 
 Limit, pinned and documented (not fixed): a round open when the server stops strikes nobody (the
 restart aborts it; what its aggregations found so far was in memory only).
@@ -259,9 +260,8 @@ def test_a_round_both_aggregations_name_the_device_in_is_one_strike(sfsl: Any, t
     assert served.strikes()["strikes"] == {"0": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="finding F4")
 def test_f4_after_a_restart_a_devices_round_document_names_nobody(sfsl: Any, tmp_path: Path) -> None:
-    """Finding F4: round 1 aborts at the sum's unmasking (device 0 lies, device 2 has dropped out:
+    """Finding F4 (fixed): round 1 aborts at the sum's unmasking (device 0 lies, device 2 has dropped out:
     too few genuine shares); the operator's reason names device 0 "found lying".  A device's
     round document has none of the findings while the server runs, and none after a restart
     either (it had the reason, which names the device)."""

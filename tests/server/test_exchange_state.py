@@ -109,7 +109,7 @@ def test_a_round_open_at_the_restart_is_aborted_and_its_id_never_used_again(tmp_
     assert world.setup(rounds, 1) == "committed"
     assert world.round(rounds, 2, stop_after="secea-share")[0] == "open"  # the silos padded round 2's shares
     rounds, _ = world.server(tmp_path, 2)
-    doc = rounds.document()
+    doc = rounds.document(operator=True)
     assert (doc["round_id"], doc["state"], doc["stage"]) == (2, "aborted", None)
     assert "aborted at the restart" in doc["reason"]
     with pytest.raises(ProtocolError, match="does not follow round 2"):
