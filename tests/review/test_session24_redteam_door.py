@@ -28,6 +28,9 @@ Held (the attack is refused with a 4xx and changes nothing, or strikes only the 
   stages, earlier and later rounds, unknown stages, empty and junk bodies) answers a refused device
   403 and changes neither the journal nor the round; the round document is readable and carries no
   findings (documented); an open naming the device twice leaves it out;
+* over a real ``secemb serve`` on 127.0.0.1 (TLS, the device's credentials file) the door holds
+  the same, and the refused device's ``secemb client`` finds no round listing it (exit 1 within
+  its ``--wait``; it is not told why);
 * no other spelling of a refused device's credentials (``user:00``, ``user:+0``, ``user: 0``,
   ``USER:0``, another id's key id, 2^64) gets past the verifier (401, nothing changed);
 * an outsider (no credentials, or the operator's key id under another secret) gets 401 at the
@@ -77,6 +80,8 @@ own, ``dep/state/``).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +93,7 @@ import pytest
 import torch
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "server")]  # the helpers below
+from cli_helpers import ENV, SECEMB, admin, init_one_server, serve, stop  # noqa: E402
 from test_exchange_attacks import SETS, http_of  # noqa: E402
 from test_s24_strikes import FP, Served, _end, deal_bad_share, lie_in_unmask  # noqa: E402
 
@@ -100,6 +106,11 @@ from secemb.protocols.secea.union import union_bloom  # noqa: E402
 from secemb.randomness import CtrDrbg  # noqa: E402
 from secemb.secagg.identity import Roster  # noqa: E402
 from secemb.server.exchange_app import StageCloser  # noqa: E402
+from secemb.server.exchange_deploy import ExchangeCredentials  # noqa: E402
+from secemb.server.tls import client_context  # noqa: E402
+from secemb.transport.errors import RemoteError  # noqa: E402
+from secemb.transport.http import HttpStageLink  # noqa: E402
+from secemb.transport.network import ApiClient  # noqa: E402
 from secemb.server.exchange_state import CHECKPOINT, JOURNAL, ExchangeState  # noqa: E402
 from secemb.server.persist import CorruptState, Journal, StorageError  # noqa: E402
 from secemb.transport.signing import user_key  # noqa: E402
@@ -375,6 +386,39 @@ def test_an_outsider_cannot_read_or_clear_the_strikes(refused: Served) -> None:
         resp = refused.http.call("admin", method, path, b"{}" if method == "POST" else b"", key=wrong)
         assert resp.status_code == 401, (path, resp.text)
     assert refused.strikes() == {"strikes": {"0": 3}, "strike_limit": 3, "refused": [0]}
+
+
+def test_the_door_of_a_real_secemb_serve(tmp_path: Path) -> None:
+    """``secemb serve`` on 127.0.0.1 whose journal gives device 0 three strikes: over TLS, with
+    device 0's own credentials file, its stage message and answer read get 403, the strikes 403
+    (an operator's endpoint); its ``secemb client`` finds no round that lists it and exits 1 within
+    its ``--wait``; the operator's status still shows it refused."""
+    root = tmp_path / "dep"
+    init_one_server(root, "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per-round", "3",
+                    "--option", "sfsl_preset=CPP1", "--option", "batch=8")
+    os.mkdir(root / "state", 0o700)
+    seed_strikes(root / "state", 0, 3)
+    creds = ExchangeCredentials.load(root / "devices" / "device-0.json")
+    server: subprocess.Popen | None = None
+    try:
+        server = serve(root)
+        with ApiClient(creds.url, "user:0", creds.key, tls=client_context(creds.ca)) as api:
+            link = HttpStageLink(0, api)
+            assert link.round_info()["round_id"] == 3
+            for attempt in (lambda: link.send(4, "psu-advertise", b"\x00" * 64), lambda: link.fetch(3, "download"),
+                            lambda: api.get_json("/v1/admin/exchange/strikes")):
+                with pytest.raises(RemoteError) as refused:
+                    attempt()
+                assert refused.value.status == 403, refused.value
+        client = subprocess.run([*SECEMB, "client", "--user", "0", "--credentials",
+                                 str(root / "devices" / "device-0.json"), "--wait", "2"],
+                                capture_output=True, text=True, env=ENV, timeout=120)
+        assert client.returncode == 1 and "no open round for user 0" in client.stdout, (client.stdout, client.stderr)
+        status = admin("status", "--deployment", str(root))
+        assert (status["strikes"], status["refused"]) == ({"0": 3}, [0])
+    finally:
+        if server is not None:
+            stop(server)
 
 
 @pytest.mark.parametrize("device", [0, 1])
