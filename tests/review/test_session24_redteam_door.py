@@ -26,8 +26,8 @@ Held (the attack is refused with a 4xx and changes nothing, or strikes only the 
   orders were seen in runs); a clear the disk refuses is a 503 and clears nothing;
 * every device route of the app (``POST``/``GET /v1/exchange/rounds/{r}/{stage}``: the open round's
   stages, earlier and later rounds, unknown stages, empty and junk bodies) answers a refused device
-  403 and changes neither the journal nor the round; the round document is readable and carries no
-  findings (documented); an open naming the device twice leaves it out;
+  403 and changes neither the journal nor the round; the round document is readable and carries
+  neither the findings nor the reason (documented); an open naming the device twice leaves it out;
 * over a real ``secemb serve`` on 127.0.0.1 (TLS, the device's credentials file) the door holds
   the same, and the refused device's ``secemb client`` finds no round listing it (exit 1 within
   its ``--wait``; it is not told why);
@@ -41,8 +41,9 @@ Held (the attack is refused with a 4xx and changes nothing, or strikes only the 
   :class:`CorruptState` (the server does not start); one naming device 0 in 1,000 rounds and a
   device id of 2^200 starts, and the operator reads and clears the counts (200).
 
-Findings (each a strict xfail first, then fixed in its own commit; docs/deployment.md, "Strikes:
-a device proven to cheat"):
+Findings (each a strict xfail first, then fixed in its own commit; docs/deployment.md: F1 and F3
+in "Strikes: a device proven to cheat", F2 in "What survives a restart", F4 in "What the operator
+reads of a round"):
 
 * F1 -- a committed round's strikes were lost at a restart when the disk took the checkpoint but
   refused the journal's end record (the restart took the round from the checkpoint, whose document
@@ -60,7 +61,6 @@ a device proven to cheat"):
   / ``TypeError`` comparing ids), with another id it took that id for the last round's.  Needs
   write access to the state directory (the journal's CRC is no MAC).  Fixed: such a journal is
   :class:`CorruptState` (the server does not start).
-
 * F4 -- after a restart a device's round document (``GET /v1/exchange/round`` signed by a device)
   carried the last round's ``reason``, which the operator's alone has while the server runs; an
   aborted signed round's reason names the device found cheating ("... besides those of clients
@@ -72,9 +72,9 @@ restart aborts it; what its aggregations found so far was in memory only).
 
 Not attacked here: whether a signed aggregation can name an honest device at all (helper E,
 tests/review/test_session24_redteam_commitments.py); a state directory reused by another
-deployment with no checkpoint yet (the journal carries no configuration fingerprint, so its
-strikes would count for the new deployment's devices; the state directory is the deployment's
-own, ``dep/state/``).
+deployment with no checkpoint yet (the journal carries no configuration fingerprint, so, by
+reading the code, its strikes would count for the new deployment's devices; the state directory
+is the deployment's own, ``dep/state/``).
 """
 
 from __future__ import annotations
