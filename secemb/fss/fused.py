@@ -518,7 +518,8 @@ def bits_product(t: np.ndarray | Sequence[np.ndarray], cw: np.ndarray | Sequence
             or any(x.shape != (buckets, width) or x.dtype != dtype for x in cws)):
         raise InvalidParameters(f"bits {ts[0].shape} and correction words {cws[0].shape} {dtype} must be (B, M) and "
                                 f"ring (B, w), the same for every user")
-    cols = np.full(buckets, big_m, np.int64) if sizes is None else np.asarray(sizes, np.int64)
+    # a copy of sizes: the kernel reads it while it writes out, which may share the caller's sizes' memory
+    cols = np.full(buckets, big_m, np.int64) if sizes is None else np.array(sizes, np.int64)
     if cols.shape != (buckets,) or np.any((cols < 0) | (cols > big_m)):
         raise InvalidParameters(f"sizes must be ({buckets},) in [0, {big_m}]")
     shape = (buckets, big_m, width)
@@ -574,6 +575,9 @@ def unmask_slots(answers: np.ndarray, unmask: np.ndarray, items: np.ndarray, row
     -------
     bool (n,): whether the user has an empty slot whose answer is not all zero.
     """
+    rows = list(rows)  # the arrays checked are the arrays whose addresses the kernel gets, held to its end
+    if isinstance(items, np.ndarray):
+        items = items.copy()  # counted here, read by the kernel: no write to rows or suffix changes it
     n, slots, d = answers.shape if answers.ndim == 3 else (0, 0, 0)
     dtype = answers.dtype
     width = d - tags.shape[1] if tags.ndim == 2 else -1
@@ -584,7 +588,7 @@ def unmask_slots(answers: np.ndarray, unmask: np.ndarray, items: np.ndarray, row
                                      or not r.flags.c_contiguous or not r.flags.writeable for r in rows)
             or suffix.shape != (real, 8 + width * dtype.itemsize) or suffix.dtype != np.uint8
             or tags.shape != (real, d - width) or tags.dtype != dtype
-            or not suffix.flags.writeable or not tags.flags.writeable):
+            or (suffix.size and suffix.strides[1] != 1) or not suffix.flags.writeable or not tags.flags.writeable):
         raise InvalidParameters(f"unmask_slots: answers {answers.dtype} {answers.shape} need unmask (n, S) of their "
                                 f"dtype, int64 items (n, S), n writeable C-contiguous rows (S, w), and a writeable "
                                 f"suffix uint8 (R, 8 + w itemsize) and tags (R, D - w), R the real slots")

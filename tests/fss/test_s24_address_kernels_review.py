@@ -46,8 +46,9 @@ Held (these pass):
   as an argument; ``user._verified`` passes rows it holds in a list; the server's ``_requests`` holds
   ``good`` / ``rest`` in locals -- no address outlives its array.
 
-Findings (strict xfails; not reachable from a message -- every parser fixes the shapes -- but from a
-caller's arguments in the hazmat layer, like session 20's G1-G5):
+Findings (fixed by the lead from helper I's patch; before, the tests below failed; not reachable
+from a message -- every parser fixes the shapes -- but from a caller's arguments in the hazmat
+layer, like session 20's G1-G5):
 
 * I1 ``bits_product``: ``cols = np.asarray(sizes, np.int64)`` keeps the caller's int64 ``sizes``
   array itself, and the kernel reads ``cols[g]`` while it writes ``out``.  ``sizes`` sharing memory with
@@ -65,8 +66,7 @@ caller's arguments in the hazmat layer, like session 20's G1-G5):
   check, then ``suffix[:, :8].view('<u8')`` raises numpy's ``ValueError`` instead of
   ``InvalidParameters`` (the kernel's docstring says "any strides").
 
-Fixes (for ``secemb/fss/fused.py``; checked in a copy of the tree: the four xfails pass, and so do
-``test_fss_fused.py`` and ``test_s24_device_read.py``): I1 ``np.array(sizes, np.int64)`` (a copy) for
+Fixes (``secemb/fss/fused.py``): I1 ``np.array(sizes, np.int64)`` (a copy) for
 ``np.asarray``; I2 ``items = items.copy()`` before ``real`` is counted; I3 ``rows = list(rows)`` before the
 check; I4 ``(suffix.size and suffix.strides[1] != 1)`` among the refused layouts (a zero-size array's
 strides are 0).
@@ -373,9 +373,6 @@ def test_bits_product_refuses_malformed_arguments() -> None:
                                   for line in got), got
 
 
-@pytest.mark.xfail(strict=True, reason="finding I1: bits_product keeps the caller's int64 sizes array, which the "
-                   "kernel reads while it writes out: sizes sharing out's memory pass the check and then walk "
-                   "2^40 positions (SIGSEGV)")
 def test_i1_bits_product_sizes_sharing_out() -> None:
     rc, lines, err = _child(_BITS_WANT + """
     out = np.zeros((2, 1, 1), np.uint64)
@@ -507,9 +504,6 @@ def test_unmask_slots_refuses_malformed_arguments() -> None:
                                   for line in got), got
 
 
-@pytest.mark.xfail(strict=True, reason="finding I2: unmask_slots sizes suffix and tags by the real slots Python "
-                   "counted; the kernel re-reads items after writing rows: rows sharing items' memory turn empty "
-                   "slots real and it writes past suffix and tags (SIGSEGV)")
 def test_i2_unmask_slots_rows_sharing_items() -> None:
     rc, lines, err = _child(_UNMASK_WANT + """
     slots, d = 4, 2
@@ -529,9 +523,6 @@ def test_i2_unmask_slots_rows_sharing_items() -> None:
     assert rc == 0 and "RESULT True" in lines, (rc, lines, err)
 
 
-@pytest.mark.xfail(strict=True, reason="finding I3: unmask_slots iterates rows twice (check, then addresses) and "
-                   "keeps only the addresses: a sequence that makes its arrays on access hands the kernel freed "
-                   "arrays (use after free, SIGSEGV)")
 def test_i3_unmask_slots_rows_made_on_access() -> None:
     rc, lines, err = _child(_UNMASK_WANT + """
     from collections.abc import Sequence
@@ -561,8 +552,6 @@ def test_i3_unmask_slots_rows_made_on_access() -> None:
     assert rc == 0 and "RESULT True" in lines, (rc, lines, err)
 
 
-@pytest.mark.xfail(strict=True, reason="finding I4 (minor): a suffix with a strided last axis passes unmask_slots' "
-                   "check and then raises numpy's ValueError, not InvalidParameters", raises=AssertionError)
 def test_i4_unmask_slots_strided_suffix_is_refused_or_read() -> None:
     lines = _clean(_UNMASK_WANT + """
     answers, unmask, items, rows, suffix, tags = case(np.uint64, 2, 4, 3, 2)
