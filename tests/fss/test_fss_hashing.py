@@ -14,21 +14,9 @@ from secemb.errors import InvalidParameters
 from secemb.fss import hashing, kernels
 from secemb.protocols.secemb.checks import row_tags
 
-PATHS = ["kernel", "numpy"]
-
-
-@pytest.fixture(params=PATHS)
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "kernel" and not kernels.sha_compiled():
-        pytest.skip("no SHA-NI kernel here (numba or the CPU's SHA extensions missing)")
-    if request.param == "numpy":
-        monkeypatch.setattr(kernels, "BACKEND", "numpy")
-    return request.param
-
-
 @pytest.mark.parametrize("prefix_len", [0, 5, 22, 64])
 @pytest.mark.parametrize("length", [0, 1, 33, 41, 42, 55, 56, 63, 64, 100, 119, 120, 268])
-def test_sha256_many_is_hashlib(path: str, prefix_len: int, length: int) -> None:
+def test_sha256_many_is_hashlib(sha_path: str, prefix_len: int, length: int) -> None:
     """Every padding case (the length word in the last block or one more block) on both paths."""
     rng = np.random.default_rng(prefix_len * 1000 + length)
     prefix = rng.integers(0, 256, prefix_len, dtype=np.uint8).tobytes()
@@ -39,14 +27,14 @@ def test_sha256_many_is_hashlib(path: str, prefix_len: int, length: int) -> None
         assert got[i].tobytes() == hashlib.sha256(prefix + rows[i].tobytes()).digest()
 
 
-def test_sha256_many_takes_strided_rows_and_no_rows(path: str) -> None:
+def test_sha256_many_takes_strided_rows_and_no_rows(sha_path: str) -> None:
     rows = np.arange(2 * 5 * 80, dtype=np.uint64).astype(np.uint8).reshape(10, 80)[::2, 3:70]
     got = hashing.sha256_many(b"p", rows)
     assert [g.tobytes() for g in got] == [hashlib.sha256(b"p" + r.tobytes()).digest() for r in rows]
     assert hashing.sha256_many(b"p", np.zeros((0, 12), np.uint8)).shape == (0, 32)
 
 
-def test_sha256_many_takes_rows_in_any_layout(path: str) -> None:
+def test_sha256_many_takes_rows_in_any_layout(sha_path: str) -> None:
     """Rows that are not C-contiguous (a Fortran-order array, every other column): hashlib
     refuses such a row's buffer, so the reference must read them as bytes first."""
     base = np.arange(6 * 40, dtype=np.uint64).astype(np.uint8).reshape(6, 40)
@@ -55,7 +43,7 @@ def test_sha256_many_takes_rows_in_any_layout(path: str) -> None:
         assert [g.tobytes() for g in got] == [hashlib.sha256(b"pre" + r.tobytes()).digest() for r in rows]
 
 
-def test_sha256_many_refuses_what_is_not_uint8_rows(path: str) -> None:
+def test_sha256_many_refuses_what_is_not_uint8_rows(sha_path: str) -> None:
     """Other dtypes would be hashed as elements by the kernel and as bytes by hashlib."""
     for bad in (np.zeros((3, 4), np.uint32), np.zeros(12, np.uint8), [[1, 2]]):
         with pytest.raises(InvalidParameters, match="uint8 \\(n, L\\)"):
@@ -76,7 +64,7 @@ def test_a_cpu_without_sha_ni_never_loads_the_kernel(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
-def test_row_tags_are_the_documented_formula(path: str, dtype: type) -> None:
+def test_row_tags_are_the_documented_formula(sha_path: str, dtype: type) -> None:
     """Item j's tag: the first 16 bytes of SHA-256(b"secemb-row-tag" || u64 round || u64 j || row),
     read as little-endian ring words."""
     rng = np.random.default_rng(3)

@@ -12,17 +12,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from secemb.fss import hashing, kernels
+from secemb.fss import hashing
 from secemb.protocols.secemb import checks, relay
-
-
-@pytest.fixture(params=["kernel", "numpy"])
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "kernel" and not kernels.sha_compiled():
-        pytest.skip("no SHA-NI kernel here (numba or the CPU's SHA extensions missing)")
-    if request.param == "numpy":
-        monkeypatch.setattr(kernels, "BACKEND", "numpy")
-    return request.param
 
 
 def _expected(prefix: bytes, rows: np.ndarray) -> list[bytes]:
@@ -31,7 +22,7 @@ def _expected(prefix: bytes, rows: np.ndarray) -> list[bytes]:
 
 @pytest.mark.parametrize("prefix_len", [0, 1, 55, 56, 63, 64, 65, 128, 131])
 @pytest.mark.parametrize("length", [0, 9, 63, 64, 65, 127, 128, 191, 200, 1000])
-def test_every_block_boundary_and_batch_size(path: str, prefix_len: int, length: int) -> None:
+def test_every_block_boundary_and_batch_size(sha_path: str, prefix_len: int, length: int) -> None:
     """The prefix's end and the row's end anywhere in a block, in-place blocks between them or
     none, and 1 to 5 rows (odd counts leave the last pair one row)."""
     rng = np.random.default_rng(prefix_len * 10_000 + length)
@@ -42,7 +33,7 @@ def test_every_block_boundary_and_batch_size(path: str, prefix_len: int, length:
         assert [g.tobytes() for g in got] == _expected(prefix, rows)
 
 
-def test_rows_of_any_stride_are_read_where_they_are(path: str) -> None:
+def test_rows_of_any_stride_are_read_where_they_are(sha_path: str) -> None:
     """Rows inside wider rows (the key digests' ``rows[:, k:]``), every other row, rows in reverse
     order (a negative row stride) and reversed columns (copied first): the bytes around a row
     never enter its digest."""
@@ -53,7 +44,7 @@ def test_rows_of_any_stride_are_read_where_they_are(path: str) -> None:
         assert [g.tobytes() for g in got] == _expected(b"secemb", rows)
 
 
-def test_a_row_change_changes_only_its_digest(path: str) -> None:
+def test_a_row_change_changes_only_its_digest(sha_path: str) -> None:
     """Each message of a pair is its own: one byte changed in row 2's in-place block changes
     digest 2 alone."""
     rows = np.zeros((4, 300), np.uint8)
@@ -64,7 +55,7 @@ def test_a_row_change_changes_only_its_digest(path: str) -> None:
     assert after[2].tobytes() == hashlib.sha256(b"p" + rows[2].tobytes()).digest()
 
 
-def test_key_digests_are_sha256_of_the_shared_parts(path: str) -> None:
+def test_key_digests_are_sha256_of_the_shared_parts(sha_path: str) -> None:
     """``key_digests(header, rest)[i]`` = SHA-256(header || rest[i]) and the relay's digests of
     forwarded parts SHA-256 of the part, at a key part's size, for rows cut out of wider rows as
     the device and the servers pass them."""
