@@ -318,7 +318,8 @@ class ExchangeProtocol(ABC):
 class StagedRound(TypingProtocol):
     """What the round helpers below read of an :class:`ExchangeNode`'s current round: its id, state
     (``open``, ``committed``, ``aborted``) and why it was aborted, the index of its next stage, the
-    answers of its closed stages (stage -> user -> bytes) and the server's seconds (by name)."""
+    answers of its last closed stage (stage -> user -> bytes; earlier ones released:
+    :func:`closing_stage`) and the server's seconds (by name)."""
 
     round_id: int
     state: str
@@ -365,30 +366,51 @@ def open_stage(rnd: _Round | None, round_id: int, stage: str, stages: Sequence[s
 @contextlib.contextmanager
 def closing_stage(rnd: StagedRound, stage: str, aborted: type[ProtocolError] = ProtocolError) -> Iterator[None]:
     """Around a node's close of ``stage`` of round ``rnd``: when the body ends, the round is at its next
-    stage; when it raises ``aborted`` (a :class:`~secemb.errors.ProtocolError` kind) or an
+    stage and the answers of the stages before ``stage`` are released (``rnd.replies`` keeps ``stage``'s
+    only); when it raises ``aborted`` (a :class:`~secemb.errors.ProtocolError` kind) or an
     :class:`~secemb.errors.InvalidMessage` (a message found bad only now), the round is aborted (its
-    ``state`` and ``reason``) and the error goes on -- an ``InvalidMessage`` as ``aborted``.  Any other
-    error leaves the round as it was."""
+    ``state`` and ``reason``), every answer is released, and the error goes on -- an ``InvalidMessage``
+    as ``aborted``.  Any other error leaves the round as it was.
+
+    Why nobody can need a released answer: a device fetches the answer of a stage after the stage
+    closed and before it sends its message of the next stage (it builds that message from it:
+    :func:`secemb.sim.player.play`, :func:`secemb.client.stages.take_part`), and a device without a
+    message of the next stage is out of the round once that stage has closed (the node takes no
+    message of a closed stage); an aborted round takes no message at all, and a restart restores
+    no answer (only the committed state, :class:`DurableExchangeNode`).  A late fetch of a released
+    answer is refused (:func:`stage_reply`)."""
     try:
         yield
     except (aborted, InvalidMessage) as exc:
         rnd.state, rnd.reason = "aborted", str(exc)
+        rnd.replies.clear()
         if isinstance(exc, InvalidMessage):
             raise aborted(f"round {rnd.round_id} aborted at {stage}: {exc}") from exc
         raise
     rnd.stage += 1
+    for earlier in [s for s in rnd.replies if s != stage]:
+        del rnd.replies[earlier]
 
 
 def stage_reply(rnd: StagedRound | None, round_id: int, stage: str, stages: Sequence[str], user: int) -> bytes | None:
     """The server's answer to ``user`` in the closed ``stage`` (of ``stages``) of round ``round_id``
-    (``None``: none, the user is out of the round).
+    (``None``: none, the user is out of the round).  A read: a refused call changes nothing.
 
     Raises
     ------
-    ProtocolError: not the current round, or ``stage`` not closed (or not one of the round's).
+    ProtocolError: not the current round, ``stage`` not closed (or not one of the round's), or its
+    answers released (:func:`closing_stage`: the next stage has closed, or the round was aborted).
     """
     rnd = current_round(rnd, round_id)
-    if stage not in rnd.replies or stages.index(stage) >= rnd.stage:
+    k = stages.index(stage) if stage in stages else len(stages)
+    if k < rnd.stage and stage not in rnd.replies:
+        if rnd.state == "aborted":
+            raise ProtocolError(f"stage {stage}'s answers of round {round_id} were released when the round "
+                                f"was aborted: {rnd.reason}")
+        if k + 1 < rnd.stage:
+            raise ProtocolError(f"stage {stage}'s answers of round {round_id} were released when stage "
+                                f"{stages[k + 1]} closed")
+    if k >= rnd.stage or stage not in rnd.replies:
         raise ProtocolError(f"stage {stage} of round {round_id} has no answers (yet)")
     return rnd.replies[stage].get(int(user))
 

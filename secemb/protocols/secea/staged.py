@@ -281,8 +281,13 @@ class SecEANode:
         return {u: msg for u in rnd.users}
 
     def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
-        """The server's answer to ``user`` in a closed ``stage`` (``None``: none, the silo is
-        out of the round)."""
+        """The server's answer to ``user`` in a closed ``stage``, until the next stage closes
+        (``None``: none, the silo is out of the round).
+
+        Raises
+        ------
+        ProtocolError: the stage is not closed, or its answers were released (the next stage
+            closed, or the round was aborted: :func:`~secemb.protocols.exchange.closing_stage`)."""
         rnd = current_round(self._round, round_id)
         return stage_reply(rnd, round_id, stage, rnd.stages, user)
 

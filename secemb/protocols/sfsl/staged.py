@@ -242,8 +242,13 @@ class SFSLNode:
         add_seconds(rnd.seconds, part, t0)
 
     def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
-        """The server's answer to ``user`` in ``stage`` once the stage is closed (``None``: the
-        device is not kept, e.g. it is not among the survivors)."""
+        """The server's answer to ``user`` in ``stage`` once the stage is closed, until the next
+        stage closes (``None``: the device is not kept, e.g. it is not among the survivors).
+
+        Raises
+        ------
+        ProtocolError: the stage is not closed, or its answers were released (the next stage
+            closed, or the round was aborted: :func:`~secemb.protocols.exchange.closing_stage`)."""
         return stage_reply(self._round, round_id, stage, self.plan.stages, user)
 
     def outcome(self, round_id: int) -> dict[str, Any]:
