@@ -355,7 +355,9 @@ def open_stage(rnd: _Round | None, round_id: int, stage: str, stages: Sequence[s
     """
     rnd = current_round(rnd, round_id)
     if rnd.state != "open":
-        raise ProtocolError(f"round {round_id} is {rnd.state}" + (f": {rnd.reason}" if rnd.reason else ""))
+        # not the reason: a device's message can meet this, and an aborted signed round's reason names
+        # the device found cheating, which only the operator reads (its round document has it)
+        raise ProtocolError(f"round {round_id} is {rnd.state}")
     if stage not in stages:
         raise InvalidParameters(f"unknown stage {stage!r}; round {round_id}'s stages are {tuple(stages)}")
     if stages[rnd.stage] != stage:
@@ -405,8 +407,10 @@ def stage_reply(rnd: StagedRound | None, round_id: int, stage: str, stages: Sequ
     k = stages.index(stage) if stage in stages else len(stages)
     if k < rnd.stage and stage not in rnd.replies:
         if rnd.state == "aborted":
+            # not the reason: an aborted signed round's names the device found cheating, which only the
+            # operator reads (docs/deployment.md, "What the operator reads of a round")
             raise ProtocolError(f"stage {stage}'s answers of round {round_id} were released when the round "
-                                f"was aborted: {rnd.reason}")
+                                "was aborted")
         if k + 1 < rnd.stage:
             raise ProtocolError(f"stage {stage}'s answers of round {round_id} were released when stage "
                                 f"{stages[k + 1]} closed")

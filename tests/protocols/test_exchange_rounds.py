@@ -42,7 +42,7 @@ def test_a_bad_message_found_at_close_aborts_the_round_as_the_given_kind() -> No
             raise InvalidMessage("bad share")
     assert isinstance(info.value.__cause__, InvalidMessage)
     assert (rnd.stage, rnd.state, rnd.reason) == (0, "aborted", "bad share")
-    with pytest.raises(ProtocolError, match="round 7 is aborted: bad share"):
+    with pytest.raises(ProtocolError, match="^round 7 is aborted$"):  # not why: the operator's to read (F4)
         open_stage(rnd, 7, "one", STAGES)
 
 

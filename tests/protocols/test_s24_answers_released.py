@@ -67,7 +67,9 @@ def test_the_next_close_releases_a_stages_answers_and_a_late_fetch_is_refused_wi
         stage_reply(rnd, 7, "two", STAGES, 3)
 
 
-def test_an_abort_releases_every_answer_and_a_late_fetch_names_the_abort() -> None:
+def test_an_abort_releases_every_answer_and_a_late_fetch_names_the_abort_not_its_reason() -> None:
+    """The late fetch says the round was aborted, not why: an aborted signed round's reason can name
+    the device found cheating, for the operator only (session 24 red team, F4's class)."""
     rnd = _Round()
     with closing_stage(rnd, "one"):
         rnd.replies["one"] = {3: b"x"}
@@ -77,7 +79,7 @@ def test_an_abort_releases_every_answer_and_a_late_fetch_names_the_abort() -> No
     assert rnd.replies == {} and rnd.state == "aborted"
     before = _snapshot(rnd)
     with pytest.raises(ProtocolError, match="stage one's answers of round 7 were released when the round was "
-                                            "aborted: too few"):
+                                            "aborted$"):
         stage_reply(rnd, 7, "one", STAGES, 3)
     assert _snapshot(rnd) == before
 
