@@ -3,6 +3,9 @@ docs/deployment.md, "One server"): the round ids it has used and, after each com
 what its node needs to go on, in ``DEPLOYMENT/state/`` (0700), written with the two-server
 server's helpers (:mod:`secemb.server.persist`)::
 
+    binding.json     the directory's owner: the state format and the configuration's
+                     fingerprint, written atomically (fsync-ed) at the first start, before
+                     any round opens
     checkpoint.npz   the commit point of a round (atomic): the node's state
                      (:class:`~secemb.protocols.exchange.DurableExchangeNode`: e.g. SFSL's public
                      model, SecEA's HELLOs and entity union), the committed round's document, the
@@ -30,7 +33,13 @@ the last clear's round, so a restart keeps them (end records written before sess
 ``proven_bad_shares``: they strike nobody); the checkpoint's round, when the disk took the
 checkpoint but refused its end record, gets that record at start, and its strikes count.
 
-A checkpoint or journal that cannot be read, or that belongs to another configuration, is
+**Binding** (session 24, helper L): the binding makes the directory another configuration's
+from its first start, not from its first checkpoint only (the checkpoint records the fingerprint
+too, but a journal without one -- no round committed yet -- was taken by any deployment, which
+then went on after the other's round ids and counted its strikes).  A directory from before the
+binding (a journal or checkpoint, no ``binding.json``) starts as it did and is bound at that start.
+
+A binding, checkpoint or journal that cannot be read, or that belongs to another configuration, is
 :class:`~secemb.server.persist.CorruptState`: the server does not start and nothing is written.
 A checkpoint the disk refuses after a commit (:class:`~secemb.server.persist.StorageError`) is
 retried when the next round opens, which is refused (503) until it is written; should the
@@ -50,7 +59,7 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, check_int
 from secemb.protocols.exchange import DurableExchangeNode, ExchangeServer
 from secemb.server.persist import (
-    CorruptState, Journal, StorageError, load_checkpoint, remove_stale_temporaries, save_checkpoint,
+    CorruptState, Journal, StorageError, atomic_write, load_checkpoint, remove_stale_temporaries, save_checkpoint,
 )
 from secemb.server.verify import MAX_REJECTIONS
 
@@ -59,6 +68,7 @@ __all__ = ["ExchangeState", "fingerprint"]
 FORMAT = "secemb-exchange-state/1"
 CHECKPOINT = "checkpoint.npz"
 JOURNAL = "journal.jsonl"
+BINDING = "binding.json"
 #: the journal's record of the operator clearing the strikes
 STRIKES_CLEARED = "strikes_cleared"
 _RESTART = "open when the server stopped: aborted at the restart"
@@ -104,15 +114,18 @@ class ExchangeState:
 
     Raises
     ------
-    CorruptState: a checkpoint or journal that cannot be read, another configuration's, a state
-        the node refuses, or a committed state for a node that cannot restore one.
-    StorageError: the disk refused to record the aborted round (or the end of the checkpoint's round).
+    CorruptState: a binding, checkpoint or journal that cannot be read, another configuration's,
+        a state the node refuses, or a committed state for a node that cannot restore one (nothing
+        written).
+    StorageError: the disk refused to write the binding, or to record the aborted round (or the
+        end of the checkpoint's round).
     """
 
     def __init__(self, state_dir: str | Path, fingerprint: str, server: ExchangeServer) -> None:
         self.dir, self.fingerprint, self.server = Path(state_dir), fingerprint, server
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        ck = load_checkpoint(self.dir / CHECKPOINT)  # read before anything is written there
+        bound = self._bound()  # read before anything is written there
+        ck = load_checkpoint(self.dir / CHECKPOINT)
         journal = Journal(self.dir / JOURNAL)
         remove_stale_temporaries(self.dir)
         self._journal = journal
@@ -138,15 +151,16 @@ class ExchangeState:
             else:
                 raise CorruptState(f"journal {journal.path}: a record that is neither an open nor an end: {rec!r}")
         committed = -1 if self.last is None else int(self.last["round_id"])
+        missing = []  # end records to write once everything is checked
         if self.last is not None and committed not in ended:
             # the checkpoint was written, its end record was not (the disk refused it and the server
             # stopped before the next opening): record it now, so its strikes count (session 24 red team, F1)
             ended[committed] = self.last
-            journal.append({"event": "end", "round_id": committed, "round": self.last})
+            missing.append(committed)
         for rid in sorted(r for r in opened if r not in ended and r > committed):
             ended[rid] = {"round_id": rid, "users": opened[rid], "stages": [], "stage": None, "state": "aborted",
                           "reason": _RESTART}
-            journal.append({"event": "end", "round_id": rid, "round": ended[rid]})
+            missing.append(rid)
         #: device -> the rounds since the operator last cleared the strikes whose
         #: ``proven_bad_shares`` name it (see the module docstring)
         self.strikes: dict[int, int] = {}
@@ -156,6 +170,37 @@ class ExchangeState:
             if rid > cleared_through:
                 for u in _proven(doc, f"journal {journal.path}: round {rid}"):
                     self.strikes[u] = self.strikes.get(u, 0) + 1
+        if not bound:
+            atomic_write(self.dir / BINDING, json.dumps({"format": FORMAT, "fingerprint": fingerprint},
+                                                        sort_keys=True).encode() + b"\n")
+        for rid in missing:
+            journal.append({"event": "end", "round_id": rid, "round": ended[rid]})
+
+    def _bound(self) -> bool:
+        """Whether the directory is bound already (``binding.json``, this configuration's); not
+        bound: a fresh directory, or one from before the binding (see the module docstring).
+
+        Raises
+        ------
+        CorruptState: a binding that cannot be read, or another configuration's.
+        """
+        path = self.dir / BINDING
+        try:
+            doc = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            if (self.dir / JOURNAL).exists() or (self.dir / CHECKPOINT).exists():
+                log.warning("state directory %s has no %s (written before session 24): taken as this "
+                            "configuration's and bound to it", self.dir, BINDING)
+            return False
+        except (OSError, ValueError) as exc:  # ValueError: not UTF-8 or not JSON
+            raise CorruptState(f"{path} is unreadable: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("fingerprint"), str):
+            raise CorruptState(f"{path}: not a one-server state's binding ({FORMAT!r})")
+        if doc["fingerprint"] != self.fingerprint:
+            raise CorruptState(f"state directory {self.dir} belongs to another configuration (its {BINDING}: "
+                               f"fingerprint {doc['fingerprint']:.16}..., this one's {self.fingerprint:.16}...); "
+                               "refusing to start: give this deployment a fresh state directory")
+        return True
 
     def _restore(self, ck: tuple[dict[str, Any], dict[str, np.ndarray]]) -> dict[str, Any]:
         meta, arrays = ck

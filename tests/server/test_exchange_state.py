@@ -175,7 +175,7 @@ def test_a_corrupt_or_foreign_state_is_refused_and_nothing_is_written(tmp_path: 
     rounds, _ = world.server(tmp_path, 1)
     assert world.setup(rounds, 1) == "committed"
     files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    assert set(files) == {"checkpoint.npz", "journal.jsonl"}
+    assert set(files) == {"binding.json", "checkpoint.npz", "journal.jsonl"}
     node = SecEANode(world.params, world.bloom, key_bits=1024)
     with pytest.raises(CorruptState, match="another configuration"):
         ExchangeState(tmp_path, "0" * 64, ExchangeServer(node, 1 << 20, lambda: b"", 3))

@@ -74,7 +74,6 @@ def _files(state_dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(state_dir.iterdir())}
 
 
-@pytest.mark.xfail(strict=True, reason="the state binds to its configuration only at its first checkpoint")
 @pytest.mark.parametrize("other", sorted(_OTHERS))
 def test_a_journal_of_another_configuration_is_refused_at_start_nothing_written(tmp_path: Path, other: str) -> None:
     _played(tmp_path)
@@ -96,7 +95,6 @@ def test_the_same_configuration_restarts_with_its_rounds_and_strikes(tmp_path: P
         "reason": "open when the server stopped: aborted at the restart"}
 
 
-@pytest.mark.xfail(strict=True, reason="the state binds to its configuration only at its first checkpoint")
 def test_the_binding_is_written_at_the_first_start_before_any_round(tmp_path: Path) -> None:
     ExchangeState(tmp_path, FP, _server())
     binding = tmp_path / "binding.json"
@@ -105,7 +103,6 @@ def test_the_binding_is_written_at_the_first_start_before_any_round(tmp_path: Pa
     assert Journal(tmp_path / JOURNAL).records() == []
 
 
-@pytest.mark.xfail(strict=True, reason="the state binds to its configuration only at its first checkpoint")
 def test_a_disk_that_refuses_the_binding_stops_the_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import secemb.server.exchange_state as es
 
@@ -133,7 +130,6 @@ def test_a_legacy_journal_still_starts(tmp_path: Path) -> None:
     assert state.last == _aborted(2, [0]) and state.strikes == {0: 2}
 
 
-@pytest.mark.xfail(strict=True, reason="the state binds to its configuration only at its first checkpoint")
 def test_a_legacy_journal_is_bound_at_its_first_start(tmp_path: Path) -> None:
     _legacy(tmp_path)
     ExchangeState(tmp_path, FP, _server())
@@ -144,7 +140,6 @@ def test_a_legacy_journal_is_bound_at_its_first_start(tmp_path: Path) -> None:
     assert _files(tmp_path) == before
 
 
-@pytest.mark.xfail(strict=True, reason="the state binds to its configuration only at its first checkpoint")
 @pytest.mark.parametrize("content", [
     b"", b"not json", b"[]", b'{"fingerprint": "%s"}' % FP.encode(),
     b'{"format": "secemb-exchange-state/2", "fingerprint": "%s"}' % FP.encode(),
@@ -160,7 +155,6 @@ def test_a_damaged_binding_is_refused_nothing_written(tmp_path: Path, content: b
     assert _files(tmp_path) == before
 
 
-@pytest.mark.xfail(strict=True, reason="the state binds to its configuration only at its first checkpoint")
 def test_serve_over_another_deployments_state_exits_2_with_one_line(tmp_path: Path) -> None:
     """``secemb serve`` of a deployment (SFSL, 3 devices a round) whose ``state/`` holds the
     journal of another one's (4 a round) rounds: one line, exit 2, the state left as it was."""
