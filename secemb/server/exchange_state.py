@@ -33,8 +33,8 @@ the last clear's round, so a restart keeps them (end records written before sess
 ``proven_bad_shares``: they strike nobody); the checkpoint's round, when the disk took the
 checkpoint but refused its end record, gets that record at start, and its strikes count.
 
-**Binding** (session 24, helper L): the binding makes the directory another configuration's
-from its first start, not from its first checkpoint only (the checkpoint records the fingerprint
+**Binding** (session 24, helper L): the binding makes the directory its configuration's from
+its first start, not from its first checkpoint only (the checkpoint records the fingerprint
 too, but a journal without one -- no round committed yet -- was taken by any deployment, which
 then went on after the other's round ids and counted its strikes).  A directory from before the
 binding (a journal or checkpoint, no ``binding.json``) starts as it did and is bound at that start.
@@ -115,8 +115,8 @@ class ExchangeState:
     Raises
     ------
     CorruptState: a binding, checkpoint or journal that cannot be read, another configuration's,
-        a state the node refuses, or a committed state for a node that cannot restore one (nothing
-        written).
+        a state the node refuses, or a committed state for a node that cannot restore one (a
+        binding of another configuration: before anything is written).
     StorageError: the disk refused to write the binding, or to record the aborted round (or the
         end of the checkpoint's round).
     """
