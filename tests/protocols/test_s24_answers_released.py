@@ -9,12 +9,11 @@ the round ended (the download answers alone 45.7 MB at n = 100 under CPP2, docs/
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pytest
 import torch
 from secea_helpers import set_up_secea
+from test_exchange_rounds import _Round  # the round the helpers read
 
 from secemb.data.ctr import TaobaoShaped, split_clicks
 from secemb.errors import ProtocolError
@@ -29,16 +28,6 @@ from secemb.sim.player import connect_local
 torch.set_num_threads(1)
 
 STAGES = ("one", "two", "three")
-
-
-@dataclass
-class _Round:
-    round_id: int = 7
-    state: str = "open"
-    reason: str | None = None
-    stage: int = 0
-    replies: dict[str, dict[int, bytes]] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def _snapshot(rnd: _Round) -> tuple[object, ...]:
