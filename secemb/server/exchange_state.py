@@ -151,6 +151,18 @@ class ExchangeState:
             else:
                 raise CorruptState(f"journal {journal.path}: a record that is neither an open nor an end: {rec!r}")
         committed = -1 if self.last is None else int(self.last["round_id"])
+        lost = sorted(r for r, doc in ended.items() if doc.get("state") == "committed" and r > committed)
+        if lost:
+            # a committed round's end is journaled only after its checkpoint is written (_save), so the
+            # checkpoint of round lost[-1] was lost or replaced by an older one: starting would serve an
+            # older model under a later round's document (as the two-server server, docs/deployment.md,
+            # "A lost checkpoint")
+            have = "no checkpoint" if self.last is None else f"the checkpoint of round {committed}"
+            raise CorruptState(
+                f"{self.dir} has {have}, but its journal records {len(lost)} later committed round(s) (the last: "
+                f"round {lost[-1]}): the checkpoint was lost. Refusing to start from an older model. Restore "
+                f"{CHECKPOINT} of round {lost[-1]} from a backup into the state directory, or start the deployment "
+                "over by moving the state directory aside (docs/deployment.md, 'A lost checkpoint').")
         missing = []  # end records to write once everything is checked
         if self.last is not None and committed not in ended:
             # the checkpoint was written, its end record was not (the disk refused it and the server

@@ -239,3 +239,34 @@ def test_a_node_without_state_hooks_cannot_restart_over_a_committed_round(tmp_pa
     state.ended({"round_id": 1, "users": [0, 1], "stages": [], "stage": None, "state": "committed", "reason": None})
     with pytest.raises(CorruptState, match="cannot restore a committed state"):
         ExchangeState(tmp_path, FP, server)
+
+
+def test_a_lost_or_older_checkpoint_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    """Session 24 (helper L's left item): a journal recording a committed round whose checkpoint is
+    missing, or a checkpoint of an earlier round (an older backup), would serve an older model under
+    the later round's document; the start is refused, naming the round, and nothing is written (as
+    the two-server server's "A lost checkpoint")."""
+    proto, devices = sfsl_world()
+
+    def server() -> StageCloser:
+        hosted = proto.make_server()
+        return StageCloser(hosted.node, state=ExchangeState(tmp_path, FP, hosted))
+
+    rounds = server()
+    assert play(rounds, 1, lambda doc: {u: devices[u].party(doc) for u in range(3)}) == "committed"
+    first = (tmp_path / "checkpoint.npz").read_bytes()
+    rounds = server()
+    assert play(rounds, 2, lambda doc: {u: devices[u].party(doc) for u in range(3)}) == "committed"
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    (tmp_path / "checkpoint.npz").write_bytes(first)  # an older backup put back
+    with pytest.raises(CorruptState, match="the checkpoint of round 1, but its journal records 1 later committed "
+                                           r"round\(s\) \(the last: round 2\)"):
+        server()
+    (tmp_path / "checkpoint.npz").unlink()  # lost
+    with pytest.raises(CorruptState, match=r"no checkpoint, but its journal records 2 later committed round\(s\)"):
+        server()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {
+        k: v for k, v in files.items() if k != "checkpoint.npz"}
+    (tmp_path / "checkpoint.npz").write_bytes(files["checkpoint.npz"])  # restored: it goes on
+    assert server().document()["round_id"] == 2
