@@ -53,7 +53,8 @@ def test_an_unsigned_sparse_round_s_key_lists_differ_per_client() -> None:
 
 def test_an_sfsl_node_keeps_one_key_list_per_secure_aggregation() -> None:
     """One engine round of SFSL (5 devices): the answers of psu-advertise and of sum-advertise,
-    as the node keeps them for the rest of the round, are one bytes object each."""
+    as the node keeps them once the stage closes (until the next stage closes: the node then
+    releases them), are one bytes object each."""
     n = 5
     train, _ = split_clicks(TaobaoShaped("taobao-mini", seed=4).clients(np.arange(n)))
     model = DIN(num_categories=train.num_categories, dim=6)
@@ -66,12 +67,21 @@ def test_an_sfsl_node_keeps_one_key_list_per_secure_aggregation() -> None:
     server = SFSLServer(model, table, dense, train.goods_category)
     settings = TrainingSettings(lr=0.5, batch=4, bound=0.5)
     node = SFSLNode(server, settings)
+    seen: dict[str, list[bytes | None]] = {}
+    close = node.close
+
+    def closing(round_id: int, stage: str) -> None:  # read the key lists while the node holds them
+        close(round_id, stage)
+        if stage in ("psu-advertise", "sum-advertise"):
+            seen[stage] = [node.reply(round_id, stage, u) for u in range(n)]
+
+    node.close = closing  # type: ignore[method-assign]
     local = LocalStageServer(node)
     player = ExchangePlayer(Rounds(SFSL_PLAN, local.admin, local.link, lambda: b""), server.space, node.bloom,
                             server.table.shape)
     rep = player.play(devices, 1, settings, rng, psu_drop_after={}, drop_after={}, _rng=CtrDrbg(1))
     assert node.outcome(1)["state"] == "committed" and rep.union_size > 0
-    for stage in ("psu-advertise", "sum-advertise"):
-        answers = [node.reply(1, stage, u) for u in range(n)]
+    assert set(seen) == {"psu-advertise", "sum-advertise"}
+    for stage, answers in seen.items():
         assert all(a is not None for a in answers)
         assert len({id(a) for a in answers}) == 1, stage
