@@ -102,14 +102,6 @@ class SecAggServer:
         self.u3: list[int] = []
         self.signers: list[int] = []
         self.u4: list[int] = []
-        #: the devices :meth:`result` found cheating (sorted; :attr:`cheated` says what each did).  In
-        #: a signed round each is shown to have cheated: a holder that sent an unmask share other
-        #: than the one its dealer committed to (all its shares are left out), or a dealer whose
-        #: shares, as committed, do not open to the secret it committed to (docs/secagg.md, "Share
-        #: commitments"); an honest device is never named.  In an unsigned round (honest-but-curious
-        #: devices, no commitments) at most one: the holder whose shares the leave-one-out search
-        #: left out, which a dealer that dealt it a share off the polynomial could have framed.
-        self.cheaters: list[int] = []
         #: device of :attr:`cheaters` -> what it was found doing (text for the operator)
         self.cheated: dict[int, str] = {}
         #: client of U4 -> the clients of U2 whose shares its unmask message leaves out: those whose
@@ -192,10 +184,20 @@ class SecAggServer:
             return "does not match its signed commitment"
         return None
 
+    @property
+    def cheaters(self) -> list[int]:
+        """The devices :meth:`result` found cheating (sorted; :attr:`cheated` says what each did).  In
+        a signed round each is shown to have cheated: a holder that sent an unmask share other
+        than the one its dealer committed to (all its shares are left out), or a dealer whose
+        shares, as committed, do not open to the secret it committed to (docs/secagg.md, "Share
+        commitments"); an honest device is never named.  In an unsigned round (honest-but-curious
+        devices, no commitments) at most one: the holder whose shares the leave-one-out search
+        left out, which a dealer that dealt it a share off the polynomial could have framed."""
+        return sorted(self.cheated)
+
     def _name(self, device: int, what: str) -> None:
         """Record ``device`` in :attr:`cheaters` for ``what`` (the first finding is kept)."""
         self.cheated.setdefault(device, what)
-        self.cheaters = sorted(self.cheated)
 
     def _one_spare(self, use: list[int], group: list[tuple[int, int]]) -> tuple[list[int], int] | None:
         """(Unsigned round.) Secrets ``group`` (each ``(client, which)``) from the shares of exactly
@@ -541,7 +543,7 @@ class SecAggServer:
             if wrong is not None:
                 bad.append(use[wrong])
                 if len(bad) > 1:
-                    self.cheaters, self.cheated = [], {}  # two clients' wrong shares: either may have been framed
+                    self.cheated = {}  # two clients' wrong shares: either may have been framed
                     raise InvalidMessage(f"the unmask shares of clients {sorted(bad)} do not agree with the others': "
                                          "more than one party sent wrong shares")
                 self._name(bad[0], "sent unmask shares that do not lie on the others' polynomial (unsigned round: "
