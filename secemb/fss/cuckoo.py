@@ -181,7 +181,8 @@ class CuckooLayout:
 
             slots_arr = np.full(self.num_buckets, -1, np.int64)
             dropped_arr = np.empty(items.size, np.int64)
-            n = cuckoo_assign(self.candidates, slots_arr, items, MAX_KICKS, rng, dropped_arr)
+            with kernels.signals_deferred():  # the kernel takes the Generator: see there
+                n = cuckoo_assign(self.candidates, slots_arr, items, MAX_KICKS, rng, dropped_arr)
             return slots_arr, dropped_arr[:n].copy()
         # plain Python lists: a user places a few hundred items, where numpy's per-call
         # overhead would dominate

@@ -16,11 +16,16 @@ reference (read once at import; tests and benchmarks assign :data:`BACKEND` dire
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
+from typing import Any
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["BACKEND", "compiled", "available", "host_cpu_features", "sha_compiled"]
+__all__ = ["BACKEND", "compiled", "available", "host_cpu_features", "sha_compiled", "signals_deferred"]
 
 
 @cache
@@ -66,3 +71,38 @@ def sha_compiled() -> bool:
     """Whether SHA-256 of many messages takes the SHA-NI kernel (:mod:`secemb.fss._shani`):
     the compiled kernels are on (:func:`compiled`) and the CPU has the SHA extensions."""
     return compiled() and bool(host_cpu_features().get("sha"))
+
+
+#: the signals whose Python handler :func:`signals_deferred` holds back (those a handler that
+#: raises is commonly installed for: Ctrl-C's ``KeyboardInterrupt``, a server's shutdown, a timer)
+_DEFERRED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGALRM", "SIGUSR1", "SIGUSR2")
+                  if hasattr(signal, name))
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Run the body with the main thread's Python signal handlers held back: a signal of
+    :data:`_DEFERRED` that arrives meanwhile is noted and raised again once the body is done,
+    when its own handler runs as usual (Ctrl-C still raises ``KeyboardInterrupt``, just after).
+
+    For a numba kernel called with a ``numpy.random.Generator``: numba (0.68) unboxes the
+    generator through Python calls (``ctypes.cast``) and ignores their failure, so a handler
+    that raises there -- Ctrl-C at the wrong instant -- leaves the kernel a garbage function
+    pointer to call: the process dies of SIGSEGV (tests/fss/test_kernel_signals.py).  Python runs
+    signal handlers only in the main thread, so elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        arrived.append(signum)
+
+    held = {sig: signal.signal(sig, note) for sig in _DEFERRED if callable(signal.getsignal(sig))}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(arrived):
+            signal.raise_signal(sig)
