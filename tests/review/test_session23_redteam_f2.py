@@ -62,25 +62,21 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import struct
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pytest
+from share_records import CT, H, N, flip_tag, record_at
 from test_session22_redteam_secagg import Adversary
 
 from secemb.errors import InvalidMessage, ProtocolError
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, keys, mask_rows, messages, shamir
-from secemb.secagg.client import SHARE_CIPHERTEXT_BYTES
 from secemb.secagg.identity import Roster
 from secemb.secagg.prg import SEED_BYTES
 
-H = messages.HEADER_BYTES
-N = shamir.SHARE_BYTES
 P = shamir.PRIME
-CT = SHARE_CIPHERTEXT_BYTES
 SHARE_DOMAIN = b"secemb/secagg/v1/share-commitment"
 ROUND = 5  # the round id of every round :func:`_play` plays
 Parts = tuple[dict[int, int], dict[int, int]]  # an unmask message: (s^SK shares of dropped, b shares of survivors)
@@ -115,30 +111,12 @@ def _edit(sender: int, msg: bytes, which: int, owner: int, shift: int | None) ->
     return _unmask_msg(sender, parts)
 
 
-def _record(msg: bytes, ident: int, signed: bool) -> int:
-    """Offset of the record of ``ident`` (its id, its ciphertext and, signed, two 16-byte share
-    commitments: session 24) in a shares or relayed message."""
-    size = 4 + CT + (32 if signed else 0)
-    for i in range(struct.unpack_from("<I", msg, H)[0]):
-        at = H + 4 + i * size
-        if struct.unpack_from("<I", msg, at)[0] == ident:
-            return at
-    raise AssertionError(f"no record for {ident}")
-
-
-def _flip(msg: bytes, ident: int, signed: bool) -> bytes:
-    """A shares or relayed message with the last byte of the ciphertext (in the GCM tag) of
-    ``ident``'s record flipped: it does not open."""
-    at = _record(msg, ident, signed) + 4 + CT - 1
-    return msg[:at] + bytes([msg[at] ^ 1]) + msg[at + 1 :]
-
-
 def _redeal(client: SecAggClient, msg: bytes, recipient: int, shift: int) -> bytes:
     """A malicious sender's shares message with its share of ``b`` to ``recipient`` shifted by
     ``shift`` and sealed again under the pair's channel key: authentic, the recipient takes it (in a
     signed round the dealer commits to the shifted share: SHA-256 over the layout, truncated)."""
     cfg, signed = client.config, client.config.signed
-    at = _record(msg, recipient, signed) + 4
+    at = record_at(msg, recipient, signed) + 4
     key = client._channel(recipient, keys.CHANNEL)  # the sender's own channel key
     rid, me = cfg.round_id, client.id
     pt = keys.open_sealed(key, rid, me, recipient, msg[at : at + CT])
@@ -314,7 +292,7 @@ def test_held_sparse_spoiled_relays_with_dropouts_reveal_one_kind_per_client_and
     g = np.random.default_rng(8)  # test rows, not secrets
     rows = {u: sorted(g.choice(12, 6, replace=False).tolist()) for u in range(8)}
     rnd = _play(8, 5, signed=signed, rows=rows, length=12, drop_after={7: 2, 4: 4 if signed else 3},
-                relay=lambda u, m: _flip(m, spoil[u], signed) if u in spoil else m)
+                relay=lambda u, m: flip_tag(m, spoil[u], signed) if u in spoil else m)
     total = rnd.server.result()
     assert rnd.server.survivors == [0, 1, 2, 3, 4, 5, 6] and sorted(rnd.unmask) == [0, 1, 2, 3, 5, 6]
     assert np.array_equal(total, rnd.want())
@@ -380,7 +358,8 @@ def test_held_a_device_spoiling_its_own_shares_down_to_the_threshold_moves_only_
     out, its seed has two genuine shares, and the round aborts (a device can abort a signed round,
     now named)."""
     rows = {0: [0, 1, 2], 1: [0, 3], 2: [1, 4, 5], 3: [2, 3, 4], 4: [0, 5]}
-    rnd = _play(5, 3, signed=signed, rows=rows, deal=lambda u, c, m: m if u else _flip(_flip(m, 3, signed), 4, signed),
+    rnd = _play(5, 3, signed=signed, rows=rows,
+                deal=lambda u, c, m: m if u else flip_tag(flip_tag(m, 3, signed), 4, signed),
                 unmask=lambda u, m: m if u else _edit(0, m, 1, 0, 5))
     if signed:
         with pytest.raises(SecAggAborted, match=r"2 shares of the self-mask seed of client 0 besides those of "
@@ -605,7 +584,7 @@ def test_held_e4_fixed_a_client_found_wrong_is_left_out_of_every_holder_set() ->
     open client 0's seed with client 3's share: a committed sum wrong on client 0's rows.  Now the
     largest holder sets go first and client 3 is left out of every later one: client 0's seed has
     three holders without it, and the round aborts naming client 3; nothing is opened."""
-    rnd = _play(7, 4, deal=lambda u, c, m: m if u else _flip(_flip(_flip(m, 4, False), 5, False), 6, False),
+    rnd = _play(7, 4, deal=lambda u, c, m: m if u else flip_tag(flip_tag(flip_tag(m, 4, False), 5, False), 6, False),
                 unmask=lambda u, m: _edit(3, _edit(3, m, 1, 1, 1), 1, 0, 1) if u == 3 else m)
     reason = "3 shares of the self-mask seed of client 0 without client 3's \\(found wrong\\), threshold 4"
     with pytest.raises(SecAggAborted, match=reason):

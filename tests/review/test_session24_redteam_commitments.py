@@ -64,14 +64,13 @@ from typing import Any
 import numpy as np
 import pytest
 from test_session22_redteam_deploy import _drive, _finish, _round
-from test_session23_redteam_f2 import CT, ROUND, Round, _edit, _flip, _play, _record, _redeal
+from share_records import CT, H, N, flip_tag, record_at
+from test_session23_redteam_f2 import ROUND, Round, _edit, _play, _redeal
 
 from secemb.errors import InvalidMessage
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, keys, messages, shamir
 from secemb.secagg.identity import Roster
 
-H = messages.HEADER_BYTES
-N = shamir.SHARE_BYTES
 DOMAIN = b"secemb/secagg/v1/share-commitment"
 
 
@@ -84,7 +83,7 @@ def _commit(cfg: SecAggConfig, dealer: int, holder: int, which: int, share: int)
 
 def _commits_at(msg: bytes, ident: int) -> int:
     """Offset of the two commitments of ``ident``'s record in a signed shares or relayed message."""
-    return _record(msg, ident, True) + 4 + CT
+    return record_at(msg, ident, True) + 4 + CT
 
 
 def _with_commits(msg: bytes, ident: int, commits: bytes) -> bytes:
@@ -94,7 +93,7 @@ def _with_commits(msg: bytes, ident: int, commits: bytes) -> bytes:
 
 def _sealed_shares(client: SecAggClient, msg: bytes, holder: int) -> tuple[int, int]:
     """The two shares ``client`` sealed to ``holder`` in its shares message ``msg``."""
-    at = _record(msg, holder, True) + 4
+    at = record_at(msg, holder, True) + 4
     pt = keys.open_sealed(client._channel(holder, keys.CHANNEL), client.config.round_id, client.id, holder,
                           msg[at : at + CT])
     return int.from_bytes(pt[8 : 8 + N], "little"), int.from_bytes(pt[8 + N :], "little")
@@ -110,7 +109,7 @@ def _c1_round(n: int, t: int, dealers: int) -> Round:
         if u >= dealers:
             return m
         holders = [h for h in range(n) if h != u + 1]
-        return _redeal(c, _flip(m, u + 1, True), holders[t - 1], 1)
+        return _redeal(c, flip_tag(m, u + 1, True), holders[t - 1], 1)
 
     return _play(n, t, signed=True, deal=deal)
 
@@ -244,7 +243,7 @@ def _colluding_round(seed: int) -> tuple[bool, bool]:
             if roll < 0.1:
                 m = _redeal(c, m, h, plan.randrange(1, 1 << 20))  # the seed share, recommitted
             elif roll < 0.15:
-                m = _flip(m, h, True)
+                m = flip_tag(m, h, True)
             elif roll < 0.2:  # the s^SK share moved, its commitment kept: the holder refuses
                 at = _commits_at(m, h)
                 m = m[:at] + bytes(16) + m[at + 16 :]
@@ -341,7 +340,7 @@ def test_held_a_malformed_signed_shares_message_is_refused_and_nothing_kept(edit
             "count past the body": _count(msg, 1)[H:],
             "no own commitments": msg[H:-32],
             # the records without their commitments (an unsigned round's layout), nothing after them
-            "unsigned layout": msg[H : H + 4] + b"".join(msg[_record(msg, h, True) :][: 4 + CT] for h in (1, 2, 3)),
+            "unsigned layout": msg[H : H + 4] + b"".join(msg[record_at(msg, h, True) :][: 4 + CT] for h in (1, 2, 3)),
             }[edit]
     with pytest.raises(InvalidMessage):
         server.receive_shares(0, messages.frame("shares", ROUND, 0, body))
@@ -376,7 +375,7 @@ def test_held_a_malformed_relayed_message_is_refused_by_the_device(edit: str) ->
     msg = relayed[0]
     body = {"trailing byte": msg[H:] + b"\0",
             "truncated commitments": msg[H:-1],
-            "unsigned layout": msg[H : H + 4] + b"".join(msg[_record(msg, d, True) :][: 4 + CT] for d in (1, 2, 3)),
+            "unsigned layout": msg[H : H + 4] + b"".join(msg[record_at(msg, d, True) :][: 4 + CT] for d in (1, 2, 3)),
             }[edit]
     values = np.zeros((6, 2), np.uint32)
     with pytest.raises(InvalidMessage, match="relayed"):
@@ -421,7 +420,7 @@ def test_held_sfsl_a_malformed_shares_message_is_refused_at_the_node_and_nothing
     _drive(node, parties, "sum-shares")
     genuine = {u: p.message("sum-shares") for u, p in parties.items()}
     msg = genuine[0]
-    stripped = msg[: H + 4] + b"".join(msg[_record(msg, h, True) :][: 4 + CT] for h in (1, 2))
+    stripped = msg[: H + 4] + b"".join(msg[record_at(msg, h, True) :][: 4 + CT] for h in (1, 2))
     bad = {"one-byte-more": msg + b"\0", "own-commitments-cut": msg[:-16], "commitments-stripped": stripped}[kind]
     with pytest.raises(InvalidMessage):
         node.receive(1, "sum-shares", 0, bad)

@@ -1,23 +1,21 @@
 """One secure-aggregation round driven message by message against the real server, for the tests
 of tests/secagg (session 24: the round each test module used to drive by hand, signed and unsigned,
 with its own hooks).  A module of its own, imported by name (tests/secagg is on the test path, as
-tests/fss's projection_spec is); the inputs it draws are test data from numpy's generator, not
-secrets, and the expected sums (:meth:`Round.want`) are numpy's, never the code under test.
+tests/fss's projection_spec is; a shares message's records are :mod:`share_records`'); the inputs it
+draws are test data from numpy's generator, not secrets, and the expected sums (:meth:`Round.want`)
+are numpy's, never the code under test.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable
 
 import numpy as np
+from share_records import H, N
 
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, messages, shamir
 from secemb.secagg.identity import Roster
 
-H = messages.HEADER_BYTES
-N = shamir.SHARE_BYTES
-CT = 8 + 2 * N + 16  # a sealed share pair: the two ids, two shares, the GCM tag (laid out by hand)
 STAGES = ("shares", "masked", "consistency", "unmask")
 """The stages whose client messages :meth:`Round.play` can hold back (``until``)."""
 
@@ -117,23 +115,6 @@ def drawn(cfg: SecAggConfig, n: int, seed: int) -> Round:
     inputs = {u: g.integers(0, 2**32, (cfg.length if rows is None else rows[u].size, cfg.width),
                             dtype=np.uint64).astype(np.uint32) for u in range(n)}
     return Round(cfg, inputs, rows=rows)
-
-
-def record_at(msg: bytes, ident: int, signed: bool) -> int:
-    """Offset of ``ident``'s record (its id, the share ciphertext and, signed, two 16-byte share
-    commitments) in a shares or relayed message."""
-    size = 4 + CT + (32 if signed else 0)
-    for i in range(struct.unpack_from("<I", msg, H)[0]):
-        at = H + 4 + i * size
-        if struct.unpack_from("<I", msg, at)[0] == ident:
-            return at
-    raise AssertionError(f"no record for {ident}")
-
-
-def flip_tag(msg: bytes, ident: int, signed: bool) -> bytes:
-    """A shares or relayed message with the last byte of ``ident``'s ciphertext (in its GCM tag) flipped."""
-    at = record_at(msg, ident, signed) + 4 + CT - 1
-    return msg[:at] + bytes([msg[at] ^ 1]) + msg[at + 1 :]
 
 
 def move_unmask_share(msg: bytes, which: int, owner: int, shift: int) -> bytes:

@@ -17,7 +17,8 @@ import hashlib
 
 import numpy as np
 import pytest
-from secagg_rounds import CT, Round, drawn, flip_tag, move_unmask_share, record_at
+from secagg_rounds import Round, drawn, move_unmask_share
+from share_records import CT, flip_tag, record_at
 
 from secemb.errors import InvalidMessage
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, keys, messages, shamir

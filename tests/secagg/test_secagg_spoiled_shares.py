@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from secagg_rounds import CT, H, Hook, Round, drawn, flip_tag, move_unmask_share, record_at
+from secagg_rounds import Hook, Round, drawn, move_unmask_share
+from share_records import CT, H, flip_tag, record_at
 
 from secemb.errors import InvalidMessage
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, keys, messages, shamir
