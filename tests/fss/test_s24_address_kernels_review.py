@@ -80,6 +80,7 @@ import sys
 import textwrap
 
 import pytest
+from child_verdicts import REFUSED, assert_all_refused
 
 from secemb.fss import kernels
 
@@ -119,14 +120,7 @@ def place(a, at="end", dtype=None):
     g[...] = a
     return g
 
-def refused(what, fn, *errors):
-    try:
-        fn()
-    except errors as exc:
-        print("REFUSED", what, type(exc).__name__)
-        return
-    print("ACCEPTED", what)
-
+""" + REFUSED + """
 rng = np.random.default_rng(24)
 """
 
@@ -368,9 +362,7 @@ def test_bits_product_refuses_malformed_arguments() -> None:
     for what, fn in cases.items():
         refused(what, fn, InvalidParameters)
     """)
-    got = [line for line in lines if line.startswith(("REFUSED", "ACCEPTED"))]
-    assert len(got) == 19 and all(line.startswith("REFUSED") and line.endswith("InvalidParameters")
-                                  for line in got), got
+    assert_all_refused(lines, 19, "InvalidParameters")
 
 
 def test_i1_bits_product_sizes_sharing_out() -> None:
@@ -499,9 +491,7 @@ def test_unmask_slots_refuses_malformed_arguments() -> None:
         assert len(args["suffix"]) > 0  # real slots: suffix and tags have rows
         refused(what, lambda: unmask_slots(**{**args, **change(args)}), InvalidParameters)
     """)
-    got = [line for line in lines if line.startswith(("REFUSED", "ACCEPTED"))]
-    assert len(got) == 16 and all(line.startswith("REFUSED") and line.endswith("InvalidParameters")
-                                  for line in got), got
+    assert_all_refused(lines, 16, "InvalidParameters")
 
 
 def test_i2_unmask_slots_rows_sharing_items() -> None:

@@ -53,6 +53,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from child_verdicts import REFUSED, assert_all_refused
 
 from secemb.fss import kernels
 
@@ -66,14 +67,7 @@ from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters
 from secemb.fss import kernels
 kernels.BACKEND = sys.argv[1]
 
-def refused(what, fn, *errors):
-    try:
-        fn()
-    except errors as exc:
-        print("REFUSED", what, type(exc).__name__)
-        return
-    print("ACCEPTED", what)
-"""
+""" + REFUSED
 
 
 def _run(body: str, backend: str = "numba", timeout: float = 240) -> list[str]:
@@ -84,13 +78,6 @@ def _run(body: str, backend: str = "numba", timeout: float = 240) -> list[str]:
                          check=False)
     assert got.returncode == 0, f"child exited with {got.returncode}:\n{got.stdout}\n{got.stderr[-3000:]}"
     return got.stdout.splitlines()
-
-
-def _all_refused(lines: list[str], expected: int) -> None:
-    verdicts = [ln for ln in lines if ln.startswith(("REFUSED", "ACCEPTED"))]
-    assert len(verdicts) == expected, lines
-    accepted = [ln for ln in verdicts if ln.startswith("ACCEPTED")]
-    assert not accepted, accepted
 
 
 # -- a server's retrieval requests ---------------------------------------------------------------
@@ -138,7 +125,7 @@ print("SERVED", int(np.isin([0, 17, 123, 299], slots).sum()) >= 3)
 @pytest.mark.parametrize("layout", ["full", "cuckoo"])
 def test_request_with_another_key_header_is_refused_and_the_server_still_serves(layout: str) -> None:
     lines = _run(REQUEST_HEADERS.replace("sys.argv[2]", repr(layout)))
-    _all_refused(lines, 2 * (3 + 6 + 4 + 4) + 2)
+    assert_all_refused(lines, 2 * (3 + 6 + 4 + 4) + 2)
     assert "SERVED True" in lines
 
 
@@ -215,7 +202,7 @@ print("PLACED", sorted(int(s) for s in slots if s >= 0) + sorted(int(d) for d in
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_item_ids_outside_the_catalogue_are_refused_before_the_cuckoo_kernel(backend: str) -> None:
     lines = _run(ITEM_IDS, backend)
-    _all_refused(lines, 5 + 4 + 1)
+    assert_all_refused(lines, 5 + 4 + 1)
     assert "PLACED [0, 30, 59]" in lines
 
 
@@ -235,7 +222,7 @@ refused("an element not below p", lambda: R.parse(params, 0, [b"\\xff" * params.
 
 
 def test_range_proof_messages_of_another_length_are_refused() -> None:
-    _all_refused(_run(PROOF_LENGTHS), 2 * 4 + 1)
+    assert_all_refused(_run(PROOF_LENGTHS), 2 * 4 + 1)
 
 
 # -- the hazmat layer's own arguments (G1-G3, fixed) ---------------------------------------------
@@ -259,7 +246,7 @@ print("LEAVES", fss.eval_full(k0, 0).shape)
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_path_keys_whose_fields_do_not_fit_their_domain_are_refused(backend: str) -> None:
     lines = _run(PATH_SHAPES, backend)
-    _all_refused(lines, 3)
+    assert_all_refused(lines, 3)
     assert "LEAVES (2, 4096, 1)" in lines
 
 
@@ -279,7 +266,7 @@ refused("the GPU walk of 12 levels for depth 16", lambda: ev.expand(deeper, torc
 def test_the_gpu_walk_refuses_path_keys_that_do_not_fit_their_domain() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    _all_refused(_run(GPU_PATH), 1)
+    assert_all_refused(_run(GPU_PATH), 1)
 
 
 HAZMAT_ROWS = """
@@ -324,7 +311,7 @@ print("HALFTREE", halftree.eval_full(k0, 0).shape)
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_conversion_check_and_half_tree_arguments_that_do_not_fit_are_refused(backend: str) -> None:
     lines = _run(HAZMAT_ROWS, backend)
-    _all_refused(lines, 11)
+    assert_all_refused(lines, 11)
     assert "HALFTREE (2, 4096, 1)" in lines
 
 
@@ -348,5 +335,5 @@ print("MESSAGES", R.verifier_messages(params, 0, shares, ring, [b"ctx"] * 3, see
 
 def test_proof_shares_with_fewer_rows_than_devices_are_refused() -> None:
     lines = _run(PROOF_ROWS)
-    _all_refused(lines, 3)
+    assert_all_refused(lines, 3)
     assert "MESSAGES 3" in lines
