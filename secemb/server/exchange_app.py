@@ -41,10 +41,11 @@ with ``stage`` (the open stage; ``null`` once the last one closed) and ``state``
 opens: :mod:`secemb.server.exchange_state`).  Read by the operator (``admin``: ``secemb admin
 status``) it also carries the node's ``reason`` and what the round's secure aggregations found
 (:data:`FINDINGS`: ``bad_shares``, ``proven_bad_shares``, ``complaints``), which the journal keeps
-with the round's end; they are for the operator to read (docs/deployment.md, "What the operator
-reads of a round"), and one thing depends on them: with a durable state (``secemb serve``:
-:mod:`secemb.server.exchange_state`), each device of a round's ``proven_bad_shares`` (a signed
-secure aggregation showed it cheating) has a strike, and a device with
+with the round's end (``proven_bad_shares`` also as soon as a stage's close finds them, so that a
+round open when the server stops still strikes); they are for the operator to read
+(docs/deployment.md, "What the operator reads of a round"), and one thing depends on them: with a
+durable state (``secemb serve``: :mod:`secemb.server.exchange_state`), each device of a round's
+``proven_bad_shares`` (a signed secure aggregation showed it cheating) has a strike, and a device with
 :data:`~secemb.server.verify.MAX_REJECTIONS` strikes is refused at the door -- 403 at its stage
 messages and answers (nothing of the request is read by the node) -- and left out of the rounds
 the operator opens (the operator's answer to the open lists it in ``refused``) until the operator
@@ -197,7 +198,7 @@ class StageCloser:
         try:
             self.node.close(round_id, stage)
         finally:
-            self._record_end(round_id)
+            self._record(round_id)
         if self.opened is None or self.opened["round_id"] != round_id:
             return
         if self.node.plan.replies(stage):
@@ -206,12 +207,18 @@ class StageCloser:
             self.active = set(self.senders)
         self.stage, self.senders, self.since = self.stage + 1, set(), time.monotonic()
 
-    def _record_end(self, round_id: int) -> None:
-        """Tell the durable state of the round's end (committed or aborted) once."""
+    def _record(self, round_id: int) -> None:
+        """After a close: tell the durable state of the round's end (committed or aborted) once,
+        or, the round still open, of the devices its signed secure aggregations have proven so
+        far (:meth:`~secemb.server.exchange_state.ExchangeState.found`: journaled before the
+        round goes on)."""
         if self.state is None or self.opened is None or self.opened["round_id"] != round_id:
             return
         out = self.node.outcome(round_id)
-        if out["state"] != "open" and (self.state.last is None or self.state.last["round_id"] != round_id):
+        if out["state"] == "open":
+            if out.get("proven_bad_shares"):
+                self.state.found(round_id, out["proven_bad_shares"])
+        elif self.state.last is None or self.state.last["round_id"] != round_id:
             self.state.ended({**self.opened, "stage": None, "state": out["state"], "reason": out.get("reason"),
                               **_findings(out)})
 

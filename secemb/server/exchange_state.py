@@ -11,8 +11,10 @@ server's helpers (:mod:`secemb.server.persist`)::
                      model, SecEA's HELLOs and entity union), the committed round's document, the
                      public model's SHA-256 and the configuration's fingerprint
     journal.jsonl    one fsync-ed record per round opened (before the node opens it), per
-                     round ended (committed, aborted, or refused by the node) and per clear of
-                     the strikes by the operator
+                     round ended (committed, aborted, or refused by the node), per clear of
+                     the strikes by the operator, and (session 25) per finding of an open
+                     round: its ``proven_bad_shares`` so far, once a signed secure aggregation
+                     of it names a device, before the round goes on
 
 At start (:class:`ExchangeState`) the checkpoint is restored into the fresh node and checked
 (the model's SHA-256), and a round the journal shows opened but never ended -- open when the
@@ -28,10 +30,15 @@ round committed or aborted; an unsigned aggregation's name and a complaint never
 device with :data:`~secemb.server.verify.MAX_REJECTIONS` strikes (the two-server door's limit)
 is refused at the app's door (:class:`~secemb.server.exchange_app.StageCloser`) until the
 operator clears the strikes (:meth:`ExchangeState.clear_strikes`, journaled with the last ended
-round's id).  At start the strikes are rebuilt from the journal's end records of the rounds after
-the last clear's round, so a restart keeps them (end records written before session 24 have no
+round's id).  A running server counts a round's strikes when the round ends.  At start the
+strikes are rebuilt from the journal's records of the rounds after the last clear's round -- a
+round's names are those of its end record and of its finding records (:meth:`ExchangeState.found`),
+each device once a round -- so a restart keeps them (end records written before session 24 have no
 ``proven_bad_shares``: they strike nobody); the checkpoint's round, when the disk took the
-checkpoint but refused its end record, gets that record at start, and its strikes count.
+checkpoint but refused its end record, gets that record at start, and its strikes count.  A round
+open when the server stopped is recorded as aborted with the names its finding records hold
+(session 25: before, what its signed aggregations had proven was in memory only, and the
+restart forgot it).
 
 **Binding** (session 24, helper L): the binding makes the directory its configuration's from
 its first start, not from its first checkpoint only (the checkpoint records the fingerprint
@@ -71,6 +78,8 @@ JOURNAL = "journal.jsonl"
 BINDING = "binding.json"
 #: the journal's record of the operator clearing the strikes
 STRIKES_CLEARED = "strikes_cleared"
+#: the journal's record of what an open round's signed secure aggregations have proven so far
+FOUND = "found"
 _RESTART = "open when the server stopped: aborted at the restart"
 
 log = logging.getLogger(__name__)
@@ -130,10 +139,13 @@ class ExchangeState:
         remove_stale_temporaries(self.dir)
         self._journal = journal
         self._unsaved: dict[str, Any] | None = None
+        #: the open round's id -> the devices its finding records name (:meth:`found`)
+        self._found: dict[int, set[int]] = {}
         #: the last round's document (committed or aborted), ``None``: no round yet
         self.last: dict[str, Any] | None = self._restore(ck) if ck is not None else None
         ended: dict[int, dict[str, Any]] = {}
         opened: dict[int, list[int]] = {}
+        found: dict[int, set[int]] = {}  # round -> the devices its finding records name
         cleared_through = -1  # the strikes of rounds up to this id were cleared
         for rec in journal.records():
             if rec.get("event") == STRIKES_CLEARED:
@@ -143,6 +155,11 @@ class ExchangeState:
             rid = _round_id(rec, f"journal {journal.path}")
             if rec.get("event") == "open" and isinstance(rec.get("users"), list):
                 opened[rid] = rec["users"]
+            elif rec.get("event") == FOUND:
+                if rid not in opened:
+                    raise CorruptState(f"journal {journal.path}: a finding record of round {rid}, which no record "
+                                       "opened before it")
+                found.setdefault(rid, set()).update(_proven(rec, f"journal {journal.path}: the finding of round {rid}"))
             elif rec.get("event") == "end" and isinstance(rec.get("round"), dict):
                 if _round_id(rec["round"], f"journal {journal.path}: the document of round {rid}") != rid:
                     raise CorruptState(f"journal {journal.path}: the end record of round {rid} holds a document "
@@ -172,6 +189,8 @@ class ExchangeState:
         for rid in sorted(r for r in opened if r not in ended and r > committed):
             ended[rid] = {"round_id": rid, "users": opened[rid], "stages": [], "stage": None, "state": "aborted",
                           "reason": _RESTART}
+            if rid in found:  # what its signed aggregations had proven before the server stopped
+                ended[rid]["proven_bad_shares"] = sorted(found[rid])
             missing.append(rid)
         #: device -> the rounds since the operator last cleared the strikes whose
         #: ``proven_bad_shares`` name it (see the module docstring)
@@ -179,8 +198,8 @@ class ExchangeState:
         for rid, doc in sorted(ended.items()):
             if doc.get("state") != "refused" and (self.last is None or doc["round_id"] > self.last["round_id"]):
                 self.last = doc
-            if rid > cleared_through:
-                for u in _proven(doc, f"journal {journal.path}: round {rid}"):
+            if rid > cleared_through:  # each device once a round: its end record's names and its findings'
+                for u in set(_proven(doc, f"journal {journal.path}: round {rid}")) | found.get(rid, set()):
                     self.strikes[u] = self.strikes.get(u, 0) + 1
         if not bound:
             atomic_write(self.dir / BINDING, json.dumps({"format": FORMAT, "fingerprint": fingerprint},
@@ -256,13 +275,33 @@ class ExchangeState:
         self._journal.append({"event": "end", "round_id": round_id,
                               "round": {"round_id": round_id, "state": "refused", "reason": reason}})
 
+    def found(self, round_id: int, proven: list[int]) -> None:
+        """Open round ``round_id``'s signed secure aggregations have proven ``proven`` to have
+        cheated (its ``proven_bad_shares`` so far): journal the names (fsync-ed) unless they are
+        journaled already, so that a restart that aborts the round still counts them (the
+        strikes count when the round ends: :meth:`ended`, or that restart).  A disk that refuses
+        is logged; the next call with the names writes them."""
+        known = self._found.get(round_id, set())
+        if set(proven) <= known:
+            return
+        names = sorted(known | set(proven))
+        try:
+            self._journal.append({"event": FOUND, "round_id": round_id, "proven_bad_shares": names})
+        except StorageError as exc:
+            log.error("round %s: devices %s proven to have cheated, not recorded: %s", round_id, names, exc)
+            return
+        self._found = {round_id: set(names)}
+        log.warning("round %s: devices %s were shown to have cheated in a signed secure aggregation (recorded; "
+                    "their strikes count when the round ends)", round_id, names)
+
     def ended(self, doc: dict[str, Any]) -> None:
         """Round ``doc`` (its document with its final ``state``) has ended: a committed one is
         checkpointed (the commit point) before its end is recorded.  A disk that refuses is
         logged and retried at the next :meth:`opening`.  Each device of its ``proven_bad_shares``
-        has a strike (counted at once, whatever the disk does)."""
+        or of its :meth:`found` records has a strike (once; counted at once, whatever the disk
+        does)."""
         self.last = doc
-        for u in doc.get("proven_bad_shares", []):
+        for u in sorted(set(doc.get("proven_bad_shares", [])) | self._found.pop(doc["round_id"], set())):
             self.strikes[u] = self.strikes.get(u, 0) + 1
             log.warning("round %s: device %d was shown to have cheated in a signed secure aggregation (%d strike(s); "
                         "at %d it is refused until the operator clears the strikes)", doc["round_id"], u,

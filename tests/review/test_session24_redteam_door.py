@@ -67,8 +67,10 @@ reads of a round"):
   [0] (found lying)"): a finding every device read.  Fixed: a device's copy of the last round's
   document leaves out the reason as it leaves out the findings.
 
-Limit, pinned and documented (not fixed): a round open when the server stops strikes nobody (the
-restart aborts it; what its aggregations found so far was in memory only).
+Limit, pinned and documented here, fixed in session 25 (helper A): a round open when the server
+stops struck nobody (the restart aborted it; what its aggregations had found was in memory only).
+Its names are now journaled when a stage's close finds them, and the restart counts them
+(tests/server/test_s25_open_round_strikes.py).
 
 Not attacked here: whether a signed aggregation can name an honest device at all (helper E,
 tests/review/test_session24_redteam_commitments.py); a state directory reused by another
@@ -289,10 +291,10 @@ def test_f4_after_a_restart_a_devices_round_document_names_nobody(sfsl: Any, tmp
     assert after == live, after
 
 
-def test_a_round_open_at_a_restart_strikes_nobody(sfsl: Any, tmp_path: Path) -> None:
-    """A limit, pinned (docs/deployment.md): the PSU of round 1 named device 0 (a bad seed share
-    dealt), and the server stops before the round ends; the restart aborts the round, whose
-    findings were in memory only: no strike."""
+def test_a_round_open_at_a_restart_strikes_the_device_it_proved(sfsl: Any, tmp_path: Path) -> None:
+    """The limit pinned here in session 24, fixed in session 25: the PSU of round 1 named device 0
+    (a bad seed share dealt), and the server stops before the round ends; the restart aborts the
+    round and counts its journaled finding: one strike (before: none, the finding was in memory only)."""
     served = Served(sfsl, tmp_path)
     opened = served.http.open(1, [0, 1, 2])
     parties = {u: served.devices[u].party(opened) for u in opened["users"]}
@@ -306,7 +308,7 @@ def test_a_round_open_at_a_restart_strikes_nobody(sfsl: Any, tmp_path: Path) -> 
                 party.accept(stage, served.http.fetch(u, 1, stage))
     assert served.last()["proven_bad_shares"] == [0] and served.last()["state"] == "open"
     served.restart()
-    assert (served.last()["state"], served.strikes()["strikes"]) == ("aborted", {})
+    assert (served.last()["state"], served.strikes()["strikes"]) == ("aborted", {"0": 1})
 
 
 @pytest.mark.parametrize("clear_before_end", [True, False])
