@@ -14,6 +14,7 @@ unless a test injects ``_rng``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from secemb.errors import InvalidMessage, InvalidParameters
@@ -33,6 +34,53 @@ def _uniform(rng: RandomBytes) -> int:
         v = int.from_bytes(rng(SHARE_BYTES), "little") & ((1 << 257) - 1)
         if v < PRIME:
             return v
+
+
+@functools.cache
+def _inverse_factorials(size: int) -> tuple[int, ...]:
+    """``1 / k!`` in the field for ``k`` in ``[0, size]`` (one inversion; cached, so callers
+    round ``size`` up to a power of two)."""
+    fact = 1
+    for k in range(2, size + 1):
+        fact = fact * k % PRIME
+    inv = [0] * (size + 1)
+    inv[size] = pow(fact, -1, PRIME)
+    for k in range(size, 0, -1):
+        inv[k - 1] = inv[k] * k % PRIME
+    return tuple(inv)
+
+
+def _weights(xs: Sequence[int]) -> list[int]:
+    """The barycentric weights ``w_i = 1 / prod_{j != i} (x_i - x_j)`` of the distinct points ``xs``.
+
+    A round's points are client ids plus one, and a set of holders lacks few of them: where
+    ``N = max(xs) < 2 len(xs)``, the product over every other point of ``1 .. N`` is
+    ``(-1)^(N - x_i) (x_i - 1)! (N - x_i)!``, so ``w_i`` is the inverse of that (cached inverse
+    factorials) times ``prod_g (x_i - g)`` over the ``k = N - len(xs)`` gaps ``g`` of ``1 .. N``
+    not in ``xs`` (small integers): ``O(m k)`` products and no inversion for ``m`` points
+    (finding C2, session 24: one ``O(m^2)`` set of weights per holder set made many holder sets
+    cost ``O(n^3)``).  Other points: the products themselves, ``O(m^2)``, one inversion each."""
+    if not xs:
+        return []
+    top = max(xs)
+    if top < 2 * len(xs):
+        inv = _inverse_factorials(1 << top.bit_length())
+        gaps = sorted(set(range(1, top + 1)).difference(xs))
+        weights = []
+        for x in xs:
+            num = -1 if (top - x) & 1 else 1
+            for g in gaps:
+                num *= x - g
+            weights.append(num * inv[x - 1] % PRIME * inv[top - x] % PRIME)
+        return weights
+    weights = []
+    for i, xi in enumerate(xs):
+        den = 1
+        for j, xj in enumerate(xs):
+            if j != i:
+                den = den * (xi - xj) % PRIME
+        weights.append(pow(den, -1, PRIME))
+    return weights
 
 
 def _check_points(xs: Sequence[int]) -> None:
@@ -77,16 +125,22 @@ def split(
 
 def lagrange_at_zero(xs: Sequence[int]) -> list[int]:
     """The coefficients ``l_i`` with ``f(0) = sum_i l_i f(xs[i])`` for every polynomial of
-    degree below ``len(xs)``; compute once, use for every secret shared at the same points."""
+    degree below ``len(xs)``; compute once, use for every secret shared at the same points.
+
+    ``l_i = prod_{j != i} x_j / (x_j - x_i) = (-1)^(m-1) w_i prod_{j != i} x_j`` with the weights
+    ``w_i`` of :func:`_weights` (``m = len(xs)``); the products without ``x_i`` come from running
+    products from either end, so no point is inverted."""
     _check_points(xs)
-    coeffs = []
-    for i, xi in enumerate(xs):
-        num, den = 1, 1
-        for j, xj in enumerate(xs):
-            if j != i:
-                num = num * xj % PRIME
-                den = den * (xj - xi) % PRIME
-        coeffs.append(num * pow(den, -1, PRIME) % PRIME)
+    w = _weights(xs)
+    sign = 1 if len(xs) % 2 else -1
+    before, acc = [], 1
+    for x in xs:
+        before.append(acc)
+        acc = acc * x % PRIME
+    coeffs, after = [0] * len(xs), 1
+    for i in range(len(xs) - 1, -1, -1):
+        coeffs[i] = sign * w[i] * before[i] % PRIME * after % PRIME
+        after = after * xs[i] % PRIME
     return coeffs
 
 
@@ -118,11 +172,18 @@ class ShareCheck:
     ``w_i = 1 / prod_{j != i} (x_i - x_j)``: ``r f`` has degree below ``m - 1``, and
     ``sum_i w_i g(x_i)`` is the coefficient of ``x^(m-1)`` of the polynomial interpolating ``g``
     at the ``m`` points.  These vectors ``(w_i r(x_i))`` span the dual of the shares' code, so for
-    shares that do not lie on one such polynomial the sum vanishes for a fraction ``1/p`` of the
-    ``r`` only.  ``r``'s coefficients are drawn here, after the shares are fixed (from
+    shares that do not lie on one such polynomial ``L(r) = sum_i w_i r(x_i) y_i`` is a non-zero
+    linear form on the polynomials of degree below ``d = m - threshold``.  The check takes
+    ``r = (x - a)^(d-1)`` for a uniform field element ``a``: ``L(r) = sum_k C(d-1, k) (-a)^(d-1-k)
+    L(x^k)`` is then a non-zero polynomial in ``a`` of degree below ``d`` (some ``L(x^k)`` with
+    ``k < d`` is not 0, and no binomial coefficient below ``p`` vanishes), zero for at most
+    ``d - 1`` of the ``p`` values of ``a``: wrong shares pass with probability at most
+    ``(d - 1) / p``.  ``a`` is drawn here, after the shares are fixed (from
     :func:`secemb.randomness.system_rng` unless a test injects ``_rng``), so whoever chose the
-    shares cannot aim at it.  With ``m <= threshold`` there is nothing to check: every set of
-    shares lies on such a polynomial.
+    shares cannot aim at it.  The weights come from :func:`_weights` (``O(m k)`` for ``m`` of the
+    points ``1 .. N`` missing ``k``) and ``r(x_i)`` is one power each, so a check of a holder set
+    costs ``O(m (k + log m))``, not ``O(m^2)`` (finding C2, session 24).  With ``m <= threshold``
+    there is nothing to check: every set of shares lies on such a polynomial.
     """
 
     def __init__(self, xs: Sequence[int], threshold: int, *, _rng: RandomBytes | None = None) -> None:
@@ -134,23 +195,13 @@ class ShareCheck:
         self._coeffs: list[int] | None = None
         if m <= threshold:
             return
-        rng = system_rng if _rng is None else _rng
-        r = [_uniform(rng) for _ in range(m - threshold)]
-        coeffs = []
-        for i, xi in enumerate(xs):
-            den = 1
-            for j, xj in enumerate(xs):
-                if j != i:
-                    den = den * (xi - xj) % PRIME
-            acc = 0
-            for c in reversed(r):  # Horner: r(x_i)
-                acc = (acc * xi + c) % PRIME
-            coeffs.append(acc * pow(den, -1, PRIME) % PRIME)
-        self._coeffs = coeffs
+        a = _uniform(system_rng if _rng is None else _rng)
+        degree = m - threshold - 1
+        self._coeffs = [w * pow(x - a, degree, PRIME) % PRIME for w, x in zip(_weights(xs), xs, strict=True)]
 
     def consistent(self, shares: Sequence[int]) -> bool:
         """Whether ``shares`` (one per point, in order) lie on one polynomial of degree below the
-        threshold (up to the ``1/p`` chance above)."""
+        threshold (up to the ``(m - threshold - 1) / p`` chance above)."""
         if len(shares) != len(self.points):
             raise InvalidParameters(f"need one share per point ({len(self.points)}), got {len(shares)}")
         if self._coeffs is None:
