@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import cast
@@ -17,7 +17,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
-from secemb.fss.convert import convert, convert_accumulate
+from secemb.fss.convert import convert, convert_accumulate, convert_chunks
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
 from secemb.protocols.secemb.bounds import SIGMA_BYTES
 from secemb.protocols.secemb.checks import key_digests
@@ -38,8 +38,8 @@ from secemb.framing import HEADER_BYTES
 from secemb.protocols.wire import Opener, check_user, frame, little, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
-__all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_prg", "relay_prg_sum",
-           "relay_prgs", "upload_mac"]
+__all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_masks", "relay_prg",
+           "relay_prg_sum", "relay_prgs", "upload_mac"]
 
 #: the upload MAC's domain; HMAC-SHA256's tags (before session 22) had ``b"secemb-relay-upload"``,
 #: so neither MAC's tag verifies as the other's
@@ -64,6 +64,25 @@ def relay_prgs(seeds: Sequence[bytes], shape: tuple[int, ...], dtype: np.dtype) 
     """:func:`relay_prg` of each seed, expanded as one batch: ring (len(seeds), *shape)."""
     ring_bits = 8 * np.dtype(dtype).itemsize
     return convert(_seed_words(seeds), math.prod(shape), ring_bits, RELAY_TAG).reshape(len(seeds), *shape)
+
+
+def relay_masks(seeds: Sequence[bytes], shape: tuple[int, ...], dtype: np.dtype) -> Iterator[np.ndarray]:
+    """:func:`relay_prg` of each seed in order, expanded in chunks of seeds as they are taken
+    (:func:`~secemb.fss.convert.convert_chunks`): each ring ``shape`` array is a read-only view of
+    this thread's scratch buffer, valid only until the next one is taken -- add it in or copy it
+    first.  A batch's masks consumed as they are made: none held whole, none copied into an array
+    of them (what :func:`relay_prgs` returns).
+
+    Raises
+    ------
+    InvalidParameters: a seed is not 16 bytes (when the first mask is taken, before any is made).
+    """
+    words = _seed_words(seeds)
+    for _, _, vals in convert_chunks(words, math.prod(shape), 8 * np.dtype(dtype).itemsize, RELAY_TAG):
+        for row in vals:
+            mask = row.reshape(shape)
+            mask.flags.writeable = False
+            yield mask
 
 
 def relay_prg_sum(seeds: Sequence[bytes], size: int, dtype: np.dtype) -> np.ndarray:
@@ -398,9 +417,12 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             shape = (cfg.slots, cfg.width + tag_words(cfg))
 
             def masked(batch: list[tuple[np.ndarray, bytes]]) -> list[bytes]:
-                """The relay answers of a range of users: their shares plus their masks."""
-                masks = relay_prgs([seed for _, seed in batch], shape, cfg.dtype)
-                return [frame(NAME, "relay_answer", 1, cfg.round_id, little(np.add(answers, mask, out=mask)))
+                """The relay answers of a range of users: their shares plus their masks, each mask
+                added into the shares (no longer needed; a copy where they are read-only) as it is
+                made (:func:`relay_masks`), then framed."""
+                masks = relay_masks([seed for _, seed in batch], shape, cfg.dtype)
+                return [frame(NAME, "relay_answer", 1, cfg.round_id,
+                              little(np.add(answers, mask, out=answers if answers.flags.writeable else None)))
                         for (answers, _), mask in zip(batch, masks, strict=True)]
 
             replies = self._chunked(masked, [(a, d.mask_seed) for a, d in zip(committed, directs, strict=True)])
