@@ -220,12 +220,13 @@ def _timed(rnd: Round, edit: Callable[[int, bytes], bytes] | None) -> float:
 @pytest.mark.slow
 def test_c2_fixed_seven_omitters_of_100_clients_cost_little_more_than_an_honest_round() -> None:
     """C2 at scale: a signed round of 100 clients, threshold 51, seven omitting seeds in different
-    patterns (95 holder sets).  Before the fix ``result()`` took about 10 times an honest round's
-    (0.30 s against 0.03 s in session 24; 0.90-1.47 s in session 25 under load); after it
-    0.14-0.25 s, about 1-4 times (docs/secagg.md, C2).  Timed alternating with the honest round on
-    copies of one server, the least of three each; the bound is loose for a loaded machine: under
-    6 times.  (An unsigned round's honest ``result()`` is too cheap for a ratio: 0.75-1.56 s
-    before, 0.11-0.14 s after, against 0.01-0.02 s honest.)"""
+    patterns (95 holder sets).  Before the fix ``result()`` took 10-25 times an honest round's
+    (0.30 s against 0.03 s in session 24; 0.90-1.10 s against 0.040-0.067 s in session 25, under
+    load); after it about 4 times (0.14-0.16 s against 0.024-0.041 s; docs/secagg.md, C2).  Timed
+    alternating with the honest round on copies of one server, the least of three each; the
+    bound is loose for a loaded machine: under 8 times.  (An unsigned round's honest ``result()``
+    is too cheap for a ratio: the C2 plan took 0.75-0.81 s before, 0.11 s after, an honest round
+    0.016-0.026 s.)"""
     cfg = SecAggConfig(length=6, threshold=51, width=2, round_id=25, signed=True)
     rnd = drawn(cfg, 100, 25)
     rnd.play(until="unmask")
@@ -234,4 +235,4 @@ def test_c2_fixed_seven_omitters_of_100_clients_cost_little_more_than_an_honest_
     for _ in range(3):
         honest.append(_timed(rnd, None))
         attacked.append(_timed(rnd, edit))
-    assert min(attacked) < 6 * min(honest), (attacked, honest)
+    assert min(attacked) < 8 * min(honest), (attacked, honest)
