@@ -222,7 +222,7 @@ def test_c2_fixed_seven_omitters_of_100_clients_cost_little_more_than_an_honest_
     """C2 at scale: a signed round of 100 clients, threshold 51, seven omitting seeds in different
     patterns (95 holder sets).  Before the fix ``result()`` took 10-25 times an honest round's
     (0.30 s against 0.03 s in session 24; 0.90-1.10 s against 0.040-0.067 s in session 25, under
-    load); after it about 4 times (0.14-0.16 s against 0.024-0.041 s; docs/secagg.md, C2).  Timed
+    load); after it 3-4 times (0.14-0.16 s against 0.024-0.041 s; docs/secagg.md, C2).  Timed
     alternating with the honest round on copies of one server, the least of three each; the
     bound is loose for a loaded machine: under 8 times.  (An unsigned round's honest ``result()``
     is too cheap for a ratio: the C2 plan took 0.75-0.81 s before, 0.11 s after, an honest round
