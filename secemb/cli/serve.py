@@ -7,9 +7,10 @@ with ``secemb train`` (``--backend``, ``--workers``, the ``[protocol]`` and ``[t
 from :class:`~secemb.options.RunOptions` (:func:`secemb.server.config.load_config`).
 
 Exit codes: 0 after a clean shutdown (Ctrl-C / SIGTERM); 2 bad usage (missing or invalid
-configuration, a state directory that belongs to another configuration, a port in use -- the
-last checked before any state is read; for one server: an option it has no use for, its
-protocol's data missing, a state in DIR/state that cannot be restored).
+configuration, a state directory that belongs to another configuration or that another server
+holds (:func:`secemb.server.persist.hold_state_dir`), a port in use -- the last checked before
+any state is read; for one server: an option it has no use for, its protocol's data missing, a
+state in DIR/state that cannot be restored).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def register(app: typer.Typer) -> None:
         from secemb.server import load_config
         from secemb.server import serve as run
         from secemb.server.exchange_deploy import exchange_config_path
-        from secemb.server.persist import CorruptState, StorageError
+        from secemb.server.persist import CorruptState, StateInUse, StorageError
 
         console = Console(stderr=True)
         if config is not None and exchange_config_path(config) is not None:
@@ -97,7 +98,7 @@ def register(app: typer.Typer) -> None:
         _announce_bounds(cfg.payload_bounds())
         try:
             run(cfg, log_level=log_level)
-        except (CorruptState, StorageError, InvalidParameters) as exc:  # InvalidParameters: e.g. a port in use
+        except (CorruptState, StateInUse, StorageError, InvalidParameters) as exc:  # InvalidParameters: a busy port
             fail(exc)
 
 
@@ -115,11 +116,11 @@ def _serve_exchange(console: Any, config: Path, host: str | None, port: int | No
     from secemb.data import DataFormatError, DatasetNotFoundError
     from secemb.errors import InvalidParameters
     from secemb.server.exchange_deploy import ExchangeDeployment, serve_exchange
-    from secemb.server.persist import CorruptState, StorageError
+    from secemb.server.persist import CorruptState, StateInUse, StorageError
 
     try:
         dep = ExchangeDeployment.load(config)
         serve_exchange(dep, host=host, port=port, data_dir=data_dir, log_level=log_level,
                        announce=lambda line: console.print(line, markup=False))
-    except (InvalidParameters, DatasetNotFoundError, DataFormatError, CorruptState, StorageError) as exc:
+    except (InvalidParameters, DatasetNotFoundError, DataFormatError, CorruptState, StateInUse, StorageError) as exc:
         fail(exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from secemb.server.config import ServerConfig, load_config
 from secemb.server.node import make_node
+from secemb.server.persist import hold_state_dir
 
 __all__ = ["ServerConfig", "load_config", "serve"]
 
@@ -19,10 +20,14 @@ def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
     """Run server ``cfg.party`` until interrupted (blocks): over TLS, or plain HTTP on
     loopback with ``insecure_http``.
 
+    The server holds ``cfg.state_dir`` while it runs (:func:`~secemb.server.persist.hold_state_dir`,
+    taken once the address is bound, before the state is read).
+
     Raises
     ------
     InvalidParameters: TLS files missing, a plain ``http://`` peer URL with TLS, or the listening
     address cannot be bound (a port in use: checked before any state is read or written).
+    secemb.server.persist.StateInUse: another server holds the state directory.
     """
     import logging
 
@@ -34,11 +39,12 @@ def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
     try:
         logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
                             format=f"%(asctime)s server{cfg.party} %(levelname)s %(message)s")
-        node = make_node(cfg)
-        app = create_app(node)
-        try:
-            listener.run(app, cfg, log_level=log_level, sock=sock)
-        finally:
-            node.stop()
+        with hold_state_dir(cfg.state_dir):
+            node = make_node(cfg)
+            app = create_app(node)
+            try:
+                listener.run(app, cfg, log_level=log_level, sock=sock)
+            finally:
+                node.stop()
     finally:
         sock.close()

@@ -38,6 +38,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from secemb.protocols import get_protocol
 from secemb.protocols.exchange import ExchangeProtocol, ExchangeRun, RosterPinnedNode
 from secemb.secagg.identity import Identity, Roster, RosterPin
 from secemb.server.exchange_state import ExchangeState, fingerprint
+from secemb.server.persist import hold_state_dir
 from secemb.server.auth import Verifier
 from secemb.server.config import ServerConfig
 from secemb.server.tls import TlsFiles, client_context, init_pki, server_context_kwargs, write_private
@@ -392,7 +394,9 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     (:class:`~secemb.server.exchange_state.ExchangeState`).  ``announce`` gets one line (where it
     listens, the state and its last round) once everything is checked, before it listens.  A node
     that checks signed messages (:class:`~secemb.protocols.exchange.RosterPinnedNode`) is given
-    the configuration's roster pin before its state is restored.
+    the configuration's roster pin before its state is restored.  The server holds the state
+    directory while it runs (:func:`~secemb.server.persist.hold_state_dir`, taken once the address
+    is bound, before the protocol's data is loaded).
 
     Raises
     ------
@@ -402,6 +406,7 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     secemb.data.DatasetNotFoundError: the dataset's files missing.
     secemb.server.persist.CorruptState: a state that cannot be restored (nothing written);
     secemb.server.persist.StorageError: the disk refused to record a round aborted at the restart.
+    secemb.server.persist.StateInUse: another server holds the state directory (nothing read there).
     """
     import uvicorn
 
@@ -410,26 +415,30 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
 
     host = str(dep.doc["host"]) if host is None else host
     port = int(dep.doc["port"]) if port is None else port
-    sock = bind(host, port)  # a port in use fails here, before the protocol's data is loaded
-    try:
-        server = dep.protocol(data_dir).make_server()
-        if isinstance(server.node, RosterPinnedNode):
-            server.node.pin = _pin_of(dep)
-        state = ExchangeState(dep.state_dir, fingerprint(dep.doc), server)
-        defaults = {n: ServerConfig.model_fields[n].default for n in ("read_timeout_s", "max_connections",
-                                                                       "max_body_reads")}
-        verifier = Verifier(0, secrets.token_bytes(32), dep.admin_secret, dep.user_secret, server.num_users)
-        app = create_exchange_app(server.node, verifier, max_body_bytes=server.max_body_bytes, model=server.model,
-                                  read_timeout_s=defaults["read_timeout_s"], max_body_reads=defaults["max_body_reads"],
-                                  stage_deadline_s=float(dep.doc["stage_deadline_s"]), state=state)
-        tls = dep.tls
-        config = guarded_config(app, host, port, read_timeout_s=defaults["read_timeout_s"],
-                                max_connections=defaults["max_connections"],
-                                tls=server_context_kwargs(tls.ca, tls.cert(0), tls.key(0)), log_level=log_level)
-    finally:
-        sock.close()
-    if announce is not None:
-        last = "no round yet" if state.last is None else f"last round {state.last['round_id']} {state.last['state']}"
-        announce(f"secemb server (one server, {dep.doc['protocol']}) on https://{host}:{port} | no peer | "
-                 f"state {dep.state_dir} ({last})")
-    uvicorn.Server(config).run()
+    sock = bind(host, port)  # a port in use fails here, before the state directory is taken
+    with ExitStack() as held:  # the state directory, for the life of the server
+        try:
+            held.enter_context(hold_state_dir(dep.state_dir))
+            server = dep.protocol(data_dir).make_server()
+            if isinstance(server.node, RosterPinnedNode):
+                server.node.pin = _pin_of(dep)
+            state = ExchangeState(dep.state_dir, fingerprint(dep.doc), server)
+            defaults = {n: ServerConfig.model_fields[n].default for n in ("read_timeout_s", "max_connections",
+                                                                           "max_body_reads")}
+            verifier = Verifier(0, secrets.token_bytes(32), dep.admin_secret, dep.user_secret, server.num_users)
+            app = create_exchange_app(server.node, verifier, max_body_bytes=server.max_body_bytes, model=server.model,
+                                      read_timeout_s=defaults["read_timeout_s"],
+                                      max_body_reads=defaults["max_body_reads"],
+                                      stage_deadline_s=float(dep.doc["stage_deadline_s"]), state=state)
+            tls = dep.tls
+            config = guarded_config(app, host, port, read_timeout_s=defaults["read_timeout_s"],
+                                    max_connections=defaults["max_connections"],
+                                    tls=server_context_kwargs(tls.ca, tls.cert(0), tls.key(0)), log_level=log_level)
+        finally:
+            sock.close()
+        if announce is not None:
+            last = ("no round yet" if state.last is None
+                    else f"last round {state.last['round_id']} {state.last['state']}")
+            announce(f"secemb server (one server, {dep.doc['protocol']}) on https://{host}:{port} | no peer | "
+                     f"state {dep.state_dir} ({last})")
+        uvicorn.Server(config).run()

@@ -24,15 +24,27 @@ Write failures (disk full, read-only file system, I/O error) raise :class:`Stora
 nothing changed: a failed checkpoint write removes its temporary file, a failed append leaves
 the journal as it was.  Stale temporary files of a process that died while writing are removed
 by :func:`remove_stale_temporaries` when a store opens.
+
+One server a state directory (session 25)
+    ``secemb serve`` holds the state directory for its life (:func:`hold_state_dir`: an
+    exclusive, non-blocking ``flock`` on the directory itself, so that taking it writes
+    nothing): a second server started on it is refused (:class:`StateInUse`) before it reads
+    or writes anything there, instead of interleaving its journal records with the first's.
+    The kernel releases the lock when the process ends, however it ends (``kill -9``
+    included), so a lock never outlives its server.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
+import logging
 import os
 import threading
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +55,16 @@ from secemb.outputs import TEMP_MARK, atomic_write_bytes, write_all
 from secemb.packing import MalformedPack, arrays_bytes, arrays_from_bytes, meta_bytes, meta_from_bytes
 
 __all__ = [
-    "CorruptState", "Journal", "StorageError", "atomic_write", "load_checkpoint", "remove_stale_temporaries",
-    "save_checkpoint",
+    "CorruptState", "Journal", "StateInUse", "StorageError", "atomic_write", "hold_state_dir", "load_checkpoint",
+    "remove_stale_temporaries", "save_checkpoint",
 ]
 
 _META = "__meta__"
+#: what ``flock`` answers on a file system that cannot lock a directory (e.g. some network file
+#: systems): :func:`hold_state_dir` warns and goes on unlocked
+_NO_FLOCK = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.EBADF, errno.EINVAL})
+
+log = logging.getLogger(__name__)
 
 
 class CorruptState(SecembError):
@@ -58,6 +75,10 @@ class StorageError(SecembError):
     """The disk refused a write (full, read-only, I/O error); the state on disk is unchanged.
 
     A server answers it with 503: the request may be retried once the operator freed space."""
+
+
+class StateInUse(SecembError):
+    """Another live process holds the state directory (:func:`hold_state_dir`)."""
 
 
 def _storage_error(what: str, path: Path, exc: OSError) -> StorageError:
@@ -235,3 +256,87 @@ class Journal:
                 os.close(fd)
             self._size += len(line)
             self._records.append(record)
+
+
+#: the descriptors of the state directories this process holds (:func:`hold_state_dir`); a child
+#: forked while one is held closes its copies at once (:func:`_forget_held_in_child`)
+_HELD: set[int] = set()
+
+
+def _forget_held_in_child() -> None:
+    """In a process just forked (e.g. a :class:`~concurrent.futures.ProcessPoolExecutor` worker of
+    the server's backend): close the copies of the held directories' descriptors, so that a
+    worker outliving a killed server does not keep its state directory locked (an ``flock``
+    lasts while any copy of the descriptor is open; the parent's lock is untouched)."""
+    for fd in _HELD:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_held_in_child)
+
+
+def _holder(st: os.stat_result) -> int | None:
+    """The pid of the process holding an ``flock`` on the file of ``st``, as Linux's
+    ``/proc/locks`` lists it (``1: FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF``);
+    ``None`` where there is no such list or it names none."""
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if "FLOCK" in parts and "->" not in parts and want in parts:  # "->": a waiter, not the holder
+            pid = parts[parts.index(want) - 1]
+            if pid.isdigit():
+                return int(pid)
+    return None
+
+
+@contextmanager
+def hold_state_dir(directory: str | os.PathLike) -> Iterator[Path]:
+    """Hold the state directory ``directory`` (created 0700 if missing) for this process while
+    the block runs: an exclusive, non-blocking ``flock`` on the directory itself (nothing is
+    written in it), released when the block ends -- or by the kernel when the process dies,
+    ``kill -9`` included.  Two holds of one directory exclude each other in one process too.
+    On a file system that cannot lock a directory (``flock`` answers one of :data:`_NO_FLOCK`) it
+    logs a warning and holds nothing.  Yields the directory.
+
+    Raises
+    ------
+    StateInUse
+        Another process (or another hold in this one) holds it; the message names the holder's
+        pid where the system lists it (Linux: ``/proc/locks``).
+    StorageError
+        The directory cannot be created or opened, or ``flock`` failed otherwise.
+    """
+    path = Path(directory)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise _storage_error("state directory", path, exc) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # EWOULDBLOCK: held
+        holder = _holder(os.fstat(fd))
+        os.close(fd)
+        who = "another server" + ("" if holder is None else f" (pid {holder})")
+        raise StateInUse(f"state directory {path} is in use by {who}: stop it first, or give this server "
+                         "its own state directory") from None
+    except OSError as exc:
+        if exc.errno not in _NO_FLOCK:
+            os.close(fd)
+            raise _storage_error("state directory", path, exc) from None
+        log.warning("state directory %s cannot be locked on its file system (%s): a second server started on "
+                    "it would not be refused", path, exc.strerror or exc)
+    _HELD.add(fd)
+    try:
+        yield path
+    finally:
+        _HELD.discard(fd)
+        os.close(fd)
