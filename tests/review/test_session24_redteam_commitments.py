@@ -41,11 +41,13 @@ Findings:
   leave-one-out opening is ``A - B / x_i`` (``A = sum l_j y_j``, ``B = sum l_j x_j y_j``), one
   inversion per subset tried (``test_c1_*``): 2.9-3.1 s -> 0.52-0.54 s at 100 clients (honest
   0.05-0.06 s; alternating in one process, under load 4.4-5.4).
-* C2 (``result()`` cost, open; the same in unsigned rounds) -- each distinct holder set costs one
-  share check (``O(m^2)`` for ``m`` holders), and colluders omitting seeds in different patterns
-  make up to one set per secret: seven omitters among 100 clients (100 sets) take ``result()`` to
+* C2 (``result()`` cost; the same in unsigned rounds; fixed in session 25, helper B) -- each
+  distinct holder set costs one share check, and colluders omitting seeds in different patterns
+  make up to one set per secret: seven omitters among 100 clients (100 sets) took ``result()`` to
   0.30 s signed / 0.37 s unsigned against 0.03 / 0.01 s honest (under load 3.7-4.3), ``O(n^3)``
-  as rounds grow (``test_c2_*`` pins one check per set; the fix sketched in docs/secagg.md).
+  as rounds grew, while a check cost ``O(m^2)`` for ``m`` holders.  A check now costs
+  ``O(m (k + log m))`` for a set missing ``k`` of the points (``shamir._weights``;
+  tests/secagg/test_s25_share_check.py); ``test_c2_*`` still pins one check per holder set.
 * The commitments and what the server opens (argued, docs/secagg.md): each share is a fresh
   uniform field element; with ``t - 1`` colluders the other shares are fixed by the secret, so
   testing a commitment is testing a guess of ``b`` (2^128, as the seed commitment allows) or of
@@ -428,12 +430,13 @@ def test_held_sfsl_a_malformed_shares_message_is_refused_at_the_node_and_nothing
     assert node.outcome(1)["bad_shares"] == []
 
 
-# ------------------------------------------------------------------ C2: many holder sets (open, measured)
+# ------------------------------------------------------------------ C2: many holder sets (fixed in session 25)
 
-def test_c2_open_each_holder_set_costs_one_share_check_and_shares_its_coefficients() -> None:
-    """C2 (open; docs/secagg.md): twelve clients, threshold 7; clients 9, 10 and 11 leave seeds out
+def test_c2_each_holder_set_costs_one_share_check_and_shares_its_coefficients() -> None:
+    """C2 (docs/secagg.md): twelve clients, threshold 7; clients 9, 10 and 11 leave seeds out
     of their unmask messages in every pattern (eight holder sets).  A signed round's ``result()``
-    builds one share check per holder set (``O(m^2)`` each: what makes many sets cost ``O(n^3)``)
+    builds one share check per holder set (``O(m (k + log m))`` each since session 25; ``O(m^2)``
+    before, what made many sets cost ``O(n^3)``)
     and one set of Lagrange coefficients per distinct first seven holders (here one: the omitters
     are the last three); nothing more, the sum numpy's, nobody named."""
     def omit(u: int, msg: bytes) -> bytes:
