@@ -47,6 +47,7 @@ from secemb.protocols.backends import Backend, ThreadBackend
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbRelayServer, SecEmbServer
 from secemb.server.verify import rejected
+from secemb.sim.allocator import keeping_round_heap
 
 __all__ = ["SIZES", "measure"]
 
@@ -172,6 +173,7 @@ def measure(users: int, repeats: int, seed: int = 0, size: str = "ml100k",
     hold ``"roles"``: the median seconds a round of each server's role call (module docstring)."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+    keeping_round_heap()  # as a server process does (secemb serve)
     backend = None if workers is None else ThreadBackend(workers)
     try:
         return _measure(users, repeats, seed, size, layouts, bound, backend, roles)

@@ -72,6 +72,9 @@ def register(app: typer.Typer) -> None:
         from secemb.server.exchange_deploy import exchange_config_path
         from secemb.server.persist import CorruptState, StateInUse, StorageError
 
+        from secemb.sim.allocator import keeping_round_heap
+
+        keeping_round_heap()  # each round reuses the heap pages the last one freed (docs/results.md, "Session 25")
         console = Console(stderr=True)
         if config is not None and exchange_config_path(config) is not None:
             if (party is not None or peer_url is not None or state_dir is not None or insecure_http

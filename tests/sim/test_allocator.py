@@ -93,3 +93,30 @@ def test_on_glibc_freed_buffers_are_reused_and_handed_back_on_leaving() -> None:
     failed once there after a few hundred tests."""
     res = subprocess.run([sys.executable, "-c", _REAL_HEAP], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
+_ROUNDS = """
+import resource, sys
+import numpy as np
+if sys.argv[1] == "keep":
+    from secemb.sim.allocator import keeping_round_heap
+    assert keeping_round_heap()
+faults = []
+for _ in range(4):  # a round's many small buffers (below the mmap threshold), written, then freed
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    bufs = [np.ones(150_000, np.uint8) for _ in range(60)]
+    del bufs
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(faults[1:])
+"""
+
+
+@pytest.mark.skipif(allocator._glibc() is None, reason="glibc's allocator only")
+def test_a_server_keeps_its_heap_between_rounds() -> None:
+    # glibc trims the heap's free top after each round, so the next faults the same pages in again
+    def later_rounds(how: str) -> list[int]:
+        out = subprocess.run([sys.executable, "-c", _ROUNDS, how], capture_output=True, text=True, check=True)
+        return [int(v) for v in out.stdout.strip("[]\n").split(",")]
+
+    assert min(later_rounds("default")) > 1_000  # ~2,200 pages: 9 MB faulted in a round
+    assert max(later_rounds("keep")) < 100
