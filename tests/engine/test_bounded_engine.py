@@ -123,7 +123,7 @@ def test_secemb_train_reports_the_rejected_attackers(tmp_path: Path) -> None:
     ``rejected_devices`` names devices 0 and 1 in the rounds they took part in (each user takes
     part once per epoch: once each here), and none is ever included."""
     out = tmp_path / "run.json"
-    res = CliRunner().invoke(app, ["train", "--dataset", "synthetic", "--epochs", "1", "--users-per-round", "20",
+    res = CliRunner().invoke(app, ["train", "--dataset", "synthetic-mini", "--epochs", "1", "--users-per-round", "20",
                                    "--m-prime", "8", "--dim", "4", "-q", "--bound", "--adversary",
                                    "oversized-payload", "--adversaries", "2", "--json-out", str(out)])
     assert res.exit_code == 0, res.output
