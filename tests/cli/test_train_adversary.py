@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from secemb.cli import app
 
-SMALL = ["--dataset", "synthetic", "--epochs", "1", "--users-per-round", "20", "--m-prime", "8", "--dim", "4",
+SMALL = ["--dataset", "synthetic-mini", "--epochs", "1", "--users-per-round", "20", "--m-prime", "8", "--dim", "4",
          "-q"]
 
 
