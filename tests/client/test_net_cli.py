@@ -33,8 +33,8 @@ runner = CliRunner()
 
 
 def test_demo_network_json_equals_train_json(tmp_path):
-    opts = ["--protocol", "plaintext", "--dim", "2", "--m-prime", "10", "--users-per-round", "500", "--epochs", "1",
-            "--quiet"]
+    opts = ["--dataset", "synthetic-mini", "--protocol", "plaintext", "--dim", "2", "--m-prime", "10",
+            "--users-per-round", "50", "--epochs", "1", "--quiet"]
     r1 = runner.invoke(app, ["train", *opts, "--json-out", str(tmp_path / "inproc.json")])
     assert r1.exit_code == 0, r1.output
     r2 = runner.invoke(app, ["demo", "--network", "--reproducible", *opts, "--concurrency", "16", "--json-out",
