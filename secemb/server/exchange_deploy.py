@@ -408,10 +408,8 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     secemb.server.persist.StorageError: the disk refused to record a round aborted at the restart.
     secemb.server.persist.StateInUse: another server holds the state directory (nothing read there).
     """
-    import uvicorn
-
     from secemb.server.exchange_app import create_exchange_app
-    from secemb.server.listener import bind, guarded_config
+    from secemb.server.listener import bind, guarded_config, serve_until_stopped
 
     host = str(dep.doc["host"]) if host is None else host
     port = int(dep.doc["port"]) if port is None else port
@@ -441,4 +439,4 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
                     else f"last round {state.last['round_id']} {state.last['state']}")
             announce(f"secemb server (one server, {dep.doc['protocol']}) on https://{host}:{port} | no peer | "
                      f"state {dep.state_dir} ({last})")
-        uvicorn.Server(config).run()
+        serve_until_stopped(config)

@@ -31,7 +31,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from secemb.errors import InvalidParameters
 from secemb.server.tls import PEER_CN_SCOPE_KEY, client_cert_cn, server_context_kwargs
 
-__all__ = ["GuardedH11Protocol", "guarded_config", "run"]
+__all__ = ["GuardedH11Protocol", "guarded_config", "run", "serve_until_stopped"]
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -163,15 +163,21 @@ def run(app: Any, cfg: Any, *, log_level: str, sock: socket.socket | None = None
     many 503s as one it bound itself -- ``tests/server/test_net_flood.py``, finding 4 -- so the early
     bind only proves the port free; a process that takes the port in the instant between is
     uvicorn's startup failure, exit 3)."""
-    import uvicorn
-
     tls = {} if cfg.insecure_http else server_context_kwargs(cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
     config = guarded_config(app, cfg.host, cfg.port, read_timeout_s=cfg.read_timeout_s,
                             max_connections=cfg.max_connections, tls=tls, log_level=log_level)
     if sock is not None:
         sock.close()
-    # uvicorn shuts down gracefully on SIGINT / SIGTERM, then raises the signal again under the handler
-    # it found: with Python's (KeyboardInterrupt, or death by SIGTERM) a clean shutdown would not exit 0
+    serve_until_stopped(config)
+
+
+def serve_until_stopped(config: Any) -> None:
+    """Run uvicorn's server of ``config`` (a loaded ``uvicorn.Config``) until SIGINT or SIGTERM,
+    then return once it has shut down gracefully (``secemb serve`` exits 0).  uvicorn raises the
+    signal again under the handler it found: with Python's (``KeyboardInterrupt``, or death by
+    SIGTERM) a clean shutdown would not exit 0, so :func:`_shut_down` stands in meanwhile."""
+    import uvicorn
+
     stopping = {sig: signal.signal(sig, _shut_down) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         uvicorn.Server(config).run()
