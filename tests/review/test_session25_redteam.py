@@ -49,7 +49,10 @@ Held (each test fails had the defence been missing):
 * a committed round's finding journaled before a stop between its checkpoint and its end record
   is one strike at the restart and the next;
 * holds of one directory raced from 8 threads: one wins; a symlink's target and the symlink are
-  one directory to the lock.
+  one directory to the lock; a ``state_dir`` naming a file (or a path below one) is a
+  ``StorageError``, nothing made.
+
+Figures, repro scripts and the proposed fixes' prototypes: /work/notes/s25/F/findings.md.
 """
 
 # ruff: noqa: F811  (the fixture sfsl is imported from the session 24 test, then requested)
@@ -463,6 +466,17 @@ def test_a_symlink_and_its_target_are_one_directory_to_the_lock(tmp_path: Path) 
             with pytest.raises(StateInUse):
                 with hold_state_dir(other):
                     pytest.fail(f"{other} held twice")
+
+
+def test_a_state_dir_that_is_a_file_or_under_one_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A ``state_dir`` naming a file (or a path below one): ``StorageError`` (``secemb serve`` exits
+    2 with it), the file unchanged, nothing made."""
+    (tmp_path / "file").write_bytes(b"x")
+    for path in (tmp_path / "file", tmp_path / "file" / "state"):
+        with pytest.raises(StorageError, match="state directory"):
+            with hold_state_dir(path):
+                pytest.fail(f"{path} held")
+    assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_bytes() == b"x"
 
 
 @pytest.mark.xfail(strict=True, reason="F2: the lock holds the directory's inode, the state writes by path: a "
