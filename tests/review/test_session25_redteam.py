@@ -51,8 +51,6 @@ Held (each test fails had the defence been missing):
 * holds of one directory raced from 8 threads: one wins; a symlink's target and the symlink are
   one directory to the lock; a ``state_dir`` naming a file (or a path below one) is a
   ``StorageError``, nothing made.
-
-Figures, repro scripts and the proposed fixes' prototypes: /work/notes/s25/F/findings.md.
 """
 
 # ruff: noqa: F811  (the fixture sfsl is imported from the session 24 test, then requested)
@@ -519,7 +517,7 @@ def test_f4_a_state_directory_other_users_can_open_is_refused_or_made_private(tm
     """A state directory made 0755 beforehand (``mkdir`` under umask 022, a two-server
     ``state_dir`` the operator made): any local user can open it and ``flock`` it before the server
     starts, which then refuses to start ("in use by another server (pid N)"; seen as root with a
-    child at uid 65534, /work/notes/s25/F).  A hold should refuse it, or leave it 0700."""
+    child at uid 65534 holding it).  A hold should refuse it, or leave it 0700."""
     path = tmp_path / "state"
     path.mkdir()
     os.chmod(path, 0o755)
