@@ -33,8 +33,9 @@ Findings (strict xfails; the owners fix them):
 * F4 (low, a local denial of start) -- ``hold_state_dir`` creates a missing directory 0700 but
   takes an existing one as it is: another local user who can open a 0755 state directory can
   ``flock`` it first, and the server refuses to start ("in use by another server (pid N)").
-  Proposed fix: refuse (or make private) a state directory that group or others can open, as the
-  deployment's own directories are made 0700.
+  Proposed fix: refuse a state directory that group or others can open (the deployment's own
+  directories are made 0700); making it private at the hold narrows this, but does not undo a
+  lock taken before.
 
 Held (each test fails had the defence been missing):
 
