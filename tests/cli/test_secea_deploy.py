@@ -14,7 +14,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from cli_helpers import ENV, SECEMB, admin, init_one_server, kill, serve, start_clients, stop
+from cli_helpers import admin, init_one_server, kill, serve, start_clients, stop
+from typer.testing import CliRunner
+
+from secemb.cli import app
 
 
 def _wait_state(root: Path, round_id: int, timeout: float = 400.0) -> dict:
@@ -68,7 +71,8 @@ def test_serve_and_three_silos_run_the_set_up_and_a_round_by_hand(tmp_path: Path
 
 def _refused_state(root: Path, tmp_path: Path) -> None:
     """``secemb client`` with silo 0's state file beside silo 1's credentials, then with its own
-    file altered: exit 2, one JSON line naming the refusal, the file unchanged."""
+    file altered: exit 2, one JSON line naming the refusal, the file unchanged (in process: the
+    refusal comes before any connection; the silos above are the real processes)."""
     swap = tmp_path / "swap"
     swap.mkdir()
     shutil.copy(root / "devices" / "device-1.json", swap / "device-1.json")
@@ -80,8 +84,8 @@ def _refused_state(root: Path, tmp_path: Path) -> None:
     for creds, state, reason in ((swap / "device-1.json", swap / "device-1.state", "device differs"),
                                  (root / "devices" / "device-1.json", own, "authentication tag")):
         before = state.read_bytes()
-        res = subprocess.run([*SECEMB, "client", "--user", "1", "--credentials", str(creds), "--rounds", "1",
-                              "--wait", "5"], capture_output=True, env=ENV, timeout=300)
-        assert res.returncode == 2, res
-        assert reason in json.loads(res.stdout.decode().strip())["error"] and b"Traceback" not in res.stderr
+        res = CliRunner().invoke(app, ["client", "--user", "1", "--credentials", str(creds), "--rounds", "1",
+                                       "--wait", "5"])
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (res.output, res.exception)
+        assert reason in json.loads(res.stdout.strip())["error"] and "Traceback" not in res.stderr
         assert state.read_bytes() == before
