@@ -150,17 +150,15 @@ def test_client_command_runs_one_device_through_a_round_opened_by_secemb_admin(t
         assert admin.get_json(f"/v1/rounds/{rid}/status")["included"] == [7, 9]
         with np.load(state) as z:
             assert z["params"].shape == (5,) and int(z["t"]) == 1
-        # no round for this device: it gives up after --wait with exit code 1
-        proc = subprocess.run(
-            [sys.executable, "-c", "from secemb.cli import main; main()", "client", "--user", "8", "--credentials",
-             str(creds[8]), "--wait", "0.5"], capture_output=True, text=True, timeout=120, cwd=ROOT,
-        )
-        assert proc.returncode == 1 and "no open round" in proc.stdout
+        # no round for this device: it gives up after --wait with exit code 1 (in process from here on:
+        # the devices above are the real processes)
+        res = runner.invoke(app, ["client", "--user", "8", "--credentials", str(creds[8]), "--wait", "0.5"])
+        assert res.exit_code == 1 and isinstance(res.exception, SystemExit) and "no open round" in res.stdout
         # another device's file is refused (exit 2), and so is a missing one
         for args in (["--user", "8", "--credentials", str(creds[7])], ["--user", "8", "--credentials", "/nonexistent"]):
-            proc = subprocess.run([sys.executable, "-c", "from secemb.cli import main; main()", "client", *args],
-                                  capture_output=True, text=True, timeout=120, cwd=ROOT)
-            assert proc.returncode == 2 and "bad usage" in proc.stdout, proc.stdout + proc.stderr
+            res = runner.invoke(app, ["client", *args])
+            assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (res.output, res.exception)
+            assert "bad usage" in res.stdout, res.output
 
 
 def test_bench_network_reports_every_phase():
