@@ -29,6 +29,7 @@ point (barycentric form), which is all the fully linear proof of :mod:`secemb.fs
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from functools import cache
 
 import numpy as np
@@ -52,6 +53,7 @@ __all__ = [
     "inv",
     "from_uniform_bytes",
     "expand",
+    "expand_many",
     "xof",
     "to_bytes",
     "from_canonical_bytes",
@@ -282,6 +284,28 @@ def expand(seed: bytes, count: int) -> np.ndarray:
         if kept.size >= count:
             return kept[:count]
         words *= 2  # a longer prefix of the same stream
+
+
+def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
+    """:func:`expand` of each 16-byte secret seed, as one batch: ``uint64 (len(seeds), count)``,
+    row ``i`` equal to ``expand(seeds[i], count)``.  Each seed's stream is read at ``count`` words
+    straight into its row, and the shift and the search for ``p`` run once over the whole batch:
+    only the key set-up stays per seed.  A row whose first ``count`` words hold ``p`` (probability
+    about ``count 2^-61``) is made again by :func:`expand`, the specification, which skips it.
+
+    Raises
+    ------
+    InvalidParameters
+        If a seed is not 16 bytes (before any is expanded)."""
+    if any(len(seed) != SEED_BYTES for seed in seeds):
+        raise InvalidParameters(f"seed must be {SEED_BYTES} bytes, got {[len(seed) for seed in seeds]}")
+    out = np.empty((len(seeds), count), dtype=np.uint64)
+    for row, seed in zip(out, seeds, strict=True):
+        row[:] = expand_seed(bytes(seed), (count,), np.dtype("<u8"))
+    out >>= _S3
+    for i in np.flatnonzero(np.any(out == _P, axis=1)).tolist():
+        out[i] = expand(seeds[i], count)
+    return out
 
 
 def xof(data: bytes, count: int) -> np.ndarray:

@@ -142,8 +142,9 @@ besides.  With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that i
 in :func:`secemb.fss._rangeproof_kernels.verifier_core` (``O(N + L + M)`` multiply-adds a query
 point, no fixed cost a batch); otherwise one matrix product (:func:`secemb.fss.field.matmul`, float64
 BLAS in limbs) for all devices, the same field elements.  Per device it makes O(1) calls into
-hashlib (the own part, ``jr``, the ``2 (M/2 + c)`` coefficients) and, at server 1, one AES-CTR
-expansion (:func:`parse`).  At ``rows = 40``, ``t = 26`` (or 25): ``m = 13``, ``N =
+hashlib (the own part, unless the caller has it already, ``jr``, the ``2 (M/2 + c)`` coefficients) and,
+at server 1, one AES-CTR expansion (:func:`parse`: a batch's seeds in one
+:func:`secemb.fss.field.expand_many` call).  At ``rows = 40``, ``t = 26`` (or 25): ``m = 13``, ``N =
 560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements (device message
 to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version, ``N = 1,120``,
 took 11,688), verifier messages of 1,112 bytes a device.
@@ -649,10 +650,8 @@ def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares
     raw = np.frombuffer(b"".join(bytes(m) for m in msgs), dtype=np.uint8).reshape(n, size)
     keys = raw[:, :SEED_BYTES].copy()
     hints = raw[:, SEED_BYTES : SEED_BYTES + PART_BYTES].copy()
-    if party == 1:
-        shares = np.empty((n, big_n + plen), dtype=np.uint64)
-        for i, seed in enumerate(keys):
-            shares[i] = F.expand(seed.tobytes(), big_n + plen)
+    if party == 1:  # the seeds expanded as one batch
+        shares = F.expand_many([seed.tobytes() for seed in keys], big_n + plen)
     else:
         shares = raw[:, SEED_BYTES + PART_BYTES :].copy().view("<u8").astype(np.uint64)
         bad = np.flatnonzero(np.any(shares >= np.uint64(F.P), axis=1))
@@ -685,6 +684,8 @@ def verifier_messages(
     ring_shares: np.ndarray,
     contexts: Sequence[bytes],
     query_seed: bytes,
+    *,
+    parts: Sequence[bytes] | None = None,
 ) -> np.ndarray:
     """Server ``party``'s verifier messages for ``n`` devices, to exchange with the other server
     and pass to :func:`decide`.
@@ -701,6 +702,11 @@ def verifier_messages(
         At least 16 bytes both servers hold, drawn afresh for this batch after all its proofs are
         fixed (no device knows it before); every device of the call is queried at the points it
         gives (module docstring, Queries).
+    parts:
+        This server's own joint-randomness parts of the ``n`` devices, where it has them already:
+        server 0's :func:`hint_of` of each device's message under its context (what it sent server
+        1), server 1's :func:`seed_part` of each seed; each must be the part ``shares`` and
+        ``contexts`` give, which the caller vouches for.  By default (None) computed here.
 
     Returns
     -------
@@ -735,11 +741,15 @@ def verifier_messages(
         raise InvalidParameters(f"contexts must be {n} bytes objects")
     if not isinstance(query_seed, (bytes, bytearray)) or len(query_seed) < SEED_BYTES:
         raise InvalidParameters(f"query_seed must be at least {SEED_BYTES} bytes")
+    if parts is not None and (len(parts) != n or not all(isinstance(x, bytes) and len(x) == PART_BYTES
+                                                          for x in parts)):
+        raise InvalidParameters(f"parts must be {n} bytes objects of {PART_BYTES} bytes")
     query = _query(params, bytes(query_seed))
     out = np.empty((n, params.verifier_length), dtype=np.uint64)
     for lo in range(0, n, _VERIFIER_BLOCK):
         hi = min(n, lo + _VERIFIER_BLOCK)
-        out[lo:hi] = _verify_block(params, party, shares, lo, hi, ring[lo:hi].astype(np.uint64), contexts[lo:hi], query)
+        out[lo:hi] = _verify_block(params, party, shares, lo, hi, ring[lo:hi].astype(np.uint64), contexts[lo:hi], query,
+                                   None if parts is None else parts[lo:hi])
     return out
 
 
@@ -752,13 +762,15 @@ def _verify_block(
     ring: np.ndarray,
     contexts: Sequence[bytes],
     query: _Query,
+    parts: Sequence[bytes] | None,
 ) -> np.ndarray:
     x, proofs = shares.inputs[lo:hi], shares.proofs[lo:hi]
     n = hi - lo
     joints = np.empty((n, PART_BYTES), dtype=np.uint8)
-    for i in range(n):  # O(1) hash calls a device: the part this server can compute, then jr
+    for i in range(n):  # O(1) hash calls a device: the part this server can compute (unless given), then jr
         ctx = bytes(contexts[i])
-        own = _part(party, ctx, shares.keys[lo + i].tobytes(), x[i] if party == 0 else b"")
+        own = parts[i] if parts is not None else _part(party, ctx, shares.keys[lo + i].tobytes(),
+                                                       x[i] if party == 0 else b"")
         hint = shares.hints[lo + i].tobytes()
         joints[i] = np.frombuffer(_joint(ctx, *((own, hint) if party == 0 else (hint, own))), dtype=np.uint8)
     calls, slots = _coefficients(params, [jr.tobytes() for jr in joints])

@@ -533,3 +533,12 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         if seed is None:
             return super()._dense_share(user_id)
         return relay_prg(seed, (self._cfg().dense_size,), self._cfg().dtype)
+
+    def _dense_shares(self, users: list[int]) -> list[np.ndarray]:
+        """Server 1: the expansions of the users' dense seeds, in order, as one batch
+        (:func:`relay_prgs`: one conversion call, not one a user); server 0 (no seeds): its
+        explicit shares, read back (:meth:`SecEmbServer._dense_shares`)."""
+        seeds = [s for s in (self._absorbed[u].dense_seed for u in users) if s is not None]
+        if not users or len(seeds) < len(users):
+            return super()._dense_shares(users)
+        return list(relay_prgs(seeds, (self._cfg().dense_size,), self._cfg().dtype))

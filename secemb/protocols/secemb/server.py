@@ -213,7 +213,8 @@ class SecEmbServer(ServerRole):
         self._sigmas: dict[int, bytes] = {}  # server 1, bounded payloads: each retrieved user's proof seed
         self._challenges: dict[int, bytes] = {}  # server 0, bounded payloads: each uploaded user's challenge
         self._proofs: dict[int, bytes] = {}  # server 0, bounded payloads: each user's proof (range proof msg0)
-        self._asked: tuple[list[int], bytes, set[int]] | None = None  # server 0: the last bound_request's
+        # server 0: the last bound_request's users, query seed, users without a proof and hints (part_0)
+        self._asked: tuple[list[int], bytes, set[int], list[bytes]] | None = None
         self._answered: set[int] = set()  # server 1: the users whose verifier messages it gave
         layout = "full" if config.layout == "full" else config.cuckoo()
         # the evaluated table carries each row's tag (verified retrieval, docs/security.md)
@@ -549,6 +550,16 @@ class SecEmbServer(ServerRole):
         """
         return self._spilled.get(user_id)
 
+    def _dense_shares(self, users: list[int]) -> list[np.ndarray]:
+        """:meth:`_dense_share` of each of absorbed ``users``, in order (a relay server 1 expands
+        their seeds as one batch).
+
+        Raises
+        ------
+        OSError: the disk could not give one back.
+        """
+        return [self._dense_share(u) for u in users]
+
     def _summed(self, users: list[int]) -> np.ndarray:
         """The folded part of the round's batches plus ``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]``
         over absorbed ``users`` (the control-bit part as one batched product), in the layout's
@@ -810,7 +821,8 @@ class SecEmbServer(ServerRole):
         d_b``, each under its challenge (one :func:`~secemb.protocols.secemb.bounds.projected_shares`
         call, which forms no vector): the payload shares from the payload sums of the retrieval's
         walk with the user's correction words, or, for users whose walk kept none (the gpu
-        backend's), from one walk of their keys here; the dense shares read back."""
+        backend's), from one walk of their keys here; the dense shares read back
+        (:meth:`_dense_shares`)."""
         cfg = self._cfg()
         got = [self._absorbed[u] for u in users]
         sums = [a.sums for a in got]
@@ -821,25 +833,29 @@ class SecEmbServer(ServerRole):
                 keys = slice(i * cfg.slots, (i + 1) * cfg.slots)
                 sums[j] = PayloadSums(more.key_conv[keys], more.t_count[keys])
         return projected_shares(challenges, self.party, cast("list[PayloadSums]", sums), [a.cw for a in got],
-                                [self._dense_share(u) for u in users])
+                                self._dense_shares(users))
 
     def _verifier_messages(self, params: rangeproof.RangeParams, shares: rangeproof.ProofShares, users: list[int],
-                           challenges: list[bytes], contexts: list[bytes], query: bytes) -> np.ndarray:
+                           challenges: list[bytes], contexts: list[bytes], query: bytes, *,
+                           parts: list[bytes] | None = None) -> np.ndarray:
         """This server's verifier messages (uint64 (n, verifier_length)) for ``users`` (their
-        parsed ``shares`` and proof ``contexts``, in order): :func:`~secemb.fss.rangeproof.verifier_messages`
-        on their projections (:meth:`_bound_projections`), in ranges of users on the
-        backend's threads (:meth:`_spans`: one range on a serial backend; the kernels of both
-        steps run without the GIL).  A device's messages do not depend on the others of its
-        batch, so the ranges give the messages of one call."""
+        parsed ``shares`` and proof ``contexts``, in order; ``parts``, if given, this server's own
+        joint-randomness parts of them, as :func:`~secemb.fss.rangeproof.verifier_messages` takes
+        them): :func:`~secemb.fss.rangeproof.verifier_messages` on their projections
+        (:meth:`_bound_projections`), in ranges of users on the backend's threads (:meth:`_spans`:
+        one range on a serial backend; the kernels of both steps run without the GIL).  A device's
+        messages do not depend on the others of its batch, so the ranges give the messages of one
+        call."""
 
         def span(bounds: tuple[int, int]) -> np.ndarray:
             lo, hi = bounds
             some, their = users[lo:hi], challenges[lo:hi]
             return rangeproof.verifier_messages(params, self.party, shares.rows(lo, hi),
-                                                self._bound_projections(some, their), contexts[lo:hi], query)
+                                                self._bound_projections(some, their), contexts[lo:hi], query,
+                                                parts=None if parts is None else parts[lo:hi])
 
-        parts = self._map_spans(span, self._spans(len(users)))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        messages = self._map_spans(span, self._spans(len(users)))
+        return messages[0] if len(messages) == 1 else np.concatenate(messages)
 
     def bound_request(self, users: list[int]) -> bytes:
         """Server 0: the bound check's request to server 1 for uploaded ``users`` (the ones
@@ -865,7 +881,7 @@ class SecEmbServer(ServerRole):
         hints = [rangeproof.hint_of(params, ctx, self._proofs[u])
                  for u, ctx in zip(proved, self._bound_contexts(proved, challenges), strict=True)]
         query = system_rng(QUERY_BYTES)
-        self._asked = (proved, query, set(users) - set(proved))
+        self._asked = (proved, query, set(users) - set(proved), hints)  # the hints: server 0's own parts
         parts = [rangeproof.device_part(params, self._proofs[u]) for u in proved]
         body = b"".join(U64.pack(u) + c + h + p for u, c, h, p in zip(proved, challenges, hints, parts, strict=True))
         return frame(NAME, "bound_request", 1, cfg.round_id, query, body)
@@ -909,9 +925,10 @@ class SecEmbServer(ServerRole):
         shares = rangeproof.parse(params, 1, [self._sigmas[u] + r[hint_at : hint_at + rangeproof.PART_BYTES]
                                               for u, r in zip(users, rows, strict=True)])
         contexts = self._bound_contexts(users, challenges)
-        v1 = self._verifier_messages(params, shares, users, challenges, contexts, query)
-        unbound = [j for j, (u, r, ctx) in enumerate(zip(users, rows, contexts, strict=True))
-                   if rangeproof.seed_part(ctx, self._sigmas[u]) != r[hint_at + rangeproof.PART_BYTES :]]
+        own = [rangeproof.seed_part(ctx, self._sigmas[u]) for u, ctx in zip(users, contexts, strict=True)]
+        v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)
+        unbound = [j for j, (r, part) in enumerate(zip(rows, own, strict=True))
+                   if part != r[hint_at + rangeproof.PART_BYTES :]]
         v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
         self._release_sums(users)
@@ -951,12 +968,13 @@ class SecEmbServer(ServerRole):
         params = self._bounded(0)
         if self._asked is None:
             raise ProtocolError("bound_rejected before bound_request")
-        users, query, unproved = self._asked
+        users, query, unproved, hints = self._asked
         body = open_message(answer, NAME, "bound_answer", 0, cfg.round_id, len(users) * params.verifier_bytes)
         v1 = rangeproof.parse_verifier_messages(params, bytes(body), len(users))
         challenges = [self._challenges[u] for u in users]
         shares = rangeproof.parse(params, 0, [self._proofs[u] for u in users])
-        v0 = self._verifier_messages(params, shares, users, challenges, self._bound_contexts(users, challenges), query)
+        v0 = self._verifier_messages(params, shares, users, challenges, self._bound_contexts(users, challenges), query,
+                                     parts=hints)  # part_0 hashed once, by bound_request
         ok = rangeproof.decide(params, v0, v1)
         self._asked = None
         self._release_sums(users)
