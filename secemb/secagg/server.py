@@ -415,9 +415,10 @@ class SecAggServer:
             by_holders.setdefault(holders, []).append((v, which))
         return by_holders
 
-    def _open_signed(self, wanted: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    def _open_signed(self, wanted: list[tuple[int, int]], points: shamir.PointSet) -> dict[tuple[int, int], int]:
         """(Signed round.) The secrets ``wanted`` (each ``(client, which)``), opened from shares
-        shown to be the dealt ones, naming every device shown to have cheated.
+        shown to be the dealt ones, naming every device shown to have cheated; ``points``: U4's
+        (ids plus one), whose weights each holder set's check and coefficients take.
 
         A holder's unmask share that does not hash to the commitment its dealer sent with it
         (:func:`~secemb.secagg.client.share_commitment`) is the holder's lie: an honest holder
@@ -439,11 +440,10 @@ class SecAggServer:
         honest = [h for h in self.u4 if h not in self.cheated]
         liars = "" if len(honest) == len(self.u4) else f" besides those of clients {self.cheaters} (found lying)"
         secret: dict[tuple[int, int], int] = {}
-        lagrange: dict[tuple[int, ...], list[int]] = {}
         for holders, group in self._holder_sets(wanted, honest, liars).items():
-            xs = tuple(h + 1 for h in holders)
+            xs = points.subset([h + 1 for h in holders])
             check = shamir.ShareCheck(xs, t)
-            lam = self._lagrange(xs[:t], lagrange)
+            lam = points.lagrange_at_zero(xs[:t])
             for v, which in group:
                 col = [self._unmask[h][which][v] for h in holders]
                 value = sum(lv * y for lv, y in zip(lam, col[:t], strict=True)) % shamir.PRIME
@@ -452,7 +452,7 @@ class SecAggServer:
                 if why is None and consistent:
                     secret[(v, which)] = value
                     continue
-                mended = value if why is None else None if consistent else self._mend(xs, col, v, which, lagrange)
+                mended = value if why is None else None if consistent else self._mend(xs, col, v, which, points)
                 self._name(v, f"dealt shares of its {_SECRETS[which]} (as it committed to them) that "
                               + ("do not lie on one polynomial" if not consistent else f"open to one that {why}"))
                 if mended is None:
@@ -490,13 +490,12 @@ class SecAggServer:
                         break
         return lies
 
-    def _mend(self, xs: tuple[int, ...], col: list[int], v: int, which: int,
-              lagrange: dict[tuple[int, ...], list[int]]) -> int | None:
+    def _mend(self, xs: tuple[int, ...], col: list[int], v: int, which: int, points: shamir.PointSet) -> int | None:
         """(Signed round.) Client ``v``'s secret ``which`` from its dealt shares ``col`` (at the
         points ``xs``) that disagree: the opening of the first ``threshold``-subset of the first
         ``threshold + 1`` shares (those opening the first ``threshold`` failed) that passes
         :meth:`_unopened`, or ``None`` (fewer than ``threshold + 1`` shares, or two wrong ones
-        among them).  ``lagrange`` caches each point set's coefficients.
+        among them).  ``points`` (U4's) gives, and keeps, each point set's coefficients.
 
         One set of coefficients serves every subset: with ``l_j`` those of the ``t + 1`` points,
         the coefficients without point ``i`` are ``l_j (x_i - x_j) / x_i``, so the opening without
@@ -507,7 +506,7 @@ class SecAggServer:
         t, p = self.config.threshold, shamir.PRIME
         if len(xs) <= t:
             return None
-        lam = self._lagrange(xs[: t + 1], lagrange)
+        lam = points.lagrange_at_zero(xs[: t + 1])
         whole = sum(lv * y for lv, y in zip(lam, col[: t + 1], strict=True)) % p
         tilted = sum(lv * x * y for lv, x, y in zip(lam, xs[: t + 1], col[: t + 1], strict=True)) % p
         for i in range(t):
@@ -516,22 +515,15 @@ class SecAggServer:
                 return value
         return None
 
-    @staticmethod
-    def _lagrange(xs: tuple[int, ...], cache: dict[tuple[int, ...], list[int]]) -> list[int]:
-        """:func:`~secemb.secagg.shamir.lagrange_at_zero` of ``xs``, computed once per ``cache``."""
-        if xs not in cache:
-            cache[xs] = shamir.lagrange_at_zero(xs)
-        return cache[xs]
-
-    def _open_unsigned(self, wanted: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    def _open_unsigned(self, wanted: list[tuple[int, int]], points: shamir.PointSet) -> dict[tuple[int, int], int]:
         """(Unsigned round.) The secrets ``wanted`` opened from all the shares of them that U4
-        sent, with :func:`~secemb.secagg.shamir.combine_robust`, once per set of holders, the
-        largest sets first: with more than ``threshold`` shares they must lie on one polynomial,
-        and with at least ``threshold + 2`` a single client whose shares do not is found, left out
-        of that reconstruction and of every later one, and named in :attr:`cheaters` once every
-        opened mask key matches its public key (its own input stays in the sum, as any
-        survivor's; a seed has no check here, and a dealer that dealt the client a share off its
-        polynomial looks the same).  The leave-one-out correction is the only candidate (two sets
+        sent, with :func:`~secemb.secagg.shamir.combine_robust` (the weights from ``points``, U4's),
+        once per set of holders, the largest sets first: with more than ``threshold`` shares they
+        must lie on one polynomial, and with at least ``threshold + 2`` a single client whose
+        shares do not is found, left out of that reconstruction and of every later one, and named
+        in :attr:`cheaters` once every opened mask key matches its public key (its own input stays
+        in the sum, as any survivor's; a seed has no check here, and a dealer that dealt the
+        client a share off its polynomial looks the same).  The leave-one-out correction is the only candidate (two sets
         that each leave one holder out share at least ``threshold`` holders, so both would lie on
         one polynomial with every share), so no other is tried."""
         cfg = self.config
@@ -550,7 +542,7 @@ class SecAggServer:
             try:
                 opened, wrong = shamir.combine_robust([h + 1 for h in use],
                                                       [[self._unmask[h][which][v] for v, which in group] for h in use],
-                                                      cfg.threshold)
+                                                      cfg.threshold, within=points)
             except InvalidMessage:
                 # one spare share: the shares disagree and the polynomial cannot say whose is wrong, but
                 # the mask keys' checks can, where every secret of the set is one (checked there)
@@ -611,7 +603,9 @@ class SecAggServer:
         alive = set(self.u3)
         # (client, 1): a survivor's self-mask seed; (client, 0): a dropped client's mask key
         wanted = [(u, 1) for u in self.u3] + [(v, 0) for v in self.u2 if v not in alive]
-        secret = self._open_signed(wanted) if cfg.signed else self._open_unsigned(wanted)
+        # the weights of U4's points once; a holder set's from them (finding F1, session 25)
+        points = shamir.PointSet([h + 1 for h in self.u4])
+        secret = self._open_signed(wanted, points) if cfg.signed else self._open_unsigned(wanted, points)
         total = np.zeros((cfg.length, cfg.width), np.uint32)
         every = np.arange(cfg.length, dtype=np.int64)
         for u in self.u3:

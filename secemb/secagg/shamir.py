@@ -15,12 +15,14 @@ unless a test injects ``_rng``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.randomness import RandomBytes, system_rng
 
-__all__ = ["PRIME", "SHARE_BYTES", "ShareCheck", "split", "combine", "combine_robust", "lagrange_at_zero"]
+__all__ = ["PRIME", "SHARE_BYTES", "PointSet", "Points", "ShareCheck", "split", "combine", "combine_robust",
+           "lagrange_at_zero"]
 
 #: The field modulus: the smallest prime above 2^256 (checked by the tests with sympy).
 PRIME = (1 << 256) + 297
@@ -50,16 +52,35 @@ def _inverse_factorials(size: int) -> tuple[int, ...]:
     return tuple(inv)
 
 
+def _inverses(values: Sequence[int]) -> list[int]:
+    """``1 / v`` in the field for each of the non-zero ``values``, with one inversion (Montgomery's
+    trick: the running products inverted once, then taken apart from the end)."""
+    before, acc = [], 1
+    for v in values:
+        before.append(acc)
+        acc = acc * v % PRIME
+    inv = pow(acc, -1, PRIME)
+    out = [0] * len(values)
+    for i in range(len(values) - 1, -1, -1):
+        out[i] = inv * before[i] % PRIME
+        inv = inv * values[i] % PRIME
+    return out
+
+
 def _weights(xs: Sequence[int]) -> list[int]:
     """The barycentric weights ``w_i = 1 / prod_{j != i} (x_i - x_j)`` of the distinct points ``xs``.
 
-    A round's points are client ids plus one, and a set of holders lacks few of them: where
-    ``N = max(xs) < 2 len(xs)``, the product over every other point of ``1 .. N`` is
-    ``(-1)^(N - x_i) (x_i - 1)! (N - x_i)!``, so ``w_i`` is the inverse of that (cached inverse
-    factorials) times ``prod_g (x_i - g)`` over the ``k = N - len(xs)`` gaps ``g`` of ``1 .. N``
-    not in ``xs`` (small integers): ``O(m k)`` products and no inversion for ``m`` points
-    (finding C2, session 24: one ``O(m^2)`` set of weights per holder set made many holder sets
-    cost ``O(n^3)``).  Other points: the products themselves, ``O(m^2)``, one inversion each."""
+    :class:`Points` carry theirs (from their :class:`PointSet`).  A round's points are client ids
+    plus one, and a set of holders lacks few of them: where ``N = max(xs) < 2 len(xs)``, the
+    product over every other point of ``1 .. N`` is ``(-1)^(N - x_i) (x_i - 1)! (N - x_i)!``, so
+    ``w_i`` is the inverse of that (cached inverse factorials) times ``prod_g (x_i - g)`` over the
+    ``k = N - len(xs)`` gaps ``g`` of ``1 .. N`` not in ``xs`` (small integers): ``O(m k)`` products
+    and no inversion for ``m`` points (finding C2, session 24: one ``O(m^2)`` set of weights per
+    holder set made many holder sets cost ``O(n^3)``).  Other points: the products themselves,
+    ``O(m^2)`` (of integers below ``2^32`` for client ids, multiplied before they are reduced), and
+    one inversion for all (:func:`_inverses`)."""
+    if isinstance(xs, Points):
+        return list(xs.weights)
     if not xs:
         return []
     top = max(xs)
@@ -73,14 +94,71 @@ def _weights(xs: Sequence[int]) -> list[int]:
                 num *= x - g
             weights.append(num * inv[x - 1] % PRIME * inv[top - x] % PRIME)
         return weights
-    weights = []
-    for i, xi in enumerate(xs):
-        den = 1
-        for j, xj in enumerate(xs):
-            if j != i:
-                den = den * (xi - xj) % PRIME
-        weights.append(pow(den, -1, PRIME))
-    return weights
+    return _inverses([math.prod([xi - xj for xj in xs if xj != xi]) % PRIME for xi in xs])
+
+
+class Points(tuple[int, ...]):
+    """Distinct share points (a tuple of them, in the order given) with their barycentric weights
+    (:attr:`weights`, in the same order), made by :meth:`PointSet.subset`: :class:`ShareCheck`,
+    and :func:`lagrange_at_zero` take these weights instead of computing them.  A
+    slice or any other tuple made from it is a plain tuple (its weights are not these)."""
+
+    weights: tuple[int, ...]
+
+    def __new__(cls, xs: Iterable[int], weights: Iterable[int]) -> Points:
+        self = super().__new__(cls, xs)
+        self.weights = tuple(weights)
+        if len(self.weights) != len(self):
+            raise InvalidParameters(f"need one weight per point ({len(self)}), got {len(self.weights)}")
+        return self
+
+
+class PointSet:
+    """A round's share points (distinct, in ``[1, p)``: the ids plus one of the clients whose shares
+    it opens) with their barycentric weights ``W_x = 1 / prod_{y != x} (x - y)`` over the set,
+    computed once (:func:`_weights`: ``O(n^2)`` products of small integers and one inversion; from
+    the inverse factorials where the points are about ``1 .. n``).
+
+    The weights of a subset ``S`` missing ``k`` of the points are ``W_x prod_g (x - g)`` over the
+    missing ``g`` (the factors of the other points cancel): ``O(|S| k)`` products and no inversion
+    per holder set, whatever the ids (finding F1, session 25: SFSL's secure aggregations use the
+    devices' user ids, a sparse sample of the dataset's, so each holder set took ``O(m^2)``
+    products and ``m`` inversions and the C2 plan cost what it cost before the C2 fix).  A subset
+    missing more points than it holds takes its own weights (:func:`_weights`), which is then
+    cheaper.  Each subset's :func:`lagrange_at_zero` is computed once (:meth:`lagrange_at_zero`).
+
+    Raises
+    ------
+    InvalidParameters: points not distinct non-zero field elements.
+    """
+
+    def __init__(self, points: Sequence[int]) -> None:
+        _check_points(points)
+        self._weight = dict(zip(points, _weights(points), strict=True))
+        self._lagrange: dict[tuple[int, ...], list[int]] = {}
+
+    def subset(self, xs: Sequence[int]) -> Points:
+        """The points ``xs`` (distinct points of this set, in any order) with their weights.
+
+        Raises
+        ------
+        InvalidParameters: a point repeated or not of this set.
+        """
+        chosen = set(xs)
+        if len(chosen) != len(xs) or not chosen <= self._weight.keys():
+            raise InvalidParameters("a subset's points must be distinct points of its set")
+        missing = [g for g in self._weight if g not in chosen]
+        if len(missing) >= len(xs):
+            return Points(xs, _weights(xs))
+        return Points(xs, [self._weight[x] * math.prod([x - g for g in missing]) % PRIME for x in xs])
+
+    def lagrange_at_zero(self, xs: Sequence[int]) -> list[int]:
+        """:func:`lagrange_at_zero` of the subset ``xs`` (:meth:`subset`), computed once per subset
+        (in its order) and shared: do not modify the list."""
+        key = tuple(xs)
+        if key not in self._lagrange:
+            self._lagrange[key] = lagrange_at_zero(self.subset(key))
+        return self._lagrange[key]
 
 
 def _check_points(xs: Sequence[int]) -> None:
@@ -128,8 +206,8 @@ def lagrange_at_zero(xs: Sequence[int]) -> list[int]:
     degree below ``len(xs)``; compute once, use for every secret shared at the same points.
 
     ``l_i = prod_{j != i} x_j / (x_j - x_i) = (-1)^(m-1) w_i prod_{j != i} x_j`` with the weights
-    ``w_i`` of :func:`_weights` (``m = len(xs)``); the products without ``x_i`` come from running
-    products from either end, so no point is inverted."""
+    ``w_i`` of :func:`_weights` (``m = len(xs)``; :class:`Points` carry theirs); the products
+    without ``x_i`` come from running products from either end, so no point is inverted."""
     _check_points(xs)
     w = _weights(xs)
     sign = 1 if len(xs) % 2 else -1
@@ -180,10 +258,12 @@ class ShareCheck:
     ``d - 1`` of the ``p`` values of ``a``: wrong shares pass with probability at most
     ``(d - 1) / p``.  ``a`` is drawn here, after the shares are fixed (from
     :func:`secemb.randomness.system_rng` unless a test injects ``_rng``), so whoever chose the
-    shares cannot aim at it.  The weights come from :func:`_weights` (``O(m k)`` for ``m`` of the
-    points ``1 .. N`` missing ``k``) and ``r(x_i)`` is one power each, so a check of a holder set
-    costs ``O(m (k + log m))``, not ``O(m^2)`` (finding C2, session 24).  With ``m <= threshold``
-    there is nothing to check: every set of shares lies on such a polynomial.
+    shares cannot aim at it.  The weights are those :class:`Points` carry (``O(m k)`` for a
+    holder set missing ``k`` of its round's points: :meth:`PointSet.subset`), else
+    :func:`_weights`'s (the same for ``m`` of the points ``1 .. N``), and ``r(x_i)`` is one power
+    each, so a check of a holder set costs ``O(m (k + log m))``, not ``O(m^2)`` (finding C2,
+    session 24; F1, session 25).  With ``m <= threshold`` there is nothing to check: every set of
+    shares lies on such a polynomial.
     """
 
     def __init__(self, xs: Sequence[int], threshold: int, *, _rng: RandomBytes | None = None) -> None:
@@ -210,20 +290,24 @@ class ShareCheck:
 
 
 def combine_robust(xs: Sequence[int], shares: Sequence[Sequence[int]], threshold: int, *,
-                   _rng: RandomBytes | None = None) -> tuple[list[int], int | None]:
+                   within: PointSet | None = None, _rng: RandomBytes | None = None) -> tuple[list[int], int | None]:
     """Secrets from redundant shares, with at most one party's shares wrong: ``shares[i][k]`` is
     party ``i``'s (at point ``xs[i]``) share of secret ``k``.
 
     Returns ``(secrets, bad)``: ``bad`` is ``None`` when every party's shares lie on the secrets'
     polynomials (:class:`ShareCheck`), else the index of the one party whose shares do not (found
     by leaving each party out in turn; needs ``len(xs) >= threshold + 2``), and the secrets are
-    then reconstructed without it.  With ``len(xs) == threshold`` nothing can be checked.
+    then reconstructed without it.  With ``len(xs) == threshold`` nothing can be checked.  The
+    weights of ``xs`` and of the subsets tried come from ``within`` (the round's points, ``xs``
+    some of them; by default a :class:`PointSet` of ``xs``): each leave-one-out check then costs
+    ``O(m)`` products, not ``O(m^2)``.
 
     Raises
     ------
     InvalidMessage: fewer than ``threshold`` parties, a share outside the field, or shares that
         are inconsistent and not explained by one party (more than one party's shares wrong, or
         too few parties to tell which).
+    InvalidParameters: ``xs`` not distinct points of ``within``.
     """
     m = len(xs)
     if m < threshold:
@@ -233,7 +317,8 @@ def combine_robust(xs: Sequence[int], shares: Sequence[Sequence[int]], threshold
     if any(not 0 <= y < PRIME for row in shares for y in row):
         raise InvalidMessage("share is not a field element")
     columns = list(zip(*shares, strict=True)) if shares else []
-    check = ShareCheck(xs, threshold, _rng=_rng)
+    points = PointSet(xs) if within is None else within
+    check = ShareCheck(points.subset(xs), threshold, _rng=_rng)
     wrong = [k for k, col in enumerate(columns) if not check.consistent(col)]
     bad: int | None = None
     if wrong:
@@ -242,7 +327,7 @@ def combine_robust(xs: Sequence[int], shares: Sequence[Sequence[int]], threshold
                                  f"to tell whose are wrong (threshold {threshold})")
         for i in range(m):
             rest = [x for j, x in enumerate(xs) if j != i]
-            sub = ShareCheck(rest, threshold, _rng=_rng)
+            sub = ShareCheck(points.subset(rest), threshold, _rng=_rng)
             if all(sub.consistent([y for j, y in enumerate(columns[k]) if j != i]) for k in wrong):
                 bad = i
                 break
@@ -250,5 +335,5 @@ def combine_robust(xs: Sequence[int], shares: Sequence[Sequence[int]], threshold
             raise InvalidMessage(f"the shares of {len(wrong)} secrets do not agree, and leaving out any one party "
                                  "does not mend them: more than one party sent wrong shares")
     keep = [j for j in range(m) if j != bad][:threshold]
-    lam = lagrange_at_zero([xs[j] for j in keep])
+    lam = points.lagrange_at_zero([xs[j] for j in keep])
     return [sum(lv * col[j] for lv, j in zip(lam, keep, strict=True)) % PRIME for col in columns], bad

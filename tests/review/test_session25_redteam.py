@@ -6,17 +6,18 @@ durable findings (5c37feb: an open round's ``found`` journal records) and state-
 
 Findings (strict xfails; the owners fix them):
 
-* F1 (medium, C2 not fixed where ids are sparse) -- the weights take the fast path only where a
-  holder set's largest point ``N`` is below twice its size, i.e. where the round's ids are ``0 ..
-  n - 1``.  SFSL's secure aggregations use the devices' *user ids* as their ids
-  (``SecAggClient(self.device.user, ...)``, the round's users a sample of the dataset's), so every
-  holder set of a deployed SFSL round takes the old ``O(m^2)`` products and ``m`` inversions, and
-  the C2 plan (a few colluders omitting seeds in different patterns) costs what it cost before the
-  fix: measured 0.76-0.80 s against 0.20-0.22 s with ids ``0 .. 99`` (signed, 100 clients, 7
+* F1 (medium, C2 not fixed where ids are sparse; fixed by helper I) -- the weights took the fast
+  path only where a holder set's largest point ``N`` is below twice its size, i.e. where the
+  round's ids are ``0 .. n - 1``.  SFSL's secure aggregations use the devices' *user ids* as their
+  ids (``SecAggClient(self.device.user, ...)``, the round's users a sample of the dataset's), so
+  every holder set of a deployed SFSL round took the old ``O(m^2)`` products and ``m`` inversions,
+  and the C2 plan (a few colluders omitting seeds in different patterns) cost what it cost before
+  the fix: measured 0.76-0.80 s against 0.20-0.22 s with ids ``0 .. 99`` (signed, 100 clients, 7
   omitters; honest 0.06-0.09 s), 3.3-5.7 s against 0.21-0.29 s at 200 (honest 0.26-0.31 s; session
-  25, under load 8 on 2 cores).  Proposed fix: the weights relative to the round's point set (the
-  points of U4, once a round: ``W_i = 1 / prod_{j in U4, j != i} (x_i - x_j)``), a holder set's
-  ``W_i prod_{g in U4 \\ S} (x_i - g)``: ``1 .. N`` is one such base set, the holders of a round any.
+  25, under load 8 on 2 cores).  The fix, as proposed: the weights relative to the round's point
+  set (the points of U4, once a round: ``W_i = 1 / prod_{j in U4, j != i} (x_i - x_j)``), a holder
+  set's ``W_i prod_{g in U4 \\ S} (x_i - g)`` (``shamir.PointSet``): ``1 .. N`` is one such base
+  set, the holders of a round any.
 * F2 (low, the lock and the writes are on different objects) -- ``hold_state_dir`` locks the
   directory's inode, the state writes by path: a state directory moved aside (or a symlink to it
   retargeted) while its server runs lets a second server hold the path's new directory, and the
@@ -334,21 +335,19 @@ def test_c2_plan_with_ids_0_to_n_inverts_at_most_n() -> None:
     assert _inversions_in_result(list(range(40))) <= 40
 
 
-@pytest.mark.xfail(strict=True, reason="F1: the C2 fix takes the fast path only for ids 0 .. n-1; SFSL's ids are user "
-                                       "ids (sparse), whose holder sets take m inversions and O(m^2) products each")
 def test_f1_c2_plan_with_sparse_ids_inverts_at_most_n() -> None:
     """The same plan over 40 ids drawn from ``0 .. 399`` (an SFSL round's users out of a dataset's):
-    each holder set takes the products' path (``m`` inversions, ``O(m^2)`` products), ~1,100
-    inversions in all."""
+    each holder set took the products' path (``m`` inversions, ``O(m^2)`` products), ~1,100
+    inversions in all; fixed (helper I): the weights of U4's points once (one inversion), each
+    holder set's from them (``shamir.PointSet``)."""
     assert _inversions_in_result(sorted(_GEN.sample(range(400), 40))) <= 40
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="F1: result() on the C2 plan costs several times more with sparse ids")
 def test_f1_c2_plan_costs_as_much_with_sparse_ids_as_with_ids_0_to_n() -> None:
     """Unsigned rounds of 100 clients, 7 omitters: ``result()`` with ids drawn from ``0 .. 999``
-    within twice its time with ids ``0 .. 99`` (least of 3, alternating).  Measured: 1.13-1.32 s
-    against 0.14-0.18 s (session 25, under load 8 on 2 cores)."""
+    within twice its time with ids ``0 .. 99`` (least of 3, alternating).  Measured before the fix:
+    1.13-1.32 s against 0.14-0.18 s (session 25, under load 8 on 2 cores)."""
     rounds = {}
     for name, ids in (("dense", list(range(100))), ("sparse", sorted(_GEN.sample(range(1000), 100)))):
         rnd = _round(ids, signed=False, seed=4)

@@ -1,0 +1,222 @@
+"""Session 25 (helper I, issue 34): finding F1 of the session 25 red team -- C2's fix took its fast
+path only for holder sets within ``1 .. N`` with ``N < 2m`` (ids ``0 .. n - 1``); SFSL's secure
+aggregations use the devices' user ids (a sparse sample), so each holder set of such a round took
+``O(m^2)`` products and ``m`` inversions again.
+
+:class:`secemb.secagg.shamir.PointSet` takes the weights of a round's points once (one inversion
+for all: :func:`~secemb.secagg.shamir._inverses`), a holder set's from them times a product over the
+points it misses; :class:`~secemb.secagg.shamir.Points` carry them into
+:class:`~secemb.secagg.shamir.ShareCheck` and :func:`~secemb.secagg.shamir.lagrange_at_zero`, and
+the server takes every holder set's from U4's.  The tests hold them to references written here
+(the textbook weights, Lagrange's formula, exact interpolation) and to ``shamir._weights`` of the
+set alone; the round tests to numpy's sums.  Point sets and polynomials are test data from
+:mod:`random` (public, not secrets).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from secagg_rounds import Round, move_unmask_share
+from share_records import H, N
+
+from secemb.errors import InvalidParameters
+from secemb.secagg import SecAggConfig, messages, shamir
+from secemb.secagg.shamir import PRIME, PointSet, Points, ShareCheck, combine_robust, lagrange_at_zero
+
+_GEN = random.Random(2534)
+
+
+def _poly_at(coeffs: list[int], x: int) -> int:
+    return sum(c * pow(x, e, PRIME) for e, c in enumerate(coeffs)) % PRIME
+
+
+def _textbook_weights(xs: list[int]) -> list[int]:
+    """``w_i = 1 / prod_{j != i} (x_i - x_j)``, every product and inversion done here."""
+    out = []
+    for i, xi in enumerate(xs):
+        den = 1
+        for j, xj in enumerate(xs):
+            if j != i:
+                den = den * (xi - xj) % PRIME
+        out.append(pow(den, -1, PRIME))
+    return out
+
+
+def _textbook_lagrange(xs: list[int]) -> list[int]:
+    """``l_i = prod_{j != i} x_j / (x_j - x_i)``."""
+    out = []
+    for i, xi in enumerate(xs):
+        num, den = 1, 1
+        for j, xj in enumerate(xs):
+            if j != i:
+                num, den = num * xj % PRIME, den * (xj - xi) % PRIME
+        out.append(num * pow(den, -1, PRIME) % PRIME)
+    return out
+
+
+def _sparse_round_points(n: int) -> list[int]:
+    """``n`` client ids plus one, drawn from ``0 .. 2^32 - 1`` or from ``0 .. 10 n`` (an SFSL round's
+    users out of a dataset's), in a shuffled order (a round's U4 is in arrival order)."""
+    top = _GEN.choice([10 * n, 2**32])
+    points = [u + 1 for u in _GEN.sample(range(top), n)]
+    _GEN.shuffle(points)
+    return points
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 40, 120])
+def test_a_subsets_weights_from_the_base_are_those_of_the_set_alone(n: int) -> None:
+    """Random sparse rounds and random subsets, missing from none to all but one of the points (both
+    of :meth:`PointSet.subset`'s paths: from the base while it misses fewer points than it holds,
+    else its own weights), in a shuffled order: the weights equal ``shamir._weights`` of the subset
+    alone and the textbook's; a round of ids ``0 .. n - 1`` (the factorials' base) too."""
+    for base in (_sparse_round_points(n), _sparse_round_points(n), list(range(1, n + 1))):
+        points = PointSet(base)
+        for _ in range(8):
+            xs = _GEN.sample(base, _GEN.randrange(1, n + 1))
+            got = points.subset(xs)
+            assert isinstance(got, Points) and tuple(got) == tuple(xs)
+            assert list(got.weights) == shamir._weights(list(xs)) == _textbook_weights(xs), (base, xs)
+
+
+def test_the_coefficients_and_the_check_from_the_base_are_exact() -> None:
+    """A sparse round of 60 points, threshold 21, subsets missing 0 to 12 points: ``lagrange_at_zero``
+    of a subset (and of its first ``t`` points, through :meth:`PointSet.lagrange_at_zero`) is the
+    textbook's and opens the secret; the check on the subset's :class:`Points` passes honest shares
+    and refuses one moved share and a shift of degree exactly ``t``."""
+    base = _sparse_round_points(60)
+    points, t = PointSet(base), 21
+    for missing in range(13):
+        xs = [x for x in base if x not in set(_GEN.sample(base, missing))]
+        sub = points.subset(xs)
+        assert lagrange_at_zero(sub) == _textbook_lagrange(xs)
+        lam = points.lagrange_at_zero(xs[:t])
+        assert lam == _textbook_lagrange(xs[:t])
+        f = [_GEN.randrange(PRIME) for _ in range(t)]
+        ys = [_poly_at(f, x) for x in xs]
+        assert sum(lv * y for lv, y in zip(lam, ys[:t], strict=True)) % PRIME == f[0]
+        moved = list(ys)
+        i = _GEN.randrange(len(xs))
+        moved[i] = (moved[i] + 1) % PRIME
+        shift = [_GEN.randrange(PRIME) for _ in range(t)] + [_GEN.randrange(1, PRIME)]
+        shifted = [(y + _poly_at(shift, x)) % PRIME for x, y in zip(xs, ys, strict=True)]
+        check = ShareCheck(sub, t)
+        assert check.consistent(ys)
+        assert not check.consistent(moved) and not check.consistent(shifted)
+
+
+def test_a_slice_of_points_carries_no_weights() -> None:
+    """A slice (or any tuple made) of :class:`Points` is a plain tuple: its coefficients are its own
+    (were the set's weights carried into the slice, the coefficients of the first ``t`` would be
+    wrong)."""
+    base = _sparse_round_points(30)
+    sub = PointSet(base).subset(base[:25])
+    head = sub[:10]
+    assert type(head) is tuple and type(sub + sub[:0]) is tuple
+    assert lagrange_at_zero(head) == _textbook_lagrange(list(head))
+
+
+def test_a_subset_of_points_outside_the_set_or_repeated_is_refused() -> None:
+    base = [5, 900, 17, 2**32]
+    points = PointSet(base)
+    for bad in ([5, 6], [5, 5, 17], [2**32 + 1]):
+        with pytest.raises(InvalidParameters, match="distinct points of its set"):
+            points.subset(bad)
+    for bad_base in ([1, 1], [0, 3], [PRIME]):
+        with pytest.raises(InvalidParameters):
+            PointSet(bad_base)
+    with pytest.raises(InvalidParameters, match="one weight per point"):
+        Points([1, 2], [1])
+
+
+def test_holder_sets_of_a_sparse_round_cost_one_inversion_in_all() -> None:
+    """200 sparse points, 30 holder sets each missing 1 to 9 of them: the set's weights take one
+    inversion (the old weights took one per point of every holder set: ~5,700), the holder sets'
+    checks and coefficients none."""
+    base = _sparse_round_points(200)
+    inversions = [0]
+
+    def counted(b: int, exp: int, mod: int | None = None) -> int:
+        inversions[0] += exp == -1
+        return pow(b, exp, mod)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shamir, "pow", counted, raising=False)
+        points = PointSet(base)
+        assert inversions[0] == 1
+        for _ in range(30):
+            gone = set(_GEN.sample(base, _GEN.randrange(1, 10)))
+            xs = [x for x in base if x not in gone]
+            ShareCheck(points.subset(xs), 101)
+            points.lagrange_at_zero(xs[:101])
+    assert inversions[0] == 1
+
+
+def test_combine_robust_within_a_round_finds_the_wrong_party_as_alone() -> None:
+    """Shares of three secrets at 40 of a sparse round's 50 points, threshold 15, one party's share of
+    one secret moved: with the round's :class:`PointSet` (``within``) and without, the same party
+    is found and the secrets are the dealt ones; a party outside ``within`` is refused."""
+    base = _sparse_round_points(50)
+    xs, t = base[:40], 15
+    polys = [[_GEN.randrange(PRIME) for _ in range(t)] for _ in range(3)]
+    shares = [[_poly_at(f, x) for f in polys] for x in xs]
+    shares[23][1] = (shares[23][1] + 7) % PRIME
+    for within in (PointSet(base), None):
+        assert combine_robust(xs, shares, t, within=within) == ([f[0] for f in polys], 23)
+    with pytest.raises(InvalidParameters):
+        combine_robust(xs, shares, t, within=PointSet(base[1:]))
+
+
+# ------------------------------------------------------------------ rounds with sparse ids
+
+def _omit_seeds(ids: list[int], omitters: int) -> Callable[[int, bytes], bytes]:
+    """The C2 plan over any ids: the last ``omitters`` clients (by rank) each leave out the seeds of
+    the clients whose rank has their bit set (a different holder set for nearly every seed)."""
+    rank = {u: k for k, u in enumerate(ids)}
+    first = len(ids) - omitters
+
+    def edit(u: int, msg: bytes) -> bytes:
+        if rank[u] < first:
+            return msg
+        rd = messages.Reader(memoryview(msg)[H:], "unmask")
+        parts = [dict(rd.records(N, "owner")), dict(rd.records(N, "owner"))]
+        rd.end()
+        parts[1] = {v: s for v, s in parts[1].items() if v == u or not (rank[v] >> (rank[u] - first)) & 1}
+        body = [len(p).to_bytes(4, "little") + b"".join(v.to_bytes(4, "little") + s for v, s in sorted(p.items()))
+                for p in parts]
+        return messages.frame("unmask", int.from_bytes(msg[16:24], "little"), u, *body)
+
+    return edit
+
+
+@pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
+def test_a_sparse_round_under_the_c2_plan_with_a_wrong_holder_sums_exactly_and_names_it(signed: bool) -> None:
+    """20 clients with ids drawn from ``0 .. 2^32 - 2``, threshold 11, the last four omitting seeds
+    in different patterns and one client sending a moved share of another's seed: the sum is
+    numpy's and that client is named (signed: its share does not match the commitment, all its
+    shares left out; unsigned: the leave-one-out search within U4's points finds it); every
+    holder set's weights come from U4's (``PointSet.subset``), none computed alone."""
+    ids = sorted(_GEN.sample(range(2**32 - 1), 20))
+    g = np.random.default_rng(7)  # test inputs, not secrets
+    cfg = SecAggConfig(length=3, threshold=11, width=2, round_id=5, signed=signed)
+    rnd = Round(cfg, {u: g.integers(0, 2**32, (3, 2), dtype=np.uint64).astype(np.uint32) for u in ids})
+    liar, victim = ids[2], ids[9]
+    plan = _omit_seeds(ids, 4)
+    rnd.play(unmask=lambda u, msg: move_unmask_share(plan(u, msg), 1, victim, 1) if u == liar else plan(u, msg))
+    alone: list[tuple[int, ...]] = []
+    real = shamir._weights
+
+    def recorded(xs: list[int]) -> list[int]:
+        if not isinstance(xs, Points):
+            alone.append(tuple(xs))
+        return real(xs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shamir, "_weights", recorded)
+        total = rnd.server.result()
+    assert np.array_equal(total, rnd.want())
+    assert rnd.server.cheaters == [liar]
+    assert alone == [tuple(u + 1 for u in rnd.server.u4)]
