@@ -15,19 +15,30 @@ and SecEA (its signed set-up, then an aggregation round).  At every stage one de
   previous record's (a duplicate) and to the largest value;
 * extensions (a byte cut on, a zero byte and a zero word with the header made to match);
 * the device's genuine message of every other stage and of an earlier round, another device's
-  message of the stage (where the message names its sender); another round's path; a body over
-  the app's limit.
+  message of the stage (where the message names its sender); a body over the app's limit;
+* the genuine message at another round's path, and sent and fetched at paths whose round id is
+  no canonical numeral or off the node's range, or whose stage is none.
 
-Every mutation must be answered 4xx (413 for the body over the limit), never a 5xx or a
-traceback; then the genuine message must be accepted.  The round is played in lockstep on a twin
+Every mutation must be answered 4xx (413 for the body over the limit) with the app's
+``{"error", "detail"}`` document, never a 5xx or a traceback; then the genuine message must be
+accepted.  The round is played in lockstep on a twin
 node given only the genuine messages: every answer the app gives a device must equal the twin's,
 byte for byte, and the round commits the same model (SFSL) or the same averages (SecEA) -- a
 refused message changed nothing.  The mutations' bytes come from a seeded DRBG (the test's own
 choice of cut points; no secret is drawn from it).
+
+Then the mutations a node may take (``test_*_well_formed_flips_*``): a byte flipped in a field no
+parser can check (a share's ciphertext, a masked input word, an unmask share, the requested goods,
+a signature, a Paillier modulus or ciphertext, a padded share word): refused, or taken and the round
+commits or aborts, never a 5xx, only the flipping device found cheating, and the next round of the
+same devices commits (SecEA: with the exact averages).
+
+Found: nothing -- no 5xx, no traceback, no refused message that changed the round (session 25).
 """
 
 from __future__ import annotations
 
+import json
 import struct
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -40,9 +51,11 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-from test_exchange_attacks import LIMIT, SETS, Http, http_of  # type: ignore[import-not-found]  # noqa: E402
+from test_net_fuzz import _BAD_NUMERALS  # type: ignore[import-not-found]  # noqa: E402
+from test_exchange_attacks import LIMIT, SETS, Http, http_of, play_stage  # type: ignore[import-not-found]  # noqa: E402
 
 from secemb.data.ctr import TaobaoShaped, split_clicks  # noqa: E402
+from secemb.errors import SecembError  # noqa: E402
 from secemb.framing import HEADER_BYTES  # noqa: E402
 from secemb.protocols.exchange import ExchangeRun  # noqa: E402
 from secemb.protocols.secea.coding import SecEAParams  # noqa: E402
@@ -191,6 +204,12 @@ def mutations(msg: bytes, fields: list[Field], sender: int, rng: CtrDrbg) -> Ite
     yield "a zero word cut on, the header made to match", reframed(msg, body + bytes(4))
 
 
+#: request paths no device message may be taken at (the round id's part; with a "/", the round id and
+#: stage): non-canonical numerals, round ids off the node's range, stage names that are none
+BAD_PATHS = [*_BAD_NUMERALS, "-1", str(2**62), str(2**64), "1/nope", "1/psu-advertise%20", "1/%00", "1/" + "x" * 1000,
+             "1/sum-advertise/x"]
+
+
 @dataclass
 class Tally:
     """What the fuzz sent: mutations refused (by status) and what was not refused."""
@@ -200,6 +219,9 @@ class Tally:
 
     def check(self, status: int, text: str, what: str, want: int | None = None) -> None:
         ok = 400 <= status < 500 and (want is None or status == want) and "Traceback" not in text
+        if ok:  # a refusal is {"error", "detail"} (secemb.server.gate)
+            doc = json.loads(text) if text.startswith("{") else None
+            ok = isinstance(doc, dict) and set(doc) == {"error", "detail"} and bool(doc["detail"])
         if ok:
             self.refused[status] = self.refused.get(status, 0) + 1
         else:
@@ -234,6 +256,11 @@ def fuzz_message(http: Http, tally: Tally, victim: int, round_id: int, stage: st
     send(bytes(LIMIT + 1), "a body over the limit", 413)
     send(msg, "another round's path", to=f"/v1/exchange/rounds/{round_id + 1}/{stage}")
     send(msg, "an earlier round's path", to=f"/v1/exchange/rounds/{round_id - 1}/{stage}")
+    for bad in BAD_PATHS:
+        to = f"/v1/exchange/rounds/{bad}" if "/" in bad else f"/v1/exchange/rounds/{bad}/{stage}"
+        send(msg, f"path {to}", to=to)
+        resp = http.call(victim, "GET", to)
+        tally.check(resp.status_code, resp.text, f"{stage} from {victim}: its answer at path {to}")
 
 
 def fuzz_round(http: Http, twin: Twin, plan: RoundPlan, round_id: int, parties: Mapping[int, Any],
@@ -338,4 +365,120 @@ def test_secea_refuses_every_mutation_with_a_4xx_and_its_rounds_commit_as_the_tw
     # entity 4 is held by silos 0 and 1 (rows 1.0 and 2.0): the average is 1.5
     assert parties[0].average is not None and parties[0].average[1].tolist() == [1.5, 1.5]
     assert not tally.wrong, "\n".join(tally.wrong)
+    assert sum(tally.refused.values()) > 1000
     assert tally.refused[413] == len(SECEA_SETUP_PLAN.stages) + len(SECEA_ROUND_PLAN.stages)
+
+
+def flipped(msg: bytes, stage: str, nth: int) -> bytes:
+    """``msg`` with the middle byte of its ``nth`` data field (:func:`layout`) flipped: a message
+    still well formed, which the node may take (a key, a ciphertext, a masked word: what no parser
+    can check)."""
+    f = [f for f in layout(stage, msg[HEADER_BYTES:]) if f.role == "data"][nth]
+    at = HEADER_BYTES + f.at + f.size // 2
+    return msg[:at] + bytes([msg[at] ^ 0x01]) + msg[at + 1:]
+
+
+def play_flipped(http: Http, plan: RoundPlan, round_id: int, parties: Mapping[int, Any], stage: str, victim: int,
+                 nth: int) -> tuple[bool, dict[str, Any]]:
+    """Play round ``round_id`` (opened) through the app, device ``victim`` sending
+    ``flipped(..., nth)`` of its message of ``stage`` first, then (accepted or not) its genuine
+    one.  A device that refuses an answer or its own next message (a :class:`SecembError`: it
+    saw the deviation) or gets none stops, as a dropout; no request is answered 5xx.  Returns
+    whether the flipped message was accepted and the round's outcome."""
+    live, accepted = dict(parties), False
+    for s in plan.stages:
+        for u in list(live):
+            try:
+                body = live[u].message(s)
+            except SecembError:
+                del live[u]
+                continue
+            if (s, u) == (stage, victim):
+                status = http.send(u, round_id, s, flipped(body, s, nth))
+                assert status == 204 or 400 <= status < 500, status
+                accepted = status == 204
+            status = http.send(u, round_id, s, body)
+            # the genuine message after an accepted flip: a duplicate; any message once the round aborted: 409
+            assert status == (400 if accepted and (s, u) == (stage, victim) else 204) or status == 409, (s, u, status)
+        assert http.close(round_id, s) in (200, 409)
+        if http.outcome(round_id)["state"] == "aborted":
+            break
+        for u in list(live) if plan.replies(s) else []:
+            got = http.fetch(u, round_id, s)
+            try:
+                assert got is not None
+                live[u].accept(s, got)
+            except (AssertionError, SecembError):
+                del live[u]
+    return accepted, http.outcome(round_id)
+
+
+def test_sfsl_well_formed_flips_are_taken_or_refused_and_the_round_ends_cleanly(sfsl: SFSLProtocol) -> None:
+    """SFSL (CPP2, pinned): one device's message with a byte of a field no parser can check
+    flipped -- a share's ciphertext, a masked input word, an unmask share, the requested goods, a
+    consistency signature.  Each is refused (4xx) or taken (204: the genuine one is then a 400
+    duplicate); the round commits or aborts, never a 5xx, and only the flipping device can be
+    found cheating (``proven_bad_shares``); the next round of the same devices commits."""
+    node = sfsl.make_server().node
+    assert isinstance(node, SFSLNode)
+    node.pin = sfsl.roster.pin
+    http = http_of(node, num_users=8)
+    devices = {u: sfsl.make_device(u) for u in USERS}
+    seen: dict[str, tuple[bool, str, list[int], dict[str, list[int]]]] = {}
+    cases = [("psu-shares", 1, 0), ("sum-masked", 2, 0), ("sum-unmask", 0, 0), ("download", 1, 0),
+             ("sum-consistency", 2, 0)]
+    for round_id, (stage, victim, nth) in enumerate(cases, start=1):
+        doc = http.open(round_id, USERS)
+        parties = {u: devices[u].party(doc) for u in USERS}
+        accepted, out = play_flipped(http, node.plan, round_id, parties, stage, victim, nth)
+        assert out["state"] in ("committed", "aborted"), out
+        assert set(out["proven_bad_shares"]) <= {victim}, (stage, out)
+        seen[stage] = (accepted, out["state"], out["proven_bad_shares"], out["complaints"])
+    # device 0 cannot open device 1's flipped share to it: its complaint, unverifiable, strikes none; the
+    # threshold holds without it.  A masked input is the device's own: SecAgg sums what it is given.  A
+    # flipped unmask share is not the one its dealer committed to: device 0 is proven to cheat, and the
+    # other holders' shares open the sum.  A consistency signature verifies under the pinned roster or is
+    # refused.  A flipped goods id is another valid request or one out of order (S'' is drawn afresh).
+    assert {s: v for s, v in seen.items() if s != "download"} == {
+        "psu-shares": (True, "committed", [], {"0": [1]}), "sum-masked": (True, "committed", [], {}),
+        "sum-unmask": (True, "committed", [0], {}), "sum-consistency": (False, "committed", [], {})}
+    assert seen["download"][1:] == ("committed", [], {})
+    doc = http.open(len(cases) + 1, USERS)  # the devices after every deviation: an honest round
+    play_stage_all(http, node.plan, len(cases) + 1, {u: devices[u].party(doc) for u in USERS})
+    assert http.outcome(len(cases) + 1)["state"] == "committed"
+
+
+def play_stage_all(http: Http, plan: RoundPlan, round_id: int, parties: dict[int, Any]) -> None:
+    """Every stage of ``plan``, honestly (:func:`test_exchange_attacks.play_stage`)."""
+    for stage in plan.stages:
+        play_stage(http, plan, round_id, stage, parties)
+
+
+def test_secea_well_formed_flips_are_taken_or_refused_and_the_honest_silos_average_exactly_after() -> None:
+    """SecEA (signed set-up, pinned): a silo's HELLO with its Paillier modulus flipped is refused
+    (the signature covers it) and the set-up commits with its genuine one; a flipped padded share
+    word and a flipped answer ciphertext are taken (no one can check them: the round commits,
+    docs/security.md, "Integrity"), never a 5xx; the next round of the same silos gives the
+    exact averages."""
+    params = SecEAParams(3, 1, dim=2)
+    bloom = union_bloom(16, sum(len(s) for s in SETS))
+    roster = Roster.generate()
+    rng = CtrDrbg(9)
+    clients = [SecEAClient(i, params, np.array(s), key_bits=KEY_BITS, identity=roster.enroll(i), _rng=rng)
+               for i, s in enumerate(SETS)]
+    http = http_of(SecEANode(params, bloom, key_bits=KEY_BITS, pin=roster.pin, _rng=CtrDrbg(10)))
+    http.open(1, USERS)
+    setup = {i: SecEASetupParty(c, bloom, 1, _rng=CtrDrbg(200 + i)) for i, c in enumerate(clients)}
+    accepted, out = play_flipped(http, SECEA_SETUP_PLAN, 1, setup, "secea-keys", 1, 3)  # data field 3: n
+    assert (accepted, out["state"]) == (False, "committed")
+    rows = [np.full((len(s), 2), float(v + 1)) for v, s in enumerate(SETS)]
+    for round_id, (stage, victim) in enumerate([("secea-share", 0), ("secea-answer", 2)], start=2):
+        http.open(round_id, USERS)
+        parties = {i: SecEAParty(c, round_id, rows[i]) for i, c in enumerate(clients)}
+        accepted, out = play_flipped(http, SECEA_ROUND_PLAN, round_id, parties, stage, victim, 0)
+        assert (accepted, out["state"]) == (True, "committed"), (stage, out)
+    http.open(4, USERS)
+    parties = {i: SecEAParty(c, 4, rows[i]) for i, c in enumerate(clients)}
+    play_stage_all(http, SECEA_ROUND_PLAN, 4, parties)
+    # entity 4 is held by silos 0 and 1 (rows 1.0 and 2.0): the average is 1.5
+    assert parties[0].average is not None and parties[0].average[1].tolist() == [1.5, 1.5]
