@@ -28,6 +28,8 @@ def serve(cfg: ServerConfig, *, log_level: str = "warning") -> None:
     InvalidParameters: TLS files missing, a plain ``http://`` peer URL with TLS, or the listening
     address cannot be bound (a port in use: checked before any state is read or written).
     secemb.server.persist.StateInUse: another server holds the state directory.
+    secemb.server.persist.StorageError: the state directory or its lock file cannot be made, or the
+    lock file is not a private file of this process's user.
     """
     import logging
 

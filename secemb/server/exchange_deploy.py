@@ -404,8 +404,11 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     checks signed messages and a configuration without a roster pin (before anything listens);
     the port in use.
     secemb.data.DatasetNotFoundError: the dataset's files missing.
-    secemb.server.persist.CorruptState: a state that cannot be restored (nothing written);
-    secemb.server.persist.StorageError: the disk refused to record a round aborted at the restart.
+    secemb.server.persist.CorruptState: a state that cannot be restored (nothing written but the
+    hold's empty lock file, :data:`~secemb.server.persist.LOCK`);
+    secemb.server.persist.StorageError: the disk refused to record a round aborted at the restart;
+    or the state directory or its lock file cannot be made, or the lock file is not a private file
+    of this process's user (nothing read there).
     secemb.server.persist.StateInUse: another server holds the state directory (nothing read there).
     """
     from secemb.server.exchange_app import create_exchange_app

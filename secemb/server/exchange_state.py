@@ -15,13 +15,16 @@ server's helpers (:mod:`secemb.server.persist`)::
                      the strikes by the operator, and (session 25) per finding of an open
                      round: its ``proven_bad_shares`` so far, once a signed secure aggregation
                      of it names a device, before the round goes on
+    server.lock      (session 25) the running server's hold on the directory
+                     (:func:`~secemb.server.persist.hold_state_dir`, ``secemb serve``): empty
 
 At start (:class:`ExchangeState`) the checkpoint is restored into the fresh node and checked
 (the model's SHA-256), and a round the journal shows opened but never ended -- open when the
-server stopped -- is recorded as aborted: no half state, its id is not used again (SecEA's
-one-time pads depend on it).  The round document the devices and the operator read
-(``GET /v1/exchange/round``) is then the last round's, so ``secemb admin open-round`` continues
-from its id; the server refuses an id that does not follow the last one used (409).
+server stopped, or aborted while it ran with its end record refused by the disk -- is recorded
+as aborted: no half state, its id is not used again (SecEA's one-time pads depend on it).  The
+round document the devices and the operator read (``GET /v1/exchange/round``) is then the last
+round's, so ``secemb admin open-round`` continues from its id; the server refuses an id that does
+not follow the last one used (409).
 
 **Strikes** (issue 34; docs/deployment.md, "Strikes: a device proven to cheat"): a device
 named in a round's ``proven_bad_shares`` (a *signed* secure aggregation showed it cheating:
@@ -38,7 +41,12 @@ each device once a round -- so a restart keeps them (end records written before 
 checkpoint but refused its end record, gets that record at start, and its strikes count.  A round
 open when the server stopped is recorded as aborted with the names its finding records hold
 (session 25: before, what its signed aggregations had proven was in memory only, and the
-restart forgot it).
+restart forgot it); so is any other opened round without an end record -- one aborted while the
+server ran whose end record the disk refused (logged, not retried), which is before the
+checkpoint's round once a later round committed (a committed round's missing end record holds
+up the next opening, so only the checkpoint's own round can lack one; session 25 red team, F3:
+before, only the rounds after the checkpoint's were recorded, and such a round's findings were
+forgotten at the restart).
 
 **Binding** (session 24, helper L): the binding makes the directory its configuration's from
 its first start, not from its first checkpoint only (the checkpoint records the fingerprint
@@ -81,6 +89,8 @@ STRIKES_CLEARED = "strikes_cleared"
 #: the journal's record of what an open round's signed secure aggregations have proven so far
 FOUND = "found"
 _RESTART = "open when the server stopped: aborted at the restart"
+#: the reason recorded for an opened round without an end record before the checkpoint's round
+_UNRECORDED = "aborted while the server ran, its end record refused by the disk: recorded at the restart"
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +196,10 @@ class ExchangeState:
             # stopped before the next opening): record it now, so its strikes count (session 24 red team, F1)
             ended[committed] = self.last
             missing.append(committed)
-        for rid in sorted(r for r in opened if r not in ended and r > committed):
+        for rid in sorted(r for r in opened if r not in ended):
+            # before the checkpoint's round (committed): aborted while the server ran, its end refused
             ended[rid] = {"round_id": rid, "users": opened[rid], "stages": [], "stage": None, "state": "aborted",
-                          "reason": _RESTART}
+                          "reason": _RESTART if rid > committed else _UNRECORDED}
             if rid in found:  # what its signed aggregations had proven before the server stopped
                 ended[rid]["proven_bad_shares"] = sorted(found[rid])
             missing.append(rid)

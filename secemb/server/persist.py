@@ -27,11 +27,23 @@ by :func:`remove_stale_temporaries` when a store opens.
 
 One server a state directory (session 25)
     ``secemb serve`` holds the state directory for its life (:func:`hold_state_dir`: an
-    exclusive, non-blocking ``flock`` on the directory itself, so that taking it writes
-    nothing): a second server started on it is refused (:class:`StateInUse`) before it reads
-    or writes anything there, instead of interleaving its journal records with the first's.
-    The kernel releases the lock when the process ends, however it ends (``kill -9``
-    included), so a lock never outlives its server.
+    exclusive, non-blocking ``flock`` on the lock file ``server.lock`` in it, empty, 0600, the
+    server user's): a second server started on it is refused (:class:`StateInUse`) before it
+    reads or writes anything else there, instead of interleaving its journal records with the
+    first's.  The kernel releases the lock when the process ends, however it ends (``kill -9``
+    included), so a lock never outlives its server.  The lock is a private file, not the
+    directory, so that another local user who can open the directory (0755) cannot take it
+    first (session 25 red team, F4).
+
+    The writes go by name, the lock holds what the name gave at the start: a state directory
+    moved aside, removed or replaced (or a symlink to it retargeted) while its server runs is
+    no longer written by it (session 25 red team, F2).  :meth:`Journal.append`,
+    :func:`atomic_write` (checkpoints, the binding) and :func:`remove_stale_temporaries` write in
+    a directory this process holds only while its name still gives that directory (its
+    :data:`LOCK` is the held lock file; checked before the write: a replacement during a
+    checkpoint's write makes its rename fail, or is one the check missed by microseconds), and a
+    journal appends only to the file it opened (the same ``st_dev``/``st_ino``, checked on the
+    open descriptor, held or not); otherwise :class:`StorageError`, nothing written.
 """
 
 from __future__ import annotations
@@ -41,12 +53,13 @@ import fcntl
 import json
 import logging
 import os
+import stat
 import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -55,12 +68,14 @@ from secemb.outputs import TEMP_MARK, atomic_write_bytes, write_all
 from secemb.packing import MalformedPack, arrays_bytes, arrays_from_bytes, meta_bytes, meta_from_bytes
 
 __all__ = [
-    "CorruptState", "Journal", "StateInUse", "StorageError", "atomic_write", "hold_state_dir", "load_checkpoint",
-    "remove_stale_temporaries", "save_checkpoint",
+    "LOCK", "CorruptState", "Journal", "StateInUse", "StorageError", "atomic_write", "hold_state_dir",
+    "load_checkpoint", "remove_stale_temporaries", "save_checkpoint",
 ]
 
 _META = "__meta__"
-#: what ``flock`` answers on a file system that cannot lock a directory (e.g. some network file
+#: the lock file :func:`hold_state_dir` holds in a state directory (empty, 0600)
+LOCK = "server.lock"
+#: what ``flock`` answers on a file system that cannot lock a file (e.g. some network file
 #: systems): :func:`hold_state_dir` warns and goes on unlocked
 _NO_FLOCK = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.EBADF, errno.EINVAL})
 
@@ -93,8 +108,11 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     Raises
     ------
     StorageError
-        The disk refused the write (what is left on disk: ``atomic_write_bytes``'s ``OSError``).
+        The disk refused the write (what is left on disk: ``atomic_write_bytes``'s ``OSError``),
+        or ``path``'s folder is a state directory this process holds whose name no longer gives
+        it (nothing written; the module docstring).
     """
+    _check_held(Path(path).parent)
     try:
         atomic_write_bytes(path, data, mode=0o600)
     except OSError as exc:
@@ -104,7 +122,15 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
 def remove_stale_temporaries(directory: str | os.PathLike) -> list[str]:
     """Delete the temporary files :func:`atomic_write` left in ``directory`` when its process
     died mid-write (``.NAME.tmp.`` + a suffix, :data:`secemb.outputs.TEMP_MARK`); return their
-    names.  Call only while no other process writes there (a server owns its state directory)."""
+    names.  Call only while no other process writes there (a server owns its state directory).
+
+    Raises
+    ------
+    StorageError
+        ``directory`` is a state directory this process holds whose name no longer gives it
+        (nothing removed).
+    """
+    _check_held(Path(directory))
     removed = []
     for p in Path(directory).iterdir():
         if p.name.startswith(".") and TEMP_MARK in p.name and p.is_file():
@@ -178,12 +204,17 @@ def _unframe(line: bytes) -> dict[str, Any] | None:
 class Journal:
     """Append-only log of framed, checksummed records, each ``fsync``-ed (thread-safe).
 
+    It appends to the file it opened only: a journal whose name gives another file (its state
+    directory moved aside or replaced, a symlink to it retargeted) is not written; nor is one in
+    a held state directory whose name no longer gives it (:func:`hold_state_dir`).
+
     Raises
     ------
     CorruptState
         At open: a record other than the last is damaged.
     StorageError
-        At open (cutting a torn tail) or :meth:`append`: the disk refused the write.
+        At open (cutting a torn tail) or :meth:`append`: the disk refused the write, or (at
+        :meth:`append`) the name gives another file than the one opened.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -193,7 +224,10 @@ class Journal:
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
-                if os.fstat(fd).st_size != self._size:  # a torn tail: cut it off durably
+                st = os.fstat(fd)
+                #: the file this journal appends to (``st_dev``, ``st_ino``)
+                self._file = (st.st_dev, st.st_ino)
+                if st.st_size != self._size:  # a torn tail: cut it off durably
                     os.ftruncate(fd, self._size)
                     os.fsync(fd)
             finally:
@@ -232,14 +266,21 @@ class Journal:
         ------
         StorageError
             The write or ``fsync`` failed; the journal was truncated back to its previous
-            records (what :meth:`records` returns is unchanged).
+            records (what :meth:`records` returns is unchanged).  Or ``path`` gives another
+            file than the one this journal opened, or its folder is a state directory this process
+            holds whose name no longer gives it: nothing written.
         """
         line = _frame(record)
         with self._lock:
+            _check_held(self.path.parent)
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)  # made at the open: no new file
             except OSError as exc:
                 raise _storage_error("journal", self.path, exc) from None
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self._file:  # checked before the ftruncate below touches it
+                os.close(fd)
+                raise StorageError(f"journal {self.path} is no longer the file this server opened: {_REPLACED}")
             try:
                 if os.fstat(fd).st_size != self._size:  # an earlier failed append left bytes
                     os.ftruncate(fd, self._size)
@@ -258,14 +299,30 @@ class Journal:
             self._records.append(record)
 
 
-#: the descriptors of the state directories this process holds (:func:`hold_state_dir`); a child
-#: forked while one is held closes its copies at once (:func:`_forget_held_in_child`)
-_HELD: set[int] = set()
+#: what a write refused in a state directory that its name no longer gives says (F2)
+_REPLACED = ("the state directory was moved, removed or replaced (or a symlink to it changed) since this server "
+             "started; nothing written. Stop this server: its state is in the directory it started with")
+
+
+class _Held(NamedTuple):
+    """A state directory this process holds (:func:`hold_state_dir`)."""
+
+    #: the name it was held under (``os.path.abspath``: the writes name it so)
+    name: str
+    #: its lock file's (``st_dev``, ``st_ino``): the directory is the one whose :data:`LOCK` that
+    #: file is (held open, so its inode is not reused, unlike a removed directory's)
+    ident: tuple[int, int]
+
+
+#: the state directories this process holds, by their lock file's descriptor; a child forked while
+#: one is held closes its copies at once (:func:`_forget_held_in_child`)
+_HELD: dict[int, _Held] = {}
+_HELD_LOCK = threading.Lock()
 
 
 def _forget_held_in_child() -> None:
     """In a process just forked (e.g. a :class:`~concurrent.futures.ProcessPoolExecutor` worker of
-    the server's backend): close the copies of the held directories' descriptors, so that a
+    the server's backend): close the copies of the held lock files' descriptors, so that a
     worker outliving a killed server does not keep its state directory locked (an ``flock``
     lasts while any copy of the descriptor is open; the parent's lock is untouched)."""
     for fd in _HELD:
@@ -277,6 +334,31 @@ def _forget_held_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_held_in_child)
+
+
+def _check_held(directory: Path) -> None:
+    """Before a write in ``directory``: if this process holds a state directory under its name
+    (:func:`hold_state_dir`), the name must still give one it holds (its :data:`LOCK` the held
+    lock file).  A name no hold of this process holds (a store used without a hold: the
+    simulation, tests) is not checked.
+
+    Raises
+    ------
+    StorageError
+        The name gives another directory or none (moved aside, removed, replaced, a symlink
+        retargeted), or its lock file was removed.
+    """
+    name = os.path.abspath(directory)
+    with _HELD_LOCK:
+        idents = {h.ident for h in _HELD.values() if h.name == name}
+    if not idents:
+        return
+    try:
+        st = os.stat(os.path.join(name, LOCK))
+    except OSError:
+        st = None
+    if st is None or (st.st_dev, st.st_ino) not in idents:
+        raise StorageError(f"state directory {directory}: {_REPLACED}")
 
 
 def _holder(st: os.stat_result) -> int | None:
@@ -300,11 +382,13 @@ def _holder(st: os.stat_result) -> int | None:
 @contextmanager
 def hold_state_dir(directory: str | os.PathLike) -> Iterator[Path]:
     """Hold the state directory ``directory`` (created 0700 if missing) for this process while
-    the block runs: an exclusive, non-blocking ``flock`` on the directory itself (nothing is
-    written in it), released when the block ends -- or by the kernel when the process dies,
-    ``kill -9`` included.  Two holds of one directory exclude each other in one process too.
-    On a file system that cannot lock a directory (``flock`` answers one of :data:`_NO_FLOCK`) it
-    logs a warning and holds nothing.  Yields the directory.
+    the block runs: an exclusive, non-blocking ``flock`` on its lock file :data:`LOCK` (made
+    empty, 0600, ``O_NOFOLLOW``, if missing; the one thing the hold writes), released when the
+    block ends -- or by the kernel when the process dies, ``kill -9`` included.  Two holds of one
+    directory exclude each other in one process too.  While held, the writes of this module in
+    the directory check that its name still gives it (the module docstring).  On a file system
+    that cannot lock a file (``flock`` answers one of :data:`_NO_FLOCK`) it logs a warning and
+    holds nothing.  Yields the directory.
 
     Raises
     ------
@@ -312,18 +396,39 @@ def hold_state_dir(directory: str | os.PathLike) -> Iterator[Path]:
         Another process (or another hold in this one) holds it; the message names the holder's
         pid where the system lists it (Linux: ``/proc/locks``).
     StorageError
-        The directory cannot be created or opened, or ``flock`` failed otherwise.
+        The directory cannot be created or opened, its lock file cannot be made or opened (a
+        symlink there included), or the lock file is not a private file of this process's user
+        (another user could hold it): nothing else read or written; or ``flock`` failed
+        otherwise.
     """
     path = Path(directory)
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError as exc:
         raise _storage_error("state directory", path, exc) from None
     try:
+        # O_NONBLOCK | O_NOCTTY: a FIFO or a terminal planted there is opened without waiting or
+        # side effects, then refused below (not a regular file)
+        fd = os.open(LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, 0o600,
+                     dir_fd=dir_fd)
+    except OSError as exc:
+        raise _storage_error("lock file", path / LOCK, exc) from None
+    finally:
+        os.close(dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        os.close(fd)
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "not a regular file"
+        raise StorageError(
+            f"lock file {path / LOCK} is not a private file of this server's user ({kind}, owner uid {st.st_uid}, "
+            f"mode {stat.S_IMODE(st.st_mode):04o}; wanted a regular file, uid {os.geteuid()}, 0600): another user may "
+            "hold it. Remove it (the server makes it again) and let only the server's user write in the state "
+            "directory")
+    try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:  # EWOULDBLOCK: held
-        holder = _holder(os.fstat(fd))
+        holder = _holder(st)
         os.close(fd)
         who = "another server" + ("" if holder is None else f" (pid {holder})")
         raise StateInUse(f"state directory {path} is in use by {who}: stop it first, or give this server "
@@ -334,9 +439,11 @@ def hold_state_dir(directory: str | os.PathLike) -> Iterator[Path]:
             raise _storage_error("state directory", path, exc) from None
         log.warning("state directory %s cannot be locked on its file system (%s): a second server started on "
                     "it would not be refused", path, exc.strerror or exc)
-    _HELD.add(fd)
+    with _HELD_LOCK:
+        _HELD[fd] = _Held(os.path.abspath(path), (st.st_dev, st.st_ino))
     try:
         yield path
     finally:
-        _HELD.discard(fd)
+        with _HELD_LOCK:
+            del _HELD[fd]
         os.close(fd)

@@ -24,19 +24,24 @@ Findings (strict xfails; the owners fix them):
   first server's next journal append lands there -- ``Journal.append`` cuts the file to the
   length it knows, erasing the second server's records.  Proposed fix: write relative to the held
   directory's descriptor (``dir_fd``), or compare the path's ``(st_dev, st_ino)`` with the held
-  descriptor's before each write and refuse (503) when they differ.
+  descriptor's before each write and refuse (503) when they differ.  Fixed (helper J): a journal
+  appends only to the file it opened (``st_dev``/``st_ino``), the atomic writes (checkpoint,
+  binding) only in a held directory whose name still gives it (its lock file the held one):
+  otherwise ``StorageError`` (503), nothing written.
 * F3 (low, a finding journaled but forgotten) -- an aborted round whose end record the disk
   refused (logged; not retried for an aborted round) is skipped at the restart once a later round
   committed (only rounds after the checkpoint's are recorded aborted), and so are its ``found``
   records: the running server struck the device, the restart does not.  Proposed fix: at start,
   every opened round without an end record is recorded aborted with its findings, not only those
-  after the checkpoint's round.
+  after the checkpoint's round.  Fixed so (helper J).
 * F4 (low, a local denial of start) -- ``hold_state_dir`` creates a missing directory 0700 but
   takes an existing one as it is: another local user who can open a 0755 state directory can
   ``flock`` it first, and the server refuses to start ("in use by another server (pid N)").
   Proposed fix: refuse a state directory that group or others can open (the deployment's own
   directories are made 0700); making it private at the hold narrows this, but does not undo a
-  lock taken before.
+  lock taken before.  Fixed otherwise (helper J), not to refuse existing 0755 two-server state
+  directories: the hold locks a lock file in the directory (``server.lock``, made 0600,
+  ``O_NOFOLLOW``, refused unless a private file of the server's user), which others cannot open.
 
 Held (each test fails had the defence been missing):
 
@@ -63,8 +68,11 @@ import copy
 import hashlib
 import os
 import random
+import shutil
 import stat
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -79,11 +87,11 @@ from secagg_rounds import Round  # noqa: E402
 from share_records import H, N  # noqa: E402
 from test_s24_strikes import Served, _state, deal_bad_share, sfsl  # noqa: E402, F401 - sfsl: a fixture
 
-from secemb.errors import InvalidParameters, SecembError  # noqa: E402
+from secemb.errors import InvalidParameters  # noqa: E402
 from secemb.secagg import SecAggConfig, messages, server, shamir  # noqa: E402
 from secemb.secagg.shamir import PRIME, ShareCheck, lagrange_at_zero  # noqa: E402
 from secemb.server.exchange_state import JOURNAL  # noqa: E402
-from secemb.server.persist import Journal, StateInUse, StorageError, hold_state_dir  # noqa: E402
+from secemb.server.persist import LOCK, Journal, StateInUse, StorageError, hold_state_dir  # noqa: E402
 
 _GEN = random.Random(2525)  # test data (points, polynomials, id samples): public, not secrets
 
@@ -403,15 +411,14 @@ def test_a_committed_rounds_finding_counts_once_after_a_stop_between_its_checkpo
     assert [r["event"] for r in Journal(tmp_path / JOURNAL).records()] == ["open", "found", "end"]
 
 
-@pytest.mark.xfail(strict=True, reason="F3: the found record of an aborted round whose end record the disk refused "
-                                       "is ignored at the restart once a later round committed")
 def test_f3_an_aborted_rounds_finding_survives_a_refused_end_record_and_a_later_commit(
         sfsl: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Round 1's PSU proves device 0 (found record), then the round aborts (the operator closes the
     download and the secure sum's first stage with nobody's message) and the disk refuses its end
-    record; the running server strikes device 0.  Round 2 commits.  The restart skips round 1
-    (only rounds after the checkpoint's are recorded aborted) and with it its finding: device 0
-    has no strike."""
+    record; the running server strikes device 0.  Round 2 commits.  The restart skipped round 1
+    (only rounds after the checkpoint's were recorded aborted) and with it its finding: device 0
+    had no strike.  Fixed (helper J): every opened round without an end record is recorded
+    aborted with its findings at the restart: one strike, and one after the next restart."""
     from test_s25_open_round_strikes import _begin
 
     served = Served(sfsl, tmp_path)
@@ -427,6 +434,11 @@ def test_f3_an_aborted_rounds_finding_survives_a_refused_end_record_and_a_later_
         ("open", 1), ("found", 1), ("open", 2), ("end", 2)]
     served.restart()
     assert served.strikes()["strikes"] == {"0": 1}
+    ends = Journal(tmp_path / JOURNAL).records()[4:]  # after open 1, found 1, open 2, end 2
+    assert [(r["event"], r["round_id"], r["round"]["state"], r["round"]["proven_bad_shares"]) for r in ends] == [
+        ("end", 1, "aborted", [0])]
+    served.restart()
+    assert served.strikes()["strikes"] == {"0": 1} and served.last()["round_id"] == 2
 
 
 # ------------------------------------------------------------------ A's state-directory lock
@@ -477,16 +489,14 @@ def test_a_state_dir_that_is_a_file_or_under_one_is_refused_and_left_as_it_was(t
     assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_bytes() == b"x"
 
 
-@pytest.mark.xfail(strict=True, reason="F2: the lock holds the directory's inode, the state writes by path: a "
-                                       "directory moved aside or a symlink retargeted lets a second server in, and "
-                                       "the first server's journal append erases the second's records")
 @pytest.mark.parametrize("how", ["moved aside", "symlink retargeted"])
 def test_f2_a_state_directory_replaced_under_its_server_is_not_written_by_it(how: str, tmp_path: Path) -> None:
     """Server 1 holds ``state`` and has its state open; ``state`` is replaced (moved aside and made
     again, or a symlink pointed elsewhere); server 2 starts on ``state`` and opens round 5; then
     server 1 opens round 1.  Either server 2 is refused, or server 1's write is refused or lands in
-    its own directory: server 2's journal holds its own record only.  Now server 2 is let in and
-    server 1's append cuts server 2's journal to the length server 1 knew (0) before writing."""
+    its own directory: server 2's journal holds its own record only.  Server 2 was let in and
+    server 1's append cut server 2's journal to the length server 1 knew (0) before writing;
+    fixed (helper J): server 1's append is refused (its journal's name gives another file)."""
     path = tmp_path / "state"
     if how == "symlink retargeted":
         for d in ("a", "b"):
@@ -511,20 +521,63 @@ def test_f2_a_state_directory_replaced_under_its_server_is_not_written_by_it(how
             pass  # refusing server 2 is a fix too
 
 
-@pytest.mark.xfail(strict=True, reason="F4: an existing state directory that other users can open is held as it "
-                                       "is: another local user can flock it first and the server does not start")
-def test_f4_a_state_directory_other_users_can_open_is_refused_or_made_private(tmp_path: Path) -> None:
+def _flock_directory(path: Path, uid: int | None) -> subprocess.Popen:
+    """A process (at ``uid``, if given: run as root) that ``flock``s the directory ``path`` itself,
+    as any local user who can open it can; it reports whether it could open or create the lock
+    file, then waits holding the directory's lock."""
+    become = "" if uid is None else f"os.setgid({uid}); os.setuid({uid})\n"
+    child = subprocess.Popen([sys.executable, "-c", (
+        f"import fcntl, os, time\n{become}"
+        f"fcntl.flock(os.open({str(path)!r}, os.O_RDONLY | os.O_DIRECTORY), fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        f"try:\n    os.open({str(path / LOCK)!r}, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)\n"
+        "    print('directory held; lock file opened', flush=True)\n"
+        "except PermissionError:\n    print('directory held; lock file refused', flush=True)\n"
+        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    return child
+
+
+def _held_while_the_directory_is_flocked(path: Path, uid: int | None) -> str:
+    child = _flock_directory(path, uid)
+    try:
+        assert child.stdout is not None
+        said = child.stdout.readline().strip()
+        with hold_state_dir(path):  # was StateInUse: the directory itself was the lock
+            lock = (path / LOCK).lstat()
+            assert stat.S_ISREG(lock.st_mode) and stat.S_IMODE(lock.st_mode) == 0o600
+            assert lock.st_uid == os.geteuid() and lock.st_size == 0
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    return said
+
+
+def test_f4_a_process_holding_a_0755_state_directory_itself_does_not_keep_the_server_out(tmp_path: Path) -> None:
     """A state directory made 0755 beforehand (``mkdir`` under umask 022, a two-server
     ``state_dir`` the operator made): any local user can open it and ``flock`` it before the server
-    starts, which then refuses to start ("in use by another server (pid N)"; seen as root with a
-    child at uid 65534 holding it).  A hold should refuse it, or leave it 0700."""
+    starts, which then refused to start ("in use by another server (pid N)"; seen as root with a
+    child at uid 65534 holding it).  Fixed (helper J): the hold locks its lock file, made empty and
+    0600: a process holding the directory's own flock does not keep the server out (here a process
+    of the server's user; the next test: another user)."""
     path = tmp_path / "state"
     path.mkdir()
     os.chmod(path, 0o755)
+    assert _held_while_the_directory_is_flocked(path, None) == "directory held; lock file opened"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755  # an existing directory is served as it is
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
+def test_f4_another_user_can_lock_a_0755_state_directory_but_not_its_lock_file() -> None:
+    """As root: a process at uid 65534 opens and ``flock``s a 0755 state directory (the attack
+    before the fix) but can neither create the lock file (before the server's first start: the
+    directory is not writable by it) nor open the one the server made (0600); the server holds
+    the directory while that process holds the directory's flock."""
+    base = Path(tempfile.mkdtemp())  # not under tmp_path: its parents are 0700, closed to uid 65534
     try:
-        with hold_state_dir(path):
-            mode = stat.S_IMODE(path.stat().st_mode)
-    except SecembError as exc:
-        assert not isinstance(exc, StateInUse), exc
-        return
-    assert mode & 0o077 == 0, oct(mode)
+        os.chmod(base, 0o755)
+        path = base / "state"
+        path.mkdir()
+        os.chmod(path, 0o755)
+        assert _held_while_the_directory_is_flocked(path, 65534) == "directory held; lock file refused"
+        assert _held_while_the_directory_is_flocked(path, 65534) == "directory held; lock file refused"
+    finally:
+        shutil.rmtree(base)

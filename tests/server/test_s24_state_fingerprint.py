@@ -32,7 +32,7 @@ from secemb.cli import app
 from secemb.errors import ProtocolError
 from secemb.protocols.exchange import ExchangeServer
 from secemb.server.exchange_state import JOURNAL, ExchangeState, fingerprint
-from secemb.server.persist import CorruptState, Journal, StorageError
+from secemb.server.persist import LOCK, CorruptState, Journal, StorageError
 
 #: two deployments' documents that differ in one field each from ``_DOC``
 _DOC = {"protocol": "sfsl", "run": {"dataset": "taobao-mini", "users_per_round": 3, "seed": 0},
@@ -157,7 +157,8 @@ def test_a_damaged_binding_is_refused_nothing_written(tmp_path: Path, content: b
 
 def test_serve_over_another_deployments_state_exits_2_with_one_line(tmp_path: Path) -> None:
     """``secemb serve`` of a deployment (SFSL, 3 devices a round) whose ``state/`` holds the
-    journal of another one's (4 a round) rounds: one line, exit 2, the state left as it was."""
+    journal of another one's (4 a round) rounds: one line, exit 2, the state left as it was (the
+    server's hold made its lock file, ``server.lock``, empty)."""
     roots = {}
     for upr in ("3", "4"):
         roots[upr] = root = tmp_path / f"dep{upr}"
@@ -181,4 +182,4 @@ def test_serve_over_another_deployments_state_exits_2_with_one_line(tmp_path: Pa
     lines = res.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "another configuration" in lines[0], res
     assert res.stdout == b""
-    assert _files(state_dir) == before
+    assert _files(state_dir) == {**before, LOCK: b""}  # the hold's empty lock file (session 25), nothing else

@@ -5,9 +5,10 @@ two starts of one deployment (a second ``--port``), or two two-server configurat
 ``state_dir`` -- and their journal records interleaved in one ``journal.jsonl`` (round ids used
 twice, one server's strikes counted by the other; the binding only tells configurations apart).
 Now ``secemb serve`` holds its state directory while it runs
-(:func:`secemb.server.persist.hold_state_dir`: an exclusive, non-blocking ``flock`` on the
-directory itself, which writes nothing): the second server exits 2 with one line naming the
-holder's pid, before it reads or writes anything there, and the first goes on.  The kernel
+(:func:`secemb.server.persist.hold_state_dir`: an exclusive, non-blocking ``flock`` on the lock
+file ``server.lock`` in it -- the directory itself until helper J's change (red team F4) -- empty,
+0600, the one thing the hold writes): the second server exits 2 with one line naming the holder's
+pid, before it reads or writes anything else there, and the first goes on.  The kernel
 releases the lock when its process ends, ``kill -9`` included, so a restart is never blocked by
 a dead server; a process the server forked (its backend's worker pool) does not keep it.
 """
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from cli_helpers import ENV, SECEMB, admin, init_one_server, serve, stop  # type: ignore[import-not-found]  # noqa: E402
 
 from secemb.server.config import ServerConfig, config_document  # noqa: E402
-from secemb.server.persist import StateInUse, StorageError, hold_state_dir  # noqa: E402
+from secemb.server.persist import LOCK, StateInUse, StorageError, hold_state_dir  # noqa: E402
 
 #: Linux lists the holder of an flock in /proc/locks: the message names its pid
 LISTS_HOLDERS = Path("/proc/locks").exists()
@@ -55,7 +56,8 @@ def test_a_held_directory_refuses_a_second_hold_naming_the_holder_and_nothing_is
                 pytest.fail("a second hold of a held directory")
         assert str(refused.value) == (f"state directory {tmp_path} {_in_use(os.getpid())}: stop it first, or give "
                                       "this server its own state directory")
-    assert _files(tmp_path) == {"journal.jsonl": b"x"} and [p.name for p in tmp_path.iterdir()] == ["journal.jsonl"]
+    assert _files(tmp_path) == {"journal.jsonl": b"x", LOCK: b""}  # the hold's empty lock file, nothing else
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.jsonl", LOCK]
     with hold_state_dir(tmp_path):  # released at the end of the block
         pass
 
@@ -127,7 +129,7 @@ def test_a_worker_forked_while_the_directory_is_held_does_not_keep_it(tmp_path: 
 def test_secemb_serve_refuses_a_state_directory_another_server_holds_two_servers(tmp_path: Path) -> None:
     """A two-server server (``--party 0``) whose ``state_dir`` a process holds (here the test):
     exit 2, one error line naming the holder (after the lines it prints as it starts: its address,
-    its payload bounds), nothing written."""
+    its payload bounds), nothing written (the lock file is the test's hold's)."""
     state = tmp_path / "state0"
     cfg = ServerConfig(party=0, state_dir=state, peer_url="http://127.0.0.1:1", peer_secret="11" * 32,
                        admin_secret="22" * 32, user_secret="33" * 32, num_items=50, num_users=20, insecure_http=True,
@@ -142,7 +144,7 @@ def test_secemb_serve_refuses_a_state_directory_another_server_holds_two_servers
     assert [line for line in stderr.splitlines() if line.startswith("error: ")] == [  # after its start-up lines
         f"error: state directory {state} {_in_use(os.getpid())}: stop it first, or give this server its own state "
         "directory"], res
-    assert "Traceback" not in stderr and list(state.iterdir()) == []
+    assert "Traceback" not in stderr and _files(state) == {LOCK: b""}  # the test's hold's lock file only
 
 
 def test_two_one_server_servers_on_one_directory_the_second_refused_and_restarts_after_a_stop_and_a_kill(
