@@ -241,10 +241,11 @@ class Twin:
 
 
 def fuzz_message(http: Http, tally: Tally, victim: int, round_id: int, stage: str, msg: bytes,
-                 others: list[tuple[str, bytes]], rng: CtrDrbg) -> None:
+                 others: list[tuple[str, bytes]], rng: CtrDrbg, paths: bool) -> None:
     """Device ``victim`` sends the mutations of ``msg``, its genuine message of ``stage``, then
     ``others`` (named messages that are not its message of the stage), a body over the limit and
-    ``msg`` at another round's path; each must be a 4xx (:class:`Tally`)."""
+    ``msg`` at another round's path (with ``paths``, at the :data:`BAD_PATHS` too, where it also
+    fetches); each must be a 4xx (:class:`Tally`)."""
     path = f"/v1/exchange/rounds/{round_id}/{stage}"
 
     def send(body: bytes, what: str, want: int | None = None, to: str = path) -> None:
@@ -256,7 +257,7 @@ def fuzz_message(http: Http, tally: Tally, victim: int, round_id: int, stage: st
     send(bytes(LIMIT + 1), "a body over the limit", 413)
     send(msg, "another round's path", to=f"/v1/exchange/rounds/{round_id + 1}/{stage}")
     send(msg, "an earlier round's path", to=f"/v1/exchange/rounds/{round_id - 1}/{stage}")
-    for bad in BAD_PATHS:
+    for bad in BAD_PATHS if paths else []:
         to = f"/v1/exchange/rounds/{bad}" if "/" in bad else f"/v1/exchange/rounds/{bad}/{stage}"
         send(msg, f"path {to}", to=to)
         resp = http.call(victim, "GET", to)
@@ -265,13 +266,16 @@ def fuzz_message(http: Http, tally: Tally, victim: int, round_id: int, stage: st
 
 def fuzz_round(http: Http, twin: Twin, plan: RoundPlan, round_id: int, parties: Mapping[int, Any],
                earlier: dict[int, dict[int, bytes]], tally: Tally, rng: CtrDrbg,
-               names_sender: Callable[[str], bool] = lambda stage: True) -> None:
+               names_sender: Callable[[str], bool] = lambda stage: True, server_closes: bool = False) -> None:
     """Play round ``round_id`` (opened at both nodes) through the app and the twin: at stage
-    ``k`` device ``USERS[k % 3]`` sends its mutations first (:func:`fuzz_message`; its other
+    ``k`` device ``USERS[k % 3]`` sends its mutations first (:func:`fuzz_message`, at the first
+    stage at the bad paths too; its other
     messages: each device's genuine messages so far in ``earlier``, by round id * 100 + stage
     index, added to as the round goes, and, where ``names_sender(stage)``, the next device's
     message of the stage), then every device its genuine message; each stage's answers from the
-    app must be the twin's."""
+    app must be the twin's.  ``server_closes``: the app closes each stage itself once every device
+    has sent (``stage_deadline_s``), which must be after the last genuine message, not before (a
+    refused message is no device's message of the stage); else the operator closes it."""
     for k, stage in enumerate(plan.stages):
         genuine = {u: p.message(stage) for u, p in parties.items()}
         victim, other = USERS[k % len(USERS)], USERS[(k + 1) % len(USERS)]
@@ -280,13 +284,18 @@ def fuzz_round(http: Http, twin: Twin, plan: RoundPlan, round_id: int, parties: 
                   for key, body in earlier.get(victim, {}).items() if body != msg]
         if names_sender(stage):
             others.append((f"device {other}'s message", genuine[other]))
-        fuzz_message(http, tally, victim, round_id, stage, msg, others, rng)
+        fuzz_message(http, tally, victim, round_id, stage, msg, others, rng, paths=k == 0)
         for u, body in genuine.items():
+            assert http.call(u, "GET", "/v1/exchange/round").json()["stage"] == stage
             resp = http.call(u, "POST", f"/v1/exchange/rounds/{round_id}/{stage}", body)
             assert resp.status_code == 204, (stage, u, resp.status_code, resp.text)
             earlier.setdefault(u, {})[round_id * 100 + k] = body
         twin.stage(round_id, stage, genuine)
-        assert http.close(round_id, stage) == 200
+        if server_closes:
+            following = plan.stages[k + 1] if k + 1 < len(plan.stages) else None
+            assert http.call(victim, "GET", "/v1/exchange/round").json()["stage"] == following
+        else:
+            assert http.close(round_id, stage) == 200
         if plan.replies(stage):
             for u, party in parties.items():
                 got = http.fetch(u, round_id, stage)
@@ -333,10 +342,12 @@ def test_sfsl_refuses_every_mutation_with_a_4xx_and_its_rounds_commit_as_the_twi
     assert sum(tally.refused.values()) > 2000 and tally.refused[413] == 2 * len(node.plan.stages)
 
 
-def test_secea_refuses_every_mutation_with_a_4xx_and_its_rounds_commit_as_the_twins() -> None:
+@pytest.mark.parametrize("server_closes", [False, True], ids=["operator-closes", "server-closes"])
+def test_secea_refuses_every_mutation_with_a_4xx_and_its_rounds_commit_as_the_twins(server_closes: bool) -> None:
     """SecEA, its signed set-up (the node pinned to the roster) then an aggregation round: every
     mutation of every stage's message is a 4xx; every answer equals the twin's; the silos'
-    averages are exact."""
+    averages are exact.  The stages closed by the operator, or by the app itself once every silo
+    has sent (``stage_deadline_s``, as ``secemb serve`` runs: never on a refused message)."""
     params = SecEAParams(3, 1, dim=2)
     bloom = union_bloom(16, sum(len(s) for s in SETS))
     roster = Roster.generate()
@@ -348,19 +359,19 @@ def test_secea_refuses_every_mutation_with_a_4xx_and_its_rounds_commit_as_the_tw
         return SecEANode(params, bloom, key_bits=KEY_BITS, pin=roster.pin, _rng=CtrDrbg(8))
 
     fuzzed, twin_node = node(), node()
-    http = http_of(fuzzed)
+    http = http_of(fuzzed, stage_deadline_s=3600.0 if server_closes else None)
     twin, tally, drbg = Twin(twin_node), Tally({}, []), CtrDrbg(25)
     earlier: dict[int, dict[int, bytes]] = {}
     doc = http.open(1, USERS)
     assert twin_node.open_round(1, USERS) == {k: v for k, v in doc.items() if k != "refused"}
     setup = {i: SecEASetupParty(c, bloom, 1, _rng=CtrDrbg(100 + i)) for i, c in enumerate(clients)}
-    fuzz_round(http, twin, SECEA_SETUP_PLAN, 1, setup, earlier, tally, drbg)
+    fuzz_round(http, twin, SECEA_SETUP_PLAN, 1, setup, earlier, tally, drbg, server_closes=server_closes)
     assert _outcome(http.outcome(1)) == _outcome(twin_node.outcome(1)) and http.outcome(1)["state"] == "committed"
     rows = [np.full((len(s), 2), float(v + 1)) for v, s in enumerate(SETS)]
     doc = http.open(2, USERS)
     assert twin_node.open_round(2, USERS) == {k: v for k, v in doc.items() if k != "refused"}
     parties = {i: SecEAParty(c, 2, rows[i]) for i, c in enumerate(clients)}
-    fuzz_round(http, twin, SECEA_ROUND_PLAN, 2, parties, earlier, tally, drbg)
+    fuzz_round(http, twin, SECEA_ROUND_PLAN, 2, parties, earlier, tally, drbg, server_closes=server_closes)
     assert _outcome(http.outcome(2)) == _outcome(twin_node.outcome(2)) and http.outcome(2)["state"] == "committed"
     # entity 4 is held by silos 0 and 1 (rows 1.0 and 2.0): the average is 1.5
     assert parties[0].average is not None and parties[0].average[1].tolist() == [1.5, 1.5]
