@@ -81,6 +81,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import shamir_textbook as textbook
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "server"), str(Path(__file__).parents[1] / "secagg")]
 from secagg_rounds import Round  # noqa: E402
@@ -97,47 +98,6 @@ _GEN = random.Random(2525)  # test data (points, polynomials, id samples): publi
 
 
 # ------------------------------------------------------------------ references written here
-
-def _poly_at(coeffs: list[int], x: int) -> int:
-    return sum(c * pow(x, e, PRIME) for e, c in enumerate(coeffs)) % PRIME
-
-
-def _weights_textbook(xs: list[int]) -> list[int]:
-    out = []
-    for i, xi in enumerate(xs):
-        den = 1
-        for j, xj in enumerate(xs):
-            if j != i:
-                den = den * (xi - xj) % PRIME
-        out.append(pow(den, -1, PRIME))
-    return out
-
-
-def _lagrange_textbook(xs: list[int]) -> list[int]:
-    out = []
-    for i, xi in enumerate(xs):
-        num, den = 1, 1
-        for j, xj in enumerate(xs):
-            if j != i:
-                num, den = num * xj % PRIME, den * (xj - xi) % PRIME
-        out.append(num * pow(den, -1, PRIME) % PRIME)
-    return out
-
-
-def _on_one_polynomial(xs: list[int], t: int, ys: list[int]) -> bool:
-    """Exact: the polynomial through the first ``t`` shares (Lagrange's formula) takes every other."""
-    def at(x: int) -> int:
-        total = 0
-        for i, xi in enumerate(xs[:t]):
-            num, den = 1, 1
-            for j, xj in enumerate(xs[:t]):
-                if j != i:
-                    num, den = num * (x - xj) % PRIME, den * (xi - xj) % PRIME
-            total += ys[i] * num * pow(den, -1, PRIME)
-        return total % PRIME
-
-    return all(at(x) == y for x, y in zip(xs[t:], ys[t:], strict=True))
-
 
 def _fixed(a: int) -> Callable[[int], bytes]:
     """An ``_rng`` whose every draw is the field element ``a`` (a predictable check)."""
@@ -157,8 +117,8 @@ def test_shares_aimed_at_a_predictable_a_are_refused(aim: str) -> None:
     xs = sorted(_GEN.sample(range(1, 60), 30))
     t = 12
     f = [_GEN.randrange(PRIME) for _ in range(t)]
-    ys = [_poly_at(f, x) for x in xs]
-    w = _weights_textbook(xs)
+    ys = [textbook.poly_at(f, x) for x in xs]
+    w = textbook.weights(xs)
     if aim == "a = a point":
         i = 7
         a = xs[i]
@@ -171,7 +131,7 @@ def test_shares_aimed_at_a_predictable_a_are_refused(aim: str) -> None:
         bad = list(ys)
         bad[i] = (bad[i] + 1) % PRIME
         bad[j] = (bad[j] - c[i] * pow(c[j], -1, PRIME)) % PRIME
-    assert _on_one_polynomial(xs, t, ys) and not _on_one_polynomial(xs, t, bad)
+    assert textbook.on_one_polynomial(xs, t, ys) and not textbook.on_one_polynomial(xs, t, bad)
     assert ShareCheck(xs, t, _rng=_fixed(a)).consistent(bad)  # aimed: a check with that a passes them
     assert not any(ShareCheck(xs, t).consistent(bad) for _ in range(20))
     assert all(ShareCheck(xs, t).consistent(ys) for _ in range(5))
@@ -246,16 +206,16 @@ def test_the_weights_at_the_edges_of_their_paths_are_the_textbook_ones() -> None
     products'), powers of two (the factorial table's size), with every threshold ``t`` from 1 to
     ``m + 1`` (``d - 1 = 0`` at ``t = m - 1``; nothing to check at ``t >= m``)."""
     for xs, name in _edge_sets():
-        assert lagrange_at_zero(xs) == _lagrange_textbook(xs), name
+        assert lagrange_at_zero(xs) == textbook.lagrange_at_zero(xs), name
         for t in range(1, len(xs) + 2):
             f = [_GEN.randrange(PRIME) for _ in range(t)]
             shift = [_GEN.randrange(PRIME) for _ in range(t)] + [_GEN.randrange(1, PRIME)]
-            honest = [_poly_at(f, x) for x in xs]
+            honest = [textbook.poly_at(f, x) for x in xs]
             moved = list(honest)
             moved[len(xs) // 2] = (moved[len(xs) // 2] + 1) % PRIME
-            shifted = [(y + _poly_at(shift, x)) % PRIME for x, y in zip(xs, honest, strict=True)]
+            shifted = [(y + textbook.poly_at(shift, x)) % PRIME for x, y in zip(xs, honest, strict=True)]
             for ys in (honest, moved, shifted):
-                assert ShareCheck(xs, t).consistent(ys) == _on_one_polynomial(xs, t, ys), (name, t)
+                assert ShareCheck(xs, t).consistent(ys) == textbook.on_one_polynomial(xs, t, ys), (name, t)
 
 
 @pytest.mark.parametrize(("xs", "t"), [([1, 2, 2, 3], 2), ([0, 1, 2], 2), ([-1, 1, 2], 2), ([1, PRIME], 1),

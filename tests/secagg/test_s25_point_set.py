@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+import shamir_textbook as textbook
 from secagg_rounds import Round, move_unmask_share
 from share_records import H, N
 
@@ -28,34 +29,6 @@ from secemb.secagg import SecAggConfig, messages, shamir
 from secemb.secagg.shamir import PRIME, PointSet, Points, ShareCheck, combine_robust, lagrange_at_zero
 
 _GEN = random.Random(2534)
-
-
-def _poly_at(coeffs: list[int], x: int) -> int:
-    return sum(c * pow(x, e, PRIME) for e, c in enumerate(coeffs)) % PRIME
-
-
-def _textbook_weights(xs: list[int]) -> list[int]:
-    """``w_i = 1 / prod_{j != i} (x_i - x_j)``, every product and inversion done here."""
-    out = []
-    for i, xi in enumerate(xs):
-        den = 1
-        for j, xj in enumerate(xs):
-            if j != i:
-                den = den * (xi - xj) % PRIME
-        out.append(pow(den, -1, PRIME))
-    return out
-
-
-def _textbook_lagrange(xs: list[int]) -> list[int]:
-    """``l_i = prod_{j != i} x_j / (x_j - x_i)``."""
-    out = []
-    for i, xi in enumerate(xs):
-        num, den = 1, 1
-        for j, xj in enumerate(xs):
-            if j != i:
-                num, den = num * xj % PRIME, den * (xj - xi) % PRIME
-        out.append(num * pow(den, -1, PRIME) % PRIME)
-    return out
 
 
 def _sparse_round_points(n: int) -> list[int]:
@@ -79,7 +52,7 @@ def test_a_subsets_weights_from_the_base_are_those_of_the_set_alone(n: int) -> N
             xs = _GEN.sample(base, _GEN.randrange(1, n + 1))
             got = points.subset(xs)
             assert isinstance(got, Points) and tuple(got) == tuple(xs)
-            assert list(got.weights) == shamir._weights(list(xs)) == _textbook_weights(xs), (base, xs)
+            assert list(got.weights) == shamir._weights(list(xs)) == textbook.weights(xs), (base, xs)
 
 
 def test_the_coefficients_and_the_check_from_the_base_are_exact() -> None:
@@ -92,17 +65,17 @@ def test_the_coefficients_and_the_check_from_the_base_are_exact() -> None:
     for missing in range(13):
         xs = [x for x in base if x not in set(_GEN.sample(base, missing))]
         sub = points.subset(xs)
-        assert lagrange_at_zero(sub) == _textbook_lagrange(xs)
+        assert lagrange_at_zero(sub) == textbook.lagrange_at_zero(xs)
         lam = points.lagrange_at_zero(xs[:t])
-        assert lam == _textbook_lagrange(xs[:t])
+        assert lam == textbook.lagrange_at_zero(xs[:t])
         f = [_GEN.randrange(PRIME) for _ in range(t)]
-        ys = [_poly_at(f, x) for x in xs]
+        ys = [textbook.poly_at(f, x) for x in xs]
         assert sum(lv * y for lv, y in zip(lam, ys[:t], strict=True)) % PRIME == f[0]
         moved = list(ys)
         i = _GEN.randrange(len(xs))
         moved[i] = (moved[i] + 1) % PRIME
         shift = [_GEN.randrange(PRIME) for _ in range(t)] + [_GEN.randrange(1, PRIME)]
-        shifted = [(y + _poly_at(shift, x)) % PRIME for x, y in zip(xs, ys, strict=True)]
+        shifted = [(y + textbook.poly_at(shift, x)) % PRIME for x, y in zip(xs, ys, strict=True)]
         check = ShareCheck(sub, t)
         assert check.consistent(ys)
         assert not check.consistent(moved) and not check.consistent(shifted)
@@ -116,7 +89,7 @@ def test_a_slice_of_points_carries_no_weights() -> None:
     sub = PointSet(base).subset(base[:25])
     head = sub[:10]
     assert type(head) is tuple and type(sub + sub[:0]) is tuple
-    assert lagrange_at_zero(head) == _textbook_lagrange(list(head))
+    assert lagrange_at_zero(head) == textbook.lagrange_at_zero(list(head))
 
 
 def test_a_subset_of_points_outside_the_set_or_repeated_is_refused() -> None:
@@ -162,7 +135,7 @@ def test_combine_robust_within_a_round_finds_the_wrong_party_as_alone() -> None:
     base = _sparse_round_points(50)
     xs, t = base[:40], 15
     polys = [[_GEN.randrange(PRIME) for _ in range(t)] for _ in range(3)]
-    shares = [[_poly_at(f, x) for f in polys] for x in xs]
+    shares = [[textbook.poly_at(f, x) for f in polys] for x in xs]
     shares[23][1] = (shares[23][1] + 7) % PRIME
     for within in (PointSet(base), None):
         assert combine_robust(xs, shares, t, within=within) == ([f[0] for f in polys], 23)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+import shamir_textbook as textbook
 from secagg_rounds import Round, drawn
 from share_records import H, N
 
@@ -29,10 +30,6 @@ from secemb.secagg import SecAggConfig, messages, shamir
 from secemb.secagg.shamir import PRIME, ShareCheck, lagrange_at_zero
 
 _GEN = random.Random(25)
-
-
-def _poly_at(coeffs: list[int], x: int) -> int:
-    return sum(c * pow(x, e, PRIME) for e, c in enumerate(coeffs)) % PRIME
 
 
 def _old_check(xs: list[int], t: int, ys: list[int]) -> bool:
@@ -43,30 +40,8 @@ def _old_check(xs: list[int], t: int, ys: list[int]) -> bool:
     if m <= t:
         return True
     r = [secrets.randbelow(PRIME) for _ in range(m - t)]
-    total = 0
-    for i, (xi, yi) in enumerate(zip(xs, ys, strict=True)):
-        den = 1
-        for j, xj in enumerate(xs):
-            if j != i:
-                den = den * (xi - xj) % PRIME
-        total += _poly_at(r, xi) * pow(den, -1, PRIME) * yi
+    total = sum(textbook.poly_at(r, xi) * w * yi for xi, w, yi in zip(xs, textbook.weights(xs), ys, strict=True))
     return total % PRIME == 0
-
-
-def _on_one_polynomial(xs: list[int], t: int, ys: list[int]) -> bool:
-    """The truth, by exact interpolation: the polynomial through the first ``t`` shares (Lagrange's
-    formula written out) takes every other share's value."""
-    def at(x: int) -> int:
-        total = 0
-        for i, xi in enumerate(xs[:t]):
-            num, den = 1, 1
-            for j, xj in enumerate(xs[:t]):
-                if j != i:
-                    num, den = num * (x - xj) % PRIME, den * (xi - xj) % PRIME
-            total += ys[i] * num * pow(den, -1, PRIME)
-        return total % PRIME
-
-    return all(at(x) == y for x, y in zip(xs[t:], ys[t:], strict=True))
 
 
 def _holder_set(n: int, t: int, kind: str) -> list[int]:
@@ -89,7 +64,7 @@ def _spoiled(xs: list[int], t: int, how: str) -> list[int]:
     the least degree: a dual codeword from ``r`` of degree below ``m - t - 1`` misses it, only
     ``r``'s top coefficient catches it)."""
     f = [_GEN.randrange(PRIME) for _ in range(t)]
-    ys = [_poly_at(f, x) for x in xs]
+    ys = [textbook.poly_at(f, x) for x in xs]
     if how == "one moved":
         i = _GEN.randrange(len(xs))
         ys[i] = (ys[i] + _GEN.randrange(1, PRIME)) % PRIME
@@ -98,7 +73,7 @@ def _spoiled(xs: list[int], t: int, how: str) -> list[int]:
             ys[i] = (ys[i] + _GEN.randrange(1, PRIME)) % PRIME
     elif how == "degree t":
         g = [_GEN.randrange(PRIME) for _ in range(t)] + [_GEN.randrange(1, PRIME)]
-        ys = [(y + _poly_at(g, x)) % PRIME for x, y in zip(xs, ys, strict=True)]
+        ys = [(y + textbook.poly_at(g, x)) % PRIME for x, y in zip(xs, ys, strict=True)]
     return ys
 
 
@@ -113,7 +88,7 @@ def test_the_check_decides_as_the_old_quadratic_check_and_exact_interpolation(ki
         t = _GEN.randrange(2, min(20, n - 1) + 1)
         xs = _holder_set(n, t, kind)
         ys = _spoiled(xs, t, how) if len(xs) > t + 1 or how != "two moved" else _spoiled(xs, t, "one moved")
-        truth = _on_one_polynomial(xs, t, ys)
+        truth = textbook.on_one_polynomial(xs, t, ys)
         assert truth == (how == "honest" or len(xs) <= t)
         assert ShareCheck(xs, t).consistent(ys) == _old_check(xs, t, ys) == truth, (xs, t, how)
 
@@ -135,16 +110,10 @@ def test_lagrange_at_zero_is_the_textbook_formula(kind: str) -> None:
     for _ in range(10):
         t = _GEN.randrange(1, 25)
         xs = _holder_set(t + 8, t, kind)[:t]
-        want = []
-        for i, xi in enumerate(xs):
-            num, den = 1, 1
-            for j, xj in enumerate(xs):
-                if j != i:
-                    num, den = num * xj % PRIME, den * (xj - xi) % PRIME
-            want.append(num * pow(den, -1, PRIME) % PRIME)
+        want = textbook.lagrange_at_zero(xs)
         assert lagrange_at_zero(xs) == want
         poly = [_GEN.randrange(PRIME) for _ in range(t)]
-        assert sum(lv * _poly_at(poly, x) for lv, x in zip(want, xs, strict=True)) % PRIME == poly[0]
+        assert sum(lv * textbook.poly_at(poly, x) for lv, x in zip(want, xs, strict=True)) % PRIME == poly[0]
 
 
 def test_a_holder_set_missing_few_points_costs_no_inversion() -> None:
