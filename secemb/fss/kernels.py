@@ -82,8 +82,9 @@ _DEFERRED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHU
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """Run the body with the main thread's Python signal handlers held back: a signal of
-    :data:`_DEFERRED` that arrives meanwhile is noted and raised again once the body is done,
-    when its own handler runs as usual (Ctrl-C still raises ``KeyboardInterrupt``, just after).
+    :data:`_DEFERRED` that arrives meanwhile is noted and raised again (once, however often it
+    arrived) once the body is done, when its own handler runs as usual (Ctrl-C still raises
+    ``KeyboardInterrupt``, just after).
 
     For a numba kernel called with a ``numpy.random.Generator``: numba (0.68) unboxes the
     generator through Python calls (``ctypes.cast``) and ignores their failure, so a handler

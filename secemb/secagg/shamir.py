@@ -117,7 +117,7 @@ class PointSet:
     """A round's share points (distinct, in ``[1, p)``: the ids plus one of the clients whose shares
     it opens) with their barycentric weights ``W_x = 1 / prod_{y != x} (x - y)`` over the set,
     computed once (:func:`_weights`: ``O(n^2)`` products of small integers and one inversion; from
-    the inverse factorials where the points are about ``1 .. n``).
+    the inverse factorials where the largest point is below twice their number).
 
     The weights of a subset ``S`` missing ``k`` of the points are ``W_x prod_g (x - g)`` over the
     missing ``g`` (the factors of the other points cancel): ``O(|S| k)`` products and no inversion

@@ -405,7 +405,9 @@ def serve_exchange(dep: ExchangeDeployment, *, host: str | None = None, port: in
     the port in use.
     secemb.data.DatasetNotFoundError: the dataset's files missing.
     secemb.server.persist.CorruptState: a state that cannot be restored (nothing written but the
-    hold's empty lock file, :data:`~secemb.server.persist.LOCK`);
+    hold's empty lock file, :data:`~secemb.server.persist.LOCK`, made if missing, and what opening
+    the journal and the store tidy: a torn last journal record cut off, stale temporary files
+    removed);
     secemb.server.persist.StorageError: the disk refused to record a round aborted at the restart;
     or the state directory or its lock file cannot be made, or the lock file is not a private file
     of this process's user (nothing read there).

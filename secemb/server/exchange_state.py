@@ -13,8 +13,9 @@ server's helpers (:mod:`secemb.server.persist`)::
     journal.jsonl    one fsync-ed record per round opened (before the node opens it), per
                      round ended (committed, aborted, or refused by the node), per clear of
                      the strikes by the operator, and (session 25) per finding of an open
-                     round: its ``proven_bad_shares`` so far, once a signed secure aggregation
-                     of it names a device, before the round goes on
+                     round: its ``proven_bad_shares`` so far, after a stage close that leaves
+                     it open with a device proven that no earlier finding record names, before
+                     the round goes on
     server.lock      (session 25) the running server's hold on the directory
                      (:func:`~secemb.server.persist.hold_state_dir`, ``secemb serve``): empty
 
@@ -42,11 +43,13 @@ checkpoint but refused its end record, gets that record at start, and its strike
 open when the server stopped is recorded as aborted with the names its finding records hold
 (session 25: before, what its signed aggregations had proven was in memory only, and the
 restart forgot it); so is any other opened round without an end record -- one aborted while the
-server ran whose end record the disk refused (logged, not retried), which is before the
-checkpoint's round once a later round committed (a committed round's missing end record holds
-up the next opening, so only the checkpoint's own round can lack one; session 25 red team, F3:
-before, only the rounds after the checkpoint's were recorded, and such a round's findings were
-forgotten at the restart).
+server ran whose end record the disk refused (logged, not retried).  Such a round may lie before
+the checkpoint's round (a later round committed since; its reason then says so); a committed
+round's missing end record holds up the next opening, so only the checkpoint's own round can
+lack one (session 25 red team, F3: before, only the rounds after the checkpoint's were
+recorded, and such a round's findings were forgotten at the restart).  A device first proven
+at the close that ended an aborted round is named in its end record only: if the disk refused
+that record, the restart does not strike it.
 
 **Binding** (session 24, helper L): the binding makes the directory its configuration's from
 its first start, not from its first checkpoint only (the checkpoint records the fingerprint

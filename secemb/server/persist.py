@@ -388,7 +388,8 @@ def hold_state_dir(directory: str | os.PathLike) -> Iterator[Path]:
     directory exclude each other in one process too.  While held, the writes of this module in
     the directory check that its name still gives it (the module docstring).  On a file system
     that cannot lock a file (``flock`` answers one of :data:`_NO_FLOCK`) it logs a warning and
-    holds nothing.  Yields the directory.
+    locks nothing (the lock file is still checked, and the writes still are).  Yields the
+    directory.
 
     Raises
     ------
