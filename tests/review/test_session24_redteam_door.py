@@ -95,10 +95,12 @@ import pytest
 import torch
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "server")]  # the helpers below
-from cli_helpers import ENV, SECEMB, admin, init_one_server, serve, stop  # noqa: E402
+from cli_helpers import admin, init_one_server, serve, stop  # noqa: E402
 from test_exchange_attacks import SETS, http_of  # noqa: E402
 from test_s24_strikes import FP, Served, _end, deal_bad_share, lie_in_unmask  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
 
+from secemb.cli import app  # noqa: E402
 from secemb.errors import ProtocolError  # noqa: E402
 from secemb.protocols.exchange import ExchangeServer  # noqa: E402
 from secemb.protocols.secea.coding import SecEAParams  # noqa: E402
@@ -412,10 +414,11 @@ def test_the_door_of_a_real_secemb_serve(tmp_path: Path) -> None:
                 with pytest.raises(RemoteError) as refused:
                     attempt()
                 assert refused.value.status == 403, refused.value
-        client = subprocess.run([*SECEMB, "client", "--user", "0", "--credentials",
-                                 str(root / "devices" / "device-0.json"), "--wait", "2"],
-                                capture_output=True, text=True, env=ENV, timeout=120)
-        assert client.returncode == 1 and "no open round for user 0" in client.stdout, (client.stdout, client.stderr)
+        # in process (the server is the real process here): the exit code and line of the command
+        client = CliRunner().invoke(app, ["client", "--user", "0", "--credentials",
+                                          str(root / "devices" / "device-0.json"), "--wait", "2"])
+        assert client.exit_code == 1 and isinstance(client.exception, SystemExit), (client.output, client.exception)
+        assert "no open round for user 0" in client.stdout, client.output
         status = admin("status", "--deployment", str(root))
         assert (status["strikes"], status["refused"]) == ({"0": 3}, [0])
     finally:
