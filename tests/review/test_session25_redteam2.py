@@ -245,19 +245,20 @@ def _journal_rounds(path: Path, rounds: list[tuple[str, int, list[int]]]) -> Non
 
 def test_f3_several_aborted_rounds_and_clears_strike_once_a_round_after_the_last_clear(tmp_path: Path) -> None:
     """Rounds 1-6 opened with findings and no end record (aborted while the server ran, their ends
-    refused by the disk, or open at a stop), clears through rounds 2 and 4 between them, and two
-    finding records of round 5 (the second adds device 1).  The restart: device 0 struck once
-    for each of rounds 5 and 6 (after the last clear; round 5's repeated name counted once),
+    refused by the disk, or open at a stop), clears through rounds 2 and 3 (each written after
+    the round it names, as the server writes the last ended round's id), and two finding records
+    of round 5 (the second adds device 1).  The restart: device 0 struck once for each of rounds
+    4, 5 and 6 (after the last clear; round 5's repeated name counted once),
     device 1 once (round 5); each round recorded aborted with its names; round ids 1-6 refused
     after; a second restart writes nothing and counts the same.  Counted here by hand."""
     path = tmp_path / "state"
     path.mkdir(mode=0o700)
     _journal_rounds(path, [("open", 1, []), ("found", 1, [0]), ("open", 2, []), ("found", 2, [0, 2]),
-                           ("clear", 2, []), ("open", 3, []), ("found", 3, [2]), ("clear", 4, []),
+                           ("clear", 2, []), ("open", 3, []), ("found", 3, [2]), ("clear", 3, []),
                            ("open", 4, []), ("found", 4, [0]), ("open", 5, []), ("found", 5, [0]),
                            ("found", 5, [0, 1]), ("open", 6, []), ("found", 6, [0])])
     _, state = _secea_state(path)
-    assert state.strikes == {0: 2, 1: 1}
+    assert state.strikes == {0: 3, 1: 1}
     ends = [r for r in Journal(path / JOURNAL).records() if r["event"] == "end"]
     assert [(r["round_id"], r["round"]["state"], r["round"]["proven_bad_shares"]) for r in ends] == [
         (1, "aborted", [0]), (2, "aborted", [0, 2]), (3, "aborted", [2]), (4, "aborted", [0]),
@@ -267,7 +268,7 @@ def test_f3_several_aborted_rounds_and_clears_strike_once_a_round_after_the_last
             state.opening(rid, [0, 1, 2])
     size = (path / JOURNAL).stat().st_size
     _, again = _secea_state(path)
-    assert again.strikes == {0: 2, 1: 1} and (path / JOURNAL).stat().st_size == size
+    assert again.strikes == {0: 3, 1: 1} and (path / JOURNAL).stat().st_size == size
     again.opening(7, [0, 1, 2])
 
 
