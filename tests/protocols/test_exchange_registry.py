@@ -120,7 +120,7 @@ def test_plugin_network_run_is_its_in_process_run(itemmean, tmp_path):
     shas = []
     for i, cmd in enumerate((["train"], ["demo", "--network"])):
         out = tmp_path / f"r{i}.json"
-        res = CliRunner().invoke(app, [*cmd, "--protocol", "itemmean", "--dataset", "synthetic-mini", "--epochs", "1",
+        res = CliRunner().invoke(app, [*cmd, "--protocol", "itemmean", "--dataset", "synthetic", "--epochs", "1",
                                        "--users-per-round", "100", "--quiet", "--json-out", str(out)])
         assert res.exit_code == 0, res.output
         shas.append(json.loads(out.read_text())["model_sha256"])
