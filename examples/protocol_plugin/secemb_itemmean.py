@@ -86,7 +86,8 @@ class ItemMeanNode:
     def close(self, round_id: int, stage: str) -> None:
         rnd = self._current(round_id, stage)
         if stage == UPLOAD:
-            total = sum(rnd["got"].values(), np.zeros((2, self.means.size)))
+            # in user order, not arrival order: float sums must not depend on the network's timing
+            total = sum((rnd["got"][u] for u in sorted(rnd["got"])), np.zeros((2, self.means.size)))
             self.means += self.lr * total[0] / np.maximum(total[1], 1.0)
             rnd["state"] = "committed"
         rnd["answers"] = {u: self.model() for u in rnd["got"]} if stage == MODEL else {}
