@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -198,13 +199,19 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None) -> Path:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int | None = None,
+                       dir_fd: int | None = None) -> Path:
     """Replace ``path`` by ``data`` atomically and durably: write a temporary file in its folder
     (created if missing; the name ``.NAME.tmp.`` + a random suffix, see :data:`TEMP_MARK`),
     ``fsync`` it, rename it over ``path``, ``fsync`` the folder.  Returns ``path``.
 
     ``mode``: the file's permission bits (``0o600`` for a server's state); ``None``: those of a
     new file (``0o666`` less the umask).
+
+    ``dir_fd``: an open descriptor of ``path``'s folder (``O_DIRECTORY``).  The temporary file,
+    the rename and the folder's ``fsync`` then go through it, not through the folder's name: the
+    file lands in the folder the descriptor holds even if the name gives another one by now (a
+    server's held state directory, :mod:`secemb.server.persist`); the folder is not created.
 
     Raises
     ------
@@ -215,23 +222,33 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int |
         the new file in place, not yet durable.
     """
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=_temp_name(out))
+    name = _temp_name(out) + secrets.token_hex(8)
+    at: dict[str, int]
+    rename_at: dict[str, int]
+    if dir_fd is None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp, target, at, rename_at = str(out.parent / name), str(out), {}, {}
+    else:  # names relative to the folder's descriptor
+        tmp, target, at, rename_at = name, out.name, {"dir_fd": dir_fd}, {"src_dir_fd": dir_fd, "dst_dir_fd": dir_fd}
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, **at)
     try:
         try:
             write_all(fd, data)
             os.fsync(fd)
+            os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
         finally:
             os.close(fd)
-        os.chmod(tmp, 0o666 & ~_umask() if mode is None else mode)
-        os.replace(tmp, out)
+        os.replace(tmp, target, **rename_at)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, **at)
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(out.parent)
+    if dir_fd is None:
+        _fsync_dir(out.parent)
+    else:
+        os.fsync(dir_fd)
     return out
 
 

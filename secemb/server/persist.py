@@ -33,17 +33,26 @@ One server a state directory (session 25)
     first's.  The kernel releases the lock when the process ends, however it ends (``kill -9``
     included), so a lock never outlives its server.  The lock is a private file, not the
     directory, so that another local user who can open the directory (0755) cannot take it
-    first (session 25 red team, F4).
+    first (session 25 red team, F4).  The directory itself must be the server user's alone:
+    one owned by another uid, or that its group or others can write in (0775, 0777, 1777), is
+    refused (:class:`StorageError`, nothing written), since whoever writes there could rename the
+    lock file away under the server or swap its checkpoint, journal or binding between restarts
+    (second red team, K2); 0700 (what the hold makes) and 0755 are held.
 
-    The writes go by name, the lock holds what the name gave at the start: a state directory
-    moved aside, removed or replaced (or a symlink to it retargeted) while its server runs is
-    no longer written by it (session 25 red team, F2).  :meth:`Journal.append`,
-    :func:`atomic_write` (checkpoints, the binding) and :func:`remove_stale_temporaries` write in
-    a directory this process holds only while its name still gives that directory (its
-    :data:`LOCK` is the held lock file; checked before the write: a replacement during a
-    checkpoint's write makes its rename fail, or is one the check missed by microseconds), and a
-    journal appends only to the file it opened (the same ``st_dev``/``st_ino``, checked on the
-    open descriptor, held or not); otherwise :class:`StorageError`, nothing written.
+    The hold keeps the directory's descriptor (``O_DIRECTORY``), and every write of this module
+    in a held directory goes through it (``dir_fd=``): :meth:`Journal.append` and a journal's
+    open, :func:`atomic_write` (checkpoints, the binding: temporary file, rename and the
+    directory's ``fsync``), :func:`remove` (the staged checkpoint) and
+    :func:`remove_stale_temporaries`.  So a write lands in the directory held, never in one put
+    at its name, even right after the check below (K3).  Before each, the name is checked too:
+    a state directory moved aside, removed or replaced (or a symlink to it retargeted) while its
+    server runs is no longer written by it (F2): the write is refused (:class:`StorageError`,
+    nothing written: a 503 to the request) while the name no longer gives the held directory
+    (its :data:`LOCK` is not the held lock file), so that the operator learns of it.  A journal
+    also appends only to the file it opened (the same ``st_dev``/``st_ino``, checked on the open
+    descriptor, held or not).  What a hold does not cover: reads (the checkpoints and the
+    binding are read by name, at the start, right after the hold), and two holds of one name in
+    one process (tests only), which the name check cannot tell apart.
 """
 
 from __future__ import annotations
@@ -69,7 +78,7 @@ from secemb.packing import MalformedPack, arrays_bytes, arrays_from_bytes, meta_
 
 __all__ = [
     "LOCK", "CorruptState", "Journal", "StateInUse", "StorageError", "atomic_write", "hold_state_dir",
-    "load_checkpoint", "remove_stale_temporaries", "save_checkpoint",
+    "load_checkpoint", "remove", "remove_stale_temporaries", "save_checkpoint",
 ]
 
 _META = "__meta__"
@@ -104,6 +113,8 @@ def _storage_error(what: str, path: Path, exc: OSError) -> StorageError:
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically and durably, mode 0600
     (:func:`secemb.outputs.atomic_write_bytes`: write temp, fsync, rename, fsync the directory).
+    In a state directory this process holds, through the held directory's descriptor: the file
+    lands in the held directory only, whatever its name gives by the time of the write.
 
     Raises
     ------
@@ -112,9 +123,9 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
         or ``path``'s folder is a state directory this process holds whose name no longer gives
         it (nothing written; the module docstring).
     """
-    _check_held(Path(path).parent)
+    dir_fd = _check_held(Path(path).parent)
     try:
-        atomic_write_bytes(path, data, mode=0o600)
+        atomic_write_bytes(path, data, mode=0o600, dir_fd=dir_fd)
     except OSError as exc:
         raise _storage_error("file", Path(path), exc) from None
 
@@ -123,20 +134,55 @@ def remove_stale_temporaries(directory: str | os.PathLike) -> list[str]:
     """Delete the temporary files :func:`atomic_write` left in ``directory`` when its process
     died mid-write (``.NAME.tmp.`` + a suffix, :data:`secemb.outputs.TEMP_MARK`); return their
     names.  Call only while no other process writes there (a server owns its state directory).
+    In a state directory this process holds, listed and removed through the held directory's
+    descriptor.
 
     Raises
     ------
     StorageError
         ``directory`` is a state directory this process holds whose name no longer gives it
         (nothing removed).
+    OSError
+        The directory cannot be listed, or a temporary file cannot be removed.
     """
-    _check_held(Path(directory))
+    dir_fd = _check_held(Path(directory))
     removed = []
-    for p in Path(directory).iterdir():
-        if p.name.startswith(".") and TEMP_MARK in p.name and p.is_file():
-            p.unlink(missing_ok=True)
-            removed.append(p.name)
+    with os.scandir(os.fspath(directory)) if dir_fd is None else os.scandir(dir_fd) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") and TEMP_MARK in entry.name and entry.is_file():
+                try:
+                    os.unlink(_in(directory, entry.name, dir_fd), dir_fd=dir_fd)
+                except FileNotFoundError:
+                    continue
+                removed.append(entry.name)
     return sorted(removed)
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Delete the file ``path`` if it is there (a server's staged checkpoint); in a state
+    directory this process holds, through the held directory's descriptor.  Not durable (no
+    ``fsync`` of the directory): for a file whose return after a crash is harmless.
+
+    Raises
+    ------
+    StorageError
+        The disk refused (``EACCES``, ``EROFS``, ...), or ``path``'s folder is a state directory
+        this process holds whose name no longer gives it (nothing removed; the module docstring).
+    """
+    path = Path(path)
+    dir_fd = _check_held(path.parent)
+    try:
+        os.unlink(_in(path.parent, path.name, dir_fd), dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise _storage_error("file", path, exc) from None
+
+
+def _in(directory: str | os.PathLike, name: str, dir_fd: int | None) -> str:
+    """How to name the file ``name`` of ``directory`` for a call given ``dir_fd``: the bare name
+    relative to the held directory's descriptor, or the path when there is none."""
+    return name if dir_fd is not None else os.path.join(directory, name)
 
 
 def save_checkpoint(path: str | os.PathLike, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
@@ -206,41 +252,44 @@ class Journal:
 
     It appends to the file it opened only: a journal whose name gives another file (its state
     directory moved aside or replaced, a symlink to it retargeted) is not written; nor is one in
-    a held state directory whose name no longer gives it (:func:`hold_state_dir`).
+    a held state directory whose name no longer gives it (:func:`hold_state_dir`).  In a held
+    state directory it is opened (at the open and at each append) through the held directory's
+    descriptor.
 
     Raises
     ------
     CorruptState
-        At open: a record other than the last is damaged.
+        At open: a record other than the last is damaged (the file is left as it is).
     StorageError
-        At open (cutting a torn tail) or :meth:`append`: the disk refused the write, or (at
-        :meth:`append`) the name gives another file than the one opened.
+        At open (making the file, cutting a torn tail) or :meth:`append`: the disk refused the
+        write, or its folder is a state directory this process holds whose name no longer gives
+        it, or (at :meth:`append`) the name gives another file than the one opened.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._records, self._size = self._read()
+        dir_fd = _check_held(self.path.parent)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
-            try:
-                st = os.fstat(fd)
-                #: the file this journal appends to (``st_dev``, ``st_ino``)
-                self._file = (st.st_dev, st.st_ino)
-                if st.st_size != self._size:  # a torn tail: cut it off durably
-                    os.ftruncate(fd, self._size)
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            fd = os.open(_in(self.path.parent, self.path.name, dir_fd), os.O_RDWR | os.O_CREAT, 0o600, dir_fd=dir_fd)
         except OSError as exc:
             raise _storage_error("journal", self.path, exc) from None
-
-    def _read(self) -> tuple[list[dict[str, Any]], int]:
-        """The complete records and the byte length they occupy."""
         try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return [], 0
+            st = os.fstat(fd)
+            #: the file this journal appends to (``st_dev``, ``st_ino``)
+            self._file = (st.st_dev, st.st_ino)
+            with open(fd, "rb", closefd=False) as fh:
+                self._records, self._size = self._parse(fh.read())
+            if st.st_size != self._size:  # a torn tail: cut it off durably
+                os.ftruncate(fd, self._size)
+                os.fsync(fd)
+        except OSError as exc:
+            raise _storage_error("journal", self.path, exc) from None
+        finally:
+            os.close(fd)
+
+    def _parse(self, data: bytes) -> tuple[list[dict[str, Any]], int]:
+        """The complete records of the file's bytes ``data`` and the byte length they occupy."""
         records: list[dict[str, Any]] = []
         pos = 0
         while pos < len(data):
@@ -272,9 +321,9 @@ class Journal:
         """
         line = _frame(record)
         with self._lock:
-            _check_held(self.path.parent)
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)  # made at the open: no new file
+            dir_fd = _check_held(self.path.parent)
+            try:  # made at the open: no new file
+                fd = os.open(_in(self.path.parent, self.path.name, dir_fd), os.O_WRONLY | os.O_APPEND, dir_fd=dir_fd)
             except OSError as exc:
                 raise _storage_error("journal", self.path, exc) from None
             st = os.fstat(fd)
@@ -312,6 +361,9 @@ class _Held(NamedTuple):
     #: its lock file's (``st_dev``, ``st_ino``): the directory is the one whose :data:`LOCK` that
     #: file is (held open, so its inode is not reused, unlike a removed directory's)
     ident: tuple[int, int]
+    #: the directory's descriptor (``O_DIRECTORY``, opened at the hold): the writes go through it,
+    #: so that they land in the held directory only (session 25 red team, K3)
+    dir_fd: int
 
 
 #: the state directories this process holds, by their lock file's descriptor; a child forked while
@@ -324,23 +376,27 @@ def _forget_held_in_child() -> None:
     """In a process just forked (e.g. a :class:`~concurrent.futures.ProcessPoolExecutor` worker of
     the server's backend): close the copies of the held lock files' descriptors, so that a
     worker outliving a killed server does not keep its state directory locked (an ``flock``
-    lasts while any copy of the descriptor is open; the parent's lock is untouched)."""
-    for fd in _HELD:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    lasts while any copy of the descriptor is open; the parent's lock is untouched), and of the
+    held directories' descriptors."""
+    for fd, held in _HELD.items():
+        for each in (fd, held.dir_fd):
+            try:
+                os.close(each)
+            except OSError:
+                pass
     _HELD.clear()
 
 
 os.register_at_fork(after_in_child=_forget_held_in_child)
 
 
-def _check_held(directory: Path) -> None:
+def _check_held(directory: Path) -> int | None:
     """Before a write in ``directory``: if this process holds a state directory under its name
     (:func:`hold_state_dir`), the name must still give one it holds (its :data:`LOCK` the held
-    lock file).  A name no hold of this process holds (a store used without a hold: the
-    simulation, tests) is not checked.
+    lock file); returns that directory's descriptor, which the write goes through (so that a
+    replacement after this check cannot take it elsewhere: session 25 red team, K3).  A name no
+    hold of this process holds (a store used without a hold: the simulation, tests) is not
+    checked: ``None``, the write goes by name.
 
     Raises
     ------
@@ -350,15 +406,16 @@ def _check_held(directory: Path) -> None:
     """
     name = os.path.abspath(directory)
     with _HELD_LOCK:
-        idents = {h.ident for h in _HELD.values() if h.name == name}
-    if not idents:
-        return
+        holds = {h.ident: h.dir_fd for h in _HELD.values() if h.name == name}
+    if not holds:
+        return None
     try:
         st = os.stat(os.path.join(name, LOCK))
     except OSError:
         st = None
-    if st is None or (st.st_dev, st.st_ino) not in idents:
+    if st is None or (st.st_dev, st.st_ino) not in holds:
         raise StorageError(f"state directory {directory}: {_REPLACED}")
+    return holds[(st.st_dev, st.st_ino)]
 
 
 def _holder(st: os.stat_result) -> int | None:
@@ -381,12 +438,14 @@ def _holder(st: os.stat_result) -> int | None:
 
 @contextmanager
 def hold_state_dir(directory: str | os.PathLike) -> Iterator[Path]:
-    """Hold the state directory ``directory`` (created 0700 if missing) for this process while
-    the block runs: an exclusive, non-blocking ``flock`` on its lock file :data:`LOCK` (made
-    empty, 0600, ``O_NOFOLLOW``, if missing; the one thing the hold writes), released when the
-    block ends -- or by the kernel when the process dies, ``kill -9`` included.  Two holds of one
-    directory exclude each other in one process too.  While held, the writes of this module in
-    the directory check that its name still gives it (the module docstring).  On a file system
+    """Hold the state directory ``directory`` (created 0700 if missing; one that exists must be
+    the server user's alone: owned by this process's effective uid, not writable by group or
+    others) for this process while the block runs: an exclusive, non-blocking ``flock`` on its
+    lock file :data:`LOCK` (made empty, 0600, ``O_NOFOLLOW``, if missing; the one thing the hold
+    writes), released when the block ends -- or by the kernel when the process dies, ``kill -9``
+    included.  Two holds of one directory exclude each other in one process too.  While held,
+    the writes of this module in the directory check that its name still gives it, and go
+    through the directory's descriptor, opened here (the module docstring).  On a file system
     that cannot lock a file (``flock`` answers one of :data:`_NO_FLOCK`) it logs a warning and
     locks nothing (the lock file is still checked, and the writes still are).  Yields the
     directory.
@@ -397,10 +456,12 @@ def hold_state_dir(directory: str | os.PathLike) -> Iterator[Path]:
         Another process (or another hold in this one) holds it; the message names the holder's
         pid where the system lists it (Linux: ``/proc/locks``).
     StorageError
-        The directory cannot be created or opened, its lock file cannot be made or opened (a
-        symlink there included), or the lock file is not a private file of this process's user
-        (another user could hold it): nothing else read or written; or ``flock`` failed
-        otherwise.
+        The directory cannot be created or opened; it is another user's or group or others can
+        write in it (they could replace the state or the lock file: session 25 red team, K2;
+        the message names its owner and mode; nothing written); its lock file cannot be made or
+        opened (a symlink there included), or the lock file is not a private file of this
+        process's user (another user could hold it): nothing else read or written; or ``flock``
+        failed otherwise.
     """
     path = Path(directory)
     try:
@@ -409,14 +470,40 @@ def hold_state_dir(directory: str | os.PathLike) -> Iterator[Path]:
     except OSError as exc:
         raise _storage_error("state directory", path, exc) from None
     try:
+        fd, st = _lock_file(path, dir_fd)
+    except BaseException:
+        os.close(dir_fd)
+        raise
+    with _HELD_LOCK:
+        _HELD[fd] = _Held(os.path.abspath(path), (st.st_dev, st.st_ino), dir_fd)
+    try:
+        yield path
+    finally:
+        with _HELD_LOCK:
+            del _HELD[fd]
+        os.close(fd)
+        os.close(dir_fd)
+
+
+def _lock_file(path: Path, dir_fd: int) -> tuple[int, os.stat_result]:
+    """:func:`hold_state_dir`'s checks and lock, in the directory ``path`` open as ``dir_fd``:
+    the directory the server user's alone, then its lock file opened (made if missing), checked
+    and ``flock``-ed; returns the lock file's descriptor and ``fstat``.  Raises as the hold does
+    (the lock file's descriptor closed)."""
+    st = os.fstat(dir_fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise StorageError(
+            f"state directory {path} can be written by others than this server's user (owner uid {st.st_uid}, "
+            f"mode {stat.S_IMODE(st.st_mode):04o}; wanted owner uid {os.geteuid()}, no write for group or others, "
+            f"e.g. 0700): whoever can write in it can replace the server's state. Give it to the server's user "
+            f"alone (chown {os.geteuid()} and chmod go-w, checking its files first) or use a new state directory")
+    try:
         # O_NONBLOCK | O_NOCTTY: a FIFO or a terminal planted there is opened without waiting or
         # side effects, then refused below (not a regular file)
         fd = os.open(LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, 0o600,
                      dir_fd=dir_fd)
     except OSError as exc:
         raise _storage_error("lock file", path / LOCK, exc) from None
-    finally:
-        os.close(dir_fd)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         os.close(fd)
@@ -440,11 +527,4 @@ def hold_state_dir(directory: str | os.PathLike) -> Iterator[Path]:
             raise _storage_error("state directory", path, exc) from None
         log.warning("state directory %s cannot be locked on its file system (%s): a second server started on "
                     "it would not be refused", path, exc.strerror or exc)
-    with _HELD_LOCK:
-        _HELD[fd] = _Held(os.path.abspath(path), (st.st_dev, st.st_ino))
-    try:
-        yield path
-    finally:
-        with _HELD_LOCK:
-            del _HELD[fd]
-        os.close(fd)
+    return fd, st

@@ -13,6 +13,7 @@ another party or configuration is refused when loaded.
 from __future__ import annotations
 
 import copy
+import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,9 @@ from typing import Any
 import numpy as np
 
 from secemb.digest import model_sha256
-from secemb.server.persist import CorruptState, Journal, load_checkpoint, remove_stale_temporaries, save_checkpoint
+from secemb.server.persist import (
+    CorruptState, Journal, StorageError, load_checkpoint, remove, remove_stale_temporaries, save_checkpoint,
+)
 
 __all__ = ["Checkpoint", "DiskStore", "MemoryStore", "StateStore"]
 
@@ -30,6 +33,8 @@ STAGED = "staged.npz"
 JOURNAL = "journal.jsonl"
 #: ServerAdam.state_dict() arrays, stored as "opt_<name>" in the checkpoint
 _OPT_ARRAYS = ("m", "v", "row_t", "dm", "dv")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -150,9 +155,16 @@ class DiskStore(StateStore):
         self._journal.append(record)
 
     def drop_staged(self) -> None:
-        # not fsync-ed: a staged checkpoint that reappears after a crash is stale, and the node
-        # ignores one that does not follow its checkpoint's version
-        (self.state_dir / STAGED).unlink(missing_ok=True)
+        """Remove ``staged.npz`` (:func:`.persist.remove`: in a held state directory only while
+        its name gives it, through its descriptor; session 25 red team, K1).  Best effort, never
+        raises: a refusal (the disk's, or a held state directory whose name no longer gives it)
+        is logged and the file left -- a staged checkpoint left behind, or back after a crash
+        (not ``fsync``-ed), is stale, and the node ignores one that does not follow its
+        checkpoint's version."""
+        try:
+            remove(self.state_dir / STAGED)
+        except StorageError as exc:
+            log.error("the staged checkpoint was not removed: %s", exc)
 
     def _write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], name: str = CHECKPOINT) -> None:
         save_checkpoint(self.state_dir / name, meta, arrays)

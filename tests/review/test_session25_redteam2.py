@@ -4,7 +4,9 @@ the held directory; F3: every opened round without an end record recorded aborte
 and helper I's ``shamir.PointSet`` / ``Points`` (76dfe68, 8810c43: a round's U4 weights once, a
 holder set's from them).
 
-Findings (strict xfails; the owners fix them):
+Findings (strict xfails at first; K1-K3 fixed by helper M, marks removed: ``drop_staged`` checked
+and logged, the directory refused unless the server user's alone, the writes through the held
+directory's descriptor -- tests/server/test_s25_state_dir_private.py):
 
 * K1 (low, F2 not closed for the two-server store) -- ``DiskStore.drop_staged`` unlinks
   ``staged.npz`` by name without the held-name check the other writes got: server 1 whose state
@@ -87,7 +89,6 @@ def _checkpoint(version: int) -> Checkpoint:
     return Checkpoint(version, version, [], None, None, np.zeros((2, 2)), np.zeros(2), "0" * 64)
 
 
-@pytest.mark.xfail(strict=True, reason="K1: DiskStore.drop_staged unlinks by name without the held-name check")
 def test_k1_drop_staged_in_a_replaced_state_directory_leaves_the_new_directorys_staged_checkpoint(
         tmp_path: Path) -> None:
     """Server 1's store holds ``state``; ``state`` is moved aside; a second server (another
@@ -115,7 +116,6 @@ def test_k1_drop_staged_in_a_replaced_state_directory_leaves_the_new_directorys_
         assert (path / STAGED).exists()
 
 
-@pytest.mark.xfail(strict=True, reason="K2: an existing state directory is held whatever its owner and mode")
 @pytest.mark.parametrize("mode, owner", [(0o777, None), (0o770, None), (0o700, 65534)],
                          ids=["writable by others", "writable by the group", "another user's"])
 def test_k2_a_state_directory_others_can_write_in_is_refused(mode: int, owner: int | None, tmp_path: Path) -> None:
@@ -146,7 +146,6 @@ def test_a_0755_state_directory_of_the_servers_user_is_held() -> None:
             assert (path / LOCK).stat().st_mode & 0o777 == 0o600
 
 
-@pytest.mark.xfail(strict=True, reason="K3: atomic_write checks the name, then writes by name (a window)")
 def test_k3_a_replacement_right_after_the_check_does_not_put_the_checkpoint_in_the_new_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The state directory is moved aside and made again right after the held-name check returns
@@ -155,11 +154,12 @@ def test_k3_a_replacement_right_after_the_check_does_not_put_the_checkpoint_in_t
     path = tmp_path / "state"
     real = persist._check_held
 
-    def check_then_replace(directory: Path) -> None:
-        real(directory)
+    def check_then_replace(directory: Path) -> int | None:
+        held = real(directory)
         if not (tmp_path / "aside").exists():
             path.rename(tmp_path / "aside")
             path.mkdir(mode=0o700)
+        return held
 
     with hold_state_dir(path):
         monkeypatch.setattr(persist, "_check_held", check_then_replace)
