@@ -262,12 +262,11 @@ class FollowerNode(FollowerRelay):
         return {"model_sha256": sha}
 
     def _drop_staged(self) -> None:
-        """Forget the staged model (under the lock): its round ended without a commit here."""
+        """Forget the staged model (under the lock): its round ended without a commit here.  The
+        store's :meth:`~secemb.server.store.StateStore.drop_staged` never raises (a refused removal
+        is logged there: a stale staged checkpoint is ignored when loaded)."""
         self.staged = None
-        try:
-            self.store.drop_staged()
-        except OSError as exc:  # a stale staged checkpoint is ignored when loaded (its version is passed)
-            log.error("the staged checkpoint was not removed: %s", exc)
+        self.store.drop_staged()
 
     def peer_abort(self, r: int, reason: str) -> None:
         """Abort round ``r`` (a round this server never saw and newer than all it saw: 404)."""
