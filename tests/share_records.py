@@ -7,6 +7,7 @@ test_session23_redteam_f2).  A module of its own in tests/, imported by name, as
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from secemb.secagg import messages, shamir
 
@@ -31,3 +32,25 @@ def flip_tag(msg: bytes, ident: int, signed: bool) -> bytes:
     flipped: it does not open."""
     at = record_at(msg, ident, signed) + 4 + CT - 1
     return msg[:at] + bytes([msg[at] ^ 1]) + msg[at + 1 :]
+
+
+def omit_seeds(ids: list[int], omitters: int) -> Callable[[int, bytes], bytes]:
+    """Finding C2's plan over any client ids, as an unmask-message edit ``edit(client, msg)``: the
+    last ``omitters`` clients (by rank in ``ids``) each leave out of their unmask messages the seed
+    shares of the clients whose rank has their bit set (never their own), so nearly every seed has
+    a holder set of its own (session 25: written twice, in the red team's and I's point-set tests)."""
+    rank = {u: k for k, u in enumerate(ids)}
+    first = len(ids) - omitters
+
+    def edit(u: int, msg: bytes) -> bytes:
+        if rank[u] < first:
+            return msg
+        rd = messages.Reader(memoryview(msg)[H:], "unmask")
+        parts = [dict(rd.records(N, "owner")), dict(rd.records(N, "owner"))]
+        rd.end()
+        parts[1] = {v: s for v, s in parts[1].items() if v == u or not (rank[v] >> (rank[u] - first)) & 1}
+        body = [len(p).to_bytes(4, "little") + b"".join(v.to_bytes(4, "little") + s for v, s in sorted(p.items()))
+                for p in parts]
+        return messages.frame("unmask", int.from_bytes(msg[16:24], "little"), u, *body)
+
+    return edit

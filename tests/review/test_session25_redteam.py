@@ -85,7 +85,7 @@ import shamir_textbook as textbook
 
 sys.path[:0] = [str(Path(__file__).parents[1] / "server"), str(Path(__file__).parents[1] / "secagg")]
 from secagg_rounds import Round  # noqa: E402
-from share_records import H, N  # noqa: E402
+from share_records import H, N, omit_seeds  # noqa: E402
 from test_s24_strikes import Served, _state, deal_bad_share, sfsl  # noqa: E402, F401 - sfsl: a fixture
 
 from secemb.errors import InvalidParameters  # noqa: E402
@@ -144,7 +144,7 @@ def test_the_server_draws_a_fresh_a_from_the_system_rng_per_holder_set_in_result
     candidates, about half rejected: 257 bits against p ~ 2^256); nothing is drawn before."""
     ids = list(range(12))
     rnd = _round(ids, signed=True, seed=1)
-    rnd.play(unmask=_omit_plan(ids, 3), until="unmask")
+    rnd.play(unmask=omit_seeds(ids, 3), until="unmask")
     drawn: list[tuple[str, int]] = []
     per_check: list[int] = []
     phase = ["unmask"]
@@ -256,32 +256,11 @@ def _round(ids: list[int], *, signed: bool, seed: int) -> Round:
     return Round(cfg, {u: g.integers(0, 2**32, (4, 2), dtype=np.uint64).astype(np.uint32) for u in ids})
 
 
-def _omit_plan(ids: list[int], omitters: int) -> Callable[[int, bytes], bytes]:
-    """The C2 plan over any ids: the last ``omitters`` clients (by rank) each leave out of their
-    unmask messages the seeds of the clients whose rank has their bit set (not their own): up to
-    one holder set per seed."""
-    rank = {u: k for k, u in enumerate(ids)}
-    first = len(ids) - omitters
-
-    def edit(u: int, msg: bytes) -> bytes:
-        if rank[u] < first:
-            return msg
-        rd = messages.Reader(memoryview(msg)[H:], "unmask")
-        parts = [dict(rd.records(N, "owner")), dict(rd.records(N, "owner"))]
-        rd.end()
-        parts[1] = {v: s for v, s in parts[1].items() if v == u or not (rank[v] >> (rank[u] - first)) & 1}
-        body = [len(p).to_bytes(4, "little") + b"".join(v.to_bytes(4, "little") + s for v, s in sorted(p.items()))
-                for p in parts]
-        return messages.frame("unmask", int.from_bytes(msg[16:24], "little"), u, *body)
-
-    return edit
-
-
 def _inversions_in_result(ids: list[int]) -> int:
     """The field inversions (``pow(x, -1, p)`` in shamir and the server) ``result()`` makes on a
     signed round of ``ids`` under the C2 plan (5 omitters); the sum checked against numpy's."""
     rnd = _round(ids, signed=True, seed=3)
-    rnd.play(unmask=_omit_plan(ids, 5))
+    rnd.play(unmask=omit_seeds(ids, 5))
     count = [0]
 
     def counted(base: int, exp: int, mod: int | None = None) -> int:
@@ -319,7 +298,7 @@ def test_f1_c2_plan_costs_as_much_with_sparse_ids_as_with_ids_0_to_n() -> None:
     rounds = {}
     for name, ids in (("dense", list(range(100))), ("sparse", sorted(_GEN.sample(range(1000), 100)))):
         rnd = _round(ids, signed=False, seed=4)
-        rnd.play(unmask=_omit_plan(ids, 7), until="unmask")
+        rnd.play(unmask=omit_seeds(ids, 7), until="unmask")
         rounds[name] = rnd
     took: dict[str, list[float]] = {"dense": [], "sparse": []}
     for _ in range(3):

@@ -16,16 +16,15 @@ set alone; the round tests to numpy's sums.  Point sets and polynomials are test
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 
 import numpy as np
 import pytest
 import shamir_textbook as textbook
 from secagg_rounds import Round, move_unmask_share
-from share_records import H, N
+from share_records import omit_seeds
 
 from secemb.errors import InvalidParameters
-from secemb.secagg import SecAggConfig, messages, shamir
+from secemb.secagg import SecAggConfig, shamir
 from secemb.secagg.shamir import PRIME, PointSet, Points, ShareCheck, combine_robust, lagrange_at_zero
 
 _GEN = random.Random(2534)
@@ -145,26 +144,6 @@ def test_combine_robust_within_a_round_finds_the_wrong_party_as_alone() -> None:
 
 # ------------------------------------------------------------------ rounds with sparse ids
 
-def _omit_seeds(ids: list[int], omitters: int) -> Callable[[int, bytes], bytes]:
-    """The C2 plan over any ids: the last ``omitters`` clients (by rank) each leave out the seeds of
-    the clients whose rank has their bit set (a different holder set for nearly every seed)."""
-    rank = {u: k for k, u in enumerate(ids)}
-    first = len(ids) - omitters
-
-    def edit(u: int, msg: bytes) -> bytes:
-        if rank[u] < first:
-            return msg
-        rd = messages.Reader(memoryview(msg)[H:], "unmask")
-        parts = [dict(rd.records(N, "owner")), dict(rd.records(N, "owner"))]
-        rd.end()
-        parts[1] = {v: s for v, s in parts[1].items() if v == u or not (rank[v] >> (rank[u] - first)) & 1}
-        body = [len(p).to_bytes(4, "little") + b"".join(v.to_bytes(4, "little") + s for v, s in sorted(p.items()))
-                for p in parts]
-        return messages.frame("unmask", int.from_bytes(msg[16:24], "little"), u, *body)
-
-    return edit
-
-
 @pytest.mark.parametrize("signed", [True, False], ids=["signed", "unsigned"])
 def test_a_sparse_round_under_the_c2_plan_with_a_wrong_holder_sums_exactly_and_names_it(signed: bool) -> None:
     """20 clients with ids drawn from ``0 .. 2^32 - 2``, threshold 11, the last four omitting seeds
@@ -177,7 +156,7 @@ def test_a_sparse_round_under_the_c2_plan_with_a_wrong_holder_sums_exactly_and_n
     cfg = SecAggConfig(length=3, threshold=11, width=2, round_id=5, signed=signed)
     rnd = Round(cfg, {u: g.integers(0, 2**32, (3, 2), dtype=np.uint64).astype(np.uint32) for u in ids})
     liar, victim = ids[2], ids[9]
-    plan = _omit_seeds(ids, 4)
+    plan = omit_seeds(ids, 4)
     rnd.play(unmask=lambda u, msg: move_unmask_share(plan(u, msg), 1, victim, 1) if u == liar else plan(u, msg))
     alone: list[tuple[int, ...]] = []
     real = shamir._weights
