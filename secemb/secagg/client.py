@@ -30,6 +30,8 @@ wrong share is shown to be its holder's or its dealer's (docs/secagg.md, "Share 
 from __future__ import annotations
 
 import hashlib
+import struct
+from collections.abc import Callable
 
 import numpy as np
 
@@ -55,6 +57,7 @@ __all__ = [
     "key_list_digest",
     "seed_commitment",
     "share_commitment",
+    "share_committer",
     "share_record_bytes",
     "survivor_list",
 ]
@@ -89,9 +92,23 @@ def share_commitment(config: SecAggConfig, dealer: int, holder: int, which: int,
     Hiding: every share is a uniform field element, so in the random-oracle model the digests
     tell nothing of the secret beyond what guessing it (2^128 seeds) would (docs/secagg.md,
     "Share commitments")."""
-    data = (config.header() + dealer.to_bytes(4, "little") + holder.to_bytes(4, "little") + bytes([which])
-            + share.to_bytes(shamir.SHARE_BYTES, "little"))
-    return hashlib.sha256(signed_bytes(SHARE_COMMITMENT_DOMAIN, data)).digest()[:SHARE_COMMITMENT_BYTES]
+    return share_committer(config)(dealer, holder, which, share)
+
+
+def share_committer(config: SecAggConfig) -> Callable[[int, int, int, int], bytes]:
+    """:func:`share_commitment` of one round as a function of ``(dealer, holder, which, share)``,
+    the common prefix (``len(domain) || domain ||`` the round's parameters) hashed once: each
+    commitment is then a copy of that SHA-256 state fed the rest (for the server's check of the
+    ~``n^2`` unmask shares of a round)."""
+    prefix = hashlib.sha256(signed_bytes(SHARE_COMMITMENT_DOMAIN, config.header()))
+    head = struct.Struct("<IIB").pack  # dealer, holder (uint32), which (uint8)
+
+    def commit(dealer: int, holder: int, which: int, share: int) -> bytes:
+        digest = prefix.copy()
+        digest.update(head(dealer, holder, which) + share.to_bytes(shamir.SHARE_BYTES, "little"))
+        return digest.digest()[:SHARE_COMMITMENT_BYTES]
+
+    return commit
 
 
 def share_record_bytes(config: SecAggConfig) -> int:

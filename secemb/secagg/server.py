@@ -30,8 +30,6 @@ dealt, a dealer whose dealt shares do not open to the secret it committed to.
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections.abc import Mapping
 
 import numpy as np
@@ -44,15 +42,15 @@ from secemb.secagg.client import (
     CONSISTENCY_DOMAIN,
     SHARE_CIPHERTEXT_BYTES,
     SHARE_COMMITMENT_BYTES,
-    SHARE_COMMITMENT_DOMAIN,
     advertised,
     key_list_digest,
     seed_commitment,
+    share_committer,
     share_record_bytes,
     survivor_list,
 )
 from secemb.secagg.config import SecAggAborted, SecAggConfig, sign
-from secemb.secagg.identity import CERTIFICATE_BYTES, SIGNATURE_BYTES, Certificate, RosterPin, signed_bytes, verify
+from secemb.secagg.identity import CERTIFICATE_BYTES, SIGNATURE_BYTES, Certificate, RosterPin, verify
 from secemb.secagg.prg import SEED_BYTES, mask_rows
 
 __all__ = ["SecAggServer"]
@@ -468,26 +466,20 @@ class SecAggServer:
         with the first such share ``(dealer, which)`` (key shares before seed shares, each in the
         message's order), in the order of U4.
 
-        The commitments (about ``n^2`` a round) are hashed in one loop over one SHA-256 state
-        that has taken their common prefix (``len(domain) || domain ||`` the round's parameters):
-        each is then a copy of it fed the rest as :func:`~secemb.secagg.client.share_commitment`
-        lays it out (dealer, holder uint32, which uint8, the share's 33 bytes; the tests compare
-        the two), not a Python call that builds every message anew (session 25: 15 ms of a signed
-        round's 48 ms at 100 clients).  :func:`~secemb.fss.hashing.sha256_many`'s SHA-NI kernel is
-        faster per batch but its first call in a process loads it (0.8 s), more than a few hundred
-        rounds gain."""
+        The commitments (about ``n^2`` a round) come from one
+        :func:`~secemb.secagg.client.share_committer`, which hashes their common prefix once
+        (session 25: one :func:`~secemb.secagg.client.share_commitment` call each, building every
+        message anew, took 15 ms of a signed round's 48 ms at 100 clients).
+        :func:`~secemb.fss.hashing.sha256_many`'s SHA-NI kernel is faster per batch but its first
+        call in a process loads it (0.8 s), more than a few hundred rounds gain."""
         size = SHARE_COMMITMENT_BYTES
-        prefix = hashlib.sha256(signed_bytes(SHARE_COMMITMENT_DOMAIN, self.config.header()))
-        head = struct.Struct("<IIB").pack
+        commit = share_committer(self.config)
         lies: dict[int, tuple[int, int]] = {}
         for h in self.u4:
-            for which in (0, 1):
-                for v, y in self._unmask[h][which].items():
-                    digest = prefix.copy()
-                    digest.update(head(v, h, which) + y.to_bytes(shamir.SHARE_BYTES, "little"))
-                    if digest.digest()[:size] != self._dealt[v][h][which * size :][:size]:
-                        lies.setdefault(h, (v, which))  # the first: a key share's before a seed share's
-                        break
+            lie = next(((v, which) for which in (0, 1) for v, y in self._unmask[h][which].items()
+                        if commit(v, h, which, y) != self._dealt[v][h][which * size :][:size]), None)
+            if lie is not None:  # the first: a key share's before a seed share's
+                lies[h] = lie
         return lies
 
     def _mend(self, xs: tuple[int, ...], col: list[int], v: int, which: int, points: shamir.PointSet) -> int | None:
