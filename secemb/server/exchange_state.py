@@ -15,7 +15,8 @@ server's helpers (:mod:`secemb.server.persist`)::
                      the strikes by the operator, and (session 25) per finding of an open
                      round: its ``proven_bad_shares`` so far, after a stage close that leaves
                      it open with a device proven that no earlier finding record names, before
-                     the round goes on
+                     the round goes on (session 26: and after the close that ends it, before
+                     its checkpoint and end record)
     server.lock      (session 25) the running server's hold on the directory
                      (:func:`~secemb.server.persist.hold_state_dir`, ``secemb serve``): empty
 
@@ -48,8 +49,9 @@ the checkpoint's round (a later round committed since; its reason then says so);
 round's missing end record holds up the next opening, so only the checkpoint's own round can
 lack one (session 25 red team, F3: before, only the rounds after the checkpoint's were
 recorded, and such a round's findings were forgotten at the restart).  A device first proven
-at the close that ended an aborted round is named in its end record only: if the disk refused
-that record, the restart does not strike it.
+at the close that ended the round gets a finding record before the round's checkpoint and end
+record (session 26: before, it was named in the end record only, and a restart after the disk
+refused that record, or a committed round's checkpoint, did not strike it).
 
 **Binding** (session 24, helper L): the binding makes the directory its configuration's from
 its first start, not from its first checkpoint only (the checkpoint records the fingerprint
@@ -154,6 +156,9 @@ class ExchangeState:
         self._unsaved: dict[str, Any] | None = None
         #: the open round's id -> the devices its finding records name (:meth:`found`)
         self._found: dict[int, set[int]] = {}
+        #: the round whose opening this server journaled (:meth:`opening`): the one a finding
+        #: record may name (a restart refuses one of a round no record opened)
+        self._opened: int | None = None
         #: the last round's document (committed or aborted), ``None``: no round yet
         self.last: dict[str, Any] | None = self._restore(ck) if ck is not None else None
         ended: dict[int, dict[str, Any]] = {}
@@ -283,6 +288,7 @@ class ExchangeState:
             raise ProtocolError(f"round {round_id} does not follow round {self.last['round_id']} "
                                 "(round ids are never used twice, restarts included)")
         self._journal.append({"event": "open", "round_id": round_id, "users": users})
+        self._opened = round_id
 
     def refused(self, round_id: int, reason: str) -> None:
         """The node refused to open round ``round_id``: its id stays free."""
@@ -299,23 +305,36 @@ class ExchangeState:
         if set(proven) <= known:
             return
         names = sorted(known | set(proven))
+        if self._record_found(round_id, names):
+            self._found = {round_id: set(names)}
+            log.warning("round %s: devices %s were shown to have cheated in a signed secure aggregation (recorded; "
+                        "their strikes count when the round ends)", round_id, names)
+
+    def _record_found(self, round_id: int, names: list[int]) -> bool:
+        """Journal round ``round_id``'s finding record naming ``names`` (fsync-ed); whether the disk
+        took it (a refusal is logged)."""
         try:
             self._journal.append({"event": FOUND, "round_id": round_id, "proven_bad_shares": names})
         except StorageError as exc:
             log.error("round %s: devices %s proven to have cheated, not recorded: %s", round_id, names, exc)
-            return
-        self._found = {round_id: set(names)}
-        log.warning("round %s: devices %s were shown to have cheated in a signed secure aggregation (recorded; "
-                    "their strikes count when the round ends)", round_id, names)
+            return False
+        return True
 
     def ended(self, doc: dict[str, Any]) -> None:
         """Round ``doc`` (its document with its final ``state``) has ended: a committed one is
         checkpointed (the commit point) before its end is recorded.  A disk that refuses is
         logged and retried at the next :meth:`opening`.  Each device of its ``proven_bad_shares``
         or of its :meth:`found` records has a strike (once; counted at once, whatever the disk
-        does)."""
+        does).  Devices its ``proven_bad_shares`` names that no finding record holds yet (first
+        proven at the close that ended the round) get one (fsync-ed) before the checkpoint and the
+        end record, if this server journaled the round's opening: a restart that finds no end
+        record (the disk refused it, or the checkpoint) still counts them (session 26)."""
         self.last = doc
-        for u in sorted(set(doc.get("proven_bad_shares", [])) | self._found.pop(doc["round_id"], set())):
+        known = self._found.pop(doc["round_id"], set())
+        proven = set(doc.get("proven_bad_shares", [])) | known
+        if proven != known and doc["round_id"] == self._opened:
+            self._record_found(doc["round_id"], sorted(proven))
+        for u in sorted(proven):
             self.strikes[u] = self.strikes.get(u, 0) + 1
             log.warning("round %s: device %d was shown to have cheated in a signed secure aggregation (%d strike(s); "
                         "at %d it is refused until the operator clears the strikes)", doc["round_id"], u,
