@@ -31,19 +31,36 @@ def _word_overload(like, value):  # noqa: ANN001, ANN202
     return lambda like, value: np.uint64(value)
 
 
+def _entry_words() -> np.ndarray:
+    """uint32 (256,): word ``v`` holds the four int8 entries of a stream byte ``v`` (entry ``q``:
+    ``a - b``, ``a = (v >> 2 q) & 1``, ``b = (v >> (2 q + 1)) & 1``) as the bytes it is made of,
+    entry ``q`` at byte ``q`` in memory (native byte order, so writing the word writes the four
+    entries in order)."""
+    v = np.arange(256)
+    entries = np.stack([((v >> (2 * q)) & 1) - ((v >> (2 * q + 1)) & 1) for q in range(4)], axis=1)
+    return np.ascontiguousarray(entries, np.int8).view(np.uint32)[:, 0].copy()
+
+
+#: the four ternary entries of each stream byte, as one word (:func:`_entry_words`)
+ENTRY_WORDS = _entry_words()
+
+
 @njit(cache=True, nogil=True)
-def expand_rows(stream: np.ndarray, s: int, t: np.ndarray) -> None:  # pragma: no cover - compiled
+def expand_rows(stream: np.ndarray, s: int, t: np.ndarray,
+                entry_words: np.ndarray) -> None:  # pragma: no cover - compiled
     """``t[i, 4 k + q] = a - b`` with ``v = stream[s, i B + k]``, ``a = (v >> 2 q) & 1``,
     ``b = (v >> (2 q + 1)) & 1``: the ternary rows of stream ``s`` of the streams uint8
-    (c, >= rows B), into int8 ``t`` (rows, 4 B), ``B = ceil(L / 4)`` bytes a row (a row's last
-    ``4 B - L`` entries are the stream's unused bits, which no product reads)."""
-    per_row = t.shape[1] // 4
-    for i in range(t.shape[0]):
+    (c, >= rows B), into int8 ``t`` (rows, 4 B), C-contiguous, ``B = ceil(L / 4)`` bytes a row (a
+    row's last ``4 B - L`` entries are the stream's unused bits, which no product reads).  A byte's
+    four entries are written as one word of ``entry_words`` (pass :data:`ENTRY_WORDS`; an argument,
+    since numba's reads of a global array here were 4 times slower): a quarter of the stores of an
+    entry at a time and no bit arithmetic, about 3 times faster at 40 rows of 16,251 entries."""
+    words = t.view(np.uint32)  # (rows, B): word k of row i is entries 4 k .. 4 k + 3
+    per_row = words.shape[1]
+    for i in range(words.shape[0]):
         at = i * per_row
         for k in range(per_row):
-            v = np.int32(stream[s, at + k])
-            for q in range(4):
-                t[i, 4 * k + q] = np.int8(((v >> (2 * q)) & 1) - ((v >> (2 * q + 1)) & 1))
+            words[i, k] = entry_words[stream[s, at + k]]
 
 
 #: devices a pass of :func:`ternary_products` projects together: each entry is read and widened once for

@@ -31,6 +31,7 @@ arithmetic; the two agree bit for bit (``tests/fss/test_projections.py``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator, Sequence
 
@@ -73,12 +74,19 @@ def _stream_bytes(rows: int, length: int) -> int:
     return rows * -(-length // 4)
 
 
+@functools.lru_cache(maxsize=8)
+def _counter_blocks(blocks: int) -> bytes:
+    """The counter blocks ``0 .. blocks - 1`` (128-bit big-endian), ECB's input in :func:`_streams`:
+    the same for every key, so made once for each of the few stream sizes a process uses."""
+    counters = np.zeros((blocks, 2), ">u8")
+    counters[:, 1] = np.arange(blocks, dtype=np.uint64)
+    return counters.tobytes()
+
+
 def _streams(keys: Sequence[bytes], nbytes: int) -> np.ndarray:
     """uint8 (len(keys), nbytes): the AES-128-CTR stream under each row key (module docstring)."""
     blocks = -(-nbytes // 16)
-    counters = np.zeros((blocks, 2), ">u8")
-    counters[:, 1] = np.arange(blocks, dtype=np.uint64)
-    src = counters.tobytes()
+    src = _counter_blocks(blocks)
     # update_into wants room for one block beyond its input
     out = np.empty((len(keys), blocks * 16 + 16), np.uint8)
     for i, key in enumerate(keys):
@@ -264,7 +272,7 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     n, length = x.shape
     compiled = kernels.compiled()
     if compiled:
-        from secemb.fss._projection_kernels import expand_rows, ternary_products
+        from secemb.fss._projection_kernels import ENTRY_WORDS, expand_rows, ternary_products
 
         t = _expanded(rows, length)
     acc = np.empty((n, rows), x.dtype)
@@ -272,7 +280,7 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
         for s in range(stream.shape[0]):
             some = devices[which == s]
             if compiled:
-                expand_rows(stream, s, t)
+                expand_rows(stream, s, t, ENTRY_WORDS)
                 ternary_products(t, x, some, acc, some)
             else:
                 acc[some] = _integer_products(_ternary(stream[s : s + 1], rows, length)[0], x[some])
@@ -346,13 +354,13 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 np.negative(sparse, out=sparse)
             x[d, base.size :] = tail
         return project_each(seeds, x, rows)
-    from secemb.fss._projection_kernels import TILE, affine_vector, expand_rows, ternary_products
+    from secemb.fss._projection_kernels import ENTRY_WORDS, TILE, affine_vector, expand_rows, ternary_products
 
     acc = np.empty((n, rows), dtype)
     xs, t, tile = np.empty((TILE, length), dtype), _expanded(rows, length), np.arange(TILE)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
-            expand_rows(stream, s, t)
+            expand_rows(stream, s, t, ENTRY_WORDS)
             some = devices[which == s]
             for lo in range(0, some.size, TILE):
                 to = some[lo : lo + TILE]
