@@ -19,7 +19,9 @@ In a signed round the client takes a peer's keys only with the peer's signature 
 certificate of the pinned roster, sends unmasking shares only after ``threshold`` survivors
 signed the same survivor list, and in a sparse round masks with a peer exactly on the rows the
 peer's signed row set (a bitmap over the round's candidate rows, in the key list) and its own
-have in common, and on every public row.  A signed round's client also commits to its
+have in common, and on every public row; with ``min_row_holders`` above 1 it contributes zero on
+rows fewer clients hold and unmasks only where no revealed row sum is over fewer
+(:func:`short_row`).  A signed round's client also commits to its
 self-mask seed ``b`` in its signed advertise (:func:`seed_commitment`), so the server can check
 the seed it opens at Unmasking, and commits to every share it deals (:func:`share_commitment`,
 in the clear next to the ciphertext): a holder takes only shares that match the commitments the
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -59,6 +61,7 @@ __all__ = [
     "share_commitment",
     "share_committer",
     "share_record_bytes",
+    "short_row",
     "survivor_list",
 ]
 
@@ -152,6 +155,32 @@ def key_list_digest(body: bytes | memoryview) -> bytes:
     return hashlib.sha256(body).digest()
 
 
+def short_row(config: SecAggConfig, rows_of: Callable[[int], np.ndarray], dropped: Iterable[int],
+              survivors: Iterable[int]) -> tuple[int, int, int] | None:
+    """The rule :attr:`~secemb.secagg.config.SecAggConfig.min_row_holders` at Unmasking:
+    ``(row, holders, client)`` for the first private row that a client of ``dropped`` holds and
+    that at least one but fewer than ``min_row_holders`` clients of ``survivors`` hold (their
+    number ``holders``; ``client`` the first dropped one holding it), or ``None``.  Revealing the
+    dropped clients' mask keys would open such a row's sum over fewer than ``min_row_holders``
+    clients; the public rows are held by every survivor, at least ``threshold`` of them.
+    ``rows_of(u)``: client ``u``'s rows (int64, increasing)."""
+    m = config.min_row_holders
+    gone = list(dropped)
+    if m < 2 or not gone:
+        return None
+    private = [r[: int(np.searchsorted(r, config.private_rows))] for r in map(rows_of, gone)]
+    risk = np.unique(np.concatenate(private))
+    held = np.zeros(risk.size, np.int64)
+    for u in survivors:
+        held += np.isin(risk, rows_of(u), assume_unique=True)
+    short = np.flatnonzero((held > 0) & (held < m))
+    if short.size == 0:
+        return None
+    row = int(risk[short[0]])
+    first = next(v for v, r in zip(gone, private, strict=True) if np.isin(row, r))
+    return row, int(held[short[0]]), first
+
+
 class SecAggClient:
     """One client of one round.
 
@@ -194,6 +223,7 @@ class SecAggClient:
         self._peers: dict[int, tuple[bytes, bytes]] = {}
         self._signers: dict[int, bytes] = {}  # peer -> its certified signing key (signed round)
         self._common: dict[int, np.ndarray] = {}  # peer -> bool over own rows: rows it holds too
+        self._bitmaps: dict[int, bytes] = {}  # client -> its signed row set (min_row_holders above 1)
         self._b = b""
         self._held: dict[int, tuple[int, int]] = {}  # sender -> (share of s^SK, share of b)
         self._u2: list[int] = []
@@ -243,6 +273,13 @@ class SecAggClient:
         common[:private] = bits[np.searchsorted(cfg.candidate_rows, self._rows[:private])].astype(bool)
         return common
 
+    def _rows_of(self, client: int) -> np.ndarray:
+        """The candidate rows a client of the key list signed it holds (int64, increasing)."""
+        cfg = self.config
+        bits = np.unpackbits(np.frombuffer(self._bitmaps[client], np.uint8), count=cfg.candidate_rows.size,
+                             bitorder="little")
+        return cfg.candidate_rows[bits.astype(bool)]
+
     @property
     def rows(self) -> np.ndarray:
         """The rows this client contributes (int64, increasing): all rows in a dense round."""
@@ -271,6 +308,8 @@ class SecAggClient:
             parts += [commitment, self.identity.certificate.to_bytes(),
                       self.identity.sign(ADVERTISE_DOMAIN, statement)]
             self._entry = b"".join(parts) + own
+            if cfg.min_row_holders > 1:
+                self._bitmaps[self.id] = own
         else:
             self._entry = b"".join(parts)
         if checked is not None:
@@ -316,6 +355,8 @@ class SecAggClient:
                     self._check_entry(self.identity, ident, rec)
                 if self._signed_rows:
                     self._common[ident] = self._shared_rows(rec[pair + SIGNED_ENTRY_BYTES :])
+                    if cfg.min_row_holders > 1:
+                        self._bitmaps[ident] = rec[pair + SIGNED_ENTRY_BYTES :]
                 self._peers[ident] = (c_pk, s_pk)
         if cfg.sparse and not cfg.signed:
             k = self._rows.size
@@ -385,6 +426,10 @@ class SecAggClient:
         other clients' shares (finding F2, session 22: the client used to leave the round, so one
         device chose which honest peers a round kept).
 
+        With :attr:`~secemb.secagg.config.SecAggConfig.min_row_holders` ``m`` above 1 the client
+        contributes zero (the masks unchanged) on each of its rows that fewer than ``m`` clients
+        of U2 hold, itself included, by their signed row sets.
+
         ``values``: ``uint32`` of shape ``(len(rows), width)`` (``(len(rows),)`` if width is
         1), the input in Z_2^32.
         """
@@ -410,6 +455,9 @@ class SecAggClient:
         self._u2 = sorted([self.id, *(sender for sender, _ in entries)])
         if len(self._u2) < cfg.threshold:
             raise InvalidMessage(f"relayed: {len(self._u2)} clients left, fewer than the threshold {cfg.threshold}")
+        if cfg.min_row_holders > 1:  # zero where fewer than min_row_holders clients of U2 hold the row
+            holders = sum((self._common[v] for v in self._u2 if v != self.id), np.ones(self._rows.size, np.int64))
+            x = np.where((holders >= cfg.min_row_holders)[:, None], x, np.uint32(0))
         y = x + mask_rows(self._b, self._rows, cfg.width)
         for v in self._u2:
             if v == self.id:
@@ -469,6 +517,11 @@ class SecAggClient:
         if len(sigs) < cfg.threshold:
             raise InvalidMessage(f"signatures: {len(sigs)} survivors signed the survivor list, fewer than the "
                                  f"threshold {cfg.threshold}")
+        if cfg.min_row_holders > 1 and len(sigs) < len(self._u3):
+            raise InvalidMessage(f"signatures: {len(sigs)} of the {len(self._u3)} survivors signed the survivor list; "
+                                 f"with min_row_holders {cfg.min_row_holders} every survivor must (a survivor that "
+                                 f"did not sign may have masked with other peers, so may not have zeroed the same "
+                                 f"rows): no shares sent")
         return self._u3
 
     def unmask(self, msg: bytes) -> bytes:
@@ -477,12 +530,26 @@ class SecAggClient:
         used only once ``threshold`` survivors' signatures over it verify), send the shares of
         ``s^SK`` of every dropped client (U2 minus U3) and of ``b`` of every survivor, each that
         this client holds: none of a sender whose shares did not open (:meth:`masked_input`).
-        A client never reveals both kinds of share for the same client."""
+        A client never reveals both kinds of share for the same client.
+
+        With :attr:`~secemb.secagg.config.SecAggConfig.min_row_holders` ``m`` above 1 the client
+        also refuses (``InvalidMessage``, no shares sent) unless every survivor signed U3, and
+        when a dropped client of its U2 holds a row that at least one but fewer than ``m``
+        survivors hold (:func:`short_row`, from the signed row sets): the dropped client's mask
+        key would open that row's sum over fewer than ``m`` clients (docs/secagg.md, "Rows of
+        few holders")."""
         cfg = self.config
         self._enter(4 if cfg.signed else 3, "unmask")
         u3 = self._signed_survivors(msg) if cfg.signed else self._survivors(msg)
         alive = set(u3)
         dropped = [v for v in self._u2 if v not in alive]
+        short = short_row(cfg, self._rows_of, dropped, u3)
+        if short is not None:
+            row, holders, gone = short
+            raise InvalidMessage(f"unmask: row {row} has {holders} surviving holder(s), fewer than min_row_holders "
+                                 f"{cfg.min_row_holders}, and client {gone}, which holds it, dropped: its mask key "
+                                 f"would open that row's sum of fewer than {cfg.min_row_holders} devices; no shares "
+                                 f"sent")
         n = shamir.SHARE_BYTES
 
         def part(ids: list[int], which: int) -> bytes:

@@ -74,6 +74,15 @@ class SecAggConfig:
         increasing; default every one of them): a client's rows are within the candidates and
         the public rows, and a signed round's row sets are bitmaps over the candidates.  Public
         (e.g. SFSL's PSU union and its categories); :meth:`header` commits to them.
+    min_row_holders:
+        In a signed sparse round, the fewest devices whose values a revealed row sum may be over
+        (``docs/secagg.md``, "Rows of few holders"; default 1: no rule).  Each client contributes
+        zero on every row fewer than ``min_row_holders`` clients of its U2 hold (from their signed
+        row sets), and unmasks only once every survivor signed the survivor list and no row a
+        dropped client of its U2 holds is left with at least one but fewer than
+        ``min_row_holders`` surviving holders (it would reveal that client's mask key).  At most
+        :attr:`threshold`; above 1 only in a signed sparse round (an unsigned round's clients know
+        only the rows they share with each peer, from the server).  SFSL sets 2.
     """
 
     length: int
@@ -84,6 +93,7 @@ class SecAggConfig:
     signed: bool = False
     public_from: int | None = None
     candidates: tuple[int, ...] | None = None
+    min_row_holders: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.length < 2**32:
@@ -107,6 +117,10 @@ class SecAggConfig:
             if c.ndim != 1 or (c.size and (int(c[0]) < 0 or int(c[-1]) >= self.private_rows
                                            or np.any(np.diff(c) <= 0))):
                 raise InvalidParameters(f"candidates must be strictly increasing rows in [0, {self.private_rows})")
+        check_int("min_row_holders", self.min_row_holders, low=1, high=self.threshold)
+        if self.min_row_holders > 1 and not (self.sparse and self.signed):
+            raise InvalidParameters("min_row_holders above 1 needs a signed sparse round (every peer's signed row set "
+                                    "and the consistency round)")
 
     @property
     def private_rows(self) -> int:
@@ -130,12 +144,17 @@ class SecAggConfig:
     def _header(self) -> bytes:
         head = struct.pack("<QIIIIBB", self.round_id, self.length, self.width, self.threshold, self.private_rows,
                            self.sparse, self.signed)
-        return head + (hashlib.sha256(self.candidate_rows.astype("<u4").tobytes()).digest() if self.sparse else b"")
+        if not self.sparse:
+            return head
+        return (head + hashlib.sha256(self.candidate_rows.astype("<u4").tobytes()).digest()
+                + struct.pack("<I", self.min_row_holders))
 
     def header(self) -> bytes:
         """The round's public parameters as bytes (what every signature of the round covers):
         ``round_id`` u64, ``length``, ``width``, ``threshold``, :attr:`private_rows` u32,
-        ``sparse``, ``signed`` u8; in a sparse round then SHA-256 of the candidate rows (uint32)."""
+        ``sparse``, ``signed`` u8; in a sparse round then SHA-256 of the candidate rows (uint32)
+        and ``min_row_holders`` u32 (so every client of a round enforces the same rule, or the
+        signatures do not verify)."""
         return self._header
 
     def row_bitmap(self, rows: np.ndarray) -> bytes | None:
