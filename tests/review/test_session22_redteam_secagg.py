@@ -40,7 +40,9 @@ session-22 red-team report):
   SHA-256 of the key list (``test_r3_fixed_...``); a split key list is caught at the consistency
   round too, so the view-splitting tests below now see every device refuse.
 * R6 -- in a sparse round the server chooses who survives, hence which rows have a single holder
-  (whose value the per-row sum is).
+  (whose value the per-row sum is).  Fixed in session 26 (helper C) for rounds with
+  ``min_row_holders = 2`` (SFSL's secure sum): every survivor refuses to unmask
+  (``test_r6_fixed_...``); with ``min_row_holders = 1`` the leak is kept as a regression.
 * R4 (low) -- a signed key list and signatures message prove to anyone holding the roster pin
   that a device took part in a round.
 """
@@ -57,7 +59,7 @@ import pytest
 import secemb.secagg.client as secagg_client
 import secemb.secagg.identity as secagg_identity
 from secemb.errors import InvalidMessage, ProtocolError
-from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, keys, messages, run_round, shamir
+from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, keys, messages, run_round, shamir
 from secemb.secagg.client import SIGNED_ENTRY_BYTES, share_record_bytes
 from secemb.secagg.identity import Identity, Roster
 from secemb.secagg.prg import SEED_BYTES, mask_rows
@@ -666,16 +668,13 @@ def test_finding_r2_pairs_over_three_rounds_give_the_server_a_devices_real_goods
 
 
 
-def test_finding_r6_the_server_picks_who_survives_so_it_picks_the_rows_held_by_one_device() -> None:
-    """Finding R6 (a sparse round's design leak, under the server's control).  A row held by a
-    single survivor gives that survivor's value (docs/secagg.md: SFSL's design).  Device 0 and
-    device 1 both hold rows 1, 2, 3; in a signed round of four (threshold 3) the server discards
-    device 1's masked input -- a dropout it cannot be told from -- and every other device signs
-    and unmasks as the protocol says: the round's per-row sums on rows 1, 2, 3 are device 0's
-    values.  Which rows have one holder is therefore the server's choice, not the random event
-    that SFSL's Theorem 2 bounds (p_7)."""
+def _r6(min_row_holders: int) -> tuple[SecAggServer, dict[int, SecAggClient], dict[int, np.ndarray], dict[int, str]]:
+    """Finding R6's round: device 0 and device 1 both hold rows 1, 2, 3; in a signed round of four
+    (threshold 3) the server discards device 1's masked input -- a dropout it cannot be told
+    from -- and every other device signs and is asked to unmask.  Returns the server, the
+    clients, the inputs and each device's refusal at Unmasking."""
     rows = {0: [1, 2, 3], 1: [1, 2, 3], 2: [0, 5], 3: [4, 5]}
-    cfg = SecAggConfig(length=6, threshold=3, round_id=12, sparse=True, signed=True)
+    cfg = SecAggConfig(length=6, threshold=3, round_id=12, sparse=True, signed=True, min_row_holders=min_row_holders)
     roster = Roster.generate()
     clients = {u: SecAggClient(u, cfg, identity=roster.enroll(u)) for u in rows}
     server = SecAggServer(cfg)
@@ -695,8 +694,34 @@ def test_finding_r6_the_server_picks_who_survives_so_it_picks_the_rows_held_by_o
     for u in sv:
         server.receive_consistency(u, clients[u].consistency(sv[u]))
     sig = server.signatures_messages()
+    refused = {}
     for u in sig:
-        server.receive_unmask(u, clients[u].unmask(sig[u]))
+        try:
+            server.receive_unmask(u, clients[u].unmask(sig[u]))
+        except InvalidMessage as exc:
+            refused[u] = str(exc)
+    return server, clients, x, refused
+
+
+def test_r6_fixed_a_server_that_discards_the_only_co_holder_reads_nothing() -> None:
+    """Finding R6, fixed (session 26): with ``min_row_holders = 2`` (SFSL's secure sum) every
+    survivor sees that device 1, which it would reveal the mask key of, holds rows that only
+    device 0 survives to hold, and refuses (no shares sent): nothing opens, the round aborts.
+    More attacks on the rule: ``tests/secagg/test_s26_row_holders.py``."""
+    server, _, _, refused = _r6(2)
+    assert sorted(refused) == [0, 2, 3]
+    assert all("row 1 has 1 surviving holder(s), fewer than min_row_holders 2" in r for r in refused.values())
+    with pytest.raises(SecAggAborted):
+        server.result()
+
+
+def test_limit_r6_with_min_row_holders_1_the_server_picks_the_rows_held_by_one_device() -> None:
+    """Finding R6 as it was (``min_row_holders = 1``, the primitive's default): a row held by a
+    single survivor gives that survivor's value, and the server chose the survivors: the round's
+    per-row sums on rows 1, 2, 3 are device 0's values -- which rows have one holder is the
+    server's choice, not the random event that SFSL's Theorem 2 bounds (p_7)."""
+    server, _, x, refused = _r6(1)
+    assert refused == {}
     total = server.result()[:, 0]
     assert server.survivors == [0, 2, 3]
     assert np.array_equal(total[[1, 2, 3]], x[0])
