@@ -59,7 +59,7 @@ import pytest
 import secemb.secagg.client as secagg_client
 import secemb.secagg.identity as secagg_identity
 from secemb.errors import InvalidMessage, ProtocolError
-from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, keys, messages, run_round, shamir
+from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, keys, messages, run_round, shamir
 from secemb.secagg.client import SIGNED_ENTRY_BYTES, share_record_bytes
 from secemb.secagg.identity import Identity, Roster
 from secemb.secagg.prg import SEED_BYTES, mask_rows
@@ -668,11 +668,12 @@ def test_finding_r2_pairs_over_three_rounds_give_the_server_a_devices_real_goods
 
 
 
-def _r6(min_row_holders: int) -> tuple[SecAggServer, dict[int, SecAggClient], dict[int, np.ndarray], dict[int, str]]:
+def _r6(min_row_holders: int) -> tuple[SecAggServer, dict[int, np.ndarray], dict[int, bytes], dict[int, str]]:
     """Finding R6's round: device 0 and device 1 both hold rows 1, 2, 3; in a signed round of four
     (threshold 3) the server discards device 1's masked input -- a dropout it cannot be told
-    from -- and every other device signs and is asked to unmask.  Returns the server, the
-    clients, the inputs and each device's refusal at Unmasking."""
+    from -- tells devices 0, 2, 3 that they survived, forwards their signatures and asks them to
+    unmask.  Returns the server (fed the three masked inputs and consistency messages), the
+    inputs, and each device's unmask message or refusal."""
     rows = {0: [1, 2, 3], 1: [1, 2, 3], 2: [0, 5], 3: [4, 5]}
     cfg = SecAggConfig(length=6, threshold=3, round_id=12, sparse=True, signed=True, min_row_holders=min_row_holders)
     roster = Roster.generate()
@@ -690,29 +691,35 @@ def _r6(min_row_holders: int) -> tuple[SecAggServer, dict[int, SecAggClient], di
         masked = c.masked_input(rel[u], x[u])
         if u != 1:  # device 1's arrives and is dropped on the floor
             server.receive_masked(u, masked)
-    sv = server.survivors_messages()
-    for u in sv:
-        server.receive_consistency(u, clients[u].consistency(sv[u]))
-    sig = server.signatures_messages()
-    refused = {}
-    for u in sig:
+    survivors = [0, 2, 3]
+    listed = messages.frame("survivors", cfg.round_id, messages.SERVER, messages.ids_bytes(survivors))
+    signed = {u: clients[u].consistency(listed) for u in survivors}
+    forwarded = messages.frame("signatures", cfg.round_id, messages.SERVER, _u32(len(survivors)),
+                               *(_u32(u) + signed[u][H:] for u in survivors))
+    unmasked, refused = {}, {}
+    for u in survivors:
         try:
-            server.receive_unmask(u, clients[u].unmask(sig[u]))
+            unmasked[u] = clients[u].unmask(forwarded)
         except InvalidMessage as exc:
             refused[u] = str(exc)
-    return server, clients, x, refused
+    if not refused:  # the server opens what the devices sent
+        server.survivors_messages()
+        for u in survivors:
+            server.receive_consistency(u, signed[u])
+        server.signatures_messages()
+        for u, msg in unmasked.items():
+            server.receive_unmask(u, msg)
+    return server, x, unmasked, refused
 
 
 def test_r6_fixed_a_server_that_discards_the_only_co_holder_reads_nothing() -> None:
     """Finding R6, fixed (session 26): with ``min_row_holders = 2`` (SFSL's secure sum) every
-    survivor sees that device 1, which it would reveal the mask key of, holds rows that only
-    device 0 survives to hold, and refuses (no shares sent): nothing opens, the round aborts.
-    More attacks on the rule: ``tests/secagg/test_s26_row_holders.py``."""
-    server, _, _, refused = _r6(2)
-    assert sorted(refused) == [0, 2, 3]
+    survivor sees that device 1, whose mask key it would help reveal, holds rows that only device
+    0 survives to hold, and refuses: no share leaves, so nothing opens.  More attacks on the rule:
+    ``tests/secagg/test_s26_row_holders.py``."""
+    _, _, unmasked, refused = _r6(2)
+    assert unmasked == {} and sorted(refused) == [0, 2, 3]
     assert all("row 1 has 1 surviving holder(s), fewer than min_row_holders 2" in r for r in refused.values())
-    with pytest.raises(SecAggAborted):
-        server.result()
 
 
 def test_limit_r6_with_min_row_holders_1_the_server_picks_the_rows_held_by_one_device() -> None:
@@ -720,8 +727,8 @@ def test_limit_r6_with_min_row_holders_1_the_server_picks_the_rows_held_by_one_d
     single survivor gives that survivor's value, and the server chose the survivors: the round's
     per-row sums on rows 1, 2, 3 are device 0's values -- which rows have one holder is the
     server's choice, not the random event that SFSL's Theorem 2 bounds (p_7)."""
-    server, _, x, refused = _r6(1)
-    assert refused == {}
+    server, x, unmasked, refused = _r6(1)
+    assert refused == {} and sorted(unmasked) == [0, 2, 3]
     total = server.result()[:, 0]
     assert server.survivors == [0, 2, 3]
     assert np.array_equal(total[[1, 2, 3]], x[0])
