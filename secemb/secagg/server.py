@@ -199,7 +199,8 @@ class SecAggServer:
         """Record ``device`` in :attr:`cheaters` for ``what`` (the first finding is kept)."""
         self.cheated.setdefault(device, what)
 
-    def _one_spare(self, use: list[int], group: list[tuple[int, int]]) -> tuple[list[int], int] | None:
+    def _one_spare(self, use: list[int], group: list[tuple[int, int]],
+                   points: shamir.PointSet) -> tuple[list[int], int] | None:
         """(Unsigned round.) Secrets ``group`` (each ``(client, which)``) from the shares of exactly
         ``threshold + 1`` holders ``use`` that do not lie on one polynomial: the opening, and the
         index in ``use`` of the holder left out, from the one ``threshold``-subset whose secrets all
@@ -207,16 +208,17 @@ class SecAggServer:
         (a seed: an unsigned round has no commitments) or where not exactly one subset passes (two
         wrong shares, or an owner that shared another secret).  Another subset passes only with an
         X25519 key collision: a subset with the wrong share opens a key other than the one whose
-        public key was advertised."""
+        public key was advertised.  The subsets' openings come from one set of coefficients
+        (:func:`~secemb.secagg.shamir.openings_leaving_one_out`, ``use``'s weights from
+        ``points``, U4's): ``O(t)`` a subset and secret (session 26: each subset's own
+        coefficients, ``O(t^2)``, made the search ``O(t^3)``)."""
         if any(which == 1 for _, which in group):
             return None
-        passing: list[tuple[list[int], int]] = []
-        for i in range(len(use)):
-            rest = [h for j, h in enumerate(use) if j != i]
-            opened = [shamir.combine([h + 1 for h in rest], [self._unmask[h][which][v] for h in rest],
-                                     self.config.threshold) for v, which in group]
-            if all(self._unopened(v, which, value) is None for (v, which), value in zip(group, opened, strict=True)):
-                passing.append((opened, i))
+        xs = points.subset([h + 1 for h in use])
+        columns = [[self._unmask[h][which][v] for h in use] for v, which in group]
+        passing = [(opened, i) for i, opened in enumerate(shamir.openings_leaving_one_out(xs, columns))
+                   if all(self._unopened(v, which, value) is None
+                          for (v, which), value in zip(group, opened, strict=True))]
         return passing[0] if len(passing) == 1 else None
 
     @property
@@ -441,7 +443,7 @@ class SecAggServer:
         for holders, group in self._holder_sets(wanted, honest, liars).items():
             xs = points.subset([h + 1 for h in holders])
             check = shamir.ShareCheck(xs, t)
-            lam = points.lagrange_at_zero(xs[:t])
+            lam = points.lagrange_at_zero(xs[:t], within=xs)
             for v, which in group:
                 col = [self._unmask[h][which][v] for h in holders]
                 value = sum(lv * y for lv, y in zip(lam, col[:t], strict=True)) % shamir.PRIME
@@ -450,7 +452,7 @@ class SecAggServer:
                 if why is None and consistent:
                     secret[(v, which)] = value
                     continue
-                mended = value if why is None else None if consistent else self._mend(xs, col, v, which, points)
+                mended = value if why is None else None if consistent else self._mend(xs, col, v, which)
                 self._name(v, f"dealt shares of its {_SECRETS[which]} (as it committed to them) that "
                               + ("do not lie on one polynomial" if not consistent else f"open to one that {why}"))
                 if mended is None:
@@ -482,27 +484,22 @@ class SecAggServer:
                 lies[h] = lie
         return lies
 
-    def _mend(self, xs: tuple[int, ...], col: list[int], v: int, which: int, points: shamir.PointSet) -> int | None:
+    def _mend(self, xs: shamir.Points, col: list[int], v: int, which: int) -> int | None:
         """(Signed round.) Client ``v``'s secret ``which`` from its dealt shares ``col`` (at the
-        points ``xs``) that disagree: the opening of the first ``threshold``-subset of the first
-        ``threshold + 1`` shares (those opening the first ``threshold`` failed) that passes
-        :meth:`_unopened`, or ``None`` (fewer than ``threshold + 1`` shares, or two wrong ones
-        among them).  ``points`` (U4's) gives, and keeps, each point set's coefficients.
+        points ``xs``, with their weights) that disagree: the opening of the first
+        ``threshold``-subset of the first ``threshold + 1`` shares (those opening the first
+        ``threshold`` failed) that passes :meth:`_unopened`, or ``None`` (fewer than
+        ``threshold + 1`` shares, or two wrong ones among them).
 
-        One set of coefficients serves every subset: with ``l_j`` those of the ``t + 1`` points,
-        the coefficients without point ``i`` are ``l_j (x_i - x_j) / x_i``, so the opening without
-        share ``i`` is ``A - B / x_i`` where ``A = sum_j l_j y_j`` and ``B = sum_j l_j x_j y_j``
-        (the terms ``j = i`` cancel): one inversion per subset tried, not a set of coefficients
-        (``O(t^2)`` products, ``t`` inversions) each (finding C1, session 24: with a malicious
-        dealer per holder set those sets were most of :meth:`result`'s time)."""
-        t, p = self.config.threshold, shamir.PRIME
+        One set of coefficients serves every subset
+        (:func:`~secemb.secagg.shamir.openings_leaving_one_out`): ``O(t)`` a subset tried, not a
+        set of coefficients (``O(t^2)`` products, ``t`` inversions) each (finding C1, session 24:
+        with a malicious dealer per holder set those sets were most of :meth:`result`'s time)."""
+        t = self.config.threshold
         if len(xs) <= t:
             return None
-        lam = points.lagrange_at_zero(xs[: t + 1])
-        whole = sum(lv * y for lv, y in zip(lam, col[: t + 1], strict=True)) % p
-        tilted = sum(lv * x * y for lv, x, y in zip(lam, xs[: t + 1], col[: t + 1], strict=True)) % p
-        for i in range(t):
-            value = (whole - tilted * pow(xs[i], -1, p)) % p
+        head = xs.subset(xs[: t + 1])
+        for (value,) in shamir.openings_leaving_one_out(head, [col[: t + 1]])[:t]:
             if self._unopened(v, which, value) is None:
                 return value
         return None
@@ -538,7 +535,7 @@ class SecAggServer:
             except InvalidMessage:
                 # one spare share: the shares disagree and the polynomial cannot say whose is wrong, but
                 # the mask keys' checks can, where every secret of the set is one (checked there)
-                found = self._one_spare(use, group) if len(use) == cfg.threshold + 1 else None
+                found = self._one_spare(use, group, points) if len(use) == cfg.threshold + 1 else None
                 if found is None:
                     raise
                 opened, wrong = found

@@ -22,7 +22,7 @@ from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.randomness import RandomBytes, system_rng
 
 __all__ = ["PRIME", "SHARE_BYTES", "PointSet", "Points", "ShareCheck", "split", "combine", "combine_robust",
-           "lagrange_at_zero"]
+           "lagrange_at_zero", "openings_leaving_one_out"]
 
 #: The field modulus: the smallest prime above 2^256 (checked by the tests with sympy).
 PRIME = (1 << 256) + 297
@@ -99,18 +99,39 @@ def _weights(xs: Sequence[int]) -> list[int]:
 
 class Points(tuple[int, ...]):
     """Distinct share points (a tuple of them, in the order given) with their barycentric weights
-    (:attr:`weights`, in the same order), made by :meth:`PointSet.subset`: :class:`ShareCheck`,
-    and :func:`lagrange_at_zero` take these weights instead of computing them.  A
-    slice or any other tuple made from it is a plain tuple (its weights are not these)."""
+    (:attr:`weights`, in the same order), made by :meth:`PointSet.subset` or :meth:`subset`:
+    :class:`ShareCheck`, and :func:`lagrange_at_zero` take these weights instead of computing
+    them.  A slice or any other tuple made from it is a plain tuple (its weights are not these)."""
 
     weights: tuple[int, ...]
+    _weight: dict[int, int]
 
     def __new__(cls, xs: Iterable[int], weights: Iterable[int]) -> Points:
         self = super().__new__(cls, xs)
         self.weights = tuple(weights)
         if len(self.weights) != len(self):
             raise InvalidParameters(f"need one weight per point ({len(self)}), got {len(self.weights)}")
+        self._weight = dict(zip(self, self.weights, strict=True))
         return self
+
+    def subset(self, xs: Sequence[int]) -> Points:
+        """The points ``xs`` (distinct points of these, in any order) with their weights, from these:
+        for a subset ``S`` missing ``k`` of these points ``W_x prod_g (x - g)`` over the missing
+        ``g`` (the factors of the other points cancel): ``O(|S| k)`` products and no inversion, so a
+        subset leaving one point out costs ``O(|S|)`` (session 26).  A subset missing more points
+        than it holds takes its own weights (:func:`_weights`), which is then cheaper.
+
+        Raises
+        ------
+        InvalidParameters: a point repeated or not of these.
+        """
+        chosen = set(xs)
+        if len(chosen) != len(xs) or not chosen <= self._weight.keys():
+            raise InvalidParameters("a subset's points must be distinct points of its set")
+        missing = [g for g in self if g not in chosen]
+        if len(missing) >= len(xs):
+            return Points(xs, _weights(xs))
+        return Points(xs, [self._weight[x] * math.prod([x - g for g in missing]) % PRIME for x in xs])
 
 
 class PointSet:
@@ -120,12 +141,13 @@ class PointSet:
     the inverse factorials where the largest point is below twice their number).
 
     The weights of a subset ``S`` missing ``k`` of the points are ``W_x prod_g (x - g)`` over the
-    missing ``g`` (the factors of the other points cancel): ``O(|S| k)`` products and no inversion
-    per holder set, whatever the ids (finding F1, session 25: SFSL's secure aggregations use the
-    devices' user ids, a sparse sample of the dataset's, so each holder set took ``O(m^2)``
-    products and ``m`` inversions and the C2 plan cost what it cost before the C2 fix).  A subset
-    missing more points than it holds takes its own weights (:func:`_weights`), which is then
-    cheaper.  Each subset's :func:`lagrange_at_zero` is computed once (:meth:`lagrange_at_zero`).
+    missing ``g`` (:meth:`Points.subset`): ``O(|S| k)`` products and no inversion per holder set,
+    whatever the ids (finding F1, session 25: SFSL's secure aggregations use the devices' user
+    ids, a sparse sample of the dataset's, so each holder set took ``O(m^2)`` products and ``m``
+    inversions and the C2 plan cost what it cost before the C2 fix).  Each subset's
+    :func:`lagrange_at_zero` is computed once (:meth:`lagrange_at_zero`), from the weights of a
+    subset holding it where the caller has one (session 26: the first ``threshold`` holders of a
+    holder set from the set's, ``O(t (m - t))``, not ``O(t (n - t))`` from the round's).
 
     Raises
     ------
@@ -134,30 +156,32 @@ class PointSet:
 
     def __init__(self, points: Sequence[int]) -> None:
         _check_points(points)
-        self._weight = dict(zip(points, _weights(points), strict=True))
+        #: the set's points with their weights
+        self.points = Points(points, _weights(points))
         self._lagrange: dict[tuple[int, ...], list[int]] = {}
 
     def subset(self, xs: Sequence[int]) -> Points:
-        """The points ``xs`` (distinct points of this set, in any order) with their weights.
+        """The points ``xs`` (distinct points of this set, in any order) with their weights
+        (:meth:`Points.subset`).
 
         Raises
         ------
         InvalidParameters: a point repeated or not of this set.
         """
-        chosen = set(xs)
-        if len(chosen) != len(xs) or not chosen <= self._weight.keys():
-            raise InvalidParameters("a subset's points must be distinct points of its set")
-        missing = [g for g in self._weight if g not in chosen]
-        if len(missing) >= len(xs):
-            return Points(xs, _weights(xs))
-        return Points(xs, [self._weight[x] * math.prod([x - g for g in missing]) % PRIME for x in xs])
+        return self.points.subset(xs)
 
-    def lagrange_at_zero(self, xs: Sequence[int]) -> list[int]:
-        """:func:`lagrange_at_zero` of the subset ``xs`` (:meth:`subset`), computed once per subset
-        (in its order) and shared: do not modify the list."""
+    def lagrange_at_zero(self, xs: Sequence[int], within: Points | None = None) -> list[int]:
+        """:func:`lagrange_at_zero` of the subset ``xs``, computed once per subset (in its order)
+        and shared: do not modify the list.  Its weights come from ``within`` (a subset of this
+        set holding ``xs``: :meth:`subset`'s) where given, else from the set's.
+
+        Raises
+        ------
+        InvalidParameters: a point repeated or not of ``within`` (of this set).
+        """
         key = tuple(xs)
         if key not in self._lagrange:
-            self._lagrange[key] = lagrange_at_zero(self.subset(key))
+            self._lagrange[key] = lagrange_at_zero((self.points if within is None else within).subset(key))
         return self._lagrange[key]
 
 
@@ -220,6 +244,31 @@ def lagrange_at_zero(xs: Sequence[int]) -> list[int]:
         coeffs[i] = sign * w[i] * before[i] % PRIME * after % PRIME
         after = after * xs[i] % PRIME
     return coeffs
+
+
+def openings_leaving_one_out(xs: Sequence[int], columns: Sequence[Sequence[int]]) -> list[list[int]]:
+    """``out[i][k]``: the secret opened from the shares ``columns[k]`` (one per point of ``xs``, in
+    order) of every point but ``xs[i]`` -- each of the ``m = len(xs)`` leave-one-out subsets'
+    opening at 0, for polynomials of degree below ``m - 1``.
+
+    With ``l_j`` the coefficients of all ``m`` points (:func:`lagrange_at_zero`; :class:`Points`
+    carry their weights), those without point ``i`` are ``l_j (x_i - x_j) / x_i``, so the opening
+    without share ``i`` is ``A - B / x_i`` where ``A = sum_j l_j y_j`` and ``B = sum_j l_j x_j y_j``
+    (the terms ``j = i`` cancel): ``O(m)`` a secret and one inversion for all the points
+    (:func:`_inverses`), not a set of coefficients a subset (``O(m^2)``; finding C1, session 24, and
+    session 26).
+
+    Raises
+    ------
+    InvalidParameters: points not distinct non-zero field elements, or a column not one share per point.
+    """
+    lam = lagrange_at_zero(xs)
+    if any(len(col) != len(xs) for col in columns):
+        raise InvalidParameters(f"need one share per point ({len(xs)}) in every column")
+    inv = _inverses(xs)
+    sums = [(sum(lv * y for lv, y in zip(lam, col, strict=True)) % PRIME,
+             sum(lv * x * y for lv, x, y in zip(lam, xs, col, strict=True)) % PRIME) for col in columns]
+    return [[(whole - tilted * vi) % PRIME for whole, tilted in sums] for vi in inv]
 
 
 def combine(xs: Sequence[int], shares: Sequence[int], threshold: int) -> int:
@@ -298,9 +347,10 @@ def combine_robust(xs: Sequence[int], shares: Sequence[Sequence[int]], threshold
     polynomials (:class:`ShareCheck`), else the index of the one party whose shares do not (found
     by leaving each party out in turn; needs ``len(xs) >= threshold + 2``), and the secrets are
     then reconstructed without it.  With ``len(xs) == threshold`` nothing can be checked.  The
-    weights of ``xs`` and of the subsets tried come from ``within`` (the round's points, ``xs``
-    some of them; by default a :class:`PointSet` of ``xs``): each leave-one-out check then costs
-    ``O(m)`` products, not ``O(m^2)``.
+    weights of ``xs`` come from ``within`` (the round's points, ``xs`` some of them; by default a
+    :class:`PointSet` of ``xs``), those of each subset tried and of the reconstruction's from
+    those of ``xs`` (:meth:`Points.subset`): a leave-one-out subset's cost ``O(m)`` products, not
+    ``O(m k)`` for ``xs`` missing ``k`` of the round's points (session 26), nor ``O(m^2)``.
 
     Raises
     ------
@@ -318,7 +368,8 @@ def combine_robust(xs: Sequence[int], shares: Sequence[Sequence[int]], threshold
         raise InvalidMessage("share is not a field element")
     columns = list(zip(*shares, strict=True)) if shares else []
     points = PointSet(xs) if within is None else within
-    check = ShareCheck(points.subset(xs), threshold, _rng=_rng)
+    held = points.subset(xs)
+    check = ShareCheck(held, threshold, _rng=_rng)
     wrong = [k for k, col in enumerate(columns) if not check.consistent(col)]
     bad: int | None = None
     if wrong:
@@ -327,7 +378,7 @@ def combine_robust(xs: Sequence[int], shares: Sequence[Sequence[int]], threshold
                                  f"to tell whose are wrong (threshold {threshold})")
         for i in range(m):
             rest = [x for j, x in enumerate(xs) if j != i]
-            sub = ShareCheck(points.subset(rest), threshold, _rng=_rng)
+            sub = ShareCheck(held.subset(rest), threshold, _rng=_rng)
             if all(sub.consistent([y for j, y in enumerate(columns[k]) if j != i]) for k in wrong):
                 bad = i
                 break
@@ -335,5 +386,5 @@ def combine_robust(xs: Sequence[int], shares: Sequence[Sequence[int]], threshold
             raise InvalidMessage(f"the shares of {len(wrong)} secrets do not agree, and leaving out any one party "
                                  "does not mend them: more than one party sent wrong shares")
     keep = [j for j in range(m) if j != bad][:threshold]
-    lam = points.lagrange_at_zero([xs[j] for j in keep])
+    lam = points.lagrange_at_zero([xs[j] for j in keep], within=held)
     return [sum(lv * col[j] for lv, j in zip(lam, keep, strict=True)) % PRIME for col in columns], bad
