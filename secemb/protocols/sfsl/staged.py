@@ -56,7 +56,12 @@ from secemb.secagg.limits import longest_server_message, longest_union_message, 
 from secemb.secagg.identity import Identity, RosterPin
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
-__all__ = ["SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "psu_config", "sum_candidates", "sum_config"]
+__all__ = ["MIN_ROW_HOLDERS", "SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "psu_config",
+           "sum_candidates", "sum_config"]
+
+#: The secure sum's :attr:`~secemb.secagg.config.SecAggConfig.min_row_holders`: a row's revealed
+#: sum is over at least two devices, or the row is not updated (docs/sfsl.md, finding R6)
+MIN_ROW_HOLDERS = 2
 
 #: per stage of :data:`EXCHANGE_STAGES`: the device's message kind and the server's answer (``None``: none)
 _KINDS: dict[str, tuple[str, str | None]] = {
@@ -104,9 +109,12 @@ def sum_config(space: RowSpace, threshold: int, round_id: int, candidates: tuple
     """The secure sum's secure-aggregation round of SFSL round ``round_id`` (``threshold``):
     sparse over ``space`` (width ``d + 1``), signed, over the ``candidates`` of
     :func:`sum_candidates` and the rows from ``goods + categories`` on (the dense rows), which
-    every device holds; secagg round id ``2r + 1``."""
+    every device holds; secagg round id ``2r + 1``; :data:`MIN_ROW_HOLDERS` (a device contributes
+    zero on a row fewer than two devices hold, and unmasks only where no revealed row sum is
+    over fewer than two)."""
     return SecAggConfig(length=space.length, threshold=threshold, width=space.width, round_id=2 * round_id + 1,
-                        sparse=True, signed=True, public_from=space.goods + space.categories, candidates=candidates)
+                        sparse=True, signed=True, public_from=space.goods + space.categories, candidates=candidates,
+                        min_row_holders=MIN_ROW_HOLDERS)
 
 
 def announced_settings(settings: TrainingSettings, lr_decay: float, round_id: int) -> TrainingSettings:
