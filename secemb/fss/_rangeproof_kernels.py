@@ -55,7 +55,12 @@ def verifier_core(x, proofs, calls, slots, ring, wire_rows, pads, gadget_columns
     Wire ``2i`` at point ``q``: ``s_i (l_A x)_i + s'_i (l_B x)_i`` plus the seeds' terms, wire
     ``2i + 1``: ``(l_A x)_i + (l_B x)_i - pads_(q,i)`` plus the seeds' terms, with ``l_A, l_B``
     the point's Lagrange row at the calls of the two halves and ``(l x)_i = sum_k l_k x_(k c +
-    i)`` over the calls ``k`` whose slot ``i`` holds an element (``k c + i < N``)."""
+    i)`` over the calls ``k`` whose slot ``i`` holds an element (``k c + i < N``).
+
+    The devices are the innermost loop (the shares copied device-minor first), so that each
+    query weight is read once for all of them and the multiply-adds of several devices run in
+    one vector (about 3 times faster than a pass a device at 20 devices); every sum is taken
+    modulo ``p`` with canonical terms, so the order gives the same elements."""
     n, big_n = x.shape
     half, c = calls.shape[2], slots.shape[2]
     big_l = 2 * c
@@ -63,43 +68,55 @@ def verifier_core(x, proofs, calls, slots, ring, wire_rows, pads, gadget_columns
     n_points = wire_rows.shape[0]
     n_gadget = gadget_columns.shape[0]
     rows = ring.shape[1]
-    zero = np.uint64(0)
+    xt = np.ascontiguousarray(x.T)  # (N, n)
+    pt = np.ascontiguousarray(proofs.T)  # (2L + 4M + 5, n)
+    a = np.empty(n, np.uint64)
+    b = np.empty(n, np.uint64)
+    for q in range(n_points):
+        base = 1 + q * (big_l + 1)
+        head, tail = wire_rows[q, 0], wire_rows[q, n_calls + 1]
+        for i in range(c):
+            a[:] = 0
+            b[:] = 0
+            for k in range(half):
+                e = k * c + i
+                if e >= big_n:
+                    break
+                wa, wb, row = wire_rows[q, 1 + k], wire_rows[q, 1 + half + k], xt[e]
+                for d in range(n):
+                    xe = row[d]
+                    a[d] = _add(a[d], _mul(wa, xe))
+                    b[d] = _add(b[d], _mul(wb, xe))
+            pad = _P - pads[q, i] if pads[q, i] else pads[q, i]
+            j = 2 * i
+            for d in range(n):
+                left = _add(_mul(slots[d, 0, i], a[d]), _mul(slots[d, 1, i], b[d]))
+                right = _add(_add(a[d], b[d]), pad)
+                out[d, base + j] = _add(left, _add(_mul(head, pt[j, d]), _mul(tail, pt[big_l + j, d])))
+                out[d, base + j + 1] = _add(right, _add(_mul(head, pt[j + 1, d]), _mul(tail, pt[big_l + j + 1, d])))
+        a[:] = 0
+        for t in range(n_gadget):
+            gc, row = gadget_columns[t, q], pt[2 * big_l + t]
+            for d in range(n):
+                a[d] = _add(a[d], _mul(row[d], gc))
+        for d in range(n):
+            out[d, base + big_l] = a[d]
+    a[:] = 0
+    b[:] = 0
+    for k in range(half):
+        ra, rb = pt[2 * big_l + 1 + k], pt[2 * big_l + 1 + half + k]
+        for d in range(n):
+            a[d] = _add(a[d], _mul(calls[d, 0, k], ra[d]))
+            b[d] = _add(b[d], _mul(calls[d, 1, k], rb[d]))
+    e_sum = np.zeros(n, np.uint64)
+    for t in range(big_n):
+        wc, row = witness_column[t], xt[t]
+        for d in range(n):
+            e_sum[d] = _add(e_sum[d], _mul(row[d], wc))
     for d in range(n):
-        for q in range(n_points):
-            base = 1 + q * (big_l + 1)
-            head, tail = wire_rows[q, 0], wire_rows[q, n_calls + 1]
-            for i in range(c):
-                a = zero
-                b = zero
-                for k in range(half):
-                    e = k * c + i
-                    if e >= big_n:
-                        break
-                    xe = x[d, e]
-                    a = _add(a, _mul(wire_rows[q, 1 + k], xe))
-                    b = _add(b, _mul(wire_rows[q, 1 + half + k], xe))
-                left = _add(_mul(slots[d, 0, i], a), _mul(slots[d, 1, i], b))
-                right = _add(a, b)
-                right = _add(right, _P - pads[q, i]) if pads[q, i] else right
-                j = 2 * i
-                out[d, base + j] = _add(left, _add(_mul(head, proofs[d, j]), _mul(tail, proofs[d, big_l + j])))
-                out[d, base + j + 1] = _add(right, _add(_mul(head, proofs[d, j + 1]),
-                                                        _mul(tail, proofs[d, big_l + j + 1])))
-            g = zero
-            for t in range(n_gadget):
-                g = _add(g, _mul(proofs[d, 2 * big_l + t], gadget_columns[t, q]))
-            out[d, base + big_l] = g
-        c_a = zero
-        c_b = zero
-        for k in range(half):
-            c_a = _add(c_a, _mul(calls[d, 0, k], proofs[d, 2 * big_l + 1 + k]))
-            c_b = _add(c_b, _mul(calls[d, 1, k], proofs[d, 2 * big_l + 1 + half + k]))
-        e_sum = zero
-        for t in range(big_n):
-            e_sum = _add(e_sum, _mul(x[d, t], witness_column[t]))
         for r in range(rows):
-            e_sum = _add(e_sum, _mul(ring[d, r], ring_column[r]))
-        out[d, 0] = _add(_add(_add(c_a, _mul(delta, c_b)), e_sum), constant)
+            e_sum[d] = _add(e_sum[d], _mul(ring[d, r], ring_column[r]))
+        out[d, 0] = _add(_add(_add(a[d], _mul(delta, b[d])), e_sum[d]), constant)
 
 
 @njit(cache=True, nogil=True)
