@@ -1,7 +1,8 @@
 """The compiled verifier of :func:`secemb.fss.rangeproof.verifier_messages` and the Lagrange
 rows of its query (:func:`secemb.fss.field.lagrange_coefficients`) (hazmat, numba).
 
-One pass per device over its witness and proof shares, in ``F_p`` (``p = 2^61 - 1``) with the
+One pass over a batch's witness and proof shares, the devices the innermost loop (since session 26;
+one pass a device before), in ``F_p`` (``p = 2^61 - 1``) with the
 arithmetic of :mod:`secemb.fss.field` (32-bit limbs, Mersenne reduction): the same linear maps as
 the numpy reference (``_verify_block``'s matrix products), so the same field elements, bit for bit
 (``tests/fss/test_rangeproof.py``).  The reference's products go through float64 BLAS in limbs,

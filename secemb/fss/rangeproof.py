@@ -135,19 +135,19 @@ mask, and reveal linear relations of the witness (all of it at small sizes:
 Costs
 -----
 Sizes are in :class:`RangeParams`.  The servers' work is vectorized over the devices and the
-witness: the query is computed once a batch, the wires of all devices come from shared Lagrange
-rows times the batch's witness shares (the prover extends its wires to the nodes ``M+2..4M+4`` the
-same way, ``O(M N)`` multiply-adds), and what is per device is ``O(c + M)`` field operations
-besides.  With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one pass a device
-in :func:`secemb.fss._rangeproof_kernels.verifier_core` (``O(N + L + M)`` multiply-adds a query
-point, no fixed cost a batch); otherwise one matrix product (:func:`secemb.fss.field.matmul`, float64
-BLAS in limbs) for all devices, the same field elements.  Per device it makes O(1) calls into
-hashlib (the own part, unless the caller has it already, ``jr``, the ``2 (M/2 + c)`` coefficients) and,
-at server 1, one AES-CTR expansion (:func:`parse`: a batch's seeds in one
-:func:`secemb.fss.field.expand_many` call).  At ``rows = 40``, ``t = 26`` (or 25): ``m = 13``, ``N =
-560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements (device message
-to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version, ``N = 1,120``,
-took 11,688), verifier messages of 1,112 bytes a device.
+witness: the query is computed once a batch, the wires of all devices come from shared Lagrange rows
+times the batch's witness shares (the prover extends its wires to the nodes ``M+2..4M+4`` the same
+way, ``O(M N)`` multiply-adds), and what is per device is ``O(c + M)`` field operations besides.
+With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one pass a batch in
+:func:`secemb.fss._rangeproof_kernels.verifier_core`, its devices the innermost loop (``O(N + L +
+M)`` multiply-adds a device and query point, no fixed cost a batch); otherwise one matrix product
+(:func:`secemb.fss.field.matmul`, float64 BLAS in limbs) for all devices, the same field elements.
+Per device it makes O(1) calls into hashlib (the own part, unless the caller has it already, ``jr``,
+the ``2 (M/2 + c)`` coefficients) and, at server 1, one AES-CTR expansion (:func:`parse`: a batch's
+seeds in one :func:`secemb.fss.field.expand_many` call).  At ``rows = 40``, ``t = 26`` (or 25): ``m
+= 13``, ``N = 560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements
+(device message to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version,
+``N = 1,120``, took 11,688), verifier messages of 1,112 bytes a device.
 """
 
 from __future__ import annotations
@@ -776,7 +776,7 @@ def _verify_block(
     calls, slots = _coefficients(params, [jr.tobytes() for jr in joints])
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
     msg[:, params.opened_length :] = joints.view("<u8")
-    if kernels.compiled():  # the same field elements in one compiled pass a device (its fixed cost: none)
+    if kernels.compiled():  # the same field elements in one compiled pass over the block's devices
         from secemb.fss._rangeproof_kernels import verifier_core
 
         pads = query.pads if party == 0 else np.zeros_like(query.pads)
