@@ -20,7 +20,7 @@ certificate of the pinned roster, sends unmasking shares only after ``threshold`
 signed the same survivor list, and in a sparse round masks with a peer exactly on the rows the
 peer's signed row set (a bitmap over the round's candidate rows, in the key list) and its own
 have in common, and on every public row; with ``min_row_holders`` above 1 it contributes zero on
-rows fewer clients hold and unmasks only where no revealed row sum is over fewer
+rows fewer clients hold and unmasks only where no revealed row sum can be over fewer
 (:func:`short_row`).  A signed round's client also commits to its
 self-mask seed ``b`` in its signed advertise (:func:`seed_commitment`), so the server can check
 the seed it opens at Unmasking, and commits to every share it deals (:func:`share_commitment`,
@@ -155,30 +155,53 @@ def key_list_digest(body: bytes | memoryview) -> bytes:
     return hashlib.sha256(body).digest()
 
 
-def short_row(config: SecAggConfig, rows_of: Callable[[int], np.ndarray], dropped: Iterable[int],
-              survivors: Iterable[int]) -> tuple[int, int, int] | None:
-    """The rule :attr:`~secemb.secagg.config.SecAggConfig.min_row_holders` at Unmasking:
-    ``(row, holders, client)`` for the first private row that a client of ``dropped`` holds and
-    that at least one but fewer than ``min_row_holders`` clients of ``survivors`` hold (their
-    number ``holders``; ``client`` the first dropped one holding it), or ``None``.  Revealing the
-    dropped clients' mask keys would open such a row's sum over fewer than ``min_row_holders``
-    clients; the public rows are held by every survivor, at least ``threshold`` of them.
+def short_row(config: SecAggConfig, rows_of: Callable[[int], np.ndarray], survivors: Iterable[int], *,
+              dropped: Iterable[int] = (), signers: Iterable[int] | None = None) -> str | None:
+    """The rule :attr:`~secemb.secagg.config.SecAggConfig.min_row_holders` (``m``) over the
+    survivors U3: its first breach as text, or ``None``.  A breach is a private row
+
+    * that a client of ``dropped`` holds and at least one but fewer than ``m`` survivors hold:
+      revealing the dropped clients' mask keys would open its sum over fewer than ``m`` clients;
+    * given ``signers`` (the survivors that signed U3), that a survivor outside ``signers`` holds
+      and at least ``m`` survivors but fewer than ``m`` signers hold: a survivor that did not sign
+      may have counted other holders in its U2 than U3 shows, and contributed zero there, leaving
+      the row's sum to fewer than ``m`` clients (a signer checked U3 against its U2, so it counted
+      every surviving holder and contributed).
+
+    The public rows are held by every survivor, at least ``threshold`` (``>= m``) of them signers.
     ``rows_of(u)``: client ``u``'s rows (int64, increasing)."""
     m = config.min_row_holders
-    gone = list(dropped)
-    if m < 2 or not gone:
+    if m < 2:
         return None
-    private = [r[: int(np.searchsorted(r, config.private_rows))] for r in map(rows_of, gone)]
-    risk = np.unique(np.concatenate(private))
-    held = np.zeros(risk.size, np.int64)
-    for u in survivors:
-        held += np.isin(risk, rows_of(u), assume_unique=True)
-    short = np.flatnonzero((held > 0) & (held < m))
-    if short.size == 0:
-        return None
-    row = int(risk[short[0]])
-    first = next(v for v, r in zip(gone, private, strict=True) if np.isin(row, r))
-    return row, int(held[short[0]]), first
+    alive = list(survivors)
+    signed = set(alive if signers is None else signers)
+    for what, owners in (("dropped", list(dropped)), ("did not sign the survivor list",
+                                                      [u for u in alive if u not in signed])):
+        if not owners:
+            continue
+        rows = {}
+        for v in owners:
+            r = rows_of(v)
+            rows[v] = r[: int(np.searchsorted(r, config.private_rows))]
+        risk = np.unique(np.concatenate(list(rows.values())))
+        held = np.zeros(risk.size, np.int64)
+        held_signed = np.zeros(risk.size, np.int64)
+        for u in alive:
+            at = np.isin(risk, rows_of(u), assume_unique=True)
+            held += at
+            if u in signed:
+                held_signed += at
+        bad = (held > 0) & (held < m) if what == "dropped" else (held >= m) & (held_signed < m)
+        if bad.any():
+            k = int(np.argmax(bad))
+            row = int(risk[k])
+            client = next(v for v, r in rows.items() if np.isin(row, r))
+            counted = f"{held[k]} surviving holder(s)"
+            if what != "dropped":
+                counted += f", {held_signed[k]} of them signers"
+            return (f"row {row} has {counted}, fewer than min_row_holders {m}, and client {client}, which holds it, "
+                    f"{what}: that row's sum could be over fewer than {m} clients")
+    return None
 
 
 class SecAggClient:
@@ -500,7 +523,7 @@ class SecAggClient:
         return messages.frame("consistency", self.config.round_id, self.id, sig)
 
     def _signed_survivors(self, signatures_msg: bytes) -> list[int]:
-        """U3 once ``threshold`` distinct survivors' signatures over it verify."""
+        """The signers of U3, once ``threshold`` distinct survivors' signatures over it verify."""
         cfg = self.config
         _, body = messages.open_frame(signatures_msg, "signatures", cfg.round_id, messages.SERVER)
         rd = messages.Reader(body, "signatures")
@@ -517,12 +540,7 @@ class SecAggClient:
         if len(sigs) < cfg.threshold:
             raise InvalidMessage(f"signatures: {len(sigs)} survivors signed the survivor list, fewer than the "
                                  f"threshold {cfg.threshold}")
-        if cfg.min_row_holders > 1 and len(sigs) < len(self._u3):
-            raise InvalidMessage(f"signatures: {len(sigs)} of the {len(self._u3)} survivors signed the survivor list; "
-                                 f"with min_row_holders {cfg.min_row_holders} every survivor must (a survivor that "
-                                 f"did not sign may have masked with other peers, so may not have zeroed the same "
-                                 f"rows): no shares sent")
-        return self._u3
+        return [signer for signer, _ in sigs]
 
     def unmask(self, msg: bytes) -> bytes:
         """Unmasking: given the survivors U3 (clients whose masked input arrived; in a signed
@@ -533,23 +551,23 @@ class SecAggClient:
         A client never reveals both kinds of share for the same client.
 
         With :attr:`~secemb.secagg.config.SecAggConfig.min_row_holders` ``m`` above 1 the client
-        also refuses (``InvalidMessage``, no shares sent) unless every survivor signed U3, and
-        when a dropped client of its U2 holds a row that at least one but fewer than ``m``
-        survivors hold (:func:`short_row`, from the signed row sets): the dropped client's mask
-        key would open that row's sum over fewer than ``m`` clients (docs/secagg.md, "Rows of
-        few holders")."""
+        also refuses (``InvalidMessage``, no shares sent) where a row's revealed sum could be
+        over fewer than ``m`` clients (:func:`short_row`, from the signed row sets): a dropped
+        client of its U2 holds a row that at least one but fewer than ``m`` survivors hold (its
+        mask key would open that row), or a survivor that did not sign U3 holds a row that
+        fewer than ``m`` signers hold (docs/secagg.md, "Rows of few holders")."""
         cfg = self.config
         self._enter(4 if cfg.signed else 3, "unmask")
-        u3 = self._signed_survivors(msg) if cfg.signed else self._survivors(msg)
+        if cfg.signed:
+            signers = self._signed_survivors(msg)
+            u3 = self._u3
+        else:
+            u3 = signers = self._survivors(msg)
         alive = set(u3)
         dropped = [v for v in self._u2 if v not in alive]
-        short = short_row(cfg, self._rows_of, dropped, u3)
-        if short is not None:
-            row, holders, gone = short
-            raise InvalidMessage(f"unmask: row {row} has {holders} surviving holder(s), fewer than min_row_holders "
-                                 f"{cfg.min_row_holders}, and client {gone}, which holds it, dropped: its mask key "
-                                 f"would open that row's sum of fewer than {cfg.min_row_holders} devices; no shares "
-                                 f"sent")
+        breach = short_row(cfg, self._rows_of, u3, dropped=dropped, signers=signers)
+        if breach is not None:
+            raise InvalidMessage(f"unmask: {breach}; no shares sent (min_row_holders)")
         n = shamir.SHARE_BYTES
 
         def part(ids: list[int], which: int) -> bytes:

@@ -78,9 +78,10 @@ class SecAggConfig:
         In a signed sparse round, the fewest devices whose values a revealed row sum may be over
         (``docs/secagg.md``, "Rows of few holders"; default 1: no rule).  Each client contributes
         zero on every row fewer than ``min_row_holders`` clients of its U2 hold (from their signed
-        row sets), and unmasks only once every survivor signed the survivor list and no row a
-        dropped client of its U2 holds is left with at least one but fewer than
-        ``min_row_holders`` surviving holders (it would reveal that client's mask key).  At most
+        row sets), and unmasks only where no revealed row sum can be over fewer (a row a dropped
+        client of its U2 holds left with ``1 .. min_row_holders - 1`` surviving holders, or a
+        row of a survivor that did not sign U3 with fewer signers among its surviving holders:
+        :func:`~secemb.secagg.client.short_row`).  At most
         :attr:`threshold`; above 1 only in a signed sparse round (an unsigned round's clients know
         only the rows they share with each peer, from the server).  SFSL sets 2.
     """

@@ -2,9 +2,10 @@
 
 A row's sum over the survivors holding it is revealed; with ``min_row_holders = m`` no revealed
 row sum is over fewer than ``m`` devices: a device contributes zero on a row fewer than ``m``
-devices of its U2 hold (their signed row sets), and unmasks only once every survivor signed the
-survivor list and no row a dropped device of its U2 holds is left with ``1 .. m - 1`` surviving
-holders (docs/secagg.md, "Rows of few holders").  Each attack is played by a server written here
+devices of its U2 hold (their signed row sets), and unmasks only where no row a dropped device of
+its U2 holds is left with ``1 .. m - 1`` surviving holders and no row a survivor that did not sign
+the survivor list holds has fewer than ``m`` signers among its surviving holders (docs/secagg.md,
+"Rows of few holders").  Each attack is played by a server written here
 (it builds every message itself) against the real :class:`~secemb.secagg.SecAggClient`; expected
 sums come from numpy over the test's inputs, never from the code under test.
 """
@@ -194,6 +195,18 @@ def test_a_dropout_whose_rows_keep_two_survivors_commits_exactly() -> None:
     assert np.array_equal(tr.total[:, 0], _row_sums(rows, x, [0, 1, 3, 4], 6, 2, list(rows)))
 
 
+def test_a_survivor_that_does_not_sign_is_harmless_where_each_of_its_rows_has_two_signers() -> None:
+    """Device 4 drops after its masked input (it never signs): each of its rows has at least
+    two signers among its surviving holders, so the others unmask and the sum (device 4's input
+    included: it is a survivor) is exact."""
+    rows = {0: [0, 1], 1: [0, 1], 2: [1, 2], 3: [2, 3], 4: [0, 1, 2], 5: [3]}
+    cfg = _cfg(6, 4)
+    x = _inputs(rows, 15)
+    tr = run_round(cfg, x, rows={u: np.array(r) for u, r in rows.items()}, drop_after={4: 3})
+    assert tr.survivors == [0, 1, 2, 3, 4, 5]
+    assert np.array_equal(tr.total[:, 0], _row_sums(rows, x, list(rows), 6, 2, list(rows)))
+
+
 # ------------------------------------------------------------------ the adversary's other moves
 
 SPLIT_ROWS = {0: [1], 1: [1], 2: [1], 3: [0], 4: [0], 5: [0], 6: [0]}
@@ -203,8 +216,9 @@ def test_split_relays_that_make_a_co_holder_zero_its_row_are_refused_for_missing
     """The server shows device 2 a U2 without devices 0 and 1 (so 2 holds row 1 alone there and
     contributes zero, masking with neither) and device 0 a U2 without device 2, then discards
     device 1: row 1 has two surviving holders, 0 and 2, but only device 0's value in it.  The
-    other devices see everyone and would unmask; device 0 and 2 do not sign (each sees a survivor
-    outside its U2), and a survivor that did not sign makes the others refuse."""
+    other devices see everyone and would unmask; devices 0 and 2 do not sign (each sees a survivor
+    outside its U2), and row 1, which they hold, has no signer among its surviving holders: the
+    others refuse."""
     cfg = _cfg(7, 4)
     x = _inputs(SPLIT_ROWS, 12)
     adv = Deviant(cfg, SPLIT_ROWS, x)
@@ -215,17 +229,18 @@ def test_split_relays_that_make_a_co_holder_zero_its_row_are_refused_for_missing
     assert sorted(adv.sigs) == [3, 4, 5, 6] and {0, 2} <= set(adv.refused)
     adv.unmask([3, 4, 5, 6])
     assert adv.unmasked == {}
-    assert all("4 of the 6 survivors signed" in adv.refused[u] for u in (3, 4, 5, 6))
-    # the row check alone would not catch it (two surviving holders), and the read is device 0's value
-    assert short_row(cfg, lambda u: np.array(SPLIT_ROWS[u]), [1], u3) is None
+    assert all("row 1 has 2 surviving holder(s), 0 of them signers, fewer than min_row_holders 2, and client 0, "
+               "which holds it, did not sign the survivor list" in adv.refused[u] for u in (3, 4, 5, 6))
+    # the dropout check alone would not catch it (two surviving holders), and the read is device 0's value
+    assert short_row(cfg, lambda u: np.array(SPLIT_ROWS[u]), u3, dropped=[1]) is None
     assert adv.read_with_secrets(u3, [1], 1) == int(x[0][0])
 
 
 def test_two_survivor_lists_cannot_hide_the_discarded_co_holder() -> None:
     """Devices 1-6 are told that device 1 survived (no row of one holder), device 0 that it
     dropped: device 0 cannot gather ``threshold`` signatures of its list (each device signs one
-    list), and the others' list, in which device 1 survives (so its mask key is never asked
-    for), lacks device 0's signature."""
+    list), and in the others' list, in which device 1 survives (its mask key is never asked
+    for), row 1 has one signer among its two surviving holders (device 0 did not sign it)."""
     rows = {0: [1], 1: [1], 2: [0], 3: [0], 4: [0], 5: [0], 6: [0]}
     cfg = _cfg(7, 4)
     adv = Deviant(cfg, rows, _inputs(rows, 13))
@@ -235,7 +250,7 @@ def test_two_survivor_lists_cannot_hide_the_discarded_co_holder() -> None:
     adv.unmask([0], signers=[0])
     adv.unmask([1, 2, 3, 4, 5, 6], signers=[1, 2, 3, 4, 5, 6])
     assert "1 survivors signed the survivor list, fewer than the threshold 4" in adv.refused[0]
-    assert all("6 of the 7 survivors signed" in adv.refused[u] for u in range(1, 7))
+    assert all("row 1 has 2 surviving holder(s), 1 of them signers" in adv.refused[u] for u in range(1, 7))
     assert adv.unmasked == {}
 
 
