@@ -236,6 +236,26 @@ def test_split_relays_that_make_a_co_holder_zero_its_row_are_refused_for_missing
     assert adv.read_with_secrets(u3, [1], 1) == int(x[0][0])
 
 
+def test_a_dropped_co_holder_relayed_to_the_victim_alone_keeps_its_mask_key_closed() -> None:
+    """The server relays device 1's shares to device 0 only (the others' U2 lacks device 1, so
+    they see no dropout and unmask) and discards device 1's masked input: device 0 contributed on
+    row 1 (two holders in its U2) and masked it with device 1, and refuses; the others send no
+    share of device 1's mask key (it is not in their U2), so that mask never comes off and the
+    row stays masked, though device 0's seed opens."""
+    rows = {0: [1], 1: [1], 2: [0], 3: [0], 4: [0]}
+    cfg = _cfg(5, 3)
+    x = _inputs(rows, 16)
+    adv = Deviant(cfg, rows, x)
+    adv.relay({u: [v for v in adv.ids if v != 1] for u in (2, 3, 4)})
+    u3 = [0, 2, 3, 4]
+    adv.survivors(u3)
+    adv.unmask(u3)
+    assert "row 1 has 1 surviving holder(s)" in adv.refused[0] and sorted(adv.unmasked) == [2, 3, 4]
+    assert all(struct.unpack_from("<I", adv.unmasked[u], H)[0] == 0 for u in (2, 3, 4))  # no mask-key share
+    # with device 1's mask key the row would be device 0's value; without it, it is masked
+    assert adv.read_with_secrets(u3, [1], 1) == int(x[0][0])
+
+
 def test_two_survivor_lists_cannot_hide_the_discarded_co_holder() -> None:
     """Devices 1-6 are told that device 1 survived (no row of one holder), device 0 that it
     dropped: device 0 cannot gather ``threshold`` signatures of its list (each device signs one
