@@ -47,6 +47,7 @@ from secemb.secagg.client import (
     seed_commitment,
     share_committer,
     share_record_bytes,
+    short_row,
     survivor_list,
 )
 from secemb.secagg.config import SecAggAborted, SecAggConfig, sign
@@ -341,6 +342,10 @@ class SecAggServer:
         to each of them."""
         self._at(2, "survivors_messages")
         self.u3 = self._close(list(self._masked), "MaskedInputCollection")
+        alive = set(self.u3)
+        breach = short_row(self.config, self.rows_of, self.u3, dropped=[v for v in self.u2 if v not in alive])
+        if breach is not None:  # every survivor would refuse to unmask
+            raise self._abort(f"MaskedInputCollection: {breach} (min_row_holders)")
         if not self.config.signed:
             self._stage = _UNMASK
         msg = messages.frame("survivors", self.config.round_id, messages.SERVER, messages.ids_bytes(self.u3))
@@ -364,6 +369,9 @@ class SecAggServer:
         send every signer all the signatures."""
         self._at(_CONSISTENCY, "signatures_messages")
         self.signers = self._close(list(self._u3_sigs), "ConsistencyCheck")
+        breach = short_row(self.config, self.rows_of, self.u3, signers=self.signers)
+        if breach is not None:  # every signer would refuse to unmask
+            raise self._abort(f"ConsistencyCheck: {breach} (min_row_holders)")
         recs = [v.to_bytes(4, "little") + self._u3_sigs[v] for v in self.signers]
         msg = messages.frame("signatures", self.config.round_id, messages.SERVER,
                              len(recs).to_bytes(4, "little"), *recs)

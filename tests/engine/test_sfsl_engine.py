@@ -68,11 +68,13 @@ def test_engine_round_is_the_reference_round_bit_for_bit(clicks):
 
 def test_engine_round_with_dropouts_is_the_reference_round(clicks):
     def dropouts(r, chosen):
-        # round 1: one device leaves the PSU after ShareKeys, one leaves the secure sum before unmasking;
-        # round 2: one leaves the secure sum after advertising (its pairwise masks are recovered)
+        # round 1: one device leaves the PSU after ShareKeys, one leaves the secure sum after signing
+        # the survivors (before unmasking); round 2: one leaves the secure sum after advertising (it
+        # is in the key list, not in U2: its rows count for nobody). A device that leaves between
+        # ShareKeys and signing aborts the round (min_row_holders: tests/secagg/test_s26_row_holders.py)
         if r == 1:
-            return {int(chosen[0]): 2}, {int(chosen[1]): 3}
-        return {}, {int(chosen[2]): 2}
+            return {int(chosen[0]): 2}, {int(chosen[1]): 4}
+        return {}, {int(chosen[2]): 1}
 
     ref, eng, _ = _pair(clicks, RUN, dropouts)
     assert np.array_equal(ref.table, eng.table) and np.array_equal(ref.dense, eng.dense)

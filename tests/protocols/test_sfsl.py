@@ -14,6 +14,7 @@ from secemb.privacy.randomized_response import get_cpp
 from secemb.protocols.sfsl import SFSLDevice, SFSLServer, TrainingSettings, sfsl_round
 from secemb.protocols.sfsl import wire
 from secemb.protocols.sfsl.quantize import dequantize_mean, max_weight, quantize
+from secemb.protocols.sfsl.staged import MIN_ROW_HOLDERS
 from secemb.randomness import CtrDrbg
 from secemb.secagg import SecAggAborted
 
@@ -80,24 +81,32 @@ SETTINGS = TrainingSettings(lr=0.5, batch=4, bound=0.5)
 
 def _plaintext_twin(server: SFSLServer, devices: dict[int, SFSLDevice], round_id: int, survivors: list[int]) -> None:
     """The same round with the PSU replaced by a plain union and the secure sum by a plain sum
-    over ``survivors`` (every device trains, in id order, as in the secure round)."""
+    over ``survivors`` of the rows at least two of them hold (``MIN_ROW_HOLDERS``: a device
+    contributes zero on a row fewer hold; every device trains, in id order, as in the secure
+    round)."""
     rng = np.random.default_rng(11)
     union = np.unique(np.concatenate([devices[u].real for u in sorted(devices)]))
-    total = np.zeros((server.space.length, server.space.width), np.uint32)
+    trained = {}
     for u in sorted(devices):
         reply = server.reply(devices[u].request(union, round_id), round_id)
-        rows, values = devices[u].train(reply, round_id, server.space, SETTINGS, rng)
-        if u in survivors:
-            total[rows] += values  # uint32: wraps like Z_2^32
+        trained[u] = devices[u].train(reply, round_id, server.space, SETTINGS, rng)
+    held = np.zeros(server.space.length, np.int64)
+    for u in survivors:
+        held[trained[u][0]] += 1
+    total = np.zeros((server.space.length, server.space.width), np.uint32)
+    for u in survivors:
+        rows, values = trained[u]
+        keep = held[rows] >= MIN_ROW_HOLDERS
+        total[rows[keep]] += values[keep]  # uint32: wraps like Z_2^32
     server.apply(total, SETTINGS)
 
 
-@pytest.mark.parametrize("drop", [None, 2])
+@pytest.mark.parametrize("drop", [None, 1])
 def test_round_equals_plaintext_twin_bit_for_bit(drop: int | None) -> None:
     # CPP1 draws no perturbation coins, so both runs train on the same sets with the same rng
     server_a, devices_a = _world("CPP1")
     server_b, devices_b = _world("CPP1")
-    drop_after = {} if drop is None else {3: drop}  # device 3 drops after ShareKeys (recovered)
+    drop_after = {} if drop is None else {3: drop}  # device 3 drops after advertising (not in U2)
     rep = sfsl_round(server_a, devices_a, 1, SETTINGS, np.random.default_rng(11), drop_after=drop_after,
                      _rng=CtrDrbg(5))
     survivors = [u for u in range(5) if u not in drop_after]
@@ -109,6 +118,16 @@ def test_round_equals_plaintext_twin_bit_for_bit(drop: int | None) -> None:
     for u in range(5):
         assert all(rep.upload_bytes[u][s] > 0 for s in ("psu", "download", "secagg"))
         assert rep.download_bytes[u]["download"] > rep.upload_bytes[u]["download"]
+
+
+def test_a_dropout_that_leaves_a_row_one_surviving_holder_aborts_and_leaves_the_model() -> None:
+    """Device 3 drops after ShareKeys: revealing its mask key would open rows it held with one
+    survivor (MIN_ROW_HOLDERS, finding R6), so the honest server aborts the round."""
+    server, devices = _world("CPP1")
+    before = server.table.copy(), server.dense.copy()
+    with pytest.raises(SecAggAborted, match="fewer than min_row_holders 2, and client 3"):
+        sfsl_round(server, devices, 1, SETTINGS, np.random.default_rng(11), drop_after={3: 2}, _rng=CtrDrbg(5))
+    assert np.array_equal(server.table, before[0]) and np.array_equal(server.dense, before[1])
 
 
 def test_too_many_dropouts_abort_and_leave_the_model() -> None:

@@ -118,10 +118,11 @@ def test_a_request_beyond_the_goods_or_not_increasing_is_refused(clicks):
 
 
 def test_a_device_that_stops_mid_round_is_left_out_and_the_next_round_runs(clicks):
-    """Of five devices (threshold 3), device 4 stops after its masked input of the secure sum
+    """Of five devices (threshold 3), device 4 stops after signing the secure sum's survivors
     (before unmasking): the round commits with it (its input counts: SecAgg's semantics); device
-    3 stops before its masked input: it is left out (its pairwise masks are recovered).  The next
-    round runs."""
+    3 stops before sending its shares: it is left out (its rows count for nobody: a device that
+    stops after its shares aborts the round where it held a row with one survivor,
+    min_row_holders).  The next round runs."""
     proto = protocol(clicks, users=5)
     hosted = proto.make_server()
     node = hosted.node
@@ -129,7 +130,7 @@ def test_a_device_that_stops_mid_round_is_left_out_and_the_next_round_runs(click
     devices = {u: proto.make_device(u) for u in range(5)}
     doc = node.open_round(1, [0, 1, 2, 3, 4])
     parties = {u: devices[u].party(doc) for u in range(5)}
-    silent = {4: "sum-unmask", 3: "sum-masked"}
+    silent = {4: "sum-unmask", 3: "sum-shares"}
     for stage in SFSL_PLAN.stages:
         k = SFSL_PLAN.stages.index(stage)
         live = [u for u in parties if u not in silent or k < SFSL_PLAN.stages.index(silent[u])]
@@ -194,10 +195,18 @@ def test_limit_a_server_that_runs_the_other_devices_reads_one_devices_update(cli
     total = sums[0].astype(np.int64)
     summed = node._round.sum if node._round is not None else None
     assert summed is not None
-    for u in (1, 2):  # the server's own devices: it knows their rows and values
-        total[summed.rows_of(u)] -= parties[u]._values.astype(np.int64)
+    held = np.zeros(total.shape[0], np.int64)
+    for u in (0, 1, 2):
+        held[summed.rows_of(u)] += 1
+    for u in (1, 2):  # the server's own devices: it knows their rows and values (zero where one device holds a row)
+        rows = summed.rows_of(u)
+        total[rows[held[rows] >= 2]] -= parties[u]._values[held[rows] >= 2].astype(np.int64)
     rows0 = summed.rows_of(0)
-    assert np.array_equal(total[rows0] % (1 << 32), parties[0]._values.astype(np.int64))
+    shared = held[rows0] >= 2
+    assert shared.any() and not shared.all()
+    assert np.array_equal(total[rows0[shared]] % (1 << 32), parties[0]._values[shared].astype(np.int64))
+    # device 0 contributes zero on a row it alone holds (min_row_holders 2): the server reads nothing there
+    assert not total[rows0[~shared]].any()
     assert not total[np.setdiff1d(np.arange(total.shape[0]), rows0)].any()
 
 
