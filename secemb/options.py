@@ -61,11 +61,11 @@ class RunOptions(BaseModel):
 
     ``None`` means "chosen for the run": by the paper's preset (``lr``, ``reg``, ``dim``), by
     Eq. 11 (``m_prime``), by the protocol's capabilities (``layout``, ``relay``) or by the
-    protocol (``model``, ``sfsl_preset``, ``metrics``).  Which option a protocol takes is the
-    protocol's to say: a two-server protocol takes all but ``sfsl_preset``; a one-server
-    protocol the run (dataset, data_dir, download, epochs, users_per_round, seed) and its own
-    declared options.  Semantic checks (a known dataset, ``alpha > 0``, DP options together)
-    stay where the values are used (:class:`~secemb.training.Experiment`,
+    protocol (``model``, ``sfsl_preset``, ``min_row_holders``, ``metrics``).  Which option a
+    protocol takes is the protocol's to say: a two-server protocol takes all but ``sfsl_preset``
+    and ``min_row_holders``; a one-server protocol the run (dataset, data_dir, download, epochs,
+    users_per_round, seed) and its own declared options.  Semantic checks (a known dataset,
+    ``alpha > 0``, DP options together) stay where the values are used (:class:`~secemb.training.Experiment`,
     :class:`~secemb.round.results.TrainConfig`); this model checks types and bounds.
     """
 
@@ -86,6 +86,11 @@ class RunOptions(BaseModel):
     sfsl_preset: StrictStr | None = Field(
         default=None,
         description="--protocol sfsl: the privacy preset CPP1..CPP5 of randomized response (Table V). Default: CPP2.")
+    min_row_holders: StrictInt | None = Field(
+        default=None, ge=1,
+        description="--protocol sfsl: the secure sum reveals a row's sum only over at least this many devices, else "
+                    "the row is not updated; at most users_per_round // 2 + 1 (docs/sfsl.md). 1: the paper's, with "
+                    "finding R6's leak (warns). Default: 2.")
     layout: StrictStr | None = Field(
         default=None,
         description="cuckoo: B = expansion*m' keys over small buckets; full: m' keys over all items (the paper). "

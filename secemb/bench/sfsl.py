@@ -45,7 +45,7 @@ from secemb.privacy.randomized_response import CPP_PRESETS, event_probabilities,
 from secemb.protocols.sfsl import SFSLDevice, SFSLRun, SFSLServer, TrainingSettings, sfsl_round, train_sfsl
 from secemb.protocols.sfsl.baselines import BASELINES, train_baseline
 from secemb.protocols.sfsl.protocol import ExchangePlayer
-from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode
+from secemb.protocols.sfsl.staged import MIN_ROW_HOLDERS, SFSL_PLAN, SFSLNode
 from secemb.randomness import system_rng
 from secemb.secagg.psu import BloomParams
 from secemb.sim.local import LocalStageServer
@@ -128,8 +128,11 @@ def table5(n: int = 100, shape: str = "taobao", seed: int = 0) -> dict[str, Any]
 
 
 def round_costs(preset: str, n: int, *, shape: str = "taobao", batch: int = 32, dropout: float = 0.0,
-                seed: int = 0) -> dict[str, Any]:
-    """One measured SFSL round (module docstring); means over the clients that took part."""
+                seed: int = 0, min_row_holders: int = MIN_ROW_HOLDERS) -> dict[str, Any]:
+    """One measured SFSL round (module docstring), its secure sum with ``min_row_holders``
+    (:attr:`~secemb.protocols.sfsl.TrainingSettings.min_row_holders`; with 2 a client dropping
+    after ShareKeys whose rows are left one surviving holder aborts the round:
+    :class:`~secemb.secagg.SecAggAborted`); means over the clients that took part."""
     import torch
 
     torch.set_num_threads(1)
@@ -142,8 +145,8 @@ def round_costs(preset: str, n: int, *, shape: str = "taobao", batch: int = 32, 
     psu_drop = {u: 2 for u in ids[:k]}
     drop = {u: 2 for u in ids[k:2 * k]}
     t0 = time.perf_counter()
-    rep = sfsl_round(server, devices, 1, TrainingSettings(batch=batch), rng, psu_drop_after=psu_drop,
-                     drop_after=drop)
+    rep = sfsl_round(server, devices, 1, TrainingSettings(batch=batch, min_row_holders=min_row_holders), rng,
+                     psu_drop_after=psu_drop, drop_after=drop)
     wall = time.perf_counter() - t0
     part = list(rep.perturbed_sizes)
 
@@ -152,7 +155,8 @@ def round_costs(preset: str, n: int, *, shape: str = "taobao", batch: int = 32, 
 
     stages = ("psu", "download", "secagg")
     return {
-        "preset": preset, "n": n, "shape": shape, "batch": batch, "dropout": dropout, "dropped_psu": k,
+        "preset": preset, "n": n, "shape": shape, "batch": batch, "min_row_holders": min_row_holders,
+        "dropout": dropout, "dropped_psu": k,
         "dropped_update": len(drop), "union": rep.union_size, "perturbed": mean([rep.perturbed_sizes[u] for u in part]),
         "upload_bytes": {s: mean([rep.upload_bytes[u].get(s, 0) for u in part]) for s in stages},
         "download_bytes": {s: mean([rep.download_bytes[u].get(s, 0) for u in part]) for s in stages},
@@ -290,7 +294,8 @@ def _reset_peak() -> None:
         raise OSError("cannot reset the peak RSS (/proc/self/clear_refs needs Linux >= 4.0)")
 
 
-def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: int, q: Any) -> None:
+def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: int, min_row_holders: int,
+                  q: Any) -> None:
     """In a fresh process: the peak RSS of ``what`` (``client``: one client's round work;
     ``round``: a whole in-process round) above the RSS before it, and both absolute, in MB."""
     import gc
@@ -304,7 +309,7 @@ def _memory_child(what: str, scheme: str, n: int, shape: str, batch: int, seed: 
         if scheme in COST_BASELINES:
             baseline_costs(scheme, n, shape=shape, batch=batch, seed=seed)
         else:
-            round_costs(scheme, n, shape=shape, batch=batch, seed=seed)
+            round_costs(scheme, n, shape=shape, batch=batch, seed=seed, min_row_holders=min_row_holders)
         q.put({"base_kb": base, "peak_kb": status_kb("VmHWM")})
         return
     from secemb.secagg.psu import BloomParams, psu_input
@@ -370,7 +375,7 @@ class _NodeInChild:
         return dict(self._call("outcome", round_id))
 
 
-def _server_child(n: int, shape: str, batch: int, seed: int, conn: Any) -> None:
+def _server_child(n: int, shape: str, batch: int, seed: int, min_row_holders: int, conn: Any) -> None:
     """In a fresh process: the SFSL server (:class:`SFSLNode` over the public model of
     :func:`_world`, the clients' data freed) answering the node calls that come over ``conn``
     (``(method, args)``; ``None`` ends); first sends its RSS once the node is built and the
@@ -378,7 +383,7 @@ def _server_child(n: int, shape: str, batch: int, seed: int, conn: Any) -> None:
     import gc
 
     data, _, _, emb, server = _world(TaobaoShaped(shape, seed), n, seed)
-    node = SFSLNode(server, TrainingSettings(batch=batch))
+    node = SFSLNode(server, TrainingSettings(batch=batch, min_row_holders=min_row_holders))
     del data, emb, server
     gc.collect()
     _reset_peak()
@@ -392,7 +397,7 @@ def _server_child(n: int, shape: str, batch: int, seed: int, conn: Any) -> None:
     conn.send(status_kb("VmHWM"))
 
 
-def _server_memory(scheme: str, n: int, shape: str, batch: int, seed: int) -> dict[str, Any]:
+def _server_memory(scheme: str, n: int, shape: str, batch: int, seed: int, min_row_holders: int) -> dict[str, Any]:
     """One round of ``scheme`` (a preset) at ``n`` clients with the server in a fresh process
     (:func:`_server_child`) and the clients in this one, played by the engine's stages
     (:class:`~secemb.protocols.sfsl.protocol.ExchangePlayer`, the messages carried over a pipe);
@@ -404,7 +409,7 @@ def _server_memory(scheme: str, n: int, shape: str, batch: int, seed: int) -> di
     torch.set_num_threads(1)
     ctx = mp.get_context("spawn")
     mine, theirs = ctx.Pipe()
-    proc = ctx.Process(target=_server_child, args=(n, shape, batch, seed, theirs))
+    proc = ctx.Process(target=_server_child, args=(n, shape, batch, seed, min_row_holders, theirs))
     proc.start()
     node = _NodeInChild(mine)
     try:
@@ -418,7 +423,8 @@ def _server_memory(scheme: str, n: int, shape: str, batch: int, seed: int) -> di
         local = LocalStageServer(node)
         player = ExchangePlayer(Rounds(SFSL_PLAN, local.admin, local.link, lambda: b""), server.space,
                                 BloomParams.exact(server.space.goods), server.table.shape)
-        rep = player.play(devices, 1, TrainingSettings(batch=batch), rng, psu_drop_after={}, drop_after={},
+        rep = player.play(devices, 1, TrainingSettings(batch=batch, min_row_holders=min_row_holders), rng,
+                          psu_drop_after={}, drop_after={},
                           _rng=system_rng)
         mine.send(None)
         peak = int(mine.recv())
@@ -435,7 +441,7 @@ def _server_memory(scheme: str, n: int, shape: str, batch: int, seed: int) -> di
 
 
 def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", batch: int = 32,
-           seed: int = 0) -> dict[str, Any]:
+           seed: int = 0, min_row_holders: int = MIN_ROW_HOLDERS) -> dict[str, Any]:
     """Section VI-D, measured: peak resident memory (``VmHWM``, reset just before the measured
     work; Linux) in a fresh process (multiprocessing spawn: numpy, torch and secemb imported,
     nothing else of this process inherited), for ``scheme`` (a preset, or a baseline of
@@ -476,13 +482,13 @@ def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", 
                                 f"{COST_BASELINES} (what 'client' or 'round'), got {scheme!r}, {what!r}")
     kb = 1024 / 1e6
     if what == "server":
-        res = _server_memory(scheme, n, shape, batch, seed)
+        res = _server_memory(scheme, n, shape, batch, seed, min_row_holders)
         return {"scheme": scheme, "n": n, "what": what, "shape": shape, "batch": batch,
                 "work_mb": (res["peak_kb"] - res["base_kb"]) * kb, "process_mb": res["peak_kb"] * kb,
                 "base_mb": res["base_kb"] * kb, **{k: res[k] for k in ("union", "perturbed", "client_bytes")}}
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    proc = ctx.Process(target=_memory_child, args=(what, scheme, n, shape, batch, seed, q))
+    proc = ctx.Process(target=_memory_child, args=(what, scheme, n, shape, batch, seed, min_row_holders, q))
     proc.start()
     try:
         while True:  # the child's result, or its exit without one (it failed: its traceback is on stderr)
@@ -509,18 +515,22 @@ def memory(scheme: str, n: int, what: str = "client", *, shape: str = "taobao", 
 
 def training(train: ClickData, test: ClickData, preset: str, *, clients_per_round: int = 20, rounds: int = 50,
              batch: int = 8, lr: float = 1.0, bound: float = 1.0, eval_every: int = 10, seed: int = 0,
-             progress: Callable[[int, Any], None] | None = None) -> dict[str, Any]:
-    """SFSL training on ``train`` with AUC on ``test``; per-round costs averaged over rounds."""
+             min_row_holders: int = MIN_ROW_HOLDERS, progress: Callable[[int, Any], None] | None = None
+             ) -> dict[str, Any]:
+    """SFSL training on ``train`` with AUC on ``test`` (the secure sum's ``min_row_holders``);
+    per-round costs averaged over rounds."""
     import torch
 
     torch.set_num_threads(1)
     run = SFSLRun(preset=preset, clients_per_round=clients_per_round, rounds=rounds,
-                  settings=TrainingSettings(lr=lr, batch=batch, bound=bound), eval_every=eval_every, seed=seed)
+                  settings=TrainingSettings(lr=lr, batch=batch, bound=bound, min_row_holders=min_row_holders),
+                  eval_every=eval_every, seed=seed)
     res = train_sfsl(train, test, run, progress=progress)
     reps = res.reports
     return {
         "preset": preset, "dataset": train.name, "clients_per_round": clients_per_round, "rounds": rounds,
-        "batch": batch, "lr": lr, "bound": bound, "auc": {str(k): v for k, v in res.auc.items()},
+        "batch": batch, "lr": lr, "bound": bound, "min_row_holders": min_row_holders,
+        "auc": {str(k): v for k, v in res.auc.items()},
         "final_auc": res.auc[max(res.auc)] if res.auc else None,
         "client_traffic_bytes": float(np.mean([r.per_client("traffic") for r in reps])),
         "client_upload_bytes": float(np.mean([r.per_client("upload") for r in reps])),
@@ -565,17 +575,18 @@ def run(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int] 
         baselines: Sequence[str] = COST_BASELINES, baseline_ns: Sequence[int] = (20,),
         memory_schemes: Sequence[str] = ("CPP2", "CPP5", "SFL", "FSL", "FL"), memory_ns: Sequence[int] = (20,),
         memory_what: Sequence[str] = ("client", "round"), shape: str = "taobao", batch: int = 32, seed: int = 0,
-        on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+        min_row_holders: int = MIN_ROW_HOLDERS, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The requested parts: ``table5``; ``fig5`` (every preset at each of ``ns``, the
     ``large_presets`` at each of ``n_large``; Table VI is its PSU share); ``fig6`` (the
     ``dropout_presets`` at ``dropout_n`` clients against ``dropouts``); ``baselines`` (Figure 5's
     cost baselines, :func:`baseline_costs`, at each of ``baseline_ns``); ``memory`` (Section
     VI-D, :func:`memory`) -- the steps of
-    :func:`plan`, each announced to ``on_step`` before it runs.  Before the first measured round
+    :func:`plan`, each announced to ``on_step`` before it runs; SFSL's secure sums with
+    ``min_row_holders``.  Before the first measured round
     an untimed round of 2 clients warms up (first-call costs are in no figure)."""
     step = on_step or (lambda _msg: None)
     out: dict[str, Any] = {"machine": platform.platform(), "processor": platform.processor() or platform.machine(),
-                           "paper": PAPER, "shape": shape, "batch": batch}
+                           "paper": PAPER, "shape": shape, "batch": batch, "min_row_holders": min_row_holders}
     out.update({part: [] for part in ("fig5", "fig6", "baselines", "memory") if part in parts})
     if "fig5" in parts or "fig6" in parts or "baselines" in parts:
         round_costs("CPP2", 2, shape="taobao-mini", batch=batch, seed=seed)  # warm-up, untimed
@@ -589,17 +600,20 @@ def run(parts: Sequence[str] = ("table5", "fig5", "fig6"), *, ns: Sequence[int] 
             out["table5"] = table5(n, shape, seed)
         elif part == "fig5":
             step(f"Figure 5: {name}, n={n}")
-            out["fig5"].append(round_costs(name, n, shape=shape, batch=batch, seed=seed))
+            out["fig5"].append(round_costs(name, n, shape=shape, batch=batch, seed=seed,
+                                           min_row_holders=min_row_holders))
         elif part == "baselines":
             step(f"Figure 5 baseline: {name}, n={n}")
             out["baselines"].append(baseline_costs(name, n, shape=shape, batch=batch, seed=seed))
         elif part == "memory":
             what, scheme = name.split("/")
             step(f"Section VI-D memory: {what}, {scheme}, n={n}")
-            out["memory"].append(memory(scheme, n, what, shape=shape, batch=batch, seed=seed))
+            out["memory"].append(memory(scheme, n, what, shape=shape, batch=batch, seed=seed,
+                                        min_row_holders=min_row_holders))
         else:
             step(f"Figure 6: {name}, n={n}, dropout {ratio:.0%}")
-            out["fig6"].append(round_costs(name, n, shape=shape, batch=batch, dropout=ratio, seed=seed))
+            out["fig6"].append(round_costs(name, n, shape=shape, batch=batch, dropout=ratio, seed=seed,
+                                           min_row_holders=min_row_holders))
     return out
 
 
@@ -609,16 +623,18 @@ class _OutOfTime(Exception):
 
 def curve(train: ClickData, test: ClickData, scheme: str, *, clients_per_round: int = 20, rounds: int = 100,
           batch: int = 2, lr: float = 1.0, eval_every: int = 5, seconds: float | None = None, seed: int = 0,
-          progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+          min_row_holders: int = MIN_ROW_HOLDERS, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Figure 4: test AUC every ``eval_every`` rounds of ``scheme`` (a preset: SFSL; ``"fl"``,
     ``"centralized"``: the plaintext baselines), the paper's training (SGD, lr decayed x0.999 a
-    round).  With ``seconds``, training stops after the first evaluated round past that wall
-    time (``rounds_run`` < ``rounds``, ``stopped_by_time``)."""
+    round; SFSL's secure sum with ``min_row_holders``).  With ``seconds``, training stops after
+    the first evaluated round past that wall time (``rounds_run`` < ``rounds``,
+    ``stopped_by_time``)."""
     import torch
 
     torch.set_num_threads(1)
     run = SFSLRun(preset=scheme if scheme in CPP_PRESETS else "CPP1", clients_per_round=clients_per_round,
-                  rounds=rounds, settings=TrainingSettings(lr=lr, batch=batch), eval_every=eval_every, seed=seed)
+                  rounds=rounds, settings=TrainingSettings(lr=lr, batch=batch, min_row_holders=min_row_holders),
+                  eval_every=eval_every, seed=seed)
     start = time.perf_counter()
     live: dict[int, dict[int, float]] = {}
 
@@ -640,7 +656,8 @@ def curve(train: ClickData, test: ClickData, scheme: str, *, clients_per_round: 
     auc = live[done]
     best = max(auc, key=lambda k: auc[k]) if auc else None
     return {"dataset": train.name, "scheme": scheme, "clients_per_round": clients_per_round, "batch": batch,
-            "lr": lr, "rounds_planned": rounds, "rounds_run": done, "stopped_by_time": done < rounds,
+            "lr": lr, "min_row_holders": min_row_holders if scheme in CPP_PRESETS else None,
+            "rounds_planned": rounds, "rounds_run": done, "stopped_by_time": done < rounds,
             "auc": {str(k): v for k, v in auc.items()}, "best_auc": auc[best] if best else None,
             "best_round": best, "wall_s": time.perf_counter() - start}
 
@@ -648,12 +665,15 @@ def curve(train: ClickData, test: ClickData, scheme: str, *, clients_per_round: 
 def merge(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One result from several of :func:`run`'s (a sweep run in pieces): their ``fig4``/``fig5``/
     ``fig6``/``baselines``/``memory``/``train`` rows concatenated in order (a later row for the same preset and n, or
-    dataset, scheme and training settings, replaces an earlier one); the first result's other fields."""
+    dataset, scheme and training settings, replaces an earlier one; ``min_row_holders`` is among them, absent --
+    ``None`` -- in rows written before session 26, which were all measured with 1); the first result's other
+    fields."""
     out: dict[str, Any] = dict(results[0]) if results else {}
-    for key, ident in (("fig5", ("preset", "n")), ("fig6", ("preset", "n", "dropout")), ("baselines", ("scheme", "n")),
+    for key, ident in (("fig5", ("preset", "n", "min_row_holders")),
+                       ("fig6", ("preset", "n", "dropout", "min_row_holders")), ("baselines", ("scheme", "n")),
                        ("memory", ("what", "scheme", "n")),
-                       ("fig4", ("dataset", "scheme", "clients_per_round", "batch", "lr")),
-                       ("train", ("dataset", "preset", "rounds"))):
+                       ("fig4", ("dataset", "scheme", "clients_per_round", "batch", "lr", "min_row_holders")),
+                       ("train", ("dataset", "preset", "rounds", "min_row_holders"))):
         rows: dict[tuple[Any, ...], Any] = {}
         for res in results:
             for row in res.get(key, []):

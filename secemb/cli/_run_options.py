@@ -28,9 +28,9 @@ from secemb.options import DEFAULTS, RunOptions, read_options
 
 __all__ = ["DEFAULTS", "Alpha", "Backend", "ConfigFile", "DataDir", "Dataset", "Dim", "Download", "DpClip", "DpDelta",
            "DpEpsilon", "DpLevel", "EarlyStop", "Epochs", "Expansion", "LazyAdam", "Layout", "Lr", "MPrime",
-           "MPrimeUpdate", "Metrics", "Model", "Reg", "Relay", "RingBits", "Seed", "SfslPreset", "UsersPerRound",
-           "ValidFraction", "Verify", "Workers", "MODEL_OPTIONS", "TRAINING_OPTIONS", "described", "option",
-           "run_options", "with_shared_options"]
+           "MPrimeUpdate", "Metrics", "MinRowHolders", "Model", "Reg", "Relay", "RingBits", "Seed", "SfslPreset",
+           "UsersPerRound", "ValidFraction", "Verify", "Workers", "MODEL_OPTIONS", "TRAINING_OPTIONS", "described",
+           "option", "run_options", "with_shared_options"]
 
 
 def described(name: str) -> str:
@@ -73,6 +73,7 @@ DataDir = Annotated[Path | None, option("data_dir", envvar="SECEMB_DATA_DIR")]
 Download = Annotated[bool, option("download")]
 Model = Annotated[str | None, option("model")]
 SfslPreset = Annotated[str | None, option("sfsl_preset", "--sfsl-preset")]
+MinRowHolders = Annotated[int | None, option("min_row_holders", "--min-row-holders")]
 Layout = Annotated[str | None, option("layout")]
 Relay = Annotated[bool | None, option("relay", "--relay/--no-relay")]
 Expansion = Annotated[float, option("expansion")]
@@ -107,8 +108,8 @@ class SharedOptions(tuple):  # noqa: SLOT001 - a marker tuple, no state of its o
 
 #: the model and round options ``secemb train`` and ``secemb demo`` both declare, in their ``--help`` order
 MODEL_OPTIONS = SharedOptions((
-    ("sfsl_preset", SfslPreset), ("layout", Layout), ("relay", Relay), ("expansion", Expansion),
-    ("backend", Backend), ("workers", Workers), ("bound", Bound), ("epochs", Epochs),
+    ("sfsl_preset", SfslPreset), ("min_row_holders", MinRowHolders), ("layout", Layout), ("relay", Relay),
+    ("expansion", Expansion), ("backend", Backend), ("workers", Workers), ("bound", Bound), ("epochs", Epochs),
     ("users_per_round", UsersPerRound), ("m_prime", MPrime), ("alpha", Alpha)))
 #: the optimizer, ring and differential-privacy options both commands declare, in their ``--help`` order
 TRAINING_OPTIONS = SharedOptions((

@@ -66,6 +66,10 @@ def register(bench_app: typer.Typer) -> None:
         merge_from: str = typer.Option("", "--from", help="Comma-separated earlier result files of this command "
                                        "whose rows join this run's (a sweep run in pieces) before plotting."),
         seed: int = typer.Option(0, min=0, help="Seed of the workloads and training."),
+        min_row_holders: int | None = typer.Option(
+            None, min=1, help="SFSL's secure sum reveals a row's sum only over at least this many clients, else the "
+            "row is not updated; at most the threshold n // 2 + 1 of every n measured (docs/sfsl.md). 1: the "
+            "paper's, as every figure measured before session 26 (finding R6's leak; warns). Default: 2."),
         quick: bool = typer.Option(False, "--quick", help="Tiny workloads (a smoke test): taobao-mini, n <= 6."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         out: Path = typer.Option(Path("results/sfsl.json"), help="Write the JSON result here, and the plots "
@@ -83,6 +87,8 @@ def register(bench_app: typer.Typer) -> None:
         from secemb.errors import InvalidParameters
         from secemb.privacy.randomized_response import CPP_PRESETS
         from secemb.protocols.sfsl.baselines import BASELINES
+        from secemb.protocols.sfsl.parties import MIN_ROW_HOLDERS, warn_min_row_holders
+        from secemb.secagg import SecAggAborted, default_threshold
 
         sources = [Path(x.strip()) for x in merge_from.split(",") if x.strip()]
         try:
@@ -136,6 +142,14 @@ def register(bench_app: typer.Typer) -> None:
             base_ns, mem_ns = (4,), (4,)
             curve_rounds, curve_clients, eval_every = 2, 4, 1
         measured = tuple(p for p in want if p not in ("train", "fig4"))
+        m = MIN_ROW_HOLDERS if min_row_holders is None else min_row_holders
+        secure_ns = [n for part, group in (("fig5", (*counts, *big)), ("fig6", (dropout_n,)), ("memory", mem_ns),
+                                           ("train", (clients,)), ("fig4", (curve_clients,)))
+                     if part in want for n in group]  # the n of every SFSL secure sum measured
+        if secure_ns and m > default_threshold(min(secure_ns)):
+            fail(f"--min-row-holders must be at most the threshold {default_threshold(min(secure_ns))} of the "
+                 f"smallest n measured ({min(secure_ns)}), got {m}")
+        warn_min_row_holders(m)
         sizes: dict[str, Any] = {"ns": counts, "presets": names["presets"], "n_large": big,
                                  "large_presets": names["large"], "dropouts": ratios, "dropout_n": dropout_n,
                                  "dropout_presets": names["drop"], "baselines": schemes_b, "baseline_ns": base_ns,
@@ -155,7 +169,8 @@ def register(bench_app: typer.Typer) -> None:
                     started = True
                     bar(msg, done, total)
 
-                result = bench_sfsl.run(measured, **sizes, shape=shape, batch=batch, seed=seed, on_step=announce)
+                result = bench_sfsl.run(measured, **sizes, shape=shape, batch=batch, seed=seed, min_row_holders=m,
+                                        on_step=announce)
                 done += started
                 if "fig4" in want:
                     result["fig4"] = []
@@ -167,7 +182,7 @@ def register(bench_app: typer.Typer) -> None:
                             result["fig4"].append(bench_sfsl.curve(
                                 train, test, c, clients_per_round=curve_clients, rounds=curve_rounds,
                                 batch=curve_batch, lr=lr, eval_every=eval_every, seconds=curve_seconds or None,
-                                seed=seed, progress=tick))
+                                seed=seed, min_row_holders=m, progress=tick))
                             done += curve_rounds  # a curve stopped by --curve-seconds skips its last rounds
                 if "train" in want:
                     result["train"] = []
@@ -179,11 +194,15 @@ def register(bench_app: typer.Typer) -> None:
                                 bar(f"{label}: round {r}/{rounds}", base + r, total)
                             result["train"].append(bench_sfsl.training(
                                 train, test, p, clients_per_round=clients, rounds=rounds, batch=train_batch, lr=lr,
-                                seed=seed, eval_every=max(1, rounds // 5), progress=progress))
+                                seed=seed, eval_every=max(1, rounds // 5), min_row_holders=m, progress=progress))
                             done += rounds
                 bar("done", total, total)
         except InvalidParameters as exc:
             fail(exc)
+        except SecAggAborted as exc:
+            fail(f"an SFSL round aborted ({exc}); with --min-row-holders {m} a client dropping after ShareKeys (Figure "
+                 "6) aborts the round where it leaves a row one surviving holder -- --min-row-holders 1 measures the "
+                 "paper's round")
         if earlier:
             result = bench_sfsl.merge([*earlier, result])
         result["plots"] = _plots(result, out)

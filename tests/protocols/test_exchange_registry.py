@@ -63,7 +63,8 @@ def test_get_protocol_builds_a_one_server_protocol_and_checks_options():
     run = ExchangeRun("taobao-mini", users_per_round=5)
     proto = get_protocol("sfsl", run=run, sfsl_preset="cpp1", lr=0.5)
     assert isinstance(proto, SFSLProtocol) and proto.sfsl_preset == "CPP1" and proto.lr == 0.5
-    assert proto.spec() == {"sfsl_preset": "CPP1", "model": "din", "metrics": "auc", "lr": 0.5, "dim": 18, "batch": 2}
+    assert proto.spec() == {"sfsl_preset": "CPP1", "model": "din", "metrics": "auc", "lr": 0.5, "dim": 18, "batch": 2,
+                            "min_row_holders": 2}
     with pytest.raises(InvalidParameters, match="has no option 'layout'"):
         get_protocol("sfsl", run=run, layout="full")
     with pytest.raises(InvalidParameters, match="CPP9"):

@@ -17,6 +17,7 @@ contributed it (the per-row participant sets of :class:`secemb.secagg.SecAggConf
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,8 +29,30 @@ from secemb.privacy.randomized_response import IndexPerturber, RRParams
 from secemb.protocols.sfsl import wire
 from secemb.protocols.sfsl.quantize import dequantize_mean, max_weight, quantize
 from secemb.randomness import RandomBytes, system_rng
+from secemb.secagg import default_threshold
 
-__all__ = ["RowSpace", "SFSLDevice", "SFSLServer", "TrainingSettings"]
+__all__ = ["MIN_ROW_HOLDERS", "R6_WARNING", "RowSpace", "SFSLDevice", "SFSLServer", "TrainingSettings",
+           "warn_min_row_holders"]
+
+#: The default of :attr:`TrainingSettings.min_row_holders`: a row's revealed sum is over at least
+#: two devices, or the row is not updated (docs/sfsl.md, finding R6); 1 is the paper's behaviour
+MIN_ROW_HOLDERS = 2
+
+#: What a run with ``min_row_holders = 1`` warns (:func:`warn_min_row_holders`)
+R6_WARNING = ("warning: SFSL with min_row_holders = 1 is the paper's secure sum, with finding R6's leak -- a server "
+              "can read one device's update on a row only that device holds (docs/sfsl.md, 'Rows of few holders'); "
+              "the default 2 closes it")
+
+log = logging.getLogger(__name__)
+
+
+def warn_min_row_holders(min_row_holders: int) -> None:
+    """Log :data:`R6_WARNING` (logger ``secemb.protocols.sfsl.parties``, level WARNING: on
+    stderr even where logging is not configured) if ``min_row_holders`` is 1 -- what every run
+    of SFSL with it prints once (``secemb train``/``demo``/``serve``/``client`` when they make the
+    protocol, ``secemb bench sfsl``)."""
+    if min_row_holders == 1:
+        log.warning(R6_WARNING)
 
 
 @dataclass(frozen=True)
@@ -67,6 +90,13 @@ class TrainingSettings:
 
     bound: the public quantization range [-bound, bound] of an update value (docs/sfsl.md).
     max_weight: the public cap on a device's per-row weight (no wrap-around in Z_2^32).
+    min_row_holders: the secure sum's
+        :attr:`~secemb.secagg.config.SecAggConfig.min_row_holders` ``m``: a device contributes
+        zero on a row fewer than ``m`` devices hold, and unmasks only where no revealed row sum
+        is over fewer than ``m`` (default :data:`MIN_ROW_HOLDERS`, 2).  1 is the paper's
+        secure sum, with finding R6's leak: a server can learn one device's update on a row it
+        alone holds (docs/sfsl.md, "Rows of few holders"; a run with 1 warns:
+        :func:`warn_min_row_holders`).
     """
 
     lr: float = 1.0
@@ -75,13 +105,15 @@ class TrainingSettings:
     bound: float = 1.0
     levels: int = 1 << 15
     max_weight: int = 1310
+    min_row_holders: int = MIN_ROW_HOLDERS
 
     def check(self, clients: int) -> TrainingSettings:
         """These settings, if a device of a round of ``clients`` devices can train with them (what
         a device checks in a round document, which the server writes): ``batch``, ``epochs`` ints
-        >= 1, ``lr`` finite >= 0, ``bound`` finite > 0, ``levels`` an int in [2, 2^31] and
+        >= 1, ``lr`` finite >= 0, ``bound`` finite > 0, ``levels`` an int in [2, 2^31],
         ``max_weight`` an int in [1, :func:`~secemb.protocols.sfsl.quantize.max_weight`] (no
-        wrap-around of the secure sum).
+        wrap-around of the secure sum) and ``min_row_holders`` an int in [1, the round's
+        threshold ``clients // 2 + 1``].
 
         Raises
         ------
@@ -93,6 +125,7 @@ class TrainingSettings:
         check_float("bound", self.bound, above=0)
         check_int("levels", self.levels, low=2, high=1 << 31)
         check_int("max_weight", self.max_weight, low=1, high=max_weight(clients, self.levels))
+        check_int("min_row_holders", self.min_row_holders, low=1, high=default_threshold(clients))
         return self
 
 

@@ -38,7 +38,9 @@ from secemb.protocols.exchange import (
     ExchangeServer,
     RoundFigures,
 )
-from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings
+from secemb.protocols.sfsl.parties import (
+    MIN_ROW_HOLDERS, RowSpace, SFSLDevice, SFSLServer, TrainingSettings, warn_min_row_holders,
+)
 from secemb.protocols.sfsl.round import RoundReport
 from secemb.protocols.sfsl.simulate import SFSLResult, SFSLRun, round_settings, start_run, train_sfsl
 from secemb.protocols.sfsl.staged import SFSL_PLAN, SFSLNode, SFSLParty, announced_settings
@@ -166,21 +168,28 @@ class SFSLProtocol(ExchangeProtocol):
 
     Options (``secemb train``'s): ``sfsl_preset`` (CPP1..CPP5, default CPP2), ``model`` (din
     only), ``metrics`` (auc only), ``lr`` (the devices' SGD step, default 1.0, decayed x0.999 a
-    round), ``dim`` (DIN's embedding size, default 18), ``batch`` (local batch, default 2).
+    round), ``dim`` (DIN's embedding size, default 18), ``batch`` (local batch, default 2),
+    ``min_row_holders`` (the secure sum's, :attr:`TrainingSettings.min_row_holders`: an int in
+    [1, ``users_per_round // 2 + 1``], default 2; 1 is the paper's, with finding R6's leak, and
+    making the protocol warns: :func:`~secemb.protocols.sfsl.parties.warn_min_row_holders`).
+    In a deployment each round document announces it with the other training settings and a
+    device takes part only in rounds that announce its deployment's (:meth:`SFSLClient.party`).
     ``data``: ``(train, test)`` click samples instead of the run's dataset (Python API);
     ``_rng``: the CSPRNG of the PSU, the perturbation and the secure sums (tests only).
 
     Raises
     ------
-    InvalidParameters: an unknown preset, another model or metric, fewer than 2 users per round.
+    InvalidParameters: an unknown preset, another model or metric, fewer than 2 users per round,
+    ``min_row_holders`` out of range.
     """
 
     name = "sfsl"
-    options = ("sfsl_preset", "model", "metrics", "lr", "dim", "batch")
+    options = ("sfsl_preset", "model", "metrics", "lr", "dim", "batch", "min_row_holders")
 
     def __init__(self, run: ExchangeRun, *, sfsl_preset: str | None = None, model: str | None = None,
                  metrics: str | None = None, lr: float | None = None, dim: int | None = None, batch: int = 2,
-                 data: tuple[ClickData, ClickData] | None = None, _rng: RandomBytes = system_rng) -> None:
+                 min_row_holders: int = MIN_ROW_HOLDERS, data: tuple[ClickData, ClickData] | None = None,
+                 _rng: RandomBytes = system_rng) -> None:
         super().__init__(run)
         if model not in (None, "din"):
             raise InvalidParameters(f"--protocol sfsl trains DIN on click samples: --model must be din, got {model!r}")
@@ -194,7 +203,9 @@ class SFSLProtocol(ExchangeProtocol):
         self.model, self.metrics = "din", "auc"
         self.lr, self.dim = 1.0 if lr is None else float(lr), 18 if dim is None else dim
         self.batch = check_int("batch", batch, low=1)
-        self._sfsl_run(1)  # checks dim
+        self.min_row_holders = min_row_holders
+        self._sfsl_run(1)  # checks dim and min_row_holders
+        warn_min_row_holders(min_row_holders)
         self._data, self._rng = data, _rng
         #: in process, the run is its own operator: this roster certifies the devices of
         #: :meth:`make_device` and :meth:`train` (``secemb client`` takes its credentials' identity instead)
@@ -205,7 +216,8 @@ class SFSLProtocol(ExchangeProtocol):
 
     def _sfsl_run(self, per_epoch: int) -> SFSLRun:
         return SFSLRun(preset=self.sfsl_preset, clients_per_round=self.run.users_per_round,
-                       rounds=self.run.epochs * per_epoch, settings=TrainingSettings(lr=self.lr, batch=self.batch),
+                       rounds=self.run.epochs * per_epoch,
+                       settings=TrainingSettings(lr=self.lr, batch=self.batch, min_row_holders=self.min_row_holders),
                        dim=self.dim, seed=self.run.seed, eval_every=per_epoch)
 
     def data(self) -> tuple[ClickData, ClickData]:
@@ -288,6 +300,7 @@ class SFSLProtocol(ExchangeProtocol):
             "dataset": r.dataset, "protocol": "sfsl", "sfsl_preset": self.sfsl_preset,
             "layout": f"preset {self.sfsl_preset}", "relay": False, "servers": 1, "model": "din", "dim": self.dim,
             "lr": self.lr, "lr_decay": run.lr_decay, "reg": 0.0, "batch": self.batch, "optimizer": "sgd",
+            "min_row_holders": self.min_row_holders,
             "seed": r.seed, "epochs": r.epochs, "users_per_round": r.users_per_round, "active_users": active,
             "num_users": train.num_users, "num_items": train.num_goods, "num_categories": train.num_categories,
             "num_train_samples": len(train), "num_test_samples": len(test), "m_prime": None,
@@ -401,8 +414,9 @@ class SFSLClient:
         ``[0, 2^62)``, users that are not exactly ``users_per_round`` distinct ids of the
         dataset's users (findings R2 and R5 of session 22),
         settings that a device cannot train with (:meth:`TrainingSettings.check`) or that are
-        not the deployment's for this round (a server's other epochs, batch, step size or
-        quantization: e.g. a million epochs would keep the device training for hours).
+        not the deployment's for this round (a server's other epochs, batch, step size,
+        quantization or ``min_row_holders``: e.g. a million epochs would keep the device training
+        for hours, and ``min_row_holders = 1`` in a deployment of 2 would reopen finding R6).
         """
         try:
             round_id, users, settings = round_doc["round_id"], round_doc["users"], round_doc["settings"]

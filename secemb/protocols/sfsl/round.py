@@ -146,7 +146,8 @@ def sfsl_round(
             rep.losses[u] = loss
     # 4. weighted, count-normalized secure sum per row
     sp = server.space
-    tr = run_round(sum_config(sp, t, round_id, sum_candidates(sp, union, server.goods_category)),
+    tr = run_round(sum_config(sp, t, round_id, sum_candidates(sp, union, server.goods_category),
+                              min_row_holders=settings.min_row_holders),
                    inputs, rows=rows, drop_after={u: k for u, k in (drop_after or {}).items() if u in inputs},
                    _rng=_rng)
     for u in live:

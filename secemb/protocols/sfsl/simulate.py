@@ -30,6 +30,7 @@ from secemb.protocols.sfsl.parties import SFSLDevice, SFSLServer, TrainingSettin
 from secemb.protocols.sfsl.quantize import max_weight
 from secemb.protocols.sfsl.round import RoundReport, sfsl_round
 from secemb.randomness import RandomBytes, system_rng
+from secemb.secagg import default_threshold
 
 __all__ = ["Dropouts", "RoundPlayer", "RunStart", "SFSLResult", "SFSLRun", "round_settings", "start_run", "train_sfsl"]
 
@@ -69,8 +70,9 @@ class _InProcess:
 class SFSLRun:
     """One SFSL experiment.
 
-    preset: CPP1..CPP5; clients_per_round: n; rounds; settings: the local training and
-    quantization; lr_decay: per round; dim: DIN's embedding size; seed: training randomness;
+    preset: CPP1..CPP5; clients_per_round: n; rounds; settings: the local training,
+    quantization and the secure sum's ``min_row_holders`` (an int in [1, ``n // 2 + 1``], the
+    threshold); lr_decay: per round; dim: DIN's embedding size; seed: training randomness;
     eval_every: rounds between AUC evaluations (the last round is always evaluated).
     """
 
@@ -90,6 +92,8 @@ class SFSLRun:
         if self.clients_per_round < 2:
             raise InvalidParameters(f"clients_per_round must be >= 2 (secure aggregation), "
                                     f"got {self.clients_per_round}")
+        check_int(f"min_row_holders (at most the threshold of {self.clients_per_round} devices a round)",
+                  self.settings.min_row_holders, low=1, high=default_threshold(self.clients_per_round))
 
 
 @dataclass

@@ -47,7 +47,9 @@ from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, chec
 from secemb.protocols.exchange import (
     add_seconds, closing_stage, current_round, open_stage, secagg_findings, stage_reply,
 )
-from secemb.protocols.sfsl.parties import RowSpace, SFSLDevice, SFSLServer, TrainingSettings, categories_of
+from secemb.protocols.sfsl.parties import (
+    MIN_ROW_HOLDERS, RowSpace, SFSLDevice, SFSLServer, TrainingSettings, categories_of,
+)
 from secemb.protocols.stages import EXCHANGE_STAGES, SERVER0, USER, Hop, RoundPlan
 from secemb.randomness import RandomBytes, system_rng
 from secemb.protocols.sfsl.wire import reply_bytes
@@ -58,10 +60,6 @@ from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, uni
 
 __all__ = ["MIN_ROW_HOLDERS", "SFSL_PLAN", "SFSLNode", "SFSLParty", "announced_settings", "psu_config",
            "sum_candidates", "sum_config"]
-
-#: The secure sum's :attr:`~secemb.secagg.config.SecAggConfig.min_row_holders`: a row's revealed
-#: sum is over at least two devices, or the row is not updated (docs/sfsl.md, finding R6)
-MIN_ROW_HOLDERS = 2
 
 #: per stage of :data:`EXCHANGE_STAGES`: the device's message kind and the server's answer (``None``: none)
 _KINDS: dict[str, tuple[str, str | None]] = {
@@ -105,16 +103,19 @@ def sum_candidates(space: RowSpace, union: np.ndarray, goods_category: np.ndarra
     return tuple(np.concatenate([union, space.goods + categories_of(union, goods_category)]).tolist())
 
 
-def sum_config(space: RowSpace, threshold: int, round_id: int, candidates: tuple[int, ...]) -> SecAggConfig:
+def sum_config(space: RowSpace, threshold: int, round_id: int, candidates: tuple[int, ...], *,
+               min_row_holders: int) -> SecAggConfig:
     """The secure sum's secure-aggregation round of SFSL round ``round_id`` (``threshold``):
     sparse over ``space`` (width ``d + 1``), signed, over the ``candidates`` of
     :func:`sum_candidates` and the rows from ``goods + categories`` on (the dense rows), which
-    every device holds; secagg round id ``2r + 1``; :data:`MIN_ROW_HOLDERS` (a device contributes
-    zero on a row fewer than two devices hold, and unmasks only where no revealed row sum is
-    over fewer than two)."""
+    every device holds; secagg round id ``2r + 1``; ``min_row_holders`` ``m``
+    (:attr:`TrainingSettings.min_row_holders`: a device contributes zero on a row fewer than
+    ``m`` devices hold, and unmasks only where no revealed row sum is over fewer than ``m``).
+    ``m`` is in the round's header (:meth:`~secemb.secagg.config.SecAggConfig.header`), which
+    every message of the round binds: each device enforces the ``m`` of its own settings."""
     return SecAggConfig(length=space.length, threshold=threshold, width=space.width, round_id=2 * round_id + 1,
                         sparse=True, signed=True, public_from=space.goods + space.categories, candidates=candidates,
-                        min_row_holders=MIN_ROW_HOLDERS)
+                        min_row_holders=min_row_holders)
 
 
 def announced_settings(settings: TrainingSettings, lr_decay: float, round_id: int) -> TrainingSettings:
@@ -145,7 +146,9 @@ class SFSLNode:
     Parameters
     ----------
     server: the public model and its update (:class:`SFSLServer`).
-    settings: the public quantization (``bound``, ``levels``) the update is decoded with.
+    settings: the public quantization (``bound``, ``levels``) the update is decoded with, and the
+        secure sum's ``min_row_holders`` (the devices check that the round document announces
+        their deployment's: :meth:`~secemb.protocols.sfsl.protocol.SFSLClient.party`).
     bloom: the PSU's Bloom parameters (default the paper's evaluation setting, one position per
         goods).
     lr_decay: the devices' step size decays by this factor a round: round ``r``'s document
@@ -171,9 +174,10 @@ class SFSLNode:
         self._round: _Round | None = None
 
     def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
-        """Start round ``round_id`` for ``users`` (distinct ids, at least 2); its public
-        document (round id, users, threshold, stages, and the devices' training ``settings`` of
-        the round: :class:`TrainingSettings`' fields)."""
+        """Start round ``round_id`` for ``users`` (distinct ids, at least 2, at least
+        ``2 * min_row_holders - 1`` of them: ``min_row_holders`` is at most the threshold); its
+        public document (round id, users, threshold, stages, and the devices' training
+        ``settings`` of the round: :class:`TrainingSettings`' fields)."""
         if self._round is not None and self._round.state == "open":
             raise ProtocolError(f"round {self._round.round_id} is still open")
         round_id = check_int("round_id", round_id, low=0, high=2**62 - 1)
@@ -183,6 +187,8 @@ class SFSLNode:
         if len(ids) != len(users) or len(ids) < 2 or ids[0] < 0:
             raise InvalidParameters(f"a round needs at least 2 distinct non-negative user ids, got {users!r}")
         psu_cfg = psu_config(self.bloom, len(ids), round_id)
+        check_int(f"min_row_holders (a round of {len(ids)} devices)", self.settings.min_row_holders, low=1,
+                  high=psu_cfg.threshold)
         self._round = _Round(round_id, frozenset(ids), SecAggServer(psu_cfg, pin=self.pin))
         settings = announced_settings(self.settings, self.lr_decay, round_id)
         return {"round_id": round_id, "users": ids, "threshold": psu_cfg.threshold, "stages": list(self.plan.stages),
@@ -234,8 +240,8 @@ class SFSLNode:
                 rnd.receivers = frozenset(rnd.psu.survivors)
                 rnd.replies[stage] = {u: msg for u in rnd.receivers}
                 candidates = sum_candidates(self.server.space, rnd.union, self.server.goods_category)
-                rnd.sum = SecAggServer(sum_config(self.server.space, rnd.psu.config.threshold, round_id, candidates),
-                                       pin=self.pin)
+                rnd.sum = SecAggServer(sum_config(self.server.space, rnd.psu.config.threshold, round_id, candidates,
+                                                  min_row_holders=self.settings.min_row_holders), pin=self.pin)
             elif stage == "sum-unmask":
                 assert rnd.sum is not None
                 total = rnd.sum.result()
@@ -340,7 +346,8 @@ class SFSLParty:
         elif stage == "download":
             self.union = read_union(self._answer("psu-unmask"), 2 * self.round_id, self.space.goods)
             self._sum_config = sum_config(self.space, self.psu_config.threshold, self.round_id,
-                                          sum_candidates(self.space, self.union, self.device.goods_category))
+                                          sum_candidates(self.space, self.union, self.device.goods_category),
+                                          min_row_holders=self.settings.min_row_holders)
             out = self.device.request(self.union, self.round_id, _rng=self._rng)
             if self.on_changed is not None:
                 self.on_changed()
