@@ -35,7 +35,9 @@ import test_s26_row_holders as rh  # noqa: E402
 from test_s24_strikes import _state  # noqa: E402
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError  # noqa: E402
-from secemb.secagg import SecAggAborted, SecAggClient, SecAggServer, messages, run_round, shamir  # noqa: E402
+from secemb.secagg import (  # noqa: E402
+    SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, messages, run_round, shamir,
+)
 from secemb.secagg.client import SIGNED_ENTRY_BYTES  # noqa: E402
 from secemb.secagg.identity import Roster  # noqa: E402
 from secemb.secagg.shamir import PRIME, PointSet, combine_robust, lagrange_at_zero, openings_leaving_one_out  # noqa: E402
@@ -155,20 +157,38 @@ def one_roster(monkeypatch: pytest.MonkeyPatch) -> Roster:
     return roster
 
 
-def test_signatures_of_another_round_do_not_open_this_one(one_roster: Roster) -> None:
-    """Replay across rounds: in round 24 devices 0 and 2-4 signed the survivor list ``[0, 2, 3, 4]``.
-    In round 26 the server shows that list to device 0 alone (it signs) and hands it, beside its
-    own, devices 2-4's signatures of round 24 over the same ids, so that it would unmask without
-    the others having seen the list.  They do not verify (each covers its round's header and key
-    list): device 0 refuses, nothing leaves."""
+def _psu_signatures(roster: Roster, round_id: int) -> dict[int, bytes]:
+    """Devices 0 and 2-4's signatures over the survivor list ``[0, 2, 3, 4]`` in an honest dense
+    signed round ``round_id`` (an SFSL round's PSU: secagg round ``2r``; device 1 drops after its
+    shares), as the server received them."""
+    cfg = SecAggConfig(length=8, threshold=3, round_id=round_id, signed=True)
+    x = {u: np.full(8, u + 1, np.uint32) for u in range(5)}
+    tr = run_round(cfg, x, drop_after={1: 2}, record=True, identities={u: roster.enroll(u) for u in range(5)})
+    assert tr.survivors == [0, 2, 3, 4]
+    return {sender: msg[H:] for stage, sender, _, msg in tr.messages if stage == "ConsistencyCheck"}
+
+
+@pytest.mark.parametrize("source", ["earlier-round", "this-rounds-psu"])
+def test_signatures_of_another_round_or_of_the_psu_do_not_open_the_sum(one_roster: Roster, source: str) -> None:
+    """Replays across rounds and across an SFSL round's two aggregations: devices 0 and 2-4 signed
+    the survivor list ``[0, 2, 3, 4]`` in the secure sum of round 12 (secagg round 25), or in
+    round 13's PSU (secagg round 26, dense).  In round 13's secure sum (27) the server discards
+    device 1 (row 1's only co-holder), shows that list to device 0 alone (it signs) and hands it,
+    beside its own, devices 2-4's old signatures over the same ids, so that it would unmask
+    without the others having seen the list.  They do not verify (each covers its round's header
+    and key list): device 0 refuses, nothing leaves."""
     rows = {0: [1], 1: [1], 2: [0], 3: [0], 4: [0]}
-    old = rh.Deviant(rh._cfg(5, 3, round_id=24), rows, rh._inputs(rows, 2605))
-    old.relay({})
-    old.survivors([0, 2, 3, 4])
-    new = rh.Deviant(rh._cfg(5, 3, round_id=26), rows, rh._inputs(rows, 2606))
+    if source == "earlier-round":
+        old = rh.Deviant(rh._cfg(5, 3, round_id=25), rows, rh._inputs(rows, 2605))
+        old.relay({})
+        old.survivors([0, 2, 3, 4])
+        replayed = old.sigs
+    else:
+        replayed = _psu_signatures(one_roster, 26)
+    new = rh.Deviant(rh._cfg(5, 3, round_id=27), rows, rh._inputs(rows, 2606))
     new.relay({})
     new.survivors([0, 2, 3, 4], shown=[0])
-    new.sigs.update({u: old.sigs[u] for u in (2, 3, 4)})
+    new.sigs.update({u: replayed[u] for u in (2, 3, 4)})
     new.unmask([0])
     assert "did not sign the survivor list this client was sent" in new.refused[0] and new.unmasked == {}
 
