@@ -52,13 +52,19 @@ class QuietHandler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+#: how often a test server's serving loop checks for its shutdown (socketserver's default, 0.5 s,
+#: made every close wait up to that long)
+POLL_S = 0.01
+
+
 class LoopbackServer:
-    """``handler`` served on 127.0.0.1 (a free port) by a daemon thread until :meth:`close`."""
+    """``handler`` served on 127.0.0.1 (a free port) by a daemon thread until :meth:`close` (which
+    returns within one :data:`POLL_S` of the serving loop)."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(POLL_S,), daemon=True).start()
 
     @property
     def url(self) -> str:

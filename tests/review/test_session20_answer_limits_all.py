@@ -49,6 +49,7 @@ from secemb.transport import network
 from secemb.transport.network import ANSWER_FLOOR_BYTES, ApiClient, answer_limit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+from session21_deviating_server import POLL_S  # noqa: E402
 from test_admin_server_answers import init_deployment  # type: ignore[import-not-found]  # noqa: E402
 
 MiB = 1 << 20
@@ -132,7 +133,7 @@ class Stub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(POLL_S,), daemon=True)
         self.thread.start()
 
     @property
