@@ -7,8 +7,8 @@ colluding devices (fewer than the threshold).
 * Shamir's subset weights and leave-one-out openings (helper D, 78fc0b1).
 
 Each attack is written as a test: one the code defeats is a regression test of the defence; one
-that succeeds is ``xfail(strict=True)`` and names its finding (S26-Fn; the report in
-/work/notes/s26/F/report.md gives the severity and a suggested fix).  A documented limit that the
+that succeeds is ``xfail(strict=True)`` and names its finding (S26-Fn; its reason says what the
+attack gets; the red team's report to the lead gives the severity and a suggested fix).  A documented limit that the
 attack reaches is a ``test_limit_...`` asserting the leak (docs/secagg.md's "Not covered").
 
 The deviating server of the secure-aggregation attacks is ``tests/secagg/test_s26_row_holders.py``'s
