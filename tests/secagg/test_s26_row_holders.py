@@ -299,9 +299,11 @@ def test_the_setting_is_checked(fields: dict[str, object], message: str) -> None
         SecAggConfig(length=4, threshold=3, **{"min_row_holders": 2, **fields})  # type: ignore[arg-type]
 
 
-def test_an_sfsl_secure_sum_has_min_row_holders_2() -> None:
-    from secemb.protocols.sfsl.parties import RowSpace
+def test_an_sfsl_secure_sum_has_min_row_holders_2_by_default() -> None:
+    from secemb.protocols.sfsl.parties import RowSpace, TrainingSettings
     from secemb.protocols.sfsl.staged import sum_config
 
-    cfg = sum_config(RowSpace(goods=10, categories=2, dim=2, mlp_size=3), 2, 1, (0, 3, 10))
+    m = TrainingSettings().min_row_holders
+    assert m == 2
+    cfg = sum_config(RowSpace(goods=10, categories=2, dim=2, mlp_size=3), 2, 1, (0, 3, 10), min_row_holders=m)
     assert cfg.min_row_holders == 2 and cfg.signed and cfg.sparse
