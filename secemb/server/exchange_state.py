@@ -53,6 +53,14 @@ at the close that ended the round gets a finding record before the round's check
 record (session 26: before, it was named in the end record only, and a restart after the disk
 refused that record, or a committed round's checkpoint, did not strike it).
 
+The journal is read in order (session 26, red team F's S26-F2): a round id the node refused stays
+free, so one id can have several openings, and a ``refused`` end record ends only the opening
+before it -- an ``open`` record of the id discards it (before, the end records were keyed by id:
+a refused opening's end was taken for the end of a later opening of the id that was open when
+the server stopped, which was then not recorded aborted, and its id opened again).  An opening
+of an id after its other end record (committed or aborted), and a finding record after a round's
+end record, are records the server never writes: a corrupt journal.
+
 **Binding** (session 24, helper L): the binding makes the directory its configuration's from
 its first start, not from its first checkpoint only (the checkpoint records the fingerprint
 too, but a journal without one -- no round committed yet -- was taken by any deployment, which
@@ -172,11 +180,18 @@ class ExchangeState:
                 continue
             rid = _round_id(rec, f"journal {journal.path}")
             if rec.get("event") == "open" and isinstance(rec.get("users"), list):
+                if rid in ended:  # read in order: a refused end ends only the opening before it (S26-F2)
+                    if ended[rid].get("state") != "refused":
+                        raise CorruptState(f"journal {journal.path}: round {rid} opened again after its end record "
+                                           f"(state {ended[rid].get('state')!r}): round ids are never used twice")
+                    del ended[rid]
                 opened[rid] = rec["users"]
             elif rec.get("event") == FOUND:
                 if rid not in opened:
                     raise CorruptState(f"journal {journal.path}: a finding record of round {rid}, which no record "
                                        "opened before it")
+                if rid in ended:
+                    raise CorruptState(f"journal {journal.path}: a finding record of round {rid} after its end record")
                 found.setdefault(rid, set()).update(_proven(rec, f"journal {journal.path}: the finding of round {rid}"))
             elif rec.get("event") == "end" and isinstance(rec.get("round"), dict):
                 if _round_id(rec["round"], f"journal {journal.path}: the document of round {rid}") != rid:

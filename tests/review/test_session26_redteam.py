@@ -296,18 +296,15 @@ def test_a_finding_at_the_ending_close_strikes_once_over_two_restarts(tmp_path: 
     assert _state(tmp_path).strikes == {1: 1, 2: 1}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "S26-F2: a restart reads the refused end record of a round id as the end of a later opening of the same "
-    "id (ExchangeState keys the journal's records by round id): the round that was open is not recorded as "
-    "aborted, its id opens a third time, and the strikes of its two runs merge into one at the next restart"))
 def test_s26_f2_a_round_reopened_after_a_refusal_and_open_at_a_restart_is_aborted_there(tmp_path: Path) -> None:
     """Round 1 is refused by the node (its id stays free: the door left too few devices,
     ``test_a_round_the_door_leaves_too_few_devices_for_is_the_nodes_refusal_and_its_id_stays_free``),
     the operator opens round 1 again, device 0 is proven cheating in it (a found record), and the
     server stops.  The restart must abort round 1 (the round that was open) and refuse its id, as
-    it does for a round without the earlier refusal.  It takes the refusal's end record for round
-    1's end instead: round 1 can open again, and if device 0 is proven again there (a second
-    strike for the running server), the restart after counts one."""
+    it does for a round without the earlier refusal.  Before the fix (session 26, helper I: the
+    journal read in order) it took the refusal's end record for round 1's end: round 1 could open
+    again, and if device 0 was proven again there (a second strike for the running server), the
+    restart after counted one."""
     state = _state(tmp_path)
     state.opening(1, [0, 1, 2])
     state.refused(1, "red team: the node refused the round")
