@@ -289,8 +289,9 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     """``acc[r] += Convert(words[i])`` in the ring for ``r = (start + i) % M`` where
     ``live[r]``, and ``key_acc[k // G, k % G] += Convert(words[i])`` for the same words'
     key ``k = (start + i) // period``: words uint64 (N, 2), live uint8 (M,), acc ring (M, w) or
-    (0, w) (not summed by row), key_acc ring (U, G, w) (any strides: a batch's view) or
-    (0, 0, w) (not summed by key), period >= 1; the words of rows not live are not converted.
+    (0, w) (not summed by row), key_acc ring (U, G, w) (any strides on the first two axes: a
+    batch's view; each key's ``w`` values contiguous) or (0, 0, w) (not summed by key), period
+    >= 1; the words of rows not live are not converted.
     ``key_t`` int64 (U, G) (or (0, 0): not counted): ``key_t[k // G, k % G] += words[i, 0] & 1``
     for the same live words, each key's count of control bits 1.  Scratch as in
     :func:`convert_eval`, and ``staged`` uint64 (S, 2) for the live words of a step."""
@@ -334,10 +335,8 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
                 for q in range(c):
                     if keys[q] != held_key:
                         if held_key >= 0:
-                            kept = key_acc[held_key // g, held_key % g]
-                            for e in range(w):
-                                kept[e] += held[e]
-                                held[e] = 0
+                            _add_held(key_acc, held_key, g, held)
+                            held[:] = 0
                         held_key = keys[q]
                     a, v = acc[rows[q]], vals[q]
                     for e in range(w):
@@ -356,9 +355,18 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
                         kept[e] += vals[q, e]
             c = 0
     if held_key >= 0:
-        kept = key_acc[held_key // g, held_key % g]
-        for e in range(w):
-            kept[e] += held[e]
+        _add_held(key_acc, held_key, g, held)
+
+
+@njit(inline="always")
+def _add_held(key_acc, key, g, held):  # noqa: ANN001, ANN202
+    """``key_acc[key // g, key % g] += held`` through a C-contiguous view of the key's row (its
+    values contiguous, :func:`convert_accumulate`'s contract), so that the loop is vectorized: on
+    the ``A``-layout view the add is scalar (2,500 keys of 65 values: 83 µs with their zeroing,
+    30 µs here)."""
+    kept = carray(_at(np.int64(key_acc[key // g, key % g].ctypes.data)), held.shape, key_acc.dtype)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    for e in range(held.shape[0]):
+        kept[e] += held[e]
 
 
 @njit(cache=True, nogil=True)

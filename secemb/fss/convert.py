@@ -257,10 +257,14 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         blocks, vals = _fused_scratch(-(-width * ring_bits // 128), dtype)
         rows = np.ones(big_m, np.uint8) if live is None else live.astype(np.uint8)
         none = np.empty((0, width), dtype)
+        # the kernel adds each key's sum at its values' address: they must be contiguous
+        keys = by_key if by_key is None or by_key.strides[2] == dtype.itemsize else np.ascontiguousarray(by_key)
         fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0],
-              none if acc is None else acc, start, rows, none[None, :0] if by_key is None else by_key,
+              none if acc is None else acc, start, rows, none[None, :0] if keys is None else keys,
               np.empty((0, 0), np.int64) if t_by_key is None else t_by_key, period,
               blocks, vals, np.empty((blocks.shape[0], 2), np.uint64))
+        if by_key is not None and keys is not by_key:
+            by_key[...] = keys
         return
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
         pos = start + np.arange(lo, hi)
