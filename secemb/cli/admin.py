@@ -277,8 +277,10 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     if a server shows an alarm (a detected deviation: docs/deployment.md, "Alarms").  One server: the
     current (or last) round's document with its reason and what its secure aggregations found
     (bad_shares, proven_bad_shares, complaints; docs/deployment.md, "What the operator reads of a
-    round"), and the devices' strikes (strikes, strike_limit, refused: a device proven to cheat in
-    strike_limit signed rounds is refused at the door until 'secemb admin clear-alarms')."""
+    round"), the devices' strikes (strikes, strike_limit, refused: a device proven to cheat in
+    strike_limit signed rounds is refused at the door until 'secemb admin clear-alarms') and
+    their aborting dropouts (dropouts: {dropouts, dropout_limit, refused}: a device whose dropouts
+    aborted dropout_limit secure sums under min_row_holders is refused alike)."""
     from secemb.transport.http import HttpAdminLink
 
     seen: dict[str, Any] = {}
@@ -292,7 +294,7 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
 
         with d.admin() as api:
             admin = HttpStageAdmin(api)
-            return {"server": _current_round(admin), **admin.strikes()}
+            return {"server": _current_round(admin), **admin.strikes(), "dropouts": _dropouts(api)}
 
     _operate(deployment, both, one)
     alarmed = [name for name, doc in seen.items() if doc.get("alarms") or doc.get("halted")]
@@ -302,12 +304,28 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
         raise typer.Exit(EXIT_ALARM)
 
 
+def _dropouts(api: Any) -> dict[str, Any]:
+    """The one server's ``GET /v1/admin/exchange/dropouts`` (:meth:`~secemb.server.exchange_app.StageCloser.dropouts`),
+    checked: ``dropouts`` (device id -> a positive count), ``dropout_limit`` and ``refused``
+    (InvalidMessage naming the server otherwise)."""
+    from secemb.errors import InvalidMessage
+    from secemb.transport.network import answer_fields
+
+    path = "/v1/admin/exchange/dropouts"
+    where = f"the server ({api.base_url}{path})"
+    doc = answer_fields(api.get_json(path), where, dropouts=dict, dropout_limit=int, refused=list)
+    if not all(k.isascii() and k.isdigit() and type(n) is int and n > 0 for k, n in doc["dropouts"].items()):
+        raise InvalidMessage(f"{where}: field 'dropouts': device id -> count expected, got {doc['dropouts']!r:.80}")
+    return {k: doc[k] for k in ("dropouts", "dropout_limit", "refused")}
+
+
 @admin_app.command("clear-alarms")
 def clear_alarms(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     """After the investigation (docs/deployment.md, "Alarms"): forget the alarms of each server
     whose half DEPLOYMENT holds (each operator clears its own) and lift the halt, so rounds
-    open again.  One server: forget the devices' strikes (journaled), so the door lets the
-    refused devices in again (docs/deployment.md, "Strikes: a device proven to cheat")."""
+    open again.  One server: forget the devices' strikes and aborting dropouts (journaled), so
+    the door lets the refused devices in again (docs/deployment.md, "Strikes: a device proven to
+    cheat")."""
     from secemb.transport.http import HttpAdminLink
 
     def one(d: Any) -> dict[str, Any]:

@@ -17,8 +17,24 @@ _MAX_ID = 0xFFFFFFFE  # 0xFFFFFFFF is the server's sender id
 
 
 class SecAggAborted(ProtocolError):
-    """Fewer clients than the threshold are left at some stage: the round is over and nothing
-    about the inputs was opened (no partial sum exists)."""
+    """Fewer clients than the threshold are left at some stage, or (``min_row_holders``) the
+    dropouts left a row too few holders: the round is over and nothing about the inputs was
+    opened (no partial sum exists).
+
+    Attributes
+    ----------
+    aborting_dropouts:
+        The sorted clients whose own rows made the round abort under
+        :attr:`SecAggConfig.min_row_holders` (:meth:`~secemb.secagg.server.SecAggServer.survivors_messages`,
+        :meth:`~secemb.secagg.server.SecAggServer.signatures_messages`): each dropped out (or did
+        not sign the survivor list) holding a row the rule then breached.  A suspicion, not a
+        proof: an honest device's dropout does the same (docs/secagg.md, "Rows of few holders").
+        Empty for any other abort.
+    """
+
+    def __init__(self, reason: str, aborting_dropouts: tuple[int, ...] = ()) -> None:
+        super().__init__(reason)
+        self.aborting_dropouts = tuple(sorted(aborting_dropouts))
 
 
 def default_threshold(n: int) -> int:

@@ -30,7 +30,7 @@ dealt, a dealer whose dealt shares do not open to the secret it committed to.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -109,21 +109,44 @@ class SecAggServer:
         #: encrypted shares to it did not open (the sender's fault or a relay's; the server cannot
         #: check the claim, so it is for the operator to read, not proof against anyone)
         self.complaints: dict[int, list[int]] = {}
+        #: the round aborted under ``min_row_holders``: the sorted clients whose own rows breached
+        #: the rule (:attr:`~secemb.secagg.config.SecAggAborted.aborting_dropouts`; a suspicion)
+        self.aborting_dropouts: list[int] = []
 
     # ------------------------------------------------------------------ helpers
     def _at(self, stage: int, name: str) -> None:
         if self._aborted is not None:
-            raise SecAggAborted(self._aborted)
+            raise SecAggAborted(self._aborted, tuple(self.aborting_dropouts))
         if self._stage != stage:
             raise ProtocolError(f"server: {name} called during stage {_STAGES[self._stage]}, "
                                 f"expected {_STAGES[stage]}")
 
-    def _abort(self, reason: str) -> SecAggAborted:
-        """End the round (every later call raises again) and drop the inputs; the error to raise."""
+    def _abort(self, reason: str, dropouts: list[int] | None = None) -> SecAggAborted:
+        """End the round (every later call raises again) and drop the inputs; the error to raise
+        (naming ``dropouts``, the :attr:`aborting_dropouts`)."""
         self._aborted = f"round {self.config.round_id} aborted at {reason}"
+        self.aborting_dropouts = sorted(dropouts or [])
         self._masked.clear()
         self._unmask.clear()
-        return SecAggAborted(self._aborted)
+        return SecAggAborted(self._aborted, tuple(self.aborting_dropouts))
+
+    def _short_row_owners(self, dropped: list[int], signers: list[int] | None = None) -> list[int]:
+        """After :func:`~secemb.secagg.client.short_row` found a breach over U3: the clients whose
+        own rows breach it -- each client of ``dropped`` whose rows alone do (rule 1), or, given
+        ``signers``, each survivor outside them holding a row with at least ``m`` surviving
+        holders but fewer than ``m`` signers (rule 2).  For rule 2 the rule runs once a
+        non-signer ``v`` with every other non-signer's rows cut to those ``v`` holds: the rows at
+        risk are then ``v``'s, each counted over every survivor and signer as before."""
+        if signers is None:
+            return [v for v in dropped if short_row(self.config, self.rows_of, self.u3, dropped=[v]) is not None]
+        signed = set(signers)
+
+        def within(v: int) -> Callable[[int], np.ndarray]:
+            mine = self.rows_of(v)
+            return lambda w: self.rows_of(w) if w in signed or w == v else np.intersect1d(self.rows_of(w), mine)
+
+        return [v for v in self.u3 if v not in signed
+                and short_row(self.config, within(v), self.u3, signers=signers) is not None]
 
     def _close(self, live: list[int], what: str) -> list[int]:
         live = sorted(live)
@@ -345,7 +368,8 @@ class SecAggServer:
         alive = set(self.u3)
         breach = short_row(self.config, self.rows_of, self.u3, dropped=[v for v in self.u2 if v not in alive])
         if breach is not None:  # every survivor would refuse to unmask
-            raise self._abort(f"MaskedInputCollection: {breach} (min_row_holders)")
+            gone = [v for v in self.u2 if v not in alive]
+            raise self._abort(f"MaskedInputCollection: {breach} (min_row_holders)", self._short_row_owners(gone))
         if not self.config.signed:
             self._stage = _UNMASK
         msg = messages.frame("survivors", self.config.round_id, messages.SERVER, messages.ids_bytes(self.u3))
@@ -371,7 +395,8 @@ class SecAggServer:
         self.signers = self._close(list(self._u3_sigs), "ConsistencyCheck")
         breach = short_row(self.config, self.rows_of, self.u3, signers=self.signers)
         if breach is not None:  # every signer would refuse to unmask
-            raise self._abort(f"ConsistencyCheck: {breach} (min_row_holders)")
+            raise self._abort(f"ConsistencyCheck: {breach} (min_row_holders)",
+                              self._short_row_owners([], self.signers))
         recs = [v.to_bytes(4, "little") + self._u3_sigs[v] for v in self.signers]
         msg = messages.frame("signatures", self.config.round_id, messages.SERVER,
                              len(recs).to_bytes(4, "little"), *recs)

@@ -14,6 +14,7 @@ operator (``admin``)::
     POST /v1/admin/exchange/rounds/{round_id}/{stage}/close  operator: close the stage
     GET  /v1/admin/exchange/rounds/{round_id}                operator: the round's outcome
     GET  /v1/admin/exchange/strikes                          operator: the devices' strikes (below)
+    GET  /v1/admin/exchange/dropouts                         operator: the devices' aborting dropouts (below)
     POST /v1/admin/exchange/strikes/clear                    operator: forget them -> {"cleared": {...}}
     GET  /v1/admin/model                                     operator: the public model (octets)
 
@@ -52,12 +53,19 @@ the operator opens (the operator's answer to the open lists it in ``refused``) u
 clears the strikes (``POST /v1/admin/exchange/strikes/clear``: ``secemb admin clear-alarms``).
 ``GET /v1/admin/exchange/strikes`` is ``{"strikes": {"device": count}, "strike_limit",
 "refused": [devices]}`` (``secemb admin status``).  Complaints and an unsigned aggregation's
-``bad_shares`` never strike.  With ``stage_deadline_s`` (``secemb serve``: no operator drives the
-stages) the server closes a stage itself as soon as every device still in the round has sent
-its message of it, or, once ``stage_deadline_s`` has passed since the stage opened, at the next
-request that reads the round (devices poll it while they wait): a stage with an answer keeps
-the devices the node answers, one without keeps those that sent.  Without it the operator closes
-each stage (``POST .../close``: the in-process player's order, :func:`secemb.sim.player.play`).
+``bad_shares`` never strike.  Likewise (session 26, red team F's S26-F1) each device of a round's
+``aborting_dropouts`` (its dropout aborted the secure sum under ``min_row_holders``: a suspicion,
+not a proof) has one more aborted round, and one whose dropouts aborted
+:data:`~secemb.server.verify.MAX_ABORTS` rounds is refused at the door as above until the same
+clear; ``GET /v1/admin/exchange/dropouts`` is ``{"dropouts": {"device": rounds}, "dropout_limit",
+"refused": [devices]}`` (``secemb admin status``: ``dropouts``).
+
+With ``stage_deadline_s`` (``secemb serve``: no operator drives the stages) the server closes a
+stage itself as soon as every device still in the round has sent its message of it, or, once
+``stage_deadline_s`` has passed since the stage opened, at the next request that reads the round
+(devices poll it while they wait): a stage with an answer keeps the devices the node answers,
+one without keeps those that sent. Without it the operator closes each stage (``POST
+.../close``: the in-process player's order, :func:`secemb.sim.player.play`).
 """
 
 from __future__ import annotations
@@ -75,10 +83,10 @@ from starlette.concurrency import run_in_threadpool
 from secemb.errors import InvalidParameters, ProtocolError, SecembError, check_int
 from secemb.protocols.base import ExchangeNode
 from secemb.server.auth import Forbidden, Principal, Verifier
-from secemb.server.exchange_state import ExchangeState
+from secemb.server.exchange_state import DROPOUTS, ExchangeState
 from secemb.server.gate import Gate, install_error_handlers
 from secemb.server.parsing import ascii_int, json_object
-from secemb.server.verify import MAX_REJECTIONS
+from secemb.server.verify import MAX_ABORTS, MAX_REJECTIONS
 
 __all__ = ["FINDINGS", "StageCloser", "create_exchange_app"]
 
@@ -88,7 +96,7 @@ _JSON_LIMIT = 1 << 20
 #: ``proven_bad_shares``, ``complaints``: :func:`~secemb.protocols.exchange.secagg_findings`): in
 #: the operator's round document and the journal's record of the round's end, never in a device's
 #: round document
-FINDINGS = ("bad_shares", "proven_bad_shares", "complaints")
+FINDINGS = ("bad_shares", "proven_bad_shares", "complaints", DROPOUTS)
 #: what the operator's round document has and a device's never: the node's ``reason`` (an aborted
 #: signed round's can name the device found cheating) and the :data:`FINDINGS`
 _OPERATOR_ONLY = ("reason", *FINDINGS)
@@ -144,17 +152,23 @@ class StageCloser:
         return answer
 
     def door(self, user: int) -> None:
-        """Let device ``user``'s stage request in, unless it has the strikes that refuse it.
+        """Let device ``user``'s stage request in, unless it has the strikes, or the aborting
+        dropouts, that refuse it.
 
         Raises
         ------
         Forbidden: it does (HTTP 403).
         """
-        if self.state is not None and self.state.refuses(user):
+        if self.state is None or not self.state.refuses(user):
+            return
+        if self.state.strikes.get(user, 0) >= MAX_REJECTIONS:
             raise Forbidden(f"device {user} was shown to have cheated in the secure aggregation of "
                             f"{self.state.strikes[user]} signed rounds (proven_bad_shares; the limit is "
                             f"{MAX_REJECTIONS}): refused until the operator clears the strikes "
                             "('secemb admin clear-alarms')")
+        raise Forbidden(f"device {user}'s dropouts aborted the secure sum of {self.state.dropouts[user]} rounds "
+                        f"(aborting_dropouts, min_row_holders; the limit is {MAX_ABORTS}): refused until the "
+                        "operator clears it ('secemb admin clear-alarms')")
 
     def strikes(self) -> dict[str, Any]:
         """The devices' strikes as the operator reads them (``GET /v1/admin/exchange/strikes``):
@@ -164,9 +178,17 @@ class StageCloser:
         return {"strikes": {str(u): n for u, n in sorted(got.items())}, "strike_limit": MAX_REJECTIONS,
                 "refused": sorted(u for u, n in got.items() if n >= MAX_REJECTIONS)}
 
+    def dropouts(self) -> dict[str, Any]:
+        """The devices' aborting dropouts as the operator reads them (``GET
+        /v1/admin/exchange/dropouts``): ``dropouts`` (device id as a string -> rounds its dropouts
+        aborted), ``dropout_limit`` and ``refused`` (the sorted devices at it); none without a state."""
+        got = {} if self.state is None else self.state.dropouts
+        return {"dropouts": {str(u): n for u, n in sorted(got.items())}, "dropout_limit": MAX_ABORTS,
+                "refused": sorted(u for u, n in got.items() if n >= MAX_ABORTS)}
+
     def clear_strikes(self) -> dict[str, Any]:
-        """The operator's clear (``POST /v1/admin/exchange/strikes/clear``):
-        ``{"cleared": {device: count}}`` (nothing without a state).
+        """The operator's clear (``POST /v1/admin/exchange/strikes/clear``), of the strikes and the
+        aborting dropouts: ``{"cleared": {device: strikes}}`` (nothing without a state).
 
         Raises
         ------
@@ -336,6 +358,12 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
     async def strikes(request: Request) -> dict[str, Any]:
         await authed(request, "admin", 0)
         out: dict[str, Any] = await call(rounds.strikes)
+        return out
+
+    @app.get("/v1/admin/exchange/dropouts")
+    async def dropouts(request: Request) -> dict[str, Any]:
+        await authed(request, "admin", 0)
+        out: dict[str, Any] = await call(rounds.dropouts)
         return out
 
     @app.post("/v1/admin/exchange/strikes/clear")

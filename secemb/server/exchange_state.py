@@ -61,6 +61,15 @@ the server stopped, which was then not recorded aborted, and its id opened again
 of an id after its other end record (committed or aborted), and a finding record after a round's
 end record, are records the server never writes: a corrupt journal.
 
+**Aborting dropouts** (session 26, red team F's S26-F1; docs/deployment.md, "Aborting
+dropouts"): a round whose secure sum aborted under ``min_row_holders`` names in its
+:data:`DROPOUTS` the devices whose own rows breached the rule (each dropped out, or did not sign
+the survivor list, holding a row then left too few holders: a suspicion, an honest dropout does
+the same, so not a strike).  They are counted like the strikes but apart (:attr:`ExchangeState.dropouts`:
+each device once a round, rebuilt from the end records and finding records after the last clear,
+the finding record written before the end record), and a device whose dropouts aborted
+:data:`~secemb.server.verify.MAX_ABORTS` rounds is refused at the door too, until the same clear.
+
 **Binding** (session 24, helper L): the binding makes the directory its configuration's from
 its first start, not from its first checkpoint only (the checkpoint records the fingerprint
 too, but a journal without one -- no round committed yet -- was taken by any deployment, which
@@ -89,9 +98,9 @@ from secemb.protocols.exchange import DurableExchangeNode, ExchangeServer
 from secemb.server.persist import (
     CorruptState, Journal, StorageError, atomic_write, load_checkpoint, remove_stale_temporaries, save_checkpoint,
 )
-from secemb.server.verify import MAX_REJECTIONS
+from secemb.server.verify import MAX_ABORTS, MAX_REJECTIONS
 
-__all__ = ["ExchangeState", "fingerprint"]
+__all__ = ["DROPOUTS", "ExchangeState", "fingerprint"]
 
 FORMAT = "secemb-exchange-state/1"
 CHECKPOINT = "checkpoint.npz"
@@ -101,6 +110,9 @@ BINDING = "binding.json"
 STRIKES_CLEARED = "strikes_cleared"
 #: the journal's record of what an open round's signed secure aggregations have proven so far
 FOUND = "found"
+#: the field of a round's end document (and of its finding record) naming the devices whose dropout
+#: aborted its secure sum under ``min_row_holders`` (a suspicion: see the module docstring)
+DROPOUTS = "aborting_dropouts"
 _RESTART = "open when the server stopped: aborted at the restart"
 #: the reason recorded for an opened round without an end record before the checkpoint's round
 _UNRECORDED = "aborted while the server ran, its end record refused by the disk: recorded at the restart"
@@ -119,20 +131,21 @@ def _round_id(rec: dict[str, Any], where: str) -> int:
     return check_int(f"{where}: round_id", rec.get("round_id"), low=0, error=CorruptState)
 
 
-def _proven(doc: dict[str, Any], where: str) -> list[int]:
-    """The devices an ended round's document names in ``proven_bad_shares`` (none if it has no
-    such field: a record written before session 24, a refused round).
+def _proven(doc: dict[str, Any], where: str, name: str = "proven_bad_shares") -> list[int]:
+    """The devices an ended round's document (or a finding record) names in its field ``name``:
+    ``proven_bad_shares``, or :data:`DROPOUTS` (none if it has no such field: a record written
+    before session 24, resp. 26, a refused round).
 
     Raises
     ------
     CorruptState: a value that is not a list of distinct device ids.
     """
-    got = doc.get("proven_bad_shares", [])
+    got = doc.get(name, [])
     if not isinstance(got, list):
-        raise CorruptState(f"{where}: proven_bad_shares is not a list: {got!r:.80}")
-    ids = [check_int(f"{where}: a device of proven_bad_shares", u, low=0, error=CorruptState) for u in got]
+        raise CorruptState(f"{where}: {name} is not a list: {got!r:.80}")
+    ids = [check_int(f"{where}: a device of {name}", u, low=0, error=CorruptState) for u in got]
     if len(set(ids)) != len(ids):
-        raise CorruptState(f"{where}: proven_bad_shares names a device twice: {ids!r:.80}")
+        raise CorruptState(f"{where}: {name} names a device twice: {ids!r:.80}")
     return ids
 
 
@@ -172,6 +185,7 @@ class ExchangeState:
         ended: dict[int, dict[str, Any]] = {}
         opened: dict[int, list[int]] = {}
         found: dict[int, set[int]] = {}  # round -> the devices its finding records name
+        dropped: dict[int, set[int]] = {}  # round -> the aborting dropouts its finding records name
         cleared_through = -1  # the strikes of rounds up to this id were cleared
         for rec in journal.records():
             if rec.get("event") == STRIKES_CLEARED:
@@ -192,7 +206,9 @@ class ExchangeState:
                                        "opened before it")
                 if rid in ended:
                     raise CorruptState(f"journal {journal.path}: a finding record of round {rid} after its end record")
-                found.setdefault(rid, set()).update(_proven(rec, f"journal {journal.path}: the finding of round {rid}"))
+                where = f"journal {journal.path}: the finding of round {rid}"
+                found.setdefault(rid, set()).update(_proven(rec, where))
+                dropped.setdefault(rid, set()).update(_proven(rec, where, DROPOUTS))
             elif rec.get("event") == "end" and isinstance(rec.get("round"), dict):
                 if _round_id(rec["round"], f"journal {journal.path}: the document of round {rid}") != rid:
                     raise CorruptState(f"journal {journal.path}: the end record of round {rid} holds a document "
@@ -225,16 +241,24 @@ class ExchangeState:
                           "reason": _RESTART if rid > committed else _UNRECORDED}
             if rid in found:  # what its signed aggregations had proven before the server stopped
                 ended[rid]["proven_bad_shares"] = sorted(found[rid])
+            if dropped.get(rid):  # its end record refused by the disk after the abort's finding record
+                ended[rid][DROPOUTS] = sorted(dropped[rid])
             missing.append(rid)
         #: device -> the rounds since the operator last cleared the strikes whose
         #: ``proven_bad_shares`` name it (see the module docstring)
         self.strikes: dict[int, int] = {}
+        #: device -> the rounds since the operator's last clear whose :data:`DROPOUTS` name it
+        #: (see the module docstring)
+        self.dropouts: dict[int, int] = {}
         for rid, doc in sorted(ended.items()):
             if doc.get("state") != "refused" and (self.last is None or doc["round_id"] > self.last["round_id"]):
                 self.last = doc
             if rid > cleared_through:  # each device once a round: its end record's names and its findings'
-                for u in set(_proven(doc, f"journal {journal.path}: round {rid}")) | found.get(rid, set()):
+                where = f"journal {journal.path}: round {rid}"
+                for u in set(_proven(doc, where)) | found.get(rid, set()):
                     self.strikes[u] = self.strikes.get(u, 0) + 1
+                for u in set(_proven(doc, where, DROPOUTS)) | dropped.get(rid, set()):
+                    self.dropouts[u] = self.dropouts.get(u, 0) + 1
         if not bound:
             atomic_write(self.dir / BINDING, json.dumps({"format": FORMAT, "fingerprint": fingerprint},
                                                         sort_keys=True).encode() + b"\n")
@@ -325,13 +349,17 @@ class ExchangeState:
             log.warning("round %s: devices %s were shown to have cheated in a signed secure aggregation (recorded; "
                         "their strikes count when the round ends)", round_id, names)
 
-    def _record_found(self, round_id: int, names: list[int]) -> bool:
-        """Journal round ``round_id``'s finding record naming ``names`` (fsync-ed); whether the disk
-        took it (a refusal is logged)."""
+    def _record_found(self, round_id: int, names: list[int], dropouts: list[int] | None = None) -> bool:
+        """Journal round ``round_id``'s finding record naming ``names`` (and, if any, the
+        aborting ``dropouts``; fsync-ed); whether the disk took it (a refusal is logged)."""
+        rec: dict[str, Any] = {"event": FOUND, "round_id": round_id, "proven_bad_shares": names}
+        if dropouts:
+            rec[DROPOUTS] = dropouts
         try:
-            self._journal.append({"event": FOUND, "round_id": round_id, "proven_bad_shares": names})
+            self._journal.append(rec)
         except StorageError as exc:
-            log.error("round %s: devices %s proven to have cheated, not recorded: %s", round_id, names, exc)
+            log.error("round %s: devices %s proven to have cheated (aborting dropouts %s), not recorded: %s",
+                      round_id, names, dropouts or [], exc)
             return False
         return True
 
@@ -343,17 +371,27 @@ class ExchangeState:
         does).  Devices its ``proven_bad_shares`` names that no finding record holds yet (first
         proven at the close that ended the round) get one (fsync-ed) before the checkpoint and the
         end record, if this server journaled the round's opening: a restart that finds no end
-        record (the disk refused it, or the checkpoint) still counts them (session 26)."""
+        record (the disk refused it, or the checkpoint) still counts them (session 26).  Likewise
+        each device of its :data:`DROPOUTS` (the round aborted under ``min_row_holders`` at its
+        dropout) has one more aborted round, counted at once, journaled in a finding record
+        before the end record and raised as an alarm (a WARNING, not halting: a suspicion; S26-F1)."""
         self.last = doc
         known = self._found.pop(doc["round_id"], set())
         proven = set(doc.get("proven_bad_shares", [])) | known
-        if proven != known and doc["round_id"] == self._opened:
-            self._record_found(doc["round_id"], sorted(proven))
+        dropouts = sorted(set(doc.get(DROPOUTS, [])))
+        if (proven != known or dropouts) and doc["round_id"] == self._opened:
+            self._record_found(doc["round_id"], sorted(proven), dropouts)
         for u in sorted(proven):
             self.strikes[u] = self.strikes.get(u, 0) + 1
             log.warning("round %s: device %d was shown to have cheated in a signed secure aggregation (%d strike(s); "
                         "at %d it is refused until the operator clears the strikes)", doc["round_id"], u,
                         self.strikes[u], MAX_REJECTIONS)
+        for u in dropouts:
+            self.dropouts[u] = self.dropouts.get(u, 0) + 1
+            log.warning("ALARM round %s: device %d dropped out holding rows that left too few holders "
+                        "(min_row_holders): the secure sum aborted (%d such round(s); at %d it is refused until the "
+                        "operator clears it: 'secemb admin clear-alarms')", doc["round_id"], u, self.dropouts[u],
+                        MAX_ABORTS)
         try:
             if doc["state"] == "committed":
                 self._save(doc)
@@ -364,14 +402,14 @@ class ExchangeState:
             log.error("round %s %s but not recorded: %s", doc["round_id"], doc["state"], exc)
 
     def refuses(self, user: int) -> bool:
-        """Whether device ``user`` has :data:`~secemb.server.verify.MAX_REJECTIONS` strikes: the
-        door refuses it."""
-        return self.strikes.get(user, 0) >= MAX_REJECTIONS
+        """Whether device ``user`` has :data:`~secemb.server.verify.MAX_REJECTIONS` strikes, or
+        its dropouts aborted :data:`~secemb.server.verify.MAX_ABORTS` rounds: the door refuses it."""
+        return self.strikes.get(user, 0) >= MAX_REJECTIONS or self.dropouts.get(user, 0) >= MAX_ABORTS
 
     def clear_strikes(self) -> dict[int, int]:
         """The operator's clear (``secemb admin clear-alarms``): journal it with the last ended
-        round's id (a restart forgets the strikes of that round and those before), forget the
-        strikes; the strikes cleared.
+        round's id (a restart forgets the strikes and aborting dropouts of that round and those
+        before), forget both; the strikes cleared.
 
         Raises
         ------
@@ -380,8 +418,9 @@ class ExchangeState:
         cleared = dict(sorted(self.strikes.items()))
         self._journal.append({"event": STRIKES_CLEARED, "through_round": -1 if self.last is None
                               else int(self.last["round_id"]), "strikes": {str(u): n for u, n in cleared.items()}})
-        self.strikes = {}
-        log.warning("the operator cleared the strikes of %d device(s)", len(cleared))
+        log.warning("the operator cleared the strikes of %d device(s) and the aborting dropouts of %d",
+                    len(cleared), len(self.dropouts))
+        self.strikes, self.dropouts = {}, {}
         return cleared
 
     def _save(self, doc: dict[str, Any]) -> None:

@@ -16,13 +16,18 @@ from typing import Any
 
 from secemb.errors import InvalidMessage
 
-__all__ = ["DIGEST_HEX", "MAX_REJECTIONS", "decode_digests", "encode_digests", "rejected"]
+__all__ = ["DIGEST_HEX", "MAX_ABORTS", "MAX_REJECTIONS", "decode_digests", "encode_digests", "rejected"]
 
 #: hex characters of one digest (SHA-256)
 DIGEST_HEX = 64
 #: a device whose uploads failed verification in this many rounds is refused at the door (403 at
 #: server 0's retrieval) until the operator clears the alarms
 MAX_REJECTIONS = 3
+#: (one server, issue 34, red team F's S26-F1) a device whose dropouts aborted this many secure sums
+#: under ``min_row_holders`` (``aborting_dropouts``: a suspicion, an honest dropout does the same)
+#: is refused at the door until the operator clears it: the same tolerance as the strikes, so one
+#: device costs a deployment at most this many aborted rounds between the operator's clears
+MAX_ABORTS = 3
 
 
 def encode_digests(digests: dict[int, bytes]) -> dict[str, str]:

@@ -33,7 +33,9 @@ def test_serve_and_three_clients_run_an_sfsl_round_by_hand(deployment: Path) -> 
     try:
         # listening, no round yet, no strikes
         assert admin("status", "--deployment", str(deployment)) == {"server": None, "strikes": {}, "strike_limit": 3,
-                                                                    "refused": []}
+                                                                    "refused": [], "dropouts": {
+                                                                        "dropouts": {}, "dropout_limit": 3,
+                                                                        "refused": []}}
         clients = start_clients(deployment, "--wait", "90")
         opened = admin("open-round", "--deployment", str(deployment), "--participants", "0-2")
         assert opened["round_id"] == 1 and opened["users"] == [0, 1, 2] and opened["stages"][0] == "psu-advertise"

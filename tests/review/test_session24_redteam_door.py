@@ -365,7 +365,7 @@ def test_every_device_route_refuses_a_refused_device(refused: Served, tmp_path: 
     doc = refused.http.call(0, "GET", "/v1/exchange/round")  # readable, no findings
     assert doc.status_code == 200
     assert doc.json() == {k: v for k, v in before.items() if k not in ("reason", "bad_shares", "proven_bad_shares",
-                                                                       "complaints")}
+                                                                       "complaints", "aborting_dropouts")}
 
 
 @pytest.mark.parametrize("key_id", ["user:00", "user:+0", "user: 0", "user:0 ", "USER:0", "user:1",

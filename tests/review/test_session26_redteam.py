@@ -230,10 +230,6 @@ def test_a_key_list_entry_signed_for_another_round_or_rule_is_refused(one_roster
 DOS_ROWS = {0: [0, 4], 1: [1, 4], 2: [2, 4], 3: [3, 4], 4: [0, 1, 2, 3, 4]}
 
 
-@pytest.mark.xfail(strict=True, raises=SecAggAborted, reason=(
-    "S26-F1: one device that signs every candidate row and drops after ShareKeys (or after its masked "
-    "input, before signing) aborts the round wherever an honest device held a row alone; a dropout is not "
-    "attributable, so it strikes nothing and can repeat every round"))
 @pytest.mark.parametrize("after", [2, 3], ids=["after-shares", "after-masked-input"])
 def test_s26_f1_one_device_claiming_every_row_and_dropping_aborts_the_round(after: int) -> None:
     """Devices 0-3 each hold one row alone (0-3) and row 4 with the others; device 4 (the
@@ -241,13 +237,16 @@ def test_s26_f1_one_device_claiming_every_row_and_dropping_aborts_the_round(afte
     its own row in its U2 and contributes there.  Device 4 then drops -- after its shares (rule 1:
     every honest row keeps one surviving holder) or after its masked input, before signing (rule 2:
     two surviving holders, one signer).  The honest server aborts at the close (every survivor
-    would refuse), naming a dropout, not a cheater.  Before min_row_holders the same dropout cost
-    nothing (four survivors, threshold 3).  What the fix should give: the round commits over the
-    four honest devices."""
+    would refuse).  Before min_row_holders the same dropout cost nothing (four survivors,
+    threshold 3).  The mitigation (session 26, helper I; the round still aborts): the abort names
+    device 4 as the dropout whose rows caused it (``SecAggAborted.aborting_dropouts``), and the
+    one-server server counts such aborts against the device and refuses it at the door at
+    ``MAX_ABORTS`` (tests/server/test_s26_dropout_aborts.py)."""
     cfg = rh._cfg(5, 3, length=5)
     x = rh._inputs(DOS_ROWS, 2607)
-    tr = run_round(cfg, x, rows={u: np.array(r) for u, r in DOS_ROWS.items()}, drop_after={4: after})
-    assert {0, 1, 2, 3} <= set(tr.survivors)
+    with pytest.raises(SecAggAborted, match="min_row_holders") as aborted:
+        run_round(cfg, x, rows={u: np.array(r) for u, r in DOS_ROWS.items()}, drop_after={4: after})
+    assert aborted.value.aborting_dropouts == (4,)
 
 
 def test_the_same_dropout_without_the_claimed_rows_commits() -> None:

@@ -271,9 +271,13 @@ class SFSLNode:
         of the PSU and the sum), the devices' unverifiable complaints (``complaints``: device ->
         the sorted devices whose encrypted shares to it did not open, in the PSU or the sum:
         :func:`~secemb.protocols.exchange.secagg_findings`; informative only, docs/deployment.md), union
-        size, updated rows and the server's seconds per part (psu, download, sum)."""
+        size, updated rows and the server's seconds per part (psu, download, sum); ``aborting_dropouts``:
+        the devices whose dropout aborted the secure sum under ``min_row_holders``
+        (:attr:`~secemb.secagg.server.SecAggServer.aborting_dropouts`; a suspicion, counted by the
+        one-server server: :mod:`secemb.server.exchange_state`)."""
         rnd = current_round(self._round, round_id)
         return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, **secagg_findings(rnd.psu, rnd.sum),
+                "aborting_dropouts": [] if rnd.sum is None else rnd.sum.aborting_dropouts,  # the sum's min_row_holders
                 "survivors": rnd.sum.survivors if rnd.state == "committed" and rnd.sum is not None else [],
                 "union_size": None if rnd.union is None else int(rnd.union.size),
                 "updated_rows": rnd.updated_rows, "server_s": dict(rnd.seconds)}
