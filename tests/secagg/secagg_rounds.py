@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import numpy as np
+import pytest
 from share_records import H, N
 
 from secemb.secagg import SecAggClient, SecAggConfig, SecAggServer, messages, shamir
@@ -84,6 +85,23 @@ class Round:
         for u in self.ids:
             self.server.receive_advertise(u, self.advertised[u])
         return self.server.keys_messages()
+
+    def result_recording_weights(self) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+        """The server's ``result()``, and the point lists whose Lagrange weights it computed alone
+        (``shamir._weights`` called with a plain list, not a :class:`~secemb.secagg.shamir.Points`
+        that carries weights derived from another set's)."""
+        alone: list[tuple[int, ...]] = []
+        real = shamir._weights
+
+        def recorded(xs: list[int]) -> list[int]:
+            if not isinstance(xs, shamir.Points):
+                alone.append(tuple(xs))
+            return real(xs)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(shamir, "_weights", recorded)
+            total = self.server.result()
+        return total, alone
 
     def want(self) -> np.ndarray:
         """The sum over the clients not dropped, numpy's: each row over its holders, mod 2^32."""

@@ -158,17 +158,7 @@ def test_a_sparse_round_under_the_c2_plan_with_a_wrong_holder_sums_exactly_and_n
     liar, victim = ids[2], ids[9]
     plan = omit_seeds(ids, 4)
     rnd.play(unmask=lambda u, msg: move_unmask_share(plan(u, msg), 1, victim, 1) if u == liar else plan(u, msg))
-    alone: list[tuple[int, ...]] = []
-    real = shamir._weights
-
-    def recorded(xs: list[int]) -> list[int]:
-        if not isinstance(xs, Points):
-            alone.append(tuple(xs))
-        return real(xs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(shamir, "_weights", recorded)
-        total = rnd.server.result()
+    total, alone = rnd.result_recording_weights()
     assert np.array_equal(total, rnd.want())
     assert rnd.server.cheaters == [liar]
     assert alone == [tuple(u + 1 for u in rnd.server.u4)]

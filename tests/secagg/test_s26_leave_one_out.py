@@ -196,17 +196,7 @@ def test_an_unsigned_holder_set_with_one_spare_share_opens_from_one_set_of_coeff
 
     rnd.play(deal=deal, unmask=lambda u, msg: move_unmask_share(msg, 0, gone, 1 << 90) if u == liar else msg,
              dropped=(gone,))
-    alone: list[tuple[int, ...]] = []
-    real = shamir._weights
-
-    def recorded(xs: list[int]) -> list[int]:
-        if not isinstance(xs, Points):
-            alone.append(tuple(xs))
-        return real(xs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(shamir, "_weights", recorded)
-        total = rnd.server.result()
+    total, alone = rnd.result_recording_weights()
     assert np.array_equal(total, rnd.want())
     assert rnd.server.cheaters == [liar]
     assert rnd.server.complaints == {r: [gone] for r in spoiled}
