@@ -104,12 +104,13 @@ def sum_candidates(space: RowSpace, union: np.ndarray, goods_category: np.ndarra
 
 
 def sum_config(space: RowSpace, threshold: int, round_id: int, candidates: tuple[int, ...], *,
-               min_row_holders: int) -> SecAggConfig:
+               min_row_holders: int = MIN_ROW_HOLDERS) -> SecAggConfig:
     """The secure sum's secure-aggregation round of SFSL round ``round_id`` (``threshold``):
     sparse over ``space`` (width ``d + 1``), signed, over the ``candidates`` of
     :func:`sum_candidates` and the rows from ``goods + categories`` on (the dense rows), which
-    every device holds; secagg round id ``2r + 1``; ``min_row_holders`` ``m``
-    (:attr:`TrainingSettings.min_row_holders`: a device contributes zero on a row fewer than
+    every device holds; secagg round id ``2r + 1``; ``min_row_holders`` ``m`` (default
+    :data:`MIN_ROW_HOLDERS`; SFSL's parties pass their settings',
+    :attr:`TrainingSettings.min_row_holders`: a device contributes zero on a row fewer than
     ``m`` devices hold, and unmasks only where no revealed row sum is over fewer than ``m``).
     ``m`` is in the round's header (:meth:`~secemb.secagg.config.SecAggConfig.header`), which
     every message of the round binds: each device enforces the ``m`` of its own settings."""
