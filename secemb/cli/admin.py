@@ -294,7 +294,7 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
 
         with d.admin() as api:
             admin = HttpStageAdmin(api)
-            return {"server": _current_round(admin), **admin.strikes(), "dropouts": _dropouts(api)}
+            return {"server": _current_round(admin), **admin.strikes(), "dropouts": admin.dropouts()}
 
     _operate(deployment, both, one)
     alarmed = [name for name, doc in seen.items() if doc.get("alarms") or doc.get("halted")]
@@ -302,21 +302,6 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
         typer.echo(f"ALARM at {' and '.join(alarmed)}: a deviation was detected; see docs/deployment.md, 'Alarms'",
                    err=True)
         raise typer.Exit(EXIT_ALARM)
-
-
-def _dropouts(api: Any) -> dict[str, Any]:
-    """The one server's ``GET /v1/admin/exchange/dropouts`` (:meth:`~secemb.server.exchange_app.StageCloser.dropouts`),
-    checked: ``dropouts`` (device id -> a positive count), ``dropout_limit`` and ``refused``
-    (InvalidMessage naming the server otherwise)."""
-    from secemb.errors import InvalidMessage
-    from secemb.transport.network import answer_fields
-
-    path = "/v1/admin/exchange/dropouts"
-    where = f"the server ({api.base_url}{path})"
-    doc = answer_fields(api.get_json(path), where, dropouts=dict, dropout_limit=int, refused=list)
-    if not all(k.isascii() and k.isdigit() and type(n) is int and n > 0 for k, n in doc["dropouts"].items()):
-        raise InvalidMessage(f"{where}: field 'dropouts': device id -> count expected, got {doc['dropouts']!r:.80}")
-    return {k: doc[k] for k in ("dropouts", "dropout_limit", "refused")}
 
 
 @admin_app.command("clear-alarms")

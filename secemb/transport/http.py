@@ -212,12 +212,24 @@ class HttpStageAdmin:
         """The devices' strikes (:class:`~secemb.server.exchange_app.StageCloser`): ``strikes``
         (device id as a string -> its count), ``strike_limit`` and ``refused`` (InvalidMessage
         naming the server if the answer is not that)."""
-        path = "/v1/admin/exchange/strikes"
+        return self._counts("strikes", "strike_limit")
+
+    def dropouts(self) -> dict[str, Any]:
+        """The devices' aborting dropouts (:meth:`~secemb.server.exchange_app.StageCloser.dropouts`):
+        ``dropouts`` (device id as a string -> the secure sums its dropouts aborted under
+        ``min_row_holders``), ``dropout_limit`` and ``refused`` (InvalidMessage naming the server
+        if the answer is not that)."""
+        return self._counts("dropouts", "dropout_limit")
+
+    def _counts(self, name: str, limit: str) -> dict[str, Any]:
+        """``GET /v1/admin/exchange/{name}``, checked: ``name`` (device id -> a positive count),
+        ``limit`` and ``refused``."""
+        path = f"/v1/admin/exchange/{name}"
         where = f"the server ({self.api.base_url}{path})"
-        doc = answer_fields(self.api.get_json(path), where, strikes=dict, strike_limit=int, refused=list)
-        if not all(k.isascii() and k.isdigit() and type(n) is int and n > 0 for k, n in doc["strikes"].items()):
-            raise InvalidMessage(f"{where}: field 'strikes': device id -> count expected, got {doc['strikes']!r:.80}")
-        return doc
+        doc = answer_fields(self.api.get_json(path), where, **{name: dict, limit: int, "refused": list})
+        if not all(k.isascii() and k.isdigit() and type(n) is int and n > 0 for k, n in doc[name].items()):
+            raise InvalidMessage(f"{where}: field '{name}': device id -> count expected, got {doc[name]!r:.80}")
+        return {k: doc[k] for k in (name, limit, "refused")}
 
     def clear_strikes(self) -> dict[str, Any]:
         """Forget the devices' strikes (journaled by the server); ``{"cleared": {device id: count}}``
