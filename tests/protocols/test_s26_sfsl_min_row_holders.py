@@ -11,13 +11,12 @@ import logging
 import numpy as np
 import pytest
 import torch
+from sfsl_world import plaintext_twin, world
 
 from secemb.data.ctr import TaobaoShaped, split_clicks
 from secemb.errors import InvalidMessage, InvalidParameters
-from secemb.models.din import DIN
-from secemb.privacy.randomized_response import get_cpp
 from secemb.protocols.exchange import ExchangeRun
-from secemb.protocols.sfsl import SFSLDevice, SFSLRun, SFSLServer, TrainingSettings, sfsl_round
+from secemb.protocols.sfsl import SFSLRun, TrainingSettings, sfsl_round
 from secemb.protocols.sfsl.parties import MIN_ROW_HOLDERS, R6_WARNING
 from secemb.protocols.sfsl.protocol import SFSLProtocol
 from secemb.protocols.sfsl.staged import SFSLNode
@@ -26,69 +25,34 @@ from secemb.randomness import CtrDrbg
 torch.set_num_threads(1)
 
 
-def _world(n: int = 5) -> tuple[SFSLServer, dict[int, SFSLDevice]]:
-    """``n`` taobao-mini devices (CPP1: no perturbation coins, so a twin trains on the same sets)."""
-    train, _ = split_clicks(TaobaoShaped("taobao-mini", seed=4).clients(np.arange(n)))
-    model = DIN(num_categories=train.num_categories, dim=6)
-    rng = np.random.default_rng(0)
-    table, dense = model.init_public(train.num_goods, rng)
-    users = model.init_private(train.num_users, rng)
-    b = train.user_bounds()
-    devices = {u: SFSLDevice(u, train.subset(slice(b[u], b[u + 1])), get_cpp("CPP1"), model, users[u])
-               for u in range(n)}
-    return SFSLServer(model, table, dense, train.goods_category), devices
-
-
 def _settings(m: int) -> TrainingSettings:
     return TrainingSettings(lr=0.5, batch=4, bound=0.5, min_row_holders=m)
 
 
-def _twin(server: SFSLServer, devices: dict[int, SFSLDevice], survivors: list[int], m: int) -> int:
-    """The round in plaintext: a plain union, every device trains (id order, the secure round's
-    rng), and the sum over ``survivors`` of the rows at least ``m`` of them hold -- with ``m = 1``
-    every row a survivor holds (the paper's sum).  Returns the rows exactly one survivor holds."""
-    rng = np.random.default_rng(11)
-    union = np.unique(np.concatenate([devices[u].real for u in sorted(devices)]))
-    trained = {}
-    for u in sorted(devices):
-        reply = server.reply(devices[u].request(union, 1), 1)
-        trained[u] = devices[u].train(reply, 1, server.space, _settings(m), rng)
-    held = np.zeros(server.space.length, np.int64)
-    for u in survivors:
-        held[trained[u][0]] += 1
-    total = np.zeros((server.space.length, server.space.width), np.uint32)
-    for u in survivors:
-        rows, values = trained[u]
-        keep = held[rows] >= m
-        total[rows[keep]] += values[keep]  # uint32: wraps like Z_2^32
-    server.apply(total, _settings(m))
-    return int(np.count_nonzero(held == 1))
-
-
 @pytest.mark.parametrize("m", [1, 2])
 def test_each_min_row_holders_gives_its_plaintext_twin_bit_for_bit(m: int) -> None:
-    server, devices = _world()
+    server, devices = world("CPP1")
     rep = sfsl_round(server, devices, 1, _settings(m), np.random.default_rng(11), _rng=CtrDrbg(5))
     assert rep.survivors == [0, 1, 2, 3, 4]
-    twin, twin_devices = _world()
-    single = _twin(twin, twin_devices, rep.survivors, m)
+    twin, twin_devices = world("CPP1")
+    single = plaintext_twin(twin, twin_devices, 1, rep.survivors, _settings(m))
     assert single > 0  # rows one device holds: where the two settings differ
     assert np.array_equal(server.table, twin.table) and np.array_equal(server.dense, twin.dense)
     # and not the other setting's sums
-    other, other_devices = _world()
-    _twin(other, other_devices, rep.survivors, 3 - m)
+    other, other_devices = world("CPP1")
+    plaintext_twin(other, other_devices, 1, rep.survivors, _settings(3 - m))
     assert not np.array_equal(server.table, other.table)
 
 
 def test_min_row_holders_1_keeps_the_papers_dropout_after_share_keys() -> None:
     """Device 3 drops after ShareKeys: with 1 the round completes over the four others (its mask
     key revealed, as in the paper); with 2 the same round aborts (tests/protocols/test_sfsl.py)."""
-    server, devices = _world()
+    server, devices = world("CPP1")
     rep = sfsl_round(server, devices, 1, _settings(1), np.random.default_rng(11), drop_after={3: 2},
                      _rng=CtrDrbg(5))
     assert rep.survivors == [0, 1, 2, 4]
-    twin, twin_devices = _world()
-    _twin(twin, twin_devices, [0, 1, 2, 4], 1)
+    twin, twin_devices = world("CPP1")
+    plaintext_twin(twin, twin_devices, 1, [0, 1, 2, 4], _settings(1))
     assert np.array_equal(server.table, twin.table) and np.array_equal(server.dense, twin.dense)
 
 
@@ -105,7 +69,7 @@ def test_settings_and_runs_refuse_min_row_holders_out_of_range(bad: object) -> N
 
 
 def test_a_node_refuses_to_open_a_round_too_small_for_its_min_row_holders() -> None:
-    server, _ = _world()
+    server, _ = world("CPP1")
     node = SFSLNode(server, TrainingSettings(min_row_holders=3))
     with pytest.raises(InvalidParameters, match=r"min_row_holders \(a round of 3 devices\) must be an int in \[1, 2\]"):
         node.open_round(1, [0, 1, 2])

@@ -6,15 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from sfsl_world import plaintext_twin, world
 
-from secemb.data.ctr import TaobaoShaped, split_clicks
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.models.din import DIN, click_batch
 from secemb.privacy.randomized_response import get_cpp
-from secemb.protocols.sfsl import SFSLDevice, SFSLServer, TrainingSettings, sfsl_round
+from secemb.protocols.sfsl import SFSLDevice, TrainingSettings, sfsl_round
 from secemb.protocols.sfsl import wire
 from secemb.protocols.sfsl.quantize import dequantize_mean, max_weight, quantize
-from secemb.protocols.sfsl.staged import MIN_ROW_HOLDERS
 from secemb.randomness import CtrDrbg
 from secemb.secagg import SecAggAborted
 
@@ -63,55 +62,20 @@ def test_wire_round_trip_and_rejects() -> None:
         wire.open_reply(rep, 7, 2, 1, 2, 4)
 
 
-def _world(preset: str, n: int = 5, seed: int = 0) -> tuple[SFSLServer, dict[int, SFSLDevice]]:
-    data = TaobaoShaped("taobao-mini", seed=4).clients(np.arange(n))
-    train, _ = split_clicks(data)
-    model = DIN(num_categories=train.num_categories, dim=6)
-    rng = np.random.default_rng(seed)
-    table, dense = model.init_public(train.num_goods, rng)
-    users = model.init_private(train.num_users, rng)
-    b = train.user_bounds()
-    devices = {u: SFSLDevice(u, train.subset(slice(b[u], b[u + 1])), get_cpp(preset), model, users[u])
-               for u in range(n)}
-    return SFSLServer(model, table, dense, train.goods_category), devices
-
-
 SETTINGS = TrainingSettings(lr=0.5, batch=4, bound=0.5)
-
-
-def _plaintext_twin(server: SFSLServer, devices: dict[int, SFSLDevice], round_id: int, survivors: list[int]) -> None:
-    """The same round with the PSU replaced by a plain union and the secure sum by a plain sum
-    over ``survivors`` of the rows at least two of them hold (``MIN_ROW_HOLDERS``: a device
-    contributes zero on a row fewer hold; every device trains, in id order, as in the secure
-    round)."""
-    rng = np.random.default_rng(11)
-    union = np.unique(np.concatenate([devices[u].real for u in sorted(devices)]))
-    trained = {}
-    for u in sorted(devices):
-        reply = server.reply(devices[u].request(union, round_id), round_id)
-        trained[u] = devices[u].train(reply, round_id, server.space, SETTINGS, rng)
-    held = np.zeros(server.space.length, np.int64)
-    for u in survivors:
-        held[trained[u][0]] += 1
-    total = np.zeros((server.space.length, server.space.width), np.uint32)
-    for u in survivors:
-        rows, values = trained[u]
-        keep = held[rows] >= MIN_ROW_HOLDERS
-        total[rows[keep]] += values[keep]  # uint32: wraps like Z_2^32
-    server.apply(total, SETTINGS)
 
 
 @pytest.mark.parametrize("drop", [None, 1])
 def test_round_equals_plaintext_twin_bit_for_bit(drop: int | None) -> None:
     # CPP1 draws no perturbation coins, so both runs train on the same sets with the same rng
-    server_a, devices_a = _world("CPP1")
-    server_b, devices_b = _world("CPP1")
+    server_a, devices_a = world("CPP1")
+    server_b, devices_b = world("CPP1")
     drop_after = {} if drop is None else {3: drop}  # device 3 drops after advertising (not in U2)
     rep = sfsl_round(server_a, devices_a, 1, SETTINGS, np.random.default_rng(11), drop_after=drop_after,
                      _rng=CtrDrbg(5))
     survivors = [u for u in range(5) if u not in drop_after]
     assert rep.survivors == survivors
-    _plaintext_twin(server_b, devices_b, 1, survivors)
+    plaintext_twin(server_b, devices_b, 1, survivors, SETTINGS)
     assert np.array_equal(server_a.table, server_b.table) and np.array_equal(server_a.dense, server_b.dense)
     assert rep.updated_rows > 0 and rep.union_size == int(rep.owners.size) and rep.owners.min() >= 1
     # traffic is what crossed: every device sent and received bytes in every stage
@@ -123,7 +87,7 @@ def test_round_equals_plaintext_twin_bit_for_bit(drop: int | None) -> None:
 def test_a_dropout_that_leaves_a_row_one_surviving_holder_aborts_and_leaves_the_model() -> None:
     """Device 3 drops after ShareKeys: revealing its mask key would open rows it held with one
     survivor (MIN_ROW_HOLDERS, finding R6), so the honest server aborts the round."""
-    server, devices = _world("CPP1")
+    server, devices = world("CPP1")
     before = server.table.copy(), server.dense.copy()
     with pytest.raises(SecAggAborted, match="fewer than min_row_holders 2, and client 3"):
         sfsl_round(server, devices, 1, SETTINGS, np.random.default_rng(11), drop_after={3: 2}, _rng=CtrDrbg(5))
@@ -131,7 +95,7 @@ def test_a_dropout_that_leaves_a_row_one_surviving_holder_aborts_and_leaves_the_
 
 
 def test_too_many_dropouts_abort_and_leave_the_model() -> None:
-    server, devices = _world("CPP2")
+    server, devices = world("CPP2")
     before = server.table.copy(), server.dense.copy()
     with pytest.raises(SecAggAborted):
         sfsl_round(server, devices, 1, SETTINGS, np.random.default_rng(0), drop_after={0: 1, 1: 1, 2: 1},
@@ -141,18 +105,18 @@ def test_too_many_dropouts_abort_and_leave_the_model() -> None:
 
 def test_cpp5_requests_reveal_nothing_but_the_union() -> None:
     # CPP5: every device asks for the whole union, so its request does not depend on its own set
-    server, devices = _world("CPP5")
+    server, devices = world("CPP5")
     union = np.unique(np.concatenate([d.real for d in devices.values()]))
     for dev in devices.values():
         assert wire.open_request(dev.request(union, 1), 1, server.space.goods).tolist() == union.tolist()
     # CPP1: the request is the real set
-    _, devices1 = _world("CPP1")
+    _, devices1 = world("CPP1")
     assert wire.open_request(devices1[0].request(union, 1), 1, server.space.goods).tolist() \
         == devices1[0].real.tolist()
 
 
 def test_device_rejects_a_foreign_sample() -> None:
-    server, devices = _world("CPP2", n=3)
+    server, devices = world("CPP2", n=3)
     with pytest.raises(InvalidParameters):
         SFSLDevice(1, devices[0].samples, get_cpp("CPP2"), server.model, np.zeros(6))
 
@@ -161,7 +125,7 @@ def test_device_rejects_a_foreign_sample() -> None:
 def test_device_step_is_sgd_on_the_full_model(reg: float) -> None:
     # one full-batch step of the device (per-field leaves, its category rows only) against the
     # model's objective on the full flat dense vector and the real category ids; CPP1: S'' = S
-    server, devices = _world("CPP1")
+    server, devices = world("CPP1")
     model = DIN(num_categories=server.model.num_categories, dim=6, reg=reg)
     server.model = model
     dev = devices[1]
