@@ -366,9 +366,9 @@ class SecAggServer:
         self._at(2, "survivors_messages")
         self.u3 = self._close(list(self._masked), "MaskedInputCollection")
         alive = set(self.u3)
-        breach = short_row(self.config, self.rows_of, self.u3, dropped=[v for v in self.u2 if v not in alive])
+        gone = [v for v in self.u2 if v not in alive]
+        breach = short_row(self.config, self.rows_of, self.u3, dropped=gone)
         if breach is not None:  # every survivor would refuse to unmask
-            gone = [v for v in self.u2 if v not in alive]
             raise self._abort(f"MaskedInputCollection: {breach} (min_row_holders)", self._short_row_owners(gone))
         if not self.config.signed:
             self._stage = _UNMASK

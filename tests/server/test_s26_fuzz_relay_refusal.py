@@ -27,16 +27,10 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
 import httpx  # noqa: E402
-from net_helpers import cluster_for, setup, small_data  # noqa: E402
-from test_net_fuzz import World, _check_rejected, _send  # noqa: E402
+import test_net_fuzz  # noqa: E402
+from test_net_fuzz import _check_rejected, _send  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def world():
-    tr, _ = small_data()
-    model, proto, config = setup("secemb", "cuckoo", True, m_prime=8, epochs=1, users_per_round=10)
-    with cluster_for(model, proto, tr, config, deadline_s=3600, min_users=3) as cluster:
-        yield World(cluster, model, tr)
+world = test_net_fuzz.world  # the fuzz test's two-server world (module scope: one per module)
 
 
 def test_a_device_key_part_altered_at_server_0_after_its_request_to_server_1_is_a_relay_refusal(world):
