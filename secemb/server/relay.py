@@ -9,14 +9,15 @@ complete the replies; uploads are forwarded.  Without relay it evaluates as
 :class:`~secemb.server.retrieval.Retrieval` does.  Server 1, :class:`FollowerRelay` -- it
 answers the forwards in batches; a forward that fails the device's authentication leaves its
 user out of the round as a dropout (the outcome's ``tampered``) and raises a non-halting
-``relay_tampered`` alarm, and any later forwarded upload of that user is refused
-(:class:`~secemb.errors.RelayTampered`).
+``relay_tampered`` alarm, and any later forward of that user's (retrieval keys or upload) is
+refused (:class:`~secemb.errors.RelayTampered`).
 """
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from secemb.errors import InvalidMessage, ProtocolError, RelayTampered, SecembError
 from secemb.protocols.base import RelayRole
@@ -182,36 +183,47 @@ class FollowerRelay(Node):
     def peer_relay_retrieval_many(self, r: int, items: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
         """Relay: server 0's forwarded keys ``(user, relay_keys)`` for round ``r``, evaluated as
         one batch outside the lock and committed under it; per item the masked answer or the
-        error that refused it."""
+        error that refused it.  Refused before anything is evaluated, changing no state: a user
+        whose relayed bytes failed authentication before (it is out of the round: the roots it
+        left awaiting are never evaluated) -- as :meth:`peer_relay_upload_many` refuses its
+        upload.  A forward that fails it now leaves its user out, with a ``relay_tampered``
+        alarm.  The node answers forwards one batch at a time (its relay batcher)."""
+        results: list[bytes | SecembError] = [b""] * len(items)
         with self.lock:
             try:
                 rnd = self._current(r)
                 role = self._relay()
             except SecembError as exc:
                 return [exc] * len(items)
-        commit = rnd.busy(role.evaluate_relay_many, items)
+            todo = _refuse_out(rnd, items, results)
+        if not todo:
+            return results
+        commit = rnd.busy(role.evaluate_relay_many, [items[i] for i in todo])
         with self.lock:
             try:
                 self._current(r)
                 outs = rnd.busy(commit)
             except SecembError as exc:
                 return [exc] * len(items)
-            for (user, _), out in zip(items, outs, strict=True):
-                if not isinstance(out, BaseException):
-                    rnd.relayed.add(user)
-        for (user, _), out in zip(items, outs, strict=True):
-            if isinstance(out, RelayTampered):
-                self._relay_tampered(rnd, user, "retrieval keys")
-        return outs
+            tampered: list[int] = []
+            for i, out in zip(todo, outs, strict=True):
+                results[i] = out
+                if isinstance(out, RelayTampered):
+                    tampered.append(items[i][0])
+                elif not isinstance(out, BaseException):
+                    rnd.relayed.add(items[i][0])
+            rnd.tampered.update(tampered)
+        self._relay_tampered(rnd, tampered, "retrieval keys")
+        return results
 
-    def _relay_tampered(self, rnd: Round, user: int, what: str) -> None:
-        """Server 0 forwarded ``user``'s ``what`` altered: the user is left out of round ``rnd``
-        as a dropout (it never counts as uploaded here, so no agreed set holds it), the round's
-        outcome lists it under ``tampered``, and an alarm is raised."""
-        with self.lock:
-            rnd.tampered.add(user)
-        self.raise_alarm("relay_tampered", rnd.round_id, f"server 0 forwarded user {user}'s {what} altered (they "
-                                                         "fail the device's authentication): the user is left out")
+    def _relay_tampered(self, rnd: Round, users: list[int], what: str) -> None:
+        """Server 0 forwarded ``what`` of ``users`` altered (each already in ``rnd.tampered``,
+        under the lock that committed the batch: the user is left out of round ``rnd`` as a
+        dropout -- it never counts as uploaded here, so no agreed set holds it -- and the
+        round's outcome lists it under ``tampered``): an alarm per user."""
+        for user in users:
+            self.raise_alarm("relay_tampered", rnd.round_id, f"server 0 forwarded user {user}'s {what} altered (they "
+                                                             "fail the device's authentication): the user is left out")
 
     def peer_relay_upload(self, r: int, user: int, body: bytes) -> None:
         """Relay: absorb server 0's forwarded correction words for ``user``, batched with
@@ -231,13 +243,7 @@ class FollowerRelay(Node):
                 role = self._relay()
             except SecembError as exc:
                 return [exc] * len(items)
-            todo: list[int] = []
-            for i, (user, _) in enumerate(items):
-                if user in rnd.tampered:
-                    results[i] = RelayTampered(f"round {r}: user {user} is out of the round (its relayed bytes were "
-                                               "altered)")
-                else:
-                    todo.append(i)
+            todo = _refuse_out(rnd, items, results)
             outs = rnd.busy(role.relay_upload_many, [items[i] for i in todo]) if todo else []
             tampered: list[int] = []
             for i, out in zip(todo, outs, strict=True):
@@ -249,9 +255,23 @@ class FollowerRelay(Node):
                     results[i] = out
                 else:
                     rnd.uploaded.add(items[i][0])
+            rnd.tampered.update(tampered)
             before, n = len(rnd.uploaded) - sum(1 for i in todo if results[i] is None), len(rnd.uploaded)
-        for user in tampered:
-            self._relay_tampered(rnd, user, "upload")
+        self._relay_tampered(rnd, tampered, "upload")
         for count in range(before + 1, n + 1):
             faults.hit("upload", count)
         return results
+
+
+def _refuse_out(rnd: Round, items: list[tuple[int, bytes]], results: list[Any]) -> list[int]:
+    """Server 1, relay (under the node's lock): each forward ``(user, body)`` of a user whose
+    relayed bytes were altered before (in ``rnd.tampered``: out of the round) refused in
+    ``results`` with :class:`~secemb.errors.RelayTampered`; the indices of the others."""
+    todo: list[int] = []
+    for i, (user, _) in enumerate(items):
+        if user in rnd.tampered:
+            results[i] = RelayTampered(f"round {rnd.round_id}: user {user} is out of the round (its relayed bytes "
+                                       "were altered)")
+        else:
+            todo.append(i)
+    return todo
