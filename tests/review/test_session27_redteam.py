@@ -35,6 +35,7 @@ from share_records import flip_tag  # noqa: E402
 from test_s23_secagg_complaints import spoil_share_to  # noqa: E402
 from test_s24_strikes import Served, _state, sfsl  # noqa: E402, F401 - sfsl: a fixture
 
+from secemb.errors import InvalidMessage  # noqa: E402
 from secemb.secagg import SecAggAborted, run_round  # noqa: E402
 from secemb.server.exchange_state import DROPOUTS, FOUND, JOURNAL  # noqa: E402
 from secemb.server.persist import CorruptState, Journal, StorageError  # noqa: E402
@@ -96,6 +97,29 @@ def test_a_claiming_device_that_drops_where_it_is_not_counted_aborts_nothing(aft
     and the round nothing."""
     survivors, names = _round(CLAIMED, {4: after}, 2703)
     assert survivors == ([0, 1, 2, 3] if after == 1 else [0, 1, 2, 3, 4]) and names == ()
+
+
+@pytest.mark.parametrize("stage", ["masked", "consistency"])
+def test_a_claiming_device_whose_message_the_server_refuses_is_named_as_a_dropout(stage: str) -> None:
+    """Device 4 claims every row and, in place of dropping, sends a masked input one word short
+    (or a survivor-list signature with one bit flipped): the honest server refuses the message
+    (``InvalidMessage``) and device 4 is out of the stage, as a dropout is -- the round aborts
+    naming device 4, not an honest device, as if it had dropped there."""
+    rows = {u: np.array(r) for u, r in CLAIMED.items()}
+    rnd = Round(rh._cfg(5, 3, length=5), rh._inputs(CLAIMED, 2706), rows=rows)
+    rnd.play(until=stage)
+    server = rnd.server
+    receive, close = ((server.receive_masked, server.survivors_messages) if stage == "masked"
+                      else (server.receive_consistency, server.signatures_messages))
+    kept = rnd.masked if stage == "masked" else rnd.consistency
+    for u in range(4):
+        receive(u, kept[u])
+    bad = kept[4][:-4] if stage == "masked" else kept[4][:-1] + bytes([kept[4][-1] ^ 1])
+    with pytest.raises(InvalidMessage):
+        receive(4, bad)
+    with pytest.raises(SecAggAborted, match="min_row_holders") as aborted:
+        close()
+    assert aborted.value.aborting_dropouts == (4,)
 
 
 def test_an_abort_names_only_devices_that_dropped_or_did_not_sign_and_every_rule_abort_names_one() -> None:
@@ -264,24 +288,28 @@ def test_s27_g3_a_naming_both_of_whose_records_the_disk_refused_is_lost_at_the_r
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "S27-G4 (low): a journal naming, as an aborting dropout, a device outside the round's opened users is "
-    "read and counted, not refused as a corrupt journal"))
+    "S27-G4 (low): a journal naming a device outside the round's opened users (an aborting dropout, or a "
+    "device proven cheating) is read and counted, not refused as a corrupt journal"))
+@pytest.mark.parametrize("field", [DROPOUTS, "proven_bad_shares"])
 @pytest.mark.parametrize("record", [FOUND, "end"])
-def test_s27_g4_a_journal_naming_a_device_outside_the_round_is_corrupt(record: str, tmp_path: Path) -> None:
+def test_s27_g4_a_journal_naming_a_device_outside_the_round_is_corrupt(record: str, field: str,
+                                                                         tmp_path: Path) -> None:
     """Round 1 opened for devices 0-2; a finding record (or its end record) names device 7 an
-    aborting dropout.  The server never writes it (the secure sum names only devices of its U2,
-    all of them the round's: the test above), as it never writes the other records the restart
-    refuses as corrupt (a finding before the opening or after the end, an id twice, a negative
-    id).  The restart counts device 7 (so three such records refuse a device that was never in a
-    round), where the journal's other impossible records stop the start."""
+    aborting dropout (or proven cheating: the strikes' field has the same gap).  The server never
+    writes it (the secure sum names only devices of its U2, all of them the round's: the test
+    above), as it never writes the other records the restart refuses as corrupt (a finding before
+    the opening or after the end, an id twice, a negative id).  The restart counts device 7 (so
+    such records refuse a device that was never in a round), where the journal's other impossible
+    records stop the start."""
     journal = Journal(tmp_path / JOURNAL)
     journal.append({"event": "open", "round_id": 1, "users": [0, 1, 2]})
-    doc = {**_aborted_doc(1, [7]), "users": [0, 1, 2]}
+    doc = {**_aborted_doc(1, []), "users": [0, 1, 2], field: [7]}
     if record == FOUND:
-        journal.append({"event": FOUND, "round_id": 1, "proven_bad_shares": [], DROPOUTS: [7]})
+        journal.append({"event": FOUND, "round_id": 1, "proven_bad_shares": [], field: [7]})
     journal.append({"event": "end", "round_id": 1, "round": doc})
     try:
-        counted = _state(tmp_path).dropouts
+        state = _state(tmp_path)
     except CorruptState:
         return
+    counted = state.dropouts if field == DROPOUTS else state.strikes
     assert counted == {}, f"device 7, never in round 1, is counted: {counted}"
