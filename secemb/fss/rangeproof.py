@@ -156,7 +156,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 
 import numpy as np
 
@@ -192,7 +192,9 @@ _VERIFIER_BLOCK = 64
 @dataclass(frozen=True)
 class RangeParams:
     """Parameters of the range proof: ``rows`` values, each proven in ``[-2^(bits-1), 2^(bits-1))``
-    as a signed value of the ring ``Z_2^ring_bits``.
+    as a signed value of the ring ``Z_2^ring_bits``.  The sizes derived from them (``N``, ``c``,
+    the message lengths, ...) are computed once an instance (``cached_property``: the fields are
+    frozen), since every message check reads several of them.
 
     Raises
     ------
@@ -210,44 +212,44 @@ class RangeParams:
         object.__setattr__(self, "rows", check_int("rows", self.rows, low=1))
         object.__setattr__(self, "bits", check_int("bits", self.bits, low=2, high=self.ring_bits - 2))
 
-    @property
+    @cached_property
     def digits(self) -> int:
         """Base-4 digits a row, ``m = ceil(bits / 2)``."""
         return (self.bits + 1) // 2
 
-    @property
+    @cached_property
     def witness_length(self) -> int:
         """``N = rows * (m + 1)`` field elements: ``m`` digits and the wrap a row."""
         return self.rows * (self.digits + 1)
 
-    @property
+    @cached_property
     def chunk(self) -> int:
         """Products per gadget call ``c``: the least ``c`` that minimizes the proof length ``4c + 8
         ceil(N / c) + 5``, the device's upload (about ``sqrt(2N)``; the verifier message, ``4c + 7``
         words between the servers, grows with it)."""
         return _chunk(self.witness_length)
 
-    @property
+    @cached_property
     def half_calls(self) -> int:
         """Gadget calls per coefficient vector, ``ceil(N / c)``."""
         return -(-self.witness_length // self.chunk)
 
-    @property
+    @cached_property
     def calls(self) -> int:
         """Gadget calls ``M`` (both halves)."""
         return 2 * self.half_calls
 
-    @property
+    @cached_property
     def wires(self) -> int:
         """Gadget inputs ``L = 2c``."""
         return 2 * self.chunk
 
-    @property
+    @cached_property
     def gadget_nodes(self) -> int:
         """Values of the gadget polynomial (degree ``4M + 4``) in the proof: ``4M + 5`` (nodes ``0..4M+4``)."""
         return 4 * self.calls + 5
 
-    @property
+    @cached_property
     def proof_length(self) -> int:
         """Field elements of the proof: ``2L`` wire seeds and the gadget polynomial's values."""
         return 2 * self.wires + self.gadget_nodes
@@ -255,24 +257,29 @@ class RangeParams:
     def message_bytes(self, party: int) -> int:
         """Bytes of the device's message to server ``party`` (0: explicit shares, 1: a seed)."""
         if party == 0:
-            return SEED_BYTES + PART_BYTES + F.ELEMENT_BYTES * (self.witness_length + self.proof_length)
+            return self._explicit_bytes
         if party == 1:
             return SEED_BYTES + PART_BYTES
         raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
 
-    @property
+    @cached_property
+    def _explicit_bytes(self) -> int:
+        """:meth:`message_bytes` of server 0: the seed, the part and the ``N + proof_length`` elements."""
+        return SEED_BYTES + PART_BYTES + F.ELEMENT_BYTES * (self.witness_length + self.proof_length)
+
+    @cached_property
     def opened_length(self) -> int:
         """Field elements at the head of a verifier message: ``2L + 3`` (``z``, then per query point
         the ``L`` wire values and the gadget value)."""
         return 2 * self.wires + 3
 
-    @property
+    @cached_property
     def verifier_length(self) -> int:
         """``uint64`` words of a verifier message: the :attr:`opened_length` field elements and the
         joint randomness used (``4`` words)."""
         return self.opened_length + _JOINT_WORDS
 
-    @property
+    @cached_property
     def verifier_bytes(self) -> int:
         """Bytes of one device's verifier message, 8 per word."""
         return 8 * self.verifier_length
@@ -333,7 +340,7 @@ def _context(context: bytes) -> bytes:
 
 
 def _framed(*items: bytes) -> bytes:
-    return b"".join(len(x).to_bytes(8, "little") + x for x in items)
+    return b"".join([len(x).to_bytes(8, "little") + x for x in items])
 
 
 def _part(party: int, context: bytes, key: bytes, inputs: bytes | np.ndarray) -> bytes:
@@ -766,16 +773,17 @@ def _verify_block(
 ) -> np.ndarray:
     x, proofs = shares.inputs[lo:hi], shares.proofs[lo:hi]
     n = hi - lo
-    joints = np.empty((n, PART_BYTES), dtype=np.uint8)
+    hints = shares.hints[lo:hi].tobytes()
+    jrs = []
     for i in range(n):  # O(1) hash calls a device: the part this server can compute (unless given), then jr
         ctx = bytes(contexts[i])
         own = parts[i] if parts is not None else _part(party, ctx, shares.keys[lo + i].tobytes(),
                                                        x[i] if party == 0 else b"")
-        hint = shares.hints[lo + i].tobytes()
-        joints[i] = np.frombuffer(_joint(ctx, *((own, hint) if party == 0 else (hint, own))), dtype=np.uint8)
-    calls, slots = _coefficients(params, [jr.tobytes() for jr in joints])
+        hint = hints[i * PART_BYTES : (i + 1) * PART_BYTES]
+        jrs.append(_joint(ctx, *((own, hint) if party == 0 else (hint, own))))
+    calls, slots = _coefficients(params, jrs)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
-    msg[:, params.opened_length :] = joints.view("<u8")
+    msg[:, params.opened_length :] = np.frombuffer(b"".join(jrs), dtype="<u8").reshape(n, _JOINT_WORDS)
     if kernels.compiled():  # the same field elements in one compiled pass over the block's devices
         from secemb.fss._rangeproof_kernels import verifier_core
 
