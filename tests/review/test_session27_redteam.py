@@ -122,6 +122,17 @@ def test_a_claiming_device_whose_message_the_server_refuses_is_named_as_a_dropou
     assert aborted.value.aborting_dropouts == (4,)
 
 
+def test_an_honest_device_whose_shares_from_the_attacker_do_not_open_stays_and_is_not_named() -> None:
+    """Device 4 claims every row, spoils its encrypted shares to devices 1 and 2, and drops after
+    its shares: devices 1 and 2 stay in the round (they mask with device 4 as with any peer), and
+    the abort names device 4 alone."""
+    rows = {u: np.array(r) for u, r in CLAIMED.items()}
+    rnd = Round(rh._cfg(5, 3, length=5), rh._inputs(CLAIMED, 2707), rows=rows)
+    with pytest.raises(SecAggAborted, match="MaskedInputCollection.*min_row_holders") as aborted:
+        rnd.play(deal=lambda u, msg: flip_tag(flip_tag(msg, 1, True), 2, True) if u == 4 else msg, dropped=(4,))
+    assert sorted(rnd.masked) == [0, 1, 2, 3] and aborted.value.aborting_dropouts == (4,)
+
+
 def test_an_abort_names_only_devices_that_dropped_or_did_not_sign_and_every_rule_abort_names_one() -> None:
     """60 rounds of five devices (threshold 3) with row sets drawn at random; devices 3 and 4 are
     the attacker's (fewer than the threshold): each signs its own rows or every candidate row, and
