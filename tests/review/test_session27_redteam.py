@@ -11,7 +11,7 @@ helper C's window) is not attacked.
 
 Each attack is a test: one the code defeats is a regression test of the defence; one that
 succeeds is ``xfail(strict=True)`` naming its finding (S27-Gn; its docstring says what the attack
-gets; the report in notes/s27/G gives the severity and a suggested fix).  Expected names are the
+gets and its severity; the red team's report to the lead gives a suggested fix).  Expected names are the
 tests' own (the devices the test made drop, the rows it gave), never the code's.
 """
 
@@ -76,7 +76,8 @@ def test_s27_g1_a_claiming_device_makes_an_honest_drop_abort_and_is_not_named(af
     and is never named, makes every drop of an honest device at those two points count towards
     the honest device's refusal.  What it adds in SFSL's data is little: on taobao-mini (CPP1 and
     CPP2, 10 and 20 devices a round) every device already holds a row with exactly one other
-    device, so its drop there aborts without any attacker (notes/s27/G/g1_exposure.py)."""
+    device, so its drop there aborts without any attacker (the rule's condition over the devices'
+    trained row sets, counted with numpy by the red team)."""
     survivors, names = _round(CLAIMED, {1: after}, 2701)
     assert survivors == [] and names == (1,)  # aborted, the honest device named alone
     assert names != (1,), "the honest device is charged with an abort that the claiming device caused"
