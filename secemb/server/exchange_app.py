@@ -56,9 +56,12 @@ clears the strikes (``POST /v1/admin/exchange/strikes/clear``: ``secemb admin cl
 ``bad_shares`` never strike.  Likewise (session 26, red team F's S26-F1) each device of a round's
 ``aborting_dropouts`` (its dropout aborted the secure sum under ``min_row_holders``: a suspicion,
 not a proof) has one more aborted round, and one whose dropouts aborted
-:data:`~secemb.server.verify.MAX_ABORTS` rounds is refused at the door as above until the same
-clear; ``GET /v1/admin/exchange/dropouts`` is ``{"dropouts": {"device": rounds}, "dropout_limit",
-"refused": [devices]}`` (``secemb admin status``: ``dropouts``).
+:data:`~secemb.server.verify.MAX_ABORTS` of the last :data:`~secemb.server.verify.ABORT_WINDOW`
+rounds the server ran is refused at the door as above until enough of them leave the window (session
+27: a rate, not a count) or the same clear; ``GET /v1/admin/exchange/dropouts`` is ``{"dropouts":
+{"device": rounds in the window}, "dropout_limit", "dropout_window", "refused": [devices],
+"let_in_after": {"device": rounds}}`` (``secemb admin status``: ``dropouts``; ``let_in_after``: how
+many more rounds must end before the window lets a refused device in again).
 
 With ``stage_deadline_s`` (``secemb serve``: no operator drives the stages) the server closes a
 stage itself as soon as every device still in the round has sent its message of it, or, once
@@ -86,7 +89,7 @@ from secemb.server.auth import Forbidden, Principal, Verifier
 from secemb.server.exchange_state import DROPOUTS, ExchangeState
 from secemb.server.gate import Gate, install_error_handlers
 from secemb.server.parsing import ascii_int, json_object
-from secemb.server.verify import MAX_ABORTS, MAX_REJECTIONS
+from secemb.server.verify import ABORT_WINDOW, MAX_ABORTS, MAX_REJECTIONS
 
 __all__ = ["FINDINGS", "StageCloser", "create_exchange_app"]
 
@@ -166,9 +169,10 @@ class StageCloser:
                             f"{self.state.strikes[user]} signed rounds (proven_bad_shares; the limit is "
                             f"{MAX_REJECTIONS}): refused until the operator clears the strikes "
                             "('secemb admin clear-alarms')")
-        raise Forbidden(f"device {user}'s dropouts aborted the secure sum of {self.state.dropouts[user]} rounds "
-                        f"(aborting_dropouts, min_row_holders; the limit is {MAX_ABORTS}): refused until the "
-                        "operator clears it ('secemb admin clear-alarms')")
+        raise Forbidden(f"device {user}'s dropouts aborted the secure sum of {self.state.dropouts[user]} of the "
+                        f"last {ABORT_WINDOW} rounds (aborting_dropouts, min_row_holders; the limit is {MAX_ABORTS}): "
+                        f"refused for {self.state.let_in_after(user)} more round(s), or until the operator clears it "
+                        "('secemb admin clear-alarms')")
 
     def strikes(self) -> dict[str, Any]:
         """The devices' strikes as the operator reads them (``GET /v1/admin/exchange/strikes``):
@@ -180,11 +184,15 @@ class StageCloser:
 
     def dropouts(self) -> dict[str, Any]:
         """The devices' aborting dropouts as the operator reads them (``GET
-        /v1/admin/exchange/dropouts``): ``dropouts`` (device id as a string -> rounds its dropouts
-        aborted), ``dropout_limit`` and ``refused`` (the sorted devices at it); none without a state."""
+        /v1/admin/exchange/dropouts``): ``dropouts`` (device id as a string -> the rounds among the
+        last ``dropout_window`` its dropouts aborted), ``dropout_limit``, ``dropout_window``,
+        ``refused`` (the sorted devices at the limit) and ``let_in_after`` (each of those -> how many
+        more rounds must end before the window lets it in again); none without a state."""
         got = {} if self.state is None else self.state.dropouts
-        return {"dropouts": {str(u): n for u, n in sorted(got.items())}, "dropout_limit": MAX_ABORTS,
-                "refused": sorted(u for u, n in got.items() if n >= MAX_ABORTS)}
+        wait = {u: self.state.let_in_after(u) for u in got} if self.state is not None else {}
+        return {"dropouts": {str(u): n for u, n in got.items()}, "dropout_limit": MAX_ABORTS,
+                "dropout_window": ABORT_WINDOW, "refused": sorted(u for u, n in wait.items() if n > 0),
+                "let_in_after": {str(u): n for u, n in sorted(wait.items()) if n > 0}}
 
     def clear_strikes(self) -> dict[str, Any]:
         """The operator's clear (``POST /v1/admin/exchange/strikes/clear``), of the strikes and the

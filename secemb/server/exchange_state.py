@@ -65,10 +65,15 @@ end record, are records the server never writes: a corrupt journal.
 dropouts"): a round whose secure sum aborted under ``min_row_holders`` names in its
 :data:`DROPOUTS` the devices whose own rows breached the rule (each dropped out, or did not sign
 the survivor list, holding a row then left too few holders: a suspicion, an honest dropout does
-the same, so not a strike).  They are counted like the strikes but apart (:attr:`ExchangeState.dropouts`:
-each device once a round, rebuilt from the end records and finding records after the last clear,
-the finding record written before the end record), and a device whose dropouts aborted
-:data:`~secemb.server.verify.MAX_ABORTS` rounds is refused at the door too, until the same clear.
+the same, so not a strike).  They are counted like the strikes but apart, and as a rate (session
+27): the server numbers the rounds it ran (committed or aborted, in round order; an opening the node
+refused is no round), and :attr:`ExchangeState.dropouts` counts, for each device, the rounds among
+the last :data:`~secemb.server.verify.ABORT_WINDOW` whose dropouts name it (each device once a round,
+rebuilt from the end records and finding records after the last clear, the finding record written
+before the end record; the rounds are numbered from the end records, so a restart numbers them as
+the running server did).  A device at :data:`~secemb.server.verify.MAX_ABORTS` there is refused at the
+door too, until enough of those rounds leave the window (:meth:`ExchangeState.let_in_after`) or the
+same clear.
 
 **Binding** (session 24, helper L): the binding makes the directory its configuration's from
 its first start, not from its first checkpoint only (the checkpoint records the fingerprint
@@ -98,7 +103,7 @@ from secemb.protocols.exchange import DurableExchangeNode, ExchangeServer
 from secemb.server.persist import (
     CorruptState, Journal, StorageError, atomic_write, load_checkpoint, remove_stale_temporaries, save_checkpoint,
 )
-from secemb.server.verify import MAX_ABORTS, MAX_REJECTIONS
+from secemb.server.verify import ABORT_WINDOW, MAX_ABORTS, MAX_REJECTIONS
 
 __all__ = ["DROPOUTS", "ExchangeState", "fingerprint"]
 
@@ -247,18 +252,25 @@ class ExchangeState:
         #: device -> the rounds since the operator last cleared the strikes whose
         #: ``proven_bad_shares`` name it (see the module docstring)
         self.strikes: dict[int, int] = {}
-        #: device -> the rounds since the operator's last clear whose :data:`DROPOUTS` name it
-        #: (see the module docstring)
-        self.dropouts: dict[int, int] = {}
+        #: the rounds this server has run (committed or aborted), the clock of the aborting dropouts'
+        #: window (see the module docstring)
+        self.rounds = 0
+        #: device -> the numbers (:attr:`rounds` when each ended) of the rounds in the window and
+        #: after the operator's last clear whose :data:`DROPOUTS` name it, ascending
+        self._aborts: dict[int, list[int]] = {}
         for rid, doc in sorted(ended.items()):
-            if doc.get("state") != "refused" and (self.last is None or doc["round_id"] > self.last["round_id"]):
+            if doc.get("state") == "refused":
+                continue
+            self.rounds += 1
+            if self.last is None or doc["round_id"] > self.last["round_id"]:
                 self.last = doc
             if rid > cleared_through:  # each device once a round: its end record's names and its findings'
                 where = f"journal {journal.path}: round {rid}"
                 for u in set(_proven(doc, where)) | found.get(rid, set()):
                     self.strikes[u] = self.strikes.get(u, 0) + 1
                 for u in set(_proven(doc, where, DROPOUTS)) | dropped.get(rid, set()):
-                    self.dropouts[u] = self.dropouts.get(u, 0) + 1
+                    self._aborts.setdefault(u, []).append(self.rounds)
+        self._slide()
         if not bound:
             atomic_write(self.dir / BINDING, json.dumps({"format": FORMAT, "fingerprint": fingerprint},
                                                         sort_keys=True).encode() + b"\n")
@@ -374,8 +386,11 @@ class ExchangeState:
         record (the disk refused it, or the checkpoint) still counts them (session 26).  Likewise
         each device of its :data:`DROPOUTS` (the round aborted under ``min_row_holders`` at its
         dropout) has one more aborted round, counted at once, journaled in a finding record
-        before the end record and raised as an alarm (a WARNING, not halting: a suspicion; S26-F1)."""
+        before the end record and raised as an alarm (a WARNING, not halting: a suspicion; S26-F1),
+        and the window of the aborting dropouts moves on by this round (session 27)."""
         self.last = doc
+        self.rounds += 1
+        self._slide()
         known = self._found.pop(doc["round_id"], set())
         proven = set(doc.get("proven_bad_shares", [])) | known
         dropouts = sorted(set(doc.get(DROPOUTS, [])))
@@ -387,11 +402,11 @@ class ExchangeState:
                         "at %d it is refused until the operator clears the strikes)", doc["round_id"], u,
                         self.strikes[u], MAX_REJECTIONS)
         for u in dropouts:
-            self.dropouts[u] = self.dropouts.get(u, 0) + 1
+            self._aborts.setdefault(u, []).append(self.rounds)
             log.warning("ALARM round %s: device %d dropped out holding rows that left too few holders "
-                        "(min_row_holders): the secure sum aborted (%d such round(s); at %d it is refused until the "
-                        "operator clears it: 'secemb admin clear-alarms')", doc["round_id"], u, self.dropouts[u],
-                        MAX_ABORTS)
+                        "(min_row_holders): the secure sum aborted (%d of the last %d rounds; at %d it is refused "
+                        "until they leave the window or the operator clears it: 'secemb admin clear-alarms')",
+                        doc["round_id"], u, len(self._aborts[u]), ABORT_WINDOW, MAX_ABORTS)
         try:
             if doc["state"] == "committed":
                 self._save(doc)
@@ -401,10 +416,32 @@ class ExchangeState:
             self._unsaved = doc if doc["state"] == "committed" else None
             log.error("round %s %s but not recorded: %s", doc["round_id"], doc["state"], exc)
 
+    def _slide(self) -> None:
+        """Forget the aborting dropouts of the rounds that left the window (the last
+        :data:`~secemb.server.verify.ABORT_WINDOW` of the :attr:`rounds`)."""
+        since = self.rounds - ABORT_WINDOW
+        self._aborts = {u: kept for u, got in self._aborts.items() if (kept := [n for n in got if n > since])}
+
+    @property
+    def dropouts(self) -> dict[int, int]:
+        """Device -> the rounds among the last :data:`~secemb.server.verify.ABORT_WINDOW` (after
+        the operator's last clear) whose :data:`DROPOUTS` name it; devices with none are absent."""
+        return {u: len(got) for u, got in sorted(self._aborts.items())}
+
+    def let_in_after(self, user: int) -> int:
+        """How many more rounds must end before the window lets device ``user`` in again: 0 if its
+        aborting dropouts do not refuse it (fewer than :data:`~secemb.server.verify.MAX_ABORTS` in
+        the window), else the rounds until the oldest of its last ``MAX_ABORTS`` leaves it (a
+        refused device is in no round, so nothing it does adds one; the operator's clear lets it in
+        at once)."""
+        got = self._aborts.get(user, [])
+        return 0 if len(got) < MAX_ABORTS else got[-MAX_ABORTS] + ABORT_WINDOW - self.rounds
+
     def refuses(self, user: int) -> bool:
         """Whether device ``user`` has :data:`~secemb.server.verify.MAX_REJECTIONS` strikes, or
-        its dropouts aborted :data:`~secemb.server.verify.MAX_ABORTS` rounds: the door refuses it."""
-        return self.strikes.get(user, 0) >= MAX_REJECTIONS or self.dropouts.get(user, 0) >= MAX_ABORTS
+        its dropouts aborted :data:`~secemb.server.verify.MAX_ABORTS` of the last
+        :data:`~secemb.server.verify.ABORT_WINDOW` rounds: the door refuses it."""
+        return self.strikes.get(user, 0) >= MAX_REJECTIONS or self.let_in_after(user) > 0
 
     def clear_strikes(self) -> dict[int, int]:
         """The operator's clear (``secemb admin clear-alarms``): journal it with the last ended
@@ -420,7 +457,7 @@ class ExchangeState:
                               else int(self.last["round_id"]), "strikes": {str(u): n for u, n in cleared.items()}})
         log.warning("the operator cleared the strikes of %d device(s) and the aborting dropouts of %d",
                     len(cleared), len(self.dropouts))
-        self.strikes, self.dropouts = {}, {}
+        self.strikes, self._aborts = {}, {}
         return cleared
 
     def _save(self, doc: dict[str, Any]) -> None:

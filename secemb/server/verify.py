@@ -16,18 +16,24 @@ from typing import Any
 
 from secemb.errors import InvalidMessage
 
-__all__ = ["DIGEST_HEX", "MAX_ABORTS", "MAX_REJECTIONS", "decode_digests", "encode_digests", "rejected"]
+__all__ = ["ABORT_WINDOW", "DIGEST_HEX", "MAX_ABORTS", "MAX_REJECTIONS", "decode_digests", "encode_digests", "rejected"]
 
 #: hex characters of one digest (SHA-256)
 DIGEST_HEX = 64
 #: a device whose uploads failed verification in this many rounds is refused at the door (403 at
 #: server 0's retrieval) until the operator clears the alarms
 MAX_REJECTIONS = 3
-#: (one server, issue 34, red team F's S26-F1) a device whose dropouts aborted this many secure sums
-#: under ``min_row_holders`` (``aborting_dropouts``: a suspicion, an honest dropout does the same)
-#: is refused at the door until the operator clears it: the same tolerance as the strikes, so one
-#: device costs a deployment at most this many aborted rounds between the operator's clears
-MAX_ABORTS = 3
+#: (one server, issue 34, red team F's S26-F1; session 27: a rate) a device whose dropouts aborted
+#: this many of the last :data:`ABORT_WINDOW` rounds' secure sums under ``min_row_holders``
+#: (``aborting_dropouts``: a suspicion, an honest dropout does the same) is refused at the door until
+#: enough of them leave the window, or the operator clears it.  One device then aborts at most this
+#: many of any ``ABORT_WINDOW + 1`` consecutive rounds (10/51, 19.6 %); an honest device at 5 %
+#: random dropouts (aborting rounds at 2.5 % a round) is refused within 1,000 rounds with
+#: probability below 1e-4 (docs/deployment.md, "Aborting dropouts", the numbers and the choice)
+MAX_ABORTS = 10
+#: the rounds :data:`MAX_ABORTS` counts over: the last this many the one-server server ran (committed
+#: or aborted; an opening the node refused is no round)
+ABORT_WINDOW = 50
 
 
 def encode_digests(digests: dict[int, bytes]) -> dict[str, str]:

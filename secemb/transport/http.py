@@ -217,19 +217,23 @@ class HttpStageAdmin:
     def dropouts(self) -> dict[str, Any]:
         """The devices' aborting dropouts (:meth:`~secemb.server.exchange_app.StageCloser.dropouts`):
         ``dropouts`` (device id as a string -> the secure sums its dropouts aborted under
-        ``min_row_holders``), ``dropout_limit`` and ``refused`` (InvalidMessage naming the server
-        if the answer is not that)."""
-        return self._counts("dropouts", "dropout_limit")
+        ``min_row_holders`` among the last ``dropout_window`` rounds), ``dropout_limit``,
+        ``dropout_window``, ``refused`` and ``let_in_after`` (device id -> the rounds until the window
+        lets it in again; InvalidMessage naming the server if the answer is not that)."""
+        return self._counts("dropouts", "dropout_limit", ints=("dropout_window",), maps=("let_in_after",))
 
-    def _counts(self, name: str, limit: str) -> dict[str, Any]:
-        """``GET /v1/admin/exchange/{name}``, checked: ``name`` (device id -> a positive count),
-        ``limit`` and ``refused``."""
+    def _counts(self, name: str, limit: str, *, ints: tuple[str, ...] = (),
+                maps: tuple[str, ...] = ()) -> dict[str, Any]:
+        """``GET /v1/admin/exchange/{name}``, checked: ``name`` and each of ``maps`` (device id -> a
+        positive count), ``limit`` and each of ``ints`` (an int), ``refused`` (a list)."""
         path = f"/v1/admin/exchange/{name}"
         where = f"the server ({self.api.base_url}{path})"
-        doc = answer_fields(self.api.get_json(path), where, **{name: dict, limit: int, "refused": list})
-        if not all(k.isascii() and k.isdigit() and type(n) is int and n > 0 for k, n in doc[name].items()):
-            raise InvalidMessage(f"{where}: field '{name}': device id -> count expected, got {doc[name]!r:.80}")
-        return {k: doc[k] for k in (name, limit, "refused")}
+        fields = {name: dict, **{m: dict for m in maps}, limit: int, **{i: int for i in ints}, "refused": list}
+        doc = answer_fields(self.api.get_json(path), where, **fields)
+        for m in (name, *maps):
+            if not all(k.isascii() and k.isdigit() and type(n) is int and n > 0 for k, n in doc[m].items()):
+                raise InvalidMessage(f"{where}: field '{m}': device id -> count expected, got {doc[m]!r:.80}")
+        return {k: doc[k] for k in fields}
 
     def clear_strikes(self) -> dict[str, Any]:
         """Forget the devices' strikes (journaled by the server); ``{"cleared": {device id: count}}``

@@ -34,8 +34,9 @@ def test_serve_and_three_clients_run_an_sfsl_round_by_hand(deployment: Path) -> 
         # listening, no round yet, no strikes
         assert admin("status", "--deployment", str(deployment)) == {"server": None, "strikes": {}, "strike_limit": 3,
                                                                     "refused": [], "dropouts": {
-                                                                        "dropouts": {}, "dropout_limit": 3,
-                                                                        "refused": []}}
+                                                                        "dropouts": {}, "dropout_limit": 10,
+                                                                        "dropout_window": 50, "refused": [],
+                                                                        "let_in_after": {}}}
         clients = start_clients(deployment, "--wait", "90")
         opened = admin("open-round", "--deployment", str(deployment), "--participants", "0-2")
         assert opened["round_id"] == 1 and opened["users"] == [0, 1, 2] and opened["stages"][0] == "psu-advertise"

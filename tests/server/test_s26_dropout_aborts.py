@@ -7,8 +7,10 @@ its masked input, before signing (rule 2); the honest server aborts.  The mitiga
 names the devices whose own rows breached the rule (:attr:`SecAggAborted.aborting_dropouts`,
 :attr:`SecAggServer.aborting_dropouts`, the SFSL node's outcome), the one-server server journals
 them with the round's end, counts the rounds each device's dropouts aborted, and refuses a device
-at the door at :data:`~secemb.server.verify.MAX_ABORTS` until the operator clears it.  A
-suspicion, not a proof: an honest device that drops there is counted too.
+at the door at :data:`~secemb.server.verify.MAX_ABORTS` until the operator clears it (session 27:
+at ``MAX_ABORTS`` of the last :data:`~secemb.server.verify.ABORT_WINDOW` rounds, until they leave
+the window or the clear; tests/server/test_s27_dropout_window.py).  A suspicion, not a proof: an
+honest device that drops there is counted too.
 
 Expected names are the tests' own (the device the test made drop, the rows the test gave), never
 the code's.
@@ -29,7 +31,7 @@ from test_s24_strikes import Served, _end, _state, sfsl  # noqa: F401 - sfsl: a 
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, run_round
 from secemb.server.exchange_state import DROPOUTS, FOUND, JOURNAL
 from secemb.server.persist import CorruptState, Journal, StorageError
-from secemb.server.verify import MAX_ABORTS
+from secemb.server.verify import ABORT_WINDOW, MAX_ABORTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "secagg"))
 import test_s26_row_holders as rh  # noqa: E402
@@ -125,63 +127,71 @@ def _dropouts(served: Served) -> dict[str, Any]:
 def test_a_device_whose_dropouts_abort_max_aborts_rounds_is_refused_until_the_operator_clears_it(
         sfsl: Any, tmp_path: Path) -> None:
     """S26-F1 over ``secemb serve``'s app: device 0 claims every row and drops (after its shares,
-    then after its masked input, then after its shares again): three rounds aborted, each naming
-    device 0 (the operator's document, the journal), an honest round between them unaffected; the
-    fourth round the operator opens leaves device 0 out (403 at its requests), commits without it,
-    and a restart keeps the refusal; the operator's clear lets it in again."""
-    assert MAX_ABORTS == 3
+    then after its masked input, alternately): ten rounds aborted (rounds 1-2 and 4-11), each naming
+    device 0 (the operator's document, the journal), an honest round 3 between them unaffected and a
+    restart after it keeping the count; after round 11 its dropouts aborted 10 of the last 50 rounds
+    (session 27: the window; session 26 refused it at 3 in the deployment's life), so round 12
+    leaves it out (403 at its requests, naming the 40 rounds until its round 1 leaves the window
+    after round 51), commits without it (39 left), and a restart keeps the refusal; the operator's
+    clear lets it in again."""
+    assert (MAX_ABORTS, ABORT_WINDOW) == (10, 50)
     served = Served(sfsl, tmp_path)
-    for r, stop in ((1, "sum-masked"), (2, "sum-consistency")):
-        doc = _attack(served, r, stop)
+    attacked = [1, 2, *range(4, 12)]
+    for n, r in enumerate(attacked, 1):
+        if r == 4:
+            served.round(3)  # honest: commits, counts nothing
+            assert served.last()["state"] == "committed" and served.last()[DROPOUTS] == []
+            served.restart()  # the journal keeps the count
+            assert _dropouts(served)["dropouts"] == {"0": 2}
+        doc = _attack(served, r, "sum-masked" if r % 2 else "sum-consistency")
         assert (doc["round_id"], doc["state"], doc[DROPOUTS], doc["proven_bad_shares"]) == (r, "aborted", [0], [])
         assert "min_row_holders" in doc["reason"]
-        device_doc = served.http.call(1, "GET", "/v1/exchange/round").json()
-        assert DROPOUTS not in device_doc
-        assert _dropouts(served) == {"dropouts": {"0": r}, "dropout_limit": 3, "refused": []}
+        if r < 11:
+            assert _dropouts(served) == {"dropouts": {"0": n}, "dropout_limit": 10, "dropout_window": 50,
+                                         "refused": [], "let_in_after": {}}
+    device_doc = served.http.call(1, "GET", "/v1/exchange/round").json()
+    assert DROPOUTS not in device_doc
     assert served.strikes()["strikes"] == {}  # a suspicion, not a strike
-    served.round(3)  # honest: commits, counts nothing
-    assert served.last()["state"] == "committed" and served.last()[DROPOUTS] == []
-    served.restart()  # the journal keeps the count
-    assert _dropouts(served)["dropouts"] == {"0": 2}
-    doc = _attack(served, 4, "sum-masked")
-    assert (doc["state"], doc[DROPOUTS]) == ("aborted", [0])
-    assert _dropouts(served) == {"dropouts": {"0": 3}, "dropout_limit": 3, "refused": [0]}
+    assert _dropouts(served) == {"dropouts": {"0": 10}, "dropout_limit": 10, "dropout_window": 50,
+                                 "refused": [0], "let_in_after": {"0": 40}}
     ends = [r for r in Journal(tmp_path / JOURNAL).records() if r["event"] in ("end", FOUND)]
     assert [(r["event"], r["round_id"], r.get(DROPOUTS), r.get("round", {}).get(DROPOUTS)) for r in ends] == [
-        (FOUND, 1, [0], None), ("end", 1, None, [0]), (FOUND, 2, [0], None), ("end", 2, None, [0]),
-        ("end", 3, None, []), (FOUND, 4, [0], None), ("end", 4, None, [0])]
+        rec for r in range(1, 12) for rec in ([("end", 3, None, [])] if r == 3 else
+                                              [(FOUND, r, [0], None), ("end", r, None, [0])])]
 
-    opened = served.http.open(5, [0, 1, 2, 3])
+    opened = served.http.open(12, [0, 1, 2, 3])
     assert opened["users"] == [1, 2, 3] and opened["refused"] == [0]
-    for method, path, body in [("POST", "/v1/exchange/rounds/5/psu-advertise", b"\x00" * 64),
-                               ("GET", "/v1/exchange/rounds/5/psu-advertise", b"")]:
+    for method, path, body in [("POST", "/v1/exchange/rounds/12/psu-advertise", b"\x00" * 64),
+                               ("GET", "/v1/exchange/rounds/12/psu-advertise", b"")]:
         resp = served.http.call(0, method, path, body)
         assert resp.status_code == 403, (path, resp.status_code, resp.text)
         assert resp.json() == {"error": "forbidden", "detail": (
-            "device 0's dropouts aborted the secure sum of 3 rounds (aborting_dropouts, min_row_holders; the limit "
-            "is 3): refused until the operator clears it ('secemb admin clear-alarms')")}
+            "device 0's dropouts aborted the secure sum of 10 of the last 50 rounds (aborting_dropouts, "
+            "min_row_holders; the limit is 10): refused for 40 more round(s), or until the operator clears it "
+            "('secemb admin clear-alarms')")}
     parties = {u: served.devices[u].party(opened) for u in (1, 2, 3)}  # the others go on without it
     for stage in opened["stages"]:
         for u, party in parties.items():
-            assert served.http.send(u, 5, stage, party.message(stage)) == 204
+            assert served.http.send(u, 12, stage, party.message(stage)) == 204
         if sfsl.plan().replies(stage):
             for u, party in parties.items():
-                answer = served.http.fetch(u, 5, stage)
+                answer = served.http.fetch(u, 12, stage)
                 assert answer is not None
                 party.accept(stage, answer)
     assert served.last()["state"] == "committed"
     for device in (0, 1):  # the operator's endpoint is the operator's
         assert served.http.call(device, "GET", "/v1/admin/exchange/dropouts", b"").status_code == 403
 
-    served.restart()  # still refused after a restart
-    assert _dropouts(served)["refused"] == [0]
-    assert served.http.call(0, "GET", "/v1/exchange/rounds/5/download").status_code == 403
+    served.restart()  # still refused after a restart, one round nearer its return
+    assert _dropouts(served)["let_in_after"] == {"0": 39}
+    assert served.http.call(0, "GET", "/v1/exchange/rounds/12/download").status_code == 403
 
     assert served.admin("POST", "/v1/admin/exchange/strikes/clear") == {"cleared": {}}
-    assert _dropouts(served) == {"dropouts": {}, "dropout_limit": 3, "refused": []}
+    assert _dropouts(served) == {"dropouts": {}, "dropout_limit": 10, "dropout_window": 50, "refused": [],
+                                 "let_in_after": {}}
     served.restart()
     assert _dropouts(served)["dropouts"] == {}
-    assert served.round(6)["users"] == [0, 1, 2] and served.last()["state"] == "committed"
+    assert served.round(13)["users"] == [0, 1, 2] and served.last()["state"] == "committed"
 
 
 # ================================================================== the journal
@@ -213,7 +223,8 @@ def test_an_abort_whose_end_record_the_disk_refused_still_counts_after_a_restart
 def test_the_counts_are_rebuilt_after_the_last_clear_each_device_once_a_round(tmp_path: Path) -> None:
     """Rounds 1-2 name device 0, a clear through round 2, round 3 names 0 and 1 (its finding
     record and its end record, counted once), round 4 device 0: device 0 has 2, device 1 has 1;
-    three rounds after the clear naming device 0 refuse it."""
+    ten rounds after the clear naming device 0 (rounds 3-12, all in the window) refuse it (session
+    27; session 26: three)."""
     journal = Journal(tmp_path / JOURNAL)
     for rec in [_end(1, **{DROPOUTS: [0]}), _end(2, **{DROPOUTS: [0]}),
                 {"event": "strikes_cleared", "through_round": 2, "strikes": {}},
@@ -223,7 +234,10 @@ def test_the_counts_are_rebuilt_after_the_last_clear_each_device_once_a_round(tm
         journal.append(rec)
     state = _state(tmp_path)
     assert state.dropouts == {0: 2, 1: 1} and not state.refuses(0)
-    journal.append(_end(5, **{DROPOUTS: [0]}))
+    for r in range(5, 12):
+        journal.append(_end(r, **{DROPOUTS: [0]}))
+    assert _state(tmp_path).dropouts == {0: 9, 1: 1} and not _state(tmp_path).refuses(0)
+    journal.append(_end(12, **{DROPOUTS: [0]}))
     assert _state(tmp_path).refuses(0) and not _state(tmp_path).refuses(1)
 
 
