@@ -100,15 +100,18 @@ def affine_vector(base: np.ndarray, count: np.ndarray, words: np.ndarray, negate
                   xs: np.ndarray) -> None:  # pragma: no cover - compiled
     """``xs = ((-1)^negate (base + count[:, None] words)).ravel() || tail`` in the ring (modulo
     ``2^k``): ring ``base`` and ``words`` (S, w), integer ``count`` (S,), ring ``tail`` (P,), ring
-    ``xs`` (S w + P,) of the same dtype, uint32 or uint64 (overwritten)."""
+    ``xs`` (S w + P,) of the same dtype, uint32 or uint64 (overwritten).  The affine part is
+    written through a (S, w) view of ``xs``: indexed flat (``a w + e``, a signed sum numba wraps
+    around), the stores were compiled as scatters, about 3 times slower (8.8 against 3.0 us a
+    device of 250 x 65 uint32 words)."""
     slots, width = base.shape
     zero = _word(xs, 0)
+    sparse = xs[: slots * width].reshape(slots, width)
     for a in range(slots):
         c = _word(xs, count[a])
-        at = a * width
         for e in range(width):
             v = base[a, e] + c * words[a, e]
-            xs[at + e] = zero - v if negate else v
-    at = slots * width
+            sparse[a, e] = zero - v if negate else v
+    dense = xs[slots * width :]
     for p in range(tail.shape[0]):
-        xs[at + p] = tail[p]
+        dense[p] = tail[p]
