@@ -6,7 +6,9 @@ layout (cuckoo with relay: the default deployment; full without relay: the paper
 ``R`` alternating pairs of rounds of ``U`` devices at ML-100K size (m = 1,682, m' = 200) or the
 Yelp stand-in's (m = 93,386, m' = 500), w = 65, 32-bit ring,
 through the protocol roles (the servers' work only: retrieval evaluation, uploads, the
-digests and their comparison, both aggregate shares and their reconstruction), and prints one
+digests and their comparison, both aggregate shares and their reconstruction; each kind of
+round has its own two servers, kept from round to round as a deployment keeps its roles, and
+one warm-up round before the measured ones), and prints one
 JSON line per layout: median server seconds per round checked / unchecked, and the bytes a
 device sends per round and the servers exchange per round, both ways.  Timings are ratios
 within one run (the machine may be shared); bytes are exact.  The servers run on the serial
@@ -61,18 +63,37 @@ KINDS = ("unchecked", "checked", "bounded")
 ROLE_PREFIX = "role:"
 
 
-def _round(layout: str, relay: bool, kind: str, users: int, gen: np.random.Generator,
-           size: tuple[int, int], backend: Backend | None = None) -> dict[str, float]:
-    """One round of ``kind`` (:data:`KINDS`) on ``backend`` (serial: ``None``); server seconds
-    (both servers, summed), the devices' proof seconds (``bounded`` only, summed over devices),
-    and bytes (device -> servers per device, server <-> server in total)."""
+class _Servers:
+    """The two servers of one kind of round (:data:`KINDS`), kept from round to round as a
+    deployment keeps its roles (what a role keeps between rounds, its work arrays, is then
+    reused as in a deployment), and the next round's id."""
+
+    def __init__(self, layout: str, relay: bool, kind: str, users: int, backend: Backend | None) -> None:
+        bound = kind == "bounded"
+        self.kind = kind
+        self.proto = SecEmbProtocol(layout=layout, relay=relay, verify=kind != "unchecked", bound=bound,
+                                    users_per_round=users if bound else None, backend=backend)
+        self.s0, self.s1 = self.proto.make_server(0), self.proto.make_server(1)
+        self.round_id = 0
+
+    def next_round(self) -> int:
+        """The id of a new round of these servers (increasing, as the servers require)."""
+        self.round_id += 1
+        return self.round_id
+
+
+def _round(servers: _Servers, users: int, gen: np.random.Generator, size: tuple[int, int]) -> dict[str, float]:
+    """One round of ``servers``' kind (:data:`KINDS`) with ``users`` devices (the servers'
+    ``users_per_round`` with bounded payloads); server seconds (both servers, summed), the
+    devices' proof seconds (``bounded`` only, summed over devices), and bytes (device -> servers
+    per device, server <-> server in total)."""
     m, m_prime = size
-    bound = kind == "bounded"
-    proto = SecEmbProtocol(layout=layout, relay=relay, verify=kind != "unchecked", bound=bound,
-                           users_per_round=users if bound else None, backend=backend)
-    cfg = proto.round_config(1, num_items=m, width=65, dense_size=1, m_prime=m_prime, ring_bits=32)
+    bound = servers.kind == "bounded"
+    proto, s0, s1 = servers.proto, servers.s0, servers.s1
+    relay = proto.relay
+    cfg = proto.round_config(servers.next_round(), num_items=m, width=65, dense_size=1, m_prime=m_prime,
+                             ring_bits=32)
     table = gen.integers(0, 1 << 20, (m, 65)).astype(cfg.dtype)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
     clock = [0.0]
     roles: dict[str, float] = {}
 
@@ -201,13 +222,14 @@ def _measure(users: int, repeats: int, seed: int, size: str, layouts: tuple[str,
         if layout not in layouts:
             continue
         kinds = KINDS if bound else KINDS[:2]
-        for kind in kinds[1:]:
-            _round(layout, relay, kind, 2, gen, SIZES[size], backend)  # warm-up (kernel compilation, caches)
+        servers = {kind: _Servers(layout, relay, kind, users, backend) for kind in kinds}
+        for kind in kinds:
+            _round(servers[kind], users, gen, SIZES[size])  # warm-up (kernel compilation, caches, work arrays)
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
         for i in range(repeats):
             for j in range(len(kinds)):  # each kind first in turn
                 kind = kinds[(i + j) % len(kinds)]
-                runs[kind].append(_round(layout, relay, kind, users, gen, SIZES[size], backend))
+                runs[kind].append(_round(servers[kind], users, gen, SIZES[size]))
         med = {v: _medians(runs[v], roles) for v in runs}
         line: dict[str, Any] = {"size": size, "layout": layout, "relay": relay, "users": users, "repeats": repeats,
                                 "workers": 1 if backend is None else backend.workers}
