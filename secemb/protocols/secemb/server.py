@@ -6,6 +6,7 @@ relay steps (:class:`secemb.protocols.secemb.relay.SecEmbRelayServer`)."""
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -200,6 +201,14 @@ class SecEmbServer(ServerRole):
         self._table: Handle | None = None  # the round's published table
         self._device: DeviceTable | None = None  # the gpu backend's copy of it
         self._spilled = SpilledShares()  # the round's explicit dense shares, on disk until it closes
+        # the close's bucket-form work array, kept between rounds (:meth:`_close_buffer`), and the
+        # lock a close holds while it writes and reads it
+        self._close_work: np.ndarray | None = None
+        self._close_lock = threading.Lock()
+        self._sparse = np.zeros((0, 0), np.uint32)  # the round's running aggregate (begin_round)
+        # the last round's running aggregate, until a batch of this round folds into it (:meth:`_fold_target`)
+        self._spare: np.ndarray | None = None
+        self._spare_lock = threading.Lock()
 
     def begin_round(self, config: RoundConfig, table: np.ndarray) -> None:
         if table.dtype != config.dtype or table.shape != (config.num_items, config.width):
@@ -237,10 +246,17 @@ class SecEmbServer(ServerRole):
         if self._table is not None:
             self.backend.release(self._table)
         self._table = self.backend.publish(evaluated)
+        last = self._sparse
         if isinstance(layout, str):
             self._sparse = np.zeros((config.num_items, config.width), config.dtype)
         else:
             self._sparse = np.zeros((config.num_buckets, layout.bucket_size, config.width), config.dtype)
+        # the last round's running aggregate (the role's own array) is this round's first fold target
+        # where the bucket forms agree (cuckoo layout on the CPU: :meth:`_evaluate_buckets`)
+        keep = (self._device is None and not isinstance(layout, str) and last.shape == self._sparse.shape
+                and last.dtype == config.dtype)
+        with self._spare_lock:
+            self._spare = last if keep else None
         self._dense = np.zeros(config.dense_size, config.dtype)
         self._pending: dict[int, _Pending] = {}
         self._uploaded: set[int] = set()
@@ -318,7 +334,7 @@ class SecEmbServer(ServerRole):
         big_m = cfg.cuckoo().bucket_size
         answers = np.empty((n, slots, cfg.width + tag_words(cfg)), cfg.dtype)
         bits = np.empty((n, slots, big_m), np.uint8)
-        folded = np.empty((slots, big_m, cfg.width), cfg.dtype)
+        folded = self._fold_target((slots, big_m, cfg.width), cfg.dtype)
         values = np.empty((n, slots, CHECK_WORDS), np.uint64)  # with checks, every range writes its own
         key_conv = np.empty((n, slots, cfg.width if sums else 0), cfg.dtype)  # with sums, likewise
         t_count = np.empty((n, slots if sums else 0), np.int64)
@@ -332,6 +348,18 @@ class SecEmbServer(ServerRole):
                 place(result, *v)
         return (list(answers), list(bits), folded, None if check is None else values,
                 [PayloadSums(c, k) for c, k in zip(key_conv, t_count, strict=True)] if sums else None)
+
+    def _fold_target(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An array for a batch's folded part (the walk writes every element of it): the last
+        round's running aggregate where begin_round kept it and it has ``shape`` and ``dtype``,
+        else a new one.  The kept one is handed out once (evaluations run concurrently, outside
+        the server's lock); a fresh one each round would be mapped anew and every page of it
+        faulted in and zeroed by the kernel (as :meth:`_close_buffer`'s)."""
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        if spare is None or spare.shape != shape or spare.dtype != dtype:
+            return np.empty(shape, dtype)
+        return spare
 
     def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys], evaluated: _Evaluated,
                           digests: list[bytes] | None = None) -> list[np.ndarray]:
@@ -563,7 +591,8 @@ class SecEmbServer(ServerRole):
     def _summed(self, users: list[int]) -> np.ndarray:
         """The folded part of the round's batches plus ``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]``
         over absorbed ``users`` (the control-bit part as one batched product), in the layout's
-        form: their aggregate share before silent users are taken out (a new array)."""
+        form: their aggregate share before silent users are taken out (a new array; with users,
+        on the CPU, in the cuckoo layout the role's :meth:`_close_buffer`, overwritten)."""
         cfg = self._cfg()
         got = [self._absorbed[u] for u in users]
         if not got:
@@ -585,14 +614,30 @@ class SecEmbServer(ServerRole):
         return ranges(n, max(1, min(n, self.backend.workers) if self.backend.in_process else 1))
 
     def _add_bits_product(self, bits: list[np.ndarray], cws: list[np.ndarray]) -> np.ndarray:
-        """A copy of the folded part (B, M, w) plus ``(-1)^b`` :func:`~secemb.fss.fused.bits_product`
-        of the users' bits (each (B, M)) and correction words (each (B, w)), in ranges of
-        buckets (:meth:`_spans`)."""
+        """The folded part (B, M, w) plus ``(-1)^b`` :func:`~secemb.fss.fused.bits_product` of
+        the users' bits (each (B, M)) and correction words (each (B, w)), in ranges of buckets
+        (:meth:`_spans`), written over all of :meth:`_close_buffer` (returned; the caller holds
+        ``_close_lock``)."""
         sizes = np.diff(self._cfg().cuckoo().indptr)  # positions past a bucket's size pad it: left as they are
-        out = np.empty(self._sparse.shape, self._sparse.dtype)
+        out = self._close_buffer()
         self._map_spans(bits_task, [(bits, cws, slice(lo, hi), sizes[lo:hi], bool(self.party), self._sparse[lo:hi],
                                       out[lo:hi]) for lo, hi in self._spans(len(sizes))])
         return out
+
+    def _close_buffer(self) -> np.ndarray:
+        """The close's work array for the bucket form (B, M, w) of the aggregate share
+        (:meth:`_add_bits_product` writes every element of it, :meth:`_scatter` reads it; only under
+        ``_close_lock``), kept on the role between rounds and made again only when the round's
+        shape or ring changes.  A fresh one each round would be mapped anew (above glibc's mmap
+        threshold: 78 MiB at the Yelp stand-in's size) and every page of it faulted in and zeroed
+        by the kernel, a cost that varied by an order of magnitude between rounds (docs/results.md,
+        "Verified uploads", session 27)."""
+        shape, dtype = self._sparse.shape, self._sparse.dtype
+        work = self._close_work
+        if work is None or work.shape != shape or work.dtype != dtype:
+            self._close_work = None  # the old one freed before the new one is made
+            work = self._close_work = np.empty(shape, dtype)
+        return work
 
     def _scatter(self, bucket_form: np.ndarray) -> np.ndarray:
         """The layout's scatter of ``bucket_form`` onto items, in ranges of items (:meth:`_spans`;
@@ -992,14 +1037,17 @@ class SecEmbServer(ServerRole):
             return self._closed_cache[1]
         inside = set(users)
         left_out = [u for u in self._absorbed if u not in inside]
-        sparse = self._summed(users)
         silent = [p.keys for p in self._pending.values()] + [self._absorbed[u].keys for u in left_out]
-        if silent:  # their folded part only: no check
-            sparse -= self._evaluate(fss.DPFKeys.concat(silent))[2]
+        with self._close_lock:  # the cuckoo layout's bucket form is the role's _close_buffer until scattered
+            sparse = self._summed(users)
+            if silent:  # their folded part only: no check
+                sparse -= self._evaluate(fss.DPFKeys.concat(silent))[2]
+            if cfg.layout != "full":
+                sparse = self._scatter(sparse)
         dense = self._dense.copy()
         for u in left_out:  # one share in memory at a time
             dense -= self._dense_share(u)
-        closed = (users, sparse if cfg.layout == "full" else self._scatter(sparse), dense)
+        closed = (users, sparse, dense)
         self._closed_cache = (tuple(users), closed)
         return closed
 
