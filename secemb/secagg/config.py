@@ -11,7 +11,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters, ProtocolError, check_int
 
-__all__ = ["SecAggConfig", "SecAggAborted", "default_threshold", "check_rows", "sign"]
+__all__ = ["SecAggConfig", "SecAggAborted", "default_threshold", "check_min_row_holders", "check_rows", "sign"]
 
 _MAX_ID = 0xFFFFFFFE  # 0xFFFFFFFF is the server's sender id
 
@@ -51,6 +51,23 @@ def default_threshold(n: int) -> int:
     if n < 2:
         raise InvalidParameters(f"secure aggregation needs at least 2 clients, got {n}")
     return n // 2 + 1
+
+
+def check_min_row_holders(value: object, threshold: int, clients: int | None = None) -> int:
+    """``value`` as an ``int`` if it is a round's :attr:`SecAggConfig.min_row_holders` under
+    ``threshold``: an int in ``[1, threshold]`` (the rule of every party that sets or checks
+    one: the round's config, SFSL's settings, runs and server).  ``clients``: the round's
+    clients (threshold :func:`default_threshold` of them), named in the message.
+
+    Raises
+    ------
+    InvalidParameters
+        Otherwise: "min_row_holders (at most the threshold of a round of ``clients`` devices)
+        must be an int in [1, ``threshold``], got ``value``" ("at most the round's threshold"
+        without ``clients``).
+    """
+    of = "the round's threshold" if clients is None else f"the threshold of a round of {clients} devices"
+    return check_int(f"min_row_holders (at most {of})", value, low=1, high=threshold)
 
 
 @dataclass(frozen=True)
@@ -134,7 +151,7 @@ class SecAggConfig:
             if c.ndim != 1 or (c.size and (int(c[0]) < 0 or int(c[-1]) >= self.private_rows
                                            or np.any(np.diff(c) <= 0))):
                 raise InvalidParameters(f"candidates must be strictly increasing rows in [0, {self.private_rows})")
-        check_int("min_row_holders", self.min_row_holders, low=1, high=self.threshold)
+        check_min_row_holders(self.min_row_holders, self.threshold)
         if self.min_row_holders > 1 and not (self.sparse and self.signed):
             raise InvalidParameters("min_row_holders above 1 needs a signed sparse round (every peer's signed row set "
                                     "and the consistency round)")

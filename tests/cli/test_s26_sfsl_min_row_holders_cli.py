@@ -62,8 +62,8 @@ def test_train_passes_min_row_holders_to_the_rounds_and_warns_at_1(tmp_path: Pat
 
 
 @pytest.mark.parametrize("args, text", [
-    (["--min-row-holders", "12"], "min_row_holders (at most the threshold of 20 devices a round) must be an int in "
-                                  "[1, 11], got 12"),
+    (["--min-row-holders", "12"], "min_row_holders (at most the threshold of a round of 20 devices) must be an "
+                                  "int in [1, 11], got 12"),
     (["--protocol", "secemb", "--min-row-holders", "2"], "--min-row-holders is an option of --protocol sfsl"),
 ])
 def test_train_refuses_min_row_holders_with_one_line(args: list[str], text: str) -> None:
@@ -91,8 +91,8 @@ def test_admin_init_records_min_row_holders_for_serve_and_client_or_refuses_it(t
     res = _init(tmp_path / "default", "2")
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "default" / "exchange.json").read_text())["options"]["min_row_holders"] == 2
-    assert_usage_error(_init(tmp_path / "three", "3"), "min_row_holders (at most the threshold of 3 devices a round) "
-                                                         "must be an int in [1, 2], got 3")
+    assert_usage_error(_init(tmp_path / "three", "3"), "min_row_holders (at most the threshold of a round of 3 "
+                                                         "devices) must be an int in [1, 2], got 3")
     assert not (tmp_path / "three" / "exchange.json").exists()
 
 

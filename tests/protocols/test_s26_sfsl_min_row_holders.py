@@ -7,6 +7,7 @@ protocol made with 1 warns, naming finding R6."""
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -21,8 +22,13 @@ from secemb.protocols.sfsl.parties import MIN_ROW_HOLDERS, R6_WARNING
 from secemb.protocols.sfsl.protocol import SFSLProtocol
 from secemb.protocols.sfsl.staged import SFSLNode
 from secemb.randomness import CtrDrbg
+from secemb.secagg import SecAggConfig
 
 torch.set_num_threads(1)
+
+
+#: the one message of min_row_holders 3 in a round of 3 devices (threshold 2), wherever it is checked
+_OVER_3 = re.escape("min_row_holders (at most the threshold of a round of 3 devices) must be an int in [1, 2], got 3")
 
 
 def _settings(m: int) -> TrainingSettings:
@@ -68,10 +74,35 @@ def test_settings_and_runs_refuse_min_row_holders_out_of_range(bad: object) -> N
     assert TrainingSettings().min_row_holders == MIN_ROW_HOLDERS == 2
 
 
+def test_every_check_of_min_row_holders_is_one_rule_with_one_message() -> None:
+    """Session 27 (helper D): the settings, a run, a node opening a round and the secure sum's
+    config refuse the same values with the same words; what they accept the others accept."""
+    server, _ = world("CPP1")
+    for m in (0, 3, 4, True, 1.0, "2"):
+        seen = set()
+        for check in (lambda: TrainingSettings(min_row_holders=m).check(3),  # noqa: B023 - called at once
+                      lambda: SFSLRun(clients_per_round=3, settings=TrainingSettings(min_row_holders=m)),  # noqa: B023
+                      lambda: SFSLNode(server, TrainingSettings(min_row_holders=m)).open_round(1, [0, 1, 2])):  # noqa: B023
+            with pytest.raises(InvalidParameters) as exc:
+                check()
+            seen.add(str(exc.value))
+        assert seen == {"min_row_holders (at most the threshold of a round of 3 devices) must be an int in [1, 2], "
+                        f"got {m!r}"}, seen
+        with pytest.raises(InvalidParameters) as exc:
+            SecAggConfig(length=4, threshold=2, sparse=True, signed=True, min_row_holders=m)  # type: ignore[arg-type]
+        assert str(exc.value) == f"min_row_holders (at most the round's threshold) must be an int in [1, 2], got {m!r}"
+    for m in (1, 2):
+        assert TrainingSettings(min_row_holders=m).check(3).min_row_holders == m
+        assert SFSLRun(clients_per_round=3, settings=TrainingSettings(min_row_holders=m)).settings.min_row_holders == m
+        assert SFSLNode(server, TrainingSettings(min_row_holders=m)).open_round(1, [0, 1, 2])["settings"][
+            "min_row_holders"] == m
+        assert SecAggConfig(length=4, threshold=2, sparse=True, signed=True, min_row_holders=m).min_row_holders == m
+
+
 def test_a_node_refuses_to_open_a_round_too_small_for_its_min_row_holders() -> None:
     server, _ = world("CPP1")
     node = SFSLNode(server, TrainingSettings(min_row_holders=3))
-    with pytest.raises(InvalidParameters, match=r"min_row_holders \(a round of 3 devices\) must be an int in \[1, 2\]"):
+    with pytest.raises(InvalidParameters, match=_OVER_3):
         node.open_round(1, [0, 1, 2])
     doc = node.open_round(1, [0, 1, 2, 3, 4])  # threshold 3: refused nothing above
     assert doc["settings"]["min_row_holders"] == 3
@@ -113,7 +144,7 @@ def test_a_device_refuses_a_min_row_holders_above_the_rounds_threshold(clicks) -
     device = _protocol(clicks).make_device(0)
     doc = _protocol(clicks).make_server().node.open_round(1, [0, 1, 2])
     doc["settings"]["min_row_holders"] = 3  # threshold 2 in a round of 3
-    with pytest.raises(InvalidMessage, match=r"min_row_holders must be an int in \[1, 2\], got 3"):
+    with pytest.raises(InvalidMessage, match=_OVER_3):
         device.party(doc)
 
 

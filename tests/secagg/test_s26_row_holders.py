@@ -291,8 +291,10 @@ def test_the_rule_is_in_every_signature_a_device_with_another_setting_is_refused
 @pytest.mark.parametrize("fields, message", [
     ({"sparse": True}, "signed sparse round"),
     ({"signed": True}, "signed sparse round"),
-    ({"sparse": True, "signed": True, "min_row_holders": 4}, r"min_row_holders must be an int in \[1, 3\]"),
-    ({"sparse": True, "signed": True, "min_row_holders": 0}, r"min_row_holders must be an int in \[1, 3\]"),
+    ({"sparse": True, "signed": True, "min_row_holders": 4},
+     r"min_row_holders \(at most the round's threshold\) must be an int in \[1, 3\], got 4"),
+    ({"sparse": True, "signed": True, "min_row_holders": 0},
+     r"min_row_holders \(at most the round's threshold\) must be an int in \[1, 3\], got 0"),
 ])
 def test_the_setting_is_checked(fields: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidParameters, match=message):

@@ -29,7 +29,7 @@ from secemb.privacy.randomized_response import IndexPerturber, RRParams
 from secemb.protocols.sfsl import wire
 from secemb.protocols.sfsl.quantize import dequantize_mean, max_weight, quantize
 from secemb.randomness import RandomBytes, system_rng
-from secemb.secagg import default_threshold
+from secemb.secagg.config import check_min_row_holders, default_threshold
 
 __all__ = ["MIN_ROW_HOLDERS", "R6_WARNING", "RowSpace", "SFSLDevice", "SFSLServer", "TrainingSettings",
            "warn_min_row_holders"]
@@ -125,7 +125,7 @@ class TrainingSettings:
         check_float("bound", self.bound, above=0)
         check_int("levels", self.levels, low=2, high=1 << 31)
         check_int("max_weight", self.max_weight, low=1, high=max_weight(clients, self.levels))
-        check_int("min_row_holders", self.min_row_holders, low=1, high=default_threshold(clients))
+        check_min_row_holders(self.min_row_holders, default_threshold(clients), clients)
         return self
 
 

@@ -30,7 +30,7 @@ from secemb.protocols.sfsl.parties import SFSLDevice, SFSLServer, TrainingSettin
 from secemb.protocols.sfsl.quantize import max_weight
 from secemb.protocols.sfsl.round import RoundReport, sfsl_round
 from secemb.randomness import RandomBytes, system_rng
-from secemb.secagg import default_threshold
+from secemb.secagg.config import check_min_row_holders, default_threshold
 
 __all__ = ["Dropouts", "RoundPlayer", "RunStart", "SFSLResult", "SFSLRun", "round_settings", "start_run", "train_sfsl"]
 
@@ -92,8 +92,8 @@ class SFSLRun:
         if self.clients_per_round < 2:
             raise InvalidParameters(f"clients_per_round must be >= 2 (secure aggregation), "
                                     f"got {self.clients_per_round}")
-        check_int(f"min_row_holders (at most the threshold of {self.clients_per_round} devices a round)",
-                  self.settings.min_row_holders, low=1, high=default_threshold(self.clients_per_round))
+        check_min_row_holders(self.settings.min_row_holders, default_threshold(self.clients_per_round),
+                              self.clients_per_round)
 
 
 @dataclass

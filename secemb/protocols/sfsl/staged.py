@@ -55,6 +55,7 @@ from secemb.randomness import RandomBytes, system_rng
 from secemb.protocols.sfsl.wire import reply_bytes
 from secemb.secagg import SecAggAborted, SecAggClient, SecAggConfig, SecAggServer, default_threshold
 from secemb.secagg.limits import longest_server_message, longest_union_message, within_longest
+from secemb.secagg.config import check_min_row_holders
 from secemb.secagg.identity import Identity, RosterPin
 from secemb.secagg.psu import BloomParams, psu_input, psu_union, read_union, union_message
 
@@ -188,8 +189,7 @@ class SFSLNode:
         if len(ids) != len(users) or len(ids) < 2 or ids[0] < 0:
             raise InvalidParameters(f"a round needs at least 2 distinct non-negative user ids, got {users!r}")
         psu_cfg = psu_config(self.bloom, len(ids), round_id)
-        check_int(f"min_row_holders (a round of {len(ids)} devices)", self.settings.min_row_holders, low=1,
-                  high=psu_cfg.threshold)
+        check_min_row_holders(self.settings.min_row_holders, psu_cfg.threshold, len(ids))
         self._round = _Round(round_id, frozenset(ids), SecAggServer(psu_cfg, pin=self.pin))
         settings = announced_settings(self.settings, self.lr_decay, round_id)
         return {"round_id": round_id, "users": ids, "threshold": psu_cfg.threshold, "stages": list(self.plan.stages),
