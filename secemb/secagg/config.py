@@ -18,18 +18,25 @@ _MAX_ID = 0xFFFFFFFE  # 0xFFFFFFFF is the server's sender id
 
 class SecAggAborted(ProtocolError):
     """Fewer clients than the threshold are left at some stage, or (``min_row_holders``) the
-    dropouts left a row too few holders: the round is over and nothing about the inputs was
-    opened (no partial sum exists).
+    dropouts left a row too few holders, or a secret has too few shares to open: the round is
+    over and nothing about the inputs was opened (no partial sum exists).
 
     Attributes
     ----------
     aborting_dropouts:
-        The sorted clients whose own rows made the round abort under
-        :attr:`SecAggConfig.min_row_holders` (:meth:`~secemb.secagg.server.SecAggServer.survivors_messages`,
-        :meth:`~secemb.secagg.server.SecAggServer.signatures_messages`): each dropped out (or did
-        not sign the survivor list) holding a row the rule then breached.  A suspicion, not a
-        proof: an honest device's dropout does the same (docs/secagg.md, "Rows of few holders").
-        Empty for any other abort.
+        The sorted devices named for the abort (the name is session 26's; the one-server server
+        counts them at its door).  Under :attr:`SecAggConfig.min_row_holders`
+        (:meth:`~secemb.secagg.server.SecAggServer.survivors_messages`,
+        :meth:`~secemb.secagg.server.SecAggServer.signatures_messages`): each client that dropped
+        out (or did not sign the survivor list) holding a row the rule then breached.  At
+        Unmasking (:meth:`~secemb.secagg.server.SecAggServer.result`, session 27): each owner of a
+        secret with fewer than ``threshold`` shares where at least ``threshold`` clients unmasked
+        (holders found lying not counted), so the complaints against it (its encrypted shares
+        did not open for them) alone left it short.  A suspicion, not a proof: an honest
+        device's dropout does the same, and a server that alters ciphertexts, or more than
+        ``|U4| - threshold`` colluding clients complaining falsely, name an honest owner
+        (docs/secagg.md, "Rows of few holders", "Shares that do not open").  Empty for any other
+        abort.
     """
 
     def __init__(self, reason: str, aborting_dropouts: tuple[int, ...] = ()) -> None:

@@ -109,8 +109,9 @@ class SecAggServer:
         #: encrypted shares to it did not open (the sender's fault or a relay's; the server cannot
         #: check the claim, so it is for the operator to read, not proof against anyone)
         self.complaints: dict[int, list[int]] = {}
-        #: the round aborted under ``min_row_holders``: the sorted clients whose own rows breached
-        #: the rule (:attr:`~secemb.secagg.config.SecAggAborted.aborting_dropouts`; a suspicion)
+        #: the sorted clients the abort named (:attr:`~secemb.secagg.config.SecAggAborted.aborting_dropouts`;
+        #: a suspicion): under ``min_row_holders`` those whose own rows breached the rule, at
+        #: Unmasking the owners of secrets the complaints against them left short
         self.aborting_dropouts: list[int] = []
 
     # ------------------------------------------------------------------ helpers
@@ -434,18 +435,39 @@ class SecAggServer:
                      without: str = "") -> dict[tuple[int, ...], list[tuple[int, int]]]:
         """The secrets ``wanted`` grouped by the clients of ``holding`` that sent a share of
         them; the round aborts where one has fewer than ``threshold`` (``without``: why the
-        other clients of U4 are not counted, for the reason)."""
+        other clients of U4 are not counted, for the reason; the reason gives the first such
+        secret).
+
+        Every client of ``holding`` that sent no share of a secret left its owner out of its
+        unmask message, so complains about it (:attr:`complaints`: the owner's encrypted shares
+        to it did not open).  Where ``holding`` has at least ``threshold`` clients, those
+        complaints alone made a short secret short, and the abort names its owner
+        (:attr:`aborting_dropouts`; session 27, finding S27-G2: a device that spoils its shares
+        to more than ``|holding| - threshold`` peers aborted every round it was in, named
+        nowhere).  A suspicion, as a complaint is: honest clients complain only about shares
+        that did not open, spoiled by their sender or by the server relaying them; more than
+        ``|holding| - threshold`` colluding clients can name an honest owner with false
+        complaints (docs/secagg.md, "Shares that do not open").  Every short secret's owner so
+        accounted for is named, not only the first's."""
         t = self.config.threshold
         by_holders: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        short: list[str] = []
+        named: list[int] = []
         for v, which in wanted:
             holders = tuple(h for h in holding if v in self._unmask[h][which])
-            if len(holders) < t:
-                omitted = len(holding) - len(holders)
-                why = (f" (the other {omitted} unmask messages leave it out: those clients say its encrypted shares "
-                       "to them did not open)") if omitted else ""
-                raise self._abort(f"Unmasking: {len(holders)} shares of the {_SECRETS[which]} of client {v}{without}, "
-                                  f"threshold {t}{why}")
-            by_holders.setdefault(holders, []).append((v, which))
+            if len(holders) >= t:
+                by_holders.setdefault(holders, []).append((v, which))
+                continue
+            omitted = len(holding) - len(holders)
+            why = (f" (the other {omitted} unmask messages leave it out: those clients say its encrypted shares "
+                   "to them did not open)") if omitted else ""
+            short.append(f"{len(holders)} shares of the {_SECRETS[which]} of client {v}{without}, threshold {t}{why}")
+            if len(holding) >= t:
+                named.append(v)
+        if short:
+            more = f"; {len(short) - 1} more secret(s) short" if len(short) > 1 else ""
+            blamed = f"; clients {named} named (the complaints against them left their secrets short)" if named else ""
+            raise self._abort(f"Unmasking: {short[0]}{more}{blamed}", named)
         return by_holders
 
     def _open_signed(self, wanted: list[tuple[int, int]], points: shamir.PointSet) -> dict[tuple[int, int], int]:
@@ -613,7 +635,8 @@ class SecAggServer:
         Raises
         ------
         SecAggAborted: fewer than ``threshold`` unmask messages, fewer than ``threshold`` shares
-            of one secret (too many holders left it out, or lied about it), an opened secret that
+            of one secret (too many holders left it out -- where their complaints alone did, its
+            owner is named in :attr:`aborting_dropouts` -- or lied about it), an opened secret that
             fails its check and cannot be mended (signed: its dealer is named first), or
             (unsigned) shares that do not agree where a wrong share cannot be told apart.
         InvalidMessage: (unsigned round) shares that do not agree and are not one client's (more
