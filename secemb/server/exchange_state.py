@@ -44,11 +44,12 @@ checkpoint but refused its end record, gets that record at start, and its strike
 open when the server stopped is recorded as aborted with the names its finding records hold
 (session 25: before, what its signed aggregations had proven was in memory only, and the
 restart forgot it); so is any other opened round without an end record -- one aborted while the
-server ran whose end record the disk refused (logged, not retried).  Such a round may lie before
-the checkpoint's round (a later round committed since; its reason then says so); a committed
-round's missing end record holds up the next opening, so only the checkpoint's own round can
-lack one (session 25 red team, F3: before, only the rounds after the checkpoint's were
-recorded, and such a round's findings were forgotten at the restart).  A device first proven
+server ran whose end record the disk refused, and the server stopped before writing it.  Such a
+round may lie before the checkpoint's round in a journal written before session 27 (an aborted
+round's refused end record was not retried; its reason then says so); a round's missing end record
+holds up the next opening (session 27: an aborted round's too), so only the last round can lack
+one (session 25 red team, F3: before, only the rounds after the checkpoint's were recorded, and
+such a round's findings were forgotten at the restart).  A device first proven
 at the close that ended the round gets a finding record before the round's checkpoint and end
 record (session 26: before, it was named in the end record only, and a restart after the disk
 refused that record, or a committed round's checkpoint, did not strike it).
@@ -59,7 +60,11 @@ before it -- an ``open`` record of the id discards it (before, the end records w
 a refused opening's end was taken for the end of a later opening of the id that was open when
 the server stopped, which was then not recorded aborted, and its id opened again).  An opening
 of an id after its other end record (committed or aborted), and a finding record after a round's
-end record, are records the server never writes: a corrupt journal.
+end record, are records the server never writes: a corrupt journal.  So is a finding or end record
+naming, in ``proven_bad_shares`` or :data:`DROPOUTS`, a device outside the users of the opening
+it belongs to (session 27, red team G's S27-G4: before, such a name was counted, and refused at
+the door a device that was never in the round); the running server drops such a name from a node
+before it counts or journals it (logged as an error; the nodes name only a round's devices).
 
 **Aborting dropouts** (session 26, red team F's S26-F1; docs/deployment.md, "Aborting
 dropouts"): a round whose secure sum aborted under ``min_row_holders`` names in its
@@ -86,6 +91,11 @@ A binding, checkpoint or journal that cannot be read, or that belongs to another
 A checkpoint the disk refuses after a commit (:class:`~secemb.server.persist.StorageError`) is
 retried when the next round opens, which is refused (503) until it is written; should the
 server stop before, that round is aborted at the restart and the model is the one before it.
+Likewise an ended round's end record (session 27, red team G's S27-G3): owed, written before the
+next opening, which is refused (503) until it is; a round thus never opens after one whose
+names the journal would not hold.  Should the server stop before, the restart records the round
+aborted with what its finding records name (the names of a round whose finding record the disk
+refused too, counted by the running server only, are then lost: nothing durable holds them).
 """
 
 from __future__ import annotations
@@ -136,14 +146,24 @@ def _round_id(rec: dict[str, Any], where: str) -> int:
     return check_int(f"{where}: round_id", rec.get("round_id"), low=0, error=CorruptState)
 
 
-def _proven(doc: dict[str, Any], where: str, name: str = "proven_bad_shares") -> list[int]:
+def _user_set(users: Any) -> set[int]:
+    """The device ids of a round's ``users`` as recorded (an opening record's list, or a round
+    document's): its integer entries, none if it is not a list."""
+    if not isinstance(users, list):
+        return set()
+    return {u for u in users if isinstance(u, int) and not isinstance(u, bool)}
+
+
+def _proven(doc: dict[str, Any], where: str, users: Any, name: str = "proven_bad_shares") -> list[int]:
     """The devices an ended round's document (or a finding record) names in its field ``name``:
     ``proven_bad_shares``, or :data:`DROPOUTS` (none if it has no such field: a record written
-    before session 24, resp. 26, a refused round).
+    before session 24, resp. 26, a refused round), each one of the round's ``users`` (its opening
+    record's list; session 27, red team G's S27-G4).
 
     Raises
     ------
-    CorruptState: a value that is not a list of distinct device ids.
+    CorruptState: a value that is not a list of distinct device ids, or one naming a device outside
+        ``users`` (the server names only a round's own devices).
     """
     got = doc.get(name, [])
     if not isinstance(got, list):
@@ -151,6 +171,10 @@ def _proven(doc: dict[str, Any], where: str, name: str = "proven_bad_shares") ->
     ids = [check_int(f"{where}: a device of {name}", u, low=0, error=CorruptState) for u in got]
     if len(set(ids)) != len(ids):
         raise CorruptState(f"{where}: {name} names a device twice: {ids!r:.80}")
+    outside = sorted(set(ids) - _user_set(users))
+    if outside:
+        raise CorruptState(f"{where}: {name} names device(s) {outside!r:.80}, not among the round's users "
+                           f"{users!r:.80}: the server names only the devices a round was opened for")
     return ids
 
 
@@ -179,12 +203,13 @@ class ExchangeState:
         journal = Journal(self.dir / JOURNAL)
         remove_stale_temporaries(self.dir)
         self._journal = journal
-        self._unsaved: dict[str, Any] | None = None
+        #: the ended round whose records the disk refused (:meth:`ended`): written before the next opening
+        self._owed: dict[str, Any] | None = None
         #: the open round's id -> the devices its finding records name (:meth:`found`)
         self._found: dict[int, set[int]] = {}
-        #: the round whose opening this server journaled (:meth:`opening`): the one a finding
-        #: record may name (a restart refuses one of a round no record opened)
-        self._opened: int | None = None
+        #: the round whose opening this server journaled (:meth:`opening`) and its users: the one a
+        #: finding record may be of, the devices it may name (a restart refuses others: S27-G4)
+        self._opened: tuple[int, set[int]] | None = None
         #: the last round's document (committed or aborted), ``None``: no round yet
         self.last: dict[str, Any] | None = self._restore(ck) if ck is not None else None
         ended: dict[int, dict[str, Any]] = {}
@@ -212,8 +237,8 @@ class ExchangeState:
                 if rid in ended:
                     raise CorruptState(f"journal {journal.path}: a finding record of round {rid} after its end record")
                 where = f"journal {journal.path}: the finding of round {rid}"
-                found.setdefault(rid, set()).update(_proven(rec, where))
-                dropped.setdefault(rid, set()).update(_proven(rec, where, DROPOUTS))
+                found.setdefault(rid, set()).update(_proven(rec, where, opened[rid]))
+                dropped.setdefault(rid, set()).update(_proven(rec, where, opened[rid], DROPOUTS))
             elif rec.get("event") == "end" and isinstance(rec.get("round"), dict):
                 if _round_id(rec["round"], f"journal {journal.path}: the document of round {rid}") != rid:
                     raise CorruptState(f"journal {journal.path}: the end record of round {rid} holds a document "
@@ -224,7 +249,7 @@ class ExchangeState:
         committed = -1 if self.last is None else int(self.last["round_id"])
         lost = sorted(r for r, doc in ended.items() if doc.get("state") == "committed" and r > committed)
         if lost:
-            # a committed round's end is journaled only after its checkpoint is written (_save), so the
+            # a committed round's end is journaled only after its checkpoint is written (_record_end), so the
             # checkpoint of round lost[-1] was lost or replaced by an older one: starting would serve an
             # older model under a later round's document (as the two-server server, docs/deployment.md,
             # "A lost checkpoint")
@@ -261,14 +286,18 @@ class ExchangeState:
         for rid, doc in sorted(ended.items()):
             if doc.get("state") == "refused":
                 continue
+            # each device once a round: its end record's names and its findings', all of them its users
+            # (those of the opening it ends; the document's own where the journal holds no opening)
+            where, users = f"journal {journal.path}: round {rid}", opened.get(rid, doc.get("users"))
+            proven = set(_proven(doc, where, users)) | found.get(rid, set())
+            aborting = set(_proven(doc, where, users, DROPOUTS)) | dropped.get(rid, set())
             self.rounds += 1
             if self.last is None or doc["round_id"] > self.last["round_id"]:
                 self.last = doc
-            if rid > cleared_through:  # each device once a round: its end record's names and its findings'
-                where = f"journal {journal.path}: round {rid}"
-                for u in set(_proven(doc, where)) | found.get(rid, set()):
+            if rid > cleared_through:
+                for u in proven:
                     self.strikes[u] = self.strikes.get(u, 0) + 1
-                for u in set(_proven(doc, where, DROPOUTS)) | dropped.get(rid, set()):
+                for u in aborting:
                     self._aborts.setdefault(u, []).append(self.rounds)
         self._slide()
         if not bound:
@@ -325,21 +354,23 @@ class ExchangeState:
         return dict(meta["round"])
 
     def opening(self, round_id: int, users: list[int]) -> None:
-        """Before the node opens round ``round_id``: write a checkpoint still owed, refuse an id
+        """Before the node opens round ``round_id``: write the last round's records still owed (its
+        checkpoint and end record, or an aborted round's end record: :meth:`ended`), refuse an id
         that does not follow the last one, record the opening durably.
 
         Raises
         ------
         ProtocolError: ``round_id`` is not after the last round's.
-        StorageError: the disk refused (nothing opened).
+        StorageError: the disk refused (nothing opened; what is owed stays owed).
         """
-        if self._unsaved is not None:
-            self._save(self._unsaved)
+        if self._owed is not None:
+            self._record_end(self._owed)
+            self._owed = None
         if self.last is not None and round_id <= self.last["round_id"]:
             raise ProtocolError(f"round {round_id} does not follow round {self.last['round_id']} "
                                 "(round ids are never used twice, restarts included)")
         self._journal.append({"event": "open", "round_id": round_id, "users": users})
-        self._opened = round_id
+        self._opened = (round_id, _user_set(users))
 
     def refused(self, round_id: int, reason: str) -> None:
         """The node refused to open round ``round_id``: its id stays free."""
@@ -351,7 +382,10 @@ class ExchangeState:
         cheated (its ``proven_bad_shares`` so far): journal the names (fsync-ed) unless they are
         journaled already, so that a restart that aborts the round still counts them (the
         strikes count when the round ends: :meth:`ended`, or that restart).  A disk that refuses
-        is logged; the next call with the names writes them."""
+        is logged; the next call with the names writes them.  Names outside the round this server
+        opened, or outside its users, are neither journaled nor counted (logged as an error: a
+        restart refuses a journal holding them)."""
+        proven = self._within(round_id, None, proven, "proven_bad_shares")
         known = self._found.get(round_id, set())
         if set(proven) <= known:
             return
@@ -375,10 +409,27 @@ class ExchangeState:
             return False
         return True
 
+    def _within(self, round_id: int, doc_users: Any, names: list[int], field: str) -> list[int]:
+        """``names`` (a round's ``field``, from the node) less the devices that are not round
+        ``round_id``'s users -- those of its opening if this server journaled it, else its
+        document's ``doc_users`` (``None``: none) -- each left out logged as an error: the node
+        names only a round's devices, and a restart refuses a journal naming others (S27-G4)."""
+        users = self._opened[1] if self._opened is not None and self._opened[0] == round_id else _user_set(doc_users)
+        outside = sorted(set(names) - users)
+        if outside:
+            log.error("round %s: the node named devices %s in %s, not among the users this server opened the "
+                      "round for: not counted, not recorded", round_id, outside, field)
+        return [u for u in names if u in users]
+
     def ended(self, doc: dict[str, Any]) -> None:
         """Round ``doc`` (its document with its final ``state``) has ended: a committed one is
         checkpointed (the commit point) before its end is recorded.  A disk that refuses is
-        logged and retried at the next :meth:`opening`.  Each device of its ``proven_bad_shares``
+        logged, and what it refused is owed: written at the next :meth:`opening` (which is refused
+        while the disk refuses), so a restart after that counts what the running server counted
+        (session 27, S27-G3: before, an aborted round's refused end record was not retried, and a
+        name whose finding record the disk had refused too was lost at the restart).  The names of
+        its ``proven_bad_shares`` and :data:`DROPOUTS` outside its users are dropped first (logged
+        as an error: :meth:`_within`).  Each device of its ``proven_bad_shares``
         or of its :meth:`found` records has a strike (once; counted at once, whatever the disk
         does).  Devices its ``proven_bad_shares`` names that no finding record holds yet (first
         proven at the close that ended the round) get one (fsync-ed) before the checkpoint and the
@@ -388,14 +439,17 @@ class ExchangeState:
         dropout) has one more aborted round, counted at once, journaled in a finding record
         before the end record and raised as an alarm (a WARNING, not halting: a suspicion; S26-F1),
         and the window of the aborting dropouts moves on by this round (session 27)."""
+        rid = doc["round_id"]
+        doc = {**doc, **{field: self._within(rid, doc.get("users"), doc[field], field)
+                         for field in ("proven_bad_shares", DROPOUTS) if field in doc}}
         self.last = doc
         self.rounds += 1
         self._slide()
-        known = self._found.pop(doc["round_id"], set())
+        known = self._found.pop(rid, set())
         proven = set(doc.get("proven_bad_shares", [])) | known
         dropouts = sorted(set(doc.get(DROPOUTS, [])))
-        if (proven != known or dropouts) and doc["round_id"] == self._opened:
-            self._record_found(doc["round_id"], sorted(proven), dropouts)
+        if (proven != known or dropouts) and self._opened is not None and rid == self._opened[0]:
+            self._record_found(rid, sorted(proven), dropouts)
         for u in sorted(proven):
             self.strikes[u] = self.strikes.get(u, 0) + 1
             log.warning("round %s: device %d was shown to have cheated in a signed secure aggregation (%d strike(s); "
@@ -408,13 +462,11 @@ class ExchangeState:
                         "until they leave the window or the operator clears it: 'secemb admin clear-alarms')",
                         doc["round_id"], u, len(self._aborts[u]), ABORT_WINDOW, MAX_ABORTS)
         try:
-            if doc["state"] == "committed":
-                self._save(doc)
-            else:
-                self._journal.append({"event": "end", "round_id": doc["round_id"], "round": doc})
+            self._record_end(doc)
         except StorageError as exc:
-            self._unsaved = doc if doc["state"] == "committed" else None
-            log.error("round %s %s but not recorded: %s", doc["round_id"], doc["state"], exc)
+            self._owed = doc
+            log.error("round %s %s but not recorded (owed: written before the next round opens, which is "
+                      "refused until then): %s", doc["round_id"], doc["state"], exc)
 
     def _slide(self) -> None:
         """Forget the aborting dropouts of the rounds that left the window (the last
@@ -460,14 +512,21 @@ class ExchangeState:
         self.strikes, self._aborts = {}, {}
         return cleared
 
-    def _save(self, doc: dict[str, Any]) -> None:
-        node = self.server.node
-        if isinstance(node, DurableExchangeNode):
-            meta, arrays = node.state()
-        else:  # no restore: a restart refuses this checkpoint
-            meta, arrays = {}, {}
-        save_checkpoint(self.dir / CHECKPOINT, {
-            "format": FORMAT, "fingerprint": self.fingerprint, "round": doc, "node": meta,
-            "model_sha256": hashlib.sha256(self.server.model()).hexdigest()}, arrays)
-        self._unsaved = None
+    def _record_end(self, doc: dict[str, Any]) -> None:
+        """Write ended round ``doc``'s records: a committed round's checkpoint (the node's state:
+        the commit point), then its end record (fsync-ed).
+
+        Raises
+        ------
+        StorageError: the disk refused one (a committed round's checkpoint may be written).
+        """
+        if doc["state"] == "committed":
+            node = self.server.node
+            if isinstance(node, DurableExchangeNode):
+                meta, arrays = node.state()
+            else:  # no restore: a restart refuses this checkpoint
+                meta, arrays = {}, {}
+            save_checkpoint(self.dir / CHECKPOINT, {
+                "format": FORMAT, "fingerprint": self.fingerprint, "round": doc, "node": meta,
+                "model_sha256": hashlib.sha256(self.server.model()).hexdigest()}, arrays)
         self._journal.append({"event": "end", "round_id": doc["round_id"], "round": doc})

@@ -600,10 +600,12 @@ def test_a_clear_the_disk_refuses_is_a_503_and_clears_nothing(tmp_path: Path) ->
 
 def test_a_journal_naming_odd_devices_many_times_starts_and_answers(tmp_path: Path) -> None:
     """1,000 rounds naming device 0, one naming a device id beyond any deployment's (2^200): the
-    server starts, counts them, and the operator reads them (200); device 0 is refused."""
+    server starts, counts them, and the operator reads them (200); device 0 is refused.  (Session
+    27, S27-G4: a round names only its users, so round 7's document lists 2^200 among them.)"""
     journal = Journal(tmp_path / JOURNAL)
     for r in range(1, 1001):
-        journal.append(_end(r, proven_bad_shares=[0, 2**200] if r == 7 else [0]))
+        journal.append(_end(r, users=[0, 1, 2, 2**200], proven_bad_shares=[0, 2**200]) if r == 7
+                       else _end(r, proven_bad_shares=[0]))
     state = _durable(tmp_path)
     assert state.strikes == {0: 1000, 2**200: 1}
     http = http_of(state.server.node, num_users=3, state=state)

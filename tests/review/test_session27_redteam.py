@@ -278,16 +278,16 @@ def test_a_clear_after_an_abort_whose_end_record_was_refused_is_kept_by_the_rest
     assert after.dropouts == {} and _state(tmp_path).dropouts == {}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "S27-G3 (low): an aborted round whose finding record and end record the disk both refused loses its "
-    "naming at the restart (the running server counted it)"))
 def test_s27_g3_a_naming_both_of_whose_records_the_disk_refused_is_lost_at_the_restart(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Round 1 aborts naming device 3; the disk refuses both the finding record and the end
-    record (each logged, neither retried: an aborted round owes no checkpoint, so the next opening
-    goes on).  The running server counts device 3 once; the restart records round 1 aborted with
-    nobody named and counts nothing, so the door's decisions change at a restart.  The same holds
-    for a device first proven cheating at the close that ends a round (its strikes)."""
+    record (each logged, neither retried: an aborted round owed no checkpoint, so the next opening
+    went on).  The running server counted device 3 once; the restart recorded round 1 aborted with
+    nobody named and counted nothing, so the door's decisions changed at a restart.  The same held
+    for a device first proven cheating at the close that ends a round (its strikes).  Fixed
+    (session 27, helper I; the name is the finding's): the refused end record is owed and written
+    before the next opening (tests/server/test_s27_journal_owed.py: the strikes, a disk that keeps
+    refusing), so the restart reads device 3's name from it."""
     state = _state(tmp_path)
     state.opening(1, [0, 1, 2, 3])
     with monkeypatch.context() as mp:
@@ -299,9 +299,6 @@ def test_s27_g3_a_naming_both_of_whose_records_the_disk_refused_is_lost_at_the_r
     assert after.dropouts == state.dropouts, "the restart forgot device 3's aborted round"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "S27-G4 (low): a journal naming a device outside the round's opened users (an aborting dropout, or a "
-    "device proven cheating) is read and counted, not refused as a corrupt journal"))
 @pytest.mark.parametrize("field", [DROPOUTS, "proven_bad_shares"])
 @pytest.mark.parametrize("record", [FOUND, "end"])
 def test_s27_g4_a_journal_naming_a_device_outside_the_round_is_corrupt(record: str, field: str,
@@ -312,7 +309,9 @@ def test_s27_g4_a_journal_naming_a_device_outside_the_round_is_corrupt(record: s
     above), as it never writes the other records the restart refuses as corrupt (a finding before
     the opening or after the end, an id twice, a negative id).  The restart counts device 7 (so
     such records refuse a device that was never in a round), where the journal's other impossible
-    records stop the start."""
+    records stop the start.  Fixed (session 27, helper I; the name is the finding's): the restart
+    refuses such a journal as corrupt (tests/server/test_s27_journal_names.py: the message, an end
+    record without an opening, the running server's side)."""
     journal = Journal(tmp_path / JOURNAL)
     journal.append({"event": "open", "round_id": 1, "users": [0, 1, 2]})
     doc = {**_aborted_doc(1, []), "users": [0, 1, 2], field: [7]}
