@@ -17,7 +17,8 @@ from numba.extending import intrinsic
 from secemb.fss._aesni import BLOCKS, expand8, expand8_rows, halftree16, halftree16_rows, mmo_blocks, mmo_ctr
 
 __all__ = [
-    "bgi_corrections", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_gen", "convert_accumulate",
+    "bgi_corrections", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_add", "convert_gen",
+    "convert_accumulate",
     "ring_matmul", "bits_accumulate", "unmask_slots",
     "cuckoo_assign", "check_accumulate", "STEP_BLOCKS",
 ]
@@ -264,6 +265,38 @@ def convert_eval(words, nb, rk, cw, pos0, period, valid, party, out, place, bits
 
 
 @njit(cache=True, nogil=True)
+def convert_add(words, rk, src_at, dst_at, width, negate, blocks, vals):  # noqa: ANN001, ANN201, PLR0913
+    """``dst_i = src_i + Convert(words[i])`` (``-`` with ``negate``) in the ring of ``vals``, for
+    every word: the first ``width`` ring elements of the blocks ``MMO(words[i] ^ (0, j))``, each
+    block added as it is made (no array of the conversions).  words uint64 (N, 2); src_at and
+    dst_at int64 (N,), the addresses of C-contiguous ring arrays of ``width`` elements (``dst_i``
+    may be ``src_i``; no ``dst_i`` overlaps another word's arrays).  Scratch: ``blocks`` uint64
+    (S, 2), ``S`` a multiple of ``BLOCKS``, and ``vals``, the same memory as ring (S 128 / k,)."""
+    n = words.shape[0]
+    per = vals.shape[0] // blocks.shape[0]  # ring elements of a block
+    nb = -(-width // per)
+    step = blocks.shape[0]
+    rkp, bp = np.int64(rk.ctypes.data), np.int64(blocks.ctypes.data)
+    for i in range(n):
+        dst = carray(_at(dst_at[i]), (width,), vals.dtype)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+        if src_at[i] != dst_at[i]:
+            dst[:] = carray(_at(src_at[i]), (width,), vals.dtype)
+        wp = np.int64(words[i].ctypes.data)
+        for j0 in range(0, nb, step):
+            for c in range(0, min(step, nb - j0), BLOCKS):  # whole calls: blocks past nb are dropped
+                mmo_ctr(rkp, wp, j0 + c, bp + 16 * c)
+            lo = j0 * per
+            hi = min(width, lo + step * per)
+            # in-place array expressions: an element loop over these addresses (or a ufunc with an
+            # output, or a copy of src's chunk first) ran scalar, two to three times slower
+            d = dst[lo:hi]
+            if negate:
+                d -= vals[: hi - lo]
+            else:
+                d += vals[: hi - lo]
+
+
+@njit(cache=True, nogil=True)
 def convert_gen(leaf0, leaf1, nb, rk, cw, blocks0, vals0, blocks1, vals1):  # noqa: ANN001, ANN201
     """``cw[i] = (-1)^{t_i} [cw[i] - Convert(leaf0[i]) + Convert(leaf1[i])]`` in ``cw``'s ring
     (the output correction words of SecEmb Algorithm 5, ``cw`` holding the payloads on entry):
@@ -407,31 +440,40 @@ def gen_levels(alphas, s, rk, cw_seed, cw_tl, cw_tr):  # noqa: ANN001, ANN201
 
 @njit(cache=True, nogil=True)
 def ring_matmul(a, b, out, cols):  # noqa: ANN001, ANN201
-    """``out[g] += a[g, :, :c] @ b[g, :c]`` for ``c = cols[g]`` in ``out``'s ring (uint32 or
+    """``out[g] = a[g, :, :c] @ b[g, :c]`` for ``c = cols[g]`` in ``out``'s ring (uint32 or
     uint64 arithmetic wraps): a unsigned (G, K, M) with entries below the ring's modulus, b
-    ring (G, M, D), out ring (G, K, D), cols int64 (G,) at most M.  Four rows of ``a`` share
-    each row of ``b`` read (1.5x the one-row loop)."""
+    ring (G, M, D), out ring (G, K, D) of any strides, overwritten (e.g. the transposed view of
+    a user-major (K, G, D) array: the retrieval's answers, written where they belong), not
+    sharing memory with ``a`` or ``b``; cols int64 (G,) at most M.  Four rows of ``a`` share
+    each row of ``b`` read (1.5x the one-row loop), summed in a small contiguous buffer and
+    written to ``out`` once; row blocks outside, groups inside, so that a user-major
+    destination's rows are written in order (not one row per group ``K`` rows apart)."""
     groups, k, m = a.shape
     d = b.shape[2]
-    for g in range(groups):
-        c = cols[g]
-        i = 0
-        while i + 4 <= k:
-            for j in range(c):
-                x0, x1, x2, x3 = a[g, i, j], a[g, i + 1, j], a[g, i + 2, j], a[g, i + 3, j]
+    acc = np.empty((4, d), out.dtype)
+    for i in range(0, k, 4):
+        rows = min(4, k - i)
+        for g in range(groups):
+            c = cols[g]
+            acc[:] = 0
+            if rows == 4:
+                for j in range(c):
+                    x0, x1, x2, x3 = a[g, i, j], a[g, i + 1, j], a[g, i + 2, j], a[g, i + 3, j]
+                    for e in range(d):
+                        y = b[g, j, e]
+                        acc[0, e] += x0 * y
+                        acc[1, e] += x1 * y
+                        acc[2, e] += x2 * y
+                        acc[3, e] += x3 * y
+            else:
+                for r in range(rows):
+                    for j in range(c):
+                        x = a[g, i + r, j]
+                        for e in range(d):
+                            acc[r, e] += x * b[g, j, e]
+            for r in range(rows):
                 for e in range(d):
-                    y = b[g, j, e]
-                    out[g, i, e] += x0 * y
-                    out[g, i + 1, e] += x1 * y
-                    out[g, i + 2, e] += x2 * y
-                    out[g, i + 3, e] += x3 * y
-            i += 4
-        while i < k:
-            for j in range(c):
-                x = a[g, i, j]
-                for e in range(d):
-                    out[g, i, e] += x * b[g, j, e]
-            i += 1
+                    out[g, i + r, e] = acc[r, e]
 
 
 @intrinsic

@@ -17,7 +17,7 @@ keys, and optionally over each key's positions) are the consumers the servers ru
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -25,7 +25,8 @@ from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 from secemb.fss.prg import CHUNK_BLOCKS, aes_for
 
-__all__ = ["ring_dtype", "convert_chunks", "convert", "kept_leaves", "convert_eval_into", "convert_accumulate"]
+__all__ = ["ring_dtype", "convert_chunks", "convert", "convert_add", "kept_leaves", "convert_eval_into",
+           "convert_accumulate"]
 
 _ONE = np.uint64(1)
 
@@ -103,6 +104,60 @@ def convert(words: np.ndarray, width: int, ring_bits: int, tag: str) -> np.ndarr
     for lo, hi, vals in convert_chunks(flat, width, ring_bits, tag):
         out[lo:hi] = vals
     return out.reshape(words.shape[:-1] + (width,))
+
+
+def convert_add(words: np.ndarray, tag: str, dst: Sequence[np.ndarray], src: Sequence[np.ndarray] | None = None, *,
+                negate: bool = False) -> None:
+    """``dst[i] = src[i] + Convert_tag(words[i])`` in the ring (``-`` with ``negate``), for every
+    word: each array's ``w`` elements (in C order) and the first ``w`` ring elements of the word's
+    conversion.  With the compiled kernels one pass per word adds each AES block as it is made
+    (:func:`secemb.fss._numba_kernels.convert_add`): no array of the conversions is written or read
+    again; the reference converts chunk by chunk (:func:`convert_chunks`) and adds.
+
+    Parameters
+    ----------
+    words: uint64 (N, 2) leaf words (seeds).
+    tag: conversion domain.
+    dst: ``N`` writeable C-contiguous ring arrays (uint32 or uint64, one dtype, ``w`` elements
+        each, any shape), overwritten; none overlapping another's memory.
+    src: ``N`` ring arrays of ``dst``'s dtype and ``w`` elements, any layout (``src[i]`` may be
+        ``dst[i]``, not another ``dst``), or ``None``: ``dst`` itself (added into in place).
+
+    Raises
+    ------
+    InvalidParameters: arrays of other shapes, dtypes or sizes, or a ``dst`` that is not
+        writeable and C-contiguous (the kernel writes it at its address).
+    """
+    dst = list(dst)  # the arrays checked are the arrays whose addresses the kernel gets, held to its end
+    src = dst if src is None else list(src)
+    n = len(dst)
+    dtype = dst[0].dtype if n else np.dtype(np.uint32)
+    width = dst[0].size if n else 0
+    if (words.shape != (n, 2) or words.dtype != np.uint64 or len(src) != n
+            or dtype not in (np.dtype(np.uint32), np.dtype(np.uint64))
+            or any(not isinstance(d, np.ndarray) or d.dtype != dtype or d.size != width or not d.flags.c_contiguous
+                   or not d.flags.writeable for d in dst)
+            or any(not isinstance(x, np.ndarray) or x.dtype != dtype or x.size != width for x in src)):
+        raise InvalidParameters(f"convert_add: words uint64 ({n}, 2) and {n} writeable C-contiguous ring arrays (and "
+                                f"as many sources) of one dtype and size, got words {words.dtype} {words.shape}, "
+                                f"{len(src)} sources")
+    if not n or not width:
+        return
+    ring_bits = 8 * dtype.itemsize
+    if kernels.compiled():
+        from secemb.fss._aesni import BLOCKS, round_keys
+        from secemb.fss._numba_kernels import STEP_BLOCKS, convert_add as kernel
+
+        src = [np.ascontiguousarray(x) for x in src]  # held in this list while the kernel reads them
+        blocks = np.empty((STEP_BLOCKS // BLOCKS * BLOCKS, 2), np.uint64)
+        kernel(np.ascontiguousarray(words), round_keys("convert/" + tag)[0],
+               np.array([x.ctypes.data for x in src], np.int64), np.array([d.ctypes.data for d in dst], np.int64),
+               width, bool(negate), blocks, blocks.reshape(-1).view(dtype))
+        return
+    op = np.subtract if negate else np.add
+    for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
+        for i in range(lo, hi):
+            op(src[i].reshape(-1), vals[i - lo], out=dst[i].reshape(-1))
 
 
 def _fused_scratch(nb: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:

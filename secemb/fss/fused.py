@@ -415,12 +415,13 @@ def retrieve_and_prepare_buckets(
     e = np.empty((buckets, users, big_m), tables.dtype)
     t = _walk(path, b, (retrieval_cw, e.reshape(-1, 1), (buckets, big_m, users * big_m)), conv_sum, retrieval_tag,
               aggregation_tag, live, check, key_conv, None if payload_out is None else payload_out.t_count)
-    product = ring_matmul(e, tables, ring_bits, cols=cols)
+    # the product written where its rows belong, user-major: the transposed view of the answers
+    answers = np.empty(shapes[0], tables.dtype) if out is None else out[0]
+    ring_matmul(e, tables, ring_bits, cols=cols, out=answers.transpose(1, 0, 2))
     conv = conv_sum.reshape(buckets, mp, agg_width)[:, :big_m]
     if out is None:
-        got = product.transpose(1, 0, 2).reshape(k, tables.shape[2]), np.ascontiguousarray(t[:, :big_m]), conv
+        got = answers.reshape(k, tables.shape[2]), np.ascontiguousarray(t[:, :big_m]), conv
     else:
-        out[0][...] = product.transpose(1, 0, 2)
         out[1][...] = t.reshape(users, buckets, mp)[:, :, :big_m]
         if direct is None:
             out[2][...] = conv

@@ -76,9 +76,10 @@ class LimbMatrix:
 
 
 def _compiled_matmul(a: np.ndarray, b: np.ndarray, dtype: type[np.unsignedinteger],
-                     cols: np.ndarray | None) -> np.ndarray | None:
-    """``a @ b`` through the numba kernel, or ``None`` where it does not apply (broadcast
-    batch shapes, signed or mismatched operands)."""
+                     cols: np.ndarray | None, out: np.ndarray | None) -> np.ndarray | None:
+    """``a @ b`` through the numba kernel, written to ``out`` (checked by :func:`ring_matmul`) or
+    a new array, or ``None`` where the kernel does not apply (broadcast batch shapes, signed or
+    mismatched operands)."""
     if a.dtype.kind != "u" or b.dtype != dtype or a.ndim != b.ndim or a.ndim not in (2, 3):
         return None
     if a.ndim == 3 and a.shape[0] != b.shape[0]:
@@ -88,13 +89,14 @@ def _compiled_matmul(a: np.ndarray, b: np.ndarray, dtype: type[np.unsignedintege
     groups = a.shape[0] if a.ndim == 3 else 1
     a3 = np.ascontiguousarray(a).reshape((groups,) + a.shape[-2:])
     b3 = np.ascontiguousarray(b).reshape((groups,) + b.shape[-2:])
-    out = np.zeros((a3.shape[0], a3.shape[1], b3.shape[2]), dtype)
-    kernel(a3, b3, out, np.full(groups, a3.shape[2], np.int64) if cols is None else cols)
-    return out if a.ndim == 3 else out[0]
+    if out is None:
+        out = np.empty(a.shape[:-1] + b.shape[-1:], dtype)
+    kernel(a3, b3, out if a.ndim == 3 else out[None], np.full(groups, a3.shape[2], np.int64) if cols is None else cols)
+    return out
 
 
 def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_bits: int | None = None,
-                cols: np.ndarray | None = None) -> np.ndarray:
+                cols: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """``a @ b`` modulo ``2^ring_bits``, exactly.
 
     Parameters
@@ -107,10 +109,19 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
     cols: optional int (G,) for 3-D operands (G, K, M) and (G, M, D): group ``g`` multiplies
        only its first ``cols[g]`` columns of ``a`` and rows of ``b`` (the others count as
        zero; the compiled kernel skips them).
+    out: optional writeable ring array (..., K, D) of the result's shape and dtype, any strides
+       (e.g. a transposed view of the array the product's rows belong in), not sharing memory
+       with ``a`` or ``b``: the product is written there (by the compiled kernel directly, by
+       the reference through a copy) and ``out`` returned.
 
     Returns
     -------
     ndarray (..., K, D) of uint32 (ring_bits 32) or uint64.
+
+    Raises
+    ------
+    InvalidParameters: unsupported ``ring_bits``, shapes that do not multiply, bad ``cols``, or
+        an ``out`` that is not such an array.
     """
     if ring_bits not in (32, 64):
         raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
@@ -123,10 +134,20 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
         cols = np.asarray(cols, np.int64)
         if a.ndim != 3 or b.ndim != 3 or cols.shape != (a.shape[0],) or np.any((cols < 0) | (cols > a.shape[-1])):
             raise InvalidParameters(f"cols must be ({a.shape[0]},) in [0, {a.shape[-1]}] for 3-D operands")
+    if out is not None:
+        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype or not out.flags.writeable
+                or np.may_share_memory(out, a) or np.may_share_memory(out, b.ring if isinstance(b, LimbMatrix) else b)):
+            raise InvalidParameters(f"out must be a writeable {np.dtype(dtype)} array of shape {shape} sharing no "
+                                    f"memory with the operands, got {getattr(out, 'dtype', None)} "
+                                    f"{getattr(out, 'shape', None)}")
     if kernels.compiled():
-        out = _compiled_matmul(a, b.ring if isinstance(b, LimbMatrix) else b, dtype, cols)
-        if out is not None:
-            return out
+        got = _compiled_matmul(a, b.ring if isinstance(b, LimbMatrix) else b, dtype, cols, out)
+        if got is not None:
+            return got
+    if out is not None:
+        out[...] = ring_matmul(a, b, ring_bits, a_bits=a_bits, cols=cols)
+        return out
     if cols is not None:
         a = a * (np.arange(a.shape[-1]) < cols[:, None])[:, None, :].astype(a.dtype)
     la = -(-(a_bits or ring_bits) // _LIMB)

@@ -31,7 +31,7 @@ import numpy as np
 
 from secemb import fss
 from secemb.errors import InvalidParameters
-from secemb.fss.convert import convert
+from secemb.fss.convert import convert, convert_add
 from secemb.fss.hashing import sha256_many
 from secemb.fss.linalg import LimbMatrix
 from secemb.fss.verify import CHECK_WORDS, LeafCheck, challenges, corrections
@@ -303,29 +303,33 @@ def warm_kernels() -> None:
     types a round passes it: per ring, one tiny retrieval per layout from a read-only table (as
     published), one from a bucket form gathered as a cuckoo round's task gathers it (writeable),
     with the keys' point-function check of verified uploads, one control-bit product of the
-    close and one device's reading of its answers (simulated devices share the process); one
-    payload conversion (relay masks, challenges) and one batch of SHA-256 rows (challenge seeds,
-    row tags, key digests: the kernel reads rows of any layout by address, one signature).  With
-    the numpy reference it only runs that reference."""
+    close, one device's reading of its answers (simulated devices share the process) and one
+    conversion added into arrays (the relay masks); one payload conversion (dense masks,
+    challenges) and one batch of SHA-256 rows (challenge seeds, row tags, key digests: the kernel
+    reads rows of any layout by address, one signature).  With the numpy reference it only runs
+    that reference."""
     from secemb.fss.fused import (RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets,
                                   unmask_slots)
 
-    p0, _, state = fss.gen_path(np.array([1]), 16)
-    checks = corrections(np.array([1]), state.leaf0, state.leaf1)
+    # two users' keys of two buckets: the bucket form's answers are a strided view, as a round's
+    alphas = np.array([1, 2, 3, 4])
+    p0, _, state = fss.gen_path(alphas, 16)
+    checks = corrections(alphas, state.leaf0, state.leaf1)
     for dtype in (np.uint32, np.uint64):
         bits = 8 * np.dtype(dtype).itemsize
-        cw = fss.convert_gen(state, np.ones((1, 1), dtype), ring_bits=bits, tag=RETRIEVAL_TAG)
-        for shape, evaluate in (((16, 1), retrieve_and_prepare), ((1, 16, 1), retrieve_and_prepare_buckets)):
+        cw = fss.convert_gen(state, np.ones((4, 1), dtype), ring_bits=bits, tag=RETRIEVAL_TAG)
+        for shape, evaluate in (((16, 2), retrieve_and_prepare), ((2, 16, 2), retrieve_and_prepare_buckets)):
             table = np.zeros(shape, dtype)
             table.flags.writeable = False  # as published tables are
             evaluate(p0, 0, cw, LimbMatrix(table, bits), 1)
-        gathered = LimbMatrix(table[0], bits).gather(np.arange(16).reshape(1, 16))
-        check = LeafCheck(checks, challenges(np.zeros((1, 2), np.uint64), 16), 1)
-        _, t, _ = retrieve_and_prepare_buckets(p0, 0, cw, gathered, 1, sizes=np.array([16]), check=check)
-        bits_product(t.reshape(1, 1, 16), np.ones((1, 1, 1), dtype))
+        gathered = LimbMatrix(table[0], bits).gather(np.arange(32).reshape(2, 16) % 16)
+        check = LeafCheck(checks, challenges(np.zeros((2, 2), np.uint64), 16), 2)
+        _, t, _ = retrieve_and_prepare_buckets(p0, 0, cw, gathered, 1, sizes=np.array([16, 16]), check=check)
+        bits_product(t.reshape(2, 2, 16), np.ones((2, 2, 1), dtype))
         # two real slots: the suffix's item and row views strided, as a round's are
         unmask_slots(np.zeros((1, 2, 2), dtype), np.ones((1, 2), dtype), np.zeros((1, 2), np.int64),
                      [np.empty((2, 1), dtype)], np.empty((2, 8 + dtype().itemsize), np.uint8), np.empty((2, 1), dtype))
+        convert_add(np.zeros((1, 2), np.uint64), RETRIEVAL_TAG, [np.zeros(3, dtype)])  # the relay masks' additions
     convert(np.zeros((1, 2), np.uint64), CHECK_WORDS, 64, RETRIEVAL_TAG)
     sha256_many(b"", np.zeros((1, 32), np.uint8))
 

@@ -1,6 +1,7 @@
 """Issue 37 (session 25): server 1's relay answers add each user's mask as it is expanded
-(:func:`~secemb.protocols.secemb.relay.relay_masks`, chunk by chunk from the conversion's scratch)
-instead of expanding the batch's masks into one array first.  The masks are
+instead of expanding the batch's masks into one array first (session 27: block by block inside the
+conversion kernel, :func:`~secemb.protocols.secemb.relay.relay_masks_into`; session 25's form took
+them chunk by chunk from the conversion's scratch).  The masks are
 :func:`~secemb.protocols.secemb.relay.relay_prg`'s, also across the conversion's chunk boundaries;
 server 1's relay answer is its answer share plus the mask -- the share taken from the same keys'
 evaluation without relay, where no mask is involved -- whether the evaluation's answers are
@@ -12,11 +13,11 @@ import numpy as np
 import pytest
 
 from secemb.errors import InvalidParameters
-from secemb.fss import convert
+from secemb.fss import _numba_kernels, convert, kernels
 from secemb.framing import HEADER_BYTES
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbRelayServer
-from secemb.protocols.secemb.relay import relay_masks, relay_prg
+from secemb.protocols.secemb.relay import relay_masks_into, relay_prg
 from secemb.protocols.secemb.sizes import tag_words
 from secemb.protocols.secemb.user import SecEmbUser
 from secemb.randomness import CtrDrbg
@@ -28,32 +29,48 @@ _USERS = [2, 5, 11, 17, 23, 28, 29]
 
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Conversion chunks of 8 AES blocks, so that a few seeds' masks span several chunks and a
-    chunk ends inside a batch (the default chunk holds every mask of these tests at once)."""
+    """Conversion chunks of 8 AES blocks (the reference's) and steps of 32 (the compiled kernel's), so
+    that a few seeds' masks span several chunks and a chunk ends inside a batch (the default chunk holds
+    every mask of these tests at once)."""
     monkeypatch.setattr(convert, "CHUNK_BLOCKS", 8)
+    monkeypatch.setattr(_numba_kernels, "STEP_BLOCKS", 32)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
 @pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
-@pytest.mark.parametrize("shape", [(3, 5), (1,), (7,), (2, 2, 3)])
-def test_relay_masks_are_relay_prg_of_each_seed(small_chunks: None, shape: tuple[int, ...],
-                                                dtype: type[np.unsignedinteger]) -> None:
+@pytest.mark.parametrize("shape", [(3, 5), (1,), (7,), (2, 2, 3), (267, 69)])
+def test_relay_masks_into_add_relay_prg_of_each_seed(small_chunks: None, monkeypatch: pytest.MonkeyPatch,
+                                                     backend: str, shape: tuple[int, ...],
+                                                     dtype: type[np.unsignedinteger]) -> None:
+    """Session 27: the masks added (subtracted) as they are expanded (:func:`relay_masks_into`), on both
+    paths, equal the sum (difference) with :func:`relay_prg`'s arrays."""
+    if backend == "numba" and not kernels.available():
+        pytest.skip("numba or AES-NI missing")
+    monkeypatch.setattr(kernels, "BACKEND", backend)
     seeds = [bytes([i]) * 16 for i in range(9)]
-    got = [m.copy() for m in relay_masks(seeds, shape, np.dtype(dtype))]  # each valid until the next
-    assert len(got) == len(seeds)
-    for seed, mask in zip(seeds, got, strict=True):
-        assert mask.dtype == dtype and mask.shape == shape
-        assert np.array_equal(mask, relay_prg(seed, shape, np.dtype(dtype)))
-    assert len({m.tobytes() for m in got}) == len(seeds)  # each seed its own mask
+    gen = np.random.default_rng(len(shape))
+    src = [gen.integers(0, 2**32, shape).astype(dtype) for _ in seeds]
+    masks = [relay_prg(seed, shape, np.dtype(dtype)) for seed in seeds]
+    dst = [np.full(shape, 7, dtype) for _ in seeds]
+    relay_masks_into(seeds, dst, src)
+    assert all(np.array_equal(d, s + m) for d, s, m in zip(dst, src, masks, strict=True))
+    relay_masks_into(seeds, dst, negate=True)  # in place, subtracted
+    assert all(np.array_equal(d, s) for d, s in zip(dst, src, strict=True))
+    assert len({m.tobytes() for m in masks}) == len(seeds)  # each seed its own mask
 
 
-def test_relay_masks_are_read_only_and_refuse_a_bad_seed() -> None:
-    for mask in relay_masks([bytes(16), b"\1" * 16], (4,), np.dtype(np.uint32)):
-        assert not mask.flags.writeable
-        with pytest.raises(ValueError, match="read-only"):
-            mask += np.uint32(1)
+def test_relay_masks_into_refuse_bad_seeds_and_arrays() -> None:
+    good = [np.zeros(4, np.uint32), np.zeros(4, np.uint32)]
     with pytest.raises(InvalidParameters, match="16 bytes"):
-        next(relay_masks([bytes(16), b"short"], (4,), np.dtype(np.uint32)))
-    assert list(relay_masks([], (4,), np.dtype(np.uint32))) == []
+        relay_masks_into([bytes(16), b"short"], good)
+    ro = np.zeros(4, np.uint32)
+    ro.flags.writeable = False
+    for dst in ([good[0], ro], [good[0], np.zeros(5, np.uint32)], [good[0], np.zeros(4, np.uint64)],
+                [good[0], np.zeros((4, 2), np.uint32)[:, 0]]):
+        with pytest.raises(InvalidParameters, match="convert_add"):
+            relay_masks_into([bytes(16), b"\1" * 16], dst)
+    assert all((g == 0).all() for g in good)  # refused before anything is written
+    relay_masks_into([], [])
 
 
 def _server1_answers(relay: bool, read_only: bool, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:

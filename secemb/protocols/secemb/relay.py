@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import cast
@@ -17,7 +17,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
-from secemb.fss.convert import convert, convert_accumulate, convert_chunks
+from secemb.fss.convert import convert, convert_accumulate, convert_add
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
 from secemb.protocols.secemb.bounds import SIGMA_BYTES
 from secemb.protocols.secemb.checks import key_digests
@@ -38,8 +38,8 @@ from secemb.framing import HEADER_BYTES
 from secemb.protocols.wire import Opener, check_user, frame, little, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
-__all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_masks", "relay_prg",
-           "relay_prg_sum", "relay_prgs", "upload_mac"]
+__all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_masks_into",
+           "relay_prg", "relay_prg_sum", "relay_prgs", "upload_mac"]
 
 #: the upload MAC's domain; HMAC-SHA256's tags (before session 22) had ``b"secemb-relay-upload"``,
 #: so neither MAC's tag verifies as the other's
@@ -66,23 +66,21 @@ def relay_prgs(seeds: Sequence[bytes], shape: tuple[int, ...], dtype: np.dtype) 
     return convert(_seed_words(seeds), math.prod(shape), ring_bits, RELAY_TAG).reshape(len(seeds), *shape)
 
 
-def relay_masks(seeds: Sequence[bytes], shape: tuple[int, ...], dtype: np.dtype) -> Iterator[np.ndarray]:
-    """:func:`relay_prg` of each seed in order, expanded in chunks of seeds as they are taken
-    (:func:`~secemb.fss.convert.convert_chunks`): each ring ``shape`` array is a read-only view of
-    this thread's scratch buffer, valid only until the next one is taken -- add it in or copy it
-    first.  A batch's masks consumed as they are made: none held whole, none copied into an array
-    of them (what :func:`relay_prgs` returns).
+def relay_masks_into(seeds: Sequence[bytes], dst: Sequence[np.ndarray], src: Sequence[np.ndarray] | None = None, *,
+                     negate: bool = False) -> None:
+    """``dst[i] = src[i] + relay_prg(seeds[i])`` (``-`` with ``negate``) at the arrays' shape, for
+    every seed (``src`` ``None``: added into ``dst`` in place): each mask added as it is expanded
+    (:func:`~secemb.fss.convert.convert_add`), none held whole, none written into an array of
+    masks (what :func:`relay_prgs` returns).  ``dst``: writeable C-contiguous ring arrays of one
+    dtype and shape, ``src`` arrays of theirs (server 1's relay answers: its shares plus the masks;
+    a device's reconstruction: server 0's reply minus the mask).
 
     Raises
     ------
-    InvalidParameters: a seed is not 16 bytes (when the first mask is taken, before any is made).
+    InvalidParameters: a seed is not 16 bytes, or arrays :func:`~secemb.fss.convert.convert_add`
+        refuses (before anything is written).
     """
-    words = _seed_words(seeds)
-    for _, _, vals in convert_chunks(words, math.prod(shape), 8 * np.dtype(dtype).itemsize, RELAY_TAG):
-        for row in vals:
-            mask = row.reshape(shape)
-            mask.flags.writeable = False
-            yield mask
+    convert_add(_seed_words(seeds), RELAY_TAG, dst, src, negate=negate)
 
 
 def relay_prg_sum(seeds: Sequence[bytes], size: int, dtype: np.dtype) -> np.ndarray:
@@ -418,12 +416,12 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
 
             def masked(batch: list[tuple[np.ndarray, bytes]]) -> list[bytes]:
                 """The relay answers of a range of users: their shares plus their masks, each mask
-                added into the shares (no longer needed; a copy where they are read-only) as it is
-                made (:func:`relay_masks`), then framed."""
-                masks = relay_masks([seed for _, seed in batch], shape, cfg.dtype)
-                return [frame(NAME, "relay_answer", 1, cfg.round_id,
-                              little(np.add(answers, mask, out=answers if answers.flags.writeable else None)))
-                        for (answers, _), mask in zip(batch, masks, strict=True)]
+                added into the shares (no longer needed; a new array where they are read-only or
+                not contiguous) as it is expanded (:func:`relay_masks_into`), then framed."""
+                shares = [a for a, _ in batch]
+                sums = [a if a.flags.writeable and a.flags.c_contiguous else np.empty(shape, cfg.dtype) for a in shares]
+                relay_masks_into([seed for _, seed in batch], sums, shares)
+                return [frame(NAME, "relay_answer", 1, cfg.round_id, little(a)) for a in sums]
 
             replies = self._chunked(masked, [(a, d.mask_seed) for a, d in zip(committed, directs, strict=True)])
             for i, reply in zip(where, replies, strict=True):

@@ -27,7 +27,7 @@ from secemb.protocols.secemb.bounds import (
     upload_vector,
 )
 from secemb.protocols.secemb.checks import key_digests, suffix_tags
-from secemb.protocols.secemb.relay import relay_prgs, upload_mac
+from secemb.protocols.secemb.relay import relay_masks_into, relay_prgs, upload_mac
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_KEY_BYTES,
@@ -366,13 +366,11 @@ class SecEmbUser(UserRole):
             ok = [users[i] for i, _, _ in read]
             # the answers (n, S, width + T) reconstructed user by user from the replies' bytes in
             # place: one pass, no copy of the shares first
-            if first.relay:  # server 1's share is the mask of the user's seed: share 0 - mask
+            answers = np.empty((len(read), *shape), cfg.dtype)
+            if first.relay:  # server 1's share is the mask of the user's seed: share 0 - mask, each mask as made
                 seeds = [cast("tuple[bytes, bytes]", u._seeds)[0] for u in ok]  # drawn by a relay request
-                answers = relay_prgs(seeds, shape, cfg.dtype)  # a fresh array: overwritten below
-                for j, (_, share0, _) in enumerate(read):
-                    np.subtract(share0, answers[j], out=answers[j])
+                relay_masks_into(seeds, list(answers), [share0 for _, share0, _ in read], negate=True)
             else:
-                answers = np.empty((len(read), *shape), cfg.dtype)
                 for j, (_, share0, share1) in enumerate(read):
                     np.add(share0, cast("np.ndarray", share1), out=answers[j])  # both replies without relay
             for (i, _, _), got in zip(read, SecEmbUser._verified(ok, answers), strict=True):
