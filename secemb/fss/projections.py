@@ -256,8 +256,9 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     chunk where its rows are larger), each expanded once, with every device of the chunk's
     seeds.  Each seed's rows are expanded to int8 (a byte an entry) once and multiplied with its
     devices' shares: with the compiled kernels (:func:`secemb.fss.kernels.compiled`) by a numba
-    loop in the ring's own wrapping words, four devices a pass on the same expanded rows
-    (:mod:`secemb.fss._projection_kernels`), without BLAS (whose threads only cost here: a
+    loop in the ring's own wrapping words, four devices a pass on the same expanded rows (on a
+    uint32 ring with AVX2, two rows a pass and ``vpsignd`` for the products:
+    :mod:`secemb.fss._projection_kernels`), without BLAS (whose threads only cost here: a
     device's projections are a thin product); otherwise as one unsigned matmul
     (:func:`project_reference`'s arithmetic).
 
@@ -272,16 +273,16 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     n, length = x.shape
     compiled = kernels.compiled()
     if compiled:
-        from secemb.fss._projection_kernels import ENTRY_WORDS, expand_rows, ternary_products
+        from secemb.fss._projection_kernels import ENTRY_WORDS, expand_rows, products_for
 
-        t = _expanded(rows, length)
+        t, products, x = _expanded(rows, length), products_for(x.dtype), np.ascontiguousarray(x)
     acc = np.empty((n, rows), x.dtype)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
             some = devices[which == s]
             if compiled:
                 expand_rows(stream, s, t, ENTRY_WORDS)
-                ternary_products(t, x, some, acc, some)
+                products(t, x, some, acc, some)
             else:
                 acc[some] = _integer_products(_ternary(stream[s : s + 1], rows, length)[0], x[some])
     return acc
@@ -354,9 +355,9 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 np.negative(sparse, out=sparse)
             x[d, base.size :] = tail
         return project_each(seeds, x, rows)
-    from secemb.fss._projection_kernels import ENTRY_WORDS, TILE, affine_vector, expand_rows, ternary_products
+    from secemb.fss._projection_kernels import ENTRY_WORDS, TILE, affine_vector, expand_rows, products_for
 
-    acc = np.empty((n, rows), dtype)
+    acc, products = np.empty((n, rows), dtype), products_for(dtype)
     xs, t, tile = np.empty((TILE, length), dtype), _expanded(rows, length), np.arange(TILE)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
@@ -367,5 +368,5 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 for k, d in enumerate(to.tolist()):
                     base, count, words, tail = parts[d]
                     affine_vector(base, count, words, bool(negate), tail, xs[k])
-                ternary_products(t, xs, tile[: to.size], acc, to)
+                products(t, xs, tile[: to.size], acc, to)
     return acc
