@@ -295,10 +295,14 @@ class SecEANode:
         """The round's state (``open``, ``committed``, ``aborted``), the silos that got a result
         (``answered``), what the set-up's PSU found (``bad_shares`` and the silos' unverifiable
         ``complaints``: :func:`~secemb.protocols.exchange.secagg_findings`; none in an aggregation
-        round, which has no secure aggregation), the union size and the server's seconds per stage."""
+        round, which has no secure aggregation), ``aborting_dropouts`` (the sorted silos the PSU's
+        abort named: :attr:`~secemb.secagg.server.SecAggServer.aborting_dropouts`, a silo whose
+        secret the complaints against it alone left short; a suspicion, counted by the one-server
+        server: :mod:`secemb.server.exchange_state`), the union size and the server's seconds per stage."""
         rnd = current_round(self._round, round_id)
         return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, "answered": list(rnd.answered),
                 **secagg_findings(rnd.psu),
+                "aborting_dropouts": [] if rnd.psu is None else list(rnd.psu.aborting_dropouts),
                 "union_size": None if self.union is None else int(self.union.size), "server_s": dict(rnd.seconds)}
 
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

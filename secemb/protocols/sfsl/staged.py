@@ -273,12 +273,14 @@ class SFSLNode:
         the sorted devices whose encrypted shares to it did not open, in the PSU or the sum:
         :func:`~secemb.protocols.exchange.secagg_findings`; informative only, docs/deployment.md), union
         size, updated rows and the server's seconds per part (psu, download, sum); ``aborting_dropouts``:
-        the devices whose dropout aborted the secure sum under ``min_row_holders``
-        (:attr:`~secemb.secagg.server.SecAggServer.aborting_dropouts`; a suspicion, counted by the
-        one-server server: :mod:`secemb.server.exchange_state`)."""
+        the sorted devices the PSU's or the sum's abort named
+        (:attr:`~secemb.secagg.server.SecAggServer.aborting_dropouts`: a device whose dropout breached
+        the sum's ``min_row_holders``, or whose secret the complaints against it alone left short;
+        a suspicion, counted by the one-server server: :mod:`secemb.server.exchange_state`)."""
         rnd = current_round(self._round, round_id)
         return {"round_id": round_id, "state": rnd.state, "reason": rnd.reason, **secagg_findings(rnd.psu, rnd.sum),
-                "aborting_dropouts": [] if rnd.sum is None else rnd.sum.aborting_dropouts,  # the sum's min_row_holders
+                "aborting_dropouts": sorted({u for agg in (rnd.psu, rnd.sum) if agg is not None
+                                             for u in agg.aborting_dropouts}),
                 "survivors": rnd.sum.survivors if rnd.state == "committed" and rnd.sum is not None else [],
                 "union_size": None if rnd.union is None else int(rnd.union.size),
                 "updated_rows": rnd.updated_rows, "server_s": dict(rnd.seconds)}
