@@ -54,14 +54,15 @@ clears the strikes (``POST /v1/admin/exchange/strikes/clear``: ``secemb admin cl
 ``GET /v1/admin/exchange/strikes`` is ``{"strikes": {"device": count}, "strike_limit",
 "refused": [devices]}`` (``secemb admin status``).  Complaints and an unsigned aggregation's
 ``bad_shares`` never strike.  Likewise (session 26, red team F's S26-F1) each device of a round's
-``aborting_dropouts`` (its dropout aborted the secure sum under ``min_row_holders``: a suspicion,
-not a proof) has one more aborted round, and one whose dropouts aborted
-:data:`~secemb.server.verify.MAX_ABORTS` of the last :data:`~secemb.server.verify.ABORT_WINDOW`
-rounds the server ran is refused at the door as above until enough of them leave the window (session
-27: a rate, not a count) or the same clear; ``GET /v1/admin/exchange/dropouts`` is ``{"dropouts":
-{"device": rounds in the window}, "dropout_limit", "dropout_window", "refused": [devices],
-"let_in_after": {"device": rounds}}`` (``secemb admin status``: ``dropouts``; ``let_in_after``: how
-many more rounds must end before the window lets a refused device in again).
+``aborting_dropouts`` (named for the round's abort: its dropout breached ``min_row_holders``, or,
+session 27, the complaints against it alone left its secret short; a suspicion, not a proof) has
+one more aborted round, and one named for :data:`~secemb.server.verify.MAX_ABORTS` of the last
+:data:`~secemb.server.verify.ABORT_WINDOW` rounds the server ran is refused at the door as above
+until enough of them leave the window (session 27: a rate, not a count) or the same clear;
+``GET /v1/admin/exchange/dropouts`` is ``{"dropouts": {"device": rounds in the window},
+"dropout_limit", "dropout_window", "refused": [devices], "let_in_after": {"device": rounds}}``
+(``secemb admin status``: ``dropouts``; ``let_in_after``: how many more rounds must end before the
+window lets a refused device in again).
 
 With ``stage_deadline_s`` (``secemb serve``: no operator drives the stages) the server closes a
 stage itself as soon as every device still in the round has sent its message of it, or, once
@@ -169,9 +170,10 @@ class StageCloser:
                             f"{self.state.strikes[user]} signed rounds (proven_bad_shares; the limit is "
                             f"{MAX_REJECTIONS}): refused until the operator clears the strikes "
                             "('secemb admin clear-alarms')")
-        raise Forbidden(f"device {user}'s dropouts aborted the secure sum of {self.state.dropouts[user]} of the "
-                        f"last {ABORT_WINDOW} rounds (aborting_dropouts, min_row_holders; the limit is {MAX_ABORTS}): "
-                        f"refused for {self.state.let_in_after(user)} more round(s), or until the operator clears it "
+        raise Forbidden(f"device {user} was named for the abort of {self.state.dropouts[user]} of the last "
+                        f"{ABORT_WINDOW} rounds (aborting_dropouts: its dropout breached min_row_holders, or the "
+                        f"complaints against it alone left its secret short; the limit is {MAX_ABORTS}): refused for "
+                        f"{self.state.let_in_after(user)} more round(s), or until the operator clears it "
                         "('secemb admin clear-alarms')")
 
     def strikes(self) -> dict[str, Any]:
@@ -185,7 +187,7 @@ class StageCloser:
     def dropouts(self) -> dict[str, Any]:
         """The devices' aborting dropouts as the operator reads them (``GET
         /v1/admin/exchange/dropouts``): ``dropouts`` (device id as a string -> the rounds among the
-        last ``dropout_window`` its dropouts aborted), ``dropout_limit``, ``dropout_window``,
+        last ``dropout_window`` whose aborts named it), ``dropout_limit``, ``dropout_window``,
         ``refused`` (the sorted devices at the limit) and ``let_in_after`` (each of those -> how many
         more rounds must end before the window lets it in again); none without a state."""
         got = {} if self.state is None else self.state.dropouts

@@ -67,18 +67,23 @@ the door a device that was never in the round); the running server drops such a 
 before it counts or journals it (logged as an error; the nodes name only a round's devices).
 
 **Aborting dropouts** (session 26, red team F's S26-F1; docs/deployment.md, "Aborting
-dropouts"): a round whose secure sum aborted under ``min_row_holders`` names in its
-:data:`DROPOUTS` the devices whose own rows breached the rule (each dropped out, or did not sign
-the survivor list, holding a row then left too few holders: a suspicion, an honest dropout does
-the same, so not a strike).  They are counted like the strikes but apart, and as a rate (session
-27): the server numbers the rounds it ran (committed or aborted, in round order; an opening the node
-refused is no round), and :attr:`ExchangeState.dropouts` counts, for each device, the rounds among
-the last :data:`~secemb.server.verify.ABORT_WINDOW` whose dropouts name it (each device once a round,
-rebuilt from the end records and finding records after the last clear, the finding record written
-before the end record; the rounds are numbered from the end records, so a restart numbers them as
-the running server did).  A device at :data:`~secemb.server.verify.MAX_ABORTS` there is refused at the
-door too, until enough of those rounds leave the window (:meth:`ExchangeState.let_in_after`) or the
-same clear.
+dropouts"): an aborted round names in its :data:`DROPOUTS` the devices its secure aggregations
+named for the abort: under ``min_row_holders`` the devices whose own rows breached the rule (each
+dropped out, or did not sign the survivor list, holding a row then left too few holders), and
+(session 27, red team G's S27-G2) a device whose secret the complaints against it alone left
+short at Unmasking -- in SFSL's PSU or secure sum, or SecEA's set-up.  A suspicion, not a proof
+(an honest dropout does the same, and colluding devices can complain an honest device's secret
+short: docs/security.md), so not a strike.  They are counted like the strikes but apart, and as
+a rate (session 27): the server numbers the rounds it ran (committed or aborted, in round order;
+an opening the node refused is no round), and :attr:`ExchangeState.dropouts` counts, for each
+device, the rounds among the last :data:`~secemb.server.verify.ABORT_WINDOW` that name it (each
+device once a round, rebuilt from the end records and finding records after the last clear, the
+finding record written before the end record; the rounds are numbered from the end records, so a
+restart numbers them as the running server did).  A device at
+:data:`~secemb.server.verify.MAX_ABORTS` there is refused at the door too, until enough of those
+rounds leave the window (:meth:`ExchangeState.let_in_after`) or the same clear (a SecEA silo
+refused before its set-up has committed: the clear only, as the node refuses a set-up without
+every silo and such an opening is no round).
 
 **Binding** (session 24, helper L): the binding makes the directory its configuration's from
 its first start, not from its first checkpoint only (the checkpoint records the fingerprint
@@ -125,8 +130,9 @@ BINDING = "binding.json"
 STRIKES_CLEARED = "strikes_cleared"
 #: the journal's record of what an open round's signed secure aggregations have proven so far
 FOUND = "found"
-#: the field of a round's end document (and of its finding record) naming the devices whose dropout
-#: aborted its secure sum under ``min_row_holders`` (a suspicion: see the module docstring)
+#: the field of a round's end document (and of its finding record) naming the devices named for its
+#: abort: a dropout that breached ``min_row_holders``, or a secret the complaints against its owner
+#: alone left short (a suspicion: see the module docstring)
 DROPOUTS = "aborting_dropouts"
 _RESTART = "open when the server stopped: aborted at the restart"
 #: the reason recorded for an opened round without an end record before the checkpoint's round
@@ -435,8 +441,9 @@ class ExchangeState:
         proven at the close that ended the round) get one (fsync-ed) before the checkpoint and the
         end record, if this server journaled the round's opening: a restart that finds no end
         record (the disk refused it, or the checkpoint) still counts them (session 26).  Likewise
-        each device of its :data:`DROPOUTS` (the round aborted under ``min_row_holders`` at its
-        dropout) has one more aborted round, counted at once, journaled in a finding record
+        each device of its :data:`DROPOUTS` (named for the round's abort: its dropout breached
+        ``min_row_holders``, or the complaints against it alone left its secret short) has one more
+        aborted round, counted at once, journaled in a finding record
         before the end record and raised as an alarm (a WARNING, not halting: a suspicion; S26-F1),
         and the window of the aborting dropouts moves on by this round (session 27)."""
         rid = doc["round_id"]
@@ -457,9 +464,10 @@ class ExchangeState:
                         self.strikes[u], MAX_REJECTIONS)
         for u in dropouts:
             self._aborts.setdefault(u, []).append(self.rounds)
-            log.warning("ALARM round %s: device %d dropped out holding rows that left too few holders "
-                        "(min_row_holders): the secure sum aborted (%d of the last %d rounds; at %d it is refused "
-                        "until they leave the window or the operator clears it: 'secemb admin clear-alarms')",
+            log.warning("ALARM round %s: device %d was named for the abort (aborting_dropouts: its dropout "
+                        "breached min_row_holders, or the complaints against it alone left its secret short; the "
+                        "round's reason says which): %d of the last %d rounds; at %d it is refused until they "
+                        "leave the window or the operator clears it: 'secemb admin clear-alarms'",
                         doc["round_id"], u, len(self._aborts[u]), ABORT_WINDOW, MAX_ABORTS)
         try:
             self._record_end(doc)

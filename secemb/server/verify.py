@@ -23,10 +23,11 @@ DIGEST_HEX = 64
 #: a device whose uploads failed verification in this many rounds is refused at the door (403 at
 #: server 0's retrieval) until the operator clears the alarms
 MAX_REJECTIONS = 3
-#: (one server, issue 34, red team F's S26-F1; session 27: a rate) a device whose dropouts aborted
-#: this many of the last :data:`ABORT_WINDOW` rounds' secure sums under ``min_row_holders``
-#: (``aborting_dropouts``: a suspicion, an honest dropout does the same) is refused at the door until
-#: enough of them leave the window, or the operator clears it.  One device then aborts at most this
+#: (one server, issue 34, red team F's S26-F1; session 27: a rate) a device named for the abort of
+#: this many of the last :data:`ABORT_WINDOW` rounds (``aborting_dropouts``: its dropout breached
+#: ``min_row_holders``, or, red team G's S27-G2, the complaints against it alone left its secret short
+#: at Unmasking; a suspicion, an honest dropout does the same) is refused at the door until enough of
+#: them leave the window, or the operator clears it.  One device then aborts at most this
 #: many of any ``ABORT_WINDOW + 1`` consecutive rounds (10/51, 19.6 %); an honest device at 5 %
 #: random dropouts (aborting rounds at 2.5 % a round) is refused within 1,000 rounds with
 #: probability below 1e-4 (docs/deployment.md, "Aborting dropouts", the numbers and the choice)

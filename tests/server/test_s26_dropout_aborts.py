@@ -166,9 +166,9 @@ def test_a_device_whose_dropouts_abort_max_aborts_rounds_is_refused_until_the_op
         resp = served.http.call(0, method, path, body)
         assert resp.status_code == 403, (path, resp.status_code, resp.text)
         assert resp.json() == {"error": "forbidden", "detail": (
-            "device 0's dropouts aborted the secure sum of 10 of the last 50 rounds (aborting_dropouts, "
-            "min_row_holders; the limit is 10): refused for 40 more round(s), or until the operator clears it "
-            "('secemb admin clear-alarms')")}
+            "device 0 was named for the abort of 10 of the last 50 rounds (aborting_dropouts: its dropout "
+            "breached min_row_holders, or the complaints against it alone left its secret short; the limit is "
+            "10): refused for 40 more round(s), or until the operator clears it ('secemb admin clear-alarms')")}
     parties = {u: served.devices[u].party(opened) for u in (1, 2, 3)}  # the others go on without it
     for stage in opened["stages"]:
         for u, party in parties.items():
