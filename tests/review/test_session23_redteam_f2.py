@@ -482,12 +482,17 @@ def test_e2_fixed_a_signed_dealer_dealing_a_bad_share_with_no_spare_aborts_the_r
 
 def test_finding_e3_colluders_omitting_an_honest_seed_are_complaints_against_it_and_can_abort() -> None:
     """E3: five clients, threshold 3; clients 3 and 4 leave honest client 0's seed out of their
-    unmask messages (its shares opened for them).  Recorded as complaints against client 0; then
-    with client 2 silent too, 2 holders are left and the round aborts naming client 0's seed.
-    Before the fix the colluders could abort the round by staying silent (a reason naming nobody);
-    now the record points at an honest client.  Nothing acts on a complaint (SFSL's outcome and
-    ``secemb admin status`` show it to the operator: docs/deployment.md); the reason says only
-    what the omitting clients claim."""
+    unmask messages (its shares opened for them).  Recorded as complaints against client 0, which
+    act on nothing while its seed still opens (SFSL's outcome and ``secemb admin status`` show them
+    to the operator: docs/deployment.md); then with client 2 silent too, 2 holders are left and the
+    round aborts naming client 0's seed.  Before the fix the colluders could abort the round by
+    staying silent (a reason naming nobody); now the record points at an honest client.  And since
+    session 27 (red team G's S27-G2, helper H) that abort names client 0 in ``aborting_dropouts``,
+    which the one-server door counts: the complaints alone left its seed short (4 clients of U4
+    unmasked, threshold 3).  This is the framing docs/security.md bounds (the S27-G2 paragraph):
+    more than ``|U4| - threshold`` = 1 false complaint, i.e. fewer than the threshold of honest
+    unmaskers, here 2 of 4, one count a round against the framed client; the reason says only what
+    the omitting clients claim."""
     omit = lambda u, m: _edit(u, m, 1, 0, None) if u in (3, 4) else m  # noqa: E731
     rnd = _play(5, 3, unmask=omit)
     assert np.array_equal(rnd.server.result(), rnd.want())
@@ -495,9 +500,9 @@ def test_finding_e3_colluders_omitting_an_honest_seed_are_complaints_against_it_
     rnd = _play(5, 3, drop_after={2: 3}, unmask=omit)
     with pytest.raises(SecAggAborted, match=r"2 shares of the self-mask seed of client 0, threshold 3 \(the other 2 "
                                             r"unmask messages leave it out: those clients say its encrypted shares "
-                                            r"to them did not open\)"):
+                                            r"to them did not open\)") as aborted:
         rnd.server.result()
-    assert rnd.server.complaints == {3: [0], 4: [0]}
+    assert rnd.server.complaints == {3: [0], 4: [0]} and aborted.value.aborting_dropouts == (0,)
 
 
 # ------------------------------------------------------------------ the unmask intake (held)
