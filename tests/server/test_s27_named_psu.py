@@ -26,11 +26,13 @@ from typing import Any
 import pytest
 from test_exchange_attacks import Http, http_of, secea_node, secea_world
 from test_s23_secagg_complaints import spoil_share_to
-from test_s24_strikes import FP, Served, sfsl  # noqa: F401 - sfsl: a fixture
+from test_s24_strikes import FP, Served, _end, _state, sfsl  # noqa: F401 - sfsl: a fixture
 
+from secemb.errors import ProtocolError
 from secemb.protocols.exchange import ExchangeServer
 from secemb.protocols.secea.staged import SecEASetupParty
 from secemb.randomness import CtrDrbg
+from secemb.server.exchange_app import StageCloser
 from secemb.server.exchange_state import DROPOUTS, JOURNAL, ExchangeState
 from secemb.server.persist import Journal
 from secemb.server.verify import MAX_ABORTS
@@ -115,3 +117,21 @@ def test_a_secea_silo_spoiling_its_set_up_psu_shares_is_named_and_counted(tmp_pa
     assert out["complaints"] == {"1": [0], "2": [0]} and "self-mask seed of client 0" in out["reason"]
     assert http.call("admin", "GET", "/v1/admin/exchange/dropouts").json()["dropouts"] == {"0": 1}
     assert state().dropouts == {0: 1}  # rebuilt from the journal
+
+
+def test_a_secea_silo_refused_before_its_set_up_committed_waits_for_the_clear(tmp_path: Path) -> None:
+    """A journal of ten aborted set-ups of three silos, each naming silo 2 (as the previous test's
+    abort names its spoiler): silo 2 is refused with 41 rounds to wait; the set-up, which needs
+    every silo, is then refused by the node at each open (journaled as refused: no round), so the
+    wait does not shrink however often the operator opens; the operator's clear lets silo 2 in."""
+    for r in range(1, 11):
+        Journal(tmp_path / JOURNAL).append(_end(r, **{DROPOUTS: [2]}))
+    state = _state(tmp_path)
+    rounds = StageCloser(state.server.node, state=state)
+    assert state.refuses(2) and state.let_in_after(2) == 41
+    for r in (11, 12, 13):
+        with pytest.raises(ProtocolError, match="set-up .* comes first"):
+            rounds.open_round(r, [0, 1, 2])
+        assert state.let_in_after(2) == 41
+    rounds.clear_strikes()
+    assert not state.refuses(2) and rounds.open_round(11, [0, 1, 2])["users"] == [0, 1, 2]
