@@ -439,41 +439,50 @@ def gen_levels(alphas, s, rk, cw_seed, cw_tl, cw_tr):  # noqa: ANN001, ANN201
 
 
 @njit(cache=True, nogil=True)
-def ring_matmul(a, b, out, cols):  # noqa: ANN001, ANN201
-    """``out[g] = a[g, :, :c] @ b[g, :c]`` for ``c = cols[g]`` in ``out``'s ring (uint32 or
-    uint64 arithmetic wraps): a unsigned (G, K, M) with entries below the ring's modulus, b
-    ring (G, M, D), out ring (G, K, D) of any strides, overwritten (e.g. the transposed view of
-    a user-major (K, G, D) array: the retrieval's answers, written where they belong), not
-    sharing memory with ``a`` or ``b``; cols int64 (G,) at most M.  Four rows of ``a`` share
-    each row of ``b`` read (1.5x the one-row loop), summed in a small contiguous buffer and
-    written to ``out`` once; row blocks outside, groups inside, so that a user-major
-    destination's rows are written in order (not one row per group ``K`` rows apart)."""
+def ring_matmul(a, rows, index, out, cols):  # noqa: ANN001, ANN201
+    """``out[g] = a[g, :, :c] @ B_g[:c]`` for ``c = cols[g]`` in ``out``'s ring (uint32 or uint64
+    arithmetic wraps), group ``g``'s right operand read through ``index``: ``B_g[j] =
+    rows[index[g, j]]``, a zero row where ``index[g, j] = -1`` (a bucket's padding: nothing is
+    gathered).  a unsigned (G, K, M) with entries below the ring's modulus, rows ring (N, D),
+    index int64 (G, M) in ``[-1, N)`` (unchecked here), out ring (G, K, D) of any strides,
+    overwritten (e.g. the transposed view of a user-major (K, G, D) array: the retrieval's
+    answers, written where they belong), sharing no memory with ``a`` or ``rows``; cols int64
+    (G,) at most M.  Four rows of ``a`` share each row of ``B_g`` read (1.5x the one-row loop),
+    summed in a small contiguous buffer and written to ``out`` once; row blocks outside, groups
+    inside, so that a user-major destination's rows are written in order (not one row per group
+    ``K`` rows apart)."""
     groups, k, m = a.shape
-    d = b.shape[2]
+    d = rows.shape[1]
     acc = np.empty((4, d), out.dtype)
     for i in range(0, k, 4):
-        rows = min(4, k - i)
+        nr = min(4, k - i)
         for g in range(groups):
             c = cols[g]
             acc[:] = 0
-            if rows == 4:
+            if nr == 4:
                 for j in range(c):
+                    r = index[g, j]
+                    if r < 0:
+                        continue
                     x0, x1, x2, x3 = a[g, i, j], a[g, i + 1, j], a[g, i + 2, j], a[g, i + 3, j]
                     for e in range(d):
-                        y = b[g, j, e]
+                        y = rows[r, e]
                         acc[0, e] += x0 * y
                         acc[1, e] += x1 * y
                         acc[2, e] += x2 * y
                         acc[3, e] += x3 * y
             else:
-                for r in range(rows):
+                for q in range(nr):
                     for j in range(c):
-                        x = a[g, i + r, j]
+                        r = index[g, j]
+                        if r < 0:
+                            continue
+                        x = a[g, i + q, j]
                         for e in range(d):
-                            acc[r, e] += x * b[g, j, e]
-            for r in range(rows):
+                            acc[q, e] += x * rows[r, e]
+            for q in range(nr):
                 for e in range(d):
-                    out[g, i + r, e] = acc[r, e]
+                    out[g, i + q, e] = acc[q, e]
 
 
 @intrinsic

@@ -43,19 +43,47 @@ class LimbMatrix:
     ----------
     b: ring array (..., M, D), uint32 for ``ring_bits`` 32, uint64 for 64.
     ring_bits: 32 or 64.
+    index: ``None``, or int (..., M): the matrix is then ``b[index]`` of the rows of a 2-D ``b``
+        (``-1`` gives a zero row; :meth:`gather`), formed only where it is read (the reference's
+        :attr:`ring` and :attr:`limbs`); the compiled product reads the rows through the index.
+
+    Raises
+    ------
+    InvalidParameters: unsupported ``ring_bits``, ``b`` of fewer than 2 dimensions (2 with an
+        index), or an index that is not integers in ``[-1, N)`` for ``N`` rows.
     """
 
-    def __init__(self, b: np.ndarray, ring_bits: int) -> None:
+    def __init__(self, b: np.ndarray, ring_bits: int, index: np.ndarray | None = None) -> None:
         if ring_bits not in (32, 64):
             raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
-        if b.ndim < 2:
-            raise InvalidParameters(f"a matrix needs 2 or more dimensions, got shape {b.shape}")
-        self.ring = b
-        self.shape = b.shape
-        self.ndim = b.ndim
+        if b.ndim < 2 or (index is not None and b.ndim != 2):
+            raise InvalidParameters(f"a matrix needs 2 or more dimensions (rows to gather: 2), got shape {b.shape}")
+        if index is not None:
+            index = np.asarray(index)
+            if index.dtype.kind not in "iu" or index.ndim < 1 or (
+                    index.size and (int(index.min()) < -1 or int(index.max()) >= b.shape[0])):
+                raise InvalidParameters(f"a gather index must be integers in [-1, {b.shape[0]}), got {index.dtype} "
+                                        f"{index.shape}")
+        #: the rows a gathered matrix reads (``b``), and its index (int64); ``None`` for a plain one
+        self.rows: np.ndarray | None = None if index is None else b
+        self.index: np.ndarray | None = None if index is None else index.astype(np.int64, copy=False)
+        self._ring = b if index is None else None
+        self.shape = b.shape if index is None else index.shape + b.shape[1:]
+        self.ndim = len(self.shape)
         self.dtype = b.dtype
         self.ring_bits = ring_bits
         self._limbs: list[np.ndarray] | None = None
+
+    @property
+    def ring(self) -> np.ndarray:
+        """The ring array (..., M, D) (a gathered matrix's rows are gathered on first use)."""
+        if self._ring is None:
+            assert self.rows is not None and self.index is not None  # a gathered matrix: __init__ set both
+            missing = self.index < 0
+            got = self.rows[np.where(missing, 0, self.index)]
+            got[missing] = 0
+            self._ring = got
+        return self._ring
 
     @property
     def limbs(self) -> list[np.ndarray]:
@@ -66,32 +94,41 @@ class LimbMatrix:
 
     def gather(self, index: np.ndarray) -> LimbMatrix:
         """The limb matrix of ``b[index]`` (rows of a 2-D ``b``; ``-1`` gives a zero row):
-        for a table laid out in buckets."""
+        for a table laid out in buckets.  Nothing is copied: the compiled product reads the
+        rows through the index; the reference gathers them when it reads them.
+
+        Raises
+        ------
+        InvalidParameters: this matrix is not 2-D, or ``index`` is not integers in ``[-1, N)``.
+        """
         if self.ndim != 2:
             raise InvalidParameters("gather needs a 2-D limb matrix")
-        missing = index < 0
-        rows = self.ring[np.where(missing, 0, index)]
-        rows[missing] = 0
-        return LimbMatrix(rows, self.ring_bits)
+        return LimbMatrix(self.ring, self.ring_bits, index)
 
 
-def _compiled_matmul(a: np.ndarray, b: np.ndarray, dtype: type[np.unsignedinteger],
+def _compiled_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, dtype: type[np.unsignedinteger],
                      cols: np.ndarray | None, out: np.ndarray | None) -> np.ndarray | None:
     """``a @ b`` through the numba kernel, written to ``out`` (checked by :func:`ring_matmul`) or
     a new array, or ``None`` where the kernel does not apply (broadcast batch shapes, signed or
-    mismatched operands)."""
+    mismatched operands).  A gathered :class:`LimbMatrix` is read through its index; any other
+    right operand through the index of its own rows."""
     if a.dtype.kind != "u" or b.dtype != dtype or a.ndim != b.ndim or a.ndim not in (2, 3):
         return None
     if a.ndim == 3 and a.shape[0] != b.shape[0]:
         return None
     from secemb.fss._numba_kernels import ring_matmul as kernel
 
-    groups = a.shape[0] if a.ndim == 3 else 1
+    groups, m = (a.shape[0] if a.ndim == 3 else 1), a.shape[-1]
     a3 = np.ascontiguousarray(a).reshape((groups,) + a.shape[-2:])
-    b3 = np.ascontiguousarray(b).reshape((groups,) + b.shape[-2:])
+    if isinstance(b, LimbMatrix) and b.rows is not None and b.index is not None:
+        rows, index = np.ascontiguousarray(b.rows), np.ascontiguousarray(b.index).reshape(groups, m)
+    else:
+        rows = np.ascontiguousarray(b.ring if isinstance(b, LimbMatrix) else b).reshape(groups * m, b.shape[-1])
+        index = np.arange(groups * m, dtype=np.int64).reshape(groups, m)
     if out is None:
         out = np.empty(a.shape[:-1] + b.shape[-1:], dtype)
-    kernel(a3, b3, out if a.ndim == 3 else out[None], np.full(groups, a3.shape[2], np.int64) if cols is None else cols)
+    kernel(a3, rows, index, out if a.ndim == 3 else out[None],
+           np.full(groups, m, np.int64) if cols is None else cols)
     return out
 
 
@@ -136,13 +173,14 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
             raise InvalidParameters(f"cols must be ({a.shape[0]},) in [0, {a.shape[-1]}] for 3-D operands")
     if out is not None:
         shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        right = (b.ring if b.rows is None else b.rows) if isinstance(b, LimbMatrix) else b
         if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype or not out.flags.writeable
-                or np.may_share_memory(out, a) or np.may_share_memory(out, b.ring if isinstance(b, LimbMatrix) else b)):
+                or np.may_share_memory(out, a) or np.may_share_memory(out, right)):
             raise InvalidParameters(f"out must be a writeable {np.dtype(dtype)} array of shape {shape} sharing no "
                                     f"memory with the operands, got {getattr(out, 'dtype', None)} "
                                     f"{getattr(out, 'shape', None)}")
     if kernels.compiled():
-        got = _compiled_matmul(a, b.ring if isinstance(b, LimbMatrix) else b, dtype, cols, out)
+        got = _compiled_matmul(a, b, dtype, cols, out)
         if got is not None:
             return got
     if out is not None:

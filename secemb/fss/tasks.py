@@ -13,7 +13,7 @@ says so by returning it from ``device_table``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,25 +29,17 @@ __all__ = ["Buckets", "bits_task", "evaluate_into_task", "evaluate_task", "evalu
 @dataclass
 class Buckets:
     """The cuckoo layout's table as published: its rows and where each bucket position reads
-    (``index`` int64 (B, M), -1 for padding); a task forms the bucket tables it evaluates."""
+    (``index`` int64 (B, M), -1 for padding); a task reads the bucket tables it evaluates
+    through the index (:meth:`tables`)."""
 
     rows: LimbMatrix
     index: np.ndarray
-    #: bucket tables formed in this process (the last two ranges; never pickled)
-    formed: dict[tuple[int, int], LimbMatrix] = field(default_factory=dict, repr=False, compare=False)
 
     def tables(self, lo: int, hi: int) -> LimbMatrix:
-        """The bucket form (hi - lo, M, w) of buckets ``lo..hi-1``, formed once per range in
-        each process that reads this value (a round's batches reuse it)."""
-        got = self.formed.get((lo, hi))
-        if got is None:
-            if len(self.formed) >= 2:
-                self.formed.clear()
-            got = self.formed[lo, hi] = self.rows.gather(self.index[lo:hi])
-        return got
-
-    def __getstate__(self) -> dict[str, object]:
-        return {"rows": self.rows, "index": self.index, "formed": {}}
+        """The bucket form (hi - lo, M, w) of buckets ``lo..hi-1``: the rows gathered through
+        the index, which the compiled product reads in place (nothing is copied; the numpy
+        reference gathers them where it reads them)."""
+        return self.rows.gather(self.index[lo:hi])
 
 
 def evaluation_form(table: np.ndarray, layout: str | CuckooLayout, ring_bits: int) -> LimbMatrix | Buckets:

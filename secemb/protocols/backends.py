@@ -301,13 +301,13 @@ def warm_kernels() -> None:
     """Load the compiled kernels of a server's round into this process (numba's registries and
     on-disk cache, 0.3-0.5 s in a fresh process; nothing once loaded), each with the argument
     types a round passes it: per ring, one tiny retrieval per layout from a read-only table (as
-    published), one from a bucket form gathered as a cuckoo round's task gathers it (writeable),
-    with the keys' point-function check of verified uploads, one control-bit product of the
-    close, one device's reading of its answers (simulated devices share the process) and one
-    conversion added into arrays (the relay masks); one payload conversion (dense masks,
-    challenges) and one batch of SHA-256 rows (challenge seeds, row tags, key digests: the kernel
-    reads rows of any layout by address, one signature).  With the numpy reference it only runs
-    that reference."""
+    published), one from a bucket form read through the layout's gather index as a cuckoo round's
+    task reads it (writeable rows), with the keys' point-function check of verified uploads, one
+    control-bit product of the close, one device's reading of its answers (simulated devices share
+    the process) and one conversion added into arrays (the relay masks); one payload conversion
+    (dense masks, challenges) and one batch of SHA-256 rows (challenge seeds, row tags, key
+    digests: the kernel reads rows of any layout by address, one signature).  With the numpy
+    reference it only runs that reference."""
     from secemb.fss.fused import (RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets,
                                   unmask_slots)
 
@@ -322,7 +322,8 @@ def warm_kernels() -> None:
             table = np.zeros(shape, dtype)
             table.flags.writeable = False  # as published tables are
             evaluate(p0, 0, cw, LimbMatrix(table, bits), 1)
-        gathered = LimbMatrix(table[0], bits).gather(np.arange(32).reshape(2, 16) % 16)
+        # the published rows read through a slice of the layout's gather index (a writeable table in this process)
+        gathered = LimbMatrix(np.zeros((16, 2), dtype), bits).gather(np.arange(32).reshape(2, 16) % 16)
         check = LeafCheck(checks, challenges(np.zeros((2, 2), np.uint64), 16), 2)
         _, t, _ = retrieve_and_prepare_buckets(p0, 0, cw, gathered, 1, sizes=np.array([16, 16]), check=check)
         bits_product(t.reshape(2, 2, 16), np.ones((2, 2, 1), dtype))

@@ -152,3 +152,32 @@ def test_the_bucket_retrieval_is_the_same_on_both_paths_at_a_rounds_shapes(monke
         shares.append(got["numba"][:, 1 : buckets + 1])
     rows = tables[np.tile(np.arange(buckets), users), alphas].reshape(users, buckets, d)
     assert np.array_equal(shares[0] + shares[1], rows)
+
+
+@pytest.mark.parametrize("ring_bits", [32, 64])
+def test_a_gathered_operand_is_read_through_its_index(backend: str, ring_bits: int) -> None:
+    """The bucket form of a table (``LimbMatrix.gather``: rows through an index, -1 a zero row, anywhere in a
+    bucket) multiplies as the gathered rows, into a strided view, on both paths; the table is not written."""
+    gen = np.random.default_rng(ring_bits + 1)
+    dt = _dtype(ring_bits)
+    rows = gen.integers(0, 2**ring_bits, (40, 6), dtype=dt)
+    index = gen.integers(-1, 40, (5, 8))
+    index[:, -2:] = -1  # padding at a bucket's end too, as the layout pads
+    a = gen.integers(0, 2**ring_bits, (5, 7, 8), dtype=dt)
+    cols = np.array([8, 6, 0, 3, 7])
+    gathered = np.where((index >= 0)[:, :, None], rows[np.maximum(index, 0)], 0).astype(dt)
+    before = rows.copy()
+    base = np.zeros((7, 6, 6), dt)
+    got = ring_matmul(a, LimbMatrix(rows, ring_bits).gather(index), ring_bits, cols=cols,
+                      out=base[:, :5].transpose(1, 0, 2))
+    assert np.array_equal(got, _exact(a, gathered, cols, ring_bits))
+    assert (base[:, 5] == 0).all() and np.array_equal(rows, before)
+    assert np.array_equal(LimbMatrix(rows, ring_bits).gather(index).ring, gathered)
+
+
+@pytest.mark.parametrize("index", [np.array([[0, 40]]), np.array([[-2, 3]]), np.array([[0.0, 1.0]])])
+def test_a_gather_index_outside_the_rows_is_refused(index: np.ndarray) -> None:
+    """The compiled product reads the rows through the index unchecked: an entry outside ``[-1, N)`` (or not
+    an integer) is refused when the operand is made."""
+    with pytest.raises(InvalidParameters, match="gather index"):
+        LimbMatrix(np.zeros((40, 3), np.uint32), 32).gather(index)
