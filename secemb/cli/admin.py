@@ -280,9 +280,9 @@ def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     round"), the devices' strikes (strikes, strike_limit, refused: a device proven to cheat in
     strike_limit signed rounds is refused at the door until 'secemb admin clear-alarms') and
     their aborting dropouts (dropouts: {dropouts, dropout_limit, dropout_window, refused,
-    let_in_after}: a device whose dropouts aborted dropout_limit secure sums under min_row_holders
-    among the last dropout_window rounds is refused alike, let in again after let_in_after more
-    rounds or at the clear)."""
+    let_in_after}: a device named for the abort of dropout_limit of the last dropout_window rounds
+    -- its dropout breached min_row_holders, or the complaints against it alone left its secret
+    short -- is refused alike, let in again after let_in_after more rounds or at the clear)."""
     from secemb.transport.http import HttpAdminLink
 
     seen: dict[str, Any] = {}

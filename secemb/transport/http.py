@@ -216,8 +216,9 @@ class HttpStageAdmin:
 
     def dropouts(self) -> dict[str, Any]:
         """The devices' aborting dropouts (:meth:`~secemb.server.exchange_app.StageCloser.dropouts`):
-        ``dropouts`` (device id as a string -> the secure sums its dropouts aborted under
-        ``min_row_holders`` among the last ``dropout_window`` rounds), ``dropout_limit``,
+        ``dropouts`` (device id as a string -> the rounds among the last ``dropout_window`` whose
+        abort named it: its dropout breached ``min_row_holders``, or the complaints against it alone
+        left its secret short), ``dropout_limit``,
         ``dropout_window``, ``refused`` and ``let_in_after`` (device id -> the rounds until the window
         lets it in again; InvalidMessage naming the server if the answer is not that)."""
         return self._counts("dropouts", "dropout_limit", ints=("dropout_window",), maps=("let_in_after",))
