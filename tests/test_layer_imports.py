@@ -71,6 +71,7 @@ LAZY_TARGETS = {
     "secemb.fss._projection_kernels": "numba compiles or loads the projections' loop (only project_each with kernels)",
     "secemb.fss._rangeproof_kernels": "numba compiles or loads the range proof's verifier and Lagrange loops "
                                       "(only with kernels)",
+    "secemb.fss._scatter_kernels": "numba compiles or loads the cuckoo layout's scatter (only with kernels)",
     "secemb.fss.fused": "numba kernels (seconds to compile)",
     "secemb.fss.gpu": "torch and a CUDA device (the gpu extra)",
     "secemb.server.app": "FastAPI (the server extra): only a running server needs it",

@@ -142,16 +142,34 @@ class CuckooLayout:
         out[items, rank] = flat
         return out
 
-    def scatter(self, bucket_form: np.ndarray, items: slice = slice(None)) -> np.ndarray:
+    def scatter(self, bucket_form: np.ndarray, items: slice = slice(None), out: np.ndarray | None = None) -> np.ndarray:
         """Sum a bucket-form array (B, M, w) back onto items: ring (m, w), or its rows
-        ``items`` (a range of items: ranges can be summed in parallel).  Linear, so it maps
-        shares to shares; padding positions are ignored."""
+        ``items`` (a range of items: ranges can be summed in parallel, each into its rows of one
+        result).  Linear, so it maps shares to shares; padding positions are ignored.
+
+        ``out``: where to write it (returned), C-contiguous, writeable, of the result's shape and
+        ``bucket_form``'s dtype, not overlapping it; a new array without it.  The compiled kernel
+        (:func:`~secemb.fss._scatter_kernels.scatter_rows`, with :func:`kernels.compiled`) sums
+        each item's rows straight into its row of the result; the numpy reference gathers a
+        result-sized array a hash and adds them: the same words."""
         b, big_m = self.num_buckets, self.bucket_size
-        if bucket_form.shape[:2] != (b, big_m):
+        if bucket_form.ndim != 3 or bucket_form.shape[:2] != (b, big_m):
             raise InvalidParameters(f"bucket form must have shape ({b}, {big_m}, w), got {bucket_form.shape}")
-        flat = bucket_form.reshape(b * big_m, -1)
+        flat = np.ascontiguousarray(bucket_form.reshape(b * big_m, -1))
         occ = self.occurrences[items]
-        out = flat[occ[:, 0]]  # every item has at least one bucket
+        shape = (occ.shape[0], flat.shape[1])
+        if out is None:
+            out = np.empty(shape, flat.dtype)
+        elif (out.shape != shape or out.dtype != flat.dtype or not out.flags.c_contiguous or not out.flags.writeable
+              or np.may_share_memory(out, bucket_form)):
+            raise InvalidParameters(f"out must be a writeable C-contiguous {flat.dtype} array of shape {shape} apart "
+                                    f"from the bucket form, got {out.dtype} {out.shape}")
+        if kernels.compiled():
+            from secemb.fss._scatter_kernels import scatter_rows
+
+            scatter_rows(flat, np.ascontiguousarray(occ), out)
+            return out
+        np.take(flat, occ[:, 0], axis=0, out=out)  # every item has at least one bucket
         for k in range(1, NUM_HASHES):
             rows = np.flatnonzero(occ[:, k] >= 0)
             out[rows] += flat[occ[rows, k]]

@@ -23,7 +23,7 @@ from secemb.fss.linalg import LimbMatrix
 from secemb.fss.verify import LeafCheck
 
 __all__ = ["Buckets", "bits_task", "evaluate_into_task", "evaluate_task", "evaluation_form", "place", "ranges",
-           "scatter_task", "tapered"]
+           "tapered"]
 
 
 @dataclass
@@ -161,9 +161,3 @@ def bits_task(task: tuple[list[np.ndarray], list[np.ndarray], slice, np.ndarray,
     (bits, cws, buckets, sizes, negate, folded, out)``, ``out`` C-contiguous)."""
     bits, cws, buckets, sizes, negate, folded, out = task
     bits_product([b[buckets] for b in bits], [c[buckets] for c in cws], sizes, out=out, start=folded, negate=negate)
-
-
-def scatter_task(task: tuple[CuckooLayout, np.ndarray, slice]) -> np.ndarray:
-    """:meth:`~secemb.fss.cuckoo.CuckooLayout.scatter` of a range of items (a backend task)."""
-    layout, bucket_form, items = task
-    return layout.scatter(bucket_form, items)

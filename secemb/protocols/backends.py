@@ -32,12 +32,12 @@ import numpy as np
 from secemb import fss
 from secemb.errors import InvalidParameters
 from secemb.fss.convert import convert, convert_add
+from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.fss.hashing import sha256_many
 from secemb.fss.linalg import LimbMatrix
 from secemb.fss.verify import CHECK_WORDS, LeafCheck, challenges, corrections
 
 if TYPE_CHECKING:
-    from secemb.fss.cuckoo import CuckooLayout
     from secemb.fss.gpu import DeviceTable
 
 __all__ = [
@@ -303,8 +303,9 @@ def warm_kernels() -> None:
     types a round passes it: per ring, one tiny retrieval per layout from a read-only table (as
     published), one from a bucket form read through the layout's gather index as a cuckoo round's
     task reads it (writeable rows), with the keys' point-function check of verified uploads, one
-    control-bit product of the close, one device's reading of its answers (simulated devices share
-    the process) and one conversion added into arrays (the relay masks); one payload conversion
+    control-bit product and one scatter onto items of the close, one device's reading of its
+    answers (simulated devices share the process) and one conversion added into arrays (the relay
+    masks); one payload conversion
     (dense masks, challenges) and one batch of SHA-256 rows (challenge seeds, row tags, key
     digests: the kernel reads rows of any layout by address, one signature).  With the numpy
     reference it only runs that reference."""
@@ -327,6 +328,8 @@ def warm_kernels() -> None:
         check = LeafCheck(checks, challenges(np.zeros((2, 2), np.uint64), 16), 2)
         _, t, _ = retrieve_and_prepare_buckets(p0, 0, cw, gathered, 1, sizes=np.array([16, 16]), check=check)
         bits_product(t.reshape(2, 2, 16), np.ones((2, 2, 1), dtype))
+        tiny = CuckooLayout(4, NUM_HASHES)  # the close's scatter onto items
+        tiny.scatter(np.zeros((tiny.num_buckets, tiny.bucket_size, 1), dtype))
         # two real slots: the suffix's item and row views strided, as a round's are
         unmask_slots(np.zeros((1, 2, 2), dtype), np.ones((1, 2), dtype), np.zeros((1, 2), np.int64),
                      [np.empty((2, 1), dtype)], np.empty((2, 8 + dtype().itemsize), np.uint8), np.empty((2, 1), dtype))

@@ -24,7 +24,6 @@ from secemb.fss.tasks import (
     evaluation_form,
     place,
     ranges,
-    scatter_task,
     tapered,
 )
 from secemb.fss.tree import padded_leaves
@@ -640,18 +639,15 @@ class SecEmbServer(ServerRole):
         return work
 
     def _scatter(self, bucket_form: np.ndarray) -> np.ndarray:
-        """The layout's scatter of ``bucket_form`` onto items, in ranges of items (:meth:`_spans`;
-        several: each written to its rows of the result by the task)."""
+        """The layout's scatter of ``bucket_form`` onto items (a new array), in ranges of items
+        (:meth:`_spans`), each written into its rows of the result."""
         layout = self._cfg().cuckoo()
-        spans = self._spans(layout.num_items)
-        if len(spans) == 1:
-            return scatter_task((layout, bucket_form, slice(*spans[0])))
-        out = np.empty((layout.num_items, *bucket_form.shape[2:]), bucket_form.dtype)
+        out = np.empty((layout.num_items, bucket_form.shape[2]), bucket_form.dtype)
 
         def scatter(span: tuple[int, int]) -> None:
-            out[span[0] : span[1]] = scatter_task((layout, bucket_form, slice(*span)))
+            layout.scatter(bucket_form, slice(*span), out=out[span[0] : span[1]])
 
-        self._map_spans(scatter, spans)
+        self._map_spans(scatter, self._spans(layout.num_items))
         return out
 
     def _map_spans(self, fn: Callable[[_T], _R], tasks: list[_T]) -> list[_R]:
