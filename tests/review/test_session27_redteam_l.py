@@ -1,0 +1,219 @@
+"""Session 27 red team (helper L): today's one-server door, journal and complaint naming.
+
+Attacked: helper H's naming of a device whose secret the complaints against it alone left short
+(3206984, :meth:`~secemb.secagg.server.SecAggServer._holder_sets`), helper C's window of aborting
+dropouts (5148510: refused at ``MAX_ABORTS`` of the last ``ABORT_WINDOW`` rounds the server ran),
+helper I's owed end records and the journal's names (99a1852), and helper J's SFSL/SecEA outcomes
+(f19f504).  The attackers are devices (fewer than the threshold) against the honest server, and a
+disk that refuses a write.
+
+Each attack is a test: one the code defeats is a regression test of the defence; one that
+succeeds is ``xfail(strict=True)`` naming its finding (S27-Ln; the docstring says what the attack
+gets and its severity).  The expected names and counts are the tests' own (the devices the test
+made complain, lie or drop; the rounds it played), never the code's.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / d) for d in ("secagg", "server", ".")]  # the helpers below
+
+from secagg_rounds import Hook, Round, drawn, move_unmask_share  # noqa: E402
+from share_records import flip_tag  # noqa: E402
+from test_s24_strikes import _state  # noqa: E402
+
+from secemb.errors import ProtocolError  # noqa: E402
+from secemb.secagg import SecAggAborted, SecAggConfig, default_threshold  # noqa: E402
+from secemb.server.exchange_state import DROPOUTS, JOURNAL, ExchangeState  # noqa: E402
+from secemb.server.persist import CorruptState, Journal, StorageError  # noqa: E402
+from secemb.server.verify import ABORT_WINDOW, MAX_ABORTS  # noqa: E402
+
+# (signed, sparse): SFSL's PSU is signed and dense, its secure sum signed and sparse
+SFSL_KINDS = [(True, False), (True, True)]
+SFSL_IDS = ["signed", "signed-sparse"]
+
+
+def _round(n: int, kind: tuple[bool, bool]) -> Round:
+    signed, sparse = kind
+    cfg = SecAggConfig(length=6, threshold=default_threshold(n), width=2, round_id=2727, signed=signed, sparse=sparse)
+    return drawn(cfg, n, 5270 + n)
+
+
+def _complaining(colluders: list[int], victims: list[int], signed: bool) -> Hook:
+    """The relay hook under which each of ``colluders`` finds that none of ``victims``' shares to it
+    opens -- in its unmask message the same omissions as a colluding device's false complaints."""
+    def relay(u: int, msg: bytes) -> bytes:
+        for v in victims if u in colluders else ():
+            msg = flip_tag(msg, v, signed)
+        return msg
+    return relay
+
+
+# ----------------------------------------------------------------------------- (1) framing
+
+@pytest.mark.parametrize("kind", SFSL_KINDS, ids=SFSL_IDS)
+def test_below_the_bound_two_colluders_complaining_about_every_honest_device_name_nobody(
+        kind: tuple[bool, bool]) -> None:
+    """Five devices (threshold 3), devices 3 and 4 colluding, every device unmasking: they
+    complain about all three honest devices at once.  Each honest secret keeps its 3 honest
+    holders (|U4| - threshold = 2 complaints are absorbed): the round commits with the exact sum
+    and nobody is named -- the complaints are only recorded for the operator."""
+    rnd = _round(5, kind)
+    rnd.play(relay=_complaining([3, 4], [0, 1, 2], rnd.cfg.signed))
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.aborting_dropouts == [] and rnd.server.cheaters == []
+    assert rnd.server.complaints == {3: [0, 1, 2], 4: [0, 1, 2]}
+
+
+@pytest.mark.parametrize("kind", SFSL_KINDS, ids=SFSL_IDS)
+def test_at_the_even_n_bound_the_same_complaints_name_every_honest_device_of_the_round(
+        kind: tuple[bool, bool]) -> None:
+    """Four devices (threshold 3), devices 2 and 3 colluding (threshold - 1: within the model):
+    their false complaints about devices 0 and 1 leave each honest secret 2 shares, and the abort
+    names both honest devices and neither colluder.  The documented bound (docs/security.md,
+    S27-G2: n - threshold + 1 complainers for even n), reached here for every honest device at once
+    -- one round, one count against each of them; ten such rounds refuse them all for the window
+    while the colluders are never counted (the operator sees only the complaints naming them)."""
+    rnd = _round(4, kind)
+    rnd.play(relay=_complaining([2, 3], [0, 1], rnd.cfg.signed))
+    with pytest.raises(SecAggAborted, match=r"clients \[0, 1\] named") as aborted:
+        rnd.server.result()
+    assert aborted.value.aborting_dropouts == (0, 1) and rnd.server.aborting_dropouts == [0, 1]
+    assert rnd.server.cheaters == [] and rnd.server.complaints == {2: [0, 1], 3: [0, 1]}
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["signed", "signed-sparse"])
+def test_a_lie_does_not_stand_in_for_a_missing_complaint(sparse: bool) -> None:
+    """Five devices (threshold 3), devices 3 and 4 colluding: 4 complains about device 0 and 3,
+    rather than complaining too, lies about its share of device 1's seed -- all its shares are
+    left out (named a cheater), so device 0's seed has its 3 honest holders only.  Device 0's
+    secret still opens: a liar removed from U4 does not count as a complainer (the naming needs
+    threshold holders *left*, and leaves out the liar's shares of every secret alike).  The round
+    commits, 3 named for its lie, device 0 nowhere."""
+    rnd = _round(5, (True, sparse))
+    lie: Hook = lambda u, msg: move_unmask_share(msg, 1, 1, 1) if u == 3 else msg  # noqa: E731
+    rnd.play(relay=_complaining([4], [0], True), unmask=lie)
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.aborting_dropouts == [] and rnd.server.cheaters == [3]
+    assert rnd.server.complaints == {4: [0]}
+
+
+@pytest.mark.parametrize("kind", SFSL_KINDS, ids=SFSL_IDS)
+def test_a_colluder_dropping_at_unmask_takes_its_complaint_with_it(kind: tuple[bool, bool]) -> None:
+    """Five devices (threshold 3), devices 3 and 4 colluding: 3 complains about device 0, and 4
+    (which would be the second complainer) sends no unmask message to shrink U4 instead.  U4 is
+    0-3: |U4| - threshold = 1 complaint absorbed, device 0's seed keeps its 3 honest holders and
+    device 4's seed (4 sent its masked input) opens from the 4 unmaskers.  Dropping removes a
+    complainer, so it never lowers the bound: the round commits, nobody named."""
+    rnd = _round(5, kind)
+    rnd.play(relay=_complaining([3], [0], rnd.cfg.signed), silent=(4,))
+    assert np.array_equal(rnd.server.result(), rnd.want())
+    assert rnd.server.aborting_dropouts == [] and rnd.server.complaints == {3: [0]}
+
+
+# ----------------------------------------------------------------------------- (2) the window
+
+def _end(state: ExchangeState, rid: int, users: list[int], named: list[int]) -> None:
+    state.ended({"round_id": rid, "users": users, "stages": [], "stage": None, "state": "aborted",
+                 "reason": "test", "proven_bad_shares": [], DROPOUTS: named})
+
+
+def test_round_id_jumps_and_refused_openings_do_not_move_the_window(tmp_path: Path) -> None:
+    """Device 0 aborts ten rounds whose ids jump by 10**6 (refused: 41 more rounds, the count the
+    test works out: round 1 of the ten leaves after round 51); then the node refuses 100 openings
+    (ids 10**8 ..): no round, still 41, the id stays free; a restart reads the same; one more round
+    (0 not in it: refused at the open) makes it 40."""
+    state = _state(tmp_path)
+    for k in range(MAX_ABORTS):
+        rid = 1 + k * 10**6
+        state.opening(rid, [0, 1, 2])
+        _end(state, rid, [0, 1, 2], [0])
+    assert (state.rounds, state.dropouts, state.let_in_after(0)) == (10, {0: 10}, ABORT_WINDOW + 1 - MAX_ABORTS)
+    for k in range(100):
+        state.opening(10**8 + k, [1, 2])
+        state.refused(10**8 + k, "test: the node refuses")
+    assert (state.rounds, state.let_in_after(0), state.refuses(0)) == (10, 41, True)
+    state = _state(tmp_path)
+    assert (state.rounds, state.let_in_after(0), state.refuses(0)) == (10, 41, True)
+    state.opening(10**8, [1, 2])  # the refused openings' first id, still free
+    _end(state, 10**8, [1, 2], [])
+    assert (state.rounds, state.let_in_after(0)) == (11, 40)
+
+
+def test_a_round_counts_a_device_once_whatever_names_it(tmp_path: Path) -> None:
+    """SFSL's outcome is the union of the PSU's and the sum's names, and the state adds the finding
+    record's: a round whose end record names device 0 (twice over: the state gets the finding
+    record from the same names) is one count, at the running server and after a restart."""
+    state = _state(tmp_path)
+    state.opening(1, [0, 1, 2])
+    _end(state, 1, [0, 1, 2], [0])
+    assert state.dropouts == {0: 1} and _state(tmp_path).dropouts == {0: 1}
+    kinds = [r["event"] for r in Journal(tmp_path / JOURNAL).records()]
+    assert kinds == ["open", "found", "end"]
+
+
+# ----------------------------------------------------------------------------- (3) the journal
+
+@pytest.mark.xfail(strict=True, raises=CorruptState, reason=(
+    "S27-L1 (low): ExchangeState.ended drops a node's names outside the round's users (_within, S27-G4) "
+    "but journals a name given twice as it is; the running server counts it once, the restart refuses "
+    "the journal (CorruptState: 'names a device twice') and the server does not start. No node "
+    "emits a duplicate today (SFSL's union is a set, SecAggServer's names are distinct), so this is "
+    "a defence that one node change turns into a server that cannot restart. Fix: _within returns "
+    "sorted(set(...)), as the finding record already does"))
+@pytest.mark.parametrize("field", ["proven_bad_shares", DROPOUTS])
+def test_s27_l1_a_name_given_twice_is_counted_once_but_the_journal_then_refuses_the_restart(
+        field: str, tmp_path: Path) -> None:
+    """A node's outcome names device 0 twice in ``field``: the running server counts one; the
+    restart must read the journal it wrote and count the same."""
+    state = _state(tmp_path)
+    state.opening(1, [0, 1, 2])
+    state.ended({"round_id": 1, "users": [0, 1, 2], "stages": [], "stage": None, "state": "aborted",
+                 "reason": "test", "proven_bad_shares": [], DROPOUTS: [], field: [0, 0]})
+    running = (state.strikes, state.dropouts)
+    assert running == (({0: 1}, {}) if field == "proven_bad_shares" else ({}, {0: 1}))
+    restarted = _state(tmp_path)
+    assert (restarted.strikes, restarted.dropouts) == running
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "S27-L2 (low): a refused opening is no round only while the journal holds its 'refused' end "
+    "record; if the disk refuses that record (ExchangeState.refused raises StorageError, the app "
+    "answers 503), nothing owes it, and a restart finds the opening without an end: the round is "
+    "recorded aborted at the restart -- one more round on the window's clock than the running "
+    "server counted, and the id, free at the running server, is used. Fix: owe the refused record "
+    "as an ended round's (written before the next opening)"))
+def test_s27_l2_a_refused_opening_whose_record_the_disk_refused_is_a_round_after_the_restart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device 0 aborts rounds 1-10 (refused, 41 rounds left); the node refuses round 11's opening
+    and the disk refuses that record: the running server counts no round (41 left, id 11 free).
+    The restart must agree."""
+    state = _state(tmp_path)
+    for rid in range(1, MAX_ABORTS + 1):
+        state.opening(rid, [0, 1, 2])
+        _end(state, rid, [0, 1, 2], [0])
+    state.opening(11, [1, 2])
+    append = Journal.append
+
+    def refuse(self: Journal, record: dict[str, Any]) -> None:
+        if record.get("event") == "end":
+            raise StorageError("could not write journal journal.jsonl: ENOSPC")
+        append(self, record)
+
+    monkeypatch.setattr(Journal, "append", refuse)
+    with pytest.raises(StorageError):
+        state.refused(11, "test: the node refuses")
+    monkeypatch.setattr(Journal, "append", append)
+    assert (state.rounds, state.let_in_after(0)) == (10, 41)
+    restarted = _state(tmp_path)
+    assert (restarted.rounds, restarted.let_in_after(0)) == (10, 41)
+    try:
+        restarted.opening(11, [1, 2])
+    except ProtocolError as exc:
+        raise AssertionError(f"id 11 is no longer free after the restart: {exc}") from None
