@@ -15,6 +15,7 @@ made complain, lie or drop; the rounds it played), never the code's.
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from secemb.errors import ProtocolError  # noqa: E402
 from secemb.secagg import SecAggAborted, SecAggConfig, default_threshold  # noqa: E402
 from secemb.server.exchange_state import DROPOUTS, JOURNAL, ExchangeState  # noqa: E402
 from secemb.server.persist import CorruptState, Journal, StorageError  # noqa: E402
-from secemb.server.verify import ABORT_WINDOW, MAX_ABORTS  # noqa: E402
+from secemb.server.verify import ABORT_WINDOW, MAX_ABORTS, MAX_REJECTIONS  # noqa: E402
 
 # (signed, sparse): SFSL's PSU is signed and dense, its secure sum signed and sparse
 SFSL_KINDS = [(True, False), (True, True)]
@@ -217,3 +218,96 @@ def test_s27_l2_a_refused_opening_whose_record_the_disk_refused_is_a_round_after
         restarted.opening(11, [1, 2])
     except ProtocolError as exc:
         raise AssertionError(f"id 11 is no longer free after the restart: {exc}") from None
+
+
+class _Disk:
+    """The journal's disk: refuses the records of the events in :attr:`refusing` (none at first)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.refusing: tuple[str, ...] = ()
+        append = Journal.append
+
+        def maybe(journal: Journal, record: dict[str, Any]) -> None:
+            if record.get("event") in self.refusing:
+                raise StorageError("could not write journal journal.jsonl: ENOSPC")
+            append(journal, record)
+
+        monkeypatch.setattr(Journal, "append", maybe)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_rounds_refusals_clears_disk_refusals_and_restarts_count_as_the_rule_says(
+        seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four devices over 300 steps drawn from ``seed`` (the schedule only; no secret): rounds with
+    random names (aborting dropouts, proven cheaters, the latter sometimes found before the end),
+    ids jumping by up to 1,000, node-refused openings, the operator's clears, a disk refusing the
+    end, finding, open or clear records for a step, and restarts (whenever nothing is owed, a
+    round possibly open).  After every step the state's clock, window counts and strikes are the
+    test's own model of the rule: a round is each ended round (and each round open at a restart),
+    a node-refused opening none; a device's count is the rounds among the last ``ABORT_WINDOW``
+    since the last clear naming it; refused at ``MAX_ABORTS`` or ``MAX_REJECTIONS`` strikes."""
+    rng = random.Random(seed)  # the schedule of a test, not a secret
+    disk, devices = _Disk(monkeypatch), [0, 1, 2, 3]
+    state = _state(tmp_path)
+    clock, named, strikes = 0, {u: [] for u in devices}, {u: 0 for u in devices}
+    owed, last_id, open_round = False, 0, None  # open_round: (id, the proven its journaled finding holds)
+
+    def window() -> dict[int, int]:
+        return {u: k for u in devices if (k := sum(1 for n in named[u] if n > clock - ABORT_WINDOW))}
+
+    def refused(u: int) -> bool:
+        return window().get(u, 0) >= MAX_ABORTS or strikes[u] >= MAX_REJECTIONS
+
+    for step in range(300):
+        disk.refusing = rng.choice([(), (), (), ("end",), ("found",), ("end", "found"), ("open",),
+                                    ("strikes_cleared",)])
+        draw = rng.random()
+        if draw < 0.05 and not owed:
+            disk.refusing = ()
+            if open_round is not None:  # recorded aborted at the restart, with its finding record's names
+                clock += 1
+                for u in open_round[1]:
+                    strikes[u] += 1
+                open_round = None
+            state = _state(tmp_path)
+        elif draw < 0.06 and open_round is None:
+            try:
+                state.clear_strikes()
+            except StorageError:
+                assert "strikes_cleared" in disk.refusing
+            else:
+                named, strikes = {u: [] for u in devices}, {u: 0 for u in devices}
+        elif open_round is None:
+            rid, users = last_id + rng.choice([1, 1, 7, 1000]), [u for u in devices if not refused(u)]
+            try:
+                state.opening(rid, users)
+            except StorageError:
+                assert "open" in disk.refusing or owed and "end" in disk.refusing
+                owed = owed and "end" in disk.refusing
+                continue
+            owed = False
+            if len(users) < 2 or rng.random() < 0.1:
+                disk.refusing = ()  # S27-L2 aside: the refused record is written
+                state.refused(rid, "test: the node refuses")
+                continue
+            last_id, open_round = rid, (rid, set())
+            proven = [u for u in users if rng.random() < 0.04]
+            if proven and rng.random() < 0.5:
+                state.found(rid, proven)
+                if "found" not in disk.refusing:
+                    open_round = (rid, set(proven))
+        else:
+            rid, users = open_round[0], [u for u in devices if not refused(u)]
+            proven = sorted(open_round[1] | {u for u in users if rng.random() < 0.04})
+            dropped = [u for u in users if rng.random() < 0.2]
+            doc = {"round_id": rid, "users": users, "stages": [], "stage": None, "state": "aborted",
+                   "reason": "test", "proven_bad_shares": proven, DROPOUTS: dropped}
+            state.ended(doc)
+            clock, open_round, owed = clock + 1, None, "end" in disk.refusing
+            for u in proven:
+                strikes[u] += 1
+            for u in dropped:
+                named[u].append(clock)
+        assert (state.rounds, state.dropouts) == (clock, window()), step
+        assert state.strikes == {u: k for u, k in strikes.items() if k}, step
+        assert [state.refuses(u) for u in devices] == [refused(u) for u in devices], step
