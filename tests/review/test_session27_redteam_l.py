@@ -27,7 +27,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / d) for d in ("secagg",
 
 from secagg_rounds import Hook, Round, drawn, move_unmask_share  # noqa: E402
 from share_records import flip_tag  # noqa: E402
-from test_s24_strikes import _state  # noqa: E402
+from test_s24_strikes import Served, _state  # noqa: E402
 
 from secemb.errors import ProtocolError  # noqa: E402
 from secemb.secagg import SecAggAborted, SecAggConfig, default_threshold  # noqa: E402
@@ -311,3 +311,62 @@ def test_random_rounds_refusals_clears_disk_refusals_and_restarts_count_as_the_r
         assert (state.rounds, state.dropouts) == (clock, window()), step
         assert state.strikes == {u: k for u, k in strikes.items() if k}, step
         assert [state.refuses(u) for u in devices] == [refused(u) for u in devices], step
+
+
+# ----------------------------------------------------------------------------- (1) over secemb serve's app
+
+@pytest.fixture(scope="module")
+def sfsl_of_four() -> Any:
+    """SFSL on taobao-mini with rounds of four devices (an even round: threshold 3, so two
+    colluding devices are below it), as test_s24_strikes's fixture with ``users_per_round=4``."""
+    from secemb.data.ctr import TaobaoShaped, split_clicks
+    from secemb.protocols.exchange import ExchangeRun
+    from secemb.protocols.sfsl.protocol import SFSLProtocol
+
+    clicks = split_clicks(TaobaoShaped("taobao-mini", seed=3).clients(np.arange(8)))
+    return SFSLProtocol(ExchangeRun("taobao-mini", users_per_round=4), sfsl_preset="CPP1", batch=8, data=clicks)
+
+
+def test_over_the_app_two_colluders_in_rounds_of_four_get_both_honest_devices_refused(
+        sfsl_of_four: Any, tmp_path: Path) -> None:
+    """The documented even-n bound end to end (docs/security.md, S27-G2: ``threshold - 1``
+    complainers with every device unmasking): rounds of four devices over ``secemb serve``'s app,
+    devices 2 and 3 colluding.  Each takes the secure sum's relayed shares of devices 0 and 1 as not
+    opening (their tags flipped before the colluder's own client reads them: the same unmask message
+    as a false complaint) and otherwise plays honestly.  Every round aborts at sum-unmask naming 0
+    and 1 (never 2 or 3, no strike), and after ``MAX_ABORTS`` rounds the open refuses both honest
+    devices while the colluders are let in: two devices below the threshold shut the honest half of
+    a round out for the window (each round costs them an abort they could have caused anyway by
+    withholding their unmask messages, naming nobody).  A first round played without the false
+    complaints commits."""
+    served = Served(sfsl_of_four, tmp_path)
+
+    def play(r: int, framing: bool) -> dict[str, Any]:
+        opened = served.http.open(r, [0, 1, 2, 3])
+        assert opened["users"] == [0, 1, 2, 3] and opened["refused"] == []
+        parties = {u: served.devices[u].party(opened) for u in opened["users"]}
+        for stage in opened["stages"]:
+            for u, party in parties.items():
+                assert served.http.send(u, r, stage, party.message(stage)) == 204, (r, stage, u)
+            if served.last()["state"] != "open":
+                break
+            if sfsl_of_four.plan().replies(stage):
+                for u, party in parties.items():
+                    answer = served.http.fetch(u, r, stage)
+                    assert answer is not None, (r, stage, u)
+                    if framing and u in (2, 3) and stage == "sum-shares":
+                        for victim in (0, 1):
+                            answer = flip_tag(answer, victim, True)
+                    party.accept(stage, answer)
+        return served.last()
+
+    control = play(1, framing=False)  # the same round without the false complaints commits
+    assert (control["state"], control[DROPOUTS], control["complaints"]) == ("committed", [], {})
+    for r in range(2, MAX_ABORTS + 2):
+        doc = play(r, framing=True)
+        assert (doc["state"], doc[DROPOUTS], doc["proven_bad_shares"]) == ("aborted", [0, 1], []), r
+        assert doc["complaints"] == {"2": [0, 1], "3": [0, 1]}
+    assert served.strikes()["strikes"] == {}
+    assert served.admin("GET", "/v1/admin/exchange/dropouts")["dropouts"] == {"0": MAX_ABORTS, "1": MAX_ABORTS}
+    opened = served.http.open(MAX_ABORTS + 2, [0, 1, 2, 3])
+    assert opened["refused"] == [0, 1] and opened["users"] == [2, 3]
