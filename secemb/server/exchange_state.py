@@ -63,8 +63,10 @@ of an id after its other end record (committed or aborted), and a finding record
 end record, are records the server never writes: a corrupt journal.  So is a finding or end record
 naming, in ``proven_bad_shares`` or :data:`DROPOUTS`, a device outside the users of the opening
 it belongs to (session 27, red team G's S27-G4: before, such a name was counted, and refused at
-the door a device that was never in the round); the running server drops such a name from a node
-before it counts or journals it (logged as an error; the nodes name only a round's devices).
+the door a device that was never in the round), and so is a record naming a device twice; the
+running server drops such a name from a node before it counts or journals it (logged as an error;
+the nodes name only a round's devices), and keeps each name once (red team L's S27-L1: a name the
+node gave twice was counted once, journaled twice, and the restart refused the journal).
 
 **Aborting dropouts** (session 26, red team F's S26-F1; docs/deployment.md, "Aborting
 dropouts"): an aborted round names in its :data:`DROPOUTS` the devices its secure aggregations
@@ -96,11 +98,13 @@ A binding, checkpoint or journal that cannot be read, or that belongs to another
 A checkpoint the disk refuses after a commit (:class:`~secemb.server.persist.StorageError`) is
 retried when the next round opens, which is refused (503) until it is written; should the
 server stop before, that round is aborted at the restart and the model is the one before it.
-Likewise an ended round's end record (session 27, red team G's S27-G3): owed, written before the
-next opening, which is refused (503) until it is; a round thus never opens after one whose
-names the journal would not hold.  Should the server stop before, the restart records the round
-aborted with what its finding records name (the names of a round whose finding record the disk
-refused too, counted by the running server only, are then lost: nothing durable holds them).
+Likewise an ended round's end record (session 27, red team G's S27-G3), and a refused opening's
+(red team L's S27-L2): owed, written before the next opening, which is refused (503) until it is;
+a round thus never opens after one whose names (or refusal) the journal would not hold.  Should
+the server stop before, the restart records the round aborted with what its finding records name
+(the names of a round whose finding record the disk refused too, counted by the running server
+only, are then lost: nothing durable holds them; a refused opening is then a round, one more on
+the window's clock than the running server counted, and its id is used).
 """
 
 from __future__ import annotations
@@ -361,8 +365,9 @@ class ExchangeState:
 
     def opening(self, round_id: int, users: list[int]) -> None:
         """Before the node opens round ``round_id``: write the last round's records still owed (its
-        checkpoint and end record, or an aborted round's end record: :meth:`ended`), refuse an id
-        that does not follow the last one, record the opening durably.
+        checkpoint and end record, an aborted round's end record -- :meth:`ended` -- or a refused
+        opening's: :meth:`refused`), refuse an id that does not follow the last one, record the
+        opening durably.
 
         Raises
         ------
@@ -379,9 +384,15 @@ class ExchangeState:
         self._opened = (round_id, _user_set(users))
 
     def refused(self, round_id: int, reason: str) -> None:
-        """The node refused to open round ``round_id``: its id stays free."""
-        self._journal.append({"event": "end", "round_id": round_id,
-                              "round": {"round_id": round_id, "state": "refused", "reason": reason}})
+        """The node refused to open round ``round_id`` (the opening just journaled): no round, its
+        id stays free.  Its end record (state ``refused``) is written or, if the disk refuses it,
+        logged and owed as an ended round's (:meth:`ended`): written at the next :meth:`opening`,
+        which is refused while the disk refuses (session 27, red team L's S27-L2: before, the
+        disk's error went to the caller and nothing owed the record, so a restart found the opening
+        without an end and recorded the round aborted -- one round more on the window's clock than
+        the running server counted, its id used).  A server that stops while it is owed still
+        leaves that opening without an end: the restart records the round aborted."""
+        self._end_or_owe({"round_id": round_id, "state": "refused", "reason": reason})
 
     def found(self, round_id: int, proven: list[int]) -> None:
         """Open round ``round_id``'s signed secure aggregations have proven ``proven`` to have
@@ -419,13 +430,15 @@ class ExchangeState:
         """``names`` (a round's ``field``, from the node) less the devices that are not round
         ``round_id``'s users -- those of its opening if this server journaled it, else its
         document's ``doc_users`` (``None``: none) -- each left out logged as an error: the node
-        names only a round's devices, and a restart refuses a journal naming others (S27-G4)."""
+        names only a round's devices, and a restart refuses a journal naming others (S27-G4) --
+        sorted, each once (session 27, red team L's S27-L1: a name given twice was counted once and
+        journaled twice, and the restart refused that journal)."""
         users = self._opened[1] if self._opened is not None and self._opened[0] == round_id else _user_set(doc_users)
         outside = sorted(set(names) - users)
         if outside:
             log.error("round %s: the node named devices %s in %s, not among the users this server opened the "
                       "round for: not counted, not recorded", round_id, outside, field)
-        return [u for u in names if u in users]
+        return sorted(set(names) & users)
 
     def ended(self, doc: dict[str, Any]) -> None:
         """Round ``doc`` (its document with its final ``state``) has ended: a committed one is
@@ -435,7 +448,7 @@ class ExchangeState:
         (session 27, S27-G3: before, an aborted round's refused end record was not retried, and a
         name whose finding record the disk had refused too was lost at the restart).  The names of
         its ``proven_bad_shares`` and :data:`DROPOUTS` outside its users are dropped first (logged
-        as an error: :meth:`_within`).  Each device of its ``proven_bad_shares``
+        as an error), and each is kept once, sorted (:meth:`_within`).  Each device of its ``proven_bad_shares``
         or of its :meth:`found` records has a strike (once; counted at once, whatever the disk
         does).  Devices its ``proven_bad_shares`` names that no finding record holds yet (first
         proven at the close that ended the round) get one (fsync-ed) before the checkpoint and the
@@ -469,6 +482,11 @@ class ExchangeState:
                         "round's reason says which): %d of the last %d rounds; at %d it is refused until they "
                         "leave the window or the operator clears it: 'secemb admin clear-alarms'",
                         doc["round_id"], u, len(self._aborts[u]), ABORT_WINDOW, MAX_ABORTS)
+        self._end_or_owe(doc)
+
+    def _end_or_owe(self, doc: dict[str, Any]) -> None:
+        """Write ended (or refused) round ``doc``'s records (:meth:`_record_end`); if the disk refuses,
+        log it and owe them to the next :meth:`opening`."""
         try:
             self._record_end(doc)
         except StorageError as exc:
