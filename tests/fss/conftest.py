@@ -16,3 +16,15 @@ def sha_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     if request.param == "numpy":
         monkeypatch.setattr(kernels, "BACKEND", "numpy")
     return request.param
+
+
+def _backends() -> list[str]:
+    return ["numpy", "numba"] if kernels.available() else ["numpy"]
+
+
+@pytest.fixture(params=_backends())
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The kernels' backend a test runs on: the numpy reference, and the compiled (numba) kernels
+    where numba is installed."""
+    monkeypatch.setattr(kernels, "BACKEND", request.param)
+    return str(request.param)

@@ -20,16 +20,6 @@ from secemb.fss.convert import convert_eval_into, kept_leaves
 TAG = "secemb/retrieval"
 
 
-def _backends() -> list[str]:
-    return ["numpy", "numba"] if kernels.available() else ["numpy"]
-
-
-@pytest.fixture(params=_backends())
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(kernels, "BACKEND", request.param)
-    return str(request.param)
-
-
 def _words(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2**64, (n, 2), dtype=np.uint64)
 

@@ -20,16 +20,6 @@ from secemb.fss.convert import convert_add
 TAG = "relay"
 
 
-def _backends() -> list[str]:
-    return ["numpy", "numba"] if kernels.available() else ["numpy"]
-
-
-@pytest.fixture(params=_backends())
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(kernels, "BACKEND", request.param)
-    return str(request.param)
-
-
 @pytest.fixture(params=["default", "small"])
 def steps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The default step and chunk, or a kernel step of 32 AES blocks and reference chunks of 8, so that one

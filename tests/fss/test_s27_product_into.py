@@ -22,16 +22,6 @@ from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.randomness import CtrDrbg
 
 
-def _backends() -> list[str]:
-    return ["numpy", "numba"] if kernels.available() else ["numpy"]
-
-
-@pytest.fixture(params=_backends())
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(kernels, "BACKEND", request.param)
-    return str(request.param)
-
-
 def _dtype(ring_bits: int) -> type[np.unsignedinteger]:
     return np.uint32 if ring_bits == 32 else np.uint64
 

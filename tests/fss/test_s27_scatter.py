@@ -19,16 +19,6 @@ from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.protocols.secemb.server import SecEmbServer
 
 
-def _backends() -> list[str]:
-    return ["numpy", "numba"] if kernels.available() else ["numpy"]
-
-
-@pytest.fixture(params=_backends())
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(kernels, "BACKEND", request.param)
-    return str(request.param)
-
-
 #: small layouts whose items have one, two and three distinct buckets (checked below), and ML-100K's
 LAYOUTS = [CuckooLayout(40, 3, 1), CuckooLayout(300, 12, 5), CuckooLayout(1682, 250, 0)]
 
