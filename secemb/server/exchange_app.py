@@ -133,8 +133,9 @@ class StageCloser:
         ProtocolError: a round is still open (with a state, refused before the journal records
             anything: a refused end of the open round's id would read as that round's end at a
             restart, which would then open its id again), or ``round_id`` does not follow the last.
-        SecembError: the node refuses the round (with a state, journaled as refused).
-        StorageError: the disk refused to record the opening (nothing opened).
+        SecembError: the node refuses the round (with a state, journaled as refused; if the disk
+            refuses that record, it is owed and written before the next opening: session 27, S27-L2).
+        StorageError: the disk refused to record the opening, or a record still owed (nothing opened).
         """
         if self.state is None:
             doc = self.node.open_round(round_id, users)
