@@ -45,18 +45,25 @@ def _level_call(ht, per_parent, rkp, src, cw, dst):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, nogil=True)
-def bgi_corrections(cw_seed, cw_tl, cw_tr, out):  # noqa: ANN001, ANN201
-    """BGI path keys' corrections as :func:`expand_top` and :func:`subtrees` read them:
-    ``out[k, i] = ((lo | tCW_L, hi), (lo | tCW_R, hi))`` uint64 (K, n, 2, 2) for the seed
-    correction word ``(lo, hi) = cw_seed[k, i]`` (uint64 (K, n, 2)) and the control-bit ones
-    ``cw_tl[k, i]``, ``cw_tr[k, i]`` (uint8 (K, n)), in one pass."""
-    for k in range(cw_tl.shape[0]):
+def bgi_corrections(cw_seed, cw_tl, cw_tr, blocks, lo, out):  # noqa: ANN001, ANN201
+    """BGI path keys' corrections as :func:`expand_top` and :func:`subtrees` read them, in one pass:
+    ``out[r, i] = ((lo | tCW_L, hi), (lo | tCW_R, hi))`` uint64 (R, n, 2, 2) for the seed correction
+    word ``(lo, hi) = cw_seed[key, i]`` (uint64 (K, n, 2)) and the control-bit ones ``cw_tl[key, i]``,
+    ``cw_tr[key, i]`` (uint8 (K, n)) of key ``key = b S + lo + j`` for ``r = b G + j``: keys
+    ``lo..lo+G-1`` of each of the ``blocks`` equal consecutive blocks of ``S = K / blocks`` keys
+    (``G = R / blocks``; e.g. every user's keys of a range of buckets, read where they were
+    parsed), block after block; ``blocks = 1, lo = 0`` and ``R = K``: every key.  Indexes
+    unchecked: the caller checks the fields' shapes, ``blocks`` dividing ``K`` and ``R`` and
+    ``0 <= lo <= lo + G <= S``."""
+    size, width = cw_tl.shape[0] // blocks, out.shape[0] // blocks
+    for r in range(out.shape[0]):
+        key = (r // width) * size + lo + r % width
         for i in range(cw_tl.shape[1]):
-            lo, hi = cw_seed[k, i, 0], cw_seed[k, i, 1]
-            out[k, i, 0, 0] = lo | np.uint64(cw_tl[k, i])
-            out[k, i, 0, 1] = hi
-            out[k, i, 1, 0] = lo | np.uint64(cw_tr[k, i])
-            out[k, i, 1, 1] = hi
+            w0, w1 = cw_seed[key, i, 0], cw_seed[key, i, 1]
+            out[r, i, 0, 0] = w0 | np.uint64(cw_tl[key, i])
+            out[r, i, 0, 1] = w1
+            out[r, i, 1, 0] = w0 | np.uint64(cw_tr[key, i])
+            out[r, i, 1, 1] = w1
 
 
 @njit(cache=True, nogil=True)

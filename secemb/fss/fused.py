@@ -33,7 +33,7 @@ from secemb.fss import kernels
 from secemb.fss.convert import convert_accumulate, convert_eval_into, ring_dtype
 from secemb.fss.dpf import _ONE, _check_party
 from secemb.fss.tree import leaf_groups, padded_leaves
-from secemb.fss.keys import PathKeys
+from secemb.fss.keys import PathBlocks, PathKeys
 from secemb.fss.linalg import LimbMatrix, ring_matmul
 from secemb.fss.verify import LeafCheck
 
@@ -182,7 +182,7 @@ class PreparedAggregation:
 
 
 def _check_inputs(
-    path: PathKeys, party: int, retrieval_cw: np.ndarray | None, dtype: np.dtype, agg_width: int
+    path: PathKeys | PathBlocks, party: int, retrieval_cw: np.ndarray | None, dtype: np.dtype, agg_width: int
 ) -> int:
     b = _check_party(party)
     if b != path.party:
@@ -219,7 +219,7 @@ def _payload_sums(t: np.ndarray, live: np.ndarray, key_conv: np.ndarray) -> Payl
 
 
 def _walk(
-    path: PathKeys,
+    path: PathKeys | PathBlocks,
     party: int,
     retrieval: tuple[np.ndarray, np.ndarray, tuple[int, int, int]] | None,
     conv_sum: np.ndarray | None,
@@ -313,7 +313,8 @@ def retrieve_and_prepare(
 
 @overload
 def retrieve_and_prepare_buckets(
-    path: PathKeys, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix, agg_width: int, *,
+    path: PathKeys | PathBlocks, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix,
+    agg_width: int, *,
     sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
     check: LeafCheck | None = None, payload_sums: Literal[False] = False, payload_out: PayloadSums | None = None,
     out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
@@ -322,7 +323,8 @@ def retrieve_and_prepare_buckets(
 
 @overload
 def retrieve_and_prepare_buckets(
-    path: PathKeys, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix, agg_width: int, *,
+    path: PathKeys | PathBlocks, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix,
+    agg_width: int, *,
     sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
     check: LeafCheck | None = None, payload_sums: Literal[True], payload_out: PayloadSums | None = None,
     out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
@@ -330,7 +332,7 @@ def retrieve_and_prepare_buckets(
 
 
 def retrieve_and_prepare_buckets(
-    path: PathKeys,
+    path: PathKeys | PathBlocks,
     party: int,
     retrieval_cw: np.ndarray,
     tables: np.ndarray | LimbMatrix,
@@ -349,7 +351,8 @@ def retrieve_and_prepare_buckets(
 
     Parameters
     ----------
-    path: ``U B`` path keys of ``party`` over the bucket domain ``[0, M)``, user-major.
+    path: ``U B`` path keys of ``party`` over the bucket domain ``[0, M)``, user-major (or a
+        :class:`~secemb.fss.keys.PathBlocks` of them: a batch's blocks, walked in place).
     retrieval_cw: ring (U B, 1).
     tables: ring (B, M, D), bucket ``i``'s rows (zero rows pad short buckets), or its
         :class:`~secemb.fss.linalg.LimbMatrix`.

@@ -43,7 +43,7 @@ import numpy as np
 from secemb import framing
 from secemb.errors import InvalidKey, InvalidParameters, check_int
 
-__all__ = ["DPFParams", "PathKeys", "DPFKeys", "HEADER_BYTES"]
+__all__ = ["DPFParams", "PathKeys", "PathBlocks", "DPFKeys", "HEADER_BYTES"]
 
 #: what the parsers accept (each takes a flat byte view of it)
 _Bytes = framing.Buffer
@@ -233,6 +233,53 @@ class PathKeys:
             raise InvalidKey(f"path keys: expected {HEADER_BYTES + k * params.path_key_bytes} bytes, got {len(data)}")
         keys, _ = cls._parse_body(params, p, k, body)
         return keys
+
+
+@dataclass(frozen=True, eq=False)
+class PathBlocks:
+    """Keys ``lo..hi-1`` of each of the ``count`` equal consecutive blocks of ``keys`` (e.g. every
+    user's keys of a range of buckets), block after block, where ``keys`` holds them: the keys of
+    ``keys.blocks(count, lo, hi)`` (:meth:`copy`), whose correction words the compiled walk
+    (:func:`secemb.fss.tree.leaf_groups`) reads in place instead of copying them first.
+
+    Raises
+    ------
+    InvalidParameters: ``count`` is not an int >= 1 dividing ``len(keys)``, or ``lo``, ``hi`` not
+        ints with ``0 <= lo <= hi <= len(keys) / count`` (the walk reads the keys unchecked).
+    """
+
+    keys: PathKeys
+    count: int
+    lo: int
+    hi: int
+
+    def __post_init__(self) -> None:
+        count = check_int("count", self.count, low=1)
+        if len(self.keys) % count:
+            raise InvalidParameters(f"count must divide the {len(self.keys)} keys, got {count}")
+        lo = check_int("lo", self.lo, low=0)
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", check_int("hi", self.hi, low=lo, high=len(self.keys) // count))
+
+    @property
+    def params(self) -> DPFParams:
+        return self.keys.params
+
+    @property
+    def party(self) -> int:
+        return self.keys.party
+
+    def __len__(self) -> int:
+        return self.count * (self.hi - self.lo)
+
+    def roots(self) -> np.ndarray:
+        """The keys' roots, uint64 (len, 2), C-contiguous (a copy: 16 bytes a key)."""
+        return self.keys.roots.reshape(self.count, -1, 2)[:, self.lo : self.hi].reshape(-1, 2)
+
+    def copy(self) -> PathKeys:
+        """The keys as a batch of their own (:meth:`PathKeys.blocks`)."""
+        return self.keys.blocks(self.count, self.lo, self.hi)
 
 
 class _PathPart(Protocol):

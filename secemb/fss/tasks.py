@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from secemb.fss.cuckoo import CuckooLayout
+from secemb.fss.keys import PathBlocks, PathKeys
 from secemb.fss.fused import PayloadSums, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets
 from secemb.fss.linalg import LimbMatrix
 from secemb.fss.verify import LeafCheck
@@ -61,7 +62,11 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
     batches concatenated and ``table`` the :class:`~secemb.protocols.backends.Handle` of the
     round's table in that form (:func:`evaluation_form`, or the backend's device table).
     ``buckets = (lo, hi)`` (cuckoo, CPU): the keys are every user's keys of buckets
-    ``lo..hi-1``, user-major, and read those buckets' rows (``None``: all buckets).  Returns
+    ``lo..hi-1``, user-major, and read those buckets' rows (``None``: all buckets); in the cuckoo
+    form ``keys`` may also be ``(batch, users)``, a :class:`~secemb.fss.keys.DPFKeys` of ``users``
+    equal blocks (each a user's keys of every bucket), whose keys of buckets ``lo..hi-1`` are
+    those keys: the walk reads their correction words where the batch holds them
+    (:class:`~secemb.fss.keys.PathBlocks`; a task of an in-process backend, which shares the batch).  Returns
     the answers (K, w), the control bits
     (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
     payload-independent part of the aggregation share summed over the batch ((m, w), or
@@ -90,15 +95,22 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
                                                  payload_sums=sums)
         return answers, prepared.t_bits, prepared.signed_conv(), values, prepared.payload
     lo, hi = buckets or (0, len(table.index))
+    path: PathKeys | PathBlocks
+    if isinstance(keys, tuple):  # the batch's blocks, read in place
+        batch, users = keys
+        path = PathBlocks(batch.path, users, lo, hi)
+        cw = batch.cw_out.reshape(users, -1, batch.cw_out.shape[1])[:, lo:hi].reshape(len(path), -1)
+    else:
+        path, cw = keys.path, keys.cw_out
     sizes = (table.index[lo:hi] >= 0).sum(axis=1)
     payload = None
     if sums:
-        answers, t, conv, payload = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi),
-                                                                 width, sizes=sizes, check=check, payload_sums=True,
+        answers, t, conv, payload = retrieve_and_prepare_buckets(path, party, cw, table.tables(lo, hi), width,
+                                                                 sizes=sizes, check=check, payload_sums=True,
                                                                  payload_out=sums_into, out=into)
     else:
-        answers, t, conv = retrieve_and_prepare_buckets(keys.path, party, keys.cw_out, table.tables(lo, hi), width,
-                                                        sizes=sizes, check=check, out=into)
+        answers, t, conv = retrieve_and_prepare_buckets(path, party, cw, table.tables(lo, hi), width, sizes=sizes,
+                                                        check=check, out=into)
     if party:
         np.negative(conv, out=conv)
     return answers, t, conv, values, payload

@@ -31,7 +31,7 @@ import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
-from secemb.fss.keys import DPFParams, PathKeys
+from secemb.fss.keys import DPFParams, PathBlocks, PathKeys
 from secemb.fss.prg import aes_for
 
 __all__ = ["SUBTREE_DEPTH", "GROUP_LEAVES", "check_fields", "check_path", "leaf_groups", "numpy_groups",
@@ -123,14 +123,16 @@ def check_path(path: PathKeys) -> None:
                                                  "cw_tl": (path.cw_tl, (k, n)), "cw_tr": (path.cw_tr, (k, n))})
 
 
-def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
+def leaf_groups(path: PathKeys | PathBlocks) -> Iterator[tuple[int, int, np.ndarray]]:
     """Expand every key of ``path`` to its leaves, group by group.
 
     Let ``s = min(SUBTREE_DEPTH, n)`` and ``F = ceil(m / 2^s)`` frontier nodes per key.  Row
     ``r = key * F + f`` is the subtree of frontier node ``f`` of ``key``; its ``2^s`` leaves
     are the domain points ``[f 2^s, (f + 1) 2^s)`` (points ``>= m`` are padding, to be
     ignored).  Equivalently, leaf ``p`` of row ``r`` sits at flat position ``r 2^s + p`` of a
-    ``(K, F 2^s)`` array.
+    ``(K, F 2^s)`` array.  A :class:`~secemb.fss.keys.PathBlocks` is walked as the keys of its
+    :meth:`~secemb.fss.keys.PathBlocks.copy`; the compiled walk reads their correction words
+    where its batch holds them (the numpy reference walks the copy).
 
     Yields
     ------
@@ -139,20 +141,26 @@ def leaf_groups(path: PathKeys) -> Iterator[tuple[int, int, np.ndarray]]:
 
     Raises
     ------
-    InvalidParameters: the fields of ``path`` are not those of ``len(path)`` keys of its domain's
-        depth (the compiled walk indexes them unchecked: a key batch built by hand, not parsed).
+    InvalidParameters: the fields of ``path`` (of its batch) are not those of ``len(path)`` keys of
+        its domain's depth (the compiled walk indexes them unchecked: a key batch built by hand, not parsed).
     """
-    check_path(path)
+    keys = path if isinstance(path, PathKeys) else path.keys
+    check_path(keys)
     if kernels.compiled():
         from secemb.fss._aesni import round_keys
         from secemb.fss._numba_kernels import bgi_corrections
 
-        # the kernels' ((lo | tCW_L, hi), (lo | tCW_R, hi)) per key and level
+        # the kernels' ((lo | tCW_L, hi), (lo | tCW_R, hi)) per key and level, of the range's keys
         cwp = np.empty((len(path), path.params.depth, 2, 2), np.uint64)
-        bgi_corrections(path.cw_seed, path.cw_tl, path.cw_tr, cwp)
-        yield from compiled_groups(path.roots, cwp, path.params.domain_size, round_keys(_LEFT.name, _RIGHT.name))
+        if isinstance(path, PathKeys):
+            blocks, lo, roots = 1, 0, path.roots
+        else:
+            blocks, lo, roots = path.count, path.lo, path.roots()
+        bgi_corrections(keys.cw_seed, keys.cw_tl, keys.cw_tr, blocks, lo, cwp)
+        yield from compiled_groups(roots, cwp, path.params.domain_size, round_keys(_LEFT.name, _RIGHT.name))
         return
-    yield from numpy_groups(path.roots, _cw_planes(path), path.params.domain_size, _level)
+    whole = path if isinstance(path, PathKeys) else path.copy()
+    yield from numpy_groups(whole.roots, _cw_planes(whole), whole.params.domain_size, _level)
 
 
 def numpy_groups(

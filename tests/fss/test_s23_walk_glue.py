@@ -157,7 +157,7 @@ def test_the_walk_corrections_are_the_seed_words_with_each_side_bit(m: int) -> N
     gen = np.random.default_rng(m)
     path = fss.gen(gen.integers(0, m, 9), np.ones((9, 1), np.uint32), m, _rng=CtrDrbg(m))[0].path
     got = np.zeros((9, path.params.depth, 2, 2), np.uint64)
-    bgi_corrections(path.cw_seed, path.cw_tl, path.cw_tr, got)
+    bgi_corrections(path.cw_seed, path.cw_tl, path.cw_tr, 1, 0, got)
     lo, hi = path.cw_seed[..., 0], path.cw_seed[..., 1]
     assert np.array_equal(got[:, :, 0, 0], lo | path.cw_tl.astype(np.uint64))
     assert np.array_equal(got[:, :, 1, 0], lo | path.cw_tr.astype(np.uint64))

@@ -325,8 +325,10 @@ class SecEmbServer(ServerRole):
             spans = tapered(slots, max(hi - lo for lo, hi in spans), self.backend.workers)
 
         def task(lo: int, hi: int) -> tuple:
-            """The evaluation task of buckets ``lo..hi-1``: every user's keys of them."""
-            return ("cuckoo", self.party, stacked.blocks(n, lo, hi), self._table, cfg.width, (lo, hi),
+            """The evaluation task of buckets ``lo..hi-1``: every user's keys of them (an in-process
+            backend's walk reads them where ``stacked`` holds them; a worker process gets a copy)."""
+            keys = (stacked, n) if self.backend.in_process else stacked.blocks(n, lo, hi)
+            return ("cuckoo", self.party, keys, self._table, cfg.width, (lo, hi),
                     None if check is None else (np.ascontiguousarray(check[0][:, lo:hi]).reshape(-1, CHECK_WORDS),
                                                 check[1], hi - lo), sums)
 
