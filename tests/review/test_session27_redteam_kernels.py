@@ -157,3 +157,137 @@ kernels.BACKEND = "numpy"
 print("INTACT", bool(np.array_equal(got, CuckooLayout(20, 8).scatter(bf))))
 """, backend)
     assert _verdict(lines).endswith("InvalidParameters") and "INTACT True" in lines, lines
+
+
+# -- the kept buffers: nothing of one round or one close reaches another (regressions) -------------
+
+
+def _fresh_round(proto: SecEmbProtocol, kept: tuple, seed: int, num_items: int = 300, **kw: object) -> None:
+    """Round ``seed`` at ``kept`` and at a new pair with the same messages: their shares equal."""
+    shares, expected, _ = _round(proto, [kept, _pair(proto)], proto.round_config(seed, num_items, W, 2, MP), seed=seed,
+                                 **kw)
+    assert shares[0] == shares[1] and expected.any()
+
+
+def _table(cfg, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed + 100).integers(0, 2**32, (cfg.num_items, W), dtype=np.uint64).astype(np.uint32)
+
+
+@pytest.mark.parametrize("relay", [True, False], ids=["relay", "no-relay"])
+def test_an_aborted_round_with_evaluations_never_committed_leaves_nothing(relay: bool) -> None:
+    """Round 2 aborts midway: two users' retrievals are evaluated at both servers (the first takes
+    the kept fold target, last round's running aggregate) and never committed; a third retrieves
+    and uploads; no close.  Round 3 at the kept pair gives a new pair's shares, and the stale
+    commits are refused (round ended) without changing them."""
+    proto = SecEmbProtocol(layout="cuckoo", relay=relay)
+    kept = _pair(proto)
+    _round(proto, [kept], proto.round_config(1, 300, W, 2, MP), seed=21, n=3, uploaders=3, include=None)
+    cfg = proto.round_config(2, 300, W, 2, MP)
+    for s in kept:
+        s.begin_round(cfg, _table(cfg, 22))
+    users = _users(proto, cfg, 22, 3, 3)
+    s0, s1 = kept
+    first = [(u, users[u][2]) for u in (0, 1)]
+    if relay:
+        for u, (_, r1) in first:
+            assert s1.handle_retrieval(u, r1) is None
+        forwards = s0.relay_forwards([(u, r0) for u, (r0, _) in first])
+        stale = [s0.evaluate_retrieval_many([(u, r0) for u, (r0, _) in first]),
+                 s1.evaluate_relay_many([(u, f) for (u, _), f in zip(first, forwards, strict=True)])]
+    else:
+        stale = [s.evaluate_retrieval_many([(u, r[p]) for u, r in first]) for p, s in enumerate(kept)]
+    assert all(s._spare is None for s in kept)  # the kept fold targets went to the stale evaluations
+    user, slots, requests, grads, dense = users[2]
+    user.retrieval_result(*_retrieve(proto, s0, s1, 2, requests))
+    _upload(proto, s0, s1, 2, user.upload(grads, dense))
+    shares, _, _ = _round(proto, [kept, _pair(proto)], proto.round_config(3, 300, W, 2, MP), seed=23, n=4,
+                          uploaders=3, include=None)
+    assert shares[0] == shares[1]
+    for commit in stale:
+        with pytest.raises(ProtocolError, match="ended while its"):
+            commit()
+    assert (s1.aggregate_share(), s0.aggregate_share()) == shares[0][::-1]
+
+
+def test_closes_over_other_users_in_turn_each_give_a_new_roles_shares() -> None:
+    """A close over users A, then B, then A again, then everyone, at a kept pair (its close
+    buffer rewritten by each) and at a new pair: every close's shares equal, A's twice."""
+    proto = SecEmbProtocol(layout="cuckoo", relay=True)
+    kept = _pair(proto)
+    _round(proto, [kept], proto.round_config(1, 300, W, 2, MP), seed=31, n=3, uploaders=3, include=None)
+    pairs = [kept, _pair(proto)]
+    a, b = [0, 2, 3], [1, 3, 4]
+    shares, _, _ = _round(proto, pairs, proto.round_config(2, 300, W, 2, MP), seed=32, n=6, uploaders=5, include=a)
+    got = [[(s0.aggregate_share(inc), s1.aggregate_share(inc)) for inc in (b, a, None)] for s0, s1 in pairs]
+    assert got[0] == got[1]
+    assert got[0][1] == shares[0] != got[0][0]
+
+
+def test_an_evaluation_that_fails_midway_leaves_nothing_in_the_next() -> None:
+    """The first evaluation of round 2 (which takes the kept fold target) writes all-ones words into
+    its folded part and fails; so does the silent users' evaluation of the first close.  The retries,
+    and the round's shares, are a new pair's."""
+    proto = SecEmbProtocol(layout="cuckoo", relay=False)
+    kept, new = _pair(proto), _pair(proto)
+    _round(proto, [kept], proto.round_config(1, 300, W, 2, MP), seed=41, n=3, uploaders=3, include=None)
+    cfg = proto.round_config(2, 300, W, 2, MP)
+    for s in (*kept, *new):
+        s.begin_round(cfg, _table(cfg, 42))
+    real = server_module.evaluate_into_task
+    armed = [True]
+
+    def failing(task: tuple) -> None:
+        if armed[0]:
+            armed[0] = False
+            task[3][...] = np.iinfo(task[3].dtype).max  # the folded view, garbage
+            raise RuntimeError("evaluation failed midway")
+        real(task)
+
+    users = _users(proto, cfg, 42, 4, 3)  # user 3 retrieves and stays silent
+    answers = {}
+    for pair in (kept, new):
+        for party, s in enumerate(pair):
+            armed[0] = pair is kept
+            server_module.evaluate_into_task = failing
+            try:
+                if pair is kept:
+                    with pytest.raises(RuntimeError, match="midway"):
+                        s.handle_retrieval(0, users[0][2][party])
+                replies = s.handle_retrieval_many([(u, users[u][2][party]) for u in range(4)])
+            finally:
+                server_module.evaluate_into_task = real
+            assert not any(isinstance(r, Exception) for r in replies)
+            answers[party] = replies
+    for u, (user, slots, _, grads, dense) in enumerate(users[:3]):
+        rows = user.retrieval_result(answers[0][u], answers[1][u])
+        assert np.array_equal(rows[slots >= 0], _table(cfg, 42)[slots[slots >= 0]])
+        uploads = user.upload(grads, dense)
+        for s0, s1 in (kept, new):
+            _upload(proto, s0, s1, u, uploads)
+    got = []
+    for s0, s1 in (kept, new):
+        if s0 is kept[0]:
+            for s in (s0, s1):  # the close's evaluation of silent user 3 fails once at each
+                armed[0] = True
+                server_module.evaluate_into_task = failing
+                try:
+                    with pytest.raises(RuntimeError, match="midway"):
+                        s.aggregate_share()
+                finally:
+                    server_module.evaluate_into_task = real
+        got.append((s0.aggregate_share(), s1.aggregate_share()))
+    assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("relay", [True, False], ids=["relay", "no-relay"])
+def test_a_shape_change_and_back_on_three_threads(relay: bool) -> None:
+    """300 items, then 200 (the kept arrays made again), then 300 again, on a thread backend of 3
+    workers: each round's shares are a new pair's."""
+    backend: Backend = ThreadBackend(3)
+    try:
+        proto = SecEmbProtocol(layout="cuckoo", relay=relay, backend=backend)
+        kept = _pair(proto)
+        for seed, items in ((51, 300), (52, 200), (53, 300)):
+            _fresh_round(proto, kept, seed, items, n=5, uploaders=4, include=None)
+    finally:
+        backend.close()
