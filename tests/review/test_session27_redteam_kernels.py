@@ -291,3 +291,211 @@ def test_a_shape_change_and_back_on_three_threads(relay: bool) -> None:
             _fresh_round(proto, kept, seed, items, n=5, uploaders=4, include=None)
     finally:
         backend.close()
+
+
+# -- hostile requests through the wire parsers, on the compiled kernels (regressions) --------------
+
+#: round 1 at a kept pair; in round 2 hostile users (ids 100 and up) send the kept pair retrieval
+#: requests (and, with the relay, forwards) with bytes of the key batch changed, or its whole body
+#: random, at the exact length: each refused (a SecembError) or served, never a crash; then honest
+#: users 0-3 (3 silent) at the kept pair and at a new one: the same replies, the right rows, the same
+#: shares.  ``sys.argv[2]``: "relay" or "direct".
+HOSTILE_REQUESTS = """
+sys.path.insert(0, PROTOCOL_TESTS)
+from test_s27_close_buffers import MP, W, _pair, _retrieve, _round, _upload, _users
+from secemb.errors import SecembError
+from secemb.framing import HEADER_BYTES as FRAME
+from secemb.protocols.secemb import SecEmbProtocol
+
+relay = sys.argv[2] == "relay"
+proto = SecEmbProtocol(layout="cuckoo", relay=relay)
+kept, new = _pair(proto), _pair(proto)
+_round(proto, [kept], proto.round_config(1, 300, W, 2, MP), seed=61, n=3, uploaders=3, include=None)
+cfg = proto.round_config(2, 300, W, 2, MP)
+table = np.random.default_rng(62).integers(0, 2**32, (300, W), dtype=np.uint64).astype(np.uint32)
+for s in (*kept, *new):
+    s.begin_round(cfg, table)
+s0, s1 = kept
+gen = np.random.default_rng(63)  # public test data
+template = _users(proto, cfg, 64, 1, 0)[0][2]
+start = 2 * FRAME + 17  # past the message's frame, the batch's frame and its parameters
+
+def changed(message, whole):
+    body = bytearray(message)
+    if whole:
+        body[start:] = gen.integers(0, 256, len(body) - start, dtype=np.uint8).tobytes()
+    else:
+        at = int(gen.integers(start, len(body)))
+        body[at] ^= int(gen.integers(1, 256))
+    return bytes(body)
+
+def attempt(what, fn):
+    try:
+        fn()
+        print("SERVED", what)
+    except SecembError as exc:
+        print("REFUSED", what, type(exc).__name__)
+
+user = 100
+for k in range(60):
+    whole = k % 6 == 0
+    r0, r1 = changed(template[0], whole), changed(template[1], whole)
+    if relay:
+        honest = s1.handle_retrieval(user, template[1])  # server 1 keeps the device's roots
+        attempt(f"{k} at server 0 then forwarded", lambda: s1.relay_retrieval(user, s0.handle_retrieval(user, r0)))
+        fwd = s0.handle_retrieval(user + 1, template[0]) if s1.handle_retrieval(user + 1, template[1]) is None else None
+        attempt(f"{k} forward changed", lambda: s1.relay_retrieval(user + 1, changed(fwd, whole)))
+        attempt(f"{k} roots changed", lambda: s1.handle_retrieval(user + 2, r1))
+        user += 3
+    else:
+        attempt(f"{k} at server 0", lambda: s0.handle_retrieval(user, r0))
+        attempt(f"{k} at server 1", lambda: s1.handle_retrieval(user, r1))
+        user += 1
+users = _users(proto, cfg, 65, 4, 3)
+for u, (dev, slots, requests, grads, dense) in enumerate(users):
+    replies = [_retrieve(proto, a, b, u, requests) for a, b in (kept, new)]
+    assert replies[0] == replies[1], "the kept pair's replies differ"
+    rows = dev.retrieval_result(*replies[0])
+    assert np.array_equal(rows[slots >= 0], table[slots[slots >= 0]]), "wrong rows"
+    if grads is not None:
+        uploads = dev.upload(grads, dense)
+        for a, b in (kept, new):
+            _upload(proto, a, b, u, uploads)
+shares = [(b.aggregate_share(), a.aggregate_share()) for a, b in (kept, new)]
+print("SAME SHARES", shares[0] == shares[1])
+"""
+
+
+@COMPILED
+@pytest.mark.parametrize("relay", ["relay", "direct"])
+def test_hostile_key_bytes_are_refused_or_served_and_the_round_is_a_new_pairs(relay: str) -> None:
+    code = HOSTILE_REQUESTS.replace("PROTOCOL_TESTS", repr(str(Path(__file__).resolve().parents[1] / "protocols")))
+    lines = _run(code.replace("sys.argv[2]", repr(relay)))
+    verdicts = [ln for ln in lines if ln.startswith(("SERVED", "REFUSED"))]
+    assert len(verdicts) == 180 if relay == "relay" else 120, lines
+    assert {v.split()[0] for v in verdicts} == {"SERVED", "REFUSED"} and "SAME SHARES True" in lines, lines
+    if relay == "relay":  # a forward server 0 altered is never evaluated
+        assert all(v.startswith("REFUSED") and v.endswith("RelayTampered") for v in verdicts if "forward changed" in v)
+
+
+# -- compiled and reference paths on extreme values (regressions) ----------------------------------
+
+
+def _ring(bits: int) -> type[np.unsignedinteger]:
+    return np.uint32 if bits == 32 else np.uint64
+
+
+def _exact_product(a: np.ndarray, rows: np.ndarray, index: np.ndarray, cols: np.ndarray, bits: int) -> np.ndarray:
+    """``a[g, :, :cols[g]] @ rows[index[g, :cols[g]]]`` (``-1`` a zero row) in Python ints, mod ``2^bits``."""
+    g_n, k_n, _ = a.shape
+    out = np.empty((g_n, k_n, rows.shape[1]), _ring(bits))
+    for g in range(g_n):
+        for k in range(k_n):
+            for e in range(rows.shape[1]):
+                total = sum(int(a[g, k, j]) * int(rows[index[g, j], e]) for j in range(int(cols[g])) if index[g, j] >= 0)
+                out[g, k, e] = total % (1 << bits)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bits", [32, 64])
+@pytest.mark.parametrize(("k", "m", "d"), [(1, 1, 1), (5, 6, 3), (4, 7, 1)])
+@pytest.mark.parametrize("index_kind", ["mixed", "all padding"])
+def test_product_through_an_index_at_the_largest_words(backend: str, bits: int, k: int, m: int, d: int,
+                                                       index_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every word ``2^k - 1`` (carries everywhere), K not a multiple of the kernel's four rows, one
+    column, width 1, an index of -1 in places or everywhere, cols 0, 1 and M, into a transposed view:
+    both paths give the Python-int product."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    top = np.iinfo(_ring(bits)).max
+    groups, n_rows = 3, 9
+    rows = np.full((n_rows, d), top, _ring(bits))
+    rows[1] = 1
+    a = np.full((groups, k, m), top, _ring(bits))
+    index = (np.arange(groups * m).reshape(groups, m) % (n_rows + 1)) - 1
+    if index_kind == "all padding":
+        index[:] = -1
+    cols = np.array([0, 1, m])
+    want = _exact_product(a, rows, index, cols, bits)
+    op = LimbMatrix(rows, bits).gather(index)
+    assert np.array_equal(ring_matmul(a, op, bits, cols=cols), want)
+    into = np.full((k, groups, d), 7, _ring(bits))  # user-major, written through its transposed view
+    assert ring_matmul(a, op, bits, cols=cols, out=into.transpose(1, 0, 2)) is not None
+    assert np.array_equal(into.transpose(1, 0, 2), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bits", [32, 64])
+@pytest.mark.parametrize(("items", "width"), [(1, 1), (7, 1), (40, 3)])
+@pytest.mark.parametrize("span", [slice(None), slice(0, 0), slice(None, None, -1), slice(1, None, 3)])
+def test_scatter_at_the_largest_words(backend: str, bits: int, items: int, width: int, span: slice,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """One item, width 1, every word ``2^k - 1`` (an item of three rows carries twice), empty,
+    reversed and strided ranges: both paths give the Python-int sums of the item's rows."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    lay = CuckooLayout(items, 3)
+    top = np.iinfo(_ring(bits)).max
+    bf = np.full((lay.num_buckets, lay.bucket_size, width), top, _ring(bits))
+    flat = bf.reshape(-1, width)
+    chosen = np.arange(items)[span]
+    want = np.array([[sum(int(flat[r, e]) for r in lay.occurrences[i] if r >= 0) % (1 << bits) for e in range(width)]
+                     for i in chosen], _ring(bits)).reshape(len(chosen), width)
+    assert {int((lay.occurrences[i] >= 0).sum()) for i in range(items)} <= {1, 2, 3}
+    assert np.array_equal(lay.scatter(bf, span), want)
+    out = np.full((len(chosen), width), 5, _ring(bits))
+    assert lay.scatter(bf, span, out=out) is out and np.array_equal(out, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bits", [32, 64])
+@pytest.mark.parametrize("width", [1, 3, 5, 33])
+@pytest.mark.parametrize("negate", [False, True])
+def test_conversion_added_at_the_largest_words(backend: str, bits: int, width: int, negate: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Widths 1 and not a whole number of AES blocks, sources of words ``2^k - 1`` in any layout
+    (a transposed one), in place and apart: ``dst = src +- Convert(word)`` with the conversions
+    computed alone by :func:`~secemb.fss.convert.convert`."""
+    from secemb.fss.convert import convert
+
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    words = np.frombuffer(bytes(range(48)), np.uint64).reshape(3, 2).copy()
+    words[0] = np.iinfo(np.uint64).max
+    top = np.iinfo(_ring(bits)).max
+    conv = convert(words, width, bits, "relay")
+    with np.errstate(over="ignore"):
+        want = [np.full(width, top, _ring(bits)) - c if negate else np.full(width, top, _ring(bits)) + c for c in conv]
+    src = [np.full((width, 1), top, _ring(bits)).T for _ in range(3)]  # (1, width) views of a column
+    dst = [np.zeros((1, width), _ring(bits)) for _ in range(3)]
+    convert_add(words, "relay", dst, src, negate=negate)
+    assert all(np.array_equal(x.ravel(), w) for x, w in zip(dst, want, strict=True))
+    same = [np.full(width, top, _ring(bits)) for _ in range(3)]
+    convert_add(words, "relay", same, negate=negate)
+    assert all(np.array_equal(x, w) for x, w in zip(same, want, strict=True))
+    convert_add(np.empty((0, 2), np.uint64), "relay", [])  # no words: nothing to do
+
+
+@COMPILED
+@pytest.mark.parametrize("bits", [32, 64])
+@pytest.mark.parametrize("length", [1, 31, 32, 33, 65])
+@pytest.mark.parametrize(("devices", "rows"), [(1, 1), (5, 3)])
+def test_projections_compiled_are_the_references_at_the_largest_words(bits: int, length: int, devices: int,
+                                                                      rows: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sign_products`` / ``ternary_products`` around the 32-entry pass, one row (paired with
+    itself), one device and a last pass of one, every word ``2^k - 1``: the compiled
+    projections (and the affine ones, counts up to ``2^62``) are the numpy reference's words."""
+    top = np.iinfo(_ring(bits)).max
+    x = np.full((devices, length), top, _ring(bits))
+    x[:, ::3] = 1
+    seeds = [bytes([d % 2]) * 16 for d in range(devices)]  # two devices a seed
+    slots, width = (length - 1) // 2 or 1, 1 if length < 3 else 2
+    tail_n = length - slots * width
+    parts = [(np.full((slots, width), top, _ring(bits)), np.array([1 << 62] + [3] * (slots - 1), np.int64),
+              np.full((slots, width), top - d, _ring(bits)), np.full(tail_n, top, _ring(bits)))
+             for d in range(devices)]
+    got = {}
+    for backend in ("numba", "numpy"):
+        monkeypatch.setattr(kernels, "BACKEND", backend)
+        got[backend] = (project_each(seeds, x, rows), project_affine(seeds, True, parts, rows))
+    assert np.array_equal(got["numba"][0], got["numpy"][0]) and np.array_equal(got["numba"][1], got["numpy"][1])
+    assert got["numba"][0].any()
