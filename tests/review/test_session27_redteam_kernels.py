@@ -57,7 +57,7 @@ from secemb.protocols.secemb import server as server_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocols"))
 from test_s27_close_buffers import MP, W, _pair, _retrieve, _round, _upload, _users  # noqa: E402
-from test_session20_kernel_inputs import _run  # noqa: E402
+from test_session20_kernel_inputs import HTTP_REQUESTS, _run  # noqa: E402
 
 COMPILED = pytest.mark.skipif(not kernels.available(), reason="the compiled kernels need numba and AES-NI")
 BACKENDS = ["numpy", pytest.param("numba", marks=COMPILED)]
@@ -499,3 +499,60 @@ def test_projections_compiled_are_the_references_at_the_largest_words(bits: int,
         got[backend] = (project_each(seeds, x, rows), project_affine(seeds, True, parts, rows))
     assert np.array_equal(got["numba"][0], got["numpy"][0]) and np.array_equal(got["numba"][1], got["numpy"][1])
     assert got["numba"][0].any()
+
+
+#: over server 0's HTTP app (both servers in process, relay, the cuckoo layout): each honest
+#: device's request is first sent 6 times by participants that send nothing else, each its own: the
+#: device's roots to server 1 (in process), then over HTTP to server 0 the device's request with
+#: bytes of its key batch changed at random places (the first: the whole body random) at the exact
+#: length, signed as that participant.  Server 0 parses (and, where the keys parse, evaluates) each:
+#: a 4xx (a key refused, or server 1 refusing the forward: the device's digest) or served, never a
+#: 5xx; then the round commits with the honest devices.  The prelude (imports, the app, the servers)
+#: is session 20's (:data:`HTTP_REQUESTS`, up to its ``class Hostile``).
+HTTP_BODIES = HTTP_REQUESTS[: HTTP_REQUESTS.index("class Hostile")] + """
+spare = [u for u in range(30) if u not in USERS]
+gen = np.random.default_rng(71)  # public test data
+roots = {}
+
+class Roots(LocalServerLink):
+    # server 1's link of an honest device: its roots kept for the hostile participants to send
+    def retrieval(self, round_id, body):
+        roots[self.user] = body
+        return super().retrieval(round_id, body)
+
+class Hostile(LocalServerLink):
+    def retrieval(self, round_id, body):
+        path = f"/v1/rounds/{round_id}/retrieval"
+        for k in range(6):
+            bad = bytearray(body)
+            if k == 0:
+                bad[at + 17 :] = gen.integers(0, 256, len(bad) - at - 17, dtype=np.uint8).tobytes()
+            else:
+                bad[int(gen.integers(at + 17, len(bad)))] ^= int(gen.integers(1, 256))
+            sender = spare.pop(0)
+            assert LocalServerLink(follower, sender, servers.tp).retrieval(round_id, roots[self.user]) is None
+            headers = sign_headers(f"user:{sender}", user_key(leader.cfg.user_secret, sender), "POST", path, "",
+                                   bytes(bad))
+            got = http.post(path, content=bytes(bad), headers=headers | {"Content-Type": "application/octet-stream"})
+            statuses.append(got.status_code)
+            print("DETAIL", got.status_code, got.json().get("detail", "")[:60] if got.status_code >= 400 else "")
+        return super().retrieval(round_id, body)
+
+r = int(leader.open_round(participants=USERS + spare, deadline_s=WAIT_S)["round_id"])
+for u in USERS:
+    links = (Hostile(leader, u, servers.tp), Roots(follower, u, servers.tp))
+    client = DeviceClient.over(u, links, min_users=FLOOR)
+    Device(client, *RATINGS.of(u)).participate(client.round_info())
+print("STATUSES", sorted(set(statuses)), len(statuses))
+doc = leader.close_round(r)
+print("CLOSED", doc["state"], doc["included"] == sorted(USERS))
+"""
+
+
+@COMPILED
+def test_changed_key_bytes_over_http_are_never_a_5xx_and_the_round_commits() -> None:
+    pytest.importorskip("fastapi")
+    lines = _run(HTTP_BODIES.replace("SERVER_TESTS", repr(str(Path(__file__).resolve().parents[1] / "server"))))
+    statuses = next(ln for ln in lines if ln.startswith("STATUSES"))
+    assert statuses.endswith(" 24") and all(int(c) < 500 for c in statuses[10:statuses.index("]")].split(", ")), lines
+    assert "CLOSED committed True" in lines, lines
