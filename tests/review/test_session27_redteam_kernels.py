@@ -57,6 +57,7 @@ from secemb.protocols.secemb import server as server_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocols"))
 from test_s27_close_buffers import MP, W, _pair, _retrieve, _round, _upload, _users  # noqa: E402
+from child_verdicts import assert_all_refused  # noqa: E402
 from test_session20_kernel_inputs import HTTP_REQUESTS, _run  # noqa: E402
 
 COMPILED = pytest.mark.skipif(not kernels.available(), reason="the compiled kernels need numba and AES-NI")
@@ -392,7 +393,8 @@ def _exact_product(a: np.ndarray, rows: np.ndarray, index: np.ndarray, cols: np.
     for g in range(g_n):
         for k in range(k_n):
             for e in range(rows.shape[1]):
-                total = sum(int(a[g, k, j]) * int(rows[index[g, j], e]) for j in range(int(cols[g])) if index[g, j] >= 0)
+                total = sum(int(a[g, k, j]) * int(rows[index[g, j], e])
+                            for j in range(int(cols[g])) if index[g, j] >= 0)
                 out[g, k, e] = total % (1 << bits)
     return out
 
@@ -556,3 +558,93 @@ def test_changed_key_bytes_over_http_are_never_a_5xx_and_the_round_commits() -> 
     statuses = next(ln for ln in lines if ln.startswith("STATUSES"))
     assert statuses.endswith(" 24") and all(int(c) < 500 for c in statuses[10:statuses.index("]")].split(", ")), lines
     assert "CLOSED committed True" in lines, lines
+
+
+@pytest.mark.parametrize("when", ["before its fold target", "during its walk"])
+def test_a_round_opened_while_the_last_ones_evaluation_runs(when: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two rounds' evaluations overlap: while round 2's first evaluation runs at each server (another
+    thread's work in a deployment), round 3 opens there -- before the evaluation takes its fold
+    target (it then takes round 3's kept array) or during its walk (its target is round 1's).  The
+    stale commit is refused and round 3 at the kept pair gives a new pair's shares."""
+    proto = SecEmbProtocol(layout="cuckoo", relay=False)
+    kept = _pair(proto)
+    _round(proto, [kept], proto.round_config(1, 300, W, 2, MP), seed=81, n=3, uploaders=3, include=None)
+    cfg2, cfg3 = proto.round_config(2, 300, W, 2, MP), proto.round_config(3, 300, W, 2, MP)
+    for s in kept:
+        s.begin_round(cfg2, _table(cfg2, 82))
+    users = _users(proto, cfg2, 82, 2, 2)
+    stale = []
+    for party, s in enumerate(kept):
+        opened = []
+
+        def open_next(s=s, opened=opened) -> None:
+            if not opened:
+                opened.append(True)
+                s.begin_round(cfg3, _table(cfg3, 83))
+
+        if when == "before its fold target":
+            real = s._fold_target
+            monkeypatch.setattr(s, "_fold_target",
+                                lambda shape, dtype, real=real, hook=open_next: (hook(), real(shape, dtype))[1])
+        else:
+            real_task = server_module.evaluate_into_task
+            monkeypatch.setattr(server_module, "evaluate_into_task",
+                                lambda task, real=real_task, hook=open_next: (hook(), real(task))[1])
+        stale.append(s.evaluate_retrieval_many([(u, users[u][2][party]) for u in range(2)]))
+        monkeypatch.undo()
+        assert opened and s.config is cfg3
+    for commit in stale:
+        with pytest.raises(ProtocolError, match="ended while its"):
+            commit()
+    new = _pair(proto)
+    for s in new:
+        s.begin_round(cfg3, _table(cfg3, 83))
+    # round 3 as _round plays it, without opening it again at the kept pair (that would drop its
+    # kept array): the same users and messages at both pairs
+    users3 = _users(proto, cfg3, 84, 4, 3)
+    for u, (dev, slots, requests, grads, dense) in enumerate(users3):
+        replies = [_retrieve(proto, a, b, u, requests) for a, b in (kept, new)]
+        assert replies[0] == replies[1]
+        rows = dev.retrieval_result(*replies[0])
+        assert np.array_equal(rows[slots >= 0], _table(cfg3, 83)[slots[slots >= 0]])
+        if grads is not None:
+            uploads = dev.upload(grads, dense)
+            for a, b in (kept, new):
+                _upload(proto, a, b, u, uploads)
+    assert (kept[1].aggregate_share(), kept[0].aggregate_share()) == (new[1].aggregate_share(),
+                                                                      new[0].aggregate_share())
+
+
+#: the boundaries where today's relay masks reach a kernel from another party's bytes: server 1's
+#: relay answer at server 0 and server 0's reply at the device, each one word short, one word
+#: long, and empty: refused with InvalidMessage, nothing changed (the honest ones then served).
+REPLY_LENGTHS = """
+sys.path.insert(0, PROTOCOL_TESTS)
+from test_s27_close_buffers import MP, W, _pair, _users
+from secemb.protocols.secemb import SecEmbProtocol
+
+proto = SecEmbProtocol(layout="cuckoo", relay=True)
+s0, s1 = _pair(proto)
+cfg = proto.round_config(1, 300, W, 2, MP)
+table = np.random.default_rng(91).integers(0, 2**32, (300, W), dtype=np.uint64).astype(np.uint32)
+for s in (s0, s1):
+    s.begin_round(cfg, table)
+dev, slots, (r0, r1), _, _ = _users(proto, cfg, 92, 1, 0)[0]
+assert s1.handle_retrieval(0, r1) is None
+answer = s1.relay_retrieval(0, s0.handle_retrieval(0, r0))
+for name, bad in (("short", answer[:-4]), ("long", answer + bytes(4)), ("empty", b"")):
+    refused(f"relay answer {name}", lambda: s0.complete_retrieval(0, bad), InvalidMessage)
+reply = s0.complete_retrieval(0, answer)
+for name, bad in (("short", reply[:-4]), ("long", reply + bytes(4)), ("empty", b"")):
+    refused(f"reply {name}", lambda: dev.retrieval_result(bad, None), InvalidMessage)
+rows = dev.retrieval_result(reply, None)
+print("ROWS", bool(np.array_equal(rows[slots >= 0], table[slots[slots >= 0]])))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_relay_answers_and_replies_of_other_lengths_are_refused_before_the_masks(backend: str) -> None:
+    code = REPLY_LENGTHS.replace("PROTOCOL_TESTS", repr(str(Path(__file__).resolve().parents[1] / "protocols")))
+    lines = _run(code, backend)
+    assert_all_refused(lines, 6, "InvalidMessage")
+    assert "ROWS True" in lines, lines
