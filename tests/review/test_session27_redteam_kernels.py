@@ -163,11 +163,20 @@ print("INTACT", bool(np.array_equal(got, CuckooLayout(20, 8).scatter(bf))))
 # -- the kept buffers: nothing of one round or one close reaches another (regressions) -------------
 
 
+def _same_arrays(kept: tuple, new: tuple) -> None:
+    """The kept pair's running aggregates and close buffers are the new pair's, word for word
+    (bucket padding included: nothing of an earlier round is left in them)."""
+    for a, b in zip(kept, new, strict=True):
+        assert np.array_equal(a._sparse, b._sparse) and np.array_equal(a._close_work, b._close_work)
+
+
 def _fresh_round(proto: SecEmbProtocol, kept: tuple, seed: int, num_items: int = 300, **kw: object) -> None:
-    """Round ``seed`` at ``kept`` and at a new pair with the same messages: their shares equal."""
-    shares, expected, _ = _round(proto, [kept, _pair(proto)], proto.round_config(seed, num_items, W, 2, MP), seed=seed,
-                                 **kw)
+    """Round ``seed`` at ``kept`` and at a new pair with the same messages: their shares, running
+    aggregates and close buffers equal."""
+    new = _pair(proto)
+    shares, expected, _ = _round(proto, [kept, new], proto.round_config(seed, num_items, W, 2, MP), seed=seed, **kw)
     assert shares[0] == shares[1] and expected.any()
+    _same_arrays(kept, new)
 
 
 def _table(cfg, seed: int) -> np.ndarray:
@@ -201,9 +210,11 @@ def test_an_aborted_round_with_evaluations_never_committed_leaves_nothing(relay:
     user, slots, requests, grads, dense = users[2]
     user.retrieval_result(*_retrieve(proto, s0, s1, 2, requests))
     _upload(proto, s0, s1, 2, user.upload(grads, dense))
-    shares, _, _ = _round(proto, [kept, _pair(proto)], proto.round_config(3, 300, W, 2, MP), seed=23, n=4,
-                          uploaders=3, include=None)
+    new = _pair(proto)
+    shares, _, _ = _round(proto, [kept, new], proto.round_config(3, 300, W, 2, MP), seed=23, n=4, uploaders=3,
+                          include=None)
     assert shares[0] == shares[1]
+    _same_arrays(kept, new)
     for commit in stale:
         with pytest.raises(ProtocolError, match="ended while its"):
             commit()
@@ -278,6 +289,7 @@ def test_an_evaluation_that_fails_midway_leaves_nothing_in_the_next() -> None:
                     server_module.evaluate_into_task = real
         got.append((s0.aggregate_share(), s1.aggregate_share()))
     assert got[0] == got[1]
+    _same_arrays(kept, new)
 
 
 @pytest.mark.parametrize("relay", [True, False], ids=["relay", "no-relay"])
@@ -613,6 +625,7 @@ def test_a_round_opened_while_the_last_ones_evaluation_runs(when: str, monkeypat
                 _upload(proto, a, b, u, uploads)
     assert (kept[1].aggregate_share(), kept[0].aggregate_share()) == (new[1].aggregate_share(),
                                                                       new[0].aggregate_share())
+    _same_arrays(kept, new)
 
 
 #: the boundaries where today's relay masks reach a kernel from another party's bytes: server 1's
