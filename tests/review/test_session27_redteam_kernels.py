@@ -10,14 +10,19 @@ round's running aggregate, the next round's first fold target).
 
 Traced: every argument of those kernels that a device, the peer server or a relay can influence
 reaches them through parsers that fix its shape (a request's key header against the round, the
-relay's forwards digest-checked, seeds of 16 bytes, uploads of fixed size); the indices the
-kernels read unchecked (the gather index, ``cols``, the layout's occurrences) are made by the
-server from the round's public layout.  No wire input was found that moves a kernel outside its
-arrays: the wire tests below are regressions (a fresh interpreter on the compiled kernels, so a
-memory error is the child's death, not pytest's).  Neither was a way for a round's values to
-reach the next round through the kept buffers: a kept role gives a new role's shares byte for
-byte after an aborted round, a refused or failing evaluation, alternating closes, a change of
-shape and back, on three threads.
+relay's forwards digest-checked, seeds of 16 bytes, uploads, relay answers and replies of fixed
+size); the indices the kernels read unchecked (the gather index, ``cols``, the layout's
+occurrences, the bucket sizes) are made by the server from the round's public layout.  No wire input
+was found that moves a kernel outside its arrays.  Regressions (they pass; a memory error is a
+fresh interpreter's death, not pytest's): key bytes changed or random at the exact length, forwards
+server 0 altered, roots changed, in process (the round then a new pair's, byte for byte) and over
+HTTP (never a 5xx, the round commits); relay answers and replies of other lengths.  Neither was a
+way found for a round's values to reach another through the kept buffers: a kept role's shares,
+running aggregate and close buffer are a new role's, word for word, after a round aborted with
+evaluations never committed, an evaluation or a close that fails midway, closes over other users in
+turn, a round opened while the last one's evaluation runs, a change of shape and back on three
+threads.  The compiled and reference paths agree with Python ints at the largest words (carries),
+one row, one column, width 1, empty, reversed and strided ranges.
 
 Found (hazmat layer: a caller's own arguments, not reachable from bytes; each ``xfail(strict)``
 with its id; the rule of docs/security.md "Compiled kernels and untrusted input" since session 24
@@ -436,6 +441,21 @@ def test_product_through_an_index_at_the_largest_words(backend: str, bits: int, 
     into = np.full((k, groups, d), 7, _ring(bits))  # user-major, written through its transposed view
     assert ring_matmul(a, op, bits, cols=cols, out=into.transpose(1, 0, 2)) is not None
     assert np.array_equal(into.transpose(1, 0, 2), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("a_dtype", [np.uint8, np.uint16, np.uint64])
+def test_product_of_a_left_operand_of_another_width(backend: str, a_dtype: type[np.unsignedinteger],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A left operand of bits (uint8), 16-bit words or 64-bit words (past the 32-bit ring: only
+    their low words count) times a uint32 table through an index: the Python-int product mod 2^32."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    gen = np.random.default_rng(101)  # public test data
+    rows = gen.integers(0, 2**32, (9, 3), dtype=np.uint64).astype(np.uint32)
+    index = gen.integers(-1, 9, (2, 5))
+    a = gen.integers(0, np.iinfo(a_dtype).max, (2, 6, 5), dtype=np.uint64, endpoint=True).astype(a_dtype)
+    want = _exact_product(a, rows, index, np.array([5, 5]), 32)
+    assert np.array_equal(ring_matmul(a, LimbMatrix(rows, 32).gather(index), 32), want)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
