@@ -17,7 +17,8 @@ from numba.extending import intrinsic
 from secemb.fss._aesni import BLOCKS, expand8, expand8_rows, halftree16, halftree16_rows, mmo_blocks, mmo_ctr
 
 __all__ = [
-    "bgi_corrections", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_add", "convert_gen",
+    "bgi_corrections", "parse_path_fields", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_add",
+    "convert_gen",
     "convert_accumulate",
     "ring_matmul", "bits_accumulate", "unmask_slots",
     "cuckoo_assign", "check_accumulate", "STEP_BLOCKS",
@@ -64,6 +65,28 @@ def bgi_corrections(cw_seed, cw_tl, cw_tr, blocks, lo, out):  # noqa: ANN001, AN
             out[r, i, 0, 1] = w1
             out[r, i, 1, 0] = w0 | np.uint64(cw_tr[key, i])
             out[r, i, 1, 1] = w1
+
+
+@njit(cache=True, nogil=True)
+def parse_path_fields(seeds, trb, at, count, cw_seed, cw_tl, cw_tr):  # noqa: ANN001, ANN201
+    """The per-level correction words of ``u`` serialized batches of ``count`` keys written to their
+    blocks of a key batch, in one pass: row ``j`` of ``seeds`` uint64 (u, 2 count n) a batch's
+    ``cw_seeds`` field as words (per key and level two words, bit 0 of the first ``tCW_L``), of
+    ``trb`` uint8 (u, count ceil(n / 8)) its ``cw_tr`` field (per key, level ``i`` bit ``i % 8`` of
+    byte ``i // 8``); row ``j``'s keys go to keys ``at[j] count ..`` of ``cw_seed`` uint64 (K, n, 2)
+    (bit 0 cleared), ``cw_tl`` and ``cw_tr`` uint8 (K, n) (0 or 1).  Indexes unchecked: the caller
+    checks the shapes and ``0 <= at[j] < K / count``."""
+    n = cw_tl.shape[1]
+    nb = (n + 7) // 8
+    for j in range(seeds.shape[0]):
+        for key in range(count):
+            dst = at[j] * count + key
+            for i in range(n):
+                w0 = seeds[j, 2 * (key * n + i)]
+                cw_seed[dst, i, 0] = w0 & ~np.uint64(1)
+                cw_seed[dst, i, 1] = seeds[j, 2 * (key * n + i) + 1]
+                cw_tl[dst, i] = np.uint8(w0 & np.uint64(1))
+                cw_tr[dst, i] = (trb[j, key * nb + i // 8] >> np.uint8(i % 8)) & np.uint8(1)
 
 
 @njit(cache=True, nogil=True)

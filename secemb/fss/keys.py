@@ -41,6 +41,7 @@ from typing import Generic, Protocol, Self, TypeVar, cast
 import numpy as np
 
 from secemb import framing
+from secemb.fss import kernels
 from secemb.errors import InvalidKey, InvalidParameters, check_int
 
 __all__ = ["DPFParams", "PathKeys", "PathBlocks", "DPFKeys", "HEADER_BYTES"]
@@ -569,33 +570,38 @@ class DPFKeys(OutputKeys[PathKeys]):
         ``rest`` uint8 (u, K (key_bytes - 16)), the fields after the roots (rows of any stride,
         each contiguous), each field of every row written at once; per row its keys (a view
         of ``dest``) or the :class:`InvalidKey` that refuses it (the checks and messages of
-        :meth:`from_bytes`)."""
+        :meth:`from_bytes`).  The seed and control-bit correction words are written by the compiled
+        kernel where it runs (:meth:`_fill_path_compiled`), else by the numpy reference below."""
         params, party, k = dest.params, dest.party, count
         u, n, width = len(roots), params.depth, params.payload_width
         nb = (n + 7) // 8
         spans = np.cumsum([0, 16 * k * n, k * nb, k * params.cw_bytes])
         root_words = roots.view("<u8").reshape(u, k, 2)
-        seeds = rest[:, spans[0] : spans[1]].view("<u8").reshape(u, k, n, 2)
-        trb = rest[:, spans[1] : spans[2]].reshape(u, k, nb)
+        seeds = rest[:, spans[0] : spans[1]].view("<u8")
+        trb = rest[:, spans[1] : spans[2]]
         cw = rest[:, spans[2] : spans[3]].view(params.dtype.newbyteorder("<")).reshape(u, k, width)
         # each field written to the destination's blocks at once (a slice where they follow each other)
         rows: slice | list[int] = slice(at[0], at[-1] + 1) if at and at == list(range(at[0], at[0] + u)) else at
         path, size = dest.path, len(dest) // k if k else 0
         path.roots.reshape(size, k, 2)[rows] = root_words
-        dest_seeds = path.cw_seed.reshape(size, k, n, 2)
-        dest_seeds[rows] = seeds
-        dest_seeds[rows, ..., 0] &= ~np.uint64(1)
-        # t^L is bit 0 of each level's first byte; t^R of level i bit i % 8 of byte i // 8 (byte-wise: no
-        # 64-bit temporaries, no unpacked copy)
-        path.cw_tl.reshape(size, k, n)[rows] = rest[:, spans[0] : spans[1]].reshape(u, k, n, 16)[..., 0] & np.uint8(1)
-        tr = np.empty((u, k, n), np.uint8)
-        for i in range(n):
-            np.right_shift(trb[..., i // 8], np.uint8(i % 8), out=tr[..., i])
-        tr &= np.uint8(1)
-        path.cw_tr.reshape(size, k, n)[rows] = tr
+        if kernels.compiled() and u and k and n:  # the seed and control-bit words in one pass
+            DPFKeys._fill_path_compiled(dest, k, at, seeds, trb)
+        else:
+            dest_seeds = path.cw_seed.reshape(size, k, n, 2)
+            dest_seeds[rows] = seeds.reshape(u, k, n, 2)
+            dest_seeds[rows, ..., 0] &= ~np.uint64(1)
+            # t^L is bit 0 of each level's first byte; t^R of level i bit i % 8 of byte i // 8 (byte-wise: no
+            # 64-bit temporaries, no unpacked copy)
+            path.cw_tl.reshape(size, k, n)[rows] = (rest[:, spans[0] : spans[1]].reshape(u, k, n, 16)[..., 0]
+                                                    & np.uint8(1))
+            tr = np.empty((u, k, n), np.uint8)
+            for i in range(n):
+                np.right_shift(trb.reshape(u, k, nb)[..., i // 8], np.uint8(i % 8), out=tr[..., i])
+            tr &= np.uint8(1)
+            path.cw_tr.reshape(size, k, n)[rows] = tr
         dest.cw_out.reshape(size, k, width)[rows] = cw
         bad_root = np.any((root_words[..., 0] & np.uint64(1)) != np.uint64(party), axis=1).tolist()
-        bad_pad = np.any(trb[..., -1] >> np.uint8(n % 8), axis=1).tolist() if n % 8 else [False] * u
+        bad_pad = np.any(trb.reshape(u, k, nb)[..., -1] >> np.uint8(n % 8), axis=1).tolist() if n % 8 else [False] * u
         out: list[DPFKeys | InvalidKey] = []
         for j in range(u):
             if bad_root[j]:
@@ -605,6 +611,32 @@ class DPFKeys(OutputKeys[PathKeys]):
             else:
                 out.append(dest[at[j] * k : (at[j] + 1) * k])
         return out
+
+    @staticmethod
+    def _fill_path_compiled(dest: DPFKeys, count: int, at: list[int], seeds: np.ndarray, trb: np.ndarray) -> None:
+        """:meth:`_fill`'s writes of the seed and control-bit correction words on the compiled kernel
+        (``parse_path_fields``, one pass): ``seeds`` uint64 (u, 2 count n) and ``trb`` uint8 (u, count
+        ceil(n / 8)), each row a batch's ``cw_seeds`` and ``cw_tr`` fields (views of its bytes), its
+        keys to block ``at[j]`` of ``dest``.  Everything the kernel indexes unchecked is checked first.
+
+        Raises
+        ------
+        InvalidParameters: the arrays are not those of ``len(at)`` batches of ``count`` keys of
+            ``dest``'s depth, ``dest``'s fields not those of its keys, or ``at`` not its blocks.
+        """
+        from secemb.fss._numba_kernels import parse_path_fields
+
+        path, n = dest.path, dest.params.depth
+        total, size = len(dest), len(dest) // count
+        blocks = np.asarray(at, np.int64)
+        u = len(blocks)
+        if (seeds.dtype != np.uint64 or seeds.shape != (u, 2 * count * n) or trb.dtype != np.uint8
+                or trb.shape != (u, count * ((n + 7) // 8)) or path.cw_seed.shape != (total, n, 2)
+                or path.cw_tl.shape != (total, n) or path.cw_tr.shape != (total, n) or blocks.ndim != 1
+                or (u and not 0 <= int(blocks.min()) <= int(blocks.max()) < size)):
+            raise InvalidParameters(f"cannot parse {u} batches of {count} keys of depth {n} into blocks {at} of a "
+                                    f"batch of {total}")
+        parse_path_fields(seeds, trb, blocks, count, path.cw_seed, path.cw_tl, path.cw_tr)
 
     @classmethod
     def from_shared(cls, shared: _Bytes, roots: _Bytes, party: int, **expect: int) -> DPFKeys:

@@ -307,7 +307,8 @@ def warm_kernels() -> None:
     answers (simulated devices share the process) and one conversion added into arrays (the relay
     masks); one payload conversion
     (dense masks, challenges) and one batch of SHA-256 rows (challenge seeds, row tags, key
-    digests: the kernel reads rows of any layout by address, one signature).  With the numpy
+    digests: the kernel reads rows of any layout by address, one signature); requests' keys parsed
+    from the rows of a wider array (several rows and one: the seed words' two layouts).  With the numpy
     reference it only runs that reference."""
     from secemb.fss.fused import (RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets,
                                   unmask_slots)
@@ -336,6 +337,13 @@ def warm_kernels() -> None:
         convert_add(np.zeros((1, 2), np.uint64), RETRIEVAL_TAG, [np.zeros(3, dtype)])  # the relay masks' additions
     convert(np.zeros((1, 2), np.uint64), CHECK_WORDS, 64, RETRIEVAL_TAG)
     sha256_many(b"", np.zeros((1, 32), np.uint8))
+    # requests parsed as a server parses them: rows of a wider array (check words follow), two and one
+    keys = fss.gen(alphas, np.ones((4, 1), np.uint32), 16)[0]
+    size = fss.keys.HEADER_BYTES + 2 * keys.params.key_bytes
+    rows = np.zeros((2, size + 8), np.uint8)
+    keys.to_rows(2, rows[:, :size])
+    for u in (2, 1):
+        fss.DPFKeys.from_rows(rows[:u, :size], domain_size=16, party=0, count=2, payload_width=1, ring_bits=32)
 
 
 def _warm_worker() -> None:

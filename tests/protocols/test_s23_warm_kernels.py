@@ -7,7 +7,8 @@ layout, relay, verified uploads) on the small synthetic data set: no kernel of t
 hashes gains a signature.  Only the devices' cuckoo placement (``cuckoo_assign``, the data side, not a
 server's round) may.  Before session 23 the round added the close's control-bit product, the
 point-function check, the payload conversion, the gathered bucket form's product and both SHA-256 row
-signatures; session 27 (helper K) adds the close's compiled scatter onto items (``secemb.fss._scatter_kernels``).
+signatures; session 27 (helper K) adds the close's compiled scatter onto items (``secemb.fss._scatter_kernels``),
+helper N the requests' key parsing (``parse_path_fields``: rows of a wider array, several and one).
 """
 
 from __future__ import annotations
