@@ -148,7 +148,8 @@ class CuckooLayout:
         result).  Linear, so it maps shares to shares; padding positions are ignored.
 
         ``out``: where to write it (returned), C-contiguous, writeable, of the result's shape and
-        ``bucket_form``'s dtype, not overlapping it; a new array without it.  The compiled kernel
+        ``bucket_form``'s dtype, overlapping neither it nor the layout's :attr:`occurrences` (the
+        compiled kernel reads them unchecked: red team P's S27-P4); a new array without it.  The compiled kernel
         (:func:`~secemb.fss._scatter_kernels.scatter_rows`, with :func:`kernels.compiled`) sums
         each item's rows straight into its row of the result; the numpy reference gathers a
         result-sized array a hash and adds them: the same words."""
@@ -161,9 +162,9 @@ class CuckooLayout:
         if out is None:
             out = np.empty(shape, flat.dtype)
         elif (out.shape != shape or out.dtype != flat.dtype or not out.flags.c_contiguous or not out.flags.writeable
-              or np.may_share_memory(out, bucket_form)):
+              or np.may_share_memory(out, bucket_form) or np.may_share_memory(out, self.occurrences)):
             raise InvalidParameters(f"out must be a writeable C-contiguous {flat.dtype} array of shape {shape} apart "
-                                    f"from the bucket form, got {out.dtype} {out.shape}")
+                                    f"from the bucket form and the layout's occurrences, got {out.dtype} {out.shape}")
         if kernels.compiled():
             from secemb.fss._scatter_kernels import scatter_rows
 

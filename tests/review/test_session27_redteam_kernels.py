@@ -39,7 +39,8 @@ its arrays):
 * S27-P4 (low): :meth:`CuckooLayout.scatter` takes an ``out`` over the layout's own (writeable,
   cached) ``occurrences``: the first scatter writes sums over the indices, the next one reads the
   bucket form through them -- a segmentation fault (the reference: ``IndexError`` on both, the
-  layout corrupted for the process).
+  layout corrupted for the process).  Fixed (the lead): ``scatter`` refuses an ``out`` that overlaps
+  the layout's ``occurrences``.
 """
 
 from __future__ import annotations
@@ -147,10 +148,7 @@ refused("an index changed after its check", lambda: right(ring_matmul(a, op, 64)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.xfail(strict=True, reason="S27-P4 (low): CuckooLayout.scatter takes out over the layout's own writeable "
-                   "cached occurrences: the compiled scatter writes sums over them, the next scatter reads through "
-                   "them: SIGSEGV (the reference: IndexError, the layout corrupted for the process). Fix: make the "
-                   "layout's cached index arrays (occurrences, gather_index, indptr, candidates) read-only")
+# S27-P4, fixed (lead): CuckooLayout.scatter refuses an out that overlaps the layout's occurrences
 def test_s27_p4_scatter_into_the_layouts_own_occurrences(backend: str) -> None:
     lines = _run("""
 from secemb.fss.cuckoo import CuckooLayout
