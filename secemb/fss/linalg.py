@@ -59,14 +59,17 @@ class LimbMatrix:
         if b.ndim < 2 or (index is not None and b.ndim != 2):
             raise InvalidParameters(f"a matrix needs 2 or more dimensions (rows to gather: 2), got shape {b.shape}")
         if index is not None:
-            index = np.asarray(index)
+            # the matrix's own copy, checked: the compiled product reads rows through it unchecked, so
+            # a caller's array changed after the check must not reach it (red team P's S27-P3)
+            index = np.array(index)
             if index.dtype.kind not in "iu" or index.ndim < 1 or (
                     index.size and (int(index.min()) < -1 or int(index.max()) >= b.shape[0])):
                 raise InvalidParameters(f"a gather index must be integers in [-1, {b.shape[0]}), got {index.dtype} "
                                         f"{index.shape}")
+            index = index.astype(np.int64, copy=False)
         #: the rows a gathered matrix reads (``b``), and its index (int64); ``None`` for a plain one
         self.rows: np.ndarray | None = None if index is None else b
-        self.index: np.ndarray | None = None if index is None else index.astype(np.int64, copy=False)
+        self.index: np.ndarray | None = index
         self._ring = b if index is None else None
         self.shape = b.shape if index is None else index.shape + b.shape[1:]
         self.ndim = len(self.shape)
@@ -148,8 +151,9 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
        zero; the compiled kernel skips them).
     out: optional writeable ring array (..., K, D) of the result's shape and dtype, any strides
        (e.g. a transposed view of the array the product's rows belong in), not sharing memory
-       with ``a`` or ``b``: the product is written there (by the compiled kernel directly, by
-       the reference through a copy) and ``out`` returned.
+       with ``a`` or ``b`` (a gathered ``b``'s rows or index: S27-P1): the product is written
+       there (by the compiled kernel directly, by the reference through a copy) and ``out``
+       returned.
 
     Returns
     -------
@@ -168,14 +172,15 @@ def ring_matmul(a: np.ndarray, b: np.ndarray | LimbMatrix, ring_bits: int, *, a_
         raise InvalidParameters(f"cannot multiply shapes {a.shape} and {b.shape}")
     dtype = np.uint32 if ring_bits == 32 else np.uint64
     if cols is not None:
-        cols = np.asarray(cols, np.int64)
+        cols = np.array(cols, np.int64)  # a copy: the kernel reads it again after writing out (S27-P2)
         if a.ndim != 3 or b.ndim != 3 or cols.shape != (a.shape[0],) or np.any((cols < 0) | (cols > a.shape[-1])):
             raise InvalidParameters(f"cols must be ({a.shape[0]},) in [0, {a.shape[-1]}] for 3-D operands")
     if out is not None:
         shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
         right = (b.ring if b.rows is None else b.rows) if isinstance(b, LimbMatrix) else b
         if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype or not out.flags.writeable
-                or np.may_share_memory(out, a) or np.may_share_memory(out, right)):
+                or np.may_share_memory(out, a) or np.may_share_memory(out, right)
+                or (isinstance(b, LimbMatrix) and b.index is not None and np.may_share_memory(out, b.index))):
             raise InvalidParameters(f"out must be a writeable {np.dtype(dtype)} array of shape {shape} sharing no "
                                     f"memory with the operands, got {getattr(out, 'dtype', None)} "
                                     f"{getattr(out, 'shape', None)}")

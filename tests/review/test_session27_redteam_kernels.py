@@ -24,10 +24,10 @@ turn, a round opened while the last one's evaluation runs, a change of shape and
 threads.  The compiled and reference paths agree with Python ints at the largest words (carries),
 one row, one column, width 1, empty, reversed and strided ranges.
 
-Found (hazmat layer: a caller's own arguments, not reachable from bytes; each ``xfail(strict)``
-with its id; the rule of docs/security.md "Compiled kernels and untrusted input" since session 24
-is that an argument aliasing an output, or changed after its check, cannot move a kernel outside
-its arrays):
+Found (hazmat layer: a caller's own arguments, not reachable from bytes; each was an
+``xfail(strict)`` with its id, all four fixed the same session; the rule of docs/security.md
+"Compiled kernels and untrusted input" since session 24 is that an argument aliasing an output, or
+changed after its check, cannot move a kernel outside its arrays):
 
 * S27-P1 (low): ``ring_matmul``'s ``out`` may share memory with the gather index (only ``a`` and
   the rows are checked): the kernel writes products over the index it reads next, then reads the
@@ -35,7 +35,9 @@ its arrays):
 * S27-P2 (low): the same with ``cols``.
 * S27-P3 (low): :class:`LimbMatrix` keeps the caller's index array (``astype(copy=False)``): changed
   after the check, the compiled product reads rows through the changed index -- a segmentation
-  fault (the reference raises ``IndexError``).
+  fault (the reference raises ``IndexError``).  P1-P3 fixed (the lead): ``ring_matmul`` refuses an
+  ``out`` sharing memory with a gathered operand's index and copies ``cols``; ``LimbMatrix`` keeps
+  its own copy of the index it checked.
 * S27-P4 (low): :meth:`CuckooLayout.scatter` takes an ``out`` over the layout's own (writeable,
   cached) ``occurrences``: the first scatter writes sums over the indices, the next one reads the
   bucket form through them -- a segmentation fault (the reference: ``IndexError`` on both, the
@@ -101,8 +103,7 @@ def _refused_or_right(lines: list[str]) -> None:
 
 
 def _p1_p2(backend: str, finding: str) -> pytest.param:
-    marks = [] if backend == "numpy" else [COMPILED, pytest.mark.xfail(strict=True, reason=finding)]
-    return pytest.param(backend, marks=marks)
+    return pytest.param(backend, marks=[] if backend == "numpy" else [COMPILED], id=backend)  # fixed: `finding`
 
 
 @pytest.mark.parametrize("backend", [_p1_p2("numpy", ""), _p1_p2(
@@ -133,10 +134,7 @@ refused("out over cols", lambda: right(ring_matmul(a, op, 64, cols=cols, out=out
     _refused_or_right(lines)
 
 
-@COMPILED
-@pytest.mark.xfail(strict=True, reason="S27-P3 (low): LimbMatrix keeps the caller's int64 index (astype copy=False); "
-                   "changed after gather's check, the compiled product reads rows through it: SIGSEGV (the reference "
-                   "raises IndexError). Fix: copy the index in LimbMatrix (and mark it read-only)")
+@COMPILED  # S27-P3, fixed (lead): LimbMatrix keeps its own copy of the index it checked
 def test_s27_p3_gather_index_changed_after_its_check() -> None:
     lines = _run(PRODUCT + """
 index = np.zeros((G, M), np.int64)
