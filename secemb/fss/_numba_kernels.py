@@ -18,9 +18,7 @@ from secemb.fss._aesni import BLOCKS, expand8, expand8_rows, halftree16, halftre
 
 __all__ = [
     "bgi_corrections", "parse_path_fields", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_add",
-    "convert_gen",
-    "convert_accumulate",
-    "ring_matmul", "bits_accumulate", "unmask_slots",
+    "convert_gen", "convert_accumulate", "ring_matmul", "bits_accumulate", "unmask_slots",
     "cuckoo_assign", "check_accumulate", "STEP_BLOCKS",
 ]
 
