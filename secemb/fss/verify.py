@@ -26,7 +26,7 @@ Off the special point an honest pair has ``w_0(x) = w_1(x)``, hence ``pi_0(x) = 
 ``alpha`` the control bits differ and ``cs`` makes the two equal.  The numpy reference and the
 reference computes ``F`` and ``H`` through :func:`secemb.fss.convert.convert` and accumulates
 in numpy; with the compiled kernels one numba loop computes ``F`` on AES-NI and accumulates
-(:func:`secemb.fss._numba_kernels.check_accumulate`), equal bit for bit
+(:func:`secemb.fss._check_kernels.check_accumulate`), equal bit for bit
 (``tests/protocols/test_malicious_device.py``).
 """
 
@@ -130,7 +130,7 @@ class LeafCheck:
                                     f"positions must be uint64 ({r1 - r0}, 2^s <= {mp}, 2), got {leaves.shape}")
         if kernels.compiled():
             from secemb.fss._aesni import round_keys
-            from secemb.fss._numba_kernels import check_accumulate
+            from secemb.fss._check_kernels import check_accumulate
 
             rk = round_keys("convert/" + LEAF_TAG)[0]
             check_accumulate(np.ascontiguousarray(leaves), r0, frontier, self.per_user, rk, self.cs,
