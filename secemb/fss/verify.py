@@ -23,11 +23,11 @@ party ``b`` at padded domain position ``x``:
   seed the servers derive from the user's committed key bytes (:func:`challenges`).
 
 Off the special point an honest pair has ``w_0(x) = w_1(x)``, hence ``pi_0(x) = pi_1(x)``; at
-``alpha`` the control bits differ and ``cs`` makes the two equal.  The numpy reference and the
-reference computes ``F`` and ``H`` through :func:`secemb.fss.convert.convert` and accumulates
-in numpy; with the compiled kernels one numba loop computes ``F`` on AES-NI and accumulates
-(:func:`secemb.fss._check_kernels.check_accumulate`), equal bit for bit
-(``tests/protocols/test_malicious_device.py``).
+``alpha`` the control bits differ and ``cs`` makes the two equal.  The numpy reference computes
+``F`` and ``H`` through :func:`secemb.fss.convert.convert` and accumulates in numpy; with the
+compiled kernels one numba loop computes ``F`` on AES-NI and accumulates, each leaf's four words
+in vector registers (:func:`secemb.fss._check_kernels.check_accumulate`), equal bit for bit
+(``tests/protocols/test_malicious_device.py``, ``tests/fss/test_s28_check_kernel.py``).
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ class LeafCheck:
                 r.shape[0] * per_user != len(cs)):
             raise InvalidParameters(f"r must be uint64 (K / per_user, mp, {CHECK_WORDS}), got {r.dtype} {r.shape} "
                                     f"for {len(cs)} keys and per_user={per_user}")
-        self.cs, self.r, self.per_user = cs, r, per_user
+        # C-contiguous: the compiled kernel reads them by address
+        self.cs, self.r, self.per_user = np.ascontiguousarray(cs), np.ascontiguousarray(r), per_user
         self.values = np.zeros((len(cs), CHECK_WORDS), np.uint64)
 
     def add(self, r0: int, r1: int, leaves: np.ndarray) -> None:
