@@ -19,8 +19,8 @@ Whole process
     runs' ``model_sha256``, which must agree (the secure path computes the plaintext model bit
     for bit).
 
-The kernels' entry points are the compiled kernels of :mod:`secemb.fss._numba_kernels` that
-Python calls (callers import them at call time, so a timing wrapper installed as the module's
+The kernels' entry points are the compiled kernels of :mod:`secemb.fss._numba_kernels` and
+:mod:`secemb.fss._check_kernels` (the point-function check) that Python calls (callers import them at call time, so a timing wrapper installed as the module's
 attribute sees every call) except the cuckoo layout's assignment, which is no cryptography;
 with the numpy reference (``SECEMB_FSS_KERNELS=numpy``) the AES of the DPF's PRGs
 (:meth:`~secemb.fss.prg.FixedKeyAES.encrypt_into` under the ``tree/`` and ``convert/`` keys).
@@ -69,6 +69,8 @@ GOAL_PROCESS = 1.5
 #: compiled kernels that are not the DPF's (the cuckoo layout's assignment; a device's unmasking
 #: and check of its answers, glue compiled)
 _NOT_DPF = frozenset({"cuckoo_assign", "unmask_slots"})
+#: the modules of the DPF's compiled kernels (the walk, conversions and products; the point-function check)
+_KERNEL_MODULES = ("secemb.fss._numba_kernels", "secemb.fss._check_kernels")
 _DPF_AES_PREFIXES = ("tree/", "convert/")
 #: the secure path's cryptography that is no DPF kernel: category -> the (module, attribute) of the
 #: project functions that do nothing but it ("Class.method" for a method)
@@ -144,15 +146,20 @@ class KernelClock:
         return call
 
 
-def _entry_points() -> dict[str, Any]:
-    """The compiled DPF kernels Python calls: the public numba dispatchers of
-    :mod:`secemb.fss._numba_kernels` that no other kernel calls by name (a kernel compiled
-    while a wrapper stood in its callee's place would not compile), less :data:`_NOT_DPF`."""
-    from secemb.fss import _numba_kernels as nk
+def _entry_points() -> dict[str, tuple[Any, Any]]:
+    """The compiled DPF kernels Python calls, by name: their module and dispatcher -- the public
+    numba dispatchers of :data:`_KERNEL_MODULES` that no other kernel calls by name (a kernel
+    compiled while a wrapper stood in its callee's place would not compile), less :data:`_NOT_DPF`."""
+    import importlib
 
-    kernels = {k: v for k, v in vars(nk).items() if hasattr(v, "py_func")}
-    called = {n for v in kernels.values() for n in v.py_func.__code__.co_names}
-    return {k: v for k, v in kernels.items() if not k.startswith("_") and k not in _NOT_DPF and k not in called}
+    out: dict[str, tuple[Any, Any]] = {}
+    for name in _KERNEL_MODULES:
+        module = importlib.import_module(name)
+        kernels = {k: v for k, v in vars(module).items() if hasattr(v, "py_func")}
+        called = {n for v in kernels.values() for n in v.py_func.__code__.co_names}
+        out |= {k: (module, v) for k, v in kernels.items()
+                if not k.startswith("_") and k not in _NOT_DPF and k not in called}
+    return out
 
 
 @contextlib.contextmanager
@@ -206,7 +213,6 @@ def kernel_clock() -> Iterator[KernelClock]:
     its thread CPU time to the yielded :class:`KernelClock`, and every call of the other
     cryptography's functions (:data:`OTHER_CRYPTO`) to its other-cryptography seconds; the
     originals are restored after."""
-    from secemb.fss import _numba_kernels as nk
     from secemb.fss import kernels
     from secemb.fss.prg import FixedKeyAES
 
@@ -223,16 +229,16 @@ def kernel_clock() -> Iterator[KernelClock]:
         finally:
             clock.add("aes " + self.name.split("/", 1)[0], time.thread_time() - t0)
 
-    for name, fn in originals.items():
-        setattr(nk, name, clock.timed(name, fn))
+    for name, (module, fn) in originals.items():
+        setattr(module, name, clock.timed(name, fn))
     FixedKeyAES.encrypt_into = encrypt_into  # type: ignore[method-assign]
     try:
         with _other_crypto_timed(clock):
             yield clock
     finally:
         FixedKeyAES.encrypt_into = encrypt  # type: ignore[method-assign]
-        for name, fn in originals.items():
-            setattr(nk, name, fn)
+        for name, (module, fn) in originals.items():
+            setattr(module, name, fn)
 
 
 @contextlib.contextmanager

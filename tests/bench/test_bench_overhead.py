@@ -38,6 +38,19 @@ def test_the_compiled_kernels_are_counted_and_restored() -> None:
     assert "cuckoo_assign" not in overhead._entry_points()  # placement, not the DPF
 
 
+def test_the_point_function_check_counts_as_a_dpf_kernel() -> None:
+    """The check's kernel lives in its own module (session 28): it is still timed, and restored."""
+    if not kernels.available():
+        pytest.skip("no compiled kernels here")
+    from secemb.fss import _check_kernels as ck
+
+    assert overhead._entry_points()["check_accumulate"][0] is ck
+    before = ck.check_accumulate
+    with overhead.kernel_clock():
+        assert ck.check_accumulate is not before
+    assert ck.check_accumulate is before
+
+
 def test_the_reference_counts_the_prg_aes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernels, "BACKEND", "numpy")
     encrypt = FixedKeyAES.encrypt_into
