@@ -139,13 +139,27 @@ def lagrange_rows(points, weights, out):  # noqa: ANN001, ANN201
             acc = _mul(acc, x - np.uint64(j))
 
 
+@njit(inline="always")
+def _uniform(lo, hi):  # noqa: ANN001, ANN202
+    """``lo + 2^64 hi mod p`` for any 64-bit words (:func:`secemb.fss.field.from_uniform_bytes` of
+    the 16 bytes ``lo || hi``, little-endian): ``2^64 = 8 (mod p)``, so ``hi`` mod ``p`` rotated left
+    by 3 in 61 bits."""
+    a = (lo & _P) + (lo >> _S61)  # < 2^61 + 8
+    a = a - _P if a >= _P else a
+    b = (hi & _P) + (hi >> _S61)
+    b = b - _P if b >= _P else b
+    return _add(a, ((b << _S3) & _P) | (b >> np.uint64(58)))
+
+
 @njit(cache=True, nogil=True)
-def query_columns(lag, half, chunk, n_real, rho, place, f, top, pads, witness, ring):  # noqa: ANN001, ANN201, PLR0913
+def query_columns(lag, half, chunk, n_real, rho_words, place, f, top, pads, witness, ring):  # noqa: ANN001, ANN201, PLR0913
     """The parts of a batch's query besides its Lagrange rows (:func:`secemb.fss.rangeproof._query`,
     whose numpy code is the reference): ``pads[q, i]`` (uint64 (Q, c)), the sum of ``lag[q]``
     (uint64 (Q, M + 2)) over the calls ``k < half`` of both halves whose slot ``i`` holds an element
-    (``k c + i < n_real``); ``witness[r (D + 1) + j] = -(rho[r] place[j])`` (uint64 (rows (D + 1),),
-    ``place`` (D + 1,)), ``ring[r] = rho[r] f``; returns ``sum(rho) top``.  All mod ``p``."""
+    (``k c + i < n_real``); with ``rho[r] = rho_words[r, 0] + 2^64 rho_words[r, 1] mod p`` (uint64
+    (rows, 2): the query's 16-byte little-endian integers, :func:`_uniform`), ``witness[r (D + 1) +
+    j] = -(rho[r] place[j])`` (uint64 (rows (D + 1),), ``place`` (D + 1,)), ``ring[r] = rho[r] f``;
+    returns ``sum(rho) top``.  All mod ``p``."""
     for q in range(lag.shape[0]):
         for i in range(chunk):
             s = np.uint64(0)
@@ -155,12 +169,13 @@ def query_columns(lag, half, chunk, n_real, rho, place, f, top, pads, witness, r
             pads[q, i] = s
     width = place.size
     total = np.uint64(0)
-    for r in range(rho.size):
+    for r in range(rho_words.shape[0]):
+        rho = _uniform(rho_words[r, 0], rho_words[r, 1])
         for j in range(width):
-            v = _mul(rho[r], place[j])
+            v = _mul(rho, place[j])
             witness[r * width + j] = _P - v if v else v
-        ring[r] = _mul(rho[r], f)
-        total = _add(total, rho[r])
+        ring[r] = _mul(rho, f)
+        total = _add(total, rho)
     return _mul(total, top)
 
 

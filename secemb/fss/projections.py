@@ -65,9 +65,14 @@ def row_key(seed: bytes) -> bytes:
     InvalidParameters
         if ``seed`` is not :data:`SEED_BYTES` bytes.
     """
+    return hashlib.sha256(DOMAIN + _checked_seed(seed)).digest()[:16]
+
+
+def _checked_seed(seed: bytes) -> bytes:
+    """``seed`` as bytes, refusing (:class:`InvalidParameters`) anything but :data:`SEED_BYTES` bytes."""
     if not isinstance(seed, bytes | bytearray) or len(seed) != SEED_BYTES:
         raise InvalidParameters(f"a projection seed must be {SEED_BYTES} bytes, got {seed!r:.60}")
-    return hashlib.sha256(DOMAIN + bytes(seed)).digest()[:16]
+    return bytes(seed)
 
 
 def _stream_bytes(rows: int, length: int) -> int:
@@ -207,16 +212,23 @@ def project_reference(seed: bytes, x: np.ndarray, rows: int = 40) -> np.ndarray:
     return _integer_products(t, x)
 
 
-def _row_keys(seeds: Sequence[bytes] | np.ndarray, n: int) -> list[bytes]:
-    """The row keys of n devices' seeds (bytes or uint8 (n, 16)), validated."""
+def _seed_indices(seeds: Sequence[bytes] | np.ndarray, n: int) -> tuple[list[bytes], np.ndarray]:
+    """n devices' seeds (bytes or uint8 (n, 16)), validated: the row keys of the distinct seeds
+    (:func:`row_key`, each hashed once, in order of first use) and, per device, the index of its
+    seed's key, intp (n,)."""
     if isinstance(seeds, np.ndarray):
         if seeds.dtype != np.uint8 or seeds.shape != (n, SEED_BYTES):
             raise InvalidParameters(f"seeds must be uint8 ({n}, {SEED_BYTES}), got {seeds.dtype} {seeds.shape}")
-        return [row_key(bytes(s)) for s in np.ascontiguousarray(seeds)]
-    listed = list(seeds)
-    if len(listed) != n:
-        raise InvalidParameters(f"need one seed per device: {n} devices, got {len(listed)} seeds")
-    return [row_key(s) for s in listed]
+        listed: list[bytes] = [bytes(s) for s in np.ascontiguousarray(seeds)]
+    else:
+        listed = list(seeds)
+        if len(listed) != n:
+            raise InvalidParameters(f"need one seed per device: {n} devices, got {len(listed)} seeds")
+    distinct: dict[bytes, int] = {}
+    which = np.empty(n, np.intp)
+    for d, seed in enumerate(listed):
+        which[d] = distinct.setdefault(_checked_seed(seed), len(distinct))
+    return [row_key(seed) for seed in distinct], which
 
 
 def _chunks(seeds: Sequence[bytes] | np.ndarray, n: int, rows: int,
@@ -225,9 +237,7 @@ def _chunks(seeds: Sequence[bytes] | np.ndarray, n: int, rows: int,
     matrix entries a chunk, or one seed): per chunk ``(stream, devices, which)``, its seeds'
     streams uint8 (s, rows * ceil(length / 4)) (:func:`_streams`, each seed expanded once), its
     devices intp (c,) and the index of each one's stream in ``stream`` intp (c,)."""
-    distinct: dict[bytes, int] = {}
-    which = np.array([distinct.setdefault(k, len(distinct)) for k in _row_keys(seeds, n)], np.intp)
-    keys = list(distinct)
+    keys, which = _seed_indices(seeds, n)
     order = np.argsort(which, kind="stable")  # the devices grouped by seed
     starts = np.searchsorted(which[order], np.arange(len(keys) + 1))  # seed s's devices: order[starts[s]:starts[s+1]]
     nbytes = _stream_bytes(rows, length)

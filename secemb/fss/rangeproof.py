@@ -184,6 +184,7 @@ __all__ = [
 PART_BYTES = 32
 _JOINT_WORDS = PART_BYTES // 8
 _DOMAIN = b"secemb/fss/rangeproof/v1/"
+_P = np.uint64(F.P)
 # devices per block in verifier_messages: bounds its temporaries (at rows 40, t 26 a block's largest is
 # about 1 MiB; at 128 devices they were mapped afresh each block, 2,000 page faults a call of 100 devices)
 _VERIFIER_BLOCK = 64
@@ -326,6 +327,12 @@ def _chunk(n: int) -> int:
     return min(range(1, 2 * c0 + 2), key=lambda c: c + 2 * -(-n // c))
 
 
+def _holds_p_or_more(words: np.ndarray) -> bool:
+    """Whether any of the uint64 ``words`` is not a field element (``p`` or more): one reduction,
+    no temporary array."""
+    return bool(words.size) and bool(words.max() >= _P)
+
+
 def _nbytes(data: object) -> int | None:
     """The length in bytes of a bytes-like message (a ``memoryview`` counts bytes, not items), or
     None for anything else."""
@@ -383,7 +390,7 @@ class _Query:
     wire_rows: np.ndarray
     pads: np.ndarray
     gadget_columns: np.ndarray
-    delta: np.ndarray
+    delta: np.uint64
     witness_column: np.ndarray
     ring_column: np.ndarray
     constant: np.ndarray
@@ -391,7 +398,9 @@ class _Query:
 
 def _query(params: RangeParams, query_seed: bytes) -> _Query:
     """The batch's query from SHAKE-128 of the query seed alone: the points ``rho_1, rho_2``
-    (distinct, outside the nodes ``0..4M+4``), ``delta`` and ``rho'_0 .. rho'_(rows-1)``."""
+    (distinct, outside the nodes ``0..4M+4``), ``delta`` and ``rho'_0 .. rho'_(rows-1)`` (each a
+    16-byte little-endian integer reduced mod ``p``, as :func:`secemb.fss.field.from_uniform_bytes`
+    reduces it)."""
     d, m = params.gadget_nodes, params.digits
     f = 1 << (2 * m - params.bits)  # 1 for even t, 2 for odd
     width = 2 + 1 + params.rows
@@ -399,25 +408,27 @@ def _query(params: RangeParams, query_seed: bytes) -> _Query:
     h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
     h2 = int.from_bytes(blob[16:32], "little") % (F.P - d - 1)
     points = np.array([d + h1, d + (h1 + 1 + h2) % (F.P - d)], dtype=np.uint64)  # any non-node value but rho_1
-    delta = F.from_uniform_bytes(blob[32:48], 1)[0]
-    rho = F.from_uniform_bytes(blob[48:], width - 3)
+    delta = np.uint64(int.from_bytes(blob[32:48], "little") % F.P)
     lag = F.lagrange_coefficients(params.calls + 2, points)  # (2, M + 2)
+    gadget_columns = F.lagrange_coefficients(d, points).T
     # e_i = f (r_0i + r_1i) - sum_j 4^j d_ij - f 2^k w_i + 2^(2m-1)  (every weight below 2^60 < p)
     place = np.array([1 << (2 * j) for j in range(m)] + [f << params.ring_bits], dtype=np.uint64)
-    if kernels.compiled():  # the same elements as the numpy below in one compiled pass
+    if kernels.compiled():  # the same elements as the numpy below in one compiled pass, rho' reduced there too
         from secemb.fss._rangeproof_kernels import query_columns
 
         pads = np.empty((2, params.chunk), np.uint64)
-        witness, ring = np.empty(rho.size * place.size, np.uint64), np.empty(rho.size, np.uint64)
-        constant = query_columns(lag, params.half_calls, params.chunk, params.witness_length, rho, place,
+        witness, ring = np.empty(params.rows * place.size, np.uint64), np.empty(params.rows, np.uint64)
+        constant = query_columns(lag, params.half_calls, params.chunk, params.witness_length,
+                                 np.frombuffer(blob, "<u8", 2 * params.rows, 48).reshape(params.rows, 2), place,
                                  np.uint64(f), np.uint64(1 << (2 * m - 1)), pads, witness, ring)
-        return _Query(wire_rows=lag, pads=pads, gadget_columns=F.lagrange_coefficients(d, points).T, delta=delta,
+        return _Query(wire_rows=lag, pads=pads, gadget_columns=gadget_columns, delta=delta,
                       witness_column=witness.reshape(-1, 1), ring_column=ring.reshape(-1, 1),
                       constant=np.array(constant, np.uint64))
+    rho = F.from_uniform_bytes(blob[48:], params.rows)
     return _Query(
         wire_rows=lag,
         pads=_slot_sums(params, lag),
-        gadget_columns=F.lagrange_coefficients(d, points).T,
+        gadget_columns=gadget_columns,
         delta=delta,
         witness_column=F.neg(F.mul(rho[:, None], place)).reshape(-1, 1),
         ring_column=F.mul(rho, np.uint64(f))[:, None],
@@ -680,7 +691,7 @@ def check_message(params: RangeParams, party: int, msg: bytes) -> None:
         If ``party`` is not 0 or 1.
     """
     _check_size(params, party, msg)
-    if party == 0 and np.any(np.frombuffer(msg, dtype="<u8", offset=SEED_BYTES + PART_BYTES) >= np.uint64(F.P)):
+    if party == 0 and _holds_p_or_more(np.frombuffer(msg, dtype="<u8", offset=SEED_BYTES + PART_BYTES)):
         raise InvalidMessage("range proof message for server 0: an element is not below p")
 
 
@@ -742,7 +753,7 @@ def verifier_messages(
         raise InvalidParameters(
             f"ring_shares must be an integer array ({n}, {params.rows}), got {ring.dtype} {ring.shape}"
         )
-    if np.any(ring < 0) or np.any(ring.astype(np.uint64) >> np.uint64(params.ring_bits)):
+    if ring.size and (ring.min() < 0 or int(ring.max()) >> params.ring_bits):  # two reductions, no temporary
         raise InvalidParameters(f"ring_shares must hold ring elements in [0, 2^{params.ring_bits})")
     if len(contexts) != n or not all(isinstance(c, (bytes, bytearray)) for c in contexts):
         raise InvalidParameters(f"contexts must be {n} bytes objects")
@@ -836,7 +847,7 @@ def parse_verifier_messages(params: RangeParams, data: bytes, n: int) -> np.ndar
         got = type(data).__name__ if got_bytes is None else f"{got_bytes} bytes"
         raise InvalidMessage(f"verifier messages: expected {n * params.verifier_bytes} bytes ({n} devices), got {got}")
     v = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(n, params.verifier_length)
-    if np.any(v[:, : params.opened_length] >= np.uint64(F.P)):
+    if _holds_p_or_more(v[:, : params.opened_length]):
         raise InvalidMessage("verifier messages: a field element is not below p")
     return v
 
@@ -862,7 +873,7 @@ def decide(params: RangeParams, v0: np.ndarray, v1: np.ndarray) -> np.ndarray:
     for name, v in (("v0", v0), ("v1", v1)):
         if not isinstance(v, np.ndarray) or v.dtype != np.uint64 or v.ndim != 2 or v.shape[1] != width:
             raise InvalidMessage(f"{name} must be a uint64 array (n, {width})")
-        if np.any(v[:, :nf] >= np.uint64(F.P)):
+        if _holds_p_or_more(v[:, :nf]):
             raise InvalidMessage(f"{name}: a field element is not below p")
     if v0.shape != v1.shape:
         raise InvalidMessage(f"verifier messages for different batches: {v0.shape} and {v1.shape}")

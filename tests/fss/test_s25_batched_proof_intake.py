@@ -47,7 +47,8 @@ def test_expand_many_takes_seeds_as_any_bytes_like_object() -> None:
 
 def _fake_streams(monkeypatch: pytest.MonkeyPatch, streams: dict[bytes, list[int]]) -> list[int]:
     """Replace the AES-CTR streams of the given seeds (``expand_seed`` as :mod:`secemb.fss.field` calls
-    it) by the given 64-bit words, read from their start; the list returned counts the calls."""
+    it, and ``_stream_words``, its batch form) by the given 64-bit words, read from their start; the
+    list returned counts the calls, a seed a call."""
     calls: list[int] = []
 
     def fake(seed: bytes, shape: tuple[int, ...], dtype: object) -> np.ndarray:
@@ -56,7 +57,11 @@ def _fake_streams(monkeypatch: pytest.MonkeyPatch, streams: dict[bytes, list[int
         assert shape[0] <= len(words), "the test's stream is too short"
         return np.array(words[: shape[0]], dtype="<u8")
 
+    def fake_batch(seeds: list[bytes], count: int) -> np.ndarray:  # expand_many's streams (session 28)
+        return np.array([fake(seed, (count,), None) for seed in seeds], dtype=np.uint64).reshape(len(seeds), count)
+
     monkeypatch.setattr(F, "expand_seed", fake)
+    monkeypatch.setattr(F, "_stream_words", fake_batch)
     return calls
 
 
