@@ -9,8 +9,8 @@ in order.  The intrinsic :func:`check_leaves` keeps all of a leaf in vector regi
 one 256-bit vector holds both blocks (without it, two 128-bit vectors), so the AES output,
 the control-bit mask ``-(w0 & 1)`` applied to ``cs ^ offsets[x]``, and the four 64-bit
 multiply-adds with the challenge words are vector operations on it, with no staging through
-memory; :data:`LEAVES` leaves a call put 16 AES vectors in flight (the ``mmo_blocks`` batch).
-The intrinsics' IR builders are :mod:`secemb.fss._aesni`'s.
+memory; :data:`LEAVES` leaves a call put 16 AES vectors in flight (with VAES, 16 leaves a call
+ran faster than 8 or 32).  The IR builders are :mod:`secemb.fss._aesni`'s.
 """
 
 from __future__ import annotations
