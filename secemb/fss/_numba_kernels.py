@@ -10,6 +10,7 @@ arguments are round-key arrays of :func:`secemb.fss._aesni.round_keys`.
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -355,8 +356,16 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     >= 1; the words of rows not live are not converted.
     ``key_t`` int64 (U, G) (or (0, 0): not counted): ``key_t[k // G, k % G] += words[i, 0] & 1``
     for the same live words, each key's count of control bits 1.  Scratch as in
-    :func:`convert_eval`, and ``staged`` uint64 (S, 2) for the live words of a step."""
+    :func:`convert_eval`, and ``staged`` uint64 (S, 2) for the live words of a step.
+
+    The words are taken key by key (a key's words together), and, summing by row with ``M`` a
+    multiple of ``period``, class by class: keys ``k`` and ``k + M / period`` add to the same rows
+    of ``acc`` (a bucket's rows, in the bucket layout: one class a bucket, every user's key of it
+    in turn), so a class's rows stay in the L1 cache while its keys are added rather than all of
+    ``acc`` being swept once a user.  Ring sums do not depend on the order of their terms."""
     n = words.shape[0]
+    if n == 0:  # no key (the one of position start, counted below, may be past key_t's)
+        return
     big_m = live.shape[0]
     by_row, by_key = acc.shape[0] > 0, key_acc.shape[0] * key_acc.shape[1] > 0
     w = acc.shape[1] if by_row else key_acc.shape[2]
@@ -365,58 +374,73 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     step = blocks.shape[0]
     rows = np.empty(step, np.int64)
     keys = np.empty(step, np.int64)
-    row = start % big_m
-    key, p = start // period, start % period
-    held = np.zeros(w, key_acc.dtype)  # both sums: key held_key's sum so far, added to key_acc when its key ends
-    held_key = -1
+    held = np.zeros(w, key_acc.dtype)  # both sums: key held[0]'s sum so far, added to key_acc when its key ends
+    held_key = np.full(1, -1, np.int64)
     count_t = by_key and key_t.shape[0] * key_t.shape[1] > 0
-    t_row, t_col = key // g, key % g  # key's place in key_t (kept along as key advances)
+    first, last = start // period, (start + n - 1) // period  # the words' keys
+    # keys k, k + spread, k + 2 spread, ... add to the same rows (word order: spread beyond the last key)
+    spread = big_m // period if by_row and big_m % period == 0 else last - first + 1
     c = 0
-    for i in range(n):
-        if live[row]:
+    for cls in range(min(spread, last - first + 1)):
+        for key in range(first + cls, last + 1, spread):
+            lo, hi = max(start, key * period), min(start + n, (key + 1) * period)  # the key's flat positions
+            row = lo % big_m
+            ones = np.int64(0)
+            if by_key and key + spread <= last:  # the class's next key: its sums' row, added to when that key ends
+                _prefetch_row(key_acc, key + spread, g)
+            for i in range(lo - start, hi - start):
+                if live[row]:
+                    ones += np.int64(words[i, 0] & np.uint64(1))
+                    staged[c, 0] = words[i, 0]
+                    staged[c, 1] = words[i, 1]
+                    rows[c] = row
+                    keys[c] = key
+                    c += 1
+                    if c == step:
+                        _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held,
+                                         held_key, by_row, by_key)
+                        c = 0
+                row += 1
+                if row == big_m:
+                    row = 0
             if count_t:
-                key_t[t_row, t_col] += np.int64(words[i, 0] & np.uint64(1))
-            staged[c, 0] = words[i, 0]
-            staged[c, 1] = words[i, 1]
-            rows[c] = row
-            keys[c] = key
-            c += 1
-        row += 1
-        if row == big_m:
-            row = 0
-        p += 1
-        if p == period:
-            key, p = key + 1, 0
-            t_col += 1
-            if t_col == g:
-                t_row, t_col = t_row + 1, 0
-        if c == step or (i == n - 1 and c > 0):
-            _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
-            if by_row and by_key:  # both sums in one loop: each value loaded once, its key's sum kept local
-                for q in range(c):
-                    if keys[q] != held_key:
-                        if held_key >= 0:
-                            _add_held(key_acc, held_key, g, held)
-                            held[:] = 0
-                        held_key = keys[q]
-                    a, v = acc[rows[q]], vals[q]
-                    for e in range(w):
-                        x = v[e]
-                        a[e] += x
-                        held[e] += x
-            elif by_row:
-                for q in range(c):
-                    r = rows[q]
-                    for e in range(w):
-                        acc[r, e] += vals[q, e]
-            else:
-                for q in range(c):
-                    kept = key_acc[keys[q] // g, keys[q] % g]
-                    for e in range(w):
-                        kept[e] += vals[q, e]
-            c = 0
-    if held_key >= 0:
-        _add_held(key_acc, held_key, g, held)
+                key_t[key // g, key % g] += ones
+    if c > 0:
+        _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held, held_key, by_row,
+                         by_key)
+    if held_key[0] >= 0:
+        _add_held(key_acc, held_key[0], g, held)
+
+
+@njit(inline="always")
+def _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held, held_key,  # noqa: ANN001, ANN202, PLR0913
+                     by_row, by_key):  # noqa: ANN001
+    """One step of :func:`convert_accumulate`: its ``c`` staged words converted and added to
+    their rows ``rows[:c]`` and keys ``keys[:c]`` (both sums: each key's sum kept in ``held``,
+    ``held_key[0]`` its key, and added to ``key_acc`` when the words' key changes)."""
+    _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
+    if by_row and by_key:  # both sums in one loop: each value loaded once, its key's sum kept local
+        for q in range(c):
+            if keys[q] != held_key[0]:
+                if held_key[0] >= 0:
+                    _add_held(key_acc, held_key[0], g, held)
+                    held[:] = 0
+                held_key[0] = keys[q]
+            a, v = acc[rows[q]], vals[q]
+            for e in range(held.shape[0]):
+                x = v[e]
+                a[e] += x
+                held[e] += x
+    elif by_row:
+        for q in range(c):
+            r = rows[q]
+            for e in range(acc.shape[1]):
+                acc[r, e] += vals[q, e]
+    else:
+        for q in range(c):
+            kept = key_acc[keys[q] // g, keys[q] % g]
+            for e in range(key_acc.shape[2]):
+                kept[e] += vals[q, e]
 
 
 @njit(inline="always")
@@ -428,6 +452,36 @@ def _add_held(key_acc, key, g, held):  # noqa: ANN001, ANN202
     kept = carray(_at(np.int64(key_acc[key // g, key % g].ctypes.data)), held.shape, key_acc.dtype)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     for e in range(held.shape[0]):
         kept[e] += held[e]
+
+
+@njit(inline="always")
+def _prefetch_row(key_acc, key, g):  # noqa: ANN001, ANN202
+    """Prefetch (for writing) the cache lines of key ``key``'s values in ``key_acc``: in
+    :func:`convert_accumulate`'s class order consecutive keys' rows are far apart (a batch's users),
+    and without it each key's add waited on its row's lines (the robust bench's both-sums calls at
+    ML-100K, under load: the key adds 0.19 ms of a 1.8 ms call in class order, 0.11 ms in word
+    order; with it, the call as fast as in word order or faster)."""
+    at = np.int64(key_acc[key // g, key % g].ctypes.data)
+    size = key_acc.shape[2] * key_acc.itemsize
+    for off in range(0, size, 64):
+        _prefetch(at + off)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    _prefetch(at + size - 1)  # type: ignore[call-arg]  # the row's last line, where it starts mid-line
+
+
+@intrinsic
+def _prefetch(typingctx, addr):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """``llvm.prefetch`` of the address ``addr`` (int64) for writing, into all cache levels (a hint:
+    any address, no fault)."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32]), "llvm.prefetch.p0")
+        builder.call(fn, [builder.inttoptr(args[0], cgutils.voidptr_t), ir.Constant(i32, 1), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(types.int64), codegen
 
 
 @njit(cache=True, nogil=True)
