@@ -1,5 +1,6 @@
-"""The compiled verifier of :func:`secemb.fss.rangeproof.verifier_messages` and the Lagrange
-rows of its query (:func:`secemb.fss.field.lagrange_coefficients`) (hazmat, numba).
+"""The compiled verifier of :func:`secemb.fss.rangeproof.verifier_messages`, the Lagrange
+rows of its query (:func:`secemb.fss.field.lagrange_coefficients`) and the AES-256-CTR streams of
+server 1's proof seeds (:func:`ctr_streams`, for :func:`secemb.fss.field.expand_many`) (hazmat, numba).
 
 One pass over a batch's witness and proof shares, the devices the innermost loop (since session 26;
 one pass a device before), in ``F_p`` (``p = 2^61 - 1``) with the
@@ -13,7 +14,10 @@ fast for large batches but a few hundred microseconds of fixed cost a call; here
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 _P = np.uint64((1 << 61) - 1)
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -203,3 +207,112 @@ def decide_core(v0, v1, wires, ok):  # noqa: ANN001, ANN201
         for k in range(opened, v0.shape[1]):
             good = good and v0[d, k] == v1[d, k]
         ok[d] = good
+
+
+# -- AES-256-CTR streams (AES-NI): server 1's expansion of a batch's proof seeds ------------------------
+
+_I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+_V2, _V4 = ir.VectorType(_I64, 2), ir.VectorType(_I32, 4)
+#: round constants of AES-256's key schedule (FIPS 197, 5.2): seven rounds of ``aeskeygenassist``
+_RCON = (0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40)
+#: counter blocks a pass of :func:`_ctr_blocks` (their rounds interleaved)
+CTR_BLOCKS = 8
+
+
+def _shuffle(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, idx: list[int]) -> ir.Value:
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, len(idx)), idx))
+
+
+def _prefix_xor(builder: ir.IRBuilder, k: ir.Value) -> ir.Value:
+    """``k`` (16 bytes) as four 32-bit words, word ``j`` the xor of words ``0..j``: the key
+    schedule's running xor (``_mm_slli_si128`` by 4, three times)."""
+    k4 = builder.bitcast(k, _V4)
+    zero = ir.Constant(_V4, None)
+    acc = shifted = k4
+    for _ in range(3):
+        shifted = _shuffle(builder, zero, shifted, [0, 4, 5, 6])  # one word up
+        acc = builder.xor(acc, shifted)
+    return acc
+
+
+@intrinsic
+def _schedule256(typingctx, key, out):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """The 15 round keys of AES-256 (FIPS 197, 5.2) of the 32 bytes at address ``key``, 16 bytes
+    each, stored at address ``out``: ``aeskeygenassist`` with the round constants (words ``w[i]``
+    for ``i`` a multiple of 8: ``SubWord(RotWord(w[i-1])) ^ rcon``, the last word of its result),
+    and without (``i = 4 mod 8``: ``SubWord(w[i-1])``, its third word)."""
+    sig = types.void(types.uintp, types.uintp)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        assist = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V2, [_V2, _I8]),
+                                                "llvm.x86.aesni.aeskeygenassist")
+        kp, op = builder.inttoptr(args[0], _V2.as_pointer()), builder.inttoptr(args[1], _V2.as_pointer())
+        a = builder.load(kp, align=1)
+        b = builder.load(builder.gep(kp, [ir.Constant(_I64, 1)]), align=1)
+        keys = [a, b]
+        for i, rcon in enumerate(_RCON):
+            t = builder.bitcast(builder.call(assist, [b, ir.Constant(_I8, rcon)]), _V4)
+            a = builder.bitcast(builder.xor(_prefix_xor(builder, a), _shuffle(builder, t, t, [3, 3, 3, 3])), _V2)
+            keys.append(a)
+            if i < len(_RCON) - 1:
+                t = builder.bitcast(builder.call(assist, [a, ir.Constant(_I8, 0)]), _V4)
+                b = builder.bitcast(builder.xor(_prefix_xor(builder, b), _shuffle(builder, t, t, [2, 2, 2, 2])), _V2)
+                keys.append(b)
+        for r, k in enumerate(keys):
+            builder.store(k, builder.gep(op, [ir.Constant(_I64, r)]), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _ctr_blocks(typingctx, schedule, first, dst):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """:data:`CTR_BLOCKS` keystream blocks ``AES-256_k(j)``, ``j = first, first + 1, ..`` (the
+    128-bit big-endian counter block: ``first`` below ``2^64 - CTR_BLOCKS``, so the high 64 bits
+    stay 0), under the 15 round keys at address ``schedule``, stored at address ``dst``."""
+    sig = types.void(types.uintp, types.uint64, types.uintp)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        fnty = ir.FunctionType(_V2, [_V2, _V2])
+        enc = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.aesni.aesenc")
+        last = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.aesni.aesenclast")
+        bswap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.bswap.i64")
+        sp = builder.inttoptr(args[0], _V2.as_pointer())
+        rks = [builder.load(builder.gep(sp, [ir.Constant(_I64, r)]), align=1) for r in range(15)]
+        xs = []
+        for i in range(CTR_BLOCKS):  # bytes 8..15 of the block: the counter, big-endian
+            j = builder.call(bswap, [builder.add(args[1], ir.Constant(_I64, i))])
+            xs.append(builder.xor(builder.insert_element(ir.Constant(_V2, None), j, ir.Constant(_I32, 1)), rks[0]))
+        for r in range(1, 14):
+            xs = [builder.call(enc, [x, rks[r]]) for x in xs]
+        dp = builder.inttoptr(args[2], _V2.as_pointer())
+        for i, x in enumerate(xs):
+            builder.store(builder.call(last, [x, rks[14]]), builder.gep(dp, [ir.Constant(_I64, i)]), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True)
+def ctr_streams(keys, out, stride, nbytes):  # noqa: ANN001, ANN201
+    """Row ``i`` of the flat uint8 ``out``, bytes ``[i stride, i stride + nbytes)``, set to the first
+    ``nbytes`` bytes of the AES-256-CTR stream under the 32-byte key ``keys[i]`` (uint8 (n, 32),
+    C-contiguous), the counter block from 0 (what ``cryptography``'s ``modes.CTR(bytes(16))``
+    gives, :class:`secemb.randomness.CtrDrbg`'s stream).  The rows are written in order, each in
+    whole passes of :data:`CTR_BLOCKS` blocks, so a row's last pass may run into the next row's
+    head (written after it) and the last row's past ``n stride``: ``out`` must hold ``(n - 1) stride
+    + 16 CTR_BLOCKS ceil(nbytes / (16 CTR_BLOCKS))`` bytes (refused otherwise: the blocks are
+    stored by address, unchecked)."""
+    n = keys.shape[0]
+    span = 16 * CTR_BLOCKS
+    passes = (nbytes + span - 1) // span
+    if keys.shape[1] != 32 or not keys.flags.c_contiguous or not out.flags.c_contiguous or out.ndim != 1:
+        raise ValueError("ctr_streams: keys must be uint8 (n, 32) and out flat, both C-contiguous")
+    if n and (stride < nbytes or out.shape[0] < (n - 1) * stride + passes * span):
+        raise ValueError("ctr_streams: out is too small for the rows' passes")
+    schedule = np.empty(15 * 16, np.uint8)
+    for i in range(n):
+        _schedule256(keys[i].ctypes.data, schedule.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps typingctx
+        at = out.ctypes.data + i * stride
+        for p in range(passes):
+            _ctr_blocks(schedule.ctypes.data, np.uint64(p * CTR_BLOCKS), at + p * span)

@@ -314,17 +314,25 @@ def _stream_words(seeds: Sequence[bytes], count: int) -> np.ndarray:
     """``uint64 (len(seeds), count)``: the first ``count`` little-endian 64-bit words of each 16-byte
     seed's :func:`secemb.randomness.expand_seed` stream (:class:`secemb.randomness.CtrDrbg`'s:
     AES-256-CTR under ``SHA-256(b"secemb.CtrDrbg" || seed)``, the counter block from 0), each
-    encrypted into its row of one buffer (a cipher context a seed, no other copy; about 3 times
-    faster a seed than ``expand_seed`` at the range proof's 833 words, whose set-up costs more
-    than the stream).  The same words as ``expand_seed`` (``tests/fss/test_s28_bound_intake.py``)."""
+    written into its row of one buffer: with the compiled kernels by one AES-NI pass over all
+    the seeds (:func:`secemb.fss._rangeproof_kernels.ctr_streams`), otherwise by a
+    ``cryptography`` cipher context a seed.  The same words as ``expand_seed``
+    (``tests/fss/test_s28_bound_intake.py``)."""
     size = ELEMENT_BYTES * count
-    buf = np.empty(len(seeds) * size + 16, np.uint8)  # update_into wants room for a block beyond its input
-    if size:
-        zeros, rows = bytes(size), buf.data
-        for i, seed in enumerate(seeds):
-            key = hashlib.sha256(_DRBG_TAG + bytes(seed)).digest()
-            Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update_into(
-                zeros, rows[i * size : (i + 1) * size + 15])  # the next row's head is written after
+    keys = [hashlib.sha256(_DRBG_TAG + bytes(seed)).digest() for seed in seeds]
+    if kernels.compiled():
+        from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
+
+        span = 16 * CTR_BLOCKS  # a row's last pass may run past it (into the next row, written after)
+        buf = np.empty(len(seeds) * size + span, np.uint8)
+        ctr_streams(np.frombuffer(b"".join(keys), np.uint8).reshape(len(seeds), 32), buf, size, size)
+    else:
+        buf = np.empty(len(seeds) * size + 16, np.uint8)  # update_into wants room for a block beyond its input
+        if size:
+            zeros, rows = bytes(size), buf.data
+            for i, key in enumerate(keys):
+                Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update_into(
+                    zeros, rows[i * size : (i + 1) * size + 15])  # the next row's head is written after
     return buf[: len(seeds) * size].view("<u8").reshape(len(seeds), count).astype(np.uint64, copy=False)
 
 

@@ -1,9 +1,12 @@
 """Issue 34 (session 28, helper B): the bound check's intake at the servers with less glue.
 
-* :func:`secemb.fss.field.expand_many` encrypts each seed's stream straight into its row
-  (``field._stream_words``) instead of going through :func:`secemb.randomness.expand_seed`: the
-  words are checked against ``expand_seed``'s (the specification of the stream), at counts that
-  end inside an AES block and at the range proof's size.
+* :func:`secemb.fss.field.expand_many` writes each seed's stream straight into its row
+  (``field._stream_words``: one compiled AES-NI pass over the batch,
+  :func:`secemb.fss._rangeproof_kernels.ctr_streams`, or a ``cryptography`` cipher a seed) instead
+  of going through :func:`secemb.randomness.expand_seed`: the words are checked against
+  ``expand_seed``'s (the specification of the stream) on both backends, at counts that end inside
+  an AES block or a pass and at the range proof's size, and the compiled streams against
+  ``cryptography``'s AES-256-CTR.
 * The checks that a message's field elements are below ``p`` (:func:`~secemb.fss.rangeproof.check_message`,
   ``parse_verifier_messages``, ``decide``) and that ring shares are ring elements
   (``verifier_messages``) take one reduction each: checked at ``p - 1``, ``p`` and beyond, at the
@@ -31,9 +34,16 @@ from secemb.randomness import expand_seed
 P = F.P
 
 
-@pytest.mark.parametrize("count", [0, 1, 2, 3, 833, 1000])
+BACKENDS = ["numpy", "numba"] if kernels.available() else ["numpy"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 16, 17, 833, 1000])
 @pytest.mark.parametrize("n", [0, 1, 4])
-def test_stream_words_are_expand_seeds_words(n: int, count: int) -> None:
+def test_stream_words_are_expand_seeds_words(n: int, count: int, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counts that end inside an AES block (odd counts), on a pass of the compiled loop (16 words
+    = 8 blocks) and just after it, and the range proof's 833: every word, every row."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
     seeds = [os.urandom(16) for _ in range(n)]
     got = F._stream_words(seeds, count)
     assert got.shape == (n, count) and got.dtype == np.uint64 and got.flags.c_contiguous
@@ -41,11 +51,38 @@ def test_stream_words_are_expand_seeds_words(n: int, count: int) -> None:
         assert row.tolist() == expand_seed(seed, (count,), np.dtype("<u8")).tolist()
 
 
-def test_stream_words_take_any_bytes_like_seed() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stream_words_take_any_bytes_like_seed(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "BACKEND", backend)
     seeds = [os.urandom(16) for _ in range(3)]
     want = [expand_seed(s, (5,), np.dtype("<u8")).tolist() for s in seeds]
     for kind in (bytes, bytearray, memoryview):
         assert F._stream_words([kind(s) for s in seeds], 5).tolist() == want
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
+def test_ctr_streams_is_aes_256_ctr_and_refuses_an_out_too_small() -> None:
+    """The compiled streams against ``cryptography``'s AES-256-CTR under the same keys, from
+    counter 0, with rows laid out at a stride larger than a row; and the bounds it writes in."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
+
+    keys = np.frombuffer(os.urandom(3 * 32), np.uint8).reshape(3, 32)
+    nbytes, stride = 300, 320
+    span = 16 * CTR_BLOCKS
+    need = 2 * stride + span * -(-nbytes // span)
+    out = np.zeros(need, np.uint8)
+    ctr_streams(keys, out, stride, nbytes)
+    for i in range(3):
+        want = Cipher(algorithms.AES(keys[i].tobytes()), modes.CTR(bytes(16))).encryptor().update(bytes(nbytes))
+        assert out[i * stride : i * stride + nbytes].tobytes() == want
+    for bad_out, bad_stride in ((np.zeros(need - 1, np.uint8), stride), (np.zeros(need, np.uint8), nbytes - 1),
+                                (np.zeros((2, need), np.uint8)[:, 0], stride)):
+        with pytest.raises(ValueError, match="ctr_streams"):
+            ctr_streams(keys, bad_out, bad_stride, nbytes)
+    with pytest.raises(ValueError, match="ctr_streams"):
+        ctr_streams(keys[:, :16], out, stride, nbytes)
 
 
 # ------------------------------------------------- the checks of field elements: one reduction
