@@ -5,65 +5,20 @@ kernels.  It equals the numpy reference there bit for bit (``tests/protocols/tes
 
 Per leaf word ``w`` the check needs ``F(w)``, the two MMO blocks of ``(w0, w1)`` and
 ``(w0, w1 ^ 1)`` (``Convert_leaf``'s first two counter blocks), which are the four check words
-in order.  The intrinsic :func:`check_leaves` keeps all of a leaf in vector registers: with VAES
-one 256-bit vector holds both blocks (without it, two 128-bit vectors), so the AES output,
-the control-bit mask ``-(w0 & 1)`` applied to ``cs ^ offsets[x]``, and the four 64-bit
-multiply-adds with the challenge words are vector operations on it, with no staging through
-memory; :data:`LEAVES` leaves a call put 16 AES vectors in flight (with VAES, 16 leaves a call
-ran faster than 8 or 32).  The IR builders are :mod:`secemb.fss._aesni`'s.
+in order.  The AES intrinsic :func:`secemb.fss._aesni.check_leaves` folds :data:`LEAVES` leaves
+into a key's sums with each leaf in vector registers; this loop hands it a row's leaves in place
+and stages a row's remainder.  ``bench overhead``'s kernel clock times this module's loop
+(``secemb.bench.overhead``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import njit
-from numba.extending import intrinsic
 
-from secemb.fss._aesni import LANES, _I64, _VEC, _const, _encrypt, _load, _schedule, _shuffle, _sig, _store, _vptr
+from secemb.fss._aesni import LEAVES, check_leaves
 
-__all__ = ["LEAVES", "check_leaves", "check_accumulate"]
-
-#: leaves a :func:`check_leaves` call folds in: 16 AES vectors (32 blocks with VAES, else 16)
-LEAVES = 8 * LANES
-
-
-@intrinsic
-def check_leaves(typingctx, rk, leaves, offsets, r, cs, acc):  # noqa: ANN001, ANN201 - numba intrinsic protocol
-    """``acc += sum_j r[j] * (F(w_j) ^ t_j (cs ^ offsets[j]))`` word-wise mod 2^64 for
-    :data:`LEAVES` leaf words ``w_j`` at ``leaves`` (uint64 (LEAVES, 2)), ``t_j`` bit 0 of
-    ``w_j``, ``F`` the MMO of the counter blocks ``(w0, w1)``, ``(w0, w1 ^ 1)`` under ``rk`` (an
-    (11, 2W) schedule); ``offsets`` and ``r`` uint64 (LEAVES, 4), ``cs`` and ``acc`` uint64 (4,).
-    All addresses of C-contiguous buffers."""
-
-    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        rks = _schedule(builder, args[0])
-        v2 = ir.VectorType(_I64, 2)
-        lp = builder.inttoptr(args[1], v2.as_pointer())
-        op, rp, cp, ap = (_vptr(builder, a) for a in args[2:6])
-        per = 2 // LANES  # vectors a leaf's four words fill
-        cs = [_load(builder, cp, v) for v in range(per)]
-        acc = [_load(builder, ap, v) for v in range(per)]
-        zero = ir.Constant(_VEC, None)
-        xs, masks = [], []
-        for j in range(LEAVES):
-            w = builder.load(builder.gep(lp, [_const(j)]), align=1)
-            if LANES == 2:  # [w0, w1, w0, w1 ^ 1]
-                xs.append([builder.xor(_shuffle(builder, w, w, [0, 1, 0, 1]), ir.Constant(_VEC, [0, 0, 0, 1]))])
-            else:
-                xs.append([w, builder.xor(w, ir.Constant(_VEC, [0, 1]))])
-            t = builder.and_(w, ir.Constant(v2, [1, 0]))
-            masks.append(builder.sub(zero, _shuffle(builder, t, t, [0] * (2 * LANES))))  # all ones where t
-        enc = _encrypt(builder, [(rks, x) for leaf in xs for x in leaf])
-        for j in range(LEAVES):
-            for v in range(per):
-                y = builder.xor(enc[j * per + v], xs[j][v])
-                y = builder.xor(y, builder.and_(masks[j], builder.xor(cs[v], _load(builder, op, j * per + v))))
-                acc[v] = builder.add(acc[v], builder.mul(y, _load(builder, rp, j * per + v)))
-        for v in range(per):
-            _store(builder, acc[v], ap, v)
-
-    return _sig(6), codegen
+__all__ = ["check_accumulate"]
 
 
 @njit(cache=True, nogil=True)

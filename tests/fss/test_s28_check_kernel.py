@@ -1,5 +1,5 @@
 """The point-function check's compiled loop (session 28, helper C): :func:`secemb.fss._check_kernels.check_accumulate`
-keeps a leaf's four words in vector registers (:func:`~secemb.fss._check_kernels.check_leaves`, ``LEAVES`` leaves a
+keeps a leaf's four words in vector registers (:func:`secemb.fss._aesni.check_leaves`, ``LEAVES`` leaves a
 call, a row's remainder through a staging buffer).  Its check values must be the documented formula's
 (``sum_x r(x) * (F(w(x)) ^ t(x) (cs ^ H(x)))`` word-wise mod 2^64, computed here in Python integers from the
 numpy reference's ``F`` and ``H``) on random words with every bit in play, rows of any width (a multiple of
@@ -117,9 +117,9 @@ import numpy as np
 from secemb.fss import kernels
 features = kernels.host_cpu_features()
 kernels.host_cpu_features = lambda: {**features, "vaes": False}
-from secemb.fss import _aesni, _check_kernels
+from secemb.fss import _aesni
 from secemb.fss.verify import LeafCheck
-assert _aesni.LANES == 1 and _check_kernels.LEAVES == 8
+assert _aesni.LANES == 1 and _aesni.LEAVES == 8
 leaves, cs, r = (np.array(json.loads(a), np.uint64) for a in sys.argv[1:4])
 check = LeafCheck(cs, r, 2)
 check.add(0, len(leaves), leaves)
