@@ -51,7 +51,8 @@ def verifier_core(x, proofs, calls, slots, ring, wire_rows, pads, gadget_columns
     ``z``'s share, then for each query point ``q`` the ``L`` wire shares and the gadget share.
 
     Shapes (all ``uint64`` field elements, ``n`` devices): ``x`` (n, N) witness shares,
-    ``proofs`` (n, 2L + 4M + 5) proof shares, ``calls`` (n, 2, M/2) and ``slots`` (n, 2, c)
+    ``proofs`` (n, 2L + 4M + 5) proof shares (both in any layout: each is read once, into a
+    device-minor copy), ``calls`` (n, 2, M/2) and ``slots`` (n, 2, c)
     the devices' coefficients, ``ring`` (n, rows) ring shares (below ``2^58``); the query's
     ``wire_rows`` (Q, M + 2), ``pads`` (Q, c) (zeros for server 1), ``gadget_columns``
     (4M + 5, Q), ``delta``, ``witness_column`` (N,), ``ring_column`` (rows,), ``constant``

@@ -799,7 +799,8 @@ def _verify_block(
         from secemb.fss._rangeproof_kernels import verifier_core
 
         pads = query.pads if party == 0 else np.zeros_like(query.pads)
-        verifier_core(np.ascontiguousarray(x), np.ascontiguousarray(proofs), calls, slots, ring, query.wire_rows, pads,
+        # x and proofs as parsed (views of one array a device): the kernel reads each once, into its transposed copy
+        verifier_core(x, proofs, calls, slots, ring, query.wire_rows, pads,
                       query.gadget_columns, np.uint64(query.delta), query.witness_column[:, 0],
                       query.ring_column[:, 0], np.uint64(query.constant if party == 0 else 0), msg)
         return msg
