@@ -1,0 +1,411 @@
+"""Session 28 red team (helper E, second task): the kernels and parsers changed in session 28.
+
+Attacked: helper C's point-function check (:func:`check_leaves` / :func:`check_accumulate` in
+``secemb/fss/_check_kernels.py``, which read ``leaves``, ``cs`` and ``r`` by address, behind
+:class:`~secemb.fss.verify.LeafCheck`); helper A's ``convert_accumulate`` in class order with its
+prefetch (904fa78); helper B's ``field.expand_many`` streaming into one buffer, the range proof's
+one-reduction element checks and the compiled query (ebc1ef7), over the protocol roles.
+
+Traced: what reaches the check kernel from wire bytes is a device's check words (``S`` rows of 32
+bytes at the end of a request, or of the relay's forwarded part, which server 1 takes only under the
+digest the device sent it directly) and its challenge seed; every shape (keys, width, padded domain)
+is fixed by the round's configuration before a :class:`LeafCheck` is made, and ``leaves`` always come
+from the servers' own walk (uint64).  The words are data, never indices.  No wire input was found that
+moves the kernel outside its arrays.  ``convert_accumulate``'s rows and keys are computed from
+``start``, ``period`` and the shapes the wrapper checks; the prefetch touches only keys below the
+last word's (and is a hint: no fault at any address).
+
+Regressions (they pass): the check kernel on unaligned, read-only, strided, reversed and Fortran-order
+inputs, a padded domain that is not a multiple of the row width, no keys and empty row ranges, equal to
+the formula in Python integers; ``convert_accumulate`` with ``acc`` and ``key_acc`` in the same memory,
+``key_t`` over ``key_acc``'s memory, a strided ``acc`` and reversed ``key_acc``, equal to per-word
+Python sums; ``expand_many`` of seeds given as ``bytearray``/``memoryview``, ``count`` 0 and 1 and no
+seeds, equal to :func:`~secemb.fss.field.expand` (the specification, which does not use the new
+stream); a bound proof with ``p`` or ``2^64 - 1`` at its first or last element, a check request that
+is truncated, lists a user twice or names one that did not upload, and a check answer with ``p`` or
+``2^64 - 1`` at its first or last opened element, or truncated, each refused with ``InvalidMessage``
+or ``ProtocolError`` and no state changed (the round then closes exactly, every honest device
+accepted); an empty check request is answered with an empty answer.
+
+Found (hazmat layer: a caller's own arguments, not reachable from bytes; each an ``xfail(strict)``
+with its id, to be fixed by the lead):
+
+* S28-E1 (low): :meth:`LeafCheck.add <secemb.fss.verify.LeafCheck.add>` checks the shape of
+  ``leaves`` but not its dtype.  The compiled kernel reads 16 bytes a leaf by address: uint8 leaves
+  of a 2^22-leaf row are read 8 times past their end -- a segmentation fault; uint32 leaves give check
+  values computed from other memory; big-endian uint64 leaves raise numba's ``TypingError``.  The
+  numpy reference takes uint8/uint32/big-endian leaves as their values and raises ``TypeError`` on
+  int64, which the kernel takes as their bits.  Fix: refuse in ``add`` any ``leaves`` whose dtype is
+  not native ``uint64`` (``InvalidParameters``, as ``cs`` and ``r`` are refused at construction).
+* S28-E2 (low): ``convert_accumulate``'s ``live`` (documented bool) is not checked: an int ``live``
+  of 2 doubles a row's words in the numpy reference (it multiplies by ``live``), while the compiled
+  wrapper casts it to uint8, so 256 makes a live row dead there.  Fix: refuse a ``live`` that is not
+  bool, or take ``live != 0`` in both paths.
+* S28-E3 (low): ``convert_accumulate`` does not check that ``acc`` / ``key_acc`` are a ring
+  (uint32 or uint64): the compiled kernel adds the ring's words into float64, int8 or int64 arrays,
+  where the reference raises numpy's ``UFuncTypeError`` / ``ValueError`` (int64, int8) or adds
+  converted floats (float64); and with ``M = 0`` rows (an empty ``live`` or ``acc``) both raise
+  ``ZeroDivisionError`` / ``IndexError``.  Fix: refuse an ``out`` dtype other than uint32/uint64 and
+  ``M = 0`` with ``InvalidParameters``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
+from secemb.framing import HEADER_BYTES
+from secemb.fss import field as F
+from secemb.fss import kernels
+from secemb.fss import rangeproof as R
+from secemb.fss.convert import convert, convert_accumulate
+from secemb.fss.fused import AGGREGATION_TAG
+from secemb.fss.verify import CHECK_WORDS, LeafCheck, leaf_values, position_offsets
+from secemb.protocols.secemb.sizes import NAME
+from secemb.protocols.wire import frame
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocols"))
+import test_bounded_payloads as tbp  # type: ignore[import-not-found]  # noqa: E402
+from child_verdicts import REFUSED  # noqa: E402
+
+COMPILED = pytest.mark.skipif(not kernels.available(), reason="the compiled kernels need numba and AES-NI")
+BACKENDS = ["numpy", pytest.param("numba", marks=COMPILED)]
+MASK = 2**64 - 1
+
+
+def _child(body: str, backend: str, timeout: float = 300) -> tuple[int, list[str]]:
+    """Run ``body`` in a fresh interpreter on ``backend`` (a memory error is the child's death, not
+    pytest's): its return code and output lines."""
+    code = "import sys\nimport numpy as np\nfrom secemb.errors import InvalidParameters\n" \
+           "from secemb.fss import kernels\nkernels.BACKEND = sys.argv[1]\n" + REFUSED + textwrap.dedent(body)
+    got = subprocess.run([sys.executable, "-c", code, backend], capture_output=True, text=True, timeout=timeout,
+                         check=False)
+    return got.returncode, got.stdout.splitlines() + got.stderr.splitlines()[-5:]
+
+
+# -- the point-function check ----------------------------------------------------------------------
+
+
+def _formula(leaves: np.ndarray, cs: np.ndarray, r: np.ndarray, per_user: int, r0: int = 0) -> list[list[int]]:
+    """Check values of rows ``r0 ..`` (``leaves`` (g, width, 2)), in Python integers:
+    ``sum_x r[u, x] (F(w) ^ t (cs[k] ^ H(x)))`` word-wise mod 2^64, row ``key F + f`` at positions
+    ``f width ..``; ``F`` and ``H`` from the numpy reference (OpenSSL's AES), not the kernel."""
+    mp, width = r.shape[1], leaves.shape[1]
+    frontier = mp // width
+    saved, kernels.BACKEND = kernels.BACKEND, "numpy"
+    try:
+        f = leaf_values(np.array(leaves, np.uint64).reshape(-1, 2)).reshape(len(leaves), width, CHECK_WORDS)
+        h = position_offsets(mp)
+    finally:
+        kernels.BACKEND = saved
+    out = [[0] * CHECK_WORDS for _ in range(len(cs))]
+    for i in range(len(leaves)):
+        key, x0 = (r0 + i) // frontier, ((r0 + i) % frontier) * width
+        for p in range(width):
+            t = int(leaves[i, p, 0]) & 1
+            for c in range(CHECK_WORDS):
+                v = int(f[i, p, c]) ^ (t * (int(cs[key, c]) ^ int(h[x0 + p, c])))
+                out[key][c] = (out[key][c] + v * int(r[key // per_user, x0 + p, c])) & MASK
+    return out
+
+
+def _words(gen: np.random.Generator, *shape: int) -> np.ndarray:
+    return gen.integers(0, MASK, shape, np.uint64, endpoint=True)
+
+
+def _unaligned(a: np.ndarray) -> np.ndarray:
+    """``a``'s words in read-only memory one byte past an 8-byte boundary."""
+    raw = b"\0" + a.tobytes()
+    out = np.frombuffer(raw, np.uint64, a.size, 1).reshape(a.shape)
+    assert not out.flags.aligned and not out.flags.writeable
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("form", ["unaligned read-only", "strided", "reversed", "fortran"])
+def test_check_inputs_of_any_layout_give_the_formula(backend: str, form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cs``, ``r`` and ``leaves`` unaligned and read-only (bytes off the wire), strided, reversed or
+    in Fortran order: the check values of the formula (rows of 20 leaves: one call in place and a
+    staged remainder; a padded domain of 50, not a multiple of 20; two keys a user)."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    gen = np.random.default_rng([28, len(form)])
+    keys, per_user, mp, width = 4, 2, 50, 20
+    frontier = mp // width
+    leaves, cs, r = _words(gen, keys * frontier, width, 2), _words(gen, keys, 4), _words(gen, 2, mp, 4)
+    want = _formula(leaves, cs, r, per_user)
+    if form == "unaligned read-only":
+        args = _unaligned(cs), _unaligned(r), _unaligned(leaves)
+    elif form == "strided":
+        args = np.repeat(cs, 2, 0)[::2], np.repeat(r, 3, 1)[:, ::3], np.repeat(leaves, 2, 1)[:, ::2]
+    elif form == "reversed":
+        args = tuple(np.flip(np.flip(a, 0).copy(), 0) for a in (cs, r, leaves))  # a's values, axis 0 reversed
+        assert all(a.strides[0] < 0 for a in args)
+    else:
+        args = np.asfortranarray(cs), np.asfortranarray(r), np.asfortranarray(leaves)
+    check = LeafCheck(args[0], args[1], per_user)
+    for r0 in range(0, keys * frontier, 3):  # groups that cut keys
+        r1 = min(r0 + 3, keys * frontier)
+        check.add(r0, r1, args[2][r0:r1])
+    assert check.values.tolist() == want
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_keys_and_empty_row_ranges_change_nothing(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check of no keys folds an empty group; empty ranges at the first and the last row add
+    nothing; a row past the walk is refused (the kernel indexes ``cs`` by it)."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    none = LeafCheck(np.zeros((0, 4), np.uint64), np.zeros((0, 32, 4), np.uint64), 1)
+    none.add(0, 0, np.zeros((0, 16, 2), np.uint64))
+    assert none.values.shape == (0, 4)
+    gen = np.random.default_rng(2801)
+    cs, r = _words(gen, 2, 4), _words(gen, 2, 32, 4)
+    check = LeafCheck(cs, r, 1)
+    check.add(0, 0, np.zeros((0, 16, 2), np.uint64))
+    check.add(4, 4, np.zeros((0, 16, 2), np.uint64))
+    assert check.values.tolist() == [[0] * 4] * 2
+    with pytest.raises(InvalidParameters):
+        check.add(4, 5, _words(gen, 1, 16, 2))
+
+
+#: LeafCheck.add of leaf words of another dtype at the right shape (each attempt refused or not);
+#: the numba case that reads 8 times past a 4 MiB row comes last (it kills the child)
+LEAF_DTYPES = """
+from secemb.fss.verify import LeafCheck
+for dtype in ("uint32", "int64", ">u8", "uint8"):
+    width = 1 << (22 if dtype == "uint8" else 6)
+    leaves = np.ones((1, width, 2), dtype)  # allocated first: what follows it is unmapped
+    check = LeafCheck(np.zeros((1, 4), np.uint64), np.ones((1, width, 4), np.uint64), 1)
+    try:
+        refused(dtype, lambda: check.add(0, 1, leaves), InvalidParameters)
+    except Exception as exc:  # another error: printed, and the next dtype tried
+        print("ERROR", dtype, type(exc).__name__)
+    sys.stdout.flush()
+"""
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param("numpy", marks=pytest.mark.xfail(strict=True, reason=(
+        "S28-E1 (low): LeafCheck.add does not check the leaves' dtype; the numpy reference takes uint8/uint32/"
+        "big-endian leaves as values and raises TypeError on int64. Fix: refuse leaves not native uint64"))),
+    pytest.param("numba", marks=[COMPILED, pytest.mark.xfail(strict=True, reason=(
+        "S28-E1 (low): LeafCheck.add does not check the leaves' dtype; the kernel reads 16 bytes a leaf by "
+        "address: uint8 leaves of a 2^22-leaf row -- SIGSEGV; uint32 read other memory; >u8 a numba TypingError. "
+        "Fix: refuse leaves not native uint64 (InvalidParameters)"))]),
+])
+def test_s28_e1_leaf_words_of_another_dtype_are_refused(backend: str) -> None:
+    rc, lines = _child(LEAF_DTYPES, backend)
+    assert rc == 0, lines
+    verdicts = [ln for ln in lines if ln.startswith(("REFUSED", "ACCEPTED", "ERROR"))]
+    assert len(verdicts) == 4, lines
+    assert all(v.startswith("REFUSED") and v.endswith("InvalidParameters") for v in verdicts), lines
+
+
+# -- convert_accumulate ----------------------------------------------------------------------------
+
+M, W, PERIOD, START, N = 64, 5, 16, 7, 300
+
+
+def _sums(words: np.ndarray, live: np.ndarray, ring_bits: int = 32) -> tuple[list[list[int]], list[list[int]],
+                                                                               list[int]]:
+    """Per-word Python sums of the numpy reference's conversions: by row ``(START + i) % M``, by key
+    ``(START + i) // PERIOD``, and each key's count of control bits, over the words of live rows."""
+    saved, kernels.BACKEND = kernels.BACKEND, "numpy"
+    try:
+        vals = convert(words, W, ring_bits, AGGREGATION_TAG)
+    finally:
+        kernels.BACKEND = saved
+    mod, keys = 1 << ring_bits, (START + len(words) - 1) // PERIOD + 1
+    rows, by_key, ones = [[0] * W for _ in range(M)], [[0] * W for _ in range(keys)], [0] * keys
+    for i in range(len(words)):
+        pos = START + i
+        if live[pos % M]:
+            for e in range(W):
+                rows[pos % M][e] = (rows[pos % M][e] + int(vals[i, e])) % mod
+                by_key[pos // PERIOD][e] = (by_key[pos // PERIOD][e] + int(vals[i, e])) % mod
+            ones[pos // PERIOD] += int(words[i, 0]) & 1
+    return rows, by_key, ones
+
+
+def _words_and_live(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    gen = np.random.default_rng(seed)
+    live = gen.random(M) < 0.7
+    live[16:32] = False  # a dead class
+    return _words(gen, N, 2), live
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sums_into_aliased_and_strided_outputs_equal_python_sums(backend: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ring sums are increments: ``acc`` and ``key_acc`` over the same memory, ``key_t`` over
+    ``key_acc``'s, a strided ``acc`` and a reversed ``key_acc`` each end as the per-word sums say."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    words, live = _words_and_live(2802)
+    rows, by_key, ones = _sums(words, live)
+    keys, mod = len(by_key), 1 << 32
+    # acc and key_acc the same words: each word gets its row's and its key's sums
+    buf = np.zeros(M * W, np.uint32)
+    convert_accumulate(words, AGGREGATION_TAG, buf.reshape(M, W), START, live, key_acc=buf[: keys * W].reshape(keys, W),
+                       period=PERIOD)
+    flat_rows, flat_keys = sum(rows, []), sum(by_key, [])
+    want = [(a + (flat_keys[i] if i < len(flat_keys) else 0)) % mod for i, a in enumerate(flat_rows)]
+    assert buf.tolist() == want
+    # key_t over key_acc's first words (uint64 ring: int64 counts in the same 8-byte words)
+    wide = _sums(words, live, 64)[1]
+    buf64 = np.zeros(keys * W, np.uint64)
+    convert_accumulate(words, AGGREGATION_TAG, None, START, live, key_acc=buf64.reshape(keys, W), period=PERIOD,
+                       key_t=buf64[:keys].view(np.int64))
+    want64 = [a % 2**64 for a in sum(wide, [])]
+    for k in range(keys):
+        want64[k] = (want64[k] + ones[k]) % 2**64
+    assert buf64.tolist() == want64
+    # a strided acc, a reversed key_acc and key_t
+    big = np.zeros((M, 2 * W), np.uint32)
+    key_acc = np.zeros((keys, W), np.uint32)[::-1]
+    key_t = np.zeros(keys, np.int64)[::-1]
+    convert_accumulate(words, AGGREGATION_TAG, big[:, ::2], START, live, key_acc=key_acc, period=PERIOD, key_t=key_t)
+    assert big[:, ::2].tolist() == rows and not big[:, 1::2].any()
+    assert key_acc.tolist() == by_key and key_t.tolist() == ones
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param("numpy", marks=pytest.mark.xfail(strict=True, reason=(
+        "S28-E2 (low): convert_accumulate does not check live's dtype; the reference multiplies a row's words by "
+        "an int live (2: doubled). Fix: refuse live that is not bool, or take live != 0"))),
+    pytest.param("numba", marks=[COMPILED, pytest.mark.xfail(strict=True, reason=(
+        "S28-E2 (low): convert_accumulate does not check live's dtype; the compiled wrapper casts it to uint8 "
+        "(256: a live row dead). Fix: refuse live that is not bool, or take live != 0"))]),
+])
+def test_s28_e2_an_int_live_is_refused_or_taken_as_nonzero(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    words, live = _words_and_live(2803)
+    as_int = live.astype(np.int64)
+    as_int[[3, 40]] = 2, 256  # both live
+    live[[3, 40]] = True
+    rows = _sums(words, live)[0]
+    acc = np.zeros((M, W), np.uint32)
+    try:
+        convert_accumulate(words, AGGREGATION_TAG, acc, START, as_int)
+    except InvalidParameters:
+        return
+    assert acc.tolist() == rows
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param("numpy", marks=pytest.mark.xfail(strict=True, reason=(
+        "S28-E3 (low): convert_accumulate does not check that acc is a ring (uint32/uint64) or that M >= 1; the "
+        "reference raises numpy's UFuncTypeError/ValueError or adds floats, and ZeroDivisionError/IndexError at "
+        "M = 0. Fix: refuse them with InvalidParameters"))),
+    pytest.param("numba", marks=[COMPILED, pytest.mark.xfail(strict=True, reason=(
+        "S28-E3 (low): convert_accumulate does not check that acc is a ring (uint32/uint64) or that M >= 1; the "
+        "kernel adds ring words into float64/int8/int64 arrays, and raises ZeroDivisionError at M = 0. Fix: "
+        "refuse them with InvalidParameters"))]),
+])
+def test_s28_e3_sums_into_a_non_ring_or_no_rows_are_refused(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    words, live = _words_and_live(2804)
+    wrong = []
+    for dtype in ("float64", "int8", "int64"):
+        try:
+            convert_accumulate(words, AGGREGATION_TAG, np.zeros((M, W), dtype), START, live)
+            wrong.append(f"{dtype}: accepted")
+        except InvalidParameters:
+            pass
+        except Exception as exc:  # noqa: BLE001 - what the finding is about: any other error
+            wrong.append(f"{dtype}: {type(exc).__name__}")
+    for name, call in (
+        ("no live rows", lambda: convert_accumulate(words, AGGREGATION_TAG, None, START, np.zeros(0, bool),
+                                                    key_acc=np.zeros((N, W), np.uint32), period=PERIOD)),
+        ("acc of no rows", lambda: convert_accumulate(words, AGGREGATION_TAG, np.zeros((0, W), np.uint32), START)),
+    ):
+        try:
+            call()
+            wrong.append(f"{name}: accepted")
+        except InvalidParameters:
+            pass
+        except Exception as exc:  # noqa: BLE001 - as above
+            wrong.append(f"{name}: {type(exc).__name__}")
+    assert not wrong, wrong
+
+
+# -- the bound check's intake ----------------------------------------------------------------------
+
+
+def test_expand_many_of_any_seed_buffer_and_count_is_expand() -> None:
+    """Seeds as bytes, bytearray and memoryview, ``count`` 0, 1 and 833 (the proof's), and no seeds:
+    each row is :func:`~secemb.fss.field.expand` of its seed (the specification, whose stream is
+    ``expand_seed``'s, not the new per-seed cipher)."""
+    seeds = [bytes(range(16)), bytearray(b"\xff" * 16), memoryview(bytes(16))]
+    for count in (0, 1, 833):
+        got = F.expand_many(seeds, count)
+        assert got.shape == (3, count) and got.dtype == np.uint64
+        for row, seed in zip(got, seeds, strict=True):
+            assert row.tolist() == F.expand(bytes(seed), count).tolist()
+    assert F.expand_many([], 5).shape == (0, 5)
+    with pytest.raises(InvalidParameters):
+        F.expand_many([bytes(16), bytes(15)], 3)
+
+
+def _with_word(message: bytes, at: int, value: int) -> bytes:
+    return message[:at] + value.to_bytes(8, "little") + message[at + 8 :]
+
+
+@pytest.mark.parametrize("relay", [False, True], ids=["no-relay", "relay"])
+def test_hostile_proofs_requests_and_answers_change_nothing(relay: bool) -> None:
+    """Over the protocol roles (cuckoo layout): a proof with ``p`` or ``2^64 - 1`` at its first or
+    last element is refused (``InvalidMessage``) and the same device's honest proof is kept after
+    it; server 1 refuses a check request truncated, listing a user twice or naming a user that did
+    not upload, and answers an empty one with nothing; server 0 refuses a check answer with ``p``
+    or ``2^64 - 1`` at its first or last opened element, or truncated, and its request stays
+    pending: server 1's honest answer then accepts every device and the aggregate is exact."""
+    rnd = tbp.Round("cuckoo", relay)
+    users = list(range(4))
+    for uid in users:
+        rnd.retrieve(uid)
+        rnd.upload(uid, *rnd.honest_upload(uid))
+    s0, s1, params = rnd.s0, rnd.s1, rnd.s0._bound
+    proof = rnd.users[0].bound_proof(s0.challenge(0))
+    first = HEADER_BYTES + 16 + R.PART_BYTES  # the first field element, after sigma_0 and part_1
+    for at in (first, len(proof) - 8):
+        for value in (F.P, MASK):
+            with pytest.raises(InvalidMessage):
+                s0.handle_proof(0, _with_word(proof, at, value))
+    assert s0.unproved(users) == set(users)
+    s0.handle_proof(0, proof)
+    for uid in users[1:]:
+        rnd.prove(uid)
+
+    request = s0.bound_request(users)
+    cfg = rnd.cfg
+    body = request[HEADER_BYTES:]
+    entry = (len(body) - 16) // len(users)
+    twice = body[:16] + body[16 : 16 + entry] * 2
+    stranger = body[:16] + (99).to_bytes(8, "little") + body[16 + 8 : 16 + entry]
+    with pytest.raises(InvalidMessage):
+        s1.bound_answer(request[:-1])
+    with pytest.raises(InvalidMessage):
+        s1.bound_answer(frame(NAME, "bound_request", 1, cfg.round_id, twice))
+    with pytest.raises(ProtocolError):
+        s1.bound_answer(frame(NAME, "bound_request", 1, cfg.round_id, stranger))
+    empty = s1.bound_answer(frame(NAME, "bound_request", 1, cfg.round_id, body[:16]))
+    assert len(empty) == HEADER_BYTES
+
+    answer = s1.bound_answer(request)
+    opened = HEADER_BYTES + 8 * (params.opened_length - 1)  # the first device's last opened element
+    for at in (HEADER_BYTES, opened, len(answer) - 8 * (params.verifier_length - params.opened_length + 1)):
+        for value in (F.P, MASK):
+            with pytest.raises(InvalidMessage):
+                s0.bound_rejected(_with_word(answer, at, value))
+    with pytest.raises(InvalidMessage):
+        s0.bound_rejected(answer[:-8])
+    assert s0.bound_rejected(answer) == set()
+    d0, d1 = s0.upload_digests(users), s1.upload_digests(users)
+    assert d0 is not None and d1 is not None and all(d0[u] == d1[u] for u in users)
+    sparse, dense = s0.combine(s1.aggregate_share(users), users)
+    np.testing.assert_array_equal(sparse, rnd.expected)
+    np.testing.assert_array_equal(dense, rnd.expected_dense)
