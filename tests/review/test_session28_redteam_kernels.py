@@ -4,7 +4,8 @@ Attacked: helper C's point-function check (:func:`check_leaves` / :func:`check_a
 ``secemb/fss/_check_kernels.py``, which read ``leaves``, ``cs`` and ``r`` by address, behind
 :class:`~secemb.fss.verify.LeafCheck`); helper A's ``convert_accumulate`` in class order with its
 prefetch (904fa78); helper B's ``field.expand_many`` streaming into one buffer, the range proof's
-one-reduction element checks and the compiled query (ebc1ef7), over the protocol roles.
+one-reduction element checks and the compiled query (ebc1ef7), its AES-NI ``ctr_streams`` (dd4f8dc) and
+the verifier reading parsed shares in place (c5d4717), over the protocol roles and server 0's app.
 
 Traced: what reaches the check kernel from wire bytes is a device's check words (``S`` rows of 32
 bytes at the end of a request, or of the relay's forwarded part, which server 1 takes only under the
@@ -25,7 +26,9 @@ stream); a bound proof with ``p`` or ``2^64 - 1`` at its first or last element, 
 is truncated, lists a user twice or names one that did not upload, and a check answer with ``p`` or
 ``2^64 - 1`` at its first or last opened element, or truncated, each refused with ``InvalidMessage``
 or ``ProtocolError`` and no state changed (the round then closes exactly, every honest device
-accepted); an empty check request is answered with an empty answer.
+accepted); an empty check request is answered with an empty answer; over HTTP (server 0's app in
+process), proofs with ``p`` or ``2^64 - 1`` at their first or last element are each a 400, the round's
+proved and finished devices unchanged, and the round then commits with every device.
 
 Found (hazmat layer: a caller's own arguments, not reachable from bytes; each an ``xfail(strict)``
 with its id, to be fixed by the lead):
@@ -47,6 +50,13 @@ with its id, to be fixed by the lead):
   converted floats (float64); and with ``M = 0`` rows (an empty ``live`` or ``acc``) both raise
   ``ZeroDivisionError`` / ``IndexError``.  Fix: refuse an ``out`` dtype other than uint32/uint64 and
   ``M = 0`` with ``InvalidParameters``.
+* S28-E4 (low): helper B's ``ctr_streams`` (``secemb/fss/_rangeproof_kernels.py``, dd4f8dc, which
+  stores whole AES-256-CTR passes by address) checks that ``out`` holds ``(n - 1) stride + passes
+  128`` bytes in int64 arithmetic: for a huge ``stride`` the product wraps negative (three rows at
+  ``2^62``: ``2^63 + 128``) and the check passes -- the kernel then stores at ``out + 2^62``, a
+  segmentation fault.  Its one caller (``field._stream_words``) passes ``stride = nbytes = 8 count``
+  with a buffer it allocated, so no wire input gets there.  Fix: refuse ``stride > out.shape[0]``
+  first (or compare ``n - 1 <= (out.shape[0] - passes 128) // stride``).
 """
 
 from __future__ import annotations
@@ -351,6 +361,28 @@ def test_expand_many_of_any_seed_buffer_and_count_is_expand() -> None:
         F.expand_many([bytes(16), bytes(15)], 3)
 
 
+#: ctr_streams (dd4f8dc) with a row stride whose bound overflows int64: ``(n - 1) stride + passes 128``
+#: is ``2^63 + 128`` for three rows at ``2^62``, negative in the kernel's int64, so ``out`` "holds" it
+CTR_STRIDE = """
+from secemb.fss._rangeproof_kernels import ctr_streams
+out = np.zeros(4096, np.uint8)
+refused("stride 2^62", lambda: ctr_streams(np.zeros((3, 32), np.uint8), out, 1 << 62, 16), ValueError)
+refused("stride 2^61 + 1", lambda: ctr_streams(np.zeros((5, 32), np.uint8), out, (1 << 61) + 1, 16), ValueError)
+"""
+
+
+@COMPILED
+@pytest.mark.xfail(strict=True, reason=(
+    "S28-E4 (low): ctr_streams checks out's size as (n - 1) stride + passes 128 in int64, which wraps for a "
+    "huge stride (3 rows at 2^62: 2^63 + 128 < 0): not refused, the kernel stores at out + 2^62 -- SIGSEGV. "
+    "Fix: refuse stride > out.shape[0] (or compare (n - 1) <= (size - passes 128) // stride)"))
+def test_s28_e4_a_stride_whose_bound_overflows_is_refused() -> None:
+    rc, lines = _child(CTR_STRIDE, "numba")
+    assert rc == 0, lines
+    assert [ln for ln in lines if ln.startswith(("REFUSED", "ACCEPTED"))] == [
+        "REFUSED stride 2^62 ValueError", "REFUSED stride 2^61 + 1 ValueError"], lines
+
+
 def _with_word(message: bytes, at: int, value: int) -> bytes:
     return message[:at] + value.to_bytes(8, "little") + message[at + 8 :]
 
@@ -409,3 +441,49 @@ def test_hostile_proofs_requests_and_answers_change_nothing(relay: bool) -> None
     sparse, dense = s0.combine(s1.aggregate_share(users), users)
     np.testing.assert_array_equal(sparse, rnd.expected)
     np.testing.assert_array_equal(dense, rnd.expected_dense)
+
+
+def test_proofs_with_elements_not_below_p_over_http_are_4xx_and_the_round_commits() -> None:
+    """Server 0's app (in process, ``TestClient``): each device first posts its bound proof with ``p``
+    or ``2^64 - 1`` at the first or the last element, signed as itself -- every one a 400 that leaves
+    the round's proved devices as they were -- then its honest proof through its link; the round
+    closes committed with every device."""
+    pytest.importorskip("fastapi")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+    import test_bounded_nodes as tbn  # type: ignore[import-not-found]
+    from fastapi.testclient import TestClient
+
+    from secemb.client.device import Device, DeviceClient
+    from secemb.server.app import create_app
+    from secemb.sim.local import LocalServerLink
+    from secemb.transport.signing import sign_headers, user_key
+
+    servers = tbn._servers(bound=True, relay=False)
+    leader, follower = tbn._nodes(servers)
+    http = TestClient(create_app(leader), raise_server_exceptions=False)
+    statuses: list[int] = []
+    unchanged: list[bool] = []
+
+    class Hostile(LocalServerLink):
+        def proof(self, round_id: int, body: bytes) -> None:
+            path = f"/v1/rounds/{round_id}/proof"
+            first = HEADER_BYTES + 16 + R.PART_BYTES
+            before = (set(leader.round.proved), set(leader.round.finished))
+            for at in (first, len(body) - 8):
+                for value in (F.P, MASK):
+                    bad = _with_word(body, at, value)
+                    headers = sign_headers(f"user:{self.user}", user_key(leader.cfg.user_secret, self.user), "POST",
+                                           path, "", bad)
+                    statuses.append(http.post(path, content=bad, headers=headers | {
+                        "Content-Type": "application/octet-stream"}).status_code)
+            unchanged.append((set(leader.round.proved), set(leader.round.finished)) == before)
+            super().proof(round_id, body)
+
+    r = tbn._open(servers)
+    for u in tbn.USERS:
+        links = (Hostile(leader, u, servers.tp), LocalServerLink(follower, u, servers.tp))
+        client = DeviceClient.over(u, links, min_users=tbn.FLOOR)
+        Device(client, *tbn.RATINGS.of(u)).participate(client.round_info())
+    assert statuses == [400] * 4 * len(tbn.USERS) and unchanged == [True] * len(tbn.USERS)
+    doc = leader.close_round(r)
+    assert doc["state"] == "committed" and doc["included"] == sorted(tbn.USERS), doc
