@@ -70,8 +70,6 @@ GOAL_PROCESS = 1.5
 #: compiled kernels that are not the DPF's (the cuckoo layout's assignment; a device's unmasking
 #: and check of its answers, glue compiled)
 _NOT_DPF = frozenset({"cuckoo_assign", "unmask_slots"})
-#: the modules of the DPF's compiled kernels (the walk, conversions and products; the point-function check)
-_KERNEL_MODULES = ("secemb.fss._numba_kernels", "secemb.fss._check_kernels")
 _DPF_AES_PREFIXES = ("tree/", "convert/")
 #: the secure path's cryptography that is no DPF kernel: category -> the (module, attribute) of the
 #: project functions that do nothing but it ("Class.method" for a method)
@@ -149,13 +147,13 @@ class KernelClock:
 
 def _entry_points() -> dict[str, tuple[Any, Any]]:
     """The compiled DPF kernels Python calls, by name: their module and dispatcher -- the public
-    numba dispatchers of :data:`_KERNEL_MODULES` that no other kernel calls by name (a kernel
-    compiled while a wrapper stood in its callee's place would not compile), less :data:`_NOT_DPF`."""
-    import importlib
+    numba dispatchers of :mod:`secemb.fss._numba_kernels` and :mod:`secemb.fss._check_kernels`
+    that no other kernel calls by name (a kernel compiled while a wrapper stood in its callee's
+    place would not compile), less :data:`_NOT_DPF`."""
+    from secemb.fss import _check_kernels, _numba_kernels
 
     out: dict[str, tuple[Any, Any]] = {}
-    for name in _KERNEL_MODULES:
-        module = importlib.import_module(name)
+    for module in (_numba_kernels, _check_kernels):
         kernels = {k: v for k, v in vars(module).items() if hasattr(v, "py_func")}
         called = {n for v in kernels.values() for n in v.py_func.__code__.co_names}
         out |= {k: (module, v) for k, v in kernels.items()
