@@ -28,7 +28,10 @@ is truncated, lists a user twice or names one that did not upload, and a check a
 or ``ProtocolError`` and no state changed (the round then closes exactly, every honest device
 accepted); an empty check request is answered with an empty answer; over HTTP (server 0's app in
 process), proofs with ``p`` or ``2^64 - 1`` at their first or last element are each a 400, the round's
-proved and finished devices unchanged, and the round then commits with every device.
+proved and finished devices unchanged, and the round then commits with every device.  Helper D's glue
+(in the working tree while this was written): key rows written into a reused, strided buffer are each
+batch's ``to_bytes`` (no stale control-bit bits), and relay uploads of another length are refused with
+``InvalidMessage`` before server 0 frames their forward.
 
 Found (hazmat layer: a caller's own arguments, not reachable from bytes; each an ``xfail(strict)``
 with its id, to be fixed by the lead):
@@ -487,3 +490,36 @@ def test_proofs_with_elements_not_below_p_over_http_are_4xx_and_the_round_commit
     assert statuses == [400] * 4 * len(tbn.USERS) and unchanged == [True] * len(tbn.USERS)
     doc = leader.close_round(r)
     assert doc["state"] == "committed" and doc["included"] == sorted(tbn.USERS), doc
+
+
+# -- key rows and relay framing (helper D's glue) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("m", "parts", "c"), [(2, 1, 1), (1000, 2, 3), (1 << 9, 3, 2), (300, 1, 5)])
+def test_key_rows_into_a_stale_strided_out_are_each_batchs_bytes(m: int, parts: int, c: int) -> None:
+    """:meth:`DPFKeys.to_rows <secemb.fss.keys.DPFKeys.to_rows>` into the middle columns of a buffer
+    full of ``0xA5`` (a reused one: nothing of it may stay in the control-bit bytes): each row is
+    ``to_bytes`` of its batch, and the columns around it are untouched."""
+    from secemb import fss
+
+    gen = np.random.default_rng([m, parts, c])
+    keys, _ = fss.gen(gen.integers(0, m, parts * c), gen.integers(0, 2**32, (parts * c, 2), dtype=np.uint32), m)
+    want = [keys[i * c : (i + 1) * c].to_bytes() for i in range(parts)]
+    size = len(want[0])
+    buf = np.full((parts, size + 13), 0xA5, np.uint8)
+    got = keys.to_rows(parts, out=buf[:, 5 : 5 + size])
+    assert [row.tobytes() for row in got] == want
+    assert (buf[:, :5] == 0xA5).all() and (buf[:, 5 + size :] == 0xA5).all()
+
+
+def test_relay_uploads_of_another_length_are_refused_before_they_are_framed() -> None:
+    """Server 0 with relay frames a forward of a fixed size from an upload's bytes: uploads one byte
+    short or long, or cut at the header's end or at the tag, are ``InvalidMessage`` (not the framer's
+    ``InvalidParameters``), and the same device's honest upload is forwarded after them."""
+    rnd = tbp.Round("cuckoo", True)
+    rnd.retrieve(0)
+    u0, _ = rnd.users[0].upload(*rnd.honest_upload(0))
+    for bad in (u0[:-1], u0 + b"\0", u0[:HEADER_BYTES], u0[:-16]):
+        with pytest.raises(InvalidMessage):
+            rnd.s0.handle_upload(0, bad)
+    assert rnd.s0.handle_upload(0, u0) is not None
