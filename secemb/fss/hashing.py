@@ -7,6 +7,8 @@ row."""
 from __future__ import annotations
 
 import hashlib
+from functools import cache
+from types import ModuleType
 
 import numpy as np
 
@@ -14,6 +16,16 @@ from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 
 __all__ = ["sha256_many"]
+
+
+@cache
+def _shani() -> ModuleType:
+    """The SHA-NI kernel's module (:mod:`secemb.fss._shani`), imported on first use (a process that
+    hashes with hashlib never loads it) and then taken from here, not by an import statement at
+    every call."""
+    from secemb.fss import _shani
+
+    return _shani
 
 
 def sha256_many(prefix: bytes, suffixes: np.ndarray) -> np.ndarray:
@@ -29,9 +41,7 @@ def sha256_many(prefix: bytes, suffixes: np.ndarray) -> np.ndarray:
         raise InvalidParameters(f"suffixes must be a uint8 (n, L) array, got {getattr(suffixes, 'dtype', None)} "
                                 f"{getattr(suffixes, 'shape', type(suffixes).__name__)}")
     if kernels.sha_compiled():
-        from secemb.fss._shani import sha256_many as compiled
-
-        return compiled(prefix, suffixes)
+        return _shani().sha256_many(prefix, suffixes)
     base = hashlib.sha256(prefix)
     digests = []
     for row in np.ascontiguousarray(suffixes):  # hashlib reads C-contiguous rows only

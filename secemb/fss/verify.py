@@ -33,6 +33,7 @@ in vector registers (:func:`secemb.fss._check_kernels.check_accumulate`), equal 
 from __future__ import annotations
 
 from functools import cache
+from types import ModuleType
 
 import numpy as np
 
@@ -90,6 +91,19 @@ def challenges(seeds: np.ndarray, size: int) -> np.ndarray:
     return convert(seeds, size * CHECK_WORDS, 64, CHALLENGE_TAG).reshape(len(seeds), size, CHECK_WORDS)
 
 
+@cache
+def _compiled_check() -> tuple[ModuleType, np.ndarray]:
+    """The compiled check loop's module (:mod:`secemb.fss._check_kernels`) and the round keys of
+    ``F``'s fixed key: imported and looked up once a process, not by two import statements at
+    every leaf group.  :meth:`LeafCheck.add` takes the loop from the module at each call, so a
+    timing wrapper installed as the module's attribute (``bench overhead``'s kernel clock) sees
+    every call."""
+    from secemb.fss import _check_kernels
+    from secemb.fss._aesni import round_keys
+
+    return _check_kernels, round_keys("convert/" + LEAF_TAG)[0]
+
+
 class LeafCheck:
     """The check values of ``K`` keys, accumulated over the leaf groups of one walk.
 
@@ -130,12 +144,9 @@ class LeafCheck:
             raise InvalidParameters(f"leaves of rows [{r0}, {r1}) of a walk of {len(self.cs)} keys over {mp} "
                                     f"positions must be uint64 ({r1 - r0}, 2^s <= {mp}, 2), got {leaves.shape}")
         if kernels.compiled():
-            from secemb.fss._aesni import round_keys
-            from secemb.fss._check_kernels import check_accumulate
-
-            rk = round_keys("convert/" + LEAF_TAG)[0]
-            check_accumulate(np.ascontiguousarray(leaves), r0, frontier, self.per_user, rk, self.cs,
-                             position_offsets(mp), self.r, self.values)
+            loop, rk = _compiled_check()
+            loop.check_accumulate(np.ascontiguousarray(leaves), r0, frontier, self.per_user, rk, self.cs,
+                                  position_offsets(mp), self.r, self.values)
             return
         rows = np.arange(r0, r1)
         key = rows // frontier

@@ -78,4 +78,4 @@ def challenge_seeds(round_id: int, key_digests: list[bytes]) -> np.ndarray:
     (:func:`~secemb.fss.hashing.sha256_many`)."""
     digests = np.frombuffer(b"".join(key_digests), np.uint8).reshape(len(key_digests), 32)
     seeds = sha256_many(_CHALLENGE_DOMAIN + U64.pack(round_id), digests)[:, :16]
-    return np.ascontiguousarray(seeds).view("<u8").astype(np.uint64)
+    return seeds.view("<u8").astype(np.uint64)  # rows' bytes consecutive: viewed in place, then one copy
