@@ -33,6 +33,7 @@ __all__ = [
     "KINDS",
     "frame",
     "frame_rows",
+    "Framer",
     "open_message",
     "Opener",
     "array_bytes",
@@ -84,6 +85,34 @@ def frame_rows(protocol: str | None, kind: str, party: int, round_id: int, body_
     rows[:, :HEADER_BYTES] = np.frombuffer(header(_wire_id(protocol), KINDS[kind], party, 0, round_id, body_len),
                                            np.uint8)
     return rows
+
+
+class Framer:
+    """:func:`frame` of a batch's messages of one ``protocol``, ``kind``, ``party``, round and body
+    ``size`` (a round's replies, forwards or uploads): their header, the same for all of them, is
+    packed once; each message is it followed by its parts, copied once -- the bytes ``frame`` gives.
+
+    Raises
+    ------
+    InvalidParameters: a header field does not fit its width (as :func:`frame`).
+    """
+
+    def __init__(self, protocol: str | None, kind: str, party: int, round_id: int, size: int) -> None:
+        self._head = header(_wire_id(protocol), KINDS[kind], party, 0, round_id, size)
+        self._total = HEADER_BYTES + size
+
+    def __call__(self, *parts: Buffer) -> bytes:
+        """The message whose body is the concatenated ``parts``.
+
+        Raises
+        ------
+        InvalidParameters: the parts are not ``size`` bytes in all (nothing is returned).
+        """
+        message = b"".join((self._head, *parts))
+        if len(message) != self._total:
+            raise InvalidParameters(f"a message framed for a {self._total - HEADER_BYTES}-byte body got "
+                                    f"{len(message) - HEADER_BYTES} bytes")
+        return message
 
 
 def open_message(

@@ -35,7 +35,7 @@ from secemb.protocols.secemb.sizes import (
     tag_words,
 )
 from secemb.framing import HEADER_BYTES
-from secemb.protocols.wire import Opener, check_user, frame, little, read_array, read_view
+from secemb.protocols.wire import Framer, Opener, check_user, little, read_array, read_view
 from secemb.randomness import SEED_BYTES
 
 __all__ = ["RELAY_TAG", "Direct", "SecEmbRelayServer", "parse_roots", "parse_roots_many", "relay_masks_into",
@@ -217,6 +217,12 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         self._answers: dict[int, np.ndarray] = {}  # server 0: own shares, for completion
         # server 0: the requests relay_forwards parsed, by user, for the evaluation of the same bytes
         self._forwarded: dict[int, tuple[bytes, Request]] = {}
+        # server 0: the round's forwards to server 1 (a user's key part; its upload's words and tag)
+        self._keys_framer = Framer(NAME, "relay_keys", 1, config.round_id, shared_bytes(config, self.verify))
+        words = rows_bytes(config)
+        self._upload_framer = Framer(NAME, "relay_upload", 1, config.round_id, words + MAC_BYTES)
+        # where an upload's words end and their tag starts (after the dense share)
+        self._upload_split = (words, words + config.dense_size * config.dtype.itemsize)
 
     def _check_new(self, user_id: int) -> None:
         super()._check_new(user_id)
@@ -282,9 +288,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         """Server 0: frame the forward (the words and their tag as received); the words are kept
         as its view (immutable bytes of little more than them), not copied again."""
         cfg = self._cfg()
-        size = rows_bytes(cfg)
-        forward = frame(NAME, "relay_upload", 1, cfg.round_id, body[:size],
-                        body[size + cfg.dense_size * cfg.dtype.itemsize :])
+        words, tag = self._upload_split
+        forward = self._upload_framer(body[:words], body[tag:])
         return _words(forward, HEADER_BYTES, cfg), forward
 
     def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
@@ -318,8 +323,9 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 out[i] = hit[1]
             else:
                 todo.append(i)
-        for i, got in zip(todo, self._parse_requests([requests[i][1] for i in todo]), strict=True):
-            out[i] = got
+        if todo:  # (usually none: every request was forwarded)
+            for i, got in zip(todo, self._parse_requests([requests[i][1] for i in todo]), strict=True):
+                out[i] = got
         return cast("list[Request | SecembError]", out)  # every entry is set above
 
     def _forward_of(self, shared_header: bytes, rest: np.ndarray) -> bytes | None:
@@ -328,7 +334,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         nothing."""
         if self.party != 0:
             return None
-        return frame(NAME, "relay_keys", 1, self._cfg().round_id, shared_header, rest.data)
+        return self._keys_framer(shared_header, rest.data)
 
     def relay_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 1, relay: evaluate the forwarded keys; return masked shares for server 0."""
@@ -413,6 +419,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             directs = [self._awaiting.pop(u) for u in users]
             self._direct_of.update(zip(users, directs, strict=True))
             shape = (cfg.slots, cfg.width + tag_words(cfg))
+            framer = Framer(NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
 
             def masked(batch: list[tuple[np.ndarray, bytes]]) -> list[bytes]:
                 """The relay answers of a range of users: their shares plus their masks, each mask
@@ -421,7 +428,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 shares = [a for a, _ in batch]
                 sums = [a if a.flags.writeable and a.flags.c_contiguous else np.empty(shape, cfg.dtype) for a in shares]
                 relay_masks_into([seed for _, seed in batch], sums, shares)
-                return [frame(NAME, "relay_answer", 1, cfg.round_id, little(a)) for a in sums]
+                return [framer(little(a)) for a in sums]
 
             replies = self._chunked(masked, [(a, d.mask_seed) for a, d in zip(committed, directs, strict=True)])
             for i, reply in zip(where, replies, strict=True):
@@ -449,6 +456,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
 
         users, where, bodies = sift(answers, out, take)
         shape = (cfg.slots, cfg.width + tag_words(cfg))
+        framer = Framer(NAME, "retrieval_reply", 0, cfg.round_id, answer_bytes(cfg))
 
         def replies(batch: list[tuple[np.ndarray, memoryview]]) -> list[bytes]:
             """A range of users' replies: its masked shares read in place, added into this
@@ -458,7 +466,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             for own, body in batch:
                 masked = read_view(body, 0, cfg.dtype, shape)
                 reply = np.add(own, masked, out=own if own.flags.writeable else None, dtype=cfg.dtype)
-                done.append(frame(NAME, "retrieval_reply", 0, cfg.round_id, little(reply)))
+                done.append(framer(little(reply)))
             return done
 
         made = self._chunked(replies, [(self._answers.pop(u), b) for u, b in zip(users, bodies, strict=True)])

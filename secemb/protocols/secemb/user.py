@@ -37,8 +37,9 @@ from secemb.protocols.secemb.sizes import (
     request_bytes,
     roots_bytes,
     tag_words,
+    upload_bytes,
 )
-from secemb.protocols.wire import HEADER_BYTES, Opener, array_bytes, frame, frame_rows, read_view
+from secemb.protocols.wire import HEADER_BYTES, Framer, Opener, frame, frame_rows, little, read_view
 from secemb.randomness import SEED_BYTES, RandomBytes, random_words, system_rng
 from secemb.sharing import share
 
@@ -482,6 +483,10 @@ class SecEmbUser(UserRole):
             masks = relay_prgs([cast("tuple[bytes, bytes]", users[i]._seeds)[1] for i in ok], (cfg.dense_size,),
                                cfg.dtype)
         cw_le = np.ascontiguousarray(cw, cfg.dtype.newbyteorder("<"))  # the wire's byte order (no copy on LE hosts)
+        # every user's messages of one layout: each server's header packed once for the batch
+        bound = first._bound is not None
+        to0 = Framer(NAME, "upload", 0, cfg.round_id, upload_bytes(cfg, first.relay, commit=bound and not first.relay))
+        to1 = Framer(NAME, "upload", 1, cfg.round_id, upload_bytes(cfg, False))
         for j, i in enumerate(ok):
             user, dense = users[i], gradients[i][1]
             user._state = None  # one upload per round
@@ -491,13 +496,12 @@ class SecEmbUser(UserRole):
             if first.relay:
                 tag = upload_mac(cast("bytes", key), cfg.round_id, own)  # drawn with the seeds
                 d0, d1 = dense - masks[j], masks[j]
-                out[i] = frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0), tag), None
+                out[i] = to0(own, little(d0), tag), None
             else:
                 d0, d1 = share(dense, _rng=user._rng)
                 # bounded payloads: server 0 gets a commitment to d1, so that d1 is fixed before its challenge
                 commit = b"" if user._sigma is None else dense_commitment(cfg.round_id, user._sigma, d1)
-                out[i] = (frame(NAME, "upload", 0, cfg.round_id, own, array_bytes(d0), commit),
-                          frame(NAME, "upload", 1, cfg.round_id, own, array_bytes(d1)))
+                out[i] = to0(own, little(d0), commit), to1(own, little(d1))
             if user._path0 is not None:  # bounded payloads: what the proof needs (copies: no view of the batch's)
                 user._kept = _Kept(user._path0, cw[j * cfg.slots : (j + 1) * cfg.slots].copy(),
                                    gradients[i][0].copy(), d0, d1.copy())
