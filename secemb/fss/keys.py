@@ -396,9 +396,17 @@ class DPFKeys(OutputKeys[PathKeys]):
         seeds = out[:, ends[1] : ends[2]].view("<u8")
         seeds[...] = self.path.cw_seed.reshape(parts, 2 * c * n)
         seeds[:, ::2] |= self.path.cw_tl.reshape(parts, c * n)  # t^L in bit 0 of each level's first word
-        if n:
-            out[:, ends[2] : ends[3]] = np.packbits(self.path.cw_tr.reshape(k, n), axis=1,
-                                                    bitorder="little").reshape(parts, -1)
+        if n:  # t^R of level i in bit i % 8 of byte i // 8 (np.packbits' little bit order), level by level
+            bits = out[:, ends[2] : ends[3]].reshape(parts, c, (n + 7) // 8)
+            tr = self.path.cw_tr.reshape(parts, c, n)
+            level = np.empty((parts, c), np.uint8)
+            for i in range(n):
+                np.not_equal(tr[..., i], 0, out=level.view(np.bool_))
+                if i % 8:
+                    np.bitwise_or(bits[..., i // 8], np.left_shift(level, np.uint8(i % 8), out=level),
+                                  out=bits[..., i // 8])
+                else:
+                    bits[..., i // 8] = level
         out[:, ends[3] : ends[4]].view(p.dtype.newbyteorder("<"))[...] = self.cw_out.reshape(parts, c * width)
         return out
 
