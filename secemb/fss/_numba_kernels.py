@@ -26,6 +26,8 @@ __all__ = [
 #: AES blocks per step of the fused conversion kernels (16 KiB: they stay in L1; a step's
 #: fixed costs -- array views, reference counts -- are a few percent of its AES work)
 STEP_BLOCKS = 1024
+#: keys of a class :func:`convert_accumulate` stages position by position when it sums by row only
+GROUP = 4
 
 
 @njit(inline="always")
@@ -362,7 +364,10 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     multiple of ``period``, class by class: keys ``k`` and ``k + M / period`` add to the same rows
     of ``acc`` (a bucket's rows, in the bucket layout: one class a bucket, every user's key of it
     in turn), so a class's rows stay in the L1 cache while its keys are added rather than all of
-    ``acc`` being swept once a user.  Ring sums do not depend on the order of their terms."""
+    ``acc`` being swept once a user; summing by row only, :data:`GROUP` whole keys of a class at
+    a time, position by position, so that four words of one row come one after the other and
+    their sum is added to it at once (one pass over the row for four words: the add loops' cost
+    is per row added, not per value).  Ring sums do not depend on the order of their terms."""
     n = words.shape[0]
     if n == 0:  # no key (the one of position start, counted below, may be past key_t's)
         return
@@ -380,9 +385,17 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     first, last = start // period, (start + n - 1) // period  # the words' keys
     # keys k, k + spread, k + 2 spread, ... add to the same rows (word order: spread beyond the last key)
     spread = big_m // period if by_row and big_m % period == 0 else last - first + 1
+    # rows only, in class order: up to GROUP whole keys of a class at a time, position by position
+    # (their words of one row staged one after the other: _accumulate_step adds their sum to it once)
+    group = GROUP if spread < last - first + 1 and not by_key else 1
     c = 0
     for cls in range(min(spread, last - first + 1)):
-        for key in range(first + cls, last + 1, spread):
+        key = first + cls
+        while key <= last:
+            size = 1
+            while (size < group and key + size * spread <= last and key * period >= start
+                   and (key + size * spread + 1) * period <= start + n):  # whole keys: not the first or last
+                size += 1
             lo, hi = max(start, key * period), min(start + n, (key + 1) * period)  # the key's flat positions
             row = lo % big_m
             ones = np.int64(0)
@@ -390,21 +403,24 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
                 _prefetch_row(key_acc, key + spread, g)
             for i in range(lo - start, hi - start):
                 if live[row]:
-                    ones += np.int64(words[i, 0] & np.uint64(1))
-                    staged[c, 0] = words[i, 0]
-                    staged[c, 1] = words[i, 1]
-                    rows[c] = row
-                    keys[c] = key
-                    c += 1
-                    if c == step:
-                        _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held,
-                                         held_key, by_row, by_key)
-                        c = 0
+                    for j in range(size):  # the same position of the group's keys (one key but for rows only)
+                        at = i + j * spread * period
+                        ones += np.int64(words[at, 0] & np.uint64(1))
+                        staged[c, 0] = words[at, 0]
+                        staged[c, 1] = words[at, 1]
+                        rows[c] = row
+                        keys[c] = key + j * spread
+                        c += 1
+                        if c == step:
+                            _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g,
+                                             held, held_key, by_row, by_key)
+                            c = 0
                 row += 1
                 if row == big_m:
                     row = 0
-            if count_t:
+            if count_t:  # (by key: one key a group)
                 key_t[key // g, key % g] += ones
+            key += size * spread
     if c > 0:
         _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held, held_key, by_row,
                          by_key)
@@ -431,11 +447,18 @@ def _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc,
                 x = v[e]
                 a[e] += x
                 held[e] += x
-    elif by_row:
-        for q in range(c):
+    elif by_row:  # four words of one row in a row (GROUP keys' position): their sum added once
+        q = 0
+        while q < c:
             r = rows[q]
-            for e in range(acc.shape[1]):
-                acc[r, e] += vals[q, e]
+            if q + 3 < c and rows[q + 1] == r and rows[q + 2] == r and rows[q + 3] == r:
+                for e in range(acc.shape[1]):
+                    acc[r, e] += (vals[q, e] + vals[q + 1, e]) + (vals[q + 2, e] + vals[q + 3, e])
+                q += 4
+            else:
+                for e in range(acc.shape[1]):
+                    acc[r, e] += vals[q, e]
+                q += 1
     else:
         for q in range(c):
             kept = key_acc[keys[q] // g, keys[q] % g]

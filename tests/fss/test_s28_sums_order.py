@@ -46,7 +46,8 @@ def _spec(words: np.ndarray, vals: np.ndarray, start: int, period: int, live: np
 # cut at both ends (start 45 = key 1's position 13, 1,000 words end inside key 32); fewer keys
 # (3) than classes (8); one class (M = period); M not a multiple of period (the word order); a
 # class of dead rows (rows 32..63); a single word; keys longer than a step (period 200, classes of
-# 2 keys); every row live; none live
+# 2 keys); every row live; none live; rows that wrap every three words (word order); a first key
+# short of one position
 CASES = [
     (32, 65, 32, 256, 45, 1000, "random"),
     (32, 65, 32, 256, 64, 96, "random"),
@@ -57,6 +58,8 @@ CASES = [
     (32, 65, 200, 400, 150, 1300, "random"),
     (64, 8, 8, 40, 5, 640, "all"),
     (32, 9, 8, 32, 0, 200, "none"),
+    (32, 5, 2, 3, 1, 300, "all"),
+    (32, 7, 4, 16, 1, 200, "all"),
 ]
 
 
@@ -76,8 +79,10 @@ def _live(kind: str, big_m: int, gen: np.random.Generator) -> np.ndarray:
 def test_sums_in_class_order_equal_per_word_python_sums(backend: str, ring_bits: int, width: int, period: int,
                                                        big_m: int, start: int, n: int, kind: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows only, keys only, both, both with counts: each call's sums are the specification's
-    (added to what the arrays held: a key's row and its count start non-zero)."""
+    """Rows only (keys of ``period`` positions, as the walk calls it, and of one: the rows of a
+    class staged GROUP keys at a time, position by position), keys only, both, both with counts:
+    each call's sums are the specification's (added to what the arrays held: a key's row and its
+    count start non-zero)."""
     monkeypatch.setattr(kernels, "BACKEND", backend)
     gen = np.random.default_rng([ring_bits, width, period, big_m, start, n])
     words = gen.integers(0, 2**64, (n, 2), dtype=np.uint64)
@@ -92,9 +97,10 @@ def test_sums_in_class_order_equal_per_word_python_sums(backend: str, ring_bits:
     want_keys = [[(int(a) + b) % mod for a, b in zip(k0, k, strict=True)] for k0, k in zip(key0, by_key, strict=True)]
     want_ones = [int(a) + b for a, b in zip(t0, ones, strict=True)]
 
-    acc = acc0.copy()
-    convert_accumulate(words, AGGREGATION_TAG, acc, start, live)
-    assert acc.tolist() == want_rows
+    for keys_of in (period, 1):  # rows only: the walk's call (its keys of period positions), and one word a key
+        acc = acc0.copy()
+        convert_accumulate(words, AGGREGATION_TAG, acc, start, live, period=keys_of)
+        assert acc.tolist() == want_rows
     key_acc = key0.copy()
     convert_accumulate(words, AGGREGATION_TAG, None, start, live, key_acc=key_acc, period=period)
     assert key_acc.tolist() == want_keys
