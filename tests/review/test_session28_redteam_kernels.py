@@ -286,6 +286,23 @@ def test_sums_into_aliased_and_strided_outputs_equal_python_sums(backend: str,
     assert key_acc.tolist() == by_key and key_t.tolist() == ones
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rows_only_sums_into_a_strided_acc_equal_python_sums(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows only, in class order (``M = 4 period``: 20 keys in 4 classes of 5, the first and last key
+    cut by ``START`` and ``N``): into every other column of a wider array holding 7s, the per-word
+    sums added, the columns between untouched; into a reversed ``acc`` (``live`` reversed too), the
+    per-word sums of that ``live``."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    words, live = _words_and_live(2805)
+    rows = _sums(words, live)[0]
+    big = np.full((M, 2 * W), 7, np.uint32)
+    convert_accumulate(words, AGGREGATION_TAG, big[:, ::2], START, live)
+    assert (big[:, ::2] - np.uint32(7)).tolist() == rows and (big[:, 1::2] == 7).all()
+    back, live_back = np.zeros((M, W), np.uint32), live[::-1]
+    convert_accumulate(words, AGGREGATION_TAG, back[::-1], START, live_back)
+    assert back[::-1].tolist() == _sums(words, live_back)[0]
+
+
 @pytest.mark.parametrize("backend", [
     pytest.param("numpy", marks=pytest.mark.xfail(strict=True, reason=(
         "S28-E2 (low): convert_accumulate does not check live's dtype; the reference multiplies a row's words by "
@@ -349,10 +366,13 @@ def test_s28_e3_sums_into_a_non_ring_or_no_rows_are_refused(backend: str, monkey
 # -- the bound check's intake ----------------------------------------------------------------------
 
 
-def test_expand_many_of_any_seed_buffer_and_count_is_expand() -> None:
-    """Seeds as bytes, bytearray and memoryview, ``count`` 0, 1 and 833 (the proof's), and no seeds:
-    each row is :func:`~secemb.fss.field.expand` of its seed (the specification, whose stream is
-    ``expand_seed``'s, not the new per-seed cipher)."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_expand_many_of_any_seed_buffer_and_count_is_expand(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seeds as bytes, bytearray and memoryview, ``count`` 0, 1 and 833 (the proof's: a row's last
+    pass of ``ctr_streams`` runs into the next row's head), and no seeds: each row is
+    :func:`~secemb.fss.field.expand` of its seed (the specification, whose stream is ``expand_seed``'s,
+    neither the per-seed cipher nor the compiled streams)."""
+    monkeypatch.setattr(kernels, "BACKEND", backend)
     seeds = [bytes(range(16)), bytearray(b"\xff" * 16), memoryview(bytes(16))]
     for count in (0, 1, 833):
         got = F.expand_many(seeds, count)
