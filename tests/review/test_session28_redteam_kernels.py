@@ -28,7 +28,10 @@ is truncated, lists a user twice or names one that did not upload, and a check a
 or ``ProtocolError`` and no state changed (the round then closes exactly, every honest device
 accepted); an empty check request is answered with an empty answer; over HTTP (server 0's app in
 process), proofs with ``p`` or ``2^64 - 1`` at their first or last element are each a 400, the round's
-proved and finished devices unchanged, and the round then commits with every device.  Helper D's glue
+proved and finished devices unchanged, and the round then commits with every device; over server 1's
+app (signed as server 0) while the round closes, check requests truncated, listing a user twice or
+naming one that did not upload are 400/400/409 and the query seed alone an empty 200, and the round
+then commits with every device.  Helper D's glue
 (in the working tree while this was written): key rows written into a reused, strided buffer are each
 batch's ``to_bytes`` (no stale control-bit bits), and relay uploads of another length are refused with
 ``InvalidMessage`` before server 0 frames their forward.
@@ -543,3 +546,52 @@ def test_relay_uploads_of_another_length_are_refused_before_they_are_framed() ->
         with pytest.raises(InvalidMessage):
             rnd.s0.handle_upload(0, bad)
     assert rnd.s0.handle_upload(0, u0) is not None
+
+
+def test_hostile_check_requests_over_http_are_4xx_and_the_round_commits() -> None:
+    """Server 1's app (in process, ``TestClient``, signed as server 0 with the peer secret), while the
+    round closes: before server 0's honest check request, the same request truncated by a byte (400),
+    with its first user listed twice (400), with a user that did not upload (409), and with the
+    query seed alone (200, an empty answer); then the honest request is answered, every device
+    passes and the round commits with all of them."""
+    pytest.importorskip("fastapi")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+    import test_bounded_nodes as tbn  # type: ignore[import-not-found]
+    from fastapi.testclient import TestClient
+
+    from secemb.client.device import Device
+    from secemb.server.app import create_app
+    from secemb.transport.signing import sign_headers
+
+    servers = tbn._servers(bound=True, relay=False)
+    leader, follower = tbn._nodes(servers)
+    cfg = follower.cfg  # the app made as over plain HTTP (no TLS here to carry the peer's certificate)
+    follower.cfg = cfg.model_copy(update={"insecure_http": True})
+    try:
+        http = TestClient(create_app(follower), raise_server_exceptions=False)
+    finally:
+        follower.cfg = cfg
+    got: list[tuple[int, int]] = []
+    honest = leader.peer.bound
+
+    def bound(round_id: int, request: bytes) -> bytes:
+        path = f"/v1/peer/rounds/{round_id}/bound"
+        body = request[HEADER_BYTES:]
+        entry = 8 + 16 + 2 * R.PART_BYTES
+        framed = [request[:-1]] + [frame(NAME, "bound_request", 1, round_id, b) for b in (
+            body[:16] + body[16 : 16 + entry] * 2, body[:16] + (1 << 40).to_bytes(8, "little") + body[24 : 16 + entry],
+            body[:16])]
+        for bad in framed:
+            headers = sign_headers("server0", follower.cfg.peer_secret, "POST", path, "", bad)
+            resp = http.post(path, content=bad, headers=headers | {"Content-Type": "application/octet-stream"})
+            got.append((resp.status_code, len(resp.content)))
+        return honest(round_id, request)
+
+    leader.peer.bound = bound
+    r = tbn._open(servers)
+    for u in tbn.USERS:
+        client = servers.servers().device(u)
+        Device(client, *tbn.RATINGS.of(u)).participate(client.round_info())
+    doc = leader.close_round(r)
+    assert [s for s, _ in got] == [400, 400, 409, 200] and got[3][1] == HEADER_BYTES, got
+    assert doc["state"] == "committed" and doc["included"] == sorted(tbn.USERS), doc
