@@ -18,7 +18,10 @@ last word's (and is a hint: no fault at any address).
 
 Regressions (they pass): the check kernel on unaligned, read-only, strided, reversed and Fortran-order
 inputs, a padded domain that is not a multiple of the row width, no keys and empty row ranges, equal to
-the formula in Python integers; ``convert_accumulate`` with ``acc`` and ``key_acc`` in the same memory,
+the formula in Python integers; devices with honest keys and check words all zero or all ones off the
+wire, both layouts, both backends: rejected at the digests (no relay) or refused at the relay (the
+forwarded part no longer matches the digest server 1 got directly), the aggregate over the others
+exact; ``convert_accumulate`` with ``acc`` and ``key_acc`` in the same memory,
 ``key_t`` over ``key_acc``'s memory, a strided ``acc`` and reversed ``key_acc``, equal to per-word
 Python sums; ``expand_many`` of seeds given as ``bytearray``/``memoryview``, ``count`` 0 and 1 and no
 seeds, equal to :func:`~secemb.fss.field.expand` (the specification, which does not use the new
@@ -88,6 +91,7 @@ from secemb.protocols.wire import frame
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocols"))
 import test_bounded_payloads as tbp  # type: ignore[import-not-found]  # noqa: E402
+import test_malicious_device as tmd  # type: ignore[import-not-found]  # noqa: E402
 from child_verdicts import REFUSED  # noqa: E402
 
 COMPILED = pytest.mark.skipif(not kernels.available(), reason="the compiled kernels need numba and AES-NI")
@@ -187,6 +191,43 @@ def test_no_keys_and_empty_row_ranges_change_nothing(backend: str, monkeypatch: 
     assert check.values.tolist() == [[0] * 4] * 2
     with pytest.raises(InvalidParameters):
         check.add(4, 5, _words(gen, 1, 16, 2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("layout", "relay"), tmd.LAYOUTS)
+def test_check_words_off_the_wire_at_their_extremes_reject_only_that_device(
+        backend: str, layout: str, relay: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Devices with honest keys whose check words (the last ``32 S`` bytes of a request, and of the
+    part server 0 forwards with relay) are all zero or all ones: each is rejected at the digests
+    (no relay) or refused at the relay (``RelayTampered``: the forward no longer matches the digest
+    server 1 got directly), never another error, and the aggregate over the honest devices is exact."""
+    from secemb.protocols.secemb import SecEmbUser
+
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    rnd = tmd.Round(layout, relay)
+    checks = rnd.cfg.slots * 32
+
+    class Bent(SecEmbUser):
+        """An honest device but for the check words it sends: ``fill`` bytes."""
+
+        def __init__(self, cfg: object, attack: str, **kw: object) -> None:
+            super().__init__(cfg, **kw)  # type: ignore[arg-type]
+            self.fill = b"\0" if attack == "zeros" else b"\xff"
+
+        def retrieval_request(self, slots: np.ndarray) -> tuple[bytes, bytes]:  # type: ignore[override]
+            r0, r1 = super().retrieval_request(slots)
+            r0 = r0[:-checks] + self.fill * checks
+            return r0, r1 if relay else r1[:-checks] + self.fill * checks
+
+    monkeypatch.setattr(tmd, "MaliciousUser", Bent)  # what Round.device makes for an attack
+    bent = {3: "zeros", 5: "ones"}
+    for uid in range(8):
+        rnd.device(uid, attack=bent.get(uid))
+    uploaded = [u for u in range(8) if u not in rnd.refused]
+    rejected, sparse, dense = rnd.close(uploaded)
+    assert set(rejected) | rnd.refused == set(bent) and not set(rejected) & rnd.refused
+    np.testing.assert_array_equal(sparse, rnd.expected)
+    np.testing.assert_array_equal(dense, rnd.expected_dense)
 
 
 #: LeafCheck.add of leaf words of another dtype at the right shape (each attempt refused or not);
