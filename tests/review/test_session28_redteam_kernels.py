@@ -1,11 +1,12 @@
 """Session 28 red team (helper E, second task): the kernels and parsers changed in session 28.
 
-Attacked: helper C's point-function check (:func:`check_leaves` / :func:`check_accumulate` in
-``secemb/fss/_check_kernels.py``, which read ``leaves``, ``cs`` and ``r`` by address, behind
-:class:`~secemb.fss.verify.LeafCheck`); helper A's ``convert_accumulate`` in class order with its
-prefetch (904fa78); helper B's ``field.expand_many`` streaming into one buffer, the range proof's
-one-reduction element checks and the compiled query (ebc1ef7), its AES-NI ``ctr_streams`` (dd4f8dc) and
-the verifier reading parsed shares in place (c5d4717), over the protocol roles and server 0's app.
+Attacked: helper C's point-function check (:func:`check_leaves` / :func:`check_accumulate`, which read
+``leaves``, ``cs`` and ``r`` by address, behind :class:`~secemb.fss.verify.LeafCheck`, and its glue,
+f56f445); helper A's ``convert_accumulate`` in class order with its prefetch (904fa78) and its rows-only
+groups of four keys (9978d0c); helper B's ``field.expand_many`` streaming into one buffer, the range
+proof's one-reduction element checks and compiled query (ebc1ef7), its AES-NI ``ctr_streams`` (dd4f8dc)
+and the verifier reading parsed shares in place (c5d4717); helper D's framing and key rows (60634d6,
+ff79763) -- over the kernels' callers, the protocol roles and both servers' apps.
 
 Traced: what reaches the check kernel from wire bytes is a device's check words (``S`` rows of 32
 bytes at the end of a request, or of the relay's forwarded part, which server 1 takes only under the
@@ -13,30 +14,31 @@ digest the device sent it directly) and its challenge seed; every shape (keys, w
 is fixed by the round's configuration before a :class:`LeafCheck` is made, and ``leaves`` always come
 from the servers' own walk (uint64).  The words are data, never indices.  No wire input was found that
 moves the kernel outside its arrays.  ``convert_accumulate``'s rows and keys are computed from
-``start``, ``period`` and the shapes the wrapper checks; the prefetch touches only keys below the
-last word's (and is a hint: no fault at any address).
+``start``, ``period`` and the shapes the wrapper checks (a group's keys are whole keys inside the
+words); the prefetch touches only keys up to the last word's (and is a hint: no fault at any address).
+``ctr_streams``' one caller passes a buffer it sized itself.
 
 Regressions (they pass): the check kernel on unaligned, read-only, strided, reversed and Fortran-order
 inputs, a padded domain that is not a multiple of the row width, no keys and empty row ranges, equal to
 the formula in Python integers; devices with honest keys and check words all zero or all ones off the
 wire, both layouts, both backends: rejected at the digests (no relay) or refused at the relay (the
 forwarded part no longer matches the digest server 1 got directly), the aggregate over the others
-exact; ``convert_accumulate`` with ``acc`` and ``key_acc`` in the same memory,
-``key_t`` over ``key_acc``'s memory, a strided ``acc`` and reversed ``key_acc``, equal to per-word
-Python sums; ``expand_many`` of seeds given as ``bytearray``/``memoryview``, ``count`` 0 and 1 and no
-seeds, equal to :func:`~secemb.fss.field.expand` (the specification, which does not use the new
-stream); a bound proof with ``p`` or ``2^64 - 1`` at its first or last element, a check request that
-is truncated, lists a user twice or names one that did not upload, and a check answer with ``p`` or
-``2^64 - 1`` at its first or last opened element, or truncated, each refused with ``InvalidMessage``
-or ``ProtocolError`` and no state changed (the round then closes exactly, every honest device
-accepted); an empty check request is answered with an empty answer; over HTTP (server 0's app in
-process), proofs with ``p`` or ``2^64 - 1`` at their first or last element are each a 400, the round's
-proved and finished devices unchanged, and the round then commits with every device; over server 1's
-app (signed as server 0) while the round closes, check requests truncated, listing a user twice or
-naming one that did not upload are 400/400/409 and the query seed alone an empty 200, and the round
-then commits with every device.  Helper D's glue
-(in the working tree while this was written): key rows written into a reused, strided buffer are each
-batch's ``to_bytes`` (no stale control-bit bits), and relay uploads of another length are refused with
+exact; ``convert_accumulate`` with ``acc`` and ``key_acc`` in the same memory, ``key_t`` over
+``key_acc``'s memory, a strided ``acc`` and reversed ``key_acc``, and rows only (groups of four keys)
+into a strided and a reversed ``acc``, equal to per-word Python sums; ``expand_many`` (both backends) of
+seeds given as ``bytearray``/``memoryview``, ``count`` 0, 1 and 833 and no seeds, equal to
+:func:`~secemb.fss.field.expand` (the specification, which uses neither new stream); a bound proof with
+``p`` or ``2^64 - 1`` at its first or last element, a check request that is truncated, lists a user
+twice or names one that did not upload, and a check answer with ``p`` or ``2^64 - 1`` at its first or
+last opened element, or truncated, each refused with ``InvalidMessage`` or ``ProtocolError`` and no
+state changed (the round then closes exactly, every honest device accepted); an empty check request is
+answered with an empty answer; over HTTP (server 0's app in process), proofs with ``p`` or ``2^64 - 1``
+at their first or last element are each a 400, the round's proved and finished devices unchanged, and
+the round then commits with every device; over server 1's app (signed as server 0) while the round
+closes, check requests truncated, listing a user twice or naming one that did not upload are
+400/400/409 and the query seed alone an empty 200, and the round then commits with every device;
+challenge seeds viewed in place equal hashlib's; key rows written into a reused, strided buffer are each
+batch's ``to_bytes`` (no stale control bits), and relay uploads of another length are refused with
 ``InvalidMessage`` before server 0 frames their forward.
 
 Found (hazmat layer: a caller's own arguments, not reachable from bytes; each an ``xfail(strict)``
@@ -554,6 +556,26 @@ def test_proofs_with_elements_not_below_p_over_http_are_4xx_and_the_round_commit
     assert statuses == [400] * 4 * len(tbn.USERS) and unchanged == [True] * len(tbn.USERS)
     doc = leader.close_round(r)
     assert doc["state"] == "committed" and doc["included"] == sorted(tbn.USERS), doc
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_challenge_seeds_viewed_in_place_are_the_digests_first_16_bytes(backend: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """f56f445 views the SHA-256 rows' first 16 bytes as words before its one copy: for no, one and
+    three key digests, each user's seed is ``SHA-256(domain || u64 round || K)[:16]`` read as two
+    little-endian words, computed here with hashlib."""
+    import hashlib
+
+    from secemb.protocols.secemb import checks
+
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    for n in (0, 1, 3):
+        digests = [hashlib.sha256(b"key %d" % i).digest() for i in range(n)]
+        got = checks.challenge_seeds(2**40 + 7, digests)
+        want = [hashlib.sha256(checks._CHALLENGE_DOMAIN + (2**40 + 7).to_bytes(8, "little") + d).digest()[:16]
+                for d in digests]
+        assert got.dtype == np.uint64 and got.shape == (n, 2)
+        assert [row.tobytes() for row in got.astype("<u8")] == want
 
 
 # -- key rows and relay framing (helper D's glue) ---------------------------------------------------
