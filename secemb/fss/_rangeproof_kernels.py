@@ -13,6 +13,8 @@ fast for large batches but a few hundred microseconds of fixed cost a call; here
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -294,25 +296,45 @@ def _ctr_blocks(typingctx, schedule, first, dst):  # noqa: ANN001, ANN201 - numb
     return sig, codegen
 
 
-@njit(cache=True, nogil=True)
-def ctr_streams(keys, out, stride, nbytes):  # noqa: ANN001, ANN201
+def ctr_streams(keys: np.ndarray, out: np.ndarray, stride: int, nbytes: int) -> None:
     """Row ``i`` of the flat uint8 ``out``, bytes ``[i stride, i stride + nbytes)``, set to the first
     ``nbytes`` bytes of the AES-256-CTR stream under the 32-byte key ``keys[i]`` (uint8 (n, 32),
     C-contiguous), the counter block from 0 (what ``cryptography``'s ``modes.CTR(bytes(16))``
     gives, :class:`secemb.randomness.CtrDrbg`'s stream).  The rows are written in order, each in
     whole passes of :data:`CTR_BLOCKS` blocks, so a row's last pass may run into the next row's
     head (written after it) and the last row's past ``n stride``: ``out`` must hold ``(n - 1) stride
-    + 16 CTR_BLOCKS ceil(nbytes / (16 CTR_BLOCKS))`` bytes (refused otherwise: the blocks are
-    stored by address, unchecked)."""
-    n = keys.shape[0]
+    + 16 CTR_BLOCKS ceil(nbytes / (16 CTR_BLOCKS))`` bytes.  The compiled loop stores the blocks by
+    address, unchecked, so the layout is checked here first, in Python integers (no product can
+    wrap, whatever ``stride``).
+
+    Raises
+    ------
+    ValueError
+        If ``keys`` or ``out`` is not uint8 C-contiguous of those shapes (``out`` writable),
+        ``nbytes`` is negative, ``stride`` is below ``nbytes`` or (with keys) beyond ``out``, or
+        ``out`` is too small for the rows' passes."""
+    stride, nbytes = operator.index(stride), operator.index(nbytes)
+    if (keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != 32 or not keys.flags.c_contiguous
+            or out.dtype != np.uint8 or out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError("ctr_streams: keys must be uint8 (n, 32) and out flat and writable, both C-contiguous")
     span = 16 * CTR_BLOCKS
-    passes = (nbytes + span - 1) // span
-    if keys.shape[1] != 32 or not keys.flags.c_contiguous or not out.flags.c_contiguous or out.ndim != 1:
-        raise ValueError("ctr_streams: keys must be uint8 (n, 32) and out flat, both C-contiguous")
-    if n and (stride < nbytes or out.shape[0] < (n - 1) * stride + passes * span):
+    passes = -(-nbytes // span)
+    n = len(keys)
+    if not 0 <= nbytes <= stride:
+        raise ValueError(f"ctr_streams: need 0 <= nbytes <= stride, got nbytes {nbytes}, stride {stride}")
+    if n and (stride > out.size or out.size < (n - 1) * stride + passes * span):
         raise ValueError("ctr_streams: out is too small for the rows' passes")
+    if n:  # stride, passes <= out.size: the loop's int64 offsets stay below out.size
+        _ctr_rows(keys, out, stride, passes)
+
+
+@njit(cache=True, nogil=True)
+def _ctr_rows(keys, out, stride, passes):  # noqa: ANN001, ANN201
+    """:func:`ctr_streams`' loop: ``passes`` passes of :data:`CTR_BLOCKS` blocks a row, row ``i``
+    from byte ``i stride`` of ``out``; no bound checked (the caller's)."""
+    span = 16 * CTR_BLOCKS
     schedule = np.empty(15 * 16, np.uint8)
-    for i in range(n):
+    for i in range(keys.shape[0]):
         _schedule256(keys[i].ctypes.data, schedule.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps typingctx
         at = out.ctypes.data + i * stride
         for p in range(passes):

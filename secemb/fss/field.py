@@ -277,9 +277,16 @@ def expand(seed: bytes, count: int) -> np.ndarray:
     """The ``count`` pseudorandom field elements a 16-byte secret ``seed`` stands for: the AES-CTR
     stream of :func:`secemb.randomness.expand_seed` read as little-endian 64-bit words, each
     shifted right by 3 (61 uniform bits), the value ``p`` skipped (probability ``2^-61`` a word), the
-    first ``count`` kept: exactly uniform elements if the stream is uniform."""
+    first ``count`` kept: exactly uniform elements if the stream is uniform.
+
+    Raises
+    ------
+    InvalidParameters
+        If the seed is not 16 bytes or ``count`` is negative."""
     if len(seed) != SEED_BYTES:
         raise InvalidParameters(f"seed must be {SEED_BYTES} bytes, got {len(seed)}")
+    if count < 0:
+        raise InvalidParameters(f"count must be non-negative, got {count}")
     words = count + 2
     while True:
         y = expand_seed(bytes(seed), (words,), np.dtype("<u8")).astype(np.uint64) >> _S3
@@ -300,9 +307,11 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
     Raises
     ------
     InvalidParameters
-        If a seed is not 16 bytes (before any is expanded)."""
+        If a seed is not 16 bytes or ``count`` is negative (before any seed is expanded)."""
     if any(len(seed) != SEED_BYTES for seed in seeds):
         raise InvalidParameters(f"seed must be {SEED_BYTES} bytes, got {[len(seed) for seed in seeds]}")
+    if count < 0:
+        raise InvalidParameters(f"count must be non-negative, got {count}")
     out = _stream_words(seeds, count)
     out >>= _S3
     for i in np.flatnonzero(np.any(out == _P, axis=1)).tolist():

@@ -6,7 +6,9 @@
   of going through :func:`secemb.randomness.expand_seed`: the words are checked against
   ``expand_seed``'s (the specification of the stream) on both backends, at counts that end inside
   an AES block or a pass and at the range proof's size, and the compiled streams against
-  ``cryptography``'s AES-256-CTR.
+  ``cryptography``'s AES-256-CTR; ``ctr_streams`` checks the rows' layout in Python integers
+  before its loop stores by address (strides whose bound wraps int64 refused: helper E's S28-E4),
+  and ``expand`` / ``expand_many`` refuse a negative count on both backends.
 * The checks that a message's field elements are below ``p`` (:func:`~secemb.fss.rangeproof.check_message`,
   ``parse_verifier_messages``, ``decide``) and that ring shares are ring elements
   (``verifier_messages``) take one reduction each: checked at ``p - 1``, ``p`` and beyond, at the
@@ -83,6 +85,47 @@ def test_ctr_streams_is_aes_256_ctr_and_refuses_an_out_too_small() -> None:
             ctr_streams(keys, bad_out, bad_stride, nbytes)
     with pytest.raises(ValueError, match="ctr_streams"):
         ctr_streams(keys[:, :16], out, stride, nbytes)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
+def test_ctr_streams_refuses_any_layout_beyond_out_without_writing() -> None:
+    """The layout is checked in Python integers before the loop stores anything: strides whose
+    bound wraps int64 (``2^62``, ``2^61 + 1``, with a ``nbytes`` just below), one row at a stride
+    beyond ``out`` or ``2^64``, a negative ``nbytes``, keys or ``out`` of another dtype and a read-only
+    ``out`` are refused and ``out`` is left as it was; no keys write nothing at any stride, and a
+    row ending exactly at the last pass is accepted (the bound is not off by one).  Helper E's
+    S28-E4 (tests/review/test_session28_redteam_kernels.py) runs the wrapping strides in a child
+    process, where the unchecked loop's store is a crash rather than pytest's."""
+    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
+
+    span = 16 * CTR_BLOCKS
+    out = np.zeros(4096, np.uint8)
+    keys = np.frombuffer(os.urandom(5 * 32), np.uint8).reshape(5, 32)
+    for n, stride, nbytes in ((3, 1 << 62, 16), (5, (1 << 61) + 1, 16), (3, 1 << 62, (1 << 62) - 1), (1, 4097, 16),
+                              (1, 1 << 64, 16), (2, 2**63, 2**63 - 5), (2, 16, -1), (2, -16, -32)):
+        with pytest.raises(ValueError, match="ctr_streams"):
+            ctr_streams(keys[:n], out, stride, nbytes)
+    read_only = np.frombuffer(bytes(4096), np.uint8)
+    for bad_keys, bad_out in ((keys.view(np.int8), out), (keys, out.view(np.int8)), (keys, read_only)):
+        with pytest.raises(ValueError, match="ctr_streams"):
+            ctr_streams(bad_keys, bad_out, 16, 16)
+    assert not out.any()
+    ctr_streams(keys[:0], out, 1 << 70, 16)
+    assert not out.any()
+    ctr_streams(keys[:2], out[: 100 + span], 100, 100)  # (n - 1) stride + one pass: exactly out
+    assert out[:100].any() and out[100:200].any() and not out[100 + span :].any()
+    with pytest.raises(ValueError, match="ctr_streams"):
+        ctr_streams(keys[:2], out[: 99 + span], 100, 100)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_expand_and_expand_many_refuse_a_negative_count(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    for seeds in ([], [bytes(16)], [bytes(16)] * 3):
+        with pytest.raises(InvalidParameters, match="count must be non-negative"):
+            F.expand_many(seeds, -1)
+    with pytest.raises(InvalidParameters, match="count must be non-negative"):
+        F.expand(bytes(16), -1)
 
 
 # ------------------------------------------------- the checks of field elements: one reduction

@@ -441,10 +441,6 @@ refused("stride 2^61 + 1", lambda: ctr_streams(np.zeros((5, 32), np.uint8), out,
 
 
 @COMPILED
-@pytest.mark.xfail(strict=True, reason=(
-    "S28-E4 (low): ctr_streams checks out's size as (n - 1) stride + passes 128 in int64, which wraps for a "
-    "huge stride (3 rows at 2^62: 2^63 + 128 < 0): not refused, the kernel stores at out + 2^62 -- SIGSEGV. "
-    "Fix: refuse stride > out.shape[0] (or compare (n - 1) <= (size - passes 128) // stride)"))
 def test_s28_e4_a_stride_whose_bound_overflows_is_refused() -> None:
     rc, lines = _child(CTR_STRIDE, "numba")
     assert rc == 0, lines
