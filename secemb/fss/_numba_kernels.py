@@ -10,7 +10,6 @@ arguments are round-key arrays of :func:`secemb.fss._aesni.round_keys`.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -360,17 +359,10 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     for the same live words, each key's count of control bits 1.  Scratch as in
     :func:`convert_eval`, and ``staged`` uint64 (S, 2) for the live words of a step.
 
-    The words are taken key by key (a key's words together), and, summing by row with ``M`` a
-    multiple of ``period``, class by class: keys ``k`` and ``k + M / period`` add to the same rows
-    of ``acc`` (a bucket's rows, in the bucket layout: one class a bucket, every user's key of it
-    in turn), so a class's rows stay in the L1 cache while its keys are added rather than all of
-    ``acc`` being swept once a user; summing by row only, :data:`GROUP` whole keys of a class at
-    a time, position by position, so that four words of one row come one after the other and
-    their sum is added to it at once (one pass over the row for four words: the add loops' cost
-    is per row added, not per value).  Ring sums do not depend on the order of their terms."""
+    The words are taken in order, but summing by row only, with ``M`` a multiple of ``period``
+    and keys ``k`` and ``k + M / period`` among them (they add to the same rows), in class order
+    (:func:`_stage_classes`).  Ring sums do not depend on the order of their terms."""
     n = words.shape[0]
-    if n == 0:  # no key (the one of position start, counted below, may be past key_t's)
-        return
     big_m = live.shape[0]
     by_row, by_key = acc.shape[0] > 0, key_acc.shape[0] * key_acc.shape[1] > 0
     w = acc.shape[1] if by_row else key_acc.shape[2]
@@ -379,53 +371,87 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     step = blocks.shape[0]
     rows = np.empty(step, np.int64)
     keys = np.empty(step, np.int64)
-    held = np.zeros(w, key_acc.dtype)  # both sums: key held[0]'s sum so far, added to key_acc when its key ends
+    held = np.zeros(w, key_acc.dtype)  # both sums: key held_key[0]'s sum so far, added to key_acc when its key ends
     held_key = np.full(1, -1, np.int64)
-    count_t = by_key and key_t.shape[0] * key_t.shape[1] > 0
-    first, last = start // period, (start + n - 1) // period  # the words' keys
-    # keys k, k + spread, k + 2 spread, ... add to the same rows (word order: spread beyond the last key)
-    spread = big_m // period if by_row and big_m % period == 0 else last - first + 1
-    # rows only, in class order: up to GROUP whole keys of a class at a time, position by position
-    # (their words of one row staged one after the other: _accumulate_step adds their sum to it once)
-    group = GROUP if spread < last - first + 1 and not by_key else 1
     c = 0
-    for cls in range(min(spread, last - first + 1)):
-        key = first + cls
-        while key <= last:
-            size = 1
-            while (size < group and key + size * spread <= last and key * period >= start
-                   and (key + size * spread + 1) * period <= start + n):  # whole keys: not the first or last
-                size += 1
-            lo, hi = max(start, key * period), min(start + n, (key + 1) * period)  # the key's flat positions
-            row = lo % big_m
-            ones = np.int64(0)
-            if by_key and key + spread <= last:  # the class's next key: its sums' row, added to when that key ends
-                _prefetch_row(key_acc, key + spread, g)
-            for i in range(lo - start, hi - start):
-                if live[row]:
-                    for j in range(size):  # the same position of the group's keys (one key but for rows only)
-                        at = i + j * spread * period
-                        ones += np.int64(words[at, 0] & np.uint64(1))
-                        staged[c, 0] = words[at, 0]
-                        staged[c, 1] = words[at, 1]
-                        rows[c] = row
-                        keys[c] = key + j * spread
-                        c += 1
-                        if c == step:
-                            _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g,
-                                             held, held_key, by_row, by_key)
-                            c = 0
-                row += 1
-                if row == big_m:
-                    row = 0
-            if count_t:  # (by key: one key a group)
-                key_t[key // g, key % g] += ones
-            key += size * spread
+    if by_row and not by_key and big_m % period == 0 and n > 0 and (
+            (start + n - 1) // period - start // period >= big_m // period):
+        c = _stage_classes(words, start, period, live, staged, rows, nb, rk, blocks, vals, stage, acc)
+    else:
+        row = start % big_m
+        key, p = start // period, start % period
+        count_t = by_key and key_t.shape[0] * key_t.shape[1] > 0
+        t_row, t_col = key // g, key % g  # key's place in key_t (kept along as key advances)
+        for i in range(n):
+            if live[row]:
+                if count_t:
+                    key_t[t_row, t_col] += np.int64(words[i, 0] & np.uint64(1))
+                staged[c, 0] = words[i, 0]
+                staged[c, 1] = words[i, 1]
+                rows[c] = row
+                keys[c] = key
+                c += 1
+                if c == step:
+                    _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held,
+                                     held_key, by_row, by_key)
+                    c = 0
+            row += 1
+            if row == big_m:
+                row = 0
+            p += 1
+            if p == period:
+                key, p = key + 1, 0
+                t_col += 1
+                if t_col == g:
+                    t_row, t_col = t_row + 1, 0
     if c > 0:
         _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held, held_key, by_row,
                          by_key)
     if held_key[0] >= 0:
         _add_held(key_acc, held_key[0], g, held)
+
+
+@njit(inline="always")
+def _stage_classes(words, start, period, live, staged, rows, nb, rk, blocks, vals, stage, acc):  # noqa: ANN001, ANN202, PLR0913
+    """:func:`convert_accumulate`'s rows-only sums class by class: keys ``k``, ``k + K``, ``k + 2 K``,
+    ... (``K = M / period``) add to the same rows of ``acc`` (a bucket's rows, in the bucket layout:
+    one class a bucket, every user's key of it in turn), so they are taken together, and the
+    class's rows stay in the L1 cache while its keys are added rather than all of ``acc`` being
+    swept once a user; :data:`GROUP` whole keys of a class at a time, position by position, so
+    that four words of one row come one after the other and :func:`_accumulate_step` adds their
+    sum to it at once (one pass over the row for four words: the add loops cost per row added,
+    not per value).  A step is converted and added whenever ``staged`` is full; returns the
+    words staged since."""
+    n, big_m, step = words.shape[0], live.shape[0], staged.shape[0]
+    first, last = start // period, (start + n - 1) // period  # the words' keys
+    spread = big_m // period
+    none = np.empty((0, 0, acc.shape[1]), acc.dtype)  # no sums by key
+    no_keys = np.empty(0, np.int64)
+    c = 0
+    for cls in range(spread):  # (the caller's: more keys than classes)
+        key = first + cls
+        while key <= last:
+            size = 1
+            while (size < GROUP and key + size * spread <= last and key * period >= start
+                   and (key + size * spread + 1) * period <= start + n):  # whole keys: not the first or last
+                size += 1
+            lo, hi = max(start, key * period), min(start + n, (key + 1) * period)  # the key's flat positions
+            row = lo % big_m
+            for i in range(lo - start, hi - start):
+                if live[row]:
+                    for j in range(size):  # the same position of the group's keys
+                        at = i + j * spread * period
+                        staged[c, 0] = words[at, 0]
+                        staged[c, 1] = words[at, 1]
+                        rows[c] = row
+                        c += 1
+                        if c == step:
+                            _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, none, no_keys, 1,
+                                             vals[0, :0], no_keys, True, False)
+                            c = 0
+                row += 1
+            key += size * spread
+    return c
 
 
 @njit(inline="always")
@@ -475,36 +501,6 @@ def _add_held(key_acc, key, g, held):  # noqa: ANN001, ANN202
     kept = carray(_at(np.int64(key_acc[key // g, key % g].ctypes.data)), held.shape, key_acc.dtype)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     for e in range(held.shape[0]):
         kept[e] += held[e]
-
-
-@njit(inline="always")
-def _prefetch_row(key_acc, key, g):  # noqa: ANN001, ANN202
-    """Prefetch (for writing) the cache lines of key ``key``'s values in ``key_acc``: in
-    :func:`convert_accumulate`'s class order consecutive keys' rows are far apart (a batch's users),
-    and without it each key's add waited on its row's lines (the robust bench's both-sums calls at
-    ML-100K, under load: the key adds 0.19 ms of a 1.8 ms call in class order, 0.11 ms in word
-    order; with it, the call as fast as in word order or faster)."""
-    at = np.int64(key_acc[key // g, key % g].ctypes.data)
-    size = key_acc.shape[2] * key_acc.itemsize
-    for off in range(0, size, 64):
-        _prefetch(at + off)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-    _prefetch(at + size - 1)  # type: ignore[call-arg]  # the row's last line, where it starts mid-line
-
-
-@intrinsic
-def _prefetch(typingctx, addr):  # noqa: ANN001, ANN201 - numba intrinsic protocol
-    """``llvm.prefetch`` of the address ``addr`` (int64) for writing, into all cache levels (a hint:
-    any address, no fault)."""
-
-    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32]), "llvm.prefetch.p0")
-        builder.call(fn, [builder.inttoptr(args[0], cgutils.voidptr_t), ir.Constant(i32, 1), ir.Constant(i32, 3),
-                          ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return types.void(types.int64), codegen
 
 
 @njit(cache=True, nogil=True)

@@ -1,6 +1,7 @@
-"""``convert_accumulate``'s compiled kernel in class order (issue 34, session 28): summing by row
-with ``M`` a multiple of ``period`` it takes the words key by key and class by class (keys ``k``
-and ``k + M / period`` add to the same rows), not in word order.  Both backends against per-word
+"""``convert_accumulate``'s compiled kernel in class order (issues 34 and 37, session 28): summing by
+row only with ``M`` a multiple of ``period`` it takes the words class by class (keys ``k`` and
+``k + M / period`` add to the same rows), four whole keys of a class at a time position by position,
+not in word order; with sums by key, in word order.  Both backends against per-word
 Python sums of :func:`convert`'s values (the specification, not the kernel), on the shapes where
 the order's bookkeeping could go wrong: a first and a last key cut by ``start`` and ``N``, fewer
 keys than classes, one class (``M = period``), ``M`` not a multiple of ``period`` (word order),
@@ -115,9 +116,9 @@ def test_sums_in_class_order_equal_per_word_python_sums(backend: str, ring_bits:
 @pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
 def test_class_order_in_a_batchs_views_equals_the_reference_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
     """A task's call of the bucket walk (keys of buckets 40..79 of 125 for 7 users: each user's
-    keys a block of the batch's (U, B, w) array, every key's row a page apart from the next
-    user's, which the kernel prefetches): rows, key sums and counts of the compiled kernel equal
-    the numpy reference's, the batch outside the task's buckets untouched."""
+    keys a block of the batch's (U, B, w) array), with both sums and with rows only: rows, key
+    sums and counts of the compiled kernel equal the numpy reference's, the batch outside the
+    task's buckets untouched."""
     gen = np.random.default_rng(28)
     users, buckets, lo, hi, period, width = 7, 125, 40, 80, 32, 65
     words = gen.integers(0, 2**64, (users * (hi - lo) * period, 2), dtype=np.uint64)
@@ -132,10 +133,13 @@ def test_class_order_in_a_batchs_views_equals_the_reference_bit_for_bit(monkeypa
         counts[:, lo:hi] = 0
         convert_accumulate(words, AGGREGATION_TAG, acc, 0, live, key_acc=batch[:, lo:hi], period=period,
                            key_t=counts[:, lo:hi])
-        got.append((acc, batch, counts))
+        rows_only = np.zeros_like(acc)
+        convert_accumulate(words, AGGREGATION_TAG, rows_only, 0, live, period=period)
+        got.append((acc, batch, counts, rows_only))
     for ref, compiled in zip(*got, strict=True):
         assert np.array_equal(ref, compiled)
-    acc, batch, counts = got[0]
+    acc, batch, counts, rows_only = got[0]
+    assert np.array_equal(rows_only, acc)
     assert (batch[:, :lo] == 7).all() and (batch[:, hi:] == 7).all() and (counts[:, :lo] == 3).all()
     assert acc.any() and counts[:, lo:hi].any()
 
