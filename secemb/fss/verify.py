@@ -134,15 +134,18 @@ class LeafCheck:
 
         Raises
         ------
-        InvalidParameters: ``leaves`` of another shape, or rows that are not rows of these keys'
-            walk (the compiled kernel indexes the check words by them, unchecked).
+        InvalidParameters: ``leaves`` of another dtype than native-order uint64 (the compiled
+            kernel reads 16 bytes a leaf by address) or of another shape, or rows that are not rows
+            of these keys' walk (the kernel indexes the check words by them, unchecked).
         """
         mp = self.r.shape[1]
         width = leaves.shape[1] if leaves.ndim == 3 else 0
         frontier = mp // width if width else 0
-        if leaves.shape != (r1 - r0, width, 2) or not (frontier and 0 <= r0 <= r1 <= len(self.cs) * frontier):
+        if leaves.dtype != np.uint64 or leaves.shape != (r1 - r0, width, 2) or not (
+                frontier and 0 <= r0 <= r1 <= len(self.cs) * frontier):
             raise InvalidParameters(f"leaves of rows [{r0}, {r1}) of a walk of {len(self.cs)} keys over {mp} "
-                                    f"positions must be uint64 ({r1 - r0}, 2^s <= {mp}, 2), got {leaves.shape}")
+                                    f"positions must be uint64 ({r1 - r0}, 2^s <= {mp}, 2), got {leaves.dtype} "
+                                    f"{leaves.shape}")
         if kernels.compiled():
             loop, rk = _compiled_check()
             loop.check_accumulate(np.ascontiguousarray(leaves), r0, frontier, self.per_user, rk, self.cs,

@@ -248,15 +248,7 @@ for dtype in ("uint32", "int64", ">u8", "uint8"):
 """
 
 
-@pytest.mark.parametrize("backend", [
-    pytest.param("numpy", marks=pytest.mark.xfail(strict=True, reason=(
-        "S28-E1 (low): LeafCheck.add does not check the leaves' dtype; the numpy reference takes uint8/uint32/"
-        "big-endian leaves as values and raises TypeError on int64. Fix: refuse leaves not native uint64"))),
-    pytest.param("numba", marks=[COMPILED, pytest.mark.xfail(strict=True, reason=(
-        "S28-E1 (low): LeafCheck.add does not check the leaves' dtype; the kernel reads 16 bytes a leaf by "
-        "address: uint8 leaves of a 2^22-leaf row -- SIGSEGV; uint32 read other memory; >u8 a numba TypingError. "
-        "Fix: refuse leaves not native uint64 (InvalidParameters)"))]),
-])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_s28_e1_leaf_words_of_another_dtype_are_refused(backend: str) -> None:
     rc, lines = _child(LEAF_DTYPES, backend)
     assert rc == 0, lines
