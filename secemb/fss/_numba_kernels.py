@@ -361,9 +361,13 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
 
     The words are taken in order, but summing by row only, with ``M`` a multiple of ``period``
     and keys ``k`` and ``k + M / period`` among them (they add to the same rows), in class order
-    (:func:`_stage_classes`).  Ring sums do not depend on the order of their terms."""
+    (:func:`_rows_by_class`).  Ring sums do not depend on the order of their terms."""
     n = words.shape[0]
     big_m = live.shape[0]
+    if acc.shape[0] > 0 and key_acc.shape[0] * key_acc.shape[1] == 0 and big_m % period == 0 and n > 0 and (
+            (start + n - 1) // period - start // period >= big_m // period):
+        _rows_by_class(words, nb, rk, acc, start, live, period, blocks, vals, staged)
+        return
     by_row, by_key = acc.shape[0] > 0, key_acc.shape[0] * key_acc.shape[1] > 0
     w = acc.shape[1] if by_row else key_acc.shape[2]
     g = max(1, key_acc.shape[1])  # keys per row of key_acc
@@ -371,64 +375,74 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     step = blocks.shape[0]
     rows = np.empty(step, np.int64)
     keys = np.empty(step, np.int64)
-    held = np.zeros(w, key_acc.dtype)  # both sums: key held_key[0]'s sum so far, added to key_acc when its key ends
-    held_key = np.full(1, -1, np.int64)
+    row = start % big_m
+    key, p = start // period, start % period
+    held = np.zeros(w, key_acc.dtype)  # both sums: key held_key's sum so far, added to key_acc when its key ends
+    held_key = -1
+    count_t = by_key and key_t.shape[0] * key_t.shape[1] > 0
+    t_row, t_col = key // g, key % g  # key's place in key_t (kept along as key advances)
     c = 0
-    if by_row and not by_key and big_m % period == 0 and n > 0 and (
-            (start + n - 1) // period - start // period >= big_m // period):
-        c = _stage_classes(words, start, period, live, staged, rows, nb, rk, blocks, vals, stage, acc)
-    else:
-        row = start % big_m
-        key, p = start // period, start % period
-        count_t = by_key and key_t.shape[0] * key_t.shape[1] > 0
-        t_row, t_col = key // g, key % g  # key's place in key_t (kept along as key advances)
-        for i in range(n):
-            if live[row]:
-                if count_t:
-                    key_t[t_row, t_col] += np.int64(words[i, 0] & np.uint64(1))
-                staged[c, 0] = words[i, 0]
-                staged[c, 1] = words[i, 1]
-                rows[c] = row
-                keys[c] = key
-                c += 1
-                if c == step:
-                    _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held,
-                                     held_key, by_row, by_key)
-                    c = 0
-            row += 1
-            if row == big_m:
-                row = 0
-            p += 1
-            if p == period:
-                key, p = key + 1, 0
-                t_col += 1
-                if t_col == g:
-                    t_row, t_col = t_row + 1, 0
-    if c > 0:
-        _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held, held_key, by_row,
-                         by_key)
-    if held_key[0] >= 0:
-        _add_held(key_acc, held_key[0], g, held)
+    for i in range(n):
+        if live[row]:
+            if count_t:
+                key_t[t_row, t_col] += np.int64(words[i, 0] & np.uint64(1))
+            staged[c, 0] = words[i, 0]
+            staged[c, 1] = words[i, 1]
+            rows[c] = row
+            keys[c] = key
+            c += 1
+        row += 1
+        if row == big_m:
+            row = 0
+        p += 1
+        if p == period:
+            key, p = key + 1, 0
+            t_col += 1
+            if t_col == g:
+                t_row, t_col = t_row + 1, 0
+        if c == step or (i == n - 1 and c > 0):
+            _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
+            if by_row and by_key:  # both sums in one loop: each value loaded once, its key's sum kept local
+                for q in range(c):
+                    if keys[q] != held_key:
+                        if held_key >= 0:
+                            _add_held(key_acc, held_key, g, held)
+                            held[:] = 0
+                        held_key = keys[q]
+                    a, v = acc[rows[q]], vals[q]
+                    for e in range(w):
+                        x = v[e]
+                        a[e] += x
+                        held[e] += x
+            elif by_row:
+                _add_rows(acc, rows, vals, c)
+            else:
+                for q in range(c):
+                    kept = key_acc[keys[q] // g, keys[q] % g]
+                    for e in range(w):
+                        kept[e] += vals[q, e]
+            c = 0
+    if held_key >= 0:
+        _add_held(key_acc, held_key, g, held)
 
 
-@njit(inline="always")
-def _stage_classes(words, start, period, live, staged, rows, nb, rk, blocks, vals, stage, acc):  # noqa: ANN001, ANN202, PLR0913
+@njit(cache=True, nogil=True)
+def _rows_by_class(words, nb, rk, acc, start, live, period, blocks, vals, staged):  # noqa: ANN001, ANN202, PLR0913
     """:func:`convert_accumulate`'s rows-only sums class by class: keys ``k``, ``k + K``, ``k + 2 K``,
-    ... (``K = M / period``) add to the same rows of ``acc`` (a bucket's rows, in the bucket layout:
-    one class a bucket, every user's key of it in turn), so they are taken together, and the
-    class's rows stay in the L1 cache while its keys are added rather than all of ``acc`` being
-    swept once a user; :data:`GROUP` whole keys of a class at a time, position by position, so
-    that four words of one row come one after the other and :func:`_accumulate_step` adds their
-    sum to it at once (one pass over the row for four words: the add loops cost per row added,
-    not per value).  A step is converted and added whenever ``staged`` is full; returns the
-    words staged since."""
-    n, big_m, step = words.shape[0], live.shape[0], staged.shape[0]
+    ... (``K = M / period``, fewer than the words' keys) add to the same rows of ``acc`` (a bucket's
+    rows, in the bucket layout: one class a bucket, every user's key of it in turn), so they are
+    taken together, and the class's rows stay in the L1 cache while its keys are added rather than
+    all of ``acc`` being swept once a user; :data:`GROUP` whole keys of a class at a time, position
+    by position, so that four words of one row come one after the other and :func:`_add_rows` adds
+    their sum to it at once (one pass over the row for four words: the add loops cost per row
+    added, not per value)."""
+    n, big_m, step = words.shape[0], live.shape[0], blocks.shape[0]
+    stage = np.empty((3, BLOCKS, 2), np.uint64)
+    rows = np.empty(step, np.int64)
     first, last = start // period, (start + n - 1) // period  # the words' keys
     spread = big_m // period
-    none = np.empty((0, 0, acc.shape[1]), acc.dtype)  # no sums by key
-    no_keys = np.empty(0, np.int64)
     c = 0
-    for cls in range(spread):  # (the caller's: more keys than classes)
+    for cls in range(spread):
         key = first + cls
         while key <= last:
             size = 1
@@ -446,50 +460,31 @@ def _stage_classes(words, start, period, live, staged, rows, nb, rk, blocks, val
                         rows[c] = row
                         c += 1
                         if c == step:
-                            _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, none, no_keys, 1,
-                                             vals[0, :0], no_keys, True, False)
+                            _convert_blocks(staged, nb, rk, blocks, stage)
+                            _add_rows(acc, rows, vals, c)
                             c = 0
                 row += 1
             key += size * spread
-    return c
+    if c > 0:
+        _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
+        _add_rows(acc, rows, vals, c)
 
 
 @njit(inline="always")
-def _accumulate_step(staged, c, nb, rk, blocks, vals, stage, acc, rows, key_acc, keys, g, held, held_key,  # noqa: ANN001, ANN202, PLR0913
-                     by_row, by_key):  # noqa: ANN001
-    """One step of :func:`convert_accumulate`: its ``c`` staged words converted and added to
-    their rows ``rows[:c]`` and keys ``keys[:c]`` (both sums: each key's sum kept in ``held``,
-    ``held_key[0]`` its key, and added to ``key_acc`` when the words' key changes)."""
-    _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
-    if by_row and by_key:  # both sums in one loop: each value loaded once, its key's sum kept local
-        for q in range(c):
-            if keys[q] != held_key[0]:
-                if held_key[0] >= 0:
-                    _add_held(key_acc, held_key[0], g, held)
-                    held[:] = 0
-                held_key[0] = keys[q]
-            a, v = acc[rows[q]], vals[q]
-            for e in range(held.shape[0]):
-                x = v[e]
-                a[e] += x
-                held[e] += x
-    elif by_row:  # four words of one row in a row (GROUP keys' position): their sum added once
-        q = 0
-        while q < c:
-            r = rows[q]
-            if q + 3 < c and rows[q + 1] == r and rows[q + 2] == r and rows[q + 3] == r:
-                for e in range(acc.shape[1]):
-                    acc[r, e] += (vals[q, e] + vals[q + 1, e]) + (vals[q + 2, e] + vals[q + 3, e])
-                q += 4
-            else:
-                for e in range(acc.shape[1]):
-                    acc[r, e] += vals[q, e]
-                q += 1
-    else:
-        for q in range(c):
-            kept = key_acc[keys[q] // g, keys[q] % g]
-            for e in range(key_acc.shape[2]):
-                kept[e] += vals[q, e]
+def _add_rows(acc, rows, vals, c):  # noqa: ANN001, ANN202
+    """``acc[rows[q]] += vals[q]`` for ``q < c``, four values of one row in a row (a group's
+    position, :func:`_rows_by_class`) added as their sum, in one pass over the row."""
+    q = 0
+    while q < c:
+        r = rows[q]
+        if q + 3 < c and rows[q + 1] == r and rows[q + 2] == r and rows[q + 3] == r:
+            for e in range(acc.shape[1]):
+                acc[r, e] += (vals[q, e] + vals[q + 1, e]) + (vals[q + 2, e] + vals[q + 3, e])
+            q += 4
+        else:
+            for e in range(acc.shape[1]):
+                acc[r, e] += vals[q, e]
+            q += 1
 
 
 @njit(inline="always")

@@ -48,7 +48,7 @@ def _spec(words: np.ndarray, vals: np.ndarray, start: int, period: int, live: np
 # (3) than classes (8); one class (M = period); M not a multiple of period (the word order); a
 # class of dead rows (rows 32..63); a single word; keys longer than a step (period 200, classes of
 # 2 keys); every row live; none live; rows that wrap every three words (word order); a first key
-# short of one position
+# short of one position; one word left after the last whole step (w = 4: 1,024 words a step)
 CASES = [
     (32, 65, 32, 256, 45, 1000, "random"),
     (32, 65, 32, 256, 64, 96, "random"),
@@ -61,6 +61,7 @@ CASES = [
     (32, 9, 8, 32, 0, 200, "none"),
     (32, 5, 2, 3, 1, 300, "all"),
     (32, 7, 4, 16, 1, 200, "all"),
+    (32, 4, 8, 16, 0, 1025, "all"),
 ]
 
 
@@ -147,7 +148,7 @@ def test_class_order_in_a_batchs_views_equals_the_reference_bit_for_bit(monkeypa
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_words_change_nothing(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """No words, from a position inside a key past ``key_acc``'s last: nothing is added or
-    counted (the compiled kernel returns at once, before it would take that key as its first)."""
+    counted."""
     monkeypatch.setattr(kernels, "BACKEND", backend)
     acc, key_acc = np.ones((8, 5), np.uint32), np.ones((1, 5), np.uint32)
     key_t = np.ones(1, np.int64)
