@@ -29,6 +29,8 @@ __all__ = ["ring_dtype", "convert_chunks", "convert", "convert_add", "kept_leave
            "convert_accumulate"]
 
 _ONE = np.uint64(1)
+#: the rings' word dtypes (native byte order)
+_RINGS = (np.dtype(np.uint32), np.dtype(np.uint64))
 
 _tls = threading.local()
 
@@ -284,17 +286,29 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         per key (``>= 1``), so that every word's key ``(start + i) // period`` is below ``K``.
     key_t: with ``key_acc``, int64 of ``key_acc``'s keys' shape ((K,) or (U, G)), updated in place,
         or ``None``: each key's count of the same words' control bits ``words[i, 0] & 1``.
+
+    Raises
+    ------
+    InvalidParameters: arguments outside this contract -- among them an ``acc``/``key_acc`` that is
+        no ring (native uint32 or uint64: the compiled kernel adds ring words into whatever it is
+        given), a ``live`` that is not bool (the backends read other values differently), or no
+        rows (``M = 0``): refused before anything is summed (findings S28-E2, S28-E3).
     """
     out = acc if acc is not None else key_acc
     if out is None or (acc is None and live is None) or period < 1 or start < 0 or words.ndim != 2 or (
             words.shape[1] != 2):
         raise InvalidParameters("convert_accumulate needs words (N, 2), acc or key_acc and live, period >= 1 and "
                                 "start >= 0")
-    dtype, width = out.dtype, out.shape[1]
+    if out.dtype not in _RINGS or (acc is not None and acc.ndim != 2):
+        raise InvalidParameters(f"convert_accumulate sums into a ring: acc must be uint32 or uint64 (M, w) and "
+                                f"key_acc of its dtype, got {out.dtype} {out.shape}")
+    dtype, width = out.dtype, out.shape[-1]
     big_m = live.shape[0] if acc is None and live is not None else out.shape[0]
     ring_bits = 8 * dtype.itemsize
-    if live is not None and live.shape != (big_m,):
-        raise InvalidParameters(f"live must have shape ({big_m},), got {live.shape}")
+    if live is not None and (live.shape != (big_m,) or live.dtype != np.bool_):
+        raise InvalidParameters(f"live must be bool ({big_m},), got {live.dtype} {live.shape}")
+    if big_m < 1:
+        raise InvalidParameters("convert_accumulate needs at least one row (M >= 1)")
     by_key = None if key_acc is None else key_acc.reshape(1, *key_acc.shape) if key_acc.ndim == 2 else key_acc
     if by_key is not None and (
         by_key.dtype != dtype or by_key.ndim != 3 or by_key.shape[2] != width

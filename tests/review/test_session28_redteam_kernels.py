@@ -2,10 +2,11 @@
 
 Attacked: helper C's point-function check (:func:`check_leaves` / :func:`check_accumulate`, which read
 ``leaves``, ``cs`` and ``r`` by address, behind :class:`~secemb.fss.verify.LeafCheck`, and its glue,
-f56f445); helper A's ``convert_accumulate`` in class order with its prefetch (904fa78) and its rows-only
-groups of four keys (9978d0c); helper B's ``field.expand_many`` streaming into one buffer, the range
-proof's one-reduction element checks and compiled query (ebc1ef7), its AES-NI ``ctr_streams`` (dd4f8dc)
-and the verifier reading parsed shares in place (c5d4717); helper D's framing and key rows (60634d6,
+f56f445); helper A's ``convert_accumulate`` in class order with its prefetch (904fa78; the prefetch
+and the both-sums class order were dropped in 3305df6) and its rows-only groups of four keys
+(9978d0c, 591c355); helper B's ``field.expand_many`` streaming into one buffer, the range proof's
+one-reduction element checks and compiled query (ebc1ef7), its AES-NI ``ctr_streams`` (dd4f8dc) and
+the verifier reading parsed shares in place (c5d4717); helper D's framing and key rows (60634d6,
 ff79763) -- over the kernels' callers, the protocol roles and both servers' apps.
 
 Traced: what reaches the check kernel from wire bytes is a device's check words (``S`` rows of 32
@@ -41,8 +42,9 @@ challenge seeds viewed in place equal hashlib's; key rows written into a reused,
 batch's ``to_bytes`` (no stale control bits), and relay uploads of another length are refused with
 ``InvalidMessage`` before server 0 frames their forward.
 
-Found (hazmat layer: a caller's own arguments, not reachable from bytes; each an ``xfail(strict)``
-with its id, to be fixed by the lead):
+Found (hazmat layer: a caller's own arguments, not reachable from bytes), each filed as an
+``xfail(strict)`` with its id and now fixed, its test passing: S28-E1 by helper C (c33111a), S28-E4
+by helper B (c0e16bb), S28-E2 and S28-E3 by the lead (``convert_accumulate`` refuses them):
 
 * S28-E1 (low): :meth:`LeafCheck.add <secemb.fss.verify.LeafCheck.add>` checks the shape of
   ``leaves`` but not its dtype.  The compiled kernel reads 16 bytes a leaf by address: uint8 leaves
@@ -341,14 +343,7 @@ def test_rows_only_sums_into_a_strided_acc_equal_python_sums(backend: str, monke
     assert back[::-1].tolist() == _sums(words, live_back)[0]
 
 
-@pytest.mark.parametrize("backend", [
-    pytest.param("numpy", marks=pytest.mark.xfail(strict=True, reason=(
-        "S28-E2 (low): convert_accumulate does not check live's dtype; the reference multiplies a row's words by "
-        "an int live (2: doubled). Fix: refuse live that is not bool, or take live != 0"))),
-    pytest.param("numba", marks=[COMPILED, pytest.mark.xfail(strict=True, reason=(
-        "S28-E2 (low): convert_accumulate does not check live's dtype; the compiled wrapper casts it to uint8 "
-        "(256: a live row dead). Fix: refuse live that is not bool, or take live != 0"))]),
-])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_s28_e2_an_int_live_is_refused_or_taken_as_nonzero(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernels, "BACKEND", backend)
     words, live = _words_and_live(2803)
@@ -364,16 +359,7 @@ def test_s28_e2_an_int_live_is_refused_or_taken_as_nonzero(backend: str, monkeyp
     assert acc.tolist() == rows
 
 
-@pytest.mark.parametrize("backend", [
-    pytest.param("numpy", marks=pytest.mark.xfail(strict=True, reason=(
-        "S28-E3 (low): convert_accumulate does not check that acc is a ring (uint32/uint64) or that M >= 1; the "
-        "reference raises numpy's UFuncTypeError/ValueError or adds floats, and ZeroDivisionError/IndexError at "
-        "M = 0. Fix: refuse them with InvalidParameters"))),
-    pytest.param("numba", marks=[COMPILED, pytest.mark.xfail(strict=True, reason=(
-        "S28-E3 (low): convert_accumulate does not check that acc is a ring (uint32/uint64) or that M >= 1; the "
-        "kernel adds ring words into float64/int8/int64 arrays, and raises ZeroDivisionError at M = 0. Fix: "
-        "refuse them with InvalidParameters"))]),
-])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_s28_e3_sums_into_a_non_ring_or_no_rows_are_refused(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernels, "BACKEND", backend)
     words, live = _words_and_live(2804)
