@@ -16,31 +16,12 @@ import pytest
 from secemb.fss import kernels
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.fss.fused import AGGREGATION_TAG
+from test_s26_payload_sums import _python_sums  # per-word sums in Python integers (pytest puts tests/fss on sys.path)
 
 BACKENDS = [
     "numpy",
     pytest.param("numba", marks=pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")),
 ]
-
-
-def _spec(words: np.ndarray, vals: np.ndarray, start: int, period: int, live: np.ndarray,
-          ring_bits: int) -> tuple[list[list[int]], list[list[int]], list[int]]:
-    """Sums by row ``(start + i) % M``, by key ``(start + i) // period`` and each key's count of
-    control bits 1, one live word at a time in Python integers."""
-    big_m, width, mod = live.size, vals.shape[1], 1 << ring_bits
-    keys = (start + len(words) - 1) // period + 1
-    rows = [[0] * width for _ in range(big_m)]
-    by_key = [[0] * width for _ in range(keys)]
-    ones = [0] * keys
-    for i in range(len(words)):
-        pos = start + i
-        if not live[pos % big_m]:
-            continue
-        for e in range(width):
-            rows[pos % big_m][e] = (rows[pos % big_m][e] + int(vals[i, e])) % mod
-            by_key[pos // period][e] = (by_key[pos // period][e] + int(vals[i, e])) % mod
-        ones[pos // period] += int(words[i, 0]) & 1
-    return rows, by_key, ones
 
 
 # (ring bits, width, period, rows M, start, words, live): the bucket layout's class order with keys
@@ -90,7 +71,7 @@ def test_sums_in_class_order_equal_per_word_python_sums(backend: str, ring_bits:
     words = gen.integers(0, 2**64, (n, 2), dtype=np.uint64)
     live = _live(kind, big_m, gen)
     vals = convert(words, width, ring_bits, AGGREGATION_TAG)
-    rows, by_key, ones = _spec(words, vals, start, period, live, ring_bits)
+    rows, by_key, ones = _python_sums(words, vals, start, period, live, ring_bits)
     keys, dtype, mod = len(by_key), vals.dtype, 1 << ring_bits
     acc0 = gen.integers(0, 2**63, (big_m, width)).astype(dtype)
     key0 = gen.integers(0, 2**63, (keys, width)).astype(dtype)
