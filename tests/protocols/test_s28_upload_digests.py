@@ -1,10 +1,10 @@
-"""The servers' per-user upload digests hashed as one batch (issue 34, session 28):
-:meth:`SecEmbServer.upload_digests` joins every user's suffix into the rows of one array for
-:func:`~secemb.fss.hashing.sha256_many`.  Each digest must still be the documented
-``SHA-256(b"secemb-verify-upload" || u64 round || u64 user || K || V || CW || C)``, written out
-here with hashlib over what the server kept of the user, in every kind of round (relay or not,
-bounded or not, both rings), for users whose suffixes differ in length (a batch each) and for
-check values and correction words that are not C-contiguous views."""
+"""The servers' per-user upload digests (:meth:`SecEmbServer.upload_digests`) against the
+documented ``SHA-256(b"secemb-verify-upload" || u64 round || u64 user || K || V || CW || C)``,
+written out here with hashlib over what the server kept of the user, in every kind of round
+(relay or not, bounded or not, both rings), for users whose suffixes differ in length and for
+check values and correction words that are not C-contiguous views.  Written for hashing the
+users as one batch (:func:`~secemb.fss.hashing.sha256_many`, issue 34, session 28), which was
+measured and dropped (docs/results.md, "Verified uploads"); it holds for any way of hashing."""
 
 from __future__ import annotations
 
@@ -102,9 +102,10 @@ def test_each_digest_is_the_documented_hash(layout: str, relay: bool, ring_bits:
 
 @pytest.mark.parametrize("relay", [False, True])
 def test_users_whose_suffixes_differ_in_length_are_each_hashed_in_full(relay: bool) -> None:
-    """Not in one round's uploads, which are of one shape: one user's check values a row short,
-    another's a row longer, a third's (and without relay its correction words) reversed views:
-    every user still gets the documented digest of what the server holds."""
+    """Not in one round's uploads, which are of one shape (a batched hashing must not assume it):
+    one user's check values a row short, another's a row longer, a third's (and without relay its
+    correction words) reversed views: every user still gets the documented digest of what the
+    server holds."""
     s0, _, round_id = _uploaded_round("cuckoo", relay, 32, False)
     a, b, c = UIDS[1], UIDS[3], UIDS[4]
     got = s0._absorbed

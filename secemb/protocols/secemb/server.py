@@ -5,6 +5,7 @@ relay steps (:class:`secemb.protocols.secemb.relay.SecEmbRelayServer`)."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -16,7 +17,6 @@ from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
 from secemb.fss import rangeproof
 from secemb.fss.fused import PayloadSums, PreparedAggregation
-from secemb.fss.hashing import sha256_many
 from secemb.fss.tasks import (
     bits_task,
     evaluate_into_task,
@@ -138,7 +138,6 @@ def stacked(bodies: list[memoryview], rows: np.ndarray) -> np.ndarray:
     for j, body in enumerate(bodies):
         rows[j] = body
     return rows
-
 
 
 @dataclass(frozen=True)
@@ -767,10 +766,7 @@ class SecEmbServer(ServerRole):
         user both servers compute the same digest, so the message tells the receiver nothing it
         could not compute itself; a user whose keys are not point functions, or who sent the
         servers different key parts, check words or correction words, gets different digests
-        (docs/security.md, "A malicious device: verified uploads").  Hashed as one batch
-        (:func:`~secemb.fss.hashing.sha256_many`: the prefix up to the round once, each user's
-        suffix a row of one array; users whose suffixes differ in length, which one round's
-        uploads do not, in a batch for each length).
+        (docs/security.md, "A malicious device: verified uploads").
 
         Raises
         ------
@@ -779,33 +775,20 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         if not self.verify:
             return None
-        # each user's suffix after the common prefix: its row's pieces (little-endian bytes), its length
-        pieces: list[bytes | memoryview] = []
-        lengths: list[int] = []
+        out: dict[int, bytes] = {}
         for u in users:
             got = self._absorbed.get(u)
             if got is None or u not in self._uploaded:
                 raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
             digest, values = cast("tuple[bytes, np.ndarray]", got.proof)  # verifying: every user has one
-            pieces += (U64.pack(u) + digest, little(values))
-            length = 8 + len(digest) + values.nbytes
+            h = hashlib.sha256(VERIFY_DOMAIN + U64.pack(cfg.round_id) + U64.pack(u) + digest)
+            h.update(little(values))
             if not self.relay:
-                pieces.append(little(got.cw))
-                length += got.cw.nbytes
+                h.update(little(got.cw))
             if got.commit is not None:  # bounded payloads without relay: the server-1 dense share's commitment
-                pieces.append(got.commit)
-                length += len(got.commit)
-            lengths.append(length)
-        distinct = set(lengths)
-        if len(distinct) > 1:  # not one round's uploads (one shape): a batch for each length
-            out: dict[int, bytes] = {}
-            for length in distinct:
-                out.update(cast("dict[int, bytes]", self.upload_digests(
-                    [u for u, n in zip(users, lengths, strict=True) if n == length])))
-            return {u: out[u] for u in users}
-        rows = np.frombuffer(b"".join(pieces), np.uint8).reshape(len(users), distinct.pop() if distinct else 0)
-        digests = sha256_many(VERIFY_DOMAIN + U64.pack(cfg.round_id), rows).tobytes()
-        return {u: digests[32 * j : 32 * j + 32] for j, u in enumerate(users)}
+                h.update(got.commit)
+            out[u] = h.digest()
+        return out
 
     # -- bounded payloads (issue 34 (b); secemb.protocols.secemb.bounds) -------------------
     def _bounded(self, party: int) -> rangeproof.RangeParams:
