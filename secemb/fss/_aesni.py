@@ -37,6 +37,17 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
   multiply-adds with the challenge words are vector operations on it, with no staging through
   memory.  :data:`LEAVES` leaves a call put 16 AES vectors in flight, twice ``B`` blocks with
   VAES (16 leaves a call ran faster than 8 or 32).
+* ``sum_keys(vals, vstride, acc, astride, rows, keys, count, per, sample)`` (``sum_keys1`` for
+  one key, ``sum_keys4`` for ``G =`` :data:`KEY_GROUP` keys): the payload conversion's both
+  sums, one chunk of :data:`SUM_BYTES` bytes of each value (ring words, uint32 or uint64 as the
+  type of ``sample`` says) at a time, for ``count`` positions ``i`` staged ``per`` words a
+  position (key ``j``'s value at ``vals + (per i + j) vstride``, the position's row index at the
+  int64 ``rows[per i]``): ``acc row += sum_j value`` (one pass over the row for the ``G``
+  values: row ``r`` at ``acc + r astride``) and ``key_j += value`` with each key's sum held in
+  vector registers across the positions and added to its values (at the int64 address
+  ``keys[j]``) once at the end (an add, not a store of a sum loaded first: the rows and keys
+  may share memory, and each gets every increment).  Eight 256-bit vectors a key: four keys' sums fill 32 vector
+  registers (AVX-512's ``ymm0-31``; with 16, LLVM spills some to the stack).
 """
 
 from __future__ import annotations
@@ -58,7 +69,7 @@ if TYPE_CHECKING:
     from numba.core.typing.templates import Signature
 
 __all__ = ["BLOCKS", "LANES", "LEAVES", "round_keys", "expand8", "expand8_rows", "halftree16", "halftree16_rows",
-           "mmo_blocks", "mmo_ctr", "check_leaves"]
+           "mmo_blocks", "mmo_ctr", "check_leaves", "KEY_GROUP", "SUM_BYTES", "sum_keys1", "sum_keys4"]
 
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
 BLOCKS = 16
@@ -334,6 +345,76 @@ def check_leaves(typingctx, rk, leaves, offsets, r, cs, acc):  # noqa: ANN001, A
             _store(builder, acc[v], ap, v)
 
     return _sig(6), codegen
+
+
+def _sum_keys(size: int):  # noqa: ANN202 - an intrinsic factory
+    """The ``sum_keys`` intrinsic (module docstring) for ``size`` keys staged position by position."""
+    nv = SUM_BYTES // 32  # 256-bit vectors a chunk
+
+    def sum_keys(typingctx, vals, vstride, acc, astride, rows, keys, count, per, sample):  # noqa: ANN001, ANN202, PLR0913
+        def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+            bits = sig.args[8].bitwidth
+            vec = ir.VectorType(ir.IntType(bits), 256 // bits)
+            vals_p, vstride_v, acc_p, astride_v, rows_p, keys_p, count_v, per_v = args[:8]
+            kaddr = builder.inttoptr(keys_p, _I64.as_pointer())
+            kptr = [builder.inttoptr(builder.load(builder.gep(kaddr, [_const(j)]), align=8), vec.as_pointer())
+                    for j in range(size)]
+            kgep = [[builder.gep(kptr[j], [_const(k)]) for k in range(nv)] for j in range(size)]
+            zero = ir.Constant(vec, None)  # the sums start at zero and are added at the end: key_acc may alias acc
+            rptr = builder.inttoptr(rows_p, _I64.as_pointer())
+            pre = builder.block
+            loop, done = builder.append_basic_block("sum_keys_loop"), builder.append_basic_block("sum_keys_done")
+            builder.cbranch(builder.icmp_signed(">", count_v, _const(0)), loop, done)
+            builder.position_at_end(loop)
+            i = builder.phi(_I64)
+            i.add_incoming(_const(0), pre)
+            k_sum = [[builder.phi(vec) for _ in range(nv)] for _ in range(size)]
+            for j in range(size):
+                for k in range(nv):
+                    k_sum[j][k].add_incoming(zero, pre)
+            q0 = builder.mul(i, per_v)
+            row = builder.load(builder.gep(rptr, [q0]), align=8)
+            ap = builder.inttoptr(builder.add(acc_p, builder.mul(row, astride_v)), vec.as_pointer())
+            vps = [builder.inttoptr(builder.add(vals_p, builder.mul(builder.add(q0, _const(j)), vstride_v)),
+                                    vec.as_pointer()) for j in range(size)]
+            k_out: list[list[ir.Value]] = [[] for _ in range(size)]
+            for k in range(nv):
+                xs = [builder.load(builder.gep(vp, [_const(k)]), align=1) for vp in vps]
+                total = xs[0]
+                for x in xs[1:]:
+                    total = builder.add(total, x)
+                at = builder.gep(ap, [_const(k)])
+                builder.store(builder.add(builder.load(at, align=1), total), at, align=1)
+                for j in range(size):
+                    k_out[j].append(builder.add(k_sum[j][k], xs[j]))
+            nxt = builder.add(i, _const(1))
+            end = builder.block
+            i.add_incoming(nxt, end)
+            for j in range(size):
+                for k in range(nv):
+                    k_sum[j][k].add_incoming(k_out[j][k], end)
+            builder.cbranch(builder.icmp_signed("<", nxt, count_v), loop, done)
+            builder.position_at_end(done)
+            final = [[builder.phi(vec) for _ in range(nv)] for _ in range(size)]  # phis first in their block
+            for j in range(size):
+                for k in range(nv):
+                    final[j][k].add_incoming(zero, pre)
+                    final[j][k].add_incoming(k_out[j][k], end)
+                    builder.store(builder.add(builder.load(kgep[j][k], align=1), final[j][k]), kgep[j][k], align=1)
+
+        return types.void(*([types.int64] * 8), sample), codegen
+
+    sum_keys.__name__ = sum_keys.__qualname__ = f"sum_keys{size}"  # distinct symbols for the two intrinsics
+    sum_keys.__doc__ = f"``sum_keys`` (module docstring) for {size} key(s) staged position by position."
+    return intrinsic(sum_keys)
+
+
+#: keys :func:`sum_keys4` sums at once (staged position by position)
+KEY_GROUP = 4
+#: bytes of each value a ``sum_keys`` call adds: eight 256-bit vectors (64 uint32 or 32 uint64)
+SUM_BYTES = 256
+sum_keys1 = _sum_keys(1)
+sum_keys4 = _sum_keys(KEY_GROUP)
 
 
 @intrinsic

@@ -14,7 +14,8 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from secemb.fss._aesni import BLOCKS, expand8, expand8_rows, halftree16, halftree16_rows, mmo_blocks, mmo_ctr
+from secemb.fss._aesni import (BLOCKS, KEY_GROUP, SUM_BYTES, expand8, expand8_rows, halftree16, halftree16_rows,
+                               mmo_blocks, mmo_ctr, sum_keys1, sum_keys4)
 
 __all__ = [
     "bgi_corrections", "parse_path_fields", "expand_top", "subtrees", "convert_blocks", "convert_eval", "convert_add",
@@ -25,8 +26,8 @@ __all__ = [
 #: AES blocks per step of the fused conversion kernels (16 KiB: they stay in L1; a step's
 #: fixed costs -- array views, reference counts -- are a few percent of its AES work)
 STEP_BLOCKS = 1024
-#: keys of a class :func:`convert_accumulate` stages position by position when it sums by row only
-GROUP = 4
+#: keys of a class :func:`convert_accumulate` stages position by position in class order
+GROUP = KEY_GROUP
 
 
 @njit(inline="always")
@@ -359,14 +360,19 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     for the same live words, each key's count of control bits 1.  Scratch as in
     :func:`convert_eval`, and ``staged`` uint64 (S, 2) for the live words of a step.
 
-    The words are taken in order, but summing by row only, with ``M`` a multiple of ``period``
-    and keys ``k`` and ``k + M / period`` among them (they add to the same rows), in class order
-    (:func:`_rows_by_class`).  Ring sums do not depend on the order of their terms."""
+    The words are taken in order, but summing by row, with ``M`` a multiple of ``period`` and
+    keys ``k`` and ``k + M / period`` among them (they add to the same rows), in class order:
+    :func:`_rows_by_class` by row only, :func:`_both_by_class` with both sums where each row's
+    ``w`` values are contiguous.  Ring sums do not depend on the order of their terms."""
     n = words.shape[0]
     big_m = live.shape[0]
-    if acc.shape[0] > 0 and key_acc.shape[0] * key_acc.shape[1] == 0 and big_m % period == 0 and n > 0 and (
-            (start + n - 1) // period - start // period >= big_m // period):
+    by_class = acc.shape[0] > 0 and big_m % period == 0 and n > 0 and (
+        (start + n - 1) // period - start // period >= big_m // period)
+    if by_class and key_acc.shape[0] * key_acc.shape[1] == 0:
         _rows_by_class(words, nb, rk, acc, start, live, period, blocks, vals, staged)
+        return
+    if by_class and acc.strides[1] == acc.itemsize:
+        _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, blocks, vals, staged)
         return
     by_row, by_key = acc.shape[0] > 0, key_acc.shape[0] * key_acc.shape[1] > 0
     w = acc.shape[1] if by_row else key_acc.shape[2]
@@ -468,6 +474,101 @@ def _rows_by_class(words, nb, rk, acc, start, live, period, blocks, vals, staged
     if c > 0:
         _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
         _add_rows(acc, rows, vals, c)
+
+
+@njit(cache=True, nogil=True)
+def _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, blocks, vals, staged):  # noqa: ANN001, ANN202, PLR0913
+    """:func:`convert_accumulate`'s both sums (``key_t`` counted where it has keys) in
+    :func:`_rows_by_class`'s order: :data:`GROUP` whole keys of a class position by position, so
+    that each row gets the group's sum in one pass and each key's sum stays in vector registers
+    across its positions (:func:`secemb.fss._aesni.sum_keys4`; a cut or lone key through
+    ``sum_keys1``), added to its values in ``key_acc`` once a step.  A step is converted before a
+    position's ``G`` words would not fit in it, so that a step holds whole positions: its
+    segments (a group's run of positions in the step: first staged word, positions, keys, first
+    key) go to :func:`_add_segments`.  Each row's ``w`` values contiguous."""
+    n, big_m, step = words.shape[0], live.shape[0], blocks.shape[0]
+    g = key_acc.shape[1]
+    count_t = key_t.shape[0] * key_t.shape[1] > 0
+    stage = np.empty((3, BLOCKS, 2), np.uint64)
+    rows = np.empty(step, np.int64)
+    segs = np.empty((step, 4), np.int64)  # (first staged word, positions, keys, first key) a segment
+    key_at = np.empty(GROUP, np.int64)  # the sum_keys call's key addresses
+    first, last = start // period, (start + n - 1) // period  # the words' keys
+    spread = big_m // period
+    c = nseg = 0
+    for cls in range(spread):
+        key = first + cls
+        while key <= last:
+            size = 1
+            while (size < GROUP and key + size * spread <= last and key * period >= start
+                   and (key + size * spread + 1) * period <= start + n):  # whole keys: not the first or last
+                size += 1
+            lo, hi = max(start, key * period), min(start + n, (key + 1) * period)  # the key's flat positions
+            row = lo % big_m
+            seg = -1  # this group's segment in the step, none yet
+            for i in range(lo - start, hi - start):
+                if live[row]:
+                    if c + size > step:
+                        _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
+                        _add_segments(acc, key_acc, g, spread, rows, vals, segs[:nseg], key_at)
+                        c = nseg = 0
+                        seg = -1
+                    if seg < 0:
+                        seg, nseg = nseg, nseg + 1
+                        segs[seg, 0], segs[seg, 1], segs[seg, 2], segs[seg, 3] = c, 0, size, key
+                    segs[seg, 1] += 1
+                    for j in range(size):  # the same position of the group's keys
+                        at = i + j * spread * period
+                        if count_t:
+                            k = key + j * spread
+                            key_t[k // g, k % g] += np.int64(words[at, 0] & np.uint64(1))
+                        staged[c, 0] = words[at, 0]
+                        staged[c, 1] = words[at, 1]
+                        rows[c] = row
+                        c += 1
+                row += 1
+            key += size * spread
+    if c > 0:
+        _convert_blocks(staged[:c], nb, rk, blocks[:c], stage)
+        _add_segments(acc, key_acc, g, spread, rows, vals, segs[:nseg], key_at)
+
+
+@njit(inline="always")
+def _add_segments(acc, key_acc, g, spread, rows, vals, segs, key_at):  # noqa: ANN001, ANN202, PLR0913
+    """A step's both sums, segment by segment (:func:`_both_by_class`): ``sum_keys`` over the
+    values' whole :data:`~secemb.fss._aesni.SUM_BYTES` chunks, then the last ``w`` mod chunk
+    values of each key in a loop (one for w = 65 uint32 values)."""
+    w, size = acc.shape[1], vals.itemsize
+    per = SUM_BYTES // size  # values a chunk
+    whole = w - w % per
+    vp, vstride = np.int64(vals.ctypes.data), np.int64(vals.strides[0])
+    ap, astride = np.int64(acc.ctypes.data), np.int64(acc.strides[0])
+    rp, kp = np.int64(rows.ctypes.data), np.int64(key_at.ctypes.data)
+    for s in range(segs.shape[0]):
+        q, npos, keys, k0 = segs[s, 0], segs[s, 1], segs[s, 2], segs[s, 3]
+        for e0 in range(0, whole, per):
+            off = e0 * size
+            if keys == GROUP:
+                for j in range(keys):
+                    k = k0 + j * spread
+                    key_at[j] = np.int64(key_acc[k // g, k % g].ctypes.data) + off
+                sum_keys4(vp + q * vstride + off, vstride, ap + off, astride, rp + 8 * q, kp, npos, keys, vals[0, 0])
+            else:
+                for j in range(keys):
+                    k = k0 + j * spread
+                    key_at[0] = np.int64(key_acc[k // g, k % g].ctypes.data) + off
+                    sum_keys1(vp + (q + j) * vstride + off, vstride, ap + off, astride, rp + 8 * q, kp, npos,
+                              keys, vals[0, 0])
+        for j in range(keys):
+            k = k0 + j * spread
+            kept = key_acc[k // g, k % g]
+            for e in range(whole, w):
+                total = vals[q + j, e] - vals[q + j, e]  # zero of the ring; added at the end, as in sum_keys
+                for i in range(q + j, q + npos * keys, keys):
+                    x = vals[i, e]
+                    acc[rows[i], e] += x
+                    total += x
+                kept[e] += total
 
 
 @njit(inline="always")
