@@ -1,7 +1,10 @@
 """``convert_accumulate``'s compiled kernel in class order (issues 34 and 37, session 28): summing by
 row only with ``M`` a multiple of ``period`` it takes the words class by class (keys ``k`` and
 ``k + M / period`` add to the same rows), four whole keys of a class at a time position by position,
-not in word order; with sums by key, in word order.  Both backends against per-word
+not in word order; summing by row and by key, in the same class order where ``acc``'s rows are
+contiguous and there are at least as many keys as classes (``_both_by_class``, helper C's
+1d48577; ``tests/fss/test_s28_fused_sums.py`` for its chunks), else in word order; by key only, in
+word order.  Both backends against per-word
 Python sums of :func:`convert`'s values (the specification, not the kernel), on the shapes where
 the order's bookkeeping could go wrong: a first and a last key cut by ``start`` and ``N``, fewer
 keys than classes, one class (``M = period``), ``M`` not a multiple of ``period`` (word order),
