@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _aesni's intrinsics
 from secemb.fss._aesni import LEAVES, check_leaves
 
 __all__ = ["check_accumulate"]

@@ -14,6 +14,7 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _aesni's intrinsics
 from secemb.fss._aesni import (BLOCKS, KEY_GROUP, SUM_BYTES, expand8, expand8_rows, halftree16, halftree16_rows,
                                mmo_blocks, mmo_ctr, sum_keys1, sum_keys4)
 
