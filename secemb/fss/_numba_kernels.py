@@ -433,6 +433,18 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
         _add_held(key_acc, held_key, g, held)
 
 
+@njit(inline="always")
+def _group_size(key, last, spread, period, start, n):  # noqa: ANN001, ANN202
+    """How many keys of ``key``'s class, ``key, key + spread, ..``, up to :data:`GROUP` and not
+    past ``last``, :func:`_rows_by_class` and :func:`_both_by_class` take together: whole keys
+    only (not one cut by ``start`` or by the words' end ``start + n``); 1 otherwise."""
+    size = 1
+    while (size < GROUP and key + size * spread <= last and key * period >= start
+           and (key + size * spread + 1) * period <= start + n):
+        size += 1
+    return size
+
+
 @njit(cache=True, nogil=True)
 def _rows_by_class(words, nb, rk, acc, start, live, period, blocks, vals, staged):  # noqa: ANN001, ANN202, PLR0913
     """:func:`convert_accumulate`'s rows-only sums class by class: keys ``k``, ``k + K``, ``k + 2 K``,
@@ -452,10 +464,7 @@ def _rows_by_class(words, nb, rk, acc, start, live, period, blocks, vals, staged
     for cls in range(spread):
         key = first + cls
         while key <= last:
-            size = 1
-            while (size < GROUP and key + size * spread <= last and key * period >= start
-                   and (key + size * spread + 1) * period <= start + n):  # whole keys: not the first or last
-                size += 1
+            size = _group_size(key, last, spread, period, start, n)
             lo, hi = max(start, key * period), min(start + n, (key + 1) * period)  # the key's flat positions
             row = lo % big_m
             for i in range(lo - start, hi - start):
@@ -500,10 +509,7 @@ def _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, bloc
     for cls in range(spread):
         key = first + cls
         while key <= last:
-            size = 1
-            while (size < GROUP and key + size * spread <= last and key * period >= start
-                   and (key + size * spread + 1) * period <= start + n):  # whole keys: not the first or last
-                size += 1
+            size = _group_size(key, last, spread, period, start, n)
             lo, hi = max(start, key * period), min(start + n, (key + 1) * period)  # the key's flat positions
             row = lo % big_m
             seg = -1  # this group's segment in the step, none yet
