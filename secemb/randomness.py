@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["SEED_BYTES", "RandomBytes", "system_rng", "CtrDrbg", "random_words", "expand_seed"]
+__all__ = ["SEED_BYTES", "RandomBytes", "system_rng", "CtrDrbg", "drbg_key", "random_words", "expand_seed"]
 
 #: Bytes of a secret seed that stands for a pseudorandom array (a 128-bit key): :func:`expand_seed`'s,
 #: a relay seed, a pairwise mask seed, server 0's seeded share of a dense upload
@@ -46,10 +46,7 @@ class CtrDrbg:
             if seed < 0:
                 raise InvalidParameters(f"seed must be non-negative, got {seed}")
             seed = seed.to_bytes((seed.bit_length() + 8) // 8, "little")
-        from hashlib import sha256
-
-        key = sha256(b"secemb.CtrDrbg" + bytes(seed)).digest()
-        self._enc = Cipher(algorithms.AES(key), modes.CTR(b"\x00" * 16)).encryptor()
+        self._enc = Cipher(algorithms.AES(drbg_key(seed)), modes.CTR(b"\x00" * 16)).encryptor()
 
     def __call__(self, n: int) -> bytes:
         if n < 0:
@@ -65,6 +62,14 @@ class CtrDrbg:
         buf = bytearray(n + 15)  # update_into wants room for a block beyond the input
         self._enc.update_into(bytes(n), buf)
         return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
+
+
+def drbg_key(seed: bytes) -> bytes:
+    """The AES-256 key of :class:`CtrDrbg`'s stream for ``seed``: ``SHA-256(b"secemb.CtrDrbg" || seed)``
+    (the counter block starts at 0); for a compiled expansion of many seeds' streams at once."""
+    from hashlib import sha256
+
+    return sha256(b"secemb.CtrDrbg" + bytes(seed)).digest()
 
 
 def random_words(rng: RandomBytes, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:

@@ -34,11 +34,10 @@ from functools import cache
 
 import numpy as np
 import numpy.typing as npt
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.fss import kernels
-from secemb.randomness import SEED_BYTES, expand_seed
+from secemb.randomness import SEED_BYTES, drbg_key, expand_seed
 
 __all__ = [
     "P",
@@ -73,8 +72,6 @@ _S29 = np.uint64(29)
 _S3 = np.uint64(3)
 _LO32 = np.uint64(0xFFFFFFFF)
 _LO29 = np.uint64((1 << 29) - 1)
-#: the tag of :class:`secemb.randomness.CtrDrbg`'s key, ``SHA-256(tag || seed)`` (:func:`_stream_words`)
-_DRBG_TAG = b"secemb.CtrDrbg"
 
 
 def _u64(x: npt.ArrayLike) -> np.ndarray:
@@ -321,27 +318,23 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
 
 def _stream_words(seeds: Sequence[bytes], count: int) -> np.ndarray:
     """``uint64 (len(seeds), count)``: the first ``count`` little-endian 64-bit words of each 16-byte
-    seed's :func:`secemb.randomness.expand_seed` stream (:class:`secemb.randomness.CtrDrbg`'s:
-    AES-256-CTR under ``SHA-256(b"secemb.CtrDrbg" || seed)``, the counter block from 0), each
-    written into its row of one buffer: with the compiled kernels by one AES-NI pass over all
-    the seeds (:func:`secemb.fss._rangeproof_kernels.ctr_streams`), otherwise by a
-    ``cryptography`` cipher context a seed.  The same words as ``expand_seed``
+    seed's :func:`secemb.randomness.expand_seed` stream, each written into its row of one buffer:
+    with the compiled kernels by one AES-NI pass over all the seeds' AES-256-CTR streams
+    (:func:`secemb.fss._rangeproof_kernels.ctr_streams` under :func:`secemb.randomness.drbg_key`),
+    otherwise by ``expand_seed`` a seed (the reference).  The same words either way
     (``tests/fss/test_s28_bound_intake.py``)."""
-    size = ELEMENT_BYTES * count
-    keys = [hashlib.sha256(_DRBG_TAG + bytes(seed)).digest() for seed in seeds]
-    if kernels.compiled():
-        from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
+    if not kernels.compiled():
+        out = np.empty((len(seeds), count), np.uint64)
+        for row, seed in zip(out, seeds, strict=True):
+            row[:] = expand_seed(bytes(seed), (count,), np.dtype("<u8"))
+        return out
+    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
 
-        span = 16 * CTR_BLOCKS  # a row's last pass may run past it (into the next row, written after)
-        buf = np.empty(len(seeds) * size + span, np.uint8)
-        ctr_streams(np.frombuffer(b"".join(keys), np.uint8).reshape(len(seeds), 32), buf, size, size)
-    else:
-        buf = np.empty(len(seeds) * size + 16, np.uint8)  # update_into wants room for a block beyond its input
-        if size:
-            zeros, rows = bytes(size), buf.data
-            for i, key in enumerate(keys):
-                Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update_into(
-                    zeros, rows[i * size : (i + 1) * size + 15])  # the next row's head is written after
+    size = ELEMENT_BYTES * count
+    span = 16 * CTR_BLOCKS  # a row's last pass may run past it (into the next row, written after)
+    buf = np.empty(len(seeds) * size + span, np.uint8)
+    keys = np.frombuffer(b"".join(drbg_key(seed) for seed in seeds), np.uint8).reshape(len(seeds), 32)
+    ctr_streams(keys, buf, size, size)
     return buf[: len(seeds) * size].view("<u8").reshape(len(seeds), count).astype(np.uint64, copy=False)
 
 
