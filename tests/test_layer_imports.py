@@ -74,6 +74,8 @@ LAZY_TARGETS = {
     "secemb.fss._scatter_kernels": "numba compiles or loads the cuckoo layout's scatter (only with kernels)",
     "secemb.fss._check_kernels": "numba compiles or loads the point-function check's loop (only verified uploads "
                                  "with kernels)",
+    "secemb.fss._sketch_kernels": "numba compiles or loads the sketch check's loop (only sketch-checked uploads "
+                                  "with kernels)",
     "secemb.fss.fused": "numba kernels (seconds to compile)",
     "secemb.fss.gpu": "torch and a CUDA device (the gpu extra)",
     "secemb.server.app": "FastAPI (the server extra): only a running server needs it",

@@ -19,12 +19,12 @@ Whole process
     runs' ``model_sha256``, which must agree (the secure path computes the plaintext model bit
     for bit).
 
-The kernels' entry points are the compiled kernels of :mod:`secemb.fss._numba_kernels` and
-:mod:`secemb.fss._check_kernels` (the point-function check) that Python calls (callers import
-them at call time, so a timing wrapper installed as the module's attribute sees every call)
-except the cuckoo layout's assignment, which is no cryptography; with the numpy reference
-(``SECEMB_FSS_KERNELS=numpy``) the AES of the DPF's PRGs
-(:meth:`~secemb.fss.prg.FixedKeyAES.encrypt_into` under the ``tree/`` and ``convert/`` keys).
+The kernels' entry points are the compiled kernels of :mod:`secemb.fss._numba_kernels`,
+:mod:`secemb.fss._check_kernels` (the point-function check) and :mod:`secemb.fss._sketch_kernels`
+(the sketch check) that Python calls (callers import them at call time, so a timing wrapper
+installed as the module's attribute sees every call) except the cuckoo layout's assignment, which
+is no cryptography; with the numpy reference (``SECEMB_FSS_KERNELS=numpy``) the AES of the DPF's
+PRGs (:meth:`~secemb.fss.prg.FixedKeyAES.encrypt_into` under the ``tree/`` and ``convert/`` keys).
 CPU times do not depend on other processes' load as wall times do, but they are not free of it
 (shared caches, frequency): compare only figures of one run.
 
@@ -147,13 +147,13 @@ class KernelClock:
 
 def _entry_points() -> dict[str, tuple[Any, Any]]:
     """The compiled DPF kernels Python calls, by name: their module and dispatcher -- the public
-    numba dispatchers of :mod:`secemb.fss._numba_kernels` and :mod:`secemb.fss._check_kernels`
-    that no other kernel calls by name (a kernel compiled while a wrapper stood in its callee's
-    place would not compile), less :data:`_NOT_DPF`."""
-    from secemb.fss import _check_kernels, _numba_kernels
+    numba dispatchers of :mod:`secemb.fss._numba_kernels`, :mod:`secemb.fss._check_kernels` and
+    :mod:`secemb.fss._sketch_kernels` that no other kernel calls by name (a kernel compiled while a
+    wrapper stood in its callee's place would not compile), less :data:`_NOT_DPF`."""
+    from secemb.fss import _check_kernels, _numba_kernels, _sketch_kernels
 
     out: dict[str, tuple[Any, Any]] = {}
-    for module in (_numba_kernels, _check_kernels):
+    for module in (_numba_kernels, _check_kernels, _sketch_kernels):
         kernels = {k: v for k, v in vars(module).items() if hasattr(v, "py_func")}
         called = {n for v in kernels.values() for n in v.py_func.__code__.co_names}
         out |= {k: (module, v) for k, v in kernels.items()

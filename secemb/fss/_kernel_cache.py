@@ -29,6 +29,7 @@ __all__ = ["DEPENDENCIES", "dependency_stamp"]
 DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "_numba_kernels.py": ("_aesni.py",),
     "_check_kernels.py": ("_aesni.py",),
+    "_sketch_kernels.py": ("_aesni.py",),
 }
 
 

@@ -1,0 +1,272 @@
+"""The sketch check of a point function, with the challenge drawn at retrieval (issue 34 (a)).
+
+Hazmat layer; it knows nothing of protocols.  A server walks every key of a device to all its
+leaves anyway (:func:`secemb.fss.fused.retrieve_and_prepare`); this module turns those leaf words
+into three field elements per key, at one AES block per leaf and no second walk.  The
+difference of the two servers' triples is the key's sketch ``x_k``; for an honest pair of keys
+(leaf words that differ at one position at most) it satisfies ``A^2 = B C``, which the device
+proves without revealing ``x_k`` (:mod:`secemb.fss.sketchproof`).  docs/security.md, "A sound
+sketch with the challenge drawn at retrieval", gives the construction and its argument.
+
+Field ``F_p``, ``p = 2^61 - 1`` (:data:`secemb.fss.field.P`).  Per device, a 16-byte secret seed
+``c_u`` (:data:`SKETCH_SEED_BYTES`, drawn by the servers after the device's keys are fixed) is
+expanded (:func:`expand`) as ``SHAKE-128(b"secemb-sketch-expand" || c_u)``: its first 16 bytes
+are the AES-128 key ``k_u``, then 16 bytes per padded domain position ``x < mp``, each read as a
+little-endian 128-bit integer reduced mod ``p``, are ``r_x`` (within ``2^-67`` of uniform,
+:func:`secemb.fss.field.from_uniform_bytes`).  For a leaf word ``w`` (uint64 (2,), word 0 first:
+the 16 little-endian bytes AES sees) the leaf hash is the keyed Matyas-Meyer-Oseas block read as
+a little-endian 128-bit integer mod ``p``::
+
+    z(w) = int.from_bytes(AES_{k_u}(w) XOR w, "little") mod p
+
+and per key ``k`` (of device ``k // per_user``) and server ``b``, over the key's padded
+positions ``x`` with leaf words ``w_b(x)``::
+
+    A_b = sum_x r_x z(w_b(x)),  B_b = sum_x r_x^2 z(w_b(x)),  C_b = sum_x z(w_b(x))   (mod p)
+
+(:class:`SketchCheck`).  Server 0's share of ``x_k`` is ``(A_0, B_0, C_0)``, server 1's
+``-(A_1, B_1, C_1)`` (:func:`server_inputs`); their sum is ``x_k``.  Off the key's point the two
+leaf words are equal and cancel; an honest key leaves ``x_k = (r_a z, r_a^2 z, z)`` with
+``z = z(w_0(alpha)) - z(w_1(alpha))``, which the device computes from its own two leaf words at
+``alpha`` (:func:`device_inputs`).  Where the leaf words differ at two or more positions,
+``A^2 = B C`` holds with probability about ``2 / p`` over ``r`` (and ``k_u`` keeps the differences
+``z`` unpredictable to the device, which knows its leaves but not ``c_u`` when it fixes them).
+
+The numpy reference runs AES through OpenSSL (``cryptography``), one ECB call per device and leaf
+group, and the arithmetic through :mod:`secemb.fss.field`; with the compiled kernels
+(:func:`secemb.fss.kernels.compiled`) one numba loop computes the keyed MMO blocks on AES-NI with
+each device's round keys and sums 128-bit products (:func:`secemb.fss._sketch_kernels.sketch_accumulate`),
+equal bit for bit (``tests/fss/test_s29_sketch.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache, cached_property
+from types import ModuleType
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from secemb.errors import InvalidParameters
+from secemb.fss import field, kernels
+
+__all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "Expanded", "expand", "leaf_hashes", "SketchCheck",
+           "device_inputs", "server_inputs"]
+
+#: bytes of a device's sketch seed ``c_u``
+SKETCH_SEED_BYTES = 16
+#: field elements of a key's sketch: ``(A, B, C)``
+SKETCH_WORDS = 3
+#: the domain separation of the seed's expansion (SHAKE-128 input prefix)
+EXPAND_TAG = b"secemb-sketch-expand"
+_AES_KEY_BYTES = 16
+
+
+@dataclass(frozen=True, eq=False)
+class Expanded:
+    """The expanded sketch seeds of ``n`` devices (:func:`expand`), read-only.
+
+    Attributes
+    ----------
+    keys: uint8 (n, 16), each device's AES-128 key ``k_u``.
+    r: uint64 (n, mp), each device's ``r_x`` in ``[0, p)``.
+    r2: uint64 (n, mp), ``r_x^2 mod p``.
+    """
+
+    keys: np.ndarray
+    r: np.ndarray
+    r2: np.ndarray
+
+    @property
+    def devices(self) -> int:
+        """``n``."""
+        return self.r.shape[0]
+
+    @property
+    def size(self) -> int:
+        """``mp``, the padded domain the positions run over."""
+        return self.r.shape[1]
+
+    @cached_property
+    def round_keys(self) -> np.ndarray:
+        """The AES-128 round keys of :attr:`keys` as the compiled kernel reads them: uint64
+        (n, 11, 2W) (:mod:`secemb.fss._aesni`'s layout), read-only; computed on first use (only
+        the compiled path uses them)."""
+        out = np.empty((self.devices, 11, 2 * _compiled_sketch().LANES), np.uint64)
+        _compiled_sketch().sketch_schedules(self.keys, out)
+        out.flags.writeable = False
+        return out
+
+
+def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
+    """The AES keys and coefficients ``r`` of ``n`` devices' sketch seeds over ``mp`` padded
+    positions: ``SHAKE-128(EXPAND_TAG || c_u)``, 16 bytes the key, then 16 bytes per position
+    reduced mod ``p`` (module docstring); one SHAKE call a device, the rest batched.
+
+    Raises
+    ------
+    InvalidParameters: a seed that is not :data:`SKETCH_SEED_BYTES` bytes, or ``mp < 1``.
+    """
+    if any(len(seed) != SKETCH_SEED_BYTES for seed in seeds):
+        raise InvalidParameters(f"sketch seeds must be {SKETCH_SEED_BYTES} bytes, got {[len(s) for s in seeds]}")
+    if mp < 1:
+        raise InvalidParameters(f"mp must be >= 1, got {mp}")
+    n = len(seeds)
+    blob = b"".join(hashlib.shake_128(EXPAND_TAG + bytes(seed)).digest(16 * (1 + mp)) for seed in seeds)
+    raw = np.frombuffer(blob, np.uint8).reshape(n, 1 + mp, 16)
+    keys = raw[:, 0].copy()
+    words = np.ascontiguousarray(raw[:, 1:]).view("<u8").astype(np.uint64)  # (n, mp, 2): lo, hi
+    r = field.from_uniform_bytes(words, n * mp).reshape(n, mp)
+    r2 = field.mul(r, r)
+    for a in (keys, r, r2):
+        a.flags.writeable = False
+    return Expanded(keys, r, r2)
+
+
+def leaf_hashes(key: bytes, words: np.ndarray) -> np.ndarray:
+    """``z(w) = int.from_bytes(AES_key(w) XOR w, "little") mod p`` of leaf words uint64 (N, 2)
+    (word 0 the low 64 bits) under the 16-byte AES key ``key``: uint64 (N,) in ``[0, p)``.  One
+    OpenSSL ECB call (the reference; the device's own computation)."""
+    if len(key) != _AES_KEY_BYTES:
+        raise InvalidParameters(f"key must be {_AES_KEY_BYTES} bytes, got {len(key)}")
+    if words.ndim != 2 or words.shape[1] != 2 or words.dtype != np.uint64:
+        raise InvalidParameters(f"leaf words must be uint64 (N, 2), got {words.dtype} {words.shape}")
+    w = np.ascontiguousarray(words, "<u8")
+    enc = Cipher(algorithms.AES(bytes(key)), modes.ECB()).encryptor()
+    y = np.frombuffer(enc.update(w.tobytes()) + enc.finalize(), "<u8").reshape(-1, 2) ^ w
+    return field.from_uniform_bytes(y.astype(np.uint64), len(w))
+
+
+@cache
+def _compiled_sketch() -> ModuleType:
+    """The compiled sketch's module (:mod:`secemb.fss._sketch_kernels`), imported once a process.
+    :meth:`SketchCheck.add` takes the loop from the module at each call, so a timing wrapper
+    installed as the module's attribute (``bench overhead``'s kernel clock) sees every call."""
+    from secemb.fss import _sketch_kernels
+
+    return _sketch_kernels
+
+
+class SketchCheck:
+    """The sketch values ``(A, B, C)`` of ``K`` keys, accumulated over the leaf groups of one
+    server's walk.
+
+    Parameters
+    ----------
+    expanded: the ``n`` devices' expanded seeds (:func:`expand`) over the walk's padded
+        domain ``mp``; key ``k`` belongs to device ``k // per_user``.
+    per_user: keys per device (``K = n per_user``).
+
+    :meth:`add` takes the groups of :func:`secemb.fss.tree.leaf_groups` (row ``key F + f``
+    holds positions ``[f 2^s, (f + 1) 2^s)``), as :meth:`secemb.fss.verify.LeafCheck.add`;
+    :attr:`values` is uint64 (K, 3), ``(A_b, B_b, C_b)`` mod ``p`` in ``[0, p)`` of this server's
+    leaves (its share of ``x_k`` is :func:`server_inputs` of them).
+
+    Raises
+    ------
+    InvalidParameters: ``per_user < 1`` or ``expanded`` not an :class:`Expanded`.
+    """
+
+    def __init__(self, expanded: Expanded, per_user: int) -> None:
+        if not isinstance(expanded, Expanded) or per_user < 1:
+            raise InvalidParameters(f"need expanded seeds (secemb.fss.sketch.expand) and per_user >= 1, got "
+                                    f"{type(expanded).__name__} and per_user={per_user}")
+        self.expanded, self.per_user = expanded, per_user
+        self.values = np.zeros((expanded.devices * per_user, SKETCH_WORDS), np.uint64)
+
+    def add(self, r0: int, r1: int, leaves: np.ndarray) -> None:
+        """Fold in rows ``[r0, r1)`` of the walk, leaf words uint64 (r1 - r0, 2^s, 2).
+
+        Raises
+        ------
+        InvalidParameters: ``leaves`` of another dtype than native-order uint64 (the compiled
+            kernel reads 16 bytes a leaf by address) or of another shape, or rows that are not rows
+            of these keys' walk (the kernel indexes the devices' keys and coefficients by them,
+            unchecked).
+        """
+        mp, keys = self.expanded.size, len(self.values)
+        width = leaves.shape[1] if leaves.ndim == 3 else 0
+        frontier = mp // width if width else 0
+        if leaves.dtype != np.uint64 or leaves.shape != (r1 - r0, width, 2) or not (
+                frontier and 0 <= r0 <= r1 <= keys * frontier):
+            raise InvalidParameters(f"leaves of rows [{r0}, {r1}) of a walk of {keys} keys over {mp} "
+                                    f"positions must be uint64 ({r1 - r0}, 2^s <= {mp}, 2), got {leaves.dtype} "
+                                    f"{leaves.shape}")
+        if r0 == r1:
+            return
+        ex = self.expanded
+        if kernels.compiled():
+            _compiled_sketch().sketch_accumulate(np.ascontiguousarray(leaves), r0, frontier, self.per_user,
+                                                 ex.round_keys, ex.r, ex.r2, self.values)
+            return
+        # the reference: each device's leaves of the group in one ECB call, the sums by key over
+        # whole keys' positions (the group's rows placed among zeros: z = 0 adds nothing)
+        span = frontier * width  # positions of a key the walk covers
+        rows_per_device = frontier * self.per_user
+        z = np.empty((r1 - r0) * width, np.uint64)
+        flat = leaves.reshape(-1, 2)
+        for u in range(r0 // rows_per_device, (r1 - 1) // rows_per_device + 1):
+            a, b = max(r0, u * rows_per_device) - r0, min(r1, (u + 1) * rows_per_device) - r0
+            z[a * width : b * width] = leaf_hashes(ex.keys[u].tobytes(), flat[a * width : b * width])
+        k0, k1 = r0 // frontier, -(-r1 // frontier)
+        padded = np.zeros((k1 - k0) * span, np.uint64)
+        padded[r0 * width - k0 * span : r1 * width - k0 * span] = z
+        zk = padded.reshape(k1 - k0, span)
+        dev = np.arange(k0, k1) // self.per_user
+        sums = np.stack([field.dot(ex.r[dev, :span], zk), field.dot(ex.r2[dev, :span], zk),
+                         field.sum_mod(zk, axis=1)], axis=1)
+        self.values[k0:k1] = field.add(self.values[k0:k1], sums)
+
+
+def device_inputs(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray, leaf1: np.ndarray) -> np.ndarray:
+    """A device's sketches ``x_k = (r_a z, r_a^2 z, z)``, ``z = z(leaf0[k]) - z(leaf1[k])`` mod
+    ``p``: uint64 (K, 3), for its sketch seed ``seed`` (``c_u``), the walk's padded domain ``mp``,
+    its keys' points ``alphas`` int (K,) and both parties' leaf words at them, uint64 (K, 2) each
+    (:class:`secemb.fss.dpf.GenState`'s ``leaf0``, ``leaf1``).  It equals the sum of the two
+    servers' :func:`server_inputs` for honest keys.
+
+    Every key has a point: :func:`secemb.fss.dpf.gen_path` makes the two parties' control bits
+    differ at ``alpha`` whatever the payload, and a key of an empty cuckoo bucket is a key with
+    point 0 and payload 0 (``secemb/protocols/secemb/user.py``), so its sketch is not zero either.
+    There is no "no point" marker: a point outside ``[0, mp)`` is refused.
+
+    Raises
+    ------
+    InvalidParameters: a seed of another length, ``mp < 1``, leaf words not uint64 (K, 2), or a
+        point outside ``[0, mp)``.
+    """
+    alphas = np.asarray(alphas)
+    if alphas.ndim != 1 or (len(alphas) and not np.issubdtype(alphas.dtype, np.integer)):
+        raise InvalidParameters(f"points must be integers (K,), got {alphas.dtype} {alphas.shape}")
+    for name, leaf in (("leaf0", leaf0), ("leaf1", leaf1)):
+        if not isinstance(leaf, np.ndarray) or leaf.shape != (len(alphas), 2) or leaf.dtype != np.uint64:
+            raise InvalidParameters(f"{name} must be uint64 ({len(alphas)}, 2) for {len(alphas)} points, got "
+                                    f"{getattr(leaf, 'dtype', type(leaf).__name__)} {getattr(leaf, 'shape', '')}")
+    ex = expand([seed], mp)
+    if len(alphas) and (alphas.min() < 0 or alphas.max() >= mp):
+        raise InvalidParameters(f"points must be in [0, {mp}), got [{alphas.min()}, {alphas.max()}]")
+    key = ex.keys[0].tobytes()
+    z = field.sub(leaf_hashes(key, leaf0), leaf_hashes(key, leaf1))
+    a = alphas.astype(np.int64)
+    return np.stack([field.mul(ex.r[0, a], z), field.mul(ex.r2[0, a], z), z], axis=1)
+
+
+def server_inputs(values: np.ndarray, party: int) -> np.ndarray:
+    """Server ``party``'s share of the keys' sketches from its :attr:`SketchCheck.values`
+    uint64 (K, 3): server 0's are the values, server 1's their negation mod ``p``; the two shares
+    add up to ``x_k`` (uint64 (K, 3), a new array).
+
+    Raises
+    ------
+    InvalidParameters: ``party`` not 0 or 1, or ``values`` not uint64 (K, 3) in ``[0, p)``.
+    """
+    if party not in (0, 1):
+        raise InvalidParameters(f"party must be 0 or 1, got {party!r}")
+    if values.ndim != 2 or values.shape[1] != SKETCH_WORDS or values.dtype != np.uint64 or (
+            values.size and values.max() >= field.P):
+        raise InvalidParameters(f"values must be uint64 (K, {SKETCH_WORDS}) below p, got {values.dtype} "
+                                f"{values.shape}")
+    return values.copy() if party == 0 else field.neg(values)
