@@ -1,0 +1,517 @@
+"""The sketch check's proof: every key's sketch has ``A_k^2 = B_k C_k`` (hazmat layer; issue 34 (a)).
+
+The statement, per device and round
+-----------------------------------
+For each of its ``K`` keys the servers hold additive shares in ``F_p`` (``p = 2^61 - 1``,
+:mod:`secemb.fss.field`) of ``x_k = (A_k, B_k, C_k)``: server 0 its own sketch ``(A_0, B_0, C_0)``,
+server 1 minus its own, ``(-A_1, -B_1, -C_1)`` (the sketches are :mod:`secemb.fss.sketch`'s, under
+the device's 16-byte seed ``c_u``).  A key whose two leaf words differ at one position at most has
+``x_k = (r z, r^2 z, z)`` and so ``A_k^2 = B_k C_k``; the device, which knows ``x`` (it holds both
+leaf words where they differ), proves that this holds for every key, revealing nothing else.  ``x``
+itself is never sent (it would reveal the position, ``r = A / C``): the servers' shares are their
+own sketches.
+
+Fully linear proof (Boneh, Boyle, Corrigan-Gibbs, Gilboa, Ishai, CRYPTO 2019), as
+:mod:`secemb.fss.rangeproof`'s with a degree-2 gadget
+-------------------------------------------------------------------------------------------------
+Keys are laid out ``M = ceil(K / c)`` calls of ``c`` slots (:attr:`SketchParams.chunk`), key ``k =
+j c + i`` in slot ``i`` of call ``j`` (zero keys pad the last call).  The gadget takes the ``L = 3c``
+wires ``(A, B, C)`` of a call's keys, ``G_s(y) = sum_i s_i (y_3i^2 - y_3i+1 y_3i+2)``, and the
+circuit is ``sum_j r_j G_s(call j)``, zero for an honest device (a padding key adds ``0^2 - 0 0 =
+0``).  The coefficients ``r`` (``M``) and ``s`` (``c``) are uniform field elements from the seed:
+``SHAKE-128(domain || "coefficients" || c_u)``, 16 bytes an element reduced mod ``p``
+(:func:`secemb.fss.field.xof`).  They need no Fiat-Shamir: ``c_u`` is drawn by the servers after the
+device's leaf words are fixed, and the sketches use other outputs of it (``r_x`` and the AES key:
+:mod:`secemb.fss.sketch`'s ``SHAKE-128(b"secemb-sketch-expand" || c_u)``, a different prefix), so
+``(r, s)`` are independent of every ``A_k^2 - B_k C_k``.
+
+Wire ``j``'s polynomial ``f_j`` has degree ``M + 1``: its values at the nodes ``1..M`` are the calls'
+inputs, at the nodes ``0`` and ``M + 1`` two uniformly random seeds the prover picks.  The proof is
+the ``2L`` seeds (those of node 0, then those of node ``M + 1``) and the gadget polynomial ``g =
+G_s(f_0, .., f_(L-1))`` (degree ``2M + 2``) as its values at the nodes ``0..2M+2``: ``6c + 2M + 3``
+elements (:attr:`SketchParams.proof_length`).  ``g(1..M)`` are the calls' outputs, so the circuit's
+output ``z = sum_j r_j g(j + 1)`` is linear in the proof.
+
+Shares and messages
+-------------------
+The device shares the proof ``pi`` additively: server 1's share is the expansion of a 16-byte
+secret ``sigma`` the device sends server 1 (:func:`server1_shares`), server 0's is ``pi0 = pi -
+share_1``, sent as ``8 |pi|`` bytes, little-endian elements below ``p`` (:func:`prove`,
+:func:`parse`).  With the range proof (``bound``) the device sends server 1 one seed for both
+proofs: the range proof expands ``sigma`` itself (:func:`secemb.fss.field.expand`), this proof
+expands ``SHA-256(domain || "share" || sigma)[:16]`` (:func:`share_seed`), an independent stream of
+the same secret (SHA-256 as a random oracle).
+
+Queries and decision
+--------------------
+Each device is queried at two distinct points ``rho_1, rho_2`` outside the nodes ``0..2M+2``, from
+SHAKE-128 of its 16-byte query seed ``q`` (as :func:`secemb.fss.rangeproof`'s ``_query``; the
+protocol derives ``q`` from a round secret the device never sees, so it is unpredictable to the
+device and fixed independently of its proof).  Server ``b``'s verifier message for a device is its
+shares of ``z``, then for each point the ``L`` wire values ``f_j(rho_q)`` and ``g(rho_q)`` (Lagrange
+interpolation: linear in the shares): ``2L + 3`` elements (:func:`verifier_messages`).  Both shares
+are computed the same way (the circuit has no constant term).  :func:`decide` adds the two messages
+and accepts iff ``z = 0`` and ``G_s(f(rho_q)) = g(rho_q)`` at both points.  The messages travel as
+``8 (2L + 3)`` bytes a device (:func:`encode_verifier_messages`); a device server 1 refuses to answer
+(its binding ``tau`` did not match) is sent as the same number of ``0xff`` bytes, which no answer
+can be (each word would be ``2^64 - 1 >= p``), and :func:`parse_verifier_messages` reports it.
+
+Soundness (both servers honest)
+-------------------------------
+Fix the shares of ``x`` and the proof (both are fixed before ``q`` is known).  If ``g`` is not
+``G_s(f)``, both ``rho_q`` are roots of a non-zero polynomial of degree at most ``2M + 2``:
+probability below ``((2M + 2) / (p - 2M - 3))^2`` (below ``2^-110`` at ``M = 28``).  If ``g =
+G_s(f)``, ``z = sum_j r_j sum_i s_i (A_ji^2 - B_ji C_ji)``; if some ``A^2 != BC``, by Schwartz-Zippel
+over ``(r, s)`` (independent of ``x``, above) ``z = 0`` with probability at most ``2/p``.
+docs/security.md ("A sound sketch with the challenge drawn at retrieval") adds the sketch's own
+errors: at most ``6/p + 2^-110`` a device and round.
+
+Zero knowledge
+--------------
+Against one honest-but-curious server, for an honest device: its proof share is uniform (a fresh
+seed's expansion, or ``pi`` minus one), its input share is its own sketch, and of the other
+server's verifier message the ``z`` share is minus its own (``z = 0``), the opened ``f_j(rho_q)``
+are uniform (each wire has two random seeds and ``rho_q`` are not nodes:
+:mod:`secemb.fss.rangeproof`'s argument) and ``g(rho_q) = G_s(f(rho_q))`` is determined by them.
+The argument covers one verification of a proof: a second query seed's answer gives each wire
+polynomial two more values, more than its seeds mask, and reveals ``x``.  A server answers each
+proof once.  ``x`` enters only the masked wires (no unmasked relation share, as the range proof's
+``e``), so server 1's messages under two query seeds of the same proof differ only in the masked
+values and in ``g(rho_q)``; ``z`` does not depend on ``q``.
+
+Costs
+-----
+At ``K = 250`` (ML-100K, cuckoo): ``c = 9``, ``M = 28``, a proof of 113 elements (904 bytes to
+server 0), verifier messages of 57 elements (456 bytes) a device.  At ``K = 200`` (full layout):
+``c = 8``, ``M = 25``, 101 elements (808 bytes), 51 (408 bytes).  The prover extends its wires
+to the nodes ``M+2..2M+2`` (one ``(M + 1) x (M + 2)`` by ``(M + 2) x L`` product); the verifiers
+compute per device two Lagrange rows over the wire nodes and two over the gadget nodes (its own
+points) and ``O((M + 2) L)`` multiply-adds.  Numpy only: the arithmetic is vectorized over the
+devices of a batch (measured in the report of session 29's helper B).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache, cached_property
+
+import numpy as np
+
+from secemb.errors import InvalidMessage, InvalidParameters, check_int
+from secemb.fss import field as F
+from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
+
+__all__ = [
+    "SKETCH_SEED_BYTES",
+    "SketchParams",
+    "share_seed",
+    "prove",
+    "check_message",
+    "parse",
+    "server1_shares",
+    "verifier_messages",
+    "encode_verifier_messages",
+    "parse_verifier_messages",
+    "decide",
+]
+
+#: Bytes of the device's sketch seed ``c_u`` and of a query seed ``q``
+SKETCH_SEED_BYTES = 16
+_DOMAIN = b"secemb/fss/sketchproof/v1/"
+_P = np.uint64(F.P)
+_REFUSED = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+
+
+@dataclass(frozen=True)
+class SketchParams:
+    """Sizes of the proof for ``keys`` keys a device (module docstring).
+
+    Raises
+    ------
+    InvalidParameters
+        If ``keys`` is not a positive int.
+    """
+
+    keys: int
+
+    def __post_init__(self) -> None:
+        check_int("keys", self.keys, low=1)
+
+    @cached_property
+    def chunk(self) -> int:
+        """Keys per gadget call ``c``: the least ``c`` that minimizes the proof length ``6c + 2
+        ceil(K / c) + 3`` (about ``sqrt(K / 3)``)."""
+        return _chunk(self.keys)
+
+    @cached_property
+    def calls(self) -> int:
+        """Gadget calls ``M = ceil(K / c)``."""
+        return -(-self.keys // self.chunk)
+
+    @cached_property
+    def wires(self) -> int:
+        """Gadget inputs ``L = 3c``: ``(A, B, C)`` of each slot's key."""
+        return 3 * self.chunk
+
+    @cached_property
+    def gadget_nodes(self) -> int:
+        """Values of the gadget polynomial (degree ``2M + 2``) in the proof: ``2M + 3``."""
+        return 2 * self.calls + 3
+
+    @cached_property
+    def proof_length(self) -> int:
+        """Field elements of the proof: ``2L`` wire seeds and the gadget polynomial's values."""
+        return 2 * self.wires + self.gadget_nodes
+
+    @cached_property
+    def proof_bytes(self) -> int:
+        """Bytes of server 0's proof share ``pi0`` (the device's message), 8 an element."""
+        return F.ELEMENT_BYTES * self.proof_length
+
+    @cached_property
+    def verifier_length(self) -> int:
+        """Field elements of a verifier message: ``2L + 3`` (``z``, then per query point the ``L``
+        wire values and the gadget value)."""
+        return 2 * self.wires + 3
+
+    @cached_property
+    def verifier_bytes(self) -> int:
+        """Bytes of one device's verifier message, 8 an element."""
+        return F.ELEMENT_BYTES * self.verifier_length
+
+
+@cache
+def _chunk(keys: int) -> int:
+    """:attr:`SketchParams.chunk` for ``K = keys``: ``h(c) = 6c + 2 ceil(K / c)`` exceeds ``6c``, and
+    at ``c0 = isqrt(K) + 1`` it is below ``6 c0 + 2 c0 + 2``, so no ``c > 2 c0`` does better."""
+    c0 = math.isqrt(keys) + 1
+    return min(range(1, 2 * c0 + 1), key=lambda c: 6 * c + 2 * -(-keys // c))
+
+
+def _seed(name: str, value: object) -> bytes:
+    if not isinstance(value, (bytes, bytearray)) or len(value) != SKETCH_SEED_BYTES:
+        raise InvalidParameters(f"{name} must be {SKETCH_SEED_BYTES} bytes")
+    return bytes(value)
+
+
+def _seeds(name: str, values: Sequence[bytes], n: int) -> list[bytes]:
+    if len(values) != n:
+        raise InvalidParameters(f"{name}: expected {n} seeds, got {len(values)}")
+    return [_seed(f"{name}[{i}]", v) for i, v in enumerate(values)]
+
+
+def share_seed(sigma: bytes) -> bytes:
+    """The 16-byte seed whose expansion (:func:`secemb.fss.field.expand`) is server 1's proof share,
+    for the device's secret ``sigma``: ``SHA-256(domain || "share" || sigma)[:16]``, so that the
+    range proof's expansion of the same ``sigma`` is an independent stream.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``sigma`` is not 16 bytes.
+    """
+    return hashlib.sha256(_DOMAIN + b"share" + _seed("sigma", sigma)).digest()[:SEED_BYTES]
+
+
+def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``r`` ``uint64 (n, M)`` on the calls and ``s`` ``uint64 (n, c)`` on the slots, per device seed
+    ``c_u``: uniform field elements, one SHAKE-128 call a device."""
+    m = params.calls
+    out = np.empty((len(seeds), m + params.chunk), np.uint64)
+    for row, seed in zip(out, seeds, strict=True):
+        row[:] = F.xof(_DOMAIN + b"coefficients" + seed, m + params.chunk)
+    return out[:, :m], out[:, m:]
+
+
+def _calls(params: SketchParams, x: np.ndarray) -> np.ndarray:
+    """``uint64 (n, M, L)``: the sketch (shares) ``x`` ``(n, K, 3)`` as the calls' wires, zero keys
+    after ``K``."""
+    n = len(x)
+    padded = np.zeros((n, params.calls * params.chunk, 3), np.uint64)
+    padded[:, : params.keys] = x
+    return padded.reshape(n, params.calls, params.wires)
+
+
+def _gadget(wires: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``G_s`` along the last axis (length ``L = 3c``), ``s`` ``(..., c)`` broadcast against the slots."""
+    y = wires.reshape(*wires.shape[:-1], -1, 3)
+    terms = F.sub(F.mul(y[..., 0], y[..., 0]), F.mul(y[..., 1], y[..., 2]))
+    return F.dot(s, terms)
+
+
+@cache
+def _extension(params: SketchParams) -> np.ndarray:
+    """The prover's wire extension: Lagrange rows ``(M + 1, M + 2)`` of the nodes ``M+2..2M+2`` over
+    the wire nodes ``0..M+1`` (read-only)."""
+    n_wire = params.calls + 2
+    rows = F.lagrange_coefficients(n_wire, np.arange(n_wire, params.gadget_nodes, dtype=np.uint64))
+    rows.setflags(write=False)
+    return rows
+
+
+def _check_inputs(params: SketchParams, name: str, x: object, n: int | None) -> np.ndarray:
+    """``x`` as ``uint64 (n, K, 3)`` (``(K, 3)`` when ``n`` is None) of field elements, or InvalidParameters."""
+    shape = (params.keys, 3) if n is None else (n, params.keys, 3)
+    if not isinstance(x, np.ndarray) or x.dtype != np.uint64 or x.shape != shape:
+        got = f"{x.dtype} {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
+        raise InvalidParameters(f"{name} must be a uint64 array {shape}, got {got}")
+    if x.size and x.max() >= _P:
+        raise InvalidParameters(f"{name} must hold field elements (below p)")
+    return x
+
+
+def _prove_inputs(params: SketchParams, x: np.ndarray, seed: bytes, sigma: bytes, rng: RandomBytes) -> np.ndarray:
+    """The proof (``uint64 (proof_length,)``, unshared) for any inputs ``x`` ``(K, 3)``: :func:`prove`
+    without its statement check and its sharing (tests build cheating devices with it)."""
+    big_l = params.wires
+    _, s = _coefficients(params, [seed])
+    seeds = F.from_uniform_bytes(rng(16 * 2 * big_l), 2 * big_l)
+    nodes = np.concatenate([seeds[None, :big_l], _calls(params, x[None])[0], seeds[None, big_l:]])  # (M + 2, L)
+    extended = F.matmul(_extension(params), nodes)  # the wires at the nodes M+2..2M+2
+    g = _gadget(np.concatenate([nodes, extended]), s[0])  # (2M + 3,): the gadget polynomial at every node
+    return np.concatenate([seeds, g])
+
+
+def _share(params: SketchParams, proof: np.ndarray, sigma: bytes) -> bytes:
+    """Server 0's share of ``proof`` as its wire bytes: ``proof`` minus server 1's expansion of ``sigma``."""
+    return F.to_bytes(F.sub(proof, F.expand(share_seed(sigma), params.proof_length)))
+
+
+def prove(params: SketchParams, x: np.ndarray, seed: bytes, sigma: bytes, *,
+          _rng: RandomBytes = system_rng) -> bytes:
+    """The device's proof that every key's ``x_k = (A, B, C)`` has ``A^2 = B C``: server 0's share
+    ``pi0`` (``params.proof_bytes`` bytes); server 1's is the expansion of ``sigma``.
+
+    Parameters
+    ----------
+    x:
+        ``uint64 (K, 3)`` field elements: per key ``(A, B, C)``, the difference of the two servers'
+        sketches (:mod:`secemb.fss.sketch`'s device inputs).
+    seed:
+        The device's 16-byte sketch seed ``c_u`` of the round (the coefficients come from it).
+    sigma:
+        The 16-byte secret the device sends server 1 (with ``bound``, the range proof's seed too:
+        :func:`share_seed` keeps the streams apart).
+    _rng:
+        Source of the secret randomness (the wire seeds; tests only); :func:`os.urandom` by default.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``x`` is not ``uint64 (K, 3)`` field elements, a seed is not 16 bytes, or some key has
+        ``A^2 != B C`` (an honest device never proves a false statement).
+    """
+    x = _check_inputs(params, "x", x, None)
+    seed, sigma = _seed("seed", seed), _seed("sigma", sigma)
+    bad = np.flatnonzero(F.mul(x[:, 0], x[:, 0]) != F.mul(x[:, 1], x[:, 2]))
+    if bad.size:
+        raise InvalidParameters(f"sketchproof: key {int(bad[0])} has A^2 != B C; an honest device does not prove it")
+    return _share(params, _prove_inputs(params, x, seed, sigma, _rng), sigma)
+
+
+def _nbytes(data: object) -> int | None:
+    """The length in bytes of a bytes-like message, or None for anything else."""
+    return memoryview(data).nbytes if isinstance(data, (bytes, bytearray, memoryview)) else None
+
+
+def check_message(params: SketchParams, msg: object, index: int | None = None) -> None:
+    """Refuse a device's proof share ``pi0`` (untrusted bytes; the ``index``-th of a batch, if given)
+    that is not ``params.proof_bytes`` bytes of field elements below ``p``: one message at a time,
+    as server 0 takes it in.
+
+    Raises
+    ------
+    InvalidMessage
+        If the message is malformed (the error names what came instead).
+    """
+    which = "" if index is None else f" {index}"
+    size = _nbytes(msg)
+    if size != params.proof_bytes:
+        got = type(msg).__name__ if size is None else f"{size} bytes"
+        raise InvalidMessage(f"sketch proof{which}: expected {params.proof_bytes} bytes, got {got}")
+    words = np.frombuffer(msg, dtype="<u8")  # type: ignore[call-overload]  # bytes-like, checked above
+    if words.max() >= _P:
+        raise InvalidMessage(f"sketch proof{which}: an element is not below p")
+
+
+def parse(params: SketchParams, msgs: Sequence[bytes]) -> np.ndarray:
+    """Server 0's proof shares, ``uint64 (n, proof_length)``, from the ``n`` devices' ``pi0``
+    (untrusted bytes).
+
+    Raises
+    ------
+    InvalidMessage
+        If a message is not ``params.proof_bytes`` bytes or holds an element not below ``p``; the
+        error names the first bad message's index.
+    """
+    for i, m in enumerate(msgs):
+        check_message(params, m, i)
+    data = b"".join(bytes(m) for m in msgs)
+    return np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(len(msgs), params.proof_length)
+
+
+def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
+    """Server 1's proof shares, ``uint64 (n, proof_length)``, expanded from the ``n`` devices' 16-byte
+    ``sigma`` (:func:`share_seed`, then one :func:`secemb.fss.field.expand_many` call).
+
+    Raises
+    ------
+    InvalidParameters
+        If a ``sigma`` is not 16 bytes (the caller checks the device's bytes at intake).
+    """
+    return F.expand_many([share_seed(s) for s in _seeds("sigmas", sigmas, len(sigmas))], params.proof_length)
+
+
+def _points(params: SketchParams, queries: Sequence[bytes]) -> np.ndarray:
+    """``uint64 (n, 2)``: each device's two query points, distinct and outside the nodes
+    ``0..2M+2``, from SHAKE-128 of its query seed (as :func:`secemb.fss.rangeproof`'s query)."""
+    d = params.gadget_nodes
+    out = np.empty((len(queries), 2), np.uint64)
+    for row, q in zip(out, queries, strict=True):
+        blob = hashlib.shake_128(_DOMAIN + b"query" + q).digest(32)
+        h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
+        h2 = int.from_bytes(blob[16:], "little") % (F.P - d - 1)
+        row[:] = (d + h1, d + (h1 + 1 + h2) % (F.P - d))  # any non-node value but rho_1
+    return out
+
+
+def verifier_messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Sequence[bytes],
+                      queries: Sequence[bytes]) -> np.ndarray:
+    """One server's verifier messages for ``n`` devices, to exchange with the other server and pass
+    to :func:`decide` (server 0 and server 1 compute them the same way, each on its own shares).
+
+    Parameters
+    ----------
+    x:
+        ``uint64 (n, K, 3)``: this server's shares of the devices' ``x`` (server 0: its sketches
+        ``(A_0, B_0, C_0)``; server 1: minus its own, ``(-A_1, -B_1, -C_1)`` mod ``p``).
+    proofs:
+        ``uint64 (n, proof_length)``: this server's proof shares (:func:`parse` at server 0,
+        :func:`server1_shares` at server 1).
+    seeds:
+        The ``n`` devices' 16-byte sketch seeds ``c_u``.
+    queries:
+        The ``n`` devices' 16-byte query seeds ``q`` (both servers hold them; no device may know
+        its own before its proof is fixed).  A server answers each proof under one query seed only
+        (module docstring, Zero knowledge).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint64 (n, params.verifier_length)``: ``z``'s share, then for each of the two points the
+        ``L`` wire shares and the gadget share.
+
+    Raises
+    ------
+    InvalidParameters
+        If an argument does not match ``params`` or the ``n`` devices.
+    """
+    n, m, big_l = len(seeds), params.calls, params.wires
+    x = _check_inputs(params, "x", x, n)
+    if (not isinstance(proofs, np.ndarray) or proofs.dtype != np.uint64
+            or proofs.shape != (n, params.proof_length)):
+        got = f"{proofs.dtype} {proofs.shape}" if isinstance(proofs, np.ndarray) else type(proofs).__name__
+        raise InvalidParameters(f"proofs must be a uint64 array ({n}, {params.proof_length}), got {got}")
+    seeds, queries = _seeds("seeds", seeds, n), _seeds("queries", queries, n)
+    points = _points(params, queries)
+    wire_rows = F.lagrange_coefficients(m + 2, points)  # (n, 2, M + 2)
+    gadget_rows = F.lagrange_coefficients(params.gadget_nodes, points)  # (n, 2, 2M + 3)
+    r, _ = _coefficients(params, seeds)
+    nodes = np.empty((n, m + 2, big_l), np.uint64)  # every wire at every wire node
+    nodes[:, 0], nodes[:, m + 1] = proofs[:, :big_l], proofs[:, big_l : 2 * big_l]  # the seeds at 0 and M + 1
+    nodes[:, 1 : m + 1] = _calls(params, x)
+    g = proofs[:, 2 * big_l :]
+    out = np.empty((n, params.verifier_length), np.uint64)
+    out[:, 0] = F.dot(r, g[:, 1 : m + 1])
+    opened = out[:, 1:].reshape(n, 2, big_l + 1)
+    opened[:, :, :big_l] = F.matmul(wire_rows, nodes)
+    opened[:, :, big_l] = F.dot(gadget_rows, g[:, None, :])
+    return out
+
+
+def encode_verifier_messages(params: SketchParams, v: np.ndarray, refused: np.ndarray | None = None) -> bytes:
+    """The wire bytes of ``n`` verifier messages (``params.verifier_bytes`` a device, little-endian
+    elements), a refused device's (``refused[i]`` True: server 1 does not answer its proof) as
+    ``0xff`` bytes.
+
+    Raises
+    ------
+    InvalidParameters
+        If ``v`` is not ``uint64 (n, verifier_length)`` field elements or ``refused`` not ``bool (n,)``.
+    """
+    if not isinstance(v, np.ndarray) or v.dtype != np.uint64 or v.ndim != 2 or v.shape[1] != params.verifier_length:
+        raise InvalidParameters(f"v must be a uint64 array (n, {params.verifier_length})")
+    if v.size and v.max() >= _P:
+        raise InvalidParameters("v must hold field elements (below p)")
+    if refused is None:
+        return F.to_bytes(v)
+    if not isinstance(refused, np.ndarray) or refused.dtype != np.bool_ or refused.shape != (len(v),):
+        raise InvalidParameters(f"refused must be a bool array ({len(v)},)")
+    return F.to_bytes(np.where(refused[:, None], _REFUSED, v))
+
+
+def parse_verifier_messages(params: SketchParams, data: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The other server's verifier messages for ``n`` devices from their wire bytes
+    (:func:`encode_verifier_messages`).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``uint64 (n, verifier_length)`` (a refused device's row zero) and ``bool (n,)``: which
+        devices the other server refused (they fail, whatever :func:`decide` says of their row).
+
+    Raises
+    ------
+    InvalidMessage
+        If ``data`` is not ``n * params.verifier_bytes`` bytes, or a device's message is neither
+        field elements below ``p`` nor all ``0xff`` bytes.
+    """
+    n = check_int("n", n, low=0)
+    size = _nbytes(data)
+    if size != n * params.verifier_bytes:
+        got = type(data).__name__ if size is None else f"{size} bytes"
+        raise InvalidMessage(f"sketch verifier messages: expected {n * params.verifier_bytes} bytes ({n} devices), "
+                             f"got {got}")
+    v = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(n, params.verifier_length)
+    refused = np.all(v == _REFUSED, axis=1)
+    v[refused] = 0
+    bad = np.flatnonzero(np.any(v >= _P, axis=1))
+    if bad.size:
+        raise InvalidMessage(f"sketch verifier message {int(bad[0])}: an element is not below p")
+    return v, refused
+
+
+def decide(params: SketchParams, v0: np.ndarray, v1: np.ndarray, seeds: Sequence[bytes]) -> np.ndarray:
+    """Whether each device's proof passes, from both servers' verifier messages and the devices'
+    sketch seeds ``c_u`` (the gadget's ``s`` comes from them).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``bool (n,)``: True where ``z = 0`` and the gadget matches at both points.
+
+    Raises
+    ------
+    InvalidMessage
+        If the arrays are not ``uint64 (n, params.verifier_length)`` of the same ``n``, or hold an
+        element not below ``p`` (a malformed message from the other server).
+    InvalidParameters
+        If ``seeds`` are not ``n`` 16-byte seeds.
+    """
+    width = params.verifier_length
+    for name, v in (("v0", v0), ("v1", v1)):
+        if not isinstance(v, np.ndarray) or v.dtype != np.uint64 or v.ndim != 2 or v.shape[1] != width:
+            raise InvalidMessage(f"{name} must be a uint64 array (n, {width})")
+        if v.size and v.max() >= _P:
+            raise InvalidMessage(f"{name}: a field element is not below p")
+    if v0.shape != v1.shape:
+        raise InvalidMessage(f"verifier messages for different batches: {v0.shape} and {v1.shape}")
+    _, s = _coefficients(params, _seeds("seeds", seeds, len(v0)))
+    total = F.add(v0, v1)
+    opened = total[:, 1:].reshape(len(total), 2, params.wires + 1)
+    ok = total[:, 0] == 0
+    ok &= np.all(_gadget(opened[:, :, :-1], s[:, None, :]) == opened[:, :, -1], axis=1)
+    return ok

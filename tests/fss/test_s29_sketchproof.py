@@ -1,0 +1,269 @@
+"""Issue 34 (session 29, helper B): the sketch check's proof, :mod:`secemb.fss.sketchproof`.
+
+The statements are built here from Python integers: an honest key's ``x = (r z, r^2 z, z)``, a
+two-point key's ``(r1 z1 + r2 z2, r1^2 z1 + r2^2 z2, z1 + z2)`` (``A^2 - BC`` checked non-zero in
+Python ints), the servers' shares a uniform ``x_0`` and ``x - x_0``.  Completeness at ``K = 1``,
+keys not a multiple of the chunk, ``K = 200`` and ``K = 250``, on both backends (the Lagrange rows
+and the seeds' expansion have compiled paths); soundness against a two-point key proved with the
+true proof, with a proof forged so that the circuit's output is zero, and with the single-point
+``x`` of one of its points; a proof share of another ``sigma`` or another ``c_u``; malformed proof
+shares and verifier messages refused; the sizes written out by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import numpy as np
+import pytest
+
+from secemb.errors import InvalidMessage, InvalidParameters
+from secemb.fss import field as F
+from secemb.fss import sketchproof as S
+from secemb.randomness import SEED_BYTES
+
+P = F.P
+
+
+def _honest_key() -> list[int]:
+    r, z = secrets.randbelow(P), secrets.randbelow(P)
+    return [r * z % P, r * r * z % P, z]
+
+
+def _two_point_key(points: list[tuple[int, int]]) -> list[int]:
+    """``x`` of a key whose leaves differ at the given ``(r_x, z_x)`` positions."""
+    return [sum(r * z for r, z in points) % P, sum(r * r * z for r, z in points) % P, sum(z for _, z in points) % P]
+
+
+def _array(rows: list[list[int]]) -> np.ndarray:
+    return np.array(rows, dtype=np.uint64).reshape(len(rows), 3)
+
+
+def _shares(xs: list[list[list[int]]]) -> tuple[np.ndarray, np.ndarray]:
+    """Server 0's uniform shares and server 1's ``x - x_0`` (Python ints), ``uint64 (n, K, 3)`` each."""
+    x0 = [[[secrets.randbelow(P) for _ in range(3)] for _ in key_rows] for key_rows in xs]
+    x1 = [[[(a - b) % P for a, b in zip(k, k0, strict=True)] for k, k0 in zip(dev, dev0, strict=True)]
+          for dev, dev0 in zip(xs, x0, strict=True)]
+    return np.array(x0, dtype=np.uint64), np.array(x1, dtype=np.uint64)
+
+
+def _verify(params: S.SketchParams, xs: list[list[list[int]]], msgs: list[bytes], cus: list[bytes],
+            sigmas: list[bytes], *, server_sigmas: list[bytes] | None = None,
+            queries: list[bytes] | None = None) -> np.ndarray:
+    x0, x1 = _shares(xs)
+    qs = queries or [os.urandom(16) for _ in xs]
+    v0 = S.verifier_messages(params, x0, S.parse(params, msgs), cus, qs)
+    v1 = S.verifier_messages(params, x1, S.server1_shares(params, server_sigmas or sigmas), cus, qs)
+    # through the wire, as server 1 sends them
+    v1w, refused = S.parse_verifier_messages(params, S.encode_verifier_messages(params, v1), len(xs))
+    assert not refused.any()
+    return S.decide(params, v0, v1w, cus)
+
+
+def _seeds(n: int) -> list[bytes]:
+    return [os.urandom(16) for _ in range(n)]
+
+
+def test_sizes_written_out() -> None:
+    """ML-100K's cuckoo (250 keys) and full (200 keys) layouts, and the smallest: by hand, and the
+    chunk checked minimal against every ``c`` up to ``K``."""
+    for keys, chunk, calls, elements, nbytes, vlen in ((250, 9, 28, 113, 904, 57), (200, 8, 25, 101, 808, 51),
+                                                       (1, 1, 1, 11, 88, 9)):
+        p = S.SketchParams(keys)
+        assert (p.chunk, p.calls, p.wires, p.proof_length, p.proof_bytes, p.verifier_length, p.verifier_bytes) == (
+            chunk, calls, 3 * chunk, elements, nbytes, vlen, 8 * vlen)
+    for keys in (1, 2, 3, 7, 30, 99, 250, 1000):
+        lengths = [6 * c + 2 * -(-keys // c) + 3 for c in range(1, keys + 1)]
+        best = min(lengths)
+        assert S.SketchParams(keys).proof_length == best
+        assert S.SketchParams(keys).chunk == lengths.index(best) + 1
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(InvalidParameters):
+            S.SketchParams(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("keys", [1, 7, 17, 37, 200, 250])
+def test_honest_devices_pass(keys: int, backend: str) -> None:
+    params = S.SketchParams(keys)
+    if keys in (17, 37):
+        assert keys % params.chunk, "a key count that is not a multiple of the chunk"
+    n = 6
+    for _ in range(3):
+        xs = [[_honest_key() for _ in range(keys)] for _ in range(n)]
+        cus, sigmas = _seeds(n), _seeds(n)
+        msgs = [S.prove(params, _array(x), cu, sg) for x, cu, sg in zip(xs, cus, sigmas, strict=True)]
+        assert all(len(m) == params.proof_bytes for m in msgs)
+        assert _verify(params, xs, msgs, cus, sigmas).tolist() == [True] * n
+
+
+def test_zero_keys_pass(backend: str) -> None:
+    """Keys whose leaves do not differ at all (``x = 0``) are honest too."""
+    params = S.SketchParams(13)
+    xs = [[[0, 0, 0]] * 13, [_honest_key() for _ in range(12)] + [[0, 0, 0]]]
+    cus, sigmas = _seeds(2), _seeds(2)
+    msgs = [S.prove(params, _array(x), cu, sg) for x, cu, sg in zip(xs, cus, sigmas, strict=True)]
+    assert _verify(params, xs, msgs, cus, sigmas).tolist() == [True, True]
+
+
+def _cheater(keys: int, bad_key: int) -> tuple[list[list[int]], list[list[int]]]:
+    """A device's true ``x`` with one two-point key, and the ``x`` it would claim: that key's
+    single-point ``x`` at its first position."""
+    first, second = (secrets.randbelow(P), secrets.randbelow(P - 1) + 1), (secrets.randbelow(P),
+                                                                            secrets.randbelow(P - 1) + 1)
+    true = [_honest_key() for _ in range(keys)]
+    true[bad_key] = _two_point_key([first, second])
+    a, b, c = true[bad_key]
+    assert (a * a - b * c) % P != 0, "the two-point key breaks A^2 = B C"
+    claimed = [list(k) for k in true]
+    claimed[bad_key] = _two_point_key([first])
+    return true, claimed
+
+
+@pytest.mark.parametrize("how", ["true", "forged", "single-point"])
+@pytest.mark.parametrize("keys", [37, 250])
+def test_two_point_key_rejected(how: str, keys: int, backend: str) -> None:
+    params = S.SketchParams(keys)
+    n, m = 5, params.calls
+    for trial in range(3):
+        cheat, bad_key = secrets.randbelow(n), secrets.randbelow(keys)
+        xs = [[_honest_key() for _ in range(keys)] for _ in range(n)]
+        true, claimed = _cheater(keys, bad_key)
+        xs[cheat] = true
+        cus, sigmas = _seeds(n), _seeds(n)
+        msgs = [S.prove(params, _array(x), cu, sg) if i != cheat else b"" for i, (x, cu, sg)
+                in enumerate(zip(xs, cus, sigmas, strict=True))]
+        with pytest.raises(InvalidParameters, match=f"key {bad_key} has A"):
+            S.prove(params, _array(true), cus[cheat], sigmas[cheat])
+        rng = os.urandom
+        if how == "single-point":  # an honest proof of the statement it claims, not of the servers' x
+            proof = S._prove_inputs(params, _array(claimed), cus[cheat], sigmas[cheat], rng)
+        else:
+            proof = S._prove_inputs(params, _array(true), cus[cheat], sigmas[cheat], rng)
+        if how == "forged":  # the last call's output moved so that sum_j r_j g(j) = 0 (in Python ints)
+            r = [int(v) for v in S._coefficients(params, [cus[cheat]])[0][0]]
+            g = [int(v) for v in proof[2 * params.wires:]]
+            total = sum(rj * gj for rj, gj in zip(r, g[1 : m + 1], strict=True)) % P
+            g[m] = (g[m] - total * pow(r[m - 1], P - 2, P)) % P
+            assert sum(rj * gj for rj, gj in zip(r, g[1 : m + 1], strict=True)) % P == 0
+            proof[2 * params.wires + m] = g[m]
+        msgs[cheat] = S._share(params, proof, sigmas[cheat])
+        ok = _verify(params, xs, msgs, cus, sigmas)
+        assert ok.tolist() == [i != cheat for i in range(n)], (how, trial)
+
+
+def test_other_sigma_or_seed_fails(backend: str) -> None:
+    params = S.SketchParams(40)
+    n = 4
+    xs = [[_honest_key() for _ in range(40)] for _ in range(n)]
+    cus, sigmas = _seeds(n), _seeds(n)
+    msgs = [S.prove(params, _array(x), cu, sg) for x, cu, sg in zip(xs, cus, sigmas, strict=True)]
+    other = list(sigmas)
+    other[1] = os.urandom(16)
+    assert _verify(params, xs, msgs, cus, sigmas, server_sigmas=other).tolist() == [True, False, True, True]
+    proved_under = list(cus)
+    proved_under[2] = os.urandom(16)  # the device proved under another c_u than the servers check
+    msgs[2] = S.prove(params, _array(xs[2]), proved_under[2], sigmas[2])
+    assert _verify(params, xs, msgs, cus, sigmas).tolist() == [True, True, False, True]
+    # the range proof's expansion of the same sigma is not this proof's share (an independent stream)
+    assert not np.array_equal(S.server1_shares(params, sigmas[:1])[0], F.expand(sigmas[0], params.proof_length))
+
+
+def test_server1_messages_under_another_query() -> None:
+    """Server 1's answers to one proof under two query seeds: the same ``z`` share, every opened
+    (masked) value different."""
+    params = S.SketchParams(30)
+    xs = [[_honest_key() for _ in range(30)]]
+    cu, sigma = _seeds(1), _seeds(1)
+    _, x1 = _shares(xs)
+    share = S.server1_shares(params, sigma)
+    a = S.verifier_messages(params, x1, share, cu, [os.urandom(16)])
+    b = S.verifier_messages(params, x1, share, cu, [os.urandom(16)])
+    assert a[0, 0] == b[0, 0]
+    assert np.all(a[0, 1:] != b[0, 1:])
+
+
+def test_query_points_avoid_the_nodes() -> None:
+    params = S.SketchParams(250)
+    points = S._points(params, _seeds(2000))
+    assert points.min() >= params.gadget_nodes and points.max() < P
+    assert np.all(points[:, 0] != points[:, 1])
+
+
+def test_malformed_proof_shares_refused() -> None:
+    params = S.SketchParams(20)
+    assert params.proof_bytes == 8 * (6 * 2 + 2 * 10 + 3)  # c = 2, M = 10
+    good = S.prove(params, _array([_honest_key() for _ in range(20)]), os.urandom(16), os.urandom(16))
+    S.check_message(params, good)
+    S.check_message(params, memoryview(good))
+    for bad, what in ((good[:-1], "expected 280 bytes, got 279 bytes"), (good + b"\0" * 8, "got 288 bytes"),
+                      ("x" * 280, "got str"), (None, "got NoneType")):
+        with pytest.raises(InvalidMessage, match=what):
+            S.check_message(params, bad)
+    for position in (0, params.proof_length // 2, params.proof_length - 1):
+        for word in (P, P + 1, 2**64 - 1):
+            data = bytearray(good)
+            data[8 * position : 8 * position + 8] = word.to_bytes(8, "little")
+            with pytest.raises(InvalidMessage, match="sketch proof 1: an element is not below p"):
+                S.parse(params, [good, bytes(data)])
+    almost = bytearray(good)
+    almost[:8] = (P - 1).to_bytes(8, "little")
+    assert int(S.parse(params, [bytes(almost)])[0, 0]) == P - 1
+
+
+def test_verifier_messages_wire_format() -> None:
+    params = S.SketchParams(20)
+    n, width = 3, params.verifier_length
+    v = np.array([[secrets.randbelow(P) for _ in range(width)] for _ in range(n)], dtype=np.uint64)
+    refused = np.array([False, True, False])
+    data = S.encode_verifier_messages(params, v, refused)
+    assert len(data) == n * params.verifier_bytes
+    assert data[params.verifier_bytes : 2 * params.verifier_bytes] == b"\xff" * params.verifier_bytes
+    got, got_refused = S.parse_verifier_messages(params, data, n)
+    assert got_refused.tolist() == [False, True, False]
+    assert np.array_equal(got[[0, 2]], v[[0, 2]]) and not got[1].any()
+    with pytest.raises(InvalidMessage, match="expected"):
+        S.parse_verifier_messages(params, data[:-1], n)
+    with pytest.raises(InvalidMessage, match="expected"):
+        S.parse_verifier_messages(params, data, n + 1)
+    for word in (P, 2**64 - 1):  # one bad word (a row of 0xff bytes but one is no refusal either)
+        bad = bytearray(data)
+        bad[8:16] = word.to_bytes(8, "little")
+        with pytest.raises(InvalidMessage, match="message 0: an element is not below p"):
+            S.parse_verifier_messages(params, bytes(bad), n)
+    partial = bytearray(data)
+    partial[params.verifier_bytes : params.verifier_bytes + 8] = (5).to_bytes(8, "little")
+    with pytest.raises(InvalidMessage, match="message 1"):
+        S.parse_verifier_messages(params, bytes(partial), n)
+    with pytest.raises(InvalidParameters):
+        S.encode_verifier_messages(params, v, np.array([True, False]))
+    with pytest.raises(InvalidMessage):
+        S.decide(params, v, v[:2], _seeds(3))
+    over = v.copy()
+    over[0, 0] = P
+    with pytest.raises(InvalidMessage, match="not below p"):
+        S.decide(params, v, over, _seeds(3))
+
+
+def test_arguments_checked() -> None:
+    params = S.SketchParams(5)
+    x = _array([_honest_key() for _ in range(5)])
+    seed = os.urandom(SEED_BYTES)
+    for bad_x in (x[:4], x.astype(np.int64), x.tolist()):
+        with pytest.raises(InvalidParameters, match="x must be"):
+            S.prove(params, bad_x, seed, seed)  # type: ignore[arg-type]
+    over = x.copy()
+    over[0, 0] = P
+    with pytest.raises(InvalidParameters, match="below p"):
+        S.prove(params, over, seed, seed)
+    with pytest.raises(InvalidParameters, match="seed must be 16 bytes"):
+        S.prove(params, x, seed[:15], seed)
+    with pytest.raises(InvalidParameters, match="sigma must be 16 bytes"):
+        S.prove(params, x, seed, "s" * 16)  # type: ignore[arg-type]
+    proofs = S.server1_shares(params, [seed])
+    with pytest.raises(InvalidParameters, match="queries: expected 1 seeds"):
+        S.verifier_messages(params, x[None], proofs, [seed], [])
+    with pytest.raises(InvalidParameters, match="proofs must be"):
+        S.verifier_messages(params, x[None], proofs[:, 1:], [seed], [seed])
+    with pytest.raises(InvalidParameters, match="x must be"):
+        S.verifier_messages(params, x, proofs, [seed], [seed])
