@@ -218,11 +218,11 @@ def share_seed(sigma: bytes) -> bytes:
 
 def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """``r`` ``uint64 (n, M)`` on the calls and ``s`` ``uint64 (n, c)`` on the slots, per device seed
-    ``c_u``: uniform field elements, one SHAKE-128 call a device."""
-    m = params.calls
-    out = np.empty((len(seeds), m + params.chunk), np.uint64)
-    for row, seed in zip(out, seeds, strict=True):
-        row[:] = F.xof(_DOMAIN + b"coefficients" + seed, m + params.chunk)
+    ``c_u``: uniform field elements, :func:`secemb.fss.field.xof` of ``domain || "coefficients" ||
+    c_u`` (one SHAKE-128 call a device, reduced as one batch)."""
+    m, width = params.calls, params.calls + params.chunk
+    data = b"".join(hashlib.shake_128(_DOMAIN + b"coefficients" + seed).digest(16 * width) for seed in seeds)
+    out = F.from_uniform_bytes(data, len(seeds) * width).reshape(len(seeds), width)
     return out[:, :m], out[:, m:]
 
 

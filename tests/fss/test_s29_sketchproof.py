@@ -12,6 +12,7 @@ shares and verifier messages refused; the sizes written out by hand.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 
@@ -267,3 +268,17 @@ def test_arguments_checked() -> None:
         S.verifier_messages(params, x[None], proofs[:, 1:], [seed], [seed])
     with pytest.raises(InvalidParameters, match="x must be"):
         S.verifier_messages(params, x, proofs, [seed], [seed])
+
+
+def test_coefficients_from_the_seed() -> None:
+    """``r || s`` are the 16-byte little-endian integers of SHAKE-128(domain || "coefficients" || c_u)
+    reduced mod ``p`` (written out with hashlib and Python ints), a batch's devices each their own."""
+    params = S.SketchParams(250)
+    width = params.calls + params.chunk
+    seeds = _seeds(3)
+    r, s = S._coefficients(params, seeds)
+    assert r.shape == (3, params.calls) and s.shape == (3, params.chunk)
+    for i, seed in enumerate(seeds):
+        blob = hashlib.shake_128(b"secemb/fss/sketchproof/v1/coefficients" + seed).digest(16 * width)
+        want = [int.from_bytes(blob[16 * j : 16 * j + 16], "little") % P for j in range(width)]
+        assert [int(v) for v in r[i]] + [int(v) for v in s[i]] == want
