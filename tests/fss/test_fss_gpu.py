@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes  # 
 
 from secemb import fss  # noqa: E402
 from secemb.errors import InvalidParameters  # noqa: E402
-from secemb.fss import gpu, tree  # noqa: E402
+from secemb.fss import field, gpu, sketch, tree  # noqa: E402
 from secemb.fss.cuckoo import CuckooLayout  # noqa: E402
 from secemb.fss.fused import RETRIEVAL_TAG  # noqa: E402
 from secemb.fss.gpu import evaluate as gpu_eval  # noqa: E402
@@ -42,13 +42,11 @@ from secemb.randomness import CtrDrbg  # noqa: E402
 DEV = gpu.device()
 
 
-def _cpu(layout, party: int, keys, table: np.ndarray, width: int, check: tuple | None = None):  # noqa: ANN001, ANN202
+def _cpu(layout, party: int, keys, table: np.ndarray, width: int):  # noqa: ANN001, ANN202
     """The CPU evaluation of the same keys (what a server with the serial backend computes):
-    the answers, bits and folded part, and with ``check = (cs, r, per_user)`` (issue 34's
-    point-function check) the keys' check values."""
+    the answers, bits and folded part."""
     handle = SerialBackend().publish(evaluation_form(table, layout, 8 * table.dtype.itemsize))
-    out = evaluate_task(("full" if layout == "full" else "cuckoo", party, keys, handle, width, None, check))
-    return out[:3] if check is None else out[:4]
+    return evaluate_task(("full" if layout == "full" else "cuckoo", party, keys, handle, width, None, None))[:3]
 
 
 def _words(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -246,7 +244,7 @@ def test_warm_up_launches_every_kernel_variant(capsys: pytest.CaptureFixture[str
 
     rows = list(warmup.warm_up(DEV))
     assert [r.variant for r in rows] == [
-        "mmo_kernel", "level_kernel", "check_kernel",
+        "mmo_kernel", "level_kernel", "sketch_kernel",
         "retrieval_kernel Z_2^32", "ring_matmul_kernel Z_2^32", "convert_sum_kernel Z_2^32",
         "retrieval_kernel Z_2^64", "ring_matmul_kernel Z_2^64", "convert_sum_kernel Z_2^64"]
     assert all(r.first_s > 0 and r.second_s > 0 for r in rows)
@@ -265,77 +263,123 @@ def test_warm_up_launches_every_kernel_variant(capsys: pytest.CaptureFixture[str
     assert captured.out == "" and captured.err == "error: no CUDA device\n"
 
 
-def _check_args(rng: np.random.Generator, keys: int, per_user: int, size: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(cs, r, per_user)`` of a :class:`~secemb.fss.verify.LeafCheck`: random check words and
-    the challenges of ``keys / per_user`` users over ``size`` positions."""
-    from secemb.fss.verify import challenges
+def _seeds(rng: np.random.Generator, devices: int, size: int) -> sketch.Expanded:
+    """The sketch seeds of ``devices`` devices (public test data) expanded over ``size`` positions."""
+    return sketch.expand([rng.bytes(sketch.SKETCH_SEED_BYTES) for _ in range(devices)], size)
 
-    cs = rng.integers(0, 2**64, (keys, 4), dtype=np.uint64)
-    return cs, challenges(rng.integers(0, 2**64, (keys // per_user, 2), dtype=np.uint64), size), per_user
+
+def _cpu_sketch(path: fss.PathKeys, expanded: sketch.Expanded, per_user: int) -> np.ndarray:
+    """The keys' sketch values as the CPU walk computes them (:class:`SketchCheck` over
+    :func:`~secemb.fss.tree.leaf_groups`)."""
+    want = sketch.SketchCheck(expanded, per_user)
+    for r0, r1, group in tree.leaf_groups(path):
+        want.add(r0, r1, group)
+    return want.values
+
+
+def _sketch_by_hand(leaves: np.ndarray, expanded: sketch.Expanded, per_user: int) -> np.ndarray:
+    """``(sum r z, sum r^2 z, sum z)`` mod ``p`` per key in Python integers, ``z`` the OpenSSL MMO
+    block of each leaf word (uint64 (K, L, 2)) under its device's key read as a little-endian
+    integer: the definition (docs/security.md), computed apart from both implementations."""
+    p = (1 << 61) - 1
+    out = []
+    for k, row in enumerate(leaves):
+        u = k // per_user
+        enc = Cipher(algorithms.AES(expanded.keys[u].tobytes()), modes.ECB()).encryptor()
+        sums = [0, 0, 0]
+        for x, word in enumerate(row):
+            block = word.astype("<u8").tobytes()
+            z = int.from_bytes(bytes(a ^ b for a, b in zip(enc.update(block), block, strict=True)), "little") % p
+            r = int(expanded.r[u, x])
+            sums = [(sums[0] + r * z) % p, (sums[1] + r * r * z) % p, (sums[2] + z) % p]
+        out.append(sums)
+    return np.array(out, np.uint64).reshape(len(leaves), 3)
+
+
+def _sketch_tensors(expanded: sketch.Expanded) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rk = gpu_eval.sketch_round_keys(expanded, DEV)
+    r, r2 = (torch.from_numpy(a.copy().view(np.int64)).to(DEV) for a in (expanded.r, expanded.r2))
+    return rk, r, r2
 
 
 @pytest.mark.parametrize("party", [0, 1])
-def test_leaf_checks_match_the_cpu_walk_in_slices_and_chunks(monkeypatch: pytest.MonkeyPatch, party: int) -> None:
-    """The check kernel's values equal :class:`~secemb.fss.verify.LeafCheck` over the CPU walk's
-    leaf groups (the padded domain, 13 items -> 16 leaves), bit for bit: keys given in two chunks
-    (``key0``), each key's positions split into slices of several blocks (tiny blocks), and a
-    two-points key (its last level's correction word altered) among them."""
-    from secemb.fss.verify import LeafCheck
-
+def test_leaf_sketches_match_the_cpu_walk_in_slices_and_chunks(monkeypatch: pytest.MonkeyPatch, party: int) -> None:
+    """The sketch kernel's values equal :class:`~secemb.fss.sketch.SketchCheck` over the CPU
+    walk's leaf groups (the padded domain, 13 items -> 16 leaves) and the definition in Python
+    integers, bit for bit: keys given in two chunks (``key0``), each key's positions split into
+    slices of several blocks (tiny blocks), each device under its own AES key, and a two-points
+    key (its last level's correction word altered) among them."""
     m = 13
     p0, p1, _ = fss.gen_path(np.array([1, 5, 12, 0]), m, _rng=CtrDrbg(3))
     path = (p0, p1)[party]
     path.cw_seed[2, -1, 1] ^= np.uint64(1 << 40)  # key 2 differs from its pair below its last level
     mp = tree.padded_leaves(path.params)
     assert mp == 16
-    cs, r, per_user = _check_args(np.random.default_rng(party), 4, 2, mp)
-    want = LeafCheck(cs, r, per_user)
-    for r0, r1, group in tree.leaf_groups(path):
-        want.add(r0, r1, group)
+    expanded, per_user = _seeds(np.random.default_rng(party), 2, mp), 2
+    want = _cpu_sketch(path, expanded, per_user)
     leaves = gpu_eval.expand(path, DEV, mp)
-    assert np.array_equal(leaves.cpu().numpy().view(np.uint64)[:, :m], tree.expand(path))
+    assert np.array_equal(want, _sketch_by_hand(leaves.cpu().numpy().view(np.uint64), expanded, per_user))
     monkeypatch.setattr(gpu_eval, "_block", lambda: 4)  # 16 positions: 3 slices of up to 2 blocks per key
-    monkeypatch.setattr(gpu_eval, "CHECK_PROGRAMS", 8)
-    out = torch.zeros((4, 4), dtype=torch.int64, device=DEV)
-    cs_t, r_t = (torch.from_numpy(a.view(np.int64)).to(DEV) for a in (cs, r))
-    gpu_eval.leaf_checks(leaves[:3], cs_t, r_t, per_user, out)
-    gpu_eval.leaf_checks(leaves[3:], cs_t, r_t, per_user, out, key0=3)
-    assert np.array_equal(out.cpu().numpy().view(np.uint64), want.values)
+    monkeypatch.setattr(gpu_eval, "SKETCH_PROGRAMS", 8)
+    rk, r, r2 = _sketch_tensors(expanded)
+    got = np.concatenate([gpu_eval.leaf_sketches(leaves[:3], rk, r, r2, per_user),
+                          gpu_eval.leaf_sketches(leaves[3:], rk, r, r2, per_user, key0=3)])
+    assert got.dtype == np.uint64 and np.array_equal(got, want)
     with pytest.raises(InvalidParameters, match="do not fit"):
-        gpu_eval.leaf_checks(leaves[2:], cs_t, r_t, per_user, out, key0=3)  # keys past the batch
+        gpu_eval.leaf_sketches(leaves[2:], rk, r, r2, per_user, key0=3)  # keys past the batch
     with pytest.raises(InvalidParameters, match="do not fit"):
-        gpu_eval.leaf_checks(leaves[:, :m], cs_t, r_t, per_user, out)  # not the padded domain
-    with pytest.raises(InvalidParameters, match=r"leaves per key must be in \[13, 16\]"):
-        gpu_eval.expand(path, DEV, 17)
+        gpu_eval.leaf_sketches(leaves[:, :m], rk, r, r2, per_user)  # not the padded domain
+    with pytest.raises(InvalidParameters, match="do not fit"):
+        gpu_eval.leaf_sketches(leaves, rk[:1], r, r2, per_user)  # a device's round keys missing
+    with pytest.raises(InvalidParameters, match="do not fit"):
+        gpu_eval.leaf_sketches(leaves[0], rk, r, r2, per_user)  # not (keys, leaves, 2)
+
+
+def test_leaf_sketches_at_the_field_edges_and_across_many_lanes() -> None:
+    """The kernel's arithmetic mod ``p`` where it can overflow: every coefficient ``p - 1`` (its
+    square 1), all-zero and all-ones leaf words, over 300 leaves a key (many lanes and blocks
+    summed); against the definition in Python integers."""
+    p = (1 << 61) - 1
+    rng = np.random.default_rng(11)
+    keys, size = 3, 300
+    words = rng.integers(0, 2**64, (keys, size, 2), dtype=np.uint64)
+    words[0] = 0
+    words[1] = np.uint64(2**64 - 1)
+    ex = sketch.Expanded(keys=rng.integers(0, 256, (keys, 16), dtype=np.uint8),
+                         r=np.full((keys, size), p - 1, np.uint64), r2=np.ones((keys, size), np.uint64))
+    rk, r, r2 = _sketch_tensors(ex)
+    got = gpu_eval.leaf_sketches(torch.from_numpy(words.view(np.int64)).to(DEV), rk, r, r2, 1)
+    assert np.array_equal(got, _sketch_by_hand(words, ex, 1))
 
 
 @pytest.mark.parametrize(("layout", "ring_bits", "party", "budget"),
                          [("full", 32, 1, None), ("full", 64, 0, 1), ("cuckoo", 64, 1, None), ("cuckoo", 32, 0, 1)])
-def test_evaluation_with_the_check_matches_cpu(monkeypatch: pytest.MonkeyPatch, layout: str, ring_bits: int,
-                                               party: int, budget: int | None) -> None:
-    """With the point-function check (verified uploads), the device evaluation's answers, bits,
-    folded part and the keys' check values equal the CPU task's, whole or in per-user chunks
-    (``budget = 1``); full layout: 2 users of 2 keys over 21 items (padded to 32), cuckoo: 2 users
-    over the 3 buckets of a 10-item layout.  The check values are added into the check's."""
-    from secemb.fss.verify import LeafCheck
-
+def test_evaluation_with_the_sketch_matches_cpu(monkeypatch: pytest.MonkeyPatch, layout: str, ring_bits: int,
+                                                party: int, budget: int | None) -> None:
+    """With the sketch check (verified uploads), the device evaluation's answers, bits and
+    folded part equal the CPU task's and the keys' sketch values the CPU walk's, whole or in
+    per-user chunks (``budget = 1``); full layout: 2 users of 2 keys over 21 items (padded to
+    32), cuckoo: 2 users over the 3 buckets of a 10-item layout.  The values are added, mod
+    ``p``, into the check's."""
     rng = np.random.default_rng(ring_bits + party)
     cuckoo = CuckooLayout(10, 3, seed=5) if layout == "cuckoo" else None
     m = 21 if cuckoo is None else cuckoo.bucket_size
     keys = _retrieval_keys(rng.integers(0, m, 4 if cuckoo is None else 6), m, ring_bits, seed=7)[party]
     table = _table(rng, 21 if cuckoo is None else 10, 3, ring_bits)
     per_user = 2 if cuckoo is None else 3
-    args = _check_args(rng, len(keys), per_user, tree.padded_leaves(keys.params))
-    want = _cpu(layout if cuckoo is None else cuckoo, party, keys, table, 2, args)
+    mp = tree.padded_leaves(keys.params)
+    expanded = _seeds(rng, 2, mp)
+    want = (*_cpu(layout if cuckoo is None else cuckoo, party, keys, table, 2),
+            field.add(_cpu_sketch(keys.path, expanded, per_user), np.uint64(field.P - 1)))
     if budget is not None:
         monkeypatch.setattr(gpu_eval, "LEAF_BUDGET", budget)
-    check = LeafCheck(*args)
-    check.values[:] = 1  # the device's values are added to what is there
+    check = sketch.SketchCheck(expanded, per_user)
+    check.values[:] = field.P - 1  # the device's values are added to what is there, mod p
     got = gpu.DeviceTable(table, layout if cuckoo is None else cuckoo, DEV).evaluate(party, keys, 2, check)
-    _assert_same((*got, check.values - np.uint64(1)), want)
+    _assert_same((*got, check.values), want)
     with pytest.raises(InvalidParameters, match="does not fit"):
         gpu.DeviceTable(table, layout if cuckoo is None else cuckoo, DEV).evaluate(
-            party, keys, 2, LeafCheck(args[0], args[1][:, : m - 1], per_user))
+            party, keys, 2, sketch.SketchCheck(_seeds(rng, 2, mp // 2), per_user))
 
 
 @pytest.mark.parametrize("ring_bits", [32, 64])

@@ -31,9 +31,9 @@ VARIANTS = [
     (k.level_kernel, {"x_ptr": "*i64", "out_ptr": "*i64", "cw_ptr": "*i64", "parents": "i32", "need": "i32",
                       "level": "i32", "depth": "i32", "total": "i32", "rkl_ptr": "*i32", "rkr_ptr": "*i32",
                       "tab_ptr": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 256}),
-    (k.check_kernel, {"leaf_ptr": "*i64", "cs_ptr": "*i64", "pos_ptr": "*i64", "r_ptr": "*i64", "out_ptr": "*i64",
-                      "key0": "i32", "stride": "i32", "per_user": "i32", "span": "i32", "rk_ptr": "*i32",
-                      "tab_ptr": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 256}),
+    (k.sketch_kernel, {"leaf_ptr": "*i64", "rk_ptr": "*i32", "r_ptr": "*i64", "r2_ptr": "*i64", "out_ptr": "*i64",
+                       "key0": "i32", "stride": "i32", "per_user": "i32", "span": "i32", "tab_ptr": "*i32",
+                       "BLOCK": "constexpr"}, {"BLOCK": 256}),
 ]
 for r64 in (False, True):
     ring = "*i64" if r64 else "*i32"

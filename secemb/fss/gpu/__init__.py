@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from secemb.fss.cuckoo import CuckooLayout
     from secemb.fss.keys import DPFKeys
-    from secemb.fss.verify import LeafCheck
+    from secemb.fss.sketch import SketchCheck
 
 __all__ = ["DeviceTable", "cuda_device", "device", "interpreting"]
 
@@ -114,9 +114,9 @@ class DeviceTable:
         return int(self.data.shape[0])
 
     def evaluate(self, party: int, keys: DPFKeys, width: int,
-                 check: LeafCheck | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 check: SketchCheck | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:func:`secemb.fss.gpu.evaluate.evaluate` of ``keys`` against this table (with
-        ``check``, the keys' point-function check values are added into ``check.values``)."""
+        ``check``, the keys' sketch values are added into ``check.values``)."""
         from secemb.fss.gpu.evaluate import evaluate
 
         return evaluate(party, keys, self, width, check)

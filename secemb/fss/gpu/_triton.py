@@ -19,8 +19,9 @@ Kernels:
 * :func:`convert_sum_kernel`: ``acc[g, p] += sum_u Convert_agg(s[u G + g, p])`` (the
   aggregation's conversion and scatter over keys: ``G = 1`` for the full layout, ``B``
   buckets for the cuckoo layout), one program per (leaf block, conversion block), no atomics;
-* :func:`check_kernel`: the point-function check values of :class:`secemb.fss.verify.LeafCheck`
-  from the same leaves (two MMO blocks per leaf, then the challenge products summed per key);
+* :func:`sketch_kernel`: the sketch values of :class:`secemb.fss.sketch.SketchCheck` from the
+  same leaves (one MMO block per leaf under its device's key, reduced into ``F_p``, ``p = 2^61 -
+  1``, then the products with the device's coefficients summed per key);
 * :func:`ring_matmul_kernel`: ``out[u, g] = sum_p e[u, g, p] T[g, p]`` in the ring (the
   retrieval inner product with the table or with bucket ``g`` 's rows, and the aggregation's
   control-bit products).
@@ -244,58 +245,83 @@ def convert_sum_kernel(  # noqa: ANN201
         _add_out(acc_ptr, base, width, 4 * jv + 3, a3, mask, RING64)
 
 
+@triton.jit
+def _red64(w):  # noqa: ANN001, ANN202
+    """``w mod p`` (``p = 2^61 - 1``) of uint64 ``w``, in ``[0, p)``."""
+    s = (w & 0x1FFFFFFFFFFFFFFF) + (w >> 61)  # < 2^61 + 8
+    return tl.where(s >= 0x1FFFFFFFFFFFFFFF, s - 0x1FFFFFFFFFFFFFFF, s)
+
+
+@triton.jit
+def _red128(hi, lo):  # noqa: ANN001, ANN202
+    """``(hi 2^64 + lo) mod p`` of uint64 halves, in ``[0, p)`` (``2^64 = 8 mod p``)."""
+    return _red64((hi >> 58) + (((hi << 3) | (lo >> 61)) & 0x1FFFFFFFFFFFFFFF) + (lo & 0x1FFFFFFFFFFFFFFF))
+
+
+@triton.jit
+def _mulp(a, b):  # noqa: ANN001, ANN202
+    """``a b mod p`` of uint64 ``a, b < 2^64`` (the 128-bit product's halves: ``*`` and ``umulhi``)."""
+    return _red128(tl.umulhi(a, b), a * b)
+
+
+@triton.jit
+def _addp(a, b):  # noqa: ANN001, ANN202
+    """``a + b mod p`` of ``a, b`` in ``[0, p)``."""
+    s = a + b
+    return tl.where(s >= 0x1FFFFFFFFFFFFFFF, s - 0x1FFFFFFFFFFFFFFF, s)
+
+
+@triton.jit
+def _sum_p(v):  # noqa: ANN001, ANN202
+    """The sum mod ``p`` of a block of uint64 ``v`` in ``[0, p)`` (at most 2^31 of them): the
+    low and high 32-bit halves summed apart (no wrap), then joined mod ``p``."""
+    lo = tl.sum(v & 0xFFFFFFFF, axis=0).to(tl.uint64)
+    hi = tl.sum(v >> 32, axis=0).to(tl.uint64)
+    return _addp(_mulp(_red64(hi), (1 << 32) + tl.zeros_like(hi)), _red64(lo))
+
+
 @triton.jit(do_not_specialize=["key0", "stride", "per_user", "span"])
-def check_kernel(  # noqa: ANN201
-    leaf_ptr, cs_ptr, pos_ptr, r_ptr, out_ptr, key0, stride, per_user, span, rk_ptr, tab_ptr,  # noqa: ANN001
+def sketch_kernel(  # noqa: ANN201
+    leaf_ptr, rk_ptr, r_ptr, r2_ptr, out_ptr, key0, stride, per_user, span, tab_ptr,  # noqa: ANN001
     BLOCK: tl.constexpr,  # noqa: N803
 ):
-    """The point-function check (:class:`secemb.fss.verify.LeafCheck`) of a chunk of keys:
-    ``out[k] += sum_x r[k // per_user, x] * (F(w_k(x)) ^ t_k(x) (cs[k] ^ H(x)))`` word-wise
-    mod 2^64 over ``x < stride`` (the padded domain), ``k = key0 + i`` for the chunk's key
-    ``i``; ``F`` the two MMO counter blocks ``(0, 0)``, ``(0, 1)`` under ``rk`` (``Convert_leaf``),
-    ``t`` bit 0 of the leaf word.  Leaves int64 (chunk, stride, 2); ``cs``, ``out`` int64 (K, 4)
-    over the batch, ``pos`` int64 (stride, 4) (``H``), ``r`` int64 (U, stride, 4).
+    """The sketch (:class:`secemb.fss.sketch.SketchCheck`) of a chunk of keys, in ``F_p``,
+    ``p = 2^61 - 1``: for the chunk's key ``i`` (``k = key0 + i``, device ``u = k // per_user``)
+    over positions ``x`` of slice ``s``, ``z = (AES_{k_u}(w) ^ w) mod p`` of the leaf word ``w``
+    read as ``hi 2^64 + lo`` and the sums ``(sum r_x z, sum r2_x z, sum z)`` mod ``p``.  Leaves
+    int64 (chunk, stride, 2) (the padded domain); ``rk`` int32 (U, 44) each device's round keys
+    (:func:`secemb.fss.gpu.tables.expand_key`), ``r``, ``r2`` int64 (U, stride) in ``[0, p)``;
+    ``out`` int64 (chunk, slices, 3): program ``(i, s)`` writes its three sums, in ``[0, p)``,
+    to ``out[i, s]`` (no atomics: the caller adds the slices mod ``p``).
 
-    Grid: (chunk, ceil(stride / span)): program ``(i, s)`` sums positions ``[s span, (s + 1)
-    span)`` of key ``i`` (``span`` a multiple of ``BLOCK``) and adds its four sums to ``out[k]``
-    by integer atomics, exact and order-independent in the ring."""
+    Grid: (chunk, slices = ceil(stride / span)): program ``(i, s)`` sums positions ``[s span,
+    (s + 1) span)`` (``span`` a multiple of ``BLOCK``)."""
     i = tl.program_id(0)
-    k = key0 + i
-    x0 = tl.program_id(1) * span
+    s = tl.program_id(1)
+    u = ((key0 + i) // per_user).to(tl.int64)
+    x0 = s * span
     x1 = tl.minimum(x0 + span, stride)
-    c0 = tl.load(cs_ptr + 4 * k).to(tl.uint64, bitcast=True)
-    c1 = tl.load(cs_ptr + 4 * k + 1).to(tl.uint64, bitcast=True)
-    c2 = tl.load(cs_ptr + 4 * k + 2).to(tl.uint64, bitcast=True)
-    c3 = tl.load(cs_ptr + 4 * k + 3).to(tl.uint64, bitcast=True)
-    rows = r_ptr + (k // per_user).to(tl.int64) * stride * 4
-    a0 = tl.zeros((BLOCK,), tl.uint64)
-    a1 = tl.zeros((BLOCK,), tl.uint64)
-    a2 = tl.zeros((BLOCK,), tl.uint64)
-    a3 = tl.zeros((BLOCK,), tl.uint64)
+    rk = rk_ptr + u * 44
+    rows = u * stride
+    a = tl.zeros((BLOCK,), tl.uint64)
+    b = tl.zeros((BLOCK,), tl.uint64)
+    c = tl.zeros((BLOCK,), tl.uint64)
     for p0 in range(x0, x1, BLOCK):
         x = p0 + tl.arange(0, BLOCK)
         mask = x < x1
         lo, hi = _load_word(leaf_ptr, i * stride + x, mask)
-        o0, o1, o2, o3 = _mmo(lo, hi, rk_ptr, tab_ptr)
-        q0, q1, q2, q3 = _mmo(lo, hi ^ 1, rk_ptr, tab_ptr)
-        t = (lo & 1) != 0
-        h0 = tl.load(pos_ptr + 4 * x, mask=mask, other=0).to(tl.uint64, bitcast=True)
-        h1 = tl.load(pos_ptr + 4 * x + 1, mask=mask, other=0).to(tl.uint64, bitcast=True)
-        h2 = tl.load(pos_ptr + 4 * x + 2, mask=mask, other=0).to(tl.uint64, bitcast=True)
-        h3 = tl.load(pos_ptr + 4 * x + 3, mask=mask, other=0).to(tl.uint64, bitcast=True)
-        # masked positions read r = 0 and add nothing
-        r0 = tl.load(rows + 4 * x, mask=mask, other=0).to(tl.uint64, bitcast=True)
-        r1 = tl.load(rows + 4 * x + 1, mask=mask, other=0).to(tl.uint64, bitcast=True)
-        r2 = tl.load(rows + 4 * x + 2, mask=mask, other=0).to(tl.uint64, bitcast=True)
-        r3 = tl.load(rows + 4 * x + 3, mask=mask, other=0).to(tl.uint64, bitcast=True)
-        a0 += (_join(o0, o1) ^ tl.where(t, c0 ^ h0, 0)) * r0
-        a1 += (_join(o2, o3) ^ tl.where(t, c1 ^ h1, 0)) * r1
-        a2 += (_join(q0, q1) ^ tl.where(t, c2 ^ h2, 0)) * r2
-        a3 += (_join(q2, q3) ^ tl.where(t, c3 ^ h3, 0)) * r3
-    tl.atomic_add(out_ptr + 4 * k, tl.sum(a0, axis=0).to(tl.uint64).to(tl.int64, bitcast=True))
-    tl.atomic_add(out_ptr + 4 * k + 1, tl.sum(a1, axis=0).to(tl.uint64).to(tl.int64, bitcast=True))
-    tl.atomic_add(out_ptr + 4 * k + 2, tl.sum(a2, axis=0).to(tl.uint64).to(tl.int64, bitcast=True))
-    tl.atomic_add(out_ptr + 4 * k + 3, tl.sum(a3, axis=0).to(tl.uint64).to(tl.int64, bitcast=True))
+        o0, o1, o2, o3 = _mmo(lo, hi, rk, tab_ptr)
+        z = tl.where(mask, _red128(_join(o2, o3), _join(o0, o1)), 0)
+        # masked positions read r = 0 and z = 0 and add nothing
+        rx = tl.load(r_ptr + rows + x, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        r2x = tl.load(r2_ptr + rows + x, mask=mask, other=0).to(tl.uint64, bitcast=True)
+        a = _addp(a, _mulp(rx, z))
+        b = _addp(b, _mulp(r2x, z))
+        c = _addp(c, z)
+    slot = out_ptr + (i * tl.num_programs(1) + s) * 3
+    tl.store(slot, _sum_p(a).to(tl.int64, bitcast=True))
+    tl.store(slot + 1, _sum_p(b).to(tl.int64, bitcast=True))
+    tl.store(slot + 2, _sum_p(c).to(tl.int64, bitcast=True))
 
 
 @triton.jit(do_not_specialize=["users", "groups", "m", "d", "m_split"])

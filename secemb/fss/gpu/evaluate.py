@@ -11,10 +11,10 @@ and :func:`~secemb.fss.fused.retrieve_and_prepare_buckets`): for ``K`` keys of o
    product with the table or with each key's bucket (one launch), and the aggregation
    conversion summed over keys onto items or buckets (one launch, ``ceil(w k / 128)``
    conversion blocks per leaf, no atomics: each program owns its output rows);
-3. with the point-function check (verified uploads, :class:`~secemb.fss.verify.LeafCheck`),
-   the walk goes on over the padded domain (:func:`~secemb.fss.tree.padded_leaves`, as the
-   CPU's does) and one more launch folds every leaf into its key's check value
-   (:func:`leaf_checks`): no second walk on the CPU.
+3. with the sketch check (verified uploads, :class:`~secemb.fss.sketch.SketchCheck`), the
+   walk goes on over the padded domain (:func:`~secemb.fss.tree.padded_leaves`, as the CPU's
+   does) and one more launch folds every leaf into its key's sketch values, each device's
+   leaves under its own AES key (:func:`leaf_sketches`): no second walk on the CPU.
 
 At close, the aggregation's control-bit part ``sum_i t[i, j] CW[i]`` is a ring product on the
 device too (:func:`bits_product`, :func:`packed_bits_product`).
@@ -32,15 +32,16 @@ import numpy as np
 import torch
 
 from secemb.errors import InvalidParameters
-from secemb.fss import gpu
+from secemb.fss import field, gpu
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.gpu import _triton as kern
-from secemb.fss.gpu.tables import TABLES, round_keys
+from secemb.fss.gpu.tables import TABLES, expand_key, round_keys
 from secemb.fss.keys import DPFKeys, PathKeys
+from secemb.fss.sketch import SKETCH_WORDS, Expanded, SketchCheck
 from secemb.fss.tree import check_path, padded_leaves
-from secemb.fss.verify import CHECK_WORDS, LEAF_TAG, LeafCheck, position_offsets
 
-__all__ = ["LEAF_BUDGET", "upload_table", "mmo", "expand", "retrieval_shares", "convert_sum", "leaf_checks",
+__all__ = ["LEAF_BUDGET", "upload_table", "mmo", "expand", "retrieval_shares", "convert_sum", "sketch_round_keys",
+           "leaf_sketches",
            "ring_matmul", "bits_product", "packed_bits_product", "evaluate"]
 
 #: leaves of one chunk of keys (16 bytes each, plus the level above: 768 MiB on the device)
@@ -48,8 +49,8 @@ LEAF_BUDGET = 1 << 25
 #: programs a ring product aims for (a few per SM of a large GPU), and its shortest slice
 MATMUL_PROGRAMS = 2048
 MATMUL_MIN_SLICE = 1024
-#: programs the check kernel aims for (it splits each key's positions into slices)
-CHECK_PROGRAMS = 4096
+#: programs the sketch kernel aims for (it splits each key's positions into slices)
+SKETCH_PROGRAMS = 4096
 _SIGNED = {np.dtype(np.uint32): np.int32, np.dtype(np.uint64): np.int64}
 
 
@@ -175,35 +176,42 @@ def convert_sum(leaves: torch.Tensor, acc: torch.Tensor, tag: str = AGGREGATION_
                                   _tables(leaves.device), RING64=ring64, BLOCK=block)
 
 
-@cache
-def _offsets(size: int, dev: torch.device) -> torch.Tensor:
-    """:func:`~secemb.fss.verify.position_offsets` ``H(x)``, ``x < size``, on ``dev`` (int64 (size, 4))."""
-    return _to_device(position_offsets(size).copy(), dev)  # a copy: the cached array is read-only
+def sketch_round_keys(expanded: Expanded, dev: torch.device) -> torch.Tensor:
+    """The devices' AES-128 round keys of a sketch (:attr:`~secemb.fss.sketch.Expanded.keys`)
+    in the kernels' T-table form (:func:`~secemb.fss.gpu.tables.expand_key`): int32 (n, 44) on
+    ``dev``.  The key schedule runs on the host, one short loop a device (tens of microseconds:
+    a batch's devices, not its leaves)."""
+    rk = np.stack([expand_key(key.tobytes()) for key in expanded.keys]) if expanded.devices else np.zeros((0, 44))
+    return torch.from_numpy(rk.astype(np.uint32).view(np.int32)).to(dev)
 
 
-def leaf_checks(leaves: torch.Tensor, cs: torch.Tensor, r: torch.Tensor, per_user: int, out: torch.Tensor,
-                key0: int = 0) -> None:
-    """Fold a chunk's leaves into its keys' point-function check values on the device, as
-    :meth:`secemb.fss.verify.LeafCheck.add` folds the CPU walk's (bit for bit).
+def leaf_sketches(leaves: torch.Tensor, rk: torch.Tensor, r: torch.Tensor, r2: torch.Tensor, per_user: int,
+                  key0: int = 0) -> np.ndarray:
+    """The sketch values of a chunk of keys from their leaves on the device, as
+    :meth:`secemb.fss.sketch.SketchCheck.add` computes them from the CPU walk's (bit for bit).
 
     ``leaves`` int64 (C, L, 2): keys ``key0 .. key0 + C - 1`` of the batch over the padded
-    domain (``L`` = :func:`~secemb.fss.tree.padded_leaves`); ``cs`` and ``out`` int64 (K, 4),
-    the batch's check correction words and values (``out`` updated in place, mod 2^64); ``r``
-    int64 (K / per_user, L, 4), the users' challenge words."""
-    chunk, stride = leaves.shape[:2]
-    k = cs.shape[0]
-    if (cs.shape != (k, CHECK_WORDS) or out.shape != cs.shape or r.ndim != 3 or r.shape[1:] != (stride, CHECK_WORDS)
-            or per_user < 1 or r.shape[0] * per_user != k or not 0 <= key0 <= key0 + chunk <= k):
-        raise InvalidParameters(f"check words {tuple(cs.shape)}, values {tuple(out.shape)} and challenges "
-                                f"{tuple(r.shape)} do not fit keys [{key0}, {key0 + chunk}) of {stride} leaves")
+    domain (``L`` = :func:`~secemb.fss.tree.padded_leaves`); ``rk`` int32 (U, 44) the devices'
+    round keys (:func:`sketch_round_keys`); ``r``, ``r2`` int64 (U, L), the devices'
+    coefficients and their squares in ``[0, p)``, key ``k`` of device ``k // per_user``.
+    Returns uint64 (C, 3): each key's ``(A, B, C)`` in ``[0, p)`` over these leaves."""
+    chunk, stride = leaves.shape[:2] if leaves.ndim == 3 else (-1, -1)
+    devices = r.shape[0]
+    if (chunk < 0 or leaves.shape[2] != 2 or rk.shape != (devices, 44) or r.shape != (devices, stride)
+            or r2.shape != r.shape or per_user < 1 or not 0 <= key0 <= key0 + chunk <= devices * per_user):
+        raise InvalidParameters(f"round keys {tuple(rk.shape)} and coefficients {tuple(r.shape)}, "
+                                f"{tuple(r2.shape)} do not fit keys [{key0}, {key0 + chunk}) of {stride} leaves, "
+                                f"{per_user} a device")
     if chunk == 0 or stride == 0:
-        return
+        return np.zeros((chunk, SKETCH_WORDS), np.uint64)
     block = _block()
-    slices = max(1, min(_cdiv(stride, block), _cdiv(CHECK_PROGRAMS, chunk)))
+    slices = max(1, min(_cdiv(stride, block), _cdiv(SKETCH_PROGRAMS, chunk)))
     span = _cdiv(_cdiv(stride, slices), block) * block
-    kern.check_kernel[(chunk, _cdiv(stride, span))](
-        leaves, cs, _offsets(stride, leaves.device), r, out, key0, stride, per_user, span,
-        _rk("convert/" + LEAF_TAG, leaves.device), _tables(leaves.device), BLOCK=block)
+    slices = _cdiv(stride, span)
+    parts = torch.empty((chunk, slices, SKETCH_WORDS), dtype=torch.int64, device=leaves.device)
+    kern.sketch_kernel[(chunk, slices)](leaves, rk, r, r2, parts, key0, stride, per_user, span,
+                                        _tables(leaves.device), BLOCK=block)
+    return field.sum_mod(_to_host(parts, np.dtype(np.uint64)), axis=1)
 
 
 def ring_matmul(e: torch.Tensor, table: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -276,7 +284,7 @@ def _pack_bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int,
-             check: LeafCheck | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             check: SketchCheck | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Evaluate a batch of users' retrieval keys on the device; the same result, bit for bit,
     as the CPU path (``secemb.fss.tasks.evaluate_task``).
 
@@ -288,10 +296,10 @@ def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int,
         buckets: the cuckoo layout).
     table: the round's :class:`~secemb.fss.gpu.DeviceTable`.
     width: ``w``, the aggregation payload width.
-    check: the keys' point-function check (:class:`~secemb.fss.verify.LeafCheck` of these
-        keys, its challenges over the padded domain), or ``None``: its values are computed on
-        the device from the same walk and added into ``check.values`` (mod 2^64), as the CPU
-        walk's :meth:`~secemb.fss.verify.LeafCheck.add` does.
+    check: the keys' sketch check (:class:`~secemb.fss.sketch.SketchCheck` of these keys, its
+        devices' seeds expanded over the padded domain), or ``None``: its values are computed
+        on the device from the same walk and added into ``check.values`` (mod ``p``), as the
+        CPU walk's :meth:`~secemb.fss.sketch.SketchCheck.add` does.
 
     Returns
     -------
@@ -314,18 +322,18 @@ def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int,
         raise InvalidParameters(f"output correction words must be ({len(keys)}, 1), got {keys.cw_out.shape}")
     # with the check, the walk covers the padded domain, as the CPU walk the check is defined on
     size = m if check is None else padded_leaves(p)
-    if check is not None and (len(check.cs) != len(keys) or check.r.shape[1] != size):
-        raise InvalidParameters(f"a check of {len(check.cs)} keys over {check.r.shape[1]} positions does not fit "
-                                f"{len(keys)} keys over {size}")
+    if check is not None and (len(check.values) != len(keys) or check.expanded.size != size):
+        raise InvalidParameters(f"a check of {len(check.values)} keys over {check.expanded.size} positions does not "
+                                f"fit {len(keys)} keys over {size}")
     dev, ring64 = table.device, p.ring_bits == 64
     k, users = len(keys), len(keys) // groups
     answers = torch.empty((k, d), dtype=table.data.dtype, device=dev)
     conv = torch.zeros((groups, m, width), dtype=table.data.dtype, device=dev)
     bits = []
     cw = _to_device(keys.cw_out[:, 0], dev)
-    if check is not None:
-        cs, r = _to_device(check.cs, dev), _to_device(check.r, dev)
-        values = torch.zeros((k, CHECK_WORDS), dtype=torch.int64, device=dev)
+    if check is not None:  # copies: the expanded arrays are read-only
+        rk = sketch_round_keys(check.expanded, dev)
+        r, r2 = _to_device(check.expanded.r.copy(), dev), _to_device(check.expanded.r2.copy(), dev)
     step = max(1, LEAF_BUDGET // (groups * size))
     for u0 in range(0, users, step):
         lo, hi = u0 * groups, min(users, u0 + step) * groups
@@ -334,15 +342,13 @@ def evaluate(party: int, keys: DPFKeys, table: gpu.DeviceTable, width: int,
         answers[lo:hi] = ring_matmul(e.view(-1, groups, m), table.data).view(hi - lo, d)
         convert_sum(leaves, conv)
         if check is not None:
-            leaf_checks(leaves, cs, r, check.per_user, values, key0=lo)
+            check.values[lo:hi] = field.add(check.values[lo:hi], leaf_sketches(leaves, rk, r, r2, check.per_user, lo))
         bits.append(_pack_bits(t) if groups == 1 else t)
         del leaves, e
     if not isinstance(table.layout, str):  # positions padding a bucket: zero, as on the CPU
         conv[torch.from_numpy(table.layout.gather_index < 0).to(dev)] = 0
     if party:
         conv = -conv
-    if check is not None:
-        check.values += _to_host(values, np.dtype(np.uint64))
     dtype = p.dtype
     host_bits = torch.cat(bits).cpu().numpy() if bits else np.zeros((0, m if groups > 1 else -(-m // 8)), np.uint8)
     host_conv = _to_host(conv, dtype)

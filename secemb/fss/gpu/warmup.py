@@ -90,12 +90,12 @@ def _steps(dev: torch.device) -> list[tuple[str, Callable[[], object]]]:
     path = fss.gen_path(np.array([1]), m)[0]
     words = torch.zeros((256, 2), dtype=torch.int64, device=dev)
     leaves = torch.zeros((1, m, 2), dtype=torch.int64, device=dev)
-    cs, values = torch.zeros((1, 4), dtype=torch.int64, device=dev), torch.zeros((1, 4), dtype=torch.int64, device=dev)
-    r = torch.zeros((1, m, 4), dtype=torch.int64, device=dev)
+    rk = torch.zeros((1, 44), dtype=torch.int32, device=dev)
+    r = torch.zeros((1, m), dtype=torch.int64, device=dev)
     steps: list[tuple[str, Callable[[], object]]] = [
         ("mmo_kernel", lambda: ev.mmo(words, "warmup/aes")),
         ("level_kernel", lambda: ev.expand(path, dev)),
-        ("check_kernel", partial(ev.leaf_checks, leaves, cs, r, 1, values)),
+        ("sketch_kernel", partial(ev.leaf_sketches, leaves, rk, r, r, 1)),
     ]
     for dtype, ring in ((torch.int32, "Z_2^32"), (torch.int64, "Z_2^64")):
         cw = torch.zeros(1, dtype=dtype, device=dev)
