@@ -35,7 +35,7 @@ from secemb.fss.dpf import _ONE, _check_party
 from secemb.fss.tree import leaf_groups, padded_leaves
 from secemb.fss.keys import PathBlocks, PathKeys
 from secemb.fss.linalg import LimbMatrix, ring_matmul
-from secemb.fss.verify import LeafCheck
+from secemb.fss.sketch import SketchCheck
 
 __all__ = [
     "AGGREGATION_TAG",
@@ -226,7 +226,7 @@ def _walk(
     retrieval_tag: str,
     aggregation_tag: str,
     live: np.ndarray,
-    check: LeafCheck | None = None,
+    check: SketchCheck | None = None,
     key_conv: np.ndarray | None = None,
     key_t: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -241,7 +241,7 @@ def _walk(
     :func:`~secemb.fss.convert.convert_accumulate`'s ``key_acc``, or ``None``) where ``live[j % M]``
     (bool (M,)): rows that hold no domain point (padding) are neither converted nor written; with
     ``key_t`` (int64 of ``key_conv``'s keys' shape), also each key's count of control bits 1 at those
-    rows.  ``check``: the keys' point-function check (:class:`~secemb.fss.verify.LeafCheck`), folded
+    rows.  ``check``: the keys' point-function check (:class:`~secemb.fss.sketch.SketchCheck`), folded
     from the same leaves."""
     k, m, mp = len(path), path.params.domain_size, padded_leaves(path.params)
     t = np.empty((k, mp), np.uint8)
@@ -270,7 +270,7 @@ def retrieve_and_prepare(
     *,
     retrieval_tag: str = RETRIEVAL_TAG,
     aggregation_tag: str = AGGREGATION_TAG,
-    check: LeafCheck | None = None,
+    check: SketchCheck | None = None,
     payload_sums: bool = False,
 ) -> tuple[np.ndarray, PreparedAggregation]:
     """Answer a PIR request and prepare path-shared aggregation in one pass over the trees.
@@ -282,8 +282,8 @@ def retrieve_and_prepare(
     table: ring (m, D), the public table, fixed-point encoded, same dtype (or its
         :class:`~secemb.fss.linalg.LimbMatrix`, to reuse its limbs across users).
     agg_width: ``w``, the width of the aggregation payloads that will follow.
-    check: if given, the keys' point-function check values are folded into it from the same
-        leaves (:class:`~secemb.fss.verify.LeafCheck`).
+    check: if given, the keys' sketch values are folded into it from the same
+        leaves (:class:`~secemb.fss.sketch.SketchCheck`).
     payload_sums: also sum each key's conversions over its positions, in the same pass, into
         ``prepared.payload`` (:class:`PayloadSums`; ``None`` otherwise).
 
@@ -316,7 +316,7 @@ def retrieve_and_prepare_buckets(
     path: PathKeys | PathBlocks, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix,
     agg_width: int, *,
     sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
-    check: LeafCheck | None = None, payload_sums: Literal[False] = False, payload_out: PayloadSums | None = None,
+    check: SketchCheck | None = None, payload_sums: Literal[False] = False, payload_out: PayloadSums | None = None,
     out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
@@ -326,7 +326,7 @@ def retrieve_and_prepare_buckets(
     path: PathKeys | PathBlocks, party: int, retrieval_cw: np.ndarray, tables: np.ndarray | LimbMatrix,
     agg_width: int, *,
     sizes: np.ndarray | None = None, retrieval_tag: str = RETRIEVAL_TAG, aggregation_tag: str = AGGREGATION_TAG,
-    check: LeafCheck | None = None, payload_sums: Literal[True], payload_out: PayloadSums | None = None,
+    check: SketchCheck | None = None, payload_sums: Literal[True], payload_out: PayloadSums | None = None,
     out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, PayloadSums]: ...
 
@@ -341,7 +341,7 @@ def retrieve_and_prepare_buckets(
     sizes: np.ndarray | None = None,
     retrieval_tag: str = RETRIEVAL_TAG,
     aggregation_tag: str = AGGREGATION_TAG,
-    check: LeafCheck | None = None,
+    check: SketchCheck | None = None,
     payload_sums: bool = False,
     payload_out: PayloadSums | None = None,
     out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,

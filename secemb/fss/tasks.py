@@ -21,7 +21,7 @@ from secemb.fss.cuckoo import CuckooLayout
 from secemb.fss.keys import PathBlocks, PathKeys
 from secemb.fss.fused import PayloadSums, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets
 from secemb.fss.linalg import LimbMatrix
-from secemb.fss.verify import LeafCheck
+from secemb.fss.sketch import SketchCheck
 
 __all__ = ["Buckets", "bits_task", "evaluate_into_task", "evaluate_task", "evaluation_form", "place", "ranges",
            "tapered"]
@@ -70,10 +70,11 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
     the answers (K, w), the control bits
     (packed rows for the full layout, (K, M) for the cuckoo layout) and the signed
     payload-independent part of the aggregation share summed over the batch ((m, w), or
-    (hi - lo, M, w) for those buckets, zero at positions that pad a bucket).  ``check = (cs,
-    r, per_user)`` (verified uploads: the keys' check correction words, their users'
-    challenges and keys per user, :class:`~secemb.fss.verify.LeafCheck`) or ``None``; the
-    fourth result is the keys' check values (K, 4), from the same walk, or ``None``.  An eighth
+    (hi - lo, M, w) for those buckets, zero at positions that pad a bucket).  ``check =
+    (expanded, per_user)`` (verified uploads: the task's users' expanded sketch seeds,
+    :func:`~secemb.fss.sketch.expand`, and its keys per user, :class:`~secemb.fss.sketch.SketchCheck`)
+    or ``None``; the fourth result is the keys' sketch values uint64 (K, 3), from the same walk, or
+    ``None``.  An eighth
     element ``sums`` (optional; bounded payloads): the fifth result is the keys' :class:`~secemb.fss.fused.PayloadSums`
     from the same walk (``None`` without ``sums``, and from the device form, which does not
     walk here).  ``sums_into`` (cuckoo form, with ``sums``): the arrays the walk writes the payload
@@ -84,7 +85,7 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
     """
     form, party, keys, handle, width, buckets, check_args = task[:7]
     sums = len(task) > 7 and bool(task[7])
-    check = None if check_args is None else LeafCheck(*check_args)
+    check = None if check_args is None else SketchCheck(*check_args)
     table = handle.get()
     if form == "device":  # the table is on the backend's device, and the check is computed there from its walk
         answers, t, conv = table.evaluate(party, keys, width, check)
@@ -120,7 +121,7 @@ def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, P
           answers: np.ndarray, bits: np.ndarray, folded: np.ndarray, values: np.ndarray, key_conv: np.ndarray,
           t_count: np.ndarray) -> None:
     """Write a bucket range's :func:`evaluate_task` result into the views ``answers`` (U, G, w + T),
-    ``bits`` (U, G, M), ``folded`` (G, M, w), ``values`` (U, G, 4), ``key_conv`` (U, G, w) and
+    ``bits`` (U, G, M), ``folded`` (G, M, w), ``values`` (U, G, 3), ``key_conv`` (U, G, w) and
     ``t_count`` (U, G) of the batch's arrays (the last three where the result has them; none that
     is already that view: the walk wrote it there)."""
     a, t, conv, v, sums = result

@@ -16,7 +16,8 @@ rewrites the bytes it sends, as a device that controls its own software would.  
   length (the frame header kept).
 
 ``two-points``, ``inconsistent-keys`` and ``random-bytes`` are what the servers' verification
-(:meth:`~secemb.protocols.secemb.SecEmbServer.upload_digests`) rejects or the parsers refuse.
+(:meth:`~secemb.protocols.secemb.SecEmbServer.upload_digests` and the sketch proof,
+:meth:`~secemb.protocols.secemb.SecEmbServer.verify_rejected`) rejects or the parsers refuse.
 ``oversized-payload`` and ``wrapped-dense`` need the payload bound check: bounded payloads, the
 protocol option ``bound`` (:mod:`secemb.protocols.secemb.bounds`; ``secemb train --bound``),
 under which such a device, which cannot prove its real upload small, proves the upload it would
@@ -39,8 +40,7 @@ from secemb.errors import InvalidParameters, RetrievalTampered
 from secemb.fss.keys import HEADER_BYTES
 from secemb.protocols.base import Protocol, RoundConfig
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
-from secemb.protocols.secemb.bounds import SIGMA_BYTES
-from secemb.protocols.secemb.sizes import DIGEST_BYTES, checks_bytes, key_params
+from secemb.protocols.secemb.sizes import DIGEST_BYTES, SIGMA_BYTES, key_params
 from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.randomness import RandomBytes
 
@@ -79,8 +79,8 @@ class MaliciousUser(SecEmbUser):
     def _sending(self, messages: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
         m0, m1 = messages
         cfg = self.config
-        # bounded payloads: the request to server 1 ends with the device's proof seed sigma, kept as it is
-        sigma = m1[len(m1) - SIGMA_BYTES :] if self.bound_users is not None else b""
+        # verified uploads: the request to server 1 ends with the device's proof seed sigma, kept as it is
+        sigma = m1[len(m1) - SIGMA_BYTES :] if self.verify else b""
         end = len(m1) - len(sigma)
         if self.attack == "random-bytes":
             return self._random(m0), self._random(m1)
@@ -89,10 +89,7 @@ class MaliciousUser(SecEmbUser):
             if not self.relay:
                 return m0, m1[:FRAME_BYTES] + _flip_last_level(m1[FRAME_BYTES:], cfg)
             # relay: commit server 1 to the altered shared part, so that the relay check passes
-            checks = checks_bytes(cfg, self.verify)
-            body = m0[FRAME_BYTES:]
-            keys = fss.DPFKeys.from_bytes(body[: len(body) - checks])
-            digest = hashlib.sha256(keys.shared_bytes() + body[len(body) - checks :]).digest()
+            digest = hashlib.sha256(fss.DPFKeys.from_bytes(m0[FRAME_BYTES:]).shared_bytes()).digest()
             return m0, m1[: end - DIGEST_BYTES] + digest + sigma
         if self.attack == "inconsistent-keys":
             assert self._items is not None  # set with the request

@@ -35,7 +35,7 @@ from secemb.fss.convert import convert, convert_add
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.fss.hashing import sha256_many
 from secemb.fss.linalg import LimbMatrix
-from secemb.fss.verify import CHECK_WORDS, LeafCheck, challenges, corrections
+from secemb.fss.sketch import SketchCheck, expand
 
 if TYPE_CHECKING:
     from secemb.fss.gpu import DeviceTable
@@ -302,13 +302,13 @@ def warm_kernels() -> None:
     on-disk cache, 0.3-0.5 s in a fresh process; nothing once loaded), each with the argument
     types a round passes it: per ring, one tiny retrieval per layout from a read-only table (as
     published), one from a bucket form read through the layout's gather index as a cuckoo round's
-    task reads it (writeable rows), with the keys' point-function check of verified uploads, one
+    task reads it (writeable rows), with the keys' sketch check of verified uploads, one
     control-bit product and one scatter onto items of the close, one device's reading of its
     answers (simulated devices share the process) and one conversion added into arrays (the relay
     masks); one payload conversion
-    (dense masks, challenges) and one batch of SHA-256 rows (challenge seeds, row tags, key
+    (dense masks) and one batch of SHA-256 rows (challenge seeds, row tags, key
     digests: the kernel reads rows of any layout by address, one signature); requests' keys parsed
-    from the rows of a wider array (several rows and one: the seed words' two layouts).  With the numpy
+    from the rows of one array (several rows and one: the seed words' two layouts).  With the numpy
     reference it only runs that reference."""
     from secemb.fss.fused import (RETRIEVAL_TAG, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets,
                                   unmask_slots)
@@ -316,7 +316,6 @@ def warm_kernels() -> None:
     # two users' keys of two buckets: the bucket form's answers are a strided view, as a round's
     alphas = np.array([1, 2, 3, 4])
     p0, _, state = fss.gen_path(alphas, 16)
-    checks = corrections(alphas, state.leaf0, state.leaf1)
     for dtype in (np.uint32, np.uint64):
         bits = 8 * np.dtype(dtype).itemsize
         cw = fss.convert_gen(state, np.ones((4, 1), dtype), ring_bits=bits, tag=RETRIEVAL_TAG)
@@ -326,7 +325,7 @@ def warm_kernels() -> None:
             evaluate(p0, 0, cw, LimbMatrix(table, bits), 1)
         # the published rows read through a slice of the layout's gather index (a writeable table in this process)
         gathered = LimbMatrix(np.zeros((16, 2), dtype), bits).gather(np.arange(32).reshape(2, 16) % 16)
-        check = LeafCheck(checks, challenges(np.zeros((2, 2), np.uint64), 16), 2)
+        check = SketchCheck(expand([bytes(16)] * 2, 16), 2)
         _, t, _ = retrieve_and_prepare_buckets(p0, 0, cw, gathered, 1, sizes=np.array([16, 16]), check=check)
         bits_product(t.reshape(2, 2, 16), np.ones((2, 2, 1), dtype))
         tiny = CuckooLayout(4, NUM_HASHES)  # the close's scatter onto items
@@ -335,15 +334,14 @@ def warm_kernels() -> None:
         unmask_slots(np.zeros((1, 2, 2), dtype), np.ones((1, 2), dtype), np.zeros((1, 2), np.int64),
                      [np.empty((2, 1), dtype)], np.empty((2, 8 + dtype().itemsize), np.uint8), np.empty((2, 1), dtype))
         convert_add(np.zeros((1, 2), np.uint64), RETRIEVAL_TAG, [np.zeros(3, dtype)])  # the relay masks' additions
-    convert(np.zeros((1, 2), np.uint64), CHECK_WORDS, 64, RETRIEVAL_TAG)
+    convert(np.zeros((1, 2), np.uint64), 4, 64, RETRIEVAL_TAG)
     sha256_many(b"", np.zeros((1, 32), np.uint8))
-    # requests parsed as a server parses them: rows of a wider array (check words follow), two and one
+    # requests parsed as a server parses them: the rows of one array of request bodies, two and one
     keys = fss.gen(alphas, np.ones((4, 1), np.uint32), 16)[0]
-    size = fss.keys.HEADER_BYTES + 2 * keys.params.key_bytes
-    rows = np.zeros((2, size + 8), np.uint8)
-    keys.to_rows(2, rows[:, :size])
+    rows = np.zeros((2, fss.keys.HEADER_BYTES + 2 * keys.params.key_bytes), np.uint8)
+    keys.to_rows(2, rows)
     for u in (2, 1):
-        fss.DPFKeys.from_rows(rows[:u, :size], domain_size=16, party=0, count=2, payload_width=1, ring_bits=32)
+        fss.DPFKeys.from_rows(rows[:u], domain_size=16, party=0, count=2, payload_width=1, ring_bits=32)
 
 
 def _warm_worker() -> None:

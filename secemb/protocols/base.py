@@ -335,6 +335,23 @@ class ServerRole(ABC):
         digests differ is left out like a dropout.  Default: ``None`` (no verification)."""
         return None
 
+    def verify_answer(self, users: list[int]) -> bytes:
+        """Server 1, verified uploads (issue 34): its answer to server 0's check of ``users``
+        (each uploaded), sent with its upload digests -- SecEmb's sketch verifier messages.
+        Default: ``b""`` (nothing to answer)."""
+        return b""
+
+    def verify_rejected(self, users: list[int], answer: bytes) -> set[int]:
+        """Server 0, verified uploads (issue 34): the users of ``users`` (each uploaded, as
+        server 1 answered for them with :meth:`verify_answer`) whose check fails on server 1's
+        ``answer``; they are left out like a digest mismatch.  Default: the empty set.
+
+        Raises
+        ------
+        InvalidMessage: ``answer`` is malformed.
+        """
+        return set()
+
     @abstractmethod
     def combine(self, peer_share: bytes, include: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Either server: reconstruct ``(sparse_sum (m, width), dense_sum (dense_size,))``

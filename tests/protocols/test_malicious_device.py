@@ -1,7 +1,8 @@
 """Malicious devices against SecEmb's protocol roles (issue 34): the servers compare per-device
-digests (:meth:`SecEmbServer.upload_digests`) before a device enters the aggregate; a device
-whose keys are not point functions, or whose two servers got different keys, is rejected and
-the aggregate over the others is exact.
+digests (:meth:`SecEmbServer.upload_digests`) and check each device's sketch proof
+(:meth:`SecEmbServer.verify_answer`, :meth:`SecEmbServer.verify_rejected`) before a device enters
+the aggregate; a device whose keys are not point functions, or whose two servers got different
+keys, is rejected and the aggregate over the others is exact.
 
 Expected aggregates are computed here from the plaintext rows the honest devices upload, not
 by the code under test."""
@@ -95,12 +96,13 @@ class Round:
             self.expected_dense += dense
 
     def close(self, uploaded: list[int]) -> tuple[list[int], np.ndarray, np.ndarray]:
-        """Compare the servers' digests, leave the mismatches out; the rejected ids and the
-        reconstructed aggregate over the rest."""
+        """Compare the servers' digests and decide the sketch proofs, leave the failures out; the
+        rejected ids and the reconstructed aggregate over the rest."""
         s0, s1 = self.servers
         d0, d1 = s0.upload_digests(uploaded), s1.upload_digests(uploaded)
         assert d0 is not None and d1 is not None
-        rejected = sorted(u for u in uploaded if d0[u] != d1[u])
+        failed = s0.verify_rejected(uploaded, s1.verify_answer(uploaded))
+        rejected = sorted(u for u in uploaded if d0[u] != d1[u] or u in failed)
         include = [u for u in uploaded if u not in rejected]
         sparse, dense = s0.combine(s1.aggregate_share(include), include)
         return rejected, sparse, dense

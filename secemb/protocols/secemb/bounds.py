@@ -18,9 +18,10 @@ The protocol, per device and round
   value with probability at most ``2 e^(-T^2 / (2 ||x||^2)) = 2 e^-40.5`` (the encoding's
   rounding adds at most ``sqrt(L) / 2`` ring units to ``||x||``, far below ``T / 9``): an honest
   device fails with probability at most ``2 * 40 * e^-40.5``.
-* Retrieval: the device draws a fresh 16-byte seed ``sigma`` and appends it to its request to
-  server 1 (relay or not: server 1 always gets a direct request).  ``sigma`` is the range
-  proof's ``seed_1`` (server 1's witness and proof shares).
+* Retrieval: the 16-byte seed ``sigma`` a device of verified uploads appends to its request to
+  server 1 (relay or not: server 1 always gets a direct request) is also the range proof's
+  ``seed_1`` (server 1's witness and proof shares), in streams of their own, apart from the
+  sketch proof's (:mod:`secemb.fss.sketchproof`).
 * Upload: unchanged.  Server 0 then draws a 16-byte challenge ``c`` for each batch of uploads it
   absorbs (one ``c`` per :meth:`handle_upload_many` call, shared by the batch's devices) and
   hands it to each device (:meth:`SecEmbServer.challenge`).
@@ -68,7 +69,7 @@ from secemb.fss.projections import project_affine, project_each
 from secemb.fss.rangeproof import RangeParams
 from secemb.privacy.noise import ClipSpec
 from secemb.protocols.base import RoundConfig
-from secemb.protocols.secemb.sizes import DENSE_COMMIT_BYTES, U64
+from secemb.protocols.secemb.sizes import DENSE_COMMIT_BYTES, SIGMA_BYTES, U64
 from secemb.randomness import SEED_BYTES
 from secemb.ring import FixedPoint
 
@@ -78,8 +79,6 @@ __all__ = ["BOUND_RING_BITS", "CHALLENGE_BYTES", "QUERY_BYTES", "ROWS", "SIGMA_B
 
 #: projections a device proves in range (lambda)
 ROWS = 40
-#: the device's seed for server 1's proof shares, appended to its request to server 1
-SIGMA_BYTES = SEED_BYTES
 #: server 0's projection challenge (the projections' seed)
 CHALLENGE_BYTES = SEED_BYTES
 #: server 0's query seed of the range proof's verification (drawn once the proofs are in)

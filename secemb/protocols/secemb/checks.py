@@ -1,22 +1,36 @@
 """SecEmb's integrity checks: the row tags a device checks its retrieved rows against
-(verified retrieval) and the Fiat-Shamir challenge and per-user digest of verified uploads
-(docs/security.md, "A deviating server" and "A malicious device")."""
+(verified retrieval), and the sketch check's secrets and the per-user digest of verified uploads
+(docs/security.md, "A deviating server" and "A malicious device").
+
+The sketch check (issue 34 (a), docs/security.md, "A sound sketch with the challenge drawn at
+retrieval"): both servers hold a 32-byte ``sketch_key`` the devices never see; per round
+``s_round = HMAC-SHA256(sketch_key, b"secemb-sketch-round" || u64 round)`` (:func:`round_secret`).
+From it, per device: its sketch seed ``c_u`` (:func:`sketch_seeds`, with relay) or the servers'
+halves of it (:func:`sketch_halves`, without), the query seed of its proof (:func:`query_seeds`),
+and the binding ``tau`` of ``c_u`` to its proof seed ``sigma`` (:func:`binding`)."""
 
 from __future__ import annotations
+
+import hashlib
+import hmac
 
 import numpy as np
 
 from secemb.errors import InvalidParameters
 from secemb.fss.hashing import sha256_many
+from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import TAG_BYTES, U64
 
-__all__ = ["VERIFY_DOMAIN", "challenge_seeds", "key_digests", "row_tags", "suffix_tags"]
+__all__ = ["BIND_BYTES", "SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "key_digests", "query_seeds",
+           "round_secret", "row_tags", "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
-#: verified uploads (docs/security.md, "A malicious device"): domains of the challenge seed the
-#: servers derive from a user's committed key bytes and of the per-user digest they compare
-_CHALLENGE_DOMAIN = b"secemb-verify-challenge"
+#: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
+#: the servers compare
 VERIFY_DOMAIN = b"secemb-verify-upload"
+#: the servers' shared sketch key and a device's binding ``tau``
+SKETCH_KEY_BYTES = 32
+BIND_BYTES = 32
 
 
 def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -58,9 +72,9 @@ def suffix_tags(round_id: int, suffix: np.ndarray, dtype: np.dtype) -> np.ndarra
 
 
 def key_digests(shared_header: bytes, rest: np.ndarray) -> list[bytes]:
-    """Users' key digests, ``SHA-256(shared || checks)`` of each one's shared key part (as
-    :meth:`~secemb.fss.keys.DPFKeys.shared_bytes` serializes it) and check words: what
-    :func:`challenge_seeds` derives from and, with relay, what the device commits to.  The
+    """Users' key digests, ``SHA-256(shared)`` of each one's shared key part (as
+    :meth:`~secemb.fss.keys.DPFKeys.shared_bytes` serializes it): what the sketch seeds derive from
+    (:func:`sketch_seeds`, :func:`sketch_halves`) and, with relay, what the device commits to.  The
     users' keys are of one parameter set: each shared part is ``shared_header``
     (:meth:`~secemb.fss.keys.DPFKeys.shared_header`) followed by row ``i`` of ``rest`` (uint8
     (n, L), rows of any stride; an empty header and whole serialized parts as the rows: the parts'
@@ -71,11 +85,52 @@ def key_digests(shared_header: bytes, rest: np.ndarray) -> list[bytes]:
     return [digests[i : i + 32] for i in range(0, len(digests), 32)]
 
 
-def challenge_seeds(round_id: int, key_digests: list[bytes]) -> np.ndarray:
-    """The 128-bit seeds of users' check challenges, uint64 (n, 2): ``SHA-256(domain || u64
-    round_id || K)[:16]`` of each key digest ``K`` (32 bytes, :func:`key_digests`), so that a
-    seed is fixed only once the keys are (Fiat-Shamir; docs/security.md); hashed as one batch
-    (:func:`~secemb.fss.hashing.sha256_many`)."""
-    digests = np.frombuffer(b"".join(key_digests), np.uint8).reshape(len(key_digests), 32)
-    seeds = sha256_many(_CHALLENGE_DOMAIN + U64.pack(round_id), digests)[:, :16]
-    return seeds.view("<u8").astype(np.uint64)  # rows' bytes consecutive: viewed in place, then one copy
+def round_secret(sketch_key: bytes, round_id: int) -> bytes:
+    """``s_round = HMAC-SHA256(sketch_key, b"secemb-sketch-round" || u64 round_id)``: the round's
+    secret of the sketch check, 32 bytes, at both servers (never sent).
+
+    Raises
+    ------
+    InvalidParameters: ``sketch_key`` is not :data:`SKETCH_KEY_BYTES` bytes.
+    """
+    if not isinstance(sketch_key, bytes) or len(sketch_key) != SKETCH_KEY_BYTES:
+        raise InvalidParameters(f"a sketch key is {SKETCH_KEY_BYTES} bytes")
+    return hmac.digest(sketch_key, b"secemb-sketch-round" + U64.pack(round_id), "sha256")
+
+
+def sketch_seeds(s_round: bytes, round_id: int, users: list[int], digests: list[bytes]) -> list[bytes]:
+    """With relay: each user's sketch seed ``c_u = HMAC-SHA256(s_round, b"secemb-sketch" || u64
+    round || u64 user || D)[:16]``, ``D`` (32 bytes) the digest of the key part server 0 forwards
+    (both servers hold the same: server 1 checks the forward against it)."""
+    head = b"secemb-sketch" + U64.pack(round_id)
+    return [hmac.digest(s_round, head + U64.pack(u) + d, "sha256")[:SKETCH_SEED_BYTES]
+            for u, d in zip(users, digests, strict=True)]
+
+
+def sketch_halves(s_round: bytes, round_id: int, users: list[int], digests: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """Without relay: per user both servers' halves ``c_b = HMAC-SHA256(s_round, b"secemb-sketch-half"
+    || u8 b || u64 round || u64 user || K)[:16]`` (``b`` = 0, 1) of its sketch seed ``c_u = c_0 XOR
+    c_1``, ``K`` (32 bytes) the digest of the server's own copy of its shared key part: server ``b``
+    sends the device ``c_b`` and computes ``c_u`` for its own walk from both."""
+    def half(b: int, tail: bytes) -> bytes:
+        return hmac.digest(s_round, b"secemb-sketch-half" + bytes([b]) + tail, "sha256")[:SKETCH_SEED_BYTES]
+
+    tails = [U64.pack(round_id) + U64.pack(u) + d for u, d in zip(users, digests, strict=True)]
+    return [(half(0, t), half(1, t)) for t in tails]
+
+
+def query_seeds(s_round: bytes, round_id: int, users: list[int]) -> list[bytes]:
+    """Each user's 16-byte query seed of its sketch proof, ``HMAC-SHA256(s_round,
+    b"secemb-sketch-query" || u64 round || u64 user)[:16]``: both servers derive it, the device
+    never learns it (no message carries it)."""
+    head = b"secemb-sketch-query" + U64.pack(round_id)
+    return [hmac.digest(s_round, head + U64.pack(u), "sha256")[:16] for u in users]
+
+
+def binding(round_id: int, seed: bytes, sigma: bytes) -> bytes:
+    """A device's binding of its sketch seed ``c_u`` to its proof seed ``sigma``, ``tau =
+    SHA-256(b"secemb-sketch-bind" || u64 round || c_u || sigma)`` (:data:`BIND_BYTES`): sent with
+    its upload to server 1 (through server 0's forward with relay), which compares it with its own;
+    a device given a wrong ``c_u`` fails whatever its data.  The user id is not hashed (a device's
+    role does not know it): ``c_u`` is already a PRF of it, and ``sigma`` is the device's own."""
+    return hashlib.sha256(b"secemb-sketch-bind" + U64.pack(round_id) + seed + sigma).digest()

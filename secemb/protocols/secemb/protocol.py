@@ -4,6 +4,7 @@ factory of its roles (:class:`~secemb.protocols.secemb.user.SecEmbUser`,
 
 from __future__ import annotations
 
+import secrets
 from typing import Any, cast
 
 from secemb.errors import InvalidParameters, check_int
@@ -12,16 +13,17 @@ from secemb.options import DEFAULTS
 from secemb.protocols.backends import Backend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig
 from secemb.protocols.stages import RoundPlan, round_plan
-from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, QUERY_BYTES, SIGMA_BYTES, bound_params
+from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, QUERY_BYTES, bound_params
+from secemb.protocols.secemb.checks import SKETCH_KEY_BYTES
 from secemb.protocols.secemb.relay import SecEmbRelayServer
 from secemb.protocols.secemb.server import SecEmbServer
 from secemb.protocols.secemb.sizes import (
-    MAC_BYTES,
     NAME,
+    SIGMA_BYTES,
     answer_bytes,
+    relay_upload_bytes,
     request_bytes,
     roots_bytes,
-    rows_bytes,
     share_bytes,
     shared_bytes,
     upload_bytes,
@@ -46,9 +48,14 @@ class SecEmbProtocol(Protocol):
     layout_seed: public seed of the cuckoo hash functions.
     backend: where servers evaluate batches of users (:mod:`secemb.protocols.backends`);
         serial by default.
-    verify: verified uploads (on by default): devices send a check correction word per key
-        and the servers compare per-user digests (:meth:`SecEmbServer.upload_digests`) before
-        a user enters the aggregate; ``False`` is the unchecked protocol (benchmarks).
+    verify: verified uploads (on by default): the servers sketch each device's keys in their
+        walk under a seed the device learns only once both hold its request, the device proves
+        with its upload that every key's sketch is a point function's (the sketch proof,
+        :meth:`SecEmbServer.verify_answer`, :meth:`SecEmbServer.verify_rejected`), and the servers
+        compare per-user digests (:meth:`SecEmbServer.upload_digests`) before a user enters the
+        aggregate; ``False`` is the unchecked protocol (benchmarks).  In process, both servers
+        this object makes share one sketch key, drawn once with :mod:`secrets`
+        (:meth:`make_server`).
     bound: bounded payloads (issue 34 (b), :mod:`secemb.protocols.secemb.bounds`; off by
         default): each device proves after its upload that its payloads and dense gradient are
         small (:meth:`SecEmbUser.bound_proof`), and the servers check the proofs with the
@@ -89,6 +96,8 @@ class SecEmbProtocol(Protocol):
             raise InvalidParameters("bounded payloads need verified uploads (verify=True) and users_per_round")
         self.bound = bound
         self.bound_users = check_int("users_per_round", users_per_round, low=1) if bound else None
+        # the in-process servers' shared sketch key (a deployment's nodes pass their own: make_server)
+        self._sketch_key = secrets.token_bytes(SKETCH_KEY_BYTES)
 
     @property
     def users_per_round(self) -> int | None:
@@ -117,8 +126,8 @@ class SecEmbProtocol(Protocol):
         server 1 gets roots and seeds instead of keys, no upload, and the relay forwards."""
         roots_only = self.relay and party == 1
         if kind == "retrieval_request":
-            sigma = SIGMA_BYTES if self.bound and party == 1 else 0  # bounded payloads: server 1's proof seed
-            return (roots_bytes(rc) if roots_only else request_bytes(rc, self.verify)) + sigma
+            sigma = SIGMA_BYTES if self.verify and party == 1 else 0  # verified uploads: server 1's proof seed
+            return (roots_bytes(rc) if roots_only else request_bytes(rc)) + sigma
         if kind == "bound_proof":
             if not self.bound or party:
                 return None  # a device sends its proof to server 0 only
@@ -129,17 +138,22 @@ class SecEmbProtocol(Protocol):
             return QUERY_BYTES + num_users * (8 + CHALLENGE_BYTES + 2 * rangeproof.PART_BYTES)
         if kind == "upload":
             commit = self.bound and not self.relay and not party  # server 0's ends with the dense commitment
-            return None if roots_only else upload_bytes(rc, self.relay, commit=commit)
+            return None if roots_only else upload_bytes(rc, self.relay, party, verify=self.verify, commit=commit)
         if kind == "aggregate_share":
             return share_bytes(rc, num_users)
         if not roots_only:
             return None  # the relay forwards all go to (or come from) server 1 in relay mode
-        return {"relay_keys": shared_bytes(rc, self.verify), "relay_answer": answer_bytes(rc),
-                "relay_upload": rows_bytes(rc) + MAC_BYTES}[kind]
+        return {"relay_keys": shared_bytes(rc), "relay_answer": answer_bytes(rc),
+                "relay_upload": relay_upload_bytes(rc, self.verify)}[kind]
 
-    def make_server(self, party: int) -> SecEmbServer:
+    def make_server(self, party: int, *, sketch_key: bytes | None = None) -> SecEmbServer:
+        """Server ``party``.  ``sketch_key`` (verified uploads): the 32-byte key both servers
+        share (a deployment's, derived from its peer secret); ``None``: this object's own, drawn
+        once with :mod:`secrets` when it was made, so that the two servers it makes in one process
+        share it."""
         role = SecEmbRelayServer if self.relay else SecEmbServer
-        return role(party, verify=self.verify, backend=self.backend, bound_users=self.bound_users)
+        key = (self._sketch_key if sketch_key is None else sketch_key) if self.verify else None
+        return role(party, verify=self.verify, backend=self.backend, bound_users=self.bound_users, sketch_key=key)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
         return SecEmbUser(config, relay=self.relay, verify=self.verify, bound_users=self.bound_users, _rng=_rng)

@@ -19,16 +19,18 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate, convert_add
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.bounds import SIGMA_BYTES
 from secemb.protocols.secemb.checks import key_digests
 from secemb.protocols.secemb.server import Request, SecEmbServer, sift, stacked
 from secemb.protocols.secemb.sizes import (
+    BIND_BYTES,
     DIGEST_BYTES,
-    MAC_BYTES,
     MAC_KEY_BYTES,
     NAME,
+    SIGMA_BYTES,
     U64,
     answer_bytes,
+    relay_upload_bytes,
+    reply_bytes,
     roots_bytes,
     rows_bytes,
     shared_bytes,
@@ -108,9 +110,10 @@ def _seed_words(seeds: Sequence[bytes]) -> np.ndarray:
 
 
 def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
-    """The relay's one-time tag of an upload's correction words ``cw``: GMAC, the 16-byte tag of
+    """The relay's one-time tag of an upload's correction words and, with verified uploads, the
+    binding ``tau`` after them (``cw``: both, as the forward holds them): GMAC, the 16-byte tag of
     AES-128-GCM under ``key`` with the all-zero 96-bit nonce, an empty plaintext and the associated
-    data ``b"secemb-relay-upload-gmac" || u64 round_id || cw`` (:data:`MAC_BYTES`).
+    data ``b"secemb-relay-upload-gmac" || u64 round_id || cw`` (:data:`~secemb.protocols.secemb.sizes.MAC_BYTES`).
 
     A one-time MAC: the fixed nonce is safe only because a key tags one message.  Two tags under
     one key would give away GHASH's key ``H = AES_key(0^128)`` and with it a forgery of any words;
@@ -156,12 +159,12 @@ class Direct:
     dense_seed: bytes  # expands to its share of the dense gradient
     mac_key: bytes  # authenticates the upload's correction words server 0 forwards
     digest: bytes  # SHA-256 of the key part server 0 forwards
-    sigma: bytes | None = None  # bounded payloads: the seed of its range proof shares
+    sigma: bytes | None = None  # verified uploads: the seed of its proof shares
 
 
 def parse_roots(message: bytes, config: RoundConfig, *, sigma: bool = False) -> Direct:
     """Server 1: a relay request's roots, seeds, MAC key and forwarded-part digest (and, with
-    ``sigma``, bounded payloads, the proof seed after them).
+    ``sigma``, verified uploads, the proof seed after them).
 
     Raises
     ------
@@ -214,15 +217,19 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         super().begin_round(config, table)
         self._direct_of: dict[int, Direct] = {}  # server 1: retrieved users' direct messages
         self._awaiting: dict[int, Direct] = {}  # server 1: direct messages of unevaluated users
-        self._answers: dict[int, np.ndarray] = {}  # server 0: own shares, for completion
+        # server 0: own shares and (verified uploads) the user's sketch seed, for completion
+        self._answers: dict[int, tuple[np.ndarray, bytes]] = {}
         # server 0: the requests relay_forwards parsed, by user, for the evaluation of the same bytes
         self._forwarded: dict[int, tuple[bytes, Request]] = {}
         # server 0: the round's forwards to server 1 (a user's key part; its upload's words and tag)
-        self._keys_framer = Framer(NAME, "relay_keys", 1, config.round_id, shared_bytes(config, self.verify))
+        self._keys_framer = Framer(NAME, "relay_keys", 1, config.round_id, shared_bytes(config))
         words = rows_bytes(config)
-        self._upload_framer = Framer(NAME, "relay_upload", 1, config.round_id, words + MAC_BYTES)
-        # where an upload's words end and their tag starts (after the dense share)
-        self._upload_split = (words, words + config.dense_size * config.dtype.itemsize)
+        forward = relay_upload_bytes(config, self.verify)
+        self._upload_framer = Framer(NAME, "relay_upload", 1, config.round_id, forward)
+        # where an upload's words end, and where what follows them in the forward (the binding, the
+        # tag) starts and ends (after the dense share)
+        tail = words + config.dense_size * config.dtype.itemsize
+        self._upload_split = (words, tail, tail + forward - words)
 
     def _check_new(self, user_id: int) -> None:
         super()._check_new(user_id)
@@ -249,7 +256,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 raise got
             return got
 
-        parsed = parse_roots_many([m for _, m in requests], cfg, sigma=self._bound is not None)
+        parsed = parse_roots_many([m for _, m in requests], cfg, sigma=self.verify)
         users, _, directs = sift([(u, got) for (u, _), got in zip(requests, parsed, strict=True)], out, take)
         roots = dict(zip(users, directs, strict=True))
 
@@ -264,9 +271,10 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
 
         return commit
 
-    def _reply(self, user_id: int, request: Request, answers: np.ndarray) -> bytes:
-        """Server 0: keep the user's answer shares for :meth:`complete_retrieval`; the forward."""
-        self._answers[user_id] = answers
+    def _reply(self, user_id: int, request: Request, answers: np.ndarray, seed_part: bytes) -> bytes:
+        """Server 0: keep the user's answer shares and sketch seed for :meth:`complete_retrieval`;
+        the forward."""
+        self._answers[user_id] = (answers, seed_part)
         return cast("bytes", request.forward)  # server 0 with relay: every request has one
 
     def handle_upload_many(self, uploads: list[tuple[int, bytes]]) -> list[bytes | None | SecembError]:
@@ -288,8 +296,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         """Server 0: frame the forward (the words and their tag as received); the words are kept
         as its view (immutable bytes of little more than them), not copied again."""
         cfg = self._cfg()
-        words, tag = self._upload_split
-        forward = self._upload_framer(body[:words], body[tag:])
+        words, tail, end = self._upload_split
+        forward = self._upload_framer(body[:words], body[tail:end])
         return _words(forward, HEADER_BYTES, cfg), forward
 
     def relay_forwards(self, requests: list[tuple[int, bytes]]) -> list[bytes | SecembError] | None:
@@ -329,9 +337,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         return cast("list[Request | SecembError]", out)  # every entry is set above
 
     def _forward_of(self, shared_header: bytes, rest: np.ndarray) -> bytes | None:
-        """Server 0: the relay_keys message of a request (its shared key part, then its check
-        words when verifying: ``rest`` holds both after the part's header); server 1 forwards
-        nothing."""
+        """Server 0: the relay_keys message of a request (its shared key part: ``rest`` holds it
+        after the part's header); server 1 forwards nothing."""
         if self.party != 0:
             return None
         return self._keys_framer(shared_header, rest.data)
@@ -354,7 +361,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         if self.party != 1:
             raise ProtocolError("relay_retrieval is server 1's step in relay mode")
         out: list[bytes | SecembError] = [b""] * len(forwards)
-        shared_len = shared_bytes(cfg, self.verify)
+        shared_len = shared_bytes(cfg)
         opened: list[int | SecembError] = []  # a forward's row of ``rows``, or the error that refuses it
         bodies: list[memoryview] = []
         opener = Opener(NAME, "relay_keys", 1, cfg.round_id, shared_len)
@@ -405,7 +412,10 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         keys = [q.keys for q in requests]
         users = [u for u, i in zip(users, where, strict=True) if i not in failed]
         where = [i for i in where if i not in failed]
-        evaluated = self._evaluate_requests(requests) if requests else None
+        digests = [q.digest for q in requests]
+        sketch = self._sketch_seeds(users, digests)
+        seeds = None if sketch is None else sketch[0]
+        evaluated = self._evaluate_requests(requests, seeds) if requests else None
 
         def commit() -> list[bytes | SecembError]:
             if self.config is not cfg:
@@ -415,7 +425,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 raise ProtocolError(f"no retrieval request of user(s) {missing[:5]} to complete")
             if evaluated is None:
                 return out
-            committed = self._commit_evaluated(users, keys, evaluated, [q.digest for q in requests])
+            committed = self._commit_evaluated(users, keys, evaluated, digests, seeds)
             directs = [self._awaiting.pop(u) for u in users]
             self._direct_of.update(zip(users, directs, strict=True))
             shape = (cfg.slots, cfg.width + tag_words(cfg))
@@ -438,7 +448,9 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         return commit
 
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
-        """Server 0, relay: add server 1's masked shares to its own; the reply to the user."""
+        """Server 0, relay: add server 1's masked shares to its own; the reply to the user (with
+        verified uploads, its sketch seed ``c_u`` follows the answer: the device learns it only
+        now, once both servers hold its request)."""
         return result_or_raise(self.complete_retrieval_many([(user_id, message)])[0])
 
     def complete_retrieval_many(self, answers: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
@@ -456,17 +468,17 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
 
         users, where, bodies = sift(answers, out, take)
         shape = (cfg.slots, cfg.width + tag_words(cfg))
-        framer = Framer(NAME, "retrieval_reply", 0, cfg.round_id, answer_bytes(cfg))
+        framer = Framer(NAME, "retrieval_reply", 0, cfg.round_id, reply_bytes(cfg, self.verify))
 
-        def replies(batch: list[tuple[np.ndarray, memoryview]]) -> list[bytes]:
+        def replies(batch: list[tuple[tuple[np.ndarray, bytes], memoryview]]) -> list[bytes]:
             """A range of users' replies: its masked shares read in place, added into this
             server's shares (no longer needed; a copy where they are read-only) and framed from
-            them -- one copy, into the reply."""
+            them with its sketch seed -- one copy, into the reply."""
             done: list[bytes] = []
-            for own, body in batch:
+            for (own, seed), body in batch:
                 masked = read_view(body, 0, cfg.dtype, shape)
                 reply = np.add(own, masked, out=own if own.flags.writeable else None, dtype=cfg.dtype)
-                done.append(framer(little(reply)))
+                done.append(framer(little(reply), seed))
             return done
 
         made = self._chunked(replies, [(self._answers.pop(u), b) for u, b in zip(users, bodies, strict=True)])
@@ -475,8 +487,9 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         return out
 
     def relay_upload(self, user_id: int, message: bytes) -> None:
-        """Server 1, relay: check the forwarded correction words' tag under the key the user
-        sent it directly, then absorb them; its dense share is the expansion of the user's seed.
+        """Server 1, relay: check the forwarded correction words' (and, verified uploads, binding
+        ``tau``'s) tag under the key the user sent it directly, then absorb them; its dense share is
+        the expansion of the user's seed.
 
         Raises
         ------
@@ -495,7 +508,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         if self.party != 1:
             return [ProtocolError("relay_upload is server 1's step in relay mode")] * len(forwards)
         size = rows_bytes(cfg)
-        users, where, bodies = self._open_uploads(forwards, "relay_upload", size + MAC_BYTES, out)
+        tagged = size + (BIND_BYTES if self.verify else 0)  # what the tag covers: the words, then tau
+        users, where, bodies = self._open_uploads(forwards, "relay_upload", relay_upload_bytes(cfg, self.verify), out)
         # immutable bytes of little more than the words: kept as their view; a buffer the caller may
         # still change: copied
         immutable = [type(forwards[i][1]) is bytes for i in where]
@@ -507,7 +521,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             words: list[np.ndarray | None] = []
             seeds: list[bytes] = []
             for body, direct, fixed in batch:
-                if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, body[:size]), body[size:]):
+                if not hmac.compare_digest(upload_mac(direct.mac_key, cfg.round_id, body[:tagged]), body[tagged:]):
                     words.append(None)
                     continue
                 words.append(_words(body, 0, cfg) if fixed else read_array(body, 0, cfg.dtype, (cfg.slots,
@@ -529,7 +543,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         if good:
             seeds = [self._direct_of.pop(users[j]).dense_seed for j in good]
             self._absorb_many([users[j] for j in good], [cast("np.ndarray", words[j]) for j in good], dense,
-                              dense_seeds=seeds)
+                              dense_seeds=seeds,
+                              sketches=[bytes(bodies[j][size:tagged]) for j in good] if self.verify else None)
         return out
 
     def _dense_share(self, user_id: int) -> np.ndarray:

@@ -1,11 +1,12 @@
 """SecEmb's server role: server ``party``'s side of every round -- the evaluation of users'
 retrieval keys (scheduled over the backend's workers; the tasks are :mod:`secemb.fss.tasks`),
-the uploads, verified-upload digests and the aggregate.  A relay deployment's servers add the
+the uploads, verified-upload digests and sketch proofs, and the aggregate.  A relay deployment's servers add the
 relay steps (:class:`secemb.protocols.secemb.relay.SecEmbRelayServer`)."""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -15,7 +16,8 @@ import numpy as np
 
 from secemb import fss
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, SecembError
-from secemb.fss import rangeproof
+from secemb.fss import rangeproof, sketchproof
+from secemb.fss.sketch import Expanded, expand, server_inputs
 from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
     bits_task,
@@ -27,30 +29,40 @@ from secemb.fss.tasks import (
     tapered,
 )
 from secemb.fss.tree import padded_leaves
-from secemb.fss.verify import CHECK_WORDS, challenges
 from secemb.protocols.backends import Backend, Handle, SerialBackend
 from secemb.protocols.base import RoundConfig, ServerRole, result_or_raise
 from secemb.protocols.secemb.bounds import (
     CHALLENGE_BYTES,
     QUERY_BYTES,
-    SIGMA_BYTES,
     bound_params,
     context,
     dense_commitment,
     payload_sums,
     projected_shares,
 )
-from secemb.protocols.secemb.checks import VERIFY_DOMAIN, challenge_seeds, key_digests, row_tags
+from secemb.protocols.secemb.checks import (
+    SKETCH_KEY_BYTES,
+    VERIFY_DOMAIN,
+    binding,
+    key_digests,
+    query_seeds,
+    round_secret,
+    row_tags,
+    sketch_halves,
+    sketch_seeds,
+)
 from secemb.protocols.secemb.sizes import (
+    BIND_BYTES,
+    SIGMA_BYTES,
     DENSE_COMMIT_BYTES,
     NAME,
     U64,
-    checks_bytes,
     key_expect,
     key_params,
     request_bytes,
     rows_bytes,
     share_bytes,
+    sketch_params,
     tag_words,
     upload_bytes,
 )
@@ -77,15 +89,22 @@ EVAL_BYTES = 1 << 30
 FOLD_BYTES = 1 << 20
 
 
+@dataclass(frozen=True)
+class _Sketch:
+    """Verified uploads: what a server keeps of a user's sketch check from its retrieval."""
+
+    digest: bytes  # K: the SHA-256 of its shared key part (with relay, the D both servers hold)
+    seed: bytes  # its sketch seed c_u (secemb.protocols.secemb.checks)
+    values: np.ndarray  # its keys' sketch values (A_b, B_b, C_b), uint64 (S, 3) (a view of its batch's)
+
+
 @dataclass
 class _Pending:
     """What a server keeps of a user between retrieval and upload."""
 
     keys: fss.DPFKeys
     bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
-    # verified uploads: SHA-256 of the key part and check words, and the check values uint64 (S, 4)
-    # (a view of its batch's: hashed by upload_digests, not copied before); else None
-    proof: tuple[bytes, np.ndarray] | None
+    check: _Sketch | None  # verified uploads: its sketch check; else None
     # bounded payloads: its keys' payload sums from the retrieval's walk (None: off, or the gpu backend's)
     sums: PayloadSums | None = None
 
@@ -99,13 +118,16 @@ class _Absorbed:
 
     keys: fss.DPFKeys
     bits: np.ndarray
-    proof: tuple[bytes, np.ndarray] | None  # as _Pending.proof
+    check: _Sketch | None  # as _Pending.check
     cw: np.ndarray  # ring (S, w): the aggregation correction words
     dense_seed: bytes | None  # server 1 with relay: the seed its dense share expands from; else None (spilled)
     sums: PayloadSums | None = None  # as _Pending.sums
     #: bounded payloads without relay: the commitment to the device's server-1 dense share (server 0:
     #: as the device sent it; server 1: computed from its share), which the upload digests cover
     commit: bytes | None = None
+    #: verified uploads: server 0's share of the device's sketch proof (its elements checked at intake)
+    #: or, at server 1, the binding tau the device sent; else None
+    sketch: bytes | None = None
 
 
 def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
@@ -141,35 +163,22 @@ def stacked(bodies: list[memoryview], rows: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Batch:
-    """A request batch's fields, one array each, request ``i``'s at block ``i`` (parsed
-    together on the backend's threads: evaluated together without concatenating them again):
-    the keys (user-major, S a user) and, with verified uploads, the check correction words
-    uint64 (n, S, 4) and the challenge seeds uint64 (n, 2)."""
-
-    keys: fss.DPFKeys
-    checks: np.ndarray | None
-    seeds: np.ndarray | None
-
-
-@dataclass(frozen=True)
 class Request:
-    """A parsed retrieval request: its keys and, with verified uploads, its check correction
-    words (uint64 (S, 4)), the SHA-256 of its shared key part and check words and the seed of
-    its check challenge (uint64 (2,)); each a view of block ``block`` of ``batch``."""
+    """A parsed retrieval request: its keys (block ``block`` of the request batch's keys
+    ``batch``, user-major, S a user: parsed together on the backend's threads, evaluated together
+    without concatenating them again) and, with verified uploads, the SHA-256 of its shared key
+    part."""
 
     keys: fss.DPFKeys
-    checks: np.ndarray | None
     digest: bytes
     forward: bytes | None = None  # server 0, relay: the relay_keys message it forwards (framed once)
-    batch: _Batch | None = None
+    batch: fss.DPFKeys | None = None
     block: int = 0
-    seed: np.ndarray | None = None
-    sigma: bytes | None = None  # server 1, bounded payloads: the device's proof seed, sent with the request
+    sigma: bytes | None = None  # server 1, verified uploads: the device's proof seed, sent with the request
 
 
 #: an evaluation's per-user answers and control bits, summed folded part, (verified uploads)
-#: the users' check values uint64 (n, S, 4) and (bounded payloads) per-user payload sums
+#: the users' sketch values uint64 (n, S, 3) and (bounded payloads) per-user payload sums
 _Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray | None, list[PayloadSums] | None]
 
 
@@ -178,11 +187,14 @@ class SecEmbServer(ServerRole):
     a relay deployment's servers are :class:`~secemb.protocols.secemb.relay.SecEmbRelayServer`.
 
     ``bound_users``: bounded payloads (:mod:`~secemb.protocols.secemb.bounds`) for rounds of
-    that many users, or ``None`` (off); it needs ``verify``.
+    that many users, or ``None`` (off); it needs ``verify``.  ``sketch_key``: with ``verify``, the
+    32-byte key both servers hold and no device sees, from which each round's sketch secret comes
+    (:func:`~secemb.protocols.secemb.checks.round_secret`).
 
     Raises
     ------
-    InvalidParameters: bounded payloads without verified uploads.
+    InvalidParameters: bounded payloads without verified uploads, or verified uploads without a
+        32-byte sketch key.
     """
 
     #: whether server 0 relays (the relay server's messages: an upload with server 1's MAC tag,
@@ -190,11 +202,14 @@ class SecEmbServer(ServerRole):
     relay: bool = False
 
     def __init__(self, party: int, *, verify: bool = True, backend: Backend | None = None,
-                 bound_users: int | None = None) -> None:
+                 bound_users: int | None = None, sketch_key: bytes | None = None) -> None:
         super().__init__(party)
-        self.verify = verify  # verified uploads: take check words, compute check values (upload_digests)
+        self.verify = verify  # verified uploads: sketch the keys' leaves, check the devices' proofs
         if bound_users is not None and not verify:
             raise InvalidParameters("bounded payloads need verified uploads (verify=True)")
+        if verify and (not isinstance(sketch_key, bytes) or len(sketch_key) != SKETCH_KEY_BYTES):
+            raise InvalidParameters(f"verified uploads need the servers' {SKETCH_KEY_BYTES}-byte sketch key")
+        self._sketch_key = sketch_key
         self.bound_users = bound_users
         self.backend = backend or SerialBackend()
         self._table: Handle | None = None  # the round's published table
@@ -218,7 +233,9 @@ class SecEmbServer(ServerRole):
         bound = None if self.bound_users is None else bound_params(config, self.bound_users)  # refuses first
         self._start_round(config)
         self._bound = bound
-        self._sigmas: dict[int, bytes] = {}  # server 1, bounded payloads: each retrieved user's proof seed
+        # verified uploads: the round's sketch secret s_round (never sent)
+        self._secret = b"" if self._sketch_key is None else round_secret(self._sketch_key, config.round_id)
+        self._sigmas: dict[int, bytes] = {}  # server 1, verified uploads: each retrieved user's proof seed
         self._challenges: dict[int, bytes] = {}  # server 0, bounded payloads: each uploaded user's challenge
         self._proofs: dict[int, bytes] = {}  # server 0, bounded payloads: each user's proof (range proof msg0)
         # server 0: the last bound_request's users, query seed, users without a proof and hints (part_0)
@@ -269,35 +286,32 @@ class SecEmbServer(ServerRole):
             raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
 
     # -- retrieval ---------------------------------------------------------------------
-    def _evaluate(self, keys: fss.DPFKeys, checks: tuple[np.ndarray, np.ndarray] | None = None,
-                  sums: bool = False) -> _Evaluated:
+    def _evaluate(self, keys: fss.DPFKeys, seeds: list[bytes] | None = None, sums: bool = False) -> _Evaluated:
         """Per-user answers and control bits, and the summed folded part, for a batch of
         users' keys (user-major: user ``u``'s are keys ``u S .. u S + S - 1``), chunked over
         the backend's workers: by users, or (cuckoo layout, CPU) by ranges of buckets, so that
         each task folds into its own buckets' rows and nothing table-sized is summed across
-        tasks.  With ``checks`` (verified uploads: the users' check correction words uint64
-        (n, S, 4) and challenge seeds uint64 (n, 2)), also each user's check values (S, 4) from
-        the same walk, else ``None``.  With ``sums`` (bounded payloads), also each user's
-        :class:`~secemb.fss.fused.PayloadSums` from the same walk (``None`` on the gpu backend,
-        whose walk does not sum them)."""
+        tasks.  With ``seeds`` (verified uploads: the users' sketch seeds ``c_u``, 16 bytes each),
+        also each user's sketch values uint64 (S, 3) from the same walk
+        (:class:`~secemb.fss.sketch.SketchCheck`), else ``None``.  With ``sums`` (bounded payloads),
+        also each user's :class:`~secemb.fss.fused.PayloadSums` from the same walk (``None`` on the
+        gpu backend, whose walk does not sum them)."""
         cfg = self._cfg()
         n = len(keys) // cfg.slots
-        check: tuple[np.ndarray, np.ndarray] | None = None
-        if checks is not None:
-            check = (checks[0], challenges(checks[1], padded_leaves(key_params(cfg))))
+        mp = padded_leaves(key_params(cfg))
         # a task walks its keys' trees over the whole (bucket) domain, holding leaf-level
         # control bits and retrieval shares: bound that memory by splitting the batch
-        leaves = cfg.slots * padded_leaves(key_params(cfg))  # per user, over all its keys
+        leaves = cfg.slots * mp  # per user, over all its keys
         per_user = leaves * (cfg.dtype.itemsize + 1)
         if cfg.layout == "cuckoo" and self._device is None:
             fold = leaves * cfg.width * cfg.dtype.itemsize  # the bucket rows the walk folds into
-            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)), check,
-                                          sums)
+            return self._evaluate_buckets(keys, max(-(-n * per_user // EVAL_BYTES), -(-fold // FOLD_BYTES)),
+                                          None if seeds is None else expand(seeds, mp), sums)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         form = "device" if self._device is not None else cfg.layout  # the table's form (secemb.fss.tasks)
         tasks = [(form, self.party, keys[lo * cfg.slots : hi * cfg.slots], self._table, cfg.width, None,
-                  None if check is None else (check[0][lo:hi].reshape(-1, CHECK_WORDS), check[1][lo:hi], cfg.slots),
-                  sums) for lo, hi in ranges(n, tasks_n)]
+                  None if seeds is None else (expand(seeds[lo:hi], mp), cfg.slots), sums)
+                 for lo, hi in ranges(n, tasks_n)]
         results = self.backend.map(evaluate_task, tasks)
         folded = results[0][2] if results[0][2].flags.writeable else results[0][2].copy()  # Ray's are not
         for r in results[1:]:
@@ -305,18 +319,18 @@ class SecEmbServer(ServerRole):
         slots = cfg.slots
         answers = [r[0][i * slots : (i + 1) * slots] for r in results for i in range(len(r[0]) // slots)]
         bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
-        values = None if check is None else np.concatenate([np.asarray(r[3]).reshape(-1, slots, CHECK_WORDS)
-                                                            for r in results])
+        values = None if seeds is None else np.concatenate([np.asarray(r[3]).reshape(-1, slots, 3) for r in results])
         got = [r[4] for r in results if r[4] is not None]
         payload = None if len(got) != len(results) else [
             PayloadSums(p.key_conv[i * slots : (i + 1) * slots], p.t_count[i * slots : (i + 1) * slots])
             for p in got for i in range(len(p.t_count) // slots)]
         return answers, bits, folded, values, payload
 
-    def _evaluate_buckets(self, stacked: fss.DPFKeys, parts: int, check: tuple[np.ndarray, np.ndarray] | None,
+    def _evaluate_buckets(self, stacked: fss.DPFKeys, parts: int, expanded: Expanded | None,
                           sums: bool) -> _Evaluated:
         """:meth:`_evaluate` of the cuckoo layout in tasks of every user's keys of a range of
-        buckets (at least ``parts`` ranges, one per worker if more)."""
+        buckets (at least ``parts`` ranges, one per worker if more); ``expanded``: the users'
+        expanded sketch seeds (:func:`~secemb.fss.sketch.expand`), or ``None``."""
         cfg = self._cfg()
         slots = cfg.slots
         n = len(stacked) // slots  # user-major: user u's keys are rows u B .. u B + B - 1
@@ -329,14 +343,13 @@ class SecEmbServer(ServerRole):
             backend's walk reads them where ``stacked`` holds them; a worker process gets a copy)."""
             keys = (stacked, n) if self.backend.in_process else stacked.blocks(n, lo, hi)
             return ("cuckoo", self.party, keys, self._table, cfg.width, (lo, hi),
-                    None if check is None else (np.ascontiguousarray(check[0][:, lo:hi]).reshape(-1, CHECK_WORDS),
-                                                check[1], hi - lo), sums)
+                    None if expanded is None else (expanded, hi - lo), sums)
 
         big_m = cfg.cuckoo().bucket_size
         answers = np.empty((n, slots, cfg.width + tag_words(cfg)), cfg.dtype)
         bits = np.empty((n, slots, big_m), np.uint8)
         folded = self._fold_target((slots, big_m, cfg.width), cfg.dtype)
-        values = np.empty((n, slots, CHECK_WORDS), np.uint64)  # with checks, every range writes its own
+        values = np.empty((n, slots, 3), np.uint64)  # with the sketch, every range writes its own
         key_conv = np.empty((n, slots, cfg.width if sums else 0), cfg.dtype)  # with sums, likewise
         t_count = np.empty((n, slots if sums else 0), np.int64)
         views = [(answers[:, lo:hi], bits[:, lo:hi], folded[lo:hi], values[:, lo:hi], key_conv[:, lo:hi],
@@ -347,7 +360,7 @@ class SecEmbServer(ServerRole):
             for result, v in zip(self.backend.map(evaluate_task, [task(lo, hi) for lo, hi in spans]), views,
                                  strict=True):
                 place(result, *v)
-        return (list(answers), list(bits), folded, None if check is None else values,
+        return (list(answers), list(bits), folded, None if expanded is None else values,
                 [PayloadSums(c, k) for c, k in zip(key_conv, t_count, strict=True)] if sums else None)
 
     def _fold_target(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -363,10 +376,11 @@ class SecEmbServer(ServerRole):
         return spare
 
     def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys], evaluated: _Evaluated,
-                          digests: list[bytes] | None = None) -> list[np.ndarray]:
+                          digests: list[bytes] | None = None, seeds: list[bytes] | None = None) -> list[np.ndarray]:
         """Apply an :meth:`_evaluate` result: fold the batch into the running aggregate and
         keep each user's keys, control bits and (verified uploads, with each user's key
-        ``digests``) its check proof until its upload; the answers."""
+        ``digests`` and sketch ``seeds``, those of the evaluation) its sketch check until its
+        upload; the answers."""
         answers, bits, folded, values, sums = evaluated
         if self._folded or not folded.flags.writeable:
             self._sparse += folded
@@ -374,25 +388,25 @@ class SecEmbServer(ServerRole):
             self._sparse = folded
         self._folded = True
         self._closed_cache = None
-        proofs: list[tuple[bytes, np.ndarray] | None] = [None] * len(users)
-        if values is not None and digests is not None:
-            proofs = list(zip(digests, values, strict=True))  # values: user-major (n, S, 4)
+        checks: list[_Sketch | None] = [None] * len(users)
+        if values is not None and digests is not None and seeds is not None:  # values: user-major (n, S, 3)
+            checks = [_Sketch(d, c, v) for d, c, v in zip(digests, seeds, values, strict=True)]
         kept: list[PayloadSums | None] = list(sums) if sums is not None else [None] * len(users)
-        for u, k, b, proof, got in zip(users, keys, bits, proofs, kept, strict=True):
-            self._pending[u] = _Pending(k, b, proof, got)
+        for u, k, b, check, got in zip(users, keys, bits, checks, kept, strict=True):
+            self._pending[u] = _Pending(k, b, check, got)
         return answers
 
     def _parse_requests(self, messages: list[bytes]) -> list[Request | SecembError]:
-        """The keys (and check words) of each retrieval request (server 0, or either server
-        without relay), or the error that refuses it; the requests are parsed as one batch, in
-        ranges of requests on the backend's threads, each range's bodies as the rows of one
-        array (:meth:`_requests`), into one array per field (request ``i``'s keys are block
-        ``i`` of it: :attr:`Request.batch`)."""
+        """The keys (and, server 1 with verified uploads, the proof seed ``sigma``) of each
+        retrieval request (server 0, or either server without relay), or the error that refuses
+        it; the requests are parsed as one batch, in ranges of requests on the backend's threads,
+        each range's bodies as the rows of one array (:meth:`_requests`), into one batch of keys
+        (request ``i``'s keys are block ``i`` of it: :attr:`Request.batch`)."""
         cfg = self._cfg()
         out: list[Request | SecembError | None] = [None] * len(messages)
         opened: list[tuple[int, memoryview]] = []
-        size = request_bytes(cfg, self.verify)
-        sigma = SIGMA_BYTES if self._bound is not None and self.party == 1 else 0  # bounded payloads: the seed last
+        size = request_bytes(cfg)
+        sigma = SIGMA_BYTES if self.verify and self.party == 1 else 0  # verified uploads: the seed last
         opener = Opener(NAME, "retrieval_request", self.party, cfg.round_id, size + sigma)
         for i, message in enumerate(messages):
             try:
@@ -412,73 +426,73 @@ class SecEmbServer(ServerRole):
             out[i] = got
         return cast("list[Request | SecembError]", out)  # every entry is set above
 
-    def _empty_batch(self, users: int) -> _Batch:
-        """An unset batch of ``users`` users' requests of the round (:meth:`fss.DPFKeys.empty`)."""
-        cfg = self._cfg()
-        expect = key_expect(cfg)
+    def _empty_batch(self, users: int) -> fss.DPFKeys:
+        """An unset batch of ``users`` users' request keys of the round (:meth:`fss.DPFKeys.empty`)."""
+        expect = key_expect(self._cfg())
         params = fss.DPFParams(expect["domain_size"], expect["payload_width"], expect["ring_bits"])
-        keys = fss.DPFKeys.empty(params, self.party, users * expect["count"])
-        if not self.verify:
-            return _Batch(keys, None, None)
-        return _Batch(keys, np.empty((users, cfg.slots, CHECK_WORDS), np.uint64), np.empty((users, 2), np.uint64))
+        return fss.DPFKeys.empty(params, self.party, users * expect["count"])
 
-    def _requests(self, rows: np.ndarray, blocks: list[int], batch: _Batch, roots: np.ndarray | None = None,
+    def _requests(self, rows: np.ndarray, blocks: list[int], batch: fss.DPFKeys, roots: np.ndarray | None = None,
                   digests: list[bytes] | None = None) -> list[Request | InvalidKey]:
         """Requests parsed from the rows of ``rows`` (uint8 (u, L)) into blocks ``blocks`` of
         ``batch``, each field of every row at once: each row a request body -- serialized keys
-        (:meth:`fss.DPFKeys.from_rows`) and, verifying, their check words -- or, with ``roots``
-        (uint8 (u, 16 S), server 1 with relay), a forwarded key part and check words whose
-        keys take the row's roots.  Per row its :class:`Request` (check words and challenge
-        seed written to their blocks of ``batch``) or the :class:`InvalidKey` that refuses its
-        keys.  A request's key digest -- SHA-256 of its shared key part and check words -- is
-        hashed here, every row's as one batch, unless given (``digests``, per row: server 1
-        with relay, which compared them with the device's own); what is forwarded of it:
-        :meth:`_forward_of`.  The shared key parts are not serialized: each is the header
-        these parameters fix followed by the row's fields after the roots."""
+        (:meth:`fss.DPFKeys.from_rows`) -- or, with ``roots`` (uint8 (u, 16 S), server 1 with
+        relay), a forwarded key part whose keys take the row's roots.  Per row its
+        :class:`Request` or the :class:`InvalidKey` that refuses its keys.  With verified uploads a
+        request's key digest -- SHA-256 of its shared key part -- is hashed here, every row's as one
+        batch, unless given (``digests``, per row: server 1 with relay, which compared them with
+        the device's own); what is forwarded of it: :meth:`_forward_of`.  The shared key parts are
+        not serialized: each is the header these parameters fix followed by the row's fields after
+        the roots."""
         cfg = self._cfg()
         slots, expect = cfg.slots, key_expect(cfg)
-        split = rows.shape[1] - checks_bytes(cfg, self.verify)
-        keys = fss.DPFKeys.from_rows(rows[:, :split], party=self.party, roots=roots, into=batch.keys, blocks=blocks,
-                                     **expect)
+        keys = fss.DPFKeys.from_rows(rows, party=self.party, roots=roots, into=batch, blocks=blocks, **expect)
         ok = [j for j, got in enumerate(keys) if not isinstance(got, InvalidKey)]
         good = rows if len(ok) == len(rows) else rows[ok]
         head = fss.DPFKeys.shared_header(**{k: expect[k] for k in ("domain_size", "count", "payload_width",
                                                                       "ring_bits")})
-        rest = good[:, fss.keys.HEADER_BYTES + (16 * slots if roots is None else 0) :]  # shared fields, checks
-        if self.verify and batch.checks is not None and batch.seeds is not None:
-            places = [blocks[j] for j in ok]
-            batch.checks[places] = good[:, split:].view("<u8").reshape(len(ok), slots, CHECK_WORDS)
-            names = key_digests(head, rest) if digests is None else [digests[j] for j in ok]
-            batch.seeds[places] = challenge_seeds(cfg.round_id, names)
+        rest = good[:, fss.keys.HEADER_BYTES + (16 * slots if roots is None else 0) :]  # the shared fields
+        if digests is not None:
+            names = [digests[j] for j in ok]
         else:
-            names = [b""] * len(ok) if digests is None else [digests[j] for j in ok]
-        made = iter([Request(cast("fss.DPFKeys", keys[j]), None if batch.checks is None else batch.checks[blocks[j]],
-                             name, self._forward_of(head, rest[r]), batch, blocks[j],
-                             None if batch.seeds is None else batch.seeds[blocks[j]])
+            names = key_digests(head, rest) if self.verify else [b""] * len(ok)
+        made = iter([Request(cast("fss.DPFKeys", keys[j]), name, self._forward_of(head, rest[r]), batch, blocks[j])
                      for r, (j, name) in enumerate(zip(ok, names, strict=True))])
         return [got if isinstance(got, InvalidKey) else next(made) for got in keys]
 
     def _forward_of(self, shared_header: bytes, rest: np.ndarray) -> bytes | None:
         """What is forwarded of a request whose shared key part is ``shared_header`` followed
-        by ``rest`` (uint8: its keys' fields after the roots, then its check words): nothing
-        without relay."""
+        by ``rest`` (uint8: its keys' fields after the roots): nothing without relay."""
         return None
 
-    def _evaluate_requests(self, requests: list[Request]) -> _Evaluated:
-        """:meth:`_evaluate` of parsed requests, with their checks when verifying: their fields
-        are views of the batch they were parsed into where they are its consecutive blocks (a
-        whole batch, usually), else copies."""
+    def _evaluate_requests(self, requests: list[Request], seeds: list[bytes] | None) -> _Evaluated:
+        """:meth:`_evaluate` of parsed requests, with their users' sketch ``seeds`` (verified
+        uploads, :meth:`_sketch_seeds`; else ``None``): their keys are a view of the batch they
+        were parsed into where they are its consecutive blocks (a whole batch, usually), else
+        copies."""
         first, lo, n = requests[0].batch, requests[0].block, len(requests)
         if first is not None and all(q.batch is first and q.block == lo + j for j, q in enumerate(requests)):
             slots = self._cfg().slots
-            keys = first.keys[lo * slots : (lo + n) * slots]
-            checks = None if first.checks is None or first.seeds is None else (first.checks[lo : lo + n],
-                                                                               first.seeds[lo : lo + n])
+            keys = first[lo * slots : (lo + n) * slots]
         else:
             keys = fss.DPFKeys.concat([q.keys for q in requests])
-            checks = None if not self.verify else (np.stack([cast("np.ndarray", q.checks) for q in requests]),
-                                                   np.stack([cast("np.ndarray", q.seed) for q in requests]))
-        return self._evaluate(keys, checks, self._bound is not None)
+        return self._evaluate(keys, seeds, self._bound is not None)
+
+    def _sketch_seeds(self, users: list[int], digests: list[bytes]) -> tuple[list[bytes], list[bytes]] | None:
+        """Verified uploads: per user of ``users`` (with its key digest: :attr:`Request.digest`) its
+        sketch seed ``c_u``, the one its walk sketches with, and what this server's reply carries of
+        it -- with relay ``c_u`` itself (:func:`~secemb.protocols.secemb.checks.sketch_seeds`,
+        server 0's reply), without relay this server's half
+        (:func:`~secemb.protocols.secemb.checks.sketch_halves`, ``c_u`` the XOR of both, each from
+        this server's own ``K``); ``None`` without verified uploads."""
+        if not self.verify:
+            return None
+        round_id = self._cfg().round_id
+        if self.relay:
+            seeds = sketch_seeds(self._secret, round_id, users, digests)
+            return seeds, seeds
+        halves = sketch_halves(self._secret, round_id, users, digests)
+        return [bytes(a ^ b for a, b in zip(h0, h1, strict=True)) for h0, h1 in halves], [h[self.party] for h in halves]
 
     def _parse_batch(self, requests: list[tuple[int, bytes]]) -> list[Request | SecembError]:
         """:meth:`_parse_requests` of the requests' messages (a relay server takes some from
@@ -517,7 +531,9 @@ class SecEmbServer(ServerRole):
             return got
 
         users, where, keys = sift([(u, got) for (u, _), got in zip(requests, parsed, strict=True)], out, take)
-        evaluated = self._evaluate_requests(keys) if keys else None
+        digests = [q.digest for q in keys]
+        sketch = self._sketch_seeds(users, digests)
+        evaluated = self._evaluate_requests(keys, None if sketch is None else sketch[0]) if keys else None
 
         def commit() -> list[bytes | None | SecembError]:
             if self.config is not cfg:
@@ -526,31 +542,37 @@ class SecEmbServer(ServerRole):
                 self._check_new(u)
             if evaluated is None:
                 return out
-            committed = self._commit_evaluated(users, [q.keys for q in keys], evaluated, [q.digest for q in keys])
-            for i, u, q, answers in zip(where, users, keys, committed, strict=True):
-                out[i] = self._reply(u, q, answers)
+            committed = self._commit_evaluated(users, [q.keys for q in keys], evaluated, digests,
+                                               None if sketch is None else sketch[0])
+            parts = [b""] * len(users) if sketch is None else sketch[1]
+            for i, u, q, answers, part in zip(where, users, keys, committed, parts, strict=True):
+                out[i] = self._reply(u, q, answers, part)
                 if q.sigma is not None:
                     self._sigmas[u] = q.sigma
             return out
 
         return commit
 
-    def _reply(self, user_id: int, request: Request, answers: np.ndarray) -> bytes:
-        """What a committed retrieval returns: the reply to the user (a relay server 0 keeps
-        ``answers`` and returns the forward to server 1)."""
-        return frame(NAME, "retrieval_reply", self.party, self._cfg().round_id, little(answers))
+    def _reply(self, user_id: int, request: Request, answers: np.ndarray, seed_part: bytes) -> bytes:
+        """What a committed retrieval returns: the reply to the user, its ``answers`` and
+        ``seed_part`` (verified uploads: what the reply carries of the user's sketch seed,
+        :meth:`_sketch_seeds`; else empty) (a relay server 0 keeps both and returns the forward to
+        server 1)."""
+        return frame(NAME, "retrieval_reply", self.party, self._cfg().round_id, little(answers), seed_part)
 
     # -- upload --------------------------------------------------------------------------
     def _absorb_many(self, users: list[int], cws: list[np.ndarray], dense_sum: np.ndarray,
                      spill: list[np.ndarray] | None = None, dense_seeds: list[bytes] | None = None,
-                     commits: list[bytes] | None = None) -> None:
+                     commits: list[bytes] | None = None, sketches: list[bytes] | None = None) -> None:
         """Absorb checked uploads: ``users[i]``'s correction words ``cws[i]`` (ring (S, w)) are
         kept with its keys; the dense shares, summed in ``dense_sum`` (ring (P,)), are added to
         the running aggregate now, each kept only as its seed (``dense_seeds``: server 1 with
         relay, the seeds they expand from) or else on disk (``spill``: the shares themselves),
         so that the server's memory does not grow with the round's users (:meth:`_dense_share`
         gets one back for a user left out); ``commits``: each user's dense commitment (bounded
-        payloads without relay, :func:`~secemb.protocols.secemb.bounds.dense_commitment`).  The
+        payloads without relay, :func:`~secemb.protocols.secemb.bounds.dense_commitment`);
+        ``sketches``: verified uploads, each user's sketch proof share (server 0) or binding
+        ``tau`` (server 1) as :attr:`_Absorbed.sketch` keeps it.  The
         control-bit part of the sparse share is computed for the included users at once when the
         aggregate is asked for (:meth:`_summed`); each user's keys stay until then.
 
@@ -562,9 +584,11 @@ class SecEmbServer(ServerRole):
             self._spilled.put_many(list(zip(users, spill, strict=True)))  # first: it may fail, nothing changed yet
         seeds = dense_seeds if dense_seeds is not None else [None] * len(users)
         commit_of = commits if commits is not None else [None] * len(users)
-        for u, cw, seed, commit in zip(users, cws, seeds, commit_of, strict=True):
+        sketch_of = sketches if sketches is not None else [None] * len(users)
+        for u, cw, seed, commit, sketch in zip(users, cws, seeds, commit_of, sketch_of, strict=True):
             pending = self._pending.pop(u)
-            self._absorbed[u] = _Absorbed(pending.keys, pending.bits, pending.proof, cw, seed, pending.sums, commit)
+            self._absorbed[u] = _Absorbed(pending.keys, pending.bits, pending.check, cw, seed, pending.sums, commit,
+                                          sketch)
             self._uploaded.add(u)
         self._closed_cache = None
         self._dense += dense_sum
@@ -676,15 +700,21 @@ class SecEmbServer(ServerRole):
         """The checked items of a batch of uploads (``kind`` messages of ``size`` body bytes
         for this server): their users, their indices into ``items`` and their bodies; each
         refused item's error is put in its place of ``out``.  A user listed twice: the second
-        is refused as one that already uploaded."""
+        is refused as one that already uploaded.  Server 0 with verified uploads: an upload
+        whose sketch proof share (:meth:`_proof_share`) holds an element not below ``p`` is
+        refused (:class:`InvalidMessage`)."""
         cfg = self._cfg()
         opener = Opener(NAME, kind, self.party, cfg.round_id, size)
+        proof = self.verify and self.party == 0 and kind == "upload"
 
         def take(user_id: int, message: bytes, seen: set[int]) -> memoryview:
             if user_id in seen:
                 raise ProtocolError(f"user {user_id} already uploaded in round {cfg.round_id}")
             self._check_upload(user_id)
-            return opener(message)
+            body = opener(message)
+            if proof:
+                sketchproof.check_message(sketch_params(cfg), self._proof_share(body))
+            return body
 
         return sift(items, out, take)
 
@@ -702,7 +732,7 @@ class SecEmbServer(ServerRole):
         # bounded payloads without relay: server 0's upload ends with the device's commitment to its
         # server-1 dense share, which server 1 computes from its own (both digests cover it)
         commit = self._bound is not None and not self.relay
-        size = upload_bytes(cfg, self.relay, commit=commit and self.party == 0)
+        size = upload_bytes(cfg, self.relay, self.party, verify=self.verify, commit=commit and self.party == 0)
         users, where, bodies = self._open_uploads(uploads, "upload", size, out)
         if not users:
             return out
@@ -718,7 +748,12 @@ class SecEmbServer(ServerRole):
             commits = ([bytes(b[size - DENSE_COMMIT_BYTES :]) for b in bodies] if self.party == 0 else
                        [dense_commitment(cfg.round_id, self._sigmas.get(u, b""), d)
                         for u, d in zip(users, spill, strict=True)])
-        self._absorb_many(users, cws, dense, spill=spill, commits=commits)
+        sketches = None
+        if self.verify:  # server 0: the sketch proof shares; server 1 (without relay): the bindings tau
+            at = rows_bytes(cfg) + cfg.dense_size * cfg.dtype.itemsize
+            sketches = ([bytes(self._proof_share(b)) for b in bodies] if self.party == 0 else
+                        [bytes(b[at : at + BIND_BYTES]) for b in bodies])
+        self._absorb_many(users, cws, dense, spill=spill, commits=commits, sketches=sketches)
         if self._bound is not None and self.party == 0:  # one challenge for the batch, drawn once it is absorbed
             challenge = system_rng(CHALLENGE_BYTES)
             self._challenges.update(dict.fromkeys(users, challenge))
@@ -751,22 +786,30 @@ class SecEmbServer(ServerRole):
         cfg = self._cfg()
         return read_array(body, 0, cfg.dtype, (cfg.slots, cfg.width))[0], None
 
+    def _proof_share(self, body: memoryview) -> memoryview:
+        """Server 0, verified uploads: the sketch proof share in an upload body of the round's
+        length -- after the words, the dense share and (relay) the binding and tag, before
+        (bounded payloads without relay) the dense commitment."""
+        cfg = self._cfg()
+        end = len(body) - (DENSE_COMMIT_BYTES if self._bound is not None and not self.relay else 0)
+        return body[end - sketch_params(cfg).proof_bytes : end]
+
     # -- verification (verified uploads) -------------------------------------------------
     def upload_digests(self, users: list[int]) -> dict[int, bytes] | None:
         """Per uploaded user of ``users``, the 32-byte digest the two servers compare before
         the user enters the aggregate (``None`` without verified uploads).
 
-        ``SHA-256(b"secemb-verify-upload" || u64 round || u64 user || K || V || CW || C)``: ``K`` is
-        the SHA-256 of the user's shared key part and check words, ``V`` its keys' check values
-        (:mod:`secemb.fss.verify`) and ``CW`` its aggregation correction words (without relay;
+        ``SHA-256(b"secemb-verify-upload" || u64 round || u64 user || K || CW || C)``: ``K`` is
+        the SHA-256 of the user's shared key part and ``CW`` its aggregation correction words (without relay;
         with relay both servers hold the words the device authenticated, so ``CW`` is empty);
         ``C``, with bounded payloads and without relay, the commitment to its server-1 dense share
         (:func:`~secemb.protocols.secemb.bounds.dense_commitment`: sent to server 0, computed by
         server 1, so that the share is fixed before server 0's challenge), else empty.  For an honest
         user both servers compute the same digest, so the message tells the receiver nothing it
-        could not compute itself; a user whose keys are not point functions, or who sent the
-        servers different key parts, check words or correction words, gets different digests
-        (docs/security.md, "A malicious device: verified uploads").
+        could not compute itself; a user who sent the servers different key parts or correction
+        words gets different digests (docs/security.md, "A malicious device: verified uploads");
+        that its keys are point functions is the sketch proof's check (:meth:`verify_answer`,
+        :meth:`verify_rejected`).
 
         Raises
         ------
@@ -780,15 +823,94 @@ class SecEmbServer(ServerRole):
             got = self._absorbed.get(u)
             if got is None or u not in self._uploaded:
                 raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
-            digest, values = cast("tuple[bytes, np.ndarray]", got.proof)  # verifying: every user has one
-            h = hashlib.sha256(VERIFY_DOMAIN + U64.pack(cfg.round_id) + U64.pack(u) + digest)
-            h.update(little(values))
+            check = cast("_Sketch", got.check)  # verifying: every user has one
+            h = hashlib.sha256(VERIFY_DOMAIN + U64.pack(cfg.round_id) + U64.pack(u) + check.digest)
             if not self.relay:
                 h.update(little(got.cw))
             if got.commit is not None:  # bounded payloads without relay: the server-1 dense share's commitment
                 h.update(got.commit)
             out[u] = h.digest()
         return out
+
+    def _uploaded_checks(self, users: list[int]) -> list[_Absorbed]:
+        """What this server absorbed of each of ``users``, in order.
+
+        Raises
+        ------
+        ProtocolError: a user of ``users`` did not upload in this round.
+        """
+        got = [self._absorbed.get(u) if type(u) is int else None for u in users]
+        for u, a in zip(users, got, strict=True):
+            if a is None or a.check is None:
+                raise ProtocolError(f"user {u!r} did not upload in round {self._cfg().round_id}")
+        return cast("list[_Absorbed]", got)
+
+    def _sketch_messages(self, users: list[int], absorbed: list[_Absorbed], shares: np.ndarray) -> np.ndarray:
+        """This server's sketch verifier messages (uint64 (n, verifier_length)) of absorbed
+        ``users`` under their proof ``shares`` (uint64 (n, proof_length)): on its input shares of
+        their sketch values (:func:`~secemb.fss.sketch.server_inputs`), with their sketch seeds and
+        query seeds (:func:`~secemb.protocols.secemb.checks.query_seeds`)."""
+        cfg = self._cfg()
+        checks = [cast("_Sketch", a.check) for a in absorbed]
+        values = np.stack([c.values for c in checks]).reshape(-1, 3)
+        x = server_inputs(values, self.party).reshape(len(users), cfg.slots, 3)
+        return sketchproof.verifier_messages(sketch_params(cfg), x, shares, [c.seed for c in checks],
+                                             query_seeds(self._secret, cfg.round_id, users))
+
+    def verify_answer(self, users: list[int]) -> bytes:
+        """Server 1, verified uploads: its sketch check's answer for uploaded ``users`` (sent to
+        server 0 with its upload digests): per user, in order, its verifier message
+        (:func:`~secemb.fss.sketchproof.verifier_messages` on this server's input shares and the
+        proof share the device's ``sigma`` expands to), or the refused marker
+        (:func:`~secemb.fss.sketchproof.encode_verifier_messages`) where the binding ``tau`` the
+        device sent is not this server's own :func:`~secemb.protocols.secemb.checks.binding` of its
+        sketch seed and ``sigma`` (the device was given another seed, or ``tau`` was altered: it
+        fails whatever its proof); ``n verifier_bytes`` bytes.  The query point is a PRF of the
+        round's secret and the user (:func:`~secemb.protocols.secemb.checks.query_seeds`): answering
+        again gives the same message.  Empty without verified uploads, at server 0 and for no users.
+
+        Raises
+        ------
+        ProtocolError: a user of ``users`` did not upload to this server in this round.
+        """
+        if not self.verify or self.party != 1 or not users:
+            return b""
+        cfg = self._cfg()
+        absorbed = self._uploaded_checks(users)
+        sigmas = [self._sigmas.get(u, b"") for u in users]
+        bound = np.array([len(s) == SIGMA_BYTES and a.sketch is not None and hmac.compare_digest(
+            a.sketch, binding(cfg.round_id, cast("_Sketch", a.check).seed, s)) for a, s in zip(absorbed, sigmas,
+                                                                                               strict=True)], bool)
+        params = sketch_params(cfg)
+        shares = sketchproof.server1_shares(params, [s if ok else bytes(SIGMA_BYTES) for s, ok in
+                                                     zip(sigmas, bound.tolist(), strict=True)])
+        return sketchproof.encode_verifier_messages(params, self._sketch_messages(users, absorbed, shares), ~bound)
+
+    def verify_rejected(self, users: list[int], answer: bytes) -> set[int]:
+        """Server 0, verified uploads: the users of ``users`` (uploaded; the list server 1 answered
+        for with :meth:`verify_answer`, in its order) that fail the sketch check -- server 1 refused
+        them (their binding ``tau`` did not match: a wrong sketch seed or ``sigma``), or
+        :func:`~secemb.fss.sketchproof.decide` on this server's verifier messages (its input shares
+        and the proof shares the devices uploaded) and server 1's rejects them.  They are left out of
+        the aggregate like a digest mismatch.  The empty set without verified uploads, at server 1
+        and for no users.
+
+        Raises
+        ------
+        ProtocolError: a user of ``users`` did not upload to this server in this round.
+        InvalidMessage: ``answer`` is malformed (not ``n verifier_bytes`` bytes, or a message
+            neither field elements below ``p`` nor the refused marker).
+        """
+        if not self.verify or self.party != 0 or not users:
+            return set()
+        cfg = self._cfg()
+        absorbed = self._uploaded_checks(users)
+        params = sketch_params(cfg)
+        v1, refused = sketchproof.parse_verifier_messages(params, answer, len(users))
+        shares = sketchproof.parse(params, [cast("bytes", a.sketch) for a in absorbed])
+        ok = sketchproof.decide(params, self._sketch_messages(users, absorbed, shares), v1,
+                                [cast("_Sketch", a.check).seed for a in absorbed]) & ~refused
+        return {u for u, good in zip(users, ok.tolist(), strict=True) if not good}
 
     # -- bounded payloads (issue 34 (b); secemb.protocols.secemb.bounds) -------------------
     def _bounded(self, party: int) -> rangeproof.RangeParams:
@@ -856,7 +978,7 @@ class SecEmbServer(ServerRole):
         """Each user's proof context (:func:`~secemb.protocols.secemb.bounds.context`) under its
         challenge, from its key digest ``K``."""
         round_id = self._cfg().round_id
-        return [context(round_id, c, cast("tuple[bytes, np.ndarray]", self._absorbed[u].proof)[0])
+        return [context(round_id, c, cast("_Sketch", self._absorbed[u].check).digest)
                 for u, c in zip(users, challenges, strict=True)]
 
     def _bound_projections(self, users: list[int], challenges: list[bytes]) -> np.ndarray:

@@ -7,14 +7,16 @@ from __future__ import annotations
 import struct
 
 from secemb import fss
-from secemb.fss.verify import CHECK_BYTES
+from secemb.fss.sketch import SKETCH_SEED_BYTES
+from secemb.fss.sketchproof import SketchParams
 from secemb.protocols.base import RoundConfig
 from secemb.randomness import SEED_BYTES
 
 __all__ = [
-    "DENSE_COMMIT_BYTES", "DIGEST_BYTES", "MAC_BYTES", "MAC_KEY_BYTES", "NAME", "TAG_BYTES", "U64", "answer_bytes",
-    "checks_bytes", "key_expect", "key_params", "request_bytes", "roots_bytes", "rows_bytes", "share_bytes",
-    "shared_bytes", "tag_words", "upload_bytes",
+    "BIND_BYTES", "DENSE_COMMIT_BYTES", "DIGEST_BYTES", "MAC_BYTES", "MAC_KEY_BYTES", "NAME", "SIGMA_BYTES",
+    "TAG_BYTES", "U64", "answer_bytes", "key_expect", "key_params", "relay_upload_bytes", "reply_bytes",
+    "request_bytes", "roots_bytes", "rows_bytes", "share_bytes", "shared_bytes", "sketch_params", "tag_words",
+    "upload_bytes",
 ]
 
 #: the protocol's name in every message header
@@ -32,6 +34,12 @@ MAC_BYTES = 16
 #: its upload to server 0 (a SHA-256; secemb.protocols.secemb.bounds.dense_commitment)
 DENSE_COMMIT_BYTES = 32
 DIGEST_BYTES = 32
+#: verified uploads: a device's proof seed ``sigma`` (server 1's share of its sketch proof and, with
+#: bounded payloads, of its range proof), sent to server 1 with its retrieval request
+SIGMA_BYTES = 16
+#: verified uploads: a device's binding ``tau`` of its sketch seed to ``sigma``
+#: (:func:`secemb.protocols.secemb.checks.binding`), sent to server 1 with its upload
+BIND_BYTES = 32
 
 
 def tag_words(config: RoundConfig) -> int:
@@ -50,27 +58,27 @@ def key_expect(config: RoundConfig) -> dict[str, int]:
     return {"domain_size": p.domain_size, "count": config.slots, "payload_width": 1, "ring_bits": config.ring_bits}
 
 
-def checks_bytes(config: RoundConfig, verify: bool) -> int:
-    """The check correction words of a request's keys (verified uploads), or 0."""
-    return config.slots * CHECK_BYTES if verify else 0
+def sketch_params(config: RoundConfig) -> SketchParams:
+    """The sketch proof's parameters of a device's ``S`` keys (verified uploads)."""
+    return SketchParams(config.slots)
 
 
-def request_bytes(config: RoundConfig, verify: bool = True) -> int:
-    """Body length of a full-key retrieval request (with ``verify``, the keys' check
-    correction words follow the keys)."""
-    return fss.keys.HEADER_BYTES + config.slots * key_params(config).key_bytes + checks_bytes(config, verify)
+def request_bytes(config: RoundConfig) -> int:
+    """Body length of a full-key retrieval request: the keys (to server 1 with verified uploads,
+    :data:`SIGMA_BYTES` more follow)."""
+    return fss.keys.HEADER_BYTES + config.slots * key_params(config).key_bytes
 
 
 def roots_bytes(config: RoundConfig) -> int:
     """Body of a relay request to server 1: its root words, the user's two seeds, its MAC
-    key and the digest of the key part server 0 will forward."""
+    key and the digest of the key part server 0 will forward (with verified uploads,
+    :data:`SIGMA_BYTES` more follow)."""
     return 16 * config.slots + 2 * SEED_BYTES + MAC_KEY_BYTES + DIGEST_BYTES
 
 
-def shared_bytes(config: RoundConfig, verify: bool) -> int:
-    """Body of a relay_keys forward: the key batch without server 0's roots (and, with
-    ``verify``, the check correction words)."""
-    return request_bytes(config, verify) - 16 * config.slots
+def shared_bytes(config: RoundConfig) -> int:
+    """Body of a relay_keys forward: the key batch without server 0's roots."""
+    return request_bytes(config) - 16 * config.slots
 
 
 def rows_bytes(config: RoundConfig) -> int:
@@ -79,18 +87,35 @@ def rows_bytes(config: RoundConfig) -> int:
 
 
 def answer_bytes(config: RoundConfig) -> int:
-    """A retrieval answer (``retrieval_reply``, ``relay_answer``): ``S`` rows of the tagged
-    table, ``width + tag_words`` columns."""
+    """A retrieval answer (``relay_answer``; a ``retrieval_reply`` starts with one): ``S`` rows of
+    the tagged table, ``width + tag_words`` columns."""
     return config.slots * (config.width + tag_words(config)) * config.dtype.itemsize
 
 
-def upload_bytes(config: RoundConfig, relay: bool, *, commit: bool = False) -> int:
-    """An upload to server 0 (with relay, its correction words carry server 1's MAC tag) or,
-    without relay, to either server; ``commit``: to server 0 without relay with bounded
-    payloads, which ends with the commitment to the server-1 dense share
-    (:data:`DENSE_COMMIT_BYTES`)."""
-    return (rows_bytes(config) + config.dense_size * config.dtype.itemsize + (MAC_BYTES if relay else 0)
-            + (DENSE_COMMIT_BYTES if commit else 0))
+def reply_bytes(config: RoundConfig, verify: bool) -> int:
+    """A ``retrieval_reply``: the answer (:func:`answer_bytes`) and, with verified uploads, the
+    device's sketch seed (relay: from server 0) or this server's half of it (without relay),
+    :data:`~secemb.fss.sketch.SKETCH_SEED_BYTES`."""
+    return answer_bytes(config) + (SKETCH_SEED_BYTES if verify else 0)
+
+
+def upload_bytes(config: RoundConfig, relay: bool, party: int, *, verify: bool = True, commit: bool = False) -> int:
+    """An upload to server ``party`` (with relay, to server 0 only): the correction words, the
+    dense share and, with relay, the binding ``tau`` (verified uploads) and server 1's MAC tag of
+    the words and ``tau``; without relay, to server 1 ``tau`` (verified uploads) after the dense
+    share.  To server 0 with verified uploads, server 0's share of the sketch proof follows;
+    ``commit``: to server 0 without relay with bounded payloads, which ends with the commitment to
+    the server-1 dense share (:data:`DENSE_COMMIT_BYTES`)."""
+    words = rows_bytes(config) + config.dense_size * config.dtype.itemsize
+    bind = BIND_BYTES if verify and (relay or party) else 0
+    proof = sketch_params(config).proof_bytes if verify and not party else 0
+    return words + bind + (MAC_BYTES if relay else 0) + proof + (DENSE_COMMIT_BYTES if commit else 0)
+
+
+def relay_upload_bytes(config: RoundConfig, verify: bool) -> int:
+    """A ``relay_upload`` forward: the correction words, the binding ``tau`` (verified uploads)
+    and their MAC tag."""
+    return rows_bytes(config) + (BIND_BYTES if verify else 0) + MAC_BYTES
 
 
 def share_bytes(config: RoundConfig, num_users: int) -> int:

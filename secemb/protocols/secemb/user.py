@@ -13,12 +13,13 @@ from secemb import fss
 from secemb.errors import InvalidParameters, ProtocolError, RetrievalTampered, SecembError
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, unmask_slots
 from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
+from secemb.fss import sketchproof
 from secemb.fss.rangeproof import prove
-from secemb.fss.verify import corrections
+from secemb.fss.sketch import device_inputs
+from secemb.fss.tree import padded_leaves
 from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
 from secemb.protocols.secemb.bounds import (
     CHALLENGE_BYTES,
-    SIGMA_BYTES,
     bound_params,
     context,
     dense_commitment,
@@ -26,16 +27,19 @@ from secemb.protocols.secemb.bounds import (
     projected,
     upload_vector,
 )
-from secemb.protocols.secemb.checks import key_digests, suffix_tags
+from secemb.protocols.secemb.checks import binding, key_digests, suffix_tags
 from secemb.protocols.secemb.relay import relay_masks_into, relay_prgs, upload_mac
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
     MAC_KEY_BYTES,
     NAME,
+    SIGMA_BYTES,
     answer_bytes,
     key_params,
+    reply_bytes,
     request_bytes,
     roots_bytes,
+    sketch_params,
     tag_words,
     upload_bytes,
 )
@@ -59,8 +63,8 @@ def _inverse_odd(x: np.ndarray) -> np.ndarray:
 
 
 def _sigma_column(rows: np.ndarray, sigmas: bytes | None) -> int:
-    """Write each user's seed ``sigma`` (``sigmas``: n such 16-byte strings joined; bounded
-    payloads) into the last :data:`SIGMA_BYTES` of its row of ``rows``; where the fields
+    """Write each user's seed ``sigma`` (``sigmas``: n such 16-byte strings joined; verified
+    uploads) into the last :data:`SIGMA_BYTES` of its row of ``rows``; where the fields
     before it end (``rows.shape[1]`` without a seed)."""
     if sigmas is None:
         return rows.shape[1]
@@ -68,21 +72,17 @@ def _sigma_column(rows: np.ndarray, sigmas: bytes | None) -> int:
     return rows.shape[1] - SIGMA_BYTES
 
 
-def _request_rows(keys: fss.DPFKeys, checks: np.ndarray | None, cfg: RoundConfig, party: int,
-                  sigmas: bytes | None = None) -> np.ndarray:
+def _request_rows(keys: fss.DPFKeys, cfg: RoundConfig, party: int, sigmas: bytes | None = None) -> np.ndarray:
     """The retrieval requests to server ``party`` of a batch's users, as the rows of one array
     uint8 (n, HEADER_BYTES + request_bytes [+ SIGMA_BYTES]): ``keys`` (each user's S consecutive
-    ones), the check correction words ``checks`` (uint64 (n S, 4); ``None`` without verified
-    uploads) and, with bounded payloads (to server 1), each user's seed ``sigma``
+    ones) and, with verified uploads (to server 1), each user's seed ``sigma``
     (:func:`_sigma_column`); row ``j``'s ``tobytes()`` is user ``j``'s message."""
     n = len(keys) // cfg.slots
-    size = request_bytes(cfg, checks is not None) + (0 if sigmas is None else SIGMA_BYTES)
+    size = request_bytes(cfg) + (0 if sigmas is None else SIGMA_BYTES)
     rows = frame_rows(NAME, "retrieval_request", party, cfg.round_id, size, n)
     end = HEADER_BYTES + KEY_HEADER_BYTES + cfg.slots * keys.params.key_bytes
     keys.to_rows(n, out=rows[:, HEADER_BYTES:end])
-    stop = _sigma_column(rows, sigmas)
-    if checks is not None:
-        rows[:, end:stop].view("<u8")[...] = checks.reshape(n, -1)
+    _sigma_column(rows, sigmas)
     return rows
 
 
@@ -91,7 +91,7 @@ def _relay_rows(roots: np.ndarray, secrets_: bytes, digests: list[bytes], cfg: R
     """Server 1's relay retrieval requests of a batch's users as the rows of one array uint8
     (n, HEADER_BYTES + roots_bytes [+ SIGMA_BYTES]): each user's key roots (``roots`` uint64
     (n S, 2)), its mask seed, dense seed and MAC key (``secrets_``: n such byte strings joined),
-    its key digest (``digests``) and, with bounded payloads, its seed ``sigma``
+    its key digest (``digests``) and, with verified uploads, its seed ``sigma``
     (:func:`_sigma_column`)."""
     n = len(digests)
     size = roots_bytes(cfg) + (0 if sigmas is None else SIGMA_BYTES)
@@ -222,7 +222,9 @@ class SecEmbUser(UserRole):
             raise InvalidParameters("bounded payloads need verified uploads (verify=True)")
         self.bound_users = bound_users
         self._bound = None if bound_users is None else bound_params(config, bound_users)
-        self._sigma: bytes | None = None  # bounded payloads: server 1's proof seed, sent with the request
+        self._sigma: bytes | None = None  # verified uploads: server 1's proof seed, sent with the request
+        self._alpha: np.ndarray | None = None  # verified uploads: int64 (S,), its keys' points, until the upload
+        self._sketch_seed: bytes | None = None  # verified uploads: c_u, from the retrieval's reply(ies)
         self._digest: bytes | None = None  # bounded payloads: the key digest K (the proof's context)
         self._path0: fss.PathKeys | None = None  # bounded payloads: the party-0 path keys, until the upload
         self._kept: _Kept | None = None  # bounded payloads: from the upload until the proof
@@ -284,16 +286,14 @@ class SecEmbUser(UserRole):
             betas = np.where(real, random_words(rng, real.shape, cfg.dtype) | cfg.dtype.type(1), cfg.dtype.type(0))
             cw = fss.convert_gen(state, betas.reshape(-1, 1), ring_bits=cfg.ring_bits, tag=RETRIEVAL_TAG)
             unmask = _inverse_odd(betas)  # what each user multiplies its rows by (0 stays 0)
-            # each user's messages written as rows of one array per server, field by field for all
-            # users; the keys' check correction words (verified uploads) the same for both servers
-            checks = corrections(alphas.reshape(-1), state.leaf0, state.leaf1) if first.verify else None
-            rows0 = _request_rows(fss.DPFKeys(p0, cw, params), checks, cfg, 0)
+            # each user's messages written as rows of one array per server, field by field for all users
+            rows0 = _request_rows(fss.DPFKeys(p0, cw, params), cfg, 0)
             bound = first._bound is not None
-            sigmas = rng(SIGMA_BYTES * n) if bound else None  # bounded payloads: server 1's proof seeds
+            sigmas = rng(SIGMA_BYTES * n) if first.verify else None  # verified uploads: server 1's proof seeds
             digests: list[bytes] = []
             if relay or bound:
                 # the digests of the exact bytes server 0 forwards: the shared part of each user's
-                # serialized keys (their header, then all after the roots) and its check words
+                # serialized keys (their header, then all after the roots)
                 digests = key_digests(fss.DPFKeys.shared_header(params.domain_size, cfg.slots, params.payload_width,
                                                                 params.ring_bits),
                                       rows0[:, HEADER_BYTES + KEY_HEADER_BYTES + 16 * cfg.slots :])
@@ -302,7 +302,7 @@ class SecEmbUser(UserRole):
                 secrets_ = rng(direct * n)
                 rows1 = _relay_rows(p1.roots, secrets_, digests, cfg, sigmas)
             else:
-                rows1 = _request_rows(fss.DPFKeys(p1, cw, params), checks, cfg, 1, sigmas)
+                rows1 = _request_rows(fss.DPFKeys(p1, cw, params), cfg, 1, sigmas)
             for j, (i, user) in enumerate(ok):
                 sl = slice(j * cfg.slots, (j + 1) * cfg.slots)
                 # copies: a user keeps its own secret state, no view of the batch's (other users')
@@ -310,7 +310,9 @@ class SecEmbUser(UserRole):
                 user._items, user._unmask = slots[j].copy(), unmask[j].copy()
                 out[i] = (rows0[j].tobytes(), rows1[j].tobytes())
                 if sigmas is not None:
-                    user._sigma, user._digest = sigmas[SIGMA_BYTES * j : SIGMA_BYTES * (j + 1)], digests[j]
+                    user._sigma, user._alpha = sigmas[SIGMA_BYTES * j : SIGMA_BYTES * (j + 1)], alphas[j].copy()
+                if bound:
+                    user._digest = digests[j]
                     user._path0 = fss.PathKeys.concat([p0[sl]])  # a copy
                 if relay:
                     own = secrets_[direct * j : direct * (j + 1)]
@@ -352,7 +354,7 @@ class SecEmbUser(UserRole):
         first = _one_round(users)
         cfg = first.config
         shape = (cfg.slots, cfg.width + tag_words(cfg))
-        size = answer_bytes(cfg)
+        size = reply_bytes(cfg, first.verify)
         # each reply's header checked against the one expected, framed once for the batch
         openers = (Opener(NAME, "retrieval_reply", 0, cfg.round_id, size),
                    Opener(NAME, "retrieval_reply", 1, cfg.round_id, size))
@@ -382,7 +384,9 @@ class SecEmbUser(UserRole):
                        openers: tuple[Opener, Opener]) -> tuple[np.ndarray, np.ndarray | None]:
         """The two answer shares of the replies, ring ``shape`` each, read in place (views of the
         replies' bytes; the second ``None`` with relay: server 1's is the mask of the user's seed);
-        ``openers``: the round's :class:`Opener` of server 0's and server 1's replies.
+        ``openers``: the round's :class:`Opener` of server 0's and server 1's replies.  With verified
+        uploads the device's sketch seed ``c_u`` is kept: after the answer in server 0's reply (relay),
+        or the XOR of the halves after the answers in both (without relay).
 
         Raises
         ------
@@ -393,14 +397,19 @@ class SecEmbUser(UserRole):
         cfg = self.config
         if self._state is None:
             raise ProtocolError("retrieval_result before retrieval_request")
-        first = read_view(openers[0](reply0), 0, cfg.dtype, shape)
+        at = answer_bytes(cfg)  # where the sketch seed (or half) follows the answer
+        body0 = openers[0](reply0)
+        first = read_view(body0, 0, cfg.dtype, shape)
         if self.relay:
             if reply1 is not None:
                 raise ProtocolError("with relay, server 1 sends no retrieval reply")
+            self._sketch_seed = bytes(body0[at:]) if self.verify else None
             return first, None
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
-        return first, read_view(openers[1](reply1), 0, cfg.dtype, shape)
+        body1 = openers[1](reply1)
+        self._sketch_seed = bytes(a ^ b for a, b in zip(body0[at:], body1[at:], strict=True)) if self.verify else None
+        return first, read_view(body1, 0, cfg.dtype, shape)
 
     @staticmethod
     def _verified(users: list[SecEmbUser], answers: np.ndarray) -> list[np.ndarray | Exception]:
@@ -484,24 +493,27 @@ class SecEmbUser(UserRole):
                                cfg.dtype)
         cw_le = np.ascontiguousarray(cw, cfg.dtype.newbyteorder("<"))  # the wire's byte order (no copy on LE hosts)
         # every user's messages of one layout: each server's header packed once for the batch
-        bound = first._bound is not None
-        to0 = Framer(NAME, "upload", 0, cfg.round_id, upload_bytes(cfg, first.relay, commit=bound and not first.relay))
-        to1 = Framer(NAME, "upload", 1, cfg.round_id, upload_bytes(cfg, False))
+        bound, verify = first._bound is not None, first.verify
+        to0 = Framer(NAME, "upload", 0, cfg.round_id,
+                     upload_bytes(cfg, first.relay, 0, verify=verify, commit=bound and not first.relay))
+        to1 = Framer(NAME, "upload", 1, cfg.round_id, upload_bytes(cfg, False, 1, verify=verify))
         for j, i in enumerate(ok):
             user, dense = users[i], gradients[i][1]
+            pi0, tau = user._sketch_proof(states[j]) if verify else (b"", b"")
             user._state = None  # one upload per round
             # the relay's one-time MAC key tags this upload only: dropped with the state (upload_mac)
             key, user._mac_key = user._mac_key, None
             own = cw_le[j * cfg.slots : (j + 1) * cfg.slots].data.cast("B")  # MACed and framed, not copied
             if first.relay:
-                tag = upload_mac(cast("bytes", key), cfg.round_id, own)  # drawn with the seeds
+                # drawn with the seeds; over the words and, verified uploads, tau after them, as forwarded
+                tag = upload_mac(cast("bytes", key), cfg.round_id, bytes(own) + tau if tau else own)
                 d0, d1 = dense - masks[j], masks[j]
-                out[i] = to0(own, little(d0), tag), None
+                out[i] = to0(own, little(d0), tau, tag, pi0), None
             else:
                 d0, d1 = share(dense, _rng=user._rng)
                 # bounded payloads: server 0 gets a commitment to d1, so that d1 is fixed before its challenge
-                commit = b"" if user._sigma is None else dense_commitment(cfg.round_id, user._sigma, d1)
-                out[i] = to0(own, little(d0), commit), to1(own, little(d1))
+                commit = b"" if not bound else dense_commitment(cfg.round_id, cast("bytes", user._sigma), d1)
+                out[i] = to0(own, little(d0), pi0, commit), to1(own, little(d1), tau)
             if user._path0 is not None:  # bounded payloads: what the proof needs (copies: no view of the batch's)
                 user._kept = _Kept(user._path0, cw[j * cfg.slots : (j + 1) * cfg.slots].copy(),
                                    gradients[i][0].copy(), d0, d1.copy())
@@ -537,6 +549,20 @@ class SecEmbUser(UserRole):
                         seed_1=self._sigma, _rng=self._rng)
         return frame(NAME, "bound_proof", 0, cfg.round_id, msg0)
 
+    def _sketch_proof(self, state: fss.GenState) -> tuple[bytes, bytes]:
+        """Verified uploads: server 0's share ``pi0`` of the device's sketch proof and its binding
+        ``tau``.  The proof (:func:`~secemb.fss.sketchproof.prove`, server 1's share the expansion
+        of ``sigma``) shows that every key's sketch ``x_k = (A, B, C)`` under the seed ``c_u`` the
+        reply(ies) gave, computed from both parties' leaf words at its point
+        (:func:`~secemb.fss.sketch.device_inputs`; ``state``: the keys' generation state), has
+        ``A^2 = B C``; ``tau`` (:func:`~secemb.protocols.secemb.checks.binding`) binds ``c_u`` to
+        ``sigma``.  The points are dropped."""
+        cfg = self.config
+        seed, sigma = cast("bytes", self._sketch_seed), cast("bytes", self._sigma)
+        alphas, self._alpha = cast("np.ndarray", self._alpha), None
+        x = device_inputs(seed, padded_leaves(key_params(cfg)), alphas, state.leaf0, state.leaf1)
+        return sketchproof.prove(sketch_params(cfg), x, seed, sigma, _rng=self._rng), binding(cfg.round_id, seed, sigma)
+
     def _check_upload(self, rows: np.ndarray, dense: np.ndarray) -> None:
         """Refuse an upload this user cannot make: after a tampered retrieval, before a request
         or twice, or gradients of the wrong dtype or shape (rows for empty slots: refused by
@@ -551,6 +577,8 @@ class SecEmbUser(UserRole):
             raise ProtocolError("the retrieval failed its integrity check: no upload this round")
         if self._state is None:
             raise ProtocolError("upload before retrieval_request")
+        if self.verify and self._sketch_seed is None:
+            raise ProtocolError("upload before the retrieval's reply")
         if rows.dtype != cfg.dtype or rows.shape != (cfg.slots, cfg.width):
             raise InvalidParameters(
                 f"rows must be {cfg.dtype} of shape ({cfg.slots}, {cfg.width}), got {rows.dtype} {rows.shape}"
