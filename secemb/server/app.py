@@ -378,7 +378,8 @@ def create_app(node: Node) -> FastAPI:
         return JSONResponse(await call(follower("peer close").peer_close, round_id))
 
     @app.post("/v1/peer/rounds/{round_id}/verify", tags=["peer"],
-              summary="Server 1's digests of the agreed users' uploads (verified uploads, issue 34)",
+              summary="Server 1's digests of the agreed users' uploads and its sketch check's verifier messages "
+                      "(verified uploads, issue 34)",
               responses=_ERRORS,
               openapi_extra=_json_body({"type": "object", "properties": {"include": _IDS}, "required": ["include"]})
               | {"security": _SECURITY})

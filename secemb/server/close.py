@@ -4,8 +4,9 @@ Party: server 0.  :meth:`LeaderClose.close_round` (on quorum, deadline or the op
 call; idempotent): server 1 stops taking uploads and names the users it absorbed; the agreed
 set is the intersection with server 0's, less the devices whose uploads fail the verification
 (issue 34: with bounded payloads, first the bound proofs' check -- a device whose proof fails is
-out --, then both roles' digests compared, :mod:`.verify`, a mismatch out; a
-``device_rejected`` alarm for either; a device without a proof is then left out like a dropout); fewer
+out --, then both roles' digests compared, :mod:`.verify`, a mismatch out, and server 1's
+verifier messages of the sketch check decided by server 0's role, a failing device out; a
+``device_rejected`` alarm for any; a device without a proof is then left out like a dropout); fewer
 than ``min_users`` aborts.  Both servers then exchange their aggregate shares and reconstruct
 (:mod:`.combine`); server 0 commits (its checkpoint: the commit point) only when server 1's
 model digest equals its own -- otherwise a halting ``model_disagreement`` alarm and nothing
@@ -140,21 +141,29 @@ class LeaderClose(LeaderRelay):
 
     def _verified(self, rnd: Round, include: list[int]) -> list[int] | None:
         """``include`` without the devices whose uploads fail the servers' verification (issue
-        34, :func:`secemb.server.verify.rejected`): both roles' digests of every upload are
-        compared; a mismatch leaves the device out like a dropout, records it (the round's
-        ``rejected``) and raises a ``device_rejected`` alarm.  ``None``: the round was aborted
-        (server 1 did not answer).  Unchanged without verification (a role without digests)."""
+        34): both roles' digests of every upload are compared (:func:`secemb.server.verify.rejected`)
+        and server 1's verifier messages of the sketch check decided
+        (:meth:`~secemb.protocols.base.ServerRole.verify_rejected`: a device whose keys are not
+        point functions, whose proof is missing or which answered a challenge it was not
+        given); either failure leaves the device out like a dropout, records it (the round's
+        ``rejected``) and raises one ``device_rejected`` alarm.  ``None``: the round was aborted
+        (server 1 did not answer, or its sketch answer is malformed).  Unchanged without
+        verification (a role without digests)."""
         with self.lock:
             role = self.role
         mine = rnd.busy(role.upload_digests, include)
         if mine is None:
             return include
         try:
-            theirs = self.peer.verify(rnd.round_id, include)
+            theirs, answer = self.peer.verify(rnd.round_id, include)
+            failed = rnd.busy(role.verify_rejected, include, answer)
         except PEER_ERRORS as exc:
             self._end(rnd, ABORTED, f"server 1 did not verify the uploads: {exc}")
             return None
-        bad = rejected(mine, theirs)
+        except SecembError as exc:
+            self._end(rnd, ABORTED, f"the sketch check of the uploads failed: {exc}")
+            return None
+        bad = sorted(set(rejected(mine, theirs)) | (failed & set(include)))
         self._reject(rnd, bad, "failed the upload verification (keys not point functions or not the same at both "
                                "servers)")
         return [u for u in include if u not in bad]

@@ -35,7 +35,7 @@ from secemb.server.relay import FollowerRelay
 from secemb.server.rounds import ABORTED, CLOSING, COMMITTED, FINAL, OPEN, Batcher, Round, by_round
 from secemb.server.state import optimizer_state
 from secemb.server.store import Checkpoint, StateStore
-from secemb.server.verify import encode_digests
+from secemb.server.verify import encode_verification
 
 __all__ = ["FollowerNode"]
 
@@ -160,9 +160,13 @@ class FollowerNode(FollowerRelay):
         return out
 
     def peer_verify(self, r: int, include: list[int]) -> dict[str, Any]:
-        """This server's digests of the uploads of ``include`` (issue 34; ``{"digests": {user:
-        hex}}``, empty without verification), for server 0 to compare with its own.  For an
-        honest device the two are equal, so server 0 learns nothing it could not compute.
+        """This server's digests of the uploads of ``include`` and its verifier messages of
+        their sketch check (issue 34; ``{"digests": {user: hex}, "sketch": hex}``,
+        :func:`~secemb.server.verify.encode_verification`; empty without verification), for
+        server 0 to compare with its own digests and to decide the sketch proofs
+        (:meth:`~secemb.protocols.base.ServerRole.verify_answer`).  For an honest device the
+        digests are equal and the verifier messages are those of a true statement, so server 0
+        learns nothing it could not compute.  Asked again, it answers the same.
 
         Raises
         ------
@@ -175,7 +179,8 @@ class FollowerNode(FollowerRelay):
             if extra:
                 raise Conflict(f"round {r}: user(s) {sorted(extra)[:5]} did not upload to this server")
             role = self.role
-        return {"digests": encode_digests(rnd.busy(role.upload_digests, include) or {})}
+        digests = rnd.busy(role.upload_digests, include) or {}
+        return encode_verification(digests, rnd.busy(role.verify_answer, include))
 
     def peer_bound(self, r: int, body: bytes) -> bytes:
         """Bounded payloads: this server's verifier messages for server 0's check request

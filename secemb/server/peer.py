@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from secemb.errors import InvalidMessage, SecembError
-from secemb.server.verify import decode_digests
+from secemb.server.verify import decode_verification
 from secemb.transport.errors import RemoteError, Unreachable
 from secemb.transport.limits import ANSWER_FLOOR_BYTES
 
@@ -85,9 +85,11 @@ class PeerLink(Protocol):
     def close(self, round_id: int) -> list[int]:
         """Server 1 stops taking uploads; the sorted users it absorbed."""
 
-    def verify(self, round_id: int, include: list[int]) -> dict[int, bytes]:
+    def verify(self, round_id: int, include: list[int]) -> tuple[dict[int, bytes], bytes]:
         """Server 1's digests of the uploads of ``include`` (issue 34; empty without
-        verification), checked (:func:`secemb.server.verify.decode_digests`)."""
+        verification) and its verifier messages of the sketch check (``b""`` without it; the
+        role reads them: :meth:`~secemb.protocols.base.ServerRole.verify_rejected`), checked
+        (:func:`secemb.server.verify.decode_verification`)."""
 
     def bound(self, round_id: int, body: bytes) -> bytes:
         """Bounded payloads: server 1's ``bound_answer`` to server 0's ``bound_request`` ``body``
@@ -212,8 +214,8 @@ class HttpPeer:
         return list(_call(lambda: _fields(self.api.post_json(f"/v1/peer/rounds/{round_id}/close"),
                                           uploaded=list)["uploaded"]))
 
-    def verify(self, round_id: int, include: list[int]) -> dict[int, bytes]:
-        return decode_digests(_call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/verify",
+    def verify(self, round_id: int, include: list[int]) -> tuple[dict[int, bytes], bytes]:
+        return decode_verification(_call(lambda: self.api.post_json(f"/v1/peer/rounds/{round_id}/verify",
                                                                {"include": include})), include)
 
     def bound(self, round_id: int, body: bytes) -> bytes:

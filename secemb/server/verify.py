@@ -1,23 +1,30 @@
 """The servers' verification step between upload and close (issue 34).
 
-Server 0, closing a round, asks server 1 for its digests of the agreed users' uploads
-(``POST /v1/peer/rounds/{r}/verify``, :meth:`~secemb.server.node.FollowerNode.peer_verify`)
-and compares them with its own (:meth:`~secemb.protocols.base.ServerRole.upload_digests`):
-a device whose digests differ is left out of the round like a dropout
-(:meth:`~secemb.server.node.LeaderNode._verified`).  What the digests cover and why an honest
-device's digests tell a server nothing: docs/security.md, "A malicious device: verified
-uploads".  This module is the wire form of the digests and the comparison.
+Server 0, closing a round, asks server 1 for its digests of the agreed users' uploads and its
+verifier messages of their sketch check (``POST /v1/peer/rounds/{r}/verify``,
+:meth:`~secemb.server.node.FollowerNode.peer_verify`), compares the digests with its own
+(:meth:`~secemb.protocols.base.ServerRole.upload_digests`) and has its role decide the sketch
+proofs (:meth:`~secemb.protocols.base.ServerRole.verify_rejected`): a device that fails either
+is left out of the round like a dropout (:meth:`~secemb.server.node.LeaderNode._verified`).
+What the digests and the sketch cover and why an honest device's tell a server nothing:
+docs/security.md, "A malicious device: verified uploads".  This module is the wire form of
+server 1's answer, the sketch check's key of a deployment (:func:`sketch_key`) and the
+digests' comparison.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Any
 
 from secemb.errors import InvalidMessage
 
-__all__ = ["ABORT_WINDOW", "DIGEST_HEX", "MAX_ABORTS", "MAX_REJECTIONS", "decode_digests", "encode_digests", "rejected"]
+__all__ = ["ABORT_WINDOW", "DIGEST_HEX", "MAX_ABORTS", "MAX_REJECTIONS", "SKETCH_KEY_TAG", "decode_verification",
+           "encode_verification", "rejected", "sketch_key"]
 
+#: the tag of the sketch check's key under the deployment's peer secret (:func:`sketch_key`)
+SKETCH_KEY_TAG = b"secemb-sketch-key"
 #: hex characters of one digest (SHA-256)
 DIGEST_HEX = 64
 #: a device whose uploads failed verification in this many rounds is refused at the door (403 at
@@ -37,23 +44,44 @@ MAX_ABORTS = 10
 ABORT_WINDOW = 50
 
 
-def encode_digests(digests: dict[int, bytes]) -> dict[str, str]:
-    """The JSON form of per-user digests: ``{"user id": "hex"}``."""
-    return {str(u): d.hex() for u, d in sorted(digests.items())}
+def sketch_key(peer_secret: bytes) -> bytes:
+    """The 32-byte key of the sketch check both servers of a deployment hold:
+    ``HMAC-SHA256(peer_secret, b"secemb-sketch-key")`` (the round secrets and the devices'
+    challenges derive from it: :meth:`~secemb.protocols.secemb.SecEmbProtocol.make_server`).
+    Both servers hold the same ``peer_secret`` -- the key of their signed peer requests, so a
+    server with another one fails the peer authentication before any round -- and no device
+    ever sees it."""
+    return hmac.new(peer_secret, SKETCH_KEY_TAG, hashlib.sha256).digest()
 
 
-def decode_digests(doc: Any, include: list[int]) -> dict[int, bytes]:
-    """Server 1's answer ``{"digests": {"user id": "hex"}}`` for the users ``include``,
-    checked: exactly those users, each a 32-byte digest in lowercase hex (or none at all: a
-    server without verification).
+def encode_verification(digests: dict[int, bytes], answer: bytes) -> dict[str, Any]:
+    """Server 1's answer to the verification step, as JSON: ``{"digests": {"user id": "hex"},
+    "sketch": "hex"}`` -- its per-user upload digests and its verifier messages of the sketch
+    check (:meth:`~secemb.protocols.base.ServerRole.verify_answer`; ``""`` without it)."""
+    return {"digests": {str(u): d.hex() for u, d in sorted(digests.items())}, "sketch": answer.hex()}
+
+
+def decode_verification(doc: Any, include: list[int]) -> tuple[dict[int, bytes], bytes]:
+    """Server 1's answer :func:`encode_verification` for the users ``include``, checked:
+    ``digests`` has exactly those users, each a 32-byte digest in lowercase hex (or none at
+    all: a server without verification); ``sketch`` is lowercase hex of whole bytes (its
+    contents are the role's to check: :meth:`~secemb.protocols.base.ServerRole.verify_rejected`).
+    Returns ``(digests, sketch answer)``.
 
     Raises
     ------
     InvalidMessage: anything else (a peer's answer is input like any other).
     """
     got = doc.get("digests") if isinstance(doc, dict) else None
+    sketch = doc.get("sketch") if isinstance(doc, dict) else None
+    if not (isinstance(sketch, str) and len(sketch) % 2 == 0 and sketch == sketch.lower()):
+        raise InvalidMessage("the peer's sketch answer is not a string of lowercase hex bytes")
+    try:
+        answer = bytes.fromhex(sketch)
+    except ValueError:
+        raise InvalidMessage("the peer's sketch answer is not hex") from None
     if got == {}:  # the peer does not verify: nothing to compare (every device then differs)
-        return {}
+        return {}, answer
     if not isinstance(got, dict) or set(got) != {str(u) for u in include}:
         raise InvalidMessage("the peer's upload digests are not an object with exactly the agreed users")
     out: dict[int, bytes] = {}
@@ -64,7 +92,7 @@ def decode_digests(doc: Any, include: list[int]) -> dict[int, bytes]:
             out[int(key)] = bytes.fromhex(value)
         except ValueError:
             raise InvalidMessage(f"the peer's upload digest of user {key[:20]} is not hex") from None
-    return out
+    return out, answer
 
 
 def rejected(mine: dict[int, bytes], theirs: dict[int, bytes]) -> list[int]:

@@ -38,7 +38,7 @@ from secemb.protocols.base import ExchangeNode, Protocol
 from secemb.protocols.stages import AGGREGATE, COUNT, DENSE, PROVE, RETRIEVAL, SERVER0, SERVER1, SYNC, UPLOAD
 from secemb.randomness import RandomBytes
 from secemb.server.config import ServerConfig
-from secemb.server.verify import decode_digests
+from secemb.server.verify import decode_verification
 from secemb.server.errors import PeerUnavailable
 from secemb.server.node import FollowerNode, LeaderNode, make_node
 from secemb.server.peer import PeerRefused, PeerUnreachable
@@ -167,10 +167,10 @@ class LocalPeer:
     def close(self, round_id: int) -> list[int]:
         return [int(u) for u in _peer(lambda: self.follower.peer_close(round_id))["uploaded"]]
 
-    def verify(self, round_id: int, include: list[int]) -> dict[int, bytes]:
-        got = decode_digests(_peer(lambda: self.follower.peer_verify(round_id, include)), include)
-        _carry(self.tp, SERVER1, SERVER0, b"".join(got.values()), AGGREGATE)  # 32 bytes per user, counted
-        return got
+    def verify(self, round_id: int, include: list[int]) -> tuple[dict[int, bytes], bytes]:
+        got, answer = decode_verification(_peer(lambda: self.follower.peer_verify(round_id, include)), include)
+        digests = b"".join(got.values())  # 32 bytes per user, and the sketch's verifier messages: one answer, counted
+        return got, _carry(self.tp, SERVER1, SERVER0, digests + answer, AGGREGATE)[len(digests):]
 
     def bound(self, round_id: int, body: bytes) -> bytes:
         got = _carry(self.tp, SERVER0, SERVER1, body, PROVE)
