@@ -28,17 +28,19 @@ class SecEmbRound(NamedTuple):
 
 
 def begin(*, layout: str, relay: bool, round_id: int, num_items: int, width: int, dense_size: int, m_prime: int,
-          seed: int, backend: Backend | None = None, verify: bool = True) -> SecEmbRound:
+          seed: int, backend: Backend | None = None, verify: bool = True,
+          sketch_key: bytes | None = None) -> SecEmbRound:
     """Round ``round_id`` of a ``SecEmbProtocol(layout, relay, backend, verify)`` over a
     ``num_items`` x ``width`` table of uint32 drawn from ``default_rng(seed)`` (``dense_size``
-    dense values, ``m_prime`` slots a user), begun at two new servers."""
+    dense values, ``m_prime`` slots a user), begun at two new servers (``sketch_key``: theirs,
+    fixed; ``None``: the protocol object's, drawn fresh)."""
     from secemb.protocols.secemb import SecEmbProtocol
 
     proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend, verify=verify)
     cfg = proto.round_config(round_id, num_items, width, dense_size, m_prime)
     rng = np.random.default_rng(seed)
     table = rng.integers(0, 2**32, (num_items, width), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
+    s0, s1 = proto.make_server(0, sketch_key=sketch_key), proto.make_server(1, sketch_key=sketch_key)
     s0.begin_round(cfg, table)
     s1.begin_round(cfg, table)
     return SecEmbRound(proto, cfg, rng, table, s0, s1)

@@ -1,36 +1,70 @@
-"""Issue 37: a server hashes the key digests and challenge seeds of a range of requests at once
-(``checks.key_digests`` / ``checks.challenge_seeds``): each the documented formula of one
-user's (docs/security.md: SHA-256 of the serialized shared part and check words; the seed
-``SHA-256(b"secemb-verify-challenge" || u64 round || K)[:16]``), computed here with hashlib."""
+"""Issue 37 and 34: a server hashes the key digests of a range of requests at once
+(``checks.key_digests``), and derives the sketch check's secrets per round and device
+(``checks.round_secret``, ``sketch_seeds``, ``sketch_halves``, ``query_seeds``, ``binding``): each
+the documented formula (docs/security.md, "A sound sketch with the challenge drawn at retrieval";
+``key_digests``: SHA-256 of the serialized shared key part), computed here with hashlib and hmac."""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 
 import numpy as np
+import pytest
 
 from secemb import fss
-from secemb.protocols.secemb.checks import challenge_seeds, key_digests
+from secemb.errors import InvalidParameters
+from secemb.protocols.secemb.checks import (
+    binding,
+    key_digests,
+    query_seeds,
+    round_secret,
+    sketch_halves,
+    sketch_seeds,
+)
 from secemb.randomness import CtrDrbg
 
 M, K, D = 300, 3, 1
 
 
-def test_batched_digests_and_seeds_are_the_documented_formulas() -> None:
+def _u64(v: int) -> bytes:
+    return v.to_bytes(8, "little")
+
+
+def test_batched_digests_are_the_documented_formula() -> None:
     head = fss.DPFKeys.shared_header(M, K, D, 32)
-    shared, checks, rest = [], [], []
+    shared, rest = [], []
     for seed in range(4):
         rng = np.random.default_rng(seed)
         keys = fss.gen(rng.integers(0, M, K), np.ones((K, D), np.uint32), M, ring_bits=32, _rng=CtrDrbg(seed))[0]
         shared.append(keys.shared_bytes())
-        checks.append(rng.integers(0, 256, 32 * K, dtype=np.uint8).tobytes())
-        rest.append(shared[-1][len(head) :] + checks[-1])
+        rest.append(shared[-1][len(head) :])
     rows = np.frombuffer(b"".join(rest), np.uint8).reshape(4, -1)
-    digests = key_digests(head, rows)
-    assert digests == [hashlib.sha256(s + c).digest() for s, c in zip(shared, checks, strict=True)]
-    seeds = challenge_seeds(7, digests)
-    assert seeds.dtype == np.uint64 and seeds.shape == (4, 2)
-    for d, s in zip(digests, seeds, strict=True):
-        want = hashlib.sha256(b"secemb-verify-challenge" + (7).to_bytes(8, "little") + d).digest()[:16]
-        assert s.tobytes() == want
-    assert challenge_seeds(7, []).shape == (0, 2)
+    assert key_digests(head, rows) == [hashlib.sha256(s).digest() for s in shared]
+
+
+def test_sketch_secrets_are_the_documented_formulas() -> None:
+    key = bytes(range(32))
+    s_round = round_secret(key, 7)
+    assert s_round == hmac.new(key, b"secemb-sketch-round" + _u64(7), "sha256").digest()
+    assert round_secret(key, 8) != s_round
+    users, digests = [3, 2**40 + 1], [b"D" * 32, b"E" * 32]
+    seeds = sketch_seeds(s_round, 7, users, digests)
+    assert seeds == [hmac.new(s_round, b"secemb-sketch" + _u64(7) + _u64(u) + d, "sha256").digest()[:16]
+                     for u, d in zip(users, digests, strict=True)]
+    halves = sketch_halves(s_round, 7, users, digests)
+    for (h0, h1), u, d in zip(halves, users, digests, strict=True):
+        for b, h in ((0, h0), (1, h1)):
+            want = hmac.new(s_round, b"secemb-sketch-half" + bytes([b]) + _u64(7) + _u64(u) + d, "sha256").digest()
+            assert h == want[:16]
+    assert query_seeds(s_round, 7, users) == [
+        hmac.new(s_round, b"secemb-sketch-query" + _u64(7) + _u64(u), "sha256").digest()[:16] for u in users]
+    assert binding(7, b"c" * 16, b"s" * 16) == hashlib.sha256(b"secemb-sketch-bind" + _u64(7) + b"c" * 16
+                                                              + b"s" * 16).digest()
+    assert sketch_seeds(s_round, 7, [], []) == [] and sketch_halves(s_round, 7, [], []) == []
+
+
+@pytest.mark.parametrize("key", [b"", b"k" * 31, b"k" * 33, "k" * 32])
+def test_a_sketch_key_of_another_length_or_type_is_refused(key: object) -> None:
+    with pytest.raises(InvalidParameters, match="32 bytes"):
+        round_secret(key, 0)  # type: ignore[arg-type]

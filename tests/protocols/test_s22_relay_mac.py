@@ -120,16 +120,20 @@ def _relay_round() -> _Round:
 
 
 def test_server_1_accepts_only_the_devices_gmac() -> None:
+    """The forward is the words, the device's 32-byte binding tau (verified uploads, issue 34) and
+    the tag over both."""
     rnd = _relay_round()
-    key = rnd.r1[-48:-32]  # the direct request's body ends with the MAC key, then the 32-byte digest
-    words, tag = rnd.forward[HDR:-16], rnd.forward[-16:]
-    assert len(words) == rnd.cfg.slots * rnd.cfg.width * 4
+    key = rnd.r1[-64:-48]  # the direct request's body ends with the MAC key, the 32-byte digest and sigma
+    words, tag = rnd.forward[HDR:-16], rnd.forward[-16:]  # the words, then tau
+    assert len(words) == rnd.cfg.slots * rnd.cfg.width * 4 + 32
     assert tag == _gmac_by_hand(key, DOMAIN + (4).to_bytes(8, "little") + words)
     hmac_era = hmac.new(key, b"secemb-relay-upload" + (4).to_bytes(8, "little") + words, hashlib.sha256).digest()[:16]
     other_round = AESGCM(key).encrypt(bytes(12), b"", DOMAIN + (5).to_bytes(8, "little") + words)
     flipped = bytearray(rnd.forward)
     flipped[HDR + 3] ^= 1
-    for bad in (rnd.forward[:-16] + hmac_era, rnd.forward[:-16] + other_round, bytes(flipped)):
+    bound = bytearray(rnd.forward)
+    bound[-16 - 32] ^= 1  # a bit of tau: under the tag too
+    for bad in (rnd.forward[:-16] + hmac_era, rnd.forward[:-16] + other_round, bytes(flipped), bytes(bound)):
         with pytest.raises(RelayTampered, match="server 0 altered"):
             rnd.s1.relay_upload(7, bad)
         assert 7 not in rnd.s1.included_users()

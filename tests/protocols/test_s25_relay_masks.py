@@ -96,7 +96,9 @@ def _server1_answers(relay: bool, read_only: bool, monkeypatch: pytest.MonkeyPat
     requests = SecEmbUser.retrieval_requests(users, slots, _rng=CtrDrbg(b"batch"))
     if not relay:
         got = s1.handle_retrieval_many([(uid, r[1]) for uid, r in zip(_USERS, requests, strict=True)])  # type: ignore[index]
-        return [bytes(m[HEADER_BYTES:]) for m in got]  # type: ignore[index]
+        # the answers (the server's half of the sketch seed follows them)
+        size = cfg.slots * (cfg.width + tag_words(cfg)) * cfg.dtype.itemsize
+        return [bytes(m[HEADER_BYTES : HEADER_BYTES + size]) for m in got]  # type: ignore[index]
     assert all(g is None for g in s1.handle_retrieval_many(
         [(uid, r[1]) for uid, r in zip(_USERS, requests, strict=True)]))  # type: ignore[index]
     forwards = s0.handle_retrieval_many([(uid, r[0]) for uid, r in zip(_USERS, requests, strict=True)])  # type: ignore[index]

@@ -83,7 +83,7 @@ def test_batched_results_and_uploads_equal_the_per_device_path_byte_for_byte(lay
         else:
             replies.append((s0.handle_retrieval(uid, r0), s1.handle_retrieval(uid, r1)))
     reply0 = bytearray(replies[TAMPERED][0])
-    reply0[-1] ^= 1  # a server altered one word of this user's answer share
+    reply0[-1 - 16] ^= 1  # a server altered one word of this user's answer share (before the sketch seed's 16 bytes)
     replies[TAMPERED] = (bytes(reply0), replies[TAMPERED][1])
     replies[MALFORMED] = (replies[MALFORMED][0][:-1], replies[MALFORMED][1])  # one byte short
 
@@ -112,7 +112,9 @@ def test_batched_results_and_uploads_equal_the_per_device_path_byte_for_byte(lay
 
     # the batch's uploads aggregate to the direct sums (the attacker's dense wrapped by 2^(k-1))
     uploaded = [u for u in range(USERS) if isinstance(up_batch[u], tuple)]
-    assert uploaded == [0, MALFORMED, ATTACKER, 5]  # a malformed reply leaves the user free to upload
+    # a malformed reply gave the user no sketch seed (verified uploads): it cannot upload either
+    assert isinstance(up_batch[MALFORMED], ProtocolError) and "reply" in str(up_batch[MALFORMED])
+    assert uploaded == [0, ATTACKER, 5]
     sparse, dense = np.zeros_like(table), np.zeros(cfg.dense_size, cfg.dtype)
     for u in uploaded:
         m0, m1 = up_batch[u]  # type: ignore[misc]
@@ -142,6 +144,7 @@ def test_a_batch_that_lists_a_user_twice_is_refused() -> None:
     user = proto.make_user(cfg)
     (request,) = SecEmbUser.retrieval_requests([user], [np.arange(cfg.slots)])
     assert isinstance(request, tuple)
+    user._sketch_seed = bytes(16)  # the sketch seed a retrieval reply would carry (verified uploads)
     grads = (np.zeros((cfg.slots, cfg.width), cfg.dtype), np.zeros(cfg.dense_size, cfg.dtype))
     with pytest.raises(InvalidParameters, match="twice"):
         SecEmbUser.uploads([user, user], [grads, grads])

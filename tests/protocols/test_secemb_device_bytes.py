@@ -24,8 +24,9 @@ _USERS = [3, 8, 21, 30]
 
 def _round(layout: str, relay: bool, verify: bool) -> tuple[str, str, str]:
     """SHA-256 of the devices' requests, of their rows and of their uploads, joined in order."""
+    # the servers' sketch key fixed (verified uploads: the sketch seeds in the replies come from it)
     proto, cfg, _, _, s0, s1 = begin(layout=layout, relay=relay, verify=verify, round_id=6, num_items=120, width=3,
-                                     dense_size=2, m_prime=5, seed=4)
+                                     dense_size=2, m_prime=5, seed=4, sketch_key=bytes(range(32)))
     users = [proto.make_user(cfg, _rng=CtrDrbg(b"device/%d" % uid)) for uid in _USERS]
     slots = [place(cfg, np.array([uid, uid + 40, uid + 80], np.int64), np.random.default_rng(uid)).indices
              for uid in _USERS]
@@ -62,35 +63,57 @@ _SETTINGS = list(itertools.product(["full", "cuckoo"], [False, True], [False, Tr
 #: _round of each setting as the device code of 10f829d (before the rework) computed it; the uploads with
 #: relay re-pinned in session 22 for the GMAC upload tag (31c7597): byte for byte the 10f829d-era uploads
 #: (as 51ad76d made them) but for each upload's last 16 bytes, the tag (tests/protocols/test_s22_relay_mac.py
-#: checks the tag itself against AES-GCM called directly)
+#: checks the tag itself against AES-GCM called directly); the verified settings' requests and uploads re-pinned
+#: in session 29 for the sketch check (issue 34): the requests without check words and, to server 1, with the
+#: 16-byte sigma; the uploads with the sketch proof share (to server 0) and the binding tau (to server 1, or in
+#: the relay's MAC'd words); the unverified settings' bytes and every setting's rows unchanged
 _KNOWN: dict[tuple[str, bool, bool], tuple[str, str, str]] = {
     ("full", False, False): ("3928dea158ec58c0bbbaf19b20e594258193ace42f7efcf7ad92f031cb1190c1",
                               "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
                               "30a0d22aecddadb73481b8ba5fc2d41db00106b26696de2536e4a9b3245bd124"),
-    ("full", False, True): ("27b375baf5dd9c205ec0e8c5c6cfbf74b3f12e2b06ff695c19c4ca6a54100732",
+    ("full", False, True): ("c34e47369d2c2b2bc02ec8329c84e4b80e89d79b0a93a59f867a99f04da9b59a",
                              "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
-                             "30a0d22aecddadb73481b8ba5fc2d41db00106b26696de2536e4a9b3245bd124"),
+                             "b707fd705e56fb3862b636c57e5d01f6ea826d19bdab0715c4fcd9fe99ae0782"),
     ("full", True, False): ("b10ddf30d4d1260f823683cd1ee61907984ef3c87ab02f98a3c1a6be28b36f2b",
                              "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
                              "14ec3a9fd93d0afcc5a0cf02c66e6b13154539117357212642b5eaf524bf3e26"),
-    ("full", True, True): ("8809727d6dd1e9721aa99a4cc8af3421bb22ebc4961084b4a5818e7eb2ea7cb2",
+    ("full", True, True): ("ef2ae3100ca9e1b3b7d56ce5233dc0eb37e73ad755f87c523220e9ff5348bcc9",
                             "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
-                            "14ec3a9fd93d0afcc5a0cf02c66e6b13154539117357212642b5eaf524bf3e26"),
+                            "cf4969315a2b5ae68c34b0819a360042cc894808bf6d8b1d36a055730c6fb636"),
     ("cuckoo", False, False): ("d359f9db455fb49e459a808ae884ca0e5dcdb9faa76500549040eda982803ac9",
                                 "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
                                 "a012ba3986517c29193f67f644c840de8917c6efba545e9018c53088f3111fe4"),
-    ("cuckoo", False, True): ("4904b665a57782006ffb79e96ba06db48ba152c284cf6f42ca0d865211f1345e",
+    ("cuckoo", False, True): ("e6b1721adf96593bbc476b18bbb22b962c54cb38b485277dd182661e94b59c08",
                                "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
-                               "a012ba3986517c29193f67f644c840de8917c6efba545e9018c53088f3111fe4"),
+                               "30d02f760a24aebd85b97ffe6bfbcd49f00391bc47d4bac4b9f63553200b06f1"),
     ("cuckoo", True, False): ("3bfafcac1b8ea519ea4a2d9bffd9f3b4f8b4719031410698572c10dae81949da",
                                "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
                                "9d681e20f10d0c4f724be934eac6443feba857bee77b8667462ebc65e81d6d88"),
-    ("cuckoo", True, True): ("9cd4ce04ffffeda3e9f9c5d1a62ae3a6a2506f90c6e03e57d357e1ffa45a7272",
+    ("cuckoo", True, True): ("46bebd9a4b389eb409aa5fb8d6e56ab913dc9135eb10cd8afd133ccbd10c2687",
                               "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
-                              "9d681e20f10d0c4f724be934eac6443feba857bee77b8667462ebc65e81d6d88"),
+                              "fa17c63bc2b34adc39d24df9ad164eea7f9f38c880b0a0d38d9e5f9da93f1924"),
 }
 
 
 @pytest.mark.parametrize(("layout", "relay", "verify"), _SETTINGS)
 def test_device_messages_and_rows_are_the_known_bytes(layout: str, relay: bool, verify: bool) -> None:
     assert _round(layout, relay, verify) == _KNOWN[(layout, relay, verify)]
+
+
+@pytest.mark.parametrize("layout", ["full", "cuckoo"])
+def test_verified_requests_are_the_unverified_ones_with_sigma_to_server_1(layout: str) -> None:
+    """Without relay the sketch check adds nothing to the keys (no check words): server 0 gets the
+    unverified request's bytes, server 1 those followed by the device's 16-byte proof seed sigma
+    (drawn after the keys from the same randomness)."""
+    got = {}
+    for verify in (False, True):
+        proto, cfg, _, _, _, _ = begin(layout=layout, relay=False, verify=verify, round_id=6, num_items=120, width=3,
+                                       dense_size=2, m_prime=5, seed=4)
+        users = [proto.make_user(cfg, _rng=CtrDrbg(b"device/%d" % uid)) for uid in _USERS]
+        slots = [place(cfg, np.array([uid, uid + 40, uid + 80], np.int64), np.random.default_rng(uid)).indices
+                 for uid in _USERS]
+        got[verify] = SecEmbUser.retrieval_requests(users, slots, _rng=CtrDrbg(b"batch"))
+    hdr = 32  # the frame header (it names the body's length)
+    for (a0, a1), (b0, b1) in zip(got[False], got[True], strict=True):  # type: ignore[misc]
+        assert b0 == a0 and b1[hdr:-16] == a1[hdr:] and len(b1) == len(a1) + 16
+    assert len({b1[-16:] for _, b1 in got[True]}) == len(_USERS)  # type: ignore[misc]  # each device's own sigma

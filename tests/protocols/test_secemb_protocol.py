@@ -63,6 +63,13 @@ def _user(cfg: RoundConfig, seed: int) -> SecEmbUser:
     return PROTO.make_user(cfg, _rng=CtrDrbg(b"user/%d" % seed))
 
 
+def _as_if_replied(user: SecEmbUser) -> SecEmbUser:
+    """The device given the sketch seed its retrieval reply would carry (verified uploads: no
+    upload before it): for the device-side tests whose requests no server evaluates."""
+    user._sketch_seed = bytes(range(16))
+    return user
+
+
 @dataclass
 class Round:
     """A round in progress with its plaintext truth."""
@@ -215,19 +222,18 @@ def test_a_single_server_sees_shares_not_values() -> None:
     idx = rnd.indices()
     r0, r1 = user.retrieval_request(idx)
     a0 = rnd.s0.handle_retrieval(0, r0)
-    share0 = np.frombuffer(a0[HDR:], "<u4").reshape(rnd.cfg.m_prime, rnd.cfg.width + 4)  # + the row tag's 4 words
+    answer = rnd.cfg.m_prime * (rnd.cfg.width + 4) * 4  # + the row tag's 4 words; the sketch seed's half follows
+    share0 = np.frombuffer(a0[HDR : HDR + answer], "<u4").reshape(rnd.cfg.m_prime, rnd.cfg.width + 4)
     assert np.mean(share0[:, : rnd.cfg.width] == rnd.table[idx]) < 0.01
     user.retrieval_result(a0, rnd.s1.handle_retrieval(0, r1))
     cfg = rnd.cfg
     rows = _ring(rnd.gen, (cfg.m_prime, cfg.width), cfg)
     dense = _ring(rnd.gen, (cfg.dense_size,), cfg)
     u0, u1 = user.upload(rows, dense)
-    for msg in (u0, u1):
+    words = cfg.m_prime * cfg.width
+    for msg in (u0, u1):  # the sketch proof share (to server 0) or binding (to server 1) after the dense share
         body = np.frombuffer(msg[HDR:], "<u4")
-        cw, dense_share = (
-            body[: cfg.m_prime * cfg.width],
-            body[cfg.m_prime * cfg.width :],
-        )
+        cw, dense_share = body[:words], body[words : words + cfg.dense_size]
         assert np.mean(cw == rows.reshape(-1)) < 0.01  # correction words, not gradients
         assert not np.any(
             dense_share == dense
@@ -237,23 +243,29 @@ def test_a_single_server_sees_shares_not_values() -> None:
         u0[HDR : HDR + 4 * cfg.m_prime * cfg.width]
         == u1[HDR : HDR + 4 * cfg.m_prime * cfg.width]
     )
-    assert u0[-4 * cfg.dense_size :] != u1[-4 * cfg.dense_size :]
+    dense_at = slice(HDR + 4 * words, HDR + 4 * (words + cfg.dense_size))
+    assert u0[dense_at] != u1[dense_at]
 
 
 # ------------------------------------------------------------------- transcript audit
 
 
-def _request_len(cfg: RoundConfig) -> int:
+def _request_len(cfg: RoundConfig, party: int = 0) -> int:
     return (
         HDR
         + KEY_HDR
         + cfg.m_prime * fss.DPFParams(cfg.num_items, 1, cfg.ring_bits).key_bytes
-        + cfg.m_prime * 32  # each key's 256-bit check correction word (verified uploads, issue 34)
+        + 16 * party  # to server 1 the device's proof seed sigma (verified uploads, issue 34)
     )
 
 
-def _upload_len(cfg: RoundConfig) -> int:
-    return HDR + (cfg.m_prime * cfg.width + cfg.dense_size) * cfg.dtype.itemsize
+def _upload_len(cfg: RoundConfig, party: int) -> int:
+    """Correction words and dense share, then to server 0 the sketch proof share (``6c + 2M + 3``
+    elements for ``K = m'`` keys, ``M = ceil(K / c)``, the least ``c`` minimizing it:
+    docs/security.md) and to server 1 the 32-byte binding tau (verified uploads)."""
+    k = cfg.m_prime
+    proof = 8 * min(6 * c + 2 * -(-k // c) + 3 for c in range(1, k + 1))
+    return HDR + (cfg.m_prime * cfg.width + cfg.dense_size) * cfg.dtype.itemsize + (32 if party else proof)
 
 
 def _index_sets(cfg: RoundConfig, gen: np.random.Generator) -> dict[str, np.ndarray]:
@@ -277,7 +289,7 @@ def _index_sets(cfg: RoundConfig, gen: np.random.Generator) -> dict[str, np.ndar
 def test_server_messages_have_the_same_length_for_any_indices(ring_bits: int) -> None:
     cfg = _cfg(ring_bits, num_items=1682, m_prime=24)
     rnd = Round.start(cfg, seed=6)
-    seen: dict[str, set[int]] = {"request": set(), "reply": set(), "upload": set()}
+    seen: dict[str, set[tuple[int, int]]] = {"request": set(), "reply": set(), "upload": set()}
     for uid, (name, idx) in enumerate(_index_sets(cfg, rnd.gen).items()):
         user = _user(cfg, uid)
         r0, r1 = user.retrieval_request(idx)
@@ -287,21 +299,23 @@ def test_server_messages_have_the_same_length_for_any_indices(ring_bits: int) ->
         rows = np.zeros((cfg.m_prime, cfg.width), cfg.dtype)
         rows[:uid] = 1
         u0, u1 = user.upload(rows, np.zeros(cfg.dense_size, cfg.dtype))
-        seen["request"] |= {len(r0), len(r1)}
-        seen["reply"] |= {len(a0), len(a1)}
-        seen["upload"] |= {len(u0), len(u1)}
-    assert seen["request"] == {_request_len(cfg)}
-    assert seen["reply"] == {HDR + cfg.m_prime * cfg.width * cfg.dtype.itemsize + cfg.m_prime * 16}  # 16-byte row tags
-    assert seen["upload"] == {_upload_len(cfg)}
+        seen["request"].add((len(r0), len(r1)))
+        seen["reply"].add((len(a0), len(a1)))
+        seen["upload"].add((len(u0), len(u1)))
+    assert seen["request"] == {(_request_len(cfg), _request_len(cfg, 1))}
+    # 16-byte row tags, then each server's 16-byte half of the sketch seed
+    reply = HDR + cfg.m_prime * cfg.width * cfg.dtype.itemsize + cfg.m_prime * 16 + 16
+    assert seen["reply"] == {(reply, reply)}
+    assert seen["upload"] == {(_upload_len(cfg, 0), _upload_len(cfg, 1))}
 
 
 def test_request_length_matches_documented_movielens_figure() -> None:
-    """docs/wire-format.md: m = 1682, m' = 200, k = 32 -> 39,681 bytes per server, plus
-    200 * 32 bytes of check correction words (verified uploads, issue 34)."""
-    assert _request_len(_cfg(num_items=1682, m_prime=200)) == 39_681 + 6_400
+    """docs/wire-format.md: m = 1682, m' = 200, k = 32 -> 39,681 bytes per server, and to server 1
+    the device's 16-byte proof seed sigma (verified uploads, issue 34)."""
+    assert _request_len(_cfg(num_items=1682, m_prime=200)) == 39_681
     user = _user(_cfg(num_items=1682, m_prime=200), 0)
     r0, r1 = user.retrieval_request(np.arange(200))
-    assert len(r0) == len(r1) == 39_681 + 6_400
+    assert (len(r0), len(r1)) == (39_681, 39_681 + 16)
 
 
 def _poisson_upper(lam: float, p: float = 1e-9) -> int:
@@ -349,7 +363,7 @@ def test_no_plaintext_index_in_what_servers_receive() -> None:
     for uid in range(12):
         user = _user(cfg, 100 + uid)
         r0, r1 = user.retrieval_request(idx)
-        u0, u1 = user.upload(
+        u0, u1 = _as_if_replied(user).upload(
             _ring(gen, (cfg.m_prime, cfg.width), cfg),
             _ring(gen, (cfg.dense_size,), cfg),
         )
@@ -383,7 +397,7 @@ def test_no_plaintext_index_for_realistic_index_sets() -> None:
     for uid in range(8):
         user = _user(cfg, 200 + uid)
         r0, r1 = user.retrieval_request(idx)
-        u0, u1 = user.upload(
+        u0, u1 = _as_if_replied(user).upload(
             _ring(gen, (cfg.m_prime, cfg.width), cfg),
             _ring(gen, (cfg.dense_size,), cfg),
         )
@@ -405,15 +419,8 @@ def test_requests_for_different_indices_look_alike_bitwise() -> None:
         bodies = []
         for uid in range(40):
             r0, _ = _user(cfg, 300 + uid + 1000 * int(idx[0])).retrieval_request(idx)
-            checks = 16 * 32  # the keys' check correction words close the request (issue 34)
-            keys = fss.DPFKeys.from_bytes(r0[HDR : len(r0) - checks])
-            bodies.append(
-                np.unpackbits(
-                    np.frombuffer(
-                        keys.path.cw_seed.tobytes() + keys.cw_out.tobytes() + r0[len(r0) - checks :], np.uint8
-                    )
-                )
-            )
+            keys = fss.DPFKeys.from_bytes(r0[HDR:])
+            bodies.append(np.unpackbits(np.frombuffer(keys.path.cw_seed.tobytes() + keys.cw_out.tobytes(), np.uint8)))
         freqs.append(np.concatenate(bodies).mean())
     assert abs(freqs[0] - 0.5) < 0.01 and abs(freqs[1] - 0.5) < 0.01
     assert abs(freqs[0] - freqs[1]) < 0.01
@@ -608,7 +615,7 @@ def test_upload_made_for_other_round_parameters_is_rejected(
     cfg = dataclasses.replace(rnd.cfg, **other)
     user = _user(cfg, 9)
     user.retrieval_request(np.arange(cfg.m_prime))
-    u0, u1 = user.upload(
+    u0, u1 = _as_if_replied(user).upload(
         np.zeros((cfg.m_prime, cfg.width), cfg.dtype),
         np.zeros(cfg.dense_size, cfg.dtype),
     )
@@ -624,7 +631,7 @@ def test_upload_made_for_other_round_parameters_is_rejected(
 def test_duplicate_upload_is_rejected(rnd: Round) -> None:
     user = _user(rnd.cfg, 0)
     user.retrieval_request(np.arange(rnd.cfg.m_prime))
-    u0, u1 = user.upload(
+    u0, u1 = _as_if_replied(user).upload(
         np.ones((rnd.cfg.m_prime, rnd.cfg.width), rnd.cfg.dtype),
         np.ones(rnd.cfg.dense_size, rnd.cfg.dtype),
     )
@@ -640,7 +647,7 @@ def test_duplicate_upload_is_rejected(rnd: Round) -> None:
 def test_upload_without_retrieval_is_rejected(rnd: Round) -> None:
     user = _user(rnd.cfg, 42)
     user.retrieval_request(np.arange(rnd.cfg.m_prime))  # made, but never sent
-    u0, u1 = user.upload(
+    u0, u1 = _as_if_replied(user).upload(
         np.ones((rnd.cfg.m_prime, rnd.cfg.width), rnd.cfg.dtype),
         np.ones(rnd.cfg.dense_size, rnd.cfg.dtype),
     )
@@ -842,7 +849,9 @@ def test_user_stage_order_is_enforced() -> None:
     user.retrieval_request(np.arange(16))
     with pytest.raises(ProtocolError, match="twice"):
         user.retrieval_request(np.arange(16))
-    user.upload(*zeros)
+    with pytest.raises(ProtocolError, match="before the retrieval's reply"):
+        user.upload(*zeros)  # verified uploads: the reply carries the sketch seed the proof needs
+    _as_if_replied(user).upload(*zeros)
     with pytest.raises(ProtocolError):
         user.upload(*zeros)  # one upload per round
 
@@ -858,6 +867,7 @@ def test_user_rejects_bad_indices_and_gradients() -> None:
     with pytest.raises(TypeError):
         user.retrieval_request(np.arange(16, dtype=np.float64))
     user.retrieval_request(np.arange(16))  # failed attempts left no state behind
+    _as_if_replied(user)
     good = (
         np.zeros((cfg.m_prime, cfg.width), cfg.dtype),
         np.zeros(cfg.dense_size, cfg.dtype),

@@ -17,7 +17,8 @@ FILLED = (1, 3)  # the users whose gradient has a non-zero row in an empty slot
 
 
 def _round(relay: bool) -> tuple[list[SecEmbUser], list[SecEmbUser], list[tuple[np.ndarray, np.ndarray]]]:
-    """Two copies of one round's users with the same keys (retrieval requests made), and their
+    """Two copies of one round's users with the same keys (retrieval requests made, a reply's sketch
+    seed given), and their
     gradients: zero rows in empty slots except for the users of :data:`FILLED`."""
     proto = SecEmbProtocol(layout="cuckoo", relay=relay)
     cfg = proto.round_config(2, 300, 5, 7, 12, 32)
@@ -28,6 +29,8 @@ def _round(relay: bool) -> tuple[list[SecEmbUser], list[SecEmbUser], list[tuple[
         users = [proto.make_user(cfg, _rng=CtrDrbg(b"user/%d" % u)) for u in range(USERS)]
         assert all(not isinstance(r, Exception)
                    for r in SecEmbUser.retrieval_requests(users, indices, _rng=CtrDrbg(b"keys")))
+        for u in users:  # the sketch seed a retrieval reply would carry (verified uploads: no upload before it)
+            u._sketch_seed = bytes(16)
         copies.append(users)
     gradients = []
     for u in range(USERS):
