@@ -92,13 +92,15 @@ def _tag_words(cfg: RoundConfig) -> int:
 
 
 def _offset(cfg: RoundConfig, delta: np.ndarray) -> Callable[[bytes], bytes]:
-    """A deviating server's rewrite of an answer message: ``delta`` (S, w + T) added to its body."""
+    """A deviating server's rewrite of an answer message: ``delta`` (S, w + T) added to its answer
+    (what follows it -- a reply's 16 bytes of the sketch seed -- kept)."""
     shape = (cfg.slots, cfg.width + _tag_words(cfg))
     le = cfg.dtype.newbyteorder("<")
+    end = HDR + shape[0] * shape[1] * cfg.dtype.itemsize
 
     def rewrite(msg: bytes) -> bytes:
-        body = np.frombuffer(msg, le, offset=HDR).reshape(shape).astype(cfg.dtype)
-        return msg[:HDR] + (body + delta).astype(le).tobytes()
+        body = np.frombuffer(msg, le, shape[0] * shape[1], offset=HDR).reshape(shape).astype(cfg.dtype)
+        return msg[:HDR] + (body + delta).astype(le).tobytes() + msg[end:]
 
     return rewrite
 
@@ -140,36 +142,42 @@ def test_honest_round_passes_and_rows_exact(layout: str, relay: bool, ring_bits:
 @pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
 def test_message_sizes_with_tags_and_relay_authentication(layout: str, relay: bool) -> None:
     """Exact bytes: each answer row carries a 16-byte tag; with relay the direct message to
-    server 1 carries a 16-byte MAC key and a 32-byte digest, the upload a 16-byte MAC tag."""
+    server 1 carries a 16-byte MAC key and a 32-byte digest, the upload a 16-byte MAC tag.  Verified
+    uploads (the sketch check, issue 34): server 1's request ends with the 16-byte sigma, each reply
+    with 16 bytes of the sketch seed, the upload to server 0 with the sketch proof share (``6c + 2M
+    + 3`` elements for ``K = S`` keys, docs/security.md) and the 32-byte binding tau goes to server 1
+    (with relay inside the forward, under the tag)."""
     st = Setup(layout, relay)
     cfg, size = st.cfg, st.cfg.dtype.itemsize
     user = st.user(0)
     r0, r1 = user.retrieval_request(st.slots([1, 2, 3]))
     answer = HDR + cfg.slots * (cfg.width * size + 16)
     rows, dense = cfg.slots * cfg.width * size, cfg.dense_size * size
+    proof = 8 * min(6 * c + 2 * -(-cfg.slots // c) + 3 for c in range(1, cfg.slots + 1))
     if relay:
-        assert len(r1) == HDR + 16 * cfg.slots + 16 + 16 + 16 + 32  # roots, two seeds, MAC key, digest
+        assert len(r1) == HDR + 16 * cfg.slots + 16 + 16 + 16 + 32 + 16  # roots, two seeds, MAC key, digest, sigma
         st.s1.handle_retrieval(0, r1)
         fwd = st.s0.handle_retrieval(0, r0)
         assert fwd is not None
         masked = st.s1.relay_retrieval(0, fwd)
         reply = st.s0.complete_retrieval(0, masked)
-        assert len(masked) == len(reply) == answer
-        assert hashlib.sha256(fwd[HDR:]).digest() == r1[-32:]  # the digest of the exact forwarded bytes
+        assert len(masked) == answer and len(reply) == answer + 16
+        assert hashlib.sha256(fwd[HDR:]).digest() == r1[-48:-16]  # the digest of the exact forwarded bytes
         user.retrieval_result(reply, None)
         u0, _ = user.upload(np.zeros((cfg.slots, cfg.width), cfg.dtype), np.zeros(cfg.dense_size, cfg.dtype))
-        assert len(u0) == HDR + rows + dense + 16
+        assert len(u0) == HDR + rows + dense + 32 + 16 + proof
         fwd_up = st.s0.handle_upload(0, u0)
-        assert fwd_up is not None and len(fwd_up) == HDR + rows + 16
+        assert fwd_up is not None and len(fwd_up) == HDR + rows + 32 + 16
         assert st.proto.max_message_bytes("relay_upload", cfg, party=1, num_users=1) == len(fwd_up)
         assert st.proto.max_message_bytes("relay_answer", cfg, party=1, num_users=1) == answer
         assert st.proto.max_message_bytes("retrieval_request", cfg, party=1, num_users=1) == len(r1)
     else:
         a0, a1 = st.s0.handle_retrieval(0, r0), st.s1.handle_retrieval(0, r1)
-        assert a0 is not None and a1 is not None and len(a0) == len(a1) == answer
+        assert a0 is not None and a1 is not None and len(a0) == len(a1) == answer + 16
         user.retrieval_result(a0, a1)
         u0, u1 = user.upload(np.zeros((cfg.slots, cfg.width), cfg.dtype), np.zeros(cfg.dense_size, cfg.dtype))
-        assert u1 is not None and len(u0) == len(u1) == HDR + rows + dense
+        assert u1 is not None and (len(u0), len(u1)) == (HDR + rows + dense + proof, HDR + rows + dense + 32)
+        assert st.proto.max_message_bytes("upload", cfg, party=1, num_users=1) == len(u1)
     assert st.proto.max_message_bytes("upload", cfg, party=0, num_users=1) == len(u0)
 
 
@@ -272,8 +280,11 @@ def test_relay_tampering_upload_detected(layout: str, which: str) -> None:
 
 def test_relay_upload_tag_is_the_documented_gmac() -> None:
     """tag = AES-128-GCM(k, nonce 0^96, plaintext b"", associated data b"secemb-relay-upload-gmac"
-    || u64 round || correction words)'s 16-byte tag, with k the 16 bytes after the two seeds in
-    the device's direct message to server 1."""
+    || u64 round || correction words || tau)'s 16-byte tag, with k the 16 bytes after the two seeds
+    in the device's direct message to server 1 and ``tau = SHA-256(b"secemb-sketch-bind" || u64 round
+    || c_u || sigma)`` (verified uploads: ``c_u`` the reply's last 16 bytes, ``sigma`` the direct
+    message's); the upload to server 0 is the words, the dense share, tau, the tag and the sketch
+    proof share."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     st = Setup("full", True)
@@ -284,12 +295,17 @@ def test_relay_upload_tag_is_the_documented_gmac() -> None:
     st.s1.handle_retrieval(0, r1)
     fwd = st.s0.handle_retrieval(0, r0)
     assert fwd is not None
-    user.retrieval_result(st.s0.complete_retrieval(0, st.s1.relay_retrieval(0, fwd)), None)
+    reply = st.s0.complete_retrieval(0, st.s1.relay_retrieval(0, fwd))
+    user.retrieval_result(reply, None)
     u0, _ = user.upload(np.zeros((cfg.slots, cfg.width), cfg.dtype), np.zeros(cfg.dense_size, cfg.dtype))
     rows = cfg.slots * cfg.width * cfg.dtype.itemsize
     words = u0[HDR : HDR + rows]
-    want = AESGCM(key).encrypt(bytes(12), b"", b"secemb-relay-upload-gmac" + struct.pack("<Q", cfg.round_id) + words)
-    assert u0[-16:] == want
+    at = HDR + rows + cfg.dense_size * cfg.dtype.itemsize
+    tau, tag = u0[at : at + 32], u0[at + 32 : at + 48]
+    round_u64 = struct.pack("<Q", cfg.round_id)
+    assert tau == hashlib.sha256(b"secemb-sketch-bind" + round_u64 + reply[-16:] + r1[-16:]).digest()
+    want = AESGCM(key).encrypt(bytes(12), b"", b"secemb-relay-upload-gmac" + round_u64 + words + tau)
+    assert tag == want
 
 
 # ------------------------------------------------------------------- verified retrieval

@@ -17,7 +17,7 @@ import pytest
 from secemb.data import synthetic_like, train_test_split
 from secemb.errors import InvalidMessage, RelayTampered
 from secemb.fss import kernels
-from secemb.fss.verify import CHECK_WORDS, LeafCheck
+from secemb.fss.sketch import SketchCheck, expand
 from secemb.protocols.adversary import ATTACKS, AdversaryRecord, MaliciousUser, attack_behavior
 from secemb.protocols.base import RoundConfig
 from secemb.protocols.placement import place
@@ -49,9 +49,10 @@ class Round:
         self.expected_dense = np.zeros(3, self.cfg.dtype)
         self.refused: set[int] = set()  # devices a server refused outright (a parse error, a relay check)
 
-    def device(self, uid: int, attack: str | None = None) -> None:
+    def device(self, uid: int, attack: str | None = None, *, wrong_seed: bool = False) -> None:
         """Run device ``uid`` through retrieval and upload (honest rows: item id + 1 in every
-        column at real slots; dense: uid)."""
+        column at real slots; dense: uid); ``wrong_seed``: server 0 alters the sketch seed its
+        reply carries (relay: ``c_u``; without relay: its half), a deviating server 0 (C1)."""
         rng = CtrDrbg(b"device/%d" % uid)
         user = SecEmbUser(self.cfg, relay=self.relay, verify=self.verify, _rng=rng) if attack is None else \
             MaliciousUser(self.cfg, attack, relay=self.relay, verify=self.verify, _rng=rng)
@@ -64,11 +65,12 @@ class Round:
                 assert s1.handle_retrieval(uid, r1) is None
                 fwd = s0.handle_retrieval(uid, r0)
                 assert fwd is not None
-                reply = user.retrieval_result(s0.complete_retrieval(uid, s1.relay_retrieval(uid, fwd)), None)
+                a0 = s0.complete_retrieval(uid, s1.relay_retrieval(uid, fwd))
+                reply = user.retrieval_result(_other_seed(a0) if wrong_seed else a0, None)
             else:
                 a0, a1 = s0.handle_retrieval(uid, r0), s1.handle_retrieval(uid, r1)
                 assert a0 is not None and a1 is not None
-                reply = user.retrieval_result(a0, a1)
+                reply = user.retrieval_result(_other_seed(a0) if wrong_seed else a0, a1)
         except (InvalidMessage, RelayTampered):
             assert attack is not None, "an honest device was refused"
             self.refused.add(uid)
@@ -91,7 +93,7 @@ class Round:
             assert attack is not None
             self.refused.add(uid)
             return
-        if attack is None:
+        if attack is None and not wrong_seed:
             np.add.at(self.expected, slots[real], rows[real])
             self.expected_dense += dense
 
@@ -106,6 +108,52 @@ class Round:
         include = [u for u in uploaded if u not in rejected]
         sparse, dense = s0.combine(s1.aggregate_share(include), include)
         return rejected, sparse, dense
+
+
+def _other_seed(reply: bytes) -> bytes:
+    """A retrieval reply whose last 16 bytes -- the sketch seed ``c_u`` (relay) or the server's half
+    of it -- have one bit flipped: the answer, and so the rows the device checks, unchanged."""
+    return reply[:-16] + bytes([reply[-16] ^ 1]) + reply[-15:]
+
+
+@pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
+def test_a_wrong_sketch_seed_from_server_0_fails_only_that_device(layout: str, relay: bool) -> None:
+    """C1 (a deviating server 0): a device given another ``c_u`` (relay) or another half (without
+    relay) sketches and proves under a seed server 1 does not hold; its binding ``tau`` does not
+    match server 1's, which refuses to answer its proof, so it fails whatever its data -- an honest
+    device -- while the others pass and the aggregate is theirs."""
+    rnd = Round(layout, relay)
+    for u in (0, 1, 2):
+        rnd.device(u)
+    rnd.device(5, wrong_seed=True)
+    assert not rnd.refused
+    s0, s1 = rnd.servers
+    uploaded = [0, 1, 2, 5]
+    answer = s1.verify_answer(uploaded)
+    n = len(answer) // 4
+    assert answer[3 * n :] == b"\xff" * n and b"\xff" * 8 not in answer[: 3 * n]  # refused: device 5 only
+    assert s0.verify_rejected(uploaded, answer) == {5}
+    rejected, sparse, dense = rnd.close(uploaded)
+    assert rejected == [5]
+    np.testing.assert_array_equal(sparse, rnd.expected)
+    np.testing.assert_array_equal(dense, rnd.expected_dense)
+
+
+@pytest.mark.parametrize("relay", [False, True])
+def test_a_malformed_or_truncated_sketch_answer_is_refused(relay: bool) -> None:
+    """Server 0 refuses server 1's sketch answer that is not one verifier message a user, or holds
+    an element not below p that is not the refused marker (InvalidMessage, not a crash)."""
+    rnd = Round("cuckoo", relay)
+    for u in (0, 1):
+        rnd.device(u)
+    s0, s1 = rnd.servers
+    answer = s1.verify_answer([0, 1])
+    assert s0.verify_rejected([0, 1], answer) == set()
+    bad = bytearray(answer)
+    bad[:8] = (2**61 - 1).to_bytes(8, "little")  # p itself: not a field element
+    for wrong in (answer[:-1], answer + b"\0" * 8, bytes(bad), b""):
+        with pytest.raises(InvalidMessage, match="sketch verifier"):
+            s0.verify_rejected([0, 1], wrong)
 
 
 @pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
@@ -162,7 +210,7 @@ def test_without_the_check_two_points_corrupts_the_aggregate() -> None:
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_check_values_equal_across_kernels(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check values come from the same leaves through the numpy reference and the compiled
+    """The sketch values come from the same leaves through the numpy reference and the compiled
     kernels alike: an honest device passes and a two-points device fails under both."""
     if backend == "numba" and not kernels.available():
         pytest.skip("no compiled kernels here")
@@ -216,21 +264,20 @@ def test_payload_attacks_are_not_caught_without_bound() -> None:
 
 
 @pytest.mark.parametrize("width", [1, 2, 8, 32])
-def test_check_accumulation_kernel_equals_the_reference(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
-    """:class:`LeafCheck` folds the same values through the fused numba loop (its own AES) and
-    the numpy reference, on arbitrary leaf words (both control bits), several users, groups of
+def test_sketch_accumulation_kernel_equals_the_reference(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """:class:`SketchCheck` folds the same values through the compiled loop (its own AES, per
+    device round keys) and the numpy reference, on arbitrary leaf words, several users, groups of
     rows that cut keys in the middle, and subtrees of 1 to 32 leaves."""
     if not kernels.available():
         pytest.skip("no compiled kernels here")
     gen = np.random.default_rng(7)
     keys, per_user, frontier = 6, 3, 4
-    cs = gen.integers(0, 2**64 - 1, (keys, CHECK_WORDS), np.uint64, True)
-    r = gen.integers(0, 2**64 - 1, (keys // per_user, frontier * width, CHECK_WORDS), np.uint64, True)
+    expanded = expand([bytes([u]) * 16 for u in range(keys // per_user)], frontier * width)
     leaves = gen.integers(0, 2**64 - 1, (keys * frontier, width, 2), np.uint64, True)
     got = {}
     for backend in ("numba", "numpy"):
         monkeypatch.setattr(kernels, "BACKEND", backend)
-        check = LeafCheck(cs, r, per_user)
+        check = SketchCheck(expanded, per_user)
         for r0 in range(0, keys * frontier, 5):  # groups that cut keys in the middle
             r1 = min(r0 + 5, keys * frontier)
             check.add(r0, r1, leaves[r0:r1])
