@@ -40,6 +40,9 @@ from secemb.fss.tasks import evaluate_task, evaluation_form  # noqa: E402
 from secemb.randomness import CtrDrbg  # noqa: E402
 
 DEV = gpu.device()
+#: one sketch key for the servers of runs compared across backends (each protocol object would
+#: draw its own, and the devices' sketch seeds, in the replies, with it)
+SKETCH_KEY = bytes(range(32))
 
 
 def _cpu(layout, party: int, keys, table: np.ndarray, width: int):  # noqa: ANN001, ANN202
@@ -154,7 +157,7 @@ def _protocol_round(secemb_round, backend, layout: str, relay: bool) -> tuple[li
     """Two users through one SecEmb round (12 items, m' = 2, d = 3); every reply to a user
     and the combined aggregate."""
     proto, cfg, rng, table, s0, s1 = secemb_round(layout=layout, relay=relay, backend=backend, round_id=1, num_items=12,
-                                                  width=3, dense_size=1, m_prime=2, seed=11)
+                                                  width=3, dense_size=1, m_prime=2, seed=11, sketch_key=SKETCH_KEY)
     users = [proto.make_user(cfg, _rng=CtrDrbg(100 + u)) for u in range(2)]
     items = [np.array([1, 7]), np.array([4, 11])]
     slots = [it if layout == "full" else cfg.cuckoo().assign(it, rng)[0] for it in items]
@@ -404,8 +407,9 @@ def test_packed_bits_product_matches_apply_bits(monkeypatch: pytest.MonkeyPatch,
 def _verified_round(backends: tuple, layout: str, relay: bool) -> tuple:
     """Three devices through one verified SecEmb round (12 items, m' = 2, d = 3), server ``b`` on
     ``backends[b]``; device 2 sends keys that are not point functions (two-points).  Returns both
-    servers' digests, the users whose digests differ, the combined aggregate over the others
-    and the aggregate of the honest devices' rows (computed here)."""
+    servers' digests, server 1's sketch answer, the users the servers reject (a digest mismatch
+    or a failed sketch check), the combined aggregate over the others and the aggregate of the
+    honest devices' rows (computed here)."""
     from secemb.protocols.adversary import MaliciousUser
     from secemb.protocols.placement import place
     from secemb.protocols.secemb import SecEmbProtocol, SecEmbRelayServer, SecEmbUser
@@ -414,7 +418,7 @@ def _verified_round(backends: tuple, layout: str, relay: bool) -> tuple:
     cfg = protos[0].round_config(3, 12, 3, 1, 2)
     gen = np.random.default_rng(5)  # public test data
     table = gen.integers(0, 2**32, (12, 3), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = protos[0].make_server(0), protos[1].make_server(1)
+    s0, s1 = protos[0].make_server(0, sketch_key=SKETCH_KEY), protos[1].make_server(1, sketch_key=SKETCH_KEY)
     for s in (s0, s1):
         s.begin_round(cfg, table)
     expected = np.zeros((12, 3), np.uint32)
@@ -451,33 +455,36 @@ def _verified_round(backends: tuple, layout: str, relay: bool) -> tuple:
             s1.handle_upload(u, up1)
     d0, d1 = s0.upload_digests(ids), s1.upload_digests(ids)
     assert d0 is not None and d1 is not None
-    rejected = [u for u in ids if d0[u] != d1[u]]
+    answer = s1.verify_answer(ids)
+    rejected = sorted({u for u in ids if d0[u] != d1[u]} | s0.verify_rejected(ids, answer))
     include = [u for u in ids if u not in rejected]
     sparse, _ = s0.combine(s1.aggregate_share(include), include)
-    return d0, d1, rejected, sparse, expected
+    return d0, d1, answer, rejected, sparse, expected
 
 
 @pytest.mark.parametrize(("layout", "relay"), [("full", False), ("cuckoo", True)])
 def test_two_points_device_is_rejected_on_the_gpu_backend_as_on_the_cpu(monkeypatch: pytest.MonkeyPatch, layout: str,
                                                                          relay: bool) -> None:
-    """Verified uploads through ``--backend gpu``: the check values and, at close, the
-    control-bit product are computed on the device (the CPU's check fold and products would
-    raise here), and every digest equals the serial backend's, byte for byte, so the two-points
-    device is rejected (as on the CPU) and the honest devices' aggregate is exact."""
+    """Verified uploads through ``--backend gpu``: the sketch values and, at close, the
+    control-bit product are computed on the device (the CPU's sketch fold and products would
+    raise here), and every digest and server 1's sketch answer equal the serial backend's, byte
+    for byte, so the two-points device is rejected by the sketch (its digests agree: its key
+    parts are the same at both servers), as on the CPU, and the honest devices' aggregate is
+    exact."""
     from secemb.fss import fused, tasks
-    from secemb.fss.verify import LeafCheck
+    from secemb.fss.sketch import SketchCheck
     from secemb.protocols.backends import make_backend
 
     def on_the_cpu(*_: object, **__: object) -> None:
         raise AssertionError("the gpu backend computed this on the CPU")
 
     with monkeypatch.context() as cpu_off:
-        for owner, name in ((LeafCheck, "add"), (fused.PreparedAggregation, "apply_bits"), (tasks, "bits_product")):
+        for owner, name in ((SketchCheck, "add"), (fused.PreparedAggregation, "apply_bits"), (tasks, "bits_product")):
             cpu_off.setattr(owner, name, on_the_cpu)
         on_gpu = make_backend("gpu")
         gpu_run = _verified_round((on_gpu, on_gpu), layout, relay)
     cpu_run = _verified_round((SerialBackend(), SerialBackend()), layout, relay)
     for run in (gpu_run, cpu_run):
-        assert run[2] == [2]
-        assert np.array_equal(run[3], run[4])
-    assert gpu_run[:2] == cpu_run[:2]
+        assert run[0] == run[1] and run[3] == [2]
+        assert np.array_equal(run[4], run[5])
+    assert gpu_run[:3] == cpu_run[:3]
