@@ -34,8 +34,9 @@ makes them consistent, but a caller's hand-built batch reached the kernels unche
   fewer than their devices (``len(shares)``) read ``verifier_core``'s ``x[d]`` / ``proofs[d]`` past
   the end.  Now refused with ``InvalidParameters``.
 * G4: :func:`secemb.fss.convert.convert_eval_into` of leaves whose key has no correction word, into an
-  ``out`` smaller than its kept leaves, or at a negative position, and :meth:`LeafCheck.add
-  <secemb.fss.verify.LeafCheck.add>` of rows outside its keys' walk, and ``convert_accumulate`` from a
+  ``out`` smaller than its kept leaves, or at a negative position, and ``LeafCheck.add`` (since
+  session 29 :meth:`SketchCheck.add <secemb.fss.sketch.SketchCheck.add>`, checked here the same way)
+  of rows outside its keys' walk, and ``convert_accumulate`` from a
   negative position, WROTE past the end of ``out`` / the check values / the sums: before the fix
   the child died with glibc's "double free or corruption (out)" (SIGABRT, heap corruption), and
   ``convert_accumulate`` from position ``-2^40`` with a segmentation fault.  Now refused with
@@ -273,7 +274,7 @@ HAZMAT_ROWS = """
 from secemb import fss
 from secemb.fss import halftree
 from secemb.fss.convert import convert_accumulate, convert_eval_into
-from secemb.fss.verify import CHECK_WORDS, LeafCheck
+from secemb.fss.sketch import SketchCheck, expand
 
 words = np.zeros((8, 2), np.uint64)
 cw = np.ones((2, 1), np.uint32)
@@ -291,7 +292,7 @@ refused("sums from a position before the walk",
 refused("words of one column", lambda: convert_accumulate(words[:, :1], "t", out, 0), InvalidParameters)
 convert_accumulate(words, "t", None, 8, live, key_acc=key_acc, period=8)
 
-check = LeafCheck(np.zeros((2, CHECK_WORDS), np.uint64), np.zeros((1, 16, CHECK_WORDS), np.uint64), 2)
+check = SketchCheck(expand([bytes(16)], 16), 2)
 leaves = np.zeros((2, 8, 2), np.uint64)  # rows of 8 leaves: 2 rows a key, 4 rows in all
 refused("rows [3, 5) of 4", lambda: check.add(3, 5, leaves), InvalidParameters)
 refused("rows [-1, 1)", lambda: check.add(-1, 1, leaves), InvalidParameters)

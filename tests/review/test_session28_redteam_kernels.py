@@ -1,7 +1,7 @@
 """Session 28 red team (helper E, second task): the kernels and parsers changed in session 28.
 
 Attacked: helper C's point-function check (:func:`check_leaves` / :func:`check_accumulate`, which read
-``leaves``, ``cs`` and ``r`` by address, behind :class:`~secemb.fss.verify.LeafCheck`, and its glue,
+``leaves``, ``cs`` and ``r`` by address, behind ``secemb.fss.verify.LeafCheck`` (gone in session 29), and its glue,
 f56f445); helper A's ``convert_accumulate`` in class order with its prefetch (904fa78; the prefetch
 and the both-sums class order were dropped in 3305df6) and its rows-only groups of four keys
 (9978d0c, 591c355); helper B's ``field.expand_many`` streaming into one buffer, the range proof's
@@ -12,7 +12,7 @@ ff79763) -- over the kernels' callers, the protocol roles and both servers' apps
 Traced: what reaches the check kernel from wire bytes is a device's check words (``S`` rows of 32
 bytes at the end of a request, or of the relay's forwarded part, which server 1 takes only under the
 digest the device sent it directly) and its challenge seed; every shape (keys, width, padded domain)
-is fixed by the round's configuration before a :class:`LeafCheck` is made, and ``leaves`` always come
+is fixed by the round's configuration before a ``LeafCheck`` is made, and ``leaves`` always come
 from the servers' own walk (uint64).  The words are data, never indices.  No wire input was found that
 moves the kernel outside its arrays.  ``convert_accumulate``'s rows and keys are computed from
 ``start``, ``period`` and the shapes the wrapper checks (a group's keys are whole keys inside the
@@ -42,11 +42,18 @@ challenge seeds viewed in place equal hashlib's; key rows written into a reused,
 batch's ``to_bytes`` (no stale control bits), and relay uploads of another length are refused with
 ``InvalidMessage`` before server 0 frames their forward.
 
+Session 29 (issue 34, helper I): the sketch check replaced the check words and ``LeafCheck``; the
+check's regressions here are ported to :class:`~secemb.fss.sketch.SketchCheck` (leaves of any layout
+against the sketch's formula in Python integers with OpenSSL's AES; no keys and empty ranges; leaf
+words of another dtype refused, S28-E1), the check words off the wire became sketch proof shares off
+the wire (all zero: rejected at the sketch check; all ones: not field elements, refused at intake),
+and the challenge seeds' test went with the seeds.
+
 Found (hazmat layer: a caller's own arguments, not reachable from bytes), each filed as an
 ``xfail(strict)`` with its id and now fixed, its test passing: S28-E1 by helper C (c33111a), S28-E4
 by helper B (c0e16bb), S28-E2 and S28-E3 by the lead (``convert_accumulate`` refuses them):
 
-* S28-E1 (low): :meth:`LeafCheck.add <secemb.fss.verify.LeafCheck.add>` checks the shape of
+* S28-E1 (low): ``LeafCheck.add`` checks the shape of
   ``leaves`` but not its dtype.  The compiled kernel reads 16 bytes a leaf by address: uint8 leaves
   of a 2^22-leaf row are read 8 times past their end -- a segmentation fault; uint32 leaves give check
   values computed from other memory; big-endian uint64 leaves raise numba's ``TypingError``.  The
@@ -89,7 +96,7 @@ from secemb.fss import kernels
 from secemb.fss import rangeproof as R
 from secemb.fss.convert import convert, convert_accumulate
 from secemb.fss.fused import AGGREGATION_TAG
-from secemb.fss.verify import CHECK_WORDS, LeafCheck, leaf_values, position_offsets
+from secemb.fss.sketch import SketchCheck, expand
 from secemb.protocols.secemb.sizes import NAME
 from secemb.protocols.wire import frame
 
@@ -116,26 +123,28 @@ def _child(body: str, backend: str, timeout: float = 300) -> tuple[int, list[str
 # -- the point-function check ----------------------------------------------------------------------
 
 
-def _formula(leaves: np.ndarray, cs: np.ndarray, r: np.ndarray, per_user: int, r0: int = 0) -> list[list[int]]:
-    """Check values of rows ``r0 ..`` (``leaves`` (g, width, 2)), in Python integers:
-    ``sum_x r[u, x] (F(w) ^ t (cs[k] ^ H(x)))`` word-wise mod 2^64, row ``key F + f`` at positions
-    ``f width ..``; ``F`` and ``H`` from the numpy reference (OpenSSL's AES), not the kernel."""
-    mp, width = r.shape[1], leaves.shape[1]
+def _formula(leaves: np.ndarray, seeds: list[bytes], mp: int, per_user: int) -> list[list[int]]:
+    """Sketch values of rows ``0 ..`` (``leaves`` (g, width, 2)) of keys over ``mp`` positions, in
+    Python integers: per key ``(sum r_x z, sum r_x^2 z, sum z)`` mod ``p`` with ``z = (AES_k(w) XOR
+    w) mod p`` (OpenSSL's AES through ``cryptography``, not the kernel), row ``key F + f`` at
+    positions ``f width ..``; the device's AES key and ``r_x`` from :func:`~secemb.fss.sketch.expand`."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    p = 2**61 - 1
+    ex = expand(seeds, mp)
+    width = leaves.shape[1]
     frontier = mp // width
-    saved, kernels.BACKEND = kernels.BACKEND, "numpy"
-    try:
-        f = leaf_values(np.array(leaves, np.uint64).reshape(-1, 2)).reshape(len(leaves), width, CHECK_WORDS)
-        h = position_offsets(mp)
-    finally:
-        kernels.BACKEND = saved
-    out = [[0] * CHECK_WORDS for _ in range(len(cs))]
+    out = [[0, 0, 0] for _ in range(len(seeds) * per_user)]
     for i in range(len(leaves)):
-        key, x0 = (r0 + i) // frontier, ((r0 + i) % frontier) * width
-        for p in range(width):
-            t = int(leaves[i, p, 0]) & 1
-            for c in range(CHECK_WORDS):
-                v = int(f[i, p, c]) ^ (t * (int(cs[key, c]) ^ int(h[x0 + p, c])))
-                out[key][c] = (out[key][c] + v * int(r[key // per_user, x0 + p, c])) & MASK
+        key, x0 = i // frontier, (i % frontier) * width
+        u = key // per_user
+        aes = Cipher(algorithms.AES(ex.keys[u].tobytes()), modes.ECB()).encryptor()
+        for e in range(width):
+            w = int(leaves[i, e, 0]).to_bytes(8, "little") + int(leaves[i, e, 1]).to_bytes(8, "little")
+            z = int.from_bytes(bytes(a ^ b for a, b in zip(aes.update(w), w, strict=True)), "little") % p
+            rx = int(ex.r[u, x0 + e])
+            for c, v in enumerate((rx * z, rx * rx * z, z)):
+                out[key][c] = (out[key][c] + v) % p
     return out
 
 
@@ -154,94 +163,95 @@ def _unaligned(a: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("form", ["unaligned read-only", "strided", "reversed", "fortran"])
 def test_check_inputs_of_any_layout_give_the_formula(backend: str, form: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``cs``, ``r`` and ``leaves`` unaligned and read-only (bytes off the wire), strided, reversed or
-    in Fortran order: the check values of the formula (rows of 20 leaves: one call in place and a
-    staged remainder; a padded domain of 50, not a multiple of 20; two keys a user)."""
+    """``leaves`` unaligned and read-only, strided, reversed or in Fortran order: the sketch values of
+    the formula (rows of 20 leaves: one call in place and a staged remainder; a padded domain of 50,
+    not a multiple of 20; two keys a user, two users)."""
     monkeypatch.setattr(kernels, "BACKEND", backend)
     gen = np.random.default_rng([28, len(form)])
     keys, per_user, mp, width = 4, 2, 50, 20
     frontier = mp // width
-    leaves, cs, r = _words(gen, keys * frontier, width, 2), _words(gen, keys, 4), _words(gen, 2, mp, 4)
-    want = _formula(leaves, cs, r, per_user)
+    leaves = _words(gen, keys * frontier, width, 2)
+    seeds = [bytes([7, u]) * 8 for u in range(keys // per_user)]
+    want = _formula(leaves, seeds, mp, per_user)
     if form == "unaligned read-only":
-        args = _unaligned(cs), _unaligned(r), _unaligned(leaves)
+        bent = _unaligned(leaves)
     elif form == "strided":
-        args = np.repeat(cs, 2, 0)[::2], np.repeat(r, 3, 1)[:, ::3], np.repeat(leaves, 2, 1)[:, ::2]
+        bent = np.repeat(leaves, 2, 1)[:, ::2]
     elif form == "reversed":
-        args = tuple(np.flip(np.flip(a, 0).copy(), 0) for a in (cs, r, leaves))  # a's values, axis 0 reversed
-        assert all(a.strides[0] < 0 for a in args)
+        bent = np.flip(np.flip(leaves, 0).copy(), 0)  # its values, axis 0 reversed
+        assert bent.strides[0] < 0
     else:
-        args = np.asfortranarray(cs), np.asfortranarray(r), np.asfortranarray(leaves)
-    check = LeafCheck(args[0], args[1], per_user)
+        bent = np.asfortranarray(leaves)
+    check = SketchCheck(expand(seeds, mp), per_user)
     for r0 in range(0, keys * frontier, 3):  # groups that cut keys
         r1 = min(r0 + 3, keys * frontier)
-        check.add(r0, r1, args[2][r0:r1])
+        check.add(r0, r1, bent[r0:r1])
     assert check.values.tolist() == want
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_keys_and_empty_row_ranges_change_nothing(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A check of no keys folds an empty group; empty ranges at the first and the last row add
-    nothing; a row past the walk is refused (the kernel indexes ``cs`` by it)."""
+    """A sketch of no keys folds an empty group; empty ranges at the first and the last row add
+    nothing; a row past the walk is refused (the kernel indexes the devices' keys and ``r`` by it)."""
     monkeypatch.setattr(kernels, "BACKEND", backend)
-    none = LeafCheck(np.zeros((0, 4), np.uint64), np.zeros((0, 32, 4), np.uint64), 1)
+    none = SketchCheck(expand([], 32), 1)
     none.add(0, 0, np.zeros((0, 16, 2), np.uint64))
-    assert none.values.shape == (0, 4)
+    assert none.values.shape == (0, 3)
     gen = np.random.default_rng(2801)
-    cs, r = _words(gen, 2, 4), _words(gen, 2, 32, 4)
-    check = LeafCheck(cs, r, 1)
+    check = SketchCheck(expand([b"s" * 16, b"t" * 16], 32), 1)
     check.add(0, 0, np.zeros((0, 16, 2), np.uint64))
     check.add(4, 4, np.zeros((0, 16, 2), np.uint64))
-    assert check.values.tolist() == [[0] * 4] * 2
+    assert check.values.tolist() == [[0] * 3] * 2
     with pytest.raises(InvalidParameters):
         check.add(4, 5, _words(gen, 1, 16, 2))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("layout", "relay"), tmd.LAYOUTS)
-def test_check_words_off_the_wire_at_their_extremes_reject_only_that_device(
+def test_proof_shares_off_the_wire_at_their_extremes_reject_only_that_device(
         backend: str, layout: str, relay: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Devices with honest keys whose check words (the last ``32 S`` bytes of a request, and of the
-    part server 0 forwards with relay) are all zero or all ones: each is rejected at the digests
-    (no relay) or refused at the relay (``RelayTampered``: the forward no longer matches the digest
-    server 1 got directly), never another error, and the aggregate over the honest devices is exact."""
+    """Devices with honest keys whose sketch proof share (the upload's last ``8 (6c + 2M + 3)``
+    bytes to server 0) is all zero bytes or all ``0xff``: the zeros are field elements, taken in and
+    rejected at the sketch check; the ones are not (``2^64 - 1 >= p``), refused at intake
+    (``InvalidMessage``), never another error, and the aggregate over the honest devices is exact."""
     from secemb.protocols.secemb import SecEmbUser
 
     monkeypatch.setattr(kernels, "BACKEND", backend)
     rnd = tmd.Round(layout, relay)
-    checks = rnd.cfg.slots * 32
+    proof = 8 * min(6 * c + 2 * -(-rnd.cfg.slots // c) + 3 for c in range(1, rnd.cfg.slots + 1))
 
     class Bent(SecEmbUser):
-        """An honest device but for the check words it sends: ``fill`` bytes."""
+        """An honest device but for the proof share it sends: ``fill`` bytes."""
 
         def __init__(self, cfg: object, attack: str, **kw: object) -> None:
             super().__init__(cfg, **kw)  # type: ignore[arg-type]
             self.fill = b"\0" if attack == "zeros" else b"\xff"
 
-        def retrieval_request(self, slots: np.ndarray) -> tuple[bytes, bytes]:  # type: ignore[override]
-            r0, r1 = super().retrieval_request(slots)
-            r0 = r0[:-checks] + self.fill * checks
-            return r0, r1 if relay else r1[:-checks] + self.fill * checks
+        def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
+            u0, u1 = super().upload(rows, dense)
+            return u0[:-proof] + self.fill * proof, u1
 
     monkeypatch.setattr(tmd, "MaliciousUser", Bent)  # what Round.device makes for an attack
     bent = {3: "zeros", 5: "ones"}
     for uid in range(8):
         rnd.device(uid, attack=bent.get(uid))
+    assert rnd.refused == {5}
     uploaded = [u for u in range(8) if u not in rnd.refused]
     rejected, sparse, dense = rnd.close(uploaded)
-    assert set(rejected) | rnd.refused == set(bent) and not set(rejected) & rnd.refused
+    assert rejected == [3]
     np.testing.assert_array_equal(sparse, rnd.expected)
     np.testing.assert_array_equal(dense, rnd.expected_dense)
 
 
-#: LeafCheck.add of leaf words of another dtype at the right shape (each attempt refused or not);
-#: the numba case that reads 8 times past a 4 MiB row comes last (it kills the child)
+#: SketchCheck.add (LeafCheck.add's, S28-E1, ported in session 29) of leaf words of another dtype at
+#: the right shape (each attempt refused or not); the numba case that would read 8 times past a 4 MiB
+#: row comes last (it would kill the child)
 LEAF_DTYPES = """
-from secemb.fss.verify import LeafCheck
+from secemb.fss.sketch import SketchCheck, expand
 for dtype in ("uint32", "int64", ">u8", "uint8"):
     width = 1 << (22 if dtype == "uint8" else 6)
     leaves = np.ones((1, width, 2), dtype)  # allocated first: what follows it is unmapped
-    check = LeafCheck(np.zeros((1, 4), np.uint64), np.ones((1, width, 4), np.uint64), 1)
+    check = SketchCheck(expand([bytes(16)], width), 1)
     try:
         refused(dtype, lambda: check.add(0, 1, leaves), InvalidParameters)
     except Exception as exc:  # another error: printed, and the next dtype tried
@@ -530,26 +540,6 @@ def test_proofs_with_elements_not_below_p_over_http_are_4xx_and_the_round_commit
     assert statuses == [400] * 4 * len(tbn.USERS) and unchanged == [True] * len(tbn.USERS)
     doc = leader.close_round(r)
     assert doc["state"] == "committed" and doc["included"] == sorted(tbn.USERS), doc
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_challenge_seeds_viewed_in_place_are_the_digests_first_16_bytes(backend: str,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """f56f445 views the SHA-256 rows' first 16 bytes as words before its one copy: for no, one and
-    three key digests, each user's seed is ``SHA-256(domain || u64 round || K)[:16]`` read as two
-    little-endian words, computed here with hashlib."""
-    import hashlib
-
-    from secemb.protocols.secemb import checks
-
-    monkeypatch.setattr(kernels, "BACKEND", backend)
-    for n in (0, 1, 3):
-        digests = [hashlib.sha256(b"key %d" % i).digest() for i in range(n)]
-        got = checks.challenge_seeds(2**40 + 7, digests)
-        want = [hashlib.sha256(checks._CHALLENGE_DOMAIN + (2**40 + 7).to_bytes(8, "little") + d).digest()[:16]
-                for d in digests]
-        assert got.dtype == np.uint64 and got.shape == (n, 2)
-        assert [row.tobytes() for row in got.astype("<u8")] == want
 
 
 # -- key rows and relay framing (helper D's glue) ---------------------------------------------------
