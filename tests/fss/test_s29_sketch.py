@@ -11,6 +11,7 @@ positions does not; bad arguments are refused before the kernel reads anything b
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -276,6 +277,13 @@ def test_bad_arguments_are_refused() -> None:
         expand([seed], 0)
     with pytest.raises(InvalidParameters, match="per_user"):
         SketchCheck(expand([seed], 8), 0)
+    good = expand([seed], 8)
+    for bad in ({"keys": good.keys.astype(np.uint64)}, {"keys": good.keys[:, :8]},
+                {"keys": np.zeros((1, 32), np.uint8)[:, ::2]}, {"keys": np.zeros((2, 16), np.uint8)},
+                {"r": good.r[:, :4]}, {"r": np.full((1, 8), P, np.uint64)}, {"r2": good.r2.astype(np.int64)},
+                {"r": np.zeros((1, 0), np.uint64), "r2": np.zeros((1, 0), np.uint64)}):
+        with pytest.raises(InvalidParameters, match="expanded seeds must be"):
+            dataclasses.replace(good, **bad)
     with pytest.raises(InvalidParameters, match="expanded seeds"):
         SketchCheck(np.zeros((1, 8), np.uint64), 1)  # type: ignore[arg-type]
     for alphas in ([0, 8], [-1, 0]):
