@@ -21,6 +21,7 @@ import pytest
 
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.fss import field as F
+from secemb.fss import kernels
 from secemb.fss import sketchproof as S
 from secemb.randomness import SEED_BYTES
 
@@ -282,3 +283,48 @@ def test_coefficients_from_the_seed() -> None:
         blob = hashlib.shake_128(b"secemb/fss/sketchproof/v1/coefficients" + seed).digest(16 * width)
         want = [int.from_bytes(blob[16 * j : 16 * j + 16], "little") % P for j in range(width)]
         assert [int(v) for v in r[i]] + [int(v) for v in s[i]] == want
+
+
+def _random_elements(*shape: int) -> np.ndarray:
+    """Uniform field elements, with ``p - 1`` and ``0`` among them (the edges of the reductions)
+    and the first row all ``p - 1`` (the longest unreduced sums)."""
+    x = np.frombuffer(os.urandom(8 * int(np.prod(shape))), "<u8").astype(np.uint64) >> np.uint64(3)
+    x[x >= np.uint64(P)] = 0
+    x[::7] = P - 1
+    x[3::11] = 0
+    x = x.reshape(shape)
+    x[0] = P - 1
+    return x
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
+@pytest.mark.parametrize("keys", [1, 17, 200, 250, 1000])
+def test_compiled_verifier_equals_the_reference(keys: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled messages and verdicts equal the numpy reference's bit for bit: on arbitrary
+    shares and proofs (long sums of ``p - 1``), and on messages of honest and cheating devices,
+    where the verdicts differ."""
+    params = S.SketchParams(keys)
+    n = 7
+    x, proofs = _random_elements(n, keys, 3), _random_elements(n, params.proof_length)
+    seeds, queries = _seeds(n), _seeds(n)
+    got = {}
+    for backend in ("numpy", "numba"):
+        monkeypatch.setattr(kernels, "BACKEND", backend)
+        got[backend] = S.verifier_messages(params, x, proofs, seeds, queries)
+    assert np.array_equal(got["numpy"], got["numba"])
+    # honest devices, one cheater, and messages one element off
+    xs = [[_honest_key() for _ in range(keys)] for _ in range(n)]
+    xs[3], _ = _cheater(keys, keys // 2)
+    sigmas = _seeds(n)
+    msgs = [S._share(params, S._prove_inputs(params, _array(k), cu, sg, os.urandom), sg)
+            for k, cu, sg in zip(xs, seeds, sigmas, strict=True)]
+    x0, x1 = _shares(xs)
+    v0 = S.verifier_messages(params, x0, S.parse(params, msgs), seeds, queries)
+    v1 = S.verifier_messages(params, x1, S.server1_shares(params, sigmas), seeds, queries)
+    v1[5, secrets.randbelow(params.verifier_length)] ^= np.uint64(1)
+    verdicts = {}
+    for backend in ("numpy", "numba"):
+        monkeypatch.setattr(kernels, "BACKEND", backend)
+        verdicts[backend] = S.decide(params, v0, v1, seeds).tolist()
+        assert S.decide(params, got["numpy"], got["numpy"], seeds).tolist() == [False] * n
+    assert verdicts["numpy"] == verdicts["numba"] == [True, True, True, False, True, False, True]
