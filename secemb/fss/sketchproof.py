@@ -244,7 +244,7 @@ def _calls(params: SketchParams, x: np.ndarray) -> np.ndarray:
 
 def _gadget(wires: np.ndarray, s: np.ndarray) -> np.ndarray:
     """``G_s`` along the last axis (length ``L = 3c``), ``s`` ``(..., c)`` broadcast against the slots."""
-    y = wires.reshape(*wires.shape[:-1], -1, 3)
+    y = wires.reshape(*wires.shape[:-1], wires.shape[-1] // 3, 3)
     terms = F.sub(F.mul(y[..., 0], y[..., 0]), F.mul(y[..., 1], y[..., 2]))
     return F.dot(s, terms)
 

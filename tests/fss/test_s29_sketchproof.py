@@ -328,3 +328,16 @@ def test_compiled_verifier_equals_the_reference(keys: int, monkeypatch: pytest.M
         verdicts[backend] = S.decide(params, v0, v1, seeds).tolist()
         assert S.decide(params, got["numpy"], got["numpy"], seeds).tolist() == [False] * n
     assert verdicts["numpy"] == verdicts["numba"] == [True, True, True, False, True, False, True]
+
+
+def test_empty_batch(backend: str) -> None:
+    """No devices: empty messages and verdicts, no error."""
+    params = S.SketchParams(250)
+    x = np.zeros((0, 250, 3), np.uint64)
+    v0 = S.verifier_messages(params, x, S.parse(params, []), [], [])
+    v1 = S.verifier_messages(params, x, S.server1_shares(params, []), [], [])
+    assert v0.shape == v1.shape == (0, params.verifier_length)
+    assert S.decide(params, v0, v1, []).shape == (0,)
+    assert S.encode_verifier_messages(params, v1) == b""
+    v, refused = S.parse_verifier_messages(params, b"", 0)
+    assert v.shape == (0, params.verifier_length) and refused.shape == (0,)
