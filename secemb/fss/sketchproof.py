@@ -109,10 +109,10 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
+from secemb.fss.sketch import SKETCH_SEED_BYTES  # c_u's length, and the query seed q's (HMAC-SHA256 cut to it)
 from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
 
 __all__ = [
-    "SKETCH_SEED_BYTES",
     "SketchParams",
     "share_seed",
     "prove",
@@ -125,8 +125,6 @@ __all__ = [
     "decide",
 ]
 
-#: Bytes of the device's sketch seed ``c_u`` and of a query seed ``q``
-SKETCH_SEED_BYTES = 16
 _DOMAIN = b"secemb/fss/sketchproof/v1/"
 _P = np.uint64(F.P)
 _REFUSED = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
@@ -198,9 +196,9 @@ def _chunk(keys: int) -> int:
     return min(range(1, 2 * c0 + 1), key=lambda c: 6 * c + 2 * -(-keys // c))
 
 
-def _seed(name: str, value: object) -> bytes:
-    if not isinstance(value, (bytes, bytearray)) or len(value) != SKETCH_SEED_BYTES:
-        raise InvalidParameters(f"{name} must be {SKETCH_SEED_BYTES} bytes")
+def _seed(name: str, value: object, size: int = SKETCH_SEED_BYTES) -> bytes:
+    if not isinstance(value, (bytes, bytearray)) or len(value) != size:
+        raise InvalidParameters(f"{name} must be {size} bytes")
     return bytes(value)
 
 
@@ -220,7 +218,7 @@ def share_seed(sigma: bytes) -> bytes:
     InvalidParameters
         If ``sigma`` is not 16 bytes.
     """
-    return hashlib.sha256(_DOMAIN + b"share" + _seed("sigma", sigma)).digest()[:SEED_BYTES]
+    return hashlib.sha256(_DOMAIN + b"share" + _seed("sigma", sigma, SEED_BYTES)).digest()[:SEED_BYTES]
 
 
 def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -312,7 +310,7 @@ def prove(params: SketchParams, x: np.ndarray, seed: bytes, sigma: bytes, *,
         ``A^2 != B C`` (an honest device never proves a false statement).
     """
     x = _check_inputs(params, "x", x, None)
-    seed, sigma = _seed("seed", seed), _seed("sigma", sigma)
+    seed, sigma = _seed("seed", seed), _seed("sigma", sigma, SEED_BYTES)
     bad = np.flatnonzero(F.mul(x[:, 0], x[:, 0]) != F.mul(x[:, 1], x[:, 2]))
     if bad.size:
         raise InvalidParameters(f"sketchproof: key {int(bad[0])} has A^2 != B C; an honest device does not prove it")
@@ -369,7 +367,7 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     InvalidParameters
         If a ``sigma`` is not 16 bytes (the caller checks the device's bytes at intake).
     """
-    return F.expand_many([share_seed(s) for s in _seeds("sigmas", sigmas, len(sigmas))], params.proof_length)
+    return F.expand_many([share_seed(s) for s in sigmas], params.proof_length)
 
 
 def _points(params: SketchParams, queries: Sequence[bytes]) -> np.ndarray:
