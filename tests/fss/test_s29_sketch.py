@@ -164,14 +164,18 @@ def test_strided_leaves(backend: str) -> None:
 
 @pytest.mark.skipif(not kernels.available(), reason="no compiled kernels here")
 def test_the_reduction_at_its_edges() -> None:
-    """``red128`` on 128-bit values at the edges (multiples of p and next to them, 32 largest products, 2^128 - 1),
-    ``red64`` on every 64-bit edge, ``addp`` at p - 1."""
-    from secemb.fss._sketch_kernels import addp, red64, red128
+    """``red128`` and ``fold128`` (below ``2^62 + 2^6``, what the sums' bound needs) on 128-bit values at the edges
+    (multiples of p and next to them, 32 largest products, 2^128 - 1), ``red64`` on every 64-bit edge, ``addp`` at
+    p - 1."""
+    from secemb.fss._sketch_kernels import addp, fold128, red64, red128
 
     values = [0, 1, P - 1, P, P + 1, 2 * P, 1 << 61, 1 << 64, (1 << 64) + 7, P * P, 32 * (P - 1) ** 2,
-              (1 << 127) - 1, 1 << 127, 8 * P, (1 << 128) - 1, (1 << 128) - P]
+              (1 << 127) - 1, 1 << 127, 8 * P, (1 << 128) - 1, (1 << 128) - P, (1 << 128) - (1 << 61),
+              (1 << 125) - 1, ((1 << 61) - 1) << 64 | MASK]
     for v in values:
         assert int(red128(np.uint64(v >> 64), np.uint64(v & MASK))) == v % P, v
+        folded = int(fold128(np.uint64(v >> 64), np.uint64(v & MASK)))
+        assert folded % P == v % P and folded < 2**62 + 2**6, v
     for v in [0, 1, P - 1, P, P + 1, 2 * P, MASK - 1, MASK, (1 << 63), 8 * P]:
         assert int(red64(np.uint64(v))) == v % P, v
     for a, b in [(P - 1, P - 1), (P - 1, 1), (0, 0), (P - 1, 0), (1 << 60, 1 << 60)]:
