@@ -7,12 +7,14 @@ Per leaf word ``w`` the sketch needs ``z = (AES_{k_u}(w) XOR w) mod p``, the key
 of the leaf under its device's key, read as ``hi 2^64 + lo`` (word 1, word 0) and reduced mod
 ``p = 2^61 - 1``; then ``r_x z``, ``r_x^2 z`` and ``z`` are summed per key.  The row's leaves go
 to the AES intrinsic :func:`secemb.fss._aesni.mmo_blocks` :data:`~secemb.fss._aesni.BLOCKS` at a
-time in place (a row's remainder through a staging buffer); each product is 64 x 64 -> 128 bits
-(an LLVM ``i128`` multiply, :func:`mac128`), summed unreduced over at most 32 leaves of a row (32
-products of factors below ``p`` stay below ``2^127``), with one Mersenne reduction per sum and 32
-leaves (once per key in the cuckoo layout, where a key is one row of 32 leaves).  Ported from
-session 28's prototype (helper E, ``sketch_accumulate``).  ``bench overhead``'s kernel clock
-times this module's loops (``secemb.bench.overhead``).
+time in place (a row's remainder through a staging buffer).  ``z`` is only folded below
+``2^62 + 2^6`` (:func:`fold128`, congruent to it mod ``p``), each product is 64 x 64 -> 128 bits
+(an LLVM ``i128`` multiply, :func:`mac128`), summed unreduced over the ``BLOCKS = 16`` leaves of
+an AES call (16 products below ``2^61 (2^62 + 2^6)`` stay below ``2^127 + 2^71 < 2^128``), with
+one Mersenne reduction per sum and call.  Ported from session 28's prototype (helper E,
+``sketch_accumulate``, which reduced ``z`` fully and summed 32 leaves); the fold instead of the
+reduction took about 10 % off the loop on session 28's captured round (session 29, helper A).
+``bench overhead``'s kernel clock times this module's loops (``secemb.bench.overhead``).
 """
 
 from __future__ import annotations
@@ -25,10 +27,8 @@ from numba.extending import intrinsic
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _aesni's intrinsics
 from secemb.fss._aesni import BLOCKS, LANES, _key_expand, mmo_blocks
 
-__all__ = ["LANES", "mac128", "red64", "red128", "addp", "sketch_accumulate", "sketch_schedules"]
+__all__ = ["LANES", "mac128", "red64", "fold128", "red128", "addp", "sketch_accumulate", "sketch_schedules"]
 
-#: leaves whose products one unreduced 128-bit sum takes (32 products below p^2 < 2^122 stay below 2^127)
-_CHUNK = 32
 
 
 @intrinsic
@@ -57,13 +57,19 @@ def red64(w):  # noqa: ANN001, ANN201
 
 
 @njit(inline="always")
-def red128(hi, lo):  # noqa: ANN001, ANN201
-    """``(hi 2^64 + lo) mod p`` in ``[0, p)`` for any 128-bit value: ``2^64 = 8 (mod p)``, so
-    the value is ``t 2^61 + (lo & m)`` with ``t = hi 8 + (lo >> 61)`` (67 bits), and
-    ``t 2^61 = (t >> 61) + (t & m)``."""
+def fold128(hi, lo):  # noqa: ANN001, ANN201
+    """A uint64 below ``2^62 + 2^6`` congruent to ``hi 2^64 + lo`` mod ``p``, for any 128-bit
+    value: ``2^64 = 8 (mod p)``, so the value is ``t 2^61 + (lo & m)`` with
+    ``t = hi 8 + (lo >> 61)`` (67 bits), and ``t 2^61 = (t >> 61) + (t & m)``."""
     m = np.uint64(0x1FFFFFFFFFFFFFFF)
-    s = (hi >> np.uint64(58)) + (((hi << np.uint64(3)) | (lo >> np.uint64(61))) & m) + (lo & m)  # < 2^62 + 2^6
-    return red64(s)
+    return (hi >> np.uint64(58)) + (((hi << np.uint64(3)) | (lo >> np.uint64(61))) & m) + (lo & m)
+
+
+@njit(inline="always")
+def red128(hi, lo):  # noqa: ANN001, ANN201
+    """``(hi 2^64 + lo) mod p`` in ``[0, p)`` for any 128-bit value (:func:`fold128`, then
+    :func:`red64`)."""
+    return red64(fold128(hi, lo))
 
 
 @njit(inline="always")
@@ -111,23 +117,27 @@ def sketch_accumulate(leaves, row0, frontier, per_user, rks, r, r2, acc):  # noq
         u = key // per_user
         x0 = (row % frontier) * width
         rkp = kbase + u * rstride
-        for c0 in range(0, width, _CHUNK):
+        for p0 in range(0, width, BLOCKS):
+            q = min(BLOCKS, width - p0)
+            if q == BLOCKS:  # whole blocks: the intrinsic reads the leaves in place
+                mmo_blocks(rkp, base + np.int64(16) * (i * width + p0), dstp)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+            else:
+                for e in range(BLOCKS):
+                    src[e, 0] = leaves[i, p0 + min(e, q - 1), 0]
+                    src[e, 1] = leaves[i, p0 + min(e, q - 1), 1]
+                mmo_blocks(rkp, srcp, dstp)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+            # one unreduced sum a call: 16 products of r < 2^61 and z < 2^62 + 2^6 stay below 2^128;
+            # BLOCKS steps, a constant (LLVM unrolls them: about 20 % faster than q steps), the
+            # slots past a tail's end adding nothing (their position clamped to the row's last)
             ah = al = bh = bl = ch = cl = zero
-            for p0 in range(c0, min(c0 + _CHUNK, width), BLOCKS):
-                q = min(BLOCKS, width - p0)
-                if q == BLOCKS:  # whole blocks: the intrinsic reads the leaves in place
-                    mmo_blocks(rkp, base + np.int64(16) * (i * width + p0), dstp)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-                else:
-                    for e in range(BLOCKS):
-                        src[e, 0] = leaves[i, p0 + min(e, q - 1), 0]
-                        src[e, 1] = leaves[i, p0 + min(e, q - 1), 1]
-                    mmo_blocks(rkp, srcp, dstp)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-                for e in range(q):
-                    x = x0 + p0 + e
-                    z = red128(dst[e, 1], dst[e, 0])
-                    ah, al = mac128(ah, al, r[u, x], z)
-                    bh, bl = mac128(bh, bl, r2[u, x], z)
-                    ch, cl = mac128(ch, cl, z, one)  # a 128-bit add (the multiply by 1 folds away)
+            for e in range(BLOCKS):
+                live, x = e < q, x0 + p0 + min(e, q - 1)
+                z = fold128(dst[e, 1], dst[e, 0]) if live else zero  # z mod p, below 2^62 + 2^6
+                ra = r[u, x] if live else zero
+                rb = r2[u, x] if live else zero
+                ah, al = mac128(ah, al, ra, z)
+                bh, bl = mac128(bh, bl, rb, z)
+                ch, cl = mac128(ch, cl, z, one)  # a 128-bit add (the multiply by 1 folds away)
             acc[key, 0] = addp(acc[key, 0], red128(ah, al))
             acc[key, 1] = addp(acc[key, 1], red128(bh, bl))
             acc[key, 2] = addp(acc[key, 2], red128(ch, cl))

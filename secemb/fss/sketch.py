@@ -28,9 +28,11 @@ positions ``x`` with leaf words ``w_b(x)``::
 ``-(A_1, B_1, C_1)`` (:func:`server_inputs`); their sum is ``x_k``.  Off the key's point the two
 leaf words are equal and cancel; an honest key leaves ``x_k = (r_a z, r_a^2 z, z)`` with
 ``z = z(w_0(alpha)) - z(w_1(alpha))``, which the device computes from its own two leaf words at
-``alpha`` (:func:`device_inputs`).  Where the leaf words differ at two or more positions,
-``A^2 = B C`` holds with probability about ``2 / p`` over ``r`` (and ``k_u`` keeps the differences
-``z`` unpredictable to the device, which knows its leaves but not ``c_u`` when it fixes them).
+``alpha`` (:func:`device_inputs`).  Where the leaf words differ at several positions,
+``A^2 - B C = -sum_{x<y} z_x z_y (r_x - r_y)^2``, a non-zero polynomial of degree 2 in ``r`` once
+two of the differences ``z_x`` are non-zero (``k_u``, unknown to the device when it fixes its
+leaves, makes a zero difference a ``1 / p`` event), so ``A^2 = B C`` with probability at most
+``2 / p`` over ``r``; docs/security.md counts the whole bound.
 
 The numpy reference runs AES through OpenSSL (``cryptography``), one ECB call per device and leaf
 group, and the arithmetic through :mod:`secemb.fss.field`; with the compiled kernels
@@ -79,6 +81,17 @@ class Expanded:
     keys: np.ndarray
     r: np.ndarray
     r2: np.ndarray
+
+    def __post_init__(self) -> None:
+        """Refuse arrays the compiled kernel would misread (it reads the keys' bytes by address and sums
+        products of ``r``, ``r2`` below ``p``): InvalidParameters."""
+        k, r, r2 = self.keys, self.r, self.r2
+        if k.ndim != 2 or k.shape[1] != _AES_KEY_BYTES or k.dtype != np.uint8 or not k.flags.c_contiguous or (
+                r.ndim != 2 or r.shape[0] != k.shape[0] or r.shape[1] < 1 or r2.shape != r.shape) or (
+                r.dtype != np.uint64 or r2.dtype != np.uint64 or (r.size and max(r.max(), r2.max()) >= field.P)):
+            raise InvalidParameters(f"expanded seeds must be keys uint8 (n, {_AES_KEY_BYTES}) C-contiguous and r, r2 "
+                                    f"uint64 (n, mp >= 1) below p, got {k.dtype} {k.shape}, {r.dtype} {r.shape}, "
+                                    f"{r2.dtype} {r2.shape}")
 
     @property
     def devices(self) -> int:

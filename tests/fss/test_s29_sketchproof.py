@@ -19,9 +19,15 @@ import secrets
 import numpy as np
 import pytest
 
+from secemb import fss
 from secemb.errors import InvalidMessage, InvalidParameters
 from secemb.fss import field as F
+from secemb.fss import kernels
 from secemb.fss import sketchproof as S
+from secemb.fss.keys import PathKeys
+from secemb.fss.sketch import Expanded, SketchCheck, device_inputs, server_inputs
+from secemb.fss.sketch import expand as sketch_expand
+from secemb.fss.tree import leaf_groups, padded_leaves
 from secemb.randomness import SEED_BYTES
 
 P = F.P
@@ -282,3 +288,98 @@ def test_coefficients_from_the_seed() -> None:
         blob = hashlib.shake_128(b"secemb/fss/sketchproof/v1/coefficients" + seed).digest(16 * width)
         want = [int.from_bytes(blob[16 * j : 16 * j + 16], "little") % P for j in range(width)]
         assert [int(v) for v in r[i]] + [int(v) for v in s[i]] == want
+
+
+def _random_elements(*shape: int) -> np.ndarray:
+    """Uniform field elements, with ``p - 1`` and ``0`` among them (the edges of the reductions)
+    and the first row all ``p - 1`` (the longest unreduced sums)."""
+    x = np.frombuffer(os.urandom(8 * int(np.prod(shape))), "<u8").astype(np.uint64) >> np.uint64(3)
+    x[x >= np.uint64(P)] = 0
+    x[::7] = P - 1
+    x[3::11] = 0
+    x = x.reshape(shape)
+    x[0] = P - 1
+    return x
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
+@pytest.mark.parametrize("keys", [1, 17, 200, 250, 1000])
+def test_compiled_verifier_equals_the_reference(keys: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled messages and verdicts equal the numpy reference's bit for bit: on arbitrary
+    shares and proofs (long sums of ``p - 1``), and on messages of honest and cheating devices,
+    where the verdicts differ."""
+    params = S.SketchParams(keys)
+    n = 7
+    x, proofs = _random_elements(n, keys, 3), _random_elements(n, params.proof_length)
+    seeds, queries = _seeds(n), _seeds(n)
+    got = {}
+    for backend in ("numpy", "numba"):
+        monkeypatch.setattr(kernels, "BACKEND", backend)
+        got[backend] = S.verifier_messages(params, x, proofs, seeds, queries)
+    assert np.array_equal(got["numpy"], got["numba"])
+    # honest devices, one cheater, and messages one element off
+    xs = [[_honest_key() for _ in range(keys)] for _ in range(n)]
+    xs[3], _ = _cheater(keys, keys // 2)
+    sigmas = _seeds(n)
+    msgs = [S._share(params, S._prove_inputs(params, _array(k), cu, sg, os.urandom), sg)
+            for k, cu, sg in zip(xs, seeds, sigmas, strict=True)]
+    x0, x1 = _shares(xs)
+    v0 = S.verifier_messages(params, x0, S.parse(params, msgs), seeds, queries)
+    v1 = S.verifier_messages(params, x1, S.server1_shares(params, sigmas), seeds, queries)
+    v1[5, secrets.randbelow(params.verifier_length)] ^= np.uint64(1)
+    verdicts = {}
+    for backend in ("numpy", "numba"):
+        monkeypatch.setattr(kernels, "BACKEND", backend)
+        verdicts[backend] = S.decide(params, v0, v1, seeds).tolist()
+        assert S.decide(params, got["numpy"], got["numpy"], seeds).tolist() == [False] * n
+    assert verdicts["numpy"] == verdicts["numba"] == [True, True, True, False, True, False, True]
+
+
+def test_empty_batch(backend: str) -> None:
+    """No devices: empty messages and verdicts, no error."""
+    params = S.SketchParams(250)
+    x = np.zeros((0, 250, 3), np.uint64)
+    v0 = S.verifier_messages(params, x, S.parse(params, []), [], [])
+    v1 = S.verifier_messages(params, x, S.server1_shares(params, []), [], [])
+    assert v0.shape == v1.shape == (0, params.verifier_length)
+    assert S.decide(params, v0, v1, []).shape == (0,)
+    assert S.encode_verifier_messages(params, v1) == b""
+    v, refused = S.parse_verifier_messages(params, b"", 0)
+    assert v.shape == (0, params.verifier_length) and refused.shape == (0,)
+
+
+def _walk(path: PathKeys, ex: Expanded, per_user: int) -> np.ndarray:
+    check = SketchCheck(ex, per_user)
+    for r0, r1, leaves in leaf_groups(path):
+        check.add(r0, r1, leaves)
+    return check.values
+
+
+@pytest.mark.parametrize(("domain", "per_user", "flip"), [(20, 25, False), (20, 25, True), (300, 4, True)])
+def test_end_to_end_with_real_keys(domain: int, per_user: int, flip: bool, backend: str) -> None:
+    """Real DPF keys (:func:`secemb.fss.gen_path`) walked by both servers into :mod:`secemb.fss.sketch`'s
+    sketches, each device proving its own :func:`~secemb.fss.sketch.device_inputs`: the honest devices pass;
+    with ``flip``, one key carries the ``two-points`` attack (its last seed correction word's bit 1 flipped for
+    both servers, so its leaves differ at two positions) and its device fails, the others pass."""
+    users = 3
+    alphas = np.array([secrets.randbelow(domain) for _ in range(users * per_user)])
+    p0, p1, state = fss.gen_path(alphas, domain)
+    bad = per_user + secrets.randbelow(per_user)  # a key of device 1
+    if flip:
+        cw = p0.cw_seed.copy()
+        cw[bad, -1, 0] ^= np.uint64(2)
+        p0, p1 = (PathKeys(p.params, p.party, p.roots, cw, p.cw_tl, p.cw_tr) for p in (p0, p1))
+    mp = padded_leaves(p0.params)
+    params = S.SketchParams(per_user)
+    cus, sigmas, queries = _seeds(users), _seeds(users), _seeds(users)
+    ex = sketch_expand(cus, mp)
+    x0 = server_inputs(_walk(p0, ex, per_user), 0).reshape(users, per_user, 3)
+    x1 = server_inputs(_walk(p1, ex, per_user), 1).reshape(users, per_user, 3)
+    msgs = []
+    for u in range(users):
+        keys = slice(u * per_user, (u + 1) * per_user)
+        claim = device_inputs(cus[u], mp, alphas[keys], state.leaf0[keys], state.leaf1[keys])
+        msgs.append(S.prove(params, claim, cus[u], sigmas[u]))  # what the device can prove: its leaves at alpha
+    v0 = S.verifier_messages(params, x0, S.parse(params, msgs), cus, queries)
+    v1 = S.verifier_messages(params, x1, S.server1_shares(params, sigmas), cus, queries)
+    assert S.decide(params, v0, v1, cus).tolist() == [True, not flip, True]
