@@ -72,8 +72,6 @@ LAZY_TARGETS = {
     "secemb.fss._rangeproof_kernels": "numba compiles or loads the range proof's verifier and Lagrange loops "
                                       "(only with kernels)",
     "secemb.fss._scatter_kernels": "numba compiles or loads the cuckoo layout's scatter (only with kernels)",
-    "secemb.fss._check_kernels": "numba compiles or loads the point-function check's loop (only verified uploads "
-                                 "with kernels)",
     "secemb.fss._sketch_kernels": "numba compiles or loads the sketch check's loop (only sketch-checked uploads "
                                   "with kernels)",
     "secemb.fss._sketchproof_kernels": "numba compiles or loads the sketch proof's verifier (only sketch-checked "

@@ -19,9 +19,8 @@ Whole process
     runs' ``model_sha256``, which must agree (the secure path computes the plaintext model bit
     for bit).
 
-The kernels' entry points are the compiled kernels of :mod:`secemb.fss._numba_kernels`,
-:mod:`secemb.fss._check_kernels` (the point-function check) and :mod:`secemb.fss._sketch_kernels`
-(the sketch check) that Python calls (callers import them at call time, so a timing wrapper
+The kernels' entry points are the compiled kernels of :mod:`secemb.fss._numba_kernels` and
+:mod:`secemb.fss._sketch_kernels` (the sketch check) that Python calls (callers import them at call time, so a timing wrapper
 installed as the module's attribute sees every call) except the cuckoo layout's assignment, which
 is no cryptography; with the numpy reference (``SECEMB_FSS_KERNELS=numpy``) the AES of the DPF's
 PRGs (:meth:`~secemb.fss.prg.FixedKeyAES.encrypt_into` under the ``tree/`` and ``convert/`` keys).
@@ -35,7 +34,8 @@ counts reach its threshold, so one epoch of either run may carry one and the oth
 
 The other cryptography (:data:`OTHER_CRYPTO`, by category) is timed around the project's functions
 that do nothing but it -- the relay's upload MAC (GMAC), the key / forwarded-part / verified-upload
-SHA-256 digests, the row tags (SHA-NI kernel or hashlib), the challenge seeds, OS randomness
+SHA-256 digests, the row tags (SHA-NI kernel or hashlib), the sketch check's seeds (HMAC-SHA256) and
+binding, OS randomness
 (:func:`secemb.randomness.system_rng`) -- each replaced in every loaded ``secemb`` module that
 holds it (``from ... import`` binds it there), never :mod:`hashlib` or :mod:`os` themselves.  A
 call made inside another timed one is not counted again.  Not counted: hashes written inline in
@@ -78,7 +78,8 @@ OTHER_CRYPTO: dict[str, tuple[tuple[str, str], ...]] = {
     "sha256 digests": (("secemb.protocols.secemb.checks", "key_digests"), ("secemb.protocols.secemb.relay", "_digests"),
                        ("secemb.protocols.secemb.server", "SecEmbServer.upload_digests")),
     "row tags": (("secemb.fss.hashing", "sha256_many"),),
-    "challenge seeds": (("secemb.protocols.secemb.checks", "challenge_seeds"),),
+    "sketch seeds": tuple(("secemb.protocols.secemb.checks", f) for f in ("round_secret", "sketch_seeds",
+                                                                          "sketch_halves", "query_seeds", "binding")),
     "os randomness": (("secemb.randomness", "system_rng"),),
 }
 
@@ -147,13 +148,13 @@ class KernelClock:
 
 def _entry_points() -> dict[str, tuple[Any, Any]]:
     """The compiled DPF kernels Python calls, by name: their module and dispatcher -- the public
-    numba dispatchers of :mod:`secemb.fss._numba_kernels`, :mod:`secemb.fss._check_kernels` and
-    :mod:`secemb.fss._sketch_kernels` that no other kernel calls by name (a kernel compiled while a
+    numba dispatchers of :mod:`secemb.fss._numba_kernels` and :mod:`secemb.fss._sketch_kernels` that
+    no other kernel calls by name (a kernel compiled while a
     wrapper stood in its callee's place would not compile), less :data:`_NOT_DPF`."""
-    from secemb.fss import _check_kernels, _numba_kernels, _sketch_kernels
+    from secemb.fss import _numba_kernels, _sketch_kernels
 
     out: dict[str, tuple[Any, Any]] = {}
-    for module in (_numba_kernels, _check_kernels, _sketch_kernels):
+    for module in (_numba_kernels, _sketch_kernels):
         kernels = {k: v for k, v in vars(module).items() if hasattr(v, "py_func")}
         called = {n for v in kernels.values() for n in v.py_func.__code__.co_names}
         out |= {k: (module, v) for k, v in kernels.items()

@@ -28,15 +28,6 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
 * ``mmo_blocks(rk, src, dst)``: ``dst[i] = AES(src[i]) ^ src[i]`` for ``B`` consecutive blocks.
 * ``mmo_ctr(rk, word, j0, dst)``: ``dst[i] = MMO(word ^ (0, j0 + i))`` for ``i < B``, ``j0`` a
   multiple of ``B`` (the payload conversion's counter blocks of one leaf).
-* ``check_leaves(rk, leaves, offsets, r, cs, acc)``: the point-function check's sums of
-  :data:`LEAVES` leaves (:func:`secemb.fss._check_kernels.check_accumulate` calls it): per leaf
-  word ``w`` its check words ``F(w)``, the MMO of the counter blocks ``(w0, w1)`` and
-  ``(w0, w1 ^ 1)`` (``Convert_leaf``'s first two), in vector registers: with VAES one 256-bit
-  vector holds both blocks (without it, two 128-bit vectors), so the AES output, the
-  control-bit mask ``-(w0 & 1)`` applied to ``cs ^ offsets[j]`` and the four 64-bit
-  multiply-adds with the challenge words are vector operations on it, with no staging through
-  memory.  :data:`LEAVES` leaves a call put 16 AES vectors in flight, twice ``B`` blocks with
-  VAES (16 leaves a call ran faster than 8 or 32).
 * ``sum_keys(vals, vstride, acc, astride, rows, keys, count, per, sample)`` (``sum_keys1`` for
   one key, ``sum_keys4`` for ``G =`` :data:`KEY_GROUP` keys): the payload conversion's both
   sums, one chunk of :data:`SUM_BYTES` bytes of each value (ring words, uint32 or uint64 as the
@@ -68,8 +59,8 @@ from secemb.fss.prg import fixed_key
 if TYPE_CHECKING:
     from numba.core.typing.templates import Signature
 
-__all__ = ["BLOCKS", "LANES", "LEAVES", "round_keys", "expand8", "expand8_rows", "halftree16", "halftree16_rows",
-           "mmo_blocks", "mmo_ctr", "check_leaves", "KEY_GROUP", "SUM_BYTES", "sum_keys1", "sum_keys4"]
+__all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "expand8_rows", "halftree16", "halftree16_rows",
+           "mmo_blocks", "mmo_ctr", "KEY_GROUP", "SUM_BYTES", "sum_keys1", "sum_keys4"]
 
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
 BLOCKS = 16
@@ -120,8 +111,6 @@ _I64 = ir.IntType(64)
 _I32 = ir.IntType(32)
 _VEC = ir.VectorType(_I64, 2 * LANES)
 _SUFFIX = ".256" if _VAES else ""
-#: leaves a :func:`check_leaves` call folds in: 16 AES vectors (32 blocks with VAES, else 16)
-LEAVES = 8 * LANES
 
 
 def _const(v: int) -> ir.Constant:
@@ -307,44 +296,6 @@ def mmo_ctr(typingctx, rk, word, j0, dst):  # noqa: ANN001, ANN201
             _store(builder, builder.xor(y, xs[v]), dp, v)
 
     return _sig(4), codegen
-
-
-@intrinsic
-def check_leaves(typingctx, rk, leaves, offsets, r, cs, acc):  # noqa: ANN001, ANN201 - numba intrinsic protocol
-    """``acc += sum_j r[j] * (F(w_j) ^ t_j (cs ^ offsets[j]))`` word-wise mod 2^64 for
-    :data:`LEAVES` leaf words ``w_j`` at ``leaves`` (uint64 (LEAVES, 2)), ``t_j`` bit 0 of
-    ``w_j``, ``F`` the MMO of the counter blocks ``(w0, w1)``, ``(w0, w1 ^ 1)`` under ``rk`` (an
-    (11, 2W) schedule); ``offsets`` and ``r`` uint64 (LEAVES, 4), ``cs`` and ``acc`` uint64 (4,).
-    All addresses of C-contiguous buffers."""
-
-    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
-        rks = _schedule(builder, args[0])
-        v2 = ir.VectorType(_I64, 2)
-        lp = builder.inttoptr(args[1], v2.as_pointer())
-        op, rp, cp, ap = (_vptr(builder, a) for a in args[2:6])
-        per = 2 // LANES  # vectors a leaf's four words fill
-        cs = [_load(builder, cp, v) for v in range(per)]
-        acc = [_load(builder, ap, v) for v in range(per)]
-        zero = ir.Constant(_VEC, None)
-        xs, masks = [], []
-        for j in range(LEAVES):
-            w = builder.load(builder.gep(lp, [_const(j)]), align=1)
-            if LANES == 2:  # [w0, w1, w0, w1 ^ 1]
-                xs.append([builder.xor(_shuffle(builder, w, w, [0, 1, 0, 1]), ir.Constant(_VEC, [0, 0, 0, 1]))])
-            else:
-                xs.append([w, builder.xor(w, ir.Constant(_VEC, [0, 1]))])
-            t = builder.and_(w, ir.Constant(v2, [1, 0]))
-            masks.append(builder.sub(zero, _shuffle(builder, t, t, [0] * (2 * LANES))))  # all ones where t
-        enc = _encrypt(builder, [(rks, x) for leaf in xs for x in leaf])
-        for j in range(LEAVES):
-            for v in range(per):
-                y = builder.xor(enc[j * per + v], xs[j][v])
-                y = builder.xor(y, builder.and_(masks[j], builder.xor(cs[v], _load(builder, op, j * per + v))))
-                acc[v] = builder.add(acc[v], builder.mul(y, _load(builder, rp, j * per + v)))
-        for v in range(per):
-            _store(builder, acc[v], ap, v)
-
-    return _sig(6), codegen
 
 
 def _sum_keys(size: int):  # noqa: ANN202 - an intrinsic factory

@@ -28,7 +28,6 @@ __all__ = ["DEPENDENCIES", "dependency_stamp"]
 #: kernel module file -> the files of this package whose code its kernels compile in (intrinsics)
 DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "_numba_kernels.py": ("_aesni.py",),
-    "_check_kernels.py": ("_aesni.py",),
     "_sketch_kernels.py": ("_aesni.py",),
     "_sketchproof_kernels.py": ("_sketch_kernels.py",),
 }

@@ -38,17 +38,17 @@ def test_the_compiled_kernels_are_counted_and_restored() -> None:
     assert "cuckoo_assign" not in overhead._entry_points()  # placement, not the DPF
 
 
-def test_the_point_function_check_counts_as_a_dpf_kernel() -> None:
-    """The check's kernel lives in its own module (session 28): it is still timed, and restored."""
+def test_the_sketch_check_counts_as_a_dpf_kernel() -> None:
+    """The sketch check's kernel lives in its own module (session 29): it is timed, and restored."""
     if not kernels.available():
         pytest.skip("no compiled kernels here")
-    from secemb.fss import _check_kernels as ck
+    from secemb.fss import _sketch_kernels as sk
 
-    assert overhead._entry_points()["check_accumulate"][0] is ck
-    before = ck.check_accumulate
+    assert overhead._entry_points()["sketch_accumulate"][0] is sk
+    before = sk.sketch_accumulate
     with overhead.kernel_clock():
-        assert ck.check_accumulate is not before
-    assert ck.check_accumulate is before
+        assert sk.sketch_accumulate is not before
+    assert sk.sketch_accumulate is before
 
 
 def test_the_reference_counts_the_prg_aes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,7 +75,7 @@ def test_one_run_gives_both_paths_the_same_model() -> None:
     assert [row[0] for row in overhead.table_rows(result)][4] == "beyond / kernels"
     # the other cryptography: the secure epoch's seconds per category, the informative ratio, strict JSON
     by_category = e["other_crypto_by_category_s"]
-    assert {"upload mac", "sha256 digests", "row tags", "challenge seeds", "os randomness"} <= set(by_category)
+    assert {"upload mac", "sha256 digests", "row tags", "sketch seeds", "os randomness"} <= set(by_category)
     assert set(by_category) <= set(overhead.OTHER_CRYPTO) and min(by_category.values()) >= 0
     assert set(e["secure"]["other_crypto_calls"]) == set(by_category)  # every category was called
     assert e["other_crypto_s"] == pytest.approx(sum(by_category.values()))

@@ -1,7 +1,8 @@
-"""The point-function check's glue (session 28, helper C): :meth:`secemb.fss.verify.LeafCheck.add` and
-:func:`secemb.fss.hashing.sha256_many` import their compiled modules once a process, not at every call, but take
-the kernels from those modules at each call, so a wrapper installed as the module's attribute after the first call
-(``bench overhead``'s kernel clock, a test's stand-in) still sees every call."""
+"""The check's glue (session 28, helper C; since session 29 the sketch check's):
+:meth:`secemb.fss.sketch.SketchCheck.add` and :func:`secemb.fss.hashing.sha256_many` import their compiled modules
+once a process, not at every call, but take the kernels from those modules at each call, so a wrapper installed as
+the module's attribute after the first call (``bench overhead``'s kernel clock, a test's stand-in) still sees every
+call."""
 
 from __future__ import annotations
 
@@ -12,17 +13,15 @@ import pytest
 
 from secemb.bench import overhead
 from secemb.fss import hashing, kernels
-from secemb.fss.verify import CHECK_WORDS, LeafCheck
+from secemb.fss.sketch import SketchCheck, expand
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="no compiled kernels here")
 
 
-def _check() -> tuple[LeafCheck, np.ndarray]:
+def _check() -> tuple[SketchCheck, np.ndarray]:
     gen = np.random.default_rng(2828)
-    cs = gen.integers(0, 2**64 - 1, (2, CHECK_WORDS), np.uint64, endpoint=True)
-    r = gen.integers(0, 2**64 - 1, (1, 16, CHECK_WORDS), np.uint64, endpoint=True)
     leaves = gen.integers(0, 2**64 - 1, (2, 16, 2), np.uint64, endpoint=True)
-    return LeafCheck(cs, r, 2), leaves
+    return SketchCheck(expand([b"glue" * 4], 16), 2), leaves
 
 
 def test_the_kernel_clock_counts_the_check_after_an_earlier_call(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,7 +31,7 @@ def test_the_kernel_clock_counts_the_check_after_an_earlier_call(monkeypatch: py
     timed, _ = _check()
     with overhead.kernel_clock() as clock:
         timed.add(0, 2, leaves)
-    assert clock.calls.get("check_accumulate") == 1
+    assert clock.calls.get("sketch_accumulate") == 1
     np.testing.assert_array_equal(timed.values, check.values)  # the wrapper changes no result
 
 

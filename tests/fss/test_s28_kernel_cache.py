@@ -1,7 +1,8 @@
 """numba's on-disk cache of the kernels covers the modules they compile in (session 28,
 ``secemb/fss/_kernel_cache.py``): a kernel that inlines ``_aesni``'s intrinsics is compiled again
 when ``_aesni.py`` changes, not loaded stale from the cache (a stale ``convert_accumulate`` gave
-wrong sums in this session until its cache was cleared)."""
+wrong sums in this session until its cache was cleared).  Since session 29 the example kernel that
+inlines them is the sketch check's ``sketch_accumulate`` (the point-function check's loop is gone)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI
 
 
 def _kernels() -> list:
-    from secemb.fss import _check_kernels, _numba_kernels
+    from secemb.fss import _numba_kernels, _sketch_kernels
 
-    return [_numba_kernels.convert_accumulate, _numba_kernels.subtrees, _check_kernels.check_accumulate]
+    return [_numba_kernels.convert_accumulate, _numba_kernels.subtrees, _sketch_kernels.sketch_accumulate]
 
 
 def test_the_kernels_are_cached_through_the_dependency_stamped_locator() -> None:
@@ -32,14 +33,14 @@ def test_the_kernels_are_cached_through_the_dependency_stamped_locator() -> None
 
 
 def test_a_change_to_aesni_alone_changes_the_stamp(tmp_path: Path) -> None:
-    for name in ("_check_kernels.py", "_aesni.py"):
+    for name in ("_sketch_kernels.py", "_aesni.py"):
         shutil.copy(FSS / name, tmp_path / name)
-    from secemb.fss._check_kernels import check_accumulate
+    from secemb.fss._sketch_kernels import sketch_accumulate
 
-    ours = type(check_accumulate._cache._impl._locator)
-    copy = str(tmp_path / "_check_kernels.py")
-    locator = ours.from_function(check_accumulate.py_func, copy)
-    plain = caching.InTreeCacheLocator.from_function(check_accumulate.py_func, copy)
+    ours = type(sketch_accumulate._cache._impl._locator)
+    copy = str(tmp_path / "_sketch_kernels.py")
+    locator = ours.from_function(sketch_accumulate.py_func, copy)
+    plain = caching.InTreeCacheLocator.from_function(sketch_accumulate.py_func, copy)
     before, plain_before = locator.get_source_stamp(), plain.get_source_stamp()
     with open(tmp_path / "_aesni.py", "a", encoding="utf-8") as f:
         f.write("# an intrinsic changed\n")
@@ -48,13 +49,13 @@ def test_a_change_to_aesni_alone_changes_the_stamp(tmp_path: Path) -> None:
 
 
 def test_other_modules_keep_numbas_own_locators(tmp_path: Path) -> None:
-    from secemb.fss._check_kernels import check_accumulate
+    from secemb.fss._sketch_kernels import sketch_accumulate
 
-    ours = type(check_accumulate._cache._impl._locator)
+    ours = type(sketch_accumulate._cache._impl._locator)
     (tmp_path / "elsewhere.py").write_text("x = 1\n", encoding="utf-8")
-    assert ours.from_function(check_accumulate.py_func, str(tmp_path / "elsewhere.py")) is None
-    shutil.copy(FSS / "_check_kernels.py", tmp_path / "_check_kernels.py")  # its dependency missing there
-    assert ours.from_function(check_accumulate.py_func, str(tmp_path / "_check_kernels.py")) is None
+    assert ours.from_function(sketch_accumulate.py_func, str(tmp_path / "elsewhere.py")) is None
+    shutil.copy(FSS / "_sketch_kernels.py", tmp_path / "_sketch_kernels.py")  # its dependency missing there
+    assert ours.from_function(sketch_accumulate.py_func, str(tmp_path / "_sketch_kernels.py")) is None
 
 
 def test_a_copy_of_the_package_compiles_again_after_aesni_alone_changes(tmp_path: Path) -> None:
@@ -68,11 +69,11 @@ def test_a_copy_of_the_package_compiles_again_after_aesni_alone_changes(tmp_path
     probe = (
         "import numpy as np, secemb\n"
         f"assert secemb.__file__.startswith({str(tmp_path)!r}), secemb.__file__\n"
-        "from secemb.fss._check_kernels import check_accumulate\n"
-        "from secemb.fss.verify import LeafCheck\n"
-        "check = LeafCheck(np.zeros((1, 4), np.uint64), np.zeros((1, 32, 4), np.uint64), 1)\n"
+        "from secemb.fss._sketch_kernels import sketch_accumulate\n"
+        "from secemb.fss.sketch import SketchCheck, expand\n"
+        "check = SketchCheck(expand([bytes(16)], 32), 1)\n"
         "check.add(0, 1, np.zeros((1, 32, 2), np.uint64))\n"
-        "print(sum(check_accumulate.stats.cache_hits.values()), sum(check_accumulate.stats.cache_misses.values()))\n"
+        "print(sum(sketch_accumulate.stats.cache_hits.values()), sum(sketch_accumulate.stats.cache_misses.values()))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
 

@@ -30,12 +30,19 @@ expansion of the second seed.  Server 1 evaluates a forwarded key part only if i
 digest and absorbs forwarded words only if their tag verifies; otherwise
 :class:`~secemb.errors.RelayTampered` (``docs/security.md``, "A deviating server").
 
-Verified uploads (``verify=True``, the default; issue 34): each key is followed by its 32-byte
-check correction word (:func:`~secemb.fss.verify.corrections`); the servers fold a check value
-per key from the leaves their walk visits anyway (:class:`~secemb.fss.verify.LeafCheck`) and,
-before the round closes, compare one digest per user (:meth:`SecEmbServer.upload_digests`): a
-user whose keys are not point functions or differ between the servers is left out like a
-dropout (``docs/security.md``, "A malicious device: verified uploads").
+Verified uploads (``verify=True``, the default; issue 34): the servers share a sketch key and
+derive each round's secret from it; per device a 16-byte sketch seed ``c_u`` is fixed once both
+servers hold its request (:mod:`~secemb.protocols.secemb.checks`) and reaches the device only in its
+retrieval reply (with relay from server 0; without relay as two halves, one in each reply).  Each
+server folds the keys' sketch values from the leaves its walk visits anyway
+(:class:`~secemb.fss.sketch.SketchCheck`); the device proves with its upload that every key's sketch
+is a point function's (:mod:`~secemb.fss.sketchproof`: server 0 gets the proof share ``pi0``, server
+1 expands its own from the 16-byte ``sigma`` of the request and gets the binding ``tau`` of ``c_u``
+to ``sigma``).  Before the round closes the servers compare one digest per user
+(:meth:`SecEmbServer.upload_digests`) and decide the proofs (:meth:`SecEmbServer.verify_answer`,
+:meth:`SecEmbServer.verify_rejected`): a user whose keys are not point functions or differ between
+the servers is left out like a dropout (``docs/security.md``, "A sound sketch with the challenge
+drawn at retrieval").
 
 Bounded payloads (``bound=True``, off by default; issue 34 (b)): after its upload a device
 proves in zero knowledge that 40 random projections of its payloads and dense gradient are
@@ -51,7 +58,7 @@ The package, by concern: :mod:`~secemb.protocols.secemb.user` (the device's role
 :mod:`~secemb.protocols.secemb.server` (the server's role and its evaluation scheduling; the
 worker tasks are :mod:`secemb.fss.tasks`), :mod:`~secemb.protocols.secemb.relay` (the relay
 server's steps, seeded arrays, MAC and direct messages), :mod:`~secemb.protocols.secemb.checks` (row tags,
-verified-upload challenge and digest), :mod:`~secemb.protocols.secemb.bounds` (bounded payloads),
+the sketch check's secrets and the verified-upload digest), :mod:`~secemb.protocols.secemb.bounds` (bounded payloads),
 :mod:`~secemb.protocols.secemb.sizes` (message sizes) and :mod:`~secemb.protocols.secemb.protocol`
 (the protocol object).
 """
