@@ -20,10 +20,11 @@ Whole process
     for bit).
 
 The kernels' entry points are the compiled kernels of :mod:`secemb.fss._numba_kernels` and
-:mod:`secemb.fss._sketch_kernels` (the sketch check) that Python calls (callers import them at call time, so a timing wrapper
-installed as the module's attribute sees every call) except the cuckoo layout's assignment, which
-is no cryptography; with the numpy reference (``SECEMB_FSS_KERNELS=numpy``) the AES of the DPF's
-PRGs (:meth:`~secemb.fss.prg.FixedKeyAES.encrypt_into` under the ``tree/`` and ``convert/`` keys).
+:mod:`secemb.fss._sketch_kernels` (the sketch check) that Python calls (callers import them at
+call time, so a timing wrapper installed as the module's attribute sees every call) except the
+cuckoo layout's assignment, which is no cryptography; with the numpy reference
+(``SECEMB_FSS_KERNELS=numpy``) the AES of the DPF's PRGs
+(:meth:`~secemb.fss.prg.FixedKeyAES.encrypt_into` under the ``tree/`` and ``convert/`` keys).
 CPU times do not depend on other processes' load as wall times do, but they are not free of it
 (shared caches, frequency): compare only figures of one run.
 
