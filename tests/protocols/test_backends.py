@@ -22,18 +22,22 @@ from secemb.protocols.secemb import SecEmbProtocol
 from secemb.randomness import CtrDrbg
 from secemb.errors import InvalidParameters
 
+#: the servers' sketch key, fixed: the replies carry sketch seeds derived from it (verified uploads)
+KEY = bytes(range(32))
+
 
 def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, round_id: int = 4,
            silent: int | None = None, expected: np.ndarray | None = None):
-    """Five users through one round (of ``servers``, or of new ones); returns every reply and
-    the combined aggregate.  The table and the users' choices depend on ``round_id``.  User
+    """Five users through one round (of ``servers``, or of new ones, with the sketch key
+    :data:`KEY`); returns every reply and server 1's sketch answer for the uploaded users (its
+    verifier messages: the sketch values of the backend's walk), and the combined aggregate.  The table and the users' choices depend on ``round_id``.  User
     ``silent`` retrieves but does not upload; ``expected`` (m, width) receives the plaintext
     sum of the uploaded rows."""
     proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend)
     cfg = proto.round_config(round_id, 300, width, 2, 12)
     rng = np.random.default_rng(7 + round_id)
     table = rng.integers(0, 2**32, (300, width), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = servers or (proto.make_server(0), proto.make_server(1))
+    s0, s1 = servers or (proto.make_server(0, sketch_key=KEY), proto.make_server(1, sketch_key=KEY))
     s0.begin_round(cfg, table)
     s1.begin_round(cfg, table)
     users = [proto.make_user(cfg, _rng=CtrDrbg(u + 10 * round_id)) for u in range(5)]
@@ -66,8 +70,11 @@ def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, r
             s1.handle_upload(u, up1)
         if fwd is not None:
             s1.relay_upload(u, fwd)
+    uploaded = [u for u in range(5) if u != silent]
+    answer = s1.verify_answer(uploaded)
+    assert s0.verify_rejected(uploaded, answer) == set()  # every device's sketch proof passes
     sparse, dense = s0.combine(s1.aggregate_share())
-    return [bytes(a) for a in a0 if a is not None], sparse, dense
+    return [bytes(a) for a in a0 if a is not None] + [answer], sparse, dense
 
 
 @pytest.mark.parametrize("layout", ["full", "cuckoo"])
@@ -191,8 +198,8 @@ def test_shared_tables_live_for_their_round_only() -> None:
     table (two rounds with different tables, bit-identical to serial)."""
     serial = [_round(SerialBackend(), "cuckoo", False, round_id=r) for r in (1, 2)]
     pool = ProcessBackend(workers=2)
-    servers = (SecEmbProtocol(layout="cuckoo", backend=pool).make_server(0),
-               SecEmbProtocol(layout="cuckoo", backend=pool).make_server(1))
+    servers = (SecEmbProtocol(layout="cuckoo", backend=pool).make_server(0, sketch_key=KEY),
+               SecEmbProtocol(layout="cuckoo", backend=pool).make_server(1, sketch_key=KEY))
     try:
         first = _round(pool, "cuckoo", False, servers=servers, round_id=1)
         names1 = set(pool._segments)
