@@ -27,13 +27,19 @@ class SecEmbRound(NamedTuple):
     s1: SecEmbServer
 
 
+#: the servers' sketch key of :func:`begin`'s rounds (verified uploads: the replies carry sketch
+#: seeds derived from it), fixed and public: a test's
+SKETCH_KEY = bytes(range(32))
+
+
 def begin(*, layout: str, relay: bool, round_id: int, num_items: int, width: int, dense_size: int, m_prime: int,
           seed: int, backend: Backend | None = None, verify: bool = True,
-          sketch_key: bytes | None = None) -> SecEmbRound:
+          sketch_key: bytes | None = SKETCH_KEY) -> SecEmbRound:
     """Round ``round_id`` of a ``SecEmbProtocol(layout, relay, backend, verify)`` over a
     ``num_items`` x ``width`` table of uint32 drawn from ``default_rng(seed)`` (``dense_size``
-    dense values, ``m_prime`` slots a user), begun at two new servers (``sketch_key``: theirs,
-    fixed; ``None``: the protocol object's, drawn fresh)."""
+    dense values, ``m_prime`` slots a user), begun at two new servers holding ``sketch_key``
+    (:data:`SKETCH_KEY` by default, so that two rounds set up alike give the same replies;
+    ``None``: the protocol object's own, drawn fresh)."""
     from secemb.protocols.secemb import SecEmbProtocol
 
     proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend, verify=verify)

@@ -141,14 +141,17 @@ def test_the_kept_fold_target_goes_to_one_of_two_evaluations_in_flight() -> None
     for s in (*kept, *new):
         s.begin_round(cfg, table)
     users = _users(proto, cfg, 7, 4, 4)
+    replies: dict[int, list] = {}  # the kept pair's, per party: what each device reads (its sketch seed)
     for s0, s1 in (kept, new):
         for s, part in ((s0, 0), (s1, 1)):
             first = s.evaluate_retrieval_many([(u, users[u][2][part]) for u in (0, 1)])
             second = s.evaluate_retrieval_many([(u, users[u][2][part]) for u in (2, 3)])
-            replies = first() + second()
-            assert not any(isinstance(r, Exception) for r in replies)
+            got = first() + second()
+            assert not any(isinstance(r, Exception) for r in got)
+            replies.setdefault(part, got)
     expected = np.zeros((300, W), np.uint32)
     for u, (user, slots, _, grads, dense) in enumerate(users):
+        user.retrieval_result(replies[0][u], replies[1][u])
         uploads = user.upload(grads, dense)
         for s0, s1 in (kept, new):
             _upload(proto, s0, s1, u, uploads)

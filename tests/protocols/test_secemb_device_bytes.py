@@ -24,9 +24,9 @@ _USERS = [3, 8, 21, 30]
 
 def _round(layout: str, relay: bool, verify: bool) -> tuple[str, str, str]:
     """SHA-256 of the devices' requests, of their rows and of their uploads, joined in order."""
-    # the servers' sketch key fixed (verified uploads: the sketch seeds in the replies come from it)
+    # the servers' sketch key is round_setup's fixed one (verified uploads: the replies' sketch seeds come from it)
     proto, cfg, _, _, s0, s1 = begin(layout=layout, relay=relay, verify=verify, round_id=6, num_items=120, width=3,
-                                     dense_size=2, m_prime=5, seed=4, sketch_key=bytes(range(32)))
+                                     dense_size=2, m_prime=5, seed=4)
     users = [proto.make_user(cfg, _rng=CtrDrbg(b"device/%d" % uid)) for uid in _USERS]
     slots = [place(cfg, np.array([uid, uid + 40, uid + 80], np.int64), np.random.default_rng(uid)).indices
              for uid in _USERS]
