@@ -19,6 +19,7 @@ from deviation_helpers import USERS, Pair, in_process, over_http, play_round
 from secemb.cli import app
 from secemb.sim.local import LocalServerLink
 from secemb.errors import InvalidParameters, RetrievalTampered
+from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.server.auth import Forbidden
 from secemb.server.errors import Conflict
 from secemb.server.node import make_node
@@ -29,6 +30,14 @@ VICTIM = USERS[1]
 
 def _flip_last_byte(body: bytes) -> bytes:
     return body[:-1] + bytes([body[-1] ^ 1])
+
+
+def _flip_answer_byte(reply: bytes) -> bytes:
+    """``reply`` with the last byte of its answer rows flipped: a verified round's retrieval reply
+    ends with the device's 16-byte sketch seed after the rows (docs/wire-format.md), which the row
+    tags do not cover (a wrong seed fails the device at close instead)."""
+    at = len(reply) - SKETCH_SEED_BYTES - 1
+    return reply[:at] + bytes([reply[at] ^ 1]) + reply[at + 1 :]
 
 
 def _tamper_relay(pair: Pair, monkeypatch) -> None:
@@ -76,7 +85,7 @@ def _tamper_answer(pair: Pair, monkeypatch) -> None:
         link0, link1 = honest(u)
         if u == VICTIM:
             answer = link0.retrieval
-            monkeypatch.setattr(link0, "retrieval", lambda r, body: _flip_last_byte(answer(r, body)))
+            monkeypatch.setattr(link0, "retrieval", lambda r, body: _flip_answer_byte(answer(r, body)))
         return link0, link1
 
     monkeypatch.setattr(pair, "links", links)
