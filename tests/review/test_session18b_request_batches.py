@@ -1,7 +1,8 @@
 """Review (session 18b) of server 0's parse of a range of retrieval requests as the rows of one
 array (``_parse_requests`` / ``_requests``: ``DPFKeys.from_rows``, the check words written to the
 batch at once, ``checks.key_digests`` from the fixed shared header and the rows' slices,
-``checks.challenge_seeds`` as one batch, the relay forward framed from the row).
+``checks.challenge_seeds`` as one batch, the relay forward framed from the row; since session 29
+the check words and challenge seeds are gone, the rest holds).
 
 A batch in which some devices' requests have bad keys -- the header the parameters fix with a
 root control bit that is not server 0's (the first key's, the last key's), or a key header
@@ -101,7 +102,8 @@ def test_bad_keys_in_a_batch_refuse_only_themselves_and_leave_nothing_behind(rel
     assert replies == ref_replies
     if relay:  # each forward is what the device committed to in its request to server 1
         for u in good:
-            assert hashlib.sha256(out0[u][HEADER_BYTES:]).digest() == reqs[u][1][-32:]
+            # (the digest, then the device's 16-byte sigma: verified uploads, session 29)
+            assert hashlib.sha256(out0[u][HEADER_BYTES:]).digest() == reqs[u][1][-48:-16]
     # the refused devices' genuine requests are taken next, in both rounds
     later = sorted(BAD)
     _, more = _retrieve(s0, s1, reqs, later, relay)
