@@ -6,7 +6,8 @@ layout (cuckoo with relay: the default deployment; full without relay: the paper
 ``R`` alternating pairs of rounds of ``U`` devices at ML-100K size (m = 1,682, m' = 200) or the
 Yelp stand-in's (m = 93,386, m' = 500), w = 65, 32-bit ring,
 through the protocol roles (the servers' work only: retrieval evaluation, uploads, the
-digests and their comparison, both aggregate shares and their reconstruction; each kind of
+digests and their comparison, server 1's sketch answer and server 0's decision of the sketch
+proofs, both aggregate shares and their reconstruction; each kind of
 round has its own two servers, kept from round to round as a deployment keeps its roles, and
 one warm-up round before the measured ones), and prints one
 JSON line per layout: median server seconds per round checked / unchecked, and the bytes a
@@ -162,8 +163,10 @@ def _round(servers: _Servers, users: int, gen: np.random.Generator, size: tuple[
     d0: dict[int, bytes] | None = timed(s0.upload_digests, ids)
     d1: dict[int, bytes] | None = timed(s1.upload_digests, ids)
     if d0 is not None and d1 is not None:
-        s2s += 32 * len(d1)
-        include = [u for u in ids if u not in timed(rejected, d0, d1)]
+        answer = timed(s1.verify_answer, ids)  # the sketch check: sent with server 1's digests
+        s2s += 32 * len(d1) + len(answer)
+        failed = timed(s0.verify_rejected, ids, answer)
+        include = [u for u in ids if u not in timed(rejected, d0, d1) and u not in failed]
         assert include == ids, "an honest device was rejected"
     if bound:
         request = timed(s0.bound_request, include)

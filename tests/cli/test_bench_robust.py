@@ -1,6 +1,7 @@
 """``secemb bench robust`` (issue 34): checked against unchecked rounds, both layouts; the
-byte figures are exact (32 bytes per key's check word, sent once with relay and to both servers
-without)."""
+byte figures are exact (the sketch check since session 29: the 16-byte seed sigma to server 1, the
+sketch proof share to server 0 -- ``8 (6c + 2M + 3)`` bytes for ``K`` keys, ``M = ceil(K / c)``, the
+least ``c`` minimizing it -- and the 32-byte binding tau, forwarded under the MAC with relay)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,19 @@ def test_bench_robust_json() -> None:
     lines = [json.loads(x) for x in res.stdout.splitlines()]
     assert [(x["layout"], x["relay"]) for x in lines] == [("cuckoo", True), ("full", False)]
     cuckoo, full = lines
-    # cuckoo: B = ceil(1.25 * 200) = 250 keys, one copy of their check words (server 0 forwards)
-    assert cuckoo["checked"]["device_upload_bytes"] - cuckoo["unchecked"]["device_upload_bytes"] == 250 * 32
-    # full: m' = 200 keys, their check words to each server
-    assert full["checked"]["device_upload_bytes"] - full["unchecked"]["device_upload_bytes"] == 2 * 200 * 32
+    def proof(keys: int) -> int:
+        return 8 * min(6 * c + 2 * -(-keys // c) + 3 for c in range(1, keys + 1))
+
+    # cuckoo: B = ceil(1.25 * 200) = 250 keys (a proof of 904 bytes)
+    assert cuckoo["checked"]["device_upload_bytes"] - cuckoo["unchecked"]["device_upload_bytes"] == \
+        16 + proof(250) + 32 == 952
+    # full: m' = 200 keys (808 bytes)
+    assert full["checked"]["device_upload_bytes"] - full["unchecked"]["device_upload_bytes"] == \
+        16 + proof(200) + 32 == 856
     assert all(x["server_time_ratio"] > 0 for x in lines)
 
 
-def test_bench_robust_bound_adds_the_proof_and_sigma_to_the_upload() -> None:
+def test_bench_robust_bound_adds_the_proof_to_the_upload() -> None:
     from secemb.framing import HEADER_BYTES
     from secemb.fss.rangeproof import RangeParams
 
@@ -33,9 +39,9 @@ def test_bench_robust_bound_adds_the_proof_and_sigma_to_the_upload() -> None:
     assert res.exit_code == 0, res.output
     (line,) = [json.loads(x) for x in res.stdout.splitlines()]
     # 2 users: t = floor(log2((2^31 - 1) / 2)) = 29 bits, 40 projections; the device's one proof message
-    # (framed) to server 0, and the 16-byte seed sigma appended to its request to server 1
+    # (framed) to server 0 (the seed sigma to server 1 is the verified request's already)
     proof = RangeParams(rows=40, bits=29, ring_bits=32).message_bytes(0) + HEADER_BYTES
-    assert line["bounded"]["device_upload_bytes"] - line["checked"]["device_upload_bytes"] == proof + 16
+    assert line["bounded"]["device_upload_bytes"] - line["checked"]["device_upload_bytes"] == proof
     assert line["bounded"]["device_proof_s"] > 0 and line["checked"]["device_proof_s"] == 0
     assert line["bounded_server_time_ratio"] > 0 and line["bounded_server_bytes_ratio"] > 1
     # the round's uploads reach server 0 as one batch, as in the in-process engine: one challenge for both devices
