@@ -7,8 +7,9 @@ User computation (``run``)
     dataset) with random indices and ring-valued gradients.  Local training is excluded, as in
     the paper ("computation cost for secret generation").  The replies between the two calls
     only unlock the role's next stage and cost the user nothing it has to compute for the
-    upload, so the role is moved to its upload stage directly; everything timed is exactly the
-    code of a real round.  Best of ``repeats`` runs, one core.
+    upload (a SecEmb device takes from them only the 16-byte sketch seed its upload's sketch proof
+    uses, given here directly), so the role is moved to its upload stage directly; everything
+    timed is exactly the code of a real round.  Best of ``repeats`` runs, one core.
 
 Server computation against HE (``run_he``, Table 14, ML-1M, MF)
     * SecEmb: seconds per round of the slower server (``TrainResult.server_s_per_round``) for
@@ -79,6 +80,8 @@ def user_ms(protocol: str, m: int, m_prime: int, width: int, dense: int, *, repe
         t1 = time.perf_counter()
         if hasattr(user, "_stage"):
             user._stage = 2  # replies only unlock the upload stage (see module docstring)
+        if hasattr(user, "_sketch_seed"):  # SecEmb: the sketch seed its reply would carry
+            user._sketch_seed = bytes(16)
         t2 = time.perf_counter()
         user.upload(rows, dvec)
         t3 = time.perf_counter()

@@ -51,7 +51,8 @@ SERVER_PROTOCOLS: dict[str, dict[str, Any]] = {
     "plaintext": {"layout": "full"},
 }
 #: protocols whose device completes a retrieval with both servers' replies before it uploads
-#: (server 1's reply is empty in all three; a SecEmb device uploads without its result)
+#: (server 1's reply is empty in all three; a SecEmb device uploads without its result, given the
+#: sketch seed its reply would carry)
 _BOTH_REPLIES = frozenset({"secfedrec", "dp-fedrec", "plaintext"})
 
 
@@ -192,6 +193,8 @@ def _play_device(proto: Any, rc: Any, server: Any, helper: Any, u: int, mean: in
     reply0 = server.handle_retrieval(u, m0)
     if helper is not None:
         user.retrieval_result(reply0, helper.handle_retrieval(u, m1))
+    if hasattr(user, "_sketch_seed"):  # SecEmb: server 1 plays no part here, so no reply gives the seed
+        user._sketch_seed = bytes(16)
     rows = np.zeros((rc.slots, rc.width), rc.dtype)
     dense = rng.integers(0, 2**16, rc.dense_size, dtype=np.uint64).astype(rc.dtype)
     server.handle_upload(u, user.upload(rows, dense)[0])

@@ -40,7 +40,6 @@ from secemb.models import SequenceModel, get_model
 from secemb.protocols import get_protocol
 from secemb.protocols.lossy import LOSSY_PROTOCOLS
 from secemb.protocols.placement import place
-from secemb.randomness import system_rng
 from secemb.ring import FixedPoint
 
 __all__ = ["AMAZON_ITEMS", "PAPER", "accuracy", "run", "table_rows", "traffic"]
@@ -96,7 +95,7 @@ def traffic(model_name: str, *, num_items: int = AMAZON_ITEMS, sequence_length: 
     # no server runs here (the table is Amazon's size): the device is given the 16-byte sketch seed
     # its retrieval reply would carry (verified uploads), which sizes nothing -- the sketch proof's
     # length is fixed by the keys -- and costs the device the same work as the reply's own
-    role._sketch_seed = system_rng(16)  # type: ignore[attr-defined]
+    role._sketch_seed = bytes(16)  # type: ignore[attr-defined]
     fp = FixedPoint(ring_bits, 16)
     grads = np.zeros((rc.slots, rc.width))
     grads[request.real_pos] = rng.normal(0.0, 0.01, size=(request.real_pos.size, rc.width))
