@@ -20,7 +20,7 @@ def register(bench_app: typer.Typer) -> None:
     ) -> None:
         """Per epoch: secure CPU beyond plaintext / DPF kernels' thread CPU (goal <= 1.25), and,
         informative, beyond / (kernels + the other cryptography's thread CPU: HMAC, SHA-256
-        digests, row tags, challenge seeds, OS randomness; per category in --json); whole
+        digests, row tags, sketch seeds, OS randomness; per category in --json); whole
         `secemb train`: secure / plaintext process CPU (goal <= 1.5); one run, this machine."""
         from secemb.bench import overhead as bench_overhead
         from secemb.cli.bench_output import report_goals

@@ -306,7 +306,7 @@ def warm_kernels() -> None:
     control-bit product and one scatter onto items of the close, one device's reading of its
     answers (simulated devices share the process) and one conversion added into arrays (the relay
     masks); one payload conversion
-    (dense masks) and one batch of SHA-256 rows (challenge seeds, row tags, key
+    (dense masks) and one batch of SHA-256 rows (row tags, key
     digests: the kernel reads rows of any layout by address, one signature); requests' keys parsed
     from the rows of one array (several rows and one: the seed words' two layouts).  With the numpy
     reference it only runs that reference."""

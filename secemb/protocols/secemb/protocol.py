@@ -107,8 +107,9 @@ class SecEmbProtocol(Protocol):
     def spec(self) -> dict[str, Any]:
         """The shared options: ``verify`` only when off (a deployment that verifies, the
         default, announces the same protocol block as before verified uploads existed; one that
-        does not tells its devices to send no check words); ``bound`` and ``users_per_round``
-        only when bound (then every device knows to prove, and for how many users)."""
+        does not tells its devices to send no proof seed, sketch proof or binding); ``bound`` and
+        ``users_per_round`` only when bound (then every device knows to prove, and for how many
+        users)."""
         out = super().spec()
         if out.get("verify") is True:
             del out["verify"]

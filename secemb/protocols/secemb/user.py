@@ -217,7 +217,7 @@ class SecEmbUser(UserRole):
                  bound_users: int | None = None, _rng: RandomBytes | None = None) -> None:
         self.config = config
         self.relay = relay
-        self.verify = verify  # send check correction words (verified uploads)
+        self.verify = verify  # verified uploads: send sigma, prove the sketch, bind c_u to sigma
         if bound_users is not None and not verify:
             raise InvalidParameters("bounded payloads need verified uploads (verify=True)")
         self.bound_users = bound_users
