@@ -33,7 +33,7 @@ from secemb.fss import field, gpu, sketch, tree  # noqa: E402
 from secemb.fss.cuckoo import CuckooLayout  # noqa: E402
 from secemb.fss.fused import RETRIEVAL_TAG  # noqa: E402
 from secemb.fss.gpu import evaluate as gpu_eval  # noqa: E402
-from secemb.fss.gpu.tables import SBOX, expand_key  # noqa: E402
+from secemb.fss.gpu.tables import SBOX, expand_key, expand_keys  # noqa: E402
 from secemb.fss.prg import fixed_key  # noqa: E402
 from secemb.protocols.backends import SerialBackend  # noqa: E402
 from secemb.fss.tasks import evaluate_task, evaluation_form  # noqa: E402
@@ -62,6 +62,23 @@ def test_sbox_and_key_schedule_match_fips197() -> None:
     rk = expand_key(bytes.fromhex("2b7e151628aed2a6abf7158809cf4f3c"))
     assert rk[40:].astype("<u4").tobytes() == bytes.fromhex("d014f9a8c9ee2589e13f0cc8b6630ca6")
     assert (SBOX[0x00], SBOX[0x53], SBOX[0xFF]) == (0x63, 0xED, 0x16)
+
+
+def test_key_schedules_of_a_batch_of_keys() -> None:
+    """The sketch's per-device schedules, computed for all keys at once: FIPS-197's key among
+    random ones gives its last round key in its row (the schedules' agreement with OpenSSL's AES
+    is checked through the sketch kernel: ``_sketch_by_hand``); refusals of other shapes."""
+    keys = np.random.default_rng(4).integers(0, 256, (5, 16), dtype=np.uint8)
+    keys[3] = np.frombuffer(bytes.fromhex("2b7e151628aed2a6abf7158809cf4f3c"), np.uint8)
+    rk = expand_keys(keys)
+    assert rk.dtype == np.uint32 and rk.shape == (5, 44)
+    assert rk[3, 40:].astype("<u4").tobytes() == bytes.fromhex("d014f9a8c9ee2589e13f0cc8b6630ca6")
+    assert expand_keys(keys[:0]).shape == (0, 44)
+    for bad in (keys.astype(np.int16), keys[:, :15], keys[0]):
+        with pytest.raises(InvalidParameters, match="uint8"):
+            expand_keys(bad)
+    with pytest.raises(InvalidParameters, match="16 bytes"):
+        expand_key(bytes(15))
 
 
 def test_aes_kernel_matches_openssl() -> None:

@@ -290,7 +290,7 @@ def sketch_kernel(  # noqa: ANN201
     over positions ``x`` of slice ``s``, ``z = (AES_{k_u}(w) ^ w) mod p`` of the leaf word ``w``
     read as ``hi 2^64 + lo`` and the sums ``(sum r_x z, sum r2_x z, sum z)`` mod ``p``.  Leaves
     int64 (chunk, stride, 2) (the padded domain); ``rk`` int32 (U, 44) each device's round keys
-    (:func:`secemb.fss.gpu.tables.expand_key`), ``r``, ``r2`` int64 (U, stride) in ``[0, p)``;
+    (:func:`secemb.fss.gpu.tables.expand_keys`), ``r``, ``r2`` int64 (U, stride) in ``[0, p)``;
     ``out`` int64 (chunk, slices, 3): program ``(i, s)`` writes its three sums, in ``[0, p)``,
     to ``out[i, s]`` (no atomics: the caller adds the slices mod ``p``).
 

@@ -35,7 +35,7 @@ from secemb.errors import InvalidParameters
 from secemb.fss import field, gpu
 from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG
 from secemb.fss.gpu import _triton as kern
-from secemb.fss.gpu.tables import TABLES, expand_key, round_keys
+from secemb.fss.gpu.tables import TABLES, expand_keys, round_keys
 from secemb.fss.keys import DPFKeys, PathKeys
 from secemb.fss.sketch import SKETCH_WORDS, Expanded, SketchCheck
 from secemb.fss.tree import check_path, padded_leaves
@@ -178,11 +178,9 @@ def convert_sum(leaves: torch.Tensor, acc: torch.Tensor, tag: str = AGGREGATION_
 
 def sketch_round_keys(expanded: Expanded, dev: torch.device) -> torch.Tensor:
     """The devices' AES-128 round keys of a sketch (:attr:`~secemb.fss.sketch.Expanded.keys`)
-    in the kernels' T-table form (:func:`~secemb.fss.gpu.tables.expand_key`): int32 (n, 44) on
-    ``dev``.  The key schedule runs on the host, one short loop a device (tens of microseconds:
-    a batch's devices, not its leaves)."""
-    rk = np.stack([expand_key(key.tobytes()) for key in expanded.keys]) if expanded.devices else np.zeros((0, 44))
-    return torch.from_numpy(rk.astype(np.uint32).view(np.int32)).to(dev)
+    in the kernels' T-table form (:func:`~secemb.fss.gpu.tables.expand_keys`): int32 (n, 44) on
+    ``dev``.  The key schedule runs on the host, vectorized over the batch's devices."""
+    return torch.from_numpy(expand_keys(np.asarray(expanded.keys)).view(np.int32)).to(dev)
 
 
 def leaf_sketches(leaves: torch.Tensor, rk: torch.Tensor, r: torch.Tensor, r2: torch.Tensor, per_user: int,

@@ -12,8 +12,12 @@ the four AES state columns with row ``r`` in byte ``r``.  One round maps columns
 S-box alone.  ``T0[x]`` holds the column ``(2 S[x], S[x], S[x], 3 S[x])`` (row 0 in the low
 byte) and ``T_k`` is ``T0`` rotated left by ``8 k`` bits.  Everything here is public (the
 fixed keys of :func:`secemb.fss.prg.fixed_key`); the table lookups depend only on the public
-key and on the data being expanded, which a server holds anyway.  Tests check the tables and
-the schedule against OpenSSL (``cryptography``).
+key and on the data being expanded, which a server holds anyway.  The one exception, the
+sketch check's per-device keys ``k_u`` (:func:`expand_keys`), is no secret either by the time a
+server's walk uses it: the device has been sent its seed ``c_u`` with its retrieval reply
+(docs/security.md, "A sound sketch with the challenge drawn at retrieval"), and the round's
+secret it derives from never enters a lookup.  Tests check the tables and the schedule against
+OpenSSL (``cryptography``).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from functools import cache
 
 import numpy as np
 
+from secemb.errors import InvalidParameters
 from secemb.fss.prg import fixed_key
 
-__all__ = ["SBOX", "TABLES", "expand_key", "round_keys"]
+__all__ = ["SBOX", "TABLES", "expand_key", "expand_keys", "round_keys"]
 
 
 def _xtime(x: int) -> int:
@@ -74,19 +79,39 @@ TABLES = _tables()
 _RCON = (0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x1B, 0x36)
 
 
-def expand_key(key: bytes) -> np.ndarray:
-    """The AES-128 key schedule (FIPS-197 §5.2) of a 16-byte key: uint32 (44,), each word the
-    little-endian reading of its four bytes."""
-    if len(key) != 16:
-        raise ValueError(f"AES-128 keys are 16 bytes, got {len(key)}")
-    w = [list(key[4 * i : 4 * i + 4]) for i in range(4)]
+def expand_keys(keys: np.ndarray) -> np.ndarray:
+    """The AES-128 key schedules (FIPS-197 §5.2) of ``n`` keys, uint8 (n, 16): uint32 (n, 44),
+    each word the little-endian reading of its four bytes; one numpy pass over all keys a word.
+
+    Raises
+    ------
+    InvalidParameters: ``keys`` not uint8 (n, 16).
+    """
+    if not isinstance(keys, np.ndarray) or keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != 16:
+        raise InvalidParameters(f"AES-128 keys must be uint8 (n, 16), got {getattr(keys, 'dtype', type(keys))} "
+                                f"{getattr(keys, 'shape', '')}")
+    n = len(keys)
+    w = np.empty((n, 44, 4), np.uint8)
+    w[:, :4] = keys.reshape(n, 4, 4)
     for i in range(4, 44):
-        temp = list(w[i - 1])
+        temp = w[:, i - 1]
         if i % 4 == 0:
-            temp = [int(SBOX[b]) for b in temp[1:] + temp[:1]]
-            temp[0] ^= _RCON[i // 4 - 1]
-        w.append([a ^ b for a, b in zip(w[i - 4], temp, strict=True)])
-    return np.frombuffer(bytes(b for word in w for b in word), "<u4").astype(np.uint32)
+            temp = SBOX[np.roll(temp, -1, axis=1)]  # RotWord, SubWord (a copy)
+            temp[:, 0] ^= _RCON[i // 4 - 1]
+        w[:, i] = w[:, i - 4] ^ temp
+    return w.reshape(n, 176).view("<u4").astype(np.uint32)
+
+
+def expand_key(key: bytes) -> np.ndarray:
+    """The AES-128 key schedule of one 16-byte key: uint32 (44,) (:func:`expand_keys`).
+
+    Raises
+    ------
+    InvalidParameters: ``key`` not 16 bytes.
+    """
+    if len(key) != 16:
+        raise InvalidParameters(f"AES-128 keys are 16 bytes, got {len(key)}")
+    return expand_keys(np.frombuffer(key, np.uint8).reshape(1, 16))[0]
 
 
 @cache
