@@ -31,6 +31,7 @@ DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "_check_kernels.py": ("_aesni.py",),
     "_sketch_kernels.py": ("_aesni.py",),
     "_sketchproof_kernels.py": ("_sketch_kernels.py",),
+    "_sketch_device_kernels.py": ("_sketch_kernels.py",),
 }
 
 
