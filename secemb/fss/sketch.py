@@ -37,7 +37,8 @@ leaves, makes a zero difference a ``1 / p`` event), so ``A^2 = B C`` with probab
 The numpy reference runs AES through OpenSSL (``cryptography``), one ECB call per device and leaf
 group, and the arithmetic through :mod:`secemb.fss.field`; with the compiled kernels
 (:func:`secemb.fss.kernels.compiled`) one numba loop computes the keyed MMO blocks on AES-NI with
-each device's round keys and sums 128-bit products (:func:`secemb.fss._sketch_kernels.sketch_accumulate`),
+each device's round keys and sums the products (:data:`secemb.fss._sketch_kernels.sketch_accumulate`:
+in vector registers with AVX-512 IFMA where the CPU has it, else as 128-bit scalar products),
 equal bit for bit (``tests/fss/test_s29_sketch.py``); the device's :func:`device_inputs` reduces only
 its ``K`` coefficients, in one compiled call (:func:`secemb.fss._sketch_device_kernels.device_core`,
 ``tests/fss/test_s29_sketch_device.py``).
@@ -226,7 +227,8 @@ class SketchCheck:
         ex = self.expanded
         if kernels.compiled():
             _compiled_sketch().sketch_accumulate(np.ascontiguousarray(leaves), r0, frontier, self.per_user,
-                                                 ex.round_keys, ex.r, ex.r2, self.values)
+                                                 ex.round_keys, np.ascontiguousarray(ex.r),
+                                                 np.ascontiguousarray(ex.r2), self.values)
             return
         # the reference: each device's leaves of the group in one ECB call, the sums by key over
         # whole keys' positions (the group's rows placed among zeros: z = 0 adds nothing)
