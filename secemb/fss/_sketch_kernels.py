@@ -174,13 +174,11 @@ def sketch_accumulate_ifma(leaves, row0, frontier, per_user, rks, r, r2, acc):  
     sp = np.int64(sums.ctypes.data)
     base, kbase, rstride = np.int64(leaves.ctypes.data), np.int64(rks.ctypes.data), np.int64(rks.strides[0])
     rbase, r2base, cstride = np.int64(r.ctypes.data), np.int64(r2.ctypes.data), np.int64(r.strides[0])
-    i = 0
-    while i < g:
-        row = row0 + i
-        key = row // frontier
+    # keys by index (no division carried from one key to the next): key k's rows [lo, hi) of the walk
+    for key in range(row0 // frontier, (row0 + g - 1) // frontier + 1 if g else 0):
+        lo, hi = max(row0, key * frontier), min(row0 + g, (key + 1) * frontier)
         u = key // per_user
-        i1 = min(g, (key + 1) * frontier - row0)  # the key's rows in the group: [i, i1)
-        n, j0, x0 = (i1 - i) * width, i * width, (row % frontier) * width
+        n, j0, x0 = (hi - lo) * width, (lo - row0) * width, (lo - key * frontier) * width
         rkp = kbase + u * rstride
         a = b = c = np.uint64(0)
         done = 0
@@ -206,7 +204,6 @@ def sketch_accumulate_ifma(leaves, row0, frontier, per_user, rks, r, r2, acc):  
         acc[key, 0] = addp(acc[key, 0], a)
         acc[key, 1] = addp(acc[key, 1], b)
         acc[key, 2] = addp(acc[key, 2], c)
-        i = i1
 
 
 #: the loop :meth:`secemb.fss.sketch.SketchCheck.add` calls: the IFMA one where the CPU has it
