@@ -9,9 +9,12 @@ the scalar loop also in a process that hides IFMA or VAES).
 The IFMA loop hands each key's run of leaves (its rows in a group are consecutive leaves at
 consecutive positions) to :func:`secemb.fss._aesni.sketch_leaves`, which keeps the AES blocks
 and the F_p sums in vector registers (52-bit limb products, four leaves a 256-bit vector); on
-session 28's captured ML-100K round it ran at the point-function check's cost (0.43 ms a
-server, 0.99x ``check_accumulate``, against 1.47x for the scalar loop; session 29, helper A,
-under load).  The scalar loop:
+session 28's captured ML-100K round it ran below the point-function check's cost (0.37-0.42 ms
+a server, 0.93-0.96x ``check_accumulate``, the scalar loop 1.46-1.49x; on the full layout's
+shape 0.80-0.89x, the scalar loop 1.22-1.49x; alternating runs, session 29, helper A, under
+load).  A 512-bit variant, fresh partial sums a group and a 43-bit split of ``z`` (six
+multiply-adds a product, the coefficients' high limbs precomputed) ran no faster.  The scalar
+loop:
 
 Per leaf word ``w`` the sketch needs ``z = (AES_{k_u}(w) XOR w) mod p``, the keyed MMO block
 of the leaf under its device's key, read as ``hi 2^64 + lo`` (word 1, word 0) and reduced mod
