@@ -76,6 +76,8 @@ LAZY_TARGETS = {
                                   "with kernels)",
     "secemb.fss._sketchproof_kernels": "numba compiles or loads the sketch proof's verifier (only sketch-checked "
                                        "uploads with kernels)",
+    "secemb.fss._sketch_device_kernels": "numba compiles or loads the device's sketch inputs (only a device "
+                                         "uploading to sketch-checking servers, with kernels)",
     "secemb.fss.fused": "numba kernels (seconds to compile)",
     "secemb.fss.gpu": "torch and a CUDA device (the gpu extra)",
     "secemb.server.app": "FastAPI (the server extra): only a running server needs it",

@@ -39,6 +39,13 @@ Intrinsics (``B`` = :data:`BLOCKS` blocks in flight per call, enough to fill the
   ``keys[j]``) once at the end (an add, not a store of a sum loaded first: the rows and keys
   may share memory, and each gets every increment).  Eight 256-bit vectors a key: four keys' sums fill 32 vector
   registers (AVX-512's ``ymm0-31``; with 16, LLVM spills some to the stack).
+* ``sketch_leaves(rk, leaves, r, r2, mask, chunks, out)`` (only where :data:`IFMA`): the sketch
+  check's sums ``(sum r z, sum r^2 z, sum z) mod p`` of up to :data:`SKETCH_CHUNKS` times ``B``
+  leaves of one key (:func:`secemb.fss._sketch_kernels.sketch_accumulate_ifma` calls it): the
+  keyed MMO blocks two a 256-bit vector (VAES), the F_p products four leaves a vector as 52-bit
+  limb multiply-adds (AVX-512 IFMA), summed unreduced in vector registers (its docstring).
+* ``key_expand(key, out)``: the AES-128 key schedule of a 16-byte key (any key: the fixed keys'
+  :func:`round_keys` and the sketch's per-device keys).
 """
 
 from __future__ import annotations
@@ -60,7 +67,8 @@ if TYPE_CHECKING:
     from numba.core.typing.templates import Signature
 
 __all__ = ["BLOCKS", "LANES", "round_keys", "expand8", "expand8_rows", "halftree16", "halftree16_rows",
-           "mmo_blocks", "mmo_ctr", "KEY_GROUP", "SUM_BYTES", "sum_keys1", "sum_keys4"]
+           "mmo_blocks", "mmo_ctr", "KEY_GROUP", "SUM_BYTES", "sum_keys1", "sum_keys4", "IFMA", "SKETCH_CHUNKS",
+           "sketch_leaves", "key_expand"]
 
 #: blocks encrypted per intrinsic call of :func:`mmo_blocks` / :func:`mmo_ctr`
 BLOCKS = 16
@@ -105,6 +113,8 @@ def _load_numba_registries() -> None:
 _load_numba_registries()
 
 _VAES = bool(host_cpu_features().get("vaes")) and bool(host_cpu_features().get("avx2"))
+#: whether :func:`sketch_leaves` can run here: VAES and AVX-512 IFMA on 256-bit vectors (AVX-512 VL)
+IFMA = _VAES and bool(host_cpu_features().get("avx512ifma")) and bool(host_cpu_features().get("avx512vl"))
 #: blocks per vector register: 2 with VAES, else 1
 LANES = 2 if _VAES else 1
 _I64 = ir.IntType(64)
@@ -368,8 +378,127 @@ sum_keys1 = _sum_keys(1)
 sum_keys4 = _sum_keys(KEY_GROUP)
 
 
+#: chunks of :data:`BLOCKS` leaves one :func:`sketch_leaves` call may take (its sums stay below 2^64)
+SKETCH_CHUNKS = 64
+_P = (1 << 61) - 1
+_M52 = (1 << 52) - 1
+
+
+def _madd52(builder: ir.IRBuilder, half: str, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+    """``acc +`` the low (``half = "l"``) or high (``"h"``) 52 bits of the 104-bit product of
+    ``a``'s and ``b``'s low 52 bits, per 64-bit lane: ``vpmadd52luq`` / ``vpmadd52huq``."""
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC] * 3),
+                                        f"llvm.x86.avx512.vpmadd52{half}.uq.256")
+    return builder.call(fn, [acc, a, b])
+
+
+def _splat(v: int) -> ir.Constant:
+    return ir.Constant(_VEC, [v] * 4)
+
+
+def _lane_sums(builder: ir.IRBuilder, vs: list[ir.Value]) -> ir.Value:
+    """Four vectors' lane sums ``[sum vs[0], ..., sum vs[3]]`` as one vector (wrapping mod ``2^64``)."""
+    pairs = [builder.add(_shuffle(builder, a, b, [0, 4, 2, 6]), _shuffle(builder, a, b, [1, 5, 3, 7]))
+             for a, b in ((vs[0], vs[1]), (vs[2], vs[3]))]
+    return builder.add(_shuffle(builder, pairs[0], pairs[1], [0, 1, 4, 5]),
+                       _shuffle(builder, pairs[0], pairs[1], [2, 3, 6, 7]))
+
+
+def _times_pow2(builder: ir.IRBuilder, x: ir.Value, k: int) -> ir.Value:
+    """A value below ``2^61 + 2^(k + 3)`` congruent to ``x 2^k`` mod ``p`` per lane, for any
+    ``x`` (``2^61 = 1``): ``((x << k) & p) + (x >> (61 - k))``; ``k = 0`` folds ``x``."""
+    low = builder.and_(builder.shl(x, _splat(k)), _splat(_P)) if k else builder.and_(x, _splat(_P))
+    return builder.add(low, builder.lshr(x, _splat(61 - k)))
+
+
+def _canonical(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """``x mod p`` in ``[0, p)`` per lane for ``x`` below ``2 p``: ``min(x, x - p)`` unsigned."""
+    y = builder.sub(x, _splat(_P))
+    return builder.select(builder.icmp_unsigned("<", x, y), x, y)
+
+
 @intrinsic
-def _key_expand(typingctx, key, out):  # noqa: ANN001, ANN201
+def sketch_leaves(typingctx, rk, leaves, r, r2, mask, chunks, out):  # noqa: ANN001, ANN201, PLR0913
+    """The sketch of ``chunks`` (1 to :data:`SKETCH_CHUNKS`) times :data:`BLOCKS` leaf words
+    ``w_j`` at ``leaves`` (uint64 (chunks B, 2)) with coefficients ``r[j]``, ``r2[j]`` (uint64
+    (chunks B,) below ``2^61``) and lane masks ``mask`` (uint64 (B,), all ones or zero, the same
+    for every chunk: leaf ``j`` counts where ``mask[j mod B]`` is set), under the AES schedule
+    ``rk`` (11, 4) (VAES layout; only where :data:`IFMA`): writes to ``out`` (uint64 (4,))
+    ``[sum_j r[j] z_j, sum_j r2[j] z_j, sum_j z_j, 0]`` mod ``p = 2^61 - 1`` in ``[0, p)``, with
+    ``z_j`` the keyed MMO block ``AES(w_j) ^ w_j`` read as ``hi 2^64 + lo`` and folded below
+    ``2^62 + 2^6`` (congruent mod ``p``: ``(hi >> 58) + ((hi << 3 | lo >> 61) & p) + (lo & p)``),
+    zero where masked.
+
+    Four leaves a 256-bit vector: the AES blocks two a vector, their words gathered into a
+    ``lo`` and a ``hi`` vector.  With 52-bit limbs ``z = z0 + 2^52 z1`` (``z1 <= 2^10``) and
+    ``r = a0 + 2^52 a1`` (``a1 < 2^9``), a product is seven IFMA multiply-adds into three
+    accumulators by weight ``2^0, 2^52, 2^104`` (``a0 z0`` both halves, ``a0 z1`` and ``a1 z0``
+    both halves, ``a1 z1`` its low half), unreduced: each leaf adds below ``3 2^52`` to an
+    accumulator (``2^52``'s), so :data:`SKETCH_CHUNKS` chunks (1,024 leaves) stay below
+    ``2^64``.  Alternate groups of four leaves go to two sets of accumulators (shorter chains
+    of dependent multiply-adds); at the end the sets are added, the lanes summed, the weights
+    applied as rotations (``2^104 = 2^43 mod p``) and the sums reduced, in vector registers."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        rks = _schedule(builder, args[0])
+        lp0, rp0, r2p0, count = args[1], args[2], args[3], args[5]
+        masks = [_load(builder, _vptr(builder, args[4]), g) for g in range(BLOCKS // 4)]
+        zero = ir.Constant(_VEC, None)
+        pre = builder.block
+        loop, done = builder.append_basic_block("sketch_loop"), builder.append_basic_block("sketch_done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        i = builder.phi(_I64)
+        i.add_incoming(_const(0), pre)
+        # two sets of (A_0, A_52, A_104, B_0, B_52, B_104), then C_0, C_52
+        accs = [builder.phi(_VEC) for _ in range(14)]
+        for acc in accs:
+            acc.add_incoming(zero, pre)
+        lp = _vptr(builder, builder.add(lp0, builder.mul(i, _const(16 * BLOCKS))))
+        cps = [_vptr(builder, builder.add(c, builder.mul(i, _const(8 * BLOCKS)))) for c in (rp0, r2p0)]
+        xs = [_load(builder, lp, v) for v in range(BLOCKS // LANES)]
+        ys = [builder.xor(y, x) for y, x in zip(_encrypt(builder, [(rks, x) for x in xs]), xs, strict=True)]
+        new: list[ir.Value] = list(accs)
+        for g in range(BLOCKS // 4):
+            lo = _shuffle(builder, ys[2 * g], ys[2 * g + 1], [0, 2, 4, 6])
+            hi = _shuffle(builder, ys[2 * g], ys[2 * g + 1], [1, 3, 5, 7])
+            mid = builder.or_(builder.shl(hi, _splat(3)), builder.lshr(lo, _splat(61)))
+            z = builder.add(builder.add(builder.lshr(hi, _splat(58)), builder.and_(mid, _splat(_P))),
+                            builder.and_(lo, _splat(_P)))
+            z = builder.and_(z, masks[g])
+            z1 = builder.lshr(z, _splat(52))
+            for k, cp in ((6 * (g % 2), cps[0]), (6 * (g % 2) + 3, cps[1])):
+                a = _load(builder, cp, g)
+                a1 = builder.lshr(a, _splat(52))
+                new[k] = _madd52(builder, "l", new[k], a, z)
+                new[k + 1] = _madd52(builder, "h", new[k + 1], a, z)
+                new[k + 1] = _madd52(builder, "l", new[k + 1], a, z1)
+                new[k + 1] = _madd52(builder, "l", new[k + 1], a1, z)
+                new[k + 2] = _madd52(builder, "h", new[k + 2], a, z1)
+                new[k + 2] = _madd52(builder, "h", new[k + 2], a1, z)
+                new[k + 2] = _madd52(builder, "l", new[k + 2], a1, z1)
+            new[12] = builder.add(new[12], builder.and_(z, _splat(_M52)))
+            new[13] = builder.add(new[13], z1)
+        nxt = builder.add(i, _const(1))
+        end = builder.block
+        i.add_incoming(nxt, end)
+        for acc, v in zip(accs, new, strict=True):
+            acc.add_incoming(v, end)
+        builder.cbranch(builder.icmp_signed("<", nxt, count), loop, done)
+        builder.position_at_end(done)
+        a0, a52, a104, b0, b52, b104 = (builder.add(new[k], new[k + 6]) for k in range(6))
+        w0 = _lane_sums(builder, [a0, b0, new[12], zero])  # [A_0, B_0, C_0, 0], exact
+        w52 = _lane_sums(builder, [a52, b52, new[13], zero])
+        w104 = _lane_sums(builder, [a104, b104, zero, zero])
+        t = builder.add(builder.add(_times_pow2(builder, w0, 0), _times_pow2(builder, w52, 52)),
+                        _times_pow2(builder, w104, 43))  # below 3 2^61 + 2^56
+        _store(builder, _canonical(builder, _times_pow2(builder, t, 0)), _vptr(builder, args[6]), 0)
+
+    return types.void(*([types.uintp] * 5), types.int64, types.uintp), codegen
+
+
+@intrinsic
+def key_expand(typingctx, key, out):  # noqa: ANN001, ANN201
     """AES-128 key schedule of the 16-byte ``key`` into 11 round keys, each stored ``W`` times."""
 
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
@@ -397,7 +526,7 @@ def _key_expand(typingctx, key, out):  # noqa: ANN001, ANN201
 
 @njit(cache=True, nogil=True)
 def _schedule_of(key: np.ndarray, out: np.ndarray) -> None:
-    _key_expand(key.ctypes.data, out.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    key_expand(key.ctypes.data, out.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
 
 
 @cache

@@ -12,11 +12,14 @@ unsigned words, each entry sign-extended to the word (-1 becomes ``2^k - 1``), w
 
 On a uint32 ring with AVX2 (:data:`SIGNS`), :func:`sign_products` gives the same words with no
 multiply: the product of a word by an entry -1, 0 or +1 is AVX2's ``vpsignd`` of the word by the
-entry (negate, zero or keep, one instruction for eight words), and two rows are taken a pass, so
-each vector of a device's words is loaded once for both.  :func:`ternary_products` is bound by
-the multiply (``vpmulld``, 16 of them a pass of 32 entries and four devices) and by the loads of
-the devices' words, read again for every row: for 20 devices of 16,251 entries and 40 rows it
-takes 0.80 ms, ``vpsignd`` one row a pass 0.67, two rows a pass 0.40 (session 27, under load).
+entry (negate, zero or keep, one instruction for eight words), and :data:`SIGN_ROWS` rows are taken
+a pass, so each vector of a device's words is loaded once for all of them.  :func:`ternary_products`
+is bound by the multiply (``vpmulld``, 16 of them a pass of 32 entries and four devices) and by the
+loads of the devices' words, read again for every row: for 20 devices of 16,251 entries and 40 rows
+it takes 0.80 ms, ``vpsignd`` one row a pass 0.67, two rows a pass 0.40 (session 27, under load).
+Four rows a pass (where AVX-512's 32 vector registers hold the 16 sums) read the words half as often
+again: 460 -> 421 us alone, and the bench's two bound-check calls 0.24-0.27 ms less a round (session 29,
+under load).
 """
 
 from __future__ import annotations
@@ -110,27 +113,30 @@ def ternary_products(t: np.ndarray, x: np.ndarray, at: np.ndarray, out: np.ndarr
 
 #: whether :func:`sign_products` can run here: AVX2's ``vpsignd`` (a uint32 ring only)
 SIGNS = bool(host_cpu_features().get("avx2"))
-#: entries a pass of :func:`_sign_sums`' loop: four vectors of eight
-SIGN_BLOCK = 32
+#: rows a pass of :func:`_sign_sums`: four where AVX-512 gives 32 vector registers (the 16 sums of four rows
+#: and four devices stay in them), else two (8 sums: AVX2's 16 registers)
+SIGN_ROWS = 4 if host_cpu_features().get("avx512vl") else 2
+#: entries a pass of :func:`_sign_sums`' loop: two vectors of eight
+SIGN_BLOCK = 16
 _I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _V8I8, _V8I32 = ir.VectorType(_I8, 8), ir.VectorType(_I32, 8)
 
 
 @intrinsic
 def _sign_sums(typingctx, rows, words, blocks):  # noqa: ANN001, ANN201 - numba intrinsic protocol
-    """The eight sums ``sum_j t_r[j] x_d[j] mod 2^32`` over the first ``32 blocks`` entries of two
-    ternary rows ``t_r`` (int8 -1/0/+1; ``rows``: a UniTuple of their two addresses) and four
-    devices' words ``x_d`` (uint32; ``words``: a UniTuple of their four addresses), each
-    contiguous: a UniTuple of 8 uint32, row 0's four devices then row 1's.  A product is
-    ``vpsignd(x, t)`` (``t`` sign-extended to the word): ``x``, ``0`` or ``-x`` as ``t`` is
-    positive, zero or negative."""
-    sig = types.UniTuple(types.uint32, 8)(rows, words, blocks)
+    """The ``4 SIGN_ROWS`` sums ``sum_j t_r[j] x_d[j] mod 2^32`` over the first ``16 blocks`` entries of
+    :data:`SIGN_ROWS` ternary rows ``t_r`` (int8 -1/0/+1; ``rows``: a UniTuple of four addresses, of
+    which the first :data:`SIGN_ROWS` are read) and four devices' words ``x_d`` (uint32; ``words``: a
+    UniTuple of their four addresses), each contiguous: a UniTuple of uint32, row ``r`` device ``d`` at
+    ``4 r + d``.  A product is ``vpsignd(x, t)`` (``t`` sign-extended to the word): ``x``, ``0`` or
+    ``-x`` as ``t`` is positive, zero or negative."""
+    sig = types.UniTuple(types.uint32, 4 * SIGN_ROWS)(rows, words, blocks)
 
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
         psign = builder.module.declare_intrinsic("llvm.x86.avx2.psign.d",
                                                  fnty=ir.FunctionType(_V8I32, [_V8I32, _V8I32]))
         total = builder.module.declare_intrinsic("llvm.vector.reduce.add.v8i32", fnty=ir.FunctionType(_I32, [_V8I32]))
-        tps = [builder.inttoptr(builder.extract_value(args[0], r), _V8I8.as_pointer()) for r in range(2)]
+        tps = [builder.inttoptr(builder.extract_value(args[0], r), _V8I8.as_pointer()) for r in range(SIGN_ROWS)]
         xps = [builder.inttoptr(builder.extract_value(args[1], d), _V8I32.as_pointer()) for d in range(4)]
         zero = ir.Constant(_V8I32, None)
         start = builder.block
@@ -138,7 +144,7 @@ def _sign_sums(typingctx, rows, words, blocks):  # noqa: ANN001, ANN201 - numba 
         builder.cbranch(builder.icmp_signed(">", args[2], ir.Constant(_I64, 0)), loop, done)
         builder.position_at_end(loop)
         block = builder.phi(_I64)
-        accs = [builder.phi(_V8I32) for _ in range(8)]
+        accs = [builder.phi(_V8I32) for _ in range(4 * SIGN_ROWS)]
         sums = list(accs)
         for u in range(SIGN_BLOCK // 8):
             at = builder.add(builder.mul(block, ir.Constant(_I64, SIGN_BLOCK // 8)), ir.Constant(_I64, u))
@@ -170,9 +176,9 @@ def _sign_sums(typingctx, rows, words, blocks):  # noqa: ANN001, ANN201 - numba 
 def sign_products(t: np.ndarray, x: np.ndarray, at: np.ndarray, out: np.ndarray,
                   to: np.ndarray) -> None:  # pragma: no cover - compiled
     """:func:`ternary_products` for a uint32 ring with AVX2 (:data:`SIGNS`; the caller checks): the
-    same contract and the same words, ``t`` and ``x`` C-contiguous.  :data:`TILE` devices and two
-    rows a pass (a last odd row is paired with itself), the first multiple of :data:`SIGN_BLOCK`
-    entries through :func:`_sign_sums`, the rest in this loop."""
+    same contract and the same words, ``t`` and ``x`` C-contiguous.  :data:`TILE` devices and
+    :data:`SIGN_ROWS` rows a pass (a last pass with fewer repeats its last row), the first multiple of
+    :data:`SIGN_BLOCK` entries through :func:`_sign_sums`, the rest in this loop."""
     if t.strides[1] != 1 or x.strides[1] != 4 or t.strides[0] < t.shape[1] or x.strides[0] < 4 * x.shape[1]:
         raise ValueError("sign_products reads rows of t and x as contiguous words")
     rows, length = t.shape[0], x.shape[1]
@@ -182,11 +188,12 @@ def sign_products(t: np.ndarray, x: np.ndarray, at: np.ndarray, out: np.ndarray,
         ks = (at[m], at[min(m + 1, last)], at[min(m + 2, last)], at[min(m + 3, last)])
         dests = (to[m], to[min(m + 1, last)], to[min(m + 2, last)], to[min(m + 3, last)])
         words = (x[ks[0]].ctypes.data, x[ks[1]].ctypes.data, x[ks[2]].ctypes.data, x[ks[3]].ctypes.data)
-        for i in range(0, rows, 2):
-            k = min(i + 1, rows - 1)
-            pair = (t[i].ctypes.data, t[k].ctypes.data)
-            sums: tuple[int, ...] = _sign_sums(pair, words, blocks)  # type: ignore[call-arg]  # numba's stub keeps typingctx
-            for r, row in enumerate((i, k)):
+        for i in range(0, rows, SIGN_ROWS):
+            pick = (i, min(i + 1, rows - 1), min(i + 2, rows - 1), min(i + 3, rows - 1))  # the first SIGN_ROWS read
+            entries = (t[pick[0]].ctypes.data, t[pick[1]].ctypes.data, t[pick[2]].ctypes.data, t[pick[3]].ctypes.data)
+            sums: tuple[int, ...] = _sign_sums(entries, words, blocks)  # type: ignore[call-arg]  # numba's stub keeps typingctx
+            for r in range(SIGN_ROWS):
+                row = pick[r]
                 for d in range(TILE):
                     acc = sums[4 * r + d]
                     xd = x[ks[d]]

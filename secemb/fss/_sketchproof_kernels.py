@@ -1,9 +1,11 @@
-"""The compiled verifier of the sketch check's proof (internal, numba): :func:`messages_core`, the
-field part of :func:`secemb.fss.sketchproof.verifier_messages`, and :func:`decide_core`,
+"""The compiled prover and verifier of the sketch check's proof (internal, numba): :func:`prove_core`,
+the field part of :func:`secemb.fss.sketchproof.prove`, :func:`messages_core`, that of
+:func:`secemb.fss.sketchproof.verifier_messages`, and :func:`decide_core`,
 :func:`secemb.fss.sketchproof.decide`'s arithmetic.
 
 The same linear maps and gadget as the numpy reference in :mod:`secemb.fss.sketchproof` (its
-``_messages_reference`` and ``_decide_reference``), in ``F_p`` (``p = 2^61 - 1``): each sum of
+``_prove_inputs`` and ``_share``, ``_messages_reference``, and ``decide``'s numpy lines), in ``F_p``
+(``p = 2^61 - 1``): each sum of
 products is taken as 128-bit products (:func:`secemb.fss._sketch_kernels.mac128`) summed
 unreduced over at most 32 terms (32 products of factors below ``p`` stay below ``2^127``) and
 reduced once (:func:`~secemb.fss._sketch_kernels.red128`); every value is canonical, so the same
@@ -19,11 +21,13 @@ from numba import njit
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _sketch_kernels' helpers
 from secemb.fss._sketch_kernels import addp, mac128, red128
 
-__all__ = ["messages_core", "decide_core"]
+__all__ = ["SHORT", "prove_core", "messages_core", "decide_core"]
 
 #: products one unreduced 128-bit sum takes (32 products below p^2 < 2^122 stay below 2^127)
 _TERMS = 32
 _P = np.uint64((1 << 61) - 1)
+#: :func:`prove_core`'s answer when server 1's stream holds fewer than a proof's elements
+SHORT = -2
 
 
 @njit(inline="always")
@@ -46,6 +50,87 @@ def _mulp(a, b):  # noqa: ANN001, ANN202
     hi, lo = zero, zero
     hi, lo = mac128(hi, lo, a, b)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     return red128(hi, lo)
+
+
+@njit(inline="always")
+def _subp(a, b):  # noqa: ANN001, ANN202
+    """``a - b mod p`` for field elements."""
+    return a - b if a >= b else a + _P - b
+
+
+@njit(inline="always")
+def _gadget(y, s):  # noqa: ANN001, ANN202
+    """``G_s(y) = sum_i s[i] (y[3i]^2 - y[3i+1] y[3i+2]) mod p`` for ``3 len(s)`` wire values ``y``."""
+    out = np.uint64(0)
+    for i in range(s.shape[0]):
+        a, b, c = y[3 * i], y[3 * i + 1], y[3 * i + 2]
+        out = addp(out, _mulp(s[i], _subp(_mulp(a, a), _mulp(b, c))))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def prove_core(x, coefficients, wire_words, calls, stream, chunk, out):  # noqa: ANN001, ANN201
+    """Server 0's proof share ``pi0 = pi - share_1`` into ``out`` (``uint64 (2L + 2M + 3,)``,
+    ``L = 3 chunk``, ``M = calls``), for any inputs ``x`` (``uint64 (K, 3)`` field elements);
+    returns the first key ``k`` with ``A_k^2 != B_k C_k``, or -1 (``pi0`` is written either way), or
+    :data:`SHORT` (nothing else done) when ``stream`` runs out.
+
+    The other arguments, as :mod:`secemb.fss.sketchproof` draws them: ``coefficients`` (``uint64
+    (2 (M + chunk),)``) the SHAKE-128 output of the coefficients read as little-endian words, two a
+    128-bit integer, ``s`` the last ``chunk`` of them reduced mod ``p``; ``wire_words`` (``uint64
+    (4L,)``) the ``2L`` wire seeds' 128-bit integers, those of node 0 then those of node ``M + 1``;
+    ``stream`` (``uint64``) the words of server 1's AES-CTR stream, taken as
+    :func:`secemb.fss.field.expand` takes them (each shifted right by 3, the value ``p`` skipped).
+    The proof: the seeds, then the gadget polynomial ``G_s`` of the wires at the nodes ``0..2M+2``
+    (key ``k = j chunk + i`` the wires ``3i..3i+2`` at node ``j + 1``, zero keys after ``K``).
+
+    The wires (degree ``D = M + 1``) are extended to the nodes ``M+2..2M+2`` by finite differences,
+    without a multiplication: their backward differences ``nabla^k f(D)``, ``k = 0..D``, from the
+    values at ``0..D`` (``D (D + 1) / 2`` subtractions a wire), then each next node by ``D``
+    additions (``nabla^D f`` is constant); the wires the inner loop, so the additions run as
+    vectors.  The polynomial is the one the reference's Lagrange rows give, so the same elements."""
+    big_l = 3 * chunk
+    deg = calls + 1  # the wires' degree D: values at the nodes 0..D
+    taken = 0
+    for word in stream:
+        if taken == out.shape[0]:
+            break
+        y = word >> np.uint64(3)
+        if y != _P:
+            out[taken] = y
+            taken += 1
+    if taken < out.shape[0]:
+        return SHORT
+    s = np.empty(chunk, np.uint64)
+    for i in range(chunk):
+        s[i] = red128(coefficients[2 * (calls + i) + 1], coefficients[2 * (calls + i)])
+    nodes = np.zeros((deg + 1, big_l), np.uint64)  # every wire at every wire node
+    for j in range(big_l):
+        nodes[0, j] = red128(wire_words[2 * j + 1], wire_words[2 * j])
+        nodes[deg, j] = red128(wire_words[2 * (big_l + j) + 1], wire_words[2 * (big_l + j)])
+    bad = -1
+    for k in range(x.shape[0]):
+        a, b, c = x[k, 0], x[k, 1], x[k, 2]
+        t, i = k // chunk + 1, 3 * (k % chunk)
+        nodes[t, i], nodes[t, i + 1], nodes[t, i + 2] = a, b, c
+        if bad < 0 and _mulp(a, a) != _mulp(b, c):
+            bad = k
+    for j in range(big_l):
+        out[j] = _subp(nodes[0, j], out[j])
+        out[big_l + j] = _subp(nodes[deg, j], out[big_l + j])
+    for t in range(deg + 1):
+        out[2 * big_l + t] = _subp(_gadget(nodes[t], s), out[2 * big_l + t])
+    diff = nodes  # in place: row deg - k becomes nabla^k f(deg)
+    for level in range(1, deg + 1):
+        for t in range(deg - level + 1):
+            for j in range(big_l):
+                diff[t, j] = _subp(diff[t + 1, j], diff[t, j])
+    for t in range(deg + 1, 2 * deg + 1):  # the nodes M+2..2M+2: row deg becomes f(t)
+        for row in range(1, deg + 1):
+            for j in range(big_l):
+                diff[row, j] = addp(diff[row, j], diff[row - 1, j])
+        out[2 * big_l + t] = _subp(_gadget(diff[deg], s), out[2 * big_l + t])
+    return bad
 
 
 @njit(cache=True, nogil=True)
@@ -85,16 +170,12 @@ def decide_core(v0, v1, s, chunk, ok):  # noqa: ANN001, ANN201
     (``uint64 (n, 2L + 3)`` field elements) have ``z = 0`` and ``G_s(wires) = g`` at both points,
     ``G_s(y) = sum_i s[d, i] (y_3i^2 - y_3i+1 y_3i+2)`` (``s`` ``(n, chunk)``)."""
     big_l = 3 * chunk
+    at = np.empty(big_l, np.uint64)  # the opened wires at one point
     for d in range(v0.shape[0]):
         good = addp(v0[d, 0], v1[d, 0]) == 0
         for q in range(2):
             base = 1 + q * (big_l + 1)
-            gad = np.uint64(0)
-            for i in range(chunk):
-                a = addp(v0[d, base + 3 * i], v1[d, base + 3 * i])
-                b = addp(v0[d, base + 3 * i + 1], v1[d, base + 3 * i + 1])
-                c = addp(v0[d, base + 3 * i + 2], v1[d, base + 3 * i + 2])
-                bc = _mulp(b, c)
-                gad = addp(gad, _mulp(s[d, i], addp(_mulp(a, a), _P - bc if bc else bc)))
-            good &= gad == addp(v0[d, base + big_l], v1[d, base + big_l])
+            for j in range(big_l):
+                at[j] = addp(v0[d, base + j], v1[d, base + j])
+            good &= _gadget(at, s[d]) == addp(v0[d, base + big_l], v1[d, base + big_l])
         ok[d] = good

@@ -37,8 +37,11 @@ leaves, makes a zero difference a ``1 / p`` event), so ``A^2 = B C`` with probab
 The numpy reference runs AES through OpenSSL (``cryptography``), one ECB call per device and leaf
 group, and the arithmetic through :mod:`secemb.fss.field`; with the compiled kernels
 (:func:`secemb.fss.kernels.compiled`) one numba loop computes the keyed MMO blocks on AES-NI with
-each device's round keys and sums 128-bit products (:func:`secemb.fss._sketch_kernels.sketch_accumulate`),
-equal bit for bit (``tests/fss/test_s29_sketch.py``).
+each device's round keys and sums the products (:data:`secemb.fss._sketch_kernels.sketch_accumulate`:
+in vector registers with AVX-512 IFMA where the CPU has it, else as 128-bit scalar products),
+equal bit for bit (``tests/fss/test_s29_sketch.py``); the device's :func:`device_inputs` reduces only
+its ``K`` coefficients, in one compiled call (:func:`secemb.fss._sketch_device_kernels.device_core`,
+``tests/fss/test_s29_sketch_device.py``).
 """
 
 from __future__ import annotations
@@ -123,12 +126,9 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     ------
     InvalidParameters: a seed that is not :data:`SKETCH_SEED_BYTES` bytes, or ``mp < 1``.
     """
-    if any(len(seed) != SKETCH_SEED_BYTES for seed in seeds):
-        raise InvalidParameters(f"sketch seeds must be {SKETCH_SEED_BYTES} bytes, got {[len(s) for s in seeds]}")
-    if mp < 1:
-        raise InvalidParameters(f"mp must be >= 1, got {mp}")
+    _check_seeds(seeds, mp)
     n = len(seeds)
-    blob = b"".join(hashlib.shake_128(EXPAND_TAG + bytes(seed)).digest(16 * (1 + mp)) for seed in seeds)
+    blob = b"".join(_shake(seed, mp) for seed in seeds)
     raw = np.frombuffer(blob, np.uint8).reshape(n, 1 + mp, 16)
     keys = raw[:, 0].copy()
     words = np.ascontiguousarray(raw[:, 1:]).view("<u8").astype(np.uint64)  # (n, mp, 2): lo, hi
@@ -137,6 +137,20 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     for a in (keys, r, r2):
         a.flags.writeable = False
     return Expanded(keys, r, r2)
+
+
+def _check_seeds(seeds: Sequence[bytes], mp: int) -> None:
+    """Refuse seeds of another length than :data:`SKETCH_SEED_BYTES` or ``mp < 1``: InvalidParameters."""
+    if any(len(seed) != SKETCH_SEED_BYTES for seed in seeds):
+        raise InvalidParameters(f"sketch seeds must be {SKETCH_SEED_BYTES} bytes, got {[len(s) for s in seeds]}")
+    if mp < 1:
+        raise InvalidParameters(f"mp must be >= 1, got {mp}")
+
+
+def _shake(seed: bytes, mp: int) -> bytes:
+    """A seed's expansion bytes, ``SHAKE-128(EXPAND_TAG || seed)`` of ``16 (1 + mp)`` bytes: the AES
+    key ``k_u``, then position ``x``'s 16 bytes at ``16 (1 + x)``."""
+    return hashlib.shake_128(EXPAND_TAG + bytes(seed)).digest(16 * (1 + mp))
 
 
 def leaf_hashes(key: bytes, words: np.ndarray) -> np.ndarray:
@@ -213,7 +227,8 @@ class SketchCheck:
         ex = self.expanded
         if kernels.compiled():
             _compiled_sketch().sketch_accumulate(np.ascontiguousarray(leaves), r0, frontier, self.per_user,
-                                                 ex.round_keys, ex.r, ex.r2, self.values)
+                                                 ex.round_keys, np.ascontiguousarray(ex.r),
+                                                 np.ascontiguousarray(ex.r2), self.values)
             return
         # the reference: each device's leaves of the group in one ECB call, the sums by key over
         # whole keys' positions (the group's rows placed among zeros: z = 0 adds nothing)
@@ -258,13 +273,39 @@ def device_inputs(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray, l
         if not isinstance(leaf, np.ndarray) or leaf.shape != (len(alphas), 2) or leaf.dtype != np.uint64:
             raise InvalidParameters(f"{name} must be uint64 ({len(alphas)}, 2) for {len(alphas)} points, got "
                                     f"{getattr(leaf, 'dtype', type(leaf).__name__)} {getattr(leaf, 'shape', '')}")
-    ex = expand([seed], mp)
+    _check_seeds([seed], mp)
     if len(alphas) and (alphas.min() < 0 or alphas.max() >= mp):
         raise InvalidParameters(f"points must be in [0, {mp}), got [{alphas.min()}, {alphas.max()}]")
+    # the compiled call gives the same field elements as the numpy reference
+    inputs = _device_inputs_compiled if kernels.compiled() else _device_inputs_reference
+    return inputs(seed, mp, alphas.astype(np.int64), leaf0, leaf1)
+
+
+def _device_inputs_reference(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray,
+                             leaf1: np.ndarray) -> np.ndarray:
+    """:func:`device_inputs` of checked arguments (points int64) in numpy: the whole expansion
+    (:func:`expand`), one OpenSSL call a leaf array, :mod:`secemb.fss.field`'s arithmetic."""
+    ex = expand([seed], mp)
     key = ex.keys[0].tobytes()
     z = field.sub(leaf_hashes(key, leaf0), leaf_hashes(key, leaf1))
-    a = alphas.astype(np.int64)
-    return np.stack([field.mul(ex.r[0, a], z), field.mul(ex.r2[0, a], z), z], axis=1)
+    return np.stack([field.mul(ex.r[0, alphas], z), field.mul(ex.r2[0, alphas], z), z], axis=1)
+
+
+def _device_inputs_compiled(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray,
+                            leaf1: np.ndarray) -> np.ndarray:
+    """:func:`device_inputs` of checked arguments (points int64) by
+    :func:`secemb.fss._sketch_device_kernels.device_core`: the SHAKE bytes as they come (only the
+    ``K`` coefficients at the points get reduced, in the loop), both leaf arrays' keyed MMO blocks in
+    one OpenSSL ECB call."""
+    from secemb.fss._sketch_device_kernels import device_core
+
+    blob = _shake(seed, mp)
+    both = np.concatenate([leaf0, leaf1]).astype("<u8", copy=False)
+    enc = Cipher(algorithms.AES(blob[:_AES_KEY_BYTES]), modes.ECB()).encryptor()
+    hashed = np.frombuffer(enc.update(both.tobytes()) + enc.finalize(), "<u8").reshape(-1, 2) ^ both
+    out = np.empty((len(alphas), SKETCH_WORDS), np.uint64)
+    device_core(np.frombuffer(blob, "<u8", offset=_AES_KEY_BYTES).reshape(mp, 2), alphas, hashed, out)
+    return out
 
 
 def server_inputs(values: np.ndarray, party: int) -> np.ndarray:

@@ -84,7 +84,10 @@ Costs
 At ``K = 250`` (ML-100K, cuckoo): ``c = 9``, ``M = 28``, a proof of 113 elements (904 bytes to
 server 0), verifier messages of 57 elements (456 bytes) a device.  At ``K = 200`` (full layout):
 ``c = 8``, ``M = 25``, 101 elements (808 bytes), 51 (408 bytes).  The prover extends its wires
-to the nodes ``M+2..2M+2`` (one ``(M + 1) x (M + 2)`` by ``(M + 2) x L`` product); the verifiers
+to the nodes ``M+2..2M+2``: in the numpy reference by one ``(M + 1) x (M + 2)`` by ``(M + 2) x L``
+product, with the compiled kernels by finite differences, additions only, in one call that also
+checks ``A^2 = B C``, reduces the seeds and subtracts server 1's stream
+(:func:`secemb.fss._sketchproof_kernels.prove_core`; the same bytes); the verifiers
 compute per device two Lagrange rows over the wire nodes and two over the gadget nodes (its own
 points) and ``O((M + 2) L)`` multiply-adds.  With the compiled kernels
 (:func:`secemb.fss.kernels.compiled`) those run in one pass over the batch
@@ -92,8 +95,10 @@ points) and ``O((M + 2) L)`` multiply-adds.  With the compiled kernels
 otherwise as numpy's batched products (the reference), the same field elements.  At ``K = 250``
 and 20 devices, both servers' messages and the decision (parsing, server 1's expansion, the wire
 bytes included) took about 0.8-0.9 ms with the compiled pass against 1.6-1.7 ms with the numpy
-arithmetic, whose products alone took 0.7-1.2 ms against 0.1 ms; the prover about 0.5 ms a device
-(session 29, helper B, one run each, 2 cores under load).
+arithmetic, whose products alone took 0.7-1.2 ms against 0.1 ms; :func:`prove` (the coefficients'
+SHAKE, the seeds' draw and server 1's expansion included) 0.04 ms a device compiled against
+0.42-0.46 ms with the numpy arithmetic (rounds alternated in one run; session 29, helper B, 2 cores
+under load).
 """
 
 from __future__ import annotations
@@ -110,7 +115,7 @@ from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
 from secemb.fss.sketch import SKETCH_SEED_BYTES  # c_u's length, and the query seed q's (HMAC-SHA256 cut to it)
-from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
+from secemb.randomness import SEED_BYTES, RandomBytes, drbg_key, system_rng
 
 __all__ = [
     "SketchParams",
@@ -226,9 +231,15 @@ def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndar
     ``c_u``: uniform field elements, :func:`secemb.fss.field.xof` of ``domain || "coefficients" ||
     c_u`` (one SHAKE-128 call a device, reduced as one batch)."""
     m, width = params.calls, params.calls + params.chunk
-    data = b"".join(hashlib.shake_128(_DOMAIN + b"coefficients" + seed).digest(16 * width) for seed in seeds)
+    data = b"".join(_coefficient_bytes(params, seed) for seed in seeds)
     out = F.from_uniform_bytes(data, len(seeds) * width).reshape(len(seeds), width)
     return out[:, :m], out[:, m:]
+
+
+def _coefficient_bytes(params: SketchParams, seed: bytes) -> bytes:
+    """The ``16 (M + c)`` bytes of SHAKE-128 whose 16-byte integers, reduced mod ``p``, are
+    :func:`_coefficients`' ``r || s`` for the device seed ``seed``."""
+    return hashlib.shake_128(_DOMAIN + b"coefficients" + seed).digest(16 * (params.calls + params.chunk))
 
 
 def _calls(params: SketchParams, x: np.ndarray) -> np.ndarray:
@@ -311,10 +322,45 @@ def prove(params: SketchParams, x: np.ndarray, seed: bytes, sigma: bytes, *,
     """
     x = _check_inputs(params, "x", x, None)
     seed, sigma = _seed("seed", seed), _seed("sigma", sigma, SEED_BYTES)
-    bad = np.flatnonzero(F.mul(x[:, 0], x[:, 0]) != F.mul(x[:, 1], x[:, 2]))
-    if bad.size:
-        raise InvalidParameters(f"sketchproof: key {int(bad[0])} has A^2 != B C; an honest device does not prove it")
+    if kernels.compiled():  # the same bytes as the numpy reference below in one compiled call
+        pi0, bad = _prove_compiled(params, x, seed, sigma, _rng)
+        _refuse_unequal(bad)
+        return pi0
+    unequal = np.flatnonzero(F.mul(x[:, 0], x[:, 0]) != F.mul(x[:, 1], x[:, 2]))
+    _refuse_unequal(int(unequal[0]) if unequal.size else -1)
     return _share(params, _prove_inputs(params, x, seed, sigma, _rng), sigma)
+
+
+def _refuse_unequal(key: int) -> None:
+    """Raise InvalidParameters if ``key`` (the first key with ``A^2 != B C``, or -1) is one."""
+    if key >= 0:
+        raise InvalidParameters(f"sketchproof: key {key} has A^2 != B C; an honest device does not prove it")
+
+
+def _prove_compiled(params: SketchParams, x: np.ndarray, seed: bytes, sigma: bytes,
+                    rng: RandomBytes) -> tuple[bytes, int]:
+    """``pi0`` (:func:`prove`'s bytes, whatever ``x``) and the first key with ``A^2 != B C`` (or -1),
+    by :func:`secemb.fss._sketchproof_kernels.prove_core`: the coefficients' SHAKE output, the wire
+    seeds' bytes (one ``rng`` call, as :func:`_prove_inputs`) and server 1's AES-CTR stream
+    (:func:`secemb.fss._rangeproof_kernels.ctr_streams` under ``drbg_key(share_seed(sigma))``, the
+    stream :func:`secemb.fss.field.expand` reads) go in raw; a stream too short for the skipped
+    words (each ``2^-61``) is drawn again twice as long, as ``expand`` does."""
+    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
+    from secemb.fss._sketchproof_kernels import SHORT, prove_core
+
+    coefficients = np.frombuffer(_coefficient_bytes(params, seed), "<u8")
+    wire_words = np.frombuffer(rng(16 * 2 * params.wires), "<u8")
+    key = np.frombuffer(drbg_key(share_seed(sigma)), np.uint8).reshape(1, 32)
+    out = np.empty(params.proof_length, np.uint64)
+    nbytes, span = F.ELEMENT_BYTES * params.proof_length, 16 * CTR_BLOCKS
+    while True:
+        buf = np.empty(-(-nbytes // span) * span, np.uint8)
+        ctr_streams(key, buf, nbytes, nbytes)
+        status = prove_core(np.ascontiguousarray(x), coefficients, wire_words, params.calls,
+                            buf[:nbytes].view(np.uint64), params.chunk, out)
+        if status != SHORT:
+            return out.tobytes(), status
+        nbytes *= 2
 
 
 def _nbytes(data: object) -> int | None:

@@ -33,15 +33,33 @@ from secemb.fss.tree import leaf_groups, padded_leaves
 
 P = field.P
 MASK = 2**64 - 1
-BACKENDS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(not kernels.available(),
-                                                                    reason="no compiled kernels here"))]
+
+def _ifma() -> bool:
+    """Whether the compiled kernels run here and the CPU has the IFMA loop's instructions."""
+    if not kernels.available():
+        return False
+    from secemb.fss import _aesni
+
+    return _aesni.IFMA
+
+
+#: the numpy reference and the compiled loops: the scalar one and, where the CPU has it, the IFMA one
+BACKENDS = ["numpy", pytest.param("scalar", marks=pytest.mark.skipif(not kernels.available(),
+                                                                     reason="no compiled kernels here")),
+            pytest.param("ifma", marks=pytest.mark.skipif(not _ifma(), reason="no AVX-512 IFMA here"))]
 #: leaf words at the edges: zero, one, around p and 2^61, the top bit, all ones
 EDGE_WORDS = [0, 1, 2, P - 1, P, P + 1, 1 << 61, 1 << 63, MASK - 1, MASK]
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setattr(kernels, "BACKEND", request.param)
+    """The numpy reference, or the compiled kernels with :meth:`SketchCheck.add` calling the loop named."""
+    monkeypatch.setattr(kernels, "BACKEND", "numpy" if request.param == "numpy" else "numba")
+    if request.param != "numpy":
+        from secemb.fss import _sketch_kernels
+
+        monkeypatch.setattr(_sketch_kernels, "sketch_accumulate",
+                            getattr(_sketch_kernels, f"sketch_accumulate_{request.param}"))
     yield request.param
 
 
@@ -149,6 +167,23 @@ def test_edge_leaves_coefficients_and_sums(backend: str, width: int) -> None:
     np.testing.assert_array_equal(check.values, _formula(leaves, 0, frontier, per_user, keys, r, acc0))
 
 
+@pytest.mark.parametrize(("width", "frontier", "group"), [(4200, 1, 1), (700, 3, 2)])
+def test_long_key_runs_at_large_coefficients(backend: str, width: int, frontier: int, group: int) -> None:
+    """A key's run of 2,100 or 4,200 leaves: the IFMA loop's calls of 1,024 leaves, chunks and a staged remainder, its
+    unreduced sums at their largest: ``r_x`` alternately ``p - 1`` and ``p - k`` with ``k = isqrt(p - 1)`` (both
+    ``r`` and ``r^2 = k^2`` above ``p - 2^32``), so a call of 4,096 leaves would wrap its sums."""
+    gen = np.random.default_rng(width)
+    k = int(np.sqrt(float(P - 1)))
+    while k * k >= P:
+        k -= 1
+    assert (P - k) ** 2 % P > P - 2**32
+    keys = [os.urandom(16)]
+    r = [[P - 1 if x % 2 else P - k for x in range(width * frontier)]]
+    leaves = gen.integers(0, MASK, (frontier, width, 2), np.uint64, endpoint=True)
+    got = _fold(SketchCheck(_expanded(keys, r), 1), leaves, group)
+    np.testing.assert_array_equal(got, _formula(leaves, 0, frontier, 1, keys, r, np.zeros((1, 3), np.uint64)))
+
+
 def test_strided_leaves(backend: str) -> None:
     """A strided view of leaves (the compiled path reads a C-contiguous copy by address)."""
     gen = np.random.default_rng(7)
@@ -160,6 +195,19 @@ def test_strided_leaves(backend: str) -> None:
     got = _fold(SketchCheck(expand(seeds, 64), 2), view, 4)
     np.testing.assert_array_equal(got, _formula(np.ascontiguousarray(view), 0, 2, 2, list(keys), list(r),
                                                 np.zeros((2, 3), np.uint64)))
+
+
+def test_strided_coefficients(backend: str) -> None:
+    """Coefficients in strided views (the IFMA loop reads C-contiguous copies by address)."""
+    gen = np.random.default_rng(8)
+    keys = [os.urandom(16), os.urandom(16)]
+    r = gen.integers(0, P, (2, 96)).tolist()
+    ex = _expanded(keys, r)
+    wide = Expanded(ex.keys, np.repeat(ex.r, 2, axis=1)[:, ::2], np.repeat(ex.r2, 2, axis=1)[:, ::2])
+    assert not wide.r.flags.c_contiguous and not wide.r2.flags.c_contiguous
+    leaves = gen.integers(0, MASK, (4, 48, 2), np.uint64, endpoint=True)
+    got = _fold(SketchCheck(wide, 1), leaves, 3)
+    np.testing.assert_array_equal(got, _formula(leaves, 0, 2, 1, keys, r, np.zeros((2, 3), np.uint64)))
 
 
 @pytest.mark.skipif(not kernels.available(), reason="no compiled kernels here")
@@ -316,23 +364,25 @@ def test_the_kernel_is_cached_through_the_dependency_stamped_locator() -> None:
     (:mod:`secemb.fss._kernel_cache`)."""
     from secemb.fss import _kernel_cache, _sketch_kernels
 
-    for kernel in (_sketch_kernels.sketch_accumulate, _sketch_kernels.sketch_schedules):
+    for kernel in (_sketch_kernels.sketch_accumulate_scalar, _sketch_kernels.sketch_accumulate_ifma,
+                   _sketch_kernels.sketch_schedules):
         locator = kernel._cache._impl._locator
         assert type(locator).__name__.startswith("Secemb"), type(locator)
         assert locator.get_source_stamp()[1] == _kernel_cache.dependency_stamp(locator._py_file)
 
 
-_WITHOUT_VAES = """
+_HIDDEN = """
 import json, sys
 import numpy as np
 from secemb.fss import kernels
 features = kernels.host_cpu_features()
-kernels.host_cpu_features = lambda: {**features, "vaes": False}
-from secemb.fss import _aesni
+kernels.host_cpu_features = lambda: {**features, sys.argv[1]: False}
+from secemb.fss import _aesni, _sketch_kernels
 from secemb.fss.sketch import SketchCheck, expand
-assert _aesni.LANES == 1
-seeds = [bytes.fromhex(s) for s in json.loads(sys.argv[1])]
-leaves = np.array(json.loads(sys.argv[2]), np.uint64)
+assert not _aesni.IFMA and _sketch_kernels.sketch_accumulate is _sketch_kernels.sketch_accumulate_scalar
+assert _aesni.LANES == (1 if sys.argv[1] == "vaes" else 2)
+seeds = [bytes.fromhex(s) for s in json.loads(sys.argv[2])]
+leaves = np.array(json.loads(sys.argv[3]), np.uint64)
 check = SketchCheck(expand(seeds, leaves.shape[1] * 2), 2)
 check.add(0, len(leaves), leaves)
 print(json.dumps(check.values.tolist()))
@@ -340,17 +390,25 @@ print(json.dumps(check.values.tolist()))
 
 
 @pytest.mark.skipif(not kernels.available(), reason="no compiled kernels here")
-def test_without_vaes(tmp_path: os.PathLike[str]) -> None:
-    """With 128-bit AES only (``LANES == 1``: round keys stored once, one block a vector), in a fresh process that
-    hides VAES and compiles into its own cache."""
+@pytest.mark.parametrize("feature", ["vaes", "avx512ifma"])
+def test_without_vaes_or_ifma(tmp_path: os.PathLike[str], feature: str) -> None:
+    """In a fresh process that hides VAES (128-bit AES only: ``LANES == 1``, round keys stored once, one block a
+    vector) or AVX-512 IFMA, and compiles into its own cache: :meth:`SketchCheck.add` takes the scalar loop."""
     gen = np.random.default_rng(30)
     width, frontier, per_user = 20, 2, 2  # a row: a block in place and a staged remainder
     seeds = [os.urandom(16), os.urandom(16)]
     leaves = gen.integers(0, MASK, (2 * per_user * frontier, width, 2), np.uint64, endpoint=True)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "SECEMB_FSS_KERNELS": "numba"}
-    done = subprocess.run([sys.executable, "-c", _WITHOUT_VAES, json.dumps([s.hex() for s in seeds]),
+    done = subprocess.run([sys.executable, "-c", _HIDDEN, feature, json.dumps([s.hex() for s in seeds]),
                            json.dumps(leaves.tolist())], env=env, capture_output=True, text=True, timeout=600,
                           check=True)
     keys, r = zip(*(_expansion(s, width * frontier) for s in seeds), strict=True)
     want = _formula(leaves, 0, frontier, per_user, list(keys), list(r), np.zeros((4, 3), np.uint64))
     np.testing.assert_array_equal(np.array(json.loads(done.stdout), np.uint64), want)
+
+
+@pytest.mark.skipif(not _ifma(), reason="no AVX-512 IFMA here")
+def test_this_cpu_takes_the_ifma_loop() -> None:
+    from secemb.fss import _sketch_kernels
+
+    assert _sketch_kernels.sketch_accumulate is _sketch_kernels.sketch_accumulate_ifma

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -333,6 +334,95 @@ def test_compiled_verifier_equals_the_reference(keys: int, monkeypatch: pytest.M
         verdicts[backend] = S.decide(params, v0, v1, seeds).tolist()
         assert S.decide(params, got["numpy"], got["numpy"], seeds).tolist() == [False] * n
     assert verdicts["numpy"] == verdicts["numba"] == [True, True, True, False, True, False, True]
+
+
+def _fixed_rng(data: bytes) -> Callable[[int], bytes]:
+    """A ``RandomBytes`` that returns ``data`` once (the prover draws its wire seeds in one call)."""
+    calls = []
+
+    def rng(n: int) -> bytes:
+        assert not calls and n == len(data), "one draw of the wire seeds' bytes"
+        calls.append(n)
+        return data
+
+    return rng
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
+@pytest.mark.parametrize("keys", [1, 7, 200, 250, 1000])
+def test_compiled_prover_equals_the_reference(keys: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled prover's ``pi0`` equals the numpy reference's bit for bit, the wire seeds'
+    randomness fixed: on honest keys (random ones, keys of ``p - 1``s, zero keys; seeds' bytes random,
+    all ``0xff`` and all zero), and for any inputs, where it names the first key with ``A^2 != B C``
+    (found here in Python ints) as the reference refuses it."""
+    params = S.SketchParams(keys)
+    size = 16 * 2 * params.wires
+    honest = [_honest_key() for _ in range(keys)]
+    honest[::3] = [[P - 1] * 3] * len(honest[::3])  # (p - 1)^2 = (p - 1)(p - 1)
+    honest[1::5] = [[0] * 3] * len(honest[1::5])
+    for x in (_array(honest), _array([[P - 1] * 3] * keys)):
+        for wire_bytes in (os.urandom(size), b"\xff" * size, bytes(size)):
+            seed, sigma = os.urandom(16), os.urandom(16)
+            got = {}
+            for backend in ("numpy", "numba"):
+                monkeypatch.setattr(kernels, "BACKEND", backend)
+                got[backend] = S.prove(params, x, seed, sigma, _rng=_fixed_rng(wire_bytes))
+            assert got["numpy"] == got["numba"]
+    for _ in range(3):
+        x = _random_elements(keys, 3)
+        rows = [[int(v) for v in k] for k in x]
+        unequal = [k for k, (a, b, c) in enumerate(rows) if (a * a - b * c) % P]
+        seed, sigma, wire_bytes = os.urandom(16), os.urandom(16), os.urandom(size)
+        want = S._share(params, S._prove_inputs(params, x, seed, sigma, _fixed_rng(wire_bytes)), sigma)
+        assert S._prove_compiled(params, x, seed, sigma, _fixed_rng(wire_bytes)) == (
+            want, unequal[0] if unequal else -1)
+        if unequal:
+            monkeypatch.setattr(kernels, "BACKEND", "numba")
+            with pytest.raises(InvalidParameters, match=f"key {unequal[0]} has A"):
+                S.prove(params, x, seed, sigma)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")
+def test_compiled_prover_skips_p_in_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Server 1's share is read from its AES-CTR stream as :func:`secemb.fss.field.expand` reads it:
+    words whose top 61 bits are ``p`` are skipped (``prove_core`` on a stream with such words put
+    in equals it on the stream without them), a stream that runs out is answered ``SHORT``, and
+    ``prove`` then draws a stream twice as long (``ctr_streams`` made to give only ``p``'s once)."""
+    from secemb.fss import _rangeproof_kernels
+    from secemb.fss._sketchproof_kernels import SHORT, prove_core
+
+    params = S.SketchParams(250)
+    n = params.proof_length
+    x = _array([_honest_key() for _ in range(250)])
+    coefficients = np.frombuffer(os.urandom(16 * (params.calls + params.chunk)), "<u8")
+    wires = np.frombuffer(os.urandom(32 * params.wires), "<u8")
+    stream = F.expand(os.urandom(16), n) << np.uint64(3)  # n words, none of them p
+    skipped = np.uint64(P << 3)
+    spiked = np.insert(stream, [0, 5, 5, n - 1], [skipped, skipped | np.uint64(7), skipped, skipped | np.uint64(1)])
+    spiked[7] |= np.uint64(5)  # the low 3 bits are dropped
+    outs = []
+    for words in (stream, spiked):
+        out = np.empty(n, np.uint64)
+        assert prove_core(x, coefficients, wires, params.calls, words, params.chunk, out) == -1
+        outs.append(out)
+    assert np.array_equal(outs[0], outs[1])
+    assert prove_core(x, coefficients, wires, params.calls, spiked[: n + 3], params.chunk, np.empty(n, np.uint64)) \
+        == SHORT
+
+    real, lengths = _rangeproof_kernels.ctr_streams, []
+
+    def only_p_once(keys: np.ndarray, out: np.ndarray, stride: int, nbytes: int) -> None:
+        real(keys, out, stride, nbytes)
+        if not lengths:
+            out[:nbytes].view(np.uint64)[:] = skipped
+        lengths.append(nbytes)
+
+    monkeypatch.setattr(_rangeproof_kernels, "ctr_streams", only_p_once)
+    monkeypatch.setattr(kernels, "BACKEND", "numba")
+    seed, sigma, wire_bytes = os.urandom(16), os.urandom(16), os.urandom(32 * params.wires)
+    got = S.prove(params, x, seed, sigma, _rng=_fixed_rng(wire_bytes))
+    assert lengths == [8 * n, 16 * n]
+    assert got == S._share(params, S._prove_inputs(params, x, seed, sigma, _fixed_rng(wire_bytes)), sigma)
 
 
 def test_empty_batch(backend: str) -> None:
