@@ -78,7 +78,7 @@ def test_a_batch_with_one_forward_refused_at_server_1_closes_alike_at_both_serve
     (a, up_a), (b, up_b), (c, up_c), (d, up_d) = held
     assert leader.upload_many(r, [(a, up_a)]) == [None]
     bad_b = bytearray(up_b)
-    bad_b[-1] ^= 1  # the upload's relay tag: only server 1 can check it
+    bad_b[32] ^= 1  # a correction word after the 32-byte header, under the upload's relay tag: only server 1 checks it
     out = leader.upload_many(r, [(a, up_a), (b, bytes(bad_b)), (c, up_c), (d, up_d)])
     assert isinstance(out[0], ProtocolError) and "already uploaded" in str(out[0])  # a: in an earlier batch
     assert isinstance(out[1], Conflict)  # server 1 refused b's forward
@@ -115,7 +115,7 @@ def test_a_forward_refused_at_server_1_does_not_count_towards_the_quorum() -> No
         Device(client, *RATINGS.of(u)).participate(client.round_info())
     (a, up_a), (b, up_b), (c, up_c), (d, up_d) = held
     bad_b = bytearray(up_b)
-    bad_b[-1] ^= 1  # b's relay tag fails at server 1
+    bad_b[32] ^= 1  # a correction word of b's (after the 32-byte header): its relay tag fails at server 1
     closer = threading.Thread(target=leader._closer, daemon=True)  # the deployment's quorum closer
     closer.start()
     try:

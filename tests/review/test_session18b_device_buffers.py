@@ -29,7 +29,8 @@ M, W, P, MP, USERS = 29, 3, 7, 4, 4
 
 
 def _users(relay: bool):  # noqa: ANN202 - test helper
-    """A round's users after one batch of requests (the same every call), and the config."""
+    """A round's users after one batch of requests (the same every call; each given a reply's
+    sketch seed), and the config."""
     proto, rc, _, _, _, _ = begin(layout="cuckoo", relay=relay, round_id=0, num_items=M, width=W, dense_size=P,
                                   m_prime=MP, seed=9)
     users, idx = [], []
@@ -39,6 +40,8 @@ def _users(relay: bool):  # noqa: ANN202 - test helper
         idx.append(rc.cuckoo().assign(rng.choice(M, size=MP, replace=False), rng)[0])
     got = type(users[0]).retrieval_requests(users, idx, _rng=CtrDrbg(b"\x05" * 16))
     assert all(isinstance(g, tuple) for g in got)
+    for user in users:  # the sketch seed a retrieval reply would carry (verified uploads: no upload before it)
+        user._sketch_seed = bytes(16)
     return rc, users
 
 

@@ -105,10 +105,10 @@ def test_an_upload_to_server_1_after_the_challenge_cannot_wrap_the_dense_sum(bou
     x[0, sparse:] = e
     assert not projected([challenge], x).any()  # invisible to every row of the challenge
 
-    at = len(u1) - DENSE * 4
-    assert at - rows_bytes(rnd.cfg) > 0  # the dense share is the body's tail
-    shifted = np.frombuffer(u1[at:], np.uint32) + e
-    rnd.s1.handle_upload(0, u1[:at] + shifted.tobytes())  # after the challenge
+    at = len(u1) - DENSE * 4 - 32  # the dense share, then the 32-byte binding tau (verified uploads)
+    assert at - rows_bytes(rnd.cfg) > 0  # the dense share is just before the body's tail
+    shifted = np.frombuffer(u1[at : at + DENSE * 4], np.uint32) + e
+    rnd.s1.handle_upload(0, u1[:at] + shifted.tobytes() + u1[at + DENSE * 4 :])  # after the challenge
     rnd.s0.handle_proof(0, proof)
     uploaded = sorted(rnd.users)
     by_bound = rnd.s0.bound_rejected(rnd.s1.bound_answer(rnd.s0.bound_request(uploaded)))
