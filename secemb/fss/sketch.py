@@ -10,10 +10,17 @@ sketch with the challenge drawn at retrieval", gives the construction and its ar
 
 Field ``F_p``, ``p = 2^61 - 1`` (:data:`secemb.fss.field.P`).  Per device, a 16-byte secret seed
 ``c_u`` (:data:`SKETCH_SEED_BYTES`, drawn by the servers after the device's keys are fixed) is
-expanded (:func:`expand`) as ``SHAKE-128(b"secemb-sketch-expand" || c_u)``: its first 16 bytes
-are the AES-128 key ``k_u``, then 16 bytes per padded domain position ``x < mp``, each read as a
-little-endian 128-bit integer reduced mod ``p``, are ``r_x`` (within ``2^-67`` of uniform,
-:func:`secemb.fss.field.from_uniform_bytes`).  For a leaf word ``w`` (uint64 (2,), word 0 first:
+expanded (:func:`expand`) as ``SHAKE-128(b"secemb-sketch-expand" || c_u)``, 32 bytes: the first 16
+are the AES-128 key ``k_u``, the next 16 the coefficients' stream seed ``s_r``.  The coefficient of
+padded domain position ``x < mp`` is block ``x`` of ``s_r``'s AES-256-CTR stream
+(:func:`secemb.randomness.expand_seed`'s: key ``SHA-256(b"secemb.CtrDrbg" || s_r)``, the counter
+block ``x`` as a big-endian 128-bit integer) read as a little-endian 128-bit integer reduced mod
+``p`` (within ``2^-67`` of uniform, :func:`secemb.fss.field.from_uniform_bytes`)::
+
+    r_x = int.from_bytes(AES-256_{SHA-256(b"secemb.CtrDrbg" || s_r)}(x.to_bytes(16, "big")), "little") mod p
+
+so a server expands all ``mp`` positions as one CTR stream and the device computes ``r_x`` at its
+own points only (random access).  For a leaf word ``w`` (uint64 (2,), word 0 first:
 the 16 little-endian bytes AES sees) the leaf hash is the keyed Matyas-Meyer-Oseas block read as
 a little-endian 128-bit integer mod ``p``::
 
@@ -39,9 +46,9 @@ group, and the arithmetic through :mod:`secemb.fss.field`; with the compiled ker
 (:func:`secemb.fss.kernels.compiled`) one numba loop computes the keyed MMO blocks on AES-NI with
 each device's round keys and sums the products (:data:`secemb.fss._sketch_kernels.sketch_accumulate`:
 in vector registers with AVX-512 IFMA where the CPU has it, else as 128-bit scalar products),
-equal bit for bit (``tests/fss/test_s29_sketch.py``); the device's :func:`device_inputs` reduces only
-its ``K`` coefficients, in one compiled call (:func:`secemb.fss._sketch_device_kernels.device_core`,
-``tests/fss/test_s29_sketch_device.py``).
+equal bit for bit (``tests/fss/test_s29_sketch.py``); the device's :func:`device_inputs` draws and
+reduces only its ``K`` coefficients, in one compiled call
+(:func:`secemb.fss._sketch_device_kernels.device_core`, ``tests/fss/test_s29_sketch_device.py``).
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from types import ModuleType
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from secemb import randomness
 from secemb.errors import InvalidParameters
 from secemb.fss import field, kernels
 
@@ -119,8 +127,11 @@ class Expanded:
 
 def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     """The AES keys and coefficients ``r`` of ``n`` devices' sketch seeds over ``mp`` padded
-    positions: ``SHAKE-128(EXPAND_TAG || c_u)``, 16 bytes the key, then 16 bytes per position
-    reduced mod ``p`` (module docstring); one SHAKE call a device, the rest batched.
+    positions: ``SHAKE-128(EXPAND_TAG || c_u)``, 16 bytes the key ``k_u`` and 16 the stream seed
+    ``s_r``, then ``r_x`` block ``x`` of ``s_r``'s AES-256-CTR stream mod ``p`` (module docstring);
+    one SHAKE call a device, the streams in one batch (:func:`secemb.fss.field._stream_words`: one
+    AES-NI pass with the compiled kernels) and, with them, the reduction and ``r^2`` in one
+    compiled call (:func:`secemb.fss._sketch_device_kernels.coefficients_core`).
 
     Raises
     ------
@@ -128,12 +139,17 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     """
     _check_seeds(seeds, mp)
     n = len(seeds)
-    blob = b"".join(_shake(seed, mp) for seed in seeds)
-    raw = np.frombuffer(blob, np.uint8).reshape(n, 1 + mp, 16)
-    keys = raw[:, 0].copy()
-    words = np.ascontiguousarray(raw[:, 1:]).view("<u8").astype(np.uint64)  # (n, mp, 2): lo, hi
-    r = field.from_uniform_bytes(words, n * mp).reshape(n, mp)
-    r2 = field.mul(r, r)
+    parts = [_shake(seed) for seed in seeds]
+    keys = np.frombuffer(b"".join(key for key, _ in parts), np.uint8).reshape(n, _AES_KEY_BYTES).copy()
+    words = field._stream_words([s_r for _, s_r in parts], 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
+    if kernels.compiled():  # the same field elements as from_uniform_bytes and mul, in one pass
+        from secemb.fss._sketch_device_kernels import coefficients_core
+
+        r, r2 = np.empty((n, mp), np.uint64), np.empty((n, mp), np.uint64)
+        coefficients_core(words.reshape(n * mp, 2), r.reshape(-1), r2.reshape(-1))
+    else:
+        r = field.from_uniform_bytes(words, n * mp).reshape(n, mp)
+        r2 = field.mul(r, r)
     for a in (keys, r, r2):
         a.flags.writeable = False
     return Expanded(keys, r, r2)
@@ -147,10 +163,11 @@ def _check_seeds(seeds: Sequence[bytes], mp: int) -> None:
         raise InvalidParameters(f"mp must be >= 1, got {mp}")
 
 
-def _shake(seed: bytes, mp: int) -> bytes:
-    """A seed's expansion bytes, ``SHAKE-128(EXPAND_TAG || seed)`` of ``16 (1 + mp)`` bytes: the AES
-    key ``k_u``, then position ``x``'s 16 bytes at ``16 (1 + x)``."""
-    return hashlib.shake_128(EXPAND_TAG + bytes(seed)).digest(16 * (1 + mp))
+def _shake(seed: bytes) -> tuple[bytes, bytes]:
+    """A seed's AES key ``k_u`` and coefficients' stream seed ``s_r``: ``SHAKE-128(EXPAND_TAG ||
+    seed)``'s first 16 bytes and the next 16."""
+    blob = hashlib.shake_128(EXPAND_TAG + bytes(seed)).digest(_AES_KEY_BYTES + randomness.SEED_BYTES)
+    return blob[:_AES_KEY_BYTES], blob[_AES_KEY_BYTES:]
 
 
 def leaf_hashes(key: bytes, words: np.ndarray) -> np.ndarray:
@@ -294,17 +311,21 @@ def _device_inputs_reference(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np
 def _device_inputs_compiled(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray,
                             leaf1: np.ndarray) -> np.ndarray:
     """:func:`device_inputs` of checked arguments (points int64) by
-    :func:`secemb.fss._sketch_device_kernels.device_core`: the SHAKE bytes as they come (only the
-    ``K`` coefficients at the points get reduced, in the loop), both leaf arrays' keyed MMO blocks in
-    one OpenSSL ECB call."""
+    :func:`secemb.fss._sketch_device_kernels.device_core`: the coefficients at the ``K`` points only,
+    their CTR blocks by random access (one OpenSSL ECB call on the counter blocks), both leaf
+    arrays' keyed MMO blocks in one more."""
     from secemb.fss._sketch_device_kernels import device_core
 
-    blob = _shake(seed, mp)
+    key, s_r = _shake(seed)
     both = np.concatenate([leaf0, leaf1]).astype("<u8", copy=False)
-    enc = Cipher(algorithms.AES(blob[:_AES_KEY_BYTES]), modes.ECB()).encryptor()
+    enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
     hashed = np.frombuffer(enc.update(both.tobytes()) + enc.finalize(), "<u8").reshape(-1, 2) ^ both
+    counters = np.zeros((len(alphas), 2), ">u8")  # counter block x: x as a big-endian 128-bit integer
+    counters[:, 1] = alphas
+    enc = Cipher(algorithms.AES(randomness.drbg_key(s_r)), modes.ECB()).encryptor()
+    r_words = np.frombuffer(enc.update(counters.tobytes()) + enc.finalize(), "<u8").reshape(-1, 2)
     out = np.empty((len(alphas), SKETCH_WORDS), np.uint64)
-    device_core(np.frombuffer(blob, "<u8", offset=_AES_KEY_BYTES).reshape(mp, 2), alphas, hashed, out)
+    device_core(r_words, hashed, out)
     return out
 
 

@@ -64,9 +64,13 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _expansion(seed: bytes, mp: int) -> tuple[bytes, list[int]]:
-    """The AES key and ``r_x`` of a seed, from SHAKE-128 and ``int.from_bytes`` (the specification)."""
-    d = hashlib.shake_128(b"secemb-sketch-expand" + seed).digest(16 * (1 + mp))
-    return d[:16], [int.from_bytes(d[16 * (1 + x) : 16 * (2 + x)], "little") % P for x in range(mp)]
+    """The AES key and ``r_x`` of a seed (the specification): SHAKE-128's first 16 bytes, and the stream seed (its next
+    16)'s AES-256-CTR stream under ``SHA-256(b"secemb.CtrDrbg" || s_r)`` from counter 0, 16 bytes a position read by
+    ``int.from_bytes`` mod p (session 29, helper B: r by random access)."""
+    d = hashlib.shake_128(b"secemb-sketch-expand" + seed).digest(32)
+    enc = Cipher(algorithms.AES(hashlib.sha256(b"secemb.CtrDrbg" + d[16:]).digest()), modes.CTR(bytes(16))).encryptor()
+    stream = enc.update(bytes(16 * mp))
+    return d[:16], [int.from_bytes(stream[16 * x : 16 * (x + 1)], "little") % P for x in range(mp)]
 
 
 def _z(key: bytes, word: np.ndarray) -> int:

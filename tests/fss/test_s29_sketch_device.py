@@ -1,10 +1,12 @@
 """The device's sketch inputs, compiled (session 29, helper B, issue 34): :func:`secemb.fss.sketch.device_inputs`
 through :func:`secemb.fss._sketch_device_kernels.device_core` against the numpy reference and against Python integers.
 
-Expected values are computed here, independently: the seed's expansion from ``hashlib.shake_128`` and
-``int.from_bytes``, each leaf's keyed MMO block with OpenSSL's AES (``cryptography``) a leaf, ``(r_a z, r_a^2 z, z)`` in
-Python integers mod ``p``.  The kernel alone is also fed raw 128-bit words at the reduction's edges (``p - 1``, ``p``,
-``2^127``, ``2^128 - 1``, ...), which SHAKE and AES outputs reach too rarely to test through ``device_inputs``."""
+Expected values are computed here, independently: the seed's expansion from ``hashlib.shake_128``, ``hashlib.sha256``
+and OpenSSL's AES-256-CTR stream (``cryptography``) read by ``int.from_bytes``, each leaf's keyed MMO block with
+OpenSSL's AES a leaf, ``(r_a z, r_a^2 z, z)`` in Python integers mod ``p``.  The servers' expansion
+(:func:`secemb.fss.sketch.expand`, :func:`secemb.fss._sketch_device_kernels.coefficients_core`) is checked the same
+way.  The kernels alone are also fed raw 128-bit words at the reduction's edges (``p - 1``, ``p``, ``2^127``,
+``2^128 - 1``, ...), which SHAKE and AES outputs reach too rarely to test through ``device_inputs``."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb.errors import InvalidParameters
 from secemb.fss import field, kernels
-from secemb.fss.sketch import device_inputs
+from secemb.fss.sketch import device_inputs, expand
 
 P = field.P
 MASK = 2**64 - 1
@@ -35,10 +37,19 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     yield request.param
 
 
+def _expansion(seed: bytes, mp: int) -> tuple[bytes, list[int]]:
+    """The AES key ``k_u`` and ``r_x`` of a seed (the specification): SHAKE-128's first 16 bytes, and the stream seed
+    (its next 16)'s AES-256-CTR stream under ``SHA-256(b"secemb.CtrDrbg" || s_r)`` from counter 0, 16 bytes a
+    position read as a little-endian integer mod p."""
+    d = hashlib.shake_128(b"secemb-sketch-expand" + seed).digest(32)
+    enc = Cipher(algorithms.AES(hashlib.sha256(b"secemb.CtrDrbg" + d[16:]).digest()), modes.CTR(bytes(16))).encryptor()
+    stream = enc.update(bytes(16 * mp))
+    return d[:16], [int.from_bytes(stream[16 * x : 16 * (x + 1)], "little") % P for x in range(mp)]
+
+
 def _python(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray, leaf1: np.ndarray) -> list[list[int]]:
-    """``(r_a z, r_a^2 z, z)`` per key: SHAKE-128, OpenSSL's AES a leaf, Python integers (the specification)."""
-    d = hashlib.shake_128(b"secemb-sketch-expand" + seed).digest(16 * (1 + mp))
-    key = d[:16]
+    """``(r_a z, r_a^2 z, z)`` per key: :func:`_expansion`, OpenSSL's AES a leaf, Python integers."""
+    key, coefficients = _expansion(seed, mp)
 
     def z(word: np.ndarray) -> int:
         w = int(word[0]).to_bytes(8, "little") + int(word[1]).to_bytes(8, "little")
@@ -47,7 +58,7 @@ def _python(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray, leaf1: 
 
     out = []
     for k, a in enumerate(alphas.tolist()):
-        r = int.from_bytes(d[16 * (1 + a) : 16 * (2 + a)], "little") % P
+        r = coefficients[a]
         zk = (z(leaf0[k]) - z(leaf1[k])) % P
         out.append([r * zk % P, r * r * zk % P, zk])
     return out
@@ -103,31 +114,72 @@ def test_compiled_equals_the_numpy_reference(monkeypatch: pytest.MonkeyPatch, k:
         assert got["numba"].max(initial=0) < P
 
 
+#: 128-bit words (low, high) from every pair of edge halves
+EDGE_PAIRS = [(lo, hi) for lo in EDGE_WORDS for hi in EDGE_WORDS]
+
+
+def _value(w: tuple[int, int]) -> int:
+    return (w[0] + (w[1] << 64)) % P
+
+
 @needs_kernels
-def test_the_kernel_reduces_edge_words_as_python_integers() -> None:
-    """:func:`device_core` on raw 128-bit words at the edges (both halves from :data:`EDGE_WORDS`, every pair) for the
-    coefficient and both MMO blocks: ``r = rw mod p``, ``z = (h0 mod p) - (h1 mod p)`` in Python integers."""
+def test_the_device_kernel_reduces_edge_words_as_python_integers() -> None:
+    """:func:`device_core` on raw 128-bit words at the edges for the coefficient and both MMO blocks (each coefficient
+    with three pairs of blocks): ``r = rw mod p``, ``z = (h0 mod p) - (h1 mod p)`` in Python integers."""
     from secemb.fss._sketch_device_kernels import device_core
 
-    pairs = [(lo, hi) for lo in EDGE_WORDS for hi in EDGE_WORDS]
-    n = len(pairs)
-    r_words = np.array(pairs, np.uint64)  # position x's coefficient: pairs[x]
-    alphas = np.array([x for x in range(n) for _ in range(3)], np.int64)  # each coefficient with three z's
-    k = len(alphas)
-    h0 = [pairs[(7 * i) % n] for i in range(k)]
-    h1 = [pairs[(13 * i + 5) % n] for i in range(k)]
-    hashed = np.array(h0 + h1, np.uint64)
-    out = np.empty((k, 3), np.uint64)
-    device_core(r_words, alphas, hashed, out)
-
-    def val(w: tuple[int, int]) -> int:
-        return (w[0] + (w[1] << 64)) % P
-
+    n = len(EDGE_PAIRS)
+    rw = [EDGE_PAIRS[i // 3] for i in range(3 * n)]
+    h0 = [EDGE_PAIRS[(7 * i) % n] for i in range(3 * n)]
+    h1 = [EDGE_PAIRS[(13 * i + 5) % n] for i in range(3 * n)]
+    out = np.empty((3 * n, 3), np.uint64)
+    device_core(np.array(rw, np.uint64), np.array(h0 + h1, np.uint64), out)
     want = []
-    for i, a in enumerate(alphas.tolist()):
-        r, z = val(pairs[a]), (val(h0[i]) - val(h1[i])) % P
+    for w, a, b in zip(rw, h0, h1, strict=True):
+        r, z = _value(w), (_value(a) - _value(b)) % P
         want.append([r * z % P, r * r * z % P, z])
     assert out.tolist() == want
+
+
+@needs_kernels
+def test_the_coefficients_kernel_reduces_edge_words_as_python_integers() -> None:
+    from secemb.fss._sketch_device_kernels import coefficients_core
+
+    r, r2 = np.empty(len(EDGE_PAIRS), np.uint64), np.empty(len(EDGE_PAIRS), np.uint64)
+    coefficients_core(np.array(EDGE_PAIRS, np.uint64), r, r2)
+    assert r.tolist() == [_value(w) for w in EDGE_PAIRS]
+    assert r2.tolist() == [_value(w) ** 2 % P for w in EDGE_PAIRS]
+
+
+@pytest.mark.parametrize(("n", "mp"), [(0, 4), (1, 1), (3, 32), (2, 300), (2, 1792)])
+def test_expand_equals_python_integers(backend: str, n: int, mp: int) -> None:
+    """The servers' expansion on both backends: every position's ``r_x`` and ``r_x^2`` and each key, the spec's."""
+    seeds = [os.urandom(16) for _ in range(n)]
+    ex = expand(seeds, mp)
+    assert ex.r.shape == ex.r2.shape == (n, mp) and ex.keys.shape == (n, 16)
+    for u, seed in enumerate(seeds):
+        key, coefficients = _expansion(seed, mp)
+        assert ex.keys[u].tobytes() == key
+        assert ex.r[u].tolist() == coefficients
+        assert ex.r2[u].tolist() == [x * x % P for x in coefficients]
+
+
+@needs_kernels
+def test_the_devices_random_access_is_the_servers_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device's compiled path draws ``r_a`` block by block at its points; with equal leaves but at one key the
+    sketch's ``r z`` over ``z`` gives ``r_a``, which equals the servers' :func:`expand` at ``a`` -- at every position
+    of a full row (mp = 1792) and the last ones of a long stream (counter blocks past 2^16)."""
+    monkeypatch.setattr(kernels, "BACKEND", "numba")
+    seed = os.urandom(16)
+    for mp, alphas in ((1792, np.arange(1792)), (70000, np.array([0, 65535, 65536, 65537, 69999]))):
+        r = expand([seed], mp).r[0]
+        leaf0 = np.zeros((len(alphas), 2), np.uint64)
+        leaf1 = np.ones((len(alphas), 2), np.uint64)
+        x = device_inputs(seed, mp, alphas, leaf0, leaf1)
+        z = int(x[0, 2])
+        assert z and (x[:, 2] == z).all()
+        inverse = pow(z, P - 2, P)
+        assert [int(v) * inverse % P for v in x[:, 0]] == r[alphas].tolist()
 
 
 @pytest.mark.parametrize(("mp", "alphas", "why"), [

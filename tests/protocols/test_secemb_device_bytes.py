@@ -66,32 +66,35 @@ _SETTINGS = list(itertools.product(["full", "cuckoo"], [False, True], [False, Tr
 #: checks the tag itself against AES-GCM called directly); the verified settings' requests and uploads re-pinned
 #: in session 29 for the sketch check (issue 34): the requests without check words and, to server 1, with the
 #: 16-byte sigma; the uploads with the sketch proof share (to server 0) and the binding tau (to server 1, or in
-#: the relay's MAC'd words); the unverified settings' bytes and every setting's rows unchanged
+#: the relay's MAC'd words); the unverified settings' bytes and every setting's rows unchanged; the verified
+#: uploads re-pinned again (session 29, helper B) when the sketch's coefficients r_x became blocks of an AES-CTR
+#: stream (secemb.fss.sketch, random access): byte for byte the uploads before but for the proof share's last
+#: elements (the gadget polynomial's, 6-8 a device here; the wire seeds' part, tau and the relay words unchanged)
 _KNOWN: dict[tuple[str, bool, bool], tuple[str, str, str]] = {
     ("full", False, False): ("3928dea158ec58c0bbbaf19b20e594258193ace42f7efcf7ad92f031cb1190c1",
                               "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
                               "30a0d22aecddadb73481b8ba5fc2d41db00106b26696de2536e4a9b3245bd124"),
     ("full", False, True): ("c34e47369d2c2b2bc02ec8329c84e4b80e89d79b0a93a59f867a99f04da9b59a",
                              "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
-                             "b707fd705e56fb3862b636c57e5d01f6ea826d19bdab0715c4fcd9fe99ae0782"),
+                             "4e080489ae29b0fdb2fbd6b19982e069d0a9c7ca359d540e2f2820fc0c0e0f97"),
     ("full", True, False): ("b10ddf30d4d1260f823683cd1ee61907984ef3c87ab02f98a3c1a6be28b36f2b",
                              "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
                              "14ec3a9fd93d0afcc5a0cf02c66e6b13154539117357212642b5eaf524bf3e26"),
     ("full", True, True): ("ef2ae3100ca9e1b3b7d56ce5233dc0eb37e73ad755f87c523220e9ff5348bcc9",
                             "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
-                            "cf4969315a2b5ae68c34b0819a360042cc894808bf6d8b1d36a055730c6fb636"),
+                            "3ac10dd886608db03bc75ff3652922e9acb4456d72d93d119e25dfa1cf5071ec"),
     ("cuckoo", False, False): ("d359f9db455fb49e459a808ae884ca0e5dcdb9faa76500549040eda982803ac9",
                                 "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
                                 "a012ba3986517c29193f67f644c840de8917c6efba545e9018c53088f3111fe4"),
     ("cuckoo", False, True): ("e6b1721adf96593bbc476b18bbb22b962c54cb38b485277dd182661e94b59c08",
                                "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
-                               "30d02f760a24aebd85b97ffe6bfbcd49f00391bc47d4bac4b9f63553200b06f1"),
+                               "d0c428f05eb0de326fef3c2af90ff286ae599ebb7284ea527564f6f820845fd3"),
     ("cuckoo", True, False): ("3bfafcac1b8ea519ea4a2d9bffd9f3b4f8b4719031410698572c10dae81949da",
                                "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
                                "9d681e20f10d0c4f724be934eac6443feba857bee77b8667462ebc65e81d6d88"),
     ("cuckoo", True, True): ("46bebd9a4b389eb409aa5fb8d6e56ab913dc9135eb10cd8afd133ccbd10c2687",
                               "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
-                              "fa17c63bc2b34adc39d24df9ad164eea7f9f38c880b0a0d38d9e5f9da93f1924"),
+                              "6eab930f40a70445c875d9d15fbfc7920e8dea03de7dc87e61767fdae28d632f"),
 }
 
 
