@@ -30,7 +30,7 @@ DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "_numba_kernels.py": ("_aesni.py",),
     "_sketch_kernels.py": ("_aesni.py",),
     "_sketchproof_kernels.py": ("_sketch_kernels.py",),
-    "_sketch_device_kernels.py": ("_sketch_kernels.py",),
+    "_sketch_device_kernels.py": ("_sketch_kernels.py", "_aesni.py", "_rangeproof_kernels.py"),
 }
 
 

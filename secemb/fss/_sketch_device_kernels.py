@@ -1,17 +1,19 @@
-"""The sketch seeds' field glue, compiled (internal, numba): :func:`device_core`, the field part of
-:func:`secemb.fss.sketch.device_inputs`, and :func:`coefficients_core`, that of
+"""The sketch seeds' field glue, compiled (internal, numba): :func:`device_inputs_core`, the whole
+of :func:`secemb.fss.sketch.device_inputs` after the seed's SHAKE (its AES on AES-NI, its field
+part :func:`device_core`), and :func:`coefficients_core`, the field part of
 :func:`secemb.fss.sketch.expand`, with the compiled kernels.
 
-The callers draw the bytes (SHAKE-128 of the seed, the coefficients' AES-256-CTR blocks, the
-keyed MMO blocks of the leaves, through OpenSSL or the AES-NI stream); these loops read them as
-128-bit little-endian integers (two words, low first), reduce each mod ``p = 2^61 - 1``
+The servers' caller draws the bytes (the coefficients' AES-256-CTR streams on the AES-NI stream),
+the device's kernel its own (its leaves' keyed MMO blocks and its points' CTR blocks, on AES-NI,
+no OpenSSL cipher object a device); the field loops read them as 128-bit little-endian integers
+(two words, low first), reduce each mod ``p = 2^61 - 1``
 (:func:`secemb.fss._sketch_kernels.red128`: the same canonical value as
 :func:`secemb.fss.field.from_uniform_bytes`) and multiply, each product 128 bits
 (:func:`~secemb.fss._sketch_kernels.mac128`) reduced at once.  The device reduces only the ``K``
 coefficients at its points, drawn by random access, not the ``mp`` of the whole domain.  Both
 equal the numpy reference in :mod:`secemb.fss.sketch` bit for bit
 (``tests/fss/test_s29_sketch_device.py``).  Glue, not DPF kernels: ``bench overhead``'s kernel
-clock times neither.  Every index is unchecked: the caller checks the shapes.
+clock times neither.  Every index is unchecked: the caller checks the shapes and points.
 """
 
 from __future__ import annotations
@@ -20,9 +22,54 @@ import numpy as np
 from numba import njit
 
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _sketch_kernels' helpers
+from secemb.fss._aesni import BLOCKS, LANES, key_expand, mmo_blocks
+from secemb.fss._rangeproof_kernels import CTR_BLOCKS, _ctr_blocks, _schedule256
 from secemb.fss._sketch_kernels import mac128, red128
 
-__all__ = ["device_core", "coefficients_core"]
+__all__ = ["device_inputs_core", "device_core", "coefficients_core"]
+
+
+@njit(cache=True, nogil=True)
+def device_inputs_core(key, ctr_key, alphas, leaf0, leaf1, out):  # noqa: ANN001, ANN201, PLR0913
+    """A device's sketches ``out[k] = (r z, r^2 z, z) mod p`` (:func:`device_core`) from its AES
+    keys, one call a device: ``key`` uint8 (16,) the leaf hash's ``k_u``, ``ctr_key`` uint8 (32,)
+    the coefficients' AES-256 key (``drbg_key(s_r)``), both C-contiguous (read by address);
+    ``alphas`` int64 (K,) the points, ``leaf0`` and ``leaf1`` uint64 (K, 2) the two parties' leaf
+    words at them, ``out`` uint64 (K, 3).
+
+    The leaves, ``leaf0``'s then ``leaf1``'s, are copied into a buffer of whole
+    :data:`~secemb.fss._aesni.BLOCKS`-block passes (the padding hashed, not read) and hashed there
+    in place (:func:`~secemb.fss._aesni.mmo_blocks` under ``key``'s round keys); ``r``'s word at
+    point ``a`` is block ``a`` of ``ctr_key``'s CTR stream, drawn a pass of
+    :data:`~secemb.fss._rangeproof_kernels.CTR_BLOCKS` blocks at a time, each pass that holds a
+    point once (random access: at most ``min(K, ceil(mp / CTR_BLOCKS))`` passes).  Points
+    unchecked (the caller keeps them in ``[0, mp)``, ``mp`` below ``2^63``)."""
+    k_all = alphas.shape[0]
+    rks = np.empty((11, 2 * LANES), np.uint64)
+    key_expand(key.ctypes.data, rks.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    hashed = np.zeros((-(-2 * k_all // BLOCKS) * BLOCKS, 2), np.uint64)
+    for k in range(k_all):
+        hashed[k, 0], hashed[k, 1] = leaf0[k, 0], leaf0[k, 1]
+        hashed[k_all + k, 0], hashed[k_all + k, 1] = leaf1[k, 0], leaf1[k, 1]
+    base = hashed.ctypes.data
+    for b in range(0, hashed.shape[0], BLOCKS):
+        mmo_blocks(rks.ctypes.data, base + 16 * b, base + 16 * b)
+    schedule = np.empty(15 * 16, np.uint8)
+    _schedule256(ctr_key.ctypes.data, schedule.ctypes.data)
+    last = 0
+    for k in range(k_all):
+        last = max(last, alphas[k] // CTR_BLOCKS)
+    stream = np.empty(((last + 1) * CTR_BLOCKS, 2), np.uint64)
+    drawn = np.zeros(last + 1, np.bool_)
+    r_words = np.empty((k_all, 2), np.uint64)
+    for k in range(k_all):
+        a = alphas[k]
+        q = a // CTR_BLOCKS
+        if not drawn[q]:
+            _ctr_blocks(schedule.ctypes.data, np.uint64(q * CTR_BLOCKS), stream.ctypes.data + 16 * q * CTR_BLOCKS)
+            drawn[q] = True
+        r_words[k, 0], r_words[k, 1] = stream[a, 0], stream[a, 1]
+    device_core(r_words, hashed, out)
 
 
 @njit(cache=True, nogil=True)

@@ -46,9 +46,9 @@ group, and the arithmetic through :mod:`secemb.fss.field`; with the compiled ker
 (:func:`secemb.fss.kernels.compiled`) one numba loop computes the keyed MMO blocks on AES-NI with
 each device's round keys and sums the products (:data:`secemb.fss._sketch_kernels.sketch_accumulate`:
 in vector registers with AVX-512 IFMA where the CPU has it, else as 128-bit scalar products),
-equal bit for bit (``tests/fss/test_s29_sketch.py``); the device's :func:`device_inputs` draws and
-reduces only its ``K`` coefficients, in one compiled call
-(:func:`secemb.fss._sketch_device_kernels.device_core`, ``tests/fss/test_s29_sketch_device.py``).
+equal bit for bit (``tests/fss/test_s29_sketch.py``); the device's :func:`device_inputs` hashes its
+leaves and draws and reduces only its ``K`` coefficients in one compiled call on AES-NI
+(:func:`secemb.fss._sketch_device_kernels.device_inputs_core`, ``tests/fss/test_s29_sketch_device.py``).
 """
 
 from __future__ import annotations
@@ -310,22 +310,16 @@ def _device_inputs_reference(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np
 
 def _device_inputs_compiled(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray,
                             leaf1: np.ndarray) -> np.ndarray:
-    """:func:`device_inputs` of checked arguments (points int64) by
-    :func:`secemb.fss._sketch_device_kernels.device_core`: the coefficients at the ``K`` points only,
-    their CTR blocks by random access (one OpenSSL ECB call on the counter blocks), both leaf
-    arrays' keyed MMO blocks in one more."""
-    from secemb.fss._sketch_device_kernels import device_core
+    """:func:`device_inputs` of checked arguments (points int64) in one compiled call after the
+    seed's SHAKE and the coefficients' AES-256 key
+    (:func:`secemb.fss._sketch_device_kernels.device_inputs_core`: both leaf arrays' keyed MMO
+    blocks and the coefficients' CTR blocks at the ``K`` points on AES-NI, no cipher object)."""
+    from secemb.fss._sketch_device_kernels import device_inputs_core
 
     key, s_r = _shake(seed)
-    both = np.concatenate([leaf0, leaf1]).astype("<u8", copy=False)
-    enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
-    hashed = np.frombuffer(enc.update(both.tobytes()) + enc.finalize(), "<u8").reshape(-1, 2) ^ both
-    counters = np.zeros((len(alphas), 2), ">u8")  # counter block x: x as a big-endian 128-bit integer
-    counters[:, 1] = alphas
-    enc = Cipher(algorithms.AES(randomness.drbg_key(s_r)), modes.ECB()).encryptor()
-    r_words = np.frombuffer(enc.update(counters.tobytes()) + enc.finalize(), "<u8").reshape(-1, 2)
     out = np.empty((len(alphas), SKETCH_WORDS), np.uint64)
-    device_core(r_words, hashed, out)
+    device_inputs_core(np.frombuffer(key, np.uint8), np.frombuffer(randomness.drbg_key(s_r), np.uint8), alphas,
+                       leaf0, leaf1, out)
     return out
 
 
