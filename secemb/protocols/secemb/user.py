@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -186,6 +187,14 @@ def _request_slots(users: list[SecEmbUser], indices: Sequence[np.ndarray],
         return shaped, slots
     kept = np.flatnonzero(~refused)
     return [shaped[j] for j in kept.tolist()], slots[kept]
+
+
+@lru_cache(maxsize=8)
+def _sketch_sizes(cfg: RoundConfig) -> tuple[int, sketchproof.SketchParams]:
+    """A round's padded domain ``mp`` of the keys' walk and its sketch proof's parameters (verified
+    uploads), built once a config (a frozen, hashable value), not once a device: every device of
+    a round's batch proves with them."""
+    return padded_leaves(key_params(cfg)), sketch_params(cfg)
 
 
 @dataclass(frozen=True)
@@ -560,8 +569,9 @@ class SecEmbUser(UserRole):
         cfg = self.config
         seed, sigma = cast("bytes", self._sketch_seed), cast("bytes", self._sigma)
         alphas, self._alpha = cast("np.ndarray", self._alpha), None
-        x = device_inputs(seed, padded_leaves(key_params(cfg)), alphas, state.leaf0, state.leaf1)
-        return sketchproof.prove(sketch_params(cfg), x, seed, sigma, _rng=self._rng), binding(cfg.round_id, seed, sigma)
+        mp, params = _sketch_sizes(cfg)
+        x = device_inputs(seed, mp, alphas, state.leaf0, state.leaf1)
+        return sketchproof.prove(params, x, seed, sigma, _rng=self._rng), binding(cfg.round_id, seed, sigma)
 
     def _check_upload(self, rows: np.ndarray, dense: np.ndarray) -> None:
         """Refuse an upload this user cannot make: after a tampered retrieval, before a request
