@@ -515,7 +515,7 @@ class SecEmbUser(UserRole):
             own = cw_le[j * cfg.slots : (j + 1) * cfg.slots].data.cast("B")  # MACed and framed, not copied
             if first.relay:
                 # drawn with the seeds; over the words and, verified uploads, tau after them, as forwarded
-                tag = upload_mac(cast("bytes", key), cfg.round_id, bytes(own) + tau if tau else own)
+                tag = upload_mac(cast("bytes", key), cfg.round_id, b"".join((own, tau)) if tau else own)
                 d0, d1 = dense - masks[j], masks[j]
                 out[i] = to0(own, little(d0), tau, tag, pi0), None
             else:
