@@ -156,9 +156,11 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
 
 
 def _check_seeds(seeds: Sequence[bytes], mp: int) -> None:
-    """Refuse seeds of another length than :data:`SKETCH_SEED_BYTES` or ``mp < 1``: InvalidParameters."""
-    if any(len(seed) != SKETCH_SEED_BYTES for seed in seeds):
-        raise InvalidParameters(f"sketch seeds must be {SKETCH_SEED_BYTES} bytes, got {[len(s) for s in seeds]}")
+    """Refuse seeds that are not bytes (or bytearray) of :data:`SKETCH_SEED_BYTES`, or ``mp < 1``:
+    InvalidParameters."""
+    if any(not isinstance(seed, (bytes, bytearray)) or len(seed) != SKETCH_SEED_BYTES for seed in seeds):
+        got = [len(s) if isinstance(s, (bytes, bytearray)) else type(s).__name__ for s in seeds]
+        raise InvalidParameters(f"sketch seeds must be {SKETCH_SEED_BYTES} bytes, got {got}")
     if mp < 1:
         raise InvalidParameters(f"mp must be >= 1, got {mp}")
 

@@ -198,6 +198,8 @@ def test_bad_arguments_are_refused_on_both_backends(backend: str) -> None:
     seed, leaf = os.urandom(16), np.zeros((2, 2), np.uint64)
     with pytest.raises(InvalidParameters, match="16 bytes"):
         device_inputs(seed[:15], 8, np.array([0, 1]), leaf, leaf)
+    with pytest.raises(InvalidParameters, match=r"16 bytes, got \['str'\]"):  # 16 characters, not bytes (S29-R1)
+        device_inputs("a" * 16, 8, np.array([0, 1]), leaf, leaf)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameters, match="mp must be"):
         device_inputs(seed, 0, np.array([0, 1]), leaf, leaf)
     with pytest.raises(InvalidParameters, match="leaf1 must be uint64"):

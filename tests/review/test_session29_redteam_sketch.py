@@ -530,12 +530,8 @@ def test_verifier_kernels_refuse_hostile_shares() -> None:
     assert shares.shape == (2, params.proof_length) and int(shares.max()) < P
 
 
-@pytest.mark.xfail(strict=True, reason="S29-R1 (nit, no trust boundary: the servers' seeds come from HMAC): "
-                                       "sketch._check_seeds checks the length only, so a 16-character str or "
-                                       "another non-bytes seed of length 16 raises TypeError, not InvalidParameters")
 def test_expand_refuses_seeds_that_are_not_bytes() -> None:
     """The contract says a seed that is not 16 bytes is InvalidParameters; a str of 16
-    characters is not bytes.  Proposed fix (sketch.py, helper A's): ``isinstance(seed, bytes)``
-    in ``_check_seeds``."""
+    characters is not bytes.  S29-R1, fixed (helper A): ``_check_seeds`` checks the type."""
     with pytest.raises(InvalidParameters):
         expand(["a" * 16], 8)  # type: ignore[list-item]
