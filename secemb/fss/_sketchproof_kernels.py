@@ -21,7 +21,7 @@ from numba import njit
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _sketch_kernels' helpers
 from secemb.fss._sketch_kernels import addp, mac128, red128
 
-__all__ = ["SHORT", "prove_core", "messages_core", "decide_core"]
+__all__ = ["SHORT", "prove_core", "messages_core", "query_rows", "reduce_words", "decide_core"]
 
 #: products one unreduced 128-bit sum takes (32 products below p^2 < 2^122 stay below 2^127)
 _TERMS = 32
@@ -162,6 +162,42 @@ def messages_core(x, proofs, r, wire_rows, gadget_rows, chunk, out):  # noqa: AN
                     hi, lo = mac128(hi, lo, lw[node], proofs[d, seed])  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
                 out[d, base + j] = addp(red128(hi, lo), _dot(keys, lw[1 : m + 1]))
             out[d, base + big_l] = _dot(gadget_rows[d, q], g)
+
+
+@njit(cache=True, nogil=True)
+def reduce_words(words, out):  # noqa: ANN001, ANN201
+    """``out[i] = (words[2i + 1] 2^64 + words[2i]) mod p`` (``words`` uint64 (2 P,), little-endian
+    16-byte integers; ``out`` uint64 (P,)): :func:`secemb.fss.field.from_uniform_bytes`' elements."""
+    for i in range(out.size):
+        out[i] = red128(words[2 * i + 1], words[2 * i])
+
+
+@njit(cache=True, nogil=True)
+def query_rows(points, wire_weights, gadget_weights, wire_rows, gadget_rows):  # noqa: ANN001, ANN201
+    """The Lagrange rows of :func:`messages_core` (:func:`secemb.fss.field.lagrange_coefficients`'
+    values): for each of the field elements ``points`` (uint64 (P,), none a node), ``wire_rows[r,
+    j]`` over the wire nodes ``0..n1-1`` and ``gadget_rows[r, j]`` over the gadget nodes
+    ``0..n2-1`` (``n1 <= n2`` the sizes of ``wire_weights`` and ``gadget_weights``, their
+    barycentric weights): ``w_j prod_(m != j) (x - m) mod p``, the prefix products ``prod_(m < j)``
+    shared by both, as :func:`secemb.fss._rangeproof_kernels.lagrange_rows` computes each set."""
+    n1, n2 = wire_weights.size, gadget_weights.size
+    one = np.uint64(1)
+    for r in range(points.size):
+        x = points[r]
+        acc = one
+        for j in range(n2):  # prod_(m < j) (x - m), both sets
+            gadget_rows[r, j] = acc
+            if j < n1:
+                wire_rows[r, j] = acc
+            acc = _mulp(acc, x - np.uint64(j))
+        acc = one
+        for j in range(n2 - 1, -1, -1):  # times prod_(m > j, m < n2) (x - m), times w_j
+            gadget_rows[r, j] = _mulp(_mulp(gadget_rows[r, j], acc), gadget_weights[j])
+            acc = _mulp(acc, x - np.uint64(j))
+        acc = one
+        for j in range(n1 - 1, -1, -1):  # the same over the wire nodes
+            wire_rows[r, j] = _mulp(_mulp(wire_rows[r, j], acc), wire_weights[j])
+            acc = _mulp(acc, x - np.uint64(j))
 
 
 @njit(cache=True, nogil=True)

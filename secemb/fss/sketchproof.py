@@ -107,13 +107,14 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cache
 
 import numpy as np
 
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
+from secemb.fss.hashing import sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES  # c_u's length, and the query seed q's (HMAC-SHA256 cut to it)
 from secemb.randomness import SEED_BYTES, RandomBytes, drbg_key, system_rng
 
@@ -122,22 +123,29 @@ __all__ = [
     "share_seed",
     "prove",
     "check_message",
+    "well_formed",
     "parse",
     "server1_shares",
     "verifier_messages",
     "encode_verifier_messages",
     "parse_verifier_messages",
     "decide",
+    "verify",
 ]
 
 _DOMAIN = b"secemb/fss/sketchproof/v1/"
 _P = np.uint64(F.P)
 _REFUSED = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+#: the prefix of :func:`secemb.randomness.drbg_key`'s hash (server 1's streams are keyed in one batch)
+_DRBG_DOMAIN = b"secemb.CtrDrbg"
 
 
 @dataclass(frozen=True)
 class SketchParams:
-    """Sizes of the proof for ``keys`` keys a device (module docstring).
+    """Sizes of the proof for ``keys`` keys a device (module docstring).  The sizes are plain
+    properties of one cached computation a ``keys`` (:func:`_sizes`): servers build the parameters
+    of a round's config once a call or message, so building and reading them costs no lock and no
+    arithmetic.
 
     Raises
     ------
@@ -150,50 +158,56 @@ class SketchParams:
     def __post_init__(self) -> None:
         check_int("keys", self.keys, low=1)
 
-    @cached_property
+    @property
     def chunk(self) -> int:
         """Keys per gadget call ``c``: the least ``c`` that minimizes the proof length ``6c + 2
         ceil(K / c) + 3`` (about ``sqrt(K / 3)``)."""
-        return _chunk(self.keys)
+        return _sizes(self.keys)[0]
 
-    @cached_property
+    @property
     def calls(self) -> int:
         """Gadget calls ``M = ceil(K / c)``."""
-        return -(-self.keys // self.chunk)
+        return _sizes(self.keys)[1]
 
-    @cached_property
+    @property
     def wires(self) -> int:
         """Gadget inputs ``L = 3c``: ``(A, B, C)`` of each slot's key."""
-        return 3 * self.chunk
+        return 3 * _sizes(self.keys)[0]
 
-    @cached_property
+    @property
     def gadget_nodes(self) -> int:
         """Values of the gadget polynomial (degree ``2M + 2``) in the proof: ``2M + 3``."""
-        return 2 * self.calls + 3
+        return 2 * _sizes(self.keys)[1] + 3
 
-    @cached_property
+    @property
     def proof_length(self) -> int:
         """Field elements of the proof: ``2L`` wire seeds and the gadget polynomial's values."""
         return 2 * self.wires + self.gadget_nodes
 
-    @cached_property
+    @property
     def proof_bytes(self) -> int:
         """Bytes of server 0's proof share ``pi0`` (the device's message), 8 an element."""
         return F.ELEMENT_BYTES * self.proof_length
 
-    @cached_property
+    @property
     def verifier_length(self) -> int:
         """Field elements of a verifier message: ``2L + 3`` (``z``, then per query point the ``L``
         wire values and the gadget value)."""
         return 2 * self.wires + 3
 
-    @cached_property
+    @property
     def verifier_bytes(self) -> int:
         """Bytes of one device's verifier message, 8 an element."""
         return F.ELEMENT_BYTES * self.verifier_length
 
 
 @cache
+def _sizes(keys: int) -> tuple[int, int]:
+    """``(c, M)`` of :class:`SketchParams` for ``K = keys`` (computed once a ``K``)."""
+    chunk = _chunk(keys)
+    return chunk, -(-keys // chunk)
+
+
 def _chunk(keys: int) -> int:
     """:attr:`SketchParams.chunk` for ``K = keys``: ``h(c) = 6c + 2 ceil(K / c)`` exceeds ``6c``, and
     at ``c0 = isqrt(K) + 1`` it is below ``6 c0 + 2 c0 + 2``, so no ``c > 2 c0`` does better."""
@@ -210,6 +224,8 @@ def _seed(name: str, value: object, size: int = SKETCH_SEED_BYTES) -> bytes:
 def _seeds(name: str, values: Sequence[bytes], n: int) -> list[bytes]:
     if len(values) != n:
         raise InvalidParameters(f"{name}: expected {n} seeds, got {len(values)}")
+    if all(type(v) is bytes and len(v) == SKETCH_SEED_BYTES for v in values):  # a server's own: taken as they are
+        return list(values)
     return [_seed(f"{name}[{i}]", v) for i, v in enumerate(values)]
 
 
@@ -232,7 +248,13 @@ def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndar
     c_u`` (one SHAKE-128 call a device, reduced as one batch)."""
     m, width = params.calls, params.calls + params.chunk
     data = b"".join(_coefficient_bytes(params, seed) for seed in seeds)
-    out = F.from_uniform_bytes(data, len(seeds) * width).reshape(len(seeds), width)
+    if kernels.compiled():  # the same elements in one compiled pass
+        from secemb.fss._sketchproof_kernels import reduce_words
+
+        out = np.empty((len(seeds), width), np.uint64)
+        reduce_words(np.frombuffer(data, "<u8"), out.reshape(-1))
+    else:
+        out = F.from_uniform_bytes(data, len(seeds) * width).reshape(len(seeds), width)
     return out[:, :m], out[:, m:]
 
 
@@ -388,45 +410,81 @@ def check_message(params: SketchParams, msg: object, index: int | None = None) -
         raise InvalidMessage(f"sketch proof{which}: an element is not below p")
 
 
-def parse(params: SketchParams, msgs: Sequence[bytes]) -> np.ndarray:
+def well_formed(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.ndarray:
+    """``bool (n,)``: which of the ``n`` untrusted messages :func:`check_message` takes
+    (``params.proof_bytes`` bytes of field elements below ``p``), read as one buffer: a batch's
+    intake checks its messages in one pass, then names a refused one's fault with
+    :func:`check_message`."""
+    sized = [i for i, m in enumerate(msgs) if _nbytes(m) == params.proof_bytes]
+    words = np.frombuffer(b"".join(msgs[i] for i in sized), dtype="<u8").reshape(len(sized), params.proof_length)
+    out = np.zeros(len(msgs), bool)
+    out[sized] = words.max(axis=1, initial=0) < _P
+    return out
+
+
+def parse(params: SketchParams, msgs: Sequence[bytes | memoryview]) -> np.ndarray:
     """Server 0's proof shares, ``uint64 (n, proof_length)``, from the ``n`` devices' ``pi0``
-    (untrusted bytes).
+    (untrusted bytes-like messages), checked and read as one buffer.
 
     Raises
     ------
     InvalidMessage
         If a message is not ``params.proof_bytes`` bytes or holds an element not below ``p``; the
-        error names the first bad message's index.
+        error names the first bad message's index (:func:`check_message`'s errors).
     """
-    for i, m in enumerate(msgs):
-        check_message(params, m, i)
-    data = b"".join(bytes(m) for m in msgs)
-    return np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(len(msgs), params.proof_length)
+    bad = np.flatnonzero(~well_formed(params, msgs))
+    if bad.size:
+        check_message(params, msgs[int(bad[0])], int(bad[0]))  # raises: the first bad one's fault, named
+    words = np.frombuffer(b"".join(msgs), dtype="<u8").reshape(len(msgs), params.proof_length)
+    return words.astype(np.uint64)
 
 
 def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     """Server 1's proof shares, ``uint64 (n, proof_length)``, expanded from the ``n`` devices' 16-byte
-    ``sigma`` (:func:`share_seed`, then one :func:`secemb.fss.field.expand_many` call).
+    ``sigma``: row ``i`` is :func:`secemb.fss.field.expand` of :func:`share_seed` of ``sigmas[i]``.
+    With the compiled kernels the share seeds and their AES-256 keys
+    (:func:`secemb.randomness.drbg_key`) are two :func:`secemb.fss.hashing.sha256_many` batches and
+    the streams one :func:`secemb.fss._rangeproof_kernels.ctr_streams` pass (a row whose first
+    words hold ``p``, probability about ``2^-54``, is made again by ``expand``, which skips it);
+    otherwise :func:`secemb.fss.field.expand_many` of the share seeds.
 
     Raises
     ------
     InvalidParameters
         If a ``sigma`` is not 16 bytes (the caller checks the device's bytes at intake).
     """
-    return F.expand_many([share_seed(s) for s in sigmas], params.proof_length)
+    n, count = len(sigmas), params.proof_length
+    rows = np.frombuffer(b"".join(_seed(f"sigma[{i}]", s, SEED_BYTES) for i, s in enumerate(sigmas)), np.uint8)
+    digests = sha256_many(_DOMAIN + b"share", rows.reshape(n, SEED_BYTES))[:, :SEED_BYTES]
+    seeds = np.ascontiguousarray(digests).tobytes()
+    seed_list = [seeds[i : i + SEED_BYTES] for i in range(0, len(seeds), SEED_BYTES)]
+    if not kernels.compiled():
+        return F.expand_many(seed_list, count)
+    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
+
+    keys = sha256_many(_DRBG_DOMAIN, digests)  # drbg_key of each share seed
+    size = F.ELEMENT_BYTES * count
+    buf = np.empty(n * size + 16 * CTR_BLOCKS, np.uint8)  # a row's last pass may run past it (into the next row)
+    ctr_streams(keys, buf, size, size)
+    out = buf[: n * size].view("<u8").reshape(n, count).astype(np.uint64)
+    out >>= np.uint64(3)  # the top 61 bits of each word, as expand reads them
+    for i in np.flatnonzero(np.any(out == _P, axis=1)).tolist():
+        out[i] = F.expand(seed_list[i], count)
+    return out
 
 
 def _points(params: SketchParams, queries: Sequence[bytes]) -> np.ndarray:
     """``uint64 (n, 2)``: each device's two query points, distinct and outside the nodes
     ``0..2M+2``, from SHAKE-128 of its query seed (as :func:`secemb.fss.rangeproof`'s query)."""
     d = params.gadget_nodes
-    out = np.empty((len(queries), 2), np.uint64)
-    for row, q in zip(out, queries, strict=True):
+    m1, m2 = F.P - d, F.P - d - 1
+    points: list[int] = []
+    for q in queries:
         blob = hashlib.shake_128(_DOMAIN + b"query" + q).digest(32)
-        h1 = int.from_bytes(blob[:16], "little") % (F.P - d)
-        h2 = int.from_bytes(blob[16:], "little") % (F.P - d - 1)
-        row[:] = (d + h1, d + (h1 + 1 + h2) % (F.P - d))  # any non-node value but rho_1
-    return out
+        h1 = int.from_bytes(blob[:16], "little") % m1
+        h2 = int.from_bytes(blob[16:], "little") % m2
+        points += (d + h1, d + (h1 + 1 + h2) % m1)  # any non-node value but rho_1
+    return np.array(points, np.uint64).reshape(len(queries), 2)
 
 
 def verifier_messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Sequence[bytes],
@@ -460,7 +518,15 @@ def verifier_messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, s
     InvalidParameters
         If an argument does not match ``params`` or the ``n`` devices.
     """
-    n, m = len(seeds), params.calls
+    x, proofs, seeds, queries = _check_verifier(params, x, proofs, seeds, queries)
+    r, _ = _coefficients(params, seeds)
+    return _messages(params, x, proofs, r, queries)
+
+
+def _check_verifier(params: SketchParams, x: object, proofs: object, seeds: Sequence[bytes],
+                    queries: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, list[bytes], list[bytes]]:
+    """:func:`verifier_messages`' arguments checked (its errors), the seeds as ``bytes``."""
+    n = len(seeds)
     x = _check_inputs(params, "x", x, n)
     if (not isinstance(proofs, np.ndarray) or proofs.dtype != np.uint64
             or proofs.shape != (n, params.proof_length)):
@@ -468,18 +534,28 @@ def verifier_messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, s
         raise InvalidParameters(f"proofs must be a uint64 array ({n}, {params.proof_length}), got {got}")
     if proofs.size and proofs.max() >= _P:
         raise InvalidParameters("proofs must hold field elements (below p)")
-    seeds, queries = _seeds("seeds", seeds, n), _seeds("queries", queries, n)
-    points = _points(params, queries)
-    wire_rows = F.lagrange_coefficients(m + 2, points)  # (n, 2, M + 2)
-    gadget_rows = F.lagrange_coefficients(params.gadget_nodes, points)  # (n, 2, 2M + 3)
-    r, _ = _coefficients(params, seeds)
-    out = np.empty((n, params.verifier_length), np.uint64)
-    if kernels.compiled():  # the same field elements as the numpy reference in one compiled pass
-        from secemb.fss._sketchproof_kernels import messages_core
+    return x, proofs, _seeds("seeds", seeds, n), _seeds("queries", queries, n)
 
+
+def _messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, r: np.ndarray,
+              queries: Sequence[bytes]) -> np.ndarray:
+    """:func:`verifier_messages` of checked arguments, the calls' coefficients ``r`` ``(n, M)``
+    given."""
+    n, m = len(x), params.calls
+    points = _points(params, queries)
+    out = np.empty((n, params.verifier_length), np.uint64)
+    if kernels.compiled():  # the same field elements as the numpy reference in two compiled passes
+        from secemb.fss._sketchproof_kernels import messages_core, query_rows
+
+        wire_rows = np.empty((n, 2, m + 2), np.uint64)
+        gadget_rows = np.empty((n, 2, params.gadget_nodes), np.uint64)
+        query_rows(points.reshape(-1), F._barycentric(m + 2), F._barycentric(params.gadget_nodes),  # noqa: SLF001 - field's cached weights
+                   wire_rows.reshape(2 * n, m + 2), gadget_rows.reshape(2 * n, params.gadget_nodes))
         messages_core(np.ascontiguousarray(x), np.ascontiguousarray(proofs), r, wire_rows, gadget_rows,
                       params.chunk, out)
         return out
+    wire_rows = F.lagrange_coefficients(m + 2, points)  # (n, 2, M + 2)
+    gadget_rows = F.lagrange_coefficients(params.gadget_nodes, points)  # (n, 2, 2M + 3)
     _messages_reference(params, x, proofs, r, wire_rows, gadget_rows, out)
     return out
 
@@ -570,15 +646,45 @@ def decide(params: SketchParams, v0: np.ndarray, v1: np.ndarray, seeds: Sequence
     InvalidParameters
         If ``seeds`` are not ``n`` 16-byte seeds.
     """
+    _check_messages(params, (("v0", v0), ("v1", v1)))
+    if v0.shape != v1.shape:
+        raise InvalidMessage(f"verifier messages for different batches: {v0.shape} and {v1.shape}")
+    _, s = _coefficients(params, _seeds("seeds", seeds, len(v0)))
+    return _decide(params, v0, v1, s)
+
+
+def verify(params: SketchParams, x: np.ndarray, proofs: np.ndarray, seeds: Sequence[bytes],
+           queries: Sequence[bytes], v1: np.ndarray) -> np.ndarray:
+    """Server 0's whole check of ``n`` devices: ``decide(params, verifier_messages(params, x,
+    proofs, seeds, queries), v1, seeds)``, each device's coefficients drawn once for both (its
+    arguments and errors are theirs; ``v1`` the other server's messages, :func:`parse_verifier_messages`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``bool (n,)``: :func:`decide`'s verdicts.
+    """
+    x, proofs, seeds, queries = _check_verifier(params, x, proofs, seeds, queries)
+    _check_messages(params, (("v1", v1),))
+    if v1.shape[0] != len(seeds):
+        raise InvalidMessage(f"verifier messages for {v1.shape[0]} devices, not {len(seeds)}")
+    r, s = _coefficients(params, seeds)
+    return _decide(params, _messages(params, x, proofs, r, queries), v1, s)
+
+
+def _check_messages(params: SketchParams, named: tuple[tuple[str, object], ...]) -> None:
+    """Refuse (InvalidMessage) a verifier message array that is not ``uint64 (n, verifier_length)``
+    field elements."""
     width = params.verifier_length
-    for name, v in (("v0", v0), ("v1", v1)):
+    for name, v in named:
         if not isinstance(v, np.ndarray) or v.dtype != np.uint64 or v.ndim != 2 or v.shape[1] != width:
             raise InvalidMessage(f"{name} must be a uint64 array (n, {width})")
         if v.size and v.max() >= _P:
             raise InvalidMessage(f"{name}: a field element is not below p")
-    if v0.shape != v1.shape:
-        raise InvalidMessage(f"verifier messages for different batches: {v0.shape} and {v1.shape}")
-    _, s = _coefficients(params, _seeds("seeds", seeds, len(v0)))
+
+
+def _decide(params: SketchParams, v0: np.ndarray, v1: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """:func:`decide` of checked messages, the slots' coefficients ``s`` ``(n, c)`` given."""
     if kernels.compiled():  # the same verdicts as the numpy below in one compiled pass
         from secemb.fss._sketchproof_kernels import decide_core
 

@@ -21,7 +21,7 @@ from secemb.fss.hashing import sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import TAG_BYTES, U64
 
-__all__ = ["BIND_BYTES", "SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "key_digests", "query_seeds",
+__all__ = ["BIND_BYTES", "SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "key_digests", "query_seeds",
            "round_secret", "row_tags", "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
@@ -31,6 +31,10 @@ VERIFY_DOMAIN = b"secemb-verify-upload"
 #: the servers' shared sketch key and a device's binding ``tau``
 SKETCH_KEY_BYTES = 32
 BIND_BYTES = 32
+#: SHA-256's block, and HMAC's pads of it (RFC 2104)
+_BLOCK = 64
+_IPAD = int.from_bytes(b"\x36" * _BLOCK, "big")
+_OPAD = int.from_bytes(b"\x5c" * _BLOCK, "big")
 
 
 def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -98,33 +102,53 @@ def round_secret(sketch_key: bytes, round_id: int) -> bytes:
     return hmac.digest(sketch_key, b"secemb-sketch-round" + U64.pack(round_id), "sha256")
 
 
+def _hmac_many(key: bytes, head: bytes, tails: np.ndarray) -> list[bytes]:
+    """``HMAC-SHA256(key, head || tails[i])[:16]`` of every row of ``tails`` (uint8 (n, L)): the
+    inner and the outer hashes each one :func:`~secemb.fss.hashing.sha256_many` batch (RFC 2104
+    with the key padded to SHA-256's 64-byte block; the same bytes as :func:`hmac.digest`).  A batch's
+    derivations cost two kernel calls, not ``n`` Python HMACs."""
+    if len(key) > _BLOCK:  # RFC 2104 would hash it first; the round secret is 32 bytes
+        raise InvalidParameters(f"an HMAC key here is at most {_BLOCK} bytes")
+    padded = int.from_bytes(key.ljust(_BLOCK, b"\0"), "big")
+    inner = sha256_many((padded ^ _IPAD).to_bytes(_BLOCK, "big") + head, tails)
+    outer = sha256_many((padded ^ _OPAD).to_bytes(_BLOCK, "big"), inner).tobytes()
+    return [outer[i : i + SKETCH_SEED_BYTES] for i in range(0, len(outer), 32)]
+
+
+def _user_tails(users: list[int], digests: list[bytes] | None = None) -> np.ndarray:
+    """uint8 (n, 8 [+ 32]): each user's ``u64 user`` (little-endian), then its 32-byte digest."""
+    ids = np.array(users, np.uint64).astype("<u8").view(np.uint8).reshape(len(users), 8)
+    if digests is None:
+        return ids
+    if len(digests) != len(users) or any(len(d) != 32 for d in digests):
+        raise InvalidParameters("a 32-byte digest a user is needed")
+    return np.concatenate([ids, np.frombuffer(b"".join(digests), np.uint8).reshape(len(users), 32)], axis=1)
+
+
 def sketch_seeds(s_round: bytes, round_id: int, users: list[int], digests: list[bytes]) -> list[bytes]:
     """With relay: each user's sketch seed ``c_u = HMAC-SHA256(s_round, b"secemb-sketch" || u64
     round || u64 user || D)[:16]``, ``D`` (32 bytes) the digest of the key part server 0 forwards
-    (both servers hold the same: server 1 checks the forward against it)."""
-    head = b"secemb-sketch" + U64.pack(round_id)
-    return [hmac.digest(s_round, head + U64.pack(u) + d, "sha256")[:SKETCH_SEED_BYTES]
-            for u, d in zip(users, digests, strict=True)]
+    (both servers hold the same: server 1 checks the forward against it); one batch
+    (:func:`_hmac_many`)."""
+    return _hmac_many(s_round, b"secemb-sketch" + U64.pack(round_id), _user_tails(users, digests))
 
 
 def sketch_halves(s_round: bytes, round_id: int, users: list[int], digests: list[bytes]) -> list[tuple[bytes, bytes]]:
     """Without relay: per user both servers' halves ``c_b = HMAC-SHA256(s_round, b"secemb-sketch-half"
     || u8 b || u64 round || u64 user || K)[:16]`` (``b`` = 0, 1) of its sketch seed ``c_u = c_0 XOR
     c_1``, ``K`` (32 bytes) the digest of the server's own copy of its shared key part: server ``b``
-    sends the device ``c_b`` and computes ``c_u`` for its own walk from both."""
-    def half(b: int, tail: bytes) -> bytes:
-        return hmac.digest(s_round, b"secemb-sketch-half" + bytes([b]) + tail, "sha256")[:SKETCH_SEED_BYTES]
-
-    tails = [U64.pack(round_id) + U64.pack(u) + d for u, d in zip(users, digests, strict=True)]
-    return [(half(0, t), half(1, t)) for t in tails]
+    sends the device ``c_b`` and computes ``c_u`` for its own walk from both; one batch a half
+    (:func:`_hmac_many`)."""
+    tails = _user_tails(users, digests)
+    h0, h1 = (_hmac_many(s_round, b"secemb-sketch-half" + bytes([b]) + U64.pack(round_id), tails) for b in (0, 1))
+    return list(zip(h0, h1, strict=True))
 
 
 def query_seeds(s_round: bytes, round_id: int, users: list[int]) -> list[bytes]:
     """Each user's 16-byte query seed of its sketch proof, ``HMAC-SHA256(s_round,
     b"secemb-sketch-query" || u64 round || u64 user)[:16]``: both servers derive it, the device
-    never learns it (no message carries it)."""
-    head = b"secemb-sketch-query" + U64.pack(round_id)
-    return [hmac.digest(s_round, head + U64.pack(u), "sha256")[:16] for u in users]
+    never learns it (no message carries it); one batch (:func:`_hmac_many`)."""
+    return _hmac_many(s_round, b"secemb-sketch-query" + U64.pack(round_id), _user_tails(users))
 
 
 def binding(round_id: int, seed: bytes, sigma: bytes) -> bytes:
@@ -134,3 +158,18 @@ def binding(round_id: int, seed: bytes, sigma: bytes) -> bytes:
     a device given a wrong ``c_u`` fails whatever its data.  The user id is not hashed (a device's
     role does not know it): ``c_u`` is already a PRF of it, and ``sigma`` is the device's own."""
     return hashlib.sha256(b"secemb-sketch-bind" + U64.pack(round_id) + seed + sigma).digest()
+
+
+def bindings(round_id: int, seeds: list[bytes], sigmas: list[bytes]) -> list[bytes]:
+    """:func:`binding` of each sketch seed ``seeds[i]`` (16 bytes) and proof seed ``sigmas[i]``
+    (16 bytes), hashed as one batch (:func:`~secemb.fss.hashing.sha256_many`).
+
+    Raises
+    ------
+    InvalidParameters: the lists differ in length or a seed is not 16 bytes.
+    """
+    if len(seeds) != len(sigmas) or any(len(v) != SKETCH_SEED_BYTES for v in (*seeds, *sigmas)):
+        raise InvalidParameters("bindings: a 16-byte sketch seed and sigma a device")
+    rows = np.frombuffer(b"".join(c + s for c, s in zip(seeds, sigmas, strict=True)), np.uint8).reshape(len(seeds), 32)
+    out = sha256_many(b"secemb-sketch-bind" + U64.pack(round_id), rows).tobytes()
+    return [out[i : i + BIND_BYTES] for i in range(0, len(out), BIND_BYTES)]

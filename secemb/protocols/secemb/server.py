@@ -43,7 +43,7 @@ from secemb.protocols.secemb.bounds import (
 from secemb.protocols.secemb.checks import (
     SKETCH_KEY_BYTES,
     VERIFY_DOMAIN,
-    binding,
+    bindings,
     key_digests,
     query_seeds,
     round_secret,
@@ -702,21 +702,38 @@ class SecEmbServer(ServerRole):
         refused item's error is put in its place of ``out``.  A user listed twice: the second
         is refused as one that already uploaded.  Server 0 with verified uploads: an upload
         whose sketch proof share (:meth:`_proof_share`) holds an element not below ``p`` is
-        refused (:class:`InvalidMessage`)."""
+        refused (:class:`InvalidMessage`, :func:`~secemb.fss.sketchproof.check_message`'s); the
+        shares of the batch's messages of the round's length are read as one buffer
+        (:meth:`_proof_passes`), any other message's (if it opens) on its own."""
         cfg = self._cfg()
         opener = Opener(NAME, kind, self.party, cfg.round_id, size)
-        proof = self.verify and self.party == 0 and kind == "upload"
+        params = sketch_params(cfg) if self.verify and self.party == 0 and kind == "upload" else None
+        passes = self._proof_passes(items, HEADER_BYTES + size, params)
 
-        def take(user_id: int, message: bytes, seen: set[int]) -> memoryview:
+        def take(user_id: int, message: tuple[int, bytes], seen: set[int]) -> memoryview:
             if user_id in seen:
                 raise ProtocolError(f"user {user_id} already uploaded in round {cfg.round_id}")
             self._check_upload(user_id)
-            body = opener(message)
-            if proof:
-                sketchproof.check_message(sketch_params(cfg), self._proof_share(body))
+            body = opener(message[1])
+            if params is not None and not passes.get(message[0], False):
+                sketchproof.check_message(params, self._proof_share(body))  # raises where the batch's read failed
             return body
 
-        return sift(items, out, take)
+        return sift([(u, (i, m)) for i, (u, m) in enumerate(items)], out, take)
+
+    def _proof_passes(self, items: list[tuple[int, bytes]], total: int,
+                      params: sketchproof.SketchParams | None) -> dict[int, bool]:
+        """Server 0 with verified uploads (``params``; else empty): per index of ``items`` whose
+        message is ``bytes`` of the round's ``total`` length (header and body), whether the sketch
+        proof share where :meth:`_proof_share` reads it holds field elements only, from one read of
+        all of them (whether the message opens is :meth:`_open_uploads`' check)."""
+        if params is None:
+            return {}
+        end = total - (DENSE_COMMIT_BYTES if self._bound is not None and not self.relay else 0)
+        start = end - params.proof_bytes
+        at = [i for i, (_, m) in enumerate(items) if type(m) is bytes and len(m) == total]
+        ok = sketchproof.well_formed(params, [memoryview(items[i][1])[start:end] for i in at])
+        return dict(zip(at, ok.tolist(), strict=True))
 
     def handle_upload(self, user_id: int, message: bytes) -> bytes | None:
         """Absorb an upload; what to forward (``None``: nothing, without relay)."""
@@ -845,17 +862,17 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"user {u!r} did not upload in round {self._cfg().round_id}")
         return cast("list[_Absorbed]", got)
 
-    def _sketch_messages(self, users: list[int], absorbed: list[_Absorbed], shares: np.ndarray) -> np.ndarray:
-        """This server's sketch verifier messages (uint64 (n, verifier_length)) of absorbed
-        ``users`` under their proof ``shares`` (uint64 (n, proof_length)): on its input shares of
-        their sketch values (:func:`~secemb.fss.sketch.server_inputs`), with their sketch seeds and
-        query seeds (:func:`~secemb.protocols.secemb.checks.query_seeds`)."""
+    def _sketch_inputs(self, users: list[int], absorbed: list[_Absorbed]) -> tuple[np.ndarray, list[bytes],
+                                                                                   list[bytes]]:
+        """What this server's sketch verifier messages of absorbed ``users`` take beside the proof
+        shares: its input shares of their sketch values (:func:`~secemb.fss.sketch.server_inputs`,
+        uint64 (n, S, 3)), their sketch seeds and their query seeds
+        (:func:`~secemb.protocols.secemb.checks.query_seeds`)."""
         cfg = self._cfg()
         checks = [cast("_Sketch", a.check) for a in absorbed]
         values = np.stack([c.values for c in checks]).reshape(-1, 3)
         x = server_inputs(values, self.party).reshape(len(users), cfg.slots, 3)
-        return sketchproof.verifier_messages(sketch_params(cfg), x, shares, [c.seed for c in checks],
-                                             query_seeds(self._secret, cfg.round_id, users))
+        return x, [c.seed for c in checks], query_seeds(self._secret, cfg.round_id, users)
 
     def verify_answer(self, users: list[int]) -> bytes:
         """Server 1, verified uploads: its sketch check's answer for uploaded ``users`` (sent to
@@ -877,14 +894,16 @@ class SecEmbServer(ServerRole):
             return b""
         cfg = self._cfg()
         absorbed = self._uploaded_checks(users)
-        sigmas = [self._sigmas.get(u, b"") for u in users]
-        bound = np.array([len(s) == SIGMA_BYTES and a.sketch is not None and hmac.compare_digest(
-            a.sketch, binding(cfg.round_id, cast("_Sketch", a.check).seed, s)) for a, s in zip(absorbed, sigmas,
-                                                                                               strict=True)], bool)
+        x, seeds, queries = self._sketch_inputs(users, absorbed)
+        sent = [self._sigmas.get(u, b"") for u in users]
+        has = [len(s) == SIGMA_BYTES for s in sent]
+        sigmas = [s if ok else bytes(SIGMA_BYTES) for s, ok in zip(sent, has, strict=True)]  # refused below
+        taus = bindings(cfg.round_id, seeds, sigmas)
+        bound = np.array([ok and a.sketch is not None and hmac.compare_digest(a.sketch, t)
+                          for ok, a, t in zip(has, absorbed, taus, strict=True)], bool)
         params = sketch_params(cfg)
-        shares = sketchproof.server1_shares(params, [s if ok else bytes(SIGMA_BYTES) for s, ok in
-                                                     zip(sigmas, bound.tolist(), strict=True)])
-        return sketchproof.encode_verifier_messages(params, self._sketch_messages(users, absorbed, shares), ~bound)
+        messages = sketchproof.verifier_messages(params, x, sketchproof.server1_shares(params, sigmas), seeds, queries)
+        return sketchproof.encode_verifier_messages(params, messages, ~bound)
 
     def verify_rejected(self, users: list[int], answer: bytes) -> set[int]:
         """Server 0, verified uploads: the users of ``users`` (uploaded; the list server 1 answered
@@ -908,8 +927,8 @@ class SecEmbServer(ServerRole):
         params = sketch_params(cfg)
         v1, refused = sketchproof.parse_verifier_messages(params, answer, len(users))
         shares = sketchproof.parse(params, [cast("bytes", a.sketch) for a in absorbed])
-        ok = sketchproof.decide(params, self._sketch_messages(users, absorbed, shares), v1,
-                                [cast("_Sketch", a.check).seed for a in absorbed]) & ~refused
+        x, seeds, queries = self._sketch_inputs(users, absorbed)
+        ok = sketchproof.verify(params, x, shares, seeds, queries, v1) & ~refused
         return {u for u, good in zip(users, ok.tolist(), strict=True) if not good}
 
     # -- bounded payloads (issue 34 (b); secemb.protocols.secemb.bounds) -------------------
