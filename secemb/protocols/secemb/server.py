@@ -909,8 +909,9 @@ class SecEmbServer(ServerRole):
         """Server 0, verified uploads: the users of ``users`` (uploaded; the list server 1 answered
         for with :meth:`verify_answer`, in its order) that fail the sketch check -- server 1 refused
         them (their binding ``tau`` did not match: a wrong sketch seed or ``sigma``), or
-        :func:`~secemb.fss.sketchproof.decide` on this server's verifier messages (its input shares
-        and the proof shares the devices uploaded) and server 1's rejects them.  They are left out of
+        :func:`~secemb.fss.sketchproof.verify` (:func:`~secemb.fss.sketchproof.decide` on this
+        server's verifier messages -- its input shares and the proof shares the devices uploaded --
+        and server 1's, the coefficients drawn once) rejects them.  They are left out of
         the aggregate like a digest mismatch.  The empty set without verified uploads, at server 1
         and for no users.
 
