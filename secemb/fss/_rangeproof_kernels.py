@@ -218,7 +218,7 @@ _I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _V2, _V4 = ir.VectorType(_I64, 2), ir.VectorType(_I32, 4)
 #: round constants of AES-256's key schedule (FIPS 197, 5.2): seven rounds of ``aeskeygenassist``
 _RCON = (0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40)
-#: counter blocks a pass of :func:`_ctr_blocks` (their rounds interleaved)
+#: counter blocks a pass of :func:`ctr_blocks` (their rounds interleaved)
 CTR_BLOCKS = 8
 
 
@@ -239,7 +239,7 @@ def _prefix_xor(builder: ir.IRBuilder, k: ir.Value) -> ir.Value:
 
 
 @intrinsic
-def _schedule256(typingctx, key, out):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+def schedule256(typingctx, key, out):  # noqa: ANN001, ANN201 - numba intrinsic protocol
     """The 15 round keys of AES-256 (FIPS 197, 5.2) of the 32 bytes at address ``key``, 16 bytes
     each, stored at address ``out``: ``aeskeygenassist`` with the round constants (words ``w[i]``
     for ``i`` a multiple of 8: ``SubWord(RotWord(w[i-1])) ^ rcon``, the last word of its result),
@@ -269,7 +269,7 @@ def _schedule256(typingctx, key, out):  # noqa: ANN001, ANN201 - numba intrinsic
 
 
 @intrinsic
-def _ctr_blocks(typingctx, schedule, first, dst):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+def ctr_blocks(typingctx, schedule, first, dst):  # noqa: ANN001, ANN201 - numba intrinsic protocol
     """:data:`CTR_BLOCKS` keystream blocks ``AES-256_k(j)``, ``j = first, first + 1, ..`` (the
     128-bit big-endian counter block: ``first`` below ``2^64 - CTR_BLOCKS``, so the high 64 bits
     stay 0), under the 15 round keys at address ``schedule``, stored at address ``dst``."""
@@ -335,7 +335,7 @@ def _ctr_rows(keys, out, stride, passes):  # noqa: ANN001, ANN201
     span = 16 * CTR_BLOCKS
     schedule = np.empty(15 * 16, np.uint8)
     for i in range(keys.shape[0]):
-        _schedule256(keys[i].ctypes.data, schedule.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps typingctx
+        schedule256(keys[i].ctypes.data, schedule.ctypes.data)  # type: ignore[call-arg]  # numba's stub keeps typingctx
         at = out.ctypes.data + i * stride
         for p in range(passes):
-            _ctr_blocks(schedule.ctypes.data, np.uint64(p * CTR_BLOCKS), at + p * span)
+            ctr_blocks(schedule.ctypes.data, np.uint64(p * CTR_BLOCKS), at + p * span)

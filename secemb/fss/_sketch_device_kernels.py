@@ -23,7 +23,7 @@ from numba import njit
 
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _sketch_kernels' helpers
 from secemb.fss._aesni import BLOCKS, LANES, key_expand, mmo_blocks
-from secemb.fss._rangeproof_kernels import CTR_BLOCKS, _ctr_blocks, _schedule256
+from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_blocks, schedule256
 from secemb.fss._sketch_kernels import mac128, red128
 
 __all__ = ["device_inputs_core", "device_core", "coefficients_core"]
@@ -55,7 +55,7 @@ def device_inputs_core(key, ctr_key, alphas, leaf0, leaf1, out):  # noqa: ANN001
     for b in range(0, hashed.shape[0], BLOCKS):
         mmo_blocks(rks.ctypes.data, base + 16 * b, base + 16 * b)
     schedule = np.empty(15 * 16, np.uint8)
-    _schedule256(ctr_key.ctypes.data, schedule.ctypes.data)
+    schedule256(ctr_key.ctypes.data, schedule.ctypes.data)
     last = 0
     for k in range(k_all):
         last = max(last, alphas[k] // CTR_BLOCKS)
@@ -66,7 +66,7 @@ def device_inputs_core(key, ctr_key, alphas, leaf0, leaf1, out):  # noqa: ANN001
         a = alphas[k]
         q = a // CTR_BLOCKS
         if not drawn[q]:
-            _ctr_blocks(schedule.ctypes.data, np.uint64(q * CTR_BLOCKS), stream.ctypes.data + 16 * q * CTR_BLOCKS)
+            ctr_blocks(schedule.ctypes.data, np.uint64(q * CTR_BLOCKS), stream.ctypes.data + 16 * q * CTR_BLOCKS)
             drawn[q] = True
         r_words[k, 0], r_words[k, 1] = stream[a, 0], stream[a, 1]
     device_core(r_words, hashed, out)

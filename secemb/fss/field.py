@@ -54,10 +54,12 @@ __all__ = [
     "from_uniform_bytes",
     "expand",
     "expand_many",
+    "stream_words",
     "xof",
     "to_bytes",
     "from_canonical_bytes",
     "lagrange_coefficients",
+    "barycentric",
 ]
 
 #: The field's modulus, the Mersenne prime 2^61 - 1
@@ -296,7 +298,7 @@ def expand(seed: bytes, count: int) -> np.ndarray:
 def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
     """:func:`expand` of each 16-byte secret seed, as one batch: ``uint64 (len(seeds), count)``,
     row ``i`` equal to ``expand(seeds[i], count)``.  Each seed's stream is encrypted at ``count``
-    words straight into its row (:func:`_stream_words`), and the shift and the search for ``p`` run
+    words straight into its row (:func:`stream_words`), and the shift and the search for ``p`` run
     once over the whole batch: only the key set-up stays per seed.  A row whose first ``count``
     words hold ``p`` (probability about ``count 2^-61``) is made again by :func:`expand`, the
     specification, which skips it.
@@ -309,14 +311,14 @@ def expand_many(seeds: Sequence[bytes], count: int) -> np.ndarray:
         raise InvalidParameters(f"seed must be {SEED_BYTES} bytes, got {[len(seed) for seed in seeds]}")
     if count < 0:
         raise InvalidParameters(f"count must be non-negative, got {count}")
-    out = _stream_words(seeds, count)
+    out = stream_words(seeds, count)
     out >>= _S3
     for i in np.flatnonzero(np.any(out == _P, axis=1)).tolist():
         out[i] = expand(seeds[i], count)
     return out
 
 
-def _stream_words(seeds: Sequence[bytes], count: int) -> np.ndarray:
+def stream_words(seeds: Sequence[bytes], count: int) -> np.ndarray:
     """``uint64 (len(seeds), count)``: the first ``count`` little-endian 64-bit words of each 16-byte
     seed's :func:`secemb.randomness.expand_seed` stream, each written into its row of one buffer:
     with the compiled kernels by one AES-NI pass over all the seeds' AES-256-CTR streams
@@ -368,7 +370,7 @@ def from_canonical_bytes(data: bytes | memoryview, count: int, what: str = "fiel
 
 
 @cache
-def _barycentric(n: int) -> np.ndarray:
+def barycentric(n: int) -> np.ndarray:
     """Barycentric weights ``w_j = 1 / prod_{m != j} (j - m) = (-1)^(n-1-j) / (j! (n-1-j)!)`` of the
     nodes ``0..n-1`` (computed with Python ints, once per ``n``)."""
     fact = [1] * n
@@ -415,7 +417,7 @@ def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
         from secemb.fss._rangeproof_kernels import lagrange_rows
 
         rows = np.empty((x.size, n), dtype=np.uint64)
-        lagrange_rows(x.reshape(-1), _barycentric(n), rows)
+        lagrange_rows(x.reshape(-1), barycentric(n), rows)
         return rows.reshape(*x.shape, n)
     before = np.empty((x.size, n), dtype=np.uint64)  # prod_{m < j} (x - m)
     after = np.empty((x.size, n), dtype=np.uint64)  # prod_{m > j} (x - m)
@@ -429,5 +431,5 @@ def lagrange_coefficients(n: int, x: npt.ArrayLike) -> np.ndarray:
         for j in range(n - 2, -1, -1):
             products[j] = products[j + 1] * diff[j + 1] % P
         after[row] = products
-    out = mul(mul(before, after), _barycentric(n))
+    out = mul(mul(before, after), barycentric(n))
     return out.reshape(*x.shape, n)

@@ -129,7 +129,7 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     """The AES keys and coefficients ``r`` of ``n`` devices' sketch seeds over ``mp`` padded
     positions: ``SHAKE-128(EXPAND_TAG || c_u)``, 16 bytes the key ``k_u`` and 16 the stream seed
     ``s_r``, then ``r_x`` block ``x`` of ``s_r``'s AES-256-CTR stream mod ``p`` (module docstring);
-    one SHAKE call a device, the streams in one batch (:func:`secemb.fss.field._stream_words`: one
+    one SHAKE call a device, the streams in one batch (:func:`secemb.fss.field.stream_words`: one
     AES-NI pass with the compiled kernels) and, with them, the reduction and ``r^2`` in one
     compiled call (:func:`secemb.fss._sketch_device_kernels.coefficients_core`).
 
@@ -141,7 +141,7 @@ def expand(seeds: Sequence[bytes], mp: int) -> Expanded:
     n = len(seeds)
     parts = [_shake(seed) for seed in seeds]
     keys = np.frombuffer(b"".join(key for key, _ in parts), np.uint8).reshape(n, _AES_KEY_BYTES).copy()
-    words = field._stream_words([s_r for _, s_r in parts], 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
+    words = field.stream_words([s_r for _, s_r in parts], 2 * mp)  # (n, 2 mp): r_x's lo, hi at 2x, 2x + 1
     if kernels.compiled():  # the same field elements as from_uniform_bytes and mul, in one pass
         from secemb.fss._sketch_device_kernels import coefficients_core
 
@@ -207,7 +207,7 @@ class SketchCheck:
     per_user: keys per device (``K = n per_user``).
 
     :meth:`add` takes the groups of :func:`secemb.fss.tree.leaf_groups` (row ``key F + f``
-    holds positions ``[f 2^s, (f + 1) 2^s)``), as :meth:`secemb.fss.verify.LeafCheck.add`;
+    holds positions ``[f 2^s, (f + 1) 2^s)``: the walk's leaf groups, :func:`secemb.fss.fused.retrieve_and_prepare`);
     :attr:`values` is uint64 (K, 3), ``(A_b, B_b, C_b)`` mod ``p`` in ``[0, p)`` of this server's
     leaves (its share of ``x_k`` is :func:`server_inputs` of them).
 

@@ -557,7 +557,7 @@ def _messages(params: SketchParams, x: np.ndarray, proofs: np.ndarray, r: np.nda
 
         wire_rows = np.empty((n, 2, m + 2), np.uint64)
         gadget_rows = np.empty((n, 2, params.gadget_nodes), np.uint64)
-        query_rows(points.reshape(-1), F._barycentric(m + 2), F._barycentric(params.gadget_nodes),  # noqa: SLF001 - field's cached weights
+        query_rows(points.reshape(-1), F.barycentric(m + 2), F.barycentric(params.gadget_nodes),
                    wire_rows.reshape(2 * n, m + 2), gadget_rows.reshape(2 * n, params.gadget_nodes))
         messages_core(np.ascontiguousarray(x), np.ascontiguousarray(proofs), r, wire_rows, gadget_rows,
                       params.chunk, out)

@@ -47,7 +47,7 @@ def test_expand_many_takes_seeds_as_any_bytes_like_object() -> None:
 
 def _fake_streams(monkeypatch: pytest.MonkeyPatch, streams: dict[bytes, list[int]]) -> list[int]:
     """Replace the AES-CTR streams of the given seeds (``expand_seed`` as :mod:`secemb.fss.field` calls
-    it, and ``_stream_words``, its batch form) by the given 64-bit words, read from their start; the
+    it, and ``stream_words``, its batch form) by the given 64-bit words, read from their start; the
     list returned counts the calls, a seed a call."""
     calls: list[int] = []
 
@@ -61,7 +61,7 @@ def _fake_streams(monkeypatch: pytest.MonkeyPatch, streams: dict[bytes, list[int
         return np.array([fake(seed, (count,), None) for seed in seeds], dtype=np.uint64).reshape(len(seeds), count)
 
     monkeypatch.setattr(F, "expand_seed", fake)
-    monkeypatch.setattr(F, "_stream_words", fake_batch)
+    monkeypatch.setattr(F, "stream_words", fake_batch)
     return calls
 
 

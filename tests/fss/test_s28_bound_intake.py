@@ -1,7 +1,7 @@
 """Issue 34 (session 28, helper B): the bound check's intake at the servers with less glue.
 
 * :func:`secemb.fss.field.expand_many` writes each seed's stream straight into its row
-  (``field._stream_words``: one compiled AES-NI pass over the batch,
+  (``field.stream_words``: one compiled AES-NI pass over the batch,
   :func:`secemb.fss._rangeproof_kernels.ctr_streams`, or a ``cryptography`` cipher a seed) instead
   of going through :func:`secemb.randomness.expand_seed`: the words are checked against
   ``expand_seed``'s (the specification of the stream) on both backends, at counts that end inside
@@ -47,7 +47,7 @@ def test_stream_words_are_expand_seeds_words(n: int, count: int, backend: str, m
     = 8 blocks) and just after it, and the range proof's 833: every word, every row."""
     monkeypatch.setattr(kernels, "BACKEND", backend)
     seeds = [os.urandom(16) for _ in range(n)]
-    got = F._stream_words(seeds, count)
+    got = F.stream_words(seeds, count)
     assert got.shape == (n, count) and got.dtype == np.uint64 and got.flags.c_contiguous
     for row, seed in zip(got, seeds, strict=True):
         assert row.tolist() == expand_seed(seed, (count,), np.dtype("<u8")).tolist()
@@ -59,7 +59,7 @@ def test_stream_words_take_any_bytes_like_seed(backend: str, monkeypatch: pytest
     seeds = [os.urandom(16) for _ in range(3)]
     want = [expand_seed(s, (5,), np.dtype("<u8")).tolist() for s in seeds]
     for kind in (bytes, bytearray, memoryview):
-        assert F._stream_words([kind(s) for s in seeds], 5).tolist() == want
+        assert F.stream_words([kind(s) for s in seeds], 5).tolist() == want
 
 
 @pytest.mark.skipif(not kernels.available(), reason="numba or AES-NI missing")

@@ -49,7 +49,7 @@ def test_query_rows_are_the_lagrange_coefficients(n1: int, n2: int) -> None:
                       np.uint64)
     wire = np.empty((points.size, n1), np.uint64)
     gadget = np.empty((points.size, n2), np.uint64)
-    query_rows(points, F._barycentric(n1), F._barycentric(n2), wire, gadget)
+    query_rows(points, F.barycentric(n1), F.barycentric(n2), wire, gadget)
     for r, x in enumerate(points.tolist()):
         assert wire[r].tolist() == [_lagrange(n1, x, j) for j in range(n1)]
         assert gadget[r].tolist() == [_lagrange(n2, x, j) for j in range(n2)]

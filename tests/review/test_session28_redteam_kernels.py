@@ -74,7 +74,7 @@ by helper B (c0e16bb), S28-E2 and S28-E3 by the lead (``convert_accumulate`` ref
   stores whole AES-256-CTR passes by address) checks that ``out`` holds ``(n - 1) stride + passes
   128`` bytes in int64 arithmetic: for a huge ``stride`` the product wraps negative (three rows at
   ``2^62``: ``2^63 + 128``) and the check passes -- the kernel then stores at ``out + 2^62``, a
-  segmentation fault.  Its one caller (``field._stream_words``) passes ``stride = nbytes = 8 count``
+  segmentation fault.  Its one caller (``field.stream_words``) passes ``stride = nbytes = 8 count``
   with a buffer it allocated, so no wire input gets there.  Fix: refuse ``stride > out.shape[0]``
   first (or compare ``n - 1 <= (out.shape[0] - passes 128) // stride``).
 """
