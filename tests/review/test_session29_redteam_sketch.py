@@ -403,7 +403,10 @@ def test_server_1_cannot_make_a_cheating_device_pass_with_an_honest_devices_mess
     n = len(answer) // 2
     assert rnd.s0.verify_rejected([0, 1], answer) == {1}
     assert rnd.s0.verify_rejected([0, 1], answer[:n] + answer[:n]) == {1}
-    assert rnd.s0.verify_rejected([1, 0], answer) == {0, 1}  # answers in another order: both fail
+    # both roles read the answer in ascending order of user id, whatever the caller's order (lead,
+    # after R's observation: an unsorted list had failed every device); swapped messages fail both
+    assert rnd.s0.verify_rejected([1, 0], answer) == {1}
+    assert rnd.s0.verify_rejected([0, 1], answer[n:] + answer[:n]) == {0, 1}
 
 
 def test_asking_again_or_for_another_user_set_gives_the_same_messages() -> None:
@@ -417,7 +420,8 @@ def test_asking_again_or_for_another_user_set_gives_the_same_messages() -> None:
     full = rnd.s1.verify_answer([0, 1, 2])
     n = len(full) // 3
     assert rnd.s1.verify_answer([2]) == full[2 * n :]
-    assert rnd.s1.verify_answer([2, 0]) == full[2 * n :] + full[:n]
+    assert rnd.s1.verify_answer([2, 0]) == full[:n] + full[2 * n :]  # ascending order of user id
+    assert rnd.s1.verify_answer([2, 2, 0]) == full[:n] + full[2 * n :]
     assert rnd.s1.verify_answer([0, 1, 2]) == full
 
 

@@ -876,7 +876,8 @@ class SecEmbServer(ServerRole):
 
     def verify_answer(self, users: list[int]) -> bytes:
         """Server 1, verified uploads: its sketch check's answer for uploaded ``users`` (sent to
-        server 0 with its upload digests): per user, in order, its verifier message
+        server 0 with its upload digests): per user, in ascending order of user id (whatever the
+        order of ``users``; :meth:`verify_rejected` reads it in that order), its verifier message
         (:func:`~secemb.fss.sketchproof.verifier_messages` on this server's input shares and the
         proof share the device's ``sigma`` expands to), or the refused marker
         (:func:`~secemb.fss.sketchproof.encode_verifier_messages`) where the binding ``tau`` the
@@ -892,6 +893,7 @@ class SecEmbServer(ServerRole):
         """
         if not self.verify or self.party != 1 or not users:
             return b""
+        users = sorted(set(users))
         cfg = self._cfg()
         absorbed = self._uploaded_checks(users)
         x, seeds, queries = self._sketch_inputs(users, absorbed)
@@ -907,7 +909,8 @@ class SecEmbServer(ServerRole):
 
     def verify_rejected(self, users: list[int], answer: bytes) -> set[int]:
         """Server 0, verified uploads: the users of ``users`` (uploaded; the list server 1 answered
-        for with :meth:`verify_answer`, in its order) that fail the sketch check -- server 1 refused
+        for with :meth:`verify_answer`, whose ``answer`` is in ascending order of user id whatever the
+        order of ``users``) that fail the sketch check -- server 1 refused
         them (their binding ``tau`` did not match: a wrong sketch seed or ``sigma``), or
         :func:`~secemb.fss.sketchproof.verify` (:func:`~secemb.fss.sketchproof.decide` on this
         server's verifier messages -- its input shares and the proof shares the devices uploaded --
@@ -923,6 +926,7 @@ class SecEmbServer(ServerRole):
         """
         if not self.verify or self.party != 0 or not users:
             return set()
+        users = sorted(set(users))  # the answer's order (verify_answer)
         cfg = self._cfg()
         absorbed = self._uploaded_checks(users)
         params = sketch_params(cfg)
