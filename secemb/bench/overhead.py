@@ -36,7 +36,8 @@ counts reach its threshold, so one epoch of either run may carry one and the oth
 The other cryptography (:data:`OTHER_CRYPTO`, by category) is timed around the project's functions
 that do nothing but it -- the relay's upload MAC (GMAC), the key / forwarded-part / verified-upload
 SHA-256 digests, the row tags (SHA-NI kernel or hashlib), the sketch check's seeds (HMAC-SHA256) and
-binding, OS randomness
+binding, the sketch check's expansion, device inputs and proof (prover, server 1's proof shares, verifier
+messages and decision), OS randomness
 (:func:`secemb.randomness.system_rng`) -- each replaced in every loaded ``secemb`` module that
 holds it (``from ... import`` binds it there), never :mod:`hashlib` or :mod:`os` themselves.  A
 call made inside another timed one is not counted again.  Not counted: hashes written inline in
@@ -80,7 +81,11 @@ OTHER_CRYPTO: dict[str, tuple[tuple[str, str], ...]] = {
                        ("secemb.protocols.secemb.server", "SecEmbServer.upload_digests")),
     "row tags": (("secemb.fss.hashing", "sha256_many"),),
     "sketch seeds": tuple(("secemb.protocols.secemb.checks", f) for f in ("round_secret", "sketch_seeds",
-                                                                          "sketch_halves", "query_seeds", "binding")),
+                                                                          "sketch_halves", "query_seeds", "binding",
+                                                                          "bindings")),
+    "sketch proof": (("secemb.fss.sketch", "expand"), ("secemb.fss.sketch", "device_inputs"),
+                     *(("secemb.fss.sketchproof", f) for f in ("prove", "server1_shares", "verifier_messages",
+                                                                "verify"))),
     "os randomness": (("secemb.randomness", "system_rng"),),
 }
 
@@ -170,10 +175,11 @@ def _other_crypto_timed(clock: KernelClock) -> Iterator[None]:
     it, every wrapper found in a ``secemb`` module (one imported within the block included) or
     on the class is the original again."""
     from secemb import randomness
-    from secemb.fss import hashing
+    from secemb.fss import hashing, sketch, sketchproof
     from secemb.protocols.secemb import checks, relay, server
 
-    modules = {m.__name__: m for m in (randomness, hashing, checks, relay, server)}  # OTHER_CRYPTO's modules
+    # OTHER_CRYPTO's modules
+    modules = {m.__name__: m for m in (randomness, hashing, sketch, sketchproof, checks, relay, server)}
     swaps: list[tuple[Any, str, Any, Any]] = []  # (class, method name, original, wrapper)
     install: dict[int, Any] = {}  # id(original function) -> its wrapper
     restore: dict[int, Any] = {}  # id(wrapper) -> the original function

@@ -75,7 +75,8 @@ def test_one_run_gives_both_paths_the_same_model() -> None:
     assert [row[0] for row in overhead.table_rows(result)][4] == "beyond / kernels"
     # the other cryptography: the secure epoch's seconds per category, the informative ratio, strict JSON
     by_category = e["other_crypto_by_category_s"]
-    assert {"upload mac", "sha256 digests", "row tags", "sketch seeds", "os randomness"} <= set(by_category)
+    assert {"upload mac", "sha256 digests", "row tags", "sketch seeds", "sketch proof",
+            "os randomness"} <= set(by_category)
     assert set(by_category) <= set(overhead.OTHER_CRYPTO) and min(by_category.values()) >= 0
     assert set(e["secure"]["other_crypto_calls"]) == set(by_category)  # every category was called
     assert e["other_crypto_s"] == pytest.approx(sum(by_category.values()))
