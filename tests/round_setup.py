@@ -50,3 +50,15 @@ def begin(*, layout: str, relay: bool, round_id: int, num_items: int, width: int
     s0.begin_round(cfg, table)
     s1.begin_round(cfg, table)
     return SecEmbRound(proto, cfg, rng, table, s0, s1)
+
+
+def deliver_upload(s0: SecEmbServer, s1: SecEmbServer, relay: bool, uid: int, u0: bytes, u1: bytes | None) -> None:
+    """Device ``uid``'s upload messages ``u0`` (to server 0) and ``u1`` (to server 1; ``None`` with
+    relay) delivered as the round plan routes them: with ``relay`` server 0 forwards to server 1."""
+    fwd = s0.handle_upload(uid, u0)
+    if relay:
+        assert fwd is not None
+        s1.relay_upload(uid, fwd)
+    else:
+        assert u1 is not None
+        s1.handle_upload(uid, u1)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from round_setup import deliver_upload
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError
 from secemb.framing import HEADER_BYTES
@@ -104,13 +105,7 @@ class Round:
         """Device ``uid`` uploads ``rows`` and ``dense`` (its upload to server 0 replaced by
         ``tamper0`` if given); counted in the expected aggregate if ``honest``."""
         u0, u1 = self.users[uid].upload(rows, dense)
-        fwd = self.s0.handle_upload(uid, u0 if tamper0 is None else tamper0(u0))
-        if self.relay:
-            assert fwd is not None
-            self.s1.relay_upload(uid, fwd)
-        else:
-            assert u1 is not None
-            self.s1.handle_upload(uid, u1)
+        deliver_upload(self.s0, self.s1, self.relay, uid, u0 if tamper0 is None else tamper0(u0), u1)
         if honest:
             real = self.slots[uid] >= 0
             np.add.at(self.expected, self.slots[uid][real], rows[real])

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from round_setup import deliver_upload
 
 from secemb import fss
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
@@ -80,13 +81,7 @@ class Round:
         return rows
 
     def send_upload(self, uid: int, u0: bytes, u1: bytes | None) -> None:
-        fwd = self.s0.handle_upload(uid, u0)
-        if self.relay:
-            assert fwd is not None
-            self.s1.relay_upload(uid, fwd)
-        else:
-            assert u1 is not None
-            self.s1.handle_upload(uid, u1)
+        deliver_upload(self.s0, self.s1, self.relay, uid, u0, u1)
 
     def honest(self, uid: int) -> tuple[SecEmbUser, np.ndarray]:
         """An honest device through retrieval and upload; its rows count in :attr:`expected`."""
