@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from round_setup import deliver_upload
 
 from secemb import fss
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, SecembError
@@ -992,14 +993,7 @@ def test_batched_requests_retrieve_and_aggregate_exactly_and_refuse_per_user(lay
         grads = _ring(gen, (cfg.slots, cfg.width), cfg)
         grads[~real] = 0
         dense = _ring(gen, (cfg.dense_size,), cfg)
-        u0, u1 = user.upload(grads, dense)
-        fwd_up = s0.handle_upload(uid, u0)
-        if relay:
-            assert fwd_up is not None
-            s1.relay_upload(uid, fwd_up)
-        else:
-            assert u1 is not None
-            s1.handle_upload(uid, u1)
+        deliver_upload(s0, s1, relay, uid, *user.upload(grads, dense))
         np.add.at(sparse, idx[real], grads[real])
         dense_sum += dense
     got_sparse, got_dense = s0.combine(s1.aggregate_share())
