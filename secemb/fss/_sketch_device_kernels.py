@@ -9,7 +9,7 @@ no OpenSSL cipher object a device); the field loops read them as 128-bit little-
 (two words, low first), reduce each mod ``p = 2^61 - 1``
 (:func:`secemb.fss._sketch_kernels.red128`: the same canonical value as
 :func:`secemb.fss.field.from_uniform_bytes`) and multiply, each product 128 bits
-(:func:`~secemb.fss._sketch_kernels.mac128`) reduced at once.  The device reduces only the ``K``
+(:func:`~secemb.fss._sketch_kernels.mulp`) reduced at once.  The device reduces only the ``K``
 coefficients at its points, drawn by random access, not the ``mp`` of the whole domain.  Both
 equal the numpy reference in :mod:`secemb.fss.sketch` bit for bit
 (``tests/fss/test_s29_sketch_device.py``).  Glue, not DPF kernels: ``bench overhead``'s kernel
@@ -24,7 +24,7 @@ from numba import njit
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _sketch_kernels' helpers
 from secemb.fss._aesni import BLOCKS, LANES, key_expand, mmo_blocks
 from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_blocks, schedule256
-from secemb.fss._sketch_kernels import mac128, red128
+from secemb.fss._sketch_kernels import mulp, red128, subp
 
 __all__ = ["device_inputs_core", "device_core", "coefficients_core"]
 
@@ -81,27 +81,17 @@ def device_core(r_words, hashed, out):  # noqa: ANN001, ANN201
     blocks ``AES(w) XOR w`` of ``leaf0``'s K words, then ``leaf1``'s, the same way, ``z = z_0 - z_1``
     of their residues; ``out`` uint64 (K, 3)."""
     k_all = r_words.shape[0]
-    p = np.uint64((1 << 61) - 1)
-    zero = np.uint64(0)
-    hi, lo = zero, zero
     for k in range(k_all):
         r = red128(r_words[k, 1], r_words[k, 0])
-        z0 = red128(hashed[k, 1], hashed[k, 0])
-        z1 = red128(hashed[k_all + k, 1], hashed[k_all + k, 0])
-        z = z0 - z1 if z0 >= z1 else z0 + p - z1
-        hi, lo = mac128(zero, zero, r, z)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-        rz = red128(hi, lo)
-        hi, lo = mac128(zero, zero, r, rz)
-        out[k, 0], out[k, 1], out[k, 2] = rz, red128(hi, lo), z
+        z = subp(red128(hashed[k, 1], hashed[k, 0]), red128(hashed[k_all + k, 1], hashed[k_all + k, 0]))
+        rz = mulp(r, z)
+        out[k, 0], out[k, 1], out[k, 2] = rz, mulp(r, rz), z
 
 
 @njit(cache=True, nogil=True)
 def coefficients_core(words, r, r2):  # noqa: ANN001, ANN201
     """``r[i] = (words[i, 1] 2^64 + words[i, 0]) mod p`` and ``r2[i] = r[i]^2 mod p``: ``words``
     uint64 (N, 2), ``r`` and ``r2`` uint64 (N,)."""
-    zero = np.uint64(0)
-    hi, lo = zero, zero
     for i in range(words.shape[0]):
         x = red128(words[i, 1], words[i, 0])
-        hi, lo = mac128(zero, zero, x, x)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-        r[i], r2[i] = x, red128(hi, lo)
+        r[i], r2[i] = x, mulp(x, x)

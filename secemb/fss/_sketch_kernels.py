@@ -40,8 +40,8 @@ from numba.extending import intrinsic
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _aesni's intrinsics
 from secemb.fss._aesni import BLOCKS, IFMA, LANES, SKETCH_CHUNKS, key_expand, mmo_blocks, sketch_leaves
 
-__all__ = ["LANES", "mac128", "red64", "fold128", "red128", "addp", "sketch_accumulate", "sketch_accumulate_scalar",
-           "sketch_accumulate_ifma", "sketch_schedules"]
+__all__ = ["LANES", "mac128", "red64", "fold128", "red128", "addp", "subp", "mulp", "sketch_accumulate",
+           "sketch_accumulate_scalar", "sketch_accumulate_ifma", "sketch_schedules"]
 
 
 
@@ -92,6 +92,21 @@ def addp(a, b):  # noqa: ANN001, ANN201
     m = np.uint64(0x1FFFFFFFFFFFFFFF)
     s = a + b
     return s - m if s >= m else s
+
+
+@njit(inline="always")
+def subp(a, b):  # noqa: ANN001, ANN201
+    """``a - b mod p`` for ``a, b`` in ``[0, p)``."""
+    return a - b if a >= b else a + np.uint64(0x1FFFFFFFFFFFFFFF) - b
+
+
+@njit(inline="always")
+def mulp(a, b):  # noqa: ANN001, ANN201
+    """``a b mod p`` for ``a, b`` in ``[0, p)``: one 128-bit product (:func:`mac128`), reduced at once."""
+    zero = np.uint64(0)
+    hi, lo = zero, zero
+    hi, lo = mac128(hi, lo, a, b)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    return red128(hi, lo)
 
 
 @njit(cache=True, nogil=True)

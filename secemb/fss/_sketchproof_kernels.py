@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _sketch_kernels' helpers
-from secemb.fss._sketch_kernels import addp, mac128, red128
+from secemb.fss._sketch_kernels import addp, mac128, mulp, red128, subp
 
 __all__ = ["SHORT", "prove_core", "messages_core", "query_rows", "reduce_words", "decide_core"]
 
@@ -44,27 +44,12 @@ def _dot(a, b):  # noqa: ANN001, ANN202
 
 
 @njit(inline="always")
-def _mulp(a, b):  # noqa: ANN001, ANN202
-    """``a b mod p`` for field elements."""
-    zero = np.uint64(0)
-    hi, lo = zero, zero
-    hi, lo = mac128(hi, lo, a, b)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
-    return red128(hi, lo)
-
-
-@njit(inline="always")
-def _subp(a, b):  # noqa: ANN001, ANN202
-    """``a - b mod p`` for field elements."""
-    return a - b if a >= b else a + _P - b
-
-
-@njit(inline="always")
 def _gadget(y, s):  # noqa: ANN001, ANN202
     """``G_s(y) = sum_i s[i] (y[3i]^2 - y[3i+1] y[3i+2]) mod p`` for ``3 len(s)`` wire values ``y``."""
     out = np.uint64(0)
     for i in range(s.shape[0]):
         a, b, c = y[3 * i], y[3 * i + 1], y[3 * i + 2]
-        out = addp(out, _mulp(s[i], _subp(_mulp(a, a), _mulp(b, c))))
+        out = addp(out, mulp(s[i], subp(mulp(a, a), mulp(b, c))))
     return out
 
 
@@ -113,23 +98,23 @@ def prove_core(x, coefficients, wire_words, calls, stream, chunk, out):  # noqa:
         a, b, c = x[k, 0], x[k, 1], x[k, 2]
         t, i = k // chunk + 1, 3 * (k % chunk)
         nodes[t, i], nodes[t, i + 1], nodes[t, i + 2] = a, b, c
-        if bad < 0 and _mulp(a, a) != _mulp(b, c):
+        if bad < 0 and mulp(a, a) != mulp(b, c):
             bad = k
     for j in range(big_l):
-        out[j] = _subp(nodes[0, j], out[j])
-        out[big_l + j] = _subp(nodes[deg, j], out[big_l + j])
+        out[j] = subp(nodes[0, j], out[j])
+        out[big_l + j] = subp(nodes[deg, j], out[big_l + j])
     for t in range(deg + 1):
-        out[2 * big_l + t] = _subp(_gadget(nodes[t], s), out[2 * big_l + t])
+        out[2 * big_l + t] = subp(_gadget(nodes[t], s), out[2 * big_l + t])
     diff = nodes  # in place: row deg - k becomes nabla^k f(deg)
     for level in range(1, deg + 1):
         for t in range(deg - level + 1):
             for j in range(big_l):
-                diff[t, j] = _subp(diff[t + 1, j], diff[t, j])
+                diff[t, j] = subp(diff[t + 1, j], diff[t, j])
     for t in range(deg + 1, 2 * deg + 1):  # the nodes M+2..2M+2: row deg becomes f(t)
         for row in range(1, deg + 1):
             for j in range(big_l):
                 diff[row, j] = addp(diff[row, j], diff[row - 1, j])
-        out[2 * big_l + t] = _subp(_gadget(diff[deg], s), out[2 * big_l + t])
+        out[2 * big_l + t] = subp(_gadget(diff[deg], s), out[2 * big_l + t])
     return bad
 
 
@@ -189,15 +174,15 @@ def query_rows(points, wire_weights, gadget_weights, wire_rows, gadget_rows):  #
             gadget_rows[r, j] = acc
             if j < n1:
                 wire_rows[r, j] = acc
-            acc = _mulp(acc, x - np.uint64(j))
+            acc = mulp(acc, x - np.uint64(j))
         acc = one
         for j in range(n2 - 1, -1, -1):  # times prod_(m > j, m < n2) (x - m), times w_j
-            gadget_rows[r, j] = _mulp(_mulp(gadget_rows[r, j], acc), gadget_weights[j])
-            acc = _mulp(acc, x - np.uint64(j))
+            gadget_rows[r, j] = mulp(mulp(gadget_rows[r, j], acc), gadget_weights[j])
+            acc = mulp(acc, x - np.uint64(j))
         acc = one
         for j in range(n1 - 1, -1, -1):  # the same over the wire nodes
-            wire_rows[r, j] = _mulp(_mulp(wire_rows[r, j], acc), wire_weights[j])
-            acc = _mulp(acc, x - np.uint64(j))
+            wire_rows[r, j] = mulp(mulp(wire_rows[r, j], acc), wire_weights[j])
+            acc = mulp(acc, x - np.uint64(j))
 
 
 @njit(cache=True, nogil=True)
