@@ -434,15 +434,18 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
 
 
 @njit(inline="always")
-def _group_size(key, last, spread, period, start, n):  # noqa: ANN001, ANN202
-    """How many keys of ``key``'s class, ``key, key + spread, ..``, up to :data:`GROUP` and not
-    past ``last``, :func:`_rows_by_class` and :func:`_both_by_class` take together: whole keys
-    only (not one cut by ``start`` or by the words' end ``start + n``); 1 otherwise."""
+def _group_at(key, last, spread, period, start, n, big_m):  # noqa: ANN001, ANN202, PLR0913
+    """The group :func:`_rows_by_class` and :func:`_both_by_class` take at ``key``: its size --
+    how many keys of ``key``'s class, ``key, key + spread, ..``, up to :data:`GROUP` and not past
+    ``last``, whole keys only (not one cut by ``start`` or by the words' end ``start + n``), 1
+    otherwise -- and ``key``'s flat positions ``[lo, hi)`` among the words and its first row
+    ``lo mod big_m``."""
     size = 1
     while (size < GROUP and key + size * spread <= last and key * period >= start
            and (key + size * spread + 1) * period <= start + n):
         size += 1
-    return size
+    lo, hi = max(start, key * period), min(start + n, (key + 1) * period)
+    return size, lo, hi, lo % big_m
 
 
 @njit(cache=True, nogil=True)
@@ -464,9 +467,7 @@ def _rows_by_class(words, nb, rk, acc, start, live, period, blocks, vals, staged
     for cls in range(spread):
         key = first + cls
         while key <= last:
-            size = _group_size(key, last, spread, period, start, n)
-            lo, hi = max(start, key * period), min(start + n, (key + 1) * period)  # the key's flat positions
-            row = lo % big_m
+            size, lo, hi, row = _group_at(key, last, spread, period, start, n, big_m)
             for i in range(lo - start, hi - start):
                 if live[row]:
                     for j in range(size):  # the same position of the group's keys
@@ -509,9 +510,7 @@ def _both_by_class(words, nb, rk, acc, start, live, key_acc, key_t, period, bloc
     for cls in range(spread):
         key = first + cls
         while key <= last:
-            size = _group_size(key, last, spread, period, start, n)
-            lo, hi = max(start, key * period), min(start + n, (key + 1) * period)  # the key's flat positions
-            row = lo % big_m
+            size, lo, hi, row = _group_at(key, last, spread, period, start, n, big_m)
             seg = -1  # this group's segment in the step, none yet
             for i in range(lo - start, hi - start):
                 if live[row]:
