@@ -69,11 +69,11 @@ from secemb.fss.projections import project_affine, project_each
 from secemb.fss.rangeproof import RangeParams
 from secemb.privacy.noise import ClipSpec
 from secemb.protocols.base import RoundConfig
-from secemb.protocols.secemb.sizes import DENSE_COMMIT_BYTES, SIGMA_BYTES, U64
+from secemb.protocols.secemb.sizes import DENSE_COMMIT_BYTES, U64
 from secemb.randomness import SEED_BYTES
 from secemb.ring import FixedPoint
 
-__all__ = ["BOUND_RING_BITS", "CHALLENGE_BYTES", "QUERY_BYTES", "ROWS", "SIGMA_BYTES", "bound_bits", "bound_params",
+__all__ = ["BOUND_RING_BITS", "CHALLENGE_BYTES", "QUERY_BYTES", "ROWS", "bound_bits", "bound_params",
            "clip_norm", "clip_upload", "context", "dense_commitment", "payload_share", "payload_sums", "projected",
            "projected_shares", "upload_vector"]
 

@@ -19,18 +19,17 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.fss.hashing import sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES
-from secemb.protocols.secemb.sizes import TAG_BYTES, U64
+from secemb.protocols.secemb.sizes import BIND_BYTES, TAG_BYTES, U64
 
-__all__ = ["BIND_BYTES", "SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "key_digests", "query_seeds",
+__all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "key_digests", "query_seeds",
            "round_secret", "row_tags", "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
 #: the servers compare
 VERIFY_DOMAIN = b"secemb-verify-upload"
-#: the servers' shared sketch key and a device's binding ``tau``
+#: the servers' shared sketch key
 SKETCH_KEY_BYTES = 32
-BIND_BYTES = 32
 #: SHA-256's block, and HMAC's pads of it (RFC 2104)
 _BLOCK = 64
 _IPAD = int.from_bytes(b"\x36" * _BLOCK, "big")
