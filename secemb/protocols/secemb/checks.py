@@ -7,7 +7,10 @@ retrieval"): both servers hold a 32-byte ``sketch_key`` the devices never see; p
 ``s_round = HMAC-SHA256(sketch_key, b"secemb-sketch-round" || u64 round)`` (:func:`round_secret`).
 From it, per device: its sketch seed ``c_u`` (:func:`sketch_seeds`, with relay) or the servers'
 halves of it (:func:`sketch_halves`, without), the query seed of its proof (:func:`query_seeds`),
-and the binding ``tau`` of ``c_u`` to its proof seed ``sigma`` (:func:`binding`)."""
+and the binding ``tau`` of ``c_u`` to its proof seed ``sigma`` (:func:`binding`).  The server that
+does not send ``c_u`` (or a half) vouches for it with a tag the device checks before it proves
+(:func:`seed_tag` with relay, :func:`half_tags` without; docs/security.md, "A wrong ``c_u`` is
+caught at the device")."""
 
 from __future__ import annotations
 
@@ -19,10 +22,10 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.fss.hashing import sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES
-from secemb.protocols.secemb.sizes import BIND_BYTES, TAG_BYTES, U64
+from secemb.protocols.secemb.sizes import BIND_BYTES, MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
-__all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "key_digests", "query_seeds",
-           "round_secret", "row_tags", "sketch_halves", "sketch_seeds", "suffix_tags"]
+__all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "half_tags", "key_digests", "query_seeds",
+           "round_secret", "row_tags", "seed_tag", "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
@@ -141,6 +144,46 @@ def sketch_halves(s_round: bytes, round_id: int, users: list[int], digests: list
     tails = _user_tails(users, digests)
     h0, h1 = (_hmac_many(s_round, b"secemb-sketch-half" + bytes([b]) + U64.pack(round_id), tails) for b in (0, 1))
     return list(zip(h0, h1, strict=True))
+
+
+def seed_tag(key: bytes, round_id: int, seed: bytes) -> bytes:
+    """With relay: server 1's tag of a device's sketch seed ``c_u``, ``HMAC-SHA256(key,
+    b"secemb-sketch-seed-tag" || u64 round || c_u)[:16]`` (:data:`SEED_TAG_BYTES`), ``key`` the
+    device's one-time relay MAC key (:data:`MAC_KEY_BYTES`), which the device sent server 1 alone
+    and server 0 never sees.  Server 1 appends it to its relay answer; server 0 passes it on after
+    ``c_u`` in its reply and cannot make it for another seed; the device recomputes it and compares
+    before it proves.  The same key's GMAC of the upload
+    (:func:`~secemb.protocols.secemb.relay.upload_mac`) is another primitive (AES-GCM) over
+    another domain: neither output tells anything of the other.
+
+    Raises
+    ------
+    InvalidParameters: ``key`` is not :data:`MAC_KEY_BYTES` bytes or ``seed`` not 16.
+    """
+    if len(key) != MAC_KEY_BYTES or len(seed) != SKETCH_SEED_BYTES:
+        raise InvalidParameters(f"a seed tag takes a {MAC_KEY_BYTES}-byte key and a {SKETCH_SEED_BYTES}-byte seed")
+    return hmac.digest(key, b"secemb-sketch-seed-tag" + U64.pack(round_id) + seed, "sha256")[:SEED_TAG_BYTES]
+
+
+def half_tags(round_id: int, party: int, halves: list[bytes]) -> list[bytes]:
+    """Without relay: the tags of server ``party``'s halves ``c_b`` (16 bytes each) of devices'
+    sketch seeds, ``SHA-256(b"secemb-sketch-half-tag" || u8 party || u64 round || c_b)[:16]``
+    (:data:`SEED_TAG_BYTES`), hashed as one batch (:func:`~secemb.fss.hashing.sha256_many`).  The
+    other server's reply carries the tag of this server's half; the device compares it with the
+    half it got.  Unkeyed on purpose: the tag travels on the other server's own channel, so the
+    server whose half it covers cannot replace it, and it can only send another half with a
+    second preimage of a 128-bit hash; the device holds the half anyway, and the server that makes
+    the tag derives the half itself (no key would hide anything from either).
+
+    Raises
+    ------
+    InvalidParameters: ``party`` is not 0 or 1, or a half is not 16 bytes.
+    """
+    if party not in (0, 1) or any(len(h) != SKETCH_SEED_BYTES for h in halves):
+        raise InvalidParameters(f"half tags: party 0 or 1 and {SKETCH_SEED_BYTES}-byte halves")
+    rows = np.frombuffer(b"".join(halves), np.uint8).reshape(len(halves), SKETCH_SEED_BYTES)
+    out = sha256_many(b"secemb-sketch-half-tag" + bytes([party]) + U64.pack(round_id), rows)[:, :SEED_TAG_BYTES]
+    return [bytes(row) for row in out]
 
 
 def query_seeds(s_round: bytes, round_id: int, users: list[int]) -> list[bytes]:

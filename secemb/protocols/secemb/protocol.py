@@ -20,7 +20,7 @@ from secemb.protocols.secemb.server import SecEmbServer
 from secemb.protocols.secemb.sizes import (
     NAME,
     SIGMA_BYTES,
-    answer_bytes,
+    relay_answer_bytes,
     relay_upload_bytes,
     request_bytes,
     roots_bytes,
@@ -144,7 +144,7 @@ class SecEmbProtocol(Protocol):
             return share_bytes(rc, num_users)
         if not roots_only:
             return None  # the relay forwards all go to (or come from) server 1 in relay mode
-        return {"relay_keys": shared_bytes(rc), "relay_answer": answer_bytes(rc),
+        return {"relay_keys": shared_bytes(rc), "relay_answer": relay_answer_bytes(rc, self.verify),
                 "relay_upload": relay_upload_bytes(rc, self.verify)}[kind]
 
     def make_server(self, party: int, *, sketch_key: bytes | None = None) -> SecEmbServer:

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate, convert_add
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.checks import key_digests
+from secemb.protocols.secemb.checks import key_digests, seed_tag
 from secemb.protocols.secemb.server import Request, SecEmbServer, sift, stacked
 from secemb.protocols.secemb.sizes import (
     BIND_BYTES,
@@ -29,6 +29,7 @@ from secemb.protocols.secemb.sizes import (
     SIGMA_BYTES,
     U64,
     answer_bytes,
+    relay_answer_bytes,
     relay_upload_bytes,
     reply_bytes,
     roots_bytes,
@@ -429,18 +430,24 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
             directs = [self._awaiting.pop(u) for u in users]
             self._direct_of.update(zip(users, directs, strict=True))
             shape = (cfg.slots, cfg.width + tag_words(cfg))
-            framer = Framer(NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
+            framer = Framer(NAME, "relay_answer", 1, cfg.round_id, relay_answer_bytes(cfg, self.verify))
+            # verified uploads: server 1 vouches for each device's sketch seed to the device, under
+            # the key server 0 never sees (its tag follows the masked answer, server 0 passes it on)
+            tags = [b""] * len(users) if seeds is None else [
+                seed_tag(d.mac_key, cfg.round_id, c) for d, c in zip(directs, seeds, strict=True)]
 
-            def masked(batch: list[tuple[np.ndarray, bytes]]) -> list[bytes]:
+            def masked(batch: list[tuple[np.ndarray, bytes, bytes]]) -> list[bytes]:
                 """The relay answers of a range of users: their shares plus their masks, each mask
                 added into the shares (no longer needed; a new array where they are read-only or
-                not contiguous) as it is expanded (:func:`relay_masks_into`), then framed."""
-                shares = [a for a, _ in batch]
+                not contiguous) as it is expanded (:func:`relay_masks_into`), then framed with the
+                seed tag."""
+                shares = [a for a, _, _ in batch]
                 sums = [a if a.flags.writeable and a.flags.c_contiguous else np.empty(shape, cfg.dtype) for a in shares]
-                relay_masks_into([seed for _, seed in batch], sums, shares)
-                return [framer(little(a)) for a in sums]
+                relay_masks_into([seed for _, seed, _ in batch], sums, shares)
+                return [framer(little(a), tag) for a, (_, _, tag) in zip(sums, batch, strict=True)]
 
-            replies = self._chunked(masked, [(a, d.mask_seed) for a, d in zip(committed, directs, strict=True)])
+            replies = self._chunked(masked, [(a, d.mask_seed, t)
+                                             for a, d, t in zip(committed, directs, tags, strict=True)])
             for i, reply in zip(where, replies, strict=True):
                 out[i] = reply
             return out
@@ -449,8 +456,9 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
 
     def complete_retrieval(self, user_id: int, message: bytes) -> bytes:
         """Server 0, relay: add server 1's masked shares to its own; the reply to the user (with
-        verified uploads, its sketch seed ``c_u`` follows the answer: the device learns it only
-        now, once both servers hold its request)."""
+        verified uploads, its sketch seed ``c_u`` follows the answer -- the device learns it only
+        now, once both servers hold its request -- and then server 1's tag of it from the relay
+        answer, passed on as received)."""
         return result_or_raise(self.complete_retrieval_many([(user_id, message)])[0])
 
     def complete_retrieval_many(self, answers: list[tuple[int, bytes]]) -> list[bytes | SecembError]:
@@ -459,7 +467,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         threads."""
         cfg = self._cfg()
         out: list[bytes | SecembError] = [b""] * len(answers)
-        opener = Opener(NAME, "relay_answer", 1, cfg.round_id, answer_bytes(cfg))
+        opener = Opener(NAME, "relay_answer", 1, cfg.round_id, relay_answer_bytes(cfg, self.verify))
+        at = answer_bytes(cfg)  # where server 1's seed tag (verified uploads) follows the masked answer
 
         def take(user_id: int, message: bytes, seen: set[int]) -> memoryview:
             if self.party != 0 or user_id not in self._answers or user_id in seen:
@@ -473,12 +482,12 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         def replies(batch: list[tuple[tuple[np.ndarray, bytes], memoryview]]) -> list[bytes]:
             """A range of users' replies: its masked shares read in place, added into this
             server's shares (no longer needed; a copy where they are read-only) and framed from
-            them with its sketch seed -- one copy, into the reply."""
+            them with its sketch seed and server 1's tag of it -- one copy, into the reply."""
             done: list[bytes] = []
             for (own, seed), body in batch:
                 masked = read_view(body, 0, cfg.dtype, shape)
                 reply = np.add(own, masked, out=own if own.flags.writeable else None, dtype=cfg.dtype)
-                done.append(framer(little(reply), seed))
+                done.append(framer(little(reply), seed, body[at:]))
             return done
 
         made = self._chunked(replies, [(self._answers.pop(u), b) for u, b in zip(users, bodies, strict=True)])

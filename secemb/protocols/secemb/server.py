@@ -44,6 +44,7 @@ from secemb.protocols.secemb.checks import (
     SKETCH_KEY_BYTES,
     VERIFY_DOMAIN,
     bindings,
+    half_tags,
     key_digests,
     query_seeds,
     round_secret,
@@ -482,9 +483,10 @@ class SecEmbServer(ServerRole):
         """Verified uploads: per user of ``users`` (with its key digest: :attr:`Request.digest`) its
         sketch seed ``c_u``, the one its walk sketches with, and what this server's reply carries of
         it -- with relay ``c_u`` itself (:func:`~secemb.protocols.secemb.checks.sketch_seeds`,
-        server 0's reply), without relay this server's half
+        server 0's reply, which adds server 1's tag of it), without relay this server's half
         (:func:`~secemb.protocols.secemb.checks.sketch_halves`, ``c_u`` the XOR of both, each from
-        this server's own ``K``); ``None`` without verified uploads."""
+        this server's own ``K``) and this server's tag of the other server's half
+        (:func:`~secemb.protocols.secemb.checks.half_tags`); ``None`` without verified uploads."""
         if not self.verify:
             return None
         round_id = self._cfg().round_id
@@ -492,7 +494,10 @@ class SecEmbServer(ServerRole):
             seeds = sketch_seeds(self._secret, round_id, users, digests)
             return seeds, seeds
         halves = sketch_halves(self._secret, round_id, users, digests)
-        return [bytes(a ^ b for a, b in zip(h0, h1, strict=True)) for h0, h1 in halves], [h[self.party] for h in halves]
+        other = 1 - self.party
+        tags = half_tags(round_id, other, [h[other] for h in halves])
+        return ([bytes(a ^ b for a, b in zip(h0, h1, strict=True)) for h0, h1 in halves],
+                [h[self.party] + t for h, t in zip(halves, tags, strict=True)])
 
     def _parse_batch(self, requests: list[tuple[int, bytes]]) -> list[Request | SecembError]:
         """:meth:`_parse_requests` of the requests' messages (a relay server takes some from

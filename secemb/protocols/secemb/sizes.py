@@ -13,10 +13,10 @@ from secemb.protocols.base import RoundConfig
 from secemb.randomness import SEED_BYTES
 
 __all__ = [
-    "BIND_BYTES", "DENSE_COMMIT_BYTES", "DIGEST_BYTES", "MAC_BYTES", "MAC_KEY_BYTES", "NAME", "SIGMA_BYTES",
-    "TAG_BYTES", "U64", "answer_bytes", "key_expect", "key_params", "relay_upload_bytes", "reply_bytes",
-    "request_bytes", "roots_bytes", "rows_bytes", "share_bytes", "shared_bytes", "sketch_params", "tag_words",
-    "upload_bytes",
+    "BIND_BYTES", "DENSE_COMMIT_BYTES", "DIGEST_BYTES", "MAC_BYTES", "MAC_KEY_BYTES", "NAME", "SEED_TAG_BYTES",
+    "SIGMA_BYTES", "TAG_BYTES", "U64", "answer_bytes", "key_expect", "key_params", "relay_answer_bytes",
+    "relay_upload_bytes", "reply_bytes", "request_bytes", "roots_bytes", "rows_bytes", "share_bytes", "shared_bytes",
+    "sketch_params", "tag_words", "upload_bytes",
 ]
 
 #: the protocol's name in every message header
@@ -40,6 +40,11 @@ SIGMA_BYTES = 16
 #: verified uploads: a device's binding ``tau`` of its sketch seed to ``sigma``
 #: (:func:`secemb.protocols.secemb.checks.binding`), sent to server 1 with its upload
 BIND_BYTES = 32
+#: verified uploads: the other server's tag of a device's sketch seed (relay: server 1's, in its
+#: relay answer and passed on by server 0) or of this server's half of it (without relay: in the
+#: other server's reply), :func:`secemb.protocols.secemb.checks.seed_tag` and
+#: :func:`~secemb.protocols.secemb.checks.half_tags`
+SEED_TAG_BYTES = 16
 
 
 def tag_words(config: RoundConfig) -> int:
@@ -87,16 +92,23 @@ def rows_bytes(config: RoundConfig) -> int:
 
 
 def answer_bytes(config: RoundConfig) -> int:
-    """A retrieval answer (``relay_answer``; a ``retrieval_reply`` starts with one): ``S`` rows of
-    the tagged table, ``width + tag_words`` columns."""
+    """A retrieval answer (a ``relay_answer`` and a ``retrieval_reply`` start with one): ``S`` rows
+    of the tagged table, ``width + tag_words`` columns."""
     return config.slots * (config.width + tag_words(config)) * config.dtype.itemsize
+
+
+def relay_answer_bytes(config: RoundConfig, verify: bool) -> int:
+    """A ``relay_answer``: the masked answer (:func:`answer_bytes`) and, with verified uploads,
+    server 1's tag of the device's sketch seed (:data:`SEED_TAG_BYTES`), which server 0 passes on."""
+    return answer_bytes(config) + (SEED_TAG_BYTES if verify else 0)
 
 
 def reply_bytes(config: RoundConfig, verify: bool) -> int:
     """A ``retrieval_reply``: the answer (:func:`answer_bytes`) and, with verified uploads, the
     device's sketch seed (relay: from server 0) or this server's half of it (without relay),
-    :data:`~secemb.fss.sketch.SKETCH_SEED_BYTES`."""
-    return answer_bytes(config) + (SKETCH_SEED_BYTES if verify else 0)
+    :data:`~secemb.fss.sketch.SKETCH_SEED_BYTES`, then the other server's tag (:data:`SEED_TAG_BYTES`)
+    of that seed (relay: server 1's, passed on) or of the other server's half (without relay)."""
+    return answer_bytes(config) + (SKETCH_SEED_BYTES + SEED_TAG_BYTES if verify else 0)
 
 
 def upload_bytes(config: RoundConfig, relay: bool, party: int, *, verify: bool = True, commit: bool = False) -> int:

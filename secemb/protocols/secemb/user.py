@@ -3,6 +3,7 @@ batch for many devices), the check of the rows it gets back, and its upload."""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -16,7 +17,7 @@ from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, unmask_slots
 from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
 from secemb.fss import sketchproof
 from secemb.fss.rangeproof import prove
-from secemb.fss.sketch import device_inputs
+from secemb.fss.sketch import SKETCH_SEED_BYTES, device_inputs
 from secemb.fss.tree import padded_leaves
 from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
 from secemb.protocols.secemb.bounds import (
@@ -28,7 +29,7 @@ from secemb.protocols.secemb.bounds import (
     projected,
     upload_vector,
 )
-from secemb.protocols.secemb.checks import binding, key_digests, suffix_tags
+from secemb.protocols.secemb.checks import binding, half_tags, key_digests, seed_tag, suffix_tags
 from secemb.protocols.secemb.relay import relay_masks_into, relay_prgs, upload_mac
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
@@ -394,31 +395,62 @@ class SecEmbUser(UserRole):
         """The two answer shares of the replies, ring ``shape`` each, read in place (views of the
         replies' bytes; the second ``None`` with relay: server 1's is the mask of the user's seed);
         ``openers``: the round's :class:`Opener` of server 0's and server 1's replies.  With verified
-        uploads the device's sketch seed ``c_u`` is kept: after the answer in server 0's reply (relay),
-        or the XOR of the halves after the answers in both (without relay).
+        uploads the device's sketch seed ``c_u`` is kept -- after the answer in server 0's reply (relay),
+        or the XOR of the halves after the answers in both (without relay) -- and checked against the
+        other server's tag of it (:meth:`_check_seed`): a user whose check fails is marked tampered,
+        which bars its upload and so its proof.
 
         Raises
         ------
         ProtocolError: no request this round, or a reply of server 1 where it sends none (or
             none where it does).
         InvalidMessage: a reply is malformed.
+        RetrievalTampered: the sketch seed (or a half) fails the other server's tag (the user is
+            marked so: it neither proves nor uploads this round).
         """
         cfg = self.config
         if self._state is None:
             raise ProtocolError("retrieval_result before retrieval_request")
-        at = answer_bytes(cfg)  # where the sketch seed (or half) follows the answer
+        at = answer_bytes(cfg)  # where the sketch seed (or half), then the other server's tag, follow the answer
         body0 = openers[0](reply0)
         first = read_view(body0, 0, cfg.dtype, shape)
         if self.relay:
             if reply1 is not None:
                 raise ProtocolError("with relay, server 1 sends no retrieval reply")
-            self._sketch_seed = bytes(body0[at:]) if self.verify else None
+            if self.verify:
+                self._sketch_seed = bytes(body0[at : at + SKETCH_SEED_BYTES])
+                self._check_seed([seed_tag(cast("bytes", self._mac_key), cfg.round_id, self._sketch_seed)],
+                                 [body0[at + SKETCH_SEED_BYTES :]])
             return first, None
         if reply1 is None:
             raise ProtocolError("missing server 1's retrieval reply")
         body1 = openers[1](reply1)
-        self._sketch_seed = bytes(a ^ b for a, b in zip(body0[at:], body1[at:], strict=True)) if self.verify else None
+        if self.verify:
+            halves = [bytes(body[at : at + SKETCH_SEED_BYTES]) for body in (body0, body1)]
+            # server 1's reply vouches for server 0's half, server 0's for server 1's
+            self._sketch_seed = bytes(a ^ b for a, b in zip(*halves, strict=True))
+            self._check_seed([half_tags(cfg.round_id, b, [halves[b]])[0] for b in (0, 1)],
+                             [body1[at + SKETCH_SEED_BYTES :], body0[at + SKETCH_SEED_BYTES :]])
         return first, read_view(body1, 0, cfg.dtype, shape)
+
+    def _check_seed(self, expected: list[bytes], got: list[memoryview]) -> None:
+        """Verified uploads: compare (in constant time) the tags the device computes of the sketch
+        seed or halves it got with the tags the other server sent (``got``, in the same order).  A
+        device never proves or uploads under a seed a server chose alone: server 0 (relay) cannot
+        tag another ``c_u`` without the device's MAC key, a server (without relay) cannot replace
+        the other server's tag of its half.
+
+        Raises
+        ------
+        RetrievalTampered: a tag differs -- one of the servers altered the seed, a half or a tag
+            (the device cannot tell which); the user is marked so and does not upload.
+        """
+        if all(hmac.compare_digest(e, g) for e, g in zip(expected, got, strict=True)):
+            return
+        self._tampered = True
+        raise RetrievalTampered(
+            f"round {self.config.round_id}: the sketch seed in the retrieval reply fails the other server's tag, a "
+            "server altered the seed or its tag; this device neither proves nor uploads")
 
     @staticmethod
     def _verified(users: list[SecEmbUser], answers: np.ndarray) -> list[np.ndarray | Exception]:
