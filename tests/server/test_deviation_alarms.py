@@ -20,6 +20,7 @@ from secemb.cli import app
 from secemb.sim.local import LocalServerLink
 from secemb.errors import InvalidParameters, RetrievalTampered
 from secemb.fss.sketch import SKETCH_SEED_BYTES
+from secemb.protocols.secemb.sizes import SEED_TAG_BYTES
 from secemb.server.auth import Forbidden
 from secemb.server.errors import Conflict
 from secemb.server.node import make_node
@@ -34,9 +35,10 @@ def _flip_last_byte(body: bytes) -> bytes:
 
 def _flip_answer_byte(reply: bytes) -> bytes:
     """``reply`` with the last byte of its answer rows flipped: a verified round's retrieval reply
-    ends with the device's 16-byte sketch seed after the rows (docs/wire-format.md), which the row
-    tags do not cover (a wrong seed fails the device at close instead)."""
-    at = len(reply) - SKETCH_SEED_BYTES - 1
+    ends with the device's 16-byte sketch seed and server 1's 16-byte tag of it after the rows
+    (docs/wire-format.md), which the row tags do not cover (an altered seed fails the seed's tag
+    instead: tests/review/test_session30_seed_tag.py)."""
+    at = len(reply) - SKETCH_SEED_BYTES - SEED_TAG_BYTES - 1
     return reply[:at] + bytes([reply[at] ^ 1]) + reply[at + 1 :]
 
 
