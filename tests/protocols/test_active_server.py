@@ -144,7 +144,8 @@ def test_message_sizes_with_tags_and_relay_authentication(layout: str, relay: bo
     """Exact bytes: each answer row carries a 16-byte tag; with relay the direct message to
     server 1 carries a 16-byte MAC key and a 32-byte digest, the upload a 16-byte MAC tag.  Verified
     uploads (the sketch check, issue 34): server 1's request ends with the 16-byte sigma, each reply
-    with 16 bytes of the sketch seed, the upload to server 0 with the sketch proof share (``6c + 2M
+    with 16 bytes of the sketch seed and the other server's 16-byte tag of it (session 30; with relay
+    server 1's, which its relay answer ends with), the upload to server 0 with the sketch proof share (``6c + 2M
     + 3`` elements for ``K = S`` keys, docs/security.md) and the 32-byte binding tau goes to server 1
     (with relay inside the forward, under the tag)."""
     st = Setup(layout, relay)
@@ -161,7 +162,7 @@ def test_message_sizes_with_tags_and_relay_authentication(layout: str, relay: bo
         assert fwd is not None
         masked = st.s1.relay_retrieval(0, fwd)
         reply = st.s0.complete_retrieval(0, masked)
-        assert len(masked) == answer and len(reply) == answer + 16
+        assert len(masked) == answer + 16 and len(reply) == answer + 32
         assert hashlib.sha256(fwd[HDR:]).digest() == r1[-48:-16]  # the digest of the exact forwarded bytes
         user.retrieval_result(reply, None)
         u0, _ = user.upload(np.zeros((cfg.slots, cfg.width), cfg.dtype), np.zeros(cfg.dense_size, cfg.dtype))
@@ -169,11 +170,11 @@ def test_message_sizes_with_tags_and_relay_authentication(layout: str, relay: bo
         fwd_up = st.s0.handle_upload(0, u0)
         assert fwd_up is not None and len(fwd_up) == HDR + rows + 32 + 16
         assert st.proto.max_message_bytes("relay_upload", cfg, party=1, num_users=1) == len(fwd_up)
-        assert st.proto.max_message_bytes("relay_answer", cfg, party=1, num_users=1) == answer
+        assert st.proto.max_message_bytes("relay_answer", cfg, party=1, num_users=1) == answer + 16
         assert st.proto.max_message_bytes("retrieval_request", cfg, party=1, num_users=1) == len(r1)
     else:
         a0, a1 = st.s0.handle_retrieval(0, r0), st.s1.handle_retrieval(0, r1)
-        assert a0 is not None and a1 is not None and len(a0) == len(a1) == answer + 16
+        assert a0 is not None and a1 is not None and len(a0) == len(a1) == answer + 32
         user.retrieval_result(a0, a1)
         u0, u1 = user.upload(np.zeros((cfg.slots, cfg.width), cfg.dtype), np.zeros(cfg.dense_size, cfg.dtype))
         assert u1 is not None and (len(u0), len(u1)) == (HDR + rows + dense + proof, HDR + rows + dense + 32)
@@ -282,8 +283,8 @@ def test_relay_upload_tag_is_the_documented_gmac() -> None:
     """tag = AES-128-GCM(k, nonce 0^96, plaintext b"", associated data b"secemb-relay-upload-gmac"
     || u64 round || correction words || tau)'s 16-byte tag, with k the 16 bytes after the two seeds
     in the device's direct message to server 1 and ``tau = SHA-256(b"secemb-sketch-bind" || u64 round
-    || c_u || sigma)`` (verified uploads: ``c_u`` the reply's last 16 bytes, ``sigma`` the direct
-    message's); the upload to server 0 is the words, the dense share, tau, the tag and the sketch
+    || c_u || sigma)`` (verified uploads: ``c_u`` the 16 bytes before the reply's last 16, server
+    1's tag of it, ``sigma`` the direct message's); the upload to server 0 is the words, the dense share, tau, the tag and the sketch
     proof share."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -303,7 +304,7 @@ def test_relay_upload_tag_is_the_documented_gmac() -> None:
     at = HDR + rows + cfg.dense_size * cfg.dtype.itemsize
     tau, tag = u0[at : at + 32], u0[at + 32 : at + 48]
     round_u64 = struct.pack("<Q", cfg.round_id)
-    assert tau == hashlib.sha256(b"secemb-sketch-bind" + round_u64 + reply[-16:] + r1[-16:]).digest()
+    assert tau == hashlib.sha256(b"secemb-sketch-bind" + round_u64 + reply[-32:-16] + r1[-16:]).digest()
     want = AESGCM(key).encrypt(bytes(12), b"", b"secemb-relay-upload-gmac" + round_u64 + words + tau)
     assert tag == want
 

@@ -107,7 +107,9 @@ def _server1_answers(relay: bool, read_only: bool, monkeypatch: pytest.MonkeyPat
         assert all(np.array_equal(a, b) for a, b in zip(frozen.kept, frozen.seen, strict=True))  # left as they were
     shape = (cfg.slots, cfg.width + tag_words(cfg))
     seeds = [u._seeds[0] for u in users]  # type: ignore[index]
-    return [(np.frombuffer(a, "<u4", offset=HEADER_BYTES).reshape(shape) - relay_prg(seed, shape, cfg.dtype)).tobytes()
+    # (server 1's 16-byte tag of the sketch seed follows the masked answer)
+    return [(np.frombuffer(a, "<u4", np.prod(shape), HEADER_BYTES).reshape(shape)
+             - relay_prg(seed, shape, cfg.dtype)).tobytes()
             for a, seed in zip(answers, seeds, strict=True)]
 
 

@@ -304,8 +304,9 @@ def test_server_messages_have_the_same_length_for_any_indices(ring_bits: int) ->
         seen["reply"].add((len(a0), len(a1)))
         seen["upload"].add((len(u0), len(u1)))
     assert seen["request"] == {(_request_len(cfg), _request_len(cfg, 1))}
-    # 16-byte row tags, then each server's 16-byte half of the sketch seed
-    reply = HDR + cfg.m_prime * cfg.width * cfg.dtype.itemsize + cfg.m_prime * 16 + 16
+    # 16-byte row tags, then each server's 16-byte half of the sketch seed and its 16-byte tag of
+    # the other server's half
+    reply = HDR + cfg.m_prime * cfg.width * cfg.dtype.itemsize + cfg.m_prime * 16 + 32
     assert seen["reply"] == {(reply, reply)}
     assert seen["upload"] == {(_upload_len(cfg, 0), _upload_len(cfg, 1))}
 
