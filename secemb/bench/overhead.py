@@ -83,9 +83,9 @@ OTHER_CRYPTO: dict[str, tuple[tuple[str, str], ...]] = {
     "sketch seeds": tuple(("secemb.protocols.secemb.checks", f) for f in ("round_secret", "sketch_seeds",
                                                                           "sketch_halves", "query_seeds", "binding",
                                                                           "bindings")),
-    "sketch proof": (("secemb.fss.sketch", "expand"), ("secemb.fss.sketch", "device_inputs"),
-                     *(("secemb.fss.sketchproof", f) for f in ("prove", "server1_shares", "verifier_messages",
-                                                                "verify"))),
+    "sketch proof": (*(("secemb.fss.sketch", f) for f in ("expand", "device_inputs", "device_inputs_many")),
+                     *(("secemb.fss.sketchproof", f) for f in ("prove", "prove_many", "server1_shares",
+                                                                "verifier_messages", "verify"))),
     "os randomness": (("secemb.randomness", "system_rng"),),
 }
 
