@@ -40,9 +40,10 @@ from secemb.fss.tasks import evaluate_task, evaluation_form  # noqa: E402
 from secemb.randomness import CtrDrbg  # noqa: E402
 
 DEV = gpu.device()
-#: one peer key for the servers of runs compared across backends, so they hold one sketch key (each
-#: protocol object would draw its own, and the devices' sketch seeds, in the replies, with it)
-PEER_KEY = bytes(range(32))
+#: one key for the servers of runs compared across backends: round_setup's sketch key, and the peer
+#: key of the servers made here (each protocol object would draw its own sketch key, and the devices'
+#: sketch seeds, in the replies, with it)
+SKETCH_KEY = bytes(range(32))
 
 
 def _cpu(layout, party: int, keys, table: np.ndarray, width: int):  # noqa: ANN001, ANN202
@@ -174,7 +175,7 @@ def _protocol_round(secemb_round, backend, layout: str, relay: bool) -> tuple[li
     """Two users through one SecEmb round (12 items, m' = 2, d = 3); every reply to a user
     and the combined aggregate."""
     proto, cfg, rng, table, s0, s1 = secemb_round(layout=layout, relay=relay, backend=backend, round_id=1, num_items=12,
-                                                  width=3, dense_size=1, m_prime=2, seed=11, peer_key=PEER_KEY)
+                                                  width=3, dense_size=1, m_prime=2, seed=11, sketch_key=SKETCH_KEY)
     users = [proto.make_user(cfg, _rng=CtrDrbg(100 + u)) for u in range(2)]
     items = [np.array([1, 7]), np.array([4, 11])]
     slots = [it if layout == "full" else cfg.cuckoo().assign(it, rng)[0] for it in items]
@@ -435,7 +436,7 @@ def _verified_round(backends: tuple, layout: str, relay: bool) -> tuple:
     cfg = protos[0].round_config(3, 12, 3, 1, 2)
     gen = np.random.default_rng(5)  # public test data
     table = gen.integers(0, 2**32, (12, 3), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = protos[0].make_server(0, peer_key=PEER_KEY), protos[1].make_server(1, peer_key=PEER_KEY)
+    s0, s1 = protos[0].make_server(0, peer_key=SKETCH_KEY), protos[1].make_server(1, peer_key=SKETCH_KEY)
     for s in (s0, s1):
         s.begin_round(cfg, table)
     expected = np.zeros((12, 3), np.uint32)
