@@ -39,14 +39,19 @@ def begin(*, layout: str, relay: bool, round_id: int, num_items: int, width: int
     ``num_items`` x ``width`` table of uint32 drawn from ``default_rng(seed)`` (``dense_size``
     dense values, ``m_prime`` slots a user), begun at two new servers holding ``sketch_key``
     (:data:`SKETCH_KEY` by default, so that two rounds set up alike give the same replies;
-    ``None``: the protocol object's own, drawn fresh)."""
+    ``None``: the protocol object's own, drawn fresh).  The servers are made in process
+    (``make_server`` without a peer key), so they take the protocol object's key, here set to
+    ``sketch_key`` itself: the byte pins of tests/protocols/test_secemb_device_bytes.py were
+    taken with this key."""
     from secemb.protocols.secemb import SecEmbProtocol
 
     proto = SecEmbProtocol(layout=layout, relay=relay, backend=backend, verify=verify)
     cfg = proto.round_config(round_id, num_items, width, dense_size, m_prime)
     rng = np.random.default_rng(seed)
     table = rng.integers(0, 2**32, (num_items, width), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = proto.make_server(0, sketch_key=sketch_key), proto.make_server(1, sketch_key=sketch_key)
+    if sketch_key is not None:
+        proto._sketch_key = sketch_key
+    s0, s1 = proto.make_server(0), proto.make_server(1)
     s0.begin_round(cfg, table)
     s1.begin_round(cfg, table)
     return SecEmbRound(proto, cfg, rng, table, s0, s1)

@@ -138,7 +138,8 @@ class FullDownloadProtocol(Protocol):
             return _sum_bytes(rc)
         return None
 
-    def make_server(self, party: int) -> FullDownloadServer:
+    def make_server(self, party: int, *, peer_key: bytes | None = None) -> FullDownloadServer:
+        """Server ``party``; its servers share no key (``peer_key`` is ignored)."""
         return FullDownloadServer(party)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> FullDownloadUser:

@@ -83,9 +83,9 @@ OTHER_CRYPTO: dict[str, tuple[tuple[str, str], ...]] = {
     "sketch seeds": tuple(("secemb.protocols.secemb.checks", f) for f in ("round_secret", "sketch_seeds",
                                                                           "sketch_halves", "query_seeds", "binding",
                                                                           "bindings")),
-    "sketch proof": (("secemb.fss.sketch", "expand"), ("secemb.fss.sketch", "device_inputs"),
-                     *(("secemb.fss.sketchproof", f) for f in ("prove", "server1_shares", "verifier_messages",
-                                                                "verify"))),
+    "sketch proof": (*(("secemb.fss.sketch", f) for f in ("expand", "device_inputs", "device_inputs_many")),
+                     *(("secemb.fss.sketchproof", f) for f in ("prove", "prove_many", "server1_shares",
+                                                                "verifier_messages", "verify"))),
     "os randomness": (("secemb.randomness", "system_rng"),),
 }
 
@@ -155,17 +155,21 @@ class KernelClock:
 def _entry_points() -> dict[str, tuple[Any, Any]]:
     """The compiled DPF kernels Python calls, by name: their module and dispatcher -- the public
     numba dispatchers of :mod:`secemb.fss._numba_kernels` and :mod:`secemb.fss._sketch_kernels` that
-    no other kernel calls by name (a kernel compiled while a
-    wrapper stood in its callee's place would not compile), less :data:`_NOT_DPF`."""
-    from secemb.fss import _numba_kernels, _sketch_kernels
+    no kernel of any kernel module calls by name (a kernel compiled while a wrapper stood in its
+    callee's place would not compile: the sketch proof's and the device's kernel modules import
+    ``_sketch_kernels``' field helpers, so they are imported here, before any wrapper, and their
+    calls counted), less :data:`_NOT_DPF`."""
+    from secemb.fss import (_numba_kernels, _rangeproof_kernels, _sketch_device_kernels, _sketch_kernels,
+                            _sketchproof_kernels)
 
-    out: dict[str, tuple[Any, Any]] = {}
-    for module in (_numba_kernels, _sketch_kernels):
-        kernels = {k: v for k, v in vars(module).items() if hasattr(v, "py_func")}
-        called = {n for v in kernels.values() for n in v.py_func.__code__.co_names}
-        out |= {k: (module, v) for k, v in kernels.items()
-                if not k.startswith("_") and k not in _NOT_DPF and k not in called}
-    return out
+    def dispatchers(module: Any) -> dict[str, Any]:
+        return {k: v for k, v in vars(module).items() if hasattr(v, "py_func")}
+
+    called = {n for module in (_numba_kernels, _sketch_kernels, _rangeproof_kernels, _sketch_device_kernels,
+                               _sketchproof_kernels)
+              for v in dispatchers(module).values() for n in v.py_func.__code__.co_names}
+    return {k: (module, v) for module in (_numba_kernels, _sketch_kernels) for k, v in dispatchers(module).items()
+            if not k.startswith("_") and k not in _NOT_DPF and k not in called}
 
 
 @contextlib.contextmanager

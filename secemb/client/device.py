@@ -27,7 +27,6 @@ that must match the in-process run bit for bit, as a :class:`~secemb.models.task
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import ssl
 import time
@@ -54,12 +53,10 @@ from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig
 from secemb.models.task import Sample, Task
 from secemb.privacy.noise import ClipSpec, clip_spec
-from secemb.protocols.base import Protocol, RoundConfig, result_or_raise
-from secemb.protocols.dp_fedrec import DPFedRecProtocol
+from secemb.protocols.base import BoundProver, Protocol, RoundConfig, result_or_raise
 from secemb.protocols.factory import make_protocol
 from secemb.protocols.placement import PaddedRequest, place
-from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
-from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, clip_norm
+from secemb.protocols.secemb.bounds import CHALLENGE_BYTES
 from secemb.protocols.stages import PROVE, RETRIEVAL, UPLOAD, round_plan
 from secemb.randomness import system_rng
 from secemb.ring import FixedPoint
@@ -80,7 +77,7 @@ if TYPE_CHECKING:
 #: the order of the count stage's device hops (server 1 first)
 COUNT_ORDER = round_plan(relay=False).device_sends("count")
 
-__all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession", "private_rng", "upload_clip"]
+__all__ = ["Device", "DeviceClient", "RoundInfo", "RoundSession", "private_rng"]
 
 #: bytes of OS entropy that seed a device's :func:`private_rng`
 _PRIVATE_SEED_BYTES = 32
@@ -98,18 +95,6 @@ def private_rng() -> np.random.Generator:
     shares of updates.  Keys, shares and DP noise use :func:`~secemb.randomness.system_rng`
     directly."""
     return np.random.default_rng(int.from_bytes(system_rng(_PRIVATE_SEED_BYTES), "little"))
-
-
-def upload_clip(protocol: Protocol, fp: FixedPoint, clip: ClipSpec | None) -> ClipSpec | None:
-    """What a device clips its round contribution to: ``clip`` (the round's DP clipping, or
-    ``None``) and, with SecEmb's bounded payloads, an L2 norm of at most
-    :func:`~secemb.protocols.secemb.bounds.clip_norm` (the bound an honest device's proof needs,
-    :func:`~secemb.protocols.secemb.bounds.clip_upload`): the tighter of the two, so the proof
-    holds whatever the DP settings."""
-    if not (isinstance(protocol, SecEmbProtocol) and protocol.bound):
-        return clip
-    l2 = clip_norm(fp, cast("int", protocol.bound_users))
-    return ClipSpec(l2) if clip is None else dataclasses.replace(clip, l2=min(clip.l2, l2))
 
 
 #: the round document's SHA-256 fields of its model block (:meth:`RoundInfo.check_model`)
@@ -210,8 +195,7 @@ class RoundInfo:
         InvalidParameters: announced protocol options the protocol refuses.
         """
         if "dp_clip" not in self.training:
-            proto = self.make_protocol()
-            return proto.device_clip() if isinstance(proto, DPFedRecProtocol) else None
+            return self.make_protocol().device_clip()
         try:
             l2, sigma = float(self.training["dp_clip"]), float(self.training["dp_sigma"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -462,8 +446,9 @@ class RoundSession:
         (retrieval requests and uploads; replies and the dense vector).
     compute_s: seconds of device-side computation (keys, reconstruction, training, encoding,
         the bound proof).
-    clip: what the local step's contribution is clipped to (:func:`upload_clip` of the ``clip``
-        given: with bounded payloads, at most the proof's bound).
+    clip: what the local step's contribution is clipped to (the protocol's
+        :meth:`~secemb.protocols.base.Protocol.upload_clip` of the ``clip`` given: with bounded
+        payloads, at most the proof's bound).
     """
 
     _uploads: dict[int, bytes]  # by party in the plan's order, set by train
@@ -476,7 +461,7 @@ class RoundSession:
         self.task = task if task is not None else info.make_task()
         self.plan = self.protocol.plan()
         self.fp = fp or info.fixed_point()
-        self.clip = upload_clip(self.protocol, self.fp, clip)
+        self.clip = self.protocol.upload_clip(self.fp, clip)
         client.fit_answers(self.rc)  # the round's answers are read from here on
         self._proved = False
         self.upload_bytes = self.download_bytes = 0
@@ -737,18 +722,20 @@ class RoundSession:
 
     def prove(self) -> bool:
         """Bounded payloads, after :meth:`upload` (to both servers): fetch server 0's challenge
-        for this device's upload, prove that the upload is small
-        (:meth:`~secemb.protocols.secemb.SecEmbUser.bound_proof`) and send server 0 the proof.
-        ``False``: the upload is not within the bound (the local step's contribution was
-        clipped to it, :func:`upload_clip`, so an honest device fails with probability below
-        ``2^-51``); nothing is sent, and the servers leave the device out of the round.
+        for this device's upload, prove that the upload is small (its role's
+        :meth:`~secemb.protocols.base.BoundProver.bound_proof`, e.g. SecEmb's) and send server 0 the
+        proof.  ``False``: the upload is not within the bound (the local step's contribution was
+        clipped to it, :meth:`~secemb.protocols.base.Protocol.upload_clip`, so an honest device
+        fails with probability below ``2^-51``); nothing is sent, and the servers leave the device
+        out of the round.
 
         Raises
         ------
-        ProtocolError: the round has no bound proof, before :meth:`upload`, or twice.
+        ProtocolError: the round has no bound proof (or its user role makes none:
+            not a :class:`~secemb.protocols.base.BoundProver`), before :meth:`upload`, or twice.
         InvalidMessage: server 0's challenge is not 16 bytes.
         """
-        if not self.proves or not isinstance(self.role, SecEmbUser):
+        if not self.proves or not isinstance(self.role, BoundProver):
             raise ProtocolError("this round has no bound proof")
         if self._stage != 4 or self._proved:
             raise ProtocolError("prove belongs after upload, once")

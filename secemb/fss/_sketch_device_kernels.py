@@ -1,7 +1,8 @@
 """The sketch seeds' field glue, compiled (internal, numba): :func:`device_inputs_core`, the whole
 of :func:`secemb.fss.sketch.device_inputs` after the seed's SHAKE (its AES on AES-NI, its field
-part :func:`device_core`), and :func:`coefficients_core`, the field part of
-:func:`secemb.fss.sketch.expand`, with the compiled kernels.
+part :func:`device_core`; :func:`device_inputs_many_core` that of a batch's devices in one call),
+and :func:`coefficients_core`, the field part of :func:`secemb.fss.sketch.expand`, with the
+compiled kernels.
 
 The servers' caller draws the bytes (the coefficients' AES-256-CTR streams on the AES-NI stream),
 the device's kernel its own (its leaves' keyed MMO blocks and its points' CTR blocks, on AES-NI,
@@ -26,7 +27,7 @@ from secemb.fss._aesni import BLOCKS, LANES, key_expand, mmo_blocks
 from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_blocks, schedule256
 from secemb.fss._sketch_kernels import mulp, red128, subp
 
-__all__ = ["device_inputs_core", "device_core", "coefficients_core"]
+__all__ = ["device_inputs_core", "device_inputs_many_core", "device_core", "coefficients_core"]
 
 
 @njit(cache=True, nogil=True)
@@ -70,6 +71,16 @@ def device_inputs_core(key, ctr_key, alphas, leaf0, leaf1, out):  # noqa: ANN001
             drawn[q] = True
         r_words[k, 0], r_words[k, 1] = stream[a, 0], stream[a, 1]
     device_core(r_words, hashed, out)
+
+
+@njit(cache=True, nogil=True)
+def device_inputs_many_core(keys, ctr_keys, alphas, leaf0, leaf1, out):  # noqa: ANN001, ANN201, PLR0913
+    """:func:`device_inputs_core` of ``n`` devices (:func:`secemb.fss.sketch.device_inputs_many`):
+    row ``d`` of ``keys`` uint8 (n, 16), ``ctr_keys`` uint8 (n, 32) (both C-contiguous),
+    ``alphas`` int64 (n, K), ``leaf0`` and ``leaf1`` uint64 (n, K, 2) device ``d``'s arguments, its
+    sketches into ``out[d]`` (uint64 (n, K, 3))."""
+    for d in range(keys.shape[0]):
+        device_inputs_core(keys[d], ctr_keys[d], alphas[d], leaf0[d], leaf1[d], out[d])
 
 
 @njit(cache=True, nogil=True)

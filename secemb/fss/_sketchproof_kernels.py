@@ -1,7 +1,8 @@
 """The compiled prover and verifier of the sketch check's proof (internal, numba): :func:`prove_core`,
 the field part of :func:`secemb.fss.sketchproof.prove`, :func:`messages_core`, that of
 :func:`secemb.fss.sketchproof.verifier_messages`, and :func:`decide_core`,
-:func:`secemb.fss.sketchproof.decide`'s arithmetic.
+:func:`secemb.fss.sketchproof.decide`'s arithmetic; :func:`prove_many_core`, :func:`prove_core` of a
+batch of devices in one call (:func:`secemb.fss.sketchproof.prove_many`).
 
 The same linear maps and gadget as the numpy reference in :mod:`secemb.fss.sketchproof` (its
 ``_prove_inputs`` and ``_share``, ``_messages_reference``, and ``decide``'s numpy lines), in ``F_p``
@@ -21,7 +22,7 @@ from numba import njit
 from secemb.fss import _kernel_cache  # noqa: F401 - first: the kernels' cache also covers _sketch_kernels' helpers
 from secemb.fss._sketch_kernels import addp, mac128, mulp, red128, subp
 
-__all__ = ["SHORT", "prove_core", "messages_core", "query_rows", "reduce_words", "decide_core"]
+__all__ = ["SHORT", "prove_core", "prove_many_core", "messages_core", "query_rows", "reduce_words", "decide_core"]
 
 #: products one unreduced 128-bit sum takes (32 products below p^2 < 2^122 stay below 2^127)
 _TERMS = 32
@@ -116,6 +117,17 @@ def prove_core(x, coefficients, wire_words, calls, stream, chunk, out):  # noqa:
                 diff[row, j] = addp(diff[row, j], diff[row - 1, j])
         out[2 * big_l + t] = subp(_gadget(diff[deg], s), out[2 * big_l + t])
     return bad
+
+
+@njit(cache=True, nogil=True)
+def prove_many_core(xs, coefficients, wire_words, calls, streams, chunk, out, status):  # noqa: ANN001, ANN201, PLR0913
+    """:func:`prove_core` of ``n`` devices: row ``d`` of ``xs`` (``uint64 (n, K, 3)``),
+    ``coefficients`` (``(n, 2 (M + chunk))``), ``wire_words`` (``(n, 4L)``) and ``streams``
+    (``(n, W)``) device ``d``'s arguments, its share into ``out[d]`` (``uint64 (n, 2L + 2M + 3)``)
+    and its answer into ``status[d]`` (``int64 (n,)``: -1, the first key with ``A^2 != B C``, or
+    :data:`SHORT`, where the caller proves that device again on a longer stream)."""
+    for d in range(xs.shape[0]):
+        status[d] = prove_core(xs[d], coefficients[d], wire_words[d], calls, streams[d], chunk, out[d])
 
 
 @njit(cache=True, nogil=True)

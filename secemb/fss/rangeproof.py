@@ -142,9 +142,11 @@ With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one pass
 :func:`secemb.fss._rangeproof_kernels.verifier_core`, its devices the innermost loop (``O(N + L +
 M)`` multiply-adds a device and query point, no fixed cost a batch); otherwise one matrix product
 (:func:`secemb.fss.field.matmul`, float64 BLAS in limbs) for all devices, the same field elements.
-Per device it makes O(1) calls into hashlib (the own part, unless the caller has it already, ``jr``,
-the ``2 (M/2 + c)`` coefficients) and, at server 1, one AES-CTR expansion (:func:`parse`: a batch's
-seeds in one :func:`secemb.fss.field.expand_many` call).  At ``rows = 40``, ``t = 26`` (or 25): ``m
+Per device it makes O(1) hashes (the own part, unless the caller has it already, and ``jr``: each
+kind one :func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length,
+as :func:`hints_of` and :func:`seed_parts` hash a batch's parts; SHAKE-128 for the ``2 (M/2 + c)``
+coefficients) and, at server 1, one AES-CTR expansion (:func:`parse`: a batch's seeds in one
+:func:`secemb.fss.field.expand_many` call).  At ``rows = 40``, ``t = 26`` (or 25): ``m
 = 13``, ``N = 560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements
 (device message to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version,
 ``N = 1,120``, took 11,688), verifier messages of 1,112 bytes a device.
@@ -163,6 +165,7 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
+from secemb.fss.hashing import sha256_many
 from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
 
 __all__ = [
@@ -171,7 +174,9 @@ __all__ = [
     "ProofShares",
     "prove",
     "hint_of",
+    "hints_of",
     "seed_part",
+    "seed_parts",
     "device_part",
     "parse",
     "check_message",
@@ -362,6 +367,51 @@ def _part(party: int, context: bytes, key: bytes, inputs: bytes | np.ndarray) ->
 
 def _joint(context: bytes, part0: bytes, part1: bytes) -> bytes:
     return hashlib.sha256(_DOMAIN + b"joint" + _framed(context, part0, part1)).digest()
+
+
+def _context_rows(contexts: Sequence[bytes]) -> np.ndarray | None:
+    """The contexts (bytes) as the rows of uint8 (n, C) where they are of one length ``C`` (a
+    protocol's are), else ``None``."""
+    if len({len(c) for c in contexts}) != 1:
+        return None
+    return np.frombuffer(b"".join(contexts), np.uint8).reshape(len(contexts), -1)
+
+
+def _framed_rows(*columns: np.ndarray) -> np.ndarray:
+    """:func:`_framed` of each row's items, uint8 (n, sum of 8 + k): the items are the rows of
+    uint8 (n, k) ``columns``, each framed by its length ``k`` (8 bytes little-endian)."""
+    out = np.empty((columns[0].shape[0], sum(8 + c.shape[1] for c in columns)), np.uint8)
+    at = 0
+    for c in columns:
+        out[:, at : at + 8] = np.frombuffer(c.shape[1].to_bytes(8, "little"), np.uint8)
+        out[:, at + 8 : at + 8 + c.shape[1]] = c
+        at += 8 + c.shape[1]
+    return out
+
+
+def _digest_list(digests: np.ndarray) -> list[bytes]:
+    """The rows of uint8 (n, 32) digests as n bytes objects."""
+    data = digests.tobytes()
+    return [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)]
+
+
+def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.ndarray) -> list[bytes]:
+    """:func:`_part` of each device -- its context (bytes), key (row of uint8 (n, 16)) and inputs'
+    bytes (row of uint8 (n, I)) -- as one :func:`~secemb.fss.hashing.sha256_many` batch where the
+    contexts are of one length, else one hash a device; the same digests."""
+    rows = _context_rows(contexts)
+    if rows is None:
+        return [_part(party, c, k.tobytes(), i.tobytes()) for c, k, i in zip(contexts, keys, inputs, strict=True)]
+    return _digest_list(sha256_many(_DOMAIN + b"part" + _framed(bytes([party])), _framed_rows(rows, keys, inputs)))
+
+
+def _joints(contexts: Sequence[bytes], parts0: np.ndarray, parts1: np.ndarray) -> list[bytes]:
+    """:func:`_joint` of each device's context (bytes) and parts (rows of uint8 (n, 32)), as
+    :func:`_parts` hashes: one batch where the contexts are of one length; the same digests."""
+    rows = _context_rows(contexts)
+    if rows is None:
+        return [_joint(c, p0.tobytes(), p1.tobytes()) for c, p0, p1 in zip(contexts, parts0, parts1, strict=True)]
+    return _digest_list(sha256_many(_DOMAIN + b"joint", _framed_rows(rows, parts0, parts1)))
 
 
 def _coefficients(params: RangeParams, joints: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -618,6 +668,29 @@ def hint_of(params: RangeParams, context: bytes, msg0: bytes) -> bytes:
     return _part(0, _context(context), data[:SEED_BYTES], inputs)
 
 
+def hints_of(params: RangeParams, contexts: Sequence[bytes], msgs: Sequence[bytes]) -> list[bytes]:
+    """:func:`hint_of` of each device's message to server 0 under its context, hashed as one batch
+    where the contexts are of one length (:func:`_parts`); the same parts.
+
+    Raises
+    ------
+    InvalidMessage
+        If a message is not bytes of ``params.message_bytes(0)`` (the first bad one named).
+    InvalidParameters
+        If the contexts are not bytes, or not one a message.
+    """
+    ctxs = [_context(c) for c in contexts]
+    if len(ctxs) != len(msgs):
+        raise InvalidParameters(f"need one context a message: {len(msgs)} messages, {len(ctxs)} contexts")
+    for i, m in enumerate(msgs):
+        _check_size(params, 0, m, i)
+    if not msgs:
+        return []
+    raw = np.frombuffer(b"".join(msgs), np.uint8).reshape(len(msgs), params.message_bytes(0))
+    head = SEED_BYTES + PART_BYTES
+    return _parts(0, ctxs, raw[:, :SEED_BYTES], raw[:, head : head + F.ELEMENT_BYTES * params.witness_length])
+
+
 def device_part(params: RangeParams, msg0: bytes) -> bytes:
     """The ``part_1`` a device wrote into its message to server 0 (``params.message_bytes(0)``
     bytes, as :func:`prove` writes it), which server 0 forwards for server 1 to check against
@@ -647,6 +720,24 @@ def seed_part(context: bytes, seed_1: bytes) -> bytes:
     if not isinstance(seed_1, bytes) or len(seed_1) != SEED_BYTES:
         raise InvalidParameters(f"seed_1 must be {SEED_BYTES} bytes")
     return _part(1, _context(context), seed_1, b"")
+
+
+def seed_parts(contexts: Sequence[bytes], seeds: Sequence[bytes]) -> list[bytes]:
+    """:func:`seed_part` of each device's context and 16-byte ``seed_1``, hashed as one batch where
+    the contexts are of one length (:func:`_parts`); the same parts.
+
+    Raises
+    ------
+    InvalidParameters
+        If a context is not bytes, a seed not 16 bytes, or they are not as many.
+    """
+    ctxs = [_context(c) for c in contexts]
+    if len(ctxs) != len(seeds) or not all(isinstance(s, bytes) and len(s) == SEED_BYTES for s in seeds):
+        raise InvalidParameters(f"need one {SEED_BYTES}-byte seed_1 a context: {len(ctxs)} contexts")
+    if not seeds:
+        return []
+    keys = np.frombuffer(b"".join(seeds), np.uint8).reshape(len(seeds), SEED_BYTES)
+    return _parts(1, ctxs, keys, np.empty((len(seeds), 0), np.uint8))
 
 
 def parse(params: RangeParams, party: int, msgs: Sequence[bytes]) -> ProofShares:
@@ -784,14 +875,13 @@ def _verify_block(
 ) -> np.ndarray:
     x, proofs = shares.inputs[lo:hi], shares.proofs[lo:hi]
     n = hi - lo
-    hints = shares.hints[lo:hi].tobytes()
-    jrs = []
-    for i in range(n):  # O(1) hash calls a device: the part this server can compute (unless given), then jr
-        ctx = bytes(contexts[i])
-        own = parts[i] if parts is not None else _part(party, ctx, shares.keys[lo + i].tobytes(),
-                                                       x[i] if party == 0 else b"")
-        hint = hints[i * PART_BYTES : (i + 1) * PART_BYTES]
-        jrs.append(_joint(ctx, *((own, hint) if party == 0 else (hint, own))))
+    hints = shares.hints[lo:hi]
+    ctxs = [bytes(c) for c in contexts]
+    # two hashes a device, each kind one batch: the part this server can compute (unless given), then jr
+    inputs = x.astype("<u8").view(np.uint8) if party == 0 else np.empty((n, 0), np.uint8)
+    own = list(parts) if parts is not None else _parts(party, ctxs, shares.keys[lo:hi], inputs)
+    owns = np.frombuffer(b"".join(own), np.uint8).reshape(n, PART_BYTES)
+    jrs = _joints(ctxs, *((owns, hints) if party == 0 else (hints, owns)))
     calls, slots = _coefficients(params, jrs)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
     msg[:, params.opened_length :] = np.frombuffer(b"".join(jrs), dtype="<u8").reshape(n, _JOINT_WORDS)

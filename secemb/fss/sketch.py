@@ -65,9 +65,10 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from secemb import randomness
 from secemb.errors import InvalidParameters
 from secemb.fss import field, kernels
+from secemb.fss.hashing import sha256_many
 
-__all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "Expanded", "expand", "leaf_hashes", "SketchCheck",
-           "device_inputs", "server_inputs"]
+__all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "DRBG_DOMAIN", "Expanded", "expand", "leaf_hashes",
+           "SketchCheck", "device_inputs", "device_inputs_many", "server_inputs"]
 
 #: bytes of a device's sketch seed ``c_u``
 SKETCH_SEED_BYTES = 16
@@ -76,6 +77,9 @@ SKETCH_WORDS = 3
 #: the domain separation of the seed's expansion (SHAKE-128 input prefix)
 EXPAND_TAG = b"secemb-sketch-expand"
 _AES_KEY_BYTES = 16
+#: the prefix of :func:`secemb.randomness.drbg_key`'s hash (a batch's AES-256 keys hashed in one
+#: :func:`secemb.fss.hashing.sha256_many` call)
+DRBG_DOMAIN = b"secemb.CtrDrbg"
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,8 +172,13 @@ def _check_seeds(seeds: Sequence[bytes], mp: int) -> None:
 def _shake(seed: bytes) -> tuple[bytes, bytes]:
     """A seed's AES key ``k_u`` and coefficients' stream seed ``s_r``: ``SHAKE-128(EXPAND_TAG ||
     seed)``'s first 16 bytes and the next 16."""
-    blob = hashlib.shake_128(EXPAND_TAG + bytes(seed)).digest(_AES_KEY_BYTES + randomness.SEED_BYTES)
+    blob = _shake_bytes(seed)
     return blob[:_AES_KEY_BYTES], blob[_AES_KEY_BYTES:]
+
+
+def _shake_bytes(seed: bytes) -> bytes:
+    """:func:`_shake`'s ``k_u || s_r`` as one byte string."""
+    return hashlib.shake_128(EXPAND_TAG + bytes(seed)).digest(_AES_KEY_BYTES + randomness.SEED_BYTES)
 
 
 def leaf_hashes(key: bytes, words: np.ndarray) -> np.ndarray:
@@ -285,19 +294,56 @@ def device_inputs(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray, l
     InvalidParameters: a seed of another length, ``mp < 1``, leaf words not uint64 (K, 2), or a
         point outside ``[0, mp)``.
     """
-    alphas = np.asarray(alphas)
-    if alphas.ndim != 1 or (len(alphas) and not np.issubdtype(alphas.dtype, np.integer)):
-        raise InvalidParameters(f"points must be integers (K,), got {alphas.dtype} {alphas.shape}")
-    for name, leaf in (("leaf0", leaf0), ("leaf1", leaf1)):
-        if not isinstance(leaf, np.ndarray) or leaf.shape != (len(alphas), 2) or leaf.dtype != np.uint64:
-            raise InvalidParameters(f"{name} must be uint64 ({len(alphas)}, 2) for {len(alphas)} points, got "
-                                    f"{getattr(leaf, 'dtype', type(leaf).__name__)} {getattr(leaf, 'shape', '')}")
-    _check_seeds([seed], mp)
-    if len(alphas) and (alphas.min() < 0 or alphas.max() >= mp):
-        raise InvalidParameters(f"points must be in [0, {mp}), got [{alphas.min()}, {alphas.max()}]")
+    alphas = _device_points([seed], mp, alphas, leaf0, leaf1, many=False)
     # the compiled call gives the same field elements as the numpy reference
-    inputs = _device_inputs_compiled if kernels.compiled() else _device_inputs_reference
-    return inputs(seed, mp, alphas.astype(np.int64), leaf0, leaf1)
+    if kernels.compiled():
+        return _device_inputs_compiled([seed], mp, alphas[None], leaf0[None], leaf1[None])[0]
+    return _device_inputs_reference(seed, mp, alphas, leaf0, leaf1)
+
+
+def device_inputs_many(seeds: Sequence[bytes], mp: int, alphas: np.ndarray, leaf0: np.ndarray,
+                       leaf1: np.ndarray) -> np.ndarray:
+    """:func:`device_inputs` of ``n`` devices at once (a simulated round's batch): uint64 (n, K, 3),
+    row ``i`` device ``i``'s sketches for its seed ``seeds[i]``, points ``alphas[i]`` (int (n, K))
+    and leaf words ``leaf0[i]``, ``leaf1[i]`` (uint64 (n, K, 2) each), the same elements as
+    ``device_inputs(seeds[i], mp, alphas[i], leaf0[i], leaf1[i])``.  With the compiled kernels one
+    SHAKE-128 call a device, its coefficients' AES-256 keys one SHA-256 batch and the sketches one
+    compiled call (:func:`secemb.fss._sketch_device_kernels.device_inputs_many_core`); otherwise
+    the numpy reference device by device.
+
+    Raises
+    ------
+    InvalidParameters: as :func:`device_inputs`, or the arrays do not hold ``n = len(seeds)``
+        devices.
+    """
+    alphas = _device_points(seeds, mp, alphas, leaf0, leaf1, many=True)
+    if kernels.compiled():
+        return _device_inputs_compiled(seeds, mp, alphas, leaf0, leaf1)
+    out = np.empty((len(seeds), alphas.shape[1], SKETCH_WORDS), np.uint64)
+    for i, seed in enumerate(seeds):
+        out[i] = _device_inputs_reference(seed, mp, alphas[i], leaf0[i], leaf1[i])
+    return out
+
+
+def _device_points(seeds: Sequence[bytes], mp: int, alphas: np.ndarray, leaf0: np.ndarray, leaf1: np.ndarray, *,
+                   many: bool) -> np.ndarray:
+    """The checked points of :func:`device_inputs` (``many`` False: one device, points (K,)) or
+    :func:`device_inputs_many` (points (n, K), ``n = len(seeds)``) as int64, or their
+    InvalidParameters."""
+    alphas = np.asarray(alphas)
+    lead = (len(seeds),) if many else ()
+    if alphas.ndim != len(lead) + 1 or alphas.shape[:-1] != lead or (
+            alphas.size and not np.issubdtype(alphas.dtype, np.integer)):
+        want = f"({len(seeds)}, K)" if many else "(K,)"
+        raise InvalidParameters(f"points must be integers {want}, got {alphas.dtype} {alphas.shape}")
+    for name, leaf in (("leaf0", leaf0), ("leaf1", leaf1)):
+        if not isinstance(leaf, np.ndarray) or leaf.shape != (*alphas.shape, 2) or leaf.dtype != np.uint64:
+            raise InvalidParameters(f"{name} must be uint64 {(*alphas.shape, 2)} for points {alphas.shape}, got "
+                                    f"{getattr(leaf, 'dtype', type(leaf).__name__)} {getattr(leaf, 'shape', '')}")
+    _check_seeds(seeds, mp)
+    if alphas.size and (alphas.min() < 0 or alphas.max() >= mp):
+        raise InvalidParameters(f"points must be in [0, {mp}), got [{alphas.min()}, {alphas.max()}]")
+    return alphas.astype(np.int64)
 
 
 def _device_inputs_reference(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray,
@@ -310,19 +356,30 @@ def _device_inputs_reference(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np
     return np.stack([field.mul(ex.r[0, alphas], z), field.mul(ex.r2[0, alphas], z), z], axis=1)
 
 
-def _device_inputs_compiled(seed: bytes, mp: int, alphas: np.ndarray, leaf0: np.ndarray,
+def _device_inputs_compiled(seeds: Sequence[bytes], mp: int, alphas: np.ndarray, leaf0: np.ndarray,
                             leaf1: np.ndarray) -> np.ndarray:
-    """:func:`device_inputs` of checked arguments (points int64) in one compiled call after the
-    seed's SHAKE and the coefficients' AES-256 key
-    (:func:`secemb.fss._sketch_device_kernels.device_inputs_core`: both leaf arrays' keyed MMO
-    blocks and the coefficients' CTR blocks at the ``K`` points on AES-NI, no cipher object)."""
-    from secemb.fss._sketch_device_kernels import device_inputs_core
-
-    key, s_r = _shake(seed)
-    out = np.empty((len(alphas), SKETCH_WORDS), np.uint64)
-    device_inputs_core(np.frombuffer(key, np.uint8), np.frombuffer(randomness.drbg_key(s_r), np.uint8), alphas,
-                       leaf0, leaf1, out)
+    """:func:`device_inputs_many` of checked arguments (points int64 (n, K)) in one compiled call
+    after each seed's SHAKE and the coefficients' AES-256 keys
+    (:func:`secemb.fss._sketch_device_kernels.device_inputs_many_core`: each device's leaf arrays'
+    keyed MMO blocks and its coefficients' CTR blocks at its ``K`` points on AES-NI, no cipher
+    object)."""
+    n = len(seeds)
+    blob = b"".join(_shake_bytes(seed) for seed in seeds)  # k_u || s_r a device
+    rows = np.frombuffer(blob, np.uint8).reshape(n, _AES_KEY_BYTES + randomness.SEED_BYTES)
+    ctr_keys = sha256_many(DRBG_DOMAIN, rows[:, _AES_KEY_BYTES:])  # randomness.drbg_key of each s_r
+    out = np.empty((*alphas.shape, SKETCH_WORDS), np.uint64)
+    _device_kernels().device_inputs_many_core(np.ascontiguousarray(rows[:, :_AES_KEY_BYTES]), ctr_keys, alphas,
+                                              leaf0, leaf1, out)
     return out
+
+
+@cache
+def _device_kernels() -> ModuleType:
+    """The device's compiled sketch module (:mod:`secemb.fss._sketch_device_kernels`), imported
+    once a process; its loop read from it at each call."""
+    from secemb.fss import _sketch_device_kernels
+
+    return _sketch_device_kernels
 
 
 def server_inputs(values: np.ndarray, party: int) -> np.ndarray:

@@ -116,6 +116,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from types import ModuleType
 
 import numpy as np
 
@@ -123,6 +124,7 @@ from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
 from secemb.fss.hashing import sha256_many
+from secemb.fss.sketch import DRBG_DOMAIN as _DRBG_DOMAIN  # server 1's streams are keyed in one batch
 from secemb.fss.sketch import SKETCH_SEED_BYTES  # c_u's length, and the query seed q's (HMAC-SHA256 cut to it)
 from secemb.randomness import SEED_BYTES, RandomBytes, drbg_key, system_rng
 
@@ -130,6 +132,7 @@ __all__ = [
     "SketchParams",
     "share_seed",
     "prove",
+    "prove_many",
     "check_message",
     "well_formed",
     "parse",
@@ -144,8 +147,6 @@ __all__ = [
 _DOMAIN = b"secemb/fss/sketchproof/v1/"
 _P = np.uint64(F.P)
 _REFUSED = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
-#: the prefix of :func:`secemb.randomness.drbg_key`'s hash (server 1's streams are keyed in one batch)
-_DRBG_DOMAIN = b"secemb.CtrDrbg"
 
 
 @dataclass(frozen=True)
@@ -356,15 +357,23 @@ def prove(params: SketchParams, x: np.ndarray, seed: bytes, sigma: bytes, *,
         pi0, bad = _prove_compiled(params, x, seed, sigma, _rng)
         _refuse_unequal(bad)
         return pi0
+    return _prove_reference(params, x, seed, sigma, _rng)
+
+
+def _prove_reference(params: SketchParams, x: np.ndarray, seed: bytes, sigma: bytes, rng: RandomBytes,
+                     device: int | None = None) -> bytes:
+    """:func:`prove` of checked arguments in numpy (the ``device``-th of :func:`prove_many`'s batch, if given)."""
     unequal = np.flatnonzero(F.mul(x[:, 0], x[:, 0]) != F.mul(x[:, 1], x[:, 2]))
-    _refuse_unequal(int(unequal[0]) if unequal.size else -1)
-    return _share(params, _prove_inputs(params, x, seed, sigma, _rng), sigma)
+    _refuse_unequal(int(unequal[0]) if unequal.size else -1, device)
+    return _share(params, _prove_inputs(params, x, seed, sigma, rng), sigma)
 
 
-def _refuse_unequal(key: int) -> None:
-    """Raise InvalidParameters if ``key`` (the first key with ``A^2 != B C``, or -1) is one."""
+def _refuse_unequal(key: int, device: int | None = None) -> None:
+    """Raise InvalidParameters if ``key`` (the first key with ``A^2 != B C``, or -1) is one (of the
+    ``device``-th device of a batch, if given)."""
     if key >= 0:
-        raise InvalidParameters(f"sketchproof: key {key} has A^2 != B C; an honest device does not prove it")
+        which = f"key {key}" if device is None else f"device {device}'s key {key}"
+        raise InvalidParameters(f"sketchproof: {which} has A^2 != B C; an honest device does not prove it")
 
 
 def _prove_compiled(params: SketchParams, x: np.ndarray, seed: bytes, sigma: bytes,
@@ -373,24 +382,99 @@ def _prove_compiled(params: SketchParams, x: np.ndarray, seed: bytes, sigma: byt
     by :func:`secemb.fss._sketchproof_kernels.prove_core`: the coefficients' SHAKE output, the wire
     seeds' bytes (one ``rng`` call, as :func:`_prove_inputs`) and server 1's AES-CTR stream
     (:func:`secemb.fss._rangeproof_kernels.ctr_streams` under ``drbg_key(share_seed(sigma))``, the
-    stream :func:`secemb.fss.field.expand` reads) go in raw; a stream too short for the skipped
-    words (each ``2^-61``) is drawn again twice as long, as ``expand`` does."""
-    from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
-    from secemb.fss._sketchproof_kernels import SHORT, prove_core
-
+    stream :func:`secemb.fss.field.expand` reads) go in raw (:func:`_prove_drawn`)."""
     coefficients = np.frombuffer(_coefficient_bytes(params, seed), "<u8")
     wire_words = np.frombuffer(rng(16 * 2 * params.wires), "<u8")
     key = np.frombuffer(drbg_key(share_seed(sigma)), np.uint8).reshape(1, 32)
+    return _prove_drawn(params, x, coefficients, wire_words, key, F.ELEMENT_BYTES * params.proof_length)
+
+
+def _prove_drawn(params: SketchParams, x: np.ndarray, coefficients: np.ndarray, wire_words: np.ndarray,
+                 key: np.ndarray, nbytes: int) -> tuple[bytes, int]:
+    """:func:`_prove_compiled` of its drawn inputs (``key`` uint8 (1, 32) server 1's AES-256 key),
+    server 1's stream drawn ``nbytes`` long first; a stream too short for the skipped words (each
+    ``2^-61``) is drawn again twice as long, as ``expand`` does."""
+    kernel, ctr = _prover_kernels()
     out = np.empty(params.proof_length, np.uint64)
-    nbytes, span = F.ELEMENT_BYTES * params.proof_length, 16 * CTR_BLOCKS
+    span = 16 * ctr.CTR_BLOCKS
     while True:
         buf = np.empty(-(-nbytes // span) * span, np.uint8)
-        ctr_streams(key, buf, nbytes, nbytes)
-        status = prove_core(np.ascontiguousarray(x), coefficients, wire_words, params.calls,
-                            buf[:nbytes].view(np.uint64), params.chunk, out)
-        if status != SHORT:
+        ctr.ctr_streams(key, buf, nbytes, nbytes)
+        status = kernel.prove_core(np.ascontiguousarray(x), coefficients, wire_words, params.calls,
+                                   buf[:nbytes].view(np.uint64), params.chunk, out)
+        if status != kernel.SHORT:
             return out.tobytes(), status
         nbytes *= 2
+
+
+@cache
+def _prover_kernels() -> tuple[ModuleType, ModuleType]:
+    """The compiled prover's modules, imported once a process, not once a proof:
+    :mod:`secemb.fss._sketchproof_kernels` (``prove_core``, ``prove_many_core``, ``SHORT``) and
+    :mod:`secemb.fss._rangeproof_kernels` (``ctr_streams``, ``CTR_BLOCKS``: server 1's stream); the
+    functions are read from them at each call (a wrapper installed as a module's attribute, a
+    timing clock's or a test's, sees them)."""
+    from secemb.fss import _rangeproof_kernels, _sketchproof_kernels
+
+    return _sketchproof_kernels, _rangeproof_kernels
+
+
+def prove_many(params: SketchParams, xs: np.ndarray, seeds: Sequence[bytes], sigmas: Sequence[bytes],
+               rngs: Sequence[RandomBytes]) -> list[bytes]:
+    """:func:`prove` of ``n`` devices at once (a simulated round's batch): entry ``i`` is the bytes
+    ``prove(params, xs[i], seeds[i], sigmas[i], _rng=rngs[i])`` returns, each device's wire seeds
+    drawn from its own ``rngs[i]`` (one call each, in order).  With the compiled kernels the
+    coefficients' SHAKE stays one call a device, server 1's AES-256 keys are two
+    :func:`secemb.fss.hashing.sha256_many` batches, its streams one
+    :func:`~secemb.fss._rangeproof_kernels.ctr_streams` pass and the proofs one
+    :func:`~secemb.fss._sketchproof_kernels.prove_many_core` call (a device whose stream holds
+    ``p`` too often, probability about ``2^-54``, is proved again alone on a longer stream);
+    otherwise :func:`prove` device by device (the numpy reference).
+
+    Parameters
+    ----------
+    xs:
+        ``uint64 (n, K, 3)`` field elements: device ``i``'s sketch inputs (:func:`prove`'s ``x``).
+    seeds, sigmas:
+        The ``n`` devices' 16-byte sketch seeds ``c_u`` and secrets ``sigma``.
+    rngs:
+        The ``n`` devices' sources of secret randomness (:func:`os.urandom`-backed for a real device).
+
+    Raises
+    ------
+    InvalidParameters
+        If ``xs`` is not ``uint64 (n, K, 3)`` field elements for ``n`` seeds, secrets and sources, a
+        seed is not 16 bytes, or some device's key has ``A^2 != B C`` (the error names the first
+        such device and key).
+    """
+    n = len(seeds)
+    xs = _check_inputs(params, "xs", xs, n)
+    if len(sigmas) != n or len(rngs) != n:
+        raise InvalidParameters(f"prove_many: {n} seeds, {len(sigmas)} sigmas and {len(rngs)} sources")
+    seeds = _seeds("seeds", seeds, n)
+    sigma_rows = b"".join(_seed(f"sigmas[{i}]", s, SEED_BYTES) for i, s in enumerate(sigmas))
+    if not kernels.compiled() or not n:  # the numpy reference: device by device
+        return [_prove_reference(params, x, seed, bytes(sigma), rng, i)
+                for i, (x, seed, sigma, rng) in enumerate(zip(xs, seeds, sigmas, rngs, strict=True))]
+    (kernel, ctr), words = _prover_kernels(), 2 * (params.calls + params.chunk)
+    coefficients = np.frombuffer(b"".join(_coefficient_bytes(params, seed) for seed in seeds), "<u8").reshape(n, words)
+    wire_words = np.frombuffer(b"".join(rng(16 * 2 * params.wires) for rng in rngs), "<u8").reshape(n, 4 * params.wires)
+    share_seeds = sha256_many(_DOMAIN + b"share", np.frombuffer(sigma_rows, np.uint8).reshape(n, SEED_BYTES))
+    keys = sha256_many(_DRBG_DOMAIN, share_seeds[:, :SEED_BYTES])  # drbg_key(share_seed(sigma)) of each
+    nbytes = F.ELEMENT_BYTES * params.proof_length
+    buf = np.empty(n * nbytes + 16 * ctr.CTR_BLOCKS, np.uint8)  # a row's last pass may run into the next
+    ctr.ctr_streams(keys, buf, nbytes, nbytes)
+    out = np.empty((n, params.proof_length), np.uint64)
+    status = np.empty(n, np.int64)
+    kernel.prove_many_core(np.ascontiguousarray(xs), coefficients, wire_words, params.calls,
+                           buf[: n * nbytes].view(np.uint64).reshape(n, params.proof_length), params.chunk, out, status)
+    proofs = [row.tobytes() for row in out]
+    for i in np.flatnonzero(status != -1).tolist():
+        if status[i] == kernel.SHORT:  # the same wire words, server 1's stream drawn longer
+            proofs[i], status[i] = _prove_drawn(params, xs[i], coefficients[i], wire_words[i], keys[i : i + 1],
+                                                2 * nbytes)
+        _refuse_unequal(int(status[i]), i)
+    return proofs
 
 
 def _nbytes(data: object) -> int | None:

@@ -329,7 +329,8 @@ class _AblationProtocol(Protocol):
             return _share_bytes(rc, num_users)
         return None  # no relay
 
-    def make_server(self, party: int) -> _AblationServer:
+    def make_server(self, party: int, *, peer_key: bytes | None = None) -> _AblationServer:
+        """Server ``party``; its servers share no key (``peer_key`` is ignored)."""
         return self.server_cls(party, server_eval=self.server_eval)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> _AblationUser:

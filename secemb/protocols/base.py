@@ -28,12 +28,13 @@ Array conventions (all arrays in the ring of ``config.ring_bits``, dtype uint32 
 
 from __future__ import annotations
 
+import hmac
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar, Protocol as TypingProtocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol as TypingProtocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -43,11 +44,35 @@ from secemb.options import DEFAULTS
 from secemb.protocols.stages import RoundPlan, round_plan
 from secemb.protocols.wire import HEADER_BYTES
 from secemb.randomness import RandomBytes
+from secemb.ring import FixedPoint
 
-__all__ = ["BOUNDED_KINDS", "LAYOUT_OPTIONS", "Capabilities", "ExchangeNode", "Protocol", "RelayRole", "RoundConfig",
-           "ServerRole", "UserRole", "result_or_raise"]
+if TYPE_CHECKING:  # annotations only: secemb.privacy loads its numba kernels (~40 ms) on import
+    from secemb.privacy.noise import ClipSpec
+
+__all__ = ["BOUNDED_KINDS", "LAYOUT_OPTIONS", "PEER_KEY_MIN_BYTES", "BoundProver", "Capabilities", "ExchangeNode",
+           "Protocol", "RelayRole", "RoundConfig", "ServerRole", "UserRole", "purpose_key", "result_or_raise"]
 
 T = TypeVar("T")
+
+#: the least bytes of a deployment's peer key (:meth:`Protocol.make_server`): the servers' peer
+#: secret, which the configuration requires to be at least this long
+PEER_KEY_MIN_BYTES = 32
+
+
+def purpose_key(peer_key: bytes, purpose: bytes) -> bytes:
+    """``HMAC-SHA256(peer_key, purpose)``: the 32-byte key of one ``purpose`` (a protocol's
+    constant tag, e.g. SecEmb's ``b"secemb-sketch-key"``) derived from the deployment's peer key
+    (:meth:`Protocol.make_server`).  A protocol uses the peer key only through this, one tag per
+    purpose, so its keys are independent of each other and of the peer requests' signatures
+    under the same secret.
+
+    Raises
+    ------
+    InvalidParameters: ``peer_key`` is not bytes of at least :data:`PEER_KEY_MIN_BYTES`.
+    """
+    if not isinstance(peer_key, bytes) or len(peer_key) < PEER_KEY_MIN_BYTES:
+        raise InvalidParameters(f"a peer key is bytes of at least {PEER_KEY_MIN_BYTES}")
+    return hmac.digest(peer_key, purpose, "sha256")
 
 
 @dataclass(frozen=True)
@@ -185,6 +210,20 @@ class UserRole(ABC):
         its own source in the order its own call would.  Default: one by one; roles whose
         encoding batches across users override it, with the same messages for every user."""
         return _each(lambda user, got: user.upload(*got), users, gradients)
+
+
+@runtime_checkable
+class BoundProver(TypingProtocol):
+    """A user role with the bounded-payload proof: what a device runs when its protocol's plan
+    has the :data:`~secemb.protocols.stages.PROVE` hops (SecEmb's option ``bound``)."""
+
+    def bound_proof(self, challenge: bytes) -> bytes:
+        """The proof, for server 0's ``challenge``, that this round's upload is within the bound.
+
+        Raises
+        ------
+        InvalidParameters: the upload is beyond the bound (no proof can be made).
+        """
 
 
 def result_or_raise(result: T | Exception) -> T:
@@ -632,9 +671,48 @@ class Protocol(ABC):
         return round_plan(relay=self.relay)
 
     @abstractmethod
-    def make_server(self, party: int) -> ServerRole:
-        """A new server for ``party`` (0 or 1)."""
+    def make_server(self, party: int, *, peer_key: bytes | None = None) -> ServerRole:
+        """A new server for ``party`` (0 or 1).
+
+        ``peer_key``: the secret the deployment's two servers share (the node passes its peer
+        secret, the key of the servers' signed peer requests, which no device ever sees); a
+        protocol whose servers need a common key derives each one from it with
+        :func:`purpose_key` and its own tag, and one that needs none ignores it.  ``None``: the
+        two servers run in one process (a simulation, a benchmark, a test), and the protocol
+        object provides any common key itself -- drawn with :mod:`secrets`, the same for every
+        server it makes.
+
+        Raises
+        ------
+        InvalidParameters: ``party`` is not 0 or 1, or a ``peer_key`` the protocol needs is not
+            bytes of at least :data:`PEER_KEY_MIN_BYTES`.
+        """
 
     @abstractmethod
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> UserRole:
         """A new user for one round; ``_rng`` injects seeded randomness in tests only."""
+
+    def device_clip(self) -> ClipSpec | None:
+        """What the protocol's own devices clip to before they add their local DP noise, when
+        the round announces no central DP clipping (``capabilities.local_dp``): ``None`` by
+        default (no device noise); DP-FedRec overrides it."""
+        return None
+
+    def with_noise(self, sigma: float, clip: float) -> Protocol:
+        """The same protocol with its devices' own noise of scale ``sigma`` (ring units) after
+        clipping to L2 norm ``clip`` (local DP: a protocol with ``capabilities.local_dp``
+        overrides this).
+
+        Raises
+        ------
+        InvalidParameters: the protocol's devices add no noise (no ``capabilities.local_dp``).
+        """
+        raise InvalidParameters(f"protocol {self.name!r} declares no local DP (capabilities.local_dp): its devices "
+                                "add no noise")
+
+    def upload_clip(self, fp: FixedPoint, clip: ClipSpec | None) -> ClipSpec | None:
+        """What a device clips its round contribution to, given the round's DP clipping
+        ``clip`` (``None``: none) and its fixed point ``fp``: ``clip`` itself by default; a
+        protocol whose devices must prove a bound on their uploads (SecEmb's ``bound``)
+        narrows it to what the proof needs."""
+        return clip

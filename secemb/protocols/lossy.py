@@ -351,7 +351,8 @@ class _LossyProtocol(FullModelProtocol):
         n = num_users if self.kind == "svd" else 1
         return n * shape[0] * dt.itemsize + rc.dense_size * rc.dtype.itemsize
 
-    def make_server(self, party: int) -> _LossyServer:
+    def make_server(self, party: int, *, peer_key: bytes | None = None) -> _LossyServer:
+        """Server ``party``; its servers share no key (``peer_key`` is ignored)."""
         return _LossyServer(party, proto=self)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> _LossyUser:

@@ -250,7 +250,8 @@ class PlaintextProtocol(Protocol):
             return _share_bytes(rc)
         return None  # no relay
 
-    def make_server(self, party: int) -> PlaintextServer:
+    def make_server(self, party: int, *, peer_key: bytes | None = None) -> PlaintextServer:
+        """Server ``party``; its servers share no key (``peer_key`` is ignored)."""
         return PlaintextServer(party)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> PlaintextUser:

@@ -286,7 +286,8 @@ class FullModelProtocol(Protocol):
             return 8 + 8 * num_users + self.share_body_bytes(rc, num_users)
         return None  # no relay
 
-    def make_server(self, party: int) -> FullModelServer:
+    def make_server(self, party: int, *, peer_key: bytes | None = None) -> FullModelServer:
+        """Server ``party``; its servers share no key (``peer_key`` is ignored)."""
         return self.server_cls(party, proto=self)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> FullModelUser:

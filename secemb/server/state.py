@@ -35,7 +35,6 @@ from secemb.errors import InvalidParameters, ProtocolError, SecembError
 from secemb.models.base import RecModel
 from secemb.privacy.noise import RingNoise
 from secemb.protocols.base import Protocol, RelayRole, ServerRole
-from secemb.protocols.secemb import SecEmbProtocol
 from secemb.protocols.stages import PROVE
 from secemb.randomness import RandomBytes
 from secemb.round import messages
@@ -46,7 +45,6 @@ from secemb.server.errors import Conflict
 from secemb.server.persist import CorruptState, StorageError
 from secemb.server.rounds import ABORTED, COMMITTED, FINAL, OPEN, Outcomes, Round
 from secemb.server.store import Checkpoint, DiskStore, StateStore
-from secemb.server.verify import sketch_key
 
 __all__ = ["NodeState", "ProvingRole", "optimizer_state"]
 
@@ -113,11 +111,10 @@ class NodeState:
                                     f"party={cfg.party}")
         self.cfg = cfg
         self.protocol = protocol if protocol is not None else cfg.make_protocol()
-        #: SecEmb's sketch check: both servers' roles hold the deployment's key, derived from
-        #: the peer secret they share (:func:`~secemb.server.verify.sketch_key`)
-        self.role: ServerRole = (
-            self.protocol.make_server(self.party, sketch_key=sketch_key(cfg.peer_secret))
-            if isinstance(self.protocol, SecEmbProtocol) else self.protocol.make_server(self.party))
+        #: this server's role; the peer secret both servers share is the deployment's peer key,
+        #: from which a protocol derives the keys its servers need in common (SecEmb's sketch key:
+        #: :meth:`~secemb.protocols.base.Protocol.make_server`)
+        self.role: ServerRole = self.protocol.make_server(self.party, peer_key=cfg.peer_secret)
         #: the role's relay steps, where it has them (an optional role: :class:`RelayRole`)
         self.relay_role: RelayRole | None = self.role if isinstance(self.role, RelayRole) else None
         if self.protocol.relay and self.relay_role is None:

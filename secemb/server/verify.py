@@ -8,23 +8,20 @@ proofs (:meth:`~secemb.protocols.base.ServerRole.verify_rejected`): a device tha
 is left out of the round like a dropout (:meth:`~secemb.server.node.LeaderNode._verified`).
 What the digests and the sketch cover and why an honest device's tell a server nothing:
 docs/security.md, "A malicious device: verified uploads".  This module is the wire form of
-server 1's answer, the sketch check's key of a deployment (:func:`sketch_key`) and the
-digests' comparison.
+server 1's answer and the digests' comparison (the sketch check's key of a deployment is the
+protocol's: :meth:`~secemb.protocols.secemb.SecEmbProtocol.make_server`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from typing import Any
 
 from secemb.errors import InvalidMessage
 
-__all__ = ["ABORT_WINDOW", "DIGEST_HEX", "MAX_ABORTS", "MAX_REJECTIONS", "SKETCH_KEY_TAG", "decode_verification",
-           "encode_verification", "rejected", "sketch_key"]
+__all__ = ["ABORT_WINDOW", "DIGEST_HEX", "MAX_ABORTS", "MAX_REJECTIONS", "decode_verification", "encode_verification",
+           "rejected"]
 
-#: the tag of the sketch check's key under the deployment's peer secret (:func:`sketch_key`)
-SKETCH_KEY_TAG = b"secemb-sketch-key"
 #: hex characters of one digest (SHA-256)
 DIGEST_HEX = 64
 #: a device whose uploads failed verification in this many rounds is refused at the door (403 at
@@ -42,16 +39,6 @@ MAX_ABORTS = 10
 #: the rounds :data:`MAX_ABORTS` counts over: the last this many the one-server server ran (committed
 #: or aborted; an opening the node refused is no round)
 ABORT_WINDOW = 50
-
-
-def sketch_key(peer_secret: bytes) -> bytes:
-    """The 32-byte key of the sketch check both servers of a deployment hold:
-    ``HMAC-SHA256(peer_secret, b"secemb-sketch-key")`` (the round secrets and the devices'
-    challenges derive from it: :meth:`~secemb.protocols.secemb.SecEmbProtocol.make_server`).
-    Both servers hold the same ``peer_secret`` -- the key of their signed peer requests, so a
-    server with another one fails the peer authentication before any round -- and no device
-    ever sees it."""
-    return hmac.new(peer_secret, SKETCH_KEY_TAG, hashlib.sha256).digest()
 
 
 def encode_verification(digests: dict[int, bytes], answer: bytes) -> dict[str, Any]:

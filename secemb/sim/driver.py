@@ -56,7 +56,6 @@ from secemb.models.base import RecModel, UserStore
 from secemb.models.task import Sample
 from secemb.protocols.adversary import ATTACK_BEHAVIOR
 from secemb.protocols.base import Protocol, RoundConfig
-from secemb.protocols.dp_fedrec import DPFedRecProtocol
 from secemb.protocols.placement import PaddedRequest, place
 from secemb.ring import FixedPoint
 from secemb.round.local import distinct_counts
@@ -271,12 +270,11 @@ class TrainingRun:
 
     def _device_protocol(self) -> Protocol:
         """The protocol the devices run: the run's, or under local DP (DP-FedRec) the run's
-        with the plan's noise added by each device."""
+        with the plan's noise added by each device (:meth:`~secemb.protocols.base.Protocol.with_noise`:
+        ``InvalidParameters`` for a protocol whose devices add none)."""
         protocol, dp = self.spec.protocol, self.dp
         if dp is None or dp.central:
             return protocol
-        if not isinstance(protocol, DPFedRecProtocol):
-            raise InvalidParameters(f"protocol {protocol.name!r} declares local DP but is not DP-FedRec")
         return protocol.with_noise(dp.sigma_ring, dp.settings.clip)
 
     def train(self) -> TrainResult:

@@ -51,6 +51,26 @@ def test_the_sketch_check_counts_as_a_dpf_kernel() -> None:
     assert sk.sketch_accumulate is before
 
 
+def test_a_kernel_compiled_within_the_clock_still_compiles() -> None:
+    """The field helpers of ``_sketch_kernels`` (``mulp``, ...) are compiled into the sketch proof's and the
+    device's kernels: a timing wrapper in their place made any kernel compiled inside the block (a cold numba
+    cache, a kernel module imported late) fail to type (found in session 30: ``bench overhead`` in a fresh
+    git-archive tree).  So they are no entry points, and a kernel that calls one compiles within the block."""
+    if not kernels.available():
+        pytest.skip("no compiled kernels here")
+    from numba import njit
+
+    from secemb.fss import _sketch_kernels as sk
+
+    assert not {"addp", "mac128", "mulp", "red128", "subp"} & set(overhead._entry_points())
+    with overhead.kernel_clock():
+        @njit
+        def product(a, b):  # noqa: ANN001, ANN202
+            return sk.mulp(a, b)
+
+        assert product(np.uint64(3), np.uint64(5)) == 15
+
+
 def test_the_reference_counts_the_prg_aes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernels, "BACKEND", "numpy")
     encrypt = FixedKeyAES.encrypt_into

@@ -24,8 +24,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import secemb.client.device as device_module
-from secemb.client.device import upload_clip
 from secemb.cli import app
 from secemb.data import synthetic_like, train_test_split
 from secemb.models import MatrixFactorization
@@ -99,7 +97,7 @@ def test_a_binding_clip_is_the_plain_run_with_the_same_clip(monkeypatch: pytest.
     assert all(r["rejected_devices"] == [] for r in record.rounds) and len(record.rounds) == bounded.rounds
     plain = train(MatrixFactorization(dim=4, reg=0.01), SecEmbProtocol(layout="cuckoo"), tr, te, config)
     assert plain.model_sha256 != bounded.model_sha256
-    monkeypatch.setattr(device_module, "upload_clip", lambda _proto, _fp, _clip: ClipSpec(c2))
+    monkeypatch.setattr(SecEmbProtocol, "upload_clip", lambda _proto, _fp, _clip: ClipSpec(c2))
     same_clip = train(MatrixFactorization(dim=4, reg=0.01), SecEmbProtocol(layout="cuckoo"), tr, te, config)
     assert same_clip.model_sha256 == bounded.model_sha256
 
@@ -184,12 +182,12 @@ def test_a_bounded_rounds_transcript_is_the_plan(relay: bool) -> None:
 
 
 def test_the_device_clips_to_the_tighter_of_dp_and_the_bound() -> None:
-    """:func:`upload_clip`: without ``bound`` the round's clip as it is; with it, the bound's
+    """:meth:`SecEmbProtocol.upload_clip`: without ``bound`` the round's clip as it is; with it, the bound's
     norm (C2 ~ 56.9 at 20 users), or the DP clip's if smaller, the DP noise's reserves kept."""
     fp = FixedPoint(32, 16)
     plain, bounded = SecEmbProtocol(), SecEmbProtocol(bound=True, users_per_round=USERS)
     dp = ClipSpec(1.0, reserve=7, per_user=3)
-    assert upload_clip(plain, fp, None) is None and upload_clip(plain, fp, dp) is dp
-    assert upload_clip(bounded, fp, None) == ClipSpec(2.0**25 / (9 * 2.0**16))
-    assert upload_clip(bounded, fp, dp) == dp
-    assert upload_clip(bounded, fp, ClipSpec(100.0, reserve=7, per_user=3)) == ClipSpec(2.0**25 / (9 * 2.0**16), 7, 3)
+    assert plain.upload_clip(fp, None) is None and plain.upload_clip(fp, dp) is dp
+    assert bounded.upload_clip(fp, None) == ClipSpec(2.0**25 / (9 * 2.0**16))
+    assert bounded.upload_clip(fp, dp) == dp
+    assert bounded.upload_clip(fp, ClipSpec(100.0, reserve=7, per_user=3)) == ClipSpec(2.0**25 / (9 * 2.0**16), 7, 3)

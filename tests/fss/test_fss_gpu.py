@@ -40,8 +40,9 @@ from secemb.fss.tasks import evaluate_task, evaluation_form  # noqa: E402
 from secemb.randomness import CtrDrbg  # noqa: E402
 
 DEV = gpu.device()
-#: one sketch key for the servers of runs compared across backends (each protocol object would
-#: draw its own, and the devices' sketch seeds, in the replies, with it)
+#: one key for the servers of runs compared across backends: round_setup's sketch key, and the peer
+#: key of the servers made here (each protocol object would draw its own sketch key, and the devices'
+#: sketch seeds, in the replies, with it)
 SKETCH_KEY = bytes(range(32))
 
 
@@ -435,7 +436,7 @@ def _verified_round(backends: tuple, layout: str, relay: bool) -> tuple:
     cfg = protos[0].round_config(3, 12, 3, 1, 2)
     gen = np.random.default_rng(5)  # public test data
     table = gen.integers(0, 2**32, (12, 3), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = protos[0].make_server(0, sketch_key=SKETCH_KEY), protos[1].make_server(1, sketch_key=SKETCH_KEY)
+    s0, s1 = protos[0].make_server(0, peer_key=SKETCH_KEY), protos[1].make_server(1, peer_key=SKETCH_KEY)
     for s in (s0, s1):
         s.begin_round(cfg, table)
     expected = np.zeros((12, 3), np.uint32)

@@ -22,13 +22,13 @@ from secemb.protocols.secemb import SecEmbProtocol
 from secemb.randomness import CtrDrbg
 from secemb.errors import InvalidParameters
 
-#: the servers' sketch key, fixed: the replies carry sketch seeds derived from it (verified uploads)
+#: the servers' peer key, fixed: the replies carry sketch seeds derived from it (verified uploads)
 KEY = bytes(range(32))
 
 
 def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, round_id: int = 4,
            silent: int | None = None, expected: np.ndarray | None = None):
-    """Five users through one round (of ``servers``, or of new ones, with the sketch key
+    """Five users through one round (of ``servers``, or of new ones, with the peer key
     :data:`KEY`); returns every reply and server 1's sketch answer for the uploaded users (its
     verifier messages: the sketch values of the backend's walk), and the combined aggregate.  The table and the users' choices depend on ``round_id``.  User
     ``silent`` retrieves but does not upload; ``expected`` (m, width) receives the plaintext
@@ -37,7 +37,7 @@ def _round(backend, layout: str, relay: bool, *, width: int = 5, servers=None, r
     cfg = proto.round_config(round_id, 300, width, 2, 12)
     rng = np.random.default_rng(7 + round_id)
     table = rng.integers(0, 2**32, (300, width), dtype=np.uint64).astype(np.uint32)
-    s0, s1 = servers or (proto.make_server(0, sketch_key=KEY), proto.make_server(1, sketch_key=KEY))
+    s0, s1 = servers or (proto.make_server(0, peer_key=KEY), proto.make_server(1, peer_key=KEY))
     s0.begin_round(cfg, table)
     s1.begin_round(cfg, table)
     users = [proto.make_user(cfg, _rng=CtrDrbg(u + 10 * round_id)) for u in range(5)]
@@ -198,8 +198,8 @@ def test_shared_tables_live_for_their_round_only() -> None:
     table (two rounds with different tables, bit-identical to serial)."""
     serial = [_round(SerialBackend(), "cuckoo", False, round_id=r) for r in (1, 2)]
     pool = ProcessBackend(workers=2)
-    servers = (SecEmbProtocol(layout="cuckoo", backend=pool).make_server(0, sketch_key=KEY),
-               SecEmbProtocol(layout="cuckoo", backend=pool).make_server(1, sketch_key=KEY))
+    servers = (SecEmbProtocol(layout="cuckoo", backend=pool).make_server(0, peer_key=KEY),
+               SecEmbProtocol(layout="cuckoo", backend=pool).make_server(1, peer_key=KEY))
     try:
         first = _round(pool, "cuckoo", False, servers=servers, round_id=1)
         names1 = set(pool._segments)

@@ -46,13 +46,13 @@ def test_each_server_hashes_its_own_part_of_a_device_once(layout: str, relay_on:
     for uid in (2, 5):
         _liar(rnd, uid)
     hashed: Counter[int] = Counter()
-    part = rangeproof._part
+    parts = rangeproof._parts  # the servers' parts, a batch a call (session 30)
 
-    def counted(party: int, context: bytes, key: bytes, inputs: bytes | np.ndarray) -> bytes:
-        hashed[party] += 1
-        return part(party, context, key, inputs)
+    def counted(party: int, contexts: list[bytes], keys: np.ndarray, inputs: np.ndarray) -> list[bytes]:
+        hashed[party] += len(contexts)
+        return parts(party, contexts, keys, inputs)
 
-    monkeypatch.setattr(rangeproof, "_part", counted)
+    monkeypatch.setattr(rangeproof, "_parts", counted)
     rnd.close_exact({2, 5})
     assert hashed == {0: 7, 1: 7}  # one part_0 and one part_1 a device (before: 14 and 14)
 

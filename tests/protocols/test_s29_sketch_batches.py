@@ -67,8 +67,8 @@ def test_intake_refuses_exactly_the_bad_proof_shares_in_order(relay: bool) -> No
     gen = np.random.default_rng(3)  # public test data
     table = gen.integers(0, 1 << 20, (64, 2)).astype(cfg.dtype)
     key = secrets.token_bytes(32)
-    s0: Any = proto.make_server(0, sketch_key=key)
-    s1: Any = proto.make_server(1, sketch_key=key)
+    s0: Any = proto.make_server(0, peer_key=key)
+    s1: Any = proto.make_server(1, peer_key=key)
     for s in (s0, s1):
         s.begin_round(cfg, table)
     uploads = []

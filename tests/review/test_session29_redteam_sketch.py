@@ -39,7 +39,8 @@ ITEMS, WIDTH, DENSE = 64, 2, 2
 
 
 class Round:
-    """One verified round at two fresh servers holding a fresh sketch key; devices run by hand."""
+    """One verified round at two fresh servers holding a fresh sketch key (from a fresh peer key);
+    devices run by hand."""
 
     def __init__(self, layout: str, relay: bool, *, round_id: int = 7, m_prime: int = 6) -> None:
         self.relay = relay
@@ -49,8 +50,8 @@ class Round:
         self.table = self.gen.integers(0, 1 << 20, (ITEMS, WIDTH)).astype(self.cfg.dtype)
         key = secrets.token_bytes(32)
         # relay roles have the relay steps (SecEmbServer's subclass): typed loosely
-        self.s0: Any = self.proto.make_server(0, sketch_key=key)
-        self.s1: Any = self.proto.make_server(1, sketch_key=key)
+        self.s0: Any = self.proto.make_server(0, peer_key=key)
+        self.s1: Any = self.proto.make_server(1, peer_key=key)
         for s in (self.s0, self.s1):
             s.begin_round(self.cfg, self.table)
         self.expected = np.zeros((ITEMS, WIDTH), self.cfg.dtype)

@@ -30,7 +30,7 @@ from secemb.server.auth import AuthError, Verifier
 from secemb.server.deploy import init_half, pair
 from secemb.server.node import LeaderNode, make_node
 from secemb.server.store import MemoryStore
-from secemb.server.verify import decode_verification, encode_verification, sketch_key
+from secemb.server.verify import decode_verification, encode_verification
 from secemb.sim.coordinator import train_networked
 from secemb.sim.local import InProcessServers, LocalPeer
 from secemb.sim.settings import cluster_settings
@@ -108,7 +108,7 @@ def test_paired_servers_hold_the_same_sketch_key(tmp_path: Path) -> None:
         for n in nodes:
             n.stop()
     other = bytes(32)
-    assert sketch_key(other) != want
+    assert SecEmbProtocol().make_server(0, peer_key=other)._sketch_key != want
     verifier = Verifier(1, cfgs[1].peer_secret, cfgs[1].admin_secret, cfgs[1].user_secret, cfgs[1].num_users)
     with pytest.raises(AuthError):
         verifier.verify(sign_headers("server0", other, "GET", "/v1/peer/status"), "GET", "/v1/peer/status", "", b"")

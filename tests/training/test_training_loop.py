@@ -130,7 +130,7 @@ class _Corrupting(PlaintextProtocol):
     def __init__(self, where):
         self.where = where
 
-    def make_server(self, party):
+    def make_server(self, party, *, peer_key=None):
         return _CorruptingServer(party, self.where)
 
 

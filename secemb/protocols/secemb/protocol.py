@@ -4,16 +4,18 @@ factory of its roles (:class:`~secemb.protocols.secemb.user.SecEmbUser`,
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from typing import Any, cast
 
 from secemb.errors import InvalidParameters, check_int
 from secemb.fss import rangeproof
 from secemb.options import DEFAULTS
+from secemb.privacy.noise import ClipSpec
 from secemb.protocols.backends import Backend
-from secemb.protocols.base import Capabilities, Protocol, RoundConfig
+from secemb.protocols.base import Capabilities, Protocol, RoundConfig, purpose_key
 from secemb.protocols.stages import RoundPlan, round_plan
-from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, QUERY_BYTES, bound_params
+from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, QUERY_BYTES, bound_params, clip_norm
 from secemb.protocols.secemb.checks import SKETCH_KEY_BYTES
 from secemb.protocols.secemb.relay import SecEmbRelayServer
 from secemb.protocols.secemb.server import SecEmbServer
@@ -30,6 +32,7 @@ from secemb.protocols.secemb.sizes import (
 )
 from secemb.protocols.secemb.user import SecEmbUser
 from secemb.randomness import RandomBytes
+from secemb.ring import FixedPoint
 
 __all__ = ["SecEmbProtocol"]
 
@@ -147,14 +150,34 @@ class SecEmbProtocol(Protocol):
         return {"relay_keys": shared_bytes(rc), "relay_answer": relay_answer_bytes(rc, self.verify),
                 "relay_upload": relay_upload_bytes(rc, self.verify)}[kind]
 
-    def make_server(self, party: int, *, sketch_key: bytes | None = None) -> SecEmbServer:
-        """Server ``party``.  ``sketch_key`` (verified uploads): the 32-byte key both servers
-        share (a deployment's, derived from its peer secret); ``None``: this object's own, drawn
-        once with :mod:`secrets` when it was made, so that the two servers it makes in one process
-        share it."""
+    def make_server(self, party: int, *, peer_key: bytes | None = None) -> SecEmbServer:
+        """Server ``party``.  With verified uploads both servers hold the sketch check's 32-byte
+        key: from a deployment's ``peer_key``, ``HMAC-SHA256(peer_key, b"secemb-sketch-key")``
+        (:func:`~secemb.protocols.base.purpose_key`; the node passes its peer secret, so the two
+        servers' keys agree and a running deployment's key is the one it always had); ``None``:
+        this object's own, drawn once with :mod:`secrets` when it was made, so that the two
+        servers it makes in one process share it.
+
+        Raises
+        ------
+        InvalidParameters: ``party`` is not 0 or 1, or (verified uploads) ``peer_key`` is not
+            bytes of at least :data:`~secemb.protocols.base.PEER_KEY_MIN_BYTES`.
+        """
         role = SecEmbRelayServer if self.relay else SecEmbServer
-        key = (self._sketch_key if sketch_key is None else sketch_key) if self.verify else None
+        key = None
+        if self.verify:
+            key = self._sketch_key if peer_key is None else purpose_key(peer_key, b"secemb-sketch-key")
         return role(party, verify=self.verify, backend=self.backend, bound_users=self.bound_users, sketch_key=key)
+
+    def upload_clip(self, fp: FixedPoint, clip: ClipSpec | None) -> ClipSpec | None:
+        """With bounded payloads, the tighter of ``clip`` and an L2 norm of
+        :func:`~secemb.protocols.secemb.bounds.clip_norm` (what an honest device's proof needs,
+        :func:`~secemb.protocols.secemb.bounds.clip_upload`; the DP noise's reserves of ``clip``
+        kept), so the proof holds whatever the DP settings; without, ``clip``."""
+        if not self.bound:
+            return clip
+        l2 = clip_norm(fp, cast("int", self.bound_users))
+        return ClipSpec(l2) if clip is None else dataclasses.replace(clip, l2=min(clip.l2, l2))
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
         return SecEmbUser(config, relay=self.relay, verify=self.verify, bound_users=self.bound_users, _rng=_rng)

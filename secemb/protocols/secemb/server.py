@@ -1072,8 +1072,7 @@ class SecEmbServer(ServerRole):
                 raise ProtocolError(f"user {u} did not upload in round {cfg.round_id}")
         proved = sorted(set(users) & self._proofs.keys())
         challenges = [self._challenges[u] for u in proved]
-        hints = [rangeproof.hint_of(params, ctx, self._proofs[u])
-                 for u, ctx in zip(proved, self._bound_contexts(proved, challenges), strict=True)]
+        hints = rangeproof.hints_of(params, self._bound_contexts(proved, challenges), [self._proofs[u] for u in proved])
         query = system_rng(QUERY_BYTES)
         self._asked = (proved, query, set(users) - set(proved), hints)  # the hints: server 0's own parts
         parts = [rangeproof.device_part(params, self._proofs[u]) for u in proved]
@@ -1119,7 +1118,7 @@ class SecEmbServer(ServerRole):
         shares = rangeproof.parse(params, 1, [self._sigmas[u] + r[hint_at : hint_at + rangeproof.PART_BYTES]
                                               for u, r in zip(users, rows, strict=True)])
         contexts = self._bound_contexts(users, challenges)
-        own = [rangeproof.seed_part(ctx, self._sigmas[u]) for u, ctx in zip(users, contexts, strict=True)]
+        own = rangeproof.seed_parts(contexts, [self._sigmas[u] for u in users])
         v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)
         unbound = [j for j, (r, part) in enumerate(zip(rows, own, strict=True))
                    if part != r[hint_at + rangeproof.PART_BYTES :]]

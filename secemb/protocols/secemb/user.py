@@ -17,7 +17,7 @@ from secemb.fss.fused import AGGREGATION_TAG, RETRIEVAL_TAG, unmask_slots
 from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
 from secemb.fss import sketchproof
 from secemb.fss.rangeproof import prove
-from secemb.fss.sketch import SKETCH_SEED_BYTES, device_inputs
+from secemb.fss.sketch import SKETCH_SEED_BYTES, device_inputs_many
 from secemb.fss.tree import padded_leaves
 from secemb.protocols.base import RoundConfig, UserRole, result_or_raise
 from secemb.protocols.secemb.bounds import (
@@ -29,7 +29,7 @@ from secemb.protocols.secemb.bounds import (
     projected,
     upload_vector,
 )
-from secemb.protocols.secemb.checks import binding, half_tags, key_digests, seed_tag, suffix_tags
+from secemb.protocols.secemb.checks import bindings, half_tags, key_digests, seed_tag, suffix_tags
 from secemb.protocols.secemb.relay import relay_masks_into, relay_prgs, upload_mac
 from secemb.protocols.secemb.sizes import (
     DIGEST_BYTES,
@@ -538,9 +538,10 @@ class SecEmbUser(UserRole):
         to0 = Framer(NAME, "upload", 0, cfg.round_id,
                      upload_bytes(cfg, first.relay, 0, verify=verify, commit=bound and not first.relay))
         to1 = Framer(NAME, "upload", 1, cfg.round_id, upload_bytes(cfg, False, 1, verify=verify))
+        proofs = SecEmbUser._sketch_proofs([users[i] for i in ok], states) if verify else [(b"", b"")] * len(ok)
         for j, i in enumerate(ok):
             user, dense = users[i], gradients[i][1]
-            pi0, tau = user._sketch_proof(states[j]) if verify else (b"", b"")
+            pi0, tau = proofs[j]
             user._state = None  # one upload per round
             # the relay's one-time MAC key tags this upload only: dropped with the state (upload_mac)
             key, user._mac_key = user._mac_key, None
@@ -598,12 +599,42 @@ class SecEmbUser(UserRole):
         (:func:`~secemb.fss.sketch.device_inputs`; ``state``: the keys' generation state), has
         ``A^2 = B C``; ``tau`` (:func:`~secemb.protocols.secemb.checks.binding`) binds ``c_u`` to
         ``sigma``.  The points are dropped."""
-        cfg = self.config
-        seed, sigma = cast("bytes", self._sketch_seed), cast("bytes", self._sigma)
-        alphas, self._alpha = cast("np.ndarray", self._alpha), None
+        return SecEmbUser._proved([self], [state])[0]
+
+    @staticmethod
+    def _sketch_proofs(users: list[SecEmbUser], states: list[fss.GenState]) -> list[tuple[bytes, bytes]]:
+        """Per user (one round's, verified uploads), what its :meth:`_sketch_proof` returns for its
+        keys' generation state ``states[j]``: one batch (:meth:`_proved`) for the users whose class
+        runs :class:`SecEmbUser`'s, then the own method of every other user (a simulated malicious
+        device that overrides it)."""
+        out: list[tuple[bytes, bytes] | None] = [None] * len(users)
+        own = [j for j, u in enumerate(users) if type(u)._sketch_proof is SecEmbUser._sketch_proof]
+        if own:
+            for j, got in zip(own, SecEmbUser._proved([users[j] for j in own], [states[j] for j in own]), strict=True):
+                out[j] = got
+        for j, user in enumerate(users):
+            if out[j] is None:
+                out[j] = user._sketch_proof(states[j])
+        return cast("list[tuple[bytes, bytes]]", out)  # every entry is set above
+
+    @staticmethod
+    def _proved(users: list[SecEmbUser], states: list[fss.GenState]) -> list[tuple[bytes, bytes]]:
+        """:meth:`_sketch_proof` of each of ``users`` (one round's) as one batch: their sketch inputs
+        (:func:`~secemb.fss.sketch.device_inputs_many`), proofs
+        (:func:`~secemb.fss.sketchproof.prove_many`, each device's wire seeds from its own ``_rng``)
+        and bindings (:func:`~secemb.protocols.secemb.checks.bindings`) each in one call; the
+        points are dropped."""
+        cfg = users[0].config
+        seeds = [cast("bytes", u._sketch_seed) for u in users]
+        sigmas = [cast("bytes", u._sigma) for u in users]
+        alphas = np.stack([cast("np.ndarray", u._alpha) for u in users])  # int64 (n, S)
+        for u in users:
+            u._alpha = None
         mp, params = _sketch_sizes(cfg)
-        x = device_inputs(seed, mp, alphas, state.leaf0, state.leaf1)
-        return sketchproof.prove(params, x, seed, sigma, _rng=self._rng), binding(cfg.round_id, seed, sigma)
+        xs = device_inputs_many(seeds, mp, alphas, np.stack([s.leaf0 for s in states]),
+                                np.stack([s.leaf1 for s in states]))
+        pi0s = sketchproof.prove_many(params, xs, seeds, sigmas, [u._rng for u in users])
+        return list(zip(pi0s, bindings(cfg.round_id, seeds, sigmas), strict=True))
 
     def _check_upload(self, rows: np.ndarray, dense: np.ndarray) -> None:
         """Refuse an upload this user cannot make: after a tampered retrieval, before a request
