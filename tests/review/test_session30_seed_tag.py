@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 import struct
 import sys
 from collections.abc import Callable
@@ -79,7 +78,7 @@ def _flip(at: int) -> Alter:
 
 
 class Round:
-    """Round :data:`ROUND` at two fresh in-process servers holding a fresh sketch key; each device
+    """Round :data:`ROUND` at two fresh in-process servers sharing a fresh sketch key; each device
     run by hand, with any message of a server altered on its way."""
 
     def __init__(self, layout: str, relay: bool, *, verify: bool = True) -> None:
@@ -88,9 +87,9 @@ class Round:
         self.cfg = self.proto.round_config(ROUND, ITEMS, WIDTH, DENSE, 6)
         self.gen = np.random.default_rng(4)  # public test data only
         self.table = self.gen.integers(0, 1 << 20, (ITEMS, WIDTH)).astype(self.cfg.dtype)
-        key = secrets.token_bytes(32)
-        self.s0: Any = self.proto.make_server(0, sketch_key=key)  # relay roles have the relay steps
-        self.s1: Any = self.proto.make_server(1, sketch_key=key)
+        # the protocol object's own sketch key, drawn fresh; relay roles have the relay steps
+        self.s0: Any = self.proto.make_server(0)
+        self.s1: Any = self.proto.make_server(1)
         for s in (self.s0, self.s1):
             s.begin_round(self.cfg, self.table)
 
