@@ -142,10 +142,10 @@ With the compiled kernels (:func:`secemb.fss.kernels.compiled`) that is one pass
 :func:`secemb.fss._rangeproof_kernels.verifier_core`, its devices the innermost loop (``O(N + L +
 M)`` multiply-adds a device and query point, no fixed cost a batch); otherwise one matrix product
 (:func:`secemb.fss.field.matmul`, float64 BLAS in limbs) for all devices, the same field elements.
-Per device it makes O(1) hashes (the own part, unless the caller has it already, and ``jr``: each
-kind one :func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length,
-as :func:`hints_of` and :func:`seed_parts` hash a batch's parts; SHAKE-128 for the ``2 (M/2 + c)``
-coefficients) and, at server 1, one AES-CTR expansion (:func:`parse`: a batch's seeds in one
+Per device it makes O(1) hashes (the own part, unless the caller has it already: one
+:func:`secemb.fss.hashing.sha256_many` batch where the devices' contexts are of one length, as
+:func:`hints_of` and :func:`seed_parts` hash a batch's parts; ``jr``; SHAKE-128 for the ``2 (M/2 +
+c)`` coefficients) and, at server 1, one AES-CTR expansion (:func:`parse`: a batch's seeds in one
 :func:`secemb.fss.field.expand_many` call).  At ``rows = 40``, ``t = 26`` (or 25): ``m
 = 13``, ``N = 560``, ``c = 33``, ``L = 66``, ``M = 34``, a proof of ``4c + 4M + 5 = 273`` elements
 (device message to server 0: 6,712 bytes; the bits-and-two-wrap-bits proof of an earlier version,
@@ -403,15 +403,6 @@ def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.n
     if rows is None:
         return [_part(party, c, k.tobytes(), i.tobytes()) for c, k, i in zip(contexts, keys, inputs, strict=True)]
     return _digest_list(sha256_many(_DOMAIN + b"part" + _framed(bytes([party])), _framed_rows(rows, keys, inputs)))
-
-
-def _joints(contexts: Sequence[bytes], parts0: np.ndarray, parts1: np.ndarray) -> list[bytes]:
-    """:func:`_joint` of each device's context (bytes) and parts (rows of uint8 (n, 32)), as
-    :func:`_parts` hashes: one batch where the contexts are of one length; the same digests."""
-    rows = _context_rows(contexts)
-    if rows is None:
-        return [_joint(c, p0.tobytes(), p1.tobytes()) for c, p0, p1 in zip(contexts, parts0, parts1, strict=True)]
-    return _digest_list(sha256_many(_DOMAIN + b"joint", _framed_rows(rows, parts0, parts1)))
 
 
 def _coefficients(params: RangeParams, joints: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -875,13 +866,15 @@ def _verify_block(
 ) -> np.ndarray:
     x, proofs = shares.inputs[lo:hi], shares.proofs[lo:hi]
     n = hi - lo
-    hints = shares.hints[lo:hi]
+    hints = shares.hints[lo:hi].tobytes()
     ctxs = [bytes(c) for c in contexts]
-    # two hashes a device, each kind one batch: the part this server can compute (unless given), then jr
+    # the part this server can compute, unless given: one batch (the witness shares' bytes at server 0)
     inputs = x.astype("<u8").view(np.uint8) if party == 0 else np.empty((n, 0), np.uint8)
     own = list(parts) if parts is not None else _parts(party, ctxs, shares.keys[lo:hi], inputs)
-    owns = np.frombuffer(b"".join(own), np.uint8).reshape(n, PART_BYTES)
-    jrs = _joints(ctxs, *((owns, hints) if party == 0 else (hints, owns)))
+    jrs = []
+    for i in range(n):  # jr one hash a device (in one sha256_many batch: no faster in a round at 20 devices)
+        hint = hints[i * PART_BYTES : (i + 1) * PART_BYTES]
+        jrs.append(_joint(ctxs[i], *((own[i], hint) if party == 0 else (hint, own[i]))))
     calls, slots = _coefficients(params, jrs)
     msg = np.empty((n, params.verifier_length), dtype=np.uint64)
     msg[:, params.opened_length :] = np.frombuffer(b"".join(jrs), dtype="<u8").reshape(n, _JOINT_WORDS)

@@ -81,10 +81,11 @@ def local_update(
         row_of[request.kept] = np.arange(request.kept.size, dtype=np.int64)
         batch = task.restrict(batch, row_of)
     result = step(rows, dense_u, batch)
+    if clip is None:  # the kept rows encoded alone: every other slot's zero gradient encodes to zero
+        encoded = np.zeros((rc.slots, rc.width), fp.dtype)
+        encoded[request.real_pos] = fp.encode_clipped(result.row_grads, n_p)
+        return encoded, fp.encode_clipped(result.dense_grad, n_p), result
     grads = np.zeros((rc.slots, rc.width))
-    if clip is None:
-        grads[request.real_pos] = result.row_grads
-        return fp.encode_clipped(grads, n_p), fp.encode_clipped(result.dense_grad, n_p), result
     grads[request.real_pos], dense_g = clip.clip(result.row_grads, result.dense_grad)
     bound = clip.coordinate_bound(fp, n_p)
     return fp.encode(np.clip(grads, -bound, bound)), fp.encode(np.clip(dense_g, -bound, bound)), result

@@ -1,9 +1,10 @@
-"""Session 30 (issue 34): the range proof's joint-randomness hashes in batches.
+"""Session 30 (issue 34): the range proof's joint-randomness parts hashed in batches.
 
 Server 0's parts of its devices (:func:`rangeproof.hints_of`), server 1's
-(:func:`rangeproof.seed_parts`) and both servers' joint randomness in
-:func:`rangeproof.verifier_messages` are hashed as one :func:`secemb.fss.hashing.sha256_many`
-batch where the contexts are of one length (a protocol's are), else one hash a device.  Either
+(:func:`rangeproof.seed_parts`) and a server's own parts in :func:`rangeproof.verifier_messages`
+(where the caller does not give them) are hashed as one :func:`secemb.fss.hashing.sha256_many`
+batch where the contexts are of one length (a protocol's are), else one hash a device; the joint
+randomness ``jr`` made of them, one hash a device, ends each verifier message.  Either
 way they must be the digests the module docstring specifies, which these tests compute with
 :mod:`hashlib` from the specification's bytes (``SHA-256(domain || "part" || framed(party,
 context, key, inputs))`` and ``SHA-256(domain || "joint" || framed(context, part_0, part_1))``),

@@ -529,7 +529,7 @@ class SecEmbUser(UserRole):
                              np.concatenate([s.leaf0 for s in states]), np.concatenate([s.leaf1 for s in states]))
         # the words written over the batch's own concatenation of the rows (no copy of them)
         cw = fss.convert_gen(state, grads, ring_bits=cfg.ring_bits, tag=AGGREGATION_TAG, overwrite_betas=True)
-        if first.relay:  # server 1's dense share is the mask of the user's seed
+        if first.relay:
             masks = relay_prgs([cast("tuple[bytes, bytes]", users[i]._seeds)[1] for i in ok], (cfg.dense_size,),
                                cfg.dtype)
         cw_le = np.ascontiguousarray(cw, cfg.dtype.newbyteorder("<"))  # the wire's byte order (no copy on LE hosts)
@@ -538,7 +538,11 @@ class SecEmbUser(UserRole):
         to0 = Framer(NAME, "upload", 0, cfg.round_id,
                      upload_bytes(cfg, first.relay, 0, verify=verify, commit=bound and not first.relay))
         to1 = Framer(NAME, "upload", 1, cfg.round_id, upload_bytes(cfg, False, 1, verify=verify))
-        proofs = SecEmbUser._sketch_proofs([users[i] for i in ok], states) if verify else [(b"", b"")] * len(ok)
+        proofs = SecEmbUser._sketch_proofs([users[i] for i in ok], states, state) if verify else [(b"", b"")] * len(ok)
+        if first.relay:  # server 1's dense share is the mask of the user's seed, server 0's the rest: for all at once
+            shares0 = np.stack([gradients[i][1] for i in ok])
+            np.subtract(shares0, masks, out=shares0)
+            shares0_le = np.ascontiguousarray(shares0, cfg.dtype.newbyteorder("<"))  # as little() gives each row
         for j, i in enumerate(ok):
             user, dense = users[i], gradients[i][1]
             pi0, tau = proofs[j]
@@ -549,8 +553,8 @@ class SecEmbUser(UserRole):
             if first.relay:
                 # drawn with the seeds; over the words and, verified uploads, tau after them, as forwarded
                 tag = upload_mac(cast("bytes", key), cfg.round_id, b"".join((own, tau)) if tau else own)
-                d0, d1 = dense - masks[j], masks[j]
-                out[i] = to0(own, little(d0), tau, tag, pi0), None
+                d0, d1 = shares0[j], masks[j]
+                out[i] = to0(own, shares0_le[j].data, tau, tag, pi0), None
             else:
                 d0, d1 = share(dense, _rng=user._rng)
                 # bounded payloads: server 0 gets a commitment to d1, so that d1 is fixed before its challenge
@@ -558,7 +562,7 @@ class SecEmbUser(UserRole):
                 out[i] = to0(own, little(d0), pi0, commit), to1(own, little(d1), tau)
             if user._path0 is not None:  # bounded payloads: what the proof needs (copies: no view of the batch's)
                 user._kept = _Kept(user._path0, cw[j * cfg.slots : (j + 1) * cfg.slots].copy(),
-                                   gradients[i][0].copy(), d0, d1.copy())
+                                   gradients[i][0].copy(), d0.copy(), d1.copy())
                 user._path0 = None
         return cast("list[tuple[bytes, bytes | None] | Exception]", out)  # every entry is set above
 
@@ -599,18 +603,24 @@ class SecEmbUser(UserRole):
         (:func:`~secemb.fss.sketch.device_inputs`; ``state``: the keys' generation state), has
         ``A^2 = B C``; ``tau`` (:func:`~secemb.protocols.secemb.checks.binding`) binds ``c_u`` to
         ``sigma``.  The points are dropped."""
-        return SecEmbUser._proved([self], [state])[0]
+        return SecEmbUser._proved([self], state.leaf0[None], state.leaf1[None])[0]
 
     @staticmethod
-    def _sketch_proofs(users: list[SecEmbUser], states: list[fss.GenState]) -> list[tuple[bytes, bytes]]:
+    def _sketch_proofs(users: list[SecEmbUser], states: list[fss.GenState],
+                       batch: fss.GenState) -> list[tuple[bytes, bytes]]:
         """Per user (one round's, verified uploads), what its :meth:`_sketch_proof` returns for its
-        keys' generation state ``states[j]``: one batch (:meth:`_proved`) for the users whose class
-        runs :class:`SecEmbUser`'s, then the own method of every other user (a simulated malicious
+        keys' generation state ``states[j]`` (``batch``: theirs concatenated, user ``j``'s leaves
+        its ``j``-th S rows): one batch (:meth:`_proved`) for the users whose class runs
+        :class:`SecEmbUser`'s, then the own method of every other user (a simulated malicious
         device that overrides it)."""
         out: list[tuple[bytes, bytes] | None] = [None] * len(users)
         own = [j for j, u in enumerate(users) if type(u)._sketch_proof is SecEmbUser._sketch_proof]
         if own:
-            for j, got in zip(own, SecEmbUser._proved([users[j] for j in own], [states[j] for j in own]), strict=True):
+            shape = (len(users), users[0].config.slots, 2)
+            leaf0, leaf1 = batch.leaf0.reshape(shape), batch.leaf1.reshape(shape)
+            if len(own) < len(users):
+                leaf0, leaf1 = leaf0[own], leaf1[own]
+            for j, got in zip(own, SecEmbUser._proved([users[j] for j in own], leaf0, leaf1), strict=True):
                 out[j] = got
         for j, user in enumerate(users):
             if out[j] is None:
@@ -618,8 +628,9 @@ class SecEmbUser(UserRole):
         return cast("list[tuple[bytes, bytes]]", out)  # every entry is set above
 
     @staticmethod
-    def _proved(users: list[SecEmbUser], states: list[fss.GenState]) -> list[tuple[bytes, bytes]]:
-        """:meth:`_sketch_proof` of each of ``users`` (one round's) as one batch: their sketch inputs
+    def _proved(users: list[SecEmbUser], leaf0: np.ndarray, leaf1: np.ndarray) -> list[tuple[bytes, bytes]]:
+        """:meth:`_sketch_proof` of each of ``users`` (one round's) as one batch, user ``j``'s keys'
+        leaf words ``leaf0[j]``, ``leaf1[j]`` (uint64 (n, S, 2) each): their sketch inputs
         (:func:`~secemb.fss.sketch.device_inputs_many`), proofs
         (:func:`~secemb.fss.sketchproof.prove_many`, each device's wire seeds from its own ``_rng``)
         and bindings (:func:`~secemb.protocols.secemb.checks.bindings`) each in one call; the
@@ -631,8 +642,7 @@ class SecEmbUser(UserRole):
         for u in users:
             u._alpha = None
         mp, params = _sketch_sizes(cfg)
-        xs = device_inputs_many(seeds, mp, alphas, np.stack([s.leaf0 for s in states]),
-                                np.stack([s.leaf1 for s in states]))
+        xs = device_inputs_many(seeds, mp, alphas, leaf0, leaf1)
         pi0s = sketchproof.prove_many(params, xs, seeds, sigmas, [u._rng for u in users])
         return list(zip(pi0s, bindings(cfg.round_id, seeds, sigmas), strict=True))
 
