@@ -101,9 +101,10 @@ SHAKE, the seeds' draw and server 1's expansion included) 0.04 ms a device compi
 under load).  A simulated round's devices prove as one batch (:func:`prove_many`, their inputs
 :func:`secemb.fss.sketch.device_inputs_many`): at ``K = 250`` and 94 devices 15.7 us a device
 against 24.8 us for ``prove`` one by one, 7.3 against 20.0 us for the inputs (medians of 15
-alternated rounds, thread CPU; session 30, helper G, load 5 on 2 cores).  The servers' steps then ran per device in Python (a SketchParams built, an HMAC, a
-SHA-256, a message check each); they now run a batch at a time (:func:`well_formed` at intake,
-:func:`server1_shares`' two hash batches and one stream pass, :func:`verify` drawing the
+alternated rounds, thread CPU; session 30, helper G, load 5 on 2 cores).  The servers' steps
+then ran per device in Python (a SketchParams built, an HMAC, a SHA-256, a message check each);
+they now run a batch at a time (:func:`well_formed` at intake, :func:`server1_shares`' two hash
+batches and one stream pass, :func:`verify` drawing the
 coefficients once, the Lagrange rows in one compiled pass): in ``bench robust``'s checked rounds
 (ML-100K cuckoo with relay, 20 devices; thread CPU, medians of 15 rounds, 3 alternating runs of
 each tree, under load 4-5) server 0's intake 1.05-1.10 -> 0.61-0.74 ms (0.6-0.7 ms without the
