@@ -184,6 +184,38 @@ def test_without_relay_a_valid_half_of_another_device_or_round_is_refused(layout
     _refused(rnd, user, replies[0], replies[1])
 
 
+@pytest.mark.parametrize(("layout", "relay"), [("full", True), ("cuckoo", True), ("full", False), ("cuckoo", False)])
+def test_a_refused_request_amid_a_batch_leaves_the_others_seeds_and_tags_their_own(layout: str, relay: bool) -> None:
+    """Three devices' retrievals handled as one batch at each server, the middle one refused -- its
+    forward altered on the way to server 1 (relay: ``RelayTampered``), or its request to server 0
+    malformed (a malicious device, without relay: ``InvalidMessage``).  The two others' seeds (or
+    halves) and tags are still their own: each reads its rows, no false ``RetrievalTampered``
+    (which would let one bad request halt an honest deployment).  Mutation: the servers' seeds and
+    reply parts rotated by one place in the batch (``_sketch_seeds`` returning each list shifted)
+    failed it."""
+    rnd = Round(layout, relay)
+    devices = [_device(rnd, rnd.cfg) for _ in range(3)]
+    if relay:
+        assert rnd.s1.handle_retrieval_many([(u, d[2]) for u, d in enumerate(devices)]) == [None] * 3
+        forwards = rnd.s0.handle_retrieval_many([(u, d[1]) for u, d in enumerate(devices)])
+        fwd = [f for f in forwards if isinstance(f, bytes)]
+        assert len(fwd) == 3
+        fwd[1] = fwd[1][:-1] + bytes([fwd[1][-1] ^ 1])
+        answers = rnd.s1.relay_retrieval_many(list(enumerate(fwd)))
+        assert isinstance(answers[1], ProtocolError) and "differs" in str(answers[1])
+        got = rnd.s0.complete_retrieval_many([(0, answers[0]), (2, answers[2])])  # type: ignore[list-item]
+        replies: dict[int, tuple[bytes, bytes | None]] = {0: (got[0], None), 2: (got[1], None)}  # type: ignore[dict-item]
+    else:
+        out0 = rnd.s0.handle_retrieval_many([(u, d[1][:-1] if u == 1 else d[1]) for u, d in enumerate(devices)])
+        out1 = rnd.s1.handle_retrieval_many([(u, d[2]) for u, d in enumerate(devices)])
+        assert isinstance(out0[1], InvalidMessage)
+        replies = {u: (out0[u], out1[u]) for u in (0, 2)}  # type: ignore[misc]
+    for u, (a, b) in replies.items():
+        assert isinstance(a, bytes)
+        rows = devices[u][0].retrieval_result(a, b)
+        assert rows.shape == (rnd.cfg.slots, WIDTH)
+
+
 def test_the_half_tag_hashes_only_the_public_round_and_party_and_the_half() -> None:
     """What the unkeyed half tag can tell: it is ``SHA-256(domain || u8 party || u64 round ||
     half)[:16]`` and nothing else -- no user id, no key part, no sketch key, no round secret.  So
@@ -305,15 +337,19 @@ def test_make_server_refuses_a_short_or_mistyped_peer_key(bad: Any) -> None:
             SecEmbProtocol(relay=relay).make_server(0, peer_key=bad)
 
 
-def test_the_servers_configuration_refuses_a_short_peer_secret_at_startup(tmp_path: Path) -> None:
-    """The node reads its peer secret from its configuration, which refuses one under 32 bytes
-    (hex of 31) with an error naming the field -- before any role is made."""
-    from secemb.server.config import ServerConfig
+@pytest.mark.parametrize(("secret", "message"), [("ab" * 31, ">= 32 bytes"), (12345, "must be a hex string"),
+                                                  ("zz" * 32, "peer_secret")])
+def test_the_servers_configuration_refuses_a_short_or_mistyped_peer_secret_at_startup(
+        tmp_path: Path, secret: Any, message: str) -> None:
+    """The node reads its peer secret from its configuration (``secemb serve``: ``load_config``),
+    which refuses one under 32 bytes (hex of 31), one that is not a hex string, or bad hex with
+    :class:`InvalidParameters` naming the field -- the error ``secemb serve`` prints and exits on,
+    before any role is made (so ``make_server`` never sees such a key from a node)."""
+    from secemb.server.config import load_config
 
-    with pytest.raises(ValueError, match="peer_secret") as info:
-        ServerConfig(party=0, peer_url="http://127.0.0.1:9", state_dir=tmp_path, peer_secret=b"p" * 31,
-                     admin_secret=b"a" * 32, user_secret=b"u" * 32)
-    assert ">= 32 bytes" in str(info.value)
+    with pytest.raises(InvalidParameters, match=message):
+        load_config(None, party=0, peer_url="http://127.0.0.1:9", state_dir=str(tmp_path), peer_secret=secret,
+                    admin_secret="cd" * 32, user_secret="ef" * 32, num_items=10, num_users=10)
 
 
 # -- 4. prove_many: one device's randomness and inputs stay its own ---------------------------
