@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from round_setup import deliver_upload
 
 from secemb.errors import InvalidMessage, InvalidParameters, ProtocolError, RetrievalTampered
 from secemb.fss import rangeproof as R
@@ -214,6 +215,32 @@ def test_a_refused_request_amid_a_batch_leaves_the_others_seeds_and_tags_their_o
         assert isinstance(a, bytes)
         rows = devices[u][0].retrieval_result(a, b)
         assert rows.shape == (rnd.cfg.slots, WIDTH)
+
+
+@pytest.mark.parametrize("relay", [True, False])
+def test_server_1_can_still_fail_an_honest_device_at_close_with_its_refused_marker(relay: bool) -> None:
+    """What the seed's tag does not cover: at close, server 1 answers the refused marker
+    (``0xff`` bytes, "``tau`` does not match") for an honest device whose seed, tag and binding
+    were all right.  Server 0 cannot tell this from a device given a wrong seed: it rejects the
+    device (a ``device_rejected`` strike at the node, no alarm).  The same denial of service as a
+    wrong range-proof verifier message (docs/security.md, "A deviating server 1 can send a wrong
+    verifier message": three such rounds get an honest device refused at the door), so
+    security.md's "none makes an honest device ... fail the check at close" holds for a wrong
+    ``c_u`` only, not for server 1's answer.  Pinned so that a change that closes it (server 1
+    proving its marker) shows here."""
+    rnd = Round("cuckoo", relay)
+    users = []
+    for uid in (0, 1):
+        user, r0, r1 = _device(rnd, rnd.cfg)
+        reply0, reply1, _ = rnd.replies(uid, r0, r1)
+        rows = user.retrieval_result(reply0, reply1)
+        deliver_upload(rnd.s0, rnd.s1, relay, uid, *user.upload(rows, np.zeros(DENSE, rnd.cfg.dtype)))
+        users.append(uid)
+    assert rnd.s0.upload_digests(users) == rnd.s1.upload_digests(users)
+    honest = rnd.s1.verify_answer(users)
+    assert rnd.s0.verify_rejected(users, honest) == set()
+    each = len(honest) // 2
+    assert rnd.s0.verify_rejected(users, b"\xff" * each + honest[each:]) == {0}
 
 
 def test_the_half_tag_hashes_only_the_public_round_and_party_and_the_half() -> None:
