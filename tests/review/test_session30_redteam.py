@@ -307,6 +307,31 @@ def test_through_the_sdk_a_reply_cut_before_its_tag_drops_the_device_without_ala
         assert st["halted"] is False and st["alarms"] == []
 
 
+def test_through_the_sdk_a_relay_answer_cut_by_server_1_drops_the_device_cleanly(monkeypatch: Any) -> None:
+    """Server 1 sends server 0 one device's relay answer without its seed tag: server 0 refuses it
+    as malformed and tells that device server 1's answer was (``PeerUnavailable``, no traceback);
+    the device does not upload, nothing is reported or struck, and the round commits for the
+    others."""
+    from secemb.server.errors import PeerUnavailable
+
+    pair, _ = in_process()
+    victim = USERS[1]
+    honest = pair.leader.peer.relay_retrieval_many
+
+    def relayed(r: int, items: list[tuple[int, bytes]]) -> list[Any]:
+        out = honest(r, items)
+        return [a[:-16] if u == victim and isinstance(a, bytes) else a for (u, _), a in zip(items, out, strict=True)]
+
+    monkeypatch.setattr(pair.leader.peer, "relay_retrieval_many", relayed)
+    _, outcome, errors = play_round(pair)
+    assert set(errors) == {victim} and isinstance(errors[victim], PeerUnavailable)
+    assert "relay_answer" in str(errors[victim])
+    assert outcome["state"] == "committed" and outcome["rejected"] == [] and outcome["tampered"] == []
+    assert outcome["included"] == [u for u in USERS if u != victim]
+    for st in (pair.leader.status(), pair.status1()):
+        assert st["halted"] is False and st["alarms"] == []
+
+
 # -- 2. a malicious device and the alarm --------------------------------------------------------
 
 
@@ -439,6 +464,31 @@ def test_a_cheating_device_refuses_the_batch_by_name_and_leaves_no_partial_outpu
         S.prove_many(params, bad, seeds, [bytes(16)] * 3, [CtrDrbg(b"%d" % i) for i in range(3)])
     kept = S.prove_many(params, xs[[0, 2]], [seeds[0], seeds[2]], [bytes(16)] * 2, [CtrDrbg(b"0"), CtrDrbg(b"2")])
     assert kept == [S.prove(params, xs[i], seeds[i], bytes(16), _rng=CtrDrbg(b"%d" % i)) for i in (0, 2)]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("point", [-1, 8, 2**62, 2**63])
+def test_one_devices_hostile_points_are_refused_before_the_batch_kernel(monkeypatch: pytest.MonkeyPatch, backend: str,
+                                                                        point: int) -> None:
+    """One device of a batch with a point outside ``[0, mp)`` (negative, the domain's end, huge, the
+    top bit of a uint64), or the batch's points as floats or bools: :func:`device_inputs_many`
+    refuses with :class:`InvalidParameters` before the compiled kernel could read a leaf out of its
+    row (on both backends)."""
+    from secemb.fss import kernels
+
+    if backend == "numba" and not kernels.available():
+        pytest.skip("numba or AES-NI missing")
+    monkeypatch.setattr(kernels, "BACKEND", backend)
+    leaf0 = np.frombuffer(os.urandom(2 * 4 * 2 * 8), np.uint64).reshape(2, 4, 2)
+    leaf1 = leaf0 ^ np.uint64(5)
+    seeds = [os.urandom(16), os.urandom(16)]
+    points = np.array([[1, 2, 3, 4], [0, 1, 2, 3]], np.uint64 if point >= 2**63 else np.int64)
+    points[1, 1] = point
+    with pytest.raises(InvalidParameters, match=r"points must be in \[0, 8\)"):
+        device_inputs_many(seeds, 8, points, leaf0, leaf1)
+    for cast in (float, bool):
+        with pytest.raises(InvalidParameters, match="points must be integers"):
+            device_inputs_many(seeds, 8, points.astype(cast), leaf0, leaf1)
 
 
 # -- 5. hints_of / seed_parts: what a batch of contexts can be ------------------------------------
