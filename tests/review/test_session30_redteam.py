@@ -182,6 +182,7 @@ def test_without_relay_a_valid_half_of_another_device_or_round_is_refused(layout
     own = replies[party]
     assert own is not None and own[SEED_AT:TAG_AT] != donor[SEED_AT:TAG_AT]
     replies[party] = own[:SEED_AT] + donor[SEED_AT:TAG_AT] + own[TAG_AT:]
+    assert replies[0] is not None
     _refused(rnd, user, replies[0], replies[1])
 
 
@@ -204,13 +205,13 @@ def test_a_refused_request_amid_a_batch_leaves_the_others_seeds_and_tags_their_o
         fwd[1] = fwd[1][:-1] + bytes([fwd[1][-1] ^ 1])
         answers = rnd.s1.relay_retrieval_many(list(enumerate(fwd)))
         assert isinstance(answers[1], ProtocolError) and "differs" in str(answers[1])
-        got = rnd.s0.complete_retrieval_many([(0, answers[0]), (2, answers[2])])  # type: ignore[list-item]
-        replies: dict[int, tuple[bytes, bytes | None]] = {0: (got[0], None), 2: (got[1], None)}  # type: ignore[dict-item]
+        got = rnd.s0.complete_retrieval_many([(0, answers[0]), (2, answers[2])])
+        replies: dict[int, tuple[bytes, bytes | None]] = {0: (got[0], None), 2: (got[1], None)}
     else:
         out0 = rnd.s0.handle_retrieval_many([(u, d[1][:-1] if u == 1 else d[1]) for u, d in enumerate(devices)])
         out1 = rnd.s1.handle_retrieval_many([(u, d[2]) for u, d in enumerate(devices)])
         assert isinstance(out0[1], InvalidMessage)
-        replies = {u: (out0[u], out1[u]) for u in (0, 2)}  # type: ignore[misc]
+        replies = {u: (out0[u], out1[u]) for u in (0, 2)}
     for u, (a, b) in replies.items():
         assert isinstance(a, bytes)
         rows = devices[u][0].retrieval_result(a, b)
@@ -373,7 +374,7 @@ def test_the_sketch_key_is_apart_from_every_other_use_of_the_peer_secret() -> No
     assert not SKETCH_TAG.startswith(ALGORITHM.encode())
     for fields in (("server0", "POST", "/v1/peer/rounds/1/verify", "", 0, "", b""),
                    ("", "", "", "", 0, "", b"secemb-sketch-key")):
-        request = canonical_request(*fields)  # type: ignore[arg-type]
+        request = canonical_request(*fields)
         assert request.startswith(ALGORITHM.encode() + b"\n") and request.count(b"\n") == 7
         assert hmac.new(peer, request, hashlib.sha256).digest() != key
     assert len(b"secemb-user-key" + _u64(0)) != len(SKETCH_TAG)
@@ -538,7 +539,7 @@ def test_hints_of_are_the_documented_hash_of_each_context_whatever_their_lengths
 def test_hints_of_and_seed_parts_refuse_what_is_not_a_batch_of_bytes() -> None:
     """An empty batch gives no parts; a context that is not bytes (a str, an int -- ``bytes(5)``
     would be five zeros --, a memoryview), a seed that is not 16 bytes or not bytes, a message of
-    another size, or unequal counts are refused with :class:`InvalidParameters` or
+    another size or not bytes-like, or unequal counts are refused with :class:`InvalidParameters` or
     :class:`InvalidMessage`, never a numpy error."""
     params = R.RangeParams(rows=8, bits=12, ring_bits=32)
     msg, seed = os.urandom(params.message_bytes(0)), os.urandom(16)
@@ -555,5 +556,9 @@ def test_hints_of_and_seed_parts_refuse_what_is_not_a_batch_of_bytes() -> None:
         R.seed_parts([b"c", b"c"], [seed])
     with pytest.raises(InvalidParameters, match="one context a message"):
         R.hints_of(params, [b"c"], [msg, msg])
-    with pytest.raises(InvalidMessage, match="message 1"):
-        R.hints_of(params, [b"c", b"c"], [msg, msg[:-1]])
+    for bad_msg in (msg[:-1], msg + b"\0", "x" * len(msg), None, 5):
+        with pytest.raises(InvalidMessage, match="message 1"):
+            R.hints_of(params, [b"c", b"c"], [msg, bad_msg])  # type: ignore[list-item]
+    # bytes-like messages are read as their bytes: the same parts as bytes
+    as_bytes = R.hints_of(params, [b"c"] * 2, [msg] * 2)
+    assert R.hints_of(params, [b"c", b"c"], [memoryview(msg), bytearray(msg)]) == as_bytes  # type: ignore[list-item]
