@@ -18,11 +18,15 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from secemb.errors import InvalidParameters
 
-__all__ = ["SEED_BYTES", "RandomBytes", "system_rng", "CtrDrbg", "drbg_key", "random_words", "expand_seed"]
+__all__ = ["SEED_BYTES", "DRBG_DOMAIN", "RandomBytes", "system_rng", "CtrDrbg", "drbg_key", "random_words",
+           "expand_seed"]
 
 #: Bytes of a secret seed that stands for a pseudorandom array (a 128-bit key): :func:`expand_seed`'s,
 #: a relay seed, a pairwise mask seed, server 0's seeded share of a dense upload
 SEED_BYTES = 16
+#: the prefix of :func:`drbg_key`'s hash, ``SHA-256(DRBG_DOMAIN || seed)`` (defined once: the batched
+#: key derivations, :func:`secemb.fss.hashing.sha256_many` over many seeds, hash under it too)
+DRBG_DOMAIN = b"secemb.CtrDrbg"
 
 RandomBytes = Callable[[int], bytes]
 
@@ -69,7 +73,7 @@ def drbg_key(seed: bytes) -> bytes:
     (the counter block starts at 0); for a compiled expansion of many seeds' streams at once."""
     from hashlib import sha256
 
-    return sha256(b"secemb.CtrDrbg" + bytes(seed)).digest()
+    return sha256(DRBG_DOMAIN + bytes(seed)).digest()
 
 
 def random_words(rng: RandomBytes, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:

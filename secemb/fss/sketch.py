@@ -66,6 +66,7 @@ from secemb import randomness
 from secemb.errors import InvalidParameters
 from secemb.fss import field, kernels
 from secemb.fss.hashing import sha256_many
+from secemb.randomness import DRBG_DOMAIN  # drbg_key's prefix: a batch's AES-256 keys hashed in one sha256_many call
 
 __all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "DRBG_DOMAIN", "Expanded", "expand", "leaf_hashes",
            "SketchCheck", "device_inputs", "device_inputs_many", "server_inputs"]
@@ -77,9 +78,6 @@ SKETCH_WORDS = 3
 #: the domain separation of the seed's expansion (SHAKE-128 input prefix)
 EXPAND_TAG = b"secemb-sketch-expand"
 _AES_KEY_BYTES = 16
-#: the prefix of :func:`secemb.randomness.drbg_key`'s hash (a batch's AES-256 keys hashed in one
-#: :func:`secemb.fss.hashing.sha256_many` call)
-DRBG_DOMAIN = b"secemb.CtrDrbg"
 
 
 @dataclass(frozen=True, eq=False)
