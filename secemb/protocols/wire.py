@@ -189,9 +189,16 @@ def read_rows(body: memoryview, offset: int, dtype: np.dtype, shape: tuple[int, 
     return read_view(body, offset, dtype, shape)[rows].astype(dtype, copy=False)  # the fancy index has copied already
 
 
+_USER_END = 2**64
+
+
 def check_user(user_id: object) -> int:
-    """A user id as the servers accept it: an int in ``[0, 2^64)``, else InvalidParameters."""
-    return check_int("user id", user_id, low=0, high=2**64 - 1)
+    """A user id as the servers accept it: an int in ``[0, 2^64)``, else InvalidParameters
+    (:func:`~secemb.errors.check_int`'s verdict and message; a plain ``int`` in range, what a batch
+    holds, is taken without that call)."""
+    if type(user_id) is int and 0 <= user_id < _USER_END:
+        return user_id
+    return check_int("user id", user_id, low=0, high=_USER_END - 1)
 
 
 def users_bytes(users: list[int]) -> bytes:

@@ -110,9 +110,11 @@ def _seed_words(seeds: Sequence[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(seeds), "<u8").reshape(len(seeds), 2).astype(np.uint64)
 
 
-def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
+def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview | tuple[bytes | memoryview, ...]) -> bytes:
     """The relay's one-time tag of an upload's correction words and, with verified uploads, the
-    binding ``tau`` after them (``cw``: both, as the forward holds them): GMAC, the 16-byte tag of
+    binding ``tau`` after them (``cw``: both, as the forward holds them, or a tuple of parts that
+    concatenate to them -- the device's words and its ``tau``, copied once, into the associated
+    data, not joined first): GMAC, the 16-byte tag of
     AES-128-GCM under ``key`` with the all-zero 96-bit nonce, an empty plaintext and the associated
     data ``b"secemb-relay-upload-gmac" || u64 round_id || cw`` (:data:`~secemb.protocols.secemb.sizes.MAC_BYTES`).
 
@@ -134,7 +136,8 @@ def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview) -> bytes:
     if len(key) != MAC_KEY_BYTES:
         raise InvalidParameters(f"an upload MAC key is {MAC_KEY_BYTES} bytes, got {len(key)}")
     # one copy of the words into the associated data: cheaper than GCM's incremental interface
-    return AESGCM(key).encrypt(_UPLOAD_MAC_NONCE, b"", _UPLOAD_MAC_DOMAIN + U64.pack(round_id) + cw)
+    parts = cw if isinstance(cw, tuple) else (cw,)
+    return AESGCM(key).encrypt(_UPLOAD_MAC_NONCE, b"", b"".join((_UPLOAD_MAC_DOMAIN, U64.pack(round_id), *parts)))
 
 
 def _digests(rows: np.ndarray) -> list[bytes]:
@@ -551,7 +554,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                                               "fail the device's MAC (server 0 altered them); not absorbed")
         if good:
             seeds = [self._direct_of.pop(users[j]).dense_seed for j in good]
-            self._absorb_many([users[j] for j in good], [cast("np.ndarray", words[j]) for j in good], dense,
+            self._absorb_many([users[j] for j in good], cast("list[np.ndarray]", [words[j] for j in good]), dense,
                               dense_seeds=seeds,
                               sketches=[bytes(bodies[j][size:tagged]) for j in good] if self.verify else None)
         return out

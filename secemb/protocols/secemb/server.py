@@ -457,7 +457,8 @@ class SecEmbServer(ServerRole):
             names = [digests[j] for j in ok]
         else:
             names = key_digests(head, rest) if self.verify else [b""] * len(ok)
-        made = iter([Request(cast("fss.DPFKeys", keys[j]), name, self._forward_of(head, rest[r]), batch, blocks[j])
+        taken = cast("list[fss.DPFKeys]", keys)  # those at ok are keys
+        made = iter([Request(taken[j], name, self._forward_of(head, rest[r]), batch, blocks[j])
                      for r, (j, name) in enumerate(zip(ok, names, strict=True))])
         return [got if isinstance(got, InvalidKey) else next(made) for got in keys]
 
@@ -874,7 +875,7 @@ class SecEmbServer(ServerRole):
         uint64 (n, S, 3)), their sketch seeds and their query seeds
         (:func:`~secemb.protocols.secemb.checks.query_seeds`)."""
         cfg = self._cfg()
-        checks = [cast("_Sketch", a.check) for a in absorbed]
+        checks = cast("list[_Sketch]", [a.check for a in absorbed])
         values = np.stack([c.values for c in checks]).reshape(-1, 3)
         x = server_inputs(values, self.party).reshape(len(users), cfg.slots, 3)
         return x, [c.seed for c in checks], query_seeds(self._secret, cfg.round_id, users)
@@ -936,7 +937,7 @@ class SecEmbServer(ServerRole):
         absorbed = self._uploaded_checks(users)
         params = sketch_params(cfg)
         v1, refused = sketchproof.parse_verifier_messages(params, answer, len(users))
-        shares = sketchproof.parse(params, [cast("bytes", a.sketch) for a in absorbed])
+        shares = sketchproof.parse(params, cast("list[bytes]", [a.sketch for a in absorbed]))
         x, seeds, queries = self._sketch_inputs(users, absorbed)
         ok = sketchproof.verify(params, x, shares, seeds, queries, v1) & ~refused
         return {u for u, good in zip(users, ok.tolist(), strict=True) if not good}

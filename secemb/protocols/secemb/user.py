@@ -137,7 +137,7 @@ def _by_own(users: Sequence[UserRole], args: Sequence[Any], method: str,
     own = [i for i, u in enumerate(users) if getattr(type(u), method) is getattr(SecEmbUser, method)]
     mine = set(own)
     if own:
-        got = batch([cast("SecEmbUser", users[i]) for i in own], [args[i] for i in own])
+        got = batch(cast("list[SecEmbUser]", [users[i] for i in own]), [args[i] for i in own])
         for i, result in zip(own, got, strict=True):
             out[i] = result
     for i, (user, arg) in enumerate(zip(users, args, strict=True)):
@@ -381,7 +381,8 @@ class SecEmbUser(UserRole):
             # place: one pass, no copy of the shares first
             answers = np.empty((len(read), *shape), cfg.dtype)
             if first.relay:  # server 1's share is the mask of the user's seed: share 0 - mask, each mask as made
-                seeds = [cast("tuple[bytes, bytes]", u._seeds)[0] for u in ok]  # drawn by a relay request
+                drawn = cast("list[tuple[bytes, bytes]]", [u._seeds for u in ok])  # drawn by a relay request
+                seeds = [s[0] for s in drawn]
                 relay_masks_into(seeds, list(answers), [share0 for _, share0, _ in read], negate=True)
             else:
                 for j, (_, share0, share1) in enumerate(read):
@@ -462,8 +463,8 @@ class SecEmbUser(UserRole):
         tags hash and the tags to compare (:func:`~secemb.fss.fused.unmask_slots`)."""
         cfg = users[0].config
         n = len(users)
-        items = np.stack([cast("np.ndarray", u._items) for u in users])  # set with _state
-        unmask = np.stack([cast("np.ndarray", u._unmask) for u in users])
+        items = np.stack(cast("list[np.ndarray]", [u._items for u in users]))  # set with _state
+        unmask = np.stack(cast("list[np.ndarray]", [u._unmask for u in users]))
         real_at = np.flatnonzero(items.reshape(-1) >= 0)
         suffix = np.empty((len(real_at), 8 + cfg.width * cfg.dtype.itemsize), np.uint8)  # u64 item || row
         tags = np.empty((len(real_at), tag_words(cfg)), cfg.dtype)
@@ -511,7 +512,7 @@ class SecEmbUser(UserRole):
                 out[i] = exc
         grads = np.concatenate([gradients[i][0] for i in ok]) if ok else None  # (n S, width), checked above
         if grads is not None:  # the last check, for all at once: rows of empty slots must be zero
-            items = np.concatenate([cast("np.ndarray", users[i]._items) for i in ok])  # set with _state
+            items = np.concatenate(cast("list[np.ndarray]", [users[i]._items for i in ok]))  # set with _state
             empty = np.flatnonzero(items < 0)
             rows = np.take(grads, empty, axis=0)
             # positions in ok (the users are found only where a row is not zero: rare)
@@ -524,14 +525,14 @@ class SecEmbUser(UserRole):
                 ok = [ok[j] for j in keep]
         if not ok or grads is None:
             return cast("list[tuple[bytes, bytes | None] | Exception]", out)
-        states = [cast("fss.GenState", users[i]._state) for i in ok]  # checked above
+        states = cast("list[fss.GenState]", [users[i]._state for i in ok])  # checked above
         state = fss.GenState(states[0].domain_size,
                              np.concatenate([s.leaf0 for s in states]), np.concatenate([s.leaf1 for s in states]))
         # the words written over the batch's own concatenation of the rows (no copy of them)
         cw = fss.convert_gen(state, grads, ring_bits=cfg.ring_bits, tag=AGGREGATION_TAG, overwrite_betas=True)
         if first.relay:
-            masks = relay_prgs([cast("tuple[bytes, bytes]", users[i]._seeds)[1] for i in ok], (cfg.dense_size,),
-                               cfg.dtype)
+            drawn = cast("list[tuple[bytes, bytes]]", [users[i]._seeds for i in ok])  # drawn by a relay request
+            masks = relay_prgs([s[1] for s in drawn], (cfg.dense_size,), cfg.dtype)
         cw_le = np.ascontiguousarray(cw, cfg.dtype.newbyteorder("<"))  # the wire's byte order (no copy on LE hosts)
         # every user's messages of one layout: each server's header packed once for the batch
         bound, verify = first._bound is not None, first.verify
@@ -552,7 +553,7 @@ class SecEmbUser(UserRole):
             own = cw_le[j * cfg.slots : (j + 1) * cfg.slots].data.cast("B")  # MACed and framed, not copied
             if first.relay:
                 # drawn with the seeds; over the words and, verified uploads, tau after them, as forwarded
-                tag = upload_mac(cast("bytes", key), cfg.round_id, b"".join((own, tau)) if tau else own)
+                tag = upload_mac(cast("bytes", key), cfg.round_id, (own, tau))
                 d0, d1 = shares0[j], masks[j]
                 out[i] = to0(own, shares0_le[j].data, tau, tag, pi0), None
             else:
@@ -636,9 +637,9 @@ class SecEmbUser(UserRole):
         and bindings (:func:`~secemb.protocols.secemb.checks.bindings`) each in one call; the
         points are dropped."""
         cfg = users[0].config
-        seeds = [cast("bytes", u._sketch_seed) for u in users]
-        sigmas = [cast("bytes", u._sigma) for u in users]
-        alphas = np.stack([cast("np.ndarray", u._alpha) for u in users])  # int64 (n, S)
+        seeds = cast("list[bytes]", [u._sketch_seed for u in users])
+        sigmas = cast("list[bytes]", [u._sigma for u in users])
+        alphas = np.stack(cast("list[np.ndarray]", [u._alpha for u in users]))  # int64 (n, S)
         for u in users:
             u._alpha = None
         mp, params = _sketch_sizes(cfg)
