@@ -350,7 +350,7 @@ def convert_gen(leaf0, leaf1, nb, rk, cw, blocks0, vals0, blocks1, vals1):  # no
 
 
 @njit(cache=True, nogil=True)
-def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, blocks, vals, staged):  # noqa: ANN001, ANN201, PLR0913
+def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, fresh, blocks, vals, staged):  # noqa: ANN001, ANN201, PLR0913
     """``acc[r] += Convert(words[i])`` in the ring for ``r = (start + i) % M`` where
     ``live[r]``, and ``key_acc[k // G, k % G] += Convert(words[i])`` for the same words'
     key ``k = (start + i) // period``: words uint64 (N, 2), live uint8 (M,), acc ring (M, w) or
@@ -358,8 +358,13 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     batch's view; each key's ``w`` values contiguous) or (0, 0, w) (not summed by key), period
     >= 1; the words of rows not live are not converted.
     ``key_t`` int64 (U, G) (or (0, 0): not counted): ``key_t[k // G, k % G] += words[i, 0] & 1``
-    for the same live words, each key's count of control bits 1.  Scratch as in
-    :func:`convert_eval`, and ``staged`` uint64 (S, 2) for the live words of a step.
+    for the same live words, each key's count of control bits 1.  ``fresh``: the keys whose first
+    position is among the words (``start + i`` a multiple of ``period``) have their ``key_acc``
+    values and ``key_t`` count set to these sums, not added to (cleared first, in key order, each
+    key's values through a C-contiguous view: calls that cover every key's positions need no
+    zeroed arrays, and the keys they clear are in the cache when their sums come); a key cut at
+    ``start`` is added to.  Scratch as in :func:`convert_eval`, and ``staged`` uint64 (S, 2) for
+    the live words of a step.
 
     The words are taken in order, but summing by row, with ``M`` a multiple of ``period`` and
     keys ``k`` and ``k + M / period`` among them (they add to the same rows), in class order:
@@ -367,6 +372,10 @@ def convert_accumulate(words, nb, rk, acc, start, live, key_acc, key_t, period, 
     ``w`` values are contiguous.  Ring sums do not depend on the order of their terms."""
     n = words.shape[0]
     big_m = live.shape[0]
+    if fresh and n > 0 and key_acc.shape[0] * key_acc.shape[1] > 0:  # the keys that start among the words, in order
+        count_t = key_t.shape[0] * key_t.shape[1] > 0
+        for key in range((start + period - 1) // period, (start + n - 1) // period + 1):
+            _clear_key(key_acc, key_t, key, key_acc.shape[1], count_t)
     by_class = acc.shape[0] > 0 and big_m % period == 0 and n > 0 and (
         (start + n - 1) // period - start // period >= big_m // period)
     if by_class and key_acc.shape[0] * key_acc.shape[1] == 0:
@@ -603,6 +612,16 @@ def _add_held(key_acc, key, g, held):  # noqa: ANN001, ANN202
     kept = carray(_at(np.int64(key_acc[key // g, key % g].ctypes.data)), held.shape, key_acc.dtype)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
     for e in range(held.shape[0]):
         kept[e] += held[e]
+
+
+@njit(inline="always")
+def _clear_key(key_acc, key_t, key, g, count_t):  # noqa: ANN001, ANN202
+    """Zero ``key``'s values in ``key_acc`` (through a C-contiguous view, as :func:`_add_held`)
+    and, with ``count_t``, its count in ``key_t``: :func:`convert_accumulate`'s ``fresh``."""
+    kept = carray(_at(np.int64(key_acc[key // g, key % g].ctypes.data)), key_acc.shape[2], key_acc.dtype)  # type: ignore[call-arg]  # numba's stub keeps the intrinsic's typing-context parameter
+    kept[:] = 0
+    if count_t:
+        key_t[key // g, key % g] = 0
 
 
 @njit(cache=True, nogil=True)

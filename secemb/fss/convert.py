@@ -266,7 +266,7 @@ def convert_eval_into(
 
 def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, start: int,
                        live: np.ndarray | None = None, *, key_acc: np.ndarray | None = None,
-                       period: int = 1, key_t: np.ndarray | None = None) -> None:
+                       period: int = 1, key_t: np.ndarray | None = None, fresh: bool = False) -> None:
     """``acc[(start + i) % M] += Convert_tag(words[i])`` in the ring, for every word: the
     servers' sum of conversions over keys (the aggregation stage's scatter); with ``key_acc``,
     also ``key_acc[(start + i) // period] += Convert_tag(words[i])`` for the same words: the
@@ -286,6 +286,10 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         per key (``>= 1``), so that every word's key ``(start + i) // period`` is below ``K``.
     key_t: with ``key_acc``, int64 of ``key_acc``'s keys' shape ((K,) or (U, G)), updated in place,
         or ``None``: each key's count of the same words' control bits ``words[i, 0] & 1``.
+    fresh: the keys whose first position is among the words (``start + i`` a multiple of
+        ``period``) have their ``key_acc`` values and ``key_t`` count set to these words' sums,
+        not added to (keys cut at ``start`` are added to): calls that cover every key's positions
+        in order sum into arrays that were not zeroed.  No effect without ``key_acc``.
 
     Raises
     ------
@@ -330,11 +334,17 @@ def convert_accumulate(words: np.ndarray, tag: str, acc: np.ndarray | None, star
         keys = by_key if by_key is None or by_key.strides[2] == dtype.itemsize else np.ascontiguousarray(by_key)
         fused(np.ascontiguousarray(words), blocks.shape[1], round_keys("convert/" + tag)[0],
               none if acc is None else acc, start, rows, none[None, :0] if keys is None else keys,
-              np.empty((0, 0), np.int64) if t_by_key is None else t_by_key, period,
+              np.empty((0, 0), np.int64) if t_by_key is None else t_by_key, period, bool(fresh),
               blocks, vals, np.empty((blocks.shape[0], 2), np.uint64))
         if by_key is not None and keys is not by_key:
             by_key[...] = keys
         return
+    if fresh and by_key is not None and words.shape[0] > 0:  # the keys that start among the words
+        starting = np.divmod(np.arange(-(-start // period), (start + words.shape[0] - 1) // period + 1),
+                             by_key.shape[1])
+        by_key[starting] = 0
+        if t_by_key is not None:
+            t_by_key[starting] = 0
     for lo, hi, vals in convert_chunks(words, width, ring_bits, tag):
         pos = start + np.arange(lo, hi)
         v = vals if live is None else vals * live[pos % big_m, None].astype(dtype)

@@ -236,13 +236,14 @@ def _walk(
     (``p < m``; the padding's are dropped) into ``e`` (ring (R, 1)) where ``place`` puts them
     (:func:`~secemb.fss.convert.convert_eval_into`'s ``place``: key ``k``'s position ``p`` at row
     ``(k // G) su + (k % G) sg + p``), the control bits from the same pass.  Adds ``Convert_agg`` of
-    the leaf at flat position ``j`` of (K, mp) to ``conv_sum[j % M]`` (ring (M, w), or ``None``) and
-    to key ``j // mp``'s row of ``key_conv`` (ring (K, w) or (U, B, w),
-    :func:`~secemb.fss.convert.convert_accumulate`'s ``key_acc``, or ``None``) where ``live[j % M]``
-    (bool (M,)): rows that hold no domain point (padding) are neither converted nor written; with
-    ``key_t`` (int64 of ``key_conv``'s keys' shape), also each key's count of control bits 1 at those
-    rows.  ``check``: the keys' point-function check (:class:`~secemb.fss.sketch.SketchCheck`), folded
-    from the same leaves."""
+    the leaf at flat position ``j`` of (K, mp) to ``conv_sum[j % M]`` (ring (M, w), or ``None``) where
+    ``live[j % M]`` (bool (M,)): rows that hold no domain point (padding) are neither converted nor
+    written.  Writes each key ``k``'s sum of those conversions over its live positions to its row of
+    ``key_conv`` (ring (K, w) or (U, B, w), :func:`~secemb.fss.convert.convert_accumulate`'s
+    ``key_acc``, or ``None``; overwritten: the walk's first pass over a key sets it, ``fresh``) and,
+    with ``key_t`` (int64 of ``key_conv``'s keys' shape), each key's count of control bits 1 at those
+    rows (overwritten too).  ``check``: the keys' point-function check
+    (:class:`~secemb.fss.sketch.SketchCheck`), folded from the same leaves."""
     k, m, mp = len(path), path.params.domain_size, padded_leaves(path.params)
     t = np.empty((k, mp), np.uint8)
     t_flat = t.reshape(-1)
@@ -255,7 +256,8 @@ def _walk(
         else:
             cw, e, place = retrieval
             convert_eval_into(flat, cw, a0, mp, party, retrieval_tag, e, m, place=place, bits=t_flat[a0:z0])
-        convert_accumulate(flat, aggregation_tag, conv_sum, a0, live, key_acc=key_conv, period=mp, key_t=key_t)
+        convert_accumulate(flat, aggregation_tag, conv_sum, a0, live, key_acc=key_conv, period=mp, key_t=key_t,
+                           fresh=True)
         if check is not None:
             check.add(r0, r1, leaves)
     return t
@@ -299,7 +301,7 @@ def retrieve_and_prepare(
     ring_bits = 8 * table.dtype.itemsize
     mp = padded_leaves(path.params)
     conv_sum = np.zeros((mp, agg_width), table.dtype)
-    key_conv = np.zeros((len(path), agg_width), table.dtype) if payload_sums else None
+    key_conv = np.empty((len(path), agg_width), table.dtype) if payload_sums else None  # the walk writes it
     live, e = np.arange(mp) < m, np.empty((len(path), m), table.dtype)
     t = _walk(path, b, (retrieval_cw, e.reshape(-1, 1), (1, m, 0)), conv_sum, retrieval_tag, aggregation_tag, live,
               check, key_conv)
@@ -396,8 +398,8 @@ def retrieve_and_prepare_buckets(
             for o, shape, dtype in zip(out, shapes, (tables.dtype, np.uint8, tables.dtype), strict=False))):
         raise InvalidParameters(f"out must be writeable views {tables.dtype} {shapes[0]}, uint8 {shapes[1]} and "
                                 f"{tables.dtype} {shapes[2]}")
-    key_conv = None if not payload_sums else np.zeros((k, agg_width), tables.dtype) if payload_out is None else (
-        payload_out.key_conv)
+    key_conv = None if not payload_sums else np.empty((k, agg_width), tables.dtype) if payload_out is None else (
+        payload_out.key_conv)  # the walk writes it
     if payload_sums and payload_out is not None:
         if (payload_out.key_conv.shape != (users, buckets, agg_width) or payload_out.key_conv.dtype != tables.dtype
                 or payload_out.t_count.shape != (users, buckets) or payload_out.t_count.dtype != np.int64):
@@ -405,8 +407,6 @@ def retrieve_and_prepare_buckets(
                                     f"({users}, {buckets}), got {payload_out.key_conv.dtype} "
                                     f"{payload_out.key_conv.shape} and {payload_out.t_count.dtype} "
                                     f"{payload_out.t_count.shape}")
-        payload_out.key_conv[...] = 0
-        payload_out.t_count[...] = 0
     # the walk sums into the caller's conv_sum where it has the walk's row layout (no padding rows)
     direct = out[2] if out is not None and mp == big_m and out[2].flags.c_contiguous else None
     if direct is not None:
@@ -466,7 +466,7 @@ def payload_sums_of(
     if buckets < 1 or k % buckets:
         raise InvalidParameters(f"sizes must have B >= 1 entries with B dividing {k} keys")
     _, live = _bucket_rows(sizes, buckets, big_m, mp)
-    key_conv = np.zeros((k, agg_width), dtype)
+    key_conv = np.empty((k, agg_width), dtype)  # the walk writes it
     t = _walk(path, b, None, None, RETRIEVAL_TAG, aggregation_tag, live, None, key_conv)
     return _payload_sums(t, live, key_conv)
 
