@@ -53,10 +53,9 @@ from secemb.models.batch import Batch
 from secemb.models.optim import AdamConfig
 from secemb.models.task import Sample, Task
 from secemb.privacy.noise import ClipSpec, clip_spec
-from secemb.protocols.base import BoundProver, Protocol, RoundConfig, result_or_raise
+from secemb.protocols.base import BOUND_CHALLENGE_BYTES, BoundProver, Protocol, RoundConfig, result_or_raise
 from secemb.protocols.factory import make_protocol
 from secemb.protocols.placement import PaddedRequest, place
-from secemb.protocols.secemb.bounds import CHALLENGE_BYTES
 from secemb.protocols.stages import PROVE, RETRIEVAL, UPLOAD, round_plan
 from secemb.randomness import system_rng
 from secemb.ring import FixedPoint
@@ -742,8 +741,8 @@ class RoundSession:
         self._proved = True
         challenge = self.client.links[0].challenge(self.rc.round_id)
         self.download_bytes += len(challenge)
-        if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_BYTES:
-            raise InvalidMessage(f"server 0's bound challenge is not {CHALLENGE_BYTES} bytes")
+        if not isinstance(challenge, bytes) or len(challenge) != BOUND_CHALLENGE_BYTES:
+            raise InvalidMessage(f"server 0's bound challenge is not {BOUND_CHALLENGE_BYTES} bytes")
         t = time.perf_counter()
         try:
             body = self.role.bound_proof(challenge)

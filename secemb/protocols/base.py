@@ -49,14 +49,18 @@ from secemb.ring import FixedPoint
 if TYPE_CHECKING:  # annotations only: secemb.privacy loads its numba kernels (~40 ms) on import
     from secemb.privacy.noise import ClipSpec
 
-__all__ = ["BOUNDED_KINDS", "LAYOUT_OPTIONS", "PEER_KEY_MIN_BYTES", "BoundProver", "Capabilities", "ExchangeNode",
-           "Protocol", "RelayRole", "RoundConfig", "ServerRole", "UserRole", "purpose_key", "result_or_raise"]
+__all__ = ["BOUNDED_KINDS", "BOUND_CHALLENGE_BYTES", "LAYOUT_OPTIONS", "PEER_KEY_MIN_BYTES", "BoundProver",
+           "Capabilities", "ExchangeNode", "Protocol", "RelayRole", "RoundConfig", "ServerRole", "UserRole",
+           "purpose_key", "result_or_raise"]
 
 T = TypeVar("T")
 
 #: the least bytes of a deployment's peer key (:meth:`Protocol.make_server`): the servers' peer
 #: secret, which the configuration requires to be at least this long
 PEER_KEY_MIN_BYTES = 32
+#: the length of server 0's challenge to a device's bound proof (:class:`BoundProver`): fixed by
+#: the deployment's API, so the device checks it without knowing the protocol
+BOUND_CHALLENGE_BYTES = 16
 
 
 def purpose_key(peer_key: bytes, purpose: bytes) -> bytes:
@@ -215,10 +219,13 @@ class UserRole(ABC):
 @runtime_checkable
 class BoundProver(TypingProtocol):
     """A user role with the bounded-payload proof: what a device runs when its protocol's plan
-    has the :data:`~secemb.protocols.stages.PROVE` hops (SecEmb's option ``bound``)."""
+    has the :data:`~secemb.protocols.stages.PROVE` hops (SecEmb's option ``bound``).  Server 0's
+    challenge is :data:`BOUND_CHALLENGE_BYTES` bytes (what the node serves at ``GET
+    /v1/rounds/{r}/challenge``; the device refuses any other length before it proves)."""
 
     def bound_proof(self, challenge: bytes) -> bytes:
-        """The proof, for server 0's ``challenge``, that this round's upload is within the bound.
+        """The proof, for server 0's ``challenge`` (:data:`BOUND_CHALLENGE_BYTES` bytes), that
+        this round's upload is within the bound.
 
         Raises
         ------
@@ -716,3 +723,26 @@ class Protocol(ABC):
         protocol whose devices must prove a bound on their uploads (SecEmb's ``bound``)
         narrows it to what the proof needs."""
         return clip
+
+    @classmethod
+    def payload_bound_blocker(cls, options: Mapping[str, Any], ring_bits: int) -> str | None:
+        """For a protocol that declares the option ``bound`` (bounded payloads: each device proves
+        its upload small, so that no device can wrap a round's sum; docs/security.md): why the
+        bound cannot run with the factory ``options`` (as given, not yet validated) on the
+        ``ring_bits``-bit ring, as one clause of a deployment's message that names the
+        configuration's keys (``[protocol.options] NAME``, ``[training] ring_bits``); ``None``:
+        it can, and a deployment turns it on by default (:mod:`secemb.server.config`).  ``None``
+        by default; a protocol overrides this with what its proof builds on (SecEmb: verified
+        uploads and the 32-bit ring)."""
+        return None
+
+    def check_ring_bits(self, ring_bits: int) -> None:
+        """Refuse a ring of ``ring_bits`` bits that this protocol object, with its options, cannot
+        run its rounds on; every ring by default (SecEmb's ``bound``: the 32-bit ring, with room
+        for ``users_per_round`` users' bounded sums).
+
+        Raises
+        ------
+        InvalidParameters: the protocol cannot run on that ring (the message says why).
+        """
+        return None

@@ -58,7 +58,6 @@ from secemb.protocols.backends import make_backend
 from secemb.protocols.base import Protocol
 from secemb.protocols.factory import make_protocol
 from secemb.protocols.registry import protocol_class
-from secemb.protocols.secemb.bounds import BOUND_RING_BITS, bound_bits
 from secemb.ring import FixedPoint
 from secemb.options import DEFAULT_MODEL, DEFAULTS, read_table
 from secemb.round.policy import DEFAULT_MIN_USERS, MIN_USERS_FLOOR
@@ -185,21 +184,21 @@ def _invalid(exc: ValidationError, data: dict[str, Any]) -> Exception:
 
 def _bound_blocker(protocol: str, options: Mapping[str, Any], ring_bits: int, dp_sigma: float) -> str | None:
     """Why bounded payloads cannot apply to a deployment of ``protocol`` with these ``[protocol.options]``,
-    ring and central-DP noise (``None``: they can): a protocol without the ``bound`` option, unverified
-    uploads (the check builds on them), a ring other than :data:`~secemb.protocols.secemb.bounds.BOUND_RING_BITS`
-    bits, or central DP (its rounds are Poisson-sampled: no fixed size the bound could be proved for).
+    ring and central-DP noise (``None``: they can): a protocol without the ``bound`` option, what the
+    protocol's own proof needs (:meth:`~secemb.protocols.base.Protocol.payload_bound_blocker`: SecEmb's,
+    verified uploads and the 32-bit ring), or central DP (its rounds are Poisson-sampled: no fixed size
+    the bound could be proved for).
 
     Raises
     ------
     InvalidParameters: ``protocol`` is not a two-server protocol's name.
     """
-    if _BOUND not in protocol_class(protocol).capabilities.options:
+    cls = protocol_class(protocol)
+    if _BOUND not in cls.capabilities.options:
         return f"protocol {protocol!r} has no bounded payloads"
-    if options.get("verify") is False:
-        return "verified uploads are off ([protocol.options] verify = false), and the bound's check builds on them"
-    if ring_bits != BOUND_RING_BITS:
-        return f"the {ring_bits}-bit ring ([training] ring_bits): the bound's range proof needs the " \
-               f"{BOUND_RING_BITS}-bit ring"
+    blocker = cls.payload_bound_blocker(options, ring_bits)
+    if blocker is not None:
+        return blocker
     if dp_sigma:
         return "central DP ([privacy] sigma) samples each round's users by Poisson sampling: no fixed round size " \
                "to prove the bound for"
@@ -388,9 +387,7 @@ class ServerConfig(BaseModel):
         if bool(self.dp_sigma) != bool(self.dp_clip):
             raise InvalidParameters(f"[privacy] sigma and clip go together (the devices clip to what the noise is "
                                     f"calibrated for), got sigma={self.dp_sigma!r}, clip={self.dp_clip!r}")
-        self.make_protocol()
-        if self.protocol_options.get(_BOUND) is True:  # n users' bound must leave room in the ring
-            bound_bits(self.ring_bits, self.protocol_options[_BOUND_USERS])
+        self.make_protocol().check_ring_bits(self.ring_bits)  # e.g. n users' bound must leave room in the ring
         self.make_model()
         self.adam()
         self.fixed_point()

@@ -68,19 +68,21 @@ from secemb.fss.keys import PathKeys
 from secemb.fss.projections import project_affine, project_each
 from secemb.fss.rangeproof import RangeParams
 from secemb.privacy.noise import ClipSpec
-from secemb.protocols.base import RoundConfig
+from secemb.protocols.base import BOUND_CHALLENGE_BYTES, RoundConfig
 from secemb.protocols.secemb.sizes import DENSE_COMMIT_BYTES, U64
 from secemb.randomness import SEED_BYTES
 from secemb.ring import FixedPoint
 
 __all__ = ["BOUND_RING_BITS", "CHALLENGE_BYTES", "QUERY_BYTES", "ROWS", "bound_bits", "bound_params",
-           "clip_norm", "clip_upload", "context", "dense_commitment", "payload_share", "payload_sums", "projected",
-           "projected_shares", "upload_vector"]
+           "check_bound_ring", "clip_norm", "clip_upload", "context", "dense_commitment", "payload_share",
+           "payload_sums", "projected", "projected_shares", "upload_vector"]
 
 #: projections a device proves in range (lambda)
 ROWS = 40
-#: server 0's projection challenge (the projections' seed)
-CHALLENGE_BYTES = SEED_BYTES
+#: server 0's projection challenge (the projections' seed, :data:`~secemb.randomness.SEED_BYTES`
+#: long): the length the API fixes for every bound prover's challenge, which the device checks
+#: (:data:`~secemb.protocols.base.BOUND_CHALLENGE_BYTES`)
+CHALLENGE_BYTES = BOUND_CHALLENGE_BYTES
 #: server 0's query seed of the range proof's verification (drawn once the proofs are in)
 QUERY_BYTES = SEED_BYTES
 #: ring of the bound (the range proof's relation must not wrap mod p: 32-bit ring shares)
@@ -110,11 +112,22 @@ def bound_params(config: RoundConfig, users: int) -> RangeParams:
 
     Raises
     ------
-    InvalidParameters: the round is not on the 32-bit ring, or :func:`bound_bits` refuses.
+    InvalidParameters: as :func:`check_bound_ring`.
     """
-    if config.ring_bits != BOUND_RING_BITS:
-        raise InvalidParameters(f"bounded payloads need the {BOUND_RING_BITS}-bit ring, got {config.ring_bits}")
-    return RangeParams(ROWS, bound_bits(config.ring_bits, users), config.ring_bits)
+    return RangeParams(ROWS, check_bound_ring(config.ring_bits, users), config.ring_bits)
+
+
+def check_bound_ring(ring_bits: int, users: int) -> int:
+    """``t = bound_bits(ring_bits, users)`` of bounded payloads on the ``ring_bits``-bit ring.
+
+    Raises
+    ------
+    InvalidParameters: the ring is not the :data:`BOUND_RING_BITS`-bit ring, or :func:`bound_bits`
+        refuses.
+    """
+    if ring_bits != BOUND_RING_BITS:
+        raise InvalidParameters(f"bounded payloads need the {BOUND_RING_BITS}-bit ring, got {ring_bits}")
+    return bound_bits(ring_bits, users)
 
 
 def clip_norm(fp: FixedPoint, users: int) -> float:

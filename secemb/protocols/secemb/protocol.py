@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from collections.abc import Mapping
 from typing import Any, cast
 
 from secemb.errors import InvalidParameters, check_int
@@ -15,7 +16,8 @@ from secemb.privacy.noise import ClipSpec
 from secemb.protocols.backends import Backend
 from secemb.protocols.base import Capabilities, Protocol, RoundConfig, purpose_key
 from secemb.protocols.stages import RoundPlan, round_plan
-from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, QUERY_BYTES, bound_params, clip_norm
+from secemb.protocols.secemb.bounds import (BOUND_RING_BITS, CHALLENGE_BYTES, QUERY_BYTES, bound_params,
+                                           check_bound_ring, clip_norm)
 from secemb.protocols.secemb.checks import SKETCH_KEY_BYTES
 from secemb.protocols.secemb.relay import SecEmbRelayServer
 from secemb.protocols.secemb.server import SecEmbServer
@@ -178,6 +180,28 @@ class SecEmbProtocol(Protocol):
             return clip
         l2 = clip_norm(fp, cast("int", self.bound_users))
         return ClipSpec(l2) if clip is None else dataclasses.replace(clip, l2=min(clip.l2, l2))
+
+    @classmethod
+    def payload_bound_blocker(cls, options: Mapping[str, Any], ring_bits: int) -> str | None:
+        """The bound's check builds on verified uploads (``verify = false`` blocks it), and its
+        range proof needs the :data:`~secemb.protocols.secemb.bounds.BOUND_RING_BITS`-bit ring."""
+        if options.get("verify") is False:
+            return "verified uploads are off ([protocol.options] verify = false), and the bound's check builds on them"
+        if ring_bits != BOUND_RING_BITS:
+            return f"the {ring_bits}-bit ring ([training] ring_bits): the bound's range proof needs the " \
+                   f"{BOUND_RING_BITS}-bit ring"
+        return None
+
+    def check_ring_bits(self, ring_bits: int) -> None:
+        """With ``bound``: the 32-bit ring, and a bound of at least 2 bits for ``users_per_round``
+        users (:func:`~secemb.protocols.secemb.bounds.check_bound_ring`).
+
+        Raises
+        ------
+        InvalidParameters: bounded payloads on another ring, or too many users for any bound in it.
+        """
+        if self.bound:
+            check_bound_ring(ring_bits, cast("int", self.bound_users))
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
         return SecEmbUser(config, relay=self.relay, verify=self.verify, bound_users=self.bound_users, _rng=_rng)
