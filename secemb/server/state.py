@@ -23,6 +23,7 @@ for another round, or for a closed one).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import secrets
 import threading
@@ -52,6 +53,23 @@ log = logging.getLogger("secemb.server")
 
 #: alarms kept in memory and shown in the status (the journal keeps them all)
 _KEEP_ALARMS = 100
+
+
+def _make_role(protocol: Protocol, name: str, party: int, peer_key: bytes) -> ServerRole:
+    """``protocol.make_server(party, peer_key=peer_key)``: this node's role of the protocol
+    registered as ``name``.
+
+    Raises
+    ------
+    InvalidParameters: its ``make_server`` does not take the keyword ``peer_key`` (a plug-in
+        written for the signature before session 30), or what ``make_server`` raises.
+    """
+    try:
+        inspect.signature(protocol.make_server).bind(party, peer_key=peer_key)
+    except TypeError:
+        raise InvalidParameters(f"protocol {name!r}'s make_server must accept the keyword peer_key "
+                                "(docs/protocol.md, 'Adding a protocol')") from None
+    return protocol.make_server(party, peer_key=peer_key)
 
 
 @runtime_checkable
@@ -97,8 +115,8 @@ class NodeState:
 
     Raises
     ------
-    InvalidParameters: ``cfg.party`` is not this class's party, or central DP noise for a
-        protocol without it.
+    InvalidParameters: ``cfg.party`` is not this class's party, the protocol's ``make_server``
+        does not take the keyword ``peer_key``, or central DP noise for a protocol without it.
     CorruptState: the stored state does not fit the configuration, or its checkpoint was lost.
     """
 
@@ -114,7 +132,7 @@ class NodeState:
         #: this server's role; the peer secret both servers share is the deployment's peer key,
         #: from which a protocol derives the keys its servers need in common (SecEmb's sketch key:
         #: :meth:`~secemb.protocols.base.Protocol.make_server`)
-        self.role: ServerRole = self.protocol.make_server(self.party, peer_key=cfg.peer_secret)
+        self.role: ServerRole = _make_role(self.protocol, cfg.protocol, self.party, cfg.peer_secret)
         #: the role's relay steps, where it has them (an optional role: :class:`RelayRole`)
         self.relay_role: RelayRole | None = self.role if isinstance(self.role, RelayRole) else None
         if self.protocol.relay and self.relay_role is None:
