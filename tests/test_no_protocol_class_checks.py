@@ -32,7 +32,7 @@ from secemb.protocols.registry import exchange_class
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the packages that run protocols without knowing which
-ENGINES = ("secemb/server", "secemb/client", "secemb/sim")
+ENGINES = ("secemb/server", "secemb/client", "secemb/sim", "secemb/transport", "secemb/round")
 INTERFACES = (Protocol, ServerRole, UserRole)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from secemb.errors import InvalidMessage
-from secemb.protocols.secemb.bounds import CHALLENGE_BYTES
+from secemb.protocols.base import BOUND_CHALLENGE_BYTES
 from secemb.transport.limits import ANSWER_FLOOR_BYTES, answer_limit_for
 from secemb.transport.network import ApiClient, answer_fields
 
@@ -55,12 +55,12 @@ class HttpServerLink:
 
     def challenge(self, round_id: int) -> bytes:
         """Bounded payloads: server 0's challenge of this device's upload (InvalidMessage unless
-        exactly :data:`~secemb.protocols.secemb.bounds.CHALLENGE_BYTES` bytes)."""
+        exactly :data:`~secemb.protocols.base.BOUND_CHALLENGE_BYTES` bytes)."""
         path = f"/v1/rounds/{round_id}/challenge"
         got = self.api.get_bytes(path)
-        if len(got) != CHALLENGE_BYTES:
+        if len(got) != BOUND_CHALLENGE_BYTES:
             raise InvalidMessage(f"GET {self.api.base_url}{path}: a challenge of {len(got)} bytes, "
-                                 f"not {CHALLENGE_BYTES}")
+                                 f"not {BOUND_CHALLENGE_BYTES}")
         return got
 
     def proof(self, round_id: int, body: bytes) -> None:
