@@ -151,6 +151,8 @@ __all__ = [
 _DOMAIN = b"secemb/fss/sketchproof/v1/"
 _P = np.uint64(F.P)
 _REFUSED = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+#: the prefix of :func:`share_seed`'s hash
+_SHARE_DOMAIN = _DOMAIN + b"share"
 
 
 @dataclass(frozen=True)
@@ -252,7 +254,16 @@ def share_seed(sigma: bytes) -> bytes:
     InvalidParameters
         If ``sigma`` is not 16 bytes.
     """
-    return hashlib.sha256(_DOMAIN + b"share" + _seed("sigma", sigma, SEED_BYTES)).digest()[:SEED_BYTES]
+    return hashlib.sha256(_SHARE_DOMAIN + _seed("sigma", sigma, SEED_BYTES)).digest()[:SEED_BYTES]
+
+
+def _share_keys(sigma_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the devices' 16-byte ``sigma`` (the rows of uint8 (n, 16)): their :func:`share_seed`
+    (uint8 (n, 16)) and those seeds' AES-256 stream keys (:func:`secemb.randomness.drbg_key`,
+    uint8 (n, 32)), each one :func:`secemb.fss.hashing.sha256_many` batch: what :func:`prove_many`
+    and :func:`server1_shares` key server 1's streams with."""
+    seeds = np.ascontiguousarray(sha256_many(_SHARE_DOMAIN, sigma_rows)[:, :SEED_BYTES])
+    return seeds, sha256_many(_DRBG_DOMAIN, seeds)
 
 
 def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -463,8 +474,7 @@ def prove_many(params: SketchParams, xs: np.ndarray, seeds: Sequence[bytes], sig
     (kernel, ctr), words = _prover_kernels(), 2 * (params.calls + params.chunk)
     coefficients = np.frombuffer(b"".join(_coefficient_bytes(params, seed) for seed in seeds), "<u8").reshape(n, words)
     wire_words = np.frombuffer(b"".join(rng(16 * 2 * params.wires) for rng in rngs), "<u8").reshape(n, 4 * params.wires)
-    share_seeds = sha256_many(_DOMAIN + b"share", np.frombuffer(sigma_rows, np.uint8).reshape(n, SEED_BYTES))
-    keys = sha256_many(_DRBG_DOMAIN, share_seeds[:, :SEED_BYTES])  # drbg_key(share_seed(sigma)) of each
+    _, keys = _share_keys(np.frombuffer(sigma_rows, np.uint8).reshape(n, SEED_BYTES))  # drbg_key(share_seed(sigma))
     nbytes = F.ELEMENT_BYTES * params.proof_length
     buf = np.empty(n * nbytes + 16 * ctr.CTR_BLOCKS, np.uint8)  # a row's last pass may run into the next
     ctr.ctr_streams(keys, buf, nbytes, nbytes)
@@ -551,14 +561,13 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     """
     n, count = len(sigmas), params.proof_length
     rows = np.frombuffer(b"".join(_seed(f"sigma[{i}]", s, SEED_BYTES) for i, s in enumerate(sigmas)), np.uint8)
-    digests = sha256_many(_DOMAIN + b"share", rows.reshape(n, SEED_BYTES))[:, :SEED_BYTES]
-    seeds = np.ascontiguousarray(digests).tobytes()
+    digests, keys = _share_keys(rows.reshape(n, SEED_BYTES))
+    seeds = digests.tobytes()
     seed_list = [seeds[i : i + SEED_BYTES] for i in range(0, len(seeds), SEED_BYTES)]
     if not kernels.compiled():
         return F.expand_many(seed_list, count)
     from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams
 
-    keys = sha256_many(_DRBG_DOMAIN, digests)  # drbg_key of each share seed
     size = F.ELEMENT_BYTES * count
     buf = np.empty(n * size + 16 * CTR_BLOCKS, np.uint8)  # a row's last pass may run past it (into the next row)
     ctr_streams(keys, buf, size, size)
