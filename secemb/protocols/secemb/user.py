@@ -514,9 +514,15 @@ class SecEmbUser(UserRole):
         if grads is not None:  # the last check, for all at once: rows of empty slots must be zero
             items = np.concatenate(cast("list[np.ndarray]", [users[i]._items for i in ok]))  # set with _state
             empty = np.flatnonzero(items < 0)
-            rows = np.take(grads, empty, axis=0)
+            real = np.flatnonzero(items >= 0)
+            # whether an empty slot's row holds a nonzero word, from the fewer rows taken: the empty slots'
+            # own, or (mostly empty slots: cuckoo) the real slots', which then hold fewer than all the words'
+            if len(empty) <= len(real):
+                nonzero = np.count_nonzero(np.take(grads, empty, axis=0)) > 0
+            else:
+                nonzero = np.count_nonzero(np.take(grads, real, axis=0)) < np.count_nonzero(grads)
             # positions in ok (the users are found only where a row is not zero: rare)
-            filled = np.unique(empty[rows.any(axis=1)] // cfg.slots) if np.count_nonzero(rows) else empty[:0]
+            filled = np.unique(empty[np.take(grads, empty, axis=0).any(axis=1)] // cfg.slots) if nonzero else empty[:0]
             for j in filled:
                 out[ok[j]] = InvalidParameters("rows of empty slots must be zero")
             if filled.size:  # rare: keep the others' rows
