@@ -295,6 +295,10 @@ def _findings(outcome: dict[str, Any]) -> dict[str, Any]:
     return {k: outcome[k] for k in FINDINGS if k in outcome}
 
 
+#: round ids are in [0, _ROUND_ID_END): the nodes' range (SFSLNode, SecEANode), checked at the door
+_ROUND_ID_END = 2**62
+
+
 def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_bytes: int,
                         model: Callable[[], bytes], read_timeout_s: float, max_body_reads: int,
                         stage_deadline_s: float | None = None, state: ExchangeState | None = None) -> FastAPI:
@@ -321,7 +325,7 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
         return await run_in_threadpool(locked)
 
     def rid(raw: str) -> int:
-        return ascii_int(raw, "path parameter round_id", 0, 2**62)
+        return ascii_int(raw, "path parameter round_id", 0, _ROUND_ID_END)
 
     @app.get("/v1/exchange/round")
     async def current(request: Request) -> dict[str, Any]:
@@ -347,7 +351,10 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
     async def open_round(request: Request) -> dict[str, Any]:
         _, body = await authed(request, "admin", _JSON_LIMIT)
         doc = json_object(body, _JSON_LIMIT)
-        round_id, users = check_int("round_id", doc.get("round_id")), doc.get("users")
+        # the node's range, checked before the opening is journaled (session 30, S30-F1: a journaled
+        # opening of round -1 left a journal secemb serve refused to restart from)
+        round_id = check_int("round_id", doc.get("round_id"), low=0, high=_ROUND_ID_END - 1)
+        users = doc.get("users")
         if not isinstance(users, list):
             raise InvalidParameters(f"users must be a list of ints, got {users!r:.80}")
         out: dict[str, Any] = await call(rounds.open_round, round_id, [check_int("a user id", u) for u in users])

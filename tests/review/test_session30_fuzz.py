@@ -20,7 +20,7 @@ the one-server app in process, its device messages mutated).
 The fuzzer's choices come from a seeded ``random.Random`` (the test's own; no secret is drawn
 from it).  Findings: S30-F1 -- the one-server app journaled an opening before checking its round id against
 the nodes' range, so one refused ``{"round_id": -1, ...}`` left a journal ``secemb serve`` refused
-to restart from (exit 2, "round_id must be an int >= 0"); open.
+to restart from (exit 2, "round_id must be an int >= 0"); fixed in secemb/server/exchange_app.py.
 """
 
 from __future__ import annotations
@@ -158,8 +158,6 @@ def one_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneServer]:
             assert "Traceback" not in log, log[-4000:]
 
 
-@pytest.mark.xfail(strict=True, reason="S30-F1: a refused opening with a round id off [0, 2^62) is journaled "
-                                       "before the node refuses it, and secemb serve then cannot restart")
 def test_s30_f1_refused_openings_leave_a_journal_the_server_restarts_from(tmp_path: Path) -> None:
     """S30-F1: the operator's bad openings are 422/400 and open nothing; the server then restarts
     (the journal those refusals left is one it reads) with the same status.  Before the fix an
