@@ -35,10 +35,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from cli_helpers import admin, init_one_server, kill, serve, start_clients, stop  # type: ignore[import-not-found]  # noqa: E402
+from net_helpers import WAIT_S, cluster_for, setup, small_data  # type: ignore[import-not-found]  # noqa: E402
+
+from secemb.client.device import DeviceClient, RoundInfo, RoundSession  # noqa: E402
+from secemb.data import by_user  # noqa: E402
+from secemb.framing import HEADER_BYTES  # noqa: E402
+from secemb.models import MatrixFactorization  # noqa: E402
+from secemb.protocols import available_protocols, protocol_class  # noqa: E402
+from secemb.server.node import LeaderNode  # noqa: E402
+from secemb.sim.local import InProcessServers  # noqa: E402
+from secemb.sim.settings import cluster_settings  # noqa: E402
 
 from secemb.server.exchange_deploy import ExchangeDeployment  # noqa: E402
 from secemb.server.tls import client_context  # noqa: E402
@@ -228,3 +240,178 @@ def test_one_server_hostile_requests_change_nothing_and_the_round_then_commits(o
     # after the round: a late message and a second opening of round 1 are refused
     _refused(node.send("POST", "/v1/exchange/rounds/1/psu-advertise", b"x" * 40, "user:1"))
     _refused(node.send("POST", "/v1/admin/exchange/rounds", body, "admin"), 409)
+
+
+# --- two servers: every networked protocol's device messages -------------------------------------------------
+
+#: every networked two-server protocol, each as its servers run it here (SecEmb's variants in the
+#: full layout without the relay: test_net_fuzz fuzzes the cuckoo relay round)
+NETWORKED = [name for name in available_protocols(2) if protocol_class(name).capabilities.networked]
+#: the round's participants (devices with ratings in the small data set), the floor
+PARTICIPANTS, FLOOR = [0, 1, 2, 3], 3
+#: a device outside the round
+STRANGER = 20
+
+
+def _parts(name: str) -> tuple[MatrixFactorization, Any, Any, Any]:
+    tr, _ = small_data()
+    layout = "full" if name.startswith("secemb") else "cuckoo"
+    # dim 16: CoLR's rank (12) below the trainable columns
+    model, proto, config = setup(name, layout, False, dim=16, m_prime=8, epochs=1, users_per_round=len(PARTICIPANTS))
+    return model, proto, config, tr
+
+
+def _session(client: DeviceClient, info: RoundInfo, tr: Any, u: int) -> RoundSession:
+    """Device ``u``'s session, its sample and slots from a generator of its own (public test data:
+    the same draws over HTTP and in process)."""
+    session = RoundSession(client, info)
+    session.prepare(*by_user(tr).of(u), rng=np.random.default_rng(1000 + u))
+    return session
+
+
+def _play(session: RoundSession, model: MatrixFactorization, store: Any, u: int) -> None:
+    session.train(lambda rows, d, batch: model.local_step(rows, d, store.state(u), batch))
+    session.upload()
+
+
+def _reference_sha(name: str) -> str:
+    """The model after the round of :data:`PARTICIPANTS` in process, without any bad request."""
+    model, proto, config, tr = _parts(name)
+    servers = InProcessServers(cluster_settings(model, proto, tr, config, deadline_s=3600) | {"min_users": FLOOR},
+                               proto, model)
+    leader = servers.nodes[0]
+    assert isinstance(leader, LeaderNode)
+    r = int(leader.open_round(participants=PARTICIPANTS, deadline_s=3600)["round_id"])
+    try:
+        device = servers.servers().device
+        info = device(PARTICIPANTS[0]).round_info()
+        store = model.new_user_store(tr.num_users, np.random.default_rng(0), info.adam())
+        for u in PARTICIPANTS:
+            s = _session(device(u), info, tr, u)
+            s.retrieve()
+            _play(s, model, store, u)
+        out = leader.close_round(r)
+        assert out["state"] == "committed" and out["included"] == PARTICIPANTS, out
+        return str(leader.sha)
+    finally:
+        servers.stop()
+
+
+class TwoServers:
+    """A cluster of two ``secemb serve`` processes and signed raw requests to them."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+
+    def client(self, u: int) -> DeviceClient:
+        k0, k1 = self.cluster.device_keys(u)
+        return DeviceClient(u, self.cluster.url(0), self.cluster.url(1), k0, k1, timeout=WAIT_S, tls=self.cluster.tls,
+                            min_users=self.cluster.min_users)
+
+    def send(self, party: int, path: str, body: bytes, user: int, headers: dict[str, Any] | None = None
+             ) -> httpx.Response:
+        h: dict[str, Any] = sign_headers(f"user:{user}", self.cluster.device_keys(user)[party], "POST", path, "", body)
+        h.update(headers or {})
+        return httpx.post(self.cluster.url(party) + path, content=body, headers=h, timeout=WAIT_S, trust_env=False,
+                          verify=self.cluster.tls)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        out = []
+        for p in (0, 1):
+            doc = self.cluster.admin(p, timeout=WAIT_S).get_json("/v1/admin/status")
+            doc.pop("boot_id")
+            out.append(doc)
+        return out
+
+
+def _variants(msg: bytes, rng: random.Random) -> list[bytes]:
+    """Copies of the genuine ``msg`` no server may take: cut (the header alone, a seeded point, one
+    byte short), grown (a byte, a seeded run), each header byte flipped (one seeded bit); the
+    empty body."""
+    cuts = [HEADER_BYTES, rng.randrange(1, len(msg)), len(msg) - 1]
+    out = [b"", *(msg[:k] for k in cuts), msg + b"\0", msg + rng.randbytes(rng.randrange(2, 200))]
+    for i in range(HEADER_BYTES):
+        out.append(msg[:i] + bytes([msg[i] ^ (1 << rng.randrange(8))]) + msg[i + 1:])
+    return [v for v in out if v != msg]  # a header-only request (a full download) cut at its header
+
+
+def _hostile(srv: TwoServers, path: str, party: int, msg: bytes, user: int, other: int, rng: random.Random,
+             before: list[dict[str, Any]]) -> None:
+    """Device ``user``'s genuine ``msg`` to ``party`` at ``path`` (round ``r``) mangled, at other
+    rounds, under other names: every answer a 4xx, the servers' status as ``before``."""
+    r = int(path.split("/")[3])
+    cases: list[tuple[str, bytes, int, dict[str, Any] | None]] = [(path, v, user, None) for v in _variants(msg, rng)]
+    cases += [(path.replace(f"/{r}/", f"/{x}/"), msg, user, None) for x in (r + 1, r - 1, 2**62 - 1)]
+    cases += [(path, msg, STRANGER, None), (path, msg, other, None)]  # a device outside the round; one done
+    cases += [(path, msg[:-1], user, {"Content-Type": ct}) for ct in ("application/json", "text/plain", "")]
+    rng.shuffle(cases)
+    for p, body, u, headers in cases:
+        resp = srv.send(party, p, body, u, headers)
+        assert 400 <= resp.status_code < 500, (p, len(body), u, resp.status_code, resp.text)
+        assert set(resp.json()) == {"error", "detail"}, resp.text
+    assert srv.snapshot() == before
+
+
+def _duplicates(srv: TwoServers, party: int, path: str, msg: bytes, user: int) -> bytes:
+    """``msg`` sent four times at once (each signed afresh): exactly one is taken; its answer."""
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: srv.send(party, path, msg, user), range(4)))
+    codes = sorted(a.status_code for a in answers)
+    assert codes[0] < 300 and all(c == 409 for c in codes[1:]), [(a.status_code, a.text) for a in answers]
+    return next(a for a in answers if a.status_code < 300).content
+
+
+def _two_server_round(name: str) -> None:
+    """The round of :data:`PARTICIPANTS` over HTTP: device 0 plays it honestly first; devices 1-3
+    each first send their own genuine request and upload mangled (:func:`_hostile`), uploads
+    before their retrieval, then the genuine ones as concurrent duplicates; the round commits the
+    in-process round's model."""
+    model, proto, config, tr = _parts(name)
+    rng = random.Random(f"{SEED}-{name}")
+    with cluster_for(model, proto, tr, config, deadline_s=3600, min_users=FLOOR) as cluster:
+        srv = TwoServers(cluster)
+        admin0 = cluster.admin(0, timeout=WAIT_S)
+        info = RoundInfo.from_doc(admin0.post_json("/v1/admin/rounds", {"participants": PARTICIPANTS,
+                                                                        "deadline_s": 3600}))
+        r = info.round_id
+        store = model.new_user_store(tr.num_users, np.random.default_rng(0), info.adam())
+        first = _session(srv.client(0), info, tr, 0)
+        first.retrieve()
+        _play(first, model, store, 0)
+        up_path, q_path = f"/v1/rounds/{r}/upload", f"/v1/rounds/{r}/retrieval"
+        for u in PARTICIPANTS[1:]:
+            s = _session(srv.client(u), info, tr, u)
+            before = srv.snapshot()
+            for p in first._uploads:  # device 0's upload under u's name before u retrieved: 409
+                resp = srv.send(p, up_path, first._uploads[p], u)
+                assert resp.status_code == 409 and set(resp.json()) == {"error", "detail"}, resp.text
+            assert srv.snapshot() == before
+            for party in s._requests:
+                msg = s.request_for(party)
+                _hostile(srv, q_path, party, msg, u, 0, rng, srv.snapshot())
+                s.accept_reply(party, _duplicates(srv, party, q_path, msg, u))
+            s.fetch_dense()
+            s.reconstruct()
+            s.train(lambda rows, d, batch, u=u: model.local_step(rows, d, store.state(u), batch))
+            for party, msg in s._uploads.items():
+                if msg:
+                    _hostile(srv, up_path, party, msg, u, 0, rng, srv.snapshot())
+                    _duplicates(srv, party, up_path, msg, u)
+        out = admin0.post_json(f"/v1/admin/rounds/{r}/close")
+        assert out["state"] == "committed" and out["included"] == PARTICIPANTS, out
+        status = srv.snapshot()
+        assert status[0]["model_sha256"] == status[1]["model_sha256"] == _reference_sha(name)
+        for p in (0, 1):
+            assert cluster.alive(p), f"server {p} died"
+            assert "Traceback" not in cluster.log(p).read_text(), cluster.log(p).read_text()[-4000:]
+
+
+@pytest.mark.parametrize("name", ["secemb", "grec", "plaintext"])
+def test_two_server_hostile_device_messages_change_nothing(name: str) -> None:
+    _two_server_round(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(NETWORKED) - {"secemb", "grec", "plaintext"}))
+def test_two_server_hostile_device_messages_change_nothing_sweep(name: str) -> None:
+    _two_server_round(name)
