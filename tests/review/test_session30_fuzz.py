@@ -415,3 +415,24 @@ def test_two_server_hostile_device_messages_change_nothing(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(set(NETWORKED) - {"secemb", "grec", "plaintext"}))
 def test_two_server_hostile_device_messages_change_nothing_sweep(name: str) -> None:
     _two_server_round(name)
+
+
+@pytest.mark.xfail(strict=True, reason="S30-F2: server 0 opens a round whose n_p contradicts its participants, "
+                                       "silently taking len(participants)")
+def test_s30_f2_an_opening_whose_n_p_contradicts_its_participants_is_refused() -> None:
+    """S30-F2: ``{"participants": [0, 1, 2], "n_p": N}`` with N not 3 (2^70 included) is a 422 that
+    opens nothing (server 1 already refuses such a round document from server 0); with N = 3, or
+    without n_p, the round opens."""
+    model, proto, config, tr = _parts("plaintext")
+    with cluster_for(model, proto, tr, config, deadline_s=3600, min_users=FLOOR) as cluster:
+        srv = TwoServers(cluster)
+        before = srv.snapshot()
+        for n_p in (2**70, 4, 2, -1, "3"):
+            body = json.dumps({"participants": [0, 1, 2], "n_p": n_p}).encode()
+            resp = httpx.post(cluster.url(0) + "/v1/admin/rounds", content=body, trust_env=False, verify=cluster.tls,
+                              headers=sign_headers("admin", cluster.admin_secrets[0], "POST", "/v1/admin/rounds", "",
+                                                   body), timeout=WAIT_S)
+            assert resp.status_code == 422 and "n_p" in resp.json()["detail"], (n_p, resp.text)
+        assert srv.snapshot() == before
+        doc = cluster.admin(0, timeout=WAIT_S).post_json("/v1/admin/rounds", {"participants": [0, 1, 2], "n_p": 3})
+        assert (doc["round_id"], doc["n_p"], doc["participants"]) == (0, 3, [0, 1, 2])
