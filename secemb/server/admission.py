@@ -80,17 +80,20 @@ class RoundTerms(NamedTuple):
 def round_terms(cfg: ServerConfig, participants: list[int] | None, n_p: int | None, deadline_s: float | None,
                 quorum: int | None, min_users: int | None) -> RoundTerms:
     """The terms of a round opened with these arguments (``None``: the default): ``n_p`` is
-    the number of ``participants`` if given; ``deadline_s`` defaults to ``cfg.deadline_s``,
-    ``quorum`` to ``n_p``, ``min_users`` to ``cfg.min_users``.
+    the number of ``participants`` if given (an ``n_p`` given too must be that number);
+    ``deadline_s`` defaults to ``cfg.deadline_s``, ``quorum`` to ``n_p``, ``min_users`` to
+    ``cfg.min_users``.
 
     Raises
     ------
-    InvalidParameters: a value out of range (``n_p`` in ``[1, num_users]``, ``deadline_s`` in
-        ``(0, 86400]``, ``quorum`` in ``[1, n_p]``, ``min_users`` and ``n_p`` at least this
-        server's floor, :func:`check_floor`).
+    InvalidParameters: ``n_p`` and ``participants`` that disagree; a value out of range (``n_p``
+        in ``[1, num_users]``, ``deadline_s`` in ``(0, 86400]``, ``quorum`` in ``[1, n_p]``,
+        ``min_users`` and ``n_p`` at least this server's floor, :func:`check_floor`).
     """
     ids = None if participants is None else frozenset(user_list(participants, "participants", cfg.num_users))
     if ids is not None:
+        if n_p is not None and (type(n_p) is not int or n_p != len(ids)):  # session 30, S30-F2: was dropped
+            raise InvalidParameters(f"n_p={n_p!r:.40} but {len(ids)} participants (give n_p or participants)")
         n_p = len(ids)
     n_p = check_int("n_p (or give participants)", n_p, low=1, high=cfg.num_users)
     deadline_s = check_float("deadline_s", cfg.deadline_s if deadline_s is None else deadline_s, above=0, high=86400)

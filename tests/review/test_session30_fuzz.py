@@ -21,6 +21,8 @@ The fuzzer's choices come from a seeded ``random.Random`` (the test's own; no se
 from it).  Findings: S30-F1 -- the one-server app journaled an opening before checking its round id against
 the nodes' range, so one refused ``{"round_id": -1, ...}`` left a journal ``secemb serve`` refused
 to restart from (exit 2, "round_id must be an int >= 0"); fixed in secemb/server/exchange_app.py.
+S30-F2 -- server 0 opened ``{"participants": [0, 1, 2], "n_p": 2^70}`` as a round of 3, the
+contradicting ``n_p`` silently dropped; fixed in secemb/server/admission.py (round_terms).
 """
 
 from __future__ import annotations
@@ -417,12 +419,10 @@ def test_two_server_hostile_device_messages_change_nothing_sweep(name: str) -> N
     _two_server_round(name)
 
 
-@pytest.mark.xfail(strict=True, reason="S30-F2: server 0 opens a round whose n_p contradicts its participants, "
-                                       "silently taking len(participants)")
 def test_s30_f2_an_opening_whose_n_p_contradicts_its_participants_is_refused() -> None:
     """S30-F2: ``{"participants": [0, 1, 2], "n_p": N}`` with N not 3 (2^70 included) is a 422 that
-    opens nothing (server 1 already refuses such a round document from server 0); with N = 3, or
-    without n_p, the round opens."""
+    opens nothing (server 1 already refuses such a round document from server 0); with N = 3 the
+    round opens.  Before the fix server 0 opened it as a round of 3, the n_p given dropped."""
     model, proto, config, tr = _parts("plaintext")
     with cluster_for(model, proto, tr, config, deadline_s=3600, min_users=FLOOR) as cluster:
         srv = TwoServers(cluster)
