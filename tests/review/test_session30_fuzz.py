@@ -3,7 +3,8 @@ earlier fuzz files send (tests/server/test_net_fuzz.py, test_net_fuzz_bound.py,
 test_s26_fuzz_relay_refusal.py: SecEmb's cuckoo relay round; tests/review/test_session25_fuzz_exchange.py:
 the one-server app in process, its device messages mutated).
 
-* One server (``secemb serve`` of an SFSL deployment, a real process): the operator's JSON
+* One server (``secemb serve`` of an SFSL deployment, a real process; SecEA's for the openings,
+  the requests before a round and its set-up and round): the operator's JSON
   endpoints get malformed, out-of-range and mistyped documents, bodies that are no JSON, wrong
   content types, a declared length over the limit and concurrent duplicate openings; the devices'
   endpoints requests out of round and stage, at other rounds and stages, replayed.  Every refusal
@@ -31,6 +32,7 @@ import json
 import random
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -65,14 +67,22 @@ SEED = 30
 # --- one server: secemb serve of an SFSL deployment ---------------------------------------------------------
 
 
+#: ``secemb admin init`` options of each one-server protocol's deployment here
+_INIT = {
+    "sfsl": ["--dataset", "taobao-mini", "--option", "sfsl_preset=CPP1", "--option", "batch=8",
+             "--stage-deadline", "120"],
+    "secea": ["--dataset", "synthetic", "--option", "secea_key_bits=1024", "--option", "secea_items=6",
+              "--stage-deadline", "150"],
+}
+
+
 class OneServer:
     """A ``secemb serve`` process of an SFSL deployment at ``root`` (devices 0-2), and signed raw
     requests to it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, protocol: str = "sfsl") -> None:
         self.root = root
-        init_one_server(root, "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per-round", "3",
-                        "--option", "sfsl_preset=CPP1", "--option", "batch=8", "--stage-deadline", "120")
+        init_one_server(root, "--protocol", protocol, "--users-per-round", "3", *_INIT[protocol])
         self.dep = ExchangeDeployment.load(root)
         self.tls = client_context(self.dep.tls.ca)
         self.proc = serve(root)
@@ -172,12 +182,13 @@ def one_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneServer]:
             assert "Traceback" not in log, log[-4000:]
 
 
-def test_s30_f1_refused_openings_leave_a_journal_the_server_restarts_from(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", sorted(_INIT))
+def test_s30_f1_refused_openings_leave_a_journal_the_server_restarts_from(tmp_path: Path, protocol: str) -> None:
     """S30-F1: the operator's bad openings are 422/400 and open nothing; the server then restarts
     (the journal those refusals left is one it reads) with the same status.  Before the fix an
     opening of round -1 (or 2^63) was journaled before the node refused it, and ``secemb serve``
     then exited 2 at every start: "journal ...: round_id must be an int >= 0, got -1"."""
-    node = OneServer(tmp_path / "dep")
+    node = OneServer(tmp_path / "dep", protocol)
     try:
         before = node.status()
         _hostile_openings(node, random.Random(SEED))
@@ -196,6 +207,7 @@ def test_one_server_hostile_requests_change_nothing_and_the_round_then_commits(o
     devices play the round and it commits."""
     node, rng = one_server, random.Random(SEED + 1)
     before = node.status()
+    assert set(_INIT) == set(available_protocols(1))  # every one-server protocol has a deployment here
     # no round yet: every device request is refused
     for path in ("/v1/exchange/rounds/1/psu-advertise", "/v1/exchange/rounds/0/psu-advertise",
                  "/v1/exchange/rounds/1/nonsense", "/v1/exchange/rounds/01/psu-advertise",
@@ -436,3 +448,39 @@ def test_s30_f2_an_opening_whose_n_p_contradicts_its_participants_is_refused() -
         assert srv.snapshot() == before
         doc = cluster.admin(0, timeout=WAIT_S).post_json("/v1/admin/rounds", {"participants": [0, 1, 2], "n_p": 3})
         assert (doc["round_id"], doc["n_p"], doc["participants"]) == (0, 3, [0, 1, 2])
+
+
+def test_secea_hostile_openings_and_requests_change_nothing_and_its_rounds_then_commit(tmp_path: Path) -> None:
+    """SecEA's ``secemb serve``: the bad openings, device requests before any round, then the
+    set-up and an aggregation round of three ``secemb client`` silos commit."""
+    node, rng = OneServer(tmp_path / "dep", "secea"), random.Random(SEED + 2)
+    clients = []
+    try:
+        before = node.status()
+        _hostile_openings(node, rng)
+        for path in ("/v1/exchange/rounds/1/secea-keys", "/v1/exchange/rounds/1/secea-share",
+                     "/v1/exchange/rounds/1/nonsense"):
+            _refused(node.send("POST", path, rng.randbytes(rng.randrange(1, 300)), "user:0"))
+            _refused(node.send("GET", path, b"", "user:1"))
+        assert node.status() == before
+        clients = start_clients(node.root, "--rounds", "2", "--wait", "90")
+        setup = admin("open-round", "--deployment", str(node.root), "--participants", "0-2")
+        # the set-up's later stage, a second opening while it is open: refused
+        _refused(node.send("POST", f"/v1/exchange/rounds/{setup['round_id']}/secea-answer", b"x" * 64, "user:0"))
+        body = json.dumps({"round_id": setup["round_id"] + 1, "users": [0, 1, 2]}).encode()
+        _refused(node.send("POST", "/v1/admin/exchange/rounds", body, "admin"), 409)
+        deadline = time.monotonic() + 400
+        while (doc := node.status()["server"])["state"] == "open":
+            assert time.monotonic() < deadline, doc
+            time.sleep(0.5)
+        assert doc["state"] == "committed", doc
+        rnd = admin("open-round", "--deployment", str(node.root), "--participants", "0-2")
+        for proc in clients:
+            out, err = proc.communicate(timeout=400)
+            assert proc.returncode == 0, (out, err)
+            assert json.loads(out.decode().strip().splitlines()[-1])["outcome"] == "committed"
+        assert (node.status()["server"]["round_id"], node.status()["server"]["state"]) == (rnd["round_id"], "committed")
+    finally:
+        kill(clients)
+        node.stop()
+    assert not any("Traceback" in log for log in node.logs), node.logs
