@@ -15,8 +15,9 @@ the one-server app in process, its device messages mutated).
 * Two servers (every networked protocol of the registry but SecEmb's cuckoo relay, which
   test_net_fuzz covers): a device's genuine retrieval and upload cut, grown and with a header
   byte flipped, sent at other rounds, under another participant's name, in the wrong order, twice
-  and as concurrent duplicates; then the honest devices finish the round, and it commits the
-  model of the same round played in process without any bad request.
+  and as concurrent duplicates; then malformed bodies (no JSON object, random or cut bytes) at
+  every server 1 endpoint server 0 sends to that reads one; the honest devices finish the round,
+  and it commits the model of the same round played in process without any bad request.
 
 The fuzzer's choices come from a seeded ``random.Random`` (the test's own; no secret is drawn
 from it).  Findings: S30-F1 -- the one-server app journaled an opening before checking its round id against
@@ -329,6 +330,14 @@ class TwoServers:
         return httpx.post(self.cluster.url(party) + path, content=body, headers=h, timeout=WAIT_S, trust_env=False,
                           verify=self.cluster.tls)
 
+    def send_peer(self, path: str, body: bytes) -> httpx.Response:
+        """``body`` to server 1 at ``path`` as server 0 sends (signed with the peer secret, over
+        the peer's mutual TLS)."""
+        p, _, q = path.partition("?")
+        h = sign_headers("server0", self.cluster.peer_secret, "POST", p, q, body)
+        return httpx.post(self.cluster.url(1) + path, content=body, headers=h, timeout=WAIT_S, trust_env=False,
+                          verify=self.cluster.peer_tls())
+
     def snapshot(self) -> list[dict[str, Any]]:
         out = []
         for p in (0, 1):
@@ -366,6 +375,28 @@ def _hostile(srv: TwoServers, path: str, party: int, msg: bytes, user: int, othe
     assert srv.snapshot() == before
 
 
+def _hostile_peer(srv: TwoServers, r: int, rng: random.Random) -> None:
+    """Malformed bodies at every server 1 endpoint that reads one, in round ``r`` (open): JSON that
+    is no object or too deep, random bytes, a bare or cut header: every answer a 4xx, the servers'
+    status unchanged by each."""
+    before = srv.snapshot()
+    binary = [b"", b"SEMB", rng.randbytes(HEADER_BYTES), rng.randbytes(rng.randrange(33, 400)), b"SEMB" + bytes(60)]
+    # abort takes any JSON object (its reason, if any; an empty body reads as {}): server 0 may
+    # abort a round; NaN and 1e400 parse
+    cases = [(f"/v1/peer/rounds/{r}/{end}", b) for end in ("verify", "share") for b in _BAD_JSON_BODIES]
+    cases += [(f"/v1/peer/rounds/{r}/abort", b) for b in _BAD_JSON_BODIES if b and b"round_id" not in b]
+    cases += [("/v1/peer/rounds", b) for b in _BAD_JSON_BODIES]
+    cases += [(path, b) for path in (f"/v1/peer/rounds/{r}/agree", f"/v1/peer/rounds/{r}/bound",
+                                     f"/v1/peer/model?round={r}", f"/v1/peer/rounds/{r}/relay-upload?user=1",
+                                     f"/v1/peer/rounds/{r}/relay-retrieval?user=1") for b in binary]
+    rng.shuffle(cases)
+    for path, body in cases:
+        resp = srv.send_peer(path, body)
+        assert 400 <= resp.status_code < 500, (path, body[:40], resp.status_code, resp.text)
+        assert set(resp.json()) == {"error", "detail"}, resp.text
+        assert srv.snapshot() == before, (path, body[:60], resp.status_code, resp.text)
+
+
 def _duplicates(srv: TwoServers, party: int, path: str, msg: bytes, user: int) -> bytes:
     """``msg`` sent four times at once (each signed afresh): exactly one is taken; its answer."""
     with ThreadPoolExecutor(4) as pool:
@@ -392,6 +423,7 @@ def _two_server_round(name: str) -> None:
         first = _session(srv.client(0), info, tr, 0)
         first.retrieve()
         _play(first, model, store, 0)
+        _hostile_peer(srv, r, rng)  # before the quorum (n_p uploads), which closes the round by itself
         up_path, q_path = f"/v1/rounds/{r}/upload", f"/v1/rounds/{r}/retrieval"
         for u in PARTICIPANTS[1:]:
             s = _session(srv.client(u), info, tr, u)
