@@ -15,7 +15,7 @@ import numpy as np
 from secemb.errors import InvalidParameters
 from secemb.fss import kernels
 
-__all__ = ["sha256_many"]
+__all__ = ["row_bytes", "sha256_many"]
 
 
 @cache
@@ -49,3 +49,11 @@ def sha256_many(prefix: bytes, suffixes: np.ndarray) -> np.ndarray:
         h.update(row)
         digests.append(h.digest())
     return np.frombuffer(b"".join(digests), np.uint8).reshape(len(suffixes), 32)
+
+
+def row_bytes(rows: np.ndarray, width: int | None = None) -> list[bytes]:
+    """The first ``width`` bytes (all, by default) of each row of uint8 ``rows`` (n, L), e.g. a
+    :func:`sha256_many` batch's digests, as ``n`` bytes objects (one copy, then slices)."""
+    n, size = rows.shape[0], rows.shape[1] if width is None else width
+    data = np.ascontiguousarray(rows[:, :size]).tobytes()
+    return [data[i * size : (i + 1) * size] for i in range(n)]

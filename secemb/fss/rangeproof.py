@@ -165,7 +165,7 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
-from secemb.fss.hashing import sha256_many
+from secemb.fss.hashing import row_bytes, sha256_many
 from secemb.randomness import SEED_BYTES, RandomBytes, system_rng
 
 __all__ = [
@@ -389,11 +389,6 @@ def _framed_rows(*columns: np.ndarray) -> np.ndarray:
     return out
 
 
-def _digest_list(digests: np.ndarray) -> list[bytes]:
-    """The rows of uint8 (n, 32) digests as n bytes objects."""
-    data = digests.tobytes()
-    return [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)]
-
 
 def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.ndarray) -> list[bytes]:
     """:func:`_part` of each device -- its context (bytes), key (row of uint8 (n, 16)) and inputs'
@@ -402,7 +397,7 @@ def _parts(party: int, contexts: Sequence[bytes], keys: np.ndarray, inputs: np.n
     rows = _context_rows(contexts)
     if rows is None:
         return [_part(party, c, k.tobytes(), i.tobytes()) for c, k, i in zip(contexts, keys, inputs, strict=True)]
-    return _digest_list(sha256_many(_DOMAIN + b"part" + _framed(bytes([party])), _framed_rows(rows, keys, inputs)))
+    return row_bytes(sha256_many(_DOMAIN + b"part" + _framed(bytes([party])), _framed_rows(rows, keys, inputs)))
 
 
 def _coefficients(params: RangeParams, joints: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:

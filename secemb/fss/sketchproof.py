@@ -127,7 +127,7 @@ import numpy as np
 from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
-from secemb.fss.hashing import sha256_many
+from secemb.fss.hashing import row_bytes, sha256_many
 from secemb.fss.sketch import DRBG_DOMAIN as _DRBG_DOMAIN  # server 1's streams are keyed in one batch
 from secemb.fss.sketch import SKETCH_SEED_BYTES  # c_u's length, and the query seed q's (HMAC-SHA256 cut to it)
 from secemb.randomness import SEED_BYTES, RandomBytes, drbg_key, system_rng
@@ -562,8 +562,7 @@ def server1_shares(params: SketchParams, sigmas: Sequence[bytes]) -> np.ndarray:
     n, count = len(sigmas), params.proof_length
     rows = np.frombuffer(b"".join(_seed(f"sigma[{i}]", s, SEED_BYTES) for i, s in enumerate(sigmas)), np.uint8)
     digests, keys = _share_keys(rows.reshape(n, SEED_BYTES))
-    seeds = digests.tobytes()
-    seed_list = [seeds[i : i + SEED_BYTES] for i in range(0, len(seeds), SEED_BYTES)]
+    seed_list = row_bytes(digests)
     if not kernels.compiled():
         return F.expand_many(seed_list, count)
     from secemb.fss._rangeproof_kernels import CTR_BLOCKS, ctr_streams

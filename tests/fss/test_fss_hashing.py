@@ -75,3 +75,15 @@ def test_row_tags_are_the_documented_formula(sha_path: str, dtype: type) -> None
     for j, row, tag in zip(items, rows, got, strict=True):
         digest = hashlib.sha256(b"secemb-row-tag" + struct.pack("<QQ", 12, j) + row.astype(little).tobytes()).digest()
         assert tag.dtype == dtype and tag.astype(little).tobytes() == digest[:16]
+
+
+def test_row_bytes_gives_each_rows_prefix_as_bytes() -> None:
+    """:func:`secemb.fss.hashing.row_bytes`: whole rows by default, the first ``width`` bytes
+    otherwise, of rows of any stride (written out by hand here)."""
+    from secemb.fss.hashing import row_bytes
+
+    rows = np.arange(24, dtype=np.uint8).reshape(3, 8)
+    assert row_bytes(rows) == [bytes(range(0, 8)), bytes(range(8, 16)), bytes(range(16, 24))]
+    assert row_bytes(rows, 3) == [b"\x00\x01\x02", b"\x08\x09\x0a", b"\x10\x11\x12"]
+    assert row_bytes(rows[:, 2:], 2) == [b"\x02\x03", b"\x0a\x0b", b"\x12\x13"]
+    assert row_bytes(rows[:0]) == []

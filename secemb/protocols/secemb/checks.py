@@ -20,7 +20,7 @@ import hmac
 import numpy as np
 
 from secemb.errors import InvalidParameters
-from secemb.fss.hashing import sha256_many
+from secemb.fss.hashing import row_bytes, sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import BIND_BYTES, MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
@@ -87,8 +87,7 @@ def key_digests(shared_header: bytes, rest: np.ndarray) -> list[bytes]:
     plain digests, as server 1 takes them from forwarded parts), hashed as one batch
     (:func:`~secemb.fss.hashing.sha256_many`: without the GIL, two messages at a time on the
     SHA-NI kernel)."""
-    digests = sha256_many(shared_header, rest).tobytes()
-    return [digests[i : i + 32] for i in range(0, len(digests), 32)]
+    return row_bytes(sha256_many(shared_header, rest))
 
 
 def round_secret(sketch_key: bytes, round_id: int) -> bytes:
@@ -113,8 +112,7 @@ def _hmac_many(key: bytes, head: bytes, tails: np.ndarray) -> list[bytes]:
         raise InvalidParameters(f"an HMAC key here is at most {_BLOCK} bytes")
     padded = int.from_bytes(key.ljust(_BLOCK, b"\0"), "big")
     inner = sha256_many((padded ^ _IPAD).to_bytes(_BLOCK, "big") + head, tails)
-    outer = sha256_many((padded ^ _OPAD).to_bytes(_BLOCK, "big"), inner).tobytes()
-    return [outer[i : i + SKETCH_SEED_BYTES] for i in range(0, len(outer), 32)]
+    return row_bytes(sha256_many((padded ^ _OPAD).to_bytes(_BLOCK, "big"), inner), SKETCH_SEED_BYTES)
 
 
 def _user_tails(users: list[int], digests: list[bytes] | None = None) -> np.ndarray:
@@ -182,8 +180,7 @@ def half_tags(round_id: int, party: int, halves: list[bytes]) -> list[bytes]:
     if party not in (0, 1) or any(len(h) != SKETCH_SEED_BYTES for h in halves):
         raise InvalidParameters(f"half tags: party 0 or 1 and {SKETCH_SEED_BYTES}-byte halves")
     rows = np.frombuffer(b"".join(halves), np.uint8).reshape(len(halves), SKETCH_SEED_BYTES)
-    out = sha256_many(b"secemb-sketch-half-tag" + bytes([party]) + U64.pack(round_id), rows)[:, :SEED_TAG_BYTES]
-    return [bytes(row) for row in out]
+    return row_bytes(sha256_many(b"secemb-sketch-half-tag" + bytes([party]) + U64.pack(round_id), rows), SEED_TAG_BYTES)
 
 
 def query_seeds(s_round: bytes, round_id: int, users: list[int]) -> list[bytes]:
@@ -213,5 +210,4 @@ def bindings(round_id: int, seeds: list[bytes], sigmas: list[bytes]) -> list[byt
     if len(seeds) != len(sigmas) or any(len(v) != SKETCH_SEED_BYTES for v in (*seeds, *sigmas)):
         raise InvalidParameters("bindings: a 16-byte sketch seed and sigma a device")
     rows = np.frombuffer(b"".join(c + s for c, s in zip(seeds, sigmas, strict=True)), np.uint8).reshape(len(seeds), 32)
-    out = sha256_many(b"secemb-sketch-bind" + U64.pack(round_id), rows).tobytes()
-    return [out[i : i + BIND_BYTES] for i in range(0, len(out), BIND_BYTES)]
+    return row_bytes(sha256_many(b"secemb-sketch-bind" + U64.pack(round_id), rows), BIND_BYTES)
