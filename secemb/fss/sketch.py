@@ -68,7 +68,7 @@ from secemb.fss import field, kernels
 from secemb.fss.hashing import sha256_many
 from secemb.randomness import DRBG_DOMAIN  # drbg_key's prefix: a batch's AES-256 keys hashed in one sha256_many call
 
-__all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "DRBG_DOMAIN", "Expanded", "expand", "leaf_hashes",
+__all__ = ["SKETCH_SEED_BYTES", "SKETCH_WORDS", "EXPAND_TAG", "Expanded", "expand", "leaf_hashes",
            "SketchCheck", "device_inputs", "device_inputs_many", "server_inputs"]
 
 #: bytes of a device's sketch seed ``c_u``

@@ -128,9 +128,8 @@ from secemb.errors import InvalidMessage, InvalidParameters, check_int
 from secemb.fss import field as F
 from secemb.fss import kernels
 from secemb.fss.hashing import row_bytes, sha256_many
-from secemb.fss.sketch import DRBG_DOMAIN as _DRBG_DOMAIN  # server 1's streams are keyed in one batch
 from secemb.fss.sketch import SKETCH_SEED_BYTES  # c_u's length, and the query seed q's (HMAC-SHA256 cut to it)
-from secemb.randomness import SEED_BYTES, RandomBytes, drbg_key, system_rng
+from secemb.randomness import DRBG_DOMAIN, SEED_BYTES, RandomBytes, drbg_key, system_rng
 
 __all__ = [
     "SketchParams",
@@ -263,7 +262,7 @@ def _share_keys(sigma_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     uint8 (n, 32)), each one :func:`secemb.fss.hashing.sha256_many` batch: what :func:`prove_many`
     and :func:`server1_shares` key server 1's streams with."""
     seeds = np.ascontiguousarray(sha256_many(_SHARE_DOMAIN, sigma_rows)[:, :SEED_BYTES])
-    return seeds, sha256_many(_DRBG_DOMAIN, seeds)
+    return seeds, sha256_many(DRBG_DOMAIN, seeds)
 
 
 def _coefficients(params: SketchParams, seeds: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:

@@ -84,6 +84,6 @@ def test_the_drbg_prefix_is_defined_once() -> None:
     assert randomness.DRBG_DOMAIN == b"secemb.CtrDrbg"
     assert sketch.DRBG_DOMAIN is randomness.DRBG_DOMAIN
     assert F.DRBG_DOMAIN is randomness.DRBG_DOMAIN
-    assert sketchproof._DRBG_DOMAIN is randomness.DRBG_DOMAIN
+    assert sketchproof.DRBG_DOMAIN is randomness.DRBG_DOMAIN
     seed = os.urandom(16)
     assert randomness.drbg_key(seed) == hashlib.sha256(b"secemb.CtrDrbg" + seed).digest()
