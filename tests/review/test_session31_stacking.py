@@ -27,33 +27,60 @@ wrap).  Expected values are computed here from what the devices upload.
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 import pytest
 
+from secemb.fss.cuckoo import NUM_HASHES
 from secemb.fss.projections import ternary_rows
-from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer
+from secemb.fss.rangeproof import prove
+from secemb.protocols.base import RoundConfig
+from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.protocols.secemb import server as server_module
-from secemb.protocols.secemb.bounds import CHALLENGE_BYTES, ROWS, bound_params
+from secemb.protocols.secemb.bounds import (CHALLENGE_BYTES, CLIP_MARGIN, ROWS, bound_params, clip_norm, context,
+                                           layout_bits, multiplicity, payload_share, projected, upload_vector)
+from secemb.protocols.secemb.sizes import NAME
+from secemb.protocols.wire import frame
 from secemb.randomness import CtrDrbg
+from secemb.ring import FixedPoint
 from secemb.server.verify import rejected as digest_rejected
 
 RING_HALF = 1 << 31  # the 32-bit ring's signed range is [-2^31, 2^31)
 
 
-def _run(proto: SecEmbProtocol, cfg, slots: list[np.ndarray], rows: list[np.ndarray],
-         challenge: bytes | None = None) -> tuple[set[int], np.ndarray]:
-    """One round of ``len(slots)`` devices (device ``u`` requests ``slots[u]`` and uploads
-    ``rows[u]``, a zero dense gradient), driven at the roles as ``secemb.bench.robust`` does;
-    server 0's batch challenge is ``challenge`` if given.  The devices left out (digests, sketch
-    check or bound) and the reconstructed sparse aggregate over the others."""
+class PerKeyProver(SecEmbUser):
+    """A full-layout device that proves what the servers checked before session 31: the
+    projections of its keys' payloads, one coordinate per key (``S_0`` from its party-0 keys'
+    payload sums, ``S_1 = rows - S_0``).  For keys at distinct points this is its contribution;
+    for keys stacked on one row each payload is small while the row gets their sum."""
+
+    def bound_proof(self, challenge: bytes) -> bytes:
+        kept, self._kept = self._kept, None
+        assert kept is not None and self._bound is not None and self._sigma is not None
+        s0 = payload_share(self.config, 0, kept.path0, kept.cw)
+        a, b = projected([challenge] * 2, upload_vector(np.stack([s0, kept.rows - s0]),
+                                                        np.stack([kept.dense0, kept.dense1])))
+        msg0, _ = prove(self._bound, a, b, context(self.config.round_id, challenge, self._digest or b""),
+                        seed_1=self._sigma, _rng=self._rng)
+        return frame(NAME, "bound_proof", 0, self.config.round_id, msg0)
+
+
+def _run(proto: SecEmbProtocol, cfg: RoundConfig, slots: list[np.ndarray], rows: list[np.ndarray],
+         challenge: bytes | None = None, device: type[SecEmbUser] = SecEmbUser) -> tuple[set[int], np.ndarray]:
+    """One round of ``len(slots)`` devices of class ``device`` (device ``u`` requests ``slots[u]``
+    and uploads ``rows[u]``, a zero dense gradient), driven at the roles as
+    ``secemb.bench.robust`` does; server 0's batch challenge is ``challenge`` if given.  The
+    devices left out (digests, sketch check or bound) and the reconstructed sparse aggregate
+    over the others."""
     s0, s1 = proto.make_server(0), proto.make_server(1)
     assert isinstance(s0, SecEmbServer) and isinstance(s1, SecEmbServer)
     table = np.arange(cfg.num_items * cfg.width, dtype=cfg.dtype).reshape(cfg.num_items, cfg.width)
     for s in (s0, s1):
         s.begin_round(cfg, table)
     ids = list(range(len(slots)))
-    devices = [proto.make_user(cfg, _rng=CtrDrbg(b"s31-stacking/%d" % u)) for u in ids]
+    devices = [device(cfg, relay=proto.relay, verify=True, bound_users=proto.bound_users,
+                      _rng=CtrDrbg(b"s31-stacking/%d" % u)) for u in ids]
     reqs = [d.retrieval_request(sl) for d, sl in zip(devices, slots, strict=True)]
     if proto.relay:
         assert s1.handle_retrieval_many([(u, r1) for u, (_, r1) in zip(ids, reqs, strict=True)]) == [None] * len(ids)
@@ -97,9 +124,12 @@ def _signed(word: np.integer) -> int:
 
 def test_full_layout_devices_stacking_every_key_on_one_row_cannot_wrap_it() -> None:
     """Full layout, 20 users a round (``t = 26``): every device points its 200 keys at row 7,
-    each key's payload ``a = T / 50`` in column 0 (each key alone far inside the bound).  Each
-    device adds ``200 a ~ 2^(t+1)`` to the row: the 20 together ``~ 2.7e9``, past ``2^31``.
-    Either the check leaves them out or the row holds their exact sum."""
+    each key's payload ``a = T / 50`` in column 0 (each key alone far inside the bound), and
+    proves its per-key payloads (:class:`PerKeyProver`: the statement the servers checked before
+    session 31, which such a device passes except with probability ``3.0e-4``).  Each device
+    adds ``200 a ~ 2^(t+1)`` to the row: the 20 together ``~ 2.7e9``, past ``2^31``.  Either the
+    check leaves them out or the row holds their exact sum; since session 31 the servers project
+    each device's contribution per row (``200 a >= 2T`` there) and leave every one out."""
     users, m, mp, w, target = 20, 256, 200, 4, 7
     proto = SecEmbProtocol(layout="full", relay=False, verify=True, bound=True, users_per_round=users)
     cfg = proto.round_config(1, num_items=m, width=w, dense_size=1, m_prime=mp, ring_bits=32)
@@ -107,7 +137,7 @@ def test_full_layout_devices_stacking_every_key_on_one_row_cannot_wrap_it() -> N
     a = (1 << (t - 1)) // 50
     stacked = np.zeros((mp, w), cfg.dtype)
     stacked[:, 0] = a
-    out, sparse = _run(proto, cfg, [np.full(mp, target, np.int64)] * users, [stacked] * users)
+    out, sparse = _run(proto, cfg, [np.full(mp, target, np.int64)] * users, [stacked] * users, device=PerKeyProver)
     included = users - len(out)
     assert _signed(sparse[target, 0]) == included * mp * a, (
         f"{included} stacking devices passed the bound and their row wrapped: {included} x {mp} x {a} = "
@@ -115,7 +145,7 @@ def test_full_layout_devices_stacking_every_key_on_one_row_cannot_wrap_it() -> N
     assert not sparse[np.arange(m) != target].any() and not sparse[target, 1:].any()
 
 
-def _cuckoo_attack(cfg, fixed: bytes) -> tuple[bytes, int, int]:
+def _cuckoo_attack(cfg: RoundConfig, fixed: bytes) -> tuple[bytes, int, int]:
     """A challenge (the first of ``SHA-256(fixed || i)[:16]``, ``i = 0, 1, ...``) and an item
     with three distinct buckets and a column for which every one of the :data:`ROWS` rows
     projects the item's three payload coordinates (``bucket * w + column`` of the proven vector
@@ -158,3 +188,31 @@ def test_cuckoo_devices_putting_an_item_in_its_three_buckets_cannot_wrap_its_row
     assert _signed(sparse[item, col]) == users * 3 * a, (
         f"{users} devices passed the bound with 3 x {a} each on item {item}: the row wrapped")
     assert np.count_nonzero(sparse) == 1
+
+
+def test_the_clip_margin_and_the_layouts_values_a_row_by_hand() -> None:
+    """``C2 = T / (c 2^f)`` with ``c = sqrt(40.5)`` (:data:`CLIP_MARGIN`), recomputed: a
+    projection entry ``r`` is -1, 0, +1 with probabilities 1/4, 1/2, 1/4, so ``E exp(s r) = 1/2 +
+    cosh(s) / 2 = cosh(s / 2)^2 <= exp(s^2 / 4)`` (checked on a grid); hence
+    ``P(|<r, x>| >= T) <= 2 exp(-T^2 / ||x||^2)``, which at ``||x|| = T / c`` is Hoeffding's
+    ``2 exp(-T^2 / (2 (T / 9)^2))`` of the old ``c = 9``.  With the encoding's rounding
+    (``sqrt(L) / 2`` ring units, ``L = 16,251`` at ML-100K) an honest device still fails its 40
+    rows with probability below ``2^-52``.  ``h`` is 3 cuckoo (its hashes), 1 full, and at
+    ``n = 100``, ``f = 16``: ``t = 22``, ``C2 = 2^21 / (c 2^16) ~ 5.03`` cuckoo, above the largest
+    honest upload measured (L2 norm 3.69, session 18)."""
+    c = 6.363961030678928  # sqrt(40.5) to double precision
+    assert CLIP_MARGIN == pytest.approx(c, rel=1e-15) and c * c == pytest.approx(81 / 2, rel=1e-15)
+    s = np.linspace(-60.0, 60.0, 24001)
+    mgf = 0.25 * np.exp(-s) + 0.5 + 0.25 * np.exp(s)
+    np.testing.assert_allclose(mgf, np.cosh(s / 2) ** 2, rtol=1e-12)
+    assert np.all(2 * np.log(np.cosh(s / 2)) <= s**2 / 4 + 1e-9)
+    assert 2 * math.exp(-1 / (2 * (1 / 9) ** 2)) == pytest.approx(2 * math.exp(-c * c), rel=1e-12)
+    big_t = 2.0**21  # T at n = 100 cuckoo
+    exponent = big_t**2 / (big_t / c + math.sqrt(16251) / 2) ** 2
+    assert 40.48 < exponent < 40.5 and 2 * ROWS * math.exp(-exponent) < 2.0**-52
+    assert multiplicity("cuckoo") == NUM_HASHES == 3 and multiplicity("full") == 1
+    fp = FixedPoint(32, 16)
+    assert layout_bits(32, 100, layout="cuckoo") == 22  # (2^31 - 1) / 300 = 7158278.8: log2 22.77
+    assert clip_norm(fp, 100, layout="cuckoo") == pytest.approx(32 / c, rel=1e-12)
+    assert 5.02 < clip_norm(fp, 100, layout="cuckoo") < 5.03 and clip_norm(fp, 100, layout="cuckoo") > 3.69
+    assert clip_norm(fp, 100, layout="full") == pytest.approx(128 / c, rel=1e-12)  # t = 24: 20.1
