@@ -109,7 +109,8 @@ class _Pending:
     keys: fss.DPFKeys
     bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
     check: _Sketch | None  # verified uploads: its sketch check; else None
-    # bounded payloads: its keys' payload sums from the retrieval's walk (None: off, or the gpu backend's)
+    # bounded payloads, cuckoo layout: its keys' payload sums from the retrieval's walk (None: off, the full
+    # layout, whose check walks the keys, or the gpu backend's walk)
     sums: PayloadSums | None = None
 
 
