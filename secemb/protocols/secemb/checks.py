@@ -206,14 +206,15 @@ def half_tags(round_id: int, party: int | Sequence[int], halves: list[bytes]) ->
     ------
     InvalidParameters: a party is not 0 or 1 (or ``party`` not one a half), or a half is not 16 bytes.
     """
-    parties = [party] * len(halves) if isinstance(party, int) else list(party)
-    if (len(parties) != len(halves) or any(b not in (0, 1) for b in parties)
+    parties = [party] if isinstance(party, int) else list(party)  # one party: broadcast to every row below
+    if ((len(parties) != len(halves) and not isinstance(party, int)) or any(b not in (0, 1) for b in parties)
             or any(len(h) != SKETCH_SEED_BYTES for h in halves)):
         raise InvalidParameters(f"half tags: party 0 or 1 (one, or one a half) and {SKETCH_SEED_BYTES}-byte halves")
-    at = U64.pack(round_id)
-    # each hashed row u8 b || u64 round || c_b
-    rows = np.frombuffer(b"".join(bytes([b]) + at + h for b, h in zip(parties, halves, strict=True)),
-                         np.uint8).reshape(len(halves), 1 + U64.size + SKETCH_SEED_BYTES)
+    # each hashed row u8 b || u64 round || c_b, written by column
+    rows = np.empty((len(halves), 1 + U64.size + SKETCH_SEED_BYTES), np.uint8)
+    rows[:, 0] = parties
+    rows[:, 1 : 1 + U64.size] = np.frombuffer(U64.pack(round_id), np.uint8)
+    rows[:, 1 + U64.size :] = np.frombuffer(b"".join(halves), np.uint8).reshape(len(halves), SKETCH_SEED_BYTES)
     return row_bytes(sha256_many(b"secemb-sketch-half-tag", rows), SEED_TAG_BYTES)
 
 
