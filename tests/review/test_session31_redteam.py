@@ -128,9 +128,9 @@ class _VerifiedRound:
 @pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
 def test_s31_r1_a_two_point_device_reads_its_verdict_from_c_u_and_withholds_a_failing_try_at_no_cost(
         layout: str, relay: bool) -> None:
-    """A limit the docs overstate (S31-R1).  docs/security.md, "The check" item 5 and "Until session
-    29": the sketch's 2^-58.4 a try is acceptable because "the device has no offline attack at all:
-    each try costs a round, and 3 rejections close the door (MAX_REJECTIONS)".  Each try does cost a
+    """A limit the docs overstate (S31-R1).  docs/security.md ("The check" item 5, "Until session 29",
+    "Known limits"): the sketch's 2^-58.4 a try is acceptable because "the device has no offline
+    attack at all: each try costs a round, and 3 rejections close the door (MAX_REJECTIONS)".  Each try does cost a
     round (one ``c_u`` a round), but the door never counts a failed one: once its reply gives it
     ``c_u``, a device whose keys are fixed knows both parties' leaf words everywhere, ``k_u`` and
     every ``r_x``, so it computes its own sketch and reads the verdict before it uploads.
@@ -197,9 +197,10 @@ def test_s31_r2_a_device_with_strikes_forgives_them_by_a_false_report_that_force
     short of the door); in the third it reports a tampered retrieval that never happened; both
     servers halt, and the only way on is the operator's clear, which also drops ``a``'s two strikes
     -- ``a`` may now be rejected twice more before the door, and again after its next report.  The
-    expected behaviour written here: clearing a halt leaves the strikes (a separate clear of the
-    strikes, as the one-server exchange has, is one way).  Checked against the code as it is: the
-    strikes are 2 before the clear and 0 after it."""
+    expected behaviour written here: clearing a halt leaves the strikes (a clear of the strikes of
+    its own is one way).  The same reset follows the clear of the non-halting ``device_rejected``
+    alarm a rejection raises, which ``secemb admin status`` answers with exit 3 until it is cleared.
+    Checked against the code as it is: the strikes are 2 before the clear and 0 after it."""
     pair, servers = in_process()
     leader, follower = servers.nodes
     a = USERS[0]
