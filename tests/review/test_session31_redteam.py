@@ -17,6 +17,7 @@ A's, session 31.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,13 +30,14 @@ from secemb import fss
 from secemb.errors import ProtocolError
 from secemb.fss import field
 from secemb.fss.sketch import device_inputs
+from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
 from secemb.fss.tree import leaf_groups, padded_leaves
 from secemb.framing import HEADER_BYTES
 from secemb.protocols.adversary import MaliciousUser
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
 from secemb.protocols.secemb.bounds import bound_bits
-from secemb.protocols.secemb.sizes import SIGMA_BYTES, rows_bytes
+from secemb.protocols.secemb.sizes import DIGEST_BYTES, SIGMA_BYTES, rows_bytes
 from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.server.verify import MAX_REJECTIONS
 from secemb.sim.local import LocalPeer
@@ -165,6 +167,54 @@ def test_s31_r1_a_two_point_device_reads_its_verdict_from_c_u_and_withholds_a_fa
     np.testing.assert_array_equal(sparse, rnd.expected)
     with pytest.raises(ProtocolError):  # device 3 is no upload to judge: nothing to reject or count
         rnd.s0.upload_digests([3])
+
+
+class _LastKeyTwoPoints(MaliciousUser):
+    """A device whose last key (slot ``S - 1``: in the cuckoo layout the last bucket's, in the full
+    layout the last slot's) has a bit of its last-level seed correction word flipped, the same bytes
+    to both servers (with relay, server 1 committed to the altered shared part): a key with two
+    points where the proof's gadget calls end."""
+
+    def __init__(self, config: Any, *, relay: bool) -> None:
+        super().__init__(config, "two-points", relay=relay)
+
+    def _sending(self, messages: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
+        cfg, (m0, m1) = self.config, messages
+        depth = fss.DPFKeys.from_bytes(m0[FRAME_BYTES:]).params.depth
+        at = FRAME_BYTES + KEY_HEADER_BYTES + 16 * cfg.slots + 16 * ((cfg.slots - 1) * depth + depth - 1)
+        m0 = m0[:at] + bytes([m0[at] ^ 2]) + m0[at + 1 :]
+        if not self.relay:
+            return m0, m1[:at] + bytes([m1[at] ^ 2]) + m1[at + 1 :]  # the same offset: the same key layout
+        digest = hashlib.sha256(fss.DPFKeys.from_bytes(m0[FRAME_BYTES:]).shared_bytes()).digest()
+        end = len(m1) - SIGMA_BYTES
+        return m0, m1[: end - DIGEST_BYTES] + digest + m1[end:]
+
+
+@pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
+def test_a_two_point_key_in_the_last_slot_fails_the_sketch(layout: str, relay: bool) -> None:
+    """docs/security.md, "The check": every key's sketch enters the one proof (``M = ceil(K / c)``
+    gadget calls of ``c`` keys, zero-padded).  The existing attacks alter key 0 or every key; here
+    only key ``K - 1``, the last call's last real entry, is a two-point key.  Device 2 is rejected by
+    the sketch alone (the digests agree), the honest devices pass and the aggregate is theirs.
+    Mutation: the last key's sketch values zeroed at both ends (the servers' input shares,
+    ``SecEmbServer._sketch_inputs``, and the device's ``device_inputs_many``, as an off-by-one in the
+    gadget layout would drop it) -- the cheat then passes and the test fails."""
+    rnd = _VerifiedRound(layout, relay)
+    users: dict[int, SecEmbUser] = {0: SecEmbUser(rnd.cfg, relay=relay), 1: SecEmbUser(rnd.cfg, relay=relay),
+                                    2: _LastKeyTwoPoints(rnd.cfg, relay=relay)}
+    for uid, user in users.items():
+        slots, m0, m1 = rnd.retrieve(uid, user)
+        if uid == 2:  # the altered key is the last one, and it is not a point function
+            p0, p1 = _paths(rnd.cfg, relay, m0, m1)
+            l0, l1 = _all_leaves(p0), _all_leaves(p1)
+            assert [int(np.any(l0[k] != l1[k], axis=1).sum()) for k in range(rnd.cfg.slots)] == \
+                [1] * (rnd.cfg.slots - 1) + [2]
+        rnd.upload(uid, user, slots, honest=uid < 2)
+    uploaded = [0, 1, 2]
+    assert rnd.s0.upload_digests(uploaded) == rnd.s1.upload_digests(uploaded)
+    assert rnd.s0.verify_rejected(uploaded, rnd.s1.verify_answer(uploaded)) == {2}
+    sparse, _ = rnd.s0.combine(rnd.s1.aggregate_share([0, 1]), [0, 1])
+    np.testing.assert_array_equal(sparse, rnd.expected)
 
 
 # -- S31-R2: the door's strikes go with any clear of the alarms, which a device can force ----------------------
