@@ -357,3 +357,52 @@ def test_the_bound_covers_the_last_key_s_last_word_and_the_last_dense_word(layou
     rnd.upload(5, *rnd.honest_upload(5), honest=False, tamper0=_shift_last_dense0(rnd, 1 << 31))
     rnd.prove(5)
     rnd.close_exact({4, 5})
+
+
+class _PaddingPoint(SecEmbUser):
+    """A bounded device whose key of one empty bucket (one smaller than the largest) has its one
+    point at that bucket's first padding position (``sizes[b]``, inside the key's domain ``[0, M)``)
+    in place of point 0: :attr:`padded` names the slot (``None``: no such bucket among its empty
+    ones)."""
+
+    padded: int | None = None
+
+    def _alphas(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        alphas, placed = super()._alphas(slots)
+        layout = self.config.cuckoo()
+        sizes = np.diff(layout.indptr)
+        empty = [int(b) for b in np.flatnonzero(slots[0] < 0) if sizes[b] < layout.bucket_size]
+        if empty:
+            self.padded = empty[0]
+            alphas = alphas.copy()
+            alphas[0, self.padded] = sizes[self.padded]
+        return alphas, placed
+
+
+@pytest.mark.parametrize("relay", [False, True])
+def test_a_point_on_a_buckets_padding_counts_in_neither_the_bound_nor_the_aggregate(relay: bool) -> None:
+    """docs/security.md (and ``fused.payload_sums_of``): positions past a bucket's size "count in
+    neither" the payload sums nor the aggregate.  Device 4's key of an empty bucket ``b`` puts its one
+    point on ``b``'s first padding position and carries ``2^30`` in every word there (a one-point key:
+    the sketch passes); it proves its upload with that key's payload 0 -- what the servers' sums hold
+    -- and passes the bound.  Included, its ``2^30`` must land nowhere: the aggregate is exactly the
+    honest rows (its own real rows among them) and dense vectors.  Mutation: the walk's live mask one
+    position wider (``fused._bucket_rows``), so the padding point is converted into the payload sums
+    (and folded) -- the device's proof then fails and the test fails."""
+    rnd = BoundedRound("cuckoo", relay)
+    rnd.honest(range(4))
+    user = _PaddingPoint(rnd.cfg, relay=relay, bound_users=BOUND_USERS)
+    rnd.retrieve(4, user)
+    b = user.padded
+    assert b is not None and user._items is not None
+    rows, dense = rnd.honest_upload(4)
+    big = rows.copy()
+    big[b] = 1 << 30
+    user._items[b] = 0  # its own role refuses a filled empty slot; its software is its own
+    rnd.upload(4, big, dense)  # counted as honest: its real rows and dense (slot b is not real)
+    assert user._kept is not None
+    user._kept = dataclasses.replace(user._kept, rows=rows)  # the key's payload as the servers' sums hold it: 0
+    rnd.prove(4)
+    uploaded = sorted(rnd.users)
+    assert rnd.s0.verify_rejected(uploaded, rnd.s1.verify_answer(uploaded)) == set()  # one point: the sketch passes
+    rnd.close_exact(set())
