@@ -32,7 +32,6 @@ from secemb.fss import field
 from secemb.fss.sketch import device_inputs
 from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
 from secemb.fss.tree import leaf_groups, padded_leaves
-from secemb.framing import HEADER_BYTES
 from secemb.protocols.adversary import MaliciousUser
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
@@ -324,7 +323,7 @@ def test_each_batch_gets_a_challenge_drawn_after_it_and_an_earlier_batchs_is_no_
 def _shift_last_dense0(rnd: BoundedRound, shift: int) -> Any:
     """A tamper of an upload to server 0: its last dense word plus ``shift`` (mod 2^32)."""
     def tamper(message: bytes) -> bytes:
-        at = HEADER_BYTES + rows_bytes(rnd.cfg) + 4 * (rnd.cfg.dense_size - 1)
+        at = FRAME_BYTES + rows_bytes(rnd.cfg) + 4 * (rnd.cfg.dense_size - 1)
         word = (int.from_bytes(message[at : at + 4], "little") + shift) % (1 << 32)
         return message[:at] + word.to_bytes(4, "little") + message[at + 4 :]
     return tamper
