@@ -68,7 +68,10 @@ def take_part(link: PolledStageLink, device: ExchangeDevice, plan: RoundPlan, do
     stage by stage, send its message, wait until the server closed the stage, fetch the answer
     if the stage has one (none: the device is out).  Returns ``{"round_id", "outcome"
     (committed, aborted, or "left" when the server answered it nothing), "upload_bytes",
-    "download_bytes"}``.
+    "download_bytes"}``.  The outcome is the round's state in the first round document read after
+    its last stage closed (read again until it ends if the round is still open there), so the
+    operator may open the next round while the device takes its last answer; a document of
+    another round where the device expected its own reads ``aborted``.
 
     Each answer is read up to the limit of the longest honest answer of its stage (a
     :class:`BoundedAnswers` party's; any other party's: the floor), every round document up to
@@ -106,6 +109,7 @@ def take_part(link: PolledStageLink, device: ExchangeDevice, plan: RoundPlan, do
                                     f"within {wait_s} s")
             time.sleep(poll_s)
 
+    state: Any = "open"
     for stage in plan.only(list(doc.get("stages", plan.stages))).stages:  # InvalidParameters: not the plan's
         body = party.message(stage)
         link.send(round_id, stage, body)
@@ -123,4 +127,7 @@ def take_part(link: PolledStageLink, device: ExchangeDevice, plan: RoundPlan, do
                 return result("left")
             down += len(answer)
             party.accept(stage, answer)
-    return result(state_of(settled(None)))
+    # the round's end as the document read once its last stage closed showed it, if it did: the
+    # operator may open the next round while the device takes its last answer (session 31,
+    # helper E: a committed round then read as aborted), so only a round still open is read again
+    return result(state if state != "open" else state_of(settled(None)))

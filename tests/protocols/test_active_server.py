@@ -9,6 +9,7 @@ the code under test."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 from collections.abc import Callable
 
@@ -280,8 +281,9 @@ def test_relay_tampering_upload_detected(layout: str, which: str) -> None:
 
 
 def test_relay_upload_tag_is_the_documented_gmac() -> None:
-    """tag = AES-128-GCM(k, nonce 0^96, plaintext b"", associated data b"secemb-relay-upload-gmac"
-    || u64 round || correction words || tau)'s 16-byte tag, with k the 16 bytes after the two seeds
+    """tag = AES-128-GCM(k_mac, nonce 0^96, plaintext b"", associated data b"secemb-relay-upload-gmac"
+    || u64 round || correction words || tau)'s 16-byte tag, with ``k_mac = HMAC-SHA256(k,
+    b"secemb-relay-subkey-upload-gmac")[:16]`` (session 31), k the 16 bytes after the two seeds
     in the device's direct message to server 1 and ``tau = SHA-256(b"secemb-sketch-bind" || u64 round
     || c_u || sigma)`` (verified uploads: ``c_u`` the 16 bytes before the reply's last 16, server
     1's tag of it, ``sigma`` the direct message's); the upload to server 0 is the words, the dense share, tau, the tag and the sketch
@@ -305,7 +307,8 @@ def test_relay_upload_tag_is_the_documented_gmac() -> None:
     tau, tag = u0[at : at + 32], u0[at + 32 : at + 48]
     round_u64 = struct.pack("<Q", cfg.round_id)
     assert tau == hashlib.sha256(b"secemb-sketch-bind" + round_u64 + reply[-32:-16] + r1[-16:]).digest()
-    want = AESGCM(key).encrypt(bytes(12), b"", b"secemb-relay-upload-gmac" + round_u64 + words + tau)
+    k_mac = hmac.new(key, b"secemb-relay-subkey-upload-gmac", hashlib.sha256).digest()[:16]
+    want = AESGCM(k_mac).encrypt(bytes(12), b"", b"secemb-relay-upload-gmac" + round_u64 + words + tau)
     assert tag == want
 
 

@@ -2,7 +2,8 @@
 fresh per-round key (``relay.upload_mac``; docs/wire-format.md, docs/security.md
 "Authenticated relay").  The tag is checked against the spec's definition computed here twice:
 with cryptography's AESGCM called directly, and from AES-ECB and a GHASH written out in Python
-(NIST SP 800-38D); a changed bit of the words, round or key changes it; server 1 refuses a
+(NIST SP 800-38D), each under the GMAC's sub-key of the device's key (session 31: ``HMAC-SHA256(k,
+b"secemb-relay-subkey-upload-gmac")[:16]``, :func:`_gmac_key`); a changed bit of the words, round or key changes it; server 1 refuses a
 forward under an HMAC-era tag, another round's tag or a flipped word; the device tags once."""
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ from secemb.randomness import CtrDrbg
 
 HDR = 32  # a framed message's header (docs/wire-format.md)
 DOMAIN = b"secemb-relay-upload-gmac"
+
+
+def _gmac_key(key: bytes) -> bytes:
+    """The upload GMAC's AES-128 key: the first 16 bytes of ``HMAC-SHA256(key,
+    b"secemb-relay-subkey-upload-gmac")`` (docs/wire-format.md; since session 31)."""
+    return hmac.new(key, b"secemb-relay-subkey-upload-gmac", hashlib.sha256).digest()[:16]
 
 
 def _gf_mult(x: int, y: int) -> int:
@@ -56,7 +63,7 @@ def test_the_tag_is_gmac_of_domain_round_and_words() -> None:
     aad = DOMAIN + (5).to_bytes(8, "little") + words
     got = relay.upload_mac(key, 5, words)
     assert len(got) == 16
-    assert got == AESGCM(key).encrypt(bytes(12), b"", aad) == _gmac_by_hand(key, aad)
+    assert got == AESGCM(_gmac_key(key)).encrypt(bytes(12), b"", aad) == _gmac_by_hand(_gmac_key(key), aad)
     assert relay.upload_mac(key, 5, memoryview(words)) == got  # the words read in place
 
 
@@ -126,14 +133,16 @@ def test_server_1_accepts_only_the_devices_gmac() -> None:
     key = rnd.r1[-64:-48]  # the direct request's body ends with the MAC key, the 32-byte digest and sigma
     words, tag = rnd.forward[HDR:-16], rnd.forward[-16:]  # the words, then tau
     assert len(words) == rnd.cfg.slots * rnd.cfg.width * 4 + 32
-    assert tag == _gmac_by_hand(key, DOMAIN + (4).to_bytes(8, "little") + words)
+    assert tag == _gmac_by_hand(_gmac_key(key), DOMAIN + (4).to_bytes(8, "little") + words)
     hmac_era = hmac.new(key, b"secemb-relay-upload" + (4).to_bytes(8, "little") + words, hashlib.sha256).digest()[:16]
-    other_round = AESGCM(key).encrypt(bytes(12), b"", DOMAIN + (5).to_bytes(8, "little") + words)
+    other_round = AESGCM(_gmac_key(key)).encrypt(bytes(12), b"", DOMAIN + (5).to_bytes(8, "little") + words)
+    raw_key = AESGCM(key).encrypt(bytes(12), b"", DOMAIN + (4).to_bytes(8, "little") + words)  # before session 31
     flipped = bytearray(rnd.forward)
     flipped[HDR + 3] ^= 1
     bound = bytearray(rnd.forward)
     bound[-16 - 32] ^= 1  # a bit of tau: under the tag too
-    for bad in (rnd.forward[:-16] + hmac_era, rnd.forward[:-16] + other_round, bytes(flipped), bytes(bound)):
+    for bad in (rnd.forward[:-16] + hmac_era, rnd.forward[:-16] + other_round, rnd.forward[:-16] + raw_key,
+                bytes(flipped), bytes(bound)):
         with pytest.raises(RelayTampered, match="server 0 altered"):
             rnd.s1.relay_upload(7, bad)
         assert 7 not in rnd.s1.included_users()

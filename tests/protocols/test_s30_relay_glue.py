@@ -10,6 +10,8 @@ empty slot's row, whichever rows it takes (a nonzero word anywhere in such a row
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 
 import numpy as np
 import pytest
@@ -24,7 +26,10 @@ DOMAIN = b"secemb-relay-upload-gmac"  # docs/wire-format.md
 
 
 def _reference(key: bytes, round_id: int, data: bytes) -> bytes:
-    return AESGCM(key).encrypt(bytes(12), b"", DOMAIN + round_id.to_bytes(8, "little") + data)
+    """GMAC under the upload's sub-key of ``key``, ``HMAC-SHA256(key, b"secemb-relay-subkey-upload-gmac")[:16]``
+    (since session 31)."""
+    sub = hmac.new(key, b"secemb-relay-subkey-upload-gmac", hashlib.sha256).digest()[:16]
+    return AESGCM(sub).encrypt(bytes(12), b"", DOMAIN + round_id.to_bytes(8, "little") + data)
 
 
 @pytest.mark.parametrize("tau_len", [0, 32])

@@ -69,7 +69,11 @@ _SETTINGS = list(itertools.product(["full", "cuckoo"], [False, True], [False, Tr
 #: the relay's MAC'd words); the unverified settings' bytes and every setting's rows unchanged; the verified
 #: uploads re-pinned again (session 29, helper B) when the sketch's coefficients r_x became blocks of an AES-CTR
 #: stream (secemb.fss.sketch, random access): byte for byte the uploads before but for the proof share's last
-#: elements (the gadget polynomial's, 6-8 a device here; the wire seeds' part, tau and the relay words unchanged)
+#: elements (the gadget polynomial's, 6-8 a device here; the wire seeds' part, tau and the relay words unchanged);
+#: the uploads with relay re-pinned in session 31 (helper M) when the upload's GMAC took its own sub-key of the
+#: device's one-time relay key, HMAC-SHA256(k, b"secemb-relay-subkey-upload-gmac")[:16]: byte for byte the uploads
+#: before but for each upload's 16-byte tag, each new tag checked against AES-GCM under that sub-key written out
+#: (tests/review/test_session31_relay_subkeys.py checks the tag and the sub-keys themselves)
 _KNOWN: dict[tuple[str, bool, bool], tuple[str, str, str]] = {
     ("full", False, False): ("3928dea158ec58c0bbbaf19b20e594258193ace42f7efcf7ad92f031cb1190c1",
                               "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
@@ -79,10 +83,10 @@ _KNOWN: dict[tuple[str, bool, bool], tuple[str, str, str]] = {
                              "4e080489ae29b0fdb2fbd6b19982e069d0a9c7ca359d540e2f2820fc0c0e0f97"),
     ("full", True, False): ("b10ddf30d4d1260f823683cd1ee61907984ef3c87ab02f98a3c1a6be28b36f2b",
                              "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
-                             "14ec3a9fd93d0afcc5a0cf02c66e6b13154539117357212642b5eaf524bf3e26"),
+                             "85a23115e22059eeccc417b427573ca5cdd45e91c8e93dc27caa01ce9fc6c77c"),
     ("full", True, True): ("ef2ae3100ca9e1b3b7d56ce5233dc0eb37e73ad755f87c523220e9ff5348bcc9",
                             "54568566ce6876856d50365cda9e04c3439ed213becb57ce4778593ea6292286",
-                            "3ac10dd886608db03bc75ff3652922e9acb4456d72d93d119e25dfa1cf5071ec"),
+                            "40123435c6514a29e250dcf70b0d5c8ed503334a46d4049d5abd508e0c06e424"),
     ("cuckoo", False, False): ("d359f9db455fb49e459a808ae884ca0e5dcdb9faa76500549040eda982803ac9",
                                 "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
                                 "a012ba3986517c29193f67f644c840de8917c6efba545e9018c53088f3111fe4"),
@@ -91,10 +95,10 @@ _KNOWN: dict[tuple[str, bool, bool], tuple[str, str, str]] = {
                                "d0c428f05eb0de326fef3c2af90ff286ae599ebb7284ea527564f6f820845fd3"),
     ("cuckoo", True, False): ("3bfafcac1b8ea519ea4a2d9bffd9f3b4f8b4719031410698572c10dae81949da",
                                "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
-                               "9d681e20f10d0c4f724be934eac6443feba857bee77b8667462ebc65e81d6d88"),
+                               "8a7c10eb875a3d775d59751bf94293fc4eaedb9f92ff961a8230eda700dadb30"),
     ("cuckoo", True, True): ("46bebd9a4b389eb409aa5fb8d6e56ab913dc9135eb10cd8afd133ccbd10c2687",
                               "152de992de2e422185f2a984183b26003585ee77790d8feb7b689b1de891a140",
-                              "6eab930f40a70445c875d9d15fbfc7920e8dea03de7dc87e61767fdae28d632f"),
+                              "f10cb993c07d715540aae32a9c04d743faaa5b4961c21a8b18d7397e9163cf7a"),
 }
 
 

@@ -266,9 +266,12 @@ def test_the_half_tag_hashes_only_the_public_round_and_party_and_the_half() -> N
 
 def test_seed_tag_refuses_a_key_or_seed_of_another_length() -> None:
     """:func:`checks.seed_tag` takes the 16-byte MAC key and the 16-byte seed only: a server cannot
-    make the device tag a longer or shorter string that would shift ``c_u`` across the round."""
+    make the device tag a longer or shorter string that would shift ``c_u`` across the round.  (The
+    tag's HMAC key is the key's seed-tag sub-key, ``HMAC-SHA256(key, b"secemb-relay-subkey-seed-tag")``,
+    since session 31.)"""
     key, seed = os.urandom(16), os.urandom(16)
-    want = hmac.new(key, b"secemb-sketch-seed-tag" + _u64(ROUND) + seed, hashlib.sha256).digest()[:16]
+    k_tag = hmac.new(key, b"secemb-relay-subkey-seed-tag", hashlib.sha256).digest()
+    want = hmac.new(k_tag, b"secemb-sketch-seed-tag" + _u64(ROUND) + seed, hashlib.sha256).digest()[:16]
     assert C.seed_tag(key, ROUND, seed) == want
     for k, s in ((key[:15], seed), (key + b"\0", seed), (key, seed[:15]), (key, seed + b"\0")):
         with pytest.raises(InvalidParameters, match="seed tag takes"):

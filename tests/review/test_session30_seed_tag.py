@@ -144,15 +144,17 @@ def test_reply_and_relay_answer_sizes(layout: str, relay: bool, verify: bool) ->
 
 @pytest.mark.parametrize("layout", RELAY_LAYOUTS)
 def test_relay_tag_is_servers_1_hmac_under_the_devices_key_passed_on(layout: str) -> None:
-    """With relay the reply ends with ``c_u`` and ``HMAC-SHA256(mac key, b"secemb-sketch-seed-tag"
-    || u64 round || c_u)[:16]``, the same 16 bytes that end server 1's relay answer; the device
-    reads its rows."""
+    """With relay the reply ends with ``c_u`` and ``HMAC-SHA256(k_tag, b"secemb-sketch-seed-tag"
+    || u64 round || c_u)[:16]``, ``k_tag = HMAC-SHA256(mac key, b"secemb-relay-subkey-seed-tag")``
+    (session 31: the seed tag's own sub-key of the device's one-time key), the same 16 bytes that
+    end server 1's relay answer; the device reads its rows."""
     rnd = Round(layout, True)
     user, slots, r0, r1 = rnd.request()
     reply0, _, answer = rnd.replies(3, r0, r1)
     assert answer is not None
     seed, tag = reply0[SEED_AT:TAG_AT], reply0[TAG_AT:]
-    want = hmac.new(_mac_key(rnd.cfg, r1), b"secemb-sketch-seed-tag" + _u64(ROUND) + seed, hashlib.sha256).digest()
+    k_tag = hmac.new(_mac_key(rnd.cfg, r1), b"secemb-relay-subkey-seed-tag", hashlib.sha256).digest()
+    want = hmac.new(k_tag, b"secemb-sketch-seed-tag" + _u64(ROUND) + seed, hashlib.sha256).digest()
     assert tag == want[:16] == answer[TAG_AT:]
     rows = user.retrieval_result(reply0, None)
     real = slots >= 0

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -25,7 +27,7 @@ from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import BIND_BYTES, MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
 __all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "half_tags", "key_digests", "query_seeds",
-           "round_secret", "row_tags", "seed_tag", "sketch_halves", "sketch_seeds", "suffix_tags"]
+           "relay_subkey", "round_secret", "row_tags", "seed_tag", "sketch_halves", "sketch_seeds", "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
@@ -37,6 +39,9 @@ SKETCH_KEY_BYTES = 32
 _BLOCK = 64
 _IPAD = int.from_bytes(b"\x36" * _BLOCK, "big")
 _OPAD = int.from_bytes(b"\x5c" * _BLOCK, "big")
+#: the uses of a device's one-time relay key (:func:`relay_subkey`), each with the length of its
+#: sub-key: AES-128's key (the upload's GMAC), HMAC-SHA256's whole output (the seed tag's HMAC key)
+_SUBKEY_BYTES = {"upload-gmac": 16, "seed-tag": 32}
 
 
 def row_tags(round_id: int, items: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -144,15 +149,36 @@ def sketch_halves(s_round: bytes, round_id: int, users: list[int], digests: list
     return list(zip(h0, h1, strict=True))
 
 
+def relay_subkey(key: bytes, use: Literal["upload-gmac", "seed-tag"]) -> bytes:
+    """The sub-key of a device's one-time relay key ``key`` (:data:`MAC_KEY_BYTES`, drawn fresh
+    per device and round and sent to server 1 alone) for one ``use``: ``HMAC-SHA256(key,
+    b"secemb-relay-subkey-" || use)``, its first 16 bytes for ``"upload-gmac"`` (the AES-128 key of
+    the upload's GMAC, :func:`~secemb.protocols.secemb.relay.upload_mac`) and all 32 for
+    ``"seed-tag"`` (the HMAC-SHA256 key of :func:`seed_tag`).  HMAC under the uniform ``key`` is a
+    PRF: the two sub-keys are independent keys, each for one primitive, and neither tells anything
+    of the other or of ``key`` -- which itself keys nothing but these two derivations.  The device
+    and server 1 each derive them from the same ``key``.
+
+    Raises
+    ------
+    InvalidParameters: ``key`` is not :data:`MAC_KEY_BYTES` bytes, or ``use`` neither of the two.
+    """
+    if len(key) != MAC_KEY_BYTES:
+        raise InvalidParameters(f"a one-time relay key is {MAC_KEY_BYTES} bytes, got {len(key)}")
+    if use not in _SUBKEY_BYTES:
+        raise InvalidParameters(f"a relay sub-key's use is one of {sorted(_SUBKEY_BYTES)}, got {use!r}")
+    return hmac.digest(key, b"secemb-relay-subkey-" + use.encode(), "sha256")[: _SUBKEY_BYTES[use]]
+
+
 def seed_tag(key: bytes, round_id: int, seed: bytes) -> bytes:
-    """With relay: server 1's tag of a device's sketch seed ``c_u``, ``HMAC-SHA256(key,
-    b"secemb-sketch-seed-tag" || u64 round || c_u)[:16]`` (:data:`SEED_TAG_BYTES`), ``key`` the
-    device's one-time relay MAC key (:data:`MAC_KEY_BYTES`), which the device sent server 1 alone
-    and server 0 never sees.  Server 1 appends it to its relay answer; server 0 passes it on after
-    ``c_u`` in its reply and cannot make it for another seed; the device recomputes it and compares
-    before it proves.  The same key's GMAC of the upload
-    (:func:`~secemb.protocols.secemb.relay.upload_mac`) is another primitive (AES-GCM) over
-    another domain: neither output tells anything of the other.
+    """With relay: server 1's tag of a device's sketch seed ``c_u``, ``HMAC-SHA256(k_tag,
+    b"secemb-sketch-seed-tag" || u64 round || c_u)[:16]`` (:data:`SEED_TAG_BYTES`), ``k_tag =
+    relay_subkey(key, "seed-tag")`` (:func:`relay_subkey`), ``key`` the device's one-time relay
+    key (:data:`MAC_KEY_BYTES`), which the device sent server 1 alone and server 0 never sees.
+    Server 1 appends it to its relay answer; server 0 passes it on after ``c_u`` in its reply and
+    cannot make it for another seed; the device recomputes it and compares before it proves.  The
+    upload's GMAC (:func:`~secemb.protocols.secemb.relay.upload_mac`) is keyed by the other
+    sub-key: no key serves two primitives.
 
     Raises
     ------
@@ -160,13 +186,16 @@ def seed_tag(key: bytes, round_id: int, seed: bytes) -> bytes:
     """
     if len(key) != MAC_KEY_BYTES or len(seed) != SKETCH_SEED_BYTES:
         raise InvalidParameters(f"a seed tag takes a {MAC_KEY_BYTES}-byte key and a {SKETCH_SEED_BYTES}-byte seed")
-    return hmac.digest(key, b"secemb-sketch-seed-tag" + U64.pack(round_id) + seed, "sha256")[:SEED_TAG_BYTES]
+    return hmac.digest(relay_subkey(key, "seed-tag"), b"secemb-sketch-seed-tag" + U64.pack(round_id) + seed,
+                       "sha256")[:SEED_TAG_BYTES]
 
 
-def half_tags(round_id: int, party: int, halves: list[bytes]) -> list[bytes]:
-    """Without relay: the tags of server ``party``'s halves ``c_b`` (16 bytes each) of devices'
-    sketch seeds, ``SHA-256(b"secemb-sketch-half-tag" || u8 party || u64 round || c_b)[:16]``
-    (:data:`SEED_TAG_BYTES`), hashed as one batch (:func:`~secemb.fss.hashing.sha256_many`).  The
+def half_tags(round_id: int, party: int | Sequence[int], halves: list[bytes]) -> list[bytes]:
+    """Without relay: the tags of halves ``c_b`` (16 bytes each) of devices' sketch seeds,
+    ``SHA-256(b"secemb-sketch-half-tag" || u8 b || u64 round || c_b)[:16]`` (:data:`SEED_TAG_BYTES`),
+    ``b`` the server whose half it is: ``party`` for every half, or ``party[i]`` for ``halves[i]``
+    (a device checks its two halves, one of each server, as one batch); hashed as one batch
+    (:func:`~secemb.fss.hashing.sha256_many`).  The
     other server's reply carries the tag of this server's half; the device compares it with the
     half it got.  Unkeyed on purpose: the tag travels on the other server's own channel, so the
     server whose half it covers cannot replace it, and it can only send another half with a
@@ -175,12 +204,18 @@ def half_tags(round_id: int, party: int, halves: list[bytes]) -> list[bytes]:
 
     Raises
     ------
-    InvalidParameters: ``party`` is not 0 or 1, or a half is not 16 bytes.
+    InvalidParameters: a party is not 0 or 1 (or ``party`` not one a half), or a half is not 16 bytes.
     """
-    if party not in (0, 1) or any(len(h) != SKETCH_SEED_BYTES for h in halves):
-        raise InvalidParameters(f"half tags: party 0 or 1 and {SKETCH_SEED_BYTES}-byte halves")
-    rows = np.frombuffer(b"".join(halves), np.uint8).reshape(len(halves), SKETCH_SEED_BYTES)
-    return row_bytes(sha256_many(b"secemb-sketch-half-tag" + bytes([party]) + U64.pack(round_id), rows), SEED_TAG_BYTES)
+    parties = [party] if isinstance(party, int) else list(party)  # one party: broadcast to every row below
+    if ((len(parties) != len(halves) and not isinstance(party, int)) or any(b not in (0, 1) for b in parties)
+            or any(len(h) != SKETCH_SEED_BYTES for h in halves)):
+        raise InvalidParameters(f"half tags: party 0 or 1 (one, or one a half) and {SKETCH_SEED_BYTES}-byte halves")
+    # each hashed row u8 b || u64 round || c_b, written by column
+    rows = np.empty((len(halves), 1 + U64.size + SKETCH_SEED_BYTES), np.uint8)
+    rows[:, 0] = parties
+    rows[:, 1 : 1 + U64.size] = np.frombuffer(U64.pack(round_id), np.uint8)
+    rows[:, 1 + U64.size :] = np.frombuffer(b"".join(halves), np.uint8).reshape(len(halves), SKETCH_SEED_BYTES)
+    return row_bytes(sha256_many(b"secemb-sketch-half-tag", rows), SEED_TAG_BYTES)
 
 
 def query_seeds(s_round: bytes, round_id: int, users: list[int]) -> list[bytes]:

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from secemb.errors import InvalidKey, InvalidMessage, InvalidParameters, ProtocolError, RelayTampered, SecembError
 from secemb.fss.convert import convert, convert_accumulate, convert_add
 from secemb.protocols.base import RelayRole, RoundConfig, result_or_raise
-from secemb.protocols.secemb.checks import key_digests, seed_tag
+from secemb.protocols.secemb.checks import key_digests, relay_subkey, seed_tag
 from secemb.protocols.secemb.server import Request, SecEmbServer, sift, stacked
 from secemb.protocols.secemb.sizes import (
     BIND_BYTES,
@@ -115,29 +115,34 @@ def upload_mac(key: bytes, round_id: int, cw: bytes | memoryview | tuple[bytes |
     binding ``tau`` after them (``cw``: both, as the forward holds them, or a tuple of parts that
     concatenate to them -- the device's words and its ``tau``, copied once, into the associated
     data, not joined first): GMAC, the 16-byte tag of
-    AES-128-GCM under ``key`` with the all-zero 96-bit nonce, an empty plaintext and the associated
-    data ``b"secemb-relay-upload-gmac" || u64 round_id || cw`` (:data:`~secemb.protocols.secemb.sizes.MAC_BYTES`).
+    AES-128-GCM under ``k_mac = relay_subkey(key, "upload-gmac")`` (the first 16 bytes of
+    ``HMAC-SHA256(key, b"secemb-relay-subkey-upload-gmac")``,
+    :func:`~secemb.protocols.secemb.checks.relay_subkey`) with the all-zero 96-bit nonce, an empty
+    plaintext and the associated data ``b"secemb-relay-upload-gmac" || u64 round_id || cw``
+    (:data:`~secemb.protocols.secemb.sizes.MAC_BYTES`).  ``key`` is the device's one-time relay key,
+    whose other sub-key keys the sketch seed's tag (:func:`~secemb.protocols.secemb.checks.seed_tag`):
+    no key serves two primitives.
 
     A one-time MAC: the fixed nonce is safe only because a key tags one message.  Two tags under
-    one key would give away GHASH's key ``H = AES_key(0^128)`` and with it a forgery of any words;
-    one tag hides ``H`` behind the pad ``AES_key(nonce || 1)``.  The key (:data:`MAC_KEY_BYTES`) is
+    one key would give away GHASH's key ``H = AES_k_mac(0^128)`` and with it a forgery of any words;
+    one tag hides ``H`` behind the pad ``AES_k_mac(nonce || 1)``.  The key (:data:`MAC_KEY_BYTES`) is
     drawn fresh per device and round with the relay seeds and sent only to server 1 on the device's
     own channel; the device tags once with it (``SecEmbUser`` drops the key with its upload state:
     a second upload in the round is refused before any tag), and server 1 only verifies
     (:meth:`SecEmbRelayServer.relay_upload_many`, in constant time).  Forgery, for server 0 that saw
     one tagged upload: at most ``(ceil(len(aad) / 16) + 1) / 2^128`` per attempt (about 2^-116 for
-    ML-100K's 65 KB of words) plus AES-128's PRP advantage; server 1 refuses a failing forward
-    (``RelayTampered``; the node raises ``relay_tampered`` and refuses the device's later forwards).
+    ML-100K's 65 KB of words) plus AES-128's PRP advantage and HMAC-SHA256's PRF advantage; server 1
+    refuses a failing forward (``RelayTampered``; the node raises ``relay_tampered`` and refuses the
+    device's later forwards).
 
     Raises
     ------
-    InvalidParameters: ``key`` is not :data:`MAC_KEY_BYTES` bytes.
+    InvalidParameters: ``key`` is not :data:`MAC_KEY_BYTES` bytes (:func:`relay_subkey`).
     """
-    if len(key) != MAC_KEY_BYTES:
-        raise InvalidParameters(f"an upload MAC key is {MAC_KEY_BYTES} bytes, got {len(key)}")
     # one copy of the words into the associated data: cheaper than GCM's incremental interface
     parts = cw if isinstance(cw, tuple) else (cw,)
-    return AESGCM(key).encrypt(_UPLOAD_MAC_NONCE, b"", b"".join((_UPLOAD_MAC_DOMAIN, U64.pack(round_id), *parts)))
+    return AESGCM(relay_subkey(key, "upload-gmac")).encrypt(
+        _UPLOAD_MAC_NONCE, b"", b"".join((_UPLOAD_MAC_DOMAIN, U64.pack(round_id), *parts)))
 
 
 def _digests(rows: np.ndarray) -> list[bytes]:

@@ -26,8 +26,9 @@ U64 = struct.Struct("<Q")
 #: "A deviating server": 128 bits, because in Z_{2^k} an offset whose words are multiples of
 #: 2^(k-1) is unchanged by the device's secret odd multiplier)
 TAG_BYTES = 16
-#: the relay's authentication: a fresh per-round MAC key the device gives server 1 directly,
-#: GMAC (AES-128-GCM, relay.upload_mac) with a MAC_BYTES tag, and the SHA-256 digest of the forwarded key part
+#: the relay's authentication: a fresh per-round MAC key the device gives server 1 directly (its two
+#: sub-keys, checks.relay_subkey, key the upload's GMAC -- AES-128-GCM, relay.upload_mac, a MAC_BYTES
+#: tag -- and the sketch seed's tag, checks.seed_tag), and the SHA-256 digest of the forwarded key part
 MAC_KEY_BYTES = 16
 MAC_BYTES = 16
 #: bounded payloads without relay: the commitment to its server-1 dense share a device appends to

@@ -433,7 +433,7 @@ class SecEmbUser(UserRole):
             halves = [bytes(body[at : at + SKETCH_SEED_BYTES]) for body in (body0, body1)]
             # server 1's reply vouches for server 0's half, server 0's for server 1's
             self._sketch_seed = bytes(a ^ b for a, b in zip(*halves, strict=True))
-            self._check_seed([half_tags(cfg.round_id, b, [halves[b]])[0] for b in (0, 1)],
+            self._check_seed(half_tags(cfg.round_id, (0, 1), halves),
                              [body1[at + SKETCH_SEED_BYTES :], body0[at + SKETCH_SEED_BYTES :]])
         return first, read_view(body1, 0, cfg.dtype, shape)
 
