@@ -14,17 +14,20 @@ says so by returning it from ``device_table``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
+from secemb.errors import InvalidParameters
 from secemb.fss.cuckoo import CuckooLayout
 from secemb.fss.keys import PathBlocks, PathKeys
 from secemb.fss.fused import PayloadSums, bits_product, retrieve_and_prepare, retrieve_and_prepare_buckets
 from secemb.fss.linalg import LimbMatrix
-from secemb.fss.sketch import SketchCheck
+from secemb.fss.projections import project_each
+from secemb.fss.sketch import Expanded, SketchCheck
 
-__all__ = ["Buckets", "bits_task", "evaluate_into_task", "evaluate_task", "evaluation_form", "place", "ranges",
-           "tapered"]
+__all__ = ["Buckets", "bits_task", "evaluate_into_task", "evaluate_projected_task", "evaluate_task", "evaluation_form",
+           "place", "ranges", "tapered"]
 
 
 @dataclass
@@ -115,6 +118,46 @@ def evaluate_task(task: tuple, sums_into: PayloadSums | None = None,
     if party:
         np.negative(conv, out=conv)
     return answers, t, conv, values, payload
+
+
+def evaluate_projected_task(task: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None,
+                                                    np.ndarray]:
+    """:func:`evaluate_task` of the full layout's ``task = (form, party, keys, table, width, None,
+    check, (challenges, length, rows))`` (``form`` ``"full"``), user by user, that also projects
+    each user's folded part before it is summed away (bounded payloads, full layout: a server's
+    share of what the user's keys add to each row is ``(-1)^b C_b`` plus the correction words'
+    part, linear, so each part is projected where it is at hand; docs/security.md, "The challenge
+    is derived, per device").  ``challenges``: the task's users' 16-byte challenges, one a user
+    (its keys: ``len(keys) / len(challenges)`` consecutive keys); ``length``: ``L = m w + P``,
+    the proven vector's length; ``rows``: the projections a user.  Returns the answers, the packed
+    control bits, the summed folded part and the sketch values (as :func:`evaluate_task`'s first
+    four results) and ring (n, rows), user ``u``'s :func:`~secemb.fss.projections.project_each` of
+    ``(-1)^b C_b`` (flattened, then zeros up to ``length``) under its challenge.  Memory beyond
+    :func:`evaluate_task`'s: one user's folded part and one vector of ``length`` words."""
+    form, party, keys, handle, width, buckets, check_args, (challenges, length, rows) = task
+    if form != "full" or buckets is not None or not challenges:
+        raise InvalidParameters(f"a projected evaluation is the full layout's, of at least one user (got {form!r})")
+    n, dtype = len(challenges), keys.cw_out.dtype
+    slots = len(keys) // n
+    folded = np.zeros((keys.params.domain_size, width), dtype)
+    x, projections = np.zeros((1, length), dtype), np.empty((n, rows), dtype)
+    answers: list[np.ndarray] = []
+    bits: list[np.ndarray] = []
+    values: list[np.ndarray | None] = []
+    for u, challenge in enumerate(challenges):
+        check = None
+        if check_args is not None:  # the user's row of the task's expanded sketch seeds
+            ex = check_args[0]
+            check = (Expanded(ex.keys[u : u + 1], ex.r[u : u + 1], ex.r2[u : u + 1]), slots)
+        a, t, conv, v, _ = evaluate_task((form, party, keys[u * slots : (u + 1) * slots], handle, width, None, check))
+        x[0, : conv.size] = conv.reshape(-1)
+        projections[u] = project_each([challenge], x, rows)[0]
+        folded += conv
+        answers.append(a)
+        bits.append(t)
+        values.append(v)
+    return (np.concatenate(answers), np.concatenate(bits), folded,
+            None if check_args is None else np.concatenate(cast("list[np.ndarray]", values)), projections)
 
 
 def place(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, PayloadSums | None],

@@ -9,8 +9,12 @@ Regression tests (they pass):
   ``2^-52`` per seed".  Server 0 gives the devices challenges it chose -- all zero bytes, all
   ``0xff``, a different one for each device (to correlate each device's pass or fail with a
   guess), or each device's challenge of the last round again -- and keeps them for its check
-  request, consistently: every honest device proves and passes, the round commits with all of
-  them, nobody is rejected, no alarm.
+  request, consistently: in the cuckoo layout every honest device proves and passes, the round
+  commits with all of them, nobody is rejected, no alarm.  In the full layout (session 31, helper
+  P) the challenge is derived by both servers ("The challenge is derived, per device"): server 1
+  answers nothing for a challenge that is not its own derivation, so every device fails and the
+  round aborts with the models unchanged -- a denial of service server 0 could cause anyway, and
+  no choice of the challenge.
 * **Server 1 answering under a query of its choice.**  "A deviating server 1 can send a wrong
   verifier message: the device is rejected (denial of service) and server 1 learns nothing from
   server 0 ... Each such rejection counts as a strike against the device at server 0".  Server 1
@@ -107,6 +111,10 @@ def test_challenges_of_server_0s_choosing_fail_no_honest_device(monkeypatch: pyt
         version = leader.version
         out = leader.close_round(j21.play(srv, USERS, []))
         assert sorted(given) == sorted(USERS)
+        if layout == "full":  # derived challenges (session 31): server 1 answers none of server 0's choosing
+            assert out["state"] == "aborted" and out["rejected"] == sorted(USERS), out
+            assert leader.version == follower.version == version and leader.model_sha() == follower.model_sha()
+            return
         assert out["state"] == "committed" and out["included"] == sorted(USERS) and out["rejected"] == [], out
         assert leader.rejections == {} and leader.status()["alarms"] == [] and follower.status()["alarms"] == []
         assert leader.version == follower.version == version + 1 and leader.model_sha() == follower.model_sha()

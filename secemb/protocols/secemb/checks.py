@@ -7,7 +7,8 @@ retrieval"): both servers hold a 32-byte ``sketch_key`` the devices never see; p
 ``s_round = HMAC-SHA256(sketch_key, b"secemb-sketch-round" || u64 round)`` (:func:`round_secret`).
 From it, per device: its sketch seed ``c_u`` (:func:`sketch_seeds`, with relay) or the servers'
 halves of it (:func:`sketch_halves`, without), the query seed of its proof (:func:`query_seeds`),
-and the binding ``tau`` of ``c_u`` to its proof seed ``sigma`` (:func:`binding`).  The server that
+the full layout's bound challenge (:func:`bound_challenges`, bounded payloads), and the binding
+``tau`` of ``c_u`` to its proof seed ``sigma`` (:func:`binding`).  The server that
 does not send ``c_u`` (or a half) vouches for it with a tag the device checks before it proves
 (:func:`seed_tag` with relay, :func:`half_tags` without; docs/security.md, "A wrong ``c_u`` is
 caught at the device")."""
@@ -26,8 +27,9 @@ from secemb.fss.hashing import row_bytes, sha256_many
 from secemb.fss.sketch import SKETCH_SEED_BYTES
 from secemb.protocols.secemb.sizes import BIND_BYTES, MAC_KEY_BYTES, SEED_TAG_BYTES, TAG_BYTES, U64
 
-__all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "half_tags", "key_digests", "query_seeds",
-           "relay_subkey", "round_secret", "row_tags", "seed_tag", "sketch_halves", "sketch_seeds", "suffix_tags"]
+__all__ = ["SKETCH_KEY_BYTES", "VERIFY_DOMAIN", "binding", "bindings", "bound_challenges", "half_tags", "key_digests",
+           "query_seeds", "relay_subkey", "round_secret", "row_tags", "seed_tag", "sketch_halves", "sketch_seeds",
+           "suffix_tags"]
 
 _ROW_TAG_DOMAIN = b"secemb-row-tag"
 #: verified uploads (docs/security.md, "A malicious device"): the domain of the per-user digest
@@ -216,6 +218,18 @@ def half_tags(round_id: int, party: int | Sequence[int], halves: list[bytes]) ->
     rows[:, 1 : 1 + U64.size] = np.frombuffer(U64.pack(round_id), np.uint8)
     rows[:, 1 + U64.size :] = np.frombuffer(b"".join(halves), np.uint8).reshape(len(halves), SKETCH_SEED_BYTES)
     return row_bytes(sha256_many(b"secemb-sketch-half-tag", rows), SEED_TAG_BYTES)
+
+
+def bound_challenges(s_round: bytes, round_id: int, users: list[int], digests: list[bytes]) -> list[bytes]:
+    """Bounded payloads, full layout: each user's 16-byte projection challenge ``c_u =
+    HMAC-SHA256(s_round, b"secemb-bound-challenge" || u64 round || u64 user || K)[:16]``, ``K`` (32
+    bytes) the digest of the server's copy of its shared key part (with relay the ``D`` both
+    servers hold, as :func:`sketch_seeds` takes it; without relay each server's own, as
+    :func:`sketch_halves` takes it: a device that sent the servers different key parts gets two
+    challenges and fails).  Both servers derive it at retrieval and no message carries it before
+    server 0 gives it to the device once its upload is absorbed (docs/security.md, "The challenge
+    is derived, per device"); one batch (:func:`_hmac_many`)."""
+    return _hmac_many(s_round, b"secemb-bound-challenge" + U64.pack(round_id), _user_tails(users, digests))
 
 
 def query_seeds(s_round: bytes, round_id: int, users: list[int]) -> list[bytes]:

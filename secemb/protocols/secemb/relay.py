@@ -424,7 +424,8 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
         digests = [q.digest for q in requests]
         sketch = self._sketch_seeds(users, digests)
         seeds = None if sketch is None else sketch[0]
-        evaluated = self._evaluate_requests(requests, seeds) if requests else None
+        challenges = self._bound_challenges(users, digests)
+        evaluated = self._evaluate_requests(requests, seeds, challenges) if requests else None
 
         def commit() -> list[bytes | SecembError]:
             if self.config is not cfg:
@@ -434,7 +435,7 @@ class SecEmbRelayServer(SecEmbServer, RelayRole):
                 raise ProtocolError(f"no retrieval request of user(s) {missing[:5]} to complete")
             if evaluated is None:
                 return out
-            committed = self._commit_evaluated(users, keys, evaluated, digests, seeds)
+            committed = self._commit_evaluated(users, keys, evaluated, digests, seeds, challenges)
             directs = [self._awaiting.pop(u) for u in users]
             self._direct_of.update(zip(users, directs, strict=True))
             shape = (cfg.slots, cfg.width + tag_words(cfg))

@@ -22,6 +22,7 @@ from secemb.fss.fused import PayloadSums, PreparedAggregation
 from secemb.fss.tasks import (
     bits_task,
     evaluate_into_task,
+    evaluate_projected_task,
     evaluate_task,
     evaluation_form,
     place,
@@ -34,6 +35,7 @@ from secemb.protocols.base import RoundConfig, ServerRole, result_or_raise
 from secemb.protocols.secemb.bounds import (
     CHALLENGE_BYTES,
     QUERY_BYTES,
+    ROWS,
     bound_params,
     context,
     contribution,
@@ -47,6 +49,7 @@ from secemb.protocols.secemb.checks import (
     SKETCH_KEY_BYTES,
     VERIFY_DOMAIN,
     bindings,
+    bound_challenges,
     half_tags,
     key_digests,
     query_seeds,
@@ -110,8 +113,12 @@ class _Pending:
     bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
     check: _Sketch | None  # verified uploads: its sketch check; else None
     # bounded payloads, cuckoo layout: its keys' payload sums from the retrieval's walk (None: off, the full
-    # layout, whose check walks the keys, or the gpu backend's walk)
+    # layout, or the gpu backend's walk)
     sums: PayloadSums | None = None
+    # bounded payloads, full layout: its challenge c_u (bound_challenges) and this server's projections under it
+    # (ring (ROWS,)) of the folded part (-1)^b C_b, from the retrieval's walk (None: the gpu backend's walk)
+    challenge: bytes | None = None
+    projected: np.ndarray | None = None
 
 
 @dataclass
@@ -133,6 +140,15 @@ class _Absorbed:
     #: verified uploads: server 0's share of the device's sketch proof (its elements checked at intake)
     #: or, at server 1, the binding tau the device sent; else None
     sketch: bytes | None = None
+    #: bounded payloads, full layout: as _Pending.challenge
+    challenge: bytes | None = None
+    #: bounded payloads, full layout: this server's projections (ring (ROWS,)) of its whole share ``x_b`` under
+    #: ``challenge`` -- the retrieval's part plus, at intake, the correction words' part and the dense share
+    #: (:meth:`_project_uploads`); None where the retrieval's walk kept none (the gpu backend's)
+    projected: np.ndarray | None = None
+    #: whether its correction words' part ``(-1)^b sum_i t[i, .] CW[i]`` is in the running aggregate already
+    #: (bounded payloads, full layout: :meth:`_project_uploads`); else :meth:`_summed` computes it
+    folded: bool = False
 
 
 def sift(items: list[tuple[int, _M]], out: list[_T | SecembError],
@@ -183,8 +199,10 @@ class Request:
 
 
 #: an evaluation's per-user answers and control bits, summed folded part, (verified uploads)
-#: the users' sketch values uint64 (n, S, 3) and (bounded payloads) per-user payload sums
-_Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray | None, list[PayloadSums] | None]
+#: the users' sketch values uint64 (n, S, 3), (bounded payloads, cuckoo layout) per-user payload sums
+#: and (bounded payloads, full layout) per-user projections of the folded part, ring (n, ROWS)
+_Evaluated = tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray | None, list[PayloadSums] | None,
+                   np.ndarray | None]
 
 
 class SecEmbServer(ServerRole):
@@ -291,7 +309,8 @@ class SecEmbServer(ServerRole):
             raise ProtocolError(f"user {user_id} already retrieved in round {self._cfg().round_id}")
 
     # -- retrieval ---------------------------------------------------------------------
-    def _evaluate(self, keys: fss.DPFKeys, seeds: list[bytes] | None = None, sums: bool = False) -> _Evaluated:
+    def _evaluate(self, keys: fss.DPFKeys, seeds: list[bytes] | None = None, sums: bool = False,
+                  challenges: list[bytes] | None = None) -> _Evaluated:
         """Per-user answers and control bits, and the summed folded part, for a batch of
         users' keys (user-major: user ``u``'s are keys ``u S .. u S + S - 1``), chunked over
         the backend's workers: by users, or (cuckoo layout, CPU) by ranges of buckets, so that
@@ -300,7 +319,10 @@ class SecEmbServer(ServerRole):
         also each user's sketch values uint64 (S, 3) from the same walk
         (:class:`~secemb.fss.sketch.SketchCheck`), else ``None``.  With ``sums`` (bounded payloads),
         also each user's :class:`~secemb.fss.fused.PayloadSums` from the same walk (``None`` on the
-        gpu backend, whose walk does not sum them)."""
+        gpu backend, whose walk does not sum them).  With ``challenges`` (bounded payloads, full
+        layout: the users' challenges ``c_u``), also each user's projections under ``c_u`` of its
+        folded part (:func:`~secemb.fss.tasks.evaluate_projected_task`: the walk user by user; ``None``
+        on the gpu backend, whose walk keeps no user's part)."""
         cfg = self._cfg()
         n = len(keys) // cfg.slots
         mp = padded_leaves(key_params(cfg))
@@ -314,10 +336,13 @@ class SecEmbServer(ServerRole):
                                           None if seeds is None else expand(seeds, mp), sums)
         tasks_n = max(min(n, self.backend.workers), -(-n // max(1, EVAL_BYTES // per_user)))
         form = "device" if self._device is not None else cfg.layout  # the table's form (secemb.fss.tasks)
+        project = challenges is not None and form == "full"
+        length = cfg.num_items * cfg.width + cfg.dense_size  # of the proven vector x_b
         tasks = [(form, self.party, keys[lo * cfg.slots : hi * cfg.slots], self._table, cfg.width, None,
-                  None if seeds is None else (expand(seeds[lo:hi], mp), cfg.slots), sums)
+                  None if seeds is None else (expand(seeds[lo:hi], mp), cfg.slots),
+                  (cast("list[bytes]", challenges)[lo:hi], length, ROWS) if project else sums)
                  for lo, hi in ranges(n, tasks_n)]
-        results = self.backend.map(evaluate_task, tasks)
+        results = self.backend.map(evaluate_projected_task if project else evaluate_task, tasks)
         folded = results[0][2] if results[0][2].flags.writeable else results[0][2].copy()  # Ray's are not
         for r in results[1:]:
             folded += r[2]  # in place: one pass per task over a table-sized array
@@ -325,11 +350,13 @@ class SecEmbServer(ServerRole):
         answers = [r[0][i * slots : (i + 1) * slots] for r in results for i in range(len(r[0]) // slots)]
         bits = [r[1][i * slots : (i + 1) * slots] for r in results for i in range(len(r[1]) // slots)]
         values = None if seeds is None else np.concatenate([np.asarray(r[3]).reshape(-1, slots, 3) for r in results])
+        if project:
+            return answers, bits, folded, values, None, np.concatenate([r[4] for r in results])
         got = [r[4] for r in results if r[4] is not None]
         payload = None if len(got) != len(results) else [
             PayloadSums(p.key_conv[i * slots : (i + 1) * slots], p.t_count[i * slots : (i + 1) * slots])
             for p in got for i in range(len(p.t_count) // slots)]
-        return answers, bits, folded, values, payload
+        return answers, bits, folded, values, payload, None
 
     def _evaluate_buckets(self, stacked: fss.DPFKeys, parts: int, expanded: Expanded | None,
                           sums: bool) -> _Evaluated:
@@ -366,7 +393,7 @@ class SecEmbServer(ServerRole):
                                  strict=True):
                 place(result, *v)
         return (list(answers), list(bits), folded, None if expanded is None else values,
-                [PayloadSums(c, k) for c, k in zip(key_conv, t_count, strict=True)] if sums else None)
+                [PayloadSums(c, k) for c, k in zip(key_conv, t_count, strict=True)] if sums else None, None)
 
     def _fold_target(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An array for a batch's folded part (the walk writes every element of it): the last
@@ -381,12 +408,14 @@ class SecEmbServer(ServerRole):
         return spare
 
     def _commit_evaluated(self, users: list[int], keys: list[fss.DPFKeys], evaluated: _Evaluated,
-                          digests: list[bytes] | None = None, seeds: list[bytes] | None = None) -> list[np.ndarray]:
+                          digests: list[bytes] | None = None, seeds: list[bytes] | None = None,
+                          challenges: list[bytes] | None = None) -> list[np.ndarray]:
         """Apply an :meth:`_evaluate` result: fold the batch into the running aggregate and
-        keep each user's keys, control bits and (verified uploads, with each user's key
-        ``digests`` and sketch ``seeds``, those of the evaluation) its sketch check until its
-        upload; the answers."""
-        answers, bits, folded, values, sums = evaluated
+        keep each user's keys, control bits, (verified uploads, with each user's key
+        ``digests`` and sketch ``seeds``, those of the evaluation) its sketch check and (bounded
+        payloads, full layout) its ``challenges`` entry and projections until its upload; the
+        answers."""
+        answers, bits, folded, values, sums, projected = evaluated
         if self._folded or not folded.flags.writeable:
             self._sparse += folded
         else:  # the round's first batch (usually its only one): adopt it, sparing a pass
@@ -397,8 +426,11 @@ class SecEmbServer(ServerRole):
         if values is not None and digests is not None and seeds is not None:  # values: user-major (n, S, 3)
             checks = [_Sketch(d, c, v) for d, c, v in zip(digests, seeds, values, strict=True)]
         kept: list[PayloadSums | None] = list(sums) if sums is not None else [None] * len(users)
-        for u, k, b, check, got in zip(users, keys, bits, checks, kept, strict=True):
-            self._pending[u] = _Pending(k, b, check, got)
+        bound: list[tuple[bytes | None, np.ndarray | None]] = [(None, None)] * len(users)
+        if challenges is not None:
+            bound = list(zip(challenges, [None] * len(users) if projected is None else list(projected), strict=True))
+        for u, k, b, check, got, (c, p) in zip(users, keys, bits, checks, kept, bound, strict=True):
+            self._pending[u] = _Pending(k, b, check, got, c, p)
         return answers
 
     def _parse_requests(self, messages: list[bytes]) -> list[Request | SecembError]:
@@ -471,10 +503,12 @@ class SecEmbServer(ServerRole):
         by ``rest`` (uint8: its keys' fields after the roots): nothing without relay."""
         return None
 
-    def _evaluate_requests(self, requests: list[Request], seeds: list[bytes] | None) -> _Evaluated:
+    def _evaluate_requests(self, requests: list[Request], seeds: list[bytes] | None,
+                           challenges: list[bytes] | None = None) -> _Evaluated:
         """:meth:`_evaluate` of parsed requests, with their users' sketch ``seeds`` (verified
-        uploads, :meth:`_sketch_seeds`; else ``None``): their keys are a view of the batch they
-        were parsed into where they are its consecutive blocks (a whole batch, usually), else
+        uploads, :meth:`_sketch_seeds`; else ``None``) and bound ``challenges`` (bounded payloads,
+        full layout, :meth:`_bound_challenges`; else ``None``): their keys are a view of the batch
+        they were parsed into where they are its consecutive blocks (a whole batch, usually), else
         copies."""
         first, lo, n = requests[0].batch, requests[0].block, len(requests)
         if first is not None and all(q.batch is first and q.block == lo + j for j, q in enumerate(requests)):
@@ -482,8 +516,19 @@ class SecEmbServer(ServerRole):
             keys = first[lo * slots : (lo + n) * slots]
         else:
             keys = fss.DPFKeys.concat([q.keys for q in requests])
-        # bounded payloads, cuckoo layout: the payload sums its check projects (the full layout's walks its keys then)
-        return self._evaluate(keys, seeds, self._bound is not None and self._cfg().layout == "cuckoo")
+        # bounded payloads: cuckoo layout, the payload sums its check projects; full layout, the projections
+        # of the folded part under each user's challenge
+        return self._evaluate(keys, seeds, self._bound is not None and self._cfg().layout == "cuckoo", challenges)
+
+    def _bound_challenges(self, users: list[int], digests: list[bytes]) -> list[bytes] | None:
+        """Bounded payloads, full layout: per user of ``users`` (with its key digest:
+        :attr:`Request.digest`) its challenge ``c_u``
+        (:func:`~secemb.protocols.secemb.checks.bound_challenges`), derived at retrieval by both
+        servers and given to the device by server 0 only once its upload is absorbed
+        (:meth:`challenge`); ``None`` otherwise (the cuckoo layout's challenge is drawn at upload)."""
+        if self._bound is None or self._cfg().layout != "full":
+            return None
+        return bound_challenges(self._secret, self._cfg().round_id, users, digests)
 
     def _sketch_seeds(self, users: list[int], digests: list[bytes]) -> tuple[list[bytes], list[bytes]] | None:
         """Verified uploads: per user of ``users`` (with its key digest: :attr:`Request.digest`) its
@@ -544,7 +589,8 @@ class SecEmbServer(ServerRole):
         users, where, keys = sift([(u, got) for (u, _), got in zip(requests, parsed, strict=True)], out, take)
         digests = [q.digest for q in keys]
         sketch = self._sketch_seeds(users, digests)
-        evaluated = self._evaluate_requests(keys, None if sketch is None else sketch[0]) if keys else None
+        challenges = self._bound_challenges(users, digests)
+        evaluated = self._evaluate_requests(keys, None if sketch is None else sketch[0], challenges) if keys else None
 
         def commit() -> list[bytes | None | SecembError]:
             if self.config is not cfg:
@@ -554,7 +600,7 @@ class SecEmbServer(ServerRole):
             if evaluated is None:
                 return out
             committed = self._commit_evaluated(users, [q.keys for q in keys], evaluated, digests,
-                                               None if sketch is None else sketch[0])
+                                               None if sketch is None else sketch[0], challenges)
             parts = [b""] * len(users) if sketch is None else sketch[1]
             for i, u, q, answers, part in zip(where, users, keys, committed, parts, strict=True):
                 out[i] = self._reply(u, q, answers, part)
@@ -585,7 +631,8 @@ class SecEmbServer(ServerRole):
         ``sketches``: verified uploads, each user's sketch proof share (server 0) or binding
         ``tau`` (server 1) as :attr:`_Absorbed.sketch` keeps it.  The
         control-bit part of the sparse share is computed for the included users at once when the
-        aggregate is asked for (:meth:`_summed`); each user's keys stay until then.
+        aggregate is asked for (:meth:`_summed`); each user's keys stay until then.  Bounded
+        payloads, full layout: each user's kept projections are completed (:meth:`_project_uploads`).
 
         Raises
         ------
@@ -599,10 +646,49 @@ class SecEmbServer(ServerRole):
         for u, cw, seed, commit, sketch in zip(users, cws, seeds, commit_of, sketch_of, strict=True):
             pending = self._pending.pop(u)
             self._absorbed[u] = _Absorbed(pending.keys, pending.bits, pending.check, cw, seed, pending.sums, commit,
-                                          sketch)
+                                          sketch, pending.challenge, pending.projected)
             self._uploaded.add(u)
         self._closed_cache = None
         self._dense += dense_sum
+        projected = [j for j, u in enumerate(users) if self._absorbed[u].projected is not None]
+        if projected:
+            some = [users[j] for j in projected]
+            dense = [spill[j] for j in projected] if spill is not None else self._dense_shares(some)
+            self._project_uploads(some, dense)
+
+    def _project_uploads(self, users: list[int], dense: list[np.ndarray]) -> None:
+        """Bounded payloads, full layout: add to each of absorbed ``users``' kept projections
+        (those of its folded part ``(-1)^b C_b``, from the retrieval's walk) the projections under
+        its challenge of the rest of this server's share ``x_b``: the correction words' part
+        ``(-1)^b sum_i t_b[i, .] CW[i]`` (:meth:`_bits_part` of the user) and its dense share
+        (``dense``, ring (P,) each, in order), as one vector of ``L = m w + P`` words with the
+        first part.  ``x_b`` is linear in its parts, so the sum is its projections
+        (:func:`~secemb.protocols.secemb.bounds.projected`), which the check reads
+        (:meth:`_bound_projections`) without walking the keys again; a user's memory is its ROWS
+        words.  The correction words' part, computed here anyway, is folded into the running
+        aggregate (:attr:`_Absorbed.folded`: :meth:`_summed` does not compute it again, and takes it
+        out for a user left out).  In ranges of users on the backend's threads (:meth:`_spans`),
+        one user's vector at a time, each range's parts summed and added to the aggregate here."""
+        cfg = self._cfg()
+        rows_part = cfg.num_items * cfg.width
+
+        def span(bounds: tuple[int, int]) -> np.ndarray:
+            lo, hi = bounds
+            x = np.empty((1, rows_part + cfg.dense_size), cfg.dtype)
+            total = np.zeros((cfg.num_items, cfg.width), cfg.dtype)
+            for u, d in zip(users[lo:hi], dense[lo:hi], strict=True):
+                a = self._absorbed[u]
+                part = self._bits_part([a])
+                x[0, :rows_part] = part.reshape(-1)
+                x[0, rows_part:] = d
+                a.projected = cast("np.ndarray", a.projected) + projected([cast("bytes", a.challenge)], x)[0]
+                total += part
+            return total
+
+        for total in self._map_spans(span, self._spans(len(users))):
+            self._sparse += total
+        for u in users:
+            self._absorbed[u].folded = True
 
     def _dense_share(self, user_id: int) -> np.ndarray:
         """The dense share (ring (P,)) absorbed user ``user_id`` sent this server, read back
@@ -631,18 +717,33 @@ class SecEmbServer(ServerRole):
         on the CPU, in the cuckoo layout the role's :meth:`_close_buffer`, overwritten)."""
         cfg = self._cfg()
         got = [self._absorbed[u] for u in users]
+        if cfg.layout == "full" and self._device is None:
+            # the part of users whose upload folded it in already (:meth:`_project_uploads`) is there: it is
+            # taken out again for the absorbed users left out
+            inside = set(users)
+            out = self._sparse.copy()
+            add = [a for a in got if not a.folded]
+            if add:
+                out += self._bits_part(add)
+            out_of = [a for u, a in self._absorbed.items() if a.folded and u not in inside]
+            if out_of:
+                out -= self._bits_part(out_of)
+            return out
         if not got:
             return self._sparse.copy()
         if self._device is not None:  # the product on the backend's device, in the layout's form
             part = self._device.bits_part([a.bits for a in got], [a.cw for a in got])
             return self._sparse - part if self.party else self._sparse + part
-        if cfg.layout == "full":
-            bits = np.concatenate([a.bits for a in got])
-            cws = np.concatenate([a.cw for a in got])
-            summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
-            return self._sparse + summary.apply_bits(cws)
         # party 1 adds the bits' product with the negated words: (-1)^b t CW
         return self._add_bits_product([a.bits for a in got], [a.cw for a in got])
+
+    def _bits_part(self, absorbed: list[_Absorbed]) -> np.ndarray:
+        """Full layout: ``(-1)^b sum_u sum_i t_u[i, j] CW_u[i]`` over the ``absorbed`` users, ring (m,
+        w), as one batched product (:meth:`~secemb.fss.fused.PreparedAggregation.apply_bits`)."""
+        cfg = self._cfg()
+        bits = np.concatenate([a.bits for a in absorbed])
+        summary = PreparedAggregation(self.party, cfg.ring_bits, cfg.num_items, cfg.width, bits, None)
+        return summary.apply_bits(np.concatenate([a.cw for a in absorbed]))
 
     def _spans(self, n: int) -> list[tuple[int, int]]:
         """``[0, n)`` in one range per worker of a backend whose workers share this process's
@@ -782,9 +883,11 @@ class SecEmbServer(ServerRole):
             sketches = ([bytes(self._proof_share(b)) for b in bodies] if self.party == 0 else
                         [bytes(b[at : at + BIND_BYTES]) for b in bodies])
         self._absorb_many(users, cws, dense, spill=spill, commits=commits, sketches=sketches)
-        if self._bound is not None and self.party == 0:  # one challenge for the batch, drawn once it is absorbed
-            challenge = system_rng(CHALLENGE_BYTES)
-            self._challenges.update(dict.fromkeys(users, challenge))
+        if self._bound is not None and self.party == 0:
+            if cfg.layout == "full":  # each user's derived c_u, given out from now on
+                self._challenges.update({u: cast("bytes", self._absorbed[u].challenge) for u in users})
+            else:  # one challenge for the batch, drawn once it is absorbed
+                self._challenges.update(dict.fromkeys(users, system_rng(CHALLENGE_BYTES)))
         for i, fwd in zip(where, forwards, strict=True):
             out[i] = fwd
         return out
@@ -1022,17 +1125,26 @@ class SecEmbServer(ServerRole):
         :func:`~secemb.protocols.secemb.bounds.projected_shares` call, which forms no vector, on
         the payload shares from the payload sums of the retrieval's walk with the user's correction
         words, or, for users whose walk kept none (the gpu backend's), from one walk of their keys
-        here.  Full layout: ``S_b`` is the user's share of what its keys add to each row
-        (:func:`~secemb.protocols.secemb.bounds.contribution`, from a walk of its keys here).  The
-        dense shares read back (:meth:`_dense_shares`)."""
+        here; the dense shares read back (:meth:`_dense_shares`).  Full layout: ``S_b`` is the user's
+        share of what its keys add to each row, under the user's own derived challenge ``c_u``
+        whatever ``challenges`` names (server 1 answers nothing useful where they differ:
+        :meth:`bound_answer`): the projections kept since its upload (:meth:`_project_uploads`), or,
+        for users whose retrieval's walk kept none (the gpu backend's), from a walk of its keys here
+        (:func:`~secemb.protocols.secemb.bounds.contribution`) and its dense share read back."""
         cfg = self._cfg()
         got = [self._absorbed[u] for u in users]
         if cfg.layout == "full":  # per row: what each user's keys add to every row of the aggregate
-            rows = np.empty((len(got), cfg.num_items, cfg.width), cfg.dtype)
+            out = np.empty((len(got), ROWS), cfg.dtype)
+            walked = [j for j, a in enumerate(got) if a.projected is None]
             for j, a in enumerate(got):
-                rows[j] = contribution(cfg, self.party, a.keys.path, a.cw)
-            dense = np.array(self._dense_shares(users), cfg.dtype).reshape(len(users), cfg.dense_size)
-            return projected(challenges, upload_vector(rows, dense))
+                if a.projected is not None:
+                    out[j] = a.projected
+            for j in walked:  # one user's (m, w) at a time
+                a = got[j]
+                rows = contribution(cfg, self.party, a.keys.path, a.cw)[None]
+                dense = self._dense_shares([users[j]])[0].reshape(1, cfg.dense_size)
+                out[j] = projected([cast("bytes", a.challenge)], upload_vector(rows, dense))[0]
+            return out
         sums = [a.sums for a in got]
         walked = [j for j, s in enumerate(sums) if s is None]
         if walked:
@@ -1104,7 +1216,10 @@ class SecEmbServer(ServerRole):
         (:func:`~secemb.fss.rangeproof.seed_part`) gets a message of zero field elements and
         this server's ``jr``, which fails at server 0: the device proved under another
         challenge, or server 0 swapped it -- answered, the relation's share would open a linear
-        function of the device's projections under both challenges (finding C1, session 20).
+        function of the device's projections under both challenges (finding C1, session 20).  So
+        does, in the full layout, a user whose named challenge is not this server's own derivation
+        of its ``c_u`` (:meth:`_bound_challenges`: server 0 cannot choose it, and this server's
+        projections are under its own).
 
         Raises
         ------
@@ -1134,8 +1249,9 @@ class SecEmbServer(ServerRole):
         contexts = self._bound_contexts(users, challenges)
         own = rangeproof.seed_parts(contexts, [self._sigmas[u] for u in users])
         v1 = self._verifier_messages(params, shares, users, challenges, contexts, query, parts=own)
-        unbound = [j for j, (r, part) in enumerate(zip(rows, own, strict=True))
-                   if part != r[hint_at + rangeproof.PART_BYTES :]]
+        derived = [self._absorbed[u].challenge for u in users]  # the full layout's c_u; else None
+        unbound = [j for j, (r, part, c, d) in enumerate(zip(rows, own, challenges, derived, strict=True))
+                   if part != r[hint_at + rangeproof.PART_BYTES :] or (d is not None and not hmac.compare_digest(c, d))]
         v1[unbound, : params.opened_length] = 0
         self._answered.update(users)
         self._release_sums(users)
