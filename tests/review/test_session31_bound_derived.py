@@ -15,7 +15,7 @@ early (a leak simulated by reading it from server 0's state) can stack a row pas
 pass, while without the leak the same attack is rejected -- the timing is what the soundness
 rests on; a server 0 that names another challenge gets zero answers from server 1; the bounded
 round's aggregate equals the unbounded round's bit for bit (with a dropout and a device left out
-after its upload, serial and thread backends); and no walk at the check.  Expected values are
+after its upload, serial, thread and process backends); and no walk at the check.  Expected values are
 computed here from what the devices upload.
 """
 
@@ -33,7 +33,7 @@ import pytest
 from secemb.errors import ProtocolError
 from secemb.fss import fused, rangeproof
 from secemb.fss.projections import ternary_rows
-from secemb.protocols.backends import Backend, ThreadBackend
+from secemb.protocols.backends import Backend, ProcessBackend, ThreadBackend
 from secemb.protocols.base import RoundConfig
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.fss.rangeproof import prove
@@ -295,10 +295,11 @@ def _no_walk(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 
 @pytest.mark.parametrize("relay", [False, True])
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("backend", ["serial", "threads", "processes"])
 def test_the_bounded_round_is_the_unbounded_round_bit_for_bit_and_its_check_walks_nothing(
-        monkeypatch: pytest.MonkeyPatch, relay: bool, workers: int) -> None:
-    """Five devices retrieve as one batch (a thread backend of 2 evaluates them in two ranges);
+        monkeypatch: pytest.MonkeyPatch, relay: bool, backend: str) -> None:
+    """Five devices retrieve as one batch (a thread or process backend of 2 evaluates them in two
+    ranges, the process backend's tasks in its workers);
     device 4 drops out after its retrieval, device 3 uploads but is left out of the aggregate
     (bounded: it sends no proof; unbounded: not included).  The bounded round's reconstructed
     aggregate equals the unbounded round's, and both the sum of the others' uploads, bit for bit
@@ -310,16 +311,20 @@ def test_the_bounded_round_is_the_unbounded_round_bit_for_bit_and_its_check_walk
     uploads = {u: _honest(u) for u in users[:4]}
     got = []
     for bound in (True, False):
-        backend = ThreadBackend(workers) if workers > 1 else None
-        run = Run(_protocol(relay, bound=bound, backend=backend))
-        run.retrieve(users, _items)
-        run.upload(uploads)
-        if bound:
-            run.prove(kept)
-        with _no_walk(monkeypatch) as walks:
-            rejected = run.check(users[:4])
-        assert rejected == ({3} if bound else set()) and walks == []
-        got.append(run.aggregate(kept))
+        made = {"serial": None, "threads": ThreadBackend(2), "processes": ProcessBackend(2)}[backend]
+        try:
+            run = Run(_protocol(relay, bound=bound, backend=made))
+            run.retrieve(users, _items)
+            run.upload(uploads)
+            if bound:
+                run.prove(kept)
+            with _no_walk(monkeypatch) as walks:
+                rejected = run.check(users[:4])
+            assert rejected == ({3} if bound else set()) and walks == []
+            got.append(run.aggregate(kept))
+        finally:
+            if made is not None:
+                made.close()
     exp_sparse, exp_dense = _expected(uploads, kept)
     for sparse, dense in got:
         np.testing.assert_array_equal(sparse, exp_sparse)

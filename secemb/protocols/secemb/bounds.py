@@ -27,9 +27,11 @@ one row).  Full layout: ``L = m w + P``, what its keys add to each of the ``m`` 
   server 1 (relay or not: server 1 always gets a direct request) is also the range proof's
   ``seed_1`` (server 1's witness and proof shares), in streams of their own, apart from the
   sketch proof's (:mod:`secemb.fss.sketchproof`).
-* Upload: unchanged.  Server 0 then draws a 16-byte challenge ``c`` for each batch of uploads it
-  absorbs (one ``c`` per :meth:`handle_upload_many` call, shared by the batch's devices) and
-  hands it to each device (:meth:`SecEmbServer.challenge`).
+* Upload: unchanged.  Cuckoo layout: server 0 then draws a 16-byte challenge ``c`` for each batch
+  of uploads it absorbs (one ``c`` per :meth:`handle_upload_many` call, shared by the batch's
+  devices).  Full layout: each device's ``c = c_u`` is derived by both servers at its retrieval
+  (:func:`~secemb.protocols.secemb.checks.bound_challenges`).  Either way server 0 hands it to the
+  device only once its upload is absorbed (:meth:`SecEmbServer.challenge`).
 * Proof (:meth:`SecEmbUser.bound_proof`): the device computes its party-0 keys' payload shares
   ``S_0`` (:func:`~secemb.fss.fused.payload_sums_of`, :func:`~secemb.fss.fused.payload_shares`)
   and ``S_1 = beta - S_0`` (``beta``: the rows it uploaded) -- in the full layout its share of
@@ -45,7 +47,7 @@ one row).  Full layout: ``L = m w + P``, what its keys add to each of the ``m`` 
   length or round, a device that did not upload, a second proof: refused, nothing kept).
 * Verification, before the round closes: server 0 draws a query seed ``q`` once the proofs are
   in and sends server 1, per device, ``c``, ``part_0`` and the proof's ``part_1`` (which server 1
-  checks against ``sigma``: it binds ``c``), and ``q``
+  checks against ``sigma``: it binds ``c``; full layout: and against its own ``c_u``), and ``q``
   (:meth:`SecEmbServer.bound_request`); server 1 computes its ``S_1`` from its keys and the
   correction words it absorbed, its dense share, ``b = project(c, x_1)`` and its verifier
   messages (:meth:`SecEmbServer.bound_answer`); server 0 computes its own and
@@ -53,8 +55,12 @@ one row).  Full layout: ``L = m w + P``, what its keys add to each of the ``m`` 
   (:meth:`SecEmbServer.bound_rejected`): they are left out exactly like a digest mismatch (like
   a dropout), and so is a device that uploaded but sent no proof.
 
-Full layout: each server walks each device's keys at verification (:func:`contribution`) and
-projects the per-row shares.  Cuckoo layout: each server's payload shares come from the payload
+Full layout: each server projects its per-row share in parts, under the device's ``c_u``: its
+folded part in the retrieval's walk (:func:`secemb.fss.tasks.evaluate_projected_task`), its
+correction words' part and dense share at intake; it keeps the sum, :data:`ROWS` words a device,
+and walks nothing at verification (where the retrieval's walk kept nothing, the gpu backend's, it
+walks the device's keys then: :func:`contribution`; docs/security.md, "The challenge is derived,
+per device").  Cuckoo layout: each server's payload shares come from the payload
 sums its retrieval's walk keeps
 (``retrieve_and_prepare(..., payload_sums=True)`` and its bucket form, through
 :func:`secemb.fss.tasks.evaluate_task`, which writes them into the batch's arrays), with the
