@@ -15,7 +15,9 @@ walking the trees again and without storing per-leaf seeds.
 
 On request the same pass also sums each key's conversions over its positions
 (:class:`PayloadSums`), from which each server gets a share of every key's payload
-(:func:`payload_shares`; issue 34 (b)); :func:`payload_sums_of` is the device's walk for them.
+(:func:`payload_shares`; issue 34 (b)); :func:`payload_sums_of` is the device's walk for them,
+and :func:`aggregation_of` the walk for what a party's keys add to each row (the full layout's
+bound, which proves per row).
 The retrieval's other side is here too: :func:`unmask_slots`, a device's one pass over its
 reconstructed answers (unmasked rows, what their tags hash, the empty slots' check).
 """
@@ -42,6 +44,7 @@ __all__ = [
     "RETRIEVAL_TAG",
     "PayloadSums",
     "PreparedAggregation",
+    "aggregation_of",
     "bits_product",
     "bucket_shares",
     "payload_shares",
@@ -469,6 +472,32 @@ def payload_sums_of(
     key_conv = np.empty((k, agg_width), dtype)  # the walk writes it
     t = _walk(path, b, None, None, RETRIEVAL_TAG, aggregation_tag, live, None, key_conv)
     return _payload_sums(t, live, key_conv)
+
+
+def aggregation_of(
+    path: PathKeys,
+    party: int,
+    agg_width: int,
+    *,
+    ring_bits: int,
+    aggregation_tag: str = AGGREGATION_TAG,
+) -> PreparedAggregation:
+    """The :class:`PreparedAggregation` of ``party``'s ``K`` path keys over ``[0, m)`` from a walk of
+    their own, no table and no retrieval: the same control bits and conversion sum as
+    :func:`retrieve_and_prepare`'s, so that ``aggregation_of(...).apply(cw)`` is this party's share
+    of what the keys add to each row of the aggregate (ring (m, w)) -- per row, not per key: keys
+    that share a point add together there (bounded payloads, issue 34 (b), session 31).
+    ``agg_width``: ``w``; ``ring_bits``: 32 or 64.
+    """
+    if ring_bits not in (32, 64):
+        raise InvalidParameters(f"ring_bits must be 32 or 64, got {ring_bits}")
+    dtype = ring_dtype(ring_bits)
+    b = _check_inputs(path, party, None, dtype, agg_width)
+    m, mp = path.params.domain_size, padded_leaves(path.params)
+    conv_sum = np.zeros((mp, agg_width), dtype)
+    t = _walk(path, b, None, conv_sum, RETRIEVAL_TAG, aggregation_tag, np.arange(mp) < m)
+    return PreparedAggregation(b, ring_bits, m, agg_width, np.packbits(t[:, :m], axis=1),
+                               np.ascontiguousarray(conv_sum[:m]))
 
 
 def bucket_shares(party: int, t: np.ndarray, conv: np.ndarray | None, cw: np.ndarray) -> np.ndarray:

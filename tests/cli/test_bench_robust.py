@@ -38,9 +38,10 @@ def test_bench_robust_bound_adds_the_proof_to_the_upload() -> None:
                                    "--layouts", "cuckoo"])
     assert res.exit_code == 0, res.output
     (line,) = [json.loads(x) for x in res.stdout.splitlines()]
-    # 2 users: t = floor(log2((2^31 - 1) / 2)) = 29 bits, 40 projections; the device's one proof message
-    # (framed) to server 0 (the seed sigma to server 1 is the verified request's already)
-    proof = RangeParams(rows=40, bits=29, ring_bits=32).message_bytes(0) + HEADER_BYTES
+    # 2 users, cuckoo (3 proven values a row, session 31): t = floor(log2((2^31 - 1) / 6)) = 28 bits, 40
+    # projections; the device's one proof message (framed) to server 0 (the seed sigma to server 1 is the
+    # verified request's already)
+    proof = RangeParams(rows=40, bits=28, ring_bits=32).message_bytes(0) + HEADER_BYTES
     assert line["bounded"]["device_upload_bytes"] - line["checked"]["device_upload_bytes"] == proof
     assert line["bounded"]["device_proof_s"] > 0 and line["checked"]["device_proof_s"] == 0
     assert line["bounded_server_time_ratio"] > 0 and line["bounded_server_bytes_ratio"] > 1

@@ -68,10 +68,11 @@ def norms(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
 def test_an_honest_bounded_run_is_the_unbounded_run(layout: str, relay: bool, norms: list[float]) -> None:
     """No device is left out, and the model is the one without ``bound``: the clip does not
     bind, because every contribution of this run (MF, dim 4, 8 rows) is far below the bound's
-    L2 norm C2 = 2^25 / (9 * 2^16) ~ 56.9 at 20 users on the 32-bit ring (measured here)."""
+    L2 norm C2 = T / (sqrt(40.5) 2^16) at 20 users on the 32-bit ring, ~ 80.5 full (T = 2^25) and
+    ~ 40.2 cuckoo (T = 2^24: three proven values a row) (measured here)."""
     record = AdversaryRecord("oversized-payload", 1)  # used only for its per-round record of rejections
     bounded = _run(layout, relay, True, None, record)
-    assert len(norms) > 0 and max(norms) < clip_norm(FixedPoint(32, 16), USERS) / 10
+    assert len(norms) > 0 and max(norms) < clip_norm(FixedPoint(32, 16), USERS, layout=layout) / 10
     assert all(r["rejected_devices"] == [] for r in record.rounds) and len(record.rounds) == 6
     assert bounded == _run(layout, relay, False)
 
@@ -82,13 +83,14 @@ def _mf_data() -> tuple:  # noqa: ANN202 - a pair of RatingData
 
 def test_a_binding_clip_is_the_plain_run_with_the_same_clip(monkeypatch: pytest.MonkeyPatch,
                                                              norms: list[float]) -> None:
-    """``users_per_round = 2^18`` makes the bound's norm C2 = 2^11 / (9 * 2^16) ~ 0.0035 (t = 12):
+    """``users_per_round = 2^18`` makes the bound's norm C2 = 2^10 / (sqrt(40.5) 2^16) ~ 0.0025 (cuckoo,
+    t = 11):
     it binds for the contributions of this run, every honest device still proves (none left
     out: the run commits every round with all its devices), and the model is the one of a run
     without ``bound`` whose devices clip to the same norm."""
     tr, te = _mf_data()
     config = TrainConfig(epochs=1, users_per_round=10, m_prime=6, seed=1)
-    c2 = clip_norm(FixedPoint(32, 16), 1 << 18)
+    c2 = clip_norm(FixedPoint(32, 16), 1 << 18, layout="cuckoo")
     record = AdversaryRecord("oversized-payload", 1)
     bounded = train(MatrixFactorization(dim=4, reg=0.01), SecEmbProtocol(layout="cuckoo", bound=True,
                                                                           users_per_round=1 << 18),
@@ -183,11 +185,13 @@ def test_a_bounded_rounds_transcript_is_the_plan(relay: bool) -> None:
 
 def test_the_device_clips_to_the_tighter_of_dp_and_the_bound() -> None:
     """:meth:`SecEmbProtocol.upload_clip`: without ``bound`` the round's clip as it is; with it, the bound's
-    norm (C2 ~ 56.9 at 20 users), or the DP clip's if smaller, the DP noise's reserves kept."""
+    norm (C2 = 2^25 / (sqrt(40.5) 2^16) ~ 80.5 at 20 users, full layout), or the DP clip's if smaller,
+    the DP noise's reserves kept."""
     fp = FixedPoint(32, 16)
     plain, bounded = SecEmbProtocol(), SecEmbProtocol(bound=True, users_per_round=USERS)
     dp = ClipSpec(1.0, reserve=7, per_user=3)
     assert plain.upload_clip(fp, None) is None and plain.upload_clip(fp, dp) is dp
-    assert bounded.upload_clip(fp, None) == ClipSpec(2.0**25 / (9 * 2.0**16))
+    c2 = 2.0**25 / (math.sqrt(40.5) * 2.0**16)
+    assert bounded.upload_clip(fp, None) == ClipSpec(c2)
     assert bounded.upload_clip(fp, dp) == dp
-    assert bounded.upload_clip(fp, ClipSpec(100.0, reserve=7, per_user=3)) == ClipSpec(2.0**25 / (9 * 2.0**16), 7, 3)
+    assert bounded.upload_clip(fp, ClipSpec(100.0, reserve=7, per_user=3)) == ClipSpec(c2, 7, 3)

@@ -23,7 +23,7 @@ from secemb.protocols.adversary import MaliciousUser
 from secemb.protocols.backends import Backend, ThreadBackend
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
-from secemb.protocols.secemb.bounds import bound_bits, clip_norm, clip_upload
+from secemb.protocols.secemb.bounds import CLIP_MARGIN, bound_bits, bound_params, clip_norm, clip_upload, layout_bits
 from secemb.protocols.secemb.sizes import NAME, rows_bytes
 from secemb.protocols.wire import frame
 from secemb.randomness import CtrDrbg
@@ -157,10 +157,11 @@ def test_honest_devices_pass_and_the_aggregate_is_exact(layout: str, relay: bool
     rnd.close_exact(set())
 
 
-@pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
+@pytest.mark.parametrize(("layout", "relay"), [lr for lr in LAYOUTS if lr[0] == "cuckoo"])
 def test_the_retrieval_walk_keeps_the_payload_sums_a_walk_of_the_keys_gives(layout: str, relay: bool) -> None:
-    """Each server's projections from the payload sums its retrieval's walk kept (one batch,
-    tasks over three threads: ranges of users, or of buckets) equal those from a walk of the absorbed
+    """Cuckoo layout (the full layout proves per row, from a walk of the keys at verification,
+    and keeps no sums): each server's projections from the payload sums its retrieval's walk kept
+    (one batch, tasks over three threads: ranges of buckets) equal those from a walk of the absorbed
     keys -- the path of a backend whose walk keeps none (gpu) -- and that path passes too."""
     rnd = Round(layout, relay, ThreadBackend(3))
     users = list(range(7))
@@ -185,7 +186,7 @@ def test_oversized_payload_and_dense_share_are_rejected(layout: str, relay: bool
     (a lie about what the servers hold).  Device 19 uploads 2^(t+1) and proves what it sent:
     the honest prover refuses, so it sends no proof.  All three are left out, the rest exact."""
     rnd = Round(layout, relay)
-    t = bound_bits(32, USERS)
+    t = bound_params(rnd.cfg, USERS).bits
     rnd.honest(range(17))
     for uid in (17, 19):
         user = rnd.retrieve(uid)
@@ -315,17 +316,25 @@ def test_parameters_and_refusals() -> None:
     """t and C2 against hand values; the option needs verified uploads, users and the 32-bit ring."""
     # (2^31 - 1) / 20 = 107374182.35, log2 = 26.68; n = 1: 2^31 - 1, log2 just below 31
     assert bound_bits(32, 20) == 26 and bound_bits(32, 1) == 30 and bound_bits(32, 100) == 24
+    # the layout's values a row (session 31): full 1 (t as above), cuckoo 3: (2^31 - 1) / 60 =
+    # 35791394.1, log2 = 25.09; / 300 = 7158278.8, log2 = 22.77
+    assert layout_bits(32, 20, layout="full") == 26 and layout_bits(32, 100, layout="full") == 24
+    assert layout_bits(32, 20, layout="cuckoo") == 25 and layout_bits(32, 100, layout="cuckoo") == 22
+    with pytest.raises(InvalidParameters, match="cuckoo layout"):
+        layout_bits(32, 1 << 28, layout="cuckoo")  # (2^31 - 1) // (3 2^28) = 2: t = 1
     with pytest.raises(InvalidParameters):
         bound_bits(32, 1 << 29)  # (2^31 - 1) // 2^29 = 3: t = 1
     with pytest.raises(InvalidParameters):
         bound_bits(32, 0)
     fp = FixedPoint(32, 16)
-    assert clip_norm(fp, 20) == 2.0**25 / (9 * 2.0**16)
-    rows, dense = np.full((2, 3), 100.0), np.full(4, 100.0)  # norm 100 sqrt(10) > 512 / 9
-    r, d = clip_upload(fp, 20, rows, dense)
-    assert math.isclose(math.sqrt(float(np.sum(r**2) + np.sum(d**2))), 512 / 9, rel_tol=1e-12)
+    assert CLIP_MARGIN == math.sqrt(40.5)
+    assert clip_norm(fp, 20, layout="full") == 2.0**25 / (math.sqrt(40.5) * 2.0**16)
+    assert clip_norm(fp, 20, layout="cuckoo") == 2.0**24 / (math.sqrt(40.5) * 2.0**16)
+    rows, dense = np.full((2, 3), 100.0), np.full(4, 100.0)  # norm 100 sqrt(10) > 512 / sqrt(40.5)
+    r, d = clip_upload(fp, 20, rows, dense, layout="full")
+    assert math.isclose(math.sqrt(float(np.sum(r**2) + np.sum(d**2))), 512 / math.sqrt(40.5), rel_tol=1e-12)
     small = np.full((2, 3), 0.5)
-    np.testing.assert_array_equal(clip_upload(fp, 20, small, dense[:0])[0], small)  # under the norm: unchanged
+    np.testing.assert_array_equal(clip_upload(fp, 20, small, dense[:0], layout="cuckoo")[0], small)  # unchanged
     with pytest.raises(InvalidParameters):
         SecEmbProtocol(bound=True, users_per_round=20, verify=False)
     with pytest.raises(InvalidParameters):

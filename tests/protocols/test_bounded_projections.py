@@ -4,7 +4,8 @@ projections of what it uploaded -- its rows and dense vector, projected here by
 :func:`secemb.fss.projections.project_reference` (numpy's integer matmul on the reference
 expansion, not the compiled loop the servers use) -- whether a server's payload shares come from
 the payload sums its retrieval's walk kept, from a walk of the keys (sums dropped, as the gpu
-backend's walk keeps none), or from both in one call."""
+backend's walk keeps none), or from both in one call.  In the full layout what it uploaded is
+projected per table row (session 31): its rows placed at its slots' items, here by ``np.add.at``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_bounded_payloads import LAYOUTS, Round
+from test_bounded_payloads import LAYOUTS, M, W, Round
 
 from secemb.fss.projections import project_reference
 from secemb.protocols.secemb.bounds import ROWS
@@ -30,6 +31,11 @@ def test_the_two_servers_projections_add_up_to_the_uploads_projections(layout: s
     challenges = [rnd.s0.challenge(u) for u in users]
     assert len(set(challenges)) == len(users)  # one handle_upload call each: a challenge each
     challenges[2] = challenges[4] = challenges[0]  # and some shared, as a batch's are
+    if layout == "full":  # each table row's sum of the rows uploaded for it
+        for u in users:
+            placed = np.zeros((M, W), np.uint32)
+            np.add.at(placed, rnd.slots[u], uploads[u][0])
+            uploads[u] = (placed, uploads[u][1])
     expected = np.stack([project_reference(c, np.concatenate([rows.reshape(-1), dense])[None], ROWS)[0]
                          for c, (rows, dense) in (zip(challenges, (uploads[u] for u in users), strict=True))])
     kept = [s._bound_projections(users, challenges) for s in (rnd.s0, rnd.s1)]

@@ -12,7 +12,7 @@ from test_bounded_payloads import LAYOUTS, USERS, Round
 
 from secemb.fss import rangeproof
 from secemb.protocols.backends import SerialBackend, ThreadBackend
-from secemb.protocols.secemb.bounds import bound_bits
+from secemb.protocols.secemb.bounds import bound_params
 
 
 @pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
@@ -20,7 +20,7 @@ def test_threaded_check_rejects_exactly_the_liars_in_every_range(layout: str, re
     """Three threads, 14 devices (ranges 0-3, 4-8, 9-13): devices 2 and 11 upload a row
     coordinate of 2^(t+1) and prove their honest rows; both are left out, the rest exact."""
     rnd = Round(layout, relay, ThreadBackend(3))
-    t = bound_bits(32, USERS)
+    t = bound_params(rnd.cfg, USERS).bits
     liars = {2, 11}
     for uid in range(14):
         user = rnd.retrieve(uid)
@@ -44,7 +44,7 @@ def test_threaded_verifier_messages_equal_one_serial_call(layout: str, relay: bo
     users = list(range(8))
     rnd.honest(users)
     challenges = [rnd.s0.challenge(u) for u in users]
-    params = rangeproof.RangeParams(40, bound_bits(32, USERS), 32)
+    params = bound_params(rnd.cfg, USERS)
     shares = rangeproof.parse(params, 0, [rnd.s0._proofs[u] for u in users])
     contexts = rnd.s0._bound_contexts(users, challenges)
     query = b"q" * 16

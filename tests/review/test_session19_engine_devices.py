@@ -7,7 +7,8 @@ a property the bound's argument relies on.
   ``K``) and the victim is included; a batch of proofs with a malformed one in the middle keeps the others.
 * An honest device whose contribution has L2 norm exactly ``C2`` (all in one coordinate, or
   spread evenly over every coordinate with alternating signs) passes: encoding rounds each
-  coordinate by at most half a unit, far inside the ``9x`` margin between ``C2 2^f`` and ``T``.
+  coordinate by at most half a unit, far inside the ``sqrt(40.5)x`` margin between ``C2 2^f`` and ``T`` (``9x`` until
+  session 31).
 
 Driven at the protocol roles by hand (``tests/protocols/test_bounded_payloads.py``'s
 ``Round``); expected aggregates are computed here from the plaintext honest devices upload.
@@ -15,6 +16,7 @@ Driven at the protocol roles by hand (``tests/protocols/test_bounded_payloads.py
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -72,8 +74,8 @@ def test_an_honest_upload_of_norm_exactly_c2_passes(shape: str) -> None:
     real = rnd.slots[2] >= 0
     rows = np.zeros((rnd.cfg.slots, rnd.cfg.width))
     dense = np.zeros(rnd.cfg.dense_size)
-    c2 = clip_norm(FP, tbp.USERS)
-    assert c2 == pytest.approx(2**25 / (9 * 2**16))  # t = 26 at 20 users, T = 2^25 (hand value)
+    c2 = clip_norm(FP, tbp.USERS, layout="full")
+    assert c2 == pytest.approx(2**25 / (math.sqrt(40.5) * 2**16))  # t = 26 at 20 users, T = 2^25 (hand value)
     if shape == "one-coordinate":
         dense[0] = 3 * c2  # three times over: the clip brings it to C2
     else:
@@ -81,7 +83,7 @@ def test_an_honest_upload_of_norm_exactly_c2_passes(shape: str) -> None:
         signs = np.where(np.arange(n) % 2, -1.0, 1.0)
         rows[real] = (signs[: int(real.sum()) * rnd.cfg.width] * 2 * c2 / np.sqrt(n)).reshape(-1, rnd.cfg.width)
         dense[:] = signs[-rnd.cfg.dense_size :] * 2 * c2 / np.sqrt(n)
-    rows, dense = clip_upload(FP, tbp.USERS, rows, dense)
+    rows, dense = clip_upload(FP, tbp.USERS, rows, dense, layout="full")
     assert np.sqrt((rows**2).sum() + (dense**2).sum()) == pytest.approx(c2, rel=1e-12)
     rnd.upload(2, FP.encode(rows), FP.encode(dense))
     rnd.prove(2)

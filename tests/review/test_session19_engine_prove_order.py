@@ -97,7 +97,7 @@ def test_an_upload_to_server_1_after_the_challenge_cannot_wrap_the_dense_sum(bou
     challenge = rnd.s0.challenge(0)
     proof = attacker.bound_proof(challenge)  # of the honest upload
 
-    sparse = rnd.cfg.slots * rnd.cfg.width
+    sparse = rnd.cfg.num_items * rnd.cfg.width  # full layout: x = (each row's contribution) || d (session 31)
     r = ternary_rows(challenge, ROWS, sparse + DENSE)
     e = (_kernel_mod2(np.abs(r[:, sparse:]).astype(np.int64)) << 31).astype(np.uint32)
     assert e.any()

@@ -51,7 +51,9 @@ from secemb.sim.local import LocalPeer  # noqa: E402
 
 USERS = tbn.USERS
 LAYOUTS = [("cuckoo", True), ("cuckoo", False), ("full", True), ("full", False)]
-T = 1 << 25  # t = floor(log2((2^31 - 1) / 20)) = 26 at tbp's 20 users: T = 2^(t - 1) (hand value)
+# T = 2^(t - 1) at tbp's 20 users (hand values): full t = floor(log2((2^31 - 1) / 20)) = 26; cuckoo counts
+# an item's 3 buckets (session 31), t = floor(log2((2^31 - 1) / 60)) = 25
+TS = {"full": 1 << 25, "cuckoo": 1 << 24}
 
 
 def _nodes(srv: Any) -> tuple[LeaderNode, FollowerNode]:
@@ -194,6 +196,7 @@ def test_coordinates_at_the_top_of_the_range_pass_and_sum_exactly(layout: str, r
     even ids (``+(T - 1)``), in a real slot's payload for odd ids (``-(T - 1)``) -- and proves
     its honest upload: all 20 pass and both sums are exact (``10 (T - 1)`` is far from wrapping:
     the bound keeps ``n 2T <= 2^(k-1)``)."""
+    T = TS[layout]  # noqa: N806 - the bound's T
     rnd = tbp.Round(layout, relay)
     for uid in range(tbp.USERS):
         rnd.retrieve(uid)
@@ -214,7 +217,7 @@ def test_a_coordinate_of_exactly_t_cannot_be_proved() -> None:
     rnd = tbp.Round("cuckoo", True)
     rnd.retrieve(0)
     dense = np.zeros(rnd.cfg.dense_size, np.int64)
-    dense[0] = T
+    dense[0] = TS["cuckoo"]
     rnd.upload(0, np.zeros((rnd.cfg.slots, rnd.cfg.width), np.uint32), dense.astype(np.uint32))
     with pytest.raises(InvalidParameters):  # some row has the +1 sign there: projection T, outside [-T, T)
         rnd.users[0].bound_proof(rnd.s0.challenge(0))

@@ -110,13 +110,14 @@ def test_the_peer_link_posts_the_bound_request_and_maps_failures() -> None:
 
 def test_body_limits_of_the_bound_messages() -> None:
     """The proof's exact length, and the request's ``16 + 88 n`` body bytes (hand values at the
-    default: 40 projections of t = floor(log2((2^31 - 1) / 8)) = 27 bits); 0 (nothing taken)
+    default: 40 projections of t = floor(log2((2^31 - 1) / (8 * 3))) = 26 bits, the cuckoo layout's 3
+    proven values a row since session 31); 0 (nothing taken)
     where the deployment has no bound or the message goes to the other server."""
     bounded = SecEmbProtocol(layout="cuckoo", bound=True, users_per_round=USERS)
     plain = SecEmbProtocol(layout="cuckoo")
     rc = bounded.round_config(1, M, W, P, 6)
     params = bound_params(rc, USERS)
-    assert (params.rows, params.bits) == (40, 27)
+    assert (params.rows, params.bits) == (40, 26)
     assert bounded.max_message_bytes("bound_proof", rc, party=0, num_users=USERS) == \
         HEADER_BYTES + params.message_bytes(0)
     for n in (0, 1, 8, 100):

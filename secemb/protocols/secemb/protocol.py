@@ -178,7 +178,7 @@ class SecEmbProtocol(Protocol):
         kept), so the proof holds whatever the DP settings; without, ``clip``."""
         if not self.bound:
             return clip
-        l2 = clip_norm(fp, cast("int", self.bound_users))
+        l2 = clip_norm(fp, cast("int", self.bound_users), layout=self.layout)
         return ClipSpec(l2) if clip is None else dataclasses.replace(clip, l2=min(clip.l2, l2))
 
     @classmethod
@@ -194,14 +194,14 @@ class SecEmbProtocol(Protocol):
 
     def check_ring_bits(self, ring_bits: int) -> None:
         """With ``bound``: the 32-bit ring, and a bound of at least 2 bits for ``users_per_round``
-        users (:func:`~secemb.protocols.secemb.bounds.check_bound_ring`).
+        users of this layout (:func:`~secemb.protocols.secemb.bounds.check_bound_ring`).
 
         Raises
         ------
         InvalidParameters: bounded payloads on another ring, or too many users for any bound in it.
         """
         if self.bound:
-            check_bound_ring(ring_bits, cast("int", self.bound_users))
+            check_bound_ring(ring_bits, cast("int", self.bound_users), layout=self.layout)
 
     def make_user(self, config: RoundConfig, *, _rng: RandomBytes | None = None) -> SecEmbUser:
         return SecEmbUser(config, relay=self.relay, verify=self.verify, bound_users=self.bound_users, _rng=_rng)

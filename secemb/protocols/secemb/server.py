@@ -36,9 +36,12 @@ from secemb.protocols.secemb.bounds import (
     QUERY_BYTES,
     bound_params,
     context,
+    contribution,
     dense_commitment,
     payload_sums,
+    projected,
     projected_shares,
+    upload_vector,
 )
 from secemb.protocols.secemb.checks import (
     SKETCH_KEY_BYTES,
@@ -106,7 +109,8 @@ class _Pending:
     keys: fss.DPFKeys
     bits: np.ndarray  # full layout: packed control bits (S, ceil(m/8)); cuckoo: t (B, M)
     check: _Sketch | None  # verified uploads: its sketch check; else None
-    # bounded payloads: its keys' payload sums from the retrieval's walk (None: off, or the gpu backend's)
+    # bounded payloads, cuckoo layout: its keys' payload sums from the retrieval's walk (None: off, the full
+    # layout, whose check walks the keys, or the gpu backend's walk)
     sums: PayloadSums | None = None
 
 
@@ -478,7 +482,8 @@ class SecEmbServer(ServerRole):
             keys = first[lo * slots : (lo + n) * slots]
         else:
             keys = fss.DPFKeys.concat([q.keys for q in requests])
-        return self._evaluate(keys, seeds, self._bound is not None)
+        # bounded payloads, cuckoo layout: the payload sums its check projects (the full layout's walks its keys then)
+        return self._evaluate(keys, seeds, self._bound is not None and self._cfg().layout == "cuckoo")
 
     def _sketch_seeds(self, users: list[int], digests: list[bytes]) -> tuple[list[bytes], list[bytes]] | None:
         """Verified uploads: per user of ``users`` (with its key digest: :attr:`Request.digest`) its
@@ -1013,13 +1018,21 @@ class SecEmbServer(ServerRole):
 
     def _bound_projections(self, users: list[int], challenges: list[bytes]) -> np.ndarray:
         """This server's projections (ring (n, ROWS)) of absorbed ``users``' vectors ``x_b = S_b ||
-        d_b``, each under its challenge (one :func:`~secemb.protocols.secemb.bounds.projected_shares`
-        call, which forms no vector): the payload shares from the payload sums of the retrieval's
-        walk with the user's correction words, or, for users whose walk kept none (the gpu
-        backend's), from one walk of their keys here; the dense shares read back
-        (:meth:`_dense_shares`)."""
+        d_b``, each under its challenge.  Cuckoo layout: one
+        :func:`~secemb.protocols.secemb.bounds.projected_shares` call, which forms no vector, on
+        the payload shares from the payload sums of the retrieval's walk with the user's correction
+        words, or, for users whose walk kept none (the gpu backend's), from one walk of their keys
+        here.  Full layout: ``S_b`` is the user's share of what its keys add to each row
+        (:func:`~secemb.protocols.secemb.bounds.contribution`, from a walk of its keys here).  The
+        dense shares read back (:meth:`_dense_shares`)."""
         cfg = self._cfg()
         got = [self._absorbed[u] for u in users]
+        if cfg.layout == "full":  # per row: what each user's keys add to every row of the aggregate
+            rows = np.empty((len(got), cfg.num_items, cfg.width), cfg.dtype)
+            for j, a in enumerate(got):
+                rows[j] = contribution(cfg, self.party, a.keys.path, a.cw)
+            dense = np.array(self._dense_shares(users), cfg.dtype).reshape(len(users), cfg.dense_size)
+            return projected(challenges, upload_vector(rows, dense))
         sums = [a.sums for a in got]
         walked = [j for j, s in enumerate(sums) if s is None]
         if walked:

@@ -24,6 +24,7 @@ from secemb.protocols.secemb.bounds import (
     CHALLENGE_BYTES,
     bound_params,
     context,
+    contribution,
     dense_commitment,
     payload_share,
     projected,
@@ -201,14 +202,16 @@ def _sketch_sizes(cfg: RoundConfig) -> tuple[int, sketchproof.SketchParams]:
 @dataclass(frozen=True)
 class _Kept:
     """What a device keeps of its upload for its bound proof (bounded payloads): its party-0
-    path keys, its aggregation correction words and uploaded rows (ring (S, w) each) and its
-    two dense shares (ring (P,) each)."""
+    path keys, its aggregation correction words and uploaded rows (ring (S, w) each), its
+    two dense shares (ring (P,) each) and its slots' items (int64 (S,): the full layout's key
+    points)."""
 
     path0: fss.PathKeys
     cw: np.ndarray
     rows: np.ndarray
     dense0: np.ndarray
     dense1: np.ndarray
+    items: np.ndarray
 
 
 class SecEmbUser(UserRole):
@@ -569,7 +572,8 @@ class SecEmbUser(UserRole):
                 out[i] = to0(own, little(d0), pi0, commit), to1(own, little(d1), tau)
             if user._path0 is not None:  # bounded payloads: what the proof needs (copies: no view of the batch's)
                 user._kept = _Kept(user._path0, cw[j * cfg.slots : (j + 1) * cfg.slots].copy(),
-                                   gradients[i][0].copy(), d0.copy(), d1.copy())
+                                   gradients[i][0].copy(), d0.copy(), d1.copy(),
+                                   cast("np.ndarray", user._items).copy())
                 user._path0 = None
         return cast("list[tuple[bytes, bytes | None] | Exception]", out)  # every entry is set above
 
@@ -578,8 +582,10 @@ class SecEmbUser(UserRole):
         for server 0's ``challenge`` (16 bytes, :meth:`SecEmbServer.challenge`): the range
         proof's message to server 0 (:func:`~secemb.fss.rangeproof.prove`, ``seed_1`` the
         ``sigma`` server 1 got with the request) that the :data:`~secemb.protocols.secemb.bounds.ROWS`
-        projections under ``challenge`` of its payloads and dense gradient are small, framed as a
-        ``bound_proof`` message to server 0.  Once a round (what it kept of the upload is dropped).
+        projections under ``challenge`` of its contribution and dense gradient are small, framed as
+        a ``bound_proof`` message to server 0: in the cuckoo layout each key's payload, in the full
+        layout what its keys add to each row (:func:`~secemb.protocols.secemb.bounds.contribution`).
+        Once a round (what it kept of the upload is dropped).
 
         Raises
         ------
@@ -595,8 +601,13 @@ class SecEmbUser(UserRole):
         kept, self._kept = self._kept, None
         if kept is None:
             raise ProtocolError("bound_proof before the upload, or twice")
-        s0 = payload_share(cfg, 0, kept.path0, kept.cw)
-        x = upload_vector(np.stack([s0, kept.rows - s0]), np.stack([kept.dense0, kept.dense1]))
+        if cfg.layout == "full":  # per row: the keys' payloads placed at their points, summed (docs/security.md)
+            s0 = contribution(cfg, 0, kept.path0, kept.cw)
+            whole = np.zeros_like(s0)
+            np.add.at(whole, kept.items, kept.rows)
+        else:  # per key: its payload
+            s0, whole = payload_share(cfg, 0, kept.path0, kept.cw), kept.rows
+        x = upload_vector(np.stack([s0, whole - s0]), np.stack([kept.dense0, kept.dense1]))
         a, b = projected([challenge] * 2, x)
         msg0, _ = prove(self._bound, a, b, context(cfg.round_id, challenge, cast("bytes", self._digest)),
                         seed_1=self._sigma, _rng=self._rng)
