@@ -131,3 +131,18 @@ def test_the_local_admin_link_clears_at_server_0_only(srv: InProcessServers) -> 
     with pytest.raises(PeerRefused, match="served by server 0"):
         admin1.clear_strikes(None)
     assert admin0.status()["strikes"] == {str(B): 1}
+
+
+def test_the_operators_http_link_and_the_route_agree(srv: InProcessServers) -> None:
+    """What ``secemb admin clear-strikes`` sends (:meth:`HttpAdminLink.clear_strikes`), through
+    server 0's app: one device, then all; ``status`` shows what is left."""
+    from secemb.transport.http import HttpAdminLink
+    from secemb.transport.network import ApiClient
+
+    leader = srv.nodes[0]
+    assert isinstance(leader, LeaderNode)
+    client = TestClient(create_app(leader), raise_server_exceptions=False)
+    link = HttpAdminLink(0, ApiClient("http://testserver", "admin", leader.cfg.admin_secret, http=client))
+    assert link.status()["strikes"] == {str(A): 2, str(B): 1}
+    assert link.clear_strikes(B) == {"cleared": {str(B): 1}} and link.status()["strikes"] == {str(A): 2}
+    assert link.clear_strikes(None) == {"cleared": {str(A): 2}} and link.status()["strikes"] == {}
