@@ -137,6 +137,10 @@ class HttpAdminLink:
         path = "/v1/admin/alarms/clear"
         return self._answer(path, self.api.post_json(path), cleared=int)
 
+    def clear_strikes(self, device: int | None) -> dict[str, Any]:
+        path = "/v1/admin/strikes/clear"
+        return self._answer(path, self.api.post_json(path, {} if device is None else {"device": device}), cleared=dict)
+
     def close(self) -> None:
         self.api.close()
 
