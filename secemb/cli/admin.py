@@ -231,7 +231,7 @@ def _operate(deployment: Path, action: Callable[[Any], Any], one_server: Callabl
             out = action(Deployment(deployment))
         elif one_server is None:
             fail(f"{deployment} is a one-server deployment: this command is for two-server ones (one server: "
-                 "add-devices, status, open-round, clear-alarms; docs/deployment.md, 'One server')")
+                 "add-devices, status, open-round, clear-alarms, clear-strikes; docs/deployment.md, 'One server')")
         else:
             out = one_server(ExchangeDeployment.load(deployment))
     except InvalidParameters as exc:
@@ -318,13 +318,17 @@ def clear_alarms(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     cheat")."""
     from secemb.transport.http import HttpAdminLink
 
-    def one(d: Any) -> dict[str, Any]:
-        from secemb.transport.http import HttpStageAdmin
+    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in d.parties},
+             _clear_one_server_strikes)
 
-        with d.admin() as api:
-            return {"server": HttpStageAdmin(api).clear_strikes()}
 
-    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in d.parties}, one)
+def _clear_one_server_strikes(d: Any) -> dict[str, Any]:
+    """A one-server deployment's clear of every device's strikes and aborting dropouts
+    (``POST /v1/admin/exchange/strikes/clear``); ``{"server": its answer}``."""
+    from secemb.transport.http import HttpStageAdmin
+
+    with d.admin() as api:
+        return {"server": HttpStageAdmin(api).clear_strikes()}
 
 
 @admin_app.command("clear-strikes")
@@ -337,8 +341,9 @@ def clear_strikes(
     strikes of --device (or of every device) -- the rounds in which its upload failed the
     servers' verification; 3 refuse it at server 0's door.  Clearing the alarms keeps them, so a
     device cannot have them forgotten by forcing a clear.  Journaled; prints {"server0":
-    {"cleared": {device: strikes}}}.  Two servers only (one server: 'secemb admin clear-alarms'
-    clears its strikes)."""
+    {"cleared": {device: strikes}}}.  One server: every device's strikes and aborting dropouts at
+    once, as 'secemb admin clear-alarms' does there (--device is refused, exit 2); prints
+    {"server": {"cleared": {device: strikes}}}."""
     from secemb.errors import InvalidParameters
     from secemb.transport.http import HttpAdminLink
 
@@ -348,7 +353,13 @@ def clear_strikes(
             raise InvalidParameters(f"--device {device}: the deployment's devices are 0-{num_users - 1}")
         return {"server0": HttpAdminLink(0, d.admin(0)).clear_strikes(device)}
 
-    _operate(deployment, run)
+    def one(d: Any) -> dict[str, Any]:
+        if device is not None:
+            raise InvalidParameters("--device: a one-server deployment clears every device's strikes at once "
+                                    "(omit --device)")
+        return _clear_one_server_strikes(d)
+
+    _operate(deployment, run, one)
 
 
 @admin_app.command("count")

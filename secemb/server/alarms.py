@@ -67,7 +67,8 @@ class Alarms(NodeState):
         (:meth:`clear_strikes`)."""
         with self.lock:
             n = len(self.alarms)
-            self.store.append({"ev": "alarms_cleared", "round": self.max_round, "alarms": n})
+            # "strikes": "kept" tells the replay (NodeState._recover) that this clear forgave no strike
+            self.store.append({"ev": "alarms_cleared", "round": self.max_round, "alarms": n, "strikes": "kept"})
             self.alarms, self.halted = [], None
         log.warning("server %d: %d alarm(s) cleared by the operator", self.party, n)
         return {"cleared": n}

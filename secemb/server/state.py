@@ -265,6 +265,13 @@ class NodeState:
                     counted.add((r, int(u)))
                     self.rejections[int(u)] = self.rejections.get(int(u), 0) + 1
 
+        def forgive(who: Any) -> None:  # a clear of the strikes: of device ``who``, or of every device (None)
+            gone = {(q, u) for q, u in counted if who is None or u == int(who)}
+            counted.difference_update(gone)
+            forgotten.update(gone)
+            for _, u in gone:
+                self.rejections.pop(u, None)
+
         for rec in self.store.records():
             r = int(rec.get("round", -1))
             self.max_round = max(self.max_round, r)
@@ -273,13 +280,10 @@ class NodeState:
                 self._remember_alarm(rec)
             elif ev == "alarms_cleared":
                 self.alarms, self.halted = [], None
+                if rec.get("strikes") != "kept":  # written before session 31: a clear of the alarms forgave every strike
+                    forgive(None)
             elif ev == "strikes_cleared":
-                who = rec.get("device")
-                gone = {(q, u) for q, u in counted if who is None or u == int(who)}
-                counted -= gone
-                forgotten |= gone
-                for _, u in gone:
-                    self.rejections.pop(u, None)
+                forgive(rec.get("device"))
             elif ev == "rejected":
                 reject(r, rec.get("users"))
             elif ev == "count_first":

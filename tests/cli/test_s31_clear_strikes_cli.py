@@ -4,8 +4,8 @@ server 0's operator's forgiving of the devices' strikes (a clear of the alarms k
 Exit codes (docs/deployment.md, "Alarms"): 0 and the server's answer printed; 1 when server 0
 refuses or answers a malformed document; 2, before any request, for a device id that is not one of
 the deployment's (negative, not a number, or not below ``num_users``), for server 1's half (the
-strikes are counted at server 0's door) and for a one-server deployment (its ``clear-alarms``
-clears its strikes).  Server 0 is replaced by a stub that records the requests; what the server
+strikes are counted at server 0's door) and for ``--device`` on a one-server deployment (which
+clears every device's strikes at once, as its ``clear-alarms`` does).  Server 0 is replaced by a stub that records the requests; what the server
 does with them: tests/review/test_session31_clear_strikes.py.
 """
 
@@ -99,10 +99,18 @@ def test_server_1s_half_is_refused_before_any_request(monkeypatch: pytest.Monkey
     assert sent == []
 
 
-def test_a_one_server_deployment_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_one_server_deployment_clears_every_device_and_refuses_a_device(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    """One server: the exchange node's clear of every device's strikes (the path its ``clear-alarms``
+    takes); ``--device`` is refused before any request (its node forgives all devices at once)."""
     root = tmp_path / "one"
     init_one_server(root, "--protocol", "sfsl", "--dataset", "taobao-mini", "--users-per-round", "3")
-    sent = _stub(monkeypatch, 200, {"cleared": {}})
+    sent = _stub(monkeypatch, 200, {"cleared": {"1": 3}})
     res = run_cli("admin", "clear-strikes", "--deployment", str(root))
-    assert_usage_error(res, "one-server deployment")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output) == {"server": {"cleared": {"1": 3}}}
+    assert [(m, u.rsplit("/v1/", 1)[1]) for m, u, _ in sent] == [("POST", "admin/exchange/strikes/clear")]
+    sent.clear()
+    res = run_cli("admin", "clear-strikes", "--deployment", str(root), "--device", "1")
+    assert_usage_error(res, "one-server deployment clears every device")
     assert sent == []

@@ -146,3 +146,19 @@ def test_the_operators_http_link_and_the_route_agree(srv: InProcessServers) -> N
     assert link.status()["strikes"] == {str(A): 2, str(B): 1}
     assert link.clear_strikes(B) == {"cleared": {str(B): 1}} and link.status()["strikes"] == {str(A): 2}
     assert link.clear_strikes(None) == {"cleared": {str(A): 2}} and link.status()["strikes"] == {}
+
+
+def test_a_clear_of_the_alarms_journaled_before_session_31_still_forgives_on_replay(srv: InProcessServers) -> None:
+    """Upgrade: a journal written before session 31 holds ``alarms_cleared`` records without
+    ``"strikes": "kept"``, and such a clear forgave every strike when it was made; a restart on the
+    new code must count the same (else an upgrade would refuse devices the operator had let in).  A
+    clear made now records ``"strikes": "kept"`` and forgives nothing on replay.  Mutation checked:
+    the replay ignoring the field (every clear keeping the strikes) fails the second assertion."""
+    leader = srv.nodes[0]
+    assert isinstance(leader, LeaderNode)
+    leader.clear_alarms()
+    (rec,) = [r for r in leader.store.records() if r.get("ev") == "alarms_cleared"]
+    assert rec["strikes"] == "kept" and j21.restarted(leader).rejections == {A: 2, B: 1}
+    leader.store.append({"ev": "alarms_cleared", "round": leader.max_round, "alarms": 0})  # the old record's form
+    fresh = j21.restarted(leader)
+    assert fresh.rejections == {} and fresh.status()["strikes"] == {}
