@@ -35,7 +35,7 @@ from secemb.fss.tree import leaf_groups, padded_leaves
 from secemb.protocols.adversary import MaliciousUser
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbUser
-from secemb.protocols.secemb.bounds import bound_bits
+from secemb.protocols.secemb.bounds import layout_bits
 from secemb.protocols.secemb.sizes import DIGEST_BYTES, SIGMA_BYTES, rows_bytes
 from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.server.verify import MAX_REJECTIONS
@@ -342,9 +342,11 @@ def test_the_bound_covers_the_last_key_s_last_word_and_the_last_dense_word(layou
     its honest upload.  Both are rejected; the rest is exact.  Mutation: the projection rows' entries
     at those two coordinates (``L - 1`` and ``L - 1 - P``) zeroed in ``secemb.fss.projections``'
     streams, the device's and the servers' alike (honest devices still pass) -- both cheats then
-    pass and the test fails."""
+    pass and the test fails.  (Written before session 31's stacking fix; since it, the full
+    layout's ``x`` is per table row, so the last key's word is coordinate ``items[-1] w + w - 1``
+    there, where that mutation applies; ``t`` is the layout's, :func:`layout_bits`.)"""
     rnd = BoundedRound(layout, relay)
-    t = bound_bits(32, BOUND_USERS)
+    t = layout_bits(32, BOUND_USERS, layout=layout)
     rnd.honest(range(4))
     user = rnd.retrieve(4)
     rows, dense = rnd.honest_upload(4)
