@@ -12,7 +12,9 @@ denoiser deployment's trained model to the file ``secemb infer --denoiser`` read
 ``export-model`` a recommender deployment's current public model to a saved-model folder (its
 public files: what ``secemb infer --credentials ... --recommender`` reads; both only once server
 1's status, read as server 0 reads it, announces the model's SHA-256 too), ``clear-alarms``
-lifts the servers' alarms after an investigation (one server: the devices' strikes).  Exit
+lifts the servers' alarms after an investigation (one server: the devices' strikes),
+``clear-strikes`` forgives server 0's strikes (upload rejections; a clear of the alarms keeps
+them) of one device or of all.  Exit
 codes: 0 success, 1 a server refused, did not answer or sent a malformed answer (or the
 servers' models differ), 2 bad usage (e.g. a directory that already holds a CA), 3
 (``status``) a server shows an alarm (docs/deployment.md, "Alarms").
@@ -229,7 +231,7 @@ def _operate(deployment: Path, action: Callable[[Any], Any], one_server: Callabl
             out = action(Deployment(deployment))
         elif one_server is None:
             fail(f"{deployment} is a one-server deployment: this command is for two-server ones (one server: "
-                 "add-devices, status, open-round, clear-alarms; docs/deployment.md, 'One server')")
+                 "add-devices, status, open-round, clear-alarms, clear-strikes; docs/deployment.md, 'One server')")
         else:
             out = one_server(ExchangeDeployment.load(deployment))
     except InvalidParameters as exc:
@@ -272,8 +274,9 @@ EXIT_ALARM = 3
 @admin_app.command("status")
 def status(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     """The status of each server whose half DEPLOYMENT holds (one operator's: its own server;
-    the test setup: both): model version and hash, round, count phase, m', alarms, whether devices prove
-    bounded payloads (payload_bounds).  Exits 3
+    the test setup: both): model version and hash, round, count phase, m', alarms, the devices' strikes
+    (strikes: server 0's count per device rejected since its strikes were cleared; 'secemb admin
+    clear-strikes'), whether devices prove bounded payloads (payload_bounds).  Exits 3
     if a server shows an alarm (a detected deviation: docs/deployment.md, "Alarms").  One server: the
     current (or last) round's document with its reason and what its secure aggregations found
     (bad_shares, proven_bad_shares, complaints; docs/deployment.md, "What the operator reads of a
@@ -315,13 +318,48 @@ def clear_alarms(deployment: Annotated[Path, _DEPLOYMENT]) -> None:
     cheat")."""
     from secemb.transport.http import HttpAdminLink
 
+    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in d.parties},
+             _clear_one_server_strikes)
+
+
+def _clear_one_server_strikes(d: Any) -> dict[str, Any]:
+    """A one-server deployment's clear of every device's strikes and aborting dropouts
+    (``POST /v1/admin/exchange/strikes/clear``); ``{"server": its answer}``."""
+    from secemb.transport.http import HttpStageAdmin
+
+    with d.admin() as api:
+        return {"server": HttpStageAdmin(api).clear_strikes()}
+
+
+@admin_app.command("clear-strikes")
+def clear_strikes(
+    deployment: Annotated[Path, _DEPLOYMENT],
+    device: Annotated[int | None, typer.Option(min=0, help="Only this device's strikes (a user id of the "
+                                               "deployment). Default: every device's.")] = None,
+) -> None:
+    """Server 0's operator, after the investigation (docs/deployment.md, "Alarms"): forget the
+    strikes of --device (or of every device) -- the rounds in which its upload failed the
+    servers' verification; 3 refuse it at server 0's door.  Clearing the alarms keeps them, so a
+    device cannot have them forgotten by forcing a clear.  Journaled; prints {"server0":
+    {"cleared": {device: strikes}}}.  One server: every device's strikes and aborting dropouts at
+    once, as 'secemb admin clear-alarms' does there (--device is refused, exit 2); prints
+    {"server": {"cleared": {device: strikes}}}."""
+    from secemb.errors import InvalidParameters
+    from secemb.transport.http import HttpAdminLink
+
+    def run(d: Any) -> dict[str, Any]:
+        num_users = d.config(0).num_users
+        if device is not None and device >= num_users:
+            raise InvalidParameters(f"--device {device}: the deployment's devices are 0-{num_users - 1}")
+        return {"server0": HttpAdminLink(0, d.admin(0)).clear_strikes(device)}
+
     def one(d: Any) -> dict[str, Any]:
-        from secemb.transport.http import HttpStageAdmin
+        if device is not None:
+            raise InvalidParameters("--device: a one-server deployment clears every device's strikes at once "
+                                    "(omit --device)")
+        return _clear_one_server_strikes(d)
 
-        with d.admin() as api:
-            return {"server": HttpStageAdmin(api).clear_strikes()}
-
-    _operate(deployment, lambda d: {f"server{p}": HttpAdminLink(p, d.admin(p)).clear_alarms() for p in d.parties}, one)
+    _operate(deployment, run, one)
 
 
 @admin_app.command("count")

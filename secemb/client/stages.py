@@ -70,8 +70,10 @@ def take_part(link: PolledStageLink, device: ExchangeDevice, plan: RoundPlan, do
     (committed, aborted, or "left" when the server answered it nothing), "upload_bytes",
     "download_bytes"}``.  The outcome is the round's state in the first round document read after
     its last stage closed (read again until it ends if the round is still open there), so the
-    operator may open the next round while the device takes its last answer; a document of
-    another round where the device expected its own reads ``aborted``.
+    operator may open the next round while the device takes its last answer.  A document of another
+    round where the device expected its own gives this one's end in its ``previous`` (the round
+    the opening replaced; the server keeps a committed one's last answers for its devices,
+    :class:`~secemb.server.exchange_app.StageCloser`); none there, or another's: ``aborted``.
 
     Each answer is read up to the limit of the longest honest answer of its stage (a
     :class:`BoundedAnswers` party's; any other party's: the floor), every round document up to
@@ -94,8 +96,12 @@ def take_part(link: PolledStageLink, device: ExchangeDevice, plan: RoundPlan, do
         return {"round_id": round_id, "outcome": outcome, "upload_bytes": up, "download_bytes": down}
 
     def state_of(now: dict[str, Any]) -> Any:
-        """The round's state in ``now`` (another round there: this one was aborted)."""
-        return now.get("state") if now.get("round_id") == round_id else "aborted"
+        """The round's state in ``now``: its ``previous`` if another round replaced this one there
+        (none, or another's: this one was aborted)."""
+        if now.get("round_id") == round_id:
+            return now.get("state")
+        before = now.get("previous") or {}
+        return before.get("state") if before.get("round_id") == round_id else "aborted"
 
     def settled(stage: str | None) -> dict[str, Any]:
         """The round document once ``stage`` is no longer the open one (``None``: the round ended)."""

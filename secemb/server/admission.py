@@ -123,7 +123,7 @@ def admit(rnd: Round, user: int, rejections: dict[int, int]) -> None:
     failed = rejections.get(user, 0)
     if failed >= MAX_REJECTIONS:
         raise Forbidden(f"user {user}'s uploads failed the servers' verification in {failed} rounds: refused until "
-                        "the operator clears the alarms")
+                        "the operator clears its strikes ('secemb admin clear-strikes')")
     check_participant(rnd, user)
     # |retrieved | admitting| without building the union: a user being committed is in both for a while
     if rnd.participants is None and user not in rnd.retrieved \

@@ -6,8 +6,11 @@ Party: both servers.  :data:`ALARMS` names the kinds and whether each halts the 
 ``device_rejected`` (server 0: uploads that fail the verification step) do not;
 ``retrieval_tampered`` and ``model_disagreement`` do -- the open round is aborted and no round
 opens (:class:`~secemb.server.errors.Conflict`) until :meth:`Alarms.clear_alarms`.
-:data:`DEVICE_ALARMS` is what a participant of the current round may report (``POST
-/v1/alarm``, :meth:`Alarms.device_alarm`).  An alarm's detail names no secret.
+Clearing the alarms leaves the devices' strikes (server 0's rejection counts: the door) as they
+are -- a participant can force a clear by a false report -- and :meth:`Alarms.clear_strikes` is
+the operator's explicit forgiving (session 31, S31-R2).  :data:`DEVICE_ALARMS` is what a
+participant of the current round may report (``POST /v1/alarm``, :meth:`Alarms.device_alarm`).
+An alarm's detail names no secret.
 """
 
 from __future__ import annotations
@@ -60,13 +63,39 @@ class Alarms(NodeState):
 
     def clear_alarms(self) -> dict[str, Any]:
         """The operator's acknowledgement (``POST /v1/admin/alarms/clear``): forget the alarms
-        and lift the halt (journaled); ``{"cleared": how many}``."""
+        and lift the halt (journaled); ``{"cleared": how many}``.  The devices' strikes stay
+        (:meth:`clear_strikes`)."""
         with self.lock:
             n = len(self.alarms)
-            self.store.append({"ev": "alarms_cleared", "round": self.max_round, "alarms": n})
-            self.alarms, self.halted, self.rejections = [], None, {}
+            # "strikes": "kept" tells the replay (NodeState._recover) that this clear forgave no strike
+            self.store.append({"ev": "alarms_cleared", "round": self.max_round, "alarms": n, "strikes": "kept"})
+            self.alarms, self.halted = [], None
         log.warning("server %d: %d alarm(s) cleared by the operator", self.party, n)
         return {"cleared": n}
+
+    def clear_strikes(self, device: object = None) -> dict[str, Any]:
+        """The operator's forgiving (``POST /v1/admin/strikes/clear``, ``secemb admin
+        clear-strikes``): forget the rejections (:attr:`rejections`, the door's strikes) of
+        ``device``, or of every device when it is ``None``; journaled (``{"ev":
+        "strikes_cleared", "device"}``, replayed at start) even when there was none to forget.
+        ``{"cleared": {device id as a string: strikes forgotten}}``.
+
+        Raises
+        ------
+        InvalidParameters: ``device`` is neither ``None`` nor a user id in ``[0, num_users)``
+            (nothing changed).
+        StorageError: the disk refused the record (nothing changed).
+        """
+        who = None if device is None else check_int("device", device, low=0, high=self.cfg.num_users - 1)
+        with self.lock:
+            cleared = {u: n for u, n in sorted(self.rejections.items()) if who is None or u == who}
+            self.store.append({"ev": "strikes_cleared", "round": self.max_round, "device": who,
+                               "strikes": {str(u): n for u, n in cleared.items()}})
+            for u in cleared:
+                del self.rejections[u]
+        log.warning("server %d: the operator cleared the strikes of %s: %s", self.party,
+                    "every device" if who is None else f"device {who}", cleared or "none held")
+        return {"cleared": {str(u): n for u, n in cleared.items()}}
 
     def _refuse_if_halted(self) -> None:
         """Raise Conflict while the deployment is halted (under the lock)."""

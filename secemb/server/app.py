@@ -271,6 +271,19 @@ def create_app(node: Node) -> FastAPI:
         await authed(request, (ADMIN,), _limit_json(node))
         return JSONResponse(await call(node.clear_alarms))
 
+    @app.post("/v1/admin/strikes/clear", tags=["admin"], responses=_ERRORS,
+              summary="Server 0: forget the strikes (upload rejections: the door) of one device or of all",
+              openapi_extra=_json_body({"type": "object", "properties": {"device": {"type": "integer"}}}, False)
+              | {"security": _SECURITY})
+    async def admin_clear_strikes(request: Request) -> JSONResponse:
+        _, body = await authed(request, (ADMIN,), _limit_json(node))
+        clear = leader("clearing the strikes").clear_strikes
+        doc = json_object(body, _limit_json(node))
+        if set(doc) - {"device"} or ("device" in doc and doc["device"] is None):
+            raise InvalidParameters("a clear of the strikes is {} (every device's) or {'device': a user id}, got "
+                                    f"fields {sorted(doc)}")
+        return JSONResponse(await call(clear, doc.get("device")))
+
     @app.get("/v1/admin/model", tags=["admin"], summary="The public model (MODEL message)",
              responses=_ERRORS | {200: _BIN_RESPONSE}, openapi_extra={"security": _SECURITY})
     async def admin_model(request: Request) -> Response:

@@ -39,11 +39,16 @@ The round document (``GET /v1/exchange/round``, 409 before the first round) is w
 ``open_round`` returned (``round_id``, ``users``, ``stages`` and the protocol's public fields)
 with ``stage`` (the open stage; ``null`` once the last one closed) and ``state`` (``open``,
 ``committed``, ``aborted``; after a restart of ``secemb serve``, the last round's until the next
-opens: :mod:`secemb.server.exchange_state`).  Read by the operator (``admin``: ``secemb admin
-status``) it also carries the node's ``reason`` and what the round's secure aggregations found
-(:data:`FINDINGS`: ``bad_shares``, ``proven_bad_shares``, ``complaints``), which the journal keeps
-with the round's end (``proven_bad_shares`` also as soon as a stage's close finds them, so that a
-round open when the server stops still strikes); they are for the operator to read
+opens: :mod:`secemb.server.exchange_state`) and, once an opening replaced an ended round,
+``previous``: that round's ``{"round_id", "state"}`` (session 31, helper E: the operator may open
+the next round as soon as one ended, before its devices read its end; the server then also keeps a
+committed round's last stage's answers, which a device fetches as before, until the next opening
+replaces them -- SecEA's; SFSL's last stage has none; a restart keeps neither).  Read by the
+operator (``admin``: ``secemb admin status``) it also carries the node's ``reason`` and what the
+round's secure aggregations found (:data:`FINDINGS`: ``bad_shares``, ``proven_bad_shares``,
+``complaints``), which the journal keeps with the round's end (``proven_bad_shares`` also as soon
+as a stage's close finds them, so that a round open when the server stops still strikes); they are
+for the operator to read
 (docs/deployment.md, "What the operator reads of a round"), and one thing depends on them: with a
 durable state (``secemb serve``: :mod:`secemb.server.exchange_state`), each device of a round's
 ``proven_bad_shares`` (a signed secure aggregation showed it cheating) has a strike, and a device with
@@ -122,6 +127,12 @@ class StageCloser:
     active: set[int] = field(default_factory=set)
     senders: set[int] = field(default_factory=set)
     since: float = 0.0
+    #: the round the last opening replaced, if it had ended: ``{"round_id", "state", "stage"}`` (the
+    #: round document's ``previous`` has the first two; ``stage``: its last, if it committed once
+    #: that stage closed with answers, else ``None``) and that stage's answers to the devices still
+    #: in it (what :meth:`reply` serves them: the node keeps one round)
+    previous: dict[str, Any] | None = None
+    kept: dict[int, bytes] = field(default_factory=dict)
 
     def open_round(self, round_id: int, users: list[int]) -> dict[str, Any]:
         """Open round ``round_id`` at the node for ``users`` but those the door refuses; the
@@ -137,6 +148,7 @@ class StageCloser:
             refuses that record, it is owed and written before the next opening: session 27, S27-L2).
         StorageError: the disk refused to record the opening, or a record still owed (nothing opened).
         """
+        previous, kept = self._replaced()
         if self.state is None:
             doc = self.node.open_round(round_id, users)
             answer = doc
@@ -153,8 +165,25 @@ class StageCloser:
                 raise
             answer = {**doc, "refused": refused}
         self.opened, self.stage, self.active, self.senders = doc, 0, set(doc["users"]), set()
-        self.since = time.monotonic()
+        self.since, self.previous, self.kept = time.monotonic(), previous, kept
         return answer
+
+    def _replaced(self) -> tuple[dict[str, Any] | None, dict[int, bytes]]:
+        """The current round as an opening replaces it: its end (``None``: no round, or one still
+        open) and, committed, its last stage's answers to the devices still in it (none if that
+        stage has none).  A device may read them after the next round opened (session 31, helper E:
+        the operator opens it once the round committed, while the devices fetch their last answers)."""
+        if self.opened is None:
+            return None, {}
+        round_id, stages = self.opened["round_id"], self._stages()
+        state = self.node.outcome(round_id)["state"]
+        if state == "open":
+            return None, {}
+        done = state == "committed" and self.stage == len(stages) and self.node.plan.replies(stages[-1])
+        last = stages[-1] if done else None
+        kept = {} if last is None else \
+            {u: a for u in self.active if (a := self.node.reply(round_id, last, u)) is not None}
+        return {"round_id": round_id, "state": state, "stage": last}, kept
 
     def door(self, user: int) -> None:
         """Let device ``user``'s stage request in, unless it has the strikes, or the aborting
@@ -223,8 +252,13 @@ class StageCloser:
             self._close_quietly(round_id, stage)
 
     def reply(self, round_id: int, stage: str, user: int) -> bytes | None:
-        """The node's answer to device ``user`` (past the :meth:`door`) in ``stage``."""
+        """The node's answer to device ``user`` (past the :meth:`door`) in ``stage``; of the
+        committed round the last opening replaced, its last stage's answer kept (``None``: none)."""
         self.door(user)
+        before, now = self.previous, self.opened
+        if before is not None and now is not None and before["stage"] is not None and stage == before["stage"] \
+                and round_id == before["round_id"] != now["round_id"]:
+            return self.kept.get(user)
         return self.node.reply(round_id, stage, user)
 
     def close(self, round_id: int, stage: str) -> None:
@@ -287,6 +321,8 @@ class StageCloser:
         state = out["state"]
         doc = {**self.opened, "stage": stages[self.stage] if self.stage < len(stages) and state == "open" else None,
                "state": state}
+        if self.previous is not None:
+            doc["previous"] = {k: self.previous[k] for k in ("round_id", "state")}
         return {**doc, "reason": out.get("reason"), **_findings(out)} if operator else doc
 
 

@@ -51,7 +51,8 @@ class Node(Alarms, Retrieval, Combine):
         self._doc_parts: _DocParts | None = None
 
     def status(self) -> dict[str, Any]:
-        """Everything an operator may see (admin/peer)."""
+        """Everything an operator may see (admin/peer); ``strikes``: each device with a
+        rejection since its strikes were last cleared (server 0's door), and how many."""
         with self.lock:
             rnd = self.round
             return {
@@ -68,6 +69,7 @@ class Node(Alarms, Retrieval, Combine):
                 "count": self.count.status(),
                 "halted": self.halted is not None,
                 "alarms": list(self.alarms),
+                "strikes": {str(u): n for u, n in sorted(self.rejections.items())},
                 "payload_bounds": self.cfg.payload_bounds(),
                 "round": None if rnd is None else {
                     "round_id": rnd.round_id, "state": rnd.state, "n_p": rnd.n_p,

@@ -9,7 +9,8 @@ writes atomically -- the commit point of a round; its journal records round ids,
 alarms, the operator's clearing and the user set of the first count sum released.  On start
 the node loads the checkpoint (none and no journal record of a commit: model version 0 from
 the public ``init_seed``, saved at once; none but such a record: refused) and recovers from
-the journal: round ids stay monotonic, the alarms and per-device rejections not yet cleared
+the journal: round ids stay monotonic, the alarms not yet cleared and the per-device
+rejections not yet forgiven (a clear of the alarms keeps them; a clear of the strikes forgives)
 come back, as does the recount rule, and rounds left open end aborted (or committed, if the
 checkpoint says so).  Here too is the round lifecycle every other part uses under
 :attr:`NodeState.lock`: the current round (``_current``), its start (``_begin``) and its
@@ -179,7 +180,8 @@ class NodeState:
         #: why the deployment is halted (``None``: it is not)
         self.halted: str | None = None
         #: server 0: per device, the rounds whose upload verification it failed since the operator
-        #: last cleared the alarms (issue 34; rebuilt from the journal): MAX_REJECTIONS refuse it
+        #: last cleared its strikes (issue 34; rebuilt from the journal; a clear of the alarms keeps
+        #: them: session 31, S31-R2): MAX_REJECTIONS refuse it
         self.rejections: dict[int, int] = {}
         self._stopping = False
         self._load()
@@ -248,19 +250,27 @@ class NodeState:
     def _recover(self) -> None:
         """Round ids stay monotonic; rounds left open by a crash end as aborted (or as
         committed, if the checkpoint says so).  Each device's rejections since the last clear of
-        the alarms are counted once per round, from the ``rejected`` records the close journals
-        when it rejects and from the rounds' outcome records (either alone suffices: a crash may
-        come between them)."""
+        its strikes (``strikes_cleared``: of that device, or of every device; a clear of the
+        alarms forgives none) are counted once per round, from the ``rejected`` records the close
+        journals when it rejects and from the rounds' outcome records (either alone suffices: a
+        crash may come between them)."""
         self.max_round = self.last_round
         open_rounds: dict[int, dict[str, Any]] = {}
         counted: set[tuple[int, int]] = set()  # (round, user) rejections since the last clear
-        forgotten: set[tuple[int, int]] = set()  # those a clear of the alarms forgot
+        forgotten: set[tuple[int, int]] = set()  # those a clear of the strikes forgave
 
         def reject(r: int, users: list[Any] | None) -> None:
             for u in users or []:
                 if (r, int(u)) not in forgotten and (r, int(u)) not in counted:
                     counted.add((r, int(u)))
                     self.rejections[int(u)] = self.rejections.get(int(u), 0) + 1
+
+        def forgive(who: Any) -> None:  # a clear of the strikes: of device ``who``, or of every device (None)
+            gone = {(q, u) for q, u in counted if who is None or u == int(who)}
+            counted.difference_update(gone)
+            forgotten.update(gone)
+            for _, u in gone:
+                self.rejections.pop(u, None)
 
         for rec in self.store.records():
             r = int(rec.get("round", -1))
@@ -269,9 +279,11 @@ class NodeState:
             if ev == "alarm":
                 self._remember_alarm(rec)
             elif ev == "alarms_cleared":
-                self.alarms, self.halted, self.rejections = [], None, {}
-                forgotten |= counted
-                counted = set()
+                self.alarms, self.halted = [], None
+                if rec.get("strikes") != "kept":  # written before session 31: a clear of the alarms forgave every strike
+                    forgive(None)
+            elif ev == "strikes_cleared":
+                forgive(rec.get("device"))
             elif ev == "rejected":
                 reject(r, rec.get("users"))
             elif ev == "count_first":

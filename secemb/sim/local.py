@@ -309,6 +309,9 @@ class LocalAdminLink:
     def clear_alarms(self) -> dict[str, Any]:
         return self.node.clear_alarms()
 
+    def clear_strikes(self, device: int | None) -> dict[str, Any]:
+        return self._leader().clear_strikes(device)
+
     def close(self) -> None:
         """Nothing to release."""
 

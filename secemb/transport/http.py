@@ -137,6 +137,10 @@ class HttpAdminLink:
         path = "/v1/admin/alarms/clear"
         return self._answer(path, self.api.post_json(path), cleared=int)
 
+    def clear_strikes(self, device: int | None) -> dict[str, Any]:
+        path = "/v1/admin/strikes/clear"
+        return self._answer(path, self.api.post_json(path, {} if device is None else {"device": device}), cleared=dict)
+
     def close(self) -> None:
         self.api.close()
 
@@ -249,8 +253,10 @@ class HttpStageAdmin:
 def _round_document(doc: Any, *, current: bool) -> dict[str, Any]:
     """A one-server node's round document ``doc``, as the server answered it: a JSON object
     with an int ``round_id``, ``users`` a list of ints and ``stages`` (if there) a list of str;
-    the current round's (``current``: ``GET /v1/exchange/round``) also a str ``state`` and
-    ``stage`` (if there) a str or null.
+    the current round's (``current``: ``GET /v1/exchange/round``) also a str ``state``,
+    ``stage`` (if there) a str or null and ``previous`` (if there: the end of the round the last
+    opening replaced) an object with an int ``round_id`` and a ``state``, ``committed`` or
+    ``aborted`` (a round that ended).
 
     Raises
     ------
@@ -261,7 +267,10 @@ def _round_document(doc: Any, *, current: bool) -> dict[str, Any]:
     ok = (isinstance(users, list) and isinstance(stages, list) and type(doc.get("round_id")) is int
           and all(type(u) is int for u in users) and all(isinstance(s, str) for s in stages))
     if ok and current:
-        ok = isinstance(doc.get("state"), str) and isinstance(doc.get("stage", ""), (str, type(None)))
+        before = doc.get("previous", {"round_id": 0, "state": "aborted"})
+        ok = (isinstance(doc.get("state"), str) and isinstance(doc.get("stage", ""), (str, type(None)))
+              and isinstance(before, dict) and type(before.get("round_id")) is int
+              and before.get("state") in ("committed", "aborted"))
     if not ok:
         raise InvalidMessage(f"the server's round document is malformed: {str(doc)[:200]}")
     out: dict[str, Any] = doc

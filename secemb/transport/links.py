@@ -161,3 +161,7 @@ class AdminLink(OperatorLink, Protocol):
 
     def clear_alarms(self) -> dict[str, Any]:
         """Forget the server's alarms and lift its halt; ``{"cleared": how many}``."""
+
+    def clear_strikes(self, device: int | None) -> dict[str, Any]:
+        """Server 0: forget the strikes of ``device`` (``None``: of every device); ``{"cleared":
+        {device id: strikes}}``."""

@@ -22,7 +22,7 @@ Regression tests (they pass):
   own instead of server 0's: exactly those devices are rejected with one strike each and the
   ``device_rejected`` alarm; with one victim the others' round commits, with all of them the round
   aborts and both models stay.  Three such rounds get the victim refused at server 0's door until
-  the operator clears the alarms (the documented limit).
+  the operator clears its strikes (the documented limit; clearing the alarms keeps them).
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def test_limit_server_1_gets_an_honest_device_refused_at_the_door_in_three_round
     """The documented limit ("so server 1 can get honest devices refused at the door after three
     rounds; the operator sees every ... rejected"): server 1 answers for one honest victim under
     its own query three rounds running; server 0 shows three ``device_rejected`` alarms naming
-    it and then refuses it at retrieval (403) until the operator clears the alarms."""
+    it and then refuses it at retrieval (403) until the operator clears its strikes."""
     srv = j21.servers("cuckoo", True)
     leader, follower = _nodes(srv)
     victim = USERS[1]
@@ -194,6 +194,7 @@ def test_limit_server_1_gets_an_honest_device_refused_at_the_door_in_three_round
             Device(client, *tbn.RATINGS.of(victim)).participate(client.round_info())
         leader.close_round(r)
         assert leader.clear_alarms()["cleared"] == MAX_REJECTIONS
+        assert leader.clear_strikes(victim) == {"cleared": {str(victim): MAX_REJECTIONS}}
         out = leader.close_round(j21.play(srv, USERS, []))  # server 1 honest again: the victim is back
         assert out["state"] == "committed" and out["included"] == sorted(USERS), out
     finally:

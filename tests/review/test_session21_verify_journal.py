@@ -136,10 +136,11 @@ def test_a_rejection_survives_a_crash_of_server_0_later_in_the_same_close(monkey
         srv.stop()
 
 
-def test_a_clear_of_the_alarms_forgets_a_rejection_across_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The operator clears the alarms (which forgets every rejection: docs/deployment.md,
-    "Alarms") after a crashed close: the restarted server counts none; a later rejection of
-    the same device counts one."""
+def test_a_clear_of_the_strikes_forgets_a_rejection_across_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a crashed close the operator clears the alarms (which keeps the rejection: session
+    31, S31-R2), then the strikes (which forget it: docs/deployment.md, "Alarms"): a restart
+    after each counts what the running server did; a later rejection of the same device counts
+    one."""
     srv = servers("cuckoo", False)
     leader = srv.nodes[0]
     assert isinstance(leader, LeaderNode)
@@ -151,7 +152,10 @@ def test_a_clear_of_the_alarms_forgets_a_rejection_across_restarts(monkeypatch: 
         monkeypatch.undo()
         fresh = restarted(leader)
         assert fresh.rejections == {ATTACKER: 1}
-        assert fresh.clear_alarms() == {"cleared": 1} and fresh.rejections == {}
+        assert fresh.clear_alarms() == {"cleared": 1} and fresh.rejections == {ATTACKER: 1}
+        fresh = restarted(fresh)
+        assert fresh.rejections == {ATTACKER: 1} and fresh.status()["alarms"] == []
+        assert fresh.clear_strikes() == {"cleared": {str(ATTACKER): 1}} and fresh.rejections == {}
         again = restarted(fresh)
         assert again.rejections == {} and again.round_status(r, None)["rejected"] == [ATTACKER]
         srv.nodes = (again, srv.nodes[1])

@@ -7,7 +7,8 @@ Regression tests (they pass):
   device listed under ``rejected`` with one strike each, both servers' models unchanged; the next
   round of honest devices commits.  Both layouts, relay or not.
 * Three such rounds refuse the attackers at server 0's door (403: ``Forbidden``) until the
-  operator clears the alarms; then they take part again.
+  operator clears their strikes (a clear of the alarms keeps them: session 31, S31-R2); then they
+  take part again.
 * A device cannot get a second challenge: a second upload to server 0 after it read its challenge
   is refused and the challenge stays the one drawn for its first batch.
 * A proof that arrives while the round closes (after server 0 built its check request) is refused
@@ -85,7 +86,7 @@ def test_a_round_in_which_every_device_is_rejected_aborts_cleanly_and_the_next_c
         srv.stop()
 
 
-def test_three_rejected_rounds_refuse_the_attackers_at_the_door_until_the_alarms_are_cleared() -> None:
+def test_three_rejected_rounds_refuse_the_attackers_at_the_door_until_their_strikes_are_cleared() -> None:
     srv = j21.servers("cuckoo", True)
     leader, _ = _nodes(srv)
     attackers = USERS[:2]
@@ -103,7 +104,10 @@ def test_three_rejected_rounds_refuse_the_attackers_at_the_door_until_the_alarms
             client = srv.servers().device(u)
             Device(client, *tbn.RATINGS.of(u)).participate(client.round_info())
         assert leader.close_round(r)["included"] == sorted(USERS[2:])
-        assert leader.clear_alarms()["cleared"] == MAX_REJECTIONS and leader.rejections == {}
+        assert leader.clear_alarms()["cleared"] == MAX_REJECTIONS  # the strikes stay
+        assert leader.rejections == dict.fromkeys(attackers, MAX_REJECTIONS)
+        assert leader.clear_strikes() == {"cleared": {str(u): MAX_REJECTIONS for u in sorted(attackers)}}
+        assert leader.rejections == {}
         out = leader.close_round(j21.play(srv, USERS, []))  # honest now: admitted again
         assert out["state"] == "committed" and out["included"] == sorted(USERS), out
     finally:
