@@ -179,7 +179,10 @@ def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_a
         assert np.count_nonzero(total.any(axis=1)) == 3
     else:  # the flipped keys spread beyond their point: more rows than the three points are hit
         assert np.count_nonzero(total.any(axis=1)) > 3
-    challenge = bytes(range(16))
+    # the device's own challenge, derived by both servers at retrieval: the full layout's projections are
+    # kept under it (session 31, helper P), whatever challenge is named
+    challenge = s0.challenge(0)
+    assert challenge == s1._absorbed[0].challenge
     proj = s0._bound_projections([0], [challenge]) + s1._bound_projections([0], [challenge])
     expected = ternary_rows(challenge, ROWS, M * W + P).astype(np.int64) @ np.concatenate(
         [total.reshape(-1), shares[0][1] + shares[1][1]]).astype(np.int64)
