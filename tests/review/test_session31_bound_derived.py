@@ -13,7 +13,8 @@ The tests (each with the mutation it was checked against, in its docstring): the
 written out here, at both servers; no challenge before the upload; a device that learns ``c_u``
 early (a leak simulated by reading it from server 0's state) can stack a row past ``2^31`` and
 pass, while without the leak the same attack is rejected -- the timing is what the soundness
-rests on; a server 0 that names another challenge gets zero answers from server 1; the bounded
+rests on; a server 0 that names another challenge gets zero answers from server 1, and so does a
+device that sent the two servers different key material (two challenges); the bounded
 round's aggregate equals the unbounded round's bit for bit (with a dropout and a device left out
 after its upload, serial, thread and process backends); and no walk at the check.  Expected values are
 computed here from what the devices upload.
@@ -30,8 +31,9 @@ from typing import cast
 import numpy as np
 import pytest
 
-from secemb.errors import ProtocolError
+from secemb.errors import ProtocolError, RetrievalTampered
 from secemb.fss import fused, rangeproof
+from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
 from secemb.fss.projections import ternary_rows
 from secemb.protocols.backends import Backend, ProcessBackend, ThreadBackend
 from secemb.protocols.base import RoundConfig
@@ -39,6 +41,7 @@ from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.fss.rangeproof import prove
 from secemb.protocols.secemb.bounds import ROWS, bound_params, context, contribution, projected, upload_vector
 from secemb.protocols.secemb.sizes import NAME
+from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.protocols.wire import frame
 from secemb.randomness import CtrDrbg
 from secemb.server.verify import rejected as digest_rejected
@@ -329,3 +332,42 @@ def test_the_bounded_round_is_the_unbounded_round_bit_for_bit_and_its_check_walk
     for sparse, dense in got:
         np.testing.assert_array_equal(sparse, exp_sparse)
         np.testing.assert_array_equal(dense, exp_dense)
+
+
+class SplitKeys(SecEmbUser):
+    """Without relay: sends server 1 its key material with one byte of key 0's first correction
+    word changed (server 0 gets the real one); it uploads although its retrieval fails its tags."""
+
+    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> None:
+        try:
+            super().retrieval_result(reply0, reply1)
+        except RetrievalTampered:
+            self._tampered = False
+
+    def _sending(self, messages: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
+        m0, m1 = messages
+        at = FRAME_BYTES + KEY_HEADER_BYTES + 16 * self.config.slots  # after the roots: key 0's first CW seed
+        return m0, m1[:at] + bytes([m1[at] ^ 4]) + m1[at + 1 :]
+
+
+def test_a_device_that_sends_the_servers_different_key_material_gets_two_challenges_and_fails() -> None:
+    """Without relay each server derives ``c_u`` from its own copy's digest: device 0 sends server 1
+    other key material, so the servers hold different challenges for it (device 1, honest, one);
+    server 0 gives device 0 its own, device 0 proves under it, and server 1 answers it zero field
+    elements -- it fails the bound check, and the digests reject it anyway.  Mutation checked:
+    deriving ``c_u`` without the digest (``_user_tails(users)``): the two servers' challenges for
+    device 0 agree and the test fails."""
+    run = Run(_protocol(False))
+    run.retrieve([0], _items, SplitKeys)
+    run.retrieve([1], _items)
+    assert run.s0._pending[0].challenge != run.s1._pending[0].challenge
+    assert run.s0._pending[1].challenge == run.s1._pending[1].challenge
+    run.upload({0: _honest(0), 1: _honest(1)})
+    run.prove([0, 1])
+    d0, d1 = run.s0.upload_digests([0, 1]), run.s1.upload_digests([0, 1])
+    assert d0 is not None and d1 is not None and set(digest_rejected(d0, d1)) == {0}
+    answer = run.s1.bound_answer(run.s0.bound_request([0, 1]))
+    params = run.s0._bounded(0)
+    v1 = rangeproof.parse_verifier_messages(params, answer[len(answer) - 2 * params.verifier_bytes :], 2)
+    assert not v1[0, : params.opened_length].any() and v1[1, : params.opened_length].any()
+    assert run.s0.bound_rejected(answer) == {0}
