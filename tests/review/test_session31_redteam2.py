@@ -26,12 +26,13 @@ from secemb.errors import InvalidParameters, RetrievalTampered
 from secemb.fss import kernels
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
+from secemb.fss.tree import padded_leaves
 from secemb.fss.projections import ternary_rows
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.protocols.secemb import bounds
 from secemb.protocols.secemb.bounds import ROWS, clip_upload, contribution, layout_bits, projected
-from secemb.protocols.secemb.sizes import DIGEST_BYTES, SIGMA_BYTES
+from secemb.protocols.secemb.sizes import DIGEST_BYTES, SIGMA_BYTES, key_params
 from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.randomness import CtrDrbg
 from secemb.ring import FixedPoint
@@ -87,21 +88,27 @@ def test_an_item_row_sums_at_most_its_distinct_buckets_and_never_a_padding_posit
 
 # -- 1. the full layout: the proven vector is what the aggregate receives, whatever the keys ------------
 
-M, W, P, SLOTS = 64, 2, 3, 6
+M, W, P, SLOTS = 60, 2, 3, 6  # the keys' padded domain is 64 leaves: 4 past the last row
 FULL_USERS = 10
+#: each mode's key points: ``stacked`` three keys on row 5, two on the last row, one on row 0;
+#: ``beyond``: the last two keys' points past the last row (leaves 61 and 63 of the padded domain);
+#: ``flip``: ``stacked``'s, then keys 0 and 3 made multi-point keys
+POINTS = {"stacked": [5, 5, 5, M - 1, M - 1, 0], "beyond": [5, 5, 5, M - 1, M + 1, M + 3],
+          "flip": [5, 5, 5, M - 1, M - 1, 0]}
 
 
 class _CraftedKeys(SecEmbUser):
-    """A full-layout device whose keys stack: slot points ``[5, 5, 5, M - 1, M - 1, 0]`` whatever it
-    asked for (its uploaded rows are its own choice too); with ``flip``, a bit of a tree seed
-    correction word of keys 0 and 3 flipped in both servers' copies (their digests then disagree,
-    which is the sketch and digest check's business, not the bound's): keys with several points."""
+    """A full-layout device whose keys' points are :data:`POINTS` ``[mode]`` whatever it asked for
+    (its uploaded rows are its own choice too).  ``beyond``: its keys are made over the padded
+    domain (``fss.gen_path`` of ``padded_leaves``, the same tree depth), so that a point may lie
+    past row ``m - 1``.  ``flip``: a bit of a tree seed correction word of keys 0 and 3 flipped in
+    the keys the servers get (their digests then disagree without relay, which is the sketch and
+    digest check's business, not the bound's): keys with several points."""
 
-    POINTS = np.array([5, 5, 5, M - 1, M - 1, 0])
-    flip = False
+    mode = "stacked"
 
     def _alphas(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return np.broadcast_to(self.POINTS, slots.shape).copy(), np.ones(slots.shape[0], bool)
+        return np.broadcast_to(np.array(POINTS[self.mode]), slots.shape).copy(), np.ones(slots.shape[0], bool)
 
     def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> Any:
         """Its rows fail their tags (its keys are not at the items it asked for): it uploads anyway."""
@@ -112,7 +119,7 @@ class _CraftedKeys(SecEmbUser):
             return None
 
     def _sending(self, messages: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
-        if not self.flip:
+        if self.mode != "flip":
             return messages
         m0, m1 = messages
         depth = fss.DPFKeys.from_bytes(m0[FRAME_BYTES:]).params.depth
@@ -132,18 +139,19 @@ class _CraftedKeys(SecEmbUser):
         return m0, m1[: end - DIGEST_BYTES] + digest + m1[end:]
 
 
-@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize("mode", list(POINTS))
 @pytest.mark.parametrize("relay", [False, True])
-def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_adds(relay: bool, flip: bool) -> None:
+def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_adds(relay: bool, mode: str) -> None:
     """docs/security.md, "What is proven", full layout: ``x`` is what the device's keys add to each
     of the ``m`` rows.  Each server's ``S_b`` (``bounds.contribution`` of the keys and correction
-    words it absorbed) must equal its own share of the aggregate of that device alone, for keys
-    stacked on one row, on the last row ``m - 1``, and -- ``flip`` -- keys with several points
-    (so the full layout's bound does not rest on the sketch).  And the servers' projections,
-    summed, are the projections of the reconstructed aggregate rows || dense sum: the proof's row
-    order and padding are the aggregate's.  Mutations checked: ``bounds.contribution`` returning its
-    rows reversed (``[::-1]``), and the walk's live mask in ``fused.aggregation_of`` cut to ``< m - 1``:
-    each fails here."""
+    words it absorbed) must equal its own share of the aggregate of that device alone -- for keys
+    stacked on one row and on the last row ``m - 1``, keys whose point lies past the last row in the
+    padded domain (their payload lands in neither), and keys with several points (so the full
+    layout's bound does not rest on the sketch) -- and the servers' projections, summed, are the
+    projections of the reconstructed aggregate rows || dense sum: the proof's row order and padding
+    are the aggregate's.  Mutations checked: ``bounds.contribution`` returning its rows reversed
+    (``[::-1]``), at both servers or at the servers' projection only, and the live mask of
+    ``fused.aggregation_of``'s walk cut to ``< m - 1``: each fails here."""
     proto = SecEmbProtocol(layout="full", relay=relay, verify=True, bound=True, users_per_round=FULL_USERS)
     cfg = proto.round_config(2, num_items=M, width=W, dense_size=P, m_prime=SLOTS, ring_bits=32)
     gen = np.random.default_rng(5)  # public test data only
@@ -153,8 +161,13 @@ def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_a
     for s in (s0, s1):
         s.begin_round(cfg, table)
     user = _CraftedKeys(cfg, relay=relay, verify=True, bound_users=FULL_USERS, _rng=CtrDrbg(b"s31-r2/full"))
-    user.flip = flip
-    r0, r1 = user.retrieval_request(place(cfg, np.arange(SLOTS), gen).indices)
+    user.mode = mode
+    padded, gen_path = padded_leaves(key_params(cfg)), fss.gen_path
+    assert padded == 64
+    with pytest.MonkeyPatch.context() as mp:
+        if mode == "beyond":  # the device's own key generation, over the padded domain
+            mp.setattr(fss, "gen_path", lambda alphas, _, **kw: gen_path(alphas, padded, **kw))
+        r0, r1 = user.retrieval_request(place(cfg, np.arange(SLOTS), gen).indices)
     if relay:
         assert s1.handle_retrieval(0, r1) is None
         fwd = s0.handle_retrieval(0, r0)
@@ -168,22 +181,23 @@ def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_a
     for s in (s0, s1):
         _, sparse, dense_b = s._closed([0])
         got = s._absorbed[0]
-        mine = contribution(cfg, s.party, got.keys.path, got.cw)
-        np.testing.assert_array_equal(mine, sparse)
+        np.testing.assert_array_equal(contribution(cfg, s.party, got.keys.path, got.cw), sparse)
         shares.append((sparse, dense_b))
     total = shares[0][0] + shares[1][0]
-    if not flip:  # one-point keys: the stacked rows hold the sums of what was uploaded at them
-        assert total[5].tolist() == rows[:3].sum(axis=0, dtype=cfg.dtype).tolist()
-        assert total[M - 1].tolist() == rows[3:5].sum(axis=0, dtype=cfg.dtype).tolist()
-        assert total[0].tolist() == rows[5].tolist()
-        assert np.count_nonzero(total.any(axis=1)) == 3
-    else:  # the flipped keys spread beyond their point: more rows than the three points are hit
+    if mode == "flip":  # the flipped keys spread beyond their point: more rows than the three points are hit
         assert np.count_nonzero(total.any(axis=1)) > 3
+    else:  # one-point keys: the stacked rows hold the sums of what was uploaded at them, nothing else
+        expected = np.zeros((M, W), cfg.dtype)
+        for point, row in zip(POINTS[mode], rows, strict=True):
+            if point < M:
+                expected[point] += row
+        np.testing.assert_array_equal(total, expected)
+        assert np.count_nonzero(expected.any(axis=1)) == (3 if mode == "stacked" else 2)
     challenge = bytes(range(16))
     proj = s0._bound_projections([0], [challenge]) + s1._bound_projections([0], [challenge])
-    expected = ternary_rows(challenge, ROWS, M * W + P).astype(np.int64) @ np.concatenate(
+    expected_proj = ternary_rows(challenge, ROWS, M * W + P).astype(np.int64) @ np.concatenate(
         [total.reshape(-1), shares[0][1] + shares[1][1]]).astype(np.int64)
-    np.testing.assert_array_equal(proj[0].astype(np.int64), expected % RING)
+    np.testing.assert_array_equal(proj[0].astype(np.int64), expected_proj % RING)
     np.testing.assert_array_equal((shares[0][1] + shares[1][1]), dense)
 
 
