@@ -28,6 +28,7 @@ from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
 from secemb.fss.tree import padded_leaves
 from secemb.fss.projections import ternary_rows
+from secemb.protocols.adversary import MaliciousUser
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.protocols.secemb import bounds
@@ -273,6 +274,82 @@ def test_an_honest_clipped_device_fails_no_more_often_than_the_docstring_bound(m
             refused += 1
     bound = 2 * ROWS * math.exp(-c * c)
     assert 0 < refused / trials < bound, (refused, trials, bound)
+
+
+# -- 1. the bound's tries: a device reads its verdict before it proves (S31-R2-3) ---------------------
+
+class _Withholder(MaliciousUser):
+    """A device that uploads rows ``2^30`` above its gradient at every real slot (the
+    ``oversized-payload`` upload) and then proves its real upload as an honest prover does: its own
+    shares tell it the projections, ``bound_proof`` refuses, and the SDK sends no proof
+    (``RoundSession.prove`` returns ``False``).  :attr:`verdicts`: what each of its proofs read."""
+
+    verdicts: list[bool] = []
+
+    def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
+        cfg = self.config
+        assert self._real is not None  # set by retrieval_request
+        big = rows.astype(cfg.dtype) + np.where(self._real[:, None], cfg.dtype.type(1 << 30), cfg.dtype.type(0))
+        return SecEmbUser.upload(self, big, dense)
+
+    def bound_proof(self, challenge: bytes) -> bytes:
+        try:
+            out = SecEmbUser.bound_proof(self, challenge)
+        except InvalidParameters:
+            type(self).verdicts.append(False)
+            raise
+        type(self).verdicts.append(True)
+        return out
+
+
+class _WithholdingProtocol(SecEmbProtocol):
+    def __init__(self, base: SecEmbProtocol) -> None:
+        super().__init__(base.layout, base.relay, base.expansion, base.layout_seed, base.backend, base.verify,
+                         base.bound, base.bound_users)
+
+    def make_user(self, config: Any, *, _rng: Any = None) -> SecEmbUser:
+        return _Withholder(config, "oversized-payload", relay=self.relay, verify=self.verify,
+                           bound_users=self.bound_users, _rng=_rng)
+
+
+def test_s31_r2_3_a_device_reads_its_bound_verdict_and_withholds_a_failing_proof_at_no_cost() -> None:
+    """S31-R2-3, the bound's S31-R1: a device holds both servers' shares of its proven vector ``x``
+    (it made the keys and the dense shares), so once server 0's challenge is in it computes the 40
+    projections itself and knows the check's verdict before it proves.  A failing try is withheld --
+    the SDK does it on its own: ``bound_proof`` refuses and nothing is sent -- and the node leaves
+    the device out as a silent dropout (``SecEmbServer.unproved``; finding J2: a proof may still be
+    on its way): not in the round's ``rejected``, no ``device_rejected`` alarm, no strike.  Here the
+    device uploads a payload ``2^30`` above its gradient in 4 rounds, one more than the door's
+    ``MAX_REJECTIONS``, and is never refused.  So the door does not bound the bound's tries either:
+    a coordinate beyond ``2T`` passes with probability up to ``2^-40`` a round (one entry 0 in each
+    of the 40 rows), at no cost, over as many rounds as the device takes part in (with 1000 such
+    devices, about ``2^-10`` after ``2^20`` rounds).  docs/security.md's threat table overstates it:
+    "a device whose proof fails or that sends none is left out like a dropout, listed in the round's
+    ``rejected``, and ``device_rejected`` is raised" (one that sends none is neither), and "The
+    check" lists the door among the consequences of a failing proof, which no cheat sends.  This
+    pins the limit (no code can strike a withheld proof without striking honest late proofs)."""
+    from secemb.server.verify import MAX_REJECTIONS
+
+    srv = j21.servers("full", False)
+    try:
+        leader = srv.nodes[0]
+        honest, cheat = j21.USERS[:4], j21.USERS[4]
+        _Withholder.verdicts = []
+        for _ in range(MAX_REJECTIONS + 1):
+            opened = leader.open_round(participants=j21.USERS, deadline_s=30.0)
+            assert cheat not in opened.get("refused", []), opened  # the door never closes on it
+            for u in [*honest, cheat]:
+                client = srv.servers().device(u)
+                info = client.round_info()
+                proto = _WithholdingProtocol(info.make_protocol()) if u == cheat else None
+                j21.Device(client, *j21.tbn.RATINGS.of(u)).participate(info, protocol=proto)
+            out = leader.close_round(int(opened["round_id"]))
+            assert (out["state"], out["included"], out["rejected"]) == ("committed", sorted(honest), []), out
+        assert _Withholder.verdicts == [False] * (MAX_REJECTIONS + 1)  # it read every verdict itself
+        assert leader.rejections == {} and leader.status()["strikes"] == {}
+        assert not [a for a in leader.status()["alarms"] if a["kind"] == "device_rejected"]
+    finally:
+        srv.stop()
 
 
 # -- 2. the clear of the strikes: a crafted journal ------------------------------------------------------
