@@ -202,6 +202,90 @@ def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_a
     np.testing.assert_array_equal((shares[0][1] + shares[1][1]), dense)
 
 
+class _CuckooPoints(SecEmbUser):
+    """A cuckoo device that gives item :attr:`item`'s point to its key of each of the item's distinct
+    buckets, and puts its other keys' points past their bucket's items: on a padding position
+    (``sizes[b] <= p < M``) where the bucket has one, else past ``M`` in the keys' padded domain
+    (keys made over it: ``fss.gen_path`` of ``padded_leaves``).  :attr:`points`: its points."""
+
+    item = 0
+    points: np.ndarray | None = None
+
+    def _alphas(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        layout = self.config.cuckoo()
+        sizes, big_m = np.diff(layout.indptr), layout.bucket_size
+        padded = padded_leaves(key_params(self.config))
+        points = np.where(sizes < big_m, sizes, padded - 1).astype(np.int64)
+        mine = np.unique(layout.candidates[self.item])
+        points[mine] = layout.positions(np.full(mine.size, self.item), mine)
+        self.points = points
+        return np.broadcast_to(points, slots.shape).copy(), np.ones(slots.shape[0], bool)
+
+    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> Any:
+        """Its rows fail their tags (its keys are not where it asked): it uploads anyway."""
+        try:
+            return super().retrieval_result(reply0, reply1)
+        except RetrievalTampered:
+            self._tampered = False
+            return None
+
+
+@pytest.mark.parametrize("relay", [False, True])
+def test_cuckoo_an_item_row_receives_exactly_the_proven_payloads_of_its_buckets_keys(relay: bool) -> None:
+    """docs/security.md, "What is proven", cuckoo: ``x`` holds each key's payload, and an item row
+    receives up to ``h = 3`` of them.  A device whose item sits in (up to) three buckets gives it
+    its key of each, and puts every other key's point on a padding position or past the bucket
+    domain ``M``; every slot carries a distinct nonzero row.  The servers' proven payloads
+    (``bounds.payload_share`` at each server, summed) are the uploaded rows of the item's keys and
+    zero for the others (their points lie outside every bucket's items), and the reconstructed
+    aggregate of that device alone is exactly the sum of the item's keys' payloads on the item's row
+    and zero elsewhere: no key's word reaches a row but as its proven payload, and no row gets more
+    than the item's distinct buckets' keys.  Mutation checked: the walk's live mask one position
+    wider (``fused._bucket_rows``: ``<=``), so a key on a bucket's first padding position is proven
+    and folded, fails here, with relay or not."""
+    proto = SecEmbProtocol(layout="cuckoo", relay=relay, verify=True, bound=True, users_per_round=FULL_USERS)
+    cfg = proto.round_config(4, num_items=200, width=W, dense_size=P, m_prime=12, ring_bits=32)
+    layout = cfg.cuckoo()
+    sizes = np.diff(layout.indptr)
+    cand = layout.candidates
+    item = int(np.flatnonzero((cand[:, 0] != cand[:, 1]) & (cand[:, 0] != cand[:, 2]) & (cand[:, 1] != cand[:, 2]))[0])
+    assert (sizes < layout.bucket_size).any() and (sizes == layout.bucket_size).any()  # both kinds of other key
+    gen = np.random.default_rng(9)  # public test data only
+    table = gen.integers(0, 1 << 20, (cfg.num_items, W)).astype(cfg.dtype)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    assert isinstance(s0, SecEmbServer) and isinstance(s1, SecEmbServer)
+    for s in (s0, s1):
+        s.begin_round(cfg, table)
+    user = _CuckooPoints(cfg, relay=relay, verify=True, bound_users=FULL_USERS, _rng=CtrDrbg(b"s31-r2/cuckoo"))
+    user.item = item
+    padded, gen_path = padded_leaves(key_params(cfg)), fss.gen_path
+    assert padded > layout.bucket_size
+    slots = np.full(cfg.slots, -1, np.int64)
+    slots[np.unique(cand[item])] = item
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fss, "gen_path", lambda alphas, _, **kw: gen_path(alphas, padded, **kw))
+        r0, r1 = user.retrieval_request(slots)
+    if relay:
+        assert s1.handle_retrieval(0, r1) is None
+        fwd = s0.handle_retrieval(0, r0)
+        user.retrieval_result(s0.complete_retrieval(0, s1.relay_retrieval(0, fwd)), None)
+    else:
+        user.retrieval_result(s0.handle_retrieval(0, r0), s1.handle_retrieval(0, r1))
+    rows = ((np.arange(cfg.slots * W).reshape(cfg.slots, W) + 1) * 1000).astype(cfg.dtype)
+    user._items = np.zeros(cfg.slots, np.int64)  # its own role refuses rows on empty slots; its software is its own
+    deliver_upload(s0, s1, relay, 0, *user.upload(rows, np.zeros(P, cfg.dtype)))
+    proven = sum(bounds.payload_share(cfg, s.party, s._absorbed[0].keys.path, s._absorbed[0].cw) for s in (s0, s1))
+    mine = np.unique(cand[item])
+    kept = np.zeros_like(rows)
+    kept[mine] = rows[mine]
+    np.testing.assert_array_equal(proven, kept)  # one-point keys: the item's keys' rows; the others' count nowhere
+    total = s0._closed([0])[1] + s1._closed([0])[1]
+    expected = np.zeros((cfg.num_items, W), cfg.dtype)
+    expected[item] = proven[mine].sum(axis=0, dtype=cfg.dtype)
+    np.testing.assert_array_equal(total, expected)
+    assert user.points is not None and (user.points[mine] < sizes[mine]).all()
+
+
 # -- 1. the honest clip: measured at a margin where failures are common ---------------------------------
 
 def test_the_projection_rows_are_the_distribution_the_clip_margin_is_derived_for() -> None:
