@@ -360,6 +360,38 @@ def test_an_honest_clipped_device_fails_no_more_often_than_the_docstring_bound(m
     assert 0 < refused / trials < bound, (refused, trials, bound)
 
 
+@pytest.mark.parametrize(("layout", "relay"), [("cuckoo", True), ("full", False)])
+def test_the_device_and_both_servers_of_a_deployment_prove_with_one_t(layout: str, relay: bool) -> None:
+    """``t`` (``bounds.layout_bits``: the round's users from ``users_per_round``, the layout's ``h``)
+    must be the same at the device -- from the round document server 0 announces (``RoundInfo``:
+    its protocol block and fixed-point encoding), as the SDK builds its role and clip -- and at both
+    servers' nodes (each from its own configuration), and the device's clip must be ``2^(t-1) /
+    (c 2^f)`` of that ``t``.  Expected here: ``t`` by hand from ``2^31 - 1``, the users and ``h``.
+    Mutation checked: the cuckoo multiplicity 1 at the device's role only (``bounds.bound_params``
+    at ``user.py``) fails here."""
+    srv = j21.servers(layout, relay)
+    try:
+        leader, follower = srv.nodes
+        opened = leader.open_round(participants=j21.USERS, deadline_s=30.0)
+        info = srv.servers().device(j21.USERS[0]).round_info()
+        proto = info.make_protocol()
+        assert isinstance(proto, SecEmbProtocol)
+        n = proto.bound_users
+        assert n == len(j21.USERS) and info.config.layout == layout
+        h = 3 if layout == "cuckoo" else 1
+        t = ((RING // 2 - 1) // (n * h)).bit_length() - 1
+        assert 2 ** t * n * h <= RING // 2 - 1 < 2 ** (t + 1) * n * h
+        device = proto.make_user(info.config)
+        params = [device._bound, leader.role._bound, follower.role._bound]
+        assert [p.bits for p in params] == [t] * 3 and params[0] == params[1] == params[2], params
+        fp = info.fixed_point()
+        clip = proto.upload_clip(fp, None)
+        assert clip is not None and clip.l2 * bounds.CLIP_MARGIN * 2.0**fp.frac_bits == pytest.approx(2.0 ** (t - 1))
+        leader.close_round(int(opened["round_id"]))
+    finally:
+        srv.stop()
+
+
 # -- 1. the bound's tries: a device reads its verdict before it proves (S31-R2-3) ---------------------
 
 class _Withholder(MaliciousUser):
