@@ -26,12 +26,14 @@ from secemb.errors import InvalidParameters, RetrievalTampered
 from secemb.fss import kernels
 from secemb.fss.cuckoo import NUM_HASHES, CuckooLayout
 from secemb.fss.keys import HEADER_BYTES as KEY_HEADER_BYTES
+from secemb.fss.tree import padded_leaves
 from secemb.fss.projections import ternary_rows
+from secemb.protocols.adversary import MaliciousUser
 from secemb.protocols.placement import place
 from secemb.protocols.secemb import SecEmbProtocol, SecEmbServer, SecEmbUser
 from secemb.protocols.secemb import bounds
 from secemb.protocols.secemb.bounds import ROWS, clip_upload, contribution, layout_bits, projected
-from secemb.protocols.secemb.sizes import DIGEST_BYTES, SIGMA_BYTES
+from secemb.protocols.secemb.sizes import DIGEST_BYTES, SIGMA_BYTES, key_params
 from secemb.protocols.wire import HEADER_BYTES as FRAME_BYTES
 from secemb.randomness import CtrDrbg
 from secemb.ring import FixedPoint
@@ -87,21 +89,27 @@ def test_an_item_row_sums_at_most_its_distinct_buckets_and_never_a_padding_posit
 
 # -- 1. the full layout: the proven vector is what the aggregate receives, whatever the keys ------------
 
-M, W, P, SLOTS = 64, 2, 3, 6
+M, W, P, SLOTS = 60, 2, 3, 6  # the keys' padded domain is 64 leaves: 4 past the last row
 FULL_USERS = 10
+#: each mode's key points: ``stacked`` three keys on row 5, two on the last row, one on row 0;
+#: ``beyond``: the last two keys' points past the last row (leaves 61 and 63 of the padded domain);
+#: ``flip``: ``stacked``'s, then keys 0 and 3 made multi-point keys
+POINTS = {"stacked": [5, 5, 5, M - 1, M - 1, 0], "beyond": [5, 5, 5, M - 1, M + 1, M + 3],
+          "flip": [5, 5, 5, M - 1, M - 1, 0]}
 
 
 class _CraftedKeys(SecEmbUser):
-    """A full-layout device whose keys stack: slot points ``[5, 5, 5, M - 1, M - 1, 0]`` whatever it
-    asked for (its uploaded rows are its own choice too); with ``flip``, a bit of a tree seed
-    correction word of keys 0 and 3 flipped in both servers' copies (their digests then disagree,
-    which is the sketch and digest check's business, not the bound's): keys with several points."""
+    """A full-layout device whose keys' points are :data:`POINTS` ``[mode]`` whatever it asked for
+    (its uploaded rows are its own choice too).  ``beyond``: its keys are made over the padded
+    domain (``fss.gen_path`` of ``padded_leaves``, the same tree depth), so that a point may lie
+    past row ``m - 1``.  ``flip``: a bit of a tree seed correction word of keys 0 and 3 flipped in
+    the keys the servers get (their digests then disagree without relay, which is the sketch and
+    digest check's business, not the bound's): keys with several points."""
 
-    POINTS = np.array([5, 5, 5, M - 1, M - 1, 0])
-    flip = False
+    mode = "stacked"
 
     def _alphas(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return np.broadcast_to(self.POINTS, slots.shape).copy(), np.ones(slots.shape[0], bool)
+        return np.broadcast_to(np.array(POINTS[self.mode]), slots.shape).copy(), np.ones(slots.shape[0], bool)
 
     def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> Any:
         """Its rows fail their tags (its keys are not at the items it asked for): it uploads anyway."""
@@ -112,7 +120,7 @@ class _CraftedKeys(SecEmbUser):
             return None
 
     def _sending(self, messages: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
-        if not self.flip:
+        if self.mode != "flip":
             return messages
         m0, m1 = messages
         depth = fss.DPFKeys.from_bytes(m0[FRAME_BYTES:]).params.depth
@@ -132,18 +140,19 @@ class _CraftedKeys(SecEmbUser):
         return m0, m1[: end - DIGEST_BYTES] + digest + m1[end:]
 
 
-@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize("mode", list(POINTS))
 @pytest.mark.parametrize("relay", [False, True])
-def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_adds(relay: bool, flip: bool) -> None:
+def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_adds(relay: bool, mode: str) -> None:
     """docs/security.md, "What is proven", full layout: ``x`` is what the device's keys add to each
     of the ``m`` rows.  Each server's ``S_b`` (``bounds.contribution`` of the keys and correction
-    words it absorbed) must equal its own share of the aggregate of that device alone, for keys
-    stacked on one row, on the last row ``m - 1``, and -- ``flip`` -- keys with several points
-    (so the full layout's bound does not rest on the sketch).  And the servers' projections,
-    summed, are the projections of the reconstructed aggregate rows || dense sum: the proof's row
-    order and padding are the aggregate's.  Mutations checked: ``bounds.contribution`` returning its
-    rows reversed (``[::-1]``), and the walk's live mask in ``fused.aggregation_of`` cut to ``< m - 1``:
-    each fails here."""
+    words it absorbed) must equal its own share of the aggregate of that device alone -- for keys
+    stacked on one row and on the last row ``m - 1``, keys whose point lies past the last row in the
+    padded domain (their payload lands in neither), and keys with several points (so the full
+    layout's bound does not rest on the sketch) -- and the servers' projections, summed, are the
+    projections of the reconstructed aggregate rows || dense sum: the proof's row order and padding
+    are the aggregate's.  Mutations checked: ``bounds.contribution`` returning its rows reversed
+    (``[::-1]``), at both servers or at the servers' projection only, and the live mask of
+    ``fused.aggregation_of``'s walk cut to ``< m - 1``: each fails here."""
     proto = SecEmbProtocol(layout="full", relay=relay, verify=True, bound=True, users_per_round=FULL_USERS)
     cfg = proto.round_config(2, num_items=M, width=W, dense_size=P, m_prime=SLOTS, ring_bits=32)
     gen = np.random.default_rng(5)  # public test data only
@@ -153,8 +162,13 @@ def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_a
     for s in (s0, s1):
         s.begin_round(cfg, table)
     user = _CraftedKeys(cfg, relay=relay, verify=True, bound_users=FULL_USERS, _rng=CtrDrbg(b"s31-r2/full"))
-    user.flip = flip
-    r0, r1 = user.retrieval_request(place(cfg, np.arange(SLOTS), gen).indices)
+    user.mode = mode
+    padded, gen_path = padded_leaves(key_params(cfg)), fss.gen_path
+    assert padded == 64
+    with pytest.MonkeyPatch.context() as mp:
+        if mode == "beyond":  # the device's own key generation, over the padded domain
+            mp.setattr(fss, "gen_path", lambda alphas, _, **kw: gen_path(alphas, padded, **kw))
+        r0, r1 = user.retrieval_request(place(cfg, np.arange(SLOTS), gen).indices)
     if relay:
         assert s1.handle_retrieval(0, r1) is None
         fwd = s0.handle_retrieval(0, r0)
@@ -168,26 +182,111 @@ def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_a
     for s in (s0, s1):
         _, sparse, dense_b = s._closed([0])
         got = s._absorbed[0]
-        mine = contribution(cfg, s.party, got.keys.path, got.cw)
-        np.testing.assert_array_equal(mine, sparse)
+        np.testing.assert_array_equal(contribution(cfg, s.party, got.keys.path, got.cw), sparse)
         shares.append((sparse, dense_b))
     total = shares[0][0] + shares[1][0]
-    if not flip:  # one-point keys: the stacked rows hold the sums of what was uploaded at them
-        assert total[5].tolist() == rows[:3].sum(axis=0, dtype=cfg.dtype).tolist()
-        assert total[M - 1].tolist() == rows[3:5].sum(axis=0, dtype=cfg.dtype).tolist()
-        assert total[0].tolist() == rows[5].tolist()
-        assert np.count_nonzero(total.any(axis=1)) == 3
-    else:  # the flipped keys spread beyond their point: more rows than the three points are hit
+    if mode == "flip":  # the flipped keys spread beyond their point: more rows than the three points are hit
         assert np.count_nonzero(total.any(axis=1)) > 3
+    else:  # one-point keys: the stacked rows hold the sums of what was uploaded at them, nothing else
+        expected = np.zeros((M, W), cfg.dtype)
+        for point, row in zip(POINTS[mode], rows, strict=True):
+            if point < M:
+                expected[point] += row
+        np.testing.assert_array_equal(total, expected)
+        assert np.count_nonzero(expected.any(axis=1)) == (3 if mode == "stacked" else 2)
     # the device's own challenge, derived by both servers at retrieval: the full layout's projections are
     # kept under it (session 31, helper P), whatever challenge is named
     challenge = s0.challenge(0)
     assert challenge == s1._absorbed[0].challenge
     proj = s0._bound_projections([0], [challenge]) + s1._bound_projections([0], [challenge])
-    expected = ternary_rows(challenge, ROWS, M * W + P).astype(np.int64) @ np.concatenate(
+    expected_proj = ternary_rows(challenge, ROWS, M * W + P).astype(np.int64) @ np.concatenate(
         [total.reshape(-1), shares[0][1] + shares[1][1]]).astype(np.int64)
-    np.testing.assert_array_equal(proj[0].astype(np.int64), expected % RING)
+    np.testing.assert_array_equal(proj[0].astype(np.int64), expected_proj % RING)
     np.testing.assert_array_equal((shares[0][1] + shares[1][1]), dense)
+
+
+class _CuckooPoints(SecEmbUser):
+    """A cuckoo device that gives item :attr:`item`'s point to its key of each of the item's distinct
+    buckets, and puts its other keys' points past their bucket's items: on a padding position
+    (``sizes[b] <= p < M``) where the bucket has one, else past ``M`` in the keys' padded domain
+    (keys made over it: ``fss.gen_path`` of ``padded_leaves``).  :attr:`points`: its points."""
+
+    item = 0
+    points: np.ndarray | None = None
+
+    def _alphas(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        layout = self.config.cuckoo()
+        sizes, big_m = np.diff(layout.indptr), layout.bucket_size
+        padded = padded_leaves(key_params(self.config))
+        points = np.where(sizes < big_m, sizes, padded - 1).astype(np.int64)
+        mine = np.unique(layout.candidates[self.item])
+        points[mine] = layout.positions(np.full(mine.size, self.item), mine)
+        self.points = points
+        return np.broadcast_to(points, slots.shape).copy(), np.ones(slots.shape[0], bool)
+
+    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> Any:
+        """Its rows fail their tags (its keys are not where it asked): it uploads anyway."""
+        try:
+            return super().retrieval_result(reply0, reply1)
+        except RetrievalTampered:
+            self._tampered = False
+            return None
+
+
+@pytest.mark.parametrize("relay", [False, True])
+def test_cuckoo_an_item_row_receives_exactly_the_proven_payloads_of_its_buckets_keys(relay: bool) -> None:
+    """docs/security.md, "What is proven", cuckoo: ``x`` holds each key's payload, and an item row
+    receives up to ``h = 3`` of them.  A device whose item sits in (up to) three buckets gives it
+    its key of each, and puts every other key's point on a padding position or past the bucket
+    domain ``M``; every slot carries a distinct nonzero row.  The servers' proven payloads
+    (``bounds.payload_share`` at each server, summed) are the uploaded rows of the item's keys and
+    zero for the others (their points lie outside every bucket's items), and the reconstructed
+    aggregate of that device alone is exactly the sum of the item's keys' payloads on the item's row
+    and zero elsewhere: no key's word reaches a row but as its proven payload, and no row gets more
+    than the item's distinct buckets' keys.  Mutation checked: the walk's live mask one position
+    wider (``fused._bucket_rows``: ``<=``), so a key on a bucket's first padding position is proven
+    and folded, fails here, with relay or not."""
+    proto = SecEmbProtocol(layout="cuckoo", relay=relay, verify=True, bound=True, users_per_round=FULL_USERS)
+    cfg = proto.round_config(4, num_items=200, width=W, dense_size=P, m_prime=12, ring_bits=32)
+    layout = cfg.cuckoo()
+    sizes = np.diff(layout.indptr)
+    cand = layout.candidates
+    item = int(np.flatnonzero((cand[:, 0] != cand[:, 1]) & (cand[:, 0] != cand[:, 2]) & (cand[:, 1] != cand[:, 2]))[0])
+    assert (sizes < layout.bucket_size).any() and (sizes == layout.bucket_size).any()  # both kinds of other key
+    gen = np.random.default_rng(9)  # public test data only
+    table = gen.integers(0, 1 << 20, (cfg.num_items, W)).astype(cfg.dtype)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    assert isinstance(s0, SecEmbServer) and isinstance(s1, SecEmbServer)
+    for s in (s0, s1):
+        s.begin_round(cfg, table)
+    user = _CuckooPoints(cfg, relay=relay, verify=True, bound_users=FULL_USERS, _rng=CtrDrbg(b"s31-r2/cuckoo"))
+    user.item = item
+    padded, gen_path = padded_leaves(key_params(cfg)), fss.gen_path
+    assert padded > layout.bucket_size
+    slots = np.full(cfg.slots, -1, np.int64)
+    slots[np.unique(cand[item])] = item
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fss, "gen_path", lambda alphas, _, **kw: gen_path(alphas, padded, **kw))
+        r0, r1 = user.retrieval_request(slots)
+    if relay:
+        assert s1.handle_retrieval(0, r1) is None
+        fwd = s0.handle_retrieval(0, r0)
+        user.retrieval_result(s0.complete_retrieval(0, s1.relay_retrieval(0, fwd)), None)
+    else:
+        user.retrieval_result(s0.handle_retrieval(0, r0), s1.handle_retrieval(0, r1))
+    rows = ((np.arange(cfg.slots * W).reshape(cfg.slots, W) + 1) * 1000).astype(cfg.dtype)
+    user._items = np.zeros(cfg.slots, np.int64)  # its own role refuses rows on empty slots; its software is its own
+    deliver_upload(s0, s1, relay, 0, *user.upload(rows, np.zeros(P, cfg.dtype)))
+    proven = sum(bounds.payload_share(cfg, s.party, s._absorbed[0].keys.path, s._absorbed[0].cw) for s in (s0, s1))
+    mine = np.unique(cand[item])
+    kept = np.zeros_like(rows)
+    kept[mine] = rows[mine]
+    np.testing.assert_array_equal(proven, kept)  # one-point keys: the item's keys' rows; the others' count nowhere
+    total = s0._closed([0])[1] + s1._closed([0])[1]
+    expected = np.zeros((cfg.num_items, W), cfg.dtype)
+    expected[item] = proven[mine].sum(axis=0, dtype=cfg.dtype)
+    np.testing.assert_array_equal(total, expected)
+    assert user.points is not None and (user.points[mine] < sizes[mine]).all()
 
 
 # -- 1. the honest clip: measured at a margin where failures are common ---------------------------------
@@ -262,6 +361,114 @@ def test_an_honest_clipped_device_fails_no_more_often_than_the_docstring_bound(m
             refused += 1
     bound = 2 * ROWS * math.exp(-c * c)
     assert 0 < refused / trials < bound, (refused, trials, bound)
+
+
+@pytest.mark.parametrize(("layout", "relay"), [("cuckoo", True), ("full", False)])
+def test_the_device_and_both_servers_of_a_deployment_prove_with_one_t(layout: str, relay: bool) -> None:
+    """``t`` (``bounds.layout_bits``: the round's users from ``users_per_round``, the layout's ``h``)
+    must be the same at the device -- from the round document server 0 announces (``RoundInfo``:
+    its protocol block and fixed-point encoding), as the SDK builds its role and clip -- and at both
+    servers' nodes (each from its own configuration), and the device's clip must be ``2^(t-1) /
+    (c 2^f)`` of that ``t``.  Expected here: ``t`` by hand from ``2^31 - 1``, the users and ``h``.
+    Mutation checked: the cuckoo multiplicity 1 at the device's role only (``bounds.bound_params``
+    at ``user.py``) fails here."""
+    srv = j21.servers(layout, relay)
+    try:
+        leader, follower = srv.nodes
+        opened = leader.open_round(participants=j21.USERS, deadline_s=30.0)
+        info = srv.servers().device(j21.USERS[0]).round_info()
+        proto = info.make_protocol()
+        assert isinstance(proto, SecEmbProtocol)
+        n = proto.bound_users
+        assert n == len(j21.USERS) and info.config.layout == layout
+        h = 3 if layout == "cuckoo" else 1
+        t = ((RING // 2 - 1) // (n * h)).bit_length() - 1
+        assert 2 ** t * n * h <= RING // 2 - 1 < 2 ** (t + 1) * n * h
+        device = proto.make_user(info.config)
+        params = [device._bound, leader.role._bound, follower.role._bound]
+        assert [p.bits for p in params] == [t] * 3 and params[0] == params[1] == params[2], params
+        fp = info.fixed_point()
+        clip = proto.upload_clip(fp, None)
+        assert clip is not None and clip.l2 * bounds.CLIP_MARGIN * 2.0**fp.frac_bits == pytest.approx(2.0 ** (t - 1))
+        leader.close_round(int(opened["round_id"]))
+    finally:
+        srv.stop()
+
+
+# -- 1. the bound's tries: a device reads its verdict before it proves (S31-R2-3) ---------------------
+
+class _Withholder(MaliciousUser):
+    """A device that uploads rows ``2^30`` above its gradient at every real slot (the
+    ``oversized-payload`` upload) and then proves its real upload as an honest prover does: its own
+    shares tell it the projections, ``bound_proof`` refuses, and the SDK sends no proof
+    (``RoundSession.prove`` returns ``False``).  :attr:`verdicts`: what each of its proofs read."""
+
+    verdicts: list[bool] = []
+
+    def upload(self, rows: np.ndarray, dense: np.ndarray) -> tuple[bytes, bytes | None]:
+        cfg = self.config
+        assert self._real is not None  # set by retrieval_request
+        big = rows.astype(cfg.dtype) + np.where(self._real[:, None], cfg.dtype.type(1 << 30), cfg.dtype.type(0))
+        return SecEmbUser.upload(self, big, dense)
+
+    def bound_proof(self, challenge: bytes) -> bytes:
+        try:
+            out = SecEmbUser.bound_proof(self, challenge)
+        except InvalidParameters:
+            type(self).verdicts.append(False)
+            raise
+        type(self).verdicts.append(True)
+        return out
+
+
+class _WithholdingProtocol(SecEmbProtocol):
+    def __init__(self, base: SecEmbProtocol) -> None:
+        super().__init__(base.layout, base.relay, base.expansion, base.layout_seed, base.backend, base.verify,
+                         base.bound, base.bound_users)
+
+    def make_user(self, config: Any, *, _rng: Any = None) -> SecEmbUser:
+        return _Withholder(config, "oversized-payload", relay=self.relay, verify=self.verify,
+                           bound_users=self.bound_users, _rng=_rng)
+
+
+def test_s31_r2_3_a_device_reads_its_bound_verdict_and_withholds_a_failing_proof_at_no_cost() -> None:
+    """S31-R2-3, the bound's S31-R1: a device holds both servers' shares of its proven vector ``x``
+    (it made the keys and the dense shares), so once server 0's challenge is in it computes the 40
+    projections itself and knows the check's verdict before it proves.  A failing try is withheld --
+    the SDK does it on its own: ``bound_proof`` refuses and nothing is sent -- and the node leaves
+    the device out as a silent dropout (``SecEmbServer.unproved``; finding J2: a proof may still be
+    on its way): not in the round's ``rejected``, no ``device_rejected`` alarm, no strike.  Here the
+    device uploads a payload ``2^30`` above its gradient in 4 rounds, one more than the door's
+    ``MAX_REJECTIONS``, and is never refused.  So the door does not bound the bound's tries either:
+    a coordinate beyond ``2T`` passes with probability up to ``2^-40`` a round (one entry 0 in each
+    of the 40 rows), at no cost, over as many rounds as the device takes part in (with 1000 such
+    devices, about ``2^-10`` after ``2^20`` rounds).  docs/security.md's threat table overstates it:
+    "a device whose proof fails or that sends none is left out like a dropout, listed in the round's
+    ``rejected``, and ``device_rejected`` is raised" (one that sends none is neither), and "The
+    check" lists the door among the consequences of a failing proof, which no cheat sends.  This
+    pins the limit (no code can strike a withheld proof without striking honest late proofs)."""
+    from secemb.server.verify import MAX_REJECTIONS
+
+    srv = j21.servers("full", False)
+    try:
+        leader = srv.nodes[0]
+        honest, cheat = j21.USERS[:4], j21.USERS[4]
+        _Withholder.verdicts = []
+        for _ in range(MAX_REJECTIONS + 1):
+            opened = leader.open_round(participants=j21.USERS, deadline_s=30.0)
+            assert cheat not in opened.get("refused", []), opened  # the door never closes on it
+            for u in [*honest, cheat]:
+                client = srv.servers().device(u)
+                info = client.round_info()
+                proto = _WithholdingProtocol(info.make_protocol()) if u == cheat else None
+                j21.Device(client, *j21.tbn.RATINGS.of(u)).participate(info, protocol=proto)
+            out = leader.close_round(int(opened["round_id"]))
+            assert (out["state"], out["included"], out["rejected"]) == ("committed", sorted(honest), []), out
+        assert _Withholder.verdicts == [False] * (MAX_REJECTIONS + 1)  # it read every verdict itself
+        assert leader.rejections == {} and leader.status()["strikes"] == {}
+        assert not [a for a in leader.status()["alarms"] if a["kind"] == "device_rejected"]
+    finally:
+        srv.stop()
 
 
 # -- 2. the clear of the strikes: a crafted journal ------------------------------------------------------
