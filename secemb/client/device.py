@@ -725,8 +725,8 @@ class RoundSession:
         :meth:`~secemb.protocols.base.BoundProver.bound_proof`, e.g. SecEmb's) and send server 0 the
         proof.  ``False``: the upload is not within the bound (the local step's contribution was
         clipped to it, :meth:`~secemb.protocols.base.Protocol.upload_clip`, so an honest device
-        fails with probability below ``2^-51``); nothing is sent, and the servers leave the device
-        out of the round.
+        fails with probability below ``2^-50`` at up to 10,000 users a round); nothing is sent, and
+        the servers leave the device out of the round.
 
         Raises
         ------

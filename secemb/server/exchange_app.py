@@ -422,7 +422,10 @@ def create_exchange_app(node: ExchangeNode, verifier: Verifier, *, max_body_byte
 
     @app.post("/v1/admin/exchange/strikes/clear")
     async def clear_strikes(request: Request) -> dict[str, Any]:
-        await authed(request, "admin", 64)  # an empty JSON document
+        _, body = await authed(request, "admin", 64)  # an empty JSON document
+        if doc := json_object(body, 64):  # no clear of one device here (session 31, S31-R2-2: it cleared all)
+            raise InvalidParameters(f"a one-server node clears every device's strikes at once: send {{}}, got fields "
+                                    f"{sorted(doc)[:5]}")
         out: dict[str, Any] = await call(rounds.clear_strikes)
         return out
 

@@ -266,7 +266,10 @@ class NodeState:
                     self.rejections[int(u)] = self.rejections.get(int(u), 0) + 1
 
         def forgive(who: Any) -> None:  # a clear of the strikes: of device ``who``, or of every device (None)
-            gone = {(q, u) for q, u in counted if who is None or u == int(who)}
+            if who is not None and not (type(who) is int and 0 <= who < self.cfg.num_users):
+                raise CorruptState(f"journal: a strikes_cleared record names no device of the deployment "
+                                   f"({str(who)[:40]!r}; the server writes null or an id in [0, {self.cfg.num_users}))")
+            gone = {(q, u) for q, u in counted if who is None or u == who}
             counted.difference_update(gone)
             forgotten.update(gone)
             for _, u in gone:
@@ -280,7 +283,7 @@ class NodeState:
                 self._remember_alarm(rec)
             elif ev == "alarms_cleared":
                 self.alarms, self.halted = [], None
-                if rec.get("strikes") != "kept":  # written before session 31: a clear of the alarms forgave every strike
+                if rec.get("strikes") != "kept":  # written before session 31, when a clear forgave every strike
                     forgive(None)
             elif ev == "strikes_cleared":
                 forgive(rec.get("device"))
