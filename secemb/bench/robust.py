@@ -24,8 +24,9 @@ arrive together, so a round may be absorbed in several batches).
 With ``--bound`` a third kind of round runs in the same alternation: verified uploads plus
 bounded payloads (issue 34 (b), ``SecEmbProtocol(bound=True)``): each device's proof after its
 upload (its CPU reported apart, ``device_proof_s``: the servers' seconds do not include it), server 0's
-intake of the proofs, and the servers' bound check before the aggregate shares.  Server 0 draws
-one projection challenge per batch of uploads it absorbs, so the round's devices share one
+intake of the proofs, and the servers' bound check before the aggregate shares.  Cuckoo layout:
+server 0 draws one projection challenge per batch of uploads it absorbs, so the round's devices
+share one; full layout: each device's own, which both servers derive at its retrieval
 (``"challenges"`` in the JSON: the distinct challenges of a bounded round, its median).  The proof
 counts in the device's upload bytes, the check's request and answer in the server-to-server
 bytes.
