@@ -98,7 +98,18 @@ POINTS = {"stacked": [5, 5, 5, M - 1, M - 1, 0], "beyond": [5, 5, 5, M - 1, M + 
           "flip": [5, 5, 5, M - 1, M - 1, 0]}
 
 
-class _CraftedKeys(SecEmbUser):
+class _UploadsDespiteTags(SecEmbUser):
+    """A device whose keys are not where it asked: its rows fail their tags, and it uploads anyway."""
+
+    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> Any:
+        try:
+            return super().retrieval_result(reply0, reply1)
+        except RetrievalTampered:
+            self._tampered = False
+            return None
+
+
+class _CraftedKeys(_UploadsDespiteTags):
     """A full-layout device whose keys' points are :data:`POINTS` ``[mode]`` whatever it asked for
     (its uploaded rows are its own choice too).  ``beyond``: its keys are made over the padded
     domain (``fss.gen_path`` of ``padded_leaves``, the same tree depth), so that a point may lie
@@ -110,14 +121,6 @@ class _CraftedKeys(SecEmbUser):
 
     def _alphas(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.broadcast_to(np.array(POINTS[self.mode]), slots.shape).copy(), np.ones(slots.shape[0], bool)
-
-    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> Any:
-        """Its rows fail their tags (its keys are not at the items it asked for): it uploads anyway."""
-        try:
-            return super().retrieval_result(reply0, reply1)
-        except RetrievalTampered:
-            self._tampered = False
-            return None
 
     def _sending(self, messages: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
         if self.mode != "flip":
@@ -205,7 +208,7 @@ def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_a
     np.testing.assert_array_equal((shares[0][1] + shares[1][1]), dense)
 
 
-class _CuckooPoints(SecEmbUser):
+class _CuckooPoints(_UploadsDespiteTags):
     """A cuckoo device that gives item :attr:`item`'s point to its key of each of the item's distinct
     buckets, and puts its other keys' points past their bucket's items: on a padding position
     (``sizes[b] <= p < M``) where the bucket has one, else past ``M`` in the keys' padded domain
@@ -223,14 +226,6 @@ class _CuckooPoints(SecEmbUser):
         points[mine] = layout.positions(np.full(mine.size, self.item), mine)
         self.points = points
         return np.broadcast_to(points, slots.shape).copy(), np.ones(slots.shape[0], bool)
-
-    def retrieval_result(self, reply0: bytes, reply1: bytes | None) -> Any:
-        """Its rows fail their tags (its keys are not where it asked): it uploads anyway."""
-        try:
-            return super().retrieval_result(reply0, reply1)
-        except RetrievalTampered:
-            self._tampered = False
-            return None
 
 
 @pytest.mark.parametrize("relay", [False, True])
