@@ -98,6 +98,27 @@ POINTS = {"stacked": [5, 5, 5, M - 1, M - 1, 0], "beyond": [5, 5, 5, M - 1, M + 
           "flip": [5, 5, 5, M - 1, M - 1, 0]}
 
 
+def _servers(proto: SecEmbProtocol, cfg: Any, seed: int) -> tuple[SecEmbServer, SecEmbServer]:
+    """``proto``'s two servers with round ``cfg`` begun on a random table (public test data, numpy's
+    generator of ``seed``)."""
+    table = np.random.default_rng(seed).integers(0, 1 << 20, (cfg.num_items, W)).astype(cfg.dtype)
+    s0, s1 = proto.make_server(0), proto.make_server(1)
+    assert isinstance(s0, SecEmbServer) and isinstance(s1, SecEmbServer)
+    for s in (s0, s1):
+        s.begin_round(cfg, table)
+    return s0, s1
+
+
+def _retrieve(s0: SecEmbServer, s1: SecEmbServer, relay: bool, user: SecEmbUser, r0: bytes, r1: bytes) -> None:
+    """User 0's retrieval of its request ``(r0, r1)`` through both servers, relay or not."""
+    if relay:
+        assert s1.handle_retrieval(0, r1) is None
+        fwd = s0.handle_retrieval(0, r0)
+        user.retrieval_result(s0.complete_retrieval(0, s1.relay_retrieval(0, fwd)), None)  # type: ignore[attr-defined]
+    else:
+        user.retrieval_result(s0.handle_retrieval(0, r0), s1.handle_retrieval(0, r1))
+
+
 class _UploadsDespiteTags(SecEmbUser):
     """A device whose keys are not where it asked: its rows fail their tags, and it uploads anyway."""
 
@@ -158,12 +179,7 @@ def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_a
     ``fused.aggregation_of``'s walk cut to ``< m - 1``: each fails here."""
     proto = SecEmbProtocol(layout="full", relay=relay, verify=True, bound=True, users_per_round=FULL_USERS)
     cfg = proto.round_config(2, num_items=M, width=W, dense_size=P, m_prime=SLOTS, ring_bits=32)
-    gen = np.random.default_rng(5)  # public test data only
-    table = gen.integers(0, 1 << 20, (M, W)).astype(cfg.dtype)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    assert isinstance(s0, SecEmbServer) and isinstance(s1, SecEmbServer)
-    for s in (s0, s1):
-        s.begin_round(cfg, table)
+    s0, s1 = _servers(proto, cfg, 5)
     user = _CraftedKeys(cfg, relay=relay, verify=True, bound_users=FULL_USERS, _rng=CtrDrbg(b"s31-r2/full"))
     user.mode = mode
     padded, gen_path = padded_leaves(key_params(cfg)), fss.gen_path
@@ -171,13 +187,8 @@ def test_full_layout_each_servers_proven_rows_are_its_share_of_what_the_device_a
     with pytest.MonkeyPatch.context() as mp:
         if mode == "beyond":  # the device's own key generation, over the padded domain
             mp.setattr(fss, "gen_path", lambda alphas, _, **kw: gen_path(alphas, padded, **kw))
-        r0, r1 = user.retrieval_request(place(cfg, np.arange(SLOTS), gen).indices)
-    if relay:
-        assert s1.handle_retrieval(0, r1) is None
-        fwd = s0.handle_retrieval(0, r0)
-        user.retrieval_result(s0.complete_retrieval(0, s1.relay_retrieval(0, fwd)), None)
-    else:
-        user.retrieval_result(s0.handle_retrieval(0, r0), s1.handle_retrieval(0, r1))
+        r0, r1 = user.retrieval_request(place(cfg, np.arange(SLOTS), np.random.default_rng(5)).indices)
+    _retrieve(s0, s1, relay, user, r0, r1)
     rows = ((np.arange(SLOTS * W).reshape(SLOTS, W) + 1) * 1000).astype(cfg.dtype)
     dense = np.array([7, 1 << 20, RING - 3], cfg.dtype)
     deliver_upload(s0, s1, relay, 0, *user.upload(rows, dense))
@@ -248,12 +259,7 @@ def test_cuckoo_an_item_row_receives_exactly_the_proven_payloads_of_its_buckets_
     cand = layout.candidates
     item = int(np.flatnonzero((cand[:, 0] != cand[:, 1]) & (cand[:, 0] != cand[:, 2]) & (cand[:, 1] != cand[:, 2]))[0])
     assert (sizes < layout.bucket_size).any() and (sizes == layout.bucket_size).any()  # both kinds of other key
-    gen = np.random.default_rng(9)  # public test data only
-    table = gen.integers(0, 1 << 20, (cfg.num_items, W)).astype(cfg.dtype)
-    s0, s1 = proto.make_server(0), proto.make_server(1)
-    assert isinstance(s0, SecEmbServer) and isinstance(s1, SecEmbServer)
-    for s in (s0, s1):
-        s.begin_round(cfg, table)
+    s0, s1 = _servers(proto, cfg, 9)
     user = _CuckooPoints(cfg, relay=relay, verify=True, bound_users=FULL_USERS, _rng=CtrDrbg(b"s31-r2/cuckoo"))
     user.item = item
     padded, gen_path = padded_leaves(key_params(cfg)), fss.gen_path
@@ -263,12 +269,7 @@ def test_cuckoo_an_item_row_receives_exactly_the_proven_payloads_of_its_buckets_
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(fss, "gen_path", lambda alphas, _, **kw: gen_path(alphas, padded, **kw))
         r0, r1 = user.retrieval_request(slots)
-    if relay:
-        assert s1.handle_retrieval(0, r1) is None
-        fwd = s0.handle_retrieval(0, r0)
-        user.retrieval_result(s0.complete_retrieval(0, s1.relay_retrieval(0, fwd)), None)
-    else:
-        user.retrieval_result(s0.handle_retrieval(0, r0), s1.handle_retrieval(0, r1))
+    _retrieve(s0, s1, relay, user, r0, r1)
     rows = ((np.arange(cfg.slots * W).reshape(cfg.slots, W) + 1) * 1000).astype(cfg.dtype)
     user._items = np.zeros(cfg.slots, np.int64)  # its own role refuses rows on empty slots; its software is its own
     deliver_upload(s0, s1, relay, 0, *user.upload(rows, np.zeros(P, cfg.dtype)))
