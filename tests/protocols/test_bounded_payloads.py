@@ -159,8 +159,8 @@ def test_honest_devices_pass_and_the_aggregate_is_exact(layout: str, relay: bool
 
 @pytest.mark.parametrize(("layout", "relay"), [lr for lr in LAYOUTS if lr[0] == "cuckoo"])
 def test_the_retrieval_walk_keeps_the_payload_sums_a_walk_of_the_keys_gives(layout: str, relay: bool) -> None:
-    """Cuckoo layout (the full layout proves per row, from a walk of the keys at verification,
-    and keeps no sums): each server's projections from the payload sums its retrieval's walk kept
+    """Cuckoo layout (the full layout proves per row and keeps projections, not sums: the next
+    test): each server's projections from the payload sums its retrieval's walk kept
     (one batch, tasks over three threads: ranges of buckets) equal those from a walk of the absorbed
     keys -- the path of a backend whose walk keeps none (gpu) -- and that path passes too."""
     rnd = Round(layout, relay, ThreadBackend(3))
@@ -175,6 +175,30 @@ def test_the_retrieval_walk_keeps_the_payload_sums_a_walk_of_the_keys_gives(layo
         kept = server._bound_projections(users, challenges)
         for u in users:
             server._absorbed[u] = dataclasses.replace(server._absorbed[u], sums=None)
+        np.testing.assert_array_equal(server._bound_projections(users, challenges), kept)
+    rnd.close_exact(set())
+
+
+@pytest.mark.parametrize(("layout", "relay"), [lr for lr in LAYOUTS if lr[0] == "full"])
+def test_the_full_layouts_kept_projections_are_those_a_walk_of_the_keys_gives(layout: str, relay: bool) -> None:
+    """Full layout (session 31, helper P): each server's projections kept from the retrieval's walk
+    (its folded part, device by device, on three threads) and its intake (the correction words'
+    part and the dense share) equal those from a walk of the absorbed keys at verification under
+    each device's derived challenge -- the path of a backend whose walk keeps none (gpu), which
+    this CPU test reaches by dropping the kept projections -- and that path passes too.  Mutation:
+    the intake's dense share left out of the kept projections fails the comparison."""
+    rnd = Round(layout, relay, ThreadBackend(3))
+    users = list(range(7))
+    rnd.retrieve_batch(users)
+    for uid in users:
+        rnd.upload(uid, *rnd.honest_upload(uid))
+        rnd.prove(uid)
+    challenges = [rnd.s0.challenge(u) for u in users]
+    for server in (rnd.s0, rnd.s1):
+        assert all(server._absorbed[u].projected is not None for u in users)
+        kept = server._bound_projections(users, challenges)
+        for u in users:
+            server._absorbed[u] = dataclasses.replace(server._absorbed[u], projected=None)
         np.testing.assert_array_equal(server._bound_projections(users, challenges), kept)
     rnd.close_exact(set())
 
