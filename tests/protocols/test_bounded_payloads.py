@@ -157,12 +157,16 @@ def test_honest_devices_pass_and_the_aggregate_is_exact(layout: str, relay: bool
     rnd.close_exact(set())
 
 
-@pytest.mark.parametrize(("layout", "relay"), [lr for lr in LAYOUTS if lr[0] == "cuckoo"])
-def test_the_retrieval_walk_keeps_the_payload_sums_a_walk_of_the_keys_gives(layout: str, relay: bool) -> None:
-    """Cuckoo layout (the full layout proves per row and keeps projections, not sums: the next
-    test): each server's projections from the payload sums its retrieval's walk kept
-    (one batch, tasks over three threads: ranges of buckets) equal those from a walk of the absorbed
-    keys -- the path of a backend whose walk keeps none (gpu) -- and that path passes too."""
+@pytest.mark.parametrize(("layout", "relay"), LAYOUTS)
+def test_what_the_retrieval_walk_keeps_projects_as_a_walk_of_the_keys_does(layout: str, relay: bool) -> None:
+    """Each server's projections from what its retrieval's walk kept (one batch, tasks over three
+    threads) equal those from a walk of the absorbed keys at verification -- the path of a backend
+    whose walk keeps none (gpu), which this CPU test reaches by dropping what was kept -- and that
+    path passes too.  Cuckoo layout: the payload sums (ranges of buckets).  Full layout (session 31,
+    helper P): the projections under each device's derived challenge, of its folded part from the
+    walk device by device and of the correction words' part and dense share from its intake
+    (mutation: the intake's dense share left out fails the comparison)."""
+    kept_field = "sums" if layout == "cuckoo" else "projected"
     rnd = Round(layout, relay, ThreadBackend(3))
     users = list(range(7))
     rnd.retrieve_batch(users)
@@ -171,34 +175,10 @@ def test_the_retrieval_walk_keeps_the_payload_sums_a_walk_of_the_keys_gives(layo
         rnd.prove(uid)
     challenges = [rnd.s0.challenge(u) for u in users]
     for server in (rnd.s0, rnd.s1):
-        assert all(server._absorbed[u].sums is not None for u in users)
+        assert all(getattr(server._absorbed[u], kept_field) is not None for u in users)
         kept = server._bound_projections(users, challenges)
         for u in users:
-            server._absorbed[u] = dataclasses.replace(server._absorbed[u], sums=None)
-        np.testing.assert_array_equal(server._bound_projections(users, challenges), kept)
-    rnd.close_exact(set())
-
-
-@pytest.mark.parametrize(("layout", "relay"), [lr for lr in LAYOUTS if lr[0] == "full"])
-def test_the_full_layouts_kept_projections_are_those_a_walk_of_the_keys_gives(layout: str, relay: bool) -> None:
-    """Full layout (session 31, helper P): each server's projections kept from the retrieval's walk
-    (its folded part, device by device, on three threads) and its intake (the correction words'
-    part and the dense share) equal those from a walk of the absorbed keys at verification under
-    each device's derived challenge -- the path of a backend whose walk keeps none (gpu), which
-    this CPU test reaches by dropping the kept projections -- and that path passes too.  Mutation:
-    the intake's dense share left out of the kept projections fails the comparison."""
-    rnd = Round(layout, relay, ThreadBackend(3))
-    users = list(range(7))
-    rnd.retrieve_batch(users)
-    for uid in users:
-        rnd.upload(uid, *rnd.honest_upload(uid))
-        rnd.prove(uid)
-    challenges = [rnd.s0.challenge(u) for u in users]
-    for server in (rnd.s0, rnd.s1):
-        assert all(server._absorbed[u].projected is not None for u in users)
-        kept = server._bound_projections(users, challenges)
-        for u in users:
-            server._absorbed[u] = dataclasses.replace(server._absorbed[u], projected=None)
+            server._absorbed[u] = dataclasses.replace(server._absorbed[u], **{kept_field: None})
         np.testing.assert_array_equal(server._bound_projections(users, challenges), kept)
     rnd.close_exact(set())
 
