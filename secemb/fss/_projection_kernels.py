@@ -24,6 +24,9 @@ under load).
 
 from __future__ import annotations
 
+import ctypes
+import platform
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -62,18 +65,21 @@ ENTRY_WORDS = _entry_words()
 
 
 @njit(cache=True, nogil=True)
-def expand_rows(stream: np.ndarray, s: int, t: np.ndarray,
+def expand_rows(stream: np.ndarray, s: int, rows: int, t: np.ndarray,
                 entry_words: np.ndarray) -> None:  # pragma: no cover - compiled
     """``t[i, 4 k + q] = a - b`` with ``v = stream[s, i B + k]``, ``a = (v >> 2 q) & 1``,
-    ``b = (v >> (2 q + 1)) & 1``: the ternary rows of stream ``s`` of the streams uint8
-    (c, >= rows B), into int8 ``t`` (rows, 4 B), C-contiguous, ``B = ceil(L / 4)`` bytes a row (a
-    row's last ``4 B - L`` entries are the stream's unused bits, which no product reads).  A byte's
+    ``b = (v >> (2 q + 1)) & 1``: the ``rows`` ternary rows of stream ``s`` of the streams uint8
+    (c, rows B), ``B = stream.shape[1] / rows = ceil(L / 4)`` bytes a row, into int8 ``t`` (>= rows,
+    >= 4 B), C-contiguous (its other entries untouched; a row's last ``4 B - L`` entries are the
+    stream's unused bits, which no product reads).  A byte's
     four entries are written as one word of ``entry_words`` (pass :data:`ENTRY_WORDS`; an argument,
     since numba's reads of a global array here were 4 times slower): a quarter of the stores of an
     entry at a time and no bit arithmetic, about 3 times faster at 40 rows of 16,251 entries."""
-    words = t.view(np.uint32)  # (rows, B): word k of row i is entries 4 k .. 4 k + 3
-    per_row = words.shape[1]
-    for i in range(words.shape[0]):
+    if rows == 0:
+        return
+    words = t.view(np.uint32)  # word k of row i is entries 4 k .. 4 k + 3
+    per_row = stream.shape[1] // rows
+    for i in range(rows):
         at = i * per_row
         for k in range(per_row):
             words[i, k] = entry_words[stream[s, at + k]]
@@ -228,3 +234,228 @@ def affine_vector(base: np.ndarray, count: np.ndarray, words: np.ndarray, negate
     dense = xs[slots * width :]
     for p in range(tail.shape[0]):
         dense[p] = tail[p]
+
+
+
+
+# --- AMX: the products as tile matrix products ---------------------------------------------------------------
+
+#: Linux x86-64's ``arch_prctl`` system call, its request for a permission to an extended state component
+#: (``ARCH_REQ_XCOMP_PERM``) and AMX's tile data component (``XFEATURE_XTILEDATA``): ``arch_prctl(2)``,
+#: the kernel's ``Documentation/arch/x86/xstate.rst``
+_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18
+
+
+def _tiles_permitted() -> bool:
+    """Whether this process may run AMX's tile instructions: the CPU has AMX-TILE and AMX-INT8 and Linux
+    grants the process the tile data state (a permission of the whole process, asked once; a kernel before
+    5.16 or another system refuses it)."""
+    features = host_cpu_features()
+    if not (features.get("amx-tile") and features.get("amx-int8")) or sys.platform != "linux" \
+            or platform.machine() != "x86_64":
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0)
+
+
+#: whether :func:`tile_products` can run here (:func:`_tiles_permitted`)
+TILES = _tiles_permitted()
+#: a tile's rows and bytes a row, in every tile :func:`_tile_sums` configures (AMX's largest: 1 KiB)
+TILE_ROWS, TILE_BYTES = 16, 64
+#: projection rows a pass of :func:`_tile_sums`: three tiles of 16
+TILE_COLUMNS = 3 * TILE_ROWS
+#: the longest vector :func:`tile_products` takes: each of its int32 sums, at most ``255 L`` in magnitude,
+#: stays exact (``255 * 2^23 < 2^31``), as the combination of the planes modulo ``2^64`` needs
+TILE_LENGTH = 1 << 23
+_VOID, _BYTES = ir.VoidType(), _I8.as_pointer()
+
+
+def _tile_config() -> np.ndarray:
+    """AMX's 64-byte tile configuration (palette 1) of :func:`_tile_sums`: tiles 0-2 the sums (16 rows of
+    16 int32), tiles 3-5 the entries (16 rows of 64 int8), tile 6 the planes (16 rows of 16 x 4 uint8):
+    every tile 16 rows of 64 bytes."""
+    config = np.zeros(64, np.uint8)
+    config[0] = 1
+    config[16:30].view(np.uint16)[:] = TILE_BYTES
+    config[48:55] = TILE_ROWS
+    return config
+
+
+#: :func:`_tile_config`
+TILE_CONFIG = _tile_config()
+
+
+@intrinsic
+def _tile_sums(typingctx, config, entries, entry_stride, planes, plane_stride, sums, sum_stride,  # noqa: ANN001, ANN201
+               steps):
+    """``C = A B`` by AMX's ``tdpbsud`` (the caller checks :data:`TILES`), in int32 (which no sum leaves if
+    ``steps <= TILE_LENGTH / 64``): ``A`` (48, 64 steps) the int8 at ``entries`` (rows ``entry_stride`` bytes
+    apart), ``B`` (64 steps, 16) uint8 with ``B[4 k + q, n]`` byte ``q`` of word ``n`` of row ``k`` of the
+    uint32 at ``planes`` (rows ``plane_stride`` bytes apart: AMX's layout of a right operand), ``C`` (48,
+    16) int32 written at ``sums`` (rows ``sum_stride`` bytes apart); all addresses integers, ``config``
+    :data:`TILE_CONFIG`'s.  A step loads the three tiles of ``A``'s 64 columns and ``B``'s 16 rows once and
+    takes three ``tdpbsud`` (16 x 16 x 64 products each)."""
+    sig = types.void(config, entries, entry_stride, planes, plane_stride, sums, sum_stride, steps)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        module = builder.module
+        load_config = module.declare_intrinsic("llvm.x86.ldtilecfg", fnty=ir.FunctionType(_VOID, [_BYTES]))
+        load = module.declare_intrinsic("llvm.x86.tileloadd64", fnty=ir.FunctionType(_VOID, [_I8, _BYTES, _I64]))
+        store = module.declare_intrinsic("llvm.x86.tilestored64", fnty=ir.FunctionType(_VOID, [_I8, _BYTES, _I64]))
+        product = module.declare_intrinsic("llvm.x86.tdpbsud", fnty=ir.FunctionType(_VOID, [_I8, _I8, _I8]))
+        zero = module.declare_intrinsic("llvm.x86.tilezero", fnty=ir.FunctionType(_VOID, [_I8]))
+        release = module.declare_intrinsic("llvm.x86.tilerelease", fnty=ir.FunctionType(_VOID, []))
+        config_at, entry_at, entry_stride, plane_at, plane_stride, sum_at, sum_stride, steps = args
+        config_at, entry_at, plane_at, sum_at = (builder.inttoptr(a, _BYTES) for a in (config_at, entry_at, plane_at,
+                                                                                      sum_at))
+        tile = [ir.Constant(_I8, r) for r in range(7)]
+        rows = ir.Constant(_I64, TILE_ROWS)
+        builder.call(load_config, [config_at])
+        for c in range(3):
+            builder.call(zero, [tile[c]])
+        start = builder.block
+        loop, done = builder.append_basic_block("tiles.loop"), builder.append_basic_block("tiles.done")
+        builder.cbranch(builder.icmp_signed(">", steps, ir.Constant(_I64, 0)), loop, done)
+        builder.position_at_end(loop)
+        step = builder.phi(_I64)
+        builder.call(load, [tile[6], builder.gep(plane_at, [builder.mul(step, builder.mul(plane_stride, rows))]),
+                            plane_stride])
+        columns = builder.gep(entry_at, [builder.mul(step, ir.Constant(_I64, TILE_BYTES))])
+        for c in range(3):
+            at = builder.gep(columns, [builder.mul(entry_stride, ir.Constant(_I64, TILE_ROWS * c))])
+            builder.call(load, [tile[3 + c], at, entry_stride])
+            builder.call(product, [tile[c], tile[3 + c], tile[6]])
+        following = builder.add(step, ir.Constant(_I64, 1))
+        step.add_incoming(ir.Constant(_I64, 0), start)
+        step.add_incoming(following, loop)
+        builder.cbranch(builder.icmp_signed("<", following, steps), loop, done)
+        builder.position_at_end(done)
+        for c in range(3):
+            at = builder.gep(sum_at, [builder.mul(sum_stride, ir.Constant(_I64, TILE_ROWS * c))])
+            builder.call(store, [tile[c], at, sum_stride])
+        builder.call(release, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _plane_bytes(typingctx, like, source, target):  # noqa: ANN001, ANN201 - numba intrinsic protocol
+    """The ``4 P`` bytes of four ring words (``P`` the bytes of a word of the array ``like``, 4 or 8) at the
+    address ``source`` written at the address ``target`` transposed, byte ``p`` of word ``q`` to ``4 p + q``:
+    one load, one shuffle (``vpshufb`` / ``vpermb``) and one store."""
+    per = like.dtype.bitwidth // 8
+    sig = types.void(like, source, target)
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        vector = ir.VectorType(_I8, 4 * per)
+        words = builder.load(builder.inttoptr(args[1], vector.as_pointer()), align=1)
+        order = ir.Constant(ir.VectorType(_I32, 4 * per), [per * q + p for p in range(per) for q in range(4)])
+        builder.store(builder.shuffle_vector(words, words, order), builder.inttoptr(args[2], vector.as_pointer()),
+                      align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True)
+def word_planes(x: np.ndarray, at: np.ndarray, planes: np.ndarray) -> None:  # pragma: no cover - compiled
+    """The byte planes of the ring ``x`` (n, L)'s rows ``at`` (each contiguous) in AMX's layout of a right
+    operand: ``planes[k, P m + p]`` (uint32 (>= ceil(L / 4), >= P at.size), C-contiguous; ``P`` the bytes of
+    a word, 4 or 8) holds byte ``p`` of ``x[at[m], 4 k + q]`` as its byte ``q`` (a 4 x P transposition of
+    the bytes of each four words: :func:`_plane_bytes`), zero where ``4 k + q >= L``, for every row ``k`` of
+    ``planes``; its other columns untouched."""
+    per, length = x.itemsize, x.shape[1]
+    if x.strides[1] != per or planes.strides[1] != 4 or planes.strides[0] != 4 * planes.shape[1] \
+            or planes.shape[0] < -(-length // 4) or planes.shape[1] < per * at.size:
+        raise ValueError("word_planes: rows of x or planes of the wrong shape")
+    for m in range(at.size):  # read at raw addresses: no row may leave x
+        if not 0 <= at[m] < x.shape[0]:
+            raise ValueError("word_planes: a device's row out of x's shape")
+    whole = length // 4
+    row, step, first = planes.strides[0], 4 * per, planes.ctypes.data
+    for k in range(whole):
+        for m in range(at.size):
+            _plane_bytes(x, x.ctypes.data + at[m] * x.strides[0] + k * step,  # type: ignore[call-arg]  # numba's stub
+                         first + k * row + m * step)
+    bytes_in = planes.view(np.uint8)
+    for k in range(whole, planes.shape[0]):
+        for m in range(at.size):
+            for p in range(per):
+                for q in range(4):
+                    j = 4 * k + q
+                    bytes_in[k, step * m + 4 * p + q] = np.uint8(x[at[m], j] >> _word(x, 8 * p)) if j < length else 0
+
+
+@njit(cache=True, nogil=True)
+def tile_products(t: np.ndarray, rows: int, x: np.ndarray, at: np.ndarray, out: np.ndarray, to: np.ndarray,
+                  planes: np.ndarray, sums: np.ndarray, config: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`ternary_products`'s ``out[to[m]] = t x[at[m]] mod 2^k`` (rows ``i < rows``) by AMX (:data:`TILES`;
+    the caller checks) for ``x`` (n, L) of at most :data:`TILE_LENGTH` words, with ``t`` int8 (a multiple of
+    :data:`TILE_COLUMNS` rows, ``K``), ``K`` a multiple of 64 and ``>= L`` (:func:`expand_rows`' rows; its
+    other entries any: they meet zero bytes or give sums no device reads), scratches ``planes`` uint32
+    (``K / 4``, a multiple of 16) and ``sums`` int32 (``t.shape[0]``, ``planes.shape[1]``), C-contiguous, and
+    ``config`` :data:`TILE_CONFIG`.  The devices go ``planes.shape[1] / P`` a pass (``P`` the bytes of a
+    word): their byte planes (:func:`word_planes`), then for each :data:`TILE_COLUMNS` rows and 16 planes
+    the int32 sums ``S_p = sum_j t_i[j] (x_m[j] >> 8 p & 255)`` (:func:`_tile_sums`; exact: ``|S_p| <=
+    255 L < 2^31``) and ``out[to[m], i] = sum_p 2^(8 p) S_p mod 2^k``."""
+    per, width, padded = x.itemsize, planes.shape[1], t.shape[1]
+    if (t.shape[0] % TILE_COLUMNS or padded % TILE_BYTES or padded > TILE_LENGTH or x.shape[1] > padded
+            or width % TILE_ROWS or width < per or 4 * planes.shape[0] != padded or rows > t.shape[0]
+            or rows > out.shape[1] or sums.shape[0] != t.shape[0] or sums.shape[1] != width or t.strides[1] != 1
+            or planes.strides[1] != 4 or sums.strides[1] != 4 or t.strides[0] < padded or planes.strides[0] < 4 * width
+            or sums.strides[0] < 4 * width or at.size != to.size):
+        raise ValueError("tile_products: rows, planes or sums of the wrong shape")
+    for m in range(at.size):  # numba checks no index: none may leave out (word_planes checks at)
+        if not 0 <= to[m] < out.shape[0]:
+            raise ValueError("tile_products: a device's row out of out's shape")
+    group = width // per
+    for lo in range(0, at.size, group):
+        devices = min(group, at.size - lo)
+        word_planes(x, at[lo : lo + devices], planes)
+        for n in range(0, -(-per * devices // TILE_ROWS) * TILE_ROWS, TILE_ROWS):
+            for i in range(0, t.shape[0], TILE_COLUMNS):
+                _tile_sums(config.ctypes.data, t.ctypes.data + i * t.strides[0], t.strides[0],  # type: ignore[call-arg]
+                           planes.ctypes.data + 4 * n, planes.strides[0],
+                           sums.ctypes.data + i * sums.strides[0] + 4 * n, sums.strides[0], padded // TILE_BYTES)
+        for m in range(devices):
+            for i in range(rows):
+                acc = _word(out, 0)
+                for p in range(per):
+                    acc += _word(out, sums[i, per * m + p]) << _word(out, 8 * p)
+                out[to[lo + m], i] = acc
+
+
+class Products:
+    """The compiled products of one seed's rows at a time with its devices' vectors, with their scratch:
+    :func:`tile_products` where AMX runs (:data:`TILES`) and ``L <=`` :data:`TILE_LENGTH`, else
+    :func:`products_for`'s kernel; the same words.
+
+    ``expand(stream, s)`` expands stream ``s`` of ``rows`` ternary rows of length ``L`` (:func:`expand_rows`);
+    ``project(x, at, out, to)`` sets ``out[to[m]] = t x[at[m]] mod 2^k`` (``x`` ring (n, L) of ``dtype``,
+    C-contiguous; ``at``, ``to`` intp of one length); :attr:`group` is the devices a pass, for a caller that
+    forms their vectors in a scratch (:func:`affine_vector`) before it projects them."""
+
+    def __init__(self, dtype: np.dtype, rows: int, length: int) -> None:
+        self.rows, self.tiles = rows, TILES and length <= TILE_LENGTH
+        if self.tiles:
+            padded = max(1, -(-length // TILE_BYTES)) * TILE_BYTES
+            self.t = np.empty((-(-rows // TILE_COLUMNS) * TILE_COLUMNS, padded), np.int8)
+            self.planes = np.empty((padded // 4, TILE_ROWS), np.uint32)
+            self.sums = np.empty((self.t.shape[0], TILE_ROWS), np.int32)
+            self.group = TILE_ROWS // np.dtype(dtype).itemsize
+        else:
+            self.t = np.empty((rows, 4 * -(-length // 4)), np.int8)
+            self.group = TILE
+            self._products = products_for(dtype)
+
+    def expand(self, stream: np.ndarray, s: int) -> None:
+        """The rows of stream ``s`` of ``stream`` (uint8 (c, rows ceil(L / 4))) into the scratch."""
+        expand_rows(stream, s, self.rows, self.t, ENTRY_WORDS)
+
+    def project(self, x: np.ndarray, at: np.ndarray, out: np.ndarray, to: np.ndarray) -> None:
+        """``out[to[m], :rows] = t x[at[m]] mod 2^k`` on the rows last expanded."""
+        if self.tiles:
+            tile_products(self.t, self.rows, x, at, out, to, self.planes, self.sums, TILE_CONFIG)
+        else:
+            self._products(self.t, x, at, out, to)

@@ -108,11 +108,6 @@ def _ternary(stream: np.ndarray, rows: int, length: int) -> np.ndarray:
     return pairs[..., 0] - pairs[..., 1]
 
 
-def _expanded(rows: int, length: int) -> np.ndarray:
-    """Scratch for one seed's rows expanded by the compiled loop: int8 (rows, 4 ceil(length / 4))."""
-    return np.empty((rows, 4 * -(-length // 4)), np.int8)
-
-
 def _check_rows(rows: int, length: int) -> None:
     for name, value in (("rows", rows), ("length", length)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
@@ -283,16 +278,16 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     n, length = x.shape
     compiled = kernels.compiled()
     if compiled:
-        from secemb.fss._projection_kernels import ENTRY_WORDS, expand_rows, products_for
+        from secemb.fss._projection_kernels import Products
 
-        t, products, x = _expanded(rows, length), products_for(x.dtype), np.ascontiguousarray(x)
+        products, x = Products(x.dtype, rows, length), np.ascontiguousarray(x)
     acc = np.empty((n, rows), x.dtype)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
             some = devices[which == s]
             if compiled:
-                expand_rows(stream, s, t, ENTRY_WORDS)
-                products(t, x, some, acc, some)
+                products.expand(stream, s)
+                products.project(x, some, acc, some)
             else:
                 acc[some] = _integer_products(_ternary(stream[s : s + 1], rows, length)[0], x[some])
     return acc
@@ -365,18 +360,18 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
                 np.negative(sparse, out=sparse)
             x[d, base.size :] = tail
         return project_each(seeds, x, rows)
-    from secemb.fss._projection_kernels import ENTRY_WORDS, TILE, affine_vector, expand_rows, products_for
+    from secemb.fss._projection_kernels import Products, affine_vector
 
-    acc, products = np.empty((n, rows), dtype), products_for(dtype)
-    xs, t, tile = np.empty((TILE, length), dtype), _expanded(rows, length), np.arange(TILE)
+    acc, products = np.empty((n, rows), dtype), Products(dtype, rows, length)
+    xs, tile = np.empty((products.group, length), dtype), np.arange(products.group)
     for stream, devices, which in _chunks(seeds, n, rows, length):
         for s in range(stream.shape[0]):
-            expand_rows(stream, s, t, ENTRY_WORDS)
+            products.expand(stream, s)
             some = devices[which == s]
-            for lo in range(0, some.size, TILE):
-                to = some[lo : lo + TILE]
+            for lo in range(0, some.size, products.group):
+                to = some[lo : lo + products.group]
                 for k, d in enumerate(to.tolist()):
                     base, count, words, tail = parts[d]
                     affine_vector(base, count, words, bool(negate), tail, xs[k])
-                products(t, xs, tile[: to.size], acc, to)
+                products.project(xs, tile[: to.size], acc, to)
     return acc
