@@ -33,7 +33,7 @@ def test_every_byte_value_expands_to_its_four_entries() -> None:
 
     stream = np.arange(256, dtype=np.uint8)[None, :]  # one row of 1,024 entries: every byte once, in order
     t = _expanded(1, 1024)
-    expand_rows(stream, 0, 1, t, ENTRY_WORDS)
+    expand_rows(stream, 0, t, ENTRY_WORDS)
     assert t.dtype == np.int8
     assert t[0].tolist() == [_spec_entry(v, q) for v in range(256) for q in range(4)]
 
@@ -48,7 +48,7 @@ def test_rows_of_a_seed_match_the_specification(length: int) -> None:
     t = _expanded(rows, length)
     t[...] = 5  # not an entry: a word the expansion skips would show
     for s, seed in enumerate(seeds):  # the second seed overwrites the same scratch
-        expand_rows(streams, s, rows, t, ENTRY_WORDS)
+        expand_rows(streams, s, t, ENTRY_WORDS)
         assert t[:, :length].tolist() == spec_rows(seed, rows, length)
         assert set(np.unique(t).tolist()) <= {-1, 0, 1}
 
@@ -61,5 +61,5 @@ def test_streams_of_alternating_sizes_match_aes_ctr() -> None:
     for length in (16251, 40, 16251, 9, 40):
         got = _streams([row_key(seed)], _stream_bytes(3, length))
         t = _expanded(3, length)
-        expand_rows(got, 0, 3, t, ENTRY_WORDS)
+        expand_rows(got, 0, t, ENTRY_WORDS)
         assert t[:, :length].tolist() == spec_rows(seed, 3, length)

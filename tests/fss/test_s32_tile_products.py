@@ -123,14 +123,15 @@ def test_tile_products_refuse_scratch_of_the_wrong_shape() -> None:
     from secemb.fss._projection_kernels import TILE_CONFIG, tile_products
 
     x, out, at = np.zeros((2, 100), np.uint32), np.zeros((2, 5), np.uint32), np.arange(2)
-    good = (np.zeros((48, 128), np.int8), np.zeros((32, 16), np.uint32), np.zeros((48, 16), np.int32))
+    good = (np.zeros((2, 48, 64), np.int8), np.zeros((32, 16), np.uint32), np.zeros((48, 16), np.int32))
     bad = [
-        (np.zeros((40, 128), np.int8), good[1], good[2]),  # rows not a multiple of 48
-        (np.zeros((48, 100), np.int8), np.zeros((25, 16), np.uint32), good[2]),  # not whole 64-entry steps
-        (np.zeros((48, 64), np.int8), np.zeros((16, 16), np.uint32), good[2]),  # shorter than x
+        (np.zeros((2, 40, 64), np.int8), good[1], np.zeros((40, 16), np.int32)),  # rows not a multiple of 48
+        (np.zeros((2, 48, 32), np.int8), good[1], good[2]),  # steps not of 64 entries
+        (np.zeros((1, 48, 64), np.int8), np.zeros((16, 16), np.uint32), good[2]),  # shorter than x
+        (np.zeros((2, 48, 64), np.int8)[:, :, ::-1], good[1], good[2]),  # not C-contiguous
         (good[0], np.zeros((32, 8), np.uint32), np.zeros((48, 8), np.int32)),  # planes not a tile wide
         (good[0], np.zeros((16, 16), np.uint32), good[2]),  # planes of another length
-        (good[0], good[1], np.zeros((40, 16), np.int32)),  # sums of other rows
+        (good[0], good[1], np.zeros((96, 16), np.int32)),  # sums of other rows
     ]
     for t, planes, sums in bad:
         with pytest.raises(ValueError, match="wrong shape"):
@@ -181,17 +182,23 @@ def test_projections_with_and_without_tiles_on_two_threads(tiles: bool, dtype: t
             assert call.result().tolist() == want
 
 
-@pytest.mark.parametrize("length", [1, 5, 64, 16251])
-def test_expand_rows_into_a_wider_scratch_writes_only_its_rows(length: int) -> None:
-    """:class:`Products`' tile scratch has more rows (a multiple of 48) and entries (a multiple of 64) than the
-    stream: expand_rows writes each row's ``4 ceil(L / 4)`` entries as the specification gives them, nothing
-    else."""
-    from secemb.fss._projection_kernels import ENTRY_WORDS, expand_rows
+@pytest.mark.parametrize("length", [1, 5, 64, 65, 16251])
+def test_expand_steps_writes_only_its_rows(length: int) -> None:
+    """:class:`Products`' tile scratch is (steps, 48, 64): each step's 64 entries of the 48 rows in a block;
+    expand_steps writes the first ``4 ceil(L / 4)`` entries of each of its rows as the specification gives
+    them, nothing else; a scratch with too few entries or rows is refused."""
+    from secemb.fss._projection_kernels import ENTRY_WORDS, expand_steps
     from secemb.fss.projections import _stream_bytes, _streams, row_key
 
-    rows, seed = 5, os.urandom(16)
-    t = np.full((48, 4 * -(-length // 4) + 64), 9, np.int8)
-    expand_rows(_streams([row_key(seed)], _stream_bytes(rows, length)), 0, rows, t, ENTRY_WORDS)
-    assert t[:rows, :length].tolist() == spec_rows(seed, rows, length)
-    assert set(np.unique(t[:rows, : 4 * -(-length // 4)]).tolist()) <= {-1, 0, 1}
-    assert (t[rows:] == 9).all() and (t[:, 4 * -(-length // 4) :] == 9).all()
+    rows, seed, used = 5, os.urandom(16), 4 * -(-length // 4)
+    stream = _streams([row_key(seed)], _stream_bytes(rows, length))
+    steps = -(-length // 64) + 1
+    t = np.full((steps, 48, 64), 9, np.int8)
+    expand_steps(stream, 0, rows, t, ENTRY_WORDS)
+    flat = t.transpose(1, 0, 2).reshape(48, 64 * steps)  # row i, entry j
+    assert flat[:rows, :length].tolist() == spec_rows(seed, rows, length)
+    assert set(np.unique(flat[:rows, :used]).tolist()) <= {-1, 0, 1}
+    assert (flat[rows:] == 9).all() and (flat[:, used:] == 9).all()
+    for small in (np.zeros((-(-used // 64) - 1, 48, 64), np.int8), np.zeros((steps, rows - 1, 64), np.int8)):
+        with pytest.raises(ValueError, match="too few"):
+            expand_steps(stream, 0, rows, small, ENTRY_WORDS)
