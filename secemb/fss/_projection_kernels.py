@@ -20,6 +20,30 @@ it takes 0.80 ms, ``vpsignd`` one row a pass 0.67, two rows a pass 0.40 (session
 Four rows a pass (where AVX-512's 32 vector registers hold the 16 sums) read the words half as often
 again: 460 -> 421 us alone, and the bench's two bound-check calls 0.24-0.27 ms less a round (session 29,
 under load).
+
+Where the CPU has AMX (AMX-TILE, AMX-INT8) and Linux grants the process its tile state (:data:`TILES`:
+asked once, at import; a permission of the whole process, which also makes its signal frames larger),
+:class:`Products` takes :func:`tile_products` instead, on either ring: the products as tile matrix
+products.  A device's words are split into their ``P`` byte planes (``P = 4`` on a uint32 ring, 8 on a
+uint64 one; :func:`word_planes`: one byte shuffle a four words), ``x = sum_p 2^(8 p) x_p`` with ``x_p``
+the bytes ``p``; AMX's ``tdpbsud`` multiplies int8 by uint8 and adds in int32, so each plane's sums
+``S_p = t x_p``, at most ``255 L`` in magnitude, are exact (``L <= 2^23``: :data:`TILE_LENGTH`), and
+``sum_p 2^(8 p) S_p mod 2^k`` is the product in the ring.  One ``tdpbsud`` is 16 x 16 x 64 products (16
+rows, 16 planes: four uint32 devices, 64 entries); a pass takes 48 rows and four devices (two on a
+uint64 ring), three tiles of the rows' entries (stored a step's 64 entries of 48 rows at a time,
+:func:`expand_steps`, so that a tile is 1 KiB in order) and one of the planes a step of 64 entries.
+For 20 devices of 16,251 uint32 words and 40 rows on one seed (a cuckoo batch's challenge), expansion and
+products together (``/tmp``-script A/B, interleaved pairs, session 32, load 8-10 on 2 shared cores): 542
+-> 337 us of thread CPU time, medians of 10 pairs (``vpsignd`` 4 rows a pass against the tiles; alone:
+the tile expansion 63 us, the planes 61, the tile products and their combination about 95); on a uint64
+ring 6.9 -> 1.2 ms of wall time.  In the bench's own flow, where each call expands into a fresh scratch
+and the affine parts come from memory, the products of a bound check took 0.56-0.70 -> 0.31-0.34 ms
+but the expansion 0.10 -> 0.19 ms (48 rows of 16,320 entries, cold), and :func:`affine_vector` 0.47 ms
+either way (its inputs' reads).  A tile product takes 15-45 ns here (the 16 cycles of AMX's throughput
+would be 7): the steps wait on the loads of tiles that the last step's products still read, which no
+schedule of the 8 tile registers tried (2 x 2, 1 x 2 double-buffered) removed reliably under this load.
+Not tried: AVX-512's masked adds on bit planes of the entries, whose two ports of 512-bit work bound
+them at 16 terms a cycle, 1.33 times ``vpsignd``'s 12.
 """
 
 from __future__ import annotations

@@ -260,12 +260,13 @@ def project_each(seeds: Sequence[bytes] | np.ndarray, x: np.ndarray, rows: int =
     The distinct seeds go in chunks of at most :data:`_TEMP_ENTRIES` matrix entries (one seed a
     chunk where its rows are larger), each expanded once, with every device of the chunk's
     seeds.  Each seed's rows are expanded to int8 (a byte an entry) once and multiplied with its
-    devices' shares: with the compiled kernels (:func:`secemb.fss.kernels.compiled`) by a numba
+    devices' shares: with the compiled kernels (:func:`secemb.fss.kernels.compiled`) by AMX tile
+    products of the rows by the devices' byte planes where the CPU and Linux allow it, else a numba
     loop in the ring's own wrapping words, four devices a pass on the same expanded rows (on a
-    uint32 ring with AVX2, two rows a pass and ``vpsignd`` for the products:
-    :mod:`secemb.fss._projection_kernels`), without BLAS (whose threads only cost here: a
-    device's projections are a thin product); otherwise as one unsigned matmul
-    (:func:`project_reference`'s arithmetic).
+    uint32 ring with AVX2, ``vpsignd`` for the products), both in
+    :mod:`secemb.fss._projection_kernels` (:class:`~secemb.fss._projection_kernels.Products`),
+    without BLAS (whose threads only cost here: a device's projections are a thin product);
+    otherwise as one unsigned matmul (:func:`project_reference`'s arithmetic).
 
     Raises
     ------
@@ -338,9 +339,10 @@ def project_affine(seeds: Sequence[bytes] | np.ndarray, negate: bool, parts: Seq
     -------
     ring array (n, rows) of the parts' dtype, equal to ``project_each(seeds, x, rows)`` for ``x``
     the stacked vectors (bit for bit: ``tests/fss/test_s21_bound_speed.py``).  With the compiled
-    kernels the vectors are computed four at a time into a scratch (4, L) and projected on their
-    seed's rows, expanded once for all its devices (:mod:`secemb.fss._projection_kernels`: no
-    (n, L) array); otherwise ``x`` is formed and projected as :func:`project_each` does.
+    kernels the vectors are computed a pass of the products' devices at a time (four, or two on a
+    uint64 ring with AMX) into a scratch and projected on their seed's rows, expanded once for all
+    its devices (:mod:`secemb.fss._projection_kernels`: no (n, L) array); otherwise ``x`` is formed
+    and projected as :func:`project_each` does.
 
     Raises
     ------
