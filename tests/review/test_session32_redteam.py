@@ -32,6 +32,8 @@ from secemb.server.persist import CorruptState
 from secemb.server.verify import rejected as digest_rejected
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocols"))
+import test_bounded_payloads as tbp  # type: ignore[import-not-found]  # noqa: E402
 import test_session21_verify_journal as j21  # type: ignore[import-not-found]  # noqa: E402
 from test_session31_bound_derived import M, P, SLOTS, W, Run, _expected, _honest, _items, _protocol  # noqa: E402
 
@@ -125,6 +127,53 @@ def test_after_its_challenge_a_device_moving_server_1s_words_in_the_rows_kernel_
     assert flipped.sum() > M * W // 8
     np.testing.assert_array_equal(sparse, ((exp_sparse.astype(np.int64) + HALF * flipped) % RING).astype(np.uint32))
     np.testing.assert_array_equal(dense, exp_dense)
+
+
+def test_cuckoo_a_device_moving_server_1s_words_of_a_key_with_an_even_t_count_passes_the_bound_and_the_digests_reject_it() -> None:  # noqa: E501
+    """The cuckoo layout's twin of the test above, without any algebra: its proven ``x`` holds each
+    key's payload, server 1's share ``-(key_conv_1 + t_count_1 CW)``, so ``2^31`` added to ``CW[i, 0]``
+    moves it by ``2^31 t_count_1[i]`` -- nothing when key ``i``'s count of ``t_1 = 1`` over its bucket's
+    real positions is even.  Device 3 (without relay) uploads to server 0, reads its batch's challenge,
+    and sends server 1 its words with ``2^31`` added at such a key: its honest proof passes the bound
+    (``x`` did not move at either server), while the aggregate would get ``2^31`` at each real position
+    of bucket ``i`` where ``t_1 = 1`` (an even number of items' rows, computed here from the bits and
+    the layout's public ``gather_index``).  The digests reject it; the others' aggregate is exact.
+    Mutation checked: ``upload_digests`` without ``CW`` (device 3 passes and the aggregate is off)."""
+    rnd = tbp.Round("cuckoo", False)
+    honest, attacker = [0, 1, 2], 3
+    rnd.honest(honest)
+    device = rnd.retrieve(attacker)
+    rows, dense = rnd.honest_upload(attacker)
+    m0, m1 = device.upload(rows, dense)
+    assert m1 is not None and rnd.s0.handle_upload_many([(attacker, m0)]) == [None]
+    rnd.s0.challenge(attacker)  # the device's batch challenge, read before its upload to server 1
+    slots, width = rnd.cfg.slots, rnd.cfg.width
+    real = rnd.cfg.cuckoo().gather_index >= 0  # (B, M): a bucket's positions holding an item
+    t1 = rnd.s1._pending[attacker].bits.astype(bool) & real
+    counts = t1.sum(axis=1)
+    key = next(b for b in range(slots) if counts[b] and counts[b] % 2 == 0)
+    cw = np.frombuffer(m1, "<u4", slots * width, FRAME_BYTES).reshape(slots, width).astype(np.int64)
+    cw[key, 0] += HALF
+    cw = (cw % RING).astype("<u4")
+    assert rnd.s1.handle_upload_many([(attacker, m1[:FRAME_BYTES] + cw.tobytes() + m1[FRAME_BYTES + cw.nbytes :])]) \
+        == [None]
+    rnd.prove(attacker)
+    users = honest + [attacker]
+    assert rnd.s0.bound_rejected(rnd.s1.bound_answer(rnd.s0.bound_request(users))) == set()
+    d0, d1 = rnd.s0.upload_digests(users), rnd.s1.upload_digests(users)
+    assert d0 is not None and d1 is not None and set(digest_rejected(d0, d1)) == {attacker}
+    sparse, dense_sum = rnd.s0.combine(rnd.s1.aggregate_share(honest), honest)
+    np.testing.assert_array_equal(sparse, rnd.expected)
+    np.testing.assert_array_equal(dense_sum, rnd.expected_dense)
+    # what the digests stop: with device 3 included, 2^31 on the items at bucket ``key``'s t_1 = 1 positions
+    expected = rnd.expected.astype(np.int64)
+    placed = rnd.slots[attacker] >= 0
+    np.add.at(expected, rnd.slots[attacker][placed], rows[placed].astype(np.int64))
+    hit = rnd.cfg.cuckoo().gather_index[key][t1[key]]
+    assert hit.size == counts[key] >= 2
+    expected[hit, 0] += HALF
+    sparse, _ = rnd.s0.combine(rnd.s1.aggregate_share(users), users)
+    np.testing.assert_array_equal(sparse, (expected % RING).astype(np.uint32))
 
 
 # -- 2. the full layout: c_u is fixed by the device's one retrieval and one upload ------------------------
